@@ -1,0 +1,59 @@
+# pml developer commands. `make help` lists them. Every target creates .venv if it is missing.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CARGO_MANIFEST := pml_core_rs/Cargo.toml
+RUST_SOURCES := $(shell find pml_core_rs/src -name '*.rs') pml_core_rs/Cargo.toml pml_core_rs/Cargo.lock
+EXT := pml_server/_core.abi3.so
+DATA_DIR ?= ./pml-data
+LISTEN ?= 127.0.0.1:50051
+
+.DEFAULT_GOAL := help
+.PHONY: help serve test bench lint proto fmt install clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+$(EXT): $(STAMP) $(RUST_SOURCES)
+	$(VENV)/bin/maturin develop --release --quiet --skip-install
+	@touch $@
+
+install: $(EXT) ## create .venv and build the package with its dev extras
+
+serve: install ## run the gRPC server on 127.0.0.1:50051 with data in ./pml-data
+	$(VENV)/bin/pml serve --listen $(LISTEN) --data-dir $(DATA_DIR)
+
+test: install lint ## lint, then the Rust and Python tests (slow ones included)
+	cargo test --quiet --manifest-path $(CARGO_MANIFEST)
+	$(PY) -m pytest -q
+
+bench: install ## run the benchmarks and write benches/results/
+	$(PY) -m benches
+
+lint: install ## ruff, mypy --strict, cargo fmt/clippy, buf lint
+	$(VENV)/bin/ruff check pml_server tests benches tools
+	$(VENV)/bin/ruff format --check pml_server tests benches tools
+	$(VENV)/bin/mypy pml_server
+	cargo fmt --manifest-path $(CARGO_MANIFEST) --check
+	cargo clippy --quiet --manifest-path $(CARGO_MANIFEST) --all-targets --features python -- -D warnings
+	cd proto && ../$(VENV)/bin/buf lint
+
+proto: $(STAMP) ## regenerate pml_server/_proto from proto/
+	$(PY) tools/gen_proto.py
+
+fmt: $(STAMP) ## format Python and Rust sources
+	$(VENV)/bin/ruff format pml_server tests benches tools
+	$(VENV)/bin/ruff check --fix pml_server tests benches tools
+	cargo fmt --manifest-path $(CARGO_MANIFEST)
+
+clean: ## remove build outputs (keeps .venv and data)
+	cargo clean --manifest-path $(CARGO_MANIFEST)
+	rm -f $(EXT)

@@ -1,0 +1,1 @@
+"""pml benchmarks; `make bench` runs `python -m benches`."""

@@ -1,0 +1,1 @@
+"""The gRPC layer: thin servicer, proto<->domain conversion, error mapping, server factory."""
