@@ -1,0 +1,61 @@
+"""The engine interface: everything the API layer may ask of the domain, per tenant.
+
+`pml_server.engine.Engine` (capture + storage + embeddings + ranking + retention) implements it.
+The API layer depends only on this Protocol, the model types and the error tree.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pml_server.domain.model import (
+    CapabilityView,
+    CaptureResult,
+    ExecutionRecord,
+    FailureEntry,
+    Page,
+    PageRequest,
+    PatternView,
+    RetentionReport,
+    Stats,
+    SuggestQuery,
+    SuggestResult,
+)
+
+
+class EngineProtocol(Protocol):
+    def record(self, tenant: str, record: ExecutionRecord) -> CaptureResult:
+        """Capture one execution (rules of the eager-learning spec). Idempotent per request id."""
+
+    def suggest(self, tenant: str, query: SuggestQuery) -> SuggestResult: ...
+
+    def get_pattern(self, tenant: str, pattern_id: str) -> PatternView:
+        """Raises NotFoundError."""
+
+    def get_capability(self, tenant: str, capability_id: str) -> CapabilityView:
+        """Raises NotFoundError."""
+
+    def list_patterns(self, tenant: str, page: PageRequest) -> Page[PatternView]: ...
+
+    def list_capabilities(self, tenant: str, page: PageRequest) -> Page[CapabilityView]: ...
+
+    def delete_pattern(self, tenant: str, pattern_id: str) -> None:
+        """Removes it from store and index at once. Raises NotFoundError."""
+
+    def delete_capability(self, tenant: str, capability_id: str) -> None:
+        """Removes the capability and all its patterns. Raises NotFoundError."""
+
+    def list_failures(self, tenant: str, page: PageRequest) -> Page[FailureEntry]: ...
+
+    def run_retention(self, tenant: str, apply: bool) -> RetentionReport: ...
+
+    def stats(self, tenant: str) -> Stats: ...
+
+    def embedding_dim(self) -> int:
+        """Dimension a client-supplied intent vector must have."""
+
+    def is_ready(self) -> bool:
+        """False while the vector index is still catching up with the store."""
+
+    def close(self) -> None:
+        """Flush and close the store."""

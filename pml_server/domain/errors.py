@@ -1,0 +1,54 @@
+"""The domain's error tree. The API layer maps each class to one gRPC status code in one place
+(`pml_server/api/errors.py`); domain code raises these and never a grpc type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One invalid field: `field` is a dotted path in request terms (`tool_calls[2].tool`)."""
+
+    field: str
+    description: str
+
+
+class PmlError(Exception):
+    """Base of every error pml raises on purpose."""
+
+
+class InvalidArgumentError(PmlError):
+    """The request is malformed; `violations` names every bad field."""
+
+    def __init__(self, violations: list[FieldViolation] | FieldViolation) -> None:
+        self.violations = [violations] if isinstance(violations, FieldViolation) else violations
+        super().__init__("; ".join(f"{v.field}: {v.description}" for v in self.violations))
+
+
+class NotFoundError(PmlError):
+    """The named object does not exist for this tenant (or never did: we do not say which)."""
+
+
+class AlreadyExistsError(PmlError):
+    """The object to create exists already."""
+
+
+class FailedPreconditionError(PmlError):
+    """The system is not in a state that allows the call (e.g. a store of another model)."""
+
+
+class ResourceExhaustedError(PmlError):
+    """A quota, rate limit or size limit was hit."""
+
+
+class UnavailableError(PmlError):
+    """Temporarily unable to serve (draining, index catching up); the caller may retry."""
+
+
+class UnauthenticatedError(PmlError):
+    """No valid credentials."""
+
+
+class PermissionDeniedError(PmlError):
+    """Valid credentials without the role the call needs."""

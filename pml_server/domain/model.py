@@ -1,0 +1,266 @@
+"""Domain types exchanged between the engine (capture, ranking, retention) and the API layer.
+
+Times are integer milliseconds since the Unix epoch; ids are opaque strings; JSON payloads
+travel as JSON text so this module stays free of any serialization library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of an execution, as the agent's runtime observed it."""
+
+    tool: str
+    arguments_json: str = "{}"
+    ok: bool = True
+    error: str = ""
+    started_at_ms: int = 0
+    duration_ms: float = 0.0
+
+
+class ExecutionStatus(Enum):
+    SUCCESS = "success"
+    FAILURE = "failure"
+
+
+@dataclass(frozen=True)
+class ExecutionRecord:
+    """One finished execution to capture. The tenant is never part of it: it comes from the
+    caller's credentials and is passed beside the record."""
+
+    request_id: str
+    intent: str
+    code: str
+    language: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    status: ExecutionStatus = ExecutionStatus.SUCCESS
+    started_at_ms: int = 0
+    duration_ms: float = 0.0
+    trace: bytes = b""
+    # Optional client-supplied intent vector; when absent the server's embedder computes it.
+    intent_embedding: tuple[float, ...] | None = None
+    tags: tuple[str, ...] = ()
+
+
+class CaptureOutcome(Enum):
+    SAVED = "saved"  # a new pattern was stored
+    COUNTED = "counted"  # an existing pattern's counters were updated (success or failed try)
+    REJECTED = "rejected"  # a new pattern with a failed tool call: nothing stored (all-or-nothing)
+
+
+@dataclass(frozen=True)
+class ToolFailure:
+    tool: str
+    error: str
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    outcome: CaptureOutcome
+    pattern_id: str = ""
+    capability_id: str = ""
+    new_pattern: bool = False
+    tool_failures: tuple[ToolFailure, ...] = ()
+    # The code's statically read tool calls disagree with the recorded ones.
+    tool_mismatch: bool = False
+    # True when this answer is the stored result of an earlier call with the same request id.
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class IntentView:
+    id: str
+    text: str
+    hit_count: int
+    last_seen_ms: int
+
+
+@dataclass(frozen=True)
+class ParamView:
+    """One placeholder of a pattern's template."""
+
+    name: str
+    json_type: str
+    secret: bool
+    # Most recent values seen (JSON text each), newest first; secrets as "[REDACTED]".
+    recent_values_json: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PatternView:
+    id: str
+    code_hash: str
+    template: str
+    original_code: str
+    language: str
+    tools_used: tuple[str, ...]
+    params: tuple[ParamView, ...]
+    parameter_schema_json: str
+    usage_count: int
+    success_count: int
+    failure_count: int
+    first_seen_ms: int
+    last_used_ms: int
+    mean_duration_ms: float
+    capability_id: str
+    intents: tuple[IntentView, ...] = ()
+    flagged_for_removal: bool = False
+    superseded_by: str = ""  # pattern id of the pattern that beats this one, if any
+    tool_mismatch_count: int = 0
+
+
+@dataclass(frozen=True)
+class CapabilityView:
+    id: str
+    tools: tuple[str, ...]
+    pattern_ids: tuple[str, ...]
+    best_pattern_id: str
+    intents: tuple[str, ...]
+    usage_count: int
+    success_count: int
+    failure_count: int
+    last_used_ms: int
+
+
+@dataclass(frozen=True)
+class SuggestQuery:
+    """A suggestion request. `None` means "use the server default" for every threshold."""
+
+    intent: str
+    k: int = 5
+    intent_embedding: tuple[float, ...] | None = None
+    min_match: float | None = None
+    min_success: float | None = None
+    include_flagged: bool = False
+    available_tools: tuple[str, ...] | None = None  # None: no restriction
+    tags: tuple[str, ...] = ()
+    explain: bool = False
+
+
+@dataclass(frozen=True)
+class ScoreParts:
+    """A suggestion's score broken into the parts of the documented ranking formula."""
+
+    match: float  # fused relevance, 0..1
+    semantic: float  # cosine of the best intent mapping
+    lexical: float  # normalized lexical score
+    success_estimate: float  # small-sample-aware success rate
+    usage: float  # diminishing usage weight
+    recency: float  # 1.0 up to 90 days unused, then decaying
+    superseded_penalty: float  # 1.0 unless superseded
+    total: float
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    capability_id: str
+    pattern: PatternView
+    score: ScoreParts
+
+
+@dataclass(frozen=True)
+class FilteredCandidate:
+    """A candidate the filters removed; `rule` is the filter's name (e.g. `min_success`)."""
+
+    capability_id: str
+    pattern_id: str
+    rule: str
+    detail: str
+    score: ScoreParts | None = None
+
+
+@dataclass(frozen=True)
+class SuggestResult:
+    suggestions: tuple[Suggestion, ...]
+    filtered: tuple[FilteredCandidate, ...] = ()
+
+
+@dataclass(frozen=True)
+class FailureEntry:
+    request_id: str
+    tool: str
+    error: str
+    intent: str
+    code_hash: str
+    pattern_id: str  # empty when the failed code was never a stored pattern
+    time_ms: int
+
+
+class RetentionAction(Enum):
+    REMOVAL_CANDIDATE = "removal_candidate"
+    REMOVED = "removed"
+    STALE = "stale"
+    SUPERSEDED = "superseded"
+
+
+@dataclass(frozen=True)
+class RetentionEntry:
+    pattern_id: str
+    action: RetentionAction
+    reason: str
+    superseded_by: str = ""
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    dry_run: bool
+    entries: tuple[RetentionEntry, ...]
+    ran_at_ms: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    patterns: int
+    capabilities: int
+    intents: int
+    executions: int  # captures counted (successes + failed tries of known patterns)
+    rejected: int  # executions of new patterns refused by the all-or-nothing rule
+    failures_logged: int
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a listing. `next_cursor` is an opaque engine cursor ("" at the end); the API
+    layer wraps it in a signed, tenant-bound page token."""
+
+    items: tuple[T, ...]
+    next_cursor: str = ""
+
+
+@dataclass(frozen=True)
+class PageRequest:
+    page_size: int = 50
+    cursor: str = ""
+
+
+__all__ = [
+    "CapabilityView",
+    "CaptureOutcome",
+    "CaptureResult",
+    "ExecutionRecord",
+    "ExecutionStatus",
+    "FailureEntry",
+    "FilteredCandidate",
+    "IntentView",
+    "Page",
+    "PageRequest",
+    "ParamView",
+    "PatternView",
+    "RetentionAction",
+    "RetentionEntry",
+    "RetentionReport",
+    "ScoreParts",
+    "Stats",
+    "SuggestQuery",
+    "SuggestResult",
+    "Suggestion",
+    "ToolCall",
+    "ToolFailure",
+]
