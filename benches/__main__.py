@@ -1,13 +1,85 @@
-"""Run every benchmark and print one table. Components register in `benches/suites.py`."""
+"""`make bench`: run every `benches/bench_*.py` suite, print one table, write results.
+
+A suite is a module with `run(large: bool) -> list[Row]`. Results go to
+`benches/results/latest.json` and `latest.md` with the machine and git commit.
+"""
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import json
+import os
+import platform
+import subprocess
 import sys
+import time
+from pathlib import Path
+
+from benches.common import Row
+
+HERE = Path(__file__).resolve().parent
+
+
+def _suites(only: list[str]) -> list[str]:
+    names = sorted(p.stem for p in HERE.glob("bench_*.py"))
+    return [n for n in names if not only or any(o in n for o in only)]
+
+
+def _machine() -> dict[str, object]:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
+    ).stdout.strip()
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "commit": commit,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _table(rows: list[Row]) -> str:
+    lines = [
+        "| suite | metric | value | unit | baseline | ratio | target | met |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        target = "-" if r.target is None else ("<= " if r.lower_is_better else ">= ") + _fmt(r.target)
+        met = {None: "-", True: "yes", False: "NO"}[r.met]
+        base = f"{_fmt(r.baseline)} ({r.baseline_name})" if r.baseline is not None else "-"
+        lines.append(
+            f"| {r.suite} | {r.metric} | {_fmt(r.value)} | {r.unit} | {base} | {_fmt(r.ratio)} "
+            f"| {target} | {met} |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> int:
-    print("no benchmark suites are registered yet", file=sys.stderr)
-    return 1
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--large", action="store_true", help="bigger data sets (slow)")
+    parser.add_argument("only", nargs="*", help="run only suites whose name contains these")
+    args = parser.parse_args()
+    rows: list[Row] = []
+    for name in _suites(args.only):
+        print(f"== {name}", file=sys.stderr, flush=True)
+        module = importlib.import_module(f"benches.{name}")
+        rows.extend(module.run(large=args.large))
+    table = _table(rows)
+    print(table)
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    machine = _machine()
+    (out / "latest.json").write_text(
+        json.dumps({"machine": machine, "rows": [r.as_dict() for r in rows]}, indent=2)
+    )
+    header = ", ".join(f"{k}: {v}" for k, v in machine.items())
+    (out / "latest.md").write_text(f"# pml benchmarks\n\n{header}\n\n{table}\n")
+    return 0
 
 
 if __name__ == "__main__":
