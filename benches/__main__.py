@@ -49,7 +49,9 @@ def _table(rows: list[Row]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
-        target = "-" if r.target is None else ("<= " if r.lower_is_better else ">= ") + _fmt(r.target)
+        target = (
+            "-" if r.target is None else ("<= " if r.lower_is_better else ">= ") + _fmt(r.target)
+        )
         met = {None: "-", True: "yes", False: "NO"}[r.met]
         base = f"{_fmt(r.baseline)} ({r.baseline_name})" if r.baseline is not None else "-"
         lines.append(
