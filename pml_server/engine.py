@@ -155,11 +155,13 @@ class Engine:
     """Implements `pml_server.domain.engine.EngineProtocol`."""
 
     @classmethod
-    def open(cls, config: EngineConfig, clock: Clock | None = None) -> Engine:
+    def open(
+        cls, config: EngineConfig, clock: Clock | None = None, normalizer: Normalizer = normalize
+    ) -> Engine:
         embedder = make_embedder(config.embedder, config.embedding_cache_size)
         store = Store(config.data_dir, config.durability)
         try:
-            engine = cls(config, store, embedder, clock or wall_clock_ms)
+            engine = cls(config, store, embedder, clock or wall_clock_ms, normalizer)
         except BaseException:
             store.close()
             raise

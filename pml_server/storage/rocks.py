@@ -152,7 +152,7 @@ class Store:
     def _scan_db(
         self, cf: str, prefix: bytes, start: bytes | None, limit: int | None, reverse: bool
     ) -> Iterable[tuple[bytes, bytes]]:
-        it = self._cf[cf].iter(ReadOptions(raw_mode=True))
+        it = self._cf[cf].iter(ReadOptions())
         if reverse:
             upper = start if start is not None else prefix_end(prefix)
             if upper is None:
@@ -255,4 +255,10 @@ class Store:
         if self._writer is not None:
             self._writer.join()
         self._db.flush()
+        # Column family views hold a reference to the database: close them first, or the
+        # database stays open (and locked) until they are garbage-collected.
+        for family in self._cf.values():
+            family.close()
+        self._cf.clear()
+        self._handles.clear()
         self._db.close()
