@@ -157,7 +157,11 @@ pub fn normalize(v: &mut [f32]) -> Option<()> {
     if v.iter().any(|x| !x.is_finite()) {
         return None;
     }
-    let norm = v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
+    let norm = v
+        .iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt();
     if norm == 0.0 || !norm.is_finite() {
         return None;
     }
@@ -184,12 +188,20 @@ mod tests {
         let detected = Kernel::detect();
         let scalar = Kernel::scalar();
         for len in 0..200 {
-            let a: Vec<f32> = (0..len).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
-            let b: Vec<f32> = (0..len).map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0).collect();
+            let a: Vec<f32> = (0..len)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0)
+                .collect();
+            let b: Vec<f32> = (0..len)
+                .map(|i| ((i * 5 % 11) as f32 - 5.0) / 3.0)
+                .collect();
             let want = naive(&a, &b);
             for k in [detected, scalar] {
                 let got = k.dot(&a, &b);
-                assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "{len} {}", k.name());
+                assert!(
+                    (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "{len} {}",
+                    k.name()
+                );
             }
         }
     }

@@ -112,7 +112,10 @@ impl Graph {
     }
 
     pub fn set_links(&mut self, slot: u32, level: usize, neighbours: &[u32]) {
-        assert!(neighbours.len() <= self.capacity(level), "neighbour list over capacity");
+        assert!(
+            neighbours.len() <= self.capacity(level),
+            "neighbour list over capacity"
+        );
         let list = if level == 0 {
             let base = slot as usize * (1 + self.m0);
             &mut self.links0[base..base + 1 + self.m0]

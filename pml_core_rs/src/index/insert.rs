@@ -69,7 +69,15 @@ pub fn link_node(graph: &mut Graph, kernel: &Kernel, slot: u32, ef_construction:
     };
     let mut entries = vec![start];
     for lvl in (0..=level.min(graph.max_level)).rev() {
-        let found = search_level(graph, kernel, &query, &entries, lvl, ef_construction, |_| true);
+        let found = search_level(
+            graph,
+            kernel,
+            &query,
+            &entries,
+            lvl,
+            ef_construction,
+            |_| true,
+        );
         let chosen = select_diverse(graph, kernel, &found, graph.m);
         let chosen_slots: Vec<u32> = chosen.iter().map(|s| s.slot).collect();
         graph.set_links(slot, lvl, &chosen_slots);

@@ -55,7 +55,12 @@ impl HnswIndex {
             let id = old.ids[slot as usize];
             let level = self.rng.level(self.graph.m);
             let new_slot = self.graph.push_node(id, old.vector(slot), level);
-            insert::link_node(&mut self.graph, &self.kernel, new_slot, self.ef_construction);
+            insert::link_node(
+                &mut self.graph,
+                &self.kernel,
+                new_slot,
+                self.ef_construction,
+            );
             self.slot_of.insert(id, new_slot);
         }
         self.slot_of.shrink_to_fit();

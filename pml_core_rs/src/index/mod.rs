@@ -86,10 +86,16 @@ fn check_ef(field: &str, ef: usize) -> CoreResult<()> {
 impl HnswIndex {
     pub fn new(dim: usize, params: Params) -> CoreResult<Self> {
         if dim == 0 || dim > MAX_DIM {
-            return Err(invalid("dim", format!("must be in 1..={MAX_DIM}, got {dim}")));
+            return Err(invalid(
+                "dim",
+                format!("must be in 1..={MAX_DIM}, got {dim}"),
+            ));
         }
         if params.m < 2 || params.m > MAX_M {
-            return Err(invalid("m", format!("must be in 2..={MAX_M}, got {}", params.m)));
+            return Err(invalid(
+                "m",
+                format!("must be in 2..={MAX_M}, got {}", params.m),
+            ));
         }
         check_ef("ef_construction", params.ef_construction)?;
         check_ef("ef_search", params.ef_search)?;
@@ -160,27 +166,56 @@ impl HnswIndex {
             + self.slot_of.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
     }
 
-    /// Copy `vector` and scale it to unit length, or say which row is unusable.
-    fn normalized(&self, field: &str, row: usize, vector: &[f32]) -> CoreResult<Vec<f32>> {
+    /// Check and normalize row-major `data` of `dim` columns (no index needed, so callers can
+    /// do it before taking a lock). The error names `field` and the first bad row.
+    pub fn normalize_rows(dim: usize, field: &str, data: &[f32]) -> CoreResult<Vec<f32>> {
+        if dim == 0 || data.len() % dim != 0 {
+            return Err(invalid(
+                field,
+                format!(
+                    "expected rows of dimension {dim}, got {} values",
+                    data.len()
+                ),
+            ));
+        }
+        let mut out = data.to_vec();
+        for (row, chunk) in out.chunks_exact_mut(dim).enumerate() {
+            normalize(chunk).ok_or_else(|| {
+                invalid(
+                    field,
+                    format!(
+                        "row {row} is zero or has non-finite values (cosine needs a direction)"
+                    ),
+                )
+            })?;
+        }
+        Ok(out)
+    }
+
+    fn normalized(&self, field: &str, vector: &[f32]) -> CoreResult<Vec<f32>> {
         if vector.len() != self.graph.dim {
             return Err(invalid(
                 field,
-                format!("expected dimension {}, got {}", self.graph.dim, vector.len()),
+                format!(
+                    "expected dimension {}, got {}",
+                    self.graph.dim,
+                    vector.len()
+                ),
             ));
         }
-        let mut copy = vector.to_vec();
-        normalize(&mut copy).ok_or_else(|| {
-            invalid(
-                field,
-                format!("row {row} is zero or has non-finite values (cosine needs a direction)"),
-            )
-        })?;
-        Ok(copy)
+        Self::normalize_rows(self.graph.dim, field, vector)
     }
 
     /// Add `ids.len()` vectors given row-major in `vectors`; re-adding an id replaces it. The
     /// whole batch is checked before anything changes, so a bad row leaves the index untouched.
     pub fn add(&mut self, ids: &[u64], vectors: &[f32]) -> CoreResult<()> {
+        self.check_batch(ids, vectors)?;
+        let rows = Self::normalize_rows(self.graph.dim, "vectors", vectors)?;
+        self.add_normalized(ids, &rows)
+    }
+
+    /// Shape check shared by `add` and callers that normalize first.
+    pub fn check_batch(&self, ids: &[u64], vectors: &[f32]) -> CoreResult<()> {
         let dim = self.graph.dim;
         if vectors.len() != ids.len() * dim {
             return Err(invalid(
@@ -192,16 +227,20 @@ impl HnswIndex {
                 ),
             ));
         }
-        let rows: Vec<Vec<f32>> = vectors
-            .chunks_exact(dim)
-            .enumerate()
-            .map(|(row, v)| self.normalized("vectors", row, v))
-            .collect::<CoreResult<_>>()?;
-        if self.graph.slots() + rows.len() >= graph::NO_NODE as usize {
-            return Err(CoreError::TooLarge("index would exceed 2^32 - 1 nodes".into()));
+        if self.graph.slots() + ids.len() >= graph::NO_NODE as usize {
+            return Err(CoreError::TooLarge(
+                "index would exceed 2^32 - 1 nodes".into(),
+            ));
         }
-        self.graph.vectors.reserve(rows.len() * dim);
-        for (&id, vector) in ids.iter().zip(&rows) {
+        Ok(())
+    }
+
+    /// `add` for rows already produced by `normalize_rows`.
+    pub fn add_normalized(&mut self, ids: &[u64], rows: &[f32]) -> CoreResult<()> {
+        self.check_batch(ids, rows)?;
+        let dim = self.graph.dim;
+        self.graph.vectors.reserve(rows.len());
+        for (&id, vector) in ids.iter().zip(rows.chunks_exact(dim)) {
             if let Some(old) = self.slot_of.remove(&id) {
                 self.graph.deleted[old as usize] = true;
                 self.graph.deleted_count += 1;
@@ -224,7 +263,7 @@ impl HnswIndex {
         ef: Option<usize>,
         allow: Option<&[u64]>,
     ) -> CoreResult<Vec<Hit>> {
-        let query = self.normalized("query", 0, query)?;
+        let query = self.normalized("query", query)?;
         self.search_normalized(&query, k, ef, allow)
     }
 
@@ -238,17 +277,8 @@ impl HnswIndex {
         threads: usize,
     ) -> CoreResult<Vec<Vec<Hit>>> {
         let dim = self.graph.dim;
-        if queries.len() % dim != 0 {
-            return Err(invalid(
-                "queries",
-                format!("expected rows of dimension {dim}, got {} values", queries.len()),
-            ));
-        }
-        let rows: Vec<Vec<f32>> = queries
-            .chunks_exact(dim)
-            .enumerate()
-            .map(|(row, q)| self.normalized("queries", row, q))
-            .collect::<CoreResult<_>>()?;
+        let normalized = Self::normalize_rows(dim, "queries", queries)?;
+        let rows: Vec<&[f32]> = normalized.chunks_exact(dim).collect();
         let threads = threads.clamp(1, rows.len().max(1));
         if threads == 1 {
             return rows

@@ -65,10 +65,14 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
     fn u32(&mut self) -> CoreResult<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     fn u64(&mut self) -> CoreResult<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
     /// A neighbour list of at most `capacity` entries, each a valid slot.
     fn list(&mut self, capacity: usize, slots: usize) -> CoreResult<Vec<u32>> {
@@ -195,7 +199,10 @@ impl HnswIndex {
             for level in 0..=graph.levels[slot as usize] as usize {
                 let list = r.list(graph.capacity(level), slots)?;
                 // Searches index a neighbour's list at the same level: it must have one.
-                if list.iter().any(|&n| (graph.levels[n as usize] as usize) < level) {
+                if list
+                    .iter()
+                    .any(|&n| (graph.levels[n as usize] as usize) < level)
+                {
                     return Err(corrupt(format!("link on level {level} to a lower node")));
                 }
                 graph.set_links(slot, level, &list);

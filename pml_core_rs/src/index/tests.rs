@@ -51,7 +51,12 @@ fn recall_on_clustered_data() {
     let mut hits = 0;
     for q in queries.chunks_exact(32) {
         let want = exact(&index, &data, &ids, q, 10);
-        let got: Vec<u64> = index.search(q, 10, None, None).unwrap().iter().map(|h| h.id).collect();
+        let got: Vec<u64> = index
+            .search(q, 10, None, None)
+            .unwrap()
+            .iter()
+            .map(|h| h.id)
+            .collect();
         hits += got.iter().filter(|id| want.contains(id)).count();
     }
     let recall = hits as f64 / 1000.0;
@@ -61,7 +66,9 @@ fn recall_on_clustered_data() {
 #[test]
 fn scores_are_cosine_and_sorted() {
     let mut index = HnswIndex::new(2, Params::default()).unwrap();
-    index.add(&[1, 2, 3], &[1.0, 0.0, 0.0, 5.0, 1.0, 1.0]).unwrap();
+    index
+        .add(&[1, 2, 3], &[1.0, 0.0, 0.0, 5.0, 1.0, 1.0])
+        .unwrap();
     let hits = index.search(&[2.0, 0.0], 3, None, None).unwrap();
     let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
     assert_eq!(ids, [1, 3, 2]);
@@ -82,7 +89,12 @@ fn removed_ids_never_return_and_compaction_keeps_quality() {
     let queries = clustered(50, 16, 20, 5);
     let mut hits = 0;
     for q in queries.chunks_exact(16) {
-        let got: Vec<u64> = index.search(q, 10, None, None).unwrap().iter().map(|h| h.id).collect();
+        let got: Vec<u64> = index
+            .search(q, 10, None, None)
+            .unwrap()
+            .iter()
+            .map(|h| h.id)
+            .collect();
         assert!(got.iter().all(|id| id % 2 == 1));
         let want = exact(&index, &data, &ids, q, 10);
         hits += got.iter().filter(|id| want.contains(id)).count();
@@ -130,11 +142,26 @@ fn bad_input_names_the_field() {
     };
     assert_eq!(field(index.add(&[1], &[0.0; 4]).unwrap_err()), "vectors");
     assert_eq!(field(index.add(&[1], &[1.0; 3]).unwrap_err()), "vectors");
-    assert_eq!(field(index.add(&[1], &[f32::NAN, 1.0, 1.0, 1.0]).unwrap_err()), "vectors");
-    assert_eq!(field(index.search(&[1.0; 3], 1, None, None).unwrap_err()), "query");
-    assert_eq!(field(index.search(&[1.0; 4], 1, Some(0), None).unwrap_err()), "ef");
-    assert_eq!(field(HnswIndex::new(0, Params::default()).err().unwrap()), "dim");
-    let params = Params { m: 1, ..Params::default() };
+    assert_eq!(
+        field(index.add(&[1], &[f32::NAN, 1.0, 1.0, 1.0]).unwrap_err()),
+        "vectors"
+    );
+    assert_eq!(
+        field(index.search(&[1.0; 3], 1, None, None).unwrap_err()),
+        "query"
+    );
+    assert_eq!(
+        field(index.search(&[1.0; 4], 1, Some(0), None).unwrap_err()),
+        "ef"
+    );
+    assert_eq!(
+        field(HnswIndex::new(0, Params::default()).err().unwrap()),
+        "dim"
+    );
+    let params = Params {
+        m: 1,
+        ..Params::default()
+    };
     assert_eq!(field(HnswIndex::new(4, params).err().unwrap()), "m");
     assert!(index.is_empty());
 }
@@ -152,12 +179,18 @@ fn bytes_round_trip_and_corruption_is_detected() {
         copy.search(&q, 10, None, None).unwrap()
     );
     for cut in [0, 5, 12, bytes.len() / 2, bytes.len() - 1] {
-        assert!(matches!(HnswIndex::from_bytes(&bytes[..cut]), Err(CoreError::Corrupt(_))));
+        assert!(matches!(
+            HnswIndex::from_bytes(&bytes[..cut]),
+            Err(CoreError::Corrupt(_))
+        ));
     }
     for pos in (0..bytes.len()).step_by(bytes.len() / 97 + 1) {
         let mut bad = bytes.clone();
         bad[pos] ^= 0x40;
-        assert!(matches!(HnswIndex::from_bytes(&bad), Err(CoreError::Corrupt(_))), "{pos}");
+        assert!(
+            matches!(HnswIndex::from_bytes(&bad), Err(CoreError::Corrupt(_))),
+            "{pos}"
+        );
     }
 }
 
@@ -165,5 +198,8 @@ fn bytes_round_trip_and_corruption_is_detected() {
 fn empty_index_round_trips_and_searches() {
     let index = HnswIndex::new(3, Params::default()).unwrap();
     let copy = HnswIndex::from_bytes(&index.to_bytes()).unwrap();
-    assert!(copy.search(&[1.0, 0.0, 0.0], 5, None, None).unwrap().is_empty());
+    assert!(copy
+        .search(&[1.0, 0.0, 0.0], 5, None, None)
+        .unwrap()
+        .is_empty());
 }
