@@ -23,8 +23,12 @@ def engine(tmp_path: Path) -> Engine:
 
 
 def test_rule1_new_pattern_with_a_failed_tool_is_not_saved(engine: Engine) -> None:
-    record = make_record("r1", "Summarize inbox", ["gmail_get", "memory_search", "notion_get"],
-                         failed={"gmail_get", "notion_get"})
+    record = make_record(
+        "r1",
+        "Summarize inbox",
+        ["gmail_get", "memory_search", "notion_get"],
+        failed={"gmail_get", "notion_get"},
+    )
     result = engine.record("t", record)
     assert result.outcome is CaptureOutcome.REJECTED
     assert [f.tool for f in result.tool_failures] == ["gmail_get", "notion_get"]
@@ -38,7 +42,9 @@ def test_rule1_new_pattern_with_a_failed_tool_is_not_saved(engine: Engine) -> No
 
 def test_rule2_failed_try_of_a_known_pattern_counts(engine: Engine) -> None:
     saved = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
-    failed = engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, failed={"parse_json"}))
+    failed = engine.record(
+        "t", make_record("r2", "Read JSON file", JSON_TOOLS, failed={"parse_json"})
+    )
     assert failed.outcome is CaptureOutcome.COUNTED
     assert failed.pattern_id == saved.pattern_id
     assert failed.tool_failures[0].tool == "parse_json"
@@ -63,14 +69,16 @@ def test_rule2_last_used_and_mean_duration_follow_the_clock(tmp_path: Path) -> N
 
 def test_rule3_new_successful_pattern_starts_at_one(engine: Engine) -> None:
     result = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
-    assert result.outcome is CaptureOutcome.SAVED and result.new_pattern
+    assert result.outcome is CaptureOutcome.SAVED
+    assert result.new_pattern
     pattern = engine.get_pattern("t", result.pattern_id)
     assert (pattern.usage_count, pattern.success_count, pattern.failure_count) == (1, 1, 0)
     assert pattern.tools_used == tuple(JSON_TOOLS)
     assert pattern.original_code == make_record("x", "", JSON_TOOLS).code
     # same normalized code with other literals: one pattern (the ON CONFLICT upsert)
     again = engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, path="other.json"))
-    assert again.pattern_id == result.pattern_id and not again.new_pattern
+    assert again.pattern_id == result.pattern_id
+    assert not again.new_pattern
     assert engine.stats("t").patterns == 1
     values = engine.get_pattern("t", result.pattern_id).params[0].recent_values_json
     assert values[0] == json.dumps("other.json")  # newest first
@@ -86,7 +94,8 @@ def test_rule4_tools_used_come_from_the_record_and_mismatch_is_recorded(engine: 
         tool_calls=(ToolCall("read_file"), ToolCall("upload_blob")),
     )
     result = engine.record("t", record)
-    assert result.outcome is CaptureOutcome.SAVED and result.tool_mismatch
+    assert result.outcome is CaptureOutcome.SAVED
+    assert result.tool_mismatch
     pattern = engine.get_pattern("t", result.pattern_id)
     assert pattern.tools_used == ("read_file", "upload_blob")
     assert pattern.tool_mismatch_count == 1
@@ -111,7 +120,9 @@ def test_rule5_grouping_with_minilm_seed_example(tmp_path: Path) -> None:
         code = f'const d{i} = JSON.parse(await mcp.read_file({{path: "x{i}.json"}}));' + "\n" * i
         record = make_record(f"r{i}", intent, ["read_file", "parse_json"], code=code)
         ids.append(engine.record("t", record))
-    write = engine.record("t", make_record("w", "Write JSON file", ["serialize_json", "write_file"]))
+    write = engine.record(
+        "t", make_record("w", "Write JSON file", ["serialize_json", "write_file"])
+    )
     assert len({r.pattern_id for r in ids}) == 3  # three code patterns...
     assert len({r.capability_id for r in ids}) == 1  # ...one capability
     assert write.capability_id != ids[0].capability_id
@@ -123,7 +134,9 @@ def test_rule5_grouping_with_minilm_seed_example(tmp_path: Path) -> None:
 
 def test_rule5_same_tools_unrelated_intent_is_another_capability(engine: Engine) -> None:
     a = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS, code="a()"))
-    b = engine.record("t", make_record("r2", "Deploy the kubernetes cluster", JSON_TOOLS, code="b()"))
+    b = engine.record(
+        "t", make_record("r2", "Deploy the kubernetes cluster", JSON_TOOLS, code="b()")
+    )
     assert a.capability_id != b.capability_id
 
 
@@ -133,7 +146,9 @@ def test_rule6_repeated_request_id_returns_the_first_result(engine: Engine) -> N
     second = engine.record("t", record)
     other_code = make_record("same-id", "Anything", ["x"], code="other()")
     third = engine.record("t", other_code)
-    assert second.replayed and third.replayed and not first.replayed
+    assert second.replayed
+    assert third.replayed
+    assert not first.replayed
     assert (second.pattern_id, second.outcome) == (first.pattern_id, first.outcome)
     assert third.pattern_id == first.pattern_id
     assert engine.get_pattern("t", first.pattern_id).usage_count == 1
@@ -145,7 +160,9 @@ def test_rule6_repeated_request_id_returns_the_first_result(engine: Engine) -> N
 def test_rule7_failure_log_is_bounded_and_paged_newest_first(tmp_path: Path) -> None:
     engine = open_engine(tmp_path, failure_log_size=5)
     for i in range(8):
-        engine.record("t", make_record(f"r{i}", f"Task {i}", ["tool"], failed={"tool"}, code=f"c{i}()"))
+        engine.record(
+            "t", make_record(f"r{i}", f"Task {i}", ["tool"], failed={"tool"}, code=f"c{i}()")
+        )
     first = engine.list_failures("t", PageRequest(page_size=3))
     second = engine.list_failures("t", PageRequest(page_size=3, cursor=first.next_cursor))
     ids = [f.request_id for f in first.items + second.items]
@@ -185,7 +202,9 @@ def test_rule7_failed_try_records_redacted_values_and_error_signature(engine: En
         (make_record("r", "x", ["t"] * 257), "tool_calls"),
     ],
 )
-def test_invalid_records_name_the_field(engine: Engine, record: ExecutionRecord, field: str) -> None:
+def test_invalid_records_name_the_field(
+    engine: Engine, record: ExecutionRecord, field: str
+) -> None:
     with pytest.raises(InvalidArgumentError) as caught:
         engine.record("t", record)
     assert field in [v.field for v in caught.value.violations]

@@ -77,7 +77,8 @@ def test_hashing_embedder_is_deterministic_and_word_sensitive() -> None:
 def test_cache_embeds_each_text_once_per_model() -> None:
     cached = CachedEmbedder(HashingEmbedder(), capacity=2)
     a = cached.embed(["x", "y", "x"])
-    assert cached.misses == 2 and cached.hits == 1
+    assert cached.misses == 2
+    assert cached.hits == 1
     b = cached.embed(["y"])
     assert cached.hits == 2
     assert np.array_equal(a[1], b[0])
@@ -112,7 +113,10 @@ def test_exact_index_search_remove_and_roundtrip() -> None:
     vectors = np.eye(3, dtype=np.float32)
     index.add(np.array([10, 11, 12], dtype=np.uint64), vectors)
     ids, scores = index.search(np.array([0.0, 1.0, 0.0], dtype=np.float32), 2)
-    assert ids[0] == 11 and scores[0] == pytest.approx(1.0)
+    assert ids[0] == 11
+    assert scores[0] == pytest.approx(1.0)
     assert index.remove(np.array([11, 99], dtype=np.uint64)) == 1
     restored = ExactIndex.from_bytes(index.to_bytes(), 3)
-    assert len(restored) == 2 and restored.contains(12) and not restored.contains(11)
+    assert len(restored) == 2
+    assert restored.contains(12)
+    assert not restored.contains(11)

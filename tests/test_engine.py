@@ -148,7 +148,8 @@ def test_deleted_pattern_never_resurfaces_until_captured_afresh(tmp_path: Path) 
     reopened = open_engine(tmp_path)
     assert reopened.suggest("t", query).suggestions == ()
     again = reopened.record("t", make_record("r2", "Read JSON file", JSON_TOOLS))
-    assert again.new_pattern and again.pattern_id != saved.pattern_id
+    assert again.new_pattern
+    assert again.pattern_id != saved.pattern_id
     assert reopened.get_pattern("t", again.pattern_id).usage_count == 1
     reopened.close()
 

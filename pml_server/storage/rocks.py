@@ -226,14 +226,17 @@ class Store:
                     self._wakeup.wait()
                 if not self._queue:
                     return  # closed and drained
-                group, total = [], 0
+                group: list[tuple[int, Sequence[Op], WriteTicket]] = []
+                total = 0
                 while self._queue and (not group or total < _MAX_GROUP_OPS):
                     item = self._queue.pop(0)
                     group.append(item)
                     total += len(item[1])
             error: BaseException | None = None
             try:
-                self._db.write(self._batch(op for _, ops, _ in group for op in ops), self._write_options)
+                self._db.write(
+                    self._batch(op for _, ops, _ in group for op in ops), self._write_options
+                )
             except Exception as failure:
                 error = failure
             last_seq = group[-1][0]
