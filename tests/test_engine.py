@@ -219,3 +219,97 @@ def test_store_of_another_model_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FailedPreconditionError, match="hashing"):
         Engine.open(config, Clock(), normalizer=NORMALIZER)
     open_engine(tmp_path, embedder="hashing").close()  # the refusal left the store usable
+
+
+def test_not_ready_until_the_index_is_loaded(tmp_path: Path) -> None:
+    from pml_server.domain.errors import UnavailableError
+    from pml_server.embedding import make_embedder
+    from pml_server.storage import Store
+
+    config = EngineConfig(data_dir=tmp_path, embedder="hashing")
+    store = Store(tmp_path, "fast")
+    engine = Engine(config, store, make_embedder("hashing"), Clock(), NORMALIZER)
+    assert not engine.is_ready()
+    with pytest.raises(UnavailableError):
+        engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    with pytest.raises(UnavailableError):
+        engine.suggest("t", SuggestQuery("Read JSON file"))
+    engine.start()
+    assert engine.wait_ready(30)
+    assert engine.is_ready()
+    assert engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS)).new_pattern
+    engine.close()
+
+
+def test_listings_page_through_everything_once(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path)
+    tasks = ["Read JSON", "Send mail", "Resize image", "Query users", "Fetch page"]
+    for i, intent in enumerate(tasks):
+        engine.record("t", make_record(f"r{i}", intent, [f"tool{i}"], code=f"c{i}()"))
+    seen, cursor = [], ""
+    while True:
+        page = engine.list_patterns("t", PageRequest(page_size=2, cursor=cursor))
+        seen += [p.id for p in page.items]
+        if not page.next_cursor:
+            break
+        cursor = page.next_cursor
+    assert len(seen) == len(set(seen)) == 5
+    capabilities = engine.list_capabilities("t", PageRequest(page_size=3))
+    rest = engine.list_capabilities("t", PageRequest(page_size=3, cursor=capabilities.next_cursor))
+    assert len(capabilities.items) + len(rest.items) == 5
+    with pytest.raises(InvalidArgumentError, match="page_size"):
+        engine.list_patterns("t", PageRequest(page_size=0))
+    engine.close()
+
+
+def test_superseded_pattern_is_marked_and_cleared(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path)
+    good = engine.record("t", make_record("g0", "Read JSON file", JSON_TOOLS, code="good()"))
+    weak = engine.record("t", make_record("w0", "Read JSON files", JSON_TOOLS, code="weak()"))
+    assert good.capability_id == weak.capability_id
+    for i in range(20):
+        engine.record("t", make_record(f"g{i + 1}", "Read JSON file", JSON_TOOLS, code="good()"))
+    for i in range(6):
+        failed = {"parse_json"} if i % 2 else None
+        record = make_record(
+            f"w{i + 1}", "Read JSON files", JSON_TOOLS, code="weak()", failed=failed
+        )
+        engine.record("t", record)
+    report = engine.run_retention("t", apply=True)
+    superseded = [e for e in report.entries if e.action is RetentionAction.SUPERSEDED]
+    assert [(e.pattern_id, e.superseded_by) for e in superseded] == [
+        (weak.pattern_id, good.pattern_id)
+    ]
+    assert engine.get_pattern("t", weak.pattern_id).superseded_by == good.pattern_id
+    assert engine.get_capability("t", good.capability_id).best_pattern_id == good.pattern_id
+    engine.delete_pattern("t", good.pattern_id)
+    engine.run_retention("t", apply=True)  # nothing beats it any more: the mark goes
+    assert engine.get_pattern("t", weak.pattern_id).superseded_by == ""
+    actions = [entry["action"] for entry in engine.audit_log("t")]
+    assert actions == ["marked", "deleted", "marked"]
+    engine.close()
+
+
+def test_background_retention_applies_on_its_interval(tmp_path: Path) -> None:
+    retention = RetentionConfig(interval_seconds=0.05)
+    engine = open_engine(tmp_path, retention=retention, retention_in_background=True)
+    saved = engine.record("t", make_record("r0", "Flaky upload", ["upload"]))
+    for i in range(11):
+        engine.record("t", make_record(f"f{i}", "Flaky upload", ["upload"], failed={"upload"}))
+    for _ in range(200):
+        if engine.get_pattern("t", saved.pattern_id).flagged_for_removal:
+            break
+        threading.Event().wait(0.05)
+    assert engine.get_pattern("t", saved.pattern_id).flagged_for_removal
+    engine.close()
+
+
+def test_suggest_accepts_a_client_vector(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path)
+    populate(engine)
+    vector = tuple(float(x) for x in engine._embedder.embed(["Read JSON file"])[0])
+    query = SuggestQuery("something else entirely", intent_embedding=vector, min_match=0.0)
+    result = engine.suggest("t", query)
+    assert result.suggestions[0].pattern.tools_used == tuple(JSON_TOOLS)
+    assert result.suggestions[0].score.semantic == pytest.approx(1.0, abs=1e-4)
+    engine.close()
