@@ -42,6 +42,9 @@ class EngineConfig:
     # Vector index snapshots while running (0: only at open and close); a crash then replays
     # at most this much of the op log instead of rebuilding the HNSW graph.
     snapshot_interval_seconds: float = 300.0
+    # Idempotency answers are kept this long (pruned when retention is applied): a retry after
+    # that counts again.
+    request_id_ttl_days: float = 7.0
     ranking: RankingConfig = field(default_factory=RankingConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
 

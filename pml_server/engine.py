@@ -89,7 +89,7 @@ from pml_server.retention import evaluate
 from pml_server.storage import Store
 from pml_server.storage.allocator import BlockAllocator
 from pml_server.storage.repo import Repository, tools_digest
-from pml_server.storage.rocks import Op, WriteTicket
+from pml_server.storage.rocks import Op, StoreClosedError, WriteTicket
 
 Clock = Callable[[], int]
 Normalizer = Callable[[str, str], NormalizedCode]
@@ -120,8 +120,9 @@ class _Change:
         self.stats[name] = self.stats.get(name, 0) + delta
 
 
-def _encode_result(result: CaptureResult) -> bytes:
+def _encode_result(result: CaptureResult, now_ms: int) -> bytes:
     data = {
+        "time_ms": now_ms,
         "outcome": result.outcome.value,
         "pattern_id": result.pattern_id,
         "capability_id": result.capability_id,
@@ -143,6 +144,15 @@ def _decode_result(raw: bytes) -> CaptureResult:
         tool_mismatch=data["tool_mismatch"],
         replayed=True,
     )
+
+
+def _await(ticket: WriteTicket) -> None:
+    """Wait until the write is durable; a store that failed or closed meanwhile is UNAVAILABLE
+    (the capture may be retried with the same request id)."""
+    try:
+        ticket.wait()
+    except StoreClosedError as error:
+        raise UnavailableError(f"the write was not committed: {error}") from error
 
 
 def _check_tenant(tenant: str) -> None:
@@ -329,10 +339,16 @@ class Engine:
             self._store.write(ops)
 
     def close(self) -> None:
+        """Stop the background jobs, snapshot the indexes, flush and close the store. Callers
+        (the API) drain in-flight calls first. Closing twice is harmless."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=30)
-        if self.is_ready():
+        ready = self.is_ready()
+        self._ready.clear()  # from now on record/suggest answer UNAVAILABLE
+        if ready:
             self._write_snapshots(trim_oplog=True)
         self._store.close()
 
@@ -391,7 +407,10 @@ class Engine:
             if change.stats:
                 values = {k: getattr(stats, k) + v for k, v in change.stats.items()}
                 change.ops.append(self._repo.put_stats(tenant, replace(stats, **values)))
-            ticket = self._store.submit(change.ops)
+            try:
+                ticket = self._store.submit(change.ops)
+            except StoreClosedError as error:
+                raise UnavailableError(f"the store is not accepting writes: {error}") from error
         if change.index_adds or change.index_removes:
             index = self._index_for(tenant)
             index.remove(change.index_removes)
@@ -457,10 +476,12 @@ class Engine:
                 change = _Change()
                 result = self._capture_locked(tenant, record, normalized, vector, change, held)
                 change.ops.append(
-                    self._repo.put_request_result(tenant, record.request_id, _encode_result(result))
+                    self._repo.put_request_result(
+                        tenant, record.request_id, _encode_result(result, self._clock())
+                    )
                 )
                 ticket = self._commit(tenant, change)
-            ticket.wait()
+            _await(ticket)
         return result
 
     def _capture_locked(
@@ -811,7 +832,7 @@ class Engine:
                 tenant, change, {"action": "deleted", "pattern_id": pattern_id, "reason": reason}
             )
             ticket = self._commit(tenant, change)
-        ticket.wait()
+        _await(ticket)
 
     def delete_capability(self, tenant: str, capability_id: str) -> None:
         _check_tenant(tenant)
@@ -841,8 +862,22 @@ class Engine:
             entry = {"action": "marked", "pattern_id": pattern_id, "flagged": flagged}
             self._audit(tenant, change, {**entry, "superseded_by": superseded_by})
             ticket = self._commit(tenant, change)
-        ticket.wait()
+        _await(ticket)
         return True
+
+    def prune_request_ids(self, tenant: str) -> int:
+        """Forget idempotency answers older than `request_id_ttl_days`; returns how many."""
+        horizon = self._clock() - int(self._config.request_id_ttl_days * 86_400_000)
+        stale = [
+            key
+            for key, raw in self._repo.request_rows(tenant)
+            if json.loads(raw).get("time_ms", 0) < horizon
+        ]
+        for start in range(0, len(stale), 1000):
+            self._store.write(
+                [self._repo.delete_request(key) for key in stale[start : start + 1000]]
+            )
+        return len(stale)
 
     def run_retention(self, tenant: str, apply: bool) -> RetentionReport:
         """Evaluate the retention table; with `apply`, flag, mark superseded, remove (when
@@ -865,6 +900,7 @@ class Engine:
                 for e in entries
                 if e.action is RetentionAction.SUPERSEDED
             }
+            self.prune_request_ids(tenant)
             for views in groups.values():
                 for view in views:
                     if view.id in removed:
