@@ -21,13 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-
-from benches.common import Row
-from benches.quality_dataset import HeldOutQuery, LabelledExecution, filler_intent, load
-from pml_server.config import EngineConfig
-from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
 from pml_server.embedding import make_embedder
 from pml_server.engine import Engine
+
+from benches.common import Row
+from benches.quality_dataset import LabelledExecution, filler_intent, load
+from pml_server.config import EngineConfig
+from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
 from pml_server.ranking import RankingConfig
 
 SUITE = "quality"
@@ -123,7 +123,9 @@ def _quality_rows(embedder: str) -> list[Row]:
                 extra={"executions": n_exec, "queries": n_queries},
             )
         )
-        rows.append(Row(SUITE, f"{embedder} fused {metric} (default thresholds)", at_defaults[metric], ""))
+        rows.append(
+            Row(SUITE, f"{embedder} fused {metric} (default thresholds)", at_defaults[metric], "")
+        )
     return rows
 
 
@@ -179,10 +181,26 @@ def _latency_rows(embedder_name: str, stored: int) -> list[Row]:
     embed_p50 = statistics.median(embed_samples) * 1e3
     label = f"{embedder_name} suggest at {stored // 1000}k intents"
     return [
-        Row(SUITE, f"{label} p50", statistics.median(samples) * 1e3, "ms", embed_p50,
-            "embed query only p50", lower_is_better=True, extra={"samples": len(samples)}),
-        Row(SUITE, f"{label} p99", _percentile(samples, 99) * 1e3, "ms", embed_p50,
-            "embed query only p50", lower_is_better=True, extra={"samples": len(samples)}),
+        Row(
+            SUITE,
+            f"{label} p50",
+            statistics.median(samples) * 1e3,
+            "ms",
+            embed_p50,
+            "embed query only p50",
+            lower_is_better=True,
+            extra={"samples": len(samples)},
+        ),
+        Row(
+            SUITE,
+            f"{label} p99",
+            _percentile(samples, 99) * 1e3,
+            "ms",
+            embed_p50,
+            "embed query only p50",
+            lower_is_better=True,
+            extra={"samples": len(samples)},
+        ),
     ]
 
 

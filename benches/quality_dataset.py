@@ -60,12 +60,55 @@ def load(path: Path = DATA) -> tuple[list[LabelledExecution], list[HeldOutQuery]
     return executions, queries
 
 
-_VERBS = "read write sync archive render validate merge split index tag scan audit".split()
-_OBJECTS = (
-    "invoice ledger thumbnail webhook cron job sitemap changelog locale bundle keystore "
-    "playlist firmware manifest snapshot quota token certificate backlog roster transcript"
-).split()
-_PLACES = "staging vault mirror bucket queue cluster tenant sandbox registry inbox".split()
+_VERBS = [
+    "read",
+    "write",
+    "sync",
+    "archive",
+    "render",
+    "validate",
+    "merge",
+    "split",
+    "index",
+    "tag",
+    "scan",
+    "audit",
+]
+_OBJECTS = [
+    "invoice",
+    "ledger",
+    "thumbnail",
+    "webhook",
+    "cron",
+    "job",
+    "sitemap",
+    "changelog",
+    "locale",
+    "bundle",
+    "keystore",
+    "playlist",
+    "firmware",
+    "manifest",
+    "snapshot",
+    "quota",
+    "token",
+    "certificate",
+    "backlog",
+    "roster",
+    "transcript",
+]
+_PLACES = [
+    "staging",
+    "vault",
+    "mirror",
+    "bucket",
+    "queue",
+    "cluster",
+    "tenant",
+    "sandbox",
+    "registry",
+    "inbox",
+]
 
 
 def filler_intent(n: int) -> tuple[str, tuple[str, ...]]:
