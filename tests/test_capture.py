@@ -245,3 +245,21 @@ def test_closed_engine_refuses_captures_as_unavailable(tmp_path: Path) -> None:
     engine.close()  # harmless
     with pytest.raises(UnavailableError):
         engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+
+
+def test_rule6_concurrent_retries_of_one_request_count_once(engine: Engine) -> None:
+    import threading
+
+    record = make_record("retry-me", "Read JSON file", JSON_TOOLS)
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(engine.record("t", record)))
+        for _ in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.replayed for r in results) == [False] + [True] * 7
+    assert len({r.pattern_id for r in results}) == 1
+    assert engine.stats("t").executions == 1
