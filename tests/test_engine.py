@@ -344,3 +344,20 @@ def test_grouping_with_many_capabilities_of_one_signature_uses_the_index(tmp_pat
     assert len(engine.get_capability("t", weather).pattern_ids) == 2
     assert alone.capability_id != weather
     engine.close()
+
+
+def test_grouping_is_a_link_that_can_be_undone(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path)
+    a = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS, code="a()"))
+    b = engine.record("t", make_record("r2", "Read JSON files", JSON_TOOLS, code="b()"))
+    assert a.capability_id == b.capability_id
+    moved_to = engine.ungroup_pattern("t", b.pattern_id)
+    assert moved_to != a.capability_id
+    assert engine.get_capability("t", a.capability_id).pattern_ids == (a.pattern_id,)
+    assert engine.get_capability("t", moved_to).pattern_ids == (b.pattern_id,)
+    assert engine.get_pattern("t", b.pattern_id).capability_id == moved_to
+    assert engine.get_pattern("t", b.pattern_id).usage_count == 1  # nothing lost
+    assert engine.ungroup_pattern("t", b.pattern_id) == moved_to  # already alone
+    assert engine.stats("t").capabilities == 2
+    assert engine.audit_log("t")[-1]["action"] == "ungrouped"
+    engine.close()
