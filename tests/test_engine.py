@@ -361,3 +361,14 @@ def test_grouping_is_a_link_that_can_be_undone(tmp_path: Path) -> None:
     assert engine.stats("t").capabilities == 2
     assert engine.audit_log("t")[-1]["action"] == "ungrouped"
     engine.close()
+
+
+def test_minilm_suggest_finds_a_paraphrase(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path, embedder="minilm")
+    json_cap = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS)).capability_id
+    engine.record("t", make_record("r2", "Send an email to my boss", ["gmail_send"]))
+    engine.record("t", make_record("r3", "Resize vacation photos", ["image_resize"]))
+    result = engine.suggest("t", SuggestQuery("Load JSON data from disk", k=3))
+    assert result.suggestions[0].capability_id == json_cap
+    assert result.suggestions[0].score.semantic > 0.6
+    engine.close()
