@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod hashing;
+pub mod normalize;
 
 #[cfg(feature = "python")]
 mod python;
