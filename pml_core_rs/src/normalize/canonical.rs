@@ -50,6 +50,11 @@ impl Canonical {
         self.buf.len()
     }
 
+    /// Drop everything written from `position` on (a token that turned out to be optional).
+    pub fn truncate(&mut self, position: usize) {
+        self.buf.truncate(position);
+    }
+
     /// Reorder the segments that start at `starts` (ascending; the last one runs to the end
     /// of the buffer). Each segment has a flag: unsortable segments keep their order and come
     /// first, sortable ones follow in byte order. Used for object keys and keyword arguments.

@@ -47,6 +47,8 @@ fn same_hash_cases_js() {
         js,
     );
     same("/* c */ mcp.a()", "mcp.a()", js);
+    same("a = 1;\nb(a);", "a = 1\nb(a)", js);
+    different("for (;;) {}", "for (;a;) {}", js);
     same("function f(a, b) { return a + b }", "function g(x, y) { return x + y }", js);
 }
 

@@ -31,6 +31,9 @@ struct Frame<'t> {
     named_seen: usize,
     /// Segment starts of a node whose children are reordered (object keys, keyword args).
     sorted: Option<Vec<(usize, bool)>>,
+    /// Where a `;` child was written, while it is the last child seen: a statement's final
+    /// semicolon is optional formatting in JS (ASI) and Python, so it is dropped on exit.
+    trailing_semicolon: Option<usize>,
 }
 
 struct Walker<'a, 't> {
@@ -113,7 +116,9 @@ impl<'a, 't> Walker<'a, 't> {
             return Ok(false); // comments (and Python line continuations) never count
         }
         let mut named_index = 0;
+        let position = self.canon.position();
         if let Some(parent) = self.frames.last_mut() {
+            parent.trailing_semicolon = (node.kind() == ";" && !node.is_named()).then_some(position);
             if node.is_named() {
                 named_index = parent.named_seen;
                 parent.named_seen += 1;
@@ -163,12 +168,16 @@ impl<'a, 't> Walker<'a, 't> {
             named_index,
             named_seen: 0,
             sorted,
+            trailing_semicolon: None,
         });
         Ok(true)
     }
 
     fn exit(&mut self) {
         if let Some(frame) = self.frames.pop() {
+            if let Some(at) = frame.trailing_semicolon {
+                self.canon.truncate(at);
+            }
             if let Some(segments) = frame.sorted {
                 self.canon.sort_segments(&segments);
             }
