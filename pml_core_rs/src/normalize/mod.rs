@@ -89,10 +89,16 @@ struct Extracted {
 pub fn normalize(code: &str, language: &str) -> CoreResult<Normalized> {
     check_size(code)?;
     let (language_name, outcome) = match resolve_language(language) {
-        LanguageChoice::Parsed(lang) => (
-            lang.canonical_name().to_owned(),
-            parse_and_walk(code, lang).map_err(|reason| (Some(lang), reason)),
-        ),
+        LanguageChoice::Parsed(lang) => {
+            // A bug in the tree path must not take the caller down: the token fallback is
+            // always there, so a panic becomes a fallback with a reason that says so.
+            let walked = std::panic::catch_unwind(|| parse_and_walk(code, lang))
+                .unwrap_or_else(|_| Err("internal error in the tree normalizer".to_owned()));
+            (
+                lang.canonical_name().to_owned(),
+                walked.map_err(|reason| (Some(lang), reason)),
+            )
+        }
         LanguageChoice::Other(name) => {
             let reason = if name.is_empty() {
                 "no language given".to_owned()

@@ -61,14 +61,17 @@ fn digits(b: &[u8]) -> bool {
 
 /// `YYYY-MM-DD`.
 fn is_date(value: &str) -> bool {
-    let b = value.as_bytes();
+    is_date_bytes(value.as_bytes())
+}
+
+fn is_date_bytes(b: &[u8]) -> bool {
     b.len() == 10 && digits(&b[0..4]) && b[4] == b'-' && digits(&b[5..7]) && b[7] == b'-' && digits(&b[8..10])
 }
 
 /// RFC 3339: `YYYY-MM-DDTHH:MM:SS[.frac](Z|+HH:MM|-HH:MM)`.
 fn is_date_time(value: &str) -> bool {
     let b = value.as_bytes();
-    if b.len() < 20 || !is_date(&value[..10]) || !matches!(b[10], b'T' | b't') {
+    if b.len() < 20 || !is_date_bytes(&b[..10]) || !matches!(b[10], b'T' | b't') {
         return false;
     }
     let time = &b[11..];
@@ -159,5 +162,6 @@ mod tests {
         assert_eq!(format_hint("hello world.json"), None);
         assert_eq!(format_hint("1.5"), None);
         assert_eq!(format_hint("example.com"), None);
+        assert_eq!(format_hint("Ľħ򺳻󒝕𘱺򾀙ìd÷xxxxxxxxxxxxx"), None);
     }
 }

@@ -72,7 +72,8 @@ pub fn is_secret_value(value: &str) -> bool {
         .iter()
         .any(|(prefix, min_len)| value.starts_with(prefix) && value.len() >= *min_len)
     {
-        return !value[..value.len().min(64)].contains(char::is_whitespace)
+        let head = &value.as_bytes()[..value.len().min(64)];
+        return !head.iter().any(u8::is_ascii_whitespace)
             || value.starts_with("Bearer ")
             || value.starts_with("Basic ")
             || value.starts_with("-----BEGIN");
