@@ -21,7 +21,7 @@ from pml_server.ranking import Candidate, RankingConfig, rank
 PROBE = RankingConfig()
 
 
-def _raw_lexical(normalized: float) -> float:
+def _raw(normalized: float) -> float:
     h = PROBE.lexical_half_score
     return 0.0 if normalized <= 0 else h * normalized / (1.0 - normalized)
 
@@ -35,21 +35,15 @@ def main(embedder: str) -> None:
         for q in queries:
             probe = SuggestQuery(q.text, k=1, min_match=0.0, min_success=0.0, explain=True)
             result = engine.suggest(TENANT, probe)
-            patterns = {s.pattern.id: s.pattern for s in result.suggestions}
             cands = [
-                Candidate(
-                    s.capability_id, s.pattern, s.score.semantic, _raw_lexical(s.score.lexical)
-                )
+                Candidate(s.capability_id, s.pattern, s.score.semantic, _raw(s.score.lexical))
                 for s in result.suggestions
             ]
             for f in result.filtered:
                 view = engine.get_pattern(TENANT, f.pattern_id)
-                patterns[view.id] = view
                 assert f.score is not None
                 cands.append(
-                    Candidate(
-                        f.capability_id, view, f.score.semantic, _raw_lexical(f.score.lexical)
-                    )
+                    Candidate(f.capability_id, view, f.score.semantic, _raw(f.score.lexical))
                 )
             cases.append((q, cands))
         now = engine._clock()
