@@ -206,6 +206,7 @@ impl PyHnswIndex {
         py.detach(|| {
             // Validate the whole batch before the first write, then insert in short lock holds.
             let rows = index::HnswIndex::normalize_rows(dim, "vectors", &values)?;
+            self.write().reserve(ids.len());
             for (id_chunk, row_chunk) in ids
                 .chunks(ADD_ROWS_PER_LOCK)
                 .zip(rows.chunks(ADD_ROWS_PER_LOCK * dim))
