@@ -5,13 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, ExecutionStatus, ToolCall
 from pml_server.engine import Engine
-
-# The real Rust normalizer: tests exercise the same code path as the server.
-NORMALIZER = normalize
 
 
 class Clock:
@@ -29,7 +25,7 @@ def open_engine(
     path: Path, clock: Clock | None = None, embedder: str = "hashing", **overrides: object
 ) -> Engine:
     config = EngineConfig(data_dir=path, embedder=embedder, **overrides)  # type: ignore[arg-type]
-    engine = Engine.open(config, clock or Clock(), normalizer=NORMALIZER)
+    engine = Engine.open(config, clock or Clock())
     assert engine.wait_ready(60)
     return engine
 
