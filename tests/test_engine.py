@@ -13,7 +13,7 @@ from pml_server.domain.errors import FailedPreconditionError, InvalidArgumentErr
 from pml_server.domain.model import PageRequest, RetentionAction, SuggestQuery
 from pml_server.engine import Engine
 from pml_server.retention import RetentionConfig
-from tests.engine_support import NORMALIZER, Clock, make_record, open_engine
+from tests.engine_support import Clock, make_record, open_engine
 
 JSON_TOOLS = ["read_file", "parse_json"]
 
@@ -217,7 +217,7 @@ def test_store_of_another_model_is_refused(tmp_path: Path) -> None:
     open_engine(tmp_path, embedder="hashing").close()
     config = EngineConfig(data_dir=tmp_path, embedder="minilm", vector_index="exact")
     with pytest.raises(FailedPreconditionError, match="hashing"):
-        Engine.open(config, Clock(), normalizer=NORMALIZER)
+        Engine.open(config, Clock())
     open_engine(tmp_path, embedder="hashing").close()  # the refusal left the store usable
 
 
@@ -228,7 +228,7 @@ def test_not_ready_until_the_index_is_loaded(tmp_path: Path) -> None:
 
     config = EngineConfig(data_dir=tmp_path, embedder="hashing")
     store = Store(tmp_path, "fast")
-    engine = Engine(config, store, make_embedder("hashing"), Clock(), NORMALIZER)
+    engine = Engine(config, store, make_embedder("hashing"), Clock())
     assert not engine.is_ready()
     with pytest.raises(UnavailableError):
         engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
