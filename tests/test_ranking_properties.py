@@ -105,13 +105,16 @@ def test_filters_are_always_respected(
     assert len(capability_ids) == len(set(capability_ids))
     totals = [s.score.total for s in result.suggestions]
     assert totals == sorted(totals, reverse=True)
-    tags_of = {c.pattern.id: c.tags for c in cands}
+    # The same pattern retrieved twice is merged with the union of its tags.
+    tags_of: dict[str, set[str]] = {}
+    for c in cands:
+        tags_of.setdefault(c.pattern.id, set()).update(c.tags)
     for s in result.suggestions:
         assert s.score.match >= threshold_match
         assert s.score.success_estimate >= threshold_success
         assert include_flagged or not s.pattern.flagged_for_removal
         assert available_tools is None or set(s.pattern.tools_used) <= set(available_tools)
-        assert set(tags) <= set(tags_of[s.pattern.id])
+        assert set(tags) <= tags_of[s.pattern.id]
     # Every distinct input pattern is either suggested or explained, never both.
     suggested = {s.pattern.id for s in result.suggestions}
     explained = [f.pattern_id for f in result.filtered]
