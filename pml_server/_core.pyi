@@ -26,7 +26,7 @@ def sha256_tagged(data: bytes) -> str:
 NORMALIZER_VERSION: int
 """Version of the normalization rules; hashed into every `code_hash`."""
 NORMALIZE_MAX_INPUT_BYTES: int
-"""Largest `code` (UTF-8 bytes) `normalize`/`parse_only` accept; larger raises InputTooLargeError."""
+"""Largest `code` in UTF-8 bytes that `normalize`/`parse_only` accept (else InputTooLargeError)."""
 
 class Param:
     """One placeholder of a template (frozen)."""
