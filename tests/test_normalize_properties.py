@@ -180,6 +180,7 @@ def test_never_raises_and_template_round_trips(code: str, language: str) -> None
     assert n.code_hash.startswith("sha256:")
     assert len(n.code_hash) == 71
     assert n.parse_ok == (n.fallback_reason == "")
+    assert "internal error" not in n.fallback_reason  # a caught panic in the tree path
     # Putting each literal back in place of its placeholder gives the input again.
     rebuilt, cursor, pos = [], 0, 0
     for p in n.params:

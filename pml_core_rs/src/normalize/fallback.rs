@@ -86,7 +86,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
         };
         match (token.kind, value) {
             (_, Some((json_type, value_json, string_value))) => {
-                canon.token(if json_type == JsonType::String {
+                canon.marker(if json_type == JsonType::String {
                     canonical::TAG_STRING_PARAM
                 } else {
                     canonical::TAG_NUMBER_PARAM

@@ -149,7 +149,6 @@ fn parse_and_walk(code: &str, lang: Lang) -> Result<Extracted, String> {
     if tree.root_node().has_error() {
         return Err(syntax_error_reason(&tree));
     }
-    let bound = bindings::collect(&tree, code, lang, MAX_TREE_DEPTH).map_err(|_| too_deep())?;
     let mut canon = canonical::Canonical::new(
         NORMALIZER_VERSION,
         lang.canonical_name(),
@@ -157,7 +156,7 @@ fn parse_and_walk(code: &str, lang: Lang) -> Result<Extracted, String> {
         code.len(),
     );
     let result =
-        tree::walk(&tree, code, lang, &mut canon, bound, MAX_TREE_DEPTH).map_err(|_| too_deep())?;
+        tree::walk(&tree, code, lang, &mut canon, MAX_TREE_DEPTH).map_err(|_| too_deep())?;
     Ok(Extracted {
         code_hash: canon.hash(),
         params: result.params,
