@@ -98,7 +98,11 @@ pub fn link_node(graph: &mut Graph, kernel: &Kernel, slot: u32, ef_construction:
 /// entry point (or another node when `slot` is the entry), re-select among the results and the
 /// links it still has, and link both ways.
 pub fn relink_level0(graph: &mut Graph, kernel: &Kernel, slot: u32, ef_construction: usize) {
-    let start = if graph.entry != slot { graph.entry } else { u32::from(slot == 0) };
+    let start = if graph.entry != slot {
+        graph.entry
+    } else {
+        u32::from(slot == 0)
+    };
     if start as usize >= graph.slots() || start == slot {
         return;
     }
@@ -107,7 +111,9 @@ pub fn relink_level0(graph: &mut Graph, kernel: &Kernel, slot: u32, ef_construct
         dist: kernel.distance(&query, graph.vector(start)),
         slot: start,
     };
-    let mut found = search_level(graph, kernel, &query, &[entry], 0, ef_construction, |_| true);
+    let mut found = search_level(graph, kernel, &query, &[entry], 0, ef_construction, |_| {
+        true
+    });
     for &kept in graph.links(slot, 0) {
         if !found.iter().any(|s| s.slot == kept) {
             found.push(Scored {

@@ -267,7 +267,10 @@ fn compaction_repairs_links_and_keeps_everything_reachable() {
     let compacted = hits_at_10(&index, &data, &ids, &queries);
     let rebuilt = hits_at_10(&fresh, &kept_data, &kept_ids, &queries);
     assert!(compacted as f64 / 500.0 >= 0.95, "{compacted}");
-    assert!(compacted + 10 >= rebuilt, "compacted {compacted} vs rebuilt {rebuilt}");
+    assert!(
+        compacted + 10 >= rebuilt,
+        "compacted {compacted} vs rebuilt {rebuilt}"
+    );
 }
 
 #[test]
