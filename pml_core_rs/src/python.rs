@@ -455,7 +455,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InputTooLargeError", py.get_type::<InputTooLargeError>())?;
     m.add_function(wrap_pyfunction!(sha256_tagged, m)?)?;
     m.add_class::<PyHnswIndex>()?;
-    let _ = to_py_err; // used by the normalizer and index bindings
     m.add("NORMALIZER_VERSION", normalize::NORMALIZER_VERSION)?;
     m.add("NORMALIZE_MAX_INPUT_BYTES", normalize::MAX_INPUT_BYTES)?;
     m.add_class::<PyParam>()?;
