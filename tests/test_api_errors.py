@@ -1,0 +1,219 @@
+"""Every status code the API promises, with field paths in BadRequest for invalid input.
+A client mistake never comes back UNKNOWN or INTERNAL."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import grpc
+import pytest
+
+from pml_server._proto.pml.v1 import pml_pb2
+from pml_server._proto.pml.v1 import resources_pb2 as r
+from pml_server.api.page_tokens import PageTokens
+from pml_server.client import PmlClient, PmlClientError, make_record
+from tests.conftest import StartServer
+
+OK_CODE = "await mcp.read_file({path: 'a'})"
+
+
+def _fails(call: object, code: grpc.StatusCode) -> PmlClientError:
+    assert callable(call)
+    with pytest.raises(PmlClientError) as err:
+        call()
+    assert err.value.code is code, err.value
+    return err.value
+
+
+def _fields(err: PmlClientError) -> set[str]:
+    return {field for field, _ in err.violations}
+
+
+def test_empty_intent_names_the_field(client: PmlClient) -> None:
+    err = _fails(lambda: client.record(make_record("  ", OK_CODE, tools=["read_file"])),
+                 grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"record.intent"}
+
+
+def test_every_bad_field_is_listed_at_once(client: PmlClient) -> None:
+    record = make_record("", "", language="")
+    err = _fails(lambda: client.record(record), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"record.intent", "record.code", "record.language"}
+
+
+def test_oversized_code_uses_the_configured_limit(start: StartServer) -> None:
+    server = start(max_code_bytes=1024)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        client.record(make_record("fits", "x" * 1024, tools=["t"]))
+        err = _fails(lambda: client.record(make_record("big", "x" * 1025, tools=["t"])),
+                     grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"record.code"}
+    assert "1025 bytes" in err.violations[0][1]
+
+
+def test_too_many_tool_calls(start: StartServer) -> None:
+    server = start(max_tool_calls=4)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        err = _fails(lambda: client.record(make_record("many", OK_CODE, tools=["t"] * 5)),
+                     grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"record.tool_calls"}
+
+
+def test_bad_tool_call_fields_have_indexed_paths(client: PmlClient) -> None:
+    record = make_record("x", OK_CODE, tools=["read_file"])
+    record.tool_calls.add(tool="", ok=True, arguments_json="{not json")
+    err = _fails(lambda: client.record(record), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"record.tool_calls[1].tool", "record.tool_calls[1].arguments_json"}
+
+
+def test_embedding_dimension_and_finite_values(client: PmlClient) -> None:
+    dim = client.server_info().embedding_dimension
+    wrong = make_record("x", OK_CODE, tools=["t"])
+    wrong.intent_embedding.extend([0.1] * (dim + 1))
+    err = _fails(lambda: client.record(wrong), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"record.intent_embedding"}
+    nan = make_record("x", OK_CODE, tools=["t"])
+    nan.intent_embedding.extend([0.1] * (dim - 1) + [math.nan])
+    err = _fails(lambda: client.record(nan), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {f"record.intent_embedding[{dim - 1}]"}
+    err = _fails(lambda: client.suggest("x", intent_embedding=[math.inf] * dim),
+                 grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"intent_embedding[0]"}
+
+
+@pytest.mark.parametrize("k", [-1, 101])
+def test_k_out_of_range(client: PmlClient, k: int) -> None:
+    err = _fails(lambda: client.suggest("read", k=k), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"page_size"}
+
+
+def test_suggest_checks_intent_and_thresholds(client: PmlClient) -> None:
+    err = _fails(lambda: client.suggest("", min_success=1.5), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"intent", "min_success"}
+
+
+@pytest.mark.parametrize("token", ["garbage", "a.b", "x" * 5000, "é.é"])
+def test_malformed_page_token(client: PmlClient, token: str) -> None:
+    err = _fails(lambda: client.list_patterns(page_token=token), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"page_token"}
+
+
+def test_tampered_and_foreign_page_tokens(client: PmlClient) -> None:
+    for i in range(3):
+        client.record(make_record(f"t{i}", f"await mcp.t{i}()", tools=[f"t{i}"]))
+    token = client.list_patterns(page_size=1).next_page_token
+    payload, mac = token.split(".")
+    tampered = payload[:-1] + ("A" if payload[-1] != "A" else "B") + "." + mac
+    _fails(lambda: client.list_patterns(page_token=tampered), grpc.StatusCode.INVALID_ARGUMENT)
+    # A token for one listing is not accepted by another.
+    _fails(lambda: client.list_capabilities(page_token=token), grpc.StatusCode.INVALID_ARGUMENT)
+    # A token signed with another secret (another server) is refused.
+    forged = PageTokens(b"k" * 32).encode("default", "patterns", "1")
+    _fails(lambda: client.list_patterns(page_token=forged), grpc.StatusCode.INVALID_ARGUMENT)
+
+
+@pytest.mark.parametrize("page_size", [-1, 1001])
+def test_page_size_out_of_range(client: PmlClient, page_size: int) -> None:
+    err = _fails(lambda: client.list_failures(page_size=page_size),
+                 grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"page_size"}
+
+
+@pytest.mark.parametrize("name", ["", "abc", "capabilities/x", "patterns/", "patterns/a/b"])
+def test_malformed_resource_name(client: PmlClient, name: str) -> None:
+    err = _fails(lambda: client.get_pattern(name), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"name"}
+
+
+def test_not_found(client: PmlClient) -> None:
+    _fails(lambda: client.get_pattern("patterns/nope"), grpc.StatusCode.NOT_FOUND)
+    _fails(lambda: client.get_capability("capabilities/nope"), grpc.StatusCode.NOT_FOUND)
+    _fails(lambda: client.delete_pattern("patterns/nope"), grpc.StatusCode.NOT_FOUND)
+    _fails(lambda: client.delete_capability("capabilities/nope"), grpc.StatusCode.NOT_FOUND)
+
+
+def test_unauthenticated_and_permission_denied(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    path, found = keys
+    server = start(keys_file=path)
+    target = f"127.0.0.1:{server.port}"
+    with PmlClient(target) as anonymous:
+        _fails(anonymous.stats, grpc.StatusCode.UNAUTHENTICATED)
+    with PmlClient(target, api_key="pml_not-a-key") as stranger:
+        _fails(stranger.stats, grpc.StatusCode.UNAUTHENTICATED)
+    record = make_record("Read JSON file", OK_CODE, tools=["read_file"])
+    with PmlClient(target, api_key=found["acme-read"]) as reader:
+        assert reader.stats().patterns == 0
+        _fails(lambda: reader.record(record), grpc.StatusCode.PERMISSION_DENIED)
+        _fails(lambda: reader.run_retention(apply=True), grpc.StatusCode.PERMISSION_DENIED)
+        reader.run_retention(apply=False)
+    with PmlClient(target, api_key=found["acme-write"]) as writer:
+        pattern = writer.record(record).pattern
+        _fails(lambda: writer.delete_pattern(pattern), grpc.StatusCode.PERMISSION_DENIED)
+        assert list(writer.upload([record]).acks.values())[0].result.replayed is False
+    with PmlClient(target, api_key=found["acme-read"]) as reader:
+        _fails(lambda: reader.upload([record]), grpc.StatusCode.PERMISSION_DENIED)
+    with PmlClient(target, api_key=found["acme-admin"]) as admin:
+        admin.delete_pattern(pattern)
+
+
+def test_oversized_message_is_resource_exhausted(start: StartServer) -> None:
+    server = start(max_message_bytes=64 * 1024)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        _fails(lambda: client.record(make_record("big", "x" * 100_000, tools=["t"])),
+               grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+def test_unavailable_while_index_catches_up(start: StartServer) -> None:
+    from tests.fake_engine import FakeEngine
+
+    engine = FakeEngine()
+    engine.ready = False
+    server = start(engine=engine)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        err = _fails(lambda: client.suggest("read"), grpc.StatusCode.UNAVAILABLE)
+        assert "catching up" in err.message
+        # Writes go on: the store is the source of truth, the index follows it.
+        assert client.record(make_record("r", OK_CODE, tools=["t"])).pattern
+        engine.ready = True
+        client.suggest("read")
+
+
+def test_unavailable_while_draining(server: object, client: PmlClient) -> None:
+    from pml_server.api.server import RunningServer
+
+    assert isinstance(server, RunningServer)
+    server.servicer.draining.set()
+    err = _fails(client.stats, grpc.StatusCode.UNAVAILABLE)
+    assert "shutting down" in err.message
+
+
+def test_stream_protocol_violation_ends_stream_with_field(client: PmlClient) -> None:
+    record = make_record("r", OK_CODE, tools=["t"])
+    requests = [
+        pml_pb2.StreamTracesRequest(execution_id="a", sequence=5, record=record),
+        pml_pb2.StreamTracesRequest(execution_id="b", sequence=5, record=record),
+    ]
+    with pytest.raises(PmlClientError) as err:
+        list(client.stream(requests))
+    assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert _fields(err.value) == {"sequence"}
+
+
+def test_no_client_mistake_is_internal(client: PmlClient) -> None:
+    """A grab bag of malformed requests: each is refused with a client-facing code."""
+    calls = [
+        lambda: client.record(r.ExecutionRecord()),
+        lambda: client.record(make_record("x", OK_CODE, tools=["t"] * 300)),
+        lambda: client.suggest(""),
+        lambda: client.suggest("x", min_match=math.nan),
+        lambda: client.list_capabilities(page_token="...."),
+        lambda: client.get_capability("capabilities/../../etc"),
+        lambda: client.delete_pattern("patterns/\x00"),
+    ]
+    for call in calls:
+        with pytest.raises(PmlClientError) as err:
+            call()
+        assert err.value.code not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
