@@ -19,13 +19,24 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     add = serve.add_argument
     add("--listen", default=DEFAULT_LISTEN, help="host:port to bind (port 0: any free port)")
     add("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="RocksDB directory")
-    add("--embedder", default=d.embedder, choices=["minilm", "hashing"],
-        help="intent embedder: the real MiniLM model, or the fast hashing one")
-    add("--durability", default=d.durability, choices=["sync", "fast"],
-        help="sync: fsync before acknowledging; fast: WAL without fsync")
+    add(
+        "--embedder",
+        default=d.embedder,
+        choices=["minilm", "hashing"],
+        help="intent embedder: the real MiniLM model, or the fast hashing one",
+    )
+    add(
+        "--durability",
+        default=d.durability,
+        choices=["sync", "fast"],
+        help="sync: fsync before acknowledging; fast: WAL without fsync",
+    )
     add("--keys-file", type=Path, help="API keys file (see `pml keys add`); none: single tenant")
-    add("--allow-insecure-remote", action="store_true",
-        help="allow a non-loopback --listen without a keys file")
+    add(
+        "--allow-insecure-remote",
+        action="store_true",
+        help="allow a non-loopback --listen without a keys file",
+    )
     add("--tls-cert", type=Path, help="server certificate (PEM)")
     add("--tls-key", type=Path, help="server private key (PEM)")
     add("--tls-client-ca", type=Path, help="CA for client certificates: enables mutual TLS")
@@ -37,10 +48,18 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     add("--max-concurrent-rpcs", type=int, default=d.max_concurrent_rpcs)
     add("--max-workers", type=int, default=d.max_workers, help="RPC threads")
     add("--capture-workers", type=int, default=d.capture_workers)
-    add("--stream-window", type=int, default=d.stream_window,
-        help="unacknowledged executions per stream before the server stops reading")
-    add("--grace-seconds", type=float, default=d.grace_seconds,
-        help="how long SIGTERM waits for in-flight calls")
+    add(
+        "--stream-window",
+        type=int,
+        default=d.stream_window,
+        help="unacknowledged executions per stream before the server stops reading",
+    )
+    add(
+        "--grace-seconds",
+        type=float,
+        default=d.grace_seconds,
+        help="how long SIGTERM waits for in-flight calls",
+    )
     add("--log-format", choices=["json", "text"], default="json")
     add("--log-level", default="info")
 
@@ -78,8 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--code-file", type=Path)
     rec.add_argument("--language", default="typescript")
     rec.add_argument("--tool", action="append", default=[], help="a succeeded tool call, in order")
-    rec.add_argument("--failed-tool", action="append", default=[], metavar="TOOL:ERROR",
-                     help="a failed tool call")
+    rec.add_argument(
+        "--failed-tool",
+        action="append",
+        default=[],
+        metavar="TOOL:ERROR",
+        help="a failed tool call",
+    )
     rec.add_argument("--request-id", default="")
     rec.add_argument("--duration-ms", type=float, default=0.0)
 
@@ -144,14 +168,24 @@ def _serve(args: argparse.Namespace) -> int:
 
     logs.configure(args.log_level, json_format=args.log_format == "json")
     config = ServerConfig(
-        listen=args.listen, data_dir=args.data_dir, embedder=args.embedder,
-        durability=args.durability, keys_file=args.keys_file,
-        allow_insecure_remote=args.allow_insecure_remote, tls_cert=args.tls_cert,
-        tls_key=args.tls_key, tls_client_ca=args.tls_client_ca, metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host, max_code_bytes=args.max_code_bytes,
-        max_tool_calls=args.max_tool_calls, max_message_bytes=args.max_message_bytes,
-        max_concurrent_rpcs=args.max_concurrent_rpcs, max_workers=args.max_workers,
-        capture_workers=args.capture_workers, stream_window=args.stream_window,
+        listen=args.listen,
+        data_dir=args.data_dir,
+        embedder=args.embedder,
+        durability=args.durability,
+        keys_file=args.keys_file,
+        allow_insecure_remote=args.allow_insecure_remote,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        max_code_bytes=args.max_code_bytes,
+        max_tool_calls=args.max_tool_calls,
+        max_message_bytes=args.max_message_bytes,
+        max_concurrent_rpcs=args.max_concurrent_rpcs,
+        max_workers=args.max_workers,
+        capture_workers=args.capture_workers,
+        stream_window=args.stream_window,
         grace_seconds=args.grace_seconds,
     )
     try:

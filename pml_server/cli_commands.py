@@ -45,8 +45,13 @@ def record(args: argparse.Namespace) -> int:
             tool, _, error = item.partition(":")
             failed.append((tool, error or "failed"))
         rec = make_record(
-            args.intent, code, args.language, tools=args.tool, failed_tools=failed,
-            request_id=args.request_id, duration_ms=args.duration_ms,
+            args.intent,
+            code,
+            args.language,
+            tools=args.tool,
+            failed_tools=failed,
+            request_id=args.request_id,
+            duration_ms=args.duration_ms,
         )
     with _client(args) as client:
         render.capture(console, client.record(rec))
@@ -91,8 +96,13 @@ def suggest(args: argparse.Namespace) -> int:
     tools = [t for t in args.tools.split(",") if t] if args.tools is not None else None
     with _client(args) as client:
         reply = client.suggest(
-            args.intent, args.k, min_match=args.min_match, min_success=args.min_success,
-            available_tools=tools, tags=args.tag, include_flagged=args.include_flagged,
+            args.intent,
+            args.k,
+            min_match=args.min_match,
+            min_success=args.min_success,
+            available_tools=tools,
+            tags=args.tag,
+            include_flagged=args.include_flagged,
             explain=args.explain,
         )
     render.suggestions(console, reply)

@@ -43,17 +43,40 @@ def capture(console: Console, result: resources_pb2.CaptureResult) -> None:
 
 def suggestions(console: Console, reply: pml_pb2.SuggestResponse) -> None:
     table = Table(title="Suggestions, best first (total: the ranking formula over the parts)")
-    for column in ("#", "capability", "pattern", "tools", "success", "match", "semantic",
-                   "lexical", "est.", "usage", "recency", "superseded", "total"):
-        table.add_column(column, justify="right" if column not in ("capability", "pattern",
-                         "tools") else "left")
+    for column in (
+        "#",
+        "capability",
+        "pattern",
+        "tools",
+        "success",
+        "match",
+        "semantic",
+        "lexical",
+        "est.",
+        "usage",
+        "recency",
+        "superseded",
+        "total",
+    ):
+        table.add_column(
+            column, justify="right" if column not in ("capability", "pattern", "tools") else "left"
+        )
     for rank, s in enumerate(reply.suggestions, 1):
         p, sc = s.pattern, s.score
         table.add_row(
-            str(rank), _short(s.capability), _short(p.name), " > ".join(p.tools_used),
-            _rate(p.success_count, p.usage_count), f"{sc.match:.2f}", f"{sc.semantic:.2f}",
-            f"{sc.lexical:.2f}", f"{sc.success_estimate:.2f}", f"{sc.usage:.2f}",
-            f"{sc.recency:.2f}", f"{sc.superseded_penalty:.2f}", f"[bold]{sc.total:.3f}[/]",
+            str(rank),
+            _short(s.capability),
+            _short(p.name),
+            " > ".join(p.tools_used),
+            _rate(p.success_count, p.usage_count),
+            f"{sc.match:.2f}",
+            f"{sc.semantic:.2f}",
+            f"{sc.lexical:.2f}",
+            f"{sc.success_estimate:.2f}",
+            f"{sc.usage:.2f}",
+            f"{sc.recency:.2f}",
+            f"{sc.superseded_penalty:.2f}",
+            f"[bold]{sc.total:.3f}[/]",
         )
     console.print(table)
     if reply.filtered:
@@ -74,8 +97,11 @@ def patterns(console: Console, items: list[resources_pb2.Pattern]) -> None:
         table.add_column(column)
     for p in items:
         table.add_row(
-            _short(p.name), _short(p.capability), " > ".join(p.tools_used),
-            _rate(p.success_count, p.usage_count), _when(p.last_used_time),
+            _short(p.name),
+            _short(p.capability),
+            " > ".join(p.tools_used),
+            _rate(p.success_count, p.usage_count),
+            _when(p.last_used_time),
             "; ".join(i.text for i in p.intents[:3]),
         )
     console.print(table)
@@ -87,8 +113,11 @@ def capabilities(console: Console, items: list[resources_pb2.Capability]) -> Non
         table.add_column(column)
     for c in items:
         table.add_row(
-            _short(c.name), " > ".join(c.tools), str(len(c.patterns)),
-            _rate(c.success_count, c.usage_count), _when(c.last_used_time),
+            _short(c.name),
+            " > ".join(c.tools),
+            str(len(c.patterns)),
+            _rate(c.success_count, c.usage_count),
+            _when(c.last_used_time),
             "; ".join(c.intents[:3]),
         )
     console.print(table)
@@ -97,11 +126,16 @@ def capabilities(console: Console, items: list[resources_pb2.Capability]) -> Non
 def pattern_detail(console: Console, p: resources_pb2.Pattern) -> None:
     table = Table(show_header=False, title=p.name)
     rows = [
-        ("capability", p.capability), ("language", p.language),
-        ("tools", " > ".join(p.tools_used)), ("code hash", p.code_hash),
-        ("usage", str(p.usage_count)), ("success", _rate(p.success_count, p.usage_count)),
-        ("failures", str(p.failure_count)), ("first seen", _when(p.create_time)),
-        ("last used", _when(p.last_used_time)), ("mean duration", f"{p.mean_duration_ms:.1f} ms"),
+        ("capability", p.capability),
+        ("language", p.language),
+        ("tools", " > ".join(p.tools_used)),
+        ("code hash", p.code_hash),
+        ("usage", str(p.usage_count)),
+        ("success", _rate(p.success_count, p.usage_count)),
+        ("failures", str(p.failure_count)),
+        ("first seen", _when(p.create_time)),
+        ("last used", _when(p.last_used_time)),
+        ("mean duration", f"{p.mean_duration_ms:.1f} ms"),
         ("flagged for removal", str(p.flagged_for_removal)),
         ("superseded by", p.superseded_by or "-"),
         ("parameter schema", p.parameter_schema_json),
@@ -132,8 +166,9 @@ def failures(console: Console, items: list[resources_pb2.Failure]) -> None:
     for column in ("time", "tool", "error", "intent", "pattern", "request id"):
         table.add_column(column)
     for f in items:
-        table.add_row(_when(f.time), f.tool, f.error, f.intent, _short(f.pattern) or "-",
-                      f.request_id)
+        table.add_row(
+            _when(f.time), f.tool, f.error, f.intent, _short(f.pattern) or "-", f.request_id
+        )
     console.print(table)
 
 
@@ -150,7 +185,6 @@ def retention(console: Console, reply: pml_pb2.RunRetentionResponse) -> None:
 
 def stats(console: Console, s: pml_pb2.GetStatsResponse) -> None:
     table = Table(title="Stats", show_header=False)
-    for key in ("patterns", "capabilities", "intents", "executions", "rejected",
-                "failures_logged"):
+    for key in ("patterns", "capabilities", "intents", "executions", "rejected", "failures_logged"):
         table.add_row(key.replace("_", " "), str(getattr(s, key)))
     console.print(table)

@@ -37,7 +37,7 @@ class PmlClientError(Exception):
 
     @classmethod
     def from_rpc_error(cls, err: grpc.RpcError) -> PmlClientError:
-        status = rpc_status.from_call(err)  # type: ignore[arg-type]
+        status = rpc_status.from_call(err)
         violations: list[tuple[str, str]] = []
         if status is not None:
             for detail in status.details:
@@ -115,20 +115,26 @@ class PmlClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: Callable[..., R], request: Any) -> R:
+    def _call(self, method: Callable[..., Any], request: Any, reply_type: type[R]) -> R:
         try:
-            return method(request, timeout=self._timeout, metadata=self._metadata)
+            reply = method(request, timeout=self._timeout, metadata=self._metadata)
         except grpc.RpcError as err:
             raise PmlClientError.from_rpc_error(err) from None
+        assert isinstance(reply, reply_type)
+        return reply
 
     # ---- unary calls ---------------------------------------------------------------------------
 
     def server_info(self) -> pml_pb2.GetServerInfoResponse:
-        return self._call(self._stub.GetServerInfo, pml_pb2.GetServerInfoRequest())
+        return self._call(
+            self._stub.GetServerInfo, pml_pb2.GetServerInfoRequest(), pml_pb2.GetServerInfoResponse
+        )
 
     def record(self, record: ExecutionRecord) -> CaptureResult:
         reply = self._call(
-            self._stub.RecordExecution, pml_pb2.RecordExecutionRequest(record=record)
+            self._stub.RecordExecution,
+            pml_pb2.RecordExecutionRequest(record=record),
+            pml_pb2.RecordExecutionResponse,
         )
         return reply.result
 
@@ -159,28 +165,38 @@ class PmlClient:
             request.min_success = min_success
         if available_tools is not None:
             request.available_tools.tools.extend(available_tools)
-        return self._call(self._stub.Suggest, request)
+        return self._call(self._stub.Suggest, request, pml_pb2.SuggestResponse)
 
     def get_pattern(self, name: str) -> resources_pb2.Pattern:
-        return self._call(self._stub.GetPattern, pml_pb2.GetPatternRequest(name=name)).pattern
+        return self._call(
+            self._stub.GetPattern, pml_pb2.GetPatternRequest(name=name), pml_pb2.GetPatternResponse
+        ).pattern
 
     def get_capability(self, name: str) -> resources_pb2.Capability:
-        reply = self._call(self._stub.GetCapability, pml_pb2.GetCapabilityRequest(name=name))
+        reply = self._call(
+            self._stub.GetCapability,
+            pml_pb2.GetCapabilityRequest(name=name),
+            pml_pb2.GetCapabilityResponse,
+        )
         return reply.capability
 
-    def list_patterns(self, page_size: int = 0, page_token: str = "") -> pml_pb2.ListPatternsResponse:
+    def list_patterns(
+        self, page_size: int = 0, page_token: str = ""
+    ) -> pml_pb2.ListPatternsResponse:
         request = pml_pb2.ListPatternsRequest(page_size=page_size, page_token=page_token)
-        return self._call(self._stub.ListPatterns, request)
+        return self._call(self._stub.ListPatterns, request, pml_pb2.ListPatternsResponse)
 
     def list_capabilities(
         self, page_size: int = 0, page_token: str = ""
     ) -> pml_pb2.ListCapabilitiesResponse:
         request = pml_pb2.ListCapabilitiesRequest(page_size=page_size, page_token=page_token)
-        return self._call(self._stub.ListCapabilities, request)
+        return self._call(self._stub.ListCapabilities, request, pml_pb2.ListCapabilitiesResponse)
 
-    def list_failures(self, page_size: int = 0, page_token: str = "") -> pml_pb2.ListFailuresResponse:
+    def list_failures(
+        self, page_size: int = 0, page_token: str = ""
+    ) -> pml_pb2.ListFailuresResponse:
         request = pml_pb2.ListFailuresRequest(page_size=page_size, page_token=page_token)
-        return self._call(self._stub.ListFailures, request)
+        return self._call(self._stub.ListFailures, request, pml_pb2.ListFailuresResponse)
 
     def iter_patterns(self, page_size: int = 100) -> Iterator[resources_pb2.Pattern]:
         token = ""
@@ -201,16 +217,28 @@ class PmlClient:
                 return
 
     def delete_pattern(self, name: str) -> None:
-        self._call(self._stub.DeletePattern, pml_pb2.DeletePatternRequest(name=name))
+        self._call(
+            self._stub.DeletePattern,
+            pml_pb2.DeletePatternRequest(name=name),
+            pml_pb2.DeletePatternResponse,
+        )
 
     def delete_capability(self, name: str) -> None:
-        self._call(self._stub.DeleteCapability, pml_pb2.DeleteCapabilityRequest(name=name))
+        self._call(
+            self._stub.DeleteCapability,
+            pml_pb2.DeleteCapabilityRequest(name=name),
+            pml_pb2.DeleteCapabilityResponse,
+        )
 
     def run_retention(self, apply: bool = False) -> pml_pb2.RunRetentionResponse:
-        return self._call(self._stub.RunRetention, pml_pb2.RunRetentionRequest(apply=apply))
+        return self._call(
+            self._stub.RunRetention,
+            pml_pb2.RunRetentionRequest(apply=apply),
+            pml_pb2.RunRetentionResponse,
+        )
 
     def stats(self) -> pml_pb2.GetStatsResponse:
-        return self._call(self._stub.GetStats, pml_pb2.GetStatsRequest())
+        return self._call(self._stub.GetStats, pml_pb2.GetStatsRequest(), pml_pb2.GetStatsResponse)
 
     # ---- streaming -----------------------------------------------------------------------------
 

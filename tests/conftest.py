@@ -29,11 +29,19 @@ def start(data_dir: Path) -> Iterator[StartServer]:
     started: list[RunningServer] = []
 
     def _start(engine: EngineProtocol | None = None, **overrides: object) -> RunningServer:
-        config = ServerConfig(
-            listen="127.0.0.1:0", data_dir=data_dir, embedder="hashing", durability="fast",
-            **overrides,  # type: ignore[arg-type]
-        )
-        running = start_server(config, engine=engine or open_test_engine(config))
+        settings: dict[str, object] = {
+            "listen": "127.0.0.1:0",
+            "data_dir": data_dir,
+            "embedder": "hashing",
+            "durability": "fast",
+        }
+        config = ServerConfig(**{**settings, **overrides})  # type: ignore[arg-type]
+        engine = engine or open_test_engine(config)
+        try:
+            running = start_server(config, engine=engine)
+        except Exception:
+            engine.close()
+            raise
         started.append(running)
         return running
 

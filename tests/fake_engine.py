@@ -43,6 +43,8 @@ class FakeEngine:
         if self.record_delay:
             time.sleep(self.record_delay)
         with self._lock:
+            if self.closed:
+                raise RuntimeError("record on a closed engine")
             key = (tenant, record.request_id)
             if record.request_id and key in self.results:
                 first = self.results[key]
@@ -63,8 +65,13 @@ class FakeEngine:
         for f in failed:
             self.failures.setdefault(tenant, []).append(
                 model.FailureEntry(
-                    record.request_id, f.tool, f.error, record.intent, pid,
-                    pid if pid in store else "", now,
+                    record.request_id,
+                    f.tool,
+                    f.error,
+                    record.intent,
+                    pid,
+                    pid if pid in store else "",
+                    now,
                 )
             )
         old = store.get(pid)
@@ -73,11 +80,21 @@ class FakeEngine:
             return model.CaptureResult(model.CaptureOutcome.REJECTED, tool_failures=failed)
         if old is None:
             store[pid] = model.PatternView(
-                id=pid, code_hash="sha256:" + pid, template=record.code,
-                original_code=record.code, language=record.language, tools_used=tools,
-                params=(), parameter_schema_json="{}", usage_count=1, success_count=1,
-                failure_count=0, first_seen_ms=now, last_used_ms=now,
-                mean_duration_ms=record.duration_ms, capability_id=cid,
+                id=pid,
+                code_hash="sha256:" + pid,
+                template=record.code,
+                original_code=record.code,
+                language=record.language,
+                tools_used=tools,
+                params=(),
+                parameter_schema_json="{}",
+                usage_count=1,
+                success_count=1,
+                failure_count=0,
+                first_seen_ms=now,
+                last_used_ms=now,
+                mean_duration_ms=record.duration_ms,
+                capability_id=cid,
                 intents=(model.IntentView("i-" + pid, record.intent, 1, now),),
             )
             return model.CaptureResult(model.CaptureOutcome.SAVED, pid, cid, new_pattern=True)
@@ -121,9 +138,14 @@ class FakeEngine:
             groups.setdefault(p.capability_id, []).append(p)
         return {
             cid: model.CapabilityView(
-                cid, ps[0].tools_used, tuple(p.id for p in ps), ps[0].id,
-                tuple(p.intents[0].text for p in ps), sum(p.usage_count for p in ps),
-                sum(p.success_count for p in ps), sum(p.failure_count for p in ps),
+                cid,
+                ps[0].tools_used,
+                tuple(p.id for p in ps),
+                ps[0].id,
+                tuple(p.intents[0].text for p in ps),
+                sum(p.usage_count for p in ps),
+                sum(p.success_count for p in ps),
+                sum(p.failure_count for p in ps),
                 max(p.last_used_ms for p in ps),
             )
             for cid, ps in sorted(groups.items())
@@ -141,9 +163,7 @@ class FakeEngine:
         end = start + page.page_size
         return model.Page(tuple(items[start:end]), str(end) if end < len(items) else "")
 
-    def list_patterns(
-        self, tenant: str, page: model.PageRequest
-    ) -> model.Page[model.PatternView]:
+    def list_patterns(self, tenant: str, page: model.PageRequest) -> model.Page[model.PatternView]:
         items = sorted(self.patterns.get(tenant, {}).values(), key=lambda p: p.id)
         return self._paginate(items, page)
 
@@ -164,9 +184,7 @@ class FakeEngine:
         for pid in doomed:
             del store[pid]
 
-    def list_failures(
-        self, tenant: str, page: model.PageRequest
-    ) -> model.Page[model.FailureEntry]:
+    def list_failures(self, tenant: str, page: model.PageRequest) -> model.Page[model.FailureEntry]:
         return self._paginate(list(reversed(self.failures.get(tenant, []))), page)
 
     def run_retention(self, tenant: str, apply: bool) -> model.RetentionReport:

@@ -31,8 +31,10 @@ def _fields(err: PmlClientError) -> set[str]:
 
 
 def test_empty_intent_names_the_field(client: PmlClient) -> None:
-    err = _fails(lambda: client.record(make_record("  ", OK_CODE, tools=["read_file"])),
-                 grpc.StatusCode.INVALID_ARGUMENT)
+    err = _fails(
+        lambda: client.record(make_record("  ", OK_CODE, tools=["read_file"])),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
     assert _fields(err) == {"record.intent"}
 
 
@@ -46,8 +48,10 @@ def test_oversized_code_uses_the_configured_limit(start: StartServer) -> None:
     server = start(max_code_bytes=1024)
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         client.record(make_record("fits", "x" * 1024, tools=["t"]))
-        err = _fails(lambda: client.record(make_record("big", "x" * 1025, tools=["t"])),
-                     grpc.StatusCode.INVALID_ARGUMENT)
+        err = _fails(
+            lambda: client.record(make_record("big", "x" * 1025, tools=["t"])),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
     assert _fields(err) == {"record.code"}
     assert "1025 bytes" in err.violations[0][1]
 
@@ -55,8 +59,10 @@ def test_oversized_code_uses_the_configured_limit(start: StartServer) -> None:
 def test_too_many_tool_calls(start: StartServer) -> None:
     server = start(max_tool_calls=4)
     with PmlClient(f"127.0.0.1:{server.port}") as client:
-        err = _fails(lambda: client.record(make_record("many", OK_CODE, tools=["t"] * 5)),
-                     grpc.StatusCode.INVALID_ARGUMENT)
+        err = _fails(
+            lambda: client.record(make_record("many", OK_CODE, tools=["t"] * 5)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
     assert _fields(err) == {"record.tool_calls"}
 
 
@@ -77,8 +83,10 @@ def test_embedding_dimension_and_finite_values(client: PmlClient) -> None:
     nan.intent_embedding.extend([0.1] * (dim - 1) + [math.nan])
     err = _fails(lambda: client.record(nan), grpc.StatusCode.INVALID_ARGUMENT)
     assert _fields(err) == {f"record.intent_embedding[{dim - 1}]"}
-    err = _fails(lambda: client.suggest("x", intent_embedding=[math.inf] * dim),
-                 grpc.StatusCode.INVALID_ARGUMENT)
+    err = _fails(
+        lambda: client.suggest("x", intent_embedding=[math.inf] * dim),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
     assert _fields(err) == {"intent_embedding[0]"}
 
 
@@ -115,8 +123,9 @@ def test_tampered_and_foreign_page_tokens(client: PmlClient) -> None:
 
 @pytest.mark.parametrize("page_size", [-1, 1001])
 def test_page_size_out_of_range(client: PmlClient, page_size: int) -> None:
-    err = _fails(lambda: client.list_failures(page_size=page_size),
-                 grpc.StatusCode.INVALID_ARGUMENT)
+    err = _fails(
+        lambda: client.list_failures(page_size=page_size), grpc.StatusCode.INVALID_ARGUMENT
+    )
     assert _fields(err) == {"page_size"}
 
 
@@ -152,7 +161,7 @@ def test_unauthenticated_and_permission_denied(
     with PmlClient(target, api_key=found["acme-write"]) as writer:
         pattern = writer.record(record).pattern
         _fails(lambda: writer.delete_pattern(pattern), grpc.StatusCode.PERMISSION_DENIED)
-        assert list(writer.upload([record]).acks.values())[0].result.replayed is False
+        assert next(iter(writer.upload([record]).acks.values())).result.replayed is False
     with PmlClient(target, api_key=found["acme-read"]) as reader:
         _fails(lambda: reader.upload([record]), grpc.StatusCode.PERMISSION_DENIED)
     with PmlClient(target, api_key=found["acme-admin"]) as admin:
@@ -162,8 +171,10 @@ def test_unauthenticated_and_permission_denied(
 def test_oversized_message_is_resource_exhausted(start: StartServer) -> None:
     server = start(max_message_bytes=64 * 1024)
     with PmlClient(f"127.0.0.1:{server.port}") as client:
-        _fails(lambda: client.record(make_record("big", "x" * 100_000, tools=["t"])),
-               grpc.StatusCode.RESOURCE_EXHAUSTED)
+        _fails(
+            lambda: client.record(make_record("big", "x" * 100_000, tools=["t"])),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        )
 
 
 def test_unavailable_while_index_catches_up(start: StartServer) -> None:

@@ -16,8 +16,9 @@ WRITE_JSON = "await mcp.write_file({path: 'o.json', data: JSON.stringify(x)})"
 
 def _seed(client: PmlClient) -> tuple[r.CaptureResult, r.CaptureResult]:
     read = client.record(
-        make_record("Read JSON file", READ_JSON, tools=["read_file", "parse_json"],
-                    request_id="seed-1")
+        make_record(
+            "Read JSON file", READ_JSON, tools=["read_file", "parse_json"], request_id="seed-1"
+        )
     )
     write = client.record(
         make_record("Write JSON file", WRITE_JSON, tools=["write_file"], request_id="seed-2")
@@ -27,12 +28,15 @@ def _seed(client: PmlClient) -> tuple[r.CaptureResult, r.CaptureResult]:
 
 def test_record_saves_then_counts(client: PmlClient) -> None:
     first, _ = _seed(client)
-    assert first.outcome == r.CAPTURE_OUTCOME_SAVED and first.new_pattern
-    assert first.pattern.startswith("patterns/") and first.capability.startswith("capabilities/")
+    assert first.outcome == r.CAPTURE_OUTCOME_SAVED
+    assert first.new_pattern
+    assert first.pattern.startswith("patterns/")
+    assert first.capability.startswith("capabilities/")
     again = client.record(
         make_record("Read JSON file", READ_JSON, tools=["read_file", "parse_json"])
     )
-    assert again.outcome == r.CAPTURE_OUTCOME_COUNTED and not again.new_pattern
+    assert again.outcome == r.CAPTURE_OUTCOME_COUNTED
+    assert not again.new_pattern
     assert again.pattern == first.pattern
     assert client.get_pattern(first.pattern).usage_count == 2
 
@@ -40,19 +44,27 @@ def test_record_saves_then_counts(client: PmlClient) -> None:
 def test_repeated_request_id_counts_once(client: PmlClient) -> None:
     first, _ = _seed(client)
     replay = client.record(
-        make_record("Read JSON file", READ_JSON, tools=["read_file", "parse_json"],
-                    request_id="seed-1")
+        make_record(
+            "Read JSON file", READ_JSON, tools=["read_file", "parse_json"], request_id="seed-1"
+        )
     )
-    assert replay.replayed and replay.pattern == first.pattern
+    assert replay.replayed
+    assert replay.pattern == first.pattern
     assert client.get_pattern(first.pattern).usage_count == 1
 
 
 def test_new_pattern_with_failed_tool_is_rejected_and_logged(client: PmlClient) -> None:
     result = client.record(
-        make_record("Mail the boss", "await mcp.gmail_get({})", tools=["memory_search"],
-                    failed_tools=[("gmail:get", "not connected")], request_id="fail-1")
+        make_record(
+            "Mail the boss",
+            "await mcp.gmail_get({})",
+            tools=["memory_search"],
+            failed_tools=[("gmail:get", "not connected")],
+            request_id="fail-1",
+        )
     )
-    assert result.outcome == r.CAPTURE_OUTCOME_REJECTED and not result.pattern
+    assert result.outcome == r.CAPTURE_OUTCOME_REJECTED
+    assert not result.pattern
     assert [(f.tool, f.error) for f in result.tool_failures] == [("gmail:get", "not connected")]
     failures = client.list_failures().failures
     assert [(f.tool, f.request_id) for f in failures] == [("gmail:get", "fail-1")]
@@ -64,15 +76,18 @@ def test_suggest_returns_score_parts(client: PmlClient) -> None:
     reply = client.suggest("Read JSON file", k=3)
     assert reply.suggestions, "a stored intent must be suggested for the same words"
     best = reply.suggestions[0]
-    assert best.capability == read.capability and best.pattern.name == read.pattern
+    assert best.capability == read.capability
+    assert best.pattern.name == read.pattern
     assert list(best.pattern.tools_used) == ["read_file", "parse_json"]
-    assert 0 < best.score.total and 0 < best.score.match <= 1
+    assert best.score.total > 0
+    assert 0 < best.score.match <= 1
 
 
 def test_get_list_delete_pattern(client: PmlClient) -> None:
     read, write = _seed(client)
     pattern = client.get_pattern(read.pattern)
-    assert pattern.original_code == READ_JSON and pattern.language == "typescript"
+    assert pattern.original_code == READ_JSON
+    assert pattern.language == "typescript"
     names = {p.name for p in client.iter_patterns(page_size=1)}
     assert names == {read.pattern, write.pattern}
     client.delete_pattern(read.pattern)
@@ -89,7 +104,8 @@ def test_get_list_delete_capability(client: PmlClient) -> None:
     assert list(capability.tools) == ["read_file", "parse_json"]
     assert read.pattern in capability.patterns
     assert {c.name for c in client.iter_capabilities(page_size=1)} == {
-        read.capability, write.capability
+        read.capability,
+        write.capability,
     }
     client.delete_capability(read.capability)
     with pytest.raises(PmlClientError) as err:
@@ -105,14 +121,16 @@ def test_pages_cover_everything_once(client: PmlClient) -> None:
         for i in range(7)
     }
     first = client.list_patterns(page_size=3)
-    assert len(first.patterns) == 3 and first.next_page_token
+    assert len(first.patterns) == 3
+    assert first.next_page_token
     assert {p.name for p in client.iter_patterns(page_size=3)} == made
 
 
 def test_retention_dry_run_and_apply(client: PmlClient) -> None:
     _seed(client)
     dry = client.run_retention()
-    assert dry.dry_run and dry.run_time.seconds > 0
+    assert dry.dry_run
+    assert dry.run_time.seconds > 0
     applied = client.run_retention(apply=True)
     assert not applied.dry_run
 
@@ -121,7 +139,8 @@ def test_stats_count_the_tenant(client: PmlClient) -> None:
     _seed(client)
     stats = client.stats()
     assert (stats.patterns, stats.capabilities) == (2, 2)
-    assert stats.executions == 2 and stats.intents >= 2
+    assert stats.executions == 2
+    assert stats.intents >= 2
 
 
 def test_health_serves_after_ready_and_reports_not_serving_on_stop(

@@ -28,9 +28,7 @@ def generate(out_dir: Path) -> None:
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     # Only pml's own protos: proto/google/ holds vendored imports whose Python modules ship in
     # googleapis-common-protos.
-    protos = sorted(
-        str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / "pml").rglob("*.proto")
-    )
+    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / "pml").rglob("*.proto"))
     with tempfile.TemporaryDirectory() as tmp:
         args = [
             "protoc",

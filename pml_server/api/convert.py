@@ -46,7 +46,9 @@ def _ts(ms: int) -> timestamp_pb2.Timestamp:
     return ts
 
 
-def _status(value: int, tool_calls: Sequence[model.ToolCall]) -> model.ExecutionStatus:
+def _status(
+    value: resources_pb2.ExecutionStatus.ValueType, tool_calls: Sequence[model.ToolCall]
+) -> model.ExecutionStatus:
     if value in _STATUS_FROM_PROTO:
         return _STATUS_FROM_PROTO[value]
     ok = all(call.ok for call in tool_calls)
@@ -94,7 +96,9 @@ def execution_record(
             for i, c in enumerate(msg.tool_calls)
         )
     if len(msg.trace) > limits.max_trace_bytes:
-        out.add(f"{field}.trace", f"is {len(msg.trace)} bytes; the limit is {limits.max_trace_bytes}")
+        out.add(
+            f"{field}.trace", f"is {len(msg.trace)} bytes; the limit is {limits.max_trace_bytes}"
+        )
     if msg.duration_ms < 0:
         out.add(f"{field}.duration_ms", "must not be negative")
     validate.check_embedding(out, f"{field}.intent_embedding", msg.intent_embedding, embedding_dim)

@@ -11,20 +11,28 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "pml_requests", "RPCs finished, by method and status code", ["method", "code"],
+            "pml_requests",
+            "RPCs finished, by method and status code",
+            ["method", "code"],
             registry=self.registry,
         )
         self.latency = Histogram(
-            "pml_request_seconds", "RPC latency in seconds, by method", ["method"],
+            "pml_request_seconds",
+            "RPC latency in seconds, by method",
+            ["method"],
             registry=self.registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
         )
         self.captures = Counter(
-            "pml_captures", "Executions captured, by outcome (saved, counted, rejected)",
-            ["outcome"], registry=self.registry,
+            "pml_captures",
+            "Executions captured, by outcome (saved, counted, rejected)",
+            ["outcome"],
+            registry=self.registry,
         )
         self.rejections = Counter(
-            "pml_rejections", "Requests refused, by reason (status code name)", ["reason"],
+            "pml_rejections",
+            "Requests refused, by reason (status code name)",
+            ["reason"],
             registry=self.registry,
         )
         self._http: Any = None

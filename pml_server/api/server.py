@@ -123,8 +123,10 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
     """Build everything from `config` (port 0 picks a free port) and start serving. `engine`
     replaces the real one (tests of the API layer only)."""
     keys = KeyStore.load(config.keys_file)
-    if not keys.multi_tenant and not config.allow_insecure_remote and not is_loopback(
-        config.listen
+    if (
+        not keys.multi_tenant
+        and not config.allow_insecure_remote
+        and not is_loopback(config.listen)
     ):
         raise ValueError(
             f"refusing to listen on {config.listen} without a keys file: anyone could read "
@@ -171,6 +173,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
+    cause: RuntimeError | None = None
     try:
         if credentials is None:
             port = server.add_insecure_port(config.listen)
@@ -178,8 +181,6 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
             port = server.add_secure_port(config.listen, credentials)
     except RuntimeError as err:  # grpcio raises instead of returning 0 on some versions
         port, cause = 0, err
-    else:
-        cause = None
     if port == 0:
         capture_pool.shutdown()
         engine.close()
@@ -200,13 +201,16 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
         metrics=metrics,
         metrics_port=metrics_port,
     )
-    threading.Thread(
-        target=_report_ready, args=(running,), name="pml-ready", daemon=True
-    ).start()
+    threading.Thread(target=_report_ready, args=(running,), name="pml-ready", daemon=True).start()
     log.info(
         "pml serving",
-        extra={"port": port, "data_dir": str(config.data_dir), "tls": credentials is not None,
-               "multi_tenant": keys.multi_tenant, "metrics_port": metrics_port},
+        extra={
+            "port": port,
+            "data_dir": str(config.data_dir),
+            "tls": credentials is not None,
+            "multi_tenant": keys.multi_tenant,
+            "metrics_port": metrics_port,
+        },
     )
     return running
 

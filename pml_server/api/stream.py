@@ -122,8 +122,7 @@ class TraceStream:
                     raise InvalidArgumentError(
                         FieldViolation(
                             "sequence",
-                            f"must increase on a stream: got {msg.sequence} after "
-                            f"{last_sequence}",
+                            f"must increase on a stream: got {msg.sequence} after {last_sequence}",
                         )
                     )
                 last_sequence = msg.sequence
