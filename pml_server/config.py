@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from pml_server.ranking import RankingConfig
+from pml_server.retention import RetentionConfig
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_DATA_DIR = Path("pml-data")
@@ -39,3 +42,35 @@ class ServerConfig:
     keepalive_timeout_ms: int = 20_000
     page_token_secret_file: Path | None = None  # default: <data_dir>/page-token.key
     log_json: bool = True
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine (capture, store, embeddings, indexes, ranking, retention); see docs/capture.md."""
+
+    data_dir: Path
+    embedder: str = "minilm"  # "minilm" | "hashing"
+    durability: str = "sync"  # "sync": ack after WAL fsync (group commit) | "fast": WAL, no fsync
+    max_code_bytes: int = 256 * 1024
+    max_tool_calls: int = 256
+    vector_index: str = "hnsw"  # "hnsw" (Rust HNSW) | "exact" (numpy brute force)
+    # None: the calibrated default of the embedder family (pml_server/capture/dedup.py).
+    intent_duplicate_threshold: float | None = None
+    capability_group_threshold: float | None = None
+    failure_log_size: int = 10_000  # failure log entries kept per tenant
+    recent_values_per_param: int = 5
+    embedding_cache_size: int = 10_000
+    retention_in_background: bool = False  # run retention every retention.interval_seconds
+    ranking: RankingConfig = field(default_factory=RankingConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+
+    def __post_init__(self) -> None:
+        if self.embedder not in ("minilm", "hashing"):
+            raise ValueError(f"embedder must be minilm or hashing, got {self.embedder!r}")
+        if self.durability not in ("sync", "fast"):
+            raise ValueError(f"durability must be sync or fast, got {self.durability!r}")
+        if self.vector_index not in ("hnsw", "exact"):
+            raise ValueError(f"vector_index must be hnsw or exact, got {self.vector_index!r}")
+        for name in ("max_code_bytes", "max_tool_calls", "failure_log_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EngineConfig.{name} must be >= 1")

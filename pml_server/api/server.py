@@ -4,7 +4,6 @@ calls, finish in-flight ones, flush the captures still running, close the store.
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import logging
 import signal
@@ -25,9 +24,10 @@ from pml_server.api.metrics import Metrics
 from pml_server.api.page_tokens import PageTokens, load_or_create_secret
 from pml_server.api.servicer import PmlServicer, ServiceDeps
 from pml_server.api.validate import Limits
-from pml_server.config import ServerConfig
+from pml_server.config import EngineConfig, ServerConfig
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
+from pml_server.storage import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +66,17 @@ class RunningServer:
 
 def open_engine(config: ServerConfig) -> EngineProtocol:
     """The real engine, built from the server flags."""
-    engine_module = importlib.import_module("pml_server.engine")
-    config_module = importlib.import_module("pml_server.config")
-    engine_config = config_module.EngineConfig(
-        data_dir=config.data_dir,
-        embedder=config.embedder,
-        durability=config.durability,
-        max_code_bytes=config.max_code_bytes,
-        max_tool_calls=config.max_tool_calls,
+    from pml_server.engine import Engine
+
+    return Engine.open(
+        EngineConfig(
+            data_dir=config.data_dir,
+            embedder=config.embedder,
+            durability=config.durability,
+            max_code_bytes=config.max_code_bytes,
+            max_tool_calls=config.max_tool_calls,
+        )
     )
-    engine: EngineProtocol = engine_module.Engine.open(engine_config)
-    return engine
 
 
 def is_loopback(listen: str) -> bool:
@@ -157,7 +157,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
             ),
             capture_pool=capture_pool,
             stream_window=config.stream_window,
-            schema_version=int(getattr(engine, "schema_version", 0)),
+            schema_version=int(getattr(engine, "schema_version", SCHEMA_VERSION)),
             on_capture=count_capture,
         )
     )

@@ -1,39 +1,103 @@
-"""RocksDB store: opening, schema versioning and closing.
+"""RocksDB store: opening, schema versioning, column families, group-committed atomic writes.
 
 This module alone imports rocksdict. It stores a schema version under a meta key and refuses to
 open a store written by a newer schema than this code knows.
+
+Writes: every caller hands over one list of operations (one capture = one list) and the store
+commits it as one atomic WriteBatch. Durability `sync` acknowledges only after the WAL is fsynced;
+because rocksdict holds the GIL during a write (so RocksDB's own leader/follower grouping never
+sees concurrent writers), a single writer thread drains the queue and commits every waiting list in
+one synced batch (group commit). Until a queued write is committed, its values live in an overlay
+that `get` and `scan` read first, so a caller holding a lock can read-modify-write a key whose
+previous value is still on its way to disk. Durability `fast` writes through the WAL without fsync
+in the caller's thread.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocksdict import Options, Rdict
+from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+
+from pml_server.storage.keys import CF_META, COLUMN_FAMILIES, prefix_end
 
 SCHEMA_VERSION = 1
 _META_SCHEMA_KEY = b"meta/schema_version"
+DURABILITY_MODES = ("sync", "fast")
+# Upper bound of operations merged into one group commit (keeps a batch's memory bounded).
+_MAX_GROUP_OPS = 20_000
+
+Op = tuple[str, bytes, bytes | None]  # (column family, key, value or None to delete)
 
 
 class SchemaVersionError(RuntimeError):
     """The store on disk was written by a newer, unknown schema."""
 
 
+class StoreClosedError(RuntimeError):
+    """A write was submitted after `close` or after a failed commit."""
+
+
+@dataclass
+class WriteTicket:
+    """Handed back by `Store.submit`; `wait` returns once the write is durable (per mode)."""
+
+    _done: threading.Event = field(default_factory=threading.Event)
+    _error: BaseException | None = None
+
+    def wait(self) -> None:
+        self._done.wait()
+        if self._error is not None:
+            raise StoreClosedError(f"write failed: {self._error}") from self._error
+
+    def _finish(self, error: BaseException | None = None) -> None:
+        self._error = error
+        self._done.set()
+
+
 class Store:
     """An open RocksDB database in `path`; created on first use."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, durability: str = "sync") -> None:
+        if durability not in DURABILITY_MODES:
+            raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
         path.mkdir(parents=True, exist_ok=True)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
-        self._db = Rdict(str(path), options)
+        options.create_missing_column_families(True)
+        families = {name: Options(raw_mode=True) for name in COLUMN_FAMILIES}
+        self._db = Rdict(str(path), options, column_families=families)
         self.path = path
+        self.durability = durability
+        self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
+        self._handles = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        self._write_options = WriteOptions()
+        self._write_options.sync = durability == "sync"
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._queue: list[tuple[int, Sequence[Op], WriteTicket]] = []
+        self._overlay: dict[tuple[str, bytes], tuple[int, bytes | None]] = {}
+        self._next_seq = 1
+        self._closed = False
+        self._failed: BaseException | None = None
+        self._writer: threading.Thread | None = None
         self.schema_version = self._check_schema()
+        if durability == "sync":
+            self._writer = threading.Thread(target=self._write_loop, name="pml-store-writer")
+            self._writer.daemon = True
+            self._writer.start()
 
     def _check_schema(self) -> int:
-        raw = self._db.get(_META_SCHEMA_KEY)
+        meta = self._cf[CF_META]
+        raw = meta.get(_META_SCHEMA_KEY)
         if raw is None:
-            self._db.put(_META_SCHEMA_KEY, struct.pack(">I", SCHEMA_VERSION))
+            raw = self._db.get(_META_SCHEMA_KEY)  # stores created before column families existed
+        if raw is None:
+            meta.put(_META_SCHEMA_KEY, struct.pack(">I", SCHEMA_VERSION))
             return SCHEMA_VERSION
         found = int(struct.unpack(">I", raw)[0])
         if found > SCHEMA_VERSION:
@@ -44,6 +108,157 @@ class Store:
             )
         return found
 
+    # ---- reads -------------------------------------------------------------------------------
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        with self._lock:
+            pending = self._overlay.get((cf, key))
+        if pending is not None:
+            return pending[1]
+        value: bytes | None = self._cf[cf].get(key)
+        return value
+
+    def scan(
+        self,
+        cf: str,
+        prefix: bytes,
+        *,
+        start: bytes | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> list[tuple[bytes, bytes]]:
+        """Rows whose key starts with `prefix`, in key order (or reversed), from `start` on
+        (inclusive; for reverse scans `start` is the exclusive upper bound), at most `limit`."""
+        with self._lock:
+            pending = {
+                key: value
+                for (family, key), (_, value) in self._overlay.items()
+                if family == cf and key.startswith(prefix)
+            }
+        wanted = None if limit is None else limit + len(pending)
+        rows = dict(self._scan_db(cf, prefix, start, wanted, reverse))
+        for key, value in pending.items():
+            if value is None:
+                rows.pop(key, None)
+            else:
+                rows[key] = value
+        keys = sorted(rows, reverse=reverse)
+        if start is not None:
+            keys = [k for k in keys if (k < start if reverse else k >= start)]
+        if limit is not None:
+            keys = keys[:limit]
+        return [(k, rows[k]) for k in keys]
+
+    def _scan_db(
+        self, cf: str, prefix: bytes, start: bytes | None, limit: int | None, reverse: bool
+    ) -> Iterable[tuple[bytes, bytes]]:
+        it = self._cf[cf].iter(ReadOptions())
+        if reverse:
+            upper = start if start is not None else prefix_end(prefix)
+            if upper is None:
+                it.seek_to_last()
+            else:
+                it.seek_for_prev(upper)
+                if it.valid() and it.key() >= upper:
+                    it.prev()
+        else:
+            it.seek(start if start is not None and start > prefix else prefix)
+        count = 0
+        while it.valid() and (limit is None or count < limit):
+            key = it.key()
+            if not key.startswith(prefix):
+                break
+            yield key, it.value()
+            count += 1
+            if reverse:
+                it.prev()
+            else:
+                it.next()
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def submit(self, ops: Sequence[Op]) -> WriteTicket:
+        """Queue `ops` as one atomic batch. Reads see them at once; `wait()` the ticket before
+        acknowledging anything to a client."""
+        ticket = WriteTicket()
+        if self._writer is None:
+            self._check_open()
+            batch = self._batch(ops)
+            try:
+                self._db.write(batch, self._write_options)
+            except Exception as error:  # rocksdict raises plain Exception on I/O errors
+                self._failed = error
+                raise StoreClosedError(f"write failed: {error}") from error
+            ticket._finish()
+            return ticket
+        with self._lock:
+            self._check_open()
+            seq = self._next_seq
+            self._next_seq += 1
+            for cf, key, value in ops:
+                self._overlay[(cf, key)] = (seq, value)
+            self._queue.append((seq, ops, ticket))
+            self._wakeup.notify()
+        return ticket
+
+    def write(self, ops: Sequence[Op]) -> None:
+        self.submit(ops).wait()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("store is closed")
+        if self._failed is not None:
+            raise StoreClosedError(f"store refused writes after an I/O error: {self._failed}")
+
+    def _batch(self, ops: Iterable[Op]) -> WriteBatch:
+        batch = WriteBatch(raw_mode=True)
+        for cf, key, value in ops:
+            if value is None:
+                batch.delete(key, self._handles[cf])
+            else:
+                batch.put(key, value, self._handles[cf])
+        return batch
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._closed:
+                    self._wakeup.wait()
+                if not self._queue:
+                    return  # closed and drained
+                group, total = [], 0
+                while self._queue and (not group or total < _MAX_GROUP_OPS):
+                    item = self._queue.pop(0)
+                    group.append(item)
+                    total += len(item[1])
+            error: BaseException | None = None
+            try:
+                self._db.write(self._batch(op for _, ops, _ in group for op in ops), self._write_options)
+            except Exception as failure:
+                error = failure
+            last_seq = group[-1][0]
+            with self._lock:
+                if error is not None:
+                    self._failed = error
+                stale = [k for k, (seq, _) in self._overlay.items() if seq <= last_seq]
+                for k in stale:
+                    del self._overlay[k]
+            for _, _, ticket in group:
+                ticket._finish(error)
+
     def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._wakeup.notify_all()
+        if self._writer is not None:
+            self._writer.join()
         self._db.flush()
+        # Column family views hold a reference to the database: close them first, or the
+        # database stays open (and locked) until they are garbage-collected.
+        for family in self._cf.values():
+            family.close()
+        self._cf.clear()
+        self._handles.clear()
         self._db.close()

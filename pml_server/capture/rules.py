@@ -1,0 +1,174 @@
+"""Per-execution capture decisions (rules 1, 2, 4 and 7 of the capture issue), free of storage.
+
+Rule 1 (all-or-nothing), rule 2 (a failed run of a known pattern counts as a try), rule 4 (tools
+used come from the record; a disagreement with the code is recorded, not dropped) and the
+redaction and error signatures of rule 7 live here; rules 3, 5 and 6 need the store and are
+applied by the engine with the helpers of this package.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pml_server.capture.normalize import NormalizedParam
+from pml_server.capture.records import FailureSignature, PatternCounters
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError
+from pml_server.domain.model import ExecutionRecord, ExecutionStatus, ToolFailure
+
+REDACTED = '"[REDACTED]"'
+MAX_INTENT_CHARS = 4096
+MAX_TOOL_NAME_CHARS = 256
+MAX_REQUEST_ID_CHARS = 256
+
+
+@dataclass(frozen=True)
+class CaptureLimits:
+    max_code_bytes: int = 256 * 1024
+    max_tool_calls: int = 256
+    recent_values_per_param: int = 5
+    failure_signatures_per_pattern: int = 16
+
+
+def validate_record(record: ExecutionRecord, limits: CaptureLimits) -> None:
+    """Raise InvalidArgumentError naming every bad field of `record`."""
+    bad: list[FieldViolation] = []
+    if not record.request_id.strip():
+        bad.append(FieldViolation("request_id", "must not be empty"))
+    elif len(record.request_id) > MAX_REQUEST_ID_CHARS:
+        bad.append(FieldViolation("request_id", f"longer than {MAX_REQUEST_ID_CHARS} characters"))
+    if not record.intent.strip():
+        bad.append(FieldViolation("intent", "must not be empty"))
+    elif len(record.intent) > MAX_INTENT_CHARS:
+        bad.append(FieldViolation("intent", f"longer than {MAX_INTENT_CHARS} characters"))
+    if not record.code.strip():
+        bad.append(FieldViolation("code", "must not be empty"))
+    elif len(record.code.encode("utf-8")) > limits.max_code_bytes:
+        bad.append(FieldViolation("code", f"larger than {limits.max_code_bytes} bytes"))
+    if not record.language.strip():
+        bad.append(FieldViolation("language", "must not be empty"))
+    if len(record.tool_calls) > limits.max_tool_calls:
+        bad.append(FieldViolation("tool_calls", f"more than {limits.max_tool_calls} tool calls"))
+    for i, call in enumerate(record.tool_calls[: limits.max_tool_calls]):
+        if not call.tool.strip():
+            bad.append(FieldViolation(f"tool_calls[{i}].tool", "must not be empty"))
+        elif len(call.tool) > MAX_TOOL_NAME_CHARS:
+            bad.append(
+                FieldViolation(f"tool_calls[{i}].tool", f"longer than {MAX_TOOL_NAME_CHARS}")
+            )
+        if not math.isfinite(call.duration_ms) or call.duration_ms < 0:
+            bad.append(FieldViolation(f"tool_calls[{i}].duration_ms", "must be finite and >= 0"))
+    if not math.isfinite(record.duration_ms) or record.duration_ms < 0:
+        bad.append(FieldViolation("duration_ms", "must be finite and >= 0"))
+    if bad:
+        raise InvalidArgumentError(bad)
+
+
+def tool_failures(record: ExecutionRecord) -> tuple[ToolFailure, ...]:
+    return tuple(ToolFailure(c.tool, c.error) for c in record.tool_calls if not c.ok)
+
+
+def run_succeeded(record: ExecutionRecord) -> bool:
+    """Rule 1: a run counts as a success only if its status and every tool call succeeded."""
+    return record.status is ExecutionStatus.SUCCESS and all(c.ok for c in record.tool_calls)
+
+
+def tools_used(record: ExecutionRecord) -> tuple[str, ...]:
+    """Rule 4: the ordered tool calls that succeeded, as the runtime observed them."""
+    return tuple(c.tool for c in record.tool_calls if c.ok)
+
+
+def tool_signature(tools: Sequence[str]) -> tuple[str, ...]:
+    """The grouping signature: tools in order with consecutive repeats collapsed, so one loop
+    that ran twice or three times gives the same signature."""
+    out: list[str] = []
+    for tool in tools:
+        if not out or out[-1] != tool:
+            out.append(tool)
+    return tuple(out)
+
+
+def tools_disagree(code_tools: Sequence[str], used: Sequence[str], parse_ok: bool) -> bool:
+    """Rule 4: the code's statically read tool calls name other tools than the run used.
+    Compared as sets: a loop or a branch legitimately changes counts and order at run time.
+    When the code did not parse, nothing was read statically and nothing can disagree."""
+    return parse_ok and set(code_tools) != set(used)
+
+
+def redacted_values(params: Sequence[NormalizedParam]) -> dict[str, str]:
+    """Placeholder -> value (JSON text); secrets never reach the store."""
+    return {p.name: (REDACTED if p.secret else p.value_json) for p in params}
+
+
+def push_recent(
+    recent: dict[str, list[str]], values: dict[str, str], bound: int
+) -> dict[str, list[str]]:
+    """Newest first, no repeats, at most `bound` per placeholder."""
+    merged = {name: list(vals) for name, vals in recent.items()}
+    for name, value in values.items():
+        kept = [v for v in merged.get(name, []) if v != value]
+        merged[name] = [value, *kept][:bound]
+    return merged
+
+
+_NUMBER = re.compile(r"\b0x[0-9a-fA-F]+\b|\b\d+(\.\d+)?\b")
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
+def error_signature(tool: str, error: str) -> str:
+    """`tool: error` with numbers and quoted values blanked, so "timeout after 30s" and
+    "timeout after 31s" are one kind of failure."""
+    text = _QUOTED.sub("'?'", error.strip())
+    text = _NUMBER.sub("#", text)
+    return f"{tool}: {' '.join(text.split())[:200]}"
+
+
+def count_success(
+    counters: PatternCounters,
+    record: ExecutionRecord,
+    values: dict[str, str],
+    mismatch: bool,
+    now_ms: int,
+    limits: CaptureLimits,
+) -> PatternCounters:
+    """Rule 2 (success) and rule 3 (a new pattern starts from zero counters: usage=1, success=1)."""
+    return replace(
+        counters,
+        usage=counters.usage + 1,
+        success=counters.success + 1,
+        last_used_ms=now_ms,
+        duration_sum_ms=counters.duration_sum_ms + record.duration_ms,
+        duration_runs=counters.duration_runs + 1,
+        mismatch_count=counters.mismatch_count + (1 if mismatch else 0),
+        recent_values=push_recent(counters.recent_values, values, limits.recent_values_per_param),
+    )
+
+
+def count_failed_try(
+    counters: PatternCounters,
+    record: ExecutionRecord,
+    values: dict[str, str],
+    now_ms: int,
+    limits: CaptureLimits,
+) -> PatternCounters:
+    """Rule 2 (a failed run of a known pattern) and rule 7 (its values and error signature)."""
+    failures = tool_failures(record) or (ToolFailure("", "execution failed"),)
+    signatures = list(counters.failure_signatures)
+    for failure in failures:
+        signature = error_signature(failure.tool, failure.error)
+        found = next((i for i, s in enumerate(signatures) if s.signature == signature), None)
+        if found is None:
+            entry = FailureSignature(signature, failure.tool, failure.error, 1, now_ms, values)
+        else:
+            old = signatures.pop(found)
+            entry = replace(old, count=old.count + 1, last_ms=now_ms, values_json=values)
+        signatures.insert(0, entry)
+    return replace(
+        counters,
+        usage=counters.usage + 1,
+        failure=counters.failure + 1,
+        last_used_ms=now_ms,
+        failure_signatures=signatures[: limits.failure_signatures_per_pattern],
+    )

@@ -1,0 +1,74 @@
+"""Stored records -> the domain views the API returns (PatternView, CapabilityView, ...)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pml_server.capture.records import CapabilityRecord, IntentRecord, PatternCounters, PatternRecord
+from pml_server.domain.model import CapabilityView, IntentView, ParamView, PatternView
+
+MAX_CAPABILITY_INTENTS = 50
+
+
+def pattern_view(
+    record: PatternRecord, counters: PatternCounters, intents: Sequence[IntentRecord]
+) -> PatternView:
+    ordered = sorted(intents, key=lambda i: (-i.hit_count, i.id))
+    return PatternView(
+        id=record.id,
+        code_hash=record.code_hash,
+        template=record.template,
+        original_code=record.original_code,
+        language=record.language,
+        tools_used=record.tools_used,
+        params=tuple(
+            ParamView(
+                name=p.name,
+                json_type=p.json_type,
+                secret=p.secret,
+                recent_values_json=tuple(counters.recent_values.get(p.name, ())),
+            )
+            for p in record.params
+        ),
+        parameter_schema_json=record.parameter_schema_json,
+        usage_count=counters.usage,
+        success_count=counters.success,
+        failure_count=counters.failure,
+        first_seen_ms=record.first_seen_ms,
+        last_used_ms=counters.last_used_ms,
+        mean_duration_ms=counters.mean_duration_ms,
+        capability_id=record.capability_id,
+        intents=tuple(IntentView(i.str_id, i.text, i.hit_count, i.last_seen_ms) for i in ordered),
+        flagged_for_removal=record.flagged_for_removal,
+        superseded_by=record.superseded_by,
+        tool_mismatch_count=counters.mismatch_count,
+    )
+
+
+def best_pattern(patterns: Sequence[PatternView]) -> PatternView:
+    """The member a capability is represented by: best smoothed success rate, then usage.
+    Patterns flagged for removal or superseded come last."""
+
+    def key(p: PatternView) -> tuple[bool, float, int, str]:
+        demoted = p.flagged_for_removal or bool(p.superseded_by)
+        rate = (p.success_count + 1) / (p.usage_count + 2)
+        return (not demoted, rate, p.usage_count, p.id)
+
+    return max(patterns, key=key)
+
+
+def capability_view(record: CapabilityRecord, members: Sequence[PatternView]) -> CapabilityView:
+    texts: list[str] = []
+    for member in members:
+        texts.extend(i.text for i in member.intents if i.text not in texts)
+    return CapabilityView(
+        id=record.id,
+        tools=record.tools,
+        pattern_ids=tuple(m.id for m in members),
+        best_pattern_id=best_pattern(members).id if members else "",
+        intents=tuple(texts[:MAX_CAPABILITY_INTENTS]),
+        usage_count=sum(m.usage_count for m in members),
+        success_count=sum(m.success_count for m in members),
+        failure_count=sum(m.failure_count for m in members),
+        last_used_ms=max((m.last_used_ms for m in members), default=0),
+    )

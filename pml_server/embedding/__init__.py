@@ -1,0 +1,35 @@
+"""Embeddings: the only package that imports onnxruntime and tokenizers.
+
+`make_embedder("minilm" | "hashing")` gives a cached Embedder; `check_client_vector` validates a
+vector supplied by a client; `VectorIndex` wraps the Rust HNSW index with intent-id bookkeeping.
+"""
+
+from __future__ import annotations
+
+from pml_server.embedding.base import Embedder, check_client_vector, l2_normalize
+from pml_server.embedding.cache import CachedEmbedder
+from pml_server.embedding.hashing import HashingEmbedder
+
+EMBEDDERS = ("minilm", "hashing")
+
+
+def make_embedder(name: str, cache_size: int = 10_000) -> CachedEmbedder:
+    """The embedder named in the configuration, wrapped in the (model, text) cache."""
+    if name == "minilm":
+        from pml_server.embedding.minilm import MiniLMEmbedder  # loads onnxruntime lazily
+
+        return CachedEmbedder(MiniLMEmbedder(), cache_size)
+    if name == "hashing":
+        return CachedEmbedder(HashingEmbedder(), cache_size)
+    raise ValueError(f"unknown embedder {name!r}; choose one of {EMBEDDERS}")
+
+
+__all__ = [
+    "EMBEDDERS",
+    "CachedEmbedder",
+    "Embedder",
+    "HashingEmbedder",
+    "check_client_vector",
+    "l2_normalize",
+    "make_embedder",
+]

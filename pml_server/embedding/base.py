@@ -1,0 +1,55 @@
+"""The `Embedder` interface and the checks every vector passes, whoever computed it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError
+
+Matrix = npt.NDArray[np.float32]
+Vector = npt.NDArray[np.float32]
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalized float32 vectors (so a dot product is the cosine)."""
+
+    @property
+    def model_id(self) -> str:
+        """Identifies the model and its settings; stored with every vector."""
+
+    @property
+    def family(self) -> str:
+        """Key of the similarity thresholds calibrated for this kind of model."""
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        """One row per text, shape (len(texts), dim)."""
+
+
+def l2_normalize(matrix: Matrix) -> Matrix:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (matrix / norms).astype(np.float32)
+
+
+def check_client_vector(values: Sequence[float], dim: int, field: str) -> Vector:
+    """A vector supplied by a client: right dimension, finite, not all zeros; returned normalized."""
+    if len(values) != dim:
+        raise InvalidArgumentError(
+            FieldViolation(field, f"has {len(values)} values; this server's model needs {dim}")
+        )
+    bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+    if bad is not None:
+        raise InvalidArgumentError(FieldViolation(field, f"value [{bad}] is not a finite number"))
+    vector = np.asarray(values, dtype=np.float32)
+    norm = float(np.linalg.norm(vector))
+    if norm == 0.0 or not math.isfinite(norm):
+        raise InvalidArgumentError(FieldViolation(field, "must not be the zero vector"))
+    return (vector / norm).astype(np.float32)

@@ -1,0 +1,58 @@
+"""An embedding cache keyed by (model id, text): repeated intents are embedded once."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from pml_server.embedding.base import Embedder, Matrix, Vector
+
+
+class CachedEmbedder:
+    """Wraps an Embedder with a bounded LRU cache; same interface."""
+
+    def __init__(self, inner: Embedder, capacity: int = 10_000) -> None:
+        self._inner = inner
+        self._capacity = capacity
+        self._cache: OrderedDict[tuple[str, str], Vector] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def model_id(self) -> str:
+        return self._inner.model_id
+
+    @property
+    def family(self) -> str:
+        return self._inner.family
+
+    @property
+    def dim(self) -> int:
+        return self._inner.dim
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        model = self._inner.model_id
+        rows: list[Vector | None] = []
+        with self._lock:
+            for text in texts:
+                vector = self._cache.get((model, text))
+                if vector is not None:
+                    self._cache.move_to_end((model, text))
+                rows.append(vector)
+        missing = sorted({t for t, v in zip(texts, rows, strict=True) if v is None})
+        computed = dict(zip(missing, self._inner.embed(missing), strict=True)) if missing else {}
+        with self._lock:
+            self.hits += len(texts) - sum(1 for v in rows if v is None)
+            self.misses += len(missing)
+            for text, vector in computed.items():
+                self._cache[(model, text)] = vector
+                if len(self._cache) > self._capacity:
+                    self._cache.popitem(last=False)
+        out = [v if v is not None else computed[t] for t, v in zip(texts, rows, strict=True)]
+        if not out:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack(out).astype(np.float32)

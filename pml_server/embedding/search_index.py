@@ -1,0 +1,68 @@
+"""One tenant's in-memory search state: the vector index over intent vectors, the lexical index
+over intent texts + tool names, and the intent id -> pattern id mapping. Derived from the store
+(rebuilt or restored from a snapshot at open), updated by every capture and deletion."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from pml_server.capture.records import IntentRecord
+from pml_server.embedding.base import Vector
+from pml_server.embedding.index import AnnIndex, index_from_bytes, new_index
+from pml_server.ranking import LexicalIndex
+
+
+def lexical_document(text: str, tools: Sequence[str]) -> str:
+    return " ".join([text, *tools])
+
+
+class TenantSearchIndex:
+    def __init__(self, kind: str, dim: int, ann: AnnIndex | None = None) -> None:
+        self.kind = kind
+        self.dim = dim
+        self.ann = ann if ann is not None else new_index(kind, dim)
+        self.lexical = LexicalIndex()
+        self.pattern_of: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def restore(cls, kind: str, dim: int, data: bytes) -> TenantSearchIndex:
+        return cls(kind, dim, index_from_bytes(kind, dim, data))
+
+    def add(self, intent: IntentRecord, tools: Sequence[str], vector_too: bool = True) -> None:
+        with self._lock:
+            if vector_too and not self.ann.contains(intent.id):
+                ids = np.array([intent.id], dtype=np.uint64)
+                self.ann.add(ids, intent.vector.reshape(1, -1).astype(np.float32))
+            self.lexical.add(intent.str_id, lexical_document(intent.text, tools))
+            self.pattern_of[intent.id] = intent.pattern_id
+
+    def remove(self, intent_ids: Sequence[int]) -> None:
+        with self._lock:
+            if intent_ids:
+                self.ann.remove(np.array(list(intent_ids), dtype=np.uint64))
+            for intent_id in intent_ids:
+                self.lexical.remove(f"int_{intent_id:016x}")
+                self.pattern_of.pop(intent_id, None)
+
+    def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
+        with self._lock:
+            if len(self.ann) == 0:
+                return []
+            ids, scores = self.ann.search(query.astype(np.float32), min(limit, len(self.ann)))
+        return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
+
+    def lexical_hits(self, text: str, limit: int) -> list[tuple[int, float]]:
+        hits = self.lexical.search(text, limit)
+        return [(int(doc_id[4:], 16), score) for doc_id, score in hits]
+
+    def snapshot(self) -> bytes:
+        with self._lock:
+            return self.ann.to_bytes()
+
+    def vector_count(self) -> int:
+        with self._lock:
+            return len(self.ann)

@@ -1,0 +1,818 @@
+"""The engine: composition root of capture, store, embeddings, indexes, ranking and retention.
+
+`Engine.open(config)` opens the RocksDB store, checks that it was written with the configured
+embedding model, and restores the in-memory search indexes (vector snapshot + op log replay, or
+a rebuild) in a background thread; `is_ready()` turns True when they have caught up, and until
+then every call that needs them raises UnavailableError.
+
+Concurrency: a capture holds a striped lock for its request id (idempotency), then one for its
+code hash (exact read-modify-write of the pattern's counters), then, only when it creates a
+pattern, one for its tool signature (capability grouping), and last a per-tenant lock for the
+tenant's stats and failure log. Everything a capture changes goes to the store as one batch,
+submitted while the locks are held (the store's overlay makes it visible to the next holder at
+once) and awaited after the inner locks are released, so group commit can merge concurrent
+captures into one fsync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from pml_server import _core
+from pml_server.capture.dedup import DEFAULT_THRESHOLDS, SimilarityThresholds, choose_capability
+from pml_server.capture.dedup import near_duplicate
+from pml_server.capture.locks import StripedLocks
+from pml_server.capture.normalize import NormalizedCode, normalize
+from pml_server.capture.records import (
+    CapabilityRecord,
+    IntentRecord,
+    PatternCounters,
+    PatternRecord,
+    ParamSpec,
+    TenantStats,
+)
+from pml_server.capture.rules import (
+    CaptureLimits,
+    count_failed_try,
+    count_success,
+    redacted_values,
+    run_succeeded,
+    tool_failures,
+    tool_signature,
+    tools_disagree,
+    tools_used,
+    validate_record,
+)
+from pml_server.capture.views import capability_view, pattern_view
+from pml_server.config import EngineConfig
+from pml_server.domain.errors import (
+    FailedPreconditionError,
+    FieldViolation,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+)
+from pml_server.domain.model import (
+    CapabilityView,
+    CaptureOutcome,
+    CaptureResult,
+    ExecutionRecord,
+    FailureEntry,
+    Page,
+    PageRequest,
+    PatternView,
+    RetentionAction,
+    RetentionReport,
+    Stats,
+    SuggestQuery,
+    SuggestResult,
+    ToolFailure,
+)
+from pml_server.embedding import CachedEmbedder, check_client_vector, make_embedder
+from pml_server.embedding.base import Embedder, Vector
+from pml_server.embedding.search_index import TenantSearchIndex
+from pml_server.ranking import Candidate, rank
+from pml_server.retention import evaluate
+from pml_server.storage import Store
+from pml_server.storage.allocator import BlockAllocator
+from pml_server.storage.repo import Repository, tools_digest
+from pml_server.storage.rocks import Op, WriteTicket
+
+Clock = Callable[[], int]
+Normalizer = Callable[[str, str], NormalizedCode]
+MAX_PAGE_SIZE = 1000
+MAX_TAGS = 32
+# Capabilities compared when a new pattern looks for a group (same tool signature).
+MAX_GROUP_CANDIDATES = 64
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class _Change:
+    """What one capture or deletion changes besides its own ops: tenant stats deltas, failure
+    log entries, and in-memory index updates to apply once the batch is submitted."""
+
+    ops: list[Op] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    index_adds: list[tuple[IntentRecord, tuple[str, ...]]] = field(default_factory=list)
+    index_removes: list[int] = field(default_factory=list)
+
+    def count(self, name: str, delta: int = 1) -> None:
+        self.stats[name] = self.stats.get(name, 0) + delta
+
+
+def _encode_result(result: CaptureResult) -> bytes:
+    data = {
+        "outcome": result.outcome.value,
+        "pattern_id": result.pattern_id,
+        "capability_id": result.capability_id,
+        "new_pattern": result.new_pattern,
+        "tool_failures": [[f.tool, f.error] for f in result.tool_failures],
+        "tool_mismatch": result.tool_mismatch,
+    }
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def _decode_result(raw: bytes) -> CaptureResult:
+    data = json.loads(raw)
+    return CaptureResult(
+        outcome=CaptureOutcome(data["outcome"]),
+        pattern_id=data["pattern_id"],
+        capability_id=data["capability_id"],
+        new_pattern=data["new_pattern"],
+        tool_failures=tuple(ToolFailure(t, e) for t, e in data["tool_failures"]),
+        tool_mismatch=data["tool_mismatch"],
+        replayed=True,
+    )
+
+
+def _check_tenant(tenant: str) -> None:
+    if not tenant or len(tenant.encode("utf-8")) > 256:
+        raise InvalidArgumentError(FieldViolation("tenant", "must be 1 to 256 bytes"))
+
+
+def _check_page(page: PageRequest) -> None:
+    if not 1 <= page.page_size <= MAX_PAGE_SIZE:
+        raise InvalidArgumentError(
+            FieldViolation("page_size", f"must be between 1 and {MAX_PAGE_SIZE}")
+        )
+
+
+class Engine:
+    """Implements `pml_server.domain.engine.EngineProtocol`."""
+
+    @classmethod
+    def open(
+        cls, config: EngineConfig, clock: Clock | None = None, normalizer: Normalizer = normalize
+    ) -> Engine:
+        embedder = make_embedder(config.embedder, config.embedding_cache_size)
+        store = Store(config.data_dir, config.durability)
+        try:
+            engine = cls(config, store, embedder, clock or wall_clock_ms, normalizer)
+        except BaseException:
+            store.close()
+            raise
+        engine.start()
+        return engine
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        store: Store,
+        embedder: Embedder | CachedEmbedder,
+        clock: Clock,
+        normalizer: Normalizer = normalize,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._repo = Repository(store)
+        self._embedder = embedder
+        self._clock = clock
+        self._normalizer = normalizer
+        stored_model = self._repo.model_id()
+        if stored_model is None:
+            store.write([self._repo.put_model_id(embedder.model_id)])
+        elif stored_model != embedder.model_id:
+            raise FailedPreconditionError(
+                f"the store at {config.data_dir} holds vectors of embedding model "
+                f"{stored_model!r}; this server is configured with {embedder.model_id!r}. "
+                "Start it with the store's model, or use another data directory."
+            )
+        defaults = DEFAULT_THRESHOLDS[embedder.family]
+        self._thresholds = SimilarityThresholds(
+            intent_duplicate=config.intent_duplicate_threshold or defaults.intent_duplicate,
+            capability_group=config.capability_group_threshold or defaults.capability_group,
+        )
+        self._limits = CaptureLimits(
+            max_code_bytes=config.max_code_bytes,
+            max_tool_calls=config.max_tool_calls,
+            recent_values_per_param=config.recent_values_per_param,
+        )
+        self._request_locks = StripedLocks(1024)
+        self._pattern_locks = StripedLocks(1024)
+        self._group_locks = StripedLocks(256)
+        self._tenant_locks = StripedLocks(64)
+        self._intent_ids = BlockAllocator(self._repo, "intent")
+        self._seqs = BlockAllocator(self._repo, "seq")
+        self._indexes: dict[str, TenantSearchIndex] = {}
+        self._indexes_lock = threading.Lock()
+        self._ready = threading.Event()
+        self._load_error: BaseException | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Restore the search indexes in the background (and start the retention job)."""
+        loader = threading.Thread(target=self._load_indexes, name="pml-index-loader", daemon=True)
+        self._threads.append(loader)
+        loader.start()
+        if self._config.retention_in_background:
+            job = threading.Thread(target=self._retention_loop, name="pml-retention", daemon=True)
+            self._threads.append(job)
+            job.start()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        self._ready.wait(timeout)
+        if self._load_error is not None:
+            raise self._load_error
+        return self._ready.is_set()
+
+    def is_ready(self) -> bool:
+        return self._ready.is_set() and self._load_error is None
+
+    def _require_ready(self) -> None:
+        if not self.is_ready():
+            raise UnavailableError("the search index is still catching up with the store")
+
+    def _load_indexes(self) -> None:
+        try:
+            self._indexes = self._restore_indexes()
+            self._ready.set()
+        except BaseException as error:  # reported by wait_ready; is_ready stays False
+            self._load_error = error
+            self._ready.set()
+
+    def _restore_indexes(self) -> dict[str, TenantSearchIndex]:
+        kind, dim = self._config.vector_index, self._embedder.dim
+        tools_of: dict[tuple[str, str], tuple[str, ...]] = {}
+        by_tenant: dict[str, list[IntentRecord]] = {}
+        for tenant, intent in self._repo.all_intents():
+            by_tenant.setdefault(tenant, []).append(intent)
+        oplog = self._repo.oplog_after(0)
+        indexes: dict[str, TenantSearchIndex] = {}
+        for tenant, intents in by_tenant.items():
+            index = self._restored_or_new(tenant, kind, dim, oplog)
+            for intent in intents:
+                key = (tenant, intent.pattern_id)
+                if key not in tools_of:
+                    pattern = self._repo.pattern(tenant, intent.pattern_id)
+                    tools_of[key] = pattern.tools_used if pattern else ()
+                index.add(intent, tools_of[key])
+            complete = index.vector_count() == len(intents) and all(
+                index.ann.contains(i.id) for i in intents
+            )
+            if not complete:  # stale or foreign snapshot: rebuild from the store
+                index = TenantSearchIndex(kind, dim)
+                for intent in intents:
+                    index.add(intent, tools_of[(tenant, intent.pattern_id)])
+            indexes[tenant] = index
+        return indexes
+
+    def _restored_or_new(
+        self, tenant: str, kind: str, dim: int, oplog: list[tuple[int, dict[str, Any]]]
+    ) -> TenantSearchIndex:
+        snapshot = self._repo.snapshot(tenant)
+        if snapshot is None:
+            return TenantSearchIndex(kind, dim)
+        seq, data = snapshot
+        try:
+            index = TenantSearchIndex.restore(kind, dim, data)
+        except (_core.CoreError, ValueError, OSError):
+            return TenantSearchIndex(kind, dim)
+        removed = [
+            intent_id
+            for op_seq, op in oplog
+            if op_seq > seq and op["tenant"] == tenant and op["op"] == "remove"
+            for intent_id in op["ids"]
+        ]
+        present = [i for i in removed if index.ann.contains(i)]
+        if present:
+            index.ann.remove(np.array(present, dtype=np.uint64))
+        return index  # additions since the snapshot are re-added from the intents column
+
+    def snapshot_indexes(self) -> None:
+        """Persist every tenant's vector index and drop the op log they include."""
+        if not self.is_ready():
+            return
+        with self._indexes_lock:
+            indexes = dict(self._indexes)
+        seq = self._seqs.last_issued()
+        ops: list[Op] = [self._repo.put_snapshot(t, seq, i.snapshot()) for t, i in indexes.items()]
+        ops += self._repo.delete_oplog_through(seq)
+        self._store.write(ops)
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        with contextlib.suppress(Exception):
+            self.snapshot_indexes()
+        self._store.close()
+
+    def _retention_loop(self) -> None:
+        interval = self._config.retention.interval_seconds
+        while not self._stop.wait(interval):
+            with self._indexes_lock:
+                tenants = list(self._indexes)
+            for tenant in tenants:
+                with contextlib.suppress(Exception):
+                    self.run_retention(tenant, apply=True)
+
+    # ---- helpers -----------------------------------------------------------------------------
+
+    def embedding_dim(self) -> int:
+        return self._embedder.dim
+
+    def _embed_one(self, text: str) -> Vector:
+        return self._embedder.embed([text])[0]
+
+    def _index_for(self, tenant: str) -> TenantSearchIndex:
+        with self._indexes_lock:
+            index = self._indexes.get(tenant)
+            if index is None:
+                index = TenantSearchIndex(self._config.vector_index, self._embedder.dim)
+                self._indexes[tenant] = index
+            return index
+
+    def _normalize(self, record: ExecutionRecord) -> NormalizedCode:
+        try:
+            return self._normalizer(record.code, record.language)
+        except _core.CoreError as error:
+            name = "language" if "language" in str(error).lower() else "code"
+            raise InvalidArgumentError(FieldViolation(name, str(error))) from error
+
+    def _commit(self, tenant: str, change: _Change) -> WriteTicket:
+        """Add the tenant's stats and failure log to `change.ops` and submit them as one batch."""
+        with self._tenant_locks.lock_for(tenant):
+            stats = self._repo.stats(tenant)
+            logged = len(change.failures)
+            if logged:
+                retained = min(stats.failures_logged, self._config.failure_log_size)
+                excess = retained + logged - self._config.failure_log_size
+                for entry in change.failures:
+                    change.ops.append(self._repo.put_failure(tenant, self._seqs.next(), entry))
+                if excess > 0:
+                    for key in self._repo.oldest_failure_keys(tenant, excess):
+                        change.ops.append(self._repo.delete_failure(key))
+                change.count("failures_logged", logged)
+            if change.stats:
+                values = {k: getattr(stats, k) + v for k, v in change.stats.items()}
+                change.ops.append(self._repo.put_stats(tenant, replace(stats, **values)))
+            ticket = self._store.submit(change.ops)
+        if change.index_adds or change.index_removes:
+            index = self._index_for(tenant)
+            index.remove(change.index_removes)
+            for intent, tools in change.index_adds:
+                index.add(intent, tools)
+        return ticket
+
+    def _failure_entries(
+        self, record: ExecutionRecord, code_hash: str, pattern_id: str, now: int
+    ) -> list[dict[str, Any]]:
+        failures = tool_failures(record) or (ToolFailure("", "execution failed"),)
+        return [
+            {
+                "request_id": record.request_id,
+                "tool": f.tool,
+                "error": f.error,
+                "intent": record.intent,
+                "code_hash": code_hash,
+                "pattern_id": pattern_id,
+                "time_ms": now,
+            }
+            for f in failures
+        ]
+
+    def _oplog(self, tenant: str, op: str, ids: Sequence[int]) -> Op:
+        return self._repo.put_oplog(self._seqs.next(), {"tenant": tenant, "op": op, "ids": list(ids)})
+
+    def _new_intent(self, pattern_id: str, text: str, vector: Vector, now: int) -> IntentRecord:
+        return IntentRecord(
+            id=self._intent_ids.next(),
+            pattern_id=pattern_id,
+            text=text,
+            hit_count=1,
+            last_seen_ms=now,
+            model_id=self._embedder.model_id,
+            vector=vector,
+        )
+
+    # ---- capture -----------------------------------------------------------------------------
+
+    def record(self, tenant: str, record: ExecutionRecord) -> CaptureResult:
+        _check_tenant(tenant)
+        validate_record(record, self._limits)
+        client_vector = (
+            check_client_vector(record.intent_embedding, self._embedder.dim, "intent_embedding")
+            if record.intent_embedding is not None
+            else None
+        )
+        self._require_ready()
+        succeeded = run_succeeded(record)
+        with self._request_locks.lock_for(tenant, record.request_id):
+            prior = self._repo.request_result(tenant, record.request_id)
+            if prior is not None:
+                return _decode_result(prior)  # rule 6: the first answer, nothing counted twice
+            normalized = self._normalize(record)
+            vector = client_vector
+            if vector is None and succeeded:
+                vector = self._embed_one(record.intent)
+            with contextlib.ExitStack() as held:
+                held.enter_context(self._pattern_locks.lock_for(tenant, normalized.code_hash))
+                change = _Change()
+                result = self._capture_locked(tenant, record, normalized, vector, change, held)
+                change.ops.append(
+                    self._repo.put_request_result(tenant, record.request_id, _encode_result(result))
+                )
+                ticket = self._commit(tenant, change)
+            ticket.wait()
+        return result
+
+    def _capture_locked(
+        self,
+        tenant: str,
+        record: ExecutionRecord,
+        normalized: NormalizedCode,
+        vector: Vector | None,
+        change: _Change,
+        held: contextlib.ExitStack,
+    ) -> CaptureResult:
+        now = self._clock()
+        pattern_id = self._repo.pattern_id_for_hash(tenant, normalized.code_hash)
+        pattern = self._repo.pattern(tenant, pattern_id) if pattern_id else None
+        counters = self._repo.counters(tenant, pattern_id) if pattern_id else None
+        failures = tool_failures(record)
+        if pattern is None or counters is None:
+            if vector is None:  # rule 1: a new pattern with a failure is not saved
+                change.count("rejected")
+                change.failures = self._failure_entries(record, normalized.code_hash, "", now)
+                return CaptureResult(CaptureOutcome.REJECTED, tool_failures=failures)
+            return self._insert_pattern(tenant, record, normalized, vector, change, held, now)
+        change.count("executions")
+        values = redacted_values(normalized.params)
+        used = tools_used(record)
+        if vector is None:  # rule 2: a failed try of a known pattern; rule 7: its values, error
+            counted = count_failed_try(counters, record, values, now, self._limits)
+            change.failures = self._failure_entries(record, normalized.code_hash, pattern.id, now)
+            change.ops.append(self._repo.put_counters(tenant, pattern.id, counted))
+            return CaptureResult(
+                CaptureOutcome.COUNTED,
+                pattern_id=pattern.id,
+                capability_id=pattern.capability_id,
+                tool_failures=failures,
+            )
+        mismatch = tools_disagree(normalized.tool_calls, used, normalized.parse_ok)
+        counted = count_success(counters, record, values, mismatch, now, self._limits)
+        counted.tags = sorted({*counted.tags, *record.tags})[:MAX_TAGS]
+        change.ops.append(self._repo.put_counters(tenant, pattern.id, counted))
+        intents = self._repo.intents(tenant, pattern.id)
+        duplicate = near_duplicate(
+            [i.vector for i in intents], vector, self._thresholds.intent_duplicate
+        )
+        if duplicate is not None:  # rule 5: bump the existing mapping, no new vector
+            old = intents[duplicate]
+            bumped = replace(old, hit_count=old.hit_count + 1, last_seen_ms=now)
+            change.ops.append(self._repo.put_intent(tenant, bumped))
+        else:
+            intent = self._new_intent(pattern.id, record.intent, vector, now)
+            change.ops += [
+                self._repo.put_intent(tenant, intent),
+                self._oplog(tenant, "add", [intent.id]),
+            ]
+            change.index_adds.append((intent, pattern.tools_used))
+            change.count("intents")
+        return CaptureResult(
+            CaptureOutcome.COUNTED,
+            pattern_id=pattern.id,
+            capability_id=pattern.capability_id,
+            tool_mismatch=mismatch,
+        )
+
+    def _insert_pattern(
+        self,
+        tenant: str,
+        record: ExecutionRecord,
+        normalized: NormalizedCode,
+        vector: Vector,
+        change: _Change,
+        held: contextlib.ExitStack,
+        now: int,
+    ) -> CaptureResult:
+        """Rule 3: a new successful pattern, usage=1 success=1, grouped into a capability."""
+        used = tools_used(record)
+        signature = tool_signature(used)
+        # Held until the batch is submitted, so two new patterns of one signature never both
+        # create a capability.
+        held.enter_context(self._group_locks.lock_for(tenant, tools_digest(signature)))
+        candidates = []
+        for capability_id in self._repo.capabilities_with_tools(tenant, signature)[
+            :MAX_GROUP_CANDIDATES
+        ]:
+            capability = self._repo.capability(tenant, capability_id)
+            if capability is None:
+                continue
+            vectors = [
+                i.vector for pid in capability.pattern_ids for i in self._repo.intents(tenant, pid)
+            ]
+            candidates.append((capability_id, vectors))
+        chosen = choose_capability(candidates, vector, self._thresholds.capability_group)
+        pattern_id = f"pat_{secrets.token_hex(8)}"
+        existing = self._repo.capability(tenant, chosen) if chosen else None
+        if existing is not None:
+            capability = replace(existing, pattern_ids=(*existing.pattern_ids, pattern_id))
+        else:
+            capability = CapabilityRecord(f"cap_{secrets.token_hex(8)}", signature, (pattern_id,), now)
+            change.count("capabilities")
+        mismatch = tools_disagree(normalized.tool_calls, used, normalized.parse_ok)
+        pattern = PatternRecord(
+            id=pattern_id,
+            code_hash=normalized.code_hash,
+            template=normalized.template,
+            original_code=record.code,
+            language=normalized.language,
+            tools_used=used,
+            params=tuple(ParamSpec(p.name, p.json_type, p.secret) for p in normalized.params),
+            parameter_schema_json=normalized.schema_json,
+            capability_id=capability.id,
+            first_seen_ms=now,
+            code_tools=normalized.tool_calls,
+            parse_ok=normalized.parse_ok,
+        )
+        values = redacted_values(normalized.params)
+        counters = count_success(PatternCounters(), record, values, mismatch, now, self._limits)
+        counters.tags = sorted(set(record.tags))[:MAX_TAGS]
+        intent = self._new_intent(pattern_id, record.intent, vector, now)
+        change.ops += [
+            self._repo.put_pattern(tenant, pattern),
+            self._repo.put_hash(tenant, pattern.code_hash, pattern_id),
+            self._repo.put_counters(tenant, pattern_id, counters),
+            self._repo.put_intent(tenant, intent),
+            *self._repo.put_capability(tenant, capability),
+            self._oplog(tenant, "add", [intent.id]),
+        ]
+        change.index_adds.append((intent, used))
+        for name in ("patterns", "intents", "executions"):
+            change.count(name)
+        return CaptureResult(
+            CaptureOutcome.SAVED,
+            pattern_id=pattern_id,
+            capability_id=capability.id,
+            new_pattern=True,
+            tool_mismatch=mismatch,
+        )
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def _pattern_view(self, tenant: str, record: PatternRecord) -> PatternView | None:
+        counters = self._repo.counters(tenant, record.id)
+        if counters is None:
+            return None
+        return pattern_view(record, counters, self._repo.intents(tenant, record.id))
+
+    def get_pattern(self, tenant: str, pattern_id: str) -> PatternView:
+        _check_tenant(tenant)
+        record = self._repo.pattern(tenant, pattern_id)
+        view = self._pattern_view(tenant, record) if record else None
+        if view is None:
+            raise NotFoundError(f"pattern {pattern_id!r} not found")
+        return view
+
+    def _capability_members(self, tenant: str, record: CapabilityRecord) -> list[PatternView]:
+        views = []
+        for pattern_id in record.pattern_ids:
+            pattern = self._repo.pattern(tenant, pattern_id)
+            view = self._pattern_view(tenant, pattern) if pattern else None
+            if view is not None:
+                views.append(view)
+        return views
+
+    def get_capability(self, tenant: str, capability_id: str) -> CapabilityView:
+        _check_tenant(tenant)
+        record = self._repo.capability(tenant, capability_id)
+        if record is None:
+            raise NotFoundError(f"capability {capability_id!r} not found")
+        return capability_view(record, self._capability_members(tenant, record))
+
+    def list_patterns(self, tenant: str, page: PageRequest) -> Page[PatternView]:
+        _check_tenant(tenant)
+        _check_page(page)
+        records, cursor = self._repo.patterns_page(tenant, page.cursor, page.page_size)
+        views = [v for v in (self._pattern_view(tenant, r) for r in records) if v is not None]
+        return Page(tuple(views), cursor)
+
+    def list_capabilities(self, tenant: str, page: PageRequest) -> Page[CapabilityView]:
+        _check_tenant(tenant)
+        _check_page(page)
+        records, cursor = self._repo.capabilities_page(tenant, page.cursor, page.page_size)
+        views = [capability_view(r, self._capability_members(tenant, r)) for r in records]
+        return Page(tuple(views), cursor)
+
+    def list_failures(self, tenant: str, page: PageRequest) -> Page[FailureEntry]:
+        _check_tenant(tenant)
+        _check_page(page)
+        before: int | None = None
+        if page.cursor:
+            try:
+                before = int(page.cursor)
+            except ValueError:
+                raise InvalidArgumentError(
+                    FieldViolation("page_token", "not a cursor this server issued")
+                ) from None
+        rows, last = self._repo.failures_page(tenant, before, page.page_size)
+        entries = tuple(FailureEntry(**entry) for _, entry in rows)
+        return Page(entries, "" if last is None else str(last))
+
+    def stats(self, tenant: str) -> Stats:
+        _check_tenant(tenant)
+        s = self._repo.stats(tenant)
+        return Stats(
+            patterns=s.patterns,
+            capabilities=s.capabilities,
+            intents=s.intents,
+            executions=s.executions,
+            rejected=s.rejected,
+            failures_logged=s.failures_logged,
+        )
+
+    def audit_log(self, tenant: str) -> list[dict[str, Any]]:
+        """Every retention action and deletion of the tenant, oldest first."""
+        _check_tenant(tenant)
+        return self._repo.audit_log(tenant)
+
+    def tenant_stats(self, tenant: str) -> TenantStats:
+        return self._repo.stats(tenant)
+
+    # ---- suggest -----------------------------------------------------------------------------
+
+    def _check_query(self, query: SuggestQuery) -> Vector:
+        bad = []
+        if not query.intent.strip():
+            bad.append(FieldViolation("intent", "must not be empty"))
+        if not 1 <= query.k <= self._config.ranking.max_k:
+            bad.append(FieldViolation("k", f"must be between 1 and {self._config.ranking.max_k}"))
+        for name in ("min_match", "min_success"):
+            value = getattr(query, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                bad.append(FieldViolation(name, "must be between 0 and 1"))
+        if bad:
+            raise InvalidArgumentError(bad)
+        if query.intent_embedding is not None:
+            return check_client_vector(
+                query.intent_embedding, self._embedder.dim, "intent_embedding"
+            )
+        return self._embed_one(query.intent)
+
+    def suggest(self, tenant: str, query: SuggestQuery) -> SuggestResult:
+        """Hybrid retrieval (vector + lexical, over-fetched), one Candidate per pattern with
+        its best semantic and lexical scores, then `ranking.rank` filters, groups and orders."""
+        _check_tenant(tenant)
+        vector = self._check_query(query)
+        self._require_ready()
+        with self._indexes_lock:
+            index = self._indexes.get(tenant)
+        if index is None:
+            return SuggestResult(())
+        limit = self._config.ranking.fetch_limit(query.k)
+        lexical: dict[str, float] = {}
+        patterns: set[str] = set()
+        for intent_id, _ in index.semantic(vector, limit):
+            if (pattern_id := index.pattern_of.get(intent_id)) is not None:
+                patterns.add(pattern_id)
+        for intent_id, score in index.lexical_hits(query.intent, limit):
+            if (pattern_id := index.pattern_of.get(intent_id)) is not None:
+                patterns.add(pattern_id)
+                lexical[pattern_id] = max(lexical.get(pattern_id, 0.0), score)
+        candidates = []
+        for pattern_id in sorted(patterns):
+            record = self._repo.pattern(tenant, pattern_id)
+            counters = self._repo.counters(tenant, pattern_id) if record else None
+            if record is None or counters is None:
+                continue  # deleted since the index answered
+            intents = self._repo.intents(tenant, pattern_id)
+            if not intents:
+                continue
+            # exact cosine over the pattern's own vectors (the ANN scores are approximate and
+            # a lexical-only hit has none)
+            semantic = float(max(float(i.vector @ vector) for i in intents))
+            candidates.append(
+                Candidate(
+                    capability_id=record.capability_id,
+                    pattern=pattern_view(record, counters, intents),
+                    semantic=max(0.0, semantic),
+                    lexical=lexical.get(pattern_id, 0.0),
+                    tags=tuple(counters.tags),
+                )
+            )
+        return rank(query, candidates, self._config.ranking, self._clock())
+
+    # ---- deletion and retention --------------------------------------------------------------
+
+    def _audit(self, tenant: str, change: _Change, entry: dict[str, Any]) -> None:
+        change.ops.append(
+            self._repo.put_audit(tenant, self._seqs.next(), {**entry, "time_ms": self._clock()})
+        )
+
+    def delete_pattern(self, tenant: str, pattern_id: str, reason: str = "manual") -> None:
+        _check_tenant(tenant)
+        found = self._repo.pattern(tenant, pattern_id)
+        if found is None:
+            raise NotFoundError(f"pattern {pattern_id!r} not found")
+        with contextlib.ExitStack() as held:
+            held.enter_context(self._pattern_locks.lock_for(tenant, found.code_hash))
+            pattern = self._repo.pattern(tenant, pattern_id)
+            if pattern is None:
+                raise NotFoundError(f"pattern {pattern_id!r} not found")
+            capability = self._repo.capability(tenant, pattern.capability_id)
+            if capability is not None:
+                held.enter_context(
+                    self._group_locks.lock_for(tenant, tools_digest(capability.tools))
+                )
+                capability = self._repo.capability(tenant, pattern.capability_id)
+            change = _Change()
+            intents = self._repo.intents(tenant, pattern_id)
+            change.ops += [
+                self._repo.delete_pattern(tenant, pattern_id),
+                self._repo.delete_hash(tenant, pattern.code_hash),
+                self._repo.delete_counters(tenant, pattern_id),
+                *(self._repo.delete_intent(tenant, i) for i in intents),
+                self._oplog(tenant, "remove", [i.id for i in intents]),
+            ]
+            change.index_removes = [i.id for i in intents]
+            change.count("patterns", -1)
+            change.count("intents", -len(intents))
+            if capability is not None:
+                members = tuple(p for p in capability.pattern_ids if p != pattern_id)
+                if members:
+                    change.ops += self._repo.put_capability(
+                        tenant, replace(capability, pattern_ids=members)
+                    )
+                else:
+                    change.ops += self._repo.delete_capability(tenant, capability)
+                    change.count("capabilities", -1)
+            self._audit(tenant, change, {"action": "deleted", "pattern_id": pattern_id, "reason": reason})
+            ticket = self._commit(tenant, change)
+        ticket.wait()
+
+    def delete_capability(self, tenant: str, capability_id: str) -> None:
+        _check_tenant(tenant)
+        capability = self._repo.capability(tenant, capability_id)
+        if capability is None:
+            raise NotFoundError(f"capability {capability_id!r} not found")
+        for pattern_id in capability.pattern_ids:
+            with contextlib.suppress(NotFoundError):
+                self.delete_pattern(tenant, pattern_id, reason=f"capability {capability_id} deleted")
+
+    def _set_marks(self, tenant: str, pattern_id: str, flagged: bool, superseded_by: str) -> bool:
+        """Rewrite a pattern's retention marks; True when they changed."""
+        found = self._repo.pattern(tenant, pattern_id)
+        if found is None:
+            return False
+        with self._pattern_locks.lock_for(tenant, found.code_hash):
+            pattern = self._repo.pattern(tenant, pattern_id)
+            if pattern is None or (
+                pattern.flagged_for_removal == flagged and pattern.superseded_by == superseded_by
+            ):
+                return False
+            change = _Change()
+            marked = replace(pattern, flagged_for_removal=flagged, superseded_by=superseded_by)
+            change.ops.append(self._repo.put_pattern(tenant, marked))
+            entry = {"action": "marked", "pattern_id": pattern_id, "flagged": flagged}
+            self._audit(tenant, change, {**entry, "superseded_by": superseded_by})
+            ticket = self._commit(tenant, change)
+        ticket.wait()
+        return True
+
+    def run_retention(self, tenant: str, apply: bool) -> RetentionReport:
+        """Evaluate the retention table; with `apply`, flag, mark superseded, remove (when
+        auto-removal is on) and clear marks that no longer hold. Every change is audited."""
+        _check_tenant(tenant)
+        now = self._clock()
+        groups: dict[str, list[PatternView]] = {}
+        for pattern in self._repo.all_patterns(tenant):
+            view = self._pattern_view(tenant, pattern)
+            if view is not None:
+                groups.setdefault(pattern.capability_id, []).append(view)
+        entries = evaluate(groups, self._config.retention, now)
+        if apply:
+            flagged = {e.pattern_id for e in entries if e.action is RetentionAction.REMOVAL_CANDIDATE}
+            removed = {e.pattern_id for e in entries if e.action is RetentionAction.REMOVED}
+            superseded = {
+                e.pattern_id: e.superseded_by
+                for e in entries
+                if e.action is RetentionAction.SUPERSEDED
+            }
+            for views in groups.values():
+                for view in views:
+                    if view.id in removed:
+                        with contextlib.suppress(NotFoundError):
+                            self.delete_pattern(tenant, view.id, reason="retention")
+                    else:
+                        self._set_marks(
+                            tenant, view.id, view.id in flagged, superseded.get(view.id, "")
+                        )
+        return RetentionReport(dry_run=not apply, entries=tuple(entries), ran_at_ms=now)

@@ -1,0 +1,56 @@
+"""Lazy suggestions: the pure decision logic of Suggest (no storage, no model, no transport).
+
+The engine retrieves candidates (vector index + `LexicalIndex`), builds `Candidate`s and calls
+`rank`. The formula and every default are documented in docs/ranking.md.
+"""
+
+from __future__ import annotations
+
+from pml_server.ranking.candidate import Candidate
+from pml_server.ranking.config import DAY_MS, RankingConfig
+from pml_server.ranking.filters import (
+    AVAILABLE_TOOLS,
+    BEYOND_K,
+    FLAGGED_FOR_REMOVAL,
+    MIN_MATCH,
+    MIN_SUCCESS,
+    RULES,
+    SAME_CAPABILITY,
+    TAGS,
+    FilterSettings,
+)
+from pml_server.ranking.lexical import LexicalIndex, tokenize
+from pml_server.ranking.rank import rank, resolve_settings
+from pml_server.ranking.scoring import score
+from pml_server.ranking.signals import (
+    fuse_match,
+    normalize_lexical,
+    recency_factor,
+    success_estimate,
+    usage_factor,
+)
+
+__all__ = [
+    "AVAILABLE_TOOLS",
+    "BEYOND_K",
+    "DAY_MS",
+    "FLAGGED_FOR_REMOVAL",
+    "MIN_MATCH",
+    "MIN_SUCCESS",
+    "RULES",
+    "SAME_CAPABILITY",
+    "TAGS",
+    "Candidate",
+    "FilterSettings",
+    "LexicalIndex",
+    "RankingConfig",
+    "fuse_match",
+    "normalize_lexical",
+    "rank",
+    "recency_factor",
+    "resolve_settings",
+    "score",
+    "success_estimate",
+    "tokenize",
+    "usage_factor",
+]

@@ -1,0 +1,73 @@
+"""Every threshold and weight of the ranking, with the defaults documented in docs/ranking.md."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class RankingConfig:
+    """Server defaults of Suggest. A SuggestQuery field left None takes the value here."""
+
+    # Filters (server defaults; min_match and min_success can be overridden per request).
+    min_match: float = 0.3
+    min_success: float = 0.5
+    # Fusion of the two relevance signals: noisy-or of weighted signals (docs/ranking.md).
+    semantic_weight: float = 1.0
+    lexical_weight: float = 0.5
+    # BM25 score mapped to 0.5 by the saturating normalization s / (s + half).
+    lexical_half_score: float = 6.0
+    # Beta prior of the success estimate: Laplace's rule of succession by default.
+    prior_successes: float = 1.0
+    prior_failures: float = 1.0
+    # Usage: factor (1 - usage_weight) + usage_weight * min(1, ln(1+n) / ln(1+saturation)).
+    usage_weight: float = 0.2
+    usage_saturation: int = 100
+    # Recency: 1.0 up to full_days unused, then halves every half_life_days, never below floor.
+    recency_full_days: float = 90.0
+    recency_half_life_days: float = 90.0
+    recency_floor: float = 0.2
+    # Multiplier of a pattern retention marked as superseded by a better one.
+    superseded_penalty: float = 0.5
+    # Largest k a request may ask for, and how many candidates the engine should retrieve per
+    # requested suggestion from each index before grouping (several patterns share a capability).
+    max_k: int = 100
+    overfetch: int = 8
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"RankingConfig.{f.name} must be finite, got {value!r}")
+        unit = (
+            "min_match",
+            "min_success",
+            "semantic_weight",
+            "lexical_weight",
+            "usage_weight",
+            "recency_floor",
+            "superseded_penalty",
+        )
+        for name in unit:
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"RankingConfig.{name} must be in [0, 1], got {value!r}")
+        positive = ("lexical_half_score", "recency_half_life_days")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"RankingConfig.{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("prior_successes", "prior_failures", "recency_full_days"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"RankingConfig.{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.prior_successes + self.prior_failures <= 0:
+            raise ValueError("RankingConfig.prior_successes + prior_failures must be > 0")
+        for name in ("usage_saturation", "max_k", "overfetch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RankingConfig.{name} must be >= 1, got {getattr(self, name)!r}")
+
+    def fetch_limit(self, k: int) -> int:
+        """How many hits the engine should ask each index for to fill k suggestions."""
+        return max(k, 1) * self.overfetch

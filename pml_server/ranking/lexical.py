@@ -1,0 +1,152 @@
+"""In-memory BM25 (Okapi, Lucene's idf) over intent documents, with incremental add and remove.
+
+A document is one intent mapping: its intent text plus the pattern's tool names. Library BM25
+implementations (rank-bm25, bm25s) index a fixed corpus; captures and deletions arrive one at a
+time, so this keeps an inverted index that changes in place.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+import threading
+from functools import lru_cache
+
+import snowballstemmer
+
+_WORD = re.compile(r"[^\W_]+(?:[_\-:./][^\W_]+)*")
+_SEPARATORS = re.compile(r"[_\-:./]")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_STOP_WORDS = frozenset(
+    """a an and are as at be by can do for from get how i in into is it its me my of on or our
+    please some that the their them then this to up us we what with you your""".split()
+)
+_stemmer = snowballstemmer.stemmer("english")
+_stem_lock = threading.Lock()  # the generated stemmer object keeps state between calls
+
+
+@lru_cache(maxsize=65_536)
+def _stem(word: str) -> str:
+    with _stem_lock:
+        return str(_stemmer.stemWord(word))
+
+
+def _split_camel(piece: str) -> list[str]:
+    # camelCase only means something in ASCII identifiers; other scripts stay whole.
+    return _CAMEL.findall(piece) if piece.isascii() else [piece]
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased, stemmed words without stop words. A compound name such as `read_file`,
+    `gmail:send` or `parseCSV` yields its parts and also itself whole, so an exact tool name
+    scores above the same words scattered."""
+    terms: list[str] = []
+    for match in _WORD.finditer(text):
+        token = match.group(0)
+        parts = [p for piece in _SEPARATORS.split(token) for p in _split_camel(piece)]
+        for part in parts:
+            word = part.lower()
+            if word not in _STOP_WORDS:
+                terms.append(_stem(word))
+        if len(parts) > 1:
+            terms.append(token.lower())
+    return terms
+
+
+class LexicalIndex:
+    """Thread-safe BM25 index. `search` returns (doc_id, raw score), best first."""
+
+    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+        if not k1 >= 0 or not 0.0 <= b <= 1.0:
+            raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1!r}, b={b!r}")
+        self._k1 = k1
+        self._b = b
+        self._lock = threading.Lock()
+        self._ids: dict[str, int] = {}
+        self._names: list[str] = []  # internal number -> doc id ("" once removed)
+        self._lengths: list[int] = []  # internal number -> number of terms
+        self._doc_terms: dict[int, dict[str, int]] = {}
+        self._postings: dict[str, dict[int, int]] = {}  # term -> {internal number: tf}
+        self._total_length = 0
+        self._free: list[int] = []
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._ids)
+
+    def __contains__(self, doc_id: object) -> bool:
+        with self._lock:
+            return doc_id in self._ids
+
+    def add(self, doc_id: str, text: str) -> None:
+        """Index `text` under `doc_id`, replacing what that id held before."""
+        if not isinstance(doc_id, str) or not doc_id:
+            raise ValueError("doc_id must be a non-empty string")
+        counts: dict[str, int] = {}
+        for term in tokenize(text):
+            counts[term] = counts.get(term, 0) + 1
+        with self._lock:
+            self._remove_locked(doc_id)
+            number = self._free.pop() if self._free else len(self._names)
+            if number == len(self._names):
+                self._names.append(doc_id)
+                self._lengths.append(0)
+            self._names[number] = doc_id
+            length = sum(counts.values())
+            self._lengths[number] = length
+            self._ids[doc_id] = number
+            self._doc_terms[number] = counts
+            self._total_length += length
+            for term, tf in counts.items():
+                self._postings.setdefault(term, {})[number] = tf
+
+    def remove(self, doc_id: str) -> None:
+        """Forget `doc_id`; removing an unknown id does nothing (deletions may be replayed)."""
+        with self._lock:
+            self._remove_locked(doc_id)
+
+    def _remove_locked(self, doc_id: str) -> None:
+        number = self._ids.pop(doc_id, None)
+        if number is None:
+            return
+        for term in self._doc_terms.pop(number):
+            posting = self._postings[term]
+            del posting[number]
+            if not posting:
+                del self._postings[term]
+        self._total_length -= self._lengths[number]
+        self._lengths[number] = 0
+        self._names[number] = ""
+        self._free.append(number)
+
+    def search(self, query: str, limit: int) -> list[tuple[str, float]]:
+        """The `limit` best documents for `query` with their raw BM25 scores (> 0), best first;
+        ties broken by doc id so results are deterministic."""
+        if limit <= 0:
+            return []
+        terms = set(tokenize(query))
+        with self._lock:
+            n_docs = len(self._ids)
+            if n_docs == 0 or not terms:
+                return []
+            k1, b = self._k1, self._b
+            length_scale = k1 * b / (self._total_length / n_docs or 1.0)
+            length_base = k1 * (1.0 - b)
+            lengths = self._lengths
+            scores: dict[int, float] = {}
+            for term in terms:
+                posting = self._postings.get(term)
+                if not posting:
+                    continue
+                df = len(posting)
+                idf = math.log1p((n_docs - df + 0.5) / (df + 0.5))
+                gain = idf * (k1 + 1.0)
+                get = scores.get
+                for number, tf in posting.items():
+                    norm = length_base + length_scale * lengths[number]
+                    scores[number] = get(number, 0.0) + gain * tf / (tf + norm)
+            best = heapq.nsmallest(
+                limit, scores.items(), key=lambda item: (-item[1], self._names[item[0]])
+            )
+            return [(self._names[number], score) for number, score in best]

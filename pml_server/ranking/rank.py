@@ -1,0 +1,111 @@
+"""Suggest's decision: score, filter, group by capability, keep the top k, explain the rest."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError
+from pml_server.domain.model import (
+    FilteredCandidate,
+    ScoreParts,
+    SuggestQuery,
+    SuggestResult,
+    Suggestion,
+)
+from pml_server.ranking.candidate import Candidate
+from pml_server.ranking.config import RankingConfig
+from pml_server.ranking.filters import (
+    BEYOND_K,
+    SAME_CAPABILITY,
+    FilterSettings,
+    first_failed_rule,
+)
+from pml_server.ranking.scoring import score
+
+
+def resolve_settings(query: SuggestQuery, config: RankingConfig) -> FilterSettings:
+    """The request's thresholds with None replaced by the server defaults; raises
+    InvalidArgumentError naming every bad field."""
+    violations: list[FieldViolation] = []
+    if not 1 <= query.k <= config.max_k:
+        violations.append(FieldViolation("k", f"must be between 1 and {config.max_k}"))
+    for name in ("min_match", "min_success"):
+        value = getattr(query, name)
+        if value is not None and not (math.isfinite(value) and 0.0 <= value <= 1.0):
+            violations.append(FieldViolation(name, "must be a number between 0 and 1"))
+    if query.available_tools is not None and any(not t for t in query.available_tools):
+        violations.append(FieldViolation("available_tools", "tool names must not be empty"))
+    if any(not t for t in query.tags):
+        violations.append(FieldViolation("tags", "tags must not be empty"))
+    if violations:
+        raise InvalidArgumentError(violations)
+    return FilterSettings(
+        min_match=config.min_match if query.min_match is None else query.min_match,
+        min_success=config.min_success if query.min_success is None else query.min_success,
+        include_flagged=query.include_flagged,
+        available_tools=None
+        if query.available_tools is None
+        else frozenset(query.available_tools),
+        tags=frozenset(query.tags),
+    )
+
+
+def _merge_duplicates(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """One candidate per pattern: the same pattern retrieved twice keeps its best signals."""
+    merged: dict[str, Candidate] = {}
+    for cand in candidates:
+        seen = merged.get(cand.pattern.id)
+        if seen is None:
+            merged[cand.pattern.id] = cand
+        else:
+            merged[cand.pattern.id] = replace(
+                seen,
+                semantic=max(seen.semantic, cand.semantic),
+                lexical=max(seen.lexical, cand.lexical),
+                tags=tuple(dict.fromkeys(seen.tags + cand.tags)),
+            )
+    return list(merged.values())
+
+
+def _order(item: tuple[Candidate, ScoreParts]) -> tuple[float, float, float, str, str]:
+    cand, parts = item
+    return (-parts.total, -parts.match, -parts.success_estimate, cand.capability_id, cand.pattern.id)
+
+
+def rank(
+    query: SuggestQuery,
+    candidates: Sequence[Candidate],
+    config: RankingConfig,
+    now_ms: int,
+) -> SuggestResult:
+    """The top `query.k` capabilities, each represented by its best passing pattern.
+
+    With `query.explain`, `filtered` lists every other candidate with the rule that kept it
+    out: a filter name, `same_capability` (a better pattern represents its capability) or
+    `beyond_k` (it ranked after the k-th suggestion).
+    """
+    settings = resolve_settings(query, config)
+    scored = sorted(((c, score(c, config, now_ms)) for c in _merge_duplicates(candidates)), key=_order)
+    filtered: list[FilteredCandidate] = []
+    chosen: dict[str, tuple[Candidate, ScoreParts]] = {}
+    for cand, parts in scored:
+        failed = first_failed_rule(cand, parts, settings)
+        if failed is not None:
+            rule, detail = failed
+        elif cand.capability_id in chosen:
+            rule = SAME_CAPABILITY
+            detail = f"capability represented by pattern {chosen[cand.capability_id][0].pattern.id}"
+        else:
+            chosen[cand.capability_id] = (cand, parts)
+            continue
+        filtered.append(FilteredCandidate(cand.capability_id, cand.pattern.id, rule, detail, parts))
+    ranked = list(chosen.values())  # already in score order: dicts keep insertion order
+    suggestions = tuple(Suggestion(c.capability_id, c.pattern, p) for c, p in ranked[: query.k])
+    if not query.explain:
+        return SuggestResult(suggestions=suggestions)
+    for position, (cand, parts) in enumerate(ranked[query.k :], start=query.k + 1):
+        detail = f"ranked {position}, after the k={query.k} suggestions"
+        filtered.append(FilteredCandidate(cand.capability_id, cand.pattern.id, BEYOND_K, detail, parts))
+    return SuggestResult(suggestions=suggestions, filtered=tuple(filtered))

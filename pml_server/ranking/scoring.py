@@ -1,0 +1,42 @@
+"""The one ranking formula (docs/ranking.md):
+
+    total = match * success_estimate * usage * recency * superseded_penalty
+
+with match = 1 - (1 - ws*semantic) * (1 - wl*lexical_norm). Every factor is in [0, 1] except
+that none is negative, so the total is monotone in each part.
+"""
+
+from __future__ import annotations
+
+from pml_server.domain.model import ScoreParts
+from pml_server.ranking.candidate import Candidate
+from pml_server.ranking.config import RankingConfig
+from pml_server.ranking.signals import (
+    clamp_unit,
+    fuse_match,
+    normalize_lexical,
+    recency_factor,
+    success_estimate,
+    usage_factor,
+)
+
+
+def score(candidate: Candidate, config: RankingConfig, now_ms: int) -> ScoreParts:
+    pattern = candidate.pattern
+    lexical = normalize_lexical(candidate.lexical, config)
+    semantic = clamp_unit(candidate.semantic)
+    match = fuse_match(semantic, lexical, config)
+    success = success_estimate(pattern.success_count, pattern.failure_count, config)
+    usage = usage_factor(pattern.usage_count, config)
+    recency = recency_factor(pattern.last_used_ms, now_ms, config)
+    penalty = config.superseded_penalty if pattern.superseded_by else 1.0
+    return ScoreParts(
+        match=match,
+        semantic=semantic,
+        lexical=lexical,
+        success_estimate=success,
+        usage=usage,
+        recency=recency,
+        superseded_penalty=penalty,
+        total=match * success * usage * recency * penalty,
+    )

@@ -1,0 +1,65 @@
+"""The parts of the score, each a small pure function of one pattern (docs/ranking.md)."""
+
+from __future__ import annotations
+
+import math
+
+from pml_server.ranking.config import DAY_MS, RankingConfig
+
+
+def clamp_unit(value: float) -> float:
+    """A signal clipped to [0, 1]; a negative cosine means "unrelated", NaN means no signal."""
+    return min(max(value, 0.0), 1.0) if math.isfinite(value) else 0.0
+
+
+def success_estimate(successes: int, failures: int, config: RankingConfig) -> float:
+    """Posterior mean of the success rate under a Beta(prior_successes, prior_failures) prior.
+
+    Chosen over the Wilson lower bound because the bound rates a pattern that succeeded once
+    at 0.21 (z = 1.96), which would hide every freshly captured pattern behind any sensible
+    min_success; the posterior mean rates it 0.67 and still keeps one failure in one try
+    (0.33) far from 0%.
+    """
+    return beta_mean(successes, failures, config.prior_successes, config.prior_failures)
+
+
+def beta_mean(successes: int, failures: int, prior_successes: float, prior_failures: float) -> float:
+    """(s + a) / (s + f + a + b): the posterior mean of a Beta(a, b) prior after s and f."""
+    s, f = max(successes, 0), max(failures, 0)
+    return (s + prior_successes) / (s + f + prior_successes + prior_failures)
+
+
+def normalize_lexical(raw_bm25: float, config: RankingConfig) -> float:
+    """Saturating map of a raw BM25 score to [0, 1): s / (s + half). Independent of the other
+    candidates, so a weak best lexical hit stays weak instead of being stretched to 1.0."""
+    if not raw_bm25 > 0.0:  # also maps NaN to 0
+        return 0.0
+    return raw_bm25 / (raw_bm25 + config.lexical_half_score)
+
+
+def fuse_match(semantic: float, lexical_norm: float, config: RankingConfig) -> float:
+    """Noisy-or of the weighted signals: 1 - (1 - ws*sem)(1 - wl*lex).
+
+    With no lexical evidence the match is the cosine itself; lexical evidence closes a share of
+    the remaining gap to 1. Monotone in both signals and bounded to [0, 1].
+    """
+    sem = clamp_unit(semantic)
+    lex = clamp_unit(lexical_norm)
+    return 1.0 - (1.0 - config.semantic_weight * sem) * (1.0 - config.lexical_weight * lex)
+
+
+def usage_factor(usage_count: int, config: RankingConfig) -> float:
+    """Diminishing reward for use: 1 - w + w * min(1, ln(1+n) / ln(1+saturation))."""
+    n = max(usage_count, 0)
+    saturation = math.log1p(n) / math.log1p(config.usage_saturation)
+    return 1.0 - config.usage_weight + config.usage_weight * min(1.0, saturation)
+
+
+def recency_factor(last_used_ms: int, now_ms: int, config: RankingConfig) -> float:
+    """1.0 while unused for at most recency_full_days, then halving every half-life, floored."""
+    age_days = max(now_ms - last_used_ms, 0) / DAY_MS
+    overdue = age_days - config.recency_full_days
+    if overdue <= 0:
+        return 1.0
+    decayed = 0.5 ** (overdue / config.recency_half_life_days)
+    return max(decayed, config.recency_floor)

@@ -1,0 +1,94 @@
+"""Evaluation of the retention policy over a tenant's patterns. Pure: the engine applies the
+entries (flags, removals, superseded links) and writes them to the audit log."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pml_server.domain.model import PatternView, RetentionAction, RetentionEntry
+from pml_server.ranking.signals import beta_mean
+from pml_server.retention.config import RetentionConfig
+
+from pml_server.ranking.config import DAY_MS
+
+
+def _estimate(pattern: PatternView, config: RetentionConfig) -> float:
+    # The ranking's success estimate (same Beta posterior mean).
+    return beta_mean(
+        pattern.success_count, pattern.failure_count, config.prior_successes, config.prior_failures
+    )
+
+
+def _tries(pattern: PatternView) -> int:
+    return max(pattern.success_count, 0) + max(pattern.failure_count, 0)
+
+
+def _removal(pattern: PatternView, config: RetentionConfig) -> RetentionEntry | None:
+    tries = _tries(pattern)
+    if tries < config.min_tries:
+        return None
+    rate = pattern.success_count / tries
+    if rate >= config.min_success_rate:
+        return None
+    action = RetentionAction.REMOVED if config.auto_remove else RetentionAction.REMOVAL_CANDIDATE
+    reason = (
+        f"success rate {rate:.0%} ({pattern.success_count} of {tries} tries) "
+        f"< {config.min_success_rate:.0%} after >= {config.min_tries} tries"
+    )
+    return RetentionEntry(pattern.id, action, reason)
+
+
+def _stale(pattern: PatternView, config: RetentionConfig, now_ms: int) -> RetentionEntry | None:
+    unused_days = (now_ms - pattern.last_used_ms) / DAY_MS
+    if unused_days < config.stale_after_days:
+        return None
+    reason = f"unused for {unused_days:.0f} days (>= {config.stale_after_days:g})"
+    return RetentionEntry(pattern.id, RetentionAction.STALE, reason)
+
+
+def _superseded(
+    patterns: Sequence[PatternView], config: RetentionConfig
+) -> dict[str, RetentionEntry]:
+    """Within one capability, every pattern clearly beaten by the capability's best proven
+    pattern. Comparing with the single best avoids chains (A by B by C)."""
+    proven = [p for p in patterns if _tries(p) >= config.superseded_min_tries]
+    if not proven:
+        return {}
+    best = min(proven, key=lambda p: (-_estimate(p, config), -_tries(p), p.id))
+    best_estimate = _estimate(best, config)
+    entries: dict[str, RetentionEntry] = {}
+    for pattern in patterns:
+        if pattern.id == best.id:
+            continue
+        estimate = _estimate(pattern, config)
+        if best_estimate - estimate >= config.superseded_margin:
+            reason = (
+                f"success estimate {estimate:.2f} vs {best_estimate:.2f} of pattern {best.id} "
+                f"({_tries(best)} tries); margin >= {config.superseded_margin:.2f}"
+            )
+            entries[pattern.id] = RetentionEntry(
+                pattern.id, RetentionAction.SUPERSEDED, reason, superseded_by=best.id
+            )
+    return entries
+
+
+def evaluate(
+    capabilities: Mapping[str, Sequence[PatternView]],
+    config: RetentionConfig,
+    now_ms: int,
+) -> list[RetentionEntry]:
+    """Every retention finding, by capability id then pattern id; a pattern may have several
+    (e.g. a stale removal candidate). Manual deletion is not a finding: the engine does it."""
+    entries: list[RetentionEntry] = []
+    for capability_id in sorted(capabilities):
+        patterns = sorted(capabilities[capability_id], key=lambda p: p.id)
+        superseded = _superseded(patterns, config)
+        for pattern in patterns:
+            for entry in (
+                _removal(pattern, config),
+                _stale(pattern, config, now_ms),
+                superseded.get(pattern.id),
+            ):
+                if entry is not None:
+                    entries.append(entry)
+    return entries

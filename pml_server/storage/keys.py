@@ -1,0 +1,78 @@
+"""Key layout of the RocksDB store: column family names and tenant-prefixed keys.
+
+Every tenant-owned key starts with the tenant's UTF-8 bytes preceded by their length as a
+big-endian u16. A length prefix (rather than a separator) means no tenant name can be a prefix of
+another tenant's key range: "ab" + "c..." and "a" + "bc..." encode differently, so a prefix scan of one
+tenant can never read another's rows.
+"""
+
+from __future__ import annotations
+
+import struct
+
+# Column families. Values are JSON (UTF-8) unless noted.
+CF_PATTERNS = "patterns"  # tenant|pattern_id -> pattern record (template, code, tools, flags)
+CF_HASHES = "hashes"  # tenant|code_hash -> pattern_id (the dedup key of rule 3)
+CF_INTENTS = "intents"  # tenant|pattern_id|intent_id(u64) -> intent mapping + vector
+CF_CAPABILITIES = "capabilities"  # tenant|capability_id -> capability record (member links)
+CF_CAP_BY_TOOLS = "cap_by_tools"  # tenant|tools_digest|capability_id -> b"" (grouping lookup)
+CF_COUNTERS = "counters"  # tenant|pattern_id -> counters, recent values, failure signatures
+CF_FAILURES = "failures"  # tenant|seq(u64) -> failure log entry (bounded per tenant)
+CF_REQUESTS = "requests"  # tenant|request_id -> first CaptureResult (idempotency)
+CF_OPLOG = "oplog"  # seq(u64) -> vector index operation, replayed after the last snapshot
+CF_AUDIT = "audit"  # tenant|seq(u64) -> retention/deletion action
+CF_META = "meta"  # schema version, model id, id allocators, per-tenant stats, index snapshots
+
+COLUMN_FAMILIES = (
+    CF_PATTERNS,
+    CF_HASHES,
+    CF_INTENTS,
+    CF_CAPABILITIES,
+    CF_CAP_BY_TOOLS,
+    CF_COUNTERS,
+    CF_FAILURES,
+    CF_REQUESTS,
+    CF_OPLOG,
+    CF_AUDIT,
+    CF_META,
+)
+
+MAX_TENANT_BYTES = 0xFFFF
+
+
+def tenant_prefix(tenant: str) -> bytes:
+    raw = tenant.encode("utf-8")
+    if len(raw) > MAX_TENANT_BYTES:
+        raise ValueError(f"tenant name longer than {MAX_TENANT_BYTES} bytes")
+    return struct.pack(">H", len(raw)) + raw
+
+
+def tenant_key(tenant: str, *parts: str | bytes) -> bytes:
+    """`tenant|part1|part2...`; str parts are UTF-8 and separated by 0x00 (ids never contain it)."""
+    encoded = [p.encode("utf-8") if isinstance(p, str) else p for p in parts]
+    return tenant_prefix(tenant) + b"\x00".join(encoded)
+
+
+def split_tenant(key: bytes) -> tuple[str, bytes]:
+    """Inverse of `tenant_prefix`: (tenant, rest of the key)."""
+    (length,) = struct.unpack(">H", key[:2])
+    return key[2 : 2 + length].decode("utf-8"), key[2 + length :]
+
+
+def u64(value: int) -> bytes:
+    return struct.pack(">Q", value)
+
+
+def from_u64(raw: bytes) -> int:
+    return int(struct.unpack(">Q", raw)[:1][0])
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """Smallest key greater than every key starting with `prefix` (None: no upper bound)."""
+    as_list = bytearray(prefix)
+    while as_list and as_list[-1] == 0xFF:
+        as_list.pop()
+    if not as_list:
+        return None
+    as_list[-1] += 1
+    return bytes(as_list)

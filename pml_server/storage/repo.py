@@ -1,0 +1,232 @@
+"""Typed access to the store: domain records in, keys and bytes out.
+
+The engine talks to this module only, never to keys or rocksdict, so a second backend (e.g. a
+shared SQL database) implements this surface without touching the capture rules. Reads return
+records; writes are built as operations (`Op`) that the engine collects into one atomic batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pml_server.capture.records import (
+    CapabilityRecord,
+    IntentRecord,
+    PatternCounters,
+    PatternRecord,
+    TenantStats,
+)
+from pml_server.storage.keys import (
+    CF_AUDIT,
+    CF_CAP_BY_TOOLS,
+    CF_CAPABILITIES,
+    CF_COUNTERS,
+    CF_FAILURES,
+    CF_HASHES,
+    CF_INTENTS,
+    CF_META,
+    CF_OPLOG,
+    CF_PATTERNS,
+    CF_REQUESTS,
+    from_u64,
+    split_tenant,
+    tenant_key,
+    tenant_prefix,
+    u64,
+)
+from pml_server.storage.rocks import Op, Store
+
+_MODEL_KEY = b"model_id"
+_ALLOCATOR_KEY = b"allocator/"
+_STATS_KEY = b"stats/"
+_SNAPSHOT_KEY = b"snapshot/"
+
+
+def _json(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def tools_digest(tools: Sequence[str]) -> str:
+    return hashlib.sha256("\x1f".join(tools).encode()).hexdigest()[:32]
+
+
+class Repository:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # ---- meta --------------------------------------------------------------------------------
+
+    def model_id(self) -> str | None:
+        raw = self.store.get(CF_META, _MODEL_KEY)
+        return None if raw is None else raw.decode()
+
+    def put_model_id(self, model_id: str) -> Op:
+        return (CF_META, _MODEL_KEY, model_id.encode())
+
+    def allocator_mark(self, name: str) -> int:
+        raw = self.store.get(CF_META, _ALLOCATOR_KEY + name.encode())
+        return 0 if raw is None else from_u64(raw)
+
+    def put_allocator_mark(self, name: str, mark: int) -> Op:
+        return (CF_META, _ALLOCATOR_KEY + name.encode(), u64(mark))
+
+    def stats(self, tenant: str) -> TenantStats:
+        raw = self.store.get(CF_META, _STATS_KEY + tenant_prefix(tenant))
+        return TenantStats() if raw is None else TenantStats.from_json(raw)
+
+    def put_stats(self, tenant: str, stats: TenantStats) -> Op:
+        return (CF_META, _STATS_KEY + tenant_prefix(tenant), stats.to_json())
+
+    def snapshot(self, tenant: str) -> tuple[int, bytes] | None:
+        """(op log sequence the snapshot includes, index bytes) of the tenant's vector index."""
+        raw = self.store.get(CF_META, _SNAPSHOT_KEY + tenant_prefix(tenant))
+        return None if raw is None else (from_u64(raw[:8]), raw[8:])
+
+    def put_snapshot(self, tenant: str, seq: int, data: bytes) -> Op:
+        return (CF_META, _SNAPSHOT_KEY + tenant_prefix(tenant), u64(seq) + data)
+
+    # ---- idempotency -------------------------------------------------------------------------
+
+    def request_result(self, tenant: str, request_id: str) -> bytes | None:
+        return self.store.get(CF_REQUESTS, tenant_key(tenant, request_id))
+
+    def put_request_result(self, tenant: str, request_id: str, result: bytes) -> Op:
+        return (CF_REQUESTS, tenant_key(tenant, request_id), result)
+
+    # ---- patterns ----------------------------------------------------------------------------
+
+    def pattern_id_for_hash(self, tenant: str, code_hash: str) -> str | None:
+        raw = self.store.get(CF_HASHES, tenant_key(tenant, code_hash))
+        return None if raw is None else raw.decode()
+
+    def put_hash(self, tenant: str, code_hash: str, pattern_id: str) -> Op:
+        return (CF_HASHES, tenant_key(tenant, code_hash), pattern_id.encode())
+
+    def delete_hash(self, tenant: str, code_hash: str) -> Op:
+        return (CF_HASHES, tenant_key(tenant, code_hash), None)
+
+    def pattern(self, tenant: str, pattern_id: str) -> PatternRecord | None:
+        raw = self.store.get(CF_PATTERNS, tenant_key(tenant, pattern_id))
+        return None if raw is None else PatternRecord.from_json(raw)
+
+    def put_pattern(self, tenant: str, record: PatternRecord) -> Op:
+        return (CF_PATTERNS, tenant_key(tenant, record.id), record.to_json())
+
+    def delete_pattern(self, tenant: str, pattern_id: str) -> Op:
+        return (CF_PATTERNS, tenant_key(tenant, pattern_id), None)
+
+    def patterns_page(
+        self, tenant: str, after: str, size: int
+    ) -> tuple[list[PatternRecord], str]:
+        prefix = tenant_prefix(tenant)
+        start = tenant_key(tenant, after) + b"\x00" if after else None
+        rows = self.store.scan(CF_PATTERNS, prefix, start=start, limit=size + 1)
+        records = [PatternRecord.from_json(v) for _, v in rows[:size]]
+        return records, (records[-1].id if len(rows) > size else "")
+
+    def all_patterns(self, tenant: str) -> list[PatternRecord]:
+        rows = self.store.scan(CF_PATTERNS, tenant_prefix(tenant))
+        return [PatternRecord.from_json(v) for _, v in rows]
+
+    def counters(self, tenant: str, pattern_id: str) -> PatternCounters | None:
+        raw = self.store.get(CF_COUNTERS, tenant_key(tenant, pattern_id))
+        return None if raw is None else PatternCounters.from_json(raw)
+
+    def put_counters(self, tenant: str, pattern_id: str, counters: PatternCounters) -> Op:
+        return (CF_COUNTERS, tenant_key(tenant, pattern_id), counters.to_json())
+
+    def delete_counters(self, tenant: str, pattern_id: str) -> Op:
+        return (CF_COUNTERS, tenant_key(tenant, pattern_id), None)
+
+    # ---- intents -----------------------------------------------------------------------------
+
+    def intents(self, tenant: str, pattern_id: str) -> list[IntentRecord]:
+        rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""))
+        return [IntentRecord.from_json(v) for _, v in rows]
+
+    def put_intent(self, tenant: str, intent: IntentRecord) -> Op:
+        key = tenant_key(tenant, intent.pattern_id, u64(intent.id))
+        return (CF_INTENTS, key, intent.to_json())
+
+    def delete_intent(self, tenant: str, intent: IntentRecord) -> Op:
+        return (CF_INTENTS, tenant_key(tenant, intent.pattern_id, u64(intent.id)), None)
+
+    def all_intents(self) -> Iterator[tuple[str, IntentRecord]]:
+        """Every intent of every tenant (used to rebuild the in-memory indexes at open)."""
+        for key, value in self.store.scan(CF_INTENTS, b""):
+            tenant, _ = split_tenant(key)
+            yield tenant, IntentRecord.from_json(value)
+
+    # ---- capabilities ------------------------------------------------------------------------
+
+    def capability(self, tenant: str, capability_id: str) -> CapabilityRecord | None:
+        raw = self.store.get(CF_CAPABILITIES, tenant_key(tenant, capability_id))
+        return None if raw is None else CapabilityRecord.from_json(raw)
+
+    def put_capability(self, tenant: str, record: CapabilityRecord) -> list[Op]:
+        link = tenant_key(tenant, tools_digest(record.tools), record.id)
+        return [
+            (CF_CAPABILITIES, tenant_key(tenant, record.id), record.to_json()),
+            (CF_CAP_BY_TOOLS, link, b""),
+        ]
+
+    def delete_capability(self, tenant: str, record: CapabilityRecord) -> list[Op]:
+        link = tenant_key(tenant, tools_digest(record.tools), record.id)
+        return [
+            (CF_CAPABILITIES, tenant_key(tenant, record.id), None),
+            (CF_CAP_BY_TOOLS, link, None),
+        ]
+
+    def capabilities_with_tools(self, tenant: str, tools: Sequence[str]) -> list[str]:
+        prefix = tenant_key(tenant, tools_digest(tools), b"")
+        return [key[len(prefix) :].decode() for key, _ in self.store.scan(CF_CAP_BY_TOOLS, prefix)]
+
+    def capabilities_page(
+        self, tenant: str, after: str, size: int
+    ) -> tuple[list[CapabilityRecord], str]:
+        prefix = tenant_prefix(tenant)
+        start = tenant_key(tenant, after) + b"\x00" if after else None
+        rows = self.store.scan(CF_CAPABILITIES, prefix, start=start, limit=size + 1)
+        records = [CapabilityRecord.from_json(v) for _, v in rows[:size]]
+        return records, (records[-1].id if len(rows) > size else "")
+
+    # ---- failure log, op log, audit log ------------------------------------------------------
+
+    def put_failure(self, tenant: str, seq: int, entry: dict[str, Any]) -> Op:
+        return (CF_FAILURES, tenant_key(tenant, u64(seq)), _json(entry))
+
+    def oldest_failure_keys(self, tenant: str, count: int) -> list[bytes]:
+        return [k for k, _ in self.store.scan(CF_FAILURES, tenant_prefix(tenant), limit=count)]
+
+    def delete_failure(self, key: bytes) -> Op:
+        return (CF_FAILURES, key, None)
+
+    def failures_page(
+        self, tenant: str, before: int | None, size: int
+    ) -> tuple[list[tuple[int, dict[str, Any]]], int | None]:
+        """Newest first; `before` is the exclusive sequence bound returned by the previous page."""
+        prefix = tenant_prefix(tenant)
+        start = tenant_key(tenant, u64(before)) if before is not None else None
+        rows = self.store.scan(CF_FAILURES, prefix, start=start, limit=size + 1, reverse=True)
+        page = [(from_u64(k[len(prefix) :]), json.loads(v)) for k, v in rows[:size]]
+        return page, (page[-1][0] if len(rows) > size else None)
+
+    def put_oplog(self, seq: int, op: dict[str, Any]) -> Op:
+        return (CF_OPLOG, u64(seq), _json(op))
+
+    def oplog_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
+        rows = self.store.scan(CF_OPLOG, b"", start=u64(seq + 1))
+        return [(from_u64(k), json.loads(v)) for k, v in rows]
+
+    def delete_oplog_through(self, seq: int) -> list[Op]:
+        rows = self.store.scan(CF_OPLOG, b"")
+        return [(CF_OPLOG, k, None) for k, _ in rows if from_u64(k) <= seq]
+
+    def put_audit(self, tenant: str, seq: int, entry: dict[str, Any]) -> Op:
+        return (CF_AUDIT, tenant_key(tenant, u64(seq)), _json(entry))
+
+    def audit_log(self, tenant: str) -> list[dict[str, Any]]:
+        return [json.loads(v) for _, v in self.store.scan(CF_AUDIT, tenant_prefix(tenant))]

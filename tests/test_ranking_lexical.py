@@ -1,0 +1,117 @@
+"""LexicalIndex: BM25 behaviour, incremental add/remove, tokenization, thread safety."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pml_server.ranking import LexicalIndex, tokenize
+
+
+def test_tokenize_stems_drops_stop_words_and_keeps_compound_names() -> None:
+    assert tokenize("Parse the spreadsheets") == ["pars", "spreadsheet"]
+    assert tokenize("read_file") == ["read", "file", "read_file"]
+    assert tokenize("gmail:send") == ["gmail", "send", "gmail:send"]
+    assert tokenize("parseCSV") == ["pars", "csv", "parsecsv"]
+    assert tokenize("Ünïcode café") == ["ünïcode", "café"]
+    assert tokenize("") == []
+
+
+def make_index() -> LexicalIndex:
+    index = LexicalIndex()
+    index.add("csv", "Process CSV file read_file parse_csv")
+    index.add("json", "Read JSON file read_file parse_json")
+    index.add("mail", "Send an email to my boss gmail:send")
+    index.add("git", "Commit and push changes git_commit git_push")
+    return index
+
+
+def test_search_ranks_the_document_sharing_rare_terms_first() -> None:
+    index = make_index()
+    hits = index.search("parse a csv", 10)
+    assert hits[0][0] == "csv"
+    assert all(score > 0 for _, score in hits)
+    assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+    assert index.search("email my boss", 1)[0][0] == "mail"
+    assert index.search("unrelated words entirely", 5) == []
+
+
+def test_exact_tool_name_beats_scattered_words() -> None:
+    index = LexicalIndex()
+    index.add("exact", "use gmail:send")
+    index.add("scattered", "send gmail")
+    assert index.search("gmail:send", 2)[0][0] == "exact"
+
+
+def test_limit_and_empty_cases() -> None:
+    index = make_index()
+    assert len(index.search("file", 1)) == 1
+    assert index.search("file", 0) == []
+    assert index.search("", 5) == []
+    assert LexicalIndex().search("file", 5) == []
+
+
+def test_remove_forgets_a_document_for_good() -> None:
+    index = make_index()
+    index.remove("csv")
+    assert len(index) == 3
+    assert "csv" not in index
+    assert all(doc != "csv" for doc, _ in index.search("process csv file", 10))
+    index.remove("csv")  # idempotent
+    index.remove("never-there")
+    assert len(index) == 3
+
+
+def test_add_again_replaces_the_document() -> None:
+    index = make_index()
+    index.add("csv", "Resize images")
+    assert index.search("csv", 5) == []
+    assert index.search("resize image", 5)[0][0] == "csv"
+    assert len(index) == 4
+
+
+def test_scores_match_the_bm25_formula() -> None:
+    index = LexicalIndex(k1=1.2, b=0.75)
+    index.add("a", "alpha beta")
+    index.add("b", "beta gamma delta")
+    (doc, got), *_ = index.search("alpha", 5)
+    import math
+
+    idf = math.log1p((2 - 1 + 0.5) / (1 + 0.5))
+    avgdl = 2.5
+    expected = idf * 2.2 / (1 + 1.2 * (1 - 0.75 + 0.75 * 2 / avgdl))
+    assert doc == "a"
+    assert got == pytest.approx(expected)
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="doc_id"):
+        LexicalIndex().add("", "text")
+    with pytest.raises(ValueError, match="k1"):
+        LexicalIndex(k1=-1.0)
+
+
+def test_concurrent_adds_removes_and_searches_stay_consistent() -> None:
+    index = LexicalIndex()
+    errors: list[BaseException] = []
+
+    def worker(worker_id: int) -> None:
+        try:
+            for i in range(300):
+                doc = f"w{worker_id}-{i}"
+                index.add(doc, f"read file number {i} with tool t{worker_id}")
+                index.search("read file", 5)
+                if i % 2:
+                    index.remove(doc)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(index) == 4 * 150
+    assert len(index.search("read", 10_000)) == 4 * 150

@@ -1,0 +1,86 @@
+"""The parts of the formula, one by one, with the documented default values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pml_server.ranking import (
+    DAY_MS,
+    RankingConfig,
+    fuse_match,
+    normalize_lexical,
+    recency_factor,
+    success_estimate,
+    usage_factor,
+)
+
+CONFIG = RankingConfig()
+NOW = 1_800_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("successes", "failures", "expected"),
+    [(0, 0, 0.5), (1, 0, 2 / 3), (0, 1, 1 / 3), (4, 1, 5 / 7), (19, 1, 20 / 22), (2, 8, 0.25)],
+)
+def test_success_estimate_is_laplace_posterior_mean(
+    successes: int, failures: int, expected: float
+) -> None:
+    assert success_estimate(successes, failures, CONFIG) == pytest.approx(expected)
+
+
+def test_success_estimate_prior_is_configurable() -> None:
+    strict = RankingConfig(prior_successes=1.0, prior_failures=3.0)
+    assert success_estimate(1, 0, strict) == pytest.approx(2 / 5)
+
+
+def test_lexical_normalization_saturates() -> None:
+    assert normalize_lexical(0.0, CONFIG) == 0.0
+    assert normalize_lexical(-1.0, CONFIG) == 0.0
+    assert normalize_lexical(float("nan"), CONFIG) == 0.0
+    assert normalize_lexical(CONFIG.lexical_half_score, CONFIG) == pytest.approx(0.5)
+    assert normalize_lexical(1e9, CONFIG) < 1.0
+    assert normalize_lexical(3.0, CONFIG) < normalize_lexical(4.0, CONFIG)
+
+
+def test_fused_match_is_the_cosine_without_lexical_evidence() -> None:
+    assert fuse_match(0.85, 0.0, CONFIG) == pytest.approx(0.85)
+    assert fuse_match(0.0, 1.0, CONFIG) == pytest.approx(CONFIG.lexical_weight)
+    assert fuse_match(0.6, 0.5, CONFIG) == pytest.approx(1 - 0.4 * 0.75)
+    assert fuse_match(-0.3, 0.0, CONFIG) == 0.0
+    assert fuse_match(math.nan, 0.0, CONFIG) == 0.0
+    assert fuse_match(1.0, 1.0, CONFIG) == 1.0
+
+
+def test_fusion_weights_switch_a_signal_off() -> None:
+    semantic_only = RankingConfig(lexical_weight=0.0)
+    lexical_only = RankingConfig(semantic_weight=0.0, lexical_weight=1.0)
+    assert fuse_match(0.4, 0.9, semantic_only) == pytest.approx(0.4)
+    assert fuse_match(0.4, 0.9, lexical_only) == pytest.approx(0.9)
+
+
+def test_usage_factor_diminishes_and_saturates() -> None:
+    values = [usage_factor(n, CONFIG) for n in (0, 1, 5, 20, 100, 10_000)]
+    assert values[0] == pytest.approx(1 - CONFIG.usage_weight)
+    assert values == sorted(values)
+    assert values[-2] == values[-1] == 1.0
+    assert (values[2] - values[1]) / 4 > (values[3] - values[2]) / 15  # diminishing per use
+
+
+@pytest.mark.parametrize(
+    ("days", "expected"),
+    [(0, 1.0), (45, 1.0), (90, 1.0), (180, 0.5), (270, 0.25), (10_000, 0.2)],
+)
+def test_recency_full_weight_to_90_days_then_halves_each_90_days(
+    days: float, expected: float
+) -> None:
+    assert recency_factor(NOW - int(days * DAY_MS), NOW, CONFIG) == pytest.approx(expected)
+
+
+def test_recency_of_a_future_timestamp_is_full() -> None:
+    assert recency_factor(NOW + DAY_MS, NOW, CONFIG) == 1.0
+
+
+def test_fetch_limit_overfetches() -> None:
+    assert CONFIG.fetch_limit(5) == 5 * CONFIG.overfetch
