@@ -9,6 +9,8 @@ Errors come back as `PmlClientError` with the status code and the BadRequest fie
 
 from __future__ import annotations
 
+import uuid
+
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,11 +60,12 @@ def make_record(
     duration_ms: float = 0.0,
     arguments_json: str = "{}",
 ) -> ExecutionRecord:
-    """A record whose tool calls are `tools` (succeeded) then `failed_tools` (name, error)."""
+    """A record whose tool calls are `tools` (succeeded) then `failed_tools` (name, error).
+    Without `request_id` a fresh UUID is used (retry with the same record to stay idempotent)."""
     calls = [resources_pb2.ToolCall(tool=t, ok=True, arguments_json=arguments_json) for t in tools]
     calls += [resources_pb2.ToolCall(tool=t, ok=False, error=e) for t, e in failed_tools]
     return ExecutionRecord(
-        request_id=request_id,
+        request_id=request_id or str(uuid.uuid4()),
         intent=intent,
         code=code,
         language=language,

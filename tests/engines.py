@@ -1,25 +1,26 @@
-"""Which engine the API tests run against: the real one when `pml_server.engine` exists (on
-a real RocksDB in the test's directory, hashing embedder), else the in-memory test double.
-Reopening the same data dir gives the same data in both cases."""
+"""The engine the API tests run against: the real `Engine` on a real RocksDB in the test's
+directory (hashing embedder for speed), opened exactly as `pml serve` opens it from its flags.
+Until the Rust normalizer is merged, the engine tests' literal stand-in replaces it."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-from pml_server.config import ServerConfig
-from pml_server.domain.engine import EngineProtocol
-from tests.fake_engine import FakeEngine
-
-REAL_ENGINE = importlib.util.find_spec("pml_server.engine") is not None
-_fakes: dict[Path, FakeEngine] = {}
+from pml_server.config import EngineConfig, ServerConfig
+from pml_server.engine import Engine
+from tests.engine_support import NORMALIZER
 
 
-def open_test_engine(config: ServerConfig) -> EngineProtocol:
-    if REAL_ENGINE:
-        from pml_server.api.server import open_engine
-
-        return open_engine(config)
-    fake = _fakes.setdefault(config.data_dir, FakeEngine())
-    fake.closed = False
-    return fake
+def open_test_engine(config: ServerConfig) -> Engine:
+    engine = Engine.open(
+        EngineConfig(
+            data_dir=config.data_dir,
+            embedder=config.embedder,
+            durability=config.durability,
+            max_code_bytes=config.max_code_bytes,
+            max_tool_calls=config.max_tool_calls,
+            # Exact search until the Rust HNSW index is merged (as the engine tests do).
+            vector_index="exact",
+        ),
+        normalizer=NORMALIZER,
+    )
+    assert engine.wait_ready(60)
+    return engine

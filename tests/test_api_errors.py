@@ -161,7 +161,8 @@ def test_unauthenticated_and_permission_denied(
     with PmlClient(target, api_key=found["acme-write"]) as writer:
         pattern = writer.record(record).pattern
         _fails(lambda: writer.delete_pattern(pattern), grpc.StatusCode.PERMISSION_DENIED)
-        assert next(iter(writer.upload([record]).acks.values())).result.replayed is False
+        # The stream knows the request id the unary call used: nothing counted twice.
+        assert next(iter(writer.upload([record]).acks.values())).result.replayed
     with PmlClient(target, api_key=found["acme-read"]) as reader:
         _fails(lambda: reader.upload([record]), grpc.StatusCode.PERMISSION_DENIED)
     with PmlClient(target, api_key=found["acme-admin"]) as admin:

@@ -33,7 +33,7 @@ def test_two_tenants_never_see_each_other(
             acme.record(
                 make_record(
                     f"Read JSON file {i}",
-                    f"await mcp.read_file({i})",
+                    f"await mcp.read_file(file{i})",
                     tools=["read_file"],
                     request_id=f"same-{i}",
                 )

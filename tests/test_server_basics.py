@@ -26,7 +26,7 @@ def test_server_info(channel: grpc.Channel, server: RunningServer) -> None:
         pml_pb2.GetServerInfoRequest(), timeout=5
     )
     assert reply.core_version == _core.__version__
-    assert reply.schema_version == getattr(server.engine, "schema_version", 0)
+    assert reply.schema_version == SCHEMA_VERSION
     assert reply.embedding_dimension == server.engine.embedding_dim()
     assert (reply.tenant, reply.role) == ("default", "admin")
 

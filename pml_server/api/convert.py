@@ -80,7 +80,13 @@ def execution_record(
 ) -> model.ExecutionRecord:
     """A validated domain record; raises InvalidArgumentError listing every bad field."""
     out = Violations()
-    validate.check_text(out, f"{field}.request_id", msg.request_id, limits.max_request_id_chars)
+    validate.check_text(
+        out,
+        f"{field}.request_id",
+        msg.request_id or default_request_id,
+        limits.max_request_id_chars,
+        required=True,
+    )
     validate.check_text(out, f"{field}.intent", msg.intent, limits.max_intent_chars, True)
     validate.check_code(out, f"{field}.code", msg.code, limits)
     validate.check_text(out, f"{field}.language", msg.language, limits.max_language_chars, True)

@@ -172,8 +172,9 @@ class ExecutionRecord(_message.Message):
     INTENT_EMBEDDING_FIELD_NUMBER: _builtins.int
     TAGS_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
-    """(Optional) Idempotency key: a repeated request id returns the first result and counts
-    nothing twice. At most 128 characters. Strongly recommended for retries.
+    """(Required) Idempotency key, unique per execution (a UUID is fine): a repeated request id
+    returns the first result and counts nothing twice. At most 128 characters. On
+    StreamTraces it defaults to the message's `execution_id`.
     """
     intent: _builtins.str
     """(Required) What the agent was asked to do, e.g. "Process CSV file"."""
