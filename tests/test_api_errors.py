@@ -4,6 +4,7 @@ A client mistake never comes back UNKNOWN or INTERNAL."""
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 
 import grpc
@@ -13,7 +14,9 @@ from pml_server._proto.pml.v1 import pml_pb2
 from pml_server._proto.pml.v1 import resources_pb2 as r
 from pml_server.api.page_tokens import PageTokens
 from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.config import ServerConfig
 from tests.conftest import StartServer
+from tests.engines import open_test_engine
 
 OK_CODE = "await mcp.read_file({path: 'a'})"
 
@@ -178,18 +181,18 @@ def test_oversized_message_is_resource_exhausted(start: StartServer) -> None:
         )
 
 
-def test_unavailable_while_index_catches_up(start: StartServer) -> None:
-    from tests.fake_engine import FakeEngine
-
-    engine = FakeEngine()
-    engine.ready = False
+def test_unavailable_while_index_catches_up(start: StartServer, data_dir: Path) -> None:
+    engine = open_test_engine(ServerConfig(data_dir=data_dir, embedder="hashing"))
+    catching_up = threading.Event()
+    catching_up.set()
+    real_is_ready = engine.is_ready
+    engine.is_ready = lambda: real_is_ready() and not catching_up.is_set()  # type: ignore[method-assign]
     server = start(engine=engine)
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         err = _fails(lambda: client.suggest("read"), grpc.StatusCode.UNAVAILABLE)
         assert "catching up" in err.message
-        # Writes go on: the store is the source of truth, the index follows it.
-        assert client.record(make_record("r", OK_CODE, tools=["t"])).pattern
-        engine.ready = True
+        catching_up.clear()
+        assert client.record(make_record("read", OK_CODE, tools=["t"])).pattern
         client.suggest("read")
 
 
