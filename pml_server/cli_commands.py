@@ -14,7 +14,10 @@ from pml_server import cli_render as render
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server.client import PmlClient, PmlClientError, make_record
 
-console = Console()
+
+def _console() -> Console:
+    # Made per command, so the width follows the terminal (or $COLUMNS) at call time.
+    return Console()
 
 
 def _client(args: argparse.Namespace) -> PmlClient:
@@ -34,6 +37,7 @@ def _usage_error(message: str) -> int:
 
 
 def record(args: argparse.Namespace) -> int:
+    console = _console()
     if args.file is not None:
         rec = json_format.Parse(args.file.read_text(), resources_pb2.ExecutionRecord())
     else:
@@ -59,6 +63,7 @@ def record(args: argparse.Namespace) -> int:
 
 
 def import_file(args: argparse.Namespace) -> int:
+    console = _console()
     records = []
     for number, line in enumerate(args.file.read_text().splitlines(), 1):
         if not line.strip():
@@ -93,6 +98,7 @@ def import_file(args: argparse.Namespace) -> int:
 
 
 def suggest(args: argparse.Namespace) -> int:
+    console = _console()
     tools = [t for t in args.tools.split(",") if t] if args.tools is not None else None
     with _client(args) as client:
         reply = client.suggest(
@@ -110,6 +116,7 @@ def suggest(args: argparse.Namespace) -> int:
 
 
 def list_items(args: argparse.Namespace) -> int:
+    console = _console()
     with _client(args) as client:
         if args.capabilities:
             caps = []
@@ -129,6 +136,7 @@ def list_items(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
+    console = _console()
     name = args.name if "/" in args.name else f"patterns/{args.name}"
     with _client(args) as client:
         if name.startswith("capabilities/"):
@@ -139,6 +147,7 @@ def show(args: argparse.Namespace) -> int:
 
 
 def delete(args: argparse.Namespace) -> int:
+    console = _console()
     with _client(args) as client:
         if args.name.startswith("capabilities/"):
             client.delete_capability(args.name)
@@ -150,6 +159,7 @@ def delete(args: argparse.Namespace) -> int:
 
 
 def failures(args: argparse.Namespace) -> int:
+    console = _console()
     with _client(args) as client:
         items = list(client.list_failures(page_size=min(args.limit, 1000)).failures)
     render.failures(console, items)
@@ -157,12 +167,14 @@ def failures(args: argparse.Namespace) -> int:
 
 
 def retention(args: argparse.Namespace) -> int:
+    console = _console()
     with _client(args) as client:
         render.retention(console, client.run_retention(apply=args.apply))
     return 0
 
 
 def stats(args: argparse.Namespace) -> int:
+    console = _console()
     with _client(args) as client:
         render.stats(console, client.stats())
     return 0

@@ -10,7 +10,6 @@ Errors come back as `PmlClientError` with the status code and the BadRequest fie
 from __future__ import annotations
 
 import uuid
-
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -28,16 +28,20 @@ from typing import Any
 import numpy as np
 
 from pml_server import _core
-from pml_server.capture.dedup import DEFAULT_THRESHOLDS, SimilarityThresholds, choose_capability
-from pml_server.capture.dedup import near_duplicate
+from pml_server.capture.dedup import (
+    DEFAULT_THRESHOLDS,
+    SimilarityThresholds,
+    choose_capability,
+    near_duplicate,
+)
 from pml_server.capture.locks import StripedLocks
 from pml_server.capture.normalize import NormalizedCode, normalize
 from pml_server.capture.records import (
     CapabilityRecord,
     IntentRecord,
+    ParamSpec,
     PatternCounters,
     PatternRecord,
-    ParamSpec,
     TenantStats,
 )
 from pml_server.capture.rules import (

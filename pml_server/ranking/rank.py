@@ -10,9 +10,9 @@ from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 from pml_server.domain.model import (
     FilteredCandidate,
     ScoreParts,
+    Suggestion,
     SuggestQuery,
     SuggestResult,
-    Suggestion,
 )
 from pml_server.ranking.candidate import Candidate
 from pml_server.ranking.config import RankingConfig
