@@ -31,6 +31,12 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         choices=["sync", "fast"],
         help="sync: fsync before acknowledging; fast: WAL without fsync",
     )
+    add(
+        "--vector-index",
+        default=d.vector_index,
+        choices=["hnsw", "exact"],
+        help="intent search: the Rust HNSW index, or exact numpy search",
+    )
     add("--keys-file", type=Path, help="API keys file (see `pml keys add`); none: single tenant")
     add(
         "--allow-insecure-remote",

@@ -31,6 +31,7 @@ class ServerConfig:
     metrics_host: str = "127.0.0.1"
     embedder: str = "minilm"
     durability: str = "sync"
+    vector_index: str = "hnsw"
     max_code_bytes: int = 256 * 1024
     max_tool_calls: int = 256
     max_message_bytes: int = 8 * 1024 * 1024

@@ -24,7 +24,9 @@ def node_client() -> Path:
         # Exact versions from the committed lock file.
         subprocess.run(
             [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=NODE_CLIENT, check=True, timeout=300,
+            cwd=NODE_CLIENT,
+            check=True,
+            timeout=300,
         )
     return NODE_CLIENT
 
@@ -32,16 +34,21 @@ def node_client() -> Path:
 def test_node_client_records_and_suggests(node_client: Path, server: RunningServer) -> None:
     done = subprocess.run(
         ["node", "record_and_suggest.js", f"127.0.0.1:{server.port}"],
-        cwd=node_client, capture_output=True, text=True, timeout=60,
+        cwd=node_client,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["outcomes"] == [
-        "CAPTURE_OUTCOME_SAVED", "CAPTURE_OUTCOME_COUNTED", "CAPTURE_OUTCOME_COUNTED"
+        "CAPTURE_OUTCOME_SAVED",
+        "CAPTURE_OUTCOME_COUNTED",
+        "CAPTURE_OUTCOME_COUNTED",
     ]
     best = summary["best"]
     assert best["tools"] == ["read_file", "parse_json"]
     assert best["usage"] == 3
-    assert 0 < best["score"]["total"]
+    assert best["score"]["total"] > 0
     assert summary["refused"]["code"] == "INVALID_ARGUMENT"
     assert summary["refused"]["details"] == ["type.googleapis.com/google.rpc.BadRequest"]

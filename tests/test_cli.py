@@ -35,8 +35,19 @@ def run(
 def test_walkthrough_record_three_suggest_and_see_score_parts(run: object) -> None:
     assert callable(run)
     for i, intent in enumerate(["Read JSON file", "Parse JSON from disk", "Load JSON data"]):
-        out = run("record", "--intent", intent, "--code", READ.replace("a.json", f"{i}.json"),
-                  "--tool", "read_file", "--tool", "parse_json", "--request-id", f"walk-{i}")
+        out = run(
+            "record",
+            "--intent",
+            intent,
+            "--code",
+            READ.replace("a.json", f"{i}.json"),
+            "--tool",
+            "read_file",
+            "--tool",
+            "parse_json",
+            "--request-id",
+            f"walk-{i}",
+        )
         assert ("saved" if i == 0 else "counted") in out
     out = run("suggest", "Read JSON file", "-k", "3")
     for column in ("match", "semantic", "lexical", "est.", "usage", "recency", "total"):
@@ -47,8 +58,17 @@ def test_walkthrough_record_three_suggest_and_see_score_parts(run: object) -> No
 
 def test_record_reports_rejection_and_failures_list_it(run: object) -> None:
     assert callable(run)
-    out = run("record", "--intent", "Mail the boss", "--code", "await mcp.gmail_send({})",
-              "--failed-tool", "gmail_send:not connected", "--request-id", "mail-1")
+    out = run(
+        "record",
+        "--intent",
+        "Mail the boss",
+        "--code",
+        "await mcp.gmail_send({})",
+        "--failed-tool",
+        "gmail_send:not connected",
+        "--request-id",
+        "mail-1",
+    )
     assert "rejected" in out
     assert "gmail_send: not connected" in out
     out = run("failures")
@@ -58,8 +78,12 @@ def test_record_reports_rejection_and_failures_list_it(run: object) -> None:
 
 def test_record_from_json_file(run: object, tmp_path: Path) -> None:
     assert callable(run)
-    rec = make_record("Write CSV", 'await mcp.write_csv({path: "o.csv"})', tools=["write_csv"],
-                      request_id="file-1")
+    rec = make_record(
+        "Write CSV",
+        'await mcp.write_csv({path: "o.csv"})',
+        tools=["write_csv"],
+        request_id="file-1",
+    )
     path = tmp_path / "rec.json"
     path.write_text(json_format.MessageToJson(rec))
     assert "saved" in run("record", "--file", str(path))
@@ -69,8 +93,12 @@ def test_import_list_show_delete_stats_retention(run: object, tmp_path: Path) ->
     assert callable(run)
     lines = [
         json_format.MessageToJson(
-            make_record(f"task {i}", f"await mcp.tool_{i % 4}(x)", tools=[f"tool_{i % 4}"],
-                        request_id=f"imp-{i}"),
+            make_record(
+                f"task {i}",
+                f"await mcp.tool_{i % 4}(x)",
+                tools=[f"tool_{i % 4}"],
+                request_id=f"imp-{i}",
+            ),
             indent=None,
         )
         for i in range(12)

@@ -75,6 +75,7 @@ def open_engine(config: ServerConfig) -> EngineProtocol:
             durability=config.durability,
             max_code_bytes=config.max_code_bytes,
             max_tool_calls=config.max_tool_calls,
+            vector_index=config.vector_index,
         )
     )
 
@@ -226,9 +227,9 @@ def _report_ready(running: RunningServer) -> None:
         running._stopped.wait(_READY_POLL_SECONDS)
 
 
-def serve_forever(config: ServerConfig) -> None:
+def serve_forever(config: ServerConfig, engine: EngineProtocol | None = None) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
-    running = start_server(config)
+    running = start_server(config, engine)
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
