@@ -233,9 +233,7 @@ class Store:
                     total += len(item[1])
             error: BaseException | None = None
             try:
-                self._db.write(
-                    self._batch(op for _, ops, _ in group for op in ops), self._write_options
-                )
+                self._db.write(self._batch(op for _, ops, _ in group for op in ops), self._write_options)
             except Exception as failure:
                 error = failure
             last_seq = group[-1][0]
