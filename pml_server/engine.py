@@ -28,16 +28,20 @@ from typing import Any
 import numpy as np
 
 from pml_server import _core
-from pml_server.capture.dedup import DEFAULT_THRESHOLDS, SimilarityThresholds, choose_capability
-from pml_server.capture.dedup import near_duplicate
+from pml_server.capture.dedup import (
+    DEFAULT_THRESHOLDS,
+    SimilarityThresholds,
+    choose_capability,
+    near_duplicate,
+)
 from pml_server.capture.locks import StripedLocks
 from pml_server.capture.normalize import NormalizedCode, normalize
 from pml_server.capture.records import (
     CapabilityRecord,
     IntentRecord,
+    ParamSpec,
     PatternCounters,
     PatternRecord,
-    ParamSpec,
     TenantStats,
 )
 from pml_server.capture.rules import (
@@ -329,7 +333,8 @@ class Engine:
         return self._embedder.dim
 
     def _embed_one(self, text: str) -> Vector:
-        return self._embedder.embed([text])[0]
+        vector: Vector = self._embedder.embed([text])[0]
+        return vector
 
     def _index_for(self, tenant: str) -> TenantSearchIndex:
         with self._indexes_lock:
@@ -389,7 +394,9 @@ class Engine:
         ]
 
     def _oplog(self, tenant: str, op: str, ids: Sequence[int]) -> Op:
-        return self._repo.put_oplog(self._seqs.next(), {"tenant": tenant, "op": op, "ids": list(ids)})
+        return self._repo.put_oplog(
+            self._seqs.next(), {"tenant": tenant, "op": op, "ids": list(ids)}
+        )
 
     def _new_intent(self, pattern_id: str, text: str, vector: Vector, now: int) -> IntentRecord:
         return IntentRecord(
@@ -526,7 +533,9 @@ class Engine:
         if existing is not None:
             capability = replace(existing, pattern_ids=(*existing.pattern_ids, pattern_id))
         else:
-            capability = CapabilityRecord(f"cap_{secrets.token_hex(8)}", signature, (pattern_id,), now)
+            capability = CapabilityRecord(
+                f"cap_{secrets.token_hex(8)}", signature, (pattern_id,), now
+            )
             change.count("capabilities")
         mismatch = tools_disagree(normalized.tool_calls, used, normalized.parse_ok)
         pattern = PatternRecord(
@@ -754,7 +763,9 @@ class Engine:
                 else:
                     change.ops += self._repo.delete_capability(tenant, capability)
                     change.count("capabilities", -1)
-            self._audit(tenant, change, {"action": "deleted", "pattern_id": pattern_id, "reason": reason})
+            self._audit(
+                tenant, change, {"action": "deleted", "pattern_id": pattern_id, "reason": reason}
+            )
             ticket = self._commit(tenant, change)
         ticket.wait()
 
@@ -765,7 +776,9 @@ class Engine:
             raise NotFoundError(f"capability {capability_id!r} not found")
         for pattern_id in capability.pattern_ids:
             with contextlib.suppress(NotFoundError):
-                self.delete_pattern(tenant, pattern_id, reason=f"capability {capability_id} deleted")
+                self.delete_pattern(
+                    tenant, pattern_id, reason=f"capability {capability_id} deleted"
+                )
 
     def _set_marks(self, tenant: str, pattern_id: str, flagged: bool, superseded_by: str) -> bool:
         """Rewrite a pattern's retention marks; True when they changed."""
@@ -799,7 +812,9 @@ class Engine:
                 groups.setdefault(pattern.capability_id, []).append(view)
         entries = evaluate(groups, self._config.retention, now)
         if apply:
-            flagged = {e.pattern_id for e in entries if e.action is RetentionAction.REMOVAL_CANDIDATE}
+            flagged = {
+                e.pattern_id for e in entries if e.action is RetentionAction.REMOVAL_CANDIDATE
+            }
             removed = {e.pattern_id for e in entries if e.action is RetentionAction.REMOVED}
             superseded = {
                 e.pattern_id: e.superseded_by

@@ -63,7 +63,7 @@ class Clock:
 def open_engine(
     path: Path, clock: Clock | None = None, embedder: str = "hashing", **overrides: object
 ) -> Engine:
-    config = EngineConfig(data_dir=path, embedder=embedder, vector_index="exact", **overrides)  # type: ignore[arg-type]
+    config = EngineConfig(data_dir=path, embedder=embedder, **overrides)  # type: ignore[arg-type]
     engine = Engine.open(config, clock or Clock(), normalizer=NORMALIZER)
     assert engine.wait_ready(60)
     return engine

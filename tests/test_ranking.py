@@ -157,7 +157,9 @@ def test_one_suggestion_per_capability_represented_by_its_best_pattern() -> None
 def test_a_filtered_best_pattern_lets_the_next_pattern_represent_the_capability() -> None:
     flaky = pattern("flaky", capability_id="A", successes=1, failures=9)
     solid = pattern("solid", capability_id="A", successes=9)
-    result = rank(SuggestQuery("x"), [candidate(flaky, 0.95), candidate(solid, 0.6)], CONFIG, NOW_MS)
+    result = rank(
+        SuggestQuery("x"), [candidate(flaky, 0.95), candidate(solid, 0.6)], CONFIG, NOW_MS
+    )
     assert [s.pattern.id for s in result.suggestions] == ["solid"]
 
 
@@ -184,7 +186,9 @@ def test_recency_full_weight_to_90_days_then_lower() -> None:
 def test_superseded_pattern_is_penalized() -> None:
     beaten = pattern("beaten", successes=10, superseded_by="other")
     rival = pattern("rival", successes=10)
-    result = rank(SuggestQuery("x"), [candidate(beaten, 0.8), candidate(rival, 0.6)], CONFIG, NOW_MS)
+    result = rank(
+        SuggestQuery("x"), [candidate(beaten, 0.8), candidate(rival, 0.6)], CONFIG, NOW_MS
+    )
     assert [s.pattern.id for s in result.suggestions] == ["rival", "beaten"]
     assert result.suggestions[1].score.superseded_penalty == CONFIG.superseded_penalty
 

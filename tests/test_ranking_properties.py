@@ -56,10 +56,14 @@ def test_total_is_monotone_in_success(cand: Candidate, extra: int) -> None:
     better = replace(
         p, success_count=p.success_count + moved, failure_count=p.failure_count - moved
     )
-    assert score(cand, CONFIG, NOW_MS).total <= score(replace(cand, pattern=better), CONFIG, NOW_MS).total
-    assert score(cand, CONFIG, NOW_MS).success_estimate <= score(
-        replace(cand, pattern=better), CONFIG, NOW_MS
-    ).success_estimate
+    assert (
+        score(cand, CONFIG, NOW_MS).total
+        <= score(replace(cand, pattern=better), CONFIG, NOW_MS).total
+    )
+    assert (
+        score(cand, CONFIG, NOW_MS).success_estimate
+        <= score(replace(cand, pattern=better), CONFIG, NOW_MS).success_estimate
+    )
 
 
 @settings(max_examples=200)

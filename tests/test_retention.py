@@ -56,9 +56,7 @@ def test_removal_thresholds_are_configurable() -> None:
 
 
 # Row 2: not used in 90+ days: reported stale (the ranking lowers its weight).
-@pytest.mark.parametrize(
-    ("days", "stale"), [(0, False), (89.9, False), (90, True), (400, True)]
-)
+@pytest.mark.parametrize(("days", "stale"), [(0, False), (89.9, False), (90, True), (400, True)])
 def test_unused_for_90_days_or_more_is_stale(days: float, stale: bool) -> None:
     got = one(pattern("p", successes=5, days_unused=days))
     assert got == ([("p", RetentionAction.STALE, "")] if stale else [])
@@ -119,7 +117,10 @@ def test_a_pattern_can_be_stale_removal_candidate_and_superseded_at_once() -> No
 def test_healthy_patterns_give_no_entry_and_order_is_deterministic() -> None:
     caps = {
         "z": [pattern("z1", capability_id="z", successes=1, failures=9)],
-        "a": [pattern("a1", capability_id="a", successes=1, failures=9), pattern("a0", capability_id="a")],
+        "a": [
+            pattern("a1", capability_id="a", successes=1, failures=9),
+            pattern("a0", capability_id="a"),
+        ],
     }
     assert [e.pattern_id for e in evaluate(caps, CONFIG, NOW_MS)] == ["a1", "z1"]
     assert evaluate({}, CONFIG, NOW_MS) == []
@@ -127,7 +128,12 @@ def test_healthy_patterns_give_no_entry_and_order_is_deterministic() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"min_tries": 0}, {"min_success_rate": 1.5}, {"stale_after_days": -1.0}, {"interval_seconds": 0.0}],
+    [
+        {"min_tries": 0},
+        {"min_success_rate": 1.5},
+        {"stale_after_days": -1.0},
+        {"interval_seconds": 0.0},
+    ],
 )
 def test_bad_config_is_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="RetentionConfig"):

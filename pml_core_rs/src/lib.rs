@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod hashing;
+pub mod index;
 
 #[cfg(feature = "python")]
 mod python;

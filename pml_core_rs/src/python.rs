@@ -9,6 +9,13 @@ use pyo3::types::PyBytes;
 
 use crate::hashing;
 
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use numpy::{AllowTypeChange, IntoPyArray, PyArray1, PyArrayLike1, PyArrayLike2};
+use pyo3::types::PyList;
+
+use crate::index;
+
 create_exception!(
     _core,
     CoreError,
@@ -51,6 +58,271 @@ fn sha256_tagged(py: Python<'_>, data: &Bound<'_, PyBytes>) -> String {
     py.detach(|| hashing::sha256_tagged(bytes))
 }
 
+/// `InvalidArgumentError` for a Python-side argument problem (shape, dtype, sign).
+fn invalid_arg(field: &str, reason: impl std::fmt::Display) -> PyErr {
+    to_py_err(crate::error::CoreError::InvalidArgument {
+        field: field.to_string(),
+        reason: reason.to_string(),
+    })
+}
+
+/// A non-negative integer argument, or `InvalidArgumentError` naming it.
+fn count_arg(field: &str, value: i64) -> PyResult<usize> {
+    usize::try_from(value).map_err(|_| invalid_arg(field, format!("must be >= 0, got {value}")))
+}
+
+/// Copy any array-like of numbers into `(row-major f32 values, rows, columns)`.
+fn f32_matrix(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<(Vec<f32>, usize, usize)> {
+    let array: PyArrayLike2<'_, f32, AllowTypeChange> = obj
+        .extract()
+        .map_err(|e| invalid_arg(field, format!("expected a 2-D float32 array ({e})")))?;
+    let view = array.as_array();
+    let (rows, cols) = view.dim();
+    Ok((view.iter().copied().collect(), rows, cols))
+}
+
+fn f32_vector(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<f32>> {
+    let array: PyArrayLike1<'_, f32, AllowTypeChange> = obj
+        .extract()
+        .map_err(|e| invalid_arg(field, format!("expected a 1-D float32 array ({e})")))?;
+    Ok(array.as_array().iter().copied().collect())
+}
+
+fn u64_vector(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+    let array: PyArrayLike1<'_, u64, AllowTypeChange> = obj
+        .extract()
+        .map_err(|e| invalid_arg(field, format!("expected a 1-D uint64 array ({e})")))?;
+    Ok(array.as_array().iter().copied().collect())
+}
+
+type SearchResult<'py> = (Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<f32>>);
+
+fn hits_to_arrays(py: Python<'_>, hits: Vec<index::Hit>) -> SearchResult<'_> {
+    let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
+    let scores: Vec<f32> = hits.iter().map(|h| h.score).collect();
+    (ids.into_pyarray(py), scores.into_pyarray(py))
+}
+
+/// Rows written per exclusive lock hold in `add`: long batches let searches run in between.
+const ADD_ROWS_PER_LOCK: usize = 256;
+
+/// Python handle of an HNSW index: searches share a read lock and run in parallel without the
+/// GIL; writes take the write lock. The GIL is released around every call that does work.
+#[pyclass(name = "HnswIndex", module = "pml_server._core", frozen)]
+struct PyHnswIndex {
+    inner: RwLock<index::HnswIndex>,
+}
+
+impl PyHnswIndex {
+    // A panic cannot leave the index half-written in a way that matters more than losing it
+    // would, and Python must keep working: recover poisoned locks instead of propagating.
+    fn read(&self) -> RwLockReadGuard<'_, index::HnswIndex> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+    fn write(&self) -> RwLockWriteGuard<'_, index::HnswIndex> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[pymethods]
+impl PyHnswIndex {
+    #[new]
+    #[pyo3(signature = (dim, *, m = 16, ef_construction = 200, ef_search = 64))]
+    fn new(dim: i64, m: i64, ef_construction: i64, ef_search: i64) -> PyResult<Self> {
+        let params = index::Params {
+            m: count_arg("m", m)?,
+            ef_construction: count_arg("ef_construction", ef_construction)?,
+            ef_search: count_arg("ef_search", ef_search)?,
+        };
+        let inner = index::HnswIndex::new(count_arg("dim", dim)?, params).map_err(to_py_err)?;
+        Ok(PyHnswIndex {
+            inner: RwLock::new(inner),
+        })
+    }
+
+    #[getter]
+    fn dim(&self) -> usize {
+        self.read().dim()
+    }
+
+    #[getter]
+    fn m(&self) -> usize {
+        self.read().m()
+    }
+
+    #[getter]
+    fn get_ef_construction(&self) -> usize {
+        self.read().ef_construction()
+    }
+
+    #[setter]
+    fn set_ef_construction(&self, py: Python<'_>, value: i64) -> PyResult<()> {
+        let value = count_arg("ef_construction", value)?;
+        py.detach(|| self.write().set_ef_construction(value))
+            .map_err(to_py_err)
+    }
+
+    #[getter]
+    fn get_ef_search(&self) -> usize {
+        self.read().ef_search()
+    }
+
+    #[setter]
+    fn set_ef_search(&self, py: Python<'_>, value: i64) -> PyResult<()> {
+        let value = count_arg("ef_search", value)?;
+        py.detach(|| self.write().set_ef_search(value))
+            .map_err(to_py_err)
+    }
+
+    /// Name of the distance kernel picked for this CPU ("avx2+fma" or "scalar").
+    #[getter]
+    fn kernel(&self) -> &'static str {
+        self.read().kernel_name()
+    }
+
+    fn add(
+        &self,
+        py: Python<'_>,
+        ids: &Bound<'_, PyAny>,
+        vectors: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let ids = u64_vector("ids", ids)?;
+        let (values, rows, cols) = f32_matrix("vectors", vectors)?;
+        if rows != ids.len() {
+            return Err(invalid_arg(
+                "vectors",
+                format!("has {rows} rows but ids has {} entries", ids.len()),
+            ));
+        }
+        let dim = self.read().dim();
+        if cols != dim {
+            return Err(invalid_arg(
+                "vectors",
+                format!("expected dimension {dim}, got {cols}"),
+            ));
+        }
+        py.detach(|| {
+            // Validate the whole batch before the first write, then insert in short lock holds.
+            let rows = index::HnswIndex::normalize_rows(dim, "vectors", &values)?;
+            for (id_chunk, row_chunk) in ids
+                .chunks(ADD_ROWS_PER_LOCK)
+                .zip(rows.chunks(ADD_ROWS_PER_LOCK * dim))
+            {
+                self.write().add_normalized(id_chunk, row_chunk)?;
+            }
+            Ok(())
+        })
+        .map_err(to_py_err)
+    }
+
+    fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let ids = u64_vector("ids", ids)?;
+        Ok(py.detach(|| self.write().remove(&ids)))
+    }
+
+    fn contains(&self, id: u64) -> bool {
+        self.read().contains(id)
+    }
+
+    fn __contains__(&self, id: u64) -> bool {
+        self.read().contains(id)
+    }
+
+    #[pyo3(signature = (query, k, ef = None, allow = None))]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        query: &Bound<'py, PyAny>,
+        k: i64,
+        ef: Option<i64>,
+        allow: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<SearchResult<'py>> {
+        let query = f32_vector("query", query)?;
+        let k = count_arg("k", k)?;
+        let ef = ef.map(|e| count_arg("ef", e)).transpose()?;
+        let allow = allow.map(|a| u64_vector("allow", a)).transpose()?;
+        let hits = py
+            .detach(|| self.read().search(&query, k, ef, allow.as_deref()))
+            .map_err(to_py_err)?;
+        Ok(hits_to_arrays(py, hits))
+    }
+
+    #[pyo3(signature = (queries, k, ef = None, allow = None, *, num_threads = 1))]
+    fn search_batch<'py>(
+        &self,
+        py: Python<'py>,
+        queries: &Bound<'py, PyAny>,
+        k: i64,
+        ef: Option<i64>,
+        allow: Option<&Bound<'py, PyAny>>,
+        num_threads: i64,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let (values, _, cols) = f32_matrix("queries", queries)?;
+        let dim = self.read().dim();
+        if cols != dim {
+            return Err(invalid_arg(
+                "queries",
+                format!("expected dimension {dim}, got {cols}"),
+            ));
+        }
+        let k = count_arg("k", k)?;
+        let ef = ef.map(|e| count_arg("ef", e)).transpose()?;
+        let allow = allow.map(|a| u64_vector("allow", a)).transpose()?;
+        let threads = count_arg("num_threads", num_threads)?.max(1);
+        let results = py
+            .detach(|| {
+                self.read()
+                    .search_batch(&values, k, ef, allow.as_deref(), threads)
+            })
+            .map_err(to_py_err)?;
+        let items: Vec<SearchResult<'py>> = results
+            .into_iter()
+            .map(|hits| hits_to_arrays(py, hits))
+            .collect();
+        PyList::new(py, items)
+    }
+
+    /// Rebuild the graph without removed nodes (also happens on its own when they pile up).
+    fn compact(&self, py: Python<'_>) {
+        py.detach(|| self.write().compact());
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.read().memory_bytes()
+    }
+
+    fn __len__(&self) -> usize {
+        self.read().len()
+    }
+
+    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let bytes = py.detach(|| self.read().to_bytes());
+        PyBytes::new(py, &bytes)
+    }
+
+    #[staticmethod]
+    fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<Self> {
+        let inner = py
+            .detach(|| index::HnswIndex::from_bytes(data))
+            .map_err(to_py_err)?;
+        Ok(PyHnswIndex {
+            inner: RwLock::new(inner),
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        let index = self.read();
+        format!(
+            "HnswIndex(dim={}, m={}, ef_construction={}, ef_search={}, len={})",
+            index.dim(),
+            index.m(),
+            index.ef_construction(),
+            index.ef_search(),
+            index.len()
+        )
+    }
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -63,6 +335,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;
     m.add("InputTooLargeError", py.get_type::<InputTooLargeError>())?;
     m.add_function(wrap_pyfunction!(sha256_tagged, m)?)?;
+    m.add_class::<PyHnswIndex>()?;
     let _ = to_py_err; // used by the normalizer and index bindings
     Ok(())
 }

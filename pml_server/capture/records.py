@@ -86,7 +86,20 @@ class PatternCounters:
         return self.duration_sum_ms / self.duration_runs if self.duration_runs else 0.0
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        # Written by every capture: a hand-built dict is several times faster than asdict().
+        data = {
+            "usage": self.usage,
+            "success": self.success,
+            "failure": self.failure,
+            "last_used_ms": self.last_used_ms,
+            "duration_sum_ms": self.duration_sum_ms,
+            "duration_runs": self.duration_runs,
+            "mismatch_count": self.mismatch_count,
+            "recent_values": self.recent_values,
+            "failure_signatures": [vars(s) for s in self.failure_signatures],
+            "tags": self.tags,
+        }
+        return json.dumps(data, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> PatternCounters:
@@ -160,7 +173,7 @@ class TenantStats:
     intents: int = 0
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        return json.dumps(vars(self), separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> TenantStats:

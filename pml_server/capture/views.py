@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pml_server.capture.records import CapabilityRecord, IntentRecord, PatternCounters, PatternRecord
+from pml_server.capture.records import (
+    CapabilityRecord,
+    IntentRecord,
+    PatternCounters,
+    PatternRecord,
+)
 from pml_server.domain.model import CapabilityView, IntentView, ParamView, PatternView
 
 MAX_CAPABILITY_INTENTS = 50

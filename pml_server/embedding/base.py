@@ -36,11 +36,12 @@ class Embedder(Protocol):
 def l2_normalize(matrix: Matrix) -> Matrix:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (matrix / norms).astype(np.float32)
+    normalized: Matrix = (matrix / norms).astype(np.float32)
+    return normalized
 
 
 def check_client_vector(values: Sequence[float], dim: int, field: str) -> Vector:
-    """A vector supplied by a client: right dimension, finite, not all zeros; returned normalized."""
+    """A client-supplied vector: right dimension, finite, not all zeros; returned normalized."""
     if len(values) != dim:
         raise InvalidArgumentError(
             FieldViolation(field, f"has {len(values)} values; this server's model needs {dim}")

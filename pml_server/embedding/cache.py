@@ -46,7 +46,7 @@ class CachedEmbedder:
         missing = sorted({t for t, v in zip(texts, rows, strict=True) if v is None})
         computed = dict(zip(missing, self._inner.embed(missing), strict=True)) if missing else {}
         with self._lock:
-            self.hits += len(texts) - sum(1 for v in rows if v is None)
+            self.hits += len(texts) - len(missing)
             self.misses += len(missing)
             for text, vector in computed.items():
                 self._cache[(model, text)] = vector

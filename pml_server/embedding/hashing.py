@@ -5,6 +5,7 @@ and spellings (paraphrases with other words score low), so it is for tests and t
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Sequence
 
@@ -34,7 +35,7 @@ class HashingEmbedder:
     def _features(self, text: str) -> list[tuple[str, float]]:
         words = [w.lower() for w in _WORD.findall(text)]
         features = [(f"w:{w}", 1.0) for w in words]
-        features += [(f"b:{a} {b}", 0.5) for a, b in zip(words, words[1:], strict=False)]
+        features += [(f"b:{a} {b}", 0.5) for a, b in itertools.pairwise(words)]
         for word in words:
             padded = f"<{word}>"
             features += [(f"c:{padded[i : i + 3]}", 0.25) for i in range(len(padded) - 2)]

@@ -19,8 +19,50 @@ _WORD = re.compile(r"[^\W_]+(?:[_\-:./][^\W_]+)*")
 _SEPARATORS = re.compile(r"[_\-:./]")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _STOP_WORDS = frozenset(
-    """a an and are as at be by can do for from get how i in into is it its me my of on or our
-    please some that the their them then this to up us we what with you your""".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "for",
+        "from",
+        "get",
+        "how",
+        "i",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "our",
+        "please",
+        "some",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "this",
+        "to",
+        "up",
+        "us",
+        "we",
+        "what",
+        "with",
+        "you",
+        "your",
+    ]
 )
 _stemmer = snowballstemmer.stemmer("english")
 _stem_lock = threading.Lock()  # the generated stemmer object keeps state between calls

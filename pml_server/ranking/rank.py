@@ -10,9 +10,9 @@ from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 from pml_server.domain.model import (
     FilteredCandidate,
     ScoreParts,
+    Suggestion,
     SuggestQuery,
     SuggestResult,
-    Suggestion,
 )
 from pml_server.ranking.candidate import Candidate
 from pml_server.ranking.config import RankingConfig
@@ -45,9 +45,7 @@ def resolve_settings(query: SuggestQuery, config: RankingConfig) -> FilterSettin
         min_match=config.min_match if query.min_match is None else query.min_match,
         min_success=config.min_success if query.min_success is None else query.min_success,
         include_flagged=query.include_flagged,
-        available_tools=None
-        if query.available_tools is None
-        else frozenset(query.available_tools),
+        available_tools=None if query.available_tools is None else frozenset(query.available_tools),
         tags=frozenset(query.tags),
     )
 
@@ -71,7 +69,13 @@ def _merge_duplicates(candidates: Sequence[Candidate]) -> list[Candidate]:
 
 def _order(item: tuple[Candidate, ScoreParts]) -> tuple[float, float, float, str, str]:
     cand, parts = item
-    return (-parts.total, -parts.match, -parts.success_estimate, cand.capability_id, cand.pattern.id)
+    return (
+        -parts.total,
+        -parts.match,
+        -parts.success_estimate,
+        cand.capability_id,
+        cand.pattern.id,
+    )
 
 
 def rank(
@@ -87,7 +91,9 @@ def rank(
     `beyond_k` (it ranked after the k-th suggestion).
     """
     settings = resolve_settings(query, config)
-    scored = sorted(((c, score(c, config, now_ms)) for c in _merge_duplicates(candidates)), key=_order)
+    scored = sorted(
+        ((c, score(c, config, now_ms)) for c in _merge_duplicates(candidates)), key=_order
+    )
     filtered: list[FilteredCandidate] = []
     chosen: dict[str, tuple[Candidate, ScoreParts]] = {}
     for cand, parts in scored:
@@ -107,5 +113,7 @@ def rank(
         return SuggestResult(suggestions=suggestions)
     for position, (cand, parts) in enumerate(ranked[query.k :], start=query.k + 1):
         detail = f"ranked {position}, after the k={query.k} suggestions"
-        filtered.append(FilteredCandidate(cand.capability_id, cand.pattern.id, BEYOND_K, detail, parts))
+        filtered.append(
+            FilteredCandidate(cand.capability_id, cand.pattern.id, BEYOND_K, detail, parts)
+        )
     return SuggestResult(suggestions=suggestions, filtered=tuple(filtered))

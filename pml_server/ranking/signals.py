@@ -23,7 +23,9 @@ def success_estimate(successes: int, failures: int, config: RankingConfig) -> fl
     return beta_mean(successes, failures, config.prior_successes, config.prior_failures)
 
 
-def beta_mean(successes: int, failures: int, prior_successes: float, prior_failures: float) -> float:
+def beta_mean(
+    successes: int, failures: int, prior_successes: float, prior_failures: float
+) -> float:
     """(s + a) / (s + f + a + b): the posterior mean of a Beta(a, b) prior after s and f."""
     s, f = max(successes, 0), max(failures, 0)
     return (s + prior_successes) / (s + f + prior_successes + prior_failures)

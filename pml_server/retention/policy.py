@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from pml_server.domain.model import PatternView, RetentionAction, RetentionEntry
+from pml_server.ranking.config import DAY_MS
 from pml_server.ranking.signals import beta_mean
 from pml_server.retention.config import RetentionConfig
-
-from pml_server.ranking.config import DAY_MS
 
 
 def _estimate(pattern: PatternView, config: RetentionConfig) -> float:

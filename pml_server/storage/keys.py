@@ -1,9 +1,9 @@
 """Key layout of the RocksDB store: column family names and tenant-prefixed keys.
 
 Every tenant-owned key starts with the tenant's UTF-8 bytes preceded by their length as a
-big-endian u16. A length prefix (rather than a separator) means no tenant name can be a prefix of
-another tenant's key range: "ab" + "c..." and "a" + "bc..." encode differently, so a prefix scan of one
-tenant can never read another's rows.
+big-endian u16. A length prefix (rather than a separator) means no tenant name can be a prefix
+of another tenant's key range: "ab" + "c..." and "a" + "bc..." encode differently, so a prefix
+scan of one tenant can never read another's rows.
 """
 
 from __future__ import annotations

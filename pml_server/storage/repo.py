@@ -118,9 +118,7 @@ class Repository:
     def delete_pattern(self, tenant: str, pattern_id: str) -> Op:
         return (CF_PATTERNS, tenant_key(tenant, pattern_id), None)
 
-    def patterns_page(
-        self, tenant: str, after: str, size: int
-    ) -> tuple[list[PatternRecord], str]:
+    def patterns_page(self, tenant: str, after: str, size: int) -> tuple[list[PatternRecord], str]:
         prefix = tenant_prefix(tenant)
         start = tenant_key(tenant, after) + b"\x00" if after else None
         rows = self.store.scan(CF_PATTERNS, prefix, start=start, limit=size + 1)

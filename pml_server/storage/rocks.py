@@ -4,13 +4,13 @@ This module alone imports rocksdict. It stores a schema version under a meta key
 open a store written by a newer schema than this code knows.
 
 Writes: every caller hands over one list of operations (one capture = one list) and the store
-commits it as one atomic WriteBatch. Durability `sync` acknowledges only after the WAL is fsynced;
-because rocksdict holds the GIL during a write (so RocksDB's own leader/follower grouping never
-sees concurrent writers), a single writer thread drains the queue and commits every waiting list in
-one synced batch (group commit). Until a queued write is committed, its values live in an overlay
-that `get` and `scan` read first, so a caller holding a lock can read-modify-write a key whose
-previous value is still on its way to disk. Durability `fast` writes through the WAL without fsync
-in the caller's thread.
+commits it as one atomic WriteBatch. Durability `sync` acknowledges only after the WAL is fsynced.
+rocksdict holds the GIL during a write, so RocksDB's own leader/follower grouping never sees
+concurrent writers: a single writer thread drains the queue, writes every waiting list as one
+batch and fsyncs the WAL once for all of them (group commit). Until a queued write is committed,
+its values live in an overlay that `get` and `scan` read first, so a caller holding a lock can
+read-modify-write a key whose previous value is still on its way to disk. Durability `fast`
+writes through the WAL without fsync in the caller's thread.
 """
 
 from __future__ import annotations
@@ -75,8 +75,11 @@ class Store:
         self.durability = durability
         self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
         self._handles = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        # Both modes write through the WAL without fsync; `sync` then fsyncs the WAL with
+        # `flush_wal(True)`, which (unlike a write with sync=True) releases the GIL, so other
+        # threads keep working during the fsync.
         self._write_options = WriteOptions()
-        self._write_options.sync = durability == "sync"
+        self._write_options.sync = False
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._queue: list[tuple[int, Sequence[Op], WriteTicket]] = []
@@ -226,14 +229,17 @@ class Store:
                     self._wakeup.wait()
                 if not self._queue:
                     return  # closed and drained
-                group, total = [], 0
+                group: list[tuple[int, Sequence[Op], WriteTicket]] = []
+                total = 0
                 while self._queue and (not group or total < _MAX_GROUP_OPS):
                     item = self._queue.pop(0)
                     group.append(item)
                     total += len(item[1])
             error: BaseException | None = None
             try:
-                self._db.write(self._batch(op for _, ops, _ in group for op in ops), self._write_options)
+                batch = self._batch(op for _, ops, _ in group for op in ops)
+                self._db.write(batch, self._write_options)
+                self._db.flush_wal(True)  # the fsync every capture of the group waits for
             except Exception as failure:
                 error = failure
             last_seq = group[-1][0]

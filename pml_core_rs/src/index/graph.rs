@@ -1,0 +1,196 @@
+//! Storage layout of the graph. Vectors live in one contiguous `Vec<f32>` (slot-major), level-0
+//! neighbour lists in one flat `Vec<u32>` with a fixed stride of `1 + m0` (count, then ids), so a
+//! search touches two predictable arrays instead of chasing per-node allocations. The few nodes
+//! that reach upper levels keep a small flat list per node for those levels.
+
+/// Marks "no node" (empty graph entry point).
+pub const NO_NODE: u32 = u32::MAX;
+/// Highest level a node may get; with m >= 2 reaching it is astronomically unlikely.
+pub const MAX_LEVEL: usize = 24;
+
+/// A scored candidate: `dist` is the graph distance (1 - cosine), `slot` the node.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scored {
+    pub dist: f32,
+    pub slot: u32,
+}
+
+impl Eq for Scored {}
+
+impl PartialOrd for Scored {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Scored {
+    /// Distances are finite (vectors are normalized and checked), `total_cmp` keeps it a total
+    /// order anyway; the slot breaks ties so results are deterministic.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.dist
+            .total_cmp(&other.dist)
+            .then(self.slot.cmp(&other.slot))
+    }
+}
+
+/// Nodes, vectors and links. Slots are dense `0..len`; a removed node stays as a tombstone
+/// (still routable, never returned) until compaction rebuilds the graph without it.
+#[derive(Clone, Debug)]
+pub struct Graph {
+    pub dim: usize,
+    /// Maximum links per node on levels >= 1 (and links chosen for a new node on every level).
+    pub m: usize,
+    /// Maximum links per node on level 0 (2 * m, as in the HNSW paper).
+    pub m0: usize,
+    pub vectors: Vec<f32>,
+    pub ids: Vec<u64>,
+    pub levels: Vec<u8>,
+    pub deleted: Vec<bool>,
+    pub deleted_count: usize,
+    /// Level-0 lists, stride `1 + m0`: `[count, id_0 .. id_{m0-1}]`.
+    pub links0: Vec<u32>,
+    /// Per node, levels 1..=level, stride `1 + m` each.
+    pub upper: Vec<Vec<u32>>,
+    pub entry: u32,
+    pub max_level: usize,
+}
+
+impl Graph {
+    pub fn new(dim: usize, m: usize) -> Self {
+        Graph {
+            dim,
+            m,
+            m0: 2 * m,
+            vectors: Vec::new(),
+            ids: Vec::new(),
+            levels: Vec::new(),
+            deleted: Vec::new(),
+            deleted_count: 0,
+            links0: Vec::new(),
+            upper: Vec::new(),
+            entry: NO_NODE,
+            max_level: 0,
+        }
+    }
+
+    /// Number of slots, tombstones included.
+    pub fn slots(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn live(&self) -> usize {
+        self.slots() - self.deleted_count
+    }
+
+    #[inline]
+    pub fn vector(&self, slot: u32) -> &[f32] {
+        let start = slot as usize * self.dim;
+        &self.vectors[start..start + self.dim]
+    }
+
+    /// Capacity of a node's list on `level`.
+    #[inline]
+    pub fn capacity(&self, level: usize) -> usize {
+        if level == 0 {
+            self.m0
+        } else {
+            self.m
+        }
+    }
+
+    #[inline]
+    pub fn links(&self, slot: u32, level: usize) -> &[u32] {
+        if level == 0 {
+            let base = slot as usize * (1 + self.m0);
+            let count = self.links0[base] as usize;
+            &self.links0[base + 1..base + 1 + count]
+        } else {
+            let base = (level - 1) * (1 + self.m);
+            let list = &self.upper[slot as usize][base..base + 1 + self.m];
+            &list[1..1 + list[0] as usize]
+        }
+    }
+
+    pub fn set_links(&mut self, slot: u32, level: usize, neighbours: &[u32]) {
+        assert!(
+            neighbours.len() <= self.capacity(level),
+            "neighbour list over capacity"
+        );
+        let list = if level == 0 {
+            let base = slot as usize * (1 + self.m0);
+            &mut self.links0[base..base + 1 + self.m0]
+        } else {
+            let base = (level - 1) * (1 + self.m);
+            &mut self.upper[slot as usize][base..base + 1 + self.m]
+        };
+        list[0] = neighbours.len() as u32;
+        list[1..1 + neighbours.len()].copy_from_slice(neighbours);
+    }
+
+    /// Append a node with empty lists; returns its slot.
+    pub fn push_node(&mut self, id: u64, vector: &[f32], level: usize) -> u32 {
+        debug_assert_eq!(vector.len(), self.dim);
+        let slot = self.slots() as u32;
+        self.vectors.extend_from_slice(vector);
+        self.ids.push(id);
+        self.levels.push(level as u8);
+        self.deleted.push(false);
+        self.links0.resize(self.links0.len() + 1 + self.m0, 0);
+        self.upper.push(vec![0; level * (1 + self.m)]);
+        slot
+    }
+
+    /// Heap bytes held by the graph (vectors, links, per-node metadata).
+    pub fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.vectors.capacity() * size_of::<f32>()
+            + self.ids.capacity() * size_of::<u64>()
+            + self.levels.capacity()
+            + self.deleted.capacity()
+            + self.links0.capacity() * size_of::<u32>()
+            + self.upper.capacity() * size_of::<Vec<u32>>()
+            + self
+                .upper
+                .iter()
+                .map(|l| l.capacity() * size_of::<u32>())
+                .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_round_trip_on_every_level() {
+        let mut g = Graph::new(2, 4);
+        let a = g.push_node(7, &[1.0, 0.0], 2);
+        let b = g.push_node(8, &[0.0, 1.0], 0);
+        g.set_links(a, 0, &[b]);
+        g.set_links(a, 2, &[b, b]);
+        assert_eq!(g.links(a, 0), &[b]);
+        assert_eq!(g.links(a, 1), &[] as &[u32]);
+        assert_eq!(g.links(a, 2), &[b, b]);
+        assert_eq!(g.links(b, 0), &[] as &[u32]);
+        assert_eq!(g.vector(b), &[0.0, 1.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "over capacity")]
+    fn over_capacity_is_refused() {
+        let mut g = Graph::new(1, 2);
+        let a = g.push_node(1, &[1.0], 1);
+        g.set_links(a, 1, &[0, 0, 0]);
+    }
+
+    #[test]
+    fn scored_orders_by_distance_then_slot() {
+        let mut v = [
+            Scored { dist: 0.5, slot: 2 },
+            Scored { dist: 0.1, slot: 9 },
+            Scored { dist: 0.5, slot: 1 },
+        ];
+        v.sort();
+        assert_eq!(v.iter().map(|s| s.slot).collect::<Vec<_>>(), [9, 1, 2]);
+    }
+}

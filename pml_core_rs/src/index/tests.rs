@@ -1,0 +1,205 @@
+//! Unit tests of the whole index on small synthetic data (the Python suite covers the large,
+//! clustered and concurrent cases).
+
+use super::*;
+
+/// Deterministic pseudo-random clustered vectors: `clusters` centres plus small noise.
+fn clustered(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
+    let mut rng = LevelRng { state: seed };
+    let mut unit = move || (rng.next_u64() >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0;
+    let centres: Vec<f32> = (0..clusters * dim).map(|_| unit()).collect();
+    let mut out = Vec::with_capacity(n * dim);
+    for i in 0..n {
+        let c = i % clusters;
+        for d in 0..dim {
+            out.push(centres[c * dim + d] + 0.3 * unit());
+        }
+    }
+    out
+}
+
+fn exact(index: &HnswIndex, data: &[f32], ids: &[u64], query: &[f32], k: usize) -> Vec<u64> {
+    let dim = index.dim();
+    let mut q = query.to_vec();
+    normalize(&mut q).unwrap();
+    let mut scored: Vec<(f32, u64)> = ids
+        .iter()
+        .enumerate()
+        .filter(|(_, id)| index.contains(**id))
+        .map(|(row, &id)| {
+            let mut v = data[row * dim..(row + 1) * dim].to_vec();
+            normalize(&mut v).unwrap();
+            (v.iter().zip(&q).map(|(a, b)| a * b).sum(), id)
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scored.into_iter().take(k).map(|(_, id)| id).collect()
+}
+
+fn build(n: usize, dim: usize) -> (HnswIndex, Vec<f32>, Vec<u64>) {
+    let data = clustered(n, dim, 20, 7);
+    let ids: Vec<u64> = (0..n as u64).map(|i| i * 3 + 1).collect();
+    let mut index = HnswIndex::new(dim, Params::default()).unwrap();
+    index.add(&ids, &data).unwrap();
+    (index, data, ids)
+}
+
+#[test]
+fn recall_on_clustered_data() {
+    let (index, data, ids) = build(3000, 32);
+    let queries = clustered(100, 32, 20, 99);
+    let mut hits = 0;
+    for q in queries.chunks_exact(32) {
+        let want = exact(&index, &data, &ids, q, 10);
+        let got: Vec<u64> = index
+            .search(q, 10, None, None)
+            .unwrap()
+            .iter()
+            .map(|h| h.id)
+            .collect();
+        hits += got.iter().filter(|id| want.contains(id)).count();
+    }
+    let recall = hits as f64 / 1000.0;
+    assert!(recall >= 0.95, "recall {recall}");
+}
+
+#[test]
+fn scores_are_cosine_and_sorted() {
+    let mut index = HnswIndex::new(2, Params::default()).unwrap();
+    index
+        .add(&[1, 2, 3], &[1.0, 0.0, 0.0, 5.0, 1.0, 1.0])
+        .unwrap();
+    let hits = index.search(&[2.0, 0.0], 3, None, None).unwrap();
+    let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
+    assert_eq!(ids, [1, 3, 2]);
+    assert!((hits[0].score - 1.0).abs() < 1e-6);
+    assert!((hits[1].score - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6);
+    assert!(hits[2].score.abs() < 1e-6);
+}
+
+#[test]
+fn removed_ids_never_return_and_compaction_keeps_quality() {
+    let (mut index, data, ids) = build(2000, 16);
+    let removed: Vec<u64> = ids.iter().copied().filter(|id| id % 2 == 0).collect();
+    assert_eq!(index.remove(&removed), removed.len());
+    assert_eq!(index.remove(&removed), 0);
+    assert_eq!(index.len(), ids.len() - removed.len());
+    // Half of the nodes were removed: more than the worn fraction, so compaction already ran.
+    assert_eq!(index.tombstones(), 0);
+    let queries = clustered(50, 16, 20, 5);
+    let mut hits = 0;
+    for q in queries.chunks_exact(16) {
+        let got: Vec<u64> = index
+            .search(q, 10, None, None)
+            .unwrap()
+            .iter()
+            .map(|h| h.id)
+            .collect();
+        assert!(got.iter().all(|id| id % 2 == 1));
+        let want = exact(&index, &data, &ids, q, 10);
+        hits += got.iter().filter(|id| want.contains(id)).count();
+    }
+    assert!(hits as f64 / 500.0 >= 0.95);
+}
+
+#[test]
+fn re_add_replaces_the_vector() {
+    let mut index = HnswIndex::new(2, Params::default()).unwrap();
+    index.add(&[1, 2], &[1.0, 0.0, 0.0, 1.0]).unwrap();
+    index.add(&[1], &[0.0, 1.0]).unwrap();
+    assert_eq!(index.len(), 2);
+    let hits = index.search(&[1.0, 0.0], 2, None, None).unwrap();
+    assert_eq!(hits.len(), 2);
+    assert!(hits.iter().all(|h| h.score.abs() < 1e-6));
+}
+
+#[test]
+fn small_allow_sets_are_exact() {
+    let (index, data, ids) = build(3000, 16);
+    let allowed: Vec<u64> = ids.iter().copied().filter(|id| id % 7 == 0).collect();
+    let queries = clustered(20, 16, 20, 11);
+    for q in queries.chunks_exact(16) {
+        let got: Vec<u64> = index
+            .search(q, 10, None, Some(&allowed))
+            .unwrap()
+            .iter()
+            .map(|h| h.id)
+            .collect();
+        let allowed_rows: Vec<u64> = ids.iter().copied().filter(|id| id % 7 == 0).collect();
+        let mut want = exact(&index, &data, &ids, q, ids.len());
+        want.retain(|id| allowed_rows.contains(id));
+        want.truncate(10);
+        assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn bad_input_names_the_field() {
+    let mut index = HnswIndex::new(4, Params::default()).unwrap();
+    let field = |e: CoreError| match e {
+        CoreError::InvalidArgument { field, .. } => field,
+        other => panic!("{other}"),
+    };
+    assert_eq!(field(index.add(&[1], &[0.0; 4]).unwrap_err()), "vectors");
+    assert_eq!(field(index.add(&[1], &[1.0; 3]).unwrap_err()), "vectors");
+    assert_eq!(
+        field(index.add(&[1], &[f32::NAN, 1.0, 1.0, 1.0]).unwrap_err()),
+        "vectors"
+    );
+    assert_eq!(
+        field(index.search(&[1.0; 3], 1, None, None).unwrap_err()),
+        "query"
+    );
+    assert_eq!(
+        field(index.search(&[1.0; 4], 1, Some(0), None).unwrap_err()),
+        "ef"
+    );
+    assert_eq!(
+        field(HnswIndex::new(0, Params::default()).err().unwrap()),
+        "dim"
+    );
+    let params = Params {
+        m: 1,
+        ..Params::default()
+    };
+    assert_eq!(field(HnswIndex::new(4, params).err().unwrap()), "m");
+    assert!(index.is_empty());
+}
+
+#[test]
+fn bytes_round_trip_and_corruption_is_detected() {
+    let (mut index, _, ids) = build(500, 8);
+    index.remove(&ids[..10]);
+    let bytes = index.to_bytes();
+    let copy = HnswIndex::from_bytes(&bytes).unwrap();
+    assert_eq!(copy.to_bytes(), bytes);
+    let q = [0.5f32; 8];
+    assert_eq!(
+        index.search(&q, 10, None, None).unwrap(),
+        copy.search(&q, 10, None, None).unwrap()
+    );
+    for cut in [0, 5, 12, bytes.len() / 2, bytes.len() - 1] {
+        assert!(matches!(
+            HnswIndex::from_bytes(&bytes[..cut]),
+            Err(CoreError::Corrupt(_))
+        ));
+    }
+    for pos in (0..bytes.len()).step_by(bytes.len() / 97 + 1) {
+        let mut bad = bytes.clone();
+        bad[pos] ^= 0x40;
+        assert!(
+            matches!(HnswIndex::from_bytes(&bad), Err(CoreError::Corrupt(_))),
+            "{pos}"
+        );
+    }
+}
+
+#[test]
+fn empty_index_round_trips_and_searches() {
+    let index = HnswIndex::new(3, Params::default()).unwrap();
+    let copy = HnswIndex::from_bytes(&index.to_bytes()).unwrap();
+    assert!(copy
+        .search(&[1.0, 0.0, 0.0], 5, None, None)
+        .unwrap()
+        .is_empty());
+}

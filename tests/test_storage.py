@@ -1,0 +1,123 @@
+"""The RocksDB store: column families, tenant keys, atomic batches, overlay reads, durability
+modes, schema version, reopening. Real RocksDB in tmp_path."""
+
+from __future__ import annotations
+
+import struct
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pml_server.storage import SCHEMA_VERSION, SchemaVersionError, Store
+from pml_server.storage.keys import (
+    CF_META,
+    CF_PATTERNS,
+    prefix_end,
+    split_tenant,
+    tenant_key,
+    tenant_prefix,
+)
+from pml_server.storage.rocks import StoreClosedError
+
+
+@given(st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=20), st.text(max_size=10))
+def test_tenant_prefixes_never_collide(a: str, b: str, rest: str) -> None:
+    key = tenant_key(a, rest)
+    if a != b:
+        assert not key.startswith(tenant_prefix(b))
+    assert split_tenant(key)[0] == a
+
+
+@given(st.binary(min_size=1, max_size=8), st.binary(max_size=8))
+def test_prefix_end_bounds_every_key_with_the_prefix(prefix: bytes, tail: bytes) -> None:
+    end = prefix_end(prefix)
+    assert end is None or prefix + tail < end
+
+
+@pytest.mark.parametrize("durability", ["sync", "fast"])
+def test_batch_is_visible_and_survives_reopen(tmp_path: Path, durability: str) -> None:
+    store = Store(tmp_path, durability)
+    store.write([(CF_PATTERNS, b"a", b"1"), (CF_META, b"x", b"2"), (CF_PATTERNS, b"b", b"3")])
+    store.write([(CF_PATTERNS, b"b", None)])
+    assert store.get(CF_PATTERNS, b"a") == b"1"
+    assert store.get(CF_PATTERNS, b"b") is None
+    store.close()
+    reopened = Store(tmp_path, durability)
+    assert reopened.get(CF_PATTERNS, b"a") == b"1"
+    assert reopened.get(CF_META, b"x") == b"2"
+    assert reopened.get(CF_PATTERNS, b"b") is None
+    assert reopened.get(CF_META, b"a") is None  # column families are separate key spaces
+    reopened.close()
+
+
+def test_scan_respects_prefix_start_limit_and_direction(tmp_path: Path) -> None:
+    store = Store(tmp_path, "fast")
+    t1, t2 = tenant_prefix("t"), tenant_prefix("tt")
+    store.write([(CF_PATTERNS, t1 + bytes([i]), bytes([i])) for i in range(10)])
+    store.write([(CF_PATTERNS, t2 + b"x", b"other tenant")])
+    rows = store.scan(CF_PATTERNS, t1)
+    assert [v for _, v in rows] == [bytes([i]) for i in range(10)]
+    assert [v for _, v in store.scan(CF_PATTERNS, t1, start=t1 + bytes([4]), limit=3)] == [
+        b"\x04",
+        b"\x05",
+        b"\x06",
+    ]
+    newest = store.scan(CF_PATTERNS, t1, reverse=True, limit=2)
+    assert [v for _, v in newest] == [b"\x09", b"\x08"]
+    before = store.scan(CF_PATTERNS, t1, start=t1 + bytes([3]), reverse=True)
+    assert [v for _, v in before] == [b"\x02", b"\x01", b"\x00"]
+    store.close()
+
+
+def test_group_commit_merges_concurrent_writers_without_loss(tmp_path: Path) -> None:
+    store = Store(tmp_path, "sync")
+
+    def writer(n: int) -> None:
+        for i in range(200):
+            store.write([(CF_PATTERNS, f"{n}-{i:04}".encode(), b"v")])
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(store.scan(CF_PATTERNS, b"")) == 800
+    store.close()
+    reopened = Store(tmp_path, "sync")
+    assert len(reopened.scan(CF_PATTERNS, b"")) == 800
+    reopened.close()
+
+
+def test_queued_writes_are_readable_before_commit(tmp_path: Path) -> None:
+    store = Store(tmp_path, "sync")
+    ticket = store.submit([(CF_PATTERNS, b"k", b"v1")])
+    # read-your-writes for the next lock holder, whether or not the fsync has finished
+    assert store.get(CF_PATTERNS, b"k") == b"v1"
+    assert store.scan(CF_PATTERNS, b"k") == [(b"k", b"v1")]
+    ticket.wait()
+    assert store.get(CF_PATTERNS, b"k") == b"v1"
+    store.close()
+
+
+def test_writes_after_close_are_refused(tmp_path: Path) -> None:
+    store = Store(tmp_path, "sync")
+    store.close()
+    with pytest.raises(StoreClosedError):
+        store.submit([(CF_PATTERNS, b"k", b"v")])
+
+
+def test_unknown_durability_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="durability"):
+        Store(tmp_path, "yolo")
+
+
+def test_newer_schema_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    store = Store(tmp_path, "fast")
+    assert store.schema_version == SCHEMA_VERSION
+    store.write([(CF_META, b"meta/schema_version", struct.pack(">I", SCHEMA_VERSION + 1))])
+    store.close()
+    with pytest.raises(SchemaVersionError, match="upgrade pml"):
+        Store(tmp_path, "fast")
