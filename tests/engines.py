@@ -17,8 +17,7 @@ def open_test_engine(config: ServerConfig) -> Engine:
             durability=config.durability,
             max_code_bytes=config.max_code_bytes,
             max_tool_calls=config.max_tool_calls,
-            # Exact search until the Rust HNSW index is merged (as the engine tests do).
-            vector_index="exact",
+            vector_index=config.vector_index,
         ),
         normalizer=NORMALIZER,
     )
