@@ -232,3 +232,29 @@ def test_no_client_mistake_is_internal(client: PmlClient) -> None:
         with pytest.raises(PmlClientError) as err:
             call()
         assert err.value.code not in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\xff\xff\xff\xff",  # truncated varint tag
+        b"\x12\x05ab",  # length past the end
+        b"\x0b" * 200 + b"\x0c" * 200,  # groups nested past the parser's depth limit
+        pml_pb2.SuggestRequest(intent="ok").SerializeToString()[:-1],
+    ],
+)
+def test_undecodable_bytes_are_invalid_argument(channel: grpc.Channel, raw: bytes) -> None:
+    record = channel.unary_unary("/pml.v1.PmlService/RecordExecution")
+    suggest = channel.unary_unary("/pml.v1.PmlService/Suggest")
+    for call in (record, suggest):
+        with pytest.raises(grpc.RpcError) as err:
+            call(raw, timeout=5)
+        code = err.value.code()  # type: ignore[attr-defined]
+        assert code is grpc.StatusCode.INVALID_ARGUMENT, (raw, code, err.value)
+
+
+def test_undecodable_stream_message_is_invalid_argument(channel: grpc.Channel) -> None:
+    stream = channel.stream_stream("/pml.v1.PmlService/StreamTraces")
+    with pytest.raises(grpc.RpcError) as err:
+        list(stream(iter([b"\xff\xff\xff"]), timeout=5))
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]

@@ -1,5 +1,9 @@
 """One server interceptor: maps every exception to its status (via `errors`), counts and times
-each call for Prometheus and writes one structured log line per failed call."""
+each call for Prometheus and writes one structured log line per failed call.
+
+It also decodes pml's request messages itself: grpcio answers undecodable bytes (or messages
+nested past the parser's depth limit) with INTERNAL before any handler runs, which would blame
+the server for a client mistake. Here they become INVALID_ARGUMENT naming the message."""
 
 from __future__ import annotations
 
@@ -9,13 +13,40 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from pml_server.api import errors
 from pml_server.api.metrics import Metrics
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 
 log = logging.getLogger("pml.rpc")
 
 Behavior = Callable[[Any, grpc.ServicerContext], Any]
+Decoder = Callable[[bytes], Any]
+_OWN_PREFIX = "/pml.v1."
+
+
+def _decoded(decode: Decoder, raw: bytes) -> Any:
+    try:
+        return decode(raw)
+    except DecodeError as err:
+        raise InvalidArgumentError(
+            FieldViolation("request", f"not a valid protobuf message for this method: {err}")
+        ) from None
+
+
+def _decoding_unary(inner: Behavior, decode: Decoder) -> Behavior:
+    def behavior(raw: bytes, context: grpc.ServicerContext) -> Any:
+        return inner(_decoded(decode, raw), context)
+
+    return behavior
+
+
+def _decoding_stream(inner: Behavior, decode: Decoder) -> Behavior:
+    def behavior(raw_iterator: Iterator[bytes], context: grpc.ServicerContext) -> Any:
+        return inner((_decoded(decode, raw) for raw in raw_iterator), context)
+
+    return behavior
 
 
 class ApiInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
@@ -31,14 +62,15 @@ class ApiInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         if handler is None:
             return None
         method = str(handler_call_details.method)
+        decode = handler.request_deserializer
+        ours = method.startswith(_OWN_PREFIX) and decode is not None
         kwargs = {
-            "request_deserializer": handler.request_deserializer,
+            "request_deserializer": None if ours else decode,
             "response_serializer": handler.response_serializer,
         }
         if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, method), **kwargs
-            )
+            inner = _decoding_unary(handler.unary_unary, decode) if ours else handler.unary_unary
+            return grpc.unary_unary_rpc_method_handler(self._unary(inner, method), **kwargs)
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
                 self._unary(handler.stream_unary, method), **kwargs
@@ -47,9 +79,8 @@ class ApiInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             return grpc.unary_stream_rpc_method_handler(
                 self._streaming(handler.unary_stream, method), **kwargs
             )
-        return grpc.stream_stream_rpc_method_handler(
-            self._streaming(handler.stream_stream, method), **kwargs
-        )
+        inner = _decoding_stream(handler.stream_stream, decode) if ours else handler.stream_stream
+        return grpc.stream_stream_rpc_method_handler(self._streaming(inner, method), **kwargs)
 
     def _finish(self, method: str, code: grpc.StatusCode, started: float, exc: Any) -> None:
         short = method.rsplit("/", 1)[-1]
