@@ -4,6 +4,9 @@ Only plain scalars, strings, bytes and float32 arrays cross this boundary. Every
 real work releases the GIL. Every error raised derives from `CoreError`.
 """
 
+import numpy as np
+from numpy.typing import NDArray
+
 __version__: str
 
 class CoreError(Exception):
@@ -20,3 +23,67 @@ class InputTooLargeError(CoreError):
 
 def sha256_tagged(data: bytes) -> str:
     """Return `"sha256:<64 lowercase hex>"` of `data` (GIL released)."""
+
+class HnswIndex:
+    """Approximate nearest-neighbour index (HNSW) over cosine similarity, keyed by uint64 ids.
+
+    Vectors are normalized on insert. Searches share a read lock and run in parallel; writes are
+    exclusive (long `add` batches yield to searches every 256 rows). The GIL is released in every
+    call that does work. Removed ids are never returned; their nodes are dropped by `compact`,
+    which also runs on its own once removed nodes reach a third of the graph.
+    """
+
+    def __init__(
+        self, dim: int, *, m: int = 16, ef_construction: int = 200, ef_search: int = 64
+    ) -> None: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def m(self) -> int: ...
+    @property
+    def ef_construction(self) -> int: ...
+    @ef_construction.setter
+    def ef_construction(self, value: int) -> None: ...
+    @property
+    def ef_search(self) -> int: ...
+    @ef_search.setter
+    def ef_search(self, value: int) -> None: ...
+    @property
+    def kernel(self) -> str:
+        """Distance kernel picked for this CPU: "avx2+fma" or "scalar"."""
+    def add(self, ids: NDArray[np.uint64], vectors: NDArray[np.float32]) -> None:
+        """Add rows of `vectors` (n, dim) under `ids` (n,); re-adding an id replaces it. The whole
+        batch is validated first: wrong shape, zero or non-finite rows raise
+        InvalidArgumentError naming the field and nothing is added."""
+    def remove(self, ids: NDArray[np.uint64]) -> int:
+        """Remove ids; returns how many were present."""
+    def contains(self, id: int) -> bool: ...
+    def __contains__(self, id: int) -> bool: ...
+    def search(
+        self,
+        query: NDArray[np.float32],
+        k: int,
+        ef: int | None = None,
+        allow: NDArray[np.uint64] | None = None,
+    ) -> tuple[NDArray[np.uint64], NDArray[np.float32]]:
+        """Top `k` (ids, cosine similarities), best first; fewer when fewer exist or are allowed.
+        `allow` restricts results to those ids; small allowed sets are searched exactly."""
+    def search_batch(
+        self,
+        queries: NDArray[np.float32],
+        k: int,
+        ef: int | None = None,
+        allow: NDArray[np.uint64] | None = None,
+        *,
+        num_threads: int = 1,
+    ) -> list[tuple[NDArray[np.uint64], NDArray[np.float32]]]:
+        """`search` for each row of `queries` (n, dim), split over `num_threads` threads."""
+    def compact(self) -> None:
+        """Rebuild the graph without removed nodes, releasing their memory."""
+    def memory_bytes(self) -> int: ...
+    def __len__(self) -> int: ...
+    def to_bytes(self) -> bytes:
+        """Versioned, checksummed serialization."""
+    @staticmethod
+    def from_bytes(data: bytes) -> HnswIndex:
+        """Inverse of `to_bytes`; truncated or corrupted bytes raise CorruptDataError."""

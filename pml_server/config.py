@@ -62,6 +62,12 @@ class EngineConfig:
     recent_values_per_param: int = 5
     embedding_cache_size: int = 10_000
     retention_in_background: bool = False  # run retention every retention.interval_seconds
+    # Vector index snapshots while running (0: only at open and close); a crash then replays
+    # at most this much of the op log instead of rebuilding the HNSW graph.
+    snapshot_interval_seconds: float = 300.0
+    # Idempotency answers are kept this long (pruned when retention is applied): a retry after
+    # that counts again.
+    request_id_ttl_days: float = 7.0
     ranking: RankingConfig = field(default_factory=RankingConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
 

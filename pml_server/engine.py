@@ -89,7 +89,7 @@ from pml_server.retention import evaluate
 from pml_server.storage import Store
 from pml_server.storage.allocator import BlockAllocator
 from pml_server.storage.repo import Repository, tools_digest
-from pml_server.storage.rocks import Op, WriteTicket
+from pml_server.storage.rocks import Op, StoreClosedError, WriteTicket
 
 Clock = Callable[[], int]
 Normalizer = Callable[[str, str], NormalizedCode]
@@ -97,6 +97,8 @@ MAX_PAGE_SIZE = 1000
 MAX_TAGS = 32
 # Capabilities compared when a new pattern looks for a group (same tool signature).
 MAX_GROUP_CANDIDATES = 64
+# Beyond that many, the nearest intents the vector index is asked for.
+NEAREST_INTENTS_FOR_GROUPING = 256
 
 
 def wall_clock_ms() -> int:
@@ -118,8 +120,9 @@ class _Change:
         self.stats[name] = self.stats.get(name, 0) + delta
 
 
-def _encode_result(result: CaptureResult) -> bytes:
+def _encode_result(result: CaptureResult, now_ms: int) -> bytes:
     data = {
+        "time_ms": now_ms,
         "outcome": result.outcome.value,
         "pattern_id": result.pattern_id,
         "capability_id": result.capability_id,
@@ -141,6 +144,15 @@ def _decode_result(raw: bytes) -> CaptureResult:
         tool_mismatch=data["tool_mismatch"],
         replayed=True,
     )
+
+
+def _await(ticket: WriteTicket) -> None:
+    """Wait until the write is durable; a store that failed or closed meanwhile is UNAVAILABLE
+    (the capture may be retried with the same request id)."""
+    try:
+        ticket.wait()
+    except StoreClosedError as error:
+        raise UnavailableError(f"the write was not committed: {error}") from error
 
 
 def _check_tenant(tenant: str) -> None:
@@ -225,6 +237,10 @@ class Engine:
         loader = threading.Thread(target=self._load_indexes, name="pml-index-loader", daemon=True)
         self._threads.append(loader)
         loader.start()
+        if self._config.snapshot_interval_seconds > 0:
+            saver = threading.Thread(target=self._snapshot_loop, name="pml-snapshots", daemon=True)
+            self._threads.append(saver)
+            saver.start()
         if self._config.retention_in_background:
             job = threading.Thread(target=self._retention_loop, name="pml-retention", daemon=True)
             self._threads.append(job)
@@ -246,6 +262,8 @@ class Engine:
     def _load_indexes(self) -> None:
         try:
             self._indexes = self._restore_indexes()
+            # Nothing writes before ready: snapshot now so the next start replays nothing.
+            self._write_snapshots(trim_oplog=True)
             self._ready.set()
         except BaseException as error:  # reported by wait_ready; is_ready stays False
             self._load_error = error
@@ -283,15 +301,18 @@ class Engine:
         snapshot = self._repo.snapshot(tenant)
         if snapshot is None:
             return TenantSearchIndex(kind, dim)
-        seq, data = snapshot
+        _, data = snapshot
         try:
             index = TenantSearchIndex.restore(kind, dim, data)
         except (_core.CoreError, ValueError, OSError):
             return TenantSearchIndex(kind, dim)
+        # Every removal still in the log, not only those after the snapshot's sequence: a
+        # snapshot taken while captures run may miss a removal allocated just before it, and
+        # intent ids are never reused, so replaying an older removal is harmless.
         removed = [
             intent_id
-            for op_seq, op in oplog
-            if op_seq > seq and op["tenant"] == tenant and op["op"] == "remove"
+            for _, op in oplog
+            if op["tenant"] == tenant and op["op"] == "remove"
             for intent_id in op["ids"]
         ]
         present = [i for i in removed if index.ann.contains(i)]
@@ -300,23 +321,41 @@ class Engine:
         return index  # additions since the snapshot are re-added from the intents column
 
     def snapshot_indexes(self) -> None:
-        """Persist every tenant's vector index and drop the op log they include."""
-        if not self.is_ready():
-            return
+        """Persist every tenant's vector index (the op log is kept: see `_write_snapshots`)."""
+        if self.is_ready():
+            self._write_snapshots(trim_oplog=False)
+
+    def _write_snapshots(self, trim_oplog: bool) -> None:
+        """Trimming the op log is only safe when no capture or deletion runs (at open before
+        ready, at close after the API drained): otherwise a removal the snapshot missed could
+        be dropped from the log."""
         with self._indexes_lock:
             indexes = dict(self._indexes)
         seq = self._seqs.last_issued()
         ops: list[Op] = [self._repo.put_snapshot(t, seq, i.snapshot()) for t, i in indexes.items()]
-        ops += self._repo.delete_oplog_through(seq)
-        self._store.write(ops)
+        if trim_oplog:
+            ops += self._repo.delete_oplog_through(seq)
+        if ops:
+            self._store.write(ops)
 
     def close(self) -> None:
+        """Stop the background jobs, snapshot the indexes, flush and close the store. Callers
+        (the API) drain in-flight calls first. Closing twice is harmless."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=30)
-        with contextlib.suppress(Exception):
-            self.snapshot_indexes()
+        ready = self.is_ready()
+        self._ready.clear()  # from now on record/suggest answer UNAVAILABLE
+        if ready:
+            self._write_snapshots(trim_oplog=True)
         self._store.close()
+
+    def _snapshot_loop(self) -> None:
+        while not self._stop.wait(self._config.snapshot_interval_seconds):
+            with contextlib.suppress(Exception):  # retried at the next interval and at close
+                self.snapshot_indexes()
 
     def _retention_loop(self) -> None:
         interval = self._config.retention.interval_seconds
@@ -368,7 +407,10 @@ class Engine:
             if change.stats:
                 values = {k: getattr(stats, k) + v for k, v in change.stats.items()}
                 change.ops.append(self._repo.put_stats(tenant, replace(stats, **values)))
-            ticket = self._store.submit(change.ops)
+            try:
+                ticket = self._store.submit(change.ops)
+            except StoreClosedError as error:
+                raise UnavailableError(f"the store is not accepting writes: {error}") from error
         if change.index_adds or change.index_removes:
             index = self._index_for(tenant)
             index.remove(change.index_removes)
@@ -434,10 +476,12 @@ class Engine:
                 change = _Change()
                 result = self._capture_locked(tenant, record, normalized, vector, change, held)
                 change.ops.append(
-                    self._repo.put_request_result(tenant, record.request_id, _encode_result(result))
+                    self._repo.put_request_result(
+                        tenant, record.request_id, _encode_result(result, self._clock())
+                    )
                 )
                 ticket = self._commit(tenant, change)
-            ticket.wait()
+            _await(ticket)
         return result
 
     def _capture_locked(
@@ -500,6 +544,38 @@ class Engine:
             tool_mismatch=mismatch,
         )
 
+    def _choose_capability(
+        self, tenant: str, signature: tuple[str, ...], vector: Vector
+    ) -> str | None:
+        """The capability of the same tool signature holding the intent closest to `vector`,
+        if close enough. Few such capabilities: compare with all their intents (exact). Many
+        (a popular tool): ask the vector index for the nearest intents instead, so creating a
+        pattern never reads a whole crowded signature."""
+        same_tools = self._repo.capabilities_with_tools(tenant, signature)
+        threshold = self._thresholds.capability_group
+        if len(same_tools) <= MAX_GROUP_CANDIDATES:
+            candidates = []
+            for capability_id in same_tools:
+                capability = self._repo.capability(tenant, capability_id)
+                if capability is not None:
+                    vectors = [
+                        i.vector
+                        for pid in capability.pattern_ids
+                        for i in self._repo.intents(tenant, pid)
+                    ]
+                    candidates.append((capability_id, vectors))
+            return choose_capability(candidates, vector, threshold)
+        allowed = set(same_tools)
+        index = self._index_for(tenant)
+        for intent_id, score in index.semantic(vector, NEAREST_INTENTS_FOR_GROUPING):
+            if score < threshold:
+                break  # best first: nothing further can qualify
+            pattern_id = index.pattern_of.get(intent_id)
+            pattern = self._repo.pattern(tenant, pattern_id) if pattern_id else None
+            if pattern is not None and pattern.capability_id in allowed:
+                return pattern.capability_id
+        return None
+
     def _insert_pattern(
         self,
         tenant: str,
@@ -516,18 +592,7 @@ class Engine:
         # Held until the batch is submitted, so two new patterns of one signature never both
         # create a capability.
         held.enter_context(self._group_locks.lock_for(tenant, tools_digest(signature)))
-        candidates = []
-        for capability_id in self._repo.capabilities_with_tools(tenant, signature)[
-            :MAX_GROUP_CANDIDATES
-        ]:
-            capability = self._repo.capability(tenant, capability_id)
-            if capability is None:
-                continue
-            vectors = [
-                i.vector for pid in capability.pattern_ids for i in self._repo.intents(tenant, pid)
-            ]
-            candidates.append((capability_id, vectors))
-        chosen = choose_capability(candidates, vector, self._thresholds.capability_group)
+        chosen = self._choose_capability(tenant, signature, vector)
         pattern_id = f"pat_{secrets.token_hex(8)}"
         existing = self._repo.capability(tenant, chosen) if chosen else None
         if existing is not None:
@@ -767,7 +832,7 @@ class Engine:
                 tenant, change, {"action": "deleted", "pattern_id": pattern_id, "reason": reason}
             )
             ticket = self._commit(tenant, change)
-        ticket.wait()
+        _await(ticket)
 
     def delete_capability(self, tenant: str, capability_id: str) -> None:
         _check_tenant(tenant)
@@ -797,8 +862,22 @@ class Engine:
             entry = {"action": "marked", "pattern_id": pattern_id, "flagged": flagged}
             self._audit(tenant, change, {**entry, "superseded_by": superseded_by})
             ticket = self._commit(tenant, change)
-        ticket.wait()
+        _await(ticket)
         return True
+
+    def prune_request_ids(self, tenant: str) -> int:
+        """Forget idempotency answers older than `request_id_ttl_days`; returns how many."""
+        horizon = self._clock() - int(self._config.request_id_ttl_days * 86_400_000)
+        stale = [
+            key
+            for key, raw in self._repo.request_rows(tenant)
+            if json.loads(raw).get("time_ms", 0) < horizon
+        ]
+        for start in range(0, len(stale), 1000):
+            self._store.write(
+                [self._repo.delete_request(key) for key in stale[start : start + 1000]]
+            )
+        return len(stale)
 
     def run_retention(self, tenant: str, apply: bool) -> RetentionReport:
         """Evaluate the retention table; with `apply`, flag, mark superseded, remove (when
@@ -821,6 +900,7 @@ class Engine:
                 for e in entries
                 if e.action is RetentionAction.SUPERSEDED
             }
+            self.prune_request_ids(tenant)
             for views in groups.values():
                 for view in views:
                     if view.id in removed:

@@ -219,3 +219,29 @@ def test_client_vector_of_wrong_dimension_is_refused(engine: Engine) -> None:
     assert caught.value.violations[0].field == "intent_embedding"
     good = replace(record, intent_embedding=tuple([1.0] * engine.embedding_dim()))
     assert engine.record("t", good).outcome is CaptureOutcome.SAVED
+
+
+def test_rule6_request_ids_expire_after_their_ttl(tmp_path: Path) -> None:
+    clock = Clock()
+    engine = open_engine(tmp_path, clock, request_id_ttl_days=1.0)
+    record = make_record("r1", "Read JSON file", JSON_TOOLS)
+    first = engine.record("t", record)
+    clock.advance_days(0.5)
+    engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS))
+    clock.advance_days(0.75)  # r1 is 1.25 days old, r2 0.75
+    assert engine.prune_request_ids("t") == 1
+    assert engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS)).replayed
+    again = engine.record("t", record)
+    assert not again.replayed  # forgotten: counted as a new run
+    assert engine.get_pattern("t", first.pattern_id).usage_count == 3
+    engine.close()
+
+
+def test_closed_engine_refuses_captures_as_unavailable(tmp_path: Path) -> None:
+    from pml_server.domain.errors import UnavailableError
+
+    engine = open_engine(tmp_path)
+    engine.close()
+    engine.close()  # harmless
+    with pytest.raises(UnavailableError):
+        engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))

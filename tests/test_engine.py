@@ -313,3 +313,34 @@ def test_suggest_accepts_a_client_vector(tmp_path: Path) -> None:
     assert result.suggestions[0].pattern.tools_used == tuple(JSON_TOOLS)
     assert result.suggestions[0].score.semantic == pytest.approx(1.0, abs=1e-4)
     engine.close()
+
+
+def test_grouping_with_many_capabilities_of_one_signature_uses_the_index(tmp_path: Path) -> None:
+    from pml_server import engine as engine_module
+
+    engine = open_engine(tmp_path)
+    topics = [
+        "Download unpaid invoices",
+        "Check weather forecast",
+        "Find dinner recipes",
+        "Latest football scores",
+        "Random poetry",
+        "Tax deadlines",
+        "Gardening tips",
+    ]
+    for i, topic in enumerate(topics):
+        engine.record("t", make_record(f"r{i}", topic, ["http_get"], code=f"c{i}()"))
+    assert engine.stats("t").capabilities == len(topics)
+    original = engine_module.MAX_GROUP_CANDIDATES
+    engine_module.MAX_GROUP_CANDIDATES = 2  # force the vector index path
+    try:
+        joined = engine.record("t", make_record("x", "weather forecast", ["http_get"], code="x()"))
+        alone = engine.record("t", make_record("y", "weather forecast", ["ftp_get"], code="y()"))
+    finally:
+        engine_module.MAX_GROUP_CANDIDATES = original
+    weather = engine.get_pattern("t", joined.pattern_id).capability_id
+    members = engine.get_capability("t", weather).intents
+    assert set(members) == {"Check weather forecast", "weather forecast"}
+    assert len(engine.get_capability("t", weather).pattern_ids) == 2
+    assert alone.capability_id != weather
+    engine.close()

@@ -26,7 +26,7 @@ class SimilarityThresholds:
 # Defaults per embedder family, calibrated in docs/capture.md (section "Thresholds").
 DEFAULT_THRESHOLDS: dict[str, SimilarityThresholds] = {
     "minilm": SimilarityThresholds(intent_duplicate=0.92, capability_group=0.55),
-    "hashing": SimilarityThresholds(intent_duplicate=0.90, capability_group=0.25),
+    "hashing": SimilarityThresholds(intent_duplicate=0.90, capability_group=0.50),
 }
 
 

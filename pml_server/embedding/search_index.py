@@ -4,8 +4,10 @@ over intent texts + tool names, and the intent id -> pattern id mapping. Derived
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 import numpy as np
 
@@ -26,22 +28,28 @@ class TenantSearchIndex:
         self.ann = ann if ann is not None else new_index(kind, dim)
         self.lexical = LexicalIndex()
         self.pattern_of: dict[int, str] = {}
-        self._lock = threading.Lock()
+        # Writers are serialized here (contains + add of one intent stays atomic). Readers take
+        # the same lock only for the numpy index: the Rust HNSW index has its own reader/writer
+        # lock and searches in parallel with the GIL released.
+        self._write_lock = threading.Lock()
+        self._read_lock: AbstractContextManager[object] = (
+            self._write_lock if kind == "exact" else contextlib.nullcontext()
+        )
 
     @classmethod
     def restore(cls, kind: str, dim: int, data: bytes) -> TenantSearchIndex:
         return cls(kind, dim, index_from_bytes(kind, dim, data))
 
-    def add(self, intent: IntentRecord, tools: Sequence[str], vector_too: bool = True) -> None:
-        with self._lock:
-            if vector_too and not self.ann.contains(intent.id):
+    def add(self, intent: IntentRecord, tools: Sequence[str]) -> None:
+        with self._write_lock:
+            if not self.ann.contains(intent.id):
                 ids = np.array([intent.id], dtype=np.uint64)
                 self.ann.add(ids, intent.vector.reshape(1, -1).astype(np.float32))
             self.lexical.add(intent.str_id, lexical_document(intent.text, tools))
             self.pattern_of[intent.id] = intent.pattern_id
 
     def remove(self, intent_ids: Sequence[int]) -> None:
-        with self._lock:
+        with self._write_lock:
             if intent_ids:
                 self.ann.remove(np.array(list(intent_ids), dtype=np.uint64))
             for intent_id in intent_ids:
@@ -49,10 +57,11 @@ class TenantSearchIndex:
                 self.pattern_of.pop(intent_id, None)
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
-        with self._lock:
-            if len(self.ann) == 0:
+        with self._read_lock:
+            size = len(self.ann)
+            if size == 0:
                 return []
-            ids, scores = self.ann.search(query.astype(np.float32), min(limit, len(self.ann)))
+            ids, scores = self.ann.search(query.astype(np.float32), min(limit, size))
         return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
 
     def lexical_hits(self, text: str, limit: int) -> list[tuple[int, float]]:
@@ -60,9 +69,9 @@ class TenantSearchIndex:
         return [(int(doc_id[4:], 16), score) for doc_id, score in hits]
 
     def snapshot(self) -> bytes:
-        with self._lock:
+        with self._read_lock:
             return self.ann.to_bytes()
 
     def vector_count(self) -> int:
-        with self._lock:
+        with self._read_lock:
             return len(self.ann)

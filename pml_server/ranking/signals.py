@@ -63,5 +63,5 @@ def recency_factor(last_used_ms: int, now_ms: int, config: RankingConfig) -> flo
     overdue = age_days - config.recency_full_days
     if overdue <= 0:
         return 1.0
-    decayed = 0.5 ** (overdue / config.recency_half_life_days)
+    decayed = math.pow(0.5, overdue / config.recency_half_life_days)
     return max(decayed, config.recency_floor)

@@ -96,6 +96,12 @@ class Repository:
     def put_request_result(self, tenant: str, request_id: str, result: bytes) -> Op:
         return (CF_REQUESTS, tenant_key(tenant, request_id), result)
 
+    def request_rows(self, tenant: str) -> list[tuple[bytes, bytes]]:
+        return self.store.scan(CF_REQUESTS, tenant_prefix(tenant))
+
+    def delete_request(self, key: bytes) -> Op:
+        return (CF_REQUESTS, key, None)
+
     # ---- patterns ----------------------------------------------------------------------------
 
     def pattern_id_for_hash(self, tenant: str, code_hash: str) -> str | None:

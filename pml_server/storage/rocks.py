@@ -118,8 +118,14 @@ class Store:
             pending = self._overlay.get((cf, key))
         if pending is not None:
             return pending[1]
-        value: bytes | None = self._cf[cf].get(key)
+        value: bytes | None = self._family(cf).get(key)
         return value
+
+    def _family(self, cf: str) -> Rdict:
+        family = self._cf.get(cf)
+        if family is None:
+            raise StoreClosedError("store is closed")
+        return family
 
     def scan(
         self,
@@ -155,7 +161,7 @@ class Store:
     def _scan_db(
         self, cf: str, prefix: bytes, start: bytes | None, limit: int | None, reverse: bool
     ) -> Iterable[tuple[bytes, bytes]]:
-        it = self._cf[cf].iter(ReadOptions())
+        it = self._family(cf).iter(ReadOptions())
         if reverse:
             upper = start if start is not None else prefix_end(prefix)
             if upper is None:

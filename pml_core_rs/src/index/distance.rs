@@ -133,20 +133,34 @@ unsafe fn dot_avx2(a: *const f32, b: *const f32, len: usize) -> f32 {
     }
 }
 
-/// Ask the cache for the start of a vector we are about to score (a hint; no effect on results).
+/// Ask the cache for a whole vector we are about to score. Scoring is bound by memory, not
+/// arithmetic (a 384-d vector is 24 cache lines at a random address), so fetching every line a
+/// couple of candidates ahead hides most of the latency. A hint only: results never change.
 #[inline(always)]
 pub fn prefetch(data: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let ptr = data.as_ptr() as *const i8;
-        // SAFETY: prefetch never faults; the pointer comes from a live slice.
-        unsafe {
-            _mm_prefetch(ptr, _MM_HINT_T0);
-            if data.len() > 16 {
-                _mm_prefetch(ptr.add(64), _MM_HINT_T0);
-            }
+        const FLOATS_PER_LINE: usize = 16;
+        let mut offset = 0;
+        while offset < data.len() {
+            // SAFETY: prefetch never faults, and the address stays inside the live slice.
+            unsafe { _mm_prefetch(data.as_ptr().add(offset) as *const i8, _MM_HINT_T0) };
+            offset += FLOATS_PER_LINE;
         }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
+}
+
+/// Prefetch hint for a small metadata slice (a neighbour list).
+#[inline(always)]
+pub fn prefetch_u32(data: &[u32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: prefetch never faults; the pointer comes from a live slice.
+        unsafe { _mm_prefetch(data.as_ptr() as *const i8, _MM_HINT_T0) };
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = data;

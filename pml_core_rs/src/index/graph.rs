@@ -111,6 +111,17 @@ impl Graph {
         }
     }
 
+    /// The raw list block (count first) of a node on `level`, for prefetching.
+    #[inline]
+    pub fn links_block(&self, slot: u32, level: usize) -> &[u32] {
+        if level == 0 {
+            let base = slot as usize * (1 + self.m0);
+            &self.links0[base..base + 1 + self.m0]
+        } else {
+            &self.upper[slot as usize]
+        }
+    }
+
     pub fn set_links(&mut self, slot: u32, level: usize, neighbours: &[u32]) {
         assert!(
             neighbours.len() <= self.capacity(level),

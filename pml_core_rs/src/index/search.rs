@@ -4,9 +4,12 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::distance::{prefetch, Kernel};
+use super::distance::{prefetch, prefetch_u32, Kernel};
 use super::graph::{Graph, Scored, NO_NODE};
 use super::visited::with_visited;
+
+/// How many candidates ahead of the one being scored to prefetch.
+const PREFETCH_AHEAD: usize = 2;
 
 /// Walk down from the entry point to `stop_level + 1`, always moving to the closest neighbour.
 pub fn greedy_descent(
@@ -69,22 +72,32 @@ pub fn search_level(
         } else {
             f32::INFINITY
         };
+        // Unvisited neighbours of the node being expanded, gathered first so their vectors can
+        // be prefetched a few ahead of the distance computations.
+        let mut fresh: Vec<u32> = Vec::with_capacity(graph.capacity(level));
         while let Some(Reverse(current)) = frontier.pop() {
             // Stop once the closest unexplored node is farther than the worst kept one; while
             // fewer than `ef` nodes passed the filter, keep walking (the bound is infinite).
             if current.dist > bound {
                 break;
             }
-            let neighbours = graph.links(current.slot, level);
-            if let Some(&first) = neighbours.first() {
-                prefetch(graph.vector(first));
+            if let Some(Reverse(next)) = frontier.peek() {
+                prefetch_u32(graph.links_block(next.slot, level));
             }
-            for (i, &next) in neighbours.iter().enumerate() {
-                if let Some(&ahead) = neighbours.get(i + 1) {
+            fresh.clear();
+            fresh.extend(
+                graph
+                    .links(current.slot, level)
+                    .iter()
+                    .copied()
+                    .filter(|&n| visited.first_visit(n)),
+            );
+            for &slot in fresh.iter().take(PREFETCH_AHEAD) {
+                prefetch(graph.vector(slot));
+            }
+            for (i, &next) in fresh.iter().enumerate() {
+                if let Some(&ahead) = fresh.get(i + PREFETCH_AHEAD) {
                     prefetch(graph.vector(ahead));
-                }
-                if !visited.first_visit(next) {
-                    continue;
                 }
                 let dist = kernel.distance(query, graph.vector(next));
                 if dist < bound || kept.len() < ef {

@@ -1,0 +1,166 @@
+"""HNSW index vs hnswlib 0.8.0 on the same clustered data in the same run.
+
+100k x 384 float32 (1M with `large`), 100 clusters, queries from the same clusters, recall@10
+against exact numpy search. Both indexes use M=16, ef_construction=200 and build on one thread.
+Search QPS is measured on batches of 1,000 queries (one call each, so Python overhead is the
+same for both), interleaving the two libraries and keeping the best of several rounds because
+the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import hnswlib
+import numpy as np
+from numpy.typing import NDArray
+
+from benches.common import Row
+from pml_server._core import HnswIndex
+
+SUITE = "index"
+DIM = 384
+K = 10
+EF_VALUES = (10, 20, 40)
+N_QUERIES = 1000
+ROUNDS = 5
+
+
+def _data(n: int, seed: int = 0) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((100, DIM)).astype(np.float32)
+
+    def draw(count: int) -> NDArray[np.float32]:
+        out = np.empty((count, DIM), np.float32)
+        for start in range(0, count, 100_000):  # chunks keep the float64 temporaries small
+            m = min(100_000, count - start)
+            noise = 0.5 * rng.standard_normal((m, DIM))
+            out[start : start + m] = centres[rng.integers(0, 100, m)] + noise
+        return out
+
+    return draw(n), draw(N_QUERIES)
+
+
+def _exact(vectors: NDArray[np.float32], queries: NDArray[np.float32]) -> NDArray[np.int64]:
+    vn = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    qn = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    top = np.empty((len(queries), K), np.int64)
+    for start in range(0, len(queries), 100):
+        sims = qn[start : start + 100] @ vn.T
+        part = np.argpartition(-sims, K, axis=1)[:, :K]
+        order = np.take_along_axis(sims, part, axis=1).argsort(axis=1)[:, ::-1]
+        top[start : start + 100] = np.take_along_axis(part, order, axis=1)
+    return top
+
+
+def _recall(found: list[list[int]], truth: NDArray[np.int64]) -> float:
+    hits = sum(len(set(f) & set(t.tolist())) for f, t in zip(found, truth, strict=True))
+    return hits / (K * len(truth))
+
+
+def _timed(fn: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def _interleaved_qps(
+    ours: Callable[[], object], theirs: Callable[[], object]
+) -> tuple[float, float]:
+    best_ours = best_theirs = float("inf")
+    for _ in range(ROUNDS):
+        best_theirs = min(best_theirs, _timed(theirs)[0])
+        best_ours = min(best_ours, _timed(ours)[0])
+    return N_QUERIES / best_ours, N_QUERIES / best_theirs
+
+
+def run(large: bool) -> list[Row]:
+    # PML_BENCH_INDEX_N overrides the size for quick runs while developing.
+    n = int(os.environ.get("PML_BENCH_INDEX_N", 1_000_000 if large else 100_000))
+    vectors, queries = _data(n)
+    truth = _exact(vectors, queries)
+    ids = np.arange(n, dtype=np.uint64)
+    rows: list[Row] = []
+    label = f"{n // 1000}k x {DIM}"
+
+    theirs = hnswlib.Index(space="cosine", dim=DIM)
+    theirs.init_index(max_elements=n, M=16, ef_construction=200, random_seed=100)
+    t_theirs, _ = _timed(lambda: theirs.add_items(vectors, ids, num_threads=1))
+    ours = HnswIndex(DIM, m=16, ef_construction=200)
+    t_ours, _ = _timed(lambda: ours.add(ids, vectors))
+    rows.append(
+        Row(
+            SUITE,
+            f"build {label}, 1 thread",
+            t_ours,
+            "s",
+            t_theirs,
+            "hnswlib",
+            1.2,
+            True,
+            {"kernel": ours.kernel},
+        )
+    )
+    rows.append(
+        Row(
+            SUITE,
+            f"memory {label} (hnswlib: its index_file_size, a lower bound)",
+            ours.memory_bytes() / 2**20,
+            "MiB",
+            theirs.index_file_size() / 2**20,
+            "hnswlib",
+            None,
+            True,
+            {"to_bytes_len": len(ours.to_bytes())},
+        )
+    )
+
+    curve_theirs: list[tuple[float, float]] = []
+    for ef in EF_VALUES:
+        theirs.set_ef(ef)
+        ours_fn = lambda ef=ef: ours.search_batch(queries, K, ef=ef)  # noqa: E731
+        theirs_fn = lambda: theirs.knn_query(queries, k=K, num_threads=1)  # noqa: E731
+        qps_ours, qps_theirs = _interleaved_qps(ours_fn, theirs_fn)
+        recall_ours = _recall([r[0].tolist() for r in ours_fn()], truth)
+        recall_theirs = _recall(theirs_fn()[0].tolist(), truth)
+        curve_theirs.append((recall_theirs, qps_theirs))
+        rows.append(
+            Row(
+                SUITE,
+                f"QPS ef={ef}, 1 thread (recall {recall_ours:.3f} vs {recall_theirs:.3f})",
+                qps_ours,
+                "q/s",
+                qps_theirs,
+                "hnswlib",
+                1.0,
+            )
+        )
+        rows.append(
+            Row(SUITE, f"recall@10 ef={ef}", recall_ours, "", recall_theirs, "hnswlib", None)
+        )
+
+    theirs.set_ef(20)
+    qps2_ours, qps2_theirs = _interleaved_qps(
+        lambda: ours.search_batch(queries, K, ef=20, num_threads=2),
+        lambda: theirs.knn_query(queries, k=K, num_threads=2),
+    )
+    rows.append(Row(SUITE, "QPS ef=20, 2 threads", qps2_ours, "q/s", qps2_theirs, "hnswlib", 1.0))
+
+    start = time.perf_counter()
+    for q in queries[:200]:
+        np.argpartition(-(vectors @ q), K)[:K]
+    exact_qps = 200 / (time.perf_counter() - start)
+    rows.append(
+        Row(
+            SUITE,
+            "QPS exact numpy (the recall reference), 1 query a call",
+            exact_qps,
+            "q/s",
+            None,
+            "",
+            None,
+        )
+    )
+    return rows
