@@ -95,6 +95,7 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
             self._d.capture_pool,
             self._d.stream_window,
             on_capture=self._d.on_capture,
+            draining=self.draining,
         )
         for ack in stream.run(request_iterator):
             assert isinstance(ack, pml_pb2.StreamTracesResponse)
