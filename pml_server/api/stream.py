@@ -266,7 +266,7 @@ def _check_started(
 
     out = Violations()
     validate.check_text(out, "started.request_id", started.request_id, limits.max_request_id_chars)
-    validate.check_text(out, "started.intent", started.intent, limits.max_intent_chars, True)
+    validate.check_intent(out, "started.intent", started.intent, limits)
     validate.check_code(out, "started.code", started.code, limits)
     validate.check_text(out, "started.language", started.language, limits.max_language_chars, True)
     validate.check_embedding(out, "started.intent_embedding", started.intent_embedding, dim)
