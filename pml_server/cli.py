@@ -193,6 +193,9 @@ def _serve(args: argparse.Namespace) -> int:
         capture_workers=args.capture_workers,
         stream_window=args.stream_window,
         grace_seconds=args.grace_seconds,
+        tenant_max_in_flight=args.tenant_max_in_flight,
+        tenant_rate=args.tenant_rate,
+        tenant_burst=args.tenant_burst,
     )
     try:
         serve_forever(config)
