@@ -17,6 +17,7 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from pml_server import _core
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.config import ServerConfig
 from tests.conftest import StartServer
@@ -241,3 +242,44 @@ def test_mutual_tls_requires_a_client_certificate(start: StartServer, pki: Path)
 def test_tls_flags_must_come_in_pairs(start: StartServer, pki: Path) -> None:
     with pytest.raises(ValueError, match="both"):
         start(tls_cert=pki / "server.pem")
+
+
+@pytest.mark.skipif(
+    not hasattr(_core, "normalize"),
+    reason="`pml serve` needs the Rust normalizer (branch norm), not merged here yet",
+)
+def test_pml_serve_entry_point_end_to_end(tmp_path: Path) -> None:
+    pml = Path(sys.executable).parent / "pml"
+    proc = subprocess.Popen(
+        [
+            str(pml),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--embedder",
+            "hashing",
+            "--durability",
+            "fast",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    match = re.search(r"\(port (\d+)\)", proc.stdout.readline())
+    assert match
+    try:
+        with PmlClient(f"127.0.0.1:{match.group(1)}") as client:
+            result = client.record(
+                make_record(
+                    "Read JSON file", 'await mcp.read_file({path: "a.json"})', tools=["read_file"]
+                )
+            )
+            assert result.new_pattern
+            assert client.suggest("Read JSON file").suggestions[0].capability == result.capability
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
