@@ -244,6 +244,54 @@ def test_tls_flags_must_come_in_pairs(start: StartServer, pki: Path) -> None:
         start(tls_cert=pki / "server.pem")
 
 
+def test_pml_serve_starts_reports_healthy_and_stops_on_sigterm(tmp_path: Path) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    pml = Path(sys.executable).parent / "pml"
+    proc = subprocess.Popen(
+        [
+            str(pml),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--embedder",
+            "hashing",
+            "--metrics-port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    match = re.search(r"\(port (\d+)\)", proc.stdout.readline())
+    assert match
+    target = f"127.0.0.1:{match.group(1)}"
+    try:
+        with grpc.insecure_channel(target) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            status = None
+            for _ in range(200):
+                status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+                if status == health_pb2.HealthCheckResponse.SERVING:
+                    break
+                threading.Event().wait(0.05)
+            assert status == health_pb2.HealthCheckResponse.SERVING
+        with PmlClient(target) as client:
+            info = client.server_info()
+            assert (info.tenant, info.role) == ("default", "admin")
+            assert client.stats().patterns == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    messages = [json.loads(line)["msg"] for line in stderr.splitlines() if line.startswith("{")]
+    assert "pml serving" in messages
+    assert "pml stopped" in messages
+
+
 @pytest.mark.skipif(
     not hasattr(_core, "normalize"),
     reason="`pml serve` needs the Rust normalizer (branch norm), not merged here yet",
