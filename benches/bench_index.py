@@ -25,7 +25,7 @@ from pml_server._core import HnswIndex
 SUITE = "index"
 DIM = 384
 K = 10
-EF_VALUES = (10, 20, 40)
+EF_VALUES = (20, 40, 80)
 N_QUERIES = 1000
 ROUNDS = 5
 

@@ -30,10 +30,6 @@ from pml_server.embedding import make_embedder
 from pml_server.engine import Engine
 from pml_server.ranking import RankingConfig
 
-# The engine tests' normalizer: the Rust one when the extension has it, else a literal-masking
-# stand-in (tests/engine_support.py), so the bench runs before the normalizer branch lands.
-from tests.engine_support import NORMALIZER
-
 SUITE = "quality"
 TENANT = "bench"
 MODES = {
@@ -45,7 +41,7 @@ MODES = {
 
 def _open(data_dir: Path, embedder: str, ranking: RankingConfig) -> Engine:
     config = EngineConfig(data_dir=data_dir, embedder=embedder, durability="fast", ranking=ranking)
-    engine = Engine.open(config, normalizer=NORMALIZER)
+    engine = Engine.open(config)
     if not engine.wait_ready(timeout=600):
         raise RuntimeError("engine index did not become ready")
     return engine

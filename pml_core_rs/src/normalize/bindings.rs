@@ -119,9 +119,19 @@ fn collect_pattern<'a, 't>(
                 bound.insert(name);
             }
         }
-        "object_pattern" | "array_pattern" | "rest_pattern" | "pattern_list" | "tuple_pattern"
-        | "list_pattern" | "tuple" | "list" | "list_splat_pattern" | "dictionary_splat_pattern"
-        | "list_splat" | "as_pattern_target" | "parenthesized_expression" => {
+        "object_pattern"
+        | "array_pattern"
+        | "rest_pattern"
+        | "pattern_list"
+        | "tuple_pattern"
+        | "list_pattern"
+        | "tuple"
+        | "list"
+        | "list_splat_pattern"
+        | "dictionary_splat_pattern"
+        | "list_splat"
+        | "as_pattern_target"
+        | "parenthesized_expression" => {
             push_named_children(node, pending);
         }
         "pair_pattern" => push_field(node, "value", pending),

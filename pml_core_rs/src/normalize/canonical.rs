@@ -33,7 +33,8 @@ impl Canonical {
 
     pub fn token(&mut self, bytes: &[u8]) {
         // u32 is enough: inputs are capped far below 4 GiB.
-        self.buf.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        self.buf
+            .extend_from_slice(&(bytes.len() as u32).to_le_bytes());
         self.buf.extend_from_slice(bytes);
     }
 

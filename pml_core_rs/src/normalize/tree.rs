@@ -118,7 +118,8 @@ impl<'a, 't> Walker<'a, 't> {
         let mut named_index = 0;
         let position = self.canon.position();
         if let Some(parent) = self.frames.last_mut() {
-            parent.trailing_semicolon = (node.kind() == ";" && !node.is_named()).then_some(position);
+            parent.trailing_semicolon =
+                (node.kind() == ";" && !node.is_named()).then_some(position);
             if node.is_named() {
                 named_index = parent.named_seen;
                 parent.named_seen += 1;
@@ -127,7 +128,8 @@ impl<'a, 't> Walker<'a, 't> {
                 if !node.is_named() {
                     return Ok(false); // braces and commas of a reordered node
                 }
-                let sortable = parent.node.kind() != "argument_list" || node.kind() == "keyword_argument";
+                let sortable =
+                    parent.node.kind() != "argument_list" || node.kind() == "keyword_argument";
                 segments.push((self.canon.position(), sortable));
             }
         }
@@ -208,8 +210,7 @@ impl<'a, 't> Walker<'a, 't> {
                     },
                     None => false,
                 };
-                in_argument_position
-                    && !has_child_kind(&["spread_element", "dictionary_splat"])
+                in_argument_position && !has_child_kind(&["spread_element", "dictionary_splat"])
             }
             _ => false,
         }
@@ -245,14 +246,21 @@ impl<'a, 't> Walker<'a, 't> {
         let Some(parent) = self.frames.last() else {
             return false;
         };
-        match (parent.node.kind(), field) {
-            ("pair", Some("key")) => true,
-            ("subscript_expression", Some("index")) | ("subscript", Some("subscript")) => true,
-            ("import_statement" | "export_statement", _) => true,
-            ("literal_type" | "switch_case" | "case_pattern" | "expression_statement", _) => true,
-            ("import_specifier" | "export_specifier" | "import_require_clause", _) => true,
-            _ => false,
-        }
+        matches!(
+            (parent.node.kind(), field),
+            ("pair", Some("key"))
+                | ("subscript_expression", Some("index"))
+                | ("subscript", Some("subscript"))
+                | ("import_statement" | "export_statement", _)
+                | (
+                    "literal_type" | "switch_case" | "case_pattern" | "expression_statement",
+                    _
+                )
+                | (
+                    "import_specifier" | "export_specifier" | "import_require_clause",
+                    _
+                )
+        )
     }
 
     fn literal(
@@ -297,7 +305,10 @@ impl<'a, 't> Walker<'a, 't> {
         });
         let context = self.context_name(field, named_index);
         let (value_json, string_value) = match json_type {
-            JsonType::String => (serde_json::Value::String(value.clone()).to_string(), Some(value)),
+            JsonType::String => (
+                serde_json::Value::String(value.clone()).to_string(),
+                Some(value),
+            ),
             _ => (value, None),
         };
         self.params.push(RawParam {
@@ -319,7 +330,9 @@ impl<'a, 't> Walker<'a, 't> {
             Candidate::Num { .. } => None,
         };
         match decoded {
-            Some(value) => self.canon.tagged(canonical::TAG_CODE_STRING, value.as_bytes()),
+            Some(value) => self
+                .canon
+                .tagged(canonical::TAG_CODE_STRING, value.as_bytes()),
             None => self.canon.token(text.as_bytes()),
         }
     }
@@ -357,9 +370,7 @@ impl<'a, 't> Walker<'a, 't> {
         let first_string_arg = || {
             let args = node.child_by_field_name("arguments")?;
             let mut cursor = args.walk();
-            let first = args
-                .named_children(&mut cursor)
-                .find(|c| !c.is_extra())?;
+            let first = args.named_children(&mut cursor).find(|c| !c.is_extra())?;
             (first.kind() == "string").then_some(first)
         };
         if matches!(function.kind(), "import") || self.text(function) == "require" {
@@ -453,14 +464,18 @@ impl<'a, 't> Walker<'a, 't> {
             }
             ("assignment_pattern", Some("right")) => field_text("left").map(str::to_owned),
             (
-                "assignment_expression" | "augmented_assignment_expression" | "assignment"
+                "assignment_expression"
+                | "augmented_assignment_expression"
+                | "assignment"
                 | "augmented_assignment",
                 Some("right"),
             ) => {
                 let target = node.child_by_field_name("left")?;
                 match target.kind() {
                     "identifier" => Some(self.text(target).to_owned()),
-                    "member_expression" => field_of(target, "property").map(|n| self.text(n).to_owned()),
+                    "member_expression" => {
+                        field_of(target, "property").map(|n| self.text(n).to_owned())
+                    }
                     "attribute" => field_of(target, "attribute").map(|n| self.text(n).to_owned()),
                     _ => None,
                 }
