@@ -20,6 +20,34 @@ class ServerConfig:
     data_dir: Path = DEFAULT_DATA_DIR
     max_workers: int = 16
     grace_seconds: float = 10.0
+    # ---- API layer (pml_server/api) ----
+    # API keys file (hashes only); None: single tenant, loopback-only unless allow_insecure_remote.
+    keys_file: Path | None = None
+    allow_insecure_remote: bool = False
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None  # set: mutual TLS, clients must present a cert it signed
+    metrics_port: int | None = None  # Prometheus /metrics on 127.0.0.1:PORT when set
+    metrics_host: str = "127.0.0.1"
+    embedder: str = "minilm"
+    durability: str = "sync"
+    vector_index: str = "hnsw"
+    max_code_bytes: int = 256 * 1024
+    max_tool_calls: int = 256
+    max_message_bytes: int = 8 * 1024 * 1024
+    max_concurrent_rpcs: int = 256
+    capture_workers: int = 8
+    stream_window: int = 64  # unacknowledged executions per stream before reading pauses
+    max_open_executions: int = 1024  # live executions buffered per stream
+    # Per-tenant quotas (multi-tenant mode): calls in progress (default: half the RPC threads)
+    # and an optional token bucket (calls/s, burst).
+    tenant_max_in_flight: int | None = None
+    tenant_rate: float | None = None
+    tenant_burst: int | None = None
+    keepalive_time_ms: int = 60_000
+    keepalive_timeout_ms: int = 20_000
+    page_token_secret_file: Path | None = None  # default: <data_dir>/page-token.key
+    log_json: bool = True
 
 
 @dataclass(frozen=True)

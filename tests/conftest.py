@@ -1,25 +1,80 @@
-"""Shared fixtures: a real server on a loopback port (port 0) with a real RocksDB on disk."""
+"""Shared fixtures: a real server on a loopback port (port 0) over an engine on disk."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
+from pml_server.api.auth import Role, add_key
 from pml_server.api.server import RunningServer, start_server
+from pml_server.client import PmlClient
 from pml_server.config import ServerConfig
+from pml_server.domain.engine import EngineProtocol
+from tests.engines import open_test_engine
+
+StartServer = Callable[..., RunningServer]
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RunningServer]:
-    running = start_server(ServerConfig(listen="127.0.0.1:0", data_dir=tmp_path / "data"))
-    yield running
-    running.stop(grace=1.0)
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def start(data_dir: Path) -> Iterator[StartServer]:
+    """Start servers on port 0 with any ServerConfig overrides; all are stopped at the end."""
+    started: list[RunningServer] = []
+
+    def _start(engine: EngineProtocol | None = None, **overrides: object) -> RunningServer:
+        settings: dict[str, object] = {
+            "listen": "127.0.0.1:0",
+            "data_dir": data_dir,
+            "embedder": "hashing",
+            "durability": "fast",
+        }
+        config = ServerConfig(**{**settings, **overrides})  # type: ignore[arg-type]
+        engine = engine or open_test_engine(config)
+        try:
+            running = start_server(config, engine=engine)
+        except Exception:
+            engine.close()
+            raise
+        started.append(running)
+        return running
+
+    yield _start
+    for running in started:
+        running.stop(grace=1.0)
+
+
+@pytest.fixture
+def server(start: StartServer) -> RunningServer:
+    return start()
 
 
 @pytest.fixture
 def channel(server: RunningServer) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch:
         yield ch
+
+
+@pytest.fixture
+def client(server: RunningServer) -> Iterator[PmlClient]:
+    with PmlClient(f"127.0.0.1:{server.port}") as c:
+        yield c
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A keys file with two tenants (acme, globex) and one key per role for acme."""
+    path = tmp_path / "keys.json"
+    found = {
+        "acme-admin": add_key(path, "acme", Role.ADMIN),
+        "acme-write": add_key(path, "acme", Role.WRITE),
+        "acme-read": add_key(path, "acme", Role.READ),
+        "globex-admin": add_key(path, "globex", Role.ADMIN),
+    }
+    return path, found

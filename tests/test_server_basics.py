@@ -11,6 +11,7 @@ from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server.api.server import RunningServer, start_server
 from pml_server.config import ServerConfig
 from pml_server.storage import SCHEMA_VERSION, SchemaVersionError, Store
+from tests.engines import open_test_engine
 
 
 def test_health_serving(channel: grpc.Channel) -> None:
@@ -20,12 +21,14 @@ def test_health_serving(channel: grpc.Channel) -> None:
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_server_info(channel: grpc.Channel) -> None:
+def test_server_info(channel: grpc.Channel, server: RunningServer) -> None:
     reply = pml_pb2_grpc.PmlServiceStub(channel).GetServerInfo(
         pml_pb2.GetServerInfoRequest(), timeout=5
     )
     assert reply.core_version == _core.__version__
     assert reply.schema_version == SCHEMA_VERSION
+    assert reply.embedding_dimension == server.engine.embedding_dim()
+    assert (reply.tenant, reply.role) == ("default", "admin")
 
 
 def test_graceful_stop_reports_not_serving(server: RunningServer) -> None:
@@ -48,5 +51,6 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
 
 
 def test_bind_failure_is_clear(tmp_path: Path, server: RunningServer) -> None:
+    config = ServerConfig(listen=f"127.0.0.1:{server.port}", data_dir=tmp_path / "d2")
     with pytest.raises(OSError, match="could not bind"):
-        start_server(ServerConfig(listen=f"127.0.0.1:{server.port}", data_dir=tmp_path / "d2"))
+        start_server(config, engine=open_test_engine(config))

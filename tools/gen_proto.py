@@ -26,7 +26,9 @@ IMPORT_RE = re.compile(r"^from pml\.(\S+) import", re.MULTILINE)
 def generate(out_dir: Path) -> None:
     # protoc finds the mypy-protobuf plugins on PATH; they live beside this interpreter.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
+    # Only pml's own protos: proto/google/ holds vendored imports whose Python modules ship in
+    # googleapis-common-protos.
+    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / "pml").rglob("*.proto"))
     with tempfile.TemporaryDirectory() as tmp:
         args = [
             "protoc",

@@ -1,27 +1,39 @@
-"""Server factory: builds the gRPC server with health checking and reflection, and runs it
-until SIGTERM/SIGINT with a graceful drain."""
+"""Server factory: builds the engine and the gRPC server (health, reflection, auth, TLS, limits,
+metrics) and runs it until SIGTERM/SIGINT with a graceful drain: health NOT_SERVING, refuse new
+calls, finish in-flight ones, flush the captures still running, close the store."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import threading
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
-from pml_server.api.servicer import PmlServicer
-from pml_server.config import ServerConfig
-from pml_server.storage import Store
+from pml_server.api.auth import KeyStore
+from pml_server.api.interceptor import ApiInterceptor
+from pml_server.api.metrics import Metrics
+from pml_server.api.page_tokens import PageTokens, load_or_create_secret
+from pml_server.api.quotas import TenantQuotas
+from pml_server.api.servicer import PmlServicer, ServiceDeps
+from pml_server.api.validate import Limits
+from pml_server.config import EngineConfig, ServerConfig
+from pml_server.domain import model
+from pml_server.domain.engine import EngineProtocol
+from pml_server.storage import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pml_pb2.DESCRIPTOR.services_by_name["PmlService"].full_name
+_READY_POLL_SECONDS = 0.2
 
 
 @dataclass
@@ -31,49 +43,205 @@ class RunningServer:
     server: grpc.Server
     port: int
     health: health.HealthServicer
-    store: Store
+    engine: EngineProtocol
+    servicer: PmlServicer
+    capture_pool: futures.ThreadPoolExecutor
+    metrics: Metrics
+    metrics_port: int | None = None
+    _stopped: threading.Event = field(default_factory=threading.Event)
 
     def stop(self, grace: float | None) -> None:
-        """Report NOT_SERVING, drain in-flight calls for `grace` seconds, then close the store."""
+        """NOT_SERVING, refuse new calls, drain in-flight calls for up to `grace` seconds, wait
+        for running captures, then flush and close the engine. Idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self.servicer.draining.set()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
-        self.store.close()
+        self.capture_pool.shutdown(wait=True)
+        self.engine.close()
+        self.metrics.close()
+        log.info("pml stopped")
 
 
-def start_server(config: ServerConfig) -> RunningServer:
-    """Open the store, bind `config.listen` (port 0 picks a free port) and start serving."""
-    store = Store(config.data_dir)
-    # SO_REUSEPORT off: a second server on a busy port must fail, not silently share it.
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=config.max_workers),
-        options=[("grpc.so_reuseport", 0)],
+def open_engine(config: ServerConfig) -> EngineProtocol:
+    """The real engine, built from the server flags."""
+    from pml_server.engine import Engine
+
+    return Engine.open(
+        EngineConfig(
+            data_dir=config.data_dir,
+            embedder=config.embedder,
+            durability=config.durability,
+            max_code_bytes=config.max_code_bytes,
+            max_tool_calls=config.max_tool_calls,
+            vector_index=config.vector_index,
+        )
     )
-    pml_pb2_grpc.add_PmlServiceServicer_to_server(PmlServicer(store), server)
+
+
+def is_loopback(listen: str) -> bool:
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
+    if config.tls_cert is None and config.tls_key is None:
+        if config.tls_client_ca is not None:
+            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if config.tls_cert is None or config.tls_key is None:
+        raise ValueError("TLS needs both --tls-cert and --tls-key")
+    client_ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
+    return grpc.ssl_server_credentials(
+        [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
+
+
+def _options(config: ServerConfig) -> list[tuple[str, Any]]:
+    return [
+        # A second server on a busy port must fail, not silently share it.
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", 4 * config.max_message_bytes),
+        # Ping idle connections so dead peers are noticed; refuse clients that ping too often.
+        ("grpc.keepalive_time_ms", config.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", config.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+        ("grpc.http2.max_ping_strikes", 2),
+    ]
+
+
+def _quotas(config: ServerConfig, keys: KeyStore) -> TenantQuotas:
+    # Alone on the server, a tenant may use every RPC thread; with neighbours, half of them.
+    default = max(1, config.max_workers // 2) if keys.multi_tenant else config.max_workers
+    return TenantQuotas(
+        max_in_flight=config.tenant_max_in_flight or default,
+        rate_per_second=config.tenant_rate,
+        burst=config.tenant_burst,
+    )
+
+
+def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> RunningServer:
+    """Build everything from `config` (port 0 picks a free port) and start serving. `engine`
+    replaces the real one (tests of the API layer only)."""
+    keys = KeyStore.load(config.keys_file)
+    if (
+        not keys.multi_tenant
+        and not config.allow_insecure_remote
+        and not is_loopback(config.listen)
+    ):
+        raise ValueError(
+            f"refusing to listen on {config.listen} without a keys file: anyone could read "
+            "and write. Pass --keys-file, or --allow-insecure-remote if you really mean it"
+        )
+    credentials = _credentials(config)
+    secret_file = config.page_token_secret_file or config.data_dir / "page-token.key"
+    tokens = PageTokens(load_or_create_secret(secret_file))
+    if engine is None:
+        engine = open_engine(config)
+    metrics = Metrics()
+    capture_pool = futures.ThreadPoolExecutor(
+        max_workers=config.capture_workers, thread_name_prefix="pml-capture"
+    )
+
+    def count_capture(result: model.CaptureResult) -> None:
+        metrics.captures.labels(result.outcome.value).inc()
+
+    servicer = PmlServicer(
+        ServiceDeps(
+            engine=engine,
+            keys=keys,
+            tokens=tokens,
+            limits=Limits(
+                max_code_bytes=config.max_code_bytes,
+                max_tool_calls=config.max_tool_calls,
+                max_open_executions=config.max_open_executions,
+            ),
+            capture_pool=capture_pool,
+            quotas=_quotas(config, keys),
+            stream_window=config.stream_window,
+            schema_version=int(getattr(engine, "schema_version", SCHEMA_VERSION)),
+            on_capture=count_capture,
+        )
+    )
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="pml-rpc"),
+        interceptors=[ApiInterceptor(metrics)],
+        options=_options(config),
+        maximum_concurrent_rpcs=config.max_concurrent_rpcs,
+    )
+    pml_pb2_grpc.add_PmlServiceServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
+    cause: RuntimeError | None = None
     try:
-        port = server.add_insecure_port(config.listen)
+        if credentials is None:
+            port = server.add_insecure_port(config.listen)
+        else:
+            port = server.add_secure_port(config.listen, credentials)
     except RuntimeError as err:  # grpcio raises instead of returning 0 on some versions
-        port = 0
-        cause: Exception | None = err
-    else:
-        cause = None
+        port, cause = 0, err
     if port == 0:
-        store.close()
+        capture_pool.shutdown()
+        engine.close()
         raise OSError(f"could not bind {config.listen}") from cause
-    server.start()
+    metrics_port = None
+    if config.metrics_port is not None:
+        metrics_port = metrics.serve(config.metrics_port, config.metrics_host)
     for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("pml serving on port %d, data in %s", port, config.data_dir)
-    return RunningServer(server=server, port=port, health=health_servicer, store=store)
+        health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    server.start()
+    running = RunningServer(
+        server=server,
+        port=port,
+        health=health_servicer,
+        engine=engine,
+        servicer=servicer,
+        capture_pool=capture_pool,
+        metrics=metrics,
+        metrics_port=metrics_port,
+    )
+    threading.Thread(target=_report_ready, args=(running,), name="pml-ready", daemon=True).start()
+    log.info(
+        "pml serving",
+        extra={
+            "port": port,
+            "data_dir": str(config.data_dir),
+            "tls": credentials is not None,
+            "multi_tenant": keys.multi_tenant,
+            "metrics_port": metrics_port,
+        },
+    )
+    return running
 
 
-def serve_forever(config: ServerConfig) -> None:
+def _report_ready(running: RunningServer) -> None:
+    """Health says SERVING only once the vector index has caught up with the store."""
+    while not running._stopped.is_set():
+        if running.engine.is_ready():
+            if not running._stopped.is_set():
+                for name in ("", SERVICE_NAME):
+                    running.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            return
+        running._stopped.wait(_READY_POLL_SECONDS)
+
+
+def serve_forever(config: ServerConfig, engine: EngineProtocol | None = None) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
-    running = start_server(config)
+    running = start_server(config, engine)
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -3,8 +3,13 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.rpc import status_pb2 as _status_pb2
+from pml_server._proto.pml.v1 import resources_pb2 as _resources_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -42,23 +47,860 @@ class GetServerInfoResponse(_message.Message):
     SERVER_VERSION_FIELD_NUMBER: _builtins.int
     CORE_VERSION_FIELD_NUMBER: _builtins.int
     SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    EMBEDDING_DIMENSION_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
     server_version: _builtins.str
     """Version of the pml server package."""
     core_version: _builtins.str
     """Version of the Rust core extension."""
     schema_version: _builtins.int
     """Schema version of the store on disk."""
+    embedding_dimension: _builtins.int
+    """Dimension a client-supplied intent embedding must have."""
+    tenant: _builtins.str
+    """The caller's tenant, as decided by its API key."""
+    role: _builtins.str
+    """The caller's role: `read`, `write` or `admin`."""
     def __init__(
         self,
         *,
         server_version: _builtins.str = ...,
         core_version: _builtins.str = ...,
         schema_version: _builtins.int = ...,
+        embedding_dimension: _builtins.int = ...,
+        tenant: _builtins.str = ...,
+        role: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_version", b"core_version", "schema_version", b"schema_version", "server_version", b"server_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_version", b"core_version", "embedding_dimension", b"embedding_dimension", "role", b"role", "schema_version", b"schema_version", "server_version", b"server_version", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetServerInfoResponse: _TypeAlias = GetServerInfoResponse  # noqa: Y015
+
+@_typing.final
+class RecordExecutionRequest(_message.Message):
+    """RecordExecutionRequest carries one execution record."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORD_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def record(self) -> _resources_pb2.ExecutionRecord:
+        """(Required) The execution to capture."""
+
+    def __init__(
+        self,
+        *,
+        record: _resources_pb2.ExecutionRecord | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordExecutionRequest: _TypeAlias = RecordExecutionRequest  # noqa: Y015
+
+@_typing.final
+class RecordExecutionResponse(_message.Message):
+    """RecordExecutionResponse says what the capture did."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def result(self) -> _resources_pb2.CaptureResult:
+        """(Output only) The capture's result."""
+
+    def __init__(
+        self,
+        *,
+        result: _resources_pb2.CaptureResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordExecutionResponse: _TypeAlias = RecordExecutionResponse  # noqa: Y015
+
+@_typing.final
+class ExecutionStarted(_message.Message):
+    """ExecutionStarted opens a live execution on the stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    INTENT_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    LANGUAGE_FIELD_NUMBER: _builtins.int
+    START_TIME_FIELD_NUMBER: _builtins.int
+    INTENT_EMBEDDING_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """(Optional) Idempotency key; defaults to the event's `execution_id`."""
+    intent: _builtins.str
+    """(Required) The intent."""
+    code: _builtins.str
+    """(Required) The code being run."""
+    language: _builtins.str
+    """(Required) Its language."""
+    @_builtins.property
+    def start_time(self) -> _timestamp_pb2.Timestamp:
+        """(Optional) When it started."""
+
+    @_builtins.property
+    def intent_embedding(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """(Optional) Client-computed intent embedding (see ExecutionRecord.intent_embedding)."""
+
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """(Optional) Tags."""
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        intent: _builtins.str = ...,
+        code: _builtins.str = ...,
+        language: _builtins.str = ...,
+        start_time: _timestamp_pb2.Timestamp | None = ...,
+        intent_embedding: _abc.Iterable[_builtins.float] | None = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["start_time", b"start_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "intent", b"intent", "intent_embedding", b"intent_embedding", "language", b"language", "request_id", b"request_id", "start_time", b"start_time", "tags", b"tags"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecutionStarted: _TypeAlias = ExecutionStarted  # noqa: Y015
+
+@_typing.final
+class ToolCallFinished(_message.Message):
+    """ToolCallFinished adds one finished tool call to an open live execution."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_CALL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tool_call(self) -> _resources_pb2.ToolCall:
+        """(Required) The tool call."""
+
+    def __init__(
+        self,
+        *,
+        tool_call: _resources_pb2.ToolCall | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["tool_call", b"tool_call"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tool_call", b"tool_call"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolCallFinished: _TypeAlias = ToolCallFinished  # noqa: Y015
+
+@_typing.final
+class ExecutionFinished(_message.Message):
+    """ExecutionFinished completes an open live execution; the server then captures it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    DURATION_MS_FIELD_NUMBER: _builtins.int
+    TRACE_FIELD_NUMBER: _builtins.int
+    status: _resources_pb2.ExecutionStatus.ValueType
+    """(Optional) Overall status."""
+    duration_ms: _builtins.float
+    """(Optional) Total duration in milliseconds."""
+    trace: _builtins.bytes
+    """(Optional) Opaque execution trace."""
+    def __init__(
+        self,
+        *,
+        status: _resources_pb2.ExecutionStatus.ValueType = ...,
+        duration_ms: _builtins.float = ...,
+        trace: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration_ms", b"duration_ms", "status", b"status", "trace", b"trace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecutionFinished: _TypeAlias = ExecutionFinished  # noqa: Y015
+
+@_typing.final
+class StreamTracesRequest(_message.Message):
+    """StreamTracesRequest is one message of an upload stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    RECORD_FIELD_NUMBER: _builtins.int
+    STARTED_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_FINISHED_FIELD_NUMBER: _builtins.int
+    FINISHED_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    """(Required) Client-chosen id of the execution this message belongs to; unique among the
+    executions open on this stream. For a whole `record` with no request id, it is also the
+    idempotency key.
+    """
+    sequence: _builtins.int
+    """(Required) Client sequence number, strictly increasing on one stream. Echoed in the
+    acknowledgement of the message that completes an execution.
+    """
+    @_builtins.property
+    def record(self) -> _resources_pb2.ExecutionRecord:
+        """A whole execution at once; completes it immediately."""
+
+    @_builtins.property
+    def started(self) -> Global___ExecutionStarted:
+        """A live execution started."""
+
+    @_builtins.property
+    def tool_call_finished(self) -> Global___ToolCallFinished:
+        """A tool call of a live execution finished."""
+
+    @_builtins.property
+    def finished(self) -> Global___ExecutionFinished:
+        """A live execution finished; completes it."""
+
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        sequence: _builtins.int = ...,
+        record: _resources_pb2.ExecutionRecord | None = ...,
+        started: Global___ExecutionStarted | None = ...,
+        tool_call_finished: Global___ToolCallFinished | None = ...,
+        finished: Global___ExecutionFinished | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "finished", b"finished", "record", b"record", "started", b"started", "tool_call_finished", b"tool_call_finished"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "execution_id", b"execution_id", "finished", b"finished", "record", b"record", "sequence", b"sequence", "started", b"started", "tool_call_finished", b"tool_call_finished"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["record", "started", "tool_call_finished", "finished"]  # noqa: Y015
+    _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
+
+Global___StreamTracesRequest: _TypeAlias = StreamTracesRequest  # noqa: Y015
+
+@_typing.final
+class StreamTracesResponse(_message.Message):
+    """StreamTracesResponse acknowledges one completed execution. Acknowledgements may arrive in
+    another order than the executions completed. An execution not acknowledged before the
+    stream broke must be resent whole on a new stream; its request id makes the retry apply
+    exactly once.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    """(Output only) The execution acknowledged."""
+    sequence: _builtins.int
+    """(Output only) Sequence number of the message that completed it."""
+    @_builtins.property
+    def result(self) -> _resources_pb2.CaptureResult:
+        """The capture's result."""
+
+    @_builtins.property
+    def error(self) -> _status_pb2.Status:
+        """Why this execution was refused."""
+
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        sequence: _builtins.int = ...,
+        result: _resources_pb2.CaptureResult | None = ...,
+        error: _status_pb2.Status | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "outcome", b"outcome", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "execution_id", b"execution_id", "outcome", b"outcome", "result", b"result", "sequence", b"sequence"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["result", "error"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+Global___StreamTracesResponse: _TypeAlias = StreamTracesResponse  # noqa: Y015
+
+@_typing.final
+class SuggestRequest(_message.Message):
+    """SuggestRequest asks for capabilities that fit an intent. Unset filters use server defaults."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INTENT_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    INTENT_EMBEDDING_FIELD_NUMBER: _builtins.int
+    MIN_MATCH_FIELD_NUMBER: _builtins.int
+    MIN_SUCCESS_FIELD_NUMBER: _builtins.int
+    INCLUDE_FLAGGED_FIELD_NUMBER: _builtins.int
+    AVAILABLE_TOOLS_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    EXPLAIN_FIELD_NUMBER: _builtins.int
+    intent: _builtins.str
+    """(Required) What the agent wants to do."""
+    page_size: _builtins.int
+    """(Optional) How many suggestions, 1..100; 0 means the default (5)."""
+    min_match: _builtins.float
+    """(Optional) Minimum match, 0..1."""
+    min_success: _builtins.float
+    """(Optional) Minimum success estimate, 0..1."""
+    include_flagged: _builtins.bool
+    """(Optional) Include patterns flagged for removal."""
+    explain: _builtins.bool
+    """(Optional) Also return the filtered-out candidates with the rule that removed each."""
+    @_builtins.property
+    def intent_embedding(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """(Optional) Client-computed intent embedding (server dimension, finite values)."""
+
+    @_builtins.property
+    def available_tools(self) -> Global___AvailableTools:
+        """(Optional) Tools the caller can reach right now; capabilities needing others are dropped.
+        Unset: no restriction.
+        """
+
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """(Optional) Only capabilities with all these tags."""
+
+    def __init__(
+        self,
+        *,
+        intent: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        intent_embedding: _abc.Iterable[_builtins.float] | None = ...,
+        min_match: _builtins.float | None = ...,
+        min_success: _builtins.float | None = ...,
+        include_flagged: _builtins.bool = ...,
+        available_tools: Global___AvailableTools | None = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        explain: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_match", b"_min_match", "_min_success", b"_min_success", "available_tools", b"available_tools", "min_match", b"min_match", "min_success", b"min_success"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_match", b"_min_match", "_min_success", b"_min_success", "available_tools", b"available_tools", "explain", b"explain", "include_flagged", b"include_flagged", "intent", b"intent", "intent_embedding", b"intent_embedding", "min_match", b"min_match", "min_success", b"min_success", "page_size", b"page_size", "tags", b"tags"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__min_match: _TypeAlias = _typing.Literal["min_match"]  # noqa: Y015
+    _WhichOneofArgType__min_match: _TypeAlias = _typing.Literal["_min_match", b"_min_match"]  # noqa: Y015
+    _WhichOneofReturnType__min_success: _TypeAlias = _typing.Literal["min_success"]  # noqa: Y015
+    _WhichOneofArgType__min_success: _TypeAlias = _typing.Literal["_min_success", b"_min_success"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_match) -> _WhichOneofReturnType__min_match | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_success) -> _WhichOneofReturnType__min_success | None: ...
+
+Global___SuggestRequest: _TypeAlias = SuggestRequest  # noqa: Y015
+
+@_typing.final
+class AvailableTools(_message.Message):
+    """AvailableTools lists the tools reachable now (a message so "none" differs from "unset")."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """(Optional) Tool names."""
+
+    def __init__(
+        self,
+        *,
+        tools: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tools", b"tools"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AvailableTools: _TypeAlias = AvailableTools  # noqa: Y015
+
+@_typing.final
+class SuggestResponse(_message.Message):
+    """SuggestResponse carries the ranked suggestions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUGGESTIONS_FIELD_NUMBER: _builtins.int
+    FILTERED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def suggestions(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.Suggestion]:
+        """(Output only) Best first."""
+
+    @_builtins.property
+    def filtered(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.FilteredCandidate]:
+        """(Output only) With `explain`: the candidates the filters removed."""
+
+    def __init__(
+        self,
+        *,
+        suggestions: _abc.Iterable[_resources_pb2.Suggestion] | None = ...,
+        filtered: _abc.Iterable[_resources_pb2.FilteredCandidate] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filtered", b"filtered", "suggestions", b"suggestions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SuggestResponse: _TypeAlias = SuggestResponse  # noqa: Y015
+
+@_typing.final
+class GetPatternRequest(_message.Message):
+    """GetPatternRequest names a pattern."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """(Required) `patterns/{pattern}`."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPatternRequest: _TypeAlias = GetPatternRequest  # noqa: Y015
+
+@_typing.final
+class GetPatternResponse(_message.Message):
+    """GetPatternResponse carries the pattern."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATTERN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pattern(self) -> _resources_pb2.Pattern:
+        """(Output only) The pattern."""
+
+    def __init__(
+        self,
+        *,
+        pattern: _resources_pb2.Pattern | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pattern", b"pattern"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pattern", b"pattern"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPatternResponse: _TypeAlias = GetPatternResponse  # noqa: Y015
+
+@_typing.final
+class ListPatternsRequest(_message.Message):
+    """ListPatternsRequest asks for one page of patterns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """(Optional) 1..1000; 0 means 50."""
+    page_token: _builtins.str
+    """(Optional) `next_page_token` of the previous page."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPatternsRequest: _TypeAlias = ListPatternsRequest  # noqa: Y015
+
+@_typing.final
+class ListPatternsResponse(_message.Message):
+    """ListPatternsResponse is one page of patterns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATTERNS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """(Output only) Token of the next page; empty at the end."""
+    @_builtins.property
+    def patterns(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.Pattern]:
+        """(Output only) The patterns."""
+
+    def __init__(
+        self,
+        *,
+        patterns: _abc.Iterable[_resources_pb2.Pattern] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "patterns", b"patterns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPatternsResponse: _TypeAlias = ListPatternsResponse  # noqa: Y015
+
+@_typing.final
+class DeletePatternRequest(_message.Message):
+    """DeletePatternRequest names a pattern to delete."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """(Required) `patterns/{pattern}`."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeletePatternRequest: _TypeAlias = DeletePatternRequest  # noqa: Y015
+
+@_typing.final
+class DeletePatternResponse(_message.Message):
+    """DeletePatternResponse is empty."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeletePatternResponse: _TypeAlias = DeletePatternResponse  # noqa: Y015
+
+@_typing.final
+class GetCapabilityRequest(_message.Message):
+    """GetCapabilityRequest names a capability."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """(Required) `capabilities/{capability}`."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCapabilityRequest: _TypeAlias = GetCapabilityRequest  # noqa: Y015
+
+@_typing.final
+class GetCapabilityResponse(_message.Message):
+    """GetCapabilityResponse carries the capability."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CAPABILITY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def capability(self) -> _resources_pb2.Capability:
+        """(Output only) The capability."""
+
+    def __init__(
+        self,
+        *,
+        capability: _resources_pb2.Capability | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["capability", b"capability"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capability", b"capability"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCapabilityResponse: _TypeAlias = GetCapabilityResponse  # noqa: Y015
+
+@_typing.final
+class ListCapabilitiesRequest(_message.Message):
+    """ListCapabilitiesRequest asks for one page of capabilities."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """(Optional) 1..1000; 0 means 50."""
+    page_token: _builtins.str
+    """(Optional) `next_page_token` of the previous page."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCapabilitiesRequest: _TypeAlias = ListCapabilitiesRequest  # noqa: Y015
+
+@_typing.final
+class ListCapabilitiesResponse(_message.Message):
+    """ListCapabilitiesResponse is one page of capabilities."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """(Output only) Token of the next page; empty at the end."""
+    @_builtins.property
+    def capabilities(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.Capability]:
+        """(Output only) The capabilities."""
+
+    def __init__(
+        self,
+        *,
+        capabilities: _abc.Iterable[_resources_pb2.Capability] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCapabilitiesResponse: _TypeAlias = ListCapabilitiesResponse  # noqa: Y015
+
+@_typing.final
+class DeleteCapabilityRequest(_message.Message):
+    """DeleteCapabilityRequest names a capability to delete."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """(Required) `capabilities/{capability}`."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteCapabilityRequest: _TypeAlias = DeleteCapabilityRequest  # noqa: Y015
+
+@_typing.final
+class DeleteCapabilityResponse(_message.Message):
+    """DeleteCapabilityResponse is empty."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteCapabilityResponse: _TypeAlias = DeleteCapabilityResponse  # noqa: Y015
+
+@_typing.final
+class ListFailuresRequest(_message.Message):
+    """ListFailuresRequest asks for one page of the failure log."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """(Optional) 1..1000; 0 means 50."""
+    page_token: _builtins.str
+    """(Optional) `next_page_token` of the previous page."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFailuresRequest: _TypeAlias = ListFailuresRequest  # noqa: Y015
+
+@_typing.final
+class ListFailuresResponse(_message.Message):
+    """ListFailuresResponse is one page of the failure log."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FAILURES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """(Output only) Token of the next page; empty at the end."""
+    @_builtins.property
+    def failures(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.Failure]:
+        """(Output only) The failures."""
+
+    def __init__(
+        self,
+        *,
+        failures: _abc.Iterable[_resources_pb2.Failure] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failures", b"failures", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFailuresResponse: _TypeAlias = ListFailuresResponse  # noqa: Y015
+
+@_typing.final
+class RunRetentionRequest(_message.Message):
+    """RunRetentionRequest runs the retention policy."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APPLY_FIELD_NUMBER: _builtins.int
+    apply: _builtins.bool
+    """(Optional) Apply the actions; false (the default) only reports them."""
+    def __init__(
+        self,
+        *,
+        apply: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["apply", b"apply"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunRetentionRequest: _TypeAlias = RunRetentionRequest  # noqa: Y015
+
+@_typing.final
+class RunRetentionResponse(_message.Message):
+    """RunRetentionResponse reports the run."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    RUN_TIME_FIELD_NUMBER: _builtins.int
+    dry_run: _builtins.bool
+    """(Output only) True when nothing was changed."""
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.RetentionEntry]:
+        """(Output only) One entry per action."""
+
+    @_builtins.property
+    def run_time(self) -> _timestamp_pb2.Timestamp:
+        """(Output only) When it ran."""
+
+    def __init__(
+        self,
+        *,
+        dry_run: _builtins.bool = ...,
+        entries: _abc.Iterable[_resources_pb2.RetentionEntry] | None = ...,
+        run_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["run_time", b"run_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "entries", b"entries", "run_time", b"run_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunRetentionResponse: _TypeAlias = RunRetentionResponse  # noqa: Y015
+
+@_typing.final
+class GetStatsRequest(_message.Message):
+    """GetStatsRequest takes no arguments."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStatsRequest: _TypeAlias = GetStatsRequest  # noqa: Y015
+
+@_typing.final
+class GetStatsResponse(_message.Message):
+    """GetStatsResponse counts the tenant's data."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATTERNS_FIELD_NUMBER: _builtins.int
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
+    INTENTS_FIELD_NUMBER: _builtins.int
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
+    REJECTED_FIELD_NUMBER: _builtins.int
+    FAILURES_LOGGED_FIELD_NUMBER: _builtins.int
+    patterns: _builtins.int
+    """(Output only) Stored patterns."""
+    capabilities: _builtins.int
+    """(Output only) Capabilities."""
+    intents: _builtins.int
+    """(Output only) Intent mappings."""
+    executions: _builtins.int
+    """(Output only) Captures counted (successes and failed tries of known patterns)."""
+    rejected: _builtins.int
+    """(Output only) Executions refused by the all-or-nothing rule."""
+    failures_logged: _builtins.int
+    """(Output only) Entries in the failure log."""
+    def __init__(
+        self,
+        *,
+        patterns: _builtins.int = ...,
+        capabilities: _builtins.int = ...,
+        intents: _builtins.int = ...,
+        executions: _builtins.int = ...,
+        rejected: _builtins.int = ...,
+        failures_logged: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "executions", b"executions", "failures_logged", b"failures_logged", "intents", b"intents", "patterns", b"patterns", "rejected", b"rejected"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStatsResponse: _TypeAlias = GetStatsResponse  # noqa: Y015

@@ -28,6 +28,10 @@ if _version_not_supported:
 class PmlServiceStub:
     """PmlService is pml's public API: procedural memory for AI agents. Every successful
     execution is captured and deduplicated; suggestions are filtered lazily at query time.
+
+    Authentication: send `authorization: Bearer <api key>` metadata. The key decides the tenant
+    and the role (read, write or admin); no request field ever names a tenant. Errors carry
+    `google.rpc.BadRequest` details with field paths for every invalid input.
     """
 
     def __init__(self, channel):
@@ -41,15 +45,164 @@ class PmlServiceStub:
                 request_serializer=pml_dot_v1_dot_pml__pb2.GetServerInfoRequest.SerializeToString,
                 response_deserializer=pml_dot_v1_dot_pml__pb2.GetServerInfoResponse.FromString,
                 _registered_method=True)
+        self.RecordExecution = channel.unary_unary(
+                '/pml.v1.PmlService/RecordExecution',
+                request_serializer=pml_dot_v1_dot_pml__pb2.RecordExecutionRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.RecordExecutionResponse.FromString,
+                _registered_method=True)
+        self.StreamTraces = channel.stream_stream(
+                '/pml.v1.PmlService/StreamTraces',
+                request_serializer=pml_dot_v1_dot_pml__pb2.StreamTracesRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.StreamTracesResponse.FromString,
+                _registered_method=True)
+        self.Suggest = channel.unary_unary(
+                '/pml.v1.PmlService/Suggest',
+                request_serializer=pml_dot_v1_dot_pml__pb2.SuggestRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.SuggestResponse.FromString,
+                _registered_method=True)
+        self.GetPattern = channel.unary_unary(
+                '/pml.v1.PmlService/GetPattern',
+                request_serializer=pml_dot_v1_dot_pml__pb2.GetPatternRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.GetPatternResponse.FromString,
+                _registered_method=True)
+        self.ListPatterns = channel.unary_unary(
+                '/pml.v1.PmlService/ListPatterns',
+                request_serializer=pml_dot_v1_dot_pml__pb2.ListPatternsRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.ListPatternsResponse.FromString,
+                _registered_method=True)
+        self.DeletePattern = channel.unary_unary(
+                '/pml.v1.PmlService/DeletePattern',
+                request_serializer=pml_dot_v1_dot_pml__pb2.DeletePatternRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.DeletePatternResponse.FromString,
+                _registered_method=True)
+        self.GetCapability = channel.unary_unary(
+                '/pml.v1.PmlService/GetCapability',
+                request_serializer=pml_dot_v1_dot_pml__pb2.GetCapabilityRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.GetCapabilityResponse.FromString,
+                _registered_method=True)
+        self.ListCapabilities = channel.unary_unary(
+                '/pml.v1.PmlService/ListCapabilities',
+                request_serializer=pml_dot_v1_dot_pml__pb2.ListCapabilitiesRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.ListCapabilitiesResponse.FromString,
+                _registered_method=True)
+        self.DeleteCapability = channel.unary_unary(
+                '/pml.v1.PmlService/DeleteCapability',
+                request_serializer=pml_dot_v1_dot_pml__pb2.DeleteCapabilityRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.DeleteCapabilityResponse.FromString,
+                _registered_method=True)
+        self.ListFailures = channel.unary_unary(
+                '/pml.v1.PmlService/ListFailures',
+                request_serializer=pml_dot_v1_dot_pml__pb2.ListFailuresRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.ListFailuresResponse.FromString,
+                _registered_method=True)
+        self.RunRetention = channel.unary_unary(
+                '/pml.v1.PmlService/RunRetention',
+                request_serializer=pml_dot_v1_dot_pml__pb2.RunRetentionRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.RunRetentionResponse.FromString,
+                _registered_method=True)
+        self.GetStats = channel.unary_unary(
+                '/pml.v1.PmlService/GetStats',
+                request_serializer=pml_dot_v1_dot_pml__pb2.GetStatsRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.GetStatsResponse.FromString,
+                _registered_method=True)
 
 
 class PmlServiceServicer:
     """PmlService is pml's public API: procedural memory for AI agents. Every successful
     execution is captured and deduplicated; suggestions are filtered lazily at query time.
+
+    Authentication: send `authorization: Bearer <api key>` metadata. The key decides the tenant
+    and the role (read, write or admin); no request field ever names a tenant. Errors carry
+    `google.rpc.BadRequest` details with field paths for every invalid input.
     """
 
     def GetServerInfo(self, request, context):
-        """GetServerInfo describes the running server: versions and the store it serves.
+        """GetServerInfo describes the running server: versions and the store it serves. Role: read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordExecution(self, request, context):
+        """RecordExecution captures one execution. Idempotent per `record.request_id`. Role: write.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamTraces(self, request_iterator, context):
+        """StreamTraces uploads whole records or live execution events; the server acknowledges each
+        completed execution. Many executions may interleave on one stream. Role: write.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Suggest(self, request, context):
+        """Suggest ranks the capabilities that fit an intent. Role: read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPattern(self, request, context):
+        """GetPattern returns one pattern. Role: read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPatterns(self, request, context):
+        """ListPatterns pages through the tenant's patterns. Role: read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeletePattern(self, request, context):
+        """DeletePattern removes a pattern from store and index at once. Role: admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCapability(self, request, context):
+        """GetCapability returns one capability. Role: read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCapabilities(self, request, context):
+        """ListCapabilities pages through the tenant's capabilities. Role: read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteCapability(self, request, context):
+        """DeleteCapability removes a capability and all its patterns. Role: admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFailures(self, request, context):
+        """ListFailures pages through the tenant's failure log, newest first. Role: read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunRetention(self, request, context):
+        """RunRetention applies the retention policy now. Role: read for a dry run, admin to apply.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetStats(self, request, context):
+        """GetStats counts the tenant's data. Role: read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -63,6 +216,66 @@ def add_PmlServiceServicer_to_server(servicer, server):
                     request_deserializer=pml_dot_v1_dot_pml__pb2.GetServerInfoRequest.FromString,
                     response_serializer=pml_dot_v1_dot_pml__pb2.GetServerInfoResponse.SerializeToString,
             ),
+            'RecordExecution': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordExecution,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.RecordExecutionRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.RecordExecutionResponse.SerializeToString,
+            ),
+            'StreamTraces': grpc.stream_stream_rpc_method_handler(
+                    servicer.StreamTraces,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.StreamTracesRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.StreamTracesResponse.SerializeToString,
+            ),
+            'Suggest': grpc.unary_unary_rpc_method_handler(
+                    servicer.Suggest,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.SuggestRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.SuggestResponse.SerializeToString,
+            ),
+            'GetPattern': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPattern,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.GetPatternRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.GetPatternResponse.SerializeToString,
+            ),
+            'ListPatterns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPatterns,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.ListPatternsRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.ListPatternsResponse.SerializeToString,
+            ),
+            'DeletePattern': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeletePattern,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.DeletePatternRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.DeletePatternResponse.SerializeToString,
+            ),
+            'GetCapability': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCapability,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.GetCapabilityRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.GetCapabilityResponse.SerializeToString,
+            ),
+            'ListCapabilities': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCapabilities,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.ListCapabilitiesRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.ListCapabilitiesResponse.SerializeToString,
+            ),
+            'DeleteCapability': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteCapability,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.DeleteCapabilityRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.DeleteCapabilityResponse.SerializeToString,
+            ),
+            'ListFailures': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFailures,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.ListFailuresRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.ListFailuresResponse.SerializeToString,
+            ),
+            'RunRetention': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunRetention,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.RunRetentionRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.RunRetentionResponse.SerializeToString,
+            ),
+            'GetStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStats,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.GetStatsRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.GetStatsResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'pml.v1.PmlService', rpc_method_handlers)
@@ -74,6 +287,10 @@ def add_PmlServiceServicer_to_server(servicer, server):
 class PmlService:
     """PmlService is pml's public API: procedural memory for AI agents. Every successful
     execution is captured and deduplicated; suggestions are filtered lazily at query time.
+
+    Authentication: send `authorization: Bearer <api key>` metadata. The key decides the tenant
+    and the role (read, write or admin); no request field ever names a tenant. Errors carry
+    `google.rpc.BadRequest` details with field paths for every invalid input.
     """
 
     @staticmethod
@@ -93,6 +310,330 @@ class PmlService:
             '/pml.v1.PmlService/GetServerInfo',
             pml_dot_v1_dot_pml__pb2.GetServerInfoRequest.SerializeToString,
             pml_dot_v1_dot_pml__pb2.GetServerInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordExecution(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pml.v1.PmlService/RecordExecution',
+            pml_dot_v1_dot_pml__pb2.RecordExecutionRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.RecordExecutionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamTraces(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/pml.v1.PmlService/StreamTraces',
+            pml_dot_v1_dot_pml__pb2.StreamTracesRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.StreamTracesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Suggest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pml.v1.PmlService/Suggest',
+            pml_dot_v1_dot_pml__pb2.SuggestRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.SuggestResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPattern(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pml.v1.PmlService/GetPattern',
+            pml_dot_v1_dot_pml__pb2.GetPatternRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.GetPatternResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPatterns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pml.v1.PmlService/ListPatterns',
+            pml_dot_v1_dot_pml__pb2.ListPatternsRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.ListPatternsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeletePattern(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pml.v1.PmlService/DeletePattern',
+            pml_dot_v1_dot_pml__pb2.DeletePatternRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.DeletePatternResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCapability(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pml.v1.PmlService/GetCapability',
+            pml_dot_v1_dot_pml__pb2.GetCapabilityRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.GetCapabilityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCapabilities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pml.v1.PmlService/ListCapabilities',
+            pml_dot_v1_dot_pml__pb2.ListCapabilitiesRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.ListCapabilitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteCapability(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pml.v1.PmlService/DeleteCapability',
+            pml_dot_v1_dot_pml__pb2.DeleteCapabilityRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.DeleteCapabilityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFailures(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pml.v1.PmlService/ListFailures',
+            pml_dot_v1_dot_pml__pb2.ListFailuresRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.ListFailuresResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunRetention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pml.v1.PmlService/RunRetention',
+            pml_dot_v1_dot_pml__pb2.RunRetentionRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.RunRetentionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pml.v1.PmlService/GetStats',
+            pml_dot_v1_dot_pml__pb2.GetStatsRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.GetStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

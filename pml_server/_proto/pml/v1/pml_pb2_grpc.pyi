@@ -29,6 +29,10 @@ GRPC_VERSION: str
 class PmlServiceStub:
     """PmlService is pml's public API: procedural memory for AI agents. Every successful
     execution is captured and deduplicated; suggestions are filtered lazily at query time.
+
+    Authentication: send `authorization: Bearer <api key>` metadata. The key decides the tenant
+    and the role (read, write or admin); no request field ever names a tenant. Errors carry
+    `google.rpc.BadRequest` details with field paths for every invalid input.
     """
 
     @_typing.overload
@@ -36,21 +40,81 @@ class PmlServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> PmlServiceAsyncStub: ...
     GetServerInfo: _grpc.UnaryUnaryMultiCallable[_pml_pb2.GetServerInfoRequest, _pml_pb2.GetServerInfoResponse]
-    """GetServerInfo describes the running server: versions and the store it serves."""
+    """GetServerInfo describes the running server: versions and the store it serves. Role: read."""
+    RecordExecution: _grpc.UnaryUnaryMultiCallable[_pml_pb2.RecordExecutionRequest, _pml_pb2.RecordExecutionResponse]
+    """RecordExecution captures one execution. Idempotent per `record.request_id`. Role: write."""
+    StreamTraces: _grpc.StreamStreamMultiCallable[_pml_pb2.StreamTracesRequest, _pml_pb2.StreamTracesResponse]
+    """StreamTraces uploads whole records or live execution events; the server acknowledges each
+    completed execution. Many executions may interleave on one stream. Role: write.
+    """
+    Suggest: _grpc.UnaryUnaryMultiCallable[_pml_pb2.SuggestRequest, _pml_pb2.SuggestResponse]
+    """Suggest ranks the capabilities that fit an intent. Role: read."""
+    GetPattern: _grpc.UnaryUnaryMultiCallable[_pml_pb2.GetPatternRequest, _pml_pb2.GetPatternResponse]
+    """GetPattern returns one pattern. Role: read."""
+    ListPatterns: _grpc.UnaryUnaryMultiCallable[_pml_pb2.ListPatternsRequest, _pml_pb2.ListPatternsResponse]
+    """ListPatterns pages through the tenant's patterns. Role: read."""
+    DeletePattern: _grpc.UnaryUnaryMultiCallable[_pml_pb2.DeletePatternRequest, _pml_pb2.DeletePatternResponse]
+    """DeletePattern removes a pattern from store and index at once. Role: admin."""
+    GetCapability: _grpc.UnaryUnaryMultiCallable[_pml_pb2.GetCapabilityRequest, _pml_pb2.GetCapabilityResponse]
+    """GetCapability returns one capability. Role: read."""
+    ListCapabilities: _grpc.UnaryUnaryMultiCallable[_pml_pb2.ListCapabilitiesRequest, _pml_pb2.ListCapabilitiesResponse]
+    """ListCapabilities pages through the tenant's capabilities. Role: read."""
+    DeleteCapability: _grpc.UnaryUnaryMultiCallable[_pml_pb2.DeleteCapabilityRequest, _pml_pb2.DeleteCapabilityResponse]
+    """DeleteCapability removes a capability and all its patterns. Role: admin."""
+    ListFailures: _grpc.UnaryUnaryMultiCallable[_pml_pb2.ListFailuresRequest, _pml_pb2.ListFailuresResponse]
+    """ListFailures pages through the tenant's failure log, newest first. Role: read."""
+    RunRetention: _grpc.UnaryUnaryMultiCallable[_pml_pb2.RunRetentionRequest, _pml_pb2.RunRetentionResponse]
+    """RunRetention applies the retention policy now. Role: read for a dry run, admin to apply."""
+    GetStats: _grpc.UnaryUnaryMultiCallable[_pml_pb2.GetStatsRequest, _pml_pb2.GetStatsResponse]
+    """GetStats counts the tenant's data. Role: read."""
 
 @_typing.type_check_only
 class PmlServiceAsyncStub(PmlServiceStub):
     """PmlService is pml's public API: procedural memory for AI agents. Every successful
     execution is captured and deduplicated; suggestions are filtered lazily at query time.
+
+    Authentication: send `authorization: Bearer <api key>` metadata. The key decides the tenant
+    and the role (read, write or admin); no request field ever names a tenant. Errors carry
+    `google.rpc.BadRequest` details with field paths for every invalid input.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetServerInfo: _aio.UnaryUnaryMultiCallable[_pml_pb2.GetServerInfoRequest, _pml_pb2.GetServerInfoResponse]  # type: ignore[assignment]
-    """GetServerInfo describes the running server: versions and the store it serves."""
+    """GetServerInfo describes the running server: versions and the store it serves. Role: read."""
+    RecordExecution: _aio.UnaryUnaryMultiCallable[_pml_pb2.RecordExecutionRequest, _pml_pb2.RecordExecutionResponse]  # type: ignore[assignment]
+    """RecordExecution captures one execution. Idempotent per `record.request_id`. Role: write."""
+    StreamTraces: _aio.StreamStreamMultiCallable[_pml_pb2.StreamTracesRequest, _pml_pb2.StreamTracesResponse]  # type: ignore[assignment]
+    """StreamTraces uploads whole records or live execution events; the server acknowledges each
+    completed execution. Many executions may interleave on one stream. Role: write.
+    """
+    Suggest: _aio.UnaryUnaryMultiCallable[_pml_pb2.SuggestRequest, _pml_pb2.SuggestResponse]  # type: ignore[assignment]
+    """Suggest ranks the capabilities that fit an intent. Role: read."""
+    GetPattern: _aio.UnaryUnaryMultiCallable[_pml_pb2.GetPatternRequest, _pml_pb2.GetPatternResponse]  # type: ignore[assignment]
+    """GetPattern returns one pattern. Role: read."""
+    ListPatterns: _aio.UnaryUnaryMultiCallable[_pml_pb2.ListPatternsRequest, _pml_pb2.ListPatternsResponse]  # type: ignore[assignment]
+    """ListPatterns pages through the tenant's patterns. Role: read."""
+    DeletePattern: _aio.UnaryUnaryMultiCallable[_pml_pb2.DeletePatternRequest, _pml_pb2.DeletePatternResponse]  # type: ignore[assignment]
+    """DeletePattern removes a pattern from store and index at once. Role: admin."""
+    GetCapability: _aio.UnaryUnaryMultiCallable[_pml_pb2.GetCapabilityRequest, _pml_pb2.GetCapabilityResponse]  # type: ignore[assignment]
+    """GetCapability returns one capability. Role: read."""
+    ListCapabilities: _aio.UnaryUnaryMultiCallable[_pml_pb2.ListCapabilitiesRequest, _pml_pb2.ListCapabilitiesResponse]  # type: ignore[assignment]
+    """ListCapabilities pages through the tenant's capabilities. Role: read."""
+    DeleteCapability: _aio.UnaryUnaryMultiCallable[_pml_pb2.DeleteCapabilityRequest, _pml_pb2.DeleteCapabilityResponse]  # type: ignore[assignment]
+    """DeleteCapability removes a capability and all its patterns. Role: admin."""
+    ListFailures: _aio.UnaryUnaryMultiCallable[_pml_pb2.ListFailuresRequest, _pml_pb2.ListFailuresResponse]  # type: ignore[assignment]
+    """ListFailures pages through the tenant's failure log, newest first. Role: read."""
+    RunRetention: _aio.UnaryUnaryMultiCallable[_pml_pb2.RunRetentionRequest, _pml_pb2.RunRetentionResponse]  # type: ignore[assignment]
+    """RunRetention applies the retention policy now. Role: read for a dry run, admin to apply."""
+    GetStats: _aio.UnaryUnaryMultiCallable[_pml_pb2.GetStatsRequest, _pml_pb2.GetStatsResponse]  # type: ignore[assignment]
+    """GetStats counts the tenant's data. Role: read."""
 
 class PmlServiceServicer(metaclass=_abc_1.ABCMeta):
     """PmlService is pml's public API: procedural memory for AI agents. Every successful
     execution is captured and deduplicated; suggestions are filtered lazily at query time.
+
+    Authentication: send `authorization: Bearer <api key>` metadata. The key decides the tenant
+    and the role (read, write or admin); no request field ever names a tenant. Errors carry
+    `google.rpc.BadRequest` details with field paths for every invalid input.
     """
 
     @_abc_1.abstractmethod
@@ -59,6 +123,104 @@ class PmlServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pml_pb2.GetServerInfoRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pml_pb2.GetServerInfoResponse, _abc.Awaitable[_pml_pb2.GetServerInfoResponse]]:
-        """GetServerInfo describes the running server: versions and the store it serves."""
+        """GetServerInfo describes the running server: versions and the store it serves. Role: read."""
+
+    @_abc_1.abstractmethod
+    def RecordExecution(
+        self,
+        request: _pml_pb2.RecordExecutionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pml_pb2.RecordExecutionResponse, _abc.Awaitable[_pml_pb2.RecordExecutionResponse]]:
+        """RecordExecution captures one execution. Idempotent per `record.request_id`. Role: write."""
+
+    @_abc_1.abstractmethod
+    def StreamTraces(
+        self,
+        request_iterator: _MaybeAsyncIterator[_pml_pb2.StreamTracesRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_pml_pb2.StreamTracesResponse], _abc.AsyncIterator[_pml_pb2.StreamTracesResponse]]:
+        """StreamTraces uploads whole records or live execution events; the server acknowledges each
+        completed execution. Many executions may interleave on one stream. Role: write.
+        """
+
+    @_abc_1.abstractmethod
+    def Suggest(
+        self,
+        request: _pml_pb2.SuggestRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pml_pb2.SuggestResponse, _abc.Awaitable[_pml_pb2.SuggestResponse]]:
+        """Suggest ranks the capabilities that fit an intent. Role: read."""
+
+    @_abc_1.abstractmethod
+    def GetPattern(
+        self,
+        request: _pml_pb2.GetPatternRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pml_pb2.GetPatternResponse, _abc.Awaitable[_pml_pb2.GetPatternResponse]]:
+        """GetPattern returns one pattern. Role: read."""
+
+    @_abc_1.abstractmethod
+    def ListPatterns(
+        self,
+        request: _pml_pb2.ListPatternsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pml_pb2.ListPatternsResponse, _abc.Awaitable[_pml_pb2.ListPatternsResponse]]:
+        """ListPatterns pages through the tenant's patterns. Role: read."""
+
+    @_abc_1.abstractmethod
+    def DeletePattern(
+        self,
+        request: _pml_pb2.DeletePatternRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pml_pb2.DeletePatternResponse, _abc.Awaitable[_pml_pb2.DeletePatternResponse]]:
+        """DeletePattern removes a pattern from store and index at once. Role: admin."""
+
+    @_abc_1.abstractmethod
+    def GetCapability(
+        self,
+        request: _pml_pb2.GetCapabilityRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pml_pb2.GetCapabilityResponse, _abc.Awaitable[_pml_pb2.GetCapabilityResponse]]:
+        """GetCapability returns one capability. Role: read."""
+
+    @_abc_1.abstractmethod
+    def ListCapabilities(
+        self,
+        request: _pml_pb2.ListCapabilitiesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pml_pb2.ListCapabilitiesResponse, _abc.Awaitable[_pml_pb2.ListCapabilitiesResponse]]:
+        """ListCapabilities pages through the tenant's capabilities. Role: read."""
+
+    @_abc_1.abstractmethod
+    def DeleteCapability(
+        self,
+        request: _pml_pb2.DeleteCapabilityRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pml_pb2.DeleteCapabilityResponse, _abc.Awaitable[_pml_pb2.DeleteCapabilityResponse]]:
+        """DeleteCapability removes a capability and all its patterns. Role: admin."""
+
+    @_abc_1.abstractmethod
+    def ListFailures(
+        self,
+        request: _pml_pb2.ListFailuresRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pml_pb2.ListFailuresResponse, _abc.Awaitable[_pml_pb2.ListFailuresResponse]]:
+        """ListFailures pages through the tenant's failure log, newest first. Role: read."""
+
+    @_abc_1.abstractmethod
+    def RunRetention(
+        self,
+        request: _pml_pb2.RunRetentionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pml_pb2.RunRetentionResponse, _abc.Awaitable[_pml_pb2.RunRetentionResponse]]:
+        """RunRetention applies the retention policy now. Role: read for a dry run, admin to apply."""
+
+    @_abc_1.abstractmethod
+    def GetStats(
+        self,
+        request: _pml_pb2.GetStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pml_pb2.GetStatsResponse, _abc.Awaitable[_pml_pb2.GetStatsResponse]]:
+        """GetStats counts the tenant's data. Role: read."""
 
 def add_PmlServiceServicer_to_server(servicer: PmlServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

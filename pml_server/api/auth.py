@@ -1,0 +1,126 @@
+"""API keys: a JSON file of key hashes, each bound to one tenant and one role.
+
+Only SHA-256 hashes of keys are stored (keys are 32 random bytes, so a plain hash is enough: there
+is nothing to brute-force). The tenant always comes from the key, never from a request.
+Without a keys file the server runs single-tenant: every caller is `default` with the admin role.
+
+File format (`pml keys add` writes it)::
+
+    {"keys": [{"sha256": "<hex>", "tenant": "acme", "role": "write", "label": "ci"}]}
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pml_server.domain.errors import PermissionDeniedError, UnauthenticatedError
+
+SINGLE_TENANT = "default"
+_TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_BEARER = "bearer "
+
+
+class Role(enum.IntEnum):
+    """Ordered: a role may do everything the roles below it may."""
+
+    READ = 1
+    WRITE = 2
+    ADMIN = 3
+
+    @classmethod
+    def parse(cls, text: str) -> Role:
+        try:
+            return cls[text.upper()]
+        except KeyError:
+            raise ValueError(f"unknown role {text!r}: use read, write or admin") from None
+
+
+@dataclass(frozen=True)
+class Caller:
+    tenant: str
+    role: Role
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class KeyStore:
+    """Maps presented keys to callers. `None` path: single-tenant mode."""
+
+    def __init__(self, entries: dict[str, Caller] | None) -> None:
+        self._by_hash = entries
+
+    @property
+    def multi_tenant(self) -> bool:
+        return self._by_hash is not None
+
+    @classmethod
+    def load(cls, path: Path | None) -> KeyStore:
+        if path is None:
+            return cls(None)
+        data = json.loads(path.read_text())
+        entries: dict[str, Caller] = {}
+        for i, item in enumerate(data.get("keys", [])):
+            digest = str(item["sha256"]).lower()
+            if not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise ValueError(f"{path}: keys[{i}].sha256 is not a SHA-256 hex digest")
+            tenant = str(item["tenant"])
+            if not _TENANT_RE.fullmatch(tenant):
+                raise ValueError(f"{path}: keys[{i}].tenant {tenant!r} is not a valid tenant")
+            entries[digest] = Caller(tenant=tenant, role=Role.parse(str(item["role"])))
+        return cls(entries)
+
+    def authenticate(self, metadata: Sequence[tuple[str, str | bytes]]) -> Caller:
+        if self._by_hash is None:
+            return Caller(tenant=SINGLE_TENANT, role=Role.ADMIN)
+        key = _presented_key(metadata)
+        if key is None:
+            raise UnauthenticatedError("missing API key: send `authorization: Bearer <key>`")
+        caller = self._by_hash.get(hash_key(key))
+        if caller is None:
+            raise UnauthenticatedError("unknown API key")
+        return caller
+
+    def require(self, metadata: Sequence[tuple[str, str | bytes]], role: Role) -> Caller:
+        caller = self.authenticate(metadata)
+        if caller.role < role:
+            raise PermissionDeniedError(
+                f"this call needs the {role.name.lower()} role; the key has "
+                f"{caller.role.name.lower()}"
+            )
+        return caller
+
+
+def _presented_key(metadata: Sequence[tuple[str, str | bytes]]) -> str | None:
+    for name, value in metadata:
+        if name == "authorization" and isinstance(value, str):
+            if value.lower().startswith(_BEARER):
+                return value[len(_BEARER) :].strip()
+            return None
+    return None
+
+
+def add_key(path: Path, tenant: str, role: Role, label: str = "") -> str:
+    """Create a new random key for `tenant`, store its hash in `path`, return the key (shown
+    once; it cannot be recovered from the file)."""
+    if not _TENANT_RE.fullmatch(tenant):
+        raise ValueError(f"tenant {tenant!r}: use 1-64 letters, digits, '_', '.', '-'")
+    data = json.loads(path.read_text()) if path.exists() else {"keys": []}
+    key = "pml_" + secrets.token_urlsafe(32)
+    data["keys"].append(
+        {"sha256": hash_key(key), "tenant": tenant, "role": role.name.lower(), "label": label}
+    )
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.chmod(tmp, 0o600)
+    tmp.replace(path)
+    return key

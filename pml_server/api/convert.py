@@ -1,0 +1,300 @@
+"""Proto <-> domain conversion. Requests are validated (`validate`) while they are converted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from google.protobuf import timestamp_pb2
+
+from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
+from pml_server.api import validate
+from pml_server.api.validate import Limits, Violations
+from pml_server.domain import model
+
+PATTERNS = "patterns"
+CAPABILITIES = "capabilities"
+
+_STATUS_FROM_PROTO = {
+    resources_pb2.EXECUTION_STATUS_SUCCESS: model.ExecutionStatus.SUCCESS,
+    resources_pb2.EXECUTION_STATUS_FAILURE: model.ExecutionStatus.FAILURE,
+}
+_OUTCOME_TO_PROTO = {
+    model.CaptureOutcome.SAVED: resources_pb2.CAPTURE_OUTCOME_SAVED,
+    model.CaptureOutcome.COUNTED: resources_pb2.CAPTURE_OUTCOME_COUNTED,
+    model.CaptureOutcome.REJECTED: resources_pb2.CAPTURE_OUTCOME_REJECTED,
+}
+_RETENTION_TO_PROTO = {
+    model.RetentionAction.REMOVAL_CANDIDATE: resources_pb2.RETENTION_ACTION_REMOVAL_CANDIDATE,
+    model.RetentionAction.REMOVED: resources_pb2.RETENTION_ACTION_REMOVED,
+    model.RetentionAction.STALE: resources_pb2.RETENTION_ACTION_STALE,
+    model.RetentionAction.SUPERSEDED: resources_pb2.RETENTION_ACTION_SUPERSEDED,
+}
+
+
+def name(collection: str, ident: str) -> str:
+    return f"{collection}/{ident}" if ident else ""
+
+
+def _ms(ts: timestamp_pb2.Timestamp) -> int:
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
+def _ts(ms: int) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    if ms:
+        ts.FromMilliseconds(ms)
+    return ts
+
+
+def _status(
+    value: resources_pb2.ExecutionStatus.ValueType, tool_calls: Sequence[model.ToolCall]
+) -> model.ExecutionStatus:
+    if value in _STATUS_FROM_PROTO:
+        return _STATUS_FROM_PROTO[value]
+    ok = all(call.ok for call in tool_calls)
+    return model.ExecutionStatus.SUCCESS if ok else model.ExecutionStatus.FAILURE
+
+
+def tool_call(
+    msg: resources_pb2.ToolCall, field: str, out: Violations, limits: Limits
+) -> model.ToolCall:
+    validate.check_tool_call(out, field, msg.tool, msg.arguments_json, msg.error, limits)
+    if msg.duration_ms < 0:
+        out.add(f"{field}.duration_ms", "must not be negative")
+    return model.ToolCall(
+        tool=msg.tool,
+        arguments_json=msg.arguments_json or "{}",
+        ok=msg.ok,
+        error=msg.error,
+        started_at_ms=_ms(msg.start_time),
+        duration_ms=msg.duration_ms,
+    )
+
+
+def execution_record(
+    msg: resources_pb2.ExecutionRecord,
+    field: str,
+    limits: Limits,
+    embedding_dim: int,
+    default_request_id: str = "",
+) -> model.ExecutionRecord:
+    """A validated domain record; raises InvalidArgumentError listing every bad field."""
+    out = Violations()
+    validate.check_text(
+        out,
+        f"{field}.request_id",
+        msg.request_id or default_request_id,
+        limits.max_request_id_chars,
+        required=True,
+    )
+    validate.check_intent(out, f"{field}.intent", msg.intent, limits)
+    validate.check_code(out, f"{field}.code", msg.code, limits)
+    validate.check_text(out, f"{field}.language", msg.language, limits.max_language_chars, True)
+    if len(msg.tool_calls) > limits.max_tool_calls:
+        out.add(
+            f"{field}.tool_calls",
+            f"has {len(msg.tool_calls)} calls; the limit is {limits.max_tool_calls}",
+        )
+        calls: tuple[model.ToolCall, ...] = ()
+    else:
+        calls = tuple(
+            tool_call(c, f"{field}.tool_calls[{i}]", out, limits)
+            for i, c in enumerate(msg.tool_calls)
+        )
+    if len(msg.trace) > limits.max_trace_bytes:
+        out.add(
+            f"{field}.trace", f"is {len(msg.trace)} bytes; the limit is {limits.max_trace_bytes}"
+        )
+    if msg.duration_ms < 0:
+        out.add(f"{field}.duration_ms", "must not be negative")
+    validate.check_embedding(out, f"{field}.intent_embedding", msg.intent_embedding, embedding_dim)
+    validate.check_tags(out, f"{field}.tags", msg.tags, limits)
+    out.raise_if_any()
+    return model.ExecutionRecord(
+        request_id=msg.request_id or default_request_id,
+        intent=msg.intent,
+        code=msg.code,
+        language=msg.language,
+        tool_calls=calls,
+        status=_status(msg.status, calls),
+        started_at_ms=_ms(msg.start_time),
+        duration_ms=msg.duration_ms,
+        trace=msg.trace,
+        intent_embedding=tuple(msg.intent_embedding) or None,
+        tags=tuple(msg.tags),
+    )
+
+
+def suggest_query(
+    msg: pml_pb2.SuggestRequest, limits: Limits, embedding_dim: int
+) -> model.SuggestQuery:
+    out = Violations()
+    validate.check_intent(out, "intent", msg.intent, limits)
+    validate.check_embedding(out, "intent_embedding", msg.intent_embedding, embedding_dim)
+    min_match = msg.min_match if msg.HasField("min_match") else None
+    min_success = msg.min_success if msg.HasField("min_success") else None
+    validate.unit_interval(out, "min_match", min_match)
+    validate.unit_interval(out, "min_success", min_success)
+    validate.check_tags(out, "tags", msg.tags, limits)
+    available: tuple[str, ...] | None = None
+    if msg.HasField("available_tools"):
+        available = tuple(msg.available_tools.tools)
+        if len(available) > limits.max_tool_calls * 4:
+            out.add("available_tools.tools", "too many tools")
+    if msg.page_size < 0 or msg.page_size > validate.MAX_SUGGESTIONS:
+        out.add("page_size", f"must be 1..{validate.MAX_SUGGESTIONS} (0 means the default)")
+    out.raise_if_any()
+    return model.SuggestQuery(
+        intent=msg.intent,
+        k=validate.suggestion_count(msg.page_size),
+        intent_embedding=tuple(msg.intent_embedding) or None,
+        min_match=min_match,
+        min_success=min_success,
+        include_flagged=msg.include_flagged,
+        available_tools=available,
+        tags=tuple(msg.tags),
+        explain=msg.explain,
+    )
+
+
+# ---- domain -> proto ---------------------------------------------------------------------------
+
+
+def capture_result(result: model.CaptureResult) -> resources_pb2.CaptureResult:
+    return resources_pb2.CaptureResult(
+        outcome=_OUTCOME_TO_PROTO[result.outcome],
+        pattern=name(PATTERNS, result.pattern_id),
+        capability=name(CAPABILITIES, result.capability_id),
+        new_pattern=result.new_pattern,
+        tool_failures=[
+            resources_pb2.ToolFailure(tool=f.tool, error=f.error) for f in result.tool_failures
+        ],
+        tool_mismatch=result.tool_mismatch,
+        replayed=result.replayed,
+    )
+
+
+def pattern(view: model.PatternView) -> resources_pb2.Pattern:
+    return resources_pb2.Pattern(
+        name=name(PATTERNS, view.id),
+        code_hash=view.code_hash,
+        template=view.template,
+        original_code=view.original_code,
+        language=view.language,
+        tools_used=list(view.tools_used),
+        parameters=[
+            resources_pb2.Parameter(
+                name=p.name,
+                json_type=p.json_type,
+                secret=p.secret,
+                recent_values_json=list(p.recent_values_json),
+            )
+            for p in view.params
+        ],
+        parameter_schema_json=view.parameter_schema_json,
+        usage_count=view.usage_count,
+        success_count=view.success_count,
+        failure_count=view.failure_count,
+        create_time=_ts(view.first_seen_ms),
+        last_used_time=_ts(view.last_used_ms),
+        mean_duration_ms=view.mean_duration_ms,
+        capability=name(CAPABILITIES, view.capability_id),
+        intents=[
+            resources_pb2.Intent(
+                id=i.id, text=i.text, hit_count=i.hit_count, last_seen_time=_ts(i.last_seen_ms)
+            )
+            for i in view.intents
+        ],
+        flagged_for_removal=view.flagged_for_removal,
+        superseded_by=name(PATTERNS, view.superseded_by),
+        tool_mismatch_count=view.tool_mismatch_count,
+    )
+
+
+def capability(view: model.CapabilityView) -> resources_pb2.Capability:
+    return resources_pb2.Capability(
+        name=name(CAPABILITIES, view.id),
+        tools=list(view.tools),
+        patterns=[name(PATTERNS, p) for p in view.pattern_ids],
+        best_pattern=name(PATTERNS, view.best_pattern_id),
+        intents=list(view.intents),
+        usage_count=view.usage_count,
+        success_count=view.success_count,
+        failure_count=view.failure_count,
+        last_used_time=_ts(view.last_used_ms),
+    )
+
+
+def score(parts: model.ScoreParts) -> resources_pb2.ScoreParts:
+    return resources_pb2.ScoreParts(
+        match=parts.match,
+        semantic=parts.semantic,
+        lexical=parts.lexical,
+        success_estimate=parts.success_estimate,
+        usage=parts.usage,
+        recency=parts.recency,
+        superseded_penalty=parts.superseded_penalty,
+        total=parts.total,
+    )
+
+
+def suggest_response(result: model.SuggestResult) -> pml_pb2.SuggestResponse:
+    reply = pml_pb2.SuggestResponse(
+        suggestions=[
+            resources_pb2.Suggestion(
+                capability=name(CAPABILITIES, s.capability_id),
+                pattern=pattern(s.pattern),
+                score=score(s.score),
+            )
+            for s in result.suggestions
+        ]
+    )
+    for f in result.filtered:
+        item = reply.filtered.add(
+            capability=name(CAPABILITIES, f.capability_id),
+            pattern=name(PATTERNS, f.pattern_id),
+            rule=f.rule,
+            detail=f.detail,
+        )
+        if f.score is not None:
+            item.score.CopyFrom(score(f.score))
+    return reply
+
+
+def failure(entry: model.FailureEntry) -> resources_pb2.Failure:
+    return resources_pb2.Failure(
+        request_id=entry.request_id,
+        tool=entry.tool,
+        error=entry.error,
+        intent=entry.intent,
+        code_hash=entry.code_hash,
+        pattern=name(PATTERNS, entry.pattern_id),
+        time=_ts(entry.time_ms),
+    )
+
+
+def retention(report: model.RetentionReport) -> pml_pb2.RunRetentionResponse:
+    return pml_pb2.RunRetentionResponse(
+        dry_run=report.dry_run,
+        entries=[
+            resources_pb2.RetentionEntry(
+                pattern=name(PATTERNS, e.pattern_id),
+                action=_RETENTION_TO_PROTO[e.action],
+                reason=e.reason,
+                superseded_by=name(PATTERNS, e.superseded_by),
+            )
+            for e in report.entries
+        ],
+        run_time=_ts(report.ran_at_ms),
+    )
+
+
+def stats(s: model.Stats) -> pml_pb2.GetStatsResponse:
+    return pml_pb2.GetStatsResponse(
+        patterns=s.patterns,
+        capabilities=s.capabilities,
+        intents=s.intents,
+        executions=s.executions,
+        rejected=s.rejected,
+        failures_logged=s.failures_logged,
+    )

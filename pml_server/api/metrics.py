@@ -1,0 +1,50 @@
+"""Prometheus metrics, one registry per server so several servers in one process never clash."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "pml_requests",
+            "RPCs finished, by method and status code",
+            ["method", "code"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "pml_request_seconds",
+            "RPC latency in seconds, by method",
+            ["method"],
+            registry=self.registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+        )
+        self.captures = Counter(
+            "pml_captures",
+            "Executions captured, by outcome (saved, counted, rejected)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.rejections = Counter(
+            "pml_rejections",
+            "Requests refused, by reason (status code name)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._http: Any = None
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
+        """Expose /metrics on `addr:port` (0 picks a free port); returns the bound port."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        self._http = server
+        return int(server.server_port)
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None

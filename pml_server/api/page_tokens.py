@@ -1,0 +1,81 @@
+"""Signed, tenant-bound page tokens wrapping the engine's opaque cursors.
+
+A token is `base64url(payload).base64url(hmac)`; the MAC covers the tenant and the listing kind,
+so a token is useless to another tenant or another listing, and any change to it is detected.
+The tenant is not written into the token: a token reveals nothing about who made it.
+The secret lives in a file (created on first start) so tokens survive a restart.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from pathlib import Path
+
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError
+
+_MAX_TOKEN_CHARS = 2048
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def load_or_create_secret(path: Path) -> bytes:
+    if path.exists():
+        return path.read_bytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_bytes(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(secret)
+    return secret
+
+
+class PageTokens:
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def _mac(self, tenant: str, kind: str, payload: bytes) -> bytes:
+        message = b"\x00".join((tenant.encode(), kind.encode(), payload))
+        return hmac.new(self._secret, message, hashlib.sha256).digest()
+
+    def encode(self, tenant: str, kind: str, cursor: str) -> str:
+        """Token for the page after `cursor`; "" (the end) stays ""."""
+        if not cursor:
+            return ""
+        payload = json.dumps({"c": cursor}, separators=(",", ":")).encode()
+        return f"{_b64(payload)}.{_b64(self._mac(tenant, kind, payload))}"
+
+    def decode(self, tenant: str, kind: str, token: str) -> str:
+        """The engine cursor inside `token` ("" for the first page). Raises InvalidArgumentError
+        naming `page_token` for a malformed, tampered or foreign token."""
+        if not token:
+            return ""
+        bad = InvalidArgumentError(
+            FieldViolation("page_token", "not a page token this server issued for this listing")
+        )
+        if len(token) > _MAX_TOKEN_CHARS or token.count(".") != 1:
+            raise bad
+        payload_text, mac_text = token.split(".")
+        try:
+            payload, mac = _unb64(payload_text), _unb64(mac_text)
+        except ValueError:
+            raise bad from None
+        if not hmac.compare_digest(mac, self._mac(tenant, kind, payload)):
+            raise bad
+        try:
+            cursor = json.loads(payload)["c"]
+        except (ValueError, KeyError, TypeError):
+            raise bad from None
+        if not isinstance(cursor, str):
+            raise bad
+        return cursor

@@ -1,0 +1,293 @@
+"""StreamTraces: whole records and live execution events on one bidirectional stream.
+
+Design:
+- A reader thread consumes the request stream and assembles executions (whole `record`, or
+  `started` + `tool_call_finished`* + `finished`, interleaved by `execution_id`).
+- Each completed execution is captured on the shared capture pool, so the engine can group-commit
+  several records of one stream; acknowledgements come back in completion order, each naming
+  its execution id and the sequence number of the message that completed it.
+- Flow control: every acknowledgement not yet handed to gRPC holds one slot of a per-stream
+  window. When the window is full the reader stops reading, so HTTP/2 flow control pushes back on
+  the client; at most `max_open_executions` live executions are buffered. Nothing grows without
+  bound when the server or the client's ack reader is slow.
+- Exactly once: an execution's idempotency key is its request id (default: its execution id). A
+  client that reconnects resends every execution not acknowledged; the engine answers a key it
+  has already applied with the stored result (`replayed`), counting nothing twice.
+- A malformed execution is refused alone (an acknowledgement carrying `error`); only a protocol
+  violation (no execution id, sequence not increasing, no event, too many open executions) ends
+  the stream with a status.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
+from pml_server.api import convert, errors
+from pml_server.api.validate import Limits, Violations
+from pml_server.domain import model
+from pml_server.domain.engine import EngineProtocol
+from pml_server.domain.errors import (
+    FieldViolation,
+    InvalidArgumentError,
+    PmlError,
+    ResourceExhaustedError,
+    UnavailableError,
+)
+
+log = logging.getLogger(__name__)
+
+_DONE = object()
+
+
+@dataclass
+class _OpenExecution:
+    started: pml_pb2.ExecutionStarted
+    tool_calls: list[resources_pb2.ToolCall] = field(default_factory=list)
+    overflow: bool = False
+
+
+@dataclass(frozen=True)
+class _Fatal:
+    error: PmlError
+
+
+class TraceStream:
+    def __init__(
+        self,
+        engine: EngineProtocol,
+        tenant: str,
+        limits: Limits,
+        pool: ThreadPoolExecutor,
+        window: int,
+        on_capture: Callable[[model.CaptureResult], None] | None = None,
+        draining: threading.Event | None = None,
+    ) -> None:
+        self._engine = engine
+        self._tenant = tenant
+        self._limits = limits
+        self._pool = pool
+        self._slots = threading.Semaphore(window)
+        self._acks: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._dim = engine.embedding_dim()
+        self._on_capture = on_capture
+        self._draining = draining or threading.Event()
+
+    # ---- the response side (runs in the gRPC handler thread) --------------------------------
+
+    def run(self, requests: Iterator[pml_pb2.StreamTracesRequest]) -> Iterator[object]:
+        reader = threading.Thread(target=self._read, args=(requests,), daemon=True)
+        reader.start()
+        reader_done = False
+        fatal: PmlError | None = None
+        try:
+            while True:
+                with self._lock:
+                    if reader_done and self._pending == 0:
+                        break
+                item = self._acks.get()
+                if item is _DONE:
+                    reader_done = True
+                    continue
+                if isinstance(item, _Fatal):
+                    fatal = item.error
+                    reader_done = True
+                    continue
+                with self._lock:
+                    self._pending -= 1
+                self._slots.release()
+                yield item
+        finally:
+            self._stop.set()
+        if fatal is not None:
+            raise fatal
+
+    # ---- the request side (runs in the reader thread) ---------------------------------------
+
+    def _read(self, requests: Iterator[pml_pb2.StreamTracesRequest]) -> None:
+        open_executions: dict[str, _OpenExecution] = {}
+        last_sequence = -1
+        try:
+            for msg in requests:
+                if self._stop.is_set():
+                    break
+                if self._draining.is_set():
+                    # Acks of the executions already read still go out; the rest is resent
+                    # by the client to another server (or this one after its restart).
+                    raise UnavailableError("the server is shutting down; resend what was not acked")
+                if not msg.execution_id:
+                    raise InvalidArgumentError(FieldViolation("execution_id", "must not be empty"))
+                if msg.sequence <= last_sequence:
+                    raise InvalidArgumentError(
+                        FieldViolation(
+                            "sequence",
+                            f"must increase on a stream: got {msg.sequence} after {last_sequence}",
+                        )
+                    )
+                last_sequence = msg.sequence
+                self._handle(msg, open_executions)
+        except PmlError as err:
+            self._acks.put(_Fatal(err))
+            return
+        except Exception as err:  # the call was cancelled or the client went away
+            log.debug("trace stream reader ended: %r", err)
+        self._acks.put(_DONE)
+
+    def _handle(
+        self, msg: pml_pb2.StreamTracesRequest, open_executions: dict[str, _OpenExecution]
+    ) -> None:
+        kind = msg.WhichOneof("event")
+        eid = msg.execution_id
+        if kind is None:
+            raise InvalidArgumentError(
+                FieldViolation("event", "set one of record, started, tool_call_finished, finished")
+            )
+        if kind == "record":
+            if eid in open_executions:
+                self._refuse(msg, _already_open(eid))
+                return
+            self._capture(msg, msg.record, default_request_id=eid)
+        elif kind == "started":
+            if eid in open_executions:
+                self._refuse(msg, _already_open(eid))
+                return
+            if len(open_executions) >= self._limits.max_open_executions:
+                raise ResourceExhaustedError(
+                    f"more than {self._limits.max_open_executions} live executions open on one "
+                    "stream: finish some first"
+                )
+            problems = _check_started(msg.started, self._limits, self._dim)
+            if problems is not None:
+                self._refuse(msg, problems)
+                return
+            open_executions[eid] = _OpenExecution(started=msg.started)
+        else:
+            execution = open_executions.get(eid)
+            if execution is None:
+                self._refuse(
+                    msg,
+                    InvalidArgumentError(
+                        FieldViolation("execution_id", f"no live execution {eid!r} is open")
+                    ),
+                )
+                return
+            if kind == "tool_call_finished":
+                if len(execution.tool_calls) >= self._limits.max_tool_calls:
+                    execution.overflow = True  # stop buffering; refused when it finishes
+                else:
+                    execution.tool_calls.append(msg.tool_call_finished.tool_call)
+                return
+            del open_executions[eid]
+            if execution.overflow:
+                self._refuse(
+                    msg,
+                    InvalidArgumentError(
+                        FieldViolation(
+                            "tool_call_finished",
+                            f"more than {self._limits.max_tool_calls} tool calls",
+                        )
+                    ),
+                )
+                return
+            self._capture(msg, _assemble(execution, msg.finished), default_request_id=eid)
+
+    def _reserve(self) -> None:
+        # Blocks while the window is full: this is the stream's flow control.
+        while not self._slots.acquire(timeout=0.5):
+            if self._stop.is_set():
+                raise InvalidArgumentError(FieldViolation("stream", "closed"))
+        with self._lock:
+            self._pending += 1
+
+    def _refuse(self, msg: pml_pb2.StreamTracesRequest, error: PmlError) -> None:
+        self._reserve()
+        self._acks.put(
+            pml_pb2.StreamTracesResponse(
+                execution_id=msg.execution_id,
+                sequence=msg.sequence,
+                error=errors.to_rpc_status(error),
+            )
+        )
+
+    def _capture(
+        self,
+        msg: pml_pb2.StreamTracesRequest,
+        record_msg: resources_pb2.ExecutionRecord,
+        default_request_id: str,
+    ) -> None:
+        try:
+            record = convert.execution_record(
+                record_msg, "record", self._limits, self._dim, default_request_id
+            )
+        except PmlError as err:
+            self._refuse(msg, err)
+            return
+        self._reserve()
+        future = self._pool.submit(self._engine.record, self._tenant, record)
+        eid, seq = msg.execution_id, msg.sequence
+        future.add_done_callback(lambda f: self._acks.put(self._ack(eid, seq, f)))
+
+    def _ack(
+        self, eid: str, seq: int, future: Future[model.CaptureResult]
+    ) -> pml_pb2.StreamTracesResponse:
+        reply = pml_pb2.StreamTracesResponse(execution_id=eid, sequence=seq)
+        try:
+            result = future.result()
+        except Exception as err:
+            if not errors.is_client_facing(err):
+                log.error("capture failed on a trace stream", exc_info=err)
+            reply.error.CopyFrom(errors.to_rpc_status(err))
+            return reply
+        if self._on_capture is not None:
+            self._on_capture(result)
+        reply.result.CopyFrom(convert.capture_result(result))
+        return reply
+
+
+def _already_open(eid: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        FieldViolation("execution_id", f"execution {eid!r} is already open on this stream")
+    )
+
+
+def _check_started(
+    started: pml_pb2.ExecutionStarted, limits: Limits, dim: int
+) -> InvalidArgumentError | None:
+    """Validate the parts known at start, so a bad execution is refused before it buffers."""
+    from pml_server.api import validate
+
+    out = Violations()
+    validate.check_text(out, "started.request_id", started.request_id, limits.max_request_id_chars)
+    validate.check_intent(out, "started.intent", started.intent, limits)
+    validate.check_code(out, "started.code", started.code, limits)
+    validate.check_text(out, "started.language", started.language, limits.max_language_chars, True)
+    validate.check_embedding(out, "started.intent_embedding", started.intent_embedding, dim)
+    validate.check_tags(out, "started.tags", started.tags, limits)
+    return InvalidArgumentError(out.items) if out.items else None
+
+
+def _assemble(
+    execution: _OpenExecution, finished: pml_pb2.ExecutionFinished
+) -> resources_pb2.ExecutionRecord:
+    s = execution.started
+    return resources_pb2.ExecutionRecord(
+        request_id=s.request_id,
+        intent=s.intent,
+        code=s.code,
+        language=s.language,
+        tool_calls=execution.tool_calls,
+        status=finished.status,
+        start_time=s.start_time,
+        duration_ms=finished.duration_ms,
+        trace=finished.trace,
+        intent_embedding=s.intent_embedding,
+        tags=s.tags,
+    )

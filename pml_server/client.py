@@ -1,0 +1,297 @@
+"""Typed Python client for pml's gRPC API (the `pml` CLI uses it).
+
+    with PmlClient("127.0.0.1:50051", api_key=key) as pml:
+        pml.record(make_record("Read JSON file", code, "typescript", tools=["read_file"]))
+        for s in pml.suggest("Load JSON data").suggestions: ...
+
+Errors come back as `PmlClientError` with the status code and the BadRequest field violations.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
+
+R = TypeVar("R")
+ExecutionRecord = resources_pb2.ExecutionRecord
+CaptureResult = resources_pb2.CaptureResult
+
+
+class PmlClientError(Exception):
+    def __init__(
+        self, code: grpc.StatusCode, message: str, violations: Sequence[tuple[str, str]] = ()
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.violations = list(violations)
+        detail = "".join(f"\n  {f}: {d}" for f, d in self.violations)
+        super().__init__(f"{code.name}: {message}{detail}")
+
+    @classmethod
+    def from_rpc_error(cls, err: grpc.RpcError) -> PmlClientError:
+        status = rpc_status.from_call(err)
+        violations: list[tuple[str, str]] = []
+        if status is not None:
+            for detail in status.details:
+                if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                    bad = error_details_pb2.BadRequest()
+                    detail.Unpack(bad)
+                    violations += [(v.field, v.description) for v in bad.field_violations]
+        return cls(err.code(), err.details() or "", violations)
+
+
+def make_record(
+    intent: str,
+    code: str,
+    language: str = "typescript",
+    tools: Sequence[str] = (),
+    failed_tools: Sequence[tuple[str, str]] = (),
+    request_id: str = "",
+    duration_ms: float = 0.0,
+    arguments_json: str = "{}",
+) -> ExecutionRecord:
+    """A record whose tool calls are `tools` (succeeded) then `failed_tools` (name, error).
+    Without `request_id` a fresh UUID is used (retry with the same record to stay idempotent)."""
+    calls = [resources_pb2.ToolCall(tool=t, ok=True, arguments_json=arguments_json) for t in tools]
+    calls += [resources_pb2.ToolCall(tool=t, ok=False, error=e) for t, e in failed_tools]
+    return ExecutionRecord(
+        request_id=request_id or str(uuid.uuid4()),
+        intent=intent,
+        code=code,
+        language=language,
+        tool_calls=calls,
+        duration_ms=duration_ms,
+    )
+
+
+@dataclass
+class UploadReport:
+    """What `upload` achieved: one acknowledgement per execution id, and how often it
+    reconnected."""
+
+    acks: dict[str, pml_pb2.StreamTracesResponse] = field(default_factory=dict)
+    reconnects: int = 0
+
+
+class PmlClient:
+    def __init__(
+        self,
+        target: str,
+        api_key: str | None = None,
+        *,
+        root_certificates: Path | None = None,
+        client_cert: Path | None = None,
+        client_key: Path | None = None,
+        tls: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
+        options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        if tls or root_certificates or client_cert:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=root_certificates.read_bytes() if root_certificates else None,
+                private_key=client_key.read_bytes() if client_key else None,
+                certificate_chain=client_cert.read_bytes() if client_cert else None,
+            )
+            self._channel = grpc.secure_channel(target, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
+        self._stub = pml_pb2_grpc.PmlServiceStub(self._channel)
+        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
+        self._timeout = timeout
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> PmlClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: Callable[..., Any], request: Any, reply_type: type[R]) -> R:
+        try:
+            reply = method(request, timeout=self._timeout, metadata=self._metadata)
+        except grpc.RpcError as err:
+            raise PmlClientError.from_rpc_error(err) from None
+        assert isinstance(reply, reply_type)
+        return reply
+
+    # ---- unary calls ---------------------------------------------------------------------------
+
+    def server_info(self) -> pml_pb2.GetServerInfoResponse:
+        return self._call(
+            self._stub.GetServerInfo, pml_pb2.GetServerInfoRequest(), pml_pb2.GetServerInfoResponse
+        )
+
+    def record(self, record: ExecutionRecord) -> CaptureResult:
+        reply = self._call(
+            self._stub.RecordExecution,
+            pml_pb2.RecordExecutionRequest(record=record),
+            pml_pb2.RecordExecutionResponse,
+        )
+        return reply.result
+
+    def suggest(
+        self,
+        intent: str,
+        k: int = 0,
+        *,
+        min_match: float | None = None,
+        min_success: float | None = None,
+        available_tools: Sequence[str] | None = None,
+        tags: Sequence[str] = (),
+        include_flagged: bool = False,
+        explain: bool = False,
+        intent_embedding: Sequence[float] = (),
+    ) -> pml_pb2.SuggestResponse:
+        request = pml_pb2.SuggestRequest(
+            intent=intent,
+            page_size=k,
+            tags=list(tags),
+            include_flagged=include_flagged,
+            explain=explain,
+            intent_embedding=list(intent_embedding),
+        )
+        if min_match is not None:
+            request.min_match = min_match
+        if min_success is not None:
+            request.min_success = min_success
+        if available_tools is not None:
+            request.available_tools.tools.extend(available_tools)
+        return self._call(self._stub.Suggest, request, pml_pb2.SuggestResponse)
+
+    def get_pattern(self, name: str) -> resources_pb2.Pattern:
+        return self._call(
+            self._stub.GetPattern, pml_pb2.GetPatternRequest(name=name), pml_pb2.GetPatternResponse
+        ).pattern
+
+    def get_capability(self, name: str) -> resources_pb2.Capability:
+        reply = self._call(
+            self._stub.GetCapability,
+            pml_pb2.GetCapabilityRequest(name=name),
+            pml_pb2.GetCapabilityResponse,
+        )
+        return reply.capability
+
+    def list_patterns(
+        self, page_size: int = 0, page_token: str = ""
+    ) -> pml_pb2.ListPatternsResponse:
+        request = pml_pb2.ListPatternsRequest(page_size=page_size, page_token=page_token)
+        return self._call(self._stub.ListPatterns, request, pml_pb2.ListPatternsResponse)
+
+    def list_capabilities(
+        self, page_size: int = 0, page_token: str = ""
+    ) -> pml_pb2.ListCapabilitiesResponse:
+        request = pml_pb2.ListCapabilitiesRequest(page_size=page_size, page_token=page_token)
+        return self._call(self._stub.ListCapabilities, request, pml_pb2.ListCapabilitiesResponse)
+
+    def list_failures(
+        self, page_size: int = 0, page_token: str = ""
+    ) -> pml_pb2.ListFailuresResponse:
+        request = pml_pb2.ListFailuresRequest(page_size=page_size, page_token=page_token)
+        return self._call(self._stub.ListFailures, request, pml_pb2.ListFailuresResponse)
+
+    def iter_patterns(self, page_size: int = 100) -> Iterator[resources_pb2.Pattern]:
+        token = ""
+        while True:
+            page = self.list_patterns(page_size, token)
+            yield from page.patterns
+            token = page.next_page_token
+            if not token:
+                return
+
+    def iter_capabilities(self, page_size: int = 100) -> Iterator[resources_pb2.Capability]:
+        token = ""
+        while True:
+            page = self.list_capabilities(page_size, token)
+            yield from page.capabilities
+            token = page.next_page_token
+            if not token:
+                return
+
+    def delete_pattern(self, name: str) -> None:
+        self._call(
+            self._stub.DeletePattern,
+            pml_pb2.DeletePatternRequest(name=name),
+            pml_pb2.DeletePatternResponse,
+        )
+
+    def delete_capability(self, name: str) -> None:
+        self._call(
+            self._stub.DeleteCapability,
+            pml_pb2.DeleteCapabilityRequest(name=name),
+            pml_pb2.DeleteCapabilityResponse,
+        )
+
+    def run_retention(self, apply: bool = False) -> pml_pb2.RunRetentionResponse:
+        return self._call(
+            self._stub.RunRetention,
+            pml_pb2.RunRetentionRequest(apply=apply),
+            pml_pb2.RunRetentionResponse,
+        )
+
+    def stats(self) -> pml_pb2.GetStatsResponse:
+        return self._call(self._stub.GetStats, pml_pb2.GetStatsRequest(), pml_pb2.GetStatsResponse)
+
+    # ---- streaming -----------------------------------------------------------------------------
+
+    def stream(
+        self, requests: Iterable[pml_pb2.StreamTracesRequest]
+    ) -> Iterator[pml_pb2.StreamTracesResponse]:
+        """Raw StreamTraces: send `requests`, yield acknowledgements as they come."""
+        try:
+            yield from self._stub.StreamTraces(iter(requests), metadata=self._metadata)
+        except grpc.RpcError as err:
+            raise PmlClientError.from_rpc_error(err) from None
+
+    def upload(
+        self,
+        records: Sequence[ExecutionRecord],
+        *,
+        max_reconnects: int = 5,
+        on_ack: Callable[[pml_pb2.StreamTracesResponse], None] | None = None,
+    ) -> UploadReport:
+        """Upload whole records over StreamTraces. If the stream breaks, reconnect and resend
+        every record not yet acknowledged; request ids (default: a UUID per record) make the
+        resend apply exactly once."""
+        # A record without a request id gets a fresh one, kept across reconnects of this upload
+        # (a fixed default such as its index would collide with other uploads).
+        ids = [r.request_id or str(uuid.uuid4()) for r in records]
+        report = UploadReport()
+        sequence = 0
+        while True:
+            todo = [(eid, r) for eid, r in zip(ids, records, strict=True) if eid not in report.acks]
+            if not todo:
+                return report
+
+            def requests(todo: list[tuple[str, ExecutionRecord]] = todo) -> Iterator[Any]:
+                nonlocal sequence
+                for eid, record in todo:
+                    sequence += 1
+                    yield pml_pb2.StreamTracesRequest(
+                        execution_id=eid, sequence=sequence, record=record
+                    )
+
+            try:
+                for ack in self._stub.StreamTraces(requests(), metadata=self._metadata):
+                    report.acks[ack.execution_id] = ack
+                    if on_ack is not None:
+                        on_ack(ack)
+            except grpc.RpcError as err:
+                retryable = err.code() in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.CANCELLED,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                )
+                if not retryable or report.reconnects >= max_reconnects:
+                    raise PmlClientError.from_rpc_error(err) from None
+                report.reconnects += 1

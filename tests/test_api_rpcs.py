@@ -1,0 +1,156 @@
+"""Every RPC of PmlService against a real server on a loopback port."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from pml_server._proto.pml.v1 import resources_pb2 as r
+from pml_server.api.server import RunningServer
+from pml_server.client import PmlClient, PmlClientError, make_record
+
+READ_JSON = "const d = await mcp.read_file({path: 'a.json'}); return mcp.parse_json(d)"
+WRITE_JSON = "await mcp.write_file({path: 'o.json', data: JSON.stringify(x)})"
+
+
+def _seed(client: PmlClient) -> tuple[r.CaptureResult, r.CaptureResult]:
+    read = client.record(
+        make_record(
+            "Read JSON file", READ_JSON, tools=["read_file", "parse_json"], request_id="seed-1"
+        )
+    )
+    write = client.record(
+        make_record("Write JSON file", WRITE_JSON, tools=["write_file"], request_id="seed-2")
+    )
+    return read, write
+
+
+def test_record_saves_then_counts(client: PmlClient) -> None:
+    first, _ = _seed(client)
+    assert first.outcome == r.CAPTURE_OUTCOME_SAVED
+    assert first.new_pattern
+    assert first.pattern.startswith("patterns/")
+    assert first.capability.startswith("capabilities/")
+    again = client.record(
+        make_record("Read JSON file", READ_JSON, tools=["read_file", "parse_json"])
+    )
+    assert again.outcome == r.CAPTURE_OUTCOME_COUNTED
+    assert not again.new_pattern
+    assert again.pattern == first.pattern
+    assert client.get_pattern(first.pattern).usage_count == 2
+
+
+def test_repeated_request_id_counts_once(client: PmlClient) -> None:
+    first, _ = _seed(client)
+    replay = client.record(
+        make_record(
+            "Read JSON file", READ_JSON, tools=["read_file", "parse_json"], request_id="seed-1"
+        )
+    )
+    assert replay.replayed
+    assert replay.pattern == first.pattern
+    assert client.get_pattern(first.pattern).usage_count == 1
+
+
+def test_new_pattern_with_failed_tool_is_rejected_and_logged(client: PmlClient) -> None:
+    result = client.record(
+        make_record(
+            "Mail the boss",
+            "await mcp.gmail_get({})",
+            tools=["memory_search"],
+            failed_tools=[("gmail:get", "not connected")],
+            request_id="fail-1",
+        )
+    )
+    assert result.outcome == r.CAPTURE_OUTCOME_REJECTED
+    assert not result.pattern
+    assert [(f.tool, f.error) for f in result.tool_failures] == [("gmail:get", "not connected")]
+    failures = client.list_failures().failures
+    assert [(f.tool, f.request_id) for f in failures] == [("gmail:get", "fail-1")]
+    assert client.stats().rejected == 1
+
+
+def test_suggest_returns_score_parts(client: PmlClient) -> None:
+    read, _ = _seed(client)
+    reply = client.suggest("Read JSON file", k=3)
+    assert reply.suggestions, "a stored intent must be suggested for the same words"
+    best = reply.suggestions[0]
+    assert best.capability == read.capability
+    assert best.pattern.name == read.pattern
+    assert list(best.pattern.tools_used) == ["read_file", "parse_json"]
+    assert best.score.total > 0
+    assert 0 < best.score.match <= 1
+
+
+def test_get_list_delete_pattern(client: PmlClient) -> None:
+    read, write = _seed(client)
+    pattern = client.get_pattern(read.pattern)
+    assert pattern.original_code == READ_JSON
+    assert pattern.language == "typescript"
+    names = {p.name for p in client.iter_patterns(page_size=1)}
+    assert names == {read.pattern, write.pattern}
+    client.delete_pattern(read.pattern)
+    with pytest.raises(PmlClientError) as err:
+        client.get_pattern(read.pattern)
+    assert err.value.code is grpc.StatusCode.NOT_FOUND
+    assert {p.name for p in client.iter_patterns()} == {write.pattern}
+    assert all(s.pattern.name != read.pattern for s in client.suggest("Read JSON file").suggestions)
+
+
+def test_get_list_delete_capability(client: PmlClient) -> None:
+    read, write = _seed(client)
+    capability = client.get_capability(read.capability)
+    assert list(capability.tools) == ["read_file", "parse_json"]
+    assert read.pattern in capability.patterns
+    assert {c.name for c in client.iter_capabilities(page_size=1)} == {
+        read.capability,
+        write.capability,
+    }
+    client.delete_capability(read.capability)
+    with pytest.raises(PmlClientError) as err:
+        client.get_capability(read.capability)
+    assert err.value.code is grpc.StatusCode.NOT_FOUND
+    with pytest.raises(PmlClientError):
+        client.get_pattern(read.pattern)
+
+
+def test_pages_cover_everything_once(client: PmlClient) -> None:
+    made = {
+        client.record(make_record(f"task {i}", f"await mcp.t{i}({{}})", tools=[f"t{i}"])).pattern
+        for i in range(7)
+    }
+    first = client.list_patterns(page_size=3)
+    assert len(first.patterns) == 3
+    assert first.next_page_token
+    assert {p.name for p in client.iter_patterns(page_size=3)} == made
+
+
+def test_retention_dry_run_and_apply(client: PmlClient) -> None:
+    _seed(client)
+    dry = client.run_retention()
+    assert dry.dry_run
+    assert dry.run_time.seconds > 0
+    applied = client.run_retention(apply=True)
+    assert not applied.dry_run
+
+
+def test_stats_count_the_tenant(client: PmlClient) -> None:
+    _seed(client)
+    stats = client.stats()
+    assert (stats.patterns, stats.capabilities) == (2, 2)
+    assert stats.executions == 2
+    assert stats.intents >= 2
+
+
+def test_health_serves_after_ready_and_reports_not_serving_on_stop(
+    server: RunningServer,
+) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        for _ in range(100):
+            reply = stub.Check(health_pb2.HealthCheckRequest(service="pml.v1.PmlService"))
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                break
+            server._stopped.wait(0.05)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING

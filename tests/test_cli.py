@@ -1,0 +1,148 @@
+"""The `pml` CLI against a real server: the README walkthrough, command by command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+
+from pml_server import cli
+from pml_server.api.server import RunningServer
+from pml_server.client import make_record
+
+READ = 'const d = await mcp.read_file({path: "a.json"}); return await mcp.parse_json(d)'
+
+
+@pytest.fixture
+def run(
+    server: RunningServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> object:
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("PML_SERVER", f"127.0.0.1:{server.port}")
+
+    def _run(*argv: str, expect: int = 0) -> str:
+        with pytest.raises(SystemExit) as done:
+            cli.main(list(argv))
+        out = capsys.readouterr()
+        assert done.value.code == expect, out.out + out.err
+        return out.out + out.err
+
+    return _run
+
+
+def test_walkthrough_record_three_suggest_and_see_score_parts(run: object) -> None:
+    assert callable(run)
+    for i, intent in enumerate(["Read JSON file", "Parse JSON from disk", "Load JSON data"]):
+        out = run(
+            "record",
+            "--intent",
+            intent,
+            "--code",
+            READ.replace("a.json", f"{i}.json"),
+            "--tool",
+            "read_file",
+            "--tool",
+            "parse_json",
+            "--request-id",
+            f"walk-{i}",
+        )
+        assert ("saved" if i == 0 else "counted") in out
+    out = run("suggest", "Read JSON file", "-k", "3")
+    for column in ("match", "semantic", "lexical", "est.", "usage", "recency", "total"):
+        assert column in out
+    assert "read_file > parse_json" in out
+    assert "100% of 3" in out
+
+
+def test_record_reports_rejection_and_failures_list_it(run: object) -> None:
+    assert callable(run)
+    out = run(
+        "record",
+        "--intent",
+        "Mail the boss",
+        "--code",
+        "await mcp.gmail_send({})",
+        "--failed-tool",
+        "gmail_send:not connected",
+        "--request-id",
+        "mail-1",
+    )
+    assert "rejected" in out
+    assert "gmail_send: not connected" in out
+    out = run("failures")
+    assert "gmail_send" in out
+    assert "mail-1" in out
+
+
+def test_record_from_json_file(run: object, tmp_path: Path) -> None:
+    assert callable(run)
+    rec = make_record(
+        "Write CSV",
+        'await mcp.write_csv({path: "o.csv"})',
+        tools=["write_csv"],
+        request_id="file-1",
+    )
+    path = tmp_path / "rec.json"
+    path.write_text(json_format.MessageToJson(rec))
+    assert "saved" in run("record", "--file", str(path))
+
+
+def test_import_list_show_delete_stats_retention(run: object, tmp_path: Path) -> None:
+    assert callable(run)
+    lines = [
+        json_format.MessageToJson(
+            make_record(
+                f"task {i}",
+                f"await mcp.tool_{i % 4}(x)",
+                tools=[f"tool_{i % 4}"],
+                request_id=f"imp-{i}",
+            ),
+            indent=None,
+        )
+        for i in range(12)
+    ]
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    out = run("import", str(path))
+    assert "imported 12 records" in out
+    assert "4 saved" in out
+    assert "8 counted" in out
+    out = run("import", str(path))  # again: every request id is replayed, nothing counted twice
+    assert "12 replayed" in out
+    stats = run("stats")
+    assert "executions" in stats
+    assert " 12 " in stats
+    listing = run("list")
+    assert "Patterns (4)" in listing
+    assert "Capabilities (4)" in run("list", "--capabilities")
+
+    name = next(line.split()[1] for line in listing.splitlines() if "pat_" in line)
+    assert "tool_" in run("show", name)
+    assert "deleted" in run("delete", f"patterns/{name}")
+    out = run("show", name, expect=1)
+    assert "NOT_FOUND" in out
+    assert "Retention (dry run" in run("retention")
+    assert "Retention (applied)" in run("retention", "--apply")
+
+
+def test_errors_name_the_field(run: object) -> None:
+    assert callable(run)
+    out = run("record", "--intent", " ", "--code", "x", "--tool", "t", expect=1)
+    assert "INVALID_ARGUMENT" in out
+    assert "record.intent" in out
+    out = run("suggest", "x", "-k", "500", expect=1)
+    assert "page_size" in out
+
+
+def test_keys_add_prints_a_key_and_stores_only_its_hash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "keys.json"
+    cli.main(["keys", "add", "--keys-file", str(path), "--tenant", "acme", "--role", "read"])
+    key = capsys.readouterr().out.strip().splitlines()[-1]
+    assert key.startswith("pml_")
+    stored = json.loads(path.read_text())["keys"]
+    assert [(k["tenant"], k["role"]) for k in stored] == [("acme", "read")]
+    assert key not in path.read_text()
