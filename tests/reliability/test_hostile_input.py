@@ -12,7 +12,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import text_format
 from google.protobuf.descriptor import MethodDescriptor
+from google.protobuf.message import Message
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from hypothesis import HealthCheck, given, settings
@@ -88,22 +90,30 @@ def _violation_fields(err: grpc.RpcError) -> list[str]:
     return fields
 
 
+class _Request:
+    """A method and its serialized request, shown briefly when hypothesis reports a failure."""
+
+    def __init__(self, method: MethodDescriptor, message: Message) -> None:
+        self.method, self.payload = method, message.SerializeToString()
+        self.text = text_format.MessageToString(message, as_one_line=True)
+
+    def __repr__(self) -> str:
+        return f"{self.method.name}({self.text[:600]}{'...' if len(self.text) > 600 else ''})"
+
+
 @st.composite
-def _requests(draw: st.DrawFn) -> tuple[MethodDescriptor, bytes]:
+def _requests(draw: st.DrawFn) -> _Request:
     method = draw(st.sampled_from(UNARY))
-    message = draw(messages(method.input_type))
-    return method, message.SerializeToString()
+    return _Request(method, draw(messages(method.input_type)))
 
 
 @pytest.mark.slow
 @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
 @given(request=_requests())
-def test_any_field_values_give_a_clean_status(
-    channel: grpc.Channel, request: tuple[MethodDescriptor, bytes]
-) -> None:
-    method, payload = request
+def test_any_field_values_give_a_clean_status(channel: grpc.Channel, request: _Request) -> None:
     SEEN["field_inputs"] += 1
-    _check_outcome(method, _call_raw(channel, method, payload), f"{len(payload)} bytes")
+    err = _call_raw(channel, request.method, request.payload)
+    _check_outcome(request.method, err, f"{len(request.payload)} bytes")
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
@@ -142,10 +152,11 @@ def _varint(n: int) -> bytes:
 
 
 def _record_request(**fields: object) -> bytes:
-    record = resources_pb2.ExecutionRecord(
-        request_id="hostile", intent="read a file", language="javascript",
-        code="await mcp.read_file({path: 'a'})", **fields,  # type: ignore[arg-type]
-    )
+    base: dict[str, object] = {
+        "request_id": "hostile", "intent": "read a file", "language": "javascript",
+        "code": "await mcp.read_file({path: 'a'})",
+    }
+    record = resources_pb2.ExecutionRecord(**{**base, **fields})  # type: ignore[arg-type]
     return pml_pb2.RecordExecutionRequest(record=record).SerializeToString()
 
 
@@ -173,6 +184,8 @@ _case("200k suggest embedding floats", "Suggest",
 _case("100k available tools", "Suggest", pml_pb2.SuggestRequest(
     intent="x", available_tools=pml_pb2.AvailableTools(tools=["t"] * 100_000)
 ).SerializeToString(), IA, grpc.StatusCode.OK)
+_case("arguments_json nested 100k deep", "RecordExecution", _record_request(
+    tool_calls=[resources_pb2.ToolCall(tool="t", ok=True, arguments_json="[" * 100_000)]), IA)
 _case("truncated varint", "GetPattern", b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", IA)
 _case("length past the end", "GetPattern", b"\x0a\x7fabc", IA)
 _case("invalid utf-8 in a string", "GetPattern", b"\x0a\x02\xc3\x28", IA)
