@@ -63,7 +63,7 @@ def messages(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Messag
             value: st.SearchStrategy[Any] = messages(field.message_type, depth + 1)
         else:
             value = _scalar(field)
-        if field.label == FieldDescriptor.LABEL_REPEATED:
+        if field.is_repeated:
             value = st.lists(value, max_size=5 if depth else 300)
         fields[field.name] = value
     return st.fixed_dictionaries({}, optional=fields).map(lambda kw: cls(**kw))
