@@ -67,3 +67,38 @@ def messages(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Messag
             value = st.lists(value, max_size=5 if depth else 300)
         fields[field.name] = value
     return st.fixed_dictionaries({}, optional=fields).map(lambda kw: cls(**kw))
+
+
+def _scalar_paths(descriptor: Descriptor, prefix: tuple[str, ...] = ()) -> list[
+    tuple[tuple[str, ...], FieldDescriptor]
+]:
+    paths: list[tuple[tuple[str, ...], FieldDescriptor]] = []
+    for field in descriptor.fields:
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            if not field.is_repeated and len(prefix) < 2:
+                paths += _scalar_paths(field.message_type, (*prefix, field.name))
+        else:
+            paths.append(((*prefix, field.name), field))
+    return paths
+
+
+def one_field_changed(base: Message) -> st.SearchStrategy[Message]:
+    """`base` (a valid request) with one scalar field, however deep, set to a hostile value:
+    these get past the first validation error and reach the engine."""
+    paths = _scalar_paths(base.DESCRIPTOR)
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Message:
+        path, field = draw(st.sampled_from(paths))
+        message = type(base)()
+        message.CopyFrom(base)
+        target = message
+        for name in path[:-1]:
+            target = getattr(target, name)
+        if field.is_repeated:
+            getattr(target, path[-1]).extend(draw(st.lists(_scalar(field), max_size=50)))
+        else:
+            setattr(target, path[-1], draw(_scalar(field)))
+        return message
+
+    return build()
