@@ -7,7 +7,9 @@ not the caller's, or deletes another tenant's pattern. Expected: 0 leaks."""
 
 from __future__ import annotations
 
+import json
 import random
+import secrets
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,15 +18,25 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
-from pml_server.api.auth import Role, add_key
+from pml_server.api.auth import hash_key
 from tests.reliability.harness import ServerProcess, report
 
-TENANTS = ("acme", "globex", "initech")
-MARKERS = {"acme": "qzacmeqz", "globex": "qzglobexqz", "initech": "qzinitechqz"}
+PER_MACHINE = 3  # tenants in each generated scenario (fresh ones every time: no shared state)
+SCENARIOS = 400
 FIGURES: Counter[str] = Counter()
+
+
+def marker(tenant: str) -> str:
+    """Written into everything a tenant stores; found in another tenant's answer = a leak."""
+    return f"qz{tenant}qz"
 
 
 @dataclass
@@ -40,63 +52,68 @@ class TenantModel:
 @dataclass
 class World:
     server: ServerProcess
-    stubs: dict[str, pml_pb2_grpc.PmlServiceStub]
-    metadata: dict[str, tuple[tuple[str, str], ...]]
-    models: dict[str, TenantModel]
-    channel: grpc.Channel
+    stub: pml_pb2_grpc.PmlServiceStub
+    keys: dict[str, str]  # tenant -> its API key
+    used: int = 0
+
+    def fresh_tenants(self) -> list[str]:
+        names = [f"t{self.used + i}" for i in range(PER_MACHINE)]
+        self.used += PER_MACHINE
+        assert all(n in self.keys for n in names), "more scenarios than keys: raise SCENARIOS"
+        return names
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("tenants")
     keys_file = root / "keys.json"
-    keys = {t: add_key(keys_file, t, Role.ADMIN) for t in TENANTS}
+    keys = {f"t{i}": secrets.token_urlsafe(24) for i in range(SCENARIOS * PER_MACHINE)}
+    entries = [{"sha256": hash_key(k), "tenant": t, "role": "admin"} for t, k in keys.items()]
+    keys_file.write_text(json.dumps({"keys": entries}))
     server = ServerProcess(root / "data", "--durability", "fast", "--keys-file", str(keys_file))
     server.start()
-    channel = grpc.insecure_channel(server.target)
-    stub = pml_pb2_grpc.PmlServiceStub(channel)
-    yield World(
-        server=server,
-        stubs=dict.fromkeys(TENANTS, stub),
-        metadata={t: (("authorization", f"Bearer {keys[t]}"),) for t in TENANTS},
-        models={t: TenantModel() for t in TENANTS},
-        channel=channel,
-    )
-    channel.close()
+    with grpc.insecure_channel(server.target) as channel:
+        yield World(server=server, stub=pml_pb2_grpc.PmlServiceStub(channel), keys=keys)
     server.terminate()
 
 
 def _record(tenant: str, key: int, failed: bool, salt: int) -> resources_pb2.ExecutionRecord:
-    marker = MARKERS[tenant]
-    tools = [f"{marker}_open{key}", f"{marker}_save{key}"]
-    code = "\n".join(f'await mcp.{t}({{path: "/{marker}/{salt}"}});' for t in tools)
+    mark = marker(tenant)
+    tools = [f"{mark}_open{key}", f"{mark}_save{key}"]
+    code = "\n".join(f'await mcp.{t}({{path: "/{mark}/{salt}"}});' for t in tools)
     calls = [
         resources_pb2.ToolCall(
-            tool=t, ok=not (failed and i == 1), error=f"{marker} disk full" if failed and i else "",
-            arguments_json=f'{{"path": "/{marker}/{salt}"}}',
+            tool=t, ok=not (failed and i == 1), error=f"{mark} disk full" if failed and i else "",
+            arguments_json=f'{{"path": "/{mark}/{salt}"}}',
         )
         for i, t in enumerate(tools)
     ]
     return resources_pb2.ExecutionRecord(
         request_id=f"{tenant}-{random.getrandbits(64):x}",
-        intent=f"archive the {marker} ledger number {key}",
+        intent=f"archive the {mark} ledger number {key}",
         code=code, language="javascript", tool_calls=calls,
         status=resources_pb2.EXECUTION_STATUS_FAILURE if failed
         else resources_pb2.EXECUTION_STATUS_SUCCESS,
     )
 
 
+TENANT = st.integers(0, PER_MACHINE - 1)
+
+
 class TenantMachine(RuleBasedStateMachine):
     world: World
 
-    @initialize()
-    def start(self) -> None:
-        FIGURES["machines"] += 1
+    def __init__(self) -> None:
+        super().__init__()
+        self.tenants = self.world.fresh_tenants()
+        self.models = {t: TenantModel() for t in self.tenants}
+        FIGURES["scenarios"] += 1
 
     def _call(self, tenant: str, method: str, request: object) -> object:
         FIGURES["calls"] += 1
-        reply = getattr(self.world.stubs[tenant], method)(
-            request, metadata=self.world.metadata[tenant], timeout=30
+        reply = getattr(self.world.stub, method)(
+            request, metadata=(("authorization", f"Bearer {self.world.keys[tenant]}"),),
+            timeout=30,
         )
         self._assert_no_foreign_marker(tenant, method, reply.SerializeToString())
         return reply
@@ -109,17 +126,17 @@ class TenantMachine(RuleBasedStateMachine):
             return err.code()
         return grpc.StatusCode.OK
 
-    @staticmethod
-    def _assert_no_foreign_marker(tenant: str, method: str, data: bytes) -> None:
-        for other, marker in MARKERS.items():
-            if other != tenant and marker.encode() in data:
+    def _assert_no_foreign_marker(self, tenant: str, method: str, data: bytes) -> None:
+        for other in self.tenants:
+            if other != tenant and marker(other).encode() in data:
                 FIGURES["leaks"] += 1
                 raise AssertionError(f"LEAK: {method} answered {tenant} with {other}'s data")
 
-    @rule(tenant=st.sampled_from(TENANTS), key=st.integers(0, 3), failed=st.booleans(),
+    @rule(tenant_no=TENANT, key=st.integers(0, 3), failed=st.booleans(),
           salt=st.integers(0, 5))
-    def capture(self, tenant: str, key: int, failed: bool, salt: int) -> None:
-        model = self.world.models[tenant]
+    def capture(self, tenant_no: int, key: int, failed: bool, salt: int) -> None:
+        tenant = self.tenants[tenant_no]
+        model = self.models[tenant]
         reply = self._call(tenant, "RecordExecution",
                            pml_pb2.RecordExecutionRequest(record=_record(tenant, key, failed, salt)))
         result = reply.result  # type: ignore[attr-defined]
@@ -133,11 +150,12 @@ class TenantMachine(RuleBasedStateMachine):
             model.patterns[key] = result.pattern
         assert result.pattern == model.patterns[key]
 
-    @rule(tenant=st.sampled_from(TENANTS), about=st.sampled_from(TENANTS), key=st.integers(0, 3))
-    def suggest(self, tenant: str, about: str, key: int) -> None:
+    @rule(tenant_no=TENANT, about_no=TENANT, key=st.integers(0, 3))
+    def suggest(self, tenant_no: int, about_no: int, key: int) -> None:
+        tenant, about = self.tenants[tenant_no], self.tenants[about_no]
         FIGURES["cross_tenant_probes"] += tenant != about
         self._call(tenant, "Suggest", pml_pb2.SuggestRequest(
-            intent=f"archive the {MARKERS[about]} ledger number {key}", page_size=20,
+            intent=f"archive the {marker(about)} ledger number {key}", page_size=20,
             explain=True, include_flagged=True,
         ))
 
@@ -152,20 +170,23 @@ class TenantMachine(RuleBasedStateMachine):
                 return items
         raise AssertionError(f"{method} never ended")
 
-    @rule(tenant=st.sampled_from(TENANTS), size=st.integers(1, 3))
-    def list_patterns(self, tenant: str, size: int) -> None:
+    @rule(tenant_no=TENANT, size=st.integers(1, 3))
+    def list_patterns(self, tenant_no: int, size: int) -> None:
+        tenant = self.tenants[tenant_no]
         got = {p.name for p in self._list_all(tenant, "ListPatterns", pml_pb2.ListPatternsRequest,
                                                size)}  # type: ignore[attr-defined]
-        assert got == set(self.world.models[tenant].patterns.values())
+        assert got == set(self.models[tenant].patterns.values())
 
-    @rule(tenant=st.sampled_from(TENANTS), size=st.integers(1, 3))
-    def list_capabilities_and_failures(self, tenant: str, size: int) -> None:
+    @rule(tenant_no=TENANT, size=st.integers(1, 3))
+    def list_capabilities_and_failures(self, tenant_no: int, size: int) -> None:
+        tenant = self.tenants[tenant_no]
         self._list_all(tenant, "ListCapabilities", pml_pb2.ListCapabilitiesRequest, size)
         failures = self._list_all(tenant, "ListFailures", pml_pb2.ListFailuresRequest, size)
-        assert len(failures) == self.world.models[tenant].failed_runs
+        assert len(failures) == self.models[tenant].failed_runs
 
-    @rule(owner=st.sampled_from(TENANTS), thief=st.sampled_from(TENANTS), flip=st.integers(0, 200))
-    def tampered_or_foreign_token(self, owner: str, thief: str, flip: int) -> None:
+    @rule(owner_no=TENANT, thief_no=TENANT, flip=st.integers(0, 200))
+    def tampered_or_foreign_token(self, owner_no: int, thief_no: int, flip: int) -> None:
+        owner, thief = self.tenants[owner_no], self.tenants[thief_no]
         reply = self._call(owner, "ListFailures", pml_pb2.ListFailuresRequest(page_size=1))
         token = reply.next_page_token  # type: ignore[attr-defined]
         if not token:
@@ -179,14 +200,14 @@ class TenantMachine(RuleBasedStateMachine):
                            pml_pb2.ListFailuresRequest(page_size=1, page_token=token))
         assert code is grpc.StatusCode.INVALID_ARGUMENT
 
-    @rule(tenant=st.sampled_from(TENANTS), owner=st.sampled_from(TENANTS), key=st.integers(0, 3),
-          delete=st.booleans())
-    def get_or_delete(self, tenant: str, owner: str, key: int, delete: bool) -> None:
-        name = self.world.models[owner].patterns.get(key)
+    @rule(tenant_no=TENANT, owner_no=TENANT, key=st.integers(0, 3), delete=st.booleans())
+    def get_or_delete(self, tenant_no: int, owner_no: int, key: int, delete: bool) -> None:
+        tenant, owner = self.tenants[tenant_no], self.tenants[owner_no]
+        name = self.models[owner].patterns.get(key)
         if name is None:
             return
         FIGURES["cross_tenant_probes"] += tenant != owner
-        mine = self.world.models[tenant]
+        mine = self.models[tenant]
         own_key = next((k for k, n in mine.patterns.items() if n == name), None)
         if delete:
             code = self._fails(tenant, "DeletePattern", pml_pb2.DeletePatternRequest(name=name))
@@ -199,7 +220,7 @@ class TenantMachine(RuleBasedStateMachine):
 
     @invariant()
     def stats_count_only_the_callers_data(self) -> None:
-        for tenant, model in self.world.models.items():
+        for tenant, model in self.models.items():
             stats = self._call(tenant, "GetStats", pml_pb2.GetStatsRequest())
             got = (stats.executions, stats.rejected, stats.patterns)  # type: ignore[attr-defined]
             assert got == (model.executions, model.rejected, len(model.patterns)), tenant
@@ -208,10 +229,11 @@ class TenantMachine(RuleBasedStateMachine):
 @pytest.mark.slow
 def test_random_operations_never_leak_across_tenants(world: World) -> None:
     TenantMachine.world = world
-    run = settings(max_examples=25, stateful_step_count=30, deadline=None,
-                   suppress_health_check=list(HealthCheck))(TenantMachine.TestCase)
     try:
-        run().runTest()
+        run_state_machine_as_test(TenantMachine, settings=settings(
+            max_examples=25, stateful_step_count=30, deadline=None,
+            suppress_health_check=list(HealthCheck),
+        ))
     finally:
         summary = report("tenant_isolation", {**FIGURES, "leaks": FIGURES["leaks"]})
     assert FIGURES["leaks"] == 0, summary
