@@ -231,7 +231,7 @@ def test_random_operations_never_leak_across_tenants(world: World) -> None:
     TenantMachine.world = world
     try:
         run_state_machine_as_test(TenantMachine, settings=settings(
-            max_examples=25, stateful_step_count=30, deadline=None,
+            max_examples=40, stateful_step_count=40, deadline=None,
             suppress_health_check=list(HealthCheck),
         ))
     finally:
