@@ -21,14 +21,18 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from pml_server.embedding import make_embedder
-from pml_server.engine import Engine
 
 from benches.common import Row
 from benches.quality_dataset import LabelledExecution, filler_intent, load
 from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
+from pml_server.embedding import make_embedder
+from pml_server.engine import Engine
 from pml_server.ranking import RankingConfig
+
+# The engine tests' normalizer: the Rust one when the extension has it, else a literal-masking
+# stand-in (tests/engine_support.py), so the bench runs before the normalizer branch lands.
+from tests.engine_support import NORMALIZER
 
 SUITE = "quality"
 TENANT = "bench"
@@ -41,7 +45,7 @@ MODES = {
 
 def _open(data_dir: Path, embedder: str, ranking: RankingConfig) -> Engine:
     config = EngineConfig(data_dir=data_dir, embedder=embedder, durability="fast", ranking=ranking)
-    engine = Engine.open(config)
+    engine = Engine.open(config, normalizer=NORMALIZER)
     if not engine.wait_ready(timeout=600):
         raise RuntimeError("engine index did not become ready")
     return engine
