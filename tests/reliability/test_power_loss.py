@@ -54,8 +54,14 @@ def test_sync_mode_loses_no_acknowledged_write_on_power_loss(
     server = ServerProcess(data, "--durability", "sync", log_path=tmp_path / "server.log")
     server.start()
     names = workload.seed(server.target, ledger, rng)
-    totals = {"power_cuts": 0, "acked": 0, "acked_found": 0, "in_flight_resent": 0,
-              "intents_checked": 0, "deleted_checked": 0}
+    totals = {
+        "power_cuts": 0,
+        "acked": 0,
+        "acked_found": 0,
+        "in_flight_resent": 0,
+        "intents_checked": 0,
+        "deleted_checked": 0,
+    }
     try:
         for cut in range(SYNC_CUTS):
             workload.doom_one(server.target, ledger, cut)
@@ -84,8 +90,9 @@ def test_sync_mode_loses_no_acknowledged_write_on_power_loss(
 def test_fast_mode_control_run_does_lose_writes(mount: LazyMount, tmp_path: Path) -> None:
     """The harness can see a loss: WAL without fsync loses acknowledged writes to a power cut."""
     ledger = workload.Ledger()
-    server = ServerProcess(mount.mount / "data", "--durability", "fast",
-                           log_path=tmp_path / "server.log")
+    server = ServerProcess(
+        mount.mount / "data", "--durability", "fast", log_path=tmp_path / "server.log"
+    )
     server.start()
     running = workload.Writers(server.target, ledger, 1, CLIENTS)
     time.sleep(1.5)
@@ -106,3 +113,18 @@ def test_fast_mode_control_run_does_lose_writes(mount: LazyMount, tmp_path: Path
     summary = report("power_loss_fast_control", {"acked": len(ledger.acked), "lost": lost})
     assert len(ledger.acked) > 0, summary
     assert lost > 0, f"the control run lost nothing: the harness cannot see a loss; {summary}"
+
+
+@pytest.mark.slow
+def test_page_token_secret_survives_a_power_cut(mount: LazyMount, tmp_path: Path) -> None:
+    """The HMAC secret of page tokens is written at first start; a power cut right after must
+    not leave an empty key file (an empty HMAC key would make every token forgeable)."""
+    server = ServerProcess(
+        mount.mount / "data", "--durability", "sync", log_path=tmp_path / "server.log"
+    )
+    server.start()
+    _power_cut(server, mount)
+    server.start()
+    secret = (mount.mount / "data" / "page-token.key").read_bytes()
+    server.kill()
+    assert len(secret) == 32, f"page-token.key holds {len(secret)} bytes after a power cut"
