@@ -1,12 +1,11 @@
 """The engine the API tests run against: the real `Engine` on a real RocksDB in the test's
 directory (hashing embedder for speed), opened exactly as `pml serve` opens it from its flags.
-Until the Rust normalizer is merged, the engine tests' literal stand-in replaces it."""
+The Rust normalizer is the engine's default."""
 
 from __future__ import annotations
 
 from pml_server.config import EngineConfig, ServerConfig
 from pml_server.engine import Engine
-from tests.engine_support import NORMALIZER
 
 
 def open_test_engine(config: ServerConfig) -> Engine:
@@ -18,8 +17,7 @@ def open_test_engine(config: ServerConfig) -> Engine:
             max_code_bytes=config.max_code_bytes,
             max_tool_calls=config.max_tool_calls,
             vector_index=config.vector_index,
-        ),
-        normalizer=NORMALIZER,
+        )
     )
     assert engine.wait_ready(60)
     return engine

@@ -42,16 +42,24 @@ def main() -> None:
                 i += 1
                 try:
                     if i % 2:
-                        stub.Suggest(pml_pb2.SuggestRequest(intent="flood the server"),
-                                     metadata=metadata, timeout=10)
+                        stub.Suggest(
+                            pml_pb2.SuggestRequest(intent="flood the server"),
+                            metadata=metadata,
+                            timeout=10,
+                        )
                     else:
                         record = resources_pb2.ExecutionRecord(
-                            request_id=uuid.uuid4().hex, intent=f"flood {n}",
-                            code="await mcp.flood_tool({n: 1});", language="javascript",
+                            request_id=uuid.uuid4().hex,
+                            intent=f"flood {n}",
+                            code="await mcp.flood_tool({n: 1});",
+                            language="javascript",
                             tool_calls=[resources_pb2.ToolCall(tool="flood_tool", ok=True)],
                         )
-                        stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=record),
-                                             metadata=metadata, timeout=10)
+                        stub.RecordExecution(
+                            pml_pb2.RecordExecutionRequest(record=record),
+                            metadata=metadata,
+                            timeout=10,
+                        )
                     code = "OK"
                 except grpc.RpcError as err:
                     code = err.code().name

@@ -19,7 +19,14 @@ import mfusepy
 from mfusepy import FUSE, FuseOSError, Operations
 
 _STAT_FIELDS = (
-    "st_atime", "st_ctime", "st_gid", "st_mode", "st_mtime", "st_nlink", "st_size", "st_uid",
+    "st_atime",
+    "st_ctime",
+    "st_gid",
+    "st_mode",
+    "st_mtime",
+    "st_nlink",
+    "st_size",
+    "st_uid",
 )
 
 
@@ -96,8 +103,18 @@ class LazyFS(Operations):  # type: ignore[misc]
 
     def statfs(self, path: str) -> dict[str, int]:
         st = os.statvfs(self._real(path))
-        names = ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree", "f_files",
-                 "f_flag", "f_frsize", "f_namemax")
+        names = (
+            "f_bavail",
+            "f_bfree",
+            "f_blocks",
+            "f_bsize",
+            "f_favail",
+            "f_ffree",
+            "f_files",
+            "f_flag",
+            "f_frsize",
+            "f_namemax",
+        )
         return {k: getattr(st, k) for k in names}
 
     def fsyncdir(self, path: str, datasync: int, fh: int) -> int:

@@ -39,7 +39,10 @@ class LazyMount:
         log = (self.backing.parent / "lazyfs.log").open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.reliability.lazyfs", str(self.backing), str(self.mount)],
-            cwd=ROOT, stdout=log, stderr=log, start_new_session=True,
+            cwd=ROOT,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -25,10 +25,29 @@ _INT_RANGES = {
 }
 
 INTERESTING_STRINGS = [
-    "", " ", "\t\n", "\x00", "patterns/1", "patterns/", "capabilities/1", "patterns/../x",
-    "patterns/1/../../capabilities/2", "tenants/other/patterns/1", "javascript", "python",
-    "typescript", "await mcp.read_file({path: 'a'})", "{", "}" * 500, "Ünïcødé ✓ 𝄞",
-    "x" * 300_000, "[" * 10_000, '{"a":' * 2_000, "%s%n%x", "' OR 1=1 --", "\u202e",
+    "",
+    " ",
+    "\t\n",
+    "\x00",
+    "patterns/1",
+    "patterns/",
+    "capabilities/1",
+    "patterns/../x",
+    "patterns/1/../../capabilities/2",
+    "tenants/other/patterns/1",
+    "javascript",
+    "python",
+    "typescript",
+    "await mcp.read_file({path: 'a'})",
+    "{",
+    "}" * 500,
+    "Ünïcødé ✓ 𝄞",
+    "x" * 300_000,
+    "[" * 10_000,
+    '{"a":' * 2_000,
+    "%s%n%x",
+    "' OR 1=1 --",
+    "\u202e",
 ]
 
 
@@ -69,9 +88,9 @@ def messages(descriptor: Descriptor, depth: int = 0) -> st.SearchStrategy[Messag
     return st.fixed_dictionaries({}, optional=fields).map(lambda kw: cls(**kw))
 
 
-def _scalar_paths(descriptor: Descriptor, prefix: tuple[str, ...] = ()) -> list[
-    tuple[tuple[str, ...], FieldDescriptor]
-]:
+def _scalar_paths(
+    descriptor: Descriptor, prefix: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], FieldDescriptor]]:
     paths: list[tuple[tuple[str, ...], FieldDescriptor]] = []
     for field in descriptor.fields:
         if field.type == FieldDescriptor.TYPE_MESSAGE:

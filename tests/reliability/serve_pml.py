@@ -1,6 +1,6 @@
 """`pml serve` for the reliability suite: the CLI's own serve flags and `serve_forever` (signals,
-drain, close) over the real engine, opened with the test normalizer until the Rust one is
-merged (see tests/engines.py), plus `--snapshot-interval` so a kill can land mid-snapshot.
+drain, close) over the real engine (Rust normalizer, RocksDB), plus `--snapshot-interval`
+so a kill can land mid-snapshot.
 
     python -m tests.reliability.serve_pml --listen 127.0.0.1:0 --data-dir DIR [serve flags]
 """
@@ -14,7 +14,6 @@ from pml_server.api.server import serve_forever
 from pml_server.cli import _serve_flags
 from pml_server.config import EngineConfig, ServerConfig
 from pml_server.engine import Engine
-from tests.engine_support import NORMALIZER
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -38,6 +37,9 @@ def main(argv: list[str] | None = None) -> None:
         capture_workers=args.capture_workers,
         stream_window=args.stream_window,
         grace_seconds=args.grace_seconds,
+        tenant_max_in_flight=args.tenant_max_in_flight,
+        tenant_rate=args.tenant_rate,
+        tenant_burst=args.tenant_burst,
     )
     engine = Engine.open(
         EngineConfig(
@@ -48,8 +50,7 @@ def main(argv: list[str] | None = None) -> None:
             max_tool_calls=config.max_tool_calls,
             vector_index=config.vector_index,
             snapshot_interval_seconds=args.snapshot_interval,
-        ),
-        normalizer=NORMALIZER,
+        )
     )
     serve_forever(config, engine=engine)
 

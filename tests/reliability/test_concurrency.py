@@ -9,7 +9,6 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -72,8 +71,9 @@ def test_eight_writers_across_patterns_count_exactly(server: ServerProcess) -> N
     with channel:
         rng = random.Random(1)
         names = {
-            p: workload.send(stub, workload.record(p, f"seed {p}", f"across-seed-{p}", False, rng))
-            .pattern
+            p: workload.send(
+                stub, workload.record(p, f"seed {p}", f"across-seed-{p}", False, rng)
+            ).pattern
             for p in patterns
         }
         before = stub.GetStats(pml_pb2.GetStatsRequest(), timeout=30).executions
@@ -110,16 +110,20 @@ def test_concurrent_duplicate_request_ids_apply_exactly_once(server: ServerProce
         usage = _pattern(stub, name).usage_count
     summary = report(
         "concurrency_duplicates",
-        {"ids": len(records), "sends": len(records) * WRITERS, "usage": usage,
-         "applied_answers": sum(first_results.values())},
+        {
+            "ids": len(records),
+            "sends": len(records) * WRITERS,
+            "usage": usage,
+            "applied_answers": sum(first_results.values()),
+        },
     )
     assert usage == len(records), summary
     assert first_results == Counter({r.request_id: 1 for r in records}), summary
 
 
-def _stream_requests(records: list[resources_pb2.ExecutionRecord], live: bool) -> (
-    list[pml_pb2.StreamTracesRequest]
-):
+def _stream_requests(
+    records: list[resources_pb2.ExecutionRecord], live: bool
+) -> list[pml_pb2.StreamTracesRequest]:
     """Whole records, or each one as live events (started, tool calls, finished)."""
     out: list[pml_pb2.StreamTracesRequest] = []
     seq = 0
@@ -130,23 +134,35 @@ def _stream_requests(records: list[resources_pb2.ExecutionRecord], live: bool) -
             out.append(pml_pb2.StreamTracesRequest(execution_id=eid, sequence=seq, record=rec))
             continue
         seq += 1
-        out.append(pml_pb2.StreamTracesRequest(
-            execution_id=eid, sequence=seq,
-            started=pml_pb2.ExecutionStarted(
-                request_id=rec.request_id, intent=rec.intent, code=rec.code, language=rec.language
-            ),
-        ))
+        out.append(
+            pml_pb2.StreamTracesRequest(
+                execution_id=eid,
+                sequence=seq,
+                started=pml_pb2.ExecutionStarted(
+                    request_id=rec.request_id,
+                    intent=rec.intent,
+                    code=rec.code,
+                    language=rec.language,
+                ),
+            )
+        )
         for call in rec.tool_calls:
             seq += 1
-            out.append(pml_pb2.StreamTracesRequest(
-                execution_id=eid, sequence=seq,
-                tool_call_finished=pml_pb2.ToolCallFinished(tool_call=call),
-            ))
+            out.append(
+                pml_pb2.StreamTracesRequest(
+                    execution_id=eid,
+                    sequence=seq,
+                    tool_call_finished=pml_pb2.ToolCallFinished(tool_call=call),
+                )
+            )
         seq += 1
-        out.append(pml_pb2.StreamTracesRequest(
-            execution_id=eid, sequence=seq,
-            finished=pml_pb2.ExecutionFinished(status=rec.status, duration_ms=1.0),
-        ))
+        out.append(
+            pml_pb2.StreamTracesRequest(
+                execution_id=eid,
+                sequence=seq,
+                finished=pml_pb2.ExecutionFinished(status=rec.status, duration_ms=1.0),
+            )
+        )
     return out
 
 
@@ -170,15 +186,20 @@ def test_resumed_stream_applies_each_execution_once(server: ServerProcess, live:
                 break
         # Reconnect: resend every execution not acknowledged, then everything once more.
         missing = [r for r in records if r.request_id not in acked]
-        replies = list(stub.StreamTraces(iter(_stream_requests(missing + records, live)),
-                                         timeout=60))
+        replies = list(
+            stub.StreamTraces(iter(_stream_requests(missing + records, live)), timeout=60)
+        )
         errors = [r for r in replies if r.WhichOneof("outcome") != "result"]
         name = next(r.result.pattern for r in replies if r.WhichOneof("outcome") == "result")
         usage = _pattern(stub, name).usage_count
     summary = report(
         f"concurrency_stream_resume_{'live' if live else 'records'}",
-        {"executions": len(records), "acked_before_cut": len(acked), "resent": len(missing),
-         "usage": usage},
+        {
+            "executions": len(records),
+            "acked_before_cut": len(acked),
+            "resent": len(missing),
+            "usage": usage,
+        },
     )
     assert not errors, summary
     assert usage == len(records), summary

@@ -27,8 +27,14 @@ def test_sigkill_during_concurrent_captures_loses_nothing(tmp_path: Path) -> Non
     server = ServerProcess(data, "--durability", "sync")
     server.start()
     names = workload.seed(server.target, ledger, rng)
-    totals = {"cycles": 0, "acked": 0, "acked_found": 0, "in_flight_resent": 0,
-              "intents_checked": 0, "deleted_checked": 0}
+    totals = {
+        "cycles": 0,
+        "acked": 0,
+        "acked_found": 0,
+        "in_flight_resent": 0,
+        "intents_checked": 0,
+        "deleted_checked": 0,
+    }
     try:
         for cycle in range(CYCLES):
             workload.doom_one(server.target, ledger, cycle)
@@ -42,9 +48,7 @@ def test_sigkill_during_concurrent_captures_loses_nothing(tmp_path: Path) -> Non
                 data, "--durability", "fast" if cycle % 2 else "sync", log_path=server.log_path
             )
             server.start()
-            figures = workload.check_after_restart(
-                server.target, ledger, names, new_acked, rng
-            )
+            figures = workload.check_after_restart(server.target, ledger, names, new_acked, rng)
             totals["cycles"] += 1
             totals["acked"] += len(new_acked)
             totals["acked_found"] += figures.acked_present

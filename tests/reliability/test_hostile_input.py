@@ -27,8 +27,11 @@ from tests.reliability.proto_strategies import messages, one_field_changed
 SERVICE = pml_pb2.DESCRIPTOR.services_by_name["PmlService"]
 UNARY = [m for m in SERVICE.methods if not m.client_streaming and not m.server_streaming]
 ACCEPTABLE = {
-    grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-    grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.FAILED_PRECONDITION,
 }
 SEEN: Counter[str] = Counter()  # outcome counts across this module, for the figures
 
@@ -38,9 +41,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     process = ServerProcess(tmp_path_factory.mktemp("hostile") / "data", "--durability", "fast")
     process.start()
     yield process
-    assert process.proc is not None and process.proc.poll() is None, (
-        f"the server died: {process.log_tail()}"
-    )
+    assert process.proc is not None
+    assert process.proc.poll() is None, f"the server died: {process.log_tail()}"
     process.terminate()
 
 
@@ -55,8 +57,12 @@ def _path(method: MethodDescriptor) -> str:
     return f"/{SERVICE.full_name}/{method.name}"
 
 
-def _call_raw(channel: grpc.Channel, method: MethodDescriptor, payload: bytes,
-              compression: grpc.Compression | None = None) -> grpc.RpcError | None:
+def _call_raw(
+    channel: grpc.Channel,
+    method: MethodDescriptor,
+    payload: bytes,
+    compression: grpc.Compression | None = None,
+) -> grpc.RpcError | None:
     call = channel.unary_unary(_path(method))  # raw bytes both ways
     try:
         call(payload, timeout=60, compression=compression)
@@ -114,7 +120,9 @@ class _Request:
 
 def _valid_record(salt: str = "") -> resources_pb2.ExecutionRecord:
     return resources_pb2.ExecutionRecord(
-        request_id=f"valid{salt}", intent="read the config file", language="javascript",
+        request_id=f"valid{salt}",
+        intent="read the config file",
+        language="javascript",
         code="await mcp.read_file({path: 'a.json'})",
         tool_calls=[resources_pb2.ToolCall(tool="read_file", ok=True, arguments_json="{}")],
         status=resources_pb2.EXECUTION_STATUS_SUCCESS,
@@ -189,7 +197,9 @@ def _varint(n: int) -> bytes:
 
 def _record_request(**fields: object) -> bytes:
     base: dict[str, object] = {
-        "request_id": "hostile", "intent": "read a file", "language": "javascript",
+        "request_id": "hostile",
+        "intent": "read a file",
+        "language": "javascript",
         "code": "await mcp.read_file({path: 'a'})",
     }
     record = resources_pb2.ExecutionRecord(**{**base, **fields})  # type: ignore[arg-type]
@@ -206,26 +216,69 @@ def _case(name: str, method: str, payload: bytes, *codes: grpc.StatusCode) -> No
 IA, RE = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
 _case("groups nested 100k deep", "RecordExecution", _nested_groups(100_000), IA)
 _case("groups nested 101 deep", "Suggest", _nested_groups(101), IA, grpc.StatusCode.OK)
-_case("unknown fields nested 10k deep", "RecordExecution", _nested_length_delimited(10_000),
-      IA, grpc.StatusCode.OK)
-_case("20 MiB code (over the message limit)", "RecordExecution",
-      _record_request(code="x" * (20 << 20)), RE)
-_case("100k tool calls", "RecordExecution",
-      _record_request(tool_calls=[resources_pb2.ToolCall(tool="t", ok=True)] * 100_000), IA, RE)
-_case("1M embedding floats", "RecordExecution", _record_request(intent_embedding=[0.5] * 1_000_000),
-      IA, RE)
+_case(
+    "unknown fields nested 10k deep",
+    "RecordExecution",
+    _nested_length_delimited(10_000),
+    IA,
+    grpc.StatusCode.OK,
+)
+_case(
+    "20 MiB code (over the message limit)",
+    "RecordExecution",
+    _record_request(code="x" * (20 << 20)),
+    RE,
+)
+_case(
+    "100k tool calls",
+    "RecordExecution",
+    _record_request(tool_calls=[resources_pb2.ToolCall(tool="t", ok=True)] * 100_000),
+    IA,
+    RE,
+)
+_case(
+    "1M embedding floats",
+    "RecordExecution",
+    _record_request(intent_embedding=[0.5] * 1_000_000),
+    IA,
+    RE,
+)
 _case("200k tags", "RecordExecution", _record_request(tags=["tag"] * 200_000), IA, RE)
-_case("200k suggest embedding floats", "Suggest",
-      pml_pb2.SuggestRequest(intent="x", intent_embedding=[1.0] * 200_000).SerializeToString(), IA)
-_case("100k available tools", "Suggest", pml_pb2.SuggestRequest(
-    intent="x", available_tools=pml_pb2.AvailableTools(tools=["t"] * 100_000)
-).SerializeToString(), IA, grpc.StatusCode.OK)
-_case("arguments_json nested 100k deep", "RecordExecution", _record_request(
-    tool_calls=[resources_pb2.ToolCall(tool="t", ok=True, arguments_json="[" * 100_000)]), IA)
-_case("intent without words (zero vector)", "RecordExecution", _record_request(
-    intent="{ } ;", request_id="zero-vector"), IA)
-_case("suggest intent without words", "Suggest",
-      pml_pb2.SuggestRequest(intent="{").SerializeToString(), IA)
+_case(
+    "200k suggest embedding floats",
+    "Suggest",
+    pml_pb2.SuggestRequest(intent="x", intent_embedding=[1.0] * 200_000).SerializeToString(),
+    IA,
+)
+_case(
+    "100k available tools",
+    "Suggest",
+    pml_pb2.SuggestRequest(
+        intent="x", available_tools=pml_pb2.AvailableTools(tools=["t"] * 100_000)
+    ).SerializeToString(),
+    IA,
+    grpc.StatusCode.OK,
+)
+_case(
+    "arguments_json nested 100k deep",
+    "RecordExecution",
+    _record_request(
+        tool_calls=[resources_pb2.ToolCall(tool="t", ok=True, arguments_json="[" * 100_000)]
+    ),
+    IA,
+)
+_case(
+    "intent without words (zero vector)",
+    "RecordExecution",
+    _record_request(intent="{ } ;", request_id="zero-vector"),
+    IA,
+)
+_case(
+    "suggest intent without words",
+    "Suggest",
+    pml_pb2.SuggestRequest(intent="{").SerializeToString(),
+    IA,
+)
 _case("truncated varint", "GetPattern", b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", IA)
 _case("length past the end", "GetPattern", b"\x0a\x7fabc", IA)
 _case("invalid utf-8 in a string", "GetPattern", b"\x0a\x02\xc3\x28", IA)
@@ -251,14 +304,22 @@ def test_gzip_bomb_is_refused_with_bounded_memory(
     before = _peak_rss_bytes(server)
     codes = [
         (err.code() if err else grpc.StatusCode.OK)
-        for err in (_call_raw(channel, _method("RecordExecution"), bomb, grpc.Compression.Gzip)
-                    for _ in range(10))
+        for err in (
+            _call_raw(channel, _method("RecordExecution"), bomb, grpc.Compression.Gzip)
+            for _ in range(10)
+        )
     ]
     growth = _peak_rss_bytes(server) - before
     SEEN["gzip_bombs"] += len(codes)
-    summary = report("hostile_gzip_bomb", {"bombs": len(codes), "uncompressed_mib": 64,
-                                           "codes": sorted({c.name for c in codes}),
-                                           "peak_rss_growth_mib": round(growth / 2**20, 1)})
+    summary = report(
+        "hostile_gzip_bomb",
+        {
+            "bombs": len(codes),
+            "uncompressed_mib": 64,
+            "codes": sorted({c.name for c in codes}),
+            "peak_rss_growth_mib": round(growth / 2**20, 1),
+        },
+    )
     assert set(codes) == {RE}, summary
     assert growth < 64 << 20, summary
 

@@ -46,7 +46,8 @@ def _assert_index_matches_store(engine: Engine) -> int:
     for intent in stored:
         assert index.ann.contains(intent.id), f"intent {intent.id} missing from the index"
         [(found, score)] = index.semantic(intent.vector, 1)
-        assert found == intent.id and score > 0.999, f"intent {intent.id} not found by its vector"
+        assert found == intent.id, f"intent {intent.id}: its own vector finds {found} first"
+        assert score > 0.999, f"intent {intent.id}: self-similarity {score}"
     return len(stored)
 
 
@@ -79,15 +80,18 @@ def test_corrupted_snapshot_is_detected_and_rebuilt(tmp_path: Path, kind: str) -
         try:
             engine = open_engine(tmp_path, vector_index=kind)
         except Exception as err:
-            raise AssertionError(f"{kind}: snapshot '{name}' made the index fail to load: "
-                                 f"{type(err).__name__}: {err}") from err
+            raise AssertionError(
+                f"{kind}: snapshot '{name}' made the index fail to load: "
+                f"{type(err).__name__}: {err}"
+            ) from err
         try:
             checked += _assert_index_matches_store(engine)
         finally:
             engine.close()
         tried += 1
-    summary = report(f"snapshot_corruption_{kind}", {"corruptions": tried,
-                                                      "intents_verified": checked})
+    summary = report(
+        f"snapshot_corruption_{kind}", {"corruptions": tried, "intents_verified": checked}
+    )
     assert tried >= 25, summary
 
 
@@ -101,8 +105,13 @@ def test_kills_while_snapshots_are_written_restart_correct(tmp_path: Path) -> No
     server = ServerProcess(tmp_path / "data", *flags)
     server.start()
     names = workload.seed(server.target, ledger, rng)
-    totals = {"kills": 0, "kills_during_close": 0, "acked": 0, "acked_found": 0,
-              "intents_checked": 0}
+    totals = {
+        "kills": 0,
+        "kills_during_close": 0,
+        "acked": 0,
+        "acked_found": 0,
+        "intents_checked": 0,
+    }
     try:
         for cycle in range(8):
             workload.doom_one(server.target, ledger, cycle)
@@ -127,5 +136,3 @@ def test_kills_while_snapshots_are_written_restart_correct(tmp_path: Path) -> No
         server.kill()
     summary = report("snapshot_kills", totals)
     assert totals["acked_found"] == totals["acked"], summary
-
-

@@ -83,7 +83,9 @@ def _record(tenant: str, key: int, failed: bool, salt: int) -> resources_pb2.Exe
     code = "\n".join(f'await mcp.{t}({{path: "/{mark}/{salt}"}});' for t in tools)
     calls = [
         resources_pb2.ToolCall(
-            tool=t, ok=not (failed and i == 1), error=f"{mark} disk full" if failed and i else "",
+            tool=t,
+            ok=not (failed and i == 1),
+            error=f"{mark} disk full" if failed and i else "",
             arguments_json=f'{{"path": "/{mark}/{salt}"}}',
         )
         for i, t in enumerate(tools)
@@ -91,8 +93,11 @@ def _record(tenant: str, key: int, failed: bool, salt: int) -> resources_pb2.Exe
     return resources_pb2.ExecutionRecord(
         request_id=f"{tenant}-{random.getrandbits(64):x}",
         intent=f"archive the {mark} ledger number {key}",
-        code=code, language="javascript", tool_calls=calls,
-        status=resources_pb2.EXECUTION_STATUS_FAILURE if failed
+        code=code,
+        language="javascript",
+        tool_calls=calls,
+        status=resources_pb2.EXECUTION_STATUS_FAILURE
+        if failed
         else resources_pb2.EXECUTION_STATUS_SUCCESS,
     )
 
@@ -112,7 +117,8 @@ class TenantMachine(RuleBasedStateMachine):
     def _call(self, tenant: str, method: str, request: object) -> object:
         FIGURES["calls"] += 1
         reply = getattr(self.world.stub, method)(
-            request, metadata=(("authorization", f"Bearer {self.world.keys[tenant]}"),),
+            request,
+            metadata=(("authorization", f"Bearer {self.world.keys[tenant]}"),),
             timeout=30,
         )
         self._assert_no_foreign_marker(tenant, method, reply.SerializeToString())
@@ -132,13 +138,15 @@ class TenantMachine(RuleBasedStateMachine):
                 FIGURES["leaks"] += 1
                 raise AssertionError(f"LEAK: {method} answered {tenant} with {other}'s data")
 
-    @rule(tenant_no=TENANT, key=st.integers(0, 3), failed=st.booleans(),
-          salt=st.integers(0, 5))
+    @rule(tenant_no=TENANT, key=st.integers(0, 3), failed=st.booleans(), salt=st.integers(0, 5))
     def capture(self, tenant_no: int, key: int, failed: bool, salt: int) -> None:
         tenant = self.tenants[tenant_no]
         model = self.models[tenant]
-        reply = self._call(tenant, "RecordExecution",
-                           pml_pb2.RecordExecutionRequest(record=_record(tenant, key, failed, salt)))
+        reply = self._call(
+            tenant,
+            "RecordExecution",
+            pml_pb2.RecordExecutionRequest(record=_record(tenant, key, failed, salt)),
+        )
         result = reply.result  # type: ignore[attr-defined]
         model.failed_runs += failed
         if failed and key not in model.patterns:
@@ -154,10 +162,16 @@ class TenantMachine(RuleBasedStateMachine):
     def suggest(self, tenant_no: int, about_no: int, key: int) -> None:
         tenant, about = self.tenants[tenant_no], self.tenants[about_no]
         FIGURES["cross_tenant_probes"] += tenant != about
-        self._call(tenant, "Suggest", pml_pb2.SuggestRequest(
-            intent=f"archive the {marker(about)} ledger number {key}", page_size=20,
-            explain=True, include_flagged=True,
-        ))
+        self._call(
+            tenant,
+            "Suggest",
+            pml_pb2.SuggestRequest(
+                intent=f"archive the {marker(about)} ledger number {key}",
+                page_size=20,
+                explain=True,
+                include_flagged=True,
+            ),
+        )
 
     def _list_all(self, tenant: str, method: str, request_type: type, size: int) -> list[object]:
         items: list[object] = []
@@ -173,8 +187,10 @@ class TenantMachine(RuleBasedStateMachine):
     @rule(tenant_no=TENANT, size=st.integers(1, 3))
     def list_patterns(self, tenant_no: int, size: int) -> None:
         tenant = self.tenants[tenant_no]
-        got = {p.name for p in self._list_all(tenant, "ListPatterns", pml_pb2.ListPatternsRequest,
-                                               size)}  # type: ignore[attr-defined]
+        got = {
+            p.name
+            for p in self._list_all(tenant, "ListPatterns", pml_pb2.ListPatternsRequest, size)
+        }  # type: ignore[attr-defined]
         assert got == set(self.models[tenant].patterns.values())
 
     @rule(tenant_no=TENANT, size=st.integers(1, 3))
@@ -196,8 +212,9 @@ class TenantMachine(RuleBasedStateMachine):
             raw[flip % len(raw)] ^= 0x01
             token = raw.decode(errors="replace")
         FIGURES["tampered_tokens"] += 1
-        code = self._fails(thief, "ListFailures",
-                           pml_pb2.ListFailuresRequest(page_size=1, page_token=token))
+        code = self._fails(
+            thief, "ListFailures", pml_pb2.ListFailuresRequest(page_size=1, page_token=token)
+        )
         assert code is grpc.StatusCode.INVALID_ARGUMENT
 
     @rule(tenant_no=TENANT, owner_no=TENANT, key=st.integers(0, 3), delete=st.booleans())
@@ -230,13 +247,16 @@ class TenantMachine(RuleBasedStateMachine):
 def test_random_operations_never_leak_across_tenants(world: World) -> None:
     TenantMachine.world = world
     try:
-        run_state_machine_as_test(TenantMachine, settings=settings(
-            max_examples=40, stateful_step_count=40, deadline=None,
-            suppress_health_check=list(HealthCheck),
-        ))
+        run_state_machine_as_test(
+            TenantMachine,
+            settings=settings(
+                max_examples=40,
+                stateful_step_count=40,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
     finally:
         summary = report("tenant_isolation", {**FIGURES, "leaks": FIGURES["leaks"]})
     assert FIGURES["leaks"] == 0, summary
     assert FIGURES["cross_tenant_probes"] > 0, summary
-
-

@@ -31,12 +31,14 @@ def tools_of(pattern: int) -> list[str]:
     return [f"tool{pattern}_open", f"tool{pattern}_apply"]
 
 
-def record(pattern: int, intent: str, request_id: str, failed: bool, rng: random.Random) -> (
-    resources_pb2.ExecutionRecord
-):
+def record(
+    pattern: int, intent: str, request_id: str, failed: bool, rng: random.Random
+) -> resources_pb2.ExecutionRecord:
     tools = tools_of(pattern) if pattern >= 0 else [f"doomed{-pattern}_tool"]
     path = f"/data/{rng.randrange(10_000)}.json"
-    code = "\n".join(f'const r{i} = await mcp.{t}({{path: "{path}"}});' for i, t in enumerate(tools))
+    code = "\n".join(
+        f'const r{i} = await mcp.{t}({{path: "{path}"}});' for i, t in enumerate(tools)
+    )
     calls = [
         resources_pb2.ToolCall(
             tool=t,
@@ -46,7 +48,9 @@ def record(pattern: int, intent: str, request_id: str, failed: bool, rng: random
         )
         for i, t in enumerate(tools)
     ]
-    status = resources_pb2.EXECUTION_STATUS_FAILURE if failed else resources_pb2.EXECUTION_STATUS_SUCCESS
+    status = (
+        resources_pb2.EXECUTION_STATUS_FAILURE if failed else resources_pb2.EXECUTION_STATUS_SUCCESS
+    )
     return resources_pb2.ExecutionRecord(
         request_id=request_id,
         intent=intent,
@@ -93,9 +97,9 @@ def stub_for(target: str) -> tuple[grpc.Channel, pml_pb2_grpc.PmlServiceStub]:
     return channel, pml_pb2_grpc.PmlServiceStub(channel)
 
 
-def send(stub: pml_pb2_grpc.PmlServiceStub, rec: resources_pb2.ExecutionRecord) -> (
-    resources_pb2.CaptureResult
-):
+def send(
+    stub: pml_pb2_grpc.PmlServiceStub, rec: resources_pb2.ExecutionRecord
+) -> resources_pb2.CaptureResult:
     return stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=rec), timeout=30).result
 
 
@@ -151,9 +155,7 @@ class Writers:
     def __init__(self, target: str, ledger: Ledger, seed: int, clients: int) -> None:
         self.stop = threading.Event()
         self.threads = [
-            threading.Thread(
-                target=writer, args=(target, ledger, seed * 100 + i, self.stop)
-            )
+            threading.Thread(target=writer, args=(target, ledger, seed * 100 + i, self.stop))
             for i in range(clients)
         ]
         for t in self.threads:
@@ -174,8 +176,12 @@ class CheckFigures:
 
 
 def check_after_restart(
-    target: str, ledger: Ledger, names: dict[int, str], acked_to_check: set[str],
-    rng: random.Random, max_intents: int = 40,
+    target: str,
+    ledger: Ledger,
+    names: dict[int, str],
+    acked_to_check: set[str],
+    rng: random.Random,
+    max_intents: int = 40,
 ) -> CheckFigures:
     """Runs the three checks of the module docstring; raises AssertionError naming the loss."""
     figures = CheckFigures()
