@@ -22,9 +22,7 @@ from pml_server import _core
 IDENT = st.sampled_from(["path", "limit", "query", "mode", "maxResults", "content", "url"])
 TOOLS = st.sampled_from(["read_file", "write_file", "search", "fetch", "send_email"])
 OPS = st.sampled_from([">", "<", "==", "!="])
-TEXT = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=30
-)
+TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=30)
 LITERAL = st.one_of(TEXT, st.integers(min_value=0, max_value=10**12))
 
 
@@ -75,9 +73,8 @@ def render_js(s: Structure, values: list[str | int], seed: int) -> str:
             k += 1
         rnd.shuffle(pairs)
         semi = rnd.choice([";", ""])
-        lines.append(
-            f"const {var[i]}{sp()}={sp()}await mcp.{tool}({{{sp()}{(','+sp()).join(pairs)}}}){semi}"
-        )
+        args = ("," + sp()).join(pairs)
+        lines.append(f"const {var[i]}{sp()}={sp()}await mcp.{tool}({{{sp()}{args}}}){semi}")
     flag = "true" if s.flag else "false"
     lines.append(
         f"if ({var[0]}.size {s.op} {js_literal(values[0], rnd)}) {{ log({var[-1]}, {flag}) }}"
@@ -99,7 +96,7 @@ def render_py(s: Structure, values: list[str | int], seed: int) -> str:
             k += 1
         rnd.shuffle(kwargs)
         comment = rnd.choice(["", "  # note"])
-        lines.append(f"{var[i]} ={sp()}await tools.{tool}({(','+sp()).join(kwargs)}){comment}")
+        lines.append(f"{var[i]} ={sp()}await tools.{tool}({(',' + sp()).join(kwargs)}){comment}")
         if rnd.random() < 0.3:
             lines.append("")
     flag = "True" if s.flag else "False"
@@ -160,11 +157,11 @@ def test_structural_change_changes_hash(
     if change == "tool":
         i = data.draw(st.integers(0, len(s.tools) - 1))
         new_tool = data.draw(TOOLS.filter(lambda t: t != s.tools[i]))
-        changed = replace(s, tools=s.tools[:i] + (new_tool,) + s.tools[i + 1 :])
+        changed = replace(s, tools=(*s.tools[:i], new_tool, *s.tools[i + 1 :]))
     elif change == "key":
         i = data.draw(st.integers(0, len(s.keys) - 1))
         new_key = data.draw(IDENT.filter(lambda k: k not in s.keys[i]))
-        changed = replace(s, keys=s.keys[:i] + ((new_key, *s.keys[i][1:]),) + s.keys[i + 1 :])
+        changed = replace(s, keys=(*s.keys[:i], (new_key, *s.keys[i][1:]), *s.keys[i + 1 :]))
     elif change == "op":
         changed = replace(s, op=data.draw(OPS.filter(lambda o: o != s.op)))
     elif change == "flag":
@@ -180,7 +177,8 @@ def test_structural_change_changes_hash(
 @given(st.text(max_size=400), st.sampled_from(["js", "ts", "tsx", "py", "rust", "", "SQL"]))
 def test_never_raises_and_template_round_trips(code: str, language: str) -> None:
     n = _core.normalize(code, language)
-    assert n.code_hash.startswith("sha256:") and len(n.code_hash) == 71
+    assert n.code_hash.startswith("sha256:")
+    assert len(n.code_hash) == 71
     assert n.parse_ok == (n.fallback_reason == "")
     # Putting each literal back in place of its placeholder gives the input again.
     rebuilt, cursor, pos = [], 0, 0
@@ -205,7 +203,9 @@ def _corpus() -> list[tuple[str, str]]:
     rnd = random.Random(7)
     out = []
     for i in range(40):
-        s = Structure(("read_file", "search")[: 1 + i % 2], (("path",), ("query", "limit")), ">", True)
+        s = Structure(
+            ("read_file", "search")[: 1 + i % 2], (("path",), ("query", "limit")), ">", True
+        )
         out.append((render_js(s, [f"f{i}.json", i], i), "js"))
         out.append((render_py(s, [f"q{i}", i], i), "python"))
         out.append(("".join(rnd.choice("{}()[]'\"ab=:1 \n") for _ in range(200)), "js"))
@@ -227,7 +227,8 @@ def test_several_megabytes_and_the_size_limit() -> None:
     assert 3_000_000 < len(big) < _core.NORMALIZE_MAX_INPUT_BYTES
     n = _core.normalize(big, "js")
     assert n.parse_ok
-    assert len(n.params) == 100_000 and len(n.tool_calls) == 50_000
+    assert len(n.params) == 100_000
+    assert len(n.tool_calls) == 50_000
     too_big = "x" * (_core.NORMALIZE_MAX_INPUT_BYTES + 1)
     with pytest.raises(_core.InputTooLargeError, match="code"):
         _core.normalize(too_big, "js")
@@ -243,7 +244,10 @@ def test_several_megabytes_and_the_size_limit() -> None:
         ("x = " + "-" * 100_000 + "1\n", "py"),
         ("a" + ".b" * 200_000, "ts"),
         ("x = " + "1 + " * 200_000 + "1\n", "python"),
-        ("if a:\n" + "".join(" " * i + "if a:\n" for i in range(1, 400)) + " " * 400 + "pass\n", "py"),
+        (
+            "if a:\n" + "".join(" " * i + "if a:\n" for i in range(1, 400)) + " " * 400 + "pass\n",
+            "py",
+        ),
     ],
     ids=["parens", "brackets", "unary", "members", "binary-chain", "indentation"],
 )
@@ -267,6 +271,8 @@ def test_language_aliases() -> None:
         assert _core.normalize(code, alias).language == "typescript"
     assert _core.normalize("a = f('x')", "py").language == "python"
     other = _core.normalize(code, "  Kotlin ")
-    assert other.language == "kotlin" and not other.parse_ok
-    assert _core.parse_only(code, "js") and not _core.parse_only(code, "kotlin")
+    assert other.language == "kotlin"
+    assert not other.parse_ok
+    assert _core.parse_only(code, "js")
+    assert not _core.parse_only(code, "kotlin")
     assert not _core.parse_only("const = (", "js")

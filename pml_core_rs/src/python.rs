@@ -345,7 +345,11 @@ impl PyParam {
             "Param(name={:?}, json_type={:?}, value_json={:?}, start={}, end={}, secret={})",
             self.name,
             self.json_type,
-            if self.secret { "[REDACTED]" } else { &self.value_json },
+            if self.secret {
+                "[REDACTED]"
+            } else {
+                &self.value_json
+            },
             self.start,
             self.end,
             if self.secret { "True" } else { "False" }

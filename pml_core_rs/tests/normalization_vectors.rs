@@ -26,7 +26,10 @@ fn every_vector_replays() {
         assert_eq!(got.template, expected["template"], "{name}: template");
         assert_eq!(got.code_hash, expected["code_hash"], "{name}: code_hash");
         assert_eq!(got.parse_ok, expected["parse_ok"], "{name}: parse_ok");
-        assert_eq!(got.fallback_reason, expected["fallback_reason"], "{name}: reason");
+        assert_eq!(
+            got.fallback_reason, expected["fallback_reason"],
+            "{name}: reason"
+        );
         let tools: Vec<&str> = expected["tool_calls"]
             .as_array()
             .unwrap()
@@ -40,8 +43,18 @@ fn every_vector_replays() {
             assert_eq!(p.name, e["name"], "{name}: param name");
             assert_eq!(p.json_type.as_str(), e["json_type"], "{name}: {}", p.name);
             assert_eq!(p.value_json, e["value_json"], "{name}: {}", p.name);
-            assert_eq!(p.start as u64, e["start"].as_u64().unwrap(), "{name}: {}", p.name);
-            assert_eq!(p.end as u64, e["end"].as_u64().unwrap(), "{name}: {}", p.name);
+            assert_eq!(
+                p.start as u64,
+                e["start"].as_u64().unwrap(),
+                "{name}: {}",
+                p.name
+            );
+            assert_eq!(
+                p.end as u64,
+                e["end"].as_u64().unwrap(),
+                "{name}: {}",
+                p.name
+            );
             assert_eq!(p.secret, e["secret"], "{name}: {} secret", p.name);
         }
         let schema: Value = serde_json::from_str(&got.schema_json).unwrap();
@@ -49,9 +62,16 @@ fn every_vector_replays() {
         if let Some(other) = vector.get("same_hash_as").and_then(Value::as_str) {
             assert_eq!(Some(&got.code_hash), hashes.get(other), "{name} vs {other}");
         }
-        for other in vector.get("differs_from").and_then(Value::as_array).into_iter().flatten() {
+        for other in vector
+            .get("differs_from")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let other = other.as_str().unwrap();
-            let other_hash = hashes.get(other).expect("differs_from names an earlier vector");
+            let other_hash = hashes
+                .get(other)
+                .expect("differs_from names an earlier vector");
             assert_ne!(&got.code_hash, other_hash, "{name} vs {other}");
         }
         hashes.insert(name.to_owned(), got.code_hash);

@@ -131,7 +131,8 @@ CASES: list[Case] = [
         "server_namespaced",
         "ts",
         "const msgs: Message[] = await mcp.gmail.search({query: 'from:boss', maxResults: 10});\n"
-        "await mcp.notion.create_page({title: `Digest`, body: msgs.map(m => m.subject).join('\\n')});",
+        "await mcp.notion.create_page("
+        "{title: `Digest`, body: msgs.map(m => m.subject).join('\\n')});",
         None,
         [],
     ),

@@ -5,49 +5,7 @@
 
 use std::collections::HashSet;
 
-use tree_sitter::{Node, Tree};
-
-use super::language::Lang;
-use super::WalkError;
-
-pub fn collect<'a>(
-    tree: &Tree,
-    code: &'a str,
-    lang: Lang,
-    max_depth: usize,
-) -> Result<HashSet<&'a str>, WalkError> {
-    let mut bound = HashSet::new();
-    let mut pending: Vec<Node<'_>> = Vec::new();
-    let mut cursor = tree.walk();
-    let mut depth = 0usize;
-    loop {
-        let node = cursor.node();
-        if lang.is_python() {
-            python_binding_sites(node, &mut pending);
-        } else {
-            js_binding_sites(node, &mut pending);
-        }
-        while let Some(pattern) = pending.pop() {
-            collect_pattern(pattern, code, &mut bound, &mut pending);
-        }
-        if cursor.goto_first_child() {
-            depth += 1;
-            if depth > max_depth {
-                return Err(WalkError::TooDeep);
-            }
-            continue;
-        }
-        loop {
-            if cursor.goto_next_sibling() {
-                break;
-            }
-            if !cursor.goto_parent() {
-                return Ok(bound);
-            }
-            depth -= 1;
-        }
-    }
-}
+use tree_sitter::Node;
 
 fn push_field<'t>(node: Node<'t>, field: &str, out: &mut Vec<Node<'t>>) {
     if let Some(child) = node.child_by_field_name(field) {
@@ -60,8 +18,8 @@ fn push_named_children<'t>(node: Node<'t>, out: &mut Vec<Node<'t>>) {
     out.extend(node.named_children(&mut cursor));
 }
 
-fn js_binding_sites<'t>(node: Node<'t>, out: &mut Vec<Node<'t>>) {
-    match node.kind() {
+pub fn js_binding_sites<'t>(node: Node<'t>, kind: &str, out: &mut Vec<Node<'t>>) {
+    match kind {
         "variable_declarator" => push_field(node, "name", out),
         "function_declaration"
         | "generator_function_declaration"
@@ -94,8 +52,8 @@ fn js_binding_sites<'t>(node: Node<'t>, out: &mut Vec<Node<'t>>) {
     }
 }
 
-fn python_binding_sites<'t>(node: Node<'t>, out: &mut Vec<Node<'t>>) {
-    match node.kind() {
+pub fn python_binding_sites<'t>(node: Node<'t>, kind: &str, out: &mut Vec<Node<'t>>) {
+    match kind {
         "assignment" | "for_statement" | "for_in_clause" => push_field(node, "left", out),
         "named_expression" | "function_definition" | "class_definition" => {
             push_field(node, "name", out);
@@ -107,7 +65,7 @@ fn python_binding_sites<'t>(node: Node<'t>, out: &mut Vec<Node<'t>>) {
 }
 
 /// Add every identifier a binding pattern introduces (not those in default values).
-fn collect_pattern<'a, 't>(
+pub fn collect_pattern<'a, 't>(
     node: Node<'t>,
     code: &'a str,
     bound: &mut HashSet<&'a str>,
@@ -119,9 +77,19 @@ fn collect_pattern<'a, 't>(
                 bound.insert(name);
             }
         }
-        "object_pattern" | "array_pattern" | "rest_pattern" | "pattern_list" | "tuple_pattern"
-        | "list_pattern" | "tuple" | "list" | "list_splat_pattern" | "dictionary_splat_pattern"
-        | "list_splat" | "as_pattern_target" | "parenthesized_expression" => {
+        "object_pattern"
+        | "array_pattern"
+        | "rest_pattern"
+        | "pattern_list"
+        | "tuple_pattern"
+        | "list_pattern"
+        | "tuple"
+        | "list"
+        | "list_splat_pattern"
+        | "dictionary_splat_pattern"
+        | "list_splat"
+        | "as_pattern_target"
+        | "parenthesized_expression" => {
             push_named_children(node, pending);
         }
         "pair_pattern" => push_field(node, "value", pending),

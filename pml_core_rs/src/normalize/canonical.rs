@@ -2,6 +2,8 @@
 //! after a header naming the normalizer version and the language. Length prefixes make the
 //! stream unambiguous whatever bytes a token holds, and let segments be sorted as bytes.
 
+use std::collections::{HashMap, HashSet};
+
 use crate::hashing::sha256_tagged;
 
 /// Token tags, so a placeholder or a renamed variable can never equal source text.
@@ -11,6 +13,10 @@ pub const TAG_LOCAL: u8 = 0x02;
 pub const TAG_CODE_STRING: u8 = 0x03;
 pub const TAG_OPEN: u8 = 0x04;
 pub const TAG_CLOSE: &[u8] = b"\x05";
+/// A variable name that becomes `TAG_LOCAL <n>` if the snippet binds it (`resolve_names`).
+pub const TAG_NAME: u8 = 0x06;
+/// Prefix of a plain token whose text starts with a tag byte, so text never poses as a tag.
+const ESCAPE: u8 = 0x07;
 
 pub struct Canonical {
     buf: Vec<u8>,
@@ -32,9 +38,21 @@ impl Canonical {
     }
 
     pub fn token(&mut self, bytes: &[u8]) {
+        if bytes.first().is_some_and(|&b| b <= ESCAPE) {
+            self.tagged(ESCAPE, bytes);
+            return;
+        }
         // u32 is enough: inputs are capped far below 4 GiB.
-        self.buf.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        self.buf
+            .extend_from_slice(&(bytes.len() as u32).to_le_bytes());
         self.buf.extend_from_slice(bytes);
+    }
+
+    /// One of the fixed tag tokens (`TAG_STRING_PARAM`, `TAG_CLOSE`...), written unescaped.
+    pub fn marker(&mut self, tag: &'static [u8]) {
+        self.buf
+            .extend_from_slice(&(tag.len() as u32).to_le_bytes());
+        self.buf.extend_from_slice(tag);
     }
 
     /// A token made of a one-byte tag and a body.
@@ -90,6 +108,39 @@ impl Canonical {
         self.buf.extend_from_slice(&self.scratch);
     }
 
+    /// Rewrite every `TAG_NAME` token: a name in `bound` becomes `TAG_LOCAL <n>`, numbered by
+    /// first occurrence, so consistent renaming of local variables does not change the hash;
+    /// any other name becomes its plain text.
+    pub fn resolve_names(&mut self, bound: &HashSet<&str>) {
+        let mut locals: HashMap<&[u8], usize> = HashMap::new();
+        let mut out = Vec::with_capacity(self.buf.len());
+        let buf = &self.buf;
+        let mut at = 0;
+        while at + 4 <= buf.len() {
+            let len = u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]) as usize;
+            let body = &buf[at + 4..at + 4 + len];
+            at += 4 + len;
+            if body.first() != Some(&TAG_NAME) {
+                out.extend_from_slice(&(len as u32).to_le_bytes());
+                out.extend_from_slice(body);
+                continue;
+            }
+            let name = &body[1..];
+            let is_bound = std::str::from_utf8(name).is_ok_and(|n| bound.contains(n));
+            if is_bound {
+                let next = locals.len();
+                let index = locals.entry(name).or_insert(next).to_string();
+                out.extend_from_slice(&((index.len() + 1) as u32).to_le_bytes());
+                out.push(TAG_LOCAL);
+                out.extend_from_slice(index.as_bytes());
+            } else {
+                out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+                out.extend_from_slice(name);
+            }
+        }
+        self.buf = out;
+    }
+
     pub fn hash(&self) -> String {
         sha256_tagged(&self.buf)
     }
@@ -108,6 +159,12 @@ mod tests {
         b.token(b"a");
         b.token(b"bc");
         assert_ne!(a.hash(), b.hash());
+        // Text that starts with a tag byte cannot pose as a tagged token.
+        let mut text = Canonical::new(1, "js", "tree", 0);
+        text.token(b"\x06x");
+        let mut name = Canonical::new(1, "js", "tree", 0);
+        name.tagged(TAG_NAME, b"x");
+        assert_ne!(text.hash(), name.hash());
     }
 
     #[test]

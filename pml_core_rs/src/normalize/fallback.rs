@@ -72,8 +72,13 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
         let next_is_colon = tokens.get(i + 1).is_some_and(|n| text(n) == ":");
         let value = match token.kind {
             Kind::Str if !next_is_colon && !code_strings.contains(&i) => {
-                decode_string(text(token), &style)
-                    .map(|s| (JsonType::String, serde_json::Value::String(s.clone()).to_string(), Some(s)))
+                decode_string(text(token), &style).map(|s| {
+                    (
+                        JsonType::String,
+                        serde_json::Value::String(s.clone()).to_string(),
+                        Some(s),
+                    )
+                })
             }
             Kind::Number => literal::parse_number(text(token), false, style.python)
                 .map(|(json_type, value)| (json_type, value, None)),
@@ -81,7 +86,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
         };
         match (token.kind, value) {
             (_, Some((json_type, value_json, string_value))) => {
-                canon.token(if json_type == JsonType::String {
+                canon.marker(if json_type == JsonType::String {
                     canonical::TAG_STRING_PARAM
                 } else {
                     canonical::TAG_NUMBER_PARAM
@@ -152,7 +157,9 @@ fn context_name(tokens: &[Token], i: usize, code: &str, style: &Style) -> Option
     let key = prev(2)?;
     match text(sep) {
         ":" | "=" => {
-            if text(sep) == "=" && prev(3).is_some_and(|t| t.kind == Kind::Punct && "=!<>".contains(text(t))) {
+            if text(sep) == "="
+                && prev(3).is_some_and(|t| t.kind == Kind::Punct && "=!<>".contains(text(t)))
+            {
                 return None;
             }
             match key.kind {
@@ -175,7 +182,9 @@ fn lex(code: &str, style: &Style) -> Vec<Token> {
         let rest = &bytes[i..];
         if c.is_ascii_whitespace() {
             i += 1;
-        } else if (style.hash_comments && c == b'#') || (style.slash_comments && rest.starts_with(b"//")) {
+        } else if (style.hash_comments && c == b'#')
+            || (style.slash_comments && rest.starts_with(b"//"))
+        {
             i += rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
         } else if style.slash_comments && rest.starts_with(b"/*") {
             i += rest[2..]
@@ -185,11 +194,19 @@ fn lex(code: &str, style: &Style) -> Vec<Token> {
         } else if c == b'"' || c == b'\'' || (style.backticks && c == b'`') {
             match string_end(bytes, i, style) {
                 Some(end) => {
-                    tokens.push(Token { kind: Kind::Str, start: i, end });
+                    tokens.push(Token {
+                        kind: Kind::Str,
+                        start: i,
+                        end,
+                    });
                     i = end;
                 }
                 None => {
-                    tokens.push(Token { kind: Kind::Punct, start: i, end: i + 1 });
+                    tokens.push(Token {
+                        kind: Kind::Punct,
+                        start: i,
+                        end: i + 1,
+                    });
                     i += 1;
                 }
             }
@@ -207,13 +224,21 @@ fn lex(code: &str, style: &Style) -> Vec<Token> {
                     break;
                 }
             }
-            tokens.push(Token { kind: Kind::Number, start: i, end });
+            tokens.push(Token {
+                kind: Kind::Number,
+                start: i,
+                end,
+            });
             i = end;
         } else if c.is_ascii_alphabetic() || c == b'_' || c == b'$' || c >= 0x80 {
             let mut end = i + 1;
             while end < bytes.len() {
                 let b = bytes[end];
-                if b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || (b >= 0x80 && !is_non_ascii_space(code, end)) {
+                if b.is_ascii_alphanumeric()
+                    || b == b'_'
+                    || b == b'$'
+                    || (b >= 0x80 && !is_non_ascii_space(code, end))
+                {
                     end += 1;
                 } else {
                     break;
@@ -223,10 +248,18 @@ fn lex(code: &str, style: &Style) -> Vec<Token> {
             while !code.is_char_boundary(end) {
                 end += 1;
             }
-            tokens.push(Token { kind: Kind::Word, start: i, end });
+            tokens.push(Token {
+                kind: Kind::Word,
+                start: i,
+                end,
+            });
             i = end;
         } else {
-            tokens.push(Token { kind: Kind::Punct, start: i, end: i + 1 });
+            tokens.push(Token {
+                kind: Kind::Punct,
+                start: i,
+                end: i + 1,
+            });
             i += 1;
         }
     }

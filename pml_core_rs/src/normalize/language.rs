@@ -9,7 +9,9 @@ use tree_sitter::{Language, Parser, Tree};
 pub enum Lang {
     JavaScript,
     /// TypeScript; `tsx` selects the TSX grammar (JSX allowed), same canonical name.
-    TypeScript { tsx: bool },
+    TypeScript {
+        tsx: bool,
+    },
     Python,
 }
 

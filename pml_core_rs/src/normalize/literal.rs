@@ -135,9 +135,7 @@ fn take_hex(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, count: usize) 
 /// Decode a Python string literal with its prefix and quotes. `None` for byte strings,
 /// f-strings/t-strings and escapes we do not decode exactly (`\N{...}`).
 pub fn decode_py_string(raw: &str) -> Option<String> {
-    let prefix_len = raw
-        .find(|c: char| c == '"' || c == '\'')
-        .filter(|&i| i <= 3)?;
+    let prefix_len = raw.find(['"', '\'']).filter(|&i| i <= 3)?;
     let prefix = raw[..prefix_len].to_ascii_lowercase();
     if prefix.chars().any(|c| !matches!(c, 'r' | 'u')) {
         return None;
@@ -254,8 +252,14 @@ mod tests {
     fn js_strings_decode() {
         assert_eq!(decode_js_string(r#""a.json""#).as_deref(), Some("a.json"));
         assert_eq!(decode_js_string("'it\\'s'").as_deref(), Some("it's"));
-        assert_eq!(decode_js_string(r#""\x41\u0042\u{43}\n""#).as_deref(), Some("ABC\n"));
-        assert_eq!(decode_js_string(r#""\uD83D\uDE00""#).as_deref(), Some("\u{1F600}"));
+        assert_eq!(
+            decode_js_string(r#""\x41\u0042\u{43}\n""#).as_deref(),
+            Some("ABC\n")
+        );
+        assert_eq!(
+            decode_js_string(r#""\uD83D\uDE00""#).as_deref(),
+            Some("\u{1F600}")
+        );
         assert_eq!(decode_js_string(r#""\uD83D""#).as_deref(), Some("\u{FFFD}"));
         assert_eq!(decode_js_string("`plain`").as_deref(), Some("plain"));
         assert_eq!(decode_js_string("\"a\\\nb\"").as_deref(), Some("ab"));
@@ -266,8 +270,14 @@ mod tests {
     fn python_strings_decode() {
         assert_eq!(decode_py_string("'a.json'").as_deref(), Some("a.json"));
         assert_eq!(decode_py_string(r#"r"C:\dir""#).as_deref(), Some("C:\\dir"));
-        assert_eq!(decode_py_string(r#""\d\x41\101""#).as_deref(), Some("\\dAA"));
-        assert_eq!(decode_py_string("'''multi\nline'''").as_deref(), Some("multi\nline"));
+        assert_eq!(
+            decode_py_string(r#""\d\x41\101""#).as_deref(),
+            Some("\\dAA")
+        );
+        assert_eq!(
+            decode_py_string("'''multi\nline'''").as_deref(),
+            Some("multi\nline")
+        );
         assert_eq!(decode_py_string("u'x'").as_deref(), Some("x"));
         assert_eq!(decode_py_string("b'x'"), None);
         assert_eq!(decode_py_string("f'{x}'"), None);
@@ -282,7 +292,10 @@ mod tests {
         assert_eq!(int("0x1F"), Some((JsonType::Integer, "31".into())));
         assert_eq!(int("2.5"), Some((JsonType::Number, "2.5".into())));
         assert_eq!(int("1e3"), Some((JsonType::Number, "1000.0".into())));
-        assert_eq!(parse_number("5", true, true), Some((JsonType::Integer, "-5".into())));
+        assert_eq!(
+            parse_number("5", true, true),
+            Some((JsonType::Integer, "-5".into()))
+        );
         assert_eq!(int("10n"), None);
         assert_eq!(parse_number("1j", false, true), None);
         assert_eq!(int("1e999"), None);

@@ -110,7 +110,10 @@ pub fn normalize(code: &str, language: &str) -> CoreResult<Normalized> {
     };
     let (extracted, fallback_reason) = match outcome {
         Ok(extracted) => (extracted, String::new()),
-        Err((lang, reason)) => (fallback::normalize_tokens(code, &language_name, lang), reason),
+        Err((lang, reason)) => (
+            fallback::normalize_tokens(code, &language_name, lang),
+            reason,
+        ),
     };
     Ok(assemble(code, language_name, extracted, fallback_reason))
 }
@@ -146,11 +149,14 @@ fn parse_and_walk(code: &str, lang: Lang) -> Result<Extracted, String> {
     if tree.root_node().has_error() {
         return Err(syntax_error_reason(&tree));
     }
-    let bound = bindings::collect(&tree, code, lang, MAX_TREE_DEPTH).map_err(|_| too_deep())?;
-    let mut canon =
-        canonical::Canonical::new(NORMALIZER_VERSION, lang.canonical_name(), "tree", code.len());
-    let result = tree::walk(&tree, code, lang, &mut canon, bound, MAX_TREE_DEPTH)
-        .map_err(|_| too_deep())?;
+    let mut canon = canonical::Canonical::new(
+        NORMALIZER_VERSION,
+        lang.canonical_name(),
+        "tree",
+        code.len(),
+    );
+    let result =
+        tree::walk(&tree, code, lang, &mut canon, MAX_TREE_DEPTH).map_err(|_| too_deep())?;
     Ok(Extracted {
         code_hash: canon.hash(),
         params: result.params,
@@ -182,7 +188,11 @@ fn syntax_error_reason(tree: &tree_sitter::Tree) -> String {
         let node = cursor.node();
         if node.is_error() || node.is_missing() {
             let at = node.start_position();
-            let what = if node.is_missing() { "missing token" } else { "syntax error" };
+            let what = if node.is_missing() {
+                "missing token"
+            } else {
+                "syntax error"
+            };
             return format!("{what} at line {}, column {}", at.row + 1, at.column + 1);
         }
         // Only subtrees that contain an error are worth entering.
@@ -192,7 +202,11 @@ fn syntax_error_reason(tree: &tree_sitter::Tree) -> String {
         }
         if !moved {
             let at = cursor.node().start_position();
-            return format!("syntax error at line {}, column {}", at.row + 1, at.column + 1);
+            return format!(
+                "syntax error at line {}, column {}",
+                at.row + 1,
+                at.column + 1
+            );
         }
     }
 }
@@ -221,7 +235,10 @@ fn assemble(
             .to_owned()
         });
         let secret = context.as_deref().is_some_and(secrets::is_secret_name)
-            || raw.string_value.as_deref().is_some_and(secrets::is_secret_value);
+            || raw
+                .string_value
+                .as_deref()
+                .is_some_and(secrets::is_secret_value);
         let name = names.allocate(&base);
         let gap = &code[byte_at..raw.start];
         template.push_str(gap);

@@ -65,7 +65,12 @@ fn is_date(value: &str) -> bool {
 }
 
 fn is_date_bytes(b: &[u8]) -> bool {
-    b.len() == 10 && digits(&b[0..4]) && b[4] == b'-' && digits(&b[5..7]) && b[7] == b'-' && digits(&b[8..10])
+    b.len() == 10
+        && digits(&b[0..4])
+        && b[4] == b'-'
+        && digits(&b[5..7])
+        && b[7] == b'-'
+        && digits(&b[8..10])
 }
 
 /// RFC 3339: `YYYY-MM-DDTHH:MM:SS[.frac](Z|+HH:MM|-HH:MM)`.
@@ -75,7 +80,12 @@ fn is_date_time(value: &str) -> bool {
         return false;
     }
     let time = &b[11..];
-    if !(digits(&time[0..2]) && time[2] == b':' && digits(&time[3..5]) && time[5] == b':' && digits(&time[6..8])) {
+    if !(digits(&time[0..2])
+        && time[2] == b':'
+        && digits(&time[3..5])
+        && time[5] == b':'
+        && digits(&time[6..8]))
+    {
         return false;
     }
     let mut rest = &time[8..];
@@ -87,7 +97,11 @@ fn is_date_time(value: &str) -> bool {
         rest = &rest[1 + frac..];
     }
     matches!(rest, [b'Z' | b'z'])
-        || (rest.len() == 6 && matches!(rest[0], b'+' | b'-') && digits(&rest[1..3]) && rest[3] == b':' && digits(&rest[4..6]))
+        || (rest.len() == 6
+            && matches!(rest[0], b'+' | b'-')
+            && digits(&rest[1..3])
+            && rest[3] == b':'
+            && digits(&rest[4..6]))
 }
 
 fn is_email(value: &str) -> bool {
@@ -118,10 +132,10 @@ fn is_uri(value: &str) -> bool {
 /// File extensions common enough in agent code to call a bare `name.ext` a path.
 const FILE_EXTENSIONS: &[&str] = &[
     "json", "jsonl", "ndjson", "csv", "tsv", "txt", "md", "py", "js", "mjs", "ts", "tsx", "jsx",
-    "yaml", "yml", "toml", "xml", "html", "htm", "css", "png", "jpg", "jpeg", "gif", "webp",
-    "svg", "pdf", "log", "sh", "sql", "db", "sqlite", "zip", "gz", "tar", "tgz", "parquet",
-    "xlsx", "xls", "docx", "doc", "pptx", "ini", "cfg", "conf", "env", "lock", "rs", "go",
-    "java", "c", "h", "cpp", "rb", "mp3", "mp4", "wav", "bin", "pkl", "npy", "ipynb",
+    "yaml", "yml", "toml", "xml", "html", "htm", "css", "png", "jpg", "jpeg", "gif", "webp", "svg",
+    "pdf", "log", "sh", "sql", "db", "sqlite", "zip", "gz", "tar", "tgz", "parquet", "xlsx", "xls",
+    "docx", "doc", "pptx", "ini", "cfg", "conf", "env", "lock", "rs", "go", "java", "c", "h",
+    "cpp", "rb", "mp3", "mp4", "wav", "bin", "pkl", "npy", "ipynb",
 ];
 
 fn is_path(value: &str) -> bool {
@@ -130,7 +144,10 @@ fn is_path(value: &str) -> bool {
         || value.starts_with("./")
         || value.starts_with("../")
         || value.starts_with("~/")
-        || (b.len() > 2 && b[0].is_ascii_alphabetic() && b[1] == b':' && matches!(b[2], b'\\' | b'/'))
+        || (b.len() > 2
+            && b[0].is_ascii_alphabetic()
+            && b[1] == b':'
+            && matches!(b[2], b'\\' | b'/'))
     {
         return true;
     }
@@ -141,7 +158,8 @@ fn is_path(value: &str) -> bool {
     let has_extension = file_name.rsplit_once('.').is_some_and(|(stem, ext)| {
         !stem.is_empty() && FILE_EXTENSIONS.contains(&ext.to_ascii_lowercase().as_str())
     });
-    has_extension || (value.contains('/') && value.split('/').filter(|s| !s.is_empty()).count() >= 2)
+    has_extension
+        || (value.contains('/') && value.split('/').filter(|s| !s.is_empty()).count() >= 2)
 }
 
 #[cfg(test)]
@@ -156,7 +174,10 @@ mod tests {
         assert_eq!(format_hint("https://example.com/x?q=1"), Some("uri"));
         assert_eq!(format_hint("ann@example.org"), Some("email"));
         assert_eq!(format_hint("2024-05-01T10:00:00Z"), Some("date-time"));
-        assert_eq!(format_hint("2024-05-01T10:00:00.123+02:00"), Some("date-time"));
+        assert_eq!(
+            format_hint("2024-05-01T10:00:00.123+02:00"),
+            Some("date-time")
+        );
         assert_eq!(format_hint("2024-05-01"), Some("date"));
         assert_eq!(format_hint("hello"), None);
         assert_eq!(format_hint("hello world.json"), None);

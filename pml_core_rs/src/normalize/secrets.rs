@@ -61,7 +61,9 @@ pub fn is_secret_name(upper_snake: &str) -> bool {
     let words: Vec<&str> = upper_snake.split('_').filter(|w| !w.is_empty()).collect();
     SECRET_WORDS.iter().any(|secret| {
         let parts: Vec<&str> = secret.split('_').collect();
-        words.windows(parts.len()).any(|window| window == parts.as_slice())
+        words
+            .windows(parts.len())
+            .any(|window| window == parts.as_slice())
     })
 }
 
@@ -106,7 +108,10 @@ fn is_high_entropy_token(value: &str) -> bool {
     let has_digit = bytes.iter().any(u8::is_ascii_digit);
     let has_alpha = bytes.iter().any(u8::is_ascii_alphabetic);
     // A path or a snake_case identifier is not a key: keys rarely have long lowercase words.
-    let separators = bytes.iter().filter(|&&b| matches!(b, b'/' | b'_' | b'-')).count();
+    let separators = bytes
+        .iter()
+        .filter(|&&b| matches!(b, b'/' | b'_' | b'-'))
+        .count();
     if !token_chars || !has_digit || !has_alpha || separators * 6 > bytes.len() {
         return false;
     }

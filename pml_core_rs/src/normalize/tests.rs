@@ -15,7 +15,10 @@ fn same(a: &str, b: &str, language: &str) {
 
 fn different(a: &str, b: &str, language: &str) {
     let (x, y) = (norm(a, language), norm(b, language));
-    assert_ne!(x.code_hash, y.code_hash, "expected different hash:\n{a}\n{b}");
+    assert_ne!(
+        x.code_hash, y.code_hash,
+        "expected different hash:\n{a}\n{b}"
+    );
 }
 
 #[test]
@@ -39,8 +42,16 @@ fn same_hash_cases_js() {
     let js = "js";
     same("f(\"a\")", "f('b')", js);
     same("f(1)", "f(2.5)", js);
-    same("const a = 1;\nuse(a)", "const   a=2 // note\n\n;use( a )", js);
-    same("const data = await mcp.x(); use(data)", "const x = await mcp.x(); use(x)", js);
+    same(
+        "const a = 1;\nuse(a)",
+        "const   a=2 // note\n\n;use( a )",
+        js,
+    );
+    same(
+        "const data = await mcp.x(); use(data)",
+        "const x = await mcp.x(); use(x)",
+        js,
+    );
     same(
         "await mcp.write({path: 'a', mode: 'w'})",
         "await mcp.write({mode: 'x', path: 'b',})",
@@ -49,14 +60,26 @@ fn same_hash_cases_js() {
     same("/* c */ mcp.a()", "mcp.a()", js);
     same("a = 1;\nb(a);", "a = 1\nb(a)", js);
     different("for (;;) {}", "for (;a;) {}", js);
-    same("function f(a, b) { return a + b }", "function g(x, y) { return x + y }", js);
+    same(
+        "function f(a, b) { return a + b }",
+        "function g(x, y) { return x + y }",
+        js,
+    );
 }
 
 #[test]
 fn different_hash_cases_js() {
     let js = "js";
-    different("mcp.read_file({path: 'a'})", "mcp.write_file({path: 'a'})", js);
-    different("mcp.read_file({path: 'a'})", "mcp.read_file({file: 'a'})", js);
+    different(
+        "mcp.read_file({path: 'a'})",
+        "mcp.write_file({path: 'a'})",
+        js,
+    );
+    different(
+        "mcp.read_file({path: 'a'})",
+        "mcp.read_file({file: 'a'})",
+        js,
+    );
     different("mcp.a(); mcp.b()", "mcp.b(); mcp.a()", js);
     different("mcp.a()", "mcp.a(); mcp.a()", js);
     different("if (x) { f(1) }", "while (x) { f(1) }", js);
@@ -67,23 +90,48 @@ fn different_hash_cases_js() {
     different("f(1)", "f('1')", js);
     different("const a = 1; use(a, b)", "const a = 1; use(b, a)", js);
     different("use(console)", "use(window)", js);
-    assert_ne!(norm("x = 1", "js").code_hash, norm("x = 1", "python").code_hash);
-    different("mcp.call('read_file', {})", "mcp.call('write_file', {})", js);
+    assert_ne!(
+        norm("x = 1", "js").code_hash,
+        norm("x = 1", "python").code_hash
+    );
+    different(
+        "mcp.call('read_file', {})",
+        "mcp.call('write_file', {})",
+        js,
+    );
 }
 
 #[test]
 fn python_rules() {
     let py = "python";
-    same("await tools.read_file(path='a')", "await tools.read_file(path=\"b\")", py);
-    same("tools.w(path='a', mode='w')", "tools.w(mode='x', path='b')", py);
-    same("data = tools.get()\nprint(data)", "rows = tools.get()\nprint(rows)", py);
+    same(
+        "await tools.read_file(path='a')",
+        "await tools.read_file(path=\"b\")",
+        py,
+    );
+    same(
+        "tools.w(path='a', mode='w')",
+        "tools.w(mode='x', path='b')",
+        py,
+    );
+    same(
+        "data = tools.get()\nprint(data)",
+        "rows = tools.get()\nprint(rows)",
+        py,
+    );
     same("x = 1  # comment\n", "x = 2\n\n", py);
     different("if a:\n    f()\ng()\n", "if a:\n    f()\n    g()\n", py);
     different("tools.w(path='a')", "tools.w(file='a')", py);
     different("f(True)", "f(None)", py);
     different("f(1)", "f(-1) if x else 0", py);
-    let n = norm("res = await tools.read_file(path=\"a.txt\")\nlimit = 5\n", py);
-    assert_eq!(n.template, "res = await tools.read_file(path=$PATH)\nlimit = $LIMIT\n");
+    let n = norm(
+        "res = await tools.read_file(path=\"a.txt\")\nlimit = 5\n",
+        py,
+    );
+    assert_eq!(
+        n.template,
+        "res = await tools.read_file(path=$PATH)\nlimit = $LIMIT\n"
+    );
     assert_eq!(n.tool_calls, vec!["read_file"]);
 }
 
@@ -96,7 +144,16 @@ fn placeholder_names() {
     let names: Vec<&str> = n.params.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(
         names,
-        ["$LIMIT", "$MAX_RESULTS", "$READ_FILE_ARG0", "$READ_FILE_ARG1", "$PATH", "$PATH_2", "$G_ARG0", "$G_ARG1"]
+        [
+            "$LIMIT",
+            "$MAX_RESULTS",
+            "$READ_FILE_ARG0",
+            "$READ_FILE_ARG1",
+            "$PATH",
+            "$PATH_2",
+            "$G_ARG0",
+            "$G_ARG1"
+        ]
     );
     assert_eq!(n.params[1].value_json, "-2");
     assert_eq!(n.params[7].json_type, JsonType::Number);
@@ -125,8 +182,20 @@ fn secrets_flagged() {
         "mcp.http({url: 'https://a.io', apiKey: 'abc', auth: 'ghp_0123456789abcdefghijklmnopqrstuvwxyz', note: 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl'})",
         "js",
     );
-    let flags: Vec<(&str, bool)> = n.params.iter().map(|p| (p.name.as_str(), p.secret)).collect();
-    assert_eq!(flags, [("$URL", false), ("$API_KEY", true), ("$AUTH", true), ("$NOTE", true)]);
+    let flags: Vec<(&str, bool)> = n
+        .params
+        .iter()
+        .map(|p| (p.name.as_str(), p.secret))
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            ("$URL", false),
+            ("$API_KEY", true),
+            ("$AUTH", true),
+            ("$NOTE", true)
+        ]
+    );
     let schema: serde_json::Value = serde_json::from_str(&n.schema_json).unwrap();
     assert_eq!(schema["properties"]["$URL"]["format"], "uri");
     assert_eq!(schema["properties"]["$API_KEY"]["writeOnly"], true);
@@ -136,7 +205,11 @@ fn secrets_flagged() {
 fn fallback_paths() {
     let broken = norm("const x = await mcp.read_file({path: 'a'", "js");
     assert!(!broken.parse_ok);
-    assert!(broken.fallback_reason.contains("line 1"), "{}", broken.fallback_reason);
+    assert!(
+        broken.fallback_reason.contains("line 1"),
+        "{}",
+        broken.fallback_reason
+    );
     assert_eq!(broken.params[0].name, "$PATH");
     assert_eq!(broken.tool_calls, vec!["read_file"]);
     let other = norm("fn main() { let path = \"a\"; }", "Rust");
@@ -149,17 +222,28 @@ fn fallback_paths() {
     );
     let deep = "(".repeat(100_000);
     let n = norm(&deep, "js");
-    assert!(!n.parse_ok && n.fallback_reason.contains("nested"), "{}", n.fallback_reason);
+    assert!(
+        !n.parse_ok && n.fallback_reason.contains("nested"),
+        "{}",
+        n.fallback_reason
+    );
     let chain = format!("x = {}1\n", "1 + ".repeat(50_000));
     let n = norm(&chain, "python");
-    assert!(!n.parse_ok && n.fallback_reason.contains("deeper"), "{}", n.fallback_reason);
+    assert!(
+        !n.parse_ok && n.fallback_reason.contains("deeper"),
+        "{}",
+        n.fallback_reason
+    );
 }
 
 #[test]
 fn too_large_is_an_error() {
     let big = "a".repeat(MAX_INPUT_BYTES + 1);
     assert!(matches!(normalize(&big, "js"), Err(CoreError::TooLarge(_))));
-    assert!(matches!(parse_only(&big, "js"), Err(CoreError::TooLarge(_))));
+    assert!(matches!(
+        parse_only(&big, "js"),
+        Err(CoreError::TooLarge(_))
+    ));
 }
 
 #[test]
@@ -169,6 +253,9 @@ fn offsets_are_code_points() {
     let chars: Vec<char> = code.chars().collect();
     for p in &n.params {
         let literal: String = chars[p.start..p.end].iter().collect();
-        assert!(literal.starts_with('\'') && literal.ends_with('\''), "{literal}");
+        assert!(
+            literal.starts_with('\'') && literal.ends_with('\''),
+            "{literal}"
+        );
     }
 }

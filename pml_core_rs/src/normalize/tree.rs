@@ -2,10 +2,11 @@
 //! form, extracts parameters with their context names and reads tool calls. No recursion:
 //! ancestors live in an explicit stack, so nesting depth costs heap, never the thread stack.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use tree_sitter::{Node, Tree};
 
+use super::bindings;
 use super::canonical::{self, Canonical};
 use super::language::Lang;
 use super::literal::{self, JsonType};
@@ -25,6 +26,8 @@ pub struct TreeResult {
 
 struct Frame<'t> {
     node: Node<'t>,
+    /// `node.kind()`, cached: tree-sitter computes it with strlen + UTF-8 check per call.
+    kind: &'static str,
     field: Option<&'static str>,
     /// This node's index among its parent's named, non-comment children.
     named_index: usize,
@@ -40,8 +43,9 @@ struct Walker<'a, 't> {
     code: &'a str,
     lang: Lang,
     canon: &'a mut Canonical,
+    /// Names the snippet binds, gathered during the walk; resolved after it.
     bound: HashSet<&'a str>,
-    locals: HashMap<&'a str, usize>,
+    pending: Vec<Node<'t>>,
     params: Vec<RawParam>,
     tool_calls: Vec<String>,
     /// Start bytes of string literals that are code, not parameters (tool and module names).
@@ -54,15 +58,14 @@ pub fn walk<'a>(
     code: &'a str,
     lang: Lang,
     canon: &'a mut Canonical,
-    bound: HashSet<&'a str>,
     max_depth: usize,
 ) -> Result<TreeResult, WalkError> {
     let mut walker = Walker {
         code,
         lang,
         canon,
-        bound,
-        locals: HashMap::new(),
+        bound: HashSet::new(),
+        pending: Vec::new(),
         params: Vec::new(),
         tool_calls: Vec::new(),
         code_literals: HashSet::new(),
@@ -94,6 +97,7 @@ pub fn walk<'a>(
     while !walker.frames.is_empty() {
         walker.exit();
     }
+    walker.canon.resolve_names(&walker.bound);
     Ok(TreeResult {
         params: walker.params,
         tool_calls: walker.tool_calls,
@@ -115,10 +119,19 @@ impl<'a, 't> Walker<'a, 't> {
         if node.is_extra() {
             return Ok(false); // comments (and Python line continuations) never count
         }
+        let kind = node.kind();
+        if self.lang.is_python() {
+            bindings::python_binding_sites(node, kind, &mut self.pending);
+        } else {
+            bindings::js_binding_sites(node, kind, &mut self.pending);
+        }
+        while let Some(pattern) = self.pending.pop() {
+            bindings::collect_pattern(pattern, self.code, &mut self.bound, &mut self.pending);
+        }
         let mut named_index = 0;
         let position = self.canon.position();
         if let Some(parent) = self.frames.last_mut() {
-            parent.trailing_semicolon = (node.kind() == ";" && !node.is_named()).then_some(position);
+            parent.trailing_semicolon = (kind == ";" && !node.is_named()).then_some(position);
             if node.is_named() {
                 named_index = parent.named_seen;
                 parent.named_seen += 1;
@@ -127,11 +140,10 @@ impl<'a, 't> Walker<'a, 't> {
                 if !node.is_named() {
                     return Ok(false); // braces and commas of a reordered node
                 }
-                let sortable = parent.node.kind() != "argument_list" || node.kind() == "keyword_argument";
+                let sortable = parent.kind != "argument_list" || kind == "keyword_argument";
                 segments.push((self.canon.position(), sortable));
             }
         }
-        let kind = node.kind();
         if let Some(candidate) = self.candidate(node, kind) {
             self.literal(node, field, named_index, candidate);
             return Ok(false);
@@ -164,6 +176,7 @@ impl<'a, 't> Walker<'a, 't> {
         self.canon.tagged(canonical::TAG_OPEN, kind.as_bytes());
         self.frames.push(Frame {
             node,
+            kind,
             field,
             named_index,
             named_seen: 0,
@@ -181,7 +194,7 @@ impl<'a, 't> Walker<'a, 't> {
             if let Some(segments) = frame.sorted {
                 self.canon.sort_segments(&segments);
             }
-            self.canon.token(canonical::TAG_CLOSE);
+            self.canon.marker(canonical::TAG_CLOSE);
         }
     }
 
@@ -200,7 +213,7 @@ impl<'a, 't> Walker<'a, 't> {
             "object" | "dictionary" => {
                 let n = self.frames.len();
                 let in_argument_position = match self.frames.last() {
-                    Some(parent) => match parent.node.kind() {
+                    Some(parent) => match parent.kind {
                         "arguments" | "argument_list" => true,
                         "keyword_argument" => true,
                         "pair" => n >= 2 && self.frames[n - 2].sorted.is_some(),
@@ -208,8 +221,7 @@ impl<'a, 't> Walker<'a, 't> {
                     },
                     None => false,
                 };
-                in_argument_position
-                    && !has_child_kind(&["spread_element", "dictionary_splat"])
+                in_argument_position && !has_child_kind(&["spread_element", "dictionary_splat"])
             }
             _ => false,
         }
@@ -245,14 +257,21 @@ impl<'a, 't> Walker<'a, 't> {
         let Some(parent) = self.frames.last() else {
             return false;
         };
-        match (parent.node.kind(), field) {
-            ("pair", Some("key")) => true,
-            ("subscript_expression", Some("index")) | ("subscript", Some("subscript")) => true,
-            ("import_statement" | "export_statement", _) => true,
-            ("literal_type" | "switch_case" | "case_pattern" | "expression_statement", _) => true,
-            ("import_specifier" | "export_specifier" | "import_require_clause", _) => true,
-            _ => false,
-        }
+        matches!(
+            (parent.kind, field),
+            ("pair", Some("key"))
+                | ("subscript_expression", Some("index"))
+                | ("subscript", Some("subscript"))
+                | ("import_statement" | "export_statement", _)
+                | (
+                    "literal_type" | "switch_case" | "case_pattern" | "expression_statement",
+                    _
+                )
+                | (
+                    "import_specifier" | "export_specifier" | "import_require_clause",
+                    _
+                )
+        )
     }
 
     fn literal(
@@ -291,13 +310,16 @@ impl<'a, 't> Walker<'a, 't> {
             self.code_literal(text, &candidate);
             return;
         };
-        self.canon.token(match json_type {
+        self.canon.marker(match json_type {
             JsonType::String => canonical::TAG_STRING_PARAM,
             _ => canonical::TAG_NUMBER_PARAM,
         });
         let context = self.context_name(field, named_index);
         let (value_json, string_value) = match json_type {
-            JsonType::String => (serde_json::Value::String(value.clone()).to_string(), Some(value)),
+            JsonType::String => (
+                serde_json::Value::String(value.clone()).to_string(),
+                Some(value),
+            ),
             _ => (value, None),
         };
         self.params.push(RawParam {
@@ -319,14 +341,16 @@ impl<'a, 't> Walker<'a, 't> {
             Candidate::Num { .. } => None,
         };
         match decoded {
-            Some(value) => self.canon.tagged(canonical::TAG_CODE_STRING, value.as_bytes()),
+            Some(value) => self
+                .canon
+                .tagged(canonical::TAG_CODE_STRING, value.as_bytes()),
             None => self.canon.token(text.as_bytes()),
         }
     }
 
     fn identifier(&mut self, node: Node<'t>, field: Option<&'static str>) {
         let name = self.text(node);
-        let parent_kind = self.frames.last().map(|f| f.node.kind());
+        let parent_kind = self.frames.last().map(|f| f.kind);
         // Attribute names and keyword names are not variables even when spelled like one.
         let not_a_variable = matches!(
             (parent_kind, field),
@@ -338,12 +362,11 @@ impl<'a, 't> Walker<'a, 't> {
         self.variable(name, !not_a_variable);
     }
 
+    /// A variable reference: written as a name token that `resolve_names` turns into a
+    /// positional local after the walk if the snippet binds it (bindings may come later).
     fn variable(&mut self, name: &'a str, may_rename: bool) {
-        if may_rename && self.bound.contains(name) {
-            let next = self.locals.len();
-            let index = *self.locals.entry(name).or_insert(next);
-            self.canon
-                .tagged(canonical::TAG_LOCAL, index.to_string().as_bytes());
+        if may_rename {
+            self.canon.tagged(canonical::TAG_NAME, name.as_bytes());
         } else {
             self.canon.token(name.as_bytes());
         }
@@ -357,9 +380,7 @@ impl<'a, 't> Walker<'a, 't> {
         let first_string_arg = || {
             let args = node.child_by_field_name("arguments")?;
             let mut cursor = args.walk();
-            let first = args
-                .named_children(&mut cursor)
-                .find(|c| !c.is_extra())?;
+            let first = args.named_children(&mut cursor).find(|c| !c.is_extra())?;
             (first.kind() == "string").then_some(first)
         };
         if matches!(function.kind(), "import") || self.text(function) == "require" {
@@ -427,7 +448,7 @@ impl<'a, 't> Walker<'a, 't> {
         let mut level = self.frames.len();
         while level > 0 {
             let frame = &self.frames[level - 1];
-            if !matches!(frame.node.kind(), "array" | "list" | "tuple" | "set") {
+            if !matches!(frame.kind, "array" | "list" | "tuple" | "set") {
                 break;
             }
             field = frame.field;
@@ -437,7 +458,7 @@ impl<'a, 't> Walker<'a, 't> {
         let parent = self.frames.get(level.checked_sub(1)?)?;
         let node = parent.node;
         let field_text = |name: &str| node.child_by_field_name(name).map(|n| self.text(n));
-        match (node.kind(), field) {
+        match (parent.kind, field) {
             ("pair", Some("value")) => {
                 let key = node.child_by_field_name("key")?;
                 match key.kind() {
@@ -453,14 +474,18 @@ impl<'a, 't> Walker<'a, 't> {
             }
             ("assignment_pattern", Some("right")) => field_text("left").map(str::to_owned),
             (
-                "assignment_expression" | "augmented_assignment_expression" | "assignment"
+                "assignment_expression"
+                | "augmented_assignment_expression"
+                | "assignment"
                 | "augmented_assignment",
                 Some("right"),
             ) => {
                 let target = node.child_by_field_name("left")?;
                 match target.kind() {
                     "identifier" => Some(self.text(target).to_owned()),
-                    "member_expression" => field_of(target, "property").map(|n| self.text(n).to_owned()),
+                    "member_expression" => {
+                        field_of(target, "property").map(|n| self.text(n).to_owned())
+                    }
                     "attribute" => field_of(target, "attribute").map(|n| self.text(n).to_owned()),
                     _ => None,
                 }
