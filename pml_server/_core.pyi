@@ -93,7 +93,8 @@ class HnswIndex:
 NORMALIZER_VERSION: int
 """Version of the normalization rules; hashed into every `code_hash`."""
 NORMALIZE_MAX_INPUT_BYTES: int
-"""Largest `code` (UTF-8 bytes) `normalize`/`parse_only` accept; larger raises InputTooLargeError."""
+"""Largest `code` (UTF-8 bytes) `normalize`/`parse_only` accept; larger raises
+InputTooLargeError."""
 
 class Param:
     """One placeholder of a template (frozen)."""
