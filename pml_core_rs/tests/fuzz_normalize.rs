@@ -38,8 +38,16 @@ fn assert_well_formed(code: &str, language: &str) {
     let chars = code.chars().count();
     let mut previous_end = 0;
     for p in &got.params {
-        assert!(p.start <= p.end && p.end <= chars, "span {}..{} of {chars}", p.start, p.end);
-        assert!(p.start >= previous_end, "overlapping or unsorted spans in {code:?}");
+        assert!(
+            p.start <= p.end && p.end <= chars,
+            "span {}..{} of {chars}",
+            p.start,
+            p.end
+        );
+        assert!(
+            p.start >= previous_end,
+            "overlapping or unsorted spans in {code:?}"
+        );
         previous_end = p.end;
         serde_json::from_str::<Value>(&p.value_json)
             .unwrap_or_else(|e| panic!("param value {:?} is not JSON: {e}", p.value_json));
@@ -121,7 +129,10 @@ fn deep_nesting_falls_back_without_overflowing_the_stack() {
         for lang in ["javascript", "typescript", "python"] {
             let code = open.repeat(20_000);
             let got = normalize(&code, lang).expect("deep input is not an error");
-            assert!(!got.parse_ok, "{lang} {open:?}: nesting this deep must use the fallback");
+            assert!(
+                !got.parse_ok,
+                "{lang} {open:?}: nesting this deep must use the fallback"
+            );
         }
     }
 }
