@@ -373,6 +373,12 @@ class Engine:
 
     def _embed_one(self, text: str) -> Vector:
         vector: Vector = self._embedder.embed([text])[0]
+        if not np.isfinite(vector).all() or not np.any(vector):
+            # e.g. the hashing embedder finds no word in "{": a zero vector has no direction,
+            # and the index refuses it (at capture after the write, and at every restart).
+            raise InvalidArgumentError(
+                FieldViolation("intent", "has no words the embedding model can use")
+            )
         return vector
 
     def _index_for(self, tenant: str) -> TenantSearchIndex:

@@ -29,14 +29,32 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+_SECRET_BYTES = 32
+
+
 def load_or_create_secret(path: Path) -> bytes:
+    """The HMAC key of page tokens, created on first use. Written to a temporary file, fsynced,
+    renamed, and the directory fsynced: a power cut must not leave an empty key (every token
+    would then be forgeable). A short file (such a cut before this fix) is replaced."""
     if path.exists():
-        return path.read_bytes()
+        secret = path.read_bytes()
+        if len(secret) == _SECRET_BYTES:
+            return secret
     path.parent.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_bytes(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(secret)
+    secret = secrets.token_bytes(_SECRET_BYTES)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, secret)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
     return secret
 
 

@@ -105,6 +105,8 @@ def check_tool_call(
             json.loads(arguments_json)
         except ValueError as err:
             out.add(f"{field}.arguments_json", f"is not valid JSON: {err}")
+        except RecursionError:  # json.loads recurses per nesting level
+            out.add(f"{field}.arguments_json", "is nested too deeply")
 
 
 def page_size(value: int, field: str = "page_size") -> int:

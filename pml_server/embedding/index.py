@@ -7,6 +7,8 @@ same interface (exact recall; fine for small stores and as a reference in tests)
 from __future__ import annotations
 
 import io
+import zipfile
+import zlib
 from typing import Protocol
 
 import numpy as np
@@ -82,9 +84,15 @@ class ExactIndex:
 
     @classmethod
     def from_bytes(cls, data: bytes, dim: int) -> ExactIndex:
-        loaded = np.load(io.BytesIO(data))
+        """Raises ValueError for anything but an intact snapshot, so the caller rebuilds from
+        the store (np.load raises EOFError, BadZipFile (CRC), zlib.error, KeyError...)."""
+        try:
+            loaded = np.load(io.BytesIO(data))
+            ids, vectors = loaded["ids"], loaded["vectors"]
+        except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, zlib.error) as err:
+            raise ValueError(f"corrupt exact index snapshot: {err!r}") from err
         index = cls(dim)
-        index.add(loaded["ids"].astype(np.uint64), loaded["vectors"].astype(np.float32))
+        index.add(ids.astype(np.uint64), vectors.astype(np.float32))
         return index
 
 
