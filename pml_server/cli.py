@@ -175,16 +175,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from pml_server.api import logs
-    from pml_server.api.server import serve_forever
-
-    logs.configure(args.log_level, json_format=args.log_format == "json")
-    config = ServerConfig(
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    """The ServerConfig that `pml serve` flags describe (every serve flag lands in it)."""
+    return ServerConfig(
         listen=args.listen,
         data_dir=args.data_dir,
         embedder=args.embedder,
         durability=args.durability,
+        vector_index=args.vector_index,
         keys_file=args.keys_file,
         allow_insecure_remote=args.allow_insecure_remote,
         tls_cert=args.tls_cert,
@@ -204,6 +202,14 @@ def _serve(args: argparse.Namespace) -> int:
         tenant_rate=args.tenant_rate,
         tenant_burst=args.tenant_burst,
     )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pml_server.api import logs
+    from pml_server.api.server import serve_forever
+
+    logs.configure(args.log_level, json_format=args.log_format == "json")
+    config = server_config(args)
     try:
         serve_forever(config)
     except (ValueError, OSError) as err:

@@ -146,3 +146,17 @@ def test_keys_add_prints_a_key_and_stores_only_its_hash(
     stored = json.loads(path.read_text())["keys"]
     assert [(k["tenant"], k["role"]) for k in stored] == [("acme", "read")]
     assert key not in path.read_text()
+
+
+def test_every_serve_flag_reaches_the_server_config() -> None:
+    """A serve flag that is parsed but never passed on would be silently ignored."""
+    args = cli.build_parser().parse_args(
+        ["serve", "--vector-index", "exact", "--durability", "fast", "--embedder", "hashing"]
+    )
+    config = cli.server_config(args)
+    assert (config.vector_index, config.durability, config.embedder) == ("exact", "fast", "hashing")
+    logging_only = {"command", "handler", "log_level", "log_format"}
+    for dest, value in vars(args).items():
+        if dest in logging_only:
+            continue
+        assert getattr(config, dest) == value, f"--{dest.replace('_', '-')} is not passed on"
