@@ -64,18 +64,29 @@ def _table(rows: list[Row]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--large", action="store_true", help="bigger data sets (slow)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes, for checking that suites run (suites that read PML_BENCH_QUICK)",
+    )
     parser.add_argument("only", nargs="*", help="run only suites whose name contains these")
     args = parser.parse_args()
+    if args.quick:
+        os.environ["PML_BENCH_QUICK"] = "1"  # inherited by the suites' child processes too
     rows: list[Row] = []
+    seconds: dict[str, float] = {}
     for name in _suites(args.only):
         print(f"== {name}", file=sys.stderr, flush=True)
+        start = time.monotonic()
         module = importlib.import_module(f"benches.{name}")
         rows.extend(module.run(large=args.large))
+        seconds[name] = round(time.monotonic() - start, 1)
+        print(f"== {name} took {seconds[name]} s", file=sys.stderr, flush=True)
     table = _table(rows)
     print(table)
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    machine = _machine()
+    machine = {**_machine(), "large": args.large, "suite_seconds": seconds}
     (out / "latest.json").write_text(
         json.dumps({"machine": machine, "rows": [r.as_dict() for r in rows]}, indent=2)
     )
