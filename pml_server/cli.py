@@ -61,6 +61,13 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         help="unacknowledged executions per stream before the server stops reading",
     )
     add(
+        "--tenant-max-in-flight",
+        type=int,
+        help="calls in progress per tenant (default: half of --max-workers with a keys file)",
+    )
+    add("--tenant-rate", type=float, help="calls per second per tenant (token bucket)")
+    add("--tenant-burst", type=int, help="token bucket size (default: the rate)")
+    add(
         "--grace-seconds",
         type=float,
         default=d.grace_seconds,
@@ -193,6 +200,9 @@ def _serve(args: argparse.Namespace) -> int:
         capture_workers=args.capture_workers,
         stream_window=args.stream_window,
         grace_seconds=args.grace_seconds,
+        tenant_max_in_flight=args.tenant_max_in_flight,
+        tenant_rate=args.tenant_rate,
+        tenant_burst=args.tenant_burst,
     )
     try:
         serve_forever(config)

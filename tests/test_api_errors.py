@@ -258,3 +258,17 @@ def test_undecodable_stream_message_is_invalid_argument(channel: grpc.Channel) -
     with pytest.raises(grpc.RpcError) as err:
         list(stream(iter([b"\xff\xff\xff"]), timeout=5))
     assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+
+
+def test_intent_without_words_and_zero_embedding(client: PmlClient) -> None:
+    err = _fails(
+        lambda: client.record(make_record("!!! 🙂", OK_CODE, tools=["t"])),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert _fields(err) == {"record.intent"}
+    dim = client.server_info().embedding_dimension
+    err = _fails(
+        lambda: client.suggest("read", intent_embedding=[0.0] * dim),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert _fields(err) == {"intent_embedding"}

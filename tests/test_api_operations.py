@@ -17,6 +17,7 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from pml_server import _core
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.config import ServerConfig
 from tests.conftest import StartServer
@@ -241,3 +242,92 @@ def test_mutual_tls_requires_a_client_certificate(start: StartServer, pki: Path)
 def test_tls_flags_must_come_in_pairs(start: StartServer, pki: Path) -> None:
     with pytest.raises(ValueError, match="both"):
         start(tls_cert=pki / "server.pem")
+
+
+def test_pml_serve_starts_reports_healthy_and_stops_on_sigterm(tmp_path: Path) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    pml = Path(sys.executable).parent / "pml"
+    proc = subprocess.Popen(
+        [
+            str(pml),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--embedder",
+            "hashing",
+            "--metrics-port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    match = re.search(r"\(port (\d+)\)", proc.stdout.readline())
+    assert match
+    target = f"127.0.0.1:{match.group(1)}"
+    try:
+        with grpc.insecure_channel(target) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            status = None
+            for _ in range(200):
+                status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+                if status == health_pb2.HealthCheckResponse.SERVING:
+                    break
+                threading.Event().wait(0.05)
+            assert status == health_pb2.HealthCheckResponse.SERVING
+        with PmlClient(target) as client:
+            info = client.server_info()
+            assert (info.tenant, info.role) == ("default", "admin")
+            assert client.stats().patterns == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    messages = [json.loads(line)["msg"] for line in stderr.splitlines() if line.startswith("{")]
+    assert "pml serving" in messages
+    assert "pml stopped" in messages
+
+
+@pytest.mark.skipif(
+    not hasattr(_core, "normalize"),
+    reason="`pml serve` needs the Rust normalizer (branch norm), not merged here yet",
+)
+def test_pml_serve_entry_point_end_to_end(tmp_path: Path) -> None:
+    pml = Path(sys.executable).parent / "pml"
+    proc = subprocess.Popen(
+        [
+            str(pml),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--embedder",
+            "hashing",
+            "--durability",
+            "fast",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    match = re.search(r"\(port (\d+)\)", proc.stdout.readline())
+    assert match
+    try:
+        with PmlClient(f"127.0.0.1:{match.group(1)}") as client:
+            result = client.record(
+                make_record(
+                    "Read JSON file", 'await mcp.read_file({path: "a.json"})', tools=["read_file"]
+                )
+            )
+            assert result.new_pattern
+            assert client.suggest("Read JSON file").suggestions[0].capability == result.capability
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0

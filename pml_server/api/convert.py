@@ -87,7 +87,7 @@ def execution_record(
         limits.max_request_id_chars,
         required=True,
     )
-    validate.check_text(out, f"{field}.intent", msg.intent, limits.max_intent_chars, True)
+    validate.check_intent(out, f"{field}.intent", msg.intent, limits)
     validate.check_code(out, f"{field}.code", msg.code, limits)
     validate.check_text(out, f"{field}.language", msg.language, limits.max_language_chars, True)
     if len(msg.tool_calls) > limits.max_tool_calls:
@@ -129,7 +129,7 @@ def suggest_query(
     msg: pml_pb2.SuggestRequest, limits: Limits, embedding_dim: int
 ) -> model.SuggestQuery:
     out = Violations()
-    validate.check_text(out, "intent", msg.intent, limits.max_intent_chars, required=True)
+    validate.check_intent(out, "intent", msg.intent, limits)
     validate.check_embedding(out, "intent_embedding", msg.intent_embedding, embedding_dim)
     min_match = msg.min_match if msg.HasField("min_match") else None
     min_success = msg.min_success if msg.HasField("min_success") else None

@@ -22,6 +22,7 @@ from pml_server.api.auth import KeyStore
 from pml_server.api.interceptor import ApiInterceptor
 from pml_server.api.metrics import Metrics
 from pml_server.api.page_tokens import PageTokens, load_or_create_secret
+from pml_server.api.quotas import TenantQuotas
 from pml_server.api.servicer import PmlServicer, ServiceDeps
 from pml_server.api.validate import Limits
 from pml_server.config import EngineConfig, ServerConfig
@@ -120,6 +121,16 @@ def _options(config: ServerConfig) -> list[tuple[str, Any]]:
     ]
 
 
+def _quotas(config: ServerConfig, keys: KeyStore) -> TenantQuotas:
+    # Alone on the server, a tenant may use every RPC thread; with neighbours, half of them.
+    default = max(1, config.max_workers // 2) if keys.multi_tenant else config.max_workers
+    return TenantQuotas(
+        max_in_flight=config.tenant_max_in_flight or default,
+        rate_per_second=config.tenant_rate,
+        burst=config.tenant_burst,
+    )
+
+
 def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> RunningServer:
     """Build everything from `config` (port 0 picks a free port) and start serving. `engine`
     replaces the real one (tests of the API layer only)."""
@@ -157,6 +168,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
                 max_open_executions=config.max_open_executions,
             ),
             capture_pool=capture_pool,
+            quotas=_quotas(config, keys),
             stream_window=config.stream_window,
             schema_version=int(getattr(engine, "schema_version", SCHEMA_VERSION)),
             on_capture=count_capture,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import grpc
@@ -17,6 +18,7 @@ from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server.api import convert, validate
 from pml_server.api.auth import Caller, KeyStore, Role
 from pml_server.api.page_tokens import PageTokens
+from pml_server.api.quotas import TenantQuotas
 from pml_server.api.stream import TraceStream
 from pml_server.api.validate import Limits
 from pml_server.domain import model
@@ -31,6 +33,7 @@ class ServiceDeps:
     tokens: PageTokens
     limits: Limits
     capture_pool: ThreadPoolExecutor
+    quotas: TenantQuotas
     stream_window: int = 64
     schema_version: int = 0
     on_capture: Callable[[model.CaptureResult], None] | None = None
@@ -45,10 +48,14 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
 
     # ---- helpers -----------------------------------------------------------------------------
 
-    def _caller(self, context: grpc.ServicerContext, role: Role) -> Caller:
+    @contextmanager
+    def _call(self, context: grpc.ServicerContext, role: Role) -> Iterator[Caller]:
+        """Authenticate, check the role, and hold one of the tenant's call slots."""
         if self.draining.is_set():
             raise UnavailableError("the server is shutting down; retry on another instance")
-        return self._d.keys.require(context.invocation_metadata(), role)
+        caller = self._d.keys.require(context.invocation_metadata(), role)
+        with self._d.quotas.hold(caller.tenant):
+            yield caller
 
     def _captured(self, result: model.CaptureResult) -> model.CaptureResult:
         if self._d.on_capture is not None:
@@ -64,130 +71,133 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
     def GetServerInfo(
         self, request: pml_pb2.GetServerInfoRequest, context: grpc.ServicerContext
     ) -> pml_pb2.GetServerInfoResponse:
-        caller = self._caller(context, Role.READ)
-        return pml_pb2.GetServerInfoResponse(
-            server_version=__version__,
-            core_version=_core.__version__,
-            schema_version=self._d.schema_version,
-            embedding_dimension=self._dim,
-            tenant=caller.tenant,
-            role=caller.role.name.lower(),
-        )
+        with self._call(context, Role.READ) as caller:
+            return pml_pb2.GetServerInfoResponse(
+                server_version=__version__,
+                core_version=_core.__version__,
+                schema_version=self._d.schema_version,
+                embedding_dimension=self._dim,
+                tenant=caller.tenant,
+                role=caller.role.name.lower(),
+            )
 
     def RecordExecution(
         self, request: pml_pb2.RecordExecutionRequest, context: grpc.ServicerContext
     ) -> pml_pb2.RecordExecutionResponse:
-        caller = self._caller(context, Role.WRITE)
-        record = convert.execution_record(request.record, "record", self._d.limits, self._dim)
-        result = self._captured(self._engine.record(caller.tenant, record))
-        return pml_pb2.RecordExecutionResponse(result=convert.capture_result(result))
+        with self._call(context, Role.WRITE) as caller:
+            record = convert.execution_record(request.record, "record", self._d.limits, self._dim)
+            result = self._captured(self._engine.record(caller.tenant, record))
+            return pml_pb2.RecordExecutionResponse(result=convert.capture_result(result))
 
     def StreamTraces(
         self,
         request_iterator: Iterator[pml_pb2.StreamTracesRequest],
         context: grpc.ServicerContext,
     ) -> Iterator[pml_pb2.StreamTracesResponse]:
-        caller = self._caller(context, Role.WRITE)
-        stream = TraceStream(
-            self._engine,
-            caller.tenant,
-            self._d.limits,
-            self._d.capture_pool,
-            self._d.stream_window,
-            on_capture=self._d.on_capture,
-        )
-        for ack in stream.run(request_iterator):
-            assert isinstance(ack, pml_pb2.StreamTracesResponse)
-            yield ack
+        with self._call(context, Role.WRITE) as caller:
+            stream = TraceStream(
+                self._engine,
+                caller.tenant,
+                self._d.limits,
+                self._d.capture_pool,
+                self._d.stream_window,
+                on_capture=self._d.on_capture,
+                draining=self.draining,
+            )
+            for ack in stream.run(request_iterator):
+                assert isinstance(ack, pml_pb2.StreamTracesResponse)
+                yield ack
 
     def Suggest(
         self, request: pml_pb2.SuggestRequest, context: grpc.ServicerContext
     ) -> pml_pb2.SuggestResponse:
-        caller = self._caller(context, Role.READ)
-        query = convert.suggest_query(request, self._d.limits, self._dim)
-        if not self._engine.is_ready():
-            raise UnavailableError("the vector index is catching up with the store; retry soon")
-        return convert.suggest_response(self._engine.suggest(caller.tenant, query))
+        with self._call(context, Role.READ) as caller:
+            query = convert.suggest_query(request, self._d.limits, self._dim)
+            if not self._engine.is_ready():
+                raise UnavailableError("the vector index is catching up with the store; retry soon")
+            return convert.suggest_response(self._engine.suggest(caller.tenant, query))
 
     def GetPattern(
         self, request: pml_pb2.GetPatternRequest, context: grpc.ServicerContext
     ) -> pml_pb2.GetPatternResponse:
-        caller = self._caller(context, Role.READ)
-        pattern_id = validate.resource_id(request.name, convert.PATTERNS)
-        view = self._engine.get_pattern(caller.tenant, pattern_id)
-        return pml_pb2.GetPatternResponse(pattern=convert.pattern(view))
+        with self._call(context, Role.READ) as caller:
+            pattern_id = validate.resource_id(request.name, convert.PATTERNS)
+            view = self._engine.get_pattern(caller.tenant, pattern_id)
+            return pml_pb2.GetPatternResponse(pattern=convert.pattern(view))
 
     def ListPatterns(
         self, request: pml_pb2.ListPatternsRequest, context: grpc.ServicerContext
     ) -> pml_pb2.ListPatternsResponse:
-        caller = self._caller(context, Role.READ)
-        page = self._engine.list_patterns(
-            caller.tenant, self._page(caller, "patterns", request.page_size, request.page_token)
-        )
-        return pml_pb2.ListPatternsResponse(
-            patterns=[convert.pattern(p) for p in page.items],
-            next_page_token=self._d.tokens.encode(caller.tenant, "patterns", page.next_cursor),
-        )
+        with self._call(context, Role.READ) as caller:
+            page = self._engine.list_patterns(
+                caller.tenant, self._page(caller, "patterns", request.page_size, request.page_token)
+            )
+            return pml_pb2.ListPatternsResponse(
+                patterns=[convert.pattern(p) for p in page.items],
+                next_page_token=self._d.tokens.encode(caller.tenant, "patterns", page.next_cursor),
+            )
 
     def DeletePattern(
         self, request: pml_pb2.DeletePatternRequest, context: grpc.ServicerContext
     ) -> pml_pb2.DeletePatternResponse:
-        caller = self._caller(context, Role.ADMIN)
-        self._engine.delete_pattern(
-            caller.tenant, validate.resource_id(request.name, convert.PATTERNS)
-        )
-        return pml_pb2.DeletePatternResponse()
+        with self._call(context, Role.ADMIN) as caller:
+            self._engine.delete_pattern(
+                caller.tenant, validate.resource_id(request.name, convert.PATTERNS)
+            )
+            return pml_pb2.DeletePatternResponse()
 
     def GetCapability(
         self, request: pml_pb2.GetCapabilityRequest, context: grpc.ServicerContext
     ) -> pml_pb2.GetCapabilityResponse:
-        caller = self._caller(context, Role.READ)
-        capability_id = validate.resource_id(request.name, convert.CAPABILITIES)
-        view = self._engine.get_capability(caller.tenant, capability_id)
-        return pml_pb2.GetCapabilityResponse(capability=convert.capability(view))
+        with self._call(context, Role.READ) as caller:
+            capability_id = validate.resource_id(request.name, convert.CAPABILITIES)
+            view = self._engine.get_capability(caller.tenant, capability_id)
+            return pml_pb2.GetCapabilityResponse(capability=convert.capability(view))
 
     def ListCapabilities(
         self, request: pml_pb2.ListCapabilitiesRequest, context: grpc.ServicerContext
     ) -> pml_pb2.ListCapabilitiesResponse:
-        caller = self._caller(context, Role.READ)
-        page = self._engine.list_capabilities(
-            caller.tenant,
-            self._page(caller, "capabilities", request.page_size, request.page_token),
-        )
-        return pml_pb2.ListCapabilitiesResponse(
-            capabilities=[convert.capability(c) for c in page.items],
-            next_page_token=self._d.tokens.encode(caller.tenant, "capabilities", page.next_cursor),
-        )
+        with self._call(context, Role.READ) as caller:
+            page = self._engine.list_capabilities(
+                caller.tenant,
+                self._page(caller, "capabilities", request.page_size, request.page_token),
+            )
+            return pml_pb2.ListCapabilitiesResponse(
+                capabilities=[convert.capability(c) for c in page.items],
+                next_page_token=self._d.tokens.encode(
+                    caller.tenant, "capabilities", page.next_cursor
+                ),
+            )
 
     def DeleteCapability(
         self, request: pml_pb2.DeleteCapabilityRequest, context: grpc.ServicerContext
     ) -> pml_pb2.DeleteCapabilityResponse:
-        caller = self._caller(context, Role.ADMIN)
-        self._engine.delete_capability(
-            caller.tenant, validate.resource_id(request.name, convert.CAPABILITIES)
-        )
-        return pml_pb2.DeleteCapabilityResponse()
+        with self._call(context, Role.ADMIN) as caller:
+            self._engine.delete_capability(
+                caller.tenant, validate.resource_id(request.name, convert.CAPABILITIES)
+            )
+            return pml_pb2.DeleteCapabilityResponse()
 
     def ListFailures(
         self, request: pml_pb2.ListFailuresRequest, context: grpc.ServicerContext
     ) -> pml_pb2.ListFailuresResponse:
-        caller = self._caller(context, Role.READ)
-        page = self._engine.list_failures(
-            caller.tenant, self._page(caller, "failures", request.page_size, request.page_token)
-        )
-        return pml_pb2.ListFailuresResponse(
-            failures=[convert.failure(f) for f in page.items],
-            next_page_token=self._d.tokens.encode(caller.tenant, "failures", page.next_cursor),
-        )
+        with self._call(context, Role.READ) as caller:
+            page = self._engine.list_failures(
+                caller.tenant, self._page(caller, "failures", request.page_size, request.page_token)
+            )
+            return pml_pb2.ListFailuresResponse(
+                failures=[convert.failure(f) for f in page.items],
+                next_page_token=self._d.tokens.encode(caller.tenant, "failures", page.next_cursor),
+            )
 
     def RunRetention(
         self, request: pml_pb2.RunRetentionRequest, context: grpc.ServicerContext
     ) -> pml_pb2.RunRetentionResponse:
-        caller = self._caller(context, Role.ADMIN if request.apply else Role.READ)
-        return convert.retention(self._engine.run_retention(caller.tenant, request.apply))
+        with self._call(context, Role.ADMIN if request.apply else Role.READ) as caller:
+            return convert.retention(self._engine.run_retention(caller.tenant, request.apply))
 
     def GetStats(
         self, request: pml_pb2.GetStatsRequest, context: grpc.ServicerContext
     ) -> pml_pb2.GetStatsResponse:
-        caller = self._caller(context, Role.READ)
-        return convert.stats(self._engine.stats(caller.tenant))
+        with self._call(context, Role.READ) as caller:
+            return convert.stats(self._engine.stats(caller.tenant))

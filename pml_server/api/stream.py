@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -37,6 +37,7 @@ from pml_server.domain.errors import (
     InvalidArgumentError,
     PmlError,
     ResourceExhaustedError,
+    UnavailableError,
 )
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ class TraceStream:
         limits: Limits,
         pool: ThreadPoolExecutor,
         window: int,
-        on_capture: object = None,
+        on_capture: Callable[[model.CaptureResult], None] | None = None,
+        draining: threading.Event | None = None,
     ) -> None:
         self._engine = engine
         self._tenant = tenant
@@ -77,6 +79,7 @@ class TraceStream:
         self._stop = threading.Event()
         self._dim = engine.embedding_dim()
         self._on_capture = on_capture
+        self._draining = draining or threading.Event()
 
     # ---- the response side (runs in the gRPC handler thread) --------------------------------
 
@@ -116,6 +119,10 @@ class TraceStream:
             for msg in requests:
                 if self._stop.is_set():
                     break
+                if self._draining.is_set():
+                    # Acks of the executions already read still go out; the rest is resent
+                    # by the client to another server (or this one after its restart).
+                    raise UnavailableError("the server is shutting down; resend what was not acked")
                 if not msg.execution_id:
                     raise InvalidArgumentError(FieldViolation("execution_id", "must not be empty"))
                 if msg.sequence <= last_sequence:
@@ -239,7 +246,7 @@ class TraceStream:
                 log.error("capture failed on a trace stream", exc_info=err)
             reply.error.CopyFrom(errors.to_rpc_status(err))
             return reply
-        if callable(self._on_capture):
+        if self._on_capture is not None:
             self._on_capture(result)
         reply.result.CopyFrom(convert.capture_result(result))
         return reply
@@ -259,7 +266,7 @@ def _check_started(
 
     out = Violations()
     validate.check_text(out, "started.request_id", started.request_id, limits.max_request_id_chars)
-    validate.check_text(out, "started.intent", started.intent, limits.max_intent_chars, True)
+    validate.check_intent(out, "started.intent", started.intent, limits)
     validate.check_code(out, "started.code", started.code, limits)
     validate.check_text(out, "started.language", started.language, limits.max_language_chars, True)
     validate.check_embedding(out, "started.intent_embedding", started.intent_embedding, dim)

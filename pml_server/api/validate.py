@@ -58,6 +58,13 @@ def check_text(
         out.add(field, f"is {len(value)} characters; the limit is {max_chars}")
 
 
+def check_intent(out: Violations, field: str, intent: str, limits: Limits) -> None:
+    check_text(out, field, intent, limits.max_intent_chars, required=True)
+    if intent.strip() and not any(ch.isalnum() for ch in intent):
+        # Nothing to embed or match: the hashing embedder would give a zero vector.
+        out.add(field, "must contain at least one letter or digit")
+
+
 def check_code(out: Violations, field: str, code: str, limits: Limits) -> None:
     if not code.strip():
         out.add(field, "must not be empty")
@@ -74,6 +81,8 @@ def check_embedding(out: Violations, field: str, values: Sequence[float], dim: i
     bad = [i for i, v in enumerate(values) if not math.isfinite(v)]
     if bad:
         out.add(f"{field}[{bad[0]}]", "must be a finite number (no NaN or infinity)")
+    elif not any(values):
+        out.add(field, "must not be the zero vector (cosine similarity needs a direction)")
 
 
 def check_tags(out: Violations, field: str, tags: Sequence[str], limits: Limits) -> None:
