@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -41,7 +42,7 @@ def _free_port() -> int:
 def chroma_server(path: Path) -> Iterator[str]:
     """`chroma run` on a free loopback port; stopped (SIGTERM, then SIGKILL) on exit."""
     port = _free_port()
-    chroma = Path(os.path.dirname(os.path.realpath(__import__("sys").executable))) / "chroma"
+    chroma = Path(sys.executable).parent / "chroma"  # the venv's script, beside its python
     env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
     process = subprocess.Popen(
         [str(chroma), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
@@ -73,8 +74,8 @@ def _chroma_load(target: str, op: str, c: int, plan: Plan, offset: int = 0) -> d
 
 
 def run(large: bool) -> list[Row]:
-    plan = Plan.for_run(large)
-    return run_plan(plan)
+    quick = bool(os.environ.get("PML_BENCH_QUICK"))
+    return run_plan(Plan.for_run(large), PLOT.with_name("quick_" + PLOT.name) if quick else PLOT)
 
 
 def run_plan(plan: Plan, plot: Path | None = PLOT) -> list[Row]:
@@ -82,8 +83,8 @@ def run_plan(plan: Plan, plot: Path | None = PLOT) -> list[Row]:
     mid = 8 if 8 in plan.concurrency else plan.concurrency[-1]
     offset = 20_000_000
     with tempfile.TemporaryDirectory(prefix="pml-peer-") as tmp:
-        ours_dir, chroma_dir = Path(tmp) / "pml", Path(tmp) / "chroma"
-        harness.populate(ours_dir, size, "minilm", vectors=True)
+        chroma_dir = Path(tmp) / "chroma"
+        ours_dir, _ = harness.filled_store(plan, Path(tmp), size, "minilm", vectors=True)
         subprocess.run(
             harness.python_module("benches.service_chroma", "populate", str(chroma_dir), str(size)),
             cwd=ROOT,

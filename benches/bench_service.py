@@ -136,8 +136,7 @@ def run_plan(plan: Plan) -> list[Row]:
             empty_startup, empty_rss = empty.startup_seconds, empty.rss_bytes()
 
         # client vectors on the model's store (the model is loaded but never called)
-        vec_small = root / f"vectors-{small}"
-        fill_small = harness.populate(vec_small, small, "minilm", vectors=True)
+        vec_small, fill_small = harness.filled_store(plan, root, small, "minilm", vectors=True)
         with harness.server("serve", str(vec_small), "minilm", "fast") as srv:
             ours = _suggest_sweep(srv.target, plan, "vector")
             rows += _suggest_rows(f"client vectors, {small} intents", ours, null)
@@ -157,8 +156,7 @@ def run_plan(plan: Plan) -> list[Row]:
         )
 
         # the hashing embedder: the server embeds, cheaply
-        hashed = root / f"hashing-{small}"
-        harness.populate(hashed, small, "hashing", vectors=False)
+        hashed, _ = harness.filled_store(plan, root, small, "hashing", vectors=False)
         with harness.server("serve", str(hashed), "hashing", "fast") as srv:
             ours = _suggest_sweep(srv.target, plan, "text")
             rows += _suggest_rows(f"hashing embedder, {small} intents", ours, null)
@@ -176,8 +174,7 @@ def run_plan(plan: Plan) -> list[Row]:
             rows += _model_rows(model_suggest, model_record, model_stream, model_rate, mid)
 
         # scale: the big store
-        vec_big = root / f"vectors-{big}"
-        fill_big = harness.populate(vec_big, big, "minilm", vectors=True)
+        vec_big, fill_big = harness.filled_store(plan, root, big, "minilm", vectors=True)
         with harness.server("serve", str(vec_big), "minilm", "fast") as srv:
             big_startup, big_rss = srv.startup_seconds, srv.rss_bytes()
             ours_big = _suggest_sweep(srv.target, plan, "vector")

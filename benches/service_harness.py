@@ -4,8 +4,11 @@ read from outside the server (time to SERVING, resident memory)."""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +22,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
+# Filled stores are kept between runs (filling 100k intents through the engine takes minutes):
+# keyed by a fingerprint of the workload and of the code that writes the store.
+CACHE = ROOT / "benches" / ".cache"
 _START_TIMEOUT = 600.0  # seconds to SERVING: generous for 1M intents with --large
 
 
@@ -31,18 +37,19 @@ class Plan:
     seconds: float  # per load point
     max_requests: int  # per load point, whatever the rate
     with_model: bool = True
+    cache_stores: bool = True
 
     @classmethod
     def for_run(cls, large: bool) -> Plan:
         if os.environ.get("PML_BENCH_QUICK"):
             return cls.quick()
         if large:
-            return cls((100_000, 1_000_000), (1, 8, 32), 5.0, 40_000)
-        return cls((10_000, 100_000), (1, 8, 32), 3.0, 20_000)
+            return cls((100_000, 1_000_000), (1, 8, 32), 5.0, 20_000)
+        return cls((10_000, 100_000), (1, 8, 32), 3.0, 8_000)
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls((200, 400), (1, 4), 0.5, 300, with_model=False)
+        return cls((200, 400), (2,), 0.5, 300, with_model=False, cache_stores=False)
 
 
 @dataclass
@@ -170,3 +177,38 @@ def load(
     if result["count"] == 0:
         raise RuntimeError(f"{op} load made no successful call: {result}; {done.stderr[-2000:]}")
     return result
+
+
+def _fingerprint(count: int, embedder: str, vectors: bool) -> str:
+    from benches import service_server, service_workload
+
+    digest = hashlib.sha256(f"{count}/{embedder}/{vectors}".encode())
+    digest.update(inspect.getsource(service_workload).encode())
+    digest.update(inspect.getsource(service_server.populate).encode())
+    digest.update(inspect.getsource(service_server._record).encode())
+    pml = ROOT / "pml_server"
+    sources = [pml / "engine.py", *sorted((pml / "storage").glob("*.py"))]
+    sources += sorted((pml / "capture").glob("*.py"))
+    for source in sources:
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def filled_store(
+    plan: Plan, scratch: Path, count: int, embedder: str, vectors: bool
+) -> tuple[Path, float]:
+    """A fresh copy of a store filled with executions 0..count, and the seconds the fill took
+    (measured when the store was built; later runs copy the cached store)."""
+    kind = f"{embedder}-{'vectors' if vectors else 'text'}-{count}"
+    copy = scratch / kind
+    if not plan.cache_stores:
+        return copy, populate(copy, count, embedder, vectors)
+    built = CACHE / f"{kind}-{_fingerprint(count, embedder, vectors)}"
+    meta = built / "fill.json"
+    if not meta.exists():
+        for stale in CACHE.glob(f"{kind}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        seconds = populate(built / "store", count, embedder, vectors)
+        meta.write_text(json.dumps({"seconds": seconds}))
+    shutil.copytree(built / "store", copy)
+    return copy, float(json.loads(meta.read_text())["seconds"])
