@@ -21,13 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from pml_server.embedding import make_embedder
-from pml_server.engine import Engine
 
 from benches.common import Row
 from benches.quality_dataset import LabelledExecution, filler_intent, load
 from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
+from pml_server.embedding import make_embedder
+from pml_server.engine import Engine
 from pml_server.ranking import RankingConfig
 
 SUITE = "quality"
