@@ -4,6 +4,7 @@ read from outside the server (time to SERVING, resident memory)."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import inspect
 import json
@@ -205,10 +206,13 @@ def filled_store(
         return copy, populate(copy, count, embedder, vectors)
     built = CACHE / f"{kind}-{_fingerprint(count, embedder, vectors)}"
     meta = built / "fill.json"
-    if not meta.exists():
-        for stale in CACHE.glob(f"{kind}-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        seconds = populate(built / "store", count, embedder, vectors)
-        meta.write_text(json.dumps({"seconds": seconds}))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / f"{kind}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two runs at once: the second waits for the first fill
+        if not meta.exists():
+            for stale in CACHE.glob(f"{kind}-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+            seconds = populate(built / "store", count, embedder, vectors)
+            meta.write_text(json.dumps({"seconds": seconds}))
     shutil.copytree(built / "store", copy)
     return copy, float(json.loads(meta.read_text())["seconds"])
