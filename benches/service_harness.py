@@ -209,6 +209,7 @@ def filled_store(
     CACHE.mkdir(parents=True, exist_ok=True)
     with (CACHE / f"{kind}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two runs at once: the second waits for the first fill
+        _wait_for_other_filler(built / "store", meta)
         if not meta.exists():
             for stale in CACHE.glob(f"{kind}-*"):
                 shutil.rmtree(stale, ignore_errors=True)
@@ -216,3 +217,18 @@ def filled_store(
             meta.write_text(json.dumps({"seconds": seconds}))
     shutil.copytree(built / "store", copy)
     return copy, float(json.loads(meta.read_text())["seconds"])
+
+
+def _wait_for_other_filler(store: Path, meta: Path, timeout: float = 3600.0) -> None:
+    """A store being filled by a process that does not take our lock (RocksDB's own LOCK file
+    is held): wait for its fill to finish rather than delete it under its feet."""
+    deadline = time.monotonic() + timeout
+    while not meta.exists() and (store / "LOCK").exists() and time.monotonic() < deadline:
+        with (store / "LOCK").open("r+") as rocks_lock:
+            try:
+                fcntl.lockf(rocks_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                time.sleep(5)  # held: the filler is still running
+                continue
+            fcntl.lockf(rocks_lock, fcntl.LOCK_UN)
+            return  # not held: an abandoned fill, rebuilt by the caller
