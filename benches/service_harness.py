@@ -187,6 +187,8 @@ def _fingerprint(count: int, embedder: str, vectors: bool) -> str:
     digest.update(inspect.getsource(service_workload).encode())
     digest.update(inspect.getsource(service_server.populate).encode())
     digest.update(inspect.getsource(service_server._record).encode())
+    # the literal stand-in until the Rust normalizer is merged, then `_core.normalize`
+    digest.update(service_server.NORMALIZER.__qualname__.encode())
     pml = ROOT / "pml_server"
     sources = [pml / "engine.py", *sorted((pml / "storage").glob("*.py"))]
     sources += sorted((pml / "capture").glob("*.py"))
