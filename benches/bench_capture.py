@@ -13,7 +13,7 @@ from pml_server.config import EngineConfig
 from pml_server.embedding import CachedEmbedder
 from pml_server.embedding.minilm import MiniLMEmbedder
 from pml_server.engine import Engine
-from tests.engine_support import NORMALIZER, Clock, make_record
+from tests.engine_support import Clock, make_record
 
 SUITE = "capture"
 
@@ -21,7 +21,7 @@ SUITE = "capture"
 def _captures_per_second(durability: str, threads: int, per_thread: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         config = EngineConfig(data_dir=Path(tmp), embedder="hashing", durability=durability)
-        engine = Engine.open(config, Clock(), normalizer=NORMALIZER)
+        engine = Engine.open(config, Clock())
         engine.wait_ready(60)
         tools = ["read_file", "parse_json"]
         engine.record("t", make_record("warm", "Read JSON file", tools))

@@ -39,7 +39,11 @@ def _fill(template: str, values: dict[str, str]) -> str:
     return template
 
 
-def load(path: Path = DATA) -> tuple[list[LabelledExecution], list[HeldOutQuery]]:
+def load(
+    path: Path = DATA, split: str = "queries"
+) -> tuple[list[LabelledExecution], list[HeldOutQuery]]:
+    """The executions and the queries of `split`: "queries" (held out, reported) or
+    "dev_queries" (held out too, used only to calibrate the ranking defaults)."""
     spec = json.loads(path.read_text())
     rng = random.Random(SEED)
     executions: list[LabelledExecution] = []
@@ -56,7 +60,7 @@ def load(path: Path = DATA) -> tuple[list[LabelledExecution], list[HeldOutQuery]
                     tools=tuple(cap["tools"]),
                 )
             )
-        queries.extend(HeldOutQuery(cap["label"], q) for q in cap["queries"])
+        queries.extend(HeldOutQuery(cap["label"], q) for q in cap[split])
     return executions, queries
 
 

@@ -87,3 +87,71 @@ class HnswIndex:
     @staticmethod
     def from_bytes(data: bytes) -> HnswIndex:
         """Inverse of `to_bytes`; truncated or corrupted bytes raise CorruptDataError."""
+
+# --- code normalization (pml_core_rs/src/normalize, docs/normalization.md) ---
+
+NORMALIZER_VERSION: int
+"""Version of the normalization rules; hashed into every `code_hash`."""
+NORMALIZE_MAX_INPUT_BYTES: int
+"""Largest `code` (UTF-8 bytes) `normalize`/`parse_only` accept; larger raises
+InputTooLargeError."""
+
+class Param:
+    """One placeholder of a template (frozen)."""
+
+    @property
+    def name(self) -> str:
+        """`$PATH`, `$LIMIT_2`, `$READ_FILE_ARG0`, `$STR`, ..."""
+    @property
+    def json_type(self) -> str:
+        """`"string"`, `"integer"` or `"number"`."""
+    @property
+    def value_json(self) -> str:
+        """The literal's decoded value as JSON text, e.g. `"\\"a.json\\""` or `"5"`."""
+    @property
+    def start(self) -> int:
+        """Start of the literal in `code`, in Python str indices (code points)."""
+    @property
+    def end(self) -> int:
+        """End (exclusive) of the literal in `code`, in Python str indices."""
+    @property
+    def secret(self) -> bool:
+        """The value looks like a credential: store it only as `[REDACTED]`."""
+
+class Normalized:
+    """Result of `normalize` (frozen)."""
+
+    @property
+    def language(self) -> str:
+        """`"javascript"`, `"typescript"`, `"python"`, or the lowercased input for others."""
+    @property
+    def template(self) -> str:
+        """The code with each parameter literal replaced by its placeholder name."""
+    @property
+    def code_hash(self) -> str:
+        """`"sha256:<64 hex>"` of the canonical form: the pattern's identity."""
+    @property
+    def params(self) -> list[Param]:
+        """One entry per placeholder, in source order."""
+    @property
+    def tool_calls(self) -> list[str]:
+        """Tool names the code calls statically, in source order (`"read_file"`, `"gmail:send"`)."""
+    @property
+    def parse_ok(self) -> bool:
+        """False when the token-level fallback produced this result."""
+    @property
+    def fallback_reason(self) -> str:
+        """Why the fallback was used; `""` when `parse_ok`."""
+    @property
+    def schema_json(self) -> str:
+        """JSON Schema (object, one property per placeholder name) of the template's inputs."""
+
+def normalize(code: str, language: str) -> Normalized:
+    """Normalize agent code (GIL released). Aliases: js/javascript/mjs/cjs/jsx,
+    ts/typescript/mts/cts/tsx, py/python. Other languages and unparsable or too deeply nested
+    code use the deterministic token-level fallback. Raises InputTooLargeError over
+    NORMALIZE_MAX_INPUT_BYTES and InvalidArgumentError for a str with lone surrogates."""
+
+def parse_only(code: str, language: str) -> bool:
+    """Parse with the same parser as `normalize` and do nothing else (benchmark baseline; GIL
+    released). True when the code parsed without syntax errors; False for other languages."""

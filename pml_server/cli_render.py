@@ -58,8 +58,10 @@ def suggestions(console: Console, reply: pml_pb2.SuggestResponse) -> None:
         "superseded",
         "total",
     ):
+        text = column in ("capability", "pattern", "tools")
+        # Ids stay whole (they are what `pml show` takes); the tools column wraps instead.
         table.add_column(
-            column, justify="right" if column not in ("capability", "pattern", "tools") else "left"
+            column, justify="left" if text else "right", no_wrap=column in ("capability", "pattern")
         )
     for rank, s in enumerate(reply.suggestions, 1):
         p, sc = s.pattern, s.score

@@ -261,9 +261,11 @@ class PmlClient:
         on_ack: Callable[[pml_pb2.StreamTracesResponse], None] | None = None,
     ) -> UploadReport:
         """Upload whole records over StreamTraces. If the stream breaks, reconnect and resend
-        every record not yet acknowledged; request ids (default: `r{index}`) make the resend
-        apply exactly once."""
-        ids = [r.request_id or f"r{i}" for i, r in enumerate(records)]
+        every record not yet acknowledged; request ids (default: a UUID per record) make the
+        resend apply exactly once."""
+        # A record without a request id gets a fresh one, kept across reconnects of this upload
+        # (a fixed default such as its index would collide with other uploads).
+        ids = [r.request_id or str(uuid.uuid4()) for r in records]
         report = UploadReport()
         sequence = 0
         while True:

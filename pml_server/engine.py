@@ -845,6 +845,41 @@ class Engine:
                     tenant, pattern_id, reason=f"capability {capability_id} deleted"
                 )
 
+    def ungroup_pattern(self, tenant: str, pattern_id: str) -> str:
+        """Undo a grouping: move the pattern out of its capability into a new one of its own
+        (nothing is deleted). Returns the pattern's capability id afterwards."""
+        _check_tenant(tenant)
+        found = self._repo.pattern(tenant, pattern_id)
+        if found is None:
+            raise NotFoundError(f"pattern {pattern_id!r} not found")
+        with contextlib.ExitStack() as held:
+            held.enter_context(self._pattern_locks.lock_for(tenant, found.code_hash))
+            pattern = self._repo.pattern(tenant, pattern_id)
+            capability = self._repo.capability(tenant, pattern.capability_id) if pattern else None
+            if pattern is None or capability is None:
+                raise NotFoundError(f"pattern {pattern_id!r} not found")
+            held.enter_context(self._group_locks.lock_for(tenant, tools_digest(capability.tools)))
+            capability = self._repo.capability(tenant, pattern.capability_id)
+            if capability is None or capability.pattern_ids == (pattern_id,):
+                return pattern.capability_id  # already alone
+            now = self._clock()
+            alone = CapabilityRecord(
+                f"cap_{secrets.token_hex(8)}", capability.tools, (pattern_id,), now
+            )
+            rest = tuple(p for p in capability.pattern_ids if p != pattern_id)
+            change = _Change()
+            change.ops += [
+                *self._repo.put_capability(tenant, replace(capability, pattern_ids=rest)),
+                *self._repo.put_capability(tenant, alone),
+                self._repo.put_pattern(tenant, replace(pattern, capability_id=alone.id)),
+            ]
+            change.count("capabilities")
+            entry = {"action": "ungrouped", "pattern_id": pattern_id, "from": capability.id}
+            self._audit(tenant, change, {**entry, "to": alone.id})
+            ticket = self._commit(tenant, change)
+        _await(ticket)
+        return alone.id
+
     def _set_marks(self, tenant: str, pattern_id: str, flagged: bool, superseded_by: str) -> bool:
         """Rewrite a pattern's retention marks; True when they changed."""
         found = self._repo.pattern(tenant, pattern_id)

@@ -2,51 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from pathlib import Path
 
-from pml_server import _core
-from pml_server.capture.normalize import NormalizedCode, NormalizedParam, normalize
 from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, ExecutionStatus, ToolCall
 from pml_server.engine import Engine
-
-_LITERAL = re.compile(r'"[^"]*"|\b\d+\b')
-_CALL = re.compile(r"mcp\.(\w+)\(")
-
-
-def literal_normalizer(code: str, language: str) -> NormalizedCode:
-    """Stand-in for `_core.normalize` until the Rust normalizer is merged: string and number
-    literals become placeholders, tools are read from `mcp.<tool>(` calls."""
-    literals = _LITERAL.findall(code)
-    template = code
-    for i, literal in enumerate(literals):
-        template = template.replace(literal, f"$P{i}", 1)
-    params = tuple(
-        NormalizedParam(
-            name=f"P{i}",
-            json_type="string" if lit.startswith('"') else "integer",
-            value_json=lit if lit.startswith('"') else json.dumps(int(lit)),
-            secret="token" in code.lower() and lit.startswith('"sk-'),
-        )
-        for i, lit in enumerate(literals)
-    )
-    digest = hashlib.sha256(f"{language}\0{template}".encode()).hexdigest()
-    return NormalizedCode(
-        language=language,
-        template=template,
-        code_hash=f"sha256:{digest}",
-        params=params,
-        tool_calls=tuple(_CALL.findall(code)),
-        parse_ok=True,
-        fallback_reason="",
-        schema_json="{}",
-    )
-
-
-NORMALIZER = normalize if hasattr(_core, "normalize") else literal_normalizer
 
 
 class Clock:
@@ -64,7 +25,7 @@ def open_engine(
     path: Path, clock: Clock | None = None, embedder: str = "hashing", **overrides: object
 ) -> Engine:
     config = EngineConfig(data_dir=path, embedder=embedder, **overrides)  # type: ignore[arg-type]
-    engine = Engine.open(config, clock or Clock(), normalizer=NORMALIZER)
+    engine = Engine.open(config, clock or Clock())
     assert engine.wait_ready(60)
     return engine
 

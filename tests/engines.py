@@ -1,25 +1,16 @@
 """The engine the API tests run against: the real `Engine` on a real RocksDB in the test's
-directory (hashing embedder for speed), opened exactly as `pml serve` opens it from its flags.
-Until the Rust normalizer is merged, the engine tests' literal stand-in replaces it."""
+directory, opened exactly as `pml serve` opens it from its flags (`open_engine`); the tests pick
+the hashing embedder for speed. Waits until the indexes have caught up, so tests start ready."""
 
 from __future__ import annotations
 
-from pml_server.config import EngineConfig, ServerConfig
+from pml_server.api.server import open_engine
+from pml_server.config import ServerConfig
 from pml_server.engine import Engine
-from tests.engine_support import NORMALIZER
 
 
 def open_test_engine(config: ServerConfig) -> Engine:
-    engine = Engine.open(
-        EngineConfig(
-            data_dir=config.data_dir,
-            embedder=config.embedder,
-            durability=config.durability,
-            max_code_bytes=config.max_code_bytes,
-            max_tool_calls=config.max_tool_calls,
-            vector_index=config.vector_index,
-        ),
-        normalizer=NORMALIZER,
-    )
+    engine = open_engine(config)
+    assert isinstance(engine, Engine)
     assert engine.wait_ready(60)
     return engine

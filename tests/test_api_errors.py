@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from pml_server._proto.pml.v1 import pml_pb2
+from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server._proto.pml.v1 import resources_pb2 as r
 from pml_server.api.page_tokens import PageTokens
 from pml_server.client import PmlClient, PmlClientError, make_record
@@ -272,3 +272,15 @@ def test_intent_without_words_and_zero_embedding(client: PmlClient) -> None:
         grpc.StatusCode.INVALID_ARGUMENT,
     )
     assert _fields(err) == {"intent_embedding"}
+
+
+def test_gzip_bomb_is_resource_exhausted(channel: grpc.Channel) -> None:
+    """20 MB of zeros compress to about 20 kB; the size limit applies after decompression."""
+    request = pml_pb2.RecordExecutionRequest(
+        record=make_record("bomb", "0" * (20 * 1024 * 1024), tools=["t"])
+    )
+    record = pml_pb2_grpc.PmlServiceStub(channel).RecordExecution
+    assert len(request.SerializeToString()) > 8 * 1024 * 1024
+    with pytest.raises(grpc.RpcError) as err:
+        record(request, timeout=30, compression=grpc.Compression.Gzip)
+    assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]

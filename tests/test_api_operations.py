@@ -17,7 +17,6 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from pml_server import _core
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.config import ServerConfig
 from tests.conftest import StartServer
@@ -292,10 +291,6 @@ def test_pml_serve_starts_reports_healthy_and_stops_on_sigterm(tmp_path: Path) -
     assert "pml stopped" in messages
 
 
-@pytest.mark.skipif(
-    not hasattr(_core, "normalize"),
-    reason="`pml serve` needs the Rust normalizer (branch norm), not merged here yet",
-)
 def test_pml_serve_entry_point_end_to_end(tmp_path: Path) -> None:
     pml = Path(sys.executable).parent / "pml"
     proc = subprocess.Popen(

@@ -116,8 +116,18 @@ def test_rule5_grouping_with_minilm_seed_example(tmp_path: Path) -> None:
     "Write JSON file" (other tools) does not join it."""
     engine = open_engine(tmp_path, embedder="minilm")
     ids = []
-    for i, intent in enumerate(["Read JSON file", "Parse JSON from disk", "Load JSON data"]):
-        code = f'const d{i} = JSON.parse(await mcp.read_file({{path: "x{i}.json"}}));' + "\n" * i
+    codes = {  # three different programs (three code patterns) calling the same two tools
+        "Read JSON file": 'return await mcp.parse_json({text: await mcp.read_file({path: "a"})});',
+        "Parse JSON from disk": (
+            'const raw = await mcp.read_file({path: "b.json"});\n'
+            "const data = await mcp.parse_json({text: raw});\nreturn data;"
+        ),
+        "Load JSON data": (
+            'const text = await mcp.read_file({path: "c.json", encoding: "utf8"});\n'
+            "return mcp.parse_json({text, strict: true});"
+        ),
+    }
+    for i, (intent, code) in enumerate(codes.items()):
         record = make_record(f"r{i}", intent, ["read_file", "parse_json"], code=code)
         ids.append(engine.record("t", record))
     write = engine.record(
@@ -245,3 +255,21 @@ def test_closed_engine_refuses_captures_as_unavailable(tmp_path: Path) -> None:
     engine.close()  # harmless
     with pytest.raises(UnavailableError):
         engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+
+
+def test_rule6_concurrent_retries_of_one_request_count_once(engine: Engine) -> None:
+    import threading
+
+    record = make_record("retry-me", "Read JSON file", JSON_TOOLS)
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(engine.record("t", record)))
+        for _ in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.replayed for r in results) == [False] + [True] * 7
+    assert len({r.pattern_id for r in results}) == 1
+    assert engine.stats("t").executions == 1

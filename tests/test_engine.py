@@ -13,7 +13,7 @@ from pml_server.domain.errors import FailedPreconditionError, InvalidArgumentErr
 from pml_server.domain.model import PageRequest, RetentionAction, SuggestQuery
 from pml_server.engine import Engine
 from pml_server.retention import RetentionConfig
-from tests.engine_support import NORMALIZER, Clock, make_record, open_engine
+from tests.engine_support import Clock, make_record, open_engine
 
 JSON_TOOLS = ["read_file", "parse_json"]
 
@@ -217,7 +217,7 @@ def test_store_of_another_model_is_refused(tmp_path: Path) -> None:
     open_engine(tmp_path, embedder="hashing").close()
     config = EngineConfig(data_dir=tmp_path, embedder="minilm", vector_index="exact")
     with pytest.raises(FailedPreconditionError, match="hashing"):
-        Engine.open(config, Clock(), normalizer=NORMALIZER)
+        Engine.open(config, Clock())
     open_engine(tmp_path, embedder="hashing").close()  # the refusal left the store usable
 
 
@@ -228,7 +228,7 @@ def test_not_ready_until_the_index_is_loaded(tmp_path: Path) -> None:
 
     config = EngineConfig(data_dir=tmp_path, embedder="hashing")
     store = Store(tmp_path, "fast")
-    engine = Engine(config, store, make_embedder("hashing"), Clock(), NORMALIZER)
+    engine = Engine(config, store, make_embedder("hashing"), Clock())
     assert not engine.is_ready()
     with pytest.raises(UnavailableError):
         engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
@@ -343,4 +343,32 @@ def test_grouping_with_many_capabilities_of_one_signature_uses_the_index(tmp_pat
     assert set(members) == {"Check weather forecast", "weather forecast"}
     assert len(engine.get_capability("t", weather).pattern_ids) == 2
     assert alone.capability_id != weather
+    engine.close()
+
+
+def test_grouping_is_a_link_that_can_be_undone(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path)
+    a = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS, code="a()"))
+    b = engine.record("t", make_record("r2", "Read JSON files", JSON_TOOLS, code="b()"))
+    assert a.capability_id == b.capability_id
+    moved_to = engine.ungroup_pattern("t", b.pattern_id)
+    assert moved_to != a.capability_id
+    assert engine.get_capability("t", a.capability_id).pattern_ids == (a.pattern_id,)
+    assert engine.get_capability("t", moved_to).pattern_ids == (b.pattern_id,)
+    assert engine.get_pattern("t", b.pattern_id).capability_id == moved_to
+    assert engine.get_pattern("t", b.pattern_id).usage_count == 1  # nothing lost
+    assert engine.ungroup_pattern("t", b.pattern_id) == moved_to  # already alone
+    assert engine.stats("t").capabilities == 2
+    assert engine.audit_log("t")[-1]["action"] == "ungrouped"
+    engine.close()
+
+
+def test_minilm_suggest_finds_a_paraphrase(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path, embedder="minilm")
+    json_cap = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS)).capability_id
+    engine.record("t", make_record("r2", "Send an email to my boss", ["gmail_send"]))
+    engine.record("t", make_record("r3", "Resize vacation photos", ["image_resize"]))
+    result = engine.suggest("t", SuggestQuery("Load JSON data from disk", k=3))
+    assert result.suggestions[0].capability_id == json_cap
+    assert result.suggestions[0].score.semantic > 0.6
     engine.close()

@@ -6,8 +6,10 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use pyo3::types::PyString;
 
 use crate::hashing;
+use crate::normalize;
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -204,6 +206,7 @@ impl PyHnswIndex {
         py.detach(|| {
             // Validate the whole batch before the first write, then insert in short lock holds.
             let rows = index::HnswIndex::normalize_rows(dim, "vectors", &values)?;
+            self.write().reserve(ids.len());
             for (id_chunk, row_chunk) in ids
                 .chunks(ADD_ROWS_PER_LOCK)
                 .zip(rows.chunks(ADD_ROWS_PER_LOCK * dim))
@@ -323,6 +326,122 @@ impl PyHnswIndex {
     }
 }
 
+/// One placeholder of a normalized template (see `normalize::Param`).
+#[pyclass(name = "Param", module = "pml_server._core", frozen, get_all, eq)]
+#[derive(Clone, PartialEq)]
+struct PyParam {
+    name: String,
+    json_type: String,
+    value_json: String,
+    start: usize,
+    end: usize,
+    secret: bool,
+}
+
+#[pymethods]
+impl PyParam {
+    fn __repr__(&self) -> String {
+        format!(
+            "Param(name={:?}, json_type={:?}, value_json={:?}, start={}, end={}, secret={})",
+            self.name,
+            self.json_type,
+            if self.secret {
+                "[REDACTED]"
+            } else {
+                &self.value_json
+            },
+            self.start,
+            self.end,
+            if self.secret { "True" } else { "False" }
+        )
+    }
+}
+
+/// The result of `normalize` (see `normalize::Normalized`).
+#[pyclass(name = "Normalized", module = "pml_server._core", frozen, get_all, eq)]
+#[derive(Clone, PartialEq)]
+struct PyNormalized {
+    language: String,
+    template: String,
+    code_hash: String,
+    params: Vec<PyParam>,
+    tool_calls: Vec<String>,
+    parse_ok: bool,
+    fallback_reason: String,
+    schema_json: String,
+}
+
+#[pymethods]
+impl PyNormalized {
+    fn __repr__(&self) -> String {
+        format!(
+            "Normalized(language={:?}, code_hash={:?}, params={}, tool_calls={:?}, parse_ok={})",
+            self.language,
+            self.code_hash,
+            self.params.len(),
+            self.tool_calls,
+            if self.parse_ok { "True" } else { "False" }
+        )
+    }
+}
+
+impl From<normalize::Normalized> for PyNormalized {
+    fn from(n: normalize::Normalized) -> Self {
+        let params = n
+            .params
+            .into_iter()
+            .map(|p| PyParam {
+                name: p.name,
+                json_type: p.json_type.as_str().to_owned(),
+                value_json: p.value_json,
+                start: p.start,
+                end: p.end,
+                secret: p.secret,
+            })
+            .collect();
+        PyNormalized {
+            language: n.language,
+            template: n.template,
+            code_hash: n.code_hash,
+            params,
+            tool_calls: n.tool_calls,
+            parse_ok: n.parse_ok,
+            fallback_reason: n.fallback_reason,
+            schema_json: n.schema_json,
+        }
+    }
+}
+
+/// The UTF-8 view of `code`; a lone surrogate cannot be parsed, so it is a named error.
+fn code_as_str<'a>(code: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
+    code.to_str().map_err(|_| {
+        InvalidArgumentError::new_err(
+            "invalid argument `code`: not encodable as UTF-8 (it contains a lone surrogate)",
+        )
+    })
+}
+
+/// Normalize agent code: template, parameters, tool calls and the pattern hash (GIL released).
+#[pyfunction]
+#[pyo3(name = "normalize")]
+fn normalize_code(
+    py: Python<'_>,
+    code: &Bound<'_, PyString>,
+    language: &str,
+) -> PyResult<PyNormalized> {
+    let code = code_as_str(code)?;
+    let result = py.detach(|| normalize::normalize(code, language));
+    result.map(PyNormalized::from).map_err(to_py_err)
+}
+
+/// Parse only, with the parser `normalize` uses (benchmark baseline; GIL released).
+#[pyfunction]
+fn parse_only(py: Python<'_>, code: &Bound<'_, PyString>, language: &str) -> PyResult<bool> {
+    let code = code_as_str(code)?;
+    py.detach(|| normalize::parse_only(code, language))
+        .map_err(to_py_err)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -337,5 +456,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sha256_tagged, m)?)?;
     m.add_class::<PyHnswIndex>()?;
     let _ = to_py_err; // used by the normalizer and index bindings
+    m.add("NORMALIZER_VERSION", normalize::NORMALIZER_VERSION)?;
+    m.add("NORMALIZE_MAX_INPUT_BYTES", normalize::MAX_INPUT_BYTES)?;
+    m.add_class::<PyParam>()?;
+    m.add_class::<PyNormalized>()?;
+    m.add_function(wrap_pyfunction!(normalize_code, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_only, m)?)?;
     Ok(())
 }

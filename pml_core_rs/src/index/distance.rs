@@ -133,17 +133,23 @@ unsafe fn dot_avx2(a: *const f32, b: *const f32, len: usize) -> f32 {
     }
 }
 
-/// Ask the cache for a whole vector we are about to score. Scoring is bound by memory, not
-/// arithmetic (a 384-d vector is 24 cache lines at a random address), so fetching every line a
-/// couple of candidates ahead hides most of the latency. A hint only: results never change.
+/// Leading floats of a vector to prefetch: 8 cache lines. Measured on 20k x 384 (search CPU
+/// time vs hnswlib): 4 lines and whole vectors (24 lines, which floods the line-fill buffers)
+/// were both 5 to 15% slower than 8; the hardware prefetcher streams the rest.
+const PREFETCH_FLOATS: usize = 8 * 16;
+
+/// Ask the cache for the start of a vector we are about to score. Scoring is bound by memory,
+/// not arithmetic (a 384-d vector is 24 cache lines at a random address), so requesting it a
+/// couple of candidates ahead hides much of the latency. A hint only: results never change.
 #[inline(always)]
 pub fn prefetch(data: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         const FLOATS_PER_LINE: usize = 16;
+        let end = data.len().min(PREFETCH_FLOATS);
         let mut offset = 0;
-        while offset < data.len() {
+        while offset < end {
             // SAFETY: prefetch never faults, and the address stays inside the live slice.
             unsafe { _mm_prefetch(data.as_ptr().add(offset) as *const i8, _MM_HINT_T0) };
             offset += FLOATS_PER_LINE;

@@ -94,6 +94,46 @@ pub fn link_node(graph: &mut Graph, kernel: &Kernel, slot: u32, ef_construction:
     }
 }
 
+/// Strengthen `slot`'s level-0 links after compaction thinned them: search level 0 from the
+/// entry point (or another node when `slot` is the entry), re-select among the results and the
+/// links it still has, and link both ways.
+pub fn relink_level0(graph: &mut Graph, kernel: &Kernel, slot: u32, ef_construction: usize) {
+    let start = if graph.entry != slot {
+        graph.entry
+    } else {
+        u32::from(slot == 0)
+    };
+    if start as usize >= graph.slots() || start == slot {
+        return;
+    }
+    let query = graph.vector(slot).to_vec();
+    let entry = Scored {
+        dist: kernel.distance(&query, graph.vector(start)),
+        slot: start,
+    };
+    let mut found = search_level(graph, kernel, &query, &[entry], 0, ef_construction, |_| {
+        true
+    });
+    for &kept in graph.links(slot, 0) {
+        if !found.iter().any(|s| s.slot == kept) {
+            found.push(Scored {
+                dist: kernel.distance(&query, graph.vector(kept)),
+                slot: kept,
+            });
+        }
+    }
+    found.retain(|s| s.slot != slot);
+    found.sort_unstable();
+    let chosen: Vec<u32> = select_diverse(graph, kernel, &found, graph.m0)
+        .iter()
+        .map(|s| s.slot)
+        .collect();
+    graph.set_links(slot, 0, &chosen);
+    for &neighbour in &chosen {
+        add_back_link(graph, kernel, neighbour, slot, 0);
+    }
+}
+
 /// Make `from` point to `to` on `level`; when its list is full, re-select the best diverse set
 /// among the old neighbours plus the new one.
 fn add_back_link(graph: &mut Graph, kernel: &Kernel, from: u32, to: u32, level: usize) {

@@ -1,13 +1,17 @@
 //! Removal and compaction. A removed id leaves the id map at once (so it can never be returned)
 //! while its node stays in the graph as a routable tombstone: cutting it out immediately would
-//! break the paths that ran through it. Once tombstones make up a third of the nodes, the graph
-//! is rebuilt from the live vectors, which frees their memory and restores search quality; the
-//! rebuild costs about one fresh build of the survivors, amortized over that many removals.
+//! break the paths that ran through it. Once tombstones make up a third of the nodes the graph is
+//! compacted: every live node that linked to a tombstone re-selects its neighbours among its
+//! live ones plus the tombstone's live neighbours (so paths through the removed node survive
+//! as direct links), then the tombstones are dropped and the slots renumbered. That costs a few
+//! distance computations per affected link, far less than rebuilding, and frees the memory.
 
-use super::graph::Graph;
+use std::collections::HashMap;
+
+use super::graph::{Graph, Scored, NO_NODE};
 use super::{insert, HnswIndex};
 
-/// Rebuild when tombstones reach this fraction of all nodes...
+/// Compact when tombstones reach this fraction of all nodes...
 const WORN_FRACTION: f64 = 1.0 / 3.0;
 /// ...and there are at least this many (tiny indexes are cheap either way).
 const WORN_MIN: usize = 16;
@@ -36,33 +40,125 @@ impl HnswIndex {
         }
     }
 
-    /// Rebuild the graph from the live vectors only, dropping every tombstone.
+    /// Drop every tombstone from the graph, repairing the links that went through them.
     pub fn compact(&mut self) {
         if self.graph.deleted_count == 0 {
             return;
         }
-        let fresh = Graph::new(self.graph.dim, self.graph.m);
-        let old = std::mem::replace(&mut self.graph, fresh);
-        self.slot_of.clear();
-        let live = old.live();
-        self.graph.vectors.reserve_exact(live * old.dim);
-        self.graph.ids.reserve_exact(live);
-        self.graph.links0.reserve_exact(live * (1 + old.m0));
-        for slot in 0..old.slots() as u32 {
-            if old.deleted[slot as usize] {
+        repair_links_around_tombstones(&mut self.graph, &self.kernel);
+        let (graph, thin) = without_tombstones(&self.graph);
+        self.graph = graph;
+        // Repair only reuses links that existed; a node left with fewer than `m` level-0 links
+        // (its neighbourhood was mostly removed) searches for new ones, as an insert would.
+        for slot in thin {
+            insert::relink_level0(&mut self.graph, &self.kernel, slot, self.ef_construction);
+        }
+        self.slot_of = self
+            .graph
+            .ids
+            .iter()
+            .enumerate()
+            .map(|(slot, &id)| (id, slot as u32))
+            .collect::<HashMap<_, _>>();
+    }
+}
+
+/// For each live node and level whose list holds a tombstone, choose new neighbours among the
+/// live entries plus the tombstones' live neighbours, with the insert heuristic.
+fn repair_links_around_tombstones(graph: &mut Graph, kernel: &super::distance::Kernel) {
+    let mut candidates: Vec<u32> = Vec::new();
+    for slot in 0..graph.slots() as u32 {
+        if graph.deleted[slot as usize] {
+            continue;
+        }
+        for level in 0..=graph.levels[slot as usize] as usize {
+            let list = graph.links(slot, level);
+            if !list.iter().any(|&n| graph.deleted[n as usize]) {
                 continue;
             }
-            let id = old.ids[slot as usize];
-            let level = self.rng.level(self.graph.m);
-            let new_slot = self.graph.push_node(id, old.vector(slot), level);
-            insert::link_node(
-                &mut self.graph,
-                &self.kernel,
-                new_slot,
-                self.ef_construction,
-            );
-            self.slot_of.insert(id, new_slot);
+            candidates.clear();
+            for &n in list {
+                if graph.deleted[n as usize] {
+                    candidates.extend(
+                        graph
+                            .links(n, level)
+                            .iter()
+                            .copied()
+                            .filter(|&m| m != slot && !graph.deleted[m as usize]),
+                    );
+                } else {
+                    candidates.push(n);
+                }
+            }
+            candidates.sort_unstable();
+            candidates.dedup();
+            let base = graph.vector(slot);
+            let mut scored: Vec<Scored> = candidates
+                .iter()
+                .map(|&n| Scored {
+                    dist: kernel.distance(base, graph.vector(n)),
+                    slot: n,
+                })
+                .collect();
+            scored.sort_unstable();
+            let kept: Vec<u32> =
+                insert::select_diverse(graph, kernel, &scored, graph.capacity(level))
+                    .iter()
+                    .map(|s| s.slot)
+                    .collect();
+            graph.set_links(slot, level, &kept);
         }
-        self.slot_of.shrink_to_fit();
     }
+}
+
+/// Copy of `graph` with the tombstones dropped and the slots renumbered densely; also returns
+/// the new slots left with fewer than `m` level-0 links (only when more than one node is live).
+fn without_tombstones(graph: &Graph) -> (Graph, Vec<u32>) {
+    let mut renumber = vec![NO_NODE; graph.slots()];
+    let mut out = Graph::new(graph.dim, graph.m);
+    let live = graph.live();
+    out.vectors.reserve_exact(live * graph.dim);
+    out.ids.reserve_exact(live);
+    out.links0.reserve_exact(live * (1 + graph.m0));
+    for slot in 0..graph.slots() as u32 {
+        if !graph.deleted[slot as usize] {
+            let level = graph.levels[slot as usize] as usize;
+            renumber[slot as usize] =
+                out.push_node(graph.ids[slot as usize], graph.vector(slot), level);
+        }
+    }
+    let mut thin = Vec::new();
+    let mut mapped: Vec<u32> = Vec::new();
+    for old in 0..graph.slots() as u32 {
+        let new = renumber[old as usize];
+        if new == NO_NODE {
+            continue;
+        }
+        for level in 0..=graph.levels[old as usize] as usize {
+            mapped.clear();
+            // Repair removed every tombstone from live lists; the filter is a safety net.
+            mapped.extend(
+                graph
+                    .links(old, level)
+                    .iter()
+                    .map(|&n| renumber[n as usize])
+                    .filter(|&n| n != NO_NODE),
+            );
+            out.set_links(new, level, &mapped);
+        }
+        if live > 1 && out.links(new, 0).len() < graph.m {
+            thin.push(new);
+        }
+    }
+    // New entry point: the first live node of the highest level.
+    let top = out
+        .levels
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, l)| (**l, std::cmp::Reverse(*i)));
+    if let Some((slot, &level)) = top {
+        out.entry = slot as u32;
+        out.max_level = level as usize;
+    }
+    (out, thin)
 }

@@ -235,11 +235,26 @@ impl HnswIndex {
         Ok(())
     }
 
+    /// Make room for `rows` more nodes. Callers that add a large batch in chunks reserve the
+    /// whole batch first: growth is then sized to the batch instead of doubling chunk by chunk
+    /// (which can leave the storage at twice its size). Growth stays amortized (`Vec::reserve`),
+    /// so one-row adds do not copy the storage each time.
+    pub fn reserve(&mut self, rows: usize) {
+        let g = &mut self.graph;
+        g.vectors.reserve(rows * g.dim);
+        g.ids.reserve(rows);
+        g.levels.reserve(rows);
+        g.deleted.reserve(rows);
+        g.links0.reserve(rows * (1 + g.m0));
+        g.upper.reserve(rows);
+        self.slot_of.reserve(rows);
+    }
+
     /// `add` for rows already produced by `normalize_rows`.
     pub fn add_normalized(&mut self, ids: &[u64], rows: &[f32]) -> CoreResult<()> {
         self.check_batch(ids, rows)?;
         let dim = self.graph.dim;
-        self.graph.vectors.reserve(rows.len());
+        self.reserve(ids.len());
         for (&id, vector) in ids.iter().zip(rows.chunks_exact(dim)) {
             if let Some(old) = self.slot_of.remove(&id) {
                 self.graph.deleted[old as usize] = true;

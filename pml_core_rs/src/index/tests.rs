@@ -203,3 +203,88 @@ fn empty_index_round_trips_and_searches() {
         .unwrap()
         .is_empty());
 }
+
+/// Every live node can be reached from the entry point on level 0.
+fn all_reachable(index: &HnswIndex) -> bool {
+    let g = &index.graph;
+    if g.slots() == 0 {
+        return true;
+    }
+    let mut seen = vec![false; g.slots()];
+    let mut stack = vec![g.entry];
+    seen[g.entry as usize] = true;
+    while let Some(s) = stack.pop() {
+        for &n in g.links(s, 0) {
+            if !seen[n as usize] {
+                seen[n as usize] = true;
+                stack.push(n);
+            }
+        }
+    }
+    (0..g.slots()).all(|s| g.deleted[s] || seen[s])
+}
+
+fn hits_at_10(index: &HnswIndex, data: &[f32], ids: &[u64], queries: &[f32]) -> usize {
+    let dim = index.dim();
+    queries
+        .chunks_exact(dim)
+        .map(|q| {
+            let want = exact(index, data, ids, q, 10);
+            index
+                .search(q, 10, None, None)
+                .unwrap()
+                .iter()
+                .filter(|h| want.contains(&h.id))
+                .count()
+        })
+        .sum()
+}
+
+#[test]
+fn compaction_repairs_links_and_keeps_everything_reachable() {
+    let (mut index, data, ids) = build(3000, 16);
+    let removed: Vec<u64> = ids.iter().copied().filter(|id| (id / 3) % 10 < 6).collect();
+    index.remove(&removed);
+    index.compact();
+    assert_eq!(index.tombstones(), 0);
+    assert_eq!(index.graph.slots(), index.len());
+    assert!(all_reachable(&index));
+    // Quality: close to a fresh build over the survivors, and above the recall bar.
+    let (kept_ids, kept_data): (Vec<u64>, Vec<f32>) = {
+        let mut kept_ids = Vec::new();
+        let mut kept_data = Vec::new();
+        for (row, &id) in ids.iter().enumerate() {
+            if index.contains(id) {
+                kept_ids.push(id);
+                kept_data.extend_from_slice(&data[row * 16..(row + 1) * 16]);
+            }
+        }
+        (kept_ids, kept_data)
+    };
+    let mut fresh = HnswIndex::new(16, Params::default()).unwrap();
+    fresh.add(&kept_ids, &kept_data).unwrap();
+    let queries = clustered(50, 16, 20, 17);
+    let compacted = hits_at_10(&index, &data, &ids, &queries);
+    let rebuilt = hits_at_10(&fresh, &kept_data, &kept_ids, &queries);
+    assert!(compacted as f64 / 500.0 >= 0.95, "{compacted}");
+    assert!(
+        compacted + 10 >= rebuilt,
+        "compacted {compacted} vs rebuilt {rebuilt}"
+    );
+}
+
+#[test]
+fn removing_everything_then_adding_again() {
+    let (mut index, data, ids) = build(200, 8);
+    assert_eq!(index.remove(&ids[1..]), ids.len() - 1);
+    assert_eq!(index.len(), 1);
+    let hits = index.search(&data[..8], 5, None, None).unwrap();
+    assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), [ids[0]]);
+    index.remove(&ids[..1]);
+    index.compact();
+    assert!(index.is_empty());
+    assert!(index.search(&data[..8], 5, None, None).unwrap().is_empty());
+    index.add(&ids[..50], &data[..50 * 8]).unwrap();
+    assert_eq!(index.len(), 50);
+    assert!(all_reachable(&index));
+}

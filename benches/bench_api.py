@@ -1,0 +1,92 @@
+"""The gRPC layer: captures per second over StreamTraces against one RecordExecution call at a
+time (same server, same durability), and Suggest over gRPC against the engine in-process."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from benches.common import Row
+from pml_server.api.server import start_server
+from pml_server.client import PmlClient, make_record
+from pml_server.config import ServerConfig
+from pml_server.domain.model import SuggestQuery
+from tests.engines import open_test_engine
+
+SUITE = "api"
+
+
+def _records(prefix: str, n: int) -> list[object]:
+    return [
+        make_record(
+            f"Read JSON file {i % 7}",
+            f'const d = await mcp.read_file({{path: "{prefix}{i}.json"}}); '
+            "return await mcp.parse_json(d)",
+            tools=["read_file", "parse_json"],
+            request_id=f"{prefix}-{i}",
+        )
+        for i in range(n)
+    ]
+
+
+def run(large: bool) -> list[Row]:
+    n = 2000 if large else 300
+    rows: list[Row] = []
+    for durability in ("sync", "fast"):
+        with tempfile.TemporaryDirectory() as tmp:
+            config = ServerConfig(
+                listen="127.0.0.1:0",
+                data_dir=Path(tmp),
+                embedder="hashing",
+                durability=durability,
+            )
+            server = start_server(config, engine=open_test_engine(config))
+            try:
+                with PmlClient(f"127.0.0.1:{server.port}") as client:
+                    unary = _records("u", n)
+                    start = time.perf_counter()
+                    for record in unary:
+                        client.record(record)  # type: ignore[arg-type]
+                    unary_rate = n / (time.perf_counter() - start)
+                    streamed = _records("s", n)
+                    start = time.perf_counter()
+                    report = client.upload(streamed)  # type: ignore[arg-type]
+                    stream_rate = n / (time.perf_counter() - start)
+                    assert len(report.acks) == n
+                    rows.append(
+                        Row(
+                            SUITE,
+                            f"StreamTraces captures/s ({durability})",
+                            stream_rate,
+                            "1/s",
+                            baseline=unary_rate,
+                            baseline_name="RecordExecution one at a time",
+                            target=1.5,
+                        )
+                    )
+                    latencies, local = [], []
+                    query = SuggestQuery(intent="Load JSON data", k=5)
+                    for _ in range(n // 3):
+                        start = time.perf_counter()
+                        client.suggest("Load JSON data", k=5)
+                        latencies.append(time.perf_counter() - start)
+                        start = time.perf_counter()
+                        server.engine.suggest("default", query)
+                        local.append(time.perf_counter() - start)
+                    if durability == "fast":
+                        rows.append(
+                            Row(
+                                SUITE,
+                                "Suggest p50 over gRPC",
+                                statistics.median(latencies) * 1e3,
+                                "ms",
+                                baseline=statistics.median(local) * 1e3,
+                                baseline_name="engine.suggest in-process",
+                                lower_is_better=True,
+                            )
+                        )
+            finally:
+                server.stop(grace=1.0)
+    return rows

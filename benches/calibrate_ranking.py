@@ -1,0 +1,69 @@
+"""Calibrate the fusion defaults on the dev queries (never on the reported held-out ones).
+
+`python -m benches.calibrate_ranking [hashing|minilm]`: captures the labelled executions once,
+records every candidate's semantic and raw lexical score for each dev query (explain), then
+replays `rank` offline over a grid of lexical_weight x lexical_half_score and prints hit@1 and
+MRR for each cell.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from benches.bench_quality import TENANT, _capture, _open
+from benches.quality_dataset import load
+from pml_server.domain.model import SuggestQuery
+from pml_server.engine import wall_clock_ms
+from pml_server.ranking import Candidate, RankingConfig, rank
+
+PROBE = RankingConfig()
+
+
+def _raw(normalized: float) -> float:
+    h = PROBE.lexical_half_score
+    return 0.0 if normalized <= 0 else h * normalized / (1.0 - normalized)
+
+
+def main(embedder: str) -> None:
+    executions, queries = load(split="dev_queries")
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = _open(Path(tmp), embedder, PROBE)
+        label_of = _capture(engine, executions)
+        cases = []
+        for q in queries:
+            probe = SuggestQuery(q.text, k=1, min_match=0.0, min_success=0.0, explain=True)
+            result = engine.suggest(TENANT, probe)
+            cands = [
+                Candidate(s.capability_id, s.pattern, s.score.semantic, _raw(s.score.lexical))
+                for s in result.suggestions
+            ]
+            for f in result.filtered:
+                view = engine.get_pattern(TENANT, f.pattern_id)
+                assert f.score is not None
+                cands.append(
+                    Candidate(f.capability_id, view, f.score.semantic, _raw(f.score.lexical))
+                )
+            cases.append((q, cands))
+        now = wall_clock_ms()  # the engine runs on the wall clock too
+        engine.close()
+    for weight in (0.0, 0.3, 0.5, 0.7, 1.0):
+        for half in (2.0, 4.0, 6.0, 10.0):
+            config = replace(PROBE, lexical_weight=weight, lexical_half_score=half)
+            ranks = []
+            for q, cands in cases:
+                query = SuggestQuery(q.text, k=5, min_match=0.0, min_success=0.0)
+                labels: list[str] = []
+                for s in rank(query, cands, config, now).suggestions:
+                    if (lab := label_of.get(s.capability_id, "?")) not in labels:
+                        labels.append(lab)
+                ranks.append(labels.index(q.label) + 1 if q.label in labels else 0)
+            hit1 = sum(r == 1 for r in ranks) / len(ranks)
+            mrr = sum(1 / r for r in ranks if r) / len(ranks)
+            print(f"{embedder} lexical_weight={weight} half={half}: hit@1 {hit1:.3f} MRR {mrr:.3f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "minilm")

@@ -1,0 +1,300 @@
+//! The token-level fallback for unknown languages and for code the parser rejects or that
+//! nests too deeply. It is coarser than the tree walk but deterministic and linear: literals
+//! become placeholders (named from a preceding `key:` / `key =` / `callee(`), whitespace and
+//! comments are dropped, everything else hashes as written. No variable renaming.
+
+use super::canonical::{self, Canonical};
+use super::language::Lang;
+use super::literal::{self, JsonType};
+use super::tree::{DISPATCH_METHODS, TOOL_ROOTS};
+use super::{Extracted, RawParam, NORMALIZER_VERSION};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Word,
+    Number,
+    Str,
+    Punct,
+}
+
+#[derive(Clone, Copy)]
+struct Token {
+    kind: Kind,
+    start: usize,
+    end: usize,
+}
+
+struct Style {
+    hash_comments: bool,
+    slash_comments: bool,
+    backticks: bool,
+    python: bool,
+}
+
+fn style(lang: Option<Lang>) -> Style {
+    match lang {
+        Some(Lang::Python) => Style {
+            hash_comments: true,
+            slash_comments: false,
+            backticks: false,
+            python: true,
+        },
+        Some(_) => Style {
+            hash_comments: false,
+            slash_comments: true,
+            backticks: true,
+            python: false,
+        },
+        None => Style {
+            hash_comments: true,
+            slash_comments: true,
+            backticks: true,
+            python: false,
+        },
+    }
+}
+
+pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -> Extracted {
+    let style = style(lang);
+    let tokens = lex(code, &style);
+    let text = |t: &Token| &code[t.start..t.end];
+    let mut canon = Canonical::new(NORMALIZER_VERSION, language, "tokens", code.len());
+    let mut params = Vec::new();
+    let mut tool_calls = Vec::new();
+    let mut code_strings: Vec<usize> = Vec::new(); // token indexes of tool-name strings
+    for (i, token) in tokens.iter().enumerate() {
+        if token.kind == Kind::Word && TOOL_ROOTS.contains(&text(token)) {
+            if let Some((tool, name_index)) = tool_call_at(&tokens, i, code) {
+                tool_calls.push(tool);
+                code_strings.extend(name_index);
+            }
+        }
+        let next_is_colon = tokens.get(i + 1).is_some_and(|n| text(n) == ":");
+        let value = match token.kind {
+            Kind::Str if !next_is_colon && !code_strings.contains(&i) => {
+                decode_string(text(token), &style).map(|s| {
+                    (
+                        JsonType::String,
+                        serde_json::Value::String(s.clone()).to_string(),
+                        Some(s),
+                    )
+                })
+            }
+            Kind::Number => literal::parse_number(text(token), false, style.python)
+                .map(|(json_type, value)| (json_type, value, None)),
+            _ => None,
+        };
+        match (token.kind, value) {
+            (_, Some((json_type, value_json, string_value))) => {
+                canon.token(if json_type == JsonType::String {
+                    canonical::TAG_STRING_PARAM
+                } else {
+                    canonical::TAG_NUMBER_PARAM
+                });
+                params.push(RawParam {
+                    start: token.start,
+                    end: token.end,
+                    json_type,
+                    value_json,
+                    string_value,
+                    context: context_name(&tokens, i, code, &style),
+                });
+            }
+            (Kind::Str, None) => match decode_string(text(token), &style) {
+                Some(s) => canon.tagged(canonical::TAG_CODE_STRING, s.as_bytes()),
+                None => canon.token(text(token).as_bytes()),
+            },
+            _ => canon.token(text(token).as_bytes()),
+        }
+    }
+    Extracted {
+        code_hash: canon.hash(),
+        params,
+        tool_calls,
+    }
+}
+
+fn decode_string(raw: &str, style: &Style) -> Option<String> {
+    if style.python {
+        literal::decode_py_string(raw)
+    } else {
+        literal::decode_js_string(raw)
+    }
+}
+
+/// `mcp.a.b(` or `mcp.call("name"`: the tool name, and the index of a name string token.
+fn tool_call_at(tokens: &[Token], root: usize, code: &str) -> Option<(String, Option<usize>)> {
+    let text = |i: usize| tokens.get(i).map(|t| &code[t.start..t.end]);
+    let mut segments = Vec::new();
+    let mut i = root + 1;
+    while text(i) == Some(".") && tokens.get(i + 1).is_some_and(|t| t.kind == Kind::Word) {
+        segments.push(text(i + 1)?);
+        i += 2;
+    }
+    if text(i) != Some("(") {
+        return None;
+    }
+    let (&last, server) = segments.split_last()?;
+    if !DISPATCH_METHODS.contains(&last) {
+        return Some((segments.join(":"), None));
+    }
+    let name_token = tokens.get(i + 1).filter(|t| t.kind == Kind::Str)?;
+    let name = literal::decode_js_string(&code[name_token.start..name_token.end])
+        .or_else(|| literal::decode_py_string(&code[name_token.start..name_token.end]))?;
+    let tool = if server.is_empty() {
+        name
+    } else {
+        format!("{}:{name}", server.join(":"))
+    };
+    Some((tool, Some(i + 1)))
+}
+
+/// `key: lit`, `key = lit` (not `==`), `"key": lit`, or `callee(lit` (first argument).
+fn context_name(tokens: &[Token], i: usize, code: &str, style: &Style) -> Option<String> {
+    let prev = |back: usize| i.checked_sub(back).and_then(|j| tokens.get(j));
+    let text = |t: &Token| &code[t.start..t.end];
+    let sep = prev(1)?;
+    let key = prev(2)?;
+    match text(sep) {
+        ":" | "=" => {
+            if text(sep) == "="
+                && prev(3).is_some_and(|t| t.kind == Kind::Punct && "=!<>".contains(text(t)))
+            {
+                return None;
+            }
+            match key.kind {
+                Kind::Word => Some(text(key).to_owned()),
+                Kind::Str => decode_string(text(key), style),
+                _ => None,
+            }
+        }
+        "(" if key.kind == Kind::Word => Some(format!("{}_ARG0", text(key))),
+        _ => None,
+    }
+}
+
+fn lex(code: &str, style: &Style) -> Vec<Token> {
+    let bytes = code.as_bytes();
+    let mut tokens = Vec::new();
+    let mut i = 0usize;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let rest = &bytes[i..];
+        if c.is_ascii_whitespace() {
+            i += 1;
+        } else if (style.hash_comments && c == b'#')
+            || (style.slash_comments && rest.starts_with(b"//"))
+        {
+            i += rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+        } else if style.slash_comments && rest.starts_with(b"/*") {
+            i += rest[2..]
+                .windows(2)
+                .position(|w| w == b"*/")
+                .map_or(rest.len(), |p| p + 4);
+        } else if c == b'"' || c == b'\'' || (style.backticks && c == b'`') {
+            match string_end(bytes, i, style) {
+                Some(end) => {
+                    tokens.push(Token {
+                        kind: Kind::Str,
+                        start: i,
+                        end,
+                    });
+                    i = end;
+                }
+                None => {
+                    tokens.push(Token {
+                        kind: Kind::Punct,
+                        start: i,
+                        end: i + 1,
+                    });
+                    i += 1;
+                }
+            }
+        } else if c.is_ascii_digit() || (c == b'.' && rest.get(1).is_some_and(u8::is_ascii_digit)) {
+            let mut end = i + 1;
+            while end < bytes.len() {
+                let b = bytes[end];
+                let exponent_sign = matches!(b, b'+' | b'-')
+                    && matches!(bytes[end - 1], b'e' | b'E')
+                    && !code[i..end].starts_with("0x")
+                    && !code[i..end].starts_with("0X");
+                if b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || exponent_sign {
+                    end += 1;
+                } else {
+                    break;
+                }
+            }
+            tokens.push(Token {
+                kind: Kind::Number,
+                start: i,
+                end,
+            });
+            i = end;
+        } else if c.is_ascii_alphabetic() || c == b'_' || c == b'$' || c >= 0x80 {
+            let mut end = i + 1;
+            while end < bytes.len() {
+                let b = bytes[end];
+                if b.is_ascii_alphanumeric()
+                    || b == b'_'
+                    || b == b'$'
+                    || (b >= 0x80 && !is_non_ascii_space(code, end))
+                {
+                    end += 1;
+                } else {
+                    break;
+                }
+            }
+            // Never split a UTF-8 sequence.
+            while !code.is_char_boundary(end) {
+                end += 1;
+            }
+            tokens.push(Token {
+                kind: Kind::Word,
+                start: i,
+                end,
+            });
+            i = end;
+        } else {
+            tokens.push(Token {
+                kind: Kind::Punct,
+                start: i,
+                end: i + 1,
+            });
+            i += 1;
+        }
+    }
+    tokens
+}
+
+fn is_non_ascii_space(code: &str, at: usize) -> bool {
+    code.is_char_boundary(at) && code[at..].chars().next().is_some_and(char::is_whitespace)
+}
+
+/// End (exclusive) of the string literal opening at `start`, or `None` if unterminated.
+/// Python triple-quoted strings span lines; other quotes stop at a line break.
+fn string_end(bytes: &[u8], start: usize, style: &Style) -> Option<usize> {
+    let quote = bytes[start];
+    let triple = style.python && bytes[start..].starts_with(&[quote, quote, quote]);
+    let multiline = triple || quote == b'`';
+    let mut i = start + if triple { 3 } else { 1 };
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'\\' {
+            i += 2;
+            continue;
+        }
+        if b == b'\n' && !multiline {
+            return None;
+        }
+        if b == quote {
+            if !triple {
+                return Some(i + 1);
+            }
+            if bytes[i..].starts_with(&[quote, quote, quote]) {
+                return Some(i + 3);
+            }
+        }
+        i += 1;
+    }
+    None
+}

@@ -1,0 +1,133 @@
+//! Language names: aliases to a canonical name, and the tree-sitter grammar of each parsed language.
+
+use std::cell::RefCell;
+
+use tree_sitter::{Language, Parser, Tree};
+
+/// A language the normalizer parses with a real grammar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lang {
+    JavaScript,
+    /// TypeScript; `tsx` selects the TSX grammar (JSX allowed), same canonical name.
+    TypeScript {
+        tsx: bool,
+    },
+    Python,
+}
+
+impl Lang {
+    /// The canonical name reported in `Normalized.language` and hashed into `code_hash`.
+    pub fn canonical_name(self) -> &'static str {
+        match self {
+            Lang::JavaScript => "javascript",
+            Lang::TypeScript { .. } => "typescript",
+            Lang::Python => "python",
+        }
+    }
+
+    pub fn is_python(self) -> bool {
+        matches!(self, Lang::Python)
+    }
+
+    fn grammar(self) -> Language {
+        match self {
+            Lang::JavaScript => tree_sitter_javascript::LANGUAGE.into(),
+            Lang::TypeScript { tsx: false } => tree_sitter_typescript::LANGUAGE_TYPESCRIPT.into(),
+            Lang::TypeScript { tsx: true } => tree_sitter_typescript::LANGUAGE_TSX.into(),
+            Lang::Python => tree_sitter_python::LANGUAGE.into(),
+        }
+    }
+
+    fn slot(self) -> usize {
+        match self {
+            Lang::JavaScript => 0,
+            Lang::TypeScript { tsx: false } => 1,
+            Lang::TypeScript { tsx: true } => 2,
+            Lang::Python => 3,
+        }
+    }
+}
+
+/// What the caller's `language` string names: a parsed language, or another one (lowercased,
+/// trimmed) that only the fallback tokenizer handles.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LanguageChoice {
+    Parsed(Lang),
+    Other(String),
+}
+
+/// Resolve a user-supplied language name (case-insensitive, surrounding spaces ignored).
+pub fn resolve(language: &str) -> LanguageChoice {
+    let lowered = language.trim().to_ascii_lowercase();
+    let lang = match lowered.as_str() {
+        "js" | "javascript" | "mjs" | "cjs" | "jsx" | "node" => Lang::JavaScript,
+        "ts" | "typescript" | "mts" | "cts" | "deno" => Lang::TypeScript { tsx: false },
+        "tsx" => Lang::TypeScript { tsx: true },
+        "py" | "python" | "python3" | "py3" => Lang::Python,
+        _ => return LanguageChoice::Other(lowered),
+    };
+    LanguageChoice::Parsed(lang)
+}
+
+thread_local! {
+    // A parser is cheap to reuse and costly to create; one per thread and grammar keeps
+    // `normalize` free of locks, so Python threads run it in parallel.
+    static PARSERS: RefCell<[Option<Parser>; 4]> = const { RefCell::new([None, None, None, None]) };
+}
+
+/// Parse `code` with the grammar of `lang`; `None` when tree-sitter gives up (it does not
+/// on well-formed input; error recovery normally yields a tree with ERROR nodes instead).
+pub fn parse(lang: Lang, code: &str) -> Option<Tree> {
+    PARSERS.with(|cell| {
+        let mut parsers = cell.borrow_mut();
+        let slot = &mut parsers[lang.slot()];
+        if slot.is_none() {
+            let mut parser = Parser::new();
+            // The grammar crates are pinned to versions built for this tree-sitter ABI, so
+            // this cannot fail at run time; a failure would surface as `None` (fallback).
+            parser.set_language(&lang.grammar()).ok()?;
+            *slot = Some(parser);
+        }
+        let parser = slot.as_mut()?;
+        let tree = parser.parse(code, None);
+        if tree.is_none() {
+            // A parser that gave up keeps partial state; reset it for the next call.
+            parser.reset();
+        }
+        tree
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aliases_resolve() {
+        assert_eq!(resolve(" JS "), LanguageChoice::Parsed(Lang::JavaScript));
+        assert_eq!(resolve("mjs"), LanguageChoice::Parsed(Lang::JavaScript));
+        assert_eq!(
+            resolve("TypeScript"),
+            LanguageChoice::Parsed(Lang::TypeScript { tsx: false })
+        );
+        assert_eq!(
+            resolve("tsx"),
+            LanguageChoice::Parsed(Lang::TypeScript { tsx: true })
+        );
+        assert_eq!(resolve("py"), LanguageChoice::Parsed(Lang::Python));
+        assert_eq!(resolve("Rust"), LanguageChoice::Other("rust".into()));
+    }
+
+    #[test]
+    fn every_grammar_loads_and_parses() {
+        for lang in [
+            Lang::JavaScript,
+            Lang::TypeScript { tsx: false },
+            Lang::TypeScript { tsx: true },
+            Lang::Python,
+        ] {
+            let tree = parse(lang, "x = 1\n").expect("tree");
+            assert!(!tree.root_node().has_error(), "{lang:?}");
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! Code normalization: the identity of a pattern.
+//!
+//! `normalize(code, language)` turns agent code into a readable template (literals replaced by
+//! named placeholders), the parameters it took out, the tools it calls, a JSON Schema of its
+//! inputs and `code_hash`, a SHA-256 over a canonical form that ignores literal values,
+//! formatting, comments, local variable names and argument key order. The rules are a
+//! contract (docs/normalization.md, pinned by tests/vectors/normalization.json): changing
+//! what hashes alike requires bumping `NORMALIZER_VERSION`.
+
+mod bindings;
+mod canonical;
+mod fallback;
+mod language;
+mod literal;
+mod naming;
+mod schema;
+mod secrets;
+mod tree;
+
+use crate::error::{CoreError, CoreResult};
+
+pub use language::{resolve as resolve_language, Lang, LanguageChoice};
+pub use literal::JsonType;
+
+/// Version of the normalization rules; hashed into every `code_hash`.
+pub const NORMALIZER_VERSION: u32 = 1;
+/// Largest input accepted, in UTF-8 bytes; larger input is an `InputTooLarge` error.
+pub const MAX_INPUT_BYTES: usize = 4 * 1024 * 1024;
+/// Deepest bracket nesting parsed; deeper code goes to the token-level fallback.
+pub const MAX_BRACKET_NESTING: usize = 256;
+/// Deepest syntax tree walked; deeper code goes to the token-level fallback.
+pub const MAX_TREE_DEPTH: usize = 1024;
+
+/// One placeholder of a template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Param {
+    /// `$PATH`, `$LIMIT_2`, `$READ_FILE_ARG0`, `$STR`...
+    pub name: String,
+    pub json_type: JsonType,
+    /// The literal's decoded value as JSON text (`"\"a.json\""`, `5`, `-2.5`).
+    pub value_json: String,
+    /// Span of the literal in the input, in Unicode code points (Python `str` indices).
+    pub start: usize,
+    pub end: usize,
+    /// The value looks like a credential; later layers store it only as `[REDACTED]`.
+    pub secret: bool,
+}
+
+/// The result of normalizing one snippet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Normalized {
+    pub language: String,
+    pub template: String,
+    pub code_hash: String,
+    pub params: Vec<Param>,
+    pub tool_calls: Vec<String>,
+    pub parse_ok: bool,
+    pub fallback_reason: String,
+    pub schema_json: String,
+}
+
+/// A literal taken out of the code, before naming and secret detection.
+pub(crate) struct RawParam {
+    pub start: usize,
+    pub end: usize,
+    pub json_type: JsonType,
+    pub value_json: String,
+    pub string_value: Option<String>,
+    /// The name its context gives it (key, keyword, variable, `callee_ARGn`), as written.
+    pub context: Option<String>,
+}
+
+/// Why a tree walk gave up (the fallback tokenizer takes over).
+#[derive(Debug)]
+pub(crate) enum WalkError {
+    TooDeep,
+}
+
+struct Extracted {
+    code_hash: String,
+    params: Vec<RawParam>,
+    tool_calls: Vec<String>,
+}
+
+/// Normalize `code` written in `language` (see `resolve_language` for the names). Never
+/// panics; only input over `MAX_INPUT_BYTES` is an error. Unparsable code, code nested too
+/// deeply and unknown languages go to the deterministic token-level fallback
+/// (`parse_ok == false` with a reason).
+pub fn normalize(code: &str, language: &str) -> CoreResult<Normalized> {
+    check_size(code)?;
+    let (language_name, outcome) = match resolve_language(language) {
+        LanguageChoice::Parsed(lang) => {
+            // A bug in the tree path must not take the caller down: the token fallback is
+            // always there, so a panic becomes a fallback with a reason that says so.
+            let walked = std::panic::catch_unwind(|| parse_and_walk(code, lang))
+                .unwrap_or_else(|_| Err("internal error in the tree normalizer".to_owned()));
+            (
+                lang.canonical_name().to_owned(),
+                walked.map_err(|reason| (Some(lang), reason)),
+            )
+        }
+        LanguageChoice::Other(name) => {
+            let reason = if name.is_empty() {
+                "no language given".to_owned()
+            } else {
+                format!("no parser for language `{name}`")
+            };
+            (name, Err((None, reason)))
+        }
+    };
+    let (extracted, fallback_reason) = match outcome {
+        Ok(extracted) => (extracted, String::new()),
+        Err((lang, reason)) => (
+            fallback::normalize_tokens(code, &language_name, lang),
+            reason,
+        ),
+    };
+    Ok(assemble(code, language_name, extracted, fallback_reason))
+}
+
+/// Parse only, with the same parser `normalize` uses: the benchmark's baseline. `true` when
+/// the code parsed without syntax errors; `false` for unknown languages.
+pub fn parse_only(code: &str, language: &str) -> CoreResult<bool> {
+    check_size(code)?;
+    match resolve_language(language) {
+        LanguageChoice::Parsed(lang) => {
+            Ok(language::parse(lang, code).is_some_and(|tree| !tree.root_node().has_error()))
+        }
+        LanguageChoice::Other(_) => Ok(false),
+    }
+}
+
+fn check_size(code: &str) -> CoreResult<()> {
+    if code.len() > MAX_INPUT_BYTES {
+        return Err(CoreError::TooLarge(format!(
+            "`code` is {} bytes of UTF-8, the limit is {MAX_INPUT_BYTES}",
+            code.len()
+        )));
+    }
+    Ok(())
+}
+
+fn parse_and_walk(code: &str, lang: Lang) -> Result<Extracted, String> {
+    let too_deep = || format!("nesting deeper than {MAX_TREE_DEPTH} syntax levels");
+    if max_bracket_nesting(code) > MAX_BRACKET_NESTING {
+        return Err(format!("brackets nested deeper than {MAX_BRACKET_NESTING}"));
+    }
+    let tree = language::parse(lang, code).ok_or_else(|| "the parser gave up".to_owned())?;
+    if tree.root_node().has_error() {
+        return Err(syntax_error_reason(&tree));
+    }
+    let bound = bindings::collect(&tree, code, lang, MAX_TREE_DEPTH).map_err(|_| too_deep())?;
+    let mut canon = canonical::Canonical::new(
+        NORMALIZER_VERSION,
+        lang.canonical_name(),
+        "tree",
+        code.len(),
+    );
+    let result =
+        tree::walk(&tree, code, lang, &mut canon, bound, MAX_TREE_DEPTH).map_err(|_| too_deep())?;
+    Ok(Extracted {
+        code_hash: canon.hash(),
+        params: result.params,
+        tool_calls: result.tool_calls,
+    })
+}
+
+/// Deepest `(`/`[`/`{` nesting, counted over raw text (a cheap guard before parsing).
+fn max_bracket_nesting(code: &str) -> usize {
+    let mut depth = 0usize;
+    let mut deepest = 0usize;
+    for byte in code.bytes() {
+        match byte {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// "syntax error at line L, column C" for the first ERROR or MISSING node.
+fn syntax_error_reason(tree: &tree_sitter::Tree) -> String {
+    let mut cursor = tree.walk();
+    loop {
+        let node = cursor.node();
+        if node.is_error() || node.is_missing() {
+            let at = node.start_position();
+            let what = if node.is_missing() {
+                "missing token"
+            } else {
+                "syntax error"
+            };
+            return format!("{what} at line {}, column {}", at.row + 1, at.column + 1);
+        }
+        // Only subtrees that contain an error are worth entering.
+        let mut moved = cursor.goto_first_child();
+        while moved && !cursor.node().has_error() {
+            moved = cursor.goto_next_sibling();
+        }
+        if !moved {
+            let at = cursor.node().start_position();
+            return format!(
+                "syntax error at line {}, column {}",
+                at.row + 1,
+                at.column + 1
+            );
+        }
+    }
+}
+
+/// Name, flag and place the parameters; build the template and the schema.
+fn assemble(
+    code: &str,
+    language: String,
+    extracted: Extracted,
+    fallback_reason: String,
+) -> Normalized {
+    let mut names = naming::NameAllocator::default();
+    let mut template = String::with_capacity(code.len());
+    let mut params = Vec::with_capacity(extracted.params.len());
+    let (mut byte_at, mut char_at) = (0usize, 0usize);
+    for raw in extracted.params {
+        if raw.start < byte_at || raw.end > code.len() {
+            continue; // overlapping spans cannot happen; skip rather than corrupt the template
+        }
+        let context = raw.context.as_deref().and_then(naming::upper_snake);
+        let base = context.clone().unwrap_or_else(|| {
+            match raw.json_type {
+                JsonType::String => "STR",
+                JsonType::Integer | JsonType::Number => "NUM",
+            }
+            .to_owned()
+        });
+        let secret = context.as_deref().is_some_and(secrets::is_secret_name)
+            || raw
+                .string_value
+                .as_deref()
+                .is_some_and(secrets::is_secret_value);
+        let name = names.allocate(&base);
+        let gap = &code[byte_at..raw.start];
+        template.push_str(gap);
+        template.push_str(&name);
+        let start = char_at + gap.chars().count();
+        let end = start + code[raw.start..raw.end].chars().count();
+        (byte_at, char_at) = (raw.end, end);
+        params.push(Param {
+            name,
+            json_type: raw.json_type,
+            value_json: raw.value_json,
+            start,
+            end,
+            secret,
+        });
+    }
+    template.push_str(&code[byte_at..]);
+    let schema_json = schema::infer_schema(&params);
+    Normalized {
+        language,
+        template,
+        code_hash: extracted.code_hash,
+        params,
+        tool_calls: extracted.tool_calls,
+        parse_ok: fallback_reason.is_empty(),
+        fallback_reason,
+        schema_json,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,261 @@
+//! Contract tests of the normalizer (the golden vectors are replayed in tests/vectors.rs).
+
+use super::*;
+
+fn norm(code: &str, language: &str) -> Normalized {
+    normalize(code, language).expect("normalize")
+}
+
+fn same(a: &str, b: &str, language: &str) {
+    let (x, y) = (norm(a, language), norm(b, language));
+    assert!(x.parse_ok, "{a}: {}", x.fallback_reason);
+    assert!(y.parse_ok, "{b}: {}", y.fallback_reason);
+    assert_eq!(x.code_hash, y.code_hash, "expected same hash:\n{a}\n{b}");
+}
+
+fn different(a: &str, b: &str, language: &str) {
+    let (x, y) = (norm(a, language), norm(b, language));
+    assert_ne!(
+        x.code_hash, y.code_hash,
+        "expected different hash:\n{a}\n{b}"
+    );
+}
+
+#[test]
+fn seed_example() {
+    let a = norm(r#"const x = await mcp.read_file({path: "a.json"})"#, "js");
+    let b = norm(r#"const x = await mcp.read_file({path: "b.json"})"#, "js");
+    assert!(a.parse_ok);
+    assert_eq!(a.code_hash, b.code_hash);
+    assert_eq!(a.template, "const x = await mcp.read_file({path: $PATH})");
+    assert_eq!(a.params.len(), 1);
+    assert_eq!(a.params[0].name, "$PATH");
+    assert_eq!(a.params[0].value_json, "\"a.json\"");
+    assert_eq!(a.params[0].json_type, JsonType::String);
+    assert_eq!((a.params[0].start, a.params[0].end), (37, 45));
+    assert_eq!(a.tool_calls, vec!["read_file"]);
+    assert!(a.code_hash.starts_with("sha256:") && a.code_hash.len() == 71);
+}
+
+#[test]
+fn same_hash_cases_js() {
+    let js = "js";
+    same("f(\"a\")", "f('b')", js);
+    same("f(1)", "f(2.5)", js);
+    same(
+        "const a = 1;\nuse(a)",
+        "const   a=2 // note\n\n;use( a )",
+        js,
+    );
+    same(
+        "const data = await mcp.x(); use(data)",
+        "const x = await mcp.x(); use(x)",
+        js,
+    );
+    same(
+        "await mcp.write({path: 'a', mode: 'w'})",
+        "await mcp.write({mode: 'x', path: 'b',})",
+        js,
+    );
+    same("/* c */ mcp.a()", "mcp.a()", js);
+    same("a = 1;\nb(a);", "a = 1\nb(a)", js);
+    different("for (;;) {}", "for (;a;) {}", js);
+    same(
+        "function f(a, b) { return a + b }",
+        "function g(x, y) { return x + y }",
+        js,
+    );
+}
+
+#[test]
+fn different_hash_cases_js() {
+    let js = "js";
+    different(
+        "mcp.read_file({path: 'a'})",
+        "mcp.write_file({path: 'a'})",
+        js,
+    );
+    different(
+        "mcp.read_file({path: 'a'})",
+        "mcp.read_file({file: 'a'})",
+        js,
+    );
+    different("mcp.a(); mcp.b()", "mcp.b(); mcp.a()", js);
+    different("mcp.a()", "mcp.a(); mcp.a()", js);
+    different("if (x) { f(1) }", "while (x) { f(1) }", js);
+    different("f(a + 1)", "f(a - 1)", js);
+    different("f(1)", "f(limit)", js);
+    different("f(true)", "f(false)", js);
+    different("f(true)", "f(null)", js);
+    different("f(1)", "f('1')", js);
+    different("const a = 1; use(a, b)", "const a = 1; use(b, a)", js);
+    different("use(console)", "use(window)", js);
+    assert_ne!(
+        norm("x = 1", "js").code_hash,
+        norm("x = 1", "python").code_hash
+    );
+    different(
+        "mcp.call('read_file', {})",
+        "mcp.call('write_file', {})",
+        js,
+    );
+}
+
+#[test]
+fn python_rules() {
+    let py = "python";
+    same(
+        "await tools.read_file(path='a')",
+        "await tools.read_file(path=\"b\")",
+        py,
+    );
+    same(
+        "tools.w(path='a', mode='w')",
+        "tools.w(mode='x', path='b')",
+        py,
+    );
+    same(
+        "data = tools.get()\nprint(data)",
+        "rows = tools.get()\nprint(rows)",
+        py,
+    );
+    same("x = 1  # comment\n", "x = 2\n\n", py);
+    different("if a:\n    f()\ng()\n", "if a:\n    f()\n    g()\n", py);
+    different("tools.w(path='a')", "tools.w(file='a')", py);
+    different("f(True)", "f(None)", py);
+    different("f(1)", "f(-1) if x else 0", py);
+    let n = norm(
+        "res = await tools.read_file(path=\"a.txt\")\nlimit = 5\n",
+        py,
+    );
+    assert_eq!(
+        n.template,
+        "res = await tools.read_file(path=$PATH)\nlimit = $LIMIT\n"
+    );
+    assert_eq!(n.tool_calls, vec!["read_file"]);
+}
+
+#[test]
+fn placeholder_names() {
+    let n = norm(
+        "const limit = 5; const maxResults = -2; mcp.read_file('a', 'b'); f({path: 'x'}, {path: 'y'}); g(`t`, 1.5)",
+        "ts",
+    );
+    let names: Vec<&str> = n.params.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "$LIMIT",
+            "$MAX_RESULTS",
+            "$READ_FILE_ARG0",
+            "$READ_FILE_ARG1",
+            "$PATH",
+            "$PATH_2",
+            "$G_ARG0",
+            "$G_ARG1"
+        ]
+    );
+    assert_eq!(n.params[1].value_json, "-2");
+    assert_eq!(n.params[7].json_type, JsonType::Number);
+    let listed = norm("print([1, 'a'])", "py");
+    assert_eq!(listed.params[1].name, "$PRINT_ARG0_2");
+    let bare = norm("return_value = x or 'zz'", "py");
+    assert_eq!(bare.params[0].name, "$STR");
+}
+
+#[test]
+fn tool_calls_in_source_order() {
+    let n = norm(
+        "const a = await mcp.read_file({path: 'a'});\nawait mcp.call('parse_json', a);\nawait mcp.gmail.send({to: 'x@y.z'});\nother.call('no');",
+        "js",
+    );
+    assert_eq!(n.tool_calls, vec!["read_file", "parse_json", "gmail:send"]);
+    // The tool name given as a string is code, not a parameter.
+    assert!(n.params.iter().all(|p| p.value_json != "\"parse_json\""));
+    let py = norm("x = await tools.call_tool('memory:search', q='a')\n", "py");
+    assert_eq!(py.tool_calls, vec!["memory:search"]);
+}
+
+#[test]
+fn secrets_flagged() {
+    let n = norm(
+        "mcp.http({url: 'https://a.io', apiKey: 'abc', auth: 'ghp_0123456789abcdefghijklmnopqrstuvwxyz', note: 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl'})",
+        "js",
+    );
+    let flags: Vec<(&str, bool)> = n
+        .params
+        .iter()
+        .map(|p| (p.name.as_str(), p.secret))
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            ("$URL", false),
+            ("$API_KEY", true),
+            ("$AUTH", true),
+            ("$NOTE", true)
+        ]
+    );
+    let schema: serde_json::Value = serde_json::from_str(&n.schema_json).unwrap();
+    assert_eq!(schema["properties"]["$URL"]["format"], "uri");
+    assert_eq!(schema["properties"]["$API_KEY"]["writeOnly"], true);
+}
+
+#[test]
+fn fallback_paths() {
+    let broken = norm("const x = await mcp.read_file({path: 'a'", "js");
+    assert!(!broken.parse_ok);
+    assert!(
+        broken.fallback_reason.contains("line 1"),
+        "{}",
+        broken.fallback_reason
+    );
+    assert_eq!(broken.params[0].name, "$PATH");
+    assert_eq!(broken.tool_calls, vec!["read_file"]);
+    let other = norm("fn main() { let path = \"a\"; }", "Rust");
+    assert_eq!(other.language, "rust");
+    assert!(!other.parse_ok);
+    assert_eq!(other.template, "fn main() { let path = $PATH; }");
+    assert_eq!(
+        other.code_hash,
+        norm("fn main() {\n  let path = 'b';  // x\n}", "rust").code_hash
+    );
+    let deep = "(".repeat(100_000);
+    let n = norm(&deep, "js");
+    assert!(
+        !n.parse_ok && n.fallback_reason.contains("nested"),
+        "{}",
+        n.fallback_reason
+    );
+    let chain = format!("x = {}1\n", "1 + ".repeat(50_000));
+    let n = norm(&chain, "python");
+    assert!(
+        !n.parse_ok && n.fallback_reason.contains("deeper"),
+        "{}",
+        n.fallback_reason
+    );
+}
+
+#[test]
+fn too_large_is_an_error() {
+    let big = "a".repeat(MAX_INPUT_BYTES + 1);
+    assert!(matches!(normalize(&big, "js"), Err(CoreError::TooLarge(_))));
+    assert!(matches!(
+        parse_only(&big, "js"),
+        Err(CoreError::TooLarge(_))
+    ));
+}
+
+#[test]
+fn offsets_are_code_points() {
+    let code = "const é = 'ü'; f('x')";
+    let n = norm(code, "js");
+    let chars: Vec<char> = code.chars().collect();
+    for p in &n.params {
+        let literal: String = chars[p.start..p.end].iter().collect();
+        assert!(
+            literal.starts_with('\'') && literal.ends_with('\''),
+            "{literal}"
+        );
+    }
+}
