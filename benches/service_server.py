@@ -26,12 +26,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from benches import service_workload as work
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.api.server import _options, start_server
+from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig, ServerConfig
 from pml_server.domain.model import ExecutionRecord, ToolCall
 from pml_server.engine import Engine
-from tests.engine_support import NORMALIZER
 
 TENANT = "default"
+NORMALIZER = normalize  # named in the store cache fingerprint (service_harness)
 
 
 def _record(i: int, vector: tuple[float, ...] | None) -> ExecutionRecord:
@@ -48,7 +49,7 @@ def _record(i: int, vector: tuple[float, ...] | None) -> ExecutionRecord:
 
 def populate(data_dir: Path, count: int, embedder: str, with_vectors: bool) -> None:
     config = EngineConfig(data_dir=data_dir, embedder=embedder, durability="fast")
-    engine = Engine.open(config, normalizer=NORMALIZER)
+    engine = Engine.open(config, normalizer=normalize)
     if not engine.wait_ready(600):
         raise RuntimeError("engine index did not become ready")
     vectors = work.stored_vectors(count) if with_vectors else None
@@ -80,7 +81,7 @@ def serve(data_dir: Path, embedder: str, durability: str) -> None:
     )
     engine = Engine.open(
         EngineConfig(data_dir=data_dir, embedder=embedder, durability=durability),
-        normalizer=NORMALIZER,
+        normalizer=normalize,
     )
     running = start_server(config, engine)  # health turns SERVING once the index is loaded
     print(f"PORT {running.port}", flush=True)
