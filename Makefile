@@ -35,8 +35,17 @@ test: install lint ## lint, then the Rust and Python tests (slow ones included)
 	cargo test --quiet --manifest-path $(CARGO_MANIFEST)
 	$(PY) -m pytest -q
 
-bench: install ## run the benchmarks and write benches/results/
-	$(PY) -m benches
+BENCH_STAMP := $(VENV)/.bench-installed
+
+# The `bench` extra alone, read from pyproject.toml: `pip install -e .[bench]` would rebuild the
+# Rust extension for nothing.
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"]))' > $(VENV)/bench-requirements.txt
+	$(PY) -m pip install --quiet -r $(VENV)/bench-requirements.txt
+	@touch $@
+
+bench: install $(BENCH_STAMP) ## run the benchmarks (chromadb, matplotlib extras) and write benches/results/
+	$(PY) -m benches $(BENCH_ARGS)
 
 lint: install ## ruff, mypy --strict, cargo fmt/clippy, buf lint
 	$(VENV)/bin/ruff check pml_server tests benches tools

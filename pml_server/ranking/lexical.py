@@ -13,7 +13,9 @@ import re
 import threading
 from functools import lru_cache
 
+import numpy as np
 import snowballstemmer
+from numpy.typing import NDArray
 
 _WORD = re.compile(r"[^\W_]+(?:[_\-:./][^\W_]+)*")
 _SEPARATORS = re.compile(r"[_\-:./]")
@@ -112,6 +114,11 @@ class LexicalIndex:
         self._postings: dict[str, dict[int, int]] = {}  # term -> {internal number: tf}
         self._total_length = 0
         self._free: list[int] = []
+        # Numpy mirrors for `search`, which scores a term's whole posting at once instead of
+        # one Python step per document: document lengths (grown by doubling), and per-term
+        # (numbers, tfs) arrays built on first use and dropped whenever the term's posting changes.
+        self._length_array: NDArray[np.float64] = np.zeros(64)
+        self._term_arrays: dict[str, tuple[NDArray[np.intp], NDArray[np.float64]]] = {}
 
     def __len__(self) -> int:
         with self._lock:
@@ -142,6 +149,12 @@ class LexicalIndex:
             self._total_length += length
             for term, tf in counts.items():
                 self._postings.setdefault(term, {})[number] = tf
+                self._term_arrays.pop(term, None)
+            if number >= len(self._length_array):
+                grown = np.zeros(max(2 * len(self._length_array), number + 1))
+                grown[: len(self._length_array)] = self._length_array
+                self._length_array = grown
+            self._length_array[number] = length
 
     def remove(self, doc_id: str) -> None:
         """Forget `doc_id`; removing an unknown id does nothing (deletions may be replayed)."""
@@ -155,10 +168,12 @@ class LexicalIndex:
         for term in self._doc_terms.pop(number):
             posting = self._postings[term]
             del posting[number]
+            self._term_arrays.pop(term, None)
             if not posting:
                 del self._postings[term]
         self._total_length -= self._lengths[number]
         self._lengths[number] = 0
+        self._length_array[number] = 0.0
         self._names[number] = ""
         self._free.append(number)
 
@@ -175,8 +190,7 @@ class LexicalIndex:
             k1, b = self._k1, self._b
             length_scale = k1 * b / (self._total_length / n_docs or 1.0)
             length_base = k1 * (1.0 - b)
-            lengths = self._lengths
-            scores: dict[int, float] = {}
+            scores = np.zeros(len(self._names))
             for term in terms:
                 posting = self._postings.get(term)
                 if not posting:
@@ -184,11 +198,28 @@ class LexicalIndex:
                 df = len(posting)
                 idf = math.log1p((n_docs - df + 0.5) / (df + 0.5))
                 gain = idf * (k1 + 1.0)
-                get = scores.get
-                for number, tf in posting.items():
-                    norm = length_base + length_scale * lengths[number]
-                    scores[number] = get(number, 0.0) + gain * tf / (tf + norm)
+                numbers, tfs = self._arrays_of(term, posting)
+                # the same float64 operations, in the same order, as one document at a time
+                norm = length_base + length_scale * self._length_array[numbers]
+                scores[numbers] += gain * tfs / (tfs + norm)
+            hit = np.flatnonzero(scores > 0.0)  # idf > 0, so every matched document scores
+            if len(hit) > limit:
+                # everything tied with the limit-th score stays, for the doc-id tie-break below
+                kth = np.partition(scores[hit], len(hit) - limit)[len(hit) - limit]
+                hit = hit[scores[hit] >= kth]
             best = heapq.nsmallest(
-                limit, scores.items(), key=lambda item: (-item[1], self._names[item[0]])
+                limit,
+                ((int(number), float(scores[number])) for number in hit),
+                key=lambda item: (-item[1], self._names[item[0]]),
             )
             return [(self._names[number], score) for number, score in best]
+
+    def _arrays_of(
+        self, term: str, posting: dict[int, int]
+    ) -> tuple[NDArray[np.intp], NDArray[np.float64]]:
+        cached = self._term_arrays.get(term)
+        if cached is None:
+            numbers = np.fromiter(posting.keys(), dtype=np.intp, count=len(posting))
+            tfs = np.fromiter(posting.values(), dtype=np.float64, count=len(posting))
+            cached = self._term_arrays[term] = (numbers, tfs)
+        return cached

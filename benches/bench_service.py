@@ -1,0 +1,337 @@
+"""The service end to end: a real `pml serve` process on loopback, driven over gRPC by a separate
+load-client process (benches/service_load.py), against ceilings measured in the same run.
+
+Ceilings: (a) a null servicer of the same proto on the same gRPC settings (service_server.py
+`null`); (b) the default model (MiniLM) embedding the same query texts in-process, one text per
+call (the best of 1 and 8 threads). Stores of 10k and 100k intents (100k and 1M with --large)
+are filled in-process with client vectors before the server starts; startup is measured from
+process start to health SERVING, memory as the server's resident set at SERVING.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from benches import service_harness as harness
+from benches import service_workload as work
+from benches.common import Row
+from benches.service_harness import Plan
+
+SUITE = "service"
+
+
+class _Offsets:
+    """Request ids for capture runs: every run gets a fresh range, so nothing is a retry."""
+
+    def __init__(self) -> None:
+        self.next = 10_000_000
+
+    def take(self, plan: Plan) -> int:
+        first = self.next
+        self.next += plan.max_requests
+        return first
+
+
+def _suggest_rows(
+    label: str, ours: dict[int, dict[str, float]], null: dict[int, dict[str, float]]
+) -> list[Row]:
+    rows = []
+    for c, result in ours.items():
+        extra = {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"], "count": result["count"]}
+        rows.append(
+            Row(
+                SUITE,
+                f"Suggest QPS, {label}, {c} callers",
+                result["qps"],
+                "req/s",
+                null[c]["qps"],
+                f"null servicer, {c} callers",
+                target=0.6,
+                extra=extra,
+            )
+        )
+        rows.append(
+            Row(
+                SUITE,
+                f"Suggest p50, {label}, {c} callers",
+                result["p50_ms"],
+                "ms",
+                null[c]["p50_ms"],
+                "null servicer",
+                lower_is_better=True,
+            )
+        )
+        rows.append(
+            Row(
+                SUITE,
+                f"Suggest p99, {label}, {c} callers",
+                result["p99_ms"],
+                "ms",
+                null[c]["p99_ms"],
+                "null servicer",
+                lower_is_better=True,
+            )
+        )
+    return rows
+
+
+def _suggest_sweep(target: str, plan: Plan, query: str) -> dict[int, dict[str, float]]:
+    return {c: harness.load(target, "suggest", c, plan, query) for c in plan.concurrency}
+
+
+def model_texts_per_second(plan: Plan) -> float:
+    """The default model alone, in-process, one query text per call: best of 1 and 8 threads."""
+    from pml_server.embedding.minilm import MiniLMEmbedder
+
+    model = MiniLMEmbedder()
+    texts = [work.query_text(j) for j in range(100_000, 100_000 + 4000)]
+    model.embed(texts[:8])  # warm-up
+    best = 0.0
+    for threads in (1, 8):
+        done = [0] * threads
+        deadline = time.perf_counter() + plan.seconds
+
+        def worker(
+            n: int, threads: int = threads, done: list[int] = done, deadline: float = deadline
+        ) -> None:
+            for k in range(n, len(texts), threads):
+                if time.perf_counter() >= deadline:
+                    return
+                model.embed([texts[k]])
+                done[n] += 1
+
+        pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+        start = time.perf_counter()
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        best = max(best, sum(done) / (time.perf_counter() - start))
+    return best
+
+
+def run(large: bool) -> list[Row]:
+    plan = Plan.for_run(large)
+    return run_plan(plan)
+
+
+def run_plan(plan: Plan) -> list[Row]:
+    rows: list[Row] = []
+    offsets = _Offsets()
+    mid = 8 if 8 in plan.concurrency else plan.concurrency[-1]
+    small, big = plan.store_sizes
+    with tempfile.TemporaryDirectory(prefix="pml-bench-") as tmp:
+        root = Path(tmp)
+        # (a) the null servicer: the gRPC ceiling for every call shape
+        with harness.server("null") as null_server:
+            null = _suggest_sweep(null_server.target, plan, "vector")
+            null_record = harness.load(null_server.target, "record", mid, plan, "vector", 0)
+            null_stream = harness.load(null_server.target, "stream", mid, plan, "vector", 0)
+
+        # empty store: the startup and memory baseline
+        with harness.server("serve", str(root / "empty"), "minilm", "fast") as empty:
+            empty_startup, empty_rss = empty.startup_seconds, empty.rss_bytes()
+
+        # client vectors on the model's store (the model is loaded but never called)
+        vec_small, fill_small = harness.filled_store(plan, root, small, "minilm", vectors=True)
+        with harness.server("serve", str(vec_small), "minilm", "fast") as srv:
+            ours = _suggest_sweep(srv.target, plan, "vector")
+            rows += _suggest_rows(f"client vectors, {small} intents", ours, null)
+            record_vec = harness.load(srv.target, "record", mid, plan, "vector", offsets.take(plan))
+            stream_vec = harness.load(srv.target, "stream", mid, plan, "vector", offsets.take(plan))
+            if plan.with_model:
+                model_suggest = harness.load(srv.target, "suggest", mid, plan, "text")
+                model_record = harness.load(
+                    srv.target, "record", mid, plan, "text", offsets.take(plan)
+                )
+                model_stream = harness.load(
+                    srv.target, "stream", mid, plan, "text", offsets.take(plan)
+                )
+        vector_suggest_small = ours
+        rows += _capture_rows(
+            "client vectors", record_vec, stream_vec, null_record, null_stream, mid
+        )
+
+        # the hashing embedder: the server embeds, cheaply
+        hashed, _ = harness.filled_store(plan, root, small, "hashing", vectors=False)
+        with harness.server("serve", str(hashed), "hashing", "fast") as srv:
+            ours = _suggest_sweep(srv.target, plan, "text")
+            rows += _suggest_rows(f"hashing embedder, {small} intents", ours, null)
+            record_fast = harness.load(srv.target, "record", mid, plan, "text", offsets.take(plan))
+            stream_fast = harness.load(srv.target, "stream", mid, plan, "text", offsets.take(plan))
+        rows += _capture_rows("hashing", record_fast, stream_fast, null_record, null_stream, mid)
+        with harness.server("serve", str(hashed), "hashing", "sync") as srv:
+            record_sync = harness.load(srv.target, "record", mid, plan, "text", offsets.take(plan))
+            stream_sync = harness.load(srv.target, "stream", mid, plan, "text", offsets.take(plan))
+        rows += _durability_rows(record_sync, record_fast, stream_sync, stream_fast, mid)
+
+        # the default model, against the model alone
+        if plan.with_model:
+            model_rate = model_texts_per_second(plan)
+            rows += _model_rows(model_suggest, model_record, model_stream, model_rate, mid)
+
+        # scale: the big store
+        vec_big, fill_big = harness.filled_store(plan, root, big, "minilm", vectors=True)
+        with harness.server("serve", str(vec_big), "minilm", "fast") as srv:
+            big_startup, big_rss = srv.startup_seconds, srv.rss_bytes()
+            ours_big = _suggest_sweep(srv.target, plan, "vector")
+        rows += _suggest_rows(f"client vectors, {big} intents", ours_big, null)
+        rows += _scale_rows(
+            big, big_startup, empty_startup, big_rss, empty_rss, fill_small / small, fill_big / big
+        )
+        rows.append(
+            Row(
+                SUITE,
+                f"Suggest QPS at {big} vs {small} intents, {mid} callers",
+                ours_big[mid]["qps"],
+                "req/s",
+                vector_suggest_small[mid]["qps"],
+                f"{small} intents",
+            )
+        )
+    return rows
+
+
+def _capture_rows(
+    label: str,
+    record: dict[str, float],
+    stream: dict[str, float],
+    null_record: dict[str, float],
+    null_stream: dict[str, float],
+    callers: int,
+) -> list[Row]:
+    return [
+        Row(
+            SUITE,
+            f"capture/s unary RecordExecution, {label}, {callers} callers",
+            record["qps"],
+            "exec/s",
+            null_record["qps"],
+            "null servicer, unary",
+            extra={"p50_ms": record["p50_ms"], "p99_ms": record["p99_ms"]},
+        ),
+        Row(
+            SUITE,
+            f"capture/s StreamTraces, {label}, {callers} streams",
+            stream["qps"],
+            "exec/s",
+            null_stream["qps"],
+            "null servicer, stream",
+        ),
+        Row(
+            SUITE,
+            f"streaming vs unary capture, {label}",
+            stream["qps"],
+            "exec/s",
+            record["qps"],
+            "unary RecordExecution",
+            target=3.0,
+        ),
+    ]
+
+
+def _durability_rows(
+    record_sync: dict[str, float],
+    record_fast: dict[str, float],
+    stream_sync: dict[str, float],
+    stream_fast: dict[str, float],
+    callers: int,
+) -> list[Row]:
+    return [
+        Row(
+            SUITE,
+            f"sync capture/s, unary, hashing, {callers} callers",
+            record_sync["qps"],
+            "exec/s",
+            record_fast["qps"],
+            "fast (WAL, no fsync)",
+        ),
+        Row(
+            SUITE,
+            f"sync capture/s, stream, hashing, {callers} streams",
+            stream_sync["qps"],
+            "exec/s",
+            stream_fast["qps"],
+            "fast (WAL, no fsync)",
+        ),
+    ]
+
+
+def _model_rows(
+    suggest: dict[str, float],
+    record: dict[str, float],
+    stream: dict[str, float],
+    model_rate: float,
+    callers: int,
+) -> list[Row]:
+    base = "MiniLM alone in-process, 1 text/call"
+    rows = []
+    for name, result in (
+        (f"Suggest QPS, MiniLM, {callers} callers", suggest),
+        (f"capture/s unary, MiniLM, {callers} callers", record),
+        (f"capture/s stream, MiniLM, {callers} streams", stream),
+    ):
+        # the model's share of each call: its own time per text over the service's time per call
+        share = min(1.0, result["qps"] / model_rate)
+        rows.append(
+            Row(
+                SUITE,
+                name,
+                result["qps"],
+                "req/s",
+                model_rate,
+                base,
+                target=0.8,
+                extra={
+                    "embedding_share": share,
+                    "p50_ms": result["p50_ms"],
+                    "p99_ms": result["p99_ms"],
+                },
+            )
+        )
+    return rows
+
+
+def _scale_rows(
+    size: int,
+    startup: float,
+    empty_startup: float,
+    rss: int,
+    empty_rss: int,
+    fill_per_intent_small: float,
+    fill_per_intent_big: float,
+) -> list[Row]:
+    per_intent = (rss - empty_rss) / size
+    return [
+        Row(
+            SUITE,
+            f"startup to SERVING, {size} intents",
+            startup,
+            "s",
+            empty_startup,
+            "empty store",
+            lower_is_better=True,
+        ),
+        Row(
+            SUITE,
+            f"resident memory per intent, {size} intents",
+            per_intent,
+            "bytes",
+            work.DIM * 4,
+            "the raw float32 vector",
+            lower_is_better=True,
+            extra={"rss_bytes": rss, "empty_rss_bytes": empty_rss},
+        ),
+        Row(
+            SUITE,
+            f"in-process fill time per intent, {size} intents",
+            fill_per_intent_big * 1e6,
+            "us",
+            fill_per_intent_small * 1e6,
+            "smaller store",
+            lower_is_better=True,
+        ),
+    ]

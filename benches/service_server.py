@@ -1,0 +1,147 @@
+"""Server side of the service benchmark, run as its own process:
+
+    python -m benches.service_server populate DATA_DIR COUNT EMBEDDER (vectors|text)
+    python -m benches.service_server serve DATA_DIR EMBEDDER DURABILITY
+    python -m benches.service_server null
+
+`populate` fills a store in-process (fast durability, client vectors or the embedder), so the
+Suggest runs start from 10k or 100k intents without paying for capture over gRPC. `serve` is
+`pml serve` (the real `start_server`, the real engine) on a free loopback port; `null` is the
+ceiling: a servicer of the same proto on the same gRPC server settings that does no work. Both
+print `PORT <n>` once bound and stop on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from benches import service_workload as work
+from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
+from pml_server.api.server import _options, start_server
+from pml_server.capture.normalize import normalize
+from pml_server.config import EngineConfig, ServerConfig
+from pml_server.domain.model import ExecutionRecord, ToolCall
+from pml_server.engine import Engine
+
+TENANT = "default"
+NORMALIZER = normalize  # named in the store cache fingerprint (service_harness)
+
+
+def _record(i: int, vector: tuple[float, ...] | None) -> ExecutionRecord:
+    return ExecutionRecord(
+        request_id=f"pop-{i}",
+        intent=work.intent_text(i),
+        code=work.code_for(i),
+        language="javascript",
+        tool_calls=tuple(ToolCall(tool=t, duration_ms=1.0) for t in work.tools_for(i)),
+        duration_ms=5.0,
+        intent_embedding=vector,
+    )
+
+
+def populate(data_dir: Path, count: int, embedder: str, with_vectors: bool) -> None:
+    config = EngineConfig(data_dir=data_dir, embedder=embedder, durability="fast")
+    engine = Engine.open(config, normalizer=normalize)
+    if not engine.wait_ready(600):
+        raise RuntimeError("engine index did not become ready")
+    vectors = work.stored_vectors(count) if with_vectors else None
+    threads = 2  # the machine has two cores; more threads only contend for the GIL
+
+    def worker(first: int) -> None:
+        for i in range(first, count, threads):
+            vector = tuple(vectors[i].tolist()) if vectors is not None else None
+            engine.record(TENANT, _record(i, vector))
+
+    pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    engine.close()
+
+
+def _wait_for_sigterm() -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+
+
+def serve(data_dir: Path, embedder: str, durability: str) -> None:
+    config = ServerConfig(
+        listen="127.0.0.1:0", data_dir=data_dir, embedder=embedder, durability=durability
+    )
+    engine = Engine.open(
+        EngineConfig(data_dir=data_dir, embedder=embedder, durability=durability),
+        normalizer=normalize,
+    )
+    running = start_server(config, engine)  # health turns SERVING once the index is loaded
+    print(f"PORT {running.port}", flush=True)
+    _wait_for_sigterm()
+    running.stop(grace=5.0)
+
+
+class NullServicer(pml_pb2_grpc.PmlServiceServicer):
+    """Answers without doing anything: the cost of gRPC and protobuf alone."""
+
+    _saved = resources_pb2.CaptureResult(outcome=resources_pb2.CAPTURE_OUTCOME_SAVED)
+
+    def RecordExecution(  # noqa: N802 (the proto's method name)
+        self, request: pml_pb2.RecordExecutionRequest, context: grpc.ServicerContext
+    ) -> pml_pb2.RecordExecutionResponse:
+        return pml_pb2.RecordExecutionResponse(result=self._saved)
+
+    def Suggest(  # noqa: N802 (the proto's method name)
+        self, request: pml_pb2.SuggestRequest, context: grpc.ServicerContext
+    ) -> pml_pb2.SuggestResponse:
+        return pml_pb2.SuggestResponse()
+
+    def StreamTraces(  # noqa: N802 (the proto's method name)
+        self, request_iterator: Iterator[pml_pb2.StreamTracesRequest], context: grpc.ServicerContext
+    ) -> Iterator[pml_pb2.StreamTracesResponse]:
+        for message in request_iterator:
+            yield pml_pb2.StreamTracesResponse(
+                execution_id=message.execution_id, sequence=message.sequence, result=self._saved
+            )
+
+
+def serve_null() -> None:
+    config = ServerConfig(listen="127.0.0.1:0")
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=config.max_workers),
+        options=_options(config),
+        maximum_concurrent_rpcs=config.max_concurrent_rpcs,
+    )
+    pml_pb2_grpc.add_PmlServiceServicer_to_server(NullServicer(), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = server.add_insecure_port(config.listen)
+    server.start()
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    print(f"PORT {port}", flush=True)
+    _wait_for_sigterm()
+    server.stop(2.0).wait()
+
+
+def main(argv: list[str]) -> None:
+    command = argv[0]
+    if command == "populate":
+        populate(Path(argv[1]), int(argv[2]), argv[3], argv[4] == "vectors")
+    elif command == "serve":
+        serve(Path(argv[1]), argv[2], argv[3])
+    elif command == "null":
+        serve_null()
+    else:
+        raise SystemExit(f"unknown command {command!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

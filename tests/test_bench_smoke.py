@@ -1,0 +1,80 @@
+"""The service and peer benchmarks run end to end in a tiny configuration, so they cannot rot.
+
+Real processes on loopback (our server, the null servicer, the load clients, `chroma run`),
+a few hundred intents, half-second load points. Only the shape of the results is checked,
+never a timing: speed lives in `make bench`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from benches import service_harness as harness
+from benches import service_workload as work
+from benches.service_harness import Plan
+
+pytestmark = pytest.mark.slow
+
+
+def _check_rows(rows: list[object]) -> None:
+    for row in rows:
+        value = row.value  # type: ignore[attr-defined]
+        assert math.isfinite(value), row
+        assert value >= 0, row
+        baseline = row.baseline  # type: ignore[attr-defined]
+        assert baseline is None or (math.isfinite(baseline) and baseline > 0), row
+
+
+def test_workload_is_deterministic_and_distinct() -> None:
+    assert work.intent_text(5) == work.intent_text(5)
+    assert len({work.intent_text(i) for i in range(2000)}) == 2000
+    assert len({tuple(work.tools_for(i)) for i in range(5000)}) == 5000
+    whole = work.stored_vectors(25_000)
+    assert whole.shape == (25_000, work.DIM)
+    # any slice regenerates exactly, so the load client and the store agree
+    assert (work.stored_vectors(300, 9_900) == whole[9_900:10_200]).all()
+    norms = (whole**2).sum(axis=1)
+    assert abs(norms - 1).max() < 1e-4
+    # far below the duplicate/grouping thresholds: the store holds one pattern per execution
+    sims = whole[:500] @ whole[:500].T
+    assert sims[~(sims > 0.999)].max() < 0.8
+
+
+def test_service_bench_runs_a_tiny_plan() -> None:
+    from benches import bench_service
+
+    rows = bench_service.run_plan(Plan.quick())
+    metrics = {r.metric for r in rows}
+    assert any(m.startswith("Suggest QPS, client vectors") for m in metrics)
+    assert any(m.startswith("Suggest QPS, hashing embedder") for m in metrics)
+    assert any(m.startswith("streaming vs unary capture") for m in metrics)
+    assert any(m.startswith("sync capture/s") for m in metrics)
+    assert any(m.startswith("resident memory per intent") for m in metrics)
+    assert any(m.startswith("startup to SERVING") for m in metrics)
+    _check_rows(rows)
+
+
+def test_null_server_is_stopped_after_use() -> None:
+    with harness.server("null") as null:
+        pid = null.process.pid
+        result = harness.load(null.target, "suggest", 2, Plan.quick(), "vector")
+        assert result["count"] > 0
+        assert result["errors"] == 0
+    assert null.process.poll() is not None
+    assert not Path(f"/proc/{pid}").exists() or null.process.returncode is not None
+
+
+def test_peer_bench_runs_a_tiny_plan(tmp_path: Path) -> None:
+    pytest.importorskip("chromadb", reason="the bench extra is not installed (make bench)")
+    pytest.importorskip("matplotlib", reason="the bench extra is not installed (make bench)")
+    from benches import bench_chroma
+
+    plot = tmp_path / "latency.png"
+    rows = bench_chroma.run_plan(Plan.quick(), plot=plot)
+    assert any(r.baseline_name == "Chroma server (HTTP)" for r in rows)
+    assert any(r.baseline_name == "Chroma embedded (in-process)" for r in rows)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    _check_rows(rows)
