@@ -12,6 +12,13 @@ tenant's stats and failure log. Everything a capture changes goes to the store a
 submitted while the locks are held (the store's overlay makes it visible to the next holder at
 once) and awaited after the inner locks are released, so group commit can merge concurrent
 captures into one fsync.
+
+This module keeps what needs the engine's locks, threads and allocators; what only reads or
+builds from the repository lives beside it: `engine_restore` (index restore at open),
+`engine_candidates` (suggest's candidates), `engine_views` (read views), `engine_deletion` (what
+deleting a pattern writes), `engine_grouping` (choosing a new pattern's capability),
+`engine_change` (a capture's batch), `engine_request_results` (idempotency answers) and
+`engine_arguments` (tenant and page checks).
 """
 
 from __future__ import annotations
