@@ -12,6 +12,13 @@ tenant's stats and failure log. Everything a capture changes goes to the store a
 submitted while the locks are held (the store's overlay makes it visible to the next holder at
 once) and awaited after the inner locks are released, so group commit can merge concurrent
 captures into one fsync.
+
+This module keeps what needs the engine's locks, threads and allocators; what only reads or
+builds from the repository lives beside it: `engine_restore` (index restore at open),
+`engine_candidates` (suggest's candidates), `engine_views` (read views), `engine_deletion` (what
+deleting a pattern writes), `engine_grouping` (choosing a new pattern's capability),
+`engine_change` (a capture's batch), `engine_request_results` (idempotency answers) and
+`engine_arguments` (tenant and page checks).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -56,7 +63,7 @@ from pml_server.capture.rules import (
     tools_used,
     validate_record,
 )
-from pml_server.capture.views import capability_view, pattern_view
+from pml_server.capture.views import capability_view
 from pml_server.config import EngineConfig
 from pml_server.domain.errors import (
     FailedPreconditionError,
@@ -79,12 +86,23 @@ from pml_server.domain.model import (
     Stats,
     SuggestQuery,
     SuggestResult,
-    ToolFailure,
 )
 from pml_server.embedding import CachedEmbedder, check_client_vector, make_embedder
 from pml_server.embedding.base import Embedder, Vector
 from pml_server.embedding.search_index import TenantSearchIndex
-from pml_server.ranking import Candidate, rank
+from pml_server.engine_arguments import check_page, check_tenant
+from pml_server.engine_candidates import suggest_candidates
+from pml_server.engine_change import Change, await_durable, failure_entries
+from pml_server.engine_deletion import pattern_removal
+from pml_server.engine_grouping import capability_vectors, nearest_allowed_capability
+from pml_server.engine_request_results import decode_result, encode_result
+from pml_server.engine_restore import restore_indexes
+from pml_server.engine_views import (
+    capability_members,
+    stored_pattern_view,
+    views_by_capability,
+)
+from pml_server.ranking import rank
 from pml_server.retention import evaluate
 from pml_server.storage import Store
 from pml_server.storage.allocator import BlockAllocator
@@ -93,7 +111,6 @@ from pml_server.storage.rocks import Op, StoreClosedError, WriteTicket
 
 Clock = Callable[[], int]
 Normalizer = Callable[[str, str], NormalizedCode]
-MAX_PAGE_SIZE = 1000
 MAX_TAGS = 32
 # Capabilities compared when a new pattern looks for a group (same tool signature).
 MAX_GROUP_CANDIDATES = 64
@@ -103,68 +120,6 @@ NEAREST_INTENTS_FOR_GROUPING = 256
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass
-class _Change:
-    """What one capture or deletion changes besides its own ops: tenant stats deltas, failure
-    log entries, and in-memory index updates to apply once the batch is submitted."""
-
-    ops: list[Op] = field(default_factory=list)
-    stats: dict[str, int] = field(default_factory=dict)
-    failures: list[dict[str, Any]] = field(default_factory=list)
-    index_adds: list[tuple[IntentRecord, tuple[str, ...]]] = field(default_factory=list)
-    index_removes: list[int] = field(default_factory=list)
-
-    def count(self, name: str, delta: int = 1) -> None:
-        self.stats[name] = self.stats.get(name, 0) + delta
-
-
-def _encode_result(result: CaptureResult, now_ms: int) -> bytes:
-    data = {
-        "time_ms": now_ms,
-        "outcome": result.outcome.value,
-        "pattern_id": result.pattern_id,
-        "capability_id": result.capability_id,
-        "new_pattern": result.new_pattern,
-        "tool_failures": [[f.tool, f.error] for f in result.tool_failures],
-        "tool_mismatch": result.tool_mismatch,
-    }
-    return json.dumps(data, separators=(",", ":")).encode()
-
-
-def _decode_result(raw: bytes) -> CaptureResult:
-    data = json.loads(raw)
-    return CaptureResult(
-        outcome=CaptureOutcome(data["outcome"]),
-        pattern_id=data["pattern_id"],
-        capability_id=data["capability_id"],
-        new_pattern=data["new_pattern"],
-        tool_failures=tuple(ToolFailure(t, e) for t, e in data["tool_failures"]),
-        tool_mismatch=data["tool_mismatch"],
-        replayed=True,
-    )
-
-
-def _await(ticket: WriteTicket) -> None:
-    """Wait until the write is durable; a store that failed or closed meanwhile is UNAVAILABLE
-    (the capture may be retried with the same request id)."""
-    try:
-        ticket.wait()
-    except StoreClosedError as error:
-        raise UnavailableError(f"the write was not committed: {error}") from error
-
-
-def _check_tenant(tenant: str) -> None:
-    if not tenant or len(tenant.encode("utf-8")) > 256:
-        raise InvalidArgumentError(FieldViolation("tenant", "must be 1 to 256 bytes"))
-
-
-def _check_page(page: PageRequest) -> None:
-    if not 1 <= page.page_size <= MAX_PAGE_SIZE:
-        raise InvalidArgumentError(
-            FieldViolation("page_size", f"must be between 1 and {MAX_PAGE_SIZE}")
-        )
 
 
 class Engine:
@@ -261,64 +216,15 @@ class Engine:
 
     def _load_indexes(self) -> None:
         try:
-            self._indexes = self._restore_indexes()
+            self._indexes = restore_indexes(
+                self._repo, self._config.vector_index, self._embedder.dim
+            )
             # Nothing writes before ready: snapshot now so the next start replays nothing.
             self._write_snapshots(trim_oplog=True)
             self._ready.set()
         except BaseException as error:  # reported by wait_ready; is_ready stays False
             self._load_error = error
             self._ready.set()
-
-    def _restore_indexes(self) -> dict[str, TenantSearchIndex]:
-        kind, dim = self._config.vector_index, self._embedder.dim
-        tools_of: dict[tuple[str, str], tuple[str, ...]] = {}
-        by_tenant: dict[str, list[IntentRecord]] = {}
-        for tenant, intent in self._repo.all_intents():
-            by_tenant.setdefault(tenant, []).append(intent)
-        oplog = self._repo.oplog_after(0)
-        indexes: dict[str, TenantSearchIndex] = {}
-        for tenant, intents in by_tenant.items():
-            index = self._restored_or_new(tenant, kind, dim, oplog)
-            for intent in intents:
-                key = (tenant, intent.pattern_id)
-                if key not in tools_of:
-                    pattern = self._repo.pattern(tenant, intent.pattern_id)
-                    tools_of[key] = pattern.tools_used if pattern else ()
-                index.add(intent, tools_of[key])
-            complete = index.vector_count() == len(intents) and all(
-                index.ann.contains(i.id) for i in intents
-            )
-            if not complete:  # stale or foreign snapshot: rebuild from the store
-                index = TenantSearchIndex(kind, dim)
-                for intent in intents:
-                    index.add(intent, tools_of[(tenant, intent.pattern_id)])
-            indexes[tenant] = index
-        return indexes
-
-    def _restored_or_new(
-        self, tenant: str, kind: str, dim: int, oplog: list[tuple[int, dict[str, Any]]]
-    ) -> TenantSearchIndex:
-        snapshot = self._repo.snapshot(tenant)
-        if snapshot is None:
-            return TenantSearchIndex(kind, dim)
-        _, data = snapshot
-        try:
-            index = TenantSearchIndex.restore(kind, dim, data)
-        except (_core.CoreError, ValueError, OSError):
-            return TenantSearchIndex(kind, dim)
-        # Every removal still in the log, not only those after the snapshot's sequence: a
-        # snapshot taken while captures run may miss a removal allocated just before it, and
-        # intent ids are never reused, so replaying an older removal is harmless.
-        removed = [
-            intent_id
-            for _, op in oplog
-            if op["tenant"] == tenant and op["op"] == "remove"
-            for intent_id in op["ids"]
-        ]
-        present = [i for i in removed if index.ann.contains(i)]
-        if present:
-            index.ann.remove(np.array(present, dtype=np.uint64))
-        return index  # additions since the snapshot are re-added from the intents column
 
     def snapshot_indexes(self) -> None:
         """Persist every tenant's vector index (the op log is kept: see `_write_snapshots`)."""
@@ -396,7 +302,7 @@ class Engine:
             name = "language" if "language" in str(error).lower() else "code"
             raise InvalidArgumentError(FieldViolation(name, str(error))) from error
 
-    def _commit(self, tenant: str, change: _Change) -> WriteTicket:
+    def _commit(self, tenant: str, change: Change) -> WriteTicket:
         """Add the tenant's stats and failure log to `change.ops` and submit them as one batch."""
         with self._tenant_locks.lock_for(tenant):
             stats = self._repo.stats(tenant)
@@ -424,23 +330,6 @@ class Engine:
                 index.add(intent, tools)
         return ticket
 
-    def _failure_entries(
-        self, record: ExecutionRecord, code_hash: str, pattern_id: str, now: int
-    ) -> list[dict[str, Any]]:
-        failures = tool_failures(record) or (ToolFailure("", "execution failed"),)
-        return [
-            {
-                "request_id": record.request_id,
-                "tool": f.tool,
-                "error": f.error,
-                "intent": record.intent,
-                "code_hash": code_hash,
-                "pattern_id": pattern_id,
-                "time_ms": now,
-            }
-            for f in failures
-        ]
-
     def _oplog(self, tenant: str, op: str, ids: Sequence[int]) -> Op:
         return self._repo.put_oplog(
             self._seqs.next(), {"tenant": tenant, "op": op, "ids": list(ids)}
@@ -460,7 +349,7 @@ class Engine:
     # ---- capture -----------------------------------------------------------------------------
 
     def record(self, tenant: str, record: ExecutionRecord) -> CaptureResult:
-        _check_tenant(tenant)
+        check_tenant(tenant)
         validate_record(record, self._limits)
         client_vector = (
             check_client_vector(record.intent_embedding, self._embedder.dim, "intent_embedding")
@@ -472,22 +361,22 @@ class Engine:
         with self._request_locks.lock_for(tenant, record.request_id):
             prior = self._repo.request_result(tenant, record.request_id)
             if prior is not None:
-                return _decode_result(prior)  # rule 6: the first answer, nothing counted twice
+                return decode_result(prior)  # rule 6: the first answer, nothing counted twice
             normalized = self._normalize(record)
             vector = client_vector
             if vector is None and succeeded:
                 vector = self._embed_one(record.intent)
             with contextlib.ExitStack() as held:
                 held.enter_context(self._pattern_locks.lock_for(tenant, normalized.code_hash))
-                change = _Change()
+                change = Change()
                 result = self._capture_locked(tenant, record, normalized, vector, change, held)
                 change.ops.append(
                     self._repo.put_request_result(
-                        tenant, record.request_id, _encode_result(result, self._clock())
+                        tenant, record.request_id, encode_result(result, self._clock())
                     )
                 )
                 ticket = self._commit(tenant, change)
-            _await(ticket)
+            await_durable(ticket)
         return result
 
     def _capture_locked(
@@ -496,7 +385,7 @@ class Engine:
         record: ExecutionRecord,
         normalized: NormalizedCode,
         vector: Vector | None,
-        change: _Change,
+        change: Change,
         held: contextlib.ExitStack,
     ) -> CaptureResult:
         now = self._clock()
@@ -507,7 +396,7 @@ class Engine:
         if pattern is None or counters is None:
             if vector is None:  # rule 1: a new pattern with a failure is not saved
                 change.count("rejected")
-                change.failures = self._failure_entries(record, normalized.code_hash, "", now)
+                change.failures = failure_entries(record, normalized.code_hash, "", now)
                 return CaptureResult(CaptureOutcome.REJECTED, tool_failures=failures)
             return self._insert_pattern(tenant, record, normalized, vector, change, held, now)
         change.count("executions")
@@ -515,7 +404,7 @@ class Engine:
         used = tools_used(record)
         if vector is None:  # rule 2: a failed try of a known pattern; rule 7: its values, error
             counted = count_failed_try(counters, record, values, now, self._limits)
-            change.failures = self._failure_entries(record, normalized.code_hash, pattern.id, now)
+            change.failures = failure_entries(record, normalized.code_hash, pattern.id, now)
             change.ops.append(self._repo.put_counters(tenant, pattern.id, counted))
             return CaptureResult(
                 CaptureOutcome.COUNTED,
@@ -560,27 +449,18 @@ class Engine:
         same_tools = self._repo.capabilities_with_tools(tenant, signature)
         threshold = self._thresholds.capability_group
         if len(same_tools) <= MAX_GROUP_CANDIDATES:
-            candidates = []
-            for capability_id in same_tools:
-                capability = self._repo.capability(tenant, capability_id)
-                if capability is not None:
-                    vectors = [
-                        i.vector
-                        for pid in capability.pattern_ids
-                        for i in self._repo.intents(tenant, pid)
-                    ]
-                    candidates.append((capability_id, vectors))
+            candidates = capability_vectors(self._repo, tenant, same_tools)
             return choose_capability(candidates, vector, threshold)
-        allowed = set(same_tools)
         index = self._index_for(tenant)
-        for intent_id, score in index.semantic(vector, NEAREST_INTENTS_FOR_GROUPING):
-            if score < threshold:
-                break  # best first: nothing further can qualify
-            pattern_id = index.pattern_of.get(intent_id)
-            pattern = self._repo.pattern(tenant, pattern_id) if pattern_id else None
-            if pattern is not None and pattern.capability_id in allowed:
-                return pattern.capability_id
-        return None
+        return nearest_allowed_capability(
+            self._repo,
+            tenant,
+            index,
+            vector,
+            set(same_tools),
+            threshold,
+            NEAREST_INTENTS_FOR_GROUPING,
+        )
 
     def _insert_pattern(
         self,
@@ -588,7 +468,7 @@ class Engine:
         record: ExecutionRecord,
         normalized: NormalizedCode,
         vector: Vector,
-        change: _Change,
+        change: Change,
         held: contextlib.ExitStack,
         now: int,
     ) -> CaptureResult:
@@ -649,52 +529,40 @@ class Engine:
     # ---- reads -------------------------------------------------------------------------------
 
     def _pattern_view(self, tenant: str, record: PatternRecord) -> PatternView | None:
-        counters = self._repo.counters(tenant, record.id)
-        if counters is None:
-            return None
-        return pattern_view(record, counters, self._repo.intents(tenant, record.id))
+        return stored_pattern_view(self._repo, tenant, record)
 
     def get_pattern(self, tenant: str, pattern_id: str) -> PatternView:
-        _check_tenant(tenant)
+        check_tenant(tenant)
         record = self._repo.pattern(tenant, pattern_id)
         view = self._pattern_view(tenant, record) if record else None
         if view is None:
             raise NotFoundError(f"pattern {pattern_id!r} not found")
         return view
 
-    def _capability_members(self, tenant: str, record: CapabilityRecord) -> list[PatternView]:
-        views = []
-        for pattern_id in record.pattern_ids:
-            pattern = self._repo.pattern(tenant, pattern_id)
-            view = self._pattern_view(tenant, pattern) if pattern else None
-            if view is not None:
-                views.append(view)
-        return views
-
     def get_capability(self, tenant: str, capability_id: str) -> CapabilityView:
-        _check_tenant(tenant)
+        check_tenant(tenant)
         record = self._repo.capability(tenant, capability_id)
         if record is None:
             raise NotFoundError(f"capability {capability_id!r} not found")
-        return capability_view(record, self._capability_members(tenant, record))
+        return capability_view(record, capability_members(self._repo, tenant, record))
 
     def list_patterns(self, tenant: str, page: PageRequest) -> Page[PatternView]:
-        _check_tenant(tenant)
-        _check_page(page)
+        check_tenant(tenant)
+        check_page(page)
         records, cursor = self._repo.patterns_page(tenant, page.cursor, page.page_size)
         views = [v for v in (self._pattern_view(tenant, r) for r in records) if v is not None]
         return Page(tuple(views), cursor)
 
     def list_capabilities(self, tenant: str, page: PageRequest) -> Page[CapabilityView]:
-        _check_tenant(tenant)
-        _check_page(page)
+        check_tenant(tenant)
+        check_page(page)
         records, cursor = self._repo.capabilities_page(tenant, page.cursor, page.page_size)
-        views = [capability_view(r, self._capability_members(tenant, r)) for r in records]
+        views = [capability_view(r, capability_members(self._repo, tenant, r)) for r in records]
         return Page(tuple(views), cursor)
 
     def list_failures(self, tenant: str, page: PageRequest) -> Page[FailureEntry]:
-        _check_tenant(tenant)
-        _check_page(page)
+        check_tenant(tenant)
+        check_page(page)
         before: int | None = None
         if page.cursor:
             try:
@@ -708,7 +576,7 @@ class Engine:
         return Page(entries, "" if last is None else str(last))
 
     def stats(self, tenant: str) -> Stats:
-        _check_tenant(tenant)
+        check_tenant(tenant)
         s = self._repo.stats(tenant)
         return Stats(
             patterns=s.patterns,
@@ -721,7 +589,7 @@ class Engine:
 
     def audit_log(self, tenant: str) -> list[dict[str, Any]]:
         """Every retention action and deletion of the tenant, oldest first."""
-        _check_tenant(tenant)
+        check_tenant(tenant)
         return self._repo.audit_log(tenant)
 
     def tenant_stats(self, tenant: str) -> TenantStats:
@@ -750,7 +618,7 @@ class Engine:
     def suggest(self, tenant: str, query: SuggestQuery) -> SuggestResult:
         """Hybrid retrieval (vector + lexical, over-fetched), one Candidate per pattern with
         its best semantic and lexical scores, then `ranking.rank` filters, groups and orders."""
-        _check_tenant(tenant)
+        check_tenant(tenant)
         vector = self._check_query(query)
         self._require_ready()
         with self._indexes_lock:
@@ -758,47 +626,18 @@ class Engine:
         if index is None:
             return SuggestResult(())
         limit = self._config.ranking.fetch_limit(query.k)
-        lexical: dict[str, float] = {}
-        patterns: set[str] = set()
-        for intent_id, _ in index.semantic(vector, limit):
-            if (pattern_id := index.pattern_of.get(intent_id)) is not None:
-                patterns.add(pattern_id)
-        for intent_id, score in index.lexical_hits(query.intent, limit):
-            if (pattern_id := index.pattern_of.get(intent_id)) is not None:
-                patterns.add(pattern_id)
-                lexical[pattern_id] = max(lexical.get(pattern_id, 0.0), score)
-        candidates = []
-        for pattern_id in sorted(patterns):
-            record = self._repo.pattern(tenant, pattern_id)
-            counters = self._repo.counters(tenant, pattern_id) if record else None
-            if record is None or counters is None:
-                continue  # deleted since the index answered
-            intents = self._repo.intents(tenant, pattern_id)
-            if not intents:
-                continue
-            # exact cosine over the pattern's own vectors (the ANN scores are approximate and
-            # a lexical-only hit has none)
-            semantic = float(max(float(i.vector @ vector) for i in intents))
-            candidates.append(
-                Candidate(
-                    capability_id=record.capability_id,
-                    pattern=pattern_view(record, counters, intents),
-                    semantic=max(0.0, semantic),
-                    lexical=lexical.get(pattern_id, 0.0),
-                    tags=tuple(counters.tags),
-                )
-            )
+        candidates = suggest_candidates(self._repo, tenant, index, vector, query.intent, limit)
         return rank(query, candidates, self._config.ranking, self._clock())
 
     # ---- deletion and retention --------------------------------------------------------------
 
-    def _audit(self, tenant: str, change: _Change, entry: dict[str, Any]) -> None:
+    def _audit(self, tenant: str, change: Change, entry: dict[str, Any]) -> None:
         change.ops.append(
             self._repo.put_audit(tenant, self._seqs.next(), {**entry, "time_ms": self._clock()})
         )
 
     def delete_pattern(self, tenant: str, pattern_id: str, reason: str = "manual") -> None:
-        _check_tenant(tenant)
+        check_tenant(tenant)
         found = self._repo.pattern(tenant, pattern_id)
         if found is None:
             raise NotFoundError(f"pattern {pattern_id!r} not found")
@@ -813,35 +652,21 @@ class Engine:
                     self._group_locks.lock_for(tenant, tools_digest(capability.tools))
                 )
                 capability = self._repo.capability(tenant, pattern.capability_id)
-            change = _Change()
-            intents = self._repo.intents(tenant, pattern_id)
-            change.ops += [
-                self._repo.delete_pattern(tenant, pattern_id),
-                self._repo.delete_hash(tenant, pattern.code_hash),
-                self._repo.delete_counters(tenant, pattern_id),
-                *(self._repo.delete_intent(tenant, i) for i in intents),
-                self._oplog(tenant, "remove", [i.id for i in intents]),
-            ]
-            change.index_removes = [i.id for i in intents]
-            change.count("patterns", -1)
-            change.count("intents", -len(intents))
-            if capability is not None:
-                members = tuple(p for p in capability.pattern_ids if p != pattern_id)
-                if members:
-                    change.ops += self._repo.put_capability(
-                        tenant, replace(capability, pattern_ids=members)
-                    )
-                else:
-                    change.ops += self._repo.delete_capability(tenant, capability)
-                    change.count("capabilities", -1)
+            change = pattern_removal(
+                self._repo,
+                tenant,
+                pattern,
+                capability,
+                lambda ids: self._oplog(tenant, "remove", ids),
+            )
             self._audit(
                 tenant, change, {"action": "deleted", "pattern_id": pattern_id, "reason": reason}
             )
             ticket = self._commit(tenant, change)
-        _await(ticket)
+        await_durable(ticket)
 
     def delete_capability(self, tenant: str, capability_id: str) -> None:
-        _check_tenant(tenant)
+        check_tenant(tenant)
         capability = self._repo.capability(tenant, capability_id)
         if capability is None:
             raise NotFoundError(f"capability {capability_id!r} not found")
@@ -854,7 +679,7 @@ class Engine:
     def ungroup_pattern(self, tenant: str, pattern_id: str) -> str:
         """Undo a grouping: move the pattern out of its capability into a new one of its own
         (nothing is deleted). Returns the pattern's capability id afterwards."""
-        _check_tenant(tenant)
+        check_tenant(tenant)
         found = self._repo.pattern(tenant, pattern_id)
         if found is None:
             raise NotFoundError(f"pattern {pattern_id!r} not found")
@@ -873,7 +698,7 @@ class Engine:
                 f"cap_{secrets.token_hex(8)}", capability.tools, (pattern_id,), now
             )
             rest = tuple(p for p in capability.pattern_ids if p != pattern_id)
-            change = _Change()
+            change = Change()
             change.ops += [
                 *self._repo.put_capability(tenant, replace(capability, pattern_ids=rest)),
                 *self._repo.put_capability(tenant, alone),
@@ -883,7 +708,7 @@ class Engine:
             entry = {"action": "ungrouped", "pattern_id": pattern_id, "from": capability.id}
             self._audit(tenant, change, {**entry, "to": alone.id})
             ticket = self._commit(tenant, change)
-        _await(ticket)
+        await_durable(ticket)
         return alone.id
 
     def _set_marks(self, tenant: str, pattern_id: str, flagged: bool, superseded_by: str) -> bool:
@@ -897,13 +722,13 @@ class Engine:
                 pattern.flagged_for_removal == flagged and pattern.superseded_by == superseded_by
             ):
                 return False
-            change = _Change()
+            change = Change()
             marked = replace(pattern, flagged_for_removal=flagged, superseded_by=superseded_by)
             change.ops.append(self._repo.put_pattern(tenant, marked))
             entry = {"action": "marked", "pattern_id": pattern_id, "flagged": flagged}
             self._audit(tenant, change, {**entry, "superseded_by": superseded_by})
             ticket = self._commit(tenant, change)
-        _await(ticket)
+        await_durable(ticket)
         return True
 
     def prune_request_ids(self, tenant: str) -> int:
@@ -923,13 +748,9 @@ class Engine:
     def run_retention(self, tenant: str, apply: bool) -> RetentionReport:
         """Evaluate the retention table; with `apply`, flag, mark superseded, remove (when
         auto-removal is on) and clear marks that no longer hold. Every change is audited."""
-        _check_tenant(tenant)
+        check_tenant(tenant)
         now = self._clock()
-        groups: dict[str, list[PatternView]] = {}
-        for pattern in self._repo.all_patterns(tenant):
-            view = self._pattern_view(tenant, pattern)
-            if view is not None:
-                groups.setdefault(pattern.capability_id, []).append(view)
+        groups = views_by_capability(self._repo, tenant)
         entries = evaluate(groups, self._config.retention, now)
         if apply:
             flagged = {

@@ -1,0 +1,33 @@
+"""The stored answer to a capture request id, replayed when the same request comes again."""
+
+from __future__ import annotations
+
+import json
+
+from pml_server.domain.model import CaptureOutcome, CaptureResult, ToolFailure
+
+
+def encode_result(result: CaptureResult, now_ms: int) -> bytes:
+    data = {
+        "time_ms": now_ms,
+        "outcome": result.outcome.value,
+        "pattern_id": result.pattern_id,
+        "capability_id": result.capability_id,
+        "new_pattern": result.new_pattern,
+        "tool_failures": [[f.tool, f.error] for f in result.tool_failures],
+        "tool_mismatch": result.tool_mismatch,
+    }
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def decode_result(raw: bytes) -> CaptureResult:
+    data = json.loads(raw)
+    return CaptureResult(
+        outcome=CaptureOutcome(data["outcome"]),
+        pattern_id=data["pattern_id"],
+        capability_id=data["capability_id"],
+        new_pattern=data["new_pattern"],
+        tool_failures=tuple(ToolFailure(t, e) for t, e in data["tool_failures"]),
+        tool_mismatch=data["tool_mismatch"],
+        replayed=True,
+    )
