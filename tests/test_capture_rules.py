@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from pml_server.capture.records import (
     ParamSpec,
     PatternCounters,
     PatternRecord,
+    decode_intent,
 )
 from pml_server.capture.rules import (
     REDACTED,
@@ -166,3 +168,14 @@ def test_records_roundtrip_through_json() -> None:
     assert decoded.str_id == "int_0000000000000007"
     capability = CapabilityRecord("cap_1", ("a",), ("pat_1",), 5)
     assert CapabilityRecord.from_json(capability.to_json()) == capability
+
+
+def test_decoded_intents_are_shared_read_only_and_never_stale() -> None:
+    vector = np.array([0.25, -0.5, 0.75], dtype=np.float32)
+    raw = IntentRecord(7, "pat_1", "Read", 2, 9, "model", vector).to_json()
+    first = decode_intent(raw)
+    assert decode_intent(bytes(raw)) is first  # equal bytes from another read: one decode
+    with pytest.raises(ValueError, match="read-only"):
+        first.vector[0] = 1.0  # a shared record must not be changed through its vector
+    bumped = decode_intent(IntentRecord(7, "pat_1", "Read", 3, 9, "model", vector).to_json())
+    assert (bumped.hit_count, first.hit_count) == (3, 2)

@@ -8,6 +8,7 @@ rewrites a template of up to 256 KiB.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -139,7 +140,20 @@ class IntentRecord:
     def from_json(cls, raw: bytes) -> IntentRecord:
         data = json.loads(raw)
         vector = np.frombuffer(base64.b64decode(data.pop("vector")), dtype="<f4").astype(np.float32)
+        vector.flags.writeable = False  # decoded records may be shared (see decode_intent)
         return cls(vector=vector, **data)
+
+
+# Suggest reads every intent of each candidate pattern; decoding the JSON and base64 vector was
+# most of its time. Keyed by the exact stored bytes, a cached record can never be stale (changed
+# bytes are another key), and sharing it is safe: the record is frozen, its vector read-only.
+INTENT_DECODE_CACHE_SIZE = 16_384
+
+
+@functools.lru_cache(maxsize=INTENT_DECODE_CACHE_SIZE)
+def decode_intent(raw: bytes) -> IntentRecord:
+    """`IntentRecord.from_json(raw)`, memoized on the stored bytes."""
+    return IntentRecord.from_json(raw)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pml_server.capture.records import (
     PatternCounters,
     PatternRecord,
     TenantStats,
+    decode_intent,
 )
 from pml_server.storage.keys import (
     CF_AUDIT,
@@ -149,7 +150,7 @@ class Repository:
 
     def intents(self, tenant: str, pattern_id: str) -> list[IntentRecord]:
         rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""))
-        return [IntentRecord.from_json(v) for _, v in rows]
+        return [decode_intent(v) for _, v in rows]
 
     def put_intent(self, tenant: str, intent: IntentRecord) -> Op:
         key = tenant_key(tenant, intent.pattern_id, u64(intent.id))
@@ -162,7 +163,7 @@ class Repository:
         """Every intent of every tenant (used to rebuild the in-memory indexes at open)."""
         for key, value in self.store.scan(CF_INTENTS, b""):
             tenant, _ = split_tenant(key)
-            yield tenant, IntentRecord.from_json(value)
+            yield tenant, decode_intent(value)
 
     # ---- capabilities ------------------------------------------------------------------------
 
