@@ -91,7 +91,7 @@ from pml_server.embedding import CachedEmbedder, check_client_vector, make_embed
 from pml_server.embedding.base import Embedder, Vector
 from pml_server.embedding.search_index import TenantSearchIndex
 from pml_server.engine_arguments import check_page, check_tenant
-from pml_server.engine_candidates import suggest_candidates
+from pml_server.engine_candidates import retrieve
 from pml_server.engine_change import Change, await_durable, failure_entries
 from pml_server.engine_deletion import pattern_removal
 from pml_server.engine_grouping import capability_vectors, nearest_allowed_capability
@@ -102,7 +102,7 @@ from pml_server.engine_views import (
     stored_pattern_view,
     views_by_capability,
 )
-from pml_server.ranking import rank
+from pml_server.ranking import rank_lazily
 from pml_server.retention import evaluate
 from pml_server.storage import Store
 from pml_server.storage.allocator import BlockAllocator
@@ -626,8 +626,10 @@ class Engine:
         if index is None:
             return SuggestResult(())
         limit = self._config.ranking.fetch_limit(query.k)
-        candidates = suggest_candidates(self._repo, tenant, index, vector, query.intent, limit)
-        return rank(query, candidates, self._config.ranking, self._clock())
+        found = retrieve(self._repo, tenant, index, vector, query.intent, limit)
+        ranking = self._config.ranking
+        result = rank_lazily(query, found.retrievals, found.load, ranking, self._clock())
+        return found.complete(result)
 
     # ---- deletion and retention --------------------------------------------------------------
 

@@ -1,23 +1,76 @@
-"""Suggest's candidate building: hybrid retrieval (vector + lexical, over-fetched) turned into
-one `ranking.Candidate` per pattern with its best semantic and lexical scores."""
+"""Suggest's retrieval: hybrid search (vector + lexical, over-fetched) turned into one
+`ranking.Retrieval` per pattern with its best semantic and lexical scores, and the loader that
+makes `ranking.Candidate`s of the few patterns `rank_lazily` needs to read.
+
+Ranking needs only a pattern's record and counters (one multi-get per batch); the intent
+mappings, the costly part of a view, are read afterwards for the suggested patterns alone
+(`Retrieved.complete`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from pml_server.capture.records import PatternCounters, PatternRecord
 from pml_server.capture.views import pattern_view
+from pml_server.domain.model import SuggestResult
 from pml_server.embedding.base import Vector
 from pml_server.embedding.search_index import TenantSearchIndex
-from pml_server.ranking import Candidate
+from pml_server.ranking import Candidate, Retrieval
 from pml_server.storage.repo import Repository
 
 
-def suggest_candidates(
+@dataclass
+class Retrieved:
+    repo: Repository
+    tenant: str
+    retrievals: list[Retrieval]
+    # what each loaded candidate was built from, so `complete` shows the counters rank saw
+    sources: dict[str, tuple[PatternRecord, PatternCounters]] = field(default_factory=dict)
+
+    def load(self, retrievals: Sequence[Retrieval]) -> list[Candidate]:
+        ids = [r.pattern_id for r in retrievals]
+        candidates = []
+        for retrieval, found in zip(
+            retrievals, self.repo.patterns_with_counters(self.tenant, ids), strict=True
+        ):
+            if found is None:
+                continue  # deleted since the index answered
+            record, counters = found
+            self.sources[record.id] = found
+            candidates.append(
+                Candidate(
+                    capability_id=record.capability_id,
+                    pattern=pattern_view(record, counters, (), with_params=False),
+                    semantic=retrieval.semantic,
+                    lexical=retrieval.lexical,
+                    tags=tuple(counters.tags),
+                )
+            )
+        return candidates
+
+    def complete(self, result: SuggestResult) -> SuggestResult:
+        """`result` with each suggestion's full view (its intent mappings included). A pattern
+        deleted since retrieval is dropped rather than shown without its intents."""
+        suggestions = []
+        for suggestion in result.suggestions:
+            record, counters = self.sources[suggestion.pattern.id]
+            intents = self.repo.intents(self.tenant, record.id)
+            if intents:
+                view = pattern_view(record, counters, intents)
+                suggestions.append(replace(suggestion, pattern=view))
+        return replace(result, suggestions=tuple(suggestions))
+
+
+def retrieve(
     repo: Repository,
     tenant: str,
     index: TenantSearchIndex,
     vector: Vector,
     text: str,
     limit: int,
-) -> list[Candidate]:
+) -> Retrieved:
     lexical: dict[str, float] = {}
     patterns: set[str] = set()
     for intent_id, _ in index.semantic(vector, limit):
@@ -27,25 +80,14 @@ def suggest_candidates(
         if (pattern_id := index.pattern_of.get(intent_id)) is not None:
             patterns.add(pattern_id)
             lexical[pattern_id] = max(lexical.get(pattern_id, 0.0), score)
-    candidates = []
-    for pattern_id in sorted(patterns):
-        record = repo.pattern(tenant, pattern_id)
-        counters = repo.counters(tenant, pattern_id) if record else None
-        if record is None or counters is None:
-            continue  # deleted since the index answered
-        intents = repo.intents(tenant, pattern_id)
-        if not intents:
-            continue
-        # exact cosine over the pattern's own vectors (the ANN scores are approximate and
-        # a lexical-only hit has none)
-        semantic = float(max(float(i.vector @ vector) for i in intents))
-        candidates.append(
-            Candidate(
-                capability_id=record.capability_id,
-                pattern=pattern_view(record, counters, intents),
-                semantic=max(0.0, semantic),
-                lexical=lexical.get(pattern_id, 0.0),
-                tags=tuple(counters.tags),
-            )
-        )
-    return candidates
+    intents_of = {p: tuple(index.intents_of.get(p, ())) for p in sorted(patterns)}
+    # exact cosine over every intent of each pattern: the ANN returns only some of them, and a
+    # lexical-only hit has none
+    exact = index.exact_scores(vector, [i for ids in intents_of.values() for i in ids])
+    retrievals = []
+    for pattern_id, intent_ids in intents_of.items():
+        scores = [exact[i] for i in intent_ids if i in exact]
+        if scores:  # none: deleted since the index answered
+            semantic = max(0.0, max(scores))
+            retrievals.append(Retrieval(pattern_id, semantic, lexical.get(pattern_id, 0.0)))
+    return Retrieved(repo, tenant, retrievals)

@@ -16,8 +16,14 @@ MAX_CAPABILITY_INTENTS = 50
 
 
 def pattern_view(
-    record: PatternRecord, counters: PatternCounters, intents: Sequence[IntentRecord]
+    record: PatternRecord,
+    counters: PatternCounters,
+    intents: Sequence[IntentRecord],
+    *,
+    with_params: bool = True,
 ) -> PatternView:
+    """The API's view of a pattern. Without params (and given no intents) it is the cheap view
+    ranking needs, completed for the few patterns an answer shows."""
     ordered = sorted(intents, key=lambda i: (-i.hit_count, i.id))
     return PatternView(
         id=record.id,
@@ -34,7 +40,9 @@ def pattern_view(
                 recent_values_json=tuple(counters.recent_values.get(p.name, ())),
             )
             for p in record.params
-        ),
+        )
+        if with_params
+        else (),
         parameter_schema_json=record.parameter_schema_json,
         usage_count=counters.usage,
         success_count=counters.success,

@@ -18,6 +18,11 @@ from pml_server.embedding.base import Matrix, Vector
 
 Ids = npt.NDArray[np.uint64]
 
+# An allow-list of at most this many live ids is scanned exactly, never walked approximately
+# (`EXACT_SCAN_MIN` in pml_core_rs/src/index/mod.rs; tests/test_search_index.py holds the two
+# together).
+EXACT_SCAN_MIN = 1024
+
 
 class AnnIndex(Protocol):
     def add(self, ids: Ids, vectors: Matrix) -> None: ...

@@ -13,7 +13,12 @@ import numpy as np
 
 from pml_server.capture.records import IntentRecord
 from pml_server.embedding.base import Vector
-from pml_server.embedding.index import AnnIndex, index_from_bytes, new_index
+from pml_server.embedding.index import (
+    EXACT_SCAN_MIN,
+    AnnIndex,
+    index_from_bytes,
+    new_index,
+)
 from pml_server.ranking import LexicalIndex
 
 
@@ -28,6 +33,7 @@ class TenantSearchIndex:
         self.ann = ann if ann is not None else new_index(kind, dim)
         self.lexical = LexicalIndex()
         self.pattern_of: dict[int, str] = {}
+        self.intents_of: dict[str, set[int]] = {}  # the reverse of pattern_of
         # Writers are serialized here (contains + add of one intent stays atomic). Readers take
         # the same lock only for the numpy index: the Rust HNSW index has its own reader/writer
         # lock and searches in parallel with the GIL released.
@@ -46,7 +52,11 @@ class TenantSearchIndex:
                 ids = np.array([intent.id], dtype=np.uint64)
                 self.ann.add(ids, intent.vector.reshape(1, -1).astype(np.float32))
             self.lexical.add(intent.str_id, lexical_document(intent.text, tools))
+            previous = self.pattern_of.get(intent.id)
+            if previous is not None and previous != intent.pattern_id:
+                self._forget_intent(intent.id)
             self.pattern_of[intent.id] = intent.pattern_id
+            self.intents_of.setdefault(intent.pattern_id, set()).add(intent.id)
 
     def remove(self, intent_ids: Sequence[int]) -> None:
         with self._write_lock:
@@ -54,7 +64,14 @@ class TenantSearchIndex:
                 self.ann.remove(np.array(list(intent_ids), dtype=np.uint64))
             for intent_id in intent_ids:
                 self.lexical.remove(f"int_{intent_id:016x}")
-                self.pattern_of.pop(intent_id, None)
+                self._forget_intent(intent_id)
+
+    def _forget_intent(self, intent_id: int) -> None:
+        pattern_id = self.pattern_of.pop(intent_id, None)
+        siblings = self.intents_of.get(pattern_id, set()) if pattern_id is not None else set()
+        siblings.discard(intent_id)
+        if not siblings and pattern_id is not None:
+            self.intents_of.pop(pattern_id, None)
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
         with self._read_lock:
@@ -63,6 +80,20 @@ class TenantSearchIndex:
                 return []
             ids, scores = self.ann.search(query.astype(np.float32), min(limit, size))
         return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
+
+    def exact_scores(self, query: Vector, intent_ids: Sequence[int]) -> dict[int, float]:
+        """The exact cosine of `query` to each listed intent still indexed, in one index call
+        per chunk: an allow-list no larger than the index's exact-scan size is scanned exactly,
+        not walked approximately."""
+        out: dict[int, float] = {}
+        wanted = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
+        query32 = query.astype(np.float32)
+        for first in range(0, len(wanted), EXACT_SCAN_MIN):
+            chunk = wanted[first : first + EXACT_SCAN_MIN]
+            with self._read_lock:
+                ids, scores = self.ann.search(query32, len(chunk), allow=chunk)
+            out.update(zip(ids.tolist(), scores.tolist(), strict=True))
+        return out
 
     def lexical_hits(self, text: str, limit: int) -> list[tuple[int, float]]:
         hits = self.lexical.search(text, limit)

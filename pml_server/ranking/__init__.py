@@ -19,6 +19,7 @@ from pml_server.ranking.filters import (
     TAGS,
     FilterSettings,
 )
+from pml_server.ranking.lazy import Retrieval, match_bound, rank_lazily
 from pml_server.ranking.lexical import LexicalIndex, tokenize
 from pml_server.ranking.rank import rank, resolve_settings
 from pml_server.ranking.scoring import score
@@ -44,9 +45,12 @@ __all__ = [
     "FilterSettings",
     "LexicalIndex",
     "RankingConfig",
+    "Retrieval",
     "fuse_match",
+    "match_bound",
     "normalize_lexical",
     "rank",
+    "rank_lazily",
     "recency_factor",
     "resolve_settings",
     "score",

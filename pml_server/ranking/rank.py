@@ -91,9 +91,17 @@ def rank(
     `beyond_k` (it ranked after the k-th suggestion).
     """
     settings = resolve_settings(query, config)
-    scored = sorted(
-        ((c, score(c, config, now_ms)) for c in _merge_duplicates(candidates)), key=_order
-    )
+    merged = _merge_duplicates(candidates)
+    return rank_scored(query, settings, [(c, score(c, config, now_ms)) for c in merged])
+
+
+def rank_scored(
+    query: SuggestQuery,
+    settings: FilterSettings,
+    candidates: Sequence[tuple[Candidate, ScoreParts]],
+) -> SuggestResult:
+    """`rank` of candidates already scored, at most one per pattern."""
+    scored = sorted(candidates, key=_order)
     filtered: list[FilteredCandidate] = []
     chosen: dict[str, tuple[Candidate, ScoreParts]] = {}
     for cand, parts in scored:

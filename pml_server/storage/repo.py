@@ -18,7 +18,9 @@ from pml_server.capture.records import (
     PatternCounters,
     PatternRecord,
     TenantStats,
+    decode_counters_shared,
     decode_intent,
+    decode_pattern,
 )
 from pml_server.storage.keys import (
     CF_AUDIT,
@@ -117,7 +119,23 @@ class Repository:
 
     def pattern(self, tenant: str, pattern_id: str) -> PatternRecord | None:
         raw = self.store.get(CF_PATTERNS, tenant_key(tenant, pattern_id))
-        return None if raw is None else PatternRecord.from_json(raw)
+        return None if raw is None else decode_pattern(raw)
+
+    def patterns_with_counters(
+        self, tenant: str, pattern_ids: Sequence[str]
+    ) -> list[tuple[PatternRecord, PatternCounters] | None]:
+        """(record, counters) of each pattern, None where either is missing (deleted): two
+        multi-gets, each stored value decoded once (memoized on its bytes). The counters are
+        shared with other readers: never mutate them."""
+        keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
+        records = self.store.get_many(CF_PATTERNS, keys)
+        counters = self.store.get_many(CF_COUNTERS, keys)
+        return [
+            None
+            if record is None or count is None
+            else (decode_pattern(record), decode_counters_shared(count))
+            for record, count in zip(records, counters, strict=True)
+        ]
 
     def put_pattern(self, tenant: str, record: PatternRecord) -> Op:
         return (CF_PATTERNS, tenant_key(tenant, record.id), record.to_json())

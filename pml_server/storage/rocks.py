@@ -17,13 +17,20 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
-from pml_server.storage.keys import CF_META, COLUMN_FAMILIES, prefix_end
+from pml_server.storage.keys import (
+    CF_COUNTERS,
+    CF_META,
+    CF_PATTERNS,
+    COLUMN_FAMILIES,
+    prefix_end,
+)
 
 SCHEMA_VERSION = 1
 _META_SCHEMA_KEY = b"meta/schema_version"
@@ -32,6 +39,47 @@ DURABILITY_MODES = ("sync", "fast")
 _MAX_GROUP_OPS = 20_000
 
 Op = tuple[str, bytes, bytes | None]  # (column family, key, value or None to delete)
+
+
+# Read on every Suggest for each candidate pattern, rewritten only by captures of that pattern.
+READ_CACHED = frozenset({CF_PATTERNS, CF_COUNTERS})
+READ_CACHE_BYTES = 32 * 1024 * 1024
+_READ_CACHE_MAX_VALUE = 16 * 1024  # large templates are rare: read them from RocksDB
+
+
+class _ReadCache:
+    """Least-recently-used copy of stored values, bounded in bytes. Not thread-safe: the store
+    uses it under its lock only."""
+
+    def __init__(self, budget: int) -> None:
+        self._budget = budget
+        self._used = 0
+        self._values: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        value = self._values.get((cf, key))
+        if value is not None:
+            self._values.move_to_end((cf, key))
+        return value
+
+    def put(self, cf: str, key: bytes, value: bytes) -> None:
+        if len(value) > _READ_CACHE_MAX_VALUE:
+            return
+        self.drop(cf, key)
+        self._values[(cf, key)] = value
+        self._used += len(key) + len(value)
+        while self._used > self._budget:
+            (_, old_key), old = self._values.popitem(last=False)
+            self._used -= len(old_key) + len(old)
+
+    def drop(self, cf: str, key: bytes) -> None:
+        old = self._values.pop((cf, key), None)
+        if old is not None:
+            self._used -= len(key) + len(old)
+
+    def clear(self) -> None:
+        self._values.clear()
+        self._used = 0
 
 
 class SchemaVersionError(RuntimeError):
@@ -84,6 +132,7 @@ class Store:
         self._wakeup = threading.Condition(self._lock)
         self._queue: list[tuple[int, Sequence[Op], WriteTicket]] = []
         self._overlay: dict[tuple[str, bytes], tuple[int, bytes | None]] = {}
+        self._read_cache = _ReadCache(READ_CACHE_BYTES)
         self._next_seq = 1
         self._closed = False
         self._failed: BaseException | None = None
@@ -120,6 +169,42 @@ class Store:
             return pending[1]
         value: bytes | None = self._family(cf).get(key)
         return value
+
+    def get_many(self, cf: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        """`get` for each key, in order, as one RocksDB multi-get (which releases the GIL).
+        Column families listed in `READ_CACHED` are answered from `_ReadCache` when they can."""
+        if not keys:
+            return []
+        cached = cf in READ_CACHED
+        with self._lock:
+            out: list[bytes | None] = []
+            missing: list[int] = []
+            for i, key in enumerate(keys):
+                pending = self._overlay.get((cf, key))
+                value = pending[1] if pending is not None else None
+                if pending is None and cached:
+                    value = self._read_cache.get(cf, key)
+                if pending is None and value is None:
+                    missing.append(i)
+                out.append(value)
+            if missing and cached:
+                # Read and fill under the lock: a write drops the keys it changes from the
+                # cache under this lock once they are in the database, so nothing stale stays.
+                self._fetch(cf, keys, missing, out)
+                for i in missing:
+                    if (value := out[i]) is not None:
+                        self._read_cache.put(cf, keys[i], value)
+                return out
+        if missing:
+            self._fetch(cf, keys, missing, out)
+        return out
+
+    def _fetch(
+        self, cf: str, keys: Sequence[bytes], missing: list[int], out: list[bytes | None]
+    ) -> None:
+        values: list[bytes | None] = self._family(cf).get([keys[i] for i in missing])
+        for i, value in zip(missing, values, strict=True):
+            out[i] = value
 
     def _family(self, cf: str) -> Rdict:
         family = self._cf.get(cf)
@@ -198,6 +283,7 @@ class Store:
             except Exception as error:  # rocksdict raises plain Exception on I/O errors
                 self._failed = error
                 raise StoreClosedError(f"write failed: {error}") from error
+            self._forget_cached(ops)  # after the write: see get_many
             ticket._finish()
             return ticket
         with self._lock:
@@ -206,9 +292,17 @@ class Store:
             self._next_seq += 1
             for cf, key, value in ops:
                 self._overlay[(cf, key)] = (seq, value)
+                self._read_cache.drop(cf, key)
             self._queue.append((seq, ops, ticket))
             self._wakeup.notify()
         return ticket
+
+    def _forget_cached(self, ops: Sequence[Op]) -> None:
+        changed = [(cf, key) for cf, key, _ in ops if cf in READ_CACHED]
+        if changed:
+            with self._lock:
+                for cf, key in changed:
+                    self._read_cache.drop(cf, key)
 
     def write(self, ops: Sequence[Op]) -> None:
         self.submit(ops).wait()
@@ -273,4 +367,5 @@ class Store:
             family.close()
         self._cf.clear()
         self._handles.clear()
+        self._read_cache.clear()
         self._db.close()

@@ -1,0 +1,77 @@
+"""Rank without loading every candidate: the answer of `rank`, reading only the patterns that
+can still make the top k.
+
+Every factor of the score except the match is at most 1 (docs/ranking.md), so a candidate's
+total never exceeds its match, and the match needs only the retrieval scores. Candidates are
+loaded in decreasing match order; once k capabilities pass the filters and the next match is
+below the k-th best total, no candidate left can enter the answer or change a representative
+of one in it (its total is lower still). With `explain` every candidate is loaded, since the
+answer lists all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pml_server.domain.model import ScoreParts, SuggestQuery, SuggestResult
+from pml_server.ranking.candidate import Candidate
+from pml_server.ranking.config import RankingConfig
+from pml_server.ranking.filters import first_failed_rule
+from pml_server.ranking.rank import rank_scored, resolve_settings
+from pml_server.ranking.scoring import score
+from pml_server.ranking.signals import clamp_unit, fuse_match, normalize_lexical
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """What the indexes know about a pattern before it is read: its two relevance signals,
+    with the meaning of `Candidate.semantic` and `Candidate.lexical`."""
+
+    pattern_id: str
+    semantic: float
+    lexical: float
+
+
+def match_bound(retrieval: Retrieval, config: RankingConfig) -> float:
+    """The match `score` will give the candidate, an upper bound of its total."""
+    lexical = normalize_lexical(retrieval.lexical, config)
+    return fuse_match(clamp_unit(retrieval.semantic), lexical, config)
+
+
+Loader = Callable[[Sequence[Retrieval]], list[Candidate]]
+
+
+def rank_lazily(
+    query: SuggestQuery,
+    retrieved: Sequence[Retrieval],
+    load: Loader,
+    config: RankingConfig,
+    now_ms: int,
+    batch: int = 8,
+) -> SuggestResult:
+    """`rank(query, load(retrieved), config, now_ms)` for retrievals of distinct patterns, calling `load` on as few retrievals as
+    the proof above allows, in batches of at least `batch`. `load` returns the candidates of
+    the patterns that still exist (a deleted one is skipped)."""
+    settings = resolve_settings(query, config)
+    ordered = sorted(
+        ((match_bound(r, config), r) for r in retrieved), key=lambda item: (-item[0], item[1].pattern_id)
+    )
+    step = max(batch, 2 * query.k)
+    loaded: dict[str, tuple[Candidate, ScoreParts]] = {}
+    best_total: dict[str, float] = {}  # capability -> best total among its passing candidates
+    position = 0
+    while position < len(ordered):
+        if not query.explain and len(best_total) >= query.k:
+            kth = sorted(best_total.values(), reverse=True)[query.k - 1]
+            if ordered[position][0] < kth:
+                break
+        chunk = [r for _, r in ordered[position : position + step]]
+        position += step
+        for cand in load(chunk):
+            parts = score(cand, config, now_ms)
+            loaded[cand.pattern.id] = (cand, parts)
+            if first_failed_rule(cand, parts, settings) is None:
+                known = best_total.get(cand.capability_id, -1.0)
+                best_total[cand.capability_id] = max(known, parts.total)
+    return rank_scored(query, settings, list(loaded.values()))
