@@ -50,13 +50,13 @@ def rank_lazily(
     now_ms: int,
     batch: int = 8,
 ) -> SuggestResult:
-    """`rank(query, load(retrieved), config, now_ms)` for retrievals of distinct patterns, calling `load` on as few retrievals as
-    the proof above allows, in batches of at least `batch`. `load` returns the candidates of
-    the patterns that still exist (a deleted one is skipped)."""
+    """`rank(query, load(retrieved), config, now_ms)` for retrievals of distinct patterns,
+    calling `load` on as few retrievals as the proof above allows, in batches of at least
+    `batch`. `load` returns the candidates of the patterns that still exist (a deleted one is
+    skipped)."""
     settings = resolve_settings(query, config)
-    ordered = sorted(
-        ((match_bound(r, config), r) for r in retrieved), key=lambda item: (-item[0], item[1].pattern_id)
-    )
+    bounded = [(match_bound(r, config), r) for r in retrieved]
+    ordered = sorted(bounded, key=lambda item: (-item[0], item[1].pattern_id))
     step = max(batch, 2 * query.k)
     loaded: dict[str, tuple[Candidate, ScoreParts]] = {}
     best_total: dict[str, float] = {}  # capability -> best total among its passing candidates

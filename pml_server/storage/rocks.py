@@ -202,7 +202,8 @@ class Store:
     def _fetch(
         self, cf: str, keys: Sequence[bytes], missing: list[int], out: list[bytes | None]
     ) -> None:
-        values: list[bytes | None] = self._family(cf).get([keys[i] for i in missing])
+        # rocksdict's stub types a multi-get's result as "Any | None"; it is one value per key
+        values: list[bytes | None] = self._family(cf).get([keys[i] for i in missing]) or []
         for i, value in zip(missing, values, strict=True):
             out[i] = value
 
