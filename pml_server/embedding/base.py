@@ -46,10 +46,13 @@ def check_client_vector(values: Sequence[float], dim: int, field: str) -> Vector
         raise InvalidArgumentError(
             FieldViolation(field, f"has {len(values)} values; this server's model needs {dim}")
         )
-    bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
-    if bad is not None:
-        raise InvalidArgumentError(FieldViolation(field, f"value [{bad}] is not a finite number"))
-    vector = np.asarray(values, dtype=np.float32)
+    exact = np.asarray(values, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(exact))
+    if len(bad):
+        raise InvalidArgumentError(
+            FieldViolation(field, f"value [{bad[0]}] is not a finite number")
+        )
+    vector = exact.astype(np.float32)
     norm = float(np.linalg.norm(vector))
     if norm == 0.0 or not math.isfinite(norm):
         raise InvalidArgumentError(FieldViolation(field, "must not be the zero vector"))
