@@ -156,33 +156,6 @@ def decode_intent(raw: bytes) -> IntentRecord:
     return IntentRecord.from_json(raw)
 
 
-PATTERN_DECODE_CACHE_SIZE = 4_096
-# Records above this size (templates go up to 256 KiB) are decoded every time: they are rare,
-# and caching them would let the cache grow to gigabytes.
-PATTERN_DECODE_CACHE_MAX_BYTES = 8_192
-
-
-@functools.lru_cache(maxsize=PATTERN_DECODE_CACHE_SIZE)
-def _decode_pattern_cached(raw: bytes) -> PatternRecord:
-    return PatternRecord.from_json(raw)
-
-
-def decode_pattern(raw: bytes) -> PatternRecord:
-    """`PatternRecord.from_json(raw)`, memoized on the stored bytes like `decode_intent` (Suggest
-    reads every candidate's record). Sharing is safe: the record is frozen."""
-    if len(raw) > PATTERN_DECODE_CACHE_MAX_BYTES:
-        return PatternRecord.from_json(raw)
-    return _decode_pattern_cached(raw)
-
-
-@functools.lru_cache(maxsize=PATTERN_DECODE_CACHE_SIZE)
-def decode_counters_shared(raw: bytes) -> PatternCounters:
-    """`PatternCounters.from_json(raw)` memoized on the stored bytes, for readers only: the
-    record returned is shared between calls, so it must never be mutated (writers decode their
-    own copy with `from_json`)."""
-    return PatternCounters.from_json(raw)
-
-
 @dataclass(frozen=True)
 class CapabilityRecord:
     """A group of patterns with the same tool signature and similar intents. Membership is a

@@ -18,10 +18,9 @@ from pml_server.capture.records import (
     PatternCounters,
     PatternRecord,
     TenantStats,
-    decode_counters_shared,
     decode_intent,
-    decode_pattern,
 )
+from pml_server.storage.decoded import decode_counters_shared, decode_pattern
 from pml_server.storage.keys import (
     CF_AUDIT,
     CF_CAP_BY_TOOLS,

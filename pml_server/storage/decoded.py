@@ -1,0 +1,42 @@
+"""Decoding of the records Suggest reads for every candidate, memoized on the stored bytes.
+
+Keyed by the exact bytes, a cached record can never be stale (changed bytes are another key).
+Lookups are cheap when the store's read cache hands back the same bytes object: CPython keeps
+a bytes object's hash, and a dict compares identity first.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from pml_server.capture.records import PatternCounters, PatternRecord
+
+DECODE_CACHE_SIZE = 16_384
+# Records above this size (templates go up to 256 KiB) are decoded every time: they are rare,
+# and caching them would let the cache grow to gigabytes.
+DECODE_CACHE_MAX_BYTES = 8_192
+
+
+@functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
+def _pattern(raw: bytes) -> PatternRecord:
+    return PatternRecord.from_json(raw)
+
+
+@functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
+def _counters(raw: bytes) -> PatternCounters:
+    return PatternCounters.from_json(raw)
+
+
+def decode_pattern(raw: bytes) -> PatternRecord:
+    """`PatternRecord.from_json(raw)`, shared between callers (the record is frozen)."""
+    if len(raw) > DECODE_CACHE_MAX_BYTES:
+        return PatternRecord.from_json(raw)
+    return _pattern(raw)
+
+
+def decode_counters_shared(raw: bytes) -> PatternCounters:
+    """`PatternCounters.from_json(raw)` for readers only: the record returned is shared between
+    calls, so it must never be mutated (writers decode their own copy with `from_json`)."""
+    if len(raw) > DECODE_CACHE_MAX_BYTES:
+        return PatternCounters.from_json(raw)
+    return _counters(raw)
