@@ -102,7 +102,7 @@ from pml_server.engine_views import (
     stored_pattern_view,
     views_by_capability,
 )
-from pml_server.ranking import rank_lazily
+from pml_server.ranking import rank_lazily, score_ceiling
 from pml_server.retention import evaluate
 from pml_server.storage import Store
 from pml_server.storage.allocator import BlockAllocator
@@ -628,7 +628,9 @@ class Engine:
         limit = self._config.ranking.fetch_limit(query.k)
         found = retrieve(self._repo, tenant, index, vector, query.intent, limit)
         ranking = self._config.ranking
-        result = rank_lazily(query, found.retrievals, found.load, ranking, self._clock())
+        ceiling = score_ceiling(*self._repo.counter_ceilings(tenant), ranking)
+        now = self._clock()
+        result = rank_lazily(query, found.retrievals, found.load, ranking, now, ceiling)
         return found.complete(result)
 
     # ---- deletion and retention --------------------------------------------------------------

@@ -8,7 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pml_server.domain.model import SuggestQuery
-from pml_server.ranking import Candidate, RankingConfig, Retrieval, match_bound, rank, rank_lazily
+from pml_server.ranking import (
+    Candidate,
+    RankingConfig,
+    Retrieval,
+    match_bound,
+    rank,
+    rank_lazily,
+    score_ceiling,
+)
 from pml_server.ranking import score as score_of
 from tests.test_ranking_properties import TOOLS
 from tests.test_ranking_support import NOW_MS, candidate, pattern
@@ -68,11 +76,29 @@ def test_lazy_answer_equals_the_full_ranking(
     batch: int,
 ) -> None:
     query = SuggestQuery("q", k=k, explain=explain, min_match=min_match, min_success=min_success)
-    loader = CountingLoader(pool)
-    lazy = rank_lazily(query, _retrievals(pool), loader, CONFIG, NOW_MS, batch=batch)
-    assert lazy == rank(query, pool, CONFIG, NOW_MS)
-    if explain:
-        assert sorted(loader.loaded) == sorted(c.pattern.id for c in pool)
+    full = rank(query, pool, CONFIG, NOW_MS)
+    most_successes = max((c.pattern.success_count for c in pool), default=0)
+    most_uses = max((c.pattern.usage_count for c in pool), default=0)
+    for ceiling in (1.0, score_ceiling(most_successes, most_uses, CONFIG)):
+        loader = CountingLoader(pool)
+        retrievals = _retrievals(pool)
+        lazy = rank_lazily(query, retrievals, loader, CONFIG, NOW_MS, ceiling, batch=batch)
+        assert lazy == full
+        if explain:
+            assert sorted(loader.loaded) == sorted(c.pattern.id for c in pool)
+
+
+@settings(deadline=None)
+@given(
+    candidates(), st.integers(min_value=0, max_value=100), st.integers(min_value=0, max_value=100)
+)
+def test_score_ceiling_bounds_every_pattern_within_the_counts(
+    cand: Candidate, more_successes: int, more_uses: int
+) -> None:
+    p = cand.pattern
+    ceiling = score_ceiling(p.success_count + more_successes, p.usage_count + more_uses, CONFIG)
+    parts = score_of(cand, CONFIG, NOW_MS)
+    assert parts.total <= parts.match * ceiling
 
 
 @settings(deadline=None)
@@ -94,6 +120,20 @@ def test_clear_winners_stop_the_reading_early() -> None:
     assert [s.pattern.id for s in lazy.suggestions] == ["p00", "p01"]
     assert lazy == rank(query, pool, CONFIG, NOW_MS)
     assert len(loader.loaded) < 20  # one batch, not 60 reads
+
+
+def test_the_ceiling_stops_early_among_equally_fresh_patterns() -> None:
+    # a fresh store: every pattern ran once, so totals are far below matches; without the
+    # ceiling every candidate must be read, with it the first batch settles the answer
+    pool = [candidate(pattern(f"p{i:02d}"), 0.9 - i * 0.005) for i in range(60)]
+    query = SuggestQuery("q", k=5)
+    plain, bounded = CountingLoader(pool), CountingLoader(pool)
+    full = rank(query, pool, CONFIG, NOW_MS)
+    assert rank_lazily(query, _retrievals(pool), plain, CONFIG, NOW_MS) == full
+    ceiling = score_ceiling(1, 1, CONFIG)
+    assert rank_lazily(query, _retrievals(pool), bounded, CONFIG, NOW_MS, ceiling) == full
+    assert len(plain.loaded) == 60
+    assert len(bounded.loaded) == 10
 
 
 def test_patterns_deleted_before_loading_are_skipped() -> None:

@@ -19,7 +19,7 @@ from pml_server.ranking.filters import (
     TAGS,
     FilterSettings,
 )
-from pml_server.ranking.lazy import Retrieval, match_bound, rank_lazily
+from pml_server.ranking.lazy import Retrieval, match_bound, rank_lazily, score_ceiling
 from pml_server.ranking.lexical import LexicalIndex, tokenize
 from pml_server.ranking.rank import rank, resolve_settings
 from pml_server.ranking.scoring import score
@@ -54,6 +54,7 @@ __all__ = [
     "recency_factor",
     "resolve_settings",
     "score",
+    "score_ceiling",
     "success_estimate",
     "tokenize",
     "usage_factor",

@@ -1,12 +1,13 @@
 """Rank without loading every candidate: the answer of `rank`, reading only the patterns that
 can still make the top k.
 
-Every factor of the score except the match is at most 1 (docs/ranking.md), so a candidate's
-total never exceeds its match, and the match needs only the retrieval scores. Candidates are
-loaded in decreasing match order; once k capabilities pass the filters and the next match is
-below the k-th best total, no candidate left can enter the answer or change a representative
-of one in it (its total is lower still). With `explain` every candidate is loaded, since the
-answer lists all of them.
+A candidate's total is its match (known from the retrieval scores alone) times factors that
+depend on its counters; none exceeds 1, and the success and usage factors grow with the counts,
+so `score_ceiling` of the tenant's highest success and usage counts bounds their product for
+every pattern. Candidates are loaded in decreasing match order; once k capabilities pass the
+filters and the next match times the ceiling is below the k-th best total, no candidate left
+can enter the answer or change the representative of one in it (its total is lower still).
+With `explain` every candidate is loaded, since the answer lists all of them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from pml_server.ranking.config import RankingConfig
 from pml_server.ranking.filters import first_failed_rule
 from pml_server.ranking.rank import rank_scored, resolve_settings
 from pml_server.ranking.scoring import score
-from pml_server.ranking.signals import clamp_unit, fuse_match, normalize_lexical
+from pml_server.ranking.signals import (
+    clamp_unit,
+    fuse_match,
+    normalize_lexical,
+    success_estimate,
+    usage_factor,
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,16 @@ def match_bound(retrieval: Retrieval, config: RankingConfig) -> float:
     return fuse_match(clamp_unit(retrieval.semantic), lexical, config)
 
 
+def score_ceiling(max_successes: int, max_usage: int, config: RankingConfig) -> float:
+    """An upper bound of success_estimate * usage * recency * superseded_penalty for any pattern
+    with at most `max_successes` successes and `max_usage` uses (recency and the penalty are at
+    most 1; the success estimate is highest with no failure and grows with successes, as the
+    usage factor grows with use). A hair above the exact product, so float rounding of the
+    total, multiplied in another order, can never exceed it."""
+    success = success_estimate(max(max_successes, 0), 0, config)
+    return min(1.0, success * usage_factor(max(max_usage, 0), config) * (1.0 + 1e-9))
+
+
 Loader = Callable[[Sequence[Retrieval]], list[Candidate]]
 
 
@@ -48,11 +65,13 @@ def rank_lazily(
     load: Loader,
     config: RankingConfig,
     now_ms: int,
+    ceiling: float = 1.0,
     batch: int = 8,
 ) -> SuggestResult:
     """`rank(query, load(retrieved), config, now_ms)` for retrievals of distinct patterns,
     calling `load` on as few retrievals as the proof above allows, in batches of at least
-    `batch`. `load` returns the candidates of the patterns that still exist (a deleted one is
+    `batch`. `ceiling` is a `score_ceiling` that holds for every retrieved pattern (1.0 always
+    does). `load` returns the candidates of the patterns that still exist (a deleted one is
     skipped)."""
     settings = resolve_settings(query, config)
     bounded = [(match_bound(r, config), r) for r in retrieved]
@@ -64,7 +83,7 @@ def rank_lazily(
     while position < len(ordered):
         if not query.explain and len(best_total) >= query.k:
             kth = sorted(best_total.values(), reverse=True)[query.k - 1]
-            if ordered[position][0] < kth:
+            if ordered[position][0] * ceiling < kth:
                 break
         chunk = [r for _, r in ordered[position : position + step]]
         position += step

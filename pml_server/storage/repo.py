@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -58,6 +59,7 @@ def tools_digest(tools: Sequence[str]) -> str:
 class Repository:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._ceilings = _CounterCeilings(store)
 
     # ---- meta --------------------------------------------------------------------------------
 
@@ -157,7 +159,13 @@ class Repository:
         raw = self.store.get(CF_COUNTERS, tenant_key(tenant, pattern_id))
         return None if raw is None else PatternCounters.from_json(raw)
 
+    def counter_ceilings(self, tenant: str) -> tuple[int, int]:
+        """(successes, usage) at least as high as those of any pattern of `tenant`, now or
+        about to be written (see `_CounterCeilings`)."""
+        return self._ceilings.of(tenant)
+
     def put_counters(self, tenant: str, pattern_id: str, counters: PatternCounters) -> Op:
+        self._ceilings.raise_to(tenant, counters)
         return (CF_COUNTERS, tenant_key(tenant, pattern_id), counters.to_json())
 
     def delete_counters(self, tenant: str, pattern_id: str) -> Op:
@@ -252,3 +260,34 @@ class Repository:
 
     def audit_log(self, tenant: str) -> list[dict[str, Any]]:
         return [json.loads(v) for _, v in self.store.scan(CF_AUDIT, tenant_prefix(tenant))]
+
+
+class _CounterCeilings:
+    """Per tenant, the highest success and usage counts of any pattern: what lets Suggest bound
+    every unread candidate's score (ranking.lazy). Raised when a counters write is built, before
+    it can be seen, so a reader never meets counts above the ceiling; never lowered (deleting a
+    pattern only makes the bound looser). A tenant's stored counters are scanned once, on first
+    use; raises that arrive before or during that scan are kept and merged."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._ceilings: dict[str, tuple[int, int]] = {}
+        self._scanned: set[str] = set()
+
+    def raise_to(self, tenant: str, counters: PatternCounters) -> None:
+        with self._lock:
+            self._raise_locked(tenant, counters.success, counters.usage)
+
+    def _raise_locked(self, tenant: str, success: int, usage: int) -> None:
+        old_success, old_usage = self._ceilings.get(tenant, (0, 0))
+        self._ceilings[tenant] = (max(old_success, success), max(old_usage, usage))
+
+    def of(self, tenant: str) -> tuple[int, int]:
+        with self._lock:
+            if tenant not in self._scanned:
+                for _, raw in self._store.scan(CF_COUNTERS, tenant_prefix(tenant)):
+                    counts = json.loads(raw)
+                    self._raise_locked(tenant, counts["success"], counts["usage"])
+                self._scanned.add(tenant)
+            return self._ceilings.get(tenant, (0, 0))
