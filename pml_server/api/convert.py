@@ -107,7 +107,9 @@ def execution_record(
         )
     if msg.duration_ms < 0:
         out.add(f"{field}.duration_ms", "must not be negative")
-    validate.check_embedding(out, f"{field}.intent_embedding", msg.intent_embedding, embedding_dim)
+    embedding = validate.check_embedding(
+        out, f"{field}.intent_embedding", msg.intent_embedding, embedding_dim
+    )
     validate.check_tags(out, f"{field}.tags", msg.tags, limits)
     out.raise_if_any()
     return model.ExecutionRecord(
@@ -120,7 +122,7 @@ def execution_record(
         started_at_ms=_ms(msg.start_time),
         duration_ms=msg.duration_ms,
         trace=msg.trace,
-        intent_embedding=tuple(msg.intent_embedding) or None,
+        intent_embedding=embedding,
         tags=tuple(msg.tags),
     )
 
@@ -130,7 +132,9 @@ def suggest_query(
 ) -> model.SuggestQuery:
     out = Violations()
     validate.check_intent(out, "intent", msg.intent, limits)
-    validate.check_embedding(out, "intent_embedding", msg.intent_embedding, embedding_dim)
+    embedding = validate.check_embedding(
+        out, "intent_embedding", msg.intent_embedding, embedding_dim
+    )
     min_match = msg.min_match if msg.HasField("min_match") else None
     min_success = msg.min_success if msg.HasField("min_success") else None
     validate.unit_interval(out, "min_match", min_match)
@@ -147,7 +151,7 @@ def suggest_query(
     return model.SuggestQuery(
         intent=msg.intent,
         k=validate.suggestion_count(msg.page_size),
-        intent_embedding=tuple(msg.intent_embedding) or None,
+        intent_embedding=embedding,
         min_match=min_match,
         min_success=min_success,
         include_flagged=msg.include_flagged,
