@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pml_server.embedding.base import Embedder, check_client_vector, l2_normalize
 from pml_server.embedding.cache import CachedEmbedder
+from pml_server.embedding.coalesce import CoalescingEmbedder
 from pml_server.embedding.hashing import HashingEmbedder
 
 EMBEDDERS = ("minilm", "hashing")
@@ -18,7 +19,9 @@ def make_embedder(name: str, cache_size: int = 10_000) -> CachedEmbedder:
     if name == "minilm":
         from pml_server.embedding.minilm import MiniLMEmbedder  # loads onnxruntime lazily
 
-        return CachedEmbedder(MiniLMEmbedder(), cache_size)
+        # Concurrent requests share model runs (CoalescingEmbedder); the hashing embedder is
+        # too cheap for that to pay.
+        return CachedEmbedder(CoalescingEmbedder(MiniLMEmbedder()), cache_size)
     if name == "hashing":
         return CachedEmbedder(HashingEmbedder(), cache_size)
     raise ValueError(f"unknown embedder {name!r}; choose one of {EMBEDDERS}")
@@ -27,6 +30,7 @@ def make_embedder(name: str, cache_size: int = 10_000) -> CachedEmbedder:
 __all__ = [
     "EMBEDDERS",
     "CachedEmbedder",
+    "CoalescingEmbedder",
     "Embedder",
     "HashingEmbedder",
     "check_client_vector",
