@@ -23,10 +23,9 @@ def suggest_candidates(
     for intent_id, _ in index.semantic(vector, limit):
         if (pattern_id := index.pattern_of.get(intent_id)) is not None:
             patterns.add(pattern_id)
-    for intent_id, score in index.lexical_hits(text, limit):
-        if (pattern_id := index.pattern_of.get(intent_id)) is not None:
-            patterns.add(pattern_id)
-            lexical[pattern_id] = max(lexical.get(pattern_id, 0.0), score)
+    for pattern_id, score in index.lexical_hits(text, limit):
+        patterns.add(pattern_id)
+        lexical[pattern_id] = score
     candidates = []
     for pattern_id in sorted(patterns):
         record = repo.pattern(tenant, pattern_id)

@@ -1,5 +1,6 @@
 """One tenant's in-memory search state: the vector index over intent vectors, the lexical index
-over intent texts + tool names, and the intent id -> pattern id mapping. Derived from the store
+(one document per pattern: all its intent texts + its tool names, docs/ranking.md), and the
+intent id -> pattern id mapping. Derived from the store
 (rebuilt or restored from a snapshot at open), updated by every capture and deletion."""
 
 from __future__ import annotations
@@ -17,10 +18,6 @@ from pml_server.embedding.index import AnnIndex, index_from_bytes, new_index
 from pml_server.ranking import LexicalIndex
 
 
-def lexical_document(text: str, tools: Sequence[str]) -> str:
-    return " ".join([text, *tools])
-
-
 class TenantSearchIndex:
     def __init__(self, kind: str, dim: int, ann: AnnIndex | None = None) -> None:
         self.kind = kind
@@ -28,6 +25,11 @@ class TenantSearchIndex:
         self.ann = ann if ann is not None else new_index(kind, dim)
         self.lexical = LexicalIndex()
         self.pattern_of: dict[int, str] = {}
+        # What each intent and pattern put into its pattern's lexical document, to take it out
+        # again on removal (tool names count once per pattern, not once per intent).
+        self._lexical_text: dict[int, str] = {}
+        self._pattern_tools: dict[str, str] = {}
+        self._pattern_intents: dict[str, int] = {}
         # Writers are serialized here (contains + add of one intent stays atomic). Readers take
         # the same lock only for the numpy index: the Rust HNSW index has its own reader/writer
         # lock and searches in parallel with the GIL released.
@@ -45,16 +47,33 @@ class TenantSearchIndex:
             if not self.ann.contains(intent.id):
                 ids = np.array([intent.id], dtype=np.uint64)
                 self.ann.add(ids, intent.vector.reshape(1, -1).astype(np.float32))
-            self.lexical.add(intent.str_id, lexical_document(intent.text, tools))
-            self.pattern_of[intent.id] = intent.pattern_id
+            if intent.id in self._lexical_text:
+                return  # replayed: already indexed
+            pattern_id = intent.pattern_id
+            if pattern_id not in self._pattern_intents:
+                self._pattern_tools[pattern_id] = " ".join(tools)
+                self.lexical.add_terms(pattern_id, self._pattern_tools[pattern_id])
+            self._pattern_intents[pattern_id] = self._pattern_intents.get(pattern_id, 0) + 1
+            self.lexical.add_terms(pattern_id, intent.text)
+            self._lexical_text[intent.id] = intent.text
+            self.pattern_of[intent.id] = pattern_id
 
     def remove(self, intent_ids: Sequence[int]) -> None:
         with self._write_lock:
             if intent_ids:
                 self.ann.remove(np.array(list(intent_ids), dtype=np.uint64))
             for intent_id in intent_ids:
-                self.lexical.remove(f"int_{intent_id:016x}")
-                self.pattern_of.pop(intent_id, None)
+                pattern_id = self.pattern_of.pop(intent_id, None)
+                text = self._lexical_text.pop(intent_id, None)
+                if pattern_id is None or text is None:
+                    continue
+                self.lexical.remove_terms(pattern_id, text)
+                left = self._pattern_intents[pattern_id] - 1
+                self._pattern_intents[pattern_id] = left
+                if left == 0:
+                    del self._pattern_intents[pattern_id]
+                    self.lexical.remove(pattern_id)
+                    self._pattern_tools.pop(pattern_id, None)
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
         with self._read_lock:
@@ -64,9 +83,9 @@ class TenantSearchIndex:
             ids, scores = self.ann.search(query.astype(np.float32), min(limit, size))
         return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
 
-    def lexical_hits(self, text: str, limit: int) -> list[tuple[int, float]]:
-        hits = self.lexical.search(text, limit)
-        return [(int(doc_id[4:], 16), score) for doc_id, score in hits]
+    def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
+        """(pattern id, raw BM25 score of its document), best first."""
+        return self.lexical.search(text, limit)
 
     def snapshot(self) -> bytes:
         with self._read_lock:
