@@ -85,7 +85,9 @@ def test_lexical_evidence_can_lift_a_candidate_over_min_match() -> None:
     assert not rank(SuggestQuery("x"), [candidate(named, 0.2)], CONFIG, NOW_MS).suggestions
     lifted = rank(SuggestQuery("x"), [candidate(named, 0.2, lexical=12.0)], CONFIG, NOW_MS)
     assert [s.pattern.id for s in lifted.suggestions] == ["named"]
-    assert lifted.suggestions[0].score.lexical == pytest.approx(12.0 / (12.0 + CONFIG.lexical_half_score))
+    assert lifted.suggestions[0].score.lexical == pytest.approx(
+        12.0 / (12.0 + CONFIG.lexical_half_score)
+    )
 
 
 def test_min_success_override_lets_a_poor_pattern_through() -> None:
