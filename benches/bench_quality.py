@@ -1,32 +1,30 @@
 """Suggest quality and latency through the real engine (issue 6).
 
-Quality: the labelled executions of benches/data are captured, then every held-out query asks
-for k=5 suggestions; hit@1, hit@5 and MRR of the expected capability label are reported for the
+Quality: the labelled executions of benches/data are captured, then every query asks for k=5
+suggestions; hit@1, hit@5 and MRR of the expected capability label are reported for the
 embedding signal alone, the lexical signal alone and the fused ranking (min_match and
-min_success off, so only the order is judged), plus the fused ranking at the server defaults.
-Baseline of the fused rows: the better single signal (target: fused beats each alone on hit@1).
+min_success off, so only the order is judged), plus the fused ranking at the server defaults,
+on the held-out queries (the result) and on the dev queries (the ones the defaults were tuned
+on, shown for comparison). Baseline of the fused rows: the better single signal (target: fused
+beats each alone on hit@1).
 
-Latency: Suggest p50/p99 in-process with 10k stored intents (100k with --large), for the
-hashing embedder and the default model; baseline: embedding the query alone with that model.
+Latency (benches/quality_latency.py): Suggest p50/p99 in-process with 10k stored intents (100k
+with --large), for the hashing embedder and the default model; baseline: embedding the query
+alone with that model.
 """
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from benches.common import Row
-from benches.quality_dataset import LabelledExecution, filler_intent, load
+from benches.quality_dataset import HeldOutQuery, LabelledExecution, load
 from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
-from pml_server.embedding import make_embedder
 from pml_server.engine import Engine
 from pml_server.ranking import RankingConfig
 
@@ -85,123 +83,81 @@ def _metrics(ranks: Sequence[int]) -> dict[str, float]:
     }
 
 
-def evaluate(embedder: str, mode: str, defaults: bool = False) -> dict[str, float]:
-    executions, queries = load()
+def _ranks(
+    engine: Engine, queries: Sequence[HeldOutQuery], label_of: dict[str, str], defaults: bool
+) -> list[int]:
+    ranks = []
+    for q in queries:
+        query = SuggestQuery(q.text, k=5)
+        if not defaults:
+            query = replace(query, min_match=0.0, min_success=0.0)
+        ranks.append(_rank_of(engine, query, label_of, q.label))
+    return ranks
+
+
+def evaluate(embedder: str) -> dict[tuple[str, str], dict[str, float]]:
+    """(split, mode) -> metrics, for split "dev" (tuning) and "held-out" (reported) and mode
+    embedding / lexical / fused / "fused (default thresholds)". The executions are captured
+    once; each mode reopens the same store with its RankingConfig (the index is rebuilt)."""
+    executions, held_out = load()
+    _, dev = load(split="dev_queries")
+    splits = {"dev": dev, "held-out": held_out}
+    results: dict[tuple[str, str], dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="pml-quality-") as tmp:
-        engine = _open(Path(tmp), embedder, MODES[mode])
+        engine = _open(Path(tmp), embedder, MODES["fused"])
         try:
             label_of = _capture(engine, executions)
-            ranks = []
-            for q in queries:
-                query = SuggestQuery(q.text, k=5)
-                if not defaults:
-                    query = replace(query, min_match=0.0, min_success=0.0)
-                ranks.append(_rank_of(engine, query, label_of, q.label))
         finally:
             engine.close()
-    return _metrics(ranks)
+        for mode, config in MODES.items():
+            engine = _open(Path(tmp), embedder, config)
+            try:
+                for split, queries in splits.items():
+                    ranks = _ranks(engine, queries, label_of, defaults=False)
+                    results[(split, mode)] = _metrics(ranks)
+                    if mode == "fused":
+                        ranks = _ranks(engine, queries, label_of, defaults=True)
+                        results[(split, "fused (default thresholds)")] = _metrics(ranks)
+            finally:
+                engine.close()
+    return results
 
 
 def _quality_rows(embedder: str) -> list[Row]:
-    results = {mode: evaluate(embedder, mode) for mode in MODES}
-    at_defaults = evaluate(embedder, "fused", defaults=True)
-    n_exec, n_queries = (len(x) for x in load())
+    results = evaluate(embedder)
+    n_exec = len(load()[0])
     rows = []
-    for metric in ("hit@1", "hit@5", "MRR"):
-        best_single = max(("embedding", "lexical"), key=lambda m: results[m][metric])
-        for mode in ("embedding", "lexical"):
-            rows.append(Row(SUITE, f"{embedder} {mode} only {metric}", results[mode][metric], ""))
-        rows.append(
-            Row(
-                SUITE,
-                f"{embedder} fused {metric}",
-                results["fused"][metric],
-                "",
-                baseline=results[best_single][metric],
-                baseline_name=f"{best_single} only",
-                target=1.0 if metric != "hit@1" else 1.0001,
-                extra={"executions": n_exec, "queries": n_queries},
-            )
-        )
-        rows.append(
-            Row(SUITE, f"{embedder} fused {metric} (default thresholds)", at_defaults[metric], "")
-        )
-    return rows
-
-
-def _filler_vectors(embedder_name: str, count: int) -> np.ndarray:
-    """Realistic (clustered) vectors for the filler intents without embedding each: the model
-    embeds a few hundred filler texts and each filler intent takes one plus a little noise."""
-    embedder = make_embedder(embedder_name, cache_size=1)
-    bases = embedder.embed([filler_intent(n)[0].rsplit(" ", 1)[0] for n in range(256)])
-    rng = np.random.default_rng(7)
-    picks = bases[np.arange(count) % len(bases)]
-    noisy = picks + rng.normal(0.0, 0.03, picks.shape).astype(np.float32)
-    return (noisy / np.linalg.norm(noisy, axis=1, keepdims=True)).astype(np.float32)
-
-
-def _percentile(samples: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(samples), q))
-
-
-def _latency_rows(embedder_name: str, stored: int) -> list[Row]:
-    executions, queries = load()
-    texts = [f"{q.text} {suffix}" for q in queries for suffix in ("", "now", "please")]
-    with tempfile.TemporaryDirectory(prefix="pml-latency-") as tmp:
-        engine = _open(Path(tmp), embedder_name, RankingConfig())
-        try:
-            _capture(engine, executions)
-            vectors = _filler_vectors(embedder_name, stored - len(executions))
-            for n, vector in enumerate(vectors):
-                text, tools = filler_intent(n)
-                engine.record(
-                    TENANT,
-                    ExecutionRecord(
-                        request_id=f"f{n}",
-                        intent=text,
-                        code="".join(f"await mcp.{t}({{}});\n" for t in tools),
-                        language="typescript",
-                        tool_calls=tuple(ToolCall(t) for t in tools),
-                        intent_embedding=tuple(vector.tolist()),
-                    ),
+    for split in ("held-out", "dev"):
+        n_queries = len(load(split="queries" if split == "held-out" else "dev_queries")[1])
+        extra = {"executions": n_exec, "queries": n_queries, "split": split}
+        for metric in ("hit@1", "hit@5", "MRR"):
+            single = {m: results[(split, m)][metric] for m in ("embedding", "lexical")}
+            best_single = max(single, key=lambda m: single[m])
+            prefix = f"{embedder} {split}"
+            for mode, value in single.items():
+                rows.append(Row(SUITE, f"{prefix} {mode} only {metric}", value, "", extra=extra))
+            rows.append(
+                Row(
+                    SUITE,
+                    f"{prefix} fused {metric}",
+                    results[(split, "fused")][metric],
+                    "",
+                    baseline=single[best_single],
+                    baseline_name=f"{best_single} only",
+                    target=1.0 if metric != "hit@1" else 1.0001,
+                    extra=extra,
                 )
-            samples = []
-            for text in texts:
-                start = time.perf_counter()
-                engine.suggest(TENANT, SuggestQuery(text, k=5))
-                samples.append(time.perf_counter() - start)
-        finally:
-            engine.close()
-    embedder = make_embedder(embedder_name, cache_size=1)
-    embed_samples = []
-    for text in texts:
-        start = time.perf_counter()
-        embedder.embed([text + " again"])
-        embed_samples.append(time.perf_counter() - start)
-    embed_p50 = statistics.median(embed_samples) * 1e3
-    label = f"{embedder_name} suggest at {stored // 1000}k intents"
-    return [
-        Row(
-            SUITE,
-            f"{label} p50",
-            statistics.median(samples) * 1e3,
-            "ms",
-            embed_p50,
-            "embed query only p50",
-            lower_is_better=True,
-            extra={"samples": len(samples)},
-        ),
-        Row(
-            SUITE,
-            f"{label} p99",
-            _percentile(samples, 99) * 1e3,
-            "ms",
-            embed_p50,
-            "embed query only p50",
-            lower_is_better=True,
-            extra={"samples": len(samples)},
-        ),
-    ]
+            )
+            rows.append(
+                Row(
+                    SUITE,
+                    f"{prefix} fused {metric} (default thresholds)",
+                    results[(split, "fused (default thresholds)")][metric],
+                    "",
+                    extra=extra,
+                )
+            )
+    return rows
 
 
 def run(large: bool) -> list[Row]:
@@ -209,7 +165,9 @@ def run(large: bool) -> list[Row]:
     for embedder in ("hashing", "minilm"):
         rows.extend(_quality_rows(embedder))
     sizes = (10_000, 100_000) if large else (10_000,)
+    from benches.quality_latency import latency_rows  # imports this module: import late
+
     for embedder in ("hashing", "minilm"):
         for stored in sizes:
-            rows.extend(_latency_rows(embedder, stored))
+            rows.extend(latency_rows(embedder, stored))
     return rows

@@ -1,9 +1,9 @@
 """Calibrate the fusion defaults on the dev queries (never on the reported held-out ones).
 
 `python -m benches.calibrate_ranking [hashing|minilm]`: captures the labelled executions once,
-records every candidate's semantic and raw lexical score for each dev query (explain), then
-replays `rank` offline over a grid of lexical_weight x lexical_half_score and prints hit@1 and
-MRR for each cell.
+records every candidate's semantic and raw lexical score for each dev query (explain, k=5, so
+the engine retrieves exactly what the benchmark's queries retrieve), then replays `rank`
+offline over a grid of lexical_weight x lexical_half_score and prints hit@1 and MRR per cell.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from pml_server.engine import wall_clock_ms
 from pml_server.ranking import Candidate, RankingConfig, rank
 
 PROBE = RankingConfig()
+WEIGHTS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.0)
+HALF_SCORES = (4.0, 6.0, 10.0, 15.0)
 
 
 def _raw(normalized: float) -> float:
@@ -34,7 +36,7 @@ def main(embedder: str) -> None:
         label_of = _capture(engine, executions)
         cases = []
         for q in queries:
-            probe = SuggestQuery(q.text, k=1, min_match=0.0, min_success=0.0, explain=True)
+            probe = SuggestQuery(q.text, k=5, min_match=0.0, min_success=0.0, explain=True)
             result = engine.suggest(TENANT, probe)
             cands = [
                 Candidate(s.capability_id, s.pattern, s.score.semantic, _raw(s.score.lexical))
@@ -49,8 +51,11 @@ def main(embedder: str) -> None:
             cases.append((q, cands))
         now = wall_clock_ms()  # the engine runs on the wall clock too
         engine.close()
-    for weight in (0.0, 0.3, 0.5, 0.7, 1.0):
-        for half in (2.0, 4.0, 6.0, 10.0):
+    print(f"{embedder}: {len(cases)} dev queries; hit@1 / MRR; rows lexical_weight, cols half")
+    print("weight " + " ".join(f"{h:>13}" for h in HALF_SCORES))
+    for weight in WEIGHTS:
+        cells = []
+        for half in HALF_SCORES:
             config = replace(PROBE, lexical_weight=weight, lexical_half_score=half)
             ranks = []
             for q, cands in cases:
@@ -62,7 +67,8 @@ def main(embedder: str) -> None:
                 ranks.append(labels.index(q.label) + 1 if q.label in labels else 0)
             hit1 = sum(r == 1 for r in ranks) / len(ranks)
             mrr = sum(1 / r for r in ranks if r) / len(ranks)
-            print(f"{embedder} lexical_weight={weight} half={half}: hit@1 {hit1:.3f} MRR {mrr:.3f}")
+            cells.append(f"{hit1:.3f} / {mrr:.3f}")
+        print(f"{weight:<6} " + " ".join(cells))
 
 
 if __name__ == "__main__":

@@ -76,10 +76,9 @@ def retrieve(
     for intent_id, _ in index.semantic(vector, limit):
         if (pattern_id := index.pattern_of.get(intent_id)) is not None:
             patterns.add(pattern_id)
-    for intent_id, score in index.lexical_hits(text, limit):
-        if (pattern_id := index.pattern_of.get(intent_id)) is not None:
-            patterns.add(pattern_id)
-            lexical[pattern_id] = max(lexical.get(pattern_id, 0.0), score)
+    for pattern_id, score in index.lexical_hits(text, limit):
+        patterns.add(pattern_id)
+        lexical[pattern_id] = score
     intents_of = {p: tuple(index.intents_of.get(p, ())) for p in sorted(patterns)}
     # exact cosine over every intent of each pattern: the ANN returns only some of them, and a
     # lexical-only hit has none

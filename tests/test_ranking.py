@@ -85,7 +85,9 @@ def test_lexical_evidence_can_lift_a_candidate_over_min_match() -> None:
     assert not rank(SuggestQuery("x"), [candidate(named, 0.2)], CONFIG, NOW_MS).suggestions
     lifted = rank(SuggestQuery("x"), [candidate(named, 0.2, lexical=12.0)], CONFIG, NOW_MS)
     assert [s.pattern.id for s in lifted.suggestions] == ["named"]
-    assert lifted.suggestions[0].score.lexical == pytest.approx(12.0 / 18.0)
+    assert lifted.suggestions[0].score.lexical == pytest.approx(
+        12.0 / (12.0 + CONFIG.lexical_half_score)
+    )
 
 
 def test_min_success_override_lets_a_poor_pattern_through() -> None:
@@ -197,7 +199,7 @@ def test_same_pattern_twice_is_merged_with_best_signals() -> None:
     p = pattern("p")
     result = rank(
         SuggestQuery("x", explain=True),
-        [candidate(p, 0.7, 0.0), candidate(p, 0.0, 6.0)],
+        [candidate(p, 0.7, 0.0), candidate(p, 0.0, CONFIG.lexical_half_score)],
         CONFIG,
         NOW_MS,
     )

@@ -115,3 +115,32 @@ def test_concurrent_adds_removes_and_searches_stay_consistent() -> None:
     assert errors == []
     assert len(index) == 4 * 150
     assert len(index.search("read", 10_000)) == 4 * 150
+
+
+def same_hits(got: list[tuple[str, float]], expected: list[tuple[str, float]]) -> bool:
+    return [d for d, _ in got] == [d for d, _ in expected] and [s for _, s in got] == pytest.approx(
+        [s for _, s in expected]
+    )
+
+
+def test_add_terms_grows_a_document_and_remove_terms_shrinks_it_back() -> None:
+    grown = LexicalIndex()
+    grown.add("other", "send an email")
+    grown.add_terms("p", "read_file parse_csv")
+    grown.add_terms("p", "Process CSV file")
+    whole = LexicalIndex()
+    whole.add("other", "send an email")
+    whole.add("p", "read_file parse_csv Process CSV file")
+    assert same_hits(grown.search("csv file", 5), whole.search("csv file", 5))
+    grown.remove_terms("p", "Process CSV file")
+    alone = LexicalIndex()
+    alone.add("other", "send an email")
+    alone.add("p", "read_file parse_csv")
+    assert same_hits(grown.search("csv file", 5), alone.search("csv file", 5))
+    assert grown.search("process", 5) == []
+    grown.remove_terms("p", "read_file parse_csv")
+    assert "p" not in grown  # a document without terms is gone
+    assert len(grown) == 1
+    grown.remove_terms("p", "anything")  # unknown ids do nothing (replayed deletions)
+    with pytest.raises(ValueError, match="doc_id"):
+        grown.add_terms("", "text")

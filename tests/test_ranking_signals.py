@@ -47,7 +47,9 @@ def test_lexical_normalization_saturates() -> None:
 def test_fused_match_is_the_cosine_without_lexical_evidence() -> None:
     assert fuse_match(0.85, 0.0, CONFIG) == pytest.approx(0.85)
     assert fuse_match(0.0, 1.0, CONFIG) == pytest.approx(CONFIG.lexical_weight)
-    assert fuse_match(0.6, 0.5, CONFIG) == pytest.approx(1 - 0.4 * 0.75)
+    assert fuse_match(0.6, 0.5, CONFIG) == pytest.approx(
+        1 - 0.4 * (1 - CONFIG.lexical_weight * 0.5)
+    )
     assert fuse_match(-0.3, 0.0, CONFIG) == 0.0
     assert fuse_match(math.nan, 0.0, CONFIG) == 0.0
     assert fuse_match(1.0, 1.0, CONFIG) == 1.0

@@ -38,7 +38,7 @@ def test_exact_scores_match_numpy_beyond_one_exact_scan(kind: str) -> None:
     assert np.allclose(got, expected, atol=1e-5)
 
 
-def test_intent_maps_follow_adds_moves_and_removals() -> None:
+def test_intent_maps_follow_adds_replays_and_removals() -> None:
     rng = np.random.default_rng(3)
     vectors = _unit(rng.normal(size=(4, DIM)))
     index = TenantSearchIndex("hnsw", DIM)
@@ -46,10 +46,10 @@ def test_intent_maps_follow_adds_moves_and_removals() -> None:
     index.add(_intent(2, "pa", vectors[1]), ())
     index.add(_intent(3, "pb", vectors[2]), ())
     assert index.intents_of == {"pa": {1, 2}, "pb": {3}}
-    index.add(_intent(2, "pb", vectors[1]), ())  # re-added under another pattern
-    assert index.intents_of == {"pa": {1}, "pb": {2, 3}}
-    assert index.pattern_of == {1: "pa", 2: "pb", 3: "pb"}
+    index.add(_intent(2, "pa", vectors[1]), ())  # replayed: nothing changes
+    assert index.intents_of == {"pa": {1, 2}, "pb": {3}}
     index.remove([1, 3])
-    assert index.intents_of == {"pb": {2}}
-    assert index.pattern_of == {2: "pb"}
+    assert index.intents_of == {"pa": {2}}
+    assert index.pattern_of == {2: "pa"}
     assert index.exact_scores(vectors[0], [1, 2, 3]).keys() == {2}
+    assert [p for p, _ in index.lexical_hits("intent", 5)] == ["pa"]

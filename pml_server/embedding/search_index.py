@@ -1,6 +1,7 @@
 """One tenant's in-memory search state: the vector index over intent vectors, the lexical index
-over intent texts + tool names, and the intent id -> pattern id mapping. Derived from the store
-(rebuilt or restored from a snapshot at open), updated by every capture and deletion."""
+(one document per pattern: all its intent texts + its tool names, docs/ranking.md), and the
+intent id <-> pattern id maps. Derived from the store (rebuilt or restored from a snapshot at
+open), updated by every capture and deletion."""
 
 from __future__ import annotations
 
@@ -22,10 +23,6 @@ from pml_server.embedding.index import (
 from pml_server.ranking import LexicalIndex
 
 
-def lexical_document(text: str, tools: Sequence[str]) -> str:
-    return " ".join([text, *tools])
-
-
 class TenantSearchIndex:
     def __init__(self, kind: str, dim: int, ann: AnnIndex | None = None) -> None:
         self.kind = kind
@@ -34,6 +31,10 @@ class TenantSearchIndex:
         self.lexical = LexicalIndex()
         self.pattern_of: dict[int, str] = {}
         self.intents_of: dict[str, set[int]] = {}  # the reverse of pattern_of
+        # What each intent and pattern put into its pattern's lexical document, to take it out
+        # again on removal (tool names count once per pattern, not once per intent).
+        self._lexical_text: dict[int, str] = {}
+        self._pattern_tools: dict[str, str] = {}
         # Writers are serialized here (contains + add of one intent stays atomic). Readers take
         # the same lock only for the numpy index: the Rust HNSW index has its own reader/writer
         # lock and searches in parallel with the GIL released.
@@ -51,27 +52,33 @@ class TenantSearchIndex:
             if not self.ann.contains(intent.id):
                 ids = np.array([intent.id], dtype=np.uint64)
                 self.ann.add(ids, intent.vector.reshape(1, -1).astype(np.float32))
-            self.lexical.add(intent.str_id, lexical_document(intent.text, tools))
-            previous = self.pattern_of.get(intent.id)
-            if previous is not None and previous != intent.pattern_id:
-                self._forget_intent(intent.id)
-            self.pattern_of[intent.id] = intent.pattern_id
-            self.intents_of.setdefault(intent.pattern_id, set()).add(intent.id)
+            if intent.id in self._lexical_text:
+                return  # replayed: already indexed (an intent never changes pattern)
+            pattern_id = intent.pattern_id
+            if pattern_id not in self.intents_of:
+                self._pattern_tools[pattern_id] = " ".join(tools)
+                self.lexical.add_terms(pattern_id, self._pattern_tools[pattern_id])
+            self.intents_of.setdefault(pattern_id, set()).add(intent.id)
+            self.lexical.add_terms(pattern_id, intent.text)
+            self._lexical_text[intent.id] = intent.text
+            self.pattern_of[intent.id] = pattern_id
 
     def remove(self, intent_ids: Sequence[int]) -> None:
         with self._write_lock:
             if intent_ids:
                 self.ann.remove(np.array(list(intent_ids), dtype=np.uint64))
             for intent_id in intent_ids:
-                self.lexical.remove(f"int_{intent_id:016x}")
-                self._forget_intent(intent_id)
-
-    def _forget_intent(self, intent_id: int) -> None:
-        pattern_id = self.pattern_of.pop(intent_id, None)
-        siblings = self.intents_of.get(pattern_id, set()) if pattern_id is not None else set()
-        siblings.discard(intent_id)
-        if not siblings and pattern_id is not None:
-            self.intents_of.pop(pattern_id, None)
+                pattern_id = self.pattern_of.pop(intent_id, None)
+                text = self._lexical_text.pop(intent_id, None)
+                if pattern_id is None or text is None:
+                    continue
+                self.lexical.remove_terms(pattern_id, text)
+                siblings = self.intents_of[pattern_id]
+                siblings.discard(intent_id)
+                if not siblings:
+                    del self.intents_of[pattern_id]
+                    self.lexical.remove(pattern_id)
+                    self._pattern_tools.pop(pattern_id, None)
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
         with self._read_lock:
@@ -95,9 +102,9 @@ class TenantSearchIndex:
             out.update(zip(ids.tolist(), scores.tolist(), strict=True))
         return out
 
-    def lexical_hits(self, text: str, limit: int) -> list[tuple[int, float]]:
-        hits = self.lexical.search(text, limit)
-        return [(int(doc_id[4:], 16), score) for doc_id, score in hits]
+    def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
+        """(pattern id, raw BM25 score of its document), best first."""
+        return self.lexical.search(text, limit)
 
     def snapshot(self) -> bytes:
         with self._read_lock:

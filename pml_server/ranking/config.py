@@ -17,9 +17,9 @@ class RankingConfig:
     min_success: float = 0.5
     # Fusion of the two relevance signals: noisy-or of weighted signals (docs/ranking.md).
     semantic_weight: float = 1.0
-    lexical_weight: float = 0.5
+    lexical_weight: float = 0.9
     # BM25 score mapped to 0.5 by the saturating normalization s / (s + half).
-    lexical_half_score: float = 6.0
+    lexical_half_score: float = 10.0
     # Beta prior of the success estimate: Laplace's rule of succession by default.
     prior_successes: float = 1.0
     prior_failures: float = 1.0

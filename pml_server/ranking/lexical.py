@@ -1,6 +1,7 @@
 """In-memory BM25 (Okapi, Lucene's idf) over intent documents, with incremental add and remove.
 
-A document is one intent mapping: its intent text plus the pattern's tool names. Library BM25
+The engine keeps one document per pattern: the texts of all its intent mappings plus its tool
+names, grown and shrunk one intent at a time (`add_terms` / `remove_terms`). Library BM25
 implementations (rank-bm25, bm25s) index a fixed corpus; captures and deletions arrive one at a
 time, so this keeps an inverted index that changes in place.
 """
@@ -98,6 +99,18 @@ def tokenize(text: str) -> list[str]:
     return terms
 
 
+def _check_id(doc_id: str) -> None:
+    if not isinstance(doc_id, str) or not doc_id:
+        raise ValueError("doc_id must be a non-empty string")
+
+
+def _counts(text: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for term in tokenize(text):
+        counts[term] = counts.get(term, 0) + 1
+    return counts
+
+
 class LexicalIndex:
     """Thread-safe BM25 index. `search` returns (doc_id, raw score), best first."""
 
@@ -130,31 +143,64 @@ class LexicalIndex:
 
     def add(self, doc_id: str, text: str) -> None:
         """Index `text` under `doc_id`, replacing what that id held before."""
-        if not isinstance(doc_id, str) or not doc_id:
-            raise ValueError("doc_id must be a non-empty string")
-        counts: dict[str, int] = {}
-        for term in tokenize(text):
-            counts[term] = counts.get(term, 0) + 1
+        _check_id(doc_id)
+        counts = _counts(text)
         with self._lock:
             self._remove_locked(doc_id)
-            number = self._free.pop() if self._free else len(self._names)
-            if number == len(self._names):
-                self._names.append(doc_id)
-                self._lengths.append(0)
-            self._names[number] = doc_id
-            length = sum(counts.values())
-            self._lengths[number] = length
-            self._ids[doc_id] = number
-            self._doc_terms[number] = counts
-            self._total_length += length
+            self._insert_locked(doc_id, counts)
+
+    def add_terms(self, doc_id: str, text: str) -> None:
+        """Add the words of `text` to the document `doc_id` (created if new)."""
+        _check_id(doc_id)
+        counts = _counts(text)
+        with self._lock:
+            old = self._take_locked(doc_id)
             for term, tf in counts.items():
-                self._postings.setdefault(term, {})[number] = tf
-                self._term_arrays.pop(term, None)
-            if number >= len(self._length_array):
-                grown = np.zeros(max(2 * len(self._length_array), number + 1))
-                grown[: len(self._length_array)] = self._length_array
-                self._length_array = grown
-            self._length_array[number] = length
+                old[term] = old.get(term, 0) + tf
+            self._insert_locked(doc_id, old)
+
+    def remove_terms(self, doc_id: str, text: str) -> None:
+        """Take the words of `text` (added before with `add_terms`) out of `doc_id`; the
+        document disappears once it holds no term. Unknown ids and words do nothing."""
+        counts = _counts(text)
+        with self._lock:
+            if doc_id not in self._ids:
+                return
+            old = self._take_locked(doc_id)
+            for term, tf in counts.items():
+                left = old.get(term, 0) - tf
+                if left > 0:
+                    old[term] = left
+                else:
+                    old.pop(term, None)
+            if old:
+                self._insert_locked(doc_id, old)
+
+    def _take_locked(self, doc_id: str) -> dict[str, int]:
+        number = self._ids.get(doc_id)
+        counts = dict(self._doc_terms[number]) if number is not None else {}
+        self._remove_locked(doc_id)
+        return counts
+
+    def _insert_locked(self, doc_id: str, counts: dict[str, int]) -> None:
+        number = self._free.pop() if self._free else len(self._names)
+        if number == len(self._names):
+            self._names.append(doc_id)
+            self._lengths.append(0)
+        self._names[number] = doc_id
+        length = sum(counts.values())
+        self._lengths[number] = length
+        self._ids[doc_id] = number
+        self._doc_terms[number] = counts
+        self._total_length += length
+        for term, tf in counts.items():
+            self._postings.setdefault(term, {})[number] = tf
+            self._term_arrays.pop(term, None)
+        if number >= len(self._length_array):
+            grown = np.zeros(max(2 * len(self._length_array), number + 1))
+            grown[: len(self._length_array)] = self._length_array
+            self._length_array = grown
+        self._length_array[number] = length
 
     def remove(self, doc_id: str) -> None:
         """Forget `doc_id`; removing an unknown id does nothing (deletions may be replayed)."""

@@ -1,0 +1,146 @@
+"""Suggest latency in-process at 10k and 100k stored intents (issue 6), hashing embedder and the
+default model. Filling a store through the engine one capture at a time is slow on a loaded
+machine (100k: tens of minutes), so each filled store is built once and cached in
+benches/.cache under a fingerprint of the code that wrote it; later runs copy it."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import inspect
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from benches import quality_dataset
+from benches.bench_quality import SUITE, TENANT, _capture, _open
+from benches.common import Row
+from benches.quality_dataset import filler_intent, load
+from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
+from pml_server.embedding import make_embedder
+from pml_server.ranking import RankingConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "benches" / ".cache"
+
+
+def _filler_vectors(embedder_name: str, count: int) -> np.ndarray:
+    """Realistic (clustered) vectors for the filler intents without embedding each: the model
+    embeds a few hundred filler texts up front and each filler intent takes one plus a little
+    noise (client-supplied vectors, so the fill never runs the model per intent)."""
+    embedder = make_embedder(embedder_name, cache_size=1)
+    bases = embedder.embed([filler_intent(n)[0].rsplit(" ", 1)[0] for n in range(256)])
+    rng = np.random.default_rng(7)
+    picks = bases[np.arange(count) % len(bases)]
+    noisy = picks + rng.normal(0.0, 0.03, picks.shape).astype(np.float32)
+    return (noisy / np.linalg.norm(noisy, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _fill(store: Path, embedder_name: str, stored: int) -> float:
+    start = time.perf_counter()
+    engine = _open(store, embedder_name, RankingConfig())
+    try:
+        executions, _ = load()
+        _capture(engine, executions)
+        vectors = _filler_vectors(embedder_name, stored - len(executions))
+        for n, vector in enumerate(vectors):
+            text, tools = filler_intent(n)
+            engine.record(
+                TENANT,
+                ExecutionRecord(
+                    request_id=f"f{n}",
+                    intent=text,
+                    code="".join(f"await mcp.{t}({{}});\n" for t in tools),
+                    language="typescript",
+                    tool_calls=tuple(ToolCall(t) for t in tools),
+                    intent_embedding=tuple(vector.tolist()),
+                ),
+            )
+    finally:
+        engine.close()
+    return time.perf_counter() - start
+
+
+def _fingerprint(embedder_name: str, stored: int) -> str:
+    digest = hashlib.sha256(f"{embedder_name}/{stored}".encode())
+    digest.update(inspect.getsource(quality_dataset).encode())
+    digest.update(quality_dataset.DATA.read_bytes())
+    digest.update(inspect.getsource(_fill).encode())
+    digest.update(inspect.getsource(_filler_vectors).encode())
+    pml = ROOT / "pml_server"
+    sources = [pml / "engine.py", *sorted((pml / "storage").glob("*.py"))]
+    sources += sorted((pml / "capture").glob("*.py"))
+    for source in sources:
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def filled_store(scratch: Path, embedder_name: str, stored: int) -> tuple[Path, float]:
+    """A fresh copy of the filled store and the seconds its fill took when it was built."""
+    kind = f"quality-{embedder_name}-{stored}"
+    built = CACHE / f"{kind}-{_fingerprint(embedder_name, stored)}"
+    meta = built / "fill.json"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / f"{kind}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second run waits for the first one's fill
+        if not meta.exists():
+            for stale in CACHE.glob(f"{kind}-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+            seconds = _fill(built / "store", embedder_name, stored)
+            meta.write_text(json.dumps({"seconds": seconds}))
+    copy = scratch / kind
+    shutil.copytree(built / "store", copy)
+    return copy, float(json.loads(meta.read_text())["seconds"])
+
+
+def _percentile(samples: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(samples), q))
+
+
+def latency_rows(embedder_name: str, stored: int) -> list[Row]:
+    """Suggest p50/p99 over 369 queries (123 held-out x 3 wordings, so the embedding cache never
+    answers); baseline: embedding the query alone with the same model, p50."""
+    _, queries = load()
+    texts = [f"{q.text} {suffix}" for q in queries for suffix in ("", "now", "please")]
+    with tempfile.TemporaryDirectory(prefix="pml-latency-") as tmp:
+        store, fill_seconds = filled_store(Path(tmp), embedder_name, stored)
+        engine = _open(store, embedder_name, RankingConfig())
+        try:
+            samples = []
+            for text in texts:
+                start = time.perf_counter()
+                engine.suggest(TENANT, SuggestQuery(text, k=5))
+                samples.append(time.perf_counter() - start)
+        finally:
+            engine.close()
+    embedder = make_embedder(embedder_name, cache_size=1)
+    embed_samples = []
+    for text in texts:
+        start = time.perf_counter()
+        embedder.embed([text + " again"])
+        embed_samples.append(time.perf_counter() - start)
+    embed_p50 = statistics.median(embed_samples) * 1e3
+    label = f"{embedder_name} suggest at {stored // 1000}k intents"
+    extra = {"samples": len(samples), "fill_seconds": round(fill_seconds, 1)}
+    return [
+        Row(
+            SUITE,
+            f"{label} {name}",
+            value * 1e3,
+            "ms",
+            embed_p50,
+            "embed query only p50",
+            lower_is_better=True,
+            extra=extra,
+        )
+        for name, value in (
+            ("p50", statistics.median(samples)),
+            ("p99", _percentile(samples, 99)),
+        )
+    ]
