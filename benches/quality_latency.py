@@ -22,6 +22,7 @@ from benches import quality_dataset
 from benches.bench_quality import SUITE, TENANT, _capture, _open
 from benches.common import Row
 from benches.quality_dataset import filler_intent, load
+from benches.service_harness import store_code_digest
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
 from pml_server.embedding import make_embedder
 from pml_server.ranking import RankingConfig
@@ -73,11 +74,7 @@ def _fingerprint(embedder_name: str, stored: int) -> str:
     digest.update(quality_dataset.DATA.read_bytes())
     digest.update(inspect.getsource(_fill).encode())
     digest.update(inspect.getsource(_filler_vectors).encode())
-    pml = ROOT / "pml_server"
-    sources = [pml / "engine.py", *sorted((pml / "storage").glob("*.py"))]
-    sources += sorted((pml / "capture").glob("*.py"))
-    for source in sources:
-        digest.update(source.read_bytes())
+    store_code_digest(digest)
     return digest.hexdigest()[:16]
 
 

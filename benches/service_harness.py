@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -189,10 +190,15 @@ def _fingerprint(count: int, embedder: str, vectors: bool) -> str:
     digest.update(inspect.getsource(service_server._record).encode())
     # the literal stand-in until the Rust normalizer is merged, then `_core.normalize`
     digest.update(service_server.NORMALIZER.__qualname__.encode())
-    # What decides the stored bytes: the schema, the normalizer, the record formats and the
-    # capture rules. Read-side code (engine.py's Suggest, the store's access paths, views) may
-    # change without refilling a 100k store (25 minutes); after a change to how engine.py
-    # captures, delete benches/.cache by hand.
+    store_code_digest(digest)
+    return digest.hexdigest()[:16]
+
+
+def store_code_digest(digest: Any) -> None:
+    """Feed `digest` with what decides a filled store's bytes: the schema, the normalizer, the
+    record formats and the capture rules. Read-side code (engine.py's Suggest, the store's
+    access paths, views) may change without refilling a 100k store (25 minutes); after a change
+    to how engine.py captures, delete benches/.cache by hand."""
     from pml_server._core import NORMALIZER_VERSION
     from pml_server.storage.rocks import SCHEMA_VERSION
 
@@ -202,7 +208,6 @@ def _fingerprint(count: int, embedder: str, vectors: bool) -> str:
     sources += sorted(p for p in (pml / "capture").glob("*.py") if p.name != "views.py")
     for source in sources:
         digest.update(source.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def filled_store(
