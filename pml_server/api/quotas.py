@@ -1,10 +1,13 @@
 """Per-tenant quotas, so one tenant flooding the server cannot starve its neighbours.
 
-Two limits, both answered RESOURCE_EXHAUSTED at once (never queued, so a flood costs the server
-almost nothing):
+Two limits, both answered RESOURCE_EXHAUSTED at once (never queued) with a retry delay:
 - concurrency: calls of one tenant in progress at the same time (a stream counts for its whole
   life). It keeps a share of the RPC threads free for everybody else.
 - rate (optional): a token bucket of calls per second with a burst.
+
+`hold` is the authoritative check, under a lock. `refusal` is a lock-free peek for the
+interceptor's early refusal (see `admission`): a tenant already over quota is turned away before
+its request is even read, without taking the lock its own calls in progress release.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pml_server.domain.errors import ResourceExhaustedError
+
+# A tenant at its concurrency limit gets a slot back when one of its calls ends (milliseconds for
+# most calls): a short wait, long enough that a client obeying it stops hammering.
+CONCURRENCY_RETRY_SECONDS = 0.1
 
 
 @dataclass
@@ -32,6 +39,10 @@ class TenantQuotas:
         burst: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        if rate_per_second is not None and rate_per_second <= 0:
+            raise ValueError("rate_per_second must be > 0")
         self._max_in_flight = max_in_flight
         self._rate = rate_per_second
         self._burst = float(burst if burst is not None else max(1, int(rate_per_second or 1)))
@@ -39,19 +50,40 @@ class TenantQuotas:
         self._lock = threading.Lock()
         self._in_flight: dict[str, int] = {}
         self._buckets: dict[str, _Bucket] = {}
+        # The two refusals, built once: the early path hands them out without allocating.
+        self.too_many_in_flight = ResourceExhaustedError(
+            f"too many calls in progress for this tenant (limit {max_in_flight}); "
+            "retry after the delay in RetryInfo",
+            retry_after_seconds=CONCURRENCY_RETRY_SECONDS,
+        )
+        self.over_rate = ResourceExhaustedError(
+            f"call rate over this tenant's quota ({rate_per_second or 0:g}/s); "
+            "retry after the delay in RetryInfo",
+            retry_after_seconds=1.0 / rate_per_second if rate_per_second else None,
+        )
 
-    def _take_token(self, tenant: str, now: float) -> bool:
-        if self._rate is None:
-            return True
+    def _refill(self, tenant: str, now: float) -> _Bucket:
         bucket = self._buckets.get(tenant)
         if bucket is None:
             bucket = self._buckets[tenant] = _Bucket(self._burst, now)
+        assert self._rate is not None
         bucket.tokens = min(self._burst, bucket.tokens + (now - bucket.updated) * self._rate)
         bucket.updated = now
-        if bucket.tokens < 1.0:
-            return False
-        bucket.tokens -= 1.0
-        return True
+        return bucket
+
+    def refusal(self, tenant: str) -> ResourceExhaustedError | None:
+        """Lock-free: the refusal `tenant` would get now, or None if a call may be tried. Reads
+        of one dict entry are atomic under the GIL; a stale answer only moves a call between
+        this early refusal and `hold`, which decides exactly."""
+        if self._in_flight.get(tenant, 0) >= self._max_in_flight:
+            return self.too_many_in_flight
+        if self._rate is not None:
+            bucket = self._buckets.get(tenant)
+            if bucket is not None:
+                elapsed = self._clock() - bucket.updated
+                if bucket.tokens + elapsed * self._rate < 1.0:
+                    return self.over_rate
+        return None
 
     @contextmanager
     def hold(self, tenant: str) -> Iterator[None]:
@@ -60,13 +92,15 @@ class TenantQuotas:
             busy = self._in_flight.get(tenant, 0)
             if busy >= self._max_in_flight:
                 raise ResourceExhaustedError(
-                    f"too many calls in progress for this tenant (limit {self._max_in_flight}); "
-                    "retry with backoff"
+                    str(self.too_many_in_flight), CONCURRENCY_RETRY_SECONDS
                 )
-            if not self._take_token(tenant, self._clock()):
-                raise ResourceExhaustedError(
-                    f"call rate over this tenant's quota ({self._rate:g}/s); retry with backoff"
-                )
+            if self._rate is not None:
+                bucket = self._refill(tenant, self._clock())
+                if bucket.tokens < 1.0:
+                    raise ResourceExhaustedError(
+                        str(self.over_rate), self.over_rate.retry_after_seconds
+                    )
+                bucket.tokens -= 1.0
             self._in_flight[tenant] = busy + 1
         try:
             yield
