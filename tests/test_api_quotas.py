@@ -13,7 +13,7 @@ import pytest
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server.api.auth import KeyStore, Role
 from pml_server.api.errors import PUSHBACK_TRAILER
-from pml_server.api.quotas import CONCURRENCY_RETRY_SECONDS, TenantQuotas
+from pml_server.api.quotas import ACTIVE_SECONDS, CONCURRENCY_RETRY_SECONDS, TenantQuotas
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.domain.errors import ResourceExhaustedError
 from tests.conftest import StartServer
@@ -131,6 +131,30 @@ def test_refusal_is_peeked_without_the_lock() -> None:
     assert quotas.refusal("a") is None
     assert quotas.too_many_in_flight.retry_after_seconds == CONCURRENCY_RETRY_SECONDS
     assert quotas.over_rate.retry_after_seconds == 1.0
+
+
+def test_reaching_the_limit_beside_a_neighbour_means_waiting_the_retry_delay() -> None:
+    clock = FakeClock()
+    quotas = TenantQuotas(max_in_flight=1, clock=clock)
+    with quotas.hold("a"):  # alone on the server: refused at the limit, nothing more
+        assert quotas.refusal("a") is quotas.too_many_in_flight
+    assert quotas.refusal("a") is None
+    with quotas.hold("b"):  # a neighbour is active from now on
+        pass
+    with quotas.hold("a"):
+        assert quotas.refusal("a") is quotas.too_many_in_flight  # starts the wait
+    assert quotas.refusal("a") is quotas.too_many_in_flight  # a slot is free, but it must wait
+    with pytest.raises(ResourceExhaustedError, match="retry"), quotas.hold("a"):
+        pass
+    assert quotas.refusal("b") is None  # the neighbour is not touched
+    clock.now += CONCURRENCY_RETRY_SECONDS
+    assert quotas.refusal("a") is None
+    with quotas.hold("a"):
+        pass
+    clock.now += ACTIVE_SECONDS  # the neighbour has been idle long enough
+    with quotas.hold("a"):
+        assert quotas.refusal("a") is quotas.too_many_in_flight
+    assert quotas.refusal("a") is None
 
 
 def test_key_store_resolves_tenants_without_raising(keys: tuple[Path, dict[str, str]]) -> None:

@@ -10,12 +10,22 @@ grpcio hands a behavior carrying an `experimental_thread_pool` to that pool inst
 server's (grpc/_server.py `_select_thread_pool_for_behavior`, grpcio 1.85), so a flood of
 refusals never queues in front of the neighbours' calls on the RPC threads. Calls that pass the
 peek are checked exactly by `TenantQuotas.hold` in the servicer.
+
+Each refusal is answered after a short hold. A client that ignores the retry delay and calls
+again at once (a flood) then gets at most REFUSAL_THREADS / REFUSAL_HOLD_SECONDS answers a
+second: even a cheap refusal costs the server a few hundred microseconds of CPU in grpcio, so an
+instant refusal would only let the flood spend the server's time on refusals instead. A client
+that obeys the delay loses nothing (it waits longer than the hold anyway). The hold is skipped
+when many refusals are already waiting, so held calls never approach the server-wide
+`maximum_concurrent_rpcs` limit that would refuse everybody.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -24,20 +34,44 @@ from pml_server.api import errors
 from pml_server.api.auth import KeyStore
 from pml_server.api.quotas import TenantQuotas
 
-# Refusing takes microseconds; two threads keep up with any flood the poll thread can feed.
 REFUSAL_THREADS = 2
+REFUSAL_HOLD_SECONDS = 0.01  # at most 200 refusals a second, far below the 0.1 s retry delay
+HOLD_MAX_WAITING = 64  # more refusals waiting than this: answer at once (see the module doc)
+
+
+class RefusalPool(ThreadPoolExecutor):
+    """A thread pool that knows how many submitted calls wait for a thread."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+        self._count_lock = threading.Lock()
+        self.waiting = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._count_lock:
+            self.waiting += 1
+
+        def started() -> Any:
+            with self._count_lock:
+                self.waiting -= 1
+            return fn(*args, **kwargs)
+
+        return super().submit(started)
 
 
 class Refuse:
     """A handler behavior that only aborts with a fixed status, on the refusal pool."""
 
-    def __init__(self, pool: ThreadPoolExecutor, status: grpc.Status, count: Any) -> None:
+    def __init__(self, pool: RefusalPool, status: grpc.Status, count: Callable[[], None]) -> None:
         self.experimental_thread_pool = pool  # read by grpcio, see the module doc
+        self._pool = pool
         self._status = status
-        self._count = count  # zero-argument callable: the refusal's metrics
+        self._count = count  # the refusal's metrics
 
     def __call__(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._count()
+        if self._pool.waiting < HOLD_MAX_WAITING:
+            time.sleep(REFUSAL_HOLD_SECONDS)
         context.abort_with_status(self._status)
 
 
@@ -45,7 +79,7 @@ class EarlyRefusal:
     def __init__(self, keys: KeyStore, quotas: TenantQuotas) -> None:
         self._keys = keys
         self._quotas = quotas
-        self.pool = ThreadPoolExecutor(max_workers=REFUSAL_THREADS, thread_name_prefix="pml-refuse")
+        self.pool = RefusalPool(REFUSAL_THREADS, thread_name_prefix="pml-refuse")
         self._statuses = {
             refusal: errors.grpc_status(refusal)
             for refusal in (quotas.too_many_in_flight, quotas.over_rate)

@@ -3,6 +3,7 @@ with it), driven by one command per line on stdin and answering one line on stdo
 
     flood TARGET   THREADS threads, each on its own channel, call Suggest and RecordExecution as
                    fast as they can (answers `flooding` once every thread has had an answer)
+    count          answers the number of calls answered so far in this flood
     stop           stop flooding; answers one JSON object: status-code counts, calls made,
                    and how many RESOURCE_EXHAUSTED answers carried google.rpc.RetryInfo and the
                    grpc-retry-pushback-ms trailer (the first refusal of each thread is checked)
@@ -55,6 +56,7 @@ class Flood:
         self._lock = threading.Lock()
         self.codes: Counter[str] = Counter()
         self.advice: Counter[str] = Counter()
+        self.answered = [0] * threads  # per thread (no lock needed), for `count`
         self._answered = threading.Barrier(threads + 1)
         self._threads = [threading.Thread(target=self._hammer, args=(n,)) for n in range(threads)]
         for thread in self._threads:
@@ -97,6 +99,7 @@ class Flood:
                     if code == "RESOURCE_EXHAUSTED" and not advice["checked"]:
                         retry_info, pushback = has_retry_advice(err)
                         advice.update(checked=1, retry_info=retry_info, pushback=pushback)
+                self.answered[n] += 1
                 if i == 1:
                     self._answered.wait(30)
         with self._lock:
@@ -147,6 +150,8 @@ def main() -> None:
         if command == "flood" and flood is None:
             flood = Flood(args[0], key, threads, seconds)
             answer = "flooding"
+        elif command == "count" and flood is not None:
+            answer = str(sum(flood.answered))
         elif command == "stop" and flood is not None:
             answer = json.dumps(flood.stop())
             flood = None

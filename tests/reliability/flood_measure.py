@@ -166,19 +166,22 @@ def _refusal_cost(flooder: Flooder, shared: ServerProcess, slots: int) -> dict[s
     flooder.command(f"hold {shared.target} {slots}")
     try:
         time.sleep(0.5)  # the held streams reach their handlers
-        before = cpu_seconds(shared.proc.pid)
         flooder.command(f"flood {shared.target}")
+        time.sleep(RAMP_SECONDS)  # connections set up: not a refusal's cost
+        before, answered = cpu_seconds(shared.proc.pid), int(flooder.command("count"))
         time.sleep(REFUSAL_FLOOD_SECONDS)
-        counts = json.loads(flooder.command("stop"))
         used = cpu_seconds(shared.proc.pid) - before
+        calls = int(flooder.command("count")) - answered
+        counts = json.loads(flooder.command("stop"))
     finally:
         flooder.command("release")
-    refused = counts["codes"].get("RESOURCE_EXHAUSTED", 0)
     return {
         "calls": counts["calls"],
-        "refused": refused,
+        "refused": counts["codes"].get("RESOURCE_EXHAUSTED", 0),
+        "calls_per_second": round(calls / REFUSAL_FLOOD_SECONDS),
         "server_cpu_seconds": round(used, 3),
-        "server_cpu_us_per_call": round(used / max(1, counts["calls"]) * 1e6, 1),
+        "server_cpu_us_per_call": round(used / max(1, calls) * 1e6, 1),
+        "server_cpu_share": round(used / REFUSAL_FLOOD_SECONDS, 3),  # of one core
         "advice": counts,
     }
 
