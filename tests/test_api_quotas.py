@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
+from pml_server.api.admission import RefusalPool
 from pml_server.api.auth import KeyStore, Role
 from pml_server.api.errors import PUSHBACK_TRAILER
 from pml_server.api.quotas import ACTIVE_SECONDS, CONCURRENCY_RETRY_SECONDS, TenantQuotas
@@ -214,3 +215,19 @@ def test_refusal_needs_no_rpc_thread(start: StartServer, keys: tuple[Path, dict[
             release.set()
             for t in threads:
                 t.join(10)
+
+
+def test_refusal_pool_counts_the_calls_waiting_for_a_thread() -> None:
+    pool = RefusalPool(1, thread_name_prefix="test-refuse")
+    release = threading.Event()
+    try:
+        running = pool.submit(release.wait, 10)
+        queued = [pool.submit(lambda i=i: i) for i in range(3)]
+        assert pool.waiting >= 3  # the first may not have started yet
+        release.set()
+        assert [f.result(10) for f in queued] == [0, 1, 2]
+        assert running.result(10) is True
+        assert pool.waiting == 0
+    finally:
+        release.set()
+        pool.shutdown(wait=True)
