@@ -76,6 +76,8 @@ class Refuse:
 
 
 class EarlyRefusal:
+    """The interceptor's peek (`status_for`) and the pool its refusals run on."""
+
     def __init__(self, keys: KeyStore, quotas: TenantQuotas) -> None:
         self._keys = keys
         self._quotas = quotas

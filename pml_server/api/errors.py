@@ -3,9 +3,9 @@
 Every domain error class maps to one status code; invalid input carries `google.rpc.BadRequest`
 field violations; UNAVAILABLE, and RESOURCE_EXHAUSTED from a quota, carry `google.rpc.RetryInfo`
 and the `grpc-retry-pushback-ms` trailer (which grpcio's own retry policy obeys when a client
-enables one). Anything else raised by a handler
-is a server bug: it is logged with its traceback and answered INTERNAL without details, so a
-client mistake can never surface as UNKNOWN or INTERNAL (validation raises domain errors first).
+enables one). Anything else raised by a handler is a server bug: it is logged with its traceback
+and answered INTERNAL without details, so a client mistake can never surface as UNKNOWN or
+INTERNAL (validation raises domain errors first).
 """
 
 from __future__ import annotations
