@@ -182,6 +182,10 @@ def test_refusal_tells_the_client_when_to_retry(
         try:
             err = _exhausted(acme.stats)
             assert err.retry_delay_seconds == CONCURRENCY_RETRY_SECONDS
+            record = make_record("one more", "await mcp.more()", tools=["more"])
+            more = [pml_pb2.StreamTracesRequest(execution_id="s9", sequence=1, record=record)]
+            err = _exhausted(lambda: list(acme.stream(more)))  # a stream is refused too
+            assert err.retry_delay_seconds == CONCURRENCY_RETRY_SECONDS
             with grpc.insecure_channel(target) as channel:
                 stub = pml_pb2_grpc.PmlServiceStub(channel)
                 metadata = (("authorization", f"Bearer {found['acme-write']}"),)
