@@ -63,7 +63,7 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     add(
         "--tenant-max-in-flight",
         type=int,
-        help="calls in progress per tenant (default: half of --max-workers with a keys file)",
+        help="calls in progress per tenant (default: a quarter of --max-workers with a keys file)",
     )
     add("--tenant-rate", type=float, help="calls per second per tenant (token bucket)")
     add("--tenant-burst", type=int, help="token bucket size (default: the rate)")

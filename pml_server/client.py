@@ -4,7 +4,9 @@
         pml.record(make_record("Read JSON file", code, "typescript", tools=["read_file"]))
         for s in pml.suggest("Load JSON data").suggestions: ...
 
-Errors come back as `PmlClientError` with the status code and the BadRequest field violations.
+Errors come back as `PmlClientError` with the status code, the BadRequest field violations and,
+when the server says waiting helps (a tenant quota, a server busy starting or stopping), the delay
+from its `google.rpc.RetryInfo`.
 """
 
 from __future__ import annotations
@@ -28,11 +30,16 @@ CaptureResult = resources_pb2.CaptureResult
 
 class PmlClientError(Exception):
     def __init__(
-        self, code: grpc.StatusCode, message: str, violations: Sequence[tuple[str, str]] = ()
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        violations: Sequence[tuple[str, str]] = (),
+        retry_delay_seconds: float | None = None,
     ) -> None:
         self.code = code
         self.message = message
         self.violations = list(violations)
+        self.retry_delay_seconds = retry_delay_seconds
         detail = "".join(f"\n  {f}: {d}" for f, d in self.violations)
         super().__init__(f"{code.name}: {message}{detail}")
 
@@ -40,13 +47,18 @@ class PmlClientError(Exception):
     def from_rpc_error(cls, err: grpc.RpcError) -> PmlClientError:
         status = rpc_status.from_call(err)
         violations: list[tuple[str, str]] = []
+        retry_delay = None
         if status is not None:
             for detail in status.details:
                 if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
                     bad = error_details_pb2.BadRequest()
                     detail.Unpack(bad)
                     violations += [(v.field, v.description) for v in bad.field_violations]
-        return cls(err.code(), err.details() or "", violations)
+                elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                    info = error_details_pb2.RetryInfo()
+                    detail.Unpack(info)
+                    retry_delay = info.retry_delay.ToNanoseconds() / 1e9
+        return cls(err.code(), err.details() or "", violations, retry_delay)
 
 
 def make_record(

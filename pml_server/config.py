@@ -39,8 +39,8 @@ class ServerConfig:
     capture_workers: int = 8
     stream_window: int = 64  # unacknowledged executions per stream before reading pauses
     max_open_executions: int = 1024  # live executions buffered per stream
-    # Per-tenant quotas (multi-tenant mode): calls in progress (default: half the RPC threads)
-    # and an optional token bucket (calls/s, burst).
+    # Per-tenant quotas (multi-tenant mode): calls in progress (default: a quarter of the RPC
+    # threads) and an optional token bucket (calls/s, burst).
     tenant_max_in_flight: int | None = None
     tenant_rate: float | None = None
     tenant_burst: int | None = None

@@ -10,8 +10,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from pml_server._proto.pml.v1 import pml_pb2
-from pml_server.api.quotas import TenantQuotas
+from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
+from pml_server.api.admission import RefusalPool
+from pml_server.api.auth import KeyStore, Role
+from pml_server.api.errors import PUSHBACK_TRAILER
+from pml_server.api.quotas import ACTIVE_SECONDS, CONCURRENCY_RETRY_SECONDS, TenantQuotas
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.domain.errors import ResourceExhaustedError
 from tests.conftest import StartServer
@@ -115,3 +118,120 @@ def test_server_wide_concurrency_limit(start: StartServer) -> None:
             release.set()
             for t in threads:
                 t.join(10)
+
+
+def test_refusal_is_peeked_without_the_lock() -> None:
+    clock = FakeClock()
+    quotas = TenantQuotas(max_in_flight=1, rate_per_second=1.0, burst=1, clock=clock)
+    assert quotas.refusal("a") is None
+    with quotas.hold("a"):
+        assert quotas.refusal("a") is quotas.too_many_in_flight
+        assert quotas.refusal("b") is None
+    assert quotas.refusal("a") is quotas.over_rate  # its one token is spent
+    clock.now += 1.0
+    assert quotas.refusal("a") is None
+    assert quotas.too_many_in_flight.retry_after_seconds == CONCURRENCY_RETRY_SECONDS
+    assert quotas.over_rate.retry_after_seconds == 1.0
+
+
+def test_reaching_the_limit_beside_a_neighbour_means_waiting_the_retry_delay() -> None:
+    clock = FakeClock()
+    quotas = TenantQuotas(max_in_flight=1, clock=clock)
+    with quotas.hold("a"):  # alone on the server: refused at the limit, nothing more
+        assert quotas.refusal("a") is quotas.too_many_in_flight
+    assert quotas.refusal("a") is None
+    with quotas.hold("b"):  # a neighbour is active from now on
+        pass
+    with quotas.hold("a"):
+        assert quotas.refusal("a") is quotas.too_many_in_flight  # starts the wait
+    assert quotas.refusal("a") is quotas.too_many_in_flight  # a slot is free, but it must wait
+    with pytest.raises(ResourceExhaustedError, match="retry"), quotas.hold("a"):
+        pass
+    assert quotas.refusal("b") is None  # the neighbour is not touched
+    clock.now += CONCURRENCY_RETRY_SECONDS
+    assert quotas.refusal("a") is None
+    with quotas.hold("a"):
+        pass
+    clock.now += ACTIVE_SECONDS  # the neighbour has been idle long enough
+    with quotas.hold("a"):
+        assert quotas.refusal("a") is quotas.too_many_in_flight
+    assert quotas.refusal("a") is None
+
+
+def test_key_store_resolves_tenants_without_raising(keys: tuple[Path, dict[str, str]]) -> None:
+    path, found = keys
+    store = KeyStore.load(path)
+    bearer = (("authorization", f"Bearer {found['globex-admin']}"),)
+    assert store.tenant_of(bearer) == "globex"
+    assert store.tenant_of(bearer) == "globex"  # the cached key
+    assert store.authenticate(bearer).role is Role.ADMIN
+    assert store.tenant_of((("authorization", "Bearer pml_unknown"),)) is None
+    assert store.tenant_of(()) is None
+    assert KeyStore.load(None).tenant_of(()) == "default"
+
+
+def test_refusal_tells_the_client_when_to_retry(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    path, found = keys
+    server = start(keys_file=path, tenant_max_in_flight=2)
+    target = f"127.0.0.1:{server.port}"
+    release = threading.Event()
+    with PmlClient(target, api_key=found["acme-write"]) as acme:
+        threads = [_open_stream(acme, release, f"s{i}") for i in range(2)]
+        try:
+            err = _exhausted(acme.stats)
+            assert err.retry_delay_seconds == CONCURRENCY_RETRY_SECONDS
+            record = make_record("one more", "await mcp.more()", tools=["more"])
+            more = [pml_pb2.StreamTracesRequest(execution_id="s9", sequence=1, record=record)]
+            err = _exhausted(lambda: list(acme.stream(more)))  # a stream is refused too
+            assert err.retry_delay_seconds == CONCURRENCY_RETRY_SECONDS
+            with grpc.insecure_channel(target) as channel:
+                stub = pml_pb2_grpc.PmlServiceStub(channel)
+                metadata = (("authorization", f"Bearer {found['acme-write']}"),)
+                with pytest.raises(grpc.RpcError) as raw:
+                    stub.GetStats(pml_pb2.GetStatsRequest(), metadata=metadata, timeout=10)
+            trailers = dict(raw.value.trailing_metadata())  # type: ignore[attr-defined]
+            assert trailers[PUSHBACK_TRAILER] == str(round(CONCURRENCY_RETRY_SECONDS * 1000))
+        finally:
+            release.set()
+            for t in threads:
+                t.join(10)
+    refused = server.metrics.registry.get_sample_value(
+        "pml_requests_total", {"method": "GetStats", "code": "RESOURCE_EXHAUSTED"}
+    )
+    assert refused == 2
+
+
+def test_refusal_needs_no_rpc_thread(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:
+    """Both RPC threads are taken by the tenant's open streams: a further call of that tenant is
+    still answered (RESOURCE_EXHAUSTED, not a wait for a thread until its deadline)."""
+    path, found = keys
+    server = start(keys_file=path, max_workers=2, tenant_max_in_flight=2)
+    release = threading.Event()
+    target = f"127.0.0.1:{server.port}"
+    with PmlClient(target, api_key=found["acme-write"], timeout=10) as acme:
+        threads = [_open_stream(acme, release, f"s{i}") for i in range(2)]
+        try:
+            for _ in range(20):
+                _exhausted(acme.stats)
+        finally:
+            release.set()
+            for t in threads:
+                t.join(10)
+
+
+def test_refusal_pool_counts_the_calls_waiting_for_a_thread() -> None:
+    pool = RefusalPool(1, thread_name_prefix="test-refuse")
+    release = threading.Event()
+    try:
+        running = pool.submit(release.wait, 10)
+        queued = [pool.submit(lambda i=i: i) for i in range(3)]
+        assert pool.waiting >= 3  # the first may not have started yet
+        release.set()
+        assert [f.result(10) for f in queued] == [0, 1, 2]
+        assert running.result(10) is True
+        assert pool.waiting == 0
+    finally:
+        release.set()
+        pool.shutdown(wait=True)

@@ -24,6 +24,9 @@ from pathlib import Path
 from pml_server.domain.errors import PermissionDeniedError, UnauthenticatedError
 
 SINGLE_TENANT = "default"
+# Presented keys remembered (valid ones only), so a call costs a dict lookup instead of a hash;
+# dropped all at once past this size, which only costs a re-hash.
+_KEY_CACHE_SIZE = 4096
 _TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _BEARER = "bearer "
 
@@ -49,6 +52,9 @@ class Caller:
     role: Role
 
 
+_SINGLE_TENANT_CALLER = Caller(tenant=SINGLE_TENANT, role=Role.ADMIN)
+
+
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -58,6 +64,7 @@ class KeyStore:
 
     def __init__(self, entries: dict[str, Caller] | None) -> None:
         self._by_hash = entries
+        self._by_key: dict[str, Caller] = {}
 
     @property
     def multi_tenant(self) -> bool:
@@ -79,16 +86,36 @@ class KeyStore:
             entries[digest] = Caller(tenant=tenant, role=Role.parse(str(item["role"])))
         return cls(entries)
 
+    def _lookup(self, key: str) -> Caller | None:
+        assert self._by_hash is not None
+        caller = self._by_key.get(key)
+        if caller is None:
+            caller = self._by_hash.get(hash_key(key))
+            if caller is not None:
+                if len(self._by_key) >= _KEY_CACHE_SIZE:
+                    self._by_key.clear()
+                self._by_key[key] = caller
+        return caller
+
     def authenticate(self, metadata: Sequence[tuple[str, str | bytes]]) -> Caller:
         if self._by_hash is None:
-            return Caller(tenant=SINGLE_TENANT, role=Role.ADMIN)
+            return _SINGLE_TENANT_CALLER
         key = _presented_key(metadata)
         if key is None:
             raise UnauthenticatedError("missing API key: send `authorization: Bearer <key>`")
-        caller = self._by_hash.get(hash_key(key))
+        caller = self._lookup(key)
         if caller is None:
             raise UnauthenticatedError("unknown API key")
         return caller
+
+    def tenant_of(self, metadata: Sequence[tuple[str, str | bytes]]) -> str | None:
+        """The tenant of the call's key, or None when the key is missing or unknown (the call's
+        handler then answers UNAUTHENTICATED). Never raises: it runs in gRPC's poll thread."""
+        if self._by_hash is None:
+            return SINGLE_TENANT
+        key = _presented_key(metadata)
+        caller = None if key is None else self._lookup(key)
+        return None if caller is None else caller.tenant
 
     def require(self, metadata: Sequence[tuple[str, str | bytes]], role: Role) -> Caller:
         caller = self.authenticate(metadata)

@@ -1,14 +1,18 @@
 """The one place where domain errors become gRPC statuses.
 
 Every domain error class maps to one status code; invalid input carries `google.rpc.BadRequest`
-field violations and UNAVAILABLE carries `google.rpc.RetryInfo`. Anything else raised by a handler
-is a server bug: it is logged with its traceback and answered INTERNAL without details, so a
-client mistake can never surface as UNKNOWN or INTERNAL (validation raises domain errors first).
+field violations; UNAVAILABLE, and RESOURCE_EXHAUSTED from a quota, carry `google.rpc.RetryInfo`
+and the `grpc-retry-pushback-ms` trailer (which grpcio's own retry policy obeys when a client
+enables one). Anything else raised by a handler is a server bug: it is logged with its traceback
+and answered INTERNAL without details, so a client mistake can never surface as UNKNOWN or
+INTERNAL (validation raises domain errors first).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
@@ -34,7 +38,8 @@ _CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (_core.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
 )
 
-UNAVAILABLE_RETRY_SECONDS = 1
+UNAVAILABLE_RETRY_SECONDS = 1.0
+PUSHBACK_TRAILER = "grpc-retry-pushback-ms"
 
 
 def status_code_for(exc: BaseException) -> grpc.StatusCode:
@@ -64,14 +69,42 @@ def to_rpc_status(exc: BaseException) -> status_pb2.Status:
             ]
         )
         _pack(status, detail)
-    elif isinstance(exc, domain.UnavailableError):
-        _pack(
-            status,
-            error_details_pb2.RetryInfo(
-                retry_delay=duration_pb2.Duration(seconds=UNAVAILABLE_RETRY_SECONDS)
-            ),
-        )
+    else:
+        delay = retry_after_seconds(exc)
+        if delay is not None:
+            retry_delay = duration_pb2.Duration()
+            retry_delay.FromNanoseconds(round(delay * 1e9))
+            _pack(status, error_details_pb2.RetryInfo(retry_delay=retry_delay))
     return status
+
+
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """How long the caller should wait before retrying, when waiting helps."""
+    if isinstance(exc, domain.UnavailableError):
+        return UNAVAILABLE_RETRY_SECONDS
+    if isinstance(exc, domain.ResourceExhaustedError):
+        return exc.retry_after_seconds
+    return None
+
+
+@dataclass(frozen=True)
+class _Status(grpc.Status):  # type: ignore[misc]
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...]
+
+
+def grpc_status(exc: BaseException) -> grpc.Status:
+    """What `abort` sends for `exc`: code, message, the rich status (details trailer) and, when
+    waiting helps, the pushback trailer. Immutable, so a constant refusal can be built once."""
+    rich = to_rpc_status(exc)
+    trailers: tuple[tuple[str, str | bytes], ...] = (
+        ("grpc-status-details-bin", rich.SerializeToString()),
+    )
+    delay = retry_after_seconds(exc) if is_client_facing(exc) else None
+    if delay is not None:
+        trailers += ((PUSHBACK_TRAILER, str(max(1, math.ceil(delay * 1e3)))),)
+    return _Status(status_code_for(exc), rich.message, trailers)
 
 
 def _pack(status: status_pb2.Status, detail: object) -> None:
@@ -82,8 +115,6 @@ def _pack(status: status_pb2.Status, detail: object) -> None:
 
 def abort(context: grpc.ServicerContext, exc: BaseException, method: str) -> None:
     """End the call with the status for `exc` (raises, as `context.abort` does)."""
-    from grpc_status import rpc_status
-
     if not is_client_facing(exc):
         log.error("internal error in %s", method, exc_info=exc)
-    context.abort_with_status(rpc_status.to_status(to_rpc_status(exc)))
+    context.abort_with_status(grpc_status(exc))

@@ -1,5 +1,9 @@
 """One server interceptor: maps every exception to its status (via `errors`), counts and times
-each call for Prometheus and writes one structured log line per failed call.
+each call for Prometheus and writes one structured log line per failed call (not for quota
+refusals, which the counters record: a flood must not turn into a flood of log lines).
+
+It also refuses the calls of a tenant already over quota before they cost anything
+(`admission.EarlyRefusal`).
 
 It also decodes pml's request messages itself: grpcio answers undecodable bytes (or messages
 nested past the parser's depth limit) with INTERNAL before any handler runs, which would blame
@@ -16,8 +20,9 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from pml_server.api import errors
+from pml_server.api.admission import EarlyRefusal, Refuse
 from pml_server.api.metrics import Metrics
-from pml_server.domain.errors import FieldViolation, InvalidArgumentError
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError, ResourceExhaustedError
 
 log = logging.getLogger("pml.rpc")
 
@@ -49,9 +54,18 @@ def _decoding_stream(inner: Behavior, decode: Decoder) -> Behavior:
     return behavior
 
 
+def _is_quota_refusal(exc: BaseException) -> bool:
+    return isinstance(exc, ResourceExhaustedError) and exc.retry_after_seconds is not None
+
+
 class ApiInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, early: EarlyRefusal | None = None) -> None:
         self._metrics = metrics
+        self._early = early
+        # Wrapped handlers, built once per method (and per refusal status): this runs in
+        # grpcio's poll thread for every call, so it must stay a few dict lookups.
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._refusing: dict[tuple[str, int], grpc.RpcMethodHandler] = {}
 
     def intercept_service(
         self,
@@ -62,6 +76,48 @@ class ApiInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         if handler is None:
             return None
         method = str(handler_call_details.method)
+        if self._early is not None and method.startswith(_OWN_PREFIX):
+            status = self._early.status_for(handler_call_details.invocation_metadata)
+            if status is not None:
+                return self._refusing_handler(handler, method, status)
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(handler, method)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _refusing_handler(
+        self, handler: grpc.RpcMethodHandler, method: str, status: grpc.Status
+    ) -> grpc.RpcMethodHandler:
+        key = (method, id(status))
+        refusing = self._refusing.get(key)
+        if refusing is None:
+            assert self._early is not None
+            short = method.rsplit("/", 1)[-1]
+            code = status.code.name
+            requests = self._metrics.requests.labels(short, code)
+            rejections = self._metrics.rejections.labels(code)
+
+            def count() -> None:
+                requests.inc()
+                rejections.inc()
+
+            refuse = Refuse(self._early.pool, status, count)
+            # No deserializer: the request bytes are never decoded (or even read, for streams).
+            kwargs: dict[str, Any] = {"request_deserializer": None, "response_serializer": None}
+            if handler.unary_unary:
+                refusing = grpc.unary_unary_rpc_method_handler(refuse, **kwargs)
+            elif handler.stream_unary:
+                refusing = grpc.stream_unary_rpc_method_handler(refuse, **kwargs)
+            elif handler.unary_stream:
+                refusing = grpc.unary_stream_rpc_method_handler(refuse, **kwargs)
+            else:
+                refusing = grpc.stream_stream_rpc_method_handler(refuse, **kwargs)
+            self._refusing[key] = refusing
+        return refusing
+
+    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         decode = handler.request_deserializer
         ours = method.startswith(_OWN_PREFIX) and decode is not None
         kwargs = {
@@ -88,6 +144,8 @@ class ApiInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         self._metrics.latency.labels(short).observe(time.perf_counter() - started)
         if code is not grpc.StatusCode.OK:
             self._metrics.rejections.labels(code.name).inc()
+            if _is_quota_refusal(exc):
+                return
             log.info(
                 "rpc failed",
                 extra={"method": method, "code": code.name, "error": str(exc)[:500]},

@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
+from pml_server.api.admission import EarlyRefusal
 from pml_server.api.auth import KeyStore
 from pml_server.api.interceptor import ApiInterceptor
 from pml_server.api.metrics import Metrics
@@ -47,6 +48,7 @@ class RunningServer:
     servicer: PmlServicer
     capture_pool: futures.ThreadPoolExecutor
     metrics: Metrics
+    early_refusal: EarlyRefusal | None = None
     metrics_port: int | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
@@ -59,6 +61,8 @@ class RunningServer:
         self.servicer.draining.set()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
+        if self.early_refusal is not None:
+            self.early_refusal.close()
         self.capture_pool.shutdown(wait=True)
         self.engine.close()
         self.metrics.close()
@@ -122,8 +126,9 @@ def _options(config: ServerConfig) -> list[tuple[str, Any]]:
 
 
 def _quotas(config: ServerConfig, keys: KeyStore) -> TenantQuotas:
-    # Alone on the server, a tenant may use every RPC thread; with neighbours, half of them.
-    default = max(1, config.max_workers // 2) if keys.multi_tenant else config.max_workers
+    # Alone on the server, a tenant may use every RPC thread; with neighbours, a quarter of them,
+    # so one or two tenants at their limit still leave threads for everybody else.
+    default = max(1, config.max_workers // 4) if keys.multi_tenant else config.max_workers
     return TenantQuotas(
         max_in_flight=config.tenant_max_in_flight or default,
         rate_per_second=config.tenant_rate,
@@ -157,6 +162,8 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
     def count_capture(result: model.CaptureResult) -> None:
         metrics.captures.labels(result.outcome.value).inc()
 
+    quotas = _quotas(config, keys)
+    early_refusal = EarlyRefusal(keys, quotas)
     servicer = PmlServicer(
         ServiceDeps(
             engine=engine,
@@ -168,7 +175,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
                 max_open_executions=config.max_open_executions,
             ),
             capture_pool=capture_pool,
-            quotas=_quotas(config, keys),
+            quotas=quotas,
             stream_window=config.stream_window,
             schema_version=int(getattr(engine, "schema_version", SCHEMA_VERSION)),
             on_capture=count_capture,
@@ -176,7 +183,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
     )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="pml-rpc"),
-        interceptors=[ApiInterceptor(metrics)],
+        interceptors=[ApiInterceptor(metrics, early_refusal)],
         options=_options(config),
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )
@@ -196,6 +203,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
         port, cause = 0, err
     if port == 0:
         capture_pool.shutdown()
+        early_refusal.close()
         engine.close()
         raise OSError(f"could not bind {config.listen}") from cause
     metrics_port = None
@@ -212,6 +220,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
         servicer=servicer,
         capture_pool=capture_pool,
         metrics=metrics,
+        early_refusal=early_refusal,
         metrics_port=metrics_port,
     )
     threading.Thread(target=_report_ready, args=(running,), name="pml-ready", daemon=True).start()

@@ -39,7 +39,12 @@ class FailedPreconditionError(PmlError):
 
 
 class ResourceExhaustedError(PmlError):
-    """A quota, rate limit or size limit was hit."""
+    """A quota, rate limit or size limit was hit. `retry_after_seconds` is set when waiting
+    helps (a quota frees up), unset when retrying the same request cannot (a size limit)."""
+
+    def __init__(self, message: str, retry_after_seconds: float | None = None) -> None:
+        self.retry_after_seconds = retry_after_seconds
+        super().__init__(message)
 
 
 class UnavailableError(PmlError):

@@ -1,140 +1,62 @@
 """A tenant flooding the server (its own process, many threads) is limited with
-RESOURCE_EXHAUSTED by the per-tenant quota (calls in flight), while its neighbour keeps being
-served. The neighbour's latency during the flood, as a ratio to its baseline, is reported in
-the figures (not asserted: timings on a shared 2-core machine are not a test's business)."""
+RESOURCE_EXHAUSTED carrying retry advice (google.rpc.RetryInfo and the grpc-retry-pushback-ms
+trailer), while its neighbour is never refused and always gets its own, correct answer.
+
+The neighbour's latency under the flood, raw and against a control flood on another server
+process, and the server's CPU time per refused call are reported in the figures (see
+`flood_measure`), never asserted: timings on a shared 2-core machine are not a test's business;
+`benches/bench_flood.py` puts the same ratio in `make bench`."""
 
 from __future__ import annotations
 
-import json
-import statistics
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
-from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
-from pml_server.api.auth import Role, add_key
-from tests.reliability.harness import ROOT, ServerProcess, report
+from tests.reliability.flood_measure import measure, start_pair
+from tests.reliability.harness import ServerProcess, report
 
 FLOOD_THREADS = 24
 TENANT_LIMIT = 4
 
 
 @pytest.fixture
-def keys(tmp_path: Path) -> dict[str, str]:
-    path = tmp_path / "keys.json"
-    return {t: add_key(path, t, Role.WRITE) for t in ("flood", "calm")}
-
-
-@pytest.fixture
-def server(tmp_path: Path, keys: dict[str, str]) -> Iterator[ServerProcess]:
-    process = ServerProcess(
-        tmp_path / "data",
-        "--durability",
-        "fast",
-        "--keys-file",
-        str(tmp_path / "keys.json"),
-        "--tenant-max-in-flight",
-        str(TENANT_LIMIT),
-    )
-    process.start()
-    yield process
-    process.kill()
-
-
-def _latencies(stub: pml_pb2_grpc.PmlServiceStub, key: str, calls: int) -> list[float]:
-    metadata = (("authorization", f"Bearer {key}"),)
-    out = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        stub.Suggest(
-            pml_pb2.SuggestRequest(intent="summarize the quarterly report"),
-            metadata=metadata,
-            timeout=30,
-        )
-        out.append(time.perf_counter() - started)
-    return out
-
-
-def _during_flood(
-    flood_target: str, flood_key: str, stub: pml_pb2_grpc.PmlServiceStub, calm_key: str
-) -> tuple[list[float], dict[str, int]]:
-    """The neighbour's latencies while a flood process hammers `flood_target`."""
-    flood = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.reliability.flood",
-            flood_target,
-            flood_key,
-            str(FLOOD_THREADS),
-            "60",
-        ],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert flood.stdout is not None
-    assert flood.stdout.readline().strip() == "flooding"
-    time.sleep(1.0)  # let the flood ramp up
-    during = _latencies(stub, calm_key, 150)
-    out, _ = flood.communicate(input="", timeout=60)  # stdin closed: the flood stops
-    return during, json.loads(out.strip().splitlines()[-1])
-
-
-def _p50_ms(values: list[float]) -> float:
-    return round(statistics.median(values) * 1e3, 2)
+def servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess, dict]]:
+    shared, other, keys = start_pair(tmp_path, TENANT_LIMIT)
+    try:
+        yield shared, other, keys
+    finally:
+        shared.kill()
+        other.kill()
 
 
 @pytest.mark.slow
 def test_flooding_tenant_is_limited_and_neighbour_is_served(
-    server: ServerProcess, keys: dict[str, str], tmp_path: Path
+    servers: tuple[ServerProcess, ServerProcess, dict],
 ) -> None:
-    """Also floods a second, unrelated server process on this machine: the neighbour's latency
-    then shows what CPU contention alone costs, apart from sharing the server."""
-    calm = (("authorization", f"Bearer {keys['calm']}"),)
-    other = ServerProcess(
-        tmp_path / "other", "--durability", "fast", "--keys-file", str(tmp_path / "keys.json")
+    shared, other, keys = servers
+    figures = measure(
+        shared,
+        other,
+        keys["flood"],
+        keys["calm"],
+        trials=3,
+        calls=150,
+        threads=FLOOD_THREADS,
+        tenant_slots=TENANT_LIMIT,
     )
-    other.start()
-    try:
-        with grpc.insecure_channel(server.target) as channel:
-            stub = pml_pb2_grpc.PmlServiceStub(channel)
-            record = resources_pb2.ExecutionRecord(
-                request_id="calm-1",
-                intent="summarize the quarterly report",
-                language="javascript",
-                code="await mcp.summarize({q: 3});",
-                tool_calls=[resources_pb2.ToolCall(tool="summarize", ok=True)],
-            )
-            stub.RecordExecution(
-                pml_pb2.RecordExecutionRequest(record=record), metadata=calm, timeout=30
-            )
-            _latencies(stub, keys["calm"], 20)  # warm up
-            baseline = _latencies(stub, keys["calm"], 150)
-            shared, codes = _during_flood(server.target, keys["flood"], stub, keys["calm"])
-            apart, _ = _during_flood(other.target, keys["flood"], stub, keys["calm"])
-    finally:
-        other.kill()
-    figures = {
-        "flood_threads": FLOOD_THREADS,
-        "tenant_limit": TENANT_LIMIT,
-        "flood_codes": codes,
-        "neighbour_calls": len(baseline) + len(shared) + len(apart),
-        "neighbour_errors": 0,
-        "neighbour_p50_ms": {
-            "alone": _p50_ms(baseline),
-            "flood_same_server": _p50_ms(shared),
-            "flood_other_server": _p50_ms(apart),
-        },
-        "p50_ratio_same_server": round(statistics.median(shared) / statistics.median(baseline), 2),
-        "p50_ratio_other_server": round(statistics.median(apart) / statistics.median(baseline), 2),
-    }
-    summary = report("tenant_flooding", figures)
+    summary = report("tenant_flooding", {"tenant_limit": TENANT_LIMIT, **figures})
+    codes = figures["flood_codes_same_server"]
     assert codes.get("RESOURCE_EXHAUSTED", 0) > 0, summary
     assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, summary
+    advice = figures["flood_refusals_with_advice"]
+    assert advice["refusals_checked"] > 0, summary
+    assert advice["with_retry_info"] == advice["refusals_checked"], summary
+    assert advice["with_pushback"] == advice["refusals_checked"], summary
+    refusal = figures["refusal_only"]
+    assert refusal["calls"] > 0, summary
+    assert refusal["refused"] == refusal["calls"], summary
+    assert figures["neighbour_errors"] == {}, summary
+    assert figures["neighbour_wrong_answers"] == 0, summary
+    assert figures["neighbour_calls"] == 3 * 3 * 150 + 20, summary
