@@ -117,9 +117,7 @@ fn without_tombstones(graph: &Graph) -> (Graph, Vec<u32>) {
     let mut renumber = vec![NO_NODE; graph.slots()];
     let mut out = Graph::new(graph.dim, graph.m);
     let live = graph.live();
-    out.vectors.reserve_exact(live * graph.dim);
-    out.ids.reserve_exact(live);
-    out.links0.reserve_exact(live * (1 + graph.m0));
+    out.reserve_exact(live);
     for slot in 0..graph.slots() as u32 {
         if !graph.deleted[slot as usize] {
             let level = graph.levels[slot as usize] as usize;

@@ -16,6 +16,7 @@ mod serialize;
 mod visited;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{CoreError, CoreResult};
 use distance::Kernel;
@@ -240,13 +241,7 @@ impl HnswIndex {
     /// (which can leave the storage at twice its size). Growth stays amortized (`Vec::reserve`),
     /// so one-row adds do not copy the storage each time.
     pub fn reserve(&mut self, rows: usize) {
-        let g = &mut self.graph;
-        g.vectors.reserve(rows * g.dim);
-        g.ids.reserve(rows);
-        g.levels.reserve(rows);
-        g.deleted.reserve(rows);
-        g.links0.reserve(rows * (1 + g.m0));
-        g.upper.reserve(rows);
+        self.graph.reserve(rows);
         self.slot_of.reserve(rows);
     }
 
@@ -301,25 +296,36 @@ impl HnswIndex {
                 .map(|q| self.search_normalized(q, k, ef, allow))
                 .collect();
         }
-        let per_thread = rows.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = rows
-                .chunks(per_thread)
-                .map(|chunk| {
-                    scope.spawn(move || {
-                        chunk
-                            .iter()
-                            .map(|q| self.search_normalized(q, k, ef, allow))
-                            .collect::<CoreResult<Vec<_>>>()
+        // Threads take the next query from a shared counter instead of a fixed half each: on a
+        // shared machine one thread is often descheduled, and a static split would then wait
+        // for its whole half (hnswlib's ParallelFor does the same).
+        let next = AtomicUsize::new(0);
+        let out: Vec<Option<CoreResult<Vec<Hit>>>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(q) = rows.get(i) else { break };
+                            done.push((i, self.search_normalized(q, k, ef, allow)));
+                        }
+                        done
                     })
                 })
                 .collect();
-            let mut out = Vec::with_capacity(rows.len());
+            let mut out: Vec<Option<CoreResult<Vec<Hit>>>> = Vec::new();
+            out.resize_with(rows.len(), || None);
             for worker in workers {
-                out.extend(worker.join().expect("search worker panicked")?);
+                for (i, result) in worker.join().expect("search worker panicked") {
+                    out[i] = Some(result);
+                }
             }
-            Ok(out)
-        })
+            out
+        });
+        out.into_iter()
+            .map(|r| r.expect("every query was searched"))
+            .collect()
     }
 
     fn search_normalized(

@@ -111,8 +111,10 @@ impl HnswIndex {
             w.u8(g.levels[slot]);
             w.u8(u8::from(g.deleted[slot]));
         }
-        for &x in &g.vectors {
-            w.0.extend_from_slice(&x.to_le_bytes());
+        for slot in 0..g.slots() as u32 {
+            for &x in g.vector(slot) {
+                w.0.extend_from_slice(&x.to_le_bytes());
+            }
         }
         for slot in 0..g.slots() as u32 {
             for level in 0..=g.levels[slot as usize] as usize {
@@ -163,6 +165,7 @@ impl HnswIndex {
         let rng = LevelRng { state: r.u64()? };
 
         let mut graph = Graph::new(dim, m);
+        graph.reserve_exact(slots);
         let mut meta = Vec::with_capacity(slots);
         for _ in 0..slots {
             let id = r.u64()?;
