@@ -30,7 +30,10 @@ fn main() {
     order.sort_by_key(|(code, _)| std::cmp::Reverse(code.len()));
     let mut parts: Vec<(usize, Vec<&(String, String)>)> = vec![(0, Vec::new()); threads.max(1)];
     for item in order {
-        let lightest = parts.iter_mut().min_by_key(|(size, _)| *size).expect("a part");
+        let lightest = parts
+            .iter_mut()
+            .min_by_key(|(size, _)| *size)
+            .expect("a part");
         lightest.0 += item.0.len();
         lightest.1.push(item);
     }

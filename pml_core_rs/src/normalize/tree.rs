@@ -62,8 +62,8 @@ struct Walker<'a, 't> {
     frames: Vec<Frame<'t>>,
 }
 
-pub fn walk<'a, 't>(
-    tree: &'t Tree,
+pub fn walk<'a>(
+    tree: &Tree,
     code: &'a str,
     lang: Lang,
     canon: &'a mut Canonical,
