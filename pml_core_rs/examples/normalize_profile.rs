@@ -4,6 +4,8 @@
 //! parts balanced by bytes). Compare modes by CPU time under `perf stat -e task-clock`, by
 //! instruction counts under `valgrind --tool=cachegrind`, or profile one with `perf record`.
 //! Run: cargo run --release --example normalize_profile -- CORPUS MODE LANG ROUNDS [THREADS]
+//! The bench corpus as CORPUS: `.venv/bin/python -c 'import json; from benches.bench_normalize
+//! import corpus; [print(json.dumps(item)) for item in corpus(1_000_000)]' > corpus.jsonl`
 
 use std::time::Instant;
 
