@@ -129,10 +129,11 @@ impl Canonical {
             let is_bound = std::str::from_utf8(name).is_ok_and(|n| bound.contains(n));
             if is_bound {
                 let next = locals.len();
-                let index = locals.entry(name).or_insert(next).to_string();
+                let mut digits = DecimalDigits::default();
+                let index = digits.format(*locals.entry(name).or_insert(next));
                 out.extend_from_slice(&((index.len() + 1) as u32).to_le_bytes());
                 out.push(TAG_LOCAL);
-                out.extend_from_slice(index.as_bytes());
+                out.extend_from_slice(index);
             } else {
                 out.extend_from_slice(&(name.len() as u32).to_le_bytes());
                 out.extend_from_slice(name);
@@ -146,9 +147,35 @@ impl Canonical {
     }
 }
 
+/// Decimal text of a number without a heap allocation (one per variable reference otherwise).
+#[derive(Default)]
+struct DecimalDigits([u8; 20]);
+
+impl DecimalDigits {
+    fn format(&mut self, mut value: usize) -> &[u8] {
+        let mut at = self.0.len();
+        loop {
+            at -= 1;
+            self.0[at] = b'0' + (value % 10) as u8;
+            value /= 10;
+            if value == 0 {
+                return &self.0[at..];
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimal_digits_match_to_string() {
+        for value in [0, 7, 10, 99, 100, 12_345, usize::MAX] {
+            let mut digits = DecimalDigits::default();
+            assert_eq!(digits.format(value), value.to_string().as_bytes());
+        }
+    }
 
     #[test]
     fn tokens_are_unambiguous() {

@@ -4,6 +4,8 @@ use std::cell::RefCell;
 
 use tree_sitter::{Language, Parser, Tree};
 
+use super::grammar::{self, Grammar};
+
 /// A language the normalizer parses with a real grammar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lang {
@@ -27,6 +29,11 @@ impl Lang {
 
     pub fn is_python(self) -> bool {
         matches!(self, Lang::Python)
+    }
+
+    /// Lookup tables of this grammar (kind and field names by id), built once.
+    pub fn tables(self) -> &'static Grammar {
+        grammar::tables(self.slot(), || self.grammar())
     }
 
     fn grammar(self) -> Language {

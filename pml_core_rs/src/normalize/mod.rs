@@ -10,6 +10,7 @@
 mod bindings;
 mod canonical;
 mod fallback;
+mod grammar;
 mod language;
 mod literal;
 mod naming;
@@ -221,6 +222,7 @@ fn assemble(
     let mut names = naming::NameAllocator::default();
     let mut template = String::with_capacity(code.len());
     let mut params = Vec::with_capacity(extracted.params.len());
+    let mut formats = Vec::with_capacity(extracted.params.len());
     let (mut byte_at, mut char_at) = (0usize, 0usize);
     for raw in extracted.params {
         if raw.start < byte_at || raw.end > code.len() {
@@ -239,6 +241,7 @@ fn assemble(
                 .string_value
                 .as_deref()
                 .is_some_and(secrets::is_secret_value);
+        formats.push(schema::string_format(raw.string_value.as_deref(), secret));
         let name = names.allocate(&base);
         let gap = &code[byte_at..raw.start];
         template.push_str(gap);
@@ -256,7 +259,7 @@ fn assemble(
         });
     }
     template.push_str(&code[byte_at..]);
-    let schema_json = schema::infer_schema(&params);
+    let schema_json = schema::infer_schema(&params, &formats);
     Normalized {
         language,
         template,

@@ -1,38 +1,69 @@
 //! JSON Schema of a template's inputs, inferred from its parameters.
 
-use serde_json::{json, Map, Value};
-
-use super::literal::JsonType;
 use super::Param;
 
 /// `{"type":"object","properties":{"$PATH":{"type":"string","format":"path"}},...}`.
 /// Property names are the placeholder names exactly as in `Param.name`; a secret parameter is
-/// `writeOnly` so tools that render the schema know not to echo its value.
-pub fn infer_schema(params: &[Param]) -> String {
-    let mut properties = Map::new();
-    let mut required = Vec::with_capacity(params.len());
-    for param in params {
-        let mut property = Map::new();
-        property.insert("type".into(), json!(param.json_type.as_str()));
-        if param.json_type == JsonType::String && !param.secret {
-            let decoded: Option<String> = serde_json::from_str(&param.value_json).ok();
-            if let Some(format) = decoded.as_deref().and_then(format_hint) {
-                property.insert("format".into(), json!(format));
-            }
+/// `writeOnly` so tools that render the schema know not to echo its value. `formats[i]` is
+/// the `format_hint` of parameter `i`'s string value (`None` for numbers and secrets).
+///
+/// Written directly rather than through `serde_json::Value` (a tree of maps per snippet that
+/// cost more than the hash); the bytes are those serde_json wrote: compact, object keys in
+/// byte order, placeholder names unique (`NameAllocator` guarantees it).
+pub fn infer_schema(params: &[Param], formats: &[Option<&'static str>]) -> String {
+    let mut by_name: Vec<usize> = (0..params.len()).collect();
+    by_name.sort_by(|&a, &b| params[a].name.cmp(&params[b].name));
+    let mut out = String::with_capacity(64 + params.len() * 48);
+    out.push_str(r#"{"additionalProperties":false,"properties":{"#);
+    for (n, &i) in by_name.iter().enumerate() {
+        let param = &params[i];
+        if n > 0 {
+            out.push(',');
         }
+        push_json_string(&mut out, &param.name);
+        out.push_str(":{");
+        if let Some(format) = formats.get(i).copied().flatten() {
+            out.push_str(r#""format":"#);
+            push_json_string(&mut out, format);
+            out.push(',');
+        }
+        out.push_str(r#""type":"#);
+        push_json_string(&mut out, param.json_type.as_str());
         if param.secret {
-            property.insert("writeOnly".into(), json!(true));
+            out.push_str(r#","writeOnly":true"#);
         }
-        properties.insert(param.name.clone(), Value::Object(property));
-        required.push(json!(param.name));
+        out.push('}');
     }
-    let schema = json!({
-        "type": "object",
-        "properties": Value::Object(properties),
-        "required": required,
-        "additionalProperties": false,
-    });
-    schema.to_string()
+    out.push_str(r#"},"required":["#);
+    for (n, param) in params.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        push_json_string(&mut out, &param.name);
+    }
+    out.push_str(r#"],"type":"object"}"#);
+    out
+}
+
+/// The format hint a string parameter contributes to the schema (none for a secret: its
+/// value must not shape anything stored).
+pub fn string_format(value: Option<&str>, secret: bool) -> Option<&'static str> {
+    if secret {
+        return None;
+    }
+    value.and_then(format_hint)
+}
+
+/// `value` as a JSON string literal, escaped exactly as serde_json escapes it.
+fn push_json_string(out: &mut String, value: &str) {
+    if value.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(value); // nothing to escape: the common case, placeholder names
+        out.push('"');
+        return;
+    }
+    // serde_json writes a `&str` infallibly; the fallback keeps this panic-free anyway.
+    out.push_str(&serde_json::to_string(value).unwrap_or_else(|_| "\"\"".to_owned()));
 }
 
 /// A `format` hint when the value's shape shows it: `date-time`, `date`, `email`, `uri`, `path`.

@@ -2,26 +2,27 @@
 //! so this errs on the side of flagging: a false positive loses an example value, a false
 //! negative leaks a credential.
 
-/// Words of an UPPER_SNAKE context name that mark its value as a credential.
-const SECRET_WORDS: &[&str] = &[
-    "PASSWORD",
-    "PASSWD",
-    "PASSPHRASE",
-    "SECRET",
-    "TOKEN",
-    "APIKEY",
-    "CREDENTIAL",
-    "CREDENTIALS",
-    "AUTHORIZATION",
-    "AUTH",
-    "COOKIE",
-    "SESSIONID",
-    "PRIVATE_KEY",
-    "ACCESS_KEY",
-    "API_KEY",
-    "SECRET_KEY",
-    "SIGNING_KEY",
-    "CLIENT_SECRET",
+/// Words of an UPPER_SNAKE context name that mark its value as a credential, each split into
+/// its `_`-separated words (matched against the name's words).
+const SECRET_WORDS: &[&[&str]] = &[
+    &["PASSWORD"],
+    &["PASSWD"],
+    &["PASSPHRASE"],
+    &["SECRET"],
+    &["TOKEN"],
+    &["APIKEY"],
+    &["CREDENTIAL"],
+    &["CREDENTIALS"],
+    &["AUTHORIZATION"],
+    &["AUTH"],
+    &["COOKIE"],
+    &["SESSIONID"],
+    &["PRIVATE", "KEY"],
+    &["ACCESS", "KEY"],
+    &["API", "KEY"],
+    &["SECRET", "KEY"],
+    &["SIGNING", "KEY"],
+    &["CLIENT", "SECRET"],
 ];
 
 /// Well-known credential prefixes and the minimum total length that makes them a token.
@@ -58,13 +59,24 @@ const TOKEN_PREFIXES: &[(&str, usize)] = &[
 /// Whether a context name (already UPPER_SNAKE, without `$`) says its value is a credential:
 /// `password`, `apiKey`, `auth_token`, `client_secret`... but not `max_tokens` or `author`.
 pub fn is_secret_name(upper_snake: &str) -> bool {
-    let words: Vec<&str> = upper_snake.split('_').filter(|w| !w.is_empty()).collect();
-    SECRET_WORDS.iter().any(|secret| {
-        let parts: Vec<&str> = secret.split('_').collect();
-        words
-            .windows(parts.len())
-            .any(|window| window == parts.as_slice())
-    })
+    // Allocation-free: this runs for every parameter. A secret matches when the name's words,
+    // from some word on, start with the secret's words.
+    let mut from = upper_snake.split('_').filter(|w| !w.is_empty());
+    loop {
+        let here = from.clone();
+        let Some(word) = from.next() else {
+            return false;
+        };
+        let matches_here = SECRET_WORDS.iter().any(|secret| {
+            secret.first() == Some(&word) && {
+                let mut words = here.clone();
+                secret.iter().all(|part| words.next() == Some(part))
+            }
+        });
+        if matches_here {
+            return true;
+        }
+    }
 }
 
 /// Whether a string value looks like a credential by itself.

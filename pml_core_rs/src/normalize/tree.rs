@@ -4,10 +4,11 @@
 
 use std::collections::HashSet;
 
-use tree_sitter::{Node, Tree};
+use tree_sitter::{Node, Tree, TreeCursor};
 
 use super::bindings;
 use super::canonical::{self, Canonical};
+use super::grammar::Grammar;
 use super::language::Lang;
 use super::literal::{self, JsonType};
 use super::{RawParam, WalkError};
@@ -16,6 +17,8 @@ use super::{RawParam, WalkError};
 pub const TOOL_ROOTS: &[&str] = &["mcp", "tools"];
 /// Generic dispatch methods whose first (string) argument names the tool.
 pub const DISPATCH_METHODS: &[&str] = &["call", "callTool", "call_tool", "invoke"];
+/// Literal containers `context_name` looks through: their items take the container's name.
+const ARRAY_KINDS: &[&str] = &["array", "list", "tuple", "set"];
 /// Longest member chain read for a tool name (`mcp.server.tool` is 2).
 const MAX_CHAIN: usize = 8;
 
@@ -26,8 +29,10 @@ pub struct TreeResult {
 
 struct Frame<'t> {
     node: Node<'t>,
-    /// `node.kind()`, cached: tree-sitter computes it with strlen + UTF-8 check per call.
+    /// `node.kind()`, cached.
     kind: &'static str,
+    /// The node's field in its parent; only kept for arrays (`context_name` looks through
+    /// them to the field they fill), `None` otherwise.
     field: Option<&'static str>,
     /// This node's index among its parent's named, non-comment children.
     named_index: usize,
@@ -42,6 +47,10 @@ struct Frame<'t> {
 struct Walker<'a, 't> {
     code: &'a str,
     lang: Lang,
+    /// Kind and field names by id (tree-sitter's string lookups dominate the walk otherwise).
+    grammar: &'static Grammar,
+    /// One cursor reused for child scans: each `node.walk()` allocates a new one.
+    scratch: TreeCursor<'t>,
     canon: &'a mut Canonical,
     /// Names the snippet binds, gathered during the walk; resolved after it.
     bound: HashSet<&'a str>,
@@ -63,6 +72,8 @@ pub fn walk<'a>(
     let mut walker = Walker {
         code,
         lang,
+        grammar: lang.tables(),
+        scratch: tree.walk(),
         canon,
         bound: HashSet::new(),
         pending: Vec::new(),
@@ -74,8 +85,7 @@ pub fn walk<'a>(
     let mut cursor = tree.walk();
     'outer: loop {
         let node = cursor.node();
-        let field = cursor.field_name();
-        if walker.enter(node, field)? {
+        if walker.enter(node, &cursor)? {
             if walker.frames.len() > max_depth {
                 return Err(WalkError::TooDeep);
             }
@@ -115,18 +125,25 @@ impl<'a, 't> Walker<'a, 't> {
     }
 
     /// Handle entering `node`; `true` when its children must be walked (a frame was pushed).
-    fn enter(&mut self, node: Node<'t>, field: Option<&'static str>) -> Result<bool, WalkError> {
+    /// `cursor` is on `node`; its field name is read only where it matters (literals,
+    /// identifiers, arrays): the lookup walks the cursor's stack and is not free.
+    fn enter(&mut self, node: Node<'t>, cursor: &TreeCursor<'t>) -> Result<bool, WalkError> {
         if node.is_extra() {
             return Ok(false); // comments (and Python line continuations) never count
         }
-        let kind = node.kind();
+        let kind = self.grammar.kind(node);
+        let mut sites = bindings::Sites {
+            grammar: self.grammar,
+            cursor: &mut self.scratch,
+            out: &mut self.pending,
+        };
         if self.lang.is_python() {
-            bindings::python_binding_sites(node, kind, &mut self.pending);
+            sites.python(node, kind);
         } else {
-            bindings::js_binding_sites(node, kind, &mut self.pending);
+            sites.js(node, kind);
         }
-        while let Some(pattern) = self.pending.pop() {
-            bindings::collect_pattern(pattern, self.code, &mut self.bound, &mut self.pending);
+        while let Some(pattern) = sites.out.pop() {
+            sites.collect_pattern(pattern, self.code, &mut self.bound);
         }
         let mut named_index = 0;
         let position = self.canon.position();
@@ -145,11 +162,13 @@ impl<'a, 't> Walker<'a, 't> {
             }
         }
         if let Some(candidate) = self.candidate(node, kind) {
+            let field = self.grammar.field_name(cursor);
             self.literal(node, field, named_index, candidate);
             return Ok(false);
         }
         match kind {
             "identifier" => {
+                let field = self.grammar.field_name(cursor);
                 self.identifier(node, field);
                 return Ok(false);
             }
@@ -161,7 +180,7 @@ impl<'a, 't> Walker<'a, 't> {
                 self.variable(name, true);
                 return Ok(false);
             }
-            "expression_statement" if self.lang.is_python() && is_docstring(node) => {
+            "expression_statement" if self.lang.is_python() && self.is_docstring(node) => {
                 return Ok(false); // a docstring is documentation, like a comment
             }
             "call_expression" | "call" => self.call(node),
@@ -177,7 +196,10 @@ impl<'a, 't> Walker<'a, 't> {
         self.frames.push(Frame {
             node,
             kind,
-            field,
+            field: ARRAY_KINDS
+                .contains(&kind)
+                .then(|| self.grammar.field_name(cursor))
+                .flatten(),
             named_index,
             named_seen: 0,
             sorted,
@@ -200,12 +222,12 @@ impl<'a, 't> Walker<'a, 't> {
 
     /// Object literals passed as call arguments (and objects nested in them) hash with
     /// sorted keys; Python keyword arguments hash in sorted order after the positional ones.
-    fn reorders_children(&self, node: Node<'t>, kind: &str) -> bool {
-        let has_child_kind = |kinds: &[&str]| {
-            let mut cursor = node.walk();
+    fn reorders_children(&mut self, node: Node<'t>, kind: &str) -> bool {
+        let grammar = self.grammar;
+        let mut has_child_kind = |kinds: &[&str]| {
             let found = node
-                .named_children(&mut cursor)
-                .any(|c| kinds.contains(&c.kind()));
+                .named_children(&mut self.scratch)
+                .any(|c| kinds.contains(&grammar.kind(c)));
             found
         };
         match kind {
@@ -227,22 +249,23 @@ impl<'a, 't> Walker<'a, 't> {
         }
     }
 
-    fn candidate(&self, node: Node<'t>, kind: &str) -> Option<Candidate> {
+    fn candidate(&mut self, node: Node<'t>, kind: &str) -> Option<Candidate> {
         let python = self.lang.is_python();
         match kind {
             // An f-string with interpolations is code with expressions inside: walk into it.
-            "string" if python && has_child_kind(node, "interpolation") => None,
+            "string" if python && self.has_child_kind(node, "interpolation") => None,
             "string" => Some(Candidate::Str),
             "template_string" if !python => {
-                (!has_child_kind(node, "template_substitution")).then_some(Candidate::Str)
+                (!self.has_child_kind(node, "template_substitution")).then_some(Candidate::Str)
             }
             "number" if !python => Some(Candidate::Num { negative: false }),
             "integer" | "float" if python => Some(Candidate::Num { negative: false }),
             "unary_expression" | "unary_operator" => {
-                let operator = node.child_by_field_name("operator")?;
-                let argument = node.child_by_field_name("argument")?;
-                let numeric = matches!(argument.kind(), "number" | "integer" | "float");
-                (operator.kind() == "-" && numeric).then_some(Candidate::Num { negative: true })
+                let operator = self.grammar.child(node, "operator")?;
+                let argument = self.grammar.child(node, "argument")?;
+                let numeric = matches!(self.grammar.kind(argument), "number" | "integer" | "float");
+                (self.grammar.kind(operator) == "-" && numeric)
+                    .then_some(Candidate::Num { negative: true })
             }
             _ => None,
         }
@@ -296,7 +319,7 @@ impl<'a, 't> Walker<'a, 't> {
                 }
                 Candidate::Num { negative } => {
                     let digits = if negative {
-                        node.child_by_field_name("argument").map(|a| self.text(a))
+                        self.grammar.child(node, "argument").map(|a| self.text(a))
                     } else {
                         Some(text)
                     };
@@ -317,7 +340,7 @@ impl<'a, 't> Walker<'a, 't> {
         let context = self.context_name(field, named_index);
         let (value_json, string_value) = match json_type {
             JsonType::String => (
-                serde_json::Value::String(value.clone()).to_string(),
+                serde_json::to_string(&value).unwrap_or_default(),
                 Some(value),
             ),
             _ => (value, None),
@@ -374,17 +397,12 @@ impl<'a, 't> Walker<'a, 't> {
 
     /// Record the tool a call statically names, and mark tool/module name strings as code.
     fn call(&mut self, node: Node<'t>) {
-        let Some(function) = node.child_by_field_name("function") else {
+        let grammar = self.grammar;
+        let Some(function) = grammar.child(node, "function") else {
             return;
         };
-        let first_string_arg = || {
-            let args = node.child_by_field_name("arguments")?;
-            let mut cursor = args.walk();
-            let first = args.named_children(&mut cursor).find(|c| !c.is_extra())?;
-            (first.kind() == "string").then_some(first)
-        };
-        if matches!(function.kind(), "import") || self.text(function) == "require" {
-            if let Some(module) = first_string_arg() {
+        if matches!(grammar.kind(function), "import") || self.text(function) == "require" {
+            if let Some(module) = self.first_string_arg(node) {
                 self.code_literals.insert(module.start_byte());
             }
             return;
@@ -392,16 +410,15 @@ impl<'a, 't> Walker<'a, 't> {
         let mut segments: Vec<&'a str> = Vec::new();
         let mut current = function;
         loop {
-            let (object, name) = match current.kind() {
+            let (object, name) = match grammar.kind(current) {
                 "member_expression" => ("object", "property"),
                 "attribute" => ("object", "attribute"),
                 "identifier" => break,
                 _ => return,
             };
-            let (Some(next), Some(name)) = (
-                current.child_by_field_name(object),
-                current.child_by_field_name(name),
-            ) else {
+            let (Some(next), Some(name)) =
+                (grammar.child(current, object), grammar.child(current, name))
+            else {
                 return;
             };
             segments.push(self.text(name));
@@ -418,7 +435,7 @@ impl<'a, 't> Walker<'a, 't> {
             return;
         };
         let tool = if DISPATCH_METHODS.contains(&last) {
-            let Some(name_node) = first_string_arg() else {
+            let Some(name_node) = self.first_string_arg(node) else {
                 return; // a computed tool name cannot be read statically
             };
             self.code_literals.insert(name_node.start_byte());
@@ -448,7 +465,7 @@ impl<'a, 't> Walker<'a, 't> {
         let mut level = self.frames.len();
         while level > 0 {
             let frame = &self.frames[level - 1];
-            if !matches!(frame.kind, "array" | "list" | "tuple" | "set") {
+            if !ARRAY_KINDS.contains(&frame.kind) {
                 break;
             }
             field = frame.field;
@@ -457,11 +474,12 @@ impl<'a, 't> Walker<'a, 't> {
         }
         let parent = self.frames.get(level.checked_sub(1)?)?;
         let node = parent.node;
-        let field_text = |name: &str| node.child_by_field_name(name).map(|n| self.text(n));
+        let grammar = self.grammar;
+        let field_text = |name: &str| grammar.child(node, name).map(|n| self.text(n));
         match (parent.kind, field) {
             ("pair", Some("value")) => {
-                let key = node.child_by_field_name("key")?;
-                match key.kind() {
+                let key = grammar.child(node, "key")?;
+                match grammar.kind(key) {
                     "string" if self.lang.is_python() => literal::decode_py_string(self.text(key)),
                     "string" => literal::decode_js_string(self.text(key)),
                     _ => Some(self.text(key).to_owned()),
@@ -480,23 +498,25 @@ impl<'a, 't> Walker<'a, 't> {
                 | "augmented_assignment",
                 Some("right"),
             ) => {
-                let target = node.child_by_field_name("left")?;
-                match target.kind() {
+                let target = grammar.child(node, "left")?;
+                match grammar.kind(target) {
                     "identifier" => Some(self.text(target).to_owned()),
-                    "member_expression" => {
-                        field_of(target, "property").map(|n| self.text(n).to_owned())
-                    }
-                    "attribute" => field_of(target, "attribute").map(|n| self.text(n).to_owned()),
+                    "member_expression" => grammar
+                        .child(target, "property")
+                        .map(|n| self.text(n).to_owned()),
+                    "attribute" => grammar
+                        .child(target, "attribute")
+                        .map(|n| self.text(n).to_owned()),
                     _ => None,
                 }
             }
             ("arguments" | "argument_list", _) => {
                 let call = self.frames.get(level.checked_sub(2)?)?.node;
-                let function = call.child_by_field_name("function")?;
-                let callee = match function.kind() {
+                let function = grammar.child(call, "function")?;
+                let callee = match grammar.kind(function) {
                     "identifier" => function,
-                    "member_expression" => field_of(function, "property")?,
-                    "attribute" => field_of(function, "attribute")?,
+                    "member_expression" => grammar.child(function, "property")?,
+                    "attribute" => grammar.child(function, "attribute")?,
                     _ => return None,
                 };
                 Some(format!("{}_ARG{index}", self.text(callee)))
@@ -506,17 +526,29 @@ impl<'a, 't> Walker<'a, 't> {
     }
 }
 
-fn has_child_kind(node: Node<'_>, kind: &str) -> bool {
-    let mut cursor = node.walk();
-    let found = node.named_children(&mut cursor).any(|c| c.kind() == kind);
-    found
-}
+impl<'t> Walker<'_, 't> {
+    /// The first argument of a call when it is a string literal (a tool or module name).
+    fn first_string_arg(&mut self, call: Node<'t>) -> Option<Node<'t>> {
+        let args = self.grammar.child(call, "arguments")?;
+        let first = args
+            .named_children(&mut self.scratch)
+            .find(|c| !c.is_extra())?;
+        (self.grammar.kind(first) == "string").then_some(first)
+    }
 
-fn field_of<'t>(node: Node<'t>, field: &str) -> Option<Node<'t>> {
-    node.child_by_field_name(field)
-}
+    fn has_child_kind(&mut self, node: Node<'t>, kind: &str) -> bool {
+        let grammar = self.grammar;
+        let found = node
+            .named_children(&mut self.scratch)
+            .any(|c| grammar.kind(c) == kind);
+        found
+    }
 
-/// A Python expression statement that is only a string: a docstring or a no-op.
-fn is_docstring(node: Node<'_>) -> bool {
-    node.named_child_count() == 1 && node.named_child(0).is_some_and(|c| c.kind() == "string")
+    /// A Python expression statement that is only a string: a docstring or a no-op.
+    fn is_docstring(&self, node: Node<'_>) -> bool {
+        node.named_child_count() == 1
+            && node
+                .named_child(0)
+                .is_some_and(|c| self.grammar.kind(c) == "string")
+    }
 }
