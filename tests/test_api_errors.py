@@ -47,6 +47,14 @@ def test_every_bad_field_is_listed_at_once(client: PmlClient) -> None:
     assert _fields(err) == {"record.intent", "record.code", "record.language"}
 
 
+@pytest.mark.parametrize("duration", [-1.0, math.inf, math.nan])
+def test_duration_must_be_finite_and_not_negative(client: PmlClient, duration: float) -> None:
+    record = make_record("x", OK_CODE, tools=["read_file"])
+    record.duration_ms = duration
+    err = _fails(lambda: client.record(record), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"record.duration_ms"}
+
+
 def test_oversized_code_uses_the_configured_limit(start: StartServer) -> None:
     server = start(max_code_bytes=1024)
     with PmlClient(f"127.0.0.1:{server.port}") as client:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from google.protobuf import timestamp_pb2
@@ -59,8 +60,8 @@ def tool_call(
     msg: resources_pb2.ToolCall, field: str, out: Violations, limits: Limits
 ) -> model.ToolCall:
     validate.check_tool_call(out, field, msg.tool, msg.arguments_json, msg.error, limits)
-    if msg.duration_ms < 0:
-        out.add(f"{field}.duration_ms", "must not be negative")
+    if not math.isfinite(msg.duration_ms) or msg.duration_ms < 0:
+        out.add(f"{field}.duration_ms", "must be a finite number >= 0")
     return model.ToolCall(
         tool=msg.tool,
         arguments_json=msg.arguments_json or "{}",
@@ -105,8 +106,8 @@ def execution_record(
         out.add(
             f"{field}.trace", f"is {len(msg.trace)} bytes; the limit is {limits.max_trace_bytes}"
         )
-    if msg.duration_ms < 0:
-        out.add(f"{field}.duration_ms", "must not be negative")
+    if not math.isfinite(msg.duration_ms) or msg.duration_ms < 0:
+        out.add(f"{field}.duration_ms", "must be a finite number >= 0")
     embedding = validate.check_embedding(
         out, f"{field}.intent_embedding", msg.intent_embedding, embedding_dim
     )
