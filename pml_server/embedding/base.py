@@ -33,6 +33,26 @@ class Embedder(Protocol):
         """One row per text, shape (len(texts), dim)."""
 
 
+class EmbedderWrapper:
+    """Base of the wrappers that add behaviour around an Embedder (caching, coalescing): the
+    wrapped model's identity passes through unchanged."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self._inner = inner
+
+    @property
+    def model_id(self) -> str:
+        return self._inner.model_id
+
+    @property
+    def family(self) -> str:
+        return self._inner.family
+
+    @property
+    def dim(self) -> int:
+        return self._inner.dim
+
+
 def l2_normalize(matrix: Matrix) -> Matrix:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0

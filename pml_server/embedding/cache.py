@@ -8,31 +8,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pml_server.embedding.base import Embedder, Matrix, Vector
+from pml_server.embedding.base import Embedder, EmbedderWrapper, Matrix, Vector
 
 
-class CachedEmbedder:
+class CachedEmbedder(EmbedderWrapper):
     """Wraps an Embedder with a bounded LRU cache; same interface."""
 
     def __init__(self, inner: Embedder, capacity: int = 10_000) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._capacity = capacity
         self._cache: OrderedDict[tuple[str, str], Vector] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
-
-    @property
-    def model_id(self) -> str:
-        return self._inner.model_id
-
-    @property
-    def family(self) -> str:
-        return self._inner.family
-
-    @property
-    def dim(self) -> int:
-        return self._inner.dim
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         model = self._inner.model_id

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pml_server.embedding.base import Embedder, Matrix
+from pml_server.embedding.base import Embedder, EmbedderWrapper, Matrix
 
 
 @dataclass
@@ -26,31 +26,19 @@ class _Request:
     done: bool = field(default=False)
 
 
-class CoalescingEmbedder:
+class CoalescingEmbedder(EmbedderWrapper):
     """Wraps an Embedder; same interface. `slots` model runs may be in flight at once (one per
     core for a single-threaded model)."""
 
     def __init__(self, inner: Embedder, max_batch: int = 32, slots: int = 2) -> None:
         if max_batch < 1 or slots < 1:
             raise ValueError("max_batch and slots must be >= 1")
-        self._inner = inner
+        super().__init__(inner)
         self._max_batch = max_batch
         self._free = slots
         self._queue: list[_Request] = []
         self._changed = threading.Condition()
         self.runs = 0  # model calls made, for tests and stats
-
-    @property
-    def model_id(self) -> str:
-        return self._inner.model_id
-
-    @property
-    def family(self) -> str:
-        return self._inner.family
-
-    @property
-    def dim(self) -> int:
-        return self._inner.dim
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         if not texts:

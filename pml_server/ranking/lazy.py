@@ -20,14 +20,8 @@ from pml_server.ranking.candidate import Candidate
 from pml_server.ranking.config import RankingConfig
 from pml_server.ranking.filters import first_failed_rule
 from pml_server.ranking.rank import rank_scored, resolve_settings
-from pml_server.ranking.scoring import score
-from pml_server.ranking.signals import (
-    clamp_unit,
-    fuse_match,
-    normalize_lexical,
-    success_estimate,
-    usage_factor,
-)
+from pml_server.ranking.scoring import relevance, score
+from pml_server.ranking.signals import success_estimate, usage_factor
 
 
 @dataclass(frozen=True)
@@ -42,8 +36,7 @@ class Retrieval:
 
 def match_bound(retrieval: Retrieval, config: RankingConfig) -> float:
     """The match `score` will give the candidate, an upper bound of its total."""
-    lexical = normalize_lexical(retrieval.lexical, config)
-    return fuse_match(clamp_unit(retrieval.semantic), lexical, config)
+    return relevance(retrieval.semantic, retrieval.lexical, config)[2]
 
 
 def score_ceiling(max_successes: int, max_usage: int, config: RankingConfig) -> float:

@@ -21,11 +21,19 @@ from pml_server.ranking.signals import (
 )
 
 
+def relevance(
+    semantic_cosine: float, lexical_bm25: float, config: RankingConfig
+) -> tuple[float, float, float]:
+    """(semantic, lexical, match) from the two retrieval signals: the one place the match is
+    computed, so `score` and the bound `ranking.lazy` reads candidates by always agree."""
+    semantic = clamp_unit(semantic_cosine)
+    lexical = normalize_lexical(lexical_bm25, config)
+    return semantic, lexical, fuse_match(semantic, lexical, config)
+
+
 def score(candidate: Candidate, config: RankingConfig, now_ms: int) -> ScoreParts:
     pattern = candidate.pattern
-    lexical = normalize_lexical(candidate.lexical, config)
-    semantic = clamp_unit(candidate.semantic)
-    match = fuse_match(semantic, lexical, config)
+    semantic, lexical, match = relevance(candidate.semantic, candidate.lexical, config)
     success = success_estimate(pattern.success_count, pattern.failure_count, config)
     usage = usage_factor(pattern.usage_count, config)
     recency = recency_factor(pattern.last_used_ms, now_ms, config)
