@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from pml_server.capture.records import PatternCounters, PatternRecord
+from pml_server.capture.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.capture.views import pattern_view
 from pml_server.domain.model import SuggestResult
 from pml_server.embedding.base import Vector
@@ -26,6 +26,8 @@ class Retrieved:
     repo: Repository
     tenant: str
     retrievals: list[Retrieval]
+    # the intent ids the index held for each retrieved pattern (what `complete` reads)
+    intent_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # what each loaded candidate was built from, so `complete` shows the counters rank saw
     sources: dict[str, tuple[PatternRecord, PatternCounters]] = field(default_factory=dict)
 
@@ -53,11 +55,19 @@ class Retrieved:
     def complete(self, result: SuggestResult) -> SuggestResult:
         """`result` with each suggestion's full view (its intent mappings included). A pattern
         deleted since retrieval is dropped rather than shown without its intents."""
+        wanted = [
+            (s.pattern.id, intent_id)
+            for s in result.suggestions
+            for intent_id in self.intent_ids.get(s.pattern.id, ())
+        ]
+        found: dict[str, list[IntentRecord]] = {}
+        for intent in self.repo.intents_by_id(self.tenant, wanted):
+            if intent is not None:  # None: removed since the index answered
+                found.setdefault(intent.pattern_id, []).append(intent)
         suggestions = []
         for suggestion in result.suggestions:
             record, counters = self.sources[suggestion.pattern.id]
-            intents = self.repo.intents(self.tenant, record.id)
-            if intents:
+            if intents := found.get(record.id):
                 view = pattern_view(record, counters, intents)
                 suggestions.append(replace(suggestion, pattern=view))
         return replace(result, suggestions=tuple(suggestions))
@@ -71,22 +81,23 @@ def retrieve(
     text: str,
     limit: int,
 ) -> Retrieved:
-    lexical: dict[str, float] = {}
-    patterns: set[str] = set()
-    for intent_id, _ in index.semantic(vector, limit):
-        if (pattern_id := index.pattern_of.get(intent_id)) is not None:
-            patterns.add(pattern_id)
-    for pattern_id, score in index.lexical_hits(text, limit):
-        patterns.add(pattern_id)
-        lexical[pattern_id] = score
-    intents_of = {p: tuple(index.intents_of.get(p, ())) for p in sorted(patterns)}
-    # exact cosine over every intent of each pattern: the ANN returns only some of them, and a
-    # lexical-only hit has none
-    exact = index.exact_scores(vector, [i for ids in intents_of.values() for i in ids])
+    semantic_hits = index.semantic(vector, limit)
+    lexical = dict(index.lexical_hits(text, limit))
+    pattern_of = index.pattern_of
+    patterns = {p for i, _ in semantic_hits if (p := pattern_of.get(i)) is not None}
+    patterns.update(lexical)
+    # tuple() copies each set in one C call, safe against a concurrent capture adding to it
+    intents_of = {p: tuple(index.intents_of.get(p, ())) for p in patterns}
+    # The best cosine over every intent of each pattern: the ANN returns only some of them,
+    # with exact scores; the others (a lexical-only hit has none) are scored exactly in one call.
+    cosine = dict(semantic_hits)
+    unscored = [i for ids in intents_of.values() for i in ids if i not in cosine]
+    if unscored:
+        cosine.update(index.exact_scores(vector, unscored))
     retrievals = []
     for pattern_id, intent_ids in intents_of.items():
-        scores = [exact[i] for i in intent_ids if i in exact]
+        scores = [cosine[i] for i in intent_ids if i in cosine]
         if scores:  # none: deleted since the index answered
             semantic = max(0.0, max(scores))
             retrievals.append(Retrieval(pattern_id, semantic, lexical.get(pattern_id, 0.0)))
-    return Retrieved(repo, tenant, retrievals)
+    return Retrieved(repo, tenant, retrievals, intents_of)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from pml_server.ranking import (
     score_ceiling,
 )
 from pml_server.ranking import score as score_of
+from pml_server.ranking.scoring import match_array, relevance
 from tests.test_ranking_properties import TOOLS
 from tests.test_ranking_support import NOW_MS, candidate, pattern
 
@@ -141,3 +143,22 @@ def test_patterns_deleted_before_loading_are_skipped() -> None:
     present = CountingLoader(pool[1:])  # p0 vanished between retrieval and loading
     lazy = rank_lazily(SuggestQuery("q", k=3), _retrievals(pool), present, CONFIG, NOW_MS)
     assert [s.pattern.id for s in lazy.suggestions] == ["p1", "p2"]
+
+
+_SIGNAL = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(min_value=-0.5, max_value=40.0),
+)
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.lists(st.tuples(_SIGNAL, _SIGNAL), min_size=1, max_size=20))
+def test_the_vectorized_bounds_equal_the_scalar_match_exactly(
+    signals: list[tuple[float, float]],
+) -> None:
+    """rank_lazily orders candidates by `match_array`; the proof needs each value to be the very
+    match `score` gives (equality, not closeness), NaN and infinities included."""
+    semantic = np.array([s for s, _ in signals], dtype=np.float64)
+    lexical = np.array([lex for _, lex in signals], dtype=np.float64)
+    vectorized = match_array(semantic, lexical, CONFIG).tolist()
+    assert vectorized == [relevance(s, lex, CONFIG)[2] for s, lex in signals]

@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from pml_server.domain.model import ScoreParts, SuggestQuery, SuggestResult
 from pml_server.ranking.candidate import Candidate
 from pml_server.ranking.config import RankingConfig
 from pml_server.ranking.filters import first_failed_rule
 from pml_server.ranking.rank import rank_scored, resolve_settings
-from pml_server.ranking.scoring import relevance, score
+from pml_server.ranking.scoring import match_array, relevance, score
 from pml_server.ranking.signals import success_estimate, usage_factor
 
 
@@ -49,6 +51,10 @@ def score_ceiling(max_successes: int, max_usage: int, config: RankingConfig) -> 
     return min(1.0, success * usage_factor(max(max_usage, 0), config) * (1.0 + 1e-9))
 
 
+def _best_first(item: tuple[float, Retrieval]) -> tuple[float, str]:
+    return -item[0], item[1].pattern_id
+
+
 Loader = Callable[[Sequence[Retrieval]], list[Candidate]]
 
 
@@ -67,8 +73,13 @@ def rank_lazily(
     does). `load` returns the candidates of the patterns that still exist (a deleted one is
     skipped)."""
     settings = resolve_settings(query, config)
-    bounded = [(match_bound(r, config), r) for r in retrieved]
-    ordered = sorted(bounded, key=lambda item: (-item[0], item[1].pattern_id))
+    # every bound at once: the same float operations as `match_bound`, one numpy pass
+    bounds = match_array(
+        np.fromiter((r.semantic for r in retrieved), np.float64, len(retrieved)),
+        np.fromiter((r.lexical for r in retrieved), np.float64, len(retrieved)),
+        config,
+    ).tolist()
+    ordered = sorted(zip(bounds, retrieved, strict=True), key=_best_first)
     step = max(batch, 2 * query.k)
     loaded: dict[str, tuple[Candidate, ScoreParts]] = {}
     best_total: dict[str, float] = {}  # capability -> best total among its passing candidates

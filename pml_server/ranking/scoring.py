@@ -8,6 +8,9 @@ that none is negative, so the total is monotone in each part.
 
 from __future__ import annotations
 
+import numpy as np
+from numpy.typing import NDArray
+
 from pml_server.domain.model import ScoreParts
 from pml_server.ranking.candidate import Candidate
 from pml_server.ranking.config import RankingConfig
@@ -29,6 +32,20 @@ def relevance(
     semantic = clamp_unit(semantic_cosine)
     lexical = normalize_lexical(lexical_bm25, config)
     return semantic, lexical, fuse_match(semantic, lexical, config)
+
+
+def match_array(
+    semantic_cosine: NDArray[np.float64], lexical_bm25: NDArray[np.float64], config: RankingConfig
+) -> NDArray[np.float64]:
+    """`relevance(...)[2]` of many candidates at once: the same IEEE operations in the same
+    order, element by element, so each value equals the scalar one exactly."""
+    with np.errstate(invalid="ignore"):  # inf / inf is NaN here as in Python, then zeroed
+        semantic = np.where(np.isfinite(semantic_cosine), np.clip(semantic_cosine, 0.0, 1.0), 0.0)
+        positive = lexical_bm25 > 0.0  # also False for NaN, as in normalize_lexical
+        safe = np.where(positive, lexical_bm25, 1.0)
+        lexical = np.where(positive, safe / (safe + config.lexical_half_score), 0.0)
+        lexical = np.where(np.isfinite(lexical), np.clip(lexical, 0.0, 1.0), 0.0)
+    return 1.0 - (1.0 - config.semantic_weight * semantic) * (1.0 - config.lexical_weight * lexical)
 
 
 def score(candidate: Candidate, config: RankingConfig, now_ms: int) -> ScoreParts:
