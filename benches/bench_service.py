@@ -2,10 +2,12 @@
 load-client process (benches/service_load.py), against ceilings measured in the same run.
 
 Ceilings: (a) a null servicer of the same proto on the same gRPC settings (service_server.py
-`null`); (b) the default model (MiniLM) embedding the same query texts in-process, one text per
-call (the best of 1 and 8 threads). Stores of 10k and 100k intents (100k and 1M with --large)
-are filled in-process with client vectors before the server starts; startup is measured from
-process start to health SERVING, memory as the server's resident set at SERVING.
+`null`), and our own API layer over an engine whose Suggest answer is precomputed (`canned`):
+the share of the gap to (a) that is not the engine's work; (b) the default model (MiniLM)
+embedding the same query texts in-process, one text per call (the best of 1 and 8 threads).
+Stores of 10k and 100k intents (100k and 1M with --large) are filled in-process with client
+vectors before the server starts; startup is measured from process start to health SERVING,
+memory as the server's resident set at SERVING.
 """
 
 from __future__ import annotations
@@ -151,6 +153,10 @@ def run_plan(plan: Plan) -> list[Row]:
                     srv.target, "stream", mid, plan, "text", offsets.take(plan)
                 )
         vector_suggest_small = ours
+        # our API layer over an engine whose answer is precomputed: what is left for the engine
+        with harness.server("canned", str(vec_small)) as srv:
+            canned = _suggest_sweep(srv.target, plan, "vector")
+        rows += _canned_rows(canned, null, ours)
         rows += _capture_rows(
             "client vectors", record_vec, stream_vec, null_record, null_stream, mid
         )
@@ -190,6 +196,37 @@ def run_plan(plan: Plan) -> list[Row]:
                 "req/s",
                 vector_suggest_small[mid]["qps"],
                 f"{small} intents",
+            )
+        )
+    return rows
+
+
+def _canned_rows(
+    canned: dict[int, dict[str, float]],
+    null: dict[int, dict[str, float]],
+    ours: dict[int, dict[str, float]],
+) -> list[Row]:
+    rows = []
+    for c, result in canned.items():
+        rows.append(
+            Row(
+                SUITE,
+                f"Suggest QPS, API layer alone (answer precomputed), {c} callers",
+                result["qps"],
+                "req/s",
+                null[c]["qps"],
+                f"null servicer, {c} callers",
+                extra={"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"]},
+            )
+        )
+        rows.append(
+            Row(
+                SUITE,
+                f"Suggest QPS, client vectors vs API layer alone, {c} callers",
+                ours[c]["qps"],
+                "req/s",
+                result["qps"],
+                "API layer alone (answer precomputed)",
             )
         )
     return rows

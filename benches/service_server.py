@@ -3,12 +3,16 @@
     python -m benches.service_server populate DATA_DIR COUNT EMBEDDER (vectors|text)
     python -m benches.service_server serve DATA_DIR EMBEDDER DURABILITY
     python -m benches.service_server null
+    python -m benches.service_server canned DATA_DIR
 
 `populate` fills a store in-process (fast durability, client vectors or the embedder), so the
 Suggest runs start from 10k or 100k intents without paying for capture over gRPC. `serve` is
 `pml serve` (the real `start_server`, the real engine) on a free loopback port; `null` is the
-ceiling: a servicer of the same proto on the same gRPC server settings that does no work. Both
-print `PORT <n>` once bound and stop on SIGTERM.
+ceiling: a servicer of the same proto on the same gRPC server settings that does no work.
+`canned` is our whole API layer (the real `start_server`: interceptor, auth, quotas, request
+validation, proto conversion) over an engine that answers every Suggest with one real answer
+computed at start: the cost of everything but the engine's work. All print `PORT <n>` once bound
+and stop on SIGTERM.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.api.server import _options, start_server
 from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig, ServerConfig
-from pml_server.domain.model import ExecutionRecord, ToolCall
+from pml_server.domain.model import ExecutionRecord, SuggestQuery, SuggestResult, ToolCall
 from pml_server.engine import Engine
 
 TENANT = "default"
@@ -89,6 +93,40 @@ def serve(data_dir: Path, embedder: str, durability: str) -> None:
     running.stop(grace=5.0)
 
 
+class CannedEngine:
+    """The real engine, except that Suggest returns an answer computed once (the API layer's
+    ceiling); whatever else the server asks is answered by the real engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        vector = work.query_vectors(1)[0]
+        self.answer = engine.suggest(
+            TENANT, SuggestQuery(work.query_text(0), k=5, intent_embedding=tuple(vector.tolist()))
+        )
+
+    def suggest(self, tenant: str, query: SuggestQuery) -> SuggestResult:
+        return self.answer
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._engine, name)
+
+
+def serve_canned(data_dir: Path) -> None:
+    config = ServerConfig(listen="127.0.0.1:0", data_dir=data_dir, durability="fast")
+    engine = Engine.open(
+        EngineConfig(data_dir=data_dir, embedder="minilm", durability="fast"), normalizer=normalize
+    )
+    if not engine.wait_ready(600):
+        raise RuntimeError("engine index did not become ready")
+    canned = CannedEngine(engine)
+    if len(canned.answer.suggestions) < 5:
+        raise RuntimeError("the canned answer should hold five suggestions")
+    running = start_server(config, canned)  # type: ignore[arg-type]
+    print(f"PORT {running.port}", flush=True)
+    _wait_for_sigterm()
+    running.stop(grace=5.0)
+
+
 class NullServicer(pml_pb2_grpc.PmlServiceServicer):
     """Answers without doing anything: the cost of gRPC and protobuf alone."""
 
@@ -139,6 +177,8 @@ def main(argv: list[str]) -> None:
         serve(Path(argv[1]), argv[2], argv[3])
     elif command == "null":
         serve_null()
+    elif command == "canned":
+        serve_canned(Path(argv[1]))
     else:
         raise SystemExit(f"unknown command {command!r}")
 

@@ -42,9 +42,14 @@ def _ms(ts: timestamp_pb2.Timestamp) -> int:
 
 def _ts(ms: int) -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
+    _set_ts(ts, ms)
+    return ts
+
+
+def _set_ts(ts: timestamp_pb2.Timestamp, ms: int) -> None:
+    """`ts` set to `ms` since the epoch; 0 (never) leaves it unset, as before."""
     if ms:
         ts.FromMilliseconds(ms)
-    return ts
 
 
 def _status(
@@ -180,40 +185,38 @@ def capture_result(result: model.CaptureResult) -> resources_pb2.CaptureResult:
 
 
 def pattern(view: model.PatternView) -> resources_pb2.Pattern:
-    return resources_pb2.Pattern(
-        name=name(PATTERNS, view.id),
-        code_hash=view.code_hash,
-        template=view.template,
-        original_code=view.original_code,
-        language=view.language,
-        tools_used=list(view.tools_used),
-        parameters=[
-            resources_pb2.Parameter(
-                name=p.name,
-                json_type=p.json_type,
-                secret=p.secret,
-                recent_values_json=list(p.recent_values_json),
-            )
-            for p in view.params
-        ],
-        parameter_schema_json=view.parameter_schema_json,
-        usage_count=view.usage_count,
-        success_count=view.success_count,
-        failure_count=view.failure_count,
-        create_time=_ts(view.first_seen_ms),
-        last_used_time=_ts(view.last_used_ms),
-        mean_duration_ms=view.mean_duration_ms,
-        capability=name(CAPABILITIES, view.capability_id),
-        intents=[
-            resources_pb2.Intent(
-                id=i.id, text=i.text, hit_count=i.hit_count, last_seen_time=_ts(i.last_seen_ms)
-            )
-            for i in view.intents
-        ],
-        flagged_for_removal=view.flagged_for_removal,
-        superseded_by=name(PATTERNS, view.superseded_by),
-        tool_mismatch_count=view.tool_mismatch_count,
-    )
+    out = resources_pb2.Pattern()
+    fill_pattern(out, view)
+    return out
+
+
+def fill_pattern(out: resources_pb2.Pattern, view: model.PatternView) -> None:
+    """Write `view` into `out` in place. Building nested messages bottom-up and passing them as
+    constructor arguments copies each one into its parent; filling the parent's own fields does
+    not (a Suggest answer cost a few times more the other way)."""
+    out.name = name(PATTERNS, view.id)
+    out.code_hash = view.code_hash
+    out.template = view.template
+    out.original_code = view.original_code
+    out.language = view.language
+    out.tools_used.extend(view.tools_used)
+    for p in view.params:
+        param = out.parameters.add(name=p.name, json_type=p.json_type, secret=p.secret)
+        param.recent_values_json.extend(p.recent_values_json)
+    out.parameter_schema_json = view.parameter_schema_json
+    out.usage_count = view.usage_count
+    out.success_count = view.success_count
+    out.failure_count = view.failure_count
+    _set_ts(out.create_time, view.first_seen_ms)
+    _set_ts(out.last_used_time, view.last_used_ms)
+    out.mean_duration_ms = view.mean_duration_ms
+    out.capability = name(CAPABILITIES, view.capability_id)
+    for i in view.intents:
+        intent = out.intents.add(id=i.id, text=i.text, hit_count=i.hit_count)
+        _set_ts(intent.last_seen_time, i.last_seen_ms)
+    out.flagged_for_removal = view.flagged_for_removal
+    out.superseded_by = name(PATTERNS, view.superseded_by)
+    out.tool_mismatch_count = view.tool_mismatch_count
 
 
 def capability(view: model.CapabilityView) -> resources_pb2.Capability:
@@ -231,38 +234,37 @@ def capability(view: model.CapabilityView) -> resources_pb2.Capability:
 
 
 def score(parts: model.ScoreParts) -> resources_pb2.ScoreParts:
-    return resources_pb2.ScoreParts(
-        match=parts.match,
-        semantic=parts.semantic,
-        lexical=parts.lexical,
-        success_estimate=parts.success_estimate,
-        usage=parts.usage,
-        recency=parts.recency,
-        superseded_penalty=parts.superseded_penalty,
-        total=parts.total,
-    )
+    out = resources_pb2.ScoreParts()
+    _fill_score(out, parts)
+    return out
+
+
+def _fill_score(out: resources_pb2.ScoreParts, parts: model.ScoreParts) -> None:
+    out.match = parts.match
+    out.semantic = parts.semantic
+    out.lexical = parts.lexical
+    out.success_estimate = parts.success_estimate
+    out.usage = parts.usage
+    out.recency = parts.recency
+    out.superseded_penalty = parts.superseded_penalty
+    out.total = parts.total
 
 
 def suggest_response(result: model.SuggestResult) -> pml_pb2.SuggestResponse:
-    reply = pml_pb2.SuggestResponse(
-        suggestions=[
-            resources_pb2.Suggestion(
-                capability=name(CAPABILITIES, s.capability_id),
-                pattern=pattern(s.pattern),
-                score=score(s.score),
-            )
-            for s in result.suggestions
-        ]
-    )
+    reply = pml_pb2.SuggestResponse()
+    for s in result.suggestions:
+        item = reply.suggestions.add(capability=name(CAPABILITIES, s.capability_id))
+        fill_pattern(item.pattern, s.pattern)
+        _fill_score(item.score, s.score)
     for f in result.filtered:
-        item = reply.filtered.add(
+        filtered = reply.filtered.add(
             capability=name(CAPABILITIES, f.capability_id),
             pattern=name(PATTERNS, f.pattern_id),
             rule=f.rule,
             detail=f.detail,
         )
         if f.score is not None:
-            item.score.CopyFrom(score(f.score))
+            _fill_score(filtered.score, f.score)
     return reply
 
 
