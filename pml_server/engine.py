@@ -221,6 +221,10 @@ class Engine:
             )
             # Nothing writes before ready: snapshot now so the next start replays nothing.
             self._write_snapshots(trim_oplog=True)
+            for tenant in self._indexes:
+                # Read every counter once now rather than in some tenant's first Suggest (at
+                # 100k patterns that call took seconds, and held up the calls behind it).
+                self._repo.counter_ceilings(tenant)
             self._ready.set()
         except BaseException as error:  # reported by wait_ready; is_ready stays False
             self._load_error = error

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from pml_server.capture.records import PatternCounters
+from pml_server.domain.model import SuggestQuery
 from pml_server.storage import Store
+from pml_server.storage.keys import CF_COUNTERS
 from pml_server.storage.repo import Repository
+from tests.engine_support import make_record, open_engine
 
 
 def _stored_maxima(repo: Repository, tenant: str, ids: list[str]) -> tuple[int, int]:
@@ -52,3 +58,27 @@ def test_a_write_built_before_the_first_scan_is_not_missed(tmp_path: Path) -> No
     store.write([op])
     assert repo.counter_ceilings("t") == (39, 40)
     store.close()
+
+
+def test_an_opened_engine_has_read_the_ceilings_before_it_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The counter scan runs while the engine loads, not inside some tenant's first Suggest:
+    once ready, Suggest reads no counters row by row."""
+    engine = open_engine(tmp_path)
+    for i in range(3):
+        engine.record("t", make_record(f"r{i}", f"read file {i}", ["read_file", f"tool_{i}"]))
+    engine.close()
+    reopened = open_engine(tmp_path)
+    scanned: list[str] = []
+    original = Store.scan
+
+    def tracking_scan(self: Store, cf: str, prefix: bytes, **kwargs: Any) -> Any:
+        scanned.append(cf)
+        return original(self, cf, prefix, **kwargs)
+
+    monkeypatch.setattr(Store, "scan", tracking_scan)
+    result = reopened.suggest("t", SuggestQuery("read file", k=3))
+    assert result.suggestions
+    assert CF_COUNTERS not in scanned
+    reopened.close()
