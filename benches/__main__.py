@@ -1,7 +1,8 @@
 """`make bench`: run every `benches/bench_*.py` suite, print one table, write results.
 
 A suite is a module with `run(large: bool) -> list[Row]`. Results go to
-`benches/results/latest.json` and `latest.md` with the machine and git commit.
+`benches/results/latest.json` and `latest.md` with the machine and git commit (`large.*` with
+--large, `quick.*` with --quick).
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def _write(
         "suite_seconds": seconds,
         "failed_suites": failed,
     }
-    stem = "quick" if args.quick else "latest"  # a --quick run never replaces real results
+    # a --quick run never replaces real results, nor a --large run the standard ones
+    stem = "quick" if args.quick else "large" if args.large else "latest"
     (out / f"{stem}.json").write_text(
         json.dumps({"machine": machine, "rows": [r.as_dict() for r in rows]}, indent=2)
     )
