@@ -61,7 +61,7 @@ class Retrieved:
             for intent_id in self.intent_ids.get(s.pattern.id, ())
         ]
         found: dict[str, list[IntentRecord]] = {}
-        for intent in self.repo.intents_by_id(self.tenant, wanted):
+        for intent in self.repo.intent_views_by_id(self.tenant, wanted):
             if intent is not None:  # None: removed since the index answered
                 found.setdefault(intent.pattern_id, []).append(intent)
         suggestions = []

@@ -13,7 +13,7 @@ With `explain` every candidate is loaded, since the answer lists all of them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,10 +26,10 @@ from pml_server.ranking.scoring import match_array, relevance, score
 from pml_server.ranking.signals import success_estimate, usage_factor
 
 
-@dataclass(frozen=True)
-class Retrieval:
+class Retrieval(NamedTuple):
     """What the indexes know about a pattern before it is read: its two relevance signals,
-    with the meaning of `Candidate.semantic` and `Candidate.lexical`."""
+    with the meaning of `Candidate.semantic` and `Candidate.lexical`. (A named tuple: Suggest
+    makes one per retrieved pattern, and a frozen dataclass costs several times more to build.)"""
 
     pattern_id: str
     semantic: float

@@ -8,8 +8,11 @@ a bytes object's hash, and a dict compares identity first.
 from __future__ import annotations
 
 import functools
+import json
 
-from pml_server.capture.records import PatternCounters, PatternRecord
+import numpy as np
+
+from pml_server.capture.records import IntentRecord, PatternCounters, PatternRecord
 
 DECODE_CACHE_SIZE = 16_384
 # Records above this size (templates go up to 256 KiB) are decoded every time: they are rare,
@@ -40,3 +43,17 @@ def decode_counters_shared(raw: bytes) -> PatternCounters:
     if len(raw) > DECODE_CACHE_MAX_BYTES:
         return PatternCounters.from_json(raw)
     return _counters(raw)
+
+
+_NO_VECTOR = np.zeros(0, dtype=np.float32)
+_NO_VECTOR.flags.writeable = False
+
+
+@functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
+def decode_intent_for_view(raw: bytes) -> IntentRecord:
+    """An intent record without its vector (an empty array): what a view shows, for less than
+    half the cost of `IntentRecord.from_json`, which decodes the base64 vector too. Shared
+    between callers like the other decoded records (frozen)."""
+    data = json.loads(raw)
+    data.pop("vector", None)
+    return IntentRecord(vector=_NO_VECTOR, **data)

@@ -21,7 +21,11 @@ from pml_server.capture.records import (
     TenantStats,
     decode_intent,
 )
-from pml_server.storage.decoded import decode_counters_shared, decode_pattern
+from pml_server.storage.decoded import (
+    decode_counters_shared,
+    decode_intent_for_view,
+    decode_pattern,
+)
 from pml_server.storage.keys import (
     CF_AUDIT,
     CF_CAP_BY_TOOLS,
@@ -177,14 +181,14 @@ class Repository:
         rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""))
         return [decode_intent(v) for _, v in rows]
 
-    def intents_by_id(
+    def intent_views_by_id(
         self, tenant: str, wanted: Sequence[tuple[str, int]]
     ) -> list[IntentRecord | None]:
-        """The intents named by (pattern id, intent id), in order, None where gone: one
-        multi-get instead of a prefix scan per pattern."""
+        """The intents named by (pattern id, intent id), in order, None where gone, without
+        their vectors (for views): one multi-get instead of a prefix scan per pattern."""
         keys = [tenant_key(tenant, pattern_id, u64(intent_id)) for pattern_id, intent_id in wanted]
         return [
-            None if raw is None else decode_intent(raw)
+            None if raw is None else decode_intent_for_view(raw)
             for raw in self.store.get_many(CF_INTENTS, keys)
         ]
 
