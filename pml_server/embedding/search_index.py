@@ -52,16 +52,31 @@ class TenantSearchIndex:
             if not self.ann.contains(intent.id):
                 ids = np.array([intent.id], dtype=np.uint64)
                 self.ann.add(ids, intent.vector.reshape(1, -1).astype(np.float32))
-            if intent.id in self._lexical_text:
-                return  # replayed: already indexed (an intent never changes pattern)
-            pattern_id = intent.pattern_id
-            if pattern_id not in self.intents_of:
-                self._pattern_tools[pattern_id] = " ".join(tools)
-                self.lexical.add_terms(pattern_id, self._pattern_tools[pattern_id])
-            self.intents_of.setdefault(pattern_id, set()).add(intent.id)
-            self.lexical.add_terms(pattern_id, intent.text)
-            self._lexical_text[intent.id] = intent.text
-            self.pattern_of[intent.id] = pattern_id
+            self._add_lexical_locked(intent, tools)
+
+    def add_many(self, adds: Sequence[tuple[IntentRecord, Sequence[str]]]) -> None:
+        """`add` for each, in order, with one vector index call for all the new vectors (the
+        Rust index then inserts them with the GIL released, once)."""
+        with self._write_lock:
+            fresh = {i.id: i for i, _ in adds if not self.ann.contains(i.id)}
+            if fresh:
+                ids = np.fromiter(fresh, dtype=np.uint64, count=len(fresh))
+                rows = np.stack([i.vector for i in fresh.values()]).astype(np.float32)
+                self.ann.add(ids, rows)
+            for intent, tools in adds:
+                self._add_lexical_locked(intent, tools)
+
+    def _add_lexical_locked(self, intent: IntentRecord, tools: Sequence[str]) -> None:
+        if intent.id in self._lexical_text:
+            return  # replayed: already indexed (an intent never changes pattern)
+        pattern_id = intent.pattern_id
+        if pattern_id not in self.intents_of:
+            self._pattern_tools[pattern_id] = " ".join(tools)
+            self.lexical.add_terms(pattern_id, self._pattern_tools[pattern_id])
+        self.intents_of.setdefault(pattern_id, set()).add(intent.id)
+        self.lexical.add_terms(pattern_id, intent.text)
+        self._lexical_text[intent.id] = intent.text
+        self.pattern_of[intent.id] = pattern_id
 
     def remove(self, intent_ids: Sequence[int]) -> None:
         with self._write_lock:
