@@ -22,6 +22,10 @@ from pml_server.embedding.index import (
 )
 from pml_server.ranking import LexicalIndex
 
+# Threads inserting a batch of new vectors (the machine this is tuned for has two cores; the
+# graph is the same whatever the number, see pml_core_rs/src/index/batch_insert.rs).
+INSERT_THREADS = 2
+
 
 class TenantSearchIndex:
     def __init__(self, kind: str, dim: int, ann: AnnIndex | None = None) -> None:
@@ -55,14 +59,14 @@ class TenantSearchIndex:
             self._add_lexical_locked(intent, tools)
 
     def add_many(self, adds: Sequence[tuple[IntentRecord, Sequence[str]]]) -> None:
-        """`add` for each, in order, with one vector index call for all the new vectors (the
-        Rust index then inserts them with the GIL released, once)."""
+        """`add` for each, in order, with one vector index call for all the new vectors: the
+        Rust index runs the batch's searches on `INSERT_THREADS` threads, GIL released."""
         with self._write_lock:
             fresh = {i.id: i for i, _ in adds if not self.ann.contains(i.id)}
             if fresh:
                 ids = np.fromiter(fresh, dtype=np.uint64, count=len(fresh))
                 rows = np.stack([i.vector for i in fresh.values()]).astype(np.float32)
-                self.ann.add(ids, rows)
+                self.ann.add(ids, rows, threads=INSERT_THREADS)
             for intent, tools in adds:
                 self._add_lexical_locked(intent, tools)
 
