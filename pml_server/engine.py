@@ -454,12 +454,14 @@ class Engine:
         first_of: dict[str, int] = {}  # request id -> the record of the batch that applies it
         needs_text_vector = []
         for i, record in enumerate(records):
-            if outcomes[i] is not None:
+            if outcomes[i] is not None or record.request_id in first_of:
                 continue
-            if record.request_id not in first_of:
-                first_of[record.request_id] = i
-                if vectors[i] is None and run_succeeded(record):
-                    needs_text_vector.append(i)
+            first_of[record.request_id] = i
+            prior = self._repo.request_result(tenant, record.request_id)
+            if prior is not None:  # applied before this batch: its first answer, as `record`
+                outcomes[i] = decode_result(prior)
+            elif vectors[i] is None and run_succeeded(record):
+                needs_text_vector.append(i)
         self._embed_batch(records, needs_text_vector, vectors, outcomes)
         tickets: list[tuple[int, WriteTicket]] = []
         ticket_of: dict[int, WriteTicket] = {}
@@ -484,9 +486,8 @@ class Engine:
                 except Exception as error:  # refuses this record alone, as `record` would
                     outcomes[i] = error
                     continue
-                if ticket is not None:
-                    ticket_of[i] = ticket
-                    tickets.append((i, ticket))
+                ticket_of[i] = ticket
+                tickets.append((i, ticket))
             self._apply_staged_adds(tenant)
         finally:
             self._staged_adds.adds = None
@@ -514,11 +515,8 @@ class Engine:
 
     def _capture_one_locked(
         self, tenant: str, record: ExecutionRecord, vector: Vector | None
-    ) -> tuple[CaptureResult, WriteTicket | None]:
-        """`record` after validation and embedding, its request id already locked."""
-        prior = self._repo.request_result(tenant, record.request_id)
-        if prior is not None:
-            return decode_result(prior), None
+    ) -> tuple[CaptureResult, WriteTicket]:
+        """`record` after validation, embedding and the replay check, its request id locked."""
         normalized = self._normalize(record)
         with contextlib.ExitStack() as held:
             held.enter_context(self._pattern_locks.lock_for(tenant, normalized.code_hash))

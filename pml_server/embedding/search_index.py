@@ -74,11 +74,14 @@ class TenantSearchIndex:
         if intent.id in self._lexical_text:
             return  # replayed: already indexed (an intent never changes pattern)
         pattern_id = intent.pattern_id
+        words = intent.text
         if pattern_id not in self.intents_of:
             self._pattern_tools[pattern_id] = " ".join(tools)
-            self.lexical.add_terms(pattern_id, self._pattern_tools[pattern_id])
+            # One update of the document: words separated by a space tokenize apart, so this
+            # indexes exactly the terms of the two texts added one after the other.
+            words = f"{self._pattern_tools[pattern_id]} {intent.text}"
         self.intents_of.setdefault(pattern_id, set()).add(intent.id)
-        self.lexical.add_terms(pattern_id, intent.text)
+        self.lexical.add_terms(pattern_id, words)
         self._lexical_text[intent.id] = intent.text
         self.pattern_of[intent.id] = pattern_id
 
