@@ -250,8 +250,11 @@ class TraceStream:
             if self._capturing:
                 return  # the running task takes it with its next batch
             self._capturing = True
+        self._schedule_capture()
+
+    def _schedule_capture(self) -> None:
         try:
-            self._pool.submit(self._capture_waiting)
+            self._pool.submit(self._capture_next_batch)
         except RuntimeError:  # the pool is shut down: the server is stopping
             with self._lock:
                 self._capturing = False
@@ -263,21 +266,24 @@ class TraceStream:
         for waiting in batch:
             self._acks.put(self._ack(waiting.execution_id, waiting.sequence, error))
 
-    def _capture_waiting(self) -> None:
-        """Capture batches of waiting executions until none is left (one task per stream)."""
-        while True:
-            with self._lock:
-                batch = self._waiting[:MAX_CAPTURE_BATCH]
-                del self._waiting[:MAX_CAPTURE_BATCH]
-                if not batch:
-                    self._capturing = False
-                    return
-            try:
-                outcomes = self._engine.record_many(self._tenant, [w.record for w in batch])
-            except Exception as err:  # e.g. not ready: every execution of the batch gets it
-                outcomes = [err] * len(batch)
-            for waiting, outcome in zip(batch, outcomes, strict=True):
-                self._acks.put(self._ack(waiting.execution_id, waiting.sequence, outcome))
+    def _capture_next_batch(self) -> None:
+        """Capture the waiting executions (up to the batch bound), then queue the next batch
+        behind the other streams' tasks rather than keep the pool thread: a busy stream must
+        not starve streams waiting for a capture thread."""
+        with self._lock:
+            batch = self._waiting[:MAX_CAPTURE_BATCH]
+            del self._waiting[:MAX_CAPTURE_BATCH]
+        try:
+            outcomes = self._engine.record_many(self._tenant, [w.record for w in batch])
+        except Exception as err:  # e.g. not ready: every execution of the batch gets it
+            outcomes = [err] * len(batch)
+        for waiting, outcome in zip(batch, outcomes, strict=True):
+            self._acks.put(self._ack(waiting.execution_id, waiting.sequence, outcome))
+        with self._lock:
+            self._capturing = bool(self._waiting)
+            if not self._capturing:
+                return
+        self._schedule_capture()
 
     def _ack(
         self, eid: str, seq: int, outcome: model.CaptureResult | Exception
