@@ -51,10 +51,11 @@ class HnswIndex:
     @property
     def kernel(self) -> str:
         """Distance kernel picked for this CPU: "avx2+fma" or "scalar"."""
-    def add(self, ids: NDArray[np.uint64], vectors: NDArray[np.float32]) -> None:
+    def add(self, ids: NDArray[np.uint64], vectors: NDArray[np.float32], threads: int = 1) -> None:
         """Add rows of `vectors` (n, dim) under `ids` (n,); re-adding an id replaces it. The whole
         batch is validated first: wrong shape, zero or non-finite rows raise
-        InvalidArgumentError naming the field and nothing is added."""
+        InvalidArgumentError naming the field and nothing is added. With `threads` > 1 the
+        searches of a batch of new ids run on that many threads (1..=64; the GIL is released)."""
     def remove(self, ids: NDArray[np.uint64]) -> int:
         """Remove ids; returns how many were present."""
     def contains(self, id: int) -> bool: ...

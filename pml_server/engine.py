@@ -65,6 +65,7 @@ from pml_server.capture.rules import (
 )
 from pml_server.capture.views import capability_view
 from pml_server.config import EngineConfig
+from pml_server.domain.engine import MAX_CAPTURE_BATCH
 from pml_server.domain.errors import (
     FailedPreconditionError,
     FieldViolation,
@@ -110,6 +111,7 @@ from pml_server.storage.repo import Repository, tools_digest
 from pml_server.storage.rocks import Op, StoreClosedError, WriteTicket
 
 Clock = Callable[[], int]
+IndexAdd = tuple[IntentRecord, tuple[str, ...]]
 Normalizer = Callable[[str, str], NormalizedCode]
 MAX_TAGS = 32
 # Capabilities compared when a new pattern looks for a group (same tool signature).
@@ -180,6 +182,8 @@ class Engine:
         self._seqs = BlockAllocator(self._repo, "seq")
         self._indexes: dict[str, TenantSearchIndex] = {}
         self._indexes_lock = threading.Lock()
+        # Index additions of the batch this thread is capturing (`record_many`), if any.
+        self._staged_adds = threading.local()
         self._ready = threading.Event()
         self._load_error: BaseException | None = None
         self._stop = threading.Event()
@@ -307,7 +311,9 @@ class Engine:
             raise InvalidArgumentError(FieldViolation(name, str(error))) from error
 
     def _commit(self, tenant: str, change: Change) -> WriteTicket:
-        """Add the tenant's stats and failure log to `change.ops` and submit them as one batch."""
+        """Add the tenant's stats and failure log to `change.ops` and submit them as one batch.
+        Inside `record_many` the index additions wait in the batch's list (one index call for
+        the whole batch); otherwise they are applied at once."""
         with self._tenant_locks.lock_for(tenant):
             stats = self._repo.stats(tenant)
             logged = len(change.failures)
@@ -327,12 +333,22 @@ class Engine:
                 ticket = self._store.submit(change.ops)
             except StoreClosedError as error:
                 raise UnavailableError(f"the store is not accepting writes: {error}") from error
-        if change.index_adds or change.index_removes:
+        staged: list[IndexAdd] | None = getattr(self._staged_adds, "adds", None)
+        if staged is not None and not change.index_removes:
+            staged += change.index_adds
+        elif change.index_adds or change.index_removes:
             index = self._index_for(tenant)
             index.remove(change.index_removes)
             for intent, tools in change.index_adds:
                 index.add(intent, tools)
         return ticket
+
+    def _apply_staged_adds(self, tenant: str) -> None:
+        """Index what this thread's batch has staged so far (see `record_many`)."""
+        staged: list[IndexAdd] | None = getattr(self._staged_adds, "adds", None)
+        if staged:
+            self._index_for(tenant).add_many(staged)
+            staged.clear()
 
     def _oplog(self, tenant: str, op: str, ids: Sequence[int]) -> Op:
         return self._repo.put_oplog(
@@ -382,6 +398,140 @@ class Engine:
                 ticket = self._commit(tenant, change)
             await_durable(ticket)
         return result
+
+    def record_many(
+        self, tenant: str, records: Sequence[ExecutionRecord]
+    ) -> list[CaptureResult | Exception]:
+        """Capture `records` in order with the outcomes and counters of as many consecutive
+        `record` calls (a code repeated in the batch counts against the pattern the earlier
+        record saved, a repeated request id answers `replayed`), but embed the intents in one
+        call, index the new intents in one call and wait for durability once. Each element is
+        the record's result, or the error that refused that record alone.
+
+        Every request id of the batch stays locked until the whole batch is durable, so no
+        other call answers `replayed` for a write that could still be lost. The stripes are
+        taken in one global order (by identity) before any other lock: two batches, or a batch
+        and `record`, never wait on each other in a cycle."""
+        check_tenant(tenant)
+        if len(records) > MAX_CAPTURE_BATCH:
+            raise InvalidArgumentError(
+                FieldViolation("records", f"at most {MAX_CAPTURE_BATCH} in one batch")
+            )
+        self._require_ready()
+        outcomes: list[CaptureResult | Exception | None] = [None] * len(records)
+        vectors: list[Vector | None] = [None] * len(records)
+        for i, record in enumerate(records):
+            try:
+                validate_record(record, self._limits)
+                if record.intent_embedding is not None:
+                    vectors[i] = check_client_vector(
+                        record.intent_embedding, self._embedder.dim, "intent_embedding"
+                    )
+            except InvalidArgumentError as error:
+                outcomes[i] = error
+        stripes = {
+            id(lock): lock
+            for i, r in enumerate(records)
+            if outcomes[i] is None
+            for lock in [self._request_locks.lock_for(tenant, r.request_id)]
+        }
+        with contextlib.ExitStack() as held:
+            for key in sorted(stripes):
+                held.enter_context(stripes[key])
+            tickets = self._capture_batch_locked(tenant, records, outcomes, vectors)
+            for i, ticket in tickets:
+                try:
+                    await_durable(ticket)
+                except UnavailableError as error:
+                    outcomes[i] = error
+        return [o if o is not None else UnavailableError("not captured") for o in outcomes]
+
+    def _capture_batch_locked(
+        self,
+        tenant: str,
+        records: Sequence[ExecutionRecord],
+        outcomes: list[CaptureResult | Exception | None],
+        vectors: list[Vector | None],
+    ) -> list[tuple[int, WriteTicket]]:
+        """The body of `record_many` while its request ids are locked; fills `outcomes` and
+        returns the write tickets to wait for."""
+        first_of: dict[str, int] = {}  # request id -> the record of the batch that applies it
+        needs_text_vector = []
+        for i, record in enumerate(records):
+            if outcomes[i] is not None or record.request_id in first_of:
+                continue
+            first_of[record.request_id] = i
+            prior = self._repo.request_result(tenant, record.request_id)
+            if prior is not None:  # applied before this batch: its first answer, as `record`
+                outcomes[i] = decode_result(prior)
+            elif vectors[i] is None and run_succeeded(record):
+                needs_text_vector.append(i)
+        self._embed_batch(records, needs_text_vector, vectors, outcomes)
+        tickets: list[tuple[int, WriteTicket]] = []
+        ticket_of: dict[int, WriteTicket] = {}
+        self._staged_adds.adds = []
+        try:
+            for i, record in enumerate(records):
+                if outcomes[i] is not None:
+                    continue
+                first = first_of[record.request_id]
+                if first != i:  # applied by an earlier record of this batch: its answer
+                    earlier = outcomes[first]
+                    outcomes[i] = (
+                        replace(earlier, replayed=True)
+                        if isinstance(earlier, CaptureResult)
+                        else earlier
+                    )
+                    if first in ticket_of:  # answered once the earlier write is durable
+                        tickets.append((i, ticket_of[first]))
+                    continue
+                try:
+                    outcomes[i], ticket = self._capture_one_locked(tenant, record, vectors[i])
+                except Exception as error:  # refuses this record alone, as `record` would
+                    outcomes[i] = error
+                    continue
+                ticket_of[i] = ticket
+                tickets.append((i, ticket))
+            self._apply_staged_adds(tenant)
+        finally:
+            self._staged_adds.adds = None
+        return tickets
+
+    def _embed_batch(
+        self,
+        records: Sequence[ExecutionRecord],
+        wanted: list[int],
+        vectors: list[Vector | None],
+        outcomes: list[CaptureResult | Exception | None],
+    ) -> None:
+        """Embed the intents of the `wanted` records in one embedder call; a text the model
+        finds no word in is refused like `_embed_one` refuses it."""
+        if not wanted:
+            return
+        embedded = self._embedder.embed([records[i].intent for i in wanted])
+        for i, vector in zip(wanted, embedded, strict=True):
+            if np.isfinite(vector).all() and np.any(vector):
+                vectors[i] = vector
+            else:
+                outcomes[i] = InvalidArgumentError(
+                    FieldViolation("intent", "has no words the embedding model can use")
+                )
+
+    def _capture_one_locked(
+        self, tenant: str, record: ExecutionRecord, vector: Vector | None
+    ) -> tuple[CaptureResult, WriteTicket]:
+        """`record` after validation, embedding and the replay check, its request id locked."""
+        normalized = self._normalize(record)
+        with contextlib.ExitStack() as held:
+            held.enter_context(self._pattern_locks.lock_for(tenant, normalized.code_hash))
+            change = Change()
+            result = self._capture_locked(tenant, record, normalized, vector, change, held)
+            change.ops.append(
+                self._repo.put_request_result(
+                    tenant, record.request_id, encode_result(result, self._clock())
+                )
+            )
+            return result, self._commit(tenant, change)
 
     def _capture_locked(
         self,
@@ -455,6 +605,7 @@ class Engine:
         if len(same_tools) <= MAX_GROUP_CANDIDATES:
             candidates = capability_vectors(self._repo, tenant, same_tools)
             return choose_capability(candidates, vector, threshold)
+        self._apply_staged_adds(tenant)  # the earlier records of a batch are candidates too
         index = self._index_for(tenant)
         return nearest_allowed_capability(
             self._repo,

@@ -128,13 +128,13 @@ def test_resume_after_a_broken_stream_applies_exactly_once(start: StartServer) -
 def test_a_slow_server_does_not_buffer_without_bound(start: StartServer, data_dir: Path) -> None:
     engine = open_test_engine(ServerConfig(data_dir=data_dir, embedder="hashing"))
     gate = threading.Event()
-    original = engine.record
+    original = engine.record_many
 
-    def blocked_record(tenant: str, record: object) -> object:
+    def blocked_record_many(tenant: str, records: object) -> object:
         gate.wait(30)
-        return original(tenant, record)  # type: ignore[arg-type]
+        return original(tenant, records)  # type: ignore[arg-type]
 
-    engine.record = blocked_record  # type: ignore[method-assign]
+    engine.record_many = blocked_record_many  # type: ignore[method-assign]
     server = start(engine=engine, stream_window=2, capture_workers=2)
     big = "x" * 200_000  # 40 records = 8 MB, far more than HTTP/2 windows hold
     produced = 0
@@ -172,3 +172,38 @@ def test_too_many_open_executions_is_resource_exhausted(start: StartServer) -> N
     with PmlClient(f"127.0.0.1:{server.port}") as client, pytest.raises(PmlClientError) as err:
         list(client.stream(requests))
     assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_a_stream_captures_in_order_like_sequential_calls(client: PmlClient) -> None:
+    """Executions of one stream are captured in their order (in batches): the same code twice
+    is saved then counted, a repeated request id is replayed, a bad record is refused alone."""
+    same = "await mcp.read_file({path: 'a.json'})"
+    requests = [
+        Req(
+            execution_id="a",
+            sequence=1,
+            record=make_record("Read a file", same, tools=["read_file"], request_id="ra"),
+        ),
+        Req(
+            execution_id="b",
+            sequence=2,
+            record=make_record(
+                "Read the file", same.replace("a.json", "b.json"), tools=["read_file"]
+            ),
+        ),
+        Req(execution_id="c", sequence=3, record=make_record("", same, tools=["read_file"])),
+        Req(
+            execution_id="d",
+            sequence=4,
+            record=make_record("Read a file", same, tools=["read_file"], request_id="ra"),
+        ),
+    ]
+    acks = {a.execution_id: a for a in client.stream(requests)}
+    saved, counted, bad, replay = (acks[e] for e in "abcd")
+    assert saved.result.outcome == r.CAPTURE_OUTCOME_SAVED
+    assert counted.result.outcome == r.CAPTURE_OUTCOME_COUNTED
+    assert counted.result.pattern == saved.result.pattern
+    assert bad.HasField("error")
+    assert replay.result.replayed
+    assert replay.result.pattern == saved.result.pattern
+    assert client.stats().executions == 2

@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pml_server.capture.records import CapabilityRecord, ParamSpec, PatternRecord
 from pml_server.storage import SCHEMA_VERSION, SchemaVersionError, Store
+from pml_server.storage.decoded import encode_capability, encode_pattern
 from pml_server.storage.keys import (
     CF_META,
     CF_PATTERNS,
@@ -121,3 +123,32 @@ def test_newer_schema_is_refused_with_a_clear_message(tmp_path: Path) -> None:
     store.close()
     with pytest.raises(SchemaVersionError, match="upgrade pml"):
         Store(tmp_path, "fast")
+
+
+@pytest.mark.parametrize(
+    "params",
+    [(), (ParamSpec("PATH", "string", False), ParamSpec("TOKEN", "string", True))],
+)
+def test_pattern_and_capability_encodings_match_their_to_json(
+    params: tuple[ParamSpec, ...],
+) -> None:
+    pattern = PatternRecord(
+        id="pat_1",
+        code_hash="sha256:ab",
+        template='read({path: $PATH}) "é"',
+        original_code="read({path: 'a'})",
+        language="javascript",
+        tools_used=("read_file", "parse_json"),
+        params=params,
+        parameter_schema_json='{"type":"object"}',
+        capability_id="cap_1",
+        first_seen_ms=17,
+        code_tools=("read_file",),
+        parse_ok=False,
+        flagged_for_removal=True,
+        superseded_by="pat_0",
+    )
+    assert encode_pattern(pattern) == pattern.to_json()
+    assert PatternRecord.from_json(encode_pattern(pattern)) == pattern
+    capability = CapabilityRecord("cap_1", ("read_file",), ("pat_1", "pat_2"), 5)
+    assert encode_capability(capability) == capability.to_json()

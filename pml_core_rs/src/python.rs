@@ -107,6 +107,8 @@ fn hits_to_arrays(py: Python<'_>, hits: Vec<index::Hit>) -> SearchResult<'_> {
 
 /// Rows written per exclusive lock hold in `add`: long batches let searches run in between.
 const ADD_ROWS_PER_LOCK: usize = 256;
+/// Most threads one `add` may insert with (a typo must not spawn thousands).
+const MAX_INSERT_THREADS: usize = 64;
 
 /// Python handle of an HNSW index: searches share a read lock and run in parallel without the
 /// GIL; writes take the write lock. The GIL is released around every call that does work.
@@ -182,12 +184,20 @@ impl PyHnswIndex {
         self.read().kernel_name()
     }
 
+    #[pyo3(signature = (ids, vectors, threads=1))]
     fn add(
         &self,
         py: Python<'_>,
         ids: &Bound<'_, PyAny>,
         vectors: &Bound<'_, PyAny>,
+        threads: usize,
     ) -> PyResult<()> {
+        if !(1..=MAX_INSERT_THREADS).contains(&threads) {
+            return Err(invalid_arg(
+                "threads",
+                format!("must be in 1..={MAX_INSERT_THREADS}, got {threads}"),
+            ));
+        }
         let ids = u64_vector("ids", ids)?;
         let (values, rows, cols) = f32_matrix("vectors", vectors)?;
         if rows != ids.len() {
@@ -211,7 +221,8 @@ impl PyHnswIndex {
                 .chunks(ADD_ROWS_PER_LOCK)
                 .zip(rows.chunks(ADD_ROWS_PER_LOCK * dim))
             {
-                self.write().add_normalized(id_chunk, row_chunk)?;
+                self.write()
+                    .add_normalized_parallel(id_chunk, row_chunk, threads)?;
             }
             Ok(())
         })

@@ -3,9 +3,12 @@
 Design:
 - A reader thread consumes the request stream and assembles executions (whole `record`, or
   `started` + `tool_call_finished`* + `finished`, interleaved by `execution_id`).
-- Each completed execution is captured on the shared capture pool, so the engine can group-commit
-  several records of one stream; acknowledgements come back in completion order, each naming
-  its execution id and the sequence number of the message that completed it.
+- Completed executions wait in the stream's queue; one task of the shared capture pool at a time
+  takes every waiting execution (up to the engine's batch bound) and captures them in order
+  with one `record_many` call (one embedding call, one index insertion, one durability wait).
+  While it works the reader keeps assembling the next batch, so batches grow with the load.
+  Acknowledgements come back in completion order, each naming its execution id and the
+  sequence number of the message that completed it.
 - Flow control: every acknowledgement not yet handed to gRPC holds one slot of a per-stream
   window. When the window is full the reader stops reading, so HTTP/2 flow control pushes back on
   the client; at most `max_open_executions` live executions are buffered. Nothing grows without
@@ -24,14 +27,14 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server.api import convert, errors
 from pml_server.api.validate import Limits, Violations
 from pml_server.domain import model
-from pml_server.domain.engine import EngineProtocol
+from pml_server.domain.engine import MAX_CAPTURE_BATCH, EngineProtocol
 from pml_server.domain.errors import (
     FieldViolation,
     InvalidArgumentError,
@@ -50,6 +53,15 @@ class _OpenExecution:
     started: pml_pb2.ExecutionStarted
     tool_calls: list[resources_pb2.ToolCall] = field(default_factory=list)
     overflow: bool = False
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    """A complete execution waiting for the stream's capture task."""
+
+    execution_id: str
+    sequence: int
+    record: model.ExecutionRecord
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,8 @@ class TraceStream:
         self._acks: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Lock()
+        self._waiting: list[_Waiting] = []  # guarded by _lock
+        self._capturing = False  # a capture task of this stream is queued or running
         self._stop = threading.Event()
         self._dim = engine.embedding_dim()
         self._on_capture = on_capture
@@ -231,21 +245,56 @@ class TraceStream:
             self._refuse(msg, err)
             return
         self._reserve()
-        future = self._pool.submit(self._engine.record, self._tenant, record)
-        eid, seq = msg.execution_id, msg.sequence
-        future.add_done_callback(lambda f: self._acks.put(self._ack(eid, seq, f)))
+        with self._lock:
+            self._waiting.append(_Waiting(msg.execution_id, msg.sequence, record))
+            if self._capturing:
+                return  # the running task takes it with its next batch
+            self._capturing = True
+        self._schedule_capture()
+
+    def _schedule_capture(self) -> None:
+        try:
+            self._pool.submit(self._capture_next_batch)
+        except RuntimeError:  # the pool is shut down: the server is stopping
+            with self._lock:
+                self._capturing = False
+            self._answer_all_waiting(UnavailableError("the server is shutting down; resend"))
+
+    def _answer_all_waiting(self, error: PmlError) -> None:
+        with self._lock:
+            batch, self._waiting = self._waiting, []
+        for waiting in batch:
+            self._acks.put(self._ack(waiting.execution_id, waiting.sequence, error))
+
+    def _capture_next_batch(self) -> None:
+        """Capture the waiting executions (up to the batch bound), then queue the next batch
+        behind the other streams' tasks rather than keep the pool thread: a busy stream must
+        not starve streams waiting for a capture thread."""
+        with self._lock:
+            batch = self._waiting[:MAX_CAPTURE_BATCH]
+            del self._waiting[:MAX_CAPTURE_BATCH]
+        try:
+            outcomes = self._engine.record_many(self._tenant, [w.record for w in batch])
+        except Exception as err:  # e.g. not ready: every execution of the batch gets it
+            outcomes = [err] * len(batch)
+        for waiting, outcome in zip(batch, outcomes, strict=True):
+            self._acks.put(self._ack(waiting.execution_id, waiting.sequence, outcome))
+        with self._lock:
+            self._capturing = bool(self._waiting)
+            if not self._capturing:
+                return
+        self._schedule_capture()
 
     def _ack(
-        self, eid: str, seq: int, future: Future[model.CaptureResult]
+        self, eid: str, seq: int, outcome: model.CaptureResult | Exception
     ) -> pml_pb2.StreamTracesResponse:
         reply = pml_pb2.StreamTracesResponse(execution_id=eid, sequence=seq)
-        try:
-            result = future.result()
-        except Exception as err:
-            if not errors.is_client_facing(err):
-                log.error("capture failed on a trace stream", exc_info=err)
-            reply.error.CopyFrom(errors.to_rpc_status(err))
+        if isinstance(outcome, Exception):
+            if not errors.is_client_facing(outcome):
+                log.error("capture failed on a trace stream", exc_info=outcome)
+            reply.error.CopyFrom(errors.to_rpc_status(outcome))
             return reply
+        result = outcome
         if self._on_capture is not None:
             self._on_capture(result)
         reply.result.CopyFrom(convert.capture_result(result))

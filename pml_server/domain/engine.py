@@ -6,6 +6,7 @@ The API layer depends only on this Protocol, the model types and the error tree.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from pml_server.domain.model import (
@@ -22,10 +23,19 @@ from pml_server.domain.model import (
     SuggestResult,
 )
 
+# Most records one `record_many` call takes (a stream's executions beyond it wait for the next).
+MAX_CAPTURE_BATCH = 64
+
 
 class EngineProtocol(Protocol):
     def record(self, tenant: str, record: ExecutionRecord) -> CaptureResult:
         """Capture one execution (rules of the eager-learning spec). Idempotent per request id."""
+
+    def record_many(
+        self, tenant: str, records: Sequence[ExecutionRecord]
+    ) -> list[CaptureResult | Exception]:
+        """`record` for each, in order, as one batch (at most `MAX_CAPTURE_BATCH`): each
+        element is that record's result or the error that refused it alone."""
 
     def suggest(self, tenant: str, query: SuggestQuery) -> SuggestResult: ...
 

@@ -4,6 +4,7 @@ and spellings (paraphrases with other words score low), so it is for tests and t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import re
@@ -45,8 +46,14 @@ class HashingEmbedder:
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
         for row, text in enumerate(texts):
             for feature, weight in self._features(text):
-                digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
-                bucket = int.from_bytes(digest[:4], "little") % self._dim
-                sign = 1.0 if digest[4] & 1 else -1.0
+                bucket, sign = _bucket(feature, self._dim)
                 out[row, bucket] += sign * weight
         return l2_normalize(out)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _bucket(feature: str, dim: int) -> tuple[int, float]:
+    """Where a feature lands and with which sign. Words and trigrams repeat across texts, and
+    hashing each again was most of an embedding's time."""
+    digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+    return int.from_bytes(digest[:4], "little") % dim, 1.0 if digest[4] & 1 else -1.0

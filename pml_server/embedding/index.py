@@ -25,7 +25,7 @@ EXACT_SCAN_MIN = 1024
 
 
 class AnnIndex(Protocol):
-    def add(self, ids: Ids, vectors: Matrix) -> None: ...
+    def add(self, ids: Ids, vectors: Matrix, threads: int = 1) -> None: ...
     def remove(self, ids: Ids) -> int: ...
     def contains(self, id: int) -> bool: ...
     def search(
@@ -44,7 +44,8 @@ class ExactIndex:
         self._matrix: Matrix | None = None
         self._ids: Ids | None = None
 
-    def add(self, ids: Ids, vectors: Matrix) -> None:
+    def add(self, ids: Ids, vectors: Matrix, threads: int = 1) -> None:
+        """`threads` is accepted for the interface's sake: a numpy row copy needs none."""
         for i, v in zip(ids.tolist(), vectors, strict=True):
             self._rows[int(i)] = np.asarray(v, dtype=np.float32)
         self._matrix = None

@@ -22,6 +22,10 @@ from pml_server.embedding.index import (
 )
 from pml_server.ranking import LexicalIndex
 
+# Threads inserting a batch of new vectors (the machine this is tuned for has two cores; the
+# graph is the same whatever the number, see pml_core_rs/src/index/batch_insert.rs).
+INSERT_THREADS = 2
+
 
 class TenantSearchIndex:
     def __init__(self, kind: str, dim: int, ann: AnnIndex | None = None) -> None:
@@ -52,16 +56,34 @@ class TenantSearchIndex:
             if not self.ann.contains(intent.id):
                 ids = np.array([intent.id], dtype=np.uint64)
                 self.ann.add(ids, intent.vector.reshape(1, -1).astype(np.float32))
-            if intent.id in self._lexical_text:
-                return  # replayed: already indexed (an intent never changes pattern)
-            pattern_id = intent.pattern_id
-            if pattern_id not in self.intents_of:
-                self._pattern_tools[pattern_id] = " ".join(tools)
-                self.lexical.add_terms(pattern_id, self._pattern_tools[pattern_id])
-            self.intents_of.setdefault(pattern_id, set()).add(intent.id)
-            self.lexical.add_terms(pattern_id, intent.text)
-            self._lexical_text[intent.id] = intent.text
-            self.pattern_of[intent.id] = pattern_id
+            self._add_lexical_locked(intent, tools)
+
+    def add_many(self, adds: Sequence[tuple[IntentRecord, Sequence[str]]]) -> None:
+        """`add` for each, in order, with one vector index call for all the new vectors: the
+        Rust index runs the batch's searches on `INSERT_THREADS` threads, GIL released."""
+        with self._write_lock:
+            fresh = {i.id: i for i, _ in adds if not self.ann.contains(i.id)}
+            if fresh:
+                ids = np.fromiter(fresh, dtype=np.uint64, count=len(fresh))
+                rows = np.stack([i.vector for i in fresh.values()]).astype(np.float32)
+                self.ann.add(ids, rows, threads=INSERT_THREADS)
+            for intent, tools in adds:
+                self._add_lexical_locked(intent, tools)
+
+    def _add_lexical_locked(self, intent: IntentRecord, tools: Sequence[str]) -> None:
+        if intent.id in self._lexical_text:
+            return  # replayed: already indexed (an intent never changes pattern)
+        pattern_id = intent.pattern_id
+        words = intent.text
+        if pattern_id not in self.intents_of:
+            self._pattern_tools[pattern_id] = " ".join(tools)
+            # One update of the document: words separated by a space tokenize apart, so this
+            # indexes exactly the terms of the two texts added one after the other.
+            words = f"{self._pattern_tools[pattern_id]} {intent.text}"
+        self.intents_of.setdefault(pattern_id, set()).add(intent.id)
+        self.lexical.add_terms(pattern_id, words)
+        self._lexical_text[intent.id] = intent.text
+        self.pattern_of[intent.id] = pattern_id
 
     def remove(self, intent_ids: Sequence[int]) -> None:
         with self._write_lock:

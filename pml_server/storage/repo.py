@@ -25,6 +25,8 @@ from pml_server.storage.decoded import (
     decode_counters_shared,
     decode_intent_for_view,
     decode_pattern,
+    encode_capability,
+    encode_pattern,
 )
 from pml_server.storage.keys import (
     CF_AUDIT,
@@ -143,7 +145,7 @@ class Repository:
         ]
 
     def put_pattern(self, tenant: str, record: PatternRecord) -> Op:
-        return (CF_PATTERNS, tenant_key(tenant, record.id), record.to_json())
+        return (CF_PATTERNS, tenant_key(tenant, record.id), encode_pattern(record))
 
     def delete_pattern(self, tenant: str, pattern_id: str) -> Op:
         return (CF_PATTERNS, tenant_key(tenant, pattern_id), None)
@@ -214,7 +216,7 @@ class Repository:
     def put_capability(self, tenant: str, record: CapabilityRecord) -> list[Op]:
         link = tenant_key(tenant, tools_digest(record.tools), record.id)
         return [
-            (CF_CAPABILITIES, tenant_key(tenant, record.id), record.to_json()),
+            (CF_CAPABILITIES, tenant_key(tenant, record.id), encode_capability(record)),
             (CF_CAP_BY_TOOLS, link, b""),
         ]
 

@@ -136,7 +136,7 @@ pub fn relink_level0(graph: &mut Graph, kernel: &Kernel, slot: u32, ef_construct
 
 /// Make `from` point to `to` on `level`; when its list is full, re-select the best diverse set
 /// among the old neighbours plus the new one.
-fn add_back_link(graph: &mut Graph, kernel: &Kernel, from: u32, to: u32, level: usize) {
+pub fn add_back_link(graph: &mut Graph, kernel: &Kernel, from: u32, to: u32, level: usize) {
     let existing = graph.links(from, level);
     if existing.contains(&to) {
         return;

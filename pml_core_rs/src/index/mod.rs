@@ -7,6 +7,7 @@
 //! This type is not synchronized; the Python handle wraps it in an `RwLock` so searches run in
 //! parallel and writes are exclusive.
 
+mod batch_insert;
 mod distance;
 mod graph;
 mod insert;
@@ -15,7 +16,7 @@ mod search;
 mod serialize;
 mod visited;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{CoreError, CoreResult};
@@ -34,6 +35,9 @@ const LEVEL_SEED: u64 = 0x706d_6c5f_686e_7377;
 /// With an `allow` filter, an exact scan is used when at most this many allowed ids are live
 /// (and above it when the scan is still cheaper than a filtered graph walk; see `search`).
 pub const EXACT_SCAN_MIN: usize = 1024;
+/// Below this many live nodes a batch is inserted one node at a time even when threads are
+/// offered: small graphs are cheap to extend, and their shape then never depends on batching.
+pub const PARALLEL_INSERT_MIN_NODES: usize = 1024;
 
 /// Construction and search parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,6 +262,41 @@ impl HnswIndex {
             let level = self.rng.level(self.graph.m);
             let slot = self.graph.push_node(id, vector, level);
             insert::link_node(&mut self.graph, &self.kernel, slot, self.ef_construction);
+            self.slot_of.insert(id, slot);
+        }
+        self.compact_if_worn();
+        Ok(())
+    }
+
+    /// `add_normalized` with the batch's searches on up to `threads` threads (`batch_insert`).
+    /// Single rows, small graphs and batches that repeat or replace an id go one by one.
+    pub fn add_normalized_parallel(
+        &mut self,
+        ids: &[u64],
+        rows: &[f32],
+        threads: usize,
+    ) -> CoreResult<()> {
+        self.check_batch(ids, rows)?;
+        let mut seen = HashSet::with_capacity(ids.len());
+        let fresh = ids
+            .iter()
+            .all(|id| seen.insert(*id) && !self.slot_of.contains_key(id));
+        if threads <= 1 || ids.len() < 2 || self.graph.live() < PARALLEL_INSERT_MIN_NODES || !fresh
+        {
+            return self.add_normalized(ids, rows);
+        }
+        self.reserve(ids.len());
+        let levels: Vec<usize> = ids.iter().map(|_| self.rng.level(self.graph.m)).collect();
+        let slots = batch_insert::insert_batch(
+            &mut self.graph,
+            &self.kernel,
+            ids,
+            rows,
+            &levels,
+            self.ef_construction,
+            threads,
+        );
+        for (&id, slot) in ids.iter().zip(slots) {
             self.slot_of.insert(id, slot);
         }
         self.compact_if_worn();

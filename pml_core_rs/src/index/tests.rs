@@ -288,3 +288,70 @@ fn removing_everything_then_adding_again() {
     assert_eq!(index.len(), 50);
     assert!(all_reachable(&index));
 }
+
+/// An index of `base` rows inserted one by one, then `batch`-row batches added with `threads`.
+fn grown_in_batches(
+    data: &[f32],
+    ids: &[u64],
+    dim: usize,
+    base: usize,
+    batch: usize,
+    threads: usize,
+) -> HnswIndex {
+    let mut index = HnswIndex::new(dim, Params::default()).unwrap();
+    index.add(&ids[..base], &data[..base * dim]).unwrap();
+    let rows = normalize_rows_for_test(dim, &data[base * dim..]);
+    for (id_chunk, row_chunk) in ids[base..].chunks(batch).zip(rows.chunks(batch * dim)) {
+        index
+            .add_normalized_parallel(id_chunk, row_chunk, threads)
+            .unwrap();
+    }
+    index
+}
+
+fn normalize_rows_for_test(dim: usize, data: &[f32]) -> Vec<f32> {
+    HnswIndex::normalize_rows(dim, "vectors", data).unwrap()
+}
+
+#[test]
+fn parallel_batches_keep_recall_and_reachability() {
+    let dim = 32;
+    let n = 4000;
+    let data = clustered(n, dim, 20, 11);
+    let ids: Vec<u64> = (0..n as u64).map(|i| i * 5 + 2).collect();
+    let queries = clustered(100, dim, 20, 77);
+    let one_by_one = grown_in_batches(&data, &ids, dim, 2000, 64, 1);
+    let parallel = grown_in_batches(&data, &ids, dim, 2000, 64, 2);
+    assert_eq!(parallel.len(), n);
+    assert!(all_reachable(&parallel));
+    let serial_hits = hits_at_10(&one_by_one, &data, &ids, &queries);
+    let parallel_hits = hits_at_10(&parallel, &data, &ids, &queries);
+    // 1000 hits possible: batching may move a few, never many.
+    assert!(
+        parallel_hits + 10 >= serial_hits,
+        "{parallel_hits} vs {serial_hits}"
+    );
+    assert!(parallel_hits >= 950, "{parallel_hits}");
+}
+
+#[test]
+fn parallel_batches_build_the_same_graph_whatever_the_threads() {
+    let dim = 16;
+    let n = 2500;
+    let data = clustered(n, dim, 10, 5);
+    let ids: Vec<u64> = (0..n as u64).collect();
+    let two = grown_in_batches(&data, &ids, dim, 1500, 50, 2);
+    let four = grown_in_batches(&data, &ids, dim, 1500, 50, 4);
+    assert_eq!(two.to_bytes(), four.to_bytes());
+}
+
+#[test]
+fn a_batch_that_replaces_an_id_goes_one_by_one() {
+    let (mut index, data, ids) = build(1500, 8);
+    let rows = normalize_rows_for_test(8, &data[..16]);
+    index
+        .add_normalized_parallel(&[ids[0], 999_999], &rows, 2)
+        .unwrap();
+    assert_eq!(index.len(), 1501);
+    assert_eq!(index.tombstones(), 1);
+}
