@@ -60,6 +60,8 @@ pub struct LexicalIndex {
     /// Internal number -> document length in terms, as f64: the array `search` reads per
     /// posting, kept apart from `docs` so the hot loop touches only this.
     lengths: Vec<f64>,
+    /// Internal number -> `search::name_key` of its id, for cheap tie-breaks.
+    name_keys: Vec<u64>,
     free_docs: Vec<u32>,
     term_numbers: HashMap<String, u32>,
     /// Term number -> term (empty when free), to forget a term without scanning the map.
@@ -84,6 +86,7 @@ impl LexicalIndex {
             ids: HashMap::new(),
             docs: Vec::new(),
             lengths: Vec::new(),
+            name_keys: Vec::new(),
             free_docs: Vec::new(),
             term_numbers: HashMap::new(),
             term_names: Vec::new(),
@@ -212,10 +215,12 @@ impl LexicalIndex {
                     .map_err(|_| CoreError::TooLarge("more than 2^32 lexical documents".into()))?;
                 self.docs.push(Doc::default());
                 self.lengths.push(0.0);
+                self.name_keys.push(0);
                 number
             }
         };
         self.docs[number as usize].name = doc_id.to_owned();
+        self.name_keys[number as usize] = search::name_key(doc_id);
         self.ids.insert(doc_id.to_owned(), number);
         Ok(number)
     }

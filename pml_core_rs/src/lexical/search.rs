@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::collections::HashSet;
+use std::collections::{BinaryHeap, HashSet};
 
 use super::LexicalIndex;
 
@@ -55,33 +55,76 @@ impl LexicalIndex {
                     scores[doc] += gain * p.tf / (p.tf + norm);
                 }
             }
-            let mut hits: Vec<(u32, f64)> = Vec::with_capacity(touched.len());
+            // every touched document is drained (its slot zeroed for the next search) into
+            // a bounded heap holding the `limit` best so far, its worst on top: most
+            // documents are turned away by one comparison with that worst.
+            let mut best: BinaryHeap<Ranked<'_>> =
+                BinaryHeap::with_capacity(limit.min(touched.len()));
             for &doc in &touched {
                 let score = std::mem::take(&mut scores[doc as usize]);
                 // a document listed twice (a zero first contribution) was zeroed just above
-                if score > 0.0 {
-                    hits.push((doc, score));
+                if score <= 0.0 {
+                    continue;
+                }
+                let candidate = Ranked {
+                    score,
+                    key: self.name_keys[doc as usize],
+                    name: &self.docs[doc as usize].name,
+                };
+                if best.len() < limit {
+                    best.push(candidate);
+                } else if let Some(mut worst) = best.peek_mut() {
+                    if candidate < *worst {
+                        *worst = candidate;
+                    }
                 }
             }
-            self.best(hits, limit)
+            best.into_sorted_vec()
+                .into_iter()
+                .map(|r| (r.name.to_owned(), r.score))
+                .collect()
         })
     }
+}
 
-    fn best(&self, mut hits: Vec<(u32, f64)>, limit: usize) -> Vec<(String, f64)> {
-        let order = |a: &(u32, f64), b: &(u32, f64)| -> Ordering {
-            b.1.total_cmp(&a.1).then_with(|| {
-                self.docs[a.0 as usize]
-                    .name
-                    .cmp(&self.docs[b.0 as usize].name)
-            })
-        };
-        if hits.len() > limit {
-            hits.select_nth_unstable_by(limit - 1, order);
-            hits.truncate(limit);
-        }
-        hits.sort_unstable_by(order);
-        hits.into_iter()
-            .map(|(doc, score)| (self.docs[doc as usize].name.clone(), score))
-            .collect()
+/// A scored document in result order: `a < b` when `a` ranks first (higher score, then the
+/// smaller doc id). `key` is the id's first 8 bytes, big-endian and zero-padded, which orders
+/// like the id whenever two keys differ, so ties rarely need the full string comparison.
+struct Ranked<'a> {
+    score: f64,
+    key: u64,
+    name: &'a str,
+}
+
+impl Ord for Ranked<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .score
+            .total_cmp(&self.score)
+            .then_with(|| self.key.cmp(&other.key))
+            .then_with(|| self.name.cmp(other.name))
     }
+}
+
+impl PartialOrd for Ranked<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Ranked<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Ranked<'_> {}
+
+/// The sort key of a doc id's first 8 bytes (see `Ranked`).
+pub(super) fn name_key(name: &str) -> u64 {
+    let mut head = [0u8; 8];
+    let bytes = name.as_bytes();
+    let n = bytes.len().min(8);
+    head[..n].copy_from_slice(&bytes[..n]);
+    u64::from_be_bytes(head)
 }

@@ -224,3 +224,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+#[ignore]
+fn tmp_timing() {
+    let mut index = LexicalIndex::new(1.2, 0.75).unwrap();
+    for i in 0..10000 {
+        let t = format!("tool_{} tool {} step_0 step 0 write the json file disk batch{} batch {}", i % 1000, i%1000, i, i);
+        index.add_terms(&format!("pat_{i:016x}"), &words(&t)).unwrap();
+    }
+    for q in [vec!["batch"], vec!["disk"], vec!["batch", "disk", "json", "write", "file", "3", "0"]] {
+        for limit in [1usize, 40] {
+            let start = std::time::Instant::now();
+            for _ in 0..2000 { std::hint::black_box(index.search(&q, limit)); }
+            println!("{:?} limit {} {:?}/query", q, limit, start.elapsed() / 2000);
+        }
+    }
+}
