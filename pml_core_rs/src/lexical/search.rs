@@ -12,6 +12,8 @@ thread_local! {
     /// allocates nothing proportional to the index. Searches run in parallel under a read
     /// lock, so each thread has its own.
     static SCORES: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
+    /// One term's contributions, posting by posting (scratch, reused).
+    static GAINS: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
 }
 
 impl LexicalIndex {
@@ -29,60 +31,74 @@ impl LexicalIndex {
         let length_scale = k1 * b / average;
         let length_base = k1 * (1.0 - b);
 
-        SCORES.with_borrow_mut(|scores| {
-            if scores.len() < self.docs.len() {
-                scores.resize(self.docs.len(), 0.0);
-            }
-            let mut touched: Vec<u32> = Vec::new();
-            let mut seen: HashSet<u32> = HashSet::with_capacity(terms.len());
-            for term in terms {
-                let Some(&number) = self.term_numbers.get(term.as_ref()) else {
-                    continue;
-                };
-                if !seen.insert(number) {
-                    continue;
+        GAINS.with_borrow_mut(|contributions| {
+            SCORES.with_borrow_mut(|scores| {
+                if scores.len() < self.docs.len() {
+                    scores.resize(self.docs.len(), 0.0);
                 }
-                let posting = &self.postings[number as usize];
-                let df = posting.len();
-                let idf = (((n_docs - df) as f64 + 0.5) / (df as f64 + 0.5)).ln_1p();
-                let gain = idf * (k1 + 1.0);
-                for p in posting {
-                    let doc = p.doc as usize;
-                    let norm = length_base + length_scale * self.lengths[doc];
-                    if scores[doc] == 0.0 {
-                        touched.push(p.doc);
+                let mut touched: Vec<u32> = Vec::new();
+                let mut seen: HashSet<u32> = HashSet::with_capacity(terms.len());
+                for term in terms {
+                    let Some(&number) = self.term_numbers.get(term.as_ref()) else {
+                        continue;
+                    };
+                    if !seen.insert(number) {
+                        continue;
                     }
-                    scores[doc] += gain * p.tf / (p.tf + norm);
-                }
-            }
-            // every touched document is drained (its slot zeroed for the next search) into
-            // a bounded heap holding the `limit` best so far, its worst on top: most
-            // documents are turned away by one comparison with that worst.
-            let mut best: BinaryHeap<Ranked<'_>> =
-                BinaryHeap::with_capacity(limit.min(touched.len()));
-            for &doc in &touched {
-                let score = std::mem::take(&mut scores[doc as usize]);
-                // a document listed twice (a zero first contribution) was zeroed just above
-                if score <= 0.0 {
-                    continue;
-                }
-                let candidate = Ranked {
-                    score,
-                    key: self.name_keys[doc as usize],
-                    name: &self.docs[doc as usize].name,
-                };
-                if best.len() < limit {
-                    best.push(candidate);
-                } else if let Some(mut worst) = best.peek_mut() {
-                    if candidate < *worst {
-                        *worst = candidate;
+                    let posting = &self.postings[number as usize];
+                    let df = posting.docs.len();
+                    let idf = (((n_docs - df) as f64 + 0.5) / (df as f64 + 0.5)).ln_1p();
+                    let gain = idf * (k1 + 1.0);
+                    // norm per posting, then the division over contiguous arrays (vectorized),
+                    // then the scatter into the accumulator: the same f64 operations as one
+                    // document at a time, in the same order
+                    contributions.clear();
+                    contributions.extend(
+                        posting
+                            .docs
+                            .iter()
+                            .map(|&doc| length_base + length_scale * self.lengths[doc as usize]),
+                    );
+                    for (value, &tf) in contributions.iter_mut().zip(&posting.tfs) {
+                        *value = gain * tf / (tf + *value);
+                    }
+                    for (&doc, &value) in posting.docs.iter().zip(contributions.iter()) {
+                        let score = &mut scores[doc as usize];
+                        if *score == 0.0 {
+                            touched.push(doc);
+                        }
+                        *score += value;
                     }
                 }
-            }
-            best.into_sorted_vec()
-                .into_iter()
-                .map(|r| (r.name.to_owned(), r.score))
-                .collect()
+                // every touched document is drained (its slot zeroed for the next search) into
+                // a bounded heap holding the `limit` best so far, its worst on top: most
+                // documents are turned away by one comparison with that worst.
+                let mut best: BinaryHeap<Ranked<'_>> =
+                    BinaryHeap::with_capacity(limit.min(touched.len()));
+                for &doc in &touched {
+                    let score = std::mem::take(&mut scores[doc as usize]);
+                    // a document listed twice (a zero first contribution) was zeroed just above
+                    if score <= 0.0 {
+                        continue;
+                    }
+                    let candidate = Ranked {
+                        score,
+                        key: self.name_keys[doc as usize],
+                        name: &self.docs[doc as usize].name,
+                    };
+                    if best.len() < limit {
+                        best.push(candidate);
+                    } else if let Some(mut worst) = best.peek_mut() {
+                        if candidate < *worst {
+                            *worst = candidate;
+                        }
+                    }
+                }
+                best.into_sorted_vec()
+                    .into_iter()
+                    .map(|r| (r.name.to_owned(), r.score))
+                    .collect()
+            })
         })
     }
 }
