@@ -117,7 +117,6 @@ class LexicalIndex:
     def __len__(self) -> int: ...
     def __contains__(self, doc_id: object) -> bool: ...
 
-
 # --- code normalization (pml_core_rs/src/normalize, docs/normalization.md) ---
 
 NORMALIZER_VERSION: int

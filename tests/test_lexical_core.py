@@ -120,4 +120,5 @@ def test_core_index_names_the_bad_argument() -> None:
         core.search([1, 2], 3)  # type: ignore[list-item]
     with pytest.raises(_core.InvalidArgumentError, match="`limit`"):
         core.search(["x"], -1)
-    assert len(core) == 0 and 5 not in core
+    assert len(core) == 0
+    assert 5 not in core
