@@ -89,6 +89,35 @@ class HnswIndex:
     def from_bytes(data: bytes) -> HnswIndex:
         """Inverse of `to_bytes`; truncated or corrupted bytes raise CorruptDataError."""
 
+# --- lexical index (pml_core_rs/src/lexical) ---
+
+class LexicalIndex:
+    """BM25 inverted index (Okapi, Lucene idf, live average document length) over term lists
+    tokenized by the caller, keyed by non-empty str ids. Searches share a read lock and run in
+    parallel; updates are exclusive; the GIL is released in every call that does work.
+    `pml_server.ranking.LexicalIndex` wraps it with the tokenizer."""
+
+    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+        """InvalidArgumentError naming `k1` (must be finite, >= 0) or `b` (0..1)."""
+    @property
+    def k1(self) -> float: ...
+    @property
+    def b(self) -> float: ...
+    def add(self, doc_id: str, terms: list[str]) -> None:
+        """Index `terms` (one entry per occurrence) under `doc_id`, replacing what it held."""
+    def add_terms(self, doc_id: str, terms: list[str]) -> None:
+        """Add `terms` to `doc_id`, created (possibly empty) if new."""
+    def remove_terms(self, doc_id: str, terms: list[str]) -> None:
+        """Take one occurrence per entry of `terms` out of `doc_id`; the document goes once it
+        holds no term. Unknown ids and terms do nothing."""
+    def remove(self, doc_id: str) -> bool:
+        """Forget `doc_id`; returns whether it was there."""
+    def search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
+        """The `limit` best (doc_id, score > 0) for the distinct `terms` (scores summed in their
+        order), best first, equal scores by doc_id ascending."""
+    def __len__(self) -> int: ...
+    def __contains__(self, doc_id: object) -> bool: ...
+
 # --- code normalization (pml_core_rs/src/normalize, docs/normalization.md) ---
 
 NORMALIZER_VERSION: int

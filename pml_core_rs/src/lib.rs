@@ -7,6 +7,7 @@
 pub mod error;
 pub mod hashing;
 pub mod index;
+pub mod lexical;
 pub mod normalize;
 
 #[cfg(feature = "python")]

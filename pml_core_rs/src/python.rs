@@ -17,6 +17,7 @@ use numpy::{AllowTypeChange, IntoPyArray, PyArray1, PyArrayLike1, PyArrayLike2};
 use pyo3::types::PyList;
 
 use crate::index;
+use crate::lexical;
 
 create_exception!(
     _core,
@@ -337,6 +338,105 @@ impl PyHnswIndex {
     }
 }
 
+/// Python handle of the BM25 index (`lexical::LexicalIndex`): searches share a read lock and
+/// run in parallel without the GIL; updates take the write lock. Callers pass term lists
+/// (tokenized in Python); every call releases the GIL around the index work.
+#[pyclass(name = "LexicalIndex", module = "pml_server._core", frozen)]
+struct PyLexicalIndex {
+    inner: RwLock<lexical::LexicalIndex>,
+}
+
+impl PyLexicalIndex {
+    // Same policy as `PyHnswIndex`: recover a poisoned lock rather than break Python callers.
+    fn read(&self) -> RwLockReadGuard<'_, lexical::LexicalIndex> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+    fn write(&self) -> RwLockWriteGuard<'_, lexical::LexicalIndex> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A list of str, or `InvalidArgumentError` naming the field.
+fn str_list(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    obj.extract()
+        .map_err(|e| invalid_arg(field, format!("expected a list of str ({e})")))
+}
+
+#[pymethods]
+impl PyLexicalIndex {
+    #[new]
+    #[pyo3(signature = (k1 = 1.2, b = 0.75))]
+    fn new(k1: f64, b: f64) -> PyResult<Self> {
+        let inner = lexical::LexicalIndex::new(k1, b).map_err(to_py_err)?;
+        Ok(PyLexicalIndex {
+            inner: RwLock::new(inner),
+        })
+    }
+
+    #[getter]
+    fn k1(&self) -> f64 {
+        self.read().k1()
+    }
+
+    #[getter]
+    fn b(&self) -> f64 {
+        self.read().b()
+    }
+
+    fn add(&self, py: Python<'_>, doc_id: &str, terms: &Bound<'_, PyAny>) -> PyResult<()> {
+        let terms = str_list("terms", terms)?;
+        py.detach(|| self.write().add(doc_id, &terms))
+            .map_err(to_py_err)
+    }
+
+    fn add_terms(&self, py: Python<'_>, doc_id: &str, terms: &Bound<'_, PyAny>) -> PyResult<()> {
+        let terms = str_list("terms", terms)?;
+        py.detach(|| self.write().add_terms(doc_id, &terms))
+            .map_err(to_py_err)
+    }
+
+    fn remove_terms(&self, py: Python<'_>, doc_id: &str, terms: &Bound<'_, PyAny>) -> PyResult<()> {
+        let terms = str_list("terms", terms)?;
+        py.detach(|| self.write().remove_terms(doc_id, &terms));
+        Ok(())
+    }
+
+    fn remove(&self, py: Python<'_>, doc_id: &str) -> bool {
+        py.detach(|| self.write().remove(doc_id))
+    }
+
+    fn search(
+        &self,
+        py: Python<'_>,
+        terms: &Bound<'_, PyAny>,
+        limit: i64,
+    ) -> PyResult<Vec<(String, f64)>> {
+        let terms = str_list("terms", terms)?;
+        let limit = count_arg("limit", limit)?;
+        Ok(py.detach(|| self.read().search(&terms, limit)))
+    }
+
+    fn __len__(&self) -> usize {
+        self.read().len()
+    }
+
+    fn __contains__(&self, doc_id: &Bound<'_, PyAny>) -> bool {
+        doc_id
+            .extract::<&str>()
+            .is_ok_and(|id| self.read().contains(id))
+    }
+
+    fn __repr__(&self) -> String {
+        let index = self.read();
+        format!(
+            "LexicalIndex(k1={}, b={}, len={})",
+            index.k1(),
+            index.b(),
+            index.len()
+        )
+    }
+}
+
 /// One placeholder of a normalized template (see `normalize::Param`).
 #[pyclass(name = "Param", module = "pml_server._core", frozen, get_all, eq)]
 #[derive(Clone, PartialEq)]
@@ -466,6 +566,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InputTooLargeError", py.get_type::<InputTooLargeError>())?;
     m.add_function(wrap_pyfunction!(sha256_tagged, m)?)?;
     m.add_class::<PyHnswIndex>()?;
+    m.add_class::<PyLexicalIndex>()?;
     m.add("NORMALIZER_VERSION", normalize::NORMALIZER_VERSION)?;
     m.add("NORMALIZE_MAX_INPUT_BYTES", normalize::MAX_INPUT_BYTES)?;
     m.add_class::<PyParam>()?;

@@ -1,0 +1,277 @@
+//! In-memory Okapi BM25 (Lucene's idf) over term documents that grow and shrink in place.
+//!
+//! The Python side tokenizes (snowball stemming is part of the ranking contract) and hands over
+//! term lists; this module keeps the inverted index and scores. One document per pattern holds
+//! the terms of all its intents and tools, added and removed one intent at a time
+//! (`add_terms` / `remove_terms`), so nothing here rebuilds a document or a posting wholesale.
+//!
+//! Why not the `bm25` crate: its scorer fixes avgdl when a document's embedding is computed
+//! (later upserts make older scores drift, by its own documentation), keeps f32 scores, and has
+//! no per-document term add/remove. The ranking contract needs the live average document
+//! length, float64 scores bit-identical to the former numpy implementation, and incremental
+//! updates.
+//!
+//! Scoring, per query term in the caller's order: idf = ln_1p((N - df + 0.5) / (df + 0.5)),
+//! gain = idf * (k1 + 1), norm = k1 * (1 - b) + k1 * b / avgdl * len,
+//! score += gain * tf / (tf + norm); every operation in that order, in f64, so the sums are the
+//! same bits as one document at a time. Results: the `limit` best documents with a score > 0,
+//! ties broken by doc id ascending (byte order of UTF-8 = code point order, as Python's).
+//!
+//! This type is not synchronized; the Python handle wraps it in an `RwLock`.
+
+mod search;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+
+use crate::error::{CoreError, CoreResult};
+
+/// A term's posting list as two parallel arrays: internal document numbers and the term's
+/// count in each (kept as f64, the type it is scored in; exact below 2^53). Separate arrays let
+/// `search` run the BM25 division over contiguous counts, which the compiler vectorizes.
+#[derive(Debug, Default)]
+struct Postings {
+    docs: Vec<u32>,
+    tfs: Vec<f64>,
+}
+
+/// A term of one document: its count and where the document sits in the term's posting list,
+/// so a change to one document touches one posting entry instead of scanning the list.
+#[derive(Clone, Copy, Debug)]
+struct DocTerm {
+    tf: u64,
+    at: usize,
+}
+
+#[derive(Debug, Default)]
+struct Doc {
+    name: String,
+    terms: HashMap<u32, DocTerm>,
+}
+
+/// A BM25 inverted index keyed by non-empty string ids.
+#[derive(Debug)]
+pub struct LexicalIndex {
+    k1: f64,
+    b: f64,
+    ids: HashMap<String, u32>,
+    /// Internal number -> document (an empty name marks a free number).
+    docs: Vec<Doc>,
+    /// Internal number -> document length in terms, as f64: the array `search` reads per
+    /// posting, kept apart from `docs` so the hot loop touches only this.
+    lengths: Vec<f64>,
+    /// Internal number -> `search::name_key` of its id, for cheap tie-breaks.
+    name_keys: Vec<u64>,
+    free_docs: Vec<u32>,
+    term_numbers: HashMap<String, u32>,
+    /// Term number -> term (empty when free), to forget a term without scanning the map.
+    term_names: Vec<String>,
+    postings: Vec<Postings>,
+    free_terms: Vec<u32>,
+    total_length: u64,
+}
+
+impl LexicalIndex {
+    /// An empty index; `k1 >= 0` and `0 <= b <= 1` (NaN refused).
+    pub fn new(k1: f64, b: f64) -> CoreResult<Self> {
+        if !(k1 >= 0.0 && k1.is_finite()) {
+            return Err(invalid("k1", format!("must be finite and >= 0, got {k1}")));
+        }
+        if !(0.0..=1.0).contains(&b) {
+            return Err(invalid("b", format!("must be between 0 and 1, got {b}")));
+        }
+        Ok(LexicalIndex {
+            k1,
+            b,
+            ids: HashMap::new(),
+            docs: Vec::new(),
+            lengths: Vec::new(),
+            name_keys: Vec::new(),
+            free_docs: Vec::new(),
+            term_numbers: HashMap::new(),
+            term_names: Vec::new(),
+            postings: Vec::new(),
+            free_terms: Vec::new(),
+            total_length: 0,
+        })
+    }
+
+    pub fn k1(&self) -> f64 {
+        self.k1
+    }
+
+    pub fn b(&self) -> f64 {
+        self.b
+    }
+
+    /// Number of documents (a document added with no terms counts, as it did before).
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    pub fn contains(&self, doc_id: &str) -> bool {
+        self.ids.contains_key(doc_id)
+    }
+
+    /// Index `terms` under `doc_id`, replacing what the id held before.
+    pub fn add<S: AsRef<str>>(&mut self, doc_id: &str, terms: &[S]) -> CoreResult<()> {
+        check_id(doc_id)?;
+        self.remove(doc_id);
+        self.add_terms(doc_id, terms)
+    }
+
+    /// Add `terms` (one entry per occurrence) to `doc_id`, created (possibly empty) if new.
+    pub fn add_terms<S: AsRef<str>>(&mut self, doc_id: &str, terms: &[S]) -> CoreResult<()> {
+        check_id(doc_id)?;
+        let number = match self.ids.get(doc_id) {
+            Some(&number) => number,
+            None => self.new_doc(doc_id)?,
+        };
+        for term in terms {
+            let term = self.term_number(term.as_ref())?;
+            let doc = &mut self.docs[number as usize];
+            let posting = &mut self.postings[term as usize];
+            match doc.terms.get_mut(&term) {
+                Some(entry) => {
+                    entry.tf += 1;
+                    posting.tfs[entry.at] = entry.tf as f64;
+                }
+                None => {
+                    doc.terms.insert(
+                        term,
+                        DocTerm {
+                            tf: 1,
+                            at: posting.docs.len(),
+                        },
+                    );
+                    posting.docs.push(number);
+                    posting.tfs.push(1.0);
+                }
+            }
+            // per term, so the lengths stay true even if a later term fails
+            self.lengths[number as usize] += 1.0;
+            self.total_length += 1;
+        }
+        Ok(())
+    }
+
+    /// Take `terms` (one entry per occurrence, added before with `add_terms`) out of `doc_id`;
+    /// the document disappears once it holds no term. Unknown ids and terms do nothing.
+    pub fn remove_terms<S: AsRef<str>>(&mut self, doc_id: &str, terms: &[S]) {
+        let Some(&number) = self.ids.get(doc_id) else {
+            return;
+        };
+        let mut removed = 0u64;
+        for term in terms {
+            let Some(&term) = self.term_numbers.get(term.as_ref()) else {
+                continue;
+            };
+            let Some(entry) = self.docs[number as usize].terms.get_mut(&term) else {
+                continue;
+            };
+            removed += 1;
+            if entry.tf > 1 {
+                entry.tf -= 1;
+                self.postings[term as usize].tfs[entry.at] = entry.tf as f64;
+            } else {
+                let at = entry.at;
+                self.docs[number as usize].terms.remove(&term);
+                self.unlink(term, at);
+            }
+        }
+        self.lengths[number as usize] -= removed as f64;
+        self.total_length -= removed;
+        if self.docs[number as usize].terms.is_empty() {
+            self.remove(doc_id);
+        }
+    }
+
+    /// Forget `doc_id`; returns whether it was there (deletions may be replayed).
+    pub fn remove(&mut self, doc_id: &str) -> bool {
+        let Some(number) = self.ids.remove(doc_id) else {
+            return false;
+        };
+        let doc = std::mem::take(&mut self.docs[number as usize]);
+        for (term, entry) in doc.terms {
+            self.unlink(term, entry.at);
+        }
+        self.total_length -= self.lengths[number as usize] as u64;
+        self.lengths[number as usize] = 0.0;
+        self.free_docs.push(number);
+        true
+    }
+
+    fn new_doc(&mut self, doc_id: &str) -> CoreResult<u32> {
+        let number = match self.free_docs.pop() {
+            Some(number) => number,
+            None => {
+                let number = u32::try_from(self.docs.len())
+                    .map_err(|_| CoreError::TooLarge("more than 2^32 lexical documents".into()))?;
+                self.docs.push(Doc::default());
+                self.lengths.push(0.0);
+                self.name_keys.push(0);
+                number
+            }
+        };
+        self.docs[number as usize].name = doc_id.to_owned();
+        self.name_keys[number as usize] = search::name_key(doc_id);
+        self.ids.insert(doc_id.to_owned(), number);
+        Ok(number)
+    }
+
+    fn term_number(&mut self, term: &str) -> CoreResult<u32> {
+        if let Some(&number) = self.term_numbers.get(term) {
+            return Ok(number);
+        }
+        let number = match self.free_terms.pop() {
+            Some(number) => number,
+            None => {
+                let number = u32::try_from(self.postings.len())
+                    .map_err(|_| CoreError::TooLarge("more than 2^32 distinct terms".into()))?;
+                self.postings.push(Postings::default());
+                self.term_names.push(String::new());
+                number
+            }
+        };
+        self.term_names[number as usize] = term.to_owned();
+        self.term_numbers.insert(term.to_owned(), number);
+        Ok(number)
+    }
+
+    /// Drop entry `at` of `term`'s posting list (swap-remove, then repoint the moved document);
+    /// a term left without documents is forgotten so churned words do not pile up.
+    fn unlink(&mut self, term: u32, at: usize) {
+        let posting = &mut self.postings[term as usize];
+        posting.docs.swap_remove(at);
+        posting.tfs.swap_remove(at);
+        if let Some(&moved) = posting.docs.get(at) {
+            if let Some(entry) = self.docs[moved as usize].terms.get_mut(&term) {
+                entry.at = at;
+            }
+        }
+        if posting.docs.is_empty() {
+            let name = std::mem::take(&mut self.term_names[term as usize]);
+            self.term_numbers.remove(&name);
+            self.free_terms.push(term);
+        }
+    }
+}
+
+fn check_id(doc_id: &str) -> CoreResult<()> {
+    if doc_id.is_empty() {
+        return Err(invalid("doc_id", "must be a non-empty string"));
+    }
+    Ok(())
+}
+
+fn invalid(field: &str, reason: impl Into<String>) -> CoreError {
+    CoreError::InvalidArgument {
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+}
