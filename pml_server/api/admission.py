@@ -35,7 +35,7 @@ from pml_server.api.auth import KeyStore
 from pml_server.api.quotas import TenantQuotas
 
 REFUSAL_THREADS = 2
-REFUSAL_HOLD_SECONDS = 0.01  # at most 200 refusals a second, far below the 0.1 s retry delay
+REFUSAL_HOLD_SECONDS = 0.05  # at most 40 refusals a second, half the 0.1 s retry delay
 HOLD_MAX_WAITING = 64  # more refusals waiting than this: answer at once (see the module doc)
 
 
