@@ -84,6 +84,15 @@ def _suggest_sweep(target: str, plan: Plan, query: str) -> dict[int, dict[str, f
     return {c: harness.load(target, "suggest", c, plan, query) for c in plan.concurrency}
 
 
+def _settled_load(
+    srv: harness.ServerProc, op: str, callers: int, plan: Plan, query: str, offset: int = 0
+) -> dict[str, float]:
+    """A load point on our server once it is idle again: a capture run leaves RocksDB
+    flushing and compacting for seconds, which would be charged to the next load point."""
+    srv.wait_idle()
+    return harness.load(srv.target, op, callers, plan, query, offset)
+
+
 def model_texts_per_second(plan: Plan) -> float:
     """The default model alone, in-process, one query text per call: best of 1 and 8 threads."""
     from pml_server.embedding.minilm import MiniLMEmbedder
@@ -142,16 +151,12 @@ def run_plan(plan: Plan) -> list[Row]:
         with harness.server("serve", str(vec_small), "minilm", "fast") as srv:
             ours = _suggest_sweep(srv.target, plan, "vector")
             rows += _suggest_rows(f"client vectors, {small} intents", ours, null)
-            record_vec = harness.load(srv.target, "record", mid, plan, "vector", offsets.take(plan))
-            stream_vec = harness.load(srv.target, "stream", mid, plan, "vector", offsets.take(plan))
+            record_vec = _settled_load(srv, "record", mid, plan, "vector", offsets.take(plan))
+            stream_vec = _settled_load(srv, "stream", mid, plan, "vector", offsets.take(plan))
             if plan.with_model:
-                model_suggest = harness.load(srv.target, "suggest", mid, plan, "text")
-                model_record = harness.load(
-                    srv.target, "record", mid, plan, "text", offsets.take(plan)
-                )
-                model_stream = harness.load(
-                    srv.target, "stream", mid, plan, "text", offsets.take(plan)
-                )
+                model_suggest = _settled_load(srv, "suggest", mid, plan, "text")
+                model_record = _settled_load(srv, "record", mid, plan, "text", offsets.take(plan))
+                model_stream = _settled_load(srv, "stream", mid, plan, "text", offsets.take(plan))
         vector_suggest_small = ours
         # our API layer over an engine whose answer is precomputed: what is left for the engine
         with harness.server("canned", str(vec_small)) as srv:
@@ -166,12 +171,12 @@ def run_plan(plan: Plan) -> list[Row]:
         with harness.server("serve", str(hashed), "hashing", "fast") as srv:
             ours = _suggest_sweep(srv.target, plan, "text")
             rows += _suggest_rows(f"hashing embedder, {small} intents", ours, null)
-            record_fast = harness.load(srv.target, "record", mid, plan, "text", offsets.take(plan))
-            stream_fast = harness.load(srv.target, "stream", mid, plan, "text", offsets.take(plan))
+            record_fast = _settled_load(srv, "record", mid, plan, "text", offsets.take(plan))
+            stream_fast = _settled_load(srv, "stream", mid, plan, "text", offsets.take(plan))
         rows += _capture_rows("hashing", record_fast, stream_fast, null_record, null_stream, mid)
         with harness.server("serve", str(hashed), "hashing", "sync") as srv:
-            record_sync = harness.load(srv.target, "record", mid, plan, "text", offsets.take(plan))
-            stream_sync = harness.load(srv.target, "stream", mid, plan, "text", offsets.take(plan))
+            record_sync = _settled_load(srv, "record", mid, plan, "text", offsets.take(plan))
+            stream_sync = _settled_load(srv, "stream", mid, plan, "text", offsets.take(plan))
         rows += _durability_rows(record_sync, record_fast, stream_sync, stream_fast, mid)
 
         # the default model, against the model alone

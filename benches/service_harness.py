@@ -67,6 +67,27 @@ class ServerProc:
     def rss_bytes(self) -> int:
         return rss_bytes(self.process.pid)
 
+    def wait_idle(self, timeout: float = 60.0) -> float:
+        """Wait until the server has used under 5% of a core for a whole second (work left
+        over from the previous load point, such as RocksDB flushing and compacting a burst of
+        captures, would otherwise be charged to the next one). Returns the seconds waited."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        start = time.perf_counter()
+        before = cpu_seconds(self.process.pid, ticks)
+        while time.perf_counter() - start < timeout:
+            time.sleep(1.0)
+            now = cpu_seconds(self.process.pid, ticks)
+            if now - before < 0.05:
+                break
+            before = now
+        return time.perf_counter() - start
+
+
+def cpu_seconds(pid: int, ticks: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / ticks
+
 
 def rss_bytes(pid: int) -> int:
     """Resident set size of a process (Linux /proc)."""
