@@ -382,20 +382,11 @@ class Engine:
             prior = self._repo.request_result(tenant, record.request_id)
             if prior is not None:
                 return decode_result(prior)  # rule 6: the first answer, nothing counted twice
-            normalized = self._normalize(record)
+            normalized = self._normalize(record)  # bad code is refused before embedding
             vector = client_vector
             if vector is None and succeeded:
                 vector = self._embed_one(record.intent)
-            with contextlib.ExitStack() as held:
-                held.enter_context(self._pattern_locks.lock_for(tenant, normalized.code_hash))
-                change = Change()
-                result = self._capture_locked(tenant, record, normalized, vector, change, held)
-                change.ops.append(
-                    self._repo.put_request_result(
-                        tenant, record.request_id, encode_result(result, self._clock())
-                    )
-                )
-                ticket = self._commit(tenant, change)
+            result, ticket = self._capture_one_locked(tenant, record, vector, normalized)
             await_durable(ticket)
         return result
 
@@ -518,10 +509,16 @@ class Engine:
                 )
 
     def _capture_one_locked(
-        self, tenant: str, record: ExecutionRecord, vector: Vector | None
+        self,
+        tenant: str,
+        record: ExecutionRecord,
+        vector: Vector | None,
+        normalized: NormalizedCode | None = None,
     ) -> tuple[CaptureResult, WriteTicket]:
-        """`record` after validation, embedding and the replay check, its request id locked."""
-        normalized = self._normalize(record)
+        """`record` after validation, embedding and the replay check, its request id locked
+        (`normalized`: its code already normalized, else done here)."""
+        if normalized is None:
+            normalized = self._normalize(record)
         with contextlib.ExitStack() as held:
             held.enter_context(self._pattern_locks.lock_for(tenant, normalized.code_hash))
             change = Change()
