@@ -52,29 +52,29 @@ def run(large: bool) -> list[Row]:
         )
     }
     refusal = figures["refusal_only"]
+    neighbour = [
+        Row(
+            SUITE,
+            f"neighbour Suggest p50, flood on its server ({label})",
+            p50["same_server"],
+            "ms",
+            baseline=p50[key],
+            baseline_name=baseline_name,
+            target=1.5,
+            lower_is_better=True,
+            extra=extra,
+        )
+        for label, key, baseline_name in (
+            (
+                "control: same flood on another server",
+                "other_server",
+                "flood on another server process",
+            ),
+            ("raw: no flood at all", "alone", "no flood"),
+        )
+    ]
     return [
-        Row(
-            SUITE,
-            "neighbour Suggest p50, flood on its server (control: same flood on another server)",
-            p50["same_server"],
-            "ms",
-            baseline=p50["other_server"],
-            baseline_name="flood on another server process",
-            target=1.5,
-            lower_is_better=True,
-            extra=extra,
-        ),
-        Row(
-            SUITE,
-            "neighbour Suggest p50, flood on its server (raw: no flood at all)",
-            p50["same_server"],
-            "ms",
-            baseline=p50["alone"],
-            baseline_name="no flood",
-            target=1.5,
-            lower_is_better=True,
-            extra=extra,
-        ),
+        *neighbour,
         Row(
             SUITE,
             "server CPU per refused call (tenant over quota)",

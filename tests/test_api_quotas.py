@@ -3,6 +3,7 @@ tenant over its quota does not block its neighbour."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +77,20 @@ def _open_stream(client: PmlClient, release: threading.Event, name: str) -> thre
     return thread
 
 
+@contextlib.contextmanager
+def _streams_held(client: PmlClient, count: int = 2) -> Iterator[None]:
+    """`count` StreamTraces calls of `client` kept open (each holding a call slot) inside the
+    block, closed and joined at its end."""
+    release = threading.Event()
+    threads = [_open_stream(client, release, f"s{i}") for i in range(count)]
+    try:
+        yield
+    finally:
+        release.set()
+        for t in threads:
+            t.join(10)
+
+
 def _exhausted(call: object) -> PmlClientError:
     assert callable(call)
     with pytest.raises(PmlClientError) as err:
@@ -90,34 +105,21 @@ def test_a_tenant_over_its_quota_does_not_block_its_neighbour(
     path, found = keys
     server = start(keys_file=path, tenant_max_in_flight=2)
     target = f"127.0.0.1:{server.port}"
-    release = threading.Event()
     with (
         PmlClient(target, api_key=found["acme-write"]) as acme,
         PmlClient(target, api_key=found["globex-admin"]) as globex,
     ):
-        threads = [_open_stream(acme, release, f"s{i}") for i in range(2)]
-        try:
+        with _streams_held(acme):
             err = _exhausted(acme.stats)
             assert "tenant" in err.message
             assert globex.stats().patterns == 0  # the neighbour is served
-        finally:
-            release.set()
-            for t in threads:
-                t.join(10)
         assert acme.stats().patterns == 2  # slots are given back
 
 
 def test_server_wide_concurrency_limit(start: StartServer) -> None:
     server = start(max_concurrent_rpcs=2)
-    release = threading.Event()
-    with PmlClient(f"127.0.0.1:{server.port}") as client:
-        threads = [_open_stream(client, release, f"s{i}") for i in range(2)]
-        try:
-            _exhausted(client.stats)
-        finally:
-            release.set()
-            for t in threads:
-                t.join(10)
+    with PmlClient(f"127.0.0.1:{server.port}") as client, _streams_held(client):
+        _exhausted(client.stats)
 
 
 def test_refusal_is_peeked_without_the_lock() -> None:
@@ -176,27 +178,20 @@ def test_refusal_tells_the_client_when_to_retry(
     path, found = keys
     server = start(keys_file=path, tenant_max_in_flight=2)
     target = f"127.0.0.1:{server.port}"
-    release = threading.Event()
-    with PmlClient(target, api_key=found["acme-write"]) as acme:
-        threads = [_open_stream(acme, release, f"s{i}") for i in range(2)]
-        try:
-            err = _exhausted(acme.stats)
-            assert err.retry_delay_seconds == CONCURRENCY_RETRY_SECONDS
-            record = make_record("one more", "await mcp.more()", tools=["more"])
-            more = [pml_pb2.StreamTracesRequest(execution_id="s9", sequence=1, record=record)]
-            err = _exhausted(lambda: list(acme.stream(more)))  # a stream is refused too
-            assert err.retry_delay_seconds == CONCURRENCY_RETRY_SECONDS
-            with grpc.insecure_channel(target) as channel:
-                stub = pml_pb2_grpc.PmlServiceStub(channel)
-                metadata = (("authorization", f"Bearer {found['acme-write']}"),)
-                with pytest.raises(grpc.RpcError) as raw:
-                    stub.GetStats(pml_pb2.GetStatsRequest(), metadata=metadata, timeout=10)
-            trailers = dict(raw.value.trailing_metadata())  # type: ignore[attr-defined]
-            assert trailers[PUSHBACK_TRAILER] == str(round(CONCURRENCY_RETRY_SECONDS * 1000))
-        finally:
-            release.set()
-            for t in threads:
-                t.join(10)
+    with PmlClient(target, api_key=found["acme-write"]) as acme, _streams_held(acme):
+        err = _exhausted(acme.stats)
+        assert err.retry_delay_seconds == CONCURRENCY_RETRY_SECONDS
+        record = make_record("one more", "await mcp.more()", tools=["more"])
+        more = [pml_pb2.StreamTracesRequest(execution_id="s9", sequence=1, record=record)]
+        err = _exhausted(lambda: list(acme.stream(more)))  # a stream is refused too
+        assert err.retry_delay_seconds == CONCURRENCY_RETRY_SECONDS
+        with grpc.insecure_channel(target) as channel:
+            stub = pml_pb2_grpc.PmlServiceStub(channel)
+            metadata = (("authorization", f"Bearer {found['acme-write']}"),)
+            with pytest.raises(grpc.RpcError) as raw:
+                stub.GetStats(pml_pb2.GetStatsRequest(), metadata=metadata, timeout=10)
+        trailers = dict(raw.value.trailing_metadata())  # type: ignore[attr-defined]
+        assert trailers[PUSHBACK_TRAILER] == str(round(CONCURRENCY_RETRY_SECONDS * 1000))
     refused = server.metrics.registry.get_sample_value(
         "pml_requests_total", {"method": "GetStats", "code": "RESOURCE_EXHAUSTED"}
     )
@@ -208,17 +203,13 @@ def test_refusal_needs_no_rpc_thread(start: StartServer, keys: tuple[Path, dict[
     still answered (RESOURCE_EXHAUSTED, not a wait for a thread until its deadline)."""
     path, found = keys
     server = start(keys_file=path, max_workers=2, tenant_max_in_flight=2)
-    release = threading.Event()
     target = f"127.0.0.1:{server.port}"
-    with PmlClient(target, api_key=found["acme-write"], timeout=10) as acme:
-        threads = [_open_stream(acme, release, f"s{i}") for i in range(2)]
-        try:
-            for _ in range(20):
-                _exhausted(acme.stats)
-        finally:
-            release.set()
-            for t in threads:
-                t.join(10)
+    with (
+        PmlClient(target, api_key=found["acme-write"], timeout=10) as acme,
+        _streams_held(acme),
+    ):
+        for _ in range(20):
+            _exhausted(acme.stats)
 
 
 def test_refusal_pool_counts_the_calls_waiting_for_a_thread() -> None:
