@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ class ServerProc:
     process: subprocess.Popen[str]
     port: int
     startup_seconds: float  # process start to health SERVING
+    metrics_port: int | None = None  # our server's /metrics (`serve` only)
 
     @property
     def target(self) -> str:
@@ -66,6 +68,20 @@ class ServerProc:
 
     def rss_bytes(self) -> int:
         return rss_bytes(self.process.pid)
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.process.pid, os.sysconf("SC_CLK_TCK"))
+
+    def embedding_cpu_seconds(self) -> float:
+        """CPU seconds the server has spent in its embedding model (from its /metrics)."""
+        if self.metrics_port is None:
+            raise RuntimeError("this server exports no metrics")
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            for line in reply.read().decode().splitlines():
+                if line.startswith("pml_embedding_cpu_seconds_total "):
+                    return float(line.split()[1])
+        raise RuntimeError("pml_embedding_cpu_seconds_total missing from /metrics")
 
     def wait_idle(self, timeout: float = 60.0) -> float:
         """Wait until the server has used under 5% of a core for a whole second (work left
@@ -143,9 +159,11 @@ def server(*args: str) -> Iterator[ServerProc]:
         line = process.stdout.readline()
         if not line.startswith("PORT "):
             raise RuntimeError(f"server did not report its port (got {line!r})")
-        port = int(line.split()[1])
+        words = line.split()  # PORT <n> [METRICS <m>]
+        port = int(words[1])
+        metrics_port = int(words[3]) if len(words) > 3 and words[2] == "METRICS" else None
         _wait_serving(port, process, start + _START_TIMEOUT)
-        yield ServerProc(process, port, time.monotonic() - start)
+        yield ServerProc(process, port, time.monotonic() - start, metrics_port)
     finally:
         stop_process(process)
 

@@ -12,7 +12,8 @@ ceiling: a servicer of the same proto on the same gRPC server settings that does
 `canned` is our whole API layer (the real `start_server`: interceptor, auth, quotas, request
 validation, proto conversion) over an engine that answers every Suggest with one real answer
 computed at start: the cost of everything but the engine's work. All print `PORT <n>` once bound
-and stop on SIGTERM.
+and stop on SIGTERM;
+`serve` adds `METRICS <n>`, the port of its Prometheus /metrics.
 """
 
 from __future__ import annotations
@@ -81,14 +82,18 @@ def _wait_for_sigterm() -> None:
 
 def serve(data_dir: Path, embedder: str, durability: str) -> None:
     config = ServerConfig(
-        listen="127.0.0.1:0", data_dir=data_dir, embedder=embedder, durability=durability
+        listen="127.0.0.1:0",
+        data_dir=data_dir,
+        embedder=embedder,
+        durability=durability,
+        metrics_port=0,  # the harness reads the model's CPU seconds from /metrics
     )
     engine = Engine.open(
         EngineConfig(data_dir=data_dir, embedder=embedder, durability=durability),
         normalizer=normalize,
     )
     running = start_server(config, engine)  # health turns SERVING once the index is loaded
-    print(f"PORT {running.port}", flush=True)
+    print(f"PORT {running.port} METRICS {running.metrics_port}", flush=True)
     _wait_for_sigterm()
     running.stop(grace=5.0)
 

@@ -77,6 +77,7 @@ from pml_server.domain.model import (
     CapabilityView,
     CaptureOutcome,
     CaptureResult,
+    EmbeddingUsage,
     ExecutionRecord,
     FailureEntry,
     Page,
@@ -89,7 +90,7 @@ from pml_server.domain.model import (
     SuggestResult,
 )
 from pml_server.embedding import CachedEmbedder, check_client_vector, make_embedder
-from pml_server.embedding.base import Embedder, Vector
+from pml_server.embedding.base import Embedder, EmbedderWrapper, Vector
 from pml_server.embedding.search_index import TenantSearchIndex
 from pml_server.engine_arguments import check_page, check_tenant
 from pml_server.engine_candidates import retrieve
@@ -284,6 +285,11 @@ class Engine:
 
     def embedding_dim(self) -> int:
         return self._embedder.dim
+
+    def embedding_usage(self) -> EmbeddingUsage:
+        """What the model has cost so far (zeros for an embedder built without a meter)."""
+        embedder = self._embedder
+        return embedder.usage() if isinstance(embedder, EmbedderWrapper) else EmbeddingUsage()
 
     def _embed_one(self, text: str) -> Vector:
         vector: Vector = self._embedder.embed([text])[0]

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from pml_server.domain.model import EmbeddingUsage
 
 
 class Metrics:
@@ -37,6 +42,10 @@ class Metrics:
         )
         self._http: Any = None
 
+    def watch_embedding(self, usage: Callable[[], EmbeddingUsage]) -> None:
+        """Export the embedding model's totals, read from `usage` at each scrape."""
+        self.registry.register(_EmbeddingCollector(usage))
+
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Expose /metrics on `addr:port` (0 picks a free port); returns the bound port."""
         server, _thread = start_http_server(port, addr=addr, registry=self.registry)
@@ -48,3 +57,21 @@ class Metrics:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
+
+
+class _EmbeddingCollector(Collector):
+    """The model's own counters (`EmbeddingUsage`), read when /metrics is scraped: they are
+    kept by the embedder, so there is nothing to update on the hot path."""
+
+    def __init__(self, usage: Callable[[], EmbeddingUsage]) -> None:
+        self._usage = usage
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        u = self._usage()
+        for name, text, value in (
+            ("pml_embedding_runs", "Embedding model runs (a coalesced batch is one run)", u.runs),
+            ("pml_embedding_texts", "Texts embedded by the model (cache hits excluded)", u.texts),
+            ("pml_embedding_cpu_seconds", "CPU seconds spent in the model", u.cpu_seconds),
+            ("pml_embedding_seconds", "Wall seconds spent in the model", u.seconds),
+        ):
+            yield CounterMetricFamily(name, text, value=value)

@@ -155,6 +155,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
     if engine is None:
         engine = open_engine(config)
     metrics = Metrics()
+    metrics.watch_embedding(engine.embedding_usage)
     capture_pool = futures.ThreadPoolExecutor(
         max_workers=config.capture_workers, thread_name_prefix="pml-capture"
     )

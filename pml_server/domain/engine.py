@@ -12,6 +12,7 @@ from typing import Protocol
 from pml_server.domain.model import (
     CapabilityView,
     CaptureResult,
+    EmbeddingUsage,
     ExecutionRecord,
     FailureEntry,
     Page,
@@ -63,6 +64,9 @@ class EngineProtocol(Protocol):
 
     def embedding_dim(self) -> int:
         """Dimension a client-supplied intent vector must have."""
+
+    def embedding_usage(self) -> EmbeddingUsage:
+        """What the embedding model has cost since the engine opened."""
 
     def is_ready(self) -> bool:
         """False while the vector index is still catching up with the store."""

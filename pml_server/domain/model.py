@@ -226,6 +226,16 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class EmbeddingUsage:
+    """What the model has cost since the server started (`MeteredEmbedder` counts it)."""
+
+    runs: int = 0  # model calls (a coalesced batch is one run)
+    texts: int = 0
+    cpu_seconds: float = 0.0
+    seconds: float = 0.0  # wall time inside the model
+
+
+@dataclass(frozen=True)
 class Page(Generic[T]):
     """One page of a listing. `next_cursor` is an opaque engine cursor ("" at the end); the API
     layer wraps it in a signed, tenant-bound page token."""

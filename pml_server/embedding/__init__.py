@@ -10,20 +10,22 @@ from pml_server.embedding.base import Embedder, check_client_vector, l2_normaliz
 from pml_server.embedding.cache import CachedEmbedder
 from pml_server.embedding.coalesce import CoalescingEmbedder
 from pml_server.embedding.hashing import HashingEmbedder
+from pml_server.embedding.metered import MeteredEmbedder
 
 EMBEDDERS = ("minilm", "hashing")
 
 
 def make_embedder(name: str, cache_size: int = 10_000) -> CachedEmbedder:
-    """The embedder named in the configuration, wrapped in the (model, text) cache."""
+    """The embedder named in the configuration, wrapped in the (model, text) cache; its
+    `usage()` counts the model's own runs (MeteredEmbedder sits right around the model)."""
     if name == "minilm":
         from pml_server.embedding.minilm import MiniLMEmbedder  # loads onnxruntime lazily
 
         # Concurrent requests share model runs (CoalescingEmbedder); the hashing embedder is
         # too cheap for that to pay.
-        return CachedEmbedder(CoalescingEmbedder(MiniLMEmbedder()), cache_size)
+        return CachedEmbedder(CoalescingEmbedder(MeteredEmbedder(MiniLMEmbedder())), cache_size)
     if name == "hashing":
-        return CachedEmbedder(HashingEmbedder(), cache_size)
+        return CachedEmbedder(MeteredEmbedder(HashingEmbedder()), cache_size)
     raise ValueError(f"unknown embedder {name!r}; choose one of {EMBEDDERS}")
 
 
@@ -33,6 +35,7 @@ __all__ = [
     "CoalescingEmbedder",
     "Embedder",
     "HashingEmbedder",
+    "MeteredEmbedder",
     "check_client_vector",
     "l2_normalize",
     "make_embedder",

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
+from pml_server.domain.model import EmbeddingUsage
 
 Matrix = npt.NDArray[np.float32]
 Vector = npt.NDArray[np.float32]
@@ -51,6 +52,11 @@ class EmbedderWrapper:
     @property
     def dim(self) -> int:
         return self._inner.dim
+
+    def usage(self) -> EmbeddingUsage:
+        """The model's usage, from the `MeteredEmbedder` inside (zeros if there is none)."""
+        inner = self._inner
+        return inner.usage() if isinstance(inner, EmbedderWrapper) else EmbeddingUsage()
 
 
 def l2_normalize(matrix: Matrix) -> Matrix:

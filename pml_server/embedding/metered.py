@@ -1,0 +1,44 @@
+"""What the embedding model costs: runs, texts, and the CPU and wall time spent in it.
+
+Operators read it from /metrics (`pml_embedding_*`), and the service benchmark divides the
+model's CPU seconds by the server's to report the share of a capture or Suggest spent
+embedding. CPU is the calling thread's (`time.thread_time`): both models run in the caller's
+thread (the ONNX session has one intra-op thread; the hashing embedder is plain Python), so
+it is the model's own work, whatever other threads do meanwhile.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+from pml_server.domain.model import EmbeddingUsage
+from pml_server.embedding.base import Embedder, EmbedderWrapper, Matrix
+
+
+class MeteredEmbedder(EmbedderWrapper):
+    """Wraps the model itself (inside the cache and the coalescer, so cache hits cost nothing
+    and a shared batch counts once); same interface."""
+
+    def __init__(self, inner: Embedder) -> None:
+        super().__init__(inner)
+        self._lock = threading.Lock()
+        self._usage = EmbeddingUsage()
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return self._inner.embed(texts)
+        finally:
+            cpu = time.thread_time() - cpu
+            wall = time.perf_counter() - wall
+            with self._lock:
+                u = self._usage
+                self._usage = EmbeddingUsage(
+                    u.runs + 1, u.texts + len(texts), u.cpu_seconds + cpu, u.seconds + wall
+                )
+
+    def usage(self) -> EmbeddingUsage:
+        with self._lock:
+            return self._usage
