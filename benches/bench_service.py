@@ -80,8 +80,14 @@ def _suggest_rows(
     return rows
 
 
-def _suggest_sweep(target: str, plan: Plan, query: str) -> dict[int, dict[str, float]]:
-    return {c: harness.load(target, "suggest", c, plan, query) for c in plan.concurrency}
+def _suggest_sweep(srv: harness.ServerProc, plan: Plan, query: str) -> dict[int, dict[str, float]]:
+    """Suggest at each concurrency, each point on an idle server: right after SERVING the
+    server may still be writing its index snapshots, which belongs to startup, not to Suggest."""
+    out = {}
+    for callers in plan.concurrency:
+        srv.wait_idle()
+        out[callers] = harness.load(srv.target, "suggest", callers, plan, query)
+    return out
 
 
 def _settled_load(
@@ -143,7 +149,7 @@ def run_plan(plan: Plan) -> list[Row]:
         root = Path(tmp)
         # (a) the null servicer: the gRPC ceiling for every call shape
         with harness.server("null") as null_server:
-            null = _suggest_sweep(null_server.target, plan, "vector")
+            null = _suggest_sweep(null_server, plan, "vector")
             null_record = harness.load(null_server.target, "record", mid, plan, "vector", 0)
             null_stream = harness.load(null_server.target, "stream", mid, plan, "vector", 0)
 
@@ -154,7 +160,7 @@ def run_plan(plan: Plan) -> list[Row]:
         # client vectors on the model's store (the model is loaded but never called)
         vec_small, fill_small = harness.filled_store(plan, root, small, "minilm", vectors=True)
         with harness.server("serve", str(vec_small), "minilm", "fast") as srv:
-            ours = _suggest_sweep(srv.target, plan, "vector")
+            ours = _suggest_sweep(srv, plan, "vector")
             rows += _suggest_rows(f"client vectors, {small} intents", ours, null)
             record_vec = _settled_load(srv, "record", mid, plan, "vector", offsets.take(plan))
             stream_vec = _settled_load(srv, "stream", mid, plan, "vector", offsets.take(plan))
@@ -165,7 +171,7 @@ def run_plan(plan: Plan) -> list[Row]:
         vector_suggest_small = ours
         # our API layer over an engine whose answer is precomputed: what is left for the engine
         with harness.server("canned", str(vec_small)) as srv:
-            canned = _suggest_sweep(srv.target, plan, "vector")
+            canned = _suggest_sweep(srv, plan, "vector")
         rows += _canned_rows(canned, null, ours)
         rows += _capture_rows(
             "client vectors", record_vec, stream_vec, null_record, null_stream, mid
@@ -174,7 +180,7 @@ def run_plan(plan: Plan) -> list[Row]:
         # the hashing embedder: the server embeds, cheaply
         hashed, _ = harness.filled_store(plan, root, small, "hashing", vectors=False)
         with harness.server("serve", str(hashed), "hashing", "fast") as srv:
-            ours = _suggest_sweep(srv.target, plan, "text")
+            ours = _suggest_sweep(srv, plan, "text")
             rows += _suggest_rows(f"hashing embedder, {small} intents", ours, null)
             record_fast = _settled_load(srv, "record", mid, plan, "text", offsets.take(plan))
             stream_fast = _settled_load(srv, "stream", mid, plan, "text", offsets.take(plan))
@@ -195,7 +201,7 @@ def run_plan(plan: Plan) -> list[Row]:
         vec_big, fill_big = harness.filled_store(plan, root, big, "minilm", vectors=True)
         with harness.server("serve", str(vec_big), "minilm", "fast") as srv:
             big_startup, big_rss = srv.startup_seconds, srv.rss_bytes()
-            ours_big = _suggest_sweep(srv.target, plan, "vector")
+            ours_big = _suggest_sweep(srv, plan, "vector")
         rows += _suggest_rows(f"client vectors, {big} intents", ours_big, null)
         rows += _scale_rows(
             big, big_startup, empty_startup, big_rss, empty_rss, fill_small / small, fill_big / big

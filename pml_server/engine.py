@@ -247,11 +247,16 @@ class Engine:
         with self._indexes_lock:
             indexes = dict(self._indexes)
         seq = self._seqs.last_issued()
-        ops: list[Op] = [self._repo.put_snapshot(t, seq, i.snapshot()) for t, i in indexes.items()]
+        # An index unchanged since its stored snapshot holds every removal logged so far, so
+        # trimming the log stays safe without writing it again.
+        taken = {t: i.snapshot() for t, i in indexes.items() if i.has_unsaved_changes()}
+        ops: list[Op] = [self._repo.put_snapshot(t, seq, data) for t, (data, _) in taken.items()]
         if trim_oplog:
             ops += self._repo.delete_oplog_through(seq)
         if ops:
             self._store.write(ops)
+        for tenant, (_, changes) in taken.items():
+            indexes[tenant].mark_saved(changes)
 
     def close(self) -> None:
         """Stop the background jobs, snapshot the indexes, flush and close the store. Callers

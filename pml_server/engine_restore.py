@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from pml_server import _core
 from pml_server.capture.records import IntentRecord
 from pml_server.embedding.search_index import TenantSearchIndex
@@ -15,27 +13,24 @@ from pml_server.storage.repo import Repository
 
 
 def restore_indexes(repo: Repository, kind: str, dim: int) -> dict[str, TenantSearchIndex]:
-    tools_of: dict[tuple[str, str], tuple[str, ...]] = {}
     by_tenant: dict[str, list[IntentRecord]] = {}
     for tenant, intent in repo.all_intents():
         by_tenant.setdefault(tenant, []).append(intent)
     oplog = repo.oplog_after(0)
     indexes: dict[str, TenantSearchIndex] = {}
     for tenant, intents in by_tenant.items():
+        # one scan of the tenant's patterns: a read per pattern cost most of a 100k start
+        tools_of = {p.id: p.tools_used for p in repo.all_patterns(tenant)}
         index = _restored_or_new(repo, tenant, kind, dim, oplog)
         for intent in intents:
-            key = (tenant, intent.pattern_id)
-            if key not in tools_of:
-                pattern = repo.pattern(tenant, intent.pattern_id)
-                tools_of[key] = pattern.tools_used if pattern else ()
-            index.add(intent, tools_of[key])
+            index.add(intent, tools_of.get(intent.pattern_id, ()))
         complete = index.vector_count() == len(intents) and all(
             index.ann.contains(i.id) for i in intents
         )
         if not complete:  # stale or foreign snapshot: rebuild from the store
             index = TenantSearchIndex(kind, dim)
             for intent in intents:
-                index.add(intent, tools_of[(tenant, intent.pattern_id)])
+                index.add(intent, tools_of.get(intent.pattern_id, ()))
         indexes[tenant] = index
     return indexes
 
@@ -60,7 +55,5 @@ def _restored_or_new(
         if op["tenant"] == tenant and op["op"] == "remove"
         for intent_id in op["ids"]
     ]
-    present = [i for i in removed if index.ann.contains(i)]
-    if present:
-        index.ann.remove(np.array(present, dtype=np.uint64))
+    index.remove_vectors(removed)
     return index  # additions since the snapshot are re-added from the intents column

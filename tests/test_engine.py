@@ -68,6 +68,74 @@ def test_index_is_restored_from_snapshot_plus_op_log(tmp_path: Path) -> None:
     reopened.close()
 
 
+def _count_snapshot_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The tenants whose vector index snapshot is written from now on."""
+    from pml_server.storage.repo import Repository
+
+    written: list[str] = []
+    original = Repository.put_snapshot
+
+    def put_snapshot(self: Repository, tenant: str, seq: int, data: bytes) -> object:
+        written.append(tenant)
+        return original(self, tenant, seq, data)
+
+    monkeypatch.setattr(Repository, "put_snapshot", put_snapshot)
+    return written
+
+
+def test_only_changed_indexes_are_snapshotted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written = _count_snapshot_writes(monkeypatch)
+    engine = open_engine(tmp_path)
+    populate(engine)
+    engine.snapshot_indexes()
+    assert sorted(written) == ["t", "u"]
+    written.clear()
+    engine.snapshot_indexes()  # nothing changed: nothing written
+    engine.record("u", make_record("r1", "Read JSON file", JSON_TOOLS))  # a replay adds nothing
+    engine.snapshot_indexes()
+    assert written == []
+    saved = engine.record("t", make_record("r7", "Compress the logs", ["gzip"]))
+    engine.snapshot_indexes()
+    assert written == ["t"]
+    engine.delete_pattern("t", saved.pattern_id)
+    engine.snapshot_indexes()
+    assert written == ["t", "t"]
+    before = snapshot_state(engine)
+    engine.close()
+    written.clear()
+    # restored from snapshots that hold every change: opening and closing write none again
+    reopened = open_engine(tmp_path)
+    assert snapshot_state(reopened) == before
+    reopened.close()
+    assert written == []
+
+
+def test_a_restored_index_with_replayed_changes_is_snapshotted_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written = _count_snapshot_writes(monkeypatch)
+    engine = open_engine(tmp_path)
+    populate(engine)
+    engine.record("v", make_record("r9", "Archive old logs", ["tar"]))
+    engine.snapshot_indexes()
+    # after the snapshot, "t" loses a vector it holds and "u" gains one; "v" gains one and
+    # loses it again, so its stored snapshot is still exact
+    in_snapshot = engine.record("t", make_record("r3", "Send an email", ["gmail_send"]))
+    engine.delete_pattern("t", in_snapshot.pattern_id)
+    engine.record("u", make_record("r8", "Resize images", ["image_resize"]))
+    transient = engine.record("v", make_record("r10", "Resize images", ["image_resize"]))
+    engine.delete_pattern("v", transient.pattern_id)
+    before = snapshot_state(engine)
+    engine._store.close()  # a crash: no closing snapshot
+    written.clear()
+    reopened = open_engine(tmp_path)
+    assert sorted(written) == ["t", "u"]
+    assert snapshot_state(reopened) == before
+    reopened.close()
+
+
 def hammer(engine: Engine, threads_n: int, per_thread: int) -> None:
     """`threads_n` threads each capturing the same pattern `per_thread` times."""
     errors: list[BaseException] = []

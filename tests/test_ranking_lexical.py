@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+import snowballstemmer
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pml_server.ranking import LexicalIndex, tokenize
 
@@ -16,6 +19,15 @@ def test_tokenize_stems_drops_stop_words_and_keeps_compound_names() -> None:
     assert tokenize("parseCSV") == ["pars", "csv", "parsecsv"]
     assert tokenize("Ünïcode café") == ["ünïcode", "café"]
     assert tokenize("") == []
+    assert tokenize("batch123 in 2024") == ["batch", "123", "batch123", "2024"]
+
+
+@given(st.text(alphabet="0123456789", min_size=1, max_size=24))
+def test_numbers_skip_the_stemmer_because_it_leaves_them_unchanged(number: str) -> None:
+    # `tokenize` passes ASCII numbers through without stemming: sound only while the
+    # stemmer itself returns them unchanged
+    assert snowballstemmer.stemmer("english").stemWord(number) == number
+    assert tokenize(f"invoice {number}") == ["invoic", number]
 
 
 def make_index() -> LexicalIndex:

@@ -32,6 +32,11 @@ class TenantSearchIndex:
         self.kind = kind
         self.dim = dim
         self.ann = ann if ann is not None else new_index(kind, dim)
+        # Vector additions and removals so far, and how many of them the stored snapshot holds
+        # (None: no snapshot of this index yet), so an unchanged index is not written again:
+        # at 100k intents a snapshot is 150 MB.
+        self._vector_changes = 0
+        self._saved_changes: int | None = None
         self.lexical = LexicalIndex()
         self.pattern_of: dict[int, str] = {}
         self.intents_of: dict[str, set[int]] = {}  # the reverse of pattern_of
@@ -49,13 +54,16 @@ class TenantSearchIndex:
 
     @classmethod
     def restore(cls, kind: str, dim: int, data: bytes) -> TenantSearchIndex:
-        return cls(kind, dim, index_from_bytes(kind, dim, data))
+        index = cls(kind, dim, index_from_bytes(kind, dim, data))
+        index._saved_changes = 0  # the stored snapshot is exactly this state
+        return index
 
     def add(self, intent: IntentRecord, tools: Sequence[str]) -> None:
         with self._write_lock:
             if not self.ann.contains(intent.id):
                 ids = np.array([intent.id], dtype=np.uint64)
                 self.ann.add(ids, intent.vector.reshape(1, -1).astype(np.float32))
+                self._vector_changes += 1
             self._add_lexical_locked(intent, tools)
 
     def add_many(self, adds: Sequence[tuple[IntentRecord, Sequence[str]]]) -> None:
@@ -67,6 +75,7 @@ class TenantSearchIndex:
                 ids = np.fromiter(fresh, dtype=np.uint64, count=len(fresh))
                 rows = np.stack([i.vector for i in fresh.values()]).astype(np.float32)
                 self.ann.add(ids, rows, threads=INSERT_THREADS)
+                self._vector_changes += 1
             for intent, tools in adds:
                 self._add_lexical_locked(intent, tools)
 
@@ -89,6 +98,7 @@ class TenantSearchIndex:
         with self._write_lock:
             if intent_ids:
                 self.ann.remove(np.array(list(intent_ids), dtype=np.uint64))
+                self._vector_changes += 1
             for intent_id in intent_ids:
                 pattern_id = self.pattern_of.pop(intent_id, None)
                 text = self._lexical_text.pop(intent_id, None)
@@ -128,9 +138,32 @@ class TenantSearchIndex:
         """(pattern id, raw BM25 score of its document), best first."""
         return self.lexical.search(text, limit)
 
-    def snapshot(self) -> bytes:
+    def remove_vectors(self, intent_ids: Sequence[int]) -> None:
+        """Take vectors out of the vector index alone (replaying the op log's removals into a
+        restored snapshot, before the intents are indexed)."""
+        with self._write_lock:
+            present = [i for i in intent_ids if self.ann.contains(i)]
+            if present:
+                self.ann.remove(np.array(present, dtype=np.uint64))
+                self._vector_changes += 1
+
+    def snapshot(self) -> tuple[bytes, int]:
+        """The vector index's bytes and the change count they hold (for `mark_saved`)."""
+        # Read before the bytes, and counted after each change is made: the bytes hold at
+        # least `changes` changes (a later one only leaves the index marked unsaved), and
+        # captures never wait for the copy.
+        changes = self._vector_changes
         with self._read_lock:
-            return self.ann.to_bytes()
+            return self.ann.to_bytes(), changes
+
+    def has_unsaved_changes(self) -> bool:
+        return self._saved_changes != self._vector_changes
+
+    def mark_saved(self, changes: int) -> None:
+        """A snapshot holding the first `changes` changes is durable in the store."""
+        with self._write_lock:
+            if self._saved_changes is None or changes > self._saved_changes:
+                self._saved_changes = changes
 
     def vector_count(self) -> int:
         with self._read_lock:

@@ -92,7 +92,11 @@ def tokenize(text: str) -> list[str]:
         parts = [p for piece in _SEPARATORS.split(token) for p in _split_camel(piece)]
         for part in parts:
             word = part.lower()
-            if word not in _STOP_WORDS:
+            if word.isascii() and word.isdigit():
+                # the stemmer leaves ASCII numbers unchanged (tested); skipping it keeps
+                # numbers (ids, years, "batch123" pieces) out of the stem cache
+                terms.append(word)
+            elif word not in _STOP_WORDS:
                 terms.append(_stem(word))
         if len(parts) > 1:
             terms.append(token.lower())
