@@ -74,6 +74,18 @@ def test_scan_respects_prefix_start_limit_and_direction(tmp_path: Path) -> None:
     store.close()
 
 
+def test_scan_stored_streams_the_committed_rows_in_key_order(tmp_path: Path) -> None:
+    store = Store(tmp_path, "sync")
+    t1, t2 = tenant_prefix("t"), tenant_prefix("tt")
+    store.write([(CF_PATTERNS, t2 + b"x", b"2x"), (CF_PATTERNS, t1 + b"b", b"1b")])
+    store.write([(CF_PATTERNS, t1 + b"a", b"1a"), (CF_META, b"m", b"other family")])
+    assert list(store.scan_stored(CF_PATTERNS)) == store.scan(CF_PATTERNS, b"")
+    assert [v for _, v in store.scan_stored(CF_PATTERNS, t1)] == [b"1a", b"1b"]
+    store.submit([(CF_PATTERNS, t1 + b"c", b"1c")]).wait()
+    assert [v for _, v in store.scan_stored(CF_PATTERNS, t1)] == [b"1a", b"1b", b"1c"]
+    store.close()
+
+
 def test_group_commit_merges_concurrent_writers_without_loss(tmp_path: Path) -> None:
     store = Store(tmp_path, "sync")
 

@@ -56,14 +56,19 @@ _NO_VECTOR = np.zeros(0, dtype=np.float32)
 _NO_VECTOR.flags.writeable = False
 
 
-@functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
-def decode_intent_for_view(raw: bytes) -> IntentRecord:
-    """An intent record without its vector (an empty array): what a view shows, for less than
-    half the cost of `IntentRecord.from_json`, which decodes the base64 vector too. Shared
-    between callers like the other decoded records (frozen)."""
+def intent_without_vector(raw: bytes) -> IntentRecord:
+    """An intent record without its vector (an empty array), for less than half the cost of
+    `IntentRecord.from_json`, which decodes the base64 vector too."""
     data = json.loads(raw)
     data.pop("vector", None)
     return IntentRecord(vector=_NO_VECTOR, **data)
+
+
+@functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
+def decode_intent_for_view(raw: bytes) -> IntentRecord:
+    """`intent_without_vector`, memoized: what a view shows. Shared between callers like the
+    other decoded records (frozen)."""
+    return intent_without_vector(raw)
 
 
 _PATTERN_FIELDS = tuple(f.name for f in dataclasses.fields(PatternRecord))

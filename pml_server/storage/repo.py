@@ -8,6 +8,7 @@ records; writes are built as operations (`Op`) that the engine collects into one
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -201,11 +202,18 @@ class Repository:
     def delete_intent(self, tenant: str, intent: IntentRecord) -> Op:
         return (CF_INTENTS, tenant_key(tenant, intent.pattern_id, u64(intent.id)), None)
 
-    def all_intents(self) -> Iterator[tuple[str, IntentRecord]]:
-        """Every intent of every tenant (used to rebuild the in-memory indexes at open)."""
-        for key, value in self.store.scan(CF_INTENTS, b""):
-            tenant, _ = split_tenant(key)
-            yield tenant, decode_intent(value)
+    def stored_intents(self) -> Iterator[tuple[str, Iterator[bytes]]]:
+        """(tenant, its intents' stored bytes) for every tenant, streamed in key order (a
+        tenant's keys are contiguous): rebuilding the in-memory indexes at open reads them one
+        at a time instead of holding every record and vector at once. Before anything
+        writes only (`Store.scan_stored`)."""
+        rows = self.store.scan_stored(CF_INTENTS)
+        for tenant, group in itertools.groupby(rows, key=lambda row: split_tenant(row[0])[0]):
+            yield tenant, (value for _, value in group)
+
+    def tenant_stored_intents(self, tenant: str) -> Iterator[bytes]:
+        """One tenant's part of `stored_intents`."""
+        return (value for _, value in self.store.scan_stored(CF_INTENTS, tenant_prefix(tenant)))
 
     # ---- capabilities ------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -243,6 +243,15 @@ class Store:
         if limit is not None:
             keys = keys[:limit]
         return [(k, rows[k]) for k in keys]
+
+    def scan_stored(self, cf: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """Rows whose key starts with `prefix`, in key order, streamed from the database one at
+        a time: for reading a whole column family at open, before anything writes (a write
+        not yet applied is not seen). `scan` holds every row in memory at once."""
+        with self._lock:
+            if any(family == cf for family, _ in self._overlay):
+                raise RuntimeError(f"scan_stored({cf!r}) while writes to it are pending")
+        yield from self._scan_db(cf, prefix, None, None, False)
 
     def _scan_db(
         self, cf: str, prefix: bytes, start: bytes | None, limit: int | None, reverse: bool

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pml_server.capture.records import IntentRecord
 from pml_server.engine import Engine
 from pml_server.storage import Store
 from pml_server.storage.repo import Repository
@@ -40,7 +41,7 @@ def _fill(path: Path, kind: str) -> None:
 
 def _assert_index_matches_store(engine: Engine) -> int:
     """The served index equals the store's intents; returns how many were checked."""
-    stored = [i for t, i in engine._repo.all_intents() if t == TENANT]
+    stored = [IntentRecord.from_json(r) for r in engine._repo.tenant_stored_intents(TENANT)]
     index = engine._index_for(TENANT)
     assert index.vector_count() == len(stored), "index size differs from the stored intents"
     for intent in stored:
