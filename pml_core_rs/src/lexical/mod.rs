@@ -31,6 +31,8 @@ mod tests;
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use crate::error::{CoreError, CoreResult};
 
 /// A term's posting list as two parallel arrays: internal document numbers and the term's
@@ -71,7 +73,9 @@ struct DocTerm {
 #[derive(Debug, Default)]
 struct Doc {
     name: String,
-    terms: HashMap<u32, DocTerm>,
+    /// Keyed by our own term numbers (never by caller input), so the fast Fx hash is safe;
+    /// `search` looks terms up here to complete and rescore candidates.
+    terms: FxHashMap<u32, DocTerm>,
 }
 
 /// A BM25 inverted index keyed by non-empty string ids.

@@ -102,7 +102,9 @@ impl LexicalIndex {
             // bounds overflow only with an absurd k1; such a search is not worth pruning
             let finite = query.iter().map(|t| t.bound).sum::<f64>().is_finite();
             if prune && finite {
-                return self.pruned_top(&query, &norm, limit, scratch);
+                if let Some(hits) = self.pruned_top(&query, &norm, limit, scratch) {
+                    return hits;
+                }
             }
             for term in &query {
                 self.scatter(term, &norm, scratch);
