@@ -24,10 +24,21 @@ const LOOKUP_COST: usize = 8;
 
 #[cfg(test)]
 thread_local! {
-    /// (terms scanned in full, distinct query terms) of this thread's last pruned search:
-    /// lets the tests check that pruning happened, not only that results match.
-    pub(super) static LAST_SCAN: std::cell::Cell<(usize, usize)> =
-        const { std::cell::Cell::new((0, 0)) };
+    /// (terms scanned in full, distinct query terms, fell back to the exhaustive search) of
+    /// this thread's last pruned search: lets the tests check that pruning happened.
+    pub(super) static LAST_SCAN: std::cell::Cell<(usize, usize, bool)> =
+        const { std::cell::Cell::new((0, 0, false)) };
+    /// Replaces LOOKUP_COST, and turns the fallback off, so the tests drive every path.
+    pub(super) static TEST_COSTS: std::cell::Cell<Option<usize>> =
+        const { std::cell::Cell::new(None) };
+}
+
+fn lookup_cost() -> usize {
+    #[cfg(test)]
+    if let Some(cost) = TEST_COSTS.get() {
+        return cost;
+    }
+    LOOKUP_COST
 }
 
 impl LexicalIndex {
@@ -71,7 +82,7 @@ impl LexicalIndex {
             ceiling += query[term].bound;
         }
         #[cfg(test)]
-        LAST_SCAN.set((scanned, order.len()));
+        LAST_SCAN.set((scanned, order.len(), false));
 
         // complete the scores of the documents seen, dropping those that fall out of reach
         for (i, &term) in order.iter().enumerate().skip(scanned) {
@@ -92,7 +103,19 @@ impl LexicalIndex {
                 .iter()
                 .map(|t| self.postings[t.number as usize].docs.len())
                 .sum();
-            if rescored * query.len() * LOOKUP_COST > postings {
+            #[cfg(test)]
+            let postings = if TEST_COSTS.get().is_some() {
+                usize::MAX
+            } else {
+                postings
+            };
+            if rescored
+                .saturating_mul(query.len())
+                .saturating_mul(lookup_cost())
+                > postings
+            {
+                #[cfg(test)]
+                LAST_SCAN.set((scanned, order.len(), true));
                 for &doc in &scratch.touched {
                     scratch.scores[doc as usize] = 0.0;
                 }
@@ -147,7 +170,7 @@ impl LexicalIndex {
         let Scratch {
             scores, touched, ..
         } = scratch;
-        if posting.docs.len() <= touched.len() * LOOKUP_COST {
+        if posting.docs.len() <= touched.len().saturating_mul(lookup_cost()) {
             // documents out of reach hold a zero score
             for (&doc, &tf) in posting.docs.iter().zip(&posting.tfs) {
                 let score = &mut scores[doc as usize];

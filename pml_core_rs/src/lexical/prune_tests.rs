@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use super::prune::LAST_SCAN;
+use super::prune::{LAST_SCAN, TEST_COSTS};
 use super::tests::reference_with;
 use super::LexicalIndex;
 
@@ -63,9 +63,10 @@ fn a_term_in_every_document_is_skipped_and_results_stay_the_same() {
         assert!(hits.len() <= limit);
     }
     check(&index, &docs, &["common", "often", "rare7"], 3);
-    let (scanned, terms) = LAST_SCAN.get();
+    let (scanned, terms, fell_back) = LAST_SCAN.get();
     assert_eq!(terms, 3);
     assert!(scanned < terms, "common was scanned");
+    assert!(!fell_back);
 }
 
 #[test]
@@ -214,8 +215,15 @@ proptest! {
         }
         let query: Vec<String> = query.iter().map(|&w| word(w)).collect();
         let query: Vec<&str> = query.iter().map(String::as_str).collect();
-        let pruned = index.search(&query, limit);
-        prop_assert_eq!(bits(&pruned), bits(&index.search_exhaustive(&query, limit)));
-        prop_assert_eq!(bits(&pruned), bits(&reference_with(k1, b, &docs, &query, limit)));
+        let want = bits(&reference_with(k1, b, &docs, &query, limit));
+        prop_assert_eq!(bits(&index.search_exhaustive(&query, limit)), want.clone());
+        // the real cost model, then every completion by lookups, then by list walks, with the
+        // fallback to the exhaustive search off
+        for cost in [None, Some(0), Some(usize::MAX)] {
+            TEST_COSTS.set(cost);
+            let pruned = index.search(&query, limit);
+            TEST_COSTS.set(None);
+            prop_assert_eq!(bits(&pruned), want.clone(), "lookup cost {:?}", cost);
+        }
     }
 }
