@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from functools import partial
 
 from benches.service_workload import intent_text, query_text, tools_for
+from pml_server import _core
 from pml_server.ranking.lexical import LexicalIndex, tokenize
 from tests.lexical_numpy_reference import NumpyLexicalIndex
 
@@ -48,6 +50,13 @@ def common_words_query(j: int) -> str:
     return intent_text(j * 7 + 3).rsplit(" ", 1)[0]
 
 
+def search_terms(
+    core: _core.LexicalIndex, term_lists: list[list[str]], limit: int, *, exhaustive: bool
+) -> None:
+    for terms in term_lists:
+        core.search(terms, limit, exhaustive=exhaustive)
+
+
 def compare_pruning(docs: int, queries: int, limit: int, rounds: int) -> None:
     index = LexicalIndex()
     build(index, docs)
@@ -60,8 +69,8 @@ def compare_pruning(docs: int, queries: int, limit: int, rounds: int) -> None:
         for terms in term_lists[:200]:
             assert core.search(terms, limit) == core.search(terms, limit, exhaustive=True), terms
         for round_ in range(rounds):  # alternate so a neighbour's burst hits both
-            t_old = cpu(lambda: [core.search(t, limit, exhaustive=True) for t in term_lists])
-            t_new = cpu(lambda: [core.search(t, limit) for t in term_lists])
+            t_old = cpu(partial(search_terms, core, term_lists, limit, exhaustive=True))
+            t_new = cpu(partial(search_terms, core, term_lists, limit, exhaustive=False))
             print(
                 f"{docs} docs, {shape} queries, limit {limit}, round {round_}: exhaustive"
                 f" {t_old / queries * 1e6:.0f} us, pruned {t_new / queries * 1e6:.0f} us"
