@@ -41,6 +41,19 @@ fn lookup_cost() -> usize {
     LOOKUP_COST
 }
 
+/// Whether the tests turned the cost model off (every search prunes, whatever it costs).
+fn forced() -> bool {
+    #[cfg(test)]
+    return TEST_COSTS.get().is_some();
+    #[cfg(not(test))]
+    false
+}
+
+/// Rescoring `docs` documents by lookups, in postings walked.
+fn rescoring_cost(docs: usize, terms: usize) -> usize {
+    docs.saturating_mul(terms).saturating_mul(LOOKUP_COST)
+}
+
 impl LexicalIndex {
     /// The top `limit` for `query` (distinct terms in the caller's order, with finite bounds),
     /// or None, with the scratch clean, when the exhaustive search is the cheaper way to it.
@@ -51,6 +64,15 @@ impl LexicalIndex {
         limit: usize,
         scratch: &mut Scratch,
     ) -> Option<Vec<(String, f64)>> {
+        let postings: usize = query
+            .iter()
+            .map(|t| self.postings[t.number as usize].docs.len())
+            .sum();
+        // rescoring the top `limit` alone costs that many postings: on lists not much longer,
+        // pruning cannot save what it spends
+        if !forced() && rescoring_cost(limit, query.len()).saturating_mul(2) > postings {
+            return None;
+        }
         // rounding of a sum of n terms stays below n * EPSILON relative
         let margin = 1e-9 + 4.0 * f64::EPSILON * query.len() as f64;
         let (up, down) = (1.0 + margin, 1.0 - margin);
@@ -99,21 +121,7 @@ impl LexicalIndex {
             // more to rescore one by one than a scan of every list
             let within = |&doc: &u32| scratch.scores[doc as usize] * up >= threshold * down;
             let rescored = scratch.touched.iter().filter(|doc| within(doc)).count();
-            let postings: usize = query
-                .iter()
-                .map(|t| self.postings[t.number as usize].docs.len())
-                .sum();
-            #[cfg(test)]
-            let postings = if TEST_COSTS.get().is_some() {
-                usize::MAX
-            } else {
-                postings
-            };
-            if rescored
-                .saturating_mul(query.len())
-                .saturating_mul(lookup_cost())
-                > postings
-            {
+            if !forced() && rescoring_cost(rescored, query.len()) > postings {
                 #[cfg(test)]
                 LAST_SCAN.set((scanned, order.len(), true));
                 for &doc in &scratch.touched {

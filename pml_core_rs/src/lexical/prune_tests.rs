@@ -24,17 +24,41 @@ fn index_of(k1: f64, b: f64, docs: &Corpus) -> LexicalIndex {
     index
 }
 
-/// Pruned, exhaustive and reference searches agree to the bit; returns the pruned hits.
+/// `search` under the real cost model (None), then pruning whatever it costs with every
+/// completion by lookups (Some(0)) or by list walks (Some(MAX)).
+const COST_MODELS: [Option<usize>; 3] = [None, Some(0), Some(usize::MAX)];
+
+fn search_with(
+    index: &LexicalIndex,
+    query: &[&str],
+    limit: usize,
+    cost: Option<usize>,
+) -> Vec<(String, f64)> {
+    TEST_COSTS.set(cost);
+    let hits = index.search(query, limit);
+    TEST_COSTS.set(None);
+    hits
+}
+
+/// Pruned (each cost model), exhaustive and reference searches agree to the bit; returns the
+/// hits of the last pruned search (every completion by list walks).
 fn check(index: &LexicalIndex, docs: &Corpus, query: &[&str], limit: usize) -> Vec<(String, f64)> {
-    let pruned = index.search(query, limit);
+    let want = reference_with(index.k1(), index.b(), docs, query, limit);
     let exhaustive = index.search_exhaustive(query, limit);
     assert_eq!(
-        bits(&pruned),
         bits(&exhaustive),
+        bits(&want),
         "query {query:?} limit {limit}"
     );
-    let want = reference_with(index.k1(), index.b(), docs, query, limit);
-    assert_eq!(bits(&pruned), bits(&want), "query {query:?} limit {limit}");
+    let mut pruned = Vec::new();
+    for cost in COST_MODELS {
+        pruned = search_with(index, query, limit, cost);
+        assert_eq!(
+            bits(&pruned),
+            bits(&want),
+            "query {query:?} limit {limit} cost {cost:?}"
+        );
+    }
     pruned
 }
 
@@ -63,10 +87,13 @@ fn a_term_in_every_document_is_skipped_and_results_stay_the_same() {
         assert!(hits.len() <= limit);
     }
     check(&index, &docs, &["common", "often", "rare7"], 3);
-    let (scanned, terms, fell_back) = LAST_SCAN.get();
-    assert_eq!(terms, 3);
-    assert!(scanned < terms, "common was scanned");
-    assert!(!fell_back);
+    for cost in COST_MODELS {
+        search_with(&index, &["common", "often", "rare7"], 3, cost);
+        let (scanned, terms, fell_back) = LAST_SCAN.get();
+        assert_eq!(terms, 3);
+        assert!(scanned < terms, "common was scanned");
+        assert!(!fell_back);
+    }
 }
 
 #[test]
@@ -217,13 +244,9 @@ proptest! {
         let query: Vec<&str> = query.iter().map(String::as_str).collect();
         let want = bits(&reference_with(k1, b, &docs, &query, limit));
         prop_assert_eq!(bits(&index.search_exhaustive(&query, limit)), want.clone());
-        // the real cost model, then every completion by lookups, then by list walks, with the
-        // fallback to the exhaustive search off
-        for cost in [None, Some(0), Some(usize::MAX)] {
-            TEST_COSTS.set(cost);
-            let pruned = index.search(&query, limit);
-            TEST_COSTS.set(None);
-            prop_assert_eq!(bits(&pruned), want.clone(), "lookup cost {:?}", cost);
+        for cost in COST_MODELS {
+            let pruned = search_with(&index, &query, limit, cost);
+            prop_assert_eq!(bits(&pruned), want.clone(), "cost model {:?}", cost);
         }
     }
 }
