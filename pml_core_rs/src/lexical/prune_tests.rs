@@ -190,6 +190,28 @@ fn a_document_shrunk_below_every_other_length_is_still_found() {
     assert_eq!(hits[0].0, "hit");
 }
 
+#[test]
+fn many_exact_ties_fall_back_to_the_full_scan_and_leave_no_trace() {
+    // every document holds every query word, 100 of them tie at the top: rescoring them one
+    // by one would cost more than scanning every list
+    let mut docs: Corpus = (0..300)
+        .map(|i| (format!("x{i:03}"), words_of("a b c")))
+        .collect();
+    docs.extend((0..100).map(|i| (format!("y{i:03}"), words_of("a b c c"))));
+    let index = index_of(1.2, 0.75, &docs);
+    let hits = search_with(&index, &["a", "b", "c"], 5, None);
+    assert!(LAST_SCAN.get().2, "no fallback: {:?}", LAST_SCAN.get());
+    let ids: Vec<&str> = hits.iter().map(|h| h.0.as_str()).collect();
+    assert_eq!(ids, ["y000", "y001", "y002", "y003", "y004"]);
+    // the scratch was cleaned: the next searches are exact too
+    check(&index, &docs, &["a", "b", "c"], 5);
+    check(&index, &docs, &["c", "a"], 120);
+}
+
+fn words_of(text: &str) -> Vec<String> {
+    text.split(' ').map(str::to_owned).collect()
+}
+
 /// Word `w` of a skewed vocabulary: 0 about half the time, 1 a quarter... (Zipf-like), and
 /// uniform rare words from 8 up.
 fn word(w: u8) -> String {
