@@ -112,9 +112,12 @@ class LexicalIndex:
         holds no term. Unknown ids and terms do nothing."""
     def remove(self, doc_id: str) -> bool:
         """Forget `doc_id`; returns whether it was there."""
-    def search(self, terms: list[str], limit: int) -> list[tuple[str, float]]:
+    def search(
+        self, terms: list[str], limit: int, *, exhaustive: bool = False
+    ) -> list[tuple[str, float]]:
         """The `limit` best (doc_id, score > 0) for the distinct `terms` (scores summed in their
-        order), best first, equal scores by doc_id ascending."""
+        order), best first, equal scores by doc_id ascending. Terms too common to change the
+        result are skipped; `exhaustive=True` scans them all (same result; a bench baseline)."""
     def __len__(self) -> int: ...
     def __contains__(self, doc_id: object) -> bool: ...
 

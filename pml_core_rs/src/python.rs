@@ -405,15 +405,25 @@ impl PyLexicalIndex {
         py.detach(|| self.write().remove(doc_id))
     }
 
+    /// `exhaustive` scans every posting (no pruning; same results): the benchmarks' baseline.
+    #[pyo3(signature = (terms, limit, *, exhaustive = false))]
     fn search(
         &self,
         py: Python<'_>,
         terms: &Bound<'_, PyAny>,
         limit: i64,
+        exhaustive: bool,
     ) -> PyResult<Vec<(String, f64)>> {
         let terms = str_list("terms", terms)?;
         let limit = count_arg("limit", limit)?;
-        Ok(py.detach(|| self.read().search(&terms, limit)))
+        Ok(py.detach(|| {
+            let index = self.read();
+            if exhaustive {
+                index.search_exhaustive(&terms, limit)
+            } else {
+                index.search(&terms, limit)
+            }
+        }))
     }
 
     fn __len__(&self) -> usize {

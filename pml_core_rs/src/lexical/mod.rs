@@ -17,23 +17,49 @@
 //! same bits as one document at a time. Results: the `limit` best documents with a score > 0,
 //! ties broken by doc id ascending (byte order of UTF-8 = code point order, as Python's).
 //!
+//! `search` prunes (`prune.rs`): it skips the postings of terms too common to change the top
+//! `limit`, yet returns the same documents with the same score bits as scanning every posting.
+//!
 //! This type is not synchronized; the Python handle wraps it in an `RwLock`.
 
+mod prune;
+#[cfg(test)]
+mod prune_tests;
 mod search;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use crate::error::{CoreError, CoreResult};
 
 /// A term's posting list as two parallel arrays: internal document numbers and the term's
 /// count in each (kept as f64, the type it is scored in; exact below 2^53). Separate arrays let
 /// `search` run the BM25 division over contiguous counts, which the compiler vectorizes.
-#[derive(Debug, Default)]
+///
+/// `max_tf` and `min_length` bound the term's BM25 contribution for the pruning: never below
+/// the largest count, never above the shortest document length in the list. They are only
+/// pushed outwards (a removal leaves them loose, which is still sound) and reset when the list
+/// empties.
+#[derive(Debug)]
 struct Postings {
     docs: Vec<u32>,
     tfs: Vec<f64>,
+    max_tf: f64,
+    min_length: f64,
+}
+
+impl Default for Postings {
+    fn default() -> Self {
+        Postings {
+            docs: Vec::new(),
+            tfs: Vec::new(),
+            max_tf: 0.0,
+            min_length: f64::INFINITY,
+        }
+    }
 }
 
 /// A term of one document: its count and where the document sits in the term's posting list,
@@ -47,7 +73,9 @@ struct DocTerm {
 #[derive(Debug, Default)]
 struct Doc {
     name: String,
-    terms: HashMap<u32, DocTerm>,
+    /// Keyed by our own term numbers (never by caller input), so the fast Fx hash is safe;
+    /// `search` looks terms up here to complete and rescore candidates.
+    terms: FxHashMap<u32, DocTerm>,
 }
 
 /// A BM25 inverted index keyed by non-empty string ids.
@@ -132,14 +160,23 @@ impl LexicalIndex {
             Some(&number) => number,
             None => self.new_doc(doc_id)?,
         };
+        let mut joined: Vec<u32> = Vec::new();
+        let mut outcome = Ok(());
         for term in terms {
-            let term = self.term_number(term.as_ref())?;
+            let term = match self.term_number(term.as_ref()) {
+                Ok(term) => term,
+                Err(err) => {
+                    outcome = Err(err);
+                    break;
+                }
+            };
             let doc = &mut self.docs[number as usize];
             let posting = &mut self.postings[term as usize];
-            match doc.terms.get_mut(&term) {
+            let tf = match doc.terms.get_mut(&term) {
                 Some(entry) => {
                     entry.tf += 1;
                     posting.tfs[entry.at] = entry.tf as f64;
+                    entry.tf
                 }
                 None => {
                     doc.terms.insert(
@@ -151,13 +188,23 @@ impl LexicalIndex {
                     );
                     posting.docs.push(number);
                     posting.tfs.push(1.0);
+                    joined.push(term);
+                    1
                 }
-            }
+            };
+            posting.max_tf = posting.max_tf.max(tf as f64);
             // per term, so the lengths stay true even if a later term fails
             self.lengths[number as usize] += 1.0;
             self.total_length += 1;
         }
-        Ok(())
+        // the length the call leaves, not the one a term joined at: lengths only grow until
+        // `remove_terms`, so this bounds the document from below and stays tight
+        let length = self.lengths[number as usize];
+        for term in joined {
+            let posting = &mut self.postings[term as usize];
+            posting.min_length = posting.min_length.min(length);
+        }
+        outcome
     }
 
     /// Take `terms` (one entry per occurrence, added before with `add_terms`) out of `doc_id`;
@@ -185,9 +232,17 @@ impl LexicalIndex {
             }
         }
         self.lengths[number as usize] -= removed as f64;
+        let length = self.lengths[number as usize];
         self.total_length -= removed;
-        if self.docs[number as usize].terms.is_empty() {
+        let doc = &self.docs[number as usize];
+        if doc.terms.is_empty() {
             self.remove(doc_id);
+        } else if removed > 0 {
+            // the shorter document may now be the shortest of each list it is in
+            for &term in doc.terms.keys() {
+                let posting = &mut self.postings[term as usize];
+                posting.min_length = posting.min_length.min(length);
+            }
         }
     }
 
@@ -255,6 +310,8 @@ impl LexicalIndex {
             }
         }
         if posting.docs.is_empty() {
+            posting.max_tf = 0.0;
+            posting.min_length = f64::INFINITY;
             let name = std::mem::take(&mut self.term_names[term as usize]);
             self.term_numbers.remove(&name);
             self.free_terms.push(term);

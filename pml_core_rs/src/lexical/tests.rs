@@ -17,7 +17,18 @@ fn reference(
     query: &[&str],
     limit: usize,
 ) -> Vec<(String, f64)> {
-    let (k1, b) = (1.2, 0.75);
+    reference_with(1.2, 0.75, docs, query, limit)
+}
+
+/// `reference` for any `k1` and `b`: the same f64 operations in the same order as the index,
+/// so the same bits.
+pub(super) fn reference_with(
+    k1: f64,
+    b: f64,
+    docs: &BTreeMap<String, Vec<String>>,
+    query: &[&str],
+    limit: usize,
+) -> Vec<(String, f64)> {
     if limit == 0 || docs.is_empty() {
         return Vec::new();
     }

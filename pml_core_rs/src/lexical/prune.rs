@@ -1,0 +1,229 @@
+//! Exact top-k pruning for BM25 (MaxScore, term at a time).
+//!
+//! Each query term has a bound on what it can add to any document. Terms are scanned from the
+//! largest bound down (rare terms first). Once `limit` documents are scored and the limit-th
+//! best partial score beats the sum of the bounds of the terms left, no other document can
+//! reach the top `limit`: the terms left (the common ones, with the long lists) only complete
+//! the scores of the documents already seen, dropping each one that can no longer make it,
+//! by a lookup in the document or a walk of the term's list, whichever is cheaper.
+//! The few documents left are rescored from their own term counts in the caller's term
+//! order, so every score has the bits of the exhaustive search, then go through the same
+//! selection with the same tie-break.
+//!
+//! Partial sums are taken in another order than the exact ones, so they may differ in the last
+//! bits: every comparison leaves a relative margin far above that rounding, so pruning only
+//! ever drops documents strictly below the limit-th best.
+
+use super::search::{contribution, Best, Norm, QueryTerm, Scratch};
+use super::LexicalIndex;
+
+/// Rough cost of one lookup in a document's term map, in postings walked: the lookup misses
+/// the cache two or three times (document, map, entry), a walked posting about once; at 100k
+/// documents a lookup took 85 to 150 ns, a walked posting 10 to 20.
+const LOOKUP_COST: usize = 8;
+
+#[cfg(test)]
+thread_local! {
+    /// (terms scanned in full, distinct query terms, fell back to the exhaustive search) of
+    /// this thread's last pruned search: lets the tests check that pruning happened.
+    pub(super) static LAST_SCAN: std::cell::Cell<(usize, usize, bool)> =
+        const { std::cell::Cell::new((0, 0, false)) };
+    /// Replaces LOOKUP_COST, and turns the fallback off, so the tests drive every path.
+    pub(super) static TEST_COSTS: std::cell::Cell<Option<usize>> =
+        const { std::cell::Cell::new(None) };
+}
+
+fn lookup_cost() -> usize {
+    #[cfg(test)]
+    if let Some(cost) = TEST_COSTS.get() {
+        return cost;
+    }
+    LOOKUP_COST
+}
+
+/// Whether the tests turned the cost model off (every search prunes, whatever it costs).
+fn forced() -> bool {
+    #[cfg(test)]
+    return TEST_COSTS.get().is_some();
+    #[cfg(not(test))]
+    false
+}
+
+/// Rescoring `docs` documents by lookups, in postings walked.
+fn rescoring_cost(docs: usize, terms: usize) -> usize {
+    docs.saturating_mul(terms).saturating_mul(LOOKUP_COST)
+}
+
+impl LexicalIndex {
+    /// The top `limit` for `query` (distinct terms in the caller's order, with finite bounds),
+    /// or None, with the scratch clean, when the exhaustive search is the cheaper way to it.
+    pub(super) fn pruned_top(
+        &self,
+        query: &[QueryTerm],
+        norm: &Norm,
+        limit: usize,
+        scratch: &mut Scratch,
+    ) -> Option<Vec<(String, f64)>> {
+        let postings: usize = query
+            .iter()
+            .map(|t| self.postings[t.number as usize].docs.len())
+            .sum();
+        // rescoring the top `limit` alone costs that many postings: on lists not much longer,
+        // pruning cannot save what it spends
+        if !forced() && rescoring_cost(limit, query.len()).saturating_mul(2) > postings {
+            return None;
+        }
+        // rounding of a sum of n terms stays below n * EPSILON relative
+        let margin = 1e-9 + 4.0 * f64::EPSILON * query.len() as f64;
+        let (up, down) = (1.0 + margin, 1.0 - margin);
+        let mut order: Vec<usize> = (0..query.len()).collect();
+        // stable: equal bounds keep the caller's order
+        order.sort_by(|&a, &b| query[b].bound.total_cmp(&query[a].bound));
+        // rest[i]: the most that terms order[i..] can add to one document together
+        let mut rest = vec![0.0; order.len() + 1];
+        for i in (0..order.len()).rev() {
+            rest[i] = rest[i + 1] + query[order[i]].bound;
+        }
+
+        // scan whole lists until the documents seen hold the top `limit`
+        let mut scanned = order.len();
+        let mut threshold = 0.0;
+        // never below the limit-th best partial score (no partial exceeds the bounds scanned):
+        // skips the selections that cannot succeed
+        let mut ceiling = 0.0;
+        for (i, &term) in order.iter().enumerate() {
+            if scratch.touched.len() >= limit && ceiling * down > rest[i] * up {
+                threshold = limit_th_best(scratch, limit);
+                if threshold * down > rest[i] * up {
+                    scanned = i;
+                    break;
+                }
+                ceiling = threshold;
+            }
+            self.scatter(&query[term], norm, scratch);
+            ceiling += query[term].bound;
+        }
+        #[cfg(test)]
+        LAST_SCAN.set((scanned, order.len(), false));
+
+        // complete the scores of the documents seen, dropping those that fall out of reach
+        for (i, &term) in order.iter().enumerate().skip(scanned) {
+            self.keep_within_reach(scratch, rest[i], threshold, up, down);
+            threshold = threshold.max(limit_th_best(scratch, limit));
+            self.complete(&query[term], norm, scratch);
+        }
+        threshold = threshold.max(limit_th_best(scratch, limit));
+        // terms added in the caller's order, or two terms at most (a + b == b + a): the
+        // partial scores are the exact ones
+        let exact = order.len() <= 2 || order.windows(2).all(|w| w[0] < w[1]);
+        if !exact {
+            // thousands of exact ties at the limit (every term in almost every document) cost
+            // more to rescore one by one than a scan of every list
+            let within = |&doc: &u32| scratch.scores[doc as usize] * up >= threshold * down;
+            let rescored = scratch.touched.iter().filter(|doc| within(doc)).count();
+            if !forced() && rescoring_cost(rescored, query.len()) > postings {
+                #[cfg(test)]
+                LAST_SCAN.set((scanned, order.len(), true));
+                for &doc in &scratch.touched {
+                    scratch.scores[doc as usize] = 0.0;
+                }
+                scratch.touched.clear();
+                return None;
+            }
+        }
+
+        let mut best = Best::new(limit);
+        for &doc in &scratch.touched {
+            let partial = std::mem::take(&mut scratch.scores[doc as usize]);
+            if partial * up < threshold * down {
+                continue; // strictly below `limit` documents
+            }
+            let score = if exact {
+                partial
+            } else {
+                self.exact_score(doc, query, norm)
+            };
+            best.offer(self, doc, score);
+        }
+        scratch.touched.clear();
+        Some(best.into_hits())
+    }
+
+    /// Forget (zero) the touched documents that cannot reach `threshold` even with `rest`
+    /// added; at least `limit` stay when `threshold` is the limit-th best partial score.
+    fn keep_within_reach(
+        &self,
+        scratch: &mut Scratch,
+        rest: f64,
+        threshold: f64,
+        up: f64,
+        down: f64,
+    ) {
+        let Scratch {
+            scores, touched, ..
+        } = scratch;
+        touched.retain(|&doc| {
+            let score = &mut scores[doc as usize];
+            let keep = (*score + rest) * up >= threshold * down;
+            if !keep {
+                *score = 0.0;
+            }
+            keep
+        });
+    }
+
+    /// Add `term`'s contribution to the touched documents only.
+    fn complete(&self, term: &QueryTerm, norm: &Norm, scratch: &mut Scratch) {
+        let posting = &self.postings[term.number as usize];
+        let Scratch {
+            scores, touched, ..
+        } = scratch;
+        if posting.docs.len() <= touched.len().saturating_mul(lookup_cost()) {
+            // documents out of reach hold a zero score
+            for (&doc, &tf) in posting.docs.iter().zip(&posting.tfs) {
+                let score = &mut scores[doc as usize];
+                if *score != 0.0 {
+                    *score += contribution(term.gain, tf, norm.of(self.lengths[doc as usize]));
+                }
+            }
+        } else {
+            for &doc in touched.iter() {
+                if let Some(entry) = self.docs[doc as usize].terms.get(&term.number) {
+                    let doc_norm = norm.of(self.lengths[doc as usize]);
+                    scores[doc as usize] += contribution(term.gain, entry.tf as f64, doc_norm);
+                }
+            }
+        }
+    }
+
+    /// `doc`'s BM25 score for `query` as the exhaustive search sums it: term by term in the
+    /// caller's order, starting from zero.
+    fn exact_score(&self, doc: u32, query: &[QueryTerm], norm: &Norm) -> f64 {
+        let terms = &self.docs[doc as usize].terms;
+        let doc_norm = norm.of(self.lengths[doc as usize]);
+        let mut score = 0.0;
+        for term in query {
+            if let Some(entry) = terms.get(&term.number) {
+                score += contribution(term.gain, entry.tf as f64, doc_norm);
+            }
+        }
+        score
+    }
+}
+
+/// The limit-th best partial score of the touched documents, 0 when fewer than `limit`.
+fn limit_th_best(scratch: &mut Scratch, limit: usize) -> f64 {
+    let Scratch {
+        scores,
+        touched,
+        partials,
+        ..
+    } = scratch;
+    if touched.len() < limit {
+        return 0.0;
+    }
+    partials.clear();
+    partials.extend(touched.iter().map(|&doc| scores[doc as usize]));
+    let (_, nth, _) = partials.select_nth_unstable_by(limit - 1, |a, b| b.total_cmp(a));
+    *nth
+}
