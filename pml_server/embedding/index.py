@@ -22,13 +22,6 @@ Ids = npt.NDArray[np.uint64]
 # (`EXACT_SCAN_MIN` in pml_core_rs/src/index/mod.rs; tests/test_search_index.py holds the two
 # together).
 EXACT_SCAN_MIN = 1024
-# Candidates searched per level when a vector is inserted into the HNSW graph (the Rust
-# default, like hnswlib's, is 200). Insertion is most of a new pattern's index cost, and every
-# capture of a new intent pays it; 128 builds about 25% cheaper with the same recall@10 at the
-# service's ef_search (64) on held-out sets (embedding-like 30k: 0.9970 vs 0.9970; the service
-# bench workload 10k: 1.0000 vs 1.0000; isotropic 20k: 0.9990 vs 0.9991; docs/capture.md).
-# Set on restored snapshots too, so every insertion uses it whatever built the graph.
-SERVICE_EF_CONSTRUCTION = 128
 
 
 class AnnIndex(Protocol):
@@ -115,7 +108,7 @@ def new_index(kind: str, dim: int) -> AnnIndex:
     if kind == "hnsw":
         from pml_server import _core
 
-        index: AnnIndex = _core.HnswIndex(dim, ef_construction=SERVICE_EF_CONSTRUCTION)
+        index: AnnIndex = _core.HnswIndex(dim)
         return index
     raise ValueError(f"unknown vector index {kind!r}; choose hnsw or exact")
 
@@ -125,7 +118,5 @@ def index_from_bytes(kind: str, dim: int, data: bytes) -> AnnIndex:
         return ExactIndex.from_bytes(data, dim)
     from pml_server import _core
 
-    restored = _core.HnswIndex.from_bytes(data)
-    restored.ef_construction = SERVICE_EF_CONSTRUCTION
-    index: AnnIndex = restored
+    index: AnnIndex = _core.HnswIndex.from_bytes(data)
     return index
