@@ -179,6 +179,11 @@ class Engine:
         self._pattern_locks = StripedLocks(1024)
         self._group_locks = StripedLocks(256)
         self._tenant_locks = StripedLocks(64)
+        # Each tenant's stats as this engine last submitted them. Only `_commit` writes stats,
+        # under the tenant's lock, so this is what the store (with its write overlay) would
+        # answer: every capture skips a read and a JSON decode. Set only once a submit was
+        # accepted; after a failed write the store refuses every later one.
+        self._submitted_stats: dict[str, TenantStats] = {}
         self._intent_ids = BlockAllocator(self._repo, "intent")
         self._seqs = BlockAllocator(self._repo, "seq")
         self._indexes: dict[str, TenantSearchIndex] = {}
@@ -326,7 +331,9 @@ class Engine:
         Inside `record_many` the index additions wait in the batch's list (one index call for
         the whole batch); otherwise they are applied at once."""
         with self._tenant_locks.lock_for(tenant):
-            stats = self._repo.stats(tenant)
+            stats = self._submitted_stats.get(tenant)
+            if stats is None:
+                stats = self._repo.stats(tenant)
             logged = len(change.failures)
             if logged:
                 retained = min(stats.failures_logged, self._config.failure_log_size)
@@ -339,11 +346,13 @@ class Engine:
                 change.count("failures_logged", logged)
             if change.stats:
                 values = {k: getattr(stats, k) + v for k, v in change.stats.items()}
-                change.ops.append(self._repo.put_stats(tenant, replace(stats, **values)))
+                stats = replace(stats, **values)
+                change.ops.append(self._repo.put_stats(tenant, stats))
             try:
                 ticket = self._store.submit(change.ops)
             except StoreClosedError as error:
                 raise UnavailableError(f"the store is not accepting writes: {error}") from error
+            self._submitted_stats[tenant] = stats
         staged: list[IndexAdd] | None = getattr(self._staged_adds, "adds", None)
         if staged is not None and not change.index_removes:
             staged += change.index_adds
@@ -458,12 +467,14 @@ class Engine:
         """The body of `record_many` while its request ids are locked; fills `outcomes` and
         returns the write tickets to wait for."""
         first_of: dict[str, int] = {}  # request id -> the record of the batch that applies it
-        needs_text_vector = []
         for i, record in enumerate(records):
-            if outcomes[i] is not None or record.request_id in first_of:
-                continue
-            first_of[record.request_id] = i
-            prior = self._repo.request_result(tenant, record.request_id)
+            if outcomes[i] is None and record.request_id not in first_of:
+                first_of[record.request_id] = i
+        # One multi-get for every request id of the batch (it releases the GIL).
+        priors = self._repo.request_results(tenant, list(first_of))
+        needs_text_vector = []
+        for prior, i in zip(priors, first_of.values(), strict=True):
+            record = records[i]
             if prior is not None:  # applied before this batch: its first answer, as `record`
                 outcomes[i] = decode_result(prior)
             elif vectors[i] is None and run_succeeded(record):

@@ -4,6 +4,7 @@ inside one batch."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -182,3 +183,66 @@ def test_a_batch_larger_than_the_bound_is_refused(engine: Engine) -> None:
     records = [make_record(f"r{i}", "Read JSON file", JSON_TOOLS) for i in range(65)]
     with pytest.raises(InvalidArgumentError):
         engine.record_many("t", records)
+
+
+def test_tenant_stats_stay_exact_under_concurrent_batches_captures_and_deletions(
+    tmp_path: Path,
+) -> None:
+    """The engine keeps each tenant's stats as it last submitted them instead of re-reading
+    them per capture: with batches, single captures (saved, counted, rejected, failed tries)
+    and deletions racing on two tenants, the stats are the exact totals, and the store holds
+    the same values (reopened)."""
+    engine = open_engine(tmp_path / "db", durability="fast")
+    tenants = ("t", "u")
+    rounds = 6
+
+    def records(tenant: str, worker: int, n: int) -> list[ExecutionRecord]:
+        tag = f"{tenant}_{worker}_{n}"
+        return [
+            make_record(f"{tag}-new", f"Fetch report {tag}", [f"tool_{tag}"]),
+            make_record(f"{tag}-count", "Read JSON file", JSON_TOOLS, path=f"{tag}.json"),
+            make_record(f"{tag}-rej", "Send mail", [f"mail_{tag}"], failed={f"mail_{tag}"}),
+            make_record(f"{tag}-try", "Read JSON file", JSON_TOOLS, failed={"parse_json"}),
+        ]
+
+    def worker(tenant: str, worker: int, batched: bool) -> None:
+        for n in range(rounds):
+            batch = records(tenant, worker, n)
+            if batched:
+                assert all(isinstance(o, CaptureResult) for o in engine.record_many(tenant, batch))
+            else:
+                for record in batch:
+                    engine.record(tenant, record)
+
+    threads = [
+        threading.Thread(target=worker, args=(tenant, w, w % 2 == 0))
+        for tenant in tenants
+        for w in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Per tenant: 4 workers x rounds x (1 new pattern + 1 count + 1 rejected + 1 failed try),
+    # plus the one shared JSON pattern the first count created.
+    for tenant in tenants:
+        doomed = next(
+            p
+            for p in engine.list_patterns(tenant, PageRequest(page_size=100)).items
+            if p.template.startswith("const r0 = await mcp.tool_")
+        )
+        engine.delete_pattern(tenant, doomed.id)
+    expected = {
+        "executions": 4 * rounds * 3,  # saved, counted and the failed try of a known pattern
+        "rejected": 4 * rounds,
+        "failures_logged": 4 * rounds * 2,
+        "patterns": 4 * rounds,  # one new pattern per round, the JSON one, one deleted
+    }
+    stats = {tenant: engine.tenant_stats(tenant) for tenant in tenants}
+    engine.close()
+    reopened = open_engine(tmp_path / "db", durability="fast")
+    for tenant in tenants:
+        assert reopened.tenant_stats(tenant) == stats[tenant]
+        got = {name: getattr(stats[tenant], name) for name in expected}
+        assert got == expected, tenant
+    reopened.close()

@@ -3,6 +3,7 @@ modes, schema version, reopening. Real RocksDB in tmp_path."""
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import threading
 from pathlib import Path
@@ -22,6 +23,7 @@ from pml_server.storage.keys import (
     tenant_key,
     tenant_prefix,
 )
+from pml_server.storage.repo import tools_digest
 from pml_server.storage.rocks import StoreClosedError
 
 
@@ -164,3 +166,13 @@ def test_pattern_and_capability_encodings_match_their_to_json(
     assert PatternRecord.from_json(encode_pattern(pattern)) == pattern
     capability = CapabilityRecord("cap_1", ("read_file",), ("pat_1", "pat_2"), 5)
     assert encode_capability(capability) == capability.to_json()
+
+
+@given(st.lists(st.text(max_size=8), max_size=5))
+def test_tools_digest_is_the_sha256_of_the_signature_whatever_the_sequence_type(
+    tools: list[str],
+) -> None:
+    """Memoized on the signature: a list and a tuple of the same tools share one digest, the
+    same bytes the stored grouping keys were written with."""
+    expected = hashlib.sha256("\x1f".join(tools).encode()).hexdigest()[:32]
+    assert tools_digest(tools) == tools_digest(tuple(tools)) == expected

@@ -7,6 +7,7 @@ records; writes are built as operations (`Op`) that the engine collects into one
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -60,6 +61,13 @@ def _json(data: Any) -> bytes:
 
 
 def tools_digest(tools: Sequence[str]) -> str:
+    return _digest_of(tuple(tools))
+
+
+# A new pattern needs its signature's digest three times (group lock, grouping scan, link key);
+# signatures repeat, and a hash object costs more than the lookup.
+@functools.lru_cache(maxsize=4096)
+def _digest_of(tools: tuple[str, ...]) -> str:
     return hashlib.sha256("\x1f".join(tools).encode()).hexdigest()[:32]
 
 
@@ -103,6 +111,10 @@ class Repository:
 
     def request_result(self, tenant: str, request_id: str) -> bytes | None:
         return self.store.get(CF_REQUESTS, tenant_key(tenant, request_id))
+
+    def request_results(self, tenant: str, request_ids: Sequence[str]) -> list[bytes | None]:
+        """`request_result` of each id, in order, in one multi-get."""
+        return self.store.get_many(CF_REQUESTS, [tenant_key(tenant, r) for r in request_ids])
 
     def put_request_result(self, tenant: str, request_id: str, result: bytes) -> Op:
         return (CF_REQUESTS, tenant_key(tenant, request_id), result)
