@@ -68,8 +68,9 @@ def test_index_is_restored_from_snapshot_plus_op_log(tmp_path: Path) -> None:
     reopened.close()
 
 
-def _count_snapshot_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The tenants whose vector index snapshot is written from now on."""
+@pytest.fixture
+def snapshot_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The tenants whose vector index snapshot is written, in order, during the test."""
     from pml_server.storage.repo import Repository
 
     written: list[str] = []
@@ -84,9 +85,9 @@ def _count_snapshot_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_only_changed_indexes_are_snapshotted_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, snapshot_writes: list[str]
 ) -> None:
-    written = _count_snapshot_writes(monkeypatch)
+    written = snapshot_writes
     engine = open_engine(tmp_path)
     populate(engine)
     engine.snapshot_indexes()
@@ -113,9 +114,9 @@ def test_only_changed_indexes_are_snapshotted_again(
 
 
 def test_a_restored_index_with_replayed_changes_is_snapshotted_at_open(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, snapshot_writes: list[str]
 ) -> None:
-    written = _count_snapshot_writes(monkeypatch)
+    written = snapshot_writes
     engine = open_engine(tmp_path)
     populate(engine)
     engine.record("v", make_record("r9", "Archive old logs", ["tar"]))
