@@ -81,8 +81,8 @@ def _suggest_rows(
 
 
 def _suggest_sweep(srv: harness.ServerProc, plan: Plan, query: str) -> dict[int, dict[str, float]]:
-    """Suggest at each concurrency, each point on an idle server: right after SERVING the
-    server may still be writing its index snapshots, which belongs to startup, not to Suggest."""
+    """Suggest at each concurrency, each point on an idle server: right after SERVING RocksDB
+    may still be flushing and compacting what the open wrote, which belongs to startup."""
     out = {}
     for callers in plan.concurrency:
         srv.wait_idle()
