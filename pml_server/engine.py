@@ -24,7 +24,6 @@ deleting a pattern writes), `engine_grouping` (choosing a new pattern's capabili
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 import threading
 import time
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from pml_server import _core
+from pml_server.capture import json_form
 from pml_server.capture.dedup import (
     DEFAULT_THRESHOLDS,
     SimilarityThresholds,
@@ -915,7 +915,7 @@ class Engine:
         stale = [
             key
             for key, raw in self._repo.request_rows(tenant)
-            if json.loads(raw).get("time_ms", 0) < horizon
+            if json_form.loads(raw).get("time_ms", 0) < horizon
         ]
         for start in range(0, len(stale), 1000):
             self._store.write(

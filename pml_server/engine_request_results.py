@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+from pml_server.capture import json_form
 from pml_server.domain.model import CaptureOutcome, CaptureResult, ToolFailure
 
 
@@ -17,11 +16,11 @@ def encode_result(result: CaptureResult, now_ms: int) -> bytes:
         "tool_failures": [[f.tool, f.error] for f in result.tool_failures],
         "tool_mismatch": result.tool_mismatch,
     }
-    return json.dumps(data, separators=(",", ":")).encode()
+    return json_form.dumps(data)
 
 
 def decode_result(raw: bytes) -> CaptureResult:
-    data = json.loads(raw)
+    data = json_form.loads(raw)
     return CaptureResult(
         outcome=CaptureOutcome(data["outcome"]),
         pattern_id=data["pattern_id"],

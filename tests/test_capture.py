@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,20 @@ def test_rule2_last_used_and_mean_duration_follow_the_clock(tmp_path: Path) -> N
     assert pattern.first_seen_ms == clock.now_ms - 2 * 86_400_000
     assert pattern.last_used_ms == clock.now_ms
     assert pattern.mean_duration_ms == pytest.approx(20.0)
+    engine.close()
+
+
+def test_rule2_huge_durations_saturate_and_survive_a_reopen(tmp_path: Path) -> None:
+    # Each duration is finite, but their sum overflows; stored JSON cannot hold Infinity.
+    engine = open_engine(tmp_path)
+    huge = 1.5e308
+    first = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS, duration_ms=huge))
+    engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, duration_ms=huge))
+    engine.close()
+    engine = open_engine(tmp_path)
+    pattern = engine.get_pattern("t", first.pattern_id)
+    assert pattern.usage_count == 2
+    assert pattern.mean_duration_ms == pytest.approx(sys.float_info.max / 2)
     engine.close()
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import base64
 import functools
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from pml_server.capture import json_form
 
 Vector = npt.NDArray[np.float32]
 
@@ -44,11 +45,11 @@ class PatternRecord:
     superseded_by: str = ""
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        return json_form.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, raw: bytes) -> PatternRecord:
-        data = json.loads(raw)
+        data = json_form.loads(raw)
         data["tools_used"] = tuple(data["tools_used"])
         data["code_tools"] = tuple(data.get("code_tools", ()))
         data["params"] = tuple(ParamSpec(**p) for p in data["params"])
@@ -100,11 +101,11 @@ class PatternCounters:
             "failure_signatures": [vars(s) for s in self.failure_signatures],
             "tags": self.tags,
         }
-        return json.dumps(data, separators=(",", ":")).encode()
+        return json_form.dumps(data)
 
     @classmethod
     def from_json(cls, raw: bytes) -> PatternCounters:
-        data: dict[str, Any] = json.loads(raw)
+        data: dict[str, Any] = json_form.loads(raw)
         data["failure_signatures"] = [FailureSignature(**f) for f in data["failure_signatures"]]
         return cls(**data)
 
@@ -134,11 +135,11 @@ class IntentRecord:
             "model_id": self.model_id,
             "vector": base64.b64encode(self.vector.astype("<f4").tobytes()).decode(),
         }
-        return json.dumps(data, separators=(",", ":")).encode()
+        return json_form.dumps(data)
 
     @classmethod
     def from_json(cls, raw: bytes) -> IntentRecord:
-        data = json.loads(raw)
+        data = json_form.loads(raw)
         vector = np.frombuffer(base64.b64decode(data.pop("vector")), dtype="<f4").astype(np.float32)
         vector.flags.writeable = False  # decoded records may be shared (see decode_intent)
         return cls(vector=vector, **data)
@@ -167,11 +168,11 @@ class CapabilityRecord:
     created_ms: int
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        return json_form.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, raw: bytes) -> CapabilityRecord:
-        data = json.loads(raw)
+        data = json_form.loads(raw)
         data["tools"] = tuple(data["tools"])
         data["pattern_ids"] = tuple(data["pattern_ids"])
         return cls(**data)
@@ -187,8 +188,8 @@ class TenantStats:
     intents: int = 0
 
     def to_json(self) -> bytes:
-        return json.dumps(vars(self), separators=(",", ":")).encode()
+        return json_form.dumps(vars(self))
 
     @classmethod
     def from_json(cls, raw: bytes) -> TenantStats:
-        return cls(**json.loads(raw))
+        return cls(**json_form.loads(raw))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -139,7 +140,8 @@ def count_success(
         usage=counters.usage + 1,
         success=counters.success + 1,
         last_used_ms=now_ms,
-        duration_sum_ms=counters.duration_sum_ms + record.duration_ms,
+        # saturated: a sum of finite durations may overflow, and no stored float may be infinite
+        duration_sum_ms=min(counters.duration_sum_ms + record.duration_ms, sys.float_info.max),
         duration_runs=counters.duration_runs + 1,
         mismatch_count=counters.mismatch_count + (1 if mismatch else 0),
         recent_values=push_recent(counters.recent_values, values, limits.recent_values_per_param),

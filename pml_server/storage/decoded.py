@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 
 import numpy as np
 
+from pml_server.capture import json_form
 from pml_server.capture.records import (
     CapabilityRecord,
     IntentRecord,
@@ -59,7 +59,7 @@ _NO_VECTOR.flags.writeable = False
 def intent_without_vector(raw: bytes) -> IntentRecord:
     """An intent record without its vector (an empty array), for less than half the cost of
     `IntentRecord.from_json`, which decodes the base64 vector too."""
-    data = json.loads(raw)
+    data = json_form.loads(raw)
     data.pop("vector", None)
     return IntentRecord(vector=_NO_VECTOR, **data)
 
@@ -82,9 +82,9 @@ def encode_pattern(record: PatternRecord) -> bytes:
     data["params"] = [
         {"name": p.name, "json_type": p.json_type, "secret": p.secret} for p in record.params
     ]
-    return json.dumps(data, separators=(",", ":")).encode()
+    return json_form.dumps(data)
 
 
 def encode_capability(record: CapabilityRecord) -> bytes:
     """The bytes of `record.to_json()` without `asdict` (every field is flat)."""
-    return json.dumps(vars(record), separators=(",", ":")).encode()
+    return json_form.dumps(vars(record))

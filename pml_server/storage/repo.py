@@ -10,11 +10,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-import json
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from pml_server.capture import json_form
 from pml_server.capture.records import (
     CapabilityRecord,
     IntentRecord,
@@ -57,7 +57,7 @@ _SNAPSHOT_KEY = b"snapshot/"
 
 
 def _json(data: Any) -> bytes:
-    return json.dumps(data, separators=(",", ":")).encode()
+    return json_form.dumps(data)
 
 
 def tools_digest(tools: Sequence[str]) -> str:
@@ -278,7 +278,7 @@ class Repository:
         prefix = tenant_prefix(tenant)
         start = tenant_key(tenant, u64(before)) if before is not None else None
         rows = self.store.scan(CF_FAILURES, prefix, start=start, limit=size + 1, reverse=True)
-        page = [(from_u64(k[len(prefix) :]), json.loads(v)) for k, v in rows[:size]]
+        page = [(from_u64(k[len(prefix) :]), json_form.loads(v)) for k, v in rows[:size]]
         return page, (page[-1][0] if len(rows) > size else None)
 
     def put_oplog(self, seq: int, op: dict[str, Any]) -> Op:
@@ -286,7 +286,7 @@ class Repository:
 
     def oplog_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
         rows = self.store.scan(CF_OPLOG, b"", start=u64(seq + 1))
-        return [(from_u64(k), json.loads(v)) for k, v in rows]
+        return [(from_u64(k), json_form.loads(v)) for k, v in rows]
 
     def delete_oplog_through(self, seq: int) -> list[Op]:
         rows = self.store.scan(CF_OPLOG, b"")
@@ -296,7 +296,7 @@ class Repository:
         return (CF_AUDIT, tenant_key(tenant, u64(seq)), _json(entry))
 
     def audit_log(self, tenant: str) -> list[dict[str, Any]]:
-        return [json.loads(v) for _, v in self.store.scan(CF_AUDIT, tenant_prefix(tenant))]
+        return [json_form.loads(v) for _, v in self.store.scan(CF_AUDIT, tenant_prefix(tenant))]
 
 
 class _CounterCeilings:
@@ -324,7 +324,7 @@ class _CounterCeilings:
         with self._lock:
             if tenant not in self._scanned:
                 for _, raw in self._store.scan(CF_COUNTERS, tenant_prefix(tenant)):
-                    counts = json.loads(raw)
+                    counts = json_form.loads(raw)
                     self._raise_locked(tenant, counts["success"], counts["usage"])
                 self._scanned.add(tenant)
             return self._ceilings.get(tenant, (0, 0))
