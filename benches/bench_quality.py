@@ -30,14 +30,15 @@ from pml_server.ranking import RankingConfig
 
 SUITE = "quality"
 TENANT = "bench"
-MODES = {
+# None: the fused ranking as served, with the defaults of the embedder family.
+MODES: dict[str, RankingConfig | None] = {
     "embedding": RankingConfig(lexical_weight=0.0),
     "lexical": RankingConfig(semantic_weight=0.0, lexical_weight=1.0),
-    "fused": RankingConfig(),
+    "fused": None,
 }
 
 
-def _open(data_dir: Path, embedder: str, ranking: RankingConfig) -> Engine:
+def _open(data_dir: Path, embedder: str, ranking: RankingConfig | None) -> Engine:
     config = EngineConfig(data_dir=data_dir, embedder=embedder, durability="fast", ranking=ranking)
     engine = Engine.open(config)
     if not engine.wait_ready(timeout=600):

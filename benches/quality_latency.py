@@ -25,7 +25,6 @@ from benches.quality_dataset import filler_intent, load
 from benches.service_harness import store_code_digest
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
 from pml_server.embedding import make_embedder
-from pml_server.ranking import RankingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "benches" / ".cache"
@@ -45,7 +44,7 @@ def _filler_vectors(embedder_name: str, count: int) -> np.ndarray:
 
 def _fill(store: Path, embedder_name: str, stored: int) -> float:
     start = time.perf_counter()
-    engine = _open(store, embedder_name, RankingConfig())
+    engine = _open(store, embedder_name, None)
     try:
         executions, _ = load()
         _capture(engine, executions)
@@ -107,7 +106,7 @@ def latency_rows(embedder_name: str, stored: int) -> list[Row]:
     texts = [f"{q.text} {suffix}" for q in queries for suffix in ("", "now", "please")]
     with tempfile.TemporaryDirectory(prefix="pml-latency-") as tmp:
         store, fill_seconds = filled_store(Path(tmp), embedder_name, stored)
-        engine = _open(store, embedder_name, RankingConfig())
+        engine = _open(store, embedder_name, None)
         try:
             samples = []
             for text in texts:

@@ -73,7 +73,8 @@ class EngineConfig:
     # Idempotency answers are kept this long (pruned when retention is applied): a retry after
     # that counts again.
     request_id_ttl_days: float = 7.0
-    ranking: RankingConfig = field(default_factory=RankingConfig)
+    # None: the calibrated defaults of the embedder family (pml_server/ranking/config.py).
+    ranking: RankingConfig | None = None
     retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     def __post_init__(self) -> None:

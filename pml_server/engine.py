@@ -104,7 +104,7 @@ from pml_server.engine_views import (
     stored_pattern_view,
     views_by_capability,
 )
-from pml_server.ranking import rank_lazily, score_ceiling
+from pml_server.ranking import default_ranking, rank_lazily, score_ceiling
 from pml_server.retention import evaluate
 from pml_server.storage import Store
 from pml_server.storage.allocator import BlockAllocator
@@ -151,6 +151,9 @@ class Engine:
         normalizer: Normalizer = normalize,
     ) -> None:
         self._config = config
+        self._ranking = (
+            config.ranking if config.ranking is not None else default_ranking(config.embedder)
+        )
         self._store = store
         self._repo = Repository(store)
         self._embedder = embedder
@@ -775,8 +778,8 @@ class Engine:
         bad = []
         if not query.intent.strip():
             bad.append(FieldViolation("intent", "must not be empty"))
-        if not 1 <= query.k <= self._config.ranking.max_k:
-            bad.append(FieldViolation("k", f"must be between 1 and {self._config.ranking.max_k}"))
+        if not 1 <= query.k <= self._ranking.max_k:
+            bad.append(FieldViolation("k", f"must be between 1 and {self._ranking.max_k}"))
         for name in ("min_match", "min_success"):
             value = getattr(query, name)
             if value is not None and not 0.0 <= value <= 1.0:
@@ -799,9 +802,9 @@ class Engine:
             index = self._indexes.get(tenant)
         if index is None:
             return SuggestResult(())
-        limit = self._config.ranking.fetch_limit(query.k)
+        limit = self._ranking.fetch_limit(query.k)
         found = retrieve(self._repo, tenant, index, vector, query.intent, limit)
-        ranking = self._config.ranking
+        ranking = self._ranking
         ceiling = score_ceiling(*self._repo.counter_ceilings(tenant), ranking)
         now = self._clock()
         result = rank_lazily(query, found.retrievals, found.load, ranking, now, ceiling)

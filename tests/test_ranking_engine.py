@@ -7,7 +7,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from pml_server.domain.model import SuggestQuery
-from pml_server.ranking import AVAILABLE_TOOLS, FLAGGED_FOR_REMOVAL, MIN_SUCCESS, TAGS
+from pml_server.ranking import (
+    AVAILABLE_TOOLS,
+    FLAGGED_FOR_REMOVAL,
+    MIN_MATCH,
+    MIN_SUCCESS,
+    TAGS,
+    RankingConfig,
+    default_ranking,
+    fuse_match,
+)
 from tests.engine_support import Clock, make_record, open_engine
 
 CSV_TOOLS = ["read_file", "parse_csv"]
@@ -87,3 +96,27 @@ def test_stale_capability_sinks_below_a_fresh_one(tmp_path: Path) -> None:
     assert ids == [fresh.pattern_id, old.pattern_id]
     assert result.suggestions[1].score.recency < 1.0
     engine.close()
+
+
+def test_an_engine_left_without_ranking_takes_its_embedder_familys_defaults(
+    tmp_path: Path,
+) -> None:
+    family = default_ranking("hashing")
+    assert family != RankingConfig()
+    for name, ranking in (("family", None), ("explicit", RankingConfig())):
+        overrides = {} if ranking is None else {"ranking": ranking}
+        engine = open_engine(tmp_path / name, **overrides)
+        engine.record("t", make_record("a", "Process CSV file", CSV_TOOLS))
+        engine.record("t", make_record("b", "Open the spreadsheet xlsx", XLSX_TOOLS))
+        engine.record("t", make_record("c", "Send an email to Bob", ["gmail_send"]))
+        result = engine.suggest("t", SuggestQuery("process the csv spreadsheet", explain=True))
+        engine.close()
+        used = family if ranking is None else ranking
+        assert result.suggestions
+        for s in result.suggestions:
+            assert s.score.semantic > 0.0
+            assert s.score.match == fuse_match(s.score.semantic, s.score.lexical, used)
+        # the unrelated pattern fails the server default min_match of the configuration used
+        details = [f.detail for f in result.filtered if f.rule == MIN_MATCH]
+        assert len(details) == 1
+        assert details[0].endswith(f"< min_match {used.min_match:.3f}")

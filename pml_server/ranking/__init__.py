@@ -7,7 +7,7 @@ The engine retrieves candidates (vector index + `LexicalIndex`), builds `Candida
 from __future__ import annotations
 
 from pml_server.ranking.candidate import Candidate
-from pml_server.ranking.config import DAY_MS, RankingConfig
+from pml_server.ranking.config import DAY_MS, RankingConfig, default_ranking
 from pml_server.ranking.filters import (
     AVAILABLE_TOOLS,
     BEYOND_K,
@@ -46,6 +46,7 @@ __all__ = [
     "LexicalIndex",
     "RankingConfig",
     "Retrieval",
+    "default_ranking",
     "fuse_match",
     "match_bound",
     "normalize_lexical",

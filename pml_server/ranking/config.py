@@ -71,3 +71,19 @@ class RankingConfig:
     def fetch_limit(self, k: int) -> int:
         """How many hits the engine should ask each index for to fill k suggestions."""
         return max(k, 1) * self.overfetch
+
+
+# The fusion defaults of each embedder family, calibrated on the dev queries, never on the
+# reported held-out ones (docs/ranking.md, `python -m benches.calibrate_ranking hashing`). The
+# hashing embedder's cosine is an overlap of hashed words, a noisier relevance signal than the
+# model's, so it weighs half as much; a match without shared words is then about half the
+# cosine, so the match threshold is halved with it.
+FAMILY_DEFAULTS: dict[str, RankingConfig] = {
+    "minilm": RankingConfig(),
+    "hashing": RankingConfig(semantic_weight=0.5, min_match=0.15),
+}
+
+
+def default_ranking(family: str) -> RankingConfig:
+    """The calibrated ranking defaults of an embedder family (`RankingConfig()` if unknown)."""
+    return FAMILY_DEFAULTS.get(family, RankingConfig())
