@@ -173,6 +173,17 @@ def run_plan(plan: Plan) -> list[Row]:
         with harness.server("canned", str(vec_small)) as srv:
             canned = _suggest_sweep(srv, plan, "vector")
         rows += _canned_rows(canned, null, ours)
+        # what the streaming target can reach on this harness: a servicer doing no work
+        rows.append(
+            Row(
+                SUITE,
+                f"streaming vs unary, null servicer ({mid} streams vs {mid} callers)",
+                null_stream["qps"],
+                "exec/s",
+                null_record["qps"],
+                "null servicer, unary",
+            )
+        )
         rows += _capture_rows(
             "client vectors", record_vec, stream_vec, null_record, null_stream, mid
         )
