@@ -23,7 +23,7 @@ def restore_indexes(repo: Repository, kind: str, dim: int) -> dict[str, TenantSe
     indexes: dict[str, TenantSearchIndex] = {}
     for tenant, stored in repo.stored_intents():
         # one scan of the tenant's patterns: a read per pattern cost most of a 100k start
-        tools_of = {p.id: p.tools_used for p in repo.all_patterns(tenant)}
+        tools_of = repo.pattern_tools(tenant)
         index = _restored_or_new(repo, tenant, kind, dim, oplog)
         count = _add_intents(index, stored, tools_of)
         # every stored intent is in the index now: more vectors means the snapshot holds some

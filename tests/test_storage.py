@@ -23,7 +23,7 @@ from pml_server.storage.keys import (
     tenant_key,
     tenant_prefix,
 )
-from pml_server.storage.repo import tools_digest
+from pml_server.storage.repo import Repository, tools_digest
 from pml_server.storage.rocks import StoreClosedError
 
 
@@ -176,3 +176,35 @@ def test_tools_digest_is_the_sha256_of_the_signature_whatever_the_sequence_type(
     same bytes the stored grouping keys were written with."""
     expected = hashlib.sha256("\x1f".join(tools).encode()).hexdigest()[:32]
     assert tools_digest(tools) == tools_digest(tuple(tools)) == expected
+
+
+def test_pattern_tools_reads_each_tenants_patterns_tools(tmp_path: Path) -> None:
+    store = Store(tmp_path, "fast")
+    repo = Repository(store)
+
+    def pattern(pattern_id: str, tools: tuple[str, ...]) -> PatternRecord:
+        return PatternRecord(
+            id=pattern_id,
+            code_hash=f"sha256:{pattern_id}",
+            template="t",
+            original_code="c",
+            language="javascript",
+            tools_used=tools,
+            params=(),
+            parameter_schema_json="{}",
+            capability_id="cap_1",
+            first_seen_ms=1,
+        )
+
+    store.write(
+        [
+            repo.put_pattern("t1", pattern("pat_a", ("read_file", "parse_json"))),
+            repo.put_pattern("t1", pattern("pat_b", ())),
+            repo.put_pattern("t2", pattern("pat_a", ("gmail_send",))),
+        ]
+    )
+    assert repo.pattern_tools("t1") == {p.id: p.tools_used for p in repo.all_patterns("t1")}
+    assert repo.pattern_tools("t1") == {"pat_a": ("read_file", "parse_json"), "pat_b": ()}
+    assert repo.pattern_tools("t2") == {"pat_a": ("gmail_send",)}
+    assert repo.pattern_tools("t3") == {}
+    store.close()

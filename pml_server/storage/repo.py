@@ -174,6 +174,16 @@ class Repository:
         rows = self.store.scan(CF_PATTERNS, tenant_prefix(tenant))
         return [PatternRecord.from_json(v) for _, v in rows]
 
+    def pattern_tools(self, tenant: str) -> dict[str, tuple[str, ...]]:
+        """Each stored pattern's tools, by pattern id: what rebuilding the lexical index needs.
+        Streamed, and only these two fields are kept (`all_patterns` builds every record: a
+        sixth of a 100k open). Before anything writes only (`Store.scan_stored`)."""
+        tools: dict[str, tuple[str, ...]] = {}
+        for _, raw in self.store.scan_stored(CF_PATTERNS, tenant_prefix(tenant)):
+            data = json_form.loads(raw)
+            tools[data["id"]] = tuple(data["tools_used"])
+        return tools
+
     def counters(self, tenant: str, pattern_id: str) -> PatternCounters | None:
         raw = self.store.get(CF_COUNTERS, tenant_key(tenant, pattern_id))
         return None if raw is None else PatternCounters.from_json(raw)
