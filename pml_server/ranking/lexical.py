@@ -10,6 +10,7 @@ searches in parallel without the GIL.
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from functools import lru_cache
@@ -86,10 +87,7 @@ def tokenize(text: str) -> list[str]:
     """Lower-cased, stemmed words without stop words. A compound name such as `read_file`,
     `gmail:send` or `parseCSV` yields its parts and also itself whole, so an exact tool name
     scores above the same words scattered."""
-    terms: list[str] = []
-    for match in _WORD.finditer(text):
-        terms.extend(_token_terms(match.group(0)))
-    return terms
+    return list(itertools.chain.from_iterable(map(_token_terms, _WORD.findall(text))))
 
 
 @lru_cache(maxsize=32_768)
