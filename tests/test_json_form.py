@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,6 +39,10 @@ def test_round_trip_and_both_ways_compatible_with_json(value: Any) -> None:
 
 def test_compact_and_utf8() -> None:
     assert json_form.dumps({"a": [1, "é"]}) == '{"a":[1,"é"]}'.encode()
+
+
+def test_numpy_scalars_are_numbers() -> None:
+    assert json_form.dumps({"x": np.float64(1.5), "n": np.int64(3)}) == b'{"x":1.5,"n":3}'
 
 
 def test_lone_surrogate_falls_back_to_escapes() -> None:
