@@ -139,17 +139,17 @@ def model_texts_per_second(plan: Plan) -> float:
 def run(large: bool) -> list[Row]:
     plan = Plan.for_run(large)
     if os.environ.get("PML_BENCH_SCALE_ONLY"):
-        return run_scale_only(plan)
+        size = os.environ.get("PML_BENCH_SCALE_SIZE")
+        return run_scale_only(plan, int(size) if size else plan.store_sizes[-1])
     return run_plan(plan)
 
 
-def run_scale_only(plan: Plan) -> list[Row]:
-    """Only the scale measurement at the plan's biggest store (the 1M run of --large, which
+def run_scale_only(plan: Plan, big: int) -> list[Row]:
+    """Only the scale measurement at a store of `big` intents (the 1M run of --large, which
     would not fit beside the rest): the null servicer's Suggest sweep, the empty store's
     startup and memory, then the big store's startup, memory per intent and Suggest sweep with
     client vectors. Skipped: the smaller store, capture, the hashing embedder, durability, the
     model and the canned ceiling (run them without PML_BENCH_SCALE_ONLY)."""
-    big = plan.store_sizes[-1]
     with tempfile.TemporaryDirectory(prefix="pml-bench-") as tmp:
         root = Path(tmp)
         with harness.server("null") as null_server:

@@ -61,8 +61,8 @@ def test_service_bench_scale_only_measures_the_biggest_store() -> None:
     from benches import bench_service
 
     plan = Plan.quick()
-    rows = bench_service.run_scale_only(plan)
     big = plan.store_sizes[-1]
+    rows = bench_service.run_scale_only(plan, big)
     metrics = {r.metric for r in rows}
     assert f"startup to SERVING, {big} intents" in metrics
     assert f"resident memory per intent, {big} intents" in metrics
