@@ -1,6 +1,6 @@
-"""Filling a benchmark store in-process, fast: `record_many` batches instead of one `record` per
-execution. Each `record` waits for its own durability (group commit), about 15 ms an execution
-on this machine, so a 1M store took hours; a batch embeds once, indexes once and waits once."""
+"""Filling a benchmark store in-process: `record_many` batches instead of one `record` per
+execution. Each `record` waits for its own write (group commit) and indexes its intent alone; a
+batch embeds once, indexes once and waits once (`python -m benches.check_fill` measures both)."""
 
 from __future__ import annotations
 
