@@ -12,6 +12,7 @@ memory as the server's resident set at SERVING.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 import time
@@ -137,7 +138,32 @@ def model_texts_per_second(plan: Plan) -> float:
 
 def run(large: bool) -> list[Row]:
     plan = Plan.for_run(large)
+    if os.environ.get("PML_BENCH_SCALE_ONLY"):
+        size = os.environ.get("PML_BENCH_SCALE_SIZE")
+        return run_scale_only(plan, int(size) if size else plan.store_sizes[-1])
     return run_plan(plan)
+
+
+def run_scale_only(plan: Plan, big: int) -> list[Row]:
+    """Only the scale measurement at a store of `big` intents (the 1M run of --large, which
+    would not fit beside the rest): the null servicer's Suggest sweep, the empty store's
+    startup and memory, then the big store's startup, memory per intent and Suggest sweep with
+    client vectors. Skipped: the smaller store, capture, the hashing embedder, durability, the
+    model and the canned ceiling (run them without PML_BENCH_SCALE_ONLY)."""
+    with tempfile.TemporaryDirectory(prefix="pml-bench-") as tmp:
+        root = Path(tmp)
+        with harness.server("null") as null_server:
+            null = _suggest_sweep(null_server, plan, "vector")
+        with harness.server("serve", str(root / "empty"), "minilm", "fast") as empty:
+            empty_startup, empty_rss = empty.startup_seconds, empty.rss_bytes()
+        vec_big, fill_big = harness.filled_store(plan, root, big, "minilm", vectors=True)
+        with harness.server("serve", str(vec_big), "minilm", "fast") as srv:
+            big_startup, big_rss = srv.startup_seconds, srv.rss_bytes()
+            ours_big = _suggest_sweep(srv, plan, "vector")
+    rows = _suggest_rows(f"client vectors, {big} intents", ours_big, null)
+    return rows + _scale_rows(
+        big, big_startup, empty_startup, big_rss, empty_rss, None, fill_big / big
+    )
 
 
 def run_plan(plan: Plan) -> list[Row]:
@@ -373,7 +399,7 @@ def _scale_rows(
     empty_startup: float,
     rss: int,
     empty_rss: int,
-    fill_per_intent_small: float,
+    fill_per_intent_small: float | None,  # None: no smaller store in this run
     fill_per_intent_big: float,
 ) -> list[Row]:
     per_intent = (rss - empty_rss) / size
@@ -402,8 +428,8 @@ def _scale_rows(
             f"in-process fill time per intent, {size} intents",
             fill_per_intent_big * 1e6,
             "us",
-            fill_per_intent_small * 1e6,
-            "smaller store",
+            None if fill_per_intent_small is None else fill_per_intent_small * 1e6,
+            "smaller store" if fill_per_intent_small is not None else "",
             lower_is_better=True,
         ),
     ]

@@ -1,7 +1,7 @@
 """Suggest latency in-process at 10k and 100k stored intents (issue 6), hashing embedder and the
-default model. Filling a store through the engine one capture at a time is slow on a loaded
-machine (100k: tens of minutes), so each filled store is built once and cached in
-benches/.cache under a fingerprint of the code that wrote it; later runs copy it."""
+default model. Filling a store takes minutes even in batches (benches/fill.py), so each filled
+store is built once and cached in benches/.cache under a fingerprint of the code that wrote it;
+later runs copy it."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benches import quality_dataset
+from benches import fill, quality_dataset
 from benches.bench_quality import SUITE, TENANT, _capture, _open
 from benches.common import Row
+from benches.fill import record_all
 from benches.quality_dataset import filler_intent, load
 from benches.service_harness import store_code_digest
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
@@ -49,19 +50,19 @@ def _fill(store: Path, embedder_name: str, stored: int) -> float:
         executions, _ = load()
         _capture(engine, executions)
         vectors = _filler_vectors(embedder_name, stored - len(executions))
-        for n, vector in enumerate(vectors):
+
+        def filler(n: int) -> ExecutionRecord:
             text, tools = filler_intent(n)
-            engine.record(
-                TENANT,
-                ExecutionRecord(
-                    request_id=f"f{n}",
-                    intent=text,
-                    code="".join(f"await mcp.{t}({{}});\n" for t in tools),
-                    language="typescript",
-                    tool_calls=tuple(ToolCall(t) for t in tools),
-                    intent_embedding=tuple(vector.tolist()),
-                ),
+            return ExecutionRecord(
+                request_id=f"f{n}",
+                intent=text,
+                code="".join(f"await mcp.{t}({{}});\n" for t in tools),
+                language="typescript",
+                tool_calls=tuple(ToolCall(t) for t in tools),
+                intent_embedding=tuple(vectors[n].tolist()),
             )
+
+        record_all(engine, TENANT, len(vectors), filler, threads=1)  # the order decides grouping
     finally:
         engine.close()
     return time.perf_counter() - start
@@ -72,6 +73,7 @@ def _fingerprint(embedder_name: str, stored: int) -> str:
     digest.update(inspect.getsource(quality_dataset).encode())
     digest.update(quality_dataset.DATA.read_bytes())
     digest.update(inspect.getsource(_fill).encode())
+    digest.update(inspect.getsource(fill).encode())
     digest.update(inspect.getsource(_filler_vectors).encode())
     store_code_digest(digest)
     return digest.hexdigest()[:16]

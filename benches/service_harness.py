@@ -182,7 +182,9 @@ def populate(data_dir: Path, count: int, embedder: str, vectors: bool) -> float:
         ),
         cwd=ROOT,
         check=True,
-        timeout=1800,
+        # bounded, but by the size: a loaded machine fills about 20k intents a minute (a fixed
+        # 30 minutes killed the 1M fill two thirds of the way)
+        timeout=1800 + count * 0.01,
     )
     return time.monotonic() - start
 
@@ -221,10 +223,11 @@ def load(
 
 
 def _fingerprint(count: int, embedder: str, vectors: bool) -> str:
-    from benches import service_server, service_workload
+    from benches import fill, service_server, service_workload
 
     digest = hashlib.sha256(f"{count}/{embedder}/{vectors}".encode())
     digest.update(inspect.getsource(service_workload).encode())
+    digest.update(inspect.getsource(fill).encode())
     digest.update(inspect.getsource(service_server.populate).encode())
     digest.update(inspect.getsource(service_server._record).encode())
     # the literal stand-in until the Rust normalizer is merged, then `_core.normalize`
@@ -236,7 +239,7 @@ def _fingerprint(count: int, embedder: str, vectors: bool) -> str:
 def store_code_digest(digest: Any) -> None:
     """Feed `digest` with what decides a filled store's bytes: the schema, the normalizer, the
     record formats and the capture rules. Read-side code (engine.py's Suggest, the store's
-    access paths, views) may change without refilling a 100k store (25 minutes); after a change
+    access paths, views) may change without refilling a 100k store (minutes); after a change
     to how engine.py captures, delete benches/.cache by hand."""
     from pml_server._core import NORMALIZER_VERSION
     from pml_server.storage.rocks import SCHEMA_VERSION

@@ -29,6 +29,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from benches import service_workload as work
+from benches.fill import record_all
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.api.server import _options, start_server
 from pml_server.capture.normalize import normalize
@@ -58,19 +59,14 @@ def populate(data_dir: Path, count: int, embedder: str, with_vectors: bool) -> N
     if not engine.wait_ready(600):
         raise RuntimeError("engine index did not become ready")
     vectors = work.stored_vectors(count) if with_vectors else None
-    threads = 2  # the machine has two cores; more threads only contend for the GIL
 
-    def worker(first: int) -> None:
-        for i in range(first, count, threads):
-            vector = tuple(vectors[i].tolist()) if vectors is not None else None
-            engine.record(TENANT, _record(i, vector))
+    def make(i: int) -> ExecutionRecord:
+        return _record(i, tuple(vectors[i].tolist()) if vectors is not None else None)
 
-    pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    engine.close()
+    try:
+        record_all(engine, TENANT, count, make)
+    finally:
+        engine.close()
 
 
 def _wait_for_sigterm() -> None:

@@ -57,6 +57,20 @@ def test_service_bench_runs_a_tiny_plan() -> None:
     _check_rows(rows)
 
 
+def test_service_bench_scale_only_measures_the_biggest_store() -> None:
+    from benches import bench_service
+
+    plan = Plan.quick()
+    big = plan.store_sizes[-1]
+    rows = bench_service.run_scale_only(plan, big)
+    metrics = {r.metric for r in rows}
+    assert f"startup to SERVING, {big} intents" in metrics
+    assert f"resident memory per intent, {big} intents" in metrics
+    assert f"Suggest QPS, client vectors, {big} intents, {plan.concurrency[0]} callers" in metrics
+    assert not any("hashing" in m or "capture" in m for m in metrics)  # the skipped parts
+    _check_rows(rows)
+
+
 def test_null_server_is_stopped_after_use() -> None:
     with harness.server("null") as null:
         pid = null.process.pid
