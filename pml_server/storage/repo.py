@@ -56,10 +56,6 @@ _STATS_KEY = b"stats/"
 _SNAPSHOT_KEY = b"snapshot/"
 
 
-def _json(data: Any) -> bytes:
-    return json_form.dumps(data)
-
-
 def tools_digest(tools: Sequence[str]) -> str:
     return _digest_of(tuple(tools))
 
@@ -273,7 +269,7 @@ class Repository:
     # ---- failure log, op log, audit log ------------------------------------------------------
 
     def put_failure(self, tenant: str, seq: int, entry: dict[str, Any]) -> Op:
-        return (CF_FAILURES, tenant_key(tenant, u64(seq)), _json(entry))
+        return (CF_FAILURES, tenant_key(tenant, u64(seq)), json_form.dumps(entry))
 
     def oldest_failure_keys(self, tenant: str, count: int) -> list[bytes]:
         return [k for k, _ in self.store.scan(CF_FAILURES, tenant_prefix(tenant), limit=count)]
@@ -292,7 +288,7 @@ class Repository:
         return page, (page[-1][0] if len(rows) > size else None)
 
     def put_oplog(self, seq: int, op: dict[str, Any]) -> Op:
-        return (CF_OPLOG, u64(seq), _json(op))
+        return (CF_OPLOG, u64(seq), json_form.dumps(op))
 
     def oplog_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
         rows = self.store.scan(CF_OPLOG, b"", start=u64(seq + 1))
@@ -303,7 +299,7 @@ class Repository:
         return [(CF_OPLOG, k, None) for k, _ in rows if from_u64(k) <= seq]
 
     def put_audit(self, tenant: str, seq: int, entry: dict[str, Any]) -> Op:
-        return (CF_AUDIT, tenant_key(tenant, u64(seq)), _json(entry))
+        return (CF_AUDIT, tenant_key(tenant, u64(seq)), json_form.dumps(entry))
 
     def audit_log(self, tenant: str) -> list[dict[str, Any]]:
         return [json_form.loads(v) for _, v in self.store.scan(CF_AUDIT, tenant_prefix(tenant))]
