@@ -1,8 +1,10 @@
 """`make bench`: run every `benches/bench_*.py` suite, print one table, write results.
 
-A suite is a module with `run(large: bool) -> list[Row]`. Results go to
-`benches/results/latest.json` and `latest.md` with the machine and git commit (`large.*` with
---large, `quick.*` with --quick).
+A suite is a module with `run(large: bool) -> list[Row]`. Each suite's rows go to its own file,
+`benches/results/latest/<suite>.json` (`large/` with --large, `quick/` with --quick), with the
+machine, the git commit and the seconds it took; a run of some suites replaces only theirs.
+`latest.md` (`large.md`, `quick.md`) is then rendered from every suite file in the folder, one
+header line per suite saying which commit measured it. `python -m benches --render` only renders.
 """
 
 from __future__ import annotations
@@ -78,14 +80,23 @@ def main() -> int:
         action="store_true",
         help="tiny sizes, for checking that suites run (suites that read PML_BENCH_QUICK)",
     )
+    parser.add_argument(
+        "--render", action="store_true", help="only rebuild the .md files from the suite files"
+    )
     parser.add_argument("only", nargs="*", help="run only suites whose name contains these")
     args = parser.parse_args()
+    if args.render:
+        for stem in ("latest", "large", "quick"):
+            if (HERE / "results" / stem).is_dir():
+                _render(stem)
+        return 0
     if args.quick:
         os.environ["PML_BENCH_QUICK"] = "1"  # inherited by the suites' child processes too
     rows: list[Row] = []
     seconds: dict[str, float] = {}
     failed: dict[str, str] = {}
     for name in _suites(args.only):
+        suite_start = len(rows)
         print(f"== {name}", file=sys.stderr, flush=True)
         start = time.monotonic()
         try:
@@ -96,7 +107,8 @@ def main() -> int:
             failed[name] = f"{type(err).__name__}: {err}"
         seconds[name] = round(time.monotonic() - start, 1)
         print(f"== {name} took {seconds[name]} s", file=sys.stderr, flush=True)
-        _write(args, rows, seconds, failed)  # after every suite: a cut run keeps what it measured
+        # after every suite: a cut run keeps what it measured
+        _write(args, name, rows[suite_start:], seconds[name], failed.get(name))
     print(_table(rows))
     total = round(sum(seconds.values()), 1)
     if total > _BUDGET_SECONDS and not args.large:
@@ -109,26 +121,35 @@ def main() -> int:
 
 
 def _write(
-    args: argparse.Namespace, rows: list[Row], seconds: dict[str, float], failed: dict[str, str]
+    args: argparse.Namespace, name: str, rows: list[Row], seconds: float, failure: str | None
 ) -> None:
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    total = round(sum(seconds.values()), 1)
-    machine = {
-        **_machine(),
-        "large": args.large,
-        "total_seconds": total,
-        "suite_seconds": seconds,
-        "failed_suites": failed,
-    }
     # a --quick run never replaces real results, nor a --large run the standard ones
     stem = "quick" if args.quick else "large" if args.large else "latest"
-    (out / f"{stem}.json").write_text(
-        json.dumps({"machine": machine, "rows": [r.as_dict() for r in rows]}, indent=2)
+    folder = HERE / "results" / stem
+    folder.mkdir(parents=True, exist_ok=True)
+    machine = {**_machine(), "large": args.large, "seconds": seconds, "failed": failure}
+    (folder / f"{name}.json").write_text(
+        json.dumps({"machine": machine, "rows": [r.as_dict() for r in rows]}, indent=2) + "\n"
     )
-    header = ", ".join(f"{k}: {v}" for k, v in machine.items())
-    (out / f"{stem}.md").write_text(f"# pml benchmarks\n\n{header}\n\n{_table(rows)}\n")
-    return 0
+    _render(stem)
+
+
+def _render(stem: str) -> None:
+    """`<stem>.md` from every suite file in `results/<stem>/`, in suite order."""
+    folder = HERE / "results" / stem
+    parts = [f"# pml benchmarks ({stem})", ""]
+    total = 0.0
+    for path in sorted(folder.glob("bench_*.json")):
+        data = json.loads(path.read_text())
+        machine = data["machine"]
+        total += float(machine.get("seconds") or 0)
+        header = ", ".join(f"{k}: {v}" for k, v in machine.items() if k != "failed")
+        failed = f" FAILED: {machine['failed']}" if machine.get("failed") else ""
+        derived = ("ratio", "met")
+        rows = [Row(**{k: v for k, v in r.items() if k not in derived}) for r in data["rows"]]
+        parts += [f"## {path.stem}", "", header + failed, "", _table(rows), ""]
+    parts.insert(1, f"\nSum of the suites' seconds: {round(total, 1)}")
+    (HERE / "results" / f"{stem}.md").write_text("\n".join(parts))
 
 
 if __name__ == "__main__":
