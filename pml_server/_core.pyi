@@ -121,6 +121,87 @@ class LexicalIndex:
     def __len__(self) -> int: ...
     def __contains__(self, doc_id: object) -> bool: ...
 
+# --- ranking (pml_core_rs/src/ranking, docs/ranking.md) ---
+
+class RankParams:
+    """The formula's parameters (the RankingConfig fields of the same names); frozen."""
+
+    def __init__(
+        self,
+        *,
+        semantic_weight: float,
+        lexical_weight: float,
+        lexical_half_score: float,
+        prior_successes: float,
+        prior_failures: float,
+        usage_weight: float,
+        usage_saturation: float,
+        recency_full_days: float,
+        recency_half_life_days: float,
+        recency_floor: float,
+        superseded_penalty: float,
+    ) -> None:
+        """InvalidArgumentError naming `params` if one is not finite."""
+
+class RankTable:
+    """One tenant's ranking table: per pattern its capability, tools, retention marks,
+    counters and tags, and the intent ids standing for it in the vector index. Updates take a
+    write lock; `rank_query` reads it without the GIL."""
+
+    def __init__(self) -> None: ...
+    def set_pattern(
+        self,
+        pattern_id: str,
+        capability_id: str,
+        tools: list[str],
+        flagged: bool,
+        superseded: bool,
+    ) -> None:
+        """The pattern record's part of the row (created if new)."""
+    def set_counters(
+        self,
+        pattern_id: str,
+        successes: int,
+        failures: int,
+        usage: int,
+        last_used_ms: int,
+        tags: list[str],
+    ) -> None:
+        """The counters record's part of the row (created if new)."""
+    def remove_pattern(self, pattern_id: str) -> bool:
+        """Forget the record and counters parts; returns whether the row was there."""
+    def link_intent(self, intent_id: int, pattern_id: str) -> None:
+        """The intent stands for the pattern in the vector index (a replay does nothing)."""
+    def unlink_intents(self, intent_ids: list[int]) -> None:
+        """The intents left the vector index; unknown ids do nothing."""
+    def memory_bytes(self) -> int: ...
+    def __len__(self) -> int: ...
+
+def rank_query(
+    table: RankTable,
+    ann: HnswIndex,
+    lexical: LexicalIndex,
+    query: object,
+    terms: list[str],
+    limit: int,
+    k: int,
+    params: RankParams,
+    now_ms: int,
+    *,
+    min_match: float,
+    min_success: float,
+    include_flagged: bool,
+    available_tools: list[str] | None,
+    tags: list[str],
+) -> list[
+    tuple[str, str, tuple[float, float, float, float, float, float, float, float], list[int]]
+]:
+    """One Suggest query, GIL released: `limit` nearest intents and `limit` best lexical
+    documents, each retrieved pattern's best cosine over all its intents, the formula, the
+    filters (flagged, available_tools, tags, min_match, min_success), grouping by capability
+    and the top `k`, as (pattern id, capability id, (match, semantic, lexical, success
+    estimate, usage, recency, superseded penalty, total), intent ids), best first."""
+
 # --- code normalization (pml_core_rs/src/normalize, docs/normalization.md) ---
 
 NORMALIZER_VERSION: int

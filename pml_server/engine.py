@@ -97,6 +97,7 @@ from pml_server.engine_candidates import retrieve
 from pml_server.engine_change import Change, await_durable, failure_entries
 from pml_server.engine_deletion import pattern_removal
 from pml_server.engine_grouping import capability_vectors, nearest_allowed_capability
+from pml_server.engine_ranks import apply_rank_changes, fill_rank_tables, suggest_in_core
 from pml_server.engine_request_results import decode_result, encode_result
 from pml_server.engine_restore import restore_indexes
 from pml_server.engine_views import (
@@ -232,6 +233,7 @@ class Engine:
             self._indexes = restore_indexes(
                 self._repo, self._config.vector_index, self._embedder.dim
             )
+            fill_rank_tables(self._repo, self._indexes)
             # Nothing writes before ready: snapshot now so the next start replays nothing.
             self._write_snapshots(trim_oplog=True)
             for tenant in self._indexes:
@@ -356,6 +358,8 @@ class Engine:
             except StoreClosedError as error:
                 raise UnavailableError(f"the store is not accepting writes: {error}") from error
             self._submitted_stats[tenant] = stats
+        if change.ranks_changed():  # before the index adds: a new intent finds its row
+            apply_rank_changes(self._index_for(tenant).ranks, change)
         staged: list[IndexAdd] | None = getattr(self._staged_adds, "adds", None)
         if staged is not None and not change.index_removes:
             staged += change.index_adds
@@ -581,7 +585,9 @@ class Engine:
         if vector is None:  # rule 2: a failed try of a known pattern; rule 7: its values, error
             counted = count_failed_try(counters, record, values, now, self._limits)
             change.failures = failure_entries(record, normalized.code_hash, pattern.id, now)
-            change.ops.append(self._repo.put_counters(tenant, pattern.id, counted))
+            change.put_counters(
+                self._repo.put_counters(tenant, pattern.id, counted), pattern.id, counted
+            )
             return CaptureResult(
                 CaptureOutcome.COUNTED,
                 pattern_id=pattern.id,
@@ -591,7 +597,9 @@ class Engine:
         mismatch = tools_disagree(normalized.tool_calls, used, normalized.parse_ok)
         counted = count_success(counters, record, values, mismatch, now, self._limits)
         counted.tags = sorted({*counted.tags, *record.tags})[:MAX_TAGS]
-        change.ops.append(self._repo.put_counters(tenant, pattern.id, counted))
+        change.put_counters(
+            self._repo.put_counters(tenant, pattern.id, counted), pattern.id, counted
+        )
         intents = self._repo.intents(tenant, pattern.id)
         duplicate = near_duplicate(
             [i.vector for i in intents], vector, self._thresholds.intent_duplicate
@@ -684,10 +692,12 @@ class Engine:
         counters = count_success(PatternCounters(), record, values, mismatch, now, self._limits)
         counters.tags = sorted(set(record.tags))[:MAX_TAGS]
         intent = self._new_intent(pattern_id, record.intent, vector, now)
+        change.put_pattern(self._repo.put_pattern(tenant, pattern), pattern)
+        change.put_counters(
+            self._repo.put_counters(tenant, pattern_id, counters), pattern_id, counters
+        )
         change.ops += [
-            self._repo.put_pattern(tenant, pattern),
             self._repo.put_hash(tenant, pattern.code_hash, pattern_id),
-            self._repo.put_counters(tenant, pattern_id, counters),
             self._repo.put_intent(tenant, intent),
             *self._repo.put_capability(tenant, capability),
             self._oplog(tenant, "add", [intent.id]),
@@ -802,6 +812,9 @@ class Engine:
             index = self._indexes.get(tenant)
         if index is None:
             return SuggestResult(())
+        if not query.explain and index.ranks_in_core():
+            now = self._clock()
+            return suggest_in_core(self._repo, tenant, index, vector, query, self._ranking, now)
         limit = self._ranking.fetch_limit(query.k)
         found = retrieve(self._repo, tenant, index, vector, query.intent, limit)
         ranking = self._ranking
@@ -883,8 +896,9 @@ class Engine:
             change.ops += [
                 *self._repo.put_capability(tenant, replace(capability, pattern_ids=rest)),
                 *self._repo.put_capability(tenant, alone),
-                self._repo.put_pattern(tenant, replace(pattern, capability_id=alone.id)),
             ]
+            moved = replace(pattern, capability_id=alone.id)
+            change.put_pattern(self._repo.put_pattern(tenant, moved), moved)
             change.count("capabilities")
             entry = {"action": "ungrouped", "pattern_id": pattern_id, "from": capability.id}
             self._audit(tenant, change, {**entry, "to": alone.id})
@@ -905,7 +919,7 @@ class Engine:
                 return False
             change = Change()
             marked = replace(pattern, flagged_for_removal=flagged, superseded_by=superseded_by)
-            change.ops.append(self._repo.put_pattern(tenant, marked))
+            change.put_pattern(self._repo.put_pattern(tenant, marked), marked)
             entry = {"action": "marked", "pattern_id": pattern_id, "flagged": flagged}
             self._audit(tenant, change, {**entry, "superseded_by": superseded_by})
             ticket = self._commit(tenant, change)

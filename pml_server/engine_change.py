@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pml_server.capture.records import IntentRecord
+from pml_server.capture.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.capture.rules import tool_failures
 from pml_server.domain.errors import UnavailableError
 from pml_server.domain.model import ExecutionRecord, ToolFailure
@@ -23,6 +23,24 @@ class Change:
     failures: list[dict[str, Any]] = field(default_factory=list)
     index_adds: list[tuple[IntentRecord, tuple[str, ...]]] = field(default_factory=list)
     index_removes: list[int] = field(default_factory=list)
+    # The ranking table's updates (`TenantSearchIndex.ranks`): pattern records and counters
+    # written, patterns deleted.
+    rank_patterns: list[PatternRecord] = field(default_factory=list)
+    rank_counters: list[tuple[str, PatternCounters]] = field(default_factory=list)
+    rank_removes: list[str] = field(default_factory=list)
+
+    def put_counters(self, op: Op, pattern_id: str, counters: PatternCounters) -> None:
+        """A counters write and the ranking table's update that goes with it."""
+        self.ops.append(op)
+        self.rank_counters.append((pattern_id, counters))
+
+    def put_pattern(self, op: Op, record: PatternRecord) -> None:
+        """A pattern record write and the ranking table's update that goes with it."""
+        self.ops.append(op)
+        self.rank_patterns.append(record)
+
+    def ranks_changed(self) -> bool:
+        return bool(self.rank_patterns or self.rank_counters or self.rank_removes)
 
     def count(self, name: str, delta: int = 1) -> None:
         self.stats[name] = self.stats.get(name, 0) + delta

@@ -31,6 +31,7 @@ def pattern_removal(
         log_removal([i.id for i in intents]),
     ]
     change.index_removes = [i.id for i in intents]
+    change.rank_removes = [pattern.id]
     change.count("patterns", -1)
     change.count("intents", -len(intents))
     if capability is not None:

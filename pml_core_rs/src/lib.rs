@@ -9,6 +9,7 @@ pub mod hashing;
 pub mod index;
 pub mod lexical;
 pub mod normalize;
+pub mod ranking;
 
 #[cfg(feature = "python")]
 mod python;

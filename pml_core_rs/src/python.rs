@@ -18,6 +18,7 @@ use pyo3::types::PyList;
 
 use crate::index;
 use crate::lexical;
+use crate::ranking;
 
 create_exception!(
     _core,
@@ -447,6 +448,216 @@ impl PyLexicalIndex {
     }
 }
 
+/// The formula's parameters (`RankingConfig`), converted once per server configuration.
+#[pyclass(name = "RankParams", module = "pml_server._core", frozen)]
+struct PyRankParams {
+    inner: ranking::Params,
+}
+
+#[pymethods]
+impl PyRankParams {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (*, semantic_weight, lexical_weight, lexical_half_score, prior_successes,
+        prior_failures, usage_weight, usage_saturation, recency_full_days,
+        recency_half_life_days, recency_floor, superseded_penalty))]
+    fn new(
+        semantic_weight: f64,
+        lexical_weight: f64,
+        lexical_half_score: f64,
+        prior_successes: f64,
+        prior_failures: f64,
+        usage_weight: f64,
+        usage_saturation: f64,
+        recency_full_days: f64,
+        recency_half_life_days: f64,
+        recency_floor: f64,
+        superseded_penalty: f64,
+    ) -> PyResult<Self> {
+        let inner = ranking::Params {
+            semantic_weight,
+            lexical_weight,
+            lexical_half_score,
+            prior_successes,
+            prior_failures,
+            usage_weight,
+            usage_saturation,
+            recency_full_days,
+            recency_half_life_days,
+            recency_floor,
+            superseded_penalty,
+        };
+        let values = [
+            semantic_weight,
+            lexical_weight,
+            lexical_half_score,
+            prior_successes,
+            prior_failures,
+            usage_weight,
+            usage_saturation,
+            recency_full_days,
+            recency_half_life_days,
+            recency_floor,
+            superseded_penalty,
+        ];
+        if values.iter().any(|v| !v.is_finite()) {
+            return Err(invalid_arg("params", "every parameter must be finite"));
+        }
+        Ok(PyRankParams { inner })
+    }
+}
+
+/// Python handle of one tenant's ranking table (`ranking::RankTable`): updates take the write
+/// lock, `rank_query` reads it without the GIL.
+#[pyclass(name = "RankTable", module = "pml_server._core", frozen)]
+struct PyRankTable {
+    inner: RwLock<ranking::RankTable>,
+}
+
+impl PyRankTable {
+    fn read(&self) -> RwLockReadGuard<'_, ranking::RankTable> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+    fn write(&self) -> RwLockWriteGuard<'_, ranking::RankTable> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[pymethods]
+impl PyRankTable {
+    #[new]
+    fn new() -> Self {
+        PyRankTable {
+            inner: RwLock::new(ranking::RankTable::new()),
+        }
+    }
+
+    fn set_pattern(
+        &self,
+        pattern_id: &str,
+        capability_id: &str,
+        tools: &Bound<'_, PyAny>,
+        flagged: bool,
+        superseded: bool,
+    ) -> PyResult<()> {
+        let tools = str_list("tools", tools)?;
+        self.write()
+            .set_pattern(pattern_id, capability_id, &tools, flagged, superseded);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn set_counters(
+        &self,
+        pattern_id: &str,
+        successes: i64,
+        failures: i64,
+        usage: i64,
+        last_used_ms: i64,
+        tags: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let tags = str_list("tags", tags)?;
+        self.write()
+            .set_counters(pattern_id, successes, failures, usage, last_used_ms, &tags);
+        Ok(())
+    }
+
+    fn remove_pattern(&self, pattern_id: &str) -> bool {
+        self.write().remove_pattern(pattern_id)
+    }
+
+    fn link_intent(&self, intent_id: u64, pattern_id: &str) {
+        self.write().link_intent(intent_id, pattern_id);
+    }
+
+    fn unlink_intents(&self, py: Python<'_>, intent_ids: Vec<u64>) {
+        py.detach(|| self.write().unlink_intents(&intent_ids));
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.read().memory_bytes()
+    }
+
+    fn __len__(&self) -> usize {
+        self.read().len()
+    }
+}
+
+type RankedTuple = (
+    String,
+    String,
+    (f64, f64, f64, f64, f64, f64, f64, f64),
+    Vec<u64>,
+);
+
+/// One Suggest query ranked in the core (`ranking::query`), the GIL released throughout:
+/// the top `k` as (pattern id, capability id, (match, semantic, lexical, success, usage,
+/// recency, superseded penalty, total), intent ids).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (table, ann, lexical, query, terms, limit, k, params, now_ms, *, min_match,
+    min_success, include_flagged, available_tools, tags))]
+fn rank_query(
+    py: Python<'_>,
+    table: &PyRankTable,
+    ann: &PyHnswIndex,
+    lexical: &PyLexicalIndex,
+    query: &Bound<'_, PyAny>,
+    terms: &Bound<'_, PyAny>,
+    limit: i64,
+    k: i64,
+    params: &PyRankParams,
+    now_ms: i64,
+    min_match: f64,
+    min_success: f64,
+    include_flagged: bool,
+    available_tools: Option<Vec<String>>,
+    tags: Vec<String>,
+) -> PyResult<Vec<RankedTuple>> {
+    let query = f32_vector("query", query)?;
+    let terms = str_list("terms", terms)?;
+    let limit = count_arg("limit", limit)?;
+    let k = count_arg("k", k)?;
+    let filters = ranking::Filters {
+        min_match,
+        min_success,
+        include_flagged,
+        available_tools,
+        tags,
+    };
+    let ranked = py
+        .detach(|| {
+            // Each index is read under its own lock, then the table with the vector index
+            // (in that order; writers hold one lock at a time, so no cycle).
+            let semantic = ranking::semantic_hits(&ann.read(), &query, limit)?;
+            let lexical = ranking::lexical_hits(&lexical.read(), &terms, limit);
+            let found = ranking::Retrieved { semantic, lexical };
+            let table = table.read();
+            let ann = ann.read();
+            ranking::rank_retrieved(
+                &table,
+                &ann,
+                &query,
+                &found,
+                k,
+                &filters,
+                &params.inner,
+                now_ms,
+            )
+        })
+        .map_err(to_py_err)?;
+    Ok(ranked
+        .into_iter()
+        .map(|r| {
+            let p = r.parts;
+            let parts = (
+                p.matched, p.semantic, p.lexical, p.success, p.usage, p.recency, p.penalty, p.total,
+            );
+            (r.pattern_id, r.capability_id, parts, r.intent_ids)
+        })
+        .collect())
+}
+
 /// One placeholder of a normalized template (see `normalize::Param`).
 #[pyclass(name = "Param", module = "pml_server._core", frozen, get_all, eq)]
 #[derive(Clone, PartialEq)]
@@ -577,6 +788,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sha256_tagged, m)?)?;
     m.add_class::<PyHnswIndex>()?;
     m.add_class::<PyLexicalIndex>()?;
+    m.add_class::<PyRankParams>()?;
+    m.add_class::<PyRankTable>()?;
+    m.add_function(wrap_pyfunction!(rank_query, m)?)?;
     m.add("NORMALIZER_VERSION", normalize::NORMALIZER_VERSION)?;
     m.add("NORMALIZE_MAX_INPUT_BYTES", normalize::MAX_INPUT_BYTES)?;
     m.add_class::<PyParam>()?;

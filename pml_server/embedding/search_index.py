@@ -1,7 +1,9 @@
 """One tenant's in-memory search state: the vector index over intent vectors, the lexical index
 (one document per pattern: all its intent texts + its tool names, docs/ranking.md), and the
-intent id <-> pattern id maps. Derived from the store (rebuilt or restored from a snapshot at
-open), updated by every capture and deletion."""
+intent id <-> pattern id maps, and the ranking table Suggest ranks from in the core
+(`ranking.table`: each pattern's counters, capability, tools, tags and marks, and its intents).
+Derived from the store (rebuilt or restored from a snapshot at open), updated by every capture
+and deletion (the table also by every counters, marks or grouping change, see `Engine._commit`)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from contextlib import AbstractContextManager
 
 import numpy as np
 
+from pml_server import _core
 from pml_server.capture.records import IntentRecord
 from pml_server.embedding.base import Vector
 from pml_server.embedding.index import (
@@ -20,7 +23,13 @@ from pml_server.embedding.index import (
     index_from_bytes,
     new_index,
 )
-from pml_server.ranking import LexicalIndex
+from pml_server.ranking import (
+    CoreSuggestion,
+    FilterSettings,
+    LexicalIndex,
+    RankingConfig,
+    RankTable,
+)
 
 # Threads inserting a batch of new vectors (the machine this is tuned for has two cores; the
 # graph is the same whatever the number, see pml_core_rs/src/index/batch_insert.rs).
@@ -44,6 +53,7 @@ class TenantSearchIndex:
         # again on removal (tool names count once per pattern, not once per intent).
         self._lexical_text: dict[int, str] = {}
         self._pattern_tools: dict[str, str] = {}
+        self.ranks = RankTable()
         # Writers are serialized here (contains + add of one intent stays atomic). Readers take
         # the same lock only for the numpy index: the Rust HNSW index has its own reader/writer
         # lock and searches in parallel with the GIL released.
@@ -93,12 +103,14 @@ class TenantSearchIndex:
         self.lexical.add_terms(pattern_id, words)
         self._lexical_text[intent.id] = intent.text
         self.pattern_of[intent.id] = pattern_id
+        self.ranks.link_intent(intent.id, pattern_id)
 
     def remove(self, intent_ids: Sequence[int]) -> None:
         with self._write_lock:
             if intent_ids:
                 self.ann.remove(np.array(list(intent_ids), dtype=np.uint64))
                 self._vector_changes += 1
+                self.ranks.unlink_intents(intent_ids)
             for intent_id in intent_ids:
                 pattern_id = self.pattern_of.pop(intent_id, None)
                 text = self._lexical_text.pop(intent_id, None)
@@ -133,6 +145,27 @@ class TenantSearchIndex:
                 ids, scores = self.ann.search(query32, len(chunk), allow=chunk)
             out.update(zip(ids.tolist(), scores.tolist(), strict=True))
         return out
+
+    def ranks_in_core(self) -> bool:
+        """Whether Suggest can rank in the core: the Rust vector index (the numpy one, kind
+        "exact", is ranked by the Python path)."""
+        return isinstance(self.ann, _core.HnswIndex)
+
+    def rank(
+        self,
+        vector: Vector,
+        text: str,
+        limit: int,
+        k: int,
+        settings: FilterSettings,
+        config: RankingConfig,
+        now_ms: int,
+    ) -> list[CoreSuggestion]:
+        """The top `k` for the query ranked in the core (`ranks_in_core` must hold)."""
+        assert isinstance(self.ann, _core.HnswIndex)
+        return self.ranks.rank(
+            self.ann, self.lexical, vector, text, limit, k, settings, config, now_ms
+        )
 
     def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
         """(pattern id, raw BM25 score of its document), best first."""

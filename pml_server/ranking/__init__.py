@@ -30,6 +30,7 @@ from pml_server.ranking.signals import (
     success_estimate,
     usage_factor,
 )
+from pml_server.ranking.table import CoreSuggestion, RankTable, core_params
 
 __all__ = [
     "AVAILABLE_TOOLS",
@@ -42,10 +43,13 @@ __all__ = [
     "SAME_CAPABILITY",
     "TAGS",
     "Candidate",
+    "CoreSuggestion",
     "FilterSettings",
     "LexicalIndex",
+    "RankTable",
     "RankingConfig",
     "Retrieval",
+    "core_params",
     "default_ranking",
     "fuse_match",
     "match_bound",

@@ -126,6 +126,11 @@ class LexicalIndex:
     def __len__(self) -> int:
         return len(self._core)
 
+    @property
+    def core(self) -> _core.LexicalIndex:
+        """The Rust index itself (for `ranking.table`, which searches it inside the core)."""
+        return self._core
+
     def __contains__(self, doc_id: object) -> bool:
         return doc_id in self._core
 

@@ -180,6 +180,33 @@ class Repository:
             tools[data["id"]] = tuple(data["tools_used"])
         return tools
 
+    def pattern_rank_rows(self, tenant: str) -> Iterator[tuple[str, str, list[str], bool, bool]]:
+        """(id, capability id, tools, flagged, superseded) of each stored pattern: the ranking
+        table's record part, streamed (before anything writes only, `Store.scan_stored`)."""
+        for _, raw in self.store.scan_stored(CF_PATTERNS, tenant_prefix(tenant)):
+            data = json_form.loads(raw)
+            yield (
+                data["id"],
+                data["capability_id"],
+                data["tools_used"],
+                bool(data.get("flagged_for_removal", False)),
+                bool(data.get("superseded_by", "")),
+            )
+
+    def counter_rank_rows(self, tenant: str) -> Iterator[tuple[str, int, int, int, int, list[str]]]:
+        """(pattern id, successes, failures, usage, last used, tags) of each stored counters
+        record: the ranking table's counters part, streamed (before anything writes only)."""
+        for key, raw in self.store.scan_stored(CF_COUNTERS, tenant_prefix(tenant)):
+            data = json_form.loads(raw)
+            yield (
+                split_tenant(key)[1].decode(),
+                data["success"],
+                data["failure"],
+                data["usage"],
+                data["last_used_ms"],
+                data.get("tags", []),
+            )
+
     def counters(self, tenant: str, pattern_id: str) -> PatternCounters | None:
         raw = self.store.get(CF_COUNTERS, tenant_key(tenant, pattern_id))
         return None if raw is None else PatternCounters.from_json(raw)

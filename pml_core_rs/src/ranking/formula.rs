@@ -1,0 +1,150 @@
+//! The ranking formula (docs/ranking.md), one small function per factor, each the same IEEE
+//! operations in the same order as `pml_server/ranking/signals.py` and `scoring.py` (the
+//! Python reference the tests compare with bit for bit):
+//!
+//! ```text
+//! total = match * success * usage * recency * superseded_penalty
+//! ```
+//!
+//! Every parameter comes from the server's `RankingConfig` (`Params`), none is fixed here.
+
+/// Milliseconds in a day (`pml_server.ranking.config.DAY_MS`).
+pub const DAY_MS: f64 = 86_400_000.0;
+
+/// The weights and thresholds of the formula, as in `RankingConfig`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Params {
+    pub semantic_weight: f64,
+    pub lexical_weight: f64,
+    pub lexical_half_score: f64,
+    pub prior_successes: f64,
+    pub prior_failures: f64,
+    pub usage_weight: f64,
+    pub usage_saturation: f64,
+    pub recency_full_days: f64,
+    pub recency_half_life_days: f64,
+    pub recency_floor: f64,
+    pub superseded_penalty: f64,
+}
+
+impl Default for Params {
+    /// `RankingConfig()`'s defaults (used by the unit tests).
+    fn default() -> Self {
+        Params {
+            semantic_weight: 1.0,
+            lexical_weight: 0.9,
+            lexical_half_score: 10.0,
+            prior_successes: 1.0,
+            prior_failures: 1.0,
+            usage_weight: 0.2,
+            usage_saturation: 100.0,
+            recency_full_days: 90.0,
+            recency_half_life_days: 90.0,
+            recency_floor: 0.2,
+            superseded_penalty: 0.5,
+        }
+    }
+}
+
+/// What the formula reads of a pattern besides its two relevance signals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub successes: i64,
+    pub failures: i64,
+    pub usage: i64,
+    pub last_used_ms: i64,
+    pub superseded: bool,
+}
+
+/// `pml_server.domain.model.ScoreParts`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ScoreParts {
+    pub matched: f64,
+    pub semantic: f64,
+    pub lexical: f64,
+    pub success: f64,
+    pub usage: f64,
+    pub recency: f64,
+    pub penalty: f64,
+    pub total: f64,
+}
+
+/// A signal clipped to [0, 1]; NaN and infinities mean no signal.
+pub fn clamp_unit(value: f64) -> f64 {
+    if value.is_finite() {
+        value.clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
+}
+
+/// Saturating map of a raw BM25 score to [0, 1): s / (s + half).
+pub fn normalize_lexical(raw_bm25: f64, p: &Params) -> f64 {
+    if raw_bm25 > 0.0 {
+        raw_bm25 / (raw_bm25 + p.lexical_half_score)
+    } else {
+        0.0
+    }
+}
+
+/// Noisy-or of the weighted signals: 1 - (1 - ws*sem)(1 - wl*lex).
+pub fn fuse_match(semantic: f64, lexical_norm: f64, p: &Params) -> f64 {
+    let sem = clamp_unit(semantic);
+    let lex = clamp_unit(lexical_norm);
+    1.0 - (1.0 - p.semantic_weight * sem) * (1.0 - p.lexical_weight * lex)
+}
+
+/// (semantic, lexical, match) of the two retrieval signals (`scoring.relevance`).
+pub fn relevance(cosine: f64, bm25: f64, p: &Params) -> (f64, f64, f64) {
+    let semantic = clamp_unit(cosine);
+    let lexical = normalize_lexical(bm25, p);
+    (semantic, lexical, fuse_match(semantic, lexical, p))
+}
+
+/// Posterior mean of the success rate under a Beta(prior_successes, prior_failures) prior.
+pub fn success_estimate(successes: i64, failures: i64, p: &Params) -> f64 {
+    let (s, f) = (successes.max(0), failures.max(0));
+    // (s + f) is an exact integer sum in Python before the float priors are added
+    (s as f64 + p.prior_successes) / ((s + f) as f64 + p.prior_successes + p.prior_failures)
+}
+
+/// Diminishing reward for use: 1 - w + w * min(1, ln(1+n) / ln(1+saturation)).
+pub fn usage_factor(usage: i64, p: &Params) -> f64 {
+    let saturation = (usage.max(0) as f64).ln_1p() / p.usage_saturation.ln_1p();
+    1.0 - p.usage_weight + p.usage_weight * saturation.min(1.0)
+}
+
+/// 1.0 while unused for at most recency_full_days, then halving every half-life, floored.
+pub fn recency_factor(last_used_ms: i64, now_ms: i64, p: &Params) -> f64 {
+    let age_days = now_ms.saturating_sub(last_used_ms).max(0) as f64 / DAY_MS;
+    let overdue = age_days - p.recency_full_days;
+    if overdue <= 0.0 {
+        return 1.0;
+    }
+    0.5_f64
+        .powf(overdue / p.recency_half_life_days)
+        .max(p.recency_floor)
+}
+
+/// Every part of one candidate's score (`scoring.score`).
+pub fn score(cosine: f64, bm25: f64, counts: &Counts, p: &Params, now_ms: i64) -> ScoreParts {
+    let (semantic, lexical, matched) = relevance(cosine, bm25, p);
+    let success = success_estimate(counts.successes, counts.failures, p);
+    let usage = usage_factor(counts.usage, p);
+    let recency = recency_factor(counts.last_used_ms, now_ms, p);
+    let penalty = if counts.superseded {
+        p.superseded_penalty
+    } else {
+        1.0
+    };
+    ScoreParts {
+        matched,
+        semantic,
+        lexical,
+        success,
+        usage,
+        recency,
+        penalty,
+        total: matched * success * usage * recency * penalty,
+    }
+}

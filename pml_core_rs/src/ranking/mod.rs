@@ -1,0 +1,16 @@
+//! Suggest's ranking in the core: the formula (`formula`), the per-tenant table of what it
+//! reads (`table`), and one query ranked from the indexes and the table (`query`).
+//! docs/ranking.md documents the formula; `pml_server/ranking` is its Python reference.
+
+pub mod formula;
+pub mod query;
+pub mod table;
+
+pub use formula::{score, Counts, Params, ScoreParts};
+pub use query::{
+    lexical_hits, rank_retrieved, retrieve, semantic_hits, Filters, Ranked, Retrieved,
+};
+pub use table::RankTable;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,242 @@
+//! One tenant's ranking table: for each pattern what Suggest's formula and filters read (its
+//! counters, capability, tools, tags, retention marks) and the intent ids whose vectors stand
+//! for it in the vector index. Kept in step with the store by the engine (every capture,
+//! deletion, mark and the restore at open), so a query is ranked without reading the store.
+//!
+//! Names (capability ids, tool names, tags) are interned once per table: they repeat across
+//! patterns, and a filter compares small integers instead of strings. Interned names are
+//! never dropped (a tenant's vocabulary of tools and tags is small and bounded by its
+//! history); rows of deleted patterns are freed and their slots reused.
+
+use std::collections::HashMap;
+
+use super::formula::Counts;
+
+/// Index of an interned name.
+pub type NameId = u32;
+
+/// What the engine knows of a pattern; a row ranks once both halves are set.
+#[derive(Clone, Debug, Default)]
+pub struct Row {
+    pub pattern_id: String,
+    /// From the pattern record: capability, tools and retention marks.
+    pub capability: Option<NameId>,
+    pub tools: Box<[NameId]>,
+    pub flagged: bool,
+    /// From the counters record (with `counts.superseded` from the pattern record).
+    pub counts: Counts,
+    pub tags: Box<[NameId]>,
+    pub has_counters: bool,
+    /// The pattern's intents in the vector index.
+    pub intents: Vec<u64>,
+}
+
+impl Row {
+    /// Both the pattern record and its counters are known: the row can be ranked.
+    pub fn is_rankable(&self) -> bool {
+        self.capability.is_some() && self.has_counters
+    }
+
+    fn is_empty(&self) -> bool {
+        self.capability.is_none() && !self.has_counters && self.intents.is_empty()
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct RankTable {
+    rows: Vec<Row>,
+    free: Vec<u32>,
+    row_of: HashMap<String, u32>,
+    intent_row: HashMap<u64, u32>,
+    names: Vec<String>,
+    name_id: HashMap<String, NameId>,
+}
+
+impl RankTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Patterns with a row (rankable or not yet).
+    pub fn len(&self) -> usize {
+        self.row_of.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.row_of.is_empty()
+    }
+
+    pub fn intent_count(&self) -> usize {
+        self.intent_row.len()
+    }
+
+    fn intern(&mut self, name: &str) -> NameId {
+        if let Some(&id) = self.name_id.get(name) {
+            return id;
+        }
+        let id = self.names.len() as NameId;
+        self.names.push(name.to_owned());
+        self.name_id.insert(name.to_owned(), id);
+        id
+    }
+
+    /// The id of a name already interned (a name no row ever had is None).
+    pub fn name_id(&self, name: &str) -> Option<NameId> {
+        self.name_id.get(name).copied()
+    }
+
+    pub fn name(&self, id: NameId) -> &str {
+        &self.names[id as usize]
+    }
+
+    fn interned(&mut self, names: &[String]) -> Box<[NameId]> {
+        let mut ids: Vec<NameId> = names.iter().map(|n| self.intern(n)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_boxed_slice()
+    }
+
+    fn slot_for(&mut self, pattern_id: &str) -> u32 {
+        if let Some(&slot) = self.row_of.get(pattern_id) {
+            return slot;
+        }
+        let row = Row {
+            pattern_id: pattern_id.to_owned(),
+            ..Row::default()
+        };
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.rows[slot as usize] = row;
+                slot
+            }
+            None => {
+                self.rows.push(row);
+                (self.rows.len() - 1) as u32
+            }
+        };
+        self.row_of.insert(pattern_id.to_owned(), slot);
+        slot
+    }
+
+    fn release_if_empty(&mut self, slot: u32) {
+        let row = &mut self.rows[slot as usize];
+        if row.is_empty() {
+            self.row_of.remove(&row.pattern_id);
+            *row = Row::default();
+            self.free.push(slot);
+        }
+    }
+
+    /// The pattern record's part: capability, tools and retention marks.
+    pub fn set_pattern(
+        &mut self,
+        pattern_id: &str,
+        capability_id: &str,
+        tools: &[String],
+        flagged: bool,
+        superseded: bool,
+    ) {
+        let capability = self.intern(capability_id);
+        let tools = self.interned(tools);
+        let slot = self.slot_for(pattern_id);
+        let row = &mut self.rows[slot as usize];
+        row.capability = Some(capability);
+        row.tools = tools;
+        row.flagged = flagged;
+        row.counts.superseded = superseded;
+    }
+
+    /// The counters record's part: success, failure and usage counts, last use, tags.
+    pub fn set_counters(
+        &mut self,
+        pattern_id: &str,
+        successes: i64,
+        failures: i64,
+        usage: i64,
+        last_used_ms: i64,
+        tags: &[String],
+    ) {
+        let tags = self.interned(tags);
+        let slot = self.slot_for(pattern_id);
+        let row = &mut self.rows[slot as usize];
+        let superseded = row.counts.superseded;
+        row.counts = Counts {
+            successes,
+            failures,
+            usage,
+            last_used_ms,
+            superseded,
+        };
+        row.tags = tags;
+        row.has_counters = true;
+    }
+
+    /// Forget the pattern's record and counters (deleted); its intents stay linked until the
+    /// vector index lets them go (`unlink_intents`), but the row no longer ranks.
+    pub fn remove_pattern(&mut self, pattern_id: &str) -> bool {
+        let Some(&slot) = self.row_of.get(pattern_id) else {
+            return false;
+        };
+        let row = &mut self.rows[slot as usize];
+        row.capability = None;
+        row.tools = Box::default();
+        row.flagged = false;
+        row.counts = Counts::default();
+        row.tags = Box::default();
+        row.has_counters = false;
+        self.release_if_empty(slot);
+        true
+    }
+
+    /// The intent now stands for the pattern in the vector index (a replay does nothing).
+    pub fn link_intent(&mut self, intent_id: u64, pattern_id: &str) {
+        if self.intent_row.contains_key(&intent_id) {
+            return; // an intent never changes pattern
+        }
+        let slot = self.slot_for(pattern_id);
+        self.rows[slot as usize].intents.push(intent_id);
+        self.intent_row.insert(intent_id, slot);
+    }
+
+    /// The intents left the vector index (unknown ids do nothing).
+    pub fn unlink_intents(&mut self, intent_ids: &[u64]) {
+        for id in intent_ids {
+            if let Some(slot) = self.intent_row.remove(id) {
+                self.rows[slot as usize].intents.retain(|i| i != id);
+                self.release_if_empty(slot);
+            }
+        }
+    }
+
+    /// The row of the pattern an intent stands for.
+    pub fn row_of_intent(&self, intent_id: u64) -> Option<u32> {
+        self.intent_row.get(&intent_id).copied()
+    }
+
+    pub fn row_of_pattern(&self, pattern_id: &str) -> Option<u32> {
+        self.row_of.get(pattern_id).copied()
+    }
+
+    pub fn row(&self, slot: u32) -> &Row {
+        &self.rows[slot as usize]
+    }
+
+    /// Heap bytes held, approximately (the benchmark's per-intent memory).
+    pub fn memory_bytes(&self) -> usize {
+        let rows: usize = self
+            .rows
+            .iter()
+            .map(|r| {
+                std::mem::size_of::<Row>()
+                    + r.pattern_id.capacity()
+                    + 4 * (r.tools.len() + r.tags.len())
+                    + 8 * r.intents.capacity()
+            })
+            .sum();
+        let maps = (self.row_of.capacity() * (std::mem::size_of::<String>() + 4))
+            + self.row_of.keys().map(String::capacity).sum::<usize>()
+            + self.intent_row.capacity() * 12;
+        let names: usize = self.names.iter().map(|n| 2 * n.capacity() + 28).sum();
+        rows + maps + names
+    }
+}

@@ -1,0 +1,217 @@
+//! Unit tests of the formula, the table and one ranked query on small indexes (the Python
+//! suite checks the core against the Python ranking on real stores).
+
+use super::formula::*;
+use super::*;
+use crate::index::{HnswIndex, Params as IndexParams};
+use crate::lexical::LexicalIndex;
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn seed_example_scores_as_documented() {
+    let p = Params::default();
+    let now = 1_000 * DAY_MS as i64;
+    let csv = Counts {
+        successes: 19,
+        failures: 1,
+        usage: 20,
+        last_used_ms: now,
+        superseded: false,
+    };
+    let parts = score(0.85, 0.0, &csv, &p, now);
+    assert!((parts.success - 20.0 / 22.0).abs() < 1e-12);
+    assert!((parts.total - 0.72).abs() < 0.005, "{parts:?}");
+    let excel = Counts {
+        successes: 4,
+        failures: 1,
+        usage: 5,
+        ..csv
+    };
+    assert!((score(0.72, 0.0, &excel, &p, now).total - 0.45).abs() < 0.005);
+}
+
+#[test]
+fn factors_stay_in_their_ranges() {
+    let p = Params::default();
+    assert_eq!(normalize_lexical(f64::NAN, &p), 0.0);
+    assert_eq!(normalize_lexical(10.0, &p), 0.5);
+    assert_eq!(clamp_unit(-0.3), 0.0);
+    assert_eq!(clamp_unit(f64::INFINITY), 0.0);
+    assert_eq!(fuse_match(0.6, 0.0, &p), 1.0 - (1.0 - 0.6));
+    assert_eq!(usage_factor(-4, &p), 0.8);
+    assert_eq!(usage_factor(1_000, &p), 1.0);
+    assert_eq!(recency_factor(0, (90.0 * DAY_MS) as i64, &p), 1.0);
+    assert_eq!(recency_factor(0, (180.0 * DAY_MS) as i64, &p), 0.5);
+    assert_eq!(recency_factor(0, (3650.0 * DAY_MS) as i64, &p), 0.2);
+    assert_eq!(
+        recency_factor(10, 0, &p),
+        1.0,
+        "a future last use is not overdue"
+    );
+    let superseded = Counts {
+        successes: 1,
+        usage: 1,
+        superseded: true,
+        ..Counts::default()
+    };
+    assert_eq!(score(1.0, 0.0, &superseded, &p, 0).penalty, 0.5);
+}
+
+#[test]
+fn table_rows_follow_links_and_deletions() {
+    let mut table = RankTable::new();
+    table.link_intent(1, "p1");
+    table.link_intent(1, "p1"); // replay
+    table.link_intent(2, "p1");
+    assert_eq!(table.intent_count(), 2);
+    let slot = table.row_of_intent(2).unwrap();
+    assert!(!table.row(slot).is_rankable(), "no record nor counters yet");
+    table.set_pattern("p1", "c1", &strings(&["b", "a", "a"]), false, false);
+    table.set_counters("p1", 1, 0, 1, 5, &strings(&["t"]));
+    assert!(table.row(slot).is_rankable());
+    assert_eq!(table.row(slot).tools.len(), 2, "tools deduplicated");
+    assert!(table.remove_pattern("p1"));
+    assert!(!table.row(slot).is_rankable());
+    assert_eq!(table.len(), 1, "intents still linked");
+    table.unlink_intents(&[1, 2, 99]);
+    assert!(table.is_empty());
+    // a freed slot is reused
+    table.set_pattern("p2", "c1", &[], false, false);
+    assert_eq!(table.row_of_pattern("p2"), Some(slot));
+    assert!(!table.remove_pattern("nope"));
+}
+
+/// Four patterns over 2-d vectors: p1 and p2 share capability c1.
+fn fixture() -> (RankTable, HnswIndex, LexicalIndex) {
+    let mut ann = HnswIndex::new(2, IndexParams::default()).unwrap();
+    let vectors = [1.0, 0.0, 0.9, 0.1, 0.7, 0.7, 0.0, 1.0, 0.95, 0.05];
+    ann.add(&[1, 2, 3, 4, 5], &vectors).unwrap();
+    let mut lexical = LexicalIndex::new(1.2, 0.75).unwrap();
+    let mut table = RankTable::new();
+    let rows = [
+        ("p1", "c1", 1u64, vec!["csv"], "tool_a"),
+        ("p2", "c1", 2, vec!["csv", "excel"], "tool_a"),
+        ("p3", "c2", 3, vec!["json"], "tool_b"),
+        ("p4", "c3", 4, vec!["zip"], "tool_c"),
+    ];
+    for (pattern, capability, intent, words, tool) in rows {
+        table.link_intent(intent, pattern);
+        table.set_pattern(pattern, capability, &strings(&[tool]), false, false);
+        table.set_counters(pattern, 3, 0, 3, 0, &strings(&["prod"]));
+        lexical.add_terms(pattern, &words).unwrap();
+    }
+    table.link_intent(5, "p3"); // a second intent of p3, near p1's
+    (table, ann, lexical)
+}
+
+fn run(
+    fixture: &(RankTable, HnswIndex, LexicalIndex),
+    terms: &[&str],
+    k: usize,
+    filters: &Filters,
+) -> Vec<Ranked> {
+    let (table, ann, lexical) = fixture;
+    let query = [1.0, 0.0];
+    let found = retrieve(ann, lexical, &query, &strings(terms), 8).unwrap();
+    rank_retrieved(
+        table,
+        ann,
+        &query,
+        &found,
+        k,
+        filters,
+        &Params::default(),
+        0,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_query_groups_by_capability_and_orders_by_total() {
+    let f = fixture();
+    let all = run(&f, &[], 3, &Filters::default());
+    let ids: Vec<&str> = all.iter().map(|r| r.pattern_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["p1", "p3", "p4"],
+        "p2 is represented by p1; p3 by its best intent"
+    );
+    assert_eq!(
+        all[1].parts.semantic,
+        f64::from(0.95f32 / (0.95f32.hypot(0.05))).min(1.0)
+    );
+    assert_eq!(all[1].intent_ids, vec![3, 5]);
+    assert!(all.windows(2).all(|w| w[0].parts.total >= w[1].parts.total));
+    let mut f = f;
+    f.0.set_pattern("p1", "c1", &strings(&["tool_a"]), true, false); // p2 shows for c1
+    let tool_a = Filters {
+        available_tools: Some(strings(&["tool_a"])),
+        ..Filters::default()
+    };
+    let plain = run(&f, &[], 1, &tool_a);
+    let worded = run(&f, &["excel"], 1, &tool_a);
+    assert_eq!(
+        (plain[0].pattern_id.as_str(), worded[0].pattern_id.as_str()),
+        ("p2", "p2")
+    );
+    assert_eq!(plain[0].parts.lexical, 0.0);
+    assert!(worded[0].parts.lexical > 0.0);
+    assert!(
+        worded[0].parts.matched > plain[0].parts.matched,
+        "a shared word lifts the match"
+    );
+}
+
+#[test]
+fn filters_remove_candidates() {
+    let f = fixture();
+    let only_b = Filters {
+        available_tools: Some(strings(&["tool_b", "unknown"])),
+        ..Filters::default()
+    };
+    let ids: Vec<String> = run(&f, &[], 5, &only_b)
+        .into_iter()
+        .map(|r| r.pattern_id)
+        .collect();
+    assert_eq!(ids, ["p3"]);
+    let no_tools = Filters {
+        available_tools: Some(vec![]),
+        ..Filters::default()
+    };
+    assert!(run(&f, &[], 5, &no_tools).is_empty());
+    let unknown_tag = Filters {
+        tags: strings(&["prod", "never-seen"]),
+        ..Filters::default()
+    };
+    assert!(run(&f, &[], 5, &unknown_tag).is_empty());
+    let strict = Filters {
+        min_match: 0.9999,
+        ..Filters::default()
+    };
+    assert_eq!(run(&f, &[], 5, &strict).len(), 1);
+    let picky = Filters {
+        min_success: 0.9,
+        ..Filters::default()
+    };
+    assert!(run(&f, &[], 5, &picky).is_empty(), "3 of 3 is 0.8");
+}
+
+#[test]
+fn flagged_and_deleted_patterns_are_left_out() {
+    let mut f = fixture();
+    f.0.set_pattern("p1", "c1", &strings(&["tool_a"]), true, false);
+    let top = run(&f, &[], 1, &Filters::default());
+    assert_eq!(top[0].pattern_id, "p3");
+    let with_flagged = Filters {
+        include_flagged: true,
+        ..Filters::default()
+    };
+    assert_eq!(run(&f, &[], 1, &with_flagged)[0].pattern_id, "p1");
+    f.0.remove_pattern("p1");
+    assert!(run(&f, &[], 5, &with_flagged)
+        .iter()
+        .all(|r| r.pattern_id != "p1"));
+}

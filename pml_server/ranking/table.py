@@ -1,0 +1,138 @@
+"""Suggest ranked in the Rust core: each tenant's ranking table (what the formula and the
+filters read of every pattern) and one call that turns (query vector, query words, filters, k)
+into the top k with their score parts, GIL released (`pml_core_rs/src/ranking/`).
+
+The core computes the formula of `scoring.score` with the same float operations in the same
+order and applies the filters, grouping and order of `rank.rank_scored`, so its answer is
+`rank`'s over the candidates the engine's Python retrieval builds (tests compare the two).
+`explain` stays on the Python path, which lists every candidate with its rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import fields
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+
+from pml_server import _core
+from pml_server.domain.model import ScoreParts
+from pml_server.ranking.config import RankingConfig
+from pml_server.ranking.filters import FilterSettings
+from pml_server.ranking.lexical import LexicalIndex, tokenize
+
+# The RankingConfig fields the core's formula reads (`ranking::Params`); the rest are filters
+# (passed per request) and retrieval sizes.
+_FORMULA_FIELDS = (
+    "semantic_weight",
+    "lexical_weight",
+    "lexical_half_score",
+    "prior_successes",
+    "prior_failures",
+    "usage_weight",
+    "usage_saturation",
+    "recency_full_days",
+    "recency_half_life_days",
+    "recency_floor",
+    "superseded_penalty",
+)
+assert set(_FORMULA_FIELDS) <= {f.name for f in fields(RankingConfig)}
+
+
+@lru_cache(maxsize=64)
+def core_params(config: RankingConfig) -> _core.RankParams:
+    """The formula's parameters in the core's form, converted once per configuration."""
+    return _core.RankParams(**{name: float(getattr(config, name)) for name in _FORMULA_FIELDS})
+
+
+class CoreSuggestion(NamedTuple):
+    """One suggestion as the core ranked it: the pattern's view is read afterwards."""
+
+    pattern_id: str
+    capability_id: str
+    score: ScoreParts
+    intent_ids: tuple[int, ...]
+
+
+class RankTable:
+    """One tenant's ranking table. Rows are keyed by pattern id; a row ranks once both its
+    record part (`set_pattern`) and its counters part (`set_counters`) are known and at least
+    one of its intents is linked (`link_intent`) and still in the vector index."""
+
+    def __init__(self) -> None:
+        self._core = _core.RankTable()
+
+    def __len__(self) -> int:
+        return len(self._core)
+
+    def set_pattern(
+        self,
+        pattern_id: str,
+        capability_id: str,
+        tools: Sequence[str],
+        flagged: bool,
+        superseded: bool,
+    ) -> None:
+        self._core.set_pattern(pattern_id, capability_id, list(tools), flagged, superseded)
+
+    def set_counters(
+        self,
+        pattern_id: str,
+        successes: int,
+        failures: int,
+        usage: int,
+        last_used_ms: int,
+        tags: Sequence[str],
+    ) -> None:
+        self._core.set_counters(pattern_id, successes, failures, usage, last_used_ms, list(tags))
+
+    def remove_pattern(self, pattern_id: str) -> None:
+        self._core.remove_pattern(pattern_id)
+
+    def link_intent(self, intent_id: int, pattern_id: str) -> None:
+        self._core.link_intent(intent_id, pattern_id)
+
+    def unlink_intents(self, intent_ids: Sequence[int]) -> None:
+        self._core.unlink_intents(list(intent_ids))
+
+    def memory_bytes(self) -> int:
+        return self._core.memory_bytes()
+
+    def rank(
+        self,
+        ann: _core.HnswIndex,
+        lexical: LexicalIndex,
+        vector: np.ndarray,
+        text: str,
+        limit: int,
+        k: int,
+        settings: FilterSettings,
+        config: RankingConfig,
+        now_ms: int,
+    ) -> list[CoreSuggestion]:
+        """The top `k` for the query, each index asked for `limit` hits (`fetch_limit`)."""
+        # the distinct terms in `set` order, as `LexicalIndex.search` sums them
+        terms = list(set(tokenize(text)))
+        available = settings.available_tools
+        ranked = _core.rank_query(
+            self._core,
+            ann,
+            lexical.core,
+            vector,
+            terms,
+            limit,
+            k,
+            core_params(config),
+            now_ms,
+            min_match=settings.min_match,
+            min_success=settings.min_success,
+            include_flagged=settings.include_flagged,
+            available_tools=None if available is None else sorted(available),
+            tags=sorted(settings.tags),
+        )
+        return [
+            CoreSuggestion(pattern_id, capability_id, ScoreParts(*parts), tuple(intents))
+            for pattern_id, capability_id, parts, intents in ranked
+        ]
