@@ -23,7 +23,35 @@ from pml_server.ranking.scoring import relevance
 from pml_server.ranking.signals import recency_factor, success_estimate, usage_factor
 from tests.engine_support import Clock, make_record, open_engine
 
-WORDS = ["read", "parse", "csv", "json", "excel", "upload", "send", "email", "report", "invoice", "resize", "image", "zip"]
+WORDS = [
+    "read",
+    "parse",
+    "csv",
+    "json",
+    "excel",
+    "upload",
+    "send",
+    "email",
+    "report",
+    "invoice",
+    "resize",
+    "image",
+    "zip",
+]
+    "read",
+    "parse",
+    "csv",
+    "json",
+    "excel",
+    "upload",
+    "send",
+    "email",
+    "report",
+    "invoice",
+    "resize",
+    "image",
+    "zip",
+]
 TOOLS = ["read_file", "parse_csv", "parse_xlsx", "gmail_send", "s3_put", "resize", "zip"]
 
 
