@@ -38,20 +38,6 @@ WORDS = [
     "image",
     "zip",
 ]
-    "read",
-    "parse",
-    "csv",
-    "json",
-    "excel",
-    "upload",
-    "send",
-    "email",
-    "report",
-    "invoice",
-    "resize",
-    "image",
-    "zip",
-]
 TOOLS = ["read_file", "parse_csv", "parse_xlsx", "gmail_send", "s3_put", "resize", "zip"]
 
 
