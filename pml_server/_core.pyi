@@ -174,6 +174,10 @@ class RankTable:
         """The intent stands for the pattern in the vector index (a replay does nothing)."""
     def unlink_intents(self, intent_ids: list[int]) -> None:
         """The intents left the vector index; unknown ids do nothing."""
+    def pattern_of(self, intent_id: int) -> str | None:
+        """The pattern an intent stands for, if linked."""
+    def intents_of(self, pattern_id: str) -> list[int]:
+        """The intents linked to a pattern, in link order (empty if none)."""
     def memory_bytes(self) -> int: ...
     def __len__(self) -> int: ...
 

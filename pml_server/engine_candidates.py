@@ -83,11 +83,9 @@ def retrieve(
 ) -> Retrieved:
     semantic_hits = index.semantic(vector, limit)
     lexical = dict(index.lexical_hits(text, limit))
-    pattern_of = index.pattern_of
-    patterns = {p for i, _ in semantic_hits if (p := pattern_of.get(i)) is not None}
+    patterns = {p for i, _ in semantic_hits if (p := index.pattern_of(i)) is not None}
     patterns.update(lexical)
-    # tuple() copies each set in one C call, safe against a concurrent capture adding to it
-    intents_of = {p: tuple(index.intents_of.get(p, ())) for p in patterns}
+    intents_of = {p: tuple(index.intents_of(p)) for p in patterns}
     # The best cosine over every intent of each pattern: the ANN returns only some of them,
     # with exact scores; the others (a lexical-only hit has none) are scored exactly in one call.
     cosine = dict(semantic_hits)

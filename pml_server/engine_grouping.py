@@ -36,7 +36,7 @@ def nearest_allowed_capability(
     for intent_id, score in index.semantic(vector, nearest):
         if score < threshold:
             break  # best first: nothing further can qualify
-        pattern_id = index.pattern_of.get(intent_id)
+        pattern_id = index.pattern_of(intent_id)
         pattern = repo.pattern(tenant, pattern_id) if pattern_id else None
         if pattern is not None and pattern.capability_id in allowed:
             return pattern.capability_id

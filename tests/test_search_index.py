@@ -45,11 +45,12 @@ def test_intent_maps_follow_adds_replays_and_removals() -> None:
     index.add(_intent(1, "pa", vectors[0]), ())
     index.add(_intent(2, "pa", vectors[1]), ())
     index.add(_intent(3, "pb", vectors[2]), ())
-    assert index.intents_of == {"pa": {1, 2}, "pb": {3}}
+    links = {"pa": [1, 2], "pb": [3]}
+    assert {p: index.intents_of(p) for p in ("pa", "pb")} == links
     index.add(_intent(2, "pa", vectors[1]), ())  # replayed: nothing changes
-    assert index.intents_of == {"pa": {1, 2}, "pb": {3}}
+    assert {p: index.intents_of(p) for p in ("pa", "pb")} == links
     index.remove([1, 3])
-    assert index.intents_of == {"pa": {2}}
-    assert index.pattern_of == {2: "pa"}
+    assert {p: index.intents_of(p) for p in ("pa", "pb")} == {"pa": [2], "pb": []}
+    assert [index.pattern_of(i) for i in (1, 2, 3)] == [None, "pa", None]
     assert index.exact_scores(vectors[0], [1, 2, 3]).keys() == {2}
     assert [p for p, _ in index.lexical_hits("intent", 5)] == ["pa"]

@@ -574,6 +574,16 @@ impl PyRankTable {
         py.detach(|| self.write().unlink_intents(&intent_ids));
     }
 
+    /// The pattern an intent stands for, if linked.
+    fn pattern_of(&self, intent_id: u64) -> Option<String> {
+        self.read().pattern_of_intent(intent_id).map(str::to_owned)
+    }
+
+    /// The intents linked to a pattern, in link order.
+    fn intents_of(&self, pattern_id: &str) -> Vec<u64> {
+        self.read().intents_of(pattern_id).to_vec()
+    }
+
     fn memory_bytes(&self) -> usize {
         self.read().memory_bytes()
     }

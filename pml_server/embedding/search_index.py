@@ -47,13 +47,12 @@ class TenantSearchIndex:
         self._vector_changes = 0
         self._saved_changes: int | None = None
         self.lexical = LexicalIndex()
-        self.pattern_of: dict[int, str] = {}
-        self.intents_of: dict[str, set[int]] = {}  # the reverse of pattern_of
-        # What each intent and pattern put into its pattern's lexical document, to take it out
-        # again on removal (tool names count once per pattern, not once per intent).
-        self._lexical_text: dict[int, str] = {}
-        self._pattern_tools: dict[str, str] = {}
+        # The intent id <-> pattern id links live in the ranking table (in Rust: Python dicts
+        # of them had cost several hundred bytes an intent).
         self.ranks = RankTable()
+        # What each intent put into its pattern's lexical document, to take it out again on
+        # removal (tool names count once per pattern, not once per intent, and go with it).
+        self._lexical_text: dict[int, str] = {}
         # Writers are serialized here (contains + add of one intent stays atomic). Readers take
         # the same lock only for the numpy index: the Rust HNSW index has its own reader/writer
         # lock and searches in parallel with the GIL released.
@@ -94,15 +93,12 @@ class TenantSearchIndex:
             return  # replayed: already indexed (an intent never changes pattern)
         pattern_id = intent.pattern_id
         words = intent.text
-        if pattern_id not in self.intents_of:
-            self._pattern_tools[pattern_id] = " ".join(tools)
+        if not self.ranks.intents_of(pattern_id):
             # One update of the document: words separated by a space tokenize apart, so this
             # indexes exactly the terms of the two texts added one after the other.
-            words = f"{self._pattern_tools[pattern_id]} {intent.text}"
-        self.intents_of.setdefault(pattern_id, set()).add(intent.id)
+            words = f"{' '.join(tools)} {intent.text}"
         self.lexical.add_terms(pattern_id, words)
         self._lexical_text[intent.id] = intent.text
-        self.pattern_of[intent.id] = pattern_id
         self.ranks.link_intent(intent.id, pattern_id)
 
     def remove(self, intent_ids: Sequence[int]) -> None:
@@ -110,19 +106,15 @@ class TenantSearchIndex:
             if intent_ids:
                 self.ann.remove(np.array(list(intent_ids), dtype=np.uint64))
                 self._vector_changes += 1
-                self.ranks.unlink_intents(intent_ids)
             for intent_id in intent_ids:
-                pattern_id = self.pattern_of.pop(intent_id, None)
+                pattern_id = self.ranks.pattern_of(intent_id)
                 text = self._lexical_text.pop(intent_id, None)
                 if pattern_id is None or text is None:
                     continue
                 self.lexical.remove_terms(pattern_id, text)
-                siblings = self.intents_of[pattern_id]
-                siblings.discard(intent_id)
-                if not siblings:
-                    del self.intents_of[pattern_id]
+                self.ranks.unlink_intents([intent_id])
+                if not self.ranks.intents_of(pattern_id):
                     self.lexical.remove(pattern_id)
-                    self._pattern_tools.pop(pattern_id, None)
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
         with self._read_lock:
@@ -145,6 +137,14 @@ class TenantSearchIndex:
                 ids, scores = self.ann.search(query32, len(chunk), allow=chunk)
             out.update(zip(ids.tolist(), scores.tolist(), strict=True))
         return out
+
+    def pattern_of(self, intent_id: int) -> str | None:
+        """The pattern an indexed intent stands for."""
+        return self.ranks.pattern_of(intent_id)
+
+    def intents_of(self, pattern_id: str) -> list[int]:
+        """The indexed intents of a pattern (empty if none)."""
+        return self.ranks.intents_of(pattern_id)
 
     def ranks_in_core(self) -> bool:
         """Whether Suggest can rank in the core: the Rust vector index (the numpy one, kind

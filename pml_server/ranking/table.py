@@ -97,6 +97,14 @@ class RankTable:
     def unlink_intents(self, intent_ids: Sequence[int]) -> None:
         self._core.unlink_intents(list(intent_ids))
 
+    def pattern_of(self, intent_id: int) -> str | None:
+        """The pattern an intent stands for, if linked."""
+        return self._core.pattern_of(intent_id)
+
+    def intents_of(self, pattern_id: str) -> list[int]:
+        """The intents linked to a pattern (empty if none)."""
+        return self._core.intents_of(pattern_id)
+
     def memory_bytes(self) -> int:
         return self._core.memory_bytes()
 

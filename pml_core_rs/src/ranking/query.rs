@@ -169,9 +169,9 @@ pub fn rank_retrieved(
         if !passes(row, &parts, &resolved, filters) {
             continue;
         }
-        let capability = table.name(row.capability.unwrap_or_default());
-        passing.push((parts, capability, row.pattern_id.as_str()));
-        slot_of.insert(row.pattern_id.as_str(), slot);
+        let capability = row.capability.as_deref().unwrap_or_default();
+        passing.push((parts, capability, &row.pattern_id));
+        slot_of.insert(&row.pattern_id, slot);
     }
     passing.sort_by(best_first);
     let mut chosen: HashSet<&str> = HashSet::new();

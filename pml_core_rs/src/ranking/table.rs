@@ -3,10 +3,11 @@
 //! for it in the vector index. Kept in step with the store by the engine (every capture,
 //! deletion, mark and the restore at open), so a query is ranked without reading the store.
 //!
-//! Names (capability ids, tool names, tags) are interned once per table: they repeat across
-//! patterns, and a filter compares small integers instead of strings. Interned names are
-//! never dropped (a tenant's vocabulary of tools and tags is small and bounded by its
-//! history); rows of deleted patterns are freed and their slots reused.
+//! Tool names and tags are interned once per table: they repeat across patterns, and a filter
+//! compares small integers instead of strings. Interned names are never dropped (a tenant's
+//! vocabulary of tools and tags is bounded by its history); capability ids, one per group,
+//! are kept in their rows instead, so a deleted capability leaves nothing behind. Rows of
+//! deleted patterns are freed and their slots reused.
 
 use std::collections::HashMap;
 
@@ -18,9 +19,9 @@ pub type NameId = u32;
 /// What the engine knows of a pattern; a row ranks once both halves are set.
 #[derive(Clone, Debug, Default)]
 pub struct Row {
-    pub pattern_id: String,
+    pub pattern_id: Box<str>,
     /// From the pattern record: capability, tools and retention marks.
-    pub capability: Option<NameId>,
+    pub capability: Option<Box<str>>,
     pub tools: Box<[NameId]>,
     pub flagged: bool,
     /// From the counters record (with `counts.superseded` from the pattern record).
@@ -46,7 +47,7 @@ impl Row {
 pub struct RankTable {
     rows: Vec<Row>,
     free: Vec<u32>,
-    row_of: HashMap<String, u32>,
+    row_of: HashMap<Box<str>, u32>,
     intent_row: HashMap<u64, u32>,
     names: Vec<String>,
     name_id: HashMap<String, NameId>,
@@ -101,7 +102,7 @@ impl RankTable {
             return slot;
         }
         let row = Row {
-            pattern_id: pattern_id.to_owned(),
+            pattern_id: pattern_id.into(),
             ..Row::default()
         };
         let slot = match self.free.pop() {
@@ -114,14 +115,14 @@ impl RankTable {
                 (self.rows.len() - 1) as u32
             }
         };
-        self.row_of.insert(pattern_id.to_owned(), slot);
+        self.row_of.insert(pattern_id.into(), slot);
         slot
     }
 
     fn release_if_empty(&mut self, slot: u32) {
         let row = &mut self.rows[slot as usize];
         if row.is_empty() {
-            self.row_of.remove(&row.pattern_id);
+            self.row_of.remove(&*row.pattern_id);
             *row = Row::default();
             self.free.push(slot);
         }
@@ -136,11 +137,10 @@ impl RankTable {
         flagged: bool,
         superseded: bool,
     ) {
-        let capability = self.intern(capability_id);
         let tools = self.interned(tools);
         let slot = self.slot_for(pattern_id);
         let row = &mut self.rows[slot as usize];
-        row.capability = Some(capability);
+        row.capability = Some(capability_id.into());
         row.tools = tools;
         row.flagged = flagged;
         row.counts.superseded = superseded;
@@ -208,6 +208,20 @@ impl RankTable {
         }
     }
 
+    /// The pattern an intent stands for.
+    pub fn pattern_of_intent(&self, intent_id: u64) -> Option<&str> {
+        let slot = self.intent_row.get(&intent_id)?;
+        Some(&self.rows[*slot as usize].pattern_id)
+    }
+
+    /// The intents standing for a pattern (empty if none).
+    pub fn intents_of(&self, pattern_id: &str) -> &[u64] {
+        match self.row_of.get(pattern_id) {
+            Some(&slot) => &self.rows[slot as usize].intents,
+            None => &[],
+        }
+    }
+
     /// The row of the pattern an intent stands for.
     pub fn row_of_intent(&self, intent_id: u64) -> Option<u32> {
         self.intent_row.get(&intent_id).copied()
@@ -228,13 +242,14 @@ impl RankTable {
             .iter()
             .map(|r| {
                 std::mem::size_of::<Row>()
-                    + r.pattern_id.capacity()
+                    + r.pattern_id.len()
+                    + r.capability.as_ref().map_or(0, |c| c.len())
                     + 4 * (r.tools.len() + r.tags.len())
                     + 8 * r.intents.capacity()
             })
             .sum();
-        let maps = (self.row_of.capacity() * (std::mem::size_of::<String>() + 4))
-            + self.row_of.keys().map(String::capacity).sum::<usize>()
+        let maps = (self.row_of.capacity() * (std::mem::size_of::<Box<str>>() + 4))
+            + self.row_of.keys().map(|k| k.len()).sum::<usize>()
             + self.intent_row.capacity() * 12;
         let names: usize = self.names.iter().map(|n| 2 * n.capacity() + 28).sum();
         rows + maps + names

@@ -67,6 +67,9 @@ fn table_rows_follow_links_and_deletions() {
     table.link_intent(1, "p1"); // replay
     table.link_intent(2, "p1");
     assert_eq!(table.intent_count(), 2);
+    assert_eq!(table.pattern_of_intent(2), Some("p1"));
+    assert_eq!(table.intents_of("p1"), [1, 2]);
+    assert!(table.intents_of("p9").is_empty());
     let slot = table.row_of_intent(2).unwrap();
     assert!(!table.row(slot).is_rankable(), "no record nor counters yet");
     table.set_pattern("p1", "c1", &strings(&["b", "a", "a"]), false, false);
@@ -78,6 +81,7 @@ fn table_rows_follow_links_and_deletions() {
     assert_eq!(table.len(), 1, "intents still linked");
     table.unlink_intents(&[1, 2, 99]);
     assert!(table.is_empty());
+    assert_eq!(table.pattern_of_intent(1), None);
     // a freed slot is reused
     table.set_pattern("p2", "c1", &[], false, false);
     assert_eq!(table.row_of_pattern("p2"), Some(slot));
