@@ -36,4 +36,5 @@ def test_removing_intents_takes_their_words_out_and_the_last_one_the_pattern() -
     assert index.lexical_hits("parse_csv", 5) == []
     assert len(index.lexical) == 0
     index.remove([1])  # replayed deletion
-    assert index.pattern_of(1) is None and index.pattern_of(2) is None
+    assert index.pattern_of(1) is None
+    assert index.pattern_of(2) is None
