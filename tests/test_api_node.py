@@ -51,9 +51,7 @@ def _node(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_node_client_records_and_suggests(
-    installed_elsewhere: Path, server: RunningServer
-) -> None:
+def test_node_client_records_and_suggests(installed_elsewhere: Path, server: RunningServer) -> None:
     done = _node(installed_elsewhere, "examples/record_and_suggest.js", f"127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)

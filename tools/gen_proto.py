@@ -14,8 +14,8 @@ import argparse
 import os
 import re
 import shutil
-import sys
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -83,7 +83,8 @@ def _go_plugins() -> Path:
     have = all((GO_BIN / name).is_file() for name in GO_PLUGINS)
     if not have or not stamp.is_file() or stamp.read_text() != wanted:
         for package in GO_PLUGINS.values():
-            subprocess.run([go, "install", package], check=True, env={**os.environ, "GOBIN": str(GO_BIN)})
+            env = {**os.environ, "GOBIN": str(GO_BIN)}
+            subprocess.run([go, "install", package], check=True, env=env)
         stamp.write_text(wanted)
     return GO_BIN
 

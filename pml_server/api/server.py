@@ -21,6 +21,7 @@ from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server.api.admission import EarlyRefusal
 from pml_server.api.auth import KeyStore
 from pml_server.api.interceptor import ApiInterceptor
+from pml_server.api.key_reload import KeysFileWatcher
 from pml_server.api.metrics import Metrics
 from pml_server.api.page_tokens import PageTokens, load_or_create_secret
 from pml_server.api.quotas import TenantQuotas
@@ -50,6 +51,7 @@ class RunningServer:
     metrics: Metrics
     early_refusal: EarlyRefusal | None = None
     metrics_port: int | None = None
+    keys_watcher: KeysFileWatcher | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def stop(self, grace: float | None) -> None:
@@ -60,6 +62,8 @@ class RunningServer:
         self._stopped.set()
         self.servicer.draining.set()
         self.health.enter_graceful_shutdown()
+        if self.keys_watcher is not None:
+            self.keys_watcher.stop()
         self.server.stop(grace).wait()
         if self.early_refusal is not None:
             self.early_refusal.close()
@@ -213,6 +217,8 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     server.start()
+    keys_watcher = KeysFileWatcher(keys)
+    keys_watcher.start()
     running = RunningServer(
         server=server,
         port=port,
@@ -223,6 +229,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
         metrics=metrics,
         early_refusal=early_refusal,
         metrics_port=metrics_port,
+        keys_watcher=keys_watcher,
     )
     threading.Thread(target=_report_ready, args=(running,), name="pml-ready", daemon=True).start()
     log.info(
@@ -258,8 +265,13 @@ def serve_forever(config: ServerConfig, engine: EngineProtocol | None = None) ->
         log.info("signal %d: draining", signum)
         stopping.set()
 
+    def on_hangup(_signum: int, _frame: FrameType | None) -> None:
+        if running.keys_watcher is not None:
+            running.keys_watcher.reload("SIGHUP")
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)
     print(
         f"pml listening on {config.listen} (port {running.port}), data in {config.data_dir}",
         flush=True,

@@ -107,6 +107,10 @@ class WriteTicket:
         self._done.set()
 
 
+class StoreInUseError(OSError):
+    """Another process has the database open (RocksDB allows one)."""
+
+
 class Store:
     """An open RocksDB database in `path`; created on first use."""
 
@@ -118,7 +122,14 @@ class Store:
         options.create_if_missing(True)
         options.create_missing_column_families(True)
         families = {name: Options(raw_mode=True) for name in COLUMN_FAMILIES}
-        self._db = Rdict(str(path), options, column_families=families)
+        try:
+            self._db = Rdict(str(path), options, column_families=families)
+        except Exception as err:  # rocksdict raises a bare Exception carrying RocksDB's status
+            if "lock" in str(err).lower():
+                raise StoreInUseError(
+                    f"{path} is in use by another pml process (RocksDB holds its LOCK file)"
+                ) from err
+            raise
         self.path = path
         self.durability = durability
         self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
