@@ -58,7 +58,7 @@ lint: install ## ruff, mypy --strict, cargo fmt/clippy, buf lint
 	cargo clippy --quiet --manifest-path $(CARGO_MANIFEST) --all-targets --features python -- -D warnings
 	cd proto && ../$(VENV)/bin/buf lint
 
-proto: $(STAMP) ## regenerate pml_server/_proto from proto/
+proto: $(STAMP) ## regenerate the clients from proto/: pml_server/_proto, clients/go/pmlv1 (needs Go), clients/node/proto
 	$(PY) tools/gen_proto.py
 
 fmt: $(STAMP) ## format Python and Rust sources
