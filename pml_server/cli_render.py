@@ -7,12 +7,12 @@ label per value, that wraps at any width. Empty answers are said in words."""
 from __future__ import annotations
 
 import datetime as dt
+import textwrap
 from collections.abc import Sequence
 
 from google.protobuf import timestamp_pb2
 from rich.console import Console
 from rich.measure import Measurement
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -63,13 +63,18 @@ def _listing(
 
 
 def _block(console: Console, heading: Text, fields: list[tuple[str, str]]) -> None:
+    """A heading, then `label  value` lines indented under it; long values wrap under
+    themselves. Built line by line, so no line carries padding to the right."""
     console.print(heading)
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="dim", no_wrap=True)
-    grid.add_column(overflow="fold")
+    label_width = max((len(label) for label, _ in fields), default=0)
+    indent = " " * (2 + label_width + 2)
+    room = max(20, console.width - len(indent))
     for label, value in fields:
-        grid.add_row(label, Text(value))  # user data: never markup
-    console.print(Padding(grid, (0, 0, 0, 2), expand=False))
+        lines = textwrap.wrap(value, room, break_long_words=True, break_on_hyphens=False) or [""]
+        first = Text.assemble("  ", (label.ljust(label_width), "dim"), "  ", lines[0])
+        console.print(first, soft_wrap=True)
+        for line in lines[1:]:
+            console.print(Text(indent + line), soft_wrap=True)
 
 
 def capture(console: Console, result: resources_pb2.CaptureResult) -> None:

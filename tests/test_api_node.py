@@ -94,3 +94,16 @@ def test_typescript_types_compile(node_client: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_upload_resends_after_a_broken_stream(node_client: Path, server: RunningServer) -> None:
+    """A proxy breaks the connection mid-upload; the records not acknowledged are resent and
+    every one is applied exactly once."""
+    done = _node(node_client, "test/upload_resend.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["reconnects"] >= 1, summary
+    assert summary["acks"] == 300
+    assert summary["refused"] == 0
+    assert summary["executions"] == 300
+    assert summary["patterns"] == 4

@@ -99,8 +99,8 @@ class PmlClient {
     this._timeoutMs = timeoutMs;
   }
 
-  _metadata() {
-    const md = new grpc.Metadata();
+  _metadata(options) {
+    const md = new grpc.Metadata(options);
     if (this._apiKey) md.set("authorization", `Bearer ${this._apiKey}`);
     return md;
   }
@@ -153,7 +153,9 @@ class PmlClient {
         report.reconnects++;
       }
       last = await new Promise((resolve) => {
-        const call = this.raw.StreamTraces(this._metadata(), { waitForReady: true });
+        // waitForReady: after a broken connection the new stream waits for the reconnect
+        // instead of failing at once and using up the reconnects.
+        const call = this.raw.StreamTraces(this._metadata({ waitForReady: true }));
         call.on("data", (ack) => {
           report.acks.set(ack.execution_id, ack);
           if (onAck) onAck(ack);
