@@ -50,13 +50,15 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 bench: install $(BENCH_STAMP) ## run the benchmarks (chromadb, matplotlib extras) and write benches/results/
 	$(PY) -m benches $(BENCH_ARGS)
 
-lint: install ## ruff, mypy --strict, cargo fmt/clippy, buf lint
+lint: install ## ruff, mypy --strict, cargo fmt/clippy, buf lint, gofmt/go vet
 	$(VENV)/bin/ruff check pml_server tests benches tools
 	$(VENV)/bin/ruff format --check pml_server tests benches tools
 	$(VENV)/bin/mypy pml_server
 	cargo fmt --manifest-path $(CARGO_MANIFEST) --check
 	cargo clippy --quiet --manifest-path $(CARGO_MANIFEST) --all-targets --features python -- -D warnings
 	cd proto && ../$(VENV)/bin/buf lint
+	@command -v go >/dev/null || { echo "lint: Go is needed for clients/go (no go on PATH)"; exit 1; }
+	cd clients/go && test -z "$$(gofmt -l .)" && go vet ./...
 
 proto: $(STAMP) ## regenerate the clients from proto/: pml_server/_proto, clients/go/pmlv1 (needs Go), clients/node/proto
 	$(PY) tools/gen_proto.py
