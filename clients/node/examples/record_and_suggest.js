@@ -1,7 +1,7 @@
 // Example of the pml Node package: records three executions (two with RecordExecution, one over
 // StreamTraces), asks Suggest, and reads the BadRequest details of a refused call.
 // Usage: node examples/record_and_suggest.js HOST:PORT   (API key, if any, in $PML_API_KEY)
-// Prints a JSON summary on stdout (tests/test_api_node.py reads it).
+// Prints a JSON summary on stdout (tests/api/test_node.py reads it).
 "use strict";
 
 const { PmlClient, newRecord, errorDetails } = require("..");

@@ -1,4 +1,4 @@
-// Run by tests/test_api_node.py: uploads 300 records through a TCP proxy that breaks every
+// Run by tests/api/test_node.py: uploads 300 records through a TCP proxy that breaks every
 // connection after the 10th acknowledgement, then prints {acks, reconnects, executions}.
 // Usage: node test/upload_resend.js HOST:PORT
 "use strict";
