@@ -146,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     ret = client("retention", "run the retention policy (dry run unless --apply)")
     ret.add_argument("--apply", action="store_true")
     client("stats", "counts of this tenant's data")
+
+    from pml_server.mcp import cli as mcp_cli
+
+    mcp_cli.add_parser(commands, _client_flags)
     return parser
 
 
@@ -160,6 +164,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"API key for tenant {args.tenant} ({args.role}); shown once, store it now:")
         print(key)
         return
+    if args.command == "mcp":
+        from pml_server.mcp import cli as mcp_cli
+
+        sys.exit(mcp_cli.run(args))
     from pml_server.cli_commands import COMMANDS
     from pml_server.client import PmlClientError
 
