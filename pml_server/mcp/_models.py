@@ -53,7 +53,7 @@ class Score(BaseModel):
 class PatternOut(BaseModel):
     name: str = Field(description="patterns/{id}")
     capability: str
-    template: str = Field(description="the normalized code with {{placeholders}}")
+    template: str = Field(description="the normalized code, literals replaced by $PLACEHOLDERS")
     original_code: str
     language: str
     tools: list[str] = Field(description="tools the pattern calls, in order")
