@@ -289,3 +289,15 @@ def test_intent_falls_back_to_the_agent_name(
     assert [i.text for i in pattern.intents] == ["csv-summarizer"]
     hits = client.suggest("csv-summarizer", tags=["intent:agent_name"]).suggestions
     assert [s.pattern.name for s in hits] == [pattern.name]
+
+
+def test_undecodable_export_is_invalid_argument(server: RunningServer) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=None,
+            response_deserializer=None,
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            export(b"\xff\xff\xff\xff")
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
