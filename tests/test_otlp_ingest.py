@@ -5,6 +5,7 @@ suggestions, failures and counters."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -301,3 +302,23 @@ def test_undecodable_export_is_invalid_argument(server: RunningServer) -> None:
         with pytest.raises(grpc.RpcError) as caught:
             export(b"\xff\xff\xff\xff")
     assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def _readme_block(heading: str, language: str) -> str:
+    """The first code block tagged `language` ("" for an untagged one) under `heading`."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    return next(body for tag, body in blocks if tag == language)
+
+
+def test_readme_walkthrough_spans_become_a_suggestion(
+    server: RunningServer, client: PmlClient
+) -> None:
+    heading = "### Walkthrough: an OTel exporter's spans become a suggestion"
+    script = _readme_block(heading, "python").replace("127.0.0.1:50051", f"127.0.0.1:{server.port}")
+    exec(compile(script, "README walkthrough", "exec"), {"__name__": "walkthrough"})
+    (best, *_) = client.suggest("Load a JSON file").suggestions
+    assert list(best.pattern.tools_used) == ["read_file", "parse_json"]
+    assert best.pattern.success_count == 2
+    assert best.pattern.template == _readme_block(heading, "")
