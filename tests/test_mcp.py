@@ -22,6 +22,8 @@ from pml_server.client import PmlClient
 from tests.conftest import StartServer
 
 ROOT = Path(__file__).resolve().parent.parent
+LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 CODE = "const data = await mcp.read_file({ path: 'data.json' });\nreturn JSON.parse(data);"
 
 
@@ -212,10 +214,6 @@ def test_http_bearer_key_maps_to_its_tenant(
         result = await client.call_tool("suggest", {"intent": "Read JSON file"})
         assert result.structured_content["capabilities"] == []
 
-    async def as_nobody(client: Client) -> None:
-        result = await client.call_tool("suggest", {"intent": "Read JSON file"})
-        _assert_tool_error(result, "API key")
-
     async def as_reader(client: Client) -> None:
         result = await client.call_tool("record_execution", _record_args())
         _assert_tool_error(result, "write role")
@@ -225,9 +223,13 @@ def test_http_bearer_key_maps_to_its_tenant(
     with _http_mcp(target, "--api-key", found["globex-admin"]) as url:
         _run(_http_client(url, found["acme-write"]), as_acme)
         _run(_http_client(url, found["globex-admin"]), as_globex)
-        # The server's own --api-key is never lent to an HTTP caller without a key.
-        _run(_http_client(url), as_nobody)
-        _run(_http_client(url, "pml_not-a-key"), as_nobody)
+        # The server's own --api-key is never lent to an HTTP caller without a key: a missing
+        # or unknown key is refused at the HTTP level.
+        for headers in ({}, {"Authorization": "Bearer pml_not-a-key"}):
+            refused = httpx2.post(url, json=LIST_TOOLS, headers={**JSON_HEADERS, **headers})
+            assert refused.status_code == 401
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+            assert "API key" in refused.json()["error_description"]
         _run(_http_client(url, found["acme-read"]), as_reader)
     # Exactly the tenant gRPC gives the same key.
     with PmlClient(target, api_key=found["acme-read"]) as grpc_client:
@@ -237,8 +239,7 @@ def test_http_bearer_key_maps_to_its_tenant(
 
 
 def test_http_refuses_foreign_host_and_origin(server: RunningServer) -> None:
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    body, headers = LIST_TOOLS, JSON_HEADERS
     with _http_mcp(f"127.0.0.1:{server.port}") as url, httpx2.Client(timeout=10) as http:
         rebound = http.post(url, json=body, headers={**headers, "Host": "evil.example:80"})
         assert rebound.status_code == 421

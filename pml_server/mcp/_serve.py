@@ -11,6 +11,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
 from pml_server import __version__
+from pml_server.mcp._http_auth import BearerCheck
 from pml_server.mcp._tools import register
 from pml_server.mcp._upstream import Upstream
 from pml_server.mcp.cli import LOOPBACK_HOSTS
@@ -86,7 +87,7 @@ def run_http(
     )
     shown = f"[{host}]" if ":" in host else host
     print(f"pml mcp listening on http://{shown}:{bound}{path}", file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    config = uvicorn.Config(BearerCheck(app, upstream), log_level="warning", lifespan="on")
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
