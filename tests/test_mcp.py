@@ -13,7 +13,6 @@ from typing import Any
 
 import anyio
 import httpx2
-import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -249,7 +248,7 @@ def test_http_refuses_foreign_host_and_origin(server: RunningServer) -> None:
         assert local.status_code != 403
 
 
-def test_http_refuses_non_loopback_without_flag(server: RunningServer) -> None:
+def test_http_refuses_non_loopback_without_flag() -> None:
     done = subprocess.run(
         _pml_mcp("--transport", "http", "--listen", "0.0.0.0:0"),
         cwd=ROOT,
@@ -262,10 +261,7 @@ def test_http_refuses_non_loopback_without_flag(server: RunningServer) -> None:
     assert "--allow-remote" in done.stderr
 
 
-@pytest.mark.parametrize("transport", ["stdio"])
-def test_stdio_uses_its_api_key(
-    start: StartServer, keys: tuple[Path, dict[str, str]], transport: str
-) -> None:
+def test_stdio_uses_its_api_key(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:
     keys_file, found = keys
     server = start(keys_file=keys_file)
 

@@ -54,6 +54,22 @@ def add_parser(
 
 
 def run(args: argparse.Namespace) -> int:
+    listen: tuple[str, int] | None = None
+    if args.transport == "http":
+        host, sep, port_text = args.listen.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not port_text.isdigit():
+            print(f"pml mcp: --listen {args.listen!r}: use host:port", file=sys.stderr)
+            return 2
+        if host not in LOOPBACK_HOSTS and not args.allow_remote:
+            print(
+                f"pml mcp: refusing to listen on {args.listen}: pass --allow-remote to accept "
+                "connections from other machines",
+                file=sys.stderr,
+            )
+            return 2
+        listen = (host, int(port_text))
+    # Imported only now: the SDK takes seconds to import.
     from pml_server.mcp._serve import run_http, run_stdio
     from pml_server.mcp._upstream import Upstream, UpstreamOptions
 
@@ -67,26 +83,13 @@ def run(args: argparse.Namespace) -> int:
             tls_key=args.tls_key,
         )
     )
-    if args.transport == "stdio":
+    if listen is None:
         run_stdio(upstream)
         return 0
-    host, sep, port_text = args.listen.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not port_text.isdigit():
-        print(f"pml mcp: --listen {args.listen!r}: use host:port", file=sys.stderr)
-        return 2
-    if host not in LOOPBACK_HOSTS and not args.allow_remote:
-        print(
-            f"pml mcp: refusing to listen on {args.listen}: pass --allow-remote to accept "
-            "connections from other machines",
-            file=sys.stderr,
-        )
-        return 2
     try:
         run_http(
             upstream,
-            host,
-            int(port_text),
+            *listen,
             path=args.path,
             allowed_hosts=args.allowed_host,
             allowed_origins=args.allowed_origin,
