@@ -19,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
 from tests.conftest import StartServer
+from tests.test_api_operations import pki  # noqa: F401  (the throwaway CA fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
@@ -272,3 +273,24 @@ def test_stdio_uses_its_api_key(start: StartServer, keys: tuple[Path, dict[str, 
     _run(_stdio(f"127.0.0.1:{server.port}", "--api-key", found["acme-write"]), body)
     with PmlClient(f"127.0.0.1:{server.port}", api_key=found["acme-read"]) as c:
         assert len(list(c.iter_patterns())) == 1
+
+
+def test_stdio_over_mutual_tls(start: StartServer, pki: Path) -> None:  # noqa: F811
+    server = start(
+        tls_cert=pki / "server.pem", tls_key=pki / "server.key", tls_client_ca=pki / "ca.pem"
+    )
+    target = f"127.0.0.1:{server.port}"
+    tls = ("--tls-ca", str(pki / "ca.pem"))
+    client_cert = ("--tls-cert", str(pki / "client.pem"), "--tls-key", str(pki / "client.key"))
+
+    async def works(client: Client) -> None:
+        result = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        assert not result.is_error, _text(result)
+        assert result.structured_content == {"capabilities": []}
+
+    async def refused(client: Client) -> None:
+        result = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        _assert_tool_error(result, "pml is unavailable")
+
+    _run(_stdio(target, *tls, *client_cert), works)
+    _run(_stdio(target, *tls), refused)
