@@ -322,3 +322,22 @@ def test_readme_walkthrough_spans_become_a_suggestion(
     assert list(best.pattern.tools_used) == ["read_file", "parse_json"]
     assert best.pattern.success_count == 2
     assert best.pattern.template == _readme_block(heading, "")
+
+
+def test_a_draining_server_answers_unavailable_and_keeps_nothing_half_done(
+    server: RunningServer, client: PmlClient
+) -> None:
+    spans = _recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+    )
+    server.servicer.draining.set()
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.Export(encode_spans(spans), timeout=10)
+        assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+        server.servicer.draining.clear()
+        reply = stub.Export(encode_spans(spans), timeout=10)
+    assert not reply.HasField("partial_success")
+    (pattern,) = client.iter_patterns()
+    assert pattern.usage_count == 1

@@ -73,42 +73,50 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         with self._d.quotas.hold(caller.tenant):
             batch = map_spans(flatten(request), self._d.limits.max_intent_chars)
             rejections = list(batch.rejections)
-            valid: list[tuple[MappedExecution, model.ExecutionRecord]] = []
-            for execution in batch.executions:
-                try:
-                    record = convert.execution_record(
-                        _record(execution), "span", self._d.limits, self._dim
-                    )
-                except InvalidArgumentError as err:
-                    ref = execution.request_id.removeprefix("otel:").replace(":", "/")
-                    rejections.append(Rejection(ref, _violations(err), execution.span_count))
-                    continue
-                valid.append((execution, record))
-            recorded = 0
-            for start in range(0, len(valid), MAX_CAPTURE_BATCH):
-                chunk = valid[start : start + MAX_CAPTURE_BATCH]
-                results = self._d.engine.record_many(caller.tenant, [r for _, r in chunk])
-                for (execution, _), result in zip(chunk, results, strict=True):
-                    if isinstance(result, InvalidArgumentError):
-                        ref = execution.request_id.removeprefix("otel:").replace(":", "/")
-                        rejections.append(Rejection(ref, _violations(result), execution.span_count))
-                    elif isinstance(result, Exception):
-                        raise result
-                    else:
-                        recorded += execution.span_count
-                        if self._d.on_capture is not None:
-                            self._d.on_capture(result)
-            rejected = sum(r.span_count for r in rejections)
-            self._count_spans("mapped", recorded)
-            self._count_spans("ignored", batch.ignored_spans)
-            self._count_spans("rejected", rejected)
-            return trace_service_pb2.ExportTraceServiceResponse(
-                partial_success=trace_service_pb2.ExportTracePartialSuccess(
-                    rejected_spans=rejected, error_message=_message(rejections)
-                )
-                if rejections
-                else None
+            recorded = self._capture(caller.tenant, batch.executions, rejections)
+        rejected = sum(r.span_count for r in rejections)
+        self._count_spans("mapped", recorded)
+        self._count_spans("ignored", batch.ignored_spans)
+        self._count_spans("rejected", rejected)
+        if not rejections:
+            return trace_service_pb2.ExportTraceServiceResponse()
+        return trace_service_pb2.ExportTraceServiceResponse(
+            partial_success=trace_service_pb2.ExportTracePartialSuccess(
+                rejected_spans=rejected, error_message=_message(rejections)
             )
+        )
+
+    def _capture(
+        self, tenant: str, executions: list[MappedExecution], rejections: list[Rejection]
+    ) -> int:
+        """Validate and capture `executions` in batches; refused ones go to `rejections`.
+        Returns the spans captured. Any other error fails the call (retryable statuses)."""
+        valid: list[tuple[MappedExecution, model.ExecutionRecord]] = []
+        for execution in executions:
+            try:
+                record = convert.execution_record(
+                    _record(execution), "span", self._d.limits, self._dim
+                )
+            except InvalidArgumentError as err:
+                rejections.append(Rejection(execution.span, _violations(err), execution.span_count))
+                continue
+            valid.append((execution, record))
+        recorded = 0
+        for start in range(0, len(valid), MAX_CAPTURE_BATCH):
+            chunk = valid[start : start + MAX_CAPTURE_BATCH]
+            results = self._d.engine.record_many(tenant, [r for _, r in chunk])
+            for (execution, _), result in zip(chunk, results, strict=True):
+                if isinstance(result, InvalidArgumentError):
+                    rejections.append(
+                        Rejection(execution.span, _violations(result), execution.span_count)
+                    )
+                elif isinstance(result, Exception):
+                    raise result
+                else:
+                    recorded += execution.span_count
+                    if self._d.on_capture is not None:
+                        self._d.on_capture(result)
+        return recorded
 
 
 def _message(rejections: list[Rejection]) -> str:

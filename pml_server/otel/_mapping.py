@@ -54,6 +54,7 @@ class MappedExecution:
     tags: tuple[str, ...]
     # Spans this execution consumed (its own and its tool calls'), for the OTLP counts.
     span_count: int
+    span: str  # "<trace id hex>/<span id hex>" of the execution span
 
 
 @dataclass(frozen=True)
@@ -233,4 +234,5 @@ def _execution(
         duration_ms=_duration_ms(execution),
         tags=(TAG, f"intent:{source}"),
         span_count=own + len(calls),
+        span=execution.ref,
     )
