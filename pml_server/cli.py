@@ -249,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     ret = client("retention", "run the retention policy (dry run unless --apply)")
     ret.add_argument("--apply", action="store_true", help="apply it (admin role)")
     client("stats", "counts of this tenant's data")
+
+    from pml_server.mcp import cli as mcp_cli
+
+    mcp_cli.add_parser(commands, _client_flags)
     return parser
 
 
@@ -258,6 +262,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(_serve(args))
     if args.command == "keys":
         sys.exit(_keys(args))
+    if args.command == "mcp":
+        from pml_server.mcp import cli as mcp_cli
+
+        sys.exit(mcp_cli.run(args))
     from pml_server.cli_commands import run
 
     sys.exit(run(args))

@@ -40,6 +40,12 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.otlp_spans = Counter(
+            "pml_otlp_spans",
+            "OTLP spans received, by result (mapped into executions, ignored, rejected)",
+            ["result"],
+            registry=self.registry,
+        )
         self._http: Any = None
 
     def watch_embedding(self, usage: Callable[[], EmbeddingUsage]) -> None:

@@ -23,6 +23,7 @@ from pml_server.api.auth import KeyStore
 from pml_server.api.interceptor import ApiInterceptor
 from pml_server.api.key_reload import KeysFileWatcher
 from pml_server.api.metrics import Metrics
+from pml_server.api.otlp import add_trace_ingest
 from pml_server.api.page_tokens import PageTokens, load_or_create_secret
 from pml_server.api.quotas import TenantQuotas
 from pml_server.api.servicer import PmlServicer, ServiceDeps
@@ -193,10 +194,11 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )
     pml_pb2_grpc.add_PmlServiceServicer_to_server(servicer, server)
+    otlp_service = add_trace_ingest(server, servicer, metrics)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        (SERVICE_NAME, otlp_service, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     cause: RuntimeError | None = None
     try:
