@@ -106,10 +106,15 @@ from pml_server.engine_views import (
 )
 from pml_server.ranking import default_ranking, rank_lazily, score_ceiling
 from pml_server.retention import evaluate
-from pml_server.storage import Store
-from pml_server.storage.allocator import BlockAllocator
-from pml_server.storage.repo import Repository, tools_digest
-from pml_server.storage.rocks import Op, StoreClosedError, WriteTicket
+from pml_server.storage import StoreBackend, open_store, repository_for
+from pml_server.storage.repo import tools_digest
+from pml_server.storage.seam import (
+    Op,
+    RequestAlreadyAppliedError,
+    StoreClosedError,
+    WriteTicket,
+    finished_ticket,
+)
 
 Clock = Callable[[], int]
 IndexAdd = tuple[IntentRecord, tuple[str, ...]]
@@ -133,7 +138,7 @@ class Engine:
         cls, config: EngineConfig, clock: Clock | None = None, normalizer: Normalizer = normalize
     ) -> Engine:
         embedder = make_embedder(config.embedder, config.embedding_cache_size)
-        store = Store(config.data_dir, config.durability)
+        store = open_store(config.store, config.data_dir, config.durability, config.pool_size)
         try:
             engine = cls(config, store, embedder, clock or wall_clock_ms, normalizer)
         except BaseException:
@@ -145,7 +150,7 @@ class Engine:
     def __init__(
         self,
         config: EngineConfig,
-        store: Store,
+        store: StoreBackend,
         embedder: Embedder | CachedEmbedder,
         clock: Clock,
         normalizer: Normalizer = normalize,
@@ -155,7 +160,7 @@ class Engine:
             config.ranking if config.ranking is not None else default_ranking(config.embedder)
         )
         self._store = store
-        self._repo = Repository(store)
+        self._repo = repository_for(store)
         self._embedder = embedder
         self._clock = clock
         self._normalizer = normalizer
@@ -164,7 +169,7 @@ class Engine:
             store.write([self._repo.put_model_id(embedder.model_id)])
         elif stored_model != embedder.model_id:
             raise FailedPreconditionError(
-                f"the store at {config.data_dir} holds vectors of embedding model "
+                f"the store at {store.location} holds vectors of embedding model "
                 f"{stored_model!r}; this server is configured with {embedder.model_id!r}. "
                 "Start it with the store's model, or use another data directory."
             )
@@ -179,16 +184,18 @@ class Engine:
             recent_values_per_param=config.recent_values_per_param,
         )
         self._request_locks = StripedLocks(1024)
-        self._pattern_locks = StripedLocks(1024)
-        self._group_locks = StripedLocks(256)
+        # With a shared store these also lock other replicas out (database advisory locks);
+        # request ids are made exactly-once by the store itself, tenant counts are SQL deltas.
+        self._pattern_locks = store.locks("pattern", 1024)
+        self._group_locks = store.locks("group", 256)
         self._tenant_locks = StripedLocks(64)
         # Each tenant's stats as this engine last submitted them. Only `_commit` writes stats,
         # under the tenant's lock, so this is what the store (with its write overlay) would
         # answer: every capture skips a read and a JSON decode. Set only once a submit was
         # accepted; after a failed write the store refuses every later one.
         self._submitted_stats: dict[str, TenantStats] = {}
-        self._intent_ids = BlockAllocator(self._repo, "intent")
-        self._seqs = BlockAllocator(self._repo, "seq")
+        self._intent_ids = store.allocator("intent")
+        self._seqs = store.allocator("seq")
         self._indexes: dict[str, TenantSearchIndex] = {}
         self._indexes_lock = threading.Lock()
         # Index additions of the batch this thread is capturing (`record_many`), if any.
@@ -335,7 +342,7 @@ class Engine:
         the whole batch); otherwise they are applied at once."""
         with self._tenant_locks.lock_for(tenant):
             stats = self._submitted_stats.get(tenant)
-            if stats is None:
+            if stats is None or self._store.shared:  # another replica may have counted
                 stats = self._repo.stats(tenant)
             logged = len(change.failures)
             if logged:
@@ -350,7 +357,7 @@ class Engine:
             if change.stats:
                 values = {k: getattr(stats, k) + v for k, v in change.stats.items()}
                 stats = replace(stats, **values)
-                change.ops.append(self._repo.put_stats(tenant, stats))
+                change.ops.append(self._repo.put_stats(tenant, stats, change.stats))
             try:
                 ticket = self._store.submit(change.ops)
             except StoreClosedError as error:
@@ -553,7 +560,10 @@ class Engine:
                     tenant, record.request_id, encode_result(result, self._clock())
                 )
             )
-            return result, self._commit(tenant, change)
+            try:
+                return result, self._commit(tenant, change)
+            except RequestAlreadyAppliedError as applied:  # by another replica, meanwhile
+                return decode_result(applied.result), finished_ticket()
 
     def _capture_locked(
         self,

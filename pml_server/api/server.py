@@ -76,6 +76,8 @@ def open_engine(config: ServerConfig) -> EngineProtocol:
     return Engine.open(
         EngineConfig(
             data_dir=config.data_dir,
+            store=config.store,
+            pool_size=config.pool_size,
             embedder=config.embedder,
             durability=config.durability,
             max_code_bytes=config.max_code_bytes,
