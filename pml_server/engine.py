@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -105,6 +105,7 @@ from pml_server.engine_views import (
     views_by_capability,
 )
 from pml_server.ranking import default_ranking, rank_lazily, score_ceiling
+from pml_server.replication import FollowerLag
 from pml_server.retention import evaluate
 from pml_server.storage import StoreBackend, open_store, repository_for
 from pml_server.storage.repo import tools_digest
@@ -115,6 +116,9 @@ from pml_server.storage.seam import (
     WriteTicket,
     finished_ticket,
 )
+
+if TYPE_CHECKING:
+    from pml_server.replication import OplogFollower
 
 Clock = Callable[[], int]
 IndexAdd = tuple[IntentRecord, tuple[str, ...]]
@@ -204,6 +208,13 @@ class Engine:
         self._load_error: BaseException | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        # With a shared store, other replicas write too: their op log entries are followed
+        # into this replica's indexes (pml_server/replication).
+        self._follower: OplogFollower | None = None
+        if store.shared:
+            from pml_server.replication import follower_for
+
+            self._follower = follower_for(store, self._repo, self._index_for)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -236,15 +247,26 @@ class Engine:
 
     def _load_indexes(self) -> None:
         try:
+            if self._follower is not None:
+                self._follower.begin()  # before the restore reads: nothing committed is missed
             self._indexes = restore_indexes(
                 self._repo, self._config.vector_index, self._embedder.dim
             )
+            if self._follower is not None:
+                self._follower.catch_up()
             # Nothing writes before ready: snapshot now so the next start replays nothing.
             self._write_snapshots(trim_oplog=True)
             for tenant in self._indexes:
                 # Read every counter once now rather than in some tenant's first Suggest (at
                 # 100k patterns that call took seconds, and held up the calls behind it).
                 self._repo.counter_ceilings(tenant)
+            if self._follower is not None:
+                follow = threading.Thread(
+                    target=self._follower.run, args=(self._stop,), name="pml-follower"
+                )
+                follow.daemon = True
+                self._threads.append(follow)
+                follow.start()
             self._ready.set()
         except BaseException as error:  # reported by wait_ready; is_ready stays False
             self._load_error = error
@@ -302,6 +324,11 @@ class Engine:
                     self.run_retention(tenant, apply=True)
 
     # ---- helpers -----------------------------------------------------------------------------
+
+    def follower_lag(self) -> FollowerLag | None:
+        """How far behind the other replicas' writes this replica's indexes are (None: the
+        store is not shared)."""
+        return self._follower.lag() if self._follower is not None else None
 
     def embedding_dim(self) -> int:
         return self._embedder.dim

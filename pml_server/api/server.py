@@ -158,6 +158,9 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
         engine = open_engine(config)
     metrics = Metrics()
     metrics.watch_embedding(engine.embedding_usage)
+    follower_lag = getattr(engine, "follower_lag", None)
+    if follower_lag is not None:
+        metrics.watch_follower(follower_lag)
     capture_pool = futures.ThreadPoolExecutor(
         max_workers=config.capture_workers, thread_name_prefix="pml-capture"
     )
