@@ -265,9 +265,11 @@ def serve_forever(config: ServerConfig, engine: EngineProtocol | None = None) ->
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    print(
-        f"pml listening on {config.listen} (port {running.port}), data in {config.data_dir}",
-        flush=True,
-    )
+    where = str(config.data_dir)
+    if config.store:
+        from pml_server.storage.postgres import describe
+
+        where = f"postgresql://{describe(config.store)} (shared store)"
+    print(f"pml listening on {config.listen} (port {running.port}), data in {where}", flush=True)
     stopping.wait()
     running.stop(config.grace_seconds)

@@ -74,7 +74,13 @@ _SCAN_PAGE = 2000
 # Op log entries older than this are trimmed at start: a replica restarting later rebuilds from
 # its snapshot and the intents table, which the restore reads anyway.
 OPLOG_KEEP = "1 day"
-_RETRYABLE = (psycopg.OperationalError, psycopg.errors.TransactionRollback)
+# Lost or refused connections, a restarting server, deadlock or serialization victims: the
+# caller may retry (UNAVAILABLE); anything else is a bug and surfaces as such.
+_RETRYABLE = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg.errors.TransactionRollback,
+)
 _POOL_ERRORS = (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
 
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -214,7 +220,10 @@ class PostgresStore:
         """This thread's open transaction's connection, else a pooled one (autocommit)."""
         tx = self._transaction()
         if tx is not None:
-            yield tx.conn
+            try:
+                yield tx.conn
+            except _RETRYABLE as error:  # the locks' release rolls the transaction back
+                raise UnavailableError(self._unavailable(error)) from error
             return
         try:
             with self._pool.connection() as conn:
