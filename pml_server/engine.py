@@ -369,7 +369,9 @@ class Engine:
         the whole batch); otherwise they are applied at once."""
         with self._tenant_locks.lock_for(tenant):
             stats = self._submitted_stats.get(tenant)
-            if stats is None or self._store.shared:  # another replica may have counted
+            # A shared store adds the deltas in SQL; its stats are read again only where the
+            # failure log's bound needs them (another replica may have logged failures).
+            if stats is None or (self._store.shared and change.failures):
                 stats = self._repo.stats(tenant)
             logged = len(change.failures)
             if logged:

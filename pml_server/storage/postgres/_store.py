@@ -244,14 +244,15 @@ class PostgresStore:
                 raise UnavailableError(self._unavailable(error)) from error
             tx = _Transaction(conn, depth)
             self._local.tx = tx
-            try:
-                conn.execute("BEGIN")
-            except _RETRYABLE as error:
-                self._end_transaction(tx, rollback=False)
-                raise UnavailableError(self._unavailable(error)) from error
+            begin = True
+        else:
+            begin = False
         tx.depth += 1
         try:
-            tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            with tx.conn.pipeline():  # one round trip
+                if begin:
+                    tx.conn.execute("BEGIN")
+                tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
         except _RETRYABLE as error:
             tx.depth -= 1
             self._end_transaction(tx, rollback=True)
@@ -270,7 +271,8 @@ class PostgresStore:
     def _end_transaction(self, tx: _Transaction, rollback: bool) -> None:
         if tx.open:
             tx.open = False
-            if rollback:
+            idle = tx.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            if rollback and not idle:
                 with contextlib.suppress(psycopg.Error):  # broken: the pool discards it
                     tx.conn.execute("ROLLBACK")
             self._pool.putconn(tx.conn)
@@ -402,28 +404,26 @@ class PostgresStore:
         if self._closed:
             raise StoreClosedError("store is closed")
         tx = self._transaction()
-        if tx is not None:
-            try:
-                _apply(tx.conn, ops)
-                tx.conn.execute("COMMIT")
-            except RequestAlreadyAppliedError:
-                self._end_transaction(tx, rollback=True)
-                raise
-            except _RETRYABLE as error:
-                self._end_transaction(tx, rollback=True)
-                raise StoreClosedError(self._unavailable(error)) from error
-            self._end_transaction(tx, rollback=False)
-            return finished_ticket()
         try:
-            with self._pool.connection() as conn:
+            if tx is not None:
                 try:
-                    conn.execute("BEGIN")
-                    _apply(conn, ops)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if not conn.closed:
-                        conn.execute("ROLLBACK")
-                    raise
+                    _commit(tx.conn, ops, begin=False)
+                finally:
+                    self._end_transaction(tx, rollback=True)  # a no-op once committed
+            else:
+                with self._pool.connection() as conn:
+                    try:
+                        _commit(conn, ops, begin=True)
+                    except BaseException:
+                        with contextlib.suppress(psycopg.Error):
+                            conn.execute("ROLLBACK")
+                        raise
+        except psycopg.errors.UniqueViolation as error:
+            if error.diag.table_name != table_of(CF_REQUESTS):
+                raise
+            key = next(k for cf, k, v in ops if cf == CF_REQUESTS and v is not None)
+            stored = self.get(CF_REQUESTS, key)  # committed by the writer this one waited for
+            raise RequestAlreadyAppliedError(stored or b"") from None
         except _RETRYABLE + _POOL_ERRORS as error:
             raise StoreClosedError(self._unavailable(error)) from error
         return finished_ticket()
@@ -452,6 +452,17 @@ class PostgresStore:
             return
         self._closed = True
         self._pool.close()
+
+
+def _commit(conn: Connection, ops: Sequence[Op], begin: bool) -> None:
+    """Every statement of the batch and its COMMIT in one pipeline (one round trip). The
+    request id row is a plain INSERT: a duplicate aborts the whole transaction (UniqueViolation),
+    which is what makes the batch exactly-once."""
+    with conn.pipeline():
+        if begin:
+            conn.execute("BEGIN")
+        _apply(conn, ops)
+        conn.execute("COMMIT")
 
 
 def _apply(conn: Connection, ops: Sequence[Op]) -> None:
@@ -501,19 +512,13 @@ def _apply(conn: Connection, ops: Sequence[Op]) -> None:
 
 
 def _insert_requests_first(conn: Connection, rows: list[tuple[bytes, bytes | None]]) -> None:
+    """First in the transaction: a second writer of the same id waits here for the first to
+    commit, then fails with UniqueViolation before anything of its batch counts."""
     for key, value in rows:
-        if value is None:
-            continue
-        inserted = conn.execute(
-            f"INSERT INTO {table_of(CF_REQUESTS)} (key, value) VALUES (%s, %s)"
-            " ON CONFLICT (key) DO NOTHING RETURNING key",
-            (key, value),
-        ).fetchone()
-        if inserted is None:
-            stored = conn.execute(
-                f"SELECT value FROM {table_of(CF_REQUESTS)} WHERE key = %s", (key,)
-            ).fetchone()
-            raise RequestAlreadyAppliedError(bytes(stored[0]) if stored else value)
+        if value is not None:
+            conn.execute(
+                f"INSERT INTO {table_of(CF_REQUESTS)} (key, value) VALUES (%s, %s)", (key, value)
+            )
 
 
 def _write_family(conn: Connection, cf: str, rows: list[tuple[bytes, bytes | None]]) -> None:
@@ -549,18 +554,14 @@ def _append_oplog(conn: Connection, entries: list[bytes]) -> None:
         by_tenant.setdefault(str(json_form.loads(raw)["tenant"]), []).append(raw)
     for tenant in sorted(by_tenant):
         rows = by_tenant[tenant]
-        head = conn.execute(
-            "INSERT INTO pml_oplog_head AS h (tenant, seq) VALUES (%s, %s)"
-            " ON CONFLICT (tenant) DO UPDATE SET seq = h.seq + excluded.seq RETURNING seq",
-            (tenant, len(rows)),
-        ).fetchone()
-        assert head is not None
-        last = int(head[0])
-        seqs = list(range(last - len(rows) + 1, last + 1))
+        # the head row's update takes the sequence numbers: committed in sequence order
         conn.execute(
-            "INSERT INTO pml_oplog (tenant, seq, op)"
-            " SELECT %s, * FROM unnest(%s::bigint[], %s::bytea[])",
-            (tenant, seqs, rows),
+            "WITH head AS (INSERT INTO pml_oplog_head AS h (tenant, seq) VALUES (%(t)s, %(n)s)"
+            " ON CONFLICT (tenant) DO UPDATE SET seq = h.seq + excluded.seq RETURNING seq)"
+            " INSERT INTO pml_oplog (tenant, seq, op)"
+            " SELECT %(t)s, head.seq - %(n)s + e.ord, e.op"
+            " FROM head, unnest(%(ops)s::bytea[]) WITH ORDINALITY AS e(op, ord)",
+            {"t": tenant, "n": len(rows), "ops": rows},
         )
         conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, tenant))
 
