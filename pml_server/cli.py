@@ -50,6 +50,12 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         choices=["hnsw", "exact"],
         help="intent search: the Rust HNSW index, or exact numpy search",
     )
+    add(
+        "--page-token-secret-file",
+        type=Path,
+        help="key that signs page tokens (default: <data-dir>/page-token.key); replicas of "
+        "one shared store must use the same file, or a page token from one is refused by another",
+    )
     add("--keys-file", type=Path, help="API keys file (see `pml keys add`); none: single tenant")
     add(
         "--allow-insecure-remote",
@@ -199,6 +205,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         durability=args.durability,
         vector_index=args.vector_index,
         keys_file=args.keys_file,
+        page_token_secret_file=args.page_token_secret_file,
         allow_insecure_remote=args.allow_insecure_remote,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

@@ -3,11 +3,13 @@ engine rewrites (tenant stats, counter ceilings, the op log) lives in SQL column
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pml_server.capture import json_form
-from pml_server.capture.records import TenantStats
+from pml_server.capture.records import PatternCounters, PatternRecord, TenantStats
+from pml_server.storage.decoded import decode_counters_shared, decode_pattern
+from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, tenant_key
 from pml_server.storage.postgres._store import CF_STATS_DELTA, PostgresStore
 from pml_server.storage.repo import Repository
 from pml_server.storage.seam import Op
@@ -27,6 +29,16 @@ class SharedRepository(Repository):
         """The batch's counts are added in SQL (another replica may count at the same time):
         `deltas`, not the absolute `stats`, are written."""
         return (CF_STATS_DELTA, tenant.encode(), json_form.dumps(dict(deltas or {})))
+
+    def patterns_with_counters(
+        self, tenant: str, pattern_ids: Sequence[str]
+    ) -> list[tuple[PatternRecord, PatternCounters] | None]:
+        """As `Repository.patterns_with_counters`, in one query (a join)."""
+        keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
+        return [
+            None if pair is None else (decode_pattern(pair[0]), decode_counters_shared(pair[1]))
+            for pair in self.shared_store.get_pairs(CF_PATTERNS, CF_COUNTERS, keys)
+        ]
 
     def counter_ceilings(self, tenant: str) -> tuple[int, int]:
         """Raised in SQL in every batch that writes counters, by any replica."""
