@@ -604,9 +604,7 @@ class Engine:
         held: contextlib.ExitStack,
     ) -> CaptureResult:
         now = self._clock()
-        pattern_id = self._repo.pattern_id_for_hash(tenant, normalized.code_hash)
-        pattern = self._repo.pattern(tenant, pattern_id) if pattern_id else None
-        counters = self._repo.counters(tenant, pattern_id) if pattern_id else None
+        pattern, counters = self._repo.pattern_for_hash(tenant, normalized.code_hash)
         failures = tool_failures(record)
         if pattern is None or counters is None:
             if vector is None:  # rule 1: a new pattern with a failure is not saved

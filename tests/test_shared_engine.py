@@ -162,8 +162,6 @@ def test_tenants_never_see_each_other_across_replicas(
 
 def test_a_closed_replica_catches_up_when_it_returns(
     replicas: Callable[[str], Engine],
-    postgres_dsn: str,
-    tmp_path: Path,  # noqa: F811
 ) -> None:
     a, b = replicas("a"), replicas("b")
     first = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))

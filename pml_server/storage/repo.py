@@ -131,6 +131,16 @@ class Repository:
         raw = self.store.get(CF_HASHES, tenant_key(tenant, code_hash))
         return None if raw is None else raw.decode()
 
+    def pattern_for_hash(
+        self, tenant: str, code_hash: str
+    ) -> tuple[PatternRecord | None, PatternCounters | None]:
+        """The pattern stored under `code_hash` and its counters (a copy the caller may
+        change), each None when missing."""
+        pattern_id = self.pattern_id_for_hash(tenant, code_hash)
+        if not pattern_id:
+            return None, None
+        return self.pattern(tenant, pattern_id), self.counters(tenant, pattern_id)
+
     def put_hash(self, tenant: str, code_hash: str, pattern_id: str) -> Op:
         return (CF_HASHES, tenant_key(tenant, code_hash), pattern_id.encode())
 

@@ -9,7 +9,7 @@ from typing import Any
 from pml_server.capture import json_form
 from pml_server.capture.records import PatternCounters, PatternRecord, TenantStats
 from pml_server.storage.decoded import decode_counters_shared, decode_pattern
-from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, tenant_key
+from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, tenant_key, tenant_prefix
 from pml_server.storage.postgres._store import CF_STATS_DELTA, PostgresStore
 from pml_server.storage.repo import Repository
 from pml_server.storage.seam import Op
@@ -39,6 +39,18 @@ class SharedRepository(Repository):
             None if pair is None else (decode_pattern(pair[0]), decode_counters_shared(pair[1]))
             for pair in self.shared_store.get_pairs(CF_PATTERNS, CF_COUNTERS, keys)
         ]
+
+    def pattern_for_hash(
+        self, tenant: str, code_hash: str
+    ) -> tuple[PatternRecord | None, PatternCounters | None]:
+        """As `Repository.pattern_for_hash`, in one query."""
+        pattern, counters = self.shared_store.pattern_for_hash(
+            tenant_prefix(tenant), tenant_key(tenant, code_hash)
+        )
+        return (
+            None if pattern is None else decode_pattern(pattern),
+            None if counters is None else PatternCounters.from_json(counters),
+        )
 
     def counter_ceilings(self, tenant: str) -> tuple[int, int]:
         """Raised in SQL in every batch that writes counters, by any replica."""

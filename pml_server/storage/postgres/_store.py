@@ -44,8 +44,10 @@ from pml_server.capture.locks import StripedLocks
 from pml_server.domain.errors import UnavailableError
 from pml_server.storage.keys import (
     CF_COUNTERS,
+    CF_HASHES,
     CF_INTENTS,
     CF_OPLOG,
+    CF_PATTERNS,
     CF_REQUESTS,
     prefix_end,
     split_tenant,
@@ -355,6 +357,21 @@ class PostgresStore:
             ).fetchall()
         found = {bytes(k): (bytes(a), bytes(b)) for k, a, b in rows}
         return [found.get(key) for key in keys]
+
+    def pattern_for_hash(self, prefix: bytes, code_hash_key: bytes) -> tuple[bytes | None, ...]:
+        """(pattern, counters) bytes of the pattern a code hash names, in one query (three
+        lookups in the embedded store); `prefix` is the tenant's key prefix."""
+        with self._reading() as conn:
+            row = conn.execute(
+                f"SELECT p.value, c.value FROM {table_of(CF_HASHES)} h"
+                f" LEFT JOIN {table_of(CF_PATTERNS)} p ON p.key = %(prefix)s || h.value"
+                f" LEFT JOIN {table_of(CF_COUNTERS)} c ON c.key = %(prefix)s || h.value"
+                " WHERE h.key = %(hash)s",
+                {"prefix": prefix, "hash": code_hash_key},
+            ).fetchone()
+        if row is None:
+            return None, None
+        return tuple(None if v is None else bytes(v) for v in row)
 
     def tenant_stats(self, tenant: str) -> dict[str, int]:
         columns = ", ".join(STATS_COLUMNS)
