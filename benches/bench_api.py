@@ -14,7 +14,7 @@ from pml_server.api.server import start_server
 from pml_server.client import PmlClient, make_record
 from pml_server.config import ServerConfig
 from pml_server.domain.model import SuggestQuery
-from tests.engines import open_test_engine
+from tests.support import open_engine
 
 SUITE = "api"
 
@@ -71,7 +71,7 @@ def run(large: bool) -> list[Row]:
                 embedder="hashing",
                 durability=durability,
             )
-            server = start_server(config, engine=open_test_engine(config))
+            server = start_server(config, engine=open_engine(config))
             try:
                 with PmlClient(f"127.0.0.1:{server.port}") as client:
                     unary_rates, stream_rates = _capture_rates(client, n, rounds)

@@ -12,8 +12,8 @@ from benches.common import Row, best_of
 from pml_server.config import EngineConfig
 from pml_server.embedding import CachedEmbedder
 from pml_server.embedding.minilm import MiniLMEmbedder
-from pml_server.engine import Engine
-from tests.engine_support import Clock, make_record
+from pml_server.service import Engine
+from tests.support import Clock, make_record
 
 SUITE = "capture"
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from pml_server.replication._lag import FollowerLag
 
 if TYPE_CHECKING:
-    from pml_server.embedding.search_index import TenantSearchIndex
     from pml_server.replication._follower import OplogFollower
+    from pml_server.search import TenantSearchIndex
     from pml_server.storage.repo import Repository
     from pml_server.storage.seam import StoreBackend
 

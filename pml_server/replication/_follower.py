@@ -24,10 +24,10 @@ from typing import Any
 
 import psycopg
 
-from pml_server.capture.records import IntentRecord
 from pml_server.domain.errors import UnavailableError
-from pml_server.embedding.search_index import TenantSearchIndex
+from pml_server.domain.records import IntentRecord
 from pml_server.replication._lag import FollowerLag
+from pml_server.search import TenantSearchIndex
 from pml_server.storage.postgres import PostgresStore
 from pml_server.storage.repo import Repository
 

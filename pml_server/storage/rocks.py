@@ -23,7 +23,6 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
-from pml_server.capture.locks import StripedLocks
 from pml_server.storage.keys import (
     CF_COUNTERS,
     CF_META,
@@ -31,7 +30,7 @@ from pml_server.storage.keys import (
     COLUMN_FAMILIES,
     prefix_end,
 )
-from pml_server.storage.seam import IdAllocator, Op, StoreClosedError, WriteTicket
+from pml_server.storage.seam import IdAllocator, LocalLocks, Op, StoreClosedError, WriteTicket
 
 __all__ = ["Op", "SchemaVersionError", "Store", "StoreClosedError", "WriteTicket"]
 
@@ -130,8 +129,8 @@ class Store:
     def location(self) -> str:
         return str(self.path)
 
-    def locks(self, name: str, stripes: int) -> StripedLocks:
-        return StripedLocks(stripes)
+    def locks(self, name: str, stripes: int) -> LocalLocks:
+        return LocalLocks(stripes)
 
     def allocator(self, name: str) -> IdAllocator:
         from pml_server.storage.allocator import BlockAllocator

@@ -16,6 +16,7 @@ from its own writes (tenant stats) must be re-read, and counts go to the store a
 from __future__ import annotations
 
 import threading
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -59,6 +60,17 @@ def finished_ticket() -> WriteTicket:
     ticket = WriteTicket()
     ticket._finish()
     return ticket
+
+
+class LocalLocks:
+    """In-process striped locks (a key picks one of `stripes` by hash): what the embedded
+    store's `locks` are, and the in-process half of the shared store's."""
+
+    def __init__(self, stripes: int) -> None:
+        self._locks = [threading.Lock() for _ in range(stripes)]
+
+    def lock_for(self, *key: str) -> threading.Lock:
+        return self._locks[zlib.crc32("\x1f".join(key).encode()) % len(self._locks)]
 
 
 class Locks(Protocol):

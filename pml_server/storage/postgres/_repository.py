@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pml_server.capture import json_form
-from pml_server.capture.records import PatternCounters, PatternRecord, TenantStats
+from pml_server.domain import json_form
+from pml_server.domain.records import PatternCounters, PatternRecord, TenantStats
 from pml_server.storage.decoded import decode_counters_shared, decode_pattern
 from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, tenant_key, tenant_prefix
 from pml_server.storage.postgres._store import CF_STATS_DELTA, PostgresStore

@@ -39,8 +39,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
-from pml_server.capture import json_form
-from pml_server.capture.locks import StripedLocks
+from pml_server.domain import json_form
 from pml_server.domain.errors import UnavailableError
 from pml_server.storage.keys import (
     CF_COUNTERS,
@@ -60,6 +59,7 @@ from pml_server.storage.postgres._schema import (
     table_of,
 )
 from pml_server.storage.seam import (
+    LocalLocks,
     Op,
     RequestAlreadyAppliedError,
     StoreClosedError,
@@ -134,7 +134,7 @@ class SharedLocks:
     def __init__(self, store: PostgresStore, name: str, stripes: int) -> None:
         self._store = store
         self._name = name
-        self._stripes = StripedLocks(stripes)
+        self._stripes = LocalLocks(stripes)
 
     def lock_for(self, *key: str) -> _SharedLock:
         return _SharedLock(
