@@ -11,7 +11,7 @@ DATA_DIR ?= ./pml-data
 LISTEN ?= 127.0.0.1:50051
 
 .DEFAULT_GOAL := help
-.PHONY: help serve test bench lint proto fmt install clean system-deps
+.PHONY: help serve cluster test bench lint proto fmt install clean system-deps
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ install: $(EXT) ## create .venv and build the package with its dev extras
 
 serve: install ## run the gRPC server on 127.0.0.1:50051 with data in ./pml-data
 	$(VENV)/bin/pml serve --listen $(LISTEN) --data-dir $(DATA_DIR)
+
+cluster: install ## PostgreSQL and two pml replicas on loopback ports, data in ./pml-cluster (Ctrl-C stops all)
+	@bash tools/cluster.sh
 
 system-deps: ## install the system packages the tests need (fuse3, PostgreSQL) or say which
 	@bash tools/system_deps.sh

@@ -21,6 +21,19 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     add("--listen", default=DEFAULT_LISTEN, help="host:port to bind (port 0: any free port)")
     add("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="RocksDB directory")
     add(
+        "--store",
+        default=None,
+        help="postgresql://host:port/db: share one PostgreSQL database with other replicas "
+        "(default: $PML_STORE, else the embedded RocksDB in --data-dir). Put a password in "
+        "PML_STORE, PGPASSWORD or ~/.pgpass, never here: a command line is visible to others",
+    )
+    add(
+        "--pool-size",
+        type=int,
+        default=d.pool_size,
+        help="database connections of this replica (with --store)",
+    )
+    add(
         "--embedder",
         default=d.embedder,
         choices=["minilm", "hashing"],
@@ -37,6 +50,12 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         default=d.vector_index,
         choices=["hnsw", "exact"],
         help="intent search: the Rust HNSW index, or exact numpy search",
+    )
+    add(
+        "--page-token-secret-file",
+        type=Path,
+        help="key that signs page tokens (default: <data-dir>/page-token.key); replicas of "
+        "one shared store must use the same file, or a page token from one is refused by another",
     )
     add("--keys-file", type=Path, help="API keys file (see `pml keys add`); none: single tenant")
     add(
@@ -303,10 +322,13 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         listen=args.listen,
         data_dir=args.data_dir,
+        store=args.store or os.environ.get("PML_STORE") or None,
+        pool_size=args.pool_size,
         embedder=args.embedder,
         durability=args.durability,
         vector_index=args.vector_index,
         keys_file=args.keys_file,
+        page_token_secret_file=args.page_token_secret_file,
         allow_insecure_remote=args.allow_insecure_remote,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
@@ -332,6 +354,16 @@ def _serve(args: argparse.Namespace) -> int:
     from pml_server.api.server import serve_forever
 
     logs.configure(args.log_level, json_format=args.log_format == "json")
+    if args.store:
+        from pml_server.storage.postgres import has_password
+
+        if has_password(args.store):
+            print(
+                "pml serve: --store carries a password, which any user can read on the "
+                "command line: set PML_STORE (or PGPASSWORD, ~/.pgpass) instead",
+                file=sys.stderr,
+            )
+            return 2
     config = server_config(args)
     try:
         serve_forever(config)

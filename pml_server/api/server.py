@@ -81,6 +81,8 @@ def open_engine(config: ServerConfig) -> EngineProtocol:
     return Engine.open(
         EngineConfig(
             data_dir=config.data_dir,
+            store=config.store,
+            pool_size=config.pool_size,
             embedder=config.embedder,
             durability=config.durability,
             max_code_bytes=config.max_code_bytes,
@@ -161,6 +163,9 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
         engine = open_engine(config)
     metrics = Metrics()
     metrics.watch_embedding(engine.embedding_usage)
+    follower_lag = getattr(engine, "follower_lag", None)
+    if follower_lag is not None:
+        metrics.watch_follower(follower_lag)
     capture_pool = futures.ThreadPoolExecutor(
         max_workers=config.capture_workers, thread_name_prefix="pml-capture"
     )
@@ -274,9 +279,11 @@ def serve_forever(config: ServerConfig, engine: EngineProtocol | None = None) ->
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_hangup)
-    print(
-        f"pml listening on {config.listen} (port {running.port}), data in {config.data_dir}",
-        flush=True,
-    )
+    where = str(config.data_dir)
+    if config.store:
+        from pml_server.storage.postgres import describe
+
+        where = f"postgresql://{describe(config.store)} (shared store)"
+    print(f"pml listening on {config.listen} (port {running.port}), data in {where}", flush=True)
     stopping.wait()
     running.stop(config.grace_seconds)
