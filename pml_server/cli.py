@@ -122,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     imp = client("import", "upload a JSONL file of ExecutionRecords over the stream")
     imp.add_argument("file", type=Path)
+    imp.add_argument(
+        "--strict",
+        action="store_true",
+        help="check every line first and send nothing if one is not an ExecutionRecord",
+    )
 
     sug = client("suggest", "ranked suggestions with score parts")
     sug.add_argument("intent")
