@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from google.protobuf import json_format
+
 from benches import devset_workload, model_alone
 from benches import service_harness as harness
 from benches.common import Row
@@ -47,8 +49,10 @@ def _default_server(tmp: Path, name: str) -> Iterator[harness.ServerProc]:
         yield srv
 
 
-def _fresh(records: list[resources_pb2.ExecutionRecord], tag: str) -> list[object]:
-    out = []
+def _fresh(
+    records: list[resources_pb2.ExecutionRecord], tag: str
+) -> list[resources_pb2.ExecutionRecord]:
+    out: list[resources_pb2.ExecutionRecord] = []
     for r in records:
         copy = resources_pb2.ExecutionRecord()
         copy.CopyFrom(r)
@@ -90,7 +94,7 @@ def _unary_rate(target: str, records: list[resources_pb2.ExecutionRecord], calle
         return len(records) / (time.perf_counter() - start)
 
 
-def _import_rate(target: str, path: Path, n: int) -> tuple[float, str]:
+def _import_rate(target: str, path: Path, n: int, extra: dict[str, object]) -> float:
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "pml_server.cli", "import", "--server", target, str(path)],
@@ -104,71 +108,70 @@ def _import_rate(target: str, path: Path, n: int) -> tuple[float, str]:
     summary = next((s for s in done.stdout.splitlines() if s.startswith("imported")), "")
     if done.returncode != 0 or f"imported {n} records" not in summary:
         raise RuntimeError(f"pml import failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
-    return n / elapsed, summary
+    extra["import_summary"] = summary
+    return n / elapsed
 
 
 def _capture_rows(n: int) -> list[Row]:
+    """Each capture path on a fresh default server, the model alone (in the configuration
+    found fastest on these texts) timed right before and right after it: on a shared, noisy
+    machine the baseline of a row is the mean of the two, measured minutes apart at most."""
     records = _sample(n)
     texts = [r.intent for r in records]
     model = model_alone.rates(texts)
-    best_name, best = model_alone.fastest(model)
-    baseline_name = f"model alone, {best_name}"
+    best_name, _ = model_alone.fastest(model)
+    timed = model_alone.configuration(best_name, texts)
+    baseline_name = f"model alone, {best_name}, same texts, timed before and after"
     rates: dict[str, float] = {}
+    baselines: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     extra: dict[str, object] = {"records": n, "model_alone": model}
     with tempfile.TemporaryDirectory(prefix="pml-api-bench-") as tmp_name:
         tmp = Path(tmp_name)
         jsonl = tmp / "devset.jsonl"
         with jsonl.open("w") as out:
-            from google.protobuf import json_format
-
             for r in _fresh(records, "imp"):
-                out.write(json_format.MessageToJson(r, indent=None) + "\n")  # type: ignore[arg-type]
-        with _default_server(tmp, "stream") as srv:
-            rates["stream"] = _stream_rate(srv.target, _fresh(records, "s"))  # type: ignore[arg-type]
-        with _default_server(tmp, "unary8") as srv:
-            rates["unary8"] = _unary_rate(srv.target, _fresh(records, "u8"), 8)  # type: ignore[arg-type]
-        with _default_server(tmp, "unary1") as srv:
-            rates["unary1"] = _unary_rate(srv.target, _fresh(records, "u1"), 1)  # type: ignore[arg-type]
-        with _default_server(tmp, "import") as srv:
-            rates["import"], extra["import_summary"] = _import_rate(srv.target, jsonl, n)
-    extra["rates"] = rates
+                out.write(json_format.MessageToJson(r, indent=None) + "\n")
+        paths = {
+            "stream": lambda target: _stream_rate(target, _fresh(records, "s")),
+            "unary8": lambda target: _unary_rate(target, _fresh(records, "u8"), 8),
+            "unary1": lambda target: _unary_rate(target, _fresh(records, "u1"), 1),
+            "import": lambda target: _import_rate(target, jsonl, n, extra),
+        }
+        for name, measure in paths.items():
+            before = model_alone.rate(timed, len(texts))
+            with _default_server(tmp, name) as srv:
+                spent = srv.cpu_seconds()
+                rates[name] = measure(srv.target)
+                cpu[name] = 1000.0 * (srv.cpu_seconds() - spent) / n
+            after = model_alone.rate(timed, len(texts))
+            baselines[name] = (before + after) / 2
+    extra.update(rates=rates, baselines=baselines, server_cpu_ms_per_capture=cpu)
     what = f"dev-set executions ({n}), default model, sync"
+
+    def row(metric: str, name: str, target: float, more: dict[str, object] | None = None) -> Row:
+        return Row(
+            SUITE,
+            metric,
+            rates[name],
+            "1/s",
+            baselines[name],
+            baseline_name,
+            target=target,
+            extra=more or {},
+        )
+
     return [
+        row(f"StreamTraces captures/s, {what}", "stream", 0.8, extra),
+        row(f"RecordExecution captures/s from 8 callers, {what}", "unary8", 0.6),
+        row(f"pml import executions/s, {what}", "import", 0.8),
         Row(
             SUITE,
-            f"StreamTraces captures/s, {what}",
-            rates["stream"],
-            "1/s",
-            best,
-            baseline_name,
-            target=0.8,
-            extra=extra,
-        ),
-        Row(
-            SUITE,
-            f"RecordExecution captures/s from 8 callers, {what}",
-            rates["unary8"],
-            "1/s",
-            best,
-            baseline_name,
-            target=0.6,
-        ),
-        Row(
-            SUITE,
-            f"pml import executions/s, {what}",
-            rates["import"],
-            "1/s",
-            best,
-            baseline_name,
-            target=0.8,
-        ),
-        Row(
-            SUITE,
-            f"StreamTraces captures/s, {what}",
+            f"StreamTraces captures/s vs one RecordExecution at a time, {what}",
             rates["stream"],
             "1/s",
             rates["unary1"],
-            "RecordExecution one at a time, same texts",
+            "RecordExecution one at a time",
             target=1.0,
         ),
     ]
@@ -213,7 +216,7 @@ def _suggest_row(n: int) -> Row:
         server = start_server(config, engine=open_test_engine(config))
         try:
             with PmlClient(f"127.0.0.1:{server.port}") as client:
-                client.upload(_fresh(_sample(200), "q"))  # type: ignore[arg-type]
+                client.upload(_fresh(_sample(200), "q"))
                 latencies, local = [], []
                 query = SuggestQuery(intent="Load JSON data", k=5)
                 for _ in range(n):

@@ -56,9 +56,8 @@ def _calls(model: MiniLMEmbedder, texts: Sequence[str], batch: int) -> Callable[
     return run
 
 
-def rates(texts: Sequence[str], repeats: int = 1) -> dict[str, float]:
-    """Texts per second of each configuration (best of `repeats` passes over `texts`)."""
-    configs: dict[str, Callable[[], None]] = {
+def configurations(texts: Sequence[str]) -> dict[str, Callable[[], None]]:
+    return {
         "float, padded batches of 32 in file order": _padded_float_batches(texts),
         "float, one text a call": _calls(MiniLMEmbedder(workers=1, compute="float"), texts, 1),
         "int8, one text a call": _calls(MiniLMEmbedder(workers=1), texts, 1),
@@ -67,15 +66,21 @@ def rates(texts: Sequence[str], repeats: int = 1) -> dict[str, float]:
         ),
         "int8, batches of 32 on 2 workers (the default)": _calls(MiniLMEmbedder(), texts, 32),
     }
-    out: dict[str, float] = {}
-    for name, run in configs.items():
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            run()
-            best = min(best, time.perf_counter() - start)
-        out[name] = len(texts) / best
-    return out
+
+
+def configuration(name: str, texts: Sequence[str]) -> Callable[[], None]:
+    return configurations(texts)[name]
+
+
+def rate(run: Callable[[], None], n: int) -> float:
+    start = time.perf_counter()
+    run()
+    return n / (time.perf_counter() - start)
+
+
+def rates(texts: Sequence[str]) -> dict[str, float]:
+    """Texts per second of each configuration, one pass over `texts` each."""
+    return {name: rate(run, len(texts)) for name, run in configurations(texts).items()}
 
 
 def fastest(measured: dict[str, float]) -> tuple[str, float]:
