@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -82,6 +83,7 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
         self._workers = workers
         self._pool: ThreadPoolExecutor | None = None
+        self._calls = threading.local()
 
     @property
     def dim(self) -> int:
@@ -108,10 +110,15 @@ class MiniLMEmbedder:
         # Longest first, so the last text a worker takes is a short one (balanced finish).
         order = sorted(range(len(tokens)), key=lambda i: -len(tokens[i]))
         taken = iter(order)  # shared by the workers; next() on it is atomic under the GIL
+        cpu: list[float] = []  # each worker's CPU seconds (list.append is atomic)
 
         def work() -> None:
-            for i in taken:
-                pooled[i] = self._run_one(tokens[i])
+            start = time.thread_time()
+            try:
+                for i in taken:
+                    pooled[i] = self._run_one(tokens[i])
+            finally:
+                cpu.append(time.thread_time() - start)
 
         helpers = min(self._workers, len(tokens)) - 1
         if helpers > 0:
@@ -123,4 +130,10 @@ class MiniLMEmbedder:
                 future.result()
         else:
             work()
+        self._calls.cpu_seconds = sum(cpu)
         return l2_normalize(pooled)
+
+    def last_call_cpu_seconds(self) -> float:
+        """CPU seconds of every thread that worked on this thread's last `embed` call (the
+        helpers' too, which the caller's own thread time misses)."""
+        return float(getattr(self._calls, "cpu_seconds", 0.0))
