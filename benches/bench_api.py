@@ -209,13 +209,13 @@ def _suggest_row(n: int) -> Row:
     from pml_server.api.server import start_server
     from pml_server.config import ServerConfig
     from pml_server.domain.model import SuggestQuery
-    from tests.engines import open_test_engine
+    from tests.support import open_engine
 
     with tempfile.TemporaryDirectory() as tmp:
         config = ServerConfig(
             listen="127.0.0.1:0", data_dir=Path(tmp), embedder="hashing", durability="fast"
         )
-        server = start_server(config, engine=open_test_engine(config))
+        server = start_server(config, engine=open_engine(config))
         try:
             with PmlClient(f"127.0.0.1:{server.port}") as client:
                 client.upload(_fresh(_sample(200), "q"))

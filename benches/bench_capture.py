@@ -18,8 +18,8 @@ from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, ToolCall
 from pml_server.embedding import CachedEmbedder
 from pml_server.embedding.minilm import MiniLMEmbedder
-from pml_server.engine import Engine
-from tests.engine_support import Clock
+from pml_server.service import Engine
+from tests.support import Clock
 
 SUITE = "capture"
 

@@ -71,7 +71,7 @@ class RunningServer:
 
 def open_engine(config: ServerConfig) -> EngineProtocol:
     """The real engine, built from the server flags."""
-    from pml_server.engine import Engine
+    from pml_server.service import Engine
 
     return Engine.open(
         EngineConfig(

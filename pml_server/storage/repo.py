@@ -14,8 +14,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pml_server.capture import json_form
-from pml_server.capture.records import (
+from pml_server.domain import json_form
+from pml_server.domain.records import (
     CapabilityRecord,
     IntentRecord,
     PatternCounters,
