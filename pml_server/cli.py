@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -238,6 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     imp = client("import", "upload a JSONL file of ExecutionRecords over the stream")
     imp.add_argument("file", type=Path, help="one ExecutionRecord in proto JSON per line")
+    imp.add_argument(
+        "--strict",
+        action="store_true",
+        help="check every line first and send nothing if one is not an ExecutionRecord",
+    )
 
     sug = client("suggest", "ranked suggestions with score parts")
     sug.add_argument("intent", help="what the agent wants to do")

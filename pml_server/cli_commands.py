@@ -10,8 +10,10 @@ import argparse
 import json
 import os
 import sys
+import time
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,15 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from pml_server import cli_render as render
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
@@ -116,23 +126,71 @@ def record(args: argparse.Namespace) -> int:
     return _capture_exit(result)
 
 
+def _jsonl_records(
+    path: Path, bad: Callable[[int, str], None]
+) -> Iterator[tuple[int, resources_pb2.ExecutionRecord]]:
+    """(line number, record) of each non-empty line of `path`, read a line at a time; a line
+    that is not an ExecutionRecord goes to `bad` and is skipped."""
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue
+            try:
+                line = raw.decode("utf-8")
+                yield number, json_format.Parse(line, resources_pb2.ExecutionRecord())
+            except (json_format.ParseError, UnicodeDecodeError) as err:
+                bad(number, str(err).splitlines()[0][:300])
+
+
 def import_file(args: argparse.Namespace) -> int:
+    """`pml import FILE`: stream a JSONL file of ExecutionRecords over StreamTraces, with a
+    progress bar and a summary counting each record once (saved / counted / rejected /
+    refused, replays among them, bad lines, executions/s); `--json` prints the summary as JSON."""
     console = _console() if not args.json else Console(stderr=True, quiet=True)
-    records = []
-    for number, line in enumerate(_read_text(args.file).splitlines(), 1):
-        if not line.strip():
-            continue
-        records.append(_parse_record(line, f"{args.file}:{number}"))
+    errors = Console(stderr=True)
+    path: Path = args.file
+    if not path.is_file():
+        raise InputError(f"cannot read {path}: no such file")
+    bad_lines: list[int] = []
+
+    def report_bad(number: int, why: str) -> None:
+        bad_lines.append(number)
+        errors.print(f"[red]error[/] {path}:{number}: not an ExecutionRecord: {why}", markup=True)
+
+    # One quick pass counts the lines for the progress bar (and, with --strict, checks them all
+    # before anything is sent); the upload then reads the file again, a line at a time.
+    total = 0
+    for _ in _jsonl_records(path, report_bad if args.strict else lambda n, w: None):
+        total += 1
+    if args.strict and bad_lines:
+        raise InputError(f"{path}: {len(bad_lines)} bad lines: nothing was sent (--strict)")
+    bad_lines.clear()
     outcomes: Counter[str] = Counter()
     refused: list[tuple[str, str]] = []
-    columns = (TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("importing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+
+    def pairs() -> Iterator[tuple[str, resources_pb2.ExecutionRecord]]:
+        for number, record in _jsonl_records(path, report_bad):
+            if not record.request_id:  # stays the same if the stream must be resent
+                record.request_id = str(uuid.uuid4())
+            yield f"line-{number}", record  # unique even when request ids repeat
+
+    start = time.perf_counter()
     with _client(args) as client, Progress(*columns, console=console) as progress:
-        task = progress.add_task("import", total=len(records))
+        task = progress.add_task("import", total=total)
 
         def on_ack(ack: pml_pb2.StreamTracesResponse) -> None:
             if ack.HasField("error"):
                 outcomes["refused"] += 1
-                refused.append((ack.execution_id, ack.error.message))
+                if len(refused) < 20:
+                    refused.append((ack.execution_id, ack.error.message))
             else:
                 name = resources_pb2.CaptureOutcome.Name(ack.result.outcome)
                 outcomes[name.removeprefix("CAPTURE_OUTCOME_").lower()] += 1
@@ -140,24 +198,38 @@ def import_file(args: argparse.Namespace) -> int:
                     outcomes["replayed"] += 1
             progress.advance(task)
 
-        report = client.upload(records, on_ack=on_ack)
+        report = client.upload_pairs(pairs(), on_ack=on_ack, keep_acks=False)
+    elapsed = time.perf_counter() - start
+    answered = sum(n for k, n in outcomes.items() if k != "replayed")
+    rate = answered / elapsed if elapsed > 0 else 0.0
     if args.json:
         _print_json(
             {
-                "records": len(records),
+                "records": answered,
                 "outcomes": dict(sorted(outcomes.items())),
+                "bad_lines": bad_lines,
+                "executions_per_second": round(rate, 1),
                 "reconnects": report.reconnects,
                 "refused": [{"execution_id": e, "message": m} for e, m in refused],
             }
         )
     else:
-        summary = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())) or "nothing"
+        parts = [f"{outcomes[k]} {k}" for k in _SUMMARY_KEYS]
+        parts += [f"{n} {k}" for k, n in sorted(outcomes.items()) if k not in _SUMMARY_KEYS]
+        if bad_lines:
+            parts.append(f"{len(bad_lines)} bad lines skipped")
         console.print(
-            f"imported {len(records)} records: {summary}; reconnects: {report.reconnects}"
+            f"imported {answered} records from {path}: {', '.join(parts)}; "
+            f"{rate:.1f} executions/s; reconnects: {report.reconnects}"
         )
         for eid, message in refused[:20]:
             console.print(f"  [red]refused[/] {eid}: {message}")
-    return EXIT_NOT_TAKEN if refused or outcomes["rejected"] else EXIT_OK
+    if refused or outcomes["rejected"]:
+        return EXIT_NOT_TAKEN
+    return EXIT_USAGE if bad_lines else EXIT_OK
+
+
+_SUMMARY_KEYS = ("saved", "counted", "rejected", "refused")
 
 
 def suggest(args: argparse.Namespace) -> int:

@@ -32,7 +32,14 @@ from pml_server.storage.keys import (
 )
 from pml_server.storage.seam import IdAllocator, LocalLocks, Op, StoreClosedError, WriteTicket
 
-__all__ = ["Op", "SchemaVersionError", "Store", "StoreClosedError", "StoreInUseError", "WriteTicket"]
+__all__ = [
+    "Op",
+    "SchemaVersionError",
+    "Store",
+    "StoreClosedError",
+    "StoreInUseError",
+    "WriteTicket",
+]
 
 SCHEMA_VERSION = 1
 _META_SCHEMA_KEY = b"meta/schema_version"
