@@ -24,6 +24,7 @@ from pml_server.ranking.lexical import LexicalIndex, tokenize
 from pml_server.ranking.rank import rank, resolve_settings
 from pml_server.ranking.scoring import score
 from pml_server.ranking.signals import (
+    beta_mean,
     fuse_match,
     normalize_lexical,
     recency_factor,
@@ -49,6 +50,7 @@ __all__ = [
     "RankTable",
     "RankingConfig",
     "Retrieval",
+    "beta_mean",
     "core_params",
     "default_ranking",
     "fuse_match",

@@ -3,7 +3,7 @@
 //! grouping by capability and the top k, all from the ranking table, without the store.
 //!
 //! The answer is that of `pml_server.ranking.rank` over the candidates
-//! `pml_server.engine_candidates.retrieve` builds: the same hits, the same float operations,
+//! `pml_server.service._suggest.retrieve` builds: the same hits, the same float operations,
 //! the same order (total, match, success descending, then capability id and pattern id).
 
 use std::cmp::Ordering;
@@ -42,7 +42,7 @@ pub struct Retrieved {
     pub lexical: Vec<(String, f64)>,
 }
 
-/// Both index searches, each for `limit` hits (`engine_candidates.retrieve`).
+/// Both index searches, each for `limit` hits (`service._suggest.retrieve`).
 pub fn retrieve(
     ann: &HnswIndex,
     lexical: &LexicalIndex,

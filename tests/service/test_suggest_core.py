@@ -1,0 +1,139 @@
+"""Suggest ranked in the Rust core gives the Python ranking's answer, on a real engine.
+
+Without `explain` the engine ranks in the core (`ranking.table`, one call over its ranking
+table); with `explain` it ranks in Python (`service._suggest.retrieve` + `rank_lazily`, the
+reference, whose lazy answer equals the full `rank`: tests/ranking/test_lazy.py). The
+suggestions of the two must be equal, score parts bit for bit, after captures, failures, tags,
+retention marks, ungrouping, deletions and a restart (the table restored from the store)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pml_server import _core
+from pml_server.domain.model import PageRequest, SuggestQuery
+from pml_server.ranking import FilterSettings, LexicalIndex, RankingConfig, RankTable, core_params
+from pml_server.ranking.scoring import relevance
+from pml_server.ranking.signals import recency_factor, success_estimate, usage_factor
+from pml_server.service import Engine, _curation
+from tests.support import Clock, make_record, open_engine
+
+WORDS = [
+    "read",
+    "parse",
+    "csv",
+    "json",
+    "excel",
+    "upload",
+    "send",
+    "email",
+    "report",
+    "invoice",
+    "resize",
+    "image",
+    "zip",
+]
+TOOLS = ["read_file", "parse_csv", "parse_xlsx", "gmail_send", "s3_put", "resize", "zip"]
+
+
+def _populate(engine: Engine, clock: Clock, rng: random.Random, tenant: str) -> None:
+    for i in range(70):
+        tools = rng.sample(TOOLS, rng.randint(1, 3))
+        intent = " ".join(rng.sample(WORDS, rng.randint(2, 4)))
+        failed = {tools[0]} if rng.random() < 0.25 else None
+        tags = tuple(rng.sample(["prod", "beta", "eu"], rng.randint(0, 2)))
+        # a few codes repeat: counters grow, intents are added to existing patterns
+        path = f"f{rng.randint(0, 25)}.json"
+        engine.record(
+            tenant, make_record(f"r{i}", intent, tools, failed=failed, path=path, tags=tags)
+        )
+        clock.advance_days(rng.choice([0.0, 0.0, 3.0, 40.0]))
+
+
+def _queries(rng: random.Random) -> list[SuggestQuery]:
+    queries = []
+    for _ in range(40):
+        intent = " ".join(rng.sample(WORDS, rng.randint(1, 3)))
+        queries.append(
+            SuggestQuery(
+                intent,
+                k=rng.randint(1, 6),
+                min_match=rng.choice([None, 0.0, 0.2]),
+                min_success=rng.choice([None, 0.0, 0.6]),
+                include_flagged=rng.random() < 0.3,
+                available_tools=rng.choice([None, None, tuple(rng.sample(TOOLS, 4)), ()]),
+                tags=rng.choice([(), (), ("prod",), ("prod", "eu"), ("never",)]),
+            )
+        )
+    return queries
+
+
+def _assert_core_equals_python(engine: Engine, tenant: str, queries: list[SuggestQuery]) -> int:
+    shown = 0
+    for query in queries:
+        core = engine.suggest(tenant, query)
+        python = engine.suggest(tenant, replace(query, explain=True))
+        assert core.suggestions == python.suggestions, query
+        assert core.filtered == ()
+        shown += len(core.suggestions)
+    return shown
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_core_ranks_as_the_python_ranking(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    clock = Clock()
+    engine = open_engine(tmp_path, clock, retention_in_background=False)
+    _populate(engine, clock, rng, "t")
+    _populate(engine, clock, random.Random(seed + 100), "other")  # tenant isolation
+    queries = _queries(rng)
+    assert _assert_core_equals_python(engine, "t", queries) > 40  # not vacuous
+    # marks, ungrouping and deletions change what ranks
+    patterns = engine.list_patterns("t", PageRequest(page_size=100)).items
+    engine.run_retention("t", apply=True)
+    for view in patterns[:3]:
+        _curation.set_marks(engine._state, "t", view.id, True, patterns[-1].id)
+    engine.ungroup_pattern("t", patterns[4].id)
+    engine.delete_pattern("t", patterns[5].id)
+    clock.advance_days(150)
+    _assert_core_equals_python(engine, "t", queries)
+    _assert_core_equals_python(engine, "other", queries)
+    engine.close()
+    reopened = open_engine(tmp_path, clock, retention_in_background=False)
+    _assert_core_equals_python(reopened, "t", queries)
+    assert reopened.suggest("nobody", queries[0]).suggestions == ()
+    reopened.close()
+
+
+def test_the_core_formula_is_the_python_reference() -> None:
+    """One pattern at a time through the core (a 1-intent table) against `scoring`."""
+    config = RankingConfig(usage_weight=0.3, prior_failures=2.0, recency_floor=0.1)
+    rng = random.Random(7)
+    now = 1_800_000_000_000
+    for i in range(200):
+        ann = _core.HnswIndex(4)
+        vector = np.array([rng.uniform(-1, 1) for _ in range(4)], dtype=np.float32)
+        ann.add(np.array([1], dtype=np.uint64), vector.reshape(1, -1))
+        table = RankTable()
+        successes, failures, usage = rng.randint(0, 80), rng.randint(0, 30), rng.randint(0, 500)
+        last = now - rng.randint(0, 400 * 86_400_000)
+        table.link_intent(1, f"p{i}")
+        table.set_pattern(f"p{i}", "c", ["t"], False, rng.random() < 0.5)
+        table.set_counters(f"p{i}", successes, failures, usage, last, [])
+        settings = FilterSettings(0.0, 0.0, True, None, frozenset())
+        query = np.array([rng.uniform(-1, 1) for _ in range(4)], dtype=np.float32)
+        (got,) = table.rank(ann, LexicalIndex(), query, "", 8, 1, settings, config, now)
+        _, (cosine,) = ann.search(query, 1)
+        parts = got.score
+        assert (parts.semantic, parts.lexical, parts.match) == relevance(float(cosine), 0.0, config)
+        assert parts.success_estimate == success_estimate(successes, failures, config)
+        assert parts.usage == usage_factor(usage, config)
+        assert parts.recency == recency_factor(last, now, config)
+        product = parts.match * parts.success_estimate * parts.usage * parts.recency
+        assert parts.total == product * parts.superseded_penalty
+    assert core_params(config) is core_params(config)
