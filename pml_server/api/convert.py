@@ -248,6 +248,7 @@ def _fill_score(out: resources_pb2.ScoreParts, parts: model.ScoreParts) -> None:
     out.recency = parts.recency
     out.superseded_penalty = parts.superseded_penalty
     out.total = parts.total
+    out.reliability = parts.reliability
 
 
 def suggest_response(result: model.SuggestResult) -> pml_pb2.SuggestResponse:

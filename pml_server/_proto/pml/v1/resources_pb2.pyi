@@ -557,6 +557,7 @@ class ScoreParts(_message.Message):
     RECENCY_FIELD_NUMBER: _builtins.int
     SUPERSEDED_PENALTY_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
+    RELIABILITY_FIELD_NUMBER: _builtins.int
     match: _builtins.float
     """(Output only) Fused relevance, 0..1."""
     semantic: _builtins.float
@@ -564,15 +565,21 @@ class ScoreParts(_message.Message):
     lexical: _builtins.float
     """(Output only) Normalized lexical score."""
     success_estimate: _builtins.float
-    """(Output only) Small-sample-aware success estimate, 0..1."""
+    """(Output only) Small-sample-aware success estimate, 0..1 (Beta(1, 1) posterior mean; what
+    min_success compares with).
+    """
     usage: _builtins.float
-    """(Output only) Diminishing usage weight."""
+    """(Output only) Usage tie-break weight, within [1 - usage_weight, 1]."""
     recency: _builtins.float
     """(Output only) 1.0 up to 90 days unused, then decaying."""
     superseded_penalty: _builtins.float
     """(Output only) 1.0 unless superseded."""
     total: _builtins.float
-    """(Output only) The final score."""
+    """(Output only) The final score: match * reliability * usage * recency * superseded_penalty."""
+    reliability: _builtins.float
+    """(Output only) Evidence of failure against the pattern, 0..1: 1.0 without failures, whatever
+    the number of tries; sinks toward success rate / expected rate as failures accumulate.
+    """
     def __init__(
         self,
         *,
@@ -584,10 +591,11 @@ class ScoreParts(_message.Message):
         recency: _builtins.float = ...,
         superseded_penalty: _builtins.float = ...,
         total: _builtins.float = ...,
+        reliability: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "match", b"match", "recency", b"recency", "semantic", b"semantic", "success_estimate", b"success_estimate", "superseded_penalty", b"superseded_penalty", "total", b"total", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "match", b"match", "recency", b"recency", "reliability", b"reliability", "semantic", b"semantic", "success_estimate", b"success_estimate", "superseded_penalty", b"superseded_penalty", "total", b"total", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
