@@ -406,7 +406,8 @@ class Engine:
             if prior is not None:
                 return decode_result(prior)  # rule 6: the first answer, nothing counted twice
             normalized = self._normalize(record)  # bad code is refused before embedding
-            vector = client_vector
+            # rule 1: a failed run is a failed try whatever the client sent (no vector)
+            vector = client_vector if succeeded else None
             if vector is None and succeeded:
                 vector = self._embed_one(record.intent)
             result, ticket = self._capture_one_locked(tenant, record, vector, normalized)
@@ -438,9 +439,11 @@ class Engine:
             try:
                 validate_record(record, self._limits)
                 if record.intent_embedding is not None:
-                    vectors[i] = check_client_vector(
+                    vector = check_client_vector(
                         record.intent_embedding, self._embedder.dim, "intent_embedding"
                     )
+                    # rule 1: a failed run is a failed try whatever the client sent
+                    vectors[i] = vector if run_succeeded(record) else None
             except InvalidArgumentError as error:
                 outcomes[i] = error
         stripes = {
