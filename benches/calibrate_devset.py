@@ -59,8 +59,14 @@ def collect(variant: str, embedder: str) -> list[tuple[str, list[Part]]]:
                     items = [(s.capability, s.pattern.name, s.score) for s in reply.suggestions]
                     items += [(f.capability, f.pattern, f.score) for f in reply.filtered]
                     parts = [
-                        Part(store.group_of.get(cap, "?"), pat, sc.semantic, _raw(sc.lexical),
-                             (sc.usage - (1 - w)) / w, sc.success_estimate)  # fmt: skip
+                        Part(
+                            store.group_of.get(cap, "?"),
+                            pat,
+                            sc.semantic,
+                            _raw(sc.lexical),
+                            (sc.usage - (1 - w)) / w,
+                            sc.success_estimate,
+                        )
                         for cap, pat, sc in items
                     ]
                     cases.append((q.group, parts))
@@ -75,7 +81,9 @@ def replay(cases: list[tuple[str, list[Part]]], config: RankingConfig) -> dict[s
         scored = []
         for p in parts:
             lex = p.bm25 / (p.bm25 + config.lexical_half_score) if p.bm25 > 0 else 0.0
-            match = 1 - (1 - config.semantic_weight * p.semantic) * (1 - config.lexical_weight * lex)
+            match = 1 - (1 - config.semantic_weight * p.semantic) * (
+                1 - config.lexical_weight * lex
+            )
             if match < config.min_match or p.success_estimate < config.min_success:
                 continue
             usage = 1 - config.usage_weight + config.usage_weight * p.usage_saturation
@@ -86,8 +94,11 @@ def replay(cases: list[tuple[str, list[Part]]], config: RankingConfig) -> dict[s
 
 def main(variant: str, embedder: str) -> None:
     cases = collect(variant, embedder)
-    base = RankingConfig() if embedder != "hashing" else RankingConfig(semantic_weight=0.5,
-                                                                         min_match=0.15)  # fmt: skip
+    base = (
+        RankingConfig()
+        if embedder != "hashing"
+        else RankingConfig(semantic_weight=0.5, min_match=0.15)
+    )
     print(f"{variant} {embedder}: {len(cases)} tune queries; served hit@1 / MRR")
     for usage_weight in USAGE_WEIGHTS:
         print(f"usage_weight {usage_weight}")
@@ -96,8 +107,12 @@ def main(variant: str, embedder: str) -> None:
             cells = []
             for half in HALF_SCORES:
                 config = RankingConfig(
-                    **{**base.__dict__, "lexical_weight": weight, "lexical_half_score": half,
-                       "usage_weight": usage_weight}  # fmt: skip
+                    **{
+                        **base.__dict__,
+                        "lexical_weight": weight,
+                        "lexical_half_score": half,
+                        "usage_weight": usage_weight,
+                    }
                 )
                 m = replay(cases, config)
                 cells.append(f"{m['hit@1']:.3f} / {m['MRR']:.3f}")
@@ -105,4 +120,7 @@ def main(variant: str, embedder: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "default", sys.argv[2] if len(sys.argv) > 2 else "minilm")
+    main(
+        sys.argv[1] if len(sys.argv) > 1 else "default",
+        sys.argv[2] if len(sys.argv) > 2 else "minilm",
+    )

@@ -73,11 +73,22 @@ class Server:
 
     def __init__(self, data_dir: Path, embedder: str) -> None:
         cmd = [
-            sys.executable, "-m", "pml_server.cli", "serve", "--listen", "127.0.0.1:0",
-            "--data-dir", str(data_dir), "--embedder", embedder, "--durability", "fast",
-            "--log-level", "warning",
-        ]  # fmt: skip
-        self.log = tempfile.TemporaryFile()
+            sys.executable,
+            "-m",
+            "pml_server.cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(data_dir),
+            "--embedder",
+            embedder,
+            "--durability",
+            "fast",
+            "--log-level",
+            "warning",
+        ]
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.port = self._wait_for_port()
 
@@ -128,9 +139,13 @@ class Store:
 
 
 def _record(
-    rid: str, intent: str, code: str, tools: Sequence[str], vector: NDArray[np.float32] | None,
+    rid: str,
+    intent: str,
+    code: str,
+    tools: Sequence[str],
+    vector: NDArray[np.float32] | None,
     failed: bool = False,
-) -> resources_pb2.ExecutionRecord:  # fmt: skip
+) -> resources_pb2.ExecutionRecord:
     calls = [resources_pb2.ToolCall(tool=t, ok=True) for t in tools]
     if failed:
         calls[-1].ok = False
@@ -168,8 +183,10 @@ def _twin_records(
         )
         tries = rng.randint(10, 20)
         successes = max(1, round(rng.uniform(0.2, 0.4) * tries))
-        outcomes = [True] + rng.sample([True] * (successes - 1) + [False] * (tries - successes),
-                                       tries - 1)  # fmt: skip
+        outcomes = [
+            True,
+            *rng.sample([True] * (successes - 1) + [False] * (tries - successes), tries - 1),
+        ]
         for i, ok in enumerate(outcomes):
             source = own[i % len(own)]
             rid = f"twin-{group}-{i}"
@@ -207,7 +224,7 @@ def _fill(
             elif extra_groups and rid in extra_groups and result.pattern:
                 store.twins[result.pattern] = extra_groups[rid]
     store.group_of = {cap: c.most_common(1)[0][0] for cap, c in votes.items()}
-    for group, patterns in store.originals.items():
+    for patterns in store.originals.values():
         patterns.difference_update(store.twins)
     return store
 
@@ -236,9 +253,8 @@ def _previous_total(parts: resources_pb2.ScoreParts, usage_weight: float) -> flo
     saturation = (parts.usage - (1.0 - usage_weight)) / usage_weight if usage_weight else 1.0
     old_usage = 1.0 - PREVIOUS_USAGE_WEIGHT + PREVIOUS_USAGE_WEIGHT * saturation
     return (
-        parts.match * parts.success_estimate * old_usage * parts.recency
-        * parts.superseded_penalty
-    )  # fmt: skip
+        parts.match * parts.success_estimate * old_usage * parts.recency * parts.superseded_penalty
+    )
 
 
 def _order(cands: Iterable[Cand], key: Callable[[Cand], float]) -> list[str]:
@@ -430,32 +446,61 @@ def rows_of(ev: Evaluation) -> list[Row]:
                 if mode == "served" and metric in ("hit@1", "MRR"):
                     baseline, name, target = m["match only"][metric], "match only", 1.0
                 rows.append(
-                    Row(SUITE, f"{prefix} {slice_name} {mode} {metric}", value, "", baseline, name,
-                        target, extra=extra)  # fmt: skip
+                    Row(
+                        SUITE,
+                        f"{prefix} {slice_name} {mode} {metric}",
+                        value,
+                        "",
+                        baseline,
+                        name,
+                        target,
+                        extra=extra,
+                    )
                 )
         served, tfidf = m["served"]["hit@1"], m["TF-IDF"]["hit@1"]
         rows.append(
-            Row(SUITE, f"{prefix} {slice_name} served hit@1 - TF-IDF hit@1", served - tfidf, "",
-                extra=extra)  # fmt: skip
+            Row(
+                SUITE,
+                f"{prefix} {slice_name} served hit@1 - TF-IDF hit@1",
+                served - tfidf,
+                "",
+                extra=extra,
+            )
         )
     if ev.injected is not None and ev.twin_wins is not None:
         judged = [w for w in ev.twin_wins["served"] if w is not None]
         retrieved = sum(bool(w) for w in ev.twin_wins["twin retrieved"])
-        extra = {"queries of twinned groups": len(judged), "twin retrieved": retrieved,
-                 "twin patterns": ev.twin_patterns}  # fmt: skip
+        extra = {
+            "queries of twinned groups": len(judged),
+            "twin retrieved": retrieved,
+            "twin patterns": ev.twin_patterns,
+        }
         for mode in ("served", "previous formula"):
             wins = [w for w in ev.twin_wins[mode] if w is not None]
             rows.append(
-                Row(SUITE, f"{prefix} injected: {mode}: share of queries where a twin outranks "
-                    "its original", sum(wins) / max(len(wins), 1), "share", target=None,
-                    extra=extra)  # fmt: skip
+                Row(
+                    SUITE,
+                    f"{prefix} injected: {mode}: share of queries where a twin outranks "
+                    "its original",
+                    sum(wins) / max(len(wins), 1),
+                    "share",
+                    target=None,
+                    extra=extra,
+                )
             )
         for mode in ("served", "previous formula"):
             clean = metrics(ev.ranks[mode])["hit@1"]
             dirty = metrics(ev.injected[mode])["hit@1"]
             rows.append(
-                Row(SUITE, f"{prefix} injected: {mode} hit@1 (clean store as baseline)", dirty,
-                    "", clean, "clean store", extra={"delta": round(dirty - clean, 4)})  # fmt: skip
+                Row(
+                    SUITE,
+                    f"{prefix} injected: {mode} hit@1 (clean store as baseline)",
+                    dirty,
+                    "",
+                    clean,
+                    "clean store",
+                    extra={"delta": round(dirty - clean, 4)},
+                )
             )
     return rows
 

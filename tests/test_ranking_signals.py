@@ -7,12 +7,12 @@ import math
 import pytest
 
 from pml_server.ranking import (
-    reliability_factor,
     DAY_MS,
     RankingConfig,
     fuse_match,
     normalize_lexical,
     recency_factor,
+    reliability_factor,
     success_estimate,
     usage_factor,
 )

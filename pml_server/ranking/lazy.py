@@ -2,11 +2,12 @@
 can still make the top k.
 
 A candidate's total is its match (known from the retrieval scores alone) times factors that
-depend on its counters; none exceeds 1 (reliability is 1 at most, reached without failures), and
-the usage factor grows with the count, so `score_ceiling` of the tenant's highest usage count
-bounds their product for every pattern. Candidates are loaded in decreasing match order; once k capabilities pass the
-filters and the next match times the ceiling is below the k-th best total, no candidate left
-can enter the answer or change the representative of one in it (its total is lower still).
+depend on its counters; none exceeds 1 (reliability is 1 at most, reached without failures),
+and the usage factor grows with the count, so `score_ceiling` of the tenant's highest usage
+count bounds their product for every pattern. Candidates are loaded in decreasing match order;
+once k capabilities pass the filters and the next match times the ceiling is below the k-th
+best total, no candidate left can enter the answer or change the representative of one in it
+(its total is lower still).
 With `explain` every candidate is loaded, since the answer lists all of them.
 """
 
