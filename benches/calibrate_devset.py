@@ -22,7 +22,9 @@ from pml_server.ranking import RankingConfig
 PROBE = RankingConfig()
 LEXICAL_WEIGHTS = (0.0, 0.5, 0.7, 0.8, 0.9, 1.0)
 HALF_SCORES = (5.0, 10.0, 15.0, 25.0)
-USAGE_WEIGHTS = (0.0, 0.02, 0.05, 0.2)
+USAGE_WEIGHTS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.2)
+# the skewed variant (3k tune queries): the usage weights at the fusion defaults only
+SKEWED_GRID = ((0.9,), (10.0,))
 
 
 @dataclass(frozen=True)
@@ -100,12 +102,13 @@ def main(variant: str, embedder: str) -> None:
         else RankingConfig(semantic_weight=0.5, min_match=0.15)
     )
     print(f"{variant} {embedder}: {len(cases)} tune queries; served hit@1 / MRR")
+    weights, halves = SKEWED_GRID if variant == "skewed" else (LEXICAL_WEIGHTS, HALF_SCORES)
     for usage_weight in USAGE_WEIGHTS:
         print(f"usage_weight {usage_weight}")
-        print("lexical_weight " + " ".join(f"{h:>13}" for h in HALF_SCORES))
-        for weight in LEXICAL_WEIGHTS:
+        print("lexical_weight " + " ".join(f"{h:>13}" for h in halves))
+        for weight in weights:
             cells = []
-            for half in HALF_SCORES:
+            for half in halves:
                 config = RankingConfig(
                     **{
                         **base.__dict__,
