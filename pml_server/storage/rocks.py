@@ -24,6 +24,7 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
+from pml_server.domain.errors import UnavailableError
 from pml_server.storage.keys import (
     CF_COUNTERS,
     CF_META,
@@ -86,8 +87,9 @@ class SchemaVersionError(RuntimeError):
     """The store on disk was written by a newer, unknown schema."""
 
 
-class StoreClosedError(RuntimeError):
-    """A write was submitted after `close` or after a failed commit."""
+class StoreClosedError(UnavailableError):
+    """A write was submitted after `close` or after a failed commit (UNAVAILABLE: the caller
+    may retry, with the same request id, once a healthy server answers)."""
 
 
 @dataclass
