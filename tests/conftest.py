@@ -13,6 +13,7 @@ from pml_server.api.server import RunningServer, start_server
 from pml_server.client import PmlClient
 from pml_server.config import ServerConfig
 from pml_server.domain.engine import EngineProtocol
+from tests.postgres_cluster import postgres_cluster, postgres_dsn  # noqa: F401 (fixtures)
 from tests.support import open_engine
 
 StartServer = Callable[..., RunningServer]

@@ -48,7 +48,7 @@ from pml_server.service._writes import (
     oplog,
 )
 from pml_server.storage.repo import tools_digest
-from pml_server.storage.rocks import WriteTicket
+from pml_server.storage.seam import RequestAlreadyAppliedError, WriteTicket, finished_ticket
 
 MAX_TAGS = 32
 Outcome = CaptureResult | Exception
@@ -218,7 +218,10 @@ def _capture_one_locked(
         result = _capture_locked(state, tenant, execution, normalized, vector, change, held)
         answer = encode_result(result, state.clock())
         change.ops.append(state.repo.put_request_result(tenant, execution.request_id, answer))
-        return result, commit(state, tenant, change)
+        try:
+            return result, commit(state, tenant, change)
+        except RequestAlreadyAppliedError as applied:  # by another replica, meanwhile
+            return decode_result(applied.result), finished_ticket()
 
 
 def _capture_locked(
@@ -232,9 +235,7 @@ def _capture_locked(
 ) -> CaptureResult:
     now = state.clock()
     repo = state.repo
-    pattern_id = repo.pattern_id_for_hash(tenant, normalized.code_hash)
-    pattern = repo.pattern(tenant, pattern_id) if pattern_id else None
-    counters = repo.counters(tenant, pattern_id) if pattern_id else None
+    pattern, counters = repo.pattern_for_hash(tenant, normalized.code_hash)
     failures = tool_failures(execution)
     if pattern is None or counters is None:
         if vector is None:  # rule 1: a new pattern with a failure is not saved

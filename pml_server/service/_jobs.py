@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pml_server.service._curation import run_retention
 from pml_server.service._restore import restore_indexes
 from pml_server.service._state import EngineState
-from pml_server.storage.rocks import Op
+from pml_server.storage.seam import Op
 
 
 class BackgroundJobs:
@@ -43,15 +43,22 @@ class BackgroundJobs:
 
     def _load_indexes(self) -> None:
         state = self._state
+        follower = state.follower
         try:
+            if follower is not None:
+                follower.begin()  # before the restore reads: nothing committed is missed
             restored = restore_indexes(state.repo, state.config.vector_index, state.embedder.dim)
             state.indexes.replace_all(restored)
+            if follower is not None:
+                follower.catch_up()
             # Nothing writes before ready: snapshot now so the next start replays nothing.
             write_snapshots(state, trim_oplog=True)
             for tenant in restored:
                 # Read every counter once now rather than in some tenant's first Suggest (at
                 # 100k patterns that call took seconds, and held up the calls behind it).
                 state.repo.counter_ceilings(tenant)
+            if follower is not None:  # other replicas' writes, from now on
+                self._spawn(lambda: follower.run(self._stop), "pml-follower")
             state.readiness.set_ready()
         except BaseException as error:  # reported by wait_ready; is_ready stays False
             state.readiness.set_failed(error)

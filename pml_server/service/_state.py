@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,9 +23,11 @@ from pml_server.embedding import CachedEmbedder
 from pml_server.embedding.base import Embedder
 from pml_server.ranking import RankingConfig, default_ranking
 from pml_server.search import TenantIndexes
-from pml_server.storage import Store
-from pml_server.storage.allocator import BlockAllocator
-from pml_server.storage.repo import Repository
+from pml_server.storage import StoreBackend, repository_for
+from pml_server.storage.seam import Locks as SeamLocks
+
+if TYPE_CHECKING:
+    from pml_server.replication import OplogFollower
 
 Clock = Callable[[], int]
 Normalizer = Callable[[str, str], NormalizedCode]
@@ -35,11 +38,13 @@ IndexAdd = tuple[IntentRecord, tuple[str, ...]]
 class Locks:
     """Striped locks, always taken in this order: request id (idempotency), code hash (a
     pattern's counters), tool signature (capability grouping, only when a capture creates a
-    pattern), tenant (stats and failure log)."""
+    pattern), tenant (stats and failure log). With a shared store the pattern and group locks
+    also lock other replicas out (database advisory locks, `StoreBackend.locks`); request ids
+    are made exactly-once by the store itself and tenant counts are SQL deltas."""
 
+    pattern: SeamLocks
+    group: SeamLocks
     request: StripedLocks = field(default_factory=lambda: StripedLocks(1024))
-    pattern: StripedLocks = field(default_factory=lambda: StripedLocks(1024))
-    group: StripedLocks = field(default_factory=lambda: StripedLocks(256))
     tenant: StripedLocks = field(default_factory=lambda: StripedLocks(64))
 
 
@@ -78,7 +83,7 @@ class EngineState:
     def __init__(
         self,
         config: EngineConfig,
-        store: Store,
+        store: StoreBackend,
         embedder: Embedder | CachedEmbedder,
         clock: Clock,
         normalizer: Normalizer,
@@ -88,7 +93,7 @@ class EngineState:
             config.ranking if config.ranking is not None else default_ranking(config.embedder)
         )
         self.store = store
-        self.repo = Repository(store)
+        self.repo = repository_for(store)
         self.embedder = embedder
         self.clock = clock
         self.normalizer = normalizer
@@ -102,18 +107,25 @@ class EngineState:
             max_tool_calls=config.max_tool_calls,
             recent_values_per_param=config.recent_values_per_param,
         )
-        self.locks = Locks()
+        self.locks = Locks(pattern=store.locks("pattern", 1024), group=store.locks("group", 256))
         # Each tenant's stats as this engine last submitted them. Only `_writes.commit` writes
         # stats, under the tenant's lock, so this is what the store (with its write overlay)
         # would answer: every capture skips a read and a JSON decode. Set only once a submit
         # was accepted; after a failed write the store refuses every later one.
         self.submitted_stats: dict[str, TenantStats] = {}
-        self.intent_ids = BlockAllocator(self.repo, "intent")
-        self.seqs = BlockAllocator(self.repo, "seq")
+        self.intent_ids = store.allocator("intent")
+        self.seqs = store.allocator("seq")
         self.indexes = TenantIndexes(config.vector_index, embedder.dim)
         # Index additions of the batch this thread is capturing (`record_many`), if any.
         self.staged_adds = threading.local()
         self.readiness = Readiness()
+        # With a shared store, other replicas write too: their op log entries are followed
+        # into this replica's indexes (pml_server/replication).
+        self.follower: OplogFollower | None = None
+        if store.shared:
+            from pml_server.replication import follower_for
+
+            self.follower = follower_for(store, self.repo, self.indexes.for_tenant)
 
     def embed_one(self, text: str) -> Vector:
         vector: Vector = self.embedder.embed([text])[0]

@@ -4,7 +4,9 @@ op log and audit entries, and waiting for the write to become durable.
 
 Everything a change writes goes to the store as one batch, submitted while the caller's locks
 are held (the store's overlay makes it visible to the next holder at once) and awaited after
-the inner locks are released, so group commit can merge concurrent captures into one fsync."""
+the inner locks are released, so group commit can merge concurrent captures into one fsync.
+A shared store (PostgreSQL) commits the batch in `submit`, in the transaction the caller's
+locks opened, and adds the stats deltas in SQL."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from pml_server.domain.model import ExecutionRecord, ToolFailure
 from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import Vector
 from pml_server.service._state import EngineState, IndexAdd
-from pml_server.storage.rocks import Op, WriteTicket
+from pml_server.storage.seam import Op, WriteTicket
 
 
 @dataclass
@@ -68,7 +70,9 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
     log_size = state.config.failure_log_size
     with state.locks.tenant.lock_for(tenant):
         stats = state.submitted_stats.get(tenant)
-        if stats is None:
+        # A shared store adds the deltas in SQL; its stats are read again only where the
+        # failure log's bound needs them (another replica may have logged failures).
+        if stats is None or (state.store.shared and change.failures):
             stats = repo.stats(tenant)
         logged = len(change.failures)
         if logged:
@@ -83,7 +87,7 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
         if change.stats:
             values = {k: getattr(stats, k) + v for k, v in change.stats.items()}
             stats = replace(stats, **values)
-            change.ops.append(repo.put_stats(tenant, stats))
+            change.ops.append(repo.put_stats(tenant, stats, change.stats))
         ticket = state.store.submit(change.ops)  # StoreClosedError: UNAVAILABLE
         state.submitted_stats[tenant] = stats
     staged: list[IndexAdd] | None = getattr(state.staged_adds, "adds", None)

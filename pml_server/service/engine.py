@@ -10,7 +10,8 @@
 - `_jobs`: index restore at open, snapshots, the retention schedule
 - `_writes`: a change's batch, its commit and durability; `_state`: what they all share
 
-`Engine.open(config)` opens the RocksDB store, checks that it was written with the configured
+`Engine.open(config)` opens the store (the embedded RocksDB, or a shared PostgreSQL one of
+several replicas: `storage.seam`), checks that it was written with the configured
 embedding model, and restores the in-memory search indexes (vector snapshot + op log replay, or
 a rebuild) in a background thread; `is_ready()` turns True when they have caught up, and until
 then every call that needs them raises UnavailableError.
@@ -42,10 +43,11 @@ from pml_server.domain.model import (
 from pml_server.domain.records import TenantStats
 from pml_server.embedding import CachedEmbedder, make_embedder
 from pml_server.embedding.base import Embedder, EmbedderWrapper
+from pml_server.replication import FollowerLag
 from pml_server.service import _capture, _curation, _idempotency, _reads, _suggest
 from pml_server.service._jobs import BackgroundJobs, write_snapshots
 from pml_server.service._state import Clock, EngineState, Normalizer
-from pml_server.storage import Store
+from pml_server.storage import StoreBackend, open_store
 
 
 def wall_clock_ms() -> int:
@@ -60,7 +62,7 @@ class Engine:
         cls, config: EngineConfig, clock: Clock | None = None, normalizer: Normalizer = normalize
     ) -> Engine:
         embedder = make_embedder(config.embedder, config.embedding_cache_size)
-        store = Store(config.data_dir, config.durability)
+        store = open_store(config.store, config.data_dir, config.durability, config.pool_size)
         try:
             engine = cls(config, store, embedder, clock or wall_clock_ms, normalizer)
         except BaseException:
@@ -72,7 +74,7 @@ class Engine:
     def __init__(
         self,
         config: EngineConfig,
-        store: Store,
+        store: StoreBackend,
         embedder: Embedder | CachedEmbedder,
         clock: Clock,
         normalizer: Normalizer = normalize,
@@ -83,7 +85,7 @@ class Engine:
             store.write([state.repo.put_model_id(embedder.model_id)])
         elif stored_model != embedder.model_id:
             raise FailedPreconditionError(
-                f"the store at {config.data_dir} holds vectors of embedding model "
+                f"the store at {store.location} holds vectors of embedding model "
                 f"{stored_model!r}; this server is configured with {embedder.model_id!r}. "
                 "Start it with the store's model, or use another data directory."
             )
@@ -117,6 +119,12 @@ class Engine:
         if ready:
             write_snapshots(self._state, trim_oplog=True)
         self._state.store.close()
+
+    def follower_lag(self) -> FollowerLag | None:
+        """How far behind the other replicas' writes this replica's indexes are (None: the
+        store is not shared)."""
+        follower = self._state.follower
+        return follower.lag() if follower is not None else None
 
     def embedding_dim(self) -> int:
         return self._state.embedder.dim

@@ -92,3 +92,18 @@ def test_metrics_export_the_model_usage(start: StartServer) -> None:
     assert _metric(after, "pml_embedding_cpu_seconds_total") > _metric(
         before, "pml_embedding_cpu_seconds_total"
     )
+
+
+def test_cpu_of_the_models_helper_threads_is_counted() -> None:
+    """MiniLM spreads a batch over two threads: the meter takes the CPU of both, as the model
+    reports it, not only the calling thread's."""
+    from pml_server.embedding.minilm import MiniLMEmbedder
+
+    model = MiniLMEmbedder(workers=2)
+    metered = MeteredEmbedder(model)
+    texts = [f"Read the JSON file number {i} and parse it into rows" for i in range(8)]
+    metered.embed(texts)
+    reported = model.last_call_cpu_seconds()
+    assert reported > 0.0
+    assert metered.usage().cpu_seconds == reported
+    assert metered.usage().texts == 8
