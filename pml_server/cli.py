@@ -109,6 +109,20 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         default=d.grace_seconds,
         help="how long SIGTERM waits for in-flight calls",
     )
+    add(
+        "--retention",
+        dest="retention_in_background",
+        action=argparse.BooleanOptionalAction,
+        default=d.retention_in_background,
+        help="apply the retention policy (flag, deprioritize; delete only if configured) to "
+        "every tenant on a schedule",
+    )
+    add(
+        "--retention-interval-seconds",
+        type=float,
+        default=d.retention_interval_seconds,
+        help="how often the retention policy runs, in seconds",
+    )
     add("--log-format", choices=["json", "text"], default="json", help="log line format")
     add("--log-level", default="info", help="debug, info, warning or error")
 
@@ -352,6 +366,8 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         tenant_max_in_flight=args.tenant_max_in_flight,
         tenant_rate=args.tenant_rate,
         tenant_burst=args.tenant_burst,
+        retention_in_background=args.retention_in_background,
+        retention_interval_seconds=args.retention_interval_seconds,
     )
 
 

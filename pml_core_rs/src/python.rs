@@ -2,8 +2,7 @@
 //! around every heavy call, and the single mapping from `CoreError` to Python exceptions.
 //! The Python-visible API is documented by hand in `pml_server/_core.pyi`.
 
-use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::import_exception;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pyo3::types::PyString;
@@ -19,38 +18,25 @@ use pyo3::types::PyList;
 use crate::index;
 use crate::lexical;
 
-create_exception!(
-    _core,
-    CoreError,
-    PyException,
-    "Base of every error raised by pml's Rust core."
-);
-create_exception!(
-    _core,
-    InvalidArgumentError,
-    CoreError,
-    "An argument the core cannot use; the message names it."
-);
-create_exception!(
-    _core,
-    CorruptDataError,
-    CoreError,
-    "Serialized bytes that are truncated, corrupted or of an unknown version."
-);
-create_exception!(
-    _core,
-    InputTooLargeError,
-    CoreError,
-    "An input larger or deeper than the core accepts."
-);
+// The core's exceptions are pml's Python error tree (`pml_server/domain/errors.py`): a core
+// argument error IS a `pml_server.domain.errors.InvalidArgumentError` with `field` and
+// `reason` attributes, so the API maps it to INVALID_ARGUMENT naming the field, and nothing
+// reads a message to recover it. `_core` exposes the same classes under the same names.
+import_exception!(pml_server.domain.errors, CoreError);
+import_exception!(pml_server.domain.errors, CoreArgumentError);
+import_exception!(pml_server.domain.errors, CorruptDataError);
+import_exception!(pml_server.domain.errors, InputTooLargeError);
 
-/// The one conversion from the core's error type to Python exceptions.
-fn to_py_err(err: crate::error::CoreError) -> PyErr {
-    let message = err.to_string();
-    match err {
-        crate::error::CoreError::InvalidArgument { .. } => InvalidArgumentError::new_err(message),
-        crate::error::CoreError::Corrupt(_) => CorruptDataError::new_err(message),
-        crate::error::CoreError::TooLarge(_) => InputTooLargeError::new_err(message),
+/// The one conversion from the core's error type to Python exceptions (as pyca/cryptography
+/// does): each variant's fields become the exception's constructor arguments (attributes).
+impl From<crate::error::CoreError> for PyErr {
+    fn from(err: crate::error::CoreError) -> PyErr {
+        use crate::error::CoreError as E;
+        match err {
+            E::InvalidArgument { field, reason } => CoreArgumentError::new_err((field, reason)),
+            E::Corrupt(reason) => CorruptDataError::new_err((reason,)),
+            E::TooLarge { field, reason } => InputTooLargeError::new_err((field, reason)),
+        }
     }
 }
 
@@ -61,15 +47,16 @@ fn sha256_tagged(py: Python<'_>, data: &Bound<'_, PyBytes>) -> String {
     py.detach(|| hashing::sha256_tagged(bytes))
 }
 
-/// `InvalidArgumentError` for a Python-side argument problem (shape, dtype, sign).
+/// `CoreArgumentError` for a Python-side argument problem (shape, dtype, sign).
 fn invalid_arg(field: &str, reason: impl std::fmt::Display) -> PyErr {
-    to_py_err(crate::error::CoreError::InvalidArgument {
+    crate::error::CoreError::InvalidArgument {
         field: field.to_string(),
         reason: reason.to_string(),
-    })
+    }
+    .into()
 }
 
-/// A non-negative integer argument, or `InvalidArgumentError` naming it.
+/// A non-negative integer argument, or `CoreArgumentError` naming it.
 fn count_arg(field: &str, value: i64) -> PyResult<usize> {
     usize::try_from(value).map_err(|_| invalid_arg(field, format!("must be >= 0, got {value}")))
 }
@@ -139,7 +126,7 @@ impl PyHnswIndex {
             ef_construction: count_arg("ef_construction", ef_construction)?,
             ef_search: count_arg("ef_search", ef_search)?,
         };
-        let inner = index::HnswIndex::new(count_arg("dim", dim)?, params).map_err(to_py_err)?;
+        let inner = index::HnswIndex::new(count_arg("dim", dim)?, params).map_err(PyErr::from)?;
         Ok(PyHnswIndex {
             inner: RwLock::new(inner),
         })
@@ -164,7 +151,7 @@ impl PyHnswIndex {
     fn set_ef_construction(&self, py: Python<'_>, value: i64) -> PyResult<()> {
         let value = count_arg("ef_construction", value)?;
         py.detach(|| self.write().set_ef_construction(value))
-            .map_err(to_py_err)
+            .map_err(PyErr::from)
     }
 
     #[getter]
@@ -176,7 +163,7 @@ impl PyHnswIndex {
     fn set_ef_search(&self, py: Python<'_>, value: i64) -> PyResult<()> {
         let value = count_arg("ef_search", value)?;
         py.detach(|| self.write().set_ef_search(value))
-            .map_err(to_py_err)
+            .map_err(PyErr::from)
     }
 
     /// Name of the distance kernel picked for this CPU ("avx2+fma" or "scalar").
@@ -225,9 +212,9 @@ impl PyHnswIndex {
                 self.write()
                     .add_normalized_parallel(id_chunk, row_chunk, threads)?;
             }
-            Ok(())
+            Ok::<(), crate::error::CoreError>(())
         })
-        .map_err(to_py_err)
+        .map_err(PyErr::from)
     }
 
     fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<usize> {
@@ -258,7 +245,7 @@ impl PyHnswIndex {
         let allow = allow.map(|a| u64_vector("allow", a)).transpose()?;
         let hits = py
             .detach(|| self.read().search(&query, k, ef, allow.as_deref()))
-            .map_err(to_py_err)?;
+            .map_err(PyErr::from)?;
         Ok(hits_to_arrays(py, hits))
     }
 
@@ -289,7 +276,7 @@ impl PyHnswIndex {
                 self.read()
                     .search_batch(&values, k, ef, allow.as_deref(), threads)
             })
-            .map_err(to_py_err)?;
+            .map_err(PyErr::from)?;
         let items: Vec<SearchResult<'py>> = results
             .into_iter()
             .map(|hits| hits_to_arrays(py, hits))
@@ -319,7 +306,7 @@ impl PyHnswIndex {
     fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<Self> {
         let inner = py
             .detach(|| index::HnswIndex::from_bytes(data))
-            .map_err(to_py_err)?;
+            .map_err(PyErr::from)?;
         Ok(PyHnswIndex {
             inner: RwLock::new(inner),
         })
@@ -356,7 +343,7 @@ impl PyLexicalIndex {
     }
 }
 
-/// A list of str, or `InvalidArgumentError` naming the field.
+/// A list of str, or `CoreArgumentError` naming the field.
 fn str_list(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     obj.extract()
         .map_err(|e| invalid_arg(field, format!("expected a list of str ({e})")))
@@ -367,7 +354,7 @@ impl PyLexicalIndex {
     #[new]
     #[pyo3(signature = (k1 = 1.2, b = 0.75))]
     fn new(k1: f64, b: f64) -> PyResult<Self> {
-        let inner = lexical::LexicalIndex::new(k1, b).map_err(to_py_err)?;
+        let inner = lexical::LexicalIndex::new(k1, b).map_err(PyErr::from)?;
         Ok(PyLexicalIndex {
             inner: RwLock::new(inner),
         })
@@ -386,13 +373,13 @@ impl PyLexicalIndex {
     fn add(&self, py: Python<'_>, doc_id: &str, terms: &Bound<'_, PyAny>) -> PyResult<()> {
         let terms = str_list("terms", terms)?;
         py.detach(|| self.write().add(doc_id, &terms))
-            .map_err(to_py_err)
+            .map_err(PyErr::from)
     }
 
     fn add_terms(&self, py: Python<'_>, doc_id: &str, terms: &Bound<'_, PyAny>) -> PyResult<()> {
         let terms = str_list("terms", terms)?;
         py.detach(|| self.write().add_terms(doc_id, &terms))
-            .map_err(to_py_err)
+            .map_err(PyErr::from)
     }
 
     fn remove_terms(&self, py: Python<'_>, doc_id: &str, terms: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -536,8 +523,9 @@ impl From<normalize::Normalized> for PyNormalized {
 /// The UTF-8 view of `code`; a lone surrogate cannot be parsed, so it is a named error.
 fn code_as_str<'a>(code: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
     code.to_str().map_err(|_| {
-        InvalidArgumentError::new_err(
-            "invalid argument `code`: not encodable as UTF-8 (it contains a lone surrogate)",
+        invalid_arg(
+            "code",
+            "not encodable as UTF-8 (it contains a lone surrogate)",
         )
     })
 }
@@ -552,7 +540,7 @@ fn normalize_code(
 ) -> PyResult<PyNormalized> {
     let code = code_as_str(code)?;
     let result = py.detach(|| normalize::normalize(code, language));
-    result.map(PyNormalized::from).map_err(to_py_err)
+    result.map(PyNormalized::from).map_err(PyErr::from)
 }
 
 /// Parse only, with the parser `normalize` uses (benchmark baseline; GIL released).
@@ -560,7 +548,7 @@ fn normalize_code(
 fn parse_only(py: Python<'_>, code: &Bound<'_, PyString>, language: &str) -> PyResult<bool> {
     let code = code_as_str(code)?;
     py.detach(|| normalize::parse_only(code, language))
-        .map_err(to_py_err)
+        .map_err(PyErr::from)
 }
 
 #[pymodule]
@@ -568,10 +556,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("CoreError", py.get_type::<CoreError>())?;
-    m.add(
-        "InvalidArgumentError",
-        py.get_type::<InvalidArgumentError>(),
-    )?;
+    m.add("CoreArgumentError", py.get_type::<CoreArgumentError>())?;
     m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;
     m.add("InputTooLargeError", py.get_type::<InputTooLargeError>())?;
     m.add_function(wrap_pyfunction!(sha256_tagged, m)?)?;

@@ -31,6 +31,7 @@ from pml_server.api.validate import Limits
 from pml_server.config import EngineConfig, ServerConfig
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
+from pml_server.retention import RetentionConfig
 from pml_server.storage import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,8 @@ def open_engine(config: ServerConfig) -> EngineProtocol:
             max_code_bytes=config.max_code_bytes,
             max_tool_calls=config.max_tool_calls,
             vector_index=config.vector_index,
+            retention_in_background=config.retention_in_background,
+            retention=RetentionConfig(interval_seconds=config.retention_interval_seconds),
         )
     )
 

@@ -114,8 +114,6 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
     ) -> pml_pb2.SuggestResponse:
         with self._call(context, Role.READ) as caller:
             query = convert.suggest_query(request, self._d.limits, self._dim)
-            if not self._engine.is_ready():
-                raise UnavailableError("the vector index is catching up with the store; retry soon")
             return convert.suggest_response(self._engine.suggest(caller.tenant, query))
 
     def GetPattern(

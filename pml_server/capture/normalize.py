@@ -31,7 +31,8 @@ class NormalizedCode:
 
 
 def normalize(code: str, language: str) -> NormalizedCode:
-    """Normalize `code`; raises `_core.InvalidArgumentError` / `InputTooLargeError` on bad input."""
+    """Normalize `code`; raises `CoreArgumentError` / `InputTooLargeError` (both
+    InvalidArgumentErrors naming `code` or `language`) on bad input."""
     result = _core.normalize(code, language)
     return NormalizedCode(
         language=result.language,

@@ -15,7 +15,6 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import replace
 
-from pml_server import _core
 from pml_server.capture.dedup import near_duplicate
 from pml_server.capture.normalize import NormalizedCode
 from pml_server.capture.rules import (
@@ -200,11 +199,9 @@ def _embed_batch(
 
 
 def _normalize(state: EngineState, execution: ExecutionRecord) -> NormalizedCode:
-    try:
-        return state.normalizer(execution.code, execution.language)
-    except _core.CoreError as error:
-        name = "language" if "language" in str(error).lower() else "code"
-        raise InvalidArgumentError(FieldViolation(name, str(error))) from error
+    """The record's code normalized. The core's errors are already InvalidArgumentErrors
+    naming the field (its arguments are the record's `code` and `language`)."""
+    return state.normalizer(execution.code, execution.language)
 
 
 def _capture_one_locked(

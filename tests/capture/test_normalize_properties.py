@@ -260,7 +260,7 @@ def test_deep_nesting_falls_back_or_parses(code: str, language: str) -> None:
 
 
 def test_lone_surrogate_is_a_named_error() -> None:
-    with pytest.raises(_core.InvalidArgumentError, match="`code`"):
+    with pytest.raises(_core.CoreArgumentError, match="`code`"):
         _core.normalize("x = '\ud800'", "py")
 
 

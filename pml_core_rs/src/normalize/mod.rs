@@ -133,10 +133,13 @@ pub fn parse_only(code: &str, language: &str) -> CoreResult<bool> {
 
 fn check_size(code: &str) -> CoreResult<()> {
     if code.len() > MAX_INPUT_BYTES {
-        return Err(CoreError::TooLarge(format!(
-            "`code` is {} bytes of UTF-8, the limit is {MAX_INPUT_BYTES}",
-            code.len()
-        )));
+        return Err(CoreError::TooLarge {
+            field: "code".into(),
+            reason: format!(
+                "is {} bytes of UTF-8, the limit is {MAX_INPUT_BYTES}",
+                code.len()
+            ),
+        });
     }
     Ok(())
 }

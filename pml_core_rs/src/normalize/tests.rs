@@ -239,10 +239,13 @@ fn fallback_paths() {
 #[test]
 fn too_large_is_an_error() {
     let big = "a".repeat(MAX_INPUT_BYTES + 1);
-    assert!(matches!(normalize(&big, "js"), Err(CoreError::TooLarge(_))));
+    assert!(matches!(
+        normalize(&big, "js"),
+        Err(CoreError::TooLarge { .. })
+    ));
     assert!(matches!(
         parse_only(&big, "js"),
-        Err(CoreError::TooLarge(_))
+        Err(CoreError::TooLarge { .. })
     ));
 }
 
