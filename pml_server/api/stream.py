@@ -6,8 +6,8 @@ Design:
 - Completed executions wait in the stream's queue; one task of the shared capture pool at a time
   takes every waiting execution (up to half the window, within the engine's batch bound) and
   captures them in order with one `record_many` call (one embedding call, one index insertion,
-  one durability wait).
-  While it works the reader keeps assembling the next batch, so batches grow with the load.
+  one durability wait). While it works the reader keeps assembling the next batch (the other
+  half of the window), so batches grow with the load.
   Acknowledgements come back in completion order, each naming its execution id and the
   sequence number of the message that completed it.
 - Flow control: every acknowledgement not yet handed to gRPC holds one slot of a per-stream
