@@ -51,8 +51,10 @@ from pml_server.capture.records import (
     PatternRecord,
     TenantStats,
 )
+from pml_server.capture.redact import redact_record
 from pml_server.capture.rules import (
     CaptureLimits,
+    check_pattern_size,
     count_failed_try,
     count_success,
     redacted_values,
@@ -97,7 +99,7 @@ from pml_server.engine_candidates import retrieve
 from pml_server.engine_change import Change, await_durable, failure_entries
 from pml_server.engine_deletion import pattern_removal
 from pml_server.engine_grouping import capability_vectors, nearest_allowed_capability
-from pml_server.engine_request_results import decode_result, encode_result
+from pml_server.engine_request_results import encode_result, replay_answer
 from pml_server.engine_restore import restore_indexes
 from pml_server.engine_views import (
     capability_members,
@@ -322,12 +324,17 @@ class Engine:
                 self._indexes[tenant] = index
             return index
 
+    def _replay(self, tenant: str, prior: bytes) -> CaptureResult:
+        return replay_answer(prior, lambda pid: self._repo.pattern(tenant, pid) is not None)
+
     def _normalize(self, record: ExecutionRecord) -> NormalizedCode:
         try:
-            return self._normalizer(record.code, record.language)
+            normalized = self._normalizer(record.code, record.language)
         except _core.CoreError as error:
             name = "language" if "language" in str(error).lower() else "code"
             raise InvalidArgumentError(FieldViolation(name, str(error))) from error
+        check_pattern_size(normalized, self._limits)
+        return normalized
 
     def _commit(self, tenant: str, change: Change) -> WriteTicket:
         """Add the tenant's stats and failure log to `change.ops` and submit them as one batch.
@@ -404,7 +411,7 @@ class Engine:
         with self._request_locks.lock_for(tenant, record.request_id):
             prior = self._repo.request_result(tenant, record.request_id)
             if prior is not None:
-                return decode_result(prior)  # rule 6: the first answer, nothing counted twice
+                return self._replay(tenant, prior)  # rule 6: the first answer, nothing counted twice
             normalized = self._normalize(record)  # bad code is refused before embedding
             vector = client_vector
             if vector is None and succeeded:
@@ -479,7 +486,7 @@ class Engine:
         for prior, i in zip(priors, first_of.values(), strict=True):
             record = records[i]
             if prior is not None:  # applied before this batch: its first answer, as `record`
-                outcomes[i] = decode_result(prior)
+                outcomes[i] = self._replay(tenant, prior)
             elif vectors[i] is None and run_succeeded(record):
                 needs_text_vector.append(i)
         self._embed_batch(records, needs_text_vector, vectors, outcomes)
@@ -544,6 +551,7 @@ class Engine:
         (`normalized`: its code already normalized, else done here)."""
         if normalized is None:
             normalized = self._normalize(record)
+        record = redact_record(record, normalized)  # rule 7: before anything is written
         with contextlib.ExitStack() as held:
             held.enter_context(self._pattern_locks.lock_for(tenant, normalized.code_hash))
             change = Change()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 from pml_server.capture import json_form
 from pml_server.domain.model import CaptureOutcome, CaptureResult, ToolFailure
 
@@ -30,3 +33,12 @@ def decode_result(raw: bytes) -> CaptureResult:
         tool_mismatch=data["tool_mismatch"],
         replayed=True,
     )
+
+
+def replay_answer(raw: bytes, pattern_exists: Callable[[str], bool]) -> CaptureResult:
+    """The stored first answer of a resent request id, told honestly: when its pattern has
+    since been deleted, the answer names no pattern (nor capability) instead of a gone one."""
+    result = decode_result(raw)
+    if result.pattern_id and not pattern_exists(result.pattern_id):
+        return replace(result, pattern_id="", capability_id="", new_pattern=False)
+    return result

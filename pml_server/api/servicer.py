@@ -132,9 +132,10 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
             page = self._engine.list_patterns(
                 caller.tenant, self._page(caller, "patterns", request.page_size, request.page_token)
             )
+            patterns, cursor = convert.pattern_page(page.items, page.next_cursor)
             return pml_pb2.ListPatternsResponse(
-                patterns=[convert.pattern(p) for p in page.items],
-                next_page_token=self._d.tokens.encode(caller.tenant, "patterns", page.next_cursor),
+                patterns=patterns,
+                next_page_token=self._d.tokens.encode(caller.tenant, "patterns", cursor),
             )
 
     def DeletePattern(
