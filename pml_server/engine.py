@@ -411,7 +411,7 @@ class Engine:
         with self._request_locks.lock_for(tenant, record.request_id):
             prior = self._repo.request_result(tenant, record.request_id)
             if prior is not None:
-                return self._replay(tenant, prior)  # rule 6: the first answer, nothing counted twice
+                return self._replay(tenant, prior)  # rule 6: the first answer, counted once
             normalized = self._normalize(record)  # bad code is refused before embedding
             vector = client_vector
             if vector is None and succeeded:
