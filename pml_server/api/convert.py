@@ -279,7 +279,7 @@ def suggest_response(result: model.SuggestResult) -> pml_pb2.SuggestResponse:
     reply = pml_pb2.SuggestResponse()
     used = 0
     for s in result.suggestions:
-        item = pml_pb2.Suggestion(capability=name(CAPABILITIES, s.capability_id))
+        item = resources_pb2.Suggestion(capability=name(CAPABILITIES, s.capability_id))
         fill_pattern(item.pattern, s.pattern)
         budget.trim_pattern(item.pattern)
         _fill_score(item.score, s.score)

@@ -28,6 +28,7 @@ import logging
 import math
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ class TraceStream:
         window: int,
         on_capture: Callable[[model.CaptureResult], None] | None = None,
         draining: threading.Event | None = None,
+        idle_seconds: float | None = None,
     ) -> None:
         self._engine = engine
         self._tenant = tenant
@@ -101,6 +103,9 @@ class TraceStream:
         self._dim = engine.embedding_dim()
         self._on_capture = on_capture
         self._draining = draining or threading.Event()
+        self._idle_seconds = idle_seconds
+        self._open_live = 0  # live executions open (written by the reader)
+        self._last_message = time.monotonic()  # when the reader last got a message
         self._buffered_bytes = 0  # of the open live executions (reader thread only)
         self._seen: dict[str, bytes] = {}  # execution id -> digest of what it captured
 
@@ -116,7 +121,15 @@ class TraceStream:
                 with self._lock:
                     if reader_done and self._pending == 0:
                         break
-                item = self._acks.get()
+                try:
+                    item = self._acks.get(timeout=self._idle_check_seconds())
+                except queue.Empty:
+                    if self._idle():
+                        raise UnavailableError(
+                            f"the stream sent nothing for {self._idle_seconds:g} s with nothing "
+                            "in flight: closed to free its RPC thread; open a new one when needed"
+                        ) from None
+                    continue
                 if item is _DONE:
                     reader_done = True
                     continue
@@ -133,6 +146,17 @@ class TraceStream:
         if fatal is not None:
             raise fatal
 
+    def _idle_check_seconds(self) -> float | None:
+        return None if self._idle_seconds is None else max(0.05, self._idle_seconds / 4)
+
+    def _idle(self) -> bool:
+        """Nothing read for `idle_seconds` and nothing waiting for an answer or open live."""
+        if self._idle_seconds is None:
+            return False
+        with self._lock:
+            busy = self._pending > 0 or bool(self._waiting) or self._open_live > 0
+        return not busy and time.monotonic() - self._last_message > self._idle_seconds
+
     # ---- the request side (runs in the reader thread) ---------------------------------------
 
     def _read(self, requests: Iterator[pml_pb2.StreamTracesRequest]) -> None:
@@ -140,6 +164,7 @@ class TraceStream:
         last_sequence = -1
         try:
             for msg in requests:
+                self._last_message = time.monotonic()
                 if self._stop.is_set():
                     break
                 if self._draining.is_set():
@@ -157,6 +182,7 @@ class TraceStream:
                     )
                 last_sequence = msg.sequence
                 self._handle(msg, open_executions)
+                self._open_live = len(open_executions)
         except PmlError as err:
             self._acks.put(_Fatal(err))
             return
@@ -193,9 +219,9 @@ class TraceStream:
             if problems is not None:
                 self._refuse(msg, problems)
                 return
-            execution = _OpenExecution(started=msg.started)
-            open_executions[eid] = execution
-            self._buffer(execution, msg.started.ByteSize())
+            opened = _OpenExecution(started=msg.started)
+            open_executions[eid] = opened
+            self._buffer(opened, msg.started.ByteSize())
         else:
             execution = open_executions.get(eid)
             if execution is None:
