@@ -39,7 +39,7 @@ def backoff_seconds(attempt: int, server_delay: float | None = None) -> float:
     jitter on its upper half, and at least the delay the server asked for in RetryInfo."""
     ceiling = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2**attempt)
     wait = ceiling / 2 + random.uniform(0, ceiling / 2)
-    return max(wait, server_delay or 0.0)
+    return float(max(wait, server_delay or 0.0))
 
 
 class PmlClientError(Exception):

@@ -202,7 +202,7 @@ def test_refusal_needs_no_rpc_thread(start: StartServer, keys: tuple[Path, dict[
     """Both RPC threads are taken by the tenant's open streams: a further call of that tenant is
     still answered (RESOURCE_EXHAUSTED, not a wait for a thread until its deadline)."""
     path, found = keys
-    server = start(keys_file=path, max_workers=2, tenant_max_in_flight=2)
+    server = start(keys_file=path, max_workers=2, tenant_max_in_flight=2, max_streams=2)
     target = f"127.0.0.1:{server.port}"
     with (
         PmlClient(target, api_key=found["acme-write"], timeout=10) as acme,
