@@ -162,7 +162,7 @@ class Normalized:
         """The code with each parameter literal replaced by its placeholder name."""
     @property
     def redacted_code(self) -> str:
-        """The code with secret literals and credential-shaped text redacted (what may be stored)."""
+        """The code with secret literals and credential-shaped text redacted (what is stored)."""
     @property
     def code_hash(self) -> str:
         """`"sha256:<64 hex>"` of the canonical form: the pattern's identity."""

@@ -95,7 +95,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     process = ServerProcess(tmp_path_factory.mktemp("valid") / "data", "--durability", "fast")
     process.start()
     yield process
-    assert process.proc is not None and process.proc.poll() is None, process.log_tail()
+    assert process.proc is not None
+    assert process.proc.poll() is None, process.log_tail()
     process.terminate()
 
 
@@ -231,7 +232,8 @@ def test_giant_patterns_are_bounded_and_never_break_answers(
         },
     )
     assert listed == 6, summary
-    assert giant.ByteSize() <= ANSWER_BUDGET and biggest_page <= ANSWER_BUDGET, summary
+    assert giant.ByteSize() <= ANSWER_BUDGET, summary
+    assert biggest_page <= ANSWER_BUDGET, summary
     assert max(sizes) < 1_000_000, summary
 
 
@@ -266,7 +268,8 @@ def test_a_reused_stream_execution_id_is_refused(stub: pml_pb2_grpc.PmlServiceSt
         )
     )
     by_seq = {a.sequence: a for a in acks}
-    assert by_seq[1].HasField("result") and by_seq[2].result.replayed, acks
+    assert by_seq[1].HasField("result"), acks
+    assert by_seq[2].result.replayed, acks
     assert by_seq[3].HasField("error"), by_seq[3]
     assert _ack_fields(by_seq[3]) == ["execution_id"], by_seq[3]
 
@@ -283,7 +286,8 @@ def test_a_replay_of_a_deleted_pattern_names_no_pattern(
     stub.DeletePattern(pml_pb2.DeletePatternRequest(name=first.pattern))
     again = stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=record)).result
     assert again.replayed
-    assert again.pattern == "" and again.capability == "", again
+    assert again.pattern == "", again
+    assert again.capability == "", again
 
 
 # ---- secrets ----------------------------------------------------------------------------------
@@ -378,7 +382,8 @@ def test_a_secret_is_found_nowhere_on_disk(tmp_path: Path) -> None:
         },
     )
     assert found_marker > 0, summary
-    assert found_secret == 0 and in_answers == 0, summary
+    assert found_secret == 0, summary
+    assert in_answers == 0, summary
 
 
 # ---- streams and unary calls ------------------------------------------------------------------
@@ -489,7 +494,8 @@ def test_upload_survives_a_server_restarting(tmp_path: Path) -> None:
         restarter.join(120)
         if process.proc is not None:
             process.terminate()
-    assert len(upload.acks) == 5 and upload.reconnects >= 1, upload
+    assert len(upload.acks) == 5, upload
+    assert upload.reconnects >= 1, upload
     assert all(a.HasField("result") for a in upload.acks.values())
 
 
@@ -516,7 +522,8 @@ def _p50_ms(client: PmlClient, calls: int) -> tuple[float, int]:
         start = time.perf_counter()
         try:
             reply = client.suggest("read the JSON config file")
-            assert reply.suggestions and reply.suggestions[0].pattern.tools_used == ["read_file"]
+            assert reply.suggestions
+            assert reply.suggestions[0].pattern.tools_used == ["read_file"]
         except PmlClientError:
             errors += 1
         times.append((time.perf_counter() - start) * 1e3)

@@ -274,12 +274,20 @@ fn assemble(
         let literal_text = &code[raw.start..raw.end];
         template.push_str(gap);
         redacted.push_str(gap);
-        redacted.push_str(if secret { REDACTED_LITERAL } else { literal_text });
+        redacted.push_str(if secret {
+            REDACTED_LITERAL
+        } else {
+            literal_text
+        });
         let start = char_at + gap.chars().count();
         let end = start + literal_text.chars().count();
         (byte_at, char_at) = (raw.end, end);
         if raw.overflow {
-            template.push_str(if secret { REDACTED_LITERAL } else { literal_text });
+            template.push_str(if secret {
+                REDACTED_LITERAL
+            } else {
+                literal_text
+            });
             continue;
         }
         let base = raw.context_name().unwrap_or_else(|| {

@@ -283,7 +283,10 @@ mod tests {
         let out = redact_text(&text);
         assert!(!out.contains(key), "{out}");
         assert!(!out.contains("abcdefgh12345"), "{out}");
-        assert!(out.contains("auth failed for key [REDACTED]. retry"), "{out}");
+        assert!(
+            out.contains("auth failed for key [REDACTED]. retry"),
+            "{out}"
+        );
         let pem = "x -----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY----- y";
         assert_eq!(redact_text(pem), "x [REDACTED] y");
     }
@@ -292,6 +295,9 @@ mod tests {
     fn ordinary_text_is_borrowed_unchanged() {
         let text = "read /home/user/a.json: no such file (errno 2), id 550e8400-e29b-41d4-a716-446655440000";
         assert!(matches!(redact_text(text), std::borrow::Cow::Borrowed(_)));
-        assert_eq!(redact_text("-----BEGIN never closed"), "-----BEGIN never closed");
+        assert_eq!(
+            redact_text("-----BEGIN never closed"),
+            "-----BEGIN never closed"
+        );
     }
 }

@@ -319,7 +319,9 @@ fn fuzzed_edits_never_panic_and_round_trip() {
             let mut rest = n.template.as_str();
             let code_chars: Vec<char> = code.chars().collect();
             for p in &n.params {
-                let Some(at) = rest.find(&p.name) else { panic!("{language}: {code:?} -> {:?}", n.template) };
+                let Some(at) = rest.find(&p.name) else {
+                    panic!("{language}: {code:?} -> {:?}", n.template)
+                };
                 rebuilt.push_str(&rest[..at]);
                 rebuilt.extend(&code_chars[p.start..p.end]);
                 rest = &rest[at + p.name.len()..];
@@ -328,7 +330,10 @@ fn fuzzed_edits_never_panic_and_round_trip() {
             assert_eq!(rebuilt, code, "{language}");
         }
     }
-    assert!(redacted_templates < 300, "{redacted_templates} of 3000 templates redacted");
+    assert!(
+        redacted_templates < 300,
+        "{redacted_templates} of 3000 templates redacted"
+    );
 }
 
 #[test]
@@ -338,14 +343,21 @@ fn literals_past_the_parameter_cap_stay_code() {
     assert!(a.parse_ok, "{}", a.fallback_reason);
     assert_eq!(a.params.len(), MAX_PARAMS);
     // the literals past the cap are written as they are, so the template is the code's size
-    assert!(a.template.len() < many("1").len() + MAX_PARAMS * 8, "{}", a.template.len());
+    assert!(
+        a.template.len() < many("1").len() + MAX_PARAMS * 8,
+        "{}",
+        a.template.len()
+    );
     assert!(a.template.ends_with("1, 1]"));
     // hashed by value past the cap: other values there are other code
     assert_ne!(a.code_hash, b.code_hash);
     let mut first = vec!["7"; MAX_PARAMS];
     first.extend(vec!["1"; 1000]);
     let c = norm(&format!("x = [{}]", first.join(", ")), "python");
-    assert_eq!(a.code_hash, c.code_hash, "values under the cap are parameters");
+    assert_eq!(
+        a.code_hash, c.code_hash,
+        "values under the cap are parameters"
+    );
     let js = norm(&format!("f([{}])", vec!["'s'"; 2000].join(",")), "js");
     assert_eq!(js.params.len(), MAX_PARAMS);
     let fallback = norm(&vec!["1"; 2000].join(" "), "rust");
