@@ -254,9 +254,8 @@ def test_a_tenant_over_its_cpu_share_waits_while_a_neighbour_is_active() -> None
         pass
     with quotas.hold("light"):
         assert quotas.refusal("heavy") is quotas.over_cost
-        with pytest.raises(ResourceExhaustedError) as refused:
-            with quotas.hold("heavy"):
-                pass
+        with pytest.raises(ResourceExhaustedError) as refused, quotas.hold("heavy"):
+            pass
         assert refused.value.retry_after_seconds == COST_RETRY_SECONDS
         now[0] += 2 * CPU_BURST_SECONDS / CPU_SHARE  # the debt is paid off
         with quotas.hold("heavy"):

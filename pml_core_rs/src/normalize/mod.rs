@@ -66,9 +66,9 @@ pub struct Normalized {
     pub parse_ok: bool,
     pub fallback_reason: String,
     pub schema_json: String,
-    /// The input with every secret literal replaced by `REDACTED_LITERAL` and every
-    /// credential-shaped token elsewhere (comments, f-strings, names) by `[REDACTED]`: the only
-    /// form of the code later layers may store.
+    /// The input with every secret literal replaced by `REDACTED_LITERAL` and every token
+    /// elsewhere (comments, f-strings, names) with a credential prefix, a JWT, a `Bearer` token
+    /// or a PEM block by `[REDACTED]`: the only form of the code later layers may store.
     pub redacted_code: String,
 }
 
@@ -314,14 +314,14 @@ fn assemble(
     let schema_json = schema::infer_schema(&params, &formats);
     Normalized {
         language,
-        template: secrets::redact_text(&template).into_owned(),
+        template: secrets::redact_code(&template).into_owned(),
         code_hash: extracted.code_hash,
         params,
         tool_calls: extracted.tool_calls,
         parse_ok: fallback_reason.is_empty(),
         fallback_reason,
         schema_json,
-        redacted_code: secrets::redact_text(&redacted).into_owned(),
+        redacted_code: secrets::redact_code(&redacted).into_owned(),
     }
 }
 

@@ -81,6 +81,12 @@ pub fn is_secret_name(upper_snake: &str) -> bool {
 
 /// Whether a string value looks like a credential by itself.
 pub fn is_secret_value(value: &str) -> bool {
+    is_credential_shaped(value) || is_high_entropy_token(value.trim())
+}
+
+/// A known credential prefix or a JWT: the rules that never match ordinary code (unlike the
+/// entropy rule, which a long camelCase name with a digit can pass).
+fn is_credential_shaped(value: &str) -> bool {
     let value = value.trim();
     if TOKEN_PREFIXES
         .iter()
@@ -92,7 +98,7 @@ pub fn is_secret_value(value: &str) -> bool {
             || value.starts_with("Basic ")
             || value.starts_with("-----BEGIN");
     }
-    is_jwt(value) || is_high_entropy_token(value)
+    is_jwt(value)
 }
 
 /// `eyJ...`.`...`.`...`: three base64url segments, the first a JSON object.
@@ -171,6 +177,17 @@ fn is_token_byte(b: u8) -> bool {
 /// For free text that no parser reads: error messages, arguments, traces, comments. Linear in
 /// the text; borrowed when nothing is found.
 pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
+    redact(text, is_secret_value)
+}
+
+/// `redact_text` for code (a template, the stored code): only credential prefixes, JWTs,
+/// `Bearer`/`Basic` tokens and PEM blocks, never the entropy rule, so that identifiers stay.
+/// Secret string literals are handled by the normalizer itself (they are parameters).
+pub fn redact_code(code: &str) -> std::borrow::Cow<'_, str> {
+    redact(code, is_credential_shaped)
+}
+
+fn redact(text: &str, flagged: fn(&str) -> bool) -> std::borrow::Cow<'_, str> {
     let bytes = text.as_bytes();
     let mut out: Option<String> = None;
     let mut copied = 0usize; // bytes of `text` already in `out`
@@ -205,7 +222,7 @@ pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
         let after_scheme = [&b"Bearer "[..], &b"Basic "[..]]
             .iter()
             .any(|scheme| bytes[..start].ends_with(scheme));
-        if (after_scheme && token.len() >= 8) || is_secret_value(token) {
+        if (after_scheme && token.len() >= 8) || flagged(token) {
             redact(&mut out, &mut copied, start, end);
         }
     }
@@ -289,6 +306,16 @@ mod tests {
         );
         let pem = "x -----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY----- y";
         assert_eq!(redact_text(pem), "x [REDACTED] y");
+    }
+
+    #[test]
+    fn code_keeps_long_names_but_not_keys() {
+        let code =
+            "const calculateMonthlyAverage2024x = 1 // ghp_0123456789abcdefghijklmnopqrstuvwxyz";
+        let out = redact_code(code);
+        assert!(out.contains("calculateMonthlyAverage2024x"), "{out}");
+        assert!(!out.contains("ghp_"), "{out}");
+        assert!(redact_text("q8Zr3VxT0pLk2WmN7sYb4HdJ9fGc").contains("[REDACTED]"));
     }
 
     #[test]
