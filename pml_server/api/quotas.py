@@ -8,9 +8,11 @@ Two limits, both answered RESOURCE_EXHAUSTED (never queued for an RPC thread) wi
   server being one process with one GIL, takes most of the CPU from a neighbour that calls one
   call at a time (measured: neighbour p50 x24 without the wait; `tests/reliability`).
 - rate (optional): a token bucket of calls per second with a burst.
-- cost: the CPU time a tenant's calls take (each call's thread time, measured around it). A
-  tenant's CPU debt drains at `CPU_SHARE` seconds per second; while it is over `CPU_BURST_SECONDS`
-  and a neighbour is active, its calls are refused. Counting calls alone cannot isolate a tenant
+- cost: the CPU time a tenant's expensive calls take (each call's thread time, measured around
+  it, beyond `CHEAP_CALL_CPU_SECONDS`: cheap calls are the count limits' business, and a busy
+  neighbour calling one cheap call after another must never be refused for it). A tenant's CPU
+  debt drains at `CPU_SHARE` seconds per second; while it is over `CPU_BURST_SECONDS` and a
+  neighbour is active, its calls are refused. Counting calls alone cannot isolate a tenant
   whose every call costs seconds (a few Suggests over giant patterns took a neighbour's p50 44x).
 
 `hold` is the authoritative check, under a lock. `refusal` is a lock-free peek for the
@@ -39,6 +41,8 @@ ACTIVE_SECONDS = 1.0
 CPU_SHARE = 0.5
 CPU_BURST_SECONDS = 0.25
 COST_RETRY_SECONDS = 0.5
+# CPU time of a call not charged: an ordinary Suggest or capture costs a few milliseconds.
+CHEAP_CALL_CPU_SECONDS = 0.02
 
 
 @dataclass
@@ -169,7 +173,7 @@ class TenantQuotas:
         try:
             yield
         finally:
-            cpu = time.thread_time() - started_cpu
+            cpu = max(0.0, time.thread_time() - started_cpu - CHEAP_CALL_CPU_SECONDS)
             with self._lock:
                 last = self._recent[0]
                 now = self._clock()
