@@ -244,19 +244,20 @@ def _burn_cpu(seconds: float) -> None:
 
 def test_a_tenant_over_its_cpu_share_waits_while_a_neighbour_is_active() -> None:
     """Admission by cost: a call that took more CPU time than the burst puts its tenant in debt;
-    while a neighbour is active its next calls are refused (a count limit would let them in),
-    alone it is never refused, and the debt drains at CPU_SHARE seconds a second."""
+    while a neighbour is active its concurrent calls are refused (a count limit would let them
+    in), one call at a time and alone it is not, and the debt drains at CPU_SHARE a second."""
     now = [0.0]
     quotas = TenantQuotas(max_in_flight=8, clock=lambda: now[0])
     with quotas.hold("heavy"):
         _burn_cpu(CPU_BURST_SECONDS * 2)
-    with quotas.hold("heavy"):  # alone on the server: nobody else needs the time
+    with quotas.hold("heavy"), quotas.hold("heavy"):  # alone: nobody else needs the time
         pass
-    with quotas.hold("light"):
-        assert quotas.refusal("heavy") is quotas.over_cost
+    with quotas.hold("light"), quotas.hold("heavy"):  # one at a time: admitted
+        assert quotas.refusal("light") is None
+        assert quotas.refusal("heavy") is quotas.over_cost  # a concurrent one is not
         with pytest.raises(ResourceExhaustedError) as refused, quotas.hold("heavy"):
             pass
         assert refused.value.retry_after_seconds == COST_RETRY_SECONDS
-        now[0] += 2 * CPU_BURST_SECONDS / CPU_SHARE  # the debt is paid off
+        now[0] += 4 * CPU_BURST_SECONDS / CPU_SHARE  # the debt is paid off
         with quotas.hold("heavy"):
             pass

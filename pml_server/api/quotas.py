@@ -8,12 +8,15 @@ Two limits, both answered RESOURCE_EXHAUSTED (never queued for an RPC thread) wi
   server being one process with one GIL, takes most of the CPU from a neighbour that calls one
   call at a time (measured: neighbour p50 x24 without the wait; `tests/reliability`).
 - rate (optional): a token bucket of calls per second with a burst.
-- cost: the CPU time a tenant's expensive calls take (each call's thread time, measured around
-  it, beyond `CHEAP_CALL_CPU_SECONDS`: cheap calls are the count limits' business, and a busy
-  neighbour calling one cheap call after another must never be refused for it). A tenant's CPU
-  debt drains at `CPU_SHARE` seconds per second; while it is over `CPU_BURST_SECONDS` and a
-  neighbour is active, its calls are refused. Counting calls alone cannot isolate a tenant
-  whose every call costs seconds (a few Suggests over giant patterns took a neighbour's p50 44x).
+- cost: the CPU time a tenant's calls take (each call's thread time, measured around it). A
+  tenant's CPU debt drains at `CPU_SHARE` seconds per second; while it is over
+  `CPU_BURST_SECONDS` and a neighbour is active, its concurrent calls are refused (a call while
+  another of its calls is in progress). A tenant calling one call at a time holds one thread at
+  most and is refused only past `SERIAL_DEBT_SECONDS`: a busy neighbour calling cheap calls back
+  to back is never refused for them. Charging only expensive calls does not work: in a test run,
+  four threads of calls under 20 ms of CPU each took a neighbour's p50 20x through the GIL.
+  Counting calls alone cannot isolate a tenant whose every call costs seconds (a few Suggests
+  over giant patterns took a neighbour's p50 44x).
 
 `hold` is the authoritative check, under a lock. `refusal` is a lock-free peek for the
 interceptor's early refusal (see `admission`): a tenant already over quota is turned away before
@@ -41,8 +44,7 @@ ACTIVE_SECONDS = 1.0
 CPU_SHARE = 0.5
 CPU_BURST_SECONDS = 0.25
 COST_RETRY_SECONDS = 0.5
-# CPU time of a call not charged: an ordinary Suggest or capture costs a few milliseconds.
-CHEAP_CALL_CPU_SECONDS = 0.02
+SERIAL_DEBT_SECONDS = 2.0
 
 
 @dataclass
@@ -126,7 +128,10 @@ class TenantQuotas:
         return 0.0 if debt is None else max(0.0, debt.tokens - (now - debt.updated) * CPU_SHARE)
 
     def _over_cost(self, tenant: str, now: float) -> bool:
-        return self._debt(tenant, now) > CPU_BURST_SECONDS and self._neighbour_active(tenant, now)
+        debt = self._debt(tenant, now)
+        if debt <= CPU_BURST_SECONDS or not self._neighbour_active(tenant, now):
+            return False
+        return self._in_flight.get(tenant, 0) > 0 or debt > SERIAL_DEBT_SECONDS
 
     def _charge(self, tenant: str, cpu_seconds: float, now: float) -> None:
         self._cpu_debt[tenant] = _Bucket(self._debt(tenant, now) + cpu_seconds, now)
@@ -173,7 +178,7 @@ class TenantQuotas:
         try:
             yield
         finally:
-            cpu = max(0.0, time.thread_time() - started_cpu - CHEAP_CALL_CPU_SECONDS)
+            cpu = time.thread_time() - started_cpu
             with self._lock:
                 last = self._recent[0]
                 now = self._clock()
