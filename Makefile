@@ -11,7 +11,7 @@ DATA_DIR ?= ./pml-data
 LISTEN ?= 127.0.0.1:50051
 
 .DEFAULT_GOAL := help
-.PHONY: help serve test bench lint proto fmt install clean system-deps
+.PHONY: help serve cluster test bench lint proto fmt install clean system-deps
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ install: $(EXT) ## create .venv and build the package with its dev extras
 
 serve: install ## run the gRPC server on 127.0.0.1:50051 with data in ./pml-data
 	$(VENV)/bin/pml serve --listen $(LISTEN) --data-dir $(DATA_DIR)
+
+cluster: install ## PostgreSQL and two pml replicas on loopback ports, data in ./pml-cluster (Ctrl-C stops all)
+	@bash tools/cluster.sh
 
 system-deps: ## install the system packages the tests need (fuse3, PostgreSQL) or say which
 	@bash tools/system_deps.sh
@@ -50,15 +53,17 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 bench: install $(BENCH_STAMP) ## run the benchmarks (chromadb, matplotlib extras) and write benches/results/
 	$(PY) -m benches $(BENCH_ARGS)
 
-lint: install ## ruff, mypy --strict, cargo fmt/clippy, buf lint
+lint: install ## ruff, mypy --strict, cargo fmt/clippy, buf lint, gofmt/go vet
 	$(VENV)/bin/ruff check pml_server tests benches tools
 	$(VENV)/bin/ruff format --check pml_server tests benches tools
 	$(VENV)/bin/mypy pml_server
 	cargo fmt --manifest-path $(CARGO_MANIFEST) --check
 	cargo clippy --quiet --manifest-path $(CARGO_MANIFEST) --all-targets --features python -- -D warnings
 	cd proto && ../$(VENV)/bin/buf lint
+	@command -v go >/dev/null || { echo "lint: Go is needed for clients/go (no go on PATH)"; exit 1; }
+	cd clients/go && test -z "$$(gofmt -l .)" && go vet ./...
 
-proto: $(STAMP) ## regenerate pml_server/_proto from proto/
+proto: $(STAMP) ## regenerate the clients from proto/: pml_server/_proto, clients/go/pmlv1 (needs Go), clients/node/proto
 	$(PY) tools/gen_proto.py
 
 fmt: $(STAMP) ## format Python and Rust sources

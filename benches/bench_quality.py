@@ -25,8 +25,8 @@ from benches.common import Row
 from benches.quality_dataset import HeldOutQuery, LabelledExecution, load
 from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
-from pml_server.engine import Engine
 from pml_server.ranking import RankingConfig
+from pml_server.service import Engine
 
 SUITE = "quality"
 TENANT = "bench"

@@ -25,7 +25,7 @@ from benches.service_server import TENANT, _record, populate
 from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig
 from pml_server.domain.model import SuggestQuery
-from pml_server.engine import Engine
+from pml_server.service import Engine
 
 QUERIES = 20
 

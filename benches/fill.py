@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from pml_server.domain.engine import MAX_CAPTURE_BATCH
 from pml_server.domain.model import ExecutionRecord
-from pml_server.engine import Engine
+from pml_server.service import Engine
 
 
 def record_all(

@@ -11,7 +11,7 @@ prune). Both must return the same hits and score bits.
         [--sizes 10000,100000]
 
 The numpy index is the former implementation, kept as a test reference in
-`tests/lexical_numpy_reference.py`.
+`tests/ranking/lexical_numpy_reference.py`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from functools import partial
 from benches.service_workload import intent_text, query_text, tools_for
 from pml_server import _core
 from pml_server.ranking.lexical import LexicalIndex, tokenize
-from tests.lexical_numpy_reference import NumpyLexicalIndex
+from tests.ranking.lexical_numpy_reference import NumpyLexicalIndex
 
 Index = LexicalIndex | NumpyLexicalIndex
 

@@ -246,7 +246,8 @@ def store_code_digest(digest: Any) -> None:
 
     digest.update(f"schema {SCHEMA_VERSION} normalizer {NORMALIZER_VERSION}".encode())
     pml = ROOT / "pml_server"
-    sources = [pml / "storage" / "keys.py"]
+    # minilm.py names the model id stored in every store (a store of another id will not open)
+    sources = [pml / "storage" / "keys.py", pml / "embedding" / "minilm.py"]
     sources += sorted(p for p in (pml / "capture").glob("*.py") if p.name != "views.py")
     for source in sources:
         digest.update(source.read_bytes())

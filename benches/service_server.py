@@ -35,7 +35,7 @@ from pml_server.api.server import _options, start_server
 from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig, ServerConfig
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, SuggestResult, ToolCall
-from pml_server.engine import Engine
+from pml_server.service import Engine
 
 TENANT = "default"
 NORMALIZER = normalize  # named in the store cache fingerprint (service_harness)

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pml_server.config import DEFAULT_DATA_DIR, DEFAULT_LISTEN, ServerConfig
 
@@ -19,6 +21,19 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     add = serve.add_argument
     add("--listen", default=DEFAULT_LISTEN, help="host:port to bind (port 0: any free port)")
     add("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="RocksDB directory")
+    add(
+        "--store",
+        default=None,
+        help="postgresql://host:port/db: share one PostgreSQL database with other replicas "
+        "(default: $PML_STORE, else the embedded RocksDB in --data-dir). Put a password in "
+        "PML_STORE, PGPASSWORD or ~/.pgpass, never here: a command line is visible to others",
+    )
+    add(
+        "--pool-size",
+        type=int,
+        default=d.pool_size,
+        help="database connections of this replica (with --store)",
+    )
     add(
         "--embedder",
         default=d.embedder,
@@ -37,6 +52,12 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         choices=["hnsw", "exact"],
         help="intent search: the Rust HNSW index, or exact numpy search",
     )
+    add(
+        "--page-token-secret-file",
+        type=Path,
+        help="key that signs page tokens (default: <data-dir>/page-token.key); replicas of "
+        "one shared store must use the same file, or a page token from one is refused by another",
+    )
     add("--keys-file", type=Path, help="API keys file (see `pml keys add`); none: single tenant")
     add(
         "--allow-insecure-remote",
@@ -46,14 +67,29 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     add("--tls-cert", type=Path, help="server certificate (PEM)")
     add("--tls-key", type=Path, help="server private key (PEM)")
     add("--tls-client-ca", type=Path, help="CA for client certificates: enables mutual TLS")
-    add("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    add("--metrics-port", type=int, help="serve Prometheus /metrics on this port (default: none)")
     add("--metrics-host", default=d.metrics_host, help="address for /metrics")
-    add("--max-code-bytes", type=int, default=d.max_code_bytes)
-    add("--max-tool-calls", type=int, default=d.max_tool_calls)
-    add("--max-message-bytes", type=int, default=d.max_message_bytes)
-    add("--max-concurrent-rpcs", type=int, default=d.max_concurrent_rpcs)
+    add("--max-code-bytes", type=int, default=d.max_code_bytes, help="largest code text taken")
+    add("--max-tool-calls", type=int, default=d.max_tool_calls, help="most tool calls per record")
+    add(
+        "--max-message-bytes",
+        type=int,
+        default=d.max_message_bytes,
+        help="largest gRPC message received",
+    )
+    add(
+        "--max-concurrent-rpcs",
+        type=int,
+        default=d.max_concurrent_rpcs,
+        help="calls in progress before new ones are refused",
+    )
     add("--max-workers", type=int, default=d.max_workers, help="RPC threads")
-    add("--capture-workers", type=int, default=d.capture_workers)
+    add(
+        "--capture-workers",
+        type=int,
+        default=d.capture_workers,
+        help="threads that run captures",
+    )
     add(
         "--stream-window",
         type=int,
@@ -81,79 +117,175 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         default=d.grace_seconds,
         help="how long SIGTERM waits for in-flight calls",
     )
-    add("--log-format", choices=["json", "text"], default="json")
-    add("--log-level", default="info")
+    add("--log-format", choices=["json", "text"], default="json", help="log line format")
+    add("--log-level", default="info", help="debug, info, warning or error")
+
+
+EXIT_CODES = """exit codes:
+  0  done
+  1  the server refused the call (the gRPC status and the fields it named are printed)
+  2  bad usage or input: a flag, a missing or unreadable file, a record that is not valid JSON
+     (pml serve: a configuration it cannot start with, a port or data dir in use)
+  3  no server answered (unreachable, or it did not answer in time)
+  4  done, but not everything was taken: `record` was rejected (tool failures), or `import`
+     had rejected or refused records"""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Adds the default to every flag's help, except where there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" not in text
+            and action.option_strings
+            and default not in (None, False, [], "", argparse.SUPPRESS)
+        ):
+            text += " (default: %(default)s)"
+        return text
 
 
 def _client_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--server", default=os.environ.get("PML_SERVER", DEFAULT_LISTEN))
-    p.add_argument("--api-key", default=os.environ.get("PML_API_KEY"))
+    # Environment defaults are resolved at call time, so `--help` never prints a key.
+    p.add_argument(
+        "--server", help=f"host:port of the pml server (default: $PML_SERVER or {DEFAULT_LISTEN})"
+    )
+    p.add_argument("--api-key", help="API key (default: $PML_API_KEY; none: single-tenant server)")
     p.add_argument("--tls", action="store_true", help="use TLS with the system roots")
     p.add_argument("--tls-ca", type=Path, help="CA that signed the server certificate")
     p.add_argument("--tls-cert", type=Path, help="client certificate (mutual TLS)")
     p.add_argument("--tls-key", type=Path, help="client key (mutual TLS)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the reply as JSON (proto field names) instead of text; errors too, on stderr",
+    )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pml-server")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _keys_parsers(commands: Any) -> None:
+    keys = commands.add_parser(
+        "keys", help="manage the API keys file", formatter_class=_HelpFormatter
+    )
+    actions = keys.add_subparsers(dest="keys_action", required=True, metavar="{add,list,revoke}")
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = actions.add_parser(
+            name, help=help_text, formatter_class=_HelpFormatter
+        )
+        sub.add_argument("--keys-file", type=Path, required=True, help="the keys file (JSON)")
+        return sub
+
+    add = action("add", "create a key for a tenant and print it once (only its hash is stored)")
+    add.add_argument("--tenant", required=True, help="the tenant the key acts for")
+    add.add_argument(
+        "--role", choices=["read", "write", "admin"], default="write", help="what the key may do"
+    )
+    add.add_argument("--label", default="", help="a note for `keys list` (who or what uses it)")
+    listing = action("list", "the keys: id, tenant, role, label (never the keys themselves)")
+    listing.add_argument("--json", action="store_true", help="print the keys as JSON")
+    revoke = action("revoke", "remove a key; a running server drops it within a second")
+    revoke.add_argument("id", help="the key's id from `keys list` (or the key itself)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pml", description="pml: procedural memory for agents")
+    parser = argparse.ArgumentParser(
+        prog="pml",
+        description="pml: procedural memory for agents",
+        epilog=EXIT_CODES,
+        formatter_class=_HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"pml {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
-    _serve_flags(commands.add_parser("serve", help="run the gRPC server"))
-
-    keys = commands.add_parser("keys", help="manage the API keys file")
-    keys.add_argument("action", choices=["add"])
-    keys.add_argument("--keys-file", type=Path, required=True)
-    keys.add_argument("--tenant", required=True)
-    keys.add_argument("--role", choices=["read", "write", "admin"], default="write")
-    keys.add_argument("--label", default="")
+    _serve_flags(
+        commands.add_parser(
+            "serve", help="run the gRPC server", epilog=EXIT_CODES, formatter_class=_HelpFormatter
+        )
+    )
+    _keys_parsers(commands)
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_text)
+        sub = commands.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=EXIT_CODES,
+            formatter_class=_HelpFormatter,
+        )
         _client_flags(sub)
         return sub
 
     rec = client("record", "record one execution (from flags or a JSON file)")
-    rec.add_argument("--file", type=Path, help="ExecutionRecord as proto JSON")
-    rec.add_argument("--intent")
-    rec.add_argument("--code", help="the code; or --code-file")
-    rec.add_argument("--code-file", type=Path)
-    rec.add_argument("--language", default="typescript")
-    rec.add_argument("--tool", action="append", default=[], help="a succeeded tool call, in order")
+    rec.add_argument("--file", type=Path, help="an ExecutionRecord as proto JSON")
+    rec.add_argument("--intent", help="what the agent was asked to do")
+    rec.add_argument("--code", help="the code that ran; or --code-file")
+    rec.add_argument("--code-file", type=Path, help="read the code from this file")
+    rec.add_argument("--language", default="typescript", help="language of the code")
+    rec.add_argument(
+        "--tool", action="append", default=[], help="a succeeded tool call, in order (repeat)"
+    )
     rec.add_argument(
         "--failed-tool",
         action="append",
         default=[],
         metavar="TOOL:ERROR",
-        help="a failed tool call",
+        help="a failed tool call, after the succeeded ones (repeat)",
     )
-    rec.add_argument("--request-id", default="")
-    rec.add_argument("--duration-ms", type=float, default=0.0)
+    rec.add_argument(
+        "--request-id", default="", help="idempotency key (default: a fresh UUID per call)"
+    )
+    rec.add_argument("--duration-ms", type=float, default=0.0, help="how long the execution took")
 
     imp = client("import", "upload a JSONL file of ExecutionRecords over the stream")
-    imp.add_argument("file", type=Path)
+    imp.add_argument("file", type=Path, help="one ExecutionRecord in proto JSON per line")
+    imp.add_argument(
+        "--strict",
+        action="store_true",
+        help="check every line first and send nothing if one is not an ExecutionRecord",
+    )
 
     sug = client("suggest", "ranked suggestions with score parts")
-    sug.add_argument("intent")
-    sug.add_argument("-k", type=int, default=0, help="how many (default 5)")
-    sug.add_argument("--min-match", type=float)
-    sug.add_argument("--min-success", type=float)
-    sug.add_argument("--tools", help="comma-separated tools available now")
-    sug.add_argument("--tag", action="append", default=[])
-    sug.add_argument("--include-flagged", action="store_true")
+    sug.add_argument("intent", help="what the agent wants to do")
+    sug.add_argument("-k", type=int, default=0, help="how many, 1..100 (0: the server's 5)")
+    sug.add_argument("--min-match", type=float, help="minimum match, 0..1 (default: server's)")
+    sug.add_argument(
+        "--min-success", type=float, help="minimum success estimate, 0..1 (default: server's)"
+    )
+    sug.add_argument("--tools", help="comma-separated tools available now (default: any)")
+    sug.add_argument(
+        "--tag", action="append", default=[], help="only patterns with this tag (repeat)"
+    )
+    sug.add_argument(
+        "--include-flagged", action="store_true", help="include patterns flagged for removal"
+    )
     sug.add_argument("--explain", action="store_true", help="also show filtered-out candidates")
 
     lst = client("list", "list patterns (or capabilities)")
-    lst.add_argument("--capabilities", action="store_true")
-    lst.add_argument("--limit", type=int, default=100)
+    lst.add_argument("--capabilities", action="store_true", help="list capabilities instead")
+    lst.add_argument("--limit", type=int, default=100, help="at most this many")
 
     show = client("show", "show a pattern or capability")
     show.add_argument("name", help="patterns/ID, capabilities/ID, or a bare pattern id")
     delete = client("delete", "delete a pattern or capability")
     delete.add_argument("name", help="patterns/ID or capabilities/ID")
     fails = client("failures", "the failure log, newest first")
-    fails.add_argument("--limit", type=int, default=50)
+    fails.add_argument("--limit", type=int, default=50, help="at most this many (1..1000)")
     ret = client("retention", "run the retention policy (dry run unless --apply)")
-    ret.add_argument("--apply", action="store_true")
+    ret.add_argument("--apply", action="store_true", help="apply it (admin role)")
     client("stats", "counts of this tenant's data")
+
+    from pml_server.mcp import cli as mcp_cli
+
+    mcp_cli.add_parser(commands, _client_flags)
     return parser
 
 
@@ -162,25 +294,41 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "serve":
         sys.exit(_serve(args))
     if args.command == "keys":
-        from pml_server.api.auth import Role, add_key
+        sys.exit(_keys(args))
+    if args.command == "mcp":
+        from pml_server.mcp import cli as mcp_cli
 
-        key = add_key(args.keys_file, args.tenant, Role.parse(args.role), args.label)
-        print(f"API key for tenant {args.tenant} ({args.role}); shown once, store it now:")
-        print(key)
-        return
-    from pml_server.cli_commands import COMMANDS
-    from pml_server.client import PmlClientError
+        sys.exit(mcp_cli.run(args))
+    from pml_server.cli_commands import run
+
+    sys.exit(run(args))
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from pml_server.api.auth import Role, add_key, list_keys, revoke_key
 
     try:
-        sys.exit(COMMANDS[args.command](args))
-    except PmlClientError as err:
-        from rich.console import Console
-
-        console = Console(stderr=True)
-        console.print(f"[red]error[/] {err.code.name}: {err.message}", markup=True)
-        for field, description in err.violations:
-            console.print(f"  [bold]{field}[/]: {description}")
-        sys.exit(1)
+        if args.keys_action == "add":
+            key = add_key(args.keys_file, args.tenant, Role.parse(args.role), args.label)
+            print(f"API key for tenant {args.tenant} ({args.role}); shown once, store it now:")
+            print(key)
+        elif args.keys_action == "list":
+            entries = list_keys(args.keys_file)
+            if args.json:
+                print(json.dumps({"keys": [vars(e) for e in entries]}, indent=2))
+            elif not entries:
+                print(f"no keys in {args.keys_file}")
+            else:
+                for e in entries:
+                    label = f"  {e.label}" if e.label else ""
+                    print(f"{e.id}  {e.tenant}  {e.role}{label}")
+        else:
+            e = revoke_key(args.keys_file, args.id)
+            print(f"revoked {e.id} ({e.tenant}, {e.role}); a running server drops it within 1 s")
+    except (OSError, ValueError, KeyError) as err:
+        print(f"pml keys: error: {err}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def server_config(args: argparse.Namespace) -> ServerConfig:
@@ -188,10 +336,13 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         listen=args.listen,
         data_dir=args.data_dir,
+        store=args.store or os.environ.get("PML_STORE") or None,
+        pool_size=args.pool_size,
         embedder=args.embedder,
         durability=args.durability,
         vector_index=args.vector_index,
         keys_file=args.keys_file,
+        page_token_secret_file=args.page_token_secret_file,
         allow_insecure_remote=args.allow_insecure_remote,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
@@ -220,11 +371,21 @@ def _serve(args: argparse.Namespace) -> int:
     from pml_server.api.server import serve_forever
 
     logs.configure(args.log_level, json_format=args.log_format == "json")
+    if args.store:
+        from pml_server.storage.postgres import has_password
+
+        if has_password(args.store):
+            print(
+                "pml serve: --store carries a password, which any user can read on the "
+                "command line: set PML_STORE (or PGPASSWORD, ~/.pgpass) instead",
+                file=sys.stderr,
+            )
+            return 2
     config = server_config(args)
     try:
         serve_forever(config)
     except (ValueError, OSError) as err:
-        print(f"pml serve: {err}", file=sys.stderr)
+        print(f"pml serve: error: {err}", file=sys.stderr)
         return 2
     return 0
 

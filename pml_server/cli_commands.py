@@ -1,18 +1,51 @@
-"""The client-side `pml` commands: each builds a `PmlClient`, calls it and renders the reply."""
+"""The client-side `pml` commands: each builds a `PmlClient`, calls it and renders the reply as
+text (`cli_render`, fitted to the terminal's width) or, with `--json`, as proto JSON.
+
+Errors end in one line on stderr and an exit code from `cli.EXIT_CODES`: no tracebacks for a
+refused call, an unreachable server or a bad input file."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+import time
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
+import grpc
 from google.protobuf import json_format
+from google.protobuf.message import Message
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from pml_server import cli_render as render
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.config import DEFAULT_LISTEN
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_NOT_TAKEN = 4
+_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class InputError(Exception):
+    """A file or flag the command cannot use (exit 2)."""
 
 
 def _console() -> Console:
@@ -20,10 +53,20 @@ def _console() -> Console:
     return Console()
 
 
+def _as_json(message: Message) -> Any:
+    return json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
 def _client(args: argparse.Namespace) -> PmlClient:
     return PmlClient(
-        args.server,
-        api_key=args.api_key,
+        args.server or os.environ.get("PML_SERVER") or DEFAULT_LISTEN,
+        api_key=args.api_key or os.environ.get("PML_API_KEY"),
         tls=args.tls,
         root_certificates=args.tls_ca,
         client_cert=args.tls_cert,
@@ -31,19 +74,36 @@ def _client(args: argparse.Namespace) -> PmlClient:
     )
 
 
-def _usage_error(message: str) -> int:
-    Console(stderr=True).print(f"[red]error[/] {message}")
-    return 2
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as err:
+        raise InputError(f"cannot read {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path} is not UTF-8 text: {err.reason}") from None
+
+
+def _parse_record(text: str, where: str) -> resources_pb2.ExecutionRecord:
+    try:
+        return json_format.Parse(text, resources_pb2.ExecutionRecord())
+    except json_format.ParseError as err:
+        # protobuf's message names the field, then lists every field on a second line.
+        reason = str(err).splitlines()[0] if str(err) else "not valid"
+        raise InputError(f"{where}: not an ExecutionRecord: {reason}") from None
+
+
+def _capture_exit(result: resources_pb2.CaptureResult) -> int:
+    rejected = result.outcome == resources_pb2.CAPTURE_OUTCOME_REJECTED
+    return EXIT_NOT_TAKEN if rejected else EXIT_OK
 
 
 def record(args: argparse.Namespace) -> int:
-    console = _console()
     if args.file is not None:
-        rec = json_format.Parse(args.file.read_text(), resources_pb2.ExecutionRecord())
+        rec = _parse_record(_read_text(args.file), str(args.file))
     else:
-        code = args.code_file.read_text() if args.code_file else args.code
+        code = _read_text(args.code_file) if args.code_file else args.code
         if args.intent is None or code is None:
-            return _usage_error("give --intent and --code (or --code-file), or --file")
+            raise InputError("give --intent and --code (or --code-file), or --file")
         failed = []
         for item in args.failed_tool:
             tool, _, error = item.partition(":")
@@ -58,30 +118,79 @@ def record(args: argparse.Namespace) -> int:
             duration_ms=args.duration_ms,
         )
     with _client(args) as client:
-        render.capture(console, client.record(rec))
-    return 0
+        result = client.record(rec)
+    if args.json:
+        _print_json(_as_json(result))
+    else:
+        render.capture(_console(), result)
+    return _capture_exit(result)
+
+
+def _jsonl_records(
+    path: Path, bad: Callable[[int, str], None]
+) -> Iterator[tuple[int, resources_pb2.ExecutionRecord]]:
+    """(line number, record) of each non-empty line of `path`, read a line at a time; a line
+    that is not an ExecutionRecord goes to `bad` and is skipped."""
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue
+            try:
+                line = raw.decode("utf-8")
+                yield number, json_format.Parse(line, resources_pb2.ExecutionRecord())
+            except (json_format.ParseError, UnicodeDecodeError) as err:
+                bad(number, str(err).splitlines()[0][:300])
 
 
 def import_file(args: argparse.Namespace) -> int:
-    console = _console()
-    records = []
-    for number, line in enumerate(args.file.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json_format.Parse(line, resources_pb2.ExecutionRecord()))
-        except json_format.ParseError as err:
-            return _usage_error(f"{args.file}:{number}: not an ExecutionRecord: {err}")
+    """`pml import FILE`: stream a JSONL file of ExecutionRecords over StreamTraces, with a
+    progress bar and a summary counting each record once (saved / counted / rejected /
+    refused, replays among them, bad lines, executions/s); `--json` prints the summary as JSON."""
+    console = _console() if not args.json else Console(stderr=True, quiet=True)
+    errors = Console(stderr=True)
+    path: Path = args.file
+    if not path.is_file():
+        raise InputError(f"cannot read {path}: no such file")
+    bad_lines: list[int] = []
+
+    def report_bad(number: int, why: str) -> None:
+        bad_lines.append(number)
+        errors.print(f"[red]error[/] {path}:{number}: not an ExecutionRecord: {why}", markup=True)
+
+    # One quick pass counts the lines for the progress bar (and, with --strict, checks them all
+    # before anything is sent); the upload then reads the file again, a line at a time.
+    total = 0
+    for _ in _jsonl_records(path, report_bad if args.strict else lambda n, w: None):
+        total += 1
+    if args.strict and bad_lines:
+        raise InputError(f"{path}: {len(bad_lines)} bad lines: nothing was sent (--strict)")
+    bad_lines.clear()
     outcomes: Counter[str] = Counter()
     refused: list[tuple[str, str]] = []
-    columns = (TextColumn("importing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("importing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+
+    def pairs() -> Iterator[tuple[str, resources_pb2.ExecutionRecord]]:
+        for number, record in _jsonl_records(path, report_bad):
+            if not record.request_id:  # stays the same if the stream must be resent
+                record.request_id = str(uuid.uuid4())
+            yield f"line-{number}", record  # unique even when request ids repeat
+
+    start = time.perf_counter()
     with _client(args) as client, Progress(*columns, console=console) as progress:
-        task = progress.add_task("import", total=len(records))
+        task = progress.add_task("import", total=total)
 
         def on_ack(ack: pml_pb2.StreamTracesResponse) -> None:
             if ack.HasField("error"):
                 outcomes["refused"] += 1
-                refused.append((ack.execution_id, ack.error.message))
+                if len(refused) < 20:
+                    refused.append((ack.execution_id, ack.error.message))
             else:
                 name = resources_pb2.CaptureOutcome.Name(ack.result.outcome)
                 outcomes[name.removeprefix("CAPTURE_OUTCOME_").lower()] += 1
@@ -89,16 +198,41 @@ def import_file(args: argparse.Namespace) -> int:
                     outcomes["replayed"] += 1
             progress.advance(task)
 
-        report = client.upload(records, on_ack=on_ack)
-    summary = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())) or "nothing"
-    console.print(f"imported {len(records)} records: {summary}; reconnects: {report.reconnects}")
-    for eid, message in refused[:20]:
-        console.print(f"  [red]refused[/] {eid}: {message}")
-    return 1 if refused else 0
+        report = client.upload_pairs(pairs(), on_ack=on_ack, keep_acks=False)
+    elapsed = time.perf_counter() - start
+    answered = sum(n for k, n in outcomes.items() if k != "replayed")
+    rate = answered / elapsed if elapsed > 0 else 0.0
+    if args.json:
+        _print_json(
+            {
+                "records": answered,
+                "outcomes": dict(sorted(outcomes.items())),
+                "bad_lines": bad_lines,
+                "executions_per_second": round(rate, 1),
+                "reconnects": report.reconnects,
+                "refused": [{"execution_id": e, "message": m} for e, m in refused],
+            }
+        )
+    else:
+        parts = [f"{outcomes[k]} {k}" for k in _SUMMARY_KEYS]
+        parts += [f"{n} {k}" for k, n in sorted(outcomes.items()) if k not in _SUMMARY_KEYS]
+        if bad_lines:
+            parts.append(f"{len(bad_lines)} bad lines skipped")
+        console.print(
+            f"imported {answered} records from {path}: {', '.join(parts)}; "
+            f"{rate:.1f} executions/s; reconnects: {report.reconnects}"
+        )
+        for eid, message in refused[:20]:
+            console.print(f"  [red]refused[/] {eid}: {message}")
+    if refused or outcomes["rejected"]:
+        return EXIT_NOT_TAKEN
+    return EXIT_USAGE if bad_lines else EXIT_OK
+
+
+_SUMMARY_KEYS = ("saved", "counted", "rejected", "refused")
 
 
 def suggest(args: argparse.Namespace) -> int:
-    console = _console()
     tools = [t for t in args.tools.split(",") if t] if args.tools is not None else None
     with _client(args) as client:
         reply = client.suggest(
@@ -111,12 +245,14 @@ def suggest(args: argparse.Namespace) -> int:
             include_flagged=args.include_flagged,
             explain=args.explain,
         )
-    render.suggestions(console, reply)
-    return 0
+    if args.json:
+        _print_json(_as_json(reply))
+    else:
+        render.suggestions(_console(), reply, explain=args.explain)
+    return EXIT_OK
 
 
 def list_items(args: argparse.Namespace) -> int:
-    console = _console()
     with _client(args) as client:
         if args.capabilities:
             caps = []
@@ -124,60 +260,83 @@ def list_items(args: argparse.Namespace) -> int:
                 caps.append(c)
                 if len(caps) >= args.limit:
                     break
-            render.capabilities(console, caps)
+            if args.json:
+                _print_json({"capabilities": [_as_json(c) for c in caps]})
+            else:
+                render.capabilities(_console(), caps)
         else:
             pats = []
             for p in client.iter_patterns():
                 pats.append(p)
                 if len(pats) >= args.limit:
                     break
-            render.patterns(console, pats)
-    return 0
+            if args.json:
+                _print_json({"patterns": [_as_json(p) for p in pats]})
+            else:
+                render.patterns(_console(), pats)
+    return EXIT_OK
 
 
 def show(args: argparse.Namespace) -> int:
-    console = _console()
     name = args.name if "/" in args.name else f"patterns/{args.name}"
     with _client(args) as client:
         if name.startswith("capabilities/"):
-            render.capability_detail(console, client.get_capability(name))
+            capability = client.get_capability(name)
+            if args.json:
+                _print_json(_as_json(capability))
+            else:
+                render.capability_detail(_console(), capability)
         else:
-            render.pattern_detail(console, client.get_pattern(name))
-    return 0
+            pattern = client.get_pattern(name)
+            if args.json:
+                _print_json(_as_json(pattern))
+            else:
+                render.pattern_detail(_console(), pattern)
+    return EXIT_OK
 
 
 def delete(args: argparse.Namespace) -> int:
-    console = _console()
+    name = args.name if "/" in args.name else f"patterns/{args.name}"
     with _client(args) as client:
-        if args.name.startswith("capabilities/"):
-            client.delete_capability(args.name)
+        if name.startswith("capabilities/"):
+            client.delete_capability(name)
         else:
-            name = args.name if "/" in args.name else f"patterns/{args.name}"
             client.delete_pattern(name)
-    console.print(f"deleted {args.name}")
-    return 0
+    if args.json:
+        _print_json({"deleted": name})
+    else:
+        _console().print(f"deleted {name}")
+    return EXIT_OK
 
 
 def failures(args: argparse.Namespace) -> int:
-    console = _console()
     with _client(args) as client:
         items = list(client.list_failures(page_size=min(args.limit, 1000)).failures)
-    render.failures(console, items)
-    return 0
+    if args.json:
+        _print_json({"failures": [_as_json(f) for f in items]})
+    else:
+        render.failures(_console(), items)
+    return EXIT_OK
 
 
 def retention(args: argparse.Namespace) -> int:
-    console = _console()
     with _client(args) as client:
-        render.retention(console, client.run_retention(apply=args.apply))
-    return 0
+        reply = client.run_retention(apply=args.apply)
+    if args.json:
+        _print_json(_as_json(reply))
+    else:
+        render.retention(_console(), reply)
+    return EXIT_OK
 
 
 def stats(args: argparse.Namespace) -> int:
-    console = _console()
     with _client(args) as client:
-        render.stats(console, client.stats())
-    return 0
+        reply = client.stats()
+    if args.json:
+        _print_json(_as_json(reply))
+    else:
+        render.stats(_console(), reply)
+    return EXIT_OK
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -192,4 +351,43 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "stats": stats,
 }
 
-__all__ = ["COMMANDS", "PmlClientError"]
+
+def _fail(args: argparse.Namespace, code: int, error: dict[str, Any]) -> int:
+    """One line on stderr: JSON with --json, else `pml CMD: error: ...`."""
+    if args.json:
+        print(json.dumps({"error": error}, ensure_ascii=False), file=sys.stderr)
+        return code
+    text = error["message"]
+    if "status" in error:
+        text = f"{error['status']}: {text}"
+    fields = "; ".join(f"{v['field']}: {v['description']}" for v in error.get("violations", []))
+    if fields:
+        text += f" ({fields})"
+    if error.get("retry_after_seconds") is not None:
+        text += f"; retry in {error['retry_after_seconds']:g} s"
+    print(f"pml {args.command}: error: {' '.join(text.split())}", file=sys.stderr)
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one client command; its exit code."""
+    try:
+        return COMMANDS[args.command](args)
+    except InputError as err:
+        return _fail(args, EXIT_USAGE, {"message": str(err)})
+    except OSError as err:  # the TLS files given to the client
+        return _fail(args, EXIT_USAGE, {"message": f"{err.filename or ''}: {err.strerror or err}"})
+    except PmlClientError as err:
+        unreachable = err.code in _UNREACHABLE
+        error: dict[str, Any] = {"status": err.code.name, "message": err.message}
+        if unreachable and err.retry_delay_seconds is None:
+            target = args.server or os.environ.get("PML_SERVER") or DEFAULT_LISTEN
+            error["message"] = f"no pml server answered at {target} ({err.message})"
+        if err.violations:
+            error["violations"] = [{"field": f, "description": d} for f, d in err.violations]
+        if err.retry_delay_seconds is not None:
+            error["retry_after_seconds"] = err.retry_delay_seconds
+        return _fail(args, EXIT_UNREACHABLE if unreachable else EXIT_REFUSED, error)
+
+
+__all__ = ["COMMANDS", "EXIT_NOT_TAKEN", "EXIT_REFUSED", "EXIT_UNREACHABLE", "EXIT_USAGE", "run"]

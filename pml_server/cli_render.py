@@ -1,12 +1,20 @@
-"""Rich rendering of API replies for the `pml` CLI."""
+"""Rich rendering of API replies for the `pml` CLI.
+
+Every listing fits the width it is given (the terminal, $COLUMNS, or 80 in a pipe): a table when
+the table fits without squeezing a column, otherwise a stacked form, one block per row with a
+label per value, that wraps at any width. Empty answers are said in words."""
 
 from __future__ import annotations
 
 import datetime as dt
+import textwrap
+from collections.abc import Sequence
 
 from google.protobuf import timestamp_pb2
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 
@@ -25,6 +33,50 @@ def _rate(success: int, usage: int) -> str:
     return f"{100 * success / usage:.0f}% of {usage}" if usage else "-"
 
 
+def _fits(console: Console, table: Table) -> bool:
+    # Measured as if the screen were unbounded: the width the table needs with no column
+    # squeezed (a measure at the console's own width is clamped to it).
+    natural = Measurement.get(console, console.options.update_width(100_000), table)
+    return natural.maximum <= console.width
+
+
+def _listing(
+    console: Console,
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    right: Sequence[str] = (),
+) -> None:
+    """A table when it fits; else each row as a block headed by its first value."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="right" if column in right else "left")
+    for row in rows:
+        table.add_row(*row)
+    if _fits(console, table):
+        console.print(table)
+        return
+    console.print(Text(title, style="italic"))
+    for row in rows:
+        _block(console, Text(row[0], style="bold"), list(zip(columns[1:], row[1:], strict=True)))
+
+
+def _block(console: Console, heading: Text, fields: list[tuple[str, str]]) -> None:
+    """A heading, then `label  value` lines indented under it; long values wrap under
+    themselves. Built line by line, so no line carries padding to the right."""
+    console.print(heading)
+    label_width = max((len(label) for label, _ in fields), default=0)
+    indent = " " * (2 + label_width + 2)
+    room = max(20, console.width - len(indent))
+    for label, value in fields:
+        lines = textwrap.wrap(value, room, break_long_words=True, break_on_hyphens=False) or [""]
+        first = Text.assemble("  ", (label.ljust(label_width), "dim"), "  ", lines[0])
+        console.print(first, soft_wrap=True)
+        for line in lines[1:]:
+            console.print(Text(indent + line), soft_wrap=True)
+
+
 def capture(console: Console, result: resources_pb2.CaptureResult) -> None:
     outcome = resources_pb2.CaptureOutcome.Name(result.outcome).removeprefix("CAPTURE_OUTCOME_")
     style = {"SAVED": "green", "COUNTED": "cyan", "REJECTED": "red"}.get(outcome, "")
@@ -41,23 +93,35 @@ def capture(console: Console, result: resources_pb2.CaptureResult) -> None:
         console.print(f"  [red]tool failed[/] {f.tool}: {f.error}")
 
 
-def suggestions(console: Console, reply: pml_pb2.SuggestResponse) -> None:
-    table = Table(title="Suggestions, best first (total: the ranking formula over the parts)")
-    for column in (
-        "#",
-        "capability",
-        "pattern",
-        "tools",
-        "success",
-        "match",
-        "semantic",
-        "lexical",
-        "est.",
-        "usage",
-        "recency",
-        "superseded",
-        "total",
-    ):
+_SCORE_COLUMNS = ("match", "semantic", "lexical", "est.", "usage", "recency", "superseded")
+
+
+def _score_values(sc: resources_pb2.ScoreParts) -> list[str]:
+    parts = (sc.match, sc.semantic, sc.lexical, sc.success_estimate, sc.usage, sc.recency)
+    return [f"{v:.2f}" for v in (*parts, sc.superseded_penalty)]
+
+
+def suggestions(console: Console, reply: pml_pb2.SuggestResponse, explain: bool = False) -> None:
+    if not reply.suggestions and reply.filtered:
+        console.print("no suggestions: the filters removed every candidate (listed below)")
+    elif not reply.suggestions:
+        console.print(
+            "no suggestions: nothing stored matches this intent well enough"
+            + ("" if explain else " (--explain shows what the filters removed)")
+        )
+    else:
+        _suggestion_listing(console, reply)
+    if explain:
+        _filtered(console, reply)
+    if reply.suggestions:
+        console.print("[dim]template of the best suggestion:[/]")
+        console.print(reply.suggestions[0].pattern.template, markup=False, highlight=False)
+
+
+def _suggestion_listing(console: Console, reply: pml_pb2.SuggestResponse) -> None:
+    title = "Suggestions, best first (total: the ranking formula over the parts)"
+    table = Table(title=title)
+    for column in ("#", "capability", "pattern", "tools", "success", *_SCORE_COLUMNS, "total"):
         text = column in ("capability", "pattern", "tools")
         # Ids stay whole (they are what `pml show` takes); the tools column wraps instead.
         table.add_column(
@@ -71,34 +135,46 @@ def suggestions(console: Console, reply: pml_pb2.SuggestResponse) -> None:
             _short(p.name),
             " > ".join(p.tools_used),
             _rate(p.success_count, p.usage_count),
-            f"{sc.match:.2f}",
-            f"{sc.semantic:.2f}",
-            f"{sc.lexical:.2f}",
-            f"{sc.success_estimate:.2f}",
-            f"{sc.usage:.2f}",
-            f"{sc.recency:.2f}",
-            f"{sc.superseded_penalty:.2f}",
+            *_score_values(sc),
             f"[bold]{sc.total:.3f}[/]",
         )
-    console.print(table)
-    if reply.filtered:
-        out = Table(title="Filtered out (explain)")
-        for column in ("capability", "pattern", "rule", "detail"):
-            out.add_column(column)
-        for f in reply.filtered:
-            out.add_row(_short(f.capability), _short(f.pattern), f.rule, f.detail)
-        console.print(out)
-    if reply.suggestions:
-        console.print("[dim]template of the best suggestion:[/]")
-        console.print(reply.suggestions[0].pattern.template, markup=False, highlight=False)
+    if _fits(console, table):
+        console.print(table)
+        return
+    console.print(Text(title, style="italic"))
+    for rank, s in enumerate(reply.suggestions, 1):
+        p, sc = s.pattern, s.score
+        parts = "  ".join(
+            f"{name} {value}" for name, value in zip(_SCORE_COLUMNS, _score_values(sc), strict=True)
+        )
+        heading = Text.assemble((f"{rank}. ", "bold"), (_short(s.capability), "bold"))
+        heading.append(f"  total {sc.total:.3f}")
+        _block(
+            console,
+            heading,
+            [
+                ("pattern", _short(p.name)),
+                ("tools", " > ".join(p.tools_used)),
+                ("success", _rate(p.success_count, p.usage_count)),
+                ("parts", parts),
+            ],
+        )
+
+
+def _filtered(console: Console, reply: pml_pb2.SuggestResponse) -> None:
+    if not reply.filtered:
+        console.print("nothing filtered: no candidate was removed by a filter")
+        return
+    rows = [(_short(f.capability), _short(f.pattern), f.rule, f.detail) for f in reply.filtered]
+    _listing(console, "Filtered out (explain)", ("capability", "pattern", "rule", "detail"), rows)
 
 
 def patterns(console: Console, items: list[resources_pb2.Pattern]) -> None:
-    table = Table(title=f"Patterns ({len(items)})")
-    for column in ("pattern", "capability", "tools", "success", "last used", "intents"):
-        table.add_column(column)
-    for p in items:
-        table.add_row(
+    if not items:
+        console.print("no patterns stored yet (`pml record` or `pml import` adds some)")
+        return
+    rows = [
+        (
             _short(p.name),
             _short(p.capability),
             " > ".join(p.tools_used),
@@ -106,15 +182,18 @@ def patterns(console: Console, items: list[resources_pb2.Pattern]) -> None:
             _when(p.last_used_time),
             "; ".join(i.text for i in p.intents[:3]),
         )
-    console.print(table)
+        for p in items
+    ]
+    columns = ("pattern", "capability", "tools", "success", "last used", "intents")
+    _listing(console, f"Patterns ({len(items)})", columns, rows)
 
 
 def capabilities(console: Console, items: list[resources_pb2.Capability]) -> None:
-    table = Table(title=f"Capabilities ({len(items)})")
-    for column in ("capability", "tools", "patterns", "success", "last used", "intents"):
-        table.add_column(column)
-    for c in items:
-        table.add_row(
+    if not items:
+        console.print("no capabilities stored yet (`pml record` or `pml import` adds some)")
+        return
+    rows = [
+        (
             _short(c.name),
             " > ".join(c.tools),
             str(len(c.patterns)),
@@ -122,7 +201,10 @@ def capabilities(console: Console, items: list[resources_pb2.Capability]) -> Non
             _when(c.last_used_time),
             "; ".join(c.intents[:3]),
         )
-    console.print(table)
+        for c in items
+    ]
+    columns = ("capability", "tools", "patterns", "success", "last used", "intents")
+    _listing(console, f"Capabilities ({len(items)})", columns, rows)
 
 
 def pattern_detail(console: Console, p: resources_pb2.Pattern) -> None:
@@ -164,25 +246,27 @@ def capability_detail(console: Console, c: resources_pb2.Capability) -> None:
 
 
 def failures(console: Console, items: list[resources_pb2.Failure]) -> None:
-    table = Table(title=f"Failures ({len(items)}, newest first)")
-    for column in ("time", "tool", "error", "intent", "pattern", "request id"):
-        table.add_column(column)
-    for f in items:
-        table.add_row(
-            _when(f.time), f.tool, f.error, f.intent, _short(f.pattern) or "-", f.request_id
-        )
-    console.print(table)
+    if not items:
+        console.print("no failures logged")
+        return
+    rows = [
+        (_when(f.time), f.tool, f.error, f.intent, _short(f.pattern) or "-", f.request_id)
+        for f in items
+    ]
+    columns = ("time", "tool", "error", "intent", "pattern", "request id")
+    _listing(console, f"Failures ({len(items)}, newest first)", columns, rows)
 
 
 def retention(console: Console, reply: pml_pb2.RunRetentionResponse) -> None:
     title = "Retention (dry run: nothing changed)" if reply.dry_run else "Retention (applied)"
-    table = Table(title=title)
-    for column in ("pattern", "action", "reason", "superseded by"):
-        table.add_column(column)
+    if not reply.entries:
+        console.print(f"{title}: nothing to flag, supersede or remove")
+        return
+    rows = []
     for e in reply.entries:
         action = resources_pb2.RetentionAction.Name(e.action).removeprefix("RETENTION_ACTION_")
-        table.add_row(_short(e.pattern), action.lower(), e.reason, _short(e.superseded_by) or "-")
-    console.print(table)
+        rows.append((_short(e.pattern), action.lower(), e.reason, _short(e.superseded_by) or "-"))
+    _listing(console, title, ("pattern", "action", "reason", "superseded by"), rows)
 
 
 def stats(console: Console, s: pml_pb2.GetStatsResponse) -> None:

@@ -281,37 +281,73 @@ class PmlClient:
 
     def upload(
         self,
-        records: Sequence[ExecutionRecord],
+        records: Iterable[ExecutionRecord],
         *,
         max_reconnects: int = 8,
         on_ack: Callable[[pml_pb2.StreamTracesResponse], None] | None = None,
     ) -> UploadReport:
         """Upload whole records over StreamTraces. If the stream breaks, reconnect and resend
         every record not yet acknowledged; request ids (default: a UUID per record) make the
-        resend apply exactly once."""
+        resend apply exactly once. `records` is consumed lazily (a big file is never held
+        whole): only the records sent and not yet acknowledged are kept."""
         # A record without a request id gets a fresh one, kept across reconnects of this upload
         # (a fixed default such as its index would collide with other uploads).
-        ids = [r.request_id or str(uuid.uuid4()) for r in records]
+        return self.upload_pairs(
+            ((r.request_id or str(uuid.uuid4()), r) for r in records),
+            max_reconnects=max_reconnects,
+            on_ack=on_ack,
+        )
+
+    def upload_pairs(
+        self,
+        items: Iterable[tuple[str, ExecutionRecord]],
+        *,
+        max_reconnects: int = 5,
+        on_ack: Callable[[pml_pb2.StreamTracesResponse], None] | None = None,
+        keep_acks: bool = True,
+    ) -> UploadReport:
+        """`upload` of (execution id, record) pairs; execution ids must be unique. `on_ack` is
+        called once per execution id, whatever the reconnects; `keep_acks=False` leaves
+        `report.acks` empty (a big file's acks need not all be held)."""
         report = UploadReport()
+        source = iter(items)
+        unacked: dict[str, ExecutionRecord] = {}  # sent, not acknowledged (insertion order)
         sequence = 0
+        exhausted = False
+
+        def requests() -> Iterator[pml_pb2.StreamTracesRequest]:
+            nonlocal sequence, exhausted
+            for eid, record in list(unacked.items()):  # a reconnect resends these first
+                sequence += 1
+                yield pml_pb2.StreamTracesRequest(
+                    execution_id=eid, sequence=sequence, record=record
+                )
+            for eid, record in source:
+                unacked[eid] = record
+                sequence += 1
+                yield pml_pb2.StreamTracesRequest(
+                    execution_id=eid, sequence=sequence, record=record
+                )
+            exhausted = True
+
         while True:
-            todo = [(eid, r) for eid, r in zip(ids, records, strict=True) if eid not in report.acks]
-            if not todo:
-                return report
-
-            def requests(todo: list[tuple[str, ExecutionRecord]] = todo) -> Iterator[Any]:
-                nonlocal sequence
-                for eid, record in todo:
-                    sequence += 1
-                    yield pml_pb2.StreamTracesRequest(
-                        execution_id=eid, sequence=sequence, record=record
-                    )
-
             try:
                 for ack in self._stub.StreamTraces(requests(), metadata=self._metadata):
-                    report.acks[ack.execution_id] = ack
+                    if unacked.pop(ack.execution_id, None) is None:
+                        continue  # an ack of an execution already answered
+                    if keep_acks:
+                        report.acks[ack.execution_id] = ack
                     if on_ack is not None:
                         on_ack(ack)
+                if exhausted and not unacked:
+                    return report
+                # The server ended the stream before answering everything: resend the rest.
+                if report.reconnects >= max_reconnects:
+                    raise PmlClientError(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"the stream ended with {len(unacked)} executions not acknowledged",
+                    )
+                report.reconnects += 1
             except grpc.RpcError as err:
                 retryable = err.code() in (
                     grpc.StatusCode.UNAVAILABLE,

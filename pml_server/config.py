@@ -18,6 +18,8 @@ class ServerConfig:
 
     listen: str = DEFAULT_LISTEN
     data_dir: Path = DEFAULT_DATA_DIR
+    store: str | None = None  # postgresql:// DSN of a shared store (see EngineConfig.store)
+    pool_size: int = 8
     max_workers: int = 16
     grace_seconds: float = 10.0
     # ---- API layer (pml_server/api) ----
@@ -60,6 +62,10 @@ class EngineConfig:
     """The engine (capture, store, embeddings, indexes, ranking, retention); see docs/capture.md."""
 
     data_dir: Path
+    # A postgresql:// DSN: the shared store of several replicas (pml_server/storage/postgres);
+    # None: the embedded RocksDB store in data_dir.
+    store: str | None = None
+    pool_size: int = 8  # database connections of this replica (shared store only)
     embedder: str = "minilm"  # "minilm" | "hashing"
     durability: str = "sync"  # "sync": ack after WAL fsync (group commit) | "fast": WAL, no fsync
     max_code_bytes: int = 256 * 1024

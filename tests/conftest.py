@@ -13,7 +13,8 @@ from pml_server.api.server import RunningServer, start_server
 from pml_server.client import PmlClient
 from pml_server.config import ServerConfig
 from pml_server.domain.engine import EngineProtocol
-from tests.engines import open_test_engine
+from tests.postgres_cluster import postgres_cluster, postgres_dsn  # noqa: F401 (fixtures)
+from tests.support import open_engine
 
 StartServer = Callable[..., RunningServer]
 
@@ -36,7 +37,7 @@ def start(data_dir: Path) -> Iterator[StartServer]:
             "durability": "fast",
         }
         config = ServerConfig(**{**settings, **overrides})  # type: ignore[arg-type]
-        engine = engine or open_test_engine(config)
+        engine = engine or open_engine(config)
         try:
             running = start_server(config, engine=engine)
         except Exception:

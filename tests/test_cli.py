@@ -68,6 +68,7 @@ def test_record_reports_rejection_and_failures_list_it(run: object) -> None:
         "gmail_send:not connected",
         "--request-id",
         "mail-1",
+        expect=4,
     )
     assert "rejected" in out
     assert "gmail_send: not connected" in out
@@ -140,7 +141,9 @@ def test_keys_add_prints_a_key_and_stores_only_its_hash(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "keys.json"
-    cli.main(["keys", "add", "--keys-file", str(path), "--tenant", "acme", "--role", "read"])
+    with pytest.raises(SystemExit) as done:
+        cli.main(["keys", "add", "--keys-file", str(path), "--tenant", "acme", "--role", "read"])
+    assert done.value.code == 0
     key = capsys.readouterr().out.strip().splitlines()[-1]
     assert key.startswith("pml_")
     stored = json.loads(path.read_text())["keys"]

@@ -1,7 +1,10 @@
-"""Generate the Python protobuf/gRPC modules and typed stubs from proto/ into pml_server/_proto.
+"""Generate every client's code from proto/: the Python modules and typed stubs into
+pml_server/_proto, the Go package into clients/go/pmlv1 (buf with protoc-gen-go and
+protoc-gen-go-grpc at pinned versions), and the copy of the protos that the Node package loads
+(clients/node/proto).
 
-Used by `make proto` and by the drift test (which generates into a temporary directory and
-compares). The generated modules import each other as `pml.v1...`; they are rewritten to
+Used by `make proto` and by the drift tests (which generate into a temporary directory and
+compare). The generated Python modules import each other as `pml.v1...`; they are rewritten to
 absolute imports under `pml_server._proto` so the package works without touching sys.path.
 """
 
@@ -11,6 +14,7 @@ import argparse
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -20,6 +24,15 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 DEFAULT_OUT = ROOT / "pml_server" / "_proto"
+GO_MODULE = ROOT / "clients" / "go"
+GO_OUT = GO_MODULE / "pmlv1"
+NODE_PROTOS = ROOT / "clients" / "node" / "proto"
+# The Go plugins, pinned: the generated code names their versions, so another version is drift.
+GO_PLUGINS = {
+    "protoc-gen-go": "google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12",
+    "protoc-gen-go-grpc": "google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2",
+}
+GO_BIN = ROOT / ".venv" / "go-bin"
 IMPORT_RE = re.compile(r"^from pml\.(\S+) import", re.MULTILINE)
 
 
@@ -59,10 +72,75 @@ def generate(out_dir: Path) -> None:
                 init.write_text("")
 
 
+def _go_plugins() -> Path:
+    """The pinned plugins in .venv/go-bin, installed through `go install` the first time."""
+    go = shutil.which("go")
+    if go is None:
+        sys.exit("Go is needed to generate clients/go (the go command is not on PATH)")
+    GO_BIN.mkdir(parents=True, exist_ok=True)
+    stamp = GO_BIN / "versions.txt"
+    wanted = "\n".join(sorted(GO_PLUGINS.values())) + "\n"
+    have = all((GO_BIN / name).is_file() for name in GO_PLUGINS)
+    if not have or not stamp.is_file() or stamp.read_text() != wanted:
+        for package in GO_PLUGINS.values():
+            env = {**os.environ, "GOBIN": str(GO_BIN)}
+            subprocess.run([go, "install", package], check=True, env=env)
+        stamp.write_text(wanted)
+    return GO_BIN
+
+
+def generate_go(out_dir: Path) -> None:
+    """clients/go/pmlv1: buf generate over proto/pml (google/rpc/status.proto is imported from
+    the genproto module named by its go_package)."""
+    plugins = _go_plugins()
+    buf = Path(sys.executable).parent / "buf"
+    env = {**os.environ, "PATH": f"{plugins}{os.pathsep}{os.environ['PATH']}"}
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [
+                str(buf),
+                "generate",
+                str(PROTO_ROOT),
+                "--template",
+                str(GO_MODULE / "buf.gen.yaml"),
+                "--path",
+                str(PROTO_ROOT / "pml"),
+                "--output",
+                tmp,
+            ],
+            check=True,
+            env=env,
+        )
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        shutil.copytree(Path(tmp) / "pmlv1", out_dir)
+
+
+def copy_node_protos(out_dir: Path) -> None:
+    """The protos the Node package loads from itself (an npm package cannot reach ../../proto)."""
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    for src in sorted(PROTO_ROOT.rglob("*.proto")):
+        dest = out_dir / src.relative_to(PROTO_ROOT)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    generate(parser.parse_args().out)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="Python output directory")
+    parser.add_argument("--go-out", type=Path, default=GO_OUT, help="Go package directory")
+    parser.add_argument("--node-out", type=Path, default=NODE_PROTOS, help="Node protos copy")
+    parser.add_argument(
+        "--only", choices=["python", "go", "node"], help="generate one client only (drift tests)"
+    )
+    args = parser.parse_args()
+    if args.only in (None, "python"):
+        generate(args.out)
+    if args.only in (None, "node"):
+        copy_node_protos(args.node_out)
+    if args.only in (None, "go"):
+        generate_go(args.go_out)
 
 
 if __name__ == "__main__":

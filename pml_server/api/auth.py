@@ -60,45 +60,47 @@ def hash_key(key: str) -> str:
 
 
 class KeyStore:
-    """Maps presented keys to callers. `None` path: single-tenant mode."""
+    """Maps presented keys to callers. `None` path: single-tenant mode. `reload()` swaps in the
+    file's current keys (SIGHUP, or `KeysFileWatcher` when the file changes)."""
 
-    def __init__(self, entries: dict[str, Caller] | None) -> None:
-        self._by_hash = entries
-        self._by_key: dict[str, Caller] = {}
+    def __init__(self, entries: dict[str, Caller] | None, path: Path | None = None) -> None:
+        # The hashes and the cache of presented keys are swapped together, as one tuple, so a
+        # lookup that straddles a reload never caches a revoked key into the new state.
+        self._state: tuple[dict[str, Caller] | None, dict[str, Caller]] = (entries, {})
+        self.path = path
 
     @property
     def multi_tenant(self) -> bool:
-        return self._by_hash is not None
+        return self._state[0] is not None
 
     @classmethod
     def load(cls, path: Path | None) -> KeyStore:
         if path is None:
             return cls(None)
-        data = json.loads(path.read_text())
-        entries: dict[str, Caller] = {}
-        for i, item in enumerate(data.get("keys", [])):
-            digest = str(item["sha256"]).lower()
-            if not re.fullmatch(r"[0-9a-f]{64}", digest):
-                raise ValueError(f"{path}: keys[{i}].sha256 is not a SHA-256 hex digest")
-            tenant = str(item["tenant"])
-            if not _TENANT_RE.fullmatch(tenant):
-                raise ValueError(f"{path}: keys[{i}].tenant {tenant!r} is not a valid tenant")
-            entries[digest] = Caller(tenant=tenant, role=Role.parse(str(item["role"])))
-        return cls(entries)
+        return cls(read_keys_file(path), path)
+
+    def reload(self) -> int:
+        """Re-read the keys file; on an error the keys in force stay. Returns how many keys."""
+        if self.path is None:
+            return 0
+        entries = read_keys_file(self.path)
+        self._state = (entries, {})
+        return len(entries)
 
     def _lookup(self, key: str) -> Caller | None:
-        assert self._by_hash is not None
-        caller = self._by_key.get(key)
+        by_hash, by_key = self._state
+        assert by_hash is not None
+        caller = by_key.get(key)
         if caller is None:
-            caller = self._by_hash.get(hash_key(key))
+            caller = by_hash.get(hash_key(key))
             if caller is not None:
-                if len(self._by_key) >= _KEY_CACHE_SIZE:
-                    self._by_key.clear()
-                self._by_key[key] = caller
+                if len(by_key) >= _KEY_CACHE_SIZE:
+                    by_key.clear()
+                by_key[key] = caller
         return caller
 
     def authenticate(self, metadata: Sequence[tuple[str, str | bytes]]) -> Caller:
-        if self._by_hash is None:
+        if self._state[0] is None:
             return _SINGLE_TENANT_CALLER
         key = _presented_key(metadata)
         if key is None:
@@ -111,7 +113,7 @@ class KeyStore:
     def tenant_of(self, metadata: Sequence[tuple[str, str | bytes]]) -> str | None:
         """The tenant of the call's key, or None when the key is missing or unknown (the call's
         handler then answers UNAUTHENTICATED). Never raises: it runs in gRPC's poll thread."""
-        if self._by_hash is None:
+        if self._state[0] is None:
             return SINGLE_TENANT
         key = _presented_key(metadata)
         caller = None if key is None else self._lookup(key)
@@ -136,6 +138,77 @@ def _presented_key(metadata: Sequence[tuple[str, str | bytes]]) -> str | None:
     return None
 
 
+def read_keys_file(path: Path) -> dict[str, Caller]:
+    """The keys of a keys file by hash; ValueError naming the entry for a bad one."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not JSON ({err})") from None
+    entries: dict[str, Caller] = {}
+    for i, item in enumerate(data.get("keys", [])):
+        digest = str(item["sha256"]).lower()
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise ValueError(f"{path}: keys[{i}].sha256 is not a SHA-256 hex digest")
+        tenant = str(item["tenant"])
+        if not _TENANT_RE.fullmatch(tenant):
+            raise ValueError(f"{path}: keys[{i}].tenant {tenant!r} is not a valid tenant")
+        entries[digest] = Caller(tenant=tenant, role=Role.parse(str(item["role"])))
+    return entries
+
+
+@dataclass(frozen=True)
+class KeyEntry:
+    """One key of a keys file as `pml keys list` shows it: `id` is the start of its hash."""
+
+    id: str
+    tenant: str
+    role: str
+    label: str
+
+
+KEY_ID_LENGTH = 12
+
+
+def list_keys(path: Path) -> list[KeyEntry]:
+    data = json.loads(path.read_text()) if path.exists() else {"keys": []}
+    return [_entry(k) for k in data.get("keys", [])]
+
+
+def revoke_key(path: Path, key_id: str) -> KeyEntry:
+    """Remove the one key whose hash starts with `key_id` (from `pml keys list`, or the hash of
+    the key itself); ValueError if none or several match."""
+    data = json.loads(path.read_text()) if path.exists() else {"keys": []}
+    wanted = key_id.strip().lower()
+    if wanted.startswith("pml_"):
+        wanted = hash_key(key_id.strip())
+    if len(wanted) < 6:
+        raise ValueError(f"key id {key_id!r} is too short: give at least 6 characters")
+    matches = [k for k in data["keys"] if str(k["sha256"]).startswith(wanted)]
+    if len(matches) != 1:
+        found = "no key" if not matches else f"{len(matches)} keys"
+        raise ValueError(f"{found} in {path} with id {key_id!r}")
+    data["keys"].remove(matches[0])
+    _write_keys(path, data)
+    return _entry(matches[0])
+
+
+def _entry(item: dict[str, str]) -> KeyEntry:
+    return KeyEntry(
+        id=str(item["sha256"])[:KEY_ID_LENGTH],
+        tenant=str(item["tenant"]),
+        role=str(item["role"]),
+        label=str(item.get("label", "")),
+    )
+
+
+def _write_keys(path: Path, data: object) -> None:
+    # Atomic replace: a server watching the file never reads half of it.
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.chmod(tmp, 0o600)
+    tmp.replace(path)
+
+
 def add_key(path: Path, tenant: str, role: Role, label: str = "") -> str:
     """Create a new random key for `tenant`, store its hash in `path`, return the key (shown
     once; it cannot be recovered from the file)."""
@@ -146,8 +219,5 @@ def add_key(path: Path, tenant: str, role: Role, label: str = "") -> str:
     data["keys"].append(
         {"sha256": hash_key(key), "tenant": tenant, "role": role.name.lower(), "label": label}
     )
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.chmod(tmp, 0o600)
-    tmp.replace(path)
+    _write_keys(path, data)
     return key

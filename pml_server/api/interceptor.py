@@ -28,7 +28,9 @@ log = logging.getLogger("pml.rpc")
 
 Behavior = Callable[[Any, grpc.ServicerContext], Any]
 Decoder = Callable[[bytes], Any]
-_OWN_PREFIX = "/pml.v1."
+# pml's services and the OTLP trace ingest it serves (api/otlp.py): both get early refusal and
+# INVALID_ARGUMENT for undecodable requests.
+_OWN_PREFIX = ("/pml.v1.", "/opentelemetry.proto.collector.trace.v1.")
 
 
 def _decoded(decode: Decoder, raw: bytes) -> Any:

@@ -6,10 +6,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pml_server.domain.model import EmbeddingUsage
+from pml_server.replication import FollowerLag
 
 
 class Metrics:
@@ -40,11 +41,21 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.otlp_spans = Counter(
+            "pml_otlp_spans",
+            "OTLP spans received, by result (mapped into executions, ignored, rejected)",
+            ["result"],
+            registry=self.registry,
+        )
         self._http: Any = None
 
     def watch_embedding(self, usage: Callable[[], EmbeddingUsage]) -> None:
         """Export the embedding model's totals, read from `usage` at each scrape."""
         self.registry.register(_EmbeddingCollector(usage))
+
+    def watch_follower(self, lag: Callable[[], FollowerLag | None]) -> None:
+        """Export how far this replica's indexes trail the shared store's op log."""
+        self.registry.register(_FollowerCollector(lag))
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Expose /metrics on `addr:port` (0 picks a free port); returns the bound port."""
@@ -75,3 +86,29 @@ class _EmbeddingCollector(Collector):
             ("pml_embedding_seconds", "Wall seconds spent in the model", u.seconds),
         ):
             yield CounterMetricFamily(name, text, value=value)
+
+
+class _FollowerCollector(Collector):
+    """The op log follower's lag (replicas over a shared store), read at each scrape."""
+
+    def __init__(self, lag: Callable[[], FollowerLag | None]) -> None:
+        self._lag = lag
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        lag = self._lag()
+        if lag is None:
+            return
+        seconds = GaugeMetricFamily(
+            "pml_follower_lag_seconds",
+            "Commit-to-applied delay of recent op log entries, by quantile",
+            labels=["quantile"],
+        )
+        seconds.add_metric(["0.5"], lag.p50)
+        seconds.add_metric(["0.99"], lag.p99)
+        yield seconds
+        yield GaugeMetricFamily(
+            "pml_follower_behind_entries", "Op log entries not yet applied", value=lag.behind
+        )
+        yield CounterMetricFamily(
+            "pml_follower_applied_entries", "Op log entries applied", value=lag.applied
+        )

@@ -21,7 +21,9 @@ from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server.api.admission import EarlyRefusal
 from pml_server.api.auth import KeyStore
 from pml_server.api.interceptor import ApiInterceptor
+from pml_server.api.key_reload import KeysFileWatcher
 from pml_server.api.metrics import Metrics
+from pml_server.api.otlp import add_trace_ingest
 from pml_server.api.page_tokens import PageTokens, load_or_create_secret
 from pml_server.api.quotas import TenantQuotas
 from pml_server.api.servicer import PmlServicer, ServiceDeps
@@ -51,6 +53,7 @@ class RunningServer:
     metrics: Metrics
     early_refusal: EarlyRefusal | None = None
     metrics_port: int | None = None
+    keys_watcher: KeysFileWatcher | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def stop(self, grace: float | None) -> None:
@@ -61,6 +64,8 @@ class RunningServer:
         self._stopped.set()
         self.servicer.draining.set()
         self.health.enter_graceful_shutdown()
+        if self.keys_watcher is not None:
+            self.keys_watcher.stop()
         self.server.stop(grace).wait()
         if self.early_refusal is not None:
             self.early_refusal.close()
@@ -72,11 +77,13 @@ class RunningServer:
 
 def open_engine(config: ServerConfig) -> EngineProtocol:
     """The real engine, built from the server flags."""
-    from pml_server.engine import Engine
+    from pml_server.service import Engine
 
     return Engine.open(
         EngineConfig(
             data_dir=config.data_dir,
+            store=config.store,
+            pool_size=config.pool_size,
             embedder=config.embedder,
             durability=config.durability,
             max_code_bytes=config.max_code_bytes,
@@ -157,6 +164,9 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
         engine = open_engine(config)
     metrics = Metrics()
     metrics.watch_embedding(engine.embedding_usage)
+    follower_lag = getattr(engine, "follower_lag", None)
+    if follower_lag is not None:
+        metrics.watch_follower(follower_lag)
     capture_pool = futures.ThreadPoolExecutor(
         max_workers=config.capture_workers, thread_name_prefix="pml-capture"
     )
@@ -195,10 +205,11 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )
     pml_pb2_grpc.add_PmlServiceServicer_to_server(servicer, server)
+    otlp_service = add_trace_ingest(server, servicer, metrics)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        (SERVICE_NAME, otlp_service, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     cause: RuntimeError | None = None
     try:
@@ -219,6 +230,8 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     server.start()
+    keys_watcher = KeysFileWatcher(keys)
+    keys_watcher.start()
     running = RunningServer(
         server=server,
         port=port,
@@ -229,6 +242,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
         metrics=metrics,
         early_refusal=early_refusal,
         metrics_port=metrics_port,
+        keys_watcher=keys_watcher,
     )
     threading.Thread(target=_report_ready, args=(running,), name="pml-ready", daemon=True).start()
     log.info(
@@ -264,11 +278,18 @@ def serve_forever(config: ServerConfig, engine: EngineProtocol | None = None) ->
         log.info("signal %d: draining", signum)
         stopping.set()
 
+    def on_hangup(_signum: int, _frame: FrameType | None) -> None:
+        if running.keys_watcher is not None:
+            running.keys_watcher.reload("SIGHUP")
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    print(
-        f"pml listening on {config.listen} (port {running.port}), data in {config.data_dir}",
-        flush=True,
-    )
+    signal.signal(signal.SIGHUP, on_hangup)
+    where = str(config.data_dir)
+    if config.store:
+        from pml_server.storage.postgres import describe
+
+        where = f"postgresql://{describe(config.store)} (shared store)"
+    print(f"pml listening on {config.listen} (port {running.port}), data in {where}", flush=True)
     stopping.wait()
     running.stop(config.grace_seconds)

@@ -45,6 +45,7 @@ class ServiceDeps:
 class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
     def __init__(self, deps: ServiceDeps) -> None:
         self._d = deps
+        self.deps = deps  # shared with the OTLP ingest servicer (api/otlp.py)
         self._engine = deps.engine
         self._dim = deps.engine.embedding_dim()
         self.draining = threading.Event()

@@ -4,8 +4,9 @@ Design:
 - A reader thread consumes the request stream and assembles executions (whole `record`, or
   `started` + `tool_call_finished`* + `finished`, interleaved by `execution_id`).
 - Completed executions wait in the stream's queue; one task of the shared capture pool at a time
-  takes every waiting execution (up to the engine's batch bound) and captures them in order
-  with one `record_many` call (one embedding call, one index insertion, one durability wait).
+  takes every waiting execution (up to half the window, within the engine's batch bound) and
+  captures them in order with one `record_many` call (one embedding call, one index insertion,
+  one durability wait).
   While it works the reader keeps assembling the next batch, so batches grow with the load.
   Acknowledgements come back in completion order, each naming its execution id and the
   sequence number of the message that completed it.
@@ -94,6 +95,10 @@ class TraceStream:
         self._limits = limits
         self._pool = pool
         self._slots = threading.Semaphore(window)
+        # At most half the window per capture batch: while one batch is embedded the reader
+        # still has free slots to read and convert the next one (a batch as large as the
+        # window stops reading until its acks are out, so nothing overlaps the model).
+        self._batch = max(1, min(MAX_CAPTURE_BATCH, window // 2))
         self._acks: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Lock()
@@ -367,8 +372,8 @@ class TraceStream:
         behind the other streams' tasks rather than keep the pool thread: a busy stream must
         not starve streams waiting for a capture thread."""
         with self._lock:
-            batch = self._waiting[:MAX_CAPTURE_BATCH]
-            del self._waiting[:MAX_CAPTURE_BATCH]
+            batch = self._waiting[: self._batch]
+            del self._waiting[: self._batch]
         try:
             outcomes = self._engine.record_many(self._tenant, [w.record for w in batch])
         except Exception as err:  # e.g. not ready: every execution of the batch gets it

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pml_server.capture.records import Vector
+from pml_server.domain.vectors import Vector
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from pml_server.capture.normalize import NormalizedCode, NormalizedParam
-from pml_server.capture.records import FailureSignature, PatternCounters
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 from pml_server.domain.model import ExecutionRecord, ExecutionStatus, ToolFailure
+from pml_server.domain.records import FailureSignature, PatternCounters
 
 REDACTED = '"[REDACTED]"'
 MAX_INTENT_CHARS = 4096

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pml_server.capture.records import (
+from pml_server.domain.model import CapabilityView, IntentView, ParamView, PatternView
+from pml_server.domain.records import (
     CapabilityRecord,
     IntentRecord,
     PatternCounters,
     PatternRecord,
 )
-from pml_server.domain.model import CapabilityView, IntentView, ParamView, PatternView
 
 MAX_CAPABILITY_INTENTS = 50
 

@@ -1,6 +1,6 @@
 """The engine interface: everything the API layer may ask of the domain, per tenant.
 
-`pml_server.engine.Engine` (capture + storage + embeddings + ranking + retention) implements it.
+`pml_server.service.Engine` (capture + storage + embeddings + ranking + retention) implements it.
 The API layer depends only on this Protocol, the model types and the error tree.
 """
 

@@ -1,7 +1,7 @@
 """Embeddings: the only package that imports onnxruntime and tokenizers.
 
 `make_embedder("minilm" | "hashing")` gives a cached Embedder; `check_client_vector` validates a
-vector supplied by a client; `VectorIndex` wraps the Rust HNSW index with intent-id bookkeeping.
+vector supplied by a client. The indexes over the vectors live in `pml_server.search`.
 """
 
 from __future__ import annotations

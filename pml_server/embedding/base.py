@@ -7,13 +7,10 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 from pml_server.domain.model import EmbeddingUsage
-
-Matrix = npt.NDArray[np.float32]
-Vector = npt.NDArray[np.float32]
+from pml_server.domain.vectors import Matrix, Vector
 
 
 class Embedder(Protocol):

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pml_server.embedding.base import Embedder, EmbedderWrapper, Matrix, Vector
+from pml_server.domain.vectors import Matrix, Vector
+from pml_server.embedding.base import Embedder, EmbedderWrapper
 
 
 class CachedEmbedder(EmbedderWrapper):

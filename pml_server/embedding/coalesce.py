@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pml_server.embedding.base import Embedder, EmbedderWrapper, Matrix
+from pml_server.domain.vectors import Matrix
+from pml_server.embedding.base import Embedder, EmbedderWrapper
 
 
 @dataclass

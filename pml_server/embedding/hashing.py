@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pml_server.embedding.base import Matrix, l2_normalize
+from pml_server.domain.vectors import Matrix
+from pml_server.embedding.base import l2_normalize
 
 _WORD = re.compile(r"[\w]+", re.UNICODE)
 

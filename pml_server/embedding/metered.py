@@ -2,9 +2,10 @@
 
 Operators read it from /metrics (`pml_embedding_*`), and the service benchmark divides the
 model's CPU seconds by the server's to report the share of a capture or Suggest spent
-embedding. CPU is the calling thread's (`time.thread_time`): both models run in the caller's
-thread (the ONNX session has one intra-op thread; the hashing embedder is plain Python), so
-it is the model's own work, whatever other threads do meanwhile.
+embedding. CPU is the calling thread's (`time.thread_time`), or, for a model that spreads a
+batch over helper threads (MiniLM), the sum over every thread that worked on the call, as the
+model reports it (`last_call_cpu_seconds`): the model's own work, whatever other threads do
+meanwhile.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import time
 from collections.abc import Sequence
 
 from pml_server.domain.model import EmbeddingUsage
-from pml_server.embedding.base import Embedder, EmbedderWrapper, Matrix
+from pml_server.domain.vectors import Matrix
+from pml_server.embedding.base import Embedder, EmbedderWrapper
 
 
 class MeteredEmbedder(EmbedderWrapper):
@@ -33,6 +35,9 @@ class MeteredEmbedder(EmbedderWrapper):
         finally:
             cpu = time.thread_time() - cpu
             wall = time.perf_counter() - wall
+            measured = getattr(self._inner, "last_call_cpu_seconds", None)
+            if callable(measured):  # the model's helper threads worked for this call too
+                cpu = float(measured())
             with self._lock:
                 u = self._usage
                 self._usage = EmbeddingUsage(

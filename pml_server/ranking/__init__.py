@@ -24,6 +24,7 @@ from pml_server.ranking.lexical import LexicalIndex, tokenize
 from pml_server.ranking.rank import rank, resolve_settings
 from pml_server.ranking.scoring import score
 from pml_server.ranking.signals import (
+    beta_mean,
     fuse_match,
     normalize_lexical,
     recency_factor,
@@ -46,6 +47,7 @@ __all__ = [
     "LexicalIndex",
     "RankingConfig",
     "Retrieval",
+    "beta_mean",
     "default_ranking",
     "fuse_match",
     "match_bound",

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from pml_server.domain.model import PatternView, RetentionAction, RetentionEntry
-from pml_server.ranking.config import DAY_MS
-from pml_server.ranking.signals import beta_mean
+from pml_server.ranking import DAY_MS, beta_mean
 from pml_server.retention.config import RetentionConfig
 
 

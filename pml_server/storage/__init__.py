@@ -1,5 +1,46 @@
-"""The only package that talks to RocksDB (through rocksdict)."""
+"""Storage: the embedded RocksDB store (the default) or a shared PostgreSQL one, behind one
+seam (`seam.StoreBackend`)."""
 
-from pml_server.storage.rocks import SCHEMA_VERSION, SchemaVersionError, Store
+from __future__ import annotations
 
-__all__ = ["SCHEMA_VERSION", "SchemaVersionError", "Store"]
+from pathlib import Path
+
+from pml_server.storage.repo import Repository
+from pml_server.storage.rocks import SCHEMA_VERSION, SchemaVersionError, Store, StoreInUseError
+from pml_server.storage.seam import StoreBackend
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Repository",
+    "SchemaVersionError",
+    "Store",
+    "StoreBackend",
+    "StoreInUseError",
+    "is_shared_dsn",
+    "open_store",
+    "repository_for",
+]
+
+
+def is_shared_dsn(store: str | None) -> bool:
+    return bool(store) and str(store).startswith(("postgresql://", "postgres://"))
+
+
+def open_store(store: str | None, data_dir: Path, durability: str, pool_size: int) -> StoreBackend:
+    """The PostgreSQL store when `store` is a DSN, else the RocksDB one in `data_dir`."""
+    if store:
+        if not is_shared_dsn(store):
+            raise ValueError("--store must be a postgresql:// DSN")
+        from pml_server.storage.postgres import PostgresStore
+
+        return PostgresStore(store, pool_size)
+    return Store(data_dir, durability)
+
+
+def repository_for(store: StoreBackend) -> Repository:
+    if store.shared:
+        from pml_server.storage.postgres import PostgresStore, SharedRepository
+
+        assert isinstance(store, PostgresStore)
+        return SharedRepository(store)
+    return Repository(store)

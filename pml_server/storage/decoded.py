@@ -13,8 +13,8 @@ import functools
 
 import numpy as np
 
-from pml_server.capture import json_form
-from pml_server.capture.records import (
+from pml_server.domain import json_form
+from pml_server.domain.records import (
     CapabilityRecord,
     IntentRecord,
     PatternCounters,
@@ -76,7 +76,7 @@ _PATTERN_FIELDS = tuple(f.name for f in dataclasses.fields(PatternRecord))
 
 def encode_pattern(record: PatternRecord) -> bytes:
     """The bytes of `record.to_json()`, built from a plain dict: `asdict` deep-copies every
-    field and was a tenth of a capture's Python time (tests/test_storage.py holds the two
+    field and was a tenth of a capture's Python time (tests/storage/test_repo.py holds the two
     encodings equal)."""
     data = {name: getattr(record, name) for name in _PATTERN_FIELDS}
     data["params"] = [

@@ -11,11 +11,11 @@ import functools
 import hashlib
 import itertools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from pml_server.capture import json_form
-from pml_server.capture.records import (
+from pml_server.domain import json_form
+from pml_server.domain.records import (
     CapabilityRecord,
     IntentRecord,
     PatternCounters,
@@ -48,7 +48,7 @@ from pml_server.storage.keys import (
     tenant_prefix,
     u64,
 )
-from pml_server.storage.rocks import Op, Store
+from pml_server.storage.seam import Op, StoreBackend
 
 _MODEL_KEY = b"model_id"
 _ALLOCATOR_KEY = b"allocator/"
@@ -68,7 +68,7 @@ def _digest_of(tools: tuple[str, ...]) -> str:
 
 
 class Repository:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreBackend) -> None:
         self.store = store
         self._ceilings = _CounterCeilings(store)
 
@@ -92,7 +92,11 @@ class Repository:
         raw = self.store.get(CF_META, _STATS_KEY + tenant_prefix(tenant))
         return TenantStats() if raw is None else TenantStats.from_json(raw)
 
-    def put_stats(self, tenant: str, stats: TenantStats) -> Op:
+    def put_stats(
+        self, tenant: str, stats: TenantStats, deltas: Mapping[str, int] | None = None
+    ) -> Op:
+        """`stats` as they are after the batch (`deltas`: what the batch added; a shared store
+        writes those instead)."""
         return (CF_META, _STATS_KEY + tenant_prefix(tenant), stats.to_json())
 
     def snapshot(self, tenant: str) -> tuple[int, bytes] | None:
@@ -126,6 +130,16 @@ class Repository:
     def pattern_id_for_hash(self, tenant: str, code_hash: str) -> str | None:
         raw = self.store.get(CF_HASHES, tenant_key(tenant, code_hash))
         return None if raw is None else raw.decode()
+
+    def pattern_for_hash(
+        self, tenant: str, code_hash: str
+    ) -> tuple[PatternRecord | None, PatternCounters | None]:
+        """The pattern stored under `code_hash` and its counters (a copy the caller may
+        change), each None when missing."""
+        pattern_id = self.pattern_id_for_hash(tenant, code_hash)
+        if not pattern_id:
+            return None, None
+        return self.pattern(tenant, pattern_id), self.counters(tenant, pattern_id)
 
     def put_hash(self, tenant: str, code_hash: str, pattern_id: str) -> Op:
         return (CF_HASHES, tenant_key(tenant, code_hash), pattern_id.encode())
@@ -312,7 +326,7 @@ class _CounterCeilings:
     pattern only makes the bound looser). A tenant's stored counters are scanned once, on first
     use; raises that arrive before or during that scan are kept and merged."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreBackend) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._ceilings: dict[str, tuple[int, int]] = {}

@@ -19,7 +19,6 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
@@ -31,14 +30,22 @@ from pml_server.storage.keys import (
     COLUMN_FAMILIES,
     prefix_end,
 )
+from pml_server.storage.seam import IdAllocator, LocalLocks, Op, StoreClosedError, WriteTicket
+
+__all__ = [
+    "Op",
+    "SchemaVersionError",
+    "Store",
+    "StoreClosedError",
+    "StoreInUseError",
+    "WriteTicket",
+]
 
 SCHEMA_VERSION = 1
 _META_SCHEMA_KEY = b"meta/schema_version"
 DURABILITY_MODES = ("sync", "fast")
 # Upper bound of operations merged into one group commit (keeps a batch's memory bounded).
 _MAX_GROUP_OPS = 20_000
-
-Op = tuple[str, bytes, bytes | None]  # (column family, key, value or None to delete)
 
 
 # Read on every Suggest for each candidate pattern, rewritten only by captures of that pattern.
@@ -86,29 +93,15 @@ class SchemaVersionError(RuntimeError):
     """The store on disk was written by a newer, unknown schema."""
 
 
-class StoreClosedError(RuntimeError):
-    """A write was submitted after `close` or after a failed commit."""
-
-
-@dataclass
-class WriteTicket:
-    """Handed back by `Store.submit`; `wait` returns once the write is durable (per mode)."""
-
-    _done: threading.Event = field(default_factory=threading.Event)
-    _error: BaseException | None = None
-
-    def wait(self) -> None:
-        self._done.wait()
-        if self._error is not None:
-            raise StoreClosedError(f"write failed: {self._error}") from self._error
-
-    def _finish(self, error: BaseException | None = None) -> None:
-        self._error = error
-        self._done.set()
+class StoreInUseError(OSError):
+    """Another process has the database open (RocksDB allows one)."""
 
 
 class Store:
-    """An open RocksDB database in `path`; created on first use."""
+    """An open RocksDB database in `path`; created on first use. A `seam.StoreBackend` for
+    one process: its locks and allocators are in-process."""
+
+    shared = False
 
     def __init__(self, path: Path, durability: str = "sync") -> None:
         if durability not in DURABILITY_MODES:
@@ -118,7 +111,14 @@ class Store:
         options.create_if_missing(True)
         options.create_missing_column_families(True)
         families = {name: Options(raw_mode=True) for name in COLUMN_FAMILIES}
-        self._db = Rdict(str(path), options, column_families=families)
+        try:
+            self._db = Rdict(str(path), options, column_families=families)
+        except Exception as err:  # rocksdict raises a bare Exception carrying RocksDB's status
+            if "lock" in str(err).lower():
+                raise StoreInUseError(
+                    f"{path} is in use by another pml process (RocksDB holds its LOCK file)"
+                ) from err
+            raise
         self.path = path
         self.durability = durability
         self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
@@ -142,6 +142,19 @@ class Store:
             self._writer = threading.Thread(target=self._write_loop, name="pml-store-writer")
             self._writer.daemon = True
             self._writer.start()
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    def locks(self, name: str, stripes: int) -> LocalLocks:
+        return LocalLocks(stripes)
+
+    def allocator(self, name: str) -> IdAllocator:
+        from pml_server.storage.allocator import BlockAllocator
+        from pml_server.storage.repo import Repository
+
+        return BlockAllocator(Repository(self), name)
 
     def _check_schema(self) -> int:
         meta = self._cf[CF_META]

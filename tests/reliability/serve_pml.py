@@ -13,7 +13,7 @@ from pml_server.api import logs
 from pml_server.api.server import serve_forever
 from pml_server.cli import _serve_flags, server_config
 from pml_server.config import EngineConfig
-from pml_server.engine import Engine
+from pml_server.service import Engine
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pml_server.capture.records import IntentRecord
-from pml_server.engine import Engine
+from pml_server.domain.records import IntentRecord
+from pml_server.service import Engine
 from pml_server.storage import Store
 from pml_server.storage.repo import Repository
-from tests.engine_support import make_record, open_engine
 from tests.reliability import workload
 from tests.reliability.harness import ServerProcess, report
+from tests.support import make_record, open_engine
 
 TENANT = "t"
 
@@ -41,8 +41,8 @@ def _fill(path: Path, kind: str) -> None:
 
 def _assert_index_matches_store(engine: Engine) -> int:
     """The served index equals the store's intents; returns how many were checked."""
-    stored = [IntentRecord.from_json(r) for r in engine._repo.tenant_stored_intents(TENANT)]
-    index = engine._index_for(TENANT)
+    stored = [IntentRecord.from_json(r) for r in engine._state.repo.tenant_stored_intents(TENANT)]
+    index = engine._state.indexes.for_tenant(TENANT)
     assert index.vector_count() == len(stored), "index size differs from the stored intents"
     for intent in stored:
         assert index.ann.contains(intent.id), f"intent {intent.id} missing from the index"

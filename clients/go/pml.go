@@ -1,0 +1,331 @@
+// Package pml is a small Go client for pml's gRPC API (proto/pml/v1; the generated code is in
+// the pmlv1 package). It dials with an API key and TLS, records executions, uploads many over
+// StreamTraces (resending every execution not acknowledged when a stream breaks) and asks for
+// suggestions. Every other RPC is on API().
+//
+//	c, err := pml.Dial("127.0.0.1:50051", pml.Options{APIKey: os.Getenv("PML_API_KEY")})
+//	res, err := c.Record(ctx, pml.NewRecord("Read JSON file", code, "typescript", pml.OK("read_file")))
+//	reply, err := c.Suggest(ctx, &pmlv1.SuggestRequest{Intent: "Load JSON data"})
+package pml
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"pml/clients/go/pmlv1"
+)
+
+// Options says how to reach the server. The zero value is a plaintext connection without a key
+// (a single-tenant server on loopback).
+type Options struct {
+	// APIKey is sent as `authorization: Bearer <key>`; it decides the tenant and the role.
+	APIKey string
+	// TLS uses TLS with the system roots (or CAFile).
+	TLS bool
+	// CAFile is the PEM CA that signed the server certificate; implies TLS.
+	CAFile string
+	// CertFile and KeyFile are the client certificate and key for mutual TLS; imply TLS.
+	CertFile, KeyFile string
+	// ServerName overrides the name checked in the server certificate.
+	ServerName string
+	// Timeout bounds each unary call (default 30 s).
+	Timeout time.Duration
+}
+
+// Client is a connection to one pml server. It is safe for concurrent use.
+type Client struct {
+	conn    *grpc.ClientConn
+	api     pmlv1.PmlServiceClient
+	timeout time.Duration
+}
+
+// bearer puts the API key on every call. It allows plaintext because a single-tenant server on
+// loopback is a supported setup; with keys, the server refuses a non-loopback listen without
+// TLS unless told otherwise.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// Dial connects to target ("host:port"). The connection is made lazily, on the first call.
+func Dial(target string, opts Options) (*Client, error) {
+	creds, err := transportCredentials(opts)
+	if err != nil {
+		return nil, err
+	}
+	dialOpts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+	}
+	if opts.APIKey != "" {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer(opts.APIKey)))
+	}
+	conn, err := grpc.NewClient(target, dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("pml: dial %s: %w", target, err)
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	return &Client{conn: conn, api: pmlv1.NewPmlServiceClient(conn), timeout: timeout}, nil
+}
+
+func transportCredentials(opts Options) (credentials.TransportCredentials, error) {
+	if !opts.TLS && opts.CAFile == "" && opts.CertFile == "" {
+		return insecure.NewCredentials(), nil
+	}
+	config := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: opts.ServerName}
+	if opts.CAFile != "" {
+		pem, err := os.ReadFile(opts.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("pml: CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("pml: CA file %s holds no PEM certificate", opts.CAFile)
+		}
+		config.RootCAs = pool
+	}
+	if opts.CertFile != "" || opts.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("pml: client certificate: %w", err)
+		}
+		config.Certificates = []tls.Certificate{cert}
+	}
+	return credentials.NewTLS(config), nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// API is the generated stub, for the RPCs the wrapper does not cover.
+func (c *Client) API() pmlv1.PmlServiceClient { return c.api }
+
+func (c *Client) unaryContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, has := ctx.Deadline(); has {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// Record captures one execution. A rejected capture is not an error: look at the outcome and
+// the tool failures of the result.
+func (c *Client) Record(ctx context.Context, record *pmlv1.ExecutionRecord) (*pmlv1.CaptureResult, error) {
+	ctx, cancel := c.unaryContext(ctx)
+	defer cancel()
+	reply, err := c.api.RecordExecution(ctx, &pmlv1.RecordExecutionRequest{Record: record})
+	if err != nil {
+		return nil, err
+	}
+	return reply.GetResult(), nil
+}
+
+// Suggest ranks the capabilities that fit request.Intent.
+func (c *Client) Suggest(ctx context.Context, request *pmlv1.SuggestRequest) (*pmlv1.SuggestResponse, error) {
+	ctx, cancel := c.unaryContext(ctx)
+	defer cancel()
+	return c.api.Suggest(ctx, request)
+}
+
+// UploadOptions tunes Upload.
+type UploadOptions struct {
+	// MaxReconnects is how many broken streams Upload survives (default 5; negative: none).
+	MaxReconnects int
+	// OnAck, if set, sees every acknowledgement as it arrives.
+	OnAck func(*pmlv1.StreamTracesResponse)
+}
+
+// UploadReport is what Upload achieved: one acknowledgement per execution id (a result or the
+// error that refused that execution alone), and how often it reconnected.
+type UploadReport struct {
+	Acks       map[string]*pmlv1.StreamTracesResponse
+	Reconnects int
+}
+
+// Upload sends whole records over StreamTraces. When the stream breaks (UNAVAILABLE, CANCELLED,
+// DEADLINE_EXCEEDED) it opens a new one and resends every record not yet acknowledged; request
+// ids (a random UUID for a record without one, kept across reconnects) make each apply exactly
+// once. The records' request ids are filled in place.
+func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, opts UploadOptions) (*UploadReport, error) {
+	maxReconnects := opts.MaxReconnects
+	if maxReconnects == 0 {
+		maxReconnects = 5
+	}
+	for _, r := range records {
+		if r.GetRequestId() == "" {
+			r.RequestId = NewRequestID()
+		}
+	}
+	report := &UploadReport{Acks: make(map[string]*pmlv1.StreamTracesResponse, len(records))}
+	var sequence uint64
+	var last error
+	for attempt := 0; ; attempt++ {
+		var todo []*pmlv1.ExecutionRecord
+		for _, r := range records {
+			if _, done := report.Acks[r.GetRequestId()]; !done {
+				todo = append(todo, r)
+			}
+		}
+		if len(todo) == 0 {
+			return report, nil
+		}
+		if attempt > 0 {
+			if last != nil && !retryable(last) {
+				return report, last
+			}
+			if report.Reconnects >= maxReconnects {
+				if last == nil {
+					last = fmt.Errorf("pml: the stream ended with %d executions unacknowledged", len(todo))
+				}
+				return report, last
+			}
+			report.Reconnects++
+		}
+		last = c.streamOnce(ctx, todo, &sequence, report, opts.OnAck)
+	}
+}
+
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// streamOnce runs one stream: a goroutine sends while this one reads acknowledgements, so a
+// server that stops reading until acks are consumed (its stream window) never deadlocks us.
+func (c *Client) streamOnce(
+	ctx context.Context,
+	todo []*pmlv1.ExecutionRecord,
+	sequence *uint64,
+	report *UploadReport,
+	onAck func(*pmlv1.StreamTracesResponse),
+) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// WaitForReady: after a broken connection, the new stream waits for the reconnect
+	// (bounded by ctx) instead of failing at once and using up the reconnects.
+	stream, err := c.api.StreamTraces(ctx, grpc.WaitForReady(true))
+	if err != nil {
+		return err
+	}
+	first := *sequence + 1
+	*sequence += uint64(len(todo))
+	sent := make(chan error, 1)
+	go func() {
+		for i, r := range todo {
+			msg := &pmlv1.StreamTracesRequest{
+				ExecutionId: r.GetRequestId(),
+				Sequence:    first + uint64(i),
+				Event:       &pmlv1.StreamTracesRequest_Record{Record: r},
+			}
+			if err := stream.Send(msg); err != nil {
+				// io.EOF: the stream ended; Recv reports why.
+				sent <- nil
+				return
+			}
+		}
+		sent <- stream.CloseSend()
+	}()
+	for {
+		ack, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return <-sent
+		}
+		if err != nil {
+			return err
+		}
+		report.Acks[ack.GetExecutionId()] = ack
+		if onAck != nil {
+			onAck(ack)
+		}
+	}
+}
+
+// Call is one tool call of a record: OK(tool) or Failed(tool, error).
+type Call = *pmlv1.ToolCall
+
+// OK is a tool call that succeeded; argumentsJSON is optional (one JSON object).
+func OK(tool string, argumentsJSON ...string) Call {
+	call := &pmlv1.ToolCall{Tool: tool, Ok: true}
+	if len(argumentsJSON) > 0 {
+		call.ArgumentsJson = argumentsJSON[0]
+	}
+	return call
+}
+
+// Failed is a tool call that failed with message.
+func Failed(tool, message string) Call {
+	return &pmlv1.ToolCall{Tool: tool, Ok: false, Error: message}
+}
+
+// NewRecord is an execution record with a fresh request id (keep the record to retry it
+// idempotently).
+func NewRecord(intent, code, language string, calls ...Call) *pmlv1.ExecutionRecord {
+	return &pmlv1.ExecutionRecord{
+		RequestId: NewRequestID(),
+		Intent:    intent,
+		Code:      code,
+		Language:  language,
+		ToolCalls: calls,
+	}
+}
+
+// NewRequestID is a random (version 4) UUID.
+func NewRequestID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// FieldViolation is one bad field of a refused request.
+type FieldViolation struct{ Field, Description string }
+
+// FieldViolations are the google.rpc.BadRequest details of an INVALID_ARGUMENT error: every bad
+// field, by path ("record.tool_calls[2].tool").
+func FieldViolations(err error) []FieldViolation {
+	var out []FieldViolation
+	for _, detail := range status.Convert(err).Details() {
+		if bad, ok := detail.(*errdetails.BadRequest); ok {
+			for _, v := range bad.GetFieldViolations() {
+				out = append(out, FieldViolation{v.GetField(), v.GetDescription()})
+			}
+		}
+	}
+	return out
+}
+
+// RetryDelay is the server's google.rpc.RetryInfo delay (a quota, a server starting or
+// draining), and whether it gave one.
+func RetryDelay(err error) (time.Duration, bool) {
+	for _, detail := range status.Convert(err).Details() {
+		if info, ok := detail.(*errdetails.RetryInfo); ok {
+			return info.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,342 @@
+package pml_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	pml "pml/clients/go"
+	"pml/clients/go/pmlv1"
+)
+
+// pmlCommand is the `pml` of the repository's .venv (make install), or $PML_BIN.
+func pmlCommand(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("PML_BIN"); bin != "" {
+		return bin
+	}
+	bin, err := filepath.Abs(filepath.Join("..", "..", ".venv", "bin", "pml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("no pml server to test against: %s is missing (run `make install`, or set PML_BIN)", bin)
+	}
+	return bin
+}
+
+var listening = regexp.MustCompile(`\(port (\d+)\)`)
+
+// startServer runs a real `pml serve` on a free loopback port with its data in a temporary
+// directory and waits until its health says SERVING. It is stopped with SIGTERM at cleanup.
+func startServer(t *testing.T, extra ...string) string {
+	t.Helper()
+	args := append([]string{
+		"serve", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--embedder", "hashing", "--log-level", "warning", "--grace-seconds", "2",
+	}, extra...)
+	cmd := exec.Command(pmlCommand(t), args...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	ports := make(chan string, 1)
+	go func() {
+		scanner := bufio.NewScanner(stdout)
+		for scanner.Scan() {
+			if m := listening.FindStringSubmatch(scanner.Text()); m != nil {
+				ports <- m[1]
+			}
+		}
+		close(ports)
+	}()
+	var port string
+	select {
+	case p, ok := <-ports:
+		if !ok {
+			t.Fatal("pml serve exited before listening")
+		}
+		port = p
+	case <-time.After(60 * time.Second):
+		t.Fatal("pml serve did not start within 60 s")
+	}
+	target := "127.0.0.1:" + port
+	waitServing(t, target)
+	return target
+}
+
+func waitServing(t *testing.T, target string) {
+	t.Helper()
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := grpc_health_v1.NewHealthClient(conn)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		reply, err := health.Check(ctx, &grpc_health_v1.HealthCheckRequest{Service: "pml.v1.PmlService"})
+		cancel()
+		if err == nil && reply.GetStatus() == grpc_health_v1.HealthCheckResponse_SERVING {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s never became SERVING", target)
+}
+
+// addKey makes a keys file with one key of role for tenant, through `pml keys add`.
+func addKey(t *testing.T, keysFile, tenant, role string) string {
+	t.Helper()
+	out, err := exec.Command(pmlCommand(t), "keys", "add", "--keys-file", keysFile,
+		"--tenant", tenant, "--role", role).Output()
+	if err != nil {
+		t.Fatalf("pml keys add: %v", err)
+	}
+	lines := strings.Fields(strings.TrimSpace(string(out)))
+	return lines[len(lines)-1]
+}
+
+const readCode = `const d = await mcp.read_file({path: "FILE"}); return await mcp.parse_json(d)`
+
+func readRecord(intent, file string) *pmlv1.ExecutionRecord {
+	return pml.NewRecord(intent, strings.ReplaceAll(readCode, "FILE", file), "typescript",
+		pml.OK("read_file", fmt.Sprintf(`{"path": %q}`, file)), pml.OK("parse_json"))
+}
+
+func TestRecordStreamAndSuggestWithAnAPIKey(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys.json")
+	key := addKey(t, keys, "acme", "write")
+	target := startServer(t, "--keys-file", keys)
+	ctx := context.Background()
+
+	anonymous, err := pml.Dial(target, pml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anonymous.Close()
+	_, err = anonymous.Record(ctx, readRecord("Read JSON file", "a.json"))
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a call without a key: got %v, want UNAUTHENTICATED", err)
+	}
+
+	client, err := pml.Dial(target, pml.Options{APIKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	var outcomes []pmlv1.CaptureOutcome
+	for _, r := range []*pmlv1.ExecutionRecord{
+		readRecord("Read JSON file", "a.json"), readRecord("Parse JSON from disk", "b.json"),
+	} {
+		res, err := client.Record(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outcomes = append(outcomes, res.GetOutcome())
+	}
+	report, err := client.Upload(ctx, []*pmlv1.ExecutionRecord{readRecord("Load JSON data", "c.json")}, pml.UploadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Acks) != 1 {
+		t.Fatalf("acks: %v", report.Acks)
+	}
+	for _, ack := range report.Acks {
+		outcomes = append(outcomes, ack.GetResult().GetOutcome())
+	}
+	want := []pmlv1.CaptureOutcome{
+		pmlv1.CaptureOutcome_CAPTURE_OUTCOME_SAVED,
+		pmlv1.CaptureOutcome_CAPTURE_OUTCOME_COUNTED,
+		pmlv1.CaptureOutcome_CAPTURE_OUTCOME_COUNTED,
+	}
+	if fmt.Sprint(outcomes) != fmt.Sprint(want) {
+		t.Fatalf("outcomes %v, want %v", outcomes, want)
+	}
+
+	reply, err := client.Suggest(ctx, &pmlv1.SuggestRequest{Intent: "Load JSON data", PageSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reply.GetSuggestions()) == 0 {
+		t.Fatal("no suggestion")
+	}
+	best := reply.GetSuggestions()[0]
+	if got := strings.Join(best.GetPattern().GetToolsUsed(), ","); got != "read_file,parse_json" {
+		t.Fatalf("best tools %q", got)
+	}
+	if best.GetPattern().GetUsageCount() != 3 || best.GetScore().GetTotal() <= 0 {
+		t.Fatalf("best: usage %d, total %f", best.GetPattern().GetUsageCount(), best.GetScore().GetTotal())
+	}
+
+	_, err = client.Suggest(ctx, &pmlv1.SuggestRequest{Intent: ""})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("empty intent: %v", err)
+	}
+	violations := pml.FieldViolations(err)
+	if len(violations) == 0 || violations[0].Field != "intent" {
+		t.Fatalf("violations %v, want the intent named", violations)
+	}
+}
+
+func TestRecordReportsARejectionWithItsToolFailures(t *testing.T) {
+	client, err := pml.Dial(startServer(t), pml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	res, err := client.Record(context.Background(), pml.NewRecord("Mail the boss",
+		"await mcp.gmail_send({})", "typescript", pml.Failed("gmail_send", "not connected")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.GetOutcome() != pmlv1.CaptureOutcome_CAPTURE_OUTCOME_REJECTED {
+		t.Fatalf("outcome %v", res.GetOutcome())
+	}
+	if f := res.GetToolFailures(); len(f) != 1 || f[0].GetTool() != "gmail_send" || f[0].GetError() != "not connected" {
+		t.Fatalf("tool failures %v", f)
+	}
+}
+
+// cutter forwards TCP connections to a server and can break every one of them at once, the
+// way a network failure breaks a stream in the middle.
+type cutter struct {
+	listener net.Listener
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func newCutter(t *testing.T, upstream string) *cutter {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cutter{listener: l}
+	t.Cleanup(func() { l.Close(); c.cut() })
+	go func() {
+		for {
+			down, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", upstream)
+			if err != nil {
+				down.Close()
+				continue
+			}
+			c.mu.Lock()
+			c.conns = append(c.conns, down, up)
+			c.mu.Unlock()
+			go func() { _, _ = io.Copy(up, down); up.Close() }()
+			go func() { _, _ = io.Copy(down, up); down.Close() }()
+		}
+	}()
+	return c
+}
+
+func (c *cutter) addr() string { return c.listener.Addr().String() }
+
+func (c *cutter) cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+	c.conns = nil
+}
+
+func TestUploadResendsWhatWasNotAcknowledgedAfterABrokenStream(t *testing.T) {
+	target := startServer(t)
+	proxy := newCutter(t, target)
+	client, err := pml.Dial(proxy.addr(), pml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	const n = 300
+	records := make([]*pmlv1.ExecutionRecord, n)
+	for i := range records {
+		tool := fmt.Sprintf("tool_%d", i%4)
+		records[i] = pml.NewRecord(fmt.Sprintf("task %d", i), fmt.Sprintf("await mcp.%s(x)", tool),
+			"typescript", pml.OK(tool))
+	}
+	var once sync.Once
+	acked := 0
+	report, err := client.Upload(context.Background(), records, pml.UploadOptions{
+		OnAck: func(*pmlv1.StreamTracesResponse) {
+			acked++
+			if acked == 10 {
+				once.Do(proxy.cut)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.Reconnects < 1 {
+		t.Fatalf("the cut broke no stream (reconnects %d)", report.Reconnects)
+	}
+	if len(report.Acks) != n {
+		t.Fatalf("%d acks for %d records", len(report.Acks), n)
+	}
+	for id, ack := range report.Acks {
+		if ack.GetResult() == nil {
+			t.Fatalf("%s refused: %v", id, ack.GetError())
+		}
+	}
+	t.Logf("%d reconnects", report.Reconnects)
+	// Exactly once: the resent records the server had already applied come back replayed.
+	stats, err := client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.GetExecutions() != n || stats.GetPatterns() != 4 {
+		t.Fatalf("executions %d (want %d), patterns %d (want 4)", stats.GetExecutions(), n, stats.GetPatterns())
+	}
+}
+
+func TestUploadGivesUpOnAnErrorThatWaitingCannotFix(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys.json")
+	key := addKey(t, keys, "acme", "read")
+	client, err := pml.Dial(startServer(t, "--keys-file", keys), pml.Options{APIKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	report, err := client.Upload(context.Background(),
+		[]*pmlv1.ExecutionRecord{readRecord("Read JSON file", "a.json")}, pml.UploadOptions{})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a read key uploading: %v", err)
+	}
+	if report.Reconnects != 0 || errors.Is(err, io.EOF) {
+		t.Fatalf("retried a permanent error: %d reconnects", report.Reconnects)
+	}
+}

@@ -1,0 +1,218 @@
+// Types of the pml Node package (index.js). Field names are the protos' (snake_case), enums
+// their names as strings, 64-bit integers numbers (proto-loader: keepCase, enums: String,
+// longs: Number).
+import type { Client, ServiceError } from "@grpc/grpc-js";
+
+export type CaptureOutcome =
+  | "CAPTURE_OUTCOME_UNSPECIFIED"
+  | "CAPTURE_OUTCOME_SAVED"
+  | "CAPTURE_OUTCOME_COUNTED"
+  | "CAPTURE_OUTCOME_REJECTED";
+export type ExecutionStatus =
+  | "EXECUTION_STATUS_UNSPECIFIED"
+  | "EXECUTION_STATUS_SUCCESS"
+  | "EXECUTION_STATUS_FAILURE";
+
+export interface Timestamp {
+  seconds: number;
+  nanos: number;
+}
+
+export interface ToolCall {
+  tool: string;
+  ok: boolean;
+  arguments_json?: string;
+  error?: string;
+  start_time?: Timestamp;
+  duration_ms?: number;
+}
+
+export interface ExecutionRecord {
+  request_id?: string;
+  intent: string;
+  code: string;
+  language: string;
+  tool_calls: ToolCall[];
+  status?: ExecutionStatus;
+  start_time?: Timestamp;
+  duration_ms?: number;
+  intent_embedding?: number[];
+  tags?: string[];
+}
+
+export interface ToolFailure {
+  tool: string;
+  error: string;
+}
+
+export interface CaptureResult {
+  outcome: CaptureOutcome;
+  pattern: string;
+  capability: string;
+  new_pattern: boolean;
+  tool_failures: ToolFailure[];
+  tool_mismatch: boolean;
+  replayed: boolean;
+}
+
+export interface Intent {
+  id: string;
+  text: string;
+  hit_count: number;
+  last_seen_time: Timestamp | null;
+}
+
+export interface Parameter {
+  name: string;
+  json_type: string;
+  secret: boolean;
+  recent_values_json: string[];
+}
+
+export interface Pattern {
+  name: string;
+  code_hash: string;
+  template: string;
+  original_code: string;
+  language: string;
+  tools_used: string[];
+  parameters: Parameter[];
+  parameter_schema_json: string;
+  usage_count: number;
+  success_count: number;
+  failure_count: number;
+  create_time: Timestamp | null;
+  last_used_time: Timestamp | null;
+  mean_duration_ms: number;
+  capability: string;
+  intents: Intent[];
+  flagged_for_removal: boolean;
+  superseded_by: string;
+  tool_mismatch_count: number;
+}
+
+export interface ScoreParts {
+  match: number;
+  semantic: number;
+  lexical: number;
+  success_estimate: number;
+  usage: number;
+  recency: number;
+  superseded_penalty: number;
+  total: number;
+}
+
+export interface Suggestion {
+  capability: string;
+  pattern: Pattern;
+  score: ScoreParts;
+}
+
+export interface FilteredCandidate {
+  capability: string;
+  pattern: string;
+  rule: string;
+  detail: string;
+  score: ScoreParts | null;
+}
+
+export interface SuggestRequest {
+  intent: string;
+  page_size?: number;
+  intent_embedding?: number[];
+  min_match?: number;
+  min_success?: number;
+  include_flagged?: boolean;
+  available_tools?: { tools: string[] };
+  tags?: string[];
+  explain?: boolean;
+}
+
+export interface SuggestResponse {
+  suggestions: Suggestion[];
+  filtered: FilteredCandidate[];
+}
+
+export interface GetStatsResponse {
+  patterns: number;
+  capabilities: number;
+  intents: number;
+  executions: number;
+  rejected: number;
+  failures_logged: number;
+}
+
+export interface RpcStatus {
+  code: number;
+  message: string;
+  details: { type_url: string; value: Uint8Array }[];
+}
+
+export interface StreamTracesResponse {
+  execution_id: string;
+  sequence: number;
+  outcome: "result" | "error";
+  result?: CaptureResult;
+  error?: RpcStatus;
+}
+
+export interface UploadReport {
+  acks: Map<string, StreamTracesResponse>;
+  reconnects: number;
+}
+
+export interface ClientOptions {
+  /** Sent as `authorization: Bearer <key>`; default: $PML_API_KEY. */
+  apiKey?: string;
+  /** TLS with the system roots (or caFile). */
+  tls?: boolean;
+  caFile?: string;
+  certFile?: string;
+  keyFile?: string;
+  /** Deadline of each unary call (default 30000). */
+  timeoutMs?: number;
+}
+
+export declare class PmlClient {
+  constructor(target: string, options?: ClientOptions);
+  /** The generated service client (@grpc/grpc-js), for the RPCs not wrapped here. */
+  readonly raw: Client;
+  /** Any unary RPC by its proto name, e.g. call("GetStats", {}). */
+  call<Reply = unknown>(method: string, request: object): Promise<Reply>;
+  record(record: ExecutionRecord): Promise<CaptureResult>;
+  suggest(request: SuggestRequest | string): Promise<SuggestResponse>;
+  getPattern(name: string): Promise<Pattern>;
+  stats(): Promise<GetStatsResponse>;
+  upload(
+    records: ExecutionRecord[],
+    options?: { maxReconnects?: number; onAck?: (ack: StreamTracesResponse) => void },
+  ): Promise<UploadReport>;
+  close(): void;
+}
+
+export declare function newRecord(
+  intent: string,
+  code: string,
+  language?: string,
+  toolCalls?: ToolCall[],
+): ExecutionRecord;
+
+export interface ErrorDetails {
+  code: string | undefined;
+  message: string | undefined;
+  typeUrls: string[];
+  fieldViolations: { field: string; description: string }[];
+  retryDelayMs: number | null;
+}
+
+export declare function errorDetails(err: ServiceError | Error): ErrorDetails;
+
+/** The package's copy of proto/ (for loading the API yourself). */
+export declare const PROTO_ROOT: string;
+export declare const LOADER_OPTIONS: {
+  keepCase: true;
+  longs: NumberConstructor;
+  enums: StringConstructor;
+  defaults: true;
+  oneofs: true;
+};

@@ -1,0 +1,179 @@
+// pml's Node client: the pml.v1 gRPC API loaded at run time from the package's own copy of the
+// protos (./proto, made by `make proto` and checked for drift), with @grpc/proto-loader.
+// Field names are the protos' own (snake_case); enums are their names as strings; 64-bit
+// integers are numbers.
+"use strict";
+
+const path = require("node:path");
+const fs = require("node:fs");
+const crypto = require("node:crypto");
+const grpc = require("@grpc/grpc-js");
+const protoLoader = require("@grpc/proto-loader");
+const protobuf = require("protobufjs");
+
+const PROTO_ROOT = path.join(__dirname, "proto");
+const LOADER_OPTIONS = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true };
+
+let loaded = null;
+function api() {
+  if (loaded === null) {
+    const definition = protoLoader.loadSync("pml/v1/pml.proto", {
+      ...LOADER_OPTIONS,
+      includeDirs: [PROTO_ROOT],
+    });
+    // Error details travel as a serialized google.rpc.Status in `grpc-status-details-bin`.
+    const root = new protobuf.Root();
+    root.resolvePath = (_origin, target) =>
+      target.startsWith("google/protobuf/") ? target : path.join(PROTO_ROOT, target);
+    root.loadSync(["google/rpc/status.proto", "google/protobuf/duration.proto"]);
+    root.define("google.rpc").add(
+      new protobuf.Type("BadRequest")
+        .add(new protobuf.Field("field_violations", 1, "FieldViolation", "repeated"))
+        .add(
+          new protobuf.Type("FieldViolation")
+            .add(new protobuf.Field("field", 1, "string"))
+            .add(new protobuf.Field("description", 2, "string")),
+        ),
+    );
+    root.define("google.rpc").add(
+      new protobuf.Type("RetryInfo").add(
+        new protobuf.Field("retry_delay", 1, "google.protobuf.Duration"),
+      ),
+    );
+    loaded = {
+      service: grpc.loadPackageDefinition(definition).pml.v1.PmlService,
+      Status: root.lookupType("google.rpc.Status"),
+      BadRequest: root.lookupType("google.rpc.BadRequest"),
+      RetryInfo: root.lookupType("google.rpc.RetryInfo"),
+    };
+  }
+  return loaded;
+}
+
+const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED, grpc.status.DEADLINE_EXCEEDED]);
+
+/** The google.rpc.Status details of a refused call: BadRequest field violations, RetryInfo. */
+function errorDetails(err) {
+  const raw = err && err.metadata ? err.metadata.get("grpc-status-details-bin")[0] : undefined;
+  const out = { code: err && grpc.status[err.code], message: err && err.details, typeUrls: [], fieldViolations: [], retryDelayMs: null };
+  if (!raw) return out;
+  const { Status, BadRequest, RetryInfo } = api();
+  for (const any of Status.decode(raw).details) {
+    out.typeUrls.push(any.type_url);
+    if (any.type_url.endsWith("/google.rpc.BadRequest")) {
+      for (const v of BadRequest.decode(any.value).field_violations) {
+        out.fieldViolations.push({ field: v.field, description: v.description });
+      }
+    } else if (any.type_url.endsWith("/google.rpc.RetryInfo")) {
+      const d = RetryInfo.decode(any.value).retry_delay || {};
+      out.retryDelayMs = Number(d.seconds || 0) * 1000 + (d.nanos || 0) / 1e6;
+    }
+  }
+  return out;
+}
+
+/** An ExecutionRecord with a fresh request id; calls are {tool, ok, error?, arguments_json?}. */
+function newRecord(intent, code, language = "typescript", toolCalls = []) {
+  return { request_id: crypto.randomUUID(), intent, code, language, tool_calls: toolCalls };
+}
+
+class PmlClient {
+  /**
+   * @param {string} target host:port
+   * @param {object} [options] apiKey, tls, caFile, certFile, keyFile, timeoutMs (default 30000)
+   */
+  constructor(target, options = {}) {
+    const { apiKey = process.env.PML_API_KEY, tls = false, caFile, certFile, keyFile, timeoutMs = 30000 } = options;
+    let creds;
+    if (tls || caFile || certFile) {
+      creds = grpc.credentials.createSsl(
+        caFile ? fs.readFileSync(caFile) : null,
+        keyFile ? fs.readFileSync(keyFile) : null,
+        certFile ? fs.readFileSync(certFile) : null,
+      );
+    } else {
+      creds = grpc.credentials.createInsecure();
+    }
+    this.raw = new (api().service)(target, creds, { "grpc.max_receive_message_length": 64 << 20 });
+    this._apiKey = apiKey;
+    this._timeoutMs = timeoutMs;
+  }
+
+  _metadata(options) {
+    const md = new grpc.Metadata(options);
+    if (this._apiKey) md.set("authorization", `Bearer ${this._apiKey}`);
+    return md;
+  }
+
+  /** Any unary RPC by its proto name, e.g. call("GetStats", {}). */
+  call(method, request) {
+    return new Promise((resolve, reject) => {
+      this.raw[method](request, this._metadata(), { deadline: Date.now() + this._timeoutMs }, (err, reply) =>
+        err ? reject(err) : resolve(reply),
+      );
+    });
+  }
+
+  /** RecordExecution; resolves to the CaptureResult (a rejection is an outcome, not an error). */
+  async record(record) {
+    return (await this.call("RecordExecution", { record })).result;
+  }
+
+  /** Suggest; `request` is a SuggestRequest ({intent, page_size, ...}) or just the intent. */
+  suggest(request) {
+    return this.call("Suggest", typeof request === "string" ? { intent: request } : request);
+  }
+
+  getPattern(name) {
+    return this.call("GetPattern", { name }).then((r) => r.pattern);
+  }
+
+  stats() {
+    return this.call("GetStats", {});
+  }
+
+  /**
+   * Upload whole records over StreamTraces. When the stream breaks, reconnect and resend every
+   * record not yet acknowledged; request ids (a fresh UUID for a record without one, kept across
+   * reconnects) make the resend apply exactly once.
+   */
+  async upload(records, { maxReconnects = 5, onAck } = {}) {
+    for (const r of records) if (!r.request_id) r.request_id = crypto.randomUUID();
+    const report = { acks: new Map(), reconnects: 0 };
+    let sequence = 0;
+    let last = null;
+    for (let attempt = 0; ; attempt++) {
+      const todo = records.filter((r) => !report.acks.has(r.request_id));
+      if (todo.length === 0) return report;
+      if (attempt > 0) {
+        if (last && !RETRYABLE.has(last.code)) throw last;
+        if (report.reconnects >= maxReconnects) {
+          throw last || new Error(`the stream ended with ${todo.length} executions unacknowledged`);
+        }
+        report.reconnects++;
+      }
+      last = await new Promise((resolve) => {
+        // waitForReady: after a broken connection the new stream waits for the reconnect
+        // instead of failing at once and using up the reconnects.
+        const call = this.raw.StreamTraces(this._metadata({ waitForReady: true }));
+        call.on("data", (ack) => {
+          report.acks.set(ack.execution_id, ack);
+          if (onAck) onAck(ack);
+        });
+        call.on("error", resolve);
+        call.on("end", () => resolve(null));
+        for (const r of todo) {
+          sequence += 1;
+          call.write({ execution_id: r.request_id, sequence, record: r });
+        }
+        call.end();
+      });
+    }
+  }
+
+  close() {
+    this.raw.close();
+  }
+}
+
+module.exports = { PmlClient, newRecord, errorDetails, PROTO_ROOT, LOADER_OPTIONS };

@@ -1,0 +1,31 @@
+// Compiled by `npm run typecheck` (tests/test_api_node.py): the package's types as a TypeScript
+// user sees them through its `exports`. Misuse is marked with @ts-expect-error, so a type that
+// became `any` fails the check too.
+import { PmlClient, newRecord, errorDetails, type CaptureResult, type SuggestResponse } from "pml-client";
+
+async function use(pml: PmlClient): Promise<number> {
+  const result: CaptureResult = await pml.record(
+    newRecord("Read JSON file", 'await mcp.read_file({path: "a.json"})', "typescript", [
+      { tool: "read_file", ok: true },
+    ]),
+  );
+  const outcome: "CAPTURE_OUTCOME_SAVED" | "CAPTURE_OUTCOME_COUNTED" | "CAPTURE_OUTCOME_REJECTED" | "CAPTURE_OUTCOME_UNSPECIFIED" =
+    result.outcome;
+  const reply: SuggestResponse = await pml.suggest({ intent: "Load JSON data", page_size: 3 });
+  const report = await pml.upload([], { onAck: (ack) => ack.execution_id.length });
+  try {
+    await pml.suggest("");
+  } catch (err) {
+    const fields: string[] = errorDetails(err as Error).fieldViolations.map((v) => v.field);
+    void fields;
+  }
+  // @ts-expect-error: a record needs its code
+  newRecord("intent");
+  // @ts-expect-error: usage counts are numbers
+  const wrong: string = reply.suggestions[0].pattern.usage_count;
+  void wrong;
+  void outcome;
+  return report.reconnects + reply.suggestions.length;
+}
+
+void use(new PmlClient("127.0.0.1:50051", { apiKey: "k" }));

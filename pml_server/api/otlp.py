@@ -1,0 +1,138 @@
+"""OTLP trace ingest: `opentelemetry.proto.collector.trace.v1.TraceService/Export` on pml's
+own port. Same keys, roles, tenants and quotas as PmlService; the mapping is
+`pml_server.otel` (pure). A malformed execution is rejected alone (OTLP partial success); an
+engine that cannot take captures fails the whole call with a retryable status, which exporters
+retry, and request ids (trace id, span id) make the retry count nothing twice."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from pml_server._proto.pml.v1 import resources_pb2
+from pml_server.api import convert
+from pml_server.api.auth import Role
+from pml_server.api.metrics import Metrics
+from pml_server.api.servicer import PmlServicer, ServiceDeps
+from pml_server.domain import model
+from pml_server.domain.engine import MAX_CAPTURE_BATCH
+from pml_server.domain.errors import InvalidArgumentError, UnavailableError
+from pml_server.otel import MappedExecution, Rejection, flatten, map_spans
+
+SERVICE_NAME = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name
+# Rejection reasons quoted in `error_message`; the count says how many more there were.
+_REASONS_SHOWN = 5
+SpanCounter = Callable[[str, int], None]
+
+
+def _record(execution: MappedExecution) -> resources_pb2.ExecutionRecord:
+    return resources_pb2.ExecutionRecord(
+        request_id=execution.request_id,
+        intent=execution.intent,
+        code=execution.code,
+        language=execution.language,
+        duration_ms=execution.duration_ms,
+        tags=list(execution.tags),
+        tool_calls=[
+            resources_pb2.ToolCall(
+                tool=c.tool,
+                ok=c.ok,
+                error=c.error,
+                arguments_json=c.arguments_json,
+                duration_ms=c.duration_ms,
+            )
+            for c in execution.calls
+        ],
+    )
+
+
+def _violations(err: InvalidArgumentError) -> str:
+    return "; ".join(f"{v.field}: {v.description}" for v in err.violations) or str(err)
+
+
+class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(
+        self, deps: ServiceDeps, draining: threading.Event, count_spans: SpanCounter
+    ) -> None:
+        self._d = deps
+        self._dim = deps.engine.embedding_dim()
+        self._draining = draining
+        self._count_spans = count_spans
+
+    def Export(
+        self,
+        request: trace_service_pb2.ExportTraceServiceRequest,
+        context: grpc.ServicerContext,
+    ) -> trace_service_pb2.ExportTraceServiceResponse:
+        if self._draining.is_set():
+            raise UnavailableError("the server is shutting down; retry on another instance")
+        caller = self._d.keys.require(context.invocation_metadata(), Role.WRITE)
+        with self._d.quotas.hold(caller.tenant):
+            batch = map_spans(flatten(request), self._d.limits.max_intent_chars)
+            rejections = list(batch.rejections)
+            recorded = self._capture(caller.tenant, batch.executions, rejections)
+        rejected = sum(r.span_count for r in rejections)
+        self._count_spans("mapped", recorded)
+        self._count_spans("ignored", batch.ignored_spans)
+        self._count_spans("rejected", rejected)
+        if not rejections:
+            return trace_service_pb2.ExportTraceServiceResponse()
+        return trace_service_pb2.ExportTraceServiceResponse(
+            partial_success=trace_service_pb2.ExportTracePartialSuccess(
+                rejected_spans=rejected, error_message=_message(rejections)
+            )
+        )
+
+    def _capture(
+        self, tenant: str, executions: list[MappedExecution], rejections: list[Rejection]
+    ) -> int:
+        """Validate and capture `executions` in batches; refused ones go to `rejections`.
+        Returns the spans captured. Any other error fails the call (retryable statuses)."""
+        valid: list[tuple[MappedExecution, model.ExecutionRecord]] = []
+        for execution in executions:
+            try:
+                record = convert.execution_record(
+                    _record(execution), "span", self._d.limits, self._dim
+                )
+            except InvalidArgumentError as err:
+                rejections.append(Rejection(execution.span, _violations(err), execution.span_count))
+                continue
+            valid.append((execution, record))
+        recorded = 0
+        for start in range(0, len(valid), MAX_CAPTURE_BATCH):
+            chunk = valid[start : start + MAX_CAPTURE_BATCH]
+            results = self._d.engine.record_many(tenant, [r for _, r in chunk])
+            for (execution, _), result in zip(chunk, results, strict=True):
+                if isinstance(result, InvalidArgumentError):
+                    rejections.append(
+                        Rejection(execution.span, _violations(result), execution.span_count)
+                    )
+                elif isinstance(result, Exception):
+                    raise result
+                else:
+                    recorded += execution.span_count
+                    if self._d.on_capture is not None:
+                        self._d.on_capture(result)
+        return recorded
+
+
+def _message(rejections: list[Rejection]) -> str:
+    shown = "; ".join(f"span {r.span}: {r.reason}" for r in rejections[:_REASONS_SHOWN])
+    more = len(rejections) - _REASONS_SHOWN
+    return shown + (f"; and {more} more executions rejected" if more > 0 else "")
+
+
+def add_trace_ingest(server: grpc.Server, pml: PmlServicer, metrics: Metrics) -> str:
+    """Serve TraceService/Export beside `pml` (sharing its dependencies and drain flag);
+    returns the service name (for reflection)."""
+
+    def count(result: str, spans: int) -> None:
+        if spans:
+            metrics.otlp_spans.labels(result).inc(spans)
+
+    servicer = TraceIngestServicer(pml.deps, pml.draining, count)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    return SERVICE_NAME

@@ -1,0 +1,170 @@
+"""What the MCP tools return: pydantic models, so the SDK publishes each as the tool's
+`outputSchema` and sends the value as `structuredContent`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from pml_server._proto.pml.v1 import resources_pb2
+
+Outcome = Literal["saved", "counted", "rejected"]
+_OUTCOMES: dict[int, Outcome] = {
+    resources_pb2.CAPTURE_OUTCOME_SAVED: "saved",
+    resources_pb2.CAPTURE_OUTCOME_COUNTED: "counted",
+    resources_pb2.CAPTURE_OUTCOME_REJECTED: "rejected",
+}
+
+
+class ToolCallIn(BaseModel):
+    """One tool call of the execution, in the order it ran."""
+
+    tool: str = Field(min_length=1, max_length=256, description="tool name, e.g. read_file")
+    ok: bool = Field(default=True, description="whether the call succeeded")
+    error: str = Field(default="", max_length=4096, description="error text when ok is false")
+    arguments: dict[str, Any] | None = Field(
+        default=None, description="the call's arguments (secrets are redacted before storage)"
+    )
+    duration_ms: float = Field(default=0.0, ge=0)
+
+
+class Parameter(BaseModel):
+    name: str
+    json_type: str
+    secret: bool
+    recent_values: list[Any] = Field(description="recent values, newest first")
+
+
+class Score(BaseModel):
+    """The ranking's parts (docs/ranking.md)."""
+
+    total: float
+    match: float
+    semantic: float
+    lexical: float
+    success_estimate: float
+    usage: float
+    recency: float
+    superseded_penalty: float
+
+
+class PatternOut(BaseModel):
+    name: str = Field(description="patterns/{id}")
+    capability: str
+    template: str = Field(description="the normalized code, literals replaced by $PLACEHOLDERS")
+    original_code: str
+    language: str
+    tools: list[str] = Field(description="tools the pattern calls, in order")
+    parameters: list[Parameter]
+    parameter_schema: dict[str, Any] = Field(description="JSON schema of the placeholders")
+    usage_count: int
+    success_count: int
+    failure_count: int
+    intents: list[str] = Field(description="intent texts that led to this pattern")
+
+
+class CapabilityOut(BaseModel):
+    capability: str = Field(description="capabilities/{id}")
+    pattern: str = Field(description="its best pattern, patterns/{id}")
+    template: str
+    language: str
+    parameter_schema: dict[str, Any]
+    tools: list[str]
+    success: float = Field(description="estimated success rate, 0..1")
+    usage_count: int
+    score: Score
+
+
+class SuggestOut(BaseModel):
+    capabilities: list[CapabilityOut] = Field(description="best first; empty: nothing known")
+
+
+class ToolFailureOut(BaseModel):
+    tool: str
+    error: str
+
+
+class RecordOut(BaseModel):
+    outcome: Outcome = Field(
+        description="saved: a new pattern; counted: an existing pattern's counters; "
+        "rejected: a new pattern with a failed call stores nothing"
+    )
+    pattern: str = Field(description="patterns/{id}; empty when rejected")
+    capability: str
+    new_pattern: bool
+    tool_failures: list[ToolFailureOut]
+    tool_mismatch: bool = Field(description="the code's tool calls disagree with the recorded ones")
+    replayed: bool = Field(description="this request id was seen before; nothing counted twice")
+    request_id: str
+
+
+def _json(text: str, default: Any) -> Any:
+    try:
+        return json.loads(text) if text else default
+    except ValueError:
+        return default
+
+
+def pattern(p: resources_pb2.Pattern) -> PatternOut:
+    return PatternOut(
+        name=p.name,
+        capability=p.capability,
+        template=p.template,
+        original_code=p.original_code,
+        language=p.language,
+        tools=list(p.tools_used),
+        parameters=[
+            Parameter(
+                name=q.name,
+                json_type=q.json_type,
+                secret=q.secret,
+                recent_values=[_json(v, v) for v in q.recent_values_json],
+            )
+            for q in p.parameters
+        ],
+        parameter_schema=_json(p.parameter_schema_json, {}),
+        usage_count=p.usage_count,
+        success_count=p.success_count,
+        failure_count=p.failure_count,
+        intents=[i.text for i in p.intents],
+    )
+
+
+def suggestion(s: Any) -> CapabilityOut:
+    p = s.pattern
+    sc = s.score
+    return CapabilityOut(
+        capability=s.capability,
+        pattern=p.name,
+        template=p.template,
+        language=p.language,
+        parameter_schema=_json(p.parameter_schema_json, {}),
+        tools=list(p.tools_used),
+        success=sc.success_estimate,
+        usage_count=p.usage_count,
+        score=Score(
+            total=sc.total,
+            match=sc.match,
+            semantic=sc.semantic,
+            lexical=sc.lexical,
+            success_estimate=sc.success_estimate,
+            usage=sc.usage,
+            recency=sc.recency,
+            superseded_penalty=sc.superseded_penalty,
+        ),
+    )
+
+
+def capture(result: resources_pb2.CaptureResult, request_id: str) -> RecordOut:
+    return RecordOut(
+        outcome=_OUTCOMES.get(result.outcome, "rejected"),
+        pattern=result.pattern,
+        capability=result.capability,
+        new_pattern=result.new_pattern,
+        tool_failures=[ToolFailureOut(tool=f.tool, error=f.error) for f in result.tool_failures],
+        tool_mismatch=result.tool_mismatch,
+        replayed=result.replayed,
+        request_id=request_id,
+    )

@@ -1,0 +1,94 @@
+"""Building the MCP server and running it over stdio or Streamable HTTP."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import anyio
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+
+from pml_server import __version__
+from pml_server.mcp._http_auth import BearerCheck
+from pml_server.mcp._tools import register
+from pml_server.mcp._upstream import Upstream
+from pml_server.mcp.cli import LOOPBACK_HOSTS
+
+_INSTRUCTIONS = (
+    "pml is a procedural memory: before writing code for a task, call `suggest` with the task "
+    "to reuse a procedure that worked before; after running code, call `record_execution` "
+    "with what ran and how each tool call ended."
+)
+
+
+def build_server(upstream: Upstream) -> MCPServer:
+    server: MCPServer = MCPServer(
+        "pml", instructions=_INSTRUCTIONS, version=__version__, log_level="WARNING"
+    )
+    register(server, upstream)
+    return server
+
+
+def run_stdio(upstream: Upstream) -> None:
+    try:
+        anyio.run(build_server(upstream).run_stdio_async)
+    finally:
+        upstream.close()
+
+
+def security_settings(
+    host: str, port: int, allowed_hosts: list[str], allowed_origins: list[str]
+) -> TransportSecuritySettings:
+    """DNS rebinding protection, always on: a browser page on another origin that resolves its
+    name to our address sends its own Host and Origin, which are refused (421 and 403)."""
+    if host in LOOPBACK_HOSTS:
+        hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+        origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+    else:
+        bracketed = f"[{host}]" if ":" in host else host
+        hosts = [f"{bracketed}:{port}", bracketed]
+        origins = [f"http://{bracketed}:{port}", f"https://{bracketed}:{port}"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts + allowed_hosts,
+        allowed_origins=origins + allowed_origins,
+    )
+
+
+def run_http(
+    upstream: Upstream,
+    host: str,
+    port: int,
+    *,
+    path: str = "/mcp",
+    allowed_hosts: list[str] | None = None,
+    allowed_origins: list[str] | None = None,
+) -> None:
+    """Serve Streamable HTTP on host:port (0: any free port; the bound address is printed).
+    Stateless: each request stands alone, so its bearer key decides its tenant."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    # Listening before the address is printed: a client that connects while uvicorn is still
+    # starting waits in the backlog instead of being refused.
+    sock.listen(128)
+    bound = sock.getsockname()[1]
+    app = build_server(upstream).streamable_http_app(
+        streamable_http_path=path,
+        stateless_http=True,
+        json_response=True,
+        host=host,
+        transport_security=security_settings(
+            host, bound, allowed_hosts or [], allowed_origins or []
+        ),
+    )
+    shown = f"[{host}]" if ":" in host else host
+    print(f"pml mcp listening on http://{shown}:{bound}{path}", file=sys.stderr, flush=True)
+    config = uvicorn.Config(BearerCheck(app, upstream), log_level="warning", lifespan="on")
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        upstream.close()

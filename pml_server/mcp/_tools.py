@@ -1,0 +1,131 @@
+"""The MCP tools: `suggest`, `record_execution`, `get_pattern`. Each validates its arguments
+through its signature (the SDK names a bad field in the tool error), calls pml over gRPC and
+returns a model (structured output)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Annotated
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from pml_server._proto.pml.v1 import resources_pb2
+from pml_server.mcp import _models as models
+from pml_server.mcp._upstream import Upstream
+
+_BEARER = "bearer "
+
+
+def _api_key(ctx: Context, upstream: Upstream) -> str | None:
+    """Over HTTP the caller's own bearer key (so the tenant is the key's, exactly as on gRPC);
+    over stdio the key `pml mcp` was started with."""
+    headers = ctx.headers
+    if headers is None:
+        return upstream.options.api_key
+    value = headers.get("authorization", "")
+    if value.lower().startswith(_BEARER):
+        return value[len(_BEARER) :].strip() or None
+    return None
+
+
+def register(server: MCPServer, upstream: Upstream) -> None:
+    @server.tool(
+        name="suggest",
+        title="Suggest known procedures",
+        description=(
+            "Rank the procedures pml has seen succeed for an intent. Each capability comes "
+            "with its best pattern's code template, parameter schema, tools and success rate."
+        ),
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True),
+    )
+    def suggest(
+        ctx: Context,
+        intent: Annotated[
+            str, Field(min_length=1, max_length=4096, description="what the agent wants to do")
+        ],
+        k: Annotated[int, Field(ge=1, le=100, description="how many capabilities")] = 5,
+        available_tools: Annotated[
+            list[str] | None,
+            Field(description="tools reachable now; capabilities needing others are dropped"),
+        ] = None,
+        min_success: Annotated[
+            float | None, Field(ge=0, le=1, description="minimum success estimate")
+        ] = None,
+    ) -> models.SuggestOut:
+        reply = upstream.call(
+            _api_key(ctx, upstream),
+            lambda c: c.suggest(
+                intent, k, min_success=min_success, available_tools=available_tools
+            ),
+        )
+        return models.SuggestOut(capabilities=[models.suggestion(s) for s in reply.suggestions])
+
+    @server.tool(
+        name="record_execution",
+        title="Record an execution",
+        description=(
+            "Report one finished execution (intent, code, tool calls with their outcome) so pml "
+            "learns it. A new procedure with a failed tool call is rejected (nothing stored but "
+            "the failures); pass the same request_id when retrying to count it once."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False),
+    )
+    def record_execution(
+        ctx: Context,
+        intent: Annotated[
+            str, Field(min_length=1, max_length=4096, description="what the agent was asked")
+        ],
+        code: Annotated[str, Field(min_length=1, description="the code that ran")],
+        language: Annotated[
+            str, Field(min_length=1, max_length=32, description="e.g. typescript, python")
+        ] = "typescript",
+        tool_calls: Annotated[
+            list[models.ToolCallIn], Field(description="tool calls in the order they ran")
+        ] = [],  # noqa: B006  (pydantic copies defaults)
+        request_id: Annotated[
+            str | None, Field(max_length=128, description="idempotency key; default a new UUID")
+        ] = None,
+        duration_ms: Annotated[float, Field(ge=0)] = 0.0,
+    ) -> models.RecordOut:
+        rid = request_id or str(uuid.uuid4())
+        record = resources_pb2.ExecutionRecord(
+            request_id=rid,
+            intent=intent,
+            code=code,
+            language=language,
+            duration_ms=duration_ms,
+            tool_calls=[
+                resources_pb2.ToolCall(
+                    tool=t.tool,
+                    ok=t.ok,
+                    error=t.error or ("" if t.ok else "failed"),
+                    arguments_json=json.dumps(t.arguments or {}, sort_keys=True),
+                    duration_ms=t.duration_ms,
+                )
+                for t in tool_calls
+            ],
+        )
+        result = upstream.call(_api_key(ctx, upstream), lambda c: c.record(record))
+        return models.capture(result, rid)
+
+    @server.tool(
+        name="get_pattern",
+        title="Get a pattern",
+        description="One pattern: template, original code, tools, parameters and counters.",
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True),
+    )
+    def get_pattern(
+        ctx: Context,
+        name: Annotated[
+            str, Field(min_length=1, max_length=256, description="patterns/{id} or the bare id")
+        ],
+    ) -> models.PatternOut:
+        full = name if name.startswith("patterns/") else f"patterns/{name}"
+        if "/" in full.removeprefix("patterns/"):
+            raise ToolError("invalid argument: name: use patterns/{id} or the bare id")
+        found = upstream.call(_api_key(ctx, upstream), lambda c: c.get_pattern(full))
+        return models.pattern(found)

@@ -1,0 +1,100 @@
+"""The `pml mcp` subcommand (registered by `pml_server.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+DEFAULT_HTTP_LISTEN = "127.0.0.1:8765"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def add_parser(
+    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+    client_flags: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    p = commands.add_parser(
+        "mcp",
+        help="serve MCP (stdio or Streamable HTTP) in front of a pml server",
+        description="An MCP server whose tools (suggest, record_execution, get_pattern) call "
+        "the pml server given by --server. Over HTTP each request's bearer key is sent to pml "
+        "as its API key; over stdio, --api-key is.",
+    )
+    client_flags(p)
+    p.add_argument(
+        "--transport",
+        choices=["stdio", "http"],
+        default="stdio",
+        help="stdio (default) or Streamable HTTP",
+    )
+    p.add_argument(
+        "--listen",
+        default=DEFAULT_HTTP_LISTEN,
+        help=f"host:port for --transport http (default {DEFAULT_HTTP_LISTEN}; port 0: any)",
+    )
+    p.add_argument("--path", default="/mcp", help="HTTP endpoint path (default /mcp)")
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        help="an extra accepted Host header (DNS rebinding protection), e.g. pml.example:443",
+    )
+    p.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        help="an extra accepted Origin header, e.g. https://app.example",
+    )
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback --listen (put TLS in front of it)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    listen: tuple[str, int] | None = None
+    if args.transport == "http":
+        host, sep, port_text = args.listen.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not port_text.isdigit():
+            print(f"pml mcp: --listen {args.listen!r}: use host:port", file=sys.stderr)
+            return 2
+        if host not in LOOPBACK_HOSTS and not args.allow_remote:
+            print(
+                f"pml mcp: refusing to listen on {args.listen}: pass --allow-remote to accept "
+                "connections from other machines",
+                file=sys.stderr,
+            )
+            return 2
+        listen = (host, int(port_text))
+    # Imported only now: the SDK takes seconds to import.
+    from pml_server.mcp._serve import run_http, run_stdio
+    from pml_server.mcp._upstream import Upstream, UpstreamOptions
+
+    upstream = Upstream(
+        UpstreamOptions(
+            server=args.server,
+            api_key=args.api_key,
+            tls=args.tls,
+            tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+        )
+    )
+    if listen is None:
+        run_stdio(upstream)
+        return 0
+    try:
+        run_http(
+            upstream,
+            *listen,
+            path=args.path,
+            allowed_hosts=args.allowed_host,
+            allowed_origins=args.allowed_origin,
+        )
+    except OSError as err:
+        print(f"pml mcp: {err}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,108 @@
+"""Reading OTLP attribute values and the GenAI / MCP semantic-convention fields of a span."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+OPERATION = "gen_ai.operation.name"
+INVOKE_AGENT = "invoke_agent"
+EXECUTE_TOOL = "execute_tool"
+TOOL_NAME = "gen_ai.tool.name"
+TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
+AGENT_NAME = "gen_ai.agent.name"
+INPUT_MESSAGES = "gen_ai.input.messages"
+ERROR_TYPE = "error.type"
+MCP_METHOD = "mcp.method.name"
+MCP_TOOLS_CALL = "tools/call"
+# Values nested deeper than this (kvlist in array in kvlist...) are cut: a hostile span must not
+# recurse the mapper to a crash.
+_MAX_DEPTH = 32
+
+
+def value(v: common_pb2.AnyValue, depth: int = 0) -> Any:
+    """An AnyValue as plain Python (str, bool, int, float, bytes, list, dict or None)."""
+    kind = v.WhichOneof("value")
+    if kind is None or depth > _MAX_DEPTH:
+        return None
+    if kind == "array_value":
+        return [value(x, depth + 1) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: value(kv.value, depth + 1) for kv in v.kvlist_value.values}
+    return getattr(v, kind)
+
+
+def attributes(span: trace_pb2.Span) -> dict[str, Any]:
+    return {kv.key: value(kv.value) for kv in span.attributes}
+
+
+def is_agent(attrs: dict[str, Any]) -> bool:
+    return attrs.get(OPERATION) == INVOKE_AGENT
+
+
+def tool_name(span: trace_pb2.Span, attrs: dict[str, Any]) -> str | None:
+    """The tool of a tool-call span (`execute_tool`, or an MCP `tools/call` span), "" for a
+    tool-call span that names no tool, None for any other span."""
+    if attrs.get(OPERATION) == EXECUTE_TOOL:
+        return str(attrs.get(TOOL_NAME) or "")
+    if attrs.get(MCP_METHOD) == MCP_TOOLS_CALL:
+        named = attrs.get(TOOL_NAME)
+        if named:
+            return str(named)
+        # The MCP conventions name the span `tools/call {tool}`.
+        prefix = MCP_TOOLS_CALL + " "
+        return span.name[len(prefix) :].strip() if span.name.startswith(prefix) else ""
+    return None
+
+
+def failure(span: trace_pb2.Span, attrs: dict[str, Any]) -> str | None:
+    """The error text of a failed call (`error.type` set or an error status), else None."""
+    error_type = attrs.get(ERROR_TYPE)
+    failed = span.status.code == trace_pb2.Status.STATUS_CODE_ERROR
+    if not error_type and not failed:
+        return None
+    parts = [str(p) for p in (error_type, span.status.message) if p]
+    return ": ".join(parts) or "error"
+
+
+def arguments(attrs: dict[str, Any]) -> dict[str, Any]:
+    """`gen_ai.tool.call.arguments` as an object ({} when absent); ValueError when it is not a
+    JSON object."""
+    raw = attrs.get(TOOL_ARGUMENTS)
+    if raw is None or raw == "":
+        return {}
+    parsed = json.loads(raw) if isinstance(raw, str) else raw
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{TOOL_ARGUMENTS} is not a JSON object")
+    return parsed
+
+
+def last_user_message(attrs: dict[str, Any]) -> str | None:
+    """The text of the last `user` message of `gen_ai.input.messages` (JSON text or structured
+    value; parts of type `text`, or a plain `content` string), else None."""
+    raw = attrs.get(INPUT_MESSAGES)
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    if not isinstance(raw, list):
+        return None
+    for message in reversed(raw):
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str) and content.strip():
+            return content.strip()
+        texts = [
+            str(part.get("content", ""))
+            for part in message.get("parts") or []
+            if isinstance(part, dict) and part.get("type") == "text"
+        ]
+        text = "\n".join(t for t in texts if t).strip()
+        if text:
+            return text
+    return None

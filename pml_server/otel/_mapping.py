@@ -1,0 +1,238 @@
+"""OTLP spans -> executions, following the GenAI semantic conventions (docs/capture.md, "OTLP
+traces").
+
+- An execution is an `invoke_agent` span, or, in a trace of the request with no agent span, each
+  root span (no parent).
+- Its tool calls are its outermost tool-call descendants (`execute_tool`, or MCP `tools/call`),
+  not crossing a nested agent span, in start order. A tool-call span under another one (the MCP
+  client span inside an `execute_tool` span, or the MCP server's span of the same call) is the
+  same call seen twice: ignored.
+- A run with no tool call teaches nothing: its span is ignored, like every non-GenAI span.
+- A malformed span rejects its execution (every span of it), never the rest of the request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from pml_server.otel import _attributes as attr
+from pml_server.otel._code import LANGUAGE, synthesize
+
+TRACE_ID_BYTES = 16
+SPAN_ID_BYTES = 8
+REQUEST_ID_PREFIX = "otel:"
+TAG = "otel"
+# Where the intent came from, kept as a tag (`intent:<source>`).
+FROM_MESSAGES = "input_messages"
+FROM_AGENT_NAME = "agent_name"
+FROM_SPAN_NAME = "span_name"
+
+
+@dataclass(frozen=True)
+class MappedCall:
+    tool: str
+    ok: bool
+    error: str
+    arguments_json: str
+    duration_ms: float
+
+
+@dataclass(frozen=True)
+class MappedExecution:
+    request_id: str
+    intent: str
+    intent_source: str
+    code: str
+    language: str
+    calls: tuple[MappedCall, ...]
+    duration_ms: float
+    tags: tuple[str, ...]
+    # Spans this execution consumed (its own and its tool calls'), for the OTLP counts.
+    span_count: int
+    span: str  # "<trace id hex>/<span id hex>" of the execution span
+
+
+@dataclass(frozen=True)
+class Rejection:
+    span: str  # "<trace id hex>/<span id hex>"
+    reason: str
+    span_count: int
+
+
+@dataclass
+class MappedBatch:
+    executions: list[MappedExecution] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    ignored_spans: int = 0
+
+    @property
+    def rejected_spans(self) -> int:
+        return sum(r.span_count for r in self.rejections)
+
+
+@dataclass
+class _Span:
+    proto: trace_pb2.Span
+    attrs: dict[str, Any]
+    is_agent: bool
+    tool: str | None  # None: not a tool call
+
+    @property
+    def ref(self) -> str:
+        return f"{self.proto.trace_id.hex()}/{self.proto.span_id.hex()}"
+
+
+class _BadSpanError(ValueError):
+    def __init__(self, span: _Span, reason: str) -> None:
+        super().__init__(reason)
+        self.span = span
+        self.reason = reason
+
+
+def flatten(request: Any) -> Iterable[trace_pb2.Span]:
+    """Every span of an `ExportTraceServiceRequest`."""
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            yield from scope_spans.spans
+
+
+def map_spans(spans: Iterable[trace_pb2.Span], max_intent_chars: int = 4096) -> MappedBatch:
+    batch = MappedBatch()
+    traces: dict[bytes, dict[bytes, _Span]] = {}
+    for proto in spans:
+        if len(proto.trace_id) != TRACE_ID_BYTES or len(proto.span_id) != SPAN_ID_BYTES:
+            ref = f"{proto.trace_id.hex()}/{proto.span_id.hex()}"
+            batch.rejections.append(Rejection(ref, "trace_id must be 16 bytes, span_id 8", 1))
+            continue
+        attrs = attr.attributes(proto)
+        span = _Span(proto, attrs, attr.is_agent(attrs), attr.tool_name(proto, attrs))
+        traces.setdefault(proto.trace_id, {})[proto.span_id] = span
+    for trace in traces.values():
+        _map_trace(trace, batch, max_intent_chars)
+    return batch
+
+
+def _map_trace(trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: int) -> None:
+    has_agent = any(s.is_agent for s in trace.values())
+
+    def is_execution(s: _Span) -> bool:
+        return s.is_agent if has_agent else not s.proto.parent_span_id
+
+    # For each span: the execution span above it (None: none in this request) and whether a
+    # tool-call span lies between them. Resolved iteratively with memoization, so a deep or
+    # cyclic parent chain costs linear time and no recursion.
+    above: dict[bytes, tuple[bytes | None, bool]] = {}
+
+    def resolve(start: bytes) -> tuple[bytes | None, bool]:
+        path: list[bytes] = []
+        on_path: set[bytes] = set()
+        current = start
+        while current not in above:
+            parent_id = trace[current].proto.parent_span_id
+            parent = trace.get(parent_id) if parent_id else None
+            if parent is None:
+                above[current] = (None, False)
+            elif is_execution(parent):
+                above[current] = (parent_id, False)
+            elif parent_id in on_path or parent_id == current:  # a parent cycle
+                above[current] = (None, False)
+            else:
+                path.append(current)
+                on_path.add(current)
+                current = parent_id
+                continue
+            break
+        for child in reversed(path):  # nearest the top first: each parent is resolved
+            parent_id = trace[child].proto.parent_span_id
+            exec_above, tool_between = above[parent_id]
+            above[child] = (exec_above, tool_between or trace[parent_id].tool is not None)
+        return above[start]
+
+    calls_of: dict[bytes, list[_Span]] = {sid: [] for sid, s in trace.items() if is_execution(s)}
+    ignored = 0
+    for sid, span in trace.items():
+        if sid in calls_of:
+            if span.tool is not None:  # a root that is itself the only call
+                calls_of[sid].append(span)
+            continue
+        if span.tool is None:
+            ignored += 1
+            continue
+        exec_id, tool_between = resolve(sid)
+        if exec_id is None or tool_between or trace[exec_id].tool is not None:
+            ignored += 1  # a call seen twice, or whose execution is not in this request
+            continue
+        calls_of[exec_id].append(span)
+    for exec_id, calls in calls_of.items():
+        execution = trace[exec_id]
+        own = 0 if execution.tool is not None else 1
+        if not calls:
+            ignored += 1
+            continue
+        try:
+            batch.executions.append(_execution(execution, calls, own, max_intent_chars))
+        except _BadSpanError as bad:
+            batch.rejections.append(Rejection(bad.span.ref, bad.reason, own + len(calls)))
+    batch.ignored_spans += ignored
+
+
+def _duration_ms(span: _Span) -> float:
+    start, end = span.proto.start_time_unix_nano, span.proto.end_time_unix_nano
+    if end < start:
+        raise _BadSpanError(span, "end_time_unix_nano is before start_time_unix_nano")
+    return (end - start) / 1e6
+
+
+def _intent(execution: _Span, max_chars: int) -> tuple[str, str]:
+    for source, text in (
+        (FROM_MESSAGES, attr.last_user_message(execution.attrs)),
+        (FROM_AGENT_NAME, execution.attrs.get(attr.AGENT_NAME)),
+        (FROM_SPAN_NAME, execution.proto.name),
+    ):
+        if isinstance(text, str) and text.strip():
+            return text.strip()[:max_chars], source
+    raise _BadSpanError(execution, "no intent: no user message, agent name or span name")
+
+
+def _execution(
+    execution: _Span, calls: list[_Span], own: int, max_intent_chars: int
+) -> MappedExecution:
+    calls.sort(key=lambda s: (s.proto.start_time_unix_nano, s.proto.span_id))
+    mapped: list[MappedCall] = []
+    lines: list[tuple[str, dict[str, Any]]] = []
+    for call in calls:
+        if not call.tool:
+            raise _BadSpanError(call, f"a tool-call span without {attr.TOOL_NAME}")
+        try:
+            args = attr.arguments(call.attrs)
+        except ValueError as err:
+            raise _BadSpanError(call, f"{attr.TOOL_ARGUMENTS}: {err}") from None
+        error = attr.failure(call.proto, call.attrs)
+        mapped.append(
+            MappedCall(
+                tool=call.tool,
+                ok=error is None,
+                error=error or "",
+                arguments_json=json.dumps(args, sort_keys=True, ensure_ascii=False),
+                duration_ms=_duration_ms(call),
+            )
+        )
+        lines.append((call.tool, args))
+    intent, source = _intent(execution, max_intent_chars)
+    return MappedExecution(
+        request_id=REQUEST_ID_PREFIX + execution.ref.replace("/", ":"),
+        intent=intent,
+        intent_source=source,
+        code=synthesize(lines),
+        language=LANGUAGE,
+        calls=tuple(mapped),
+        duration_ms=_duration_ms(execution),
+        tags=(TAG, f"intent:{source}"),
+        span_count=own + len(calls),
+        span=execution.ref,
+    )

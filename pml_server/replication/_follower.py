@@ -1,0 +1,145 @@
+"""Following the shared store's op log into this replica's in-memory indexes.
+
+At start `begin` reads every tenant's op log head *before* the indexes are restored from the
+store, so an entry committed during the restore is applied again afterwards rather than
+missed: applying is idempotent (an intent already indexed is skipped, removing an absent one
+does nothing, an addition whose intent row is gone since is skipped). Then `run` waits for a
+NOTIFY (a wake-up only: not durable) or at most `poll_seconds`, and applies every tenant's
+entries after its cursor. Sequences come from a per-tenant head row updated inside each
+writing transaction, so commit order is sequence order and `seq > cursor` never skips one.
+
+This replica's own writes are already in its indexes (the engine applies them at once): the
+follower meets them again and skips them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from pml_server.domain.errors import UnavailableError
+from pml_server.domain.records import IntentRecord
+from pml_server.replication._lag import FollowerLag
+from pml_server.search import TenantSearchIndex
+from pml_server.storage.postgres import PostgresStore
+from pml_server.storage.repo import Repository
+
+log = logging.getLogger(__name__)
+DEFAULT_POLL_SECONDS = 0.5
+_LAG_WINDOW = 4096  # recent entries the lag percentiles are taken over
+_BATCH = 1000
+
+
+class OplogFollower:
+    def __init__(
+        self,
+        store: PostgresStore,
+        repo: Repository,
+        index_for: Callable[[str], TenantSearchIndex],
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+    ) -> None:
+        self._store = store
+        self._repo = repo
+        self._index_for = index_for
+        self._poll_seconds = poll_seconds
+        self._cursors: dict[str, int] = {}
+        self._lags: deque[float] = deque(maxlen=_LAG_WINDOW)
+        self._applied = 0
+        self._behind = 0
+        self._lock = threading.Lock()  # one catch-up at a time
+
+    def begin(self) -> None:
+        """Start from the current heads (call before restoring the indexes)."""
+        self._cursors = self._store.oplog_heads()
+
+    def catch_up(self) -> int:
+        """Apply every committed entry after the cursors; how many were applied."""
+        with self._lock:
+            applied = 0
+            heads = self._store.oplog_heads()
+            self._behind = sum(max(0, h - self._cursors.get(t, 0)) for t, h in heads.items())
+            for tenant, head in heads.items():
+                while (cursor := self._cursors.get(tenant, 0)) < head:
+                    entries = self._store.oplog_entries(tenant, cursor, _BATCH)
+                    if not entries:
+                        break
+                    self._apply(tenant, entries)
+                    self._cursors[tenant] = entries[-1][0]
+                    applied += len(entries)
+                    self._behind = max(0, self._behind - len(entries))
+            self._applied += applied
+            return applied
+
+    def _apply(self, tenant: str, entries: Sequence[tuple[int, dict[str, Any], float]]) -> None:
+        index = self._index_for(tenant)
+        pending: list[int] = []
+        for _, op, _ in entries:
+            if op["op"] == "add":
+                pending += op["ids"]
+            else:  # a removal: additions logged before it first
+                self._add(tenant, index, pending)
+                pending = []
+                index.remove(op["ids"])
+        self._add(tenant, index, pending)
+        now_lags = [age for _, _, age in entries]
+        self._lags.extend(now_lags)
+
+    def _add(self, tenant: str, index: TenantSearchIndex, intent_ids: list[int]) -> None:
+        fresh = [i for i in intent_ids if not index.ann.contains(i)]
+        if not fresh:
+            return
+        intents = [IntentRecord.from_json(raw) for raw in self._store.intents_by_id(tenant, fresh)]
+        tools: dict[str, tuple[str, ...]] = {}
+        for intent in intents:
+            if intent.pattern_id not in tools:
+                pattern = self._repo.pattern(tenant, intent.pattern_id)
+                tools[intent.pattern_id] = pattern.tools_used if pattern is not None else ()
+        if intents:
+            index.add_many([(i, tools[i.pattern_id]) for i in intents])
+
+    def lag(self) -> FollowerLag:
+        values = sorted(self._lags)
+        if not values:
+            return FollowerLag(self._applied, 0.0, 0.0, self._behind)
+
+        def at(q: float) -> float:
+            return values[min(len(values) - 1, int(q * len(values)))]
+
+        return FollowerLag(self._applied, at(0.5), at(0.99), self._behind)
+
+    def run(self, stop: threading.Event) -> None:
+        """Follow until `stop` is set: LISTEN wake-ups, a bounded poll when none comes, and
+        reconnection (with the poll interval as back-off) when the database goes away."""
+        while not stop.is_set():
+            listener: psycopg.Connection[tuple[Any, ...]] | None = None
+            try:
+                listener = self._store.listen()
+                self.catch_up()  # entries committed before LISTEN took effect
+                while not stop.is_set():
+                    for _ in listener.notifies(timeout=self._poll_seconds, stop_after=1):
+                        pass
+                    self.catch_up()
+            except (psycopg.Error, UnavailableError) as error:
+                log.warning("op log follower: %s; retrying", error)
+                stop.wait(self._poll_seconds)
+            finally:
+                if listener is not None:
+                    with contextlib.suppress(psycopg.Error):
+                        listener.close()
+
+
+def wait_caught_up(follower: OplogFollower, timeout: float) -> bool:
+    """True once a catch-up finds nothing left to apply (for tests and start-up)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        follower.catch_up()
+        if follower.lag().behind == 0:
+            return True
+    return False

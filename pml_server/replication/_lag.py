@@ -1,0 +1,16 @@
+"""The follower lag, as metrics and benches read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FollowerLag:
+    """Commit-to-applied delay of recent op log entries written by any replica, in seconds
+    (entries this replica wrote count too: they show the follower's own delay)."""
+
+    applied: int
+    p50: float
+    p99: float
+    behind: int  # entries committed but not yet applied, at the last poll

@@ -1,0 +1,170 @@
+"""One tenant's in-memory search state: the vector index over intent vectors, the lexical index
+(one document per pattern: all its intent texts + its tool names, docs/ranking.md), and the
+intent id <-> pattern id maps. Derived from the store (rebuilt or restored from a snapshot at
+open), updated by every capture and deletion."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+
+import numpy as np
+
+from pml_server.domain.records import IntentRecord
+from pml_server.domain.vectors import Vector
+from pml_server.ranking import LexicalIndex
+from pml_server.search.vectors import (
+    EXACT_SCAN_MIN,
+    AnnIndex,
+    index_from_bytes,
+    new_index,
+)
+
+# Threads inserting a batch of new vectors (the machine this is tuned for has two cores; the
+# graph is the same whatever the number, see pml_core_rs/src/index/batch_insert.rs).
+INSERT_THREADS = 2
+
+
+class TenantSearchIndex:
+    def __init__(self, kind: str, dim: int, ann: AnnIndex | None = None) -> None:
+        self.kind = kind
+        self.dim = dim
+        self.ann = ann if ann is not None else new_index(kind, dim)
+        # Vector additions and removals so far, and how many of them the stored snapshot holds
+        # (None: no snapshot of this index yet), so an unchanged index is not written again:
+        # a snapshot of the 100k bench store is 156 MiB.
+        self._vector_changes = 0
+        self._saved_changes: int | None = None
+        self.lexical = LexicalIndex()
+        self.pattern_of: dict[int, str] = {}
+        self.intents_of: dict[str, set[int]] = {}  # the reverse of pattern_of
+        # What each intent and pattern put into its pattern's lexical document, to take it out
+        # again on removal (tool names count once per pattern, not once per intent).
+        self._lexical_text: dict[int, str] = {}
+        self._pattern_tools: dict[str, str] = {}
+        # Writers are serialized here (contains + add of one intent stays atomic). Readers take
+        # the same lock only for the numpy index: the Rust HNSW index has its own reader/writer
+        # lock and searches in parallel with the GIL released.
+        self._write_lock = threading.Lock()
+        self._read_lock: AbstractContextManager[object] = (
+            self._write_lock if kind == "exact" else contextlib.nullcontext()
+        )
+
+    @classmethod
+    def restore(cls, kind: str, dim: int, data: bytes) -> TenantSearchIndex:
+        index = cls(kind, dim, index_from_bytes(kind, dim, data))
+        index._saved_changes = 0  # the stored snapshot is exactly this state
+        return index
+
+    def add(self, intent: IntentRecord, tools: Sequence[str]) -> None:
+        with self._write_lock:
+            if not self.ann.contains(intent.id):
+                ids = np.array([intent.id], dtype=np.uint64)
+                self.ann.add(ids, intent.vector.reshape(1, -1).astype(np.float32))
+                self._vector_changes += 1
+            self._add_lexical_locked(intent, tools)
+
+    def add_many(self, adds: Sequence[tuple[IntentRecord, Sequence[str]]]) -> None:
+        """`add` for each, in order, with one vector index call for all the new vectors: the
+        Rust index runs the batch's searches on `INSERT_THREADS` threads, GIL released."""
+        with self._write_lock:
+            fresh = {i.id: i for i, _ in adds if not self.ann.contains(i.id)}
+            if fresh:
+                ids = np.fromiter(fresh, dtype=np.uint64, count=len(fresh))
+                rows = np.stack([i.vector for i in fresh.values()]).astype(np.float32)
+                self.ann.add(ids, rows, threads=INSERT_THREADS)
+                self._vector_changes += 1
+            for intent, tools in adds:
+                self._add_lexical_locked(intent, tools)
+
+    def _add_lexical_locked(self, intent: IntentRecord, tools: Sequence[str]) -> None:
+        if intent.id in self._lexical_text:
+            return  # replayed: already indexed (an intent never changes pattern)
+        pattern_id = intent.pattern_id
+        words = intent.text
+        if pattern_id not in self.intents_of:
+            self._pattern_tools[pattern_id] = " ".join(tools)
+            # One update of the document: words separated by a space tokenize apart, so this
+            # indexes exactly the terms of the two texts added one after the other.
+            words = f"{self._pattern_tools[pattern_id]} {intent.text}"
+        self.intents_of.setdefault(pattern_id, set()).add(intent.id)
+        self.lexical.add_terms(pattern_id, words)
+        self._lexical_text[intent.id] = intent.text
+        self.pattern_of[intent.id] = pattern_id
+
+    def remove(self, intent_ids: Sequence[int]) -> None:
+        with self._write_lock:
+            if intent_ids:
+                self.ann.remove(np.array(list(intent_ids), dtype=np.uint64))
+                self._vector_changes += 1
+            for intent_id in intent_ids:
+                pattern_id = self.pattern_of.pop(intent_id, None)
+                text = self._lexical_text.pop(intent_id, None)
+                if pattern_id is None or text is None:
+                    continue
+                self.lexical.remove_terms(pattern_id, text)
+                siblings = self.intents_of[pattern_id]
+                siblings.discard(intent_id)
+                if not siblings:
+                    del self.intents_of[pattern_id]
+                    self.lexical.remove(pattern_id)
+                    self._pattern_tools.pop(pattern_id, None)
+
+    def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
+        with self._read_lock:
+            size = len(self.ann)
+            if size == 0:
+                return []
+            ids, scores = self.ann.search(query.astype(np.float32), min(limit, size))
+        return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
+
+    def exact_scores(self, query: Vector, intent_ids: Sequence[int]) -> dict[int, float]:
+        """The exact cosine of `query` to each listed intent still indexed, in one index call
+        per chunk: an allow-list no larger than the index's exact-scan size is scanned exactly,
+        not walked approximately."""
+        out: dict[int, float] = {}
+        wanted = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
+        query32 = query.astype(np.float32)
+        for first in range(0, len(wanted), EXACT_SCAN_MIN):
+            chunk = wanted[first : first + EXACT_SCAN_MIN]
+            with self._read_lock:
+                ids, scores = self.ann.search(query32, len(chunk), allow=chunk)
+            out.update(zip(ids.tolist(), scores.tolist(), strict=True))
+        return out
+
+    def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
+        """(pattern id, raw BM25 score of its document), best first."""
+        return self.lexical.search(text, limit)
+
+    def remove_vectors(self, intent_ids: Sequence[int]) -> None:
+        """Take vectors out of the vector index alone (replaying the op log's removals into a
+        restored snapshot, before the intents are indexed)."""
+        with self._write_lock:
+            present = [i for i in intent_ids if self.ann.contains(i)]
+            if present:
+                self.ann.remove(np.array(present, dtype=np.uint64))
+                self._vector_changes += 1
+
+    def snapshot(self) -> tuple[bytes, int]:
+        """The vector index's bytes and the change count they hold (for `mark_saved`)."""
+        # Read before the bytes, and counted after each change is made: the bytes hold at
+        # least `changes` changes (a later one only leaves the index marked unsaved), and
+        # captures never wait for the copy.
+        changes = self._vector_changes
+        with self._read_lock:
+            return self.ann.to_bytes(), changes
+
+    def has_unsaved_changes(self) -> bool:
+        return self._saved_changes != self._vector_changes
+
+    def mark_saved(self, changes: int) -> None:
+        """A snapshot holding the first `changes` changes is durable in the store."""
+        with self._write_lock:
+            if self._saved_changes is None or changes > self._saved_changes:
+                self._saved_changes = changes
+
+    def vector_count(self) -> int:
+        with self._read_lock:
+            return len(self.ann)

@@ -1,0 +1,353 @@
+"""Capture: `record` and `record_many`, the eager-learning rules applied to the store.
+
+Lock order: a capture holds a striped lock for its request id (idempotency), then one for its
+code hash (exact read-modify-write of the pattern's counters), then, only when it creates a
+pattern, one for its tool signature (capability grouping), and last (in `_writes.commit`) a
+per-tenant lock for the tenant's stats and failure log. A batch takes all its request-id
+stripes first, in one global order (by identity), so two batches, or a batch and `record`,
+never wait on each other in a cycle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Sequence
+from dataclasses import replace
+
+from pml_server import _core
+from pml_server.capture.dedup import near_duplicate
+from pml_server.capture.normalize import NormalizedCode
+from pml_server.capture.redact import redact_record
+from pml_server.capture.rules import (
+    check_pattern_size,
+    count_failed_try,
+    count_success,
+    redacted_values,
+    run_succeeded,
+    tool_failures,
+    tool_signature,
+    tools_disagree,
+    tools_used,
+    validate_record,
+)
+from pml_server.domain.engine import MAX_CAPTURE_BATCH
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError, UnavailableError
+from pml_server.domain.model import CaptureOutcome, CaptureResult, ExecutionRecord
+from pml_server.domain.records import CapabilityRecord, ParamSpec, PatternCounters, PatternRecord
+from pml_server.domain.vectors import Vector
+from pml_server.embedding import check_client_vector
+from pml_server.service._arguments import check_tenant
+from pml_server.service._grouping import capability_for_new_pattern
+from pml_server.service._idempotency import decode_result, encode_result, replay_answer
+from pml_server.service._state import EngineState, no_words_error, usable
+from pml_server.service._writes import (
+    Change,
+    apply_staged_adds,
+    await_durable,
+    commit,
+    failure_entries,
+    new_intent,
+    oplog,
+)
+from pml_server.storage.repo import tools_digest
+from pml_server.storage.seam import RequestAlreadyAppliedError, WriteTicket, finished_ticket
+
+MAX_TAGS = 32
+Outcome = CaptureResult | Exception
+
+
+def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> CaptureResult:
+    check_tenant(tenant)
+    validate_record(execution, state.limits)
+    client_vector = (
+        check_client_vector(execution.intent_embedding, state.embedder.dim, "intent_embedding")
+        if execution.intent_embedding is not None
+        else None
+    )
+    state.readiness.require()
+    succeeded = run_succeeded(execution)
+    with state.locks.request.lock_for(tenant, execution.request_id):
+        prior = state.repo.request_result(tenant, execution.request_id)
+        if prior is not None:
+            return replay_answer(state, tenant, prior)  # rule 6: the first answer, counted once
+        normalized = _normalize(state, execution)  # bad code is refused before embedding
+        vector = client_vector
+        if vector is None and succeeded:
+            vector = state.embed_one(execution.intent)
+        result, ticket = _capture_one_locked(state, tenant, execution, vector, normalized)
+        await_durable(ticket)
+    return result
+
+
+def record_many(
+    state: EngineState, tenant: str, records: Sequence[ExecutionRecord]
+) -> list[Outcome]:
+    """Capture `records` in order with the outcomes and counters of as many consecutive
+    `record` calls (a code repeated in the batch counts against the pattern the earlier
+    record saved, a repeated request id answers `replayed`), but embed the intents in one
+    call, index the new intents in one call and wait for durability once. Each element is
+    the record's result, or the error that refused that record alone.
+
+    Every request id of the batch stays locked until the whole batch is durable, so no
+    other call answers `replayed` for a write that could still be lost."""
+    check_tenant(tenant)
+    if len(records) > MAX_CAPTURE_BATCH:
+        raise InvalidArgumentError(
+            FieldViolation("records", f"at most {MAX_CAPTURE_BATCH} in one batch")
+        )
+    state.readiness.require()
+    outcomes: list[Outcome | None] = [None] * len(records)
+    vectors: list[Vector | None] = [None] * len(records)
+    for i, execution in enumerate(records):
+        try:
+            validate_record(execution, state.limits)
+            if execution.intent_embedding is not None:
+                vectors[i] = check_client_vector(
+                    execution.intent_embedding, state.embedder.dim, "intent_embedding"
+                )
+        except InvalidArgumentError as error:
+            outcomes[i] = error
+    stripes = {
+        id(lock): lock
+        for i, r in enumerate(records)
+        if outcomes[i] is None
+        for lock in [state.locks.request.lock_for(tenant, r.request_id)]
+    }
+    with contextlib.ExitStack() as held:
+        for key in sorted(stripes):
+            held.enter_context(stripes[key])
+        tickets = _capture_batch_locked(state, tenant, records, outcomes, vectors)
+        for i, ticket in tickets:
+            try:
+                await_durable(ticket)
+            except UnavailableError as error:
+                outcomes[i] = error
+    return [o if o is not None else UnavailableError("not captured") for o in outcomes]
+
+
+def _capture_batch_locked(
+    state: EngineState,
+    tenant: str,
+    records: Sequence[ExecutionRecord],
+    outcomes: list[Outcome | None],
+    vectors: list[Vector | None],
+) -> list[tuple[int, WriteTicket]]:
+    """The body of `record_many` while its request ids are locked; fills `outcomes` and
+    returns the write tickets to wait for."""
+    first_of: dict[str, int] = {}  # request id -> the record of the batch that applies it
+    for i, execution in enumerate(records):
+        if outcomes[i] is None and execution.request_id not in first_of:
+            first_of[execution.request_id] = i
+    # One multi-get for every request id of the batch (it releases the GIL).
+    priors = state.repo.request_results(tenant, list(first_of))
+    needs_text_vector = []
+    for prior, i in zip(priors, first_of.values(), strict=True):
+        if prior is not None:  # applied before this batch: its first answer, as `record`
+            outcomes[i] = replay_answer(state, tenant, prior)
+        elif vectors[i] is None and run_succeeded(records[i]):
+            needs_text_vector.append(i)
+    _embed_batch(state, records, needs_text_vector, vectors, outcomes)
+    tickets: list[tuple[int, WriteTicket]] = []
+    ticket_of: dict[int, WriteTicket] = {}
+    state.staged_adds.adds = []
+    try:
+        for i, execution in enumerate(records):
+            if outcomes[i] is not None:
+                continue
+            first = first_of[execution.request_id]
+            if first != i:  # applied by an earlier record of this batch: its answer
+                earlier = outcomes[first]
+                outcomes[i] = (
+                    replace(earlier, replayed=True)
+                    if isinstance(earlier, CaptureResult)
+                    else earlier
+                )
+                if first in ticket_of:  # answered once the earlier write is durable
+                    tickets.append((i, ticket_of[first]))
+                continue
+            try:
+                outcomes[i], ticket = _capture_one_locked(state, tenant, execution, vectors[i])
+            except Exception as error:  # refuses this record alone, as `record` would
+                outcomes[i] = error
+                continue
+            ticket_of[i] = ticket
+            tickets.append((i, ticket))
+        apply_staged_adds(state, tenant)
+    finally:
+        state.staged_adds.adds = None
+    return tickets
+
+
+def _embed_batch(
+    state: EngineState,
+    records: Sequence[ExecutionRecord],
+    wanted: list[int],
+    vectors: list[Vector | None],
+    outcomes: list[Outcome | None],
+) -> None:
+    """Embed the intents of the `wanted` records in one embedder call; a text the model
+    finds no word in is refused like `EngineState.embed_one` refuses it."""
+    if not wanted:
+        return
+    embedded = state.embedder.embed([records[i].intent for i in wanted])
+    for i, vector in zip(wanted, embedded, strict=True):
+        if usable(vector):
+            vectors[i] = vector
+        else:
+            outcomes[i] = no_words_error()
+
+
+def _normalize(state: EngineState, execution: ExecutionRecord) -> NormalizedCode:
+    try:
+        normalized = state.normalizer(execution.code, execution.language)
+    except _core.CoreError as error:
+        name = "language" if "language" in str(error).lower() else "code"
+        raise InvalidArgumentError(FieldViolation(name, str(error))) from error
+    check_pattern_size(normalized, state.limits)
+    return normalized
+
+
+def _capture_one_locked(
+    state: EngineState,
+    tenant: str,
+    execution: ExecutionRecord,
+    vector: Vector | None,
+    normalized: NormalizedCode | None = None,
+) -> tuple[CaptureResult, WriteTicket]:
+    """`record` after validation, embedding and the replay check, its request id locked
+    (`normalized`: its code already normalized, else done here)."""
+    if normalized is None:
+        normalized = _normalize(state, execution)
+    execution = redact_record(execution, normalized)  # rule 7b: before anything is written
+    with contextlib.ExitStack() as held:
+        held.enter_context(state.locks.pattern.lock_for(tenant, normalized.code_hash))
+        change = Change()
+        result = _capture_locked(state, tenant, execution, normalized, vector, change, held)
+        answer = encode_result(result, state.clock())
+        change.ops.append(state.repo.put_request_result(tenant, execution.request_id, answer))
+        try:
+            return result, commit(state, tenant, change)
+        except RequestAlreadyAppliedError as applied:  # by another replica, meanwhile
+            return decode_result(applied.result), finished_ticket()
+
+
+def _capture_locked(
+    state: EngineState,
+    tenant: str,
+    execution: ExecutionRecord,
+    normalized: NormalizedCode,
+    vector: Vector | None,
+    change: Change,
+    held: contextlib.ExitStack,
+) -> CaptureResult:
+    now = state.clock()
+    repo = state.repo
+    pattern, counters = repo.pattern_for_hash(tenant, normalized.code_hash)
+    failures = tool_failures(execution)
+    if pattern is None or counters is None:
+        if vector is None:  # rule 1: a new pattern with a failure is not saved
+            change.count("rejected")
+            change.failures = failure_entries(execution, normalized.code_hash, "", now)
+            return CaptureResult(CaptureOutcome.REJECTED, tool_failures=failures)
+        return _insert_pattern(state, tenant, execution, normalized, vector, change, held, now)
+    change.count("executions")
+    values = redacted_values(normalized.params)
+    used = tools_used(execution)
+    if vector is None:  # rule 2: a failed try of a known pattern; rule 7: its values, error
+        counted = count_failed_try(counters, execution, values, now, state.limits)
+        change.failures = failure_entries(execution, normalized.code_hash, pattern.id, now)
+        change.ops.append(repo.put_counters(tenant, pattern.id, counted))
+        return CaptureResult(
+            CaptureOutcome.COUNTED,
+            pattern_id=pattern.id,
+            capability_id=pattern.capability_id,
+            tool_failures=failures,
+        )
+    mismatch = tools_disagree(normalized.tool_calls, used, normalized.parse_ok)
+    counted = count_success(counters, execution, values, mismatch, now, state.limits)
+    counted.tags = sorted({*counted.tags, *execution.tags})[:MAX_TAGS]
+    change.ops.append(repo.put_counters(tenant, pattern.id, counted))
+    intents = repo.intents(tenant, pattern.id)
+    duplicate = near_duplicate(
+        [i.vector for i in intents], vector, state.thresholds.intent_duplicate
+    )
+    if duplicate is not None:  # rule 5: bump the existing mapping, no new vector
+        old = intents[duplicate]
+        bumped = replace(old, hit_count=old.hit_count + 1, last_seen_ms=now)
+        change.ops.append(repo.put_intent(tenant, bumped))
+    else:
+        intent = new_intent(state, pattern.id, execution.intent, vector, now)
+        change.ops += [repo.put_intent(tenant, intent), oplog(state, tenant, "add", [intent.id])]
+        change.index_adds.append((intent, pattern.tools_used))
+        change.count("intents")
+    return CaptureResult(
+        CaptureOutcome.COUNTED,
+        pattern_id=pattern.id,
+        capability_id=pattern.capability_id,
+        tool_mismatch=mismatch,
+    )
+
+
+def _insert_pattern(
+    state: EngineState,
+    tenant: str,
+    execution: ExecutionRecord,
+    normalized: NormalizedCode,
+    vector: Vector,
+    change: Change,
+    held: contextlib.ExitStack,
+    now: int,
+) -> CaptureResult:
+    """Rule 3: a new successful pattern, usage=1 success=1, grouped into a capability."""
+    repo = state.repo
+    used = tools_used(execution)
+    signature = tool_signature(used)
+    # Held until the batch is submitted, so two new patterns of one signature never both
+    # create a capability.
+    held.enter_context(state.locks.group.lock_for(tenant, tools_digest(signature)))
+    chosen = capability_for_new_pattern(state, tenant, signature, vector)
+    pattern_id = f"pat_{secrets.token_hex(8)}"
+    existing = repo.capability(tenant, chosen) if chosen else None
+    if existing is not None:
+        capability = replace(existing, pattern_ids=(*existing.pattern_ids, pattern_id))
+    else:
+        capability = CapabilityRecord(f"cap_{secrets.token_hex(8)}", signature, (pattern_id,), now)
+        change.count("capabilities")
+    mismatch = tools_disagree(normalized.tool_calls, used, normalized.parse_ok)
+    pattern = PatternRecord(
+        id=pattern_id,
+        code_hash=normalized.code_hash,
+        template=normalized.template,
+        original_code=execution.code,
+        language=normalized.language,
+        tools_used=used,
+        params=tuple(ParamSpec(p.name, p.json_type, p.secret) for p in normalized.params),
+        parameter_schema_json=normalized.schema_json,
+        capability_id=capability.id,
+        first_seen_ms=now,
+        code_tools=normalized.tool_calls,
+        parse_ok=normalized.parse_ok,
+    )
+    values = redacted_values(normalized.params)
+    counters = count_success(PatternCounters(), execution, values, mismatch, now, state.limits)
+    counters.tags = sorted(set(execution.tags))[:MAX_TAGS]
+    intent = new_intent(state, pattern_id, execution.intent, vector, now)
+    change.ops += [
+        repo.put_pattern(tenant, pattern),
+        repo.put_hash(tenant, pattern.code_hash, pattern_id),
+        repo.put_counters(tenant, pattern_id, counters),
+        repo.put_intent(tenant, intent),
+        *repo.put_capability(tenant, capability),
+        oplog(state, tenant, "add", [intent.id]),
+    ]
+    change.index_adds.append((intent, used))
+    for name in ("patterns", "intents", "executions"):
+        change.count(name)
+    return CaptureResult(
+        CaptureOutcome.SAVED,
+        pattern_id=pattern_id,
+        capability_id=capability.id,
+        new_pattern=True,
+        tool_mismatch=mismatch,
+    )

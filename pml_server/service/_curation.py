@@ -1,0 +1,170 @@
+"""Curation: deleting patterns and capabilities, ungrouping a pattern, retention marks, and
+applying the retention table. Every change is audited; each takes the pattern's lock, then its
+capability's group lock (the capture lock order without the request id)."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from dataclasses import replace
+
+from pml_server.domain.errors import NotFoundError
+from pml_server.domain.model import RetentionAction, RetentionReport
+from pml_server.domain.records import CapabilityRecord, PatternRecord
+from pml_server.retention import evaluate
+from pml_server.service._arguments import check_tenant
+from pml_server.service._idempotency import prune_request_ids
+from pml_server.service._reads import views_by_capability
+from pml_server.service._state import EngineState
+from pml_server.service._writes import Change, audit, await_durable, commit, oplog
+from pml_server.storage.repo import Repository, tools_digest
+
+
+def delete_pattern(state: EngineState, tenant: str, pattern_id: str, reason: str) -> None:
+    check_tenant(tenant)
+    repo = state.repo
+    found = repo.pattern(tenant, pattern_id)
+    if found is None:
+        raise NotFoundError(f"pattern {pattern_id!r} not found")
+    with contextlib.ExitStack() as held:
+        held.enter_context(state.locks.pattern.lock_for(tenant, found.code_hash))
+        pattern = repo.pattern(tenant, pattern_id)
+        if pattern is None:
+            raise NotFoundError(f"pattern {pattern_id!r} not found")
+        capability = repo.capability(tenant, pattern.capability_id)
+        if capability is not None:
+            held.enter_context(state.locks.group.lock_for(tenant, tools_digest(capability.tools)))
+            capability = repo.capability(tenant, pattern.capability_id)
+        change = pattern_removal(repo, tenant, pattern, capability)
+        change.ops.append(oplog(state, tenant, "remove", change.index_removes))
+        entry = {"action": "deleted", "pattern_id": pattern_id, "reason": reason}
+        audit(state, tenant, change, entry)
+        ticket = commit(state, tenant, change)
+    await_durable(ticket)
+
+
+def delete_capability(state: EngineState, tenant: str, capability_id: str) -> None:
+    check_tenant(tenant)
+    capability = state.repo.capability(tenant, capability_id)
+    if capability is None:
+        raise NotFoundError(f"capability {capability_id!r} not found")
+    for pattern_id in capability.pattern_ids:
+        with contextlib.suppress(NotFoundError):
+            delete_pattern(state, tenant, pattern_id, f"capability {capability_id} deleted")
+
+
+def pattern_removal(
+    repo: Repository,
+    tenant: str,
+    pattern: PatternRecord,
+    capability: CapabilityRecord | None,
+) -> Change:
+    """What deleting one pattern writes (the caller holds the pattern's and its capability's
+    locks, and logs `index_removes` for the next restore): the pattern's records and intents
+    go (their vectors leave the index), the tenant's counts drop, and the capability loses
+    the member, or goes too when the pattern was its last."""
+    change = Change()
+    intents = repo.intents(tenant, pattern.id)
+    change.ops += [
+        repo.delete_pattern(tenant, pattern.id),
+        repo.delete_hash(tenant, pattern.code_hash),
+        repo.delete_counters(tenant, pattern.id),
+        *(repo.delete_intent(tenant, i) for i in intents),
+    ]
+    change.index_removes = [i.id for i in intents]
+    change.count("patterns", -1)
+    change.count("intents", -len(intents))
+    if capability is not None:
+        members = tuple(p for p in capability.pattern_ids if p != pattern.id)
+        if members:
+            change.ops += repo.put_capability(tenant, replace(capability, pattern_ids=members))
+        else:
+            change.ops += repo.delete_capability(tenant, capability)
+            change.count("capabilities", -1)
+    return change
+
+
+def ungroup_pattern(state: EngineState, tenant: str, pattern_id: str) -> str:
+    """Undo a grouping: move the pattern out of its capability into a new one of its own
+    (nothing is deleted). Returns the pattern's capability id afterwards."""
+    check_tenant(tenant)
+    repo = state.repo
+    found = repo.pattern(tenant, pattern_id)
+    if found is None:
+        raise NotFoundError(f"pattern {pattern_id!r} not found")
+    with contextlib.ExitStack() as held:
+        held.enter_context(state.locks.pattern.lock_for(tenant, found.code_hash))
+        pattern = repo.pattern(tenant, pattern_id)
+        capability = repo.capability(tenant, pattern.capability_id) if pattern else None
+        if pattern is None or capability is None:
+            raise NotFoundError(f"pattern {pattern_id!r} not found")
+        held.enter_context(state.locks.group.lock_for(tenant, tools_digest(capability.tools)))
+        capability = repo.capability(tenant, pattern.capability_id)
+        if capability is None or capability.pattern_ids == (pattern_id,):
+            return pattern.capability_id  # already alone
+        now = state.clock()
+        alone = CapabilityRecord(
+            f"cap_{secrets.token_hex(8)}", capability.tools, (pattern_id,), now
+        )
+        rest = tuple(p for p in capability.pattern_ids if p != pattern_id)
+        change = Change()
+        change.ops += [
+            *repo.put_capability(tenant, replace(capability, pattern_ids=rest)),
+            *repo.put_capability(tenant, alone),
+            repo.put_pattern(tenant, replace(pattern, capability_id=alone.id)),
+        ]
+        change.count("capabilities")
+        entry = {"action": "ungrouped", "pattern_id": pattern_id, "from": capability.id}
+        audit(state, tenant, change, {**entry, "to": alone.id})
+        ticket = commit(state, tenant, change)
+    await_durable(ticket)
+    return alone.id
+
+
+def set_marks(
+    state: EngineState, tenant: str, pattern_id: str, flagged: bool, superseded_by: str
+) -> bool:
+    """Rewrite a pattern's retention marks; True when they changed."""
+    repo = state.repo
+    found = repo.pattern(tenant, pattern_id)
+    if found is None:
+        return False
+    with state.locks.pattern.lock_for(tenant, found.code_hash):
+        pattern = repo.pattern(tenant, pattern_id)
+        if pattern is None or (
+            pattern.flagged_for_removal == flagged and pattern.superseded_by == superseded_by
+        ):
+            return False
+        change = Change()
+        marked = replace(pattern, flagged_for_removal=flagged, superseded_by=superseded_by)
+        change.ops.append(repo.put_pattern(tenant, marked))
+        entry = {"action": "marked", "pattern_id": pattern_id, "flagged": flagged}
+        audit(state, tenant, change, {**entry, "superseded_by": superseded_by})
+        ticket = commit(state, tenant, change)
+    await_durable(ticket)
+    return True
+
+
+def run_retention(state: EngineState, tenant: str, apply: bool) -> RetentionReport:
+    """Evaluate the retention table; with `apply`, flag, mark superseded, remove (when
+    auto-removal is on) and clear marks that no longer hold. Every change is audited."""
+    check_tenant(tenant)
+    now = state.clock()
+    groups = views_by_capability(state.repo, tenant)
+    entries = evaluate(groups, state.config.retention, now)
+    if apply:
+        flagged = {e.pattern_id for e in entries if e.action is RetentionAction.REMOVAL_CANDIDATE}
+        removed = {e.pattern_id for e in entries if e.action is RetentionAction.REMOVED}
+        superseded = {
+            e.pattern_id: e.superseded_by for e in entries if e.action is RetentionAction.SUPERSEDED
+        }
+        prune_request_ids(state, tenant)
+        for views in groups.values():
+            for view in views:
+                if view.id in removed:
+                    with contextlib.suppress(NotFoundError):
+                        delete_pattern(state, tenant, view.id, "retention")
+                else:
+                    marks = (view.id in flagged, superseded.get(view.id, ""))
+                    set_marks(state, tenant, view.id, *marks)
+    return RetentionReport(dry_run=not apply, entries=tuple(entries), ran_at_ms=now)

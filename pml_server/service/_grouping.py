@@ -1,0 +1,77 @@
+"""Looking for the capability a new pattern joins, among those of its tool signature. The
+caller holds the signature's group lock, so two new patterns of one signature never both
+create a capability."""
+
+from __future__ import annotations
+
+from pml_server.capture.dedup import choose_capability
+from pml_server.domain.vectors import Vector
+from pml_server.search import TenantSearchIndex
+from pml_server.service._state import EngineState
+from pml_server.service._writes import apply_staged_adds
+from pml_server.storage.repo import Repository
+
+# Capabilities compared when a new pattern looks for a group (same tool signature).
+MAX_GROUP_CANDIDATES = 64
+# Beyond that many, the nearest intents the vector index is asked for.
+NEAREST_INTENTS_FOR_GROUPING = 256
+
+
+def capability_for_new_pattern(
+    state: EngineState, tenant: str, signature: tuple[str, ...], vector: Vector
+) -> str | None:
+    """The capability of the same tool signature holding the intent closest to `vector`,
+    if close enough. Few such capabilities: compare with all their intents (exact). Many
+    (a popular tool): ask the vector index for the nearest intents instead, so creating a
+    pattern never reads a whole crowded signature."""
+    same_tools = state.repo.capabilities_with_tools(tenant, signature)
+    threshold = state.thresholds.capability_group
+    if len(same_tools) <= MAX_GROUP_CANDIDATES:
+        candidates = capability_vectors(state.repo, tenant, same_tools)
+        return choose_capability(candidates, vector, threshold)
+    apply_staged_adds(state, tenant)  # the earlier records of a batch are candidates too
+    return nearest_allowed_capability(
+        state.repo,
+        tenant,
+        state.indexes.for_tenant(tenant),
+        vector,
+        set(same_tools),
+        threshold,
+        NEAREST_INTENTS_FOR_GROUPING,
+    )
+
+
+def capability_vectors(
+    repo: Repository, tenant: str, capability_ids: list[str]
+) -> list[tuple[str, list[Vector]]]:
+    """Every intent vector of each capability, for the exact comparison (few capabilities)."""
+    candidates = []
+    for capability_id in capability_ids:
+        capability = repo.capability(tenant, capability_id)
+        if capability is not None:
+            vectors = [
+                i.vector for pid in capability.pattern_ids for i in repo.intents(tenant, pid)
+            ]
+            candidates.append((capability_id, vectors))
+    return candidates
+
+
+def nearest_allowed_capability(
+    repo: Repository,
+    tenant: str,
+    index: TenantSearchIndex,
+    vector: Vector,
+    allowed: set[str],
+    threshold: float,
+    nearest: int,
+) -> str | None:
+    """The capability, among `allowed`, of the nearest intent at least `threshold` close, asking
+    the vector index for the `nearest` intents (many capabilities: never reads them all)."""
+    for intent_id, score in index.semantic(vector, nearest):
+        if score < threshold:
+            break  # best first: nothing further can qualify
+        pattern_id = index.pattern_of.get(intent_id)
+        pattern = repo.pattern(tenant, pattern_id) if pattern_id else None
+        if pattern is not None and pattern.capability_id in allowed:
+            return pattern.capability_id
+    return None

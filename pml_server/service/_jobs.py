@@ -1,0 +1,95 @@
+"""The engine's background jobs: restoring the search indexes at open, snapshotting them while
+running (and at close), and applying the retention table on an interval."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+
+from pml_server.service._curation import run_retention
+from pml_server.service._restore import restore_indexes
+from pml_server.service._state import EngineState
+from pml_server.storage.seam import Op
+
+
+class BackgroundJobs:
+    def __init__(self, state: EngineState) -> None:
+        self._state = state
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Restore the search indexes in the background (and start the periodic jobs)."""
+        self._spawn(self._load_indexes, "pml-index-loader")
+        if self._state.config.snapshot_interval_seconds > 0:
+            self._spawn(self._snapshot_loop, "pml-snapshots")
+        if self._state.config.retention_in_background:
+            self._spawn(self._retention_loop, "pml-retention")
+
+    def stop(self) -> bool:
+        """Stop and join every job; False when they were already stopped."""
+        if self._stop.is_set():
+            return False
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        return True
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _load_indexes(self) -> None:
+        state = self._state
+        follower = state.follower
+        try:
+            if follower is not None:
+                follower.begin()  # before the restore reads: nothing committed is missed
+            restored = restore_indexes(state.repo, state.config.vector_index, state.embedder.dim)
+            state.indexes.replace_all(restored)
+            if follower is not None:
+                follower.catch_up()
+            # Nothing writes before ready: snapshot now so the next start replays nothing.
+            write_snapshots(state, trim_oplog=True)
+            for tenant in restored:
+                # Read every counter once now rather than in some tenant's first Suggest (at
+                # 100k patterns that call took seconds, and held up the calls behind it).
+                state.repo.counter_ceilings(tenant)
+            if follower is not None:  # other replicas' writes, from now on
+                self._spawn(lambda: follower.run(self._stop), "pml-follower")
+            state.readiness.set_ready()
+        except BaseException as error:  # reported by wait_ready; is_ready stays False
+            state.readiness.set_failed(error)
+
+    def _snapshot_loop(self) -> None:
+        while not self._stop.wait(self._state.config.snapshot_interval_seconds):
+            with contextlib.suppress(Exception):  # retried at the next interval and at close
+                if self._state.readiness.is_ready():
+                    write_snapshots(self._state, trim_oplog=False)
+
+    def _retention_loop(self) -> None:
+        interval = self._state.config.retention.interval_seconds
+        while not self._stop.wait(interval):
+            for tenant in self._state.indexes.tenants():
+                with contextlib.suppress(Exception):
+                    run_retention(self._state, tenant, apply=True)
+
+
+def write_snapshots(state: EngineState, trim_oplog: bool) -> None:
+    """Persist every changed tenant's vector index. Trimming the op log is only safe when no
+    capture or deletion runs (at open before ready, at close after the API drained):
+    otherwise a removal the snapshot missed could be dropped from the log."""
+    indexes = state.indexes.all()
+    seq = state.seqs.last_issued()
+    # An index unchanged since its stored snapshot holds every removal logged so far, so
+    # trimming the log stays safe without writing it again.
+    taken = {t: i.snapshot() for t, i in indexes.items() if i.has_unsaved_changes()}
+    ops: list[Op] = [state.repo.put_snapshot(t, seq, data) for t, (data, _) in taken.items()]
+    if trim_oplog:
+        ops += state.repo.delete_oplog_through(seq)
+    if ops:
+        state.store.write(ops)
+    for tenant, (_, changes) in taken.items():
+        indexes[tenant].mark_saved(changes)

@@ -1,0 +1,117 @@
+"""Reads: patterns, capabilities, the failure and audit logs, stats, and the read views they
+are built of (a pattern whose counters are gone, i.e. deleted meanwhile, has no view)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pml_server.capture.views import capability_view, pattern_view
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError, NotFoundError
+from pml_server.domain.model import (
+    CapabilityView,
+    FailureEntry,
+    Page,
+    PageRequest,
+    PatternView,
+    Stats,
+)
+from pml_server.domain.records import CapabilityRecord, PatternRecord
+from pml_server.service._arguments import check_page, check_tenant
+from pml_server.storage.repo import Repository
+
+
+def get_pattern(repo: Repository, tenant: str, pattern_id: str) -> PatternView:
+    check_tenant(tenant)
+    record = repo.pattern(tenant, pattern_id)
+    view = stored_pattern_view(repo, tenant, record) if record else None
+    if view is None:
+        raise NotFoundError(f"pattern {pattern_id!r} not found")
+    return view
+
+
+def get_capability(repo: Repository, tenant: str, capability_id: str) -> CapabilityView:
+    check_tenant(tenant)
+    record = repo.capability(tenant, capability_id)
+    if record is None:
+        raise NotFoundError(f"capability {capability_id!r} not found")
+    return capability_view(record, capability_members(repo, tenant, record))
+
+
+def list_patterns(repo: Repository, tenant: str, page: PageRequest) -> Page[PatternView]:
+    check_tenant(tenant)
+    check_page(page)
+    records, cursor = repo.patterns_page(tenant, page.cursor, page.page_size)
+    views = [v for v in (stored_pattern_view(repo, tenant, r) for r in records) if v is not None]
+    return Page(tuple(views), cursor)
+
+
+def list_capabilities(repo: Repository, tenant: str, page: PageRequest) -> Page[CapabilityView]:
+    check_tenant(tenant)
+    check_page(page)
+    records, cursor = repo.capabilities_page(tenant, page.cursor, page.page_size)
+    views = [capability_view(r, capability_members(repo, tenant, r)) for r in records]
+    return Page(tuple(views), cursor)
+
+
+def list_failures(repo: Repository, tenant: str, page: PageRequest) -> Page[FailureEntry]:
+    check_tenant(tenant)
+    check_page(page)
+    before: int | None = None
+    if page.cursor:
+        try:
+            before = int(page.cursor)
+        except ValueError:
+            raise InvalidArgumentError(
+                FieldViolation("page_token", "not a cursor this server issued")
+            ) from None
+    rows, last = repo.failures_page(tenant, before, page.page_size)
+    entries = tuple(FailureEntry(**entry) for _, entry in rows)
+    return Page(entries, "" if last is None else str(last))
+
+
+def stats(repo: Repository, tenant: str) -> Stats:
+    check_tenant(tenant)
+    s = repo.stats(tenant)
+    return Stats(
+        patterns=s.patterns,
+        capabilities=s.capabilities,
+        intents=s.intents,
+        executions=s.executions,
+        rejected=s.rejected,
+        failures_logged=s.failures_logged,
+    )
+
+
+def audit_log(repo: Repository, tenant: str) -> list[dict[str, Any]]:
+    """Every retention action and deletion of the tenant, oldest first."""
+    check_tenant(tenant)
+    return repo.audit_log(tenant)
+
+
+def stored_pattern_view(repo: Repository, tenant: str, record: PatternRecord) -> PatternView | None:
+    counters = repo.counters(tenant, record.id)
+    if counters is None:
+        return None
+    return pattern_view(record, counters, repo.intents(tenant, record.id))
+
+
+def capability_members(
+    repo: Repository, tenant: str, record: CapabilityRecord
+) -> list[PatternView]:
+    views = []
+    for pattern_id in record.pattern_ids:
+        pattern = repo.pattern(tenant, pattern_id)
+        view = stored_pattern_view(repo, tenant, pattern) if pattern else None
+        if view is not None:
+            views.append(view)
+    return views
+
+
+def views_by_capability(repo: Repository, tenant: str) -> dict[str, list[PatternView]]:
+    """Every pattern's view of the tenant, grouped by capability (what retention evaluates)."""
+    groups: dict[str, list[PatternView]] = {}
+    for pattern in repo.all_patterns(tenant):
+        view = stored_pattern_view(repo, tenant, pattern)
+        if view is not None:
+            groups.setdefault(pattern.capability_id, []).append(view)
+    return groups

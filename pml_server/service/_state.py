@@ -1,0 +1,146 @@
+"""What every part of the engine shares: the store and its repository, the embedder, the
+search indexes, the striped locks (taken in one order, see `service/_capture.py`), the id
+allocators, readiness, and the settings derived from the configuration."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pml_server.capture.dedup import DEFAULT_THRESHOLDS, SimilarityThresholds
+from pml_server.capture.locks import StripedLocks
+from pml_server.capture.normalize import NormalizedCode
+from pml_server.capture.rules import CaptureLimits
+from pml_server.config import EngineConfig
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError, UnavailableError
+from pml_server.domain.records import IntentRecord, TenantStats
+from pml_server.domain.vectors import Vector
+from pml_server.embedding import CachedEmbedder
+from pml_server.embedding.base import Embedder
+from pml_server.ranking import RankingConfig, default_ranking
+from pml_server.search import TenantIndexes
+from pml_server.storage import StoreBackend, repository_for
+from pml_server.storage.seam import Locks as SeamLocks
+
+if TYPE_CHECKING:
+    from pml_server.replication import OplogFollower
+
+Clock = Callable[[], int]
+Normalizer = Callable[[str, str], NormalizedCode]
+IndexAdd = tuple[IntentRecord, tuple[str, ...]]
+
+
+@dataclass
+class Locks:
+    """Striped locks, always taken in this order: request id (idempotency), code hash (a
+    pattern's counters), tool signature (capability grouping, only when a capture creates a
+    pattern), tenant (stats and failure log). With a shared store the pattern and group locks
+    also lock other replicas out (database advisory locks, `StoreBackend.locks`); request ids
+    are made exactly-once by the store itself and tenant counts are SQL deltas."""
+
+    pattern: SeamLocks
+    group: SeamLocks
+    request: StripedLocks = field(default_factory=lambda: StripedLocks(1024))
+    tenant: StripedLocks = field(default_factory=lambda: StripedLocks(64))
+
+
+class Readiness:
+    """False until the indexes have caught up with the store (or their restore failed)."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._load_error: BaseException | None = None
+
+    def set_ready(self) -> None:
+        self._ready.set()
+
+    def set_failed(self, error: BaseException) -> None:
+        self._load_error = error
+        self._ready.set()
+
+    def clear(self) -> None:
+        self._ready.clear()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._ready.wait(timeout)
+        if self._load_error is not None:
+            raise self._load_error
+        return self._ready.is_set()
+
+    def is_ready(self) -> bool:
+        return self._ready.is_set() and self._load_error is None
+
+    def require(self) -> None:
+        if not self.is_ready():
+            raise UnavailableError("the search index is still catching up with the store")
+
+
+class EngineState:
+    def __init__(
+        self,
+        config: EngineConfig,
+        store: StoreBackend,
+        embedder: Embedder | CachedEmbedder,
+        clock: Clock,
+        normalizer: Normalizer,
+    ) -> None:
+        self.config = config
+        self.ranking: RankingConfig = (
+            config.ranking if config.ranking is not None else default_ranking(config.embedder)
+        )
+        self.store = store
+        self.repo = repository_for(store)
+        self.embedder = embedder
+        self.clock = clock
+        self.normalizer = normalizer
+        defaults = DEFAULT_THRESHOLDS[embedder.family]
+        self.thresholds = SimilarityThresholds(
+            intent_duplicate=config.intent_duplicate_threshold or defaults.intent_duplicate,
+            capability_group=config.capability_group_threshold or defaults.capability_group,
+        )
+        self.limits = CaptureLimits(
+            max_code_bytes=config.max_code_bytes,
+            max_tool_calls=config.max_tool_calls,
+            recent_values_per_param=config.recent_values_per_param,
+        )
+        self.locks = Locks(pattern=store.locks("pattern", 1024), group=store.locks("group", 256))
+        # Each tenant's stats as this engine last submitted them. Only `_writes.commit` writes
+        # stats, under the tenant's lock, so this is what the store (with its write overlay)
+        # would answer: every capture skips a read and a JSON decode. Set only once a submit
+        # was accepted; after a failed write the store refuses every later one.
+        self.submitted_stats: dict[str, TenantStats] = {}
+        self.intent_ids = store.allocator("intent")
+        self.seqs = store.allocator("seq")
+        self.indexes = TenantIndexes(config.vector_index, embedder.dim)
+        # Index additions of the batch this thread is capturing (`record_many`), if any.
+        self.staged_adds = threading.local()
+        self.readiness = Readiness()
+        # With a shared store, other replicas write too: their op log entries are followed
+        # into this replica's indexes (pml_server/replication).
+        self.follower: OplogFollower | None = None
+        if store.shared:
+            from pml_server.replication import follower_for
+
+            self.follower = follower_for(store, self.repo, self.indexes.for_tenant)
+
+    def embed_one(self, text: str) -> Vector:
+        vector: Vector = self.embedder.embed([text])[0]
+        if not usable(vector):
+            raise no_words_error()
+        return vector
+
+
+def usable(vector: Vector) -> bool:
+    """A zero vector (e.g. the hashing embedder finds no word in "{") has no direction, and
+    the index refuses it (at capture after the write, and at every restart)."""
+    return bool(np.isfinite(vector).all() and np.any(vector))
+
+
+def no_words_error() -> InvalidArgumentError:
+    return InvalidArgumentError(
+        FieldViolation("intent", "has no words the embedding model can use")
+    )

@@ -1,0 +1,146 @@
+"""Suggest: retrieve -> rank -> complete.
+
+Retrieval is hybrid search (vector + lexical, over-fetched) turned into one
+`ranking.Retrieval` per pattern with its best semantic and lexical scores, and the loader that
+makes `ranking.Candidate`s of the few patterns `rank_lazily` needs to read.
+
+Ranking needs only a pattern's record and counters (one multi-get per batch); the intent
+mappings, the costly part of a view, are read afterwards for the suggested patterns alone
+(`Retrieved.complete`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from pml_server.capture.views import pattern_view
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError
+from pml_server.domain.model import SuggestQuery, SuggestResult
+from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
+from pml_server.domain.vectors import Vector
+from pml_server.embedding import check_client_vector
+from pml_server.ranking import Candidate, Retrieval, rank_lazily, score_ceiling
+from pml_server.search import TenantSearchIndex
+from pml_server.service._arguments import check_tenant
+from pml_server.service._state import EngineState
+from pml_server.storage.repo import Repository
+
+
+def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
+    """Hybrid retrieval (vector + lexical, over-fetched), one Candidate per pattern with
+    its best semantic and lexical scores, then `ranking.rank_lazily` filters, groups and
+    orders, and the suggested patterns' views are completed."""
+    check_tenant(tenant)
+    vector = _query_vector(state, query)
+    state.readiness.require()
+    index = state.indexes.get(tenant)
+    if index is None:
+        return SuggestResult(())
+    ranking = state.ranking
+    limit = ranking.fetch_limit(query.k)
+    found = retrieve(state.repo, tenant, index, vector, query.intent, limit)
+    ceiling = score_ceiling(*state.repo.counter_ceilings(tenant), ranking)
+    now = state.clock()
+    result = rank_lazily(query, found.retrievals, found.load, ranking, now, ceiling)
+    return found.complete(result)
+
+
+def _query_vector(state: EngineState, query: SuggestQuery) -> Vector:
+    """Check the query's arguments; its vector (the client's, or the intent embedded)."""
+    bad = []
+    if not query.intent.strip():
+        bad.append(FieldViolation("intent", "must not be empty"))
+    if not 1 <= query.k <= state.ranking.max_k:
+        bad.append(FieldViolation("k", f"must be between 1 and {state.ranking.max_k}"))
+    for name in ("min_match", "min_success"):
+        value = getattr(query, name)
+        if value is not None and not 0.0 <= value <= 1.0:
+            bad.append(FieldViolation(name, "must be between 0 and 1"))
+    if bad:
+        raise InvalidArgumentError(bad)
+    if query.intent_embedding is not None:
+        return check_client_vector(query.intent_embedding, state.embedder.dim, "intent_embedding")
+    return state.embed_one(query.intent)
+
+
+@dataclass
+class Retrieved:
+    repo: Repository
+    tenant: str
+    retrievals: list[Retrieval]
+    # the intent ids the index held for each retrieved pattern (what `complete` reads)
+    intent_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # what each loaded candidate was built from, so `complete` shows the counters rank saw
+    sources: dict[str, tuple[PatternRecord, PatternCounters]] = field(default_factory=dict)
+
+    def load(self, retrievals: Sequence[Retrieval]) -> list[Candidate]:
+        ids = [r.pattern_id for r in retrievals]
+        candidates = []
+        for retrieval, found in zip(
+            retrievals, self.repo.patterns_with_counters(self.tenant, ids), strict=True
+        ):
+            if found is None:
+                continue  # deleted since the index answered
+            record, counters = found
+            self.sources[record.id] = found
+            candidates.append(
+                Candidate(
+                    capability_id=record.capability_id,
+                    pattern=pattern_view(record, counters, (), with_params=False),
+                    semantic=retrieval.semantic,
+                    lexical=retrieval.lexical,
+                    tags=tuple(counters.tags),
+                )
+            )
+        return candidates
+
+    def complete(self, result: SuggestResult) -> SuggestResult:
+        """`result` with each suggestion's full view (its intent mappings included). A pattern
+        deleted since retrieval is dropped rather than shown without its intents."""
+        wanted = [
+            (s.pattern.id, intent_id)
+            for s in result.suggestions
+            for intent_id in self.intent_ids.get(s.pattern.id, ())
+        ]
+        found: dict[str, list[IntentRecord]] = {}
+        for intent in self.repo.intent_views_by_id(self.tenant, wanted):
+            if intent is not None:  # None: removed since the index answered
+                found.setdefault(intent.pattern_id, []).append(intent)
+        suggestions = []
+        for suggestion in result.suggestions:
+            record, counters = self.sources[suggestion.pattern.id]
+            if intents := found.get(record.id):
+                view = pattern_view(record, counters, intents)
+                suggestions.append(replace(suggestion, pattern=view))
+        return replace(result, suggestions=tuple(suggestions))
+
+
+def retrieve(
+    repo: Repository,
+    tenant: str,
+    index: TenantSearchIndex,
+    vector: Vector,
+    text: str,
+    limit: int,
+) -> Retrieved:
+    semantic_hits = index.semantic(vector, limit)
+    lexical = dict(index.lexical_hits(text, limit))
+    pattern_of = index.pattern_of
+    patterns = {p for i, _ in semantic_hits if (p := pattern_of.get(i)) is not None}
+    patterns.update(lexical)
+    # tuple() copies each set in one C call, safe against a concurrent capture adding to it
+    intents_of = {p: tuple(index.intents_of.get(p, ())) for p in patterns}
+    # The best cosine over every intent of each pattern: the ANN returns only some of them,
+    # with exact scores; the others (a lexical-only hit has none) are scored exactly in one call.
+    cosine = dict(semantic_hits)
+    unscored = [i for ids in intents_of.values() for i in ids if i not in cosine]
+    if unscored:
+        cosine.update(index.exact_scores(vector, unscored))
+    retrievals = []
+    for pattern_id, intent_ids in intents_of.items():
+        scores = [cosine[i] for i in intent_ids if i in cosine]
+        if scores:  # none: deleted since the index answered
+            semantic = max(0.0, max(scores))
+            retrievals.append(Retrieval(pattern_id, semantic, lexical.get(pattern_id, 0.0)))
+    return Retrieved(repo, tenant, retrievals, intents_of)

@@ -1,0 +1,141 @@
+"""The write path every change of the engine takes: what one capture or deletion writes (a
+`Change`), submitting it with the tenant's stats and failure log as one batch (`commit`), the
+op log and audit entries, and waiting for the write to become durable.
+
+Everything a change writes goes to the store as one batch, submitted while the caller's locks
+are held (the store's overlay makes it visible to the next holder at once) and awaited after
+the inner locks are released, so group commit can merge concurrent captures into one fsync.
+A shared store (PostgreSQL) commits the batch in `submit`, in the transaction the caller's
+locks opened, and adds the stats deltas in SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pml_server.capture.rules import tool_failures
+from pml_server.domain.errors import UnavailableError
+from pml_server.domain.model import ExecutionRecord, ToolFailure
+from pml_server.domain.records import IntentRecord
+from pml_server.domain.vectors import Vector
+from pml_server.service._state import EngineState, IndexAdd
+from pml_server.storage.seam import Op, StoreClosedError, WriteTicket
+
+
+@dataclass
+class Change:
+    """What one capture or deletion changes besides its own ops: tenant stats deltas, failure
+    log entries, and in-memory index updates to apply once the batch is submitted."""
+
+    ops: list[Op] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    index_adds: list[tuple[IntentRecord, tuple[str, ...]]] = field(default_factory=list)
+    index_removes: list[int] = field(default_factory=list)
+
+    def count(self, name: str, delta: int = 1) -> None:
+        self.stats[name] = self.stats.get(name, 0) + delta
+
+
+def await_durable(ticket: WriteTicket) -> None:
+    """Wait until the write is durable; a store that failed or closed meanwhile is UNAVAILABLE
+    (the capture may be retried with the same request id)."""
+    try:
+        ticket.wait()
+    except StoreClosedError as error:
+        raise UnavailableError(f"the write was not committed: {error}") from error
+
+
+def failure_entries(
+    record: ExecutionRecord, code_hash: str, pattern_id: str, now: int
+) -> list[dict[str, Any]]:
+    """The failure log entries of a failed run: one per failing tool (or one for the run)."""
+    failures = tool_failures(record) or (ToolFailure("", "execution failed"),)
+    return [
+        {
+            "request_id": record.request_id,
+            "tool": f.tool,
+            "error": f.error,
+            "intent": record.intent,
+            "code_hash": code_hash,
+            "pattern_id": pattern_id,
+            "time_ms": now,
+        }
+        for f in failures
+    ]
+
+
+def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
+    """Add the tenant's stats and failure log to `change.ops` and submit them as one batch.
+    Inside `record_many` the index additions wait in the batch's list (one index call for
+    the whole batch); otherwise they are applied at once."""
+    repo = state.repo
+    log_size = state.config.failure_log_size
+    with state.locks.tenant.lock_for(tenant):
+        stats = state.submitted_stats.get(tenant)
+        # A shared store adds the deltas in SQL; its stats are read again only where the
+        # failure log's bound needs them (another replica may have logged failures).
+        if stats is None or (state.store.shared and change.failures):
+            stats = repo.stats(tenant)
+        logged = len(change.failures)
+        if logged:
+            retained = min(stats.failures_logged, log_size)
+            excess = retained + logged - log_size
+            for entry in change.failures:
+                change.ops.append(repo.put_failure(tenant, state.seqs.next(), entry))
+            if excess > 0:
+                for key in repo.oldest_failure_keys(tenant, excess):
+                    change.ops.append(repo.delete_failure(key))
+            change.count("failures_logged", logged)
+        if change.stats:
+            values = {k: getattr(stats, k) + v for k, v in change.stats.items()}
+            stats = replace(stats, **values)
+            change.ops.append(repo.put_stats(tenant, stats, change.stats))
+        try:
+            ticket = state.store.submit(change.ops)
+        except StoreClosedError as error:
+            raise UnavailableError(f"the store is not accepting writes: {error}") from error
+        state.submitted_stats[tenant] = stats
+    staged: list[IndexAdd] | None = getattr(state.staged_adds, "adds", None)
+    if staged is not None and not change.index_removes:
+        staged += change.index_adds
+    elif change.index_adds or change.index_removes:
+        index = state.indexes.for_tenant(tenant)
+        index.remove(change.index_removes)
+        for intent, tools in change.index_adds:
+            index.add(intent, tools)
+    return ticket
+
+
+def apply_staged_adds(state: EngineState, tenant: str) -> None:
+    """Index what this thread's batch has staged so far (see `record_many`)."""
+    staged: list[IndexAdd] | None = getattr(state.staged_adds, "adds", None)
+    if staged:
+        state.indexes.for_tenant(tenant).add_many(staged)
+        staged.clear()
+
+
+def oplog(state: EngineState, tenant: str, op: str, ids: Sequence[int]) -> Op:
+    """An op log entry (what the next restore replays into a vector snapshot)."""
+    return state.repo.put_oplog(state.seqs.next(), {"tenant": tenant, "op": op, "ids": list(ids)})
+
+
+def audit(state: EngineState, tenant: str, change: Change, entry: dict[str, Any]) -> None:
+    """Add an audit log entry (retention actions, deletions) to `change`."""
+    stamped = {**entry, "time_ms": state.clock()}
+    change.ops.append(state.repo.put_audit(tenant, state.seqs.next(), stamped))
+
+
+def new_intent(
+    state: EngineState, pattern_id: str, text: str, vector: Vector, now: int
+) -> IntentRecord:
+    return IntentRecord(
+        id=state.intent_ids.next(),
+        pattern_id=pattern_id,
+        text=text,
+        hit_count=1,
+        last_seen_ms=now,
+        model_id=state.embedder.model_id,
+        vector=vector,
+    )

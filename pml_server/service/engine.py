@@ -1,0 +1,194 @@
+"""The engine's facade: opens the store, wires the parts together, and answers
+`pml_server.domain.engine.EngineProtocol` by delegating to one module per concept:
+
+- `_capture`: record and record_many (the lock order is documented there)
+- `_grouping`: which capability a new pattern joins
+- `_suggest`: retrieve -> rank -> complete
+- `_curation`: deletion, ungrouping, retention marks, applying retention
+- `_reads`: patterns, capabilities, failure and audit logs, stats
+- `_idempotency`: request results and their pruning
+- `_jobs`: index restore at open, snapshots, the retention schedule
+- `_writes`: a change's batch, its commit and durability; `_state`: what they all share
+
+`Engine.open(config)` opens the store (the embedded RocksDB, or a shared PostgreSQL one of
+several replicas: `storage.seam`), checks that it was written with the configured
+embedding model, and restores the in-memory search indexes (vector snapshot + op log replay, or
+a rebuild) in a background thread; `is_ready()` turns True when they have caught up, and until
+then every call that needs them raises UnavailableError.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pml_server.capture.normalize import normalize
+from pml_server.config import EngineConfig
+from pml_server.domain.errors import FailedPreconditionError
+from pml_server.domain.model import (
+    CapabilityView,
+    CaptureResult,
+    EmbeddingUsage,
+    ExecutionRecord,
+    FailureEntry,
+    Page,
+    PageRequest,
+    PatternView,
+    RetentionReport,
+    Stats,
+    SuggestQuery,
+    SuggestResult,
+)
+from pml_server.domain.records import TenantStats
+from pml_server.embedding import CachedEmbedder, make_embedder
+from pml_server.embedding.base import Embedder, EmbedderWrapper
+from pml_server.replication import FollowerLag
+from pml_server.service import _capture, _curation, _idempotency, _reads, _suggest
+from pml_server.service._jobs import BackgroundJobs, write_snapshots
+from pml_server.service._state import Clock, EngineState, Normalizer
+from pml_server.storage import StoreBackend, open_store
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Engine:
+    """Implements `pml_server.domain.engine.EngineProtocol`."""
+
+    @classmethod
+    def open(
+        cls, config: EngineConfig, clock: Clock | None = None, normalizer: Normalizer = normalize
+    ) -> Engine:
+        embedder = make_embedder(config.embedder, config.embedding_cache_size)
+        store = open_store(config.store, config.data_dir, config.durability, config.pool_size)
+        try:
+            engine = cls(config, store, embedder, clock or wall_clock_ms, normalizer)
+        except BaseException:
+            store.close()
+            raise
+        engine.start()
+        return engine
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        store: StoreBackend,
+        embedder: Embedder | CachedEmbedder,
+        clock: Clock,
+        normalizer: Normalizer = normalize,
+    ) -> None:
+        state = EngineState(config, store, embedder, clock, normalizer)
+        stored_model = state.repo.model_id()
+        if stored_model is None:
+            store.write([state.repo.put_model_id(embedder.model_id)])
+        elif stored_model != embedder.model_id:
+            raise FailedPreconditionError(
+                f"the store at {store.location} holds vectors of embedding model "
+                f"{stored_model!r}; this server is configured with {embedder.model_id!r}. "
+                "Start it with the store's model, or use another data directory."
+            )
+        self._state = state
+        self._jobs = BackgroundJobs(state)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Restore the search indexes in the background (and start the periodic jobs)."""
+        self._jobs.start()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self._state.readiness.wait(timeout)
+
+    def is_ready(self) -> bool:
+        return self._state.readiness.is_ready()
+
+    def snapshot_indexes(self) -> None:
+        """Persist every tenant's vector index (the op log is kept: see `write_snapshots`)."""
+        if self.is_ready():
+            write_snapshots(self._state, trim_oplog=False)
+
+    def close(self) -> None:
+        """Stop the background jobs, snapshot the indexes, flush and close the store. Callers
+        (the API) drain in-flight calls first. Closing twice is harmless."""
+        if not self._jobs.stop():
+            return
+        ready = self.is_ready()
+        self._state.readiness.clear()  # from now on record/suggest answer UNAVAILABLE
+        if ready:
+            write_snapshots(self._state, trim_oplog=True)
+        self._state.store.close()
+
+    def follower_lag(self) -> FollowerLag | None:
+        """How far behind the other replicas' writes this replica's indexes are (None: the
+        store is not shared)."""
+        follower = self._state.follower
+        return follower.lag() if follower is not None else None
+
+    def embedding_dim(self) -> int:
+        return self._state.embedder.dim
+
+    def embedding_usage(self) -> EmbeddingUsage:
+        """What the model has cost so far (zeros for an embedder built without a meter)."""
+        embedder = self._state.embedder
+        return embedder.usage() if isinstance(embedder, EmbedderWrapper) else EmbeddingUsage()
+
+    # ---- capture and suggest -----------------------------------------------------------------
+
+    def record(self, tenant: str, record: ExecutionRecord) -> CaptureResult:
+        return _capture.record(self._state, tenant, record)
+
+    def record_many(
+        self, tenant: str, records: Sequence[ExecutionRecord]
+    ) -> list[CaptureResult | Exception]:
+        return _capture.record_many(self._state, tenant, records)
+
+    def suggest(self, tenant: str, query: SuggestQuery) -> SuggestResult:
+        return _suggest.suggest(self._state, tenant, query)
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def get_pattern(self, tenant: str, pattern_id: str) -> PatternView:
+        return _reads.get_pattern(self._state.repo, tenant, pattern_id)
+
+    def get_capability(self, tenant: str, capability_id: str) -> CapabilityView:
+        return _reads.get_capability(self._state.repo, tenant, capability_id)
+
+    def list_patterns(self, tenant: str, page: PageRequest) -> Page[PatternView]:
+        return _reads.list_patterns(self._state.repo, tenant, page)
+
+    def list_capabilities(self, tenant: str, page: PageRequest) -> Page[CapabilityView]:
+        return _reads.list_capabilities(self._state.repo, tenant, page)
+
+    def list_failures(self, tenant: str, page: PageRequest) -> Page[FailureEntry]:
+        return _reads.list_failures(self._state.repo, tenant, page)
+
+    def stats(self, tenant: str) -> Stats:
+        return _reads.stats(self._state.repo, tenant)
+
+    def audit_log(self, tenant: str) -> list[dict[str, Any]]:
+        """Every retention action and deletion of the tenant, oldest first."""
+        return _reads.audit_log(self._state.repo, tenant)
+
+    def tenant_stats(self, tenant: str) -> TenantStats:
+        return self._state.repo.stats(tenant)
+
+    # ---- curation ----------------------------------------------------------------------------
+
+    def delete_pattern(self, tenant: str, pattern_id: str, reason: str = "manual") -> None:
+        _curation.delete_pattern(self._state, tenant, pattern_id, reason)
+
+    def delete_capability(self, tenant: str, capability_id: str) -> None:
+        _curation.delete_capability(self._state, tenant, capability_id)
+
+    def ungroup_pattern(self, tenant: str, pattern_id: str) -> str:
+        """Move the pattern into a capability of its own; returns that capability's id."""
+        return _curation.ungroup_pattern(self._state, tenant, pattern_id)
+
+    def run_retention(self, tenant: str, apply: bool) -> RetentionReport:
+        return _curation.run_retention(self._state, tenant, apply)
+
+    def prune_request_ids(self, tenant: str) -> int:
+        """Forget idempotency answers older than `request_id_ttl_days`; returns how many."""
+        return _idempotency.prune_request_ids(self._state, tenant)

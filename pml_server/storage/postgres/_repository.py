@@ -1,0 +1,64 @@
+"""The repository over a shared PostgreSQL store: what the embedded store keeps as values the
+engine rewrites (tenant stats, counter ceilings, the op log) lives in SQL columns here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pml_server.domain import json_form
+from pml_server.domain.records import PatternCounters, PatternRecord, TenantStats
+from pml_server.storage.decoded import decode_counters_shared, decode_pattern
+from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, tenant_key, tenant_prefix
+from pml_server.storage.postgres._store import CF_STATS_DELTA, PostgresStore
+from pml_server.storage.repo import Repository
+from pml_server.storage.seam import Op
+
+
+class SharedRepository(Repository):
+    def __init__(self, store: PostgresStore) -> None:
+        super().__init__(store)
+        self.shared_store = store
+
+    def stats(self, tenant: str) -> TenantStats:
+        return TenantStats(**self.shared_store.tenant_stats(tenant))
+
+    def put_stats(
+        self, tenant: str, stats: TenantStats, deltas: Mapping[str, int] | None = None
+    ) -> Op:
+        """The batch's counts are added in SQL (another replica may count at the same time):
+        `deltas`, not the absolute `stats`, are written."""
+        return (CF_STATS_DELTA, tenant.encode(), json_form.dumps(dict(deltas or {})))
+
+    def patterns_with_counters(
+        self, tenant: str, pattern_ids: Sequence[str]
+    ) -> list[tuple[PatternRecord, PatternCounters] | None]:
+        """As `Repository.patterns_with_counters`, in one query (a join)."""
+        keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
+        return [
+            None if pair is None else (decode_pattern(pair[0]), decode_counters_shared(pair[1]))
+            for pair in self.shared_store.get_pairs(CF_PATTERNS, CF_COUNTERS, keys)
+        ]
+
+    def pattern_for_hash(
+        self, tenant: str, code_hash: str
+    ) -> tuple[PatternRecord | None, PatternCounters | None]:
+        """As `Repository.pattern_for_hash`, in one query."""
+        pattern, counters = self.shared_store.pattern_for_hash(
+            tenant_prefix(tenant), tenant_key(tenant, code_hash)
+        )
+        return (
+            None if pattern is None else decode_pattern(pattern),
+            None if counters is None else PatternCounters.from_json(counters),
+        )
+
+    def counter_ceilings(self, tenant: str) -> tuple[int, int]:
+        """Raised in SQL in every batch that writes counters, by any replica."""
+        return self.shared_store.counter_ceilings(tenant)
+
+    def oplog_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
+        """Every retained entry (sequences are per tenant here; restore reads them all)."""
+        return self.shared_store.all_oplog()
+
+    def delete_oplog_through(self, seq: int) -> list[Op]:
+        return []  # other replicas follow the log: the store trims it by age

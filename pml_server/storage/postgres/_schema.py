@@ -1,0 +1,90 @@
+"""Versioned schema migrations of the PostgreSQL store, applied at start under an advisory lock
+(two replicas starting together migrate once); a database migrated by a newer pml is refused.
+
+Each key-value family of the embedded store is a table `pml_<family>(key bytea, value bytea)`
+with the same keys (tenant-prefixed bytes: a prefix range is one tenant's rows, bytea compares
+like RocksDB's bytewise order). What several replicas must agree on gets its own columns:
+tenant stats and counter ceilings are counted in SQL, the op log has a per-tenant head row
+whose update inside the writing transaction makes commit order equal sequence order.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from pml_server.storage.keys import CF_INTENTS, CF_OPLOG, COLUMN_FAMILIES
+from pml_server.storage.seam import StoreClosedError
+
+SCHEMA_VERSION = 1
+_MIGRATION_LOCK = 0x706D6C5F736368  # "pml_sch": one migration at a time per database
+STATS_COLUMNS = (
+    "executions",
+    "rejected",
+    "failures_logged",
+    "patterns",
+    "capabilities",
+    "intents",
+)
+SEQUENCE_STEP = 1024  # ids a replica takes from a sequence at once
+
+
+def table_of(cf: str) -> str:
+    return f"pml_{cf}"
+
+
+def _version_1() -> list[str]:
+    plain = [cf for cf in COLUMN_FAMILIES if cf not in (CF_INTENTS, CF_OPLOG)]
+    statements = [
+        f"CREATE TABLE {table_of(cf)} (key bytea PRIMARY KEY, value bytea NOT NULL)" for cf in plain
+    ]
+    stats = ", ".join(f"{c} bigint NOT NULL DEFAULT 0" for c in STATS_COLUMNS)
+    statements += [
+        # intents: the intent id as a column, so a follower fetches an op's intents by id
+        f"CREATE TABLE {table_of(CF_INTENTS)} (key bytea PRIMARY KEY, value bytea NOT NULL,"
+        " tenant text NOT NULL, intent_id bigint NOT NULL)",
+        f"CREATE INDEX pml_intents_by_id ON {table_of(CF_INTENTS)} (tenant, intent_id)",
+        "CREATE TABLE pml_oplog_head (tenant text PRIMARY KEY, seq bigint NOT NULL)",
+        "CREATE TABLE pml_oplog (tenant text NOT NULL, seq bigint NOT NULL, op bytea NOT NULL,"
+        " written_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (tenant, seq))",
+        f"CREATE TABLE pml_tenant_stats (tenant text PRIMARY KEY, {stats})",
+        "CREATE TABLE pml_counter_ceilings (tenant text PRIMARY KEY,"
+        " success bigint NOT NULL, usage bigint NOT NULL)",
+        f"CREATE SEQUENCE pml_ids_intent INCREMENT BY {SEQUENCE_STEP}",
+        f"CREATE SEQUENCE pml_ids_seq INCREMENT BY {SEQUENCE_STEP}",
+    ]
+    return statements
+
+
+MIGRATIONS: dict[int, list[str]] = {1: _version_1()}
+
+
+class SchemaVersionError(RuntimeError):
+    """The database was migrated by a newer pml than this one."""
+
+
+def migrate(conn: psycopg.Connection[tuple[object, ...]], where: str) -> int:
+    """Bring the schema up to `SCHEMA_VERSION`; the version found (after migrating)."""
+    conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS pml_schema_migrations (version int PRIMARY KEY,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        row = conn.execute("SELECT coalesce(max(version), 0) FROM pml_schema_migrations").fetchone()
+        found = int(str(row[0])) if row else 0
+        if found > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"the database at {where} has schema version {found}; this pml knows up to "
+                f"{SCHEMA_VERSION}: upgrade pml to use it"
+            )
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            with conn.transaction():
+                for statement in MIGRATIONS[version]:
+                    conn.execute(statement.encode())
+                conn.execute("INSERT INTO pml_schema_migrations (version) VALUES (%s)", (version,))
+        return max(found, SCHEMA_VERSION)
+    except psycopg.OperationalError as error:
+        raise StoreClosedError(f"migrating the database at {where} failed: {error}") from error
+    finally:
+        if not conn.closed:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))

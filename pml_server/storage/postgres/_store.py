@@ -1,0 +1,613 @@
+"""The PostgreSQL store: a `seam.StoreBackend` several pml replicas share.
+
+Transactions. A write lock the engine takes (`locks`: the pattern and capability-group locks)
+is also a transaction-scoped advisory lock of this thread's transaction, begun with the first
+such lock; the batch the engine then submits is written and committed in that transaction, so
+the advisory locks are released only once the batch is visible: another replica taking the
+same lock reads what this one committed (the in-process striped locks' guarantee, across
+processes). Locks are always taken in the engine's order (pattern, then group), so replicas
+cannot wait on each other in a cycle; the rows every writer touches (op log head, counter
+ceilings, tenant stats) are written last, in that fixed order.
+
+Exactly-once. A batch's request id row is inserted first (`ON CONFLICT DO NOTHING RETURNING`):
+when another replica already recorded it, nothing is written and `RequestAlreadyAppliedError`
+carries the stored answer.
+
+Counts. Tenant stats arrive as deltas and are added in SQL; counter ceilings are raised with
+GREATEST in the same transaction as the counters. Id allocators are sequences.
+
+Op log. Each batch's op log entries take their sequence numbers from the tenant's head row
+(`UPDATE ... RETURNING` inside the transaction): commit order is sequence order, so a follower
+reading `seq > cursor` never skips an entry. `pg_notify` wakes followers; it is not durable,
+so they poll too.
+
+No read cache: another replica may change any row, and the database is the only copy.
+Connection failures surface as `UnavailableError` (reads) or `StoreClosedError` (writes, which
+the engine reports as UNAVAILABLE): the caller retries, the pool reconnects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import psycopg_pool
+
+from pml_server.domain import json_form
+from pml_server.domain.errors import UnavailableError
+from pml_server.storage.keys import (
+    CF_COUNTERS,
+    CF_HASHES,
+    CF_INTENTS,
+    CF_OPLOG,
+    CF_PATTERNS,
+    CF_REQUESTS,
+    prefix_end,
+    split_tenant,
+)
+from pml_server.storage.postgres._dsn import describe, has_password, scrub
+from pml_server.storage.postgres._schema import (
+    SEQUENCE_STEP,
+    STATS_COLUMNS,
+    migrate,
+    table_of,
+)
+from pml_server.storage.seam import (
+    LocalLocks,
+    Op,
+    RequestAlreadyAppliedError,
+    StoreClosedError,
+    WriteTicket,
+    finished_ticket,
+)
+
+# Pseudo-family of the stats deltas a batch adds (`SharedRepository.put_stats`).
+CF_STATS_DELTA = "tenant_stats_delta"
+NOTIFY_CHANNEL = "pml_oplog"
+DEFAULT_POOL_SIZE = 8
+CONNECT_TIMEOUT_SECONDS = 5
+_SCAN_PAGE = 2000
+# Op log entries older than this are trimmed at start: a replica restarting later rebuilds from
+# its snapshot and the intents table, which the restore reads anyway.
+OPLOG_KEEP = "1 day"
+# Lost or refused connections, a restarting server, deadlock or serialization victims: the
+# caller may retry (UNAVAILABLE); anything else is a bug and surfaces as such.
+_RETRYABLE = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg.errors.TransactionRollback,
+)
+_POOL_ERRORS = (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
+
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+
+class StoreUnreachableError(OSError):
+    """The database cannot be reached at start (the message names the host, never the
+    password)."""
+
+
+@dataclass
+class _Transaction:
+    conn: Connection
+    depth: int = 0
+    open: bool = True
+
+
+def _advisory_key(name: str, key: tuple[str, ...]) -> int:
+    digest = hashlib.blake2b("\x1f".join((name, *key)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+class _SharedLock:
+    """One `lock_for` result: the in-process stripe, then the advisory lock in this thread's
+    transaction (see the module docstring)."""
+
+    def __init__(self, store: PostgresStore, local: threading.Lock, key: int) -> None:
+        self._store = store
+        self._local = local
+        self._key = key
+
+    def __enter__(self) -> _SharedLock:
+        self._local.acquire()
+        try:
+            self._store._lock_in_transaction(self._key)
+        except BaseException:
+            self._local.release()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        try:
+            self._store._leave_lock()
+        finally:
+            self._local.release()
+
+
+class SharedLocks:
+    def __init__(self, store: PostgresStore, name: str, stripes: int) -> None:
+        self._store = store
+        self._name = name
+        self._stripes = LocalLocks(stripes)
+
+    def lock_for(self, *key: str) -> _SharedLock:
+        return _SharedLock(
+            self._store, self._stripes.lock_for(*key), _advisory_key(self._name, key)
+        )
+
+
+class SequenceAllocator:
+    """Ids from a PostgreSQL sequence stepping by `SEQUENCE_STEP`: each `nextval` reserves a
+    block for this process, so ids are unique across replicas and never reused."""
+
+    def __init__(self, store: PostgresStore, sequence: str) -> None:
+        self._store = store
+        self._sequence = sequence
+        self._lock = threading.Lock()
+        self._next = 1
+        self._end = 0  # exclusive
+        self._last = 0
+
+    def next(self) -> int:
+        with self._lock:
+            if self._next >= self._end:
+                start = self._store._nextval(self._sequence)
+                self._next, self._end = start, start + SEQUENCE_STEP
+            value = self._next
+            self._next += 1
+            self._last = value
+            return value
+
+    def last_issued(self) -> int:
+        with self._lock:
+            return self._last
+
+
+class PostgresStore:
+    """An open PostgreSQL store at `dsn` (migrated at open)."""
+
+    shared = True
+
+    def __init__(self, dsn: str, pool_size: int = DEFAULT_POOL_SIZE) -> None:
+        self._dsn = dsn
+        self._where = describe(dsn)
+        try:
+            with psycopg.connect(
+                dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
+            ) as conn:
+                self.schema_version = migrate(conn, self._where)
+                conn.execute(
+                    f"DELETE FROM pml_oplog WHERE written_at < now() - interval '{OPLOG_KEEP}'"
+                )
+        except psycopg.OperationalError as error:
+            reason = scrub(str(error).strip().splitlines()[0] if str(error) else "", dsn)
+            raise StoreUnreachableError(
+                f"cannot reach PostgreSQL at {self._where}: {reason}"
+            ) from None
+        self._pool: psycopg_pool.ConnectionPool[Connection] = psycopg_pool.ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS},
+            timeout=CONNECT_TIMEOUT_SECONDS,
+            open=False,
+            name="pml",
+        )
+        self._pool.open()
+        self._local = threading.local()
+        self._closed = False
+
+    @property
+    def location(self) -> str:
+        return f"postgresql://{self._where}"
+
+    @property
+    def dsn_has_password(self) -> bool:
+        return has_password(self._dsn)
+
+    # ---- connections and transactions --------------------------------------------------------
+
+    def _transaction(self) -> _Transaction | None:
+        tx: _Transaction | None = getattr(self._local, "tx", None)
+        return tx if tx is not None and tx.open else None
+
+    @contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        """This thread's open transaction's connection, else a pooled one (autocommit)."""
+        tx = self._transaction()
+        if tx is not None:
+            try:
+                yield tx.conn
+            except _RETRYABLE as error:  # the locks' release rolls the transaction back
+                raise UnavailableError(self._unavailable(error)) from error
+            return
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except _RETRYABLE + _POOL_ERRORS as error:
+            raise UnavailableError(self._unavailable(error)) from error
+
+    def _unavailable(self, error: BaseException) -> str:
+        return f"the database at {self._where} is unavailable: {scrub(str(error), self._dsn)}"
+
+    def _lock_in_transaction(self, key: int) -> None:
+        tx: _Transaction | None = getattr(self._local, "tx", None)
+        if tx is None or not tx.open:
+            depth = tx.depth if tx is not None else 0
+            try:
+                conn = self._pool.getconn()
+            except _POOL_ERRORS as error:
+                raise UnavailableError(self._unavailable(error)) from error
+            tx = _Transaction(conn, depth)
+            self._local.tx = tx
+            begin = True
+        else:
+            begin = False
+        tx.depth += 1
+        try:
+            with tx.conn.pipeline():  # one round trip
+                if begin:
+                    tx.conn.execute("BEGIN")
+                tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+        except _RETRYABLE as error:
+            tx.depth -= 1
+            self._end_transaction(tx, rollback=True)
+            raise UnavailableError(self._unavailable(error)) from error
+
+    def _leave_lock(self) -> None:
+        tx: _Transaction | None = getattr(self._local, "tx", None)
+        if tx is None:
+            return
+        tx.depth -= 1
+        if tx.depth <= 0:
+            self._local.tx = None
+            if tx.open:  # locked but nothing submitted: release the advisory locks
+                self._end_transaction(tx, rollback=True)
+
+    def _end_transaction(self, tx: _Transaction, rollback: bool) -> None:
+        if tx.open:
+            tx.open = False
+            idle = tx.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            if rollback and not idle:
+                with contextlib.suppress(psycopg.Error):  # broken: the pool discards it
+                    tx.conn.execute("ROLLBACK")
+            self._pool.putconn(tx.conn)
+        if tx.depth <= 0 and getattr(self._local, "tx", None) is tx:
+            self._local.tx = None
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        with self._reading() as conn:
+            row = conn.execute(
+                f"SELECT value FROM {table_of(cf)} WHERE key = %s", (key,)
+            ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def get_many(self, cf: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        if not keys:
+            return []
+        with self._reading() as conn:
+            rows = conn.execute(
+                f"SELECT key, value FROM {table_of(cf)} WHERE key = ANY(%s)", (list(keys),)
+            ).fetchall()
+        found = {bytes(k): bytes(v) for k, v in rows}
+        return [found.get(key) for key in keys]
+
+    def scan(
+        self,
+        cf: str,
+        prefix: bytes,
+        *,
+        start: bytes | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> list[tuple[bytes, bytes]]:
+        """As `rocks.Store.scan`: key order (or reversed), from `start` on (inclusive; for
+        reverse scans the exclusive upper bound), at most `limit`."""
+        clauses = ["key >= %s"]
+        params: list[Any] = [prefix]
+        upper = prefix_end(prefix)
+        if upper is not None:
+            clauses.append("key < %s")
+            params.append(upper)
+        if start is not None:
+            clauses.append("key < %s" if reverse else "key >= %s")
+            params.append(start)
+        query = f"SELECT key, value FROM {table_of(cf)} WHERE {' AND '.join(clauses)}"
+        query += " ORDER BY key DESC" if reverse else " ORDER BY key"
+        if limit is not None:
+            query += " LIMIT %s"
+            params.append(limit)
+        with self._reading() as conn:
+            rows = conn.execute(query.encode(), params).fetchall()
+        return [(bytes(k), bytes(v)) for k, v in rows]
+
+    def scan_stored(self, cf: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """Rows whose key starts with `prefix`, in key order, read a page at a time."""
+        after: bytes | None = None
+        while True:
+            start = prefix if after is None else after + b"\x00"
+            page = self.scan(cf, prefix, start=start, limit=_SCAN_PAGE)
+            yield from page
+            if len(page) < _SCAN_PAGE:
+                return
+            after = page[-1][0]
+
+    # ---- shared state the repository reads ---------------------------------------------------
+
+    def get_pairs(
+        self, first: str, second: str, keys: Sequence[bytes]
+    ) -> list[tuple[bytes, bytes] | None]:
+        """(value in `first`, value in `second`) of each key, None where either is missing: one
+        query where two `get_many` would take two round trips."""
+        if not keys:
+            return []
+        with self._reading() as conn:
+            rows = conn.execute(
+                f"SELECT a.key, a.value, b.value FROM {table_of(first)} a"
+                f" JOIN {table_of(second)} b ON b.key = a.key WHERE a.key = ANY(%s)",
+                (list(keys),),
+            ).fetchall()
+        found = {bytes(k): (bytes(a), bytes(b)) for k, a, b in rows}
+        return [found.get(key) for key in keys]
+
+    def pattern_for_hash(self, prefix: bytes, code_hash_key: bytes) -> tuple[bytes | None, ...]:
+        """(pattern, counters) bytes of the pattern a code hash names, in one query (three
+        lookups in the embedded store); `prefix` is the tenant's key prefix."""
+        with self._reading() as conn:
+            row = conn.execute(
+                f"SELECT p.value, c.value FROM {table_of(CF_HASHES)} h"
+                f" LEFT JOIN {table_of(CF_PATTERNS)} p ON p.key = %(prefix)s || h.value"
+                f" LEFT JOIN {table_of(CF_COUNTERS)} c ON c.key = %(prefix)s || h.value"
+                " WHERE h.key = %(hash)s",
+                {"prefix": prefix, "hash": code_hash_key},
+            ).fetchone()
+        if row is None:
+            return None, None
+        return tuple(None if v is None else bytes(v) for v in row)
+
+    def tenant_stats(self, tenant: str) -> dict[str, int]:
+        columns = ", ".join(STATS_COLUMNS)
+        with self._reading() as conn:
+            row = conn.execute(
+                f"SELECT {columns} FROM pml_tenant_stats WHERE tenant = %s", (tenant,)
+            ).fetchone()
+        return {} if row is None else dict(zip(STATS_COLUMNS, map(int, row), strict=True))
+
+    def counter_ceilings(self, tenant: str) -> tuple[int, int]:
+        with self._reading() as conn:
+            row = conn.execute(
+                "SELECT success, usage FROM pml_counter_ceilings WHERE tenant = %s", (tenant,)
+            ).fetchone()
+        return (0, 0) if row is None else (int(row[0]), int(row[1]))
+
+    def oplog_heads(self) -> dict[str, int]:
+        """Each tenant's last committed op log sequence."""
+        with self._reading() as conn:
+            rows = conn.execute("SELECT tenant, seq FROM pml_oplog_head").fetchall()
+        return {str(t): int(s) for t, s in rows}
+
+    def oplog_entries(
+        self, tenant: str, after: int, limit: int = 1000
+    ) -> list[tuple[int, dict[str, Any], float]]:
+        """(seq, op, seconds since it was committed) of the tenant's entries after `after`."""
+        with self._reading() as conn:
+            rows = conn.execute(
+                "SELECT seq, op, extract(epoch FROM clock_timestamp() - written_at)"
+                " FROM pml_oplog WHERE tenant = %s AND seq > %s ORDER BY seq LIMIT %s",
+                (tenant, after, limit),
+            ).fetchall()
+        return [(int(s), json_form.loads(bytes(op)), float(age)) for s, op, age in rows]
+
+    def all_oplog(self) -> list[tuple[int, dict[str, Any]]]:
+        with self._reading() as conn:
+            rows = conn.execute("SELECT seq, op FROM pml_oplog ORDER BY tenant, seq").fetchall()
+        return [(int(s), json_form.loads(bytes(op))) for s, op in rows]
+
+    def intents_by_id(self, tenant: str, intent_ids: Sequence[int]) -> list[bytes]:
+        """The stored intents of `intent_ids` still present (an op's additions)."""
+        if not intent_ids:
+            return []
+        with self._reading() as conn:
+            rows = conn.execute(
+                f"SELECT value FROM {table_of(CF_INTENTS)}"
+                " WHERE tenant = %s AND intent_id = ANY(%s)",
+                (tenant, list(intent_ids)),
+            ).fetchall()
+        return [bytes(r[0]) for r in rows]
+
+    def listen(self) -> Connection:
+        """A dedicated connection LISTENing for op log commits (`notifies()` wakes on them)."""
+        conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        return conn
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def submit(self, ops: Sequence[Op]) -> WriteTicket:
+        """Write and commit `ops` as one transaction (this thread's, when its locks opened one)
+        before returning: the ticket is already durable."""
+        if self._closed:
+            raise StoreClosedError("store is closed")
+        tx = self._transaction()
+        try:
+            if tx is not None:
+                try:
+                    _commit(tx.conn, ops, begin=False)
+                finally:
+                    self._end_transaction(tx, rollback=True)  # a no-op once committed
+            else:
+                with self._pool.connection() as conn:
+                    try:
+                        _commit(conn, ops, begin=True)
+                    except BaseException:
+                        with contextlib.suppress(psycopg.Error):
+                            conn.execute("ROLLBACK")
+                        raise
+        except psycopg.errors.UniqueViolation as error:
+            if error.diag.table_name != table_of(CF_REQUESTS):
+                raise
+            key = next(k for cf, k, v in ops if cf == CF_REQUESTS and v is not None)
+            stored = self.get(CF_REQUESTS, key)  # committed by the writer this one waited for
+            raise RequestAlreadyAppliedError(stored or b"") from None
+        except _RETRYABLE + _POOL_ERRORS as error:
+            raise StoreClosedError(self._unavailable(error)) from error
+        return finished_ticket()
+
+    def write(self, ops: Sequence[Op]) -> None:
+        self.submit(ops).wait()
+
+    def locks(self, name: str, stripes: int) -> SharedLocks:
+        return SharedLocks(self, name, stripes)
+
+    def allocator(self, name: str) -> SequenceAllocator:
+        return SequenceAllocator(self, f"pml_ids_{name}")
+
+    def _nextval(self, sequence: str) -> int:
+        # its own connection: a sequence step is not transactional anyway
+        try:
+            with self._pool.connection() as conn:
+                row = conn.execute(f"SELECT nextval('{sequence}')").fetchone()
+        except _RETRYABLE + _POOL_ERRORS as error:
+            raise UnavailableError(self._unavailable(error)) from error
+        assert row is not None
+        return int(row[0])
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.close()
+
+
+def _commit(conn: Connection, ops: Sequence[Op], begin: bool) -> None:
+    """Every statement of the batch and its COMMIT in one pipeline (one round trip). The
+    request id row is a plain INSERT: a duplicate aborts the whole transaction (UniqueViolation),
+    which is what makes the batch exactly-once."""
+    with conn.pipeline():
+        if begin:
+            conn.execute("BEGIN")
+        _apply(conn, ops)
+        conn.execute("COMMIT")
+
+
+def _apply(conn: Connection, ops: Sequence[Op]) -> None:
+    """Every statement of one batch, inside the caller's transaction (see the module
+    docstring for the order)."""
+    final: dict[tuple[str, bytes], bytes | None] = {}
+    oplog: list[bytes] = []
+    deltas: dict[str, dict[str, int]] = {}
+    ceilings: dict[str, tuple[int, int]] = {}
+    for cf, key, value in ops:
+        if cf == CF_OPLOG:
+            if value is not None:  # deletions: the store trims the log itself
+                oplog.append(value)
+        elif cf == CF_STATS_DELTA:
+            assert value is not None
+            into = deltas.setdefault(key.decode(), {})
+            for name, delta in json_form.loads(value).items():
+                into[name] = into.get(name, 0) + int(delta)
+        else:
+            final[(cf, key)] = value
+            if cf == CF_COUNTERS and value is not None:
+                counts = json_form.loads(value)
+                tenant = split_tenant(key)[0]
+                old = ceilings.get(tenant, (0, 0))
+                ceilings[tenant] = (max(old[0], counts["success"]), max(old[1], counts["usage"]))
+    _insert_requests_first(conn, [(k, v) for (cf, k), v in final.items() if cf == CF_REQUESTS])
+    for cf in sorted({cf for cf, _ in final} - {CF_REQUESTS}):
+        rows = [(k, v) for (family, k), v in final.items() if family == cf]
+        _write_family(conn, cf, rows)
+    requests_deleted = [k for (cf, k), v in final.items() if cf == CF_REQUESTS and v is None]
+    if requests_deleted:
+        conn.execute(
+            f"DELETE FROM {table_of(CF_REQUESTS)} WHERE key = ANY(%s)", (requests_deleted,)
+        )
+    _append_oplog(conn, oplog)
+    for tenant in sorted(ceilings):
+        success, usage = ceilings[tenant]
+        conn.execute(
+            "INSERT INTO pml_counter_ceilings AS c (tenant, success, usage) VALUES (%s, %s, %s)"
+            " ON CONFLICT (tenant) DO UPDATE SET success = GREATEST(c.success, excluded.success),"
+            " usage = GREATEST(c.usage, excluded.usage)"
+            " WHERE c.success < excluded.success OR c.usage < excluded.usage",
+            (tenant, success, usage),
+        )
+    for tenant in sorted(deltas):
+        _add_stats(conn, tenant, deltas[tenant])
+
+
+def _insert_requests_first(conn: Connection, rows: list[tuple[bytes, bytes | None]]) -> None:
+    """First in the transaction: a second writer of the same id waits here for the first to
+    commit, then fails with UniqueViolation before anything of its batch counts."""
+    for key, value in rows:
+        if value is not None:
+            conn.execute(
+                f"INSERT INTO {table_of(CF_REQUESTS)} (key, value) VALUES (%s, %s)", (key, value)
+            )
+
+
+def _write_family(conn: Connection, cf: str, rows: list[tuple[bytes, bytes | None]]) -> None:
+    table = table_of(cf)
+    deleted = [k for k, v in rows if v is None]
+    put = [(k, v) for k, v in rows if v is not None]
+    if deleted:
+        conn.execute(f"DELETE FROM {table} WHERE key = ANY(%s)", (deleted,))
+    if not put:
+        return
+    keys = [k for k, _ in put]
+    values = [v for _, v in put]
+    if cf == CF_INTENTS:
+        tenants = [split_tenant(k)[0] for k in keys]
+        ids = [int.from_bytes(k[-8:], "big", signed=True) for k in keys]
+        conn.execute(
+            f"INSERT INTO {table} (key, value, tenant, intent_id)"
+            " SELECT * FROM unnest(%s::bytea[], %s::bytea[], %s::text[], %s::bigint[])"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (keys, values, tenants, ids),
+        )
+        return
+    conn.execute(
+        f"INSERT INTO {table} (key, value) SELECT * FROM unnest(%s::bytea[], %s::bytea[])"
+        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (keys, values),
+    )
+
+
+def _append_oplog(conn: Connection, entries: list[bytes]) -> None:
+    by_tenant: dict[str, list[bytes]] = {}
+    for raw in entries:
+        by_tenant.setdefault(str(json_form.loads(raw)["tenant"]), []).append(raw)
+    for tenant in sorted(by_tenant):
+        rows = by_tenant[tenant]
+        # the head row's update takes the sequence numbers: committed in sequence order
+        conn.execute(
+            "WITH head AS (INSERT INTO pml_oplog_head AS h (tenant, seq) VALUES (%(t)s, %(n)s)"
+            " ON CONFLICT (tenant) DO UPDATE SET seq = h.seq + excluded.seq RETURNING seq)"
+            " INSERT INTO pml_oplog (tenant, seq, op)"
+            " SELECT %(t)s, head.seq - %(n)s + e.ord, e.op"
+            " FROM head, unnest(%(ops)s::bytea[]) WITH ORDINALITY AS e(op, ord)",
+            {"t": tenant, "n": len(rows), "ops": rows},
+        )
+        conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, tenant))
+
+
+def _add_stats(conn: Connection, tenant: str, delta: dict[str, int]) -> None:
+    columns = [c for c in STATS_COLUMNS if delta.get(c)]
+    if not columns:
+        return
+    names = ", ".join(columns)
+    placeholders = ", ".join(["%s"] * len(columns))
+    sets = ", ".join(f"{c} = s.{c} + excluded.{c}" for c in columns)
+    conn.execute(
+        f"INSERT INTO pml_tenant_stats AS s (tenant, {names}) VALUES (%s, {placeholders})"
+        f" ON CONFLICT (tenant) DO UPDATE SET {sets}",
+        (tenant, *[delta[c] for c in columns]),
+    )

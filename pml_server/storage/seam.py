@@ -1,0 +1,128 @@
+"""The store seam: what the repository and the engine call on a store, with two backends.
+
+`StoreBackend` is the surface: ordered byte keys in named families (`get`, `get_many`, `scan`,
+`scan_stored`), atomic batches of operations (`submit`, `write`), and the coordination the
+engine's exactness rests on (`locks`, `allocator`). The embedded RocksDB store
+(`storage.rocks.Store`) implements it inside one process: striped in-process locks, block
+allocators persisted in the store, a write overlay and a read cache. The PostgreSQL store
+(`storage.postgres.PostgresStore`) implements it for several replicas over one database:
+advisory locks held by the writing transaction, sequences, no cache (another replica may
+write any row).
+
+`shared` tells the engine which guarantees stay in-process: with a shared store, state cached
+from its own writes (tenant stats) must be re-read, and counts go to the store as deltas.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+Op = tuple[str, bytes, bytes | None]  # (column family, key, value or None to delete)
+
+
+class StoreClosedError(RuntimeError):
+    """A write was submitted after `close` or after a failed commit (or, shared: the database
+    refused or lost it)."""
+
+
+class RequestAlreadyAppliedError(RuntimeError):
+    """A shared store found the batch's request id already recorded (another replica applied
+    it first): nothing of the batch was written; `result` is the stored answer."""
+
+    def __init__(self, result: bytes) -> None:
+        super().__init__("request id already applied")
+        self.result = result
+
+
+@dataclass
+class WriteTicket:
+    """Handed back by `submit`; `wait` returns once the write is durable (per mode)."""
+
+    _done: threading.Event = field(default_factory=threading.Event)
+    _error: BaseException | None = None
+
+    def wait(self) -> None:
+        self._done.wait()
+        if self._error is not None:
+            raise StoreClosedError(f"write failed: {self._error}") from self._error
+
+    def _finish(self, error: BaseException | None = None) -> None:
+        self._error = error
+        self._done.set()
+
+
+def finished_ticket() -> WriteTicket:
+    ticket = WriteTicket()
+    ticket._finish()
+    return ticket
+
+
+class LocalLocks:
+    """In-process striped locks (a key picks one of `stripes` by hash): what the embedded
+    store's `locks` are, and the in-process half of the shared store's."""
+
+    def __init__(self, stripes: int) -> None:
+        self._locks = [threading.Lock() for _ in range(stripes)]
+
+    def lock_for(self, *key: str) -> threading.Lock:
+        return self._locks[zlib.crc32("\x1f".join(key).encode()) % len(self._locks)]
+
+
+class Locks(Protocol):
+    """Mutual exclusion per key: `lock_for(tenant, key)` is held with `with`."""
+
+    def lock_for(self, *key: str) -> AbstractContextManager[object]: ...
+
+
+class IdAllocator(Protocol):
+    """Unique, increasing (per process) u64 ids that are never reused."""
+
+    def next(self) -> int: ...
+
+    def last_issued(self) -> int: ...
+
+
+class StoreBackend(Protocol):
+    """What `Repository` and the engine call on a store (see the module docstring)."""
+
+    schema_version: int
+    shared: bool
+
+    @property
+    def location(self) -> str:
+        """Where the data lives, for messages (a path, or a DSN without its password)."""
+        ...
+
+    def get(self, cf: str, key: bytes) -> bytes | None: ...
+
+    def get_many(self, cf: str, keys: Sequence[bytes]) -> list[bytes | None]: ...
+
+    def scan(
+        self,
+        cf: str,
+        prefix: bytes,
+        *,
+        start: bytes | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> list[tuple[bytes, bytes]]: ...
+
+    def scan_stored(self, cf: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]: ...
+
+    def submit(self, ops: Sequence[Op]) -> WriteTicket: ...
+
+    def write(self, ops: Sequence[Op]) -> None: ...
+
+    def locks(self, name: str, stripes: int) -> Locks:
+        """Locks named `name` that also exclude other processes sharing the store (with a
+        shared store); `stripes` bounds their in-process memory."""
+        ...
+
+    def allocator(self, name: str) -> IdAllocator: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,109 @@
+"""The Node package (clients/node: @grpc/grpc-js + @grpc/proto-loader over its own copy of the
+protos) records, streams and suggests against the running server, from a copy of the package
+that cannot reach the repository's proto/; it runs nothing when required, and its TypeScript
+types compile."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pml_server.api.server import RunningServer
+
+NODE_CLIENT = Path(__file__).resolve().parents[2] / "clients" / "node"
+
+
+@pytest.fixture(scope="session")
+def node_client() -> Path:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.fail("Node.js and npm are needed for the cross-language client test")
+    if not (NODE_CLIENT / "node_modules" / "typescript").is_dir():
+        # Exact versions from the committed lock file.
+        subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=NODE_CLIENT,
+            check=True,
+            timeout=300,
+        )
+    return NODE_CLIENT
+
+
+@pytest.fixture
+def installed_elsewhere(node_client: Path, tmp_path: Path) -> Path:
+    """The package's published files alone in a directory of their own, as `npm install` lays
+    them out (its dependencies beside it), far from the repository's proto/."""
+    package = tmp_path / "node_modules" / "pml-client"
+    shutil.copytree(
+        node_client, package, ignore=shutil.ignore_patterns("node_modules", "package-lock.json")
+    )
+    (package / "node_modules").symlink_to(node_client / "node_modules")
+    return package
+
+
+def _node(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["node", *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_node_client_records_and_suggests(installed_elsewhere: Path, server: RunningServer) -> None:
+    done = _node(installed_elsewhere, "examples/record_and_suggest.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["outcomes"] == [
+        "CAPTURE_OUTCOME_SAVED",
+        "CAPTURE_OUTCOME_COUNTED",
+        "CAPTURE_OUTCOME_COUNTED",
+    ]
+    best = summary["best"]
+    assert best["tools"] == ["read_file", "parse_json"]
+    assert best["usage"] == 3
+    assert best["score"]["total"] > 0
+    assert summary["refused"]["code"] == "INVALID_ARGUMENT"
+    assert summary["refused"]["details"] == ["type.googleapis.com/google.rpc.BadRequest"]
+    assert summary["refused"]["fields"] == ["intent"]
+
+
+def test_requiring_the_package_or_the_example_runs_nothing(installed_elsewhere: Path) -> None:
+    script = (
+        "const pml = require('pml-client');"
+        "const manifest = require('pml-client/package.json');"
+        "require('./examples/record_and_suggest.js');"
+        "console.log(JSON.stringify({keys: Object.keys(pml).sort(), name: manifest.name}));"
+    )
+    done = _node(installed_elsewhere, "-e", script)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "keys": ["LOADER_OPTIONS", "PROTO_ROOT", "PmlClient", "errorDetails", "newRecord"],
+        "name": "pml-client",
+    }
+
+
+def test_typescript_types_compile(node_client: Path) -> None:
+    done = subprocess.run(
+        ["npm", "run", "--silent", "typecheck"],
+        cwd=node_client,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_upload_resends_after_a_broken_stream(node_client: Path, server: RunningServer) -> None:
+    """A proxy breaks the connection mid-upload; the records not acknowledged are resent and
+    every one is applied exactly once."""
+    done = _node(node_client, "test/upload_resend.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["reconnects"] >= 1, summary
+    assert summary["acks"] == 300
+    assert summary["refused"] == 0
+    assert summary["executions"] == 300
+    assert summary["patterns"] == 4

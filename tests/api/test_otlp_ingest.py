@@ -1,0 +1,343 @@
+"""OTLP trace ingest end to end: spans made with the real OpenTelemetry SDK, sent by its OTLP
+gRPC exporter to a real pml server (port 0, RocksDB on disk), then read back as patterns,
+suggestions, failures and counters."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExportResult,
+)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+
+from pml_server.api.server import RunningServer
+from pml_server.client import PmlClient
+from tests.conftest import StartServer
+
+
+def _messages(text: str) -> str:
+    return json.dumps(
+        [
+            {"role": "system", "parts": [{"type": "text", "content": "You are helpful."}]},
+            {"role": "user", "parts": [{"type": "text", "content": text}]},
+        ]
+    )
+
+
+def _agent_run(
+    tracer: Tracer,
+    intent: str | None,
+    calls: list[tuple[str, dict[str, object], str | None]],
+    agent_name: str = "file-agent",
+) -> None:
+    """One `invoke_agent` span with an `execute_tool` span per call (tool, arguments, error)
+    and an unrelated HTTP span."""
+    attributes: dict[str, str] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": agent_name,
+    }
+    if intent is not None:
+        attributes["gen_ai.input.messages"] = _messages(intent)
+    with tracer.start_as_current_span(f"invoke_agent {agent_name}", attributes=attributes):
+        with tracer.start_as_current_span("GET /health", kind=SpanKind.CLIENT):
+            pass
+        for tool, args, error in calls:
+            with tracer.start_as_current_span(
+                f"execute_tool {tool}",
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": tool,
+                    "gen_ai.tool.call.arguments": json.dumps(args),
+                },
+            ) as span:
+                if error is not None:
+                    span.set_attribute("error.type", error)
+                    span.set_status(Status(StatusCode.ERROR, "it failed"))
+
+
+@contextmanager
+def _exporting(port: int, api_key: str | None = None) -> Iterator[Tracer]:
+    """A tracer whose spans go through a BatchSpanProcessor and the OTLP gRPC exporter to
+    pml; everything is flushed when the block ends."""
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else None
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{port}", insecure=True, headers=headers)
+    provider = TracerProvider(resource=Resource.create({"service.name": "test-agent"}))
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))
+    try:
+        yield provider.get_tracer("tests")
+        assert provider.force_flush(30_000)
+    finally:
+        provider.shutdown()
+
+
+def _recorded(make: object) -> list[ReadableSpan]:
+    """Finished spans of `make(tracer)`, kept in memory (to export them by hand)."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    make(provider.get_tracer("tests"))  # type: ignore[operator]
+    return list(memory.get_finished_spans())
+
+
+def _spans_counter(server: RunningServer, result: str) -> float:
+    value = server.metrics.registry.get_sample_value("pml_otlp_spans_total", {"result": result})
+    return value or 0.0
+
+
+def _captures(server: RunningServer, outcome: str) -> float:
+    value = server.metrics.registry.get_sample_value("pml_captures_total", {"outcome": outcome})
+    return value or 0.0
+
+
+def test_exported_agent_runs_become_a_pattern_and_a_suggestion(
+    server: RunningServer, client: PmlClient
+) -> None:
+    with _exporting(server.port) as tracer:
+        _agent_run(tracer, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+        _agent_run(tracer, "Read the JSON file", [("read_file", {"path": "b.json"}, None)])
+    patterns = list(client.iter_patterns())
+    assert len(patterns) == 1
+    pattern = patterns[0]
+    assert pattern.tools_used == ["read_file"]
+    assert pattern.usage_count == 2
+    assert pattern.success_count == 2
+    assert pattern.template == 'await mcp.read_file({"path": $PATH});\n'
+    assert {i.text for i in pattern.intents} == {"Read JSON file", "Read the JSON file"}
+    found = client.suggest("Read JSON file").suggestions
+    assert [s.pattern.name for s in found] == [pattern.name]
+    # 2 agent + 2 tool spans mapped, the 2 HTTP spans ignored.
+    assert _spans_counter(server, "mapped") == 4
+    assert _spans_counter(server, "ignored") == 2
+    assert _spans_counter(server, "rejected") == 0
+    assert _captures(server, "saved") == 1
+    assert _captures(server, "counted") == 1
+
+
+def test_calls_keep_start_order_and_failures_follow_all_or_nothing(
+    server: RunningServer, client: PmlClient
+) -> None:
+    with _exporting(server.port) as tracer:
+        _agent_run(
+            tracer,
+            "Email the report",
+            [
+                ("read_file", {"path": "report.txt"}, None),
+                ("send_email", {"to": "boss@example.com", "subject": "report"}, "TimeoutError"),
+            ],
+        )
+    assert list(client.iter_patterns()) == []  # a new pattern with a failed call: nothing
+    failures = list(client.list_failures().failures)
+    assert [(f.tool, f.error) for f in failures] == [("send_email", "TimeoutError: it failed")]
+    assert failures[0].intent == "Email the report"
+    assert _captures(server, "rejected") == 1
+    with _exporting(server.port) as tracer:
+        _agent_run(
+            tracer,
+            "Email the report",
+            [
+                ("read_file", {"path": "report.txt"}, None),
+                ("send_email", {"to": "boss@example.com", "subject": "report"}, None),
+            ],
+        )
+    (pattern,) = client.iter_patterns()
+    assert pattern.tools_used == ["read_file", "send_email"]
+    assert pattern.template.splitlines() == [
+        'await mcp.read_file({"path": $PATH});',
+        'await mcp.send_email({"subject": $SUBJECT, "to": $TO});',
+    ]
+
+
+def test_reexported_spans_count_nothing_twice(server: RunningServer, client: PmlClient) -> None:
+    spans = _recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+    )
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+    try:
+        for _ in range(3):
+            assert exporter.export(spans) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    (pattern,) = client.iter_patterns()
+    assert pattern.usage_count == 1
+    assert _captures(server, "saved") == 3  # the same first answer, replayed
+    assert client.stats().patterns == 1
+
+
+def test_a_bad_span_is_rejected_alone(server: RunningServer, client: PmlClient) -> None:
+    def runs(tracer: Tracer) -> None:
+        _agent_run(tracer, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+        with (
+            tracer.start_as_current_span(
+                "invoke_agent broken", attributes={"gen_ai.operation.name": "invoke_agent"}
+            ),
+            tracer.start_as_current_span(
+                "execute_tool read_file",
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "read_file",
+                    "gen_ai.tool.call.arguments": "{not json",
+                },
+            ) as bad,
+        ):
+            bad_ref.append(f"{bad.get_span_context().span_id:016x}")
+
+    bad_ref: list[str] = []
+    request = encode_spans(_recorded(runs))
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        reply = trace_service_pb2_grpc.TraceServiceStub(channel).Export(request)
+    assert reply.partial_success.rejected_spans == 2  # the broken agent span and its tool span
+    assert bad_ref[0] in reply.partial_success.error_message
+    assert "gen_ai.tool.call.arguments" in reply.partial_success.error_message
+    (pattern,) = client.iter_patterns()
+    assert pattern.usage_count == 1
+    assert _spans_counter(server, "rejected") == 2
+    assert _spans_counter(server, "mapped") == 2
+
+
+def test_mcp_client_spans_under_a_root_without_agent(
+    server: RunningServer, client: PmlClient
+) -> None:
+    def mcp_server_side(tracer: Tracer, tool: str) -> None:
+        # The MCP server's own span of the same call (context propagated in `_meta`): the
+        # same call seen twice, so ignored.
+        attributes = {"mcp.method.name": "tools/call", "gen_ai.tool.name": tool}
+        with tracer.start_as_current_span(
+            f"tools/call {tool}", kind=SpanKind.SERVER, attributes=attributes
+        ):
+            pass
+
+    def run(tracer: Tracer) -> None:
+        with tracer.start_as_current_span("nightly cleanup job"):
+            for tool, args in (("list_files", {"dir": "/tmp"}), ("delete_file", {"path": "x"})):
+                with tracer.start_as_current_span(
+                    f"tools/call {tool}",
+                    kind=SpanKind.CLIENT,
+                    attributes={
+                        "mcp.method.name": "tools/call",
+                        "gen_ai.tool.call.arguments": json.dumps(args),
+                    },
+                ):
+                    mcp_server_side(tracer, tool)
+
+    spans = _recorded(run)
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+    try:
+        assert exporter.export(spans) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    (pattern,) = client.iter_patterns()
+    assert pattern.tools_used == ["list_files", "delete_file"]
+    assert [i.text for i in pattern.intents] == ["nightly cleanup job"]
+    assert _spans_counter(server, "mapped") == 3
+    assert _spans_counter(server, "ignored") == 2
+
+
+def test_otlp_uses_the_keys_tenant(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:
+    keys_file, found = keys
+    server = start(keys_file=keys_file)
+
+    def run(tracer: Tracer) -> None:
+        _agent_run(tracer, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+
+    spans = _recorded(run)
+    for key, expected in (
+        (None, SpanExportResult.FAILURE),
+        ("acme-read", SpanExportResult.FAILURE),
+    ):
+        exporter = OTLPSpanExporter(
+            endpoint=f"127.0.0.1:{server.port}",
+            insecure=True,
+            headers={"authorization": f"Bearer {found[key]}"} if key else None,
+        )
+        try:
+            assert exporter.export(spans) is expected
+        finally:
+            exporter.shutdown()
+    with _exporting(server.port, found["acme-write"]) as tracer:
+        run(tracer)
+    with PmlClient(f"127.0.0.1:{server.port}", api_key=found["acme-read"]) as acme:
+        assert len(list(acme.iter_patterns())) == 1
+    with PmlClient(f"127.0.0.1:{server.port}", api_key=found["globex-admin"]) as globex:
+        assert list(globex.iter_patterns()) == []
+    requests = server.metrics.registry.get_sample_value(
+        "pml_requests_total", {"method": "Export", "code": "UNAUTHENTICATED"}
+    )
+    assert requests == 1
+
+
+@pytest.mark.parametrize("intent", [None])
+def test_intent_falls_back_to_the_agent_name(
+    server: RunningServer, client: PmlClient, intent: str | None
+) -> None:
+    with _exporting(server.port) as tracer:
+        _agent_run(tracer, intent, [("read_file", {"path": "a.json"}, None)], "csv-summarizer")
+    (pattern,) = client.iter_patterns()
+    assert [i.text for i in pattern.intents] == ["csv-summarizer"]
+    hits = client.suggest("csv-summarizer", tags=["intent:agent_name"]).suggestions
+    assert [s.pattern.name for s in hits] == [pattern.name]
+
+
+def test_undecodable_export_is_invalid_argument(server: RunningServer) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=None,
+            response_deserializer=None,
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            export(b"\xff\xff\xff\xff")
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def _readme_block(heading: str, language: str) -> str:
+    """The first code block tagged `language` ("" for an untagged one) under `heading`."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    return next(body for tag, body in blocks if tag == language)
+
+
+def test_readme_walkthrough_spans_become_a_suggestion(
+    server: RunningServer, client: PmlClient
+) -> None:
+    heading = "### Walkthrough: an OTel exporter's spans become a suggestion"
+    script = _readme_block(heading, "python").replace("127.0.0.1:50051", f"127.0.0.1:{server.port}")
+    exec(compile(script, "README walkthrough", "exec"), {"__name__": "walkthrough"})
+    (best, *_) = client.suggest("Load a JSON file").suggestions
+    assert list(best.pattern.tools_used) == ["read_file", "parse_json"]
+    assert best.pattern.success_count == 2
+    assert best.pattern.template == _readme_block(heading, "")
+
+
+def test_a_draining_server_answers_unavailable_and_keeps_nothing_half_done(
+    server: RunningServer, client: PmlClient
+) -> None:
+    spans = _recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+    )
+    server.servicer.draining.set()
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.Export(encode_spans(spans), timeout=10)
+        assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+        server.servicer.draining.clear()
+        reply = stub.Export(encode_spans(spans), timeout=10)
+    assert not reply.HasField("partial_success")
+    (pattern,) = client.iter_patterns()
+    assert pattern.usage_count == 1

@@ -1,0 +1,270 @@
+"""Real `pml serve` replicas over one PostgreSQL database (throwaway clusters): a capture on one
+is suggested by the other; SIGKILL of a replica loses no acknowledged write while the other
+keeps serving; PostgreSQL killed and restarted under load gives UNAVAILABLE with RetryInfo
+(never INTERNAL or UNKNOWN) and the replicas recover by themselves; a database unreachable at
+start is a clear error that names the host, never the password."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from pml_server.client import PmlClient, PmlClientError, make_record
+from tests.postgres_cluster import PostgresCluster, _free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_SECONDS = 30.0
+
+
+class Replica:
+    def __init__(self, data_dir: Path, dsn: str) -> None:
+        env = {**os.environ, "PML_STORE": dsn}  # the DSN in the environment, as documented
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "pml_server.cli", "serve", "--listen", "127.0.0.1:0",
+                "--data-dir", str(data_dir), "--embedder", "hashing", "--log-format", "json",
+            ],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        match = re.search(r"\(port (\d+)\)", line)
+        assert match, f"no port announced: {line!r}"
+        self.target = f"127.0.0.1:{match.group(1)}"
+        wait_serving(self.target)
+
+    def client(self) -> PmlClient:
+        return PmlClient(self.target, timeout=20)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def wait_serving(target: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    with PmlClient(target, timeout=5) as client:
+        while time.monotonic() < deadline:
+            try:
+                client.suggest("warm up")
+                return
+            except PmlClientError as err:
+                if err.code != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                time.sleep(0.1)
+    raise AssertionError(f"{target} never became ready")
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[list[Replica]]:
+    started: list[Replica] = []
+    yield started
+    for replica in started:
+        replica.stop()
+
+
+def start(spawned: list[Replica], root: Path, dsn: str) -> Replica:
+    replica = Replica(root / f"replica{len(spawned)}", dsn)
+    spawned.append(replica)
+    return replica
+
+
+def job(w: int, i: int) -> object:
+    """Writer `w`'s capture `i`: one pattern per writer (the path is a parameter)."""
+    code = f'await mcp.job_{w}({{path: "n{i}.json"}})'
+    return make_record(f"job {w}", code, tools=[f"job_{w}"], request_id=f"w{w}-{i}")
+
+
+def usage_by_pattern(client: PmlClient) -> dict[str, int]:
+    usage: dict[str, int] = {}
+    token = ""
+    while True:
+        page = client.list_patterns(page_size=100, page_token=token)
+        usage.update({p.name: p.usage_count for p in page.patterns})
+        if not (token := page.next_page_token):
+            return usage
+
+
+def test_a_capture_on_one_replica_is_suggested_by_the_other(
+    spawn: list[Replica],
+    tmp_path: Path,
+    postgres_dsn: str,
+) -> None:
+    a, b = start(spawn, tmp_path, postgres_dsn), start(spawn, tmp_path, postgres_dsn)
+    with a.client() as on_a, b.client() as on_b:
+        on_a.record(make_record("Read a JSON file", "await mcp.read_json(p)", tools=["read_json"]))
+        began = time.monotonic()
+        while not on_b.suggest("Read a JSON file").suggestions:
+            assert time.monotonic() - began < 10, "not suggested by the other replica in 10 s"
+            time.sleep(0.02)
+        [suggestion] = on_b.suggest("Read a JSON file").suggestions
+        assert suggestion.pattern.usage_count == 1
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_replica_loses_no_acknowledged_write(
+    spawn: list[Replica],
+    tmp_path: Path,
+    postgres_dsn: str,
+) -> None:
+    a, b = start(spawn, tmp_path, postgres_dsn), start(spawn, tmp_path, postgres_dsn)
+    acked: dict[int, int] = dict.fromkeys(range(4), 0)
+    killed = threading.Event()
+    lock = threading.Lock()
+    b_errors: list[PmlClientError] = []
+
+    def writer(w: int, replica: Replica) -> None:
+        with replica.client() as client:
+            for i in range(120):
+                try:
+                    client.record(job(w, i))
+                except PmlClientError as err:
+                    if replica is b:
+                        b_errors.append(err)
+                    return
+                with lock:
+                    acked[w] += 1
+                    if sum(acked.values()) >= 80 and not killed.is_set():
+                        killed.set()
+                        a.proc.send_signal(signal.SIGKILL)
+
+    threads = [threading.Thread(target=writer, args=(w, a if w < 2 else b)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert killed.is_set()
+    assert b_errors == []  # the other replica kept serving
+    assert acked[2] == acked[3] == 120
+    with b.client() as client:
+        counted = usage_by_pattern(client)
+    # never fewer than acknowledged; at most one more per writer of the killed replica (a
+    # capture committed whose answer died with the process: what request ids are for)
+    assert sum(acked.values()) <= sum(counted.values()) <= sum(acked.values()) + 2
+    # the killed replica comes back with everything, its own acknowledged writes included
+    again = start(spawn, tmp_path, postgres_dsn)
+    with again.client() as client:
+        assert sum(usage_by_pattern(client).values()) == sum(counted.values())
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[PostgresCluster]:
+    """A cluster of its own: this test kills it."""
+    root = Path(tempfile.mkdtemp(prefix="pml-pg-restart-"))
+    os.chmod(root, 0o755)
+    cluster = PostgresCluster(root)
+    cluster.init()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+            cluster.stop("immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_postgres_restarted_under_load_gives_unavailable_and_replicas_recover(
+    spawn: list[Replica], tmp_path: Path, own_cluster: PostgresCluster
+) -> None:
+    dsn = own_cluster.create_database()
+    replicas = [start(spawn, tmp_path, dsn), start(spawn, tmp_path, dsn)]
+    per_writer = 60
+    codes: list[grpc.StatusCode] = []
+    without_retry_info: list[str] = []
+    lock = threading.Lock()
+    progress = threading.Event()
+    done = [0]
+
+    def writer(w: int) -> None:
+        with replicas[w % 2].client() as client:
+            for i in range(per_writer):
+                while True:  # retried with the same request id until acknowledged
+                    try:
+                        client.record(job(w, i))
+                        break
+                    except PmlClientError as err:
+                        with lock:
+                            codes.append(err.code)
+                            if err.retry_delay_seconds is None:
+                                without_retry_info.append(err.message)
+                        time.sleep(0.2)
+                with lock:
+                    done[0] += 1
+                    if done[0] >= 40:
+                        progress.set()
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    assert progress.wait(60)
+    own_cluster.stop("immediate")
+    time.sleep(1.0)
+    own_cluster.start()
+    for thread in threads:
+        thread.join(180)
+    assert not any(thread.is_alive() for thread in threads)
+    assert codes, "the restart was not seen by any call"
+    assert set(codes) <= {grpc.StatusCode.UNAVAILABLE}, codes
+    assert without_retry_info == []
+    print(f"PostgreSQL restart: {len(codes)} calls refused UNAVAILABLE, all with RetryInfo")
+    # every capture applied exactly once: retries of a committed one were replayed
+    for replica in replicas:
+        with replica.client() as client:
+            assert sorted(usage_by_pattern(client).values()) == [per_writer] * 4
+        wait_serving(replica.target)
+
+
+def _serve_exit(env: dict[str, str], *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pml_server.cli", "serve", "--listen", "127.0.0.1:0",
+         "--embedder", "hashing", *flags],
+        cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_an_unreachable_database_at_start_names_the_host_never_the_password(
+    tmp_path: Path,
+) -> None:
+    port = _free_port()
+    dsn = f"postgresql://pml:s3cret-pw@127.0.0.1:{port}/pml"
+    done = _serve_exit({"PML_STORE": dsn}, "--data-dir", str(tmp_path))
+    assert done.returncode == 2
+    assert f"cannot reach PostgreSQL at 127.0.0.1:{port}/pml" in done.stderr
+    assert "s3cret-pw" not in done.stderr + done.stdout
+
+
+def test_a_password_on_the_command_line_is_refused(tmp_path: Path) -> None:
+    done = _serve_exit({}, "--data-dir", str(tmp_path), "--store", "postgresql://u:pw@h/db")
+    assert done.returncode == 2
+    assert "PML_STORE" in done.stderr
+
+
+def test_the_store_comes_from_the_flag_or_pml_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pml_server import cli
+
+    monkeypatch.setenv("PML_STORE", "postgresql://pml@db.internal:5432/pml")
+    config = cli.server_config(cli.build_parser().parse_args(["serve", "--pool-size", "3"]))
+    assert (config.store, config.pool_size) == ("postgresql://pml@db.internal:5432/pml", 3)
+    flagged = cli.build_parser().parse_args(["serve", "--store", "postgresql://other/db"])
+    assert cli.server_config(flagged).store == "postgresql://other/db"
+    monkeypatch.delenv("PML_STORE")
+    assert cli.server_config(cli.build_parser().parse_args(["serve"])).store is None

@@ -1,0 +1,209 @@
+"""StreamTraces: acknowledgements, live events interleaved, per-execution refusals, resume
+exactly once after a broken stream, and bounded buffering."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from pml_server._proto.pml.v1 import pml_pb2
+from pml_server._proto.pml.v1 import resources_pb2 as r
+from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.config import ServerConfig
+from tests.conftest import StartServer
+from tests.support import open_engine
+
+Req = pml_pb2.StreamTracesRequest
+
+
+def _record(i: int) -> r.ExecutionRecord:
+    return make_record(f"task {i}", f"await mcp.tool{i % 5}({{n: {i}}})", tools=[f"tool{i % 5}"])
+
+
+def test_each_record_is_acknowledged_with_its_sequence(client: PmlClient) -> None:
+    requests = [Req(execution_id=f"e{i}", sequence=10 + i, record=_record(i)) for i in range(20)]
+    acks = {a.execution_id: a for a in client.stream(requests)}
+    assert set(acks) == {f"e{i}" for i in range(20)}
+    for i in range(20):
+        assert acks[f"e{i}"].sequence == 10 + i
+        assert acks[f"e{i}"].HasField("result")
+    assert client.stats().executions == 20
+
+
+def test_live_executions_interleave(client: PmlClient) -> None:
+    def started(eid: str, seq: int, intent: str, code: str) -> Req:
+        return Req(
+            execution_id=eid,
+            sequence=seq,
+            started=pml_pb2.ExecutionStarted(intent=intent, code=code, language="ts"),
+        )
+
+    def tool(eid: str, seq: int, name: str, ok: bool = True) -> Req:
+        call = r.ToolCall(tool=name, ok=ok, error="" if ok else "boom")
+        return Req(
+            execution_id=eid,
+            sequence=seq,
+            tool_call_finished=pml_pb2.ToolCallFinished(tool_call=call),
+        )
+
+    def finished(eid: str, seq: int) -> Req:
+        return Req(execution_id=eid, sequence=seq, finished=pml_pb2.ExecutionFinished())
+
+    requests = [
+        started("a", 1, "Read JSON file", "await mcp.read_file(); await mcp.parse_json()"),
+        started("b", 2, "Mail the boss", "await mcp.gmail_send()"),
+        tool("a", 3, "read_file"),
+        tool("b", 4, "gmail_send", ok=False),
+        tool("a", 5, "parse_json"),
+        finished("b", 6),
+        finished("a", 7),
+    ]
+    acks = {a.execution_id: a for a in client.stream(requests)}
+    assert acks["a"].sequence == 7
+    assert acks["a"].result.outcome == r.CAPTURE_OUTCOME_SAVED
+    assert list(client.get_pattern(acks["a"].result.pattern).tools_used) == [
+        "read_file",
+        "parse_json",
+    ]
+    assert acks["b"].sequence == 6
+    assert acks["b"].result.outcome == r.CAPTURE_OUTCOME_REJECTED
+    assert [f.tool for f in acks["b"].result.tool_failures] == ["gmail_send"]
+
+
+def test_bad_execution_is_refused_alone(client: PmlClient) -> None:
+    requests = [
+        Req(execution_id="ok1", sequence=1, record=_record(1)),
+        Req(execution_id="bad", sequence=2, record=make_record("", "x", tools=["t"])),
+        Req(
+            execution_id="ghost",
+            sequence=3,
+            tool_call_finished=pml_pb2.ToolCallFinished(tool_call=r.ToolCall(tool="t", ok=True)),
+        ),
+        Req(execution_id="ok2", sequence=4, record=_record(2)),
+    ]
+    acks = {a.execution_id: a for a in client.stream(requests)}
+    assert acks["ok1"].HasField("result")
+    assert acks["ok2"].HasField("result")
+    assert acks["bad"].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "record.intent" in str(acks["bad"].error.details[0].value)
+    assert acks["ghost"].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+
+
+def test_resume_after_a_broken_stream_applies_exactly_once(start: StartServer) -> None:
+    server = start()
+    records = [_record(i) for i in range(30)]
+    for i, rec in enumerate(records):
+        rec.request_id = f"req-{i}"
+    sent = 0
+
+    def breaking_requests() -> Iterator[Req]:
+        nonlocal sent
+        for i, rec in enumerate(records[:20]):
+            sent += 1
+            yield Req(execution_id=rec.request_id, sequence=i + 1, record=rec)
+        raise ConnectionError("client lost its connection")  # the stream breaks mid-way
+
+    acked: set[str] = set()
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+
+        def consume() -> None:
+            for ack in client.stream(breaking_requests()):
+                acked.add(ack.execution_id)
+
+        with pytest.raises(PmlClientError):
+            consume()
+        # Resend everything: those applied before the break come back replayed.
+        report = client.upload(records)
+        stats = client.stats()
+    assert set(report.acks) == {f"req-{i}" for i in range(30)}
+    replayed = {e for e, a in report.acks.items() if a.result.replayed}
+    assert acked <= replayed  # every execution acknowledged before was applied already
+    assert stats.executions == 30  # and nothing twice
+
+
+def test_a_slow_server_does_not_buffer_without_bound(start: StartServer, data_dir: Path) -> None:
+    engine = open_engine(ServerConfig(data_dir=data_dir, embedder="hashing"))
+    gate = threading.Event()
+    original = engine.record_many
+
+    def blocked_record_many(tenant: str, records: object) -> object:
+        gate.wait(30)
+        return original(tenant, records)  # type: ignore[arg-type]
+
+    engine.record_many = blocked_record_many  # type: ignore[method-assign]
+    server = start(engine=engine, stream_window=2, capture_workers=2)
+    big = "x" * 200_000  # 40 records = 8 MB, far more than HTTP/2 windows hold
+    produced = 0
+
+    def requests() -> Iterator[Req]:
+        nonlocal produced
+        for i in range(40):
+            produced += 1
+            rec = make_record(f"t{i}", f"{big}{i}", tools=["t"])
+            yield Req(execution_id=f"e{i}", sequence=i + 1, record=rec)
+
+    acks: list[pml_pb2.StreamTracesResponse] = []
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        consumer = threading.Thread(target=lambda: acks.extend(client.stream(requests())))
+        consumer.start()
+        gate.wait(1.0)  # let the client push as much as flow control allows
+        held_back = 40 - produced
+        gate.set()
+        consumer.join(30)
+    assert held_back > 0, "the client could send everything while the server was stuck"
+    assert len(acks) == 40
+    assert all(a.HasField("result") for a in acks)
+
+
+def test_too_many_open_executions_is_resource_exhausted(start: StartServer) -> None:
+    server = start(max_open_executions=3)
+    requests = [
+        Req(
+            execution_id=f"e{i}",
+            sequence=i + 1,
+            started=pml_pb2.ExecutionStarted(intent="x", code="y", language="ts"),
+        )
+        for i in range(4)
+    ]
+    with PmlClient(f"127.0.0.1:{server.port}") as client, pytest.raises(PmlClientError) as err:
+        list(client.stream(requests))
+    assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_a_stream_captures_in_order_like_sequential_calls(client: PmlClient) -> None:
+    """Executions of one stream are captured in their order (in batches): the same code twice
+    is saved then counted, a repeated request id is replayed, a bad record is refused alone."""
+    same = "await mcp.read_file({path: 'a.json'})"
+    requests = [
+        Req(
+            execution_id="a",
+            sequence=1,
+            record=make_record("Read a file", same, tools=["read_file"], request_id="ra"),
+        ),
+        Req(
+            execution_id="b",
+            sequence=2,
+            record=make_record(
+                "Read the file", same.replace("a.json", "b.json"), tools=["read_file"]
+            ),
+        ),
+        Req(execution_id="c", sequence=3, record=make_record("", same, tools=["read_file"])),
+        Req(
+            execution_id="d",
+            sequence=4,
+            record=make_record("Read a file", same, tools=["read_file"], request_id="ra"),
+        ),
+    ]
+    acks = {a.execution_id: a for a in client.stream(requests)}
+    saved, counted, bad, replay = (acks[e] for e in "abcd")
+    assert saved.result.outcome == r.CAPTURE_OUTCOME_SAVED
+    assert counted.result.outcome == r.CAPTURE_OUTCOME_COUNTED
+    assert counted.result.pattern == saved.result.pattern
+    assert bad.HasField("error")
+    assert replay.result.replayed
+    assert replay.result.pattern == saved.result.pattern
+    assert client.stats().executions == 2

@@ -1,0 +1,296 @@
+"""`pml mcp` through the official MCP SDK's own client, over stdio and Streamable HTTP, in
+front of a real pml server (port 0, RocksDB on disk)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from pml_server.api.server import RunningServer
+from pml_server.client import PmlClient
+from tests.api.test_operations import pki  # noqa: F401  (the throwaway CA fixture)
+from tests.conftest import StartServer
+
+ROOT = Path(__file__).resolve().parents[2]
+LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+CODE = "const data = await mcp.read_file({ path: 'data.json' });\nreturn JSON.parse(data);"
+
+
+def _pml_mcp(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pml_server.cli", "mcp", *args]
+
+
+def _stdio(server: str, *extra: str) -> Client:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=_pml_mcp("--server", server, *extra)[1:],
+        cwd=str(ROOT),
+        env={"PYTHONPATH": str(ROOT)},
+    )
+    return Client(params)
+
+
+@contextmanager
+def _http_mcp(server: str, *extra: str) -> Iterator[str]:
+    """`pml mcp --transport http` on a free loopback port; yields its URL."""
+    proc = subprocess.Popen(
+        _pml_mcp("--server", server, "--transport", "http", "--listen", "127.0.0.1:0", *extra),
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert "listening on" in line, line
+        yield line.rsplit(" ", 1)[-1].strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _http_client(url: str, api_key: str | None = None) -> Client:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    transport: AbstractAsyncContextManager[Any] = streamable_http_client(
+        url, http_client=httpx2.AsyncClient(headers=headers, timeout=30)
+    )
+    return Client(transport)  # type: ignore[arg-type]
+
+
+def _run(client: Client, body: Callable[[Client], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with client:
+            await body(client)
+
+    anyio.run(main)
+
+
+def _text(result: Any) -> str:
+    return " ".join(getattr(c, "text", "") for c in result.content)
+
+
+def _assert_tool_error(result: Any, needle: str, lower: bool = False) -> None:
+    assert result.is_error
+    text = _text(result).lower() if lower else _text(result)
+    assert needle in text, text
+
+
+def _record_args(intent: str = "Read JSON file", **over: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "intent": intent,
+        "code": CODE,
+        "language": "typescript",
+        "tool_calls": [{"tool": "read_file", "ok": True, "arguments": {"path": "data.json"}}],
+    }
+    return {**args, **over}
+
+
+async def _exercise_tools(client: Client) -> None:
+    """The whole tool surface, as an agent would use it."""
+    listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(listed) == {"suggest", "record_execution", "get_pattern"}
+    for tool in listed.values():
+        assert tool.input_schema["type"] == "object"
+        assert tool.output_schema is not None
+    assert listed["suggest"].annotations is not None
+    assert listed["suggest"].annotations.read_only_hint is True
+    assert "intent" in listed["suggest"].input_schema["required"]
+
+    saved = await client.call_tool("record_execution", _record_args(request_id="r-1"))
+    assert not saved.is_error, _text(saved)
+    assert saved.structured_content["outcome"] == "saved"
+    pattern = saved.structured_content["pattern"]
+    assert pattern.startswith("patterns/")
+
+    again = await client.call_tool("record_execution", _record_args(request_id="r-1"))
+    assert again.structured_content["replayed"] is True
+
+    counted = await client.call_tool("record_execution", _record_args(request_id="r-2"))
+    assert counted.structured_content["outcome"] == "counted"
+
+    failed_new = await client.call_tool(
+        "record_execution",
+        _record_args(
+            "Send an email to my boss",
+            code="await mcp.send_email({ to: 'boss' });",
+            tool_calls=[{"tool": "send_email", "ok": False, "error": "SMTP timeout"}],
+        ),
+    )
+    assert not failed_new.is_error
+    assert failed_new.structured_content["outcome"] == "rejected"
+    assert failed_new.structured_content["tool_failures"] == [
+        {"tool": "send_email", "error": "SMTP timeout"}
+    ]
+
+    found = await client.call_tool("suggest", {"intent": "Read JSON file", "k": 3})
+    assert not found.is_error, _text(found)
+    caps = found.structured_content["capabilities"]
+    assert len(caps) == 1
+    best = caps[0]
+    assert best["pattern"] == pattern
+    assert best["tools"] == ["read_file"]
+    assert best["template"] == CODE.replace("'data.json'", "$PATH")
+    assert best["success"] > 0.5
+    assert best["score"]["total"] > 0
+    assert best["parameter_schema"]["properties"]["$PATH"]["type"] == "string"
+
+    filtered = await client.call_tool(
+        "suggest", {"intent": "Read JSON file", "available_tools": ["write_file"]}
+    )
+    assert filtered.structured_content["capabilities"] == []
+
+    got = await client.call_tool("get_pattern", {"name": pattern})
+    assert not got.is_error, _text(got)
+    assert got.structured_content["usage_count"] == 2
+    assert got.structured_content["success_count"] == 2
+    assert got.structured_content["tools"] == ["read_file"]
+    bare = await client.call_tool("get_pattern", {"name": pattern.removeprefix("patterns/")})
+    assert bare.structured_content["name"] == pattern
+
+    # Bad arguments: tool errors naming the field, never a crash.
+    bad_k = await client.call_tool("suggest", {"intent": "x", "k": 0})
+    _assert_tool_error(bad_k, "k")
+    no_intent = await client.call_tool("suggest", {"k": 2})
+    _assert_tool_error(no_intent, "intent")
+    bad_call = await client.call_tool("record_execution", _record_args(tool_calls=[{"ok": True}]))
+    _assert_tool_error(bad_call, "tool_calls.0.tool")
+    missing = await client.call_tool("get_pattern", {"name": "patterns/pat_0000000000000000"})
+    _assert_tool_error(missing, "not_found", lower=True)
+    bad_name = await client.call_tool("get_pattern", {"name": "patterns/a/b"})
+    _assert_tool_error(bad_name, "name")
+
+
+def test_stdio_tools_against_real_pml(server: RunningServer) -> None:
+    _run(_stdio(f"127.0.0.1:{server.port}"), _exercise_tools)
+
+
+def test_http_tools_against_real_pml(server: RunningServer) -> None:
+    with _http_mcp(f"127.0.0.1:{server.port}") as url:
+        _run(_http_client(url), _exercise_tools)
+
+
+def test_pml_down_is_a_tool_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def body(client: Client) -> None:
+        result = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        assert result.is_error
+        assert "pml is unavailable" in _text(result)
+        assert f"127.0.0.1:{port}" in _text(result)
+
+    _run(_stdio(f"127.0.0.1:{port}"), body)
+
+
+def test_http_bearer_key_maps_to_its_tenant(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    keys_file, found = keys
+    server = start(keys_file=keys_file)
+    target = f"127.0.0.1:{server.port}"
+    outcome: dict[str, Any] = {}
+
+    async def as_acme(client: Client) -> None:
+        saved = await client.call_tool("record_execution", _record_args())
+        assert saved.structured_content["outcome"] == "saved", _text(saved)
+        outcome["pattern"] = saved.structured_content["pattern"]
+
+    async def as_globex(client: Client) -> None:
+        result = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        assert result.structured_content["capabilities"] == []
+
+    async def as_reader(client: Client) -> None:
+        result = await client.call_tool("record_execution", _record_args())
+        _assert_tool_error(result, "write role")
+        found_caps = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        assert len(found_caps.structured_content["capabilities"]) == 1
+
+    with _http_mcp(target, "--api-key", found["globex-admin"]) as url:
+        _run(_http_client(url, found["acme-write"]), as_acme)
+        _run(_http_client(url, found["globex-admin"]), as_globex)
+        # The server's own --api-key is never lent to an HTTP caller without a key: a missing
+        # or unknown key is refused at the HTTP level.
+        for headers in ({}, {"Authorization": "Bearer pml_not-a-key"}):
+            refused = httpx2.post(url, json=LIST_TOOLS, headers={**JSON_HEADERS, **headers})
+            assert refused.status_code == 401
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+            assert "API key" in refused.json()["error_description"]
+        _run(_http_client(url, found["acme-read"]), as_reader)
+    # Exactly the tenant gRPC gives the same key.
+    with PmlClient(target, api_key=found["acme-read"]) as grpc_client:
+        assert grpc_client.get_pattern(outcome["pattern"]).name == outcome["pattern"]
+    with PmlClient(target, api_key=found["globex-admin"]) as grpc_client:
+        assert list(grpc_client.iter_patterns()) == []
+
+
+def test_http_refuses_foreign_host_and_origin(server: RunningServer) -> None:
+    body, headers = LIST_TOOLS, JSON_HEADERS
+    with _http_mcp(f"127.0.0.1:{server.port}") as url, httpx2.Client(timeout=10) as http:
+        rebound = http.post(url, json=body, headers={**headers, "Host": "evil.example:80"})
+        assert rebound.status_code == 421
+        foreign = http.post(url, json=body, headers={**headers, "Origin": "http://evil.example"})
+        assert foreign.status_code == 403
+        local = http.post(url, json=body, headers={**headers, "Origin": "http://localhost:3000"})
+        assert local.status_code != 403
+
+
+def test_http_refuses_non_loopback_without_flag() -> None:
+    done = subprocess.run(
+        _pml_mcp("--transport", "http", "--listen", "0.0.0.0:0"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 2
+    assert "--allow-remote" in done.stderr
+
+
+def test_stdio_uses_its_api_key(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:
+    keys_file, found = keys
+    server = start(keys_file=keys_file)
+
+    async def body(client: Client) -> None:
+        saved = await client.call_tool("record_execution", _record_args())
+        assert saved.structured_content["outcome"] == "saved", _text(saved)
+
+    _run(_stdio(f"127.0.0.1:{server.port}", "--api-key", found["acme-write"]), body)
+    with PmlClient(f"127.0.0.1:{server.port}", api_key=found["acme-read"]) as c:
+        assert len(list(c.iter_patterns())) == 1
+
+
+def test_stdio_over_mutual_tls(start: StartServer, pki: Path) -> None:  # noqa: F811
+    server = start(
+        tls_cert=pki / "server.pem", tls_key=pki / "server.key", tls_client_ca=pki / "ca.pem"
+    )
+    target = f"127.0.0.1:{server.port}"
+    tls = ("--tls-ca", str(pki / "ca.pem"))
+    client_cert = ("--tls-cert", str(pki / "client.pem"), "--tls-key", str(pki / "client.key"))
+
+    async def works(client: Client) -> None:
+        result = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        assert not result.is_error, _text(result)
+        assert result.structured_content == {"capabilities": []}
+
+    async def refused(client: Client) -> None:
+        result = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        _assert_tool_error(result, "pml is unavailable")
+
+    _run(_stdio(target, *tls, *client_cert), works)
+    _run(_stdio(target, *tls), refused)

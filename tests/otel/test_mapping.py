@@ -1,0 +1,150 @@
+"""The pure OTLP mapping (`pml_server.otel`) on hand-built spans: the shapes an exporter can
+send that the SDK tests do not reach (cycles, deep chains, orphans, odd ids)."""
+
+from __future__ import annotations
+
+import json
+
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from pml_server import _core
+from pml_server.otel import map_spans
+from pml_server.otel._code import call_line, synthesize
+
+TRACE = bytes(range(16))
+
+
+def _sid(n: int) -> bytes:
+    return n.to_bytes(8, "big")
+
+
+def _span(
+    n: int,
+    parent: int | None,
+    name: str = "work",
+    start: int = 0,
+    status: int = 0,
+    **attributes: str,
+) -> trace_pb2.Span:
+    return trace_pb2.Span(
+        trace_id=TRACE,
+        span_id=_sid(n),
+        parent_span_id=_sid(parent) if parent is not None else b"",
+        name=name,
+        start_time_unix_nano=start,
+        end_time_unix_nano=start + 1_000_000,
+        status=trace_pb2.Status(code=status),  # type: ignore[arg-type]
+        attributes=[
+            common_pb2.KeyValue(key=k.replace("__", "."), value=common_pb2.AnyValue(string_value=v))
+            for k, v in attributes.items()
+        ],
+    )
+
+
+def _agent(n: int, parent: int | None = None, **attrs: str) -> trace_pb2.Span:
+    return _span(n, parent, "invoke_agent a", gen_ai__operation__name="invoke_agent", **attrs)
+
+
+def _tool(n: int, parent: int, tool: str, start: int, **attrs: str) -> trace_pb2.Span:
+    return _span(
+        n,
+        parent,
+        f"execute_tool {tool}",
+        start,
+        gen_ai__operation__name="execute_tool",
+        gen_ai__tool__name=tool,
+        **attrs,
+    )
+
+
+def test_calls_in_start_order_whatever_the_export_order() -> None:
+    spans = [
+        _tool(3, 1, "second", 20),
+        _tool(2, 1, "first", 10),
+        _agent(1, gen_ai__agent__name="x"),
+    ]
+    (execution,) = map_spans(spans).executions
+    assert [c.tool for c in execution.calls] == ["first", "second"]
+    assert execution.intent == "x"
+    assert execution.intent_source == "agent_name"
+    assert execution.request_id == f"otel:{TRACE.hex()}:{_sid(1).hex()}"
+
+
+def test_nested_agents_own_their_own_calls() -> None:
+    spans = [_agent(1), _tool(2, 1, "outer", 1), _agent(3, 1), _tool(4, 3, "inner", 2)]
+    batch = map_spans(spans)
+    calls = {e.request_id[-16:]: [c.tool for c in e.calls] for e in batch.executions}
+    assert calls == {_sid(1).hex(): ["outer"], _sid(3).hex(): ["inner"]}
+
+
+def test_orphans_cycles_and_plain_spans_are_ignored() -> None:
+    spans = [
+        _tool(2, 99, "orphan", 1),  # its execution is not in this request
+        _span(5, 6),  # a parent cycle
+        _span(6, 5),
+        _tool(7, 6, "in_cycle", 1),
+        _span(8, None, "GET /"),  # a root without calls
+    ]
+    batch = map_spans(spans)
+    assert batch.executions == []
+    assert batch.rejections == []
+    assert batch.ignored_spans == 5
+
+
+def test_deep_parent_chain_is_linear_not_recursive() -> None:
+    depth = 20_000
+    spans = [_agent(0)] + [_span(i, i - 1) for i in range(1, depth)]
+    spans.append(_tool(depth, depth - 1, "deep", 5))
+    (execution,) = map_spans(spans).executions
+    assert [c.tool for c in execution.calls] == ["deep"]
+
+
+def test_bad_ids_and_bad_spans_are_rejected_alone() -> None:
+    bad_id = trace_pb2.Span(trace_id=b"short", span_id=_sid(1))
+    nameless = _span(11, 10, "execute_tool", 1, gen_ai__operation__name="execute_tool")
+    spans = [bad_id, _agent(10), nameless, _agent(20), _tool(21, 20, "fine", 1)]
+    batch = map_spans(spans)
+    assert [e.calls[0].tool for e in batch.executions] == ["fine"]
+    assert batch.rejected_spans == 3
+    assert any("gen_ai.tool.name" in r.reason for r in batch.rejections)
+
+
+def test_intent_from_the_last_user_message() -> None:
+    messages = [
+        {"role": "user", "content": "first ask"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "parts": [{"type": "text", "content": "Summarize sales.csv"}]},
+    ]
+    spans = [_agent(1, gen_ai__input__messages=json.dumps(messages)), _tool(2, 1, "read", 1)]
+    (execution,) = map_spans(spans).executions
+    assert execution.intent == "Summarize sales.csv"
+    assert execution.tags == ("otel", "intent:input_messages")
+    (long,) = map_spans(
+        [
+            _agent(1, gen_ai__input__messages=json.dumps([{"role": "user", "content": "x" * 99}])),
+            _tool(2, 1, "read", 1),
+        ],
+        max_intent_chars=10,
+    ).executions
+    assert long.intent == "x" * 10
+
+
+def test_error_status_marks_a_failed_call() -> None:
+    spans = [
+        _agent(1),
+        _span(2, 1, "t", 1, 2, gen_ai__operation__name="execute_tool", gen_ai__tool__name="flaky"),
+    ]
+    (execution,) = map_spans(spans).executions
+    assert not execution.calls[0].ok
+    assert execution.calls[0].error == "error"
+
+
+def test_synthesized_code_normalizes_to_one_pattern_for_other_values() -> None:
+    a = synthesize([("read_file", {"path": "a.json", "n": 1})])
+    b = synthesize([("read_file", {"n": 7, "path": "b.json"})])
+    assert a != b
+    na, nb = _core.normalize(a, "typescript"), _core.normalize(b, "typescript")
+    assert na.code_hash == nb.code_hash
+    assert na.tool_calls == ["read_file"]
+    assert call_line("gmail:get", {}) == 'await mcp["gmail:get"]({});'

@@ -1,0 +1,55 @@
+"""A tenant's in-memory search state: intent <-> pattern maps kept in step with adds and
+removals, and exact scores for any set of intents (what Suggest ranks with)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pml_server.domain.records import IntentRecord
+from pml_server.search.tenant import TenantSearchIndex
+from pml_server.search.vectors import EXACT_SCAN_MIN
+
+DIM = 32
+
+
+def _intent(intent_id: int, pattern_id: str, vector: np.ndarray) -> IntentRecord:
+    return IntentRecord(intent_id, pattern_id, f"intent {intent_id}", 1, 0, "m", vector)
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "exact"])
+def test_exact_scores_match_numpy_beyond_one_exact_scan(kind: str) -> None:
+    rng = np.random.default_rng(7)
+    count = 2 * EXACT_SCAN_MIN + 300  # three allow-list chunks
+    vectors = _unit(rng.normal(size=(count, DIM)))
+    index = TenantSearchIndex(kind, DIM)
+    for i in range(count):
+        index.add(_intent(i + 1, f"p{i % 50}", vectors[i]), ("read_file",))
+    query = _unit(rng.normal(size=(1, DIM)))[0]
+    wanted = [*range(1, count + 1), 10**9]  # an id never indexed is simply absent
+    scores = index.exact_scores(query, wanted)
+    assert sorted(scores) == list(range(1, count + 1))
+    expected = vectors @ query
+    got = np.array([scores[i + 1] for i in range(count)])
+    assert np.allclose(got, expected, atol=1e-5)
+
+
+def test_intent_maps_follow_adds_replays_and_removals() -> None:
+    rng = np.random.default_rng(3)
+    vectors = _unit(rng.normal(size=(4, DIM)))
+    index = TenantSearchIndex("hnsw", DIM)
+    index.add(_intent(1, "pa", vectors[0]), ())
+    index.add(_intent(2, "pa", vectors[1]), ())
+    index.add(_intent(3, "pb", vectors[2]), ())
+    assert index.intents_of == {"pa": {1, 2}, "pb": {3}}
+    index.add(_intent(2, "pa", vectors[1]), ())  # replayed: nothing changes
+    assert index.intents_of == {"pa": {1, 2}, "pb": {3}}
+    index.remove([1, 3])
+    assert index.intents_of == {"pa": {2}}
+    assert index.pattern_of == {2: "pa"}
+    assert index.exact_scores(vectors[0], [1, 2, 3]).keys() == {2}
+    assert [p for p, _ in index.lexical_hits("intent", 5)] == ["pa"]

@@ -1,0 +1,290 @@
+"""Capture rules 1-7, one by one, through the engine on a real RocksDB store."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pml_server.domain.errors import InvalidArgumentError
+from pml_server.domain.model import CaptureOutcome, ExecutionRecord, PageRequest, ToolCall
+from pml_server.service import Engine
+from tests.support import Clock, make_record, open_engine
+
+JSON_TOOLS = ["read_file", "parse_json"]
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Engine:
+    engine = open_engine(tmp_path / "db")
+    yield engine
+    engine.close()
+
+
+def test_rule1_new_pattern_with_a_failed_tool_is_not_saved(engine: Engine) -> None:
+    record = make_record(
+        "r1",
+        "Summarize inbox",
+        ["gmail_get", "memory_search", "notion_get"],
+        failed={"gmail_get", "notion_get"},
+    )
+    result = engine.record("t", record)
+    assert result.outcome is CaptureOutcome.REJECTED
+    assert [f.tool for f in result.tool_failures] == ["gmail_get", "notion_get"]
+    assert engine.list_patterns("t", PageRequest()).items == ()
+    stats = engine.stats("t")
+    assert (stats.patterns, stats.rejected, stats.failures_logged) == (0, 1, 2)
+    logged = engine.list_failures("t", PageRequest()).items
+    assert {f.tool for f in logged} == {"gmail_get", "notion_get"}
+    assert all(f.pattern_id == "" and f.intent == "Summarize inbox" for f in logged)
+
+
+def test_rule2_failed_try_of_a_known_pattern_counts(engine: Engine) -> None:
+    saved = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    failed = engine.record(
+        "t", make_record("r2", "Read JSON file", JSON_TOOLS, failed={"parse_json"})
+    )
+    assert failed.outcome is CaptureOutcome.COUNTED
+    assert failed.pattern_id == saved.pattern_id
+    assert failed.tool_failures[0].tool == "parse_json"
+    ok = engine.record("t", make_record("r3", "Read JSON file", JSON_TOOLS, path="b.json"))
+    assert ok.outcome is CaptureOutcome.COUNTED
+    pattern = engine.get_pattern("t", saved.pattern_id)
+    assert (pattern.usage_count, pattern.success_count, pattern.failure_count) == (3, 2, 1)
+
+
+def test_rule2_last_used_and_mean_duration_follow_the_clock(tmp_path: Path) -> None:
+    clock = Clock()
+    engine = open_engine(tmp_path, clock)
+    first = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS, duration_ms=10))
+    clock.advance_days(2)
+    engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, duration_ms=30))
+    pattern = engine.get_pattern("t", first.pattern_id)
+    assert pattern.first_seen_ms == clock.now_ms - 2 * 86_400_000
+    assert pattern.last_used_ms == clock.now_ms
+    assert pattern.mean_duration_ms == pytest.approx(20.0)
+    engine.close()
+
+
+def test_rule2_huge_durations_saturate_and_survive_a_reopen(tmp_path: Path) -> None:
+    # Each duration is finite, but their sum overflows; stored JSON cannot hold Infinity.
+    engine = open_engine(tmp_path)
+    huge = 1.5e308
+    first = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS, duration_ms=huge))
+    engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, duration_ms=huge))
+    engine.close()
+    engine = open_engine(tmp_path)
+    pattern = engine.get_pattern("t", first.pattern_id)
+    assert pattern.usage_count == 2
+    assert pattern.mean_duration_ms == pytest.approx(sys.float_info.max / 2)
+    engine.close()
+
+
+def test_rule3_new_successful_pattern_starts_at_one(engine: Engine) -> None:
+    result = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    assert result.outcome is CaptureOutcome.SAVED
+    assert result.new_pattern
+    pattern = engine.get_pattern("t", result.pattern_id)
+    assert (pattern.usage_count, pattern.success_count, pattern.failure_count) == (1, 1, 0)
+    assert pattern.tools_used == tuple(JSON_TOOLS)
+    assert pattern.original_code == make_record("x", "", JSON_TOOLS).code
+    # same normalized code with other literals: one pattern (the ON CONFLICT upsert)
+    again = engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, path="other.json"))
+    assert again.pattern_id == result.pattern_id
+    assert not again.new_pattern
+    assert engine.stats("t").patterns == 1
+    values = engine.get_pattern("t", result.pattern_id).params[0].recent_values_json
+    assert values[0] == json.dumps("other.json")  # newest first
+
+
+def test_rule4_tools_used_come_from_the_record_and_mismatch_is_recorded(engine: Engine) -> None:
+    code = 'await mcp.read_file({path: "a.json"});\nawait mcp.write_file({path: "b.json"});'
+    record = ExecutionRecord(
+        request_id="r1",
+        intent="Copy a file",
+        code=code,
+        language="javascript",
+        tool_calls=(ToolCall("read_file"), ToolCall("upload_blob")),
+    )
+    result = engine.record("t", record)
+    assert result.outcome is CaptureOutcome.SAVED
+    assert result.tool_mismatch
+    pattern = engine.get_pattern("t", result.pattern_id)
+    assert pattern.tools_used == ("read_file", "upload_blob")
+    assert pattern.tool_mismatch_count == 1
+
+
+def test_rule5_near_duplicate_intent_bumps_the_mapping(engine: Engine) -> None:
+    first = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    engine.record("t", make_record("r2", "read json file", JSON_TOOLS))  # same words
+    engine.record("t", make_record("r3", "Load configuration settings", JSON_TOOLS))
+    pattern = engine.get_pattern("t", first.pattern_id)
+    hits = {i.text: i.hit_count for i in pattern.intents}
+    assert hits == {"Read JSON file": 2, "Load configuration settings": 1}
+    assert engine.stats("t").intents == 2
+
+
+def test_rule5_grouping_with_minilm_seed_example(tmp_path: Path) -> None:
+    """The seed: three JSON-reading intents with the same tools end as one capability;
+    "Write JSON file" (other tools) does not join it."""
+    engine = open_engine(tmp_path, embedder="minilm")
+    ids = []
+    codes = {  # three different programs (three code patterns) calling the same two tools
+        "Read JSON file": 'return await mcp.parse_json({text: await mcp.read_file({path: "a"})});',
+        "Parse JSON from disk": (
+            'const raw = await mcp.read_file({path: "b.json"});\n'
+            "const data = await mcp.parse_json({text: raw});\nreturn data;"
+        ),
+        "Load JSON data": (
+            'const text = await mcp.read_file({path: "c.json", encoding: "utf8"});\n'
+            "return mcp.parse_json({text, strict: true});"
+        ),
+    }
+    for i, (intent, code) in enumerate(codes.items()):
+        record = make_record(f"r{i}", intent, ["read_file", "parse_json"], code=code)
+        ids.append(engine.record("t", record))
+    write = engine.record(
+        "t", make_record("w", "Write JSON file", ["serialize_json", "write_file"])
+    )
+    assert len({r.pattern_id for r in ids}) == 3  # three code patterns...
+    assert len({r.capability_id for r in ids}) == 1  # ...one capability
+    assert write.capability_id != ids[0].capability_id
+    capability = engine.get_capability("t", ids[0].capability_id)
+    assert set(capability.intents) == {"Read JSON file", "Parse JSON from disk", "Load JSON data"}
+    assert capability.usage_count == 3
+    engine.close()
+
+
+def test_rule5_same_tools_unrelated_intent_is_another_capability(engine: Engine) -> None:
+    a = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS, code="a()"))
+    b = engine.record(
+        "t", make_record("r2", "Deploy the kubernetes cluster", JSON_TOOLS, code="b()")
+    )
+    assert a.capability_id != b.capability_id
+
+
+def test_rule6_repeated_request_id_returns_the_first_result(engine: Engine) -> None:
+    record = make_record("same-id", "Read JSON file", JSON_TOOLS)
+    first = engine.record("t", record)
+    second = engine.record("t", record)
+    other_code = make_record("same-id", "Anything", ["x"], code="other()")
+    third = engine.record("t", other_code)
+    assert second.replayed
+    assert third.replayed
+    assert not first.replayed
+    assert (second.pattern_id, second.outcome) == (first.pattern_id, first.outcome)
+    assert third.pattern_id == first.pattern_id
+    assert engine.get_pattern("t", first.pattern_id).usage_count == 1
+    assert engine.stats("t").executions == 1
+    # request ids are per tenant
+    assert not engine.record("u", record).replayed
+
+
+def test_rule7_failure_log_is_bounded_and_paged_newest_first(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path, failure_log_size=5)
+    for i in range(8):
+        engine.record(
+            "t", make_record(f"r{i}", f"Task {i}", ["tool"], failed={"tool"}, code=f"c{i}()")
+        )
+    first = engine.list_failures("t", PageRequest(page_size=3))
+    second = engine.list_failures("t", PageRequest(page_size=3, cursor=first.next_cursor))
+    ids = [f.request_id for f in first.items + second.items]
+    assert ids == ["r7", "r6", "r5", "r4", "r3"]
+    assert second.next_cursor == ""
+    assert engine.stats("t").failures_logged == 8
+    assert engine.list_failures("other", PageRequest()).items == ()
+    with pytest.raises(InvalidArgumentError, match="page_token"):
+        engine.list_failures("t", PageRequest(cursor="garbage"))
+    engine.close()
+
+
+def test_rule7_failed_try_records_redacted_values_and_error_signature(engine: Engine) -> None:
+    def record(rid: str, token: str, failed: bool) -> ExecutionRecord:
+        code = f'await mcp.http_get({{url: "https://x", token: "{token}"}});'
+        call = ToolCall("http_get", ok=not failed, error="HTTP 503 after 1200 ms" if failed else "")
+        return ExecutionRecord(rid, "Fetch page", code, "javascript", (call,))
+
+    saved = engine.record("t", record("r1", "sk-one", failed=False))
+    engine.record("t", record("r2", "sk-two", failed=True))
+    engine.record("t", record("r3", "sk-three", failed=True))
+    pattern = engine.get_pattern("t", saved.pattern_id)
+    assert pattern.failure_count == 2
+    token_param = next(p for p in pattern.params if p.secret)
+    assert set(token_param.recent_values_json) == {'"[REDACTED]"'}
+    assert "sk-one" not in json.dumps([p.recent_values_json for p in pattern.params])
+
+
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        (make_record("r", "", ["a"]), "intent"),
+        (make_record("r", "x", ["a"], code="  "), "code"),
+        (make_record("r", "x", ["a"], code="x" * (256 * 1024 + 1)), "code"),
+        (make_record("", "x", ["a"]), "request_id"),
+        (make_record("r", "x", ["a", "", "b", " "]), "tool_calls[1].tool"),
+        (make_record("r", "x", ["t"] * 257), "tool_calls"),
+    ],
+)
+def test_invalid_records_name_the_field(
+    engine: Engine, record: ExecutionRecord, field: str
+) -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
+        engine.record("t", record)
+    assert field in [v.field for v in caught.value.violations]
+
+
+def test_client_vector_of_wrong_dimension_is_refused(engine: Engine) -> None:
+    from dataclasses import replace
+
+    record = replace(make_record("r", "x", ["a"]), intent_embedding=(1.0, 2.0))
+    with pytest.raises(InvalidArgumentError) as caught:
+        engine.record("t", record)
+    assert caught.value.violations[0].field == "intent_embedding"
+    good = replace(record, intent_embedding=tuple([1.0] * engine.embedding_dim()))
+    assert engine.record("t", good).outcome is CaptureOutcome.SAVED
+
+
+def test_rule6_request_ids_expire_after_their_ttl(tmp_path: Path) -> None:
+    clock = Clock()
+    engine = open_engine(tmp_path, clock, request_id_ttl_days=1.0)
+    record = make_record("r1", "Read JSON file", JSON_TOOLS)
+    first = engine.record("t", record)
+    clock.advance_days(0.5)
+    engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS))
+    clock.advance_days(0.75)  # r1 is 1.25 days old, r2 0.75
+    assert engine.prune_request_ids("t") == 1
+    assert engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS)).replayed
+    again = engine.record("t", record)
+    assert not again.replayed  # forgotten: counted as a new run
+    assert engine.get_pattern("t", first.pattern_id).usage_count == 3
+    engine.close()
+
+
+def test_closed_engine_refuses_captures_as_unavailable(tmp_path: Path) -> None:
+    from pml_server.domain.errors import UnavailableError
+
+    engine = open_engine(tmp_path)
+    engine.close()
+    engine.close()  # harmless
+    with pytest.raises(UnavailableError):
+        engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+
+
+def test_rule6_concurrent_retries_of_one_request_count_once(engine: Engine) -> None:
+    import threading
+
+    record = make_record("retry-me", "Read JSON file", JSON_TOOLS)
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(engine.record("t", record)))
+        for _ in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.replayed for r in results) == [False] + [True] * 7
+    assert len({r.pattern_id for r in results}) == 1
+    assert engine.stats("t").executions == 1

@@ -1,0 +1,172 @@
+"""Engines as replicas over one shared PostgreSQL database (real throwaway cluster, hashing
+embedder): what one replica writes, another suggests; counts stay exact across replicas; a
+request id applies once; tenants stay apart; a replica that was closed catches up."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
+from pml_server.service import Engine
+from tests.support import Clock, make_record, open_engine
+
+JSON_TOOLS = ["fs.read", "json.parse"]
+MAIL_TOOLS = ["mail.compose", "mail.send"]
+WAIT_SECONDS = 15.0
+
+
+@pytest.fixture
+def replicas(postgres_dsn: str, tmp_path: Path) -> Iterator[Callable[[str], Engine]]:
+    opened: list[Engine] = []
+    clock = Clock()
+
+    def replica(name: str) -> Engine:
+        engine = open_engine(tmp_path / name, clock, store=postgres_dsn)
+        opened.append(engine)
+        return engine
+
+    yield replica
+    for engine in opened:
+        engine.close()
+
+
+def suggested(engine: Engine, tenant: str, intent: str) -> list[str]:
+    return [s.pattern.id for s in engine.suggest(tenant, SuggestQuery(intent)).suggestions]
+
+
+def eventually(check: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_capture_on_one_replica_is_suggested_by_the_other(
+    replicas: Callable[[str], Engine],
+) -> None:
+    a, b = replicas("a"), replicas("b")
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    assert suggested(a, "t", "Read JSON file") == [saved.pattern_id]  # its own write, at once
+    assert eventually(lambda: suggested(b, "t", "Read JSON file") == [saved.pattern_id])
+    assert b.get_pattern("t", saved.pattern_id).usage_count == 1
+    lag = b.follower_lag()
+    assert lag is not None
+    assert lag.applied >= 1
+    assert lag.behind == 0
+
+
+def test_a_deletion_on_one_replica_leaves_the_others_suggestions(
+    replicas: Callable[[str], Engine],
+) -> None:
+    a, b = replicas("a"), replicas("b")
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    assert eventually(lambda: suggested(b, "t", "Read JSON file") == [saved.pattern_id])
+    b.delete_pattern("t", saved.pattern_id)
+    assert suggested(b, "t", "Read JSON file") == []
+    assert eventually(lambda: suggested(a, "t", "Read JSON file") == [])
+
+
+def _spread(
+    engines: list[Engine], writers: int, each: int, tools_of: Callable[[int], list[str]]
+) -> None:
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        engine = engines[n % len(engines)]
+        try:
+            for i in range(each):
+                record = make_record(f"{n}-{i}", "Read JSON file", tools_of(n))
+                assert engine.record("t", record).outcome is not CaptureOutcome.REJECTED
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_8_writers_over_2_replicas_count_one_pattern_exactly(
+    replicas: Callable[[str], Engine],
+) -> None:
+    a, b = replicas("a"), replicas("b")
+    _spread([a, b], writers=8, each=25, tools_of=lambda n: JSON_TOOLS)
+    for engine in (a, b):
+        [pattern] = engine.list_patterns("t", PageRequest()).items
+        assert (pattern.usage_count, pattern.success_count) == (200, 200)
+        assert pattern.intents[0].hit_count == 200
+        stats = engine.stats("t")
+        assert (stats.executions, stats.patterns, stats.capabilities) == (200, 1, 1)
+
+
+def test_8_writers_over_2_replicas_count_across_patterns_exactly(
+    replicas: Callable[[str], Engine],
+) -> None:
+    a, b = replicas("a"), replicas("b")
+    # writers n and n+4 share a pattern but write through different replicas
+    _spread([a, b], writers=8, each=20, tools_of=lambda n: [f"fs.read{n % 4}", "json.parse"])
+    patterns = b.list_patterns("t", PageRequest()).items
+    assert sorted(p.usage_count for p in patterns) == [40, 40, 40, 40]
+    assert a.stats("t").executions == 160
+    assert a.stats("t").patterns == 4
+
+
+def test_one_request_id_sent_to_both_replicas_applies_once(
+    replicas: Callable[[str], Engine],
+) -> None:
+    a, b = replicas("a"), replicas("b")
+    results = []
+    barrier = threading.Barrier(8)
+
+    def send(engine: Engine) -> None:
+        barrier.wait()
+        results.append(engine.record("t", make_record("same-id", "Read JSON file", JSON_TOOLS)))
+
+    threads = [threading.Thread(target=send, args=([a, b][n % 2],)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(not r.replayed for r in results) == 1
+    assert len({r.pattern_id for r in results}) == 1
+    [pattern] = a.list_patterns("t", PageRequest()).items
+    assert pattern.usage_count == 1
+    assert b.stats("t").executions == 1
+
+
+def test_tenants_never_see_each_other_across_replicas(
+    replicas: Callable[[str], Engine],
+) -> None:
+    a, b = replicas("a"), replicas("b")
+    alice = a.record("alice", make_record("r1", "Read JSON file", JSON_TOOLS))
+    b.record("ali", make_record("r1", "Send an email", MAIL_TOOLS))
+    assert eventually(lambda: suggested(b, "alice", "Read JSON file") == [alice.pattern_id])
+    for engine in (a, b):
+        assert suggested(engine, "bob", "Read JSON file") == []
+        assert suggested(engine, "ali", "Read JSON file") == []
+        assert engine.list_patterns("bob", PageRequest()).items == ()
+        assert [p.id for p in engine.list_patterns("alice", PageRequest()).items] == [
+            alice.pattern_id
+        ]
+
+
+def test_a_closed_replica_catches_up_when_it_returns(
+    replicas: Callable[[str], Engine],
+) -> None:
+    a, b = replicas("a"), replicas("b")
+    first = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    assert eventually(lambda: suggested(b, "t", "Read JSON file") == [first.pattern_id])
+    b.close()
+    mail = a.record("t", make_record("r2", "Send an email", MAIL_TOOLS))
+    b_again = replicas("b")
+    assert suggested(b_again, "t", "Send an email") == [mail.pattern_id]  # ready = caught up
+    assert suggested(b_again, "t", "Read JSON file") == [first.pattern_id]

@@ -1,0 +1,122 @@
+"""The ranking rules seen through the real engine (store on disk, hashing embedder): explain
+names the rule, context filters apply, deleted patterns never come back, stale ones sink."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from pml_server.domain.model import SuggestQuery
+from pml_server.ranking import (
+    AVAILABLE_TOOLS,
+    FLAGGED_FOR_REMOVAL,
+    MIN_MATCH,
+    MIN_SUCCESS,
+    TAGS,
+    RankingConfig,
+    default_ranking,
+    fuse_match,
+)
+from tests.support import Clock, make_record, open_engine
+
+CSV_TOOLS = ["read_file", "parse_csv"]
+XLSX_TOOLS = ["read_file", "parse_xlsx"]
+
+
+def test_explain_names_min_success_for_a_flaky_pattern(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path)
+    engine.record("t", make_record("ok", "Process CSV file", CSV_TOOLS))
+    engine.record("t", make_record("x0", "Process spreadsheet xlsx", XLSX_TOOLS))
+    for i in range(1, 6):
+        engine.record(
+            "t", make_record(f"x{i}", "Process spreadsheet xlsx", XLSX_TOOLS, failed={"parse_xlsx"})
+        )
+    result = engine.suggest("t", SuggestQuery("process spreadsheet", min_match=0.0, explain=True))
+    assert [s.pattern.tools_used for s in result.suggestions] == [tuple(CSV_TOOLS)]
+    (flaky,) = result.filtered
+    assert flaky.rule == MIN_SUCCESS
+    assert "1 of 6 tries" in flaky.detail
+    engine.close()
+
+
+def test_available_tools_and_tags_through_the_engine(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path)
+    engine.record("t", make_record("a", "Process CSV file", CSV_TOOLS, tags=("prod",)))
+    engine.record("t", make_record("b", "Process CSV spreadsheet", XLSX_TOOLS))
+    base = SuggestQuery("process csv", min_match=0.0, explain=True)
+    only_csv = engine.suggest(
+        "t", SuggestQuery(**{**base.__dict__, "available_tools": tuple(CSV_TOOLS)})
+    )
+    assert [s.pattern.tools_used for s in only_csv.suggestions] == [tuple(CSV_TOOLS)]
+    assert [f.rule for f in only_csv.filtered] == [AVAILABLE_TOOLS]
+    tagged = engine.suggest("t", replace(base, tags=("prod",)))
+    assert [s.pattern.tools_used for s in tagged.suggestions] == [tuple(CSV_TOOLS)]
+    assert [f.rule for f in tagged.filtered] == [TAGS]
+    engine.close()
+
+
+def test_retention_flag_hides_a_pattern_unless_include_flagged(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path)
+    engine.record("t", make_record("s", "Process CSV file", CSV_TOOLS))
+    for i in range(10):
+        engine.record(
+            "t", make_record(f"f{i}", "Process CSV file", CSV_TOOLS, failed={"parse_csv"})
+        )
+    engine.run_retention("t", apply=True)
+    query = SuggestQuery("process csv file", min_match=0.0, min_success=0.0, explain=True)
+    hidden = engine.suggest("t", query)
+    assert hidden.suggestions == ()
+    assert [f.rule for f in hidden.filtered] == [FLAGGED_FOR_REMOVAL]
+    shown = engine.suggest("t", replace(query, include_flagged=True))
+    assert len(shown.suggestions) == 1
+    engine.close()
+
+
+def test_deleted_pattern_is_absent_even_from_explain(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path)
+    saved = engine.record("t", make_record("r1", "Process CSV file", CSV_TOOLS))
+    engine.delete_pattern("t", saved.pattern_id)
+    query = SuggestQuery(
+        "Process CSV file", min_match=0.0, min_success=0.0, include_flagged=True, explain=True
+    )
+    result = engine.suggest("t", query)
+    assert result.suggestions == ()
+    assert all(f.pattern_id != saved.pattern_id for f in result.filtered)
+    engine.close()
+
+
+def test_stale_capability_sinks_below_a_fresh_one(tmp_path: Path) -> None:
+    clock = Clock()
+    engine = open_engine(tmp_path, clock)
+    old = engine.record("t", make_record("old", "Process CSV file", CSV_TOOLS))
+    clock.advance_days(200)
+    fresh = engine.record("t", make_record("new", "Process CSV files", XLSX_TOOLS))
+    result = engine.suggest("t", SuggestQuery("Process CSV file", min_match=0.0))
+    ids = [s.pattern.id for s in result.suggestions]
+    assert ids == [fresh.pattern_id, old.pattern_id]
+    assert result.suggestions[1].score.recency < 1.0
+    engine.close()
+
+
+def test_an_engine_left_without_ranking_takes_its_embedder_familys_defaults(
+    tmp_path: Path,
+) -> None:
+    family = default_ranking("hashing")
+    assert family != RankingConfig()
+    for name, ranking in (("family", None), ("explicit", RankingConfig())):
+        overrides = {} if ranking is None else {"ranking": ranking}
+        engine = open_engine(tmp_path / name, **overrides)
+        engine.record("t", make_record("a", "Process CSV file", CSV_TOOLS))
+        engine.record("t", make_record("b", "Open the spreadsheet xlsx", XLSX_TOOLS))
+        engine.record("t", make_record("c", "Send an email to Bob", ["gmail_send"]))
+        result = engine.suggest("t", SuggestQuery("process the csv spreadsheet", explain=True))
+        engine.close()
+        used = family if ranking is None else ranking
+        assert result.suggestions
+        for s in result.suggestions:
+            assert s.score.semantic > 0.0
+            assert s.score.match == fuse_match(s.score.semantic, s.score.lexical, used)
+        # the unrelated pattern fails the server default min_match of the configuration used
+        details = [f.detail for f in result.filtered if f.rule == MIN_MATCH]
+        assert len(details) == 1
+        assert details[0].endswith(f"< min_match {used.min_match:.3f}")

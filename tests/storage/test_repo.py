@@ -1,0 +1,210 @@
+"""The RocksDB store: column families, tenant keys, atomic batches, overlay reads, durability
+modes, schema version, reopening. Real RocksDB in tmp_path."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pml_server.domain.records import CapabilityRecord, ParamSpec, PatternRecord
+from pml_server.storage import SCHEMA_VERSION, SchemaVersionError, Store
+from pml_server.storage.decoded import encode_capability, encode_pattern
+from pml_server.storage.keys import (
+    CF_META,
+    CF_PATTERNS,
+    prefix_end,
+    split_tenant,
+    tenant_key,
+    tenant_prefix,
+)
+from pml_server.storage.repo import Repository, tools_digest
+from pml_server.storage.rocks import StoreClosedError
+
+
+@given(st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=20), st.text(max_size=10))
+def test_tenant_prefixes_never_collide(a: str, b: str, rest: str) -> None:
+    key = tenant_key(a, rest)
+    if a != b:
+        assert not key.startswith(tenant_prefix(b))
+    assert split_tenant(key)[0] == a
+
+
+@given(st.binary(min_size=1, max_size=8), st.binary(max_size=8))
+def test_prefix_end_bounds_every_key_with_the_prefix(prefix: bytes, tail: bytes) -> None:
+    end = prefix_end(prefix)
+    assert end is None or prefix + tail < end
+
+
+@pytest.mark.parametrize("durability", ["sync", "fast"])
+def test_batch_is_visible_and_survives_reopen(tmp_path: Path, durability: str) -> None:
+    store = Store(tmp_path, durability)
+    store.write([(CF_PATTERNS, b"a", b"1"), (CF_META, b"x", b"2"), (CF_PATTERNS, b"b", b"3")])
+    store.write([(CF_PATTERNS, b"b", None)])
+    assert store.get(CF_PATTERNS, b"a") == b"1"
+    assert store.get(CF_PATTERNS, b"b") is None
+    store.close()
+    reopened = Store(tmp_path, durability)
+    assert reopened.get(CF_PATTERNS, b"a") == b"1"
+    assert reopened.get(CF_META, b"x") == b"2"
+    assert reopened.get(CF_PATTERNS, b"b") is None
+    assert reopened.get(CF_META, b"a") is None  # column families are separate key spaces
+    reopened.close()
+
+
+def test_scan_respects_prefix_start_limit_and_direction(tmp_path: Path) -> None:
+    store = Store(tmp_path, "fast")
+    t1, t2 = tenant_prefix("t"), tenant_prefix("tt")
+    store.write([(CF_PATTERNS, t1 + bytes([i]), bytes([i])) for i in range(10)])
+    store.write([(CF_PATTERNS, t2 + b"x", b"other tenant")])
+    rows = store.scan(CF_PATTERNS, t1)
+    assert [v for _, v in rows] == [bytes([i]) for i in range(10)]
+    assert [v for _, v in store.scan(CF_PATTERNS, t1, start=t1 + bytes([4]), limit=3)] == [
+        b"\x04",
+        b"\x05",
+        b"\x06",
+    ]
+    newest = store.scan(CF_PATTERNS, t1, reverse=True, limit=2)
+    assert [v for _, v in newest] == [b"\x09", b"\x08"]
+    before = store.scan(CF_PATTERNS, t1, start=t1 + bytes([3]), reverse=True)
+    assert [v for _, v in before] == [b"\x02", b"\x01", b"\x00"]
+    store.close()
+
+
+def test_scan_stored_streams_the_committed_rows_in_key_order(tmp_path: Path) -> None:
+    store = Store(tmp_path, "sync")
+    t1, t2 = tenant_prefix("t"), tenant_prefix("tt")
+    store.write([(CF_PATTERNS, t2 + b"x", b"2x"), (CF_PATTERNS, t1 + b"b", b"1b")])
+    store.write([(CF_PATTERNS, t1 + b"a", b"1a"), (CF_META, b"m", b"other family")])
+    assert list(store.scan_stored(CF_PATTERNS)) == store.scan(CF_PATTERNS, b"")
+    assert [v for _, v in store.scan_stored(CF_PATTERNS, t1)] == [b"1a", b"1b"]
+    store.submit([(CF_PATTERNS, t1 + b"c", b"1c")]).wait()
+    assert [v for _, v in store.scan_stored(CF_PATTERNS, t1)] == [b"1a", b"1b", b"1c"]
+    store.close()
+
+
+def test_group_commit_merges_concurrent_writers_without_loss(tmp_path: Path) -> None:
+    store = Store(tmp_path, "sync")
+
+    def writer(n: int) -> None:
+        for i in range(200):
+            store.write([(CF_PATTERNS, f"{n}-{i:04}".encode(), b"v")])
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(store.scan(CF_PATTERNS, b"")) == 800
+    store.close()
+    reopened = Store(tmp_path, "sync")
+    assert len(reopened.scan(CF_PATTERNS, b"")) == 800
+    reopened.close()
+
+
+def test_queued_writes_are_readable_before_commit(tmp_path: Path) -> None:
+    store = Store(tmp_path, "sync")
+    ticket = store.submit([(CF_PATTERNS, b"k", b"v1")])
+    # read-your-writes for the next lock holder, whether or not the fsync has finished
+    assert store.get(CF_PATTERNS, b"k") == b"v1"
+    assert store.scan(CF_PATTERNS, b"k") == [(b"k", b"v1")]
+    ticket.wait()
+    assert store.get(CF_PATTERNS, b"k") == b"v1"
+    store.close()
+
+
+def test_writes_after_close_are_refused(tmp_path: Path) -> None:
+    store = Store(tmp_path, "sync")
+    store.close()
+    with pytest.raises(StoreClosedError):
+        store.submit([(CF_PATTERNS, b"k", b"v")])
+
+
+def test_unknown_durability_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="durability"):
+        Store(tmp_path, "yolo")
+
+
+def test_newer_schema_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    store = Store(tmp_path, "fast")
+    assert store.schema_version == SCHEMA_VERSION
+    store.write([(CF_META, b"meta/schema_version", struct.pack(">I", SCHEMA_VERSION + 1))])
+    store.close()
+    with pytest.raises(SchemaVersionError, match="upgrade pml"):
+        Store(tmp_path, "fast")
+
+
+@pytest.mark.parametrize(
+    "params",
+    [(), (ParamSpec("PATH", "string", False), ParamSpec("TOKEN", "string", True))],
+)
+def test_pattern_and_capability_encodings_match_their_to_json(
+    params: tuple[ParamSpec, ...],
+) -> None:
+    pattern = PatternRecord(
+        id="pat_1",
+        code_hash="sha256:ab",
+        template='read({path: $PATH}) "é"',
+        original_code="read({path: 'a'})",
+        language="javascript",
+        tools_used=("read_file", "parse_json"),
+        params=params,
+        parameter_schema_json='{"type":"object"}',
+        capability_id="cap_1",
+        first_seen_ms=17,
+        code_tools=("read_file",),
+        parse_ok=False,
+        flagged_for_removal=True,
+        superseded_by="pat_0",
+    )
+    assert encode_pattern(pattern) == pattern.to_json()
+    assert PatternRecord.from_json(encode_pattern(pattern)) == pattern
+    capability = CapabilityRecord("cap_1", ("read_file",), ("pat_1", "pat_2"), 5)
+    assert encode_capability(capability) == capability.to_json()
+
+
+@given(st.lists(st.text(max_size=8), max_size=5))
+def test_tools_digest_is_the_sha256_of_the_signature_whatever_the_sequence_type(
+    tools: list[str],
+) -> None:
+    """Memoized on the signature: a list and a tuple of the same tools share one digest, the
+    same bytes the stored grouping keys were written with."""
+    expected = hashlib.sha256("\x1f".join(tools).encode()).hexdigest()[:32]
+    assert tools_digest(tools) == tools_digest(tuple(tools)) == expected
+
+
+def test_pattern_tools_reads_each_tenants_patterns_tools(tmp_path: Path) -> None:
+    store = Store(tmp_path, "fast")
+    repo = Repository(store)
+
+    def pattern(pattern_id: str, tools: tuple[str, ...]) -> PatternRecord:
+        return PatternRecord(
+            id=pattern_id,
+            code_hash=f"sha256:{pattern_id}",
+            template="t",
+            original_code="c",
+            language="javascript",
+            tools_used=tools,
+            params=(),
+            parameter_schema_json="{}",
+            capability_id="cap_1",
+            first_seen_ms=1,
+        )
+
+    store.write(
+        [
+            repo.put_pattern("t1", pattern("pat_a", ("read_file", "parse_json"))),
+            repo.put_pattern("t1", pattern("pat_b", ())),
+            repo.put_pattern("t2", pattern("pat_a", ("gmail_send",))),
+        ]
+    )
+    assert repo.pattern_tools("t1") == {p.id: p.tools_used for p in repo.all_patterns("t1")}
+    assert repo.pattern_tools("t1") == {"pat_a": ("read_file", "parse_json"), "pat_b": ()}
+    assert repo.pattern_tools("t2") == {"pat_a": ("gmail_send",)}
+    assert repo.pattern_tools("t3") == {}
+    store.close()

@@ -1,0 +1,278 @@
+"""The store seam's contract (`storage.seam.StoreBackend`), run against both backends: the
+embedded RocksDB store and the shared PostgreSQL one (a real throwaway cluster). Then what only
+the shared store promises: exactness across several stores ("replicas") on one database."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pml_server.domain import json_form
+from pml_server.domain.records import PatternCounters, TenantStats
+from pml_server.storage import SchemaVersionError as RocksSchemaVersionError
+from pml_server.storage import Store, StoreBackend, open_store, repository_for
+from pml_server.storage.keys import (
+    CF_COUNTERS,
+    CF_META,
+    CF_OPLOG,
+    CF_PATTERNS,
+    CF_REQUESTS,
+    tenant_key,
+    tenant_prefix,
+)
+from pml_server.storage.postgres import (
+    PostgresStore,
+    SchemaVersionError,
+    SharedRepository,
+    StoreUnreachableError,
+)
+from pml_server.storage.seam import Locks, RequestAlreadyAppliedError
+from tests.postgres_cluster import _free_port
+
+Opener = Callable[[], StoreBackend]
+
+
+@pytest.fixture(params=["rocksdb", "postgresql"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens the backend's store (again: a reopen sees the same data)."""
+    opened: list[StoreBackend] = []
+    if request.param == "rocksdb":
+        location: str | None = None
+    else:
+        location = request.getfixturevalue("postgres_dsn")
+
+    def open_one() -> StoreBackend:
+        store = open_store(location, tmp_path / "db", "sync", 4)
+        opened.append(store)
+        return store
+
+    yield open_one
+    for store in opened:
+        store.close()
+
+
+def test_batches_are_atomic_visible_and_survive_reopen(opener: Opener) -> None:
+    store = opener()
+    store.write([(CF_PATTERNS, b"a", b"1"), (CF_META, b"x", b"2"), (CF_PATTERNS, b"b", b"3")])
+    store.write([(CF_PATTERNS, b"b", None), (CF_PATTERNS, b"c", b"4"), (CF_PATTERNS, b"c", b"5")])
+    assert store.get(CF_PATTERNS, b"a") == b"1"
+    assert store.get(CF_PATTERNS, b"b") is None
+    assert store.get(CF_PATTERNS, b"c") == b"5"  # the last write of a key in a batch wins
+    store.close()
+    again = opener()
+    assert again.get(CF_META, b"x") == b"2"
+    assert again.get(CF_META, b"a") is None  # families are separate key spaces
+    assert again.get_many(CF_PATTERNS, [b"c", b"zz", b"a"]) == [b"5", None, b"1"]
+
+
+def test_scans_keep_key_order_bounds_and_tenants_apart(opener: Opener) -> None:
+    store = opener()
+    t1, t2 = tenant_prefix("t"), tenant_prefix("tt")
+    store.write([(CF_PATTERNS, t1 + bytes([i]), bytes([i])) for i in range(10)])
+    store.write([(CF_PATTERNS, t2 + b"x", b"other tenant"), (CF_PATTERNS, t1 + b"\xff", b"ff")])
+    assert [v for _, v in store.scan(CF_PATTERNS, t1)][:10] == [bytes([i]) for i in range(10)]
+    assert b"other tenant" not in [v for _, v in store.scan(CF_PATTERNS, t1)]
+    page = store.scan(CF_PATTERNS, t1, start=t1 + bytes([4]), limit=3)
+    assert [v for _, v in page] == [b"\x04", b"\x05", b"\x06"]
+    assert [v for _, v in store.scan(CF_PATTERNS, t1, reverse=True, limit=2)] == [b"ff", b"\x09"]
+    before = store.scan(CF_PATTERNS, t1, start=t1 + bytes([3]), reverse=True)
+    assert [v for _, v in before] == [b"\x02", b"\x01", b"\x00"]
+    assert [v for _, v in store.scan_stored(CF_PATTERNS, t2)] == [b"other tenant"]
+
+
+def test_scan_stored_streams_every_row_in_order(opener: Opener) -> None:
+    store = opener()
+    prefix = tenant_prefix("many")
+    keys = [prefix + i.to_bytes(4, "big") for i in range(4500)]  # more than one page
+    store.write([(CF_PATTERNS, k, b"v") for k in keys])
+    assert [k for k, _ in store.scan_stored(CF_PATTERNS, prefix)] == keys
+
+
+def test_allocated_ids_are_unique_and_never_reused_after_reopen(opener: Opener) -> None:
+    store = opener()
+    allocator = store.allocator("intent")
+    issued = [allocator.next() for _ in range(5)]
+    assert issued == sorted(set(issued))
+    assert allocator.last_issued() == issued[-1]
+    store.close()
+    assert opener().allocator("intent").next() > issued[-1]
+
+
+def _count_under_locks(stores: list[StoreBackend], writers: int, each: int) -> None:
+    """`writers` threads (spread over `stores`) each add 1 to one stored counter `each` times,
+    read-modify-write under the pattern lock."""
+    key = tenant_key("t", "p")
+    locks = [store.locks("pattern", 16) for store in stores]  # one set per store, as an engine
+
+    def work(store: StoreBackend, locks: Locks) -> None:
+        for _ in range(each):
+            with locks.lock_for("t", "p"):
+                raw = store.get(CF_COUNTERS, key)
+                counters = PatternCounters() if raw is None else PatternCounters.from_json(raw)
+                counters.usage += 1
+                counters.success += 1
+                store.submit([(CF_COUNTERS, key, counters.to_json())]).wait()
+
+    threads = [
+        threading.Thread(target=work, args=(stores[i % len(stores)], locks[i % len(stores)]))
+        for i in range(writers)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def test_counter_read_modify_write_under_the_lock_is_exact(opener: Opener) -> None:
+    store = opener()
+    _count_under_locks([store], writers=8, each=25)
+    raw = store.get(CF_COUNTERS, tenant_key("t", "p"))
+    assert raw is not None
+    assert PatternCounters.from_json(raw).usage == 200
+    assert repository_for(store).counter_ceilings("t") == (200, 200)
+
+
+def test_a_newer_schema_is_refused_rocksdb(tmp_path: Path) -> None:
+    import struct
+
+    store = Store(tmp_path)
+    store.write([(CF_META, b"meta/schema_version", struct.pack(">I", 99))])
+    store.close()
+    with pytest.raises(RocksSchemaVersionError, match="99"):
+        Store(tmp_path)
+
+
+# ---- the shared store alone: several stores on one database ---------------------------------
+
+
+def test_a_newer_schema_is_refused_postgresql(postgres_dsn: str) -> None:
+    PostgresStore(postgres_dsn).close()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO pml_schema_migrations (version) VALUES (99)")
+    with pytest.raises(SchemaVersionError, match="schema version 99"):
+        PostgresStore(postgres_dsn)
+
+
+def test_migrations_apply_once_and_reopen(postgres_dsn: str) -> None:
+    first, second = PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT version FROM pml_schema_migrations").fetchall()
+    assert rows == [(1,)]
+    first.close()
+    second.close()
+
+
+def test_unreachable_database_names_the_host_never_the_password() -> None:
+    port = _free_port()  # nothing listens there
+    with pytest.raises(StoreUnreachableError) as caught:
+        PostgresStore(f"postgresql://pml:hunter2secret@127.0.0.1:{port}/pml")
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}/pml" in message
+    assert "hunter2secret" not in message
+    assert "hunter2secret" not in repr(caught.value)
+
+
+def test_counters_are_exact_across_two_stores(postgres_dsn: str) -> None:
+    stores: list[StoreBackend] = [PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)]
+    _count_under_locks(stores, writers=8, each=25)
+    raw = stores[1].get(CF_COUNTERS, tenant_key("t", "p"))
+    assert raw is not None
+    assert PatternCounters.from_json(raw).usage == 200
+    for store in stores:
+        store.close()
+
+
+def test_a_request_id_is_recorded_once_across_stores(postgres_dsn: str) -> None:
+    stores = [PostgresStore(postgres_dsn) for _ in range(4)]
+    key = tenant_key("t", "req-1")
+    outcomes: list[bytes] = []
+    lock = threading.Lock()
+
+    def send(store: PostgresStore, mark: bytes) -> None:
+        try:
+            store.write([(CF_REQUESTS, key, mark), (CF_PATTERNS, tenant_key("t", mark), b"x")])
+            applied = mark
+        except RequestAlreadyAppliedError as error:
+            applied = b"replayed:" + error.result
+        with lock:
+            outcomes.append(applied)
+
+    threads = [
+        threading.Thread(target=send, args=(stores[i % 4], f"w{i}".encode())) for i in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [o for o in outcomes if not o.startswith(b"replayed:")]
+    assert len(winners) == 1
+    assert all(o == b"replayed:" + winners[0] for o in outcomes if o not in winners)
+    # nothing else of a refused batch was written
+    written = stores[0].scan(CF_PATTERNS, tenant_prefix("t"))
+    assert [k for k, _ in written] == [tenant_key("t", winners[0])]
+    for store in stores:
+        store.close()
+
+
+def test_stats_deltas_add_up_across_stores(postgres_dsn: str) -> None:
+    stores = [PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)]
+    repos = [SharedRepository(s) for s in stores]
+
+    def count(i: int) -> None:
+        repo = repos[i % 2]
+        for _ in range(50):
+            repo.store.write([repo.put_stats("t", TenantStats(), {"executions": 1, "patterns": 2})])
+
+    threads = [threading.Thread(target=count, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stats = repos[0].stats("t")
+    assert (stats.executions, stats.patterns, stats.intents) == (400, 800, 0)
+    assert repos[1].stats("other") == TenantStats()
+    for store in stores:
+        store.close()
+
+
+def test_op_log_sequences_follow_commit_order(postgres_dsn: str) -> None:
+    """8 writers over 2 stores append op log entries; a follower polling `seq > cursor` while
+    they run receives every entry exactly once, in sequence order without gaps."""
+    stores = [PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)]
+    follower = PostgresStore(postgres_dsn)
+    done = threading.Event()
+    seen: list[int] = []
+
+    def follow() -> None:
+        cursor = 0
+        while True:
+            finished = done.is_set()
+            for seq, op, _ in follower.oplog_entries("t", cursor):
+                seen.append(op["ids"][0])
+                assert seq == cursor + 1
+                cursor = seq
+            if finished:
+                return
+
+    def write(i: int) -> None:
+        for n in range(50):
+            entry = json_form.dumps({"tenant": "t", "op": "add", "ids": [i * 1000 + n]})
+            stores[i % 2].write([(CF_OPLOG, b"ignored", entry)])
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    writers = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for thread in writers:
+        thread.start()
+    for thread in writers:
+        thread.join()
+    done.set()
+    reader.join()
+    assert sorted(seen) == sorted(i * 1000 + n for i in range(8) for n in range(50))
+    assert follower.oplog_heads() == {"t": 400}
+    for store in (*stores, follower):
+        store.close()

@@ -1,0 +1,126 @@
+"""`pml import` on big and imperfect files: streamed a line at a time, bad lines reported with
+their line number (skipped, or with --strict nothing sent), a missing file a one-line error, and
+a summary that counts every record once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+
+from pml_server import cli
+from pml_server.api.server import RunningServer
+from pml_server.client import PmlClient, make_record
+
+
+@pytest.fixture
+def run(
+    server: RunningServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> object:
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("PML_SERVER", f"127.0.0.1:{server.port}")
+
+    def _run(*argv: str, expect: int = 0) -> str:
+        with pytest.raises(SystemExit) as done:
+            cli.main(list(argv))
+        out = capsys.readouterr()
+        assert done.value.code == expect, out.out + out.err
+        return out.out + out.err
+
+    return _run
+
+
+def _line(i: int, request_id: str | None = None) -> str:
+    record = make_record(
+        f"import task {i}",
+        f"await mcp.imp_tool_{i % 3}(x)",
+        tools=[f"imp_tool_{i % 3}"],
+        request_id=request_id if request_id is not None else f"line-rec-{i}",
+    )
+    return json_format.MessageToJson(record, indent=None)
+
+
+def _executions(server: RunningServer) -> int:
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        return int(client.stats().executions)
+
+
+def test_a_bad_line_is_reported_with_its_number_and_skipped(
+    run: object, tmp_path: Path, server: RunningServer
+) -> None:
+    assert callable(run)
+    path = tmp_path / "mixed.jsonl"
+    lines = [_line(0), _line(1), "{not json", "", _line(2), '{"intent": 5, "bogus": 1}', _line(3)]
+    path.write_text("\n".join(lines) + "\n")
+    out = run("import", str(path), expect=2)  # cli_commands.EXIT_USAGE: bad input lines
+    assert f"{path}:3: not an ExecutionRecord" in out
+    assert f"{path}:6: not an ExecutionRecord" in out
+    assert "imported 4 records" in out
+    assert "3 saved, 1 counted, 0 rejected, 0 refused" in out
+    assert "2 bad lines skipped" in out
+    assert "executions/s" in out
+    assert _executions(server) == 4
+
+
+def test_strict_sends_nothing_when_a_line_is_bad(
+    run: object, tmp_path: Path, server: RunningServer
+) -> None:
+    assert callable(run)
+    path = tmp_path / "strict.jsonl"
+    path.write_text("\n".join([_line(0), _line(1), "[1, 2]", _line(2)]) + "\n")
+    out = run("import", "--strict", str(path), expect=2)
+    assert f"{path}:3: not an ExecutionRecord" in out
+    assert "nothing was sent" in out
+    assert _executions(server) == 0
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join([_line(0), _line(1)]) + "\n")
+    assert "imported 2 records" in run("import", "--strict", str(good))
+
+
+def test_a_missing_file_is_one_line_without_traceback(run: object, tmp_path: Path) -> None:
+    assert callable(run)
+    out = run("import", str(tmp_path / "nope.jsonl"), expect=2)
+    assert out.strip().splitlines() == [
+        f"pml import: error: cannot read {tmp_path / 'nope.jsonl'}: no such file"
+    ]
+    assert "Traceback" not in out
+
+
+def test_each_record_is_counted_once_even_with_repeated_request_ids(
+    run: object, tmp_path: Path, server: RunningServer
+) -> None:
+    assert callable(run)
+    path = tmp_path / "repeats.jsonl"
+    # lines 1 and 3 share a request id: the second answers `replayed`, counted as one record
+    # of the summary, and the store counts the execution once; a line without a request id
+    # gets its own.
+    lines = [_line(0, "same"), _line(1), _line(0, "same"), _line(4, ""), _line(5, "")]
+    path.write_text("\n".join(lines) + "\n")
+    out = run("import", str(path))
+    assert "imported 5 records" in out
+    assert "1 replayed" in out
+    assert _executions(server) == 4
+
+
+def test_a_big_file_is_streamed_not_read_whole(
+    run: object, tmp_path: Path, server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Path.read_text / read_bytes are never called on the file: it is read line by line."""
+    assert callable(run)
+    path = tmp_path / "big.jsonl"
+    with path.open("w") as out:
+        for i in range(600):
+            out.write(_line(i) + "\n")
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> object:
+        if self == path:
+            raise AssertionError("the import read the whole file")
+        return original_text(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    original_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", refuse)
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    out = run("import", str(path))
+    assert "imported 600 records" in out
+    assert _executions(server) == 600

@@ -1,0 +1,373 @@
+"""The `pml` CLI for people and scripts: output that fits 80 columns and pipes, empty answers in
+words, `--json` on every client command, one-line errors with the documented exit codes,
+`--version`, help and defaults on every flag, and `keys list` / `keys revoke` with a running
+server picking the keys file up (when it changes, and on SIGHUP)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import json_format
+
+from pml_server import cli
+from pml_server.api.server import RunningServer
+from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.storage import Store
+from tests.conftest import StartServer
+
+READ = 'const d = await mcp.read_file({path: "FILE"}); return await mcp.parse_json(d)'
+PML = str(Path(sys.executable).parent / "pml")
+Run = Callable[..., tuple[str, str]]
+
+
+@pytest.fixture
+def run(
+    server: RunningServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Run:
+    """`pml ARGV` in process at COLUMNS (default 80); returns (stdout, stderr)."""
+    monkeypatch.setenv("PML_SERVER", f"127.0.0.1:{server.port}")
+
+    def _run(*argv: str, expect: int = 0, columns: int = 80) -> tuple[str, str]:
+        monkeypatch.setenv("COLUMNS", str(columns))
+        with pytest.raises(SystemExit) as done:
+            cli.main(list(argv))
+        out = capsys.readouterr()
+        assert done.value.code == expect, out.out + out.err
+        return out.out, out.err
+
+    return _run
+
+
+def _record_three(client: PmlClient) -> None:
+    for i, intent in enumerate(["Read JSON file", "Parse JSON from disk", "Load JSON data"]):
+        rec = make_record(
+            intent, READ.replace("FILE", f"{i}.json"), tools=["read_file", "parse_json"]
+        )
+        client.record(rec)
+
+
+def _widest(text: str) -> int:
+    return max(len(line) for line in text.splitlines())
+
+
+def test_suggest_at_80_columns_stacks_and_shows_every_part(run: Run, client: PmlClient) -> None:
+    _record_three(client)
+    out, _ = run("suggest", "Read JSON file")
+    assert _widest(out) <= 80, out
+    assert "…" not in out  # nothing squeezed into an ellipsis
+    assert "read_file > parse_json" in out
+    assert "100% of 3" in out
+    for part in ("match", "semantic", "lexical", "est.", "usage", "recency", "superseded"):
+        assert re.search(rf"{re.escape(part)} \d\.\d\d", out), part
+    assert re.search(r"total \d\.\d{3}", out)
+    # Wide enough, the same reply is one table with a header row.
+    wide, _ = run("suggest", "Read JSON file", columns=200)
+    header = next(line for line in wide.splitlines() if "semantic" in line)
+    assert all(c in header for c in ("capability", "pattern", "tools", "success", "total"))
+
+
+def test_suggest_in_a_pipe_fits_80_columns(server: RunningServer, client: PmlClient) -> None:
+    _record_three(client)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    done = subprocess.run(
+        [PML, "suggest", "Load JSON data", "--server", f"127.0.0.1:{server.port}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert _widest(done.stdout) <= 80, done.stdout
+    assert "read_file > parse_json" in done.stdout
+    assert "\x1b[" not in done.stdout  # no colour codes in a pipe
+
+
+def test_empty_answers_are_said_in_words(run: Run, client: PmlClient) -> None:
+    out, _ = run("suggest", "Read JSON file")
+    assert "no suggestions" in out
+    out, _ = run("suggest", "Read JSON file", "--explain")
+    assert "no suggestions" in out
+    assert "nothing filtered" in out
+    assert "no patterns" in run("list")[0]
+    assert "no failures" in run("failures")[0]
+    _record_three(client)
+    out, _ = run("suggest", "Read JSON file", "--explain")
+    assert "nothing filtered" in out
+    out, _ = run("suggest", "Read JSON file", "--explain", "--min-success", "1.0")
+    assert "Filtered out" in out
+
+
+def _client_commands() -> dict[str, argparse.ArgumentParser]:
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {n: p for n, p in sub.choices.items() if n not in ("serve", "keys", "mcp")}
+
+
+def test_every_client_command_has_json() -> None:
+    for name, parser in _client_commands().items():
+        assert any("--json" in a.option_strings for a in parser._actions), name
+
+
+def test_json_output_of_every_client_command(run: Run, tmp_path: Path) -> None:
+    rec = json.loads(
+        run(
+            "record", "--intent", "Read JSON file", "--code", READ, "--tool", "read_file", "--json"
+        )[0]
+    )
+    assert rec["outcome"] == "CAPTURE_OUTCOME_SAVED"
+    pattern = rec["pattern"]
+    lines = [
+        json_format.MessageToJson(
+            make_record(f"t{i}", f"await mcp.t_{i}(x)", tools=[f"t_{i}"]), indent=None
+        )
+        for i in range(3)
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    imported = json.loads(run("import", str(path), "--json")[0])
+    assert imported["records"] == 3
+    assert imported["outcomes"] == {"saved": 3}
+    suggested = json.loads(run("suggest", "Read JSON file", "--json")[0])
+    assert suggested["suggestions"][0]["pattern"]["name"] == pattern
+    assert set(suggested["suggestions"][0]["score"]) >= {"match", "total", "success_estimate"}
+    assert len(json.loads(run("list", "--json")[0])["patterns"]) == 4
+    assert len(json.loads(run("list", "--capabilities", "--json")[0])["capabilities"]) == 4
+    assert json.loads(run("show", pattern, "--json")[0])["name"] == pattern
+    assert json.loads(run("stats", "--json")[0])["executions"] == "4"  # proto JSON: int64 text
+    assert json.loads(run("failures", "--json")[0]) == {"failures": []}
+    assert json.loads(run("retention", "--json")[0])["dry_run"] is True
+    assert json.loads(run("delete", pattern, "--json")[0]) == {"deleted": pattern}
+    _, err = run("show", pattern, "--json", expect=1)
+    assert json.loads(err)["error"]["status"] == "NOT_FOUND"
+
+
+def _one_line(err: str) -> str:
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_input_errors_are_one_line_exit_2(run: Run, tmp_path: Path) -> None:
+    line = _one_line(run("import", str(tmp_path / "missing.jsonl"), expect=2)[1])
+    assert line.startswith("pml import: error: cannot read")
+    assert "missing.jsonl" in line
+    bad = tmp_path / "rec.json"
+    bad.write_text('{"intent": "x", "bogus": 1}')
+    line = _one_line(run("record", "--file", str(bad), expect=2)[1])
+    assert "bogus" in line
+    assert "not an ExecutionRecord" in line
+    line = _one_line(run("record", "--intent", "x", expect=2)[1])
+    assert "--code" in line
+
+
+def test_refused_rejected_and_unreachable_exit_codes(run: Run) -> None:
+    line = _one_line(run("record", "--intent", " ", "--code", "x", "--tool", "t", expect=1)[1])
+    assert "INVALID_ARGUMENT" in line
+    assert "record.intent" in line
+    out, _ = run(
+        "record",
+        "--intent",
+        "Mail",
+        "--code",
+        "await mcp.gmail_send({})",
+        "--failed-tool",
+        "gmail_send:not connected",
+        expect=4,
+    )
+    assert "rejected" in out
+    line = _one_line(run("stats", "--server", "127.0.0.1:1", expect=3)[1])
+    assert "no pml server answered at 127.0.0.1:1" in line
+
+
+def test_serve_on_a_data_dir_in_use_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    held = Store(data)
+    try:
+        with pytest.raises(SystemExit) as done:
+            cli.main(
+                [
+                    "serve",
+                    "--data-dir",
+                    str(data),
+                    "--embedder",
+                    "hashing",
+                    "--listen",
+                    "127.0.0.1:0",
+                ]
+            )
+    finally:
+        held.close()
+    assert done.value.code == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("pml serve: error:")
+    assert "in use by another pml process" in line
+
+
+def test_version_and_help_on_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert re.fullmatch(r"pml \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    parsers = dict(sub.choices)
+    keys_sub = next(
+        a for a in parsers["keys"]._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    parsers.update({f"keys {n}": p for n, p in keys_sub.choices.items()})
+    for name, p in parsers.items():
+        for action in p._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            assert action.help, f"pml {name} {action.option_strings or action.dest}: no help"
+    text = " ".join(parsers["serve"].format_help().split())
+    assert "(default: 127.0.0.1:50051)" in text
+    assert "(default: sync)" in text
+    assert "exit codes:" in text
+
+
+def _key_works(target: str, key: str) -> bool:
+    """True when the server takes `key`; False when it answers UNAUTHENTICATED."""
+    with PmlClient(target, api_key=key) as c:
+        try:
+            c.stats()
+        except PmlClientError as err:
+            if err.code != grpc.StatusCode.UNAUTHENTICATED:
+                raise
+            return False
+    return True
+
+
+def _eventually(check: Callable[[], bool], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _keys(*argv: str, capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["keys", *argv])
+    out = capsys.readouterr()
+    assert done.value.code == 0, out.err
+    return out.out
+
+
+def test_keys_list_revoke_and_the_server_follows_the_file(
+    start: StartServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "keys.json"
+    first = _keys(
+        "add", "--keys-file", str(path), "--tenant", "acme", "--label", "ci", capsys=capsys
+    )
+    first_key = first.split()[-1]
+    server = start(keys_file=path)
+    target = f"127.0.0.1:{server.port}"
+    assert _key_works(target, first_key)
+
+    second_key = _keys(
+        "add", "--keys-file", str(path), "--tenant", "globex", capsys=capsys
+    ).split()[-1]
+    assert _eventually(lambda: _key_works(target, second_key)), "a new key needed a restart"
+
+    listed = json.loads(_keys("list", "--keys-file", str(path), "--json", capsys=capsys))["keys"]
+    assert [(k["tenant"], k["role"], k["label"]) for k in listed] == [
+        ("acme", "write", "ci"),
+        ("globex", "write", ""),
+    ]
+    text = _keys("list", "--keys-file", str(path), capsys=capsys)
+    assert first_key not in text
+    assert second_key not in text
+    assert "acme" in text
+    assert "globex" in text
+
+    revoked = _keys("revoke", "--keys-file", str(path), listed[0]["id"], capsys=capsys)
+    assert "revoked" in revoked
+    assert _eventually(lambda: not _key_works(target, first_key)), "a revoked key still works"
+    assert _key_works(target, second_key)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["keys", "revoke", "--keys-file", str(path), listed[0]["id"]])
+    assert done.value.code == 2
+    assert "no key" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_serve_reloads_the_keys_file_on_sighup(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    add = [PML, "keys", "add", "--keys-file", str(path), "--tenant", "acme"]
+    subprocess.run(add, check=True, capture_output=True, timeout=60)
+    proc = subprocess.Popen(
+        [
+            PML,
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--embedder",
+            "hashing",
+            "--keys-file",
+            str(path),
+            "--grace-seconds",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        port = None
+        for line in proc.stdout:
+            found = re.search(r"\(port (\d+)\)", line)
+            if found:
+                port = found.group(1)
+                break
+        assert port is not None
+        key = subprocess.run(
+            add, check=True, capture_output=True, text=True, timeout=60
+        ).stdout.split()[-1]
+        proc.send_signal(signal.SIGHUP)
+        assert _eventually(lambda: _key_works(f"127.0.0.1:{port}", key), 30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert "keys file reloaded (SIGHUP)" in err
+
+
+def test_a_keys_file_that_fails_to_load_keeps_the_keys_in_force(
+    start: StartServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    path = tmp_path / "keys.json"
+    key = _keys("add", "--keys-file", str(path), "--tenant", "acme", capsys=capsys).split()[-1]
+    server = start(keys_file=path)
+    target = f"127.0.0.1:{server.port}"
+    caplog.set_level(logging.ERROR, logger="pml.keys")
+    path.write_text('{"keys": [{"sha256": "not-a-hash", "tenant": "acme", "role": "write"}]}')
+    assert _eventually(lambda: "keys file not reloaded (file changed)" in caplog.text)
+    assert _key_works(target, key)
+    assert server.keys_watcher is not None
+    assert not server.keys_watcher.reload("SIGHUP")
+    assert _key_works(target, key)
