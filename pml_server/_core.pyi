@@ -143,6 +143,7 @@ class LexicalIndex:
 NORMALIZER_VERSION: int
 """Version of the normalization rules; hashed into every `code_hash`."""
 NORMALIZE_MAX_INPUT_BYTES: int
+NORMALIZE_MAX_PARAMS: int
 """Largest `code` in UTF-8 bytes that `normalize`/`parse_only` accept (else InputTooLargeError)."""
 
 @final
@@ -179,6 +180,9 @@ class Normalized:
     def template(self) -> str:
         """The code with each parameter literal replaced by its placeholder name."""
     @property
+    def redacted_code(self) -> str:
+        """The code with secret literals and credential-shaped text redacted (what is stored)."""
+    @property
     def code_hash(self) -> str:
         """`"sha256:<64 hex>"` of the canonical form: the pattern's identity."""
     @property
@@ -206,3 +210,6 @@ def normalize(code: str, language: str) -> Normalized:
 def parse_only(code: str, language: str) -> bool:
     """Parse with the same parser as `normalize` and do nothing else (benchmark baseline; GIL
     released). True when the code parsed without syntax errors; False for other languages."""
+
+def redact_text(text: str) -> str:
+    """`text` with credential-shaped tokens replaced by `[REDACTED]` (GIL released)."""

@@ -101,6 +101,14 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         type=int,
         help="calls in progress per tenant (default: a quarter of --max-workers with a keys file)",
     )
+    add("--max-streams", type=int, help="streams open at once (default: half of --max-workers)")
+    add("--max-streams-per-connection", type=int, default=4, help="streams open per connection")
+    add(
+        "--stream-idle-seconds",
+        type=float,
+        default=60.0,
+        help="a stream silent this long with nothing in flight is closed",
+    )
     add("--tenant-rate", type=float, help="calls per second per tenant (token bucket)")
     add("--tenant-burst", type=int, help="token bucket size (default: the rate)")
     add(
@@ -364,6 +372,9 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         stream_window=args.stream_window,
         grace_seconds=args.grace_seconds,
         tenant_max_in_flight=args.tenant_max_in_flight,
+        max_streams=args.max_streams,
+        max_streams_per_connection=args.max_streams_per_connection,
+        stream_idle_seconds=args.stream_idle_seconds,
         tenant_rate=args.tenant_rate,
         tenant_burst=args.tenant_burst,
         retention_in_background=args.retention_in_background,

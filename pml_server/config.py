@@ -41,6 +41,11 @@ class ServerConfig:
     capture_workers: int = 8
     stream_window: int = 64  # unacknowledged executions per stream before reading pauses
     max_open_executions: int = 1024  # live executions buffered per stream
+    # Streams open at once (default: half of max_workers, leaving threads for unary calls), per
+    # connection, and how long a stream may stay silent with nothing in flight.
+    max_streams: int | None = None
+    max_streams_per_connection: int = 4
+    stream_idle_seconds: float = 60.0
     # Per-tenant quotas (multi-tenant mode): calls in progress (default: a quarter of the RPC
     # threads) and an optional token bucket (calls/s, burst).
     tenant_max_in_flight: int | None = None

@@ -477,6 +477,7 @@ struct PyNormalized {
     parse_ok: bool,
     fallback_reason: String,
     schema_json: String,
+    redacted_code: String,
 }
 
 #[pymethods]
@@ -516,6 +517,7 @@ impl From<normalize::Normalized> for PyNormalized {
             parse_ok: n.parse_ok,
             fallback_reason: n.fallback_reason,
             schema_json: n.schema_json,
+            redacted_code: n.redacted_code,
         }
     }
 }
@@ -543,6 +545,13 @@ fn normalize_code(
     result.map(PyNormalized::from).map_err(PyErr::from)
 }
 
+/// `text` with credential-shaped tokens replaced by `[REDACTED]` (GIL released).
+#[pyfunction]
+fn redact_text(py: Python<'_>, text: &Bound<'_, PyString>) -> PyResult<String> {
+    let borrowed = text.to_str()?;
+    Ok(py.detach(|| normalize::redact_text(borrowed).into_owned()))
+}
+
 /// Parse only, with the parser `normalize` uses (benchmark baseline; GIL released).
 #[pyfunction]
 fn parse_only(py: Python<'_>, code: &Bound<'_, PyString>, language: &str) -> PyResult<bool> {
@@ -568,5 +577,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyNormalized>()?;
     m.add_function(wrap_pyfunction!(normalize_code, m)?)?;
     m.add_function(wrap_pyfunction!(parse_only, m)?)?;
+    m.add_function(wrap_pyfunction!(redact_text, m)?)?;
+    m.add("NORMALIZE_MAX_PARAMS", normalize::MAX_PARAMS)?;
     Ok(())
 }

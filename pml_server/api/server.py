@@ -27,6 +27,7 @@ from pml_server.api.otlp import add_trace_ingest
 from pml_server.api.page_tokens import PageTokens, load_or_create_secret
 from pml_server.api.quotas import TenantQuotas
 from pml_server.api.servicer import PmlServicer, ServiceDeps
+from pml_server.api.streams import StreamSlots
 from pml_server.api.validate import Limits
 from pml_server.config import EngineConfig, ServerConfig
 from pml_server.domain import model
@@ -191,6 +192,11 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
             capture_pool=capture_pool,
             quotas=quotas,
             stream_window=config.stream_window,
+            streams=StreamSlots(
+                config.max_streams or max(1, config.max_workers // 2),
+                config.max_streams_per_connection,
+            ),
+            stream_idle_seconds=config.stream_idle_seconds,
             schema_version=int(getattr(engine, "schema_version", SCHEMA_VERSION)),
             on_capture=count_capture,
         )

@@ -766,8 +766,12 @@ type Pattern struct {
 	SupersededBy string `protobuf:"bytes,18,opt,name=superseded_by,json=supersededBy,proto3" json:"superseded_by,omitempty"`
 	// (Output only) How many captures saw the code's tools disagree with the recorded ones.
 	ToolMismatchCount int64 `protobuf:"varint,19,opt,name=tool_mismatch_count,json=toolMismatchCount,proto3" json:"tool_mismatch_count,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// (Output only) True when this copy was trimmed to fit a Suggest or list answer's byte
+	// budget: `original_code` and `template` cut short, fewer recent values and intents.
+	// GetPattern always returns the whole pattern.
+	Truncated     bool `protobuf:"varint,20,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Pattern) Reset() {
@@ -931,6 +935,13 @@ func (x *Pattern) GetToolMismatchCount() int64 {
 		return x.ToolMismatchCount
 	}
 	return 0
+}
+
+func (x *Pattern) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 // Capability groups patterns that use the same tools in the same order for similar intents.
@@ -1544,7 +1555,7 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tjson_type\x18\x02 \x01(\tR\bjsonType\x12\x16\n" +
 	"\x06secret\x18\x03 \x01(\bR\x06secret\x12,\n" +
-	"\x12recent_values_json\x18\x04 \x03(\tR\x10recentValuesJson\"\x80\x06\n" +
+	"\x12recent_values_json\x18\x04 \x03(\tR\x10recentValuesJson\"\x9e\x06\n" +
 	"\aPattern\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tcode_hash\x18\x02 \x01(\tR\bcodeHash\x12\x1a\n" +
@@ -1572,7 +1583,8 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\aintents\x18\x10 \x03(\v2\x0e.pml.v1.IntentR\aintents\x12.\n" +
 	"\x13flagged_for_removal\x18\x11 \x01(\bR\x11flaggedForRemoval\x12#\n" +
 	"\rsuperseded_by\x18\x12 \x01(\tR\fsupersededBy\x12.\n" +
-	"\x13tool_mismatch_count\x18\x13 \x01(\x03R\x11toolMismatchCount\"\xbc\x02\n" +
+	"\x13tool_mismatch_count\x18\x13 \x01(\x03R\x11toolMismatchCount\x12\x1c\n" +
+	"\ttruncated\x18\x14 \x01(\bR\ttruncated\"\xbc\x02\n" +
 	"\n" +
 	"Capability\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +

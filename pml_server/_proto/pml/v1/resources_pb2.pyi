@@ -402,6 +402,7 @@ class Pattern(_message.Message):
     FLAGGED_FOR_REMOVAL_FIELD_NUMBER: _builtins.int
     SUPERSEDED_BY_FIELD_NUMBER: _builtins.int
     TOOL_MISMATCH_COUNT_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """(Output only) Resource name, `patterns/{pattern}`."""
     code_hash: _builtins.str
@@ -430,6 +431,11 @@ class Pattern(_message.Message):
     """(Output only) Resource name of the pattern that beats this one, if any."""
     tool_mismatch_count: _builtins.int
     """(Output only) How many captures saw the code's tools disagree with the recorded ones."""
+    truncated: _builtins.bool
+    """(Output only) True when this copy was trimmed to fit a Suggest or list answer's byte
+    budget: `original_code` and `template` cut short, fewer recent values and intents.
+    GetPattern always returns the whole pattern.
+    """
     @_builtins.property
     def tools_used(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """(Output only) Tools in call order."""
@@ -472,10 +478,11 @@ class Pattern(_message.Message):
         flagged_for_removal: _builtins.bool = ...,
         superseded_by: _builtins.str = ...,
         tool_mismatch_count: _builtins.int = ...,
+        truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "last_used_time", b"last_used_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capability", b"capability", "code_hash", b"code_hash", "create_time", b"create_time", "failure_count", b"failure_count", "flagged_for_removal", b"flagged_for_removal", "intents", b"intents", "language", b"language", "last_used_time", b"last_used_time", "mean_duration_ms", b"mean_duration_ms", "name", b"name", "original_code", b"original_code", "parameter_schema_json", b"parameter_schema_json", "parameters", b"parameters", "success_count", b"success_count", "superseded_by", b"superseded_by", "template", b"template", "tool_mismatch_count", b"tool_mismatch_count", "tools_used", b"tools_used", "usage_count", b"usage_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capability", b"capability", "code_hash", b"code_hash", "create_time", b"create_time", "failure_count", b"failure_count", "flagged_for_removal", b"flagged_for_removal", "intents", b"intents", "language", b"language", "last_used_time", b"last_used_time", "mean_duration_ms", b"mean_duration_ms", "name", b"name", "original_code", b"original_code", "parameter_schema_json", b"parameter_schema_json", "parameters", b"parameters", "success_count", b"success_count", "superseded_by", b"superseded_by", "template", b"template", "tool_mismatch_count", b"tool_mismatch_count", "tools_used", b"tools_used", "truncated", b"truncated", "usage_count", b"usage_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
