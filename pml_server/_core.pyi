@@ -20,6 +20,7 @@ from pml_server.domain.errors import InputTooLargeError as InputTooLargeError
 __all__ = [
     "NORMALIZER_VERSION",
     "NORMALIZE_MAX_INPUT_BYTES",
+    "NORMALIZE_MAX_PARAMS",
     "CoreArgumentError",
     "CoreError",
     "CorruptDataError",
@@ -31,6 +32,7 @@ __all__ = [
     "__version__",
     "normalize",
     "parse_only",
+    "redact_text",
     "sha256_tagged",
 ]
 
