@@ -53,10 +53,11 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 bench: install $(BENCH_STAMP) ## run the benchmarks (chromadb, matplotlib extras) and write benches/results/
 	$(PY) -m benches $(BENCH_ARGS)
 
-lint: install ## ruff, mypy --strict, cargo fmt/clippy, buf lint, gofmt/go vet
+lint: install ## ruff, mypy --strict, the _core.pyi stub against the build, cargo fmt/clippy, buf lint, gofmt/go vet
 	$(VENV)/bin/ruff check pml_server tests benches tools
 	$(VENV)/bin/ruff format --check pml_server tests benches tools
 	$(VENV)/bin/mypy pml_server
+	$(PY) -m mypy.stubtest pml_server._core
 	cargo fmt --manifest-path $(CARGO_MANIFEST) --check
 	cargo clippy --quiet --manifest-path $(CARGO_MANIFEST) --all-targets --features python -- -D warnings
 	cd proto && ../$(VENV)/bin/buf lint

@@ -1,29 +1,50 @@
 """Hand-written stubs for the Rust extension `pml_server._core` (source: pml_core_rs/src/python.rs).
 
 Only plain scalars, strings, bytes and float32 arrays cross this boundary. Every call that does
-real work releases the GIL. Every error raised derives from `CoreError`.
+real work releases the GIL. Every error raised derives from `CoreError`: the core raises the
+classes of pml's error tree (`pml_server/domain/errors.py`), re-exported here, with the Rust
+error's fields as attributes (`CoreArgumentError.field`, `.reason`). `make lint` checks this
+file against the built extension (`mypy.stubtest`).
 """
+
+from typing import Self, final
 
 import numpy as np
 from numpy.typing import NDArray
 
+from pml_server.domain.errors import CoreArgumentError as CoreArgumentError
+from pml_server.domain.errors import CoreError as CoreError
+from pml_server.domain.errors import CorruptDataError as CorruptDataError
+from pml_server.domain.errors import InputTooLargeError as InputTooLargeError
+
+__all__ = [
+    "NORMALIZER_VERSION",
+    "NORMALIZE_MAX_INPUT_BYTES",
+    "NORMALIZE_MAX_PARAMS",
+    "CoreArgumentError",
+    "CoreError",
+    "CorruptDataError",
+    "HnswIndex",
+    "InputTooLargeError",
+    "LexicalIndex",
+    "Normalized",
+    "Param",
+    "RankParams",
+    "RankTable",
+    "__version__",
+    "normalize",
+    "parse_only",
+    "rank_query",
+    "redact_text",
+    "sha256_tagged",
+]
+
 __version__: str
-
-class CoreError(Exception):
-    """Base of every error raised by pml's Rust core."""
-
-class InvalidArgumentError(CoreError):
-    """An argument the core cannot use; the message names it."""
-
-class CorruptDataError(CoreError):
-    """Serialized bytes that are truncated, corrupted or of an unknown version."""
-
-class InputTooLargeError(CoreError):
-    """An input larger or deeper than the core accepts."""
 
 def sha256_tagged(data: bytes) -> str:
     """Return `"sha256:<64 lowercase hex>"` of `data` (GIL released)."""
 
+@final
 class HnswIndex:
     """Approximate nearest-neighbour index (HNSW) over cosine similarity, keyed by uint64 ids.
 
@@ -33,9 +54,9 @@ class HnswIndex:
     which also runs on its own once removed nodes reach a third of the graph.
     """
 
-    def __init__(
-        self, dim: int, *, m: int = 16, ef_construction: int = 200, ef_search: int = 64
-    ) -> None: ...
+    def __new__(
+        cls, dim: int, *, m: int = 16, ef_construction: int = 200, ef_search: int = 64
+    ) -> Self: ...
     @property
     def dim(self) -> int: ...
     @property
@@ -54,12 +75,12 @@ class HnswIndex:
     def add(self, ids: NDArray[np.uint64], vectors: NDArray[np.float32], threads: int = 1) -> None:
         """Add rows of `vectors` (n, dim) under `ids` (n,); re-adding an id replaces it. The whole
         batch is validated first: wrong shape, zero or non-finite rows raise
-        InvalidArgumentError naming the field and nothing is added. With `threads` > 1 the
+        CoreArgumentError naming the field and nothing is added. With `threads` > 1 the
         searches of a batch of new ids run on that many threads (1..=64; the GIL is released)."""
     def remove(self, ids: NDArray[np.uint64]) -> int:
         """Remove ids; returns how many were present."""
     def contains(self, id: int) -> bool: ...
-    def __contains__(self, id: int) -> bool: ...
+    def __contains__(self, id: int, /) -> bool: ...
     def search(
         self,
         query: NDArray[np.float32],
@@ -91,14 +112,15 @@ class HnswIndex:
 
 # --- lexical index (pml_core_rs/src/lexical) ---
 
+@final
 class LexicalIndex:
     """BM25 inverted index (Okapi, Lucene idf, live average document length) over term lists
     tokenized by the caller, keyed by non-empty str ids. Searches share a read lock and run in
     parallel; updates are exclusive; the GIL is released in every call that does work.
     `pml_server.ranking.LexicalIndex` wraps it with the tokenizer."""
 
-    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
-        """InvalidArgumentError naming `k1` (must be finite, >= 0) or `b` (0..1)."""
+    def __new__(cls, k1: float = 1.2, b: float = 0.75) -> Self:
+        """CoreArgumentError naming `k1` (must be finite, >= 0) or `b` (0..1)."""
     @property
     def k1(self) -> float: ...
     @property
@@ -119,36 +141,41 @@ class LexicalIndex:
         order), best first, equal scores by doc_id ascending. Terms too common to change the
         result are skipped; `exhaustive=True` scans them all (same result; a bench baseline)."""
     def __len__(self) -> int: ...
-    def __contains__(self, doc_id: object) -> bool: ...
+    def __contains__(self, doc_id: object, /) -> bool: ...
 
 # --- ranking (pml_core_rs/src/ranking, docs/ranking.md) ---
 
+@final
 class RankParams:
     """The formula's parameters (the RankingConfig fields of the same names); frozen."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         semantic_weight: float,
         lexical_weight: float,
         lexical_half_score: float,
         prior_successes: float,
         prior_failures: float,
+        expected_success_rate: float,
+        reliability_prior_strength: float,
         usage_weight: float,
         usage_saturation: float,
         recency_full_days: float,
         recency_half_life_days: float,
         recency_floor: float,
         superseded_penalty: float,
-    ) -> None:
-        """InvalidArgumentError naming `params` if one is not finite."""
+    ) -> Self:
+        """InvalidArgumentError naming `params` if one is not finite or expected_success_rate
+        is not in (0, 1]."""
 
+@final
 class RankTable:
     """One tenant's ranking table: per pattern its capability, tools, retention marks,
     counters and tags, and the intent ids standing for it in the vector index. Updates take a
     write lock; `rank_query` reads it without the GIL."""
 
-    def __init__(self) -> None: ...
+    def __new__(cls) -> Self: ...
     def set_pattern(
         self,
         pattern_id: str,
@@ -198,21 +225,29 @@ def rank_query(
     available_tools: list[str] | None,
     tags: list[str],
 ) -> list[
-    tuple[str, str, tuple[float, float, float, float, float, float, float, float], list[int]]
+    tuple[
+        str,
+        str,
+        tuple[float, float, float, float, float, float, float, float, float],
+        list[int],
+    ]
 ]:
     """One Suggest query, GIL released: `limit` nearest intents and `limit` best lexical
     documents, each retrieved pattern's best cosine over all its intents, the formula, the
     filters (flagged, available_tools, tags, min_match, min_success), grouping by capability
     and the top `k`, as (pattern id, capability id, (match, semantic, lexical, success
-    estimate, usage, recency, superseded penalty, total), intent ids), best first."""
+    estimate, usage, recency, superseded penalty, total, reliability), intent ids), best
+    first."""
 
 # --- code normalization (pml_core_rs/src/normalize, docs/normalization.md) ---
 
 NORMALIZER_VERSION: int
 """Version of the normalization rules; hashed into every `code_hash`."""
 NORMALIZE_MAX_INPUT_BYTES: int
+NORMALIZE_MAX_PARAMS: int
 """Largest `code` in UTF-8 bytes that `normalize`/`parse_only` accept (else InputTooLargeError)."""
 
+@final
 class Param:
     """One placeholder of a template (frozen)."""
 
@@ -235,6 +270,7 @@ class Param:
     def secret(self) -> bool:
         """The value looks like a credential: store it only as `[REDACTED]`."""
 
+@final
 class Normalized:
     """Result of `normalize` (frozen)."""
 
@@ -244,6 +280,9 @@ class Normalized:
     @property
     def template(self) -> str:
         """The code with each parameter literal replaced by its placeholder name."""
+    @property
+    def redacted_code(self) -> str:
+        """The code with secret literals and credential-shaped text redacted (what is stored)."""
     @property
     def code_hash(self) -> str:
         """`"sha256:<64 hex>"` of the canonical form: the pattern's identity."""
@@ -267,8 +306,11 @@ def normalize(code: str, language: str) -> Normalized:
     """Normalize agent code (GIL released). Aliases: js/javascript/mjs/cjs/jsx,
     ts/typescript/mts/cts/tsx, py/python. Other languages and unparsable or too deeply nested
     code use the deterministic token-level fallback. Raises InputTooLargeError over
-    NORMALIZE_MAX_INPUT_BYTES and InvalidArgumentError for a str with lone surrogates."""
+    NORMALIZE_MAX_INPUT_BYTES and CoreArgumentError for a str with lone surrogates."""
 
 def parse_only(code: str, language: str) -> bool:
     """Parse with the same parser as `normalize` and do nothing else (benchmark baseline; GIL
     released). True when the code parsed without syntax errors; False for other languages."""
+
+def redact_text(text: str) -> str:
+    """`text` with credential-shaped tokens replaced by `[REDACTED]` (GIL released)."""

@@ -101,6 +101,14 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         type=int,
         help="calls in progress per tenant (default: a quarter of --max-workers with a keys file)",
     )
+    add("--max-streams", type=int, help="streams open at once (default: half of --max-workers)")
+    add("--max-streams-per-connection", type=int, default=4, help="streams open per connection")
+    add(
+        "--stream-idle-seconds",
+        type=float,
+        default=60.0,
+        help="a stream silent this long with nothing in flight is closed",
+    )
     add("--tenant-rate", type=float, help="calls per second per tenant (token bucket)")
     add("--tenant-burst", type=int, help="token bucket size (default: the rate)")
     add(
@@ -108,6 +116,20 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         type=float,
         default=d.grace_seconds,
         help="how long SIGTERM waits for in-flight calls",
+    )
+    add(
+        "--retention",
+        dest="retention_in_background",
+        action=argparse.BooleanOptionalAction,
+        default=d.retention_in_background,
+        help="apply the retention policy (flag, deprioritize; delete only if configured) to "
+        "every tenant on a schedule",
+    )
+    add(
+        "--retention-interval-seconds",
+        type=float,
+        default=d.retention_interval_seconds,
+        help="how often the retention policy runs, in seconds",
     )
     add("--log-format", choices=["json", "text"], default="json", help="log line format")
     add("--log-level", default="info", help="debug, info, warning or error")
@@ -350,8 +372,13 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         stream_window=args.stream_window,
         grace_seconds=args.grace_seconds,
         tenant_max_in_flight=args.tenant_max_in_flight,
+        max_streams=args.max_streams,
+        max_streams_per_connection=args.max_streams_per_connection,
+        stream_idle_seconds=args.stream_idle_seconds,
         tenant_rate=args.tenant_rate,
         tenant_burst=args.tenant_burst,
+        retention_in_background=args.retention_in_background,
+        retention_interval_seconds=args.retention_interval_seconds,
     )
 
 

@@ -93,11 +93,16 @@ def capture(console: Console, result: resources_pb2.CaptureResult) -> None:
         console.print(f"  [red]tool failed[/] {f.tool}: {f.error}")
 
 
-_SCORE_COLUMNS = ("match", "semantic", "lexical", "est.", "usage", "recency", "superseded")
+_SCORE_COLUMNS = (
+    "match", "semantic", "lexical", "est.", "reliab.", "usage", "recency", "superseded",
+)  # fmt: skip
 
 
 def _score_values(sc: resources_pb2.ScoreParts) -> list[str]:
-    parts = (sc.match, sc.semantic, sc.lexical, sc.success_estimate, sc.usage, sc.recency)
+    parts = (
+        sc.match, sc.semantic, sc.lexical, sc.success_estimate, sc.reliability, sc.usage,
+        sc.recency,
+    )  # fmt: skip
     return [f"{v:.2f}" for v in (*parts, sc.superseded_penalty)]
 
 

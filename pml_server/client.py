@@ -11,6 +11,8 @@ from its `google.rpc.RetryInfo`.
 
 from __future__ import annotations
 
+import random
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +28,18 @@ from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 R = TypeVar("R")
 ExecutionRecord = resources_pb2.ExecutionRecord
 CaptureResult = resources_pb2.CaptureResult
+
+
+RETRY_BASE_SECONDS = 0.1
+RETRY_MAX_SECONDS = 5.0
+
+
+def backoff_seconds(attempt: int, server_delay: float | None = None) -> float:
+    """How long to wait before retry `attempt` (0 first): 0.1 s doubling up to 5 s, with full
+    jitter on its upper half, and at least the delay the server asked for in RetryInfo."""
+    ceiling = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2**attempt)
+    wait = ceiling / 2 + random.uniform(0, ceiling / 2)
+    return float(max(wait, server_delay or 0.0))
 
 
 class PmlClientError(Exception):
@@ -269,7 +283,7 @@ class PmlClient:
         self,
         records: Iterable[ExecutionRecord],
         *,
-        max_reconnects: int = 5,
+        max_reconnects: int = 8,
         on_ack: Callable[[pml_pb2.StreamTracesResponse], None] | None = None,
     ) -> UploadReport:
         """Upload whole records over StreamTraces. If the stream breaks, reconnect and resend
@@ -339,7 +353,12 @@ class PmlClient:
                     grpc.StatusCode.UNAVAILABLE,
                     grpc.StatusCode.CANCELLED,
                     grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
                 )
+                failure = PmlClientError.from_rpc_error(err)
                 if not retryable or report.reconnects >= max_reconnects:
-                    raise PmlClientError.from_rpc_error(err) from None
+                    raise failure from None
+                # Exponential backoff with jitter, never shorter than the server's RetryInfo: a
+                # server restarting within a second must not see every attempt fail at once.
+                time.sleep(backoff_seconds(report.reconnects, failure.retry_delay_seconds))
                 report.reconnects += 1

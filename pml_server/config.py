@@ -41,6 +41,11 @@ class ServerConfig:
     capture_workers: int = 8
     stream_window: int = 64  # unacknowledged executions per stream before reading pauses
     max_open_executions: int = 1024  # live executions buffered per stream
+    # Streams open at once (default: half of max_workers, leaving threads for unary calls), per
+    # connection, and how long a stream may stay silent with nothing in flight.
+    max_streams: int | None = None
+    max_streams_per_connection: int = 4
+    stream_idle_seconds: float = 60.0
     # Per-tenant quotas (multi-tenant mode): calls in progress (default: a quarter of the RPC
     # threads) and an optional token bucket (calls/s, burst).
     tenant_max_in_flight: int | None = None
@@ -50,6 +55,9 @@ class ServerConfig:
     keepalive_timeout_ms: int = 20_000
     page_token_secret_file: Path | None = None  # default: <data_dir>/page-token.key
     log_json: bool = True
+    # The retention policy, applied by the served engine on its own (see EngineConfig).
+    retention_in_background: bool = True
+    retention_interval_seconds: float = RetentionConfig().interval_seconds
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,9 @@ class EngineConfig:
     failure_log_size: int = 10_000  # failure log entries kept per tenant
     recent_values_per_param: int = 5
     embedding_cache_size: int = 10_000
-    retention_in_background: bool = False  # run retention every retention.interval_seconds
+    # Apply the retention table to every tenant each retention.interval_seconds: flags and
+    # deprioritizes (the ranking reads the marks); deletes only with retention.auto_remove.
+    retention_in_background: bool = True
     # Vector index snapshots while running (0: only at open and close); a crash then replays
     # at most this much of the op log instead of rebuilding the HNSW graph.
     snapshot_interval_seconds: float = 300.0

@@ -2,10 +2,12 @@
 
 import hashlib
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pml_server import _core
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError, PmlError
 
 
 def test_sha256_known_vector() -> None:
@@ -20,5 +22,22 @@ def test_sha256_matches_hashlib(data: bytes) -> None:
 
 
 def test_exception_tree() -> None:
-    for exc in (_core.InvalidArgumentError, _core.CorruptDataError, _core.InputTooLargeError):
+    for exc in (_core.CoreArgumentError, _core.CorruptDataError, _core.InputTooLargeError):
         assert issubclass(exc, _core.CoreError)
+
+
+def test_core_errors_are_domain_errors_with_their_field() -> None:
+    assert issubclass(_core.CoreError, PmlError)
+    assert issubclass(_core.CoreArgumentError, InvalidArgumentError)
+    assert issubclass(_core.InputTooLargeError, InvalidArgumentError)
+    with pytest.raises(_core.CoreArgumentError) as bad:
+        _core.HnswIndex(-1)
+    assert bad.value.field == "dim"
+    assert bad.value.violations == [FieldViolation("dim", bad.value.reason)]
+    with pytest.raises(_core.InputTooLargeError) as large:
+        _core.normalize("a" * (_core.NORMALIZE_MAX_INPUT_BYTES + 1), "javascript")
+    assert large.value.field == "code"
+    assert [v.field for v in large.value.violations] == ["code"]
+    with pytest.raises(_core.CorruptDataError) as corrupt:
+        _core.HnswIndex.from_bytes(b"not an index")
+    assert "corrupt data" in str(corrupt.value)

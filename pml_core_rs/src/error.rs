@@ -1,5 +1,6 @@
-//! The one error type of the core. `python.rs` maps each variant to the Python exception
-//! tree in a single place.
+//! The one error type of the core. `python.rs` converts it to Python in a single place
+//! (`impl From<CoreError> for PyErr`): each variant becomes one class of pml's Python error
+//! tree (`pml_server/domain/errors.py`), its fields passed as the exception's attributes.
 
 use thiserror::Error;
 
@@ -12,8 +13,8 @@ pub enum CoreError {
     #[error("corrupt data: {0}")]
     Corrupt(String),
     /// An input larger or deeper than the core accepts.
-    #[error("input too large: {0}")]
-    TooLarge(String),
+    #[error("input too large: `{field}` {reason}")]
+    TooLarge { field: String, reason: String },
 }
 
 pub type CoreResult<T> = Result<T, CoreError>;

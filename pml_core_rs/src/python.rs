@@ -2,8 +2,7 @@
 //! around every heavy call, and the single mapping from `CoreError` to Python exceptions.
 //! The Python-visible API is documented by hand in `pml_server/_core.pyi`.
 
-use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::import_exception;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pyo3::types::PyString;
@@ -20,38 +19,25 @@ use crate::index;
 use crate::lexical;
 use crate::ranking;
 
-create_exception!(
-    _core,
-    CoreError,
-    PyException,
-    "Base of every error raised by pml's Rust core."
-);
-create_exception!(
-    _core,
-    InvalidArgumentError,
-    CoreError,
-    "An argument the core cannot use; the message names it."
-);
-create_exception!(
-    _core,
-    CorruptDataError,
-    CoreError,
-    "Serialized bytes that are truncated, corrupted or of an unknown version."
-);
-create_exception!(
-    _core,
-    InputTooLargeError,
-    CoreError,
-    "An input larger or deeper than the core accepts."
-);
+// The core's exceptions are pml's Python error tree (`pml_server/domain/errors.py`): a core
+// argument error IS a `pml_server.domain.errors.InvalidArgumentError` with `field` and
+// `reason` attributes, so the API maps it to INVALID_ARGUMENT naming the field, and nothing
+// reads a message to recover it. `_core` exposes the same classes under the same names.
+import_exception!(pml_server.domain.errors, CoreError);
+import_exception!(pml_server.domain.errors, CoreArgumentError);
+import_exception!(pml_server.domain.errors, CorruptDataError);
+import_exception!(pml_server.domain.errors, InputTooLargeError);
 
-/// The one conversion from the core's error type to Python exceptions.
-fn to_py_err(err: crate::error::CoreError) -> PyErr {
-    let message = err.to_string();
-    match err {
-        crate::error::CoreError::InvalidArgument { .. } => InvalidArgumentError::new_err(message),
-        crate::error::CoreError::Corrupt(_) => CorruptDataError::new_err(message),
-        crate::error::CoreError::TooLarge(_) => InputTooLargeError::new_err(message),
+/// The one conversion from the core's error type to Python exceptions (as pyca/cryptography
+/// does): each variant's fields become the exception's constructor arguments (attributes).
+impl From<crate::error::CoreError> for PyErr {
+    fn from(err: crate::error::CoreError) -> PyErr {
+        use crate::error::CoreError as E;
+        match err {
+            E::InvalidArgument { field, reason } => CoreArgumentError::new_err((field, reason)),
+            E::Corrupt(reason) => CorruptDataError::new_err((reason,)),
+            E::TooLarge { field, reason } => InputTooLargeError::new_err((field, reason)),
+        }
     }
 }
 
@@ -62,15 +48,16 @@ fn sha256_tagged(py: Python<'_>, data: &Bound<'_, PyBytes>) -> String {
     py.detach(|| hashing::sha256_tagged(bytes))
 }
 
-/// `InvalidArgumentError` for a Python-side argument problem (shape, dtype, sign).
+/// `CoreArgumentError` for a Python-side argument problem (shape, dtype, sign).
 fn invalid_arg(field: &str, reason: impl std::fmt::Display) -> PyErr {
-    to_py_err(crate::error::CoreError::InvalidArgument {
+    crate::error::CoreError::InvalidArgument {
         field: field.to_string(),
         reason: reason.to_string(),
-    })
+    }
+    .into()
 }
 
-/// A non-negative integer argument, or `InvalidArgumentError` naming it.
+/// A non-negative integer argument, or `CoreArgumentError` naming it.
 fn count_arg(field: &str, value: i64) -> PyResult<usize> {
     usize::try_from(value).map_err(|_| invalid_arg(field, format!("must be >= 0, got {value}")))
 }
@@ -140,7 +127,7 @@ impl PyHnswIndex {
             ef_construction: count_arg("ef_construction", ef_construction)?,
             ef_search: count_arg("ef_search", ef_search)?,
         };
-        let inner = index::HnswIndex::new(count_arg("dim", dim)?, params).map_err(to_py_err)?;
+        let inner = index::HnswIndex::new(count_arg("dim", dim)?, params).map_err(PyErr::from)?;
         Ok(PyHnswIndex {
             inner: RwLock::new(inner),
         })
@@ -165,7 +152,7 @@ impl PyHnswIndex {
     fn set_ef_construction(&self, py: Python<'_>, value: i64) -> PyResult<()> {
         let value = count_arg("ef_construction", value)?;
         py.detach(|| self.write().set_ef_construction(value))
-            .map_err(to_py_err)
+            .map_err(PyErr::from)
     }
 
     #[getter]
@@ -177,7 +164,7 @@ impl PyHnswIndex {
     fn set_ef_search(&self, py: Python<'_>, value: i64) -> PyResult<()> {
         let value = count_arg("ef_search", value)?;
         py.detach(|| self.write().set_ef_search(value))
-            .map_err(to_py_err)
+            .map_err(PyErr::from)
     }
 
     /// Name of the distance kernel picked for this CPU ("avx2+fma" or "scalar").
@@ -226,9 +213,9 @@ impl PyHnswIndex {
                 self.write()
                     .add_normalized_parallel(id_chunk, row_chunk, threads)?;
             }
-            Ok(())
+            Ok::<(), crate::error::CoreError>(())
         })
-        .map_err(to_py_err)
+        .map_err(PyErr::from)
     }
 
     fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<usize> {
@@ -259,7 +246,7 @@ impl PyHnswIndex {
         let allow = allow.map(|a| u64_vector("allow", a)).transpose()?;
         let hits = py
             .detach(|| self.read().search(&query, k, ef, allow.as_deref()))
-            .map_err(to_py_err)?;
+            .map_err(PyErr::from)?;
         Ok(hits_to_arrays(py, hits))
     }
 
@@ -290,7 +277,7 @@ impl PyHnswIndex {
                 self.read()
                     .search_batch(&values, k, ef, allow.as_deref(), threads)
             })
-            .map_err(to_py_err)?;
+            .map_err(PyErr::from)?;
         let items: Vec<SearchResult<'py>> = results
             .into_iter()
             .map(|hits| hits_to_arrays(py, hits))
@@ -320,7 +307,7 @@ impl PyHnswIndex {
     fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<Self> {
         let inner = py
             .detach(|| index::HnswIndex::from_bytes(data))
-            .map_err(to_py_err)?;
+            .map_err(PyErr::from)?;
         Ok(PyHnswIndex {
             inner: RwLock::new(inner),
         })
@@ -357,7 +344,7 @@ impl PyLexicalIndex {
     }
 }
 
-/// A list of str, or `InvalidArgumentError` naming the field.
+/// A list of str, or `CoreArgumentError` naming the field.
 fn str_list(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     obj.extract()
         .map_err(|e| invalid_arg(field, format!("expected a list of str ({e})")))
@@ -368,7 +355,7 @@ impl PyLexicalIndex {
     #[new]
     #[pyo3(signature = (k1 = 1.2, b = 0.75))]
     fn new(k1: f64, b: f64) -> PyResult<Self> {
-        let inner = lexical::LexicalIndex::new(k1, b).map_err(to_py_err)?;
+        let inner = lexical::LexicalIndex::new(k1, b).map_err(PyErr::from)?;
         Ok(PyLexicalIndex {
             inner: RwLock::new(inner),
         })
@@ -387,13 +374,13 @@ impl PyLexicalIndex {
     fn add(&self, py: Python<'_>, doc_id: &str, terms: &Bound<'_, PyAny>) -> PyResult<()> {
         let terms = str_list("terms", terms)?;
         py.detach(|| self.write().add(doc_id, &terms))
-            .map_err(to_py_err)
+            .map_err(PyErr::from)
     }
 
     fn add_terms(&self, py: Python<'_>, doc_id: &str, terms: &Bound<'_, PyAny>) -> PyResult<()> {
         let terms = str_list("terms", terms)?;
         py.detach(|| self.write().add_terms(doc_id, &terms))
-            .map_err(to_py_err)
+            .map_err(PyErr::from)
     }
 
     fn remove_terms(&self, py: Python<'_>, doc_id: &str, terms: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -459,7 +446,8 @@ impl PyRankParams {
     #[new]
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (*, semantic_weight, lexical_weight, lexical_half_score, prior_successes,
-        prior_failures, usage_weight, usage_saturation, recency_full_days,
+        prior_failures, expected_success_rate, reliability_prior_strength, usage_weight,
+        usage_saturation, recency_full_days,
         recency_half_life_days, recency_floor, superseded_penalty))]
     fn new(
         semantic_weight: f64,
@@ -467,6 +455,8 @@ impl PyRankParams {
         lexical_half_score: f64,
         prior_successes: f64,
         prior_failures: f64,
+        expected_success_rate: f64,
+        reliability_prior_strength: f64,
         usage_weight: f64,
         usage_saturation: f64,
         recency_full_days: f64,
@@ -480,6 +470,8 @@ impl PyRankParams {
             lexical_half_score,
             prior_successes,
             prior_failures,
+            expected_success_rate,
+            reliability_prior_strength,
             usage_weight,
             usage_saturation,
             recency_full_days,
@@ -493,6 +485,8 @@ impl PyRankParams {
             lexical_half_score,
             prior_successes,
             prior_failures,
+            expected_success_rate,
+            reliability_prior_strength,
             usage_weight,
             usage_saturation,
             recency_full_days,
@@ -502,6 +496,12 @@ impl PyRankParams {
         ];
         if values.iter().any(|v| !v.is_finite()) {
             return Err(invalid_arg("params", "every parameter must be finite"));
+        }
+        if !(expected_success_rate > 0.0 && expected_success_rate <= 1.0) {
+            return Err(invalid_arg(
+                "params",
+                "expected_success_rate must be in (0, 1]",
+            ));
         }
         Ok(PyRankParams { inner })
     }
@@ -596,13 +596,13 @@ impl PyRankTable {
 type RankedTuple = (
     String,
     String,
-    (f64, f64, f64, f64, f64, f64, f64, f64),
+    (f64, f64, f64, f64, f64, f64, f64, f64, f64),
     Vec<u64>,
 );
 
 /// One Suggest query ranked in the core (`ranking::query`), the GIL released throughout:
 /// the top `k` as (pattern id, capability id, (match, semantic, lexical, success, usage,
-/// recency, superseded penalty, total), intent ids).
+/// recency, superseded penalty, total, reliability), intent ids).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 #[pyo3(signature = (table, ann, lexical, query, terms, limit, k, params, now_ms, *, min_match,
@@ -655,13 +655,21 @@ fn rank_query(
                 now_ms,
             )
         })
-        .map_err(to_py_err)?;
+        .map_err(PyErr::from)?;
     Ok(ranked
         .into_iter()
         .map(|r| {
             let p = r.parts;
             let parts = (
-                p.matched, p.semantic, p.lexical, p.success, p.usage, p.recency, p.penalty, p.total,
+                p.matched,
+                p.semantic,
+                p.lexical,
+                p.success,
+                p.usage,
+                p.recency,
+                p.penalty,
+                p.total,
+                p.reliability,
             );
             (r.pattern_id, r.capability_id, parts, r.intent_ids)
         })
@@ -711,6 +719,7 @@ struct PyNormalized {
     parse_ok: bool,
     fallback_reason: String,
     schema_json: String,
+    redacted_code: String,
 }
 
 #[pymethods]
@@ -750,6 +759,7 @@ impl From<normalize::Normalized> for PyNormalized {
             parse_ok: n.parse_ok,
             fallback_reason: n.fallback_reason,
             schema_json: n.schema_json,
+            redacted_code: n.redacted_code,
         }
     }
 }
@@ -757,8 +767,9 @@ impl From<normalize::Normalized> for PyNormalized {
 /// The UTF-8 view of `code`; a lone surrogate cannot be parsed, so it is a named error.
 fn code_as_str<'a>(code: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
     code.to_str().map_err(|_| {
-        InvalidArgumentError::new_err(
-            "invalid argument `code`: not encodable as UTF-8 (it contains a lone surrogate)",
+        invalid_arg(
+            "code",
+            "not encodable as UTF-8 (it contains a lone surrogate)",
         )
     })
 }
@@ -773,7 +784,14 @@ fn normalize_code(
 ) -> PyResult<PyNormalized> {
     let code = code_as_str(code)?;
     let result = py.detach(|| normalize::normalize(code, language));
-    result.map(PyNormalized::from).map_err(to_py_err)
+    result.map(PyNormalized::from).map_err(PyErr::from)
+}
+
+/// `text` with credential-shaped tokens replaced by `[REDACTED]` (GIL released).
+#[pyfunction]
+fn redact_text(py: Python<'_>, text: &Bound<'_, PyString>) -> PyResult<String> {
+    let borrowed = text.to_str()?;
+    Ok(py.detach(|| normalize::redact_text(borrowed).into_owned()))
 }
 
 /// Parse only, with the parser `normalize` uses (benchmark baseline; GIL released).
@@ -781,7 +799,7 @@ fn normalize_code(
 fn parse_only(py: Python<'_>, code: &Bound<'_, PyString>, language: &str) -> PyResult<bool> {
     let code = code_as_str(code)?;
     py.detach(|| normalize::parse_only(code, language))
-        .map_err(to_py_err)
+        .map_err(PyErr::from)
 }
 
 #[pymodule]
@@ -789,10 +807,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("CoreError", py.get_type::<CoreError>())?;
-    m.add(
-        "InvalidArgumentError",
-        py.get_type::<InvalidArgumentError>(),
-    )?;
+    m.add("CoreArgumentError", py.get_type::<CoreArgumentError>())?;
     m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;
     m.add("InputTooLargeError", py.get_type::<InputTooLargeError>())?;
     m.add_function(wrap_pyfunction!(sha256_tagged, m)?)?;
@@ -807,5 +822,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyNormalized>()?;
     m.add_function(wrap_pyfunction!(normalize_code, m)?)?;
     m.add_function(wrap_pyfunction!(parse_only, m)?)?;
+    m.add_function(wrap_pyfunction!(redact_text, m)?)?;
+    m.add("NORMALIZE_MAX_PARAMS", normalize::MAX_PARAMS)?;
     Ok(())
 }

@@ -141,7 +141,7 @@ fn deep_nesting_falls_back_without_overflowing_the_stack() {
 fn oversize_input_is_an_error_not_a_panic() {
     let code = "x".repeat(MAX_INPUT_BYTES + 1);
     match normalize(&code, "javascript") {
-        Err(CoreError::TooLarge(_)) => {}
+        Err(CoreError::TooLarge { .. }) => {}
         other => panic!("expected TooLarge, got {other:?}"),
     }
 }

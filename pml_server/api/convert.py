@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from google.protobuf import timestamp_pb2
 
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
-from pml_server.api import validate
+from pml_server.api import budget, validate
 from pml_server.api.validate import Limits, Violations
 from pml_server.domain import model
 
@@ -248,14 +248,47 @@ def _fill_score(out: resources_pb2.ScoreParts, parts: model.ScoreParts) -> None:
     out.recency = parts.recency
     out.superseded_penalty = parts.superseded_penalty
     out.total = parts.total
+    out.reliability = parts.reliability
+
+
+def listed_pattern(view: model.PatternView) -> resources_pb2.Pattern:
+    """A pattern as a Suggest or list answer carries it: trimmed past its byte budget."""
+    out = pattern(view)
+    budget.trim_pattern(out)
+    return out
+
+
+def pattern_page(
+    views: Sequence[model.PatternView], next_cursor: str
+) -> tuple[list[resources_pb2.Pattern], str]:
+    """The patterns of a listing page that fit its byte budget, and the cursor after the
+    last one kept (the engine's `next_cursor` when all fit)."""
+    kept: list[resources_pb2.Pattern] = []
+    used = 0
+    for view in views:
+        out = listed_pattern(view)
+        size = out.ByteSize()
+        if not budget.fits(used, size, len(kept)):
+            return kept, views[len(kept) - 1].id
+        kept.append(out)
+        used += size
+    return kept, next_cursor
 
 
 def suggest_response(result: model.SuggestResult) -> pml_pb2.SuggestResponse:
+    """Best first, as many as fit the answer's byte budget (the rest are the worst ranked)."""
     reply = pml_pb2.SuggestResponse()
+    used = 0
     for s in result.suggestions:
-        item = reply.suggestions.add(capability=name(CAPABILITIES, s.capability_id))
+        item = resources_pb2.Suggestion(capability=name(CAPABILITIES, s.capability_id))
         fill_pattern(item.pattern, s.pattern)
+        budget.trim_pattern(item.pattern)
         _fill_score(item.score, s.score)
+        size = item.ByteSize()
+        if not budget.fits(used, size, len(reply.suggestions)):
+            break
+        used += size
+        reply.suggestions.append(item)
     for f in result.filtered:
         filtered = reply.filtered.add(
             capability=name(CAPABILITIES, f.capability_id),

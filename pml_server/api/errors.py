@@ -18,7 +18,6 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from pml_server import _core
 from pml_server.domain import errors as domain
 
 log = logging.getLogger(__name__)
@@ -33,10 +32,10 @@ _CODES: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (domain.UnavailableError, grpc.StatusCode.UNAVAILABLE),
     (domain.UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
     (domain.PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
-    # The Rust core's input errors reach us only if the engine let one through unwrapped.
-    (_core.InputTooLargeError, grpc.StatusCode.INVALID_ARGUMENT),
-    (_core.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
 )
+# The Rust core raises classes of the same tree (its argument and size errors are
+# InvalidArgumentErrors naming their field; corrupt data is a server fault: INTERNAL), and the
+# store's StoreClosedError is an UnavailableError: every status is decided here, once.
 
 UNAVAILABLE_RETRY_SECONDS = 1.0
 PUSHBACK_TRAILER = "grpc-retry-pushback-ms"

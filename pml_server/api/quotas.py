@@ -8,6 +8,15 @@ Two limits, both answered RESOURCE_EXHAUSTED (never queued for an RPC thread) wi
   server being one process with one GIL, takes most of the CPU from a neighbour that calls one
   call at a time (measured: neighbour p50 x24 without the wait; `tests/reliability`).
 - rate (optional): a token bucket of calls per second with a burst.
+- cost: the CPU time a tenant's calls take (each call's thread time, measured around it). A
+  tenant's CPU debt drains at `CPU_SHARE` seconds per second; while it is over
+  `CPU_BURST_SECONDS` and a neighbour is active, its concurrent calls are refused (a call while
+  another of its calls is in progress). A tenant calling one call at a time holds one thread at
+  most and is refused only past `SERIAL_DEBT_SECONDS`: a busy neighbour calling cheap calls back
+  to back is never refused for them. Charging only expensive calls does not work: in a test run,
+  four threads of calls under 20 ms of CPU each took a neighbour's p50 20x through the GIL.
+  Counting calls alone cannot isolate a tenant whose every call costs seconds (a few Suggests
+  over giant patterns took a neighbour's p50 44x).
 
 `hold` is the authoritative check, under a lock. `refusal` is a lock-free peek for the
 interceptor's early refusal (see `admission`): a tenant already over quota is turned away before
@@ -30,6 +39,12 @@ CONCURRENCY_RETRY_SECONDS = 0.1
 # Another tenant whose call ended this recently (or is in progress) is "active": a tenant that
 # reaches its concurrency limit while another is active must then wait out the retry delay.
 ACTIVE_SECONDS = 1.0
+# CPU seconds per second a tenant may use while a neighbour is active (the server is one process
+# with one GIL: about one core in all), and the debt it may run up before it must wait.
+CPU_SHARE = 0.5
+CPU_BURST_SECONDS = 0.25
+COST_RETRY_SECONDS = 0.5
+SERIAL_DEBT_SECONDS = 2.0
 
 
 @dataclass
@@ -57,6 +72,7 @@ class TenantQuotas:
         self._lock = threading.Lock()
         self._in_flight: dict[str, int] = {}
         self._buckets: dict[str, _Bucket] = {}
+        self._cpu_debt: dict[str, _Bucket] = {}  # CPU seconds owed, as of `updated`
         # Tenants that hit their concurrency limit while a neighbour was active: refused until
         # then, whatever their calls in progress (they were told to wait that long).
         self._waiting_until: dict[str, float] = {}
@@ -73,6 +89,11 @@ class TenantQuotas:
             f"call rate over this tenant's quota ({rate_per_second or 0:g}/s); "
             "retry after the delay in RetryInfo",
             retry_after_seconds=1.0 / rate_per_second if rate_per_second else None,
+        )
+        self.over_cost = ResourceExhaustedError(
+            "this tenant's calls used more than its share of the server's CPU time; "
+            "retry after the delay in RetryInfo",
+            retry_after_seconds=COST_RETRY_SECONDS,
         )
 
     def _refill(self, tenant: str, now: float) -> _Bucket:
@@ -102,12 +123,30 @@ class TenantQuotas:
             self._waiting_until[tenant] = now + CONCURRENCY_RETRY_SECONDS
         return True
 
+    def _debt(self, tenant: str, now: float) -> float:
+        debt = self._cpu_debt.get(tenant)
+        return 0.0 if debt is None else max(0.0, debt.tokens - (now - debt.updated) * CPU_SHARE)
+
+    def _over_cost(self, tenant: str, now: float) -> bool:
+        debt = self._debt(tenant, now)
+        if debt <= CPU_BURST_SECONDS or not self._neighbour_active(tenant, now):
+            return False
+        return self._in_flight.get(tenant, 0) > 0 or debt > SERIAL_DEBT_SECONDS
+
+    def _charge(self, tenant: str, cpu_seconds: float, now: float) -> None:
+        self._cpu_debt[tenant] = _Bucket(self._debt(tenant, now) + cpu_seconds, now)
+        if len(self._cpu_debt) > 4 * len(self._in_flight) + 64:  # forget the paid-up tenants
+            for name in [t for t in self._cpu_debt if self._debt(t, now) == 0.0]:
+                del self._cpu_debt[name]
+
     def refusal(self, tenant: str) -> ResourceExhaustedError | None:
         """Lock-free: the refusal `tenant` would get now, or None if a call may be tried. Reads
         and writes of one dict entry are atomic under the GIL; a stale answer only moves a call
         between this early refusal and `hold`, which decides exactly."""
         if self._over_concurrency(tenant, self._clock()):
             return self.too_many_in_flight
+        if self._over_cost(tenant, self._clock()):
+            return self.over_cost
         if self._rate is not None:
             bucket = self._buckets.get(tenant)
             if bucket is not None:
@@ -125,6 +164,8 @@ class TenantQuotas:
                 raise ResourceExhaustedError(
                     str(self.too_many_in_flight), CONCURRENCY_RETRY_SECONDS
                 )
+            if self._over_cost(tenant, self._clock()):
+                raise ResourceExhaustedError(str(self.over_cost), COST_RETRY_SECONDS)
             if self._rate is not None:
                 bucket = self._refill(tenant, self._clock())
                 if bucket.tokens < 1.0:
@@ -133,12 +174,15 @@ class TenantQuotas:
                     )
                 bucket.tokens -= 1.0
             self._in_flight[tenant] = busy + 1
+        started_cpu = time.thread_time()
         try:
             yield
         finally:
+            cpu = time.thread_time() - started_cpu
             with self._lock:
                 last = self._recent[0]
                 now = self._clock()
+                self._charge(tenant, cpu, now)
                 self._recent = ((tenant, now), self._recent[1] if last[0] == tenant else last)
                 left = self._in_flight[tenant] - 1
                 if left:

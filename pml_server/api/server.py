@@ -27,10 +27,12 @@ from pml_server.api.otlp import add_trace_ingest
 from pml_server.api.page_tokens import PageTokens, load_or_create_secret
 from pml_server.api.quotas import TenantQuotas
 from pml_server.api.servicer import PmlServicer, ServiceDeps
+from pml_server.api.streams import StreamSlots
 from pml_server.api.validate import Limits
 from pml_server.config import EngineConfig, ServerConfig
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
+from pml_server.retention import RetentionConfig
 from pml_server.storage import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,8 @@ def open_engine(config: ServerConfig) -> EngineProtocol:
             max_code_bytes=config.max_code_bytes,
             max_tool_calls=config.max_tool_calls,
             vector_index=config.vector_index,
+            retention_in_background=config.retention_in_background,
+            retention=RetentionConfig(interval_seconds=config.retention_interval_seconds),
         )
     )
 
@@ -188,6 +192,11 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
             capture_pool=capture_pool,
             quotas=quotas,
             stream_window=config.stream_window,
+            streams=StreamSlots(
+                config.max_streams or max(1, config.max_workers // 2),
+                config.max_streams_per_connection,
+            ),
+            stream_idle_seconds=config.stream_idle_seconds,
             schema_version=int(getattr(engine, "schema_version", SCHEMA_VERSION)),
             on_capture=count_capture,
         )

@@ -20,6 +20,7 @@ from pml_server.api.auth import Caller, KeyStore, Role
 from pml_server.api.page_tokens import PageTokens
 from pml_server.api.quotas import TenantQuotas
 from pml_server.api.stream import TraceStream
+from pml_server.api.streams import StreamSlots
 from pml_server.api.validate import Limits
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
@@ -35,6 +36,8 @@ class ServiceDeps:
     capture_pool: ThreadPoolExecutor
     quotas: TenantQuotas
     stream_window: int = 64
+    streams: StreamSlots | None = None  # None: unbounded (tests of the API layer only)
+    stream_idle_seconds: float = 60.0
     schema_version: int = 0
     on_capture: Callable[[model.CaptureResult], None] | None = None
 
@@ -57,6 +60,14 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
         caller = self._d.keys.require(context.invocation_metadata(), role)
         with self._d.quotas.hold(caller.tenant):
             yield caller
+
+    @contextmanager
+    def _stream_slot(self, context: grpc.ServicerContext) -> Iterator[None]:
+        if self._d.streams is None:
+            yield
+            return
+        with self._d.streams.hold(context.peer()):
+            yield
 
     def _captured(self, result: model.CaptureResult) -> model.CaptureResult:
         if self._d.on_capture is not None:
@@ -95,7 +106,7 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
         request_iterator: Iterator[pml_pb2.StreamTracesRequest],
         context: grpc.ServicerContext,
     ) -> Iterator[pml_pb2.StreamTracesResponse]:
-        with self._call(context, Role.WRITE) as caller:
+        with self._call(context, Role.WRITE) as caller, self._stream_slot(context):
             stream = TraceStream(
                 self._engine,
                 caller.tenant,
@@ -104,6 +115,7 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
                 self._d.stream_window,
                 on_capture=self._d.on_capture,
                 draining=self.draining,
+                idle_seconds=self._d.stream_idle_seconds,
             )
             for ack in stream.run(request_iterator):
                 assert isinstance(ack, pml_pb2.StreamTracesResponse)
@@ -114,8 +126,6 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
     ) -> pml_pb2.SuggestResponse:
         with self._call(context, Role.READ) as caller:
             query = convert.suggest_query(request, self._d.limits, self._dim)
-            if not self._engine.is_ready():
-                raise UnavailableError("the vector index is catching up with the store; retry soon")
             return convert.suggest_response(self._engine.suggest(caller.tenant, query))
 
     def GetPattern(
@@ -133,9 +143,10 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
             page = self._engine.list_patterns(
                 caller.tenant, self._page(caller, "patterns", request.page_size, request.page_token)
             )
+            patterns, cursor = convert.pattern_page(page.items, page.next_cursor)
             return pml_pb2.ListPatternsResponse(
-                patterns=[convert.pattern(p) for p in page.items],
-                next_page_token=self._d.tokens.encode(caller.tenant, "patterns", page.next_cursor),
+                patterns=patterns,
+                next_page_token=self._d.tokens.encode(caller.tenant, "patterns", cursor),
             )
 
     def DeletePattern(

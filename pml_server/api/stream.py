@@ -6,8 +6,8 @@ Design:
 - Completed executions wait in the stream's queue; one task of the shared capture pool at a time
   takes every waiting execution (up to half the window, within the engine's batch bound) and
   captures them in order with one `record_many` call (one embedding call, one index insertion,
-  one durability wait).
-  While it works the reader keeps assembling the next batch, so batches grow with the load.
+  one durability wait). While it works the reader keeps assembling the next batch (the other
+  half of the window), so batches grow with the load.
   Acknowledgements come back in completion order, each naming its execution id and the
   sequence number of the message that completed it.
 - Flow control: every acknowledgement not yet handed to gRPC holds one slot of a per-stream
@@ -24,9 +24,12 @@ Design:
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import math
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,13 +50,18 @@ from pml_server.domain.errors import (
 log = logging.getLogger(__name__)
 
 _DONE = object()
+# Execution ids remembered per stream to tell a resend from a reused id (16 bytes each).
+MAX_REMEMBERED_EXECUTIONS = 65_536
 
 
 @dataclass
 class _OpenExecution:
     started: pml_pb2.ExecutionStarted
     tool_calls: list[resources_pb2.ToolCall] = field(default_factory=list)
-    overflow: bool = False
+    # The first problem seen as its messages arrived: nothing more is buffered, and the
+    # execution is refused with it when it finishes.
+    refused: InvalidArgumentError | None = None
+    buffered_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,7 @@ class TraceStream:
         window: int,
         on_capture: Callable[[model.CaptureResult], None] | None = None,
         draining: threading.Event | None = None,
+        idle_seconds: float | None = None,
     ) -> None:
         self._engine = engine
         self._tenant = tenant
@@ -99,6 +108,11 @@ class TraceStream:
         self._dim = engine.embedding_dim()
         self._on_capture = on_capture
         self._draining = draining or threading.Event()
+        self._idle_seconds = idle_seconds
+        self._open_live = 0  # live executions open (written by the reader)
+        self._last_message = time.monotonic()  # when the reader last got a message
+        self._buffered_bytes = 0  # of the open live executions (reader thread only)
+        self._seen: dict[str, bytes] = {}  # execution id -> digest of what it captured
 
     # ---- the response side (runs in the gRPC handler thread) --------------------------------
 
@@ -112,7 +126,15 @@ class TraceStream:
                 with self._lock:
                     if reader_done and self._pending == 0:
                         break
-                item = self._acks.get()
+                try:
+                    item = self._acks.get(timeout=self._idle_check_seconds())
+                except queue.Empty:
+                    if self._idle():
+                        raise UnavailableError(
+                            f"the stream sent nothing for {self._idle_seconds:g} s with nothing "
+                            "in flight: closed to free its RPC thread; open a new one when needed"
+                        ) from None
+                    continue
                 if item is _DONE:
                     reader_done = True
                     continue
@@ -129,6 +151,17 @@ class TraceStream:
         if fatal is not None:
             raise fatal
 
+    def _idle_check_seconds(self) -> float | None:
+        return None if self._idle_seconds is None else max(0.05, self._idle_seconds / 4)
+
+    def _idle(self) -> bool:
+        """Nothing read for `idle_seconds` and nothing waiting for an answer or open live."""
+        if self._idle_seconds is None:
+            return False
+        with self._lock:
+            busy = self._pending > 0 or bool(self._waiting) or self._open_live > 0
+        return not busy and time.monotonic() - self._last_message > self._idle_seconds
+
     # ---- the request side (runs in the reader thread) ---------------------------------------
 
     def _read(self, requests: Iterator[pml_pb2.StreamTracesRequest]) -> None:
@@ -136,6 +169,7 @@ class TraceStream:
         last_sequence = -1
         try:
             for msg in requests:
+                self._last_message = time.monotonic()
                 if self._stop.is_set():
                     break
                 if self._draining.is_set():
@@ -153,6 +187,7 @@ class TraceStream:
                     )
                 last_sequence = msg.sequence
                 self._handle(msg, open_executions)
+                self._open_live = len(open_executions)
         except PmlError as err:
             self._acks.put(_Fatal(err))
             return
@@ -173,6 +208,8 @@ class TraceStream:
             if eid in open_executions:
                 self._refuse(msg, _already_open(eid))
                 return
+            if self._reused(msg, eid, msg.record):
+                return
             self._capture(msg, msg.record, default_request_id=eid)
         elif kind == "started":
             if eid in open_executions:
@@ -187,7 +224,9 @@ class TraceStream:
             if problems is not None:
                 self._refuse(msg, problems)
                 return
-            open_executions[eid] = _OpenExecution(started=msg.started)
+            opened = _OpenExecution(started=msg.started)
+            open_executions[eid] = opened
+            self._buffer(opened, msg.started.ByteSize())
         else:
             execution = open_executions.get(eid)
             if execution is None:
@@ -199,24 +238,81 @@ class TraceStream:
                 )
                 return
             if kind == "tool_call_finished":
-                if len(execution.tool_calls) >= self._limits.max_tool_calls:
-                    execution.overflow = True  # stop buffering; refused when it finishes
-                else:
-                    execution.tool_calls.append(msg.tool_call_finished.tool_call)
+                self._add_tool_call(execution, msg.tool_call_finished.tool_call)
                 return
             del open_executions[eid]
-            if execution.overflow:
-                self._refuse(
-                    msg,
-                    InvalidArgumentError(
-                        FieldViolation(
-                            "tool_call_finished",
-                            f"more than {self._limits.max_tool_calls} tool calls",
-                        )
-                    ),
-                )
+            self._buffered_bytes -= execution.buffered_bytes
+            if execution.refused is not None:
+                self._refuse(msg, execution.refused)
                 return
-            self._capture(msg, _assemble(execution, msg.finished), default_request_id=eid)
+            problems = _check_finished(msg.finished, self._limits)
+            if problems is not None:
+                self._refuse(msg, problems)
+                return
+            record = _assemble(execution, msg.finished)
+            if self._reused(msg, eid, record):
+                return
+            self._capture(msg, record, default_request_id=eid)
+
+    def _add_tool_call(self, execution: _OpenExecution, call: resources_pb2.ToolCall) -> None:
+        """Check a live tool call as it arrives; buffer it only if the execution is still good."""
+        if execution.refused is not None:
+            return
+        index = len(execution.tool_calls)
+        if index >= self._limits.max_tool_calls:
+            execution.refused = InvalidArgumentError(
+                FieldViolation(
+                    "tool_call_finished", f"more than {self._limits.max_tool_calls} tool calls"
+                )
+            )
+        else:
+            out = Violations()
+            convert.tool_call(call, "tool_call_finished.tool_call", out, self._limits)
+            if out.items:
+                execution.refused = InvalidArgumentError(out.items)
+        if execution.refused is not None:
+            # stop holding what it buffered: it will only be refused
+            self._buffered_bytes -= execution.buffered_bytes
+            execution.buffered_bytes = 0
+            execution.tool_calls.clear()
+            return
+        execution.tool_calls.append(call)
+        self._buffer(execution, call.ByteSize())
+
+    def _buffer(self, execution: _OpenExecution, size: int) -> None:
+        execution.buffered_bytes += size
+        self._buffered_bytes += size
+        if self._buffered_bytes > self._limits.max_stream_buffered_bytes:
+            raise ResourceExhaustedError(
+                f"the live executions open on this stream hold more than "
+                f"{self._limits.max_stream_buffered_bytes} bytes: finish some first"
+            )
+
+    def _reused(
+        self, msg: pml_pb2.StreamTracesRequest, eid: str, record: resources_pb2.ExecutionRecord
+    ) -> bool:
+        """An execution id used again on this stream for a different execution is refused (it
+        would otherwise be answered `replayed`, its record silently dropped). The same
+        execution resent is fine: that is how a client retries."""
+        digest = _digest(record)
+        earlier = self._seen.get(eid)
+        if earlier is None:
+            if len(self._seen) < MAX_REMEMBERED_EXECUTIONS:
+                self._seen[eid] = digest
+            return False
+        if earlier == digest or record.request_id:
+            return False  # an explicit request id decides replays itself
+        self._refuse(
+            msg,
+            InvalidArgumentError(
+                FieldViolation(
+                    "execution_id",
+                    f"execution {eid!r} was already used on this stream for another execution; "
+                    "give each execution its own id (or a request_id)",
+                )
+            ),
+        )
+        return True
 
     def _reserve(self) -> None:
         # Blocks while the window is full: this is the stream's flow control.
@@ -304,6 +400,24 @@ class TraceStream:
             self._on_capture(result)
         reply.result.CopyFrom(convert.capture_result(result))
         return reply
+
+
+def _digest(record: resources_pb2.ExecutionRecord) -> bytes:
+    return hashlib.blake2b(record.SerializeToString(deterministic=True), digest_size=16).digest()
+
+
+def _check_finished(
+    finished: pml_pb2.ExecutionFinished, limits: Limits
+) -> InvalidArgumentError | None:
+    out = Violations()
+    if len(finished.trace) > limits.max_trace_bytes:
+        out.add(
+            "finished.trace",
+            f"is {len(finished.trace)} bytes; the limit is {limits.max_trace_bytes}",
+        )
+    if not math.isfinite(finished.duration_ms) or finished.duration_ms < 0:
+        out.add("finished.duration_ms", "must be a finite number >= 0")
+    return InvalidArgumentError(out.items) if out.items else None
 
 
 def _already_open(eid: str) -> InvalidArgumentError:

@@ -35,6 +35,8 @@ class Limits:
     max_tag_chars: int = 64
     max_language_chars: int = 32
     max_open_executions: int = 1024
+    # bytes of live executions (started + tool calls) one stream may buffer before they finish
+    max_stream_buffered_bytes: int = 32 * 1024 * 1024
 
 
 class Violations:
@@ -92,6 +94,9 @@ def check_embedding(
         return None
     if not array.any():
         out.add(field, "must not be the zero vector (cosine similarity needs a direction)")
+        return None
+    if not math.isfinite(float(np.linalg.norm(array))):
+        out.add(field, "its norm is not a finite number")
         return None
     return tuple(array.tolist())
 

@@ -28,10 +28,13 @@ class NormalizedCode:
     parse_ok: bool
     fallback_reason: str
     schema_json: str
+    # the code with secret literals and credential-shaped text replaced: the form stored
+    redacted_code: str = ""
 
 
 def normalize(code: str, language: str) -> NormalizedCode:
-    """Normalize `code`; raises `_core.InvalidArgumentError` / `InputTooLargeError` on bad input."""
+    """Normalize `code`; raises `CoreArgumentError` / `InputTooLargeError` (both
+    InvalidArgumentErrors naming `code` or `language`) on bad input."""
     result = _core.normalize(code, language)
     return NormalizedCode(
         language=result.language,
@@ -47,4 +50,10 @@ def normalize(code: str, language: str) -> NormalizedCode:
         parse_ok=result.parse_ok,
         fallback_reason=result.fallback_reason,
         schema_json=result.schema_json,
+        redacted_code=result.redacted_code,
     )
+
+
+def redact_text(text: str) -> str:
+    """`text` with credential-shaped tokens replaced by `[REDACTED]` (the Rust scanner)."""
+    return _core.redact_text(text) if text else text

@@ -8,13 +8,14 @@ applied by the engine with the helpers of this package.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pml_server.capture.normalize import NormalizedParam
+from pml_server.capture.normalize import NormalizedCode, NormalizedParam
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 from pml_server.domain.model import ExecutionRecord, ExecutionStatus, ToolFailure
 from pml_server.domain.records import FailureSignature, PatternCounters
@@ -23,6 +24,8 @@ REDACTED = '"[REDACTED]"'
 MAX_INTENT_CHARS = 4096
 MAX_TOOL_NAME_CHARS = 256
 MAX_REQUEST_ID_CHARS = 256
+PATTERN_OVERHEAD_BYTES = 128 * 1024  # placeholder names and the schema of 256 parameters
+MAX_STORED_VALUE_CHARS = 1024  # one recent value of a parameter, as JSON text
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,22 @@ def validate_record(record: ExecutionRecord, limits: CaptureLimits) -> None:
         raise InvalidArgumentError(bad)
 
 
+def check_pattern_size(normalized: NormalizedCode, limits: CaptureLimits) -> None:
+    """A pattern's stored text (template, code, schema) is bounded: the normalizer caps its
+    parameters and their names, so only code built to grow its template (secrets redacted past
+    the parameter cap) can reach this; it is refused naming `code`."""
+    size = (
+        len(normalized.template.encode("utf-8"))
+        + len(normalized.redacted_code.encode("utf-8"))
+        + len(normalized.schema_json)
+    )
+    bound = 2 * limits.max_code_bytes + PATTERN_OVERHEAD_BYTES
+    if size > bound:
+        raise InvalidArgumentError(
+            FieldViolation("code", f"its pattern would be {size} bytes; the limit is {bound}")
+        )
+
+
 def tool_failures(record: ExecutionRecord) -> tuple[ToolFailure, ...]:
     return tuple(ToolFailure(c.tool, c.error) for c in record.tool_calls if not c.ok)
 
@@ -99,8 +118,19 @@ def tools_disagree(code_tools: Sequence[str], used: Sequence[str], parse_ok: boo
 
 
 def redacted_values(params: Sequence[NormalizedParam]) -> dict[str, str]:
-    """Placeholder -> value (JSON text); secrets never reach the store."""
-    return {p.name: (REDACTED if p.secret else p.value_json) for p in params}
+    """Placeholder -> value (JSON text); secrets never reach the store, and a value longer than
+    `MAX_STORED_VALUE_CHARS` is kept as its start (an example, not the data: a pattern's
+    counters, rewritten by every capture, stay small)."""
+    return {p.name: (REDACTED if p.secret else _bounded(p.value_json)) for p in params}
+
+
+def _bounded(value_json: str) -> str:
+    if len(value_json) <= MAX_STORED_VALUE_CHARS:
+        return value_json
+    value = json.loads(value_json)
+    if not isinstance(value, str):
+        return value_json  # a number: never this long in practice, and it must stay a number
+    return json.dumps(value[: MAX_STORED_VALUE_CHARS // 2] + "…", ensure_ascii=False)
 
 
 def push_recent(

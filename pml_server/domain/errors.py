@@ -57,3 +57,42 @@ class UnauthenticatedError(PmlError):
 
 class PermissionDeniedError(PmlError):
     """Valid credentials without the role the call needs."""
+
+
+# ---- the Rust core's errors (pml_server._core raises these very classes) --------------------
+# One conversion on the Rust side (`impl From<CoreError> for PyErr`, pml_core_rs/src/python.rs)
+# passes each variant's fields as constructor arguments; nothing reads a message back.
+
+
+class CoreError(PmlError):
+    """Base of every error pml's Rust core raises."""
+
+
+class CoreArgumentError(CoreError, InvalidArgumentError):
+    """An argument the core cannot use. `field` names the core function's argument (for
+    `normalize` these are the record's own `code` and `language`), `reason` says why."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        InvalidArgumentError.__init__(self, FieldViolation(field, reason))
+        self.args = (f"invalid argument `{field}`: {reason}",)
+
+
+class InputTooLargeError(CoreError, InvalidArgumentError):
+    """An input larger or deeper than the core accepts; `field` names it."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        InvalidArgumentError.__init__(self, FieldViolation(field, f"too large: {reason}"))
+        self.args = (f"input too large: `{field}` {reason}",)
+
+
+class CorruptDataError(CoreError):
+    """Serialized bytes that are truncated, corrupted or of an unknown version (a server-side
+    problem, never the caller's: it maps to INTERNAL)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"corrupt data: {reason}")

@@ -151,11 +151,12 @@ class ScoreParts:
     match: float  # fused relevance, 0..1
     semantic: float  # cosine of the best intent mapping
     lexical: float  # normalized lexical score
-    success_estimate: float  # small-sample-aware success rate
-    usage: float  # diminishing usage weight
+    success_estimate: float  # small-sample-aware success rate (what min_success compares)
+    usage: float  # bounded usage tie-break, within [1 - usage_weight, 1]
     recency: float  # 1.0 up to 90 days unused, then decaying
     superseded_penalty: float  # 1.0 unless superseded
     total: float
+    reliability: float = 1.0  # failures' evidence against the pattern; 1.0 without failures
 
 
 @dataclass(frozen=True)

@@ -75,8 +75,13 @@ def check_client_vector(values: Sequence[float], dim: int, field: str) -> Vector
         raise InvalidArgumentError(
             FieldViolation(field, f"value [{bad[0]}] is not a finite number")
         )
-    vector = exact.astype(np.float32)
-    norm = float(np.linalg.norm(vector))
-    if norm == 0.0 or not math.isfinite(norm):
+    # The norm in float64: squared float32 values such as 1e20 overflow float32's range.
+    norm = float(np.linalg.norm(exact))
+    if norm == 0.0:
         raise InvalidArgumentError(FieldViolation(field, "must not be the zero vector"))
-    return (vector / norm).astype(np.float32)
+    if not math.isfinite(norm):
+        raise InvalidArgumentError(FieldViolation(field, "its norm is not a finite number"))
+    vector = (exact / norm).astype(np.float32)
+    if not vector.any():  # every value underflowed float32 once divided
+        raise InvalidArgumentError(FieldViolation(field, "must not be the zero vector"))
+    return vector

@@ -132,7 +132,7 @@ def pattern(p: resources_pb2.Pattern) -> PatternOut:
     )
 
 
-def suggestion(s: Any) -> CapabilityOut:
+def suggestion(s: resources_pb2.Suggestion) -> CapabilityOut:
     p = s.pattern
     sc = s.score
     return CapabilityOut(

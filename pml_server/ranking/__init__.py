@@ -28,6 +28,7 @@ from pml_server.ranking.signals import (
     fuse_match,
     normalize_lexical,
     recency_factor,
+    reliability_factor,
     success_estimate,
     usage_factor,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "rank",
     "rank_lazily",
     "recency_factor",
+    "reliability_factor",
     "resolve_settings",
     "score",
     "score_ceiling",

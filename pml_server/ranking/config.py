@@ -20,11 +20,16 @@ class RankingConfig:
     lexical_weight: float = 0.9
     # BM25 score mapped to 0.5 by the saturating normalization s / (s + half).
     lexical_half_score: float = 10.0
-    # Beta prior of the success estimate: Laplace's rule of succession by default.
+    # Beta prior of the success estimate (min_success compares it): Laplace's rule of succession.
     prior_successes: float = 1.0
     prior_failures: float = 1.0
-    # Usage: factor (1 - usage_weight) + usage_weight * min(1, ln(1+n) / ln(1+saturation)).
-    usage_weight: float = 0.2
+    # Reliability, the success factor of the score: min(1, posterior mean / expected_success_rate)
+    # under a Beta(rate * strength, (1 - rate) * strength) prior. 1.0 without failures, whatever
+    # the count; tends to observed rate / expected rate as failures accumulate.
+    expected_success_rate: float = 0.9
+    reliability_prior_strength: float = 2.0
+    # Usage, a bounded tie-break: (1 - usage_weight) + usage_weight * min(1, ln(1+n) / ln(1+sat)).
+    usage_weight: float = 0.02
     usage_saturation: int = 100
     # Recency: 1.0 up to full_days unused, then halves every half_life_days, never below floor.
     recency_full_days: float = 90.0
@@ -55,7 +60,12 @@ class RankingConfig:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"RankingConfig.{name} must be in [0, 1], got {value!r}")
-        positive = ("lexical_half_score", "recency_half_life_days")
+        if not 0.0 < self.expected_success_rate <= 1.0:
+            raise ValueError(
+                "RankingConfig.expected_success_rate must be in (0, 1], "
+                f"got {self.expected_success_rate!r}"
+            )
+        positive = ("lexical_half_score", "recency_half_life_days", "reliability_prior_strength")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"RankingConfig.{name} must be > 0, got {getattr(self, name)!r}")

@@ -2,11 +2,12 @@
 can still make the top k.
 
 A candidate's total is its match (known from the retrieval scores alone) times factors that
-depend on its counters; none exceeds 1, and the success and usage factors grow with the counts,
-so `score_ceiling` of the tenant's highest success and usage counts bounds their product for
-every pattern. Candidates are loaded in decreasing match order; once k capabilities pass the
-filters and the next match times the ceiling is below the k-th best total, no candidate left
-can enter the answer or change the representative of one in it (its total is lower still).
+depend on its counters; none exceeds 1 (reliability is 1 at most, reached without failures),
+and the usage factor grows with the count, so `score_ceiling` of the tenant's highest usage
+count bounds their product for every pattern. Candidates are loaded in decreasing match order;
+once k capabilities pass the filters and the next match times the ceiling is below the k-th
+best total, no candidate left can enter the answer or change the representative of one in it
+(its total is lower still).
 With `explain` every candidate is loaded, since the answer lists all of them.
 """
 
@@ -23,7 +24,7 @@ from pml_server.ranking.config import RankingConfig
 from pml_server.ranking.filters import first_failed_rule
 from pml_server.ranking.rank import rank_scored, resolve_settings
 from pml_server.ranking.scoring import match_array, relevance, score
-from pml_server.ranking.signals import success_estimate, usage_factor
+from pml_server.ranking.signals import usage_factor
 
 
 class Retrieval(NamedTuple):
@@ -42,13 +43,13 @@ def match_bound(retrieval: Retrieval, config: RankingConfig) -> float:
 
 
 def score_ceiling(max_successes: int, max_usage: int, config: RankingConfig) -> float:
-    """An upper bound of success_estimate * usage * recency * superseded_penalty for any pattern
-    with at most `max_successes` successes and `max_usage` uses (recency and the penalty are at
-    most 1; the success estimate is highest with no failure and grows with successes, as the
-    usage factor grows with use). A hair above the exact product, so float rounding of the
-    total, multiplied in another order, can never exceed it."""
-    success = success_estimate(max(max_successes, 0), 0, config)
-    return min(1.0, success * usage_factor(max(max_usage, 0), config) * (1.0 + 1e-9))
+    """An upper bound of reliability * usage * recency * superseded_penalty for any pattern with
+    at most `max_usage` uses (reliability, recency and the penalty are at most 1; the usage
+    factor grows with use). `max_successes` bounds nothing since reliability stopped growing
+    with successes (kept: the repository's counter ceilings give both). A hair above the exact
+    product, so float rounding of the total, multiplied in another order, can never exceed it."""
+    del max_successes
+    return min(1.0, usage_factor(max(max_usage, 0), config) * (1.0 + 1e-9))
 
 
 def _best_first(item: tuple[float, Retrieval]) -> tuple[float, str]:

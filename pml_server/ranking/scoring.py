@@ -1,9 +1,10 @@
 """The one ranking formula (docs/ranking.md):
 
-    total = match * success_estimate * usage * recency * superseded_penalty
+    total = match * reliability * usage * recency * superseded_penalty
 
-with match = 1 - (1 - ws*semantic) * (1 - wl*lexical_norm). Every factor is in [0, 1] except
-that none is negative, so the total is monotone in each part.
+with match = 1 - (1 - ws*semantic) * (1 - wl*lexical_norm). Every factor is in [0, 1], so the
+total is monotone in each part. The success estimate (Beta(1, 1) mean) is reported and filtered
+on (min_success) but is not a factor: reliability carries the counters' evidence into the score.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pml_server.ranking.signals import (
     fuse_match,
     normalize_lexical,
     recency_factor,
+    reliability_factor,
     success_estimate,
     usage_factor,
 )
@@ -52,6 +54,7 @@ def score(candidate: Candidate, config: RankingConfig, now_ms: int) -> ScorePart
     pattern = candidate.pattern
     semantic, lexical, match = relevance(candidate.semantic, candidate.lexical, config)
     success = success_estimate(pattern.success_count, pattern.failure_count, config)
+    reliability = reliability_factor(pattern.success_count, pattern.failure_count, config)
     usage = usage_factor(pattern.usage_count, config)
     recency = recency_factor(pattern.last_used_ms, now_ms, config)
     penalty = config.superseded_penalty if pattern.superseded_by else 1.0
@@ -63,5 +66,6 @@ def score(candidate: Candidate, config: RankingConfig, now_ms: int) -> ScorePart
         usage=usage,
         recency=recency,
         superseded_penalty=penalty,
-        total=match * success * usage * recency * penalty,
+        total=match * reliability * usage * recency * penalty,
+        reliability=reliability,
     )

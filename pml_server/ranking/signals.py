@@ -23,6 +23,23 @@ def success_estimate(successes: int, failures: int, config: RankingConfig) -> fl
     return beta_mean(successes, failures, config.prior_successes, config.prior_failures)
 
 
+def reliability_factor(successes: int, failures: int, config: RankingConfig) -> float:
+    """Failures' evidence against a pattern, in (0, 1]: min(1, posterior mean / rate) where
+    rate = expected_success_rate and the prior is Beta(rate * strength, (1 - rate) * strength).
+
+    Without failures the posterior mean is at least the prior's, so the factor is exactly 1 for a
+    pattern that worked once or a thousand times: success counts say nothing about relevance,
+    and an exact solution captured once must not lose to a popular near miss. Each failure pulls
+    it down, in proportion to the evidence: a failure among many successes barely moves it
+    (19 of 20: 1.0; 4 of 5: 0.92), and with many tries it tends to observed rate / expected rate
+    (3 of 10: 0.44; 40 of 100: 0.45), so a pattern that mostly fails sinks.
+    """
+    rate = config.expected_success_rate
+    strength = config.reliability_prior_strength
+    mean = beta_mean(successes, failures, rate * strength, (1.0 - rate) * strength)
+    return min(1.0, mean / rate)
+
+
 def beta_mean(
     successes: int, failures: int, prior_successes: float, prior_failures: float
 ) -> float:
@@ -51,7 +68,9 @@ def fuse_match(semantic: float, lexical_norm: float, config: RankingConfig) -> f
 
 
 def usage_factor(usage_count: int, config: RankingConfig) -> float:
-    """Diminishing reward for use: 1 - w + w * min(1, ln(1+n) / ln(1+saturation))."""
+    """A bounded tie-break for use: 1 - w + w * min(1, ln(1+n) / ln(1+saturation)). With the
+    default w = 0.02, use reorders two candidates only when their totals are otherwise within
+    2%; it never lets popularity beat a clearly better match."""
     n = max(usage_count, 0)
     saturation = math.log1p(n) / math.log1p(config.usage_saturation)
     return 1.0 - config.usage_weight + config.usage_weight * min(1.0, saturation)

@@ -31,6 +31,8 @@ _FORMULA_FIELDS = (
     "lexical_half_score",
     "prior_successes",
     "prior_failures",
+    "expected_success_rate",
+    "reliability_prior_strength",
     "usage_weight",
     "usage_saturation",
     "recency_full_days",

@@ -15,10 +15,11 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import replace
 
-from pml_server import _core
 from pml_server.capture.dedup import near_duplicate
 from pml_server.capture.normalize import NormalizedCode
+from pml_server.capture.redact import redact_record
 from pml_server.capture.rules import (
+    check_pattern_size,
     count_failed_try,
     count_success,
     redacted_values,
@@ -37,7 +38,7 @@ from pml_server.domain.vectors import Vector
 from pml_server.embedding import check_client_vector
 from pml_server.service._arguments import check_tenant
 from pml_server.service._grouping import capability_for_new_pattern
-from pml_server.service._idempotency import decode_result, encode_result
+from pml_server.service._idempotency import decode_result, encode_result, replay_answer
 from pml_server.service._state import EngineState, no_words_error, usable
 from pml_server.service._writes import (
     Change,
@@ -68,9 +69,10 @@ def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> Captu
     with state.locks.request.lock_for(tenant, execution.request_id):
         prior = state.repo.request_result(tenant, execution.request_id)
         if prior is not None:
-            return decode_result(prior)  # rule 6: the first answer, nothing counted twice
+            return replay_answer(state, tenant, prior)  # rule 6: the first answer, counted once
         normalized = _normalize(state, execution)  # bad code is refused before embedding
-        vector = client_vector
+        # rule 1: a failed run is a failed try whatever the client sent (no vector)
+        vector = client_vector if succeeded else None
         if vector is None and succeeded:
             vector = state.embed_one(execution.intent)
         result, ticket = _capture_one_locked(state, tenant, execution, vector, normalized)
@@ -101,9 +103,11 @@ def record_many(
         try:
             validate_record(execution, state.limits)
             if execution.intent_embedding is not None:
-                vectors[i] = check_client_vector(
+                vector = check_client_vector(
                     execution.intent_embedding, state.embedder.dim, "intent_embedding"
                 )
+                # rule 1: a failed run is a failed try whatever the client sent
+                vectors[i] = vector if run_succeeded(execution) else None
         except InvalidArgumentError as error:
             outcomes[i] = error
     stripes = {
@@ -142,7 +146,7 @@ def _capture_batch_locked(
     needs_text_vector = []
     for prior, i in zip(priors, first_of.values(), strict=True):
         if prior is not None:  # applied before this batch: its first answer, as `record`
-            outcomes[i] = decode_result(prior)
+            outcomes[i] = replay_answer(state, tenant, prior)
         elif vectors[i] is None and run_succeeded(records[i]):
             needs_text_vector.append(i)
     _embed_batch(state, records, needs_text_vector, vectors, outcomes)
@@ -197,11 +201,12 @@ def _embed_batch(
 
 
 def _normalize(state: EngineState, execution: ExecutionRecord) -> NormalizedCode:
-    try:
-        return state.normalizer(execution.code, execution.language)
-    except _core.CoreError as error:
-        name = "language" if "language" in str(error).lower() else "code"
-        raise InvalidArgumentError(FieldViolation(name, str(error))) from error
+    """The record's code normalized, refused when its pattern would be too large. The core's
+    errors are already InvalidArgumentErrors naming the field (its arguments are the record's
+    `code` and `language`)."""
+    normalized = state.normalizer(execution.code, execution.language)
+    check_pattern_size(normalized, state.limits)
+    return normalized
 
 
 def _capture_one_locked(
@@ -215,6 +220,7 @@ def _capture_one_locked(
     (`normalized`: its code already normalized, else done here)."""
     if normalized is None:
         normalized = _normalize(state, execution)
+    execution = redact_record(execution, normalized)  # rule 7b: before anything is written
     with contextlib.ExitStack() as held:
         held.enter_context(state.locks.pattern.lock_for(tenant, normalized.code_hash))
         change = Change()

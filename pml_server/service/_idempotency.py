@@ -4,6 +4,8 @@ The request id's striped lock is taken first by every capture (see `service/_cap
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pml_server.domain import json_form
 from pml_server.domain.model import CaptureOutcome, CaptureResult, ToolFailure
 from pml_server.service._state import EngineState
@@ -36,6 +38,15 @@ def decode_result(raw: bytes) -> CaptureResult:
         tool_mismatch=data["tool_mismatch"],
         replayed=True,
     )
+
+
+def replay_answer(state: EngineState, tenant: str, raw: bytes) -> CaptureResult:
+    """The stored first answer of a resent request id, told honestly: when its pattern has
+    since been deleted, the answer names no pattern (nor capability) instead of a gone one."""
+    result = decode_result(raw)
+    if result.pattern_id and state.repo.pattern(tenant, result.pattern_id) is None:
+        return replace(result, pattern_id="", capability_id="", new_pattern=False)
+    return result
 
 
 def prune_request_ids(state: EngineState, tenant: str) -> int:

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pml_server.capture.rules import tool_failures
-from pml_server.domain.errors import UnavailableError
 from pml_server.domain.model import ExecutionRecord, ToolFailure
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.domain.vectors import Vector
 from pml_server.ranking import RankTable
 from pml_server.service._state import EngineState, IndexAdd
-from pml_server.storage.seam import Op, StoreClosedError, WriteTicket
+from pml_server.storage.seam import Op, WriteTicket
 
 
 @dataclass
@@ -58,12 +57,9 @@ class Change:
 
 
 def await_durable(ticket: WriteTicket) -> None:
-    """Wait until the write is durable; a store that failed or closed meanwhile is UNAVAILABLE
-    (the capture may be retried with the same request id)."""
-    try:
-        ticket.wait()
-    except StoreClosedError as error:
-        raise UnavailableError(f"the write was not committed: {error}") from error
+    """Wait until the write is durable; a store that failed or closed meanwhile raises
+    StoreClosedError, an UnavailableError (the capture may be retried with the same id)."""
+    ticket.wait()
 
 
 def failure_entries(
@@ -111,10 +107,7 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
             values = {k: getattr(stats, k) + v for k, v in change.stats.items()}
             stats = replace(stats, **values)
             change.ops.append(repo.put_stats(tenant, stats, change.stats))
-        try:
-            ticket = state.store.submit(change.ops)
-        except StoreClosedError as error:
-            raise UnavailableError(f"the store is not accepting writes: {error}") from error
+        ticket = state.store.submit(change.ops)  # StoreClosedError: UNAVAILABLE
         state.submitted_stats[tenant] = stats
     if change.ranks_changed():  # before the index adds: a new intent finds its row
         apply_rank_changes(state.indexes.for_tenant(tenant).ranks, change)

@@ -22,12 +22,14 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pml_server.domain.errors import UnavailableError
+
 Op = tuple[str, bytes, bytes | None]  # (column family, key, value or None to delete)
 
 
-class StoreClosedError(RuntimeError):
+class StoreClosedError(UnavailableError):
     """A write was submitted after `close` or after a failed commit (or, shared: the database
-    refused or lost it)."""
+    refused or lost it). UNAVAILABLE: the caller may retry with the same request id."""
 
 
 class RequestAlreadyAppliedError(RuntimeError):

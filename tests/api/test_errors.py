@@ -4,7 +4,6 @@ A client mistake never comes back UNKNOWN or INTERNAL."""
 from __future__ import annotations
 
 import math
-import threading
 from pathlib import Path
 
 import grpc
@@ -191,15 +190,12 @@ def test_oversized_message_is_resource_exhausted(start: StartServer) -> None:
 
 def test_unavailable_while_index_catches_up(start: StartServer, data_dir: Path) -> None:
     engine = open_engine(ServerConfig(data_dir=data_dir, embedder="hashing"))
-    catching_up = threading.Event()
-    catching_up.set()
-    real_is_ready = engine.is_ready
-    engine.is_ready = lambda: real_is_ready() and not catching_up.is_set()  # type: ignore[method-assign]
+    engine._state.readiness.clear()  # as while the indexes are restored at open
     server = start(engine=engine)
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         err = _fails(lambda: client.suggest("read"), grpc.StatusCode.UNAVAILABLE)
         assert "catching up" in err.message
-        catching_up.clear()
+        engine._state.readiness.set_ready()
         assert client.record(make_record("read", OK_CODE, tools=["t"])).pattern
         client.suggest("read")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,14 @@ from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server.api.admission import RefusalPool
 from pml_server.api.auth import KeyStore, Role
 from pml_server.api.errors import PUSHBACK_TRAILER
-from pml_server.api.quotas import ACTIVE_SECONDS, CONCURRENCY_RETRY_SECONDS, TenantQuotas
+from pml_server.api.quotas import (
+    ACTIVE_SECONDS,
+    CONCURRENCY_RETRY_SECONDS,
+    COST_RETRY_SECONDS,
+    CPU_BURST_SECONDS,
+    CPU_SHARE,
+    TenantQuotas,
+)
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.domain.errors import ResourceExhaustedError
 from tests.conftest import StartServer
@@ -202,7 +210,7 @@ def test_refusal_needs_no_rpc_thread(start: StartServer, keys: tuple[Path, dict[
     """Both RPC threads are taken by the tenant's open streams: a further call of that tenant is
     still answered (RESOURCE_EXHAUSTED, not a wait for a thread until its deadline)."""
     path, found = keys
-    server = start(keys_file=path, max_workers=2, tenant_max_in_flight=2)
+    server = start(keys_file=path, max_workers=2, tenant_max_in_flight=2, max_streams=2)
     target = f"127.0.0.1:{server.port}"
     with (
         PmlClient(target, api_key=found["acme-write"], timeout=10) as acme,
@@ -226,3 +234,30 @@ def test_refusal_pool_counts_the_calls_waiting_for_a_thread() -> None:
     finally:
         release.set()
         pool.shutdown(wait=True)
+
+
+def _burn_cpu(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_a_tenant_over_its_cpu_share_waits_while_a_neighbour_is_active() -> None:
+    """Admission by cost: a call that took more CPU time than the burst puts its tenant in debt;
+    while a neighbour is active its concurrent calls are refused (a count limit would let them
+    in), one call at a time and alone it is not, and the debt drains at CPU_SHARE a second."""
+    now = [0.0]
+    quotas = TenantQuotas(max_in_flight=8, clock=lambda: now[0])
+    with quotas.hold("heavy"):
+        _burn_cpu(CPU_BURST_SECONDS * 2)
+    with quotas.hold("heavy"), quotas.hold("heavy"):  # alone: nobody else needs the time
+        pass
+    with quotas.hold("light"), quotas.hold("heavy"):  # one at a time: admitted
+        assert quotas.refusal("light") is None
+        assert quotas.refusal("heavy") is quotas.over_cost  # a concurrent one is not
+        with pytest.raises(ResourceExhaustedError) as refused, quotas.hold("heavy"):
+            pass
+        assert refused.value.retry_after_seconds == COST_RETRY_SECONDS
+        now[0] += 4 * CPU_BURST_SECONDS / CPU_SHARE  # the debt is paid off
+        with quotas.hold("heavy"):
+            pass

@@ -23,7 +23,10 @@ def _check_rows(rows: list[object]) -> None:
     for row in rows:
         value = row.value  # type: ignore[attr-defined]
         assert math.isfinite(value), row
-        assert value >= 0, row
+        # At the quick plan's few hundred intents, a store's memory is within the RSS noise of
+        # two server processes (about 1 MB of 275 MB): the difference may come out negative.
+        if not row.metric.startswith("resident memory per intent"):  # type: ignore[attr-defined]
+            assert value >= 0, row
         baseline = row.baseline  # type: ignore[attr-defined]
         assert baseline is None or (math.isfinite(baseline) and baseline > 0), row
 

@@ -228,7 +228,9 @@ def test_several_megabytes_and_the_size_limit() -> None:
     assert 3_000_000 < len(big) < _core.NORMALIZE_MAX_INPUT_BYTES
     n = _core.normalize(big, "js")
     assert n.parse_ok
-    assert len(n.params) == 100_000
+    # 100,000 literals: the first NORMALIZE_MAX_PARAMS are parameters, the rest stay code
+    assert len(n.params) == _core.NORMALIZE_MAX_PARAMS
+    assert len(n.template) < len(big) + 16 * 1024
     assert len(n.tool_calls) == 50_000
     too_big = "x" * (_core.NORMALIZE_MAX_INPUT_BYTES + 1)
     with pytest.raises(_core.InputTooLargeError, match="code"):
@@ -260,7 +262,7 @@ def test_deep_nesting_falls_back_or_parses(code: str, language: str) -> None:
 
 
 def test_lone_surrogate_is_a_named_error() -> None:
-    with pytest.raises(_core.InvalidArgumentError, match="`code`"):
+    with pytest.raises(_core.CoreArgumentError, match="`code`"):
         _core.normalize("x = '\ud800'", "py")
 
 

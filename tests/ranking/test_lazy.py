@@ -34,7 +34,7 @@ def candidates(draw: st.DrawFn) -> Candidate:
     p = pattern(
         f"p{i}",
         successes=draw(st.integers(min_value=0, max_value=60)),
-        failures=draw(st.integers(min_value=0, max_value=5)),
+        failures=draw(st.sampled_from([0, 0, 0, 1, 3, 12])),
         capability_id=f"c{draw(st.integers(min_value=0, max_value=30))}",
         tools=tuple(draw(st.lists(st.sampled_from(TOOLS), min_size=1, max_size=2))),
         days_unused=draw(st.sampled_from([0.0, 10.0, 200.0, 900.0])),
@@ -125,9 +125,10 @@ def test_clear_winners_stop_the_reading_early() -> None:
 
 
 def test_the_ceiling_stops_early_among_equally_fresh_patterns() -> None:
-    # a fresh store: every pattern ran once, so totals are far below matches; without the
-    # ceiling every candidate must be read, with it the first batch settles the answer
-    pool = [candidate(pattern(f"p{i:02d}"), 0.9 - i * 0.005) for i in range(60)]
+    # a fresh store: every pattern ran once, so every total is its match times the usage
+    # factor of one use (1 - usage_weight, a little below 1); with matches that close, without
+    # the ceiling every candidate must be read, with it the first batch settles the answer
+    pool = [candidate(pattern(f"p{i:02d}"), 0.9 - i * 0.0002) for i in range(60)]
     query = SuggestQuery("q", k=5)
     plain, bounded = CountingLoader(pool), CountingLoader(pool)
     full = rank(query, pool, CONFIG, NOW_MS)

@@ -107,18 +107,18 @@ def test_many_equal_scores_are_cut_by_doc_id() -> None:
 
 
 def test_core_index_names_the_bad_argument() -> None:
-    with pytest.raises(_core.InvalidArgumentError, match="`k1`"):
+    with pytest.raises(_core.CoreArgumentError, match="`k1`"):
         _core.LexicalIndex(k1=float("nan"))
-    with pytest.raises(_core.InvalidArgumentError, match="`b`"):
+    with pytest.raises(_core.CoreArgumentError, match="`b`"):
         _core.LexicalIndex(b=2.0)
     core = _core.LexicalIndex()
-    with pytest.raises(_core.InvalidArgumentError, match="`doc_id`"):
+    with pytest.raises(_core.CoreArgumentError, match="`doc_id`"):
         core.add("", ["x"])
-    with pytest.raises(_core.InvalidArgumentError, match="`terms`"):
+    with pytest.raises(_core.CoreArgumentError, match="`terms`"):
         core.add("d", "not a list")  # type: ignore[arg-type]
-    with pytest.raises(_core.InvalidArgumentError, match="`terms`"):
+    with pytest.raises(_core.CoreArgumentError, match="`terms`"):
         core.search([1, 2], 3)  # type: ignore[list-item]
-    with pytest.raises(_core.InvalidArgumentError, match="`limit`"):
+    with pytest.raises(_core.CoreArgumentError, match="`limit`"):
         core.search(["x"], -1)
     assert len(core) == 0
     assert 5 not in core

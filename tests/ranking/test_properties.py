@@ -1,4 +1,5 @@
-"""Invariants of rank(): the score is monotone in success and match; filters always hold."""
+"""Invariants of rank(): the score is monotone in success and match; relevance decides between
+patterns without failures; failing patterns sink; filters always hold."""
 
 from __future__ import annotations
 
@@ -62,10 +63,54 @@ def test_total_is_monotone_in_success(cand: Candidate, extra: int) -> None:
         score(cand, CONFIG, NOW_MS).total
         <= score(replace(cand, pattern=better), CONFIG, NOW_MS).total
     )
-    assert (
-        score(cand, CONFIG, NOW_MS).success_estimate
-        <= score(replace(cand, pattern=better), CONFIG, NOW_MS).success_estimate
+    for part in ("success_estimate", "reliability"):
+        assert getattr(score(cand, CONFIG, NOW_MS), part) <= getattr(
+            score(replace(cand, pattern=better), CONFIG, NOW_MS), part
+        )
+
+
+def _healthy(i: int, successes: int, usage: int) -> Candidate:
+    return candidate(pattern(f"h{i}", successes=successes, usage=usage), 0.0)
+
+
+@settings(deadline=None)
+@given(unit, unit, counts, counts, counts, counts)
+def test_without_failures_relevance_decides_whatever_the_counts(
+    m1: float, m2: float, s1: int, s2: int, u1: int, u2: int
+) -> None:
+    """Two fresh patterns that never failed: the better match ranks first unless the matches
+    are within the usage tie-break (a factor 1 - usage_weight) of each other."""
+    a = replace(_healthy(1, s1 + 1, u1 + s1 + 1), semantic=m1)
+    b = replace(_healthy(2, s2 + 1, u2 + s2 + 1), semantic=m2)
+    result = rank(SuggestQuery("x", k=2, min_match=0.0), [a, b], CONFIG, NOW_MS)
+    order = [s.pattern.id for s in result.suggestions]
+    assert all(s.score.reliability == 1.0 for s in result.suggestions)
+    if m1 * (1.0 - CONFIG.usage_weight) > m2:
+        assert order == ["h1", "h2"]
+    elif m2 * (1.0 - CONFIG.usage_weight) > m1:
+        assert order == ["h2", "h1"]
+
+
+@settings(deadline=None)
+@given(
+    st.integers(min_value=10, max_value=1000),
+    st.floats(min_value=0.0, max_value=0.4),
+    st.floats(min_value=0.05, max_value=1.0),
+    counts,
+)
+def test_a_pattern_failing_most_of_many_tries_sinks(
+    tries: int, rate: float, failing_match: float, healthy_successes: int
+) -> None:
+    """At most 40% success in 10+ tries: a healthy pattern with 56% of its match beats it."""
+    successes = max(1, int(rate * tries))
+    failing = candidate(
+        pattern("failing", successes=successes, failures=tries - successes), failing_match
     )
+    healthy = candidate(pattern("healthy", successes=healthy_successes + 1), 0.56 * failing_match)
+    result = rank(
+        SuggestQuery("x", k=2, min_match=0.0, min_success=0.0), [failing, healthy], CONFIG, NOW_MS
+    )
+    assert [s.pattern.id for s in result.suggestions] == ["healthy", "failing"]
 
 
 @settings(max_examples=200, deadline=None)

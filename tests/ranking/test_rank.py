@@ -48,6 +48,8 @@ def test_seed_example_process_spreadsheet(old_successes: int, old_tries: int) ->
     assert first.score.match == pytest.approx(0.85)
     assert second.score.match == pytest.approx(0.72)
     assert first.score.total > second.score.total
+    assert first.score.reliability == 1.0
+    assert second.score.reliability == pytest.approx((4 + 1.8) / (7 * 0.9))  # 4 of 5: 0.92
     assert [(f.pattern_id, f.rule) for f in result.filtered] == [("old_csv_hack", MIN_SUCCESS)]
     assert "min_success" in result.filtered[0].detail
 
@@ -55,9 +57,10 @@ def test_seed_example_process_spreadsheet(old_successes: int, old_tries: int) ->
 def test_score_parts_multiply_to_total() -> None:
     (top, *_) = rank(SuggestQuery("x"), seed_candidates(), CONFIG, NOW_MS).suggestions
     s = top.score
-    product = s.match * s.success_estimate * s.usage * s.recency * s.superseded_penalty
+    product = s.match * s.reliability * s.usage * s.recency * s.superseded_penalty
     assert s.total == pytest.approx(product)
     assert s.success_estimate == pytest.approx(20 / 22)  # (19 + 1) / (20 + 2)
+    assert s.reliability == 1.0  # 19 of 20 is above the expected 90%: no evidence against it
     assert s.recency == 1.0
     assert s.superseded_penalty == 1.0
 
@@ -244,3 +247,23 @@ def test_bad_request_names_the_field(query: SuggestQuery, field: str) -> None:
 def test_bad_config_is_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="RankingConfig"):
         RankingConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_fresh_exact_match_beats_a_popular_near_miss() -> None:
+    """The issue's case: match 0.99 used once against match 0.79 used 61 times (and the
+    README's "Load JSON data": 1.00 once against 0.78 at 61 uses)."""
+    fresh = pattern("fresh_exact", successes=1)
+    popular = pattern("popular", successes=61)
+    cands = [candidate(popular, 0.79), candidate(fresh, 0.99)]
+    result = rank(SuggestQuery("x"), cands, CONFIG, NOW_MS)
+    assert [s.pattern.id for s in result.suggestions] == ["fresh_exact", "popular"]
+    assert result.suggestions[0].score.reliability == 1.0
+
+
+def test_a_twin_failing_most_of_its_tries_sinks_below_its_healthy_original() -> None:
+    original = pattern("original", successes=16, capability_id="cap")
+    twin = pattern("twin", successes=3, failures=9, capability_id="cap")
+    cands = [candidate(twin, 0.9), candidate(original, 0.6)]
+    result = rank(SuggestQuery("x", min_success=0.0, explain=True), cands, CONFIG, NOW_MS)
+    assert [s.pattern.id for s in result.suggestions] == ["original"]
+    assert [(f.pattern_id, f.rule) for f in result.filtered] == [("twin", SAME_CAPABILITY)]

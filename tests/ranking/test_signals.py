@@ -12,6 +12,7 @@ from pml_server.ranking import (
     fuse_match,
     normalize_lexical,
     recency_factor,
+    reliability_factor,
     success_estimate,
     usage_factor,
 )
@@ -28,6 +29,27 @@ def test_success_estimate_is_laplace_posterior_mean(
     successes: int, failures: int, expected: float
 ) -> None:
     assert success_estimate(successes, failures, CONFIG) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("successes", [1, 2, 5, 20, 100, 10_000])
+def test_reliability_is_one_without_failures_whatever_the_count(successes: int) -> None:
+    assert reliability_factor(successes, 0, CONFIG) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("successes", "failures", "expected"),
+    # min(1, (s + 0.9 * 2) / ((s + f + 2) * 0.9))
+    [(19, 1, 1.0), (4, 1, 5.8 / 6.3), (1, 1, 2.8 / 3.6), (3, 7, 4.8 / 10.8), (40, 60, 41.8 / 91.8)],
+)
+def test_reliability_weighs_failures_by_their_evidence(
+    successes: int, failures: int, expected: float
+) -> None:
+    assert reliability_factor(successes, failures, CONFIG) == pytest.approx(expected)
+
+
+def test_reliability_tends_to_the_rate_over_the_expected_rate() -> None:
+    assert reliability_factor(300_000, 700_000, CONFIG) == pytest.approx(0.3 / 0.9, abs=1e-4)
+    assert reliability_factor(3, 7, CONFIG) > reliability_factor(30, 70, CONFIG)  # more evidence
 
 
 def test_success_estimate_prior_is_configurable() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pml_server._core import CorruptDataError, HnswIndex, InvalidArgumentError
+from pml_server._core import CoreArgumentError, CorruptDataError, HnswIndex
 from tests.search.index_data import clustered, dataset, exact_scores, exact_top_k, unit
 
 DIM = 384
@@ -221,7 +221,7 @@ def test_memory_grows_with_content() -> None:
 def test_bad_input_names_the_field(call: object, field: str) -> None:
     index = HnswIndex(8)
     index.add(np.array([42], np.uint64), np.ones((1, 8), np.float32))
-    with pytest.raises(InvalidArgumentError, match=f"`{field}`"):
+    with pytest.raises(CoreArgumentError, match=f"`{field}`"):
         call(index)  # type: ignore[operator]
     # A rejected batch changes nothing.
     assert len(index) == 1

@@ -19,7 +19,12 @@ from pml_server import _core
 from pml_server.domain.model import PageRequest, SuggestQuery
 from pml_server.ranking import FilterSettings, LexicalIndex, RankingConfig, RankTable, core_params
 from pml_server.ranking.scoring import relevance
-from pml_server.ranking.signals import recency_factor, success_estimate, usage_factor
+from pml_server.ranking.signals import (
+    recency_factor,
+    reliability_factor,
+    success_estimate,
+    usage_factor,
+)
 from pml_server.service import Engine, _curation
 from tests.support import Clock, make_record, open_engine
 
@@ -112,7 +117,14 @@ def test_the_core_ranks_as_the_python_ranking(tmp_path: Path, seed: int) -> None
 
 def test_the_core_formula_is_the_python_reference() -> None:
     """One pattern at a time through the core (a 1-intent table) against `scoring`."""
-    config = RankingConfig(usage_weight=0.3, prior_failures=2.0, recency_floor=0.1)
+    config = RankingConfig(
+        usage_weight=0.3,
+        prior_failures=2.0,
+        recency_floor=0.1,
+        expected_success_rate=0.8,
+        reliability_prior_strength=3.0,
+    )
+    reliabilities: set[float] = set()
     rng = random.Random(7)
     now = 1_800_000_000_000
     for i in range(200):
@@ -132,8 +144,12 @@ def test_the_core_formula_is_the_python_reference() -> None:
         parts = got.score
         assert (parts.semantic, parts.lexical, parts.match) == relevance(float(cosine), 0.0, config)
         assert parts.success_estimate == success_estimate(successes, failures, config)
+        assert parts.reliability == reliability_factor(successes, failures, config)
+        reliabilities.add(parts.reliability)
         assert parts.usage == usage_factor(usage, config)
         assert parts.recency == recency_factor(last, now, config)
-        product = parts.match * parts.success_estimate * parts.usage * parts.recency
+        product = parts.match * parts.reliability * parts.usage * parts.recency
         assert parts.total == product * parts.superseded_penalty
+    assert 1.0 in reliabilities, "patterns without failures were drawn"
+    assert min(reliabilities) < 0.5, "mostly failing patterns were drawn"
     assert core_params(config) is core_params(config)

@@ -120,3 +120,35 @@ def test_an_engine_left_without_ranking_takes_its_embedder_familys_defaults(
         details = [f.detail for f in result.filtered if f.rule == MIN_MATCH]
         assert len(details) == 1
         assert details[0].endswith(f"< min_match {used.min_match:.3f}")
+
+
+def test_a_failed_run_with_a_client_vector_counts_as_a_failed_try(tmp_path: Path) -> None:
+    """Rule 1 holds whoever embeds the intent: a client-supplied vector on a failed run must
+    not turn the failure into a success (it did, and the twins of the quality bench then
+    looked healthy), nor store a new pattern from a failed run; in `record` and `record_many`."""
+    engine = open_engine(tmp_path)
+    from pml_server.embedding import HashingEmbedder
+
+    vector = tuple(HashingEmbedder().embed(["Process spreadsheet xlsx"])[0].tolist())
+    first = make_record("x0", "Process spreadsheet xlsx", XLSX_TOOLS)
+    engine.record("t", replace(first, intent_embedding=vector))
+    failed = [
+        replace(
+            make_record(f"x{i}", "Process spreadsheet xlsx", XLSX_TOOLS, failed={"parse_xlsx"}),
+            intent_embedding=vector,
+        )
+        for i in range(1, 5)
+    ]
+    engine.record("t", failed[0])
+    engine.record_many("t", failed[1:])
+    new_failed = replace(
+        make_record("n0", "Process CSV file", CSV_TOOLS, failed={"parse_csv"}),
+        intent_embedding=vector,
+    )
+    assert engine.record_many("t", [new_failed])[0].outcome.name == "REJECTED"
+    (pattern,) = engine.suggest(
+        "t", SuggestQuery("process spreadsheet", min_success=0.0, min_match=0.0)
+    ).suggestions
+    assert (pattern.pattern.success_count, pattern.pattern.failure_count) == (1, 4)
+    assert pattern.score.reliability < 1.0
+    engine.close()

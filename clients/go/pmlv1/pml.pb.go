@@ -1019,7 +1019,8 @@ func (x *GetPatternResponse) GetPattern() *Pattern {
 // ListPatternsRequest asks for one page of patterns.
 type ListPatternsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// (Optional) 1..1000; 0 means 50.
+	// (Optional) 1..1000; 0 means 50. A page may hold fewer (its answer is kept under 4 MiB);
+	// only an empty `next_page_token` means the end.
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// (Optional) `next_page_token` of the previous page.
 	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`

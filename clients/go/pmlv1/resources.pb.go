@@ -766,8 +766,12 @@ type Pattern struct {
 	SupersededBy string `protobuf:"bytes,18,opt,name=superseded_by,json=supersededBy,proto3" json:"superseded_by,omitempty"`
 	// (Output only) How many captures saw the code's tools disagree with the recorded ones.
 	ToolMismatchCount int64 `protobuf:"varint,19,opt,name=tool_mismatch_count,json=toolMismatchCount,proto3" json:"tool_mismatch_count,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// (Output only) True when this copy was trimmed to fit a Suggest or list answer's byte
+	// budget: `original_code` and `template` cut short, fewer recent values and intents.
+	// GetPattern always returns the whole pattern.
+	Truncated     bool `protobuf:"varint,20,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Pattern) Reset() {
@@ -933,6 +937,13 @@ func (x *Pattern) GetToolMismatchCount() int64 {
 	return 0
 }
 
+func (x *Pattern) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 // Capability groups patterns that use the same tools in the same order for similar intents.
 type Capability struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1060,16 +1071,20 @@ type ScoreParts struct {
 	Semantic float64 `protobuf:"fixed64,2,opt,name=semantic,proto3" json:"semantic,omitempty"`
 	// (Output only) Normalized lexical score.
 	Lexical float64 `protobuf:"fixed64,3,opt,name=lexical,proto3" json:"lexical,omitempty"`
-	// (Output only) Small-sample-aware success estimate, 0..1.
+	// (Output only) Small-sample-aware success estimate, 0..1 (Beta(1, 1) posterior mean; what
+	// min_success compares with).
 	SuccessEstimate float64 `protobuf:"fixed64,4,opt,name=success_estimate,json=successEstimate,proto3" json:"success_estimate,omitempty"`
-	// (Output only) Diminishing usage weight.
+	// (Output only) Usage tie-break weight, within [1 - usage_weight, 1].
 	Usage float64 `protobuf:"fixed64,5,opt,name=usage,proto3" json:"usage,omitempty"`
 	// (Output only) 1.0 up to 90 days unused, then decaying.
 	Recency float64 `protobuf:"fixed64,6,opt,name=recency,proto3" json:"recency,omitempty"`
 	// (Output only) 1.0 unless superseded.
 	SupersededPenalty float64 `protobuf:"fixed64,7,opt,name=superseded_penalty,json=supersededPenalty,proto3" json:"superseded_penalty,omitempty"`
-	// (Output only) The final score.
-	Total         float64 `protobuf:"fixed64,8,opt,name=total,proto3" json:"total,omitempty"`
+	// (Output only) The final score: match * reliability * usage * recency * superseded_penalty.
+	Total float64 `protobuf:"fixed64,8,opt,name=total,proto3" json:"total,omitempty"`
+	// (Output only) Evidence of failure against the pattern, 0..1: 1.0 without failures, whatever
+	// the number of tries; sinks toward success rate / expected rate as failures accumulate.
+	Reliability   float64 `protobuf:"fixed64,9,opt,name=reliability,proto3" json:"reliability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1156,6 +1171,13 @@ func (x *ScoreParts) GetSupersededPenalty() float64 {
 func (x *ScoreParts) GetTotal() float64 {
 	if x != nil {
 		return x.Total
+	}
+	return 0
+}
+
+func (x *ScoreParts) GetReliability() float64 {
+	if x != nil {
+		return x.Reliability
 	}
 	return 0
 }
@@ -1533,7 +1555,7 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tjson_type\x18\x02 \x01(\tR\bjsonType\x12\x16\n" +
 	"\x06secret\x18\x03 \x01(\bR\x06secret\x12,\n" +
-	"\x12recent_values_json\x18\x04 \x03(\tR\x10recentValuesJson\"\x80\x06\n" +
+	"\x12recent_values_json\x18\x04 \x03(\tR\x10recentValuesJson\"\x9e\x06\n" +
 	"\aPattern\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tcode_hash\x18\x02 \x01(\tR\bcodeHash\x12\x1a\n" +
@@ -1561,7 +1583,8 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\aintents\x18\x10 \x03(\v2\x0e.pml.v1.IntentR\aintents\x12.\n" +
 	"\x13flagged_for_removal\x18\x11 \x01(\bR\x11flaggedForRemoval\x12#\n" +
 	"\rsuperseded_by\x18\x12 \x01(\tR\fsupersededBy\x12.\n" +
-	"\x13tool_mismatch_count\x18\x13 \x01(\x03R\x11toolMismatchCount\"\xbc\x02\n" +
+	"\x13tool_mismatch_count\x18\x13 \x01(\x03R\x11toolMismatchCount\x12\x1c\n" +
+	"\ttruncated\x18\x14 \x01(\bR\ttruncated\"\xbc\x02\n" +
 	"\n" +
 	"Capability\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -1573,7 +1596,7 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"usageCount\x12#\n" +
 	"\rsuccess_count\x18\a \x01(\x03R\fsuccessCount\x12#\n" +
 	"\rfailure_count\x18\b \x01(\x03R\ffailureCount\x12@\n" +
-	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xf8\x01\n" +
+	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\x9a\x02\n" +
 	"\n" +
 	"ScoreParts\x12\x14\n" +
 	"\x05match\x18\x01 \x01(\x01R\x05match\x12\x1a\n" +
@@ -1583,7 +1606,8 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\x05usage\x18\x05 \x01(\x01R\x05usage\x12\x18\n" +
 	"\arecency\x18\x06 \x01(\x01R\arecency\x12-\n" +
 	"\x12superseded_penalty\x18\a \x01(\x01R\x11supersededPenalty\x12\x14\n" +
-	"\x05total\x18\b \x01(\x01R\x05total\"\x81\x01\n" +
+	"\x05total\x18\b \x01(\x01R\x05total\x12 \n" +
+	"\vreliability\x18\t \x01(\x01R\vreliability\"\x81\x01\n" +
 	"\n" +
 	"Suggestion\x12\x1e\n" +
 	"\n" +

@@ -233,9 +233,10 @@ impl HnswIndex {
             ));
         }
         if self.graph.slots() + ids.len() >= graph::NO_NODE as usize {
-            return Err(CoreError::TooLarge(
-                "index would exceed 2^32 - 1 nodes".into(),
-            ));
+            return Err(CoreError::TooLarge {
+                field: "ids".into(),
+                reason: "would make the index exceed 2^32 - 1 nodes".into(),
+            });
         }
         Ok(())
     }

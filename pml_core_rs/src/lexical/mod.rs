@@ -265,8 +265,9 @@ impl LexicalIndex {
         let number = match self.free_docs.pop() {
             Some(number) => number,
             None => {
-                let number = u32::try_from(self.docs.len())
-                    .map_err(|_| CoreError::TooLarge("more than 2^32 lexical documents".into()))?;
+                let number = u32::try_from(self.docs.len()).map_err(|_| {
+                    too_large("doc_id", "would make more than 2^32 lexical documents")
+                })?;
                 self.docs.push(Doc::default());
                 self.lengths.push(0.0);
                 self.name_keys.push(0);
@@ -287,7 +288,7 @@ impl LexicalIndex {
             Some(number) => number,
             None => {
                 let number = u32::try_from(self.postings.len())
-                    .map_err(|_| CoreError::TooLarge("more than 2^32 distinct terms".into()))?;
+                    .map_err(|_| too_large("terms", "would make more than 2^32 distinct terms"))?;
                 self.postings.push(Postings::default());
                 self.term_names.push(String::new());
                 number
@@ -330,5 +331,12 @@ fn invalid(field: &str, reason: impl Into<String>) -> CoreError {
     CoreError::InvalidArgument {
         field: field.to_owned(),
         reason: reason.into(),
+    }
+}
+
+fn too_large(field: &str, reason: &str) -> CoreError {
+    CoreError::TooLarge {
+        field: field.to_owned(),
+        reason: reason.to_owned(),
     }
 }

@@ -7,7 +7,7 @@ use super::canonical::{self, Canonical};
 use super::language::Lang;
 use super::literal::{self, JsonType};
 use super::tree::{DISPATCH_METHODS, TOOL_ROOTS};
-use super::{Extracted, RawParam, NORMALIZER_VERSION};
+use super::{Extracted, RawParam, MAX_PARAMS, NORMALIZER_VERSION};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -60,6 +60,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     let text = |t: &Token| &code[t.start..t.end];
     let mut canon = Canonical::new(NORMALIZER_VERSION, language, "tokens", code.len());
     let mut params = Vec::new();
+    let mut param_count = 0usize;
     let mut tool_calls = Vec::new();
     let mut code_strings: Vec<usize> = Vec::new(); // token indexes of tool-name strings
     for (i, token) in tokens.iter().enumerate() {
@@ -86,19 +87,33 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
         };
         match (token.kind, value) {
             (_, Some((json_type, value_json, string_value))) => {
-                canon.marker(if json_type == JsonType::String {
-                    canonical::TAG_STRING_PARAM
+                let overflow = param_count >= MAX_PARAMS;
+                if overflow {
+                    // Past the cap the literal is code, hashed by value (see the tree path).
+                    match &string_value {
+                        Some(s) => canon.tagged(canonical::TAG_CODE_STRING, s.as_bytes()),
+                        None => canon.token(text(token).as_bytes()),
+                    }
                 } else {
-                    canonical::TAG_NUMBER_PARAM
-                });
-                params.push(RawParam {
+                    param_count += 1;
+                    canon.marker(if json_type == JsonType::String {
+                        canonical::TAG_STRING_PARAM
+                    } else {
+                        canonical::TAG_NUMBER_PARAM
+                    });
+                }
+                let raw = RawParam {
                     start: token.start,
                     end: token.end,
                     json_type,
                     value_json,
                     string_value,
                     context: context_name(&tokens, i, code, &style),
-                });
+                    overflow,
+                };
+                if !overflow || raw.is_secret() {
+                    params.push(raw);
+                }
             }
             (Kind::Str, None) => match decode_string(text(token), &style) {
                 Some(s) => canon.tagged(canonical::TAG_CODE_STRING, s.as_bytes()),

@@ -22,13 +22,21 @@ use crate::error::{CoreError, CoreResult};
 
 pub use language::{resolve as resolve_language, Lang, LanguageChoice};
 pub use literal::JsonType;
+pub use secrets::redact_text;
 
 /// Version of the normalization rules; hashed into every `code_hash`.
-pub const NORMALIZER_VERSION: u32 = 1;
+pub const NORMALIZER_VERSION: u32 = 2;
 /// Largest input accepted, in UTF-8 bytes; larger input is an `InputTooLarge` error.
 pub const MAX_INPUT_BYTES: usize = 4 * 1024 * 1024;
 /// Deepest bracket nesting parsed; deeper code goes to the token-level fallback.
 pub const MAX_BRACKET_NESTING: usize = 256;
+/// Most parameters taken out of one snippet; literals after these stay code (hashed by
+/// value, kept in the template as written), so a pattern's size follows what a user can read.
+pub const MAX_PARAMS: usize = 256;
+/// Longest placeholder base name (before any `_2` suffix), in bytes (names are ASCII).
+pub const MAX_PARAM_NAME_BYTES: usize = 48;
+/// What a secret literal becomes in `redacted_code` (and in the template, past `MAX_PARAMS`).
+pub const REDACTED_LITERAL: &str = "\"[REDACTED]\"";
 /// Deepest syntax tree walked; deeper code goes to the token-level fallback.
 pub const MAX_TREE_DEPTH: usize = 1024;
 
@@ -58,6 +66,10 @@ pub struct Normalized {
     pub parse_ok: bool,
     pub fallback_reason: String,
     pub schema_json: String,
+    /// The input with every secret literal replaced by `REDACTED_LITERAL` and every token
+    /// elsewhere (comments, f-strings, names) with a credential prefix, a JWT, a `Bearer` token
+    /// or a PEM block by `[REDACTED]`: the only form of the code later layers may store.
+    pub redacted_code: String,
 }
 
 /// A literal taken out of the code, before naming and secret detection.
@@ -69,6 +81,34 @@ pub(crate) struct RawParam {
     pub string_value: Option<String>,
     /// The name its context gives it (key, keyword, variable, `callee_ARGn`), as written.
     pub context: Option<String>,
+    /// Past `MAX_PARAMS`: the literal stayed code and is listed only because it is a secret,
+    /// so that it is redacted in the template and the redacted code.
+    pub overflow: bool,
+}
+
+impl RawParam {
+    /// The context name as UPPER_SNAKE, at most `MAX_PARAM_NAME_BYTES` long.
+    fn context_name(&self) -> Option<String> {
+        let mut name = self.context.as_deref().and_then(naming::upper_snake)?;
+        if name.len() > MAX_PARAM_NAME_BYTES {
+            name.truncate(MAX_PARAM_NAME_BYTES); // ASCII: any byte is a char boundary
+            while name.ends_with('_') {
+                name.pop();
+            }
+        }
+        Some(name)
+    }
+
+    /// Whether its context name or its value marks it as a credential.
+    pub(crate) fn is_secret(&self) -> bool {
+        self.context_name()
+            .as_deref()
+            .is_some_and(secrets::is_secret_name)
+            || self
+                .string_value
+                .as_deref()
+                .is_some_and(secrets::is_secret_value)
+    }
 }
 
 /// Why a tree walk gave up (the fallback tokenizer takes over).
@@ -133,10 +173,13 @@ pub fn parse_only(code: &str, language: &str) -> CoreResult<bool> {
 
 fn check_size(code: &str) -> CoreResult<()> {
     if code.len() > MAX_INPUT_BYTES {
-        return Err(CoreError::TooLarge(format!(
-            "`code` is {} bytes of UTF-8, the limit is {MAX_INPUT_BYTES}",
-            code.len()
-        )));
+        return Err(CoreError::TooLarge {
+            field: "code".into(),
+            reason: format!(
+                "is {} bytes of UTF-8, the limit is {MAX_INPUT_BYTES}",
+                code.len()
+            ),
+        });
     }
     Ok(())
 }
@@ -212,7 +255,7 @@ fn syntax_error_reason(tree: &tree_sitter::Tree) -> String {
     }
 }
 
-/// Name, flag and place the parameters; build the template and the schema.
+/// Name, flag and place the parameters; build the template, the redacted code and the schema.
 fn assemble(
     code: &str,
     language: String,
@@ -221,6 +264,7 @@ fn assemble(
 ) -> Normalized {
     let mut names = naming::NameAllocator::default();
     let mut template = String::with_capacity(code.len());
+    let mut redacted = String::with_capacity(code.len());
     let mut params = Vec::with_capacity(extracted.params.len());
     let mut formats = Vec::with_capacity(extracted.params.len());
     let (mut byte_at, mut char_at) = (0usize, 0usize);
@@ -228,27 +272,37 @@ fn assemble(
         if raw.start < byte_at || raw.end > code.len() {
             continue; // overlapping spans cannot happen; skip rather than corrupt the template
         }
-        let context = raw.context.as_deref().and_then(naming::upper_snake);
-        let base = context.clone().unwrap_or_else(|| {
+        let secret = raw.is_secret();
+        let gap = &code[byte_at..raw.start];
+        let literal_text = &code[raw.start..raw.end];
+        template.push_str(gap);
+        redacted.push_str(gap);
+        redacted.push_str(if secret {
+            REDACTED_LITERAL
+        } else {
+            literal_text
+        });
+        let start = char_at + gap.chars().count();
+        let end = start + literal_text.chars().count();
+        (byte_at, char_at) = (raw.end, end);
+        if raw.overflow {
+            template.push_str(if secret {
+                REDACTED_LITERAL
+            } else {
+                literal_text
+            });
+            continue;
+        }
+        let base = raw.context_name().unwrap_or_else(|| {
             match raw.json_type {
                 JsonType::String => "STR",
                 JsonType::Integer | JsonType::Number => "NUM",
             }
             .to_owned()
         });
-        let secret = context.as_deref().is_some_and(secrets::is_secret_name)
-            || raw
-                .string_value
-                .as_deref()
-                .is_some_and(secrets::is_secret_value);
         formats.push(schema::string_format(raw.string_value.as_deref(), secret));
         let name = names.allocate(&base);
-        let gap = &code[byte_at..raw.start];
-        template.push_str(gap);
         template.push_str(&name);
-        let start = char_at + gap.chars().count();
-        let end = start + code[raw.start..raw.end].chars().count();
-        (byte_at, char_at) = (raw.end, end);
         params.push(Param {
             name,
             json_type: raw.json_type,
@@ -259,16 +313,18 @@ fn assemble(
         });
     }
     template.push_str(&code[byte_at..]);
+    redacted.push_str(&code[byte_at..]);
     let schema_json = schema::infer_schema(&params, &formats);
     Normalized {
         language,
-        template,
+        template: secrets::redact_code(&template).into_owned(),
         code_hash: extracted.code_hash,
         params,
         tool_calls: extracted.tool_calls,
         parse_ok: fallback_reason.is_empty(),
         fallback_reason,
         schema_json,
+        redacted_code: secrets::redact_code(&redacted).into_owned(),
     }
 }
 

@@ -81,6 +81,12 @@ pub fn is_secret_name(upper_snake: &str) -> bool {
 
 /// Whether a string value looks like a credential by itself.
 pub fn is_secret_value(value: &str) -> bool {
+    is_credential_shaped(value) || is_high_entropy_token(value.trim())
+}
+
+/// A known credential prefix or a JWT: the rules that never match ordinary code (unlike the
+/// entropy rule, which a long camelCase name with a digit can pass).
+fn is_credential_shaped(value: &str) -> bool {
     let value = value.trim();
     if TOKEN_PREFIXES
         .iter()
@@ -92,7 +98,7 @@ pub fn is_secret_value(value: &str) -> bool {
             || value.starts_with("Basic ")
             || value.starts_with("-----BEGIN");
     }
-    is_jwt(value) || is_high_entropy_token(value)
+    is_jwt(value)
 }
 
 /// `eyJ...`.`...`.`...`: three base64url segments, the first a JSON object.
@@ -158,6 +164,85 @@ fn shannon_entropy(bytes: &[u8]) -> f64 {
         .sum()
 }
 
+/// What a credential-shaped token of free text becomes.
+pub const REDACTED_TOKEN: &str = "[REDACTED]";
+
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'_' | b'-' | b'.')
+}
+
+/// `text` with every credential-shaped token replaced by `[REDACTED]`: a token (a run of
+/// `[A-Za-z0-9+/=_.-]`, trailing dots dropped) that `is_secret_value` flags, the token after
+/// `Bearer ` or `Basic `, and a whole PEM block (`-----BEGIN` to the `-----` after `-----END`).
+/// For free text that no parser reads: error messages, arguments, traces, comments. Linear in
+/// the text; borrowed when nothing is found.
+pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
+    redact(text, is_secret_value)
+}
+
+/// `redact_text` for code (a template, the stored code): only credential prefixes, JWTs,
+/// `Bearer`/`Basic` tokens and PEM blocks, never the entropy rule, so that identifiers stay.
+/// Secret string literals are handled by the normalizer itself (they are parameters).
+pub fn redact_code(code: &str) -> std::borrow::Cow<'_, str> {
+    redact(code, is_credential_shaped)
+}
+
+fn redact(text: &str, flagged: fn(&str) -> bool) -> std::borrow::Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let mut out: Option<String> = None;
+    let mut copied = 0usize; // bytes of `text` already in `out`
+    let mut i = 0usize;
+    let redact = |out: &mut Option<String>, copied: &mut usize, from: usize, to: usize| {
+        let buf = out.get_or_insert_with(|| String::with_capacity(text.len()));
+        buf.push_str(&text[*copied..from]);
+        buf.push_str(REDACTED_TOKEN);
+        *copied = to;
+    };
+    while i < bytes.len() {
+        if bytes[i..].starts_with(b"-----BEGIN") {
+            if let Some(end) = pem_end(text, i) {
+                redact(&mut out, &mut copied, i, end);
+                i = end;
+                continue;
+            }
+        }
+        if !is_token_byte(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && is_token_byte(bytes[i]) {
+            i += 1;
+        }
+        let mut end = i;
+        while end > start && bytes[end - 1] == b'.' {
+            end -= 1;
+        }
+        let token = &text[start..end];
+        let after_scheme = [&b"Bearer "[..], &b"Basic "[..]]
+            .iter()
+            .any(|scheme| bytes[..start].ends_with(scheme));
+        if (after_scheme && token.len() >= 8) || flagged(token) {
+            redact(&mut out, &mut copied, start, end);
+        }
+    }
+    match out {
+        None => std::borrow::Cow::Borrowed(text),
+        Some(mut buf) => {
+            buf.push_str(&text[copied..]);
+            std::borrow::Cow::Owned(buf)
+        }
+    }
+}
+
+/// Where a PEM block starting at `start` ends (after the closing `-----`), if it is closed.
+fn pem_end(text: &str, start: usize) -> Option<usize> {
+    let end_marker = start + text[start..].find("-----END")?;
+    let after = end_marker + "-----END".len();
+    let close = after + text[after..].find("-----")?;
+    Some(close + "-----".len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,5 +291,40 @@ mod tests {
         ] {
             assert!(!is_secret_value(value), "{value}");
         }
+    }
+
+    #[test]
+    fn free_text_is_redacted_token_by_token() {
+        let key = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e";
+        let text = format!("auth failed for key {key}. retry; header Bearer abcdefgh12345 ok");
+        let out = redact_text(&text);
+        assert!(!out.contains(key), "{out}");
+        assert!(!out.contains("abcdefgh12345"), "{out}");
+        assert!(
+            out.contains("auth failed for key [REDACTED]. retry"),
+            "{out}"
+        );
+        let pem = "x -----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY----- y";
+        assert_eq!(redact_text(pem), "x [REDACTED] y");
+    }
+
+    #[test]
+    fn code_keeps_long_names_but_not_keys() {
+        let code =
+            "const calculateMonthlyAverage2024x = 1 // ghp_0123456789abcdefghijklmnopqrstuvwxyz";
+        let out = redact_code(code);
+        assert!(out.contains("calculateMonthlyAverage2024x"), "{out}");
+        assert!(!out.contains("ghp_"), "{out}");
+        assert!(redact_text("q8Zr3VxT0pLk2WmN7sYb4HdJ9fGc").contains("[REDACTED]"));
+    }
+
+    #[test]
+    fn ordinary_text_is_borrowed_unchanged() {
+        let text = "read /home/user/a.json: no such file (errno 2), id 550e8400-e29b-41d4-a716-446655440000";
+        assert!(matches!(redact_text(text), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(
+            redact_text("-----BEGIN never closed"),
+            "-----BEGIN never closed"
+        );
     }
 }

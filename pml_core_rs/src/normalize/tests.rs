@@ -239,10 +239,13 @@ fn fallback_paths() {
 #[test]
 fn too_large_is_an_error() {
     let big = "a".repeat(MAX_INPUT_BYTES + 1);
-    assert!(matches!(normalize(&big, "js"), Err(CoreError::TooLarge(_))));
+    assert!(matches!(
+        normalize(&big, "js"),
+        Err(CoreError::TooLarge { .. })
+    ));
     assert!(matches!(
         parse_only(&big, "js"),
-        Err(CoreError::TooLarge(_))
+        Err(CoreError::TooLarge { .. })
     ));
 }
 
@@ -288,6 +291,7 @@ fn fuzzed_edits_never_panic_and_round_trip() {
         state ^= state >> 27;
         (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % bound.max(1)
     };
+    let mut redacted_templates = 0usize;
     for round in 0..600 {
         let mut chars: Vec<char> = seeds[round % seeds.len()].chars().collect();
         for _ in 0..1 + next(6) {
@@ -308,11 +312,19 @@ fn fuzzed_edits_never_panic_and_round_trip() {
                 !n.fallback_reason.contains("internal error"),
                 "{language}: {code:?}"
             );
+            if n.template.contains(secrets::REDACTED_TOKEN) {
+                // credential-shaped text outside the parameters (broken quotes make a key
+                // code) is redacted in the template: it cannot give the input back
+                redacted_templates += 1;
+                continue;
+            }
             let mut rebuilt = String::new();
             let mut rest = n.template.as_str();
             let code_chars: Vec<char> = code.chars().collect();
             for p in &n.params {
-                let at = rest.find(&p.name).expect("placeholder in template");
+                let Some(at) = rest.find(&p.name) else {
+                    panic!("{language}: {code:?} -> {:?}", n.template)
+                };
                 rebuilt.push_str(&rest[..at]);
                 rebuilt.extend(&code_chars[p.start..p.end]);
                 rest = &rest[at + p.name.len()..];
@@ -321,4 +333,63 @@ fn fuzzed_edits_never_panic_and_round_trip() {
             assert_eq!(rebuilt, code, "{language}");
         }
     }
+    assert!(
+        redacted_templates < 300,
+        "{redacted_templates} of 3000 templates redacted"
+    );
+}
+
+#[test]
+fn literals_past_the_parameter_cap_stay_code() {
+    let many = |v: &str| format!("x = [{}]", vec![v; MAX_PARAMS + 1000].join(", "));
+    let (a, b) = (norm(&many("1"), "python"), norm(&many("2"), "python"));
+    assert!(a.parse_ok, "{}", a.fallback_reason);
+    assert_eq!(a.params.len(), MAX_PARAMS);
+    // the literals past the cap are written as they are, so the template is the code's size
+    assert!(
+        a.template.len() < many("1").len() + MAX_PARAMS * 8,
+        "{}",
+        a.template.len()
+    );
+    assert!(a.template.ends_with("1, 1]"));
+    // hashed by value past the cap: other values there are other code
+    assert_ne!(a.code_hash, b.code_hash);
+    let mut first = vec!["7"; MAX_PARAMS];
+    first.extend(vec!["1"; 1000]);
+    let c = norm(&format!("x = [{}]", first.join(", ")), "python");
+    assert_eq!(
+        a.code_hash, c.code_hash,
+        "values under the cap are parameters"
+    );
+    let js = norm(&format!("f([{}])", vec!["'s'"; 2000].join(",")), "js");
+    assert_eq!(js.params.len(), MAX_PARAMS);
+    let fallback = norm(&vec!["1"; 2000].join(" "), "rust");
+    assert_eq!(fallback.params.len(), MAX_PARAMS);
+}
+
+#[test]
+fn placeholder_names_are_bounded() {
+    let key = "k".repeat(5000);
+    let n = norm(&format!("f({{{key}: 1}})"), "js");
+    assert_eq!(n.params[0].name.len(), 1 + MAX_PARAM_NAME_BYTES);
+}
+
+#[test]
+fn secrets_are_redacted_in_the_code_and_past_the_cap() {
+    let key = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e";
+    let code = format!(
+        "// fallback key {key}\nconst k = '{key}'\nconst xs = [{}, '{key}']\nawait mcp.call_api({{apiKey: k}})",
+        vec!["1"; MAX_PARAMS].join(", ")
+    );
+    let n = norm(&code, "js");
+    assert!(n.parse_ok, "{}", n.fallback_reason);
+    assert!(n.params[0].secret);
+    assert_eq!(n.params.len(), MAX_PARAMS);
+    for (what, text) in [("template", &n.template), ("redacted", &n.redacted_code)] {
+        assert!(!text.contains(key), "{what}: {text}");
+    }
+    assert!(n.redacted_code.contains("const k = \"[REDACTED]\""));
+    assert!(n.redacted_code.contains("// fallback key [REDACTED]"));
+    let plain = norm("await mcp.read_file({path: 'a.json'})", "js");
+    assert_eq!(plain.redacted_code, "await mcp.read_file({path: 'a.json'})");
 }

@@ -11,7 +11,7 @@ use super::canonical::{self, Canonical};
 use super::grammar::Grammar;
 use super::language::Lang;
 use super::literal::{self, JsonType};
-use super::{RawParam, WalkError};
+use super::{RawParam, WalkError, MAX_PARAMS};
 
 /// Receivers whose method calls are tool calls: `mcp.read_file(...)`, `tools.x(...)`.
 pub const TOOL_ROOTS: &[&str] = &["mcp", "tools"];
@@ -56,6 +56,8 @@ struct Walker<'a, 't> {
     bound: HashSet<&'a str>,
     pending: Vec<Node<'t>>,
     params: Vec<RawParam>,
+    /// Parameters taken so far (`params` also lists secrets past the cap).
+    param_count: usize,
     tool_calls: Vec<String>,
     /// Start bytes of string literals that are code, not parameters (tool and module names).
     code_literals: HashSet<usize>,
@@ -78,6 +80,7 @@ pub fn walk<'a>(
         bound: HashSet::new(),
         pending: Vec::new(),
         params: Vec::new(),
+        param_count: 0,
         tool_calls: Vec::new(),
         code_literals: HashSet::new(),
         frames: Vec::new(),
@@ -333,10 +336,17 @@ impl<'a, 't> Walker<'a, 't> {
             self.code_literal(text, &candidate);
             return;
         };
-        self.canon.marker(match json_type {
-            JsonType::String => canonical::TAG_STRING_PARAM,
-            _ => canonical::TAG_NUMBER_PARAM,
-        });
+        let overflow = self.param_count >= MAX_PARAMS;
+        if overflow {
+            // Past the cap the literal is code, hashed by value: listed only if it is a secret.
+            self.code_literal(text, &candidate);
+        } else {
+            self.param_count += 1;
+            self.canon.marker(match json_type {
+                JsonType::String => canonical::TAG_STRING_PARAM,
+                _ => canonical::TAG_NUMBER_PARAM,
+            });
+        }
         let context = self.context_name(field, named_index);
         let (value_json, string_value) = match json_type {
             JsonType::String => (
@@ -345,14 +355,18 @@ impl<'a, 't> Walker<'a, 't> {
             ),
             _ => (value, None),
         };
-        self.params.push(RawParam {
+        let raw = RawParam {
             start: node.start_byte(),
             end: node.end_byte(),
             json_type,
             value_json,
             string_value,
             context,
-        });
+            overflow,
+        };
+        if !overflow || raw.is_secret() {
+            self.params.push(raw);
+        }
     }
 
     /// A literal that stays code: strings hash by their decoded value, so quote style and

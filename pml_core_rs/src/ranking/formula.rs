@@ -3,8 +3,11 @@
 //! Python reference the tests compare with bit for bit):
 //!
 //! ```text
-//! total = match * success * usage * recency * superseded_penalty
+//! total = match * reliability * usage * recency * superseded_penalty
 //! ```
+//!
+//! The success estimate is reported and filtered on (`min_success`) but is not a factor:
+//! reliability carries the counters' evidence into the score.
 //!
 //! Every parameter comes from the server's `RankingConfig` (`Params`), none is fixed here.
 
@@ -19,6 +22,8 @@ pub struct Params {
     pub lexical_half_score: f64,
     pub prior_successes: f64,
     pub prior_failures: f64,
+    pub expected_success_rate: f64,
+    pub reliability_prior_strength: f64,
     pub usage_weight: f64,
     pub usage_saturation: f64,
     pub recency_full_days: f64,
@@ -36,7 +41,9 @@ impl Default for Params {
             lexical_half_score: 10.0,
             prior_successes: 1.0,
             prior_failures: 1.0,
-            usage_weight: 0.2,
+            expected_success_rate: 0.9,
+            reliability_prior_strength: 2.0,
+            usage_weight: 0.02,
             usage_saturation: 100.0,
             recency_full_days: 90.0,
             recency_half_life_days: 90.0,
@@ -67,6 +74,7 @@ pub struct ScoreParts {
     pub recency: f64,
     pub penalty: f64,
     pub total: f64,
+    pub reliability: f64,
 }
 
 /// A signal clipped to [0, 1]; NaN and infinities mean no signal.
@@ -103,12 +111,33 @@ pub fn relevance(cosine: f64, bm25: f64, p: &Params) -> (f64, f64, f64) {
 
 /// Posterior mean of the success rate under a Beta(prior_successes, prior_failures) prior.
 pub fn success_estimate(successes: i64, failures: i64, p: &Params) -> f64 {
-    let (s, f) = (successes.max(0), failures.max(0));
-    // (s + f) is an exact integer sum in Python before the float priors are added
-    (s as f64 + p.prior_successes) / ((s + f) as f64 + p.prior_successes + p.prior_failures)
+    beta_mean(successes, failures, p.prior_successes, p.prior_failures)
 }
 
-/// Diminishing reward for use: 1 - w + w * min(1, ln(1+n) / ln(1+saturation)).
+/// Failures' evidence against a pattern, in (0, 1]: min(1, posterior mean / rate) where
+/// rate = expected_success_rate and the prior is Beta(rate * strength, (1 - rate) * strength);
+/// exactly 1 without failures.
+pub fn reliability_factor(successes: i64, failures: i64, p: &Params) -> f64 {
+    let rate = p.expected_success_rate;
+    let strength = p.reliability_prior_strength;
+    let mean = beta_mean(
+        successes,
+        failures,
+        rate * strength,
+        (1.0 - rate) * strength,
+    );
+    // Python's min(1.0, x) keeps 1.0 unless x < 1.0 (also for NaN), as f64::min does
+    (mean / rate).min(1.0)
+}
+
+/// (s + a) / (s + f + a + b): the posterior mean of a Beta(a, b) prior after s and f.
+pub fn beta_mean(successes: i64, failures: i64, prior_successes: f64, prior_failures: f64) -> f64 {
+    let (s, f) = (successes.max(0), failures.max(0));
+    // (s + f) is an exact integer sum in Python before the float priors are added
+    (s as f64 + prior_successes) / ((s + f) as f64 + prior_successes + prior_failures)
+}
+
+/// A bounded tie-break for use: 1 - w + w * min(1, ln(1+n) / ln(1+saturation)).
 pub fn usage_factor(usage: i64, p: &Params) -> f64 {
     let saturation = (usage.max(0) as f64).ln_1p() / p.usage_saturation.ln_1p();
     1.0 - p.usage_weight + p.usage_weight * saturation.min(1.0)
@@ -130,6 +159,7 @@ pub fn recency_factor(last_used_ms: i64, now_ms: i64, p: &Params) -> f64 {
 pub fn score(cosine: f64, bm25: f64, counts: &Counts, p: &Params, now_ms: i64) -> ScoreParts {
     let (semantic, lexical, matched) = relevance(cosine, bm25, p);
     let success = success_estimate(counts.successes, counts.failures, p);
+    let reliability = reliability_factor(counts.successes, counts.failures, p);
     let usage = usage_factor(counts.usage, p);
     let recency = recency_factor(counts.last_used_ms, now_ms, p);
     let penalty = if counts.superseded {
@@ -145,6 +175,7 @@ pub fn score(cosine: f64, bm25: f64, counts: &Counts, p: &Params, now_ms: i64) -
         usage,
         recency,
         penalty,
-        total: matched * success * usage * recency * penalty,
+        total: matched * reliability * usage * recency * penalty,
+        reliability,
     }
 }

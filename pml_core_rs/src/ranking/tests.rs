@@ -23,14 +23,30 @@ fn seed_example_scores_as_documented() {
     };
     let parts = score(0.85, 0.0, &csv, &p, now);
     assert!((parts.success - 20.0 / 22.0).abs() < 1e-12);
-    assert!((parts.total - 0.72).abs() < 0.005, "{parts:?}");
+    assert_eq!(parts.reliability, 1.0, "19 of 20 is above the expected 90%");
+    assert!((parts.total - 0.844).abs() < 0.0005, "{parts:?}");
     let excel = Counts {
         successes: 4,
         failures: 1,
         usage: 5,
         ..csv
     };
-    assert!((score(0.72, 0.0, &excel, &p, now).total - 0.45).abs() < 0.005);
+    let parts = score(0.72, 0.0, &excel, &p, now);
+    assert!((parts.reliability - 0.921).abs() < 0.0005, "{parts:?}");
+    assert!((parts.total - 0.655).abs() < 0.0005, "{parts:?}");
+}
+
+#[test]
+fn reliability_is_one_without_failures_and_sinks_with_them() {
+    let p = Params::default();
+    for successes in [0, 1, 20, 1_000] {
+        assert_eq!(reliability_factor(successes, 0, &p), 1.0);
+    }
+    assert!((reliability_factor(3, 7, &p) - 0.444).abs() < 0.0005);
+    assert!((reliability_factor(40, 60, &p) - 0.455).abs() < 0.0005);
+    assert!(reliability_factor(1, 1, &p) < reliability_factor(4, 1, &p));
+    // negative counts read as zero, as in Python
+    assert_eq!(reliability_factor(-3, -2, &p), 1.0);
 }
 
 #[test]
@@ -41,7 +57,7 @@ fn factors_stay_in_their_ranges() {
     assert_eq!(clamp_unit(-0.3), 0.0);
     assert_eq!(clamp_unit(f64::INFINITY), 0.0);
     assert_eq!(fuse_match(0.6, 0.0, &p), 1.0 - (1.0 - 0.6));
-    assert_eq!(usage_factor(-4, &p), 0.8);
+    assert_eq!(usage_factor(-4, &p), 0.98);
     assert_eq!(usage_factor(1_000, &p), 1.0);
     assert_eq!(recency_factor(0, (90.0 * DAY_MS) as i64, &p), 1.0);
     assert_eq!(recency_factor(0, (180.0 * DAY_MS) as i64, &p), 0.5);

@@ -513,7 +513,9 @@ class ListPatternsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
-    """(Optional) 1..1000; 0 means 50."""
+    """(Optional) 1..1000; 0 means 50. A page may hold fewer (its answer is kept under 4 MiB);
+    only an empty `next_page_token` means the end.
+    """
     page_token: _builtins.str
     """(Optional) `next_page_token` of the previous page."""
     def __init__(

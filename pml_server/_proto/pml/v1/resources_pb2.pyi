@@ -402,6 +402,7 @@ class Pattern(_message.Message):
     FLAGGED_FOR_REMOVAL_FIELD_NUMBER: _builtins.int
     SUPERSEDED_BY_FIELD_NUMBER: _builtins.int
     TOOL_MISMATCH_COUNT_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """(Output only) Resource name, `patterns/{pattern}`."""
     code_hash: _builtins.str
@@ -430,6 +431,11 @@ class Pattern(_message.Message):
     """(Output only) Resource name of the pattern that beats this one, if any."""
     tool_mismatch_count: _builtins.int
     """(Output only) How many captures saw the code's tools disagree with the recorded ones."""
+    truncated: _builtins.bool
+    """(Output only) True when this copy was trimmed to fit a Suggest or list answer's byte
+    budget: `original_code` and `template` cut short, fewer recent values and intents.
+    GetPattern always returns the whole pattern.
+    """
     @_builtins.property
     def tools_used(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """(Output only) Tools in call order."""
@@ -472,10 +478,11 @@ class Pattern(_message.Message):
         flagged_for_removal: _builtins.bool = ...,
         superseded_by: _builtins.str = ...,
         tool_mismatch_count: _builtins.int = ...,
+        truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "last_used_time", b"last_used_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capability", b"capability", "code_hash", b"code_hash", "create_time", b"create_time", "failure_count", b"failure_count", "flagged_for_removal", b"flagged_for_removal", "intents", b"intents", "language", b"language", "last_used_time", b"last_used_time", "mean_duration_ms", b"mean_duration_ms", "name", b"name", "original_code", b"original_code", "parameter_schema_json", b"parameter_schema_json", "parameters", b"parameters", "success_count", b"success_count", "superseded_by", b"superseded_by", "template", b"template", "tool_mismatch_count", b"tool_mismatch_count", "tools_used", b"tools_used", "usage_count", b"usage_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capability", b"capability", "code_hash", b"code_hash", "create_time", b"create_time", "failure_count", b"failure_count", "flagged_for_removal", b"flagged_for_removal", "intents", b"intents", "language", b"language", "last_used_time", b"last_used_time", "mean_duration_ms", b"mean_duration_ms", "name", b"name", "original_code", b"original_code", "parameter_schema_json", b"parameter_schema_json", "parameters", b"parameters", "success_count", b"success_count", "superseded_by", b"superseded_by", "template", b"template", "tool_mismatch_count", b"tool_mismatch_count", "tools_used", b"tools_used", "truncated", b"truncated", "usage_count", b"usage_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -557,6 +564,7 @@ class ScoreParts(_message.Message):
     RECENCY_FIELD_NUMBER: _builtins.int
     SUPERSEDED_PENALTY_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
+    RELIABILITY_FIELD_NUMBER: _builtins.int
     match: _builtins.float
     """(Output only) Fused relevance, 0..1."""
     semantic: _builtins.float
@@ -564,15 +572,21 @@ class ScoreParts(_message.Message):
     lexical: _builtins.float
     """(Output only) Normalized lexical score."""
     success_estimate: _builtins.float
-    """(Output only) Small-sample-aware success estimate, 0..1."""
+    """(Output only) Small-sample-aware success estimate, 0..1 (Beta(1, 1) posterior mean; what
+    min_success compares with).
+    """
     usage: _builtins.float
-    """(Output only) Diminishing usage weight."""
+    """(Output only) Usage tie-break weight, within [1 - usage_weight, 1]."""
     recency: _builtins.float
     """(Output only) 1.0 up to 90 days unused, then decaying."""
     superseded_penalty: _builtins.float
     """(Output only) 1.0 unless superseded."""
     total: _builtins.float
-    """(Output only) The final score."""
+    """(Output only) The final score: match * reliability * usage * recency * superseded_penalty."""
+    reliability: _builtins.float
+    """(Output only) Evidence of failure against the pattern, 0..1: 1.0 without failures, whatever
+    the number of tries; sinks toward success rate / expected rate as failures accumulate.
+    """
     def __init__(
         self,
         *,
@@ -584,10 +598,11 @@ class ScoreParts(_message.Message):
         recency: _builtins.float = ...,
         superseded_penalty: _builtins.float = ...,
         total: _builtins.float = ...,
+        reliability: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "match", b"match", "recency", b"recency", "semantic", b"semantic", "success_estimate", b"success_estimate", "superseded_penalty", b"superseded_penalty", "total", b"total", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "match", b"match", "recency", b"recency", "reliability", b"reliability", "semantic", b"semantic", "success_estimate", b"success_estimate", "superseded_penalty", b"superseded_penalty", "total", b"total", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,42 @@
+"""Byte budgets of answers: no Suggest or list answer can fail because of another record's size.
+
+A pattern in a Suggest or ListPatterns answer is trimmed past `PATTERN_BYTES` (its code and
+template cut, fewer recent values and intents, `truncated` set; GetPattern returns it whole),
+and a listing page stops early at `RESPONSE_BYTES` with a page token for the rest (AIP-158: a
+page may be shorter than asked; only an empty token ends the listing).
+"""
+
+from __future__ import annotations
+
+from pml_server._proto.pml.v1 import resources_pb2
+
+PATTERN_BYTES = 64 * 1024  # one pattern in a Suggest or list answer
+TRIMMED_TEXT_CHARS = 8 * 1024  # `original_code` and `template` of a trimmed pattern
+TRIMMED_VALUE_CHARS = 256  # each recent value kept in a trimmed pattern
+TRIMMED_INTENTS = 16
+RESPONSE_BYTES = 4 * 1024 * 1024  # a whole Suggest or list answer (gRPC's default limit: 4 MiB)
+
+
+def trim_pattern(out: resources_pb2.Pattern) -> None:
+    """Trim `out` in place to about `PATTERN_BYTES` if it is larger."""
+    if out.ByteSize() <= PATTERN_BYTES:
+        return
+    out.truncated = True
+    out.original_code = out.original_code[:TRIMMED_TEXT_CHARS]
+    out.template = out.template[:TRIMMED_TEXT_CHARS]
+    for param in out.parameters:
+        kept = [v for v in param.recent_values_json[:1] if len(v) <= TRIMMED_VALUE_CHARS]
+        del param.recent_values_json[:]
+        param.recent_values_json.extend(kept)
+    del out.intents[TRIMMED_INTENTS:]
+    for intent in out.intents:
+        intent.text = intent.text[:TRIMMED_VALUE_CHARS]
+    if out.ByteSize() > PATTERN_BYTES:  # parameters and schema alone (bounded by the normalizer)
+        del out.parameters[:]
+        out.parameter_schema_json = ""
+
+
+def fits(used_bytes: int, item_bytes: int, count: int) -> bool:
+    """Whether an item of `item_bytes` still fits an answer holding `count` items of
+    `used_bytes`; the first item always does (trimmed, it is at most `PATTERN_BYTES`)."""
+    return count == 0 or used_bytes + item_bytes <= RESPONSE_BYTES

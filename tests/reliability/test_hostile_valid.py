@@ -1,0 +1,617 @@
+"""Valid but hostile input against a real server process: requests every limit allows, built to
+make one caller's records, calls or streams cost everybody else. Each test is one finding of
+issue 18 that failed on main before the fix:
+
+- giant patterns (120,000 literals in 240 KB of code) made Suggest and ListPatterns fail for
+  the whole tenant (answers over gRPC's 32 MiB send limit);
+- a secret literal was redacted in the parameters but kept in `original_code`, error texts...;
+- single-tenant, 16 idle streams took every call slot: unary calls were refused;
+- live tool-call arguments were checked only when the execution finished, and buffered;
+- smaller: float32 norm overflow, live error field names, reused stream execution ids,
+  replays of deleted patterns, upload retries without backoff.
+
+Figures (pattern sizes, answer sizes, secret bytes found on disk, server memory) go to
+`tests/reliability/figures/`; the expensive-tenant and unauthenticated-flood figures are
+timings, so they are reported, not asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
+from pml_server.api.auth import hash_key
+from pml_server.client import PmlClient, PmlClientError, backoff_seconds, make_record
+from tests.reliability.harness import ServerProcess, report
+
+OK = resources_pb2.EXECUTION_STATUS_SUCCESS
+GIANT_LITERALS = 120_000
+ANSWER_BUDGET = 4 * 1024 * 1024 + 64 * 1024  # api/budget.py: RESPONSE_BYTES + one pattern
+
+
+def _giant_code(i: int, language: str) -> str:
+    ones = ",".join(["1"] * GIANT_LITERALS)
+    if language == "python":
+        return f"x = [{ones}]\nmcp.giant_tool_{i}(data=x)\n"
+    return f"const x = [{ones}];\nawait mcp.giant_tool_{i}({{data: x}});\n"
+
+
+def _giant_record(i: int, salt: str = "") -> resources_pb2.ExecutionRecord:
+    language = "python" if i % 2 == 0 else "javascript"
+    return resources_pb2.ExecutionRecord(
+        request_id=f"giant-{salt}{i}",
+        intent=f"load the giant table number {i}",
+        code=_giant_code(i, language),
+        language=language,
+        tool_calls=[resources_pb2.ToolCall(tool=f"giant_tool_{i}", ok=True)],
+        status=OK,
+    )
+
+
+def _plain_record(request_id: str) -> resources_pb2.ExecutionRecord:
+    return resources_pb2.ExecutionRecord(
+        request_id=request_id,
+        intent="read the JSON config file",
+        code="await mcp.read_file({path: 'config.json'})",
+        language="javascript",
+        tool_calls=[resources_pb2.ToolCall(tool="read_file", ok=True)],
+        status=OK,
+    )
+
+
+def _peak_rss(server: ServerProcess) -> int:
+    assert server.proc is not None
+    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def _ack_fields(ack: pml_pb2.StreamTracesResponse) -> list[str]:
+    from google.rpc import error_details_pb2
+
+    fields = []
+    for detail in ack.error.details:
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            fields += [v.field for v in bad.field_violations]
+    return fields
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = ServerProcess(tmp_path_factory.mktemp("valid") / "data", "--durability", "fast")
+    process.start()
+    yield process
+    assert process.proc is not None
+    assert process.proc.poll() is None, process.log_tail()
+    process.terminate()
+
+
+@pytest.fixture(scope="module")
+def stub(server: ServerProcess) -> Iterator[pml_pb2_grpc.PmlServiceStub]:
+    options = [
+        ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ]
+    with grpc.insecure_channel(server.target, options=options) as channel:
+        yield pml_pb2_grpc.PmlServiceStub(channel)
+
+
+def _stream_of(*messages: pml_pb2.StreamTracesRequest) -> Iterator[pml_pb2.StreamTracesRequest]:
+    yield from messages
+
+
+def test_live_arguments_are_checked_as_they_arrive(
+    server: ServerProcess, stub: pml_pb2_grpc.PmlServiceStub
+) -> None:
+    """40 tool calls of 7 MiB arguments each on one live execution (the limit is 64 KiB): each
+    is refused as it arrives and never buffered (it once grew the server by 357 MB), and the
+    error names the event's own field."""
+    big = resources_pb2.ToolCall(tool="t", ok=True, arguments_json=json.dumps("a" * (7 << 20)))
+
+    def messages(eid: str, count: int) -> Iterator[pml_pb2.StreamTracesRequest]:
+        yield pml_pb2.StreamTracesRequest(
+            execution_id=eid,
+            sequence=1,
+            started=pml_pb2.ExecutionStarted(
+                intent="write a big file", code="await mcp.t({a: 1})", language="javascript"
+            ),
+        )
+        for i in range(count):
+            yield pml_pb2.StreamTracesRequest(
+                execution_id=eid,
+                sequence=2 + i,
+                tool_call_finished=pml_pb2.ToolCallFinished(tool_call=big),
+            )
+        yield pml_pb2.StreamTracesRequest(
+            execution_id=eid, sequence=1000, finished=pml_pb2.ExecutionFinished(status=OK)
+        )
+
+    # a few first: what receiving one such message costs at all (gRPC's buffers, the decode)
+    list(stub.StreamTraces(messages("warm-up", 4), timeout=300))
+    before = _peak_rss(server)
+    acks = list(stub.StreamTraces(messages("live-big", 40), timeout=300))
+    growth = _peak_rss(server) - before
+    summary = report(
+        "hostile_valid_live_arguments",
+        {"messages": 40, "mib_each": 7, "peak_rss_growth_mib": round(growth / 2**20, 1)},
+    )
+    assert len(acks) == 1, summary
+    assert acks[0].HasField("error"), summary
+    assert _ack_fields(acks[0]) == ["tool_call_finished.tool_call.arguments_json"], summary
+    assert growth < 64 << 20, summary  # buffered, 40 calls were 280 MiB
+
+
+def test_a_stream_cannot_buffer_past_its_byte_budget(stub: pml_pb2_grpc.PmlServiceStub) -> None:
+    """Open live executions of valid tool calls (64 KiB arguments, 256 each) stop at the
+    stream's 32 MiB budget: RESOURCE_EXHAUSTED, where 1,024 x 256 x 64 KiB could buffer."""
+    call = resources_pb2.ToolCall(tool="t", ok=True, arguments_json=json.dumps("b" * 60_000))
+
+    def messages() -> Iterator[pml_pb2.StreamTracesRequest]:
+        seq = 0
+        for e in range(4):
+            seq += 1
+            yield pml_pb2.StreamTracesRequest(
+                execution_id=f"open-{e}",
+                sequence=seq,
+                started=pml_pb2.ExecutionStarted(
+                    intent="copy", code="await mcp.t({a: 1})", language="javascript"
+                ),
+            )
+            for _ in range(256):
+                seq += 1
+                yield pml_pb2.StreamTracesRequest(
+                    execution_id=f"open-{e}",
+                    sequence=seq,
+                    tool_call_finished=pml_pb2.ToolCallFinished(tool_call=call),
+                )
+
+    with pytest.raises(grpc.RpcError) as caught:
+        list(stub.StreamTraces(messages(), timeout=300))
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, caught.value.details()
+
+
+def test_giant_patterns_are_bounded_and_never_break_answers(
+    stub: pml_pb2_grpc.PmlServiceStub,
+) -> None:
+    """Five records of 120,000 literals each (240 KB of code) beside an ordinary pattern: the
+    ordinary one is still suggested and every listing page arrives; a giant pattern keeps at
+    most 256 parameters and a template about the size of its code."""
+    stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=_plain_record("plain-1")))
+    sizes = []
+    for i in range(5):
+        record = _giant_record(i)
+        reply = stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=record), timeout=120)
+        pattern = stub.GetPattern(
+            pml_pb2.GetPatternRequest(name=reply.result.pattern), timeout=60
+        ).pattern
+        sizes.append(pattern.ByteSize())
+        assert not pattern.truncated  # GetPattern returns the whole pattern
+        assert len(pattern.parameters) <= 256
+        assert len(pattern.template.encode()) <= len(record.code.encode()) + 16 * 1024
+        assert pattern.original_code == record.code
+    plain = stub.Suggest(pml_pb2.SuggestRequest(intent="read the JSON config file"), timeout=60)
+    assert any(s.pattern.tools_used == ["read_file"] for s in plain.suggestions), plain
+    giant = stub.Suggest(
+        pml_pb2.SuggestRequest(intent="load the giant table", page_size=100), timeout=60
+    )
+    pages, listed, biggest_page, token = 0, 0, 0, ""
+    while True:
+        page = stub.ListPatterns(
+            pml_pb2.ListPatternsRequest(page_size=1000, page_token=token), timeout=60
+        )
+        pages += 1
+        listed += len(page.patterns)
+        biggest_page = max(biggest_page, page.ByteSize())
+        token = page.next_page_token
+        if not token:
+            break
+    summary = report(
+        "hostile_valid_giant_patterns",
+        {
+            "records": 5,
+            "literals_each": GIANT_LITERALS,
+            "code_kb_each": round(len(_giant_record(0).code) / 1000),
+            "largest_pattern_kb": round(max(sizes) / 1000, 1),
+            "suggest_answer_kb": round(giant.ByteSize() / 1000, 1),
+            "list_pages": pages,
+            "largest_list_page_kb": round(biggest_page / 1000, 1),
+        },
+    )
+    assert listed == 6, summary
+    assert giant.ByteSize() <= ANSWER_BUDGET, summary
+    assert biggest_page <= ANSWER_BUDGET, summary
+    assert max(sizes) < 1_000_000, summary
+
+
+def test_an_overflowing_float32_norm_is_a_valid_vector(
+    stub: pml_pb2_grpc.PmlServiceStub,
+) -> None:
+    """[1e20] * dim is finite in float32, only its squared norm is not: a direction, accepted."""
+    dim = stub.GetServerInfo(pml_pb2.GetServerInfoRequest()).embedding_dimension
+    record = _plain_record("huge-norm")
+    record.intent_embedding.extend([1e20] * dim)
+    reply = stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=record), timeout=60)
+    assert reply.result.pattern
+
+
+def test_a_reused_stream_execution_id_is_refused(stub: pml_pb2_grpc.PmlServiceStub) -> None:
+    """Another record under an execution id already used on the stream is an error, not a
+    silent `replayed` (its request id defaulted to the execution id); the same one resent is
+    a replay."""
+    first = _plain_record("")
+    other = _plain_record("")
+    other.code = "await mcp.write_file({path: 'out.json'})"
+    other.tool_calls[0].tool = "write_file"
+    eid = f"reused-{random.getrandbits(32)}"
+    acks = list(
+        stub.StreamTraces(
+            _stream_of(
+                pml_pb2.StreamTracesRequest(execution_id=eid, sequence=1, record=first),
+                pml_pb2.StreamTracesRequest(execution_id=eid, sequence=2, record=first),
+                pml_pb2.StreamTracesRequest(execution_id=eid, sequence=3, record=other),
+            ),
+            timeout=60,
+        )
+    )
+    by_seq = {a.sequence: a for a in acks}
+    assert by_seq[1].HasField("result"), acks
+    assert by_seq[2].result.replayed, acks
+    assert by_seq[3].HasField("error"), by_seq[3]
+    assert _ack_fields(by_seq[3]) == ["execution_id"], by_seq[3]
+
+
+def test_a_replay_of_a_deleted_pattern_names_no_pattern(
+    stub: pml_pb2_grpc.PmlServiceStub,
+) -> None:
+    record = _plain_record("")
+    record.request_id = f"deleted-{random.getrandbits(32)}"
+    record.code = "await mcp.archive_logs({days: 30})"
+    record.tool_calls[0].tool = "archive_logs"
+    first = stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=record)).result
+    assert first.pattern
+    stub.DeletePattern(pml_pb2.DeletePatternRequest(name=first.pattern))
+    again = stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=record)).result
+    assert again.replayed
+    assert again.pattern == "", again
+    assert again.capability == "", again
+
+
+# ---- secrets ----------------------------------------------------------------------------------
+
+
+def test_a_secret_is_found_nowhere_on_disk(tmp_path: Path) -> None:
+    """A credential in the code (a literal and a comment), the intent, tool arguments, error
+    texts and the trace of successes, failed tries, rejected patterns and live executions: after
+    capture, no byte of the data directory holds it, and no answer does. A marker sent in the
+    same fields is found on disk, so the search can see what was written (the server is
+    SIGKILLed: the write-ahead log holds every record uncompressed)."""
+    secret = "sk-live-" + secrets.token_hex(12)
+    marker = "marker" + secrets.token_hex(5)
+    data = tmp_path / "data"
+    process = ServerProcess(data, "--durability", "sync")
+    process.start()
+    code = (
+        f"// fallback key {secret} ({marker})\n"
+        f"const key = '{secret}'\n"
+        f"await mcp.call_api({{apiKey: key, note: '{marker}'}})"
+    )
+    args = json.dumps({"apiKey": secret, "note": marker})
+    ok = resources_pb2.ToolCall(tool="call_api", ok=True, arguments_json=args)
+    failed = resources_pb2.ToolCall(
+        tool="call_api", ok=False, arguments_json=args, error=f"401 for {secret} ({marker})"
+    )
+    intent = f"call the api with {secret} ({marker})"
+    trace = f"GET /v1?key={secret}&note={marker}".encode()
+    records = [
+        resources_pb2.ExecutionRecord(
+            request_id="s1", intent=intent, code=code, language="javascript",
+            tool_calls=[ok], status=OK, trace=trace,
+        ),
+        resources_pb2.ExecutionRecord(
+            request_id="s2", intent=intent, code=code, language="javascript",
+            tool_calls=[failed], status=resources_pb2.EXECUTION_STATUS_FAILURE, trace=trace,
+        ),
+        resources_pb2.ExecutionRecord(
+            request_id="s3", intent=intent, code=code.replace("call_api", "other_api"),
+            language="javascript", tool_calls=[failed],
+            status=resources_pb2.EXECUTION_STATUS_FAILURE,
+        ),
+    ]  # fmt: skip
+    answers: list[bytes] = []
+    try:
+        with grpc.insecure_channel(process.target) as channel:
+            stub = pml_pb2_grpc.PmlServiceStub(channel)
+            for record in records:
+                reply = stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=record))
+                answers.append(reply.SerializeToString())
+            live = [
+                pml_pb2.StreamTracesRequest(
+                    execution_id="live-secret",
+                    sequence=1,
+                    started=pml_pb2.ExecutionStarted(
+                        intent=intent, code=code.replace("call_api", "live_api"),
+                        language="javascript",
+                    ),
+                ),
+                pml_pb2.StreamTracesRequest(
+                    execution_id="live-secret", sequence=2,
+                    tool_call_finished=pml_pb2.ToolCallFinished(tool_call=ok),
+                ),
+                pml_pb2.StreamTracesRequest(
+                    execution_id="live-secret", sequence=3,
+                    finished=pml_pb2.ExecutionFinished(status=OK, trace=trace),
+                ),
+            ]  # fmt: skip
+            answers += [a.SerializeToString() for a in stub.StreamTraces(iter(live))]
+            answers.append(
+                stub.Suggest(pml_pb2.SuggestRequest(intent="call the api")).SerializeToString()
+            )
+            answers.append(stub.ListPatterns(pml_pb2.ListPatternsRequest()).SerializeToString())
+            answers.append(stub.ListFailures(pml_pb2.ListFailuresRequest()).SerializeToString())
+    finally:
+        process.kill()
+    found_secret = found_marker = files = 0
+    for path in data.rglob("*"):
+        if path.is_file():
+            files += 1
+            raw = path.read_bytes()
+            found_secret += raw.count(secret.encode())
+            found_marker += raw.count(marker.encode())
+    in_answers = sum(a.count(secret.encode()) for a in answers)
+    summary = report(
+        "hostile_valid_secrets",
+        {
+            "files_searched": files,
+            "secret_bytes_found_on_disk": found_secret * len(secret),
+            "marker_copies_found_on_disk": found_marker,
+            "secret_in_answers": in_answers,
+        },
+    )
+    assert found_marker > 0, summary
+    assert found_secret == 0, summary
+    assert in_answers == 0, summary
+
+
+# ---- streams and unary calls ------------------------------------------------------------------
+
+
+def test_idle_streams_never_starve_unary_calls(tmp_path: Path) -> None:
+    """Single-tenant (no keys file), 16 RPC threads: 16 clients each open a stream and send
+    nothing. Streams past the server's bound (half the threads) and past 4 on one connection are
+    refused, a Suggest from another client is served, and the idle streams are closed."""
+    process = ServerProcess(tmp_path / "data", "--stream-idle-seconds", "2")
+    process.start()
+    release = threading.Event()
+    outcomes: list[grpc.StatusCode] = []
+    lock = threading.Lock()
+
+    def hold(channel: grpc.Channel) -> None:
+        def idle() -> Iterator[pml_pb2.StreamTracesRequest]:
+            release.wait(60)
+            return
+            yield  # a generator that sends nothing
+
+        try:
+            list(pml_pb2_grpc.PmlServiceStub(channel).StreamTraces(idle(), timeout=60))
+            code = grpc.StatusCode.OK
+        except grpc.RpcError as err:
+            code = err.code()
+        with lock:
+            outcomes.append(code)
+
+    # a channel of its own per client: grpc would otherwise share one connection between them
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.insecure_channel(process.target, options=own) for _ in range(16)]
+    threads = [threading.Thread(target=hold, args=(c,)) for c in channels]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        with PmlClient(process.target, timeout=20) as client:
+            answered = client.suggest("read a file")  # refused before: every slot held
+        for t in threads:
+            t.join(60)  # the admitted ones end when the server closes them as idle
+        phase_one = list(outcomes)
+        one_channel = grpc.insecure_channel(process.target, options=own)
+        same = [threading.Thread(target=hold, args=(one_channel,)) for _ in range(5)]
+        for t in same:
+            t.start()
+        for t in same:
+            t.join(60)
+        one_channel.close()
+    finally:
+        release.set()
+        for c in channels:
+            c.close()
+        process.terminate()
+    phase_two = outcomes[len(phase_one) :]
+    refused = grpc.StatusCode.RESOURCE_EXHAUSTED
+    idle = grpc.StatusCode.UNAVAILABLE
+    summary = report(
+        "hostile_valid_idle_streams",
+        {
+            "streams_from_16_clients": len(phase_one),
+            "refused_past_the_server_bound": phase_one.count(refused),
+            "closed_when_idle": phase_one.count(idle) + phase_two.count(idle),
+            "refused_past_4_on_one_connection": phase_two.count(refused),
+        },
+    )
+    assert answered is not None
+    assert sorted(c.name for c in phase_one) == ["RESOURCE_EXHAUSTED"] * 8 + ["UNAVAILABLE"] * 8
+    assert sorted(c.name for c in phase_two) == ["RESOURCE_EXHAUSTED"] + ["UNAVAILABLE"] * 4, (
+        summary
+    )
+
+
+# ---- clients ----------------------------------------------------------------------------------
+
+
+def test_backoff_grows_and_honours_retry_info() -> None:
+    waits = [backoff_seconds(a) for a in range(8)]
+    assert all(0.05 <= w <= 5.0 for w in waits)
+    assert waits[5] > waits[0]
+    assert backoff_seconds(0, server_delay=2.5) == 2.5
+
+
+def test_upload_survives_a_server_restarting(tmp_path: Path) -> None:
+    """The server is down when the upload starts and back about a second later: the upload
+    backs off and completes (it failed at once before: five retries within milliseconds)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = ServerProcess(tmp_path / "data", "--listen", f"127.0.0.1:{port}")
+    process.start()
+    process.terminate()
+
+    def restart() -> None:
+        time.sleep(1.0)
+        process.start()
+
+    restarter = threading.Thread(target=restart)
+    restarter.start()
+    records = [
+        make_record(f"fetch report {i}", "await mcp.fetch({id: 1})", "javascript", ["fetch"])
+        for i in range(5)
+    ]
+    try:
+        with PmlClient(f"127.0.0.1:{port}", timeout=30) as client:
+            upload = client.upload(records)
+    finally:
+        restarter.join(120)
+        if process.proc is not None:
+            process.terminate()
+    assert len(upload.acks) == 5, upload
+    assert upload.reconnects >= 1, upload
+    assert all(a.HasField("result") for a in upload.acks.values())
+
+
+# ---- tenants ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, dict]]:
+    root = tmp_path_factory.mktemp("cost")
+    keys = {t: secrets.token_urlsafe(24) for t in ("heavy", "light")}
+    entries = [{"sha256": hash_key(k), "tenant": t, "role": "admin"} for t, k in keys.items()]
+    (root / "keys.json").write_text(json.dumps({"keys": entries}))
+    process = ServerProcess(
+        root / "data", "--durability", "fast", "--keys-file", str(root / "keys.json")
+    )
+    process.start()
+    yield process, keys
+    process.terminate()
+
+
+def _p50_ms(client: PmlClient, calls: int) -> tuple[float, int]:
+    times, errors = [], 0
+    for _ in range(calls):
+        start = time.perf_counter()
+        try:
+            reply = client.suggest("read the JSON config file")
+            assert reply.suggestions
+            assert reply.suggestions[0].pattern.tools_used == ["read_file"]
+        except PmlClientError:
+            errors += 1
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times), errors
+
+
+@pytest.mark.slow
+def test_an_expensive_tenant_leaves_its_neighbour_served(
+    tenants: tuple[ServerProcess, dict],
+) -> None:
+    """Tenant `heavy` holds ten giant patterns and runs 4 concurrent Suggests and dry-run
+    retentions over them; `light` times its own Suggest meanwhile. `light` must get every answer
+    right; its p50 against its own baseline is reported (1.5x is the target; a timing, so the
+    bench decides, not this test), with how often `heavy` was refused for its CPU share."""
+    process, keys = tenants
+    with (
+        PmlClient(process.target, api_key=keys["heavy"], timeout=120) as heavy,
+        PmlClient(process.target, api_key=keys["light"], timeout=30) as light,
+    ):
+        light.record(_plain_record("light-1"))
+        for i in range(10):
+            heavy.record(_giant_record(i, "h"))
+        baseline, _ = _p50_ms(light, 100)
+        stop = threading.Event()
+        heavy_codes: list[str] = []
+
+        def hammer(kind: int) -> None:
+            while not stop.is_set():
+                try:
+                    if kind % 2:
+                        heavy.suggest("load the giant table", 100)
+                    else:
+                        heavy.run_retention(apply=False)
+                    heavy_codes.append("OK")
+                except PmlClientError as err:
+                    heavy_codes.append(err.code.name)
+                    time.sleep(err.retry_delay_seconds or 0.0)
+
+        threads = [threading.Thread(target=hammer, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(0.5)
+            loaded, light_errors = _p50_ms(light, 100)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(120)
+    summary = report(
+        "hostile_valid_expensive_tenant",
+        {
+            "neighbour_p50_ms_alone": round(baseline, 2),
+            "neighbour_p50_ms_loaded": round(loaded, 2),
+            "ratio": round(loaded / baseline, 2),
+            "neighbour_errors": light_errors,
+            "heavy_calls": len(heavy_codes),
+            "heavy_refused_for_cost": heavy_codes.count("RESOURCE_EXHAUSTED"),
+        },
+    )
+    assert light_errors == 0, summary
+    assert set(heavy_codes) <= {"OK", "RESOURCE_EXHAUSTED"}, summary
+
+
+def test_unauthenticated_calls_are_held_like_quota_refusals(
+    tenants: tuple[ServerProcess, dict],
+) -> None:
+    """8 threads calling with a wrong key for 2 s: every answer UNAUTHENTICATED; how many the
+    server answered a second is reported (about 1,000/s before, when nothing held them)."""
+    process, _ = tenants
+    stop = time.monotonic() + 2.0
+    codes: list[grpc.StatusCode] = []
+
+    def knock() -> None:
+        with grpc.insecure_channel(process.target) as channel:
+            stats = pml_pb2_grpc.PmlServiceStub(channel).GetStats
+            while time.monotonic() < stop:
+                try:
+                    stats(pml_pb2.GetStatsRequest(), metadata=[("authorization", "Bearer nope")])
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as err:
+                    codes.append(err.code())
+
+    threads = [threading.Thread(target=knock) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    summary = report(
+        "hostile_valid_unauthenticated", {"threads": 8, "answers_per_second": len(codes) / 2.0}
+    )
+    assert set(codes) == {grpc.StatusCode.UNAUTHENTICATED}, summary
