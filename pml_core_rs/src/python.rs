@@ -99,21 +99,36 @@ const ADD_ROWS_PER_LOCK: usize = 256;
 /// Most threads one `add` may insert with (a typo must not spawn thousands).
 const MAX_INSERT_THREADS: usize = 64;
 
+/// A `RwLock` whose poisoning is recovered instead of propagated: a panic cannot leave an
+/// index half-written in a way that matters more than losing it would, and Python must keep
+/// working. Every Python handle below holds its core state in one.
+struct Recovering<T>(RwLock<T>);
+
+impl<T> Recovering<T> {
+    fn new(value: T) -> Self {
+        Recovering(RwLock::new(value))
+    }
+    fn read(&self) -> RwLockReadGuard<'_, T> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+    fn write(&self) -> RwLockWriteGuard<'_, T> {
+        self.0.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Python handle of an HNSW index: searches share a read lock and run in parallel without the
 /// GIL; writes take the write lock. The GIL is released around every call that does work.
 #[pyclass(name = "HnswIndex", module = "pml_server._core", frozen)]
 struct PyHnswIndex {
-    inner: RwLock<index::HnswIndex>,
+    inner: Recovering<index::HnswIndex>,
 }
 
 impl PyHnswIndex {
-    // A panic cannot leave the index half-written in a way that matters more than losing it
-    // would, and Python must keep working: recover poisoned locks instead of propagating.
     fn read(&self) -> RwLockReadGuard<'_, index::HnswIndex> {
-        self.inner.read().unwrap_or_else(|e| e.into_inner())
+        self.inner.read()
     }
     fn write(&self) -> RwLockWriteGuard<'_, index::HnswIndex> {
-        self.inner.write().unwrap_or_else(|e| e.into_inner())
+        self.inner.write()
     }
 }
 
@@ -129,7 +144,7 @@ impl PyHnswIndex {
         };
         let inner = index::HnswIndex::new(count_arg("dim", dim)?, params).map_err(PyErr::from)?;
         Ok(PyHnswIndex {
-            inner: RwLock::new(inner),
+            inner: Recovering::new(inner),
         })
     }
 
@@ -309,7 +324,7 @@ impl PyHnswIndex {
             .detach(|| index::HnswIndex::from_bytes(data))
             .map_err(PyErr::from)?;
         Ok(PyHnswIndex {
-            inner: RwLock::new(inner),
+            inner: Recovering::new(inner),
         })
     }
 
@@ -331,16 +346,15 @@ impl PyHnswIndex {
 /// (tokenized in Python); every call releases the GIL around the index work.
 #[pyclass(name = "LexicalIndex", module = "pml_server._core", frozen)]
 struct PyLexicalIndex {
-    inner: RwLock<lexical::LexicalIndex>,
+    inner: Recovering<lexical::LexicalIndex>,
 }
 
 impl PyLexicalIndex {
-    // Same policy as `PyHnswIndex`: recover a poisoned lock rather than break Python callers.
     fn read(&self) -> RwLockReadGuard<'_, lexical::LexicalIndex> {
-        self.inner.read().unwrap_or_else(|e| e.into_inner())
+        self.inner.read()
     }
     fn write(&self) -> RwLockWriteGuard<'_, lexical::LexicalIndex> {
-        self.inner.write().unwrap_or_else(|e| e.into_inner())
+        self.inner.write()
     }
 }
 
@@ -357,7 +371,7 @@ impl PyLexicalIndex {
     fn new(k1: f64, b: f64) -> PyResult<Self> {
         let inner = lexical::LexicalIndex::new(k1, b).map_err(PyErr::from)?;
         Ok(PyLexicalIndex {
-            inner: RwLock::new(inner),
+            inner: Recovering::new(inner),
         })
     }
 
@@ -511,15 +525,15 @@ impl PyRankParams {
 /// lock, `rank_query` reads it without the GIL.
 #[pyclass(name = "RankTable", module = "pml_server._core", frozen)]
 struct PyRankTable {
-    inner: RwLock<ranking::RankTable>,
+    inner: Recovering<ranking::RankTable>,
 }
 
 impl PyRankTable {
     fn read(&self) -> RwLockReadGuard<'_, ranking::RankTable> {
-        self.inner.read().unwrap_or_else(|e| e.into_inner())
+        self.inner.read()
     }
     fn write(&self) -> RwLockWriteGuard<'_, ranking::RankTable> {
-        self.inner.write().unwrap_or_else(|e| e.into_inner())
+        self.inner.write()
     }
 }
 
@@ -528,7 +542,7 @@ impl PyRankTable {
     #[new]
     fn new() -> Self {
         PyRankTable {
-            inner: RwLock::new(ranking::RankTable::new()),
+            inner: Recovering::new(ranking::RankTable::new()),
         }
     }
 

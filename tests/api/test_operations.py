@@ -243,23 +243,13 @@ def test_tls_flags_must_come_in_pairs(start: StartServer, pki: Path) -> None:
         start(tls_cert=pki / "server.pem")
 
 
-def test_pml_serve_starts_reports_healthy_and_stops_on_sigterm(tmp_path: Path) -> None:
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
+def _spawn_pml_serve(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    """The `pml` entry point serving a fresh data dir on a free port (hashing embedder); its
+    process and target, once it has printed the port it listens on."""
     pml = Path(sys.executable).parent / "pml"
+    argv = [str(pml), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")]
     proc = subprocess.Popen(
-        [
-            str(pml),
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(tmp_path / "d"),
-            "--embedder",
-            "hashing",
-            "--metrics-port",
-            "0",
-        ],
+        [*argv, "--embedder", "hashing", *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -267,7 +257,13 @@ def test_pml_serve_starts_reports_healthy_and_stops_on_sigterm(tmp_path: Path) -
     assert proc.stdout is not None
     match = re.search(r"\(port (\d+)\)", proc.stdout.readline())
     assert match
-    target = f"127.0.0.1:{match.group(1)}"
+    return proc, f"127.0.0.1:{match.group(1)}"
+
+
+def test_pml_serve_starts_reports_healthy_and_stops_on_sigterm(tmp_path: Path) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    proc, target = _spawn_pml_serve(tmp_path, "--metrics-port", "0")
     try:
         with grpc.insecure_channel(target) as channel:
             health = health_pb2_grpc.HealthStub(channel)
@@ -292,29 +288,9 @@ def test_pml_serve_starts_reports_healthy_and_stops_on_sigterm(tmp_path: Path) -
 
 
 def test_pml_serve_entry_point_end_to_end(tmp_path: Path) -> None:
-    pml = Path(sys.executable).parent / "pml"
-    proc = subprocess.Popen(
-        [
-            str(pml),
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(tmp_path / "d"),
-            "--embedder",
-            "hashing",
-            "--durability",
-            "fast",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    match = re.search(r"\(port (\d+)\)", proc.stdout.readline())
-    assert match
+    proc, target = _spawn_pml_serve(tmp_path, "--durability", "fast")
     try:
-        with PmlClient(f"127.0.0.1:{match.group(1)}") as client:
+        with PmlClient(target) as client:
             result = client.record(
                 make_record(
                     "Read JSON file", 'await mcp.read_file({path: "a.json"})', tools=["read_file"]
