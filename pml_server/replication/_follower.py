@@ -59,6 +59,10 @@ class OplogFollower:
         """Start from the current heads (call before restoring the indexes)."""
         self._cursors = self._store.oplog_heads()
 
+    def cursor(self, tenant: str) -> int:
+        """The tenant's op log position through which every entry is applied."""
+        return self._cursors.get(tenant, 0)
+
     def catch_up(self) -> int:
         """Apply every committed entry after the cursors; how many were applied."""
         with self._lock:

@@ -7,11 +7,13 @@ records; writes are built as operations (`Op`) that the engine collects into one
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from pml_server.domain import json_form
@@ -98,6 +100,11 @@ class Repository:
         """`stats` as they are after the batch (`deltas`: what the batch added; a shared store
         writes those instead)."""
         return (CF_META, _STATS_KEY + tenant_prefix(tenant), stats.to_json())
+
+    def consistent_reads(self) -> AbstractContextManager[None]:
+        """A block whose reads see one state of the store (the embedded store: every read
+        already does, for what Suggest reads, since its ceilings rise before a write shows)."""
+        return contextlib.nullcontext()
 
     def snapshot(self, tenant: str) -> tuple[int, bytes] | None:
         """(op log sequence the snapshot includes, index bytes) of the tenant's vector index."""

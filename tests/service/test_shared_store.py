@@ -170,3 +170,31 @@ def test_a_closed_replica_catches_up_when_it_returns(
     b_again = replicas("b")
     assert suggested(b_again, "t", "Send an email") == [mail.pattern_id]  # ready = caught up
     assert suggested(b_again, "t", "Read JSON file") == [first.pattern_id]
+
+
+def test_suggest_never_sees_counts_above_the_ceiling_it_bounds_them_by(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Suggest on a replica reads the tenant's counter ceilings, then the candidates' counters,
+    and stops reading candidates whose match times the ceiling cannot reach the k-th score.
+    Another replica counting in between must not show counts above that ceiling."""
+    a, b = replicas("a"), replicas("b")
+    saved = a.record("t", make_record("r0", "Read JSON file", JSON_TOOLS))
+    assert eventually(lambda: suggested(b, "t", "Read JSON file") == [saved.pattern_id])
+    repo = b._state.repo
+    read_ceilings = repo.counter_ceilings
+    ceilings: list[tuple[int, int]] = []
+
+    def ceilings_then_captures_elsewhere(tenant: str) -> tuple[int, int]:
+        ceiling = read_ceilings(tenant)
+        ceilings.append(ceiling)
+        for i in range(1, 5):  # replica a counts the pattern 4 more times meanwhile
+            a.record("t", make_record(f"r{i}", "Read JSON file", JSON_TOOLS))
+        return ceiling
+
+    monkeypatch.setattr(repo, "counter_ceilings", ceilings_then_captures_elsewhere)
+    [suggestion] = b.suggest("t", SuggestQuery("Read JSON file")).suggestions
+    assert ceilings == [(1, 1)]
+    assert suggestion.pattern.usage_count <= ceilings[0][1]
+    monkeypatch.undo()
+    assert b.get_pattern("t", saved.pattern_id).usage_count == 5

@@ -6,6 +6,13 @@ with the same keys (tenant-prefixed bytes: a prefix range is one tenant's rows, 
 like RocksDB's bytewise order). What several replicas must agree on gets its own columns:
 tenant stats and counter ceilings are counted in SQL, the op log has a per-tenant head row
 whose update inside the writing transaction makes commit order equal sequence order.
+
+Rows every capture of a tenant would update (its stats and counter ceilings) are striped
+(version 2): a transaction updates the stripe of its backend, so concurrent captures do not
+queue on one row lock held until each commit's WAL flush, and their commits can share a flush
+(PostgreSQL's group commit). A read sums the stats stripes and takes the ceilings' maximum.
+Index snapshots have their own table (version 2), written compare-and-set on the op log
+position they include, so a replica that is behind never replaces a newer replica's snapshot.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import psycopg
 from pml_server.storage.keys import CF_INTENTS, CF_OPLOG, COLUMN_FAMILIES
 from pml_server.storage.seam import StoreClosedError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _MIGRATION_LOCK = 0x706D6C5F736368  # "pml_sch": one migration at a time per database
 STATS_COLUMNS = (
     "executions",
@@ -26,6 +33,9 @@ STATS_COLUMNS = (
     "intents",
 )
 SEQUENCE_STEP = 1024  # ids a replica takes from a sequence at once
+# Stripes of the rows every capture updates: more than a replica's pool, so that connections
+# (by backend pid) rarely share one.
+ROW_STRIPES = 64
 
 
 def table_of(cf: str) -> str:
@@ -55,7 +65,23 @@ def _version_1() -> list[str]:
     return statements
 
 
-MIGRATIONS: dict[int, list[str]] = {1: _version_1()}
+def _version_2() -> list[str]:
+    striped = []
+    for table in ("pml_tenant_stats", "pml_counter_ceilings"):
+        striped += [
+            f"ALTER TABLE {table} ADD COLUMN stripe int NOT NULL DEFAULT 0",
+            f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey",
+            f"ALTER TABLE {table} ADD PRIMARY KEY (tenant, stripe)",
+        ]
+    return [
+        *striped,
+        # the op log position (the tenant's sequence) every entry through which is included
+        "CREATE TABLE pml_index_snapshots (tenant text PRIMARY KEY, oplog_seq bigint NOT NULL,"
+        " data bytea NOT NULL)",
+    ]
+
+
+MIGRATIONS: dict[int, list[str]] = {1: _version_1(), 2: _version_2()}
 
 
 class SchemaVersionError(RuntimeError):
