@@ -49,8 +49,8 @@ class BackgroundJobs:
             if follower is not None:
                 follower.begin()  # before the restore reads: nothing committed is missed
             restored = restore_indexes(state.repo, state.config.vector_index, state.embedder.dim)
-            if follower is None:  # a shared store ranks in Python (see _suggest_core)
-                fill_rank_tables(state.repo, restored)
+            # over a shared store, what others write meanwhile the follower's catch-up applies
+            fill_rank_tables(state.repo, restored)
             state.indexes.replace_all(restored)
             if follower is not None:
                 follower.catch_up()

@@ -41,7 +41,7 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
     if index is None:
         return SuggestResult(())
     ranking = state.ranking
-    if not query.explain and state.follower is None and index.ranks_in_core():
+    if not query.explain and index.ranks_in_core():
         now = state.clock()
         return suggest_in_core(state.repo, tenant, index, vector, query, ranking, now)
     limit = ranking.fetch_limit(query.k)

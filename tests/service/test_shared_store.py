@@ -175,9 +175,10 @@ def test_a_closed_replica_catches_up_when_it_returns(
 def test_suggest_never_sees_counts_above_the_ceiling_it_bounds_them_by(
     replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Suggest on a replica reads the tenant's counter ceilings, then the candidates' counters,
-    and stops reading candidates whose match times the ceiling cannot reach the k-th score.
-    Another replica counting in between must not show counts above that ceiling."""
+    """Suggest ranked in Python (`explain`) reads the tenant's counter ceilings, then the
+    candidates' counters, and stops reading candidates whose match times the ceiling cannot
+    reach the k-th score. Another replica counting in between must not show counts above that
+    ceiling."""
     a, b = replicas("a"), replicas("b")
     saved = a.record("t", make_record("r0", "Read JSON file", JSON_TOOLS))
     assert eventually(lambda: suggested(b, "t", "Read JSON file") == [saved.pattern_id])
@@ -193,8 +194,26 @@ def test_suggest_never_sees_counts_above_the_ceiling_it_bounds_them_by(
         return ceiling
 
     monkeypatch.setattr(repo, "counter_ceilings", ceilings_then_captures_elsewhere)
-    [suggestion] = b.suggest("t", SuggestQuery("Read JSON file")).suggestions
+    [suggestion] = b.suggest("t", SuggestQuery("Read JSON file", explain=True)).suggestions
     assert ceilings == [(1, 1)]
     assert suggestion.pattern.usage_count <= ceilings[0][1]
     monkeypatch.undo()
     assert b.get_pattern("t", saved.pattern_id).usage_count == 5
+
+
+def test_a_replica_ranks_with_the_counters_another_replica_wrote(
+    replicas: Callable[[str], Engine],
+) -> None:
+    """Suggest ranks in the core over the replica's own ranking table, which follows the other
+    replicas' pattern and counters writes: failures counted on a make b rank the other one
+    first."""
+    a, b = replicas("a"), replicas("b")
+    flaky = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    steady = a.record("t", make_record("r2", "Read JSON file", ["fs.read", "yaml.parse"]))
+    both = {flaky.pattern_id, steady.pattern_id}
+    assert eventually(lambda: set(suggested(b, "t", "Read JSON file")) == both)
+    for i in range(4):
+        a.record("t", make_record(f"f{i}", "Read JSON file", JSON_TOOLS, failed={"json.parse"}))
+    assert suggested(a, "t", "Read JSON file")[0] == steady.pattern_id
+    assert eventually(lambda: suggested(b, "t", "Read JSON file")[0] == steady.pattern_id)
+    assert b.get_pattern("t", flaky.pattern_id).failure_count == 4

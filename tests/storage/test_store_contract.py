@@ -337,3 +337,30 @@ def test_reads_in_one_block_see_one_state_of_the_database(postgres_dsn: str) -> 
     assert repos[0].counter_ceilings("t") == (5, 5)  # after the block: the new state
     for store in (reader, writer):
         store.close()
+
+
+def test_changed_rows_never_skip_a_commit_whatever_the_commit_order(postgres_dsn: str) -> None:
+    """A replica's ranking table follows the pattern and counters rows changed since its last
+    read: a transaction that began writing before another one but commits after it is read
+    (by the next read), once."""
+    store = PostgresStore(postgres_dsn)
+    counted = PatternCounters(success=1, usage=1).to_json()
+    _, since = store.changed_rows(CF_COUNTERS, None)
+    with psycopg.connect(postgres_dsn) as slow:  # a transaction, open until commit()
+        slow.execute(
+            "INSERT INTO pml_counters (key, value) VALUES (%s, %s)",
+            (tenant_key("t", "slow"), counted),
+        )
+        store.write([(CF_COUNTERS, tenant_key("t", "fast"), counted)])
+        rows, since = store.changed_rows(CF_COUNTERS, since)
+        assert [k for k, _ in rows] == [tenant_key("t", "fast")]
+        slow.commit()
+    rows, since = store.changed_rows(CF_COUNTERS, since)
+    assert [k for k, _ in rows] == [tenant_key("t", "slow")]
+    store.write([(CF_COUNTERS, tenant_key("t", "fast"), PatternCounters(usage=2).to_json())])
+    rows, since = store.changed_rows(CF_COUNTERS, since)
+    assert [(k, PatternCounters.from_json(v).usage) for k, v in rows] == [
+        (tenant_key("t", "fast"), 2)
+    ]
+    assert store.changed_rows(CF_COUNTERS, since)[0] == []
+    store.close()

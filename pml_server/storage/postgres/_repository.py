@@ -16,8 +16,19 @@ from pml_server.domain.records import (
     TenantStats,
     decode_intent,
 )
-from pml_server.storage.decoded import decode_counters_shared, decode_pattern
-from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, tenant_key, tenant_prefix, u64
+from pml_server.storage.decoded import (
+    decode_counters_shared,
+    decode_intent_for_view,
+    decode_pattern,
+)
+from pml_server.storage.keys import (
+    CF_COUNTERS,
+    CF_INTENTS,
+    CF_PATTERNS,
+    tenant_key,
+    tenant_prefix,
+    u64,
+)
 from pml_server.storage.postgres._store import CF_INDEX_SNAPSHOT, CF_STATS_DELTA, PostgresStore
 from pml_server.storage.repo import Repository
 from pml_server.storage.seam import Op
@@ -48,6 +59,20 @@ class SharedRepository(Repository):
             None if pair is None else (decode_pattern(pair[0]), decode_counters_shared(pair[1]))
             for pair in self.shared_store.get_pairs(CF_PATTERNS, CF_COUNTERS, keys)
         ]
+
+    def patterns_and_intent_views(
+        self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
+    ) -> tuple[list[tuple[PatternRecord, PatternCounters] | None], list[IntentRecord | None]]:
+        """As `Repository.patterns_and_intent_views`, in one round trip."""
+        keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
+        intent_keys = [tenant_key(tenant, p, u64(i)) for p, i in wanted]
+        pairs, intents = self.shared_store.pairs_and_values(
+            CF_PATTERNS, CF_COUNTERS, keys, CF_INTENTS, intent_keys
+        )
+        return [
+            None if pair is None else (decode_pattern(pair[0]), decode_counters_shared(pair[1]))
+            for pair in pairs
+        ], [None if raw is None else decode_intent_for_view(raw) for raw in intents]
 
     def pattern_for_hash(
         self, tenant: str, code_hash: str

@@ -11,15 +11,18 @@ Rows every capture of a tenant would update (its stats and counter ceilings) are
 (version 2): a transaction updates the stripe of its backend, so concurrent captures do not
 queue on one row lock held until each commit's WAL flush, and their commits can share a flush
 (PostgreSQL's group commit). A read sums the stats stripes and takes the ceilings' maximum.
-Index snapshots have their own table (version 2), written compare-and-set on the op log
-position they include, so a replica that is behind never replaces a newer replica's snapshot.
+Pattern records and counters carry the id of the transaction that last wrote them (version
+2), so a replica can read every row changed since a snapshot without a sequence every capture
+would queue on (`PostgresStore.changed_rows`). Index snapshots have their own table (version
+2), written compare-and-set on the op log position they include, so a replica that is behind
+never replaces a newer replica's snapshot.
 """
 
 from __future__ import annotations
 
 import psycopg
 
-from pml_server.storage.keys import CF_INTENTS, CF_OPLOG, COLUMN_FAMILIES
+from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, CF_OPLOG, CF_PATTERNS, COLUMN_FAMILIES
 from pml_server.storage.seam import StoreClosedError
 
 SCHEMA_VERSION = 2
@@ -36,6 +39,7 @@ SEQUENCE_STEP = 1024  # ids a replica takes from a sequence at once
 # Stripes of the rows every capture updates: more than a replica's pool, so that connections
 # (by backend pid) rarely share one.
 ROW_STRIPES = 64
+FOLLOWED_FAMILIES = (CF_PATTERNS, CF_COUNTERS)
 
 
 def table_of(cf: str) -> str:
@@ -73,8 +77,18 @@ def _version_2() -> list[str]:
             f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey",
             f"ALTER TABLE {table} ADD PRIMARY KEY (tenant, stripe)",
         ]
+    # the transaction that last wrote a pattern record or its counters: what a replica's
+    # ranking table follows (`PostgresStore.changed_rows`)
+    feeds = []
+    for cf in FOLLOWED_FAMILIES:
+        feeds += [
+            f"ALTER TABLE {table_of(cf)} ADD COLUMN changed_xid xid8 NOT NULL"
+            " DEFAULT pg_current_xact_id()",
+            f"CREATE INDEX {table_of(cf)}_by_xid ON {table_of(cf)} (changed_xid)",
+        ]
     return [
         *striped,
+        *feeds,
         # the op log position (the tenant's sequence) every entry through which is included
         "CREATE TABLE pml_index_snapshots (tenant text PRIMARY KEY, oplog_seq bigint NOT NULL,"
         " data bytea NOT NULL)",

@@ -53,6 +53,7 @@ from pml_server.storage.keys import (
 )
 from pml_server.storage.postgres._dsn import describe, has_password, scrub
 from pml_server.storage.postgres._schema import (
+    FOLLOWED_FAMILIES,
     ROW_STRIPES,
     SEQUENCE_STEP,
     STATS_COLUMNS,
@@ -211,6 +212,8 @@ class PostgresStore:
         self._pool.open()
         self._local = threading.local()
         self._closed = False
+        self._sequence_lock = threading.Lock()
+        self._sequence_conn: Connection | None = None
 
     @property
     def location(self) -> str:
@@ -296,6 +299,18 @@ class PostgresStore:
                 cursor = conn.execute(query, params)
             return cursor.fetchall()
 
+    def _rows_pipelined(
+        self, queries: Sequence[tuple[str | bytes, Any]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """The rows of each read, all sent in one pipeline (one round trip)."""
+        with self._reading() as conn:
+            tx = self._transaction()
+            with conn.pipeline():
+                if tx is not None:
+                    _send_pending(tx)
+                cursors = [conn.execute(query, params) for query, params in queries]
+            return [cursor.fetchall() for cursor in cursors]
+
     def _row(self, query: str | bytes, params: Any = ()) -> tuple[Any, ...] | None:
         rows = self._rows(query, params)
         return rows[0] if rows else None
@@ -321,6 +336,28 @@ class PostgresStore:
         finally:
             tx.depth = 0
             self._end_transaction(tx, rollback=True)
+
+    def changed_rows(self, cf: str, since: str | None) -> tuple[list[tuple[bytes, bytes]], str]:
+        """(rows of `cf` written by transactions not visible in the snapshot `since`, the
+        snapshot this read saw): following with the returned snapshot never skips a commit,
+        whatever order transactions commit in (an id below the snapshot's xmin was visible to
+        it; one in progress then is read once it commits). `since` None: only the snapshot.
+        `cf` is one of the followed families (pattern records, counters)."""
+        assert cf in FOLLOWED_FAMILIES
+        if since is None:
+            row = self._row("SELECT pg_current_snapshot()::text")
+            assert row is not None
+            return [], str(row[0])
+        row = self._row(
+            "SELECT pg_current_snapshot()::text, coalesce(array_agg(key), '{}'),"
+            f" coalesce(array_agg(value), '{{}}') FROM {table_of(cf)}"
+            " WHERE changed_xid >= pg_snapshot_xmin(%(since)s::pg_snapshot)"
+            " AND NOT pg_visible_in_snapshot(changed_xid, %(since)s::pg_snapshot)",
+            {"since": since},
+        )
+        assert row is not None
+        snapshot, keys, values = row
+        return [(bytes(k), bytes(v)) for k, v in zip(keys, values, strict=True)], str(snapshot)
 
     def index_snapshot(self, tenant: str) -> tuple[int, bytes] | None:
         row = self._row(
@@ -398,6 +435,28 @@ class PostgresStore:
         )
         found = {bytes(k): (bytes(a), bytes(b)) for k, a, b in rows}
         return [found.get(key) for key in keys]
+
+    def pairs_and_values(
+        self, first: str, second: str, keys: Sequence[bytes], cf: str, values_of: Sequence[bytes]
+    ) -> tuple[list[tuple[bytes, bytes] | None], list[bytes | None]]:
+        """`get_pairs(first, second, keys)` and `get_many(cf, values_of)` in one round trip
+        (two statements in one pipeline)."""
+        pairs, values = self._rows_pipelined(
+            [
+                (
+                    f"SELECT a.key, a.value, b.value FROM {table_of(first)} a"
+                    f" JOIN {table_of(second)} b ON b.key = a.key WHERE a.key = ANY(%s)",
+                    (list(keys),),
+                ),
+                (
+                    f"SELECT key, value FROM {table_of(cf)} WHERE key = ANY(%s)",
+                    (list(values_of),),
+                ),
+            ]
+        )
+        found_pairs = {bytes(k): (bytes(a), bytes(b)) for k, a, b in pairs}
+        found = {bytes(k): bytes(v) for k, v in values}
+        return [found_pairs.get(k) for k in keys], [found.get(k) for k in values_of]
 
     def pattern_for_hash(self, prefix: bytes, code_hash_key: bytes) -> tuple[Any, ...]:
         """(pattern, counters, [intents in key order]) bytes of the pattern a code hash names,
@@ -517,12 +576,20 @@ class PostgresStore:
         return SequenceAllocator(self, f"pml_ids_{name}")
 
     def _nextval(self, sequence: str) -> int:
-        # its own connection: a sequence step is not transactional anyway
-        try:
-            with self._pool.connection() as conn:
-                row = conn.execute(f"SELECT nextval('{sequence}')").fetchone()
-        except _RETRYABLE + _POOL_ERRORS as error:
-            raise UnavailableError(self._unavailable(error)) from error
+        """A sequence step on a connection of its own (not transactional anyway). Not from
+        the pool: the allocator is called by captures that each hold a pooled connection for
+        their transaction, and a full pool would leave the step waiting for one of them."""
+        with self._sequence_lock:
+            try:
+                if self._sequence_conn is None or self._sequence_conn.closed:
+                    self._sequence_conn = psycopg.connect(
+                        self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
+                    )
+                row = self._sequence_conn.execute(f"SELECT nextval('{sequence}')").fetchone()
+            except _RETRYABLE as error:
+                if self._sequence_conn is not None:
+                    self._sequence_conn.close()
+                raise UnavailableError(self._unavailable(error)) from error
         assert row is not None
         return int(row[0])
 
@@ -531,6 +598,9 @@ class PostgresStore:
             return
         self._closed = True
         self._pool.close()
+        with self._sequence_lock:
+            if self._sequence_conn is not None:
+                self._sequence_conn.close()
 
 
 def _send_pending(tx: _Transaction) -> None:
@@ -646,9 +716,10 @@ def _write_family(conn: Connection, cf: str, rows: list[tuple[bytes, bytes | Non
             (keys, values, tenants, ids),
         )
         return
+    followed = ", changed_xid = pg_current_xact_id()" if cf in FOLLOWED_FAMILIES else ""
     conn.execute(
         f"INSERT INTO {table} (key, value) SELECT * FROM unnest(%s::bytea[], %s::bytea[])"
-        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        f" ON CONFLICT (key) DO UPDATE SET value = excluded.value{followed}".encode(),
         (keys, values),
     )
 
