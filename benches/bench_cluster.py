@@ -1,15 +1,16 @@
 """Replicas over PostgreSQL against the embedded RocksDB server, same workload, same run.
 
 Servers are real `pml serve` processes (hashing embedder: this measures the store and the
-replicas, not the model; durability sync / fsync on in PostgreSQL). Callers run in processes of
-their own (`cluster_load`). For each setup (embedded RocksDB; 1 replica over PostgreSQL; 2
-replicas over the same database) 8 callers capture for a fixed time, then 8 callers Suggest.
+replicas, not the model; durability sync / fsync on in PostgreSQL). For each setup (embedded
+RocksDB; 1 replica over PostgreSQL; 2 replicas over the same database) 8 callers capture for a
+fixed time, then 8 callers Suggest.
 The callers are goroutines of one Go process (`clients/go/cmd/pml-load`, built at the start):
 on a 2-core machine Python callers took about as much CPU as the servers they measured, so two
 replicas could not use the cores. Without Go the Python callers (`cluster_load`) are used, and
 the rows say so (`load` in the JSON).
 Targets (issue 21): 2 replicas' Suggest QPS >= 1.4x one replica's; capture over PostgreSQL >=
-0.5x embedded. Follower lag: read from the replicas' /metrics after the 2-replica capture run.
+0.5x embedded. Follower lag: read from the replicas' /metrics after the 2-replica capture run
+and a short one whose every capture adds an intent (an op log entry the other replica follows).
 Run alone: `python -m benches cluster`.
 """
 
@@ -102,13 +103,19 @@ def _go_load(into: Path) -> Path | None:
 
 
 def _measure(
-    load: Path | None, targets: list[str], kind: str, seconds: float, tag: str
+    load: Path | None,
+    targets: list[str],
+    kind: str,
+    seconds: float,
+    tag: str,
+    fresh_intents: bool = False,
 ) -> tuple[float, dict[str, float]]:
     if load is not None:
         done = subprocess.run(
             [
                 str(load), "-kind", kind, "-targets", ",".join(targets),
                 "-callers", str(CALLERS), "-seconds", str(seconds), "-tag", tag,
+                *(["-fresh-intents"] if fresh_intents else []),
             ],
             check=True, capture_output=True, text=True, timeout=seconds + 120,
         )  # fmt: skip
@@ -158,6 +165,8 @@ def run(large: bool) -> list[Row]:
             try:
                 both = [first.target, second.target]
                 results["capture 2 replicas"] = _measure(load, both, "capture", seconds, "p2")
+                if load is not None:  # every capture a new intent: op log entries to follow
+                    _measure(load, both, "capture", min(seconds, 3.0), "lag", fresh_intents=True)
                 for name, server in (("a", first), ("b", second)):
                     for q in ("0.5", "0.99"):
                         value = server.metric("pml_follower_lag_seconds", f'quantile="{q}"')

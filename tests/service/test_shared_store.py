@@ -217,3 +217,17 @@ def test_a_replica_ranks_with_the_counters_another_replica_wrote(
     assert suggested(a, "t", "Read JSON file")[0] == steady.pattern_id
     assert eventually(lambda: suggested(b, "t", "Read JSON file")[0] == steady.pattern_id)
     assert b.get_pattern("t", flaky.pattern_id).failure_count == 4
+
+
+def test_a_pattern_read_after_a_failed_try_shows_what_other_replicas_added(
+    replicas: Callable[[str], Engine],
+) -> None:
+    """A capture reads its pattern's intents with the pattern, for use under the pattern's
+    lock; a failed try does not use them, and a later read on the same thread must not
+    either (another replica may have added intents since)."""
+    a, b = replicas("a"), replicas("b")
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    a.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, failed={"json.parse"}))
+    b.record("t", make_record("r3", "Fetch the config document", JSON_TOOLS))
+    texts = {i.text for i in a.get_pattern("t", saved.pattern_id).intents}
+    assert texts == {"Read JSON file", "Fetch the config document"}

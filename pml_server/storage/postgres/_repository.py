@@ -83,19 +83,25 @@ class SharedRepository(Repository):
             tenant_prefix(tenant), tenant_key(tenant, code_hash)
         )
         record = None if pattern is None else decode_pattern(pattern)
-        self._prefetched.intents = None if record is None else (tenant, record.id, intents)
+        within = self.shared_store.current_transaction()
+        self._prefetched.intents = (
+            None if record is None or within is None else (within, tenant, record.id, intents)
+        )
         return (
             record,
             None if counters is None else PatternCounters.from_json(counters),
         )
 
     def intents(self, tenant: str, pattern_id: str) -> list[IntentRecord]:
-        """The intents `pattern_for_hash` read with the pattern, once, in the same thread
-        (under the same lock, so still current); else read now."""
+        """The intents `pattern_for_hash` read with the pattern, once, in the same thread and
+        the same write transaction (its locks held since, so still current); else read now."""
         prefetched = getattr(self._prefetched, "intents", None)
         self._prefetched.intents = None
-        if prefetched is not None and prefetched[:2] == (tenant, pattern_id):
-            return [decode_intent(raw) for raw in prefetched[2]]
+        if prefetched is not None:
+            within, of_tenant, of_pattern, intents = prefetched
+            current = self.shared_store.current_transaction()
+            if current is within and (of_tenant, of_pattern) == (tenant, pattern_id):
+                return [decode_intent(raw) for raw in intents]
         return super().intents(tenant, pattern_id)
 
     def counter_ceilings(self, tenant: str) -> tuple[int, int]:

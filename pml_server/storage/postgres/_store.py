@@ -225,6 +225,10 @@ class PostgresStore:
 
     # ---- connections and transactions --------------------------------------------------------
 
+    def current_transaction(self) -> object | None:
+        """This thread's open write transaction (an identity to compare), if any."""
+        return self._transaction()
+
     def _transaction(self) -> _Transaction | None:
         tx: _Transaction | None = getattr(self._local, "tx", None)
         return tx if tx is not None and tx.open else None

@@ -29,11 +29,14 @@ type report struct {
 	P99Ms  float64        `json:"p99_ms"`
 }
 
-func record(w, i int, tag string) *pmlv1.ExecutionRecord {
+func record(w, i int, tag string, fresh bool) *pmlv1.ExecutionRecord {
 	n := (w*7919 + i) % 200
 	code := fmt.Sprintf(`const d = await mcp.tool_%d({path: "%s%d-%d.json"}); return d`, n, tag, w, i)
-	rec := pml.NewRecord(fmt.Sprintf("Read JSON file %d with tool %d", n%50, n), code, "typescript",
-		pml.OK(fmt.Sprintf("tool_%d", n), "{}"))
+	intent := fmt.Sprintf("Read JSON file %d with tool %d", n%50, n)
+	if fresh { // a new intent mapping (an op log entry) every capture
+		intent += fmt.Sprintf(" from %s batch %d %d", tag, w, i)
+	}
+	rec := pml.NewRecord(intent, code, "typescript", pml.OK(fmt.Sprintf("tool_%d", n), "{}"))
 	rec.RequestId = fmt.Sprintf("%s-%d-%d", tag, w, i)
 	return rec
 }
@@ -55,6 +58,7 @@ func main() {
 	callers := flag.Int("callers", 8, "concurrent callers")
 	seconds := flag.Float64("seconds", 6, "how long to call")
 	tag := flag.String("tag", "g", "request id prefix (fresh per run: no replays)")
+	fresh := flag.Bool("fresh-intents", false, "capture: a new intent text every call")
 	flag.Parse()
 	if *kind != "capture" && *kind != "suggest" {
 		fmt.Fprintln(os.Stderr, "pml-load: -kind must be capture or suggest")
@@ -87,7 +91,7 @@ func main() {
 				began := time.Now()
 				var err error
 				if *kind == "capture" {
-					_, err = client.Record(context.Background(), record(w, i, *tag))
+					_, err = client.Record(context.Background(), record(w, i, *tag, *fresh))
 				} else {
 					intent := fmt.Sprintf("Read JSON file %d", (w*31+i)%50)
 					_, err = client.Suggest(context.Background(), &pmlv1.SuggestRequest{Intent: intent})
