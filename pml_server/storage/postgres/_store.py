@@ -14,11 +14,14 @@ when another replica already recorded it, nothing is written and `RequestAlready
 carries the stored answer.
 
 Counts. Tenant stats arrive as deltas and are added in SQL; counter ceilings are raised with
-GREATEST in the same transaction as the counters. Id allocators are sequences.
+GREATEST in the same transaction as the counters. Both are striped rows (the writing backend's
+stripe), so concurrent captures neither queue on one row lock held through each commit's flush
+nor keep PostgreSQL from flushing their commits together. Id allocators are sequences.
 
 Op log. Each batch's op log entries take their sequence numbers from the tenant's head row
 (`UPDATE ... RETURNING` inside the transaction): commit order is sequence order, so a follower
-reading `seq > cursor` never skips an entry. `pg_notify` wakes followers; it is not durable,
+reading `seq > cursor` never skips an entry. A NOTIFY after the commit wakes followers (one per
+burst of commits, from a notifier thread; see `_wake_followers`); it is not durable,
 so they poll too.
 
 No read cache: another replica may change any row, and the database is the only copy.
@@ -213,6 +216,9 @@ class PostgresStore:
         self._local = threading.local()
         self._closed = False
         self._sequence_lock = threading.Lock()
+        self._notifier_lock = threading.Lock()
+        self._notifier: threading.Thread | None = None
+        self._notify_wanted = threading.Event()
         self._sequence_conn: Connection | None = None
 
     @property
@@ -568,7 +574,42 @@ class PostgresStore:
             raise RequestAlreadyAppliedError(stored or b"") from None
         except _RETRYABLE + _POOL_ERRORS as error:
             raise StoreClosedError(self._unavailable(error)) from error
+        if any(cf == CF_OPLOG and value is not None for cf, _, value in ops):
+            self._wake_followers()
         return finished_ticket()
+
+    def _wake_followers(self) -> None:
+        """NOTIFY the followers, after the commit and outside it: a NOTIFY in the writing
+        transaction takes a database-wide lock until that transaction's commit is flushed,
+        which queued every op log writer behind every other. One notifier thread sends one
+        NOTIFY per burst of commits (it is only a wake-up; followers poll as well)."""
+        with self._notifier_lock:
+            if self._notifier is None:
+                self._notifier = threading.Thread(
+                    target=self._notify_loop, name="pml-notifier", daemon=True
+                )
+                self._notifier.start()
+        self._notify_wanted.set()
+
+    def _notify_loop(self) -> None:
+        conn: Connection | None = None
+        while True:
+            self._notify_wanted.wait()
+            if self._closed:
+                break
+            self._notify_wanted.clear()
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(
+                        self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
+                    )
+                conn.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
+            except psycopg.Error:  # the followers' poll covers it; retried at the next commit
+                if conn is not None:
+                    conn.close()
+                conn = None
+        if conn is not None:
+            conn.close()
 
     def write(self, ops: Sequence[Op]) -> None:
         self.submit(ops).wait()
@@ -601,6 +642,7 @@ class PostgresStore:
         if self._closed:
             return
         self._closed = True
+        self._notify_wanted.set()  # the notifier exits
         self._pool.close()
         with self._sequence_lock:
             if self._sequence_conn is not None:
@@ -743,7 +785,6 @@ def _append_oplog(conn: Connection, entries: list[bytes]) -> None:
             " FROM head, unnest(%(ops)s::bytea[]) WITH ORDINALITY AS e(op, ord)",
             {"t": tenant, "n": len(rows), "ops": rows},
         )
-        conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, tenant))
 
 
 def _add_stats(conn: Connection, tenant: str, delta: dict[str, int]) -> None:
