@@ -22,7 +22,7 @@ from pml_server.ranking import RankingConfig
 PROBE = RankingConfig()
 LEXICAL_WEIGHTS = (0.0, 0.5, 0.7, 0.8, 0.9, 1.0)
 HALF_SCORES = (5.0, 10.0, 15.0, 25.0)
-USAGE_WEIGHTS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.2)
+USAGE_WEIGHTS = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.2)
 # the skewed variant (3k tune queries): the usage weights at the fusion defaults only
 SKEWED_GRID = ((0.9,), (10.0,))
 
