@@ -10,6 +10,8 @@ locks opened, and adds the stats deltas in SQL."""
 
 from __future__ import annotations
 
+import os
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -21,6 +23,16 @@ from pml_server.domain.vectors import Vector
 from pml_server.ranking import RankTable
 from pml_server.service._state import EngineState, IndexAdd
 from pml_server.storage.seam import Op, WriteTicket
+
+# Pattern and capability ids only need to be unique, not secret: a generator seeded from the
+# OS once per process draws 64 bits in well under a microsecond, where `secrets` asks the
+# kernel each time (tens of microseconds on a loaded machine, twice per new pattern).
+_ids = random.Random(os.urandom(32))
+
+
+def random_id(prefix: str) -> str:
+    """`prefix_` + 16 random hex digits (pattern and capability ids)."""
+    return f"{prefix}_{_ids.getrandbits(64):016x}"
 
 
 @dataclass
