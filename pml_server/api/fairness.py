@@ -10,15 +10,18 @@ their CPU debt refused past a burst. Here each unary call is timed in thread CPU
   recent calls were long (their mean CPU, `MEAN_WEIGHT`-weighted) starts its new calls long.
 - A long call pauses at its checkpoints (`domain.yielding`, in the loops of Suggest, listings
   and retention) and before it starts, GIL released, while a short call of a lighter tenant is
-  in progress: lighter means its decayed CPU use (`USAGE_HALF_LIFE_SECONDS`) is not above the
-  paused one's. The neighbour's call then runs as if alone and the expensive ones run in its
-  gaps: a deficit-style order where the tenant that used less goes first.
+  in progress or ended less than `NEIGHBOUR_GAP_SECONDS` ago (its client's next call is then
+  probably on its way, and waits for the GIL in grpcio before this code can see it): lighter
+  means its decayed CPU use (`USAGE_HALF_LIFE_SECONDS`) is not above the paused one's, this
+  call's CPU so far included. The neighbour's calls then run as if alone and the expensive
+  ones run when it pauses: a deficit-style order where the tenant that used less goes first.
 - While another tenant is active (a call in progress or ended within `ACTIVE_SECONDS`), long
   calls run one at a time (the *long turn*): the neighbour's next call arrives in grpcio's poll
   thread and needs the GIL before anything here sees it, and one long call in the way costs it
   a switch interval, four of them several.
-- A pause lasts at most `MAX_PAUSE_SECONDS`, then the call goes on (and may pause again at a
-  later checkpoint): a long call always progresses. A tenant that makes many cheap calls soon
+- A pause lasts at most `MAX_PAUSE_SECONDS`; then the call runs `QUANTUM_SECONDS` of CPU
+  without pausing, and may pause again after: a long call always progresses, even beside a
+  neighbour that calls back to back. A tenant that makes many cheap calls soon
   uses more CPU than the one it pauses, is no longer lighter, and is not yielded to, so it
   cannot starve anybody by being cheap.
 
@@ -40,11 +43,18 @@ MEAN_WEIGHT = 0.2  # weight of the newest call in a tenant's mean call CPU
 USAGE_HALF_LIFE_SECONDS = 2.0
 ACTIVE_SECONDS = 1.0
 MAX_PAUSE_SECONDS = 0.1
+# A lighter tenant's short call that ended this recently counts as running: a client calling
+# back to back sends its next call within about a millisecond, and it reaches this code only
+# after waiting for the GIL behind whatever runs meanwhile.
+NEIGHBOUR_GAP_SECONDS = 0.003
+# CPU a call may use without pausing after a pause ran out: while a neighbour calls back to
+# back, a long call still gets about QUANTUM / (QUANTUM + MAX_PAUSE) of the time.
+QUANTUM_SECONDS = 0.005
 CHECK_EVERY = 8  # checkpoints between two looks at the scheduler's state
 
 
 class _Call:
-    __slots__ = ("_fairness", "long", "started", "tenant", "ticks")
+    __slots__ = ("_fairness", "free_until", "long", "started", "tenant", "ticks")
 
     def __init__(self, fairness: CpuFairness, tenant: str, long: bool) -> None:
         self._fairness = fairness
@@ -52,6 +62,7 @@ class _Call:
         self.started = time.thread_time()
         self.long = long
         self.ticks = 0
+        self.free_until = 0.0  # thread CPU time until which it does not pause (a quantum)
 
     def checkpoint(self) -> None:
         self.ticks += 1
@@ -66,6 +77,7 @@ class CpuFairness:
         self._turn = threading.Condition(self._lock)
         self._calls: dict[str, int] = {}  # tenant -> calls in progress
         self._short: dict[str, int] = {}  # tenant -> short calls in progress
+        self._short_ended: dict[str, float] = {}  # tenant -> when its last short call ended
         self._seen: dict[str, float] = {}  # tenant -> when its last call started or ended
         self._usage: dict[str, tuple[float, float]] = {}  # tenant -> (decayed CPU s, as of)
         self._mean_call: dict[str, float] = {}  # tenant -> mean CPU seconds of its calls
@@ -118,6 +130,7 @@ class CpuFairness:
             del self._calls[tenant]
         if not call.long:
             self._drop_short(tenant)
+            self._short_ended[tenant] = self._clock()
         if self._long_turn is call:
             self._long_turn = None
             self._turn.notify_all()
@@ -131,6 +144,7 @@ class CpuFairness:
                 if self._used(name, now) < 1e-3:
                     del self._usage[name]
                     self._mean_call.pop(name, None)
+                    self._short_ended.pop(name, None)
 
     def _drop_short(self, tenant: str) -> None:
         left = self._short[tenant] - 1
@@ -146,20 +160,25 @@ class CpuFairness:
         return float(used * 0.5 ** ((now - at) / USAGE_HALF_LIFE_SECONDS))
 
     def _must_wait(self, call: _Call, now: float) -> bool:
-        """A short call of a lighter tenant runs, or (another tenant active) another long call
-        has the long turn."""
+        """A short call of a lighter tenant runs (or ended within NEIGHBOUR_GAP_SECONDS), or
+        (another tenant active) another long call has the long turn."""
         mine = None
-        for other in self._short:
+        for other in self._short.keys() | {
+            t for t, at in self._short_ended.items() if now - at < NEIGHBOUR_GAP_SECONDS
+        }:
             if other != call.tenant:
-                if mine is None:
-                    mine = self._used(call.tenant, now)
+                if mine is None:  # with what this call has used so far
+                    mine = self._used(call.tenant, now) + time.thread_time() - call.started
                 if self._used(other, now) <= mine:
                     return True
         turn = self._long_turn
         return turn is not None and turn is not call and self._others_active(call.tenant, now)
 
     def _checkpoint(self, call: _Call) -> None:
-        if not call.long and time.thread_time() - call.started <= SHORT_CALL_SECONDS:
+        cpu = time.thread_time()
+        if cpu < call.free_until:
+            return
+        if not call.long and cpu - call.started <= SHORT_CALL_SECONDS:
             return
         with self._lock:
             if not call.long:
@@ -180,11 +199,13 @@ class CpuFairness:
             self._paused += 1
             try:
                 while now < deadline and self._must_wait(call, now):
-                    self._turn.wait(deadline - now)
+                    self._turn.wait(min(deadline - now, NEIGHBOUR_GAP_SECONDS))
                     now = self._clock()
             finally:
                 self._paused -= 1
             self.pauses += 1
             self.paused_seconds += now - started
+            if now >= deadline:
+                call.free_until = time.thread_time() + QUANTUM_SECONDS
         if self._long_turn is None:
             self._long_turn = call

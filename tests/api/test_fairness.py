@@ -8,7 +8,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from pml_server.api.fairness import CHECK_EVERY, MAX_PAUSE_SECONDS, SHORT_CALL_SECONDS, CpuFairness
+from pml_server.api.fairness import (
+    CHECK_EVERY,
+    MAX_PAUSE_SECONDS,
+    NEIGHBOUR_GAP_SECONDS,
+    SHORT_CALL_SECONDS,
+    CpuFairness,
+)
 from pml_server.domain import yielding
 
 
@@ -71,6 +77,9 @@ def test_a_long_call_pauses_while_a_lighter_tenants_call_runs() -> None:
     assert done == []  # paused at its checkpoint: the clock does not move, light still runs
     assert thread.is_alive()
     light.release()
+    thread.join(0.3)
+    assert done == []  # light's next call may be on its way: the gap after its call
+    now[0] += NEIGHBOUR_GAP_SECONDS
     thread.join(30)
     assert done == ["done"]
     assert fairness.pauses == 1
@@ -92,6 +101,7 @@ def test_a_tenant_with_long_calls_queues_behind_a_lighter_one_before_it_starts()
     thread.join(0.5)
     assert entered == []
     light.release()
+    now[0] += NEIGHBOUR_GAP_SECONDS
     thread.join(30)
     assert entered == ["heavy"]
 

@@ -227,30 +227,6 @@ def test_an_overflowing_float32_norm_is_a_valid_vector(
     assert reply.result.pattern
 
 
-def test_a_zero_client_vector_names_the_record_field(
-    stub: pml_pb2_grpc.PmlServiceStub,
-) -> None:
-    """A refused client vector in RecordExecution names `record.intent_embedding` (it was named
-    `intent_embedding`, the field of SuggestRequest)."""
-    from google.rpc import error_details_pb2
-    from grpc_status import rpc_status
-
-    dim = stub.GetServerInfo(pml_pb2.GetServerInfoRequest()).embedding_dimension
-    record = _plain_record("zero-vector")
-    record.intent_embedding.extend([0.0] * dim)
-    with pytest.raises(grpc.RpcError) as caught:
-        stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=record), timeout=60)
-    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-    status = rpc_status.from_call(caught.value)  # type: ignore[arg-type]
-    fields = []
-    for detail in status.details if status is not None else ():
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            fields += [v.field for v in bad.field_violations]
-    assert fields == ["record.intent_embedding"], fields
-
-
 def test_a_reused_stream_execution_id_is_refused(stub: pml_pb2_grpc.PmlServiceStub) -> None:
     """Another record under an execution id already used on the stream is an error, not a
     silent `replayed` (its request id defaulted to the execution id); the same one resent is
