@@ -7,8 +7,10 @@ issue 18 that failed on main before the fix:
 - a secret literal was redacted in the parameters but kept in `original_code`, error texts...;
 - single-tenant, 16 idle streams took every call slot: unary calls were refused;
 - live tool-call arguments were checked only when the execution finished, and buffered;
+- a tenant's expensive calls took its neighbour's Suggest 44x: nothing made them give way;
 - smaller: float32 norm overflow, live error field names, reused stream execution ids,
-  replays of deleted patterns, upload retries without backoff.
+  replays of deleted patterns, upload retries without backoff, unauthenticated calls refused
+  on the RPC threads.
 
 Figures (pattern sizes, answer sizes, secret bytes found on disk, server memory) go to
 `tests/reliability/figures/`; the expensive-tenant and unauthenticated-flood figures are
@@ -178,9 +180,9 @@ def test_giant_patterns_are_bounded_and_never_break_answers(
             pml_pb2.GetPatternRequest(name=reply.result.pattern), timeout=60
         ).pattern
         sizes.append(pattern.ByteSize())
-        assert not pattern.truncated  # GetPattern returns the whole pattern
         assert len(pattern.parameters) <= 256
         assert len(pattern.template.encode()) <= len(record.code.encode()) + 16 * 1024
+        assert not pattern.truncated  # GetPattern returns the whole pattern
         assert pattern.original_code == record.code
     plain = stub.Suggest(pml_pb2.SuggestRequest(intent="read the JSON config file"), timeout=60)
     assert any(s.pattern.tools_used == ["read_file"] for s in plain.suggestions), plain
