@@ -9,6 +9,7 @@ page may be shorter than asked; only an empty token ends the listing).
 from __future__ import annotations
 
 from pml_server._proto.pml.v1 import resources_pb2
+from pml_server.domain import yielding
 
 PATTERN_BYTES = 64 * 1024  # one pattern in a Suggest or list answer
 TRIMMED_TEXT_CHARS = 8 * 1024  # `original_code` and `template` of a trimmed pattern
@@ -25,6 +26,7 @@ def trim_pattern(out: resources_pb2.Pattern) -> None:
     out.original_code = out.original_code[:TRIMMED_TEXT_CHARS]
     out.template = out.template[:TRIMMED_TEXT_CHARS]
     for param in out.parameters:
+        yielding.checkpoint()
         kept = [v for v in param.recent_values_json[:1] if len(v) <= TRIMMED_VALUE_CHARS]
         del param.recent_values_json[:]
         param.recent_values_json.extend(kept)

@@ -10,7 +10,7 @@ from google.protobuf import timestamp_pb2
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server.api import budget, validate
 from pml_server.api.validate import Limits, Violations
-from pml_server.domain import model
+from pml_server.domain import model, yielding
 
 PATTERNS = "patterns"
 CAPABILITIES = "capabilities"
@@ -201,6 +201,7 @@ def fill_pattern(out: resources_pb2.Pattern, view: model.PatternView) -> None:
     out.language = view.language
     out.tools_used.extend(view.tools_used)
     for p in view.params:
+        yielding.checkpoint()
         param = out.parameters.add(name=p.name, json_type=p.json_type, secret=p.secret)
         param.recent_values_json.extend(p.recent_values_json)
     out.parameter_schema_json = view.parameter_schema_json

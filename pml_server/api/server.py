@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import signal
+import sys
 import threading
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server.api.admission import EarlyRefusal
 from pml_server.api.auth import KeyStore
+from pml_server.api.fairness import CpuFairness
 from pml_server.api.interceptor import ApiInterceptor
 from pml_server.api.key_reload import KeysFileWatcher
 from pml_server.api.metrics import Metrics
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pml_pb2.DESCRIPTOR.services_by_name["PmlService"].full_name
 _READY_POLL_SECONDS = 0.2
+SWITCH_INTERVAL_SECONDS = 0.0002
 
 
 @dataclass
@@ -178,6 +181,13 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
         metrics.captures.labels(result.outcome.value).inc()
 
     quotas = _quotas(config, keys)
+    fairness = CpuFairness()
+    metrics.watch_fairness(fairness.totals)
+    # A thread waiting for the GIL takes it from a running one only after the switch interval
+    # (5 ms by default). A cheap call needs the GIL a few times (grpcio's poll thread, its RPC
+    # thread, after each core or store call), so beside a long call each of those waits was up
+    # to 5 ms; 0.2 ms bounds them at a cost of more switches only while threads contend.
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_SECONDS))
     early_refusal = EarlyRefusal(keys, quotas)
     servicer = PmlServicer(
         ServiceDeps(
@@ -199,6 +209,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
             stream_idle_seconds=config.stream_idle_seconds,
             schema_version=int(getattr(engine, "schema_version", SCHEMA_VERSION)),
             on_capture=count_capture,
+            fairness=fairness,
         )
     )
     server = grpc.server(
