@@ -78,9 +78,11 @@ def rate(run: Callable[[], None], n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
-def rates(texts: Sequence[str]) -> dict[str, float]:
-    """Texts per second of each configuration, one pass over `texts` each."""
-    return {name: rate(run, len(texts)) for name, run in configurations(texts).items()}
+def rates(texts: Sequence[str], only: str = "") -> dict[str, float]:
+    """Texts per second of each configuration (those whose name starts with `only`), one
+    pass over `texts` each."""
+    chosen = {name: run for name, run in configurations(texts).items() if name.startswith(only)}
+    return {name: rate(run, len(texts)) for name, run in chosen.items()}
 
 
 def fastest(measured: dict[str, float]) -> tuple[str, float]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
+from pml_server.domain.vectors import CheckedVector
 
 MAX_SUGGESTIONS = 100
 MAX_PAGE_SIZE = 1000
@@ -79,10 +80,11 @@ def check_code(out: Violations, field: str, code: str, limits: Limits) -> None:
 
 def check_embedding(
     out: Violations, field: str, values: Sequence[float], dim: int
-) -> tuple[float, ...] | None:
-    """Validate a client-supplied vector; returns it as a tuple (None when absent or bad).
-    A protobuf repeated field is read once, through numpy: iterating it value by value costs
-    several times more."""
+) -> CheckedVector | None:
+    """Validate a client-supplied vector; returns it L2-normalized as float32 (None when
+    absent or bad), the form the engine indexes, so it is not converted again. A protobuf
+    repeated field is read once, through numpy: iterating it value by value costs several
+    times more."""
     if not values:
         return None
     array = np.asarray(values, dtype=np.float64)
@@ -92,13 +94,19 @@ def check_embedding(
     if len(bad):
         out.add(f"{field}[{bad[0]}]", "must be a finite number (no NaN or infinity)")
         return None
-    if not array.any():
+    # The norm in float64: squared float32 values such as 1e20 overflow float32's range.
+    norm = float(np.linalg.norm(array))
+    if norm == 0.0:
         out.add(field, "must not be the zero vector (cosine similarity needs a direction)")
         return None
-    if not math.isfinite(float(np.linalg.norm(array))):
+    if not math.isfinite(norm):
         out.add(field, "its norm is not a finite number")
         return None
-    return tuple(array.tolist())
+    unit = (array / norm).astype(np.float32)
+    if not unit.any():  # every value underflowed float32 once divided
+        out.add(field, "must not be the zero vector (cosine similarity needs a direction)")
+        return None
+    return CheckedVector(unit)
 
 
 def check_tags(out: Violations, field: str, tags: Sequence[str], limits: Limits) -> None:

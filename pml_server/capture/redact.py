@@ -9,10 +9,11 @@ the normalizer flagged as secrets and any credential-shaped token (`_core.redact
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 
 from pml_server.capture.normalize import NormalizedCode, redact_text
-from pml_server.domain.model import ExecutionRecord
+from pml_server.domain.model import ExecutionRecord, ToolCall
 
 REDACTED_TEXT = "[REDACTED]"
 MIN_SECRET_CHARS = 4  # shorter flagged values ("a", "1") would blank ordinary text
@@ -37,20 +38,24 @@ def redact_record(record: ExecutionRecord, normalized: NormalizedCode) -> Execut
             text = text.replace(value, REDACTED_TEXT)
         return redact_text(text)
 
-    calls = tuple(
-        replace(call, error=clean(call.error), arguments_json=clean(call.arguments_json))
-        for call in record.tool_calls
-    )
+    calls = tuple(_clean_call(call, clean) for call in record.tool_calls)
     trace = record.trace
     if trace:
         trace = clean(trace.decode("utf-8", "replace")).encode("utf-8")
-    return replace(
-        record,
-        code=normalized.redacted_code or record.code,
-        intent=clean(record.intent),
-        tool_calls=calls,
-        trace=trace,
-    )
+    code = normalized.redacted_code or record.code
+    intent = clean(record.intent)
+    unchanged = (record.code, record.intent, record.tool_calls, record.trace)
+    if (code, intent, calls, trace) == unchanged:
+        return record  # nothing to hide: no copy (a dataclass copy costs about as much)
+    return replace(record, code=code, intent=intent, tool_calls=calls, trace=trace)
+
+
+def _clean_call(call: ToolCall, clean: Callable[[str], str]) -> ToolCall:
+    error = clean(call.error) if call.error else call.error
+    arguments = clean(call.arguments_json)
+    if error == call.error and arguments == call.arguments_json:
+        return call
+    return replace(call, error=error, arguments_json=arguments)
 
 
 def _decoded(value_json: str) -> str:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from pml_server.domain.vectors import CheckedVector
 
 T = TypeVar("T")
 
@@ -44,8 +47,9 @@ class ExecutionRecord:
     started_at_ms: int = 0
     duration_ms: float = 0.0
     trace: bytes = b""
-    # Optional client-supplied intent vector; when absent the server's embedder computes it.
-    intent_embedding: tuple[float, ...] | None = None
+    # Optional client-supplied intent vector (the API edge hands it over already checked and
+    # normalized); when absent the server's embedder computes it.
+    intent_embedding: tuple[float, ...] | CheckedVector | None = None
     tags: tuple[str, ...] = ()
 
 
@@ -135,7 +139,7 @@ class SuggestQuery:
 
     intent: str
     k: int = 5
-    intent_embedding: tuple[float, ...] | None = None
+    intent_embedding: tuple[float, ...] | CheckedVector | None = None
     min_match: float | None = None
     min_success: float | None = None
     include_flagged: bool = False

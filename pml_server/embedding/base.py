@@ -10,7 +10,7 @@ import numpy as np
 
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 from pml_server.domain.model import EmbeddingUsage
-from pml_server.domain.vectors import Matrix, Vector
+from pml_server.domain.vectors import CheckedVector, Matrix, Vector
 
 
 class Embedder(Protocol):
@@ -63,13 +63,17 @@ def l2_normalize(matrix: Matrix) -> Matrix:
     return normalized
 
 
-def check_client_vector(values: Sequence[float], dim: int, field: str) -> Vector:
-    """A client-supplied vector: right dimension, finite, not all zeros; returned normalized."""
+def check_client_vector(values: Sequence[float] | CheckedVector, dim: int, field: str) -> Vector:
+    """A client-supplied vector: right dimension, finite, not all zeros; returned normalized
+    (a `CheckedVector` from the API edge already is: only its dimension is checked)."""
+    if isinstance(values, CheckedVector) and len(values) == dim:
+        return values.array
     if len(values) != dim:
         raise InvalidArgumentError(
             FieldViolation(field, f"has {len(values)} values; this server's model needs {dim}")
         )
-    exact = np.asarray(values, dtype=np.float64)
+    raw = values.array if isinstance(values, CheckedVector) else values
+    exact = np.asarray(raw, dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(exact))
     if len(bad):
         raise InvalidArgumentError(

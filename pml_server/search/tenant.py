@@ -12,6 +12,7 @@ import contextlib
 import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,9 +33,21 @@ from pml_server.search.vectors import (
     new_index,
 )
 
-# Threads inserting a batch of new vectors (the machine this is tuned for has two cores; the
-# graph is the same whatever the number, see pml_core_rs/src/index/batch_insert.rs).
-INSERT_THREADS = 2
+# Threads inserting a batch of new vectors (the graph is the same whatever the number, see
+# pml_core_rs/src/index/batch_insert.rs). One: on the two cores this is tuned for, the load
+# client, gRPC and the other streams' captures want the second core, and two threads cost
+# more CPU per vector (0.39 against 0.28 ms at 4,000 vectors of 384-d; StreamTraces with
+# client vectors, 8 streams: 1.50 against 1.85 to 1.91 ms of server CPU per capture).
+INSERT_THREADS = 1
+
+
+@dataclass
+class _PendingAdds:
+    """One caller's batch of `add_many`, waiting for the tenant's writer."""
+
+    adds: Sequence[tuple[IntentRecord, Sequence[str]]]
+    done: bool = False
+    error: BaseException | None = None
 
 
 class TenantSearchIndex:
@@ -58,6 +71,9 @@ class TenantSearchIndex:
         # the same lock only for the numpy index: the Rust HNSW index has its own reader/writer
         # lock and searches in parallel with the GIL released.
         self._write_lock = threading.Lock()
+        # Batches waiting for `_write_lock` in `add_many` (inserted together by whoever gets it).
+        self._pending_lock = threading.Lock()
+        self._pending: list[_PendingAdds] = []
         self._read_lock: AbstractContextManager[object] = (
             self._write_lock if kind == "exact" else contextlib.nullcontext()
         )
@@ -78,16 +94,42 @@ class TenantSearchIndex:
 
     def add_many(self, adds: Sequence[tuple[IntentRecord, Sequence[str]]]) -> None:
         """`add` for each, in order, with one vector index call for all the new vectors: the
-        Rust index runs the batch's searches on `INSERT_THREADS` threads, GIL released."""
+        Rust index runs the batch's searches on `INSERT_THREADS` threads, GIL released.
+
+        Group insertion: the batches of concurrent callers (one per stream) wait here for the
+        tenant's one writer; whoever gets the lock inserts every batch waiting by then in one
+        call, and the others find theirs done. One lock hand-off (and its wait for the GIL)
+        per group rather than per batch: the insertion is serial per tenant, so every
+        hand-off lengthened it."""
+        mine = _PendingAdds(adds)
+        with self._pending_lock:
+            self._pending.append(mine)
         with self._write_lock:
-            fresh = {i.id: i for i, _ in adds if not self.ann.contains(i.id)}
-            if fresh:
-                ids = np.fromiter(fresh, dtype=np.uint64, count=len(fresh))
-                rows = np.stack([i.vector for i in fresh.values()]).astype(np.float32)
-                self.ann.add(ids, rows, threads=INSERT_THREADS)
-                self._vector_changes += 1
-            for intent, tools in adds:
-                self._add_lexical_locked(intent, tools)
+            if mine.done:
+                if mine.error is not None:
+                    raise mine.error
+                return
+            with self._pending_lock:
+                group, self._pending = self._pending, []
+            try:
+                self._add_many_locked([add for pending in group for add in pending.adds])
+            except BaseException as error:
+                for pending in group:
+                    pending.error = error
+                raise
+            finally:
+                for pending in group:
+                    pending.done = True
+
+    def _add_many_locked(self, adds: Sequence[tuple[IntentRecord, Sequence[str]]]) -> None:
+        fresh = {i.id: i for i, _ in adds if not self.ann.contains(i.id)}
+        if fresh:
+            ids = np.fromiter(fresh, dtype=np.uint64, count=len(fresh))
+            rows = np.stack([i.vector for i in fresh.values()]).astype(np.float32)
+            self.ann.add(ids, rows, threads=INSERT_THREADS)
+            self._vector_changes += 1
+        for intent, tools in adds:
+            self._add_lexical_locked(intent, tools)
 
     def _add_lexical_locked(self, intent: IntentRecord, tools: Sequence[str]) -> None:
         if intent.id in self._lexical_text:

@@ -1,17 +1,16 @@
 """Capture: `record` and `record_many`, the eager-learning rules applied to the store.
 
-Lock order: a capture holds a striped lock for its request id (idempotency), then one for its
-code hash (exact read-modify-write of the pattern's counters), then, only when it creates a
-pattern, one for its tool signature (capability grouping), and last (in `_writes.commit`) a
-per-tenant lock for the tenant's stats and failure log. A batch takes all its request-id
-stripes first, in one global order (by identity), so two batches, or a batch and `record`,
-never wait on each other in a cycle.
+Lock order: a capture holds the lock of its request id (idempotency, one lock per id in use),
+then a striped one for its code hash (exact read-modify-write of the pattern's counters), then,
+only when it creates a pattern, one for its tool signature (capability grouping), and last (in
+`_writes.commit`) a per-tenant lock for the tenant's stats and failure log. A batch takes all
+its request-id locks first, in one global order (sorted by key), so two batches, or a batch and
+`record`, never wait on each other in a cycle.
 """
 
 from __future__ import annotations
 
 import contextlib
-import secrets
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -48,6 +47,7 @@ from pml_server.service._writes import (
     failure_entries,
     new_intent,
     oplog,
+    random_id,
 )
 from pml_server.storage.repo import tools_digest
 from pml_server.storage.seam import RequestAlreadyAppliedError, WriteTicket, finished_ticket
@@ -110,15 +110,8 @@ def record_many(
                 vectors[i] = vector if run_succeeded(execution) else None
         except InvalidArgumentError as error:
             outcomes[i] = error
-    stripes = {
-        id(lock): lock
-        for i, r in enumerate(records)
-        if outcomes[i] is None
-        for lock in [state.locks.request.lock_for(tenant, r.request_id)]
-    }
-    with contextlib.ExitStack() as held:
-        for key in sorted(stripes):
-            held.enter_context(stripes[key])
+    request_keys = [(tenant, r.request_id) for i, r in enumerate(records) if outcomes[i] is None]
+    with state.locks.request.hold(request_keys):
         tickets = _capture_batch_locked(state, tenant, records, outcomes, vectors)
         for i, ticket in tickets:
             try:
@@ -308,12 +301,12 @@ def _insert_pattern(
     # create a capability.
     held.enter_context(state.locks.group.lock_for(tenant, tools_digest(signature)))
     chosen = capability_for_new_pattern(state, tenant, signature, vector)
-    pattern_id = f"pat_{secrets.token_hex(8)}"
+    pattern_id = random_id("pat")
     existing = repo.capability(tenant, chosen) if chosen else None
     if existing is not None:
         capability = replace(existing, pattern_ids=(*existing.pattern_ids, pattern_id))
     else:
-        capability = CapabilityRecord(f"cap_{secrets.token_hex(8)}", signature, (pattern_id,), now)
+        capability = CapabilityRecord(random_id("cap"), signature, (pattern_id,), now)
         change.count("capabilities")
     mismatch = tools_disagree(normalized.tool_calls, used, normalized.parse_ok)
     pattern = PatternRecord(

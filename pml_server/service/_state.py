@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pml_server.capture.dedup import DEFAULT_THRESHOLDS, SimilarityThresholds
-from pml_server.capture.locks import StripedLocks
+from pml_server.capture.locks import KeyedLocks, StripedLocks
 from pml_server.capture.normalize import NormalizedCode
 from pml_server.capture.rules import CaptureLimits
 from pml_server.config import EngineConfig
@@ -44,7 +44,7 @@ class Locks:
 
     pattern: SeamLocks
     group: SeamLocks
-    request: StripedLocks = field(default_factory=lambda: StripedLocks(1024))
+    request: KeyedLocks = field(default_factory=KeyedLocks)
     tenant: StripedLocks = field(default_factory=lambda: StripedLocks(64))
 
 

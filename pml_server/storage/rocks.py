@@ -131,7 +131,11 @@ class Store:
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._queue: list[tuple[int, Sequence[Op], WriteTicket]] = []
-        self._overlay: dict[tuple[str, bytes], tuple[int, bytes | None]] = {}
+        # Per column family: key -> (submit sequence, value or None for a delete). Split by
+        # family so a scan looks only at its own family's pending writes.
+        self._overlay: dict[str, dict[bytes, tuple[int, bytes | None]]] = {
+            name: {} for name in COLUMN_FAMILIES
+        }
         self._read_cache = _ReadCache(READ_CACHE_BYTES)
         self._next_seq = 1
         self._closed = False
@@ -177,7 +181,7 @@ class Store:
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         with self._lock:
-            pending = self._overlay.get((cf, key))
+            pending = self._overlay[cf].get(key)
         if pending is not None:
             return pending[1]
         value: bytes | None = self._family(cf).get(key)
@@ -192,8 +196,9 @@ class Store:
         with self._lock:
             out: list[bytes | None] = []
             missing: list[int] = []
+            overlay = self._overlay[cf]
             for i, key in enumerate(keys):
-                pending = self._overlay.get((cf, key))
+                pending = overlay.get(key)
                 value = pending[1] if pending is not None else None
                 if pending is None and cached:
                     value = self._read_cache.get(cf, key)
@@ -240,8 +245,8 @@ class Store:
         with self._lock:
             pending = {
                 key: value
-                for (family, key), (_, value) in self._overlay.items()
-                if family == cf and key.startswith(prefix)
+                for key, (_, value) in self._overlay[cf].items()
+                if key.startswith(prefix)
             }
         wanted = None if limit is None else limit + len(pending)
         rows = dict(self._scan_db(cf, prefix, start, wanted, reverse))
@@ -262,7 +267,7 @@ class Store:
         a time: for reading a whole column family at open, before anything writes (a write
         not yet applied is not seen). `scan` holds every row in memory at once."""
         with self._lock:
-            if any(family == cf for family, _ in self._overlay):
+            if self._overlay[cf]:
                 raise RuntimeError(f"scan_stored({cf!r}) while writes to it are pending")
         yield from self._scan_db(cf, prefix, None, None, False)
 
@@ -314,7 +319,7 @@ class Store:
             seq = self._next_seq
             self._next_seq += 1
             for cf, key, value in ops:
-                self._overlay[(cf, key)] = (seq, value)
+                self._overlay[cf][key] = (seq, value)
                 self._read_cache.drop(cf, key)
             self._queue.append((seq, ops, ticket))
             self._wakeup.notify()
@@ -369,9 +374,14 @@ class Store:
             with self._lock:
                 if error is not None:
                     self._failed = error
-                stale = [k for k, (seq, _) in self._overlay.items() if seq <= last_seq]
-                for k in stale:
-                    del self._overlay[k]
+                # Only the keys this group wrote can be stale (a later submit of the same
+                # key holds a higher sequence and stays until its own group is written).
+                for _, ops, _ in group:
+                    for cf, key, _ in ops:
+                        overlay = self._overlay[cf]
+                        pending = overlay.get(key)
+                        if pending is not None and pending[0] <= last_seq:
+                            del overlay[key]
             for _, _, ticket in group:
                 ticket._finish(error)
 
