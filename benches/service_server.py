@@ -38,7 +38,6 @@ from pml_server.domain.model import ExecutionRecord, SuggestQuery, SuggestResult
 from pml_server.service import Engine
 
 TENANT = "default"
-NORMALIZER = normalize  # named in the store cache fingerprint (service_harness)
 
 
 def _record(i: int, vector: tuple[float, ...] | None) -> ExecutionRecord:
