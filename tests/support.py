@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from pml_server.api.server import open_engine as open_served_engine
-from pml_server.config import EngineConfig, ServerConfig
+from pml_server.config import Config, EngineConfig
 from pml_server.domain.model import ExecutionRecord, ExecutionStatus, PatternView, ToolCall
 from pml_server.ranking import DAY_MS, Candidate
 from pml_server.service import Engine
@@ -26,17 +26,17 @@ class Clock:
 
 
 def open_engine(
-    where: Path | ServerConfig,
+    where: Path | Config,
     clock: Clock | None = None,
     embedder: str = "hashing",
     **overrides: object,
 ) -> Engine:
     """The real `Engine` on a real RocksDB, ready (its indexes caught up). Given a directory:
     an engine of the hashing embedder (for speed) with any `EngineConfig` overrides and a
-    controllable clock. Given a `ServerConfig`: exactly as `pml serve` opens it."""
-    if isinstance(where, ServerConfig):
-        assert clock is None, "a ServerConfig carries every setting"
-        assert not overrides, "a ServerConfig carries every setting"
+    controllable clock. Given a `Config`: exactly as `pml serve` opens it."""
+    if isinstance(where, Config):
+        assert clock is None, "a Config carries every setting"
+        assert not overrides, "a Config carries every setting"
         engine = open_served_engine(where)
         assert isinstance(engine, Engine)
     else:

@@ -18,7 +18,7 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from pml_server.client import PmlClient, PmlClientError, make_record
-from pml_server.config import ServerConfig
+from pml_server.config import config_of
 from tests.conftest import StartServer
 from tests.support import open_engine
 
@@ -82,7 +82,7 @@ def test_sigterm_drains_and_loses_no_acknowledged_write(tmp_path: Path) -> None:
     logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert any(entry["msg"] == "pml stopped" for entry in logs)
 
-    engine = open_engine(ServerConfig(data_dir=data_dir, embedder="hashing"))
+    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
     try:
         counted = sum(p.usage_count for p in _all_patterns(engine))
     finally:
