@@ -5,6 +5,9 @@ ranking and retention tests."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 from pml_server.api.server import open_engine as open_served_engine
@@ -44,6 +47,23 @@ def open_engine(
         engine = Engine.open(config, clock or Clock())
     assert engine.wait_ready(60)
     return engine
+
+
+def spawn_pml_serve(*flags: str) -> tuple[subprocess.Popen[str], str]:
+    """The `pml serve` entry point with `flags` as a process, and its target once it has
+    printed the port it listens on."""
+    pml = Path(sys.executable).parent / "pml"
+    proc = subprocess.Popen(
+        [str(pml), "serve", *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(r"\(port (\d+)\)", line)
+    if match is None:
+        proc.kill()
+        _, stderr = proc.communicate(timeout=60)
+        raise AssertionError(f"pml serve did not start: {line!r} {stderr}")
+    return proc, f"127.0.0.1:{match.group(1)}"
 
 
 def code_for(tools: list[str], path: str = "a.json") -> str:

@@ -118,7 +118,7 @@ def build(settings: Settings) -> Config:
     ranking = engine.pop("ranking", None)
     try:
         built = EngineConfig(**engine, retention=RetentionConfig(**retention))
-        if ranking is not None:
+        if ranking:  # an empty table: the family defaults, as when it is left out
             base: RankingConfig = default_ranking(built.embedder)
             built = dataclasses.replace(built, ranking=dataclasses.replace(base, **ranking))
         return Config(server=ServerConfig(**settings.get("server", {})), engine=built)
