@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pml_server.config import DEFAULT_LISTEN, ConfigError, add_serve_flags, serve_config
+from pml_server.domain.limits import LIMITS
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -149,7 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sug = client("suggest", "ranked suggestions with score parts")
     sug.add_argument("intent", help="what the agent wants to do")
-    sug.add_argument("-k", type=int, default=0, help="how many, 1..100 (0: the server's 5)")
+    sug.add_argument(
+        "-k",
+        type=int,
+        default=0,
+        help=f"how many, 1..{LIMITS.suggestions.bound} (0: the server's 5)",
+    )
     sug.add_argument("--min-match", type=float, help="minimum match, 0..1 (default: server's)")
     sug.add_argument(
         "--min-success", type=float, help="minimum success estimate, 0..1 (default: server's)"
@@ -172,7 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     delete = client("delete", "delete a pattern or capability")
     delete.add_argument("name", help="patterns/ID or capabilities/ID")
     fails = client("failures", "the failure log, newest first")
-    fails.add_argument("--limit", type=int, default=50, help="at most this many (1..1000)")
+    fails.add_argument(
+        "--limit", type=int, default=50, help=f"at most this many (1..{LIMITS.page_size.bound})"
+    )
     ret = client("retention", "run the retention policy (dry run unless --apply)")
     ret.add_argument("--apply", action="store_true", help="apply it (admin role)")
     client("stats", "counts of this tenant's data")

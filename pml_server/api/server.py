@@ -171,7 +171,7 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
             engine=engine,
             keys=keys,
             tokens=tokens,
-            limits=whole.engine.limits,
+            limits=whole.engine.limits.with_bounds(open_executions=config.max_open_executions),
             capture_pool=capture_pool,
             quotas=quotas,
             stream_window=config.stream_window,

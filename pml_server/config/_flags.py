@@ -77,10 +77,10 @@ def _add(
             dest=dest,
             action=argparse.BooleanOptionalAction,
             default=argparse.SUPPRESS,
-            help=f"{text} (default: {state}; file: {key})",
+            help=f"{text} (default: {state}) (file: {key})",
         )
         return
-    default = "" if shown is None else f"default: {shown}; "
+    default = "" if shown is None else f" (default: {shown})"
     parser.add_argument(
         flag,
         dest=dest,
@@ -88,7 +88,7 @@ def _add(
         choices=choices,
         metavar=None if choices else path[-1].upper(),
         default=argparse.SUPPRESS,
-        help=f"{text} ({default}file: {key})",
+        help=f"{text}{default} (file: {key})",
     )
 
 

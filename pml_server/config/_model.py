@@ -61,6 +61,10 @@ class ServerConfig:
     stream_window: int = setting(
         64, "unacknowledged executions per stream before the server stops reading"
     )
+    # A settable entry of the one table of limits (`pml_server.domain.limits`).
+    max_open_executions: int = setting(
+        LIMITS.open_executions.bound, "live executions one stream may hold open (started)"
+    )
     max_streams: int | None = setting(
         None, "streams open at once, server-wide", default_text="half of max_workers"
     )
@@ -85,7 +89,7 @@ class ServerConfig:
         for name in ("max_message_bytes", "max_concurrent_rpcs", "max_workers", "capture_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"server.{name} must be >= 1")
-        for name in ("stream_window", "max_streams_per_connection"):
+        for name in ("stream_window", "max_streams_per_connection", "max_open_executions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"server.{name} must be >= 1")
 
@@ -170,9 +174,7 @@ class EngineConfig:
     @property
     def limits(self) -> Limits:
         """The one table of limits with this engine's settable bounds."""
-        return LIMITS.with_settable(
-            max_code_bytes=self.max_code_bytes, max_tool_calls=self.max_tool_calls
-        )
+        return LIMITS.with_bounds(code=self.max_code_bytes, tool_calls=self.max_tool_calls)
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,12 @@ unit it is measured in. The API edge (`api/validate.py`, `api/stream.py`, the MC
 engine (`capture/rules.py`, `service/`) check against the same entries, so a value the API lets
 through is never refused by the engine for a different bound, and the two messages agree.
 
-Two entries are settable (`pml serve --max-code-bytes`, `--max-tool-calls`, or the `[engine]`
-table of `--config`): `EngineConfig.limits` is this table with those two bounds replaced. The
-rest are part of the contract (proto/pml/v1 documents them) and fixed. Bounds the Rust core owns
-(the normalizer's input size and parameter cap) are read from the core, never restated.
+Three entries are settable: `code` and `tool_calls` (`pml serve --max-code-bytes`,
+`--max-tool-calls`, or `[engine]` of `--config`: `EngineConfig.limits` is this table with those
+bounds replaced) and `open_executions` (`--max-open-executions`, `[server]`: a stream's memory,
+replaced by the server). The rest are part of the contract (proto/pml/v1 documents them).
+Bounds the Rust core owns (the normalizer's input size and parameter cap) are read from the
+core, never restated.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class Limit:
 
 @dataclass(frozen=True)
 class Limits:
-    """Every per-field limit. `LIMITS` holds the defaults; `with_settable` the configured ones."""
+    """Every per-field limit. `LIMITS` holds the defaults; `with_bounds` the configured ones."""
 
     # ---- one execution (ExecutionRecord, a stream's ExecutionStarted/ToolCall*) ----
     # The proto's contract (resources.proto): at most 128 characters.
@@ -76,27 +78,29 @@ class Limits:
     available_tools: Limit = Limit("available_tools.tools", 1024, "items")
     capture_batch: Limit = Limit("records", 64, "items")  # one `record_many` call
     # ---- one StreamTraces call ----
-    open_executions: Limit = Limit("started", 1024, "items")  # started, not yet finished
+    open_executions: Limit = Limit("started", 1024, "items")  # started, not finished; settable
     # Bytes of live executions (started + tool calls) one stream buffers before they finish.
     stream_buffered: Limit = Limit("tool_call_finished", 32 * MIB, "bytes")
     # ---- answers (api/budget.py): no answer fails because of another record's size ----
     answer_pattern: Limit = Limit("patterns[]", 64 * KIB, "bytes")  # then trimmed
     answer: Limit = Limit("patterns", 4 * MIB, "bytes")  # gRPC's default receive limit
 
-    def with_settable(self, *, max_code_bytes: int, max_tool_calls: int) -> Limits:
-        """This table with the two settable bounds replaced (checked: >= 1; code within the
-        normalizer's input limit)."""
-        if max_code_bytes < 1 or max_tool_calls < 1:
-            raise ValueError("max_code_bytes and max_tool_calls must be >= 1")
-        if max_code_bytes > _core.NORMALIZE_MAX_INPUT_BYTES:
+    def with_bounds(self, **bounds: int) -> Limits:
+        """This table with the bounds of the named settable entries replaced (each >= 1; code
+        within the normalizer's input limit)."""
+        unknown = set(bounds) - set(SETTABLE)
+        if unknown:
+            raise ValueError(f"limits {sorted(unknown)} are not settable")
+        for name, bound in bounds.items():
+            if bound < 1:
+                raise ValueError(f"the {name} limit ({SETTABLE[name]}) must be >= 1, got {bound}")
+        if bounds.get("code", 0) > _core.NORMALIZE_MAX_INPUT_BYTES:
             raise ValueError(
-                f"max_code_bytes {max_code_bytes} is above the normalizer's input limit "
+                f"max_code_bytes {bounds['code']} is above the normalizer's input limit "
                 f"({_core.NORMALIZE_MAX_INPUT_BYTES} bytes)"
             )
         return replace(
-            self,
-            code=replace(self.code, bound=max_code_bytes),
-            tool_calls=replace(self.tool_calls, bound=max_tool_calls),
+            self, **{name: replace(getattr(self, name), bound=b) for name, b in bounds.items()}
         )
 
     def entries(self) -> tuple[tuple[str, Limit], ...]:
@@ -105,6 +109,12 @@ class Limits:
 
 
 LIMITS = Limits()
+# The settable entries and the setting that sets each (pml_server/config).
+SETTABLE = {
+    "code": "max_code_bytes",
+    "tool_calls": "max_tool_calls",
+    "open_executions": "max_open_executions",
+}
 
 # A tenant name: a letter or digit, then letters, digits, '_', '.', '-'; `LIMITS.tenant` long.
 TENANT_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{LIMITS.tenant.bound - 1}}}")

@@ -57,6 +57,8 @@ class Replica:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def wait_serving(target: str) -> None:
