@@ -1,16 +1,22 @@
 """Replicas over PostgreSQL against the embedded RocksDB server, same workload, same run.
 
 Servers are real `pml serve` processes (hashing embedder: this measures the store and the
-replicas, not the model; durability sync / fsync on in PostgreSQL). Callers run in processes of
-their own (`cluster_load`). For each setup (embedded RocksDB; 1 replica over PostgreSQL; 2
-replicas over the same database) 8 callers capture for a fixed time, then 8 callers Suggest.
+replicas, not the model; durability sync / fsync on in PostgreSQL). For each setup (embedded
+RocksDB; 1 replica over PostgreSQL; 2 replicas over the same database) 8 callers capture for a
+fixed time, then 8 callers Suggest.
+The callers are goroutines of one Go process (`clients/go/cmd/pml-load`, built at the start):
+on a 2-core machine Python callers took about as much CPU as the servers they measured, so two
+replicas could not use the cores. Without Go the Python callers (`cluster_load`) are used, and
+the rows say so (`load` in the JSON).
 Targets (issue 21): 2 replicas' Suggest QPS >= 1.4x one replica's; capture over PostgreSQL >=
-0.5x embedded. Follower lag: read from the replicas' /metrics after the 2-replica capture run.
+0.5x embedded. Follower lag: read from the replicas' /metrics after the 2-replica capture run
+and a short one whose every capture adds an intent (an op log entry the other replica follows).
 Run alone: `python -m benches cluster`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -83,9 +89,43 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
+def _go_load(into: Path) -> Path | None:
+    """The Go load generator built into `into`, or None without a Go toolchain."""
+    go = shutil.which("go")
+    if go is None:
+        return None
+    binary = into / "pml-load"
+    subprocess.run(
+        [go, "build", "-o", str(binary), "./cmd/pml-load"],
+        cwd=ROOT / "clients" / "go", check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    return binary
+
+
 def _measure(
-    targets: list[str], kind: str, seconds: float, tag: str
+    load: Path | None,
+    targets: list[str],
+    kind: str,
+    seconds: float,
+    tag: str,
+    fresh_intents: bool = False,
 ) -> tuple[float, dict[str, float]]:
+    if load is not None:
+        done = subprocess.run(
+            [
+                str(load), "-kind", kind, "-targets", ",".join(targets),
+                "-callers", str(CALLERS), "-seconds", str(seconds), "-tag", tag,
+                *(["-fresh-intents"] if fresh_intents else []),
+            ],
+            check=True, capture_output=True, text=True, timeout=seconds + 120,
+        )  # fmt: skip
+        report = json.loads(done.stdout)
+        return report["calls"] / seconds, {
+            "p50_ms": float(report["p50_ms"]),
+            "p99_ms": float(report["p99_ms"]),
+            "calls": float(report["calls"]),
+            "errors": float(sum(report["errors"].values())),
+        }
     job = Job(kind, tuple(targets), CALLERS // CALLER_PROCESSES, seconds, tag)
     latencies, errors, _ = run_load(job, CALLER_PROCESSES)
     rate = len(latencies) / seconds
@@ -104,6 +144,7 @@ def run(large: bool) -> list[Row]:
     cluster = PostgresCluster(root / "pg")
     cluster.root.mkdir()
     os.chmod(cluster.root, 0o755)
+    load = _go_load(root)
     cluster.init()
     cluster.start()
     results: dict[str, tuple[float, dict[str, float]]] = {}
@@ -111,24 +152,26 @@ def run(large: bool) -> list[Row]:
     try:
         embedded = _Server(root / "embedded", None)
         try:
-            results["capture embedded"] = _measure([embedded.target], "capture", seconds, "e")
-            results["suggest embedded"] = _measure([embedded.target], "suggest", seconds, "e")
+            results["capture embedded"] = _measure(load, [embedded.target], "capture", seconds, "e")
+            results["suggest embedded"] = _measure(load, [embedded.target], "suggest", seconds, "e")
         finally:
             embedded.stop()
         dsn = cluster.create_database()
         first = _Server(root / "r1", dsn)
         try:
-            results["capture 1 replica"] = _measure([first.target], "capture", seconds, "p1")
-            results["suggest 1 replica"] = _measure([first.target], "suggest", seconds, "p1")
+            results["capture 1 replica"] = _measure(load, [first.target], "capture", seconds, "p1")
+            results["suggest 1 replica"] = _measure(load, [first.target], "suggest", seconds, "p1")
             second = _Server(root / "r2", dsn)
             try:
                 both = [first.target, second.target]
-                results["capture 2 replicas"] = _measure(both, "capture", seconds, "p2")
+                results["capture 2 replicas"] = _measure(load, both, "capture", seconds, "p2")
+                if load is not None:  # every capture a new intent: op log entries to follow
+                    _measure(load, both, "capture", min(seconds, 3.0), "lag", fresh_intents=True)
                 for name, server in (("a", first), ("b", second)):
                     for q in ("0.5", "0.99"):
                         value = server.metric("pml_follower_lag_seconds", f'quantile="{q}"')
                         lag[f"{name} p{q}"] = (value or 0.0) * 1000
-                results["suggest 2 replicas"] = _measure(both, "suggest", seconds, "p2")
+                results["suggest 2 replicas"] = _measure(load, both, "suggest", seconds, "p2")
             finally:
                 second.stop()
         finally:
@@ -150,7 +193,11 @@ def run(large: bool) -> list[Row]:
             baseline=baseline,
             baseline_name=base or "",
             target=target,
-            extra={**extra, **({"baseline": results[base][1]} if base else {})},
+            extra={
+                **extra,
+                "load": "go" if load is not None else "python",
+                **({"baseline": results[base][1]} if base else {}),
+            },
         )
 
     rows = [

@@ -201,9 +201,8 @@ def _fill(
     client: PmlClient,
     executions: Sequence[DevExecution],
     vec: dict[str, NDArray[np.float32]] | None,
-    extra: Sequence[resources_pb2.ExecutionRecord] = (),
-    extra_groups: dict[str, str] | None = None,
 ) -> Store:
+    """Stream the executions in, in file order, in one stream."""
     records = [
         _record(e.id, e.intent, e.code, e.tools, vec[e.intent] if vec is not None else None)
         for e in executions
@@ -211,22 +210,31 @@ def _fill(
     group_by_rid = {e.id: e.group for e in executions}
     votes: dict[str, Counter[str]] = defaultdict(Counter)
     store = Store(group_of={})
-    # in order, one stream: the originals first, then the twins (counted on stored patterns)
-    for batch in (records, list(extra)):
-        if not batch:
-            continue
-        report = client.upload(batch)
-        for rid, ack in report.acks.items():
-            result = ack.result
-            if rid in group_by_rid:
-                votes[result.capability][group_by_rid[rid]] += 1
-                store.originals.setdefault(group_by_rid[rid], set()).add(result.pattern)
-            elif extra_groups and rid in extra_groups and result.pattern:
-                store.twins[result.pattern] = extra_groups[rid]
+    report = client.upload(records)
+    for rid, ack in report.acks.items():
+        result = ack.result
+        if rid in group_by_rid:
+            votes[result.capability][group_by_rid[rid]] += 1
+            store.originals.setdefault(group_by_rid[rid], set()).add(result.pattern)
     store.group_of = {cap: c.most_common(1)[0][0] for cap, c in votes.items()}
+    return store
+
+
+def _add_twins(
+    client: PmlClient,
+    store: Store,
+    twins: Sequence[resources_pb2.ExecutionRecord],
+    first: dict[str, str],
+) -> None:
+    """Stream the twins into a filled store. Suggest writes nothing, so the store the clean
+    queries were asked against plus the twins is the store a fresh fill of both would give
+    (originals first, then twins), without streaming the originals twice."""
+    report = client.upload(list(twins))
+    for rid, ack in report.acks.items():
+        if rid in first and ack.result.pattern:
+            store.twins[ack.result.pattern] = first[rid]
     for patterns in store.originals.values():
         patterns.difference_update(store.twins)
-    return store
 
 
 # ---------------------------------------------------------------- rankings out
@@ -410,26 +418,21 @@ def evaluate(variant: str, embedder: str, inject: bool, max_queries: int | None)
     usage_weight = RankingConfig().usage_weight
     result = Evaluation(variant, embedder, queries, {})
     with tempfile.TemporaryDirectory(prefix="pml-devset-") as tmp:
-        server = Server(Path(tmp) / "clean", embedder)
+        server = Server(Path(tmp) / "store", embedder)
         try:
             with server.client() as client:
                 store = _fill(client, executions, vec)
                 result.ranks, _ = _query_ranks(client, store, queries, vec, usage_weight)
-        finally:
-            server.stop()
-        result.ranks["TF-IDF"] = tfidf_ranks(executions, queries)
-        if inject:
-            twins, first = _twin_records(executions, queries, vec)
-            server = Server(Path(tmp) / "injected", embedder)
-            try:
-                with server.client() as client:
-                    store = _fill(client, executions, vec, twins, first)
+                if inject:  # the same server, the twins streamed in after the clean answers
+                    twins, first = _twin_records(executions, queries, vec)
+                    _add_twins(client, store, twins, first)
                     result.injected, result.twin_wins = _query_ranks(
                         client, store, queries, vec, usage_weight
                     )
                     result.twin_patterns = len(store.twins)
-            finally:
-                server.stop()
+        finally:
+            server.stop()
+        result.ranks["TF-IDF"] = tfidf_ranks(executions, queries)
     result.seconds = time.monotonic() - start
     return result
 

@@ -29,7 +29,9 @@ class RankingConfig:
     expected_success_rate: float = 0.9
     reliability_prior_strength: float = 2.0
     # Usage, a bounded tie-break: (1 - usage_weight) + usage_weight * min(1, ln(1+n) / ln(1+sat)).
-    usage_weight: float = 0.02
+    # 0.2%: it reorders only candidates whose matches are within 0.2% (a near tie), since on
+    # all-success sets use is popularity, not quality (docs/ranking.md, the dev-set replay).
+    usage_weight: float = 0.002
     usage_saturation: int = 100
     # Recency: 1.0 up to full_days unused, then halves every half_life_days, never below floor.
     recency_full_days: float = 90.0

@@ -69,8 +69,8 @@ def fuse_match(semantic: float, lexical_norm: float, config: RankingConfig) -> f
 
 def usage_factor(usage_count: int, config: RankingConfig) -> float:
     """A bounded tie-break for use: 1 - w + w * min(1, ln(1+n) / ln(1+saturation)). With the
-    default w = 0.02, use reorders two candidates only when their totals are otherwise within
-    2%; it never lets popularity beat a clearly better match."""
+    default w = 0.002, use reorders two candidates only when their totals are otherwise within
+    0.2% (a near tie); it never lets popularity beat a clearly better match."""
     n = max(usage_count, 0)
     saturation = math.log1p(n) / math.log1p(config.usage_saturation)
     return 1.0 - config.usage_weight + config.usage_weight * min(1.0, saturation)

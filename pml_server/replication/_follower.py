@@ -10,6 +10,12 @@ writing transaction, so commit order is sequence order and `seq > cursor` never 
 
 This replica's own writes are already in its indexes (the engine applies them at once): the
 follower meets them again and skips them.
+
+The ranking tables (pattern records and counters, what Suggest ranks in the core without
+reading the store) follow another feed: every catch-up reads the pattern and counters rows
+written by transactions its last snapshot did not see (`PostgresStore.changed_rows`; counting
+takes no op log entry, so captures never queue on the head row for it). A row is read as it
+is now, so one read late (before this replica's own later write) is set right by the next.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from pml_server.domain.errors import UnavailableError
 from pml_server.domain.records import IntentRecord
 from pml_server.replication._lag import FollowerLag
 from pml_server.search import TenantSearchIndex
+from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, split_tenant
 from pml_server.storage.postgres import PostgresStore
-from pml_server.storage.repo import Repository
+from pml_server.storage.repo import Repository, counter_rank_row, pattern_rank_row
 
 log = logging.getLogger(__name__)
 DEFAULT_POLL_SECONDS = 0.5
@@ -54,10 +61,18 @@ class OplogFollower:
         self._applied = 0
         self._behind = 0
         self._lock = threading.Lock()  # one catch-up at a time
+        # per followed family, the snapshot its last read saw (None: not begun)
+        self._feeds: dict[str, str | None] = dict.fromkeys((CF_PATTERNS, CF_COUNTERS))
 
     def begin(self) -> None:
         """Start from the current heads (call before restoring the indexes)."""
         self._cursors = self._store.oplog_heads()
+        for cf in self._feeds:
+            self._feeds[cf] = self._store.changed_rows(cf, None)[1]
+
+    def cursor(self, tenant: str) -> int:
+        """The tenant's op log position through which every entry is applied."""
+        return self._cursors.get(tenant, 0)
 
     def catch_up(self) -> int:
         """Apply every committed entry after the cursors; how many were applied."""
@@ -75,7 +90,22 @@ class OplogFollower:
                     applied += len(entries)
                     self._behind = max(0, self._behind - len(entries))
             self._applied += applied
+            self._refresh_ranks()
             return applied
+
+    def _refresh_ranks(self) -> None:
+        """Pattern records before counters: a new pattern's counters find its row."""
+        for cf, since in list(self._feeds.items()):
+            if since is None:
+                continue
+            rows, self._feeds[cf] = self._store.changed_rows(cf, since)
+            for key, raw in rows:
+                tenant, rest = split_tenant(key)
+                ranks = self._index_for(tenant).ranks
+                if cf == CF_PATTERNS:
+                    ranks.set_pattern(*pattern_rank_row(raw))
+                else:
+                    ranks.set_counters(*counter_rank_row(rest.decode(), raw))
 
     def _apply(self, tenant: str, entries: Sequence[tuple[int, dict[str, Any], float]]) -> None:
         index = self._index_for(tenant)

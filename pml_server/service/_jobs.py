@@ -49,8 +49,8 @@ class BackgroundJobs:
             if follower is not None:
                 follower.begin()  # before the restore reads: nothing committed is missed
             restored = restore_indexes(state.repo, state.config.vector_index, state.embedder.dim)
-            if follower is None:  # a shared store ranks in Python (see _suggest_core)
-                fill_rank_tables(state.repo, restored)
+            # over a shared store, what others write meanwhile the follower's catch-up applies
+            fill_rank_tables(state.repo, restored)
             state.indexes.replace_all(restored)
             if follower is not None:
                 follower.catch_up()
@@ -86,13 +86,22 @@ def write_snapshots(state: EngineState, trim_oplog: bool) -> None:
     otherwise a removal the snapshot missed could be dropped from the log."""
     indexes = state.indexes.all()
     seq = state.seqs.last_issued()
+    follower = state.follower
     # An index unchanged since its stored snapshot holds every removal logged so far, so
-    # trimming the log stays safe without writing it again.
-    taken = {t: i.snapshot() for t, i in indexes.items() if i.has_unsaved_changes()}
-    ops: list[Op] = [state.repo.put_snapshot(t, seq, data) for t, (data, _) in taken.items()]
+    # trimming the log stays safe without writing it again. Over a shared store a snapshot's
+    # position is the follower's cursor, read before the snapshot: it holds every entry
+    # through it (the store keeps the snapshot at the latest position any replica wrote).
+    taken = {
+        t: (seq if follower is None else follower.cursor(t), i.snapshot())
+        for t, i in indexes.items()
+        if i.has_unsaved_changes()
+    }
+    ops: list[Op] = [
+        state.repo.put_snapshot(t, position, data) for t, (position, (data, _)) in taken.items()
+    ]
     if trim_oplog:
         ops += state.repo.delete_oplog_through(seq)
     if ops:
         state.store.write(ops)
-    for tenant, (_, changes) in taken.items():
+    for tenant, (_, (_, changes)) in taken.items():
         indexes[tenant].mark_saved(changes)

@@ -41,15 +41,17 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
     if index is None:
         return SuggestResult(())
     ranking = state.ranking
-    if not query.explain and state.follower is None and index.ranks_in_core():
+    if not query.explain and index.ranks_in_core():
         now = state.clock()
         return suggest_in_core(state.repo, tenant, index, vector, query, ranking, now)
     limit = ranking.fetch_limit(query.k)
     found = retrieve(state.repo, tenant, index, vector, query.intent, limit)
-    ceiling = score_ceiling(*state.repo.counter_ceilings(tenant), ranking)
-    now = state.clock()
-    result = rank_lazily(query, found.retrievals, found.load, ranking, now, ceiling)
-    return found.complete(result)
+    # the ceiling bounds the counters read after it: both from one state of the store
+    with state.repo.consistent_reads():
+        ceiling = score_ceiling(*state.repo.counter_ceilings(tenant), ranking)
+        now = state.clock()
+        result = rank_lazily(query, found.retrievals, found.load, ranking, now, ceiling)
+        return found.complete(result)
 
 
 def _query_vector(state: EngineState, query: SuggestQuery) -> Vector:

@@ -3,9 +3,9 @@
 The table (`TenantSearchIndex.ranks`, `ranking.table`) is filled here at open and updated by
 `_writes.commit` with every change's pattern records, counters and deletions, so a Suggest
 without `explain` is one core call (retrieval, formula, filters, grouping, top k, GIL
-released) and then one read of the k suggested patterns' views. A shared store (replicas)
-ranks in Python: other replicas' counters reach it through the store, not through this
-process's commits.
+released) and then one read of the k suggested patterns' views. Over a shared store (replicas)
+the table also follows what other replicas write (`replication`: the pattern and counters rows
+changed since its last read), and the views are one round trip to the database.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ def suggest_in_core(
     ranked = index.rank(vector, query.intent, limit, query.k, settings, config, now_ms)
     if not ranked:
         return SuggestResult(())
-    found = repo.patterns_with_counters(tenant, [r.pattern_id for r in ranked])
     wanted = [(r.pattern_id, i) for r in ranked for i in r.intent_ids]
+    found, views = repo.patterns_and_intent_views(tenant, [r.pattern_id for r in ranked], wanted)
     intents: dict[str, list[IntentRecord]] = {}
-    for intent in repo.intent_views_by_id(tenant, wanted):
+    for intent in views:
         if intent is not None:
             intents.setdefault(intent.pattern_id, []).append(intent)
     suggestions = []

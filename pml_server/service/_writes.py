@@ -16,7 +16,7 @@ from typing import Any
 
 from pml_server.capture.rules import tool_failures
 from pml_server.domain.model import ExecutionRecord, ToolFailure
-from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
+from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord, TenantStats
 from pml_server.domain.vectors import Vector
 from pml_server.ranking import RankTable
 from pml_server.service._state import EngineState, IndexAdd
@@ -87,6 +87,14 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
     the whole batch); otherwise they are applied at once."""
     repo = state.repo
     log_size = state.config.failure_log_size
+    if state.store.shared and not change.failures:
+        # The store adds the stats deltas in SQL and nothing here reads stats: no tenant lock,
+        # so this replica's captures of one tenant commit (and wait for the WAL flush) together.
+        if change.stats:
+            change.ops.append(repo.put_stats(tenant, TenantStats(), change.stats))
+        ticket = state.store.submit(change.ops)
+        _apply_to_indexes(state, tenant, change)
+        return ticket
     with state.locks.tenant.lock_for(tenant):
         stats = state.submitted_stats.get(tenant)
         # A shared store adds the deltas in SQL; its stats are read again only where the
@@ -109,6 +117,12 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
             change.ops.append(repo.put_stats(tenant, stats, change.stats))
         ticket = state.store.submit(change.ops)  # StoreClosedError: UNAVAILABLE
         state.submitted_stats[tenant] = stats
+    _apply_to_indexes(state, tenant, change)
+    return ticket
+
+
+def _apply_to_indexes(state: EngineState, tenant: str, change: Change) -> None:
+    """The in-memory side of a submitted change: ranking table, then search indexes."""
     if change.ranks_changed():  # before the index adds: a new intent finds its row
         apply_rank_changes(state.indexes.for_tenant(tenant).ranks, change)
     staged: list[IndexAdd] | None = getattr(state.staged_adds, "adds", None)
@@ -119,7 +133,6 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
         index.remove(change.index_removes)
         for intent, tools in change.index_adds:
             index.add(intent, tools)
-    return ticket
 
 
 def apply_rank_changes(table: RankTable, change: Change) -> None:

@@ -7,11 +7,13 @@ records; writes are built as operations (`Op`) that the engine collects into one
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from pml_server.domain import json_form
@@ -99,6 +101,11 @@ class Repository:
         writes those instead)."""
         return (CF_META, _STATS_KEY + tenant_prefix(tenant), stats.to_json())
 
+    def consistent_reads(self) -> AbstractContextManager[None]:
+        """A block whose reads see one state of the store (the embedded store: every read
+        already does, for what Suggest reads, since its ceilings rise before a write shows)."""
+        return contextlib.nullcontext()
+
     def snapshot(self, tenant: str) -> tuple[int, bytes] | None:
         """(op log sequence the snapshot includes, index bytes) of the tenant's vector index."""
         raw = self.store.get(CF_META, _SNAPSHOT_KEY + tenant_prefix(tenant))
@@ -167,6 +174,15 @@ class Repository:
             for record, count in zip(records, counters, strict=True)
         ]
 
+    def patterns_and_intent_views(
+        self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
+    ) -> tuple[list[tuple[PatternRecord, PatternCounters] | None], list[IntentRecord | None]]:
+        """`patterns_with_counters` and `intent_views_by_id` (a shared store: in one round
+        trip)."""
+        return self.patterns_with_counters(tenant, pattern_ids), self.intent_views_by_id(
+            tenant, wanted
+        )
+
     def put_pattern(self, tenant: str, record: PatternRecord) -> Op:
         return (CF_PATTERNS, tenant_key(tenant, record.id), encode_pattern(record))
 
@@ -198,28 +214,13 @@ class Repository:
         """(id, capability id, tools, flagged, superseded) of each stored pattern: the ranking
         table's record part, streamed (before anything writes only, `Store.scan_stored`)."""
         for _, raw in self.store.scan_stored(CF_PATTERNS, tenant_prefix(tenant)):
-            data = json_form.loads(raw)
-            yield (
-                data["id"],
-                data["capability_id"],
-                data["tools_used"],
-                bool(data.get("flagged_for_removal", False)),
-                bool(data.get("superseded_by", "")),
-            )
+            yield pattern_rank_row(raw)
 
     def counter_rank_rows(self, tenant: str) -> Iterator[tuple[str, int, int, int, int, list[str]]]:
         """(pattern id, successes, failures, usage, last used, tags) of each stored counters
         record: the ranking table's counters part, streamed (before anything writes only)."""
         for key, raw in self.store.scan_stored(CF_COUNTERS, tenant_prefix(tenant)):
-            data = json_form.loads(raw)
-            yield (
-                split_tenant(key)[1].decode(),
-                data["success"],
-                data["failure"],
-                data["usage"],
-                data["last_used_ms"],
-                data.get("tags", []),
-            )
+            yield counter_rank_row(split_tenant(key)[1].decode(), raw)
 
     def counters(self, tenant: str, pattern_id: str) -> PatternCounters | None:
         raw = self.store.get(CF_COUNTERS, tenant_key(tenant, pattern_id))
@@ -344,6 +345,31 @@ class Repository:
 
     def audit_log(self, tenant: str) -> list[dict[str, Any]]:
         return [json_form.loads(v) for _, v in self.store.scan(CF_AUDIT, tenant_prefix(tenant))]
+
+
+def pattern_rank_row(raw: bytes) -> tuple[str, str, list[str], bool, bool]:
+    """(id, capability id, tools, flagged, superseded) of a stored pattern record."""
+    data = json_form.loads(raw)
+    return (
+        data["id"],
+        data["capability_id"],
+        data["tools_used"],
+        bool(data.get("flagged_for_removal", False)),
+        bool(data.get("superseded_by", "")),
+    )
+
+
+def counter_rank_row(pattern_id: str, raw: bytes) -> tuple[str, int, int, int, int, list[str]]:
+    """(pattern id, successes, failures, usage, last used, tags) of a stored counters record."""
+    data = json_form.loads(raw)
+    return (
+        pattern_id,
+        data["success"],
+        data["failure"],
+        data["usage"],
+        data["last_used_ms"],
+        data.get("tags", []),
+    )
 
 
 class _CounterCeilings:

@@ -128,7 +128,9 @@ def test_the_ceiling_stops_early_among_equally_fresh_patterns() -> None:
     # a fresh store: every pattern ran once, so every total is its match times the usage
     # factor of one use (1 - usage_weight, a little below 1); with matches that close, without
     # the ceiling every candidate must be read, with it the first batch settles the answer
-    pool = [candidate(pattern(f"p{i:02d}"), 0.9 - i * 0.0002) for i in range(60)]
+    # (60 matches spread over 0.6 of the tie-break's width)
+    step = CONFIG.usage_weight / 100
+    pool = [candidate(pattern(f"p{i:02d}"), 0.9 - i * step) for i in range(60)]
     query = SuggestQuery("q", k=5)
     plain, bounded = CountingLoader(pool), CountingLoader(pool)
     full = rank(query, pool, CONFIG, NOW_MS)

@@ -85,9 +85,11 @@ def test_without_failures_relevance_decides_whatever_the_counts(
     result = rank(SuggestQuery("x", k=2, min_match=0.0), [a, b], CONFIG, NOW_MS)
     order = [s.pattern.id for s in result.suggestions]
     assert all(s.score.reliability == 1.0 for s in result.suggestions)
-    if m1 * (1.0 - CONFIG.usage_weight) > m2:
+    # the fused matches, not the inputs: a cosine of 1e-71 fuses to a match of 0.0
+    match = {s.pattern.id: s.score.match for s in result.suggestions}
+    if match["h1"] * (1.0 - CONFIG.usage_weight) > match["h2"]:
         assert order == ["h1", "h2"]
-    elif m2 * (1.0 - CONFIG.usage_weight) > m1:
+    elif match["h2"] * (1.0 - CONFIG.usage_weight) > match["h1"]:
         assert order == ["h2", "h1"]
 
 

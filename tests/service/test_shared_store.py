@@ -170,3 +170,64 @@ def test_a_closed_replica_catches_up_when_it_returns(
     b_again = replicas("b")
     assert suggested(b_again, "t", "Send an email") == [mail.pattern_id]  # ready = caught up
     assert suggested(b_again, "t", "Read JSON file") == [first.pattern_id]
+
+
+def test_suggest_never_sees_counts_above_the_ceiling_it_bounds_them_by(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Suggest ranked in Python (`explain`) reads the tenant's counter ceilings, then the
+    candidates' counters, and stops reading candidates whose match times the ceiling cannot
+    reach the k-th score. Another replica counting in between must not show counts above that
+    ceiling."""
+    a, b = replicas("a"), replicas("b")
+    saved = a.record("t", make_record("r0", "Read JSON file", JSON_TOOLS))
+    assert eventually(lambda: suggested(b, "t", "Read JSON file") == [saved.pattern_id])
+    repo = b._state.repo
+    read_ceilings = repo.counter_ceilings
+    ceilings: list[tuple[int, int]] = []
+
+    def ceilings_then_captures_elsewhere(tenant: str) -> tuple[int, int]:
+        ceiling = read_ceilings(tenant)
+        ceilings.append(ceiling)
+        for i in range(1, 5):  # replica a counts the pattern 4 more times meanwhile
+            a.record("t", make_record(f"r{i}", "Read JSON file", JSON_TOOLS))
+        return ceiling
+
+    monkeypatch.setattr(repo, "counter_ceilings", ceilings_then_captures_elsewhere)
+    [suggestion] = b.suggest("t", SuggestQuery("Read JSON file", explain=True)).suggestions
+    assert ceilings == [(1, 1)]
+    assert suggestion.pattern.usage_count <= ceilings[0][1]
+    monkeypatch.undo()
+    assert b.get_pattern("t", saved.pattern_id).usage_count == 5
+
+
+def test_a_replica_ranks_with_the_counters_another_replica_wrote(
+    replicas: Callable[[str], Engine],
+) -> None:
+    """Suggest ranks in the core over the replica's own ranking table, which follows the other
+    replicas' pattern and counters writes: failures counted on a make b rank the other one
+    first."""
+    a, b = replicas("a"), replicas("b")
+    flaky = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    steady = a.record("t", make_record("r2", "Read JSON file", ["fs.read", "yaml.parse"]))
+    both = {flaky.pattern_id, steady.pattern_id}
+    assert eventually(lambda: set(suggested(b, "t", "Read JSON file")) == both)
+    for i in range(4):
+        a.record("t", make_record(f"f{i}", "Read JSON file", JSON_TOOLS, failed={"json.parse"}))
+    assert suggested(a, "t", "Read JSON file")[0] == steady.pattern_id
+    assert eventually(lambda: suggested(b, "t", "Read JSON file")[0] == steady.pattern_id)
+    assert b.get_pattern("t", flaky.pattern_id).failure_count == 4
+
+
+def test_a_pattern_read_after_a_failed_try_shows_what_other_replicas_added(
+    replicas: Callable[[str], Engine],
+) -> None:
+    """A capture reads its pattern's intents with the pattern, for use under the pattern's
+    lock; a failed try does not use them, and a later read on the same thread must not
+    either (another replica may have added intents since)."""
+    a, b = replicas("a"), replicas("b")
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    a.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, failed={"json.parse"}))
+    b.record("t", make_record("r3", "Fetch the config document", JSON_TOOLS))
+    texts = {i.text for i in a.get_pattern("t", saved.pattern_id).intents}
+    assert texts == {"Read JSON file", "Fetch the config document"}

@@ -25,11 +25,13 @@ from pml_server.storage.keys import (
     tenant_prefix,
 )
 from pml_server.storage.postgres import (
+    SCHEMA_VERSION,
     PostgresStore,
     SchemaVersionError,
     SharedRepository,
     StoreUnreachableError,
 )
+from pml_server.storage.postgres._schema import MIGRATIONS
 from pml_server.storage.seam import Locks, RequestAlreadyAppliedError
 from tests.postgres_cluster import _free_port
 
@@ -161,9 +163,28 @@ def test_migrations_apply_once_and_reopen(postgres_dsn: str) -> None:
     first, second = PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         rows = conn.execute("SELECT version FROM pml_schema_migrations").fetchall()
-    assert rows == [(1,)]
+    assert rows == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
     first.close()
     second.close()
+
+
+def test_a_version_1_database_keeps_its_counts_when_migrated(postgres_dsn: str) -> None:
+    """Version 2 stripes the stats and ceilings rows: the rows a version 1 pml wrote stay."""
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE pml_schema_migrations (version int PRIMARY KEY,"
+                     " applied_at timestamptz NOT NULL DEFAULT now())")  # fmt: skip
+        for statement in MIGRATIONS[1]:
+            conn.execute(statement.encode())
+        conn.execute("INSERT INTO pml_schema_migrations (version) VALUES (1)")
+        conn.execute("INSERT INTO pml_tenant_stats (tenant, executions) VALUES ('t', 7)")
+        conn.execute("INSERT INTO pml_counter_ceilings VALUES ('t', 3, 4)")
+    store = PostgresStore(postgres_dsn)
+    repo = SharedRepository(store)
+    store.write([repo.put_stats("t", TenantStats(), {"executions": 1})])
+    store.write([repo.put_counters("t", "p", PatternCounters(success=2, usage=9))])
+    assert repo.stats("t").executions == 8
+    assert repo.counter_ceilings("t") == (3, 9)
+    store.close()
 
 
 def test_unreachable_database_names_the_host_never_the_password() -> None:
@@ -276,3 +297,70 @@ def test_op_log_sequences_follow_commit_order(postgres_dsn: str) -> None:
     assert follower.oplog_heads() == {"t": 400}
     for store in (*stores, follower):
         store.close()
+
+
+def test_a_replica_behind_never_replaces_a_newer_index_snapshot(postgres_dsn: str) -> None:
+    """Each replica snapshots its own index; the stored one is that of the replica which had
+    applied the most of the op log, whichever wrote last (it was last-writer-wins)."""
+    ahead, behind = PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)
+    repos = [SharedRepository(ahead), SharedRepository(behind)]
+    repos[0].store.write([repos[0].put_snapshot("t", 40, b"through 40")])
+    repos[1].store.write([repos[1].put_snapshot("t", 25, b"through 25")])
+    assert repos[1].snapshot("t") == (40, b"through 40")
+    repos[1].store.write([repos[1].put_snapshot("t", 40, b"also through 40")])
+    repos[1].store.write([repos[1].put_snapshot("t", 41, b"through 41")])
+    assert repos[0].snapshot("t") == (41, b"through 41")
+    assert repos[0].snapshot("other") is None
+    for store in (ahead, behind):
+        store.close()
+
+
+def test_reads_in_one_block_see_one_state_of_the_database(postgres_dsn: str) -> None:
+    """Suggest bounds the counters it reads by the tenant's ceilings read first: inside
+    `consistent_reads` a commit by another replica in between is not half seen (it was: the
+    counters above the ceiling)."""
+    reader, writer = PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)
+    repos = [SharedRepository(reader), SharedRepository(writer)]
+
+    def count_to(usage: int) -> None:
+        counters = PatternCounters(success=usage, usage=usage)
+        writer.write([repos[1].put_counters("t", "p", counters)])
+
+    count_to(1)
+    with repos[0].consistent_reads():
+        ceiling = repos[0].counter_ceilings("t")
+        count_to(5)  # another replica commits meanwhile
+        read = repos[0].counters("t", "p")
+    assert ceiling == (1, 1)
+    assert read is not None
+    assert read.usage <= ceiling[1]
+    assert repos[0].counter_ceilings("t") == (5, 5)  # after the block: the new state
+    for store in (reader, writer):
+        store.close()
+
+
+def test_changed_rows_never_skip_a_commit_whatever_the_commit_order(postgres_dsn: str) -> None:
+    """A replica's ranking table follows the pattern and counters rows changed since its last
+    read: a transaction that began writing before another one but commits after it is read
+    (by the next read), once."""
+    store = PostgresStore(postgres_dsn)
+    counted = PatternCounters(success=1, usage=1).to_json()
+    _, since = store.changed_rows(CF_COUNTERS, None)
+    with psycopg.connect(postgres_dsn) as slow:  # a transaction, open until commit()
+        slow.execute(
+            "INSERT INTO pml_counters (key, value) VALUES (%s, %s)",
+            (tenant_key("t", "slow"), counted),
+        )
+        store.write([(CF_COUNTERS, tenant_key("t", "fast"), counted)])
+        rows, since = store.changed_rows(CF_COUNTERS, since)
+        assert [k for k, _ in rows] == [tenant_key("t", "fast")]
+        slow.commit()
+    rows, since = store.changed_rows(CF_COUNTERS, since)
+    assert [k for k, _ in rows] == [tenant_key("t", "slow")]
+    store.write([(CF_COUNTERS, tenant_key("t", "fast"), PatternCounters(usage=2).to_json())])
+    rows, since = store.changed_rows(CF_COUNTERS, since)
+    assert [(k, PatternCounters.from_json(v).usage) for k, v in rows] == [
+        (tenant_key("t", "fast"), 2)
+    ]
+    assert store.changed_rows(CF_COUNTERS, since)[0] == []
+    store.close()

@@ -43,7 +43,7 @@ impl Default for Params {
             prior_failures: 1.0,
             expected_success_rate: 0.9,
             reliability_prior_strength: 2.0,
-            usage_weight: 0.02,
+            usage_weight: 0.002,
             usage_saturation: 100.0,
             recency_full_days: 90.0,
             recency_half_life_days: 90.0,

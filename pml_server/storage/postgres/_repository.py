@@ -3,14 +3,33 @@ engine rewrites (tenant stats, counter ceilings, the op log) lives in SQL column
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from pml_server.domain import json_form
-from pml_server.domain.records import PatternCounters, PatternRecord, TenantStats
-from pml_server.storage.decoded import decode_counters_shared, decode_pattern
-from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, tenant_key, tenant_prefix
-from pml_server.storage.postgres._store import CF_STATS_DELTA, PostgresStore
+from pml_server.domain.records import (
+    IntentRecord,
+    PatternCounters,
+    PatternRecord,
+    TenantStats,
+    decode_intent,
+)
+from pml_server.storage.decoded import (
+    decode_counters_shared,
+    decode_intent_for_view,
+    decode_pattern,
+)
+from pml_server.storage.keys import (
+    CF_COUNTERS,
+    CF_INTENTS,
+    CF_PATTERNS,
+    tenant_key,
+    tenant_prefix,
+    u64,
+)
+from pml_server.storage.postgres._store import CF_INDEX_SNAPSHOT, CF_STATS_DELTA, PostgresStore
 from pml_server.storage.repo import Repository
 from pml_server.storage.seam import Op
 
@@ -19,6 +38,7 @@ class SharedRepository(Repository):
     def __init__(self, store: PostgresStore) -> None:
         super().__init__(store)
         self.shared_store = store
+        self._prefetched = threading.local()
 
     def stats(self, tenant: str) -> TenantStats:
         return TenantStats(**self.shared_store.tenant_stats(tenant))
@@ -40,21 +60,69 @@ class SharedRepository(Repository):
             for pair in self.shared_store.get_pairs(CF_PATTERNS, CF_COUNTERS, keys)
         ]
 
+    def patterns_and_intent_views(
+        self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
+    ) -> tuple[list[tuple[PatternRecord, PatternCounters] | None], list[IntentRecord | None]]:
+        """As `Repository.patterns_and_intent_views`, in one round trip."""
+        keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
+        intent_keys = [tenant_key(tenant, p, u64(i)) for p, i in wanted]
+        pairs, intents = self.shared_store.pairs_and_values(
+            CF_PATTERNS, CF_COUNTERS, keys, CF_INTENTS, intent_keys
+        )
+        return [
+            None if pair is None else (decode_pattern(pair[0]), decode_counters_shared(pair[1]))
+            for pair in pairs
+        ], [None if raw is None else decode_intent_for_view(raw) for raw in intents]
+
     def pattern_for_hash(
         self, tenant: str, code_hash: str
     ) -> tuple[PatternRecord | None, PatternCounters | None]:
-        """As `Repository.pattern_for_hash`, in one query."""
-        pattern, counters = self.shared_store.pattern_for_hash(
+        """As `Repository.pattern_for_hash`, in one query that also reads the pattern's
+        intents: the capture holding the pattern's lock asks for them next (`intents`)."""
+        pattern, counters, intents = self.shared_store.pattern_for_hash(
             tenant_prefix(tenant), tenant_key(tenant, code_hash)
         )
+        record = None if pattern is None else decode_pattern(pattern)
+        within = self.shared_store.current_transaction()
+        self._prefetched.intents = (
+            None if record is None or within is None else (within, tenant, record.id, intents)
+        )
         return (
-            None if pattern is None else decode_pattern(pattern),
+            record,
             None if counters is None else PatternCounters.from_json(counters),
         )
 
+    def intents(self, tenant: str, pattern_id: str) -> list[IntentRecord]:
+        """The intents `pattern_for_hash` read with the pattern, once, in the same thread and
+        the same write transaction (its locks held since, so still current); else read now."""
+        prefetched = getattr(self._prefetched, "intents", None)
+        self._prefetched.intents = None
+        if prefetched is not None:
+            within, of_tenant, of_pattern, intents = prefetched
+            current = self.shared_store.current_transaction()
+            if current is within and (of_tenant, of_pattern) == (tenant, pattern_id):
+                return [decode_intent(raw) for raw in intents]
+        return super().intents(tenant, pattern_id)
+
     def counter_ceilings(self, tenant: str) -> tuple[int, int]:
-        """Raised in SQL in every batch that writes counters, by any replica."""
+        """Raised in SQL in every batch that writes counters, by any replica (in the same
+        transaction). A reader that bounds counters read later by these reads both inside
+        `consistent_reads`: else another replica's commit in between could show counts above
+        the ceiling it read."""
         return self.shared_store.counter_ceilings(tenant)
+
+    def consistent_reads(self) -> AbstractContextManager[None]:
+        return self.shared_store.consistent_reads()
+
+    def snapshot(self, tenant: str) -> tuple[int, bytes] | None:
+        """(op log position of the tenant the snapshot includes, index bytes)."""
+        return self.shared_store.index_snapshot(tenant)
+
+    def put_snapshot(self, tenant: str, seq: int, data: bytes) -> Op:
+        """`seq`: the tenant's op log position every entry through which the index holds
+        (the follower's cursor, read before the snapshot was taken); stored only when no
+        snapshot at a later position is."""
+        return (CF_INDEX_SNAPSHOT, tenant.encode(), u64(seq) + data)
 
     def oplog_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
         """Every retained entry (sequences are per tenant here; restore reads them all)."""

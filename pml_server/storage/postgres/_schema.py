@@ -6,16 +6,26 @@ with the same keys (tenant-prefixed bytes: a prefix range is one tenant's rows, 
 like RocksDB's bytewise order). What several replicas must agree on gets its own columns:
 tenant stats and counter ceilings are counted in SQL, the op log has a per-tenant head row
 whose update inside the writing transaction makes commit order equal sequence order.
+
+Rows every capture of a tenant would update (its stats and counter ceilings) are striped
+(version 2): a transaction updates the stripe of its backend, so concurrent captures do not
+queue on one row lock held until each commit's WAL flush, and their commits can share a flush
+(PostgreSQL's group commit). A read sums the stats stripes and takes the ceilings' maximum.
+Pattern records and counters carry the id of the transaction that last wrote them (version
+2), so a replica can read every row changed since a snapshot without a sequence every capture
+would queue on (`PostgresStore.changed_rows`). Index snapshots have their own table (version
+2), written compare-and-set on the op log position they include, so a replica that is behind
+never replaces a newer replica's snapshot.
 """
 
 from __future__ import annotations
 
 import psycopg
 
-from pml_server.storage.keys import CF_INTENTS, CF_OPLOG, COLUMN_FAMILIES
+from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, CF_OPLOG, CF_PATTERNS, COLUMN_FAMILIES
 from pml_server.storage.seam import StoreClosedError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _MIGRATION_LOCK = 0x706D6C5F736368  # "pml_sch": one migration at a time per database
 STATS_COLUMNS = (
     "executions",
@@ -26,6 +36,10 @@ STATS_COLUMNS = (
     "intents",
 )
 SEQUENCE_STEP = 1024  # ids a replica takes from a sequence at once
+# Stripes of the rows every capture updates: more than a replica's pool, so that connections
+# (by backend pid) rarely share one.
+ROW_STRIPES = 64
+FOLLOWED_FAMILIES = (CF_PATTERNS, CF_COUNTERS)
 
 
 def table_of(cf: str) -> str:
@@ -55,7 +69,33 @@ def _version_1() -> list[str]:
     return statements
 
 
-MIGRATIONS: dict[int, list[str]] = {1: _version_1()}
+def _version_2() -> list[str]:
+    striped = []
+    for table in ("pml_tenant_stats", "pml_counter_ceilings"):
+        striped += [
+            f"ALTER TABLE {table} ADD COLUMN stripe int NOT NULL DEFAULT 0",
+            f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey",
+            f"ALTER TABLE {table} ADD PRIMARY KEY (tenant, stripe)",
+        ]
+    # the transaction that last wrote a pattern record or its counters: what a replica's
+    # ranking table follows (`PostgresStore.changed_rows`)
+    feeds = []
+    for cf in FOLLOWED_FAMILIES:
+        feeds += [
+            f"ALTER TABLE {table_of(cf)} ADD COLUMN changed_xid xid8 NOT NULL"
+            " DEFAULT pg_current_xact_id()",
+            f"CREATE INDEX {table_of(cf)}_by_xid ON {table_of(cf)} (changed_xid)",
+        ]
+    return [
+        *striped,
+        *feeds,
+        # the op log position (the tenant's sequence) every entry through which is included
+        "CREATE TABLE pml_index_snapshots (tenant text PRIMARY KEY, oplog_seq bigint NOT NULL,"
+        " data bytea NOT NULL)",
+    ]
+
+
+MIGRATIONS: dict[int, list[str]] = {1: _version_1(), 2: _version_2()}
 
 
 class SchemaVersionError(RuntimeError):

@@ -14,11 +14,14 @@ when another replica already recorded it, nothing is written and `RequestAlready
 carries the stored answer.
 
 Counts. Tenant stats arrive as deltas and are added in SQL; counter ceilings are raised with
-GREATEST in the same transaction as the counters. Id allocators are sequences.
+GREATEST in the same transaction as the counters. Both are striped rows (the writing backend's
+stripe), so concurrent captures neither queue on one row lock held through each commit's flush
+nor keep PostgreSQL from flushing their commits together. Id allocators are sequences.
 
 Op log. Each batch's op log entries take their sequence numbers from the tenant's head row
 (`UPDATE ... RETURNING` inside the transaction): commit order is sequence order, so a follower
-reading `seq > cursor` never skips an entry. `pg_notify` wakes followers; it is not durable,
+reading `seq > cursor` never skips an entry. A NOTIFY after the commit wakes followers (one per
+burst of commits, from a notifier thread; see `_wake_followers`); it is not durable,
 so they poll too.
 
 No read cache: another replica may change any row, and the database is the only copy.
@@ -33,7 +36,7 @@ import hashlib
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -53,6 +56,8 @@ from pml_server.storage.keys import (
 )
 from pml_server.storage.postgres._dsn import describe, has_password, scrub
 from pml_server.storage.postgres._schema import (
+    FOLLOWED_FAMILIES,
+    ROW_STRIPES,
     SEQUENCE_STEP,
     STATS_COLUMNS,
     migrate,
@@ -69,6 +74,9 @@ from pml_server.storage.seam import (
 
 # Pseudo-family of the stats deltas a batch adds (`SharedRepository.put_stats`).
 CF_STATS_DELTA = "tenant_stats_delta"
+# Pseudo-family of index snapshots: tenant -> u64 op log position + index bytes, stored only
+# when no snapshot at a later position is (`SharedRepository.put_snapshot`).
+CF_INDEX_SNAPSHOT = "index_snapshot"
 NOTIFY_CHANNEL = "pml_oplog"
 DEFAULT_POOL_SIZE = 8
 CONNECT_TIMEOUT_SECONDS = 5
@@ -84,6 +92,8 @@ _RETRYABLE = (
     psycopg.errors.TransactionRollback,
 )
 _POOL_ERRORS = (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
+# The stripe of the per-tenant rows every capture updates (see `_schema`): this connection's.
+_STRIPE = f"pg_backend_pid() %% {ROW_STRIPES}"  # %% : psycopg placeholders
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -98,6 +108,9 @@ class _Transaction:
     conn: Connection
     depth: int = 0
     open: bool = True
+    # BEGIN and the advisory locks taken but not sent yet: they go out with the transaction's
+    # next statement, in one round trip (the server grants a lock before it runs what follows).
+    pending: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
 
 
 def _advisory_key(name: str, key: tuple[str, ...]) -> int:
@@ -202,6 +215,11 @@ class PostgresStore:
         self._pool.open()
         self._local = threading.local()
         self._closed = False
+        self._sequence_lock = threading.Lock()
+        self._notifier_lock = threading.Lock()
+        self._notifier: threading.Thread | None = None
+        self._notify_wanted = threading.Event()
+        self._sequence_conn: Connection | None = None
 
     @property
     def location(self) -> str:
@@ -212,6 +230,10 @@ class PostgresStore:
         return has_password(self._dsn)
 
     # ---- connections and transactions --------------------------------------------------------
+
+    def current_transaction(self) -> object | None:
+        """This thread's open write transaction (an identity to compare), if any."""
+        return self._transaction()
 
     def _transaction(self) -> _Transaction | None:
         tx: _Transaction | None = getattr(self._local, "tx", None)
@@ -250,15 +272,9 @@ class PostgresStore:
         else:
             begin = False
         tx.depth += 1
-        try:
-            with tx.conn.pipeline():  # one round trip
-                if begin:
-                    tx.conn.execute("BEGIN")
-                tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
-        except _RETRYABLE as error:
-            tx.depth -= 1
-            self._end_transaction(tx, rollback=True)
-            raise UnavailableError(self._unavailable(error)) from error
+        if begin:
+            tx.pending.append(("BEGIN", ()))
+        tx.pending.append(("SELECT pg_advisory_xact_lock(%s)", (key,)))
 
     def _leave_lock(self) -> None:
         tx: _Transaction | None = getattr(self._local, "tx", None)
@@ -281,22 +297,96 @@ class PostgresStore:
         if tx.depth <= 0 and getattr(self._local, "tx", None) is tx:
             self._local.tx = None
 
+    def _rows(self, query: str | bytes, params: Any = ()) -> list[tuple[Any, ...]]:
+        """The rows of one read: in this thread's transaction (after its pending BEGIN and
+        locks, in the same round trip), else on a pooled connection."""
+        with self._reading() as conn:
+            tx = self._transaction()
+            if tx is None or not tx.pending:
+                return conn.execute(query, params).fetchall()
+            with conn.pipeline():
+                _send_pending(tx)
+                cursor = conn.execute(query, params)
+            return cursor.fetchall()
+
+    def _rows_pipelined(
+        self, queries: Sequence[tuple[str | bytes, Any]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """The rows of each read, all sent in one pipeline (one round trip)."""
+        with self._reading() as conn:
+            tx = self._transaction()
+            with conn.pipeline():
+                if tx is not None:
+                    _send_pending(tx)
+                cursors = [conn.execute(query, params) for query, params in queries]
+            return [cursor.fetchall() for cursor in cursors]
+
+    def _row(self, query: str | bytes, params: Any = ()) -> tuple[Any, ...] | None:
+        rows = self._rows(query, params)
+        return rows[0] if rows else None
+
+    @contextmanager
+    def consistent_reads(self) -> Iterator[None]:
+        """This thread's reads inside the block see one snapshot of the database (a
+        read-only REPEATABLE READ transaction; its BEGIN goes out with the first read): what
+        another replica commits meanwhile is either all seen or not at all. Inside a write
+        transaction (or nested) the block changes nothing."""
+        if getattr(self._local, "tx", None) is not None:
+            yield
+            return
+        try:
+            conn = self._pool.getconn()
+        except _POOL_ERRORS as error:
+            raise UnavailableError(self._unavailable(error)) from error
+        tx = _Transaction(conn, depth=1)
+        tx.pending.append(("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", ()))
+        self._local.tx = tx
+        try:
+            yield
+        finally:
+            tx.depth = 0
+            self._end_transaction(tx, rollback=True)
+
+    def changed_rows(self, cf: str, since: str | None) -> tuple[list[tuple[bytes, bytes]], str]:
+        """(rows of `cf` written by transactions not visible in the snapshot `since`, the
+        snapshot this read saw): following with the returned snapshot never skips a commit,
+        whatever order transactions commit in (an id below the snapshot's xmin was visible to
+        it; one in progress then is read once it commits). `since` None: only the snapshot.
+        `cf` is one of the followed families (pattern records, counters)."""
+        assert cf in FOLLOWED_FAMILIES
+        if since is None:
+            row = self._row("SELECT pg_current_snapshot()::text")
+            assert row is not None
+            return [], str(row[0])
+        row = self._row(
+            "SELECT pg_current_snapshot()::text, coalesce(array_agg(key), '{}'),"
+            f" coalesce(array_agg(value), '{{}}') FROM {table_of(cf)}"
+            " WHERE changed_xid >= pg_snapshot_xmin(%(since)s::pg_snapshot)"
+            " AND NOT pg_visible_in_snapshot(changed_xid, %(since)s::pg_snapshot)",
+            {"since": since},
+        )
+        assert row is not None
+        snapshot, keys, values = row
+        return [(bytes(k), bytes(v)) for k, v in zip(keys, values, strict=True)], str(snapshot)
+
+    def index_snapshot(self, tenant: str) -> tuple[int, bytes] | None:
+        row = self._row(
+            "SELECT oplog_seq, data FROM pml_index_snapshots WHERE tenant = %s", (tenant,)
+        )
+        return None if row is None else (int(row[0]), bytes(row[1]))
+
     # ---- reads -------------------------------------------------------------------------------
 
     def get(self, cf: str, key: bytes) -> bytes | None:
-        with self._reading() as conn:
-            row = conn.execute(
-                f"SELECT value FROM {table_of(cf)} WHERE key = %s", (key,)
-            ).fetchone()
+        row = self._row(f"SELECT value FROM {table_of(cf)} WHERE key = %s", (key,))
         return None if row is None else bytes(row[0])
 
     def get_many(self, cf: str, keys: Sequence[bytes]) -> list[bytes | None]:
         if not keys:
             return []
-        with self._reading() as conn:
-            rows = conn.execute(
-                f"SELECT key, value FROM {table_of(cf)} WHERE key = ANY(%s)", (list(keys),)
-            ).fetchall()
+        rows = self._rows(
+            f"SELECT key, value FROM {table_of(cf)} WHERE key = ANY(%s)", (list(keys),)
+        )
         found = {bytes(k): bytes(v) for k, v in rows}
         return [found.get(key) for key in keys]
 
@@ -325,8 +415,7 @@ class PostgresStore:
         if limit is not None:
             query += " LIMIT %s"
             params.append(limit)
-        with self._reading() as conn:
-            rows = conn.execute(query.encode(), params).fetchall()
+        rows = self._rows(query.encode(), params)
         return [(bytes(k), bytes(v)) for k, v in rows]
 
     def scan_stored(self, cf: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
@@ -349,78 +438,104 @@ class PostgresStore:
         query where two `get_many` would take two round trips."""
         if not keys:
             return []
-        with self._reading() as conn:
-            rows = conn.execute(
-                f"SELECT a.key, a.value, b.value FROM {table_of(first)} a"
-                f" JOIN {table_of(second)} b ON b.key = a.key WHERE a.key = ANY(%s)",
-                (list(keys),),
-            ).fetchall()
+        rows = self._rows(
+            f"SELECT a.key, a.value, b.value FROM {table_of(first)} a"
+            f" JOIN {table_of(second)} b ON b.key = a.key WHERE a.key = ANY(%s)",
+            (list(keys),),
+        )
         found = {bytes(k): (bytes(a), bytes(b)) for k, a, b in rows}
         return [found.get(key) for key in keys]
 
-    def pattern_for_hash(self, prefix: bytes, code_hash_key: bytes) -> tuple[bytes | None, ...]:
-        """(pattern, counters) bytes of the pattern a code hash names, in one query (three
-        lookups in the embedded store); `prefix` is the tenant's key prefix."""
-        with self._reading() as conn:
-            row = conn.execute(
-                f"SELECT p.value, c.value FROM {table_of(CF_HASHES)} h"
-                f" LEFT JOIN {table_of(CF_PATTERNS)} p ON p.key = %(prefix)s || h.value"
-                f" LEFT JOIN {table_of(CF_COUNTERS)} c ON c.key = %(prefix)s || h.value"
-                " WHERE h.key = %(hash)s",
-                {"prefix": prefix, "hash": code_hash_key},
-            ).fetchone()
+    def pairs_and_values(
+        self, first: str, second: str, keys: Sequence[bytes], cf: str, values_of: Sequence[bytes]
+    ) -> tuple[list[tuple[bytes, bytes] | None], list[bytes | None]]:
+        """`get_pairs(first, second, keys)` and `get_many(cf, values_of)` in one round trip
+        (two statements in one pipeline)."""
+        pairs, values = self._rows_pipelined(
+            [
+                (
+                    f"SELECT a.key, a.value, b.value FROM {table_of(first)} a"
+                    f" JOIN {table_of(second)} b ON b.key = a.key WHERE a.key = ANY(%s)",
+                    (list(keys),),
+                ),
+                (
+                    f"SELECT key, value FROM {table_of(cf)} WHERE key = ANY(%s)",
+                    (list(values_of),),
+                ),
+            ]
+        )
+        found_pairs = {bytes(k): (bytes(a), bytes(b)) for k, a, b in pairs}
+        found = {bytes(k): bytes(v) for k, v in values}
+        return [found_pairs.get(k) for k in keys], [found.get(k) for k in values_of]
+
+    def pattern_for_hash(self, prefix: bytes, code_hash_key: bytes) -> tuple[Any, ...]:
+        """(pattern, counters, [intents in key order]) bytes of the pattern a code hash names,
+        in one query (three lookups and a scan in the embedded store); `prefix` is the tenant's
+        key prefix. (None, None, []) when the hash names none."""
+        row = self._row(
+            f"SELECT p.value, c.value, (SELECT coalesce(array_agg(i.value ORDER BY i.key), '{{}}')"
+            f" FROM {table_of(CF_INTENTS)} i WHERE i.key >= %(prefix)s || h.value || %(sep)s"
+            " AND i.key < %(prefix)s || h.value || %(end)s)"
+            f" FROM {table_of(CF_HASHES)} h"
+            f" LEFT JOIN {table_of(CF_PATTERNS)} p ON p.key = %(prefix)s || h.value"
+            f" LEFT JOIN {table_of(CF_COUNTERS)} c ON c.key = %(prefix)s || h.value"
+            " WHERE h.key = %(hash)s",
+            {"prefix": prefix, "hash": code_hash_key, "sep": b"\x00", "end": b"\x01"},
+        )
         if row is None:
-            return None, None
-        return tuple(None if v is None else bytes(v) for v in row)
+            return None, None, []
+        pattern, counters, intents = row
+        return (
+            None if pattern is None else bytes(pattern),
+            None if counters is None else bytes(counters),
+            [bytes(v) for v in intents],
+        )
 
     def tenant_stats(self, tenant: str) -> dict[str, int]:
-        columns = ", ".join(STATS_COLUMNS)
-        with self._reading() as conn:
-            row = conn.execute(
-                f"SELECT {columns} FROM pml_tenant_stats WHERE tenant = %s", (tenant,)
-            ).fetchone()
-        return {} if row is None else dict(zip(STATS_COLUMNS, map(int, row), strict=True))
+        columns = ", ".join(f"sum({c})" for c in STATS_COLUMNS)
+        row = self._row(
+            f"SELECT count(*), {columns} FROM pml_tenant_stats WHERE tenant = %s", (tenant,)
+        )
+        if row is None or not row[0]:
+            return {}
+        return dict(zip(STATS_COLUMNS, map(int, row[1:]), strict=True))
 
     def counter_ceilings(self, tenant: str) -> tuple[int, int]:
-        with self._reading() as conn:
-            row = conn.execute(
-                "SELECT success, usage FROM pml_counter_ceilings WHERE tenant = %s", (tenant,)
-            ).fetchone()
+        row = self._row(
+            "SELECT coalesce(max(success), 0), coalesce(max(usage), 0)"
+            " FROM pml_counter_ceilings WHERE tenant = %s",
+            (tenant,),
+        )
         return (0, 0) if row is None else (int(row[0]), int(row[1]))
 
     def oplog_heads(self) -> dict[str, int]:
         """Each tenant's last committed op log sequence."""
-        with self._reading() as conn:
-            rows = conn.execute("SELECT tenant, seq FROM pml_oplog_head").fetchall()
+        rows = self._rows("SELECT tenant, seq FROM pml_oplog_head")
         return {str(t): int(s) for t, s in rows}
 
     def oplog_entries(
         self, tenant: str, after: int, limit: int = 1000
     ) -> list[tuple[int, dict[str, Any], float]]:
         """(seq, op, seconds since it was committed) of the tenant's entries after `after`."""
-        with self._reading() as conn:
-            rows = conn.execute(
-                "SELECT seq, op, extract(epoch FROM clock_timestamp() - written_at)"
-                " FROM pml_oplog WHERE tenant = %s AND seq > %s ORDER BY seq LIMIT %s",
-                (tenant, after, limit),
-            ).fetchall()
+        rows = self._rows(
+            "SELECT seq, op, extract(epoch FROM clock_timestamp() - written_at)"
+            " FROM pml_oplog WHERE tenant = %s AND seq > %s ORDER BY seq LIMIT %s",
+            (tenant, after, limit),
+        )
         return [(int(s), json_form.loads(bytes(op)), float(age)) for s, op, age in rows]
 
     def all_oplog(self) -> list[tuple[int, dict[str, Any]]]:
-        with self._reading() as conn:
-            rows = conn.execute("SELECT seq, op FROM pml_oplog ORDER BY tenant, seq").fetchall()
+        rows = self._rows("SELECT seq, op FROM pml_oplog ORDER BY tenant, seq")
         return [(int(s), json_form.loads(bytes(op))) for s, op in rows]
 
     def intents_by_id(self, tenant: str, intent_ids: Sequence[int]) -> list[bytes]:
         """The stored intents of `intent_ids` still present (an op's additions)."""
         if not intent_ids:
             return []
-        with self._reading() as conn:
-            rows = conn.execute(
-                f"SELECT value FROM {table_of(CF_INTENTS)}"
-                " WHERE tenant = %s AND intent_id = ANY(%s)",
-                (tenant, list(intent_ids)),
-            ).fetchall()
+        rows = self._rows(
+            f"SELECT value FROM {table_of(CF_INTENTS)} WHERE tenant = %s AND intent_id = ANY(%s)",
+            (tenant, list(intent_ids)),
+        )
         return [bytes(r[0]) for r in rows]
 
     def listen(self) -> Connection:
@@ -440,7 +555,7 @@ class PostgresStore:
         try:
             if tx is not None:
                 try:
-                    _commit(tx.conn, ops, begin=False)
+                    _commit(tx.conn, ops, begin=False, pending=tx)
                 finally:
                     self._end_transaction(tx, rollback=True)  # a no-op once committed
             else:
@@ -459,7 +574,42 @@ class PostgresStore:
             raise RequestAlreadyAppliedError(stored or b"") from None
         except _RETRYABLE + _POOL_ERRORS as error:
             raise StoreClosedError(self._unavailable(error)) from error
+        if any(cf == CF_OPLOG and value is not None for cf, _, value in ops):
+            self._wake_followers()
         return finished_ticket()
+
+    def _wake_followers(self) -> None:
+        """NOTIFY the followers, after the commit and outside it: a NOTIFY in the writing
+        transaction takes a database-wide lock until that transaction's commit is flushed,
+        which queued every op log writer behind every other. One notifier thread sends one
+        NOTIFY per burst of commits (it is only a wake-up; followers poll as well)."""
+        with self._notifier_lock:
+            if self._notifier is None:
+                self._notifier = threading.Thread(
+                    target=self._notify_loop, name="pml-notifier", daemon=True
+                )
+                self._notifier.start()
+        self._notify_wanted.set()
+
+    def _notify_loop(self) -> None:
+        conn: Connection | None = None
+        while True:
+            self._notify_wanted.wait()
+            if self._closed:
+                break
+            self._notify_wanted.clear()
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(
+                        self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
+                    )
+                conn.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
+            except psycopg.Error:  # the followers' poll covers it; retried at the next commit
+                if conn is not None:
+                    conn.close()
+                conn = None
+        if conn is not None:
+            conn.close()
 
     def write(self, ops: Sequence[Op]) -> None:
         self.submit(ops).wait()
@@ -471,12 +621,20 @@ class PostgresStore:
         return SequenceAllocator(self, f"pml_ids_{name}")
 
     def _nextval(self, sequence: str) -> int:
-        # its own connection: a sequence step is not transactional anyway
-        try:
-            with self._pool.connection() as conn:
-                row = conn.execute(f"SELECT nextval('{sequence}')").fetchone()
-        except _RETRYABLE + _POOL_ERRORS as error:
-            raise UnavailableError(self._unavailable(error)) from error
+        """A sequence step on a connection of its own (not transactional anyway). Not from
+        the pool: the allocator is called by captures that each hold a pooled connection for
+        their transaction, and a full pool would leave the step waiting for one of them."""
+        with self._sequence_lock:
+            try:
+                if self._sequence_conn is None or self._sequence_conn.closed:
+                    self._sequence_conn = psycopg.connect(
+                        self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
+                    )
+                row = self._sequence_conn.execute(f"SELECT nextval('{sequence}')").fetchone()
+            except _RETRYABLE as error:
+                if self._sequence_conn is not None:
+                    self._sequence_conn.close()
+                raise UnavailableError(self._unavailable(error)) from error
         assert row is not None
         return int(row[0])
 
@@ -484,14 +642,30 @@ class PostgresStore:
         if self._closed:
             return
         self._closed = True
+        self._notify_wanted.set()  # the notifier exits
         self._pool.close()
+        with self._sequence_lock:
+            if self._sequence_conn is not None:
+                self._sequence_conn.close()
 
 
-def _commit(conn: Connection, ops: Sequence[Op], begin: bool) -> None:
-    """Every statement of the batch and its COMMIT in one pipeline (one round trip). The
-    request id row is a plain INSERT: a duplicate aborts the whole transaction (UniqueViolation),
-    which is what makes the batch exactly-once."""
+def _send_pending(tx: _Transaction) -> None:
+    """Queue the transaction's unsent BEGIN and advisory locks (inside a pipeline)."""
+    for statement, params in tx.pending:
+        tx.conn.execute(statement.encode(), params or None)
+    tx.pending.clear()
+
+
+def _commit(
+    conn: Connection, ops: Sequence[Op], begin: bool, pending: _Transaction | None = None
+) -> None:
+    """Every statement of the batch and its COMMIT in one pipeline (one round trip), after
+    the transaction's unsent BEGIN and locks if any. The request id row is a plain INSERT: a
+    duplicate aborts the whole transaction (UniqueViolation), which is what makes the batch
+    exactly-once."""
     with conn.pipeline():
+        if pending is not None:
+            _send_pending(pending)
         if begin:
             conn.execute("BEGIN")
         _apply(conn, ops)
@@ -505,10 +679,14 @@ def _apply(conn: Connection, ops: Sequence[Op]) -> None:
     oplog: list[bytes] = []
     deltas: dict[str, dict[str, int]] = {}
     ceilings: dict[str, tuple[int, int]] = {}
+    snapshots: list[tuple[str, int, bytes]] = []
     for cf, key, value in ops:
         if cf == CF_OPLOG:
             if value is not None:  # deletions: the store trims the log itself
                 oplog.append(value)
+        elif cf == CF_INDEX_SNAPSHOT:
+            assert value is not None
+            snapshots.append((key.decode(), int.from_bytes(value[:8], "big"), value[8:]))
         elif cf == CF_STATS_DELTA:
             assert value is not None
             into = deltas.setdefault(key.decode(), {})
@@ -534,14 +712,24 @@ def _apply(conn: Connection, ops: Sequence[Op]) -> None:
     for tenant in sorted(ceilings):
         success, usage = ceilings[tenant]
         conn.execute(
-            "INSERT INTO pml_counter_ceilings AS c (tenant, success, usage) VALUES (%s, %s, %s)"
-            " ON CONFLICT (tenant) DO UPDATE SET success = GREATEST(c.success, excluded.success),"
+            "INSERT INTO pml_counter_ceilings AS c (tenant, stripe, success, usage)"
+            f" VALUES (%s, {_STRIPE}, %s, %s) ON CONFLICT (tenant, stripe)"
+            " DO UPDATE SET success = GREATEST(c.success, excluded.success),"
             " usage = GREATEST(c.usage, excluded.usage)"
             " WHERE c.success < excluded.success OR c.usage < excluded.usage",
             (tenant, success, usage),
         )
     for tenant in sorted(deltas):
         _add_stats(conn, tenant, deltas[tenant])
+    for tenant, position, data in snapshots:
+        # compare-and-set on the op log position: a replica behind never replaces the
+        # snapshot of one that had applied more
+        conn.execute(
+            "INSERT INTO pml_index_snapshots AS s (tenant, oplog_seq, data) VALUES (%s, %s, %s)"
+            " ON CONFLICT (tenant) DO UPDATE SET oplog_seq = excluded.oplog_seq,"
+            " data = excluded.data WHERE s.oplog_seq <= excluded.oplog_seq",
+            (tenant, position, data),
+        )
 
 
 def _insert_requests_first(conn: Connection, rows: list[tuple[bytes, bytes | None]]) -> None:
@@ -574,9 +762,10 @@ def _write_family(conn: Connection, cf: str, rows: list[tuple[bytes, bytes | Non
             (keys, values, tenants, ids),
         )
         return
+    followed = ", changed_xid = pg_current_xact_id()" if cf in FOLLOWED_FAMILIES else ""
     conn.execute(
         f"INSERT INTO {table} (key, value) SELECT * FROM unnest(%s::bytea[], %s::bytea[])"
-        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        f" ON CONFLICT (key) DO UPDATE SET value = excluded.value{followed}".encode(),
         (keys, values),
     )
 
@@ -596,7 +785,6 @@ def _append_oplog(conn: Connection, entries: list[bytes]) -> None:
             " FROM head, unnest(%(ops)s::bytea[]) WITH ORDINALITY AS e(op, ord)",
             {"t": tenant, "n": len(rows), "ops": rows},
         )
-        conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, tenant))
 
 
 def _add_stats(conn: Connection, tenant: str, delta: dict[str, int]) -> None:
@@ -607,7 +795,8 @@ def _add_stats(conn: Connection, tenant: str, delta: dict[str, int]) -> None:
     placeholders = ", ".join(["%s"] * len(columns))
     sets = ", ".join(f"{c} = s.{c} + excluded.{c}" for c in columns)
     conn.execute(
-        f"INSERT INTO pml_tenant_stats AS s (tenant, {names}) VALUES (%s, {placeholders})"
-        f" ON CONFLICT (tenant) DO UPDATE SET {sets}",
+        f"INSERT INTO pml_tenant_stats AS s (tenant, stripe, {names})"
+        f" VALUES (%s, {_STRIPE}, {placeholders})"
+        f" ON CONFLICT (tenant, stripe) DO UPDATE SET {sets}",
         (tenant, *[delta[c] for c in columns]),
     )
