@@ -80,6 +80,15 @@ def test_the_example_file_parses_to_the_defaults_and_names_every_setting() -> No
         assert expected == named.get(table, set()), f"[{table}] of pml.example.toml"
 
 
+def test_the_examples_commented_ranking_values_are_minilms_defaults() -> None:
+    ranking = EXAMPLE.read_text().split("[engine.ranking]", 1)[1]
+    shown = dict(re.findall(r"^# ([a-z_]+) = (.+)$", ranking, re.MULTILINE))
+    defaults = default_ranking("minilm")
+    assert {k: type(getattr(defaults, k))(v) for k, v in shown.items()} == {
+        f.name: getattr(defaults, f.name) for f in dataclasses.fields(RankingConfig)
+    }
+
+
 def test_every_setting_of_server_and_engine_is_a_flag_in_the_help() -> None:
     text = subprocess.run(
         [str(Path(sys.executable).parent / "pml"), "serve", "--help"],
