@@ -171,21 +171,29 @@ def run_plan(plan: Plan) -> list[Row]:
     offsets = _Offsets()
     mid = 8 if 8 in plan.concurrency else plan.concurrency[-1]
     small, big = plan.store_sizes
+    phase = harness.phase
     with tempfile.TemporaryDirectory(prefix="pml-bench-") as tmp:
         root = Path(tmp)
         # (a) the null servicer: the gRPC ceiling for every call shape
-        with harness.server("null") as null_server:
+        with phase("null servicer"), harness.server("null") as null_server:
             null = _suggest_sweep(null_server, plan, "vector")
             null_record = harness.load(null_server.target, "record", mid, plan, "vector", 0)
             null_stream = harness.load(null_server.target, "stream", mid, plan, "vector", 0)
 
         # empty store: the startup and memory baseline
-        with harness.server("serve", str(root / "empty"), "minilm", "fast") as empty:
+        with (
+            phase("empty store"),
+            harness.server("serve", str(root / "empty"), "minilm", "fast") as empty,
+        ):
             empty_startup, empty_rss = empty.startup_seconds, empty.rss_bytes()
 
         # client vectors on the model's store (the model is loaded but never called)
-        vec_small, fill_small = harness.filled_store(plan, root, small, "minilm", vectors=True)
-        with harness.server("serve", str(vec_small), "minilm", "fast") as srv:
+        with phase(f"fill {small}"):
+            vec_small, fill_small = harness.filled_store(plan, root, small, "minilm", vectors=True)
+        with (
+            phase(f"client vectors and MiniLM, {small}"),
+            harness.server("serve", str(vec_small), "minilm", "fast") as srv,
+        ):
             ours = _suggest_sweep(srv, plan, "vector")
             rows += _suggest_rows(f"client vectors, {small} intents", ours, null)
             record_vec = _settled_load(srv, "record", mid, plan, "vector", offsets.take(plan))
@@ -196,7 +204,7 @@ def run_plan(plan: Plan) -> list[Row]:
                 model_stream = _settled_load(srv, "stream", mid, plan, "text", offsets.take(plan))
         vector_suggest_small = ours
         # our API layer over an engine whose answer is precomputed: what is left for the engine
-        with harness.server("canned", str(vec_small)) as srv:
+        with phase("canned"), harness.server("canned", str(vec_small)) as srv:
             canned = _suggest_sweep(srv, plan, "vector")
         rows += _canned_rows(canned, null, ours)
         # what the streaming target can reach on this harness: a servicer doing no work
@@ -215,8 +223,12 @@ def run_plan(plan: Plan) -> list[Row]:
         )
 
         # the hashing embedder: the server embeds, cheaply
-        hashed, _ = harness.filled_store(plan, root, small, "hashing", vectors=False)
-        with harness.server("serve", str(hashed), "hashing", "fast") as srv:
+        with phase(f"fill hashing {small}"):
+            hashed, _ = harness.filled_store(plan, root, small, "hashing", vectors=False)
+        with (
+            phase("hashing"),
+            harness.server("serve", str(hashed), "hashing", "fast") as srv,
+        ):
             ours = _suggest_sweep(srv, plan, "text")
             rows += _suggest_rows(f"hashing embedder, {small} intents", ours, null)
             record_fast = _settled_load(srv, "record", mid, plan, "text", offsets.take(plan))
@@ -224,19 +236,27 @@ def run_plan(plan: Plan) -> list[Row]:
         rows += _capture_rows("hashing", record_fast, stream_fast, null_record, null_stream, mid)
         rows.append(_share_row(f"unary capture, hashing, {mid} callers", record_fast))
         rows.append(_share_row(f"stream capture, hashing, {mid} streams", stream_fast))
-        with harness.server("serve", str(hashed), "hashing", "sync") as srv:
+        with (
+            phase("hashing, sync"),
+            harness.server("serve", str(hashed), "hashing", "sync") as srv,
+        ):
             record_sync = _settled_load(srv, "record", mid, plan, "text", offsets.take(plan))
             stream_sync = _settled_load(srv, "stream", mid, plan, "text", offsets.take(plan))
         rows += _durability_rows(record_sync, record_fast, stream_sync, stream_fast, mid)
 
         # the default model, against the model alone
         if plan.with_model:
-            model_rate = model_texts_per_second(plan)
+            with phase("model alone"):
+                model_rate = model_texts_per_second(plan)
             rows += _model_rows(model_suggest, model_record, model_stream, model_rate, mid)
 
         # scale: the big store
-        vec_big, fill_big = harness.filled_store(plan, root, big, "minilm", vectors=True)
-        with harness.server("serve", str(vec_big), "minilm", "fast") as srv:
+        with phase(f"fill {big}"):
+            vec_big, fill_big = harness.filled_store(plan, root, big, "minilm", vectors=True)
+        with (
+            phase(f"client vectors, {big}"),
+            harness.server("serve", str(vec_big), "minilm", "fast") as srv,
+        ):
             big_startup, big_rss = srv.startup_seconds, srv.rss_bytes()
             ours_big = _suggest_sweep(srv, plan, "vector")
         rows += _suggest_rows(f"client vectors, {big} intents", ours_big, null)

@@ -57,6 +57,10 @@ class Metrics:
         """Export how far this replica's indexes trail the shared store's op log."""
         self.registry.register(_FollowerCollector(lag))
 
+    def watch_fairness(self, pauses: Callable[[], tuple[int, float]]) -> None:
+        """Export how often, and how long, long calls gave way to lighter tenants."""
+        self.registry.register(_FairnessCollector(pauses))
+
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Expose /metrics on `addr:port` (0 picks a free port); returns the bound port."""
         server, _thread = start_http_server(port, addr=addr, registry=self.registry)
@@ -86,6 +90,22 @@ class _EmbeddingCollector(Collector):
             ("pml_embedding_seconds", "Wall seconds spent in the model", u.seconds),
         ):
             yield CounterMetricFamily(name, text, value=value)
+
+
+class _FairnessCollector(Collector):
+    """`api.fairness`'s pause totals, read at each scrape."""
+
+    def __init__(self, pauses: Callable[[], tuple[int, float]]) -> None:
+        self._pauses = pauses
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        count, seconds = self._pauses()
+        yield CounterMetricFamily(
+            "pml_fairness_pauses", "Long calls paused for a lighter tenant's call", value=count
+        )
+        yield CounterMetricFamily(
+            "pml_fairness_paused_seconds", "Seconds long calls spent paused", value=seconds
+        )
 
 
 class _FollowerCollector(Collector):

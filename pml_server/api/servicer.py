@@ -17,14 +17,15 @@ from pml_server import __version__, _core
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server.api import convert, validate
 from pml_server.api.auth import Caller, KeyStore, Role
+from pml_server.api.fairness import CpuFairness
 from pml_server.api.page_tokens import PageTokens
 from pml_server.api.quotas import TenantQuotas
 from pml_server.api.stream import TraceStream
 from pml_server.api.streams import StreamSlots
-from pml_server.api.validate import Limits
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
 from pml_server.domain.errors import UnavailableError
+from pml_server.domain.limits import Limits
 
 
 @dataclass
@@ -40,6 +41,7 @@ class ServiceDeps:
     stream_idle_seconds: float = 60.0
     schema_version: int = 0
     on_capture: Callable[[model.CaptureResult], None] | None = None
+    fairness: CpuFairness | None = None  # None: calls are not scheduled by CPU cost
 
 
 class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
@@ -53,13 +55,20 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
     # ---- helpers -----------------------------------------------------------------------------
 
     @contextmanager
-    def _call(self, context: grpc.ServicerContext, role: Role) -> Iterator[Caller]:
-        """Authenticate, check the role, and hold one of the tenant's call slots."""
+    def _call(
+        self, context: grpc.ServicerContext, role: Role, *, scheduled: bool = True
+    ) -> Iterator[Caller]:
+        """Authenticate, check the role, hold one of the tenant's call slots, and (unary calls)
+        give way to lighter tenants once the call is long (`fairness`)."""
         if self.draining.is_set():
             raise UnavailableError("the server is shutting down; retry on another instance")
         caller = self._d.keys.require(context.invocation_metadata(), role)
         with self._d.quotas.hold(caller.tenant):
-            yield caller
+            if self._d.fairness is None or not scheduled:
+                yield caller
+                return
+            with self._d.fairness.call(caller.tenant):
+                yield caller
 
     @contextmanager
     def _stream_slot(self, context: grpc.ServicerContext) -> Iterator[None]:
@@ -106,7 +115,8 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
         request_iterator: Iterator[pml_pb2.StreamTracesRequest],
         context: grpc.ServicerContext,
     ) -> Iterator[pml_pb2.StreamTracesResponse]:
-        with self._call(context, Role.WRITE) as caller, self._stream_slot(context):
+        # not scheduled: a stream lives for minutes, its captures run on the capture pool
+        with self._call(context, Role.WRITE, scheduled=False) as caller, self._stream_slot(context):
             stream = TraceStream(
                 self._engine,
                 caller.tenant,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pml_server.domain import yielding
 from pml_server.domain.model import CapabilityView, IntentView, ParamView, PatternView
 from pml_server.domain.records import (
     CapabilityRecord,
@@ -32,17 +33,7 @@ def pattern_view(
         original_code=record.original_code,
         language=record.language,
         tools_used=record.tools_used,
-        params=tuple(
-            ParamView(
-                name=p.name,
-                json_type=p.json_type,
-                secret=p.secret,
-                recent_values_json=tuple(counters.recent_values.get(p.name, ())),
-            )
-            for p in record.params
-        )
-        if with_params
-        else (),
+        params=_param_views(record, counters) if with_params else (),
         parameter_schema_json=record.parameter_schema_json,
         usage_count=counters.usage,
         success_count=counters.success,
@@ -56,6 +47,15 @@ def pattern_view(
         superseded_by=record.superseded_by,
         tool_mismatch_count=counters.mismatch_count,
     )
+
+
+def _param_views(record: PatternRecord, counters: PatternCounters) -> tuple[ParamView, ...]:
+    views = []
+    for p in record.params:
+        yielding.checkpoint()  # up to 256 parameters a pattern: a long call's loop
+        values = tuple(counters.recent_values.get(p.name, ()))
+        views.append(ParamView(p.name, p.json_type, p.secret, values))
+    return tuple(views)
 
 
 def best_pattern(patterns: Sequence[PatternView]) -> PatternView:

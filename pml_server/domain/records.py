@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pml_server.domain import json_form
+from pml_server.domain import json_form, yielding
 from pml_server.domain.vectors import Vector
 
 
@@ -50,7 +50,11 @@ class PatternRecord:
         data = json_form.loads(raw)
         data["tools_used"] = tuple(data["tools_used"])
         data["code_tools"] = tuple(data.get("code_tools", ()))
-        data["params"] = tuple(ParamSpec(**p) for p in data["params"])
+        params = []
+        for p in data["params"]:
+            yielding.checkpoint()  # up to 256 parameters a pattern: a long call's loop
+            params.append(ParamSpec(**p))
+        data["params"] = tuple(params)
         return cls(**data)
 
 

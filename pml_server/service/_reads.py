@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pml_server.capture.views import capability_view, pattern_view
+from pml_server.domain import yielding
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError, NotFoundError
 from pml_server.domain.model import (
     CapabilityView,
@@ -41,7 +42,11 @@ def list_patterns(repo: Repository, tenant: str, page: PageRequest) -> Page[Patt
     check_tenant(tenant)
     check_page(page)
     records, cursor = repo.patterns_page(tenant, page.cursor, page.page_size)
-    views = [v for v in (stored_pattern_view(repo, tenant, r) for r in records) if v is not None]
+    views = []
+    for record in records:
+        yielding.checkpoint()
+        if (view := stored_pattern_view(repo, tenant, record)) is not None:
+            views.append(view)
     return Page(tuple(views), cursor)
 
 
@@ -111,7 +116,16 @@ def views_by_capability(repo: Repository, tenant: str) -> dict[str, list[Pattern
     """Every pattern's view of the tenant, grouped by capability (what retention evaluates)."""
     groups: dict[str, list[PatternView]] = {}
     for pattern in repo.all_patterns(tenant):
-        view = stored_pattern_view(repo, tenant, pattern)
+        yielding.checkpoint()
+        counters = repo.counters(tenant, pattern.id)
+        # retention reads counters, intents and marks, never the parameters (256 a pattern)
+        view = (
+            None
+            if counters is None
+            else pattern_view(
+                pattern, counters, repo.intents(tenant, pattern.id), with_params=False
+            )
+        )
         if view is not None:
             groups.setdefault(pattern.capability_id, []).append(view)
     return groups

@@ -11,6 +11,7 @@ changed since its last read), and the views are one round trip to the database.
 from __future__ import annotations
 
 from pml_server.capture.views import pattern_view
+from pml_server.domain import yielding
 from pml_server.domain.model import Suggestion, SuggestQuery, SuggestResult
 from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import Vector
@@ -56,6 +57,7 @@ def suggest_in_core(
             intents.setdefault(intent.pattern_id, []).append(intent)
     suggestions = []
     for suggestion, stored in zip(ranked, found, strict=True):
+        yielding.checkpoint()
         if stored is None or not intents.get(suggestion.pattern_id):
             continue
         record, counters = stored

@@ -7,8 +7,10 @@ issue 18 that failed on main before the fix:
 - a secret literal was redacted in the parameters but kept in `original_code`, error texts...;
 - single-tenant, 16 idle streams took every call slot: unary calls were refused;
 - live tool-call arguments were checked only when the execution finished, and buffered;
+- a tenant's expensive calls took its neighbour's Suggest 44x: nothing made them give way;
 - smaller: float32 norm overflow, live error field names, reused stream execution ids,
-  replays of deleted patterns, upload retries without backoff.
+  replays of deleted patterns, upload retries without backoff, unauthenticated calls refused
+  on the RPC threads.
 
 Figures (pattern sizes, answer sizes, secret bytes found on disk, server memory) go to
 `tests/reliability/figures/`; the expensive-tenant and unauthenticated-flood figures are
@@ -21,9 +23,9 @@ import json
 import random
 import secrets
 import socket
-import statistics
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,43 +33,22 @@ import grpc
 import pytest
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
-from pml_server.api.auth import hash_key
-from pml_server.client import PmlClient, PmlClientError, backoff_seconds, make_record
+from pml_server.api.auth import Role, add_key
+from pml_server.client import PmlClient, backoff_seconds, make_record
+from tests.reliability import cost_measure
+from tests.reliability.cost_measure import GIANT_LITERALS
 from tests.reliability.harness import ServerProcess, report
 
 OK = resources_pb2.EXECUTION_STATUS_SUCCESS
-GIANT_LITERALS = 120_000
 ANSWER_BUDGET = 4 * 1024 * 1024 + 64 * 1024  # api/budget.py: RESPONSE_BYTES + one pattern
+_giant_record = cost_measure.giant_record
+_plain_record = cost_measure.plain_record
 
 
-def _giant_code(i: int, language: str) -> str:
-    ones = ",".join(["1"] * GIANT_LITERALS)
-    if language == "python":
-        return f"x = [{ones}]\nmcp.giant_tool_{i}(data=x)\n"
-    return f"const x = [{ones}];\nawait mcp.giant_tool_{i}({{data: x}});\n"
-
-
-def _giant_record(i: int, salt: str = "") -> resources_pb2.ExecutionRecord:
-    language = "python" if i % 2 == 0 else "javascript"
-    return resources_pb2.ExecutionRecord(
-        request_id=f"giant-{salt}{i}",
-        intent=f"load the giant table number {i}",
-        code=_giant_code(i, language),
-        language=language,
-        tool_calls=[resources_pb2.ToolCall(tool=f"giant_tool_{i}", ok=True)],
-        status=OK,
-    )
-
-
-def _plain_record(request_id: str) -> resources_pb2.ExecutionRecord:
-    return resources_pb2.ExecutionRecord(
-        request_id=request_id,
-        intent="read the JSON config file",
-        code="await mcp.read_file({path: 'config.json'})",
-        language="javascript",
-        tool_calls=[resources_pb2.ToolCall(tool="read_file", ok=True)],
-        status=OK,
-    )
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _peak_rss(server: ServerProcess) -> int:
@@ -199,9 +180,9 @@ def test_giant_patterns_are_bounded_and_never_break_answers(
             pml_pb2.GetPatternRequest(name=reply.result.pattern), timeout=60
         ).pattern
         sizes.append(pattern.ByteSize())
-        assert not pattern.truncated  # GetPattern returns the whole pattern
         assert len(pattern.parameters) <= 256
         assert len(pattern.template.encode()) <= len(record.code.encode()) + 16 * 1024
+        assert not pattern.truncated  # GetPattern returns the whole pattern
         assert pattern.original_code == record.code
     plain = stub.Suggest(pml_pb2.SuggestRequest(intent="read the JSON config file"), timeout=60)
     assert any(s.pattern.tools_used == ["read_file"] for s in plain.suggestions), plain
@@ -504,87 +485,110 @@ def test_upload_survives_a_server_restarting(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, dict]]:
-    root = tmp_path_factory.mktemp("cost")
-    keys = {t: secrets.token_urlsafe(24) for t in ("heavy", "light")}
-    entries = [{"sha256": hash_key(k), "tenant": t, "role": "admin"} for t, k in keys.items()]
-    (root / "keys.json").write_text(json.dumps({"keys": entries}))
-    process = ServerProcess(
-        root / "data", "--durability", "fast", "--keys-file", str(root / "keys.json")
+    """`heavy` with ten giant patterns, `light` with one plain pattern; /metrics served."""
+    port = _free_port()
+    process, keys = cost_measure.start_server(
+        tmp_path_factory.mktemp("cost"), "--metrics-port", str(port)
     )
-    process.start()
+    process.metrics_port = port  # type: ignore[attr-defined]
     yield process, keys
     process.terminate()
 
 
-def _p50_ms(client: PmlClient, calls: int) -> tuple[float, int]:
-    times, errors = [], 0
-    for _ in range(calls):
-        start = time.perf_counter()
-        try:
-            reply = client.suggest("read the JSON config file")
-            assert reply.suggestions
-            assert reply.suggestions[0].pattern.tools_used == ["read_file"]
-        except PmlClientError:
-            errors += 1
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times), errors
+def _metric(process: ServerProcess, name: str) -> float:
+    port = process.metrics_port  # type: ignore[attr-defined]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not on /metrics")
 
 
 @pytest.mark.slow
-def test_an_expensive_tenant_leaves_its_neighbour_served(
+def test_an_expensive_tenant_gives_way_to_its_neighbour(
     tenants: tuple[ServerProcess, dict],
 ) -> None:
-    """Tenant `heavy` holds ten giant patterns and runs 4 concurrent Suggests and dry-run
-    retentions over them; `light` times its own Suggest meanwhile. `light` must get every answer
-    right; its p50 against its own baseline is reported (1.5x is the target; a timing, so the
-    bench decides, not this test), with how often `heavy` was refused for its CPU share."""
+    """Tenant `heavy` runs 4 concurrent Suggests and dry-run retentions over its ten giant
+    patterns (from a process of its own); `light` times its own Suggest meanwhile, against
+    phases with `heavy` idle. `light` gets every answer right and is never refused, `heavy`'s
+    calls are served (or refused with a retry delay), and the server paused `heavy`'s long
+    calls for `light`'s (`pml_fairness_pauses` on /metrics: before, nothing did, and light's p50
+    went 44x). The latency ratios are reported, not asserted: `python -m benches tenant_cost`
+    holds them to 1.5x."""
     process, keys = tenants
-    with (
-        PmlClient(process.target, api_key=keys["heavy"], timeout=120) as heavy,
-        PmlClient(process.target, api_key=keys["light"], timeout=30) as light,
-    ):
-        light.record(_plain_record("light-1"))
-        for i in range(10):
-            heavy.record(_giant_record(i, "h"))
-        baseline, _ = _p50_ms(light, 100)
-        stop = threading.Event()
-        heavy_codes: list[str] = []
-
-        def hammer(kind: int) -> None:
-            while not stop.is_set():
-                try:
-                    if kind % 2:
-                        heavy.suggest("load the giant table", 100)
-                    else:
-                        heavy.run_retention(apply=False)
-                    heavy_codes.append("OK")
-                except PmlClientError as err:
-                    heavy_codes.append(err.code.name)
-                    time.sleep(err.retry_delay_seconds or 0.0)
-
-        threads = [threading.Thread(target=hammer, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        try:
-            time.sleep(0.5)
-            loaded, light_errors = _p50_ms(light, 100)
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(120)
+    before = _metric(process, "pml_fairness_pauses_total")
+    figures = cost_measure.measure(process, keys, trials=2, calls=60)
+    pauses = _metric(process, "pml_fairness_pauses_total") - before
     summary = report(
         "hostile_valid_expensive_tenant",
         {
-            "neighbour_p50_ms_alone": round(baseline, 2),
-            "neighbour_p50_ms_loaded": round(loaded, 2),
-            "ratio": round(loaded / baseline, 2),
-            "neighbour_errors": light_errors,
-            "heavy_calls": len(heavy_codes),
-            "heavy_refused_for_cost": heavy_codes.count("RESOURCE_EXHAUSTED"),
-        },
+            k: figures[k]
+            for k in (
+                "neighbour_p50_ms",
+                "neighbour_p99_ms",
+                "p50_ratio",
+                "p99_ratio",
+                "neighbour_errors",
+                "neighbour_wrong_answers",
+                "heavy_codes",
+                "load_average_1min",
+            )
+        }
+        | {"heavy_pauses": pauses},
     )
-    assert light_errors == 0, summary
-    assert set(heavy_codes) <= {"OK", "RESOURCE_EXHAUSTED"}, summary
+    assert figures["neighbour_calls"] == cost_measure.WARM_UP_CALLS + 2 * 2 * 60, summary
+    assert figures["neighbour_errors"] == {}, summary
+    assert figures["neighbour_wrong_answers"] == 0, summary
+    codes = figures["heavy_codes"]
+    assert {c.split()[1] for c in codes} <= {"OK", "RESOURCE_EXHAUSTED"}, summary
+    assert codes.get("suggest OK", 0) > 0, summary
+    assert codes.get("retention OK", 0) > 0, summary
+    assert pauses > 0, summary
+
+
+def test_unauthenticated_calls_need_no_rpc_thread(tmp_path: Path) -> None:
+    """Both RPC threads are taken by a tenant's open streams: a call without a valid key is
+    still answered UNAUTHENTICATED (on the refusal pool, held like a quota refusal), not left
+    waiting for a thread until its deadline, as it was when the servicer refused it."""
+    keys = tmp_path / "keys.json"
+    key = add_key(keys, "acme", Role.WRITE)
+    process = ServerProcess(
+        tmp_path / "data",
+        *("--keys-file", str(keys), "--max-workers", "2", "--tenant-max-in-flight", "2"),
+        *("--max-streams", "2"),
+    )
+    process.start()
+    release = threading.Event()
+
+    def idle() -> Iterator[pml_pb2.StreamTracesRequest]:
+        release.wait(60)
+        return
+        yield  # a generator that sends nothing
+
+    codes: list[str] = []
+    try:
+        with grpc.insecure_channel(process.target) as channel:
+            stub = pml_pb2_grpc.PmlServiceStub(channel)
+            held = [
+                stub.StreamTraces(idle(), metadata=[("authorization", f"Bearer {key}")])
+                for _ in range(2)
+            ]
+            time.sleep(1.0)  # both streams reach their handlers
+            for bad in ("Bearer nope", ""):
+                metadata = [("authorization", bad)] if bad else []
+                try:
+                    stub.GetStats(pml_pb2.GetStatsRequest(), metadata=metadata, timeout=5)
+                    codes.append("OK")
+                except grpc.RpcError as err:
+                    codes.append(err.code().name)
+            release.set()
+            for call in held:
+                call.cancel()
+    finally:
+        release.set()
+        process.terminate()
+    assert codes == ["UNAUTHENTICATED", "UNAUTHENTICATED"], codes
 
 
 def test_unauthenticated_calls_are_held_like_quota_refusals(

@@ -190,7 +190,7 @@ impl LexicalIndex {
             for &doc in touched.iter() {
                 if let Some(entry) = self.docs[doc as usize].terms.get(&term.number) {
                     let doc_norm = norm.of(self.lengths[doc as usize]);
-                    scores[doc as usize] += contribution(term.gain, entry.tf as f64, doc_norm);
+                    scores[doc as usize] += contribution(term.gain, f64::from(entry.tf), doc_norm);
                 }
             }
         }
@@ -204,7 +204,7 @@ impl LexicalIndex {
         let mut score = 0.0;
         for term in query {
             if let Some(entry) = terms.get(&term.number) {
-                score += contribution(term.gain, entry.tf as f64, doc_norm);
+                score += contribution(term.gain, f64::from(entry.tf), doc_norm);
             }
         }
         score

@@ -9,6 +9,8 @@
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use super::formula::{pattern_semantic, score, Params, ScoreParts};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
@@ -117,8 +119,10 @@ pub fn rank_retrieved(
 ) -> CoreResult<Vec<Ranked>> {
     // The retrieved patterns, in first-seen order, and the cosines the ANN returned.
     let mut slots: Vec<u32> = Vec::new();
-    let mut seen: HashSet<u32> = HashSet::new();
-    let mut cosine: HashMap<u64, f32> = HashMap::with_capacity(found.semantic.len());
+    // Keyed by table slots and engine-assigned intent ids: the fast Fx hash.
+    let mut seen: FxHashSet<u32> = FxHashSet::default();
+    let mut cosine: FxHashMap<u64, f32> =
+        FxHashMap::with_capacity_and_hasher(found.semantic.len(), Default::default());
     for hit in &found.semantic {
         cosine.insert(hit.id, hit.score);
         if let Some(slot) = table.row_of_intent(hit.id) {
@@ -127,7 +131,8 @@ pub fn rank_retrieved(
             }
         }
     }
-    let mut bm25: HashMap<u32, f64> = HashMap::with_capacity(found.lexical.len());
+    let mut bm25: FxHashMap<u32, f64> =
+        FxHashMap::with_capacity_and_hasher(found.lexical.len(), Default::default());
     for (pattern_id, value) in &found.lexical {
         if let Some(slot) = table.row_of_pattern(pattern_id) {
             bm25.insert(slot, *value);

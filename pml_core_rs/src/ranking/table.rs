@@ -11,6 +11,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use super::formula::Counts;
 
 /// Index of an interned name.
@@ -48,7 +50,8 @@ pub struct RankTable {
     rows: Vec<Row>,
     free: Vec<u32>,
     row_of: HashMap<Box<str>, u32>,
-    intent_row: HashMap<u64, u32>,
+    /// Keyed by intent ids, which the engine assigns (never caller input): the fast Fx hash.
+    intent_row: FxHashMap<u64, u32>,
     names: Vec<String>,
     name_id: HashMap<String, NameId>,
 }
