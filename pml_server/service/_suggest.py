@@ -22,7 +22,7 @@ from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import SuggestQuery, SuggestResult
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.domain.vectors import Vector, client_vector
-from pml_server.ranking import Candidate, Retrieval, rank_lazily, score_ceiling
+from pml_server.ranking import Candidate, Retrieval, pattern_semantic, rank_lazily, score_ceiling
 from pml_server.search import TenantSearchIndex
 from pml_server.service._arguments import check_tenant
 from pml_server.service._state import EngineState
@@ -137,8 +137,9 @@ def retrieve(
     patterns = {p for i, _ in semantic_hits if (p := index.pattern_of(i)) is not None}
     patterns.update(lexical)
     intents_of = {p: tuple(index.intents_of(p)) for p in patterns}
-    # The best cosine over every intent of each pattern: the ANN returns only some of them,
-    # with exact scores; the others (a lexical-only hit has none) are scored exactly in one call.
+    # Every intent of each pattern is scored (`pattern_semantic` weighs its best three): the ANN
+    # returns only some of them, with exact scores; the others (a lexical-only hit has none) are
+    # scored exactly in one call.
     cosine = dict(semantic_hits)
     unscored = [i for ids in intents_of.values() for i in ids if i not in cosine]
     if unscored:
@@ -147,6 +148,6 @@ def retrieve(
     for pattern_id, intent_ids in intents_of.items():
         scores = [cosine[i] for i in intent_ids if i in cosine]
         if scores:  # none: deleted since the index answered
-            semantic = max(0.0, max(scores))
+            semantic = pattern_semantic(scores)
             retrievals.append(Retrieval(pattern_id, semantic, lexical.get(pattern_id, 0.0)))
     return Retrieved(repo, tenant, retrievals, intents_of)

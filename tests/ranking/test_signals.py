@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pml_server.ranking import (
     DAY_MS,
     RankingConfig,
     fuse_match,
     normalize_lexical,
+    pattern_semantic,
     recency_factor,
     reliability_factor,
     success_estimate,
@@ -108,3 +111,29 @@ def test_recency_of_a_future_timestamp_is_full() -> None:
 
 def test_fetch_limit_overfetches() -> None:
     assert CONFIG.fetch_limit(5) == 5 * CONFIG.overfetch
+
+
+def test_pattern_semantic_weighs_the_best_three_cosines() -> None:
+    # one intent keeps its cosine; more: (1 * c1 + 0.25 * c2 + 0.0625 * c3) / 1.3125
+    assert pattern_semantic([0.8]) == 0.8
+    assert pattern_semantic([0.4, 0.8]) == pytest.approx((0.8 + 0.25 * 0.4) / 1.25)
+    assert pattern_semantic([0.1, 0.9, 0.5, 0.7]) == pytest.approx(
+        (0.9 + 0.25 * 0.7 + 0.0625 * 0.5) / 1.3125
+    )
+    assert pattern_semantic([-0.3, -0.1]) == 0.0
+    assert pattern_semantic([]) == 0.0
+
+
+@given(st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=12))
+def test_pattern_semantic_is_at_most_the_best_cosine_and_ignores_order(
+    cosines: list[float],
+) -> None:
+    """A big group is never rewarded for its size: its score is at most its best intent's, and
+    intents beyond the best three change nothing."""
+    best = max(cosines)
+    value = pattern_semantic(cosines)
+    assert value <= max(best, 0.0) + 1e-12  # a weighted mean of equal values may round up
+    assert value == pattern_semantic(sorted(cosines))
+    assert value == pattern_semantic(sorted(cosines, reverse=True)[:3])
+    # a close second intent lifts a pattern above one whose other intents are far
+    assert pattern_semantic([0.8, 0.79]) > pattern_semantic([0.8, 0.1])

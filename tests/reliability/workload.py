@@ -19,8 +19,13 @@ import uuid
 from dataclasses import dataclass, field
 
 import grpc
+import pytest
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
+from pml_server.embedding import make_embedder
+from pml_server.ranking import pattern_semantic
+
+_EMBEDDER = make_embedder("hashing")  # what tests/reliability/harness.py serves with
 
 PATTERNS = 6
 _VERBS = ["read", "parse", "load", "fetch", "sync", "merge", "index", "export", "scan", "sort"]
@@ -197,6 +202,7 @@ def check_after_restart(
             figures.in_flight_resent += 1
         executions = 0
         intents: list[tuple[str, str]] = []
+        texts_of: dict[str, list[str]] = {}
         for p, name in names.items():
             pattern = stub.GetPattern(pml_pb2.GetPatternRequest(name=name), timeout=30).pattern
             ok, bad = ledger.expected(p)
@@ -204,6 +210,7 @@ def check_after_restart(
             assert got == (ok + bad, ok, bad), f"pattern {p} counters {got} != sent {ok}, {bad}"
             executions += ok + bad
             intents += [(name, i.text) for i in pattern.intents]
+            texts_of[name] = [i.text for i in pattern.intents]
         doomed_runs = len(ledger.deleted)
         stats = stub.GetStats(pml_pb2.GetStatsRequest(), timeout=30)
         assert stats.executions == executions + doomed_runs, (
@@ -211,12 +218,23 @@ def check_after_restart(
         )
         for name, text in rng.sample(intents, min(max_intents, len(intents))):
             found = _suggested(stub, text)
-            assert found.get(name, 0.0) >= 0.999, f"intent {text!r} of {name} not in the index"
+            # the pattern's semantic part over its intents' cosines, the asked one exactly 1:
+            # what Suggest reports only if every intent of the pattern is in the vector index
+            expected = _semantic_of(text, texts_of[name])
+            assert found.get(name, 0.0) == pytest.approx(expected, abs=1e-4), (
+                f"intent {text!r} of {name} not in the index"
+            )
             figures.intents_checked += 1
         for name, text in ledger.deleted.items():
             assert name not in _suggested(stub, text), f"deleted {name} is still suggested"
             figures.deleted_checked += 1
     return figures
+
+
+def _semantic_of(text: str, pattern_texts: list[str]) -> float:
+    """The semantic part Suggest gives a pattern for `text` (the server's hashing embedder)."""
+    vectors = _EMBEDDER.embed([text, *pattern_texts])
+    return pattern_semantic(float(vectors[0] @ row) for row in vectors[1:])
 
 
 def _suggested(stub: pml_pb2_grpc.PmlServiceStub, text: str) -> dict[str, float]:

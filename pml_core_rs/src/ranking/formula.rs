@@ -95,6 +95,26 @@ pub fn normalize_lexical(raw_bm25: f64, p: &Params) -> f64 {
     }
 }
 
+/// Weights of a pattern's best, second and third intent cosines (`signals.SEMANTIC_TOP_WEIGHTS`).
+pub const SEMANTIC_TOP_WEIGHTS: [f64; 3] = [1.0, 0.25, 0.0625];
+
+/// A pattern's semantic score from its intents' cosines (`signals.pattern_semantic`): the
+/// weighted mean of the best three, at least 0; None without cosines. Same operations in the
+/// same order as the Python, so the bits agree.
+pub fn pattern_semantic(cosines: &mut [f64]) -> Option<f64> {
+    if cosines.is_empty() {
+        return None;
+    }
+    cosines.sort_by(|a, b| b.total_cmp(a));
+    let mut weighted = 0.0;
+    let mut weights = 0.0;
+    for (weight, cosine) in SEMANTIC_TOP_WEIGHTS.iter().zip(cosines.iter()) {
+        weighted += weight * cosine;
+        weights += weight;
+    }
+    Some((weighted / weights).max(0.0))
+}
+
 /// Noisy-or of the weighted signals: 1 - (1 - ws*sem)(1 - wl*lex).
 pub fn fuse_match(semantic: f64, lexical_norm: f64, p: &Params) -> f64 {
     let sem = clamp_unit(semantic);
@@ -177,5 +197,20 @@ pub fn score(cosine: f64, bm25: f64, counts: &Counts, p: &Params, now_ms: i64) -
         penalty,
         total: matched * reliability * usage * recency * penalty,
         reliability,
+    }
+}
+
+#[cfg(test)]
+mod semantic_tests {
+    use super::pattern_semantic;
+
+    #[test]
+    fn weighs_the_best_three_cosines_at_most_the_best() {
+        assert_eq!(pattern_semantic(&mut []), None);
+        assert_eq!(pattern_semantic(&mut [0.8]), Some(0.8));
+        let four = pattern_semantic(&mut [0.1, 0.9, 0.5, 0.7]).unwrap();
+        assert!((four - (0.9 + 0.25 * 0.7 + 0.0625 * 0.5) / 1.3125).abs() < 1e-15);
+        assert!(four <= 0.9);
+        assert_eq!(pattern_semantic(&mut [-0.3, -0.1]), Some(0.0));
     }
 }

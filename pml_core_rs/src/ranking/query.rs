@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::formula::{score, Params, ScoreParts};
+use super::formula::{pattern_semantic, score, Params, ScoreParts};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex, EXACT_SCAN_MIN};
@@ -158,19 +158,17 @@ pub fn rank_retrieved(
     let mut slot_of: HashMap<&str, u32> = HashMap::new();
     for &slot in &slots {
         let row = table.row(slot);
-        let best = row
+        let mut cosines: Vec<f64> = row
             .intents
             .iter()
             .filter_map(|i| cosine.get(i))
             .map(|&c| f64::from(c))
-            .fold(None, |acc: Option<f64>, c| {
-                Some(acc.map_or(c, |a| a.max(c)))
-            });
-        let Some(best) = best else {
+            .collect();
+        let Some(semantic) = pattern_semantic(&mut cosines) else {
             continue; // no intent left in the vector index: deleted since it answered
         };
         let lexical = bm25.get(&slot).copied().unwrap_or(0.0);
-        let parts = score(best.max(0.0), lexical, &row.counts, params, now_ms);
+        let parts = score(semantic, lexical, &row.counts, params, now_ms);
         if !passes(row, &parts, &resolved, filters) {
             continue;
         }
