@@ -217,12 +217,12 @@ def _client_vector_rows() -> list[Row]:
 
 def _suggest_row(n: int) -> Row:
     from pml_server.api.server import start_server
-    from pml_server.config import ServerConfig
+    from pml_server.config import config_of
     from pml_server.domain.model import SuggestQuery
     from tests.support import open_engine
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = ServerConfig(
+        config = config_of(
             listen="127.0.0.1:0", data_dir=Path(tmp), embedder="hashing", durability="fast"
         )
         server = start_server(config, engine=open_engine(config))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from pml_server.domain.engine import MAX_CAPTURE_BATCH
+from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import ExecutionRecord
 from pml_server.service import Engine
 
@@ -18,7 +18,7 @@ def record_all(
     count: int,
     make: Callable[[int], ExecutionRecord],
     threads: int = 2,
-    batch: int = MAX_CAPTURE_BATCH,
+    batch: int = LIMITS.capture_batch.bound,
 ) -> None:
     """Capture `make(i)` for i in 0..count, in batches of `batch` consecutive executions; batch
     b runs on thread b % threads (two threads: one fills its next batch while the other waits

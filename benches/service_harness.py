@@ -144,7 +144,8 @@ def _wait_serving(port: int, process: subprocess.Popen[str], deadline: float) ->
 
 
 def stop_process(process: subprocess.Popen[str], grace: float = 30.0) -> None:
-    """SIGTERM, then SIGKILL after `grace` seconds: never leaves a process behind."""
+    """SIGTERM, then SIGKILL after `grace` seconds: never leaves a process behind (nor its
+    pipes open)."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
@@ -152,6 +153,9 @@ def stop_process(process: subprocess.Popen[str], grace: float = 30.0) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 @contextmanager

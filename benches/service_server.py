@@ -33,7 +33,7 @@ from benches.fill import record_all
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.api.server import _options, start_server
 from pml_server.capture.normalize import normalize
-from pml_server.config import EngineConfig, ServerConfig
+from pml_server.config import EngineConfig, ServerConfig, config_of
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, SuggestResult, ToolCall
 from pml_server.service import Engine
 
@@ -76,17 +76,14 @@ def _wait_for_sigterm() -> None:
 
 
 def serve(data_dir: Path, embedder: str, durability: str) -> None:
-    config = ServerConfig(
+    config = config_of(
         listen="127.0.0.1:0",
         data_dir=data_dir,
         embedder=embedder,
         durability=durability,
         metrics_port=0,  # the harness reads the model's CPU seconds from /metrics
     )
-    engine = Engine.open(
-        EngineConfig(data_dir=data_dir, embedder=embedder, durability=durability),
-        normalizer=normalize,
-    )
+    engine = Engine.open(config.engine, normalizer=normalize)
     running = start_server(config, engine)  # health turns SERVING once the index is loaded
     print(f"PORT {running.port} METRICS {running.metrics_port}", flush=True)
     _wait_for_sigterm()
@@ -112,10 +109,10 @@ class CannedEngine:
 
 
 def serve_canned(data_dir: Path) -> None:
-    config = ServerConfig(listen="127.0.0.1:0", data_dir=data_dir, durability="fast")
-    engine = Engine.open(
-        EngineConfig(data_dir=data_dir, embedder="minilm", durability="fast"), normalizer=normalize
+    config = config_of(
+        listen="127.0.0.1:0", data_dir=data_dir, embedder="minilm", durability="fast"
     )
+    engine = Engine.open(config.engine, normalizer=normalize)
     if not engine.wait_ready(600):
         raise RuntimeError("engine index did not become ready")
     canned = CannedEngine(engine)

@@ -5,134 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pml_server.config import DEFAULT_DATA_DIR, DEFAULT_LISTEN, ServerConfig
+from pml_server.config import DEFAULT_LISTEN, ConfigError, add_serve_flags, serve_config
+from pml_server.domain.limits import LIMITS
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-def _serve_flags(serve: argparse.ArgumentParser) -> None:
-    d = ServerConfig()
-    add = serve.add_argument
-    add("--listen", default=DEFAULT_LISTEN, help="host:port to bind (port 0: any free port)")
-    add("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="RocksDB directory")
-    add(
-        "--store",
-        default=None,
-        help="postgresql://host:port/db: share one PostgreSQL database with other replicas "
-        "(default: $PML_STORE, else the embedded RocksDB in --data-dir). Put a password in "
-        "PML_STORE, PGPASSWORD or ~/.pgpass, never here: a command line is visible to others",
-    )
-    add(
-        "--pool-size",
-        type=int,
-        default=d.pool_size,
-        help="database connections of this replica (with --store)",
-    )
-    add(
-        "--embedder",
-        default=d.embedder,
-        choices=["minilm", "hashing"],
-        help="intent embedder: the real MiniLM model, or the fast hashing one",
-    )
-    add(
-        "--durability",
-        default=d.durability,
-        choices=["sync", "fast"],
-        help="sync: fsync before acknowledging; fast: WAL without fsync",
-    )
-    add(
-        "--vector-index",
-        default=d.vector_index,
-        choices=["hnsw", "exact"],
-        help="intent search: the Rust HNSW index, or exact numpy search",
-    )
-    add(
-        "--page-token-secret-file",
-        type=Path,
-        help="key that signs page tokens (default: <data-dir>/page-token.key); replicas of "
-        "one shared store must use the same file, or a page token from one is refused by another",
-    )
-    add("--keys-file", type=Path, help="API keys file (see `pml keys add`); none: single tenant")
-    add(
-        "--allow-insecure-remote",
-        action="store_true",
-        help="allow a non-loopback --listen without a keys file",
-    )
-    add("--tls-cert", type=Path, help="server certificate (PEM)")
-    add("--tls-key", type=Path, help="server private key (PEM)")
-    add("--tls-client-ca", type=Path, help="CA for client certificates: enables mutual TLS")
-    add("--metrics-port", type=int, help="serve Prometheus /metrics on this port (default: none)")
-    add("--metrics-host", default=d.metrics_host, help="address for /metrics")
-    add("--max-code-bytes", type=int, default=d.max_code_bytes, help="largest code text taken")
-    add("--max-tool-calls", type=int, default=d.max_tool_calls, help="most tool calls per record")
-    add(
-        "--max-message-bytes",
-        type=int,
-        default=d.max_message_bytes,
-        help="largest gRPC message received",
-    )
-    add(
-        "--max-concurrent-rpcs",
-        type=int,
-        default=d.max_concurrent_rpcs,
-        help="calls in progress before new ones are refused",
-    )
-    add("--max-workers", type=int, default=d.max_workers, help="RPC threads")
-    add(
-        "--capture-workers",
-        type=int,
-        default=d.capture_workers,
-        help="threads that run captures",
-    )
-    add(
-        "--stream-window",
-        type=int,
-        default=d.stream_window,
-        help="unacknowledged executions per stream before the server stops reading",
-    )
-    add(
-        "--tenant-max-in-flight",
-        type=int,
-        help="calls in progress per tenant (default: a quarter of --max-workers with a keys file)",
-    )
-    add("--max-streams", type=int, help="streams open at once (default: half of --max-workers)")
-    add("--max-streams-per-connection", type=int, default=4, help="streams open per connection")
-    add(
-        "--stream-idle-seconds",
-        type=float,
-        default=60.0,
-        help="a stream silent this long with nothing in flight is closed",
-    )
-    add("--tenant-rate", type=float, help="calls per second per tenant (token bucket)")
-    add("--tenant-burst", type=int, help="token bucket size (default: the rate)")
-    add(
-        "--grace-seconds",
-        type=float,
-        default=d.grace_seconds,
-        help="how long SIGTERM waits for in-flight calls",
-    )
-    add(
-        "--retention",
-        dest="retention_in_background",
-        action=argparse.BooleanOptionalAction,
-        default=d.retention_in_background,
-        help="apply the retention policy (flag, deprioritize; delete only if configured) to "
-        "every tenant on a schedule",
-    )
-    add(
-        "--retention-interval-seconds",
-        type=float,
-        default=d.retention_interval_seconds,
-        help="how often the retention policy runs, in seconds",
-    )
-    add("--log-format", choices=["json", "text"], default="json", help="log line format")
-    add("--log-level", default="info", help="debug, info, warning or error")
 
 
 EXIT_CODES = """exit codes:
@@ -220,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pml {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
-    _serve_flags(
+    add_serve_flags(
         commands.add_parser(
             "serve", help="run the gRPC server", epilog=EXIT_CODES, formatter_class=_HelpFormatter
         )
@@ -269,7 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sug = client("suggest", "ranked suggestions with score parts")
     sug.add_argument("intent", help="what the agent wants to do")
-    sug.add_argument("-k", type=int, default=0, help="how many, 1..100 (0: the server's 5)")
+    sug.add_argument(
+        "-k",
+        type=int,
+        default=0,
+        help=f"how many, 1..{LIMITS.suggestions.bound} (0: the server's 5)",
+    )
     sug.add_argument("--min-match", type=float, help="minimum match, 0..1 (default: server's)")
     sug.add_argument(
         "--min-success", type=float, help="minimum success estimate, 0..1 (default: server's)"
@@ -292,7 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     delete = client("delete", "delete a pattern or capability")
     delete.add_argument("name", help="patterns/ID or capabilities/ID")
     fails = client("failures", "the failure log, newest first")
-    fails.add_argument("--limit", type=int, default=50, help="at most this many (1..1000)")
+    fails.add_argument(
+        "--limit", type=int, default=50, help=f"at most this many (1..{LIMITS.page_size.bound})"
+    )
     ret = client("retention", "run the retention policy (dry run unless --apply)")
     ret.add_argument("--apply", action="store_true", help="apply it (admin role)")
     client("stats", "counts of this tenant's data")
@@ -345,59 +233,16 @@ def _keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def server_config(args: argparse.Namespace) -> ServerConfig:
-    """The ServerConfig that `pml serve` flags describe (every serve flag lands in it)."""
-    return ServerConfig(
-        listen=args.listen,
-        data_dir=args.data_dir,
-        store=args.store or os.environ.get("PML_STORE") or None,
-        pool_size=args.pool_size,
-        embedder=args.embedder,
-        durability=args.durability,
-        vector_index=args.vector_index,
-        keys_file=args.keys_file,
-        page_token_secret_file=args.page_token_secret_file,
-        allow_insecure_remote=args.allow_insecure_remote,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_client_ca=args.tls_client_ca,
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
-        max_code_bytes=args.max_code_bytes,
-        max_tool_calls=args.max_tool_calls,
-        max_message_bytes=args.max_message_bytes,
-        max_concurrent_rpcs=args.max_concurrent_rpcs,
-        max_workers=args.max_workers,
-        capture_workers=args.capture_workers,
-        stream_window=args.stream_window,
-        grace_seconds=args.grace_seconds,
-        tenant_max_in_flight=args.tenant_max_in_flight,
-        max_streams=args.max_streams,
-        max_streams_per_connection=args.max_streams_per_connection,
-        stream_idle_seconds=args.stream_idle_seconds,
-        tenant_rate=args.tenant_rate,
-        tenant_burst=args.tenant_burst,
-        retention_in_background=args.retention_in_background,
-        retention_interval_seconds=args.retention_interval_seconds,
-    )
-
-
 def _serve(args: argparse.Namespace) -> int:
     from pml_server.api import logs
     from pml_server.api.server import serve_forever
 
-    logs.configure(args.log_level, json_format=args.log_format == "json")
-    if args.store:
-        from pml_server.storage.postgres import has_password
-
-        if has_password(args.store):
-            print(
-                "pml serve: --store carries a password, which any user can read on the "
-                "command line: set PML_STORE (or PGPASSWORD, ~/.pgpass) instead",
-                file=sys.stderr,
-            )
-            return 2
-    config = server_config(args)
+    try:
+        config = serve_config(args)
+    except ConfigError as err:
+        print(f"pml serve: error: {err}", file=sys.stderr)
+        return 2
+    logs.configure(config.server.log_level, json_format=config.server.log_format == "json")
     try:
         serve_forever(config)
     except (ValueError, OSError) as err:

@@ -35,6 +35,7 @@ from pml_server import cli_render as render
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.config import DEFAULT_LISTEN
+from pml_server.domain.limits import LIMITS
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -311,7 +312,9 @@ def delete(args: argparse.Namespace) -> int:
 
 def failures(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        items = list(client.list_failures(page_size=min(args.limit, 1000)).failures)
+        items = list(
+            client.list_failures(page_size=min(args.limit, LIMITS.page_size.bound)).failures
+        )
     if args.json:
         _print_json({"failures": [_as_json(f) for f in items]})
     else:

@@ -11,7 +11,7 @@ import pytest
 from pml_server.api.auth import Role, add_key
 from pml_server.api.server import RunningServer, start_server
 from pml_server.client import PmlClient
-from pml_server.config import ServerConfig
+from pml_server.config import config_of
 from pml_server.domain.engine import EngineProtocol
 from tests.postgres_cluster import postgres_cluster, postgres_dsn  # noqa: F401 (fixtures)
 from tests.support import open_engine
@@ -26,7 +26,8 @@ def data_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def start(data_dir: Path) -> Iterator[StartServer]:
-    """Start servers on port 0 with any ServerConfig overrides; all are stopped at the end."""
+    """Start servers on port 0 with any setting overrides (server or engine, by name:
+    `config_of`); all are stopped at the end."""
     started: list[RunningServer] = []
 
     def _start(engine: EngineProtocol | None = None, **overrides: object) -> RunningServer:
@@ -36,7 +37,7 @@ def start(data_dir: Path) -> Iterator[StartServer]:
             "embedder": "hashing",
             "durability": "fast",
         }
-        config = ServerConfig(**{**settings, **overrides})  # type: ignore[arg-type]
+        config = config_of(**{**settings, **overrides})
         engine = engine or open_engine(config)
         try:
             running = start_server(config, engine=engine)

@@ -5,10 +5,13 @@ ranking and retention tests."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 from pml_server.api.server import open_engine as open_served_engine
-from pml_server.config import EngineConfig, ServerConfig
+from pml_server.config import Config, EngineConfig
 from pml_server.domain.model import ExecutionRecord, ExecutionStatus, PatternView, ToolCall
 from pml_server.ranking import DAY_MS, Candidate
 from pml_server.service import Engine
@@ -26,17 +29,17 @@ class Clock:
 
 
 def open_engine(
-    where: Path | ServerConfig,
+    where: Path | Config,
     clock: Clock | None = None,
     embedder: str = "hashing",
     **overrides: object,
 ) -> Engine:
     """The real `Engine` on a real RocksDB, ready (its indexes caught up). Given a directory:
     an engine of the hashing embedder (for speed) with any `EngineConfig` overrides and a
-    controllable clock. Given a `ServerConfig`: exactly as `pml serve` opens it."""
-    if isinstance(where, ServerConfig):
-        assert clock is None, "a ServerConfig carries every setting"
-        assert not overrides, "a ServerConfig carries every setting"
+    controllable clock. Given a `Config`: exactly as `pml serve` opens it."""
+    if isinstance(where, Config):
+        assert clock is None, "a Config carries every setting"
+        assert not overrides, "a Config carries every setting"
         engine = open_served_engine(where)
         assert isinstance(engine, Engine)
     else:
@@ -44,6 +47,23 @@ def open_engine(
         engine = Engine.open(config, clock or Clock())
     assert engine.wait_ready(60)
     return engine
+
+
+def spawn_pml_serve(*flags: str) -> tuple[subprocess.Popen[str], str]:
+    """The `pml serve` entry point with `flags` as a process, and its target once it has
+    printed the port it listens on."""
+    pml = Path(sys.executable).parent / "pml"
+    proc = subprocess.Popen(
+        [str(pml), "serve", *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(r"\(port (\d+)\)", line)
+    if match is None:
+        proc.kill()
+        _, stderr = proc.communicate(timeout=60)
+        raise AssertionError(f"pml serve did not start: {line!r} {stderr}")
+    return proc, f"127.0.0.1:{match.group(1)}"
 
 
 def code_for(tools: list[str], path: str = "a.json") -> str:

@@ -11,6 +11,7 @@ from google.protobuf import json_format
 from pml_server import cli
 from pml_server.api.server import RunningServer
 from pml_server.client import make_record
+from pml_server.config import serve_config
 
 READ = 'const d = await mcp.read_file({path: "a.json"}); return await mcp.parse_json(d)'
 
@@ -156,10 +157,13 @@ def test_every_serve_flag_reaches_the_server_config() -> None:
     args = cli.build_parser().parse_args(
         ["serve", "--vector-index", "exact", "--durability", "fast", "--embedder", "hashing"]
     )
-    config = cli.server_config(args)
-    assert (config.vector_index, config.durability, config.embedder) == ("exact", "fast", "hashing")
-    logging_only = {"command", "handler", "log_level", "log_format"}
+    config = serve_config(args, environ={})
+    engine = config.engine
+    assert (engine.vector_index, engine.durability, engine.embedder) == ("exact", "fast", "hashing")
     for dest, value in vars(args).items():
-        if dest in logging_only:
+        if dest == "command":
             continue
-        assert getattr(config, dest) == value, f"--{dest.replace('_', '-')} is not passed on"
+        found: object = config
+        for part in dest.split("__"):
+            found = getattr(found, part)
+        assert found == value, f"{dest} is not passed on"

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pml_server.domain.errors import PermissionDeniedError, UnauthenticatedError
+from pml_server.domain.limits import TENANT_NAME, TENANT_NAME_RULE
 
 SINGLE_TENANT = "default"
 # Presented keys remembered (valid ones only), so a call costs a dict lookup instead of a hash;
 # dropped all at once past this size, which only costs a re-hash.
 _KEY_CACHE_SIZE = 4096
-_TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _BEARER = "bearer "
 
 
@@ -150,7 +150,7 @@ def read_keys_file(path: Path) -> dict[str, Caller]:
         if not re.fullmatch(r"[0-9a-f]{64}", digest):
             raise ValueError(f"{path}: keys[{i}].sha256 is not a SHA-256 hex digest")
         tenant = str(item["tenant"])
-        if not _TENANT_RE.fullmatch(tenant):
+        if not TENANT_NAME.fullmatch(tenant):
             raise ValueError(f"{path}: keys[{i}].tenant {tenant!r} is not a valid tenant")
         entries[digest] = Caller(tenant=tenant, role=Role.parse(str(item["role"])))
     return entries
@@ -212,8 +212,8 @@ def _write_keys(path: Path, data: object) -> None:
 def add_key(path: Path, tenant: str, role: Role, label: str = "") -> str:
     """Create a new random key for `tenant`, store its hash in `path`, return the key (shown
     once; it cannot be recovered from the file)."""
-    if not _TENANT_RE.fullmatch(tenant):
-        raise ValueError(f"tenant {tenant!r}: use 1-64 letters, digits, '_', '.', '-'")
+    if not TENANT_NAME.fullmatch(tenant):
+        raise ValueError(f"tenant {tenant!r}: use {TENANT_NAME_RULE}")
     data = json.loads(path.read_text()) if path.exists() else {"keys": []}
     key = "pml_" + secrets.token_urlsafe(32)
     data["keys"].append(

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from pml_server._proto.pml.v1 import resources_pb2
 from pml_server.domain import yielding
+from pml_server.domain.limits import LIMITS
 
-PATTERN_BYTES = 64 * 1024  # one pattern in a Suggest or list answer
+PATTERN_BYTES = LIMITS.answer_pattern.bound  # one pattern in a Suggest or list answer
 TRIMMED_TEXT_CHARS = 8 * 1024  # `original_code` and `template` of a trimmed pattern
 TRIMMED_VALUE_CHARS = 256  # each recent value kept in a trimmed pattern
 TRIMMED_INTENTS = 16
-RESPONSE_BYTES = 4 * 1024 * 1024  # a whole Suggest or list answer (gRPC's default limit: 4 MiB)
+RESPONSE_BYTES = LIMITS.answer.bound  # a whole Suggest or list answer
 
 
 def trim_pattern(out: resources_pb2.Pattern) -> None:

@@ -9,8 +9,9 @@ from google.protobuf import timestamp_pb2
 
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server.api import budget, validate
-from pml_server.api.validate import Limits, Violations
+from pml_server.api.validate import Violations
 from pml_server.domain import model, yielding
+from pml_server.domain.limits import Limits
 
 PATTERNS = "patterns"
 CAPABILITIES = "capabilities"
@@ -90,27 +91,24 @@ def execution_record(
         out,
         f"{field}.request_id",
         msg.request_id or default_request_id,
-        limits.max_request_id_chars,
+        limits.request_id,
         required=True,
     )
     validate.check_intent(out, f"{field}.intent", msg.intent, limits)
     validate.check_code(out, f"{field}.code", msg.code, limits)
-    validate.check_text(out, f"{field}.language", msg.language, limits.max_language_chars, True)
-    if len(msg.tool_calls) > limits.max_tool_calls:
-        out.add(
-            f"{field}.tool_calls",
-            f"has {len(msg.tool_calls)} calls; the limit is {limits.max_tool_calls}",
-        )
+    validate.check_text(out, f"{field}.language", msg.language, limits.language, True)
+    too_many_calls = limits.tool_calls.excess(msg.tool_calls)
+    if too_many_calls is not None:
+        out.add(f"{field}.tool_calls", too_many_calls)
         calls: tuple[model.ToolCall, ...] = ()
     else:
         calls = tuple(
             tool_call(c, f"{field}.tool_calls[{i}]", out, limits)
             for i, c in enumerate(msg.tool_calls)
         )
-    if len(msg.trace) > limits.max_trace_bytes:
-        out.add(
-            f"{field}.trace", f"is {len(msg.trace)} bytes; the limit is {limits.max_trace_bytes}"
-        )
+    trace_excess = limits.trace.excess(msg.trace)
+    if trace_excess is not None:
+        out.add(f"{field}.trace", trace_excess)
     if not math.isfinite(msg.duration_ms) or msg.duration_ms < 0:
         out.add(f"{field}.duration_ms", "must be a finite number >= 0")
     embedding = validate.check_embedding(
@@ -149,10 +147,11 @@ def suggest_query(
     available: tuple[str, ...] | None = None
     if msg.HasField("available_tools"):
         available = tuple(msg.available_tools.tools)
-        if len(available) > limits.max_tool_calls * 4:
-            out.add("available_tools.tools", "too many tools")
-    if msg.page_size < 0 or msg.page_size > validate.MAX_SUGGESTIONS:
-        out.add("page_size", f"must be 1..{validate.MAX_SUGGESTIONS} (0 means the default)")
+        tools_excess = limits.available_tools.excess(available)
+        if tools_excess is not None:
+            out.add("available_tools.tools", tools_excess)
+    if not 0 <= msg.page_size <= limits.suggestions.bound:
+        out.add("page_size", f"must be 1..{limits.suggestions.bound} (0 means the default)")
     out.raise_if_any()
     return model.SuggestQuery(
         intent=msg.intent,

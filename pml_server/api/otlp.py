@@ -18,7 +18,6 @@ from pml_server.api.auth import Role
 from pml_server.api.metrics import Metrics
 from pml_server.api.servicer import PmlServicer, ServiceDeps
 from pml_server.domain import model
-from pml_server.domain.engine import MAX_CAPTURE_BATCH
 from pml_server.domain.errors import InvalidArgumentError, UnavailableError
 from pml_server.otel import MappedExecution, Rejection, flatten, map_spans
 
@@ -71,7 +70,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             raise UnavailableError("the server is shutting down; retry on another instance")
         caller = self._d.keys.require(context.invocation_metadata(), Role.WRITE)
         with self._d.quotas.hold(caller.tenant):
-            batch = map_spans(flatten(request), self._d.limits.max_intent_chars)
+            batch = map_spans(flatten(request), self._d.limits.intent.bound)
             rejections = list(batch.rejections)
             recorded = self._capture(caller.tenant, batch.executions, rejections)
         rejected = sum(r.span_count for r in rejections)
@@ -102,8 +101,9 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 continue
             valid.append((execution, record))
         recorded = 0
-        for start in range(0, len(valid), MAX_CAPTURE_BATCH):
-            chunk = valid[start : start + MAX_CAPTURE_BATCH]
+        batch_size = self._d.limits.capture_batch.bound
+        for start in range(0, len(valid), batch_size):
+            chunk = valid[start : start + batch_size]
             results = self._d.engine.record_many(tenant, [r for _, r in chunk])
             for (execution, _), result in zip(chunk, results, strict=True):
                 if isinstance(result, InvalidArgumentError):

@@ -17,8 +17,7 @@ import secrets
 from pathlib import Path
 
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
-
-_MAX_TOKEN_CHARS = 2048
+from pml_server.domain.limits import LIMITS
 
 
 def _b64(data: bytes) -> str:
@@ -81,7 +80,7 @@ class PageTokens:
         bad = InvalidArgumentError(
             FieldViolation("page_token", "not a page token this server issued for this listing")
         )
-        if len(token) > _MAX_TOKEN_CHARS or token.count(".") != 1:
+        if LIMITS.page_token.excess(token) is not None or token.count(".") != 1:
             raise bad
         payload_text, mac_text = token.split(".")
         try:

@@ -30,11 +30,9 @@ from pml_server.api.page_tokens import PageTokens, load_or_create_secret
 from pml_server.api.quotas import TenantQuotas
 from pml_server.api.servicer import PmlServicer, ServiceDeps
 from pml_server.api.streams import StreamSlots
-from pml_server.api.validate import Limits
-from pml_server.config import EngineConfig, ServerConfig
+from pml_server.config import Config, ServerConfig
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
-from pml_server.retention import RetentionConfig
 from pml_server.storage import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -79,24 +77,11 @@ class RunningServer:
         log.info("pml stopped")
 
 
-def open_engine(config: ServerConfig) -> EngineProtocol:
-    """The real engine, built from the server flags."""
+def open_engine(config: Config) -> EngineProtocol:
+    """The real engine of `config.engine` (every engine setting, as `pml serve` opens it)."""
     from pml_server.service import Engine
 
-    return Engine.open(
-        EngineConfig(
-            data_dir=config.data_dir,
-            store=config.store,
-            pool_size=config.pool_size,
-            embedder=config.embedder,
-            durability=config.durability,
-            max_code_bytes=config.max_code_bytes,
-            max_tool_calls=config.max_tool_calls,
-            vector_index=config.vector_index,
-            retention_in_background=config.retention_in_background,
-            retention=RetentionConfig(interval_seconds=config.retention_interval_seconds),
-        )
-    )
+    return Engine.open(config.engine)
 
 
 def is_loopback(listen: str) -> bool:
@@ -150,9 +135,11 @@ def _quotas(config: ServerConfig, keys: KeyStore) -> TenantQuotas:
     )
 
 
-def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> RunningServer:
-    """Build everything from `config` (port 0 picks a free port) and start serving. `engine`
-    replaces the real one (tests of the API layer only)."""
+def start_server(whole: Config, engine: EngineProtocol | None = None) -> RunningServer:
+    """Build everything from `whole` (port 0 picks a free port) and start serving. `engine`
+    replaces the real one (tests of the API layer only); requests are checked against
+    `whole.engine.limits` either way."""
+    config = whole.server
     keys = KeyStore.load(config.keys_file)
     if (
         not keys.multi_tenant
@@ -164,10 +151,10 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
             "and write. Pass --keys-file, or --allow-insecure-remote if you really mean it"
         )
     credentials = _credentials(config)
-    secret_file = config.page_token_secret_file or config.data_dir / "page-token.key"
+    secret_file = config.page_token_secret_file or whole.engine.data_dir / "page-token.key"
     tokens = PageTokens(load_or_create_secret(secret_file))
     if engine is None:
-        engine = open_engine(config)
+        engine = open_engine(whole)
     metrics = Metrics()
     metrics.watch_embedding(engine.embedding_usage)
     follower_lag = getattr(engine, "follower_lag", None)
@@ -194,11 +181,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
             engine=engine,
             keys=keys,
             tokens=tokens,
-            limits=Limits(
-                max_code_bytes=config.max_code_bytes,
-                max_tool_calls=config.max_tool_calls,
-                max_open_executions=config.max_open_executions,
-            ),
+            limits=whole.engine.limits.with_bounds(open_executions=config.max_open_executions),
             capture_pool=capture_pool,
             quotas=quotas,
             stream_window=config.stream_window,
@@ -263,7 +246,7 @@ def start_server(config: ServerConfig, engine: EngineProtocol | None = None) -> 
         "pml serving",
         extra={
             "port": port,
-            "data_dir": str(config.data_dir),
+            "data_dir": str(whole.engine.data_dir),
             "tls": credentials is not None,
             "multi_tenant": keys.multi_tenant,
             "metrics_port": metrics_port,
@@ -283,9 +266,10 @@ def _report_ready(running: RunningServer) -> None:
         running._stopped.wait(_READY_POLL_SECONDS)
 
 
-def serve_forever(config: ServerConfig, engine: EngineProtocol | None = None) -> None:
+def serve_forever(whole: Config, engine: EngineProtocol | None = None) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
-    running = start_server(config, engine)
+    running = start_server(whole, engine)
+    config = whole.server
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -299,11 +283,11 @@ def serve_forever(config: ServerConfig, engine: EngineProtocol | None = None) ->
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_hangup)
-    where = str(config.data_dir)
-    if config.store:
+    where = str(whole.engine.data_dir)
+    if whole.engine.store:
         from pml_server.storage.postgres import describe
 
-        where = f"postgresql://{describe(config.store)} (shared store)"
+        where = f"postgresql://{describe(whole.engine.store)} (shared store)"
     print(f"pml listening on {config.listen} (port {running.port}), data in {where}", flush=True)
     stopping.wait()
     running.stop(config.grace_seconds)

@@ -22,10 +22,10 @@ from pml_server.api.page_tokens import PageTokens
 from pml_server.api.quotas import TenantQuotas
 from pml_server.api.stream import TraceStream
 from pml_server.api.streams import StreamSlots
-from pml_server.api.validate import Limits
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
 from pml_server.domain.errors import UnavailableError
+from pml_server.domain.limits import Limits
 
 
 @dataclass

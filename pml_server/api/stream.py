@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server.api import convert, errors
-from pml_server.api.validate import Limits, Violations
+from pml_server.api.validate import Violations
 from pml_server.domain import model
-from pml_server.domain.engine import MAX_CAPTURE_BATCH, EngineProtocol
+from pml_server.domain.engine import EngineProtocol
 from pml_server.domain.errors import (
     FieldViolation,
     InvalidArgumentError,
@@ -46,6 +46,7 @@ from pml_server.domain.errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
+from pml_server.domain.limits import Limits
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class TraceStream:
         # At most half the window per capture batch: while one batch is embedded the reader
         # still has free slots to read and convert the next one (a batch as large as the
         # window stops reading until its acks are out, so nothing overlaps the model).
-        self._batch = max(1, min(MAX_CAPTURE_BATCH, window // 2))
+        self._batch = max(1, min(limits.capture_batch.bound, window // 2))
         self._acks: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._pending = 0
         self._lock = threading.Lock()
@@ -215,9 +216,9 @@ class TraceStream:
             if eid in open_executions:
                 self._refuse(msg, _already_open(eid))
                 return
-            if len(open_executions) >= self._limits.max_open_executions:
+            if len(open_executions) >= self._limits.open_executions.bound:
                 raise ResourceExhaustedError(
-                    f"more than {self._limits.max_open_executions} live executions open on one "
+                    f"more than {self._limits.open_executions.bound} live executions open on one "
                     "stream: finish some first"
                 )
             problems = _check_started(msg.started, self._limits, self._dim)
@@ -259,10 +260,10 @@ class TraceStream:
         if execution.refused is not None:
             return
         index = len(execution.tool_calls)
-        if index >= self._limits.max_tool_calls:
+        if index >= self._limits.tool_calls.bound:
             execution.refused = InvalidArgumentError(
                 FieldViolation(
-                    "tool_call_finished", f"more than {self._limits.max_tool_calls} tool calls"
+                    "tool_call_finished", f"more than {self._limits.tool_calls.bound} tool calls"
                 )
             )
         else:
@@ -282,10 +283,10 @@ class TraceStream:
     def _buffer(self, execution: _OpenExecution, size: int) -> None:
         execution.buffered_bytes += size
         self._buffered_bytes += size
-        if self._buffered_bytes > self._limits.max_stream_buffered_bytes:
+        if self._buffered_bytes > self._limits.stream_buffered.bound:
             raise ResourceExhaustedError(
                 f"the live executions open on this stream hold more than "
-                f"{self._limits.max_stream_buffered_bytes} bytes: finish some first"
+                f"{self._limits.stream_buffered.bound} bytes: finish some first"
             )
 
     def _reused(
@@ -410,11 +411,9 @@ def _check_finished(
     finished: pml_pb2.ExecutionFinished, limits: Limits
 ) -> InvalidArgumentError | None:
     out = Violations()
-    if len(finished.trace) > limits.max_trace_bytes:
-        out.add(
-            "finished.trace",
-            f"is {len(finished.trace)} bytes; the limit is {limits.max_trace_bytes}",
-        )
+    trace_excess = limits.trace.excess(finished.trace)
+    if trace_excess is not None:
+        out.add("finished.trace", trace_excess)
     if not math.isfinite(finished.duration_ms) or finished.duration_ms < 0:
         out.add("finished.duration_ms", "must be a finite number >= 0")
     return InvalidArgumentError(out.items) if out.items else None
@@ -433,10 +432,10 @@ def _check_started(
     from pml_server.api import validate
 
     out = Violations()
-    validate.check_text(out, "started.request_id", started.request_id, limits.max_request_id_chars)
+    validate.check_text(out, "started.request_id", started.request_id, limits.request_id)
     validate.check_intent(out, "started.intent", started.intent, limits)
     validate.check_code(out, "started.code", started.code, limits)
-    validate.check_text(out, "started.language", started.language, limits.max_language_chars, True)
+    validate.check_text(out, "started.language", started.language, limits.language, True)
     validate.check_embedding(out, "started.intent_embedding", started.intent_embedding, dim)
     validate.check_tags(out, "started.tags", started.tags, limits)
     return InvalidArgumentError(out.items) if out.items else None

@@ -13,25 +13,26 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pml_server.capture.normalize import NormalizedCode, NormalizedParam
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
+from pml_server.domain.limits import LIMITS, Limit, Limits
 from pml_server.domain.model import ExecutionRecord, ExecutionStatus, ToolFailure
 from pml_server.domain.records import FailureSignature, PatternCounters
 
 REDACTED = '"[REDACTED]"'
-MAX_INTENT_CHARS = 4096
-MAX_TOOL_NAME_CHARS = 256
-MAX_REQUEST_ID_CHARS = 256
-PATTERN_OVERHEAD_BYTES = 128 * 1024  # placeholder names and the schema of 256 parameters
+# Placeholder names and the schema of `LIMITS.parameters` parameters, beyond twice the code.
+PATTERN_OVERHEAD_BYTES = 128 * 1024
 MAX_STORED_VALUE_CHARS = 1024  # one recent value of a parameter, as JSON text
 
 
 @dataclass(frozen=True)
 class CaptureLimits:
-    max_code_bytes: int = 256 * 1024
-    max_tool_calls: int = 256
+    """The request limits of the one table (`fields`, the engine's configured one) and what a
+    pattern keeps."""
+
+    fields: Limits = field(default=LIMITS)
     recent_values_per_param: int = 5
     failure_signatures_per_pattern: int = 16
 
@@ -39,29 +40,22 @@ class CaptureLimits:
 def validate_record(record: ExecutionRecord, limits: CaptureLimits) -> None:
     """Raise InvalidArgumentError naming every bad field of `record`."""
     bad: list[FieldViolation] = []
-    if not record.request_id.strip():
-        bad.append(FieldViolation("request_id", "must not be empty"))
-    elif len(record.request_id) > MAX_REQUEST_ID_CHARS:
-        bad.append(FieldViolation("request_id", f"longer than {MAX_REQUEST_ID_CHARS} characters"))
-    if not record.intent.strip():
-        bad.append(FieldViolation("intent", "must not be empty"))
-    elif len(record.intent) > MAX_INTENT_CHARS:
-        bad.append(FieldViolation("intent", f"longer than {MAX_INTENT_CHARS} characters"))
-    if not record.code.strip():
-        bad.append(FieldViolation("code", "must not be empty"))
-    elif len(record.code.encode("utf-8")) > limits.max_code_bytes:
-        bad.append(FieldViolation("code", f"larger than {limits.max_code_bytes} bytes"))
-    if not record.language.strip():
-        bad.append(FieldViolation("language", "must not be empty"))
-    if len(record.tool_calls) > limits.max_tool_calls:
-        bad.append(FieldViolation("tool_calls", f"more than {limits.max_tool_calls} tool calls"))
-    for i, call in enumerate(record.tool_calls[: limits.max_tool_calls]):
-        if not call.tool.strip():
-            bad.append(FieldViolation(f"tool_calls[{i}].tool", "must not be empty"))
-        elif len(call.tool) > MAX_TOOL_NAME_CHARS:
-            bad.append(
-                FieldViolation(f"tool_calls[{i}].tool", f"longer than {MAX_TOOL_NAME_CHARS}")
-            )
+    table = limits.fields
+
+    def check(name: str, value: str, limit: Limit) -> None:
+        if not value.strip():
+            bad.append(FieldViolation(name, "must not be empty"))
+        elif (excess := limit.excess(value)) is not None:
+            bad.append(FieldViolation(name, excess))
+
+    check("request_id", record.request_id, table.request_id)
+    check("intent", record.intent, table.intent)
+    check("code", record.code, table.code)
+    check("language", record.language, table.language)
+    if (too_many := table.tool_calls.excess(record.tool_calls)) is not None:
+        bad.append(FieldViolation("tool_calls", too_many))
+    for i, call in enumerate(record.tool_calls[: table.tool_calls.bound]):
+        check(f"tool_calls[{i}].tool", call.tool, table.tool)
         if not math.isfinite(call.duration_ms) or call.duration_ms < 0:
             bad.append(FieldViolation(f"tool_calls[{i}].duration_ms", "must be finite and >= 0"))
     if not math.isfinite(record.duration_ms) or record.duration_ms < 0:
@@ -79,7 +73,7 @@ def check_pattern_size(normalized: NormalizedCode, limits: CaptureLimits) -> Non
         + len(normalized.redacted_code.encode("utf-8"))
         + len(normalized.schema_json)
     )
-    bound = 2 * limits.max_code_bytes + PATTERN_OVERHEAD_BYTES
+    bound = 2 * limits.fields.code.bound + PATTERN_OVERHEAD_BYTES
     if size > bound:
         raise InvalidArgumentError(
             FieldViolation("code", f"its pattern would be {size} bytes; the limit is {bound}")

@@ -24,9 +24,6 @@ from pml_server.domain.model import (
     SuggestResult,
 )
 
-# Most records one `record_many` call takes (a stream's executions beyond it wait for the next).
-MAX_CAPTURE_BATCH = 64
-
 
 class EngineProtocol(Protocol):
     def record(self, tenant: str, record: ExecutionRecord) -> CaptureResult:
@@ -35,7 +32,8 @@ class EngineProtocol(Protocol):
     def record_many(
         self, tenant: str, records: Sequence[ExecutionRecord]
     ) -> list[CaptureResult | Exception]:
-        """`record` for each, in order, as one batch (at most `MAX_CAPTURE_BATCH`): each
+        """`record` for each, in order, as one batch (at most `LIMITS.capture_batch`; a
+        stream's executions beyond it wait for the next): each
         element is that record's result or the error that refused it alone."""
 
     def suggest(self, tenant: str, query: SuggestQuery) -> SuggestResult: ...

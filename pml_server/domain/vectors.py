@@ -1,11 +1,15 @@
-"""The one array alias of embedding vectors, shared by every package that holds them."""
+"""The one array alias of embedding vectors, shared by every package that holds them, and the one
+check of a vector a client supplies."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
+
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 
 # One L2-normalized float32 embedding (a dot product of two is their cosine).
 Vector = npt.NDArray[np.float32]
@@ -41,3 +45,61 @@ class CheckedVector:
 
     def __repr__(self) -> str:
         return f"CheckedVector(dim={len(self.array)})"
+
+
+def check_vector(
+    values: Sequence[float], dim: int, field: str
+) -> tuple[Vector | None, list[FieldViolation]]:
+    """The one check of a client-supplied vector (API edge and engine alike): `dim` values
+    (the embedder's dimension), all finite, not the zero vector, a finite norm. Returns it
+    L2-normalized, or None with what is wrong (empty `values`: None and nothing wrong). A protobuf
+    repeated field is read once, through numpy: iterating it value by value costs several times
+    more."""
+    if not len(values):
+        return None, []
+    exact = np.asarray(values, dtype=np.float64)
+    problems: list[FieldViolation] = []
+    if len(exact) != dim:
+        problems.append(
+            FieldViolation(
+                field, f"has {len(exact)} values; this server's embedding dimension is {dim}"
+            )
+        )
+    bad = np.flatnonzero(~np.isfinite(exact))
+    if len(bad):
+        description = f"value [{bad[0]}] is not a finite number (no NaN or infinity)"
+        return None, [*problems, FieldViolation(f"{field}[{bad[0]}]", description)]
+    # The norm in float64: squared float32 values such as 1e20 overflow float32's range.
+    norm = float(np.linalg.norm(exact))
+    zero = FieldViolation(
+        field, "must not be the zero vector (cosine similarity needs a direction)"
+    )
+    if norm == 0.0:
+        return None, [*problems, zero]
+    if not math.isfinite(norm):
+        return None, [*problems, FieldViolation(field, "its norm is not a finite number")]
+    vector: Vector = (exact / norm).astype(np.float32)
+    if not vector.any():  # every value underflowed float32 once divided
+        return None, [*problems, zero]
+    return (None if problems else vector), problems
+
+
+def client_vector(values: Sequence[float] | CheckedVector, dim: int, field: str) -> Vector:
+    """`check_vector`'s normalized vector; InvalidArgumentError naming `field` otherwise. A
+    `CheckedVector` from the API edge already is checked and normalized: only its dimension is
+    compared with this server's."""
+    if isinstance(values, CheckedVector):
+        if len(values) == dim:
+            return values.array
+        raise InvalidArgumentError(_wrong_dimension(field, len(values), dim))
+    vector, problems = check_vector(values, dim, field)
+    if problems or vector is None:
+        raise InvalidArgumentError(
+            problems
+            or FieldViolation(field, f"has 0 values; this server's embedding dimension is {dim}")
+        )
+    return vector
+
+
+def _wrong_dimension(field: str, size: int, dim: int) -> FieldViolation:
+    return FieldViolation(field, f"has {size} values; this server's embedding dimension is {dim}")

@@ -1,12 +1,13 @@
 """Embeddings: the only package that imports onnxruntime and tokenizers.
 
-`make_embedder("minilm" | "hashing")` gives a cached Embedder; `check_client_vector` validates a
-vector supplied by a client. The indexes over the vectors live in `pml_server.search`.
+`make_embedder("minilm" | "hashing")` gives a cached Embedder (a vector supplied by a client is
+checked by `pml_server.domain.vectors.client_vector`). The indexes over the vectors live in
+`pml_server.search`.
 """
 
 from __future__ import annotations
 
-from pml_server.embedding.base import Embedder, check_client_vector, l2_normalize
+from pml_server.embedding.base import Embedder, l2_normalize
 from pml_server.embedding.cache import CachedEmbedder
 from pml_server.embedding.coalesce import CoalescingEmbedder
 from pml_server.embedding.hashing import HashingEmbedder
@@ -36,7 +37,6 @@ __all__ = [
     "Embedder",
     "HashingEmbedder",
     "MeteredEmbedder",
-    "check_client_vector",
     "l2_normalize",
     "make_embedder",
 ]

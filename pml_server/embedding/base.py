@@ -1,16 +1,14 @@
-"""The `Embedder` interface and the checks every vector passes, whoever computed it."""
+"""The `Embedder` interface, its wrappers' base, and L2 normalization."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
-from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 from pml_server.domain.model import EmbeddingUsage
-from pml_server.domain.vectors import CheckedVector, Matrix, Vector
+from pml_server.domain.vectors import Matrix
 
 
 class Embedder(Protocol):
@@ -61,31 +59,3 @@ def l2_normalize(matrix: Matrix) -> Matrix:
     norms[norms == 0] = 1.0
     normalized: Matrix = (matrix / norms).astype(np.float32)
     return normalized
-
-
-def check_client_vector(values: Sequence[float] | CheckedVector, dim: int, field: str) -> Vector:
-    """A client-supplied vector: right dimension, finite, not all zeros; returned normalized
-    (a `CheckedVector` from the API edge already is: only its dimension is checked)."""
-    if isinstance(values, CheckedVector) and len(values) == dim:
-        return values.array
-    if len(values) != dim:
-        raise InvalidArgumentError(
-            FieldViolation(field, f"has {len(values)} values; this server's model needs {dim}")
-        )
-    raw = values.array if isinstance(values, CheckedVector) else values
-    exact = np.asarray(raw, dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(exact))
-    if len(bad):
-        raise InvalidArgumentError(
-            FieldViolation(field, f"value [{bad[0]}] is not a finite number")
-        )
-    # The norm in float64: squared float32 values such as 1e20 overflow float32's range.
-    norm = float(np.linalg.norm(exact))
-    if norm == 0.0:
-        raise InvalidArgumentError(FieldViolation(field, "must not be the zero vector"))
-    if not math.isfinite(norm):
-        raise InvalidArgumentError(FieldViolation(field, "its norm is not a finite number"))
-    vector = (exact / norm).astype(np.float32)
-    if not vector.any():  # every value underflowed float32 once divided
-        raise InvalidArgumentError(FieldViolation(field, "must not be the zero vector"))
-    return vector

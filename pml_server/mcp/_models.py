@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from pml_server._proto.pml.v1 import resources_pb2
+from pml_server.domain.limits import LIMITS
 
 Outcome = Literal["saved", "counted", "rejected"]
 _OUTCOMES: dict[int, Outcome] = {
@@ -21,9 +22,13 @@ _OUTCOMES: dict[int, Outcome] = {
 class ToolCallIn(BaseModel):
     """One tool call of the execution, in the order it ran."""
 
-    tool: str = Field(min_length=1, max_length=256, description="tool name, e.g. read_file")
+    tool: str = Field(
+        min_length=1, max_length=LIMITS.tool.bound, description="tool name, e.g. read_file"
+    )
     ok: bool = Field(default=True, description="whether the call succeeded")
-    error: str = Field(default="", max_length=4096, description="error text when ok is false")
+    error: str = Field(
+        default="", max_length=LIMITS.error.bound, description="error text when ok is false"
+    )
     arguments: dict[str, Any] | None = Field(
         default=None, description="the call's arguments (secrets are redacted before storage)"
     )

@@ -14,6 +14,7 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from pml_server._proto.pml.v1 import resources_pb2
+from pml_server.domain.limits import LIMITS
 from pml_server.mcp import _models as models
 from pml_server.mcp._upstream import Upstream
 
@@ -45,9 +46,16 @@ def register(server: MCPServer, upstream: Upstream) -> None:
     def suggest(
         ctx: Context,
         intent: Annotated[
-            str, Field(min_length=1, max_length=4096, description="what the agent wants to do")
+            str,
+            Field(
+                min_length=1,
+                max_length=LIMITS.intent.bound,
+                description="what the agent wants to do",
+            ),
         ],
-        k: Annotated[int, Field(ge=1, le=100, description="how many capabilities")] = 5,
+        k: Annotated[
+            int, Field(ge=1, le=LIMITS.suggestions.bound, description="how many capabilities")
+        ] = 5,
         available_tools: Annotated[
             list[str] | None,
             Field(description="tools reachable now; capabilities needing others are dropped"),
@@ -77,17 +85,29 @@ def register(server: MCPServer, upstream: Upstream) -> None:
     def record_execution(
         ctx: Context,
         intent: Annotated[
-            str, Field(min_length=1, max_length=4096, description="what the agent was asked")
+            str,
+            Field(
+                min_length=1, max_length=LIMITS.intent.bound, description="what the agent was asked"
+            ),
         ],
         code: Annotated[str, Field(min_length=1, description="the code that ran")],
         language: Annotated[
-            str, Field(min_length=1, max_length=32, description="e.g. typescript, python")
+            str,
+            Field(
+                min_length=1,
+                max_length=LIMITS.language.bound,
+                description="e.g. typescript, python",
+            ),
         ] = "typescript",
         tool_calls: Annotated[
             list[models.ToolCallIn], Field(description="tool calls in the order they ran")
         ] = [],  # noqa: B006  (pydantic copies defaults)
         request_id: Annotated[
-            str | None, Field(max_length=128, description="idempotency key; default a new UUID")
+            str | None,
+            Field(
+                max_length=LIMITS.request_id.bound,
+                description="idempotency key; default a new UUID",
+            ),
         ] = None,
         duration_ms: Annotated[float, Field(ge=0)] = 0.0,
     ) -> models.RecordOut:
@@ -121,7 +141,12 @@ def register(server: MCPServer, upstream: Upstream) -> None:
     def get_pattern(
         ctx: Context,
         name: Annotated[
-            str, Field(min_length=1, max_length=256, description="patterns/{id} or the bare id")
+            str,
+            Field(
+                min_length=1,
+                max_length=len("patterns/") + LIMITS.resource_id.bound,
+                description="patterns/{id} or the bare id",
+            ),
         ],
     ) -> models.PatternOut:
         full = name if name.startswith("patterns/") else f"patterns/{name}"

@@ -20,6 +20,7 @@ from typing import Any
 
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from pml_server.domain.limits import LIMITS
 from pml_server.otel import _attributes as attr
 from pml_server.otel._code import LANGUAGE, synthesize
 
@@ -101,7 +102,9 @@ def flatten(request: Any) -> Iterable[trace_pb2.Span]:
             yield from scope_spans.spans
 
 
-def map_spans(spans: Iterable[trace_pb2.Span], max_intent_chars: int = 4096) -> MappedBatch:
+def map_spans(
+    spans: Iterable[trace_pb2.Span], max_intent_chars: int = LIMITS.intent.bound
+) -> MappedBatch:
     batch = MappedBatch()
     traces: dict[bytes, dict[bytes, _Span]] = {}
     for proto in spans:

@@ -39,9 +39,9 @@ class RankingConfig:
     recency_floor: float = 0.2
     # Multiplier of a pattern retention marked as superseded by a better one.
     superseded_penalty: float = 0.5
-    # Largest k a request may ask for, and how many candidates the engine should retrieve per
-    # requested suggestion from each index before grouping (several patterns share a capability).
-    max_k: int = 100
+    # How many candidates the engine should retrieve per requested suggestion from each index
+    # before grouping (several patterns share a capability); the largest k is a request limit
+    # (`pml_server.domain.limits.LIMITS.suggestions`).
     overfetch: int = 8
 
     def __post_init__(self) -> None:
@@ -76,7 +76,7 @@ class RankingConfig:
                 raise ValueError(f"RankingConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         if self.prior_successes + self.prior_failures <= 0:
             raise ValueError("RankingConfig.prior_successes + prior_failures must be > 0")
-        for name in ("usage_saturation", "max_k", "overfetch"):
+        for name in ("usage_saturation", "overfetch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RankingConfig.{name} must be >= 1, got {getattr(self, name)!r}")
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
+from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import (
     FilteredCandidate,
     ScoreParts,
@@ -29,8 +30,8 @@ def resolve_settings(query: SuggestQuery, config: RankingConfig) -> FilterSettin
     """The request's thresholds with None replaced by the server defaults; raises
     InvalidArgumentError naming every bad field."""
     violations: list[FieldViolation] = []
-    if not 1 <= query.k <= config.max_k:
-        violations.append(FieldViolation("k", f"must be between 1 and {config.max_k}"))
+    if not 1 <= query.k <= LIMITS.suggestions.bound:
+        violations.append(FieldViolation("k", f"must be between 1 and {LIMITS.suggestions.bound}"))
     for name in ("min_match", "min_success"):
         value = getattr(query, name)
         if value is not None and not (math.isfinite(value) and 0.0 <= value <= 1.0):

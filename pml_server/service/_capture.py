@@ -29,12 +29,11 @@ from pml_server.capture.rules import (
     tools_used,
     validate_record,
 )
-from pml_server.domain.engine import MAX_CAPTURE_BATCH
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError, UnavailableError
+from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import CaptureOutcome, CaptureResult, ExecutionRecord
 from pml_server.domain.records import CapabilityRecord, ParamSpec, PatternCounters, PatternRecord
-from pml_server.domain.vectors import Vector
-from pml_server.embedding import check_client_vector
+from pml_server.domain.vectors import Vector, client_vector
 from pml_server.service._arguments import check_tenant
 from pml_server.service._grouping import capability_for_new_pattern
 from pml_server.service._idempotency import decode_result, encode_result, replay_answer
@@ -52,15 +51,14 @@ from pml_server.service._writes import (
 from pml_server.storage.repo import tools_digest
 from pml_server.storage.seam import RequestAlreadyAppliedError, WriteTicket, finished_ticket
 
-MAX_TAGS = 32
 Outcome = CaptureResult | Exception
 
 
 def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> CaptureResult:
     check_tenant(tenant)
     validate_record(execution, state.limits)
-    client_vector = (
-        check_client_vector(execution.intent_embedding, state.embedder.dim, "intent_embedding")
+    supplied = (
+        client_vector(execution.intent_embedding, state.embedder.dim, "intent_embedding")
         if execution.intent_embedding is not None
         else None
     )
@@ -72,7 +70,7 @@ def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> Captu
             return replay_answer(state, tenant, prior)  # rule 6: the first answer, counted once
         normalized = _normalize(state, execution)  # bad code is refused before embedding
         # rule 1: a failed run is a failed try whatever the client sent (no vector)
-        vector = client_vector if succeeded else None
+        vector = supplied if succeeded else None
         if vector is None and succeeded:
             vector = state.embed_one(execution.intent)
         result, ticket = _capture_one_locked(state, tenant, execution, vector, normalized)
@@ -92,10 +90,8 @@ def record_many(
     Every request id of the batch stays locked until the whole batch is durable, so no
     other call answers `replayed` for a write that could still be lost."""
     check_tenant(tenant)
-    if len(records) > MAX_CAPTURE_BATCH:
-        raise InvalidArgumentError(
-            FieldViolation("records", f"at most {MAX_CAPTURE_BATCH} in one batch")
-        )
+    if (too_many := LIMITS.capture_batch.excess(records)) is not None:
+        raise InvalidArgumentError(FieldViolation("records", too_many))
     state.readiness.require()
     outcomes: list[Outcome | None] = [None] * len(records)
     vectors: list[Vector | None] = [None] * len(records)
@@ -103,7 +99,7 @@ def record_many(
         try:
             validate_record(execution, state.limits)
             if execution.intent_embedding is not None:
-                vector = check_client_vector(
+                vector = client_vector(
                     execution.intent_embedding, state.embedder.dim, "intent_embedding"
                 )
                 # rule 1: a failed run is a failed try whatever the client sent
@@ -260,7 +256,7 @@ def _capture_locked(
         )
     mismatch = tools_disagree(normalized.tool_calls, used, normalized.parse_ok)
     counted = count_success(counters, execution, values, mismatch, now, state.limits)
-    counted.tags = sorted({*counted.tags, *execution.tags})[:MAX_TAGS]
+    counted.tags = sorted({*counted.tags, *execution.tags})[: LIMITS.tags.bound]
     change.put_counters(repo.put_counters(tenant, pattern.id, counted), pattern.id, counted)
     intents = repo.intents(tenant, pattern.id)
     duplicate = near_duplicate(
@@ -325,7 +321,7 @@ def _insert_pattern(
     )
     values = redacted_values(normalized.params)
     counters = count_success(PatternCounters(), execution, values, mismatch, now, state.limits)
-    counters.tags = sorted(set(execution.tags))[:MAX_TAGS]
+    counters.tags = sorted(set(execution.tags))[: LIMITS.tags.bound]
     intent = new_intent(state, pattern_id, execution.intent, vector, now)
     change.put_pattern(repo.put_pattern(tenant, pattern), pattern)
     change.put_counters(repo.put_counters(tenant, pattern_id, counters), pattern_id, counters)

@@ -103,9 +103,7 @@ class EngineState:
             capability_group=config.capability_group_threshold or defaults.capability_group,
         )
         self.limits = CaptureLimits(
-            max_code_bytes=config.max_code_bytes,
-            max_tool_calls=config.max_tool_calls,
-            recent_values_per_param=config.recent_values_per_param,
+            fields=config.limits, recent_values_per_param=config.recent_values_per_param
         )
         self.locks = Locks(pattern=store.locks("pattern", 1024), group=store.locks("group", 256))
         # Each tenant's stats as this engine last submitted them. Only `_writes.commit` writes

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, replace
 
 from pml_server.capture.views import pattern_view
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
+from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import SuggestQuery, SuggestResult
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
-from pml_server.domain.vectors import Vector
-from pml_server.embedding import check_client_vector
+from pml_server.domain.vectors import Vector, client_vector
 from pml_server.ranking import Candidate, Retrieval, rank_lazily, score_ceiling
 from pml_server.search import TenantSearchIndex
 from pml_server.service._arguments import check_tenant
@@ -59,8 +59,8 @@ def _query_vector(state: EngineState, query: SuggestQuery) -> Vector:
     bad = []
     if not query.intent.strip():
         bad.append(FieldViolation("intent", "must not be empty"))
-    if not 1 <= query.k <= state.ranking.max_k:
-        bad.append(FieldViolation("k", f"must be between 1 and {state.ranking.max_k}"))
+    if not 1 <= query.k <= LIMITS.suggestions.bound:
+        bad.append(FieldViolation("k", f"must be between 1 and {LIMITS.suggestions.bound}"))
     for name in ("min_match", "min_success"):
         value = getattr(query, name)
         if value is not None and not 0.0 <= value <= 1.0:
@@ -68,7 +68,7 @@ def _query_vector(state: EngineState, query: SuggestQuery) -> Vector:
     if bad:
         raise InvalidArgumentError(bad)
     if query.intent_embedding is not None:
-        return check_client_vector(query.intent_embedding, state.embedder.dim, "intent_embedding")
+        return client_vector(query.intent_embedding, state.embedder.dim, "intent_embedding")
     return state.embed_one(query.intent)
 
 

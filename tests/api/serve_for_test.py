@@ -10,13 +10,13 @@ from pathlib import Path
 
 from pml_server.api import logs
 from pml_server.api.server import serve_forever
-from pml_server.config import ServerConfig
+from pml_server.config import config_of
 from tests.support import open_engine
 
 
 def main() -> None:
     logs.configure("info", json_format=True)
-    config = ServerConfig(
+    config = config_of(
         listen="127.0.0.1:0",
         data_dir=Path(sys.argv[1]),
         embedder="hashing",

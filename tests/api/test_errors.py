@@ -13,7 +13,7 @@ from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server._proto.pml.v1 import resources_pb2 as r
 from pml_server.api.page_tokens import PageTokens
 from pml_server.client import PmlClient, PmlClientError, make_record
-from pml_server.config import ServerConfig
+from pml_server.config import config_of
 from tests.conftest import StartServer
 from tests.support import open_engine
 
@@ -189,7 +189,7 @@ def test_oversized_message_is_resource_exhausted(start: StartServer) -> None:
 
 
 def test_unavailable_while_index_catches_up(start: StartServer, data_dir: Path) -> None:
-    engine = open_engine(ServerConfig(data_dir=data_dir, embedder="hashing"))
+    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
     engine._state.readiness.clear()  # as while the indexes are restored at open
     server = start(engine=engine)
     with PmlClient(f"127.0.0.1:{server.port}") as client:

@@ -18,9 +18,9 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from pml_server.client import PmlClient, PmlClientError, make_record
-from pml_server.config import ServerConfig
+from pml_server.config import config_of
 from tests.conftest import StartServer
-from tests.support import open_engine
+from tests.support import open_engine, spawn_pml_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,7 +82,7 @@ def test_sigterm_drains_and_loses_no_acknowledged_write(tmp_path: Path) -> None:
     logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert any(entry["msg"] == "pml stopped" for entry in logs)
 
-    engine = open_engine(ServerConfig(data_dir=data_dir, embedder="hashing"))
+    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
     try:
         counted = sum(p.usage_count for p in _all_patterns(engine))
     finally:
@@ -246,18 +246,8 @@ def test_tls_flags_must_come_in_pairs(start: StartServer, pki: Path) -> None:
 def _spawn_pml_serve(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
     """The `pml` entry point serving a fresh data dir on a free port (hashing embedder); its
     process and target, once it has printed the port it listens on."""
-    pml = Path(sys.executable).parent / "pml"
-    argv = [str(pml), "serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")]
-    proc = subprocess.Popen(
-        [*argv, "--embedder", "hashing", *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    match = re.search(r"\(port (\d+)\)", proc.stdout.readline())
-    assert match
-    return proc, f"127.0.0.1:{match.group(1)}"
+    argv = ["--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")]
+    return spawn_pml_serve(*argv, "--embedder", "hashing", *flags)
 
 
 def test_pml_serve_starts_reports_healthy_and_stops_on_sigterm(tmp_path: Path) -> None:

@@ -57,6 +57,8 @@ class Replica:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def wait_serving(target: str) -> None:
@@ -260,11 +262,12 @@ def test_a_password_on_the_command_line_is_refused(tmp_path: Path) -> None:
 
 def test_the_store_comes_from_the_flag_or_pml_store(monkeypatch: pytest.MonkeyPatch) -> None:
     from pml_server import cli
+    from pml_server.config import serve_config
 
     monkeypatch.setenv("PML_STORE", "postgresql://pml@db.internal:5432/pml")
-    config = cli.server_config(cli.build_parser().parse_args(["serve", "--pool-size", "3"]))
+    config = serve_config(cli.build_parser().parse_args(["serve", "--pool-size", "3"])).engine
     assert (config.store, config.pool_size) == ("postgresql://pml@db.internal:5432/pml", 3)
     flagged = cli.build_parser().parse_args(["serve", "--store", "postgresql://other/db"])
-    assert cli.server_config(flagged).store == "postgresql://other/db"
+    assert serve_config(flagged).engine.store == "postgresql://other/db"
     monkeypatch.delenv("PML_STORE")
-    assert cli.server_config(cli.build_parser().parse_args(["serve"])).store is None
+    assert serve_config(cli.build_parser().parse_args(["serve"])).engine.store is None

@@ -6,13 +6,14 @@ from __future__ import annotations
 import time
 
 from pml_server.client import PmlClient, make_record
+from pml_server.retention import RetentionConfig
 from tests.conftest import StartServer
 
 CODE = "await mcp.fetch_invoices({month: 'may'})"
 
 
 def test_a_served_pml_flags_a_failing_pattern_by_itself(start: StartServer) -> None:
-    server = start(retention_interval_seconds=0.2)
+    server = start(retention=RetentionConfig(interval_seconds=0.2))
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         saved = client.record(make_record("Fetch unpaid invoices", CODE, tools=["fetch_invoices"]))
         failed = [("fetch_invoices", "timeout after 30s")]
@@ -31,7 +32,7 @@ def test_a_served_pml_flags_a_failing_pattern_by_itself(start: StartServer) -> N
 
 
 def test_retention_stays_off_when_switched_off(start: StartServer) -> None:
-    server = start(retention_in_background=False, retention_interval_seconds=0.1)
+    server = start(retention_in_background=False, retention=RetentionConfig(interval_seconds=0.1))
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         saved = client.record(make_record("Fetch unpaid invoices", CODE, tools=["fetch_invoices"]))
         failed = [("fetch_invoices", "timeout after 30s")]

@@ -9,7 +9,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pml_server import _core
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server.api.server import RunningServer, start_server
-from pml_server.config import ServerConfig
+from pml_server.config import config_of
 from pml_server.storage import SCHEMA_VERSION, SchemaVersionError, Store
 from tests.support import open_engine
 
@@ -51,6 +51,6 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
 
 
 def test_bind_failure_is_clear(tmp_path: Path, server: RunningServer) -> None:
-    config = ServerConfig(listen=f"127.0.0.1:{server.port}", data_dir=tmp_path / "d2")
+    config = config_of(listen=f"127.0.0.1:{server.port}", data_dir=tmp_path / "d2")
     with pytest.raises(OSError, match="could not bind"):
         start_server(config, engine=open_engine(config))

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 
 from pml_server.client import PmlClient, PmlClientError, make_record
-from pml_server.config import ServerConfig
+from pml_server.config import config_of
 from tests.conftest import StartServer
 from tests.support import open_engine
 
@@ -63,7 +63,7 @@ def test_shutdown_loses_no_acknowledged_write(start: StartServer, data_dir: Path
         t.join(30)
     # Refusals during shutdown are retryable, never a server error.
     assert set(errors) <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
-    config = ServerConfig(data_dir=data_dir, embedder="hashing", durability="fast")
+    config = config_of(data_dir=data_dir, embedder="hashing", durability="fast")
     engine = open_engine(config)
     try:
         for request_id, pattern in acked:

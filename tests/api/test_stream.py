@@ -13,7 +13,7 @@ import pytest
 from pml_server._proto.pml.v1 import pml_pb2
 from pml_server._proto.pml.v1 import resources_pb2 as r
 from pml_server.client import PmlClient, PmlClientError, make_record
-from pml_server.config import ServerConfig
+from pml_server.config import config_of
 from tests.conftest import StartServer
 from tests.support import open_engine
 
@@ -126,7 +126,7 @@ def test_resume_after_a_broken_stream_applies_exactly_once(start: StartServer) -
 
 
 def test_a_slow_server_does_not_buffer_without_bound(start: StartServer, data_dir: Path) -> None:
-    engine = open_engine(ServerConfig(data_dir=data_dir, embedder="hashing"))
+    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
     gate = threading.Event()
     original = engine.record_many
 

@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pml_server.domain.errors import InvalidArgumentError
-from pml_server.embedding import CachedEmbedder, HashingEmbedder, check_client_vector, int8_graph
+from pml_server.domain.vectors import client_vector
+from pml_server.embedding import CachedEmbedder, HashingEmbedder, int8_graph
 from pml_server.embedding.minilm import MiniLMEmbedder, ModelIntegrityError, _verified_bytes
 from pml_server.search.vectors import ExactIndex
 
@@ -142,20 +143,20 @@ def test_cache_embeds_each_text_once_per_model() -> None:
 def test_client_vectors_need_the_model_dimension(values: list[float]) -> None:
     if len(values) != 4:
         with pytest.raises(InvalidArgumentError) as caught:
-            check_client_vector(values, 4, "intent_embedding")
+            client_vector(values, 4, "intent_embedding")
         assert caught.value.violations[0].field == "intent_embedding"
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_client_vectors_must_be_finite(bad: float) -> None:
     with pytest.raises(InvalidArgumentError, match=r"\[2\] is not a finite"):
-        check_client_vector([1.0, 0.0, bad, 0.0], 4, "intent_embedding")
+        client_vector([1.0, 0.0, bad, 0.0], 4, "intent_embedding")
 
 
 def test_client_zero_vector_is_refused_and_others_normalized() -> None:
     with pytest.raises(InvalidArgumentError, match="zero"):
-        check_client_vector([0.0, 0.0], 2, "intent_embedding")
-    vector = check_client_vector([3.0, 4.0], 2, "intent_embedding")
+        client_vector([0.0, 0.0], 2, "intent_embedding")
+    vector = client_vector([3.0, 4.0], 2, "intent_embedding")
     assert np.allclose(vector, [0.6, 0.8])
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +59,23 @@ def _http_mcp(server: str, *extra: str) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
 def _http_client(url: str, api_key: str | None = None) -> Client:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    transport: AbstractAsyncContextManager[Any] = streamable_http_client(
-        url, http_client=httpx2.AsyncClient(headers=headers, timeout=30)
-    )
-    return Client(transport)  # type: ignore[arg-type]
+
+    @asynccontextmanager
+    async def transport() -> AsyncIterator[Any]:
+        # The SDK leaves an http_client it was given open: close it (and its sockets) here.
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(url, http_client=http) as streams,
+        ):
+            yield streams
+
+    return Client(transport())  # type: ignore[arg-type]
 
 
 def _run(client: Client, body: Callable[[Client], Awaitable[None]]) -> None:

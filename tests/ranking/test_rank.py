@@ -240,7 +240,7 @@ def test_bad_request_names_the_field(query: SuggestQuery, field: str) -> None:
         {"min_match": 2.0},
         {"lexical_half_score": 0.0},
         {"recency_half_life_days": float("inf")},
-        {"max_k": 0},
+        {"overfetch": 0},
         {"prior_successes": 0.0, "prior_failures": 0.0},
     ],
 )

@@ -102,7 +102,7 @@ def test_kills_while_snapshots_are_written_restart_correct(tmp_path: Path) -> No
     shortly after SIGTERM (inside the close-time snapshot)."""
     rng = random.Random(5)
     ledger = workload.Ledger()
-    flags = ("--durability", "sync", "--snapshot-interval", "0.02")
+    flags = ("--durability", "sync", "--snapshot-interval-seconds", "0.02")
     server = ServerProcess(tmp_path / "data", *flags)
     server.start()
     names = workload.seed(server.target, ledger, rng)

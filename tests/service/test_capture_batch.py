@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pml_server.domain.engine import MAX_CAPTURE_BATCH
 from pml_server.domain.errors import InvalidArgumentError
+from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import (
     CaptureOutcome,
     CaptureResult,
@@ -103,7 +103,7 @@ def _patterns(engine: Engine) -> list[tuple[object, ...]]:
     )
 
 
-@pytest.mark.parametrize("batch_size", [1, 5, MAX_CAPTURE_BATCH])
+@pytest.mark.parametrize("batch_size", [1, 5, LIMITS.capture_batch.bound])
 def test_a_batch_has_the_outcomes_and_counters_of_sequential_captures(
     tmp_path: Path, batch_size: int
 ) -> None:

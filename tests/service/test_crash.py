@@ -44,6 +44,7 @@ def test_acknowledged_captures_survive_sigkill(tmp_path: Path, durability: str) 
             break
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
+    child.stdout.close()
     engine = open_engine(tmp_path, durability=durability)
     [pattern] = engine.list_patterns("t", PageRequest()).items
     assert pattern.usage_count >= acked + 1  # every acknowledged run (a later one may be in)

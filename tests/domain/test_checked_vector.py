@@ -7,8 +7,7 @@ import pytest
 
 from pml_server.api.validate import Violations, check_embedding
 from pml_server.domain.errors import InvalidArgumentError
-from pml_server.domain.vectors import CheckedVector
-from pml_server.embedding import check_client_vector
+from pml_server.domain.vectors import CheckedVector, client_vector
 
 
 def test_checked_vector_equals_the_engines_own_normalization() -> None:
@@ -17,9 +16,9 @@ def test_checked_vector_equals_the_engines_own_normalization() -> None:
     checked = check_embedding(out, "intent_embedding", values, 384)
     assert not out.items
     assert isinstance(checked, CheckedVector)
-    engine_side = check_client_vector(tuple(values), 384, "intent_embedding")
+    engine_side = client_vector(tuple(values), 384, "intent_embedding")
     assert checked.array.dtype == np.float32
-    assert np.array_equal(check_client_vector(checked, 384, "intent_embedding"), engine_side)
+    assert np.array_equal(client_vector(checked, 384, "intent_embedding"), engine_side)
     assert not checked.array.flags.writeable
     assert checked == CheckedVector(engine_side.copy())
     assert list(checked) == engine_side.tolist()
@@ -28,7 +27,7 @@ def test_checked_vector_equals_the_engines_own_normalization() -> None:
 def test_a_checked_vector_of_another_dimension_is_still_refused() -> None:
     checked = CheckedVector(np.ones(8, dtype=np.float32) / np.sqrt(8))
     with pytest.raises(InvalidArgumentError):
-        check_client_vector(checked, 384, "intent_embedding")
+        client_vector(checked, 384, "intent_embedding")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,66 @@
+"""The one configuration: `Config{server: ServerConfig, engine: EngineConfig{..., ranking,
+retention}}`, each setting defined once (type, default, help) in `_model`. `pml serve` takes it
+from flags and a `--config` TOML file (`serve_config`); the server takes `config.server`, the
+engine `config.engine`, and both check requests against `config.engine.limits`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pml_server.config._flags import add_serve_flags, settings_from_args
+from pml_server.config._model import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_LISTEN,
+    SECTIONS,
+    Config,
+    EngineConfig,
+    ServerConfig,
+    config_of,
+)
+from pml_server.config._toml import ConfigError, Settings, build, merge, read_file
+
+STORE_ENV = "PML_STORE"
+
+
+def serve_config(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Config:
+    """The Config of `pml serve`: defaults, then the `--config` file, then `$PML_STORE`, then
+    the flags given. ConfigError (one line, naming the key) for anything unusable."""
+    path: Path | None = getattr(args, "config", None)
+    from_file = read_file(path) if path is not None else {}
+    from_flags = settings_from_args(args)
+    _refuse_password(from_file, f"{path}: engine.store")
+    _refuse_password(from_flags, "--store")
+    from_env: Settings = {"engine": {"store": environ[STORE_ENV]}} if environ.get(STORE_ENV) else {}
+    return build(merge(from_file, from_env, from_flags))
+
+
+def _refuse_password(settings: Settings, where: str) -> None:
+    store = settings.get("engine", {}).get("store")
+    if not store:
+        return
+    from pml_server.storage.postgres import has_password
+
+    if has_password(store):
+        raise ConfigError(
+            f"{where} carries a password, which others can read: set {STORE_ENV} "
+            "(or PGPASSWORD, ~/.pgpass) instead"
+        )
+
+
+__all__ = [
+    "DEFAULT_DATA_DIR",
+    "DEFAULT_LISTEN",
+    "SECTIONS",
+    "STORE_ENV",
+    "Config",
+    "ConfigError",
+    "EngineConfig",
+    "ServerConfig",
+    "add_serve_flags",
+    "config_of",
+    "read_file",
+    "serve_config",
+]

@@ -1,0 +1,205 @@
+"""The configuration tree: every setting once, with its type, default and help. `pml serve`'s
+flags are made from these fields (`_flags`), a `--config` TOML file is read against them
+(`_toml`), and the server and the engine each take their own part."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from pml_server.domain.limits import LIMITS, Limits
+from pml_server.ranking import RankingConfig
+from pml_server.retention import RetentionConfig
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_DATA_DIR = Path("pml-data")
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    default_text: str | None = None,
+) -> Any:
+    """A field of the tree. `flag`: its `pml serve` option (default `--field-name`);
+    `default_text`: how `--help` names a default that is computed (or None) at run time."""
+    metadata = {"help": help, "flag": flag, "choices": choices, "default_text": default_text}
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The gRPC server (`pml_server/api`): listening, keys, TLS, quotas, streams, metrics, logs."""
+
+    listen: str = setting(DEFAULT_LISTEN, "host:port to bind (port 0: any free port)")
+    keys_file: Path | None = setting(
+        None, "API keys file (see `pml keys add`); none: single tenant, loopback only"
+    )
+    allow_insecure_remote: bool = setting(False, "allow a non-loopback listen without keys")
+    tls_cert: Path | None = setting(None, "server certificate (PEM)")
+    tls_key: Path | None = setting(None, "server private key (PEM)")
+    tls_client_ca: Path | None = setting(
+        None, "CA for client certificates: enables mutual TLS (needs tls_cert and tls_key)"
+    )
+    page_token_secret_file: Path | None = setting(
+        None,
+        "key that signs page tokens; replicas of one shared store must use the same file, or a "
+        "page token from one is refused by another",
+        default_text="<data-dir>/page-token.key",
+    )
+    metrics_port: int | None = setting(None, "serve Prometheus /metrics on this port")
+    metrics_host: str = setting("127.0.0.1", "address for /metrics")
+    max_message_bytes: int = setting(
+        8 * 1024 * 1024, "largest gRPC message received (larger: RESOURCE_EXHAUSTED)"
+    )
+    max_concurrent_rpcs: int = setting(256, "calls in progress before new ones are refused")
+    max_workers: int = setting(16, "RPC threads")
+    capture_workers: int = setting(8, "threads that run stream captures")
+    stream_window: int = setting(
+        64, "unacknowledged executions per stream before the server stops reading"
+    )
+    # A settable entry of the one table of limits (`pml_server.domain.limits`).
+    max_open_executions: int = setting(
+        LIMITS.open_executions.bound, "live executions one stream may hold open (started)"
+    )
+    max_streams: int | None = setting(
+        None, "streams open at once, server-wide", default_text="half of max_workers"
+    )
+    max_streams_per_connection: int = setting(4, "streams open per connection")
+    stream_idle_seconds: float = setting(
+        60.0, "a stream silent this long with nothing in flight is closed"
+    )
+    tenant_max_in_flight: int | None = setting(
+        None,
+        "calls in progress per tenant",
+        default_text="a quarter of max_workers with a keys file, else all",
+    )
+    tenant_rate: float | None = setting(None, "calls per second per tenant (token bucket)")
+    tenant_burst: int | None = setting(None, "token bucket size", default_text="the rate")
+    keepalive_time_ms: int = setting(60_000, "ping an idle connection after this long")
+    keepalive_timeout_ms: int = setting(20_000, "a ping unanswered this long closes it")
+    grace_seconds: float = setting(10.0, "how long SIGTERM waits for in-flight calls")
+    log_format: str = setting("json", "log line format on stderr", choices=("json", "text"))
+    log_level: str = setting("info", "log level", choices=("debug", "info", "warning", "error"))
+
+    def __post_init__(self) -> None:
+        for name in ("max_message_bytes", "max_concurrent_rpcs", "max_workers", "capture_workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"server.{name} must be >= 1")
+        for name in ("stream_window", "max_streams_per_connection", "max_open_executions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"server.{name} must be >= 1")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine (capture, store, embeddings, indexes, ranking, retention); docs/capture.md."""
+
+    data_dir: Path = setting(DEFAULT_DATA_DIR, "RocksDB directory (and this replica's local files)")
+    store: str | None = setting(
+        None,
+        "postgresql://host:port/db: share one PostgreSQL database with other replicas; put a "
+        "password in PML_STORE, PGPASSWORD or ~/.pgpass, never here (a command line and a "
+        "config file are read by others)",
+        default_text="$PML_STORE, else the embedded RocksDB in data_dir",
+    )
+    pool_size: int = setting(8, "database connections of this replica (with store)")
+    embedder: str = setting(
+        "minilm",
+        "intent embedder: the real MiniLM model, or the fast hashing one",
+        choices=("minilm", "hashing"),
+    )
+    durability: str = setting(
+        "sync",
+        "sync: acknowledged after the WAL fsync (group commit); fast: WAL without fsync",
+        choices=("sync", "fast"),
+    )
+    vector_index: str = setting(
+        "hnsw",
+        "intent search: the Rust HNSW index, or exact numpy search",
+        choices=("hnsw", "exact"),
+    )
+    # The two settable entries of the one table of limits (`pml_server.domain.limits`).
+    max_code_bytes: int = setting(LIMITS.code.bound, "largest code text taken")
+    max_tool_calls: int = setting(LIMITS.tool_calls.bound, "most tool calls per execution")
+    intent_duplicate_threshold: float | None = setting(
+        None,
+        "cosine above which a new intent of a pattern is a duplicate (not stored)",
+        default_text="the embedder's calibrated value",
+    )
+    capability_group_threshold: float | None = setting(
+        None,
+        "cosine above which a new pattern joins a capability of the same tools",
+        default_text="the embedder's calibrated value",
+    )
+    failure_log_size: int = setting(10_000, "failure log entries kept per tenant")
+    recent_values_per_param: int = setting(5, "recent argument values kept per parameter")
+    embedding_cache_size: int = setting(10_000, "embedded texts cached (per model)")
+    retention_in_background: bool = setting(
+        True,
+        "apply the retention policy (flag, deprioritize; delete only with auto_remove) to every "
+        "tenant every retention.interval_seconds",
+        flag="--retention",
+    )
+    snapshot_interval_seconds: float = setting(
+        300.0,
+        "vector index snapshots while running (0: only at open and close); a crash then "
+        "replays at most this much of the op log instead of rebuilding the HNSW graph",
+    )
+    request_id_ttl_days: float = setting(
+        7.0, "idempotency answers kept this long (a retry after that counts again)"
+    )
+    # None: the calibrated defaults of the embedder family (pml_server/ranking/config.py); a
+    # `[engine.ranking]` table replaces some of them.
+    ranking: RankingConfig | None = None
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+
+    def __post_init__(self) -> None:
+        if self.embedder not in ("minilm", "hashing"):
+            raise ValueError(f"embedder must be minilm or hashing, got {self.embedder!r}")
+        if self.durability not in ("sync", "fast"):
+            raise ValueError(f"durability must be sync or fast, got {self.durability!r}")
+        if self.vector_index not in ("hnsw", "exact"):
+            raise ValueError(f"vector_index must be hnsw or exact, got {self.vector_index!r}")
+        for name in ("failure_log_size", "pool_size", "embedding_cache_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"engine.{name} must be >= 1")
+        if self.snapshot_interval_seconds < 0 or self.request_id_ttl_days <= 0:
+            raise ValueError("engine.snapshot_interval_seconds >= 0, request_id_ttl_days > 0")
+        _ = self.limits  # a bad settable limit is refused now, not at the first capture
+
+    @property
+    def limits(self) -> Limits:
+        """The one table of limits with this engine's settable bounds."""
+        return LIMITS.with_bounds(code=self.max_code_bytes, tool_calls=self.max_tool_calls)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything `pml serve` takes: `[server]` and `[engine]` (with `[engine.ranking]` and
+    `[engine.retention]`) of a `--config` file, each field also a flag."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+
+SECTIONS: dict[str, type[ServerConfig] | type[EngineConfig]] = {
+    "server": ServerConfig,
+    "engine": EngineConfig,
+}
+_SECTION_OF = {f.name: name for name, cls in SECTIONS.items() for f in fields(cls)}
+assert len(_SECTION_OF) == sum(len(fields(c)) for c in SECTIONS.values()), "a name in two sections"
+
+
+def config_of(**settings: Any) -> Config:
+    """A Config from flat settings, each routed to its section by name (a name is in one
+    section only): `config_of(listen="127.0.0.1:0", embedder="hashing")`."""
+    split: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    for name, value in settings.items():
+        if name not in _SECTION_OF:
+            raise TypeError(f"no setting {name!r} in {', '.join(SECTIONS)}")
+        split[_SECTION_OF[name]][name] = value
+    return Config(server=ServerConfig(**split["server"]), engine=EngineConfig(**split["engine"]))

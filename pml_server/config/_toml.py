@@ -1,0 +1,126 @@
+"""Reading a `--config` TOML file against the tree, and building the final Config.
+
+Settings come in layers, later ones winning: the defaults, the file, the environment
+(`PML_STORE`), the flags. Every layer is a `Settings` tree of checked values
+(`{"server": {...}, "engine": {..., "retention": {...}, "ranking": {...}}}`); only the merged
+one is turned into dataclasses, so `[engine.ranking]` replaces values of the ranking defaults
+of the embedder that is finally chosen, whichever layer chose it."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from pml_server.config._model import Config, EngineConfig, ServerConfig
+from pml_server.ranking import RankingConfig, default_ranking
+from pml_server.retention import RetentionConfig
+
+Settings = dict[str, Any]
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message is one line naming the key."""
+
+
+def read_file(path: Path) -> Settings:
+    """The checked settings of a TOML file; ConfigError naming the first bad key."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it: {err.strerror or err}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    return _checked(path, data, Config, "")
+
+
+def _checked(path: Path, data: dict[str, Any], cls: type, prefix: str) -> Settings:
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    out: Settings = {}
+    for key, value in data.items():
+        where = f"{prefix}{key}"
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+            table = f"[{prefix.rstrip('.')}]" if prefix else "the top level"
+            raise ConfigError(f"{path}: unknown key {where} in {table}{hint}")
+        kind = _without_none(hints[key])
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: {where} must be a table ([{where}])")
+            out[key] = _checked(path, value, kind, f"{where}.")
+        else:
+            out[key] = _scalar(path, where, value, kind)
+    return out
+
+
+def _without_none(hint: Any) -> Any:
+    """`X | None` -> X (TOML has no null: an absent key is the None)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        rest = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return hint
+
+
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _scalar(path: Path, where: str, value: Any, kind: Any) -> Any:
+    def wrong() -> ConfigError:
+        expected = "a path (string)" if kind is Path else _TYPE_NAMES.get(kind, str(kind))
+        return ConfigError(f"{path}: {where} must be {expected}, got {value!r}")
+
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise wrong()
+        return value
+    if isinstance(value, bool):  # a bool is an int in Python, never in a config
+        raise wrong()
+    if kind is int:
+        if not isinstance(value, int):
+            raise wrong()
+        return value
+    if kind is float:
+        if not isinstance(value, int | float):
+            raise wrong()
+        return float(value)
+    if kind is str or kind is Path:
+        if not isinstance(value, str):
+            raise wrong()
+        return Path(value) if kind is Path else value
+    raise wrong()
+
+
+def merge(*layers: Settings) -> Settings:
+    """Later layers win, key by key, tables merged recursively."""
+    out: Settings = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict) and isinstance(out.get(key), dict):
+                out[key] = merge(out[key], value)
+            else:
+                out[key] = value
+    return out
+
+
+def build(settings: Settings) -> Config:
+    """The Config of merged settings; ConfigError (one line) for a value a section refuses."""
+    engine: Settings = dict(settings.get("engine", {}))
+    retention = engine.pop("retention", {})
+    ranking = engine.pop("ranking", None)
+    try:
+        built = EngineConfig(**engine, retention=RetentionConfig(**retention))
+        if ranking:  # an empty table: the family defaults, as when it is left out
+            base: RankingConfig = default_ranking(built.embedder)
+            built = dataclasses.replace(built, ranking=dataclasses.replace(base, **ranking))
+        return Config(server=ServerConfig(**settings.get("server", {})), engine=built)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None

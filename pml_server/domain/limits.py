@@ -1,0 +1,123 @@
+"""The one table of input limits: every bound on a request field, with the field it bounds and the
+unit it is measured in. The API edge (`api/validate.py`, `api/stream.py`, the MCP tools) and the
+engine (`capture/rules.py`, `service/`) check against the same entries, so a value the API lets
+through is never refused by the engine for a different bound, and the two messages agree.
+
+Three entries are settable: `code` and `tool_calls` (`pml serve --max-code-bytes`,
+`--max-tool-calls`, or `[engine]` of `--config`: `EngineConfig.limits` is this table with those
+bounds replaced) and `open_executions` (`--max-open-executions`, `[server]`: a stream's memory,
+replaced by the server). The rest are part of the contract (proto/pml/v1 documents them).
+Bounds the Rust core owns (the normalizer's input size and parameter cap) are read from the
+core, never restated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sized
+from dataclasses import dataclass, fields, replace
+from typing import Literal
+
+from pml_server import _core
+
+Unit = Literal["bytes", "characters", "items"]
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+@dataclass(frozen=True)
+class Limit:
+    """`field` (in request terms) holds at most `bound` `unit`s."""
+
+    field: str
+    bound: int
+    unit: Unit
+
+    def size(self, value: str | bytes | Sized) -> int:
+        """`value` measured in this limit's unit (bytes of a str: its UTF-8 encoding)."""
+        if self.unit == "bytes" and isinstance(value, str):
+            return len(value.encode("utf-8", "surrogatepass"))
+        return len(value)
+
+    def excess(self, value: str | bytes | Sized) -> str | None:
+        """The violation's description when `value` is over the bound, else None."""
+        size = self.size(value)
+        if size <= self.bound:
+            return None
+        return f"is {size} {self.unit}; the limit is {self.bound} {self.unit}"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Every per-field limit. `LIMITS` holds the defaults; `with_bounds` the configured ones."""
+
+    # ---- one execution (ExecutionRecord, a stream's ExecutionStarted/ToolCall*) ----
+    # The proto's contract (resources.proto): at most 128 characters.
+    request_id: Limit = Limit("request_id", 128, "characters")
+    intent: Limit = Limit("intent", 4096, "characters")
+    # Settable; never above what the Rust normalizer accepts (`NORMALIZE_MAX_INPUT_BYTES`).
+    code: Limit = Limit("code", 256 * KIB, "bytes")
+    language: Limit = Limit("language", 32, "characters")
+    tool_calls: Limit = Limit("tool_calls", 256, "items")  # settable
+    tool: Limit = Limit("tool", 256, "characters")  # one tool call's tool name
+    arguments_json: Limit = Limit("arguments_json", 64 * KIB, "bytes")
+    error: Limit = Limit("error", 16 * KIB, "characters")
+    trace: Limit = Limit("trace", 1 * MIB, "bytes")
+    tags: Limit = Limit("tags", 32, "items")  # also the tags a pattern keeps
+    tag: Limit = Limit("tags[]", 64, "characters")
+    # A pattern's parameters: the normalizer keeps the first ones, the rest stay code.
+    parameters: Limit = Limit("parameters", _core.NORMALIZE_MAX_PARAMS, "items")
+    # ---- calls ----
+    # Tenant names come from the keys file (`TENANT_NAME`) and key every stored record.
+    tenant: Limit = Limit("tenant", 64, "characters")
+    resource_id: Limit = Limit("name", 256, "characters")  # the {id} of `patterns/{id}`
+    page_size: Limit = Limit("page_size", 1000, "items")
+    page_token: Limit = Limit("page_token", 2048, "characters")
+    suggestions: Limit = Limit("page_size", 100, "items")  # Suggest's k
+    available_tools: Limit = Limit("available_tools.tools", 1024, "items")
+    capture_batch: Limit = Limit("records", 64, "items")  # one `record_many` call
+    # ---- one StreamTraces call ----
+    open_executions: Limit = Limit("started", 1024, "items")  # started, not finished; settable
+    # Bytes of live executions (started + tool calls) one stream buffers before they finish.
+    stream_buffered: Limit = Limit("tool_call_finished", 32 * MIB, "bytes")
+    # ---- answers (api/budget.py): no answer fails because of another record's size ----
+    answer_pattern: Limit = Limit("patterns[]", 64 * KIB, "bytes")  # then trimmed
+    answer: Limit = Limit("patterns", 4 * MIB, "bytes")  # gRPC's default receive limit
+
+    def with_bounds(self, **bounds: int) -> Limits:
+        """This table with the bounds of the named settable entries replaced (each >= 1; code
+        within the normalizer's input limit)."""
+        unknown = set(bounds) - set(SETTABLE)
+        if unknown:
+            raise ValueError(f"limits {sorted(unknown)} are not settable")
+        for name, bound in bounds.items():
+            if bound < 1:
+                raise ValueError(f"the {name} limit ({SETTABLE[name]}) must be >= 1, got {bound}")
+        if bounds.get("code", 0) > _core.NORMALIZE_MAX_INPUT_BYTES:
+            raise ValueError(
+                f"max_code_bytes {bounds['code']} is above the normalizer's input limit "
+                f"({_core.NORMALIZE_MAX_INPUT_BYTES} bytes)"
+            )
+        return replace(
+            self, **{name: replace(getattr(self, name), bound=b) for name, b in bounds.items()}
+        )
+
+    def entries(self) -> tuple[tuple[str, Limit], ...]:
+        """(name, limit) for every entry, in table order (docs, tests)."""
+        return tuple((f.name, getattr(self, f.name)) for f in fields(self))
+
+
+LIMITS = Limits()
+# The settable entries and the setting that sets each (pml_server/config).
+SETTABLE = {
+    "code": "max_code_bytes",
+    "tool_calls": "max_tool_calls",
+    "open_executions": "max_open_executions",
+}
+
+# A tenant name: a letter or digit, then letters, digits, '_', '.', '-'; `LIMITS.tenant` long.
+TENANT_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{LIMITS.tenant.bound - 1}}}")
+TENANT_NAME_RULE = (
+    f"1-{LIMITS.tenant.bound} letters, digits, '_', '.', '-' (starting with a letter or digit)"
+)

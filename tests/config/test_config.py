@@ -1,0 +1,308 @@
+"""The one config tree: `pml serve --config FILE.toml`, the flags made from the same fields, the
+layers (defaults < file < $PML_STORE < flags), refusals naming the key, and pml.example.toml."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import signal
+import subprocess
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from pml_server import cli
+from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.config import (
+    SECTIONS,
+    Config,
+    ConfigError,
+    EngineConfig,
+    ServerConfig,
+    config_of,
+    read_file,
+    serve_config,
+)
+from pml_server.config._toml import _without_none
+from pml_server.embedding import HashingEmbedder
+from pml_server.ranking import RankingConfig, default_ranking
+from pml_server.retention import RetentionConfig
+from tests.support import spawn_pml_serve
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "pml.example.toml"
+TABLES: dict[str, type] = {
+    "server": ServerConfig,
+    "engine": EngineConfig,
+    "engine.retention": RetentionConfig,
+    "engine.ranking": RankingConfig,
+}
+
+
+def _serve_args(*argv: str) -> argparse.Namespace:
+    return cli.build_parser().parse_args(["serve", *argv])
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pml.toml"
+    path.write_text(text)
+    return path
+
+
+def _keys_by_table(text: str) -> dict[str, set[str]]:
+    """The keys each [table] of a TOML text names, set or commented out (`# key = ...`)."""
+    found: dict[str, set[str]] = {}
+    table = ""
+    for line in text.splitlines():
+        header = re.fullmatch(r"\[([a-z.]+)\]", line.strip())
+        if header:
+            table = header.group(1)
+            continue
+        key = re.fullmatch(r"#?\s*([a-z_]+) = .+", line.strip())
+        if key:
+            found.setdefault(table, set()).add(key.group(1))
+    return found
+
+
+def test_the_example_file_parses_to_the_defaults_and_names_every_setting() -> None:
+    assert serve_config(_serve_args("--config", str(EXAMPLE)), environ={}) == Config()
+    named = _keys_by_table(EXAMPLE.read_text())
+    for table, cls in TABLES.items():
+        expected = {
+            f.name
+            for f in dataclasses.fields(cls)
+            if not dataclasses.is_dataclass(_without_none(typing.get_type_hints(cls)[f.name]))
+        }
+        assert expected == named.get(table, set()), f"[{table}] of pml.example.toml"
+
+
+def test_the_examples_commented_ranking_values_are_minilms_defaults() -> None:
+    ranking = EXAMPLE.read_text().split("[engine.ranking]", 1)[1]
+    shown = dict(re.findall(r"^# ([a-z_]+) = (.+)$", ranking, re.MULTILINE))
+    defaults = default_ranking("minilm")
+    assert {k: type(getattr(defaults, k))(v) for k, v in shown.items()} == {
+        f.name: getattr(defaults, f.name) for f in dataclasses.fields(RankingConfig)
+    }
+
+
+def test_every_setting_of_server_and_engine_is_a_flag_in_the_help() -> None:
+    text = subprocess.run(
+        [str(Path(sys.executable).parent / "pml"), "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    text = " ".join(text.split())  # argparse wraps the help lines
+    for section, cls in SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        for field in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(_without_none(hints[field.name])):
+                continue
+            assert f"[{section}] {field.name})" in text, f"no flag for {section}.{field.name}"
+    assert "--retention-interval-seconds" in text
+    assert "--config" in text
+
+
+def _flag_values(parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, Any]]:
+    """An argv giving every serve flag a value other than its default, and those values by
+    dest (the config path joined by `__`)."""
+    defaults = Config()
+    argv: list[str] = []
+    expected: dict[str, Any] = {}
+    for action in parser._actions:
+        if not action.option_strings or action.dest in ("help", "config"):
+            continue
+        found: Any = defaults
+        for part in action.dest.split("__"):
+            found = getattr(found, part)
+        flag = action.option_strings[0]
+        if isinstance(action, argparse.BooleanOptionalAction):
+            argv.append(flag if not found else f"--no-{flag[2:]}")
+            expected[action.dest] = not found
+            continue
+        if action.choices:
+            value: Any = next(c for c in action.choices if c != found)
+        elif action.type is int:
+            value = 7 if found != 7 else 9
+        elif action.type is float:
+            value = 0.5 if found != 0.5 else 0.25
+        elif action.type is Path:
+            value = Path(f"given-{action.dest}")
+        else:
+            value = f"given-{action.dest}"
+        argv += [flag, str(value)]
+        expected[action.dest] = value
+    return argv, expected
+
+
+def test_every_serve_flag_lands_in_its_setting() -> None:
+    parser = argparse.ArgumentParser()
+    from pml_server.config import add_serve_flags
+
+    add_serve_flags(parser)
+    argv, expected = _flag_values(parser)
+    config = serve_config(parser.parse_args(argv), environ={})
+    for dest, value in expected.items():
+        found: Any = config
+        for part in dest.split("__"):
+            found = getattr(found, part)
+        assert found == value, dest
+
+
+def test_layers_defaults_file_environment_flags(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        '[server]\nmax_workers = 3\ngrace_seconds = 2.5\n[engine]\nstore = "postgresql://f/db"\n'
+        "failure_log_size = 11\n[engine.retention]\ninterval_seconds = 5\nauto_remove = true\n",
+    )
+    config = serve_config(_serve_args("--config", str(path), "--max-workers", "5"), environ={})
+    assert (config.server.max_workers, config.server.grace_seconds) == (5, 2.5)
+    assert config.server.listen == ServerConfig().listen
+    assert (config.engine.store, config.engine.failure_log_size) == ("postgresql://f/db", 11)
+    assert config.engine.retention == RetentionConfig(interval_seconds=5.0, auto_remove=True)
+    env = {"PML_STORE": "postgresql://env/db"}
+    assert (
+        serve_config(_serve_args("--config", str(path)), env).engine.store == "postgresql://env/db"
+    )
+    flagged = _serve_args("--config", str(path), "--store", "postgresql://flag/db")
+    assert serve_config(flagged, env).engine.store == "postgresql://flag/db"
+    interval = _serve_args("--config", str(path), "--retention-interval-seconds", "9")
+    assert serve_config(interval, {}).engine.retention.interval_seconds == 9.0
+
+
+def test_a_ranking_table_replaces_values_of_the_chosen_embedders_defaults(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[engine.ranking]\nmin_success = 0.7\n")
+    config = serve_config(_serve_args("--config", str(path), "--embedder", "hashing"), {})
+    expected = dataclasses.replace(default_ranking("hashing"), min_success=0.7)
+    assert config.engine.ranking == expected
+    assert expected.semantic_weight == 0.5  # the hashing family's own value stayed
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[server]\nlisten_port = 1\n",
+            r"unknown key server\.listen_port .*did you mean server\.listen",
+        ),
+        ("[engine]\nembedder = 3\n", r"engine\.embedder must be a string, got 3"),
+        ("[engine]\nmax_code_bytes = 1.5\n", r"engine\.max_code_bytes must be an integer"),
+        (
+            "[engine]\nretention_in_background = 1\n",
+            r"retention_in_background must be true or false",
+        ),
+        ("[engine.retention]\nmin_trys = 3\n", r"unknown key engine\.retention\.min_trys"),
+        ("[engine]\nretention = 3\n", r"engine\.retention must be a table"),
+        ("[stuff]\na = 1\n", r"unknown key stuff in the top level"),
+        ('[engine]\nembedder = "bert"\n', r"embedder must be minilm or hashing"),
+        ("[engine]\nmax_code_bytes = 0\n", r"max_code_bytes\) must be >= 1, got 0"),
+        ('[engine]\nstore = "postgresql://u:pw@h/db"\n', r"engine\.store carries a password"),
+        ("[server\n", r"not valid TOML"),
+    ],
+)
+def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError, match=message) as caught:
+        serve_config(_serve_args("--config", str(path)), environ={})
+    assert "\n" not in str(caught.value)
+
+
+def test_pml_serve_exits_2_with_one_line_for_a_bad_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[engine]\nmax_tool_call = 4\n")
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "pml"), "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"pml serve: error: {path}: unknown key engine.max_tool_call in [engine] "
+        "(did you mean engine.max_tool_calls?)"
+    ]
+    missing = subprocess.run(
+        [str(Path(sys.executable).parent / "pml"), "serve", "--config", str(tmp_path / "no")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert missing.returncode == 2
+    assert "cannot read it" in missing.stderr
+
+
+def test_read_file_keeps_only_what_the_file_says(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[engine]\ndata_dir = "d"\n')
+    assert read_file(path) == {"engine": {"data_dir": Path("d")}}
+
+
+def test_config_of_routes_names_to_their_section() -> None:
+    config = config_of(listen="127.0.0.1:0", embedder="hashing", max_code_bytes=10)
+    assert (config.server.listen, config.engine.embedder) == ("127.0.0.1:0", "hashing")
+    assert config.engine.limits.code.bound == 10
+    with pytest.raises(TypeError, match="no setting"):
+        config_of(interval_seconds=1.0)
+
+
+def _record_code(target: str, size: int) -> grpc.StatusCode | None:
+    """The status of recording code of `size` bytes beyond a valid start (None: taken)."""
+    code = "await mcp.read_file({path: 'a.json'}) // " + "x" * size
+    with PmlClient(target) as client:
+        try:
+            client.record(make_record("Read a JSON file", code, tools=["read_file"]))
+        except PmlClientError as err:
+            refused = err
+        else:
+            return None
+    assert {field for field, _ in refused.violations} == {"record.code"}
+    return refused.code
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
+
+
+def test_pml_serve_config_starts_a_server_with_the_files_settings(tmp_path: Path) -> None:
+    """Everything from the file: the listen address (port 0), the store, the embedder and a
+    limit whose effect the API shows; then a flag overriding that limit."""
+    path = _write(
+        tmp_path,
+        f'[server]\nlisten = "127.0.0.1:0"\nlog_level = "warning"\n'
+        f'[engine]\ndata_dir = "{tmp_path / "data"}"\nembedder = "hashing"\n'
+        'durability = "fast"\nmax_code_bytes = 1024\n',
+    )
+    proc, target = spawn_pml_serve("--config", str(path))
+    try:
+        assert _record_code(target, 2000) is grpc.StatusCode.INVALID_ARGUMENT
+        assert _record_code(target, 500) is None
+        with PmlClient(target) as client:
+            assert client.server_info().embedding_dimension == HashingEmbedder().dim
+    finally:
+        _stop(proc)
+    assert (tmp_path / "data").is_dir()
+    proc, target = spawn_pml_serve("--config", str(path), "--max-code-bytes", "4096")
+    try:
+        assert _record_code(target, 2000) is None
+    finally:
+        _stop(proc)
+
+
+def test_the_readme_configuration_reference_names_every_flag_and_key() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Configuration reference (`pml serve`)", 1)[1].split("\n## ", 1)[0]
+    parser = argparse.ArgumentParser()
+    from pml_server.config import add_serve_flags
+
+    add_serve_flags(parser)
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        assert f"`{action.option_strings[0]}`" in section, action.option_strings[0]
+        *tables, key = action.dest.split("__")
+        if tables:
+            assert f"`[{'.'.join(tables)}] {key}`" in section or f"`{key}`" in section, key
