@@ -208,6 +208,72 @@ fn many_exact_ties_fall_back_to_the_full_scan_and_leave_no_trace() {
     check(&index, &docs, &["c", "a"], 120);
 }
 
+/// The service bench's intents (`benches/service_workload.py`): verb, object words and place
+/// words repeat with a period of 480 documents, each document has a unique `batch{i}` and its
+/// two tool words. Ten documents share each intent's words and length.
+fn suggest_shaped_corpus(n: usize) -> Corpus {
+    let verbs = ["read", "parse", "load", "write", "convert"];
+    let objects = [
+        &["json", "file"][..],
+        &["csv", "export"],
+        &["sheet"],
+        &["log", "archive"],
+    ];
+    let places = [&["disk"][..], &["weekly", "report"], &["shared", "drive"]];
+    (0..n)
+        .map(|i| {
+            let mut terms = vec![verbs[i % 5].to_owned()];
+            terms.extend(objects[(i / 5) % 4].iter().map(|w| (*w).to_owned()));
+            terms.extend(places[(i / 20) % 3].iter().map(|w| (*w).to_owned()));
+            terms.push(format!("batch{i}"));
+            terms.extend([format!("tool{}", i % 97), format!("step{}", i / 97)]);
+            (format!("p{i}"), terms)
+        })
+        .collect()
+}
+
+#[test]
+fn suggest_shaped_queries_skip_common_terms_with_ties_at_the_limit() {
+    // 600 documents: a query's intent words are shared by 10 documents of equal length, so
+    // every limit between 2 and 10 cuts through an exact tie; limits go beyond the matches
+    let docs = suggest_shaped_corpus(600);
+    let index = index_of(1.2, 0.75, &docs);
+    for (j, limit) in [
+        (3usize, 1usize),
+        (17, 2),
+        (42, 5),
+        (99, 9),
+        (123, 10),
+        (7, 40),
+        (8, 700),
+    ] {
+        let i = j * 7 % 600;
+        let mut query: Vec<String> =
+            docs[&format!("p{i}")][..docs[&format!("p{i}")].len() - 2].to_vec();
+        query.extend(["quick".to_owned(), format!("run{j}")]); // not indexed
+        let query: Vec<&str> = query.iter().map(String::as_str).collect();
+        let hits = check(&index, &docs, &query, limit);
+        assert_eq!(
+            hits[0].0,
+            format!("p{i}"),
+            "its own batch word ranks it first"
+        );
+        let ties = hits[1..].iter().filter(|h| h.1 == hits[1].1).count();
+        assert!(limit < 3 || ties >= 2, "no tie at limit {limit}: {hits:?}");
+        if limit <= 10 {
+            // the real cost model prunes: the place words (in a third of the documents) are
+            // never scanned in full, and the ties are rescored rather than the lists rescanned
+            search_with(&index, &query, limit, None);
+            let (scanned, terms, fell_back) = LAST_SCAN.get();
+            assert!(
+                scanned < terms && !fell_back,
+                "limit {limit}: {:?}",
+                LAST_SCAN.get()
+            );
+        }
+    }
+}
+
 fn words_of(text: &str) -> Vec<String> {
     text.split(' ').map(str::to_owned).collect()
 }
