@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -27,7 +26,8 @@ import grpc
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.api.auth import Role, add_key
-from tests.reliability.harness import ROOT, ServerProcess
+from tests.reliability.harness import ServerProcess
+from tests.reliability.line_process import LineProcess
 
 OK = resources_pb2.EXECUTION_STATUS_SUCCESS
 GIANT_LITERALS = 120_000
@@ -104,38 +104,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class HeavyLoad:
-    """The `cost_load` process; `command` sends one line and returns its one-line answer."""
+class HeavyLoad(LineProcess):
+    """The `cost_load` process: the expensive tenant's calls, from its own process."""
 
     def __init__(self, key: str, target: str, threads: int) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.reliability.cost_load", key, target, str(threads)],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def command(self, line: str) -> str:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline().strip()
-        if not answer or answer.startswith("error"):
-            raise RuntimeError(f"cost_load: {line!r} -> {answer!r}")
-        return answer
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        super().__init__("tests.reliability.cost_load", [key, target, str(threads)], 60)
 
 
 @dataclass

@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,7 +27,8 @@ import grpc
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.api.auth import Role, add_key
-from tests.reliability.harness import ROOT, ServerProcess
+from tests.reliability.harness import ServerProcess
+from tests.reliability.line_process import LineProcess
 
 PHASES = ("alone", "same_server", "other_server")
 RAMP_SECONDS = 0.3  # after every flood thread had an answer, before timing the neighbour
@@ -61,38 +60,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class Flooder:
-    """The flood process; `command` sends one line and returns its one-line answer."""
+class Flooder(LineProcess):
+    """The flood process: one tenant's flood of calls, from its own process."""
 
     def __init__(self, key: str, threads: int, max_seconds: float = 60.0) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.reliability.flood", key, str(threads), str(max_seconds)],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def command(self, line: str) -> str:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline().strip()
-        if not answer or answer.startswith("error"):
-            raise RuntimeError(f"flooder: {line!r} -> {answer!r}")
-        return answer
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        super().__init__("tests.reliability.flood", [key, str(threads), str(max_seconds)], 30)
 
 
 @dataclass
