@@ -512,10 +512,10 @@ def test_an_expensive_tenant_gives_way_to_its_neighbour(
     """Tenant `heavy` runs 4 concurrent Suggests and dry-run retentions over its ten giant
     patterns (from a process of its own); `light` times its own Suggest meanwhile, against
     phases with `heavy` idle. `light` gets every answer right and is never refused, `heavy`'s
-    calls are served (or refused with a retry delay), and the server paused `heavy`'s long
-    calls for `light`'s (`pml_fairness_pauses` on /metrics: before, nothing did, and light's p50
-    went 44x). The latency ratios are reported, not asserted: `python -m benches tenant_cost`
-    holds them to 1.5x."""
+    calls are served (some of them) or refused with a retry delay, and the server paused
+    `heavy`'s long calls for `light`'s (`pml_fairness_pauses` on /metrics: before, nothing
+    did, and light's p50 went 44x). The latency ratios are reported, not asserted:
+    `python -m benches tenant_cost` holds them to 1.5x."""
     process, keys = tenants
     before = _metric(process, "pml_fairness_pauses_total")
     figures = cost_measure.measure(process, keys, trials=2, calls=60)
@@ -542,8 +542,10 @@ def test_an_expensive_tenant_gives_way_to_its_neighbour(
     assert figures["neighbour_wrong_answers"] == 0, summary
     codes = figures["heavy_codes"]
     assert {c.split()[1] for c in codes} <= {"OK", "RESOURCE_EXHAUSTED"}, summary
-    assert codes.get("suggest OK", 0) > 0, summary
-    assert codes.get("retention OK", 0) > 0, summary
+    # CPU debt accrues only from served calls, so `heavy` is never refused everything; which of
+    # its kinds got through before the debt refused the rest depends on timing (one CI run had
+    # every Suggest refused and two retentions served).
+    assert codes.get("suggest OK", 0) + codes.get("retention OK", 0) > 0, summary
     assert pauses > 0, summary
 
 
