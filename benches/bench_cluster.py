@@ -3,11 +3,13 @@
 Servers are real `pml serve` processes (hashing embedder: this measures the store and the
 replicas, not the model; durability sync / fsync on in PostgreSQL). For each setup (embedded
 RocksDB; 1 replica over PostgreSQL; 2 replicas over the same database) 8 callers capture for a
-fixed time, then 8 callers Suggest.
+fixed time, and 8 callers Suggest.
 The callers are goroutines of one Go process (`clients/go/cmd/pml-load`, built at the start):
 on a 2-core machine Python callers took about as much CPU as the servers they measured, so two
 replicas could not use the cores. Without Go the Python callers (`cluster_load`) are used, and
-the rows say so (`load` in the JSON).
+the rows say so (`load` in the JSON). Suggest on 1 and 2 replicas runs over the same data,
+after both capture runs, with the same 8 callers (spread round-robin over the targets),
+alternated 1, 2, 2, 1 in halves of the run time.
 Targets (issue 21): 2 replicas' Suggest QPS >= 1.4x one replica's; capture over PostgreSQL >=
 0.5x embedded. Follower lag: read from the replicas' /metrics after the 2-replica capture run
 and a short one whose every capture adds an intent (an op log entry the other replica follows).
@@ -137,6 +139,16 @@ def _measure(
     }
 
 
+def _combined(parts: list[tuple[float, dict[str, float]]]) -> tuple[float, dict[str, float]]:
+    """Equal-length measurements as one: the mean rate, the worst p50 and p99."""
+    return sum(rate for rate, _ in parts) / len(parts), {
+        "p50_ms": max(extra["p50_ms"] for _, extra in parts),
+        "p99_ms": max(extra["p99_ms"] for _, extra in parts),
+        "calls": sum(extra["calls"] for _, extra in parts),
+        "errors": sum(extra["errors"] for _, extra in parts),
+    }
+
+
 def run(large: bool) -> list[Row]:
     seconds = 1.5 if os.environ.get("PML_BENCH_QUICK") else 12.0 if large else 6.0
     root = Path(tempfile.mkdtemp(prefix="pml-bench-cluster-"))
@@ -160,18 +172,25 @@ def run(large: bool) -> list[Row]:
         first = _Server(root / "r1", dsn)
         try:
             results["capture 1 replica"] = _measure(load, [first.target], "capture", seconds, "p1")
-            results["suggest 1 replica"] = _measure(load, [first.target], "suggest", seconds, "p1")
             second = _Server(root / "r2", dsn)
             try:
                 both = [first.target, second.target]
                 results["capture 2 replicas"] = _measure(load, both, "capture", seconds, "p2")
+                # Suggest on 1 and 2 replicas over the same data (no capture in between),
+                # alternated 1, 2, 2, 1 in halves so that a drift of the machine's load
+                # weighs on both alike.
+                halves: dict[str, list[tuple[float, dict[str, float]]]] = {"1": [], "2": []}
+                for count in ("1", "2", "2", "1"):
+                    targets = both[: int(count)]
+                    halves[count].append(_measure(load, targets, "suggest", seconds / 2, "s"))
+                for count, name in (("1", "suggest 1 replica"), ("2", "suggest 2 replicas")):
+                    results[name] = _combined(halves[count])
                 if load is not None:  # every capture a new intent: op log entries to follow
                     _measure(load, both, "capture", min(seconds, 3.0), "lag", fresh_intents=True)
                 for name, server in (("a", first), ("b", second)):
                     for q in ("0.5", "0.99"):
                         value = server.metric("pml_follower_lag_seconds", f'quantile="{q}"')
                         lag[f"{name} p{q}"] = (value or 0.0) * 1000
-                results["suggest 2 replicas"] = _measure(load, both, "suggest", seconds, "p2")
             finally:
                 second.stop()
         finally:

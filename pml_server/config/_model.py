@@ -107,6 +107,11 @@ class EngineConfig:
         default_text="$PML_STORE, else the embedded RocksDB in data_dir",
     )
     pool_size: int = setting(8, "database connections of this replica (with store)")
+    view_cache_size: int = setting(
+        10_000,
+        "patterns whose views (record, counters, intents) a replica keeps in memory for "
+        "Suggest (with store; 0: read them from the database every time)",
+    )
     embedder: str = setting(
         "minilm",
         "intent embedder: the real MiniLM model, or the fast hashing one",
@@ -167,6 +172,8 @@ class EngineConfig:
         for name in ("failure_log_size", "pool_size", "embedding_cache_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"engine.{name} must be >= 1")
+        if self.view_cache_size < 0:
+            raise ValueError("engine.view_cache_size must be >= 0")
         if self.snapshot_interval_seconds < 0 or self.request_id_ttl_days <= 0:
             raise ValueError("engine.snapshot_interval_seconds >= 0, request_id_ttl_days > 0")
         _ = self.limits  # a bad settable limit is refused now, not at the first capture

@@ -22,7 +22,8 @@ def follower_for(
 ) -> OplogFollower:
     """The follower of a shared store's op log (imports the PostgreSQL driver)."""
     from pml_server.replication._follower import OplogFollower
-    from pml_server.storage.postgres import PostgresStore
+    from pml_server.storage.postgres import PostgresStore, SharedRepository
 
     assert isinstance(store, PostgresStore)
+    assert isinstance(repo, SharedRepository)
     return OplogFollower(store, repo, index_for)

@@ -13,9 +13,11 @@ follower meets them again and skips them.
 
 The ranking tables (pattern records and counters, what Suggest ranks in the core without
 reading the store) follow another feed: every catch-up reads the pattern and counters rows
-written by transactions its last snapshot did not see (`PostgresStore.changed_rows`; counting
-takes no op log entry, so captures never queue on the head row for it). A row is read as it
-is now, so one read late (before this replica's own later write) is set right by the next.
+written by transactions its last snapshot did not see, with the keys of the intent rows
+written so (`PostgresStore.changes`, one statement; counting takes no op log entry, so
+captures never queue on the head row for it). A row is read as it is now, so one read late
+(before this replica's own later write) is set right by the next. The same feed, and the op
+log's removals, drop the changed patterns from the repository's cache of views.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from pml_server.domain.errors import UnavailableError
 from pml_server.domain.records import IntentRecord
 from pml_server.replication._lag import FollowerLag
 from pml_server.search import TenantSearchIndex
-from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, split_tenant
-from pml_server.storage.postgres import PostgresStore
-from pml_server.storage.repo import Repository, counter_rank_row, pattern_rank_row
+from pml_server.storage.keys import CF_PATTERNS, split_tenant
+from pml_server.storage.postgres import PostgresStore, SharedRepository
+from pml_server.storage.postgres._repository import viewed_pattern
+from pml_server.storage.repo import counter_rank_row, pattern_rank_row
 
 log = logging.getLogger(__name__)
 DEFAULT_POLL_SECONDS = 0.5
@@ -48,7 +51,7 @@ class OplogFollower:
     def __init__(
         self,
         store: PostgresStore,
-        repo: Repository,
+        repo: SharedRepository,
         index_for: Callable[[str], TenantSearchIndex],
         poll_seconds: float = DEFAULT_POLL_SECONDS,
     ) -> None:
@@ -61,14 +64,13 @@ class OplogFollower:
         self._applied = 0
         self._behind = 0
         self._lock = threading.Lock()  # one catch-up at a time
-        # per followed family, the snapshot its last read saw (None: not begun)
-        self._feeds: dict[str, str | None] = dict.fromkeys((CF_PATTERNS, CF_COUNTERS))
+        # the snapshot the last read of changed rows saw (None: not begun)
+        self._since: str | None = None
 
     def begin(self) -> None:
         """Start from the current heads (call before restoring the indexes)."""
         self._cursors = self._store.oplog_heads()
-        for cf in self._feeds:
-            self._feeds[cf] = self._store.changed_rows(cf, None)[1]
+        self._since = self._store.changed_rows(CF_PATTERNS, None)[1]
 
     def cursor(self, tenant: str) -> int:
         """The tenant's op log position through which every entry is applied."""
@@ -95,17 +97,19 @@ class OplogFollower:
 
     def _refresh_ranks(self) -> None:
         """Pattern records before counters: a new pattern's counters find its row."""
-        for cf, since in list(self._feeds.items()):
-            if since is None:
-                continue
-            rows, self._feeds[cf] = self._store.changed_rows(cf, since)
-            for key, raw in rows:
-                tenant, rest = split_tenant(key)
-                ranks = self._index_for(tenant).ranks
-                if cf == CF_PATTERNS:
-                    ranks.set_pattern(*pattern_rank_row(raw))
-                else:
-                    ranks.set_counters(*counter_rank_row(rest.decode(), raw))
+        if self._since is None:
+            return
+        changes = self._store.changes(self._since)
+        self._since = changes.snapshot
+        for key, raw in changes.patterns:
+            self._index_for(split_tenant(key)[0]).ranks.set_pattern(*pattern_rank_row(raw))
+        for key, raw in changes.counters:
+            tenant, rest = split_tenant(key)
+            self._index_for(tenant).ranks.set_counters(*counter_rank_row(rest.decode(), raw))
+        changed = [*changes.patterns, *changes.counters]
+        keys = [key for key, _ in changed] + changes.intent_keys
+        if keys:
+            self._repo.forget_views({viewed_pattern(key) for key in keys})
 
     def _apply(self, tenant: str, entries: Sequence[tuple[int, dict[str, Any], float]]) -> None:
         index = self._index_for(tenant)
@@ -116,6 +120,8 @@ class OplogFollower:
             else:  # a removal: additions logged before it first
                 self._add(tenant, index, pending)
                 pending = []
+                gone = {p for i in op["ids"] if (p := index.pattern_of(i)) is not None}
+                self._repo.forget_views((tenant, p) for p in gone)
                 index.remove(op["ids"])
         self._add(tenant, index, pending)
         now_lags = [age for _, _, age in entries]

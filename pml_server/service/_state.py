@@ -93,7 +93,7 @@ class EngineState:
             config.ranking if config.ranking is not None else default_ranking(config.embedder)
         )
         self.store = store
-        self.repo = repository_for(store)
+        self.repo = repository_for(store, config.view_cache_size)
         self.embedder = embedder
         self.clock = clock
         self.normalizer = normalizer

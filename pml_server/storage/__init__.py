@@ -37,10 +37,11 @@ def open_store(store: str | None, data_dir: Path, durability: str, pool_size: in
     return Store(data_dir, durability)
 
 
-def repository_for(store: StoreBackend) -> Repository:
+def repository_for(store: StoreBackend, view_cache_size: int = 10_000) -> Repository:
+    """`view_cache_size`: the pattern views a shared store's repository caches."""
     if store.shared:
         from pml_server.storage.postgres import PostgresStore, SharedRepository
 
         assert isinstance(store, PostgresStore)
-        return SharedRepository(store)
+        return SharedRepository(store, view_cache_size)
     return Repository(store)

@@ -231,3 +231,57 @@ def test_a_pattern_read_after_a_failed_try_shows_what_other_replicas_added(
     b.record("t", make_record("r3", "Fetch the config document", JSON_TOOLS))
     texts = {i.text for i in a.get_pattern("t", saved.pattern_id).intents}
     assert texts == {"Read JSON file", "Fetch the config document"}
+
+
+def _views(engine: Engine, tenant: str, intent: str) -> list[tuple[str, int, list[int]]]:
+    """(pattern id, usage count, intent hit counts) of each suggestion."""
+    return [
+        (s.pattern.id, s.pattern.usage_count, sorted(i.hit_count for i in s.pattern.intents))
+        for s in engine.suggest(tenant, SuggestQuery(intent)).suggestions
+    ]
+
+
+def test_a_replica_suggests_from_its_view_cache_without_a_database_read(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a pattern's view was read, Suggest (ranked in the core) reads nothing from the
+    database for it: the read of views is made to fail, and the answer is the same."""
+    a = replicas("a")
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    first = _views(a, "t", "Read JSON file")
+    assert first == [(saved.pattern_id, 1, [1])]
+
+    def no_database(*_: object) -> object:
+        raise AssertionError("Suggest read the database")
+
+    monkeypatch.setattr(a._state.repo.shared_store, "pairs_and_values", no_database)
+    assert _views(a, "t", "Read JSON file") == first
+
+
+def test_a_replica_suggests_its_own_writes_at_once_through_its_view_cache(
+    replicas: Callable[[str], Engine],
+) -> None:
+    a = replicas("a")
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 1, [1])]  # now cached
+    a.record("t", make_record("r2", "Read JSON file", JSON_TOOLS))  # a duplicate intent
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 2, [2])]
+    a.record("t", make_record("r3", "Fetch the config document", JSON_TOOLS))  # a new one
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 3, [1, 2])]
+
+
+def test_another_replicas_writes_reach_the_view_cache_within_the_follower_lag(
+    replicas: Callable[[str], Engine],
+) -> None:
+    """b has the pattern's view cached; a counts it, bumps its intent, adds one, and deletes
+    it: b shows each once its follower has read it."""
+    a, b = replicas("a"), replicas("b")
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    assert eventually(lambda: _views(b, "t", "Read JSON file") == [(saved.pattern_id, 1, [1])])
+    a.record("t", make_record("r2", "Read JSON file", JSON_TOOLS))
+    assert eventually(lambda: _views(b, "t", "Read JSON file") == [(saved.pattern_id, 2, [2])])
+    a.record("t", make_record("r3", "Fetch the config document", JSON_TOOLS))
+    expected = [(saved.pattern_id, 3, [1, 2])]
+    assert eventually(lambda: _views(b, "t", "Read JSON file") == expected)
+    a.delete_pattern("t", saved.pattern_id)
+    assert eventually(lambda: _views(b, "t", "Read JSON file") == [])

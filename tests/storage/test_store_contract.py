@@ -17,6 +17,7 @@ from pml_server.storage import SchemaVersionError as RocksSchemaVersionError
 from pml_server.storage import Store, StoreBackend, open_store, repository_for
 from pml_server.storage.keys import (
     CF_COUNTERS,
+    CF_INTENTS,
     CF_META,
     CF_OPLOG,
     CF_PATTERNS,
@@ -363,4 +364,43 @@ def test_changed_rows_never_skip_a_commit_whatever_the_commit_order(postgres_dsn
         (tenant_key("t", "fast"), 2)
     ]
     assert store.changed_rows(CF_COUNTERS, since)[0] == []
+    store.close()
+
+
+def test_changes_read_patterns_counters_and_rewritten_intents_in_one_snapshot(
+    postgres_dsn: str,
+) -> None:
+    """What a replica's follower reads at each catch-up: the pattern and counters rows and the
+    keys of the intent rows written since its last snapshot (an intent rewritten too: a
+    duplicate's hit count), then nothing more until the next write."""
+    store = PostgresStore(postgres_dsn)
+    since = store.changed_rows(CF_PATTERNS, None)[1]
+    intent = tenant_key("t", "p", (7).to_bytes(8, "big"))
+    store.write(
+        [
+            (CF_PATTERNS, tenant_key("t", "p"), b"{}"),
+            (CF_COUNTERS, tenant_key("t", "p"), PatternCounters(usage=1).to_json()),
+            (CF_INTENTS, intent, b'{"hit_count": 1}'),
+        ]
+    )
+    changes = store.changes(since)
+    assert [k for k, _ in changes.patterns] == [tenant_key("t", "p")]
+    assert [k for k, _ in changes.counters] == [tenant_key("t", "p")]
+    assert changes.intent_keys == [intent]
+    quiet = store.changes(changes.snapshot)
+    assert (quiet.patterns, quiet.counters, quiet.intent_keys) == ([], [], [])
+    store.write([(CF_INTENTS, intent, b'{"hit_count": 2}')])  # only the intent row
+    rewritten = store.changes(quiet.snapshot)
+    assert (rewritten.patterns, rewritten.counters, rewritten.intent_keys) == ([], [], [intent])
+    store.close()
+
+
+def test_a_commit_drops_what_it_wrote_from_the_view_cache_before_submit_returns(
+    postgres_dsn: str,
+) -> None:
+    store = PostgresStore(postgres_dsn)
+    seen: list[list[tuple[str, bytes]]] = []
+    store.watch_commits(lambda ops: seen.append([(cf, key) for cf, key, _ in ops]))
+    store.write([(CF_COUNTERS, tenant_key("t", "p"), PatternCounters(usage=1).to_json())])
+    assert seen == [[(CF_COUNTERS, tenant_key("t", "p"))]]
     store.close()

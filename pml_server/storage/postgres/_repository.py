@@ -1,10 +1,11 @@
 """The repository over a shared PostgreSQL store: what the embedded store keeps as values the
-engine rewrites (tenant stats, counter ceilings, the op log) lives in SQL columns here."""
+engine rewrites (tenant stats, counter ceilings, the op log) lives in SQL columns here. The
+pattern views Suggest shows are cached in this replica (`_views`)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -25,20 +26,44 @@ from pml_server.storage.keys import (
     CF_COUNTERS,
     CF_INTENTS,
     CF_PATTERNS,
+    split_tenant,
     tenant_key,
     tenant_prefix,
     u64,
 )
 from pml_server.storage.postgres._store import CF_INDEX_SNAPSHOT, CF_STATS_DELTA, PostgresStore
+from pml_server.storage.postgres._views import CachedView, PatternKey, ViewCache
 from pml_server.storage.repo import Repository
 from pml_server.storage.seam import Op
 
+DEFAULT_VIEW_CACHE_SIZE = 10_000
+_VIEWED_FAMILIES = (CF_PATTERNS, CF_COUNTERS, CF_INTENTS)
+
+
+def viewed_pattern(key: bytes) -> PatternKey:
+    """(tenant, pattern id) of a pattern record, counters or intent key."""
+    tenant, rest = split_tenant(key)
+    return tenant, rest.split(b"\x00", 1)[0].decode()
+
 
 class SharedRepository(Repository):
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(
+        self, store: PostgresStore, view_cache_size: int = DEFAULT_VIEW_CACHE_SIZE
+    ) -> None:
         super().__init__(store)
         self.shared_store = store
         self._prefetched = threading.local()
+        self._views = ViewCache(view_cache_size)
+        store.watch_commits(self._forget_written)
+
+    def _forget_written(self, ops: Sequence[Op]) -> None:
+        written = {viewed_pattern(key) for cf, key, _ in ops if cf in _VIEWED_FAMILIES}
+        if written:
+            self._views.drop(written)
+
+    def forget_views(self, patterns: Iterable[PatternKey]) -> None:
+        """Drop these patterns' cached views (another replica changed them)."""
+        self._views.drop(patterns)
 
     def stats(self, tenant: str) -> TenantStats:
         return TenantStats(**self.shared_store.tenant_stats(tenant))
@@ -63,16 +88,48 @@ class SharedRepository(Repository):
     def patterns_and_intent_views(
         self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
     ) -> tuple[list[tuple[PatternRecord, PatternCounters] | None], list[IntentRecord | None]]:
-        """As `Repository.patterns_and_intent_views`, in one round trip."""
+        """As `Repository.patterns_and_intent_views`: from this replica's cache (`_views`), and
+        what it lacks in one round trip (then cached)."""
+        intents_of: dict[str, list[int]] = {}
+        for pattern_id, intent_id in wanted:
+            intents_of.setdefault(pattern_id, []).append(intent_id)
+        views: dict[str, CachedView] = {}
+        for pattern_id in pattern_ids:
+            view = self._views.get((tenant, pattern_id), intents_of.get(pattern_id, ()))
+            if view is not None:
+                views[pattern_id] = view
+        missing = [p for p in pattern_ids if p not in views]
+        if missing:
+            began_at = self._views.generation()
+            read = self._read_views(tenant, missing, [w for w in wanted if w[0] not in views])
+            self._views.keep(began_at, (((tenant, p), v) for p, v in read.items()))
+            views.update(read)
+        pairs = [(v.record, v.counters) if (v := views.get(p)) else None for p in pattern_ids]
+        return pairs, [v.intents.get(i) if (v := views.get(p)) else None for p, i in wanted]
+
+    def _read_views(
+        self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
+    ) -> dict[str, CachedView]:
+        """The stored views of `pattern_ids` (with the `wanted` intents), in one round trip."""
         keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
         intent_keys = [tenant_key(tenant, p, u64(i)) for p, i in wanted]
-        pairs, intents = self.shared_store.pairs_and_values(
+        pairs, raw_intents = self.shared_store.pairs_and_values(
             CF_PATTERNS, CF_COUNTERS, keys, CF_INTENTS, intent_keys
         )
-        return [
-            None if pair is None else (decode_pattern(pair[0]), decode_counters_shared(pair[1]))
-            for pair in pairs
-        ], [None if raw is None else decode_intent_for_view(raw) for raw in intents]
+        intents: dict[str, dict[int, IntentRecord]] = {}
+        for raw in raw_intents:
+            if raw is not None:
+                intent = decode_intent_for_view(raw)
+                intents.setdefault(intent.pattern_id, {})[intent.id] = intent
+        return {
+            pattern_id: CachedView(
+                decode_pattern(pair[0]),
+                decode_counters_shared(pair[1]),
+                intents.get(pattern_id, {}),
+            )
+            for pattern_id, pair in zip(pattern_ids, pairs, strict=True)
+            if pair is not None
+        }
 
     def pattern_for_hash(
         self, tenant: str, code_hash: str

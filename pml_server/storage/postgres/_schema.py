@@ -15,7 +15,9 @@ Pattern records and counters carry the id of the transaction that last wrote the
 2), so a replica can read every row changed since a snapshot without a sequence every capture
 would queue on (`PostgresStore.changed_rows`). Index snapshots have their own table (version
 2), written compare-and-set on the op log position they include, so a replica that is behind
-never replaces a newer replica's snapshot.
+never replaces a newer replica's snapshot. Intents carry the writing transaction's id too
+(version 3): a replica's cache of pattern views (`_views`) drops a pattern whose intent rows
+another replica rewrote (a duplicate intent's hit count).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import psycopg
 from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, CF_OPLOG, CF_PATTERNS, COLUMN_FAMILIES
 from pml_server.storage.seam import StoreClosedError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _MIGRATION_LOCK = 0x706D6C5F736368  # "pml_sch": one migration at a time per database
 STATS_COLUMNS = (
     "executions",
@@ -95,7 +97,16 @@ def _version_2() -> list[str]:
     ]
 
 
-MIGRATIONS: dict[int, list[str]] = {1: _version_1(), 2: _version_2()}
+def _version_3() -> list[str]:
+    """Intents follow like pattern records and counters (keys only: `PostgresStore.changes`)."""
+    return [
+        f"ALTER TABLE {table_of(CF_INTENTS)} ADD COLUMN changed_xid xid8 NOT NULL"
+        " DEFAULT pg_current_xact_id()",
+        f"CREATE INDEX {table_of(CF_INTENTS)}_by_xid ON {table_of(CF_INTENTS)} (changed_xid)",
+    ]
+
+
+MIGRATIONS: dict[int, list[str]] = {1: _version_1(), 2: _version_2(), 3: _version_3()}
 
 
 class SchemaVersionError(RuntimeError):

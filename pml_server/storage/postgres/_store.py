@@ -24,7 +24,9 @@ reading `seq > cursor` never skips an entry. A NOTIFY after the commit wakes fol
 burst of commits, from a notifier thread; see `_wake_followers`); it is not durable,
 so they poll too.
 
-No read cache: another replica may change any row, and the database is the only copy.
+No read cache here: another replica may change any row, and the database is the only copy.
+(The repository keeps the pattern views Suggest shows, `_views`: this replica's commits drop
+what they wrote through `watch_commits`, the follower what other replicas wrote.)
 Connection failures surface as `UnavailableError` (reads) or `StoreClosedError` (writes, which
 the engine reports as UNAVAILABLE): the caller retries, the pool reconnects.
 """
@@ -34,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,6 +98,16 @@ _POOL_ERRORS = (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
 _STRIPE = f"pg_backend_pid() %% {ROW_STRIPES}"  # %% : psycopg placeholders
 
 Connection = psycopg.Connection[tuple[Any, ...]]
+
+
+@dataclass
+class Changes:
+    """What `PostgresStore.changes` read: rows changed since a snapshot, and its own."""
+
+    snapshot: str
+    patterns: list[tuple[bytes, bytes]] = field(default_factory=list)
+    counters: list[tuple[bytes, bytes]] = field(default_factory=list)
+    intent_keys: list[bytes] = field(default_factory=list)
 
 
 class StoreUnreachableError(OSError):
@@ -220,6 +232,7 @@ class PostgresStore:
         self._notifier: threading.Thread | None = None
         self._notify_wanted = threading.Event()
         self._sequence_conn: Connection | None = None
+        self._commit_watchers: list[Callable[[Sequence[Op]], None]] = []
 
     @property
     def location(self) -> str:
@@ -368,6 +381,33 @@ class PostgresStore:
         assert row is not None
         snapshot, keys, values = row
         return [(bytes(k), bytes(v)) for k, v in zip(keys, values, strict=True)], str(snapshot)
+
+    def changes(self, since: str) -> Changes:
+        """Every pattern record and counters row, and the key of every intent row, written by
+        transactions not visible in the snapshot `since` (see `changed_rows`), read in one
+        statement: the three share the snapshot returned with them."""
+        changed = (
+            "changed_xid >= pg_snapshot_xmin(%(since)s::pg_snapshot)"
+            " AND NOT pg_visible_in_snapshot(changed_xid, %(since)s::pg_snapshot)"
+        )
+        rows = self._rows(
+            f"SELECT 0, key, value FROM {table_of(CF_PATTERNS)} WHERE {changed}"
+            f" UNION ALL SELECT 1, key, value FROM {table_of(CF_COUNTERS)} WHERE {changed}"
+            f" UNION ALL SELECT 2, key, NULL FROM {table_of(CF_INTENTS)} WHERE {changed}"
+            " UNION ALL SELECT 3, NULL, convert_to(pg_current_snapshot()::text, 'UTF8')",
+            {"since": since},
+        )
+        found = Changes("")
+        for kind, key, value in rows:
+            if kind == 0:
+                found.patterns.append((bytes(key), bytes(value)))
+            elif kind == 1:
+                found.counters.append((bytes(key), bytes(value)))
+            elif kind == 2:
+                found.intent_keys.append(bytes(key))
+            else:
+                found.snapshot = bytes(value).decode()
+        return found
 
     def index_snapshot(self, tenant: str) -> tuple[int, bytes] | None:
         row = self._row(
@@ -546,11 +586,24 @@ class PostgresStore:
 
     # ---- writes ------------------------------------------------------------------------------
 
+    def watch_commits(self, watcher: Callable[[Sequence[Op]], None]) -> None:
+        """Call `watcher` with every batch `submit` was given, once its commit is over (done,
+        refused or of unknown outcome) and before `submit` returns (a cache of this replica's
+        drops what it wrote before the caller is answered)."""
+        self._commit_watchers.append(watcher)
+
     def submit(self, ops: Sequence[Op]) -> WriteTicket:
         """Write and commit `ops` as one transaction (this thread's, when its locks opened one)
         before returning: the ticket is already durable."""
         if self._closed:
             raise StoreClosedError("store is closed")
+        try:
+            return self._submit(ops)
+        finally:
+            for watcher in self._commit_watchers:
+                watcher(ops)
+
+    def _submit(self, ops: Sequence[Op]) -> WriteTicket:
         tx = self._transaction()
         try:
             if tx is not None:
@@ -758,7 +811,8 @@ def _write_family(conn: Connection, cf: str, rows: list[tuple[bytes, bytes | Non
         conn.execute(
             f"INSERT INTO {table} (key, value, tenant, intent_id)"
             " SELECT * FROM unnest(%s::bytea[], %s::bytea[], %s::text[], %s::bigint[])"
-            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value,"
+            " changed_xid = pg_current_xact_id()",
             (keys, values, tenants, ids),
         )
         return
