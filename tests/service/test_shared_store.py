@@ -285,3 +285,23 @@ def test_another_replicas_writes_reach_the_view_cache_within_the_follower_lag(
     assert eventually(lambda: _views(b, "t", "Read JSON file") == expected)
     a.delete_pattern("t", saved.pattern_id)
     assert eventually(lambda: _views(b, "t", "Read JSON file") == [])
+
+
+def test_a_request_id_resent_after_its_pattern_was_deleted_writes_nothing(
+    replicas: Callable[[str], Engine],
+) -> None:
+    """A capture over the shared store reads no request id ahead: its commit refuses one
+    applied before. Resent after its pattern was deleted, it answers the first answer without
+    the gone pattern, and neither creates the pattern again nor counts anything."""
+    a, b = replicas("a"), replicas("b")
+    first = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    assert first.new_pattern
+    again = b.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    assert (again.replayed, again.pattern_id) == (True, first.pattern_id)
+    a.delete_pattern("t", first.pattern_id)
+    after = b.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    assert (after.replayed, after.pattern_id, after.capability_id) == (True, "", "")
+    assert a.list_patterns("t", PageRequest()).items == ()
+    stats = b.stats("t")
+    assert (stats.executions, stats.patterns, stats.intents) == (1, 0, 0)
+    assert suggested(b, "t", "Read JSON file") == []
