@@ -796,6 +796,9 @@ def _insert_requests_first(conn: Connection, rows: list[tuple[bytes, bytes | Non
 
 
 def _write_family(conn: Connection, cf: str, rows: list[tuple[bytes, bytes | None]]) -> None:
+    """One statement for the family's deletions and one for its upserts. A single row (a
+    counted capture's counters, its intent) goes as plain parameters: dumping arrays is
+    Python code in psycopg, a scalar is not, and a capture's CPU is mostly the driver's."""
     table = table_of(cf)
     deleted = [k for k, v in rows if v is None]
     put = [(k, v) for k, v in rows if v is not None]
@@ -803,24 +806,30 @@ def _write_family(conn: Connection, cf: str, rows: list[tuple[bytes, bytes | Non
         conn.execute(f"DELETE FROM {table} WHERE key = ANY(%s)", (deleted,))
     if not put:
         return
+    one = len(put) == 1
     keys = [k for k, _ in put]
     values = [v for _, v in put]
     if cf == CF_INTENTS:
         tenants = [split_tenant(k)[0] for k in keys]
         ids = [int.from_bytes(k[-8:], "big", signed=True) for k in keys]
+        source = (
+            "VALUES (%s, %s, %s, %s)"
+            if one
+            else "SELECT * FROM unnest(%s::bytea[], %s::bytea[], %s::text[], %s::bigint[])"
+        )
         conn.execute(
-            f"INSERT INTO {table} (key, value, tenant, intent_id)"
-            " SELECT * FROM unnest(%s::bytea[], %s::bytea[], %s::text[], %s::bigint[])"
+            f"INSERT INTO {table} (key, value, tenant, intent_id) {source}"
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value,"
-            " changed_xid = pg_current_xact_id()",
-            (keys, values, tenants, ids),
+            " changed_xid = pg_current_xact_id()".encode(),
+            (keys[0], values[0], tenants[0], ids[0]) if one else (keys, values, tenants, ids),
         )
         return
     followed = ", changed_xid = pg_current_xact_id()" if cf in FOLLOWED_FAMILIES else ""
+    source = "VALUES (%s, %s)" if one else "SELECT * FROM unnest(%s::bytea[], %s::bytea[])"
     conn.execute(
-        f"INSERT INTO {table} (key, value) SELECT * FROM unnest(%s::bytea[], %s::bytea[])"
+        f"INSERT INTO {table} (key, value) {source}"
         f" ON CONFLICT (key) DO UPDATE SET value = excluded.value{followed}".encode(),
-        (keys, values),
+        (keys[0], values[0]) if one else (keys, values),
     )
 
 
