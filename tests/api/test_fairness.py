@@ -167,7 +167,8 @@ def test_a_paused_tenant_gets_one_quantum_at_a_time_whatever_its_number_of_calls
     deadline = time.monotonic() + 10
     while fairness._paused < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert fairness._paused == 3 and done == []
+    assert fairness._paused == 3
+    assert done == []
     for served in (1, 2, 3):
         now[0] += QUANTUM_EVERY_SECONDS
         deadline = time.monotonic() + 10
