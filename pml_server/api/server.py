@@ -4,6 +4,7 @@ calls, finish in-flight ones, flush the captures still running, close the store.
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import logging
 import signal
@@ -259,6 +260,11 @@ def _report_ready(running: RunningServer) -> None:
     """Health says SERVING only once the vector index has caught up with the store."""
     while not running._stopped.is_set():
         if running.engine.is_ready():
+            # What the open loaded lives as long as the server: frozen, the collector's full
+            # passes no longer walk it (one over a 10k store took about 190 ms, every few
+            # seconds under Suggest load: 10% of a caller's time).
+            gc.collect()
+            gc.freeze()
             if not running._stopped.is_set():
                 for name in ("", SERVICE_NAME):
                     running.health.set(name, health_pb2.HealthCheckResponse.SERVING)
