@@ -20,7 +20,9 @@ SUITE = "tenant_cost"
 
 def run(large: bool) -> list[Row]:
     quick = os.environ.get("PML_BENCH_QUICK") == "1"
-    trials, calls = (8, 300) if large else (2, 40) if quick else (4, 150)
+    # 1,200 neighbour calls a phase: a p99 over 600 was the 6th slowest call, and same-code runs
+    # on the shared machine gave p99 ratios from 0.55x to 2.06x.
+    trials, calls = (8, 300) if large else (2, 40) if quick else (6, 200)
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         server, keys = start_server(Path(tmp))

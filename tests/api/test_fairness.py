@@ -12,6 +12,7 @@ from pml_server.api.fairness import (
     CHECK_EVERY,
     MAX_PAUSE_SECONDS,
     NEIGHBOUR_GAP_SECONDS,
+    QUANTUM_EVERY_SECONDS,
     SHORT_CALL_SECONDS,
     CpuFairness,
 )
@@ -140,4 +141,41 @@ def test_a_pause_is_bounded() -> None:
     now[0] += MAX_PAUSE_SECONDS  # past its deadline: it goes on while light still runs
     thread.join(30)
     assert done == ["done"]
+    light.release()
+
+
+def test_a_paused_tenant_gets_one_quantum_at_a_time_whatever_its_number_of_calls() -> None:
+    """Beside a neighbour that keeps calling, a paused tenant's calls share one quantum every
+    QUANTUM_EVERY_SECONDS: each quantum slows the neighbour's calls beside it, so four paused
+    calls must not mean four quanta at once (issue 18: the neighbour's p99)."""
+    now = [0.0]
+    fairness = CpuFairness(clock=lambda: now[0])
+    light = _Held(fairness, "light")
+    done: list[str] = []
+    lock = threading.Lock()
+
+    def heavy_call() -> None:
+        with fairness.call("heavy"):
+            _burn_cpu(SHORT_CALL_SECONDS * 2)
+            _checkpoints()  # paused here until its quantum
+        with lock:
+            done.append("done")
+
+    threads = [threading.Thread(target=heavy_call) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while fairness._paused < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fairness._paused == 3
+    assert done == []
+    for served in (1, 2, 3):
+        now[0] += QUANTUM_EVERY_SECONDS
+        deadline = time.monotonic() + 10
+        while len(done) < served and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # long enough for a second call to slip through, if one could
+        assert len(done) == served
+    for thread in threads:
+        thread.join(10)
     light.release()

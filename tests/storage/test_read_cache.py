@@ -95,3 +95,46 @@ def test_cache_stays_within_its_byte_budget() -> None:
     assert cache.get(CF_PATTERNS, b"k091") is None  # the least recently used went
     cache.put(CF_PATTERNS, b"huge", b"z" * 100_000)  # larger than any value worth caching
     assert cache.get(CF_PATTERNS, b"huge") is None
+
+
+@pytest.mark.parametrize("durability", ["sync", "fast"])
+def test_a_slow_multi_get_holds_no_one_else_up(
+    tmp_path: Path, durability: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A multi-get of big values takes milliseconds (issue 18: a tenant's Suggest over ten
+    500 KB patterns); other calls' reads and writes must not queue behind it, and a write made
+    while it reads must not leave the older value it read in the cache."""
+    store = Store(tmp_path, durability)
+    store.write([(CF_PATTERNS, b"big", b"old"), (CF_PATTERNS, b"small", b"s")])
+    assert store.get_many(CF_PATTERNS, [b"small"]) == [b"s"]  # cached
+    reading, release = threading.Event(), threading.Event()
+    fetch = Store._fetch
+
+    def slow_fetch(self: Store, cf: str, keys: object, missing: object, out: object) -> None:
+        fetch(self, cf, keys, missing, out)  # type: ignore[arg-type]
+        if threading.current_thread().name == "slow-reader":
+            reading.set()
+            assert release.wait(10)
+
+    monkeypatch.setattr(Store, "_fetch", slow_fetch)
+    got: list[list[bytes | None]] = []
+    slow = threading.Thread(
+        target=lambda: got.append(store.get_many(CF_PATTERNS, [b"big"])), name="slow-reader"
+    )
+    slow.start()
+    assert reading.wait(10)
+    # While the slow read is inside RocksDB: another read and a write go through.
+    others = threading.Thread(
+        target=lambda: (
+            got.append(store.get_many(CF_PATTERNS, [b"small"])),
+            store.write([(CF_PATTERNS, b"big", b"new")]),
+        )
+    )
+    others.start()
+    others.join(5)
+    assert not others.is_alive(), "a read or write waited for another call's multi-get"
+    release.set()
+    slow.join(10)
+    assert got == [[b"s"], [b"old"]]  # the slow read began before the write
+    assert store.get_many(CF_PATTERNS, [b"big"]) == [b"new"]  # and did not cache "old"
+    store.close()
