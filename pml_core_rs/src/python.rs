@@ -123,15 +123,6 @@ struct PyHnswIndex {
     inner: Recovering<index::HnswIndex>,
 }
 
-impl PyHnswIndex {
-    fn read(&self) -> RwLockReadGuard<'_, index::HnswIndex> {
-        self.inner.read()
-    }
-    fn write(&self) -> RwLockWriteGuard<'_, index::HnswIndex> {
-        self.inner.write()
-    }
-}
-
 #[pymethods]
 impl PyHnswIndex {
     #[new]
@@ -150,42 +141,42 @@ impl PyHnswIndex {
 
     #[getter]
     fn dim(&self) -> usize {
-        self.read().dim()
+        self.inner.read().dim()
     }
 
     #[getter]
     fn m(&self) -> usize {
-        self.read().m()
+        self.inner.read().m()
     }
 
     #[getter]
     fn get_ef_construction(&self) -> usize {
-        self.read().ef_construction()
+        self.inner.read().ef_construction()
     }
 
     #[setter]
     fn set_ef_construction(&self, py: Python<'_>, value: i64) -> PyResult<()> {
         let value = count_arg("ef_construction", value)?;
-        py.detach(|| self.write().set_ef_construction(value))
+        py.detach(|| self.inner.write().set_ef_construction(value))
             .map_err(PyErr::from)
     }
 
     #[getter]
     fn get_ef_search(&self) -> usize {
-        self.read().ef_search()
+        self.inner.read().ef_search()
     }
 
     #[setter]
     fn set_ef_search(&self, py: Python<'_>, value: i64) -> PyResult<()> {
         let value = count_arg("ef_search", value)?;
-        py.detach(|| self.write().set_ef_search(value))
+        py.detach(|| self.inner.write().set_ef_search(value))
             .map_err(PyErr::from)
     }
 
     /// Name of the distance kernel picked for this CPU ("avx2+fma" or "scalar").
     #[getter]
     fn kernel(&self) -> &'static str {
-        self.read().kernel_name()
+        self.inner.read().kernel_name()
     }
 
     #[pyo3(signature = (ids, vectors, threads=1))]
@@ -210,7 +201,7 @@ impl PyHnswIndex {
                 format!("has {rows} rows but ids has {} entries", ids.len()),
             ));
         }
-        let dim = self.read().dim();
+        let dim = self.inner.read().dim();
         if cols != dim {
             return Err(invalid_arg(
                 "vectors",
@@ -220,12 +211,13 @@ impl PyHnswIndex {
         py.detach(|| {
             // Validate the whole batch before the first write, then insert in short lock holds.
             let rows = index::HnswIndex::normalize_rows(dim, "vectors", &values)?;
-            self.write().reserve(ids.len());
+            self.inner.write().reserve(ids.len());
             for (id_chunk, row_chunk) in ids
                 .chunks(ADD_ROWS_PER_LOCK)
                 .zip(rows.chunks(ADD_ROWS_PER_LOCK * dim))
             {
-                self.write()
+                self.inner
+                    .write()
                     .add_normalized_parallel(id_chunk, row_chunk, threads)?;
             }
             Ok::<(), crate::error::CoreError>(())
@@ -235,15 +227,15 @@ impl PyHnswIndex {
 
     fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<usize> {
         let ids = u64_vector("ids", ids)?;
-        Ok(py.detach(|| self.write().remove(&ids)))
+        Ok(py.detach(|| self.inner.write().remove(&ids)))
     }
 
     fn contains(&self, id: u64) -> bool {
-        self.read().contains(id)
+        self.inner.read().contains(id)
     }
 
     fn __contains__(&self, id: u64) -> bool {
-        self.read().contains(id)
+        self.inner.read().contains(id)
     }
 
     #[pyo3(signature = (query, k, ef = None, allow = None))]
@@ -260,7 +252,7 @@ impl PyHnswIndex {
         let ef = ef.map(|e| count_arg("ef", e)).transpose()?;
         let allow = allow.map(|a| u64_vector("allow", a)).transpose()?;
         let hits = py
-            .detach(|| self.read().search(&query, k, ef, allow.as_deref()))
+            .detach(|| self.inner.read().search(&query, k, ef, allow.as_deref()))
             .map_err(PyErr::from)?;
         Ok(hits_to_arrays(py, hits))
     }
@@ -276,7 +268,7 @@ impl PyHnswIndex {
         num_threads: i64,
     ) -> PyResult<Bound<'py, PyList>> {
         let (values, _, cols) = f32_matrix("queries", queries)?;
-        let dim = self.read().dim();
+        let dim = self.inner.read().dim();
         if cols != dim {
             return Err(invalid_arg(
                 "queries",
@@ -289,7 +281,8 @@ impl PyHnswIndex {
         let threads = count_arg("num_threads", num_threads)?.max(1);
         let results = py
             .detach(|| {
-                self.read()
+                self.inner
+                    .read()
                     .search_batch(&values, k, ef, allow.as_deref(), threads)
             })
             .map_err(PyErr::from)?;
@@ -302,19 +295,19 @@ impl PyHnswIndex {
 
     /// Rebuild the graph without removed nodes (also happens on its own when they pile up).
     fn compact(&self, py: Python<'_>) {
-        py.detach(|| self.write().compact());
+        py.detach(|| self.inner.write().compact());
     }
 
     fn memory_bytes(&self) -> usize {
-        self.read().memory_bytes()
+        self.inner.read().memory_bytes()
     }
 
     fn __len__(&self) -> usize {
-        self.read().len()
+        self.inner.read().len()
     }
 
     fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        let bytes = py.detach(|| self.read().to_bytes());
+        let bytes = py.detach(|| self.inner.read().to_bytes());
         PyBytes::new(py, &bytes)
     }
 
@@ -329,7 +322,7 @@ impl PyHnswIndex {
     }
 
     fn __repr__(&self) -> String {
-        let index = self.read();
+        let index = self.inner.read();
         format!(
             "HnswIndex(dim={}, m={}, ef_construction={}, ef_search={}, len={})",
             index.dim(),
@@ -347,15 +340,6 @@ impl PyHnswIndex {
 #[pyclass(name = "LexicalIndex", module = "pml_server._core", frozen)]
 struct PyLexicalIndex {
     inner: Recovering<lexical::LexicalIndex>,
-}
-
-impl PyLexicalIndex {
-    fn read(&self) -> RwLockReadGuard<'_, lexical::LexicalIndex> {
-        self.inner.read()
-    }
-    fn write(&self) -> RwLockWriteGuard<'_, lexical::LexicalIndex> {
-        self.inner.write()
-    }
 }
 
 /// A list of str, or `CoreArgumentError` naming the field.
@@ -377,34 +361,34 @@ impl PyLexicalIndex {
 
     #[getter]
     fn k1(&self) -> f64 {
-        self.read().k1()
+        self.inner.read().k1()
     }
 
     #[getter]
     fn b(&self) -> f64 {
-        self.read().b()
+        self.inner.read().b()
     }
 
     fn add(&self, py: Python<'_>, doc_id: &str, terms: &Bound<'_, PyAny>) -> PyResult<()> {
         let terms = str_list("terms", terms)?;
-        py.detach(|| self.write().add(doc_id, &terms))
+        py.detach(|| self.inner.write().add(doc_id, &terms))
             .map_err(PyErr::from)
     }
 
     fn add_terms(&self, py: Python<'_>, doc_id: &str, terms: &Bound<'_, PyAny>) -> PyResult<()> {
         let terms = str_list("terms", terms)?;
-        py.detach(|| self.write().add_terms(doc_id, &terms))
+        py.detach(|| self.inner.write().add_terms(doc_id, &terms))
             .map_err(PyErr::from)
     }
 
     fn remove_terms(&self, py: Python<'_>, doc_id: &str, terms: &Bound<'_, PyAny>) -> PyResult<()> {
         let terms = str_list("terms", terms)?;
-        py.detach(|| self.write().remove_terms(doc_id, &terms));
+        py.detach(|| self.inner.write().remove_terms(doc_id, &terms));
         Ok(())
     }
 
     fn remove(&self, py: Python<'_>, doc_id: &str) -> bool {
-        py.detach(|| self.write().remove(doc_id))
+        py.detach(|| self.inner.write().remove(doc_id))
     }
 
     /// `exhaustive` scans every posting (no pruning; same results): the benchmarks' baseline.
@@ -419,7 +403,7 @@ impl PyLexicalIndex {
         let terms = str_list("terms", terms)?;
         let limit = count_arg("limit", limit)?;
         Ok(py.detach(|| {
-            let index = self.read();
+            let index = self.inner.read();
             if exhaustive {
                 index.search_exhaustive(&terms, limit)
             } else {
@@ -429,17 +413,17 @@ impl PyLexicalIndex {
     }
 
     fn __len__(&self) -> usize {
-        self.read().len()
+        self.inner.read().len()
     }
 
     fn __contains__(&self, doc_id: &Bound<'_, PyAny>) -> bool {
         doc_id
             .extract::<&str>()
-            .is_ok_and(|id| self.read().contains(id))
+            .is_ok_and(|id| self.inner.read().contains(id))
     }
 
     fn __repr__(&self) -> String {
-        let index = self.read();
+        let index = self.inner.read();
         format!(
             "LexicalIndex(k1={}, b={}, len={})",
             index.k1(),
@@ -528,15 +512,6 @@ struct PyRankTable {
     inner: Recovering<ranking::RankTable>,
 }
 
-impl PyRankTable {
-    fn read(&self) -> RwLockReadGuard<'_, ranking::RankTable> {
-        self.inner.read()
-    }
-    fn write(&self) -> RwLockWriteGuard<'_, ranking::RankTable> {
-        self.inner.write()
-    }
-}
-
 #[pymethods]
 impl PyRankTable {
     #[new]
@@ -555,7 +530,8 @@ impl PyRankTable {
         superseded: bool,
     ) -> PyResult<()> {
         let tools = str_list("tools", tools)?;
-        self.write()
+        self.inner
+            .write()
             .set_pattern(pattern_id, capability_id, &tools, flagged, superseded);
         Ok(())
     }
@@ -571,39 +547,48 @@ impl PyRankTable {
         tags: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let tags = str_list("tags", tags)?;
-        self.write()
-            .set_counters(pattern_id, successes, failures, usage, last_used_ms, &tags);
+        self.inner.write().set_counters(
+            pattern_id,
+            successes,
+            failures,
+            usage,
+            last_used_ms,
+            &tags,
+        );
         Ok(())
     }
 
     fn remove_pattern(&self, pattern_id: &str) -> bool {
-        self.write().remove_pattern(pattern_id)
+        self.inner.write().remove_pattern(pattern_id)
     }
 
     fn link_intent(&self, intent_id: u64, pattern_id: &str) {
-        self.write().link_intent(intent_id, pattern_id);
+        self.inner.write().link_intent(intent_id, pattern_id);
     }
 
     fn unlink_intents(&self, py: Python<'_>, intent_ids: Vec<u64>) {
-        py.detach(|| self.write().unlink_intents(&intent_ids));
+        py.detach(|| self.inner.write().unlink_intents(&intent_ids));
     }
 
     /// The pattern an intent stands for, if linked.
     fn pattern_of(&self, intent_id: u64) -> Option<String> {
-        self.read().pattern_of_intent(intent_id).map(str::to_owned)
+        self.inner
+            .read()
+            .pattern_of_intent(intent_id)
+            .map(str::to_owned)
     }
 
     /// The intents linked to a pattern, in link order.
     fn intents_of(&self, pattern_id: &str) -> Vec<u64> {
-        self.read().intents_of(pattern_id).to_vec()
+        self.inner.read().intents_of(pattern_id).to_vec()
     }
 
     fn memory_bytes(&self) -> usize {
-        self.read().memory_bytes()
+        self.inner.read().memory_bytes()
     }
 
     fn __len__(&self) -> usize {
-        self.read().len()
+        self.inner.read().len()
     }
 }
 
@@ -653,11 +638,11 @@ fn rank_query(
         .detach(|| {
             // Each index is read under its own lock, then the table with the vector index
             // (in that order; writers hold one lock at a time, so no cycle).
-            let semantic = ranking::semantic_hits(&ann.read(), &query, limit)?;
-            let lexical = ranking::lexical_hits(&lexical.read(), &terms, limit);
+            let semantic = ranking::semantic_hits(&ann.inner.read(), &query, limit)?;
+            let lexical = ranking::lexical_hits(&lexical.inner.read(), &terms, limit);
             let found = ranking::Retrieved { semantic, lexical };
-            let table = table.read();
-            let ann = ann.read();
+            let table = table.inner.read();
+            let ann = ann.inner.read();
             ranking::rank_retrieved(
                 &table,
                 &ann,

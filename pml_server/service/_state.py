@@ -23,6 +23,7 @@ from pml_server.embedding import CachedEmbedder
 from pml_server.embedding.base import Embedder
 from pml_server.ranking import RankingConfig, default_ranking
 from pml_server.search import TenantIndexes
+from pml_server.service._views import ViewCache
 from pml_server.storage import StoreBackend, repository_for
 from pml_server.storage.seam import Locks as SeamLocks
 
@@ -117,6 +118,8 @@ class EngineState:
         # Index additions of the batch this thread is capturing (`record_many`), if any.
         self.staged_adds = threading.local()
         self.readiness = Readiness()
+        # The views Suggest showed lately (`_views`): only where this process alone writes.
+        self.views: ViewCache | None = None if store.shared else ViewCache()
         # With a shared store, other replicas write too: their op log entries are followed
         # into this replica's indexes (pml_server/replication).
         self.follower: OplogFollower | None = None

@@ -43,7 +43,7 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
     ranking = state.ranking
     if not query.explain and index.ranks_in_core():
         now = state.clock()
-        return suggest_in_core(state.repo, tenant, index, vector, query, ranking, now)
+        return suggest_in_core(state.repo, state.views, tenant, index, vector, query, ranking, now)
     limit = ranking.fetch_limit(query.k)
     found = retrieve(state.repo, tenant, index, vector, query.intent, limit)
     # the ceiling bounds the counters read after it: both from one state of the store

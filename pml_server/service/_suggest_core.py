@@ -3,7 +3,8 @@
 The table (`TenantSearchIndex.ranks`, `ranking.table`) is filled here at open and updated by
 `_writes.commit` with every change's pattern records, counters and deletions, so a Suggest
 without `explain` is one core call (retrieval, formula, filters, grouping, top k, GIL
-released) and then one read of the k suggested patterns' views. Over a shared store (replicas)
+released) and then the k suggested patterns' views: from the cache of the views answers
+showed lately (`_views`), or read from the store. Over a shared store (replicas)
 the table also follows what other replicas write (`replication`: the pattern and counters rows
 changed since its last read), and the views are one round trip to the database.
 """
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 from pml_server.capture.views import pattern_view
 from pml_server.domain import yielding
-from pml_server.domain.model import Suggestion, SuggestQuery, SuggestResult
+from pml_server.domain.model import PatternView, Suggestion, SuggestQuery, SuggestResult
 from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import Vector
-from pml_server.ranking import RankingConfig, resolve_settings
+from pml_server.ranking import CoreSuggestion, RankingConfig, resolve_settings
 from pml_server.search import TenantSearchIndex
+from pml_server.service._views import ViewCache
 from pml_server.storage.repo import Repository
 
 
@@ -33,6 +35,7 @@ def fill_rank_tables(repo: Repository, indexes: dict[str, TenantSearchIndex]) ->
 
 def suggest_in_core(
     repo: Repository,
+    views: ViewCache | None,
     tenant: str,
     index: TenantSearchIndex,
     vector: Vector,
@@ -40,27 +43,53 @@ def suggest_in_core(
     config: RankingConfig,
     now_ms: int,
 ) -> SuggestResult:
-    """`rank`'s answer for a query without `explain`, ranked in the core; only the k
-    suggested patterns are read from the store (their records, counters and intents). A
-    pattern deleted since the core ranked it is dropped rather than shown half-read. The
-    views show the stored counters, which a capture may have raised since the ranking."""
+    """`rank`'s answer for a query without `explain`, ranked in the core; only the suggested
+    patterns whose views `views` does not hold are read from the store (their records,
+    counters and intents). A pattern deleted since the core ranked it is dropped rather than
+    shown half-read. The views show the stored counters, which a capture may have raised
+    since the ranking."""
     settings = resolve_settings(query, config)
     limit = config.fetch_limit(query.k)
     ranked = index.rank(vector, query.intent, limit, query.k, settings, config, now_ms)
     if not ranked:
         return SuggestResult(())
+    shown: list[PatternView | None] = (
+        [None] * len(ranked)
+        if views is None
+        else [views.get(tenant, r.pattern_id, r.intent_ids) for r in ranked]
+    )
+    missing = [r for r, view in zip(ranked, shown, strict=True) if view is None]
+    if missing:
+        token = 0 if views is None else views.token()  # before the store is read
+        read = _read_views(repo, tenant, missing)
+        for n, (suggestion, view) in enumerate(zip(ranked, shown, strict=True)):
+            if view is None and (view := read.get(suggestion.pattern_id)) is not None:
+                shown[n] = view
+                if views is not None:
+                    views.fill(tenant, suggestion.pattern_id, suggestion.intent_ids, view, token)
+    suggestions = []
+    for suggestion, view in zip(ranked, shown, strict=True):
+        yielding.checkpoint()
+        if view is not None:
+            suggestions.append(Suggestion(suggestion.capability_id, view, suggestion.score))
+    return SuggestResult(suggestions=tuple(suggestions))
+
+
+def _read_views(
+    repo: Repository, tenant: str, ranked: list[CoreSuggestion]
+) -> dict[str, PatternView]:
+    """The full views of these patterns from the store, by pattern id: none for a pattern
+    deleted since the ranking or left without any of its linked intents."""
     wanted = [(r.pattern_id, i) for r in ranked for i in r.intent_ids]
     found, views = repo.patterns_and_intent_views(tenant, [r.pattern_id for r in ranked], wanted)
     intents: dict[str, list[IntentRecord]] = {}
     for intent in views:
         if intent is not None:
             intents.setdefault(intent.pattern_id, []).append(intent)
-    suggestions = []
+    out = {}
     for suggestion, stored in zip(ranked, found, strict=True):
         yielding.checkpoint()
-        if stored is None or not intents.get(suggestion.pattern_id):
-            continue
-        record, counters = stored
-        view = pattern_view(record, counters, intents[suggestion.pattern_id])
-        suggestions.append(Suggestion(suggestion.capability_id, view, suggestion.score))
-    return SuggestResult(suggestions=tuple(suggestions))
+        if stored is not None and (shown := intents.get(suggestion.pattern_id)):
+            record, counters = stored
+            out[suggestion.pattern_id] = pattern_view(record, counters, shown)
+    return out

@@ -134,7 +134,10 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
 
 
 def _apply_to_indexes(state: EngineState, tenant: str, change: Change) -> None:
-    """The in-memory side of a submitted change: ranking table, then search indexes."""
+    """The in-memory side of a submitted change: cached views, ranking table, then search
+    indexes."""
+    if state.views is not None:  # the batch is readable: no view read from now on is stale
+        state.views.invalidate(state.repo.patterns_written(change.ops))
     if change.ranks_changed():  # before the index adds: a new intent finds its row
         apply_rank_changes(state.indexes.for_tenant(tenant).ranks, change)
     staged: list[IndexAdd] | None = getattr(state.staged_adds, "adds", None)

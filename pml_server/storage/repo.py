@@ -56,6 +56,8 @@ _MODEL_KEY = b"model_id"
 _ALLOCATOR_KEY = b"allocator/"
 _STATS_KEY = b"stats/"
 _SNAPSHOT_KEY = b"snapshot/"
+# The families a pattern's view is read from (`patterns_written`).
+_VIEW_FAMILIES = frozenset({CF_PATTERNS, CF_COUNTERS, CF_INTENTS})
 
 
 def tools_digest(tools: Sequence[str]) -> str:
@@ -182,6 +184,17 @@ class Repository:
         return self.patterns_with_counters(tenant, pattern_ids), self.intent_views_by_id(
             tenant, wanted
         )
+
+    def patterns_written(self, ops: Sequence[Op]) -> set[tuple[str, str]]:
+        """(tenant, pattern id) of each pattern whose record, counters or intents `ops` write
+        or delete: what a pattern's view shows."""
+        written = set()
+        for cf, key, _ in ops:
+            if cf in _VIEW_FAMILIES:
+                tenant, rest = split_tenant(key)
+                # pattern and counters keys end with the id; intent keys add 0x00 + u64
+                written.add((tenant, rest.split(b"\x00", 1)[0].decode()))
+        return written
 
     def put_pattern(self, tenant: str, record: PatternRecord) -> Op:
         return (CF_PATTERNS, tenant_key(tenant, record.id), encode_pattern(record))

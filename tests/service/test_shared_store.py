@@ -73,6 +73,20 @@ def test_a_deletion_on_one_replica_leaves_the_others_suggestions(
     assert eventually(lambda: suggested(a, "t", "Read JSON file") == [])
 
 
+def test_a_run_counted_on_one_replica_reaches_the_others_suggest(
+    replicas: Callable[[str], Engine],
+) -> None:
+    """Another replica's writes never reach a view cache (a shared store has none): the next
+    Suggest shows the counters the store holds."""
+    a, b = replicas("a"), replicas("b")
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    assert eventually(lambda: suggested(b, "t", "Read JSON file") == [saved.pattern_id])
+    assert b._state.views is None
+    a.record("t", make_record("r2", "Read JSON file", JSON_TOOLS))
+    shown = b.suggest("t", SuggestQuery("Read JSON file")).suggestions
+    assert [s.pattern.usage_count for s in shown] == [2]
+
+
 def _spread(
     engines: list[Engine], writers: int, each: int, tools_of: Callable[[int], list[str]]
 ) -> None:
