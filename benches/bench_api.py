@@ -201,6 +201,9 @@ def _client_vector_rows() -> list[Row]:
         ours = harness.load(srv.target, "stream", 8, plan, "vector", 30_000_000)
         ours["server_cpu_ms_per_capture"] = 1000.0 * (srv.cpu_seconds() - spent) / ours["count"]
     after = null_rate()
+    for name, result in (("ours", ours), ("null before", before), ("null after", after)):
+        if result["errors"]:
+            raise RuntimeError(f"client-vector streams ({name}): {result}")
     return [
         Row(
             SUITE,

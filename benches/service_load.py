@@ -2,11 +2,12 @@
 
     python -m benches.service_load TARGET OP CONCURRENCY SECONDS MAX_REQUESTS QUERY OFFSET
 
-OP is `suggest`, `record` (unary RecordExecution) or `stream` (StreamTraces, one stream per
-caller); QUERY is `vector` (client-supplied intent embeddings) or `text` (the server embeds);
-OFFSET numbers the executions a capture run sends so runs never repeat a request id. Requests
-are built before the clock starts; the run stops after SECONDS or MAX_REQUESTS, whichever comes
-first. Prints one JSON object: count, errors, elapsed seconds, qps and latency percentiles (ms).
+OP is `suggest`, `record` (unary RecordExecution) or `stream` (StreamTraces, one stream and one
+connection per caller); QUERY is `vector` (client-supplied intent embeddings) or `text` (the
+server embeds); OFFSET numbers the executions a capture run sends so runs never repeat a
+request id. Requests are built before the clock starts; the run stops after SECONDS or
+MAX_REQUESTS, whichever comes first. Prints one JSON object: count, errors, elapsed seconds,
+qps and latency percentiles (ms).
 """
 
 from __future__ import annotations
@@ -67,6 +68,17 @@ def run(
     channel = grpc.insecure_channel(target)
     grpc.channel_ready_future(channel).result(timeout=30)
     stub = pml_pb2_grpc.PmlServiceStub(channel)
+    # One connection per stream, as separate agents would open: the server allows
+    # `max_streams_per_connection` (4) streams per connection, so 8 streams on one channel ran
+    # 4 and had the other 4 refused (counted as errors, their executions never sent). A local
+    # subchannel pool keeps grpcio from sharing one connection between the channels.
+    stream_channels = [
+        grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+        for _ in range(concurrency if op == "stream" else 0)
+    ]
+    for extra in stream_channels:
+        grpc.channel_ready_future(extra).result(timeout=30)
+    stream_stubs = [pml_pb2_grpc.PmlServiceStub(extra) for extra in stream_channels]
     latencies: list[list[float]] = [[] for _ in range(concurrency)]
     errors = [0] * concurrency
     done = [0] * concurrency
@@ -109,7 +121,7 @@ def run(
                 )
 
         try:
-            for ack in stub.StreamTraces(messages(), timeout=seconds + 60):
+            for ack in stream_stubs[n].StreamTraces(messages(), timeout=seconds + 60):
                 if ack.HasField("error"):
                     errors[n] += 1
                     continue
@@ -127,6 +139,8 @@ def run(
         t.join()
     elapsed = time.perf_counter() - start
     channel.close()
+    for extra in stream_channels:
+        extra.close()
     all_latencies = np.array([x for per in latencies for x in per]) * 1000.0
     count = sum(done)
     return {

@@ -9,7 +9,8 @@ Design:
   one durability wait). While it works the reader keeps assembling the next batch (the other
   half of the window), so batches grow with the load.
   Acknowledgements come back in completion order, each naming its execution id and the
-  sequence number of the message that completed it.
+  sequence number of the message that completed it; a batch's acks reach the response thread
+  as one queue item.
 - Flow control: every acknowledgement not yet handed to gRPC holds one slot of a per-stream
   window. When the window is full the reader stops reading, so HTTP/2 flow control pushes back on
   the client; at most `max_open_executions` live executions are buffered. Nothing grows without
@@ -105,6 +106,11 @@ class TraceStream:
         self._lock = threading.Lock()
         self._waiting: list[_Waiting] = []  # guarded by _lock
         self._capturing = False  # a capture task of this stream is queued or running
+        # Records that arrived while a capture ran and need the model, for the embed-ahead
+        # task (one per stream at a time): the next batch is embedded while this one is
+        # written and awaited, instead of leaving the model idle meanwhile.
+        self._ahead: list[model.ExecutionRecord] = []  # guarded by _lock
+        self._embedding_ahead = False  # guarded by _lock
         self._stop = threading.Event()
         self._dim = engine.embedding_dim()
         self._on_capture = on_capture
@@ -143,10 +149,12 @@ class TraceStream:
                     fatal = item.error
                     reader_done = True
                     continue
-                with self._lock:
-                    self._pending -= 1
-                self._slots.release()
-                yield item
+                replies = item if isinstance(item, list) else [item]
+                for reply in replies:
+                    with self._lock:
+                        self._pending -= 1
+                    self._slots.release()
+                    yield reply
         finally:
             self._stop.set()
         if fatal is not None:
@@ -349,10 +357,35 @@ class TraceStream:
         self._reserve()
         with self._lock:
             self._waiting.append(_Waiting(msg.execution_id, msg.sequence, record))
-            if self._capturing:
-                return  # the running task takes it with its next batch
+            if self._capturing:  # the running task takes it with its next batch
+                if record.intent_embedding is None:
+                    self._ahead.append(record)
+                    if not self._embedding_ahead:
+                        self._embedding_ahead = True
+                        self._submit_or_forget(self._embed_ahead)
+                return
             self._capturing = True
         self._schedule_capture()
+
+    def _submit_or_forget(self, task: Callable[[], None]) -> None:
+        try:
+            self._pool.submit(task)
+        except RuntimeError:  # the pool is shut down: the server is stopping
+            self._embedding_ahead = False
+
+    def _embed_ahead(self) -> None:
+        """Embed the intents of the executions waiting behind the running capture, until none
+        is left (`Engine.embed_ahead`: the capture then finds their vectors cached)."""
+        while True:
+            with self._lock:
+                records, self._ahead = self._ahead, []
+                if not records:
+                    self._embedding_ahead = False
+                    return
+            try:
+                self._engine.embed_ahead(self._tenant, records)
+            except Exception as err:  # the capture embeds them itself and meets the error
+                log.debug("embedding ahead failed: %r", err)
 
     def _schedule_capture(self) -> None:
         try:
@@ -379,8 +412,14 @@ class TraceStream:
             outcomes = self._engine.record_many(self._tenant, [w.record for w in batch])
         except Exception as err:  # e.g. not ready: every execution of the batch gets it
             outcomes = [err] * len(batch)
-        for waiting, outcome in zip(batch, outcomes, strict=True):
-            self._acks.put(self._ack(waiting.execution_id, waiting.sequence, outcome))
+        # One queue item for the batch's acks: one wake-up of the response thread per batch,
+        # not per execution.
+        self._acks.put(
+            [
+                self._ack(waiting.execution_id, waiting.sequence, outcome)
+                for waiting, outcome in zip(batch, outcomes, strict=True)
+            ]
+        )
         with self._lock:
             self._capturing = bool(self._waiting)
             if not self._capturing:

@@ -36,6 +36,11 @@ class EngineProtocol(Protocol):
         stream's executions beyond it wait for the next): each
         element is that record's result or the error that refused it alone."""
 
+    def embed_ahead(self, tenant: str, records: Sequence[ExecutionRecord]) -> None:
+        """Embed now the intents `record_many` will need the model for, so a stream's next
+        batch is embedded while the one before it is written (the vectors are those the
+        capture would compute; nothing is captured or counted)."""
+
     def suggest(self, tenant: str, query: SuggestQuery) -> SuggestResult: ...
 
     def get_pattern(self, tenant: str, pattern_id: str) -> PatternView:

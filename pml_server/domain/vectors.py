@@ -58,6 +58,18 @@ def check_vector(
     if not len(values):
         return None, []
     exact = np.asarray(values, dtype=np.float64)
+    if len(exact) == dim:
+        # The common case in one dot product: a finite, non-zero sum of squares means every
+        # value is finite (a NaN or an infinity makes it NaN or infinite) and not all are
+        # zero; the vector is the same one the checks below make (`np.linalg.norm` of a
+        # float64 vector is this square root), and once divided its largest value is at
+        # least 1/sqrt(dim), so it cannot underflow to zero. Anything else goes the long way
+        # for its exact complaint. (About a sixth of the API layer's work per streamed
+        # capture with client vectors was these checks, one numpy call at a time.)
+        squares = float(exact.dot(exact))
+        if 0.0 < squares < math.inf:
+            fast: Vector = (exact / math.sqrt(squares)).astype(np.float32)
+            return fast, []
     problems: list[FieldViolation] = []
     if len(exact) != dim:
         problems.append(

@@ -13,35 +13,74 @@ from pml_server.embedding.base import Embedder, EmbedderWrapper
 
 
 class CachedEmbedder(EmbedderWrapper):
-    """Wraps an Embedder with a bounded LRU cache; same interface."""
+    """Wraps an Embedder with a bounded LRU cache; same interface. A text another caller is
+    embedding at the moment is waited for, not embedded twice: a stream embeds its next
+    batch ahead (`Engine.embed_ahead`) while the batch before it is written, and the
+    capture of that next batch may ask for the same texts before the model is done."""
 
     def __init__(self, inner: Embedder, capacity: int = 10_000) -> None:
         super().__init__(inner)
         self._capacity = capacity
         self._cache: OrderedDict[tuple[str, str], Vector] = OrderedDict()
         self._lock = threading.Lock()
+        # (model, text) -> set once its vector is cached (or its embedding failed)
+        self._computing: dict[tuple[str, str], threading.Event] = {}
         self.hits = 0
         self.misses = 0
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         model = self._inner.model_id
         rows: list[Vector | None] = []
+        claimed: set[str] = set()  # missing texts this call embeds
+        awaited: dict[str, threading.Event] = {}  # missing texts another call is embedding
         with self._lock:
             for text in texts:
-                vector = self._cache.get((model, text))
+                key = (model, text)
+                vector = self._cache.get(key)
                 if vector is not None:
-                    self._cache.move_to_end((model, text))
+                    self._cache.move_to_end(key)
+                elif text not in claimed and text not in awaited:
+                    running = self._computing.get(key)
+                    if running is not None:
+                        awaited[text] = running
+                    else:
+                        claimed.add(text)
+                        self._computing[key] = threading.Event()
                 rows.append(vector)
-        missing = sorted({t for t, v in zip(texts, rows, strict=True) if v is None})
-        computed = dict(zip(missing, self._inner.embed(missing), strict=True)) if missing else {}
+        computed = self._embed_claimed(model, sorted(claimed))
+        for text, running in awaited.items():
+            running.wait()
+            with self._lock:
+                vector = self._cache.get((model, text))
+            if vector is None:  # its embedding failed, or it was evicted already: ours
+                vector = self._inner.embed([text])[0]
+            computed[text] = vector
         with self._lock:
-            self.hits += len(texts) - len(missing)
-            self.misses += len(missing)
-            for text, vector in computed.items():
-                self._cache[(model, text)] = vector
-                if len(self._cache) > self._capacity:
-                    self._cache.popitem(last=False)
+            self.hits += len(texts) - len(claimed)
+            self.misses += len(claimed)
         out = [v if v is not None else computed[t] for t, v in zip(texts, rows, strict=True)]
         if not out:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack(out).astype(np.float32)
+
+    def _embed_claimed(self, model: str, claimed: list[str]) -> dict[str, Vector]:
+        """Embed the texts this call claimed, cache them, and wake whoever waits for them
+        (also when the model fails: a waiter then embeds its text itself)."""
+        if not claimed:
+            return {}
+        try:
+            computed = dict(zip(claimed, self._inner.embed(claimed), strict=True))
+            with self._lock:
+                for text, vector in computed.items():
+                    self._cache[(model, text)] = vector
+                    if len(self._cache) > self._capacity:
+                        self._cache.popitem(last=False)
+            return computed
+        finally:
+            with self._lock:
+                for text in claimed:
+                    self._computing.pop((model, text)).set()

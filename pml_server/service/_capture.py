@@ -34,6 +34,7 @@ from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import CaptureOutcome, CaptureResult, ExecutionRecord
 from pml_server.domain.records import CapabilityRecord, ParamSpec, PatternCounters, PatternRecord
 from pml_server.domain.vectors import Vector, client_vector
+from pml_server.embedding import CachedEmbedder
 from pml_server.service._arguments import check_tenant
 from pml_server.service._grouping import capability_for_new_pattern
 from pml_server.service._idempotency import decode_result, encode_result, replay_answer
@@ -168,6 +169,27 @@ def _capture_batch_locked(
     finally:
         state.staged_adds.adds = None
     return tickets
+
+
+def embed_ahead(state: EngineState, tenant: str, records: Sequence[ExecutionRecord]) -> None:
+    """Fill the embedding cache with the intents `record_many` would embed for `records`
+    (successful runs without a client vector whose request id was not applied already: a
+    resent stream costs the model nothing): its own embedding call then finds them, or waits
+    for them if the model is still at it. A failure is left for that call to meet."""
+    embedder = state.embedder
+    if not isinstance(embedder, CachedEmbedder) or embedder.capacity < len(records):
+        return  # nowhere to keep the vectors until the capture asks: it would embed twice
+    wanted = [
+        r for r in records if r.intent_embedding is None and r.intent.strip() and run_succeeded(r)
+    ]
+    if not wanted:
+        return
+    with contextlib.suppress(Exception):
+        check_tenant(tenant)
+        applied = state.repo.request_results(tenant, [r.request_id for r in wanted])
+        texts = [r.intent for r, prior in zip(wanted, applied, strict=True) if prior is None]
+        if texts:
+            embedder.embed(texts)
 
 
 def _embed_batch(

@@ -144,6 +144,9 @@ class Engine:
     ) -> list[CaptureResult | Exception]:
         return _capture.record_many(self._state, tenant, records)
 
+    def embed_ahead(self, tenant: str, records: Sequence[ExecutionRecord]) -> None:
+        _capture.embed_ahead(self._state, tenant, records)
+
     def suggest(self, tenant: str, query: SuggestQuery) -> SuggestResult:
         return _suggest.suggest(self._state, tenant, query)
 

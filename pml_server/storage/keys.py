@@ -8,6 +8,7 @@ scan of one tenant can never read another's rows.
 
 from __future__ import annotations
 
+import functools
 import struct
 
 # Column families. Values are JSON (UTF-8) unless noted.
@@ -40,6 +41,8 @@ COLUMN_FAMILIES = (
 MAX_TENANT_BYTES = 0xFFFF
 
 
+# Every key a capture writes (about ten) starts with its tenant's prefix; tenants are few.
+@functools.lru_cache(maxsize=4096)
 def tenant_prefix(tenant: str) -> bytes:
     raw = tenant.encode("utf-8")
     if len(raw) > MAX_TENANT_BYTES:

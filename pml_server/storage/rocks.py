@@ -342,7 +342,8 @@ class Store:
             self._next_seq += 1
             for cf, key, value in ops:
                 self._overlay[cf][key] = (seq, value)
-                self._read_cache.drop(cf, key)
+                if cf in READ_CACHED:
+                    self._read_cache.drop(cf, key)
             self._queue.append((seq, ops, ticket))
             self._wakeup.notify()
         return ticket

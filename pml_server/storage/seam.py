@@ -19,7 +19,6 @@ import threading
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from pml_server.domain.errors import UnavailableError
@@ -41,21 +40,27 @@ class RequestAlreadyAppliedError(RuntimeError):
         self.result = result
 
 
-@dataclass
 class WriteTicket:
-    """Handed back by `submit`; `wait` returns once the write is durable (per mode)."""
+    """Handed back by `submit`; `wait` returns once the write is durable (per mode). Every
+    capture makes one: a bare lock, held from creation until the write is finished, costs a
+    fraction of a `threading.Event` (a condition, its lock and a waiter lock per wait)."""
 
-    _done: threading.Event = field(default_factory=threading.Event)
-    _error: BaseException | None = None
+    __slots__ = ("_error", "_pending")
+
+    def __init__(self) -> None:
+        self._pending = threading.Lock()
+        self._pending.acquire()
+        self._error: BaseException | None = None
 
     def wait(self) -> None:
-        self._done.wait()
+        with self._pending:  # released by `_finish`; any number of waits, in any thread
+            pass
         if self._error is not None:
             raise StoreClosedError(f"write failed: {self._error}") from self._error
 
     def _finish(self, error: BaseException | None = None) -> None:
         self._error = error
-        self._done.set()
+        self._pending.release()
 
 
 def finished_ticket() -> WriteTicket:

@@ -4,6 +4,7 @@ exactly once after a broken stream, and bounded buffering."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,6 +158,49 @@ def test_a_slow_server_does_not_buffer_without_bound(start: StartServer, data_di
     assert held_back > 0, "the client could send everything while the server was stuck"
     assert len(acks) == 40
     assert all(a.HasField("result") for a in acks)
+
+
+def test_executions_behind_a_running_capture_are_embedded_ahead_once(
+    start: StartServer, data_dir: Path
+) -> None:
+    """While the first batch is held inside the engine, the executions read behind it are
+    embedded ahead; their capture finds the vectors (each intent reaches the model once) and
+    every outcome is what one stream of captures gives."""
+    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
+    gate = threading.Event()
+    batches: list[int] = []
+    original = engine.record_many
+
+    def held_record_many(tenant: str, records: object) -> object:
+        batches.append(len(records))  # type: ignore[arg-type]
+        gate.wait(30)
+        return original(tenant, records)  # type: ignore[arg-type]
+
+    engine.record_many = held_record_many  # type: ignore[method-assign]
+    server = start(engine=engine, stream_window=64)
+    # 30 intents, each code twice: the second record of a code counts against the first
+    records = [
+        make_record(f"task number {i % 30}", f"await mcp.t{i % 30}({{n: 1}})", tools=[f"t{i % 30}"])
+        for i in range(60)
+    ]
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        uploading = threading.Thread(target=lambda: acks.update(client.upload(records).acks))
+        acks: dict[str, pml_pb2.StreamTracesResponse] = {}
+        uploading.start()
+        deadline = time.monotonic() + 30
+        # everything but the held batch (its first records) is embedded while it is held
+        while not batches or engine.embedding_usage().texts < 30 - batches[0]:
+            assert time.monotonic() < deadline, "nothing was embedded ahead"
+            time.sleep(0.02)
+        gate.set()
+        uploading.join(30)
+        stats = client.stats()
+    assert len(acks) == 60
+    outcomes = [acks[r.request_id].result.outcome for r in records]
+    assert outcomes[:30] == [r.CAPTURE_OUTCOME_SAVED] * 30
+    assert outcomes[30:] == [r.CAPTURE_OUTCOME_COUNTED] * 30
+    assert (stats.patterns, stats.executions) == (30, 60)
+    assert engine.embedding_usage().texts == 30  # each intent embedded once, ahead or not
 
 
 def test_too_many_open_executions_is_resource_exhausted(start: StartServer) -> None:

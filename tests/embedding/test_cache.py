@@ -1,0 +1,109 @@
+"""CachedEmbedder shares a text being embedded with every caller that asks for it meanwhile (a
+stream embeds its next batch ahead while the capture of that batch may already ask), and a
+model failure never leaves a waiter hanging."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from pml_server.domain.vectors import Matrix
+from pml_server.embedding import CachedEmbedder, HashingEmbedder
+from pml_server.embedding.minilm import MiniLMEmbedder
+
+
+class GatedModel:
+    """The hashing embedder behind a gate: a call blocks inside the 'model' until released,
+    so a second caller deterministically arrives while the first is embedding."""
+
+    model_id = "gated"
+    family = "hashing"
+
+    def __init__(self) -> None:
+        self._inner = HashingEmbedder()
+        self.dim = self._inner.dim
+        self.calls: list[list[str]] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail_first = False
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        self.calls.append(list(texts))
+        if len(self.calls) == 1:
+            self.entered.set()
+            assert self.release.wait(10)
+            if self.fail_first:
+                raise RuntimeError("model failed")
+        return self._inner.embed(texts)
+
+
+def _second_caller(
+    cached: CachedEmbedder, texts: list[str]
+) -> tuple[threading.Thread, list[Matrix]]:
+    out: list[Matrix] = []
+    thread = threading.Thread(target=lambda: out.append(cached.embed(texts)))
+    thread.start()
+    return thread, out
+
+
+def test_a_text_being_embedded_is_waited_for_not_embedded_again() -> None:
+    model = GatedModel()
+    cached = CachedEmbedder(model)
+    first, first_out = _second_caller(cached, ["read a file", "parse json"])
+    assert model.entered.wait(10)
+    second, second_out = _second_caller(cached, ["parse json", "send mail"])
+    # the second caller embeds only what nobody is embedding, then waits for the rest
+    while len(model.calls) < 2:
+        threading.Event().wait(0.01)
+    assert model.calls[1] == ["send mail"]
+    model.release.set()
+    first.join(10)
+    second.join(10)
+    embedded = sorted(t for call in model.calls for t in call)
+    assert embedded == ["parse json", "read a file", "send mail"]
+    assert np.array_equal(first_out[0][1], second_out[0][0])  # one vector of "parse json"
+    assert np.array_equal(second_out[0][0], HashingEmbedder().embed(["parse json"])[0])
+    assert cached.misses == 3
+
+
+def test_a_waiter_embeds_its_text_itself_when_the_model_failed_for_the_other_caller() -> None:
+    model = GatedModel()
+    model.fail_first = True
+    cached = CachedEmbedder(model)
+    errors: list[BaseException] = []
+
+    def failing() -> None:
+        try:
+            cached.embed(["parse json"])
+        except RuntimeError as error:
+            errors.append(error)
+
+    first = threading.Thread(target=failing)
+    first.start()
+    assert model.entered.wait(10)
+    second, second_out = _second_caller(cached, ["parse json"])
+    model.release.set()
+    first.join(10)
+    second.join(10)
+    assert not second.is_alive()
+    assert len(errors) == 1
+    assert np.array_equal(second_out[0][0], HashingEmbedder().embed(["parse json"])[0])
+    assert cached.embed(["parse json"]).shape == (1, model.dim)  # cached now
+
+
+@pytest.mark.slow
+def test_minilm_vectors_embedded_ahead_equal_one_text_calls() -> None:
+    """Half the texts embedded by one caller while another asks for all of them: every vector
+    is the one a one-text call gives (the real model, per-text deterministic)."""
+    model = MiniLMEmbedder()
+    cached = CachedEmbedder(model)
+    texts = [f"rename the holiday photos of trip {i} by date" for i in range(12)]
+    ahead = threading.Thread(target=lambda: cached.embed(texts[6:]))
+    ahead.start()
+    together = cached.embed(texts)
+    ahead.join(30)
+    for text, vector in zip(texts, together, strict=True):
+        assert np.array_equal(vector, model.embed([text])[0])
