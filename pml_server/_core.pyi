@@ -18,6 +18,7 @@ from pml_server.domain.errors import CorruptDataError as CorruptDataError
 from pml_server.domain.errors import InputTooLargeError as InputTooLargeError
 
 __all__ = [
+    "HNSW_SCORE_ERROR",
     "NORMALIZER_VERSION",
     "NORMALIZE_MAX_INPUT_BYTES",
     "NORMALIZE_MAX_PARAMS",
@@ -48,10 +49,13 @@ def sha256_tagged(data: bytes) -> str:
 class HnswIndex:
     """Approximate nearest-neighbour index (HNSW) over cosine similarity, keyed by uint64 ids.
 
-    Vectors are normalized on insert. Searches share a read lock and run in parallel; writes are
-    exclusive (long `add` batches yield to searches every 256 rows). The GIL is released in every
-    call that does work. Removed ids are never returned; their nodes are dropped by `compact`,
-    which also runs on its own once removed nodes reach a third of the graph.
+    Vectors are normalized on insert and stored in half precision (half the memory of f32): a
+    score is the f32 query against the stored row, within `HNSW_SCORE_ERROR` of the exact
+    cosine, computed the same way by every call. Searches share a read lock and run in
+    parallel; writes are exclusive (long `add` batches yield to searches every 256 rows). The
+    GIL is released in every call that does work. Removed ids are never returned; their nodes
+    are dropped by `compact`, which also runs on its own once removed nodes reach a third of
+    the graph.
     """
 
     def __new__(
@@ -71,7 +75,7 @@ class HnswIndex:
     def ef_search(self, value: int) -> None: ...
     @property
     def kernel(self) -> str:
-        """Distance kernel picked for this CPU: "avx2+fma" or "scalar"."""
+        """Distance kernel picked for this CPU: "avx2+fma+f16c" or "scalar"."""
     def add(self, ids: NDArray[np.uint64], vectors: NDArray[np.float32], threads: int = 1) -> None:
         """Add rows of `vectors` (n, dim) under `ids` (n,); re-adding an id replaces it. The whole
         batch is validated first: wrong shape, zero or non-finite rows raise
@@ -241,6 +245,9 @@ def rank_query(
 
 # --- code normalization (pml_core_rs/src/normalize, docs/normalization.md) ---
 
+HNSW_SCORE_ERROR: float
+"""How far an `HnswIndex` score may be from the exact f32 cosine: vectors are stored in half
+precision (pml_core_rs/src/index/half.rs)."""
 NORMALIZER_VERSION: int
 """Version of the normalization rules; hashed into every `code_hash`."""
 NORMALIZE_MAX_INPUT_BYTES: int

@@ -815,6 +815,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRankParams>()?;
     m.add_class::<PyRankTable>()?;
     m.add_function(wrap_pyfunction!(rank_query, m)?)?;
+    m.add("HNSW_SCORE_ERROR", crate::index::half::MAX_SCORE_ERROR)?;
     m.add("NORMALIZER_VERSION", normalize::NORMALIZER_VERSION)?;
     m.add("NORMALIZE_MAX_INPUT_BYTES", normalize::MAX_INPUT_BYTES)?;
     m.add_class::<PyParam>()?;

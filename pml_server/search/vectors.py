@@ -1,7 +1,8 @@
 """Vector indexes over intent vectors, one per tenant, ids are the intents' u64 ids.
 
-`hnsw` is the Rust HNSW index (`_core.HnswIndex`); `exact` is a brute-force numpy index with the
-same interface (exact recall; fine for small stores and as a reference in tests).
+`hnsw` is the Rust HNSW index (`_core.HnswIndex`, vectors stored in half precision: its scores
+are within `HNSW_SCORE_ERROR` of the exact cosine); `exact` is a brute-force numpy index with the
+same interface (exact recall and f32 scores; fine for small stores and as a reference in tests).
 """
 
 from __future__ import annotations

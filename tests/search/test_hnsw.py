@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pml_server._core import CoreArgumentError, CorruptDataError, HnswIndex
+from pml_server._core import HNSW_SCORE_ERROR, CoreArgumentError, CorruptDataError, HnswIndex
 from tests.search.index_data import clustered, dataset, exact_scores, exact_top_k, unit
 
 DIM = 384
@@ -35,7 +35,7 @@ def test_defaults_and_parameters() -> None:
     with pytest.raises(AttributeError):
         index.dim = 9  # type: ignore[misc]
     assert len(index) == 0
-    assert index.kernel in ("avx2+fma", "scalar")
+    assert index.kernel in ("avx2+fma+f16c", "scalar")
 
 
 def test_recall_at_default_settings(built: Built) -> None:
@@ -59,7 +59,7 @@ def test_scores_are_cosine_similarities(built: Built) -> None:
     truth = exact_scores(ids, vectors, query)
     got, scores = index.search(query, 5)
     for i, s in zip(got, scores, strict=True):
-        assert s == pytest.approx(truth[int(i)], abs=1e-4)
+        assert s == pytest.approx(truth[int(i)], abs=HNSW_SCORE_ERROR)
 
 
 def test_batch_matches_single(built: Built) -> None:
@@ -130,7 +130,7 @@ def test_remove_and_readd() -> None:
     index.add(np.array([3], dtype=np.uint64), vectors[1:2])
     got, scores = index.search(vectors[1], 1)
     assert got.tolist() == [3]
-    assert scores[0] == pytest.approx(1.0, abs=1e-5)
+    assert scores[0] == pytest.approx(1.0, abs=HNSW_SCORE_ERROR)
     assert len(index) == 498
 
 

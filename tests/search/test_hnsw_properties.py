@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from pml_server._core import CorruptDataError, HnswIndex
+from pml_server._core import HNSW_SCORE_ERROR, CorruptDataError, HnswIndex
 from tests.search.index_data import exact_scores
 
 DIM = 8
@@ -77,7 +77,7 @@ class IndexMachine(RuleBasedStateMachine):
             ids = np.array(live_allowed, dtype=np.uint64)
             truth = exact_scores(ids, np.stack([self.model[i] for i in live_allowed]), query)
             want = sorted(truth.values(), reverse=True)[:k]
-            np.testing.assert_allclose(scores, want, atol=1e-5)
+            np.testing.assert_allclose(scores, want, atol=HNSW_SCORE_ERROR)
         else:
             assert len(got) == 0
 
@@ -99,7 +99,7 @@ class IndexMachine(RuleBasedStateMachine):
             ids = np.array(list(self.model), dtype=np.uint64)
             truth = exact_scores(ids, np.stack(list(self.model.values())), query)
             for i, s in zip(got.tolist(), scores.tolist(), strict=True):
-                assert abs(truth[i] - s) < 1e-5
+                assert abs(truth[i] - s) < HNSW_SCORE_ERROR
 
     @invariant()
     def membership_matches_model(self) -> None:

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::distance::Kernel;
 use super::graph::{Graph, Scored, NO_NODE};
+use super::half::{f16_from_f32, f16_to_f32};
 use super::insert::{add_back_link, select_diverse};
 use super::search::{greedy_descent, search_level};
 
@@ -90,7 +91,10 @@ pub fn insert_batch(
     ef_construction: usize,
     threads: usize,
 ) -> Vec<u32> {
-    let found = search_all(graph, kernel, rows, levels, ef_construction, threads);
+    // The searches use each row as it will be stored (rounded to half precision), as
+    // `link_node` does one node at a time.
+    let stored: Vec<f32> = rows.iter().map(|&x| f16_to_f32(f16_from_f32(x))).collect();
+    let found = search_all(graph, kernel, &stored, levels, ef_construction, threads);
     let first = graph.slots() as u32;
     for ((&id, row), &level) in ids.iter().zip(rows.chunks_exact(graph.dim)).zip(levels) {
         graph.push_node(id, row, level);
@@ -118,7 +122,7 @@ fn link_with_candidates(
     ef_construction: usize,
 ) {
     let level = graph.levels[slot as usize] as usize;
-    let query = graph.vector(slot).to_vec();
+    let query = graph.widened(slot);
     for (lvl, found) in per_level.iter_mut().enumerate().rev() {
         let mut candidates = std::mem::take(found);
         for &other in earlier {

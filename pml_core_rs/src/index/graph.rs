@@ -1,22 +1,25 @@
-//! Storage layout of the graph. Vectors live in one contiguous array of 64-byte lines (slot-major,
-//! each row padded to whole lines, so a 384-d vector is exactly 24 cache lines and no SIMD load
-//! straddles two lines; a plain `Vec<f32>` from the allocator starts 16 bytes into a line, which
-//! made every vector touch 25 lines and half the 32-byte loads split), level-0
+//! Storage layout of the graph. Vectors live as IEEE half precision (`half.rs`) in one contiguous
+//! array of 64-byte lines (slot-major, each row padded to whole lines, so a 384-d vector is
+//! exactly 12 cache lines and no SIMD load straddles two lines; a plain `Vec` from the
+//! allocator starts 16 bytes into a line, which made every vector touch one line more and half
+//! the loads split), level-0
 //! neighbour lists in one flat `Vec<u32>` with a fixed stride of `1 + m0` (count, then ids), so a
 //! search touches two predictable arrays instead of chasing per-node allocations. The few nodes
 //! that reach upper levels keep a small flat list per node for those levels.
+
+use super::half::{f16_from_f32, f16_to_f32};
 
 /// Marks "no node" (empty graph entry point).
 pub const NO_NODE: u32 = u32::MAX;
 /// Highest level a node may get; with m >= 2 reaching it is astronomically unlikely.
 pub const MAX_LEVEL: usize = 24;
-/// Floats per cache line.
-pub const LINE_FLOATS: usize = 16;
+/// Half-precision values per cache line.
+pub const LINE_VALUES: usize = 32;
 
-/// One cache line of vector data; the alignment is what the layout is for.
+/// One cache line of vector data (f16 bits); the alignment is what the layout is for.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Line(pub [f32; LINE_FLOATS]);
+pub struct Line(pub [u16; LINE_VALUES]);
 
 /// A scored candidate: `dist` is the graph distance (1 - cosine), `slot` the node.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -73,7 +76,7 @@ impl Graph {
             dim,
             m,
             m0: 2 * m,
-            row_lines: dim.div_ceil(LINE_FLOATS),
+            row_lines: dim.div_ceil(LINE_VALUES),
             vectors: Vec::new(),
             ids: Vec::new(),
             levels: Vec::new(),
@@ -95,13 +98,19 @@ impl Graph {
         self.slots() - self.deleted_count
     }
 
+    /// A node's stored row: `dim` f16 values (`half.rs`).
     #[inline]
-    pub fn vector(&self, slot: u32) -> &[f32] {
+    pub fn vector(&self, slot: u32) -> &[u16] {
         let start = slot as usize * self.row_lines;
         let row = &self.vectors[start..start + self.row_lines];
-        // SAFETY: `Line` is `repr(C)` over `[f32; 16]` with no padding between lines, so the
-        // row is `row_lines * 16 >= dim` initialized floats, borrowed for as long as `self`.
-        unsafe { std::slice::from_raw_parts(row.as_ptr().cast::<f32>(), self.dim) }
+        // SAFETY: `Line` is `repr(C)` over `[u16; 32]` with no padding between lines, so the
+        // row is `row_lines * 32 >= dim` initialized values, borrowed for as long as `self`.
+        unsafe { std::slice::from_raw_parts(row.as_ptr().cast::<u16>(), self.dim) }
+    }
+
+    /// A node's stored row widened to f32 (exact), to search with it as a query.
+    pub fn widened(&self, slot: u32) -> Vec<f32> {
+        self.vector(slot).iter().map(|&h| f16_to_f32(h)).collect()
     }
 
     /// Capacity of a node's list on `level`.
@@ -185,17 +194,24 @@ impl Graph {
         advise_huge_pages(&self.links0);
     }
 
-    /// Append a node with empty lists; returns its slot.
+    /// Append a node with empty lists, its vector rounded to half precision; returns its slot.
     pub fn push_node(&mut self, id: u64, vector: &[f32], level: usize) -> u32 {
         debug_assert_eq!(vector.len(), self.dim);
+        let row: Vec<u16> = vector.iter().map(|&x| f16_from_f32(x)).collect();
+        self.push_row(id, &row, level)
+    }
+
+    /// `push_node` for a row already in half precision (compaction, loading).
+    pub fn push_row(&mut self, id: u64, row: &[u16], level: usize) -> u32 {
+        debug_assert_eq!(row.len(), self.dim);
         let slot = self.slots() as u32;
         let capacities = (self.vectors.capacity(), self.links0.capacity());
         let start = self.vectors.len();
         self.vectors
-            .resize(start + self.row_lines, Line([0.0; LINE_FLOATS]));
+            .resize(start + self.row_lines, Line([0; LINE_VALUES]));
         for (line, chunk) in self.vectors[start..]
             .iter_mut()
-            .zip(vector.chunks(LINE_FLOATS))
+            .zip(row.chunks(LINE_VALUES))
         {
             line.0[..chunk.len()].copy_from_slice(chunk);
         }
@@ -268,22 +284,23 @@ mod tests {
         assert_eq!(g.links(a, 1), &[] as &[u32]);
         assert_eq!(g.links(a, 2), &[b, b]);
         assert_eq!(g.links(b, 0), &[] as &[u32]);
-        assert_eq!(g.vector(b), &[0.0, 1.0]);
+        assert_eq!(g.widened(b), &[0.0, 1.0]);
     }
 
     #[test]
     fn vectors_are_line_aligned_and_padded() {
-        let mut g = Graph::new(20, 4);
-        let a: Vec<f32> = (0..20).map(|i| i as f32).collect();
-        let b: Vec<f32> = (0..20).map(|i| -(i as f32)).collect();
+        let mut g = Graph::new(40, 4);
+        // small integers are exact in half precision
+        let a: Vec<f32> = (0..40).map(|i| i as f32).collect();
+        let b: Vec<f32> = (0..40).map(|i| -(i as f32)).collect();
         g.push_node(1, &a, 0);
         g.push_node(2, &b, 0);
         assert_eq!(g.row_lines, 2);
-        assert_eq!(g.vector(0), &a[..]);
-        assert_eq!(g.vector(1), &b[..]);
+        assert_eq!(g.widened(0), a);
+        assert_eq!(g.widened(1), b);
         assert_eq!(g.vector(1).as_ptr() as usize % 64, 0);
         // The padding of row 0 is zero, so it cannot leak into a dot product.
-        assert!(g.vectors[1].0[4..].iter().all(|&x| x == 0.0));
+        assert!(g.vectors[1].0[8..].iter().all(|&x| x == 0));
     }
 
     #[test]

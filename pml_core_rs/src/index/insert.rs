@@ -47,7 +47,7 @@ pub fn select_diverse(
         let vector = graph.vector(cand.slot);
         let diverse = kept
             .iter()
-            .all(|k| kernel.distance(vector, graph.vector(k.slot)) >= cand.dist);
+            .all(|k| kernel.distance_rows(vector, graph.vector(k.slot)) >= cand.dist);
         if diverse {
             kept.push(cand);
         }
@@ -63,7 +63,7 @@ pub fn link_node(graph: &mut Graph, kernel: &Kernel, slot: u32, ef_construction:
         graph.max_level = level;
         return;
     }
-    let query = graph.vector(slot).to_vec();
+    let query = graph.widened(slot);
     let Some(start) = greedy_descent(graph, kernel, &query, level) else {
         return;
     };
@@ -106,7 +106,7 @@ pub fn relink_level0(graph: &mut Graph, kernel: &Kernel, slot: u32, ef_construct
     if start as usize >= graph.slots() || start == slot {
         return;
     }
-    let query = graph.vector(slot).to_vec();
+    let query = graph.widened(slot);
     let entry = Scored {
         dist: kernel.distance(&query, graph.vector(start)),
         slot: start,
@@ -153,7 +153,7 @@ pub fn add_back_link(graph: &mut Graph, kernel: &Kernel, from: u32, to: u32, lev
         .iter()
         .chain(std::iter::once(&to))
         .map(|&slot| Scored {
-            dist: kernel.distance(base, graph.vector(slot)),
+            dist: kernel.distance_rows(base, graph.vector(slot)),
             slot,
         })
         .collect();
@@ -191,7 +191,7 @@ mod tests {
         let mut cands: Vec<Scored> = [a, b, c]
             .iter()
             .map(|&s| Scored {
-                dist: k.distance(g.vector(base), g.vector(s)),
+                dist: k.distance_rows(g.vector(base), g.vector(s)),
                 slot: s,
             })
             .collect();

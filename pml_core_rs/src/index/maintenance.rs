@@ -96,7 +96,7 @@ fn repair_links_around_tombstones(graph: &mut Graph, kernel: &super::distance::K
             let mut scored: Vec<Scored> = candidates
                 .iter()
                 .map(|&n| Scored {
-                    dist: kernel.distance(base, graph.vector(n)),
+                    dist: kernel.distance_rows(base, graph.vector(n)),
                     slot: n,
                 })
                 .collect();
@@ -122,7 +122,7 @@ fn without_tombstones(graph: &Graph) -> (Graph, Vec<u32>) {
         if !graph.deleted[slot as usize] {
             let level = graph.levels[slot as usize] as usize;
             renumber[slot as usize] =
-                out.push_node(graph.ids[slot as usize], graph.vector(slot), level);
+                out.push_row(graph.ids[slot as usize], graph.vector(slot), level);
         }
     }
     let mut thin = Vec::new();

@@ -2,6 +2,9 @@
 //! for this workload: per-tenant indexes of 384..1024-d embeddings, updated on every capture and
 //! deletion, searched with an optional id filter.
 //!
+//! Vectors are stored in half precision (`half`: half the memory of f32, scores within
+//! `half::MAX_SCORE_ERROR` of the exact f32 cosine, every score computed the same way).
+//!
 //! Layout: `graph` (storage), `distance` (SIMD kernels), `visited` (per-thread visited set),
 //! `search`, `insert`, `maintenance` (remove / compaction), `serialize` (versioned bytes).
 //! This type is not synchronized; the Python handle wraps it in an `RwLock` so searches run in
@@ -10,6 +13,7 @@
 mod batch_insert;
 mod distance;
 mod graph;
+pub mod half;
 mod insert;
 mod maintenance;
 mod search;
@@ -142,7 +146,7 @@ impl HnswIndex {
         Ok(())
     }
 
-    /// Name of the distance kernel in use ("avx2+fma" or "scalar").
+    /// Name of the distance kernel in use ("avx2+fma+f16c" or "scalar").
     pub fn kernel_name(&self) -> &'static str {
         self.kernel.name()
     }

@@ -2,7 +2,8 @@
 //!
 //! Layout, all little-endian: magic `PMLHNSW\0`, u32 version, header (dim, m, ef_construction,
 //! ef_search: u32; slots: u64; entry, max_level: u32; rng state: u64), per slot (id u64, level
-//! u8, deleted u8), the vectors (slots * dim f32), level-0 lists (count u32 + ids), upper lists
+//! u8, deleted u8), the vectors (slots * dim f16 in version 2; f32 in version 1, which loads
+//! rounded to half precision, the graph unchanged), level-0 lists (count u32 + ids), upper lists
 //! per slot and level (count u32 + ids), then a SHA-256 of everything before it. The checksum
 //! catches truncation and bit rot; every field is still validated after it, so even bytes with
 //! a matching checksum can only load as a well-formed graph or fail with `Corrupt`.
@@ -13,12 +14,15 @@ use sha2::{Digest, Sha256};
 
 use super::distance::Kernel;
 use super::graph::{Graph, MAX_LEVEL, NO_NODE};
+use super::half::{self, f16_from_f32};
 use super::insert::LevelRng;
 use super::{check_ef, HnswIndex, MAX_DIM, MAX_M};
 use crate::error::{CoreError, CoreResult};
 
 const MAGIC: &[u8; 8] = b"PMLHNSW\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// Version 1 stored f32 vectors; still read, so a store's snapshot survives the upgrade.
+const VERSION_F32: u32 = 1;
 const CHECKSUM_LEN: usize = 32;
 
 fn corrupt(reason: impl Into<String>) -> CoreError {
@@ -112,8 +116,8 @@ impl HnswIndex {
             w.u8(u8::from(g.deleted[slot]));
         }
         for slot in 0..g.slots() as u32 {
-            for &x in g.vector(slot) {
-                w.0.extend_from_slice(&x.to_le_bytes());
+            for &h in g.vector(slot) {
+                w.0.extend_from_slice(&h.to_le_bytes());
             }
         }
         for slot in 0..g.slots() as u32 {
@@ -139,9 +143,10 @@ impl HnswIndex {
             pos: MAGIC.len(),
         };
         let version = r.u32()?;
-        if version != VERSION {
+        if version != VERSION && version != VERSION_F32 {
             return Err(corrupt(format!("unsupported version {version}")));
         }
+        let value_bytes = if version == VERSION_F32 { 4 } else { 2 };
         if Sha256::digest(body).as_slice() != checksum {
             return Err(corrupt("checksum mismatch (truncated or modified)"));
         }
@@ -156,7 +161,7 @@ impl HnswIndex {
         check_ef("ef_search", ef_search).map_err(|e| corrupt(e.to_string()))?;
         let slots = usize::try_from(r.u64()?).map_err(|_| corrupt("slot count"))?;
         // Every slot needs at least 10 metadata bytes + its vector: bound before allocating.
-        let min_per_slot = 10 + 4 * dim + 4;
+        let min_per_slot = 10 + value_bytes * dim + 4;
         if slots >= NO_NODE as usize || slots.saturating_mul(min_per_slot) > body.len() {
             return Err(corrupt(format!("slot count {slots} does not fit the data")));
         }
@@ -180,17 +185,28 @@ impl HnswIndex {
             }
             meta.push((id, level, deleted));
         }
-        let raw = r.take(slots * dim * 4)?;
-        let vectors: Vec<f32> = raw
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .collect();
-        if vectors.iter().any(|x| !x.is_finite()) {
+        let raw = r.take(slots * dim * value_bytes)?;
+        let rows: Vec<u16> = if version == VERSION_F32 {
+            let values: Vec<f32> = raw
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                .collect();
+            if values.iter().any(|x| !x.is_finite()) {
+                return Err(corrupt("non-finite vector value"));
+            }
+            values.into_iter().map(f16_from_f32).collect()
+        } else {
+            raw.chunks_exact(2)
+                .map(|b| u16::from_le_bytes(b.try_into().expect("2 bytes")))
+                .collect()
+        };
+        // (a version 1 value beyond the half range would round to infinity: caught here too)
+        if !rows.iter().all(|&h| half::is_finite(h)) {
             return Err(corrupt("non-finite vector value"));
         }
         let mut slot_of = HashMap::with_capacity(slots);
         for (slot, (id, level, deleted)) in meta.into_iter().enumerate() {
-            graph.push_node(id, &vectors[slot * dim..(slot + 1) * dim], level as usize);
+            graph.push_row(id, &rows[slot * dim..(slot + 1) * dim], level as usize);
             if deleted {
                 graph.deleted[slot] = true;
                 graph.deleted_count += 1;

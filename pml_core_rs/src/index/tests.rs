@@ -72,8 +72,10 @@ fn scores_are_cosine_and_sorted() {
     let hits = index.search(&[2.0, 0.0], 3, None, None).unwrap();
     let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
     assert_eq!(ids, [1, 3, 2]);
+    // 1 and 0 are exact in half precision; 1/sqrt(2) is stored rounded
     assert!((hits[0].score - 1.0).abs() < 1e-6);
-    assert!((hits[1].score - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6);
+    let half_error = (hits[1].score - std::f32::consts::FRAC_1_SQRT_2).abs();
+    assert!(half_error > 0.0 && half_error < half::MAX_SCORE_ERROR);
     assert!(hits[2].score.abs() < 1e-6);
 }
 
@@ -354,4 +356,73 @@ fn a_batch_that_replaces_an_id_goes_one_by_one() {
         .unwrap();
     assert_eq!(index.len(), 1501);
     assert_eq!(index.tombstones(), 1);
+}
+
+#[test]
+fn scores_stay_within_the_half_precision_bound_of_exact_cosine() {
+    // 384-d unit vectors, as the server stores them: every score against the stored (rounded)
+    // rows is within `MAX_SCORE_ERROR` of the f32 cosine, and on average far closer
+    let dim = 384;
+    let data = clustered(500, dim, 10, 11);
+    let ids: Vec<u64> = (0..500).collect();
+    let mut index = HnswIndex::new(dim, Params::default()).unwrap();
+    index.add(&ids, &data).unwrap();
+    let rows = HnswIndex::normalize_rows(dim, "data", &data).unwrap();
+    let queries = HnswIndex::normalize_rows(dim, "q", &clustered(20, dim, 10, 12)).unwrap();
+    let (mut worst, mut total, mut count) = (0.0f64, 0.0f64, 0usize);
+    for q in queries.chunks_exact(dim) {
+        for hit in index.search(q, 500, None, Some(&ids)).unwrap() {
+            let row = &rows[hit.id as usize * dim..(hit.id as usize + 1) * dim];
+            let want: f64 = q
+                .iter()
+                .zip(row)
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
+            let err = (f64::from(hit.score) - want).abs();
+            worst = worst.max(err);
+            total += err;
+            count += 1;
+        }
+    }
+    assert_eq!(count, 20 * 500);
+    assert!(worst < f64::from(half::MAX_SCORE_ERROR), "worst {worst}");
+    assert!(
+        total / (count as f64) < 5e-5,
+        "mean {}",
+        total / count as f64
+    );
+}
+
+#[test]
+fn a_version_1_snapshot_loads_rounded_to_half_precision() {
+    let dim = 40;
+    let data = clustered(60, dim, 3, 5);
+    let ids: Vec<u64> = (0..60).collect();
+    let mut index = HnswIndex::new(dim, Params::default()).unwrap();
+    index.add(&ids, &data).unwrap();
+    index.remove(&[3, 4]);
+    let v1 = version_1_bytes(&index);
+    let loaded = HnswIndex::from_bytes(&v1).unwrap();
+    assert_eq!(loaded.to_bytes(), index.to_bytes());
+}
+
+/// `index` written in the version 1 layout (f32 vectors): the stored rows widened.
+fn version_1_bytes(index: &HnswIndex) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let current = index.to_bytes();
+    let g = &index.graph;
+    let header = 8 + 4 + 4 * 4 + 8 + 4 + 4 + 8;
+    let meta = header + g.slots() * 10;
+    let vectors = g.slots() * g.dim * 2;
+    let mut out = current[..meta].to_vec();
+    out[8..12].copy_from_slice(&1u32.to_le_bytes());
+    for slot in 0..g.slots() as u32 {
+        for x in g.widened(slot) {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    out.extend_from_slice(&current[meta + vectors..current.len() - 32]);
+    let digest = Sha256::digest(&out);
+    out.extend_from_slice(&digest);
+    out
 }

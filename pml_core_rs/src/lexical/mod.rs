@@ -30,8 +30,7 @@ mod search;
 mod tests;
 
 use std::collections::HashMap;
-
-use rustc_hash::FxHashMap;
+use std::sync::Arc;
 
 use crate::error::{CoreError, CoreResult};
 
@@ -65,20 +64,86 @@ impl Default for Postings {
 /// A term of one document: its count and where the document sits in the term's posting list,
 /// so a change to one document touches one posting entry instead of scanning the list.
 /// Both fit in u32 (a posting holds at most one entry per document number, a u32; a count
-/// beyond u32 is refused): 8 bytes instead of 16 make each document's term map about half as
-/// big, a few hundred bytes an intent at the bench's ~12 terms a pattern.
+/// beyond u32 is refused).
 #[derive(Clone, Copy, Debug)]
 struct DocTerm {
     tf: u32,
     at: u32,
 }
 
+/// A document's terms, keyed by our own term numbers: a vector sorted by term number. A hash
+/// map of them cost about 240 bytes a document at the bench's 13 terms (buckets rounded up to
+/// a power of two, control bytes, the map header); this is 12 bytes a term. Lookups are a
+/// binary search over a document's few dozen terms at most, as quick as hashing them.
+#[derive(Debug, Default)]
+struct DocTerms(Vec<(u32, DocTerm)>);
+
+impl DocTerms {
+    fn position(&self, term: u32) -> Result<usize, usize> {
+        self.0.binary_search_by_key(&term, |(number, _)| *number)
+    }
+
+    fn get(&self, term: &u32) -> Option<&DocTerm> {
+        self.position(*term).ok().map(|i| &self.0[i].1)
+    }
+
+    fn get_mut(&mut self, term: &u32) -> Option<&mut DocTerm> {
+        self.position(*term).ok().map(|i| &mut self.0[i].1)
+    }
+
+    /// Insert a term not yet in the document.
+    fn insert(&mut self, term: u32, entry: DocTerm) {
+        match self.position(term) {
+            Ok(i) => self.0[i].1 = entry,
+            Err(i) => self.0.insert(i, (term, entry)),
+        }
+    }
+
+    fn remove(&mut self, term: &u32) {
+        if let Ok(i) = self.position(*term) {
+            self.0.remove(i);
+        }
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &u32> {
+        self.0.iter().map(|(number, _)| number)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Room for `more` terms: exactly that many on a new document (most get all their terms
+    /// in one call), amortized growth after.
+    fn reserve(&mut self, more: usize) {
+        if self.0.capacity() == 0 {
+            self.0.reserve_exact(more);
+        } else {
+            self.0.reserve(more);
+        }
+    }
+}
+
+impl IntoIterator for DocTerms {
+    type Item = (u32, DocTerm);
+    type IntoIter = std::vec::IntoIter<(u32, DocTerm)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
 #[derive(Debug, Default)]
 struct Doc {
-    name: String,
-    /// Keyed by our own term numbers (never by caller input), so the fast Fx hash is safe;
+    /// Shared with the id map's key (one copy of each id).
+    name: Option<Arc<str>>,
     /// `search` looks terms up here to complete and rescore candidates.
-    terms: FxHashMap<u32, DocTerm>,
+    terms: DocTerms,
+}
+
+impl Doc {
+    fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or("")
+    }
 }
 
 /// A BM25 inverted index keyed by non-empty string ids.
@@ -86,8 +151,8 @@ struct Doc {
 pub struct LexicalIndex {
     k1: f64,
     b: f64,
-    ids: HashMap<String, u32>,
-    /// Internal number -> document (an empty name marks a free number).
+    ids: HashMap<Arc<str>, u32>,
+    /// Internal number -> document (no name marks a free number).
     docs: Vec<Doc>,
     /// Internal number -> document length in terms, as f64: the array `search` reads per
     /// posting, kept apart from `docs` so the hot loop touches only this.
@@ -95,9 +160,11 @@ pub struct LexicalIndex {
     /// Internal number -> `search::name_key` of its id, for cheap tie-breaks.
     name_keys: Vec<u64>,
     free_docs: Vec<u32>,
-    term_numbers: HashMap<String, u32>,
-    /// Term number -> term (empty when free), to forget a term without scanning the map.
-    term_names: Vec<String>,
+    /// Term -> term number; the key is shared with `term_names` (one copy of each term: most
+    /// terms of a real vocabulary occur in one or two documents, so per-term overhead counts).
+    term_numbers: HashMap<Arc<str>, u32>,
+    /// Term number -> term (None when free), to forget a term without scanning the map.
+    term_names: Vec<Option<Arc<str>>>,
     postings: Vec<Postings>,
     free_terms: Vec<u32>,
     total_length: u64,
@@ -163,6 +230,7 @@ impl LexicalIndex {
             Some(&number) => number,
             None => self.new_doc(doc_id)?,
         };
+        self.docs[number as usize].terms.reserve(terms.len());
         let mut joined: Vec<u32> = Vec::new();
         let mut outcome = Ok(());
         for term in terms {
@@ -194,6 +262,11 @@ impl LexicalIndex {
                             at: posting.docs.len() as u32,
                         },
                     );
+                    if posting.docs.capacity() == 0 {
+                        // most terms stay in one document: no room for four
+                        posting.docs.reserve_exact(1);
+                        posting.tfs.reserve_exact(1);
+                    }
                     posting.docs.push(number);
                     posting.tfs.push(1.0);
                     joined.push(term);
@@ -282,9 +355,10 @@ impl LexicalIndex {
                 number
             }
         };
-        self.docs[number as usize].name = doc_id.to_owned();
+        let name: Arc<str> = Arc::from(doc_id);
+        self.docs[number as usize].name = Some(Arc::clone(&name));
         self.name_keys[number as usize] = search::name_key(doc_id);
-        self.ids.insert(doc_id.to_owned(), number);
+        self.ids.insert(name, number);
         Ok(number)
     }
 
@@ -298,12 +372,13 @@ impl LexicalIndex {
                 let number = u32::try_from(self.postings.len())
                     .map_err(|_| too_large("terms", "would make more than 2^32 distinct terms"))?;
                 self.postings.push(Postings::default());
-                self.term_names.push(String::new());
+                self.term_names.push(None);
                 number
             }
         };
-        self.term_names[number as usize] = term.to_owned();
-        self.term_numbers.insert(term.to_owned(), number);
+        let name: Arc<str> = Arc::from(term);
+        self.term_names[number as usize] = Some(Arc::clone(&name));
+        self.term_numbers.insert(name, number);
         Ok(number)
     }
 
@@ -321,8 +396,9 @@ impl LexicalIndex {
         if posting.docs.is_empty() {
             posting.max_tf = 0.0;
             posting.min_length = f64::INFINITY;
-            let name = std::mem::take(&mut self.term_names[term as usize]);
-            self.term_numbers.remove(&name);
+            if let Some(name) = self.term_names[term as usize].take() {
+                self.term_numbers.remove(&name);
+            }
             self.free_terms.push(term);
         }
     }

@@ -203,7 +203,7 @@ impl<'a> Best<'a> {
         let candidate = Ranked {
             score,
             key: index.name_keys[doc as usize],
-            name: &index.docs[doc as usize].name,
+            name: index.docs[doc as usize].name(),
         };
         if self.heap.len() < self.limit {
             self.heap.push(candidate);

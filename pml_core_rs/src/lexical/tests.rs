@@ -235,3 +235,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_documents_terms_stay_sorted_through_adds_and_removals() {
+    let mut index = LexicalIndex::new(1.2, 0.75).unwrap();
+    index
+        .add_terms("p", &words("zeta alpha mid alpha"))
+        .unwrap();
+    index.add_terms("p", &words("beta omega")).unwrap();
+    index.remove_terms("p", &words("mid"));
+    let number = index.ids["p"];
+    let doc = &index.docs[number as usize];
+    let numbers: Vec<u32> = doc.terms.keys().copied().collect();
+    let mut sorted = numbers.clone();
+    sorted.sort_unstable();
+    assert_eq!(numbers, sorted);
+    assert_eq!(numbers.len(), 4); // zeta, alpha, beta, omega: mid left with its only count
+    let alpha = index.term_numbers["alpha"];
+    assert_eq!(doc.terms.get(&alpha).map(|t| t.tf), Some(2));
+    assert!(!index.term_numbers.contains_key("mid"));
+    assert_eq!(doc.name(), "p");
+    // the id map and the document share one copy of the id
+    let key = index.ids.keys().next().unwrap();
+    assert!(Arc::ptr_eq(key, doc.name.as_ref().unwrap()));
+}

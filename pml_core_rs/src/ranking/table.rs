@@ -197,7 +197,12 @@ impl RankTable {
             return; // an intent never changes pattern
         }
         let slot = self.slot_for(pattern_id);
-        self.rows[slot as usize].intents.push(intent_id);
+        let intents = &mut self.rows[slot as usize].intents;
+        if intents.capacity() == 0 {
+            // most patterns keep one intent: no room for four (16 bytes a pattern)
+            intents.reserve_exact(1);
+        }
+        intents.push(intent_id);
         self.intent_row.insert(intent_id, slot);
     }
 

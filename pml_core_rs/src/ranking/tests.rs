@@ -3,6 +3,7 @@
 
 use super::formula::*;
 use super::*;
+use crate::index::half::{f16_from_f32, f16_to_f32};
 use crate::index::{HnswIndex, Params as IndexParams};
 use crate::lexical::LexicalIndex;
 
@@ -159,7 +160,9 @@ fn a_query_groups_by_capability_and_orders_by_total() {
         ["p1", "p3", "p4"],
         "p2 is represented by p1; p3 by its two intents"
     );
-    let cosine = |x: f32, y: f32| f64::from(x / x.hypot(y));
+    // the query is (1, 0): an intent's cosine is its normalized first value as the index
+    // stores it (half precision)
+    let cosine = |x: f32, y: f32| f64::from(f16_to_f32(f16_from_f32(x / x.hypot(y))));
     assert_eq!(
         Some(all[1].parts.semantic),
         super::formula::pattern_semantic(&mut [cosine(0.7, 0.7), cosine(0.95, 0.05)])
