@@ -263,7 +263,12 @@ def _record_code(target: str, size: int) -> grpc.StatusCode | None:
 
 def _stop(proc: subprocess.Popen[str]) -> None:
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    try:
+        proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # fail here, without leaving its pipes to warn in another test
+        proc.communicate()
+        raise AssertionError("pml serve did not exit within 60 s of SIGTERM") from None
     assert proc.returncode == 0
 
 
