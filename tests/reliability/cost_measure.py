@@ -26,6 +26,7 @@ import grpc
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.api.auth import Role, add_key
+from pml_server.api.quotas import CPU_SHARE
 from tests.reliability.harness import ServerProcess
 from tests.reliability.line_process import LineProcess
 
@@ -81,6 +82,8 @@ def start_server(tmp_path: Path, *flags: str) -> tuple[ServerProcess, dict[str, 
         options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
         with grpc.insecure_channel(server.target, options=options) as channel:
             stub = pml_pb2_grpc.PmlServiceStub(channel)
+            assert server.proc is not None
+            cpu_before, started = cpu_seconds(server.proc.pid), time.monotonic()
             for tenant, records in (
                 ("light", [plain_record("light-1")]),
                 ("heavy", [giant_record(i, "h") for i in range(GIANT_PATTERNS)]),
@@ -92,6 +95,12 @@ def start_server(tmp_path: Path, *flags: str) -> tuple[ServerProcess, dict[str, 
                         metadata=metadata,
                         timeout=120,
                     )
+        # The giant captures are served calls: their CPU time is `heavy`'s debt, which drains at
+        # CPU_SHARE a second. Left owing it, `heavy` would have every call of the first phases
+        # refused (a CI run: 22 of 22, after setup on a slow machine). The server's CPU time over
+        # the setup bounds that debt from above.
+        owed = cpu_seconds(server.proc.pid) - cpu_before
+        time.sleep(max(0.0, owed / CPU_SHARE - (time.monotonic() - started)))
     except BaseException:
         server.kill()
         raise
