@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from pml_server.api.server import open_engine as open_served_engine
@@ -64,6 +66,24 @@ def spawn_pml_serve(*flags: str) -> tuple[subprocess.Popen[str], str]:
         _, stderr = proc.communicate(timeout=60)
         raise AssertionError(f"pml serve did not start: {line!r} {stderr}")
     return proc, f"127.0.0.1:{match.group(1)}"
+
+
+def stop_pml_serve(proc: subprocess.Popen[str], timeout: float = 60) -> str:
+    """SIGTERM, then the process's stderr once it has exited. One that has not exited within
+    `timeout` fails the test with every thread's traceback (`pml serve` dumps them on SIGUSR1)
+    and is killed, without leaving its pipes to warn in another test."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        proc.kill()
+        _, stderr = proc.communicate()
+        tail = stderr[-20000:]
+        raise AssertionError(
+            f"pml serve did not exit within {timeout:g} s of SIGTERM; its threads:\n{tail}"
+        ) from None
 
 
 def code_for(tools: list[str], path: str = "a.json") -> str:

@@ -26,6 +26,7 @@ from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.storage import Store
 from tests.conftest import StartServer
+from tests.support import stop_pml_serve
 
 READ = 'const d = await mcp.read_file({path: "FILE"}); return await mcp.parse_json(d)'
 PML = str(Path(sys.executable).parent / "pml")
@@ -349,8 +350,7 @@ def test_serve_reloads_the_keys_file_on_sighup(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGHUP)
         assert _eventually(lambda: _key_works(f"127.0.0.1:{port}", key), 30)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        err = stop_pml_serve(proc)
     assert "keys file reloaded (SIGHUP)" in err
 
 

@@ -4,6 +4,7 @@ calls, finish in-flight ones, flush the captures still running, close the store.
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import ipaddress
 import logging
@@ -256,6 +257,10 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
     return running
 
 
+# How long closing may take after the drain's grace (waiting captures, the engine's flush and
+# snapshot: seconds, minutes for a large index) before the process is deemed hung.
+SHUTDOWN_HANG_SECONDS = 300.0
+
 _heap_frozen = threading.Event()
 
 
@@ -299,6 +304,8 @@ def serve_forever(whole: Config, engine: EngineProtocol | None = None) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_hangup)
+    # On SIGUSR1, every thread's traceback on stderr: where a server that seems stuck is.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     where = str(whole.engine.data_dir)
     if whole.engine.store:
         from pml_server.storage.postgres import describe
@@ -306,4 +313,8 @@ def serve_forever(whole: Config, engine: EngineProtocol | None = None) -> None:
         where = f"postgresql://{describe(whole.engine.store)} (shared store)"
     print(f"pml listening on {config.listen} (port {running.port}), data in {where}", flush=True)
     stopping.wait()
+    # A shutdown that hangs past the drain is a bug, but SIGTERM must still end the process:
+    # then every thread's traceback goes to stderr (where it hung) and the exit code is 1.
+    faulthandler.dump_traceback_later(config.grace_seconds + SHUTDOWN_HANG_SECONDS, exit=True)
     running.stop(config.grace_seconds)
+    faulthandler.cancel_dump_traceback_later()

@@ -20,7 +20,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.config import config_of
 from tests.conftest import StartServer
-from tests.support import open_engine, spawn_pml_serve
+from tests.support import open_engine, spawn_pml_serve, stop_pml_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -269,8 +269,7 @@ def test_pml_serve_starts_reports_healthy_and_stops_on_sigterm(tmp_path: Path) -
             assert (info.tenant, info.role) == ("default", "admin")
             assert client.stats().patterns == 0
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)
+        stderr = stop_pml_serve(proc)
     assert proc.returncode == 0, stderr
     messages = [json.loads(line)["msg"] for line in stderr.splitlines() if line.startswith("{")]
     assert "pml serving" in messages
@@ -289,6 +288,19 @@ def test_pml_serve_entry_point_end_to_end(tmp_path: Path) -> None:
             assert result.new_pattern
             assert client.suggest("Read JSON file").suggestions[0].capability == result.capability
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
-    assert proc.returncode == 0
+        stderr = stop_pml_serve(proc)
+    assert proc.returncode == 0, stderr[-5000:]
+
+
+def test_pml_serve_dumps_every_threads_traceback_on_sigusr1(tmp_path: Path) -> None:
+    """Where a server that seems stuck is: SIGUSR1 writes each thread's stack to stderr, and
+    the server goes on serving."""
+    proc, target = _spawn_pml_serve(tmp_path, "--durability", "fast")
+    try:
+        proc.send_signal(signal.SIGUSR1)
+        with PmlClient(target) as client:
+            assert client.stats().patterns == 0
+    finally:
+        stderr = stop_pml_serve(proc)
+    assert proc.returncode == 0, stderr[-5000:]
+    assert "Current thread" in stderr and "serve_forever" in stderr, stderr[-5000:]

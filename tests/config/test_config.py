@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
-import signal
 import subprocess
 import sys
 import typing
@@ -32,7 +31,7 @@ from pml_server.config._toml import _without_none
 from pml_server.embedding import HashingEmbedder
 from pml_server.ranking import RankingConfig, default_ranking
 from pml_server.retention import RetentionConfig
-from tests.support import spawn_pml_serve
+from tests.support import spawn_pml_serve, stop_pml_serve
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "pml.example.toml"
 TABLES: dict[str, type] = {
@@ -262,14 +261,8 @@ def _record_code(target: str, size: int) -> grpc.StatusCode | None:
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()  # fail here, without leaving its pipes to warn in another test
-        proc.communicate()
-        raise AssertionError("pml serve did not exit within 60 s of SIGTERM") from None
-    assert proc.returncode == 0
+    stderr = stop_pml_serve(proc)
+    assert proc.returncode == 0, stderr[-5000:]
 
 
 def test_pml_serve_config_starts_a_server_with_the_files_settings(tmp_path: Path) -> None:
