@@ -105,15 +105,27 @@ def _settled_load(
     return {**result, "server_cpu_seconds": cpu, "embedding_share": model / cpu if cpu else 0.0}
 
 
-def model_texts_per_second(plan: Plan) -> float:
-    """The default model alone, in-process, one query text per call: best of 1 and 8 threads."""
+def suggest_texts(plan: Plan) -> list[str]:
+    """The very query texts a Suggest load point sends (`service_load.build_requests`: query 0
+    onwards, in order)."""
+    return [work.query_text(j) for j in range(plan.max_requests)]
+
+
+def capture_like_texts() -> list[str]:
+    """Texts of about the capture loads' length (their intents carry ids past 10,000,000):
+    queries 100,000 onwards, about 20 tokens (the Suggest load's own queries, about 17)."""
+    return [work.query_text(j) for j in range(100_000, 100_000 + 4000)]
+
+
+def model_texts_per_second(plan: Plan, texts: list[str]) -> float:
+    """The default model alone, in-process, one text per call on `texts` in order: the best
+    of 1 thread, one per core and 8 threads."""
     from pml_server.embedding.minilm import MiniLMEmbedder
 
     model = MiniLMEmbedder()
-    texts = [work.query_text(j) for j in range(100_000, 100_000 + 4000)]
-    model.embed(texts[:8])  # warm-up
+    model.embed(texts[:8])  # warm-up (the model keeps nothing of a text)
     best = 0.0
-    for threads in (1, 8):
+    for threads in sorted({1, os.cpu_count() or 1, 8}):
         done = [0] * threads
         deadline = time.perf_counter() + plan.seconds
 
@@ -247,8 +259,11 @@ def run_plan(plan: Plan) -> list[Row]:
         # the default model, against the model alone
         if plan.with_model:
             with phase("model alone"):
-                model_rate = model_texts_per_second(plan)
-            rows += _model_rows(model_suggest, model_record, model_stream, model_rate, mid)
+                suggest_rate = model_texts_per_second(plan, suggest_texts(plan))
+                capture_rate = model_texts_per_second(plan, capture_like_texts())
+            rows += _model_rows(
+                model_suggest, model_record, model_stream, suggest_rate, capture_rate, mid
+            )
 
         # scale: the big store
         with phase(f"fill {big}"):
@@ -376,26 +391,41 @@ def _model_rows(
     suggest: dict[str, float],
     record: dict[str, float],
     stream: dict[str, float],
-    model_rate: float,
+    suggest_rate: float,
+    capture_rate: float,
     callers: int,
 ) -> list[Row]:
+    """Each MiniLM row against the model alone on texts like its own: the Suggest row on the
+    load's very queries, the capture rows on texts of their intents' length."""
     base = "MiniLM alone in-process, 1 text/call"
     rows = []
-    for name, label, result in (
-        (f"Suggest QPS, MiniLM, {callers} callers", f"Suggest, MiniLM, {callers} callers", suggest),
+    for name, label, result, rate, texts in (
+        (
+            f"Suggest QPS, MiniLM, {callers} callers",
+            f"Suggest, MiniLM, {callers} callers",
+            suggest,
+            suggest_rate,
+            "the same queries",
+        ),
         (
             f"capture/s unary, MiniLM, {callers} callers",
             f"unary capture, MiniLM, {callers} callers",
             record,
+            capture_rate,
+            "intent-length texts",
         ),
         (
             f"capture/s stream, MiniLM, {callers} streams",
             f"stream capture, MiniLM, {callers} streams",
             stream,
+            capture_rate,
+            "intent-length texts",
         ),
     ):
         extra = {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"]}
-        rows.append(Row(SUITE, name, result["qps"], "req/s", model_rate, base, 0.8, extra=extra))
+        rows.append(
+            Row(SUITE, name, result["qps"], "req/s", rate, f"{base}, {texts}", 0.8, extra=extra)
+        )
         rows.append(_share_row(label, result))
     return rows
 

@@ -75,3 +75,67 @@ def test_minilm_rows_do_not_depend_on_their_batch_neighbours() -> None:
     inner = CoalescingEmbedder(model, max_batch=8)
     together = inner.embed(["Load a JSON file", "send the weekly report to my manager by email"])
     assert np.array_equal(alone, together[0])
+
+
+def test_callers_are_woken_only_for_their_rows_or_a_free_slot() -> None:
+    """Each caller waits on its own condition: no caller is woken to find nothing to do (one
+    shared condition woke every waiting caller at the end of every run)."""
+    fake = SlowFake()
+    embedder = CoalescingEmbedder(fake, max_batch=4, slots=2)
+    results: dict[tuple[int, int], Matrix] = {}
+
+    def caller(n: int) -> None:
+        for i in range(6):
+            results[(n, i)] = embedder.embed([f"caller {n} call {i}"])
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 48
+    assert embedder.idle_wakeups == 0
+    assert len(fake.batches) < 48  # callers still shared runs
+    solo = SlowFake()
+    for (n, i), rows in results.items():
+        assert np.array_equal(rows, solo.embed([f"caller {n} call {i}"]))
+
+
+def test_oversized_requests_failures_and_many_callers_never_hang_or_mix_rows() -> None:
+    """Sixteen callers, requests larger than a batch among them, some runs failing: every call
+    returns its own rows or its batch's error, every slot comes back (the embedder still
+    serves afterwards), and the model saw each text exactly once."""
+    fake = SlowFake()
+    fake.fail_on = "poison"
+    embedder = CoalescingEmbedder(fake, max_batch=3, slots=2)
+    outcomes: dict[tuple[int, int], Matrix | str] = {}
+
+    def texts_of(n: int, i: int) -> list[str]:
+        texts = [f"c{n} i{i} t{j}" for j in range(1 + (n * 7 + i) % 5)]  # 1 to 5 texts
+        return [*texts, "poison"] if (n, i) in {(3, 1), (11, 2)} else texts
+
+    def caller(n: int) -> None:
+        for i in range(4):
+            try:
+                outcomes[(n, i)] = embedder.embed(texts_of(n, i))
+            except RuntimeError as error:
+                outcomes[(n, i)] = str(error)
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    solo = SlowFake()
+    for (n, i), outcome in outcomes.items():
+        if isinstance(outcome, str):
+            assert outcome == "model failed"
+        else:
+            assert np.array_equal(outcome, solo.embed(texts_of(n, i)))
+    assert isinstance(outcomes[(3, 1)], str)
+    assert isinstance(outcomes[(11, 2)], str)
+    assert len(outcomes) == 64
+    assert sum(fake.batches) == sum(len(texts_of(n, i)) for n, i in outcomes)
+    assert embedder.idle_wakeups == 0
+    assert embedder.embed(["after"]).shape == (1, 8)  # both slots came back
