@@ -19,6 +19,7 @@ from pml_server.domain.errors import InputTooLargeError as InputTooLargeError
 
 __all__ = [
     "HNSW_SCORE_ERROR",
+    "MIN_SECRET_CHARS",
     "NORMALIZER_VERSION",
     "NORMALIZE_MAX_INPUT_BYTES",
     "NORMALIZE_MAX_PARAMS",
@@ -35,6 +36,7 @@ __all__ = [
     "__version__",
     "normalize",
     "parse_only",
+    "prepare_captures",
     "rank_query",
     "redact_text",
     "sha256_tagged",
@@ -252,6 +254,9 @@ NORMALIZER_VERSION: int
 """Version of the normalization rules; hashed into every `code_hash`."""
 NORMALIZE_MAX_INPUT_BYTES: int
 NORMALIZE_MAX_PARAMS: int
+MIN_SECRET_CHARS: int
+"""`prepare_captures` redacts a flagged secret value from free text only from this many
+characters on (shorter ones would blank ordinary words and numbers)."""
 """Largest `code` in UTF-8 bytes that `normalize`/`parse_only` accept (else InputTooLargeError)."""
 
 @final
@@ -321,3 +326,13 @@ def parse_only(code: str, language: str) -> bool:
 
 def redact_text(text: str) -> str:
     """`text` with credential-shaped tokens replaced by `[REDACTED]` (GIL released)."""
+
+def prepare_captures(
+    items: list[tuple[str, str, list[str]]],
+) -> list[tuple[Normalized, list[str]] | Exception]:
+    """For each `(code, language, texts)`, in order: `normalize(code, language)` and each text
+    with the decoded values of the result's secret parameters (those of at least
+    MIN_SECRET_CHARS characters, longest first) replaced by `[REDACTED]`, then passed through
+    `redact_text`. One call for the whole batch, GIL released once. An input `normalize` would
+    refuse (or whose texts are not strs encodable as UTF-8) gets the exception instance in its
+    place; the others are unaffected."""

@@ -793,6 +793,54 @@ fn redact_text(py: Python<'_>, text: &Bound<'_, PyString>) -> PyResult<String> {
     Ok(py.detach(|| normalize::redact_text(borrowed).into_owned()))
 }
 
+/// One record of `prepare_captures`, read under the GIL: its code (a lone surrogate refuses
+/// the record, as `normalize` does), language and free texts.
+fn capture_input(item: &Bound<'_, PyAny>) -> PyResult<normalize::CaptureInput> {
+    let (code, language, texts): (Bound<'_, PyString>, String, Vec<String>) = item.extract()?;
+    Ok(normalize::CaptureInput {
+        code: code_as_str(&code)?.to_owned(),
+        language,
+        texts,
+    })
+}
+
+/// `normalize` of each record's code and the redaction of its free texts (rule 7b), for a
+/// whole batch with the GIL released once: per item `(code, language, texts)`, either
+/// `(Normalized, redacted texts)` or the exception that refuses that item alone.
+#[pyfunction]
+fn prepare_captures(py: Python<'_>, items: &Bound<'_, PyList>) -> PyResult<Vec<Py<PyAny>>> {
+    let mut inputs = Vec::with_capacity(items.len());
+    let mut refused: Vec<Option<PyErr>> = Vec::with_capacity(items.len());
+    for item in items.iter() {
+        match capture_input(&item) {
+            Ok(input) => {
+                inputs.push(input);
+                refused.push(None);
+            }
+            Err(err) => refused.push(Some(err)),
+        }
+    }
+    let mut prepared = py.detach(|| normalize::prepare_many(&inputs)).into_iter();
+    let mut out = Vec::with_capacity(refused.len());
+    for early in refused {
+        let outcome = match early {
+            Some(err) => Err(err),
+            None => match prepared.next() {
+                Some(result) => result.map_err(PyErr::from),
+                None => Err(CoreError::new_err("prepare_captures lost a result")),
+            },
+        };
+        out.push(match outcome {
+            Ok(p) => (PyNormalized::from(p.normalized), p.texts)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            Err(err) => err.into_value(py).into_any(),
+        });
+    }
+    Ok(out)
+}
+
 /// Parse only, with the parser `normalize` uses (benchmark baseline; GIL released).
 #[pyfunction]
 fn parse_only(py: Python<'_>, code: &Bound<'_, PyString>, language: &str) -> PyResult<bool> {
@@ -823,6 +871,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(normalize_code, m)?)?;
     m.add_function(wrap_pyfunction!(parse_only, m)?)?;
     m.add_function(wrap_pyfunction!(redact_text, m)?)?;
+    m.add_function(wrap_pyfunction!(prepare_captures, m)?)?;
+    m.add("MIN_SECRET_CHARS", normalize::MIN_SECRET_CHARS)?;
     m.add("NORMALIZE_MAX_PARAMS", normalize::MAX_PARAMS)?;
     Ok(())
 }

@@ -5,6 +5,7 @@ The rest of the engine sees only `NormalizedCode`, so the Rust types stay behind
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pml_server import _core
@@ -35,7 +36,28 @@ class NormalizedCode:
 def normalize(code: str, language: str) -> NormalizedCode:
     """Normalize `code`; raises `CoreArgumentError` / `InputTooLargeError` (both
     InvalidArgumentErrors naming `code` or `language`) on bad input."""
-    result = _core.normalize(code, language)
+    return _adapted(_core.normalize(code, language))
+
+
+def prepare_captures(
+    items: Sequence[tuple[str, str, Sequence[str]]],
+) -> list[tuple[NormalizedCode, list[str]] | Exception]:
+    """For each `(code, language, texts)`: the code normalized as `normalize` does and each
+    text redacted with what it flagged (`capture.redact`), in one core call for the whole
+    batch (GIL released once). An input the core refuses gets its error (an
+    `InvalidArgumentError` naming `code` or `language`; a text that is not UTF-8-encodable,
+    which gRPC never delivers, its `UnicodeEncodeError`), the others are unaffected."""
+    out: list[tuple[NormalizedCode, list[str]] | Exception] = []
+    for result in _core.prepare_captures([(c, lang, list(t)) for c, lang, t in items]):
+        if isinstance(result, Exception):
+            out.append(result)
+        else:
+            normalized, texts = result
+            out.append((_adapted(normalized), texts))
+    return out
+
+
+def _adapted(result: _core.Normalized) -> NormalizedCode:
     return NormalizedCode(
         language=result.language,
         template=result.template,
@@ -52,8 +74,3 @@ def normalize(code: str, language: str) -> NormalizedCode:
         schema_json=result.schema_json,
         redacted_code=result.redacted_code,
     )
-
-
-def redact_text(text: str) -> str:
-    """`text` with credential-shaped tokens replaced by `[REDACTED]` (the Rust scanner)."""
-    return _core.redact_text(text) if text else text

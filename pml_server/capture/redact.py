@@ -3,64 +3,49 @@
 Applied once a record's code is normalized and before anything of it is written: the code
 becomes the normalizer's `redacted_code` (secret literals and credential-shaped text
 replaced), and every free text (intent, tool errors, arguments, trace) loses both the values
-the normalizer flagged as secrets and any credential-shaped token (`_core.redact_text`).
+the normalizer flagged as secrets (those of at least `_core.MIN_SECRET_CHARS` characters:
+shorter ones, "a" or "1", would blank ordinary text; a secret containing another is replaced
+whole) and any credential-shaped token. The core does the text work with the normalization,
+for a whole batch in one call (`normalize.prepare_captures` over `record_texts`); this module
+says which texts a record has and puts the redacted ones back.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import replace
 
-from pml_server.capture.normalize import NormalizedCode, redact_text
+from pml_server.capture.normalize import NormalizedCode
 from pml_server.domain.model import ExecutionRecord, ToolCall
 
-REDACTED_TEXT = "[REDACTED]"
-MIN_SECRET_CHARS = 4  # shorter flagged values ("a", "1") would blank ordinary text
+
+def record_texts(record: ExecutionRecord) -> list[str]:
+    """The free texts of `record` to redact, in the order `redacted_record` reads them back:
+    intent, trace (decoded), then each tool call's error and arguments."""
+    texts = [record.intent, record.trace.decode("utf-8", "replace") if record.trace else ""]
+    for call in record.tool_calls:
+        texts += (call.error, call.arguments_json)
+    return texts
 
 
-def redact_record(record: ExecutionRecord, normalized: NormalizedCode) -> ExecutionRecord:
-    """`record` as it may be stored: see the module doc."""
-    known = sorted(
-        {
-            value
-            for p in normalized.params
-            if p.secret
-            for value in [_decoded(p.value_json)]
-            if len(value) >= MIN_SECRET_CHARS
-        },
-        key=len,
-        reverse=True,  # a secret containing another is replaced whole
+def redacted_record(
+    record: ExecutionRecord, normalized: NormalizedCode, texts: Sequence[str]
+) -> ExecutionRecord:
+    """`record` as it may be stored, given `texts`: its `record_texts` redacted."""
+    intent, trace_text = texts[0], texts[1]
+    calls = tuple(
+        _cleaned_call(call, texts[2 + 2 * k], texts[3 + 2 * k])
+        for k, call in enumerate(record.tool_calls)
     )
-
-    def clean(text: str) -> str:
-        for value in known:
-            text = text.replace(value, REDACTED_TEXT)
-        return redact_text(text)
-
-    calls = tuple(_clean_call(call, clean) for call in record.tool_calls)
-    trace = record.trace
-    if trace:
-        trace = clean(trace.decode("utf-8", "replace")).encode("utf-8")
+    trace = trace_text.encode("utf-8") if record.trace else record.trace
     code = normalized.redacted_code or record.code
-    intent = clean(record.intent)
     unchanged = (record.code, record.intent, record.tool_calls, record.trace)
     if (code, intent, calls, trace) == unchanged:
         return record  # nothing to hide: no copy (a dataclass copy costs about as much)
     return replace(record, code=code, intent=intent, tool_calls=calls, trace=trace)
 
 
-def _clean_call(call: ToolCall, clean: Callable[[str], str]) -> ToolCall:
-    error = clean(call.error) if call.error else call.error
-    arguments = clean(call.arguments_json)
+def _cleaned_call(call: ToolCall, error: str, arguments: str) -> ToolCall:
     if error == call.error and arguments == call.arguments_json:
         return call
     return replace(call, error=error, arguments_json=arguments)
-
-
-def _decoded(value_json: str) -> str:
-    try:
-        value = json.loads(value_json)
-    except ValueError:
-        return value_json
-    return value if isinstance(value, str) else value_json

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from pml_server.capture.dedup import near_duplicate
-from pml_server.capture.normalize import NormalizedCode
-from pml_server.capture.redact import redact_record
+from pml_server.capture.normalize import NormalizedCode, normalize, prepare_captures
+from pml_server.capture.redact import record_texts, redacted_record
 from pml_server.capture.rules import (
     check_pattern_size,
     count_failed_try,
@@ -73,12 +73,14 @@ def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> Captu
         prior = None if shared else state.repo.request_result(tenant, execution.request_id)
         if prior is not None:
             return replay_answer(state, tenant, prior)  # rule 6: the first answer, counted once
-        normalized = _normalize(state, execution)  # bad code is refused before embedding
+        prepared = _prepare(state, [execution])[0]  # bad code is refused before embedding
+        if isinstance(prepared, Exception):
+            raise prepared
         # rule 1: a failed run is a failed try whatever the client sent (no vector)
         vector = supplied if succeeded else None
         if vector is None and succeeded:
             vector = state.embed_one(execution.intent)
-        result, ticket = _capture_one_locked(state, tenant, execution, vector, normalized)
+        result, ticket = _capture_one_locked(state, tenant, *prepared, vector)
         await_durable(ticket)
     return result
 
@@ -144,6 +146,9 @@ def _capture_batch_locked(
         elif vectors[i] is None and run_succeeded(records[i]):
             needs_text_vector.append(i)
     _embed_batch(state, records, needs_text_vector, vectors, outcomes)
+    # One core call normalizes and redacts every record the loop below captures.
+    todo = [i for i in first_of.values() if outcomes[i] is None]
+    prepared_of = dict(zip(todo, _prepare(state, [records[i] for i in todo]), strict=True))
     tickets: list[tuple[int, WriteTicket]] = []
     ticket_of: dict[int, WriteTicket] = {}
     state.staged_adds.adds = []
@@ -162,8 +167,12 @@ def _capture_batch_locked(
                 if first in ticket_of:  # answered once the earlier write is durable
                     tickets.append((i, ticket_of[first]))
                 continue
+            prepared = prepared_of[i]
+            if isinstance(prepared, Exception):  # refuses this record alone, as `record` would
+                outcomes[i] = prepared
+                continue
             try:
-                outcomes[i], ticket = _capture_one_locked(state, tenant, execution, vectors[i])
+                outcomes[i], ticket = _capture_one_locked(state, tenant, *prepared, vectors[i])
             except Exception as error:  # refuses this record alone, as `record` would
                 outcomes[i] = error
                 continue
@@ -215,27 +224,42 @@ def _embed_batch(
             outcomes[i] = no_words_error()
 
 
-def _normalize(state: EngineState, execution: ExecutionRecord) -> NormalizedCode:
-    """The record's code normalized, refused when its pattern would be too large. The core's
-    errors are already InvalidArgumentErrors naming the field (its arguments are the record's
-    `code` and `language`)."""
-    normalized = state.normalizer(execution.code, execution.language)
-    check_pattern_size(normalized, state.limits)
-    return normalized
+def _prepare(
+    state: EngineState, records: Sequence[ExecutionRecord]
+) -> list[tuple[ExecutionRecord, NormalizedCode] | Exception]:
+    """Each record as it may be stored (rule 7b: redacted, before anything is written) with
+    its code normalized, or the error that refuses it (bad code or language, a pattern too
+    large), from one core call for all of them. The core's errors are already
+    InvalidArgumentErrors naming the field (its arguments are the record's `code` and
+    `language`). An injected normalizer (`Engine.open(normalizer=...)`) decides the pattern;
+    the texts are still redacted with what the core's normalizer flagged."""
+    cores = prepare_captures([(r.code, r.language, record_texts(r)) for r in records])
+    out: list[tuple[ExecutionRecord, NormalizedCode] | Exception] = []
+    for execution, core in zip(records, cores, strict=True):
+        if isinstance(core, Exception):
+            out.append(core)
+            continue
+        normalized, texts = core
+        try:
+            if state.normalizer is not normalize:
+                normalized = state.normalizer(execution.code, execution.language)
+            check_pattern_size(normalized, state.limits)
+        except InvalidArgumentError as error:
+            out.append(error)
+            continue
+        out.append((redacted_record(execution, normalized, texts), normalized))
+    return out
 
 
 def _capture_one_locked(
     state: EngineState,
     tenant: str,
     execution: ExecutionRecord,
+    normalized: NormalizedCode,
     vector: Vector | None,
-    normalized: NormalizedCode | None = None,
 ) -> tuple[CaptureResult, WriteTicket]:
-    """`record` after validation, embedding and the replay check, its request id locked
-    (`normalized`: its code already normalized, else done here)."""
-    if normalized is None:
-        normalized = _normalize(state, execution)
-    execution = redact_record(execution, normalized)  # rule 7b: before anything is written
+    """`record` after validation, embedding and the replay check, its request id locked;
+    `execution` already redacted and its code normalized (`_prepare`)."""
     with contextlib.ExitStack() as held:
         held.enter_context(state.locks.pattern.lock_for(tenant, normalized.code_hash))
         change = Change()

@@ -19,6 +19,7 @@ from pml_server.domain.vectors import Vector
 from pml_server.ranking import CoreSuggestion, RankingConfig, resolve_settings
 from pml_server.search import TenantSearchIndex
 from pml_server.service._views import ViewCache
+from pml_server.storage.decoded import stored_view
 from pml_server.storage.repo import Repository
 
 
@@ -80,7 +81,30 @@ def _read_views(
 ) -> dict[str, PatternView]:
     """The full views of these patterns from the store, by pattern id: none for a pattern
     deleted since the ranking or left without any of its linked intents."""
+    pattern_ids = [r.pattern_id for r in ranked]
     wanted = [(r.pattern_id, i) for r in ranked for i in r.intent_ids]
+    rows = repo.view_rows(tenant, pattern_ids, wanted)
+    if rows is None:
+        return _read_decoded_views(repo, tenant, ranked, wanted)
+    out = {}
+    first = 0  # each pattern's intents are a run of `wanted`
+    for suggestion, pattern, counters in zip(ranked, rows.patterns, rows.counters, strict=True):
+        yielding.checkpoint()
+        end = first + len(suggestion.intent_ids)
+        intents = [raw for raw in rows.intents[first:end] if raw is not None]
+        first = end
+        if pattern is not None and counters is not None and intents:
+            out[suggestion.pattern_id] = stored_view(pattern, counters, intents)
+    return out
+
+
+def _read_decoded_views(
+    repo: Repository,
+    tenant: str,
+    ranked: list[CoreSuggestion],
+    wanted: list[tuple[str, int]],
+) -> dict[str, PatternView]:
+    """`_read_views` over a repository that hands out decoded records (`view_rows` is None)."""
     found, views = repo.patterns_and_intent_views(tenant, [r.pattern_id for r in ranked], wanted)
     intents: dict[str, list[IntentRecord]] = {}
     for intent in views:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from pml_server.domain import json_form
+from pml_server.domain import json_form, yielding
+from pml_server.domain.model import IntentView, ParamView, PatternView
 from pml_server.domain.records import (
     CapabilityRecord,
     IntentRecord,
@@ -69,6 +72,53 @@ def decode_intent_for_view(raw: bytes) -> IntentRecord:
     """`intent_without_vector`, memoized: what a view shows. Shared between callers like the
     other decoded records (frozen)."""
     return intent_without_vector(raw)
+
+
+def _intent_order(intent: dict[str, Any]) -> tuple[int, int]:
+    return -intent["hit_count"], intent["id"]
+
+
+def stored_view(pattern: bytes, counters: bytes, intents: Sequence[bytes]) -> PatternView:
+    """The view `capture.views.pattern_view` builds of the decoded record, counters and intents
+    (tests hold the two equal), straight from their stored JSON: a Suggest shows views of
+    patterns it has not shown lately, and the three records, their parameter specs and the
+    intent records it would build first were half of such a view's cost."""
+    p = json_form.loads(pattern)
+    c = json_form.loads(counters)
+    recent: dict[str, list[str]] = c.get("recent_values", {})
+    params = []
+    for spec in p["params"]:
+        yielding.checkpoint()  # up to 256 parameters a pattern: a long call's loop
+        name = spec["name"]
+        values = tuple(recent.get(name, ()))
+        params.append(ParamView(name, spec["json_type"], spec["secret"], values))
+    shown = [json_form.loads(raw) for raw in intents]
+    shown.sort(key=_intent_order)
+    runs = c.get("duration_runs", 0)
+    return PatternView(
+        id=p["id"],
+        code_hash=p["code_hash"],
+        template=p["template"],
+        original_code=p["original_code"],
+        language=p["language"],
+        tools_used=tuple(p["tools_used"]),
+        params=tuple(params),
+        parameter_schema_json=p["parameter_schema_json"],
+        usage_count=c.get("usage", 0),
+        success_count=c.get("success", 0),
+        failure_count=c.get("failure", 0),
+        first_seen_ms=p["first_seen_ms"],
+        last_used_ms=c.get("last_used_ms", 0),
+        mean_duration_ms=c.get("duration_sum_ms", 0.0) / runs if runs else 0.0,
+        capability_id=p["capability_id"],
+        intents=tuple(
+            IntentView(f"int_{i['id']:016x}", i["text"], i["hit_count"], i["last_seen_ms"])
+            for i in shown
+        ),
+        flagged_for_removal=p.get("flagged_for_removal", False),
+        superseded_by=p.get("superseded_by", ""),
+        tool_mismatch_count=c.get("mismatch_count", 0),
+    )
 
 
 _PATTERN_FIELDS = tuple(f.name for f in dataclasses.fields(PatternRecord))

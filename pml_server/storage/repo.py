@@ -14,7 +14,7 @@ import itertools
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, NamedTuple
 
 from pml_server.domain import json_form
 from pml_server.domain.records import (
@@ -69,6 +69,14 @@ def tools_digest(tools: Sequence[str]) -> str:
 @functools.lru_cache(maxsize=4096)
 def _digest_of(tools: tuple[str, ...]) -> str:
     return hashlib.sha256("\x1f".join(tools).encode()).hexdigest()[:32]
+
+
+class ViewRows(NamedTuple):
+    """What `Repository.view_rows` read: stored bytes, None where gone."""
+
+    patterns: list[bytes | None]
+    counters: list[bytes | None]
+    intents: list[bytes | None]
 
 
 class Repository:
@@ -183,6 +191,22 @@ class Repository:
         trip)."""
         return self.patterns_with_counters(tenant, pattern_ids), self.intent_views_by_id(
             tenant, wanted
+        )
+
+    def view_rows(
+        self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
+    ) -> ViewRows | None:
+        """The stored bytes of these patterns' records and counters and of the `wanted`
+        (pattern id, intent id) intents, in order, None where gone: three multi-gets, nothing
+        decoded (`decoded.stored_view` makes the views). None from a repository that keeps
+        decoded views of its own (a shared store's replica cache): then
+        `patterns_and_intent_views`."""
+        keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
+        intent_keys = [tenant_key(tenant, p, u64(i)) for p, i in wanted]
+        return ViewRows(
+            self.store.get_many(CF_PATTERNS, keys),
+            self.store.get_many(CF_COUNTERS, keys),
+            self.store.get_many(CF_INTENTS, intent_keys),
         )
 
     def patterns_written(self, ops: Sequence[Op]) -> set[tuple[str, str]]:

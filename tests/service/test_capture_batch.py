@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,43 @@ def test_tenant_stats_stay_exact_under_concurrent_batches_captures_and_deletions
         got = {name: getattr(stats[tenant], name) for name in expected}
         assert got == expected, tenant
     reopened.close()
+
+
+def test_a_batch_stores_secrets_redacted_exactly_as_single_captures(tmp_path: Path) -> None:
+    """The batch normalizes and redacts all its records in one core call: what it stores of
+    records carrying a credential (code, intent, arguments, errors of saved, counted and
+    rejected runs) is what one `record` call at a time stores, and holds no credential."""
+    secret = "sk_live_0123456789abcdefABCDEF"
+    code = f'const key = "{secret}";\nawait mcp.call_api({{apiKey: key}});'
+    records = [
+        make_record("s0", f"call the api with {secret}", ["call_api"], code=code),
+        make_record("s1", f"call it again, key {secret}", ["call_api"], code=code),
+        make_record("s2", "call the api", ["call_api"], code=code, failed={"call_api"}),
+        make_record("s3", f"other api {secret}", ["other_api"], failed={"other_api"}),
+        make_record("s4", "Read JSON file", JSON_TOOLS),  # nothing to hide
+    ]
+    records = [
+        replace(r, tool_calls=tuple(replace(c, error=f"{c.error} {secret}") for c in r.tool_calls))
+        for r in records
+    ]
+
+    def stored(engine: Engine) -> list[object]:
+        patterns = engine.list_patterns("t", PageRequest(page_size=100)).items
+        failures = engine.list_failures("t", PageRequest(page_size=100)).items
+        return sorted(
+            [(p.template, p.original_code, sorted(i.text for i in p.intents)) for p in patterns],
+            key=repr,
+        ) + sorted(((f.tool, f.error, f.intent) for f in failures), key=repr)
+
+    one = open_engine(tmp_path / "one", Clock())
+    batched = open_engine(tmp_path / "batched", Clock())
+    try:
+        expected = _sequential(one, records)
+        got = batched.record_many("t", records)
+        assert _canonical(got) == _canonical(expected)
+        assert stored(batched) == stored(one)
+        assert secret not in repr(stored(batched))
+        assert "[REDACTED]" in repr(stored(batched))
+    finally:
+        one.close()
+        batched.close()

@@ -14,6 +14,7 @@ mod grammar;
 mod language;
 mod literal;
 mod naming;
+mod prepare;
 mod schema;
 mod secrets;
 mod tree;
@@ -22,6 +23,7 @@ use crate::error::{CoreError, CoreResult};
 
 pub use language::{resolve as resolve_language, Lang, LanguageChoice};
 pub use literal::JsonType;
+pub use prepare::{prepare, prepare_many, CaptureInput, Prepared, MIN_SECRET_CHARS};
 pub use secrets::redact_text;
 
 /// Version of the normalization rules; hashed into every `code_hash`.

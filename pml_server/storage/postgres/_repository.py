@@ -33,7 +33,7 @@ from pml_server.storage.keys import (
 )
 from pml_server.storage.postgres._store import CF_INDEX_SNAPSHOT, CF_STATS_DELTA, PostgresStore
 from pml_server.storage.postgres._views import CachedView, PatternKey, ViewCache
-from pml_server.storage.repo import Repository
+from pml_server.storage.repo import Repository, ViewRows
 from pml_server.storage.seam import Op
 
 DEFAULT_VIEW_CACHE_SIZE = 10_000
@@ -84,6 +84,12 @@ class SharedRepository(Repository):
             None if pair is None else (decode_pattern(pair[0]), decode_counters_shared(pair[1]))
             for pair in self.shared_store.get_pairs(CF_PATTERNS, CF_COUNTERS, keys)
         ]
+
+    def view_rows(
+        self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
+    ) -> ViewRows | None:
+        """None: this replica's views come decoded from its cache (`patterns_and_intent_views`)."""
+        return None
 
     def patterns_and_intent_views(
         self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]

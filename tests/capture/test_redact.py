@@ -1,0 +1,82 @@
+"""Rule 7b's text side: `prepare_captures` (one core call per batch: normalize, then redact
+every free text with what the normalizer flagged) and the record it gives back
+(`record_texts` / `redacted_record`), against the real extension."""
+
+from __future__ import annotations
+
+import json
+
+from pml_server import _core
+from pml_server.capture.normalize import normalize, prepare_captures
+from pml_server.capture.redact import record_texts, redacted_record
+from pml_server.domain.errors import InputTooLargeError
+from pml_server.domain.model import ExecutionRecord, ToolCall
+
+SECRET = "sk_live_0123456789abcdefABCDEF"
+CODE = f'const key = "{SECRET}";\nawait mcp.pay({{apiKey: key, note: "ok"}});'
+
+
+def _record(code: str = CODE, secret: str = SECRET) -> ExecutionRecord:
+    return ExecutionRecord(
+        request_id="r1",
+        intent=f"pay the invoice with {secret}",
+        code=code,
+        language="javascript",
+        tool_calls=(
+            ToolCall("pay", arguments_json=json.dumps({"apiKey": secret}), error=""),
+            ToolCall("pay", arguments_json="{}", ok=False, error=f"401 for {secret}"),
+        ),
+        trace=f"GET /v1?key={secret}".encode(),
+    )
+
+
+def test_prepare_captures_is_normalize_plus_the_redacted_texts_per_item() -> None:
+    ok = ("await mcp.read_file({path: 'a.json'});", "javascript", ["read a.json", ""])
+    huge = ("x" * (_core.NORMALIZE_MAX_INPUT_BYTES + 1), "python", ["never read"])
+    flagged = (CODE, "javascript", [f"use {SECRET} now", f'{{"k": "{SECRET}"}}'])
+    first, refused, third = prepare_captures([ok, huge, flagged])
+    assert isinstance(refused, InputTooLargeError)
+    assert refused.field == "code"
+    assert not isinstance(first, Exception)
+    assert not isinstance(third, Exception)
+    assert first == (normalize(ok[0], ok[1]), ["read a.json", ""])
+    normalized, texts = third
+    assert normalized == normalize(CODE, "javascript")
+    assert any(p.secret for p in normalized.params)
+    assert texts == ["use [REDACTED] now", '{"k": "[REDACTED]"}']
+
+
+def test_a_flagged_value_shorter_than_the_minimum_stays_in_text() -> None:
+    # Flagged by its name (a key), but only 3 characters: blanking "abc" would blank words.
+    code = 'const api_key = "abc";\nawait mcp.call({key: api_key});'
+    (result,) = prepare_captures([(code, "javascript", ["abc and more"])])
+    assert not isinstance(result, Exception)
+    normalized, texts = result
+    short = [p for p in normalized.params if p.secret]
+    assert short
+    assert all(len(json.loads(p.value_json)) < _core.MIN_SECRET_CHARS for p in short)
+    assert texts == ["abc and more"]
+
+
+def test_redacted_record_puts_every_redacted_text_back() -> None:
+    record = _record()
+    (result,) = prepare_captures([(record.code, record.language, record_texts(record))])
+    assert not isinstance(result, Exception)
+    normalized, texts = result
+    stored = redacted_record(record, normalized, texts)
+    assert stored.code == normalized.redacted_code
+    parts = [stored.code, stored.intent, stored.trace.decode()]
+    parts += [t for c in stored.tool_calls for t in (c.error, c.arguments_json)]
+    assert all(SECRET not in part for part in parts), parts
+    assert stored.intent == "pay the invoice with [REDACTED]"
+    assert stored.tool_calls[1].error == "401 for [REDACTED]"
+    assert stored.trace == b"GET /v1?key=[REDACTED]"
+    assert (stored.request_id, stored.language) == (record.request_id, record.language)
+
+
+def test_a_record_with_nothing_to_hide_is_returned_as_is() -> None:
+    record = _record(code="await mcp.pay({note: 'ok'});", secret="plain")
+    (result,) = prepare_captures([(record.code, record.language, record_texts(record))])
+    assert not isinstance(result, Exception)
+    normalized, texts = result
+    assert redacted_record(record, normalized, texts) is record
