@@ -29,7 +29,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from benches import service_workload as work
-from benches.fill import record_all
+from benches.fill import bulk_record_new, record_all
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.api.server import _options, start_server
 from pml_server.capture.normalize import normalize
@@ -52,7 +52,12 @@ def _record(i: int, vector: tuple[float, ...] | None) -> ExecutionRecord:
     )
 
 
-def populate(data_dir: Path, count: int, embedder: str, with_vectors: bool) -> None:
+def populate(
+    data_dir: Path, count: int, embedder: str, with_vectors: bool, bulk: bool = True
+) -> None:
+    """Fill a fresh store with executions 0..count. With client vectors every execution is
+    a new pattern of its own tool pair: `bulk_record_new` (a 1M store in minutes, not hours);
+    without, the server's embedder embeds the intents, batch by batch (`record_all`)."""
     config = EngineConfig(data_dir=data_dir, embedder=embedder, durability="fast")
     engine = Engine.open(config, normalizer=normalize)
     if not engine.wait_ready(600):
@@ -63,7 +68,10 @@ def populate(data_dir: Path, count: int, embedder: str, with_vectors: bool) -> N
         return _record(i, tuple(vectors[i].tolist()) if vectors is not None else None)
 
     try:
-        record_all(engine, TENANT, count, make)
+        if with_vectors and bulk:
+            bulk_record_new(engine, TENANT, count, make)
+        else:
+            record_all(engine, TENANT, count, make)
     finally:
         engine.close()
 
