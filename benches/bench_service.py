@@ -52,7 +52,8 @@ def _suggest_rows(
                 "req/s",
                 null[c]["qps"],
                 f"null servicer, {c} callers",
-                target=0.6,
+                # No target: the benchmark issue's 0.6x the null servicer, which no server met on
+                # this harness, is restated by issue 20 against the API layer alone (rows below).
                 extra=extra,
             )
         )
@@ -340,7 +341,8 @@ def _capture_rows(
             "exec/s",
             record["qps"],
             "unary RecordExecution",
-            target=3.0,
+            # No target: the benchmark issue's 3x is restated by issue 19 against the null
+            # servicer's own streaming rate (the api suite's client-vector row).
         ),
     ]
 

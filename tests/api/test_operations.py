@@ -303,4 +303,5 @@ def test_pml_serve_dumps_every_threads_traceback_on_sigusr1(tmp_path: Path) -> N
     finally:
         stderr = stop_pml_serve(proc)
     assert proc.returncode == 0, stderr[-5000:]
-    assert "Current thread" in stderr and "serve_forever" in stderr, stderr[-5000:]
+    assert "Current thread" in stderr, stderr[-5000:]
+    assert "serve_forever" in stderr, stderr[-5000:]
