@@ -92,9 +92,12 @@ class TenantSearchIndex:
                 self._vector_changes += 1
             self._add_lexical_locked(intent, tools)
 
-    def add_many(self, adds: Sequence[tuple[IntentRecord, Sequence[str]]]) -> None:
+    def add_many(
+        self, adds: Sequence[tuple[IntentRecord, Sequence[str]]], threads: int = INSERT_THREADS
+    ) -> None:
         """`add` for each, in order, with one vector index call for all the new vectors: the
-        Rust index runs the batch's searches on `INSERT_THREADS` threads, GIL released.
+        Rust index runs the batch's searches on `threads` threads, GIL released (a bulk load
+        with the machine to itself may take both cores).
 
         Group insertion: the batches of concurrent callers (one per stream) wait here for the
         tenant's one writer; whoever gets the lock inserts every batch waiting by then in one
@@ -112,7 +115,7 @@ class TenantSearchIndex:
             with self._pending_lock:
                 group, self._pending = self._pending, []
             try:
-                self._add_many_locked([add for pending in group for add in pending.adds])
+                self._add_many_locked([add for pending in group for add in pending.adds], threads)
             except BaseException as error:
                 for pending in group:
                     pending.error = error
@@ -121,12 +124,14 @@ class TenantSearchIndex:
                 for pending in group:
                     pending.done = True
 
-    def _add_many_locked(self, adds: Sequence[tuple[IntentRecord, Sequence[str]]]) -> None:
+    def _add_many_locked(
+        self, adds: Sequence[tuple[IntentRecord, Sequence[str]]], threads: int
+    ) -> None:
         fresh = {i.id: i for i, _ in adds if not self.ann.contains(i.id)}
         if fresh:
             ids = np.fromiter(fresh, dtype=np.uint64, count=len(fresh))
             rows = np.stack([i.vector for i in fresh.values()]).astype(np.float32)
-            self.ann.add(ids, rows, threads=INSERT_THREADS)
+            self.ann.add(ids, rows, threads=threads)
             self._vector_changes += 1
         for intent, tools in adds:
             self._add_lexical_locked(intent, tools)
