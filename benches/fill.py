@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from pml_server.capture.normalize import NormalizedCode
-from pml_server.capture.redact import redact_record
 from pml_server.capture.rules import run_succeeded, tool_signature, tools_used, validate_record
 from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import ExecutionRecord
@@ -40,7 +39,7 @@ from pml_server.service import Engine
 
 # The engine's own capture of a new pattern and write path (private to the service package:
 # the bulk fill is the one caller outside it, and keeps to what `record_many` does).
-from pml_server.service._capture import _insert_pattern, _normalize
+from pml_server.service._capture import _insert_pattern, _prepare
 from pml_server.service._idempotency import encode_result
 from pml_server.service._writes import Change, await_durable, commit
 
@@ -111,14 +110,23 @@ def bulk_record_new(
         for start in range(0, count, chunk):
             yield [make(i) for i in range(start, min(start + chunk, count))]
 
-    def normalized(records: list[ExecutionRecord]) -> list[NormalizedCode]:
-        return [_normalize(state, r) for r in records]
+    def prepared(records: list[ExecutionRecord]) -> list[tuple[ExecutionRecord, NormalizedCode]]:
+        """Each record redacted with its code normalized (rule 7b, `_capture`'s one core call
+        a batch); the first refused record fails the fill."""
+        out = []
+        for item in _prepare(state, records):
+            if isinstance(item, Exception):
+                raise item
+            out.append(item)
+        return out
 
-    def capture_chunk(records: list[ExecutionRecord], codes: list[NormalizedCode]) -> IndexAdds:
+    def capture_chunk(
+        records: list[ExecutionRecord], ready: list[tuple[ExecutionRecord, NormalizedCode]]
+    ) -> IndexAdds:
         change = Change()
         now = state.clock()
-        for execution, code in zip(records, codes, strict=True):
-            validate_record(execution, state.limits)
+        for original, (execution, code) in zip(records, ready, strict=True):
+            validate_record(original, state.limits)
             if execution.intent_embedding is None or not run_succeeded(execution):
                 raise ValueError(f"bulk fill: {execution.request_id} has no vector to save")
             vector = client_vector(
@@ -139,7 +147,6 @@ def bulk_record_new(
             seen_requests.add(execution.request_id)
             seen_hashes.add(code.code_hash)
             seen_signatures.add(signature)
-            execution = redact_record(execution, code)  # rule 7b, as `_capture_one_locked`
             with contextlib.ExitStack() as held:
                 held.enter_context(state.locks.pattern.lock_for(tenant, code.code_hash))
                 result = _insert_pattern(state, tenant, execution, code, vector, change, held, now)
@@ -166,9 +173,11 @@ def bulk_record_new(
     started, done = time.monotonic(), 0
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="bulk-fill-normalize") as normalizer:
-            pending: tuple[list[ExecutionRecord], list[NormalizedCode]] | None = None
+            pending: (
+                tuple[list[ExecutionRecord], list[tuple[ExecutionRecord, NormalizedCode]]] | None
+            ) = None
             for records in chunks():
-                ahead = normalizer.submit(normalized, records)
+                ahead = normalizer.submit(prepared, records)
                 if pending is not None:
                     to_index.put(capture_chunk(*pending))
                     done += len(pending[0])
