@@ -11,9 +11,7 @@ Every text is run alone, unpadded: nothing in its vector depends on the texts it
 no short text pays for a long one's padding (real intents run from a few tokens to hundreds: in a
 padded batch of 32 taken in arrival order one long text pads them all). A batch is spread over
 `workers` threads, each running one text at a time with `threads` intra-op threads; onnxruntime
-releases the GIL while it runs. At most `workers` texts run at once whoever calls (the
-coalescer's two slots each spread a batch over the workers, and callers of their own may call
-at once): more runs than cores only preempt each other in the middle of a matrix product.
+releases the GIL while it runs.
 """
 
 from __future__ import annotations
@@ -85,7 +83,6 @@ class MiniLMEmbedder:
         # The tokenizers object is not documented as thread-safe: guard it.
         self._lock = threading.Lock()
         self._workers = workers
-        self._running = threading.BoundedSemaphore(workers)  # texts in the session at once
         self._pool: ThreadPoolExecutor | None = None
         self._calls = threading.local()
 
@@ -100,8 +97,7 @@ class MiniLMEmbedder:
         feeds = {"input_ids": row, "attention_mask": mask}
         if self._wants_token_types:
             feeds["token_type_ids"] = np.zeros_like(row)
-        with self._running:
-            hidden = self._session.run(None, feeds)[0]  # (1, tokens, 384)
+        hidden = self._session.run(None, feeds)[0]  # (1, tokens, 384)
         pooled: npt.NDArray[np.float32] = hidden[0].sum(axis=0) / np.float32(len(ids))
         return pooled
 

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import math
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -80,51 +78,6 @@ def test_every_vector_equals_its_one_text_call_however_batched(compute: str, wor
     for batch in (REAL_LENGTHS, REAL_LENGTHS[::-1], REAL_LENGTHS[2:5] * 3):
         rows = model.embed(batch)
         for text, row in zip(batch, rows, strict=True):
-            assert np.array_equal(row, alone[text]), text[:40]
-
-
-class _CountingSession:
-    """The real session, counting how many runs are inside it at once."""
-
-    def __init__(self, session: object) -> None:
-        self._session = session
-        self._lock = threading.Lock()
-        self.inside = 0
-        self.most_inside = 0
-
-    def run(self, *args: object) -> object:
-        with self._lock:
-            self.inside += 1
-            self.most_inside = max(self.most_inside, self.inside)
-        try:
-            time.sleep(0.002)  # a window for another caller's run to start beside this one
-            return self._session.run(*args)  # type: ignore[attr-defined]
-        finally:
-            with self._lock:
-                self.inside -= 1
-
-
-def test_at_most_workers_texts_run_at_once_whoever_calls() -> None:
-    """Eight callers at once, each with a batch spread over two workers, on a 2-worker model:
-    never more than two texts in the session at a time, and every vector still its one-text
-    call's."""
-    model = MiniLMEmbedder(workers=2)
-    alone = {t: model.embed([t])[0] for t in REAL_LENGTHS}
-    counting = _CountingSession(model._session)
-    model._session = counting
-    results: dict[int, np.ndarray] = {}
-
-    def caller(n: int) -> None:
-        results[n] = model.embed(REAL_LENGTHS[n % 3 :][:3])
-
-    threads = [threading.Thread(target=caller, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert counting.most_inside == 2
-    for n, rows in results.items():
-        for text, row in zip(REAL_LENGTHS[n % 3 :][:3], rows, strict=True):
             assert np.array_equal(row, alone[text]), text[:40]
 
 
