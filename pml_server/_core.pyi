@@ -38,7 +38,6 @@ __all__ = [
     "parse_only",
     "prepare_captures",
     "rank_query",
-    "redact_text",
     "sha256_tagged",
 ]
 
@@ -324,15 +323,12 @@ def parse_only(code: str, language: str) -> bool:
     """Parse with the same parser as `normalize` and do nothing else (benchmark baseline; GIL
     released). True when the code parsed without syntax errors; False for other languages."""
 
-def redact_text(text: str) -> str:
-    """`text` with credential-shaped tokens replaced by `[REDACTED]` (GIL released)."""
-
 def prepare_captures(
     items: list[tuple[str, str, list[str]]],
 ) -> list[tuple[Normalized, list[str]] | Exception]:
     """For each `(code, language, texts)`, in order: `normalize(code, language)` and each text
     with the decoded values of the result's secret parameters (those of at least
-    MIN_SECRET_CHARS characters, longest first) replaced by `[REDACTED]`, then passed through
-    `redact_text`. One call for the whole batch, GIL released once. An input `normalize` would
-    refuse (or whose texts are not strs encodable as UTF-8) gets the exception instance in its
-    place; the others are unaffected."""
+    MIN_SECRET_CHARS characters, longest first) replaced by `[REDACTED]`, then every
+    credential-shaped token too. One call for the whole batch, GIL released once. An input
+    `normalize` would refuse (or whose texts are not strs encodable as UTF-8) gets the
+    exception instance in its place; the others are unaffected."""

@@ -786,13 +786,6 @@ fn normalize_code(
     result.map(PyNormalized::from).map_err(PyErr::from)
 }
 
-/// `text` with credential-shaped tokens replaced by `[REDACTED]` (GIL released).
-#[pyfunction]
-fn redact_text(py: Python<'_>, text: &Bound<'_, PyString>) -> PyResult<String> {
-    let borrowed = text.to_str()?;
-    Ok(py.detach(|| normalize::redact_text(borrowed).into_owned()))
-}
-
 /// One record of `prepare_captures`, read under the GIL: its code (a lone surrogate refuses
 /// the record, as `normalize` does), language and free texts.
 fn capture_input(item: &Bound<'_, PyAny>) -> PyResult<normalize::CaptureInput> {
@@ -870,7 +863,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyNormalized>()?;
     m.add_function(wrap_pyfunction!(normalize_code, m)?)?;
     m.add_function(wrap_pyfunction!(parse_only, m)?)?;
-    m.add_function(wrap_pyfunction!(redact_text, m)?)?;
     m.add_function(wrap_pyfunction!(prepare_captures, m)?)?;
     m.add("MIN_SECRET_CHARS", normalize::MIN_SECRET_CHARS)?;
     m.add("NORMALIZE_MAX_PARAMS", normalize::MAX_PARAMS)?;
