@@ -18,12 +18,14 @@ Handler = Callable[[argparse.Namespace], int]
 
 EXIT_CODES = """exit codes:
   0  done
-  1  the server refused the call (the gRPC status and the fields it named are printed)
-  2  bad usage or input: a flag, a missing or unreadable file, a record that is not valid JSON
-     (pml serve: a configuration it cannot start with, a port or data dir in use)
+  1  the server refused the call (the gRPC status and the fields it named are
+     printed)
+  2  bad usage or input: a flag, a missing or unreadable file, a record that is
+     not valid JSON (pml serve: a configuration it cannot start with, a port or
+     data dir in use)
   3  no server answered (unreachable, or it did not answer in time)
-  4  done, but not everything was taken: `record` was rejected (tool failures), or `import`
-     had rejected or refused records"""
+  4  done, but not everything was taken: `record` was rejected (tool failures),
+     or `import` had rejected or refused records"""
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -100,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"pml {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_flags(
         commands.add_parser(
             "serve", help="run the gRPC server", epilog=EXIT_CODES, formatter_class=_HelpFormatter
