@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -163,7 +163,7 @@ class Store:
         self._write_options.sync = False
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
-        self._queue: list[tuple[int, Sequence[Op], WriteTicket]] = []
+        self._queue: deque[tuple[int, Sequence[Op], WriteTicket]] = deque()
         # Per column family: key -> (submit sequence, value or None for a delete). Split by
         # family so a scan looks only at its own family's pending writes.
         self._overlay: dict[str, dict[bytes, tuple[int, bytes | None]]] = {
@@ -417,28 +417,35 @@ class Store:
                 group: list[tuple[int, Sequence[Op], WriteTicket]] = []
                 total = 0
                 while self._queue and (not group or total < _MAX_GROUP_OPS):
-                    item = self._queue.pop(0)
+                    item = self._queue.popleft()
                     group.append(item)
                     total += len(item[1])
+            # The group is written as one atomic batch, so only each key's last write in it
+            # matters: the earlier ones (every capture rewrites its tenant's stats row) would
+            # cost memtable inserts and WAL bytes while this thread holds the GIL (rocksdict's
+            # write does not release it).
+            latest: dict[tuple[str, bytes], bytes | None] = {
+                (cf, key): value for _, ops, _ in group for cf, key, value in ops
+            }
             error: BaseException | None = None
             try:
-                batch = self._batch(op for _, ops, _ in group for op in ops)
+                batch = self._batch((cf, key, value) for (cf, key), value in latest.items())
                 self._db.write(batch, self._write_options)
                 self._db.flush_wal(True)  # the fsync every capture of the group waits for
             except Exception as failure:
                 error = failure
             last_seq = group[-1][0]
+            overlays = self._overlay
             with self._lock:
                 if error is not None:
                     self._failed = error
                 # Only the keys this group wrote can be stale (a later submit of the same
                 # key holds a higher sequence and stays until its own group is written).
-                for _, ops, _ in group:
-                    for cf, key, _ in ops:
-                        overlay = self._overlay[cf]
-                        pending = overlay.get(key)
-                        if pending is not None and pending[0] <= last_seq:
-                            del overlay[key]
+                for cf, key in latest:
+                    overlay = overlays[cf]
+                    pending = overlay.get(key)
+                    if pending is not None and pending[0] <= last_seq:
+                        del overlay[key]
             for _, _, ticket in group:
                 ticket._finish(error)
 
