@@ -23,22 +23,37 @@ from benches import service_harness as harness
 from benches.service_harness import Plan
 
 
-def repeat(plan: Plan, store: Path, callers: int) -> str:
+def measure(plan: Plan, store: Path, callers: int) -> dict[str, float]:
+    """One repeat on a fresh server over `store`: the row's figures (rates, CPU ms a request)."""
     with harness.server("serve", str(store), "minilm", "fast") as srv:
         vectors = bench._settled_load(srv, "suggest", callers, plan, "vector")
         srv.wait_idle()
         before = bench.model_texts_per_second(plan, bench.suggest_texts(plan))
         text = bench._settled_load(srv, "suggest", callers, plan, "text")
         after = bench.model_texts_per_second(plan, bench.suggest_texts(plan))
-    alone = max(before, after)
     outside = bench._outside_model_row("", text)
-    vector_cpu = 1000.0 * vectors["server_cpu_seconds"] / vectors["count"]
+    assert outside.baseline is not None
+    return {
+        "qps": text["qps"],
+        "alone_before": before,
+        "alone_after": after,
+        "ratio": text["qps"] / max(before, after),
+        "outside_model_ms": outside.value,
+        "model_ms": outside.baseline,
+        "vector_ms": 1000.0 * vectors["server_cpu_seconds"] / vectors["count"],
+        "vector_qps": vectors["qps"],
+        "p50_ms": text["p50_ms"],
+    }
+
+
+def describe(m: dict[str, float], callers: int) -> str:
     return (
-        f"Suggest, MiniLM, {callers} callers: {text['qps']:.1f} req/s, model alone "
-        f"{before:.1f} / {after:.1f} texts/s (before / after): {text['qps'] / alone:.3f}x; "
-        f"server CPU a request outside the model {outside.value:.2f} ms, in it "
-        f"{outside.baseline:.2f} ms; with client vectors {vector_cpu:.2f} ms "
-        f"({vectors['qps']:.0f} req/s); p50 {text['p50_ms']:.1f} ms"
+        f"Suggest, MiniLM, {callers} callers: {m['qps']:.1f} req/s, model alone "
+        f"{m['alone_before']:.1f} / {m['alone_after']:.1f} texts/s (before / after): "
+        f"{m['ratio']:.3f}x; server CPU a request outside the model "
+        f"{m['outside_model_ms']:.2f} ms, in it {m['model_ms']:.2f} ms; "
+        f"with client vectors {m['vector_ms']:.2f} ms "
+        f"({m['vector_qps']:.0f} req/s); p50 {m['p50_ms']:.1f} ms"
     )
 
 
@@ -49,7 +64,7 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="pml-bench-") as tmp:
         store, _ = harness.filled_store(plan, Path(tmp), small, "minilm", vectors=True)
         for _ in range(repeats):
-            print(repeat(plan, store, 8), flush=True)
+            print(describe(measure(plan, store, 8), 8), flush=True)
 
 
 if __name__ == "__main__":
