@@ -95,3 +95,18 @@ def test_peer_bench_runs_a_tiny_plan(tmp_path: Path) -> None:
     assert any(r.baseline_name == "Chroma embedded (in-process)" for r in rows)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     _check_rows(rows)
+
+
+def test_minilm_suggest_row_alone_measures_the_row(tmp_path: Path) -> None:
+    from benches import service_minilm_suggest as row
+
+    plan = Plan.quick()
+    store = tmp_path / "store"
+    harness.populate(store, plan.store_sizes[0], "minilm", vectors=True)
+    measured = row.measure(plan, store, plan.concurrency[0])
+    for name in ("qps", "alone_before", "alone_after", "model_ms", "vector_ms"):
+        assert measured[name] > 0, name
+    assert measured["ratio"] == measured["qps"] / max(
+        measured["alone_before"], measured["alone_after"]
+    )
+    assert "x; server CPU a request outside the model" in row.describe(measured, 2)
