@@ -158,7 +158,9 @@ class LexicalIndex:
     def search(self, query: str, limit: int) -> list[tuple[str, float]]:
         """The `limit` best documents for `query` with their raw BM25 scores (> 0), best first;
         ties broken by doc id so results are deterministic. Scores are summed over the query's
-        distinct terms in the order of `set` iteration, as the former numpy version did."""
+        distinct terms in the order they first appear: `set` order changed with the process's
+        hash seed, and with it the last bit of a sum, so equal-score ties could swap between
+        restarts."""
         if limit <= 0:
             return []
-        return self._core.search(list(set(tokenize(query))), limit)
+        return self._core.search(list(dict.fromkeys(tokenize(query))), limit)

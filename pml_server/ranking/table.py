@@ -123,8 +123,8 @@ class RankTable:
         now_ms: int,
     ) -> list[CoreSuggestion]:
         """The top `k` for the query, each index asked for `limit` hits (`fetch_limit`)."""
-        # the distinct terms in `set` order, as `LexicalIndex.search` sums them
-        terms = list(set(tokenize(text)))
+        # the distinct terms in first-appearance order, as `LexicalIndex.search` sums them
+        terms = list(dict.fromkeys(tokenize(text)))
         available = settings.available_tools
         ranked = _core.rank_query(
             self._core,

@@ -144,7 +144,7 @@ class NumpyLexicalIndex:
         ties broken by doc id so results are deterministic."""
         if limit <= 0:
             return []
-        terms = set(tokenize(query))
+        terms = dict.fromkeys(tokenize(query))
         with self._lock:
             n_docs = len(self._ids)
             if n_docs == 0 or not terms:

@@ -34,7 +34,7 @@ def reference_search(
         return []
     avg = sum(sum(c.values()) for c in docs.values()) / len(docs) or 1.0
     scores: dict[str, float] = {}
-    for term in set(tokenize(query)):
+    for term in dict.fromkeys(tokenize(query)):
         having = {d: c[term] for d, c in docs.items() if term in c}
         if not having:
             continue

@@ -22,7 +22,7 @@ def reference_search(docs: dict[str, str], query: str, limit: int) -> list[tuple
         return []
     avg = sum(len(t) for t in terms_of.values()) / len(docs) or 1.0
     scores: dict[str, float] = {}
-    for term in set(tokenize(query)):
+    for term in dict.fromkeys(tokenize(query)):
         having = {d: t.count(term) for d, t in terms_of.items() if term in t}
         if not having:
             continue
