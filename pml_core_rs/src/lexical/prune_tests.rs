@@ -225,6 +225,9 @@ fn suggest_shaped_corpus(n: usize) -> Corpus {
             let mut terms = vec![verbs[i % 5].to_owned()];
             terms.extend(objects[(i / 5) % 4].iter().map(|w| (*w).to_owned()));
             terms.extend(places[(i / 20) % 3].iter().map(|w| (*w).to_owned()));
+            // a shelf of 600 documents holds each intent (verb, object, place) 10 times,
+            // however big the corpus: the ties at the limit stay 10 while the lists grow
+            terms.push(format!("shelf{}", i / 600));
             terms.push(format!("batch{i}"));
             terms.extend([format!("tool{}", i % 97), format!("step{}", i / 97)]);
             (format!("p{i}"), terms)
@@ -234,9 +237,11 @@ fn suggest_shaped_corpus(n: usize) -> Corpus {
 
 #[test]
 fn suggest_shaped_queries_skip_common_terms_with_ties_at_the_limit() {
-    // 600 documents: a query's intent words are shared by 10 documents of equal length, so
-    // every limit between 2 and 10 cuts through an exact tie; limits go beyond the matches
-    let docs = suggest_shaped_corpus(600);
+    // 6,000 documents: a query's intent and shelf words are shared by 10 documents of equal
+    // length, so every limit between 2 and 10 cuts through an exact tie; limits go beyond the
+    // matches. At 600 documents the scan of every list is the cheaper plan, and the cost model
+    // rightly takes it: the corpus is big enough for pruning to pay.
+    let docs = suggest_shaped_corpus(6000);
     let index = index_of(1.2, 0.75, &docs);
     for (j, limit) in [
         (3usize, 1usize),
@@ -245,9 +250,9 @@ fn suggest_shaped_queries_skip_common_terms_with_ties_at_the_limit() {
         (99, 9),
         (123, 10),
         (7, 40),
-        (8, 700),
+        (8, 7000),
     ] {
-        let i = j * 7 % 600;
+        let i = j * 7 % 6000;
         let mut query: Vec<String> =
             docs[&format!("p{i}")][..docs[&format!("p{i}")].len() - 2].to_vec();
         query.extend(["quick".to_owned(), format!("run{j}")]); // not indexed
