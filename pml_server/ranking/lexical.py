@@ -90,6 +90,13 @@ def tokenize(text: str) -> list[str]:
     return list(itertools.chain.from_iterable(map(_token_terms, _WORD.findall(text))))
 
 
+def query_terms(text: str) -> list[str]:
+    """A query's distinct terms in the order they first appear: the order BM25 sums their
+    contributions in. A `set` would iterate in an order that changes with the process's hash
+    seed, and with it the last bit of a sum, so equal-score ties could swap between restarts."""
+    return list(dict.fromkeys(tokenize(text)))
+
+
 @lru_cache(maxsize=32_768)
 def _token_terms(token: str) -> tuple[str, ...]:
     """The terms of one word-like token: the same words recur across intents (rebuilding the
@@ -157,10 +164,7 @@ class LexicalIndex:
 
     def search(self, query: str, limit: int) -> list[tuple[str, float]]:
         """The `limit` best documents for `query` with their raw BM25 scores (> 0), best first;
-        ties broken by doc id so results are deterministic. Scores are summed over the query's
-        distinct terms in the order they first appear: `set` order changed with the process's
-        hash seed, and with it the last bit of a sum, so equal-score ties could swap between
-        restarts."""
+        ties broken by doc id so results are deterministic (scores summed over `query_terms`)."""
         if limit <= 0:
             return []
-        return self._core.search(list(dict.fromkeys(tokenize(query))), limit)
+        return self._core.search(query_terms(query), limit)

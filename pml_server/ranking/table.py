@@ -21,7 +21,7 @@ from pml_server import _core
 from pml_server.domain.model import ScoreParts
 from pml_server.ranking.config import RankingConfig
 from pml_server.ranking.filters import FilterSettings
-from pml_server.ranking.lexical import LexicalIndex, tokenize
+from pml_server.ranking.lexical import LexicalIndex, query_terms
 
 # The RankingConfig fields the core's formula reads (`ranking::Params`); the rest are filters
 # (passed per request) and retrieval sizes.
@@ -123,8 +123,7 @@ class RankTable:
         now_ms: int,
     ) -> list[CoreSuggestion]:
         """The top `k` for the query, each index asked for `limit` hits (`fetch_limit`)."""
-        # the distinct terms in first-appearance order, as `LexicalIndex.search` sums them
-        terms = list(dict.fromkeys(tokenize(text)))
+        terms = query_terms(text)  # in the order `LexicalIndex.search` sums them
         available = settings.available_tools
         ranked = _core.rank_query(
             self._core,
