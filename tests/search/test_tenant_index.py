@@ -6,10 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pml_server import _core
 from pml_server._core import HNSW_SCORE_ERROR
 from pml_server.domain.records import IntentRecord
 from pml_server.search.tenant import TenantSearchIndex
-from pml_server.search.vectors import EXACT_SCAN_MIN
+from pml_server.search.vectors import (
+    EXACT_SCAN_MIN,
+    HNSW_EF_CONSTRUCTION,
+    index_from_bytes,
+    new_index,
+)
 
 DIM = 32
 
@@ -56,3 +62,22 @@ def test_intent_maps_follow_adds_replays_and_removals() -> None:
     assert [index.pattern_of(i) for i in (1, 2, 3)] == [None, "pa", None]
     assert index.exact_scores(vectors[0], [1, 2, 3]).keys() == {2}
     assert [p for p, _ in index.lexical_hits("intent", 5)] == ["pa"]
+
+
+def test_new_and_restored_hnsw_indexes_insert_with_the_engines_beam() -> None:
+    """The engine's insert beam, not the core's default, for a new index and for one restored
+    from a snapshot written with another beam (its later inserts are the engine's)."""
+    assert _core.HnswIndex(DIM).ef_construction != HNSW_EF_CONSTRUCTION
+    fresh = new_index("hnsw", DIM)
+    assert isinstance(fresh, _core.HnswIndex)
+    assert fresh.ef_construction == HNSW_EF_CONSTRUCTION
+    rng = np.random.default_rng(3)
+    vectors = _unit(rng.normal(size=(50, DIM)))
+    written = _core.HnswIndex(DIM, ef_construction=200)
+    written.add(np.arange(1, 51, dtype=np.uint64), vectors)
+    restored = index_from_bytes("hnsw", DIM, written.to_bytes())
+    assert isinstance(restored, _core.HnswIndex)
+    assert restored.ef_construction == HNSW_EF_CONSTRUCTION
+    assert len(restored) == 50
+    ids, _ = restored.search(vectors[7], 1)
+    assert ids.tolist() == [8]
