@@ -22,7 +22,6 @@ from pml_server.api.page_tokens import PageTokens
 from pml_server.api.quotas import TenantQuotas
 from pml_server.api.stream import TraceStream
 from pml_server.api.streams import StreamSlots
-from pml_server.api.unary_capture import CaptureCoalescer
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
 from pml_server.domain.errors import UnavailableError
@@ -52,8 +51,6 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
         self._engine = deps.engine
         self._dim = deps.engine.embedding_dim()
         self.draining = threading.Event()
-        # Concurrent RecordExecution calls are captured together (one record_many batch).
-        self._captures = CaptureCoalescer(deps.engine)
 
     # ---- helpers -----------------------------------------------------------------------------
 
@@ -110,7 +107,7 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
     ) -> pml_pb2.RecordExecutionResponse:
         with self._call(context, Role.WRITE) as caller:
             record = convert.execution_record(request.record, "record", self._d.limits, self._dim)
-            result = self._captured(self._captures.record(caller.tenant, record))
+            result = self._captured(self._engine.record(caller.tenant, record))
             return pml_pb2.RecordExecutionResponse(result=convert.capture_result(result))
 
     def StreamTraces(
