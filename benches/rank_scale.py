@@ -21,6 +21,11 @@ run one after the other for each query so a neighbour's burst hits all of them:
 - `python rank`: `TenantSearchIndex.rank` (tokenizing, the core call, the answer's tuples);
 - `python around`: python rank less core rank.
 
+The parts run first on each query's data, the core call after them finds it in cache: `merge +
+table` is the least reliable figure (it can come out below zero), and a served Suggest's core
+call, its caches cooled by the request handling between queries, takes longer than `core rank`
+here (at 100k intents 1.19 ms wall in `benches.suggest_profile` against 0.3-0.45 ms here).
+
 `--cache DIR` keeps each size's vector index as bytes there (a 1M index takes long to build);
 a later run with the same size loads it instead of inserting. The lexical index and table are
 always built (seconds). A quick smoke run: `--sizes 2000 --queries 20`.
