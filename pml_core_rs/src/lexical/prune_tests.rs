@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use super::prune::{LAST_SCAN, TEST_COSTS};
+use super::prune::{LAST_SCAN, TEST_COSTS, TEST_FORWARD};
 use super::tests::reference_with;
 use super::LexicalIndex;
 
@@ -279,6 +279,84 @@ fn suggest_shaped_queries_skip_common_terms_with_ties_at_the_limit() {
     }
 }
 
+/// `search` with the seen documents scored in full before every list (Some(true)), never
+/// (Some(false)) or as the cost model says (None), under each cost model of the rest.
+fn search_forward(
+    index: &LexicalIndex,
+    query: &[&str],
+    limit: usize,
+    forward: Option<bool>,
+    cost: Option<usize>,
+) -> Vec<(String, f64)> {
+    TEST_FORWARD.set(forward);
+    let hits = search_with(index, query, limit, cost);
+    TEST_FORWARD.set(None);
+    hits
+}
+
+const FORWARD_MODES: [Option<bool>; 3] = [None, Some(true), Some(false)];
+
+#[test]
+fn a_few_rare_matches_scored_in_full_end_the_search_before_the_common_lists() {
+    // "rare7" is in 30 of 3,000 documents, "half0" in 1,500 and "everywhere" in all: the 30
+    // scored in full outscore anything the two common words can give
+    let docs: Corpus = (0..3000)
+        .map(|i| {
+            let mut terms = vec![
+                "everywhere".to_owned(),
+                format!("half{}", i % 2),
+                format!("rare{}", i % 100),
+            ];
+            terms.extend((0..i % 5).map(|j| format!("pad{j}")));
+            (format!("d{i:04}"), terms)
+        })
+        .collect();
+    let index = index_of(1.2, 0.75, &docs);
+    for query in [
+        &["everywhere", "half0", "rare7"][..],
+        &["half1", "rare7", "everywhere"],
+        &["rare8", "half0", "rare9", "everywhere"],
+    ] {
+        for limit in [1, 5, 30, 31, 45] {
+            let want = bits(&reference_with(1.2, 0.75, &docs, query, limit));
+            for forward in FORWARD_MODES {
+                for cost in COST_MODELS {
+                    let hits = search_forward(&index, query, limit, forward, cost);
+                    assert_eq!(bits(&hits), want, "{query:?} {limit} {forward:?} {cost:?}");
+                }
+            }
+        }
+        // under the real cost models the rare lists alone are scanned
+        search_forward(&index, query, 5, None, None);
+        let (scanned, terms, fell_back) = LAST_SCAN.get();
+        let rare = query.iter().filter(|t| t.starts_with("rare")).count();
+        assert_eq!((scanned, terms, fell_back), (rare, query.len(), false));
+    }
+}
+
+#[test]
+fn ties_at_the_limit_scored_in_full_keep_the_smallest_ids() {
+    // the suggest-shaped corpus's ties, every search scoring the seen documents in full
+    let docs = suggest_shaped_corpus(6000);
+    let index = index_of(1.2, 0.75, &docs);
+    for (j, limit) in [(3usize, 1usize), (42, 5), (123, 10), (7, 40)] {
+        let i = j * 7 % 6000;
+        let held = &docs[&format!("p{i}")];
+        let query: Vec<&str> = held[..held.len() - 2].iter().map(String::as_str).collect();
+        let want = bits(&reference_with(1.2, 0.75, &docs, &query, limit));
+        for forward in FORWARD_MODES {
+            for cost in COST_MODELS {
+                let hits = search_forward(&index, &query, limit, forward, cost);
+                assert_eq!(
+                    bits(&hits),
+                    want,
+                    "j {j} limit {limit} {forward:?} {cost:?}"
+                );
+            }
+        }
+    }
+}
+
 fn words_of(text: &str) -> Vec<String> {
     text.split(' ').map(str::to_owned).collect()
 }
@@ -340,6 +418,49 @@ proptest! {
         for cost in COST_MODELS {
             let pruned = search_with(&index, &query, limit, cost);
             prop_assert_eq!(bits(&pruned), want.clone(), "cost model {:?}", cost);
+        }
+    }
+
+    #[test]
+    fn documents_scored_in_full_give_the_exhaustive_bits(
+        texts in proptest::collection::vec(proptest::collection::vec(0u8..80, 0..8), 1..12),
+        picks in proptest::collection::vec(0usize..12, 0..120),
+        query in proptest::collection::vec(0u8..80, 0..9),
+        limit in 0usize..15,
+        grow in proptest::collection::vec((0usize..120, 0u8..80), 0..10),
+        shrink in proptest::collection::vec(0usize..120, 0..10),
+    ) {
+        let mut docs = corpus(&texts, &picks);
+        let mut index = index_of(1.2, 0.75, &docs);
+        // documents grow and shrink in place, as a pattern's intents come and go
+        for (i, w) in grow {
+            let id = format!("d{i}");
+            if let Some(held) = docs.get_mut(&id) {
+                index.add_terms(&id, &[word(w)]).unwrap();
+                held.push(word(w));
+            }
+        }
+        for i in shrink {
+            let id = format!("d{i}");
+            if let Some(held) = docs.get_mut(&id) {
+                if let Some(first) = held.first().cloned() {
+                    index.remove_terms(&id, &[first.as_str()]);
+                    held.remove(0);
+                    if held.is_empty() {
+                        docs.remove(&id);
+                    }
+                }
+            }
+        }
+        let query: Vec<String> = query.iter().map(|&w| word(w)).collect();
+        let query: Vec<&str> = query.iter().map(String::as_str).collect();
+        let want = bits(&index.search_exhaustive(&query, limit));
+        prop_assert_eq!(want.clone(), bits(&reference_with(1.2, 0.75, &docs, &query, limit)));
+        for forward in FORWARD_MODES {
+            for cost in COST_MODELS {
+                let pruned = search_forward(&index, &query, limit, forward, cost);
+                prop_assert_eq!(bits(&pruned), want.clone(), "{:?} {:?}", forward, cost);
+            }
         }
     }
 }

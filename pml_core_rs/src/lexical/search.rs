@@ -214,6 +214,14 @@ impl<'a> Best<'a> {
         }
     }
 
+    /// The score a document must beat to enter, once `limit` documents are in.
+    pub(super) fn worst_when_full(&self) -> Option<f64> {
+        if self.heap.len() < self.limit {
+            return None;
+        }
+        self.heap.peek().map(|worst| worst.score)
+    }
+
     pub(super) fn into_hits(self) -> Vec<(String, f64)> {
         self.heap
             .into_sorted_vec()
