@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from benches import service_workload as work
+from benches.service_harness import rss_bytes
 from pml_server import _core
 from pml_server.domain.model import SuggestQuery
 from pml_server.domain.records import IntentRecord
@@ -58,11 +59,6 @@ K = 5  # the load client's page_size
 CHUNK = 2048  # vectors per insert call, as the bulk fill (benches/fill.py)
 INSERT_THREADS = 2
 NOW_MS = 1_700_000_000_000
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def build(size: int, cache: Path | None) -> tuple[TenantSearchIndex, dict[str, float]]:
@@ -185,9 +181,9 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=None, help="keep vector indexes here")
     args = parser.parse_args()
     for size in (int(n) for n in args.sizes.split(",") if n):
-        before = rss_bytes()
+        before = rss_bytes(os.getpid())
         index, times = build(size, args.cache)
-        report(size, index, times, rss_bytes() - before)
+        report(size, index, times, rss_bytes(os.getpid()) - before)
         parts = profile(index, args.queries)
         for name, seconds in parts.items():
             ms = sorted(s * 1e3 for s in seconds)

@@ -382,6 +382,23 @@ fn corpus(texts: &[Vec<u8>], picks: &[usize]) -> Corpus {
         .collect()
 }
 
+/// Take the first term out of each listed document (index and reference corpus alike), a
+/// document left empty leaving the corpus: lengths fall below the recorded minimums.
+fn drop_first_terms(index: &mut LexicalIndex, docs: &mut Corpus, shrink: &[usize]) {
+    for i in shrink {
+        let id = format!("d{i}");
+        if let Some(held) = docs.get_mut(&id) {
+            if let Some(first) = held.first().cloned() {
+                index.remove_terms(&id, &[first.as_str()]);
+                held.remove(0);
+                if held.is_empty() {
+                    docs.remove(&id);
+                }
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
     #[test]
@@ -399,18 +416,7 @@ proptest! {
         let mut docs = corpus(&texts, &picks);
         let mut index = index_of(k1, b, &docs);
         // drop each picked document's first term: lengths fall below the recorded minimums
-        for i in shrink {
-            let id = format!("d{i}");
-            if let Some(held) = docs.get_mut(&id) {
-                if let Some(first) = held.first().cloned() {
-                    index.remove_terms(&id, &[first.as_str()]);
-                    held.remove(0);
-                    if held.is_empty() {
-                        docs.remove(&id);
-                    }
-                }
-            }
-        }
+        drop_first_terms(&mut index, &mut docs, &shrink);
         let query: Vec<String> = query.iter().map(|&w| word(w)).collect();
         let query: Vec<&str> = query.iter().map(String::as_str).collect();
         let want = bits(&reference_with(k1, b, &docs, &query, limit));
@@ -440,18 +446,7 @@ proptest! {
                 held.push(word(w));
             }
         }
-        for i in shrink {
-            let id = format!("d{i}");
-            if let Some(held) = docs.get_mut(&id) {
-                if let Some(first) = held.first().cloned() {
-                    index.remove_terms(&id, &[first.as_str()]);
-                    held.remove(0);
-                    if held.is_empty() {
-                        docs.remove(&id);
-                    }
-                }
-            }
-        }
+        drop_first_terms(&mut index, &mut docs, &shrink);
         let query: Vec<String> = query.iter().map(|&w| word(w)).collect();
         let query: Vec<&str> = query.iter().map(String::as_str).collect();
         let want = bits(&index.search_exhaustive(&query, limit));
