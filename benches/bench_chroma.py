@@ -108,8 +108,10 @@ def run_plan(plan: Plan, plot: Path | None = PLOT) -> list[Row]:
         embedded_upsert = _chroma_load(
             embedded_target, "upsert", mid, plan, offset + plan.max_requests
         )
-    rows = _rows(ours, server, "Chroma server (HTTP)", target=1.0)
-    rows += _rows(ours, embedded, "Chroma embedded (in-process)", target=None)
+    # Issue 20's bars: against the server, p99 (and QPS, p50) at least as good at every
+    # concurrency; against the embedded client, which pays no network, QPS at least its own.
+    rows = _rows(ours, server, "Chroma server (HTTP)", qps_target=1.0, latency_target=1.0)
+    rows += _rows(ours, embedded, "Chroma embedded (in-process)", qps_target=1.0)
     rows.append(
         Row(
             SUITE,
@@ -141,7 +143,13 @@ def run_plan(plan: Plan, plot: Path | None = PLOT) -> list[Row]:
     return rows
 
 
-def _rows(ours: Sweep, peer: Sweep, peer_name: str, target: float | None) -> list[Row]:
+def _rows(
+    ours: Sweep,
+    peer: Sweep,
+    peer_name: str,
+    qps_target: float | None,
+    latency_target: float | None = None,
+) -> list[Row]:
     rows = []
     for c in ours:
         rows.append(
@@ -152,7 +160,7 @@ def _rows(ours: Sweep, peer: Sweep, peer_name: str, target: float | None) -> lis
                 "req/s",
                 peer[c]["qps"],
                 peer_name,
-                target=target,
+                target=qps_target,
             )
         )
         for pct in ("p50", "p99"):
@@ -164,7 +172,7 @@ def _rows(ours: Sweep, peer: Sweep, peer_name: str, target: float | None) -> lis
                     "ms",
                     peer[c][f"{pct}_ms"],
                     peer_name,
-                    target=target,
+                    target=latency_target,
                     lower_is_better=True,
                 )
             )
