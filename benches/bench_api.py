@@ -140,6 +140,12 @@ def _capture_rows(n: int) -> list[Row]:
                 cpu[name] = 1000.0 * (srv.cpu_seconds() - spent) / n
             after = model_alone.rate(timed, len(texts))
             baselines[name] = (before + after) / 2
+        # The unary row's ceiling on this harness: a servicer that only embeds each record's
+        # intent (gRPC, protobuf, the client and the model; no API layer, no capture).
+        before = model_alone.rate(timed, len(texts))
+        with harness.server("embed-only") as srv:
+            rates["embed-only"] = _unary_rate(srv.target, _fresh(records, "e8"), 8)
+        baselines["embed-only"] = (before + model_alone.rate(timed, len(texts))) / 2
     extra.update(rates=rates, baselines=baselines, server_cpu_ms_per_capture=cpu)
     what = f"dev-set executions ({n}), default model, sync"
 
@@ -158,6 +164,14 @@ def _capture_rows(n: int) -> list[Row]:
     return [
         row(f"StreamTraces captures/s, {what}", "stream", 0.8, extra),
         row(f"RecordExecution captures/s from 8 callers, {what}", "unary8", 0.6),
+        Row(
+            SUITE,
+            f"RecordExecution/s from 8 callers, servicer that only embeds the intent, {what}",
+            rates["embed-only"],
+            "1/s",
+            baselines["embed-only"],
+            baseline_name,
+        ),
         # Raw rates measured minutes apart on a shared machine are not comparable (the model
         # alone ran 29 to 58 texts/s within one run): each path against its own baseline.
         Row(

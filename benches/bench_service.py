@@ -4,7 +4,9 @@ load-client process (benches/service_load.py), against ceilings measured in the 
 Ceilings: (a) a null servicer of the same proto on the same gRPC settings (service_server.py
 `null`), and our own API layer over an engine whose Suggest answer is precomputed (`canned`):
 the share of the gap to (a) that is not the engine's work; (b) the default model (MiniLM)
-embedding the same query texts in-process, one text per call (the best of 1 and 8 threads).
+embedding the same query texts in-process, one text per call (the best of 1 and 8 threads),
+and what bounds the MiniLM Suggest row on this harness: a servicer that only embeds the query
+(`embed-only`: gRPC, protobuf, the load client and the model; no API layer, no engine).
 Stores of 10k and 100k intents (100k and 1M with --large) are filled in-process with client
 vectors before the server starts; startup is measured from process start to health SERVING,
 memory as the server's resident set at SERVING.
@@ -221,6 +223,11 @@ def run_plan(plan: Plan) -> list[Row]:
                 model_record = _settled_load(srv, "record", mid, plan, "text", offsets.take(plan))
                 model_stream = _settled_load(srv, "stream", mid, plan, "text", offsets.take(plan))
         vector_suggest_small = ours
+        if plan.with_model:
+            # what any Suggest with the model can reach on this harness: a servicer that only
+            # embeds the query, timed right after ours
+            with phase("embed-only servicer"), harness.server("embed-only") as embed_only:
+                embed_only_suggest = harness.load(embed_only.target, "suggest", mid, plan, "text")
         # our API layer over an engine whose answer is precomputed: what is left for the engine
         with phase("canned"), harness.server("canned", str(vec_small)) as srv:
             canned = _suggest_sweep(srv, plan, "vector")
@@ -269,6 +276,7 @@ def run_plan(plan: Plan) -> list[Row]:
             rows += _model_rows(
                 model_suggest, model_record, model_stream, suggest_rate, capture_rate, mid
             )
+            rows += _embed_only_rows(embed_only_suggest, model_suggest, suggest_rate, mid)
 
         # scale: the big store
         with phase(f"fill {big}"):
@@ -436,6 +444,32 @@ def _model_rows(
         rows.append(_share_row(label, result))
     rows.append(_outside_model_row(f"Suggest, MiniLM, {callers} callers", suggest))
     return rows
+
+
+def _embed_only_rows(
+    embed_only: dict[str, float], ours: dict[str, float], suggest_rate: float, callers: int
+) -> list[Row]:
+    """The MiniLM Suggest row's ceiling, measured: gRPC, protobuf, the load client and the
+    model, with no API layer and no engine (`service_server.EmbedOnlyServicer`), against the
+    model alone on the same queries; and our Suggest against it."""
+    return [
+        Row(
+            SUITE,
+            f"Suggest QPS, servicer that only embeds the query (MiniLM), {callers} callers",
+            embed_only["qps"],
+            "req/s",
+            suggest_rate,
+            "MiniLM alone in-process, 1 text/call, the same queries",
+        ),
+        Row(
+            SUITE,
+            f"Suggest QPS, MiniLM, vs a servicer that only embeds the query, {callers} callers",
+            ours["qps"],
+            "req/s",
+            embed_only["qps"],
+            "servicer that only embeds the query (MiniLM)",
+        ),
+    ]
 
 
 def _outside_model_row(label: str, result: dict[str, float]) -> Row:

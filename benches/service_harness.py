@@ -243,17 +243,20 @@ _STORE_EPOCH = 1
 
 def _fingerprint(count: int, embedder: str, vectors: bool) -> str:
     """What decides the service bench's filled stores: the workload, the fill and the store's
-    format (schema, normalizer, the model id every stored vector belongs to), not the capture
-    code's source. Every execution of this workload is its own pattern (far below the grouping
-    and duplicate thresholds), and a store of the current schema is one the current server
-    must serve whatever version wrote it, so a merge that touches capture does not refill 100k
-    intents (minutes). `_STORE_EPOCH` forces a refill; so does `rm -rf benches/.cache`."""
+    format (schema, normalizer, the model id every stored vector belongs to, the tables'
+    filters), not the capture code's source. Every execution of this workload is its own
+    pattern (far below the grouping and duplicate thresholds), and a store of the current
+    schema is one the current server must serve whatever version wrote it, so a merge that
+    touches capture does not refill 100k intents (minutes). `_STORE_EPOCH` forces a refill;
+    so does `rm -rf benches/.cache`."""
     from benches import fill, service_server, service_workload
     from pml_server._core import NORMALIZER_VERSION
     from pml_server.embedding.minilm import _MODEL_IDS
-    from pml_server.storage.rocks import SCHEMA_VERSION
+    from pml_server.storage.rocks import BLOOM_BITS_PER_KEY, SCHEMA_VERSION
 
     digest = hashlib.sha256(f"{count}/{embedder}/{vectors}/epoch {_STORE_EPOCH}".encode())
+    # the tables' filters are written with them: a store filled without cannot show them
+    digest.update(f"bloom {BLOOM_BITS_PER_KEY}".encode())
     digest.update(inspect.getsource(service_workload).encode())
     digest.update(inspect.getsource(fill).encode())
     digest.update(inspect.getsource(service_server.populate).encode())

@@ -3,6 +3,7 @@
     python -m benches.service_server populate DATA_DIR COUNT EMBEDDER (vectors|text)
     python -m benches.service_server serve DATA_DIR EMBEDDER DURABILITY
     python -m benches.service_server null
+    python -m benches.service_server embed-only
     python -m benches.service_server canned DATA_DIR
 
 `populate` fills a store in-process (fast durability, client vectors or the embedder), so the
@@ -13,7 +14,10 @@ ceiling: a servicer of the same proto on the same gRPC server settings that does
 validation, proto conversion) over an engine that answers every Suggest with one real answer
 computed at start: the cost of everything but the engine's work. All print `PORT <n>` once bound
 and stop on SIGTERM;
-`serve` adds `METRICS <n>`, the port of its Prometheus /metrics.
+`serve` adds `METRICS <n>`, the port of its Prometheus /metrics. `embed-only` is the null
+servicer whose Suggest embeds the query with the server's own default embedder stack (cache,
+coalescer, MiniLM) and answers nothing: what any Suggest with the model can reach on this
+harness, the ceiling of the MiniLM rows.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from benches import service_workload as work
 from benches.fill import bulk_record_new, record_all
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
-from pml_server.api.server import _options, start_server
+from pml_server.api.server import SWITCH_INTERVAL_SECONDS, _options, start_server
 from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig, ServerConfig, config_of
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, SuggestResult, ToolCall
+from pml_server.embedding import make_embedder
 from pml_server.service import Engine
 
 TENANT = "default"
@@ -162,14 +167,40 @@ class NullServicer(pml_pb2_grpc.PmlServiceServicer):
             )
 
 
-def serve_null() -> None:
+class EmbedOnlyServicer(NullServicer):
+    """The null servicer, except that Suggest embeds its intent and RecordExecution a
+    successful run's intent, as the real server does (its embedder stack, its switch
+    interval), and nothing else: any server's ceiling on the model's rows."""
+
+    def __init__(self) -> None:
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)  # as `start_server` sets it
+        self._embedder = make_embedder("minilm")
+        self._embedder.embed(["warm up"])
+
+    def Suggest(  # noqa: N802 (the proto's method name)
+        self, request: pml_pb2.SuggestRequest, context: grpc.ServicerContext
+    ) -> pml_pb2.SuggestResponse:
+        self._embedder.embed([request.intent])
+        return pml_pb2.SuggestResponse()
+
+    def RecordExecution(  # noqa: N802 (the proto's method name)
+        self, request: pml_pb2.RecordExecutionRequest, context: grpc.ServicerContext
+    ) -> pml_pb2.RecordExecutionResponse:
+        record = request.record
+        succeeded = record.status == resources_pb2.EXECUTION_STATUS_SUCCESS
+        if succeeded and all(call.ok for call in record.tool_calls):  # rule 1: else no vector
+            self._embedder.embed([record.intent])
+        return pml_pb2.RecordExecutionResponse(result=self._saved)
+
+
+def serve_null(servicer: NullServicer) -> None:
     config = ServerConfig(listen="127.0.0.1:0")
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.max_workers),
         options=_options(config),
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )
-    pml_pb2_grpc.add_PmlServiceServicer_to_server(NullServicer(), server)
+    pml_pb2_grpc.add_PmlServiceServicer_to_server(servicer, server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = server.add_insecure_port(config.listen)
@@ -187,7 +218,9 @@ def main(argv: list[str]) -> None:
     elif command == "serve":
         serve(Path(argv[1]), argv[2], argv[3])
     elif command == "null":
-        serve_null()
+        serve_null(NullServicer())
+    elif command == "embed-only":
+        serve_null(EmbedOnlyServicer())
     elif command == "canned":
         serve_canned(Path(argv[1]))
     else:

@@ -84,6 +84,31 @@ def test_null_server_is_stopped_after_use() -> None:
     assert not Path(f"/proc/{pid}").exists() or null.process.returncode is not None
 
 
+def test_embed_only_servicer_embeds_what_the_server_would() -> None:
+    """The MiniLM rows' ceiling: its Suggest and RecordExecution answer, and the model ran
+    for every query and every successful record's intent (the cache counts its misses)."""
+    from benches.service_server import EmbedOnlyServicer
+    from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
+
+    servicer = EmbedOnlyServicer()
+    before = servicer._embedder.misses
+    servicer.Suggest(pml_pb2.SuggestRequest(intent="parse the csv export"), None)  # type: ignore[arg-type]
+    ok = resources_pb2.ExecutionRecord(
+        intent="load the json file", status=resources_pb2.EXECUTION_STATUS_SUCCESS
+    )
+    failed = resources_pb2.ExecutionRecord(
+        intent="write the log archive", status=resources_pb2.EXECUTION_STATUS_FAILURE
+    )
+    for record in (ok, failed):
+        reply = servicer.RecordExecution(pml_pb2.RecordExecutionRequest(record=record), None)  # type: ignore[arg-type]
+        assert reply.result.outcome == resources_pb2.CAPTURE_OUTCOME_SAVED
+    assert servicer._embedder.misses - before == 2  # the query and the successful run only
+    with harness.server("embed-only") as server:
+        result = harness.load(server.target, "suggest", 2, Plan.quick(), "text")
+        assert result["count"] > 0
+        assert result["errors"] == 0
+
+
 def test_peer_bench_runs_a_tiny_plan(tmp_path: Path) -> None:
     pytest.importorskip("chromadb", reason="the bench extra is not installed (make bench)")
     pytest.importorskip("matplotlib", reason="the bench extra is not installed (make bench)")
