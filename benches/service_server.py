@@ -15,9 +15,10 @@ validation, proto conversion) over an engine that answers every Suggest with one
 computed at start: the cost of everything but the engine's work. All print `PORT <n>` once bound
 and stop on SIGTERM;
 `serve` adds `METRICS <n>`, the port of its Prometheus /metrics. `embed-only` is the null
-servicer whose Suggest embeds the query with the server's own default embedder stack (cache,
-coalescer, MiniLM) and answers nothing: what any Suggest with the model can reach on this
-harness, the ceiling of the MiniLM rows.
+servicer whose Suggest embeds the query, and RecordExecution a successful run's intent, with the
+server's own default embedder stack (cache, coalescer, MiniLM) and switch interval, and does
+nothing else: what any server with the model can reach on this harness, the ceiling of the
+MiniLM rows.
 """
 
 from __future__ import annotations
@@ -170,10 +171,9 @@ class NullServicer(pml_pb2_grpc.PmlServiceServicer):
 class EmbedOnlyServicer(NullServicer):
     """The null servicer, except that Suggest embeds its intent and RecordExecution a
     successful run's intent, as the real server does (its embedder stack, its switch
-    interval), and nothing else: any server's ceiling on the model's rows."""
+    interval, set by `main`), and nothing else: any server's ceiling on the model's rows."""
 
     def __init__(self) -> None:
-        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)  # as `start_server` sets it
         self._embedder = make_embedder("minilm")
         self._embedder.embed(["warm up"])
 
@@ -220,6 +220,7 @@ def main(argv: list[str]) -> None:
     elif command == "null":
         serve_null(NullServicer())
     elif command == "embed-only":
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)  # as `start_server` sets it
         serve_null(EmbedOnlyServicer())
     elif command == "canned":
         serve_canned(Path(argv[1]))
