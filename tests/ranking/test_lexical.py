@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
-import snowballstemmer
-from hypothesis import given
+import Stemmer
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from snowballstemmer.english_stemmer import EnglishStemmer
 
+from benches import devset
 from pml_server.ranking import LexicalIndex, tokenize
+from pml_server.ranking.lexical import _stem
 
 
 def test_tokenize_stems_drops_stop_words_and_keeps_compound_names() -> None:
@@ -26,8 +30,93 @@ def test_tokenize_stems_drops_stop_words_and_keeps_compound_names() -> None:
 def test_numbers_skip_the_stemmer_because_it_leaves_them_unchanged(number: str) -> None:
     # `tokenize` passes ASCII numbers through without stemming: sound only while the
     # stemmer itself returns them unchanged
-    assert snowballstemmer.stemmer("english").stemWord(number) == number
+    assert Stemmer.Stemmer("english").stemWord(number) == number
     assert tokenize(f"invoice {number}") == ["invoic", number]
+
+
+# Words the English algorithm treats specially (its exceptions, the -ly/-ies/-ing/-eed/-y
+# rules, apostrophes), then accented and non-Latin words, which the stemmer receives as they are.
+_TRICKY_WORDS = [
+    "skies",
+    "dying",
+    "lying",
+    "tying",
+    "news",
+    "innings",
+    "outing",
+    "canning",
+    "herring",
+    "earring",
+    "proceed",
+    "exceed",
+    "succeed",
+    "gently",
+    "ugly",
+    "early",
+    "only",
+    "singly",
+    "sky",
+    "idly",
+    "spreadsheets",
+    "generously",
+    "consigned",
+    "knightly",
+    "fluently",
+    "abilities",
+    "agreed",
+    "feed",
+    "bleed",
+    "hopping",
+    "hoping",
+    "cry",
+    "cries",
+    "crying",
+    "say",
+    "arsenal",
+    "generic",
+    "communism",
+    "commune",
+    "universal",
+    "yes",
+    "ys",
+    "y'",
+    "'tis",
+    "don't",
+    "fish's",
+    "café",
+    "naïve",
+    "über",
+    "straße",
+    "привет",
+    "文件",
+    "résumés",
+    "crème",
+]
+
+
+def _python_stem(word: str) -> str:
+    # The pure-Python generation of the same Snowball algorithm, imported from its module:
+    # `snowballstemmer.stemmer` itself would hand back PyStemmer's when that is installed.
+    return str(EnglishStemmer().stemWord(word))
+
+
+@pytest.mark.parametrize("word", _TRICKY_WORDS)
+def test_the_stemmer_agrees_with_snowballs_python_generation(word: str) -> None:
+    assert _stem(word) == _python_stem(word)
+
+
+@settings(max_examples=500)
+@given(
+    st.text(
+        alphabet=st.characters(
+            categories=("Ll", "Lo", "Nd"), include_characters="'", max_codepoint=0x2FFF
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_the_stemmer_agrees_with_snowballs_python_generation_on_any_word(word: str) -> None:
+    assert Stemmer.Stemmer("english").stemWord(word) == _python_stem(word)
 
 
 def make_index() -> LexicalIndex:
@@ -156,3 +245,15 @@ def test_add_terms_grows_a_document_and_remove_terms_shrinks_it_back() -> None:
     grown.remove_terms("p", "anything")  # unknown ids do nothing (replayed deletions)
     with pytest.raises(ValueError, match="doc_id"):
         grown.add_terms("", "text")
+
+
+@pytest.mark.skipif(not devset.available(), reason="../shared/devset not present")
+def test_the_stemmer_agrees_with_snowballs_python_generation_on_the_dev_sets_words() -> None:
+    text = " ".join(
+        path.read_text(encoding="utf-8")
+        for path in (devset.DEVSET / "executions.jsonl", devset.DEVSET / "queries.jsonl")
+    )
+    words = {word.lower() for word in re.findall(r"[^\W\d_]+", text)}
+    assert len(words) > 1000
+    stemmer = Stemmer.Stemmer("english")
+    assert [w for w in sorted(words) if stemmer.stemWord(w) != _python_stem(w)] == []
