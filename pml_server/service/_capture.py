@@ -56,6 +56,21 @@ Outcome = CaptureResult | Exception
 
 
 def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> CaptureResult:
+    """One capture. Concurrent calls of one tenant are grouped (`EngineState.capture_groups`):
+    a call alone is captured at once; calls that arrive while the capture slots are busy
+    become one `record_many` batch, whose outcomes are those of consecutive calls."""
+    supplied = _checked(state, tenant, execution)
+    return state.capture_groups.call(
+        tenant,
+        (execution, supplied),
+        run_one=lambda item: _record_checked(state, tenant, *item),
+        run_many=lambda items: record_many(state, tenant, [e for e, _ in items]),
+    )
+
+
+def _checked(state: EngineState, tenant: str, execution: ExecutionRecord) -> Vector | None:
+    """`record`'s checks, in its order (a bad record is refused before readiness is): the
+    client's vector, checked, if it sent one."""
     check_tenant(tenant)
     validate_record(execution, state.limits)
     supplied = (
@@ -64,6 +79,12 @@ def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> Captu
         else None
     )
     state.readiness.require()
+    return supplied
+
+
+def _record_checked(
+    state: EngineState, tenant: str, execution: ExecutionRecord, supplied: Vector | None
+) -> CaptureResult:
     succeeded = run_succeeded(execution)
     with state.locks.request.lock_for(tenant, execution.request_id):
         # A shared store inserts the request id's row first in the capture's commit, which

@@ -17,12 +17,15 @@ from pml_server.capture.normalize import NormalizedCode
 from pml_server.capture.rules import CaptureLimits
 from pml_server.config import EngineConfig
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError, UnavailableError
+from pml_server.domain.limits import LIMITS
+from pml_server.domain.model import CaptureResult, ExecutionRecord
 from pml_server.domain.records import IntentRecord, TenantStats
 from pml_server.domain.vectors import Vector
 from pml_server.embedding import CachedEmbedder
 from pml_server.embedding.base import Embedder
 from pml_server.ranking import RankingConfig, default_ranking
 from pml_server.search import TenantIndexes
+from pml_server.service._call_groups import CallGroups
 from pml_server.service._views import ViewCache
 from pml_server.storage import StoreBackend, repository_for
 from pml_server.storage.seam import Locks as SeamLocks
@@ -33,6 +36,11 @@ if TYPE_CHECKING:
 Clock = Callable[[], int]
 Normalizer = Callable[[str, str], NormalizedCode]
 IndexAdd = tuple[IntentRecord, tuple[str, ...]]
+
+# Unary captures in flight at once (`_capture.record`; more callers queue and are captured
+# together): two, so that while one batch waits for the disk or runs Python the other keeps
+# the model's two cores busy.
+CAPTURE_SLOTS = 2
 
 
 @dataclass
@@ -115,6 +123,10 @@ class EngineState:
         self.intent_ids = store.allocator("intent")
         self.seqs = store.allocator("seq")
         self.indexes = TenantIndexes(config.vector_index, embedder.dim)
+        # Concurrent unary captures of one tenant, grouped into `record_many` batches.
+        self.capture_groups: CallGroups[
+            str, tuple[ExecutionRecord, Vector | None], CaptureResult
+        ] = CallGroups(CAPTURE_SLOTS, LIMITS.capture_batch.bound)
         # Index additions of the batch this thread is capturing (`record_many`), if any.
         self.staged_adds = threading.local()
         self.readiness = Readiness()

@@ -5,9 +5,11 @@ inside one batch."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -287,3 +289,79 @@ def test_a_batch_stores_secrets_redacted_exactly_as_single_captures(tmp_path: Pa
     finally:
         one.close()
         batched.close()
+
+
+class _GatedEmbedder:
+    """The engine's embedder, its first `gated` calls held until `release` is set: the unary
+    captures arriving meanwhile queue behind the busy capture slots."""
+
+    def __init__(self, inner: Any, gated: int) -> None:
+        self._inner = inner
+        self._gated = gated
+        self._lock = threading.Lock()
+        self.held = threading.Semaphore(0)
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        with self._lock:
+            gate = self._gated > 0
+            self._gated -= 1
+        if gate:
+            self.held.release()
+            assert self.release.wait(30)
+        return self._inner.embed(texts)
+
+
+def test_concurrent_unary_captures_are_grouped_with_the_counters_of_sequential_ones(
+    tmp_path: Path,
+) -> None:
+    # Two captures take the two slots and wait in the model; the rest arrive meanwhile and
+    # are captured together as `record_many` batches.
+    first = [
+        make_record("w0", "Archive old logs", ["list_files", "zip"]),
+        make_record("w1", "Resize images", ["read_image", "resize"]),
+    ]
+    rest = [r for r in _workload() if r.intent and r.code != "other()"]
+    one = open_engine(tmp_path / "one", Clock())
+    grouped = open_engine(tmp_path / "grouped", Clock())
+    try:
+        _sequential(one, first + rest)
+        state = grouped._state
+        gate = _GatedEmbedder(state.embedder, gated=len(first))
+        state.embedder = gate
+        outcomes: list[CaptureResult | Exception] = []
+
+        def capture(record: ExecutionRecord) -> None:
+            try:
+                outcomes.append(grouped.record("t", record))
+            except Exception as error:
+                outcomes.append(error)
+
+        threads = [threading.Thread(target=capture, args=(r,)) for r in first]
+        for thread in threads:
+            thread.start()
+        for _ in first:
+            assert gate.held.acquire(timeout=30)
+        for record in rest:
+            threads.append(threading.Thread(target=capture, args=(record,)))
+            threads[-1].start()
+        deadline = time.monotonic() + 30
+        while sum(map(len, state.capture_groups._queues.values())) < len(rest):
+            assert time.monotonic() < deadline, "the unary captures did not queue"
+            time.sleep(0.005)
+        gate.release.set()
+        for thread in threads:
+            thread.join(30)
+        assert not [o for o in outcomes if isinstance(o, Exception)]
+        assert len(outcomes) == len(first) + len(rest)
+        assert state.capture_groups.runs < len(outcomes)  # some ran as one batch
+        assert grouped.stats("t") == one.stats("t")
+        assert _patterns(grouped) == _patterns(one)
+        query = SuggestQuery(intent="Read a JSON file", k=5)
+        assert _ranked(grouped, query) == _ranked(one, query)
+    finally:
+        one.close()
+        grouped.close()
