@@ -56,10 +56,16 @@ Outcome = CaptureResult | Exception
 
 
 def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> CaptureResult:
-    """One capture. Concurrent calls of one tenant are grouped (`EngineState.capture_groups`):
-    a call alone is captured at once; calls that arrive while the capture slots are busy
-    become one `record_many` batch, whose outcomes are those of consecutive calls."""
+    """One capture. On the embedded store, concurrent calls of one tenant are grouped
+    (`EngineState.capture_groups`): a call alone is captured at once; calls that arrive while
+    the capture slots are busy become one `record_many` batch, whose outcomes are those of
+    consecutive calls, sharing its embedding call, index insert and durability wait. A shared
+    store commits every capture as a transaction of its own (its pattern locks are the
+    transaction's), so a batch would only queue those round trips behind each other: there
+    every call runs at once, as many in flight as callers."""
     supplied = _checked(state, tenant, execution)
+    if state.store.shared:
+        return _record_checked(state, tenant, execution, supplied)
     return state.capture_groups.call(
         tenant,
         (execution, supplied),
