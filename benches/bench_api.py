@@ -294,8 +294,11 @@ def _suggest_row(n: int) -> Row:
 
 def run(large: bool) -> list[Row]:
     quick = bool(os.environ.get("PML_BENCH_QUICK"))
-    # 300 executions: the ratios of 600 within the noise, in half the time (--large: all)
-    n = 60 if quick else len(devset_workload.executions()) if large else 300
+    # 1,000 executions, a quarter of the dev set spread over it (--large: all of it). At 300
+    # the stream took 0.6 s, and its first batch, which nothing overlaps, weighed: 0.80x
+    # against 0.85x at 1,000 in back-to-back runs on a quiet machine
+    # (`python -m benches.capture_profile stream N`).
+    n = 60 if quick else len(devset_workload.executions()) if large else 1000
     rows = _capture_rows(n)
     rows.append(_import_row(60 if quick else None))
     rows += _client_vector_rows()

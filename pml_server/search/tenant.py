@@ -77,6 +77,11 @@ class TenantSearchIndex:
         self._read_lock: AbstractContextManager[object] = (
             self._write_lock if kind == "exact" else contextlib.nullcontext()
         )
+        # Intents a batch has committed whose insert comes at the end of the batch
+        # (`stage`, then `add_many`), by pattern, with their vectors: `near_intents` must see
+        # them although the vector index does not have them yet.
+        self._unindexed: dict[str, dict[int, Vector]] = {}
+        self._unindexed_lock = threading.Lock()
 
     @classmethod
     def restore(cls, kind: str, dim: int, data: bytes) -> TenantSearchIndex:
@@ -135,6 +140,37 @@ class TenantSearchIndex:
             self._vector_changes += 1
         for intent, tools in adds:
             self._add_lexical_locked(intent, tools)
+        with self._unindexed_lock:  # indexed and linked to its pattern by now
+            for intent, _ in adds:
+                staged = self._unindexed.get(intent.pattern_id)
+                if staged is not None:
+                    staged.pop(intent.id, None)
+                    if not staged:
+                        del self._unindexed[intent.pattern_id]
+
+    def stage(self, adds: Sequence[tuple[IntentRecord, Sequence[str]]]) -> None:
+        """Note intents committed now and inserted later by `add_many` (a batch's)."""
+        with self._unindexed_lock:
+            for intent, _ in adds:
+                self._unindexed.setdefault(intent.pattern_id, {})[intent.id] = intent.vector
+
+    def near_intents(self, pattern_id: str, query: Vector, threshold: float) -> list[int] | None:
+        """The ids, ascending, of the pattern's intents whose exact cosine to `query` may reach
+        `threshold`: the indexed ones the vector index scores within `HNSW_SCORE_ERROR` of it,
+        and the staged ones. Caller holds the pattern's lock, so every intent of the pattern is
+        one or the other. None for the numpy index, whose search rebuilds its matrix after
+        every add (the caller compares with every intent instead)."""
+        if not self.ranks_in_core():
+            return None
+        floor = threshold - _core.HNSW_SCORE_ERROR
+        # Staged ones first: `_add_many_locked` links an intent to its pattern before it
+        # unstages it, so one read or the other finds it.
+        with self._unindexed_lock:
+            staged = list(self._unindexed.get(pattern_id, {}).items())
+        scores = self.exact_scores(query, self.intents_of(pattern_id))
+        near = {i for i, score in scores.items() if score >= floor}
+        near.update(i for i, vector in staged if float(vector @ query) >= floor)
+        return sorted(near)
 
     def _add_lexical_locked(self, intent: IntentRecord, tools: Sequence[str]) -> None:
         if intent.id in self._lexical_text:

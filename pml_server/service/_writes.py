@@ -142,7 +142,9 @@ def _apply_to_indexes(state: EngineState, tenant: str, change: Change) -> None:
         apply_rank_changes(state.indexes.for_tenant(tenant).ranks, change)
     staged: list[IndexAdd] | None = getattr(state.staged_adds, "adds", None)
     if staged is not None and not change.index_removes:
-        staged += change.index_adds
+        if change.index_adds:  # inserted at the end of the batch (`apply_staged_adds`)
+            state.indexes.for_tenant(tenant).stage(change.index_adds)
+            staged += change.index_adds
     elif change.index_adds or change.index_removes:
         index = state.indexes.for_tenant(tenant)
         index.remove(change.index_removes)

@@ -281,6 +281,13 @@ class Repository:
         rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""))
         return [decode_intent(v) for _, v in rows]
 
+    def intents_by_id(
+        self, tenant: str, pattern_id: str, intent_ids: Sequence[int]
+    ) -> list[IntentRecord]:
+        """The pattern's intents named, in the order given, skipping any gone: one multi-get."""
+        keys = [tenant_key(tenant, pattern_id, u64(intent_id)) for intent_id in intent_ids]
+        return [decode_intent(raw) for raw in self.store.get_many(CF_INTENTS, keys) if raw]
+
     def intent_views_by_id(
         self, tenant: str, wanted: Sequence[tuple[str, int]]
     ) -> list[IntentRecord | None]:
