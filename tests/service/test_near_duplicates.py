@@ -10,6 +10,7 @@ import itertools
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -83,7 +84,9 @@ def test_near_duplicates_are_decided_as_against_every_intent_of_the_pattern(
         batched.close()
 
 
-def test_a_popular_patterns_capture_reads_only_its_near_intents(tmp_path: Path) -> None:
+def test_a_popular_patterns_capture_reads_only_its_near_intents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # 300 distinct intents of one pattern, then a near-duplicate of one of them: the capture
     # reads the candidate the index names, not the pattern's 300 intents.
     engine = open_engine(tmp_path / "db", Clock())
@@ -106,9 +109,10 @@ def test_a_popular_patterns_capture_reads_only_its_near_intents(tmp_path: Path) 
             read.append(len(rows))
             return rows
 
-        store.scan, store.get_many = counted_scan, counted_get_many  # type: ignore[method-assign]
-        result = engine.record("t", make_record("again", distinct[7], TOOLS))
-        store.scan, store.get_many = scan, get_many  # type: ignore[method-assign]
+        with monkeypatch.context() as patched:
+            patched.setattr(store, "scan", counted_scan)
+            patched.setattr(store, "get_many", counted_get_many)
+            result = engine.record("t", make_record("again", distinct[7], TOOLS))
         assert result.pattern_id
         assert max(read) < 10  # before: one scan of all 300 intents
         hits = dict(_mappings(engine))
