@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from pml_server import _core
 from pml_server.domain.records import IntentRecord
@@ -78,7 +79,7 @@ class TenantSearchIndex:
             self._write_lock if kind == "exact" else contextlib.nullcontext()
         )
         # Intents a batch has committed whose insert comes at the end of the batch
-        # (`stage`, then `add_many`), by pattern, with their vectors: `near_intents` must see
+        # (`stage`, then `add_many`), by pattern, with their vectors: `closest_candidates` must see
         # them although the vector index does not have them yet.
         self._unindexed: dict[str, dict[int, Vector]] = {}
         self._unindexed_lock = threading.Lock()
@@ -154,23 +155,66 @@ class TenantSearchIndex:
             for intent, _ in adds:
                 self._unindexed.setdefault(intent.pattern_id, {})[intent.id] = intent.vector
 
-    def near_intents(self, pattern_id: str, query: Vector, threshold: float) -> list[int] | None:
-        """The ids, ascending, of the pattern's intents whose exact cosine to `query` may reach
-        `threshold`: the indexed ones the vector index scores within `HNSW_SCORE_ERROR` of it,
-        and the staged ones. Caller holds the pattern's lock, so every intent of the pattern is
-        one or the other. None for the numpy index, whose search rebuilds its matrix after
-        every add (the caller compares with every intent instead)."""
+    def closest_candidates(
+        self, pattern_ids: Sequence[str], query: Vector, threshold: float
+    ) -> list[tuple[str, int]] | None:
+        """(pattern id, intent id), in the order given then by id, of the intents of the
+        patterns among which lies the one closest to `query` by exact cosine, whenever that
+        one is within `threshold`: the vector index scores every indexed intent (within
+        `HNSW_SCORE_ERROR` of the exact cosine), the staged ones are scored exactly, and only
+        those whose exact cosine could still be both the best and within the threshold are
+        named. Every committed intent of a pattern is indexed or staged. None for the numpy
+        index, whose search rebuilds its matrix after every add (the caller reads them all)."""
         if not self.ranks_in_core():
             return None
-        floor = threshold - _core.HNSW_SCORE_ERROR
         # Staged ones first: `_add_many_locked` links an intent to its pattern before it
         # unstages it, so one read or the other finds it.
         with self._unindexed_lock:
-            staged = list(self._unindexed.get(pattern_id, {}).items())
-        scores = self.exact_scores(query, self.intents_of(pattern_id))
-        near = {i for i, score in scores.items() if score >= floor}
-        near.update(i for i, vector in staged if float(vector @ query) >= floor)
-        return sorted(near)
+            staged = [
+                (intent_id, vector)
+                for pattern_id in pattern_ids
+                for intent_id, vector in self._unindexed.get(pattern_id, {}).items()
+            ]
+        indexed = [i for p in pattern_ids for i in self.intents_of(p)]
+        ids, scores = self._exact_arrays(query, indexed)
+        if staged:
+            ids = np.concatenate([ids, np.array([i for i, _ in staged], dtype=np.uint64)])
+            exact = np.array([float(v @ query) for _, v in staged], dtype=np.float32)
+            scores = np.concatenate([scores, exact])
+        if len(ids) == 0:
+            return []
+        error = _core.HNSW_SCORE_ERROR
+        # The closest's exact cosine c is within `threshold` and at least the best score less
+        # the error; its own score is at most the error below c.
+        floor = max(threshold, float(scores.max()) - error) - error
+        order = {p: n for n, p in enumerate(pattern_ids)}
+        near = set(ids[scores >= floor].tolist())
+        named = [(pattern, i) for i in near if (pattern := self._pattern_of_near(i, staged))]
+        return sorted(named, key=lambda w: (order[w[0]], w[1]))
+
+    def _pattern_of_near(self, intent_id: int, staged: list[tuple[int, Vector]]) -> str | None:
+        pattern = self.ranks.pattern_of(intent_id)
+        if pattern is None and any(i == intent_id for i, _ in staged):
+            with self._unindexed_lock:  # still staged: find its pattern there
+                pattern = next(
+                    (p for p, held in self._unindexed.items() if intent_id in held), None
+                )
+        return pattern
+
+    def _exact_arrays(
+        self, query: Vector, intent_ids: Sequence[int]
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
+        """`exact_scores` as two arrays (ids, scores), for many ids."""
+        wanted = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
+        query32 = query.astype(np.float32)
+        id_parts, score_parts = [np.zeros(0, np.uint64)], [np.zeros(0, np.float32)]
+        for first in range(0, len(wanted), EXACT_SCAN_MIN):
+            chunk = wanted[first : first + EXACT_SCAN_MIN]
+            with self._read_lock:
+                found, scores = self.ann.search(query32, len(chunk), allow=chunk)
+            id_parts.append(found.astype(np.uint64))
+            score_parts.append(scores.astype(np.float32))
+        return np.concatenate(id_parts), np.concatenate(score_parts)
 
     def _add_lexical_locked(self, intent: IntentRecord, tools: Sequence[str]) -> None:
         if intent.id in self._lexical_text:

@@ -44,6 +44,7 @@ from pml_server.embedding import CachedEmbedder
 from pml_server.service._arguments import check_tenant
 from pml_server.service._grouping import capability_for_new_pattern
 from pml_server.service._idempotency import encode_result, replay_answer
+from pml_server.service._near import closest_candidates
 from pml_server.service._state import EngineState, no_words_error, usable
 from pml_server.service._writes import (
     Change,
@@ -362,22 +363,9 @@ def _near_duplicate_intent(
     state: EngineState, tenant: str, pattern_id: str, vector: Vector
 ) -> IntentRecord | None:
     """Rule 5: the pattern's intent closest to `vector` (the oldest of equals) if within the
-    near-duplicate threshold. The in-memory index names the few intents near enough to
-    qualify, and their stored vectors decide, as they would among all the pattern's intents:
-    reading all of them made a popular pattern's capture cost grow with its intents (3,000
-    intents: 14 ms a capture). A shared store reads them all: other replicas' intents reach
-    this replica's index late."""
+    near-duplicate threshold (`_near`: read from the few candidates, not all its intents)."""
     threshold = state.thresholds.intent_duplicate
-    near = (
-        None
-        if state.store.shared
-        else state.indexes.for_tenant(tenant).near_intents(pattern_id, vector, threshold)
-    )
-    intents = (
-        state.repo.intents(tenant, pattern_id)
-        if near is None
-        else state.repo.intents_by_id(tenant, pattern_id, near)
-    )
+    intents = closest_candidates(state, tenant, [pattern_id], vector, threshold)
     found = near_duplicate([i.vector for i in intents], vector, threshold)
     return None if found is None else intents[found]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pml_server.capture.dedup import choose_capability
 from pml_server.domain.vectors import Vector
 from pml_server.search import TenantSearchIndex
+from pml_server.service._near import closest_candidates
 from pml_server.service._state import EngineState
 from pml_server.service._writes import apply_staged_adds
 from pml_server.storage.repo import Repository
@@ -27,7 +28,7 @@ def capability_for_new_pattern(
     same_tools = state.repo.capabilities_with_tools(tenant, signature)
     threshold = state.thresholds.capability_group
     if len(same_tools) <= MAX_GROUP_CANDIDATES:
-        candidates = capability_vectors(state.repo, tenant, same_tools)
+        candidates = capability_vectors(state, tenant, same_tools, vector, threshold)
         return choose_capability(candidates, vector, threshold)
     apply_staged_adds(state, tenant)  # the earlier records of a batch are candidates too
     return nearest_allowed_capability(
@@ -42,17 +43,17 @@ def capability_for_new_pattern(
 
 
 def capability_vectors(
-    repo: Repository, tenant: str, capability_ids: list[str]
+    state: EngineState, tenant: str, capability_ids: list[str], vector: Vector, threshold: float
 ) -> list[tuple[str, list[Vector]]]:
-    """Every intent vector of each capability, for the exact comparison (few capabilities)."""
+    """For each capability, the vectors of its intents among which lies its closest to
+    `vector` when that one is within `threshold` (`_near`): the exact comparison (few
+    capabilities) without reading every intent of a crowded capability."""
     candidates = []
     for capability_id in capability_ids:
-        capability = repo.capability(tenant, capability_id)
+        capability = state.repo.capability(tenant, capability_id)
         if capability is not None:
-            vectors = [
-                i.vector for pid in capability.pattern_ids for i in repo.intents(tenant, pid)
-            ]
-            candidates.append((capability_id, vectors))
+            near = closest_candidates(state, tenant, capability.pattern_ids, vector, threshold)
+            candidates.append((capability_id, [i.vector for i in near]))
     return candidates
 
 

@@ -282,11 +282,15 @@ class Repository:
         return [decode_intent(v) for _, v in rows]
 
     def intents_by_id(
-        self, tenant: str, pattern_id: str, intent_ids: Sequence[int]
-    ) -> list[IntentRecord]:
-        """The pattern's intents named, in the order given, skipping any gone: one multi-get."""
-        keys = [tenant_key(tenant, pattern_id, u64(intent_id)) for intent_id in intent_ids]
-        return [decode_intent(raw) for raw in self.store.get_many(CF_INTENTS, keys) if raw]
+        self, tenant: str, wanted: Sequence[tuple[str, int]]
+    ) -> list[IntentRecord | None]:
+        """The intents named by (pattern id, intent id), in order, None where gone: one
+        multi-get instead of a prefix scan per pattern."""
+        keys = [tenant_key(tenant, pattern_id, u64(intent_id)) for pattern_id, intent_id in wanted]
+        return [
+            None if raw is None else decode_intent(raw)
+            for raw in self.store.get_many(CF_INTENTS, keys)
+        ]
 
     def intent_views_by_id(
         self, tenant: str, wanted: Sequence[tuple[str, int]]

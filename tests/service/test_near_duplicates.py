@@ -120,3 +120,64 @@ def test_a_popular_patterns_capture_reads_only_its_near_intents(
         assert len(hits) == 300
     finally:
         engine.close()
+
+
+records_of_one_signature = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from(WORDS), min_size=2, max_size=6).map(" ".join),
+        st.sampled_from(["a()", "b()", "c()", "d()", "e()", "f()"]),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def _capture_all(
+    root: Path, records: list[ExecutionRecord], batch: int, read_all: bool
+) -> list[object]:
+    """Every outcome, the patterns and the capabilities of `records` captured in batches, with
+    ids drawn from a fixed seed; `read_all`: the decisions read every intent (the index names
+    no candidates), as before."""
+    import random
+
+    from pml_server.search import TenantSearchIndex
+    from pml_server.service import _writes
+
+    engine = open_engine(root, Clock())
+    saved_ids, saved_scores = _writes._ids, TenantSearchIndex.closest_candidates
+    _writes._ids = random.Random(7)  # type: ignore[assignment]
+    if read_all:
+        TenantSearchIndex.closest_candidates = lambda self, ids, query, t: None  # type: ignore[assignment,method-assign]
+    try:
+        outcomes: list[object] = []
+        for start in range(0, len(records), batch):
+            outcomes += engine.record_many("t", records[start : start + batch])
+        page = engine.list_capabilities("t", PageRequest(page_size=100))
+        capabilities = sorted((c.id, tuple(sorted(c.pattern_ids))) for c in page.items)
+        return [outcomes, _mappings_by_pattern(engine), capabilities, engine.stats("t")]
+    finally:
+        _writes._ids = saved_ids
+        TenantSearchIndex.closest_candidates = saved_scores  # type: ignore[method-assign]
+        engine.close()
+
+
+def _mappings_by_pattern(engine: Engine) -> list[tuple[object, ...]]:
+    page = engine.list_patterns("t", PageRequest(page_size=100))
+    return sorted(
+        (p.id, p.capability_id, tuple(sorted((i.text, i.hit_count) for i in p.intents)))
+        for p in page.items
+    )
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(rows=records_of_one_signature, batch=st.integers(min_value=1, max_value=8))
+def test_grouping_and_near_duplicates_decide_as_when_reading_every_intent(
+    tmp_path_factory: object, rows: list[tuple[str, str]], batch: int
+) -> None:
+    root: Path = tmp_path_factory.mktemp("groups")  # type: ignore[attr-defined]
+    records = [make_record(f"r{n}", t, TOOLS, code=code) for n, (t, code) in enumerate(rows)]
+    assert _capture_all(root / "new", records, batch, read_all=False) == _capture_all(
+        root / "old", records, batch, read_all=True
+    )
