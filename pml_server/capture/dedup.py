@@ -34,7 +34,12 @@ def best_match(candidates: Sequence[Vector], query: Vector) -> tuple[int, float]
     """Index and cosine of the candidate closest to `query` (None when there is none)."""
     if not candidates:
         return None
-    scores = np.stack(candidates) @ query
+    # In float64, where a product of two float32 values is exact, rounded back to float32: a
+    # row's score then does not depend on the other rows (a float32 matrix product rounds a
+    # row's sum differently with the matrix's shape), so two equal intents compared in two
+    # groups of different sizes tie, and the first in order wins, wherever they are compared.
+    rows = np.stack(candidates).astype(np.float64)
+    scores = (rows @ query.astype(np.float64)).astype(np.float32)
     best = int(np.argmax(scores))
     return best, float(scores[best])
 

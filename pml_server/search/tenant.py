@@ -78,9 +78,9 @@ class TenantSearchIndex:
         self._read_lock: AbstractContextManager[object] = (
             self._write_lock if kind == "exact" else contextlib.nullcontext()
         )
-        # Intents a batch has committed whose insert comes at the end of the batch
-        # (`stage`, then `add_many`), by pattern, with their vectors: `closest_candidates` must see
-        # them although the vector index does not have them yet.
+        # Intents a batch has committed whose insert comes at the end of the batch (`stage`,
+        # then `add_many`), by pattern, with their vectors: `closest_candidates` must see them
+        # although the vector index does not have them yet.
         self._unindexed: dict[str, dict[int, Vector]] = {}
         self._unindexed_lock = threading.Lock()
 
@@ -170,41 +170,33 @@ class TenantSearchIndex:
         # Staged ones first: `_add_many_locked` links an intent to its pattern before it
         # unstages it, so one read or the other finds it.
         with self._unindexed_lock:
-            staged = [
-                (intent_id, vector)
+            staged = {
+                intent_id: (pattern_id, vector)
                 for pattern_id in pattern_ids
                 for intent_id, vector in self._unindexed.get(pattern_id, {}).items()
-            ]
-        indexed = [i for p in pattern_ids for i in self.intents_of(p)]
-        ids, scores = self._exact_arrays(query, indexed)
+            }
+        pattern_of = {i: p for p in pattern_ids for i in self.intents_of(p)}
+        ids, scores = self._exact_arrays(query, list(pattern_of))
         if staged:
-            ids = np.concatenate([ids, np.array([i for i, _ in staged], dtype=np.uint64)])
-            exact = np.array([float(v @ query) for _, v in staged], dtype=np.float32)
-            scores = np.concatenate([scores, exact])
+            ids = np.concatenate([ids, np.fromiter(staged, dtype=np.uint64, count=len(staged))])
+            exact = [float(vector @ query) for _, vector in staged.values()]
+            scores = np.concatenate([scores, np.array(exact, dtype=np.float32)])
         if len(ids) == 0:
             return []
         error = _core.HNSW_SCORE_ERROR
         # The closest's exact cosine c is within `threshold` and at least the best score less
         # the error; its own score is at most the error below c.
         floor = max(threshold, float(scores.max()) - error) - error
+        for intent_id, (pattern_id, _) in staged.items():
+            pattern_of.setdefault(intent_id, pattern_id)
         order = {p: n for n, p in enumerate(pattern_ids)}
-        near = set(ids[scores >= floor].tolist())
-        named = [(pattern, i) for i in near if (pattern := self._pattern_of_near(i, staged))]
-        return sorted(named, key=lambda w: (order[w[0]], w[1]))
-
-    def _pattern_of_near(self, intent_id: int, staged: list[tuple[int, Vector]]) -> str | None:
-        pattern = self.ranks.pattern_of(intent_id)
-        if pattern is None and any(i == intent_id for i, _ in staged):
-            with self._unindexed_lock:  # still staged: find its pattern there
-                pattern = next(
-                    (p for p, held in self._unindexed.items() if intent_id in held), None
-                )
-        return pattern
+        near = {(pattern_of[i], i) for i in ids[scores >= floor].tolist()}
+        return sorted(near, key=lambda named: (order[named[0]], named[1]))
 
     def _exact_arrays(
         self, query: Vector, intent_ids: Sequence[int]
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
-        """`exact_scores` as two arrays (ids, scores), for many ids."""
+        """`exact_scores` as two arrays, ids and scores (none for an id no longer indexed)."""
         wanted = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
         query32 = query.astype(np.float32)
         id_parts, score_parts = [np.zeros(0, np.uint64)], [np.zeros(0, np.float32)]
@@ -256,15 +248,8 @@ class TenantSearchIndex:
         """The exact cosine of `query` to each listed intent still indexed, in one index call
         per chunk: an allow-list no larger than the index's exact-scan size is scanned exactly,
         not walked approximately."""
-        out: dict[int, float] = {}
-        wanted = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
-        query32 = query.astype(np.float32)
-        for first in range(0, len(wanted), EXACT_SCAN_MIN):
-            chunk = wanted[first : first + EXACT_SCAN_MIN]
-            with self._read_lock:
-                ids, scores = self.ann.search(query32, len(chunk), allow=chunk)
-            out.update(zip(ids.tolist(), scores.tolist(), strict=True))
-        return out
+        ids, scores = self._exact_arrays(query, intent_ids)
+        return dict(zip(ids.tolist(), scores.tolist(), strict=True))
 
     def pattern_of(self, intent_id: int) -> str | None:
         """The pattern an indexed intent stands for."""
