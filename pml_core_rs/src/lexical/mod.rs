@@ -22,6 +22,9 @@
 //!
 //! This type is not synchronized; the Python handle wraps it in an `RwLock`.
 
+mod daat;
+#[cfg(test)]
+mod daat_tests;
 mod prune;
 #[cfg(test)]
 mod prune_tests;
@@ -38,6 +41,15 @@ use crate::error::{CoreError, CoreResult};
 /// count in each (kept as f64, the type it is scored in; exact below 2^53). Separate arrays let
 /// `search` run the BM25 division over contiguous counts, which the compiler vectorizes.
 ///
+/// The first `sorted` entries are in ascending document order (`daat.rs` walks them document
+/// at a time, skipping ahead by binary search); entries after them are a short unsorted tail,
+/// documents that joined out of order (a document number reused, a term added to an older
+/// document), merged in once the tail outgrows `tail_room`. A removal in the sorted part
+/// leaves a tombstone (count 0, so it scores nothing) counted in `dead`, so nothing shifts;
+/// the list is compacted once a quarter of it is dead. Both keep an update O(tail + log n)
+/// with amortized O(1) moves, where keeping the whole list sorted would move up to the whole
+/// list (8 MB for a term in every document of a 1M index) on each out-of-order change.
+///
 /// `max_tf` and `min_length` bound the term's BM25 contribution for the pruning: never below
 /// the largest count, never above the shortest document length in the list. They are only
 /// pushed outwards (a removal leaves them loose, which is still sound) and reset when the list
@@ -48,6 +60,8 @@ struct Postings {
     tfs: Vec<f64>,
     max_tf: f64,
     min_length: f64,
+    sorted: u32,
+    dead: u32,
 }
 
 impl Default for Postings {
@@ -57,23 +71,160 @@ impl Default for Postings {
             tfs: Vec::new(),
             max_tf: 0.0,
             min_length: f64::INFINITY,
+            sorted: 0,
+            dead: 0,
         }
     }
 }
 
-/// A term of one document: its count and where the document sits in the term's posting list,
-/// so a change to one document touches one posting entry instead of scanning the list.
-/// Both fit in u32 (a posting holds at most one entry per document number, a u32; a count
-/// beyond u32 is refused).
+/// How long the unsorted tail of a list of `len` entries may grow before it is merged into the
+/// sorted part. A search scores the tail's documents one by one from their own terms (about
+/// 0.9 us each at 1M documents), a merge moves the list: a root of the length keeps both small
+/// (at 1M: at most 94 documents scored, about 10k entries moved per out-of-order insert).
+fn tail_room(len: usize) -> usize {
+    32 + len.isqrt() / 16
+}
+
+impl Postings {
+    /// Documents holding the term (tombstones excluded): the document frequency.
+    fn live(&self) -> usize {
+        self.docs.len() - self.dead as usize
+    }
+
+    /// The sorted part: ascending document numbers, tombstones (count 0) included.
+    fn sorted_part(&self) -> (&[u32], &[f64]) {
+        let n = self.sorted as usize;
+        (&self.docs[..n], &self.tfs[..n])
+    }
+
+    /// The unsorted tail's entries (never tombstones).
+    fn tail(&self) -> (&[u32], &[f64]) {
+        let n = self.sorted as usize;
+        (&self.docs[n..], &self.tfs[n..])
+    }
+
+    /// Where `doc` sits (live or tombstone); the last entry first, where a document being
+    /// filled has just put it.
+    fn find(&self, doc: u32) -> Option<usize> {
+        let last = self.docs.len().checked_sub(1)?;
+        if self.docs[last] == doc {
+            return Some(last);
+        }
+        let sorted = self.sorted as usize;
+        if let Ok(at) = self.docs[..sorted].binary_search(&doc) {
+            return Some(at);
+        }
+        self.docs[sorted..]
+            .iter()
+            .position(|&d| d == doc)
+            .map(|at| sorted + at)
+    }
+
+    /// Put `doc` in with count `tf`, the term not yet in that document.
+    fn insert(&mut self, doc: u32, tf: f64) {
+        let sorted = self.sorted as usize;
+        if let Ok(at) = self.docs[..sorted].binary_search(&doc) {
+            // its tombstone (the number's former document had the term): revived in place
+            debug_assert_eq!(self.tfs[at], 0.0);
+            self.tfs[at] = tf;
+            self.dead -= 1;
+            return;
+        }
+        if self.docs.capacity() == 0 {
+            // most terms stay in one document: no room for four
+            self.docs.reserve_exact(1);
+            self.tfs.reserve_exact(1);
+        }
+        let in_order = sorted == self.docs.len() && self.docs.last().is_none_or(|&d| d < doc);
+        self.docs.push(doc);
+        self.tfs.push(tf);
+        if in_order {
+            self.sorted += 1; // < 2^32: one entry per document number, itself a u32
+        } else if self.docs.len() - sorted > tail_room(self.docs.len()) {
+            self.merge_tail();
+        }
+    }
+
+    /// Take out entry `at` (a live one).
+    fn remove_at(&mut self, at: usize) {
+        let sorted = self.sorted as usize;
+        if at >= sorted {
+            // the tail has no order to keep
+            self.docs.swap_remove(at);
+            self.tfs.swap_remove(at);
+        } else {
+            self.tfs[at] = 0.0;
+            self.dead += 1;
+        }
+        if self.live() == 0 {
+            self.docs.clear();
+            self.tfs.clear();
+            self.sorted = 0;
+            self.dead = 0;
+        } else if self.dead as usize * 4 > self.docs.len() {
+            self.compact();
+        }
+    }
+
+    /// Merge the tail into the sorted part, from the back: only the sorted entries above the
+    /// tail's smallest document move (few, when the tail's documents are recent ones).
+    fn merge_tail(&mut self) {
+        let sorted = self.sorted as usize;
+        let mut tail: Vec<(u32, f64)> = self.docs[sorted..]
+            .iter()
+            .copied()
+            .zip(self.tfs[sorted..].iter().copied())
+            .collect();
+        tail.sort_unstable_by_key(|&(doc, _)| doc);
+        let (mut head, mut out) = (sorted, self.docs.len());
+        while let Some(&(doc, tf)) = tail.last() {
+            out -= 1;
+            if head > 0 && self.docs[head - 1] > doc {
+                head -= 1;
+                self.docs[out] = self.docs[head];
+                self.tfs[out] = self.tfs[head];
+            } else {
+                self.docs[out] = doc;
+                self.tfs[out] = tf;
+                tail.pop();
+            }
+        }
+        self.sorted = self.docs.len() as u32; // < 2^32 (see `insert`)
+    }
+
+    /// Drop the tombstones, keeping the order; the tail is merged first.
+    fn compact(&mut self) {
+        if (self.sorted as usize) < self.docs.len() {
+            self.merge_tail();
+        }
+        let mut kept = 0;
+        for i in 0..self.docs.len() {
+            if self.tfs[i] != 0.0 {
+                self.docs[kept] = self.docs[i];
+                self.tfs[kept] = self.tfs[i];
+                kept += 1;
+            }
+        }
+        self.docs.truncate(kept);
+        self.tfs.truncate(kept);
+        self.docs.shrink_to(kept + kept / 8);
+        self.tfs.shrink_to(kept + kept / 8);
+        self.sorted = kept as u32; // < 2^32 (see `insert`)
+        self.dead = 0;
+    }
+}
+
+/// A term of one document: its count (a count beyond u32 is refused). Where the document sits
+/// in the term's posting list is found by `Postings::find`: entries move when a list is merged
+/// or compacted, so a stored position would have to be rewritten for every entry moved.
 #[derive(Clone, Copy, Debug)]
 struct DocTerm {
     tf: u32,
-    at: u32,
 }
 
 /// A document's terms, keyed by our own term numbers: a vector sorted by term number. A hash
 /// map of them cost about 240 bytes a document at the bench's 13 terms (buckets rounded up to
-/// a power of two, control bytes, the map header); this is 12 bytes a term. Lookups are a
+/// a power of two, control bytes, the map header); this is 8 bytes a term. Lookups are a
 /// binary search over a document's few dozen terms at most, as quick as hashing them.
 #[derive(Debug, Default)]
 struct DocTerms(Vec<(u32, DocTerm)>);
@@ -250,25 +401,14 @@ impl LexicalIndex {
                         break;
                     };
                     entry.tf = tf;
-                    posting.tfs[entry.at as usize] = f64::from(tf);
+                    if let Some(at) = posting.find(number) {
+                        posting.tfs[at] = f64::from(tf);
+                    }
                     tf
                 }
                 None => {
-                    doc.terms.insert(
-                        term,
-                        DocTerm {
-                            tf: 1,
-                            // < 2^32: one entry per document number, itself a u32
-                            at: posting.docs.len() as u32,
-                        },
-                    );
-                    if posting.docs.capacity() == 0 {
-                        // most terms stay in one document: no room for four
-                        posting.docs.reserve_exact(1);
-                        posting.tfs.reserve_exact(1);
-                    }
-                    posting.docs.push(number);
-                    posting.tfs.push(1.0);
+                    doc.terms.insert(term, DocTerm { tf: 1 });
+                    posting.insert(number, 1.0);
                     joined.push(term);
                     1
                 }
@@ -305,11 +445,14 @@ impl LexicalIndex {
             removed += 1;
             if entry.tf > 1 {
                 entry.tf -= 1;
-                self.postings[term as usize].tfs[entry.at as usize] = f64::from(entry.tf);
+                let tf = f64::from(entry.tf);
+                let posting = &mut self.postings[term as usize];
+                if let Some(at) = posting.find(number) {
+                    posting.tfs[at] = tf;
+                }
             } else {
-                let at = entry.at as usize;
                 self.docs[number as usize].terms.remove(&term);
-                self.unlink(term, at);
+                self.unlink(term, number);
             }
         }
         self.lengths[number as usize] -= removed as f64;
@@ -333,8 +476,8 @@ impl LexicalIndex {
             return false;
         };
         let doc = std::mem::take(&mut self.docs[number as usize]);
-        for (term, entry) in doc.terms {
-            self.unlink(term, entry.at as usize);
+        for (term, _) in doc.terms {
+            self.unlink(term, number);
         }
         self.total_length -= self.lengths[number as usize] as u64;
         self.lengths[number as usize] = 0.0;
@@ -382,18 +525,14 @@ impl LexicalIndex {
         Ok(number)
     }
 
-    /// Drop entry `at` of `term`'s posting list (swap-remove, then repoint the moved document);
-    /// a term left without documents is forgotten so churned words do not pile up.
-    fn unlink(&mut self, term: u32, at: usize) {
+    /// Take document `doc` out of `term`'s posting list; a term left without documents is
+    /// forgotten so churned words do not pile up.
+    fn unlink(&mut self, term: u32, doc: u32) {
         let posting = &mut self.postings[term as usize];
-        posting.docs.swap_remove(at);
-        posting.tfs.swap_remove(at);
-        if let Some(&moved) = posting.docs.get(at) {
-            if let Some(entry) = self.docs[moved as usize].terms.get_mut(&term) {
-                entry.at = at as u32; // < 2^32 (see DocTerm)
-            }
+        if let Some(at) = posting.find(doc) {
+            posting.remove_at(at);
         }
-        if posting.docs.is_empty() {
+        if posting.live() == 0 {
             posting.max_tf = 0.0;
             posting.min_length = f64::INFINITY;
             if let Some(name) = self.term_names[term as usize].take() {

@@ -72,6 +72,34 @@ fn rescoring_cost(docs: usize, terms: usize) -> usize {
 /// document for 8 query terms, where a list scan runs at 10 to 20 ns a posting (issue 20).
 const FORWARD_COST: usize = 8;
 
+/// A list at least this long is walked document at a time (`daat.rs`) rather than scanned:
+/// see `daat_pays`.
+const DAAT_LIST: usize = 20_000;
+
+#[cfg(test)]
+thread_local! {
+    /// Some(n): switch to the document-at-a-time walk before the n-th list (0: before any),
+    /// if the search gets there; Some(usize::MAX): never; None: as the cost model says.
+    pub(super) static TEST_DAAT: std::cell::Cell<Option<usize>> =
+        const { std::cell::Cell::new(None) };
+    /// Whether this thread's last search went document at a time.
+    pub(super) static LAST_DAAT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether to leave the term-at-a-time scan for the document-at-a-time walk before the
+/// `i`-th list, of `next_list` postings.
+fn daat_pays(i: usize, next_list: usize) -> bool {
+    #[cfg(test)]
+    if let Some(at) = TEST_DAAT.get() {
+        return i >= at;
+    }
+    let _ = i;
+    if let Ok(v) = std::env::var("PML_DAAT_LIST") {
+        return next_list >= v.parse::<usize>().unwrap_or(usize::MAX);
+    }
+    next_list >= DAAT_LIST
+}
+
 #[cfg(test)]
 thread_local! {
     /// Some(true): score the seen documents in full before every list once `limit` are seen;
@@ -130,6 +158,8 @@ impl LexicalIndex {
         // the limit-th best exact score of documents scored in full so far: a lower bound of
         // the final limit-th best, as the partial scores are
         let mut known: f64 = 0.0;
+        #[cfg(test)]
+        LAST_DAAT.set(false);
         for (i, &term) in order.iter().enumerate() {
             let next_list = self.postings[query[term].number as usize].docs.len();
             if scratch.touched.len() >= limit && forward_pays(scratch.touched.len(), next_list) {
@@ -149,6 +179,16 @@ impl LexicalIndex {
                     break;
                 }
                 ceiling = threshold;
+            }
+            if daat_pays(i, next_list) {
+                // start over document at a time; the best exact scores seen bound it below
+                for &doc in &scratch.touched {
+                    scratch.scores[doc as usize] = 0.0;
+                }
+                scratch.touched.clear();
+                #[cfg(test)]
+                LAST_SCAN.set((i, order.len(), false));
+                return Some(self.daat_top(query, norm, limit, known, scratch));
             }
             self.scatter(&query[term], norm, scratch);
             ceiling += query[term].bound;
@@ -261,10 +301,10 @@ impl LexicalIndex {
             scores, touched, ..
         } = scratch;
         if posting.docs.len() <= touched.len().saturating_mul(lookup_cost()) {
-            // documents out of reach hold a zero score
+            // documents out of reach hold a zero score; tombstones (count 0) add nothing
             for (&doc, &tf) in posting.docs.iter().zip(&posting.tfs) {
                 let score = &mut scores[doc as usize];
-                if *score != 0.0 {
+                if *score != 0.0 && tf != 0.0 {
                     *score += contribution(term.gain, tf, norm.of(self.lengths[doc as usize]));
                 }
             }
@@ -280,7 +320,7 @@ impl LexicalIndex {
 
     /// `doc`'s BM25 score for `query` as the exhaustive search sums it: term by term in the
     /// caller's order, starting from zero.
-    fn exact_score(&self, doc: u32, query: &[QueryTerm], norm: &Norm) -> f64 {
+    pub(super) fn exact_score(&self, doc: u32, query: &[QueryTerm], norm: &Norm) -> f64 {
         let terms = &self.docs[doc as usize].terms;
         let doc_norm = norm.of(self.lengths[doc as usize]);
         let mut score = 0.0;
