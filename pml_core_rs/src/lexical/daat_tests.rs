@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use super::daat::WALK_REQUIRED;
+use super::daat::{Cursor, WALK_REQUIRED};
 use super::prune::{LAST_DAAT, TEST_COSTS, TEST_DAAT, TEST_FORWARD};
 use super::tests::reference_with;
 use super::LexicalIndex;
@@ -54,7 +54,10 @@ fn check(index: &LexicalIndex, docs: &Corpus, query: &[&str], limit: usize) {
 fn assert_lists_sound(index: &LexicalIndex) {
     for (term, posting) in index.postings.iter().enumerate() {
         let (sorted, sorted_tfs) = posting.sorted_part();
-        assert!(sorted.windows(2).all(|w| w[0] < w[1]), "term {term} unsorted");
+        assert!(
+            sorted.windows(2).all(|w| w[0] < w[1]),
+            "term {term} unsorted"
+        );
         let dead = sorted_tfs.iter().filter(|&&tf| tf == 0.0).count();
         assert_eq!(dead, posting.dead as usize, "term {term} dead count");
         let (tail, tail_tfs) = posting.tail();
@@ -62,11 +65,19 @@ fn assert_lists_sound(index: &LexicalIndex) {
         let mut all: Vec<u32> = sorted.iter().chain(tail).copied().collect();
         all.sort_unstable();
         all.dedup();
-        assert_eq!(all.len(), posting.docs.len(), "term {term} holds a document twice");
+        assert_eq!(
+            all.len(),
+            posting.docs.len(),
+            "term {term} holds a document twice"
+        );
         for (&doc, &tf) in posting.docs.iter().zip(&posting.tfs) {
             if tf > 0.0 {
                 let held = index.docs[doc as usize].terms.get(&(term as u32));
-                assert_eq!(held.map(|t| f64::from(t.tf)), Some(tf), "term {term} doc {doc}");
+                assert_eq!(
+                    held.map(|t| f64::from(t.tf)),
+                    Some(tf),
+                    "term {term} doc {doc}"
+                );
             }
         }
     }
@@ -173,7 +184,10 @@ fn ties_at_the_limit_walked_keep_the_smallest_ids() {
     for i in 0..240usize {
         let (id, terms) = if i % 6 == 0 {
             let t = (i / 6 * 17) % 40;
-            (format!("t{t:02}"), vec!["match".to_owned(), "all".to_owned()])
+            (
+                format!("t{t:02}"),
+                vec!["match".to_owned(), "all".to_owned()],
+            )
         } else {
             (format!("o{i:03}"), vec!["all".to_owned()])
         };
@@ -190,7 +204,12 @@ fn ties_at_the_limit_walked_keep_the_smallest_ids() {
 /// words; the numbers of documents of the same shape tie exactly.
 fn suggest_shaped(i: usize) -> Vec<String> {
     let verbs = ["read", "parse", "load", "write", "convert"];
-    let objects = [&["json", "file"][..], &["csv", "export"], &["sheet"], &["log", "archive"]];
+    let objects = [
+        &["json", "file"][..],
+        &["csv", "export"],
+        &["sheet"],
+        &["log", "archive"],
+    ];
     let places = [&["disk"][..], &["weekly", "report"], &["shared", "drive"]];
     let mut terms = vec![verbs[i % 5].to_owned()];
     terms.extend(objects[(i / 5) % 4].iter().map(|w| (*w).to_owned()));
@@ -233,7 +252,14 @@ fn common_words_found_by_intersecting_the_required_lists() {
     }
     assert_lists_sound(&index);
     let mut required = 0;
-    for (j, limit) in [(3usize, 1usize), (17, 5), (42, 9), (99, 10), (123, 11), (7, 40)] {
+    for (j, limit) in [
+        (3usize, 1usize),
+        (17, 5),
+        (42, 9),
+        (99, 10),
+        (123, 11),
+        (7, 40),
+    ] {
         let i = j * 7 % 3000;
         let mut query = suggest_shaped(i)[..suggest_shaped(i).len() - 2].to_vec();
         query.push(format!("run{j}")); // not indexed
@@ -242,7 +268,10 @@ fn common_words_found_by_intersecting_the_required_lists() {
         search_daat(&index, &query, limit, 0, Some(false));
         required = required.max(WALK_REQUIRED.get());
     }
-    assert!(required >= 3, "the walk never required three terms: {required}");
+    assert!(
+        required >= 3,
+        "the walk never required three terms: {required}"
+    );
 }
 
 #[test]
@@ -252,7 +281,9 @@ fn lists_stay_sorted_through_reused_numbers_and_out_of_order_terms() {
     for i in 0..3000u32 {
         // documents come and go (numbers reused), old ones gain words (out of order)
         let d = (i * 7919) % 61;
-        let text: Vec<u8> = (0..(i % 5) as u8).map(|k| (i as u8).wrapping_mul(k + 3)).collect();
+        let text: Vec<u8> = (0..(i % 5) as u8)
+            .map(|k| (i as u8).wrapping_mul(k + 3))
+            .collect();
         let op = match i % 4 {
             0 => Op::Add(d as u8, text),
             1 => Op::AddTerms(d as u8, text),
@@ -274,6 +305,38 @@ fn lists_stay_sorted_through_reused_numbers_and_out_of_order_terms() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
+    #[test]
+    fn a_cursor_advances_to_the_first_live_document_at_or_after_the_target(
+        gaps in proptest::collection::vec((1u32..2000, proptest::bool::weighted(0.2)), 0..300),
+        targets in proptest::collection::vec(0u64..700_000, 1..40),
+    ) {
+        // uneven gaps (the interpolated first probe lands anywhere) and tombstones
+        let mut docs = Vec::new();
+        let mut tfs = Vec::new();
+        let mut doc = 0u32;
+        for (gap, dead) in gaps {
+            doc += gap * gap / 8 + 1;
+            docs.push(doc);
+            tfs.push(if dead { 0.0 } else { 1.0 });
+        }
+        let mut targets = targets;
+        targets.sort_unstable();
+        let mut cursor = Cursor { docs: &docs, tfs: &tfs, pos: 0, term: 0, gain: 1.0, bound: 1.0 };
+        while cursor.pos < docs.len() && tfs[cursor.pos] == 0.0 {
+            cursor.pos += 1;
+        }
+        for target in targets {
+            let from = cursor.pos;
+            cursor.advance(target);
+            let want = (from..docs.len())
+                .find(|&i| u64::from(docs[i]) >= target && tfs[i] != 0.0)
+                .unwrap_or(docs.len());
+            // a live position already at or past the target stays
+            let want = if from < docs.len() && u64::from(docs[from]) >= target { from } else { want };
+            prop_assert_eq!(cursor.pos, want, "target {}", target);
+        }
+    }
+
     #[test]
     fn churned_corpora_walk_to_the_exhaustive_bits(
         ops in proptest::collection::vec(op(), 0..150),
