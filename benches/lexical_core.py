@@ -98,13 +98,11 @@ def compare_pruning(docs: int, queries: int, limit: int, rounds: int) -> None:
             )
 
 
-def load_core(path: str) -> object:
+def load_core(path: str, number: int = 0) -> object:
     """Another build's extension module, beside this one (its init function is `_core`'s)."""
-    spec = importlib.util.spec_from_file_location(
-        "pml_baseline._core", path, loader=importlib.machinery.ExtensionFileLoader(
-            "pml_baseline._core", path
-        )
-    )
+    name = f"pml_baseline{number}._core"
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -176,12 +174,15 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000", help="index sizes for the pruning")
     parser.add_argument("--kinds", default="", help="sizes for the two query kinds alone")
     parser.add_argument("--kind-queries", type=int, default=300)
-    parser.add_argument("--baseline", default=None, help="another build's _core.abi3.so")
+    parser.add_argument(
+        "--baseline", action="append", default=[], help="another build's _core.abi3.so (repeatable)"
+    )
     args = parser.parse_args()
     if args.kinds:
-        builds = {"this build": _core}
-        if args.baseline:
-            builds = {"baseline": load_core(args.baseline), **builds}
+        builds = {
+            **{path: load_core(path, n) for n, path in enumerate(args.baseline)},
+            "this build": _core,
+        }
         for size in (int(n) for n in args.kinds.split(",") if n):
             compare_kinds(size, args.kind_queries, args.limit, args.rounds, builds)
         return

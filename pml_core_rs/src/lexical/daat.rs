@@ -76,8 +76,15 @@ impl Cursor<'_> {
         }
         // docs[low] < target <= docs[high]
         let (mut low, mut high) = (self.pos, len - 1);
-        let span = (high - low) as u64;
-        let guess = low + ((target - here) * span / (last - here).max(1)) as usize;
+        if u64::from(docs[low + 1]) >= target {
+            // the next entry: most skips in a dense list, no division needed
+            self.pos = low + 1;
+            self.skip_dead();
+            return;
+        }
+        // in f64: a u64 division costs several times a float one, and this runs per skip
+        let share = (target - here) as f64 / (last - here) as f64;
+        let guess = low + ((high - low) as f64 * share) as usize;
         let guess = guess.clamp(low + 1, high);
         if u64::from(docs[guess]) < target {
             low = guess;
