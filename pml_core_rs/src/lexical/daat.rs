@@ -44,6 +44,8 @@ pub(super) struct Cursor<'a> {
     pub(super) term: usize,
     pub(super) gain: f64,
     pub(super) bound: f64,
+    /// The term's document bits, if it has them (`LexicalIndex::dense`).
+    pub(super) bits: Option<&'a [u64]>,
 }
 
 impl Cursor<'_> {
@@ -172,6 +174,7 @@ impl LexicalIndex {
                     term: i,
                     gain: term.gain,
                     bound: term.bound,
+                    bits: self.dense.get(&term.number).map(Vec::as_slice),
                 };
                 cursor.skip_dead();
                 (cursor.doc() != DONE).then_some(cursor)
@@ -294,6 +297,9 @@ fn candidate(cursors: &mut [Cursor], plan: &Plan, next: u64) -> Option<u64> {
         }
         return (doc != DONE).then_some(doc);
     }
+    if let Some(doc) = intersect_bits(cursors, &plan.required, next) {
+        return doc;
+    }
     // leapfrog: every required cursor onto the largest document any of them is at
     let mut doc = next;
     'align: loop {
@@ -311,4 +317,33 @@ fn candidate(cursors: &mut [Cursor], plan: &Plan, next: u64) -> Option<u64> {
         }
         return Some(doc);
     }
+}
+
+/// When every required term has bits: the first document at or after `next` whose bit is set
+/// in all of them, a word of 64 documents at a time, the cursors moved onto it; Some(None)
+/// when there is none. None when a required term has no bits.
+///
+/// The bits cover the lists' tails too: a document found there is not in that term's sorted
+/// part, so its cursor passes it, but the walk skips it anyway (it was scored in full).
+fn intersect_bits(cursors: &mut [Cursor], required: &[usize], next: u64) -> Option<Option<u64>> {
+    let mut words: Vec<&[u64]> = Vec::with_capacity(required.len());
+    for &c in required {
+        words.push(cursors[c].bits?);
+    }
+    let end = words.iter().map(|w| w.len()).min().unwrap_or(0);
+    let mut at = (next / 64) as usize;
+    let mut mask = !0u64 << (next % 64);
+    while at < end {
+        let word = words.iter().fold(mask, |word, bits| word & bits[at]);
+        if word != 0 {
+            let doc = at as u64 * 64 + u64::from(word.trailing_zeros());
+            for &c in required {
+                cursors[c].advance(doc);
+            }
+            return Some(Some(doc));
+        }
+        at += 1;
+        mask = !0;
+    }
+    Some(None)
 }

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use super::daat::{Cursor, WALK_REQUIRED};
 use super::prune::{LAST_DAAT, TEST_COSTS, TEST_DAAT, TEST_FORWARD};
 use super::tests::reference_with;
-use super::LexicalIndex;
+use super::{LexicalIndex, TEST_DENSE_MIN};
 
 type Corpus = BTreeMap<String, Vec<String>>;
 
@@ -80,7 +80,38 @@ fn assert_lists_sound(index: &LexicalIndex) {
                 );
             }
         }
+        // a term's bits, if it has them, are exactly its live documents
+        if let Some(bits) = index.dense.get(&(term as u32)) {
+            let mut live: Vec<u32> = posting
+                .docs
+                .iter()
+                .zip(&posting.tfs)
+                .filter(|(_, &tf)| tf > 0.0)
+                .map(|(&doc, _)| doc)
+                .collect();
+            live.sort_unstable();
+            let set: Vec<u32> = (0..bits.len() * 64)
+                .filter(|&d| bits[d / 64] >> (d % 64) & 1 == 1)
+                .map(|d| d as u32)
+                .collect();
+            assert_eq!(set, live, "term {term} bits");
+        }
     }
+    // no bits left for a forgotten term
+    for term in index.dense.keys() {
+        assert!(
+            index.term_names[*term as usize].is_some(),
+            "bits of free term {term}"
+        );
+    }
+}
+
+/// Build with every term of at least `min` documents given bits (None: the real threshold).
+fn with_dense_min<T>(min: Option<usize>, build: impl FnOnce() -> T) -> T {
+    TEST_DENSE_MIN.set(min);
+    let built = build();
+    TEST_DENSE_MIN.set(None);
+    built
 }
 
 /// Word `w` of a skewed vocabulary (as `prune_tests`): z0 about half the time, z1 a quarter,
@@ -102,7 +133,7 @@ enum Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let doc = 0u8..60;
+    let doc = 0u8..200;
     let text = proptest::collection::vec(0u8..80, 0..6);
     prop_oneof![
         3 => (doc.clone(), text.clone()).prop_map(|(d, t)| Op::Add(d, t)),
@@ -221,6 +252,12 @@ fn suggest_shaped(i: usize) -> Vec<String> {
 
 #[test]
 fn common_words_found_by_intersecting_the_required_lists() {
+    for dense in [None, Some(40)] {
+        with_dense_min(dense, || common_words_case(dense.is_some()));
+    }
+}
+
+fn common_words_case(bits: bool) {
     // a query whose rare word is in one document and whose common words all the top ones
     // share: once theta holds those, each common word is required, and the walk intersects
     // their lists; documents are added out of id order, some removed and re-added (numbers
@@ -272,6 +309,8 @@ fn common_words_found_by_intersecting_the_required_lists() {
         required >= 3,
         "the walk never required three terms: {required}"
     );
+    // the common words' lists have bits when asked, none under the real threshold
+    assert_eq!(!index.dense.is_empty(), bits);
 }
 
 #[test]
@@ -321,7 +360,7 @@ proptest! {
         }
         let mut targets = targets;
         targets.sort_unstable();
-        let mut cursor = Cursor { docs: &docs, tfs: &tfs, pos: 0, term: 0, gain: 1.0, bound: 1.0 };
+        let mut cursor = Cursor { docs: &docs, tfs: &tfs, pos: 0, term: 0, gain: 1.0, bound: 1.0, bits: None };
         while cursor.pos < docs.len() && tfs[cursor.pos] == 0.0 {
             cursor.pos += 1;
         }
@@ -343,14 +382,18 @@ proptest! {
         query in proptest::collection::vec(0u8..80, 0..9),
         params in (0usize..4, 0usize..4),
         limit in 0usize..15,
+        dense in proptest::option::of(1usize..12),
     ) {
         let k1 = [0.0, 0.5, 1.2, 3.0][params.0];
         let b = [0.0, 0.5, 0.75, 1.0][params.1];
         let mut index = LexicalIndex::new(k1, b).unwrap();
         let mut docs = Corpus::new();
-        for op in &ops {
-            apply(&mut index, &mut docs, op);
-        }
+        // terms of a few documents get bits, which come and go with the churn
+        with_dense_min(dense, || {
+            for op in &ops {
+                apply(&mut index, &mut docs, op);
+            }
+        });
         assert_lists_sound(&index);
         let query: Vec<String> = query.iter().map(|&w| word(w)).collect();
         let query: Vec<&str> = query.iter().map(String::as_str).collect();
