@@ -186,10 +186,7 @@ impl LexicalIndex {
         let mut plan = make_plan(&cursors, theta, up, down);
         // every document below `next` has been looked at
         let mut next: u64 = 0;
-        loop {
-            let Some(doc) = candidate(&mut cursors, &plan, next) else {
-                break;
-            };
+        while let Some(doc) = candidate(&mut cursors, &plan, next) {
             next = doc + 1;
             if marked && scratch.scores[doc as usize] != 0.0 {
                 continue; // a tail's document, scored in full already

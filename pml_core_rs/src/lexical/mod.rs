@@ -17,7 +17,8 @@
 //! same bits as one document at a time. Results: the `limit` best documents with a score > 0,
 //! ties broken by doc id ascending (byte order of UTF-8 = code point order, as Python's).
 //!
-//! `search` prunes (`prune.rs`): it skips the postings of terms too common to change the top
+//! `search` prunes (`prune.rs`, term at a time, and `daat.rs`, document at a time over the
+//! lists kept in document order): it skips the postings of terms too common to change the top
 //! `limit`, yet returns the same documents with the same score bits as scanning every posting.
 //!
 //! This type is not synchronized; the Python handle wraps it in an `RwLock`.
@@ -82,7 +83,8 @@ impl Default for Postings {
 /// 0.9 us each at 1M documents), a merge moves the list: a root of the length keeps both small
 /// (at 1M: at most 94 documents scored, about 10k entries moved per out-of-order insert).
 fn tail_room(len: usize) -> usize {
-    32 + len.isqrt() / 16
+    // the root in f64 (integer isqrt is newer than the crate's MSRV); exact enough for a size
+    32 + (len as f64).sqrt() as usize / 16
 }
 
 impl Postings {
@@ -135,7 +137,7 @@ impl Postings {
             self.docs.reserve_exact(1);
             self.tfs.reserve_exact(1);
         }
-        let in_order = sorted == self.docs.len() && self.docs.last().is_none_or(|&d| d < doc);
+        let in_order = sorted == self.docs.len() && self.docs.last().map_or(true, |&d| d < doc);
         self.docs.push(doc);
         self.tfs.push(tf);
         if in_order {

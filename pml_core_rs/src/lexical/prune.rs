@@ -19,6 +19,10 @@
 //! exact score still serves as the threshold: it bounds the final one from below, as the
 //! limit-th best partial score does.
 //!
+//! When the next list to scan is long (`DAAT_LIST`) and neither shortcut has ended the search,
+//! it starts over document at a time (`daat.rs`): a query whose rare words find a document or
+//! two would otherwise read every common list in full.
+//!
 //! Partial sums are taken in another order than the exact ones, so they may differ in the last
 //! bits: every comparison leaves a relative margin far above that rounding, so pruning only
 //! ever drops documents strictly below the limit-th best.
@@ -72,8 +76,14 @@ fn rescoring_cost(docs: usize, terms: usize) -> usize {
 /// document for 8 query terms, where a list scan runs at 10 to 20 ns a posting (issue 20).
 const FORWARD_COST: usize = 8;
 
-/// A list at least this long is walked document at a time (`daat.rs`) rather than scanned:
-/// see `daat_pays`.
+/// Before scanning a list at least this long (when neither the seen documents scored in full
+/// nor the threshold could stop the search first), the search starts over document at a time
+/// (`daat.rs`), the best exact scores seen as its floor. At 1M documents of the service
+/// bench's corpus the queries whose rare words find one document each then took 1.2 to 1.5 ms
+/// instead of 5 to 6.6 (the scan of 1.6M postings); those whose rare words find 2,000 documents
+/// stop on their full scores before any long list and never get here. Below the length, the
+/// scan is cheap: at 100k documents (lists of 8k to 25k) both kinds stop before it, and
+/// walking from the first list instead measured 0.30 ms against 0.13 for the first kind.
 const DAAT_LIST: usize = 20_000;
 
 #[cfg(test)]
@@ -94,9 +104,6 @@ fn daat_pays(i: usize, next_list: usize) -> bool {
         return i >= at;
     }
     let _ = i;
-    if let Ok(v) = std::env::var("PML_DAAT_LIST") {
-        return next_list >= v.parse::<usize>().unwrap_or(usize::MAX);
-    }
     next_list >= DAAT_LIST
 }
 

@@ -205,6 +205,13 @@ impl<'a> Best<'a> {
         if score <= 0.0 {
             return;
         }
+        if self.heap.len() >= self.limit {
+            // below the worst kept: turned away before its id is read (two cache misses a
+            // document at 1M, where the walk offers thousands)
+            if self.heap.peek().is_some_and(|worst| score < worst.score) {
+                return;
+            }
+        }
         let candidate = Ranked {
             score,
             key: index.name_keys[doc as usize],
