@@ -19,7 +19,9 @@ tools, then its intent; pattern ids drawn as the engine draws them): queries j <
 `run{j}` number also matches the tool_N / step_N words of 2,000 documents, and queries
 j >= 1000, whose rare words are each in one document. It prints p50 / p90 of
 `search(terms, --limit)` for `--kind-queries` queries of each kind, the CPU time of an
-`add_terms` and the resident memory the index added per document and per posting. With
+`add_terms` and the resident memory the index added per document and per posting; then one
+document in 50 is emptied and filled again (`remove_terms`, `add_terms`: numbers reused, lists
+changed out of order), timed, and the queries timed again on the churned index. With
 `--baseline PATH` (another build's `_core.abi3.so`, e.g. main's) the same index is built in
 both builds and every query timed in both, alternately, in this process; their hits and score
 bits must agree:
@@ -103,7 +105,8 @@ def load_core(path: str, number: int = 0) -> object:
     name = f"pml_baseline{number}._core"
     loader = importlib.machinery.ExtensionFileLoader(name, path)
     spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -135,7 +138,7 @@ def compare_kinds(size: int, queries: int, limit: int, rounds: int, builds: dict
         before = rss_bytes(os.getpid())
         core = module.LexicalIndex(1.2, 0.75)
         start = time.process_time()
-        for doc_id, terms in zip(ids, docs):
+        for doc_id, terms in zip(ids, docs, strict=True):
             core.add_terms(doc_id, terms)
         spent = time.process_time() - start
         added = rss_bytes(os.getpid()) - before
@@ -145,6 +148,29 @@ def compare_kinds(size: int, queries: int, limit: int, rounds: int, builds: dict
             f" resident memory added {added / size:.0f} B a document,"
             f" {added / postings:.1f} B a posting ({postings / size:.1f} postings a document)"
         )
+    time_kinds(cores, kinds, limit, rounds, "")
+    # one document in 50 loses its terms and gets them back: the freed numbers are reused by
+    # other documents, so old lists get entries out of order and entries removed
+    churned = list(range(0, size, 50))
+    for name, core in cores.items():
+        start = time.process_time()
+        for i in churned:
+            core.remove_terms(ids[i], docs[i])
+        removed = time.process_time()
+        for i in churned:
+            core.add_terms(ids[i], docs[i])
+        spent = time.process_time() - removed
+        print(
+            f"  churn of {len(churned)} documents, {name}: remove_terms"
+            f" {(removed - start) / len(churned) * 1e6:.2f} us, add_terms again"
+            f" {spent / len(churned) * 1e6:.2f} us CPU a document"
+        )
+    time_kinds(cores, kinds, limit, rounds, " after the churn")
+    del cores
+
+
+def time_kinds(cores: dict, kinds: dict, limit: int, rounds: int, label: str) -> None:
+    """Every build's search times on each kind of query; their hits must agree."""
     for kind, term_lists in kinds.items():
         first = next(iter(cores.values()))
         for terms in term_lists:
@@ -161,8 +187,7 @@ def compare_kinds(size: int, queries: int, limit: int, rounds: int, builds: dict
                     core.search(terms, limit)
                     times[name].append(time.perf_counter() - start)
         for name, seconds in times.items():
-            print(f"  {kind}, limit {limit}, {name}: {percentiles(seconds)}")
-    del cores
+            print(f"  {kind}{label}, limit {limit}, {name}: {percentiles(seconds)}")
 
 
 def main() -> None:

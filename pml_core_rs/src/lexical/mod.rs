@@ -36,6 +36,8 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use crate::error::{CoreError, CoreResult};
 
 /// A term's posting list as two parallel arrays: internal document numbers and the term's
@@ -323,7 +325,9 @@ pub struct LexicalIndex {
     /// the terms in at least a sixteenth of the documents (`dense_min`): the walk intersects
     /// such lists a word of 64 documents at a time (`daat.rs`). A bit costs 1/8 byte a
     /// document, at most 2 bytes a posting of the term.
-    dense: HashMap<u32, Vec<u64>>,
+    /// (An Fx map: it is looked up for every posting added or removed, and its keys are our
+    /// own small numbers, no input to guard against.)
+    dense: FxHashMap<u32, Vec<u64>>,
     free_terms: Vec<u32>,
     total_length: u64,
 }
@@ -348,7 +352,7 @@ impl LexicalIndex {
             term_numbers: HashMap::new(),
             term_names: Vec::new(),
             postings: Vec::new(),
-            dense: HashMap::new(),
+            dense: FxHashMap::default(),
             free_terms: Vec::new(),
             total_length: 0,
         })
