@@ -45,13 +45,15 @@ use crate::error::{CoreError, CoreResult};
 /// `search` run the BM25 division over contiguous counts, which the compiler vectorizes.
 ///
 /// The first `sorted` entries are in ascending document order (`daat.rs` walks them document
-/// at a time, skipping ahead by binary search); entries after them are a short unsorted tail,
+/// at a time, skipping ahead); entries after them are a short unsorted tail,
 /// documents that joined out of order (a document number reused, a term added to an older
 /// document), merged in once the tail outgrows `tail_room`. A removal in the sorted part
 /// leaves a tombstone (count 0, so it scores nothing) counted in `dead`, so nothing shifts;
-/// the list is compacted once a quarter of it is dead. Both keep an update O(tail + log n)
-/// with amortized O(1) moves, where keeping the whole list sorted would move up to the whole
-/// list (8 MB for a term in every document of a 1M index) on each out-of-order change.
+/// the list is compacted once a quarter of it is dead (amortized O(1) moves a removal). An
+/// update finds its entry by binary search (O(log n), plus the tail); an out-of-order insert
+/// costs O(tail) and, amortized over the tail's room, the merge's moves (at most n / room).
+/// Keeping the whole list sorted instead would move up to the whole list (8 MB for a term in
+/// every document of a 1M index) on each out-of-order change.
 ///
 /// `max_tf` and `min_length` bound the term's BM25 contribution for the pruning: never below
 /// the largest count, never above the shortest document length in the list. They are only
