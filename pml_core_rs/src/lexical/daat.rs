@@ -30,7 +30,7 @@
 //! skips them.
 
 use super::search::{contribution, Best, Norm, QueryTerm, Scratch};
-use super::LexicalIndex;
+use super::{seek, LexicalIndex};
 
 /// Past the last document of a list.
 const DONE: u64 = u64::MAX;
@@ -60,52 +60,9 @@ impl Cursor<'_> {
         }
     }
 
-    /// To the first document >= `target`. The lists' documents spread about evenly over
-    /// the numbers, so the first probe is where the target would sit at the list's average
-    /// density from here; doubling steps from it bracket the target, a binary search ends:
-    /// on the service bench's lists a few probes where doubling steps from the current
-    /// position alone took about twice as many, each a likely cache miss on a long list.
+    /// To the first live document >= `target` (see `seek`).
     pub(super) fn advance(&mut self, target: u64) {
-        let docs = self.docs;
-        let len = docs.len();
-        if self.pos >= len || u64::from(docs[self.pos]) >= target {
-            return;
-        }
-        let (here, last) = (u64::from(docs[self.pos]), u64::from(docs[len - 1]));
-        if last < target {
-            self.pos = len;
-            return;
-        }
-        // docs[low] < target <= docs[high]
-        let (mut low, mut high) = (self.pos, len - 1);
-        if u64::from(docs[low + 1]) >= target {
-            // the next entry: most skips in a dense list, no division needed
-            self.pos = low + 1;
-            self.skip_dead();
-            return;
-        }
-        // in f64: a u64 division costs several times a float one, and this runs per skip
-        let share = (target - here) as f64 / (last - here) as f64;
-        let guess = low + ((high - low) as f64 * share) as usize;
-        let guess = guess.clamp(low + 1, high);
-        if u64::from(docs[guess]) < target {
-            low = guess;
-            let mut step = 1;
-            while low + step < high && u64::from(docs[low + step]) < target {
-                low += step;
-                step *= 2;
-            }
-            high = high.min(low + step);
-        } else {
-            high = guess;
-            let mut step = 1;
-            while step < high - low && u64::from(docs[high - step]) >= target {
-                high -= step;
-                step *= 2;
-            }
-            low = low.max(high.saturating_sub(step));
-        }
-        self.pos = low + 1 + docs[low + 1..high].partition_point(|&d| u64::from(d) < target);
+        self.pos = seek(self.docs, self.pos, target);
         self.skip_dead();
     }
 }
