@@ -9,9 +9,9 @@
 //!
 //! - a term is *required* when all the other terms' bounds together stay below theta: no
 //!   document without it can enter. The candidates are then the intersection of the required
-//!   lists, found by skipping each list ahead to the largest document another one is at
-//!   (binary search from the current position), so runs of documents missing one of them are
-//!   jumped over without being read;
+//!   lists: a word of 64 documents at a time from their bits when every one has them
+//!   (`LexicalIndex::dense`), else by skipping each list ahead to the largest document another
+//!   one is at (`seek`), so runs of documents missing one of them are jumped over unread;
 //! - with no required term, the terms whose bounds together stay below theta are
 //!   *non-essential* (a document in none of the other lists cannot enter) and the candidates
 //!   are the documents of the other (essential) lists;
