@@ -1,9 +1,9 @@
 """Concurrent calls of one key run together.
 
 Unary captures from many callers of one tenant each paid for what a batch pays once: an
-embedding call, a store write and durability wait, an index insert, and the GIL handed back and
-forth between eight threads at every step (issue 19: RecordExecution from 8 callers spent about
-1.2 ms of server CPU a capture outside the model, a streamed capture about 0.45). Here a call
+embedding call, a durability wait, an index insert (issue 19: with 8 callers, `record` spent
+about 1.15 ms of CPU a capture outside the model, where a streamed capture's `record_many`
+spent about 0.45; `python -m benches.capture_profile`). Here a call
 that finds a run slot free runs at once; calls that arrive while every slot is busy queue by
 key, and whichever caller next finds a slot free runs its key's queued calls (up to
 `max_batch`) as one batch and hands each caller its outcome. Nobody waits for a batch to fill: a
