@@ -23,6 +23,7 @@ from pml_server.domain.model import (
     SuggestQuery,
 )
 from pml_server.service import Engine
+from pml_server.service._state import CAPTURE_SLOTS
 from tests.support import Clock, make_record, open_engine
 
 JSON_TOOLS = ["read_file", "parse_json"]
@@ -318,11 +319,11 @@ class _GatedEmbedder:
 def test_concurrent_unary_captures_are_grouped_with_the_counters_of_sequential_ones(
     tmp_path: Path,
 ) -> None:
-    # Two captures take the two slots and wait in the model; the rest arrive meanwhile and
-    # are captured together as `record_many` batches.
+    # The first captures take every capture slot and wait in the model; the rest arrive
+    # meanwhile and are captured together as `record_many` batches.
     first = [
-        make_record("w0", "Archive old logs", ["list_files", "zip"]),
-        make_record("w1", "Resize images", ["read_image", "resize"]),
+        make_record(f"w{n}", f"Archive old logs batch {n}", [f"list_files_{n}", "zip"])
+        for n in range(CAPTURE_SLOTS)
     ]
     rest = [r for r in _workload() if r.intent and r.code != "other()"]
     one = open_engine(tmp_path / "one", Clock())
