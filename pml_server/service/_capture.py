@@ -65,9 +65,9 @@ Outcome = CaptureResult | Exception
 def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> CaptureResult:
     """One capture. On the embedded store, concurrent calls of one tenant are grouped
     (`EngineState.capture_groups`): a call alone is captured at once; calls that arrive while
-    the capture slots are busy become one `record_many` batch, whose outcomes are those of
-    consecutive calls, sharing its embedding call, index insert and durability wait. A shared
-    store commits every capture as a transaction of its own (its pattern locks are the
+    the capture slots are busy become one batch (`_capture_group`), whose outcomes are those
+    of consecutive calls, sharing its embedding call, index insert and durability wait. A
+    shared store commits every capture as a transaction of its own (its pattern locks are the
     transaction's), so a batch would only queue those round trips behind each other: there
     every call runs at once, as many in flight as callers."""
     supplied = _checked(state, tenant, execution)
@@ -77,8 +77,19 @@ def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> Captu
         tenant,
         (execution, supplied),
         run_one=lambda item: _record_checked(state, tenant, *item),
-        run_many=lambda items: record_many(state, tenant, [e for e, _ in items]),
+        run_many=lambda items: _capture_group(state, tenant, items),
     )
+
+
+def _capture_group(
+    state: EngineState, tenant: str, items: Sequence[tuple[ExecutionRecord, Vector | None]]
+) -> list[Outcome]:
+    """`record_many` of calls `_checked` already checked (each record is checked once)."""
+    state.readiness.require()  # it may have turned while they queued
+    records = [execution for execution, _ in items]
+    # rule 1: a failed run is a failed try whatever the client sent, as in `record_many`
+    vectors = [vector if run_succeeded(e) else None for e, vector in items]
+    return _record_many_checked(state, tenant, records, [None] * len(items), vectors)
 
 
 def _checked(state: EngineState, tenant: str, execution: ExecutionRecord) -> Vector | None:
@@ -147,6 +158,18 @@ def record_many(
                 vectors[i] = vector if run_succeeded(execution) else None
         except InvalidArgumentError as error:
             outcomes[i] = error
+    return _record_many_checked(state, tenant, records, outcomes, vectors)
+
+
+def _record_many_checked(
+    state: EngineState,
+    tenant: str,
+    records: Sequence[ExecutionRecord],
+    outcomes: list[Outcome | None],
+    vectors: list[Vector | None],
+) -> list[Outcome]:
+    """`record_many` once each record is checked: `outcomes` holds the refusals so far, and
+    `vectors` the client vectors kept (a failed run's dropped, rule 1)."""
     request_keys = [(tenant, r.request_id) for i, r in enumerate(records) if outcomes[i] is None]
     with state.locks.request.hold(request_keys):
         tickets = _capture_batch_locked(state, tenant, records, outcomes, vectors)

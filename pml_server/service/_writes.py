@@ -147,7 +147,8 @@ def _apply_to_indexes(state: EngineState, tenant: str, change: Change) -> None:
             staged += change.index_adds
     elif change.index_adds or change.index_removes:
         index = state.indexes.for_tenant(tenant)
-        index.remove(change.index_removes)
+        if change.index_removes:  # a capture removes nothing: no write lock taken for it
+            index.remove(change.index_removes)
         for intent, tools in change.index_adds:
             index.add(intent, tools)
 

@@ -107,6 +107,14 @@ def _patterns(engine: Engine) -> list[tuple[object, ...]]:
     )
 
 
+def _assert_same_memory(got: Engine, expected: Engine) -> None:
+    """The same tenant stats, patterns and ranking for one query."""
+    assert got.stats("t") == expected.stats("t")
+    assert _patterns(got) == _patterns(expected)
+    query = SuggestQuery(intent="Read a JSON file", k=5)
+    assert _ranked(got, query) == _ranked(expected, query)
+
+
 @pytest.mark.parametrize("batch_size", [1, 5, LIMITS.capture_batch.bound])
 def test_a_batch_has_the_outcomes_and_counters_of_sequential_captures(
     tmp_path: Path, batch_size: int
@@ -120,10 +128,7 @@ def test_a_batch_has_the_outcomes_and_counters_of_sequential_captures(
         for start in range(0, len(records), batch_size):
             got += batched.record_many("t", records[start : start + batch_size])
         assert _canonical(got) == _canonical(expected)
-        assert batched.stats("t") == one.stats("t")
-        assert _patterns(batched) == _patterns(one)
-        query = SuggestQuery(intent="Read a JSON file", k=5)
-        assert _ranked(batched, query) == _ranked(one, query)
+        _assert_same_memory(batched, one)
     finally:
         one.close()
         batched.close()
@@ -359,10 +364,7 @@ def test_concurrent_unary_captures_are_grouped_with_the_counters_of_sequential_o
         assert not [o for o in outcomes if isinstance(o, Exception)]
         assert len(outcomes) == len(first) + len(rest)
         assert state.capture_groups.runs < len(outcomes)  # some ran as one batch
-        assert grouped.stats("t") == one.stats("t")
-        assert _patterns(grouped) == _patterns(one)
-        query = SuggestQuery(intent="Read a JSON file", k=5)
-        assert _ranked(grouped, query) == _ranked(one, query)
+        _assert_same_memory(grouped, one)
     finally:
         one.close()
         grouped.close()

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use super::daat::{Cursor, WALK_REQUIRED};
 use super::prune::{LAST_DAAT, TEST_COSTS, TEST_DAAT, TEST_FORWARD};
-use super::tests::reference_with;
+use super::tests::{apply, reference_with, suggest_shaped, Op};
 use super::{LexicalIndex, TEST_DENSE_MIN};
 
 type Corpus = BTreeMap<String, Vec<String>>;
@@ -124,14 +124,6 @@ fn word(w: u8) -> String {
     }
 }
 
-#[derive(Clone, Debug)]
-enum Op {
-    Add(u8, Vec<u8>),
-    AddTerms(u8, Vec<u8>),
-    RemoveTerms(u8, Vec<u8>),
-    Remove(u8),
-}
-
 fn op() -> impl Strategy<Value = Op> {
     let doc = 0u8..200;
     let text = proptest::collection::vec(0u8..80, 0..6);
@@ -141,37 +133,6 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (doc.clone(), text).prop_map(|(d, t)| Op::RemoveTerms(d, t)),
         1 => doc.prop_map(Op::Remove),
     ]
-}
-
-fn apply(index: &mut LexicalIndex, docs: &mut Corpus, op: &Op) {
-    let terms = |t: &[u8]| -> Vec<String> { t.iter().map(|&w| word(w)).collect() };
-    match op {
-        Op::Add(d, t) => {
-            index.add(&format!("d{d}"), &terms(t)).unwrap();
-            docs.insert(format!("d{d}"), terms(t));
-        }
-        Op::AddTerms(d, t) => {
-            index.add_terms(&format!("d{d}"), &terms(t)).unwrap();
-            docs.entry(format!("d{d}")).or_default().extend(terms(t));
-        }
-        Op::RemoveTerms(d, t) => {
-            index.remove_terms(&format!("d{d}"), &terms(t));
-            if let Some(held) = docs.get_mut(&format!("d{d}")) {
-                for term in terms(t) {
-                    if let Some(at) = held.iter().position(|h| *h == term) {
-                        held.remove(at);
-                    }
-                }
-                if held.is_empty() {
-                    docs.remove(&format!("d{d}"));
-                }
-            }
-        }
-        Op::Remove(d) => {
-            index.remove(&format!("d{d}"));
-            docs.remove(&format!("d{d}"));
-        }
-    }
 }
 
 #[test]
@@ -228,26 +189,6 @@ fn ties_at_the_limit_walked_keep_the_smallest_ids() {
     for limit in [1, 5, 39, 40, 41, 300] {
         check(&index, &docs, &["all", "match"], limit);
     }
-}
-
-/// The service bench's intents in small (as `prune_tests`): verb, object and place words
-/// repeat with a period of 60 documents, each document has its own batch word and two tool
-/// words; the numbers of documents of the same shape tie exactly.
-fn suggest_shaped(i: usize) -> Vec<String> {
-    let verbs = ["read", "parse", "load", "write", "convert"];
-    let objects = [
-        &["json", "file"][..],
-        &["csv", "export"],
-        &["sheet"],
-        &["log", "archive"],
-    ];
-    let places = [&["disk"][..], &["weekly", "report"], &["shared", "drive"]];
-    let mut terms = vec![verbs[i % 5].to_owned()];
-    terms.extend(objects[(i / 5) % 4].iter().map(|w| (*w).to_owned()));
-    terms.extend(places[(i / 20) % 3].iter().map(|w| (*w).to_owned()));
-    terms.push(format!("batch{i}"));
-    terms.extend([format!("tool{}", i % 97), format!("step{}", i / 97)]);
-    terms
 }
 
 #[test]
@@ -329,7 +270,7 @@ fn lists_stay_sorted_through_reused_numbers_and_out_of_order_terms() {
             2 => Op::RemoveTerms(d as u8, text),
             _ => Op::Remove(((d * 3) % 60) as u8),
         };
-        apply(&mut index, &mut docs, &op);
+        apply(&mut index, &mut docs, &op, word);
         if i % 97 == 0 {
             assert_lists_sound(&index);
             check(&index, &docs, &["z0", "z2", "r5", "z1"], 7);
@@ -391,7 +332,7 @@ proptest! {
         // terms of a few documents get bits, which come and go with the churn
         with_dense_min(dense, || {
             for op in &ops {
-                apply(&mut index, &mut docs, op);
+                apply(&mut index, &mut docs, op, word);
             }
         });
         assert_lists_sound(&index);

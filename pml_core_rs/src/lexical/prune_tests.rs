@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::prune::{LAST_SCAN, TEST_COSTS, TEST_FORWARD};
-use super::tests::reference_with;
+use super::tests::{reference_with, suggest_shaped};
 use super::LexicalIndex;
 
 type Corpus = BTreeMap<String, Vec<String>>;
@@ -212,24 +212,14 @@ fn many_exact_ties_fall_back_to_the_full_scan_and_leave_no_trace() {
 /// words repeat with a period of 480 documents, each document has a unique `batch{i}` and its
 /// two tool words. Ten documents share each intent's words and length.
 fn suggest_shaped_corpus(n: usize) -> Corpus {
-    let verbs = ["read", "parse", "load", "write", "convert"];
-    let objects = [
-        &["json", "file"][..],
-        &["csv", "export"],
-        &["sheet"],
-        &["log", "archive"],
-    ];
-    let places = [&["disk"][..], &["weekly", "report"], &["shared", "drive"]];
     (0..n)
         .map(|i| {
-            let mut terms = vec![verbs[i % 5].to_owned()];
-            terms.extend(objects[(i / 5) % 4].iter().map(|w| (*w).to_owned()));
-            terms.extend(places[(i / 20) % 3].iter().map(|w| (*w).to_owned()));
+            let mut terms = suggest_shaped(i);
             // a shelf of 600 documents holds each intent (verb, object, place) 10 times,
-            // however big the corpus: the ties at the limit stay 10 while the lists grow
-            terms.push(format!("shelf{}", i / 600));
-            terms.push(format!("batch{i}"));
-            terms.extend([format!("tool{}", i % 97), format!("step{}", i / 97)]);
+            // however big the corpus: the ties at the limit stay 10 while the lists grow.
+            // Before the batch and tool words, where it was: the queries take a document's
+            // words but its last two (the tool words).
+            terms.insert(terms.len() - 3, format!("shelf{}", i / 600));
             (format!("p{i}"), terms)
         })
         .collect()

@@ -157,12 +157,72 @@ fn bad_arguments_are_named() {
     assert!(err.to_string().contains("`doc_id`"), "{err}");
 }
 
+/// One update of the index in a property test: document `d{n}`, words by their numbers.
 #[derive(Clone, Debug)]
-enum Op {
+pub(super) enum Op {
     Add(u8, Vec<u8>),
     AddTerms(u8, Vec<u8>),
     RemoveTerms(u8, Vec<u8>),
     Remove(u8),
+}
+
+/// Apply `op` to the index and to `docs`, the corpus the reference searches (word `w` is
+/// `word(w)`), as the index's own semantics say: a removal takes each term out once, and the
+/// document goes when it holds no term.
+pub(super) fn apply(
+    index: &mut LexicalIndex,
+    docs: &mut BTreeMap<String, Vec<String>>,
+    op: &Op,
+    word: impl Fn(u8) -> String,
+) {
+    let terms = |t: &[u8]| -> Vec<String> { t.iter().map(|&w| word(w)).collect() };
+    match op {
+        Op::Add(d, t) => {
+            index.add(&format!("d{d}"), &terms(t)).unwrap();
+            docs.insert(format!("d{d}"), terms(t));
+        }
+        Op::AddTerms(d, t) => {
+            index.add_terms(&format!("d{d}"), &terms(t)).unwrap();
+            docs.entry(format!("d{d}")).or_default().extend(terms(t));
+        }
+        Op::RemoveTerms(d, t) => {
+            index.remove_terms(&format!("d{d}"), &terms(t));
+            if let Some(held) = docs.get_mut(&format!("d{d}")) {
+                for term in terms(t) {
+                    if let Some(at) = held.iter().position(|h| *h == term) {
+                        held.remove(at);
+                    }
+                }
+                if held.is_empty() {
+                    docs.remove(&format!("d{d}"));
+                }
+            }
+        }
+        Op::Remove(d) => {
+            index.remove(&format!("d{d}"));
+            docs.remove(&format!("d{d}"));
+        }
+    }
+}
+
+/// The service bench's intents in small (`benches/service_workload.py`): verb, object and place
+/// words repeat with a period of 60 documents, each document has its own batch word and two
+/// tool words; the documents of the same shape tie exactly.
+pub(super) fn suggest_shaped(i: usize) -> Vec<String> {
+    let verbs = ["read", "parse", "load", "write", "convert"];
+    let objects = [
+        &["json", "file"][..],
+        &["csv", "export"],
+        &["sheet"],
+        &["log", "archive"],
+    ];
+    let places = [&["disk"][..], &["weekly", "report"], &["shared", "drive"]];
+    let mut terms = vec![verbs[i % 5].to_owned()];
+    terms.extend(objects[(i / 5) % 4].iter().map(|w| (*w).to_owned()));
+    terms.extend(places[(i / 20) % 3].iter().map(|w| (*w).to_owned()));
+    terms.push(format!("batch{i}"));
+    terms.extend([format!("tool{}", i % 97), format!("step{}", i / 97)]);
+    terms
 }
 
 const VOCABULARY: [&str; 8] = ["read", "json", "file", "csv", "send", "mail", "disk", "x"];
@@ -196,33 +256,7 @@ proptest! {
         let query: Vec<String> = terms_of(&query);
         let query: Vec<&str> = query.iter().map(String::as_str).collect();
         for op in ops {
-            match op {
-                Op::Add(d, t) => {
-                    index.add(&format!("d{d}"), &terms_of(&t)).unwrap();
-                    docs.insert(format!("d{d}"), terms_of(&t));
-                }
-                Op::AddTerms(d, t) => {
-                    index.add_terms(&format!("d{d}"), &terms_of(&t)).unwrap();
-                    docs.entry(format!("d{d}")).or_default().extend(terms_of(&t));
-                }
-                Op::RemoveTerms(d, t) => {
-                    index.remove_terms(&format!("d{d}"), &terms_of(&t));
-                    if let Some(held) = docs.get_mut(&format!("d{d}")) {
-                        for term in terms_of(&t) {
-                            if let Some(at) = held.iter().position(|h| *h == term) {
-                                held.remove(at);
-                            }
-                        }
-                        if held.is_empty() {
-                            docs.remove(&format!("d{d}"));
-                        }
-                    }
-                }
-                Op::Remove(d) => {
-                    index.remove(&format!("d{d}"));
-                    docs.remove(&format!("d{d}"));
-                }
-            }
+            apply(&mut index, &mut docs, &op, |w| VOCABULARY[w as usize].to_owned());
             prop_assert_eq!(index.len(), docs.len());
             let got = index.search(&query, limit);
             let want = reference(&docs, &query, limit);
