@@ -162,10 +162,15 @@ class NullServicer(pml_pb2_grpc.PmlServiceServicer):
     def StreamTraces(  # noqa: N802 (the proto's method name)
         self, request_iterator: Iterator[pml_pb2.StreamTracesRequest], context: grpc.ServicerContext
     ) -> Iterator[pml_pb2.StreamTracesResponse]:
-        for message in request_iterator:
-            yield pml_pb2.StreamTracesResponse(
-                execution_id=message.execution_id, sequence=message.sequence, result=self._saved
-            )
+        for received in request_iterator:
+            acks = [
+                pml_pb2.StreamTracesResponse(
+                    execution_id=message.execution_id, sequence=message.sequence, result=self._saved
+                )
+                for message in received.batch or (received,)
+            ]
+            # as the real server answers: a batch's acks in one message
+            yield acks[0] if not received.batch else pml_pb2.StreamTracesResponse(batch=acks)
 
 
 class EmbedOnlyServicer(NullServicer):

@@ -30,6 +30,12 @@ ExecutionRecord = resources_pb2.ExecutionRecord
 CaptureResult = resources_pb2.CaptureResult
 
 
+# Records one StreamTraces message carries in `upload`: a message costs gRPC about 0.3 ms of
+# CPU on each side on this project's 2-core machines, a dev-set record's own bytes a few
+# microseconds; 16 a message takes that to a tenth. Bytes: well under gRPC's default 4 MiB
+# message limit (a bigger record goes alone).
+UPLOAD_BATCH = 16
+UPLOAD_BATCH_BYTES = 1 << 20
 RETRY_BASE_SECONDS = 0.1
 RETRY_MAX_SECONDS = 5.0
 
@@ -73,6 +79,33 @@ class PmlClientError(Exception):
                     detail.Unpack(info)
                     retry_delay = info.retry_delay.ToNanoseconds() / 1e9
         return cls(err.code(), err.details() or "", violations, retry_delay)
+
+
+def _batched(
+    messages: Iterator[pml_pb2.StreamTracesRequest], size: int
+) -> Iterator[pml_pb2.StreamTracesRequest]:
+    """`messages` grouped into batch messages of up to `size` (and `UPLOAD_BATCH_BYTES`);
+    one that would not fit is sent alone, as is the last one of a group of one."""
+    group: list[pml_pb2.StreamTracesRequest] = []
+    group_bytes = 0
+
+    def flush() -> Iterator[pml_pb2.StreamTracesRequest]:
+        nonlocal group, group_bytes
+        if len(group) == 1:
+            yield group[0]
+        elif group:
+            yield pml_pb2.StreamTracesRequest(batch=group)
+        group, group_bytes = [], 0
+
+    for message in messages:
+        size_of = message.ByteSize()
+        if group and group_bytes + size_of > UPLOAD_BATCH_BYTES:
+            yield from flush()
+        group.append(message)
+        group_bytes += size_of
+        if len(group) >= size or group_bytes >= UPLOAD_BATCH_BYTES:
+            yield from flush()
+    yield from flush()
 
 
 def make_record(
@@ -273,9 +306,11 @@ class PmlClient:
     def stream(
         self, requests: Iterable[pml_pb2.StreamTracesRequest]
     ) -> Iterator[pml_pb2.StreamTracesResponse]:
-        """Raw StreamTraces: send `requests`, yield acknowledgements as they come."""
+        """Raw StreamTraces: send `requests`, yield acknowledgements as they come (those the
+        server batched one by one)."""
         try:
-            yield from self._stub.StreamTraces(iter(requests), metadata=self._metadata)
+            for ack in self._stub.StreamTraces(iter(requests), metadata=self._metadata):
+                yield from ack.batch or (ack,)
         except grpc.RpcError as err:
             raise PmlClientError.from_rpc_error(err) from None
 
@@ -285,17 +320,24 @@ class PmlClient:
         *,
         max_reconnects: int = 8,
         on_ack: Callable[[pml_pb2.StreamTracesResponse], None] | None = None,
+        batch: int = UPLOAD_BATCH,
     ) -> UploadReport:
         """Upload whole records over StreamTraces. If the stream breaks, reconnect and resend
         every record not yet acknowledged; request ids (default: a UUID per record) make the
         resend apply exactly once. `records` is consumed lazily (a big file is never held
-        whole): only the records sent and not yet acknowledged are kept."""
+        whole): only the records sent and not yet acknowledged are kept.
+
+        Up to `batch` records go in one message (`StreamTracesRequest.batch`, within
+        `UPLOAD_BATCH_BYTES`): a message costs gRPC far more than its record does. A batch is
+        sent once full, so for a source whose records trickle in (each should reach the
+        server as soon as it exists) pass `batch=1`."""
         # A record without a request id gets a fresh one, kept across reconnects of this upload
         # (a fixed default such as its index would collide with other uploads).
         return self.upload_pairs(
             ((r.request_id or str(uuid.uuid4()), r) for r in records),
             max_reconnects=max_reconnects,
             on_ack=on_ack,
+            batch=batch,
         )
 
     def upload_pairs(
@@ -305,6 +347,7 @@ class PmlClient:
         max_reconnects: int = 5,
         on_ack: Callable[[pml_pb2.StreamTracesResponse], None] | None = None,
         keep_acks: bool = True,
+        batch: int = UPLOAD_BATCH,
     ) -> UploadReport:
         """`upload` of (execution id, record) pairs; execution ids must be unique. `on_ack` is
         called once per execution id, whatever the reconnects; `keep_acks=False` leaves
@@ -315,7 +358,10 @@ class PmlClient:
         sequence = 0
         exhausted = False
 
-        def requests() -> Iterator[pml_pb2.StreamTracesRequest]:
+        if batch < 1:
+            raise ValueError("batch must be >= 1")
+
+        def messages() -> Iterator[pml_pb2.StreamTracesRequest]:
             nonlocal sequence, exhausted
             for eid, record in list(unacked.items()):  # a reconnect resends these first
                 sequence += 1
@@ -330,15 +376,19 @@ class PmlClient:
                 )
             exhausted = True
 
+        def requests() -> Iterator[pml_pb2.StreamTracesRequest]:
+            return _batched(messages(), batch) if batch > 1 else messages()
+
         while True:
             try:
-                for ack in self._stub.StreamTraces(requests(), metadata=self._metadata):
-                    if unacked.pop(ack.execution_id, None) is None:
-                        continue  # an ack of an execution already answered
-                    if keep_acks:
-                        report.acks[ack.execution_id] = ack
-                    if on_ack is not None:
-                        on_ack(ack)
+                for message in self._stub.StreamTraces(requests(), metadata=self._metadata):
+                    for ack in message.batch or (message,):
+                        if unacked.pop(ack.execution_id, None) is None:
+                            continue  # an ack of an execution already answered
+                        if keep_acks:
+                            report.acks[ack.execution_id] = ack
+                        if on_ack is not None:
+                            on_ack(ack)
                 if exhausted and not unacked:
                     return report
                 # The server ended the stream before answering everything: resend the rest.

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import cast
 
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server.api import convert, errors
@@ -120,6 +121,9 @@ class TraceStream:
         self._last_message = time.monotonic()  # when the reader last got a message
         self._buffered_bytes = 0  # of the open live executions (reader thread only)
         self._seen: dict[str, bytes] = {}  # execution id -> digest of what it captured
+        # Set by the reader once the client sent a batch: it reads batched acks, so a capture
+        # batch's acks go out as one message (`StreamTracesResponse.batch`).
+        self._batched_acks = False
 
     # ---- the response side (runs in the gRPC handler thread) --------------------------------
 
@@ -150,6 +154,14 @@ class TraceStream:
                     reader_done = True
                     continue
                 replies = item if isinstance(item, list) else [item]
+                if self._batched_acks and len(replies) > 1:
+                    with self._lock:
+                        self._pending -= len(replies)
+                    self._slots.release(len(replies))
+                    yield pml_pb2.StreamTracesResponse(
+                        batch=cast(list[pml_pb2.StreamTracesResponse], replies)
+                    )
+                    continue
                 for reply in replies:
                     with self._lock:
                         self._pending -= 1
@@ -177,32 +189,47 @@ class TraceStream:
         open_executions: dict[str, _OpenExecution] = {}
         last_sequence = -1
         try:
-            for msg in requests:
+            for received in requests:
                 self._last_message = time.monotonic()
+                if received.batch:
+                    _check_batch(received, self._limits)
+                    self._batched_acks = True
+                for msg in received.batch or (received,):
+                    if self._stop.is_set():
+                        break
+                    last_sequence = self._read_one(msg, open_executions, last_sequence)
                 if self._stop.is_set():
                     break
-                if self._draining.is_set():
-                    # Acks of the executions already read still go out; the rest is resent
-                    # by the client to another server (or this one after its restart).
-                    raise UnavailableError("the server is shutting down; resend what was not acked")
-                if not msg.execution_id:
-                    raise InvalidArgumentError(FieldViolation("execution_id", "must not be empty"))
-                if msg.sequence <= last_sequence:
-                    raise InvalidArgumentError(
-                        FieldViolation(
-                            "sequence",
-                            f"must increase on a stream: got {msg.sequence} after {last_sequence}",
-                        )
-                    )
-                last_sequence = msg.sequence
-                self._handle(msg, open_executions)
-                self._open_live = len(open_executions)
         except PmlError as err:
             self._acks.put(_Fatal(err))
             return
         except Exception as err:  # the call was cancelled or the client went away
             log.debug("trace stream reader ended: %r", err)
         self._acks.put(_DONE)
+
+    def _read_one(
+        self,
+        msg: pml_pb2.StreamTracesRequest,
+        open_executions: dict[str, _OpenExecution],
+        last_sequence: int,
+    ) -> int:
+        """Handle one message (alone or of a batch); returns its sequence."""
+        if self._draining.is_set():
+            # Acks of the executions already read still go out; the rest is resent by the
+            # client to another server (or this one after its restart).
+            raise UnavailableError("the server is shutting down; resend what was not acked")
+        if not msg.execution_id:
+            raise InvalidArgumentError(FieldViolation("execution_id", "must not be empty"))
+        if msg.sequence <= last_sequence:
+            raise InvalidArgumentError(
+                FieldViolation(
+                    "sequence",
+                    f"must increase on a stream: got {msg.sequence} after {last_sequence}",
+                )
+            )
+        self._handle(msg, open_executions)
+        self._open_live = len(open_executions)
+        return msg.sequence
 
     def _handle(
         self, msg: pml_pb2.StreamTracesRequest, open_executions: dict[str, _OpenExecution]
@@ -444,6 +471,22 @@ class TraceStream:
 
 def _digest(record: resources_pb2.ExecutionRecord) -> bytes:
     return hashlib.blake2b(record.SerializeToString(deterministic=True), digest_size=16).digest()
+
+
+def _check_batch(msg: pml_pb2.StreamTracesRequest, limits: Limits) -> None:
+    """A batch message carries only its batch, of messages that are not batches themselves."""
+    if msg.execution_id or msg.sequence or msg.WhichOneof("event") is not None:
+        raise InvalidArgumentError(
+            FieldViolation("batch", "a message with a batch sets no other field")
+        )
+    too_many = limits.stream_batch.excess(msg.batch)
+    if too_many is not None:
+        raise InvalidArgumentError(FieldViolation("batch", too_many))
+    for i, inner in enumerate(msg.batch):
+        if inner.batch:
+            raise InvalidArgumentError(
+                FieldViolation(f"batch[{i}].batch", "a message of a batch holds no batch")
+            )
 
 
 def _check_finished(

@@ -81,6 +81,8 @@ class Limits:
     open_executions: Limit = Limit("started", 1024, "items")  # started, not finished; settable
     # Bytes of live executions (started + tool calls) one stream buffers before they finish.
     stream_buffered: Limit = Limit("tool_call_finished", 32 * MIB, "bytes")
+    # Messages in one StreamTracesRequest.batch (the proto's contract: at most 256).
+    stream_batch: Limit = Limit("batch", 256, "items")
     # ---- answers (api/budget.py): no answer fails because of another record's size ----
     answer_pattern: Limit = Limit("patterns[]", 64 * KIB, "bytes")  # then trimmed
     answer: Limit = Limit("patterns", 4 * MIB, "bytes")  # gRPC's default receive limit

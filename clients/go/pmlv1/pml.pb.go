@@ -471,7 +471,14 @@ type StreamTracesRequest struct {
 	//	*StreamTracesRequest_Started
 	//	*StreamTracesRequest_ToolCallFinished
 	//	*StreamTracesRequest_Finished
-	Event         isStreamTracesRequest_Event `protobuf_oneof:"event"`
+	Event isStreamTracesRequest_Event `protobuf_oneof:"event"`
+	// (Optional) Several messages of the stream in one, each handled exactly as if it had been
+	// sent alone, in order (its own execution id and sequence). A bulk upload sends its records
+	// this way: most of a small message's cost is gRPC's per message, paid once per batch. When
+	// set, no other field of this message is, and no message of the batch holds a batch itself;
+	// at most 256 messages. Once a client has sent a batch, the server batches its
+	// acknowledgements too (StreamTracesResponse.batch).
+	Batch         []*StreamTracesRequest `protobuf:"bytes,7,rep,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -563,6 +570,13 @@ func (x *StreamTracesRequest) GetFinished() *ExecutionFinished {
 	return nil
 }
 
+func (x *StreamTracesRequest) GetBatch() []*StreamTracesRequest {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
 type isStreamTracesRequest_Event interface {
 	isStreamTracesRequest_Event()
 }
@@ -612,7 +626,11 @@ type StreamTracesResponse struct {
 	//
 	//	*StreamTracesResponse_Result
 	//	*StreamTracesResponse_Error
-	Outcome       isStreamTracesResponse_Outcome `protobuf_oneof:"outcome"`
+	Outcome isStreamTracesResponse_Outcome `protobuf_oneof:"outcome"`
+	// (Output only) Several acknowledgements in one, each as it would have been sent alone; only
+	// on a stream whose client has sent a batch (StreamTracesRequest.batch). When set, no other
+	// field of this message is.
+	Batch         []*StreamTracesResponse `protobuf:"bytes,5,rep,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -682,6 +700,13 @@ func (x *StreamTracesResponse) GetError() *status.Status {
 		if x, ok := x.Outcome.(*StreamTracesResponse_Error); ok {
 			return x.Error
 		}
+	}
+	return nil
+}
+
+func (x *StreamTracesResponse) GetBatch() []*StreamTracesResponse {
+	if x != nil {
+		return x.Batch
 	}
 	return nil
 }
@@ -1876,20 +1901,22 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\x0e2\x17.pml.v1.ExecutionStatusR\x06status\x12\x1f\n" +
 	"\vduration_ms\x18\x02 \x01(\x01R\n" +
 	"durationMs\x12\x14\n" +
-	"\x05trace\x18\x03 \x01(\fR\x05trace\"\xc9\x02\n" +
+	"\x05trace\x18\x03 \x01(\fR\x05trace\"\xfc\x02\n" +
 	"\x13StreamTracesRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x121\n" +
 	"\x06record\x18\x03 \x01(\v2\x17.pml.v1.ExecutionRecordH\x00R\x06record\x124\n" +
 	"\astarted\x18\x04 \x01(\v2\x18.pml.v1.ExecutionStartedH\x00R\astarted\x12H\n" +
 	"\x12tool_call_finished\x18\x05 \x01(\v2\x18.pml.v1.ToolCallFinishedH\x00R\x10toolCallFinished\x127\n" +
-	"\bfinished\x18\x06 \x01(\v2\x19.pml.v1.ExecutionFinishedH\x00R\bfinishedB\a\n" +
-	"\x05event\"\xbd\x01\n" +
+	"\bfinished\x18\x06 \x01(\v2\x19.pml.v1.ExecutionFinishedH\x00R\bfinished\x121\n" +
+	"\x05batch\x18\a \x03(\v2\x1b.pml.v1.StreamTracesRequestR\x05batchB\a\n" +
+	"\x05event\"\xf1\x01\n" +
 	"\x14StreamTracesResponse\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12/\n" +
 	"\x06result\x18\x03 \x01(\v2\x15.pml.v1.CaptureResultH\x00R\x06result\x12*\n" +
-	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\t\n" +
+	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusH\x00R\x05error\x122\n" +
+	"\x05batch\x18\x05 \x03(\v2\x1c.pml.v1.StreamTracesResponseR\x05batchB\t\n" +
 	"\aoutcome\"\xee\x02\n" +
 	"\x0eSuggestRequest\x12\x16\n" +
 	"\x06intent\x18\x01 \x01(\tR\x06intent\x12\x1b\n" +
@@ -2047,49 +2074,51 @@ var file_pml_v1_pml_proto_depIdxs = []int32{
 	4,  // 6: pml.v1.StreamTracesRequest.started:type_name -> pml.v1.ExecutionStarted
 	5,  // 7: pml.v1.StreamTracesRequest.tool_call_finished:type_name -> pml.v1.ToolCallFinished
 	6,  // 8: pml.v1.StreamTracesRequest.finished:type_name -> pml.v1.ExecutionFinished
-	31, // 9: pml.v1.StreamTracesResponse.result:type_name -> pml.v1.CaptureResult
-	35, // 10: pml.v1.StreamTracesResponse.error:type_name -> google.rpc.Status
-	10, // 11: pml.v1.SuggestRequest.available_tools:type_name -> pml.v1.AvailableTools
-	36, // 12: pml.v1.SuggestResponse.suggestions:type_name -> pml.v1.Suggestion
-	37, // 13: pml.v1.SuggestResponse.filtered:type_name -> pml.v1.FilteredCandidate
-	38, // 14: pml.v1.GetPatternResponse.pattern:type_name -> pml.v1.Pattern
-	38, // 15: pml.v1.ListPatternsResponse.patterns:type_name -> pml.v1.Pattern
-	39, // 16: pml.v1.GetCapabilityResponse.capability:type_name -> pml.v1.Capability
-	39, // 17: pml.v1.ListCapabilitiesResponse.capabilities:type_name -> pml.v1.Capability
-	40, // 18: pml.v1.ListFailuresResponse.failures:type_name -> pml.v1.Failure
-	41, // 19: pml.v1.RunRetentionResponse.entries:type_name -> pml.v1.RetentionEntry
-	32, // 20: pml.v1.RunRetentionResponse.run_time:type_name -> google.protobuf.Timestamp
-	0,  // 21: pml.v1.PmlService.GetServerInfo:input_type -> pml.v1.GetServerInfoRequest
-	2,  // 22: pml.v1.PmlService.RecordExecution:input_type -> pml.v1.RecordExecutionRequest
-	7,  // 23: pml.v1.PmlService.StreamTraces:input_type -> pml.v1.StreamTracesRequest
-	9,  // 24: pml.v1.PmlService.Suggest:input_type -> pml.v1.SuggestRequest
-	12, // 25: pml.v1.PmlService.GetPattern:input_type -> pml.v1.GetPatternRequest
-	14, // 26: pml.v1.PmlService.ListPatterns:input_type -> pml.v1.ListPatternsRequest
-	16, // 27: pml.v1.PmlService.DeletePattern:input_type -> pml.v1.DeletePatternRequest
-	18, // 28: pml.v1.PmlService.GetCapability:input_type -> pml.v1.GetCapabilityRequest
-	20, // 29: pml.v1.PmlService.ListCapabilities:input_type -> pml.v1.ListCapabilitiesRequest
-	22, // 30: pml.v1.PmlService.DeleteCapability:input_type -> pml.v1.DeleteCapabilityRequest
-	24, // 31: pml.v1.PmlService.ListFailures:input_type -> pml.v1.ListFailuresRequest
-	26, // 32: pml.v1.PmlService.RunRetention:input_type -> pml.v1.RunRetentionRequest
-	28, // 33: pml.v1.PmlService.GetStats:input_type -> pml.v1.GetStatsRequest
-	1,  // 34: pml.v1.PmlService.GetServerInfo:output_type -> pml.v1.GetServerInfoResponse
-	3,  // 35: pml.v1.PmlService.RecordExecution:output_type -> pml.v1.RecordExecutionResponse
-	8,  // 36: pml.v1.PmlService.StreamTraces:output_type -> pml.v1.StreamTracesResponse
-	11, // 37: pml.v1.PmlService.Suggest:output_type -> pml.v1.SuggestResponse
-	13, // 38: pml.v1.PmlService.GetPattern:output_type -> pml.v1.GetPatternResponse
-	15, // 39: pml.v1.PmlService.ListPatterns:output_type -> pml.v1.ListPatternsResponse
-	17, // 40: pml.v1.PmlService.DeletePattern:output_type -> pml.v1.DeletePatternResponse
-	19, // 41: pml.v1.PmlService.GetCapability:output_type -> pml.v1.GetCapabilityResponse
-	21, // 42: pml.v1.PmlService.ListCapabilities:output_type -> pml.v1.ListCapabilitiesResponse
-	23, // 43: pml.v1.PmlService.DeleteCapability:output_type -> pml.v1.DeleteCapabilityResponse
-	25, // 44: pml.v1.PmlService.ListFailures:output_type -> pml.v1.ListFailuresResponse
-	27, // 45: pml.v1.PmlService.RunRetention:output_type -> pml.v1.RunRetentionResponse
-	29, // 46: pml.v1.PmlService.GetStats:output_type -> pml.v1.GetStatsResponse
-	34, // [34:47] is the sub-list for method output_type
-	21, // [21:34] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	7,  // 9: pml.v1.StreamTracesRequest.batch:type_name -> pml.v1.StreamTracesRequest
+	31, // 10: pml.v1.StreamTracesResponse.result:type_name -> pml.v1.CaptureResult
+	35, // 11: pml.v1.StreamTracesResponse.error:type_name -> google.rpc.Status
+	8,  // 12: pml.v1.StreamTracesResponse.batch:type_name -> pml.v1.StreamTracesResponse
+	10, // 13: pml.v1.SuggestRequest.available_tools:type_name -> pml.v1.AvailableTools
+	36, // 14: pml.v1.SuggestResponse.suggestions:type_name -> pml.v1.Suggestion
+	37, // 15: pml.v1.SuggestResponse.filtered:type_name -> pml.v1.FilteredCandidate
+	38, // 16: pml.v1.GetPatternResponse.pattern:type_name -> pml.v1.Pattern
+	38, // 17: pml.v1.ListPatternsResponse.patterns:type_name -> pml.v1.Pattern
+	39, // 18: pml.v1.GetCapabilityResponse.capability:type_name -> pml.v1.Capability
+	39, // 19: pml.v1.ListCapabilitiesResponse.capabilities:type_name -> pml.v1.Capability
+	40, // 20: pml.v1.ListFailuresResponse.failures:type_name -> pml.v1.Failure
+	41, // 21: pml.v1.RunRetentionResponse.entries:type_name -> pml.v1.RetentionEntry
+	32, // 22: pml.v1.RunRetentionResponse.run_time:type_name -> google.protobuf.Timestamp
+	0,  // 23: pml.v1.PmlService.GetServerInfo:input_type -> pml.v1.GetServerInfoRequest
+	2,  // 24: pml.v1.PmlService.RecordExecution:input_type -> pml.v1.RecordExecutionRequest
+	7,  // 25: pml.v1.PmlService.StreamTraces:input_type -> pml.v1.StreamTracesRequest
+	9,  // 26: pml.v1.PmlService.Suggest:input_type -> pml.v1.SuggestRequest
+	12, // 27: pml.v1.PmlService.GetPattern:input_type -> pml.v1.GetPatternRequest
+	14, // 28: pml.v1.PmlService.ListPatterns:input_type -> pml.v1.ListPatternsRequest
+	16, // 29: pml.v1.PmlService.DeletePattern:input_type -> pml.v1.DeletePatternRequest
+	18, // 30: pml.v1.PmlService.GetCapability:input_type -> pml.v1.GetCapabilityRequest
+	20, // 31: pml.v1.PmlService.ListCapabilities:input_type -> pml.v1.ListCapabilitiesRequest
+	22, // 32: pml.v1.PmlService.DeleteCapability:input_type -> pml.v1.DeleteCapabilityRequest
+	24, // 33: pml.v1.PmlService.ListFailures:input_type -> pml.v1.ListFailuresRequest
+	26, // 34: pml.v1.PmlService.RunRetention:input_type -> pml.v1.RunRetentionRequest
+	28, // 35: pml.v1.PmlService.GetStats:input_type -> pml.v1.GetStatsRequest
+	1,  // 36: pml.v1.PmlService.GetServerInfo:output_type -> pml.v1.GetServerInfoResponse
+	3,  // 37: pml.v1.PmlService.RecordExecution:output_type -> pml.v1.RecordExecutionResponse
+	8,  // 38: pml.v1.PmlService.StreamTraces:output_type -> pml.v1.StreamTracesResponse
+	11, // 39: pml.v1.PmlService.Suggest:output_type -> pml.v1.SuggestResponse
+	13, // 40: pml.v1.PmlService.GetPattern:output_type -> pml.v1.GetPatternResponse
+	15, // 41: pml.v1.PmlService.ListPatterns:output_type -> pml.v1.ListPatternsResponse
+	17, // 42: pml.v1.PmlService.DeletePattern:output_type -> pml.v1.DeletePatternResponse
+	19, // 43: pml.v1.PmlService.GetCapability:output_type -> pml.v1.GetCapabilityResponse
+	21, // 44: pml.v1.PmlService.ListCapabilities:output_type -> pml.v1.ListCapabilitiesResponse
+	23, // 45: pml.v1.PmlService.DeleteCapability:output_type -> pml.v1.DeleteCapabilityResponse
+	25, // 46: pml.v1.PmlService.ListFailures:output_type -> pml.v1.ListFailuresResponse
+	27, // 47: pml.v1.PmlService.RunRetention:output_type -> pml.v1.RunRetentionResponse
+	29, // 48: pml.v1.PmlService.GetStats:output_type -> pml.v1.GetStatsResponse
+	36, // [36:49] is the sub-list for method output_type
+	23, // [23:36] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_pml_v1_pml_proto_init() }

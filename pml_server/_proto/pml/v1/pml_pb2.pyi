@@ -246,6 +246,7 @@ class StreamTracesRequest(_message.Message):
     STARTED_FIELD_NUMBER: _builtins.int
     TOOL_CALL_FINISHED_FIELD_NUMBER: _builtins.int
     FINISHED_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """(Required) Client-chosen id of the execution this message belongs to; unique among the
     executions open on this stream. For a whole `record` with no request id, it is also the
@@ -271,6 +272,16 @@ class StreamTracesRequest(_message.Message):
     def finished(self) -> Global___ExecutionFinished:
         """A live execution finished; completes it."""
 
+    @_builtins.property
+    def batch(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamTracesRequest]:
+        """(Optional) Several messages of the stream in one, each handled exactly as if it had been
+        sent alone, in order (its own execution id and sequence). A bulk upload sends its records
+        this way: most of a small message's cost is gRPC's per message, paid once per batch. When
+        set, no other field of this message is, and no message of the batch holds a batch itself;
+        at most 256 messages. Once a client has sent a batch, the server batches its
+        acknowledgements too (StreamTracesResponse.batch).
+        """
+
     def __init__(
         self,
         *,
@@ -280,10 +291,11 @@ class StreamTracesRequest(_message.Message):
         started: Global___ExecutionStarted | None = ...,
         tool_call_finished: Global___ToolCallFinished | None = ...,
         finished: Global___ExecutionFinished | None = ...,
+        batch: _abc.Iterable[Global___StreamTracesRequest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "finished", b"finished", "record", b"record", "started", b"started", "tool_call_finished", b"tool_call_finished"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "execution_id", b"execution_id", "finished", b"finished", "record", b"record", "sequence", b"sequence", "started", b"started", "tool_call_finished", b"tool_call_finished"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "event", b"event", "execution_id", b"execution_id", "finished", b"finished", "record", b"record", "sequence", b"sequence", "started", b"started", "tool_call_finished", b"tool_call_finished"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["record", "started", "tool_call_finished", "finished"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
@@ -305,6 +317,7 @@ class StreamTracesResponse(_message.Message):
     SEQUENCE_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """(Output only) The execution acknowledged."""
     sequence: _builtins.int
@@ -317,6 +330,13 @@ class StreamTracesResponse(_message.Message):
     def error(self) -> _status_pb2.Status:
         """Why this execution was refused."""
 
+    @_builtins.property
+    def batch(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamTracesResponse]:
+        """(Output only) Several acknowledgements in one, each as it would have been sent alone; only
+        on a stream whose client has sent a batch (StreamTracesRequest.batch). When set, no other
+        field of this message is.
+        """
+
     def __init__(
         self,
         *,
@@ -324,10 +344,11 @@ class StreamTracesResponse(_message.Message):
         sequence: _builtins.int = ...,
         result: _resources_pb2.CaptureResult | None = ...,
         error: _status_pb2.Status | None = ...,
+        batch: _abc.Iterable[Global___StreamTracesResponse] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "outcome", b"outcome", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "execution_id", b"execution_id", "outcome", b"outcome", "result", b"result", "sequence", b"sequence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "error", b"error", "execution_id", b"execution_id", "outcome", b"outcome", "result", b"result", "sequence", b"sequence"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["result", "error"]  # noqa: Y015
     _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015

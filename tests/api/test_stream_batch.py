@@ -1,0 +1,163 @@
+"""StreamTraces batches (`StreamTracesRequest.batch`): a batch is its messages sent one after
+another (the same acknowledgements, the same store), acknowledgements come back batched only
+to a client that sent a batch, and a malformed batch ends the stream naming the field."""
+
+from __future__ import annotations
+
+import itertools
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
+from pml_server._proto.pml.v1 import resources_pb2 as r
+from pml_server.client import UPLOAD_BATCH_BYTES, PmlClient, PmlClientError, _batched, make_record
+
+Req = pml_pb2.StreamTracesRequest
+Ack = pml_pb2.StreamTracesResponse
+
+
+def _messages(tag: str) -> list[Req]:
+    """A stream of whole records (new, counted, a refused one, a request id repeated) and two
+    interleaved live executions; `tag` keeps each run's patterns and ids its own."""
+
+    def record(i: int, intent: str | None = None, request_id: str = "") -> r.ExecutionRecord:
+        tool = f"{tag}_tool{i % 4}"
+        rec = make_record(
+            f"task {i} of {tag}" if intent is None else intent,
+            f"await mcp.{tool}({{n: {i}}})",
+            tools=[tool],
+        )
+        rec.request_id = request_id
+        return rec
+
+    out = [Req(execution_id=f"{tag}-r{i}", record=record(i)) for i in range(12)]
+    out.append(Req(execution_id=f"{tag}-bad", record=record(99, intent="  ")))  # refused alone
+    out.append(Req(execution_id=f"{tag}-again", record=record(3, request_id=f"{tag}-rid")))
+    out.append(Req(execution_id=f"{tag}-again2", record=record(3, request_id=f"{tag}-rid")))
+    code = f"await mcp.{tag}_read(); await mcp.{tag}_parse()"
+    for eid in ("live1", "live2"):
+        started = pml_pb2.ExecutionStarted(intent=f"{eid} of {tag}", code=code, language="ts")
+        out.insert(4, Req(execution_id=f"{tag}-{eid}", started=started))
+    for name in (f"{tag}_read", f"{tag}_parse"):
+        for eid in ("live1", "live2"):
+            call = pml_pb2.ToolCallFinished(tool_call=r.ToolCall(tool=name, ok=True))
+            out.insert(9, Req(execution_id=f"{tag}-{eid}", tool_call_finished=call))
+    for eid in ("live2", "live1"):
+        out.append(Req(execution_id=f"{tag}-{eid}", finished=pml_pb2.ExecutionFinished()))
+    for seq, message in enumerate(out, 1):
+        message.sequence = seq
+    return out
+
+
+def _in_batches(messages: list[Req], cuts: list[int]) -> list[Req]:
+    """`messages` sent as batches ending at `cuts` (a piece of one is still a batch of one)."""
+    bounds = sorted({c % len(messages) for c in cuts} | {0, len(messages)})
+    return [Req(batch=messages[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+def _answers(acks: list[Ack], tag: str) -> dict[str, tuple[object, ...]]:
+    """What each execution was answered, without the run's own tag and random ids."""
+    out: dict[str, tuple[object, ...]] = {}
+    for ack in acks:
+        key = ack.execution_id.removeprefix(f"{tag}-")
+        if ack.HasField("error"):
+            out[key] = ("error", ack.sequence, ack.error.code)
+        else:
+            res = ack.result
+            out[key] = (res.outcome, ack.sequence, res.new_pattern, res.replayed)
+    return out
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=8))
+def test_a_batch_is_its_messages_sent_one_by_one(client: PmlClient, cuts: list[int]) -> None:
+    tag = f"t{abs(hash(tuple(cuts))) % 10**9}"
+    before = client.stats()
+    alone = _answers(list(client.stream(_messages(f"{tag}a"))), f"{tag}a")
+    middle = client.stats()
+    batched = _answers(list(client.stream(_in_batches(_messages(f"{tag}b"), cuts))), f"{tag}b")
+    after = client.stats()
+    assert batched == alone
+    assert len(alone) == len({m.execution_id for m in _messages(tag)})
+    for name in ("executions", "patterns", "intents", "capabilities"):
+        assert getattr(after, name) - getattr(middle, name) == getattr(middle, name) - getattr(
+            before, name
+        ), name
+
+
+def test_acks_are_batched_only_for_a_client_that_batched(channel: grpc.Channel) -> None:
+    stub = pml_pb2_grpc.PmlServiceStub(channel)
+    alone = list(stub.StreamTraces(iter(_messages("single"))))
+    assert all(not ack.batch and ack.execution_id for ack in alone)
+    raw = list(stub.StreamTraces(iter(_in_batches(_messages("multi"), [5, 11]))))
+    flat = [inner for ack in raw for inner in (ack.batch or (ack,))]
+    assert any(ack.batch for ack in raw)  # the captures' acks, several at a time
+    assert all(not inner.batch and inner.execution_id for inner in flat)  # never nested
+    assert len(flat) == len(alone)
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (Req(execution_id="x", batch=[Req(execution_id="a", sequence=1)]), "batch"),
+        (Req(sequence=3, batch=[Req(execution_id="a", sequence=1)]), "batch"),
+        (Req(batch=[Req(batch=[Req(execution_id="a", sequence=1)])]), "batch[0].batch"),
+        (Req(batch=[Req(execution_id=f"e{i}", sequence=i + 1) for i in range(257)]), "batch"),
+        (Req(batch=[Req(execution_id="", sequence=1)]), "execution_id"),
+    ],
+)
+def test_a_malformed_batch_ends_the_stream_naming_the_field(
+    client: PmlClient, request_: Req, field: str
+) -> None:
+    with pytest.raises(PmlClientError) as err:
+        list(client.stream([request_]))
+    assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert {name for name, _ in err.value.violations} == {field}
+
+
+def test_sequences_must_increase_across_batches(client: PmlClient) -> None:
+    first = _messages("seq")[:3]
+    again = Req(execution_id="seq-late", sequence=2, record=first[0].record)
+    with pytest.raises(PmlClientError) as err:
+        list(client.stream([Req(batch=first), Req(batch=[again])]))
+    assert {name for name, _ in err.value.violations} == {"sequence"}
+
+
+def _plain(n: int, size: int = 0) -> list[Req]:
+    out = []
+    for i in range(n):
+        rec = make_record(f"task {i}", f"await mcp.t({{n: {i}}})" + " " * size, tools=["t"])
+        out.append(Req(execution_id=f"e{i}", sequence=i + 1, record=rec))
+    return out
+
+
+def test_batched_groups_in_order_within_the_count_and_bytes() -> None:
+    plain = _plain(37)
+    sent = list(_batched(iter(plain), 16))
+    assert [len(m.batch) for m in sent] == [16, 16, 5]
+    assert [inner for m in sent for inner in m.batch] == plain
+    large = _plain(6, size=UPLOAD_BATCH_BYTES // 3)
+    big = list(_batched(iter(large), 16))
+    assert len(big) > 1
+    assert all(m.ByteSize() <= UPLOAD_BATCH_BYTES + 64 for m in big)
+    assert [inner for m in big for inner in (m.batch or (m,))] == large
+    one = _plain(1)
+    assert list(_batched(iter(one), 16)) == one  # a group of one goes as the message itself
+
+
+@pytest.mark.parametrize("batch", [1, 7, 16])
+def test_upload_in_batches_acknowledges_each_record_once(client: PmlClient, batch: int) -> None:
+    records = [
+        make_record(f"upload {batch} {i}", f"await mcp.u{i % 3}()", tools=[f"u{i % 3}"])
+        for i in range(40)
+    ]
+    report = client.upload(records, batch=batch)
+    assert len(report.acks) == 40
+    assert all(ack.HasField("result") for ack in report.acks.values())
+    with pytest.raises(ValueError, match="batch"):
+        client.upload(records, batch=0)
