@@ -9,7 +9,7 @@ MODE is `stream` (one StreamTraces upload), `unary8` (RecordExecution from 8 cal
 `import` (`pml import` of the first N dev-set executions); N defaults to 300 (import: all).
 Prints the rate against the model alone, the server's CPU a capture by thread (RPC, capture
 pool, the model's helper threads, the store's writer...), the client's CPU a capture, the
-model calls the server made (how many texts each: what the coalescers formed) and the model's
+model calls the server made (how many texts each) and the model's
 CPU a text inside the server and alone (the CPU of the threads that ran it), and the CPU a
 capture of the main phases of `record_many` / `record` (timers wrap functions, so the figures
 include a few microseconds of timing each). Rates on a shared machine are noisy; CPU a capture

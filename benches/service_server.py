@@ -16,7 +16,7 @@ computed at start: the cost of everything but the engine's work. All print `PORT
 and stop on SIGTERM;
 `serve` adds `METRICS <n>`, the port of its Prometheus /metrics. `embed-only` is the null
 servicer whose Suggest embeds the query, and RecordExecution a successful run's intent, with the
-server's own default embedder stack (cache, coalescer, MiniLM) and switch interval, and does
+server's own default embedder stack (cache, metering, MiniLM) and switch interval, and does
 nothing else: what any server with the model can reach on this harness, the ceiling of the
 MiniLM rows.
 """

@@ -84,7 +84,7 @@ class _EmbeddingCollector(Collector):
     def collect(self) -> Iterator[CounterMetricFamily]:
         u = self._usage()
         for name, text, value in (
-            ("pml_embedding_runs", "Embedding model runs (a coalesced batch is one run)", u.runs),
+            ("pml_embedding_runs", "Embedding model calls (a batch of texts is one)", u.runs),
             ("pml_embedding_texts", "Texts embedded by the model (cache hits excluded)", u.texts),
             ("pml_embedding_cpu_seconds", "CPU seconds spent in the model", u.cpu_seconds),
             ("pml_embedding_seconds", "Wall seconds spent in the model", u.seconds),

@@ -234,7 +234,7 @@ class Stats:
 class EmbeddingUsage:
     """What the model has cost since the server started (`MeteredEmbedder` counts it)."""
 
-    runs: int = 0  # model calls (a coalesced batch is one run)
+    runs: int = 0  # model calls (a batch of texts is one)
     texts: int = 0
     cpu_seconds: float = 0.0
     seconds: float = 0.0  # wall time inside the model

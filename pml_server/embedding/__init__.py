@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pml_server.embedding.base import Embedder, l2_normalize
 from pml_server.embedding.cache import CachedEmbedder
-from pml_server.embedding.coalesce import CoalescingEmbedder
 from pml_server.embedding.hashing import HashingEmbedder
 from pml_server.embedding.metered import MeteredEmbedder
 
@@ -22,9 +21,8 @@ def make_embedder(name: str, cache_size: int = 10_000) -> CachedEmbedder:
     if name == "minilm":
         from pml_server.embedding.minilm import MiniLMEmbedder  # loads onnxruntime lazily
 
-        # Concurrent requests share model runs (CoalescingEmbedder); the hashing embedder is
-        # too cheap for that to pay.
-        return CachedEmbedder(CoalescingEmbedder(MeteredEmbedder(MiniLMEmbedder())), cache_size)
+        # Concurrent callers share the model's workers (one queue of texts, minilm.py).
+        return CachedEmbedder(MeteredEmbedder(MiniLMEmbedder()), cache_size)
     if name == "hashing":
         return CachedEmbedder(MeteredEmbedder(HashingEmbedder()), cache_size)
     raise ValueError(f"unknown embedder {name!r}; choose one of {EMBEDDERS}")
@@ -33,7 +31,6 @@ def make_embedder(name: str, cache_size: int = 10_000) -> CachedEmbedder:
 __all__ = [
     "EMBEDDERS",
     "CachedEmbedder",
-    "CoalescingEmbedder",
     "Embedder",
     "HashingEmbedder",
     "MeteredEmbedder",

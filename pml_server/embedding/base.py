@@ -30,7 +30,7 @@ class Embedder(Protocol):
 
 
 class EmbedderWrapper:
-    """Base of the wrappers that add behaviour around an Embedder (caching, coalescing): the
+    """Base of the wrappers that add behaviour around an Embedder (caching, metering): the
     wrapped model's identity passes through unchanged."""
 
     def __init__(self, inner: Embedder) -> None:

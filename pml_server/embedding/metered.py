@@ -20,8 +20,8 @@ from pml_server.embedding.base import Embedder, EmbedderWrapper
 
 
 class MeteredEmbedder(EmbedderWrapper):
-    """Wraps the model itself (inside the cache and the coalescer, so cache hits cost nothing
-    and a shared batch counts once); same interface."""
+    """Wraps the model itself (inside the cache, so cache hits cost nothing); same
+    interface."""
 
     def __init__(self, inner: Embedder) -> None:
         super().__init__(inner)

@@ -9,18 +9,21 @@ this module (see TOKENIZER-LICENSE.md). Both files are checked against their sha
 Every text is run alone, unpadded: nothing in its vector depends on the texts it was batched with
 (the int8 graph quantizes a run's activations with one scale, so a neighbour would change it), and
 no short text pays for a long one's padding (real intents run from a few tokens to hundreds: in a
-padded batch of 32 taken in arrival order one long text pads them all). A batch is spread over
-`workers` threads, each running one text at a time with `threads` intra-op threads; onnxruntime
-releases the GIL while it runs.
+padded batch of 32 taken in arrival order one long text pads them all). The texts of every
+call, whoever makes it, go to one queue served by `workers` model threads, each running one text
+at a time with `threads` intra-op threads (onnxruntime releases the GIL while it runs): concurrent
+callers never run more texts at once than there are workers, and a worker free takes the next
+text at once, whichever call it is of. Each caller gets its own rows when its texts are done.
 """
 
 from __future__ import annotations
 
 import hashlib
+import queue
 import threading
 import time
+import weakref
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +86,11 @@ class MiniLMEmbedder:
         # The tokenizers object is not documented as thread-safe: guard it.
         self._lock = threading.Lock()
         self._workers = workers
-        self._pool: ThreadPoolExecutor | None = None
+        # Every call's texts, one at a time, for the `workers` model threads: at most that many
+        # texts run at once however many callers embed (one per core, caches warm), and a
+        # worker takes the next text of any caller as soon as it is free.
+        self._texts: queue.SimpleQueue[tuple[_Call, int] | None] = queue.SimpleQueue()
+        self._workers_started = False
         self._calls = threading.local()
 
     @property
@@ -106,35 +113,81 @@ class MiniLMEmbedder:
             return np.zeros((0, DIM), dtype=np.float32)
         with self._lock:
             encodings = self._tokenizer.encode_batch(list(texts))
-        tokens = [np.array(e.ids, dtype=np.int64) for e in encodings]
-        pooled = np.zeros((len(tokens), DIM), dtype=np.float32)
+        call = _Call([np.array(e.ids, dtype=np.int64) for e in encodings])
+        self._start_workers()
         # Longest first, so the last text a worker takes is a short one (balanced finish).
-        order = sorted(range(len(tokens)), key=lambda i: -len(tokens[i]))
-        taken = iter(order)  # shared by the workers; next() on it is atomic under the GIL
-        cpu: list[float] = []  # each worker's CPU seconds (list.append is atomic)
+        for i in sorted(range(len(call.tokens)), key=lambda i: -len(call.tokens[i])):
+            self._texts.put((call, i))
+        call.done.wait()
+        self._calls.cpu_seconds = call.cpu_seconds
+        if call.error is not None:
+            raise call.error
+        return l2_normalize(call.pooled)
 
-        def work() -> None:
-            start = time.thread_time()
-            try:
-                for i in taken:
-                    pooled[i] = self._run_one(tokens[i])
-            finally:
-                cpu.append(time.thread_time() - start)
+    def _start_workers(self) -> None:
+        if self._workers_started:
+            return
+        with self._lock:
+            if self._workers_started:
+                return
+            for n in range(self._workers):
+                worker = threading.Thread(
+                    target=_serve, args=(self._texts, weakref.ref(self)), name=f"pml-embed-{n}"
+                )
+                worker.daemon = True  # idle in `get`; stopped when the embedder is collected
+                worker.start()
+            # Collected embedder: one stop item per worker (they hold only the queue).
+            weakref.finalize(self, _stop_workers, self._texts, self._workers)
+            self._workers_started = True
 
-        helpers = min(self._workers, len(tokens)) - 1
-        if helpers > 0:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._workers - 1, "pml-embed")
-            futures = [self._pool.submit(work) for _ in range(helpers)]
-            work()
-            for future in futures:
-                future.result()
-        else:
-            work()
-        self._calls.cpu_seconds = sum(cpu)
-        return l2_normalize(pooled)
+    def _run_text(self, call: _Call, i: int) -> None:
+        start = time.thread_time()
+        try:
+            if call.error is None:
+                call.pooled[i] = self._run_one(call.tokens[i])
+        except BaseException as error:  # the caller raises it once its texts are all taken
+            call.error = error
+        finally:
+            call.finish_one(time.thread_time() - start)
 
     def last_call_cpu_seconds(self) -> float:
         """CPU seconds of every thread that worked on this thread's last `embed` call (the
         helpers' too, which the caller's own thread time misses)."""
         return float(getattr(self._calls, "cpu_seconds", 0.0))
+
+
+class _Call:
+    """One `embed` call's texts while the workers run them."""
+
+    def __init__(self, tokens: list[npt.NDArray[np.int64]]) -> None:
+        self.tokens = tokens
+        self.pooled = np.zeros((len(tokens), DIM), dtype=np.float32)
+        self.error: BaseException | None = None
+        self.cpu_seconds = 0.0
+        self.done = threading.Event()
+        self._left = len(tokens)
+        self._lock = threading.Lock()
+
+    def finish_one(self, cpu_seconds: float) -> None:
+        with self._lock:
+            self.cpu_seconds += cpu_seconds
+            self._left -= 1
+            if self._left == 0:
+                self.done.set()
+
+
+def _serve(
+    texts: queue.SimpleQueue[tuple[_Call, int] | None], owner: weakref.ref[MiniLMEmbedder]
+) -> None:
+    """A model worker: runs the queued texts until told to stop."""
+    while (item := texts.get()) is not None:
+        embedder = owner()
+        if embedder is None:  # collected while its stop items were on their way
+            return
+        embedder._run_text(*item)
+        del embedder
+
+
+def _stop_workers(texts: queue.SimpleQueue[tuple[_Call, int] | None], workers: int) -> None:
+    for _ in range(workers):
+        texts.put(None)

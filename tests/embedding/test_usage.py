@@ -12,7 +12,7 @@ import numpy as np
 
 from pml_server.client import PmlClient, make_record
 from pml_server.domain.vectors import Matrix
-from pml_server.embedding import CoalescingEmbedder, MeteredEmbedder, make_embedder
+from pml_server.embedding import CachedEmbedder, MeteredEmbedder, make_embedder
 from tests.conftest import StartServer
 
 
@@ -50,19 +50,16 @@ def test_counts_are_exact_under_concurrent_callers() -> None:
     assert usage.seconds >= usage.cpu_seconds * 0.5
 
 
-def test_cache_hits_and_shared_batches_do_not_count_as_model_work() -> None:
+def test_cache_hits_do_not_count_as_model_work() -> None:
     embedder = make_embedder("hashing")
     embedder.embed(["read a json file"])
     embedder.embed(["read a json file", "parse the csv"])
     usage = embedder.usage()
     assert (usage.runs, usage.texts) == (2, 2)  # the repeated text came from the cache
-    coalesced = CoalescingEmbedder(MeteredEmbedder(BusyFake()), max_batch=8, slots=1)
-    coalesced.embed(["x", "y"])
-    assert (coalesced.usage().runs, coalesced.usage().texts) == (1, 2)
 
 
 def test_an_unmetered_embedder_reports_zero_usage() -> None:
-    assert CoalescingEmbedder(BusyFake()).usage().runs == 0
+    assert CachedEmbedder(BusyFake()).usage().runs == 0
 
 
 def _metric(text: str, name: str) -> float:
