@@ -27,7 +27,7 @@ from benches import devset_workload, model_alone
 from benches import service_harness as harness
 from benches.common import Row
 from pml_server._proto.pml.v1 import resources_pb2
-from pml_server.client import PmlClient
+from pml_server.client import UPLOAD_BATCH, PmlClient
 
 SUITE = "api"
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,39 +221,48 @@ def _import_row(n: int | None) -> Row:
 def _client_vector_rows() -> list[Row]:
     """8 streams of client-vector records into a fresh default server vs the null servicer,
     timed right before and right after ours (the null servicer's rate swung 1.2k to 3k/s
-    between runs a minute apart on the shared machine): the baseline is their mean."""
+    between runs a minute apart on the shared machine): the baseline is their mean. Twice: a
+    record a message (the row as issue 19 set it), and `UPLOAD_BATCH` a message as
+    `PmlClient.upload` sends them, the null servicer answering the same messages."""
     plan = replace(harness.Plan.for_run(large=False), seconds=3.0, max_requests=4000)
     if os.environ.get("PML_BENCH_QUICK"):
         plan = replace(plan, seconds=0.5, max_requests=300)
-
-    def null_rate() -> dict[str, float]:
-        with harness.server("null") as null_server:
-            return harness.load(null_server.target, "stream", 8, plan, "vector", 0)
-
-    before = null_rate()
-    with (
-        tempfile.TemporaryDirectory(prefix="pml-api-vectors-") as tmp,
-        harness.server("serve", str(Path(tmp) / "store"), "minilm", "sync") as srv,
+    rows = []
+    for op, framing, offset in (
+        ("stream", "a record a message", 30_000_000),
+        ("stream-batched", f"{UPLOAD_BATCH} records a message", 40_000_000),
     ):
-        spent = srv.cpu_seconds()
-        ours = harness.load(srv.target, "stream", 8, plan, "vector", 30_000_000)
-        ours["server_cpu_ms_per_capture"] = 1000.0 * (srv.cpu_seconds() - spent) / ours["count"]
-    after = null_rate()
-    for name, result in (("ours", ours), ("null before", before), ("null after", after)):
-        if result["errors"]:
-            raise RuntimeError(f"client-vector streams ({name}): {result}")
-    return [
-        Row(
-            SUITE,
-            "StreamTraces captures/s with client vectors, 8 streams, sync",
-            ours["qps"],
-            "1/s",
-            (before["qps"] + after["qps"]) / 2,
-            "null servicer, 8 streams, timed before and after",
-            target=0.5,
-            extra={"ours": ours, "null_before": before, "null_after": after},
-        ),
-    ]
+
+        def null_rate(op: str = op) -> dict[str, float]:
+            with harness.server("null") as null_server:
+                return harness.load(null_server.target, op, 8, plan, "vector", 0)
+
+        before = null_rate()
+        with (
+            tempfile.TemporaryDirectory(prefix="pml-api-vectors-") as tmp,
+            harness.server("serve", str(Path(tmp) / "store"), "minilm", "sync") as srv,
+        ):
+            spent = srv.cpu_seconds()
+            ours = harness.load(srv.target, op, 8, plan, "vector", offset)
+            ours["server_cpu_ms_per_capture"] = 1000.0 * (srv.cpu_seconds() - spent) / ours["count"]
+        after = null_rate()
+        for name, result in (("ours", ours), ("null before", before), ("null after", after)):
+            if result["errors"]:
+                raise RuntimeError(f"client-vector streams ({name}, {op}): {result}")
+        rows.append(
+            Row(
+                SUITE,
+                "StreamTraces captures/s with client vectors, 8 streams, sync"
+                + ("" if op == "stream" else f", {framing}"),
+                ours["qps"],
+                "1/s",
+                (before["qps"] + after["qps"]) / 2,
+                f"null servicer, 8 streams, {framing}, timed before and after",
+                target=0.5,
+                extra={"ours": ours, "null_before": before, "null_after": after},
+            )
+        )
+    return rows
 
 
 def _suggest_row(n: int) -> Row:

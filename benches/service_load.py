@@ -2,12 +2,13 @@
 
     python -m benches.service_load TARGET OP CONCURRENCY SECONDS MAX_REQUESTS QUERY OFFSET
 
-OP is `suggest`, `record` (unary RecordExecution) or `stream` (StreamTraces, one stream and one
-connection per caller); QUERY is `vector` (client-supplied intent embeddings) or `text` (the
-server embeds); OFFSET numbers the executions a capture run sends so runs never repeat a
-request id. Requests are built before the clock starts; the run stops after SECONDS or
-MAX_REQUESTS, whichever comes first. Prints one JSON object: count, errors, elapsed seconds,
-qps and latency percentiles (ms).
+OP is `suggest`, `record` (unary RecordExecution), `stream` (StreamTraces, one stream and one
+connection per caller, a record a message) or `stream-batched` (the same, `UPLOAD_BATCH`
+records a message as `PmlClient.upload` sends them); QUERY is `vector` (client-supplied intent
+embeddings) or `text` (the server embeds); OFFSET numbers the executions a capture run sends
+so runs never repeat a request id. Requests are built before the clock starts; the run stops
+after SECONDS or MAX_REQUESTS, whichever comes first. Prints one JSON object: count, errors,
+elapsed seconds, qps and latency percentiles (ms).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 
 from benches import service_workload as work
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
+from pml_server.client import UPLOAD_BATCH, batched_messages
 
 
 def _record(i: int, vector: list[float] | None) -> resources_pb2.ExecutionRecord:
@@ -74,7 +76,7 @@ def run(
     # subchannel pool keeps grpcio from sharing one connection between the channels.
     stream_channels = [
         grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
-        for _ in range(concurrency if op == "stream" else 0)
+        for _ in range(concurrency if op.startswith("stream") else 0)
     ]
     for extra in stream_channels:
         grpc.channel_ready_future(extra).result(timeout=30)
@@ -120,17 +122,21 @@ def run(
                     execution_id=execution_id, sequence=seq, record=requests[k]
                 )
 
+        sending = (
+            batched_messages(messages(), UPLOAD_BATCH) if op == "stream-batched" else messages()
+        )
         try:
-            for ack in stream_stubs[n].StreamTraces(messages(), timeout=seconds + 60):
-                if ack.HasField("error"):
-                    errors[n] += 1
-                    continue
-                latencies[n].append(time.perf_counter() - sent.pop(ack.execution_id))
-                done[n] += 1
+            for message in stream_stubs[n].StreamTraces(sending, timeout=seconds + 60):
+                for ack in message.batch or (message,):
+                    if ack.HasField("error"):
+                        errors[n] += 1
+                        continue
+                    latencies[n].append(time.perf_counter() - sent.pop(ack.execution_id))
+                    done[n] += 1
         except grpc.RpcError:
             errors[n] += 1
 
-    worker = stream_caller if op == "stream" else unary_caller
+    worker = stream_caller if op.startswith("stream") else unary_caller
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(concurrency)]
     start = time.perf_counter()
     for t in threads:

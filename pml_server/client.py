@@ -81,7 +81,7 @@ class PmlClientError(Exception):
         return cls(err.code(), err.details() or "", violations, retry_delay)
 
 
-def _batched(
+def batched_messages(
     messages: Iterator[pml_pb2.StreamTracesRequest], size: int
 ) -> Iterator[pml_pb2.StreamTracesRequest]:
     """`messages` grouped into batch messages of up to `size` (and `UPLOAD_BATCH_BYTES`);
@@ -377,7 +377,7 @@ class PmlClient:
             exhausted = True
 
         def requests() -> Iterator[pml_pb2.StreamTracesRequest]:
-            return _batched(messages(), batch) if batch > 1 else messages()
+            return batched_messages(messages(), batch) if batch > 1 else messages()
 
         while True:
             try:

@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server._proto.pml.v1 import resources_pb2 as r
-from pml_server.client import UPLOAD_BATCH_BYTES, PmlClient, PmlClientError, _batched, make_record
+from pml_server.client import (
+    UPLOAD_BATCH_BYTES,
+    PmlClient,
+    PmlClientError,
+    batched_messages,
+    make_record,
+)
 
 Req = pml_pb2.StreamTracesRequest
 Ack = pml_pb2.StreamTracesResponse
@@ -138,16 +144,16 @@ def _plain(n: int, size: int = 0) -> list[Req]:
 
 def test_batched_groups_in_order_within_the_count_and_bytes() -> None:
     plain = _plain(37)
-    sent = list(_batched(iter(plain), 16))
+    sent = list(batched_messages(iter(plain), 16))
     assert [len(m.batch) for m in sent] == [16, 16, 5]
     assert [inner for m in sent for inner in m.batch] == plain
     large = _plain(6, size=UPLOAD_BATCH_BYTES // 3)
-    big = list(_batched(iter(large), 16))
+    big = list(batched_messages(iter(large), 16))
     assert len(big) > 1
     assert all(m.ByteSize() <= UPLOAD_BATCH_BYTES + 64 for m in big)
     assert [inner for m in big for inner in (m.batch or (m,))] == large
     one = _plain(1)
-    assert list(_batched(iter(one), 16)) == one  # a group of one goes as the message itself
+    assert list(batched_messages(iter(one), 16)) == one  # a group of one goes as the message itself
 
 
 @pytest.mark.parametrize("batch", [1, 7, 16])
