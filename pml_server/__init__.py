@@ -4,11 +4,30 @@ Eager storage, lazy filtering: every successful execution is captured and dedupl
 the intelligence lives at suggestion time.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-try:
-    __version__ = version("pml-server")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0+unknown"
+import functools
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    __version__: str
 
 __all__ = ["__version__"]
+
+
+@functools.cache
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pml-server")
+    except PackageNotFoundError:  # running from a source tree without an install
+        return "0.0.0+unknown"
+
+
+def __getattr__(name: str) -> str:
+    # `__version__` on first use (PEP 562): importlib.metadata would add ~80 ms to the start of
+    # every `pml` command, the client ones included.
+    if name == "__version__":
+        return _installed_version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -69,6 +69,26 @@ def _version() -> str:
         return "unknown"
 
 
+class _VersionAction(argparse.Action):
+    """`--version`, looked up only when asked: importlib.metadata costs every other command
+    ~80 ms of startup (`pml import` is timed as a whole process)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version"
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"pml {_version()}")
+        parser.exit()
+
+
 def _keys_parsers(commands: Any) -> None:
     keys = commands.add_parser(
         "keys", help="manage the API keys file", formatter_class=_HelpFormatter
@@ -101,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=_HelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"pml {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_flags(
         commands.add_parser(

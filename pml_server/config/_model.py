@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pml_server.domain.limits import LIMITS, Limits
-from pml_server.ranking import RankingConfig
+from pml_server.ranking.config import RankingConfig
 from pml_server.retention import RetentionConfig
 
 DEFAULT_LISTEN = "127.0.0.1:50051"

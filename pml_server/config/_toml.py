@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pml_server.config._model import Config, EngineConfig, ServerConfig
-from pml_server.ranking import RankingConfig, default_ranking
+from pml_server.ranking.config import RankingConfig, default_ranking
 from pml_server.retention import RetentionConfig
 
 Settings = dict[str, Any]

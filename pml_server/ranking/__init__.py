@@ -6,34 +6,40 @@ The engine retrieves candidates (vector index + `LexicalIndex`), builds `Candida
 
 from __future__ import annotations
 
-from pml_server.ranking.candidate import Candidate
-from pml_server.ranking.config import DAY_MS, RankingConfig, default_ranking
-from pml_server.ranking.filters import (
-    AVAILABLE_TOOLS,
-    BEYOND_K,
-    FLAGGED_FOR_REMOVAL,
-    MIN_MATCH,
-    MIN_SUCCESS,
-    RULES,
-    SAME_CAPABILITY,
-    TAGS,
-    FilterSettings,
-)
-from pml_server.ranking.lazy import Retrieval, match_bound, rank_lazily, score_ceiling
-from pml_server.ranking.lexical import LexicalIndex, tokenize
-from pml_server.ranking.rank import rank, resolve_settings
-from pml_server.ranking.scoring import score
-from pml_server.ranking.signals import (
-    beta_mean,
-    fuse_match,
-    normalize_lexical,
-    pattern_semantic,
-    recency_factor,
-    reliability_factor,
-    success_estimate,
-    usage_factor,
-)
-from pml_server.ranking.table import CoreSuggestion, RankTable, core_params
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pml_server.ranking.candidate import Candidate
+    from pml_server.ranking.config import DAY_MS, RankingConfig, default_ranking
+    from pml_server.ranking.filters import (
+        AVAILABLE_TOOLS,
+        BEYOND_K,
+        FLAGGED_FOR_REMOVAL,
+        MIN_MATCH,
+        MIN_SUCCESS,
+        RULES,
+        SAME_CAPABILITY,
+        TAGS,
+        FilterSettings,
+    )
+    from pml_server.ranking.lazy import Retrieval, match_bound, rank_lazily, score_ceiling
+    from pml_server.ranking.lexical import LexicalIndex, tokenize
+    from pml_server.ranking.rank import rank, resolve_settings
+    from pml_server.ranking.scoring import score
+    from pml_server.ranking.signals import (
+        beta_mean,
+        fuse_match,
+        normalize_lexical,
+        pattern_semantic,
+        recency_factor,
+        reliability_factor,
+        success_estimate,
+        usage_factor,
+    )
+    from pml_server.ranking.table import CoreSuggestion, RankTable, core_params
 
 __all__ = [
     "AVAILABLE_TOOLS",
@@ -70,3 +76,68 @@ __all__ = [
     "tokenize",
     "usage_factor",
 ]
+
+# Each name is imported from its module on first use (PEP 562): the client commands import
+# `pml_server.ranking.config` (through pml_server.config) and must not pay for numpy, the
+# stemmer and the rest of the ranking modules at startup.
+_MODULE_OF = {
+    "AVAILABLE_TOOLS": "filters",
+    "BEYOND_K": "filters",
+    "DAY_MS": "config",
+    "FLAGGED_FOR_REMOVAL": "filters",
+    "MIN_MATCH": "filters",
+    "MIN_SUCCESS": "filters",
+    "RULES": "filters",
+    "SAME_CAPABILITY": "filters",
+    "TAGS": "filters",
+    "Candidate": "candidate",
+    "CoreSuggestion": "table",
+    "FilterSettings": "filters",
+    "LexicalIndex": "lexical",
+    "RankTable": "table",
+    "RankingConfig": "config",
+    "Retrieval": "lazy",
+    "beta_mean": "signals",
+    "core_params": "table",
+    "default_ranking": "config",
+    "fuse_match": "signals",
+    "match_bound": "lazy",
+    "normalize_lexical": "signals",
+    "pattern_semantic": "signals",
+    "rank": "rank",
+    "rank_lazily": "lazy",
+    "recency_factor": "signals",
+    "reliability_factor": "signals",
+    "resolve_settings": "rank",
+    "score": "scoring",
+    "score_ceiling": "lazy",
+    "success_estimate": "signals",
+    "tokenize": "lexical",
+    "usage_factor": "signals",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """Keeps `rank` the function: once a module imports `pml_server.ranking.rank`, the import
+    system sets the package's `rank` to that module, which would hide the function."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "rank" and isinstance(value, types.ModuleType):
+            value = value.rank
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pml_server.retention.config import RetentionConfig
-from pml_server.retention.policy import evaluate
+
+if TYPE_CHECKING:
+    from pml_server.retention.policy import evaluate
 
 __all__ = ["RetentionConfig", "evaluate"]
+
+
+def __getattr__(name: str) -> object:
+    # `evaluate` on first use (PEP 562): the client commands import RetentionConfig (through
+    # pml_server.config) and need not import the policy, the domain model and the ranking.
+    if name == "evaluate":
+        from pml_server.retention.policy import evaluate
+
+        return evaluate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
