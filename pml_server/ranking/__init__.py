@@ -7,8 +7,6 @@ The engine retrieves candidates (vector index + `LexicalIndex`), builds `Candida
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,7 +25,7 @@ if TYPE_CHECKING:
     )
     from pml_server.ranking.lazy import Retrieval, match_bound, rank_lazily, score_ceiling
     from pml_server.ranking.lexical import LexicalIndex, tokenize
-    from pml_server.ranking.rank import rank, resolve_settings
+    from pml_server.ranking.ordering import rank, resolve_settings
     from pml_server.ranking.scoring import score
     from pml_server.ranking.signals import (
         beta_mean,
@@ -104,11 +102,11 @@ _MODULE_OF = {
     "match_bound": "lazy",
     "normalize_lexical": "signals",
     "pattern_semantic": "signals",
-    "rank": "rank",
+    "rank": "ordering",
     "rank_lazily": "lazy",
     "recency_factor": "signals",
     "reliability_factor": "signals",
-    "resolve_settings": "rank",
+    "resolve_settings": "ordering",
     "score": "scoring",
     "score_ceiling": "lazy",
     "success_estimate": "signals",
@@ -128,16 +126,3 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-class _Package(types.ModuleType):
-    """Keeps `rank` the function: once a module imports `pml_server.ranking.rank`, the import
-    system sets the package's `rank` to that module, which would hide the function."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name == "rank" and isinstance(value, types.ModuleType):
-            value = value.rank
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

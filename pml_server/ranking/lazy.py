@@ -22,7 +22,7 @@ from pml_server.domain.model import ScoreParts, SuggestQuery, SuggestResult
 from pml_server.ranking.candidate import Candidate
 from pml_server.ranking.config import RankingConfig
 from pml_server.ranking.filters import first_failed_rule
-from pml_server.ranking.rank import rank_scored, resolve_settings
+from pml_server.ranking.ordering import rank_scored, resolve_settings
 from pml_server.ranking.scoring import match_array, relevance, score
 from pml_server.ranking.signals import usage_factor
 
