@@ -166,6 +166,7 @@ class PmlClient:
         self._stub = pml_pb2_grpc.PmlServiceStub(self._channel)
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self._timeout = timeout
+        self._batch_limit: int | None = None  # `_stream_batch_limit`, once known
 
     def close(self) -> None:
         self._channel.close()
@@ -185,6 +186,16 @@ class PmlClient:
         return reply
 
     # ---- unary calls ---------------------------------------------------------------------------
+
+    def _stream_batch_limit(self) -> int:
+        """How many messages the server takes in one batch (1: none, as a server older than
+        batches answers), asked once per client; unknown (1 this time) if the ask fails."""
+        if self._batch_limit is None:
+            try:
+                self._batch_limit = max(1, self.server_info().stream_batch_limit)
+            except PmlClientError:
+                return 1  # the upload meets the same error and retries; ask again then
+        return self._batch_limit
 
     def server_info(self) -> pml_pb2.GetServerInfoResponse:
         return self._call(
@@ -352,14 +363,13 @@ class PmlClient:
         """`upload` of (execution id, record) pairs; execution ids must be unique. `on_ack` is
         called once per execution id, whatever the reconnects; `keep_acks=False` leaves
         `report.acks` empty (a big file's acks need not all be held)."""
+        if batch < 1:
+            raise ValueError("batch must be >= 1")
         report = UploadReport()
         source = iter(items)
         unacked: dict[str, ExecutionRecord] = {}  # sent, not acknowledged (insertion order)
         sequence = 0
         exhausted = False
-
-        if batch < 1:
-            raise ValueError("batch must be >= 1")
 
         def messages() -> Iterator[pml_pb2.StreamTracesRequest]:
             nonlocal sequence, exhausted
@@ -377,7 +387,8 @@ class PmlClient:
             exhausted = True
 
         def requests() -> Iterator[pml_pb2.StreamTracesRequest]:
-            return batched_messages(messages(), batch) if batch > 1 else messages()
+            per_message = min(batch, self._stream_batch_limit()) if batch > 1 else 1
+            return batched_messages(messages(), per_message) if per_message > 1 else messages()
 
         while True:
             try:

@@ -100,6 +100,7 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
                 embedding_dimension=self._dim,
                 tenant=caller.tenant,
                 role=caller.role.name.lower(),
+                stream_batch_limit=self._d.limits.stream_batch.bound,
             )
 
     def RecordExecution(

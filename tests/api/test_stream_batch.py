@@ -5,6 +5,8 @@ to a client that sent a batch, and a malformed batch ends the stream naming the 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
+from concurrent import futures
 
 import grpc
 import pytest
@@ -167,3 +169,56 @@ def test_upload_in_batches_acknowledges_each_record_once(client: PmlClient, batc
     assert all(ack.HasField("result") for ack in report.acks.values())
     with pytest.raises(ValueError, match="batch"):
         client.upload(records, batch=0)
+
+
+class _OlderServer(pml_pb2_grpc.PmlServiceServicer):
+    """A server from before batches: its GetServerInfo has no `stream_batch_limit` (or no
+    GetServerInfo at all), and a batch message reaches it as one without an execution id."""
+
+    def __init__(self, knows_server_info: bool) -> None:
+        self.knows_server_info = knows_server_info
+        self.messages = 0
+
+    def GetServerInfo(  # noqa: N802 (the proto's method name)
+        self, request: pml_pb2.GetServerInfoRequest, context: grpc.ServicerContext
+    ) -> pml_pb2.GetServerInfoResponse:
+        if not self.knows_server_info:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method")
+        return pml_pb2.GetServerInfoResponse(server_version="0.0.9")
+
+    def StreamTraces(  # noqa: N802 (the proto's method name)
+        self, request_iterator: Iterator[Req], context: grpc.ServicerContext
+    ) -> Iterator[Ack]:
+        saved = r.CaptureResult(outcome=r.CAPTURE_OUTCOME_SAVED)
+        for message in request_iterator:
+            self.messages += 1
+            if not message.execution_id:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "execution_id: must not be empty")
+            yield Ack(execution_id=message.execution_id, sequence=message.sequence, result=saved)
+
+
+@pytest.mark.parametrize("knows_server_info", [True, False])
+def test_upload_to_a_server_older_than_batches_sends_a_record_a_message(
+    knows_server_info: bool,
+) -> None:
+    older = _OlderServer(knows_server_info)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pml_pb2_grpc.add_PmlServiceServicer_to_server(older, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with PmlClient(f"127.0.0.1:{port}") as client:
+            records = [make_record(f"old {i}", "await mcp.t()", tools=["t"]) for i in range(20)]
+            report = client.upload(records)
+        assert len(report.acks) == 20
+        assert report.reconnects == 0
+        assert older.messages == 20
+    finally:
+        server.stop(grace=None)
+
+
+def test_upload_batches_to_the_servers_limit(client: PmlClient) -> None:
+    assert client.server_info().stream_batch_limit == 256
+    records = [make_record(f"lim {i}", "await mcp.t()", tools=["t"]) for i in range(300)]
+    report = client.upload(records, batch=1000)  # more than the server takes: its 256
+    assert len(report.acks) == 300

@@ -74,9 +74,12 @@ type GetServerInfoResponse struct {
 	// The caller's tenant, as decided by its API key.
 	Tenant string `protobuf:"bytes,5,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// The caller's role: `read`, `write` or `admin`.
-	Role          string `protobuf:"bytes,6,opt,name=role,proto3" json:"role,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Role string `protobuf:"bytes,6,opt,name=role,proto3" json:"role,omitempty"`
+	// Most messages one StreamTracesRequest.batch may hold; 0 from a server older than
+	// batches, which takes none (send a message at a time).
+	StreamBatchLimit uint32 `protobuf:"varint,7,opt,name=stream_batch_limit,json=streamBatchLimit,proto3" json:"stream_batch_limit,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetServerInfoResponse) Reset() {
@@ -149,6 +152,13 @@ func (x *GetServerInfoResponse) GetRole() string {
 		return x.Role
 	}
 	return ""
+}
+
+func (x *GetServerInfoResponse) GetStreamBatchLimit() uint32 {
+	if x != nil {
+		return x.StreamBatchLimit
+	}
+	return 0
 }
 
 // RecordExecutionRequest carries one execution record.
@@ -1873,14 +1883,15 @@ var File_pml_v1_pml_proto protoreflect.FileDescriptor
 const file_pml_v1_pml_proto_rawDesc = "" +
 	"\n" +
 	"\x10pml/v1/pml.proto\x12\x06pml.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\x1a\x16pml/v1/resources.proto\"\x16\n" +
-	"\x14GetServerInfoRequest\"\xe5\x01\n" +
+	"\x14GetServerInfoRequest\"\x93\x02\n" +
 	"\x15GetServerInfoResponse\x12%\n" +
 	"\x0eserver_version\x18\x01 \x01(\tR\rserverVersion\x12!\n" +
 	"\fcore_version\x18\x02 \x01(\tR\vcoreVersion\x12%\n" +
 	"\x0eschema_version\x18\x03 \x01(\rR\rschemaVersion\x12/\n" +
 	"\x13embedding_dimension\x18\x04 \x01(\rR\x12embeddingDimension\x12\x16\n" +
 	"\x06tenant\x18\x05 \x01(\tR\x06tenant\x12\x12\n" +
-	"\x04role\x18\x06 \x01(\tR\x04role\"I\n" +
+	"\x04role\x18\x06 \x01(\tR\x04role\x12,\n" +
+	"\x12stream_batch_limit\x18\a \x01(\rR\x10streamBatchLimit\"I\n" +
 	"\x16RecordExecutionRequest\x12/\n" +
 	"\x06record\x18\x01 \x01(\v2\x17.pml.v1.ExecutionRecordR\x06record\"H\n" +
 	"\x17RecordExecutionResponse\x12-\n" +

@@ -50,6 +50,7 @@ class GetServerInfoResponse(_message.Message):
     EMBEDDING_DIMENSION_FIELD_NUMBER: _builtins.int
     TENANT_FIELD_NUMBER: _builtins.int
     ROLE_FIELD_NUMBER: _builtins.int
+    STREAM_BATCH_LIMIT_FIELD_NUMBER: _builtins.int
     server_version: _builtins.str
     """Version of the pml server package."""
     core_version: _builtins.str
@@ -62,6 +63,10 @@ class GetServerInfoResponse(_message.Message):
     """The caller's tenant, as decided by its API key."""
     role: _builtins.str
     """The caller's role: `read`, `write` or `admin`."""
+    stream_batch_limit: _builtins.int
+    """Most messages one StreamTracesRequest.batch may hold; 0 from a server older than
+    batches, which takes none (send a message at a time).
+    """
     def __init__(
         self,
         *,
@@ -71,10 +76,11 @@ class GetServerInfoResponse(_message.Message):
         embedding_dimension: _builtins.int = ...,
         tenant: _builtins.str = ...,
         role: _builtins.str = ...,
+        stream_batch_limit: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_version", b"core_version", "embedding_dimension", b"embedding_dimension", "role", b"role", "schema_version", b"schema_version", "server_version", b"server_version", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_version", b"core_version", "embedding_dimension", b"embedding_dimension", "role", b"role", "schema_version", b"schema_version", "server_version", b"server_version", "stream_batch_limit", b"stream_batch_limit", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
