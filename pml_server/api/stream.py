@@ -2,7 +2,10 @@
 
 Design:
 - A reader thread consumes the request stream and assembles executions (whole `record`, or
-  `started` + `tool_call_finished`* + `finished`, interleaved by `execution_id`).
+  `started` + `tool_call_finished`* + `finished`, interleaved by `execution_id`). A message
+  may carry a batch of messages (`StreamTracesRequest.batch`), read one after another exactly
+  as if each had come alone: gRPC's cost is per message, a record's own is far less. Once a
+  client has sent a batch, a capture batch's acknowledgements go back as one message too.
 - Completed executions wait in the stream's queue; one task of the shared capture pool at a time
   takes every waiting execution (up to half the window, within the engine's batch bound) and
   captures them in order with one `record_many` call (one embedding call, one index insertion,
