@@ -85,7 +85,16 @@ class ServerProcess:
         assert self.proc is not None
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
-        code = self.proc.wait(timeout)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # Where it hangs: `pml serve` writes every thread's traceback on SIGUSR1.
+            os.kill(self.proc.pid, signal.SIGUSR1)
+            time.sleep(2)
+            self.kill()
+            raise AssertionError(
+                f"the server did not stop within {timeout} s of SIGTERM: {self.log_tail(20_000)}"
+            ) from None
         self._reap()
         return code
 
