@@ -13,12 +13,14 @@ padded batch of 32 taken in arrival order one long text pads them all). The text
 call, whoever makes it, go to one queue served by `workers` model threads, each running one text
 at a time with `threads` intra-op threads (onnxruntime releases the GIL while it runs): concurrent
 callers never run more texts at once than there are workers, and a worker free takes the next
-text at once, whichever call it is of. Each caller gets its own rows when its texts are done.
+text at once, whichever call it is of: a small call's (a query) before a bulk one's, otherwise in
+arrival order. Each caller gets its own rows when its texts are done.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import queue
 import threading
 import time
@@ -60,6 +62,14 @@ def _verified_bytes(path: Path, expected: str) -> bytes:
     return data
 
 
+# A call of at most this many texts goes ahead of bigger ones: a Suggest's query or a unary
+# capture, whose caller waits for that one text, not behind a stream's batch of 32 (about
+# 150 ms of model time on a 2-core machine where a text costs 9 ms).
+SMALL_CALL = 2
+# (bulk call?, arrival number, the call and its text's index; None stops a worker)
+_TextQueue = queue.PriorityQueue[tuple[bool, int, "tuple[_Call, int] | None"]]
+
+
 class MiniLMEmbedder:
     family = "minilm"
 
@@ -88,8 +98,10 @@ class MiniLMEmbedder:
         self._workers = workers
         # Every call's texts, one at a time, for the `workers` model threads: at most that many
         # texts run at once however many callers embed (one per core, caches warm), and a
-        # worker takes the next text of any caller as soon as it is free.
-        self._texts: queue.SimpleQueue[tuple[_Call, int] | None] = queue.SimpleQueue()
+        # worker takes the next text of any caller as soon as it is free: first those of small
+        # calls (a query, a unary capture: someone waits on each), then in arrival order.
+        self._texts: _TextQueue = queue.PriorityQueue()
+        self._arrivals = itertools.count()
         self._workers_started = False
         self._calls = threading.local()
 
@@ -116,8 +128,9 @@ class MiniLMEmbedder:
         call = _Call([np.array(e.ids, dtype=np.int64) for e in encodings])
         self._start_workers()
         # Longest first, so the last text a worker takes is a short one (balanced finish).
+        bulk = len(call.tokens) > SMALL_CALL
         for i in sorted(range(len(call.tokens)), key=lambda i: -len(call.tokens[i])):
-            self._texts.put((call, i))
+            self._texts.put((bulk, next(self._arrivals), (call, i)))
         call.done.wait()
         self._calls.cpu_seconds = call.cpu_seconds
         if call.error is not None:
@@ -176,11 +189,9 @@ class _Call:
                 self.done.set()
 
 
-def _serve(
-    texts: queue.SimpleQueue[tuple[_Call, int] | None], owner: weakref.ref[MiniLMEmbedder]
-) -> None:
+def _serve(texts: _TextQueue, owner: weakref.ref[MiniLMEmbedder]) -> None:
     """A model worker: runs the queued texts until told to stop."""
-    while (item := texts.get()) is not None:
+    while (item := texts.get()[2]) is not None:
         embedder = owner()
         if embedder is None:  # collected while its stop items were on their way
             return
@@ -188,6 +199,6 @@ def _serve(
         del embedder
 
 
-def _stop_workers(texts: queue.SimpleQueue[tuple[_Call, int] | None], workers: int) -> None:
-    for _ in range(workers):
-        texts.put(None)
+def _stop_workers(texts: _TextQueue, workers: int) -> None:
+    for n in range(workers):
+        texts.put((True, -1 - n, None))  # nothing else is queued once the embedder is gone

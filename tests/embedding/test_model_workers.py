@@ -133,3 +133,28 @@ def test_the_workers_stop_once_the_embedder_is_gone() -> None:
     while _workers_alive() > before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert _workers_alive() == before
+
+
+def test_a_small_call_goes_ahead_of_a_bulk_call_already_queued(
+    model: MiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_one = MiniLMEmbedder._run_one
+
+    def slow(self: MiniLMEmbedder, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        time.sleep(0.01)  # the bulk call's 60 texts keep both workers busy for about 0.3 s
+        return run_one(self, ids)
+
+    monkeypatch.setattr(MiniLMEmbedder, "_run_one", slow)
+    alone = model.embed(["what the query is"])[0]
+    finished: list[str] = []
+    bulk = threading.Thread(
+        target=lambda: (model.embed(TEXTS * 10), finished.append("bulk")), daemon=True
+    )
+    bulk.start()
+    time.sleep(0.05)  # the bulk call's texts are queued and running
+    assert not finished
+    rows = model.embed(["what the query is"])
+    finished.append("small")
+    bulk.join()
+    assert finished == ["small", "bulk"]
+    assert np.array_equal(rows[0], alone)
