@@ -21,3 +21,15 @@ def test_the_client_commands_import_no_numpy_ranking_or_metadata() -> None:
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == ["pml_server.ranking.config"]
+
+
+def test_every_name_the_lazy_ranking_package_exports_resolves() -> None:
+    """`pml_server.ranking` loads its names on first use from a table beside `__all__`: a name
+    added to one and not the other would fail only where it is first imported."""
+    import types
+
+    import pml_server.ranking as ranking
+
+    for name in ranking.__all__:
+        value = getattr(ranking, name)
+        assert not isinstance(value, types.ModuleType), name

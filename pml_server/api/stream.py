@@ -156,20 +156,20 @@ class TraceStream:
                     fatal = item.error
                     reader_done = True
                     continue
-                replies = item if isinstance(item, list) else [item]
-                if self._batched_acks and len(replies) > 1:
+                replies = cast(
+                    list[pml_pb2.StreamTracesResponse], item if isinstance(item, list) else [item]
+                )
+                # (acks it carries, message): a slot is freed as its ack is handed to gRPC
+                sends = (
+                    [(len(replies), pml_pb2.StreamTracesResponse(batch=replies))]
+                    if self._batched_acks and len(replies) > 1
+                    else [(1, reply) for reply in replies]
+                )
+                for acks, message in sends:
                     with self._lock:
-                        self._pending -= len(replies)
-                    self._slots.release(len(replies))
-                    yield pml_pb2.StreamTracesResponse(
-                        batch=cast(list[pml_pb2.StreamTracesResponse], replies)
-                    )
-                    continue
-                for reply in replies:
-                    with self._lock:
-                        self._pending -= 1
-                    self._slots.release()
-                    yield reply
+                        self._pending -= acks
+                    self._slots.release(acks)
+                    yield message
         finally:
             self._stop.set()
         if fatal is not None:
