@@ -139,6 +139,11 @@ class LexicalIndex:
         holds no term. Unknown ids and terms do nothing."""
     def remove(self, doc_id: str) -> bool:
         """Forget `doc_id`; returns whether it was there."""
+    def renumber(self, order: list[str]) -> None:
+        """Number the documents named in `order` first, in that order, the others after them
+        as they were (unknown or repeated names ignored): searches walk documents in number
+        order, so related documents numbered together are read from nearby memory. Answers
+        and their score bits do not change."""
     def search(
         self, terms: list[str], limit: int, *, exhaustive: bool = False
     ) -> list[tuple[str, float]]:

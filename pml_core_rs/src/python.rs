@@ -391,6 +391,13 @@ impl PyLexicalIndex {
         py.detach(|| self.inner.write().remove(doc_id))
     }
 
+    /// Number the documents in `order` first, in that order (`lexical::renumber`).
+    fn renumber(&self, py: Python<'_>, order: &Bound<'_, PyAny>) -> PyResult<()> {
+        let order = str_list("order", order)?;
+        py.detach(|| self.inner.write().renumber(&order));
+        Ok(())
+    }
+
     /// `exhaustive` scans every posting (no pruning; same results): the benchmarks' baseline.
     #[pyo3(signature = (terms, limit, *, exhaustive = false))]
     fn search(

@@ -168,6 +168,12 @@ class LexicalIndex:
         if isinstance(doc_id, str):
             self._core.remove(doc_id)
 
+    def renumber(self, order: list[str]) -> None:
+        """Number the documents in `order` first, in that order (searches walk documents in
+        number order: related ones numbered together are read from nearby memory); answers
+        do not change."""
+        self._core.renumber(order)
+
     def search(self, query: str, limit: int) -> list[tuple[str, float]]:
         """The `limit` best documents for `query` with their raw BM25 scores (> 0), best first;
         ties broken by doc id so results are deterministic (scores summed over `query_terms`)."""

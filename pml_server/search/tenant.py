@@ -280,6 +280,12 @@ class TenantSearchIndex:
             self.ann, self.lexical, vector, text, limit, k, settings, config, now_ms
         )
 
+    def renumber_lexical(self, pattern_ids: list[str]) -> None:
+        """Number the lexical documents of `pattern_ids` first, in that order (a rebuilt index:
+        its patterns' capture order, as a live index numbers them); answers do not change."""
+        with self._write_lock:
+            self.lexical.renumber(pattern_ids)
+
     def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
         """(pattern id, raw BM25 score of its document), best first."""
         return self.lexical.search(text, limit)

@@ -257,3 +257,40 @@ def test_the_stemmer_agrees_with_snowballs_python_generation_on_the_dev_sets_wor
     assert len(words) > 1000
     stemmer = Stemmer.Stemmer("english")
     assert [w for w in sorted(words) if stemmer.stemWord(w) != _python_stem(w)] == []
+
+
+_WORDS = st.sampled_from(["read", "file", "json", "parse", "csv", "write", "report", "mail"])
+
+
+@given(
+    docs=st.lists(st.lists(_WORDS, min_size=1, max_size=6), min_size=1, max_size=30),
+    removed=st.sets(st.integers(min_value=0, max_value=29), max_size=8),
+    order=st.permutations(list(range(30))),
+    queries=st.lists(st.lists(_WORDS, min_size=1, max_size=4, unique=True), max_size=6),
+)
+@settings(max_examples=150, deadline=None)
+def test_renumbering_the_documents_changes_no_answer_or_score_bit(
+    docs: list[list[str]], removed: set[int], order: list[int], queries: list[list[str]]
+) -> None:
+    index = LexicalIndex()
+    core = index.core
+    for i, words in enumerate(docs):
+        core.add_terms(f"p{i}", words)
+    for i in removed:  # freed numbers and tombstones in the lists
+        core.remove(f"p{i}")
+    before = [[core.search(q, k) for k in (1, 3, 50)] for q in queries]
+    index.renumber([f"p{i}" for i in order] + ["unknown", "p0"])
+    after = [[core.search(q, k) for k in (1, 3, 50)] for q in queries]
+    assert after == before  # float equality: the same bits
+    assert after == [[core.search(q, k, exhaustive=True) for k in (1, 3, 50)] for q in queries]
+    # it goes on updating (a new document takes a freed number) as an index never renumbered
+    plain = LexicalIndex().core
+    for i, words in enumerate(docs):
+        plain.add_terms(f"p{i}", words)
+    for i in removed:
+        plain.remove(f"p{i}")
+    for each in (core, plain):
+        each.add_terms("new", ["json", "mail", "json"])
+        each.remove_terms("p0", ["read", "file"])
+    for q in [*queries, ["json", "mail"], ["read", "file"]]:
+        assert core.search(q, 50) == plain.search(q, 50)

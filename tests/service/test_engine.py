@@ -68,6 +68,29 @@ def test_index_is_restored_from_snapshot_plus_op_log(tmp_path: Path) -> None:
     reopened.close()
 
 
+def test_a_rebuilt_lexical_index_answers_as_the_live_one(tmp_path: Path) -> None:
+    """At open the lexical documents come by pattern id (random) and are renumbered in capture
+    order; the live index numbered them as they came. Both answer every search alike."""
+    engine = open_engine(tmp_path)
+    words = ["read", "json", "file", "send", "mail", "resize", "image", "archive", "logs"]
+    for i in range(60):
+        intent = " ".join(words[(i * k) % len(words)] for k in (1, 2, 5)) + f" job{i % 7}"
+        tools = [f"tool_{i % 5}", f"step_{i % 3}"]
+        engine.record("t", make_record(f"r{i}", intent, tools, code=f"c{i}()"))
+    queries = ["read json file", "send mail job3", "resize image logs", "tool_2 step_1", "job5"]
+
+    def hits(opened: Engine) -> list[list[tuple[str, float]]]:
+        index = opened._state.indexes.for_tenant("t")
+        return [index.lexical_hits(q, 40) for q in queries]
+
+    live = hits(engine)
+    engine.close()
+    reopened = open_engine(tmp_path)
+    assert hits(reopened) == live
+    assert all(live)  # every query finds documents
+    reopened.close()
+
+
 @pytest.fixture
 def snapshot_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The tenants whose vector index snapshot is written, in order, during the test."""

@@ -29,6 +29,7 @@ mod daat_tests;
 mod prune;
 #[cfg(test)]
 mod prune_tests;
+mod renumber;
 mod search;
 #[cfg(test)]
 mod tests;
