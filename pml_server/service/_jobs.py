@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 
 from pml_server.service._curation import run_retention
+from pml_server.service._heap import release_free_memory
 from pml_server.service._restore import restore_indexes
 from pml_server.service._state import EngineState
 from pml_server.service._suggest_core import fill_rank_tables
@@ -60,6 +61,7 @@ class BackgroundJobs:
                 # Read every counter once now rather than in some tenant's first Suggest (at
                 # 100k patterns that call took seconds, and held up the calls behind it).
                 state.repo.counter_ceilings(tenant)
+            release_free_memory()  # what the restore freed stays with the process otherwise
             if follower is not None:  # other replicas' writes, from now on
                 self._spawn(lambda: follower.run(self._stop), "pml-follower")
             state.readiness.set_ready()
