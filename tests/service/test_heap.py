@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import ctypes.util
+import os
 
 import pytest
 
+from benches.service_harness import rss_bytes
 from pml_server.service._heap import release_free_memory
-
-
-def _resident_bytes() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc/self/status")
 
 
 @pytest.mark.skipif(ctypes.util.find_library("c") is None, reason="no C library to ask")
@@ -24,8 +18,8 @@ def test_freed_heap_memory_goes_back_to_the_system() -> None:
     blocks = [bytearray(2048) for _ in range(100_000)]
     survivor = blocks[-1]
     del blocks[:-1]
-    before = _resident_bytes()
+    before = rss_bytes(os.getpid())
     assert release_free_memory()
-    released = before - _resident_bytes()
+    released = before - rss_bytes(os.getpid())
     assert released > 100 * 1024 * 1024, f"{released} bytes returned of about 200 MiB freed"
     assert len(survivor) == 2048
