@@ -47,10 +47,19 @@ def _ts(ms: int) -> timestamp_pb2.Timestamp:
     return ts
 
 
+# 9999-12-31T23:59:59.999Z, the last instant a Timestamp may hold.
+_LAST_TIMESTAMP_MS = 253_402_300_799_999
+
+
 def _set_ts(ts: timestamp_pb2.Timestamp, ms: int) -> None:
-    """`ts` set to `ms` since the epoch; 0 (never) leaves it unset, as before."""
-    if ms:
-        ts.FromMilliseconds(ms)
+    """`ts` set to `ms` since the epoch; 0 (never) leaves it unset, as before. A time in the
+    Timestamp's range is set field by field: `FromMilliseconds`, a Python method that checks
+    the range again, was a tenth of a Suggest answer's conversion (three a pattern)."""
+    if 0 < ms <= _LAST_TIMESTAMP_MS:
+        ts.seconds, ts.nanos = divmod(ms, 1000)
+        ts.nanos *= 1_000_000
+    elif ms:
+        ts.FromMilliseconds(ms)  # before 1970, or out of range (it raises)
 
 
 def _status(
@@ -279,16 +288,17 @@ def suggest_response(result: model.SuggestResult) -> pml_pb2.SuggestResponse:
     """Best first, as many as fit the answer's byte budget (the rest are the worst ranked)."""
     reply = pml_pb2.SuggestResponse()
     used = 0
-    for s in result.suggestions:
-        item = resources_pb2.Suggestion(capability=name(CAPABILITIES, s.capability_id))
+    for n, s in enumerate(result.suggestions):
+        # Filled in place: appending a finished item would copy it into the answer.
+        item = reply.suggestions.add(capability=name(CAPABILITIES, s.capability_id))
         fill_pattern(item.pattern, s.pattern)
         budget.trim_pattern(item.pattern)
         _fill_score(item.score, s.score)
         size = item.ByteSize()
-        if not budget.fits(used, size, len(reply.suggestions)):
+        if not budget.fits(used, size, n):
+            del reply.suggestions[n:]
             break
         used += size
-        reply.suggestions.append(item)
     for f in result.filtered:
         filtered = reply.filtered.add(
             capability=name(CAPABILITIES, f.capability_id),

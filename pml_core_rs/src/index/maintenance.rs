@@ -6,7 +6,7 @@
 //! as direct links), then the tombstones are dropped and the slots renumbered. That costs a few
 //! distance computations per affected link, far less than rebuilding, and frees the memory.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::graph::{Graph, Scored, NO_NODE};
 use super::{insert, HnswIndex};
@@ -59,7 +59,7 @@ impl HnswIndex {
             .iter()
             .enumerate()
             .map(|(slot, &id)| (id, slot as u32))
-            .collect::<HashMap<_, _>>();
+            .collect::<FxHashMap<_, _>>();
     }
 }
 

@@ -20,13 +20,14 @@ mod search;
 mod serialize;
 mod visited;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{CoreError, CoreResult};
 use distance::Kernel;
 use graph::{Graph, Scored};
 use insert::LevelRng;
+use rustc_hash::FxHashMap;
 
 pub use distance::normalize;
 
@@ -74,7 +75,8 @@ pub struct HnswIndex {
     kernel: Kernel,
     ef_construction: usize,
     ef_search: usize,
-    slot_of: HashMap<u64, u32>,
+    // Keyed by engine-assigned intent ids, never a caller's choice: the fast Fx hash.
+    slot_of: FxHashMap<u64, u32>,
     rng: LevelRng,
 }
 
@@ -113,7 +115,7 @@ impl HnswIndex {
             kernel: Kernel::detect(),
             ef_construction: params.ef_construction,
             ef_search: params.ef_search,
-            slot_of: HashMap::new(),
+            slot_of: FxHashMap::default(),
             rng: LevelRng { state: LEVEL_SEED },
         })
     }

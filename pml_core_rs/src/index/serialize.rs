@@ -8,8 +8,7 @@
 //! catches truncation and bit rot; every field is still validated after it, so even bytes with
 //! a matching checksum can only load as a well-formed graph or fail with `Corrupt`.
 
-use std::collections::HashMap;
-
+use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
 use super::distance::Kernel;
@@ -204,7 +203,7 @@ impl HnswIndex {
         if !rows.iter().all(|&h| half::is_finite(h)) {
             return Err(corrupt("non-finite vector value"));
         }
-        let mut slot_of = HashMap::with_capacity(slots);
+        let mut slot_of = FxHashMap::with_capacity_and_hasher(slots, Default::default());
         for (slot, (id, level, deleted)) in meta.into_iter().enumerate() {
             graph.push_row(id, &rows[slot * dim..(slot + 1) * dim], level as usize);
             if deleted {

@@ -7,7 +7,7 @@
 //! the same order (total, match, success descending, then capability id and pattern id).
 
 use std::cmp::Ordering;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -155,7 +155,8 @@ pub fn rank_retrieved(
     }
     let resolved = resolve(table, filters);
     let mut passing: Vec<(ScoreParts, &str, &str)> = Vec::new();
-    let mut slot_of: HashMap<&str, u32> = HashMap::new();
+    // Bounded by the retrieved candidates (two fetch limits), so Fx's weak mixing costs nothing.
+    let mut slot_of: FxHashMap<&str, u32> = FxHashMap::default();
     for &slot in &slots {
         let row = table.row(slot);
         let mut cosines: Vec<f64> = row
@@ -177,7 +178,7 @@ pub fn rank_retrieved(
         slot_of.insert(&row.pattern_id, slot);
     }
     passing.sort_by(best_first);
-    let mut chosen: HashSet<&str> = HashSet::new();
+    let mut chosen: FxHashSet<&str> = FxHashSet::default();
     let mut out = Vec::with_capacity(k);
     for (parts, capability, pattern_id) in passing {
         if out.len() == k {
