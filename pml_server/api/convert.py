@@ -54,10 +54,12 @@ _LAST_TIMESTAMP_MS = 253_402_300_799_999
 def _set_ts(ts: timestamp_pb2.Timestamp, ms: int) -> None:
     """`ts` set to `ms` since the epoch; 0 (never) leaves it unset, as before. A time in the
     Timestamp's range is set field by field: `FromMilliseconds`, a Python method that checks
-    the range again, was a tenth of a Suggest answer's conversion (three a pattern)."""
+    the range again, was a tenth of a Suggest answer's conversion (two a pattern and one an
+    intent)."""
     if 0 < ms <= _LAST_TIMESTAMP_MS:
-        ts.seconds, ts.nanos = divmod(ms, 1000)
-        ts.nanos *= 1_000_000
+        seconds, millis = divmod(ms, 1000)
+        ts.seconds = seconds
+        ts.nanos = millis * 1_000_000
     elif ms:
         ts.FromMilliseconds(ms)  # before 1970, or out of range (it raises)
 
