@@ -131,7 +131,9 @@ class TraceStream:
     # ---- the response side (runs in the gRPC handler thread) --------------------------------
 
     def run(self, requests: Iterator[pml_pb2.StreamTracesRequest]) -> Iterator[object]:
-        reader = threading.Thread(target=self._read, args=(requests,), daemon=True)
+        reader = threading.Thread(
+            target=self._read, args=(requests,), daemon=True, name="pml-stream-reader"
+        )
         reader.start()
         reader_done = False
         fatal: PmlError | None = None

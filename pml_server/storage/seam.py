@@ -125,6 +125,11 @@ class StoreBackend(Protocol):
 
     def write(self, ops: Sequence[Op]) -> None: ...
 
+    def writes_held(self) -> AbstractContextManager[None]:
+        """A block whose submits the store may write together once it ends (a batch's
+        captures); nothing inside waits for its own tickets."""
+        ...
+
     def locks(self, name: str, stripes: int) -> Locks:
         """Locks named `name` that also exclude other processes sharing the store (with a
         shared store); `stripes` bounds their in-process memory."""

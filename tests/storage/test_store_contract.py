@@ -72,6 +72,22 @@ def test_batches_are_atomic_visible_and_survive_reopen(opener: Opener) -> None:
     assert again.get_many(CF_PATTERNS, [b"c", b"zz", b"a"]) == [b"5", None, b"1"]
 
 
+def test_writes_held_are_visible_at_once_and_durable_once_waited(opener: Opener) -> None:
+    store = opener()
+    with store.writes_held():
+        tickets = [store.submit([(CF_PATTERNS, bytes([i]), bytes([i]))]) for i in range(5)]
+        assert store.get(CF_PATTERNS, b"\x03") == b"\x03"  # the next capture reads it
+        store.write([(CF_META, b"mark", b"1")])  # a caller inside may still wait for a write
+    for ticket in tickets:
+        ticket.wait()
+    store.close()
+    again = opener()
+    assert again.get_many(CF_PATTERNS, [bytes([i]) for i in range(5)]) == [
+        bytes([i]) for i in range(5)
+    ]
+    assert again.get(CF_META, b"mark") == b"1"
+
+
 def test_scans_keep_key_order_bounds_and_tenants_apart(opener: Opener) -> None:
     store = opener()
     t1, t2 = tenant_prefix("t"), tenant_prefix("tt")

@@ -37,7 +37,7 @@ import contextlib
 import hashlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -666,6 +666,10 @@ class PostgresStore:
 
     def write(self, ops: Sequence[Op]) -> None:
         self.submit(ops).wait()
+
+    def writes_held(self) -> AbstractContextManager[None]:
+        """Nothing to hold: every submit commits its own transaction before returning."""
+        return contextlib.nullcontext()
 
     def locks(self, name: str, stripes: int) -> SharedLocks:
         return SharedLocks(self, name, stripes)
