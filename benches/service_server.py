@@ -4,6 +4,7 @@
     python -m benches.service_server serve DATA_DIR EMBEDDER DURABILITY
     python -m benches.service_server null
     python -m benches.service_server embed-only
+    python -m benches.service_server null-spending PYTHON_US NATIVE_US
     python -m benches.service_server canned DATA_DIR
 
 `populate` fills a store in-process (fast durability, client vectors or the embedder), so the
@@ -18,14 +19,20 @@ and stop on SIGTERM;
 servicer whose Suggest embeds the query, and RecordExecution a successful run's intent, with the
 server's own default embedder stack (cache, metering, MiniLM) and switch interval, and does
 nothing else: what any server with the model can reach on this harness, the ceiling of the
-MiniLM rows.
+MiniLM rows. `null-spending` is the null servicer spending, on every StreamTraces message,
+PYTHON_US microseconds of CPU in Python (the GIL held) and NATIVE_US in native code with the GIL
+released (hashing a buffer, as the core's calls do), with the real server's switch interval:
+what a capture may cost the server for a streaming row to reach a given share of the null
+servicer (`python -m benches.stream_budget`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -198,6 +205,40 @@ class EmbedOnlyServicer(NullServicer):
         return pml_pb2.RecordExecutionResponse(result=self._saved)
 
 
+class SpendingServicer(NullServicer):
+    """The null servicer, except that StreamTraces spends `python_us` of CPU in Python and
+    `native_us` with the GIL released on every message (of a batch: every record) before
+    answering it."""
+
+    def __init__(self, python_us: float, native_us: float) -> None:
+        self._python_seconds = python_us / 1e6
+        # Hashing releases the GIL over more than 2 KiB: calibrated here, bytes a microsecond.
+        self._buffer = bytes(1 << 20)
+        start = time.thread_time()
+        for _ in range(8):
+            hashlib.sha256(self._buffer).digest()
+        per_us = 8 * len(self._buffer) / max(1e-9, (time.thread_time() - start) * 1e6)
+        self._native_bytes = min(len(self._buffer), int(native_us * per_us))
+
+    def _spend(self) -> None:
+        if self._native_bytes > 2048:
+            hashlib.sha256(memoryview(self._buffer)[: self._native_bytes]).digest()
+        until = time.thread_time() + self._python_seconds
+        while time.thread_time() < until:
+            pass
+
+    def StreamTraces(  # noqa: N802 (the proto's method name)
+        self, request_iterator: Iterator[pml_pb2.StreamTracesRequest], context: grpc.ServicerContext
+    ) -> Iterator[pml_pb2.StreamTracesResponse]:
+        def spending() -> Iterator[pml_pb2.StreamTracesRequest]:
+            for received in request_iterator:
+                for _ in received.batch or (received,):
+                    self._spend()
+                yield received
+
+        return super().StreamTraces(spending(), context)
+
+
 def serve_null(servicer: NullServicer) -> None:
     config = ServerConfig(listen="127.0.0.1:0")
     server = grpc.server(
@@ -227,6 +268,9 @@ def main(argv: list[str]) -> None:
     elif command == "embed-only":
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)  # as `start_server` sets it
         serve_null(EmbedOnlyServicer())
+    elif command == "null-spending":
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)  # as `start_server` sets it
+        serve_null(SpendingServicer(float(argv[1]), float(argv[2])))
     elif command == "canned":
         serve_canned(Path(argv[1]))
     else:

@@ -1,0 +1,52 @@
+"""What a streamed capture may cost the server (issue 19's client-vector row): the api suite's
+client-vector load (8 StreamTraces from one load process, a record a message) against the null
+servicer made to spend, on every message, some CPU in Python with the GIL held and some in native
+code with it released (`python -m benches.service_server null-spending`), each point against
+the plain null servicer timed right before and after it:
+
+    python -m benches.stream_budget [PYTHON_US[:NATIVE_US] ...]
+
+Default points: 0, 100, 200, 300, 400 and 600 us of Python; 150:150, 300:150. Prints each
+point's rate, its ratio to the null servicer, and the server's CPU a message. Our server's own
+CPU a capture on the same load is the api suite's row (`server_cpu_ms_per_capture`).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+from benches import service_harness as harness
+
+DEFAULT_POINTS = ("0", "100", "200", "300", "400", "600", "150:150", "300:150")
+
+
+def _rate(*args: str) -> tuple[float, float]:
+    """(messages/s, server CPU ms a message) of the client-vector streams against a server."""
+    plan = replace(harness.Plan.for_run(large=False), seconds=3.0, max_requests=4000)
+    with harness.server(*args) as srv:
+        spent = srv.cpu_seconds()
+        result = harness.load(srv.target, "stream", 8, plan, "vector", 0)
+        cpu_ms = 1000.0 * (srv.cpu_seconds() - spent) / result["count"]
+    if result["errors"]:
+        raise RuntimeError(f"streams against {args}: {result}")
+    return result["qps"], cpu_ms
+
+
+def main(argv: list[str]) -> None:
+    print("python us  native us  streamed/s  x null  server CPU ms a message  (null before/after)")
+    for point in argv or DEFAULT_POINTS:
+        python_us, _, native_us = point.partition(":")
+        before, _ = _rate("null")
+        rate, cpu_ms = _rate("null-spending", python_us, native_us or "0")
+        after, _ = _rate("null")
+        null = (before + after) / 2
+        print(
+            f"{float(python_us):9.0f}  {float(native_us or 0):9.0f}  {rate:10.0f}  "
+            f"{rate / null:6.3f}  {cpu_ms:23.3f}  ({before:.0f} / {after:.0f})",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
