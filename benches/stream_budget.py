@@ -21,9 +21,8 @@ from benches import service_harness as harness
 DEFAULT_POINTS = ("0", "100", "200", "300", "400", "600", "150:150", "300:150")
 
 
-def _rate(*args: str) -> tuple[float, float]:
+def _rate(plan: harness.Plan, *args: str) -> tuple[float, float]:
     """(messages/s, server CPU ms a message) of the client-vector streams against a server."""
-    plan = replace(harness.Plan.for_run(large=False), seconds=3.0, max_requests=4000)
     with harness.server(*args) as srv:
         spent = srv.cpu_seconds()
         result = harness.load(srv.target, "stream", 8, plan, "vector", 0)
@@ -33,17 +32,32 @@ def _rate(*args: str) -> tuple[float, float]:
     return result["qps"], cpu_ms
 
 
+def measure(point: str, plan: harness.Plan) -> dict[str, float]:
+    """One point, `PYTHON_US[:NATIVE_US]`, between two runs of the plain null servicer."""
+    python_us, _, native_us = point.partition(":")
+    before, _ = _rate(plan, "null")
+    rate, cpu_ms = _rate(plan, "null-spending", python_us, native_us or "0")
+    after, _ = _rate(plan, "null")
+    return {
+        "python_us": float(python_us),
+        "native_us": float(native_us or 0),
+        "rate": rate,
+        "ratio": rate / ((before + after) / 2),
+        "server_cpu_ms": cpu_ms,
+        "null_before": before,
+        "null_after": after,
+    }
+
+
 def main(argv: list[str]) -> None:
+    plan = replace(harness.Plan.for_run(large=False), seconds=3.0, max_requests=4000)
     print("python us  native us  streamed/s  x null  server CPU ms a message  (null before/after)")
     for point in argv or DEFAULT_POINTS:
-        python_us, _, native_us = point.partition(":")
-        before, _ = _rate("null")
-        rate, cpu_ms = _rate("null-spending", python_us, native_us or "0")
-        after, _ = _rate("null")
-        null = (before + after) / 2
+        m = measure(point, plan)
         print(
-            f"{float(python_us):9.0f}  {float(native_us or 0):9.0f}  {rate:10.0f}  "
-            f"{rate / null:6.3f}  {cpu_ms:23.3f}  ({before:.0f} / {after:.0f})",
+            f"{m['python_us']:9.0f}  {m['native_us']:9.0f}  {m['rate']:10.0f}  "
+            f"{m['ratio']:6.3f}  {m['server_cpu_ms']:23.3f}  "
+            f"({m['null_before']:.0f} / {m['null_after']:.0f})",
             flush=True,
         )
 

@@ -46,6 +46,16 @@ def test_workload_is_deterministic_and_distinct() -> None:
     assert sims[~(sims > 0.999)].max() < 0.8
 
 
+def test_stream_budget_runs_a_spending_point() -> None:
+    from benches import stream_budget
+
+    point = stream_budget.measure("100:50", Plan.quick())
+    assert (point["python_us"], point["native_us"]) == (100, 50)
+    for name in ("rate", "ratio", "server_cpu_ms", "null_before", "null_after"):
+        assert math.isfinite(point[name]), point
+        assert point[name] > 0, point
+
+
 def test_service_bench_runs_a_tiny_plan() -> None:
     from benches import bench_service
 
