@@ -57,8 +57,8 @@ DURABILITY_MODES = ("sync", "fast")
 # Upper bound of operations merged into one group commit (keeps a batch's memory bounded).
 _MAX_GROUP_OPS = 20_000
 # How long the writer holds back the writes of batches being captured (`writes_held`) for
-# their blocks to end: a stream batch's 20 to 30 captures took 10 to 30 ms here, and were
-# written in six to nine groups (fsyncs) when nothing held them.
+# their blocks to end. 4,000 streamed captures (batches of about 22) went to disk in 1,218 to
+# 1,682 groups (fsyncs) when nothing held them, 489 to 507 with 5 ms, 170 to 212 with 20 ms.
 _HOLD_SECONDS = 0.02
 
 
@@ -396,8 +396,8 @@ class Store:
                 if cf in READ_CACHED:
                     self._drop_cached(cf, key)
             eager = not getattr(self._in_hold, "open", False)
-            # Else the writer is writing, or holding back only held writes: it takes this one
-            # with them, now if this one is eager.
+            # The writer waits for the queue's first write; with writes queued it is writing,
+            # or holding back held ones, which the first eager write ends.
             if not self._queue or (eager and not self._eager):
                 self._wakeup.notify()
             self._eager += eager

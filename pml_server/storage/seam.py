@@ -1,8 +1,9 @@
 """The store seam: what the repository and the engine call on a store, with two backends.
 
 `StoreBackend` is the surface: ordered byte keys in named families (`get`, `get_many`, `scan`,
-`scan_stored`), atomic batches of operations (`submit`, `write`), and the coordination the
-engine's exactness rests on (`locks`, `allocator`). The embedded RocksDB store
+`scan_stored`), atomic batches of operations (`submit`, `write`; `writes_held` lets a batch's
+submits reach the disk together), and the coordination the engine's exactness rests on
+(`locks`, `allocator`). The embedded RocksDB store
 (`storage.rocks.Store`) implements it inside one process: striped in-process locks, block
 allocators persisted in the store, a write overlay and a read cache. The PostgreSQL store
 (`storage.postgres.PostgresStore`) implements it for several replicas over one database:
