@@ -206,56 +206,41 @@ def _capture_batch_locked(
     # One core call normalizes and redacts every record the loop below captures.
     todo = [i for i in first_of.values() if outcomes[i] is None]
     prepared_of = dict(zip(todo, _prepare(state, [records[i] for i in todo]), strict=True))
+    tickets: list[tuple[int, WriteTicket]] = []
+    ticket_of: dict[int, WriteTicket] = {}
     state.staged_adds.adds = []
     try:
         # The batch's captures reach the disk together (one fsync), while the vector index
         # inserts them (`apply_staged_adds` releases the GIL).
         with state.store.writes_held():
-            tickets = _capture_each(
-                state, tenant, records, outcomes, vectors, first_of, prepared_of
-            )
+            for i, execution in enumerate(records):
+                if outcomes[i] is not None:
+                    continue
+                first = first_of[execution.request_id]
+                if first != i:  # applied by an earlier record of this batch: its answer
+                    earlier = outcomes[first]
+                    outcomes[i] = (
+                        replace(earlier, replayed=True)
+                        if isinstance(earlier, CaptureResult)
+                        else earlier
+                    )
+                    if first in ticket_of:  # answered once the earlier write is durable
+                        tickets.append((i, ticket_of[first]))
+                    continue
+                prepared = prepared_of[i]
+                if isinstance(prepared, Exception):  # refuses this record alone, as `record` would
+                    outcomes[i] = prepared
+                    continue
+                try:
+                    outcomes[i], ticket = _capture_one_locked(state, tenant, *prepared, vectors[i])
+                except Exception as error:  # refuses this record alone, as `record` would
+                    outcomes[i] = error
+                    continue
+                ticket_of[i] = ticket
+                tickets.append((i, ticket))
         apply_staged_adds(state, tenant)
     finally:
         state.staged_adds.adds = None
-    return tickets
-
-
-def _capture_each(
-    state: EngineState,
-    tenant: str,
-    records: Sequence[ExecutionRecord],
-    outcomes: list[Outcome | None],
-    vectors: list[Vector | None],
-    first_of: dict[str, int],
-    prepared_of: dict[int, tuple[ExecutionRecord, NormalizedCode] | Exception],
-) -> list[tuple[int, WriteTicket]]:
-    """`_capture_batch_locked`'s loop: each record in order, filling `outcomes`; returns the
-    write tickets to wait for."""
-    tickets: list[tuple[int, WriteTicket]] = []
-    ticket_of: dict[int, WriteTicket] = {}
-    for i, execution in enumerate(records):
-        if outcomes[i] is not None:
-            continue
-        first = first_of[execution.request_id]
-        if first != i:  # applied by an earlier record of this batch: its answer
-            earlier = outcomes[first]
-            outcomes[i] = (
-                replace(earlier, replayed=True) if isinstance(earlier, CaptureResult) else earlier
-            )
-            if first in ticket_of:  # answered once the earlier write is durable
-                tickets.append((i, ticket_of[first]))
-            continue
-        prepared = prepared_of[i]
-        if isinstance(prepared, Exception):  # refuses this record alone, as `record` would
-            outcomes[i] = prepared
-            continue
-        try:
-            outcomes[i], ticket = _capture_one_locked(state, tenant, *prepared, vectors[i])
-        except Exception as error:  # refuses this record alone, as `record` would
-            outcomes[i] = error
-            continue
-        ticket_of[i] = ticket
-        tickets.append((i, ticket))
     return tickets
 
 

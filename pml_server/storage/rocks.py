@@ -375,6 +375,10 @@ class Store:
     def submit(self, ops: Sequence[Op]) -> WriteTicket:
         """Queue `ops` as one atomic batch. Reads see them at once; `wait()` the ticket before
         acknowledging anything to a client."""
+        return self._submit(ops, eager=not self._holding())
+
+    def _submit(self, ops: Sequence[Op], eager: bool) -> WriteTicket:
+        """`submit`; an `eager` batch ends any hold of the writer (`writes_held`)."""
         ticket = WriteTicket()
         if self._writer is None:
             self._check_open()
@@ -395,7 +399,6 @@ class Store:
                 self._overlay[cf][key] = (seq, value)
                 if cf in READ_CACHED:
                     self._drop_cached(cf, key)
-            eager = not getattr(self._in_hold, "open", False)
             # The writer waits for the queue's first write; with writes queued it is writing,
             # or holding back held ones, which the first eager write ends.
             if not self._queue or (eager and not self._eager):
@@ -412,7 +415,7 @@ class Store:
         captures. A write from outside any block (a single capture, `write`) is not held: the
         writer then takes everything queued at once, as without blocks. Nothing inside may
         wait for its own tickets (it would wait that long)."""
-        if getattr(self._in_hold, "open", False):
+        if self._holding():
             yield
             return
         with self._lock:
@@ -434,15 +437,12 @@ class Store:
                 for cf, key in changed:
                     self._drop_cached(cf, key)
 
+    def _holding(self) -> bool:
+        """This thread is inside a `writes_held` block."""
+        return bool(getattr(self._in_hold, "open", False))
+
     def write(self, ops: Sequence[Op]) -> None:
-        if getattr(self._in_hold, "open", False):  # its caller waits now: not held back
-            self._in_hold.open = False
-            try:
-                self.submit(ops).wait()
-            finally:
-                self._in_hold.open = True
-            return
-        self.submit(ops).wait()
+        self._submit(ops, eager=True).wait()  # its caller waits now: never held back
 
     def _check_open(self) -> None:
         if self._closed:
