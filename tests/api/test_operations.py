@@ -29,6 +29,7 @@ def _spawn(data_dir: Path, *flags: str) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.api.serve_for_test", str(data_dir), *flags],
         cwd=ROOT,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -91,6 +92,31 @@ def test_sigterm_drains_and_loses_no_acknowledged_write(tmp_path: Path) -> None:
     # applied without its answer reaching the client: never fewer, at most one more per writer).
     assert len(acked) <= counted <= len(acked) + len(threads)
     print(f"SIGTERM test: {len(acked)} acknowledged, {counted} found after restart")
+
+
+def test_sigterm_delivered_to_another_thread_still_stops_the_server(tmp_path: Path) -> None:
+    """The kernel gives a process's SIGTERM to any thread that does not block it (gRPC's and
+    ours do not). Python runs the handler only on the main thread, and a main thread blocked on
+    a lock with no timeout never gets to it: a CI run's restarted server ignored SIGTERM for 60 s
+    (the main thread's traceback was in `Event.wait`, the handler had not run)."""
+    proc, port = _spawn(tmp_path / "data", "--sigterm-from-a-thread")
+    assert proc.stdin is not None
+    with PmlClient(f"127.0.0.1:{port}", timeout=15) as client:
+        client.record(make_record("ping", "await mcp.ping()", tools=["ping"]))
+    proc.stdin.write("now\n")
+    proc.stdin.flush()
+    try:
+        _, stderr = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError("SIGTERM handed to a worker thread did not stop the server") from None
+    assert proc.returncode == 0, stderr
+    logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert [entry["msg"] for entry in logs if entry["msg"].startswith("signal")] == [
+        "signal 15: draining"
+    ]
+    assert any(entry["msg"] == "pml stopped" for entry in logs)
 
 
 def _all_patterns(engine: object) -> list[object]:
