@@ -14,7 +14,7 @@ LISTEN ?= 127.0.0.1:50051
 .PHONY: help serve cluster test bench lint proto fmt install clean system-deps
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,10 +31,10 @@ install: $(EXT) ## create .venv and build the package with its dev extras
 serve: install ## run the gRPC server on 127.0.0.1:50051 with data in ./pml-data
 	$(VENV)/bin/pml serve --listen $(LISTEN) --data-dir $(DATA_DIR)
 
-cluster: install ## PostgreSQL and two pml replicas on loopback ports, data in ./pml-cluster (Ctrl-C stops all)
+cluster: install ## PostgreSQL, two replicas on loopback, ./pml-cluster; Ctrl-C stops
 	@bash tools/cluster.sh
 
-system-deps: ## install the system packages the tests need (fuse3, PostgreSQL) or say which
+system-deps: ## install fuse3 and PostgreSQL for the tests, or say what is missing
 	@bash tools/system_deps.sh
 
 test: system-deps install lint ## lint, then the Rust and Python tests (slow ones included)
@@ -50,10 +50,10 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install --quiet -r $(VENV)/bench-requirements.txt
 	@touch $@
 
-bench: install $(BENCH_STAMP) ## run the benchmarks (chromadb, matplotlib extras) and write benches/results/
+bench: install $(BENCH_STAMP) ## run the benchmarks (bench extras) and write benches/results/
 	$(PY) -m benches $(BENCH_ARGS)
 
-lint: install ## ruff, mypy --strict, the _core.pyi stub against the build, cargo fmt/clippy, buf lint, gofmt/go vet
+lint: install ## ruff, mypy --strict, .pyi vs build, cargo fmt/clippy, buf, go vet
 	$(VENV)/bin/ruff check pml_server tests benches tools
 	$(VENV)/bin/ruff format --check pml_server tests benches tools
 	$(VENV)/bin/mypy pml_server
@@ -64,7 +64,7 @@ lint: install ## ruff, mypy --strict, the _core.pyi stub against the build, carg
 	@command -v go >/dev/null || { echo "lint: Go is needed for clients/go (no go on PATH)"; exit 1; }
 	cd clients/go && test -z "$$(gofmt -l .)" && go vet ./...
 
-proto: $(STAMP) ## regenerate the clients from proto/: pml_server/_proto, clients/go/pmlv1 (needs Go), clients/node/proto
+proto: $(STAMP) ## regenerate pml_server/_proto, clients/go/pmlv1, clients/node/proto
 	$(PY) tools/gen_proto.py
 
 fmt: $(STAMP) ## format Python and Rust sources
