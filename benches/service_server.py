@@ -43,7 +43,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from benches import service_workload as work
 from benches.fill import bulk_record_new, record_all
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
-from pml_server.api.server import SWITCH_INTERVAL_SECONDS, _options, start_server
+from pml_server.api.server import (
+    SWITCH_INTERVAL_SECONDS,
+    _options,
+    start_server,
+    wait_until_signalled,
+)
 from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig, ServerConfig, config_of
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, SuggestResult, ToolCall
@@ -99,7 +104,7 @@ def _wait_for_sigterm() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    stop.wait()
+    wait_until_signalled(stop)
 
 
 def serve(data_dir: Path, embedder: str, durability: str) -> None:

@@ -260,11 +260,19 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
 # How long closing may take after the drain's grace (waiting captures, the engine's flush and
 # snapshot: seconds, minutes for a large index) before the process is deemed hung.
 SHUTDOWN_HANG_SECONDS = 300.0
-# The kernel hands a process's SIGTERM to any thread not blocking it (gRPC's and ours do not),
-# while Python runs the handler only on the main thread, between bytecodes. A main thread
-# blocked on a lock with no timeout never returns to run it (cpython issue 85300), so it waits
-# in slices: a signal is handled within one slice wherever it landed.
 _SIGNAL_WAIT_SLICE_SECONDS = 0.25
+
+
+def wait_until_signalled(stopping: threading.Event) -> None:
+    """Block the main thread until a signal handler sets `stopping`.
+
+    The kernel hands a process's SIGTERM to any thread not blocking it (gRPC's and ours do
+    not), while Python runs the handler only on the main thread, between bytecodes. A main
+    thread blocked on a lock with no timeout never returns to run it (cpython issue 85300), so
+    this waits in slices: a signal is handled within one slice wherever it landed."""
+    while not stopping.wait(_SIGNAL_WAIT_SLICE_SECONDS):
+        pass
+
 
 _heap_frozen = threading.Event()
 
@@ -317,8 +325,7 @@ def serve_forever(whole: Config, engine: EngineProtocol | None = None) -> None:
 
         where = f"postgresql://{describe(whole.engine.store)} (shared store)"
     print(f"pml listening on {config.listen} (port {running.port}), data in {where}", flush=True)
-    while not stopping.wait(_SIGNAL_WAIT_SLICE_SECONDS):
-        pass
+    wait_until_signalled(stopping)
     # A shutdown that hangs past the drain is a bug, but SIGTERM must still end the process:
     # then every thread's traceback goes to stderr (where it hung) and the exit code is 1.
     faulthandler.dump_traceback_later(config.grace_seconds + SHUTDOWN_HANG_SECONDS, exit=True)
