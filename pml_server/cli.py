@@ -25,7 +25,9 @@ EXIT_CODES = """exit codes:
      data dir in use)
   3  no server answered (unreachable, or it did not answer in time)
   4  done, but not everything was taken: `record` was rejected (tool failures),
-     or `import` had rejected or refused records"""
+     or `import` had rejected or refused records
+  130, 143  `import` stopped by SIGINT (Ctrl-C) or SIGTERM: its summary says
+     what the server acknowledged (stored) before it stopped"""
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):

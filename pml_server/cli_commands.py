@@ -9,12 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import grpc
@@ -48,6 +51,35 @@ _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 class InputError(Exception):
     """A file or flag the command cannot use (exit 2)."""
+
+
+class _Interrupted(BaseException):
+    """SIGINT or SIGTERM during an import: the command stops and says what was acknowledged.
+    A BaseException, as KeyboardInterrupt is: nothing on the way may take it for an error."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise `_Interrupted` in the main thread while the block runs. A
+    signal the caller set to be ignored (a shell's background job ignores SIGINT) stays
+    ignored."""
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        raise _Interrupted(signum)
+
+    previous: dict[signal.Signals, Any] = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, interrupt)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _console() -> Console:
@@ -187,10 +219,14 @@ def import_file(args: argparse.Namespace) -> int:
         TimeRemainingColumn(),
     )
 
+    minted_ids = 0  # records read that had no request_id and got a fresh one
+
     def pairs() -> Iterator[tuple[str, resources_pb2.ExecutionRecord]]:
+        nonlocal minted_ids
         for number, record in _jsonl_records(path, report_bad):
             if not record.request_id:  # stays the same if the stream must be resent
                 record.request_id = str(uuid.uuid4())
+                minted_ids += 1
             yield f"line-{number}", record  # unique even when request ids repeat
 
     start = time.perf_counter()
@@ -209,38 +245,70 @@ def import_file(args: argparse.Namespace) -> int:
                     outcomes["replayed"] += 1
             progress.advance(task)
 
-        report = client.upload_pairs(pairs(), on_ack=on_ack, keep_acks=False)
+        interrupted: int | None = None  # the signal that stopped the upload
+        reconnects: int | None = None
+        try:
+            with _signals_interrupt():
+                reconnects = client.upload_pairs(pairs(), on_ack=on_ack, keep_acks=False).reconnects
+        except _Interrupted as stop:
+            # Leaving the client's block cancels the stream; what the server acknowledged is
+            # stored, and what it was sent but did not acknowledge may or may not be.
+            interrupted = stop.signum
     elapsed = time.perf_counter() - start
     answered = sum(n for k, n in outcomes.items() if k != "replayed")
     rate = answered / elapsed if elapsed > 0 else 0.0
     if args.json:
-        _print_json(
-            {
-                "records": answered,
-                "outcomes": dict(sorted(outcomes.items())),
-                "bad_lines": bad_lines,
-                "executions_per_second": round(rate, 1),
-                "reconnects": report.reconnects,
-                "refused": [{"execution_id": e, "message": m} for e, m in refused],
-            }
-        )
+        summary: dict[str, Any] = {
+            "records": answered,
+            "outcomes": dict(sorted(outcomes.items())),
+            "bad_lines": bad_lines,
+            "executions_per_second": round(rate, 1),
+            "reconnects": reconnects,
+            "refused": [{"execution_id": e, "message": m} for e, m in refused],
+        }
+        if interrupted is not None:
+            summary["interrupted_by"] = signal.Signals(interrupted).name
+            summary["records_without_request_id"] = minted_ids
+        _print_json(summary)
     else:
         parts = [f"{outcomes[k]} {k}" for k in _SUMMARY_KEYS]
         parts += [f"{n} {k}" for k, n in sorted(outcomes.items()) if k not in _SUMMARY_KEYS]
         if bad_lines:
             parts.append(f"{len(bad_lines)} bad lines skipped")
-        console.print(
-            f"imported {answered} records from {path}: {', '.join(parts)}; "
-            f"{rate:.1f} executions/s; reconnects: {report.reconnects}"
-        )
+        if interrupted is None:
+            console.print(
+                f"imported {answered} records from {path}: {', '.join(parts)}; "
+                f"{rate:.1f} executions/s; reconnects: {reconnects}"
+            )
+        else:
+            console.print(
+                f"interrupted by {signal.Signals(interrupted).name}: {answered} of {total} "
+                f"records from {path} acknowledged: {', '.join(parts)}; {rate:.1f} executions/s"
+            )
+            console.print(_resume_advice(minted_ids))
         for eid, message in refused[:20]:
             console.print(f"  [red]refused[/] {eid}: {message}")
+    if interrupted is not None:
+        return 128 + interrupted  # the shell's convention for a process a signal stopped
     if refused or outcomes["rejected"]:
         return EXIT_NOT_TAKEN
     return EXIT_USAGE if bad_lines else EXIT_OK
 
 
 _SUMMARY_KEYS = ("saved", "counted", "rejected", "refused")
+
+
+def _resume_advice(minted_ids: int) -> str:
+    """What importing the file again does after an interruption: the server applies a request
+    id once, so only records that came without one can count twice."""
+    if minted_ids == 0:
+        return (
+            "every record read had a request_id: importing the file again applies each record once"
+        )
+    return (
+        f"{minted_ids} of the records read had no request_id and got a fresh one: importing "
+        "the file again would count those of them already applied a second time"
+    )
 
 
 def suggest(args: argparse.Namespace) -> int:
