@@ -220,6 +220,25 @@ def test_serve_on_a_data_dir_in_use_is_one_line(
     assert "in use by another pml process" in line
 
 
+@pytest.mark.parametrize("where", ["file", "file/below"])
+def test_serve_on_a_data_dir_that_is_a_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """Before: `[Errno 17] File exists: '...'`, mkdir's words for a path that is a file."""
+    (tmp_path / "file").write_text("not a directory")
+    data = tmp_path / where
+    with pytest.raises(SystemExit) as done:
+        cli.main(
+            ["serve", "--data-dir", str(data), "--embedder", "hashing", "--listen", "127.0.0.1:0"]
+        )
+    assert done.value.code == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line == (
+        f"pml serve: error: {data} cannot be the data directory: "
+        "it, or a folder above it, is a file"
+    )
+
+
 def test_version_and_help_on_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         cli.main(["--version"])

@@ -13,6 +13,7 @@ import sys
 import threading
 from concurrent import futures
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -137,6 +138,17 @@ def _quotas(config: ServerConfig, keys: KeyStore) -> TenantQuotas:
     )
 
 
+def _make_data_dir(path: Path) -> None:
+    """Created before anything is written in it, so that a path that cannot be a directory
+    gets one clear error (mkdir's own, "File exists", misleads)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise NotADirectoryError(
+            f"{path} cannot be the data directory: it, or a folder above it, is a file"
+        ) from None
+
+
 def start_server(whole: Config, engine: EngineProtocol | None = None) -> RunningServer:
     """Build everything from `whole` (port 0 picks a free port) and start serving. `engine`
     replaces the real one (tests of the API layer only); requests are checked against
@@ -153,6 +165,7 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
             "and write. Pass --keys-file, or --allow-insecure-remote if you really mean it"
         )
     credentials = _credentials(config)
+    _make_data_dir(whole.engine.data_dir)
     secret_file = config.page_token_secret_file or whole.engine.data_dir / "page-token.key"
     tokens = PageTokens(load_or_create_secret(secret_file))
     if engine is None:
