@@ -29,9 +29,7 @@ servicer (`python -m benches.stream_budget`).
 from __future__ import annotations
 
 import hashlib
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
@@ -45,9 +43,9 @@ from benches.fill import bulk_record_new, record_all
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.api.server import (
     SWITCH_INTERVAL_SECONDS,
+    StopSignal,
     _options,
     start_server,
-    wait_until_signalled,
 )
 from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig, ServerConfig, config_of
@@ -100,13 +98,6 @@ def populate(
         engine.close()
 
 
-def _wait_for_sigterm() -> None:
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    wait_until_signalled(stop)
-
-
 def serve(data_dir: Path, embedder: str, durability: str) -> None:
     config = config_of(
         listen="127.0.0.1:0",
@@ -117,8 +108,9 @@ def serve(data_dir: Path, embedder: str, durability: str) -> None:
     )
     engine = Engine.open(config.engine, normalizer=normalize)
     running = start_server(config, engine)  # health turns SERVING once the index is loaded
+    stop = StopSignal()  # caught before the port is announced
     print(f"PORT {running.port} METRICS {running.metrics_port}", flush=True)
-    _wait_for_sigterm()
+    stop.wait()
     running.stop(grace=5.0)
 
 
@@ -151,8 +143,9 @@ def serve_canned(data_dir: Path) -> None:
     if len(canned.answer.suggestions) < 5:
         raise RuntimeError("the canned answer should hold five suggestions")
     running = start_server(config, canned)  # type: ignore[arg-type]
+    stop = StopSignal()  # caught before the port is announced
     print(f"PORT {running.port}", flush=True)
-    _wait_for_sigterm()
+    stop.wait()
     running.stop(grace=5.0)
 
 
@@ -257,8 +250,9 @@ def serve_null(servicer: NullServicer) -> None:
     port = server.add_insecure_port(config.listen)
     server.start()
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    stop = StopSignal()  # caught before the port is announced
     print(f"PORT {port}", flush=True)
-    _wait_for_sigterm()
+    stop.wait()
     server.stop(2.0).wait()
 
 

@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,15 +277,29 @@ SHUTDOWN_HANG_SECONDS = 300.0
 _SIGNAL_WAIT_SLICE_SECONDS = 0.25
 
 
-def wait_until_signalled(stopping: threading.Event) -> None:
-    """Block the main thread until a signal handler sets `stopping`.
+class StopSignal:
+    """SIGTERM and SIGINT, caught from construction on; `wait` blocks the main thread until
+    one has come and returns its number.
 
-    The kernel hands a process's SIGTERM to any thread not blocking it (gRPC's and ours do
-    not), while Python runs the handler only on the main thread, between bytecodes. A main
-    thread blocked on a lock with no timeout never returns to run it (cpython issue 85300), so
-    this waits in slices: a signal is handled within one slice wherever it landed."""
-    while not stopping.wait(_SIGNAL_WAIT_SLICE_SECONDS):
-        pass
+    The kernel hands a process's signal to any thread not blocking it (gRPC's and ours do
+    not), while Python runs the handler only on the main thread, between bytecodes: a main
+    thread blocked on a lock with no timeout never gets to it (cpython issue 85300), so `wait`
+    sleeps in slices. The handler only appends to a list: run between any two bytecodes, it
+    could find the main thread inside `Event.wait` holding the event's own lock, and
+    `Event.set` there would wait for that lock forever."""
+
+    def __init__(self) -> None:
+        self._caught: list[int] = []
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._note)
+
+    def _note(self, signum: int, _frame: FrameType | None) -> None:
+        self._caught.append(signum)
+
+    def wait(self) -> int:
+        while not self._caught:
+            time.sleep(_SIGNAL_WAIT_SLICE_SECONDS)
+        return self._caught[0]
 
 
 _heap_frozen = threading.Event()
@@ -317,18 +332,12 @@ def serve_forever(whole: Config, engine: EngineProtocol | None = None) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
     running = start_server(whole, engine)
     config = whole.server
-    stopping = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal %d: draining", signum)
-        stopping.set()
+    stop_signal = StopSignal()
 
     def on_hangup(_signum: int, _frame: FrameType | None) -> None:
         if running.keys_watcher is not None:
             running.keys_watcher.reload("SIGHUP")
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_hangup)
     # On SIGUSR1, every thread's traceback on stderr: where a server that seems stuck is.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -338,7 +347,7 @@ def serve_forever(whole: Config, engine: EngineProtocol | None = None) -> None:
 
         where = f"postgresql://{describe(whole.engine.store)} (shared store)"
     print(f"pml listening on {config.listen} (port {running.port}), data in {where}", flush=True)
-    wait_until_signalled(stopping)
+    log.info("signal %d: draining", stop_signal.wait())
     # A shutdown that hangs past the drain is a bug, but SIGTERM must still end the process:
     # then every thread's traceback goes to stderr (where it hung) and the exit code is 1.
     faulthandler.dump_traceback_later(config.grace_seconds + SHUTDOWN_HANG_SECONDS, exit=True)
