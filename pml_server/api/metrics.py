@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from pml_server.backup import BackupStatus
 from pml_server.domain.model import EmbeddingUsage
 from pml_server.replication import FollowerLag
 
@@ -56,6 +57,10 @@ class Metrics:
     def watch_follower(self, lag: Callable[[], FollowerLag | None]) -> None:
         """Export how far this replica's indexes trail the shared store's op log."""
         self.registry.register(_FollowerCollector(lag))
+
+    def watch_backups(self, status: Callable[[], BackupStatus | None]) -> None:
+        """Export the backups taken and failed, and when the last one succeeded."""
+        self.registry.register(_BackupCollector(status))
 
     def watch_fairness(self, pauses: Callable[[], tuple[int, float]]) -> None:
         """Export how often, and how long, long calls gave way to lighter tenants."""
@@ -106,6 +111,30 @@ class _FairnessCollector(Collector):
         yield CounterMetricFamily(
             "pml_fairness_paused_seconds", "Seconds long calls spent paused", value=seconds
         )
+
+
+class _BackupCollector(Collector):
+    """The backup job's counts (with --backup-dir), read at each scrape."""
+
+    def __init__(self, status: Callable[[], BackupStatus | None]) -> None:
+        self._status = status
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        status = self._status()
+        if status is None:
+            return
+        backups = CounterMetricFamily(
+            "pml_backups", "Backups of the store, by result (ok, failed)", labels=["result"]
+        )
+        backups.add_metric(["ok"], status.taken)
+        backups.add_metric(["failed"], status.failed)
+        yield backups
+        if status.last_success_unix is not None:
+            yield GaugeMetricFamily(
+                "pml_backup_last_success_timestamp_seconds",
+                "When the last whole backup was written (Unix time)",
+                value=status.last_success_unix,
+            )
 
 
 class _FollowerCollector(Collector):

@@ -186,6 +186,9 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
     quotas = _quotas(config, keys)
     fairness = CpuFairness()
     metrics.watch_fairness(fairness.totals)
+    backup_status = getattr(engine, "backup_status", None)
+    if backup_status is not None:
+        metrics.watch_backups(backup_status)
     # A thread waiting for the GIL takes it from a running one only after the switch interval
     # (5 ms by default). A cheap call needs the GIL a few times (grpcio's poll thread, its RPC
     # thread, after each core or store call), so beside a long call each of those waits was up
@@ -338,7 +341,15 @@ def serve_forever(whole: Config, engine: EngineProtocol | None = None) -> None:
         if running.keys_watcher is not None:
             running.keys_watcher.reload("SIGHUP")
 
+    def on_backup_signal(_signum: int, _frame: FrameType | None) -> None:
+        request = getattr(running.engine, "request_backup", None)
+        if request is None or not request():
+            log.warning("SIGUSR2: no backup taken: start pml serve with --backup-dir")
+
     signal.signal(signal.SIGHUP, on_hangup)
+    # On SIGUSR2, a backup into --backup-dir (and never the signal's default: ending the
+    # process).
+    signal.signal(signal.SIGUSR2, on_backup_signal)
     # On SIGUSR1, every thread's traceback on stderr: where a server that seems stuck is.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     where = str(whole.engine.data_dir)

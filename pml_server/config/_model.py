@@ -4,6 +4,7 @@ flags are made from these fields (`_flags`), a `--config` TOML file is read agai
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,17 @@ class EngineConfig:
     request_id_ttl_days: float = setting(
         7.0, "idempotency answers kept this long (a retry after that counts again)"
     )
+    backup_dir: Path | None = setting(
+        None,
+        "take backups of the embedded store into this directory while serving: one on "
+        "SIGUSR2, and every backup_interval_seconds; each backup's directory is a data "
+        "directory to serve",
+        default_text="none: no backups",
+    )
+    backup_interval_seconds: float = setting(
+        0.0, "with backup_dir: a backup this often (0: only on SIGUSR2)"
+    )
+    backup_keep: int = setting(7, "with backup_dir: the newest backups kept, older ones deleted")
     # None: the calibrated defaults of the embedder family (pml_server/ranking/config.py); a
     # `[engine.ranking]` table replaces some of them.
     ranking: RankingConfig | None = None
@@ -179,7 +191,25 @@ class EngineConfig:
             raise ValueError("engine.view_cache_size must be >= 0")
         if self.snapshot_interval_seconds < 0 or self.request_id_ttl_days <= 0:
             raise ValueError("engine.snapshot_interval_seconds >= 0, request_id_ttl_days > 0")
+        self._check_backups()
         _ = self.limits  # a bad settable limit is refused now, not at the first capture
+
+    def _check_backups(self) -> None:
+        if self.backup_keep < 1 or self.backup_interval_seconds < 0:
+            raise ValueError("engine.backup_keep must be >= 1, backup_interval_seconds >= 0")
+        if self.backup_dir is None:
+            return
+        if self.store:
+            raise ValueError(
+                "engine.backup_dir backs up the embedded store; a shared PostgreSQL store is "
+                "backed up with PostgreSQL's own tools (pg_dump, or a base backup)"
+            )
+        data_dir, backup_dir = (os.path.abspath(p) for p in (self.data_dir, self.backup_dir))
+        if os.path.commonpath([data_dir, backup_dir]) == data_dir:
+            raise ValueError(
+                f"engine.backup_dir ({self.backup_dir}) must be outside data_dir "
+                f"({self.data_dir}): a copy of the data directory would carry its backups"
+            )
 
     @property
     def limits(self) -> Limits:

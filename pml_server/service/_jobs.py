@@ -7,11 +7,14 @@ import contextlib
 import threading
 from collections.abc import Callable
 
+from pml_server import __version__
+from pml_server.backup import BackupDir, BackupJob
 from pml_server.service._curation import run_retention
 from pml_server.service._heap import release_free_memory
 from pml_server.service._restore import restore_indexes
 from pml_server.service._state import EngineState
 from pml_server.service._suggest_core import fill_rank_tables
+from pml_server.storage import SCHEMA_VERSION, Store
 from pml_server.storage.seam import Op
 
 
@@ -20,6 +23,7 @@ class BackgroundJobs:
         self._state = state
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.backups = _backup_job(state)
 
     def start(self) -> None:
         """Restore the search indexes in the background (and start the periodic jobs)."""
@@ -28,12 +32,17 @@ class BackgroundJobs:
             self._spawn(self._snapshot_loop, "pml-snapshots")
         if self._state.config.retention_in_background:
             self._spawn(self._retention_loop, "pml-retention")
+        backups = self.backups
+        if backups is not None:
+            self._spawn(lambda: backups.run(self._stop), "pml-backups")
 
     def stop(self) -> bool:
         """Stop and join every job; False when they were already stopped."""
         if self._stop.is_set():
             return False
         self._stop.set()
+        if self.backups is not None:
+            self.backups.request()  # wakes its thread, which then sees the stop
         for thread in self._threads:
             thread.join(timeout=30)
         return True
@@ -80,6 +89,26 @@ class BackgroundJobs:
             for tenant in self._state.indexes.tenants():
                 with contextlib.suppress(Exception):
                     run_retention(self._state, tenant, apply=True)
+
+
+def _backup_job(state: EngineState) -> BackupJob | None:
+    """The job backing up the store into `backup_dir` (None when there is none). The store's
+    checkpoint holds the index snapshots and op log too, so a server started on a backup
+    restores its indexes as after a restart."""
+    config = state.config
+    if config.backup_dir is None:
+        return None
+    store = state.store
+    if not isinstance(store, Store):
+        raise ValueError("engine.backup_dir backs up the embedded store only")
+    about = {
+        "pml_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+        "embedding_model": state.embedder.model_id,
+        "data_dir": str(config.data_dir),
+    }
+    backups = BackupDir(config.backup_dir, config.backup_keep)
+    return BackupJob(backups, store.checkpoint, about, config.backup_interval_seconds)
 
 
 def write_snapshots(state: EngineState, trim_oplog: bool) -> None:

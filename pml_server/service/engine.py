@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from pml_server.backup import BackupStatus
 from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig
 from pml_server.domain.errors import FailedPreconditionError
@@ -119,6 +120,20 @@ class Engine:
         if ready:
             write_snapshots(self._state, trim_oplog=True)
         self._state.store.close()
+
+    def request_backup(self) -> bool:
+        """Take a backup into `backup_dir` now, on the backup job's thread (SIGUSR2); False
+        when no backup_dir is configured. Takes no lock: a signal handler calls it."""
+        backups = self._jobs.backups
+        if backups is None:
+            return False
+        backups.request()
+        return True
+
+    def backup_status(self) -> BackupStatus | None:
+        """Backups taken and failed so far (None: no backup_dir)."""
+        backups = self._jobs.backups
+        return backups.status() if backups is not None else None
 
     def follower_lag(self) -> FollowerLag | None:
         """How far behind the other replicas' writes this replica's indexes are (None: the

@@ -106,14 +106,16 @@ def test_every_setting_of_server_and_engine_is_a_flag_in_the_help() -> None:
     assert "--config" in text
 
 
-def _flag_values(parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, Any]]:
-    """An argv giving every serve flag a value other than its default, and those values by
-    dest (the config path joined by `__`)."""
+def _flag_values(
+    parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()
+) -> tuple[list[str], dict[str, Any]]:
+    """An argv giving every serve flag (but those in `skip`) a value other than its default,
+    and those values by dest (the config path joined by `__`)."""
     defaults = Config()
     argv: list[str] = []
     expected: dict[str, Any] = {}
     for action in parser._actions:
-        if not action.option_strings or action.dest in ("help", "config"):
+        if not action.option_strings or action.dest in ("help", "config", *skip):
             continue
         found: Any = defaults
         for part in action.dest.split("__"):
@@ -143,13 +145,33 @@ def test_every_serve_flag_lands_in_its_setting() -> None:
     from pml_server.config import add_serve_flags
 
     add_serve_flags(parser)
-    argv, expected = _flag_values(parser)
+    # --backup-dir is refused beside --store (the next test): it lands on its own.
+    argv, expected = _flag_values(parser, skip=("engine__backup_dir",))
     config = serve_config(parser.parse_args(argv), environ={})
     for dest, value in expected.items():
         found: Any = config
         for part in dest.split("__"):
             found = getattr(found, part)
         assert found == value, dest
+    alone = serve_config(parser.parse_args(["--backup-dir", "given-backups"]), environ={})
+    assert alone.engine.backup_dir == Path("given-backups")
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--store", "postgresql://h/db"], "a shared PostgreSQL store is backed up with"),
+        (["--data-dir", "d"], "must be outside data_dir"),
+        (["--data-dir", "d/.."], "must be outside data_dir"),
+        (["--backup-keep", "0"], "engine.backup_keep must be >= 1"),
+    ],
+)
+def test_backups_refused_where_they_cannot_work(argv: list[str], words: str) -> None:
+    """A backup dir beside a shared store, or inside the data dir it backs up (a copy of the
+    data dir would carry its backups), is refused at start, naming the key."""
+    with pytest.raises(ConfigError, match=r"engine\.backup") as refused:
+        serve_config(_serve_args("--backup-dir", "d/backups", *argv), environ={})
+    assert words in str(refused.value)
 
 
 def test_layers_defaults_file_environment_flags(tmp_path: Path) -> None:

@@ -1,0 +1,102 @@
+"""The backup root: naming, the all-or-nothing rename, pruning, and leftovers of a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+BACKUP_PREFIX = "pml-backup-"
+MANIFEST_NAME = "pml-backup.json"
+# A backup is made under this name and renamed once whole: a crash leaves only a partial
+# directory, which is never listed, restored from or kept (the next backup removes it).
+_PARTIAL_PREFIX = ".partial-"
+# Sorts as it reads: the names' order is the backups' order.
+_STAMP = "%Y-%m-%dT%H-%M-%S.%fZ"
+
+
+@dataclass(frozen=True)
+class Backup:
+    path: Path
+    created_at: datetime
+    sequence: int  # the store's sequence number the backup holds at least
+    seconds: float  # how long taking it took
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class BackupDir:
+    """Backups under `root`, at most `keep` of them after each `take`."""
+
+    def __init__(self, root: Path, keep: int, clock: Callable[[], datetime] = _utc_now) -> None:
+        if keep < 1:
+            raise ValueError("keep must be >= 1")
+        self.root = root
+        self.keep = keep
+        self._clock = clock
+
+    def take(self, checkpoint: Callable[[Path], int], about: Mapping[str, object]) -> Backup:
+        """Make one backup: `checkpoint(path)` writes the store's copy to a path that does not
+        exist yet and returns its sequence number; `about` goes into the manifest. The backup
+        is renamed into place only once its files and manifest are on disk."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for leftover in self.root.glob(_PARTIAL_PREFIX + "*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        created_at = self._clock()
+        name = BACKUP_PREFIX + created_at.strftime(_STAMP)
+        final = self.root / name
+        if final.exists():
+            raise FileExistsError(f"{final} exists already")
+        partial = self.root / (_PARTIAL_PREFIX + name)
+        started = time.monotonic()
+        try:
+            sequence = checkpoint(partial)
+            manifest = {"created_at": created_at.isoformat(), "sequence": sequence, **about}
+            (partial / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+            _fsync_tree(partial)
+            os.rename(partial, final)
+            _fsync(self.root)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        return Backup(final, created_at, sequence, time.monotonic() - started)
+
+    def complete(self) -> list[Path]:
+        """The whole backups, oldest first."""
+        found = [
+            path
+            for path in self.root.glob(BACKUP_PREFIX + "*")
+            if path.is_dir() and (path / MANIFEST_NAME).is_file()
+        ]
+        return sorted(found, key=lambda path: path.name)
+
+    def prune(self) -> list[Path]:
+        """Remove all but the newest `keep` backups; the removed ones."""
+        removed = self.complete()[: -self.keep]
+        for path in removed:
+            shutil.rmtree(path)
+        return removed
+
+
+def _fsync_tree(directory: Path) -> None:
+    """Every file of `directory`, then the directory itself: its entries must be on disk
+    before the rename that makes the backup visible."""
+    for path in directory.iterdir():
+        if path.is_file():
+            _fsync(path)
+    _fsync(directory)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

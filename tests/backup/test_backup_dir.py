@@ -1,0 +1,120 @@
+"""The backup root: a backup is there whole or not at all, named so that names sort by time,
+pruned to the newest `keep`; a crash's partial directory is never listed and goes at the next
+backup; a failed backup is counted and logged, and the job goes on."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from pml_server.backup import MANIFEST_NAME, BackupDir, BackupJob
+
+
+def _clock(start: datetime) -> Iterator[datetime]:
+    moment = start
+    while True:
+        yield moment
+        moment += timedelta(seconds=1)
+
+
+def _copy_of(content: str) -> Callable[[Path], int]:
+    def checkpoint(path: Path) -> int:
+        path.mkdir()
+        (path / "data").write_text(content)
+        return 42
+
+    return checkpoint
+
+
+def test_backups_are_whole_named_in_time_order_and_pruned_to_keep(tmp_path: Path) -> None:
+    # across a year's end, a month's end and a day's: the names still sort by time
+    times = _clock(datetime(2026, 12, 31, 23, 59, 58, tzinfo=UTC))
+    backups = BackupDir(tmp_path / "backups", keep=2, clock=lambda: next(times))
+    taken = [backups.take(_copy_of(str(i)), {"about": i}) for i in range(4)]
+    removed = backups.prune()
+    assert removed == [taken[0].path, taken[1].path]
+    assert backups.complete() == [taken[2].path, taken[3].path]
+    assert [b.created_at.year for b in taken] == [2026, 2026, 2027, 2027]
+    newest = taken[3]
+    assert (newest.path / "data").read_text() == "3"
+    manifest = json.loads((newest.path / MANIFEST_NAME).read_text())
+    assert manifest == {"created_at": newest.created_at.isoformat(), "sequence": 42, "about": 3}
+    assert newest.sequence == 42
+
+
+def test_a_failed_checkpoint_leaves_nothing_and_a_crash_leftover_is_never_listed(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "backups"
+    backups = BackupDir(root, keep=3)
+
+    def breaks_halfway(path: Path) -> int:
+        path.mkdir()
+        (path / "half").write_text("x")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        backups.take(breaks_halfway, {})
+    assert list(root.iterdir()) == []
+    # what a crash (no exception handler ran) leaves behind
+    (root / ".partial-pml-backup-2026-01-01T00-00-00.000000Z").mkdir()
+    (root / "pml-backup-2026-01-01T00-00-01.000000Z").mkdir()  # no manifest: not whole
+    assert backups.complete() == []
+    taken = backups.take(_copy_of("ok"), {})
+    assert backups.complete() == [taken.path]
+    assert not any(p.name.startswith(".partial-") for p in root.iterdir())
+
+
+def test_two_backups_in_one_clock_reading_are_refused_not_merged(tmp_path: Path) -> None:
+    moment = datetime(2026, 6, 1, tzinfo=UTC)
+    backups = BackupDir(tmp_path, keep=5, clock=lambda: moment)
+    first = backups.take(_copy_of("first"), {})
+    with pytest.raises(FileExistsError):
+        backups.take(_copy_of("second"), {})
+    assert (first.path / "data").read_text() == "first"
+
+
+def test_keep_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="keep"):
+        BackupDir(tmp_path, keep=0)
+
+
+def test_the_job_counts_failures_goes_on_and_stops_when_asked(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    failing = {"now": True}
+    done = threading.Semaphore(0)
+
+    def checkpoint(path: Path) -> int:
+        try:
+            if failing["now"]:
+                raise OSError(13, "Permission denied")
+            return _copy_of("ok")(path)
+        finally:
+            done.release()
+
+    job = BackupJob(BackupDir(tmp_path / "b", keep=1), checkpoint, {}, interval_seconds=0)
+    stop = threading.Event()
+    thread = threading.Thread(target=job.run, args=(stop,))
+    thread.start()
+    try:
+        job.request()
+        assert done.acquire(timeout=30)
+        failing["now"] = False
+        job.request()
+        assert done.acquire(timeout=30)
+    finally:
+        stop.set()
+        job.request()
+        thread.join(30)
+    assert not thread.is_alive()
+    status = job.status()
+    assert (status.taken, status.failed) == (1, 1)
+    assert status.last_success_unix is not None
+    assert any("backup failed: [Errno 13] Permission denied" in r.message for r in caplog.records)
+    assert len(BackupDir(tmp_path / "b", keep=1).complete()) == 1

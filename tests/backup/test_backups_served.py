@@ -1,0 +1,121 @@
+"""Backups of a running `pml serve` (a real process, RocksDB on disk): SIGUSR2 takes one while
+writers go on, a copy of it serves every write acknowledged before the signal, the schedule
+takes them on its own and keeps the newest `--backup-keep`; without `--backup-dir`, SIGUSR2
+is logged and the server serves on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pml_server.backup import BackupDir
+from pml_server.client import PmlClient, PmlClientError, make_record
+from tests.reliability.harness import ServerProcess
+
+
+def _wait_for(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} after {timeout} s")
+        time.sleep(0.05)
+
+
+def _pid(process: ServerProcess) -> int:
+    assert process.proc is not None
+    return process.proc.pid
+
+
+def test_sigusr2_backup_under_writes_serves_every_write_acknowledged_before_it(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "backups"
+    process = ServerProcess(tmp_path / "data", "--backup-dir", str(root), "--backup-keep", "2")
+    process.start()
+    acknowledged: list[str] = []
+    stop = threading.Event()
+    errors: list[Exception] = []
+
+    def writer() -> None:
+        with PmlClient(process.target, timeout=30) as client:
+            i = 0
+            while not stop.is_set():
+                try:
+                    result = client.record(
+                        make_record(f"task {i}", f"await mcp.t{i % 50}({i})", tools=[f"t{i % 50}"])
+                    )
+                except PmlClientError as err:
+                    errors.append(err)
+                    return
+                acknowledged.append(result.pattern)
+                i += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        _wait_for(lambda: len(acknowledged) >= 200, "200 acknowledged captures")
+        before = len(acknowledged)
+        os.kill(_pid(process), signal.SIGUSR2)
+        _wait_for(lambda: BackupDir(root, keep=2).complete(), "backup")
+        _wait_for(lambda: len(acknowledged) >= before + 50, "captures after the backup")
+    finally:
+        stop.set()
+        thread.join(60)
+        process.terminate()
+    assert errors == []
+    [backup] = BackupDir(root, keep=2).complete()
+
+    restored = tmp_path / "restored"
+    shutil.copytree(backup, restored)
+    served = ServerProcess(restored)
+    served.start()
+    try:
+        with PmlClient(served.target, timeout=30) as client:
+            for pattern in acknowledged[:before]:
+                assert client.get_pattern(pattern).usage_count >= 1
+            executions = int(client.stats().executions)
+            assert before <= executions < len(acknowledged)
+            assert client.suggest("task 7").suggestions
+    finally:
+        served.terminate()
+
+
+def test_scheduled_backups_keep_the_newest_and_sigusr2_never_stops_a_server(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "backups"
+    scheduled = ServerProcess(
+        tmp_path / "data",
+        *("--backup-dir", str(root), "--backup-interval-seconds", "0.2", "--backup-keep", "2"),
+    )
+    scheduled.start()
+    try:
+        backups = BackupDir(root, keep=2)
+        seen: set[Path] = set()
+
+        def three_taken() -> bool:
+            complete = backups.complete()
+            # a new backup is renamed into place before the oldest goes: never fewer than 2
+            assert len(complete) <= 3
+            seen.update(complete)
+            return len(seen) >= 3
+
+        _wait_for(three_taken, "three scheduled backups")
+    finally:
+        scheduled.terminate()
+    assert len(backups.complete()) == 2
+
+    plain = ServerProcess(tmp_path / "plain")
+    plain.start()
+    try:
+        os.kill(_pid(plain), signal.SIGUSR2)
+        _wait_for(lambda: "no backup taken" in plain.log_tail(), "warning in the log")
+        with PmlClient(plain.target, timeout=30) as client:
+            client.record(make_record("after the signal", "await mcp.x()", tools=["x"]))
+    finally:
+        assert plain.terminate() == 0
