@@ -56,6 +56,16 @@ def test_stream_budget_runs_a_spending_point() -> None:
         assert point[name] > 0, point
 
 
+def test_backup_pause_runs_on_a_small_store() -> None:
+    from benches import backup_pause
+
+    figures = backup_pause.measure(2000, backups=2)
+    assert figures["keys"] == 2000
+    for name in ("first_backup_ms", "later_backups_ms", "longest_pause_ms"):
+        assert math.isfinite(figures[name]), figures
+        assert figures[name] > 0, figures
+
+
 def test_service_bench_runs_a_tiny_plan() -> None:
     from benches import bench_service
 
