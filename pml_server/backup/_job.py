@@ -42,8 +42,9 @@ class BackupJob:
         self._status = BackupStatus()
 
     def request(self) -> None:
-        """A backup as soon as the one under way (if any) is done. Takes no lock: a signal
-        handler calls it."""
+        """A backup as soon as the one under way (if any) is done. A signal handler calls it
+        on the main thread: it takes only this event's lock, which only the job's own thread
+        ever waits on, so the main thread never holds it when the handler runs."""
         self._wanted.set()
 
     def status(self) -> BackupStatus:

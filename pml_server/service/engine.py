@@ -123,7 +123,7 @@ class Engine:
 
     def request_backup(self) -> bool:
         """Take a backup into `backup_dir` now, on the backup job's thread (SIGUSR2); False
-        when no backup_dir is configured. Takes no lock: a signal handler calls it."""
+        when no backup_dir is configured. Safe from a signal handler (`BackupJob.request`)."""
         backups = self._jobs.backups
         if backups is None:
             return False
