@@ -195,7 +195,16 @@ def import_file(args: argparse.Namespace) -> int:
 
     def report_bad(number: int, why: str) -> None:
         bad_lines.append(number)
-        errors.print(f"[red]error[/] {path}:{number}: not an ExecutionRecord: {why}", markup=True)
+        if len(bad_lines) <= _BAD_LINES_SHOWN:
+            errors.print(
+                f"[red]error[/] {path}:{number}: not an ExecutionRecord: {why}", markup=True
+            )
+        elif len(bad_lines) == _BAD_LINES_SHOWN + 1:
+            errors.print(
+                f"[red]error[/] {path}: more bad lines; only the first {_BAD_LINES_SHOWN} are "
+                "shown, the summary counts them all (--json lists their numbers)",
+                markup=True,
+            )
 
     # One quick pass counts the lines for the progress bar (and, with --strict, checks them all
     # before anything is sent); the upload then reads the file again, a line at a time. Without
@@ -296,6 +305,8 @@ def import_file(args: argparse.Namespace) -> int:
 
 
 _SUMMARY_KEYS = ("saved", "counted", "rejected", "refused")
+# A file of another format has every line bad: its errors must not bury the summary.
+_BAD_LINES_SHOWN = 20
 
 
 def _resume_advice(minted_ids: int) -> str:

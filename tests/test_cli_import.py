@@ -69,6 +69,23 @@ def test_a_bad_line_is_reported_with_its_number_and_skipped(
     assert _executions(server) == 4
 
 
+def test_a_file_of_another_format_shows_twenty_errors_and_counts_all(
+    run: object, tmp_path: Path, server: RunningServer
+) -> None:
+    """Every line bad (the dev set's own format, not ExecutionRecord JSON): before, one error
+    line each, 3,846 of them above the summary."""
+    assert callable(run)
+    path = tmp_path / "other.jsonl"
+    path.write_text("".join(f'{{"id": "x-{i}", "tools": ["a"]}}\n' for i in range(100)))
+    out = run("import", str(path), expect=2)
+    assert out.count("not an ExecutionRecord") == 20
+    assert f"{path}:20: not an ExecutionRecord" in out
+    assert f"{path}:21: not an ExecutionRecord" not in out
+    assert "only the first 20 are shown" in " ".join(out.split())
+    assert "100 bad lines skipped" in out
+    assert _executions(server) == 0
+
+
 def test_strict_sends_nothing_when_a_line_is_bad(
     run: object, tmp_path: Path, server: RunningServer
 ) -> None:
