@@ -14,13 +14,15 @@ from __future__ import annotations
 import random
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-from google.rpc import error_details_pb2
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
@@ -36,6 +38,8 @@ CaptureResult = resources_pb2.CaptureResult
 # message limit (a bigger record goes alone).
 UPLOAD_BATCH = 16
 UPLOAD_BATCH_BYTES = 1 << 20
+# What a message costs inside a batch beyond its own bytes: its field tag and length prefix.
+_BATCH_ENTRY_BYTES = 8
 RETRY_BASE_SECONDS = 0.1
 RETRY_MAX_SECONDS = 5.0
 
@@ -82,10 +86,13 @@ class PmlClientError(Exception):
 
 
 def batched_messages(
-    messages: Iterator[pml_pb2.StreamTracesRequest], size: int
+    messages: Iterator[pml_pb2.StreamTracesRequest],
+    size: int,
+    max_bytes: int = UPLOAD_BATCH_BYTES,
 ) -> Iterator[pml_pb2.StreamTracesRequest]:
-    """`messages` grouped into batch messages of up to `size` (and `UPLOAD_BATCH_BYTES`);
-    one that would not fit is sent alone, as is the last one of a group of one."""
+    """`messages` grouped into batch messages of up to `size` messages and `max_bytes`
+    (`UPLOAD_BATCH_BYTES`, or less under a server's smaller message limit); one that would not
+    fit is sent alone, as is the last one of a group of one."""
     group: list[pml_pb2.StreamTracesRequest] = []
     group_bytes = 0
 
@@ -98,14 +105,32 @@ def batched_messages(
         group, group_bytes = [], 0
 
     for message in messages:
-        size_of = message.ByteSize()
-        if group and group_bytes + size_of > UPLOAD_BATCH_BYTES:
+        size_of = message.ByteSize() + _BATCH_ENTRY_BYTES
+        if group and group_bytes + size_of > max_bytes:
             yield from flush()
         group.append(message)
         group_bytes += size_of
-        if len(group) >= size or group_bytes >= UPLOAD_BATCH_BYTES:
+        if len(group) >= size or group_bytes >= max_bytes:
             yield from flush()
     yield from flush()
+
+
+def _too_big(execution_id: str, size: int, max_bytes: int) -> pml_pb2.StreamTracesResponse:
+    violation = error_details_pb2.BadRequest.FieldViolation(
+        field="record",
+        description=f"{size} bytes as a message, over the server's limit of {max_bytes}",
+    )
+    details = any_pb2.Any()
+    details.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+    status = status_pb2.Status(
+        code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
+        message=(
+            f"not sent: the record is {size} bytes as a message, over the server's "
+            f"--max-message-bytes of {max_bytes}"
+        ),
+        details=[details],
+    )
+    return pml_pb2.StreamTracesResponse(execution_id=execution_id, error=status)
 
 
 def make_record(
@@ -166,7 +191,7 @@ class PmlClient:
         self._stub = pml_pb2_grpc.PmlServiceStub(self._channel)
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self._timeout = timeout
-        self._batch_limit: int | None = None  # `_stream_batch_limit`, once known
+        self._stream_limits: tuple[int, int] | None = None  # `_server_stream_limits`, once known
 
     def close(self) -> None:
         self._channel.close()
@@ -187,15 +212,17 @@ class PmlClient:
 
     # ---- unary calls ---------------------------------------------------------------------------
 
-    def _stream_batch_limit(self) -> int:
+    def _server_stream_limits(self) -> tuple[int, int]:
         """How many messages the server takes in one batch (1: none, as a server older than
-        batches answers), asked once per client; unknown (1 this time) if the ask fails."""
-        if self._batch_limit is None:
+        batches answers) and its largest request message in bytes (0: not said), asked once
+        per client; unknown (1, 0 this time) if the ask fails."""
+        if self._stream_limits is None:
             try:
-                self._batch_limit = max(1, self.server_info().stream_batch_limit)
+                info = self.server_info()
             except PmlClientError:
-                return 1  # the upload meets the same error and retries; ask again then
-        return self._batch_limit
+                return 1, 0  # the upload meets the same error and retries; ask again then
+            self._stream_limits = (max(1, info.stream_batch_limit), info.max_message_bytes)
+        return self._stream_limits
 
     def server_info(self) -> pml_pb2.GetServerInfoResponse:
         return self._call(
@@ -368,10 +395,13 @@ class PmlClient:
         report = UploadReport()
         source = iter(items)
         unacked: dict[str, ExecutionRecord] = {}  # sent, not acknowledged (insertion order)
+        # Records too big for the server's message limit, answered here and never sent:
+        # filled by gRPC's request thread, emptied by this one (a deque is safe for that).
+        held_back: deque[pml_pb2.StreamTracesResponse] = deque()
         sequence = 0
         exhausted = False
 
-        def messages() -> Iterator[pml_pb2.StreamTracesRequest]:
+        def messages(max_bytes: int) -> Iterator[pml_pb2.StreamTracesRequest]:
             nonlocal sequence, exhausted
             for eid, record in list(unacked.items()):  # a reconnect resends these first
                 sequence += 1
@@ -379,27 +409,47 @@ class PmlClient:
                     execution_id=eid, sequence=sequence, record=record
                 )
             for eid, record in source:
+                message = pml_pb2.StreamTracesRequest(
+                    execution_id=eid, sequence=sequence + 1, record=record
+                )
+                if max_bytes and message.ByteSize() > max_bytes:
+                    # Sent, it would end the whole stream in RESOURCE_EXHAUSTED (and every
+                    # reconnect would send it again): refused alone, as the server refuses a
+                    # record it cannot take.
+                    held_back.append(_too_big(eid, message.ByteSize(), max_bytes))
+                    continue
                 unacked[eid] = record
                 sequence += 1
-                yield pml_pb2.StreamTracesRequest(
-                    execution_id=eid, sequence=sequence, record=record
-                )
+                yield message
             exhausted = True
 
         def requests() -> Iterator[pml_pb2.StreamTracesRequest]:
-            per_message = min(batch, self._stream_batch_limit()) if batch > 1 else 1
-            return batched_messages(messages(), per_message) if per_message > 1 else messages()
+            batch_limit, max_bytes = self._server_stream_limits()
+            per_message = min(batch, batch_limit) if batch > 1 else 1
+            if per_message == 1:
+                return messages(max_bytes)
+            budget = min(UPLOAD_BATCH_BYTES, max_bytes) if max_bytes else UPLOAD_BATCH_BYTES
+            return batched_messages(messages(max_bytes), per_message, budget)
+
+        def answer(ack: pml_pb2.StreamTracesResponse) -> None:
+            if keep_acks:
+                report.acks[ack.execution_id] = ack
+            if on_ack is not None:
+                on_ack(ack)
+
+        def answer_held_back() -> None:
+            while held_back:
+                answer(held_back.popleft())
 
         while True:
             try:
                 for message in self._stub.StreamTraces(requests(), metadata=self._metadata):
+                    answer_held_back()
                     for ack in message.batch or (message,):
                         if unacked.pop(ack.execution_id, None) is None:
                             continue  # an ack of an execution already answered
-                        if keep_acks:
-                            report.acks[ack.execution_id] = ack
-                        if on_ack is not None:
-                            on_ack(ack)
+                        answer(ack)
+                answer_held_back()
                 if exhausted and not unacked:
                     return report
                 # The server ended the stream before answering everything: resend the rest.

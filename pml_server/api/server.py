@@ -212,6 +212,7 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
             schema_version=int(getattr(engine, "schema_version", SCHEMA_VERSION)),
             on_capture=count_capture,
             fairness=fairness,
+            max_message_bytes=config.max_message_bytes,
         )
     )
     server = grpc.server(

@@ -42,6 +42,7 @@ class ServiceDeps:
     schema_version: int = 0
     on_capture: Callable[[model.CaptureResult], None] | None = None
     fairness: CpuFairness | None = None  # None: calls are not scheduled by CPU cost
+    max_message_bytes: int = 0  # what GetServerInfo tells clients (0: not said)
 
 
 class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
@@ -101,6 +102,7 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
                 tenant=caller.tenant,
                 role=caller.role.name.lower(),
                 stream_batch_limit=self._d.limits.stream_batch.bound,
+                max_message_bytes=self._d.max_message_bytes,
             )
 
     def RecordExecution(

@@ -10,6 +10,7 @@ from concurrent import futures
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,7 @@ from pml_server.client import (
     batched_messages,
     make_record,
 )
+from tests.conftest import StartServer
 
 Req = pml_pb2.StreamTracesRequest
 Ack = pml_pb2.StreamTracesResponse
@@ -222,3 +224,59 @@ def test_upload_batches_to_the_servers_limit(client: PmlClient) -> None:
     records = [make_record(f"lim {i}", "await mcp.t()", tools=["t"]) for i in range(300)]
     report = client.upload(records, batch=1000)  # more than the server takes: its 256
     assert len(report.acks) == 300
+
+
+def test_a_record_over_the_servers_message_limit_is_refused_alone(start: StartServer) -> None:
+    """A record whose message is larger than the server's `--max-message-bytes` (each of its
+    fields within its own limit) is held back by the client and answered RESOURCE_EXHAUSTED,
+    naming the field; the others go through on one stream. Before, the server ended the whole
+    stream, and every reconnect sent the record again until the upload failed."""
+    server = start(max_message_bytes=64 * 1024)
+    big_arguments = '{"x": "' + "a" * 30_000 + '"}'
+    records = [make_record(f"fits {i}", f"await mcp.fit{i}()", tools=[f"fit{i}"]) for i in range(6)]
+    huge = make_record("huge", "await mcp.h()", tools=["h"] * 3, arguments_json=big_arguments)
+    records.insert(3, huge)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert client.server_info().max_message_bytes == 64 * 1024
+        report = client.upload(records)
+        stats = client.stats()
+    assert report.reconnects == 0
+    assert len(report.acks) == 7
+    refused = report.acks[huge.request_id]
+    assert refused.error.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert "over the server's --max-message-bytes of 65536" in refused.error.message
+    [details] = refused.error.details
+    bad = error_details_pb2.BadRequest()
+    assert details.Unpack(bad)
+    assert [v.field for v in bad.field_violations] == ["record"]
+    others = [a for eid, a in report.acks.items() if eid != huge.request_id]
+    assert all(a.HasField("result") for a in others)
+    assert int(stats.executions) == 6
+
+
+def test_batches_stay_under_a_small_message_limit(start: StartServer) -> None:
+    """Batches are cut at the server's message limit when it is below `UPLOAD_BATCH_BYTES`:
+    200 records of about 5 KiB into a 64 KiB limit all go through, batched."""
+    server = start(max_message_bytes=64 * 1024)
+    arguments = '{"x": "' + "b" * 5_000 + '"}'
+    records = [
+        make_record(f"mid {i}", f"await mcp.mid{i}()", tools=[f"mid{i}"], arguments_json=arguments)
+        for i in range(200)
+    ]
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        report = client.upload(records)
+        stats = client.stats()
+    assert report.reconnects == 0
+    assert all(a.HasField("result") for a in report.acks.values())
+    assert int(stats.executions) == 200
+
+
+def test_a_batch_is_cut_at_its_byte_budget() -> None:
+    messages = [
+        Req(execution_id=f"e{i}", record=make_record(f"r{i}", "x" * 900)) for i in range(40)
+    ]
+    budget = 10_000
+    sent = list(batched_messages(iter(messages), size=1000, max_bytes=budget))
+    assert len(sent) > 1
+    assert all(m.ByteSize() <= budget for m in sent)
+    assert [e.execution_id for m in sent for e in (m.batch or [m])] == [f"e{i}" for i in range(40)]

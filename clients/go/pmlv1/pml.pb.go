@@ -78,8 +78,12 @@ type GetServerInfoResponse struct {
 	// Most messages one StreamTracesRequest.batch may hold; 0 from a server older than
 	// batches, which takes none (send a message at a time).
 	StreamBatchLimit uint32 `protobuf:"varint,7,opt,name=stream_batch_limit,json=streamBatchLimit,proto3" json:"stream_batch_limit,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Largest request message the server takes, in bytes (`--max-message-bytes`): a client
+	// holds back a record whose message would be larger, instead of sending it and losing the
+	// whole stream to RESOURCE_EXHAUSTED; 0 from a server older than this field.
+	MaxMessageBytes uint32 `protobuf:"varint,8,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetServerInfoResponse) Reset() {
@@ -157,6 +161,13 @@ func (x *GetServerInfoResponse) GetRole() string {
 func (x *GetServerInfoResponse) GetStreamBatchLimit() uint32 {
 	if x != nil {
 		return x.StreamBatchLimit
+	}
+	return 0
+}
+
+func (x *GetServerInfoResponse) GetMaxMessageBytes() uint32 {
+	if x != nil {
+		return x.MaxMessageBytes
 	}
 	return 0
 }
@@ -1883,7 +1894,7 @@ var File_pml_v1_pml_proto protoreflect.FileDescriptor
 const file_pml_v1_pml_proto_rawDesc = "" +
 	"\n" +
 	"\x10pml/v1/pml.proto\x12\x06pml.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\x1a\x16pml/v1/resources.proto\"\x16\n" +
-	"\x14GetServerInfoRequest\"\x93\x02\n" +
+	"\x14GetServerInfoRequest\"\xbf\x02\n" +
 	"\x15GetServerInfoResponse\x12%\n" +
 	"\x0eserver_version\x18\x01 \x01(\tR\rserverVersion\x12!\n" +
 	"\fcore_version\x18\x02 \x01(\tR\vcoreVersion\x12%\n" +
@@ -1891,7 +1902,8 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\x13embedding_dimension\x18\x04 \x01(\rR\x12embeddingDimension\x12\x16\n" +
 	"\x06tenant\x18\x05 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04role\x18\x06 \x01(\tR\x04role\x12,\n" +
-	"\x12stream_batch_limit\x18\a \x01(\rR\x10streamBatchLimit\"I\n" +
+	"\x12stream_batch_limit\x18\a \x01(\rR\x10streamBatchLimit\x12*\n" +
+	"\x11max_message_bytes\x18\b \x01(\rR\x0fmaxMessageBytes\"I\n" +
 	"\x16RecordExecutionRequest\x12/\n" +
 	"\x06record\x18\x01 \x01(\v2\x17.pml.v1.ExecutionRecordR\x06record\"H\n" +
 	"\x17RecordExecutionResponse\x12-\n" +

@@ -51,6 +51,7 @@ class GetServerInfoResponse(_message.Message):
     TENANT_FIELD_NUMBER: _builtins.int
     ROLE_FIELD_NUMBER: _builtins.int
     STREAM_BATCH_LIMIT_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
     server_version: _builtins.str
     """Version of the pml server package."""
     core_version: _builtins.str
@@ -67,6 +68,11 @@ class GetServerInfoResponse(_message.Message):
     """Most messages one StreamTracesRequest.batch may hold; 0 from a server older than
     batches, which takes none (send a message at a time).
     """
+    max_message_bytes: _builtins.int
+    """Largest request message the server takes, in bytes (`--max-message-bytes`): a client
+    holds back a record whose message would be larger, instead of sending it and losing the
+    whole stream to RESOURCE_EXHAUSTED; 0 from a server older than this field.
+    """
     def __init__(
         self,
         *,
@@ -77,10 +83,11 @@ class GetServerInfoResponse(_message.Message):
         tenant: _builtins.str = ...,
         role: _builtins.str = ...,
         stream_batch_limit: _builtins.int = ...,
+        max_message_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_version", b"core_version", "embedding_dimension", b"embedding_dimension", "role", b"role", "schema_version", b"schema_version", "server_version", b"server_version", "stream_batch_limit", b"stream_batch_limit", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["core_version", b"core_version", "embedding_dimension", b"embedding_dimension", "max_message_bytes", b"max_message_bytes", "role", b"role", "schema_version", b"schema_version", "server_version", b"server_version", "stream_batch_limit", b"stream_batch_limit", "tenant", b"tenant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
