@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"pml/clients/go/pmlv1"
 )
@@ -176,6 +177,24 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 		}
 	}
 	report := &UploadReport{Acks: make(map[string]*pmlv1.StreamTracesResponse, len(records))}
+	// A record whose message is over the server's limit would end the whole stream in
+	// RESOURCE_EXHAUSTED: it is answered here, alone, and never sent.
+	if limit := c.maxMessageBytes(ctx); limit > 0 {
+		for _, r := range records {
+			msg := &pmlv1.StreamTracesRequest{
+				ExecutionId: r.GetRequestId(),
+				Sequence:    uint64(len(records)),
+				Event:       &pmlv1.StreamTracesRequest_Record{Record: r},
+			}
+			if size := proto.Size(msg); size > limit {
+				ack := tooBig(r.GetRequestId(), size, limit)
+				report.Acks[r.GetRequestId()] = ack
+				if opts.OnAck != nil {
+					opts.OnAck(ack)
+				}
+			}
+		}
+	}
 	var sequence uint64
 	var last error
 	for attempt := 0; ; attempt++ {
@@ -201,6 +220,36 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 			report.Reconnects++
 		}
 		last = c.streamOnce(ctx, todo, &sequence, report, opts.OnAck)
+	}
+}
+
+// maxMessageBytes is the server's largest request message (GetServerInfo), 0 when it does not
+// say (an older server) or cannot be asked (Upload then meets the same error).
+func (c *Client) maxMessageBytes(ctx context.Context) int {
+	ctx, cancel := c.unaryContext(ctx)
+	defer cancel()
+	info, err := c.api.GetServerInfo(ctx, &pmlv1.GetServerInfoRequest{})
+	if err != nil {
+		return 0
+	}
+	return int(info.GetMaxMessageBytes())
+}
+
+func tooBig(executionID string, size, limit int) *pmlv1.StreamTracesResponse {
+	refusal := status.New(codes.ResourceExhausted, fmt.Sprintf(
+		"not sent: the record is %d bytes as a message, over the server's --max-message-bytes of %d",
+		size, limit))
+	if detailed, err := refusal.WithDetails(&errdetails.BadRequest{
+		FieldViolations: []*errdetails.BadRequest_FieldViolation{{
+			Field:       "record",
+			Description: fmt.Sprintf("%d bytes as a message, over the server's limit of %d", size, limit),
+		}},
+	}); err == nil {
+		refusal = detailed
+	}
+	return &pmlv1.StreamTracesResponse{
+		ExecutionId: executionID,
+		Outcome:     &pmlv1.StreamTracesResponse_Error{Error: refusal.Proto()},
 	}
 }
 

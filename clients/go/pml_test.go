@@ -323,6 +323,36 @@ func TestUploadResendsWhatWasNotAcknowledgedAfterABrokenStream(t *testing.T) {
 	}
 }
 
+func TestUploadRefusesAloneARecordOverTheServersMessageLimit(t *testing.T) {
+	client, err := pml.Dial(startServer(t, "--max-message-bytes", "65536"), pml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	huge := pml.NewRecord("huge", "await mcp.h()", "javascript",
+		pml.OK("h", `{"x": "`+strings.Repeat("a", 70000)+`"}`))
+	records := []*pmlv1.ExecutionRecord{
+		readRecord("Read JSON file", "a.json"), huge, readRecord("Load JSON data", "b.json"),
+	}
+	report, err := client.Upload(context.Background(), records, pml.UploadOptions{})
+	if err != nil {
+		t.Fatalf("one oversized record failed the upload: %v", err)
+	}
+	refused := report.Acks[huge.GetRequestId()].GetError()
+	if codes.Code(refused.GetCode()) != codes.ResourceExhausted ||
+		!strings.Contains(refused.GetMessage(), "--max-message-bytes of 65536") {
+		t.Fatalf("oversized record answered %v", refused)
+	}
+	for _, r := range []*pmlv1.ExecutionRecord{records[0], records[2]} {
+		if report.Acks[r.GetRequestId()].GetResult() == nil {
+			t.Fatalf("record %s not captured: %v", r.GetRequestId(), report.Acks[r.GetRequestId()])
+		}
+	}
+	if report.Reconnects != 0 {
+		t.Fatalf("%d reconnects", report.Reconnects)
+	}
+}
+
 func TestUploadGivesUpOnAnErrorThatWaitingCannotFix(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys.json")
 	key := addKey(t, keys, "acme", "read")

@@ -140,6 +140,20 @@ class PmlClient {
   async upload(records, { maxReconnects = 5, onAck } = {}) {
     for (const r of records) if (!r.request_id) r.request_id = crypto.randomUUID();
     const report = { acks: new Map(), reconnects: 0 };
+    // A record whose message is over the server's limit would end the whole stream in
+    // RESOURCE_EXHAUSTED: it is answered here, alone, and never sent.
+    const limit = await this._maxMessageBytes();
+    if (limit > 0) {
+      const serialize = api().service.service.StreamTraces.requestSerialize;
+      for (const r of records) {
+        const size = serialize({ execution_id: r.request_id, sequence: records.length, record: r }).length;
+        if (size > limit) {
+          const ack = tooBig(r.request_id, size, limit);
+          report.acks.set(r.request_id, ack);
+          if (onAck) onAck(ack);
+        }
+      }
+    }
     let sequence = 0;
     let last = null;
     for (let attempt = 0; ; attempt++) {
@@ -171,9 +185,32 @@ class PmlClient {
     }
   }
 
+  /** The server's largest request message (GetServerInfo); 0 when unknown. */
+  async _maxMessageBytes() {
+    try {
+      return Number((await this.call("GetServerInfo", {})).max_message_bytes || 0);
+    } catch {
+      return 0; // the upload meets the same error
+    }
+  }
+
   close() {
     this.raw.close();
   }
+}
+
+/** The acknowledgement of a record held back for being over the server's message limit. */
+function tooBig(executionId, size, limit) {
+  const { BadRequest } = api();
+  const violation = { field: "record", description: `${size} bytes as a message, over the server's limit of ${limit}` };
+  const details = [
+    {
+      type_url: "type.googleapis.com/google.rpc.BadRequest",
+      value: Buffer.from(BadRequest.encode(BadRequest.create({ field_violations: [violation] })).finish()),
+    },
+  ];
+  const message = `not sent: the record is ${size} bytes as a message, over the server's --max-message-bytes of ${limit}`;
+  return { execution_id: executionId, sequence: 0, error: { code: grpc.status.RESOURCE_EXHAUSTED, message, details }, outcome: "error" };
 }
 
 module.exports = { PmlClient, newRecord, errorDetails, PROTO_ROOT, LOADER_OPTIONS };

@@ -10,9 +10,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import grpc
 import pytest
 
 from pml_server.api.server import RunningServer
+from tests.conftest import StartServer
 
 NODE_CLIENT = Path(__file__).resolve().parents[2] / "clients" / "node"
 
@@ -107,3 +109,19 @@ def test_upload_resends_after_a_broken_stream(node_client: Path, server: Running
     assert summary["refused"] == 0
     assert summary["executions"] == 300
     assert summary["patterns"] == 4
+
+
+def test_upload_refuses_alone_a_record_over_the_servers_message_limit(
+    node_client: Path, start: StartServer
+) -> None:
+    """As the Python and Go clients: the oversized record is answered RESOURCE_EXHAUSTED with a
+    BadRequest detail and never sent; the two others are captured on the same stream."""
+    server = start(max_message_bytes=64 * 1024)
+    done = _node(node_client, "test/upload_too_big.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["acks"] == 3
+    assert summary["code"] == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert "over the server's --max-message-bytes of 65536" in summary["message"]
+    assert summary["details"] == ["type.googleapis.com/google.rpc.BadRequest"]
+    assert (summary["captured"], summary["executions"], summary["reconnects"]) == (2, 2, 0)
