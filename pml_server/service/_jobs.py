@@ -14,7 +14,7 @@ from pml_server.service._heap import release_free_memory
 from pml_server.service._restore import restore_indexes
 from pml_server.service._state import EngineState
 from pml_server.service._suggest_core import fill_rank_tables
-from pml_server.storage import SCHEMA_VERSION, Store
+from pml_server.storage import SCHEMA_VERSION
 from pml_server.storage.seam import Op
 
 
@@ -98,9 +98,6 @@ def _backup_job(state: EngineState) -> BackupJob | None:
     config = state.config
     if config.backup_dir is None:
         return None
-    store = state.store
-    if not isinstance(store, Store):
-        raise ValueError("engine.backup_dir backs up the embedded store only")
     about = {
         "pml_version": __version__,
         "schema_version": SCHEMA_VERSION,
@@ -108,7 +105,7 @@ def _backup_job(state: EngineState) -> BackupJob | None:
         "data_dir": str(config.data_dir),
     }
     backups = BackupDir(config.backup_dir, config.backup_keep)
-    return BackupJob(backups, store.checkpoint, about, config.backup_interval_seconds)
+    return BackupJob(backups, state.store.checkpoint, about, config.backup_interval_seconds)
 
 
 def write_snapshots(state: EngineState, trim_oplog: bool) -> None:

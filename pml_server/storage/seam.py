@@ -20,6 +20,7 @@ import threading
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Protocol
 
 from pml_server.domain.errors import UnavailableError
@@ -129,6 +130,12 @@ class StoreBackend(Protocol):
     def writes_held(self) -> AbstractContextManager[None]:
         """A block whose submits the store may write together once it ends (a batch's
         captures); nothing inside waits for its own tickets."""
+        ...
+
+    def checkpoint(self, dest: Path) -> int:
+        """A consistent copy of the store at `dest`, openable as a data directory, holding
+        every write acknowledged before the call; the sequence number it holds at least.
+        Only a store in one data directory has one (the shared store refuses)."""
         ...
 
     def locks(self, name: str, stripes: int) -> Locks:

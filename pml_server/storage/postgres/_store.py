@@ -39,6 +39,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -670,6 +671,12 @@ class PostgresStore:
     def writes_held(self) -> AbstractContextManager[None]:
         """Nothing to hold: every submit commits its own transaction before returning."""
         return contextlib.nullcontext()
+
+    def checkpoint(self, dest: Path) -> int:
+        raise ValueError(
+            "a shared PostgreSQL store is backed up with PostgreSQL's own tools (pg_dump, or a "
+            "base backup), not by pml"
+        )
 
     def locks(self, name: str, stripes: int) -> SharedLocks:
         return SharedLocks(self, name, stripes)
