@@ -155,3 +155,50 @@ def test_minilm_suggest_row_alone_measures_the_row(tmp_path: Path) -> None:
         measured["alone_before"], measured["alone_after"]
     )
     assert "x; server CPU a request outside the model" in row.describe(measured, 2)
+
+
+def test_lancedb_peer_runs_a_tiny_plan() -> None:
+    from benches import bench_lancedb
+
+    rows = bench_lancedb.speed_rows(Plan.quick())
+    names = {r.metric for r in rows}
+    assert any(n.startswith("pml engine Suggest vs LanceDB hybrid QPS") for n in names)
+    assert any(n.startswith("pml gRPC Suggest vs LanceDB hybrid p99") for n in names)
+    assert "pml engine record vs LanceDB add, 1 record a call, 1 caller" in names
+    assert any(n.startswith("resident memory per intent") for n in names)
+    _check_rows(rows)
+
+
+def test_lancedb_quality_ranks_each_group_at_its_best_row(tmp_path: Path) -> None:
+    """The peer's answers are ranked as the dev set's README defines hit@1: by group, a group at
+    its best row. Two rows of group `a` near the query must count once, ahead of `b`."""
+    import numpy as np
+
+    from benches import bench_lancedb
+    from benches.devset import DevExecution, DevQuery
+
+    def unit(*xs: float) -> np.ndarray:
+        v = np.array([*xs, *[0.0] * (8 - len(xs))], dtype=np.float32)
+        return v / np.linalg.norm(v)
+
+    executions = [
+        DevExecution("1", "read the json file", "", "javascript", ("read_file",), "a", "t"),
+        DevExecution("2", "load json from disk", "", "javascript", ("read_file",), "a", "t"),
+        DevExecution("3", "send an email to my boss", "", "javascript", ("send",), "b", "t"),
+    ]
+    queries = [
+        DevQuery("q1", "open the json file", "a", ("read_file",), "t"),
+        DevQuery("q2", "email my boss", "b", ("send",), "t"),
+    ]
+    vec = {
+        "read the json file": unit(1, 0.1),
+        "load json from disk": unit(1, 0.2),
+        "send an email to my boss": unit(0, 1),
+        "open the json file": unit(1, 0.15),
+        "email my boss": unit(0.1, 1),
+    }
+    ranks = bench_lancedb._lancedb_ranks(executions, queries, vec, tmp_path / "db")
+    assert set(ranks) == set(bench_lancedb.MODES)
+    assert ranks["vector"] == [1, 1]
+    assert ranks["hybrid (RRF, default)"] == [1, 1]
+    assert ranks["FTS"][1] == 1  # "email", "my", "boss" only in group b's row
