@@ -274,29 +274,37 @@ def test_a_replay_of_a_deleted_pattern_names_no_pattern(
 # ---- secrets ----------------------------------------------------------------------------------
 
 
-def test_a_secret_is_found_nowhere_on_disk(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["api key", "password in a URL"])
+def test_a_secret_is_found_nowhere_on_disk(tmp_path: Path, kind: str) -> None:
     """A credential in the code (a literal and a comment), the intent, tool arguments, error
     texts and the trace of successes, failed tries, rejected patterns and live executions: after
     capture, no byte of the data directory holds it, and no answer does. A marker sent in the
     same fields is found on disk, so the search can see what was written (the server is
-    SIGKILLed: the write-ahead log holds every record uncompressed)."""
-    secret = "sk-live-" + secrets.token_hex(12)
+    SIGKILLed: the write-ahead log holds every record uncompressed). The credential is an API
+    key, or the password of a connection URL (`postgresql://admin:PASSWORD@db...`, where the
+    password has characters no token rule reads as one word)."""
+    if kind == "api key":
+        secret = "sk-live-" + secrets.token_hex(12)
+        credential = secret
+    else:
+        secret = "Tr0ub4dor&3-horse-" + secrets.token_hex(4)
+        credential = f"postgresql://admin:{secret}@db.internal:5432/prod"
     marker = "marker" + secrets.token_hex(5)
     data = tmp_path / "data"
     process = ServerProcess(data, "--durability", "sync")
     process.start()
     code = (
-        f"// fallback key {secret} ({marker})\n"
-        f"const key = '{secret}'\n"
-        f"await mcp.call_api({{apiKey: key, note: '{marker}'}})"
+        f"// fallback key {credential} ({marker})\n"
+        f"const key = '{credential}'\n"
+        f"await mcp.call_api({{dsn: '{credential}', apiKey: key, note: '{marker}'}})"
     )
-    args = json.dumps({"apiKey": secret, "note": marker})
+    args = json.dumps({"apiKey": credential, "note": marker})
     ok = resources_pb2.ToolCall(tool="call_api", ok=True, arguments_json=args)
     failed = resources_pb2.ToolCall(
-        tool="call_api", ok=False, arguments_json=args, error=f"401 for {secret} ({marker})"
+        tool="call_api", ok=False, arguments_json=args, error=f"401 for {credential} ({marker})"
     )
-    intent = f"call the api with {secret} ({marker})"
-    trace = f"GET /v1?key={secret}&note={marker}".encode()
+    intent = f"call the api with {credential} ({marker})"
+    trace = f"GET /v1?key={credential}&note={marker}".encode()
     records = [
         resources_pb2.ExecutionRecord(
             request_id="s1", intent=intent, code=code, language="javascript",
