@@ -255,6 +255,38 @@ def test_a_reused_stream_execution_id_is_refused(stub: pml_pb2_grpc.PmlServiceSt
     assert _ack_fields(by_seq[3]) == ["execution_id"], by_seq[3]
 
 
+def test_an_id_reused_for_another_execution_is_refused_never_dropped(
+    stub: pml_pb2_grpc.PmlServiceStub,
+) -> None:
+    """Two streams each send a different execution as the same execution id with no request id
+    (so both default to it), and a unary request id is reused with another record: each reuse
+    is refused with ALREADY_EXISTS naming `request_id`, never answered `replayed` while its
+    record is dropped; the same execution resent is still a replay, counted once."""
+    first = _plain_record("")
+    other = _plain_record("")
+    other.code = "await mcp.write_file({path: 'out.json'})"
+    other.tool_calls[0].tool = "write_file"
+    eid = f"shared-{random.getrandbits(32)}"
+    acks = []
+    for record in (first, other, first):  # three streams, one after the other
+        request = pml_pb2.StreamTracesRequest(execution_id=eid, sequence=1, record=record)
+        acks += list(stub.StreamTraces(_stream_of(request), timeout=60))
+    assert acks[0].HasField("result"), acks
+    assert not acks[0].result.replayed, acks
+    assert acks[1].HasField("error"), acks[1]
+    assert acks[1].error.code == grpc.StatusCode.ALREADY_EXISTS.value[0], acks[1]
+    assert "request_id" in acks[1].error.message, acks[1]
+    assert acks[2].result.replayed, acks[2]
+    unary = _plain_record("")
+    unary.request_id = f"unary-{random.getrandbits(32)}"
+    stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=unary))
+    unary.intent = "an entirely different request"
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=unary))
+    assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert repr(unary.request_id) in (refused.value.details() or "")
+
+
 def test_a_replay_of_a_deleted_pattern_names_no_pattern(
     stub: pml_pb2_grpc.PmlServiceStub,
 ) -> None:
