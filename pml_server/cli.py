@@ -267,9 +267,11 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"pml serve: error: {err}", file=sys.stderr)
         return 2
     logs.configure(config.server.log_level, json_format=config.server.log_format == "json")
+    from pml_server.domain.errors import FailedPreconditionError
+
     try:
         serve_forever(config)
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, FailedPreconditionError) as err:  # e.g. a store of another model
         print(f"pml serve: error: {err}", file=sys.stderr)
         return 2
     return 0
