@@ -18,7 +18,12 @@ from pml_server.api.auth import Role
 from pml_server.api.metrics import Metrics
 from pml_server.api.servicer import PmlServicer, ServiceDeps
 from pml_server.domain import model
-from pml_server.domain.errors import InvalidArgumentError, UnavailableError
+from pml_server.domain.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    ResourceExhaustedError,
+    UnavailableError,
+)
 from pml_server.otel import MappedExecution, Rejection, flatten, map_spans
 
 SERVICE_NAME = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name
@@ -48,7 +53,9 @@ def _record(execution: MappedExecution) -> resources_pb2.ExecutionRecord:
     )
 
 
-def _violations(err: InvalidArgumentError) -> str:
+def _violations(err: InvalidArgumentError | AlreadyExistsError) -> str:
+    if isinstance(err, AlreadyExistsError):
+        return str(err)
     return "; ".join(f"{v.field}: {v.description}" for v in err.violations) or str(err)
 
 
@@ -69,6 +76,12 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         if self._draining.is_set():
             raise UnavailableError("the server is shutting down; retry on another instance")
         caller = self._d.keys.require(context.invocation_metadata(), Role.WRITE)
+        spans = sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+        if (too_many := self._d.limits.otlp_spans.excess(range(spans))) is not None:
+            raise ResourceExhaustedError(
+                f"this Export's spans {too_many}: export in smaller batches (the "
+                "OpenTelemetry SDK's batch span processor sends 512 by default)"
+            )
         with self._d.quotas.hold(caller.tenant):
             batch = map_spans(flatten(request), self._d.limits.intent.bound)
             rejections = list(batch.rejections)
@@ -106,7 +119,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             chunk = valid[start : start + batch_size]
             results = self._d.engine.record_many(tenant, [r for _, r in chunk])
             for (execution, _), result in zip(chunk, results, strict=True):
-                if isinstance(result, InvalidArgumentError):
+                if isinstance(result, InvalidArgumentError | AlreadyExistsError):
                     rejections.append(
                         Rejection(execution.span, _violations(result), execution.span_count)
                     )

@@ -375,3 +375,48 @@ def test_a_draining_server_answers_unavailable_and_keeps_nothing_half_done(
     assert not reply.HasField("partial_success")
     (pattern,) = client.iter_patterns()
     assert pattern.usage_count == 1
+
+
+def test_an_export_over_the_span_limit_is_resource_exhausted(server: RunningServer) -> None:
+    """Before: one Export of 40k one-span executions took the server from 127 to 485 MB (the
+    mapping holds every span at once). Past `limits.otlp_spans` the Export is refused whole,
+    before any mapping, with RESOURCE_EXHAUSTED saying how to split it; at the limit it is
+    taken."""
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+    from opentelemetry.proto.common.v1 import common_pb2
+    from opentelemetry.proto.trace.v1 import trace_pb2
+
+    from pml_server.domain.limits import LIMITS
+
+    def export(count: int) -> trace_service_pb2.ExportTraceServiceRequest:
+        operation = common_pb2.KeyValue(
+            key="gen_ai.operation.name", value=common_pb2.AnyValue(string_value="invoke_agent")
+        )
+        spans = [
+            trace_pb2.Span(
+                trace_id=i.to_bytes(16, "big"),
+                span_id=(i + 1).to_bytes(8, "big"),
+                name=f"invoke_agent agent{i}",
+                attributes=[operation],
+            )
+            for i in range(count)
+        ]
+        scope = trace_pb2.ScopeSpans(spans=spans)
+        return trace_service_pb2.ExportTraceServiceRequest(
+            resource_spans=[trace_pb2.ResourceSpans(scope_spans=[scope])]
+        )
+
+    bound = LIMITS.otlp_spans.bound
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Export(export(bound + 1), timeout=60)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert f"is {bound + 1} items; the limit is {bound} items" in (
+            refused.value.details() or ""
+        )
+        assert "smaller batches" in (refused.value.details() or "")
+        assert _spans_counter(server, "ignored") == 0
+        taken = stub.Export(export(bound), timeout=120)
+        assert taken.partial_success.rejected_spans == 0
+    assert _spans_counter(server, "ignored") == bound  # agent spans without a tool call
