@@ -44,7 +44,8 @@ class Metrics:
         )
         self.otlp_spans = Counter(
             "pml_otlp_spans",
-            "OTLP spans received, by result (mapped into executions, ignored, rejected)",
+            "OTLP spans, by result (mapped into executions, ignored, rejected; held for their "
+            "run's root span, then expired or overflow)",
             ["result"],
             registry=self.registry,
         )

@@ -6,11 +6,13 @@ retry, and request ids (trace id, span id) make the retry count nothing twice.""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 from pml_server._proto.pml.v1 import resources_pb2
 from pml_server.api import convert
@@ -25,7 +27,9 @@ from pml_server.domain.errors import (
     UnavailableError,
 )
 from pml_server.otel import MappedExecution, Rejection, flatten, map_spans
+from pml_server.storage.pending_spans import PendingSpans
 
+log = logging.getLogger("pml.otlp")
 SERVICE_NAME = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name
 # Rejection reasons quoted in `error_message`; the count says how many more there were.
 _REASONS_SHOWN = 5
@@ -61,9 +65,14 @@ def _violations(err: InvalidArgumentError | AlreadyExistsError) -> str:
 
 class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(
-        self, deps: ServiceDeps, draining: threading.Event, count_spans: SpanCounter
+        self,
+        deps: ServiceDeps,
+        draining: threading.Event,
+        count_spans: SpanCounter,
+        pending: PendingSpans | None = None,
     ) -> None:
         self._d = deps
+        self._pending = pending
         self._dim = deps.engine.embedding_dim()
         self._draining = draining
         self._count_spans = count_spans
@@ -83,20 +92,96 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 "OpenTelemetry SDK's batch span processor sends 512 by default)"
             )
         with self._d.quotas.hold(caller.tenant):
-            batch = map_spans(flatten(request), self._d.limits.intent.bound)
-            rejections = list(batch.rejections)
-            recorded = self._capture(caller.tenant, batch.executions, rejections)
+            if self._pending is None:
+                batch = map_spans(flatten(request), self._d.limits.intent.bound)
+                rejections = list(batch.rejections)
+                recorded = self._capture(caller.tenant, batch.executions, rejections)
+                ignored = batch.ignored_spans + sum(len(w) for w in batch.waiting.values())
+                held = 0
+            else:
+                with self._pending.tenant_lock(caller.tenant):
+                    recorded, ignored, held, rejections = self._export_holding(
+                        caller.tenant, request
+                    )
         rejected = sum(r.span_count for r in rejections)
         self._count_spans("mapped", recorded)
-        self._count_spans("ignored", batch.ignored_spans)
+        self._count_spans("ignored", ignored)
         self._count_spans("rejected", rejected)
-        if not rejections:
+        self._count_spans("held", held)
+        if not rejections and not ignored and not held:
             return trace_service_pb2.ExportTraceServiceResponse()
+        # OTLP partial success: rejected spans are counted; spans accepted but ignored (not a
+        # GenAI tool call) or held (waiting for their run's root span) are named as a warning.
+        notes = [_message(rejections)] if rejections else []
+        if held:
+            notes.append(f"{held} spans held until their run's invoke_agent (root) span arrives")
+        if ignored:
+            notes.append(f"{ignored} spans ignored (no GenAI tool call, or one seen twice)")
         return trace_service_pb2.ExportTraceServiceResponse(
             partial_success=trace_service_pb2.ExportTracePartialSuccess(
-                rejected_spans=rejected, error_message=_message(rejections)
+                rejected_spans=rejected, error_message="; ".join(notes)
             )
         )
+
+    def _export_holding(
+        self, tenant: str, request: trace_service_pb2.ExportTraceServiceRequest
+    ) -> tuple[int, int, int, list[Rejection]]:
+        """Map `request` with the spans held for its traces, capture what is complete, hold
+        what waits for its execution span (docs/capture.md, "Runs split over several
+        Exports"). Returns (spans captured, ignored, newly held, rejections)."""
+        pending = self._pending
+        assert pending is not None
+        expired = pending.expire(tenant)
+        if expired:
+            self._count_spans("expired", expired)
+            log.warning(
+                "otlp: %d held spans of tenant %r expired before their run's root span "
+                "arrived (otlp_pending_seconds)",
+                expired,
+                tenant,
+            )
+        spans = list(flatten(request))
+        loaded: set[tuple[bytes, bytes]] = set()
+        for trace_id in pending.traces_held(tenant, {s.trace_id for s in spans}):
+            for held_span in pending.load(tenant, trace_id):
+                proto = trace_pb2.Span()
+                proto.ParseFromString(held_span.data)
+                spans.append(proto)
+                loaded.add((trace_id, held_span.span_id))
+        batch = map_spans(spans, self._d.limits.intent.bound)
+        del spans
+        rejections = list(batch.rejections)
+        recorded = self._capture(tenant, batch.executions, rejections)
+        hold: list[tuple[bytes, bytes, bytes]] = []
+        still: set[tuple[bytes, bytes]] = set()
+        room = pending.room(tenant)
+        for trace_id, waiting in batch.waiting.items():
+            new = [s for s in waiting if (trace_id, s.span_id) not in loaded]
+            if len(new) > room:
+                self._count_spans("overflow", len(new))
+                log.warning(
+                    "otlp: %d spans of trace %s refused: tenant %r holds %d spans waiting for "
+                    "their run's root span (otlp_pending_spans)",
+                    len(new),
+                    trace_id.hex(),
+                    tenant,
+                    pending.max_spans - room,
+                )
+                rejections.append(
+                    Rejection(
+                        f"{trace_id.hex()}/{new[0].span_id.hex()}",
+                        f"{len(new)} spans wait for their run's root span, and this tenant "
+                        f"already holds {pending.max_spans - room} such spans "
+                        f"(otlp_pending_spans = {pending.max_spans})",
+                        len(new),
+                    )
+                )
+                new = []
+            room -= len(new)
+            hold += [(trace_id, s.span_id, s.SerializeToString()) for s in new]
+            still.update((trace_id, s.span_id) for s in waiting)
+        pending.update(tenant, hold, [k for k in loaded if k not in still])
+        return recorded, batch.ignored_spans, len(hold), rejections
 
     def _capture(
         self, tenant: str, executions: list[MappedExecution], rejections: list[Rejection]
@@ -138,7 +223,9 @@ def _message(rejections: list[Rejection]) -> str:
     return shown + (f"; and {more} more executions rejected" if more > 0 else "")
 
 
-def add_trace_ingest(server: grpc.Server, pml: PmlServicer, metrics: Metrics) -> str:
+def add_trace_ingest(
+    server: grpc.Server, pml: PmlServicer, metrics: Metrics, pending: PendingSpans | None = None
+) -> str:
     """Serve TraceService/Export beside `pml` (sharing its dependencies and drain flag);
     returns the service name (for reflection)."""
 
@@ -146,6 +233,6 @@ def add_trace_ingest(server: grpc.Server, pml: PmlServicer, metrics: Metrics) ->
         if spans:
             metrics.otlp_spans.labels(result).inc(spans)
 
-    servicer = TraceIngestServicer(pml.deps, pml.draining, count)
+    servicer = TraceIngestServicer(pml.deps, pml.draining, count, pending)
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     return SERVICE_NAME

@@ -38,6 +38,7 @@ from pml_server.config import Config, ServerConfig
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
 from pml_server.storage import SCHEMA_VERSION
+from pml_server.storage.pending_spans import PendingSpans
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +223,18 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )
     pml_pb2_grpc.add_PmlServiceServicer_to_server(servicer, server)
-    otlp_service = add_trace_ingest(server, servicer, metrics)
+    store = getattr(engine, "store", None)
+    pending = (
+        None
+        if store is None
+        else PendingSpans(
+            store,
+            config.otlp_pending_spans,
+            config.otlp_pending_seconds,
+            lambda: int(time.time() * 1000),
+        )
+    )
+    otlp_service = add_trace_ingest(server, servicer, metrics, pending)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

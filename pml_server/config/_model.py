@@ -76,6 +76,13 @@ class ServerConfig:
     stream_idle_seconds: float = setting(
         60.0, "a stream silent this long with nothing in flight is closed"
     )
+    # docs/capture.md, "Runs split over several Exports".
+    otlp_pending_spans: int = setting(
+        100_000, "OTLP spans held per tenant while their run's root span has not arrived"
+    )
+    otlp_pending_seconds: float = setting(
+        600.0, "how long held OTLP spans wait for their run's root span (then: expired)"
+    )
     tenant_max_in_flight: int | None = setting(
         None,
         "calls in progress per tenant",

@@ -7,6 +7,9 @@ traces").
   not crossing a nested agent span, in start order. A tool-call span under another one (the MCP
   client span inside an `execute_tool` span, or the MCP server's span of the same call) is the
   same call seen twice: ignored.
+- A call whose execution span is not in the request (a run still going when its batch processor
+  flushed) waits, with the spans that may link it to its execution, in `MappedBatch.waiting`;
+  the server holds them until a later request brings the execution span.
 - A run with no tool call teaches nothing: its span is ignored, like every non-GenAI span.
 - A malformed span rejects its execution (every span of it), never the rest of the request.
 """
@@ -70,6 +73,9 @@ class MappedBatch:
     executions: list[MappedExecution] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     ignored_spans: int = 0
+    # Per trace id: spans waiting for their execution span, which is not in this request (a
+    # tool call whose run has not ended yet, and the spans that may lie between them).
+    waiting: dict[bytes, list[trace_pb2.Span]] = field(default_factory=dict)
 
     @property
     def rejected_spans(self) -> int:
@@ -158,19 +164,34 @@ def _map_trace(trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: 
 
     calls_of: dict[bytes, list[_Span]] = {sid: [] for sid, s in trace.items() if is_execution(s)}
     ignored = 0
+    loose: list[bytes] = []  # neither an execution nor a tool call
+    orphans: list[_Span] = []  # calls whose execution span is not in this request
     for sid, span in trace.items():
         if sid in calls_of:
             if span.tool is not None:  # a root that is itself the only call
                 calls_of[sid].append(span)
             continue
         if span.tool is None:
-            ignored += 1
+            loose.append(sid)
             continue
         exec_id, tool_between = resolve(sid)
-        if exec_id is None or tool_between or trace[exec_id].tool is not None:
-            ignored += 1  # a call seen twice, or whose execution is not in this request
-            continue
-        calls_of[exec_id].append(span)
+        if tool_between or (exec_id is not None and trace[exec_id].tool is not None):
+            ignored += 1  # a call seen twice
+        elif exec_id is None:
+            orphans.append(span)
+        else:
+            calls_of[exec_id].append(span)
+    if orphans:
+        # The run has not ended: its calls wait, with the spans that may link them to it.
+        waiting = [s.proto for s in orphans]
+        for sid in loose:
+            if resolve(sid)[0] is None:
+                waiting.append(trace[sid].proto)
+            else:
+                ignored += 1
+        batch.waiting[orphans[0].proto.trace_id] = waiting
+    else:
+        ignored += len(loose)
     for exec_id, calls in calls_of.items():
         execution = trace[exec_id]
         own = 0 if execution.tool is not None else 1

@@ -95,6 +95,11 @@ class Engine:
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
+    @property
+    def store(self) -> StoreBackend:
+        """The store (for state kept beside the engine's: held OTLP spans)."""
+        return self._state.store
+
     def start(self) -> None:
         """Restore the search indexes in the background (and start the periodic jobs)."""
         self._jobs.start()

@@ -372,7 +372,8 @@ def test_a_draining_server_answers_unavailable_and_keeps_nothing_half_done(
         assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
         server.servicer.draining.clear()
         reply = stub.Export(encode_spans(spans), timeout=10)
-    assert not reply.HasField("partial_success")
+    assert reply.partial_success.rejected_spans == 0  # the HTTP span: ignored, and said so
+    assert "1 spans ignored" in reply.partial_success.error_message
     (pattern,) = client.iter_patterns()
     assert pattern.usage_count == 1
 

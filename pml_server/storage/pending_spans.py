@@ -1,0 +1,155 @@
+"""OTLP spans held until their execution's root span arrives (docs/capture.md, "Runs split
+over several Exports").
+
+An OTel SDK's batch processor exports a span when it ends, so the tool-call spans of a run
+longer than its flush interval reach pml in an Export before the run's `invoke_agent` span.
+Such spans are written to the store (family `meta`, keys `otlp_pending/<tenant><trace id><span
+id>`, value: the received time in ms as a u64, then the span's protobuf bytes) before the Export
+is answered, so an acknowledged span survives a restart, and read back when a later Export of
+the same trace brings an execution span.
+
+Bounds: at most `max_spans` held per tenant (an Export that would pass it has that trace's
+spans rejected, counted as overflow), each trace kept at most `max_age_seconds` after its
+first held span (then deleted, counted as expired). The per-tenant count and ages are kept in
+memory, rebuilt from the store the first time a tenant is seen: with a shared (PostgreSQL)
+store each replica counts and expires the rows it wrote and those present when it first saw
+the tenant, so the bound is per replica there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from pml_server.storage.keys import CF_META, from_u64, tenant_prefix, u64
+from pml_server.storage.seam import Op, StoreBackend
+
+_PREFIX = b"otlp_pending/"
+_TRACE_ID_BYTES = 16
+_SPAN_ID_BYTES = 8
+
+
+@dataclass
+class _Trace:
+    first_ms: int
+    span_ids: set[bytes] = field(default_factory=set)
+
+
+@dataclass
+class _Tenant:
+    traces: dict[bytes, _Trace] = field(default_factory=dict)
+    spans: int = 0
+
+
+@dataclass(frozen=True)
+class HeldSpan:
+    span_id: bytes
+    received_ms: int
+    data: bytes  # the span's protobuf bytes
+
+
+class PendingSpans:
+    def __init__(
+        self,
+        store: StoreBackend,
+        max_spans: int,
+        max_age_seconds: float,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self._store = store
+        self.max_spans = max_spans
+        self._max_age_ms = int(max_age_seconds * 1000)
+        self._clock_ms = clock_ms
+        self._tenants: dict[str, _Tenant] = {}
+        self._lock = threading.Lock()
+        # One Export of a tenant at a time reads, merges and rewrites its held spans.
+        self._tenant_locks: dict[str, threading.Lock] = {}
+
+    def tenant_lock(self, tenant: str) -> threading.Lock:
+        with self._lock:
+            return self._tenant_locks.setdefault(tenant, threading.Lock())
+
+    def _key(self, tenant: str, trace_id: bytes, span_id: bytes = b"") -> bytes:
+        return _PREFIX + tenant_prefix(tenant) + trace_id + span_id
+
+    def _state(self, tenant: str) -> _Tenant:
+        state = self._tenants.get(tenant)
+        if state is None:
+            state = _Tenant()
+            prefix = self._key(tenant, b"")
+            for key, value in self._store.scan_stored(CF_META, prefix):
+                rest = key[len(prefix) :]
+                if len(rest) != _TRACE_ID_BYTES + _SPAN_ID_BYTES:
+                    continue
+                trace_id, span_id = rest[:_TRACE_ID_BYTES], rest[_TRACE_ID_BYTES:]
+                received = from_u64(value[:8])
+                trace = state.traces.setdefault(trace_id, _Trace(received))
+                trace.first_ms = min(trace.first_ms, received)
+                trace.span_ids.add(span_id)
+                state.spans += 1
+            self._tenants[tenant] = state
+        return state
+
+    def held(self, tenant: str) -> int:
+        """Spans held for `tenant` (this process's view)."""
+        return self._state(tenant).spans
+
+    def traces_held(self, tenant: str, trace_ids: Iterable[bytes]) -> list[bytes]:
+        state = self._state(tenant)
+        return [t for t in trace_ids if t in state.traces]
+
+    def load(self, tenant: str, trace_id: bytes) -> list[HeldSpan]:
+        prefix = self._key(tenant, trace_id)
+        return [
+            HeldSpan(key[len(prefix) :], from_u64(value[:8]), value[8:])
+            for key, value in self._store.scan(CF_META, prefix)
+        ]
+
+    def expire(self, tenant: str) -> int:
+        """Delete the traces held longer than the age limit; returns the spans deleted."""
+        state = self._state(tenant)
+        cutoff = self._clock_ms() - self._max_age_ms
+        old = [t for t, trace in state.traces.items() if trace.first_ms <= cutoff]
+        ops: list[Op] = []
+        expired = 0
+        for trace_id in old:
+            for key, _ in self._store.scan(CF_META, self._key(tenant, trace_id)):
+                ops.append((CF_META, key, None))
+            expired += len(state.traces[trace_id].span_ids)
+        if ops:
+            self._store.write(ops)
+        for trace_id in old:
+            state.spans -= len(state.traces.pop(trace_id).span_ids)
+        return expired
+
+    def room(self, tenant: str) -> int:
+        return max(0, self.max_spans - self._state(tenant).spans)
+
+    def update(
+        self,
+        tenant: str,
+        hold: Sequence[tuple[bytes, bytes, bytes]],
+        release: Sequence[tuple[bytes, bytes]],
+    ) -> None:
+        """Write `hold` ((trace id, span id, span bytes), durable when this returns) and delete
+        `release` ((trace id, span id)) in one batch."""
+        state = self._state(tenant)
+        now = self._clock_ms()
+        ops: list[Op] = [(CF_META, self._key(tenant, t, s), None) for t, s in release]
+        ops += [(CF_META, self._key(tenant, t, s), u64(now) + data) for t, s, data in hold]
+        if not ops:
+            return
+        self._store.write(ops)
+        for trace_id, span_id in release:
+            trace = state.traces.get(trace_id)
+            if trace is not None and span_id in trace.span_ids:
+                trace.span_ids.discard(span_id)
+                state.spans -= 1
+                if not trace.span_ids:
+                    del state.traces[trace_id]
+        for trace_id, span_id, _ in hold:
+            trace = state.traces.setdefault(trace_id, _Trace(now))
+            if span_id not in trace.span_ids:
+                trace.span_ids.add(span_id)
+                state.spans += 1
