@@ -142,7 +142,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             )
         spans = list(flatten(request))
         loaded: set[tuple[bytes, bytes]] = set()
-        for trace_id in pending.traces_held(tenant, {s.trace_id for s in spans}):
+        for trace_id in pending.traces_held(tenant, list(dict.fromkeys(s.trace_id for s in spans))):
             for held_span in pending.load(tenant, trace_id):
                 proto = trace_pb2.Span()
                 proto.ParseFromString(held_span.data)

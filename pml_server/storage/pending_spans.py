@@ -13,7 +13,8 @@ spans rejected, counted as overflow), each trace kept at most `max_age_seconds` 
 first held span (then deleted, counted as expired). The per-tenant count and ages are kept in
 memory, rebuilt from the store the first time a tenant is seen: with a shared (PostgreSQL)
 store each replica counts and expires the rows it wrote and those present when it first saw
-the tenant, so the bound is per replica there.
+the tenant, so the bound is per replica there; which traces have held spans is asked of the
+store there (another replica may have held them).
 """
 
 from __future__ import annotations
@@ -96,8 +97,18 @@ class PendingSpans:
         return self._state(tenant).spans
 
     def traces_held(self, tenant: str, trace_ids: Iterable[bytes]) -> list[bytes]:
+        """Those of `trace_ids` with held spans. A shared store is asked for the traces this
+        process does not know (another replica may have held them): one query each."""
         state = self._state(tenant)
-        return [t for t in trace_ids if t in state.traces]
+        known = [t for t in trace_ids if t in state.traces]
+        if not self._store.shared:
+            return known
+        others = [
+            t
+            for t in trace_ids
+            if t not in state.traces and self._store.scan(CF_META, self._key(tenant, t), limit=1)
+        ]
+        return known + others
 
     def load(self, tenant: str, trace_id: bytes) -> list[HeldSpan]:
         prefix = self._key(tenant, trace_id)

@@ -118,9 +118,7 @@ def test_runs_split_over_several_exports_are_captured_once_with_their_failures(
     tmp_path: Path, store_flags: list[str]
 ) -> None:
     metrics_port = _free_port()
-    process = ServerProcess(
-        tmp_path / "data", "--metrics-port", str(metrics_port), *store_flags
-    )
+    process = ServerProcess(tmp_path / "data", "--metrics-port", str(metrics_port), *store_flags)
     process.start()
     try:
         failing = [n % 3 == 2 for n in range(RUNS)]  # runs 2 and 5 fail, 0 succeeds first
@@ -228,3 +226,27 @@ def test_held_spans_expire_and_overflow_counted_and_reported(
     with PmlClient(process.target) as client:
         (pattern,) = client.iter_patterns()
     assert pattern.usage_count == 1
+
+
+def test_a_run_split_across_two_replicas_of_a_shared_store(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """Its tool spans reach one replica, its root span the other (which had already seen the
+    tenant): the run is captured once, by the second, from the spans the first held."""
+    a = ServerProcess(tmp_path / "a", "--store", postgres_dsn)
+    b = ServerProcess(tmp_path / "b", "--store", postgres_dsn)
+    a.start()
+    b.start()
+    try:
+        first, second = _recorded_runs([False, False])
+        _export(b.target, first)  # b has seen the tenant before a holds anything
+        reply = _export(a.target, second[:-1])
+        assert "5 spans held" in reply.partial_success.error_message
+        assert _export(b.target, second[-1:]).partial_success.rejected_spans == 0
+        with PmlClient(b.target) as client:
+            (pattern,) = client.iter_patterns()
+        assert pattern.usage_count == 2
+        assert pattern.success_count == 2
+    finally:
+        a.terminate()
+        b.terminate()
