@@ -93,6 +93,8 @@ def run(large: bool) -> list[Row]:
             plain_bytes = plain[0].ByteSize()
             genai_bytes = genai[0].ByteSize()
             plain_rise = max(_peak_rise_bytes(process, r) for r in plain)
+            time.sleep(1)
+            retained_plain = _status_kb(pid, "VmRSS") * 1024 - start_rss
             began = time.perf_counter()
             genai_rise = max(_peak_rise_bytes(process, r) for r in genai)
             seconds = time.perf_counter() - began
@@ -117,6 +119,7 @@ def run(large: bool) -> list[Row]:
                 "peak_rise_mb": round(genai_rise / 2**20, 1),
                 "baseline_peak_rise_mb": round(plain_rise / 2**20, 1),
                 "exports_each": EXPORTS,
+                "resident_after_baseline_exports_mb": round(retained_plain / 2**20, 1),
                 "resident_after_all_mb": round(retained / 2**20, 1),
                 "genai_exports_seconds": round(seconds, 1),
             },

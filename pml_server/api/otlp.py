@@ -27,12 +27,15 @@ from pml_server.domain.errors import (
     UnavailableError,
 )
 from pml_server.otel import MappedExecution, Rejection, flatten, map_spans
+from pml_server.service._heap import release_free_memory
 from pml_server.storage.pending_spans import PendingSpans
 
 log = logging.getLogger("pml.otlp")
 SERVICE_NAME = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name
 # Rejection reasons quoted in `error_message`; the count says how many more there were.
 _REASONS_SHOWN = 5
+# An Export this large frees enough that giving it back is worth a `malloc_trim`.
+_TRIM_AFTER_SPANS = 1024
 SpanCounter = Callable[[str, int], None]
 
 
@@ -103,6 +106,10 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                     recorded, ignored, held, rejections = self._export_holding(
                         caller.tenant, request
                     )
+        if spans >= _TRIM_AFTER_SPANS:
+            # The mapping's memory is free now but glibc keeps it in the process: hand it back
+            # (docs/reliability.md, "OTLP Export memory").
+            release_free_memory()
         rejected = sum(r.span_count for r in rejections)
         self._count_spans("mapped", recorded)
         self._count_spans("ignored", ignored)
