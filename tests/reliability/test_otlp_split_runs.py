@@ -250,3 +250,44 @@ def test_a_run_split_across_two_replicas_of_a_shared_store(
     finally:
         a.terminate()
         b.terminate()
+
+
+def test_a_deeply_nested_held_span_rejects_its_run_alone(tmp_path: Path) -> None:
+    """A tool span with arguments nested 100k deep arrives before its root, beside another
+    run's tool spans; when both roots arrive in one Export, that run alone is rejected
+    (partial success naming why) and the other is captured."""
+    depth = 100_000
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("tests")
+    with (
+        tracer.start_as_current_span(
+            "invoke_agent deep", attributes={"gen_ai.operation.name": "invoke_agent"}
+        ),
+        tracer.start_as_current_span(
+            "execute_tool read_file",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "read_file",
+                "gen_ai.tool.call.arguments": '{"a": ' + "[" * depth + "]" * depth + "}",
+            },
+        ),
+    ):
+        pass
+    deep = list(memory.get_finished_spans())
+    (good,) = _recorded_runs([False])
+    process = ServerProcess(tmp_path / "data")
+    process.start()
+    try:
+        reply = _export(process.target, deep[:-1] + good[:-1])
+        assert reply.partial_success.rejected_spans == 0
+        reply = _export(process.target, [deep[-1], good[-1]])
+        assert reply.partial_success.rejected_spans == 2  # the deep run's root and its call
+        assert "nested deeper than 32 levels" in reply.partial_success.error_message
+        with PmlClient(process.target) as client:
+            (pattern,) = client.iter_patterns()
+        assert pattern.usage_count == 1
+        assert len(pattern.tools_used) == 4
+    finally:
+        process.terminate()
