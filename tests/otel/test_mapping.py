@@ -78,7 +78,7 @@ def test_nested_agents_own_their_own_calls() -> None:
     assert calls == {_sid(1).hex(): ["outer"], _sid(3).hex(): ["inner"]}
 
 
-def test_orphans_cycles_and_plain_spans_are_ignored() -> None:
+def test_orphans_wait_and_plain_spans_are_ignored() -> None:
     spans = [
         _tool(2, 99, "orphan", 1),  # its execution is not in this request
         _span(5, 6),  # a parent cycle
@@ -89,7 +89,25 @@ def test_orphans_cycles_and_plain_spans_are_ignored() -> None:
     batch = map_spans(spans)
     assert batch.executions == []
     assert batch.rejections == []
-    assert batch.ignored_spans == 5
+    assert batch.ignored_spans == 1  # the root without calls
+    # The calls with no execution above them wait, with the spans that may link them to it.
+    (waiting,) = batch.waiting.values()
+    assert sorted(s.span_id for s in waiting) == sorted(_sid(i) for i in (2, 5, 6, 7))
+
+
+def test_plain_spans_with_no_call_never_wait() -> None:
+    batch = map_spans([_span(5, 6), _span(6, 99), _span(8, None, "GET /")])
+    assert batch.waiting == {}
+    assert batch.ignored_spans == 3
+
+
+def test_held_calls_join_their_execution_when_it_arrives() -> None:
+    first = map_spans([_tool(2, 1, "read_file", 1), _tool(3, 1, "write_file", 2)])
+    assert first.executions == []
+    assert first.ignored_spans == 0
+    (held,) = first.waiting.values()
+    (execution,) = map_spans([*held, _agent(1)]).executions
+    assert [c.tool for c in execution.calls] == ["read_file", "write_file"]
 
 
 def test_deep_parent_chain_is_linear_not_recursive() -> None:
