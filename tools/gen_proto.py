@@ -1,12 +1,14 @@
 """Generate every client's code from proto/: the Python modules and typed stubs into
-pml_server/_proto (the server's) and clients/python/pml_client/_proto (the pml-client package's;
-both copies hold the same descriptors, so the two load side by side in one process), the Go package into clients/go/pmlv1 (buf with protoc-gen-go and
+pml_server/_proto (the server's) and clients/python/pml_client/_proto (the pml-client
+package's; both copies hold the same descriptors, so the two load side by side in one
+process), the Go package into clients/go/pmlv1 (buf with protoc-gen-go and
 protoc-gen-go-grpc at pinned versions), and the copy of the protos that the Node package loads
 (clients/node/proto).
 
 Used by `make proto` and by the drift tests (which generate into a temporary directory and
 compare). The generated Python modules import each other as `pml.v1...`; they are rewritten to
-absolute imports under `pml_server._proto` (or `pml_client._proto`) so each package works without touching sys.path.
+absolute imports under `pml_server._proto` (or `pml_client._proto`) so each package works
+without touching sys.path.
 """
 
 from __future__ import annotations
@@ -137,7 +139,9 @@ def main() -> None:
     parser.add_argument("--go-out", type=Path, default=GO_OUT, help="Go package directory")
     parser.add_argument("--node-out", type=Path, default=NODE_PROTOS, help="Node protos copy")
     parser.add_argument(
-        "--only", choices=["python", "python-client", "go", "node"], help="generate one client only (drift tests)"
+        "--only",
+        choices=["python", "python-client", "go", "node"],
+        help="generate one client only (drift tests)",
     )
     args = parser.parse_args()
     if args.only in (None, "python"):

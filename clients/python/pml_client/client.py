@@ -11,7 +11,6 @@ from its `google.rpc.RetryInfo`.
 
 from __future__ import annotations
 
-import random
 import time
 import uuid
 from collections import deque
@@ -23,13 +22,10 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
-from grpc_status import rpc_status
 
 from pml_client._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_client.errors import (
     DEFAULT_RETRIES,
-    RETRY_BASE_SECONDS,
-    RETRY_MAX_SECONDS,
     RETRYABLE,
     PmlClientError,
     backoff_seconds,
