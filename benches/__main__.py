@@ -5,7 +5,8 @@ A suite is a module with `run(large: bool) -> list[Row]`. Each suite's rows go t
 machine, the git commit and the seconds it took; a run of some suites replaces only theirs.
 A copy of each real run's file is kept in `benches/results/runs/` (the history,
 `tools/gen_bench_history.py`). `latest.md` (`large.md`, `quick.md`) is then rendered from
-every suite file in the folder, one header line per suite saying which commit measured it. `python -m benches --render` only renders.
+every suite file in the folder, one header line per suite saying which commit measured it.
+`python -m benches --render` only renders.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The committed generated code matches what `make proto` produces from proto/: the Python
-modules (the server's and the pml-client package's), the Go package (clients/go/pmlv1) and the Node package's copy of the protos."""
+modules (the server's and the pml-client package's), the Go package (clients/go/pmlv1) and
+the Node package's copy of the protos."""
 
 import filecmp
 import shutil
