@@ -81,7 +81,14 @@ def test_requiring_the_package_or_the_example_runs_nothing(installed_elsewhere: 
     done = _node(installed_elsewhere, "-e", script)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
-        "keys": ["LOADER_OPTIONS", "PROTO_ROOT", "PmlClient", "backoffMs", "errorDetails", "newRecord"],
+        "keys": [
+            "LOADER_OPTIONS",
+            "PROTO_ROOT",
+            "PmlClient",
+            "backoffMs",
+            "errorDetails",
+            "newRecord",
+        ],
         "name": "pml-client",
     }
 
