@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
+from pml_client import pml_pb2, resources_pb2
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -35,7 +36,6 @@ from rich.progress import (
 )
 
 from pml_server import cli_render as render
-from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server._record_json import parse_execution_record
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.config import DEFAULT_LISTEN
