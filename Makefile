@@ -11,15 +11,15 @@ DATA_DIR ?= ./pml-data
 LISTEN ?= 127.0.0.1:50051
 
 .DEFAULT_GOAL := help
-.PHONY: help serve cluster test bench lint proto fmt install clean system-deps
+.PHONY: help serve cluster test test-quick bench lint proto fmt install clean system-deps dist docs
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e clients/python -e '.[dev]'
 	@touch $@
 
 $(EXT): $(STAMP) $(RUST_SOURCES)
@@ -41,6 +41,9 @@ test: system-deps install lint ## lint, then the Rust and Python tests (slow one
 	cargo test --quiet --manifest-path $(CARGO_MANIFEST)
 	$(PY) -m pytest -q
 
+test-quick: install ## tests needing only Python: no slow, PostgreSQL, FUSE, Go, Node
+	$(PY) -m pytest -q -m "not slow and not postgres and not fuse and not go and not node"
+
 BENCH_STAMP := $(VENV)/.bench-installed
 
 # The `bench` extra alone, read from pyproject.toml: `pip install -e .[bench]` would rebuild the
@@ -53,10 +56,11 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 bench: install $(BENCH_STAMP) ## run the benchmarks (bench extras) and write benches/results/
 	$(PY) -m benches $(BENCH_ARGS)
 
-lint: install ## ruff, mypy --strict, .pyi vs build, cargo fmt/clippy, buf, go vet
-	$(VENV)/bin/ruff check pml_server tests benches tools
-	$(VENV)/bin/ruff format --check pml_server tests benches tools
-	$(VENV)/bin/mypy pml_server
+lint: install ## ruff, mypy, stubtest, cargo fmt/clippy, buf, go vet, doc links
+	$(VENV)/bin/ruff check pml_server clients/python tests benches tools
+	$(VENV)/bin/ruff format --check pml_server clients/python tests benches tools
+	$(VENV)/bin/mypy pml_server clients/python/pml_client
+	$(PY) tools/check_links.py
 	$(PY) -m mypy.stubtest pml_server._core
 	cargo fmt --manifest-path $(CARGO_MANIFEST) --check
 	cargo clippy --quiet --manifest-path $(CARGO_MANIFEST) --all-targets --features python -- -D warnings
@@ -64,14 +68,23 @@ lint: install ## ruff, mypy --strict, .pyi vs build, cargo fmt/clippy, buf, go v
 	@command -v go >/dev/null || { echo "lint: Go is needed for clients/go (no go on PATH)"; exit 1; }
 	cd clients/go && test -z "$$(gofmt -l .)" && go vet ./...
 
-proto: $(STAMP) ## regenerate pml_server/_proto, clients/go/pmlv1, clients/node/proto
+proto: $(STAMP) ## regenerate the protos' code (server and the three clients)
 	$(PY) tools/gen_proto.py
 
 fmt: $(STAMP) ## format Python and Rust sources
-	$(VENV)/bin/ruff format pml_server tests benches tools
-	$(VENV)/bin/ruff check --fix pml_server tests benches tools
+	$(VENV)/bin/ruff format pml_server clients/python tests benches tools
+	$(VENV)/bin/ruff check --fix pml_server clients/python tests benches tools
 	cargo fmt --manifest-path $(CARGO_MANIFEST)
+
+dist: $(STAMP) ## the server and pml-client wheels, into dist/
+	$(VENV)/bin/maturin build --release --quiet --out dist
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist clients/python
+
+docs: $(STAMP) ## regenerate the config reference and benchmark history
+	$(PY) tools/gen_config_doc.py
+	$(PY) tools/gen_bench_history.py
 
 clean: ## remove build outputs (keeps .venv and data)
 	cargo clean --manifest-path $(CARGO_MANIFEST)
 	rm -f $(EXT)
+	rm -rf dist

@@ -3,8 +3,10 @@
 A suite is a module with `run(large: bool) -> list[Row]`. Each suite's rows go to its own file,
 `benches/results/latest/<suite>.json` (`large/` with --large, `quick/` with --quick), with the
 machine, the git commit and the seconds it took; a run of some suites replaces only theirs.
-`latest.md` (`large.md`, `quick.md`) is then rendered from every suite file in the folder, one
-header line per suite saying which commit measured it. `python -m benches --render` only renders.
+A copy of each real run's file is kept in `benches/results/runs/` (the history,
+`tools/gen_bench_history.py`). `latest.md` (`large.md`, `quick.md`) is then rendered from
+every suite file in the folder, one header line per suite saying which commit measured it.
+`python -m benches --render` only renders.
 """
 
 from __future__ import annotations
@@ -128,9 +130,15 @@ def _write(
     folder = HERE / "results" / stem
     folder.mkdir(parents=True, exist_ok=True)
     machine = {**_machine(), "large": args.large, "seconds": seconds, "failed": failure}
-    (folder / f"{name}.json").write_text(
-        json.dumps({"machine": machine, "rows": [r.as_dict() for r in rows]}, indent=2) + "\n"
-    )
+    text = json.dumps({"machine": machine, "rows": [r.as_dict() for r in rows]}, indent=2) + "\n"
+    (folder / f"{name}.json").write_text(text)
+    if not args.quick:
+        # Every real run is kept: the history (docs/history/benchmark-runs.md, `make docs`)
+        # is generated from these files.
+        runs = HERE / "results" / "runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        stamp = str(machine["time"]).replace(":", "").replace("-", "")
+        (runs / f"{stamp}-{stem}-{name}.json").write_text(text)
     _render(stem)
 
 

@@ -36,7 +36,8 @@ def _caller(job: Job, w: int, latencies: list[float], errors: list[str]) -> None
     from pml_server.client import PmlClient, PmlClientError
 
     target = job.targets[w % len(job.targets)]
-    with PmlClient(target, timeout=30) as client:
+    # retries=0: a refused call is counted as an error, not hidden behind the client's retry
+    with PmlClient(target, timeout=30, retries=0) as client:
         deadline = time.perf_counter() + job.seconds
         i = 0
         while time.perf_counter() < deadline:

@@ -25,8 +25,7 @@ from typing import Any
 
 from google.protobuf import json_format, timestamp_pb2
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
-
-from pml_server._proto.pml.v1 import resources_pb2
+from pml_client import resources_pb2
 
 
 class _OutsideFastPathError(Exception):

@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
+from pml_client import pml_pb2, resources_pb2
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -34,7 +35,6 @@ from rich.progress import (
 )
 
 from pml_server import cli_render as render
-from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server._record_json import parse_execution_record
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.domain.limits import LIMITS

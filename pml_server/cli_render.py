@@ -11,12 +11,11 @@ import textwrap
 from collections.abc import Sequence
 
 from google.protobuf import timestamp_pb2
+from pml_client import pml_pb2, resources_pb2
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
-
-from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 
 
 def _when(ts: timestamp_pb2.Timestamp) -> str:

@@ -18,6 +18,29 @@ from tests.support import open_engine
 
 StartServer = Callable[..., RunningServer]
 
+# What a test needs beyond Python, by the fixtures it uses or the module it is in: the marker
+# lets `make test-quick` (`-m "not slow and not postgres and not fuse and not go and not node"`)
+# leave it out; `make test` runs every test and installs what they need (tools/system_deps.sh).
+_NEEDS_FIXTURE = {"postgres_dsn": "postgres", "postgres_cluster": "postgres", "mount": "fuse"}
+_NEEDS_MODULE = {
+    "tests/api/test_go.py": "go",
+    "tests/api/test_node.py": "node",
+    "tests/api/test_replicas.py": "postgres",
+    "tests/reliability/test_power_loss.py": "fuse",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        needs = {
+            _NEEDS_FIXTURE[f] for f in getattr(item, "fixturenames", ()) if f in _NEEDS_FIXTURE
+        }
+        module = item.nodeid.split("::", 1)[0]
+        if module in _NEEDS_MODULE:
+            needs.add(_NEEDS_MODULE[module])
+        for name in sorted(needs):
+            item.add_marker(getattr(pytest.mark, name))
+
 
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:

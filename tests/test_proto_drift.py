@@ -1,5 +1,6 @@
 """The committed generated code matches what `make proto` produces from proto/: the Python
-modules, the Go package (clients/go/pmlv1) and the Node package's copy of the protos."""
+modules (the server's and the pml-client package's), the Go package (clients/go/pmlv1) and
+the Node package's copy of the protos."""
 
 import filecmp
 import shutil
@@ -31,6 +32,12 @@ def test_generated_code_matches_protos(tmp_path: Path) -> None:
     out = tmp_path / "gen"
     subprocess.run([*GENERATE, "--only", "python", "--out", str(out)], check=True)
     _assert_same(out, ROOT / "pml_server" / "_proto")
+
+
+def test_client_package_protos_match(tmp_path: Path) -> None:
+    out = tmp_path / "gen"
+    subprocess.run([*GENERATE, "--only", "python-client", "--client-out", str(out)], check=True)
+    _assert_same(out, ROOT / "clients" / "python" / "pml_client" / "_proto")
 
 
 def test_generated_go_matches_protos(tmp_path: Path) -> None:

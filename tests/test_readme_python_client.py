@@ -1,7 +1,9 @@
-"""The README's Python client example runs as written against a real server."""
+"""The README's Python client example (the pml-client package) runs as written against a real
+server."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -13,7 +15,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def _example() -> str:
-    section = README.read_text().split("### Python (`pml_server.client.PmlClient`)", 1)[1]
+    section = README.read_text().split("### Python (`pml_client`)", 1)[1]
     found = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert found, "the README lost its Python client example"
     return found.group(1)
@@ -22,7 +24,13 @@ def _example() -> str:
 def test_readme_python_client_example_runs(server: RunningServer) -> None:
     done = subprocess.run(
         [sys.executable, "-c", _example()],
-        env={"PML_SERVER": f"127.0.0.1:{server.port}", "PATH": "/usr/bin:/bin"},
+        # PYTHONPATH as this run has it: where pml_client resolves (an installed package, or
+        # clients/python in a checkout run with it on the path).
+        env={
+            "PML_SERVER": f"127.0.0.1:{server.port}",
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        },
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,11 +1,14 @@
 """Generate every client's code from proto/: the Python modules and typed stubs into
-pml_server/_proto, the Go package into clients/go/pmlv1 (buf with protoc-gen-go and
+pml_server/_proto (the server's) and clients/python/pml_client/_proto (the pml-client
+package's; both copies hold the same descriptors, so the two load side by side in one
+process), the Go package into clients/go/pmlv1 (buf with protoc-gen-go and
 protoc-gen-go-grpc at pinned versions), and the copy of the protos that the Node package loads
 (clients/node/proto).
 
 Used by `make proto` and by the drift tests (which generate into a temporary directory and
 compare). The generated Python modules import each other as `pml.v1...`; they are rewritten to
-absolute imports under `pml_server._proto` so the package works without touching sys.path.
+absolute imports under `pml_server._proto` (or `pml_client._proto`) so each package works
+without touching sys.path.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 DEFAULT_OUT = ROOT / "pml_server" / "_proto"
+CLIENT_OUT = ROOT / "clients" / "python" / "pml_client" / "_proto"
 GO_MODULE = ROOT / "clients" / "go"
 GO_OUT = GO_MODULE / "pmlv1"
 NODE_PROTOS = ROOT / "clients" / "node" / "proto"
@@ -36,7 +40,7 @@ GO_BIN = ROOT / ".venv" / "go-bin"
 IMPORT_RE = re.compile(r"^from pml\.(\S+) import", re.MULTILINE)
 
 
-def generate(out_dir: Path) -> None:
+def generate(out_dir: Path, package: str = "pml_server") -> None:
     # protoc finds the mypy-protobuf plugins on PATH; they live beside this interpreter.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     # Only pml's own protos: proto/google/ holds vendored imports whose Python modules ship in
@@ -64,7 +68,7 @@ def generate(out_dir: Path) -> None:
                 continue
             dest = out_dir / src.relative_to(tmp)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            text = IMPORT_RE.sub(r"from pml_server._proto.pml.\1 import", src.read_text())
+            text = IMPORT_RE.sub(rf"from {package}._proto.pml.\1 import", src.read_text())
             dest.write_text(text)
         for pkg in sorted(p for p in out_dir.rglob("*") if p.is_dir()):
             init = pkg / "__init__.py"
@@ -129,14 +133,21 @@ def copy_node_protos(out_dir: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="Python output directory")
+    parser.add_argument(
+        "--client-out", type=Path, default=CLIENT_OUT, help="pml-client's Python output directory"
+    )
     parser.add_argument("--go-out", type=Path, default=GO_OUT, help="Go package directory")
     parser.add_argument("--node-out", type=Path, default=NODE_PROTOS, help="Node protos copy")
     parser.add_argument(
-        "--only", choices=["python", "go", "node"], help="generate one client only (drift tests)"
+        "--only",
+        choices=["python", "python-client", "go", "node"],
+        help="generate one client only (drift tests)",
     )
     args = parser.parse_args()
     if args.only in (None, "python"):
         generate(args.out)
+    if args.only in (None, "python-client"):
+        generate(args.client_out, "pml_client")
     if args.only in (None, "node"):
         copy_node_protos(args.node_out)
     if args.only in (None, "go"):

@@ -45,6 +45,10 @@ type Options struct {
 	ServerName string
 	// Timeout bounds each unary call (default 30 s).
 	Timeout time.Duration
+	// MaxRetries is how often a unary call safe to repeat (a read, a record with a request id,
+	// a dry-run retention) is retried on UNAVAILABLE or RESOURCE_EXHAUSTED, waiting at least the
+	// server's google.rpc.RetryInfo delay (default 3; negative: never).
+	MaxRetries int
 }
 
 // Client is a connection to one pml server. It is safe for concurrent use.
@@ -71,9 +75,14 @@ func Dial(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	retries := opts.MaxRetries
+	if retries == 0 {
+		retries = DefaultRetries
+	}
 	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+		grpc.WithChainUnaryInterceptor(retryInterceptor(retries)),
 	}
 	if opts.APIKey != "" {
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer(opts.APIKey)))
@@ -250,6 +259,64 @@ func tooBig(executionID string, size, limit int) *pmlv1.StreamTracesResponse {
 	return &pmlv1.StreamTracesResponse{
 		ExecutionId: executionID,
 		Outcome:     &pmlv1.StreamTracesResponse_Error{Error: refusal.Proto()},
+	}
+}
+
+// DefaultRetries is Options.MaxRetries when it is zero.
+const DefaultRetries = 3
+
+// safeToRepeat says whether a unary call may be sent again after a refusal: reads, a record
+// whose request id makes a resend apply once, a retention dry run. Deletes and an applied
+// retention are not (a resend after a lost reply would not answer as the first did).
+func safeToRepeat(method string, request any) bool {
+	switch method {
+	case pmlv1.PmlService_GetServerInfo_FullMethodName, pmlv1.PmlService_Suggest_FullMethodName,
+		pmlv1.PmlService_GetPattern_FullMethodName, pmlv1.PmlService_ListPatterns_FullMethodName,
+		pmlv1.PmlService_GetCapability_FullMethodName, pmlv1.PmlService_ListCapabilities_FullMethodName,
+		pmlv1.PmlService_ListFailures_FullMethodName, pmlv1.PmlService_GetStats_FullMethodName:
+		return true
+	case pmlv1.PmlService_RecordExecution_FullMethodName:
+		r, ok := request.(*pmlv1.RecordExecutionRequest)
+		return ok && r.GetRecord().GetRequestId() != ""
+	case pmlv1.PmlService_RunRetention_FullMethodName:
+		r, ok := request.(*pmlv1.RunRetentionRequest)
+		return ok && !r.GetApply()
+	}
+	return false
+}
+
+// Backoff is how long to wait before retry attempt (0 first): 0.1 s doubling up to 5 s, with
+// full jitter on its upper half, and never less than the server's RetryInfo delay.
+func Backoff(attempt int, serverDelay time.Duration) time.Duration {
+	ceiling := 100 * time.Millisecond << min(attempt, 6)
+	if ceiling > 5*time.Second {
+		ceiling = 5 * time.Second
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	jitter := time.Duration(uint64(b[0])|uint64(b[1])<<8|uint64(b[2])<<16) % (ceiling/2 + 1)
+	return max(ceiling/2+jitter, serverDelay)
+}
+
+func retryInterceptor(maxRetries int) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		for attempt := 0; ; attempt++ {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			code := status.Code(err)
+			if err == nil || attempt >= maxRetries || !safeToRepeat(method, req) ||
+				(code != codes.Unavailable && code != codes.ResourceExhausted) {
+				return err
+			}
+			delay, _ := RetryDelay(err)
+			timer := time.NewTimer(Backoff(attempt, delay))
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return err
+			case <-timer.C:
+			}
+		}
 	}
 }
 

@@ -370,3 +370,56 @@ func TestUploadGivesUpOnAnErrorThatWaitingCannotFix(t *testing.T) {
 		t.Fatalf("retried a permanent error: %d reconnects", report.Reconnects)
 	}
 }
+
+// rateLimited is a server whose tenant may make one call a second (RESOURCE_EXHAUSTED with a
+// RetryInfo of 1 s past it), and a write key of that tenant.
+func rateLimited(t *testing.T) (string, string) {
+	keys := filepath.Join(t.TempDir(), "keys.json")
+	key := addKey(t, keys, "acme", "write")
+	return startServer(t, "--keys-file", keys, "--tenant-rate", "1", "--tenant-burst", "1"), key
+}
+
+func TestSafeCallsRetryThroughARateQuota(t *testing.T) {
+	target, key := rateLimited(t)
+	client, err := pml.Dial(target, pml.Options{APIKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	for i := 0; i < 3; i++ { // each past the first waits for the quota's RetryInfo
+		if _, err := client.API().GetStats(ctx, &pmlv1.GetStatsRequest{}); err != nil {
+			t.Fatalf("stats %d: %v", i, err)
+		}
+	}
+	res, err := client.Record(ctx, readRecord("Read JSON file", "a.json"))
+	if err != nil || res.GetPattern() == "" {
+		t.Fatalf("record with a request id, retried: %v %v", res, err)
+	}
+	// A delete is not safe to repeat: refused once, it is not sent again.
+	_, err = client.API().DeletePattern(ctx, &pmlv1.DeletePatternRequest{Name: "patterns/none"})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a refused delete was retried: %v", err)
+	}
+}
+
+func TestWithoutRetriesTheRefusalCarriesTheDelay(t *testing.T) {
+	target, key := rateLimited(t)
+	client, err := pml.Dial(target, pml.Options{APIKey: key, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	if _, err := client.API().GetStats(ctx, &pmlv1.GetStatsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = client.API().GetStats(ctx, &pmlv1.GetStatsRequest{})
+	delay, ok := pml.RetryDelay(err)
+	if status.Code(err) != codes.ResourceExhausted || !ok || delay != time.Second {
+		t.Fatalf("want RESOURCE_EXHAUSTED with RetryInfo 1s, got %v (%v, %v)", err, delay, ok)
+	}
+	if wait := pml.Backoff(0, delay); wait < delay {
+		t.Fatalf("backoff %v shorter than the server's delay %v", wait, delay)
+	}
+}

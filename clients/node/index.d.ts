@@ -171,13 +171,15 @@ export interface ClientOptions {
   keyFile?: string;
   /** Deadline of each unary call (default 30000). */
   timeoutMs?: number;
+  /** Retries of a unary call safe to repeat on UNAVAILABLE / RESOURCE_EXHAUSTED (default 3; 0: none). */
+  maxRetries?: number;
 }
 
 export declare class PmlClient {
   constructor(target: string, options?: ClientOptions);
   /** The generated service client (@grpc/grpc-js), for the RPCs not wrapped here. */
   readonly raw: Client;
-  /** Any unary RPC by its proto name, e.g. call("GetStats", {}). */
+  /** Any unary RPC by its proto name, e.g. call("GetStats", {}); retried when safe to repeat. */
   call<Reply = unknown>(method: string, request: object): Promise<Reply>;
   record(record: ExecutionRecord): Promise<CaptureResult>;
   suggest(request: SuggestRequest | string): Promise<SuggestResponse>;
@@ -216,3 +218,5 @@ export declare const LOADER_OPTIONS: {
   defaults: true;
   oneofs: true;
 };
+/** Milliseconds to wait before retry `attempt` (0 first), never less than `serverDelayMs`. */
+export declare function backoffMs(attempt: number, serverDelayMs?: number | null): number;

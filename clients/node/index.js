@@ -52,6 +52,29 @@ function api() {
 
 const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED, grpc.status.DEADLINE_EXCEEDED]);
 
+// Unary calls: the codes after which waiting helps (a quota, a server starting or draining).
+const UNARY_RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.RESOURCE_EXHAUSTED]);
+const DEFAULT_RETRIES = 3;
+const READS = new Set([
+  "GetServerInfo", "Suggest", "GetPattern", "ListPatterns", "GetCapability", "ListCapabilities",
+  "ListFailures", "GetStats",
+]);
+
+/** Whether a unary call may be sent again: a delete or an applied retention may not. */
+function safeToRepeat(method, request) {
+  if (READS.has(method)) return true;
+  if (method === "RecordExecution") return Boolean(request && request.record && request.record.request_id);
+  if (method === "RunRetention") return !(request && request.apply);
+  return false;
+}
+
+/** Wait before retry `attempt` (0 first): 0.1 s doubling to 5 s, jitter on the upper half,
+ * never less than the server's RetryInfo delay. */
+function backoffMs(attempt, serverDelayMs) {
+  const ceiling = Math.min(5000, 100 * 2 ** attempt);
+  return Math.max(ceiling / 2 + Math.random() * (ceiling / 2), serverDelayMs || 0);
+}
+
 /** The google.rpc.Status details of a refused call: BadRequest field violations, RetryInfo. */
 function errorDetails(err) {
   const raw = err && err.metadata ? err.metadata.get("grpc-status-details-bin")[0] : undefined;
@@ -83,7 +106,11 @@ class PmlClient {
    * @param {object} [options] apiKey, tls, caFile, certFile, keyFile, timeoutMs (default 30000)
    */
   constructor(target, options = {}) {
-    const { apiKey = process.env.PML_API_KEY, tls = false, caFile, certFile, keyFile, timeoutMs = 30000 } = options;
+    const {
+      apiKey = process.env.PML_API_KEY, tls = false, caFile, certFile, keyFile, timeoutMs = 30000,
+      maxRetries = DEFAULT_RETRIES,
+    } = options;
+    this._maxRetries = maxRetries;
     let creds;
     if (tls || caFile || certFile) {
       creds = grpc.credentials.createSsl(
@@ -105,8 +132,25 @@ class PmlClient {
     return md;
   }
 
-  /** Any unary RPC by its proto name, e.g. call("GetStats", {}). */
-  call(method, request) {
+  /**
+   * Any unary RPC by its proto name, e.g. call("GetStats", {}). A call safe to repeat (a read, a
+   * record with a request id, a retention dry run) is retried up to `maxRetries` times on
+   * UNAVAILABLE and RESOURCE_EXHAUSTED, never sooner than the server's RetryInfo delay.
+   */
+  async call(method, request) {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this._callOnce(method, request);
+      } catch (err) {
+        if (attempt >= this._maxRetries || !UNARY_RETRYABLE.has(err.code) || !safeToRepeat(method, request)) {
+          throw err;
+        }
+        await new Promise((r) => setTimeout(r, backoffMs(attempt, errorDetails(err).retryDelayMs)));
+      }
+    }
+  }
+
+  _callOnce(method, request) {
     return new Promise((resolve, reject) => {
       this.raw[method](request, this._metadata(), { deadline: Date.now() + this._timeoutMs }, (err, reply) =>
         err ? reject(err) : resolve(reply),
@@ -213,4 +257,4 @@ function tooBig(executionId, size, limit) {
   return { execution_id: executionId, sequence: 0, error: { code: grpc.status.RESOURCE_EXHAUSTED, message, details }, outcome: "error" };
 }
 
-module.exports = { PmlClient, newRecord, errorDetails, PROTO_ROOT, LOADER_OPTIONS };
+module.exports = { PmlClient, newRecord, errorDetails, backoffMs, PROTO_ROOT, LOADER_OPTIONS };

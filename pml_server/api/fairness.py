@@ -1,5 +1,5 @@
 """Cost-fair scheduling across tenants: a tenant's expensive calls give way to the cheap calls
-of lighter tenants (issue 18).
+of lighter tenants (docs/reliability.md, Expensive tenants).
 
 Counting calls (`quotas`) cannot isolate a tenant whose every call costs tens of milliseconds of
 Python: the server is one process with one GIL, and every thread that wants it gets turns of the
@@ -57,7 +57,8 @@ NEIGHBOUR_GAP_SECONDS = 0.003
 # CPU every QUANTUM_EVERY_SECONDS (1%), for one of its calls at a time: every quantum slows the
 # neighbour's calls that run beside it, so they must be few and short, whatever the number of
 # the paused tenant's calls. Each quantum was per call (four calls, four quanta of 5 ms every
-# 100 ms, at once): the neighbour's p99 was 2.6x its baseline (issue 18).
+# 100 ms, at once): the neighbour's p99 was 2.6x its baseline (docs/reliability.md, Expensive
+# tenants).
 QUANTUM_SECONDS = 0.001
 QUANTUM_EVERY_SECONDS = 0.1
 # How often a paused call looks again whether the neighbour went quiet (a turn given back or a

@@ -146,10 +146,7 @@ class TraceStream:
                     item = self._acks.get(timeout=self._idle_check_seconds())
                 except queue.Empty:
                     if self._idle():
-                        raise UnavailableError(
-                            f"the stream sent nothing for {self._idle_seconds:g} s with nothing "
-                            "in flight: closed to free its RPC thread; open a new one when needed"
-                        ) from None
+                        raise UnavailableError(self._idle_message()) from None
                     continue
                 if item is _DONE:
                     reader_done = True
@@ -181,12 +178,29 @@ class TraceStream:
         return None if self._idle_seconds is None else max(0.05, self._idle_seconds / 4)
 
     def _idle(self) -> bool:
-        """Nothing read for `idle_seconds` and nothing waiting for an answer or open live."""
+        """Nothing read for `idle_seconds` and nothing waiting for an answer. A live execution
+        left open (started, then nothing) does not keep the stream: none of it was acknowledged,
+        so closing loses nothing the client was told is stored (docs/reliability.md, Idle
+        streams)."""
         if self._idle_seconds is None:
             return False
         with self._lock:
-            busy = self._pending > 0 or bool(self._waiting) or self._open_live > 0
+            busy = self._pending > 0 or bool(self._waiting)
         return not busy and time.monotonic() - self._last_message > self._idle_seconds
+
+    def _idle_message(self) -> str:
+        with self._lock:
+            live = self._open_live
+        dropped = (
+            f"; its {live} live execution(s), started and never finished, were not captured "
+            "(none was acknowledged): send them again whole"
+            if live
+            else ""
+        )
+        return (
+            f"the stream sent nothing for {self._idle_seconds:g} s with nothing in flight: "
+            f"closed to free its RPC thread; open a new one when needed{dropped}"
+        )
 
     # ---- the request side (runs in the reader thread) ---------------------------------------
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+from pml_client import resources_pb2
 from pydantic import BaseModel, Field
 
-from pml_server._proto.pml.v1 import resources_pb2
 from pml_server.domain.limits import LIMITS
 
 Outcome = Literal["saved", "counted", "rejected"]

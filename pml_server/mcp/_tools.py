@@ -11,9 +11,9 @@ from typing import Annotated
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
+from pml_client import resources_pb2
 from pydantic import Field
 
-from pml_server._proto.pml.v1 import resources_pb2
 from pml_server.domain.limits import LIMITS
 from pml_server.mcp import _models as models
 from pml_server.mcp._upstream import Upstream

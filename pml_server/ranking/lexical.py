@@ -72,7 +72,7 @@ _STOP_WORDS = frozenset(
 # 0.9 us a word against 22 for the same algorithm generated as Python (snowballstemmer), on the
 # dev set's 7,047 distinct words, with the same stem for every one of them (tested against
 # snowballstemmer in tests/ranking/test_lexical.py). A capture's new words and a query's are
-# stemmed on the request's path, so this is per-request CPU (issue 19).
+# stemmed on the request's path, so this is per-request CPU (docs/capture.md, Batches).
 _stemmer = Stemmer.Stemmer("english")
 _stemmer.maxCacheSize = 0  # `_stem` caches; two caches would only cost memory
 _stem_lock = threading.Lock()  # a Stemmer object is not thread-safe (its own documentation)

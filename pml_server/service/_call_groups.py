@@ -1,7 +1,8 @@
 """Concurrent calls of one key run together.
 
 Unary captures from many callers of one tenant each paid for what a batch pays once: an
-embedding call, a durability wait, an index insert (issue 19: with 8 callers, `record` spent
+embedding call, a durability wait, an index insert (docs/capture.md, Concurrent unary captures:
+with 8 callers, `record` spent
 about 1.15 ms of CPU a capture outside the model, where a streamed capture's `record_many`
 spent about 0.45; `python -m benches.capture_profile`). Here a call
 that finds a run slot free runs at once; calls that arrive while every slot is busy queue by

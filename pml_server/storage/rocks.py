@@ -256,7 +256,8 @@ class Store:
 
         The multi-get runs outside the store's lock: a tenant's Suggest over big patterns reads
         megabytes in it (ten 500 KB records: about 5 ms), and every other call's reads and
-        writes queued behind the lock for that long (issue 18: the neighbour's p99). What it
+        writes queued behind the lock for that long (docs/reliability.md, Expensive tenants: the
+        neighbour's p99). What it
         read is cached only for the keys no write dropped meanwhile (`_Fill`), so a value
         older than a write never stays in the cache."""
         if not keys:

@@ -81,7 +81,14 @@ def test_requiring_the_package_or_the_example_runs_nothing(installed_elsewhere: 
     done = _node(installed_elsewhere, "-e", script)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
-        "keys": ["LOADER_OPTIONS", "PROTO_ROOT", "PmlClient", "errorDetails", "newRecord"],
+        "keys": [
+            "LOADER_OPTIONS",
+            "PROTO_ROOT",
+            "PmlClient",
+            "backoffMs",
+            "errorDetails",
+            "newRecord",
+        ],
         "name": "pml-client",
     }
 
@@ -125,3 +132,28 @@ def test_upload_refuses_alone_a_record_over_the_servers_message_limit(
     assert "over the server's --max-message-bytes of 65536" in summary["message"]
     assert summary["details"] == ["type.googleapis.com/google.rpc.BadRequest"]
     assert (summary["captured"], summary["executions"], summary["reconnects"]) == (2, 2, 0)
+
+
+def test_unary_calls_safe_to_repeat_retry_through_a_quota(
+    node_client: Path, start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """As the Python and Go clients: reads and a record with a request id wait out a
+    RESOURCE_EXHAUSTED (at least its RetryInfo) and succeed; a delete is not sent again."""
+    path, found = keys
+    server = start(keys_file=path, tenant_rate=1.0, tenant_burst=1)
+    key = found["acme-write"]
+    done = _node(node_client, "test/retries.js", f"127.0.0.1:{server.port}", key)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert summary["stats"] == 3
+    assert summary["recorded"].startswith("patterns/")
+    assert summary["deletedCode"] == exhausted
+    assert summary["refusedCode"] == exhausted
+    assert summary["retryDelayMs"] == 1000
+    assert summary["backoffAtLeastDelay"] is True
+    refused = server.metrics.registry.get_sample_value(
+        "pml_requests_total", {"method": "GetStats", "code": "RESOURCE_EXHAUSTED"}
+    )
+    assert refused is not None
+    assert refused >= 2  # retried refusals, then the one not retried

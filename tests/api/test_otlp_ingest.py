@@ -339,8 +339,9 @@ def test_undecodable_export_is_invalid_argument(server: RunningServer) -> None:
 
 
 def _readme_block(heading: str, language: str) -> str:
-    """The first code block tagged `language` ("" for an untagged one) under `heading`."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    """The first code block tagged `language` ("" for an untagged one) under `heading` of
+    docs/connect.md (the README links there for the walkthrough)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "connect.md").read_text()
     section = text.split(heading, 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"^```(\w*)\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
     return next(body for tag, body in blocks if tag == language)
@@ -349,7 +350,7 @@ def _readme_block(heading: str, language: str) -> str:
 def test_readme_walkthrough_spans_become_a_suggestion(
     server: RunningServer, client: PmlClient
 ) -> None:
-    heading = "### Walkthrough: an OTel exporter's spans become a suggestion"
+    heading = "## Walkthrough: an OTel exporter's spans become a suggestion"
     script = _readme_block(heading, "python").replace("127.0.0.1:50051", f"127.0.0.1:{server.port}")
     exec(compile(script, "README walkthrough", "exec"), {"__name__": "walkthrough"})
     (best, *_) = client.suggest("Load a JSON file").suggestions

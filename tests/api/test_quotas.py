@@ -114,7 +114,7 @@ def test_a_tenant_over_its_quota_does_not_block_its_neighbour(
     server = start(keys_file=path, tenant_max_in_flight=2)
     target = f"127.0.0.1:{server.port}"
     with (
-        PmlClient(target, api_key=found["acme-write"]) as acme,
+        PmlClient(target, api_key=found["acme-write"], retries=0) as acme,
         PmlClient(target, api_key=found["globex-admin"]) as globex,
     ):
         with _streams_held(acme):
@@ -126,7 +126,7 @@ def test_a_tenant_over_its_quota_does_not_block_its_neighbour(
 
 def test_server_wide_concurrency_limit(start: StartServer) -> None:
     server = start(max_concurrent_rpcs=2)
-    with PmlClient(f"127.0.0.1:{server.port}") as client, _streams_held(client):
+    with PmlClient(f"127.0.0.1:{server.port}", retries=0) as client, _streams_held(client):
         _exhausted(client.stats)
 
 
@@ -186,7 +186,7 @@ def test_refusal_tells_the_client_when_to_retry(
     path, found = keys
     server = start(keys_file=path, tenant_max_in_flight=2)
     target = f"127.0.0.1:{server.port}"
-    with PmlClient(target, api_key=found["acme-write"]) as acme, _streams_held(acme):
+    with PmlClient(target, api_key=found["acme-write"], retries=0) as acme, _streams_held(acme):
         err = _exhausted(acme.stats)
         assert err.retry_delay_seconds == CONCURRENCY_RETRY_SECONDS
         record = make_record("one more", "await mcp.more()", tools=["more"])
@@ -213,7 +213,7 @@ def test_refusal_needs_no_rpc_thread(start: StartServer, keys: tuple[Path, dict[
     server = start(keys_file=path, max_workers=2, tenant_max_in_flight=2, max_streams=2)
     target = f"127.0.0.1:{server.port}"
     with (
-        PmlClient(target, api_key=found["acme-write"], timeout=10) as acme,
+        PmlClient(target, api_key=found["acme-write"], timeout=10, retries=0) as acme,
         _streams_held(acme),
     ):
         for _ in range(20):

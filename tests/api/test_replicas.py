@@ -46,8 +46,8 @@ class Replica:
         self.target = f"127.0.0.1:{match.group(1)}"
         wait_serving(self.target)
 
-    def client(self) -> PmlClient:
-        return PmlClient(self.target, timeout=20)
+    def client(self, retries: int = 3) -> PmlClient:
+        return PmlClient(self.target, timeout=20, retries=retries)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -197,7 +197,8 @@ def test_postgres_restarted_under_load_gives_unavailable_and_replicas_recover(
     done = [0]
 
     def writer(w: int) -> None:
-        with replicas[w % 2].client() as client:
+        # retries=0: this loop retries itself, counting every refusal the restart causes
+        with replicas[w % 2].client(retries=0) as client:
             for i in range(per_writer):
                 while True:  # retried with the same request id until acknowledged
                     try:

@@ -310,19 +310,3 @@ def test_pml_serve_config_starts_a_server_with_the_files_settings(tmp_path: Path
         assert _record_code(target, 2000) is None
     finally:
         _stop(proc)
-
-
-def test_the_readme_configuration_reference_names_every_flag_and_key() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Configuration reference (`pml serve`)", 1)[1].split("\n## ", 1)[0]
-    parser = argparse.ArgumentParser()
-    from pml_server.config import add_serve_flags
-
-    add_serve_flags(parser)
-    for action in parser._actions:
-        if action.dest == "help":
-            continue
-        assert f"`{action.option_strings[0]}`" in section, action.option_strings[0]
-        *tables, key = action.dest.split("__")
-        if tables:
-            assert f"`[{'.'.join(tables)}] {key}`" in section or f"`{key}`" in section, key

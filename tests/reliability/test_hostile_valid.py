@@ -633,6 +633,75 @@ def test_unauthenticated_calls_need_no_rpc_thread(tmp_path: Path) -> None:
     assert codes == ["UNAUTHENTICATED", "UNAUTHENTICATED"], codes
 
 
+def test_streams_holding_live_executions_close_when_idle_and_spare_other_tenants(
+    tmp_path: Path,
+) -> None:
+    """Before: streams that each sent one `started` and nothing more were never idle-closed
+    (32 s and counting at --stream-idle-seconds 5), so they kept their tenant's call slots and
+    the server's stream slots for good. Now they are closed as idle, saying what was not
+    captured, and the slots come back: acme's Suggest and globex's stream and Suggest are served
+    while they are open, then afterwards acme opens streams again."""
+    keys = tmp_path / "keys.json"
+    acme = add_key(keys, "acme", Role.WRITE)
+    globex = add_key(keys, "globex", Role.WRITE)
+    process = ServerProcess(
+        tmp_path / "data", *("--keys-file", str(keys), "--stream-idle-seconds", "2")
+    )  # 16 RPC threads: 8 streams server-wide, 4 calls in flight per tenant
+    process.start()
+    release = threading.Event()
+    outcomes: list[tuple[grpc.StatusCode, str]] = []
+    lock = threading.Lock()
+
+    def live(key: str, channel: grpc.Channel) -> None:
+        def started() -> Iterator[pml_pb2.StreamTracesRequest]:
+            yield pml_pb2.StreamTracesRequest(
+                execution_id="live",
+                sequence=1,
+                started=pml_pb2.ExecutionStarted(
+                    intent="read a file", code="await mcp.read_file({})", language="javascript"
+                ),
+            )
+            release.wait(60)
+
+        stub = pml_pb2_grpc.PmlServiceStub(channel)
+        metadata = [("authorization", f"Bearer {key}")]
+        try:
+            list(stub.StreamTraces(started(), metadata=metadata, timeout=60))
+            outcome = (grpc.StatusCode.OK, "")
+        except grpc.RpcError as err:
+            outcome = (err.code(), err.details() or "")
+        with lock:
+            outcomes.append(outcome)
+
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.insecure_channel(process.target, options=own) for _ in range(7)]
+    threads = [threading.Thread(target=live, args=(acme, c)) for c in channels[:3]]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        with PmlClient(process.target, api_key=acme, timeout=10) as client:
+            assert client.suggest("read a file") is not None  # refused before
+        neighbour = threading.Thread(target=live, args=(globex, channels[6]))
+        neighbour.start()
+        with PmlClient(process.target, api_key=globex, timeout=10) as client:
+            assert client.suggest("read a file") is not None
+        for t in [*threads, neighbour]:
+            t.join(30)
+        again = threading.Thread(target=live, args=(acme, channels[3]))
+        again.start()
+        again.join(30)
+    finally:
+        release.set()
+        for c in channels:
+            c.close()
+        process.terminate()
+    codes = sorted(code.name for code, _ in outcomes)
+    assert codes == ["UNAVAILABLE"] * 5, outcomes
+    idle = [text for code, text in outcomes if code == grpc.StatusCode.UNAVAILABLE]
+    assert all("1 live execution(s)" in text and "not captured" in text for text in idle), idle
+
+
 def test_unauthenticated_calls_are_held_like_quota_refusals(
     tenants: tuple[ServerProcess, dict],
 ) -> None:

@@ -4,7 +4,7 @@
 //! The term-at-a-time pruning (`prune.rs`) must read a common term's whole list before the
 //! limit-th best partial score can rise, so a query whose rare words find only a document or
 //! two reads every common list: at 1M documents of the service bench's corpus, 1.6M postings
-//! and 6.3 to 6.6 ms (issue 20). Walking the lists together in document order, the limit-th
+//! and 6.3 to 6.6 ms (docs/ranking.md, Lexical index). Walking the lists together in document order, the limit-th
 //! best exact score so far (`theta`) rises within the first few thousand documents, and then:
 //!
 //! - a term is *required* when all the other terms' bounds together stay below theta: no

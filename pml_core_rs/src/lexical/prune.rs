@@ -15,7 +15,7 @@
 //! already beats the bounds of the terms left, no unseen document can enter and the search
 //! ends there, the lists of the common terms never read. At 1M documents of the service
 //! bench's corpus a query's rare words (its batch number, a tool number) find a few thousand
-//! documents, whose full scores settle the top 40 (issue 20). Otherwise the limit-th best
+//! documents, whose full scores settle the top 40 (docs/ranking.md, Lexical index). Otherwise the limit-th best
 //! exact score still serves as the threshold: it bounds the final one from below, as the
 //! limit-th best partial score does.
 //!
@@ -35,7 +35,7 @@ use super::LexicalIndex;
 /// a walk streams the list. At 8 (85 to 150 ns a lookup against 10 to 20 a posting, measured
 /// alone) the service bench's queries at 100k intents spent 60% of their BM25 time in those
 /// binary searches (perf), and a search took 1.28 to 1.35 ms; at 32, 0.51 to 0.62 ms, at 16
-/// 0.65 to 0.83, at 64 0.79 to 1.13, the same answers (issue 20; 10k: no change in the noise).
+/// 0.65 to 0.83, at 64 0.79 to 1.13, the same answers (docs/ranking.md, Lexical index; 10k: no change in the noise).
 const LOOKUP_COST: usize = 32;
 
 #[cfg(test)]
@@ -73,7 +73,7 @@ fn rescoring_cost(docs: usize, terms: usize) -> usize {
 /// Rough cost of scoring one document in full from its own terms (`exact_score`), in postings
 /// walked: its term entries are read once, then every query term is a binary search over
 /// entries in cache. Measured at 1M documents of the service bench's corpus: about 60 ns a
-/// document for 8 query terms, where a list scan runs at 10 to 20 ns a posting (issue 20).
+/// document for 8 query terms, where a list scan runs at 10 to 20 ns a posting (docs/ranking.md, Lexical index).
 const FORWARD_COST: usize = 8;
 
 /// Before scanning a list at least this long (when neither the seen documents scored in full

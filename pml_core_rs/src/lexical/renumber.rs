@@ -6,7 +6,7 @@
 //! documents as they come, so a tenant's related patterns, captured together, sit together. An
 //! index rebuilt at open gets its documents in the store's key order, by pattern id, which is
 //! random: at 1M documents of the service bench's corpus its searches took 4.8 ms at p50
-//! where the same documents numbered in capture order took 1.1 (issue 20). `renumber` gives
+//! where the same documents numbered in capture order took 1.1 (docs/ranking.md, Lexical index). `renumber` gives
 //! the rebuilt index the order the caller names (the engine: its patterns' capture order).
 //!
 //! Only numbers change: every list keeps the same entries, sorted again, its tombstones

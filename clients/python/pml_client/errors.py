@@ -1,0 +1,60 @@
+"""The client's one error type and its retry policy: what a failed call says (status code,
+BadRequest field violations, the server's RetryInfo delay) and how long to wait before trying a
+call again."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+RETRY_BASE_SECONDS = 0.1
+RETRY_MAX_SECONDS = 5.0
+# Unary calls safe to repeat are retried this many times by default on these codes: the server
+# says waiting helps (a quota, a server busy starting or stopping, a replica unreachable).
+DEFAULT_RETRIES = 3
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
+
+
+def backoff_seconds(attempt: int, server_delay: float | None = None) -> float:
+    """How long to wait before retry `attempt` (0 first): 0.1 s doubling up to 5 s, with full
+    jitter on its upper half, and at least the delay the server asked for in RetryInfo."""
+    ceiling = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2**attempt)
+    wait = ceiling / 2 + random.uniform(0, ceiling / 2)
+    return float(max(wait, server_delay or 0.0))
+
+
+class PmlClientError(Exception):
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        violations: Sequence[tuple[str, str]] = (),
+        retry_delay_seconds: float | None = None,
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.violations = list(violations)
+        self.retry_delay_seconds = retry_delay_seconds
+        detail = "".join(f"\n  {f}: {d}" for f, d in self.violations)
+        super().__init__(f"{code.name}: {message}{detail}")
+
+    @classmethod
+    def from_rpc_error(cls, err: grpc.RpcError) -> PmlClientError:
+        status = rpc_status.from_call(err)
+        violations: list[tuple[str, str]] = []
+        retry_delay = None
+        if status is not None:
+            for detail in status.details:
+                if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                    bad = error_details_pb2.BadRequest()
+                    detail.Unpack(bad)
+                    violations += [(v.field, v.description) for v in bad.field_violations]
+                elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                    info = error_details_pb2.RetryInfo()
+                    detail.Unpack(info)
+                    retry_delay = info.retry_delay.ToNanoseconds() / 1e9
+        return cls(err.code(), err.details() or "", violations, retry_delay)

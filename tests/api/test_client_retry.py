@@ -1,0 +1,65 @@
+"""The typed client (pml-client) retries unary calls that are safe to repeat when the server
+answers RESOURCE_EXHAUSTED or UNAVAILABLE, waiting at least the server's RetryInfo delay, and
+never retries a call that is not (docs/operations.md, Quotas)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+from pml_client import PmlClient, PmlClientError, make_record
+
+from tests.conftest import StartServer
+
+
+def _refused(server: object, method: str) -> float:
+    value = server.metrics.registry.get_sample_value(  # type: ignore[attr-defined]
+        "pml_requests_total", {"method": method, "code": "RESOURCE_EXHAUSTED"}
+    )
+    return float(value or 0.0)
+
+
+def test_safe_calls_retry_through_a_rate_quota(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    path, found = keys
+    # One call a second per tenant: back-to-back calls are refused with RetryInfo of 1 s.
+    server = start(keys_file=path, tenant_rate=1.0, tenant_burst=1)
+    target = f"127.0.0.1:{server.port}"
+    with PmlClient(target, api_key=found["acme-write"], retries=3) as acme:
+        for _ in range(3):
+            assert acme.stats().patterns == 0
+        record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+        assert acme.record(record).pattern.startswith(
+            "patterns/"
+        )  # a record with a request id is safe to resend
+    assert _refused(server, "GetStats") >= 1  # the server did refuse, and the client waited
+    assert _refused(server, "RecordExecution") >= 1
+
+
+def test_without_retries_the_refusal_carries_the_delay(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    path, found = keys
+    server = start(keys_file=path, tenant_rate=1.0, tenant_burst=1)
+    with PmlClient(f"127.0.0.1:{server.port}", api_key=found["acme-write"], retries=0) as acme:
+        acme.stats()
+        with pytest.raises(PmlClientError) as err:
+            acme.stats()
+    assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert err.value.retry_delay_seconds == pytest.approx(1.0)
+    assert _refused(server, "GetStats") == 1
+
+
+def test_a_call_unsafe_to_repeat_is_not_retried(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    path, found = keys
+    server = start(keys_file=path, tenant_rate=1.0, tenant_burst=1)
+    with PmlClient(f"127.0.0.1:{server.port}", api_key=found["acme-write"], retries=3) as acme:
+        acme.stats()  # the one token
+        with pytest.raises(PmlClientError) as err:
+            acme.delete_pattern("patterns/none")
+    assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert _refused(server, "DeletePattern") == 1
