@@ -106,7 +106,7 @@ def _export(target: str, spans: list[ReadableSpan]) -> trace_service_pb2.ExportT
         return reply
 
 
-@pytest.fixture(params=["rocksdb", "postgresql"])
+@pytest.fixture(params=["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def store_flags(request: pytest.FixtureRequest) -> list[str]:
     if request.param == "rocksdb":
         return []
