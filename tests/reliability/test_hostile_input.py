@@ -32,6 +32,8 @@ ACCEPTABLE = {
     grpc.StatusCode.NOT_FOUND,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
     grpc.StatusCode.FAILED_PRECONDITION,
+    # a request id reused with another record (docs/capture.md, Idempotency)
+    grpc.StatusCode.ALREADY_EXISTS,
 }
 SEEN: Counter[str] = Counter()  # outcome counts across this module, for the figures
 
