@@ -511,7 +511,7 @@ impl<'a, 't> Reader<'a, 't> {
                                 named.push((self.text(entry).to_owned(), Some(entry)));
                             }
                             "spread_element" | "dictionary_splat" => {
-                                named.push(("...".to_owned(), None));
+                                named.push(("...".to_owned(), Some(entry)));
                             }
                             _ => named.push((self.text(entry).to_owned(), None)),
                         }
@@ -526,7 +526,7 @@ impl<'a, 't> Reader<'a, 't> {
                     named.push((name, self.grammar.child(item, "value")));
                 }
                 "spread_element" | "list_splat" | "dictionary_splat" => {
-                    named.push(("...".to_owned(), None));
+                    named.push(("...".to_owned(), Some(item)));
                 }
                 _ => named.push((position.to_string(), Some(item))),
             }
@@ -612,6 +612,11 @@ impl<'a, 't> Reader<'a, 't> {
             }
             "arrow_function" | "function_expression" | "function" | "lambda" => {
                 found.unknown = true;
+            }
+            // A spread passes keys not written here: unknown, and a reference if it reads a step.
+            "spread_element" | "list_splat" | "dictionary_splat" => {
+                found.unknown = true;
+                self.read_children(node, at, found, depth);
             }
             "true" | "false" | "null" | "undefined" | "none" | "string" | "number" | "integer"
             | "float" | "template_string"
@@ -711,7 +716,12 @@ impl<'a, 't> Reader<'a, 't> {
                     };
                     (object, segment)
                 }
-                "parenthesized_expression" | "await_expression" | "await" => {
+                "parenthesized_expression"
+                | "await_expression"
+                | "await"
+                | "as_expression"
+                | "satisfies_expression"
+                | "non_null_expression" => {
                     let Some(inner) = current.named_child(0) else {
                         return false;
                     };
