@@ -40,7 +40,7 @@ from pml_server.service import Engine
 # The engine's own capture of a new pattern and write path (private to the service package:
 # the bulk fill is the one caller outside it, and keeps to what `record_many` does).
 from pml_server.service._capture import _insert_pattern, _prepare
-from pml_server.service._idempotency import encode_result
+from pml_server.service._idempotency import encode_result, record_digest
 from pml_server.service._writes import Change, await_durable, commit
 
 IndexAdds = list[tuple[IntentRecord, tuple[str, ...]]]
@@ -150,7 +150,7 @@ def bulk_record_new(
             with contextlib.ExitStack() as held:
                 held.enter_context(state.locks.pattern.lock_for(tenant, code.code_hash))
                 result = _insert_pattern(state, tenant, execution, code, vector, change, held, now)
-            answer = encode_result(result, now)
+            answer = encode_result(result, now, record_digest(execution))
             change.ops.append(state.repo.put_request_result(tenant, execution.request_id, answer))
         staged = change.index_adds
         change.index_adds = []  # indexed by the caller, on the index thread
