@@ -1256,7 +1256,7 @@ type Plan struct {
 	Links []*PlanLink `protobuf:"bytes,2,rep,name=links,proto3" json:"links,omitempty"`
 	// (Output only) The score and its parts.
 	Score *PlanScore `protobuf:"bytes,3,opt,name=score,proto3" json:"score,omitempty"`
-	// (Output only) Every part's tools, in plan order.
+	// (Output only) The tools of every part's steps, in plan order.
 	Tools         []string `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1328,7 +1328,10 @@ type PlanPart struct {
 	// (Output only) The parts of the request (clauses, in request order) this part covers.
 	Covers []string `protobuf:"bytes,2,rep,name=covers,proto3" json:"covers,omitempty"`
 	// (Output only) Indexes of those request parts, from 0.
-	CoversIndex   []int32 `protobuf:"varint,3,rep,packed,name=covers_index,json=coversIndex,proto3" json:"covers_index,omitempty"`
+	CoversIndex []int32 `protobuf:"varint,3,rep,packed,name=covers_index,json=coversIndex,proto3" json:"covers_index,omitempty"`
+	// (Output only) The steps of its pattern the plan runs (indexes into `tools_used`, from 0):
+	// those whose tool the covered request parts name, or every step when none is named.
+	Steps         []int32 `protobuf:"varint,4,rep,packed,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1380,6 +1383,13 @@ func (x *PlanPart) GetCovers() []string {
 func (x *PlanPart) GetCoversIndex() []int32 {
 	if x != nil {
 		return x.CoversIndex
+	}
+	return nil
+}
+
+func (x *PlanPart) GetSteps() []int32 {
+	if x != nil {
+		return x.Steps
 	}
 	return nil
 }
@@ -1939,13 +1949,14 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\x05parts\x18\x01 \x03(\v2\x10.pml.v1.PlanPartR\x05parts\x12&\n" +
 	"\x05links\x18\x02 \x03(\v2\x10.pml.v1.PlanLinkR\x05links\x12'\n" +
 	"\x05score\x18\x03 \x01(\v2\x11.pml.v1.PlanScoreR\x05score\x12\x14\n" +
-	"\x05tools\x18\x04 \x03(\tR\x05tools\"y\n" +
+	"\x05tools\x18\x04 \x03(\tR\x05tools\"\x8f\x01\n" +
 	"\bPlanPart\x122\n" +
 	"\n" +
 	"suggestion\x18\x01 \x01(\v2\x12.pml.v1.SuggestionR\n" +
 	"suggestion\x12\x16\n" +
 	"\x06covers\x18\x02 \x03(\tR\x06covers\x12!\n" +
-	"\fcovers_index\x18\x03 \x03(\x05R\vcoversIndex\"n\n" +
+	"\fcovers_index\x18\x03 \x03(\x05R\vcoversIndex\x12\x14\n" +
+	"\x05steps\x18\x04 \x03(\x05R\x05steps\"n\n" +
 	"\bPlanLink\x12\x1b\n" +
 	"\tfrom_part\x18\x01 \x01(\x05R\bfromPart\x12\x16\n" +
 	"\x06output\x18\x02 \x01(\tR\x06output\x12\x17\n" +

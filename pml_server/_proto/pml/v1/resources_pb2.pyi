@@ -668,7 +668,7 @@ class Plan(_message.Message):
 
     @_builtins.property
     def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """(Output only) Every part's tools, in plan order."""
+        """(Output only) The tools of every part's steps, in plan order."""
 
     def __init__(
         self,
@@ -695,6 +695,7 @@ class PlanPart(_message.Message):
     SUGGESTION_FIELD_NUMBER: _builtins.int
     COVERS_FIELD_NUMBER: _builtins.int
     COVERS_INDEX_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def suggestion(self) -> Global___Suggestion:
         """(Output only) The capability, its best pattern and its score for the parts it covers."""
@@ -707,16 +708,23 @@ class PlanPart(_message.Message):
     def covers_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """(Output only) Indexes of those request parts, from 0."""
 
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """(Output only) The steps of its pattern the plan runs (indexes into `tools_used`, from 0):
+        those whose tool the covered request parts name, or every step when none is named.
+        """
+
     def __init__(
         self,
         *,
         suggestion: Global___Suggestion | None = ...,
         covers: _abc.Iterable[_builtins.str] | None = ...,
         covers_index: _abc.Iterable[_builtins.int] | None = ...,
+        steps: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["suggestion", b"suggestion"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["covers", b"covers", "covers_index", b"covers_index", "suggestion", b"suggestion"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["covers", b"covers", "covers_index", b"covers_index", "steps", b"steps", "suggestion", b"suggestion"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
