@@ -33,8 +33,8 @@ MAX_PLAN_PARTS = 4
 MAX_PLAN_SIZE = 10  # SuggestRequest.plan_size's bound
 DEFAULT_PLAN_SIZE = 3
 COVER_MATCH = 0.35  # a capability covers a request part when its match on it is at least this
-EXTRA_PART_COST = 0.08  # per part beyond the first
-UNLINKED_INPUT_COST = 0.02  # per identifier input no earlier part produces
+EXTRA_PART_COST = 0.03  # per part beyond the first
+UNLINKED_INPUT_COST = 0.01  # per identifier input no earlier part produces
 MIN_PART_WORDS = 3  # a shorter piece joins its neighbour
 NAMED_SHARE = 0.6  # a step is named by a text holding this share of its tool name's words
 STEP_WEIGHT = 0.8  # share of a part's match that comes from its steps being named
@@ -140,9 +140,10 @@ def step_match(tool: str, words: frozenset[str]) -> float:
 
 def named_steps(tools: Sequence[str], words: frozenset[str]) -> tuple[int, ...]:
     """The steps (indexes into `tools`) whose tool the text names best: every tool that shares
-    at least `NAMED_SHARE` of its words with the text; every step when none does."""
+    at least `NAMED_SHARE` of its words with the text. When none is named, a one-step pattern
+    keeps its step and a longer one none (the part then has no step a plan can run)."""
     named = tuple(n for n, t in enumerate(tools) if step_match(t, words) >= NAMED_SHARE)
-    return named or tuple(range(len(tools)))
+    return named or tuple(range(len(tools) if len(tools) == 1 else 0))
 
 
 def _steps_factor(tools: Sequence[str], words: frozenset[str]) -> float:
@@ -313,11 +314,12 @@ def compose(
         chosen: list[str] = []
         for hit in hits[n][:part_hits]:
             cap = hit.suggestion.capability_id
-            if hit.match < COVER_MATCH or cap in chosen:
+            if hit.match < COVER_MATCH or (cap, n) in match:
                 continue
-            chosen.append(cap)
-            factor = _steps_factor(hit.suggestion.pattern.tools_used, words[n])
-            match[(cap, n)] = hit.match * factor
+            tools = hit.suggestion.pattern.tools_used
+            if named_steps(tools, words[n]):  # a part starts only where it has a step to run
+                chosen.append(cap)
+            match[(cap, n)] = hit.match * _steps_factor(tools, words[n])
             rel[cap] = hit.suggestion.score.reliability
             shown.setdefault(cap, hit.suggestion)
         options.append(chosen)
