@@ -73,7 +73,7 @@ def search_bound(parts: int, hits: int = PART_HITS, beam: int = BEAM_WIDTH) -> i
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+")
 _CONNECTIVE = re.compile(
-    r"(?:,\s*|\s+)(?:and\s+then|then|after\s+that|afterwards|additionally|also|finally|"
+    r"(?:^|,\s*|\s+)(?:and\s+)?(?:then|after\s+that|afterwards|additionally|also|finally|"
     r"in\s+addition|moreover|furthermore|lastly|next)\b[,:]?\s+",
     re.IGNORECASE,
 )
@@ -101,7 +101,7 @@ def split_request(text: str) -> tuple[str, ...]:
         if all(_words(h) > MIN_PART_WORDS for h in halves):
             pieces = halves
     parts: list[str] = []
-    for piece in (p.strip(" ,;") for p in pieces):
+    for piece in (p.strip(" ,;.") for p in pieces):
         if not piece:
             continue
         if parts and _words(piece) < MIN_PART_WORDS:
