@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benches import devset
 from benches.bench_quality import _open
@@ -43,7 +44,7 @@ def available() -> bool:
     return (MULTISTEP / "queries.jsonl").exists() and devset.available()
 
 
-def _jsonl(path: Path) -> list[dict[str, object]]:
+def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -75,11 +76,11 @@ class ComposeResult:
 def compose_quality(engine: Engine) -> ComposeResult:
     executions = _jsonl(MULTISTEP / "executions.jsonl")
     for n, e in enumerate(executions):
-        engine.record(TENANT, _record(n, str(e["intent"]), str(e["code"]), list(e["tools"])))  # type: ignore[arg-type]
+        engine.record(TENANT, _record(n, str(e["intent"]), str(e["code"]), list(e["tools"])))
     queries = _jsonl(MULTISTEP / "queries.jsonl")
     exact = plan_recall = answer_recall = single_recall = offered = parts = 0.0
     for q in queries:
-        expected = list(q["expected_tools"])  # type: ignore[call-overload]
+        expected = list(q["expected_tools"])
         result = engine.suggest(TENANT, SuggestQuery(str(q["intent"]), k=5))
         single = result.suggestions[0].pattern.tools_used if result.suggestions else ()
         single_recall += _recall(expected, single)
@@ -147,7 +148,8 @@ def false_plans(engine: Engine) -> FalsePlans:
 def latency(engine: Engine, texts: list[str]) -> tuple[float, float]:
     """Suggest p50 in ms with plans off and on, alternating per query; each text gets a
     different suffix per mode so the embedding cache never answers."""
-    off, on = [], []
+    off: list[float] = []
+    on: list[float] = []
     for text in texts:
         for samples, suffix, size in ((off, "now", 0), (on, "please", 3)):
             start = time.perf_counter()
