@@ -32,10 +32,19 @@ MIN_PLAN_PARTS = 2
 MAX_PLAN_PARTS = 4
 MAX_PLAN_SIZE = 10  # SuggestRequest.plan_size's bound
 DEFAULT_PLAN_SIZE = 3
-COVER_MATCH = 0.35  # a capability covers a request part when its match on it is at least this
+COVER_MATCH = 0.5  # a capability covers a request part when its match on it is at least this
+PLAN_MARGIN = 0.05  # a plan's total must exceed the best single capability's by more than this
 EXTRA_PART_COST = 0.03  # per part beyond the first
 UNLINKED_INPUT_COST = 0.01  # per identifier input no earlier part produces
-MIN_PART_WORDS = 3  # a shorter piece joins its neighbour
+MIN_PART_WORDS = 2  # a piece with fewer content words joins its neighbour
+# words that ask rather than say what to do: a piece made of them ("Can you help me?") is
+# no part of its own
+_FILLER_WORDS = """i im i'm me my mine you your we us our can could would will shall should please help
+    assist need want like looking hi hello hey thanks thank with that this these those it its is
+    are am be was were do does did a an the to for of in on at and or so some any there here
+    what how also just now then really very ok okay sure know let tell give m s re ve
+    ll d t"""
+_FILLER = frozenset(_FILLER_WORDS.split())
 NAMED_SHARE = 0.6  # a step is named by a text holding this share of its tool name's words
 STEP_WEIGHT = 0.8  # share of a part's match that comes from its steps being named
 _GENERIC = frozenset(
@@ -82,15 +91,16 @@ _WORD = re.compile(r"[A-Za-z0-9]+")
 
 
 def _words(text: str) -> int:
-    return len(_WORD.findall(text))
+    """How many content words `text` holds (filler such as "can you help me" left out)."""
+    return sum(w not in _FILLER for w in _WORD.findall(text.lower()))
 
 
 def split_request(text: str) -> tuple[str, ...]:
     """The request cut into its parts, in order: sentences, then connectives ("then",
-    "additionally", "finally", ...); a request that is one clause is cut at " and " where both
-    sides hold more than `MIN_PART_WORDS` words. Pieces shorter than `MIN_PART_WORDS` words join
-    the piece before; more than `MAX_REQUEST_PARTS` pieces are joined pairwise (the shortest
-    adjacent pair first) until that many are left."""
+    "additionally", "finally", ...); a request that is one clause is cut at its one " and " when
+    both sides hold more than 3 content words. Pieces shorter than `MIN_PART_WORDS` words join
+    the piece before (the first piece joins the next); more than `MAX_REQUEST_PARTS` pieces
+    are joined pairwise (the shortest adjacent pair first) until that many are left."""
     pieces = [
         clause
         for sentence in _SENTENCE.split(text.strip())
@@ -98,13 +108,13 @@ def split_request(text: str) -> tuple[str, ...]:
     ]
     if len(pieces) == 1:
         halves = _AND.split(pieces[0])
-        if all(_words(h) > MIN_PART_WORDS for h in halves):
+        if len(halves) == 2 and all(_words(h) > 3 for h in halves):
             pieces = halves
     parts: list[str] = []
     for piece in (p.strip(" ,;.") for p in pieces):
         if not piece:
             continue
-        if parts and _words(piece) < MIN_PART_WORDS:
+        if parts and (_words(piece) < MIN_PART_WORDS or _words(parts[-1]) < MIN_PART_WORDS):
             parts[-1] = f"{parts[-1]} {piece}"
         else:
             parts.append(piece)
@@ -358,7 +368,7 @@ def compose(
         if not MIN_PLAN_PARTS <= len(state.segments) <= MAX_PLAN_PARTS:
             continue
         plan = _plan(state, shown, match, rel, request_parts[:parts], best_single)
-        if plan is not None and plan.score.total > best_single:
+        if plan is not None and plan.score.total > best_single + PLAN_MARGIN:
             plans.append(plan)
     plans.sort(key=lambda p: -p.score.total)
     return Composed(tuple(plans[:plan_size]), evaluated, best_single, False)
