@@ -39,8 +39,9 @@ UNLINKED_INPUT_COST = 0.01  # per identifier input no earlier part produces
 MIN_PART_WORDS = 2  # a piece with fewer content words joins its neighbour
 # words that ask rather than say what to do: a piece made of them ("Can you help me?") is
 # no part of its own
-_FILLER_WORDS = """i im i'm me my mine you your we us our can could would will shall should please help
-    assist need want like looking hi hello hey thanks thank with that this these those it its is
+_FILLER_WORDS = """i im i'm me my mine you your we us our can could would will shall should please
+    help assist need want like looking hi hello hey thanks thank with that this these those it
+    its is
     are am be was were do does did a an the to for of in on at and or so some any there here
     what how also just now then really very ok okay sure know let tell give m s re ve
     ll d t"""
