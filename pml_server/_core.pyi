@@ -33,6 +33,8 @@ __all__ = [
     "Param",
     "RankParams",
     "RankTable",
+    "Step",
+    "StepArgument",
     "__version__",
     "normalize",
     "parse_only",
@@ -317,6 +319,43 @@ class Normalized:
     @property
     def schema_json(self) -> str:
         """JSON Schema (object, one property per placeholder name) of the template's inputs."""
+    @property
+    def steps(self) -> list[Step]:
+        """One step per tool call, in the order of `tool_calls` (docs/normalization.md, Steps)."""
+
+@final
+class StepArgument:
+    """One argument of a step and where its value comes from (frozen)."""
+
+    @property
+    def name(self) -> str:
+        """The key or keyword it is passed under, else its position ("0"...); "..." for a spread."""
+    @property
+    def kind(self) -> str:
+        """`"parameter"`, `"literal"`, `"reference"` or `"unknown"`."""
+    @property
+    def parameters(self) -> list[str]:
+        """Placeholder names it is built from, in source order."""
+    @property
+    def sources(self) -> list[tuple[int, str]]:
+        """(step index, path) of each earlier step output it reads."""
+
+@final
+class Step:
+    """One tool call of a snippet (frozen)."""
+
+    @property
+    def tool(self) -> str:
+        """The tool called, as in `Normalized.tool_calls`."""
+    @property
+    def arguments(self) -> list[StepArgument]:
+        """Its arguments in the order written (at most 64)."""
+    @property
+    def depends_on(self) -> list[int]:
+        """Indexes of the steps whose outputs it reads, ascending."""
+    @property
+    def flow_known(self) -> bool:
+        """False inside a loop or a callback, or when the code was not parsed."""
 
 def normalize(code: str, language: str) -> Normalized:
     """Normalize agent code (GIL released). Aliases: js/javascript/mjs/cjs/jsx,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -222,8 +223,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def client_environment(args: argparse.Namespace) -> argparse.Namespace:
+    """The one place every client command (`pml suggest`, `record`, `import`, `mcp`...) reads
+    its environment: `--server` defaults to $PML_SERVER, then to the default address; `--api-key`
+    to $PML_API_KEY. Resolved after parsing, so `--help` never prints a key."""
+    if hasattr(args, "server"):
+        args.server = args.server or os.environ.get("PML_SERVER") or DEFAULT_LISTEN
+        args.api_key = args.api_key or os.environ.get("PML_API_KEY") or None
+    return args
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    args = client_environment(build_parser().parse_args(argv))
     if args.command == "serve":
         sys.exit(_serve(args))
     if args.command == "keys":
@@ -274,9 +285,11 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"pml serve: error: {err}", file=sys.stderr)
         return 2
     logs.configure(config.server.log_level, json_format=config.server.log_format == "json")
+    from pml_server.domain.errors import FailedPreconditionError
+
     try:
         serve_forever(config)
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, FailedPreconditionError) as err:  # e.g. a store of another model
         print(f"pml serve: error: {err}", file=sys.stderr)
         return 2
     return 0

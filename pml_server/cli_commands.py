@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import time
@@ -38,7 +37,6 @@ from pml_server import cli_render as render
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server._record_json import parse_execution_record
 from pml_server.client import PmlClient, PmlClientError, make_record
-from pml_server.config import DEFAULT_LISTEN
 from pml_server.domain.limits import LIMITS
 
 EXIT_OK = 0
@@ -99,8 +97,8 @@ def _print_json(value: Any) -> None:
 
 def _client(args: argparse.Namespace) -> PmlClient:
     return PmlClient(
-        args.server or os.environ.get("PML_SERVER") or DEFAULT_LISTEN,
-        api_key=args.api_key or os.environ.get("PML_API_KEY"),
+        args.server,  # resolved with the environment by `cli.client_environment`
+        api_key=args.api_key,
         tls=args.tls,
         root_certificates=args.tls_ca,
         client_cert=args.tls_cert,
@@ -474,7 +472,7 @@ def run(args: argparse.Namespace) -> int:
         unreachable = err.code in _UNREACHABLE
         error: dict[str, Any] = {"status": err.code.name, "message": err.message}
         if unreachable and err.retry_delay_seconds is None:
-            target = args.server or os.environ.get("PML_SERVER") or DEFAULT_LISTEN
+            target = args.server
             error["message"] = f"no pml server answered at {target} ({err.message})"
         if err.violations:
             error["violations"] = [{"field": f, "description": d} for f, d in err.violations]

@@ -271,8 +271,35 @@ def pattern_detail(console: Console, p: resources_pb2.Pattern) -> None:
         table.add_row("intent", f"{i.text} (x{i.hit_count})")
     for param in p.parameters:
         table.add_row(f"param {param.name}", ", ".join(param.recent_values_json[:5]))
+    for step in p.steps:
+        table.add_row(f"step {step.index}", step_text(step))
     console.print(table)
     console.print(p.template, markup=False, highlight=False)
+
+
+_KIND_SHOWN = {
+    resources_pb2.StepArgument.KIND_LITERAL: "literal",
+    resources_pb2.StepArgument.KIND_UNKNOWN: "?",
+}
+
+
+def step_text(step: resources_pb2.Step) -> str:
+    """`tool(key=$PARAM, id=#0.field) <- 0`: each argument's source (`#n` is step n's output),
+    then the steps it reads; `independent` when it reads none (docs/normalization.md, Steps)."""
+    args = []
+    for a in step.arguments:
+        if a.kind == resources_pb2.StepArgument.KIND_REFERENCE:
+            value = " + ".join(f"#{x.step}{x.path}" for x in a.sources)
+        elif a.kind == resources_pb2.StepArgument.KIND_PARAMETER:
+            value = " + ".join(a.parameters)
+        else:
+            value = _KIND_SHOWN.get(a.kind, "?")
+        args.append(f"{a.name}={value}")
+    flow = (
+        f" <- {', '.join(str(d) for d in step.depends_on)}" if step.depends_on else " independent"
+    )
+    unread = "" if step.flow_known else " (flow not readable: loop, callback or unparsed)"
+    return f"{step.tool}({', '.join(args)}){flow}{unread}"
 
 
 def capability_detail(console: Console, c: resources_pb2.Capability) -> None:

@@ -26,7 +26,7 @@ from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.storage import Store
 from tests.conftest import StartServer
-from tests.support import stop_pml_serve
+from tests.support import open_engine, stop_pml_serve
 
 READ = 'const d = await mcp.read_file({path: "FILE"}); return await mcp.parse_json(d)'
 PML = str(Path(sys.executable).parent / "pml")
@@ -218,6 +218,23 @@ def test_serve_on_a_data_dir_in_use_is_one_line(
     line = _one_line(capsys.readouterr().err)
     assert line.startswith("pml serve: error:")
     assert "in use by another pml process" in line
+
+
+def test_serve_on_a_store_of_another_model_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: exit 1 and a traceback ending in FailedPreconditionError."""
+    data = tmp_path / "data"
+    open_engine(data, embedder="minilm").close()
+    with pytest.raises(SystemExit) as done:
+        cli.main(
+            ["serve", "--data-dir", str(data), "--embedder", "hashing", "--listen", "127.0.0.1:0"]
+        )
+    assert done.value.code == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("pml serve: error: the store at ")
+    assert "holds vectors of embedding model 'all-MiniLM-L6-v2" in line
+    assert "Start it with the store's model, or use another data directory." in line
 
 
 @pytest.mark.parametrize("where", ["file", "file/below"])

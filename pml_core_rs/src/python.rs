@@ -713,6 +713,75 @@ impl PyParam {
     }
 }
 
+/// One argument of a step (see `normalize::StepArgument`); `sources` are (step, path) pairs.
+#[pyclass(
+    name = "StepArgument",
+    module = "pml_server._core",
+    frozen,
+    get_all,
+    eq
+)]
+#[derive(Clone, PartialEq)]
+struct PyStepArgument {
+    name: String,
+    kind: String,
+    parameters: Vec<String>,
+    sources: Vec<(usize, String)>,
+}
+
+#[pymethods]
+impl PyStepArgument {
+    fn __repr__(&self) -> String {
+        format!(
+            "StepArgument(name={:?}, kind={:?}, parameters={:?}, sources={:?})",
+            self.name, self.kind, self.parameters, self.sources
+        )
+    }
+}
+
+/// One tool call of a snippet with its arguments and data flow (see `normalize::Step`).
+#[pyclass(name = "Step", module = "pml_server._core", frozen, get_all, eq)]
+#[derive(Clone, PartialEq)]
+struct PyStep {
+    tool: String,
+    arguments: Vec<PyStepArgument>,
+    depends_on: Vec<usize>,
+    flow_known: bool,
+}
+
+#[pymethods]
+impl PyStep {
+    fn __repr__(&self) -> String {
+        format!(
+            "Step(tool={:?}, arguments={}, depends_on={:?}, flow_known={})",
+            self.tool,
+            self.arguments.len(),
+            self.depends_on,
+            if self.flow_known { "True" } else { "False" }
+        )
+    }
+}
+
+impl From<normalize::Step> for PyStep {
+    fn from(step: normalize::Step) -> Self {
+        PyStep {
+            tool: step.tool,
+            arguments: step
+                .arguments
+                .into_iter()
+                .map(|a| PyStepArgument {
+                    name: a.name,
+                    kind: a.kind.as_str().to_owned(),
+                    parameters: a.parameters,
+                    sources: a.sources.into_iter().map(|s| (s.step, s.path)).collect(),
+                })
+                .collect(),
+            depends_on: step.depends_on,
+            flow_known: step.flow_known,
+        }
+    }
+}
+
 /// The result of `normalize` (see `normalize::Normalized`).
 #[pyclass(name = "Normalized", module = "pml_server._core", frozen, get_all, eq)]
 #[derive(Clone, PartialEq)]
@@ -726,6 +795,7 @@ struct PyNormalized {
     fallback_reason: String,
     schema_json: String,
     redacted_code: String,
+    steps: Vec<PyStep>,
 }
 
 #[pymethods]
@@ -766,6 +836,7 @@ impl From<normalize::Normalized> for PyNormalized {
             fallback_reason: n.fallback_reason,
             schema_json: n.schema_json,
             redacted_code: n.redacted_code,
+            steps: n.steps.into_iter().map(PyStep::from).collect(),
         }
     }
 }
@@ -868,6 +939,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NORMALIZE_MAX_INPUT_BYTES", normalize::MAX_INPUT_BYTES)?;
     m.add_class::<PyParam>()?;
     m.add_class::<PyNormalized>()?;
+    m.add_class::<PyStep>()?;
+    m.add_class::<PyStepArgument>()?;
     m.add_function(wrap_pyfunction!(normalize_code, m)?)?;
     m.add_function(wrap_pyfunction!(parse_only, m)?)?;
     m.add_function(wrap_pyfunction!(prepare_captures, m)?)?;

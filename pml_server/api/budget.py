@@ -34,6 +34,9 @@ def trim_pattern(out: resources_pb2.Pattern) -> None:
     del out.intents[TRIMMED_INTENTS:]
     for intent in out.intents:
         intent.text = intent.text[:TRIMMED_VALUE_CHARS]
+    if out.ByteSize() > PATTERN_BYTES:  # steps keep their tools and edges, not their arguments
+        for step in out.steps:
+            del step.arguments[:]
     if out.ByteSize() > PATTERN_BYTES:  # parameters and schema alone (bounded by the normalizer)
         del out.parameters[:]
         out.parameter_schema_json = ""

@@ -199,6 +199,14 @@ def capture_result(result: model.CaptureResult) -> resources_pb2.CaptureResult:
     )
 
 
+_ARG_KIND_TO_PROTO = {
+    "parameter": resources_pb2.StepArgument.KIND_PARAMETER,
+    "literal": resources_pb2.StepArgument.KIND_LITERAL,
+    "reference": resources_pb2.StepArgument.KIND_REFERENCE,
+    "unknown": resources_pb2.StepArgument.KIND_UNKNOWN,
+}
+
+
 def pattern(view: model.PatternView) -> resources_pb2.Pattern:
     out = resources_pb2.Pattern()
     fill_pattern(out, view)
@@ -233,6 +241,15 @@ def fill_pattern(out: resources_pb2.Pattern, view: model.PatternView) -> None:
     out.flagged_for_removal = view.flagged_for_removal
     out.superseded_by = name(PATTERNS, view.superseded_by)
     out.tool_mismatch_count = view.tool_mismatch_count
+    for index, s in enumerate(view.steps):
+        yielding.checkpoint()
+        step = out.steps.add(index=index, tool=s.tool, flow_known=s.flow_known)
+        step.depends_on.extend(s.depends_on)
+        for a in s.arguments:
+            arg = step.arguments.add(name=a.name, kind=_ARG_KIND_TO_PROTO.get(a.kind, 0))
+            arg.parameters.extend(a.parameters)
+            for source_step, path in a.sources:
+                arg.sources.add(step=source_step, path=path)
 
 
 def capability(view: model.CapabilityView) -> resources_pb2.Capability:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pml_server.capture.steps import pattern_steps
 from pml_server.domain import yielding
 from pml_server.domain.model import CapabilityView, IntentView, ParamView, PatternView
 from pml_server.domain.records import (
@@ -24,7 +25,8 @@ def pattern_view(
     with_params: bool = True,
 ) -> PatternView:
     """The API's view of a pattern. Without params (and given no intents) it is the cheap view
-    ranking needs, completed for the few patterns an answer shows."""
+    ranking needs, completed for the few patterns an answer shows; only the full view carries
+    the steps (derived from the stored code, docs/normalization.md, Steps)."""
     ordered = sorted(intents, key=lambda i: (-i.hit_count, i.id))
     return PatternView(
         id=record.id,
@@ -46,6 +48,11 @@ def pattern_view(
         flagged_for_removal=record.flagged_for_removal,
         superseded_by=record.superseded_by,
         tool_mismatch_count=counters.mismatch_count,
+        steps=(
+            pattern_steps(record.id, record.code_hash, record.original_code, record.language)
+            if with_params
+            else ()
+        ),
     )
 
 

@@ -98,6 +98,27 @@ class ParamView:
 
 
 @dataclass(frozen=True)
+class StepArgumentView:
+    """One argument of a step (docs/normalization.md, Steps)."""
+
+    name: str
+    kind: str  # "parameter" | "literal" | "reference" | "unknown"
+    parameters: tuple[str, ...] = ()
+    # (step index, path read in its output) pairs.
+    sources: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One tool call of a pattern, with the earlier steps it reads."""
+
+    tool: str
+    arguments: tuple[StepArgumentView, ...] = ()
+    depends_on: tuple[int, ...] = ()
+    flow_known: bool = True
+
+
+@dataclass(frozen=True)
 class PatternView:
     id: str
     code_hash: str
@@ -118,6 +139,7 @@ class PatternView:
     flagged_for_removal: bool = False
     superseded_by: str = ""  # pattern id of the pattern that beats this one, if any
     tool_mismatch_count: int = 0
+    steps: tuple[StepView, ...] = ()
 
 
 @dataclass(frozen=True)

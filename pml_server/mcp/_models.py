@@ -55,6 +55,25 @@ class Score(BaseModel):
     superseded_penalty: float
 
 
+class StepSourceOut(BaseModel):
+    step: int = Field(description="index of the earlier step read")
+    path: str = Field(description='path read in its output: "", .field, ["key"], [0], [*]')
+
+
+class StepArgumentOut(BaseModel):
+    name: str = Field(description='key or keyword, else the position ("0"...)')
+    kind: Literal["parameter", "literal", "reference", "unknown"]
+    parameters: list[str] = Field(description="placeholders it is built from")
+    sources: list[StepSourceOut] = Field(description="earlier step outputs it reads")
+
+
+class StepOut(BaseModel):
+    tool: str
+    arguments: list[StepArgumentOut]
+    depends_on: list[int] = Field(description="earlier steps it reads; none: runs independently")
+    flow_known: bool = Field(description="false inside a loop or callback, or unparsed code")
+
+
 class PatternOut(BaseModel):
     name: str = Field(description="patterns/{id}")
     capability: str
@@ -68,6 +87,7 @@ class PatternOut(BaseModel):
     success_count: int
     failure_count: int
     intents: list[str] = Field(description="intent texts that led to this pattern")
+    steps: list[StepOut] = Field(description="one per tool call, with its data flow")
 
 
 class CapabilityOut(BaseModel):
@@ -77,6 +97,7 @@ class CapabilityOut(BaseModel):
     language: str
     parameter_schema: dict[str, Any]
     tools: list[str]
+    steps: list[StepOut] = Field(description="one per tool call, with its data flow")
     success: float = Field(description="estimated success rate, 0..1")
     usage_count: int
     score: Score
@@ -140,6 +161,33 @@ def _json(text: str, default: Any) -> Any:
         return default
 
 
+_ARG_KINDS: dict[int, Literal["parameter", "literal", "reference", "unknown"]] = {
+    resources_pb2.StepArgument.KIND_PARAMETER: "parameter",
+    resources_pb2.StepArgument.KIND_LITERAL: "literal",
+    resources_pb2.StepArgument.KIND_REFERENCE: "reference",
+}
+
+
+def steps(p: resources_pb2.Pattern) -> list[StepOut]:
+    return [
+        StepOut(
+            tool=s.tool,
+            arguments=[
+                StepArgumentOut(
+                    name=a.name,
+                    kind=_ARG_KINDS.get(a.kind, "unknown"),
+                    parameters=list(a.parameters),
+                    sources=[StepSourceOut(step=x.step, path=x.path) for x in a.sources],
+                )
+                for a in s.arguments
+            ],
+            depends_on=list(s.depends_on),
+            flow_known=s.flow_known,
+        )
+        for s in p.steps
+    ]
+
+
 def pattern(p: resources_pb2.Pattern) -> PatternOut:
     return PatternOut(
         name=p.name,
@@ -162,6 +210,7 @@ def pattern(p: resources_pb2.Pattern) -> PatternOut:
         success_count=p.success_count,
         failure_count=p.failure_count,
         intents=[i.text for i in p.intents],
+        steps=steps(p),
     )
 
 
@@ -175,6 +224,7 @@ def suggestion(s: resources_pb2.Suggestion) -> CapabilityOut:
         language=p.language,
         parameter_schema=_json(p.parameter_schema_json, {}),
         tools=list(p.tools_used),
+        steps=steps(p),
         success=sc.success_estimate,
         usage_count=p.usage_count,
         score=Score(

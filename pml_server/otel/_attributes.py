@@ -68,13 +68,40 @@ def failure(span: trace_pb2.Span, attrs: dict[str, Any]) -> str | None:
     return ": ".join(parts) or "error"
 
 
+def json_text(raw: str) -> Any:
+    """`raw` parsed as JSON; ValueError when it is not JSON or nests arrays and objects deeper
+    than `_MAX_DEPTH` (the structured values' bound: a 100k-deep text would exhaust Python's
+    recursion in the parser, failing the whole Export instead of this one execution)."""
+    if raw.count("[") + raw.count("{") <= _MAX_DEPTH:
+        return json.loads(raw)  # cannot nest deeper: no scan (the usual, small arguments)
+    depth = 0
+    in_string = escaped = False
+    for ch in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > _MAX_DEPTH:
+                raise ValueError(f"JSON nested deeper than {_MAX_DEPTH} levels")
+        elif ch in "]}":
+            depth -= 1
+    return json.loads(raw)
+
+
 def arguments(attrs: dict[str, Any]) -> dict[str, Any]:
     """`gen_ai.tool.call.arguments` as an object ({} when absent); ValueError when it is not a
-    JSON object."""
+    JSON object (or is nested too deeply)."""
     raw = attrs.get(TOOL_ARGUMENTS)
     if raw is None or raw == "":
         return {}
-    parsed = json.loads(raw) if isinstance(raw, str) else raw
+    parsed = json_text(raw) if isinstance(raw, str) else raw
     if not isinstance(parsed, dict):
         raise ValueError(f"{TOOL_ARGUMENTS} is not a JSON object")
     return parsed
@@ -86,7 +113,7 @@ def last_user_message(attrs: dict[str, Any]) -> str | None:
     raw = attrs.get(INPUT_MESSAGES)
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = json_text(raw)
         except ValueError:
             return None
     if not isinstance(raw, list):

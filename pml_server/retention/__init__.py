@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING
 from pml_server.retention.config import RetentionConfig
 
 if TYPE_CHECKING:
-    from pml_server.retention.policy import evaluate
+    from pml_server.retention.policy import evaluate, removal_holds
 
-__all__ = ["RetentionConfig", "evaluate"]
+__all__ = ["RetentionConfig", "evaluate", "removal_holds"]
 
 
 def __getattr__(name: str) -> object:
     # `evaluate` on first use (PEP 562): the client commands import RetentionConfig (through
     # pml_server.config) and need not import the policy, the domain model and the ranking.
-    if name == "evaluate":
-        from pml_server.retention.policy import evaluate
+    if name in ("evaluate", "removal_holds"):
+        from pml_server.retention import policy
 
-        return evaluate
+        return getattr(policy, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

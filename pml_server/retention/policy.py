@@ -21,13 +21,20 @@ def _tries(pattern: PatternView) -> int:
     return max(pattern.success_count, 0) + max(pattern.failure_count, 0)
 
 
+def removal_holds(successes: int, failures: int, config: RetentionConfig) -> bool:
+    """The removal rule: at least `min_tries` tries and a success rate below
+    `min_success_rate`. Retention applies it when it evaluates the tenant, and again to each
+    pattern's current counters under the pattern's lock before deleting it (docs/ranking.md,
+    Retention): a pattern that succeeded meanwhile is kept."""
+    tries = max(successes, 0) + max(failures, 0)
+    return tries >= config.min_tries and successes / tries < config.min_success_rate
+
+
 def _removal(pattern: PatternView, config: RetentionConfig) -> RetentionEntry | None:
+    if not removal_holds(pattern.success_count, pattern.failure_count, config):
+        return None
     tries = _tries(pattern)
-    if tries < config.min_tries:
-        return None
     rate = pattern.success_count / tries
-    if rate >= config.min_success_rate:
-        return None
     action = RetentionAction.REMOVED if config.auto_remove else RetentionAction.REMOVAL_CANDIDATE
     reason = (
         f"success rate {rate:.0%} ({pattern.success_count} of {tries} tries) "

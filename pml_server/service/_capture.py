@@ -29,7 +29,12 @@ from pml_server.capture.rules import (
     tools_used,
     validate_record,
 )
-from pml_server.domain.errors import FieldViolation, InvalidArgumentError, UnavailableError
+from pml_server.domain.errors import (
+    AlreadyExistsError,
+    FieldViolation,
+    InvalidArgumentError,
+    UnavailableError,
+)
 from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import CaptureOutcome, CaptureResult, ExecutionRecord
 from pml_server.domain.records import (
@@ -43,7 +48,12 @@ from pml_server.domain.vectors import Vector, client_vector
 from pml_server.embedding import CachedEmbedder
 from pml_server.service._arguments import check_tenant
 from pml_server.service._grouping import capability_for_new_pattern
-from pml_server.service._idempotency import encode_result, replay_answer
+from pml_server.service._idempotency import (
+    encode_result,
+    record_digest,
+    replay_answer,
+    reused_id_error,
+)
 from pml_server.service._near import closest_candidates
 from pml_server.service._state import EngineState, no_words_error, usable
 from pml_server.service._writes import (
@@ -116,11 +126,12 @@ def _record_checked(
         # below as here): no read ahead of it, one database round trip less per capture.
         shared = state.store.shared
         prior = None if shared else state.repo.request_result(tenant, execution.request_id)
-        if prior is not None:
-            return replay_answer(state, tenant, prior)  # rule 6: the first answer, counted once
         prepared = _prepare(state, [execution])[0]  # bad code is refused before embedding
         if isinstance(prepared, Exception):
             raise prepared
+        if prior is not None:  # rule 6: the first answer, counted once (the same execution)
+            digest = record_digest(prepared[0])
+            return replay_answer(state, tenant, prior, execution.request_id, digest)
         # rule 1: a failed run is a failed try whatever the client sent (no vector)
         vector = supplied if succeeded else None
         if vector is None and succeeded:
@@ -197,15 +208,16 @@ def _capture_batch_locked(
     # One multi-get for every request id of the batch (it releases the GIL).
     priors = state.repo.request_results(tenant, list(first_of))
     needs_text_vector = []
-    for prior, i in zip(priors, first_of.values(), strict=True):
+    # One core call normalizes and redacts every record of the batch (a resent one too: its
+    # digest is taken from the record as stored).
+    firsts = list(first_of.values())
+    prepared_of = dict(zip(firsts, _prepare(state, [records[i] for i in firsts]), strict=True))
+    for prior, i in zip(priors, firsts, strict=True):
         if prior is not None:  # applied before this batch: its first answer, as `record`
-            outcomes[i] = replay_answer(state, tenant, prior)
+            outcomes[i] = _replayed(state, tenant, prior, records[i], prepared_of[i])
         elif vectors[i] is None and run_succeeded(records[i]):
             needs_text_vector.append(i)
     _embed_batch(state, records, needs_text_vector, vectors, outcomes)
-    # One core call normalizes and redacts every record the loop below captures.
-    todo = [i for i in first_of.values() if outcomes[i] is None]
-    prepared_of = dict(zip(todo, _prepare(state, [records[i] for i in todo]), strict=True))
     tickets: list[tuple[int, WriteTicket]] = []
     ticket_of: dict[int, WriteTicket] = {}
     state.staged_adds.adds = []
@@ -218,6 +230,11 @@ def _capture_batch_locked(
                     continue
                 first = first_of[execution.request_id]
                 if first != i:  # applied by an earlier record of this batch: its answer
+                    if _digest_of(records[first], prepared_of[first]) != _digest_of(
+                        execution, _prepare(state, [execution])[0]
+                    ):
+                        outcomes[i] = reused_id_error(execution.request_id)
+                        continue
                     earlier = outcomes[first]
                     outcomes[i] = (
                         replace(earlier, replayed=True)
@@ -284,6 +301,30 @@ def _embed_batch(
             outcomes[i] = no_words_error()
 
 
+def _digest_of(
+    execution: ExecutionRecord, prepared: tuple[ExecutionRecord, NormalizedCode] | Exception
+) -> str:
+    """The idempotency digest of `execution` as it would be stored; a record its code refused
+    is digested as sent (it can only match another refused one, never a stored answer)."""
+    return record_digest(prepared[0] if not isinstance(prepared, Exception) else execution)
+
+
+def _replayed(
+    state: EngineState,
+    tenant: str,
+    prior: bytes,
+    execution: ExecutionRecord,
+    prepared: tuple[ExecutionRecord, NormalizedCode] | Exception,
+) -> Outcome:
+    """The outcome of a batch record whose request id was applied before the batch."""
+    if isinstance(prepared, Exception):
+        return prepared
+    try:
+        return replay_answer(state, tenant, prior, execution.request_id, record_digest(prepared[0]))
+    except AlreadyExistsError as error:
+        return error
+
+
 def _prepare(
     state: EngineState, records: Sequence[ExecutionRecord]
 ) -> list[tuple[ExecutionRecord, NormalizedCode] | Exception]:
@@ -324,12 +365,14 @@ def _capture_one_locked(
         held.enter_context(state.locks.pattern.lock_for(tenant, normalized.code_hash))
         change = Change()
         result = _capture_locked(state, tenant, execution, normalized, vector, change, held)
-        answer = encode_result(result, state.clock())
+        digest = record_digest(execution)
+        answer = encode_result(result, state.clock(), digest)
         change.ops.append(state.repo.put_request_result(tenant, execution.request_id, answer))
         try:
             return result, commit(state, tenant, change)
         except RequestAlreadyAppliedError as applied:  # before, or by another replica meanwhile
-            return replay_answer(state, tenant, applied.result), finished_ticket()
+            replayed = replay_answer(state, tenant, applied.result, execution.request_id, digest)
+            return replayed, finished_ticket()
 
 
 def _capture_locked(

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+from collections.abc import Callable
 from dataclasses import replace
 
 from pml_server.domain.errors import NotFoundError
 from pml_server.domain.model import RetentionAction, RetentionReport
 from pml_server.domain.records import CapabilityRecord, PatternRecord
-from pml_server.retention import evaluate
+from pml_server.retention import evaluate, removal_holds
 from pml_server.service._arguments import check_tenant
 from pml_server.service._idempotency import prune_request_ids
 from pml_server.service._reads import views_by_capability
@@ -20,7 +21,16 @@ from pml_server.service._writes import Change, audit, await_durable, commit, opl
 from pml_server.storage.repo import Repository, tools_digest
 
 
-def delete_pattern(state: EngineState, tenant: str, pattern_id: str, reason: str) -> None:
+def delete_pattern(
+    state: EngineState,
+    tenant: str,
+    pattern_id: str,
+    reason: str,
+    still_wanted: Callable[[PatternRecord], bool] | None = None,
+) -> bool:
+    """Delete a pattern; with `still_wanted`, only if it answers True for the pattern as it is
+    once its lock is held (a capture that changed it has committed by then, and no other can
+    start). Returns whether it was deleted."""
     check_tenant(tenant)
     repo = state.repo
     found = repo.pattern(tenant, pattern_id)
@@ -31,6 +41,8 @@ def delete_pattern(state: EngineState, tenant: str, pattern_id: str, reason: str
         pattern = repo.pattern(tenant, pattern_id)
         if pattern is None:
             raise NotFoundError(f"pattern {pattern_id!r} not found")
+        if still_wanted is not None and not still_wanted(pattern):
+            return False
         capability = repo.capability(tenant, pattern.capability_id)
         if capability is not None:
             held.enter_context(state.locks.group.lock_for(tenant, tools_digest(capability.tools)))
@@ -41,6 +53,7 @@ def delete_pattern(state: EngineState, tenant: str, pattern_id: str, reason: str
         audit(state, tenant, change, entry)
         ticket = commit(state, tenant, change)
     await_durable(ticket)
+    return True
 
 
 def delete_capability(state: EngineState, tenant: str, capability_id: str) -> None:
@@ -161,12 +174,26 @@ def run_retention(state: EngineState, tenant: str, apply: bool) -> RetentionRepo
             e.pattern_id: e.superseded_by for e in entries if e.action is RetentionAction.SUPERSEDED
         }
         prune_request_ids(state, tenant)
+        config = state.config.retention
+
+        def still_failing(pattern: PatternRecord) -> bool:
+            # the counters now, under the pattern's lock: captures since the evaluation count
+            counters = state.repo.counters(tenant, pattern.id)
+            return counters is not None and removal_holds(
+                counters.success, counters.failure, config
+            )
+
+        kept: set[str] = set()
         for views in groups.values():
             for view in views:
                 if view.id in removed:
                     with contextlib.suppress(NotFoundError):
-                        delete_pattern(state, tenant, view.id, "retention")
+                        if not delete_pattern(state, tenant, view.id, "retention", still_failing):
+                            kept.add(view.id)
                 else:
                     marks = (view.id in flagged, superseded.get(view.id, ""))
                     set_marks(state, tenant, view.id, *marks)
+        if kept:  # the report says what was done: a pattern kept is no longer removed
+            removal = RetentionAction.REMOVED
+            entries = [e for e in entries if not (e.pattern_id in kept and e.action is removal)]
     return RetentionReport(dry_run=not apply, entries=tuple(entries), ran_at_ms=now)

@@ -1,22 +1,42 @@
 """Idempotency: the stored answer to a capture request id, replayed when the same request comes
 again (rule 6: the first answer, nothing counted twice), and forgetting answers past their TTL.
-The request id's striped lock is taken first by every capture (see `service/_capture.py`)."""
+The request id's striped lock is taken first by every capture (see `service/_capture.py`).
+
+The answer keeps a digest of the execution it answered (docs/capture.md, Idempotency): the same
+request id sent again with another execution is refused (ALREADY_EXISTS), never answered
+`replayed` while its record is dropped. The digest is taken over the record as stored
+(redacted), so it holds nothing derived from a secret. An answer stored before digests were
+kept has none and replays as before."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
 from pml_server.domain import json_form
-from pml_server.domain.model import CaptureOutcome, CaptureResult, ToolFailure
+from pml_server.domain.errors import AlreadyExistsError
+from pml_server.domain.model import CaptureOutcome, CaptureResult, ExecutionRecord, ToolFailure
 from pml_server.service._state import EngineState
 
 # Request ids forgotten per write batch when pruning.
 PRUNE_BATCH = 1000
 
 
-def encode_result(result: CaptureResult, now_ms: int) -> bytes:
+def record_digest(record: ExecutionRecord) -> str:
+    """What makes two records the same execution for a resent request id: intent, code,
+    language, tool calls (tool, arguments, outcome, error), status and tags, of the record as
+    stored (`capture/redact.py`). Timings, the trace and a client vector are left out: a
+    retrying client may recompute them."""
+    calls = [[c.tool, c.arguments_json, c.ok, c.error] for c in record.tool_calls]
+    body = [record.intent, record.code, record.language, calls, record.status.value]
+    body.append(sorted(record.tags))
+    return hashlib.sha256(json_form.dumps(body)).hexdigest()[:32]
+
+
+def encode_result(result: CaptureResult, now_ms: int, digest: str) -> bytes:
     data = {
         "time_ms": now_ms,
+        "digest": digest,
         "outcome": result.outcome.value,
         "pattern_id": result.pattern_id,
         "capability_id": result.capability_id,
@@ -40,13 +60,28 @@ def decode_result(raw: bytes) -> CaptureResult:
     )
 
 
-def replay_answer(state: EngineState, tenant: str, raw: bytes) -> CaptureResult:
+def replay_answer(
+    state: EngineState, tenant: str, raw: bytes, request_id: str, digest: str
+) -> CaptureResult:
     """The stored first answer of a resent request id, told honestly: when its pattern has
-    since been deleted, the answer names no pattern (nor capability) instead of a gone one."""
+    since been deleted, the answer names no pattern (nor capability) instead of a gone one.
+    Raises AlreadyExistsError when the id was applied to another execution (`digest` differs
+    from the stored one)."""
+    stored = json_form.loads(raw).get("digest")
+    if stored is not None and stored != digest:
+        raise reused_id_error(request_id)
     result = decode_result(raw)
     if result.pattern_id and state.repo.pattern(tenant, result.pattern_id) is None:
         return replace(result, pattern_id="", capability_id="", new_pattern=False)
     return result
+
+
+def reused_id_error(request_id: str) -> AlreadyExistsError:
+    return AlreadyExistsError(
+        f"request_id {request_id!r} was already used for another execution (its intent, code, "
+        "tool calls or outcome differ), so this one was not captured: give each execution its "
+        "own request_id (on StreamTraces, an unset request_id is the execution_id)"
+    )
 
 
 def prune_request_ids(state: EngineState, tenant: str) -> int:

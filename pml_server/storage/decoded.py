@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from pml_server.capture.steps import pattern_steps
 from pml_server.domain import json_form, yielding
 from pml_server.domain.model import IntentView, ParamView, PatternView
 from pml_server.domain.records import (
@@ -118,6 +119,7 @@ def stored_view(pattern: bytes, counters: bytes, intents: Sequence[bytes]) -> Pa
         flagged_for_removal=p.get("flagged_for_removal", False),
         superseded_by=p.get("superseded_by", ""),
         tool_mismatch_count=c.get("mismatch_count", 0),
+        steps=pattern_steps(p["id"], p["code_hash"], p["original_code"], p["language"]),
     )
 
 

@@ -209,6 +209,40 @@ def test_a_bad_span_is_rejected_alone(server: RunningServer, client: PmlClient) 
     assert _spans_counter(server, "mapped") == 2
 
 
+@pytest.mark.parametrize("depth", [33, 100_000])
+def test_deeply_nested_arguments_reject_their_execution_alone(
+    server: RunningServer, client: PmlClient, depth: int
+) -> None:
+    """Before: JSON nested 100k deep in the arguments raised RecursionError, the Export answered
+    INTERNAL (exporters do not retry it) and the valid run beside it was lost."""
+
+    def runs(tracer: Tracer) -> None:
+        _agent_run(tracer, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+        with (
+            tracer.start_as_current_span(
+                "invoke_agent deep", attributes={"gen_ai.operation.name": "invoke_agent"}
+            ),
+            tracer.start_as_current_span(
+                "execute_tool read_file",
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "read_file",
+                    "gen_ai.tool.call.arguments": '{"a": ' + "[" * depth + "]" * depth + "}",
+                },
+            ),
+        ):
+            pass
+
+    request = encode_spans(_recorded(runs))
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        reply = trace_service_pb2_grpc.TraceServiceStub(channel).Export(request)
+    assert reply.partial_success.rejected_spans == 2
+    assert "nested deeper than 32 levels" in reply.partial_success.error_message
+    (pattern,) = client.iter_patterns()
+    assert pattern.tools_used == ["read_file"]
+    assert pattern.usage_count == 1
+
+
 def test_mcp_client_spans_under_a_root_without_agent(
     server: RunningServer, client: PmlClient
 ) -> None:

@@ -303,3 +303,52 @@ def test_stdio_over_mutual_tls(start: StartServer, pki: Path) -> None:  # noqa: 
 
     _run(_stdio(target, *tls, *client_cert), works)
     _run(_stdio(target, *tls), refused)
+
+
+def _readme_mcp_config() -> dict[str, Any]:
+    """The Claude Desktop configuration the README shows, parsed from its JSON block."""
+    import json
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    for block in re.findall(r"```json\n(.*?)```", readme, re.S):
+        if '"mcpServers"' in block and '"command"' in block:
+            config: dict[str, Any] = json.loads(block)["mcpServers"]["pml"]
+            return config
+    raise AssertionError("no stdio mcpServers configuration in README.md")
+
+
+def test_the_readmes_mcp_configuration_works_as_written(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """The README's `"env": {"PML_API_KEY": ...}` configuration, run as an MCP host runs it
+    (the `pml` command, its args, its env), against a keyed server. Before, `pml mcp` ignored
+    PML_API_KEY (pml refused the key) and, without --server, PML_SERVER and the default address
+    (every call failed with a traceback). The only changes: the real key and the server's port."""
+    keys_file, found = keys
+    server = start(keys_file=keys_file)
+    target = f"127.0.0.1:{server.port}"
+    config = _readme_mcp_config()
+    assert config["command"] == "pml"
+    args = [target if a.startswith("127.0.0.1:") else a for a in config["args"]]
+    env = {k: found["acme-write"] if k == "PML_API_KEY" else v for k, v in config["env"].items()}
+    pml = str(Path(sys.executable).parent / "pml")
+
+    expected = ["saved", "counted"]  # the second run reaches the same tenant
+
+    async def body(client: Client) -> None:
+        saved = await client.call_tool("record_execution", _record_args())
+        assert saved.structured_content["outcome"] == expected.pop(0), _text(saved)
+        found_caps = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        assert len(found_caps.structured_content["capabilities"]) == 1, _text(found_caps)
+
+    base = {"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "")}
+    as_written = StdioServerParameters(command=pml, args=args, cwd=str(ROOT), env={**base, **env})
+    _run(Client(as_written), body)
+    # and with the server given by PML_SERVER instead of --server
+    without_flag = [a for a in args if a not in ("--server", target)]
+    by_env = {**base, **env, "PML_SERVER": target}
+    _run(
+        Client(StdioServerParameters(command=pml, args=without_flag, cwd=str(ROOT), env=by_env)),
+        body,
+    )

@@ -255,6 +255,38 @@ def test_a_reused_stream_execution_id_is_refused(stub: pml_pb2_grpc.PmlServiceSt
     assert _ack_fields(by_seq[3]) == ["execution_id"], by_seq[3]
 
 
+def test_an_id_reused_for_another_execution_is_refused_never_dropped(
+    stub: pml_pb2_grpc.PmlServiceStub,
+) -> None:
+    """Two streams each send a different execution as the same execution id with no request id
+    (so both default to it), and a unary request id is reused with another record: each reuse
+    is refused with ALREADY_EXISTS naming `request_id`, never answered `replayed` while its
+    record is dropped; the same execution resent is still a replay, counted once."""
+    first = _plain_record("")
+    other = _plain_record("")
+    other.code = "await mcp.write_file({path: 'out.json'})"
+    other.tool_calls[0].tool = "write_file"
+    eid = f"shared-{random.getrandbits(32)}"
+    acks = []
+    for record in (first, other, first):  # three streams, one after the other
+        request = pml_pb2.StreamTracesRequest(execution_id=eid, sequence=1, record=record)
+        acks += list(stub.StreamTraces(_stream_of(request), timeout=60))
+    assert acks[0].HasField("result"), acks
+    assert not acks[0].result.replayed, acks
+    assert acks[1].HasField("error"), acks[1]
+    assert acks[1].error.code == grpc.StatusCode.ALREADY_EXISTS.value[0], acks[1]
+    assert "request_id" in acks[1].error.message, acks[1]
+    assert acks[2].result.replayed, acks[2]
+    unary = _plain_record("")
+    unary.request_id = f"unary-{random.getrandbits(32)}"
+    stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=unary))
+    unary.intent = "an entirely different request"
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=unary))
+    assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert repr(unary.request_id) in (refused.value.details() or "")
+
+
 def test_a_replay_of_a_deleted_pattern_names_no_pattern(
     stub: pml_pb2_grpc.PmlServiceStub,
 ) -> None:
@@ -274,29 +306,37 @@ def test_a_replay_of_a_deleted_pattern_names_no_pattern(
 # ---- secrets ----------------------------------------------------------------------------------
 
 
-def test_a_secret_is_found_nowhere_on_disk(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["api key", "password in a URL"])
+def test_a_secret_is_found_nowhere_on_disk(tmp_path: Path, kind: str) -> None:
     """A credential in the code (a literal and a comment), the intent, tool arguments, error
     texts and the trace of successes, failed tries, rejected patterns and live executions: after
     capture, no byte of the data directory holds it, and no answer does. A marker sent in the
     same fields is found on disk, so the search can see what was written (the server is
-    SIGKILLed: the write-ahead log holds every record uncompressed)."""
-    secret = "sk-live-" + secrets.token_hex(12)
+    SIGKILLed: the write-ahead log holds every record uncompressed). The credential is an API
+    key, or the password of a connection URL (`postgresql://admin:PASSWORD@db...`, where the
+    password has characters no token rule reads as one word)."""
+    if kind == "api key":
+        secret = "sk-live-" + secrets.token_hex(12)
+        credential = secret
+    else:
+        secret = "Tr0ub4dor&3-horse-" + secrets.token_hex(4)
+        credential = f"postgresql://admin:{secret}@db.internal:5432/prod"
     marker = "marker" + secrets.token_hex(5)
     data = tmp_path / "data"
     process = ServerProcess(data, "--durability", "sync")
     process.start()
     code = (
-        f"// fallback key {secret} ({marker})\n"
-        f"const key = '{secret}'\n"
-        f"await mcp.call_api({{apiKey: key, note: '{marker}'}})"
+        f"// fallback key {credential} ({marker})\n"
+        f"const key = '{credential}'\n"
+        f"await mcp.call_api({{dsn: '{credential}', apiKey: key, note: '{marker}'}})"
     )
-    args = json.dumps({"apiKey": secret, "note": marker})
+    args = json.dumps({"apiKey": credential, "note": marker})
     ok = resources_pb2.ToolCall(tool="call_api", ok=True, arguments_json=args)
     failed = resources_pb2.ToolCall(
-        tool="call_api", ok=False, arguments_json=args, error=f"401 for {secret} ({marker})"
+        tool="call_api", ok=False, arguments_json=args, error=f"401 for {credential} ({marker})"
     )
-    intent = f"call the api with {secret} ({marker})"
-    trace = f"GET /v1?key={secret}&note={marker}".encode()
+    intent = f"call the api with {credential} ({marker})"
+    trace = f"GET /v1?key={credential}&note={marker}".encode()
     records = [
         resources_pb2.ExecutionRecord(
             request_id="s1", intent=intent, code=code, language="javascript",

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from pml_server.domain.errors import InvalidArgumentError
-from pml_server.domain.model import CaptureOutcome, ExecutionRecord, PageRequest, ToolCall
+from pml_server.domain.errors import AlreadyExistsError, InvalidArgumentError
+from pml_server.domain.model import (
+    CaptureOutcome,
+    CaptureResult,
+    ExecutionRecord,
+    PageRequest,
+    ToolCall,
+)
 from pml_server.service import Engine
 from tests.support import Clock, make_record, open_engine
 
@@ -169,15 +176,26 @@ def test_rule6_repeated_request_id_returns_the_first_result(engine: Engine) -> N
     record = make_record("same-id", "Read JSON file", JSON_TOOLS)
     first = engine.record("t", record)
     second = engine.record("t", record)
-    other_code = make_record("same-id", "Anything", ["x"], code="other()")
-    third = engine.record("t", other_code)
     assert second.replayed
-    assert third.replayed
     assert not first.replayed
     assert (second.pattern_id, second.outcome) == (first.pattern_id, first.outcome)
-    assert third.pattern_id == first.pattern_id
+    # the same id with another execution is refused, never answered `replayed` and dropped
+    for other in (
+        make_record("same-id", "Anything", ["x"], code="other()"),
+        make_record("same-id", "Read JSON file", JSON_TOOLS, failed={JSON_TOOLS[0]}),
+        replace(record, intent="Read the JSON file"),
+    ):
+        with pytest.raises(AlreadyExistsError, match="request_id 'same-id' was already used"):
+            engine.record("t", other)
+        assert isinstance(engine.record_many("t", [other])[0], AlreadyExistsError)
+    # within one batch too: the first applies, the other is refused
+    batch = engine.record_many(
+        "t", [make_record("b-id", "Write it", ["w"]), make_record("b-id", "Other", ["o"])]
+    )
+    assert isinstance(batch[0], CaptureResult)
+    assert isinstance(batch[1], AlreadyExistsError)
     assert engine.get_pattern("t", first.pattern_id).usage_count == 1
-    assert engine.stats("t").executions == 1
+    assert engine.stats("t").executions == 2  # same-id once, b-id once
     # request ids are per tenant
     assert not engine.record("u", record).replayed
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pml_server.domain.errors import InvalidArgumentError
+from pml_server.domain.errors import AlreadyExistsError, InvalidArgumentError
 from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import (
     CaptureOutcome,
@@ -52,7 +52,7 @@ def _workload() -> list[ExecutionRecord]:
         make_record("r7", "Write JSON output", ["write_file"], path="o.json", tags=("out",)),
         make_record("r8", "Convert CSV to JSON", ["read_csv", "write_file"]),
         make_record("r9", "Convert CSV to JSON", ["read_csv", "write_file"], path="z.json"),
-        make_record("r3", "another intent", ["x"], code="other()"),  # retry, other content
+        make_record("r3", "another intent", ["x"], code="other()"),  # reused id: refused
     ]
 
 
@@ -64,6 +64,9 @@ def _canonical(outcomes: list[CaptureResult | Exception]) -> list[tuple[object, 
     for o in outcomes:
         if isinstance(o, InvalidArgumentError):
             out.append(("error", tuple(v.field for v in o.violations)))
+            continue
+        if isinstance(o, AlreadyExistsError):
+            out.append(("already exists", str(o)))
             continue
         assert isinstance(o, CaptureResult), o
         pattern = names.setdefault(o.pattern_id, len(names)) if o.pattern_id else None
@@ -87,7 +90,7 @@ def _sequential(engine: Engine, records: list[ExecutionRecord]) -> list[CaptureR
     for record in records:
         try:
             outcomes.append(engine.record("t", record))
-        except InvalidArgumentError as error:
+        except (InvalidArgumentError, AlreadyExistsError) as error:
             outcomes.append(error)
     return outcomes
 

@@ -180,6 +180,16 @@ CASES: list[Case] = [
         [],
     ),
     (
+        "url_passwords",
+        "js",
+        "// primary postgresql://admin:Tr0ub4dor&3-horse@db.internal:5432/prod\n"
+        "await mcp.query({dsn: 'postgresql://admin:Tr0ub4dor&3-horse@db.internal:5432/prod', "
+        "mirror: 'redis://:p@ss@cache:6379/0', repo: 'ssh://git@github.com/a/b', "
+        "site: 'https://example.com/a:b@c'})",
+        None,
+        [],
+    ),
+    (
         "schema_formats",
         "js",
         "mcp.send({to: 'ann@example.org', at: '2024-05-01T10:00:00Z', day: '2024-05-01', "

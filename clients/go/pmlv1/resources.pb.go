@@ -193,6 +193,66 @@ func (RetentionAction) EnumDescriptor() ([]byte, []int) {
 	return file_pml_v1_resources_proto_rawDescGZIP(), []int{2}
 }
 
+// Where the value of an argument comes from.
+type StepArgument_Kind int32
+
+const (
+	StepArgument_KIND_UNSPECIFIED StepArgument_Kind = 0
+	// From the caller: built only from the pattern's placeholders (`parameters`).
+	StepArgument_KIND_PARAMETER StepArgument_Kind = 1
+	// Constant code (`true`, `null`, a literal past the placeholder cap).
+	StepArgument_KIND_LITERAL StepArgument_Kind = 2
+	// Reads the output of earlier steps (`sources`).
+	StepArgument_KIND_REFERENCE StepArgument_Kind = 3
+	// Not readable statically (a free or loop variable, a callback, a spread).
+	StepArgument_KIND_UNKNOWN StepArgument_Kind = 4
+)
+
+// Enum value maps for StepArgument_Kind.
+var (
+	StepArgument_Kind_name = map[int32]string{
+		0: "KIND_UNSPECIFIED",
+		1: "KIND_PARAMETER",
+		2: "KIND_LITERAL",
+		3: "KIND_REFERENCE",
+		4: "KIND_UNKNOWN",
+	}
+	StepArgument_Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED": 0,
+		"KIND_PARAMETER":   1,
+		"KIND_LITERAL":     2,
+		"KIND_REFERENCE":   3,
+		"KIND_UNKNOWN":     4,
+	}
+)
+
+func (x StepArgument_Kind) Enum() *StepArgument_Kind {
+	p := new(StepArgument_Kind)
+	*p = x
+	return p
+}
+
+func (x StepArgument_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StepArgument_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_pml_v1_resources_proto_enumTypes[3].Descriptor()
+}
+
+func (StepArgument_Kind) Type() protoreflect.EnumType {
+	return &file_pml_v1_resources_proto_enumTypes[3]
+}
+
+func (x StepArgument_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StepArgument_Kind.Descriptor instead.
+func (StepArgument_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{8, 0}
+}
+
 // ToolCall is one tool call of an execution, as the agent's runtime observed it.
 type ToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -769,7 +829,10 @@ type Pattern struct {
 	// (Output only) True when this copy was trimmed to fit a Suggest or list answer's byte
 	// budget: `original_code` and `template` cut short, fewer recent values and intents.
 	// GetPattern always returns the whole pattern.
-	Truncated     bool `protobuf:"varint,20,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Truncated bool `protobuf:"varint,20,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// (Output only) One step per tool call, in the order of `tools_used`, with its arguments and
+	// the data flow between steps (docs/normalization.md, Steps). Derived from `original_code`.
+	Steps         []*Step `protobuf:"bytes,21,rep,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -944,6 +1007,227 @@ func (x *Pattern) GetTruncated() bool {
 	return false
 }
 
+func (x *Pattern) GetSteps() []*Step {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+// Step is one tool call of a pattern. Steps whose `depends_on` do not connect them can run in
+// parallel; the edges always point from a step to steps it reads (a DAG).
+type Step struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// (Output only) Position in the pattern's steps, from 0.
+	Index int32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// (Output only) The tool called, as in `tools_used`.
+	Tool string `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	// (Output only) Its arguments, in the order written (at most 64).
+	Arguments []*StepArgument `protobuf:"bytes,3,rep,name=arguments,proto3" json:"arguments,omitempty"`
+	// (Output only) Indexes of the earlier steps whose outputs it reads, ascending.
+	DependsOn []int32 `protobuf:"varint,4,rep,packed,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	// (Output only) False when the flow around the call cannot be read (a loop or a callback: it
+	// may run several times, or later) or the code was not parsed (no arguments are listed).
+	FlowKnown     bool `protobuf:"varint,5,opt,name=flow_known,json=flowKnown,proto3" json:"flow_known,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Step) Reset() {
+	*x = Step{}
+	mi := &file_pml_v1_resources_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Step) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Step) ProtoMessage() {}
+
+func (x *Step) ProtoReflect() protoreflect.Message {
+	mi := &file_pml_v1_resources_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Step.ProtoReflect.Descriptor instead.
+func (*Step) Descriptor() ([]byte, []int) {
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Step) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Step) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *Step) GetArguments() []*StepArgument {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
+func (x *Step) GetDependsOn() []int32 {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
+func (x *Step) GetFlowKnown() bool {
+	if x != nil {
+		return x.FlowKnown
+	}
+	return false
+}
+
+// StepArgument is one argument of a step and where its value comes from.
+type StepArgument struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// (Output only) The key or keyword it is passed under, else its position ("0", "1"...);
+	// "..." for a spread.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// (Output only) Where its value comes from.
+	Kind StepArgument_Kind `protobuf:"varint,2,opt,name=kind,proto3,enum=pml.v1.StepArgument_Kind" json:"kind,omitempty"`
+	// (Output only) Placeholders it is built from (`$PATH`), in source order.
+	Parameters []string `protobuf:"bytes,3,rep,name=parameters,proto3" json:"parameters,omitempty"`
+	// (Output only) The step outputs it reads (set when kind is KIND_REFERENCE).
+	Sources       []*StepSource `protobuf:"bytes,4,rep,name=sources,proto3" json:"sources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepArgument) Reset() {
+	*x = StepArgument{}
+	mi := &file_pml_v1_resources_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepArgument) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepArgument) ProtoMessage() {}
+
+func (x *StepArgument) ProtoReflect() protoreflect.Message {
+	mi := &file_pml_v1_resources_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepArgument.ProtoReflect.Descriptor instead.
+func (*StepArgument) Descriptor() ([]byte, []int) {
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *StepArgument) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StepArgument) GetKind() StepArgument_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return StepArgument_KIND_UNSPECIFIED
+}
+
+func (x *StepArgument) GetParameters() []string {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+func (x *StepArgument) GetSources() []*StepSource {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+// StepSource is one step output an argument reads.
+type StepSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// (Output only) Index of the step read.
+	Step int32 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// (Output only) The path read in its output: "" for the whole output, `.field`, `["key"]`,
+	// `[0]`, `[*]` for an index computed at run time.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepSource) Reset() {
+	*x = StepSource{}
+	mi := &file_pml_v1_resources_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepSource) ProtoMessage() {}
+
+func (x *StepSource) ProtoReflect() protoreflect.Message {
+	mi := &file_pml_v1_resources_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepSource.ProtoReflect.Descriptor instead.
+func (*StepSource) Descriptor() ([]byte, []int) {
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StepSource) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *StepSource) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 // Capability groups patterns that use the same tools in the same order for similar intents.
 type Capability struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -971,7 +1255,7 @@ type Capability struct {
 
 func (x *Capability) Reset() {
 	*x = Capability{}
-	mi := &file_pml_v1_resources_proto_msgTypes[7]
+	mi := &file_pml_v1_resources_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1267,7 @@ func (x *Capability) String() string {
 func (*Capability) ProtoMessage() {}
 
 func (x *Capability) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[7]
+	mi := &file_pml_v1_resources_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1280,7 @@ func (x *Capability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capability.ProtoReflect.Descriptor instead.
 func (*Capability) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{7}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Capability) GetName() string {
@@ -1091,7 +1375,7 @@ type ScoreParts struct {
 
 func (x *ScoreParts) Reset() {
 	*x = ScoreParts{}
-	mi := &file_pml_v1_resources_proto_msgTypes[8]
+	mi := &file_pml_v1_resources_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1387,7 @@ func (x *ScoreParts) String() string {
 func (*ScoreParts) ProtoMessage() {}
 
 func (x *ScoreParts) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[8]
+	mi := &file_pml_v1_resources_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1400,7 @@ func (x *ScoreParts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreParts.ProtoReflect.Descriptor instead.
 func (*ScoreParts) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{8}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ScoreParts) GetMatch() float64 {
@@ -1197,7 +1481,7 @@ type Suggestion struct {
 
 func (x *Suggestion) Reset() {
 	*x = Suggestion{}
-	mi := &file_pml_v1_resources_proto_msgTypes[9]
+	mi := &file_pml_v1_resources_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1493,7 @@ func (x *Suggestion) String() string {
 func (*Suggestion) ProtoMessage() {}
 
 func (x *Suggestion) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[9]
+	mi := &file_pml_v1_resources_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1506,7 @@ func (x *Suggestion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Suggestion.ProtoReflect.Descriptor instead.
 func (*Suggestion) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{9}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Suggestion) GetCapability() string {
@@ -1264,7 +1548,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_pml_v1_resources_proto_msgTypes[10]
+	mi := &file_pml_v1_resources_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1560,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[10]
+	mi := &file_pml_v1_resources_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1573,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{10}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Plan) GetParts() []*PlanPart {
@@ -1338,7 +1622,7 @@ type PlanPart struct {
 
 func (x *PlanPart) Reset() {
 	*x = PlanPart{}
-	mi := &file_pml_v1_resources_proto_msgTypes[11]
+	mi := &file_pml_v1_resources_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1634,7 @@ func (x *PlanPart) String() string {
 func (*PlanPart) ProtoMessage() {}
 
 func (x *PlanPart) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[11]
+	mi := &file_pml_v1_resources_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1647,7 @@ func (x *PlanPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanPart.ProtoReflect.Descriptor instead.
 func (*PlanPart) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{11}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PlanPart) GetSuggestion() *Suggestion {
@@ -1411,7 +1695,7 @@ type PlanLink struct {
 
 func (x *PlanLink) Reset() {
 	*x = PlanLink{}
-	mi := &file_pml_v1_resources_proto_msgTypes[12]
+	mi := &file_pml_v1_resources_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1707,7 @@ func (x *PlanLink) String() string {
 func (*PlanLink) ProtoMessage() {}
 
 func (x *PlanLink) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[12]
+	mi := &file_pml_v1_resources_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1720,7 @@ func (x *PlanLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanLink.ProtoReflect.Descriptor instead.
 func (*PlanLink) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{12}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PlanLink) GetFromPart() int32 {
@@ -1492,7 +1776,7 @@ type PlanScore struct {
 
 func (x *PlanScore) Reset() {
 	*x = PlanScore{}
-	mi := &file_pml_v1_resources_proto_msgTypes[13]
+	mi := &file_pml_v1_resources_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1788,7 @@ func (x *PlanScore) String() string {
 func (*PlanScore) ProtoMessage() {}
 
 func (x *PlanScore) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[13]
+	mi := &file_pml_v1_resources_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1801,7 @@ func (x *PlanScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanScore.ProtoReflect.Descriptor instead.
 func (*PlanScore) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{13}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PlanScore) GetCoverage() float64 {
@@ -1595,7 +1879,7 @@ type FilteredCandidate struct {
 
 func (x *FilteredCandidate) Reset() {
 	*x = FilteredCandidate{}
-	mi := &file_pml_v1_resources_proto_msgTypes[14]
+	mi := &file_pml_v1_resources_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1891,7 @@ func (x *FilteredCandidate) String() string {
 func (*FilteredCandidate) ProtoMessage() {}
 
 func (x *FilteredCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[14]
+	mi := &file_pml_v1_resources_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1904,7 @@ func (x *FilteredCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilteredCandidate.ProtoReflect.Descriptor instead.
 func (*FilteredCandidate) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{14}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FilteredCandidate) GetCapability() string {
@@ -1681,7 +1965,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_pml_v1_resources_proto_msgTypes[15]
+	mi := &file_pml_v1_resources_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1977,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[15]
+	mi := &file_pml_v1_resources_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1990,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{15}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Failure) GetRequestId() string {
@@ -1775,7 +2059,7 @@ type RetentionEntry struct {
 
 func (x *RetentionEntry) Reset() {
 	*x = RetentionEntry{}
-	mi := &file_pml_v1_resources_proto_msgTypes[16]
+	mi := &file_pml_v1_resources_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +2071,7 @@ func (x *RetentionEntry) String() string {
 func (*RetentionEntry) ProtoMessage() {}
 
 func (x *RetentionEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[16]
+	mi := &file_pml_v1_resources_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +2084,7 @@ func (x *RetentionEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionEntry.ProtoReflect.Descriptor instead.
 func (*RetentionEntry) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{16}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RetentionEntry) GetPattern() string {
@@ -1885,7 +2169,7 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tjson_type\x18\x02 \x01(\tR\bjsonType\x12\x16\n" +
 	"\x06secret\x18\x03 \x01(\bR\x06secret\x12,\n" +
-	"\x12recent_values_json\x18\x04 \x03(\tR\x10recentValuesJson\"\x9e\x06\n" +
+	"\x12recent_values_json\x18\x04 \x03(\tR\x10recentValuesJson\"\xc2\x06\n" +
 	"\aPattern\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tcode_hash\x18\x02 \x01(\tR\bcodeHash\x12\x1a\n" +
@@ -1914,7 +2198,33 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\x13flagged_for_removal\x18\x11 \x01(\bR\x11flaggedForRemoval\x12#\n" +
 	"\rsuperseded_by\x18\x12 \x01(\tR\fsupersededBy\x12.\n" +
 	"\x13tool_mismatch_count\x18\x13 \x01(\x03R\x11toolMismatchCount\x12\x1c\n" +
-	"\ttruncated\x18\x14 \x01(\bR\ttruncated\"\xbc\x02\n" +
+	"\ttruncated\x18\x14 \x01(\bR\ttruncated\x12\"\n" +
+	"\x05steps\x18\x15 \x03(\v2\f.pml.v1.StepR\x05steps\"\xa2\x01\n" +
+	"\x04Step\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x122\n" +
+	"\targuments\x18\x03 \x03(\v2\x14.pml.v1.StepArgumentR\targuments\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\x04 \x03(\x05R\tdependsOn\x12\x1d\n" +
+	"\n" +
+	"flow_known\x18\x05 \x01(\bR\tflowKnown\"\x89\x02\n" +
+	"\fStepArgument\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x19.pml.v1.StepArgument.KindR\x04kind\x12\x1e\n" +
+	"\n" +
+	"parameters\x18\x03 \x03(\tR\n" +
+	"parameters\x12,\n" +
+	"\asources\x18\x04 \x03(\v2\x12.pml.v1.StepSourceR\asources\"h\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eKIND_PARAMETER\x10\x01\x12\x10\n" +
+	"\fKIND_LITERAL\x10\x02\x12\x12\n" +
+	"\x0eKIND_REFERENCE\x10\x03\x12\x10\n" +
+	"\fKIND_UNKNOWN\x10\x04\"4\n" +
+	"\n" +
+	"StepSource\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x05R\x04step\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\xbc\x02\n" +
 	"\n" +
 	"Capability\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -2023,58 +2333,66 @@ func file_pml_v1_resources_proto_rawDescGZIP() []byte {
 	return file_pml_v1_resources_proto_rawDescData
 }
 
-var file_pml_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pml_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_pml_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_pml_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_pml_v1_resources_proto_goTypes = []any{
 	(ExecutionStatus)(0),          // 0: pml.v1.ExecutionStatus
 	(CaptureOutcome)(0),           // 1: pml.v1.CaptureOutcome
 	(RetentionAction)(0),          // 2: pml.v1.RetentionAction
-	(*ToolCall)(nil),              // 3: pml.v1.ToolCall
-	(*ExecutionRecord)(nil),       // 4: pml.v1.ExecutionRecord
-	(*ToolFailure)(nil),           // 5: pml.v1.ToolFailure
-	(*CaptureResult)(nil),         // 6: pml.v1.CaptureResult
-	(*Intent)(nil),                // 7: pml.v1.Intent
-	(*Parameter)(nil),             // 8: pml.v1.Parameter
-	(*Pattern)(nil),               // 9: pml.v1.Pattern
-	(*Capability)(nil),            // 10: pml.v1.Capability
-	(*ScoreParts)(nil),            // 11: pml.v1.ScoreParts
-	(*Suggestion)(nil),            // 12: pml.v1.Suggestion
-	(*Plan)(nil),                  // 13: pml.v1.Plan
-	(*PlanPart)(nil),              // 14: pml.v1.PlanPart
-	(*PlanLink)(nil),              // 15: pml.v1.PlanLink
-	(*PlanScore)(nil),             // 16: pml.v1.PlanScore
-	(*FilteredCandidate)(nil),     // 17: pml.v1.FilteredCandidate
-	(*Failure)(nil),               // 18: pml.v1.Failure
-	(*RetentionEntry)(nil),        // 19: pml.v1.RetentionEntry
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(StepArgument_Kind)(0),        // 3: pml.v1.StepArgument.Kind
+	(*ToolCall)(nil),              // 4: pml.v1.ToolCall
+	(*ExecutionRecord)(nil),       // 5: pml.v1.ExecutionRecord
+	(*ToolFailure)(nil),           // 6: pml.v1.ToolFailure
+	(*CaptureResult)(nil),         // 7: pml.v1.CaptureResult
+	(*Intent)(nil),                // 8: pml.v1.Intent
+	(*Parameter)(nil),             // 9: pml.v1.Parameter
+	(*Pattern)(nil),               // 10: pml.v1.Pattern
+	(*Step)(nil),                  // 11: pml.v1.Step
+	(*StepArgument)(nil),          // 12: pml.v1.StepArgument
+	(*StepSource)(nil),            // 13: pml.v1.StepSource
+	(*Capability)(nil),            // 14: pml.v1.Capability
+	(*ScoreParts)(nil),            // 15: pml.v1.ScoreParts
+	(*Suggestion)(nil),            // 16: pml.v1.Suggestion
+	(*Plan)(nil),                  // 17: pml.v1.Plan
+	(*PlanPart)(nil),              // 18: pml.v1.PlanPart
+	(*PlanLink)(nil),              // 19: pml.v1.PlanLink
+	(*PlanScore)(nil),             // 20: pml.v1.PlanScore
+	(*FilteredCandidate)(nil),     // 21: pml.v1.FilteredCandidate
+	(*Failure)(nil),               // 22: pml.v1.Failure
+	(*RetentionEntry)(nil),        // 23: pml.v1.RetentionEntry
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_pml_v1_resources_proto_depIdxs = []int32{
-	20, // 0: pml.v1.ToolCall.start_time:type_name -> google.protobuf.Timestamp
-	3,  // 1: pml.v1.ExecutionRecord.tool_calls:type_name -> pml.v1.ToolCall
+	24, // 0: pml.v1.ToolCall.start_time:type_name -> google.protobuf.Timestamp
+	4,  // 1: pml.v1.ExecutionRecord.tool_calls:type_name -> pml.v1.ToolCall
 	0,  // 2: pml.v1.ExecutionRecord.status:type_name -> pml.v1.ExecutionStatus
-	20, // 3: pml.v1.ExecutionRecord.start_time:type_name -> google.protobuf.Timestamp
+	24, // 3: pml.v1.ExecutionRecord.start_time:type_name -> google.protobuf.Timestamp
 	1,  // 4: pml.v1.CaptureResult.outcome:type_name -> pml.v1.CaptureOutcome
-	5,  // 5: pml.v1.CaptureResult.tool_failures:type_name -> pml.v1.ToolFailure
-	20, // 6: pml.v1.Intent.last_seen_time:type_name -> google.protobuf.Timestamp
-	8,  // 7: pml.v1.Pattern.parameters:type_name -> pml.v1.Parameter
-	20, // 8: pml.v1.Pattern.create_time:type_name -> google.protobuf.Timestamp
-	20, // 9: pml.v1.Pattern.last_used_time:type_name -> google.protobuf.Timestamp
-	7,  // 10: pml.v1.Pattern.intents:type_name -> pml.v1.Intent
-	20, // 11: pml.v1.Capability.last_used_time:type_name -> google.protobuf.Timestamp
-	9,  // 12: pml.v1.Suggestion.pattern:type_name -> pml.v1.Pattern
-	11, // 13: pml.v1.Suggestion.score:type_name -> pml.v1.ScoreParts
-	14, // 14: pml.v1.Plan.parts:type_name -> pml.v1.PlanPart
-	15, // 15: pml.v1.Plan.links:type_name -> pml.v1.PlanLink
-	16, // 16: pml.v1.Plan.score:type_name -> pml.v1.PlanScore
-	12, // 17: pml.v1.PlanPart.suggestion:type_name -> pml.v1.Suggestion
-	11, // 18: pml.v1.FilteredCandidate.score:type_name -> pml.v1.ScoreParts
-	20, // 19: pml.v1.Failure.time:type_name -> google.protobuf.Timestamp
-	2,  // 20: pml.v1.RetentionEntry.action:type_name -> pml.v1.RetentionAction
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	6,  // 5: pml.v1.CaptureResult.tool_failures:type_name -> pml.v1.ToolFailure
+	24, // 6: pml.v1.Intent.last_seen_time:type_name -> google.protobuf.Timestamp
+	9,  // 7: pml.v1.Pattern.parameters:type_name -> pml.v1.Parameter
+	24, // 8: pml.v1.Pattern.create_time:type_name -> google.protobuf.Timestamp
+	24, // 9: pml.v1.Pattern.last_used_time:type_name -> google.protobuf.Timestamp
+	8,  // 10: pml.v1.Pattern.intents:type_name -> pml.v1.Intent
+	11, // 11: pml.v1.Pattern.steps:type_name -> pml.v1.Step
+	12, // 12: pml.v1.Step.arguments:type_name -> pml.v1.StepArgument
+	3,  // 13: pml.v1.StepArgument.kind:type_name -> pml.v1.StepArgument.Kind
+	13, // 14: pml.v1.StepArgument.sources:type_name -> pml.v1.StepSource
+	24, // 15: pml.v1.Capability.last_used_time:type_name -> google.protobuf.Timestamp
+	10, // 16: pml.v1.Suggestion.pattern:type_name -> pml.v1.Pattern
+	15, // 17: pml.v1.Suggestion.score:type_name -> pml.v1.ScoreParts
+	18, // 18: pml.v1.Plan.parts:type_name -> pml.v1.PlanPart
+	19, // 19: pml.v1.Plan.links:type_name -> pml.v1.PlanLink
+	20, // 20: pml.v1.Plan.score:type_name -> pml.v1.PlanScore
+	16, // 21: pml.v1.PlanPart.suggestion:type_name -> pml.v1.Suggestion
+	15, // 22: pml.v1.FilteredCandidate.score:type_name -> pml.v1.ScoreParts
+	24, // 23: pml.v1.Failure.time:type_name -> google.protobuf.Timestamp
+	2,  // 24: pml.v1.RetentionEntry.action:type_name -> pml.v1.RetentionAction
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_pml_v1_resources_proto_init() }
@@ -2087,8 +2405,8 @@ func file_pml_v1_resources_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pml_v1_resources_proto_rawDesc), len(file_pml_v1_resources_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   17,
+			NumEnums:      4,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

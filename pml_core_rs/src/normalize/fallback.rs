@@ -126,6 +126,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
         code_hash: canon.hash(),
         params,
         tool_calls,
+        steps: None,
     }
 }
 

@@ -17,6 +17,7 @@ mod naming;
 mod prepare;
 mod schema;
 mod secrets;
+mod steps;
 mod tree;
 
 use crate::error::{CoreError, CoreResult};
@@ -25,6 +26,9 @@ pub use language::{resolve as resolve_language, Lang, LanguageChoice};
 pub use literal::JsonType;
 pub use prepare::{prepare, prepare_many, CaptureInput, Prepared, MIN_SECRET_CHARS};
 pub use secrets::redact_text;
+pub use steps::{
+    ArgKind, Step, StepArgument, StepSource, MAX_ARGUMENT_NODES, MAX_STEPS, MAX_STEP_ARGUMENTS,
+};
 
 /// Version of the normalization rules; hashed into every `code_hash`.
 pub const NORMALIZER_VERSION: u32 = 2;
@@ -72,6 +76,9 @@ pub struct Normalized {
     /// elsewhere (comments, f-strings, names) with a credential prefix, a JWT, a `Bearer` token
     /// or a PEM block by `[REDACTED]`: the only form of the code later layers may store.
     pub redacted_code: String,
+    /// One step per tool call (up to `MAX_STEPS`), with its arguments and data flow
+    /// (docs/normalization.md, Steps).
+    pub steps: Vec<Step>,
 }
 
 /// A literal taken out of the code, before naming and secret detection.
@@ -123,6 +130,8 @@ struct Extracted {
     code_hash: String,
     params: Vec<RawParam>,
     tool_calls: Vec<String>,
+    /// Steps read from the tree; `None` when the tree was not read (fallback).
+    steps: Option<Vec<steps::RawStep>>,
 }
 
 /// Normalize `code` written in `language` (see `resolve_language` for the names). Never
@@ -203,10 +212,13 @@ fn parse_and_walk(code: &str, lang: Lang) -> Result<Extracted, String> {
     );
     let result =
         tree::walk(&tree, code, lang, &mut canon, MAX_TREE_DEPTH).map_err(|_| too_deep())?;
+    let spans: Vec<(usize, usize)> = result.params.iter().map(|p| (p.start, p.end)).collect();
+    let steps = steps::read_steps(&tree, code, lang, &result.tool_calls, &spans);
     Ok(Extracted {
         code_hash: canon.hash(),
         params: result.params,
         tool_calls: result.tool_calls,
+        steps,
     })
 }
 
@@ -270,7 +282,9 @@ fn assemble(
     let mut params = Vec::with_capacity(extracted.params.len());
     let mut formats = Vec::with_capacity(extracted.params.len());
     let (mut byte_at, mut char_at) = (0usize, 0usize);
-    for raw in extracted.params {
+    // The placeholder each raw parameter became, if any (steps name their parameters).
+    let mut placeholder: Vec<Option<String>> = vec![None; extracted.params.len()];
+    for (raw_index, raw) in extracted.params.into_iter().enumerate() {
         if raw.start < byte_at || raw.end > code.len() {
             continue; // overlapping spans cannot happen; skip rather than corrupt the template
         }
@@ -305,6 +319,7 @@ fn assemble(
         formats.push(schema::string_format(raw.string_value.as_deref(), secret));
         let name = names.allocate(&base);
         template.push_str(&name);
+        placeholder[raw_index] = Some(name.clone());
         params.push(Param {
             name,
             json_type: raw.json_type,
@@ -317,6 +332,10 @@ fn assemble(
     template.push_str(&code[byte_at..]);
     redacted.push_str(&code[byte_at..]);
     let schema_json = schema::infer_schema(&params, &formats);
+    let steps = match extracted.steps {
+        Some(raw_steps) => name_steps(raw_steps, &placeholder),
+        None => steps::unread_steps(&extracted.tool_calls),
+    };
     Normalized {
         language,
         template: secrets::redact_code(&template).into_owned(),
@@ -327,7 +346,43 @@ fn assemble(
         fallback_reason,
         schema_json,
         redacted_code: secrets::redact_code(&redacted).into_owned(),
+        steps,
     }
+}
+
+/// Give the steps' parameters their placeholder names; a literal that stayed code (past
+/// `MAX_PARAMS`) is no parameter, so an argument made only of such literals is a literal.
+fn name_steps(raw_steps: Vec<steps::RawStep>, placeholder: &[Option<String>]) -> Vec<Step> {
+    raw_steps
+        .into_iter()
+        .map(|raw| Step {
+            tool: raw.tool,
+            arguments: raw
+                .arguments
+                .into_iter()
+                .map(|arg| {
+                    let parameters: Vec<String> = arg
+                        .params
+                        .iter()
+                        .filter_map(|&i| placeholder.get(i).cloned().flatten())
+                        .collect();
+                    let kind = if arg.kind == ArgKind::Parameter && parameters.is_empty() {
+                        ArgKind::Literal
+                    } else {
+                        arg.kind
+                    };
+                    StepArgument {
+                        name: arg.name,
+                        kind,
+                        parameters,
+                        sources: arg.sources,
+                    }
+                })
+                .collect(),
+            depends_on: raw.depends_on,
+            flow_known: raw.flow_known,
+        })
+        .collect()
 }
 
 #[cfg(test)]

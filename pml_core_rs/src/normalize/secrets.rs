@@ -84,9 +84,13 @@ pub fn is_secret_value(value: &str) -> bool {
     is_credential_shaped(value) || is_high_entropy_token(value.trim())
 }
 
-/// A known credential prefix or a JWT: the rules that never match ordinary code (unlike the
-/// entropy rule, which a long camelCase name with a digit can pass).
+/// A known credential prefix, a JWT or a URL with a password (`scheme://user:pass@host`): the
+/// rules that never match ordinary code (unlike the entropy rule, which a long camelCase name
+/// with a digit can pass).
 fn is_credential_shaped(value: &str) -> bool {
+    if url_userinfo(value).is_some() {
+        return true;
+    }
     let value = value.trim();
     if TOKEN_PREFIXES
         .iter()
@@ -164,6 +168,39 @@ fn shannon_entropy(bytes: &[u8]) -> f64 {
         .sum()
 }
 
+/// The byte range of the first URL user-info holding a password in `text`: in
+/// `postgresql://admin:pw@db:5432/prod`, `admin:pw` (docs/capture.md, Secrets). The authority
+/// ends at the first `/`, `?`, `#`, whitespace, quote or angle bracket; its user-info is what
+/// comes before its last `@` (a password may hold an unescaped `@`), and counts only with a `:`
+/// (`ssh://git@host` names a user, not a credential).
+fn url_userinfo(text: &str) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    while let Some(found) = text[from..].find("://") {
+        let start = from + found + 3;
+        if let Some(range) = userinfo_at(bytes, start) {
+            return Some(range);
+        }
+        from = start;
+    }
+    None
+}
+
+/// The user-info with a password of the authority starting at `start`, if any.
+fn userinfo_at(bytes: &[u8], start: usize) -> Option<(usize, usize)> {
+    let end = bytes[start..]
+        .iter()
+        .position(|&b| {
+            matches!(
+                b,
+                b'/' | b'?' | b'#' | b'"' | b'\'' | b'`' | b'<' | b'>' | b'\\'
+            ) || b.is_ascii_whitespace()
+        })
+        .map_or(bytes.len(), |n| start + n);
+    let at = start + bytes[start..end].iter().rposition(|&b| b == b'@')?;
+    (at > start && bytes[start..at].contains(&b':')).then_some((start, at))
+}
+
 /// What a credential-shaped token of free text becomes.
 pub const REDACTED_TOKEN: &str = "[REDACTED]";
 
@@ -173,7 +210,8 @@ fn is_token_byte(b: u8) -> bool {
 
 /// `text` with every credential-shaped token replaced by `[REDACTED]`: a token (a run of
 /// `[A-Za-z0-9+/=_.-]`, trailing dots dropped) that `is_secret_value` flags, the token after
-/// `Bearer ` or `Basic `, and a whole PEM block (`-----BEGIN` to the `-----` after `-----END`).
+/// `Bearer ` or `Basic `, a URL's user-info when it has a password (`scheme://[REDACTED]@host`),
+/// and a whole PEM block (`-----BEGIN` to the `-----` after `-----END`).
 /// For free text that no parser reads: error messages, arguments, traces, comments. Linear in
 /// the text; borrowed when nothing is found.
 pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
@@ -199,6 +237,15 @@ fn redact(text: &str, flagged: fn(&str) -> bool) -> std::borrow::Cow<'_, str> {
         *copied = to;
     };
     while i < bytes.len() {
+        if bytes[i..].starts_with(b"://") {
+            // A URL's user-info may hold any character (`admin:Tr0ub4dor&3-horse`): it is
+            // replaced whole, before the token rules split it.
+            if let Some((from, to)) = userinfo_at(bytes, i + 3) {
+                redact(&mut out, &mut copied, from, to);
+                i = to;
+                continue;
+            }
+        }
         if bytes[i..].starts_with(b"-----BEGIN") {
             if let Some(end) = pem_end(text, i) {
                 redact(&mut out, &mut copied, i, end);
@@ -316,6 +363,39 @@ mod tests {
         assert!(out.contains("calculateMonthlyAverage2024x"), "{out}");
         assert!(!out.contains("ghp_"), "{out}");
         assert!(redact_text("q8Zr3VxT0pLk2WmN7sYb4HdJ9fGc").contains("[REDACTED]"));
+    }
+
+    #[test]
+    fn url_passwords_are_redacted_with_their_user() {
+        let dsn = "postgresql://admin:Tr0ub4dor&3-horse@db.internal:5432/prod";
+        assert!(is_secret_value(dsn));
+        for text in [
+            format!("connect failed: {dsn} refused"),
+            format!("const db = connect(\"{dsn}\") // or {dsn}"),
+            "redis://:p@ss@cache:6379/0 and https://u:x@h?q=1#f".to_owned(),
+        ] {
+            let out = redact_text(&text);
+            for secret in ["Tr0ub4dor", "horse", "p@ss", "u:x"] {
+                assert!(!out.contains(secret), "{out}");
+            }
+            assert_eq!(redact_code(&text), out, "code and text agree on URLs");
+        }
+        assert_eq!(
+            redact_text(&format!("at {dsn}.")),
+            "at postgresql://[REDACTED]@db.internal:5432/prod."
+        );
+        for plain in [
+            "ssh://git@github.com/a/b",
+            "https://example.com/a:b@c",
+            "see http://host:8080/x",
+            "mailto:me@example.com",
+        ] {
+            assert!(!is_secret_value(plain), "{plain}");
+            assert!(
+                matches!(redact_text(plain), std::borrow::Cow::Borrowed(_)),
+                "{plain}"
+            );
+        }
     }
 
     #[test]

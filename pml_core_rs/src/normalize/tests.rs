@@ -393,3 +393,100 @@ fn secrets_are_redacted_in_the_code_and_past_the_cap() {
     let plain = norm("await mcp.read_file({path: 'a.json'})", "js");
     assert_eq!(plain.redacted_code, "await mcp.read_file({path: 'a.json'})");
 }
+
+// ---- steps (docs/normalization.md, Steps) ---------------------------------------------------
+
+fn edges(code: &str, language: &str) -> Vec<(usize, usize)> {
+    let n = norm(code, language);
+    assert_eq!(n.steps.len(), n.tool_calls.len());
+    n.steps
+        .iter()
+        .enumerate()
+        .flat_map(|(to, s)| s.depends_on.iter().map(move |&from| (from, to)))
+        .collect()
+}
+
+#[test]
+fn steps_read_references_in_every_form() {
+    let code = "const r1 = await mcp.search({q: \"x\"});\n\
+        const r2 = await mcp.get({id: r1, name: r1.name, ex: r1[\"Exchange Rate\"], t: `5 * ${r1.rate}`});\n\
+        const {a, b: c} = await mcp.third({});\n\
+        const y = r2.data;\n\
+        await mcp.fourth({a, c, y, z: true, w: foo});";
+    let n = norm(code, "js");
+    let s = &n.steps;
+    assert_eq!(s.len(), 4);
+    assert_eq!(s[0].arguments[0].kind, ArgKind::Parameter);
+    assert_eq!(s[0].arguments[0].parameters, vec!["$Q"]);
+    let paths: Vec<&str> = s[1]
+        .arguments
+        .iter()
+        .map(|a| a.sources[0].path.as_str())
+        .collect();
+    assert_eq!(paths, vec!["", ".name", "[\"Exchange Rate\"]", ".rate"]);
+    assert!(s[1].arguments.iter().all(|a| a.kind == ArgKind::Reference));
+    assert_eq!(s[1].depends_on, vec![0]);
+    assert!(s[2].depends_on.is_empty());
+    assert_eq!(s[3].depends_on, vec![1, 2]);
+    assert_eq!(s[3].arguments[0].sources[0].path, ".a");
+    assert_eq!(s[3].arguments[1].sources[0].path, ".b");
+    assert_eq!(s[3].arguments[2].sources[0].path, ".data");
+    assert_eq!(s[3].arguments[3].kind, ArgKind::Literal);
+    assert_eq!(s[3].arguments[4].kind, ArgKind::Unknown);
+    assert!(s.iter().all(|s| s.flow_known));
+}
+
+#[test]
+fn steps_in_python_and_typescript() {
+    let py = "r1 = await mcp.search(q=\"x\")\npath = \"a.json\"\n\
+        r2 = mcp.read_file(path=path, body=f\"hi {r1['x']}\")\nmcp.other(r2.data, 3)\n";
+    let n = norm(py, "python");
+    assert_eq!(n.steps[1].arguments[0].parameters, vec!["$PATH"]);
+    assert_eq!(n.steps[1].arguments[1].sources[0].path, "[\"x\"]");
+    assert_eq!(edges(py, "python"), vec![(0, 1), (1, 2)]);
+    let ts = "const r: any = await mcp.a({});\nawait mcp.b({x: (r as any).v});";
+    assert_eq!(edges(ts, "ts"), vec![(0, 1)]);
+}
+
+#[test]
+fn independent_steps_have_no_edges() {
+    let code = "const a = await mcp.x({p: 1});\nconst b = await mcp.y({q: \"s\"});";
+    assert!(edges(code, "js").is_empty());
+}
+
+#[test]
+fn reassignment_uses_the_latest_binding_before_the_use() {
+    let code = "let r = await mcp.a({});\nr = await mcp.b({x: r});\nawait mcp.c({y: r});";
+    assert_eq!(edges(code, "js"), vec![(0, 1), (1, 2)]);
+}
+
+#[test]
+fn unreadable_flow_degrades_never_fails() {
+    let code = "const r = await mcp.list({});\n\
+        for (const it of r.items) { await mcp.get({id: it.id}); }\n\
+        r.items.map(x => mcp.put({v: x}));\nmcp[name]({});";
+    let n = norm(code, "js");
+    assert_eq!(n.tool_calls, vec!["list", "get", "put"]);
+    assert!(n.steps[0].flow_known);
+    assert!(!n.steps[1].flow_known && !n.steps[2].flow_known);
+    assert_eq!(n.steps[1].arguments[0].kind, ArgKind::Unknown);
+    // Unparsable code: the tools in call order, nothing else.
+    let broken = norm("const r = await mcp.a({x: 1}; mcp.b(r)", "js");
+    assert!(!broken.parse_ok);
+    assert_eq!(broken.steps.len(), broken.tool_calls.len());
+    assert!(broken
+        .steps
+        .iter()
+        .all(|s| !s.flow_known && s.arguments.is_empty()));
+}
+
+#[test]
+fn nested_calls_and_dispatch() {
+    let code =
+        "await mcp.outer({v: await mcp.inner({}), w: 2});\nawait mcp.call(\"dyn\", {p: \"v\"});";
+    let n = norm(code, "js");
+    assert_eq!(n.tool_calls, vec!["outer", "inner", "dyn"]);
+    assert_eq!(n.steps[0].depends_on, vec![1]);
+    assert_eq!(n.steps[2].arguments.len(), 1);
+    assert_eq!(n.steps[2].arguments[0].name, "p");
+}

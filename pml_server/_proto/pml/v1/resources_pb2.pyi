@@ -403,6 +403,7 @@ class Pattern(_message.Message):
     SUPERSEDED_BY_FIELD_NUMBER: _builtins.int
     TOOL_MISMATCH_COUNT_FIELD_NUMBER: _builtins.int
     TRUNCATED_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """(Output only) Resource name, `patterns/{pattern}`."""
     code_hash: _builtins.str
@@ -456,6 +457,12 @@ class Pattern(_message.Message):
     def intents(self) -> _containers.RepeatedCompositeFieldContainer[Global___Intent]:
         """(Output only) Intents that led to it."""
 
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___Step]:
+        """(Output only) One step per tool call, in the order of `tools_used`, with its arguments and
+        the data flow between steps (docs/normalization.md, Steps). Derived from `original_code`.
+        """
+
     def __init__(
         self,
         *,
@@ -479,14 +486,158 @@ class Pattern(_message.Message):
         superseded_by: _builtins.str = ...,
         tool_mismatch_count: _builtins.int = ...,
         truncated: _builtins.bool = ...,
+        steps: _abc.Iterable[Global___Step] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "last_used_time", b"last_used_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capability", b"capability", "code_hash", b"code_hash", "create_time", b"create_time", "failure_count", b"failure_count", "flagged_for_removal", b"flagged_for_removal", "intents", b"intents", "language", b"language", "last_used_time", b"last_used_time", "mean_duration_ms", b"mean_duration_ms", "name", b"name", "original_code", b"original_code", "parameter_schema_json", b"parameter_schema_json", "parameters", b"parameters", "success_count", b"success_count", "superseded_by", b"superseded_by", "template", b"template", "tool_mismatch_count", b"tool_mismatch_count", "tools_used", b"tools_used", "truncated", b"truncated", "usage_count", b"usage_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capability", b"capability", "code_hash", b"code_hash", "create_time", b"create_time", "failure_count", b"failure_count", "flagged_for_removal", b"flagged_for_removal", "intents", b"intents", "language", b"language", "last_used_time", b"last_used_time", "mean_duration_ms", b"mean_duration_ms", "name", b"name", "original_code", b"original_code", "parameter_schema_json", b"parameter_schema_json", "parameters", b"parameters", "steps", b"steps", "success_count", b"success_count", "superseded_by", b"superseded_by", "template", b"template", "tool_mismatch_count", b"tool_mismatch_count", "tools_used", b"tools_used", "truncated", b"truncated", "usage_count", b"usage_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Pattern: _TypeAlias = Pattern  # noqa: Y015
+
+@_typing.final
+class Step(_message.Message):
+    """Step is one tool call of a pattern. Steps whose `depends_on` do not connect them can run in
+    parallel; the edges always point from a step to steps it reads (a DAG).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    TOOL_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_FIELD_NUMBER: _builtins.int
+    DEPENDS_ON_FIELD_NUMBER: _builtins.int
+    FLOW_KNOWN_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """(Output only) Position in the pattern's steps, from 0."""
+    tool: _builtins.str
+    """(Output only) The tool called, as in `tools_used`."""
+    flow_known: _builtins.bool
+    """(Output only) False when the flow around the call cannot be read (a loop or a callback: it
+    may run several times, or later) or the code was not parsed (no arguments are listed).
+    """
+    @_builtins.property
+    def arguments(self) -> _containers.RepeatedCompositeFieldContainer[Global___StepArgument]:
+        """(Output only) Its arguments, in the order written (at most 64)."""
+
+    @_builtins.property
+    def depends_on(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """(Output only) Indexes of the earlier steps whose outputs it reads, ascending."""
+
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        tool: _builtins.str = ...,
+        arguments: _abc.Iterable[Global___StepArgument] | None = ...,
+        depends_on: _abc.Iterable[_builtins.int] | None = ...,
+        flow_known: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments", "depends_on", b"depends_on", "flow_known", b"flow_known", "index", b"index", "tool", b"tool"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Step: _TypeAlias = Step  # noqa: Y015
+
+@_typing.final
+class StepArgument(_message.Message):
+    """StepArgument is one argument of a step and where its value comes from."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Kind:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _KindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[StepArgument._Kind.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        KIND_UNSPECIFIED: StepArgument._Kind.ValueType  # 0
+        KIND_PARAMETER: StepArgument._Kind.ValueType  # 1
+        """From the caller: built only from the pattern's placeholders (`parameters`)."""
+        KIND_LITERAL: StepArgument._Kind.ValueType  # 2
+        """Constant code (`true`, `null`, a literal past the placeholder cap)."""
+        KIND_REFERENCE: StepArgument._Kind.ValueType  # 3
+        """Reads the output of earlier steps (`sources`)."""
+        KIND_UNKNOWN: StepArgument._Kind.ValueType  # 4
+        """Not readable statically (a free or loop variable, a callback, a spread)."""
+
+    class Kind(_Kind, metaclass=_KindEnumTypeWrapper):
+        """Where the value of an argument comes from."""
+
+    KIND_UNSPECIFIED: StepArgument.Kind.ValueType  # 0
+    KIND_PARAMETER: StepArgument.Kind.ValueType  # 1
+    """From the caller: built only from the pattern's placeholders (`parameters`)."""
+    KIND_LITERAL: StepArgument.Kind.ValueType  # 2
+    """Constant code (`true`, `null`, a literal past the placeholder cap)."""
+    KIND_REFERENCE: StepArgument.Kind.ValueType  # 3
+    """Reads the output of earlier steps (`sources`)."""
+    KIND_UNKNOWN: StepArgument.Kind.ValueType  # 4
+    """Not readable statically (a free or loop variable, a callback, a spread)."""
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    PARAMETERS_FIELD_NUMBER: _builtins.int
+    SOURCES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """(Output only) The key or keyword it is passed under, else its position ("0", "1"...);
+    "..." for a spread.
+    """
+    kind: Global___StepArgument.Kind.ValueType
+    """(Output only) Where its value comes from."""
+    @_builtins.property
+    def parameters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """(Output only) Placeholders it is built from (`$PATH`), in source order."""
+
+    @_builtins.property
+    def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___StepSource]:
+        """(Output only) The step outputs it reads (set when kind is KIND_REFERENCE)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        kind: Global___StepArgument.Kind.ValueType = ...,
+        parameters: _abc.Iterable[_builtins.str] | None = ...,
+        sources: _abc.Iterable[Global___StepSource] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "name", b"name", "parameters", b"parameters", "sources", b"sources"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepArgument: _TypeAlias = StepArgument  # noqa: Y015
+
+@_typing.final
+class StepSource(_message.Message):
+    """StepSource is one step output an argument reads."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEP_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    step: _builtins.int
+    """(Output only) Index of the step read."""
+    path: _builtins.str
+    """(Output only) The path read in its output: "" for the whole output, `.field`, `["key"]`,
+    `[0]`, `[*]` for an index computed at run time.
+    """
+    def __init__(
+        self,
+        *,
+        step: _builtins.int = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StepSource: _TypeAlias = StepSource  # noqa: Y015
 
 @_typing.final
 class Capability(_message.Message):

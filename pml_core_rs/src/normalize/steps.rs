@@ -1,0 +1,789 @@
+//! Steps and data flow (docs/normalization.md, Steps): every tool call of a parsed snippet
+//! becomes a step, in the order of `tool_calls`, and each of its arguments is classified as a
+//! parameter (a literal taken out as a placeholder, directly or through a variable), a literal
+//! that stayed code, a reference to earlier steps' outputs (`r1`, `r1.field`, `r1["x"]`, a
+//! template string, a variable assigned from a call or from another reference), or unknown.
+//! Scopes are ignored, as in `bindings`: a name's latest binding before a use is its value.
+//! Code whose flow cannot be read (loops, callbacks) keeps its steps, in call order, with
+//! `flow_known == false`; what cannot be resolved is `Unknown`, never an error. Costs are
+//! bounded: at most `MAX_STEPS` steps, `MAX_STEP_ARGUMENTS` arguments per step and
+//! `MAX_ARGUMENT_NODES` syntax nodes read per argument.
+
+use std::collections::HashMap;
+
+use tree_sitter::{Node, Tree};
+
+use super::grammar::Grammar;
+use super::language::Lang;
+use super::literal;
+use super::tree::{DISPATCH_METHODS, TOOL_ROOTS};
+
+/// Most steps read from one snippet; later calls are still in `tool_calls`.
+pub const MAX_STEPS: usize = 256;
+/// Most arguments listed per step; later ones are dropped from the step (not from the code).
+pub const MAX_STEP_ARGUMENTS: usize = 64;
+/// Most syntax nodes read to classify one argument; past it the argument is `Unknown`.
+pub const MAX_ARGUMENT_NODES: usize = 512;
+/// Longest member chain read for a tool name (`mcp.server.tool` is 2), as in `tree`.
+const MAX_CHAIN: usize = 8;
+
+/// What an argument's value is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgKind {
+    /// Only placeholders (and literal code): the caller supplies it.
+    Parameter,
+    /// Constant code only (`true`, `null`, a literal past the parameter cap).
+    Literal,
+    /// Uses the output of at least one earlier step.
+    Reference,
+    /// Anything else: free variables, loop variables, callbacks, spreads.
+    Unknown,
+}
+
+impl ArgKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArgKind::Parameter => "parameter",
+            ArgKind::Literal => "literal",
+            ArgKind::Reference => "reference",
+            ArgKind::Unknown => "unknown",
+        }
+    }
+}
+
+/// A step output an argument reads: step index (0-based, into `steps`) and the path read in it
+/// (`""` for the whole output, `.field`, `["x"]`, `[0]`, `[*]` for a computed index).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepSource {
+    pub step: usize,
+    pub path: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepArgument {
+    /// The key or keyword it is passed under, else its position (`"0"`, `"1"`...).
+    pub name: String,
+    pub kind: ArgKind,
+    /// Placeholder names it is built from (`$PATH`), in source order, without repeats.
+    pub parameters: Vec<String>,
+    /// Step outputs it reads (non-empty exactly when `kind == Reference`).
+    pub sources: Vec<StepSource>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub tool: String,
+    pub arguments: Vec<StepArgument>,
+    /// Steps whose outputs this one reads, ascending, without repeats: the DAG's edges.
+    pub depends_on: Vec<usize>,
+    /// False inside a loop or a callback, or when the code was not parsed: the step may run
+    /// several times or later, and its arguments may not be all listed.
+    pub flow_known: bool,
+}
+
+/// Steps for code the tree path did not read: the tools in call order, nothing more.
+pub fn unread_steps(tool_calls: &[String]) -> Vec<Step> {
+    tool_calls
+        .iter()
+        .take(MAX_STEPS)
+        .map(|tool| Step {
+            tool: tool.clone(),
+            arguments: Vec::new(),
+            depends_on: Vec::new(),
+            flow_known: false,
+        })
+        .collect()
+}
+
+/// A step as read from the tree, parameters still as indexes into the raw parameter list.
+pub(crate) struct RawStep {
+    pub tool: String,
+    pub arguments: Vec<RawArgument>,
+    pub depends_on: Vec<usize>,
+    pub flow_known: bool,
+}
+
+pub(crate) struct RawArgument {
+    pub name: String,
+    pub kind: ArgKind,
+    pub params: Vec<usize>,
+    pub sources: Vec<StepSource>,
+}
+
+/// What a name is bound to at some point of the code.
+#[derive(Clone)]
+enum Binding {
+    Steps(Vec<StepSource>),
+    Params(Vec<usize>),
+    Other,
+}
+
+#[derive(Default)]
+struct Found {
+    params: Vec<usize>,
+    sources: Vec<StepSource>,
+    unknown: bool,
+}
+
+impl Found {
+    fn kind(&self) -> ArgKind {
+        if !self.sources.is_empty() {
+            ArgKind::Reference
+        } else if self.unknown {
+            ArgKind::Unknown
+        } else if !self.params.is_empty() {
+            ArgKind::Parameter
+        } else {
+            ArgKind::Literal
+        }
+    }
+}
+
+struct Reader<'a, 't> {
+    code: &'a str,
+    lang: Lang,
+    grammar: &'static Grammar,
+    /// Tool calls by start byte: their step index.
+    calls: HashMap<usize, usize>,
+    /// Raw parameters by start byte: (end byte, index).
+    params: HashMap<usize, (usize, usize)>,
+    /// Bindings of each name, in the order they take effect: (position, value).
+    bindings: HashMap<&'a str, Vec<(usize, Binding)>>,
+    budget: usize,
+    _tree: std::marker::PhantomData<&'t ()>,
+}
+
+/// Read the steps of a parsed snippet whose tool calls are `tool_calls` (in the tree walk's
+/// order); `param_spans` are the raw parameters' byte spans. `None` when the calls read here
+/// disagree with `tool_calls` (the caller then uses `unread_steps`).
+pub(crate) fn read_steps(
+    tree: &Tree,
+    code: &str,
+    lang: Lang,
+    tool_calls: &[String],
+    param_spans: &[(usize, usize)],
+) -> Option<Vec<RawStep>> {
+    let grammar = lang.tables();
+    let mut calls: Vec<(Node<'_>, String)> = Vec::new();
+    let mut sites: Vec<(usize, Node<'_>, Option<Node<'_>>)> = Vec::new(); // (position, pattern, value)
+    let mut cursor = tree.walk();
+    // Pre-order walk, the order the tree walk records tool calls in.
+    'outer: loop {
+        let node = cursor.node();
+        let kind = grammar.kind(node);
+        if matches!(kind, "call_expression" | "call") {
+            if let Some(tool) = tool_of_call(grammar, code, lang, node) {
+                calls.push((node, tool));
+            }
+        }
+        binding_sites(grammar, lang, node, kind, &mut sites);
+        if cursor.goto_first_child() {
+            continue;
+        }
+        loop {
+            if cursor.goto_next_sibling() {
+                continue 'outer;
+            }
+            if !cursor.goto_parent() {
+                break 'outer;
+            }
+        }
+    }
+    if calls.len() != tool_calls.len() || calls.iter().zip(tool_calls).any(|(c, t)| &c.1 != t) {
+        return None;
+    }
+    calls.truncate(MAX_STEPS);
+    let mut reader = Reader {
+        code,
+        lang,
+        grammar,
+        calls: calls
+            .iter()
+            .enumerate()
+            .map(|(i, (node, _))| (node.start_byte(), i))
+            .collect(),
+        params: param_spans
+            .iter()
+            .enumerate()
+            .map(|(i, &(start, end))| (start, (end, i)))
+            .collect(),
+        bindings: HashMap::new(),
+        budget: 0,
+        _tree: std::marker::PhantomData,
+    };
+    // Bindings take effect where their statement ends; each value is read against the
+    // bindings before it, so they are resolved in that order.
+    sites.sort_by_key(|site| site.0);
+    for (position, pattern, value) in sites {
+        let binding = match value {
+            Some(value) => {
+                reader.budget = MAX_ARGUMENT_NODES;
+                let mut found = Found::default();
+                reader.read(value, value.start_byte(), &mut found, 0);
+                match found.kind() {
+                    ArgKind::Reference => Binding::Steps(found.sources),
+                    ArgKind::Parameter => Binding::Params(found.params),
+                    _ => Binding::Other,
+                }
+            }
+            None => Binding::Other,
+        };
+        reader.bind(pattern, position, &binding, String::new(), 0);
+    }
+    let mut steps = Vec::with_capacity(calls.len());
+    for (index, (node, tool)) in calls.iter().enumerate() {
+        let arguments = reader.arguments(*node);
+        let mut depends_on: Vec<usize> = arguments
+            .iter()
+            .flat_map(|a| a.sources.iter().map(|s| s.step))
+            .filter(|&s| s != index)
+            .collect();
+        depends_on.sort_unstable();
+        depends_on.dedup();
+        steps.push(RawStep {
+            tool: tool.clone(),
+            arguments,
+            depends_on,
+            flow_known: !reader.deferred(*node),
+        });
+    }
+    Some(steps)
+}
+
+/// The tool a call statically names (`mcp.tool(...)`, `tools.server.tool(...)`,
+/// `mcp.call("tool", ...)`), as the tree walk reads it.
+pub(crate) fn tool_of_call(
+    grammar: &'static Grammar,
+    code: &str,
+    lang: Lang,
+    node: Node<'_>,
+) -> Option<String> {
+    let text = |n: Node<'_>| &code[n.byte_range()];
+    let function = grammar.child(node, "function")?;
+    let mut segments: Vec<&str> = Vec::new();
+    let mut current = function;
+    loop {
+        let (object, name) = match grammar.kind(current) {
+            "member_expression" => ("object", "property"),
+            "attribute" => ("object", "attribute"),
+            "identifier" => break,
+            _ => return None,
+        };
+        let next = grammar.child(current, object)?;
+        segments.push(text(grammar.child(current, name)?));
+        if segments.len() > MAX_CHAIN {
+            return None;
+        }
+        current = next;
+    }
+    if !TOOL_ROOTS.contains(&text(current)) {
+        return None;
+    }
+    segments.reverse();
+    let (&last, server) = segments.split_last()?;
+    if !DISPATCH_METHODS.contains(&last) {
+        return Some(segments.join(":"));
+    }
+    let name_node = first_string_arg(grammar, node)?;
+    let name = decode_string(lang, text(name_node))?;
+    Some(if server.is_empty() {
+        name
+    } else {
+        format!("{}:{name}", server.join(":"))
+    })
+}
+
+fn first_string_arg<'t>(grammar: &'static Grammar, call: Node<'t>) -> Option<Node<'t>> {
+    let args = grammar.child(call, "arguments")?;
+    let mut cursor = args.walk();
+    let first = args.named_children(&mut cursor).find(|c| !c.is_extra())?;
+    (grammar.kind(first) == "string").then_some(first)
+}
+
+fn decode_string(lang: Lang, raw: &str) -> Option<String> {
+    if lang.is_python() {
+        literal::decode_py_string(raw)
+    } else {
+        literal::decode_js_string(raw)
+    }
+}
+
+/// Record where names get bound: declarations and assignments (with their value), loop
+/// variables and function parameters (bound to something unknown where they are introduced).
+fn binding_sites<'t>(
+    grammar: &'static Grammar,
+    lang: Lang,
+    node: Node<'t>,
+    kind: &str,
+    sites: &mut Vec<(usize, Node<'t>, Option<Node<'t>>)>,
+) {
+    let with_value = |name: &str, value: &str, sites: &mut Vec<_>| {
+        if let Some(pattern) = grammar.child(node, name) {
+            sites.push((node.end_byte(), pattern, grammar.child(node, value)));
+        }
+    };
+    let unknown = |name: &str, sites: &mut Vec<_>| {
+        if let Some(pattern) = grammar.child(node, name) {
+            sites.push((node.start_byte(), pattern, None));
+        }
+    };
+    if lang.is_python() {
+        match kind {
+            "assignment" => with_value("left", "right", sites),
+            "named_expression" => with_value("name", "value", sites),
+            "for_statement" | "for_in_clause" => unknown("left", sites),
+            "parameters" | "lambda_parameters" => sites.push((node.start_byte(), node, None)),
+            _ => {}
+        }
+    } else {
+        match kind {
+            "variable_declarator" => with_value("name", "value", sites),
+            "assignment_expression" => with_value("left", "right", sites),
+            "for_in_statement" => unknown("left", sites),
+            "formal_parameters" => sites.push((node.start_byte(), node, None)),
+            "arrow_function" | "catch_clause" => unknown("parameter", sites),
+            _ => {}
+        }
+    }
+}
+
+impl<'a, 't> Reader<'a, 't> {
+    fn text(&self, node: Node<'_>) -> &'a str {
+        &self.code[node.byte_range()]
+    }
+
+    fn kind(&self, node: Node<'_>) -> &'static str {
+        self.grammar.kind(node)
+    }
+
+    /// Bind every name `pattern` introduces: a plain name gets `binding`, a destructured one
+    /// the binding's sources with the path it was taken at.
+    fn bind(
+        &mut self,
+        pattern: Node<'t>,
+        at: usize,
+        binding: &Binding,
+        path: String,
+        depth: usize,
+    ) {
+        if depth > 16 {
+            return;
+        }
+        let at_path = |suffix: &str| match binding {
+            Binding::Steps(sources) => Binding::Steps(
+                sources
+                    .iter()
+                    .map(|s| StepSource {
+                        step: s.step,
+                        path: format!("{}{path}{suffix}", s.path),
+                    })
+                    .collect(),
+            ),
+            other => other.clone(),
+        };
+        let kind = self.kind(pattern);
+        let mut cursor = pattern.walk();
+        let children: Vec<Node<'t>> = pattern.named_children(&mut cursor).collect();
+        match kind {
+            "identifier" | "shorthand_property_identifier_pattern" => {
+                let name = self.text(pattern);
+                let value = at_path("");
+                self.bindings.entry(name).or_default().push((at, value));
+            }
+            // `obj.x = ...` binds no name.
+            "member_expression" | "subscript_expression" | "attribute" | "subscript" => {}
+            "object_pattern" => {
+                for child in children {
+                    match self.kind(child) {
+                        "shorthand_property_identifier_pattern" => {
+                            let key = self.text(child);
+                            let value = at_path(&format!(".{key}"));
+                            self.bindings.entry(key).or_default().push((at, value));
+                        }
+                        "pair_pattern" => {
+                            let key = self.grammar.child(child, "key").map(|k| self.key_text(k));
+                            if let (Some(key), Some(value)) =
+                                (key, self.grammar.child(child, "value"))
+                            {
+                                let inner = at_path(&format!(".{key}"));
+                                self.bind(value, at, &inner, String::new(), depth + 1);
+                            }
+                        }
+                        _ => self.bind(child, at, &Binding::Other, String::new(), depth + 1),
+                    }
+                }
+            }
+            "array_pattern" | "pattern_list" | "tuple_pattern" | "list_pattern" => {
+                for (i, child) in children.into_iter().enumerate() {
+                    let inner = at_path(&format!("[{i}]"));
+                    self.bind(child, at, &inner, String::new(), depth + 1);
+                }
+            }
+            "assignment_pattern" | "object_assignment_pattern" => {
+                if let Some(left) = self.grammar.child(pattern, "left") {
+                    self.bind(left, at, &Binding::Other, String::new(), depth + 1);
+                }
+            }
+            // Parameter lists and anything else: every name in them is unknown from here on.
+            _ => {
+                for child in children {
+                    let inner = match self.kind(child) {
+                        "default_parameter" | "typed_default_parameter" => {
+                            self.grammar.child(child, "name")
+                        }
+                        "required_parameter" | "optional_parameter" => {
+                            self.grammar.child(child, "pattern")
+                        }
+                        "typed_parameter" => {
+                            let mut c = child.walk();
+                            let first = child
+                                .named_children(&mut c)
+                                .find(|n| self.kind(*n) != "type");
+                            first
+                        }
+                        _ => Some(child),
+                    };
+                    if let Some(inner) = inner {
+                        self.bind(inner, at, &Binding::Other, String::new(), depth + 1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// An object key or subscript as written: identifiers as is, strings decoded.
+    fn key_text(&self, key: Node<'_>) -> String {
+        let text = self.text(key);
+        if self.kind(key) == "string" {
+            decode_string(self.lang, text).unwrap_or_else(|| text.to_owned())
+        } else {
+            text.to_owned()
+        }
+    }
+
+    fn lookup(&self, name: &str, at: usize) -> Option<&Binding> {
+        let list = self.bindings.get(name)?;
+        list.iter()
+            .rev()
+            .find(|(position, _)| *position <= at)
+            .map(|(_, b)| b)
+    }
+
+    /// The arguments of a tool call: an object (or dict) passed alone is read key by key.
+    fn arguments(&mut self, call: Node<'t>) -> Vec<RawArgument> {
+        let Some(args) = self.grammar.child(call, "arguments") else {
+            return Vec::new();
+        };
+        let mut cursor = args.walk();
+        let mut items: Vec<Node<'t>> = args
+            .named_children(&mut cursor)
+            .filter(|c| !c.is_extra())
+            .collect();
+        let dispatch = self
+            .grammar
+            .child(call, "function")
+            .and_then(|f| {
+                self.grammar
+                    .child(f, "property")
+                    .or_else(|| self.grammar.child(f, "attribute"))
+            })
+            .is_some_and(|name| DISPATCH_METHODS.contains(&self.text(name)));
+        if dispatch && !items.is_empty() {
+            items.remove(0);
+        }
+        let mut named: Vec<(String, Option<Node<'t>>)> = Vec::new();
+        let positional = items
+            .iter()
+            .filter(|n| self.kind(**n) != "keyword_argument")
+            .count();
+        for (position, item) in items.into_iter().enumerate() {
+            match self.kind(item) {
+                "object" | "dictionary" if positional == 1 => {
+                    let mut c = item.walk();
+                    for entry in item.named_children(&mut c).filter(|c| !c.is_extra()) {
+                        match self.kind(entry) {
+                            "pair" => {
+                                let key = self.grammar.child(entry, "key");
+                                let name = key.map(|k| self.key_text(k)).unwrap_or_default();
+                                named.push((name, self.grammar.child(entry, "value")));
+                            }
+                            "shorthand_property_identifier" => {
+                                named.push((self.text(entry).to_owned(), Some(entry)));
+                            }
+                            "spread_element" | "dictionary_splat" => {
+                                named.push(("...".to_owned(), Some(entry)));
+                            }
+                            _ => named.push((self.text(entry).to_owned(), None)),
+                        }
+                    }
+                }
+                "keyword_argument" => {
+                    let name = self
+                        .grammar
+                        .child(item, "name")
+                        .map(|n| self.text(n).to_owned())
+                        .unwrap_or_default();
+                    named.push((name, self.grammar.child(item, "value")));
+                }
+                "spread_element" | "list_splat" | "dictionary_splat" => {
+                    named.push(("...".to_owned(), Some(item)));
+                }
+                _ => named.push((position.to_string(), Some(item))),
+            }
+        }
+        named.truncate(MAX_STEP_ARGUMENTS);
+        let at = call.start_byte();
+        named
+            .into_iter()
+            .map(|(name, value)| {
+                let mut found = Found::default();
+                match value {
+                    Some(value) => {
+                        self.budget = MAX_ARGUMENT_NODES;
+                        self.read(value, at, &mut found, 0);
+                    }
+                    None => found.unknown = true,
+                }
+                let kind = found.kind();
+                let mut params = std::mem::take(&mut found.params);
+                dedup_keep_order(&mut params);
+                let mut sources = found.sources;
+                let mut seen = std::collections::HashSet::new();
+                sources.retain(|s| seen.insert((s.step, s.path.clone())));
+                RawArgument {
+                    name,
+                    kind,
+                    params,
+                    sources,
+                }
+            })
+            .collect()
+    }
+
+    /// Classify what `node` (read at byte `at`) is made of into `found`.
+    fn read(&mut self, node: Node<'t>, at: usize, found: &mut Found, depth: usize) {
+        if self.budget == 0 || depth > 64 {
+            found.unknown = true;
+            return;
+        }
+        self.budget -= 1;
+        if node.is_extra() {
+            return;
+        }
+        if let Some(&(end, index)) = self.params.get(&node.start_byte()) {
+            if end == node.end_byte() {
+                found.params.push(index);
+                return;
+            }
+        }
+        let kind = self.kind(node);
+        match kind {
+            "identifier" | "shorthand_property_identifier" => {
+                self.read_name(self.text(node), at, "", found);
+            }
+            "call_expression" | "call" => {
+                if let Some(&step) = self.calls.get(&node.start_byte()) {
+                    found.sources.push(StepSource {
+                        step,
+                        path: String::new(),
+                    });
+                } else {
+                    self.read_children(node, at, found, depth);
+                }
+            }
+            "member_expression" | "attribute" | "subscript_expression" | "subscript" => {
+                if !self.read_path(node, at, found) {
+                    // Not a path from a name or a step: read the object and any index.
+                    let object = self
+                        .grammar
+                        .child(node, "object")
+                        .or_else(|| self.grammar.child(node, "value"));
+                    for part in [
+                        object,
+                        self.grammar.child(node, "index"),
+                        self.grammar.child(node, "subscript"),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    {
+                        self.read(part, at, found, depth + 1);
+                    }
+                }
+            }
+            "arrow_function" | "function_expression" | "function" | "lambda" => {
+                found.unknown = true;
+            }
+            // A spread passes keys not written here: unknown, and a reference if it reads a step.
+            "spread_element" | "list_splat" | "dictionary_splat" => {
+                found.unknown = true;
+                self.read_children(node, at, found, depth);
+            }
+            "true" | "false" | "null" | "undefined" | "none" | "string" | "number" | "integer"
+            | "float" | "template_string"
+                if node.named_child_count() == 0 => {}
+            _ if node.named_child_count() == 0 => {
+                // A leaf that is not a literal (`this`, `super`...): not known here.
+                if !matches!(
+                    kind,
+                    "string_fragment"
+                        | "string_content"
+                        | "string_start"
+                        | "string_end"
+                        | "escape_sequence"
+                        | "property_identifier"
+                        | "comment"
+                        | "regex"
+                        | "regex_pattern"
+                        | "type_identifier"
+                        | "predefined_type"
+                ) {
+                    found.unknown = true;
+                }
+            }
+            "pair" | "keyword_argument" => {
+                if let Some(value) = self.grammar.child(node, "value") {
+                    self.read(value, at, found, depth + 1);
+                }
+            }
+            _ => self.read_children(node, at, found, depth),
+        }
+    }
+
+    fn read_children(&mut self, node: Node<'t>, at: usize, found: &mut Found, depth: usize) {
+        let mut cursor = node.walk();
+        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+        for child in children {
+            self.read(child, at, found, depth + 1);
+        }
+    }
+
+    fn read_name(&self, name: &str, at: usize, path: &str, found: &mut Found) {
+        match self.lookup(name, at) {
+            Some(Binding::Steps(sources)) => {
+                found.sources.extend(sources.iter().map(|s| StepSource {
+                    step: s.step,
+                    path: format!("{}{path}", s.path),
+                }));
+            }
+            Some(Binding::Params(params)) => found.params.extend(params.iter().copied()),
+            Some(Binding::Other) => found.unknown = true,
+            None => match name {
+                "undefined" | "None" | "True" | "False" | "NaN" | "Infinity" => {}
+                _ => found.unknown = true,
+            },
+        }
+    }
+
+    /// `r1.a["b"][0]`: a path read from a name or a tool call. `false` when the chain does
+    /// not start at one (the caller reads the parts instead).
+    fn read_path(&mut self, node: Node<'t>, at: usize, found: &mut Found) -> bool {
+        let mut segments: Vec<String> = Vec::new();
+        let mut current = node;
+        let mut computed: Vec<Node<'t>> = Vec::new();
+        for _ in 0..64 {
+            let kind = self.kind(current);
+            let (object, segment) = match kind {
+                "member_expression" | "attribute" => {
+                    let field = if kind == "attribute" {
+                        "attribute"
+                    } else {
+                        "property"
+                    };
+                    let Some(name) = self.grammar.child(current, field) else {
+                        return false;
+                    };
+                    ("object", format!(".{}", self.text(name)))
+                }
+                "subscript_expression" | "subscript" => {
+                    let (object, index) = if kind == "subscript" {
+                        ("value", "subscript")
+                    } else {
+                        ("object", "index")
+                    };
+                    let Some(index) = self.grammar.child(current, index) else {
+                        return false;
+                    };
+                    let segment = match self.kind(index) {
+                        "string" => match decode_string(self.lang, self.text(index)) {
+                            Some(key) => format!("[{}]", serde_json::Value::String(key)),
+                            None => "[*]".to_owned(),
+                        },
+                        "number" | "integer" => format!("[{}]", self.text(index)),
+                        _ => {
+                            computed.push(index);
+                            "[*]".to_owned()
+                        }
+                    };
+                    (object, segment)
+                }
+                "parenthesized_expression"
+                | "await_expression"
+                | "await"
+                | "as_expression"
+                | "satisfies_expression"
+                | "non_null_expression" => {
+                    let Some(inner) = current.named_child(0) else {
+                        return false;
+                    };
+                    current = inner;
+                    continue;
+                }
+                _ => break,
+            };
+            segments.push(segment);
+            let Some(next) = self.grammar.child(current, object) else {
+                return false;
+            };
+            current = next;
+        }
+        segments.reverse();
+        let path: String = segments.concat();
+        match self.kind(current) {
+            "identifier" => self.read_name(self.text(current), at, &path, found),
+            "call_expression" | "call" => match self.calls.get(&current.start_byte()) {
+                Some(&step) => found.sources.push(StepSource { step, path }),
+                None => return false,
+            },
+            _ => return false,
+        }
+        // A computed index reads its own names too (`r2[r1.key]`).
+        for index in computed {
+            self.read(index, at, found, 1);
+        }
+        true
+    }
+
+    /// Inside a loop, or inside a function passed as an argument (a callback): the step may
+    /// run several times, or later.
+    fn deferred(&self, node: Node<'t>) -> bool {
+        let mut current = node.parent();
+        while let Some(ancestor) = current {
+            match self.kind(ancestor) {
+                "for_statement"
+                | "for_in_statement"
+                | "while_statement"
+                | "do_statement"
+                | "list_comprehension"
+                | "dictionary_comprehension"
+                | "set_comprehension"
+                | "generator_expression" => return true,
+                "arrow_function" | "function_expression" | "function" | "lambda" => {
+                    let in_call = ancestor
+                        .parent()
+                        .is_some_and(|p| matches!(self.kind(p), "arguments" | "argument_list"));
+                    if in_call {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+            current = ancestor.parent();
+        }
+        false
+    }
+}
+
+fn dedup_keep_order(values: &mut Vec<usize>) {
+    let mut seen = std::collections::HashSet::new();
+    values.retain(|v| seen.insert(*v));
+}

@@ -1,0 +1,135 @@
+"""Steps and data flow (docs/normalization.md, Steps): the golden vectors replayed, and property
+tests over generated programs whose data flow is known by construction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pml_server import _core
+
+VECTORS_PATH = Path(__file__).resolve().parents[1] / "vectors" / "steps.json"
+VECTORS: list[dict[str, Any]] = json.loads(VECTORS_PATH.read_text(encoding="utf-8"))["vectors"]
+
+
+def _steps(code: str, language: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "tool": s.tool,
+            "arguments": [
+                {
+                    "name": a.name,
+                    "kind": a.kind,
+                    "parameters": list(a.parameters),
+                    "sources": [{"step": step, "path": path} for step, path in a.sources],
+                }
+                for a in s.arguments
+            ],
+            "depends_on": list(s.depends_on),
+            "flow_known": s.flow_known,
+        }
+        for s in _core.normalize(code, language).steps
+    ]
+
+
+@pytest.mark.parametrize("vector", VECTORS, ids=[v["name"] for v in VECTORS])
+def test_vector(vector: dict[str, Any]) -> None:
+    assert _steps(vector["code"], vector["language"]) == vector["steps"]
+
+
+# ---- generated programs ------------------------------------------------------------------------
+
+KEYS = st.sampled_from(["path", "id", "query", "limit", "text", "city"])
+FIELDS = st.sampled_from(["id", "name", "data", "Exchange Rate", "items"])
+
+
+@st.composite
+def programs(draw: st.DrawFn) -> tuple[str, str, set[tuple[int, int]], list[list[str]]]:
+    """A program of n calls, each argument a literal or a reference to an earlier result in
+    one of the written forms; returns (code, language, edges, kinds per step)."""
+    python = draw(st.booleans())
+    n = draw(st.integers(min_value=1, max_value=7))
+    edges: set[tuple[int, int]] = set()
+    kinds: list[list[str]] = []
+    lines = []
+    for i in range(n):
+        args = []
+        step_kinds = []
+        keys = draw(st.lists(KEYS, min_size=0, max_size=3, unique=True))
+        for key in keys:
+            if i > 0 and draw(st.booleans()):
+                src = draw(st.integers(min_value=0, max_value=i - 1))
+                field = draw(FIELDS)
+                form = draw(st.sampled_from(["whole", "dot", "key", "template", "alias"]))
+                if form == "dot" and " " in field:
+                    form = "key"
+                value = {
+                    "whole": f"r{src}",
+                    "dot": f"r{src}.{field}",
+                    "key": f'r{src}["{field}"]',
+                    "template": f'f"x {{r{src}}} y"' if python else f"`x ${{r{src}}} y`",
+                    "alias": f"a{i}_{key}",
+                }[form]
+                if form == "alias":
+                    lines.append(
+                        f"a{i}_{key} = r{src}" if python else f"const a{i}_{key} = r{src};"
+                    )
+                edges.add((src, i))
+                step_kinds.append("reference")
+            elif draw(st.booleans()):
+                value = json.dumps(draw(st.text(alphabet="abcxyz ./", max_size=8)))
+                step_kinds.append("parameter")
+            else:
+                value = ("True" if python else "true") if draw(st.booleans()) else "None"
+                if not python:
+                    value = "null" if value == "None" else value
+                step_kinds.append("literal")
+            args.append((key, value))
+        tool = f"tool_{draw(st.integers(min_value=0, max_value=3))}"
+        if python:
+            call = f"mcp.{tool}({', '.join(f'{k}={v}' for k, v in args)})"
+            lines.append(f"r{i} = {call}")
+        else:
+            call = f"await mcp.{tool}({{{', '.join(f'{k}: {v}' for k, v in args)}}})"
+            lines.append(f"const r{i} = {call};")
+        kinds.append(step_kinds)
+    return "\n".join(lines), "python" if python else "js", edges, kinds
+
+
+@settings(max_examples=200, deadline=None)
+@given(programs())
+def test_every_reference_is_an_edge_and_no_other(
+    program: tuple[str, str, set[tuple[int, int]], list[list[str]]],
+) -> None:
+    code, language, edges, kinds = program
+    steps = _core.normalize(code, language).steps
+    got = {(d, i) for i, s in enumerate(steps) for d in s.depends_on}
+    assert got == edges, code
+    assert [[a.kind for a in s.arguments] for s in steps] == kinds, code
+    # A DAG in call order: every edge points back.
+    assert all(d < i for d, i in got)
+    assert all(s.flow_known for s in steps)
+
+
+@settings(max_examples=100, deadline=None)
+@given(programs(), st.sampled_from(["loop", "callback"]))
+def test_unreadable_flow_degrades_to_steps_in_call_order(
+    program: tuple[str, str, set[tuple[int, int]], list[list[str]]], wrap: str
+) -> None:
+    code, language, _, _ = program
+    if language == "python":
+        body = "\n".join("    " + line for line in code.splitlines())
+        wrapped = f"for item in items:\n{body}\n"
+    elif wrap == "loop":
+        wrapped = f"for (const item of items) {{\n{code}\n}}"
+    else:
+        wrapped = f"items.forEach(async (item) => {{\n{code}\n}});"
+    plain = _core.normalize(code, language)
+    inside = _core.normalize(wrapped, language)
+    assert [s.tool for s in inside.steps] == inside.tool_calls == plain.tool_calls
+    assert not any(s.flow_known for s in inside.steps)

@@ -1,0 +1,114 @@
+"""Retention with auto-removal deletes a pattern only if the removal rule still holds at the
+moment of deletion, under the pattern's lock: a success captured after retention evaluated the
+tenant keeps the pattern (docs/ranking.md, Retention). On the embedded RocksDB store and on the
+shared PostgreSQL store (whose pattern locks are advisory locks of the write transaction)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pml_server.domain.model import RetentionAction
+from pml_server.retention import RetentionConfig
+from pml_server.service import Engine, _curation
+from tests.support import make_record, open_engine
+
+AUTO = RetentionConfig(auto_remove=True)
+TOOLS = ["flaky_tool"]
+
+
+@pytest.fixture(params=["rocksdb", "postgresql"])
+def engine_of(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Engine]]:
+    opened: list[Engine] = []
+
+    def make() -> Engine:
+        store: dict[str, Any] = {}
+        if request.param == "postgresql":
+            store["store"] = request.getfixturevalue("postgres_dsn")
+        engine = open_engine(tmp_path / f"e{len(opened)}", retention=AUTO, **store)
+        opened.append(engine)
+        return engine
+
+    yield make
+    for engine in opened:
+        engine.close()
+
+
+def _at_the_edge(engine: Engine, tenant: str, name: str) -> str:
+    """A pattern at 2 successes of 11 tries (18% < 20%): a removal candidate."""
+    first = engine.record(tenant, make_record(f"{name}-0", f"run {name}", TOOLS, code=f"{name}()"))
+    for i in range(1, 11):
+        failed = {TOOLS[0]} if i > 1 else None
+        record = make_record(f"{name}-{i}", f"run {name}", TOOLS, code=f"{name}()", failed=failed)
+        engine.record(tenant, record)
+    pattern = engine.get_pattern(tenant, first.pattern_id)
+    assert (pattern.success_count, pattern.failure_count) == (2, 9)
+    return first.pattern_id
+
+
+def test_a_success_after_the_evaluation_keeps_the_pattern(
+    engine_of: Callable[[], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deterministic: a success of pattern `a` (3 of 12, 25%) lands between retention's
+    evaluation and its deletions; `a` is kept and not reported removed, `b` (unchanged) goes."""
+    engine = engine_of()
+    a = _at_the_edge(engine, "t", "a")
+    b = _at_the_edge(engine, "t", "b")
+    evaluated = _curation.views_by_capability
+
+    def evaluate_then_capture(*args: Any) -> Any:
+        views = evaluated(*args)
+        engine.record("t", make_record("a-late", "run a", TOOLS, code="a()"))
+        return views
+
+    monkeypatch.setattr(_curation, "views_by_capability", evaluate_then_capture)
+    report = engine.run_retention("t", apply=True)
+    removed = {e.pattern_id for e in report.entries if e.action is RetentionAction.REMOVED}
+    assert removed == {b}
+    kept = engine.get_pattern("t", a)
+    assert (kept.success_count, kept.failure_count) == (3, 9)
+
+
+def test_concurrent_captures_never_lose_a_pattern_that_recovered(
+    engine_of: Callable[[], Engine],
+) -> None:
+    """Threads capture successes of patterns at the edge while retention applies again and
+    again. Every pattern deleted must have met the rule with every capture acknowledged for
+    it (a capture acknowledged before the deletion counted in it); then the pattern id never
+    comes back (the next capture starts a new pattern)."""
+    engine = engine_of()
+    ids = {name: _at_the_edge(engine, "t", name) for name in (f"p{i}" for i in range(12))}
+    acked: dict[str, list[bool]] = {}  # pattern id -> outcome of each acknowledged capture
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def capture(name: str) -> None:
+        for i in range(6):
+            if stop.is_set():
+                return
+            result = engine.record(
+                "t", make_record(f"{name}-s{i}", f"run {name}", TOOLS, code=f"{name}()")
+            )
+            with lock:
+                acked.setdefault(result.pattern_id, []).append(True)
+
+    threads = [threading.Thread(target=capture, args=(n,)) for n in ids]
+    for t in threads:
+        t.start()
+    deletions: list[str] = []
+    while any(t.is_alive() for t in threads):
+        report = engine.run_retention("t", apply=True)
+        deletions += [e.pattern_id for e in report.entries if e.action is RetentionAction.REMOVED]
+    for t in threads:
+        t.join()
+    stop.set()
+    wrong = []
+    for pattern_id in deletions:
+        successes = 2 + len(acked.get(pattern_id, []))
+        if successes / (successes + 9) >= AUTO.min_success_rate:
+            wrong.append(pattern_id)
+    assert wrong == [], (wrong, deletions)

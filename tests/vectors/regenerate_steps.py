@@ -1,0 +1,131 @@
+"""Rewrite `steps.json`: the golden vectors of step and data-flow extraction
+(docs/normalization.md, Steps), for clients in other languages. Review the diff by hand.
+
+    .venv/bin/python tests/vectors/regenerate_steps.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pml_server import _core
+
+HERE = Path(__file__).resolve().parent
+
+# (name, language, code)
+CASES: list[tuple[str, str, str]] = [
+    ("single_parameter", "js", 'const x = await mcp.read_file({path: "a.json"})'),
+    (
+        "chain_whole_output",
+        "js",
+        'const r1 = await mcp.search_person({query: "Tom Hanks"});\n'
+        "const r2 = await mcp.get_person_movie_credit({person_id: r1});",
+    ),
+    (
+        "field_key_template",
+        "js",
+        'const r1 = await mcp.rate({from: "USD", to: "EUR"});\n'
+        'const r2 = await mcp.convert({rate: r1["Exchange Rate"], id: r1.id, '
+        'expr: `5 * ${r1["Exchange Rate"]}`});',
+    ),
+    (
+        "independent_then_join",
+        "js",
+        'const a = await mcp.weather({city: "Paris"});\n'
+        'const b = await mcp.news({topic: "Paris"});\n'
+        "await mcp.send({text: `${a.summary} ${b.title}`, urgent: true});",
+    ),
+    (
+        "destructuring_and_alias",
+        "js",
+        "const {items, next: cursor} = await mcp.list({});\n"
+        "const first = items[0];\n"
+        "await mcp.get({id: first, page: cursor});",
+    ),
+    (
+        "variable_parameter",
+        "js",
+        'const path = "a.json";\nawait mcp.read_file({path});',
+    ),
+    (
+        "reassigned",
+        "js",
+        "let r = await mcp.a({});\nr = await mcp.b({x: r});\nawait mcp.c({y: r});",
+    ),
+    (
+        "nested_call",
+        "js",
+        "await mcp.outer({v: await mcp.inner({q: 1})});",
+    ),
+    (
+        "dispatch",
+        "js",
+        'const r = await mcp.call("search", {q: "x"});\n'
+        'await tools.call_tool("fetch", {url: r.url});',
+    ),
+    (
+        "loop_and_callback",
+        "js",
+        "const r = await mcp.list_items({});\n"
+        "for (const it of r.items) { await mcp.get_item({id: it.id}); }\n"
+        "r.items.map((x) => mcp.put_item({v: x}));",
+    ),
+    ("free_variable", "js", "await mcp.send({to: recipient, body: `hi`});"),
+    ("spread", "js", "const r = await mcp.a({});\nawait mcp.b({...r, k: 2});"),
+    (
+        "typescript",
+        "ts",
+        "const r: Result = await mcp.fetch({url: 'u'});\nawait mcp.store({v: (r as Result).body});",
+    ),
+    (
+        "python_keywords",
+        "py",
+        'r1 = await mcp.search(q="x")\npath = "a.json"\n'
+        "r2 = mcp.read_file(path=path, body=f\"hi {r1['x']}\")\nmcp.other(r2.data, 3)\n",
+    ),
+    (
+        "python_tuple_and_loop",
+        "py",
+        "a, b = mcp.pair()\nfor x in a:\n    mcp.use(v=x, w=b)\n",
+    ),
+    ("unparsed", "js", "const r = await mcp.a({x: 1}; mcp.b(r)"),
+]
+
+
+def steps_of(code: str, language: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "tool": s.tool,
+            "arguments": [
+                {
+                    "name": a.name,
+                    "kind": a.kind,
+                    "parameters": list(a.parameters),
+                    "sources": [{"step": step, "path": path} for step, path in a.sources],
+                }
+                for a in s.arguments
+            ],
+            "depends_on": list(s.depends_on),
+            "flow_known": s.flow_known,
+        }
+        for s in _core.normalize(code, language).steps
+    ]
+
+
+def main() -> None:
+    vectors = [
+        {"name": name, "language": language, "code": code, "steps": steps_of(code, language)}
+        for name, language, code in CASES
+    ]
+    out = {
+        "description": "Golden vectors of pml step and data-flow extraction; see "
+        "docs/normalization.md, Steps. Step indexes and depends_on count from 0.",
+        "vectors": vectors,
+    }
+    (HERE / "steps.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()
