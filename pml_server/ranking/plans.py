@@ -196,30 +196,67 @@ def _input_types(pattern: PatternView) -> dict[str, str]:
     return types
 
 
+def _stem_words(name: str) -> frozenset[str] | None:
+    """The words of an identifier name's stem (`person_id` -> {person}); None for a name that
+    is no identifier."""
+    m = _ID_INPUT.match(name.lstrip("$").lower())
+    if m is None:
+        return None
+    return frozenset(_singular(w) for w in m.group("stem").split("_") if w)
+
+
+def _has_steps(pattern: PatternView) -> bool:
+    return len(pattern.steps) == len(pattern.tools_used) > 0
+
+
 def outputs(pattern: PatternView, steps: Sequence[int] | None = None) -> dict[str, frozenset[str]]:
-    """The identifiers a pattern's tools produce, as `<noun>_id` with the noun's words: every
-    word of a tool's name after its verb (`search_people` -> `person_id`, words {person}). A
-    tool's result is a scalar or a record holding one, so an output fits scalar inputs only."""
+    """The identifiers the steps (`steps`; every step when None) of a pattern produce, each with
+    the words of its noun. Learned from the pattern's data flow (`Pattern.steps`): an argument
+    of a later step fed by a reference to a step's output names what that step produces
+    (`get_person_movie_credit({person_id: r1.results[0].id})` -> `search_people` produces
+    `person_id`). And named after the tool: every tail of its name's words after the verb
+    (`search_people` -> `person_id`, `people_id`). A tool's result is a scalar or a record
+    holding one, so an output fits scalar inputs only."""
     out: dict[str, frozenset[str]] = {}
-    tools = pattern.tools_used
-    for tool in tools if steps is None else [tools[n] for n in steps]:
-        words = [_singular(w) for w in tool.lower().split("_") if w][1:]
-        for n in range(len(words)):
-            noun = words[n:]
+    chosen = range(len(pattern.tools_used)) if steps is None else steps
+    if _has_steps(pattern):
+        for later in pattern.steps:
+            for arg in later.arguments:
+                words = _stem_words(arg.name)
+                if arg.kind == "reference" and words and any(s in chosen for s, _ in arg.sources):
+                    out.setdefault(arg.name.lower(), words)
+    for n in chosen:
+        tool_words_ = [_singular(w) for w in pattern.tools_used[n].lower().split("_") if w][1:]
+        for first in range(len(tool_words_)):
+            noun = tool_words_[first:]
             out.setdefault("_".join(noun) + "_id", frozenset(noun))
     return out
 
 
-def identifier_inputs(pattern: PatternView) -> dict[str, tuple[frozenset[str], str]]:
+def identifier_inputs(
+    pattern: PatternView, steps: Sequence[int] | None = None
+) -> dict[str, tuple[frozenset[str], str]]:
     """The inputs that look produced by a tool (names ending in id, key, token, ...), each with
-    the words of its stem and its JSON type."""
+    the words of its stem and its JSON type. With the pattern's data flow (`Pattern.steps`):
+    the arguments of the steps (`steps`; every step when None) that take a parameter, by the
+    argument's name, typed by the parameter's schema; without it, the pattern's parameters."""
+    types = _input_types(pattern)
     found = {}
-    for name, kind in _input_types(pattern).items():
-        m = _ID_INPUT.match(name)
-        if m is None:
-            continue
-        stem = frozenset(_singular(w) for w in m.group("stem").split("_") if w)
-        found[name] = (stem, kind)
+    if _has_steps(pattern):
+        chosen = range(len(pattern.steps)) if steps is None else steps
+        for n in chosen:
+            for arg in pattern.steps[n].arguments:
+                stem = _stem_words(arg.name)
+                if arg.kind != "parameter" or stem is None:
+                    continue
+                kinds = [types.get(p.lstrip("$").lower(), "") for p in arg.parameters]
+                # several parameters in one argument: an array or object literal, no scalar
+                found[arg.name.lower()] = (stem, kinds[0] if len(kinds) == 1 else "composite")
+        return found
+    for name, kind in types.items():
+        stem = _stem_words(name)
+        if stem is not None:
+            found[name] = (stem, kind)
     return found
 
 
@@ -239,7 +276,8 @@ def link_parts(
     unlinked = 0
     produced = [outputs(p, None if steps is None else steps[n]) for n, p in enumerate(patterns)]
     for j, pattern in enumerate(patterns):
-        for name, (stem, kind) in sorted(identifier_inputs(pattern).items()):
+        taken = identifier_inputs(pattern, None if steps is None else steps[j])
+        for name, (stem, kind) in sorted(taken.items()):
             found = None
             for i in range(j - 1, -1, -1):
                 for output, words in sorted(produced[i].items()):

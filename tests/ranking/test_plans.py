@@ -220,3 +220,49 @@ def test_search_stays_within_its_bound_and_never_repeats_a_part(
         assert sum(len(o) for o in owners) == len(set().union(*owners))  # no tool in two parts
     if composed.covered_by_one:
         assert composed.plans == ()
+
+
+def _normalized(pattern_id: str, code: str) -> PatternView:
+    """A pattern view as the service builds it: parameters, schema and steps from the core."""
+    from pml_server import _core
+    from pml_server.capture.steps import step_views
+
+    n = _core.normalize(code, "javascript")
+    params = tuple(ParamView(p.name, p.json_type, p.secret) for p in n.params)
+    return replace(
+        pattern(pattern_id, tools=tuple(s.tool for s in n.steps)),
+        params=params,
+        parameter_schema_json=n.schema_json,
+        steps=step_views(n.steps),
+    )
+
+
+def test_links_use_the_data_flow_the_steps_learned() -> None:
+    # the first part's own code shows search_lead's output feeding a `crm_contact_id`
+    first = _normalized(
+        "a",
+        'const r1 = await mcp.search_lead({query: "Ann"});\n'
+        "const r2 = await mcp.open_ticket({crm_contact_id: r1.hits[0].key});",
+    )
+    second = _normalized("b", "const r1 = await mcp.send_invoice({crm_contact_id: 42});")
+    links, unlinked = link_parts([first, second], [(0,), (0,)])
+    assert [(k.from_part, k.output, k.to_part, k.input) for k in links] == [
+        (0, "crm_contact_id", 1, "crm_contact_id")
+    ]
+    assert unlinked == 0
+    # without the step that reads it, the name alone (search_lead -> lead_id) does not fit
+    lone = _normalized("c", 'const r1 = await mcp.search_lead({query: "Ann"});')
+    links, unlinked = link_parts([lone, second], [(0,), (0,)])
+    assert links == ()
+    assert unlinked == 1
+
+
+def test_step_links_never_join_a_non_scalar_input() -> None:
+    first = _normalized(
+        "a",
+        'const r1 = await mcp.search_lead({query: "Ann"});\n'
+        "const r2 = await mcp.open_ticket({crm_contact_id: r1.hits[0].key});",
+    )
+    second = _normalized("b", "const r1 = await mcp.send_invoice({crm_contact_id: [1, 2]});")
+    links, _ = link_parts([first, second], [(0,), (0,)])
+    assert links == ()
