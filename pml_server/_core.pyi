@@ -357,8 +357,9 @@ class Step:
     def flow_known(self) -> bool:
         """False inside a loop or a callback, or when the code was not parsed."""
 
-def normalize(code: str, language: str) -> Normalized:
-    """Normalize agent code (GIL released). Aliases: js/javascript/mjs/cjs/jsx,
+def normalize(code: str, language: str, *, with_steps: bool = True) -> Normalized:
+    """Normalize agent code (GIL released); `steps` is read only `with_steps` (empty otherwise:
+    the capture path skips them, they are derived on read). Aliases: js/javascript/mjs/cjs/jsx,
     ts/typescript/mts/cts/tsx, py/python. Other languages and unparsable or too deeply nested
     code use the deterministic token-level fallback. Raises InputTooLargeError over
     NORMALIZE_MAX_INPUT_BYTES and CoreArgumentError for a str with lone surrogates."""

@@ -853,14 +853,15 @@ fn code_as_str<'a>(code: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
 
 /// Normalize agent code: template, parameters, tool calls and the pattern hash (GIL released).
 #[pyfunction]
-#[pyo3(name = "normalize")]
+#[pyo3(name = "normalize", signature = (code, language, *, with_steps = true))]
 fn normalize_code(
     py: Python<'_>,
     code: &Bound<'_, PyString>,
     language: &str,
+    with_steps: bool,
 ) -> PyResult<PyNormalized> {
     let code = code_as_str(code)?;
-    let result = py.detach(|| normalize::normalize(code, language));
+    let result = py.detach(|| normalize::normalize_with(code, language, with_steps));
     result.map(PyNormalized::from).map_err(PyErr::from)
 }
 

@@ -36,7 +36,7 @@ class NormalizedCode:
 def normalize(code: str, language: str) -> NormalizedCode:
     """Normalize `code`; raises `CoreArgumentError` / `InputTooLargeError` (both
     InvalidArgumentErrors naming `code` or `language`) on bad input."""
-    return _adapted(_core.normalize(code, language))
+    return _adapted(_core.normalize(code, language, with_steps=False))
 
 
 def prepare_captures(

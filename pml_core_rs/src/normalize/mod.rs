@@ -139,12 +139,18 @@ struct Extracted {
 /// deeply and unknown languages go to the deterministic token-level fallback
 /// (`parse_ok == false` with a reason).
 pub fn normalize(code: &str, language: &str) -> CoreResult<Normalized> {
+    normalize_with(code, language, true)
+}
+
+/// `normalize`, reading the steps only when `with_steps` (otherwise `steps` is empty): the
+/// capture path stores no steps (they are derived on read), so it does not pay for them.
+pub fn normalize_with(code: &str, language: &str, with_steps: bool) -> CoreResult<Normalized> {
     check_size(code)?;
     let (language_name, outcome) = match resolve_language(language) {
         LanguageChoice::Parsed(lang) => {
             // A bug in the tree path must not take the caller down: the token fallback is
             // always there, so a panic becomes a fallback with a reason that says so.
-            let walked = std::panic::catch_unwind(|| parse_and_walk(code, lang))
+            let walked = std::panic::catch_unwind(|| parse_and_walk(code, lang, with_steps))
                 .unwrap_or_else(|_| Err("internal error in the tree normalizer".to_owned()));
             (
                 lang.canonical_name().to_owned(),
@@ -195,7 +201,7 @@ fn check_size(code: &str) -> CoreResult<()> {
     Ok(())
 }
 
-fn parse_and_walk(code: &str, lang: Lang) -> Result<Extracted, String> {
+fn parse_and_walk(code: &str, lang: Lang, with_steps: bool) -> Result<Extracted, String> {
     let too_deep = || format!("nesting deeper than {MAX_TREE_DEPTH} syntax levels");
     if max_bracket_nesting(code) > MAX_BRACKET_NESTING {
         return Err(format!("brackets nested deeper than {MAX_BRACKET_NESTING}"));
@@ -213,7 +219,11 @@ fn parse_and_walk(code: &str, lang: Lang) -> Result<Extracted, String> {
     let result =
         tree::walk(&tree, code, lang, &mut canon, MAX_TREE_DEPTH).map_err(|_| too_deep())?;
     let spans: Vec<(usize, usize)> = result.params.iter().map(|p| (p.start, p.end)).collect();
-    let steps = steps::read_steps(&tree, code, lang, &result.tool_calls, &spans);
+    let steps = if with_steps {
+        steps::read_steps(&tree, code, lang, &result.tool_calls, &spans)
+    } else {
+        Some(Vec::new())
+    };
     Ok(Extracted {
         code_hash: canon.hash(),
         params: result.params,

@@ -7,7 +7,7 @@
 use crate::error::CoreResult;
 
 use super::secrets::{redact_text, REDACTED_TOKEN};
-use super::{normalize, Normalized, Param};
+use super::{normalize_with, Normalized, Param};
 
 /// Flagged values shorter than this (in code points) are left in free text: "a" or "1"
 /// would blank ordinary words and numbers.
@@ -70,7 +70,8 @@ pub fn redact_with(text: &str, known: &[String]) -> String {
 
 /// Normalize `input.code`, then redact each of `input.texts` with what it flagged.
 pub fn prepare(input: &CaptureInput) -> CoreResult<Prepared> {
-    let normalized = normalize(&input.code, &input.language)?;
+    // Captures store no steps (derived on read: docs/normalization.md, Steps).
+    let normalized = normalize_with(&input.code, &input.language, false)?;
     let known = known_secrets(&normalized.params);
     let texts = input.texts.iter().map(|t| redact_with(t, &known)).collect();
     Ok(Prepared { normalized, texts })
@@ -144,7 +145,10 @@ mod tests {
             ],
         ))
         .unwrap();
-        assert_eq!(prepared.normalized, normalize(code, "javascript").unwrap());
+        assert_eq!(
+            prepared.normalized,
+            normalize_with(code, "javascript", false).unwrap()
+        );
         assert!(prepared.normalized.params.iter().any(|p| p.secret));
         for text in &prepared.texts {
             assert!(!text.contains("sk_live_abcdefghijklmnop1234"), "{text}");

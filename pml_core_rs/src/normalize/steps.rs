@@ -164,20 +164,26 @@ pub(crate) fn read_steps(
     param_spans: &[(usize, usize)],
 ) -> Option<Vec<RawStep>> {
     let grammar = lang.tables();
-    let mut calls: Vec<(Node<'_>, String)> = Vec::new();
+    // (call, tool, deferred): deferred inside a loop or a callback (see `deferred_scope`).
+    let mut calls: Vec<(Node<'_>, String, bool)> = Vec::new();
     let mut sites: Vec<(usize, Node<'_>, Option<Node<'_>>)> = Vec::new(); // (position, pattern, value)
+                                                                          // Per ancestor of the cursor's node: its kind and whether its children are deferred. Kept
+                                                                          // by the walk itself, because `Node::parent` rescans siblings (quadratic on long code).
+    let mut scopes: Vec<(&'static str, bool)> = Vec::new();
     let mut cursor = tree.walk();
     // Pre-order walk, the order the tree walk records tool calls in.
     'outer: loop {
         let node = cursor.node();
         let kind = grammar.kind(node);
+        let (parent_kind, inherited) = scopes.last().copied().unwrap_or(("", false));
         if matches!(kind, "call_expression" | "call") {
             if let Some(tool) = tool_of_call(grammar, code, lang, node) {
-                calls.push((node, tool));
+                calls.push((node, tool, inherited));
             }
         }
         binding_sites(grammar, lang, node, kind, &mut sites);
         if cursor.goto_first_child() {
+            scopes.push((kind, inherited || deferred_scope(kind, parent_kind)));
             continue;
         }
         loop {
@@ -187,6 +193,7 @@ pub(crate) fn read_steps(
             if !cursor.goto_parent() {
                 break 'outer;
             }
+            scopes.pop();
         }
     }
     if calls.len() != tool_calls.len() || calls.iter().zip(tool_calls).any(|(c, t)| &c.1 != t) {
@@ -200,7 +207,7 @@ pub(crate) fn read_steps(
         calls: calls
             .iter()
             .enumerate()
-            .map(|(i, (node, _))| (node.start_byte(), i))
+            .map(|(i, (node, _, _))| (node.start_byte(), i))
             .collect(),
         params: param_spans
             .iter()
@@ -231,7 +238,7 @@ pub(crate) fn read_steps(
         reader.bind(pattern, position, &binding, String::new(), 0);
     }
     let mut steps = Vec::with_capacity(calls.len());
-    for (index, (node, tool)) in calls.iter().enumerate() {
+    for (index, (node, tool, deferred)) in calls.iter().enumerate() {
         let arguments = reader.arguments(*node);
         let mut depends_on: Vec<usize> = arguments
             .iter()
@@ -244,7 +251,7 @@ pub(crate) fn read_steps(
             tool: tool.clone(),
             arguments,
             depends_on,
-            flow_known: !reader.deferred(*node),
+            flow_known: !deferred,
         });
     }
     Some(steps)
@@ -752,34 +759,25 @@ impl<'a, 't> Reader<'a, 't> {
         }
         true
     }
+}
 
-    /// Inside a loop, or inside a function passed as an argument (a callback): the step may
-    /// run several times, or later.
-    fn deferred(&self, node: Node<'t>) -> bool {
-        let mut current = node.parent();
-        while let Some(ancestor) = current {
-            match self.kind(ancestor) {
-                "for_statement"
-                | "for_in_statement"
-                | "while_statement"
-                | "do_statement"
-                | "list_comprehension"
-                | "dictionary_comprehension"
-                | "set_comprehension"
-                | "generator_expression" => return true,
-                "arrow_function" | "function_expression" | "function" | "lambda" => {
-                    let in_call = ancestor
-                        .parent()
-                        .is_some_and(|p| matches!(self.kind(p), "arguments" | "argument_list"));
-                    if in_call {
-                        return true;
-                    }
-                }
-                _ => {}
-            }
-            current = ancestor.parent();
+/// Whether the children of a `kind` node (child of a `parent_kind` node) run in a loop or a
+/// callback: loops and comprehensions, and functions passed as call arguments. A step there
+/// may run several times, or later.
+fn deferred_scope(kind: &str, parent_kind: &str) -> bool {
+    match kind {
+        "for_statement"
+        | "for_in_statement"
+        | "while_statement"
+        | "do_statement"
+        | "list_comprehension"
+        | "dictionary_comprehension"
+        | "set_comprehension"
+        | "generator_expression" => true,
+        "arrow_function" | "function_expression" | "function" | "lambda" => {
+            matches!(parent_kind, "arguments" | "argument_list")
         }
-        false
+        _ => false,
     }
 }
 
