@@ -193,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--include-flagged", action="store_true", help="include patterns flagged for removal"
     )
     sug.add_argument("--explain", action="store_true", help="also show filtered-out candidates")
+    sug.add_argument(
+        "--plans",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most plans composed of several capabilities, 0..10 (default: 3; 0: none)",
+    )
 
     lst = client("list", "list patterns (or capabilities)")
     lst.add_argument("--capabilities", action="store_true", help="list capabilities instead")

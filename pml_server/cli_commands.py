@@ -332,6 +332,7 @@ def suggest(args: argparse.Namespace) -> int:
             tags=args.tag,
             include_flagged=args.include_flagged,
             explain=args.explain,
+            plan_size=args.plans,
         )
     if args.json:
         _print_json(_as_json(reply))

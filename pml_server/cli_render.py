@@ -120,6 +120,42 @@ def suggestions(console: Console, reply: pml_pb2.SuggestResponse, explain: bool 
     if reply.suggestions:
         console.print("[dim]template of the best suggestion:[/]")
         console.print(reply.suggestions[0].pattern.template, markup=False, highlight=False)
+    _plans(console, reply, explain)
+
+
+def _plans(console: Console, reply: pml_pb2.SuggestResponse, explain: bool) -> None:
+    """Plans after the suggestions, one block each (wrapped to the console's width)."""
+    if not reply.plans:
+        return
+    console.print(
+        Text("Plans: several capabilities that together cover the request", style="italic")
+    )
+    for rank, plan in enumerate(reply.plans, 1):
+        sc = plan.score
+        heading = Text.assemble((f"{rank}. ", "bold"), (" > ".join(plan.tools), "bold"))
+        heading.append(f"  total {sc.total:.3f}")
+        fields = []
+        for n, part in enumerate(plan.parts):
+            tools = " > ".join(part.suggestion.pattern.tools_used[s] for s in part.steps)
+            covers = "; ".join(f'"{c}"' for c in part.covers)
+            fields.append(
+                (f"part {n + 1}", f"{_short(part.suggestion.capability)} ({tools}) for {covers}")
+            )
+        for link in plan.links:
+            fields.append(
+                ("link", f"part {link.from_part + 1} {link.output} -> "
+                         f"part {link.to_part + 1} {link.input}")
+            )  # fmt: skip
+        if explain:
+            matches = " ".join(f"{m:.2f}" for m in sc.part_match)
+            rels = " ".join(f"{r:.2f}" for r in sc.part_reliability)
+            fields.append(
+                ("score", f"coverage {sc.coverage:.2f}  match {matches}  reliability {rels}  "
+                          f"extra parts -{sc.extra_part_cost:.2f}  unlinked inputs "
+                          f"{sc.unlinked_inputs} -{sc.unlinked_input_cost:.2f}  "
+                          f"best single {sc.best_single:.3f}")
+            )  # fmt: skip
+        _block(console, heading, fields)
 
 
 def _suggestion_listing(console: Console, reply: pml_pb2.SuggestResponse) -> None:

@@ -126,11 +126,48 @@ export interface SuggestRequest {
   available_tools?: { tools: string[] };
   tags?: string[];
   explain?: boolean;
+  /** Most plans, 0..10; unset means 3, 0 turns plans off. */
+  plan_size?: number;
+}
+
+export interface PlanPart {
+  suggestion: Suggestion;
+  covers: string[];
+  covers_index: number[];
+  /** Indexes into `suggestion.pattern.tools_used` of the steps the plan runs. */
+  steps: number[];
+}
+
+export interface PlanLink {
+  from_part: number;
+  output: string;
+  to_part: number;
+  input: string;
+}
+
+export interface PlanScore {
+  coverage: number;
+  part_match: number[];
+  part_reliability: number[];
+  extra_part_cost: number;
+  unlinked_inputs: number;
+  unlinked_input_cost: number;
+  total: number;
+  best_single: number;
+}
+
+export interface Plan {
+  parts: PlanPart[];
+  links: PlanLink[];
+  score: PlanScore;
+  tools: string[];
 }
 
 export interface SuggestResponse {
   suggestions: Suggestion[];
   filtered: FilteredCandidate[];
+  /** Best first; empty when one stored capability covers the request. */
+  plans: Plan[];
 }
 
 export interface GetStatsResponse {

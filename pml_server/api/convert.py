@@ -12,6 +12,7 @@ from pml_server.api import budget, validate
 from pml_server.api.validate import Violations
 from pml_server.domain import model, yielding
 from pml_server.domain.limits import Limits
+from pml_server.ranking.plans import DEFAULT_PLAN_SIZE, MAX_PLAN_SIZE
 
 PATTERNS = "patterns"
 CAPABILITIES = "capabilities"
@@ -161,6 +162,9 @@ def suggest_query(
         tools_excess = limits.available_tools.excess(available)
         if tools_excess is not None:
             out.add("available_tools.tools", tools_excess)
+    plan_size = msg.plan_size if msg.HasField("plan_size") else DEFAULT_PLAN_SIZE
+    if not 0 <= plan_size <= MAX_PLAN_SIZE:
+        out.add("plan_size", f"must be 0..{MAX_PLAN_SIZE} (unset means {DEFAULT_PLAN_SIZE})")
     if not 0 <= msg.page_size <= limits.suggestions.bound:
         out.add("page_size", f"must be 1..{limits.suggestions.bound} (0 means the default)")
     out.raise_if_any()
@@ -174,6 +178,7 @@ def suggest_query(
         available_tools=available,
         tags=tuple(msg.tags),
         explain=msg.explain,
+        plan_size=plan_size,
     )
 
 
@@ -327,7 +332,43 @@ def suggest_response(result: model.SuggestResult) -> pml_pb2.SuggestResponse:
         )
         if f.score is not None:
             _fill_score(filtered.score, f.score)
+    for plan in result.plans:
+        item_plan = reply.plans.add()
+        _fill_plan(item_plan, plan)
+        size = item_plan.ByteSize()
+        if not budget.fits(used, size, 1):  # a plan never crowds out the suggestions
+            del reply.plans[len(reply.plans) - 1 :]
+            break
+        used += size
     return reply
+
+
+def _fill_plan(out: resources_pb2.Plan, plan: model.Plan) -> None:
+    """`plan` into `out` in place (docs/ranking.md, Plans)."""
+    for part in plan.parts:
+        s = part.suggestion
+        item = out.parts.add()
+        item.suggestion.capability = name(CAPABILITIES, s.capability_id)
+        fill_pattern(item.suggestion.pattern, s.pattern)
+        budget.trim_pattern(item.suggestion.pattern)
+        _fill_score(item.suggestion.score, s.score)
+        item.covers.extend(plan.request_parts[n] for n in part.covers)
+        item.covers_index.extend(part.covers)
+        item.steps.extend(part.steps)
+    for link in plan.links:
+        out.links.add(
+            from_part=link.from_part, output=link.output, to_part=link.to_part, input=link.input
+        )
+    score = plan.score
+    out.score.coverage = score.coverage
+    out.score.part_match.extend(score.part_match)
+    out.score.part_reliability.extend(score.part_reliability)
+    out.score.extra_part_cost = score.extra_part_cost
+    out.score.unlinked_inputs = score.unlinked_inputs
+    out.score.unlinked_input_cost = score.unlinked_input_cost
+    out.score.total = score.total
+    out.score.best_single = score.best_single
+    out.tools.extend(plan.tools)
 
 
 def failure(entry: model.FailureEntry) -> resources_pb2.Failure:

@@ -168,6 +168,7 @@ class SuggestQuery:
     available_tools: tuple[str, ...] | None = None  # None: no restriction
     tags: tuple[str, ...] = ()
     explain: bool = False
+    plan_size: int = 3  # most plans (docs/ranking.md, Plans); 0 turns plans off
 
 
 @dataclass(frozen=True)
@@ -204,9 +205,58 @@ class FilteredCandidate:
 
 
 @dataclass(frozen=True)
+class PlanLink:
+    """Part `from_part`'s output `output` fits part `to_part`'s input `input`."""
+
+    from_part: int
+    output: str
+    to_part: int
+    input: str
+
+
+@dataclass(frozen=True)
+class PlanScore:
+    """A plan's score broken into the parts of its formula (docs/ranking.md, Plans)."""
+
+    coverage: float
+    part_match: tuple[float, ...]
+    part_reliability: tuple[float, ...]
+    extra_part_cost: float
+    unlinked_inputs: int
+    unlinked_input_cost: float
+    total: float
+    best_single: float
+
+
+@dataclass(frozen=True)
+class PlanPart:
+    suggestion: Suggestion
+    covers: tuple[int, ...]  # indexes of the request parts it covers, ascending
+    steps: tuple[int, ...]  # indexes into the pattern's tools_used the plan runs
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        used = self.suggestion.pattern.tools_used
+        return tuple(used[n] for n in self.steps)
+
+
+@dataclass(frozen=True)
+class Plan:
+    parts: tuple[PlanPart, ...]
+    links: tuple[PlanLink, ...]
+    score: PlanScore
+    request_parts: tuple[str, ...]  # the request split into parts (what `covers` indexes)
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        return tuple(t for p in self.parts for t in p.tools)
+
+
+@dataclass(frozen=True)
 class SuggestResult:
     suggestions: tuple[Suggestion, ...]
     filtered: tuple[FilteredCandidate, ...] = ()
+    plans: tuple[Plan, ...] = ()
 
 
 @dataclass(frozen=True)

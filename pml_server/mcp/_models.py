@@ -103,8 +103,36 @@ class CapabilityOut(BaseModel):
     score: Score
 
 
+class PlanPartOut(BaseModel):
+    capability: CapabilityOut
+    steps: list[str] = Field(description="the tools of its pattern this plan runs, in order")
+    covers: list[str] = Field(description="the parts of the request it covers")
+
+
+class PlanLinkOut(BaseModel):
+    from_part: int = Field(description="index of the part producing the value, from 0")
+    output: str
+    to_part: int = Field(description="index of the part taking it")
+    input: str
+
+
+class PlanOut(BaseModel):
+    """Stored capabilities that together cover a request none covers alone (docs/ranking.md,
+    Plans)."""
+
+    tools: list[str] = Field(description="every part's steps, in plan order")
+    parts: list[PlanPartOut]
+    links: list[PlanLinkOut]
+    total: float
+    coverage: float = Field(description="share of the request's parts covered, 0..1")
+
+
 class SuggestOut(BaseModel):
     capabilities: list[CapabilityOut] = Field(description="best first; empty: nothing known")
+    plans: list[PlanOut] = Field(
+        default_factory=list,
+        description="best first; empty when one capability covers the request",
+    )
 
 
 class ToolFailureOut(BaseModel):
@@ -209,6 +237,26 @@ def suggestion(s: resources_pb2.Suggestion) -> CapabilityOut:
             recency=sc.recency,
             superseded_penalty=sc.superseded_penalty,
         ),
+    )
+
+
+def plan(p: resources_pb2.Plan) -> PlanOut:
+    return PlanOut(
+        tools=list(p.tools),
+        parts=[
+            PlanPartOut(
+                capability=suggestion(part.suggestion),
+                steps=[part.suggestion.pattern.tools_used[s] for s in part.steps],
+                covers=list(part.covers),
+            )
+            for part in p.parts
+        ],
+        links=[
+            PlanLinkOut(from_part=k.from_part, output=k.output, to_part=k.to_part, input=k.input)
+            for k in p.links
+        ],
+        total=p.score.total,
+        coverage=p.score.coverage,
     )
 
 

@@ -70,7 +70,10 @@ def register(server: MCPServer, upstream: Upstream) -> None:
                 intent, k, min_success=min_success, available_tools=available_tools
             ),
         )
-        return models.SuggestOut(capabilities=[models.suggestion(s) for s in reply.suggestions])
+        return models.SuggestOut(
+            capabilities=[models.suggestion(s) for s in reply.suggestions],
+            plans=[models.plan(p) for p in reply.plans],
+        )
 
     @server.tool(
         name="record_execution",

@@ -16,21 +16,54 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from pml_server.capture.views import pattern_view
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import SuggestQuery, SuggestResult
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
-from pml_server.domain.vectors import Vector, client_vector
+from pml_server.domain.vectors import CheckedVector, Vector, client_vector
 from pml_server.ranking import Candidate, Retrieval, pattern_semantic, rank_lazily, score_ceiling
+from pml_server.ranking.plans import MIN_PLAN_PARTS, PART_HITS, PartHit, compose, split_request
 from pml_server.search import TenantSearchIndex
 from pml_server.service._arguments import check_tenant
-from pml_server.service._state import EngineState
+from pml_server.service._state import EngineState, usable
 from pml_server.service._suggest_core import suggest_in_core
 from pml_server.storage.repo import Repository
 
 
 def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
+    """The ranked suggestions (`rank_suggestions`) and, when no one of the capabilities the
+    memory holds covers the request, plans composed of several (docs/ranking.md, Plans)."""
+    result = rank_suggestions(state, tenant, query)
+    if query.plan_size <= 0:
+        return result
+    request_parts = split_request(query.intent)
+    if len(request_parts) < MIN_PLAN_PARTS:
+        return result
+    # the second retrieval: PART_HITS candidates per request part, the same filters
+    vectors = state.embedder.embed(list(request_parts))
+    hits: list[list[PartHit]] = []
+    for part, vector in zip(request_parts, vectors, strict=True):
+        if not usable(vector):
+            hits.append([])
+            continue
+        sub = replace(
+            query,
+            intent=part,
+            k=PART_HITS,
+            intent_embedding=CheckedVector(np.array(vector, dtype=np.float32)),
+            explain=False,
+            plan_size=0,
+        )
+        found = rank_suggestions(state, tenant, sub).suggestions
+        hits.append([PartHit(s, s.score.match) for s in found])
+    composed = compose(request_parts, hits, query.plan_size)
+    return replace(result, plans=composed.plans)
+
+
+def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
     """Hybrid retrieval (vector + lexical, over-fetched), one Candidate per pattern with
     its best semantic and lexical scores, then `ranking.rank_lazily` filters, groups and
     orders, and the suggested patterns' views are completed."""

@@ -295,7 +295,7 @@ def test_stdio_over_mutual_tls(start: StartServer, pki: Path) -> None:  # noqa: 
     async def works(client: Client) -> None:
         result = await client.call_tool("suggest", {"intent": "Read JSON file"})
         assert not result.is_error, _text(result)
-        assert result.structured_content == {"capabilities": []}
+        assert result.structured_content == {"capabilities": [], "plans": []}
 
     async def refused(client: Client) -> None:
         result = await client.call_tool("suggest", {"intent": "Read JSON file"})

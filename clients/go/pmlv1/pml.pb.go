@@ -771,7 +771,10 @@ type SuggestRequest struct {
 	// (Optional) Only capabilities with all these tags.
 	Tags []string `protobuf:"bytes,8,rep,name=tags,proto3" json:"tags,omitempty"`
 	// (Optional) Also return the filtered-out candidates with the rule that removed each.
-	Explain       bool `protobuf:"varint,9,opt,name=explain,proto3" json:"explain,omitempty"`
+	Explain bool `protobuf:"varint,9,opt,name=explain,proto3" json:"explain,omitempty"`
+	// (Optional) Most plans to return, 0..10 (docs/ranking.md, Plans); unset means 3, 0 turns
+	// plans off. A plan is offered only when no single stored capability covers the request.
+	PlanSize      *int32 `protobuf:"varint,11,opt,name=plan_size,json=planSize,proto3,oneof" json:"plan_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -869,6 +872,13 @@ func (x *SuggestRequest) GetExplain() bool {
 	return false
 }
 
+func (x *SuggestRequest) GetPlanSize() int32 {
+	if x != nil && x.PlanSize != nil {
+		return *x.PlanSize
+	}
+	return 0
+}
+
 // AvailableTools lists the tools reachable now (a message so "none" differs from "unset").
 type AvailableTools struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -921,7 +931,10 @@ type SuggestResponse struct {
 	// (Output only) Best first.
 	Suggestions []*Suggestion `protobuf:"bytes,1,rep,name=suggestions,proto3" json:"suggestions,omitempty"`
 	// (Output only) With `explain`: the candidates the filters removed.
-	Filtered      []*FilteredCandidate `protobuf:"bytes,2,rep,name=filtered,proto3" json:"filtered,omitempty"`
+	Filtered []*FilteredCandidate `protobuf:"bytes,2,rep,name=filtered,proto3" json:"filtered,omitempty"`
+	// (Output only) Best first: combinations of 2 to 4 stored capabilities that together cover
+	// the request better than any one suggestion; empty when one capability covers it.
+	Plans         []*Plan `protobuf:"bytes,3,rep,name=plans,proto3" json:"plans,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -966,6 +979,13 @@ func (x *SuggestResponse) GetSuggestions() []*Suggestion {
 func (x *SuggestResponse) GetFiltered() []*FilteredCandidate {
 	if x != nil {
 		return x.Filtered
+	}
+	return nil
+}
+
+func (x *SuggestResponse) GetPlans() []*Plan {
+	if x != nil {
+		return x.Plans
 	}
 	return nil
 }
@@ -1940,7 +1960,7 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\x06result\x18\x03 \x01(\v2\x15.pml.v1.CaptureResultH\x00R\x06result\x12*\n" +
 	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusH\x00R\x05error\x122\n" +
 	"\x05batch\x18\x05 \x03(\v2\x1c.pml.v1.StreamTracesResponseR\x05batchB\t\n" +
-	"\aoutcome\"\xee\x02\n" +
+	"\aoutcome\"\x9e\x03\n" +
 	"\x0eSuggestRequest\x12\x16\n" +
 	"\x06intent\x18\x01 \x01(\tR\x06intent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12)\n" +
@@ -1951,15 +1971,19 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\x0finclude_flagged\x18\x06 \x01(\bR\x0eincludeFlagged\x12?\n" +
 	"\x0favailable_tools\x18\a \x01(\v2\x16.pml.v1.AvailableToolsR\x0eavailableTools\x12\x12\n" +
 	"\x04tags\x18\b \x03(\tR\x04tags\x12\x18\n" +
-	"\aexplain\x18\t \x01(\bR\aexplainB\f\n" +
+	"\aexplain\x18\t \x01(\bR\aexplain\x12 \n" +
+	"\tplan_size\x18\v \x01(\x05H\x02R\bplanSize\x88\x01\x01B\f\n" +
 	"\n" +
 	"_min_matchB\x0e\n" +
-	"\f_min_success\"&\n" +
+	"\f_min_successB\f\n" +
+	"\n" +
+	"_plan_size\"&\n" +
 	"\x0eAvailableTools\x12\x14\n" +
-	"\x05tools\x18\x01 \x03(\tR\x05tools\"~\n" +
+	"\x05tools\x18\x01 \x03(\tR\x05tools\"\xa2\x01\n" +
 	"\x0fSuggestResponse\x124\n" +
 	"\vsuggestions\x18\x01 \x03(\v2\x12.pml.v1.SuggestionR\vsuggestions\x125\n" +
-	"\bfiltered\x18\x02 \x03(\v2\x19.pml.v1.FilteredCandidateR\bfiltered\"'\n" +
+	"\bfiltered\x18\x02 \x03(\v2\x19.pml.v1.FilteredCandidateR\bfiltered\x12\"\n" +
+	"\x05plans\x18\x03 \x03(\v2\f.pml.v1.PlanR\x05plans\"'\n" +
 	"\x11GetPatternRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"?\n" +
 	"\x12GetPatternResponse\x12)\n" +
@@ -2082,10 +2106,11 @@ var file_pml_v1_pml_proto_goTypes = []any{
 	(*status.Status)(nil),            // 35: google.rpc.Status
 	(*Suggestion)(nil),               // 36: pml.v1.Suggestion
 	(*FilteredCandidate)(nil),        // 37: pml.v1.FilteredCandidate
-	(*Pattern)(nil),                  // 38: pml.v1.Pattern
-	(*Capability)(nil),               // 39: pml.v1.Capability
-	(*Failure)(nil),                  // 40: pml.v1.Failure
-	(*RetentionEntry)(nil),           // 41: pml.v1.RetentionEntry
+	(*Plan)(nil),                     // 38: pml.v1.Plan
+	(*Pattern)(nil),                  // 39: pml.v1.Pattern
+	(*Capability)(nil),               // 40: pml.v1.Capability
+	(*Failure)(nil),                  // 41: pml.v1.Failure
+	(*RetentionEntry)(nil),           // 42: pml.v1.RetentionEntry
 }
 var file_pml_v1_pml_proto_depIdxs = []int32{
 	30, // 0: pml.v1.RecordExecutionRequest.record:type_name -> pml.v1.ExecutionRecord
@@ -2104,44 +2129,45 @@ var file_pml_v1_pml_proto_depIdxs = []int32{
 	10, // 13: pml.v1.SuggestRequest.available_tools:type_name -> pml.v1.AvailableTools
 	36, // 14: pml.v1.SuggestResponse.suggestions:type_name -> pml.v1.Suggestion
 	37, // 15: pml.v1.SuggestResponse.filtered:type_name -> pml.v1.FilteredCandidate
-	38, // 16: pml.v1.GetPatternResponse.pattern:type_name -> pml.v1.Pattern
-	38, // 17: pml.v1.ListPatternsResponse.patterns:type_name -> pml.v1.Pattern
-	39, // 18: pml.v1.GetCapabilityResponse.capability:type_name -> pml.v1.Capability
-	39, // 19: pml.v1.ListCapabilitiesResponse.capabilities:type_name -> pml.v1.Capability
-	40, // 20: pml.v1.ListFailuresResponse.failures:type_name -> pml.v1.Failure
-	41, // 21: pml.v1.RunRetentionResponse.entries:type_name -> pml.v1.RetentionEntry
-	32, // 22: pml.v1.RunRetentionResponse.run_time:type_name -> google.protobuf.Timestamp
-	0,  // 23: pml.v1.PmlService.GetServerInfo:input_type -> pml.v1.GetServerInfoRequest
-	2,  // 24: pml.v1.PmlService.RecordExecution:input_type -> pml.v1.RecordExecutionRequest
-	7,  // 25: pml.v1.PmlService.StreamTraces:input_type -> pml.v1.StreamTracesRequest
-	9,  // 26: pml.v1.PmlService.Suggest:input_type -> pml.v1.SuggestRequest
-	12, // 27: pml.v1.PmlService.GetPattern:input_type -> pml.v1.GetPatternRequest
-	14, // 28: pml.v1.PmlService.ListPatterns:input_type -> pml.v1.ListPatternsRequest
-	16, // 29: pml.v1.PmlService.DeletePattern:input_type -> pml.v1.DeletePatternRequest
-	18, // 30: pml.v1.PmlService.GetCapability:input_type -> pml.v1.GetCapabilityRequest
-	20, // 31: pml.v1.PmlService.ListCapabilities:input_type -> pml.v1.ListCapabilitiesRequest
-	22, // 32: pml.v1.PmlService.DeleteCapability:input_type -> pml.v1.DeleteCapabilityRequest
-	24, // 33: pml.v1.PmlService.ListFailures:input_type -> pml.v1.ListFailuresRequest
-	26, // 34: pml.v1.PmlService.RunRetention:input_type -> pml.v1.RunRetentionRequest
-	28, // 35: pml.v1.PmlService.GetStats:input_type -> pml.v1.GetStatsRequest
-	1,  // 36: pml.v1.PmlService.GetServerInfo:output_type -> pml.v1.GetServerInfoResponse
-	3,  // 37: pml.v1.PmlService.RecordExecution:output_type -> pml.v1.RecordExecutionResponse
-	8,  // 38: pml.v1.PmlService.StreamTraces:output_type -> pml.v1.StreamTracesResponse
-	11, // 39: pml.v1.PmlService.Suggest:output_type -> pml.v1.SuggestResponse
-	13, // 40: pml.v1.PmlService.GetPattern:output_type -> pml.v1.GetPatternResponse
-	15, // 41: pml.v1.PmlService.ListPatterns:output_type -> pml.v1.ListPatternsResponse
-	17, // 42: pml.v1.PmlService.DeletePattern:output_type -> pml.v1.DeletePatternResponse
-	19, // 43: pml.v1.PmlService.GetCapability:output_type -> pml.v1.GetCapabilityResponse
-	21, // 44: pml.v1.PmlService.ListCapabilities:output_type -> pml.v1.ListCapabilitiesResponse
-	23, // 45: pml.v1.PmlService.DeleteCapability:output_type -> pml.v1.DeleteCapabilityResponse
-	25, // 46: pml.v1.PmlService.ListFailures:output_type -> pml.v1.ListFailuresResponse
-	27, // 47: pml.v1.PmlService.RunRetention:output_type -> pml.v1.RunRetentionResponse
-	29, // 48: pml.v1.PmlService.GetStats:output_type -> pml.v1.GetStatsResponse
-	36, // [36:49] is the sub-list for method output_type
-	23, // [23:36] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	38, // 16: pml.v1.SuggestResponse.plans:type_name -> pml.v1.Plan
+	39, // 17: pml.v1.GetPatternResponse.pattern:type_name -> pml.v1.Pattern
+	39, // 18: pml.v1.ListPatternsResponse.patterns:type_name -> pml.v1.Pattern
+	40, // 19: pml.v1.GetCapabilityResponse.capability:type_name -> pml.v1.Capability
+	40, // 20: pml.v1.ListCapabilitiesResponse.capabilities:type_name -> pml.v1.Capability
+	41, // 21: pml.v1.ListFailuresResponse.failures:type_name -> pml.v1.Failure
+	42, // 22: pml.v1.RunRetentionResponse.entries:type_name -> pml.v1.RetentionEntry
+	32, // 23: pml.v1.RunRetentionResponse.run_time:type_name -> google.protobuf.Timestamp
+	0,  // 24: pml.v1.PmlService.GetServerInfo:input_type -> pml.v1.GetServerInfoRequest
+	2,  // 25: pml.v1.PmlService.RecordExecution:input_type -> pml.v1.RecordExecutionRequest
+	7,  // 26: pml.v1.PmlService.StreamTraces:input_type -> pml.v1.StreamTracesRequest
+	9,  // 27: pml.v1.PmlService.Suggest:input_type -> pml.v1.SuggestRequest
+	12, // 28: pml.v1.PmlService.GetPattern:input_type -> pml.v1.GetPatternRequest
+	14, // 29: pml.v1.PmlService.ListPatterns:input_type -> pml.v1.ListPatternsRequest
+	16, // 30: pml.v1.PmlService.DeletePattern:input_type -> pml.v1.DeletePatternRequest
+	18, // 31: pml.v1.PmlService.GetCapability:input_type -> pml.v1.GetCapabilityRequest
+	20, // 32: pml.v1.PmlService.ListCapabilities:input_type -> pml.v1.ListCapabilitiesRequest
+	22, // 33: pml.v1.PmlService.DeleteCapability:input_type -> pml.v1.DeleteCapabilityRequest
+	24, // 34: pml.v1.PmlService.ListFailures:input_type -> pml.v1.ListFailuresRequest
+	26, // 35: pml.v1.PmlService.RunRetention:input_type -> pml.v1.RunRetentionRequest
+	28, // 36: pml.v1.PmlService.GetStats:input_type -> pml.v1.GetStatsRequest
+	1,  // 37: pml.v1.PmlService.GetServerInfo:output_type -> pml.v1.GetServerInfoResponse
+	3,  // 38: pml.v1.PmlService.RecordExecution:output_type -> pml.v1.RecordExecutionResponse
+	8,  // 39: pml.v1.PmlService.StreamTraces:output_type -> pml.v1.StreamTracesResponse
+	11, // 40: pml.v1.PmlService.Suggest:output_type -> pml.v1.SuggestResponse
+	13, // 41: pml.v1.PmlService.GetPattern:output_type -> pml.v1.GetPatternResponse
+	15, // 42: pml.v1.PmlService.ListPatterns:output_type -> pml.v1.ListPatternsResponse
+	17, // 43: pml.v1.PmlService.DeletePattern:output_type -> pml.v1.DeletePatternResponse
+	19, // 44: pml.v1.PmlService.GetCapability:output_type -> pml.v1.GetCapabilityResponse
+	21, // 45: pml.v1.PmlService.ListCapabilities:output_type -> pml.v1.ListCapabilitiesResponse
+	23, // 46: pml.v1.PmlService.DeleteCapability:output_type -> pml.v1.DeleteCapabilityResponse
+	25, // 47: pml.v1.PmlService.ListFailures:output_type -> pml.v1.ListFailuresResponse
+	27, // 48: pml.v1.PmlService.RunRetention:output_type -> pml.v1.RunRetentionResponse
+	29, // 49: pml.v1.PmlService.GetStats:output_type -> pml.v1.GetStatsResponse
+	37, // [37:50] is the sub-list for method output_type
+	24, // [24:37] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_pml_v1_pml_proto_init() }

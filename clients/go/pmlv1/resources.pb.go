@@ -1530,6 +1530,336 @@ func (x *Suggestion) GetScore() *ScoreParts {
 	return nil
 }
 
+// Plan is an ordered combination of stored capabilities that together cover a request no one
+// capability covers (docs/ranking.md, Plans).
+type Plan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// (Output only) The parts in the order to run them; never the same capability twice.
+	Parts []*PlanPart `protobuf:"bytes,1,rep,name=parts,proto3" json:"parts,omitempty"`
+	// (Output only) Where an earlier part's output fits a later part's input.
+	Links []*PlanLink `protobuf:"bytes,2,rep,name=links,proto3" json:"links,omitempty"`
+	// (Output only) The score and its parts.
+	Score *PlanScore `protobuf:"bytes,3,opt,name=score,proto3" json:"score,omitempty"`
+	// (Output only) The tools of every part's steps, in plan order.
+	Tools         []string `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Plan) Reset() {
+	*x = Plan{}
+	mi := &file_pml_v1_resources_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Plan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Plan) ProtoMessage() {}
+
+func (x *Plan) ProtoReflect() protoreflect.Message {
+	mi := &file_pml_v1_resources_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Plan.ProtoReflect.Descriptor instead.
+func (*Plan) Descriptor() ([]byte, []int) {
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Plan) GetParts() []*PlanPart {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+func (x *Plan) GetLinks() []*PlanLink {
+	if x != nil {
+		return x.Links
+	}
+	return nil
+}
+
+func (x *Plan) GetScore() *PlanScore {
+	if x != nil {
+		return x.Score
+	}
+	return nil
+}
+
+func (x *Plan) GetTools() []string {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+// PlanPart is one stored capability of a plan, with the parts of the request it covers.
+type PlanPart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// (Output only) The capability, its best pattern and its score for the parts it covers.
+	Suggestion *Suggestion `protobuf:"bytes,1,opt,name=suggestion,proto3" json:"suggestion,omitempty"`
+	// (Output only) The parts of the request (clauses, in request order) this part covers.
+	Covers []string `protobuf:"bytes,2,rep,name=covers,proto3" json:"covers,omitempty"`
+	// (Output only) Indexes of those request parts, from 0.
+	CoversIndex []int32 `protobuf:"varint,3,rep,packed,name=covers_index,json=coversIndex,proto3" json:"covers_index,omitempty"`
+	// (Output only) The steps of its pattern the plan runs (indexes into `tools_used`, from 0):
+	// those whose tool the covered request parts name, or every step when none is named.
+	Steps         []int32 `protobuf:"varint,4,rep,packed,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanPart) Reset() {
+	*x = PlanPart{}
+	mi := &file_pml_v1_resources_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanPart) ProtoMessage() {}
+
+func (x *PlanPart) ProtoReflect() protoreflect.Message {
+	mi := &file_pml_v1_resources_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanPart.ProtoReflect.Descriptor instead.
+func (*PlanPart) Descriptor() ([]byte, []int) {
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PlanPart) GetSuggestion() *Suggestion {
+	if x != nil {
+		return x.Suggestion
+	}
+	return nil
+}
+
+func (x *PlanPart) GetCovers() []string {
+	if x != nil {
+		return x.Covers
+	}
+	return nil
+}
+
+func (x *PlanPart) GetCoversIndex() []int32 {
+	if x != nil {
+		return x.CoversIndex
+	}
+	return nil
+}
+
+func (x *PlanPart) GetSteps() []int32 {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+// PlanLink joins an earlier part's output to a later part's input of a compatible kind.
+type PlanLink struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// (Output only) Index of the part that produces the value.
+	FromPart int32 `protobuf:"varint,1,opt,name=from_part,json=fromPart,proto3" json:"from_part,omitempty"`
+	// (Output only) The value it produces, e.g. `person_id`.
+	Output string `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
+	// (Output only) Index of the part that takes it.
+	ToPart int32 `protobuf:"varint,3,opt,name=to_part,json=toPart,proto3" json:"to_part,omitempty"`
+	// (Output only) The input parameter it fills.
+	Input         string `protobuf:"bytes,4,opt,name=input,proto3" json:"input,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanLink) Reset() {
+	*x = PlanLink{}
+	mi := &file_pml_v1_resources_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanLink) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanLink) ProtoMessage() {}
+
+func (x *PlanLink) ProtoReflect() protoreflect.Message {
+	mi := &file_pml_v1_resources_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanLink.ProtoReflect.Descriptor instead.
+func (*PlanLink) Descriptor() ([]byte, []int) {
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PlanLink) GetFromPart() int32 {
+	if x != nil {
+		return x.FromPart
+	}
+	return 0
+}
+
+func (x *PlanLink) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *PlanLink) GetToPart() int32 {
+	if x != nil {
+		return x.ToPart
+	}
+	return 0
+}
+
+func (x *PlanLink) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
+}
+
+// PlanScore is a plan's score broken into the parts of its formula (docs/ranking.md, Plans).
+type PlanScore struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// (Output only) Share of the request's parts the plan covers, 0..1.
+	Coverage float64 `protobuf:"fixed64,1,opt,name=coverage,proto3" json:"coverage,omitempty"`
+	// (Output only) Each part's match on the request parts it covers.
+	PartMatch []float64 `protobuf:"fixed64,2,rep,packed,name=part_match,json=partMatch,proto3" json:"part_match,omitempty"`
+	// (Output only) Each part's reliability (failures' evidence against its pattern).
+	PartReliability []float64 `protobuf:"fixed64,3,rep,packed,name=part_reliability,json=partReliability,proto3" json:"part_reliability,omitempty"`
+	// (Output only) Cost of the parts beyond the first.
+	ExtraPartCost float64 `protobuf:"fixed64,4,opt,name=extra_part_cost,json=extraPartCost,proto3" json:"extra_part_cost,omitempty"`
+	// (Output only) Inputs that look produced by a tool (identifiers) yet no earlier part links.
+	UnlinkedInputs int32 `protobuf:"varint,5,opt,name=unlinked_inputs,json=unlinkedInputs,proto3" json:"unlinked_inputs,omitempty"`
+	// (Output only) Their cost.
+	UnlinkedInputCost float64 `protobuf:"fixed64,6,opt,name=unlinked_input_cost,json=unlinkedInputCost,proto3" json:"unlinked_input_cost,omitempty"`
+	// (Output only) The total the plans are ordered by.
+	Total float64 `protobuf:"fixed64,7,opt,name=total,proto3" json:"total,omitempty"`
+	// (Output only) The best single capability's total under the same formula (what it beat).
+	BestSingle    float64 `protobuf:"fixed64,8,opt,name=best_single,json=bestSingle,proto3" json:"best_single,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanScore) Reset() {
+	*x = PlanScore{}
+	mi := &file_pml_v1_resources_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanScore) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanScore) ProtoMessage() {}
+
+func (x *PlanScore) ProtoReflect() protoreflect.Message {
+	mi := &file_pml_v1_resources_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanScore.ProtoReflect.Descriptor instead.
+func (*PlanScore) Descriptor() ([]byte, []int) {
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *PlanScore) GetCoverage() float64 {
+	if x != nil {
+		return x.Coverage
+	}
+	return 0
+}
+
+func (x *PlanScore) GetPartMatch() []float64 {
+	if x != nil {
+		return x.PartMatch
+	}
+	return nil
+}
+
+func (x *PlanScore) GetPartReliability() []float64 {
+	if x != nil {
+		return x.PartReliability
+	}
+	return nil
+}
+
+func (x *PlanScore) GetExtraPartCost() float64 {
+	if x != nil {
+		return x.ExtraPartCost
+	}
+	return 0
+}
+
+func (x *PlanScore) GetUnlinkedInputs() int32 {
+	if x != nil {
+		return x.UnlinkedInputs
+	}
+	return 0
+}
+
+func (x *PlanScore) GetUnlinkedInputCost() float64 {
+	if x != nil {
+		return x.UnlinkedInputCost
+	}
+	return 0
+}
+
+func (x *PlanScore) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *PlanScore) GetBestSingle() float64 {
+	if x != nil {
+		return x.BestSingle
+	}
+	return 0
+}
+
 // FilteredCandidate is a candidate that a filter removed (returned with `explain`).
 type FilteredCandidate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1549,7 +1879,7 @@ type FilteredCandidate struct {
 
 func (x *FilteredCandidate) Reset() {
 	*x = FilteredCandidate{}
-	mi := &file_pml_v1_resources_proto_msgTypes[13]
+	mi := &file_pml_v1_resources_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1891,7 @@ func (x *FilteredCandidate) String() string {
 func (*FilteredCandidate) ProtoMessage() {}
 
 func (x *FilteredCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[13]
+	mi := &file_pml_v1_resources_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1904,7 @@ func (x *FilteredCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilteredCandidate.ProtoReflect.Descriptor instead.
 func (*FilteredCandidate) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{13}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FilteredCandidate) GetCapability() string {
@@ -1635,7 +1965,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_pml_v1_resources_proto_msgTypes[14]
+	mi := &file_pml_v1_resources_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1977,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[14]
+	mi := &file_pml_v1_resources_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1990,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{14}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Failure) GetRequestId() string {
@@ -1729,7 +2059,7 @@ type RetentionEntry struct {
 
 func (x *RetentionEntry) Reset() {
 	*x = RetentionEntry{}
-	mi := &file_pml_v1_resources_proto_msgTypes[15]
+	mi := &file_pml_v1_resources_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +2071,7 @@ func (x *RetentionEntry) String() string {
 func (*RetentionEntry) ProtoMessage() {}
 
 func (x *RetentionEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_resources_proto_msgTypes[15]
+	mi := &file_pml_v1_resources_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +2084,7 @@ func (x *RetentionEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionEntry.ProtoReflect.Descriptor instead.
 func (*RetentionEntry) Descriptor() ([]byte, []int) {
-	return file_pml_v1_resources_proto_rawDescGZIP(), []int{15}
+	return file_pml_v1_resources_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RetentionEntry) GetPattern() string {
@@ -1924,7 +2254,35 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"capability\x18\x01 \x01(\tR\n" +
 	"capability\x12)\n" +
 	"\apattern\x18\x02 \x01(\v2\x0f.pml.v1.PatternR\apattern\x12(\n" +
-	"\x05score\x18\x03 \x01(\v2\x12.pml.v1.ScorePartsR\x05score\"\xa3\x01\n" +
+	"\x05score\x18\x03 \x01(\v2\x12.pml.v1.ScorePartsR\x05score\"\x95\x01\n" +
+	"\x04Plan\x12&\n" +
+	"\x05parts\x18\x01 \x03(\v2\x10.pml.v1.PlanPartR\x05parts\x12&\n" +
+	"\x05links\x18\x02 \x03(\v2\x10.pml.v1.PlanLinkR\x05links\x12'\n" +
+	"\x05score\x18\x03 \x01(\v2\x11.pml.v1.PlanScoreR\x05score\x12\x14\n" +
+	"\x05tools\x18\x04 \x03(\tR\x05tools\"\x8f\x01\n" +
+	"\bPlanPart\x122\n" +
+	"\n" +
+	"suggestion\x18\x01 \x01(\v2\x12.pml.v1.SuggestionR\n" +
+	"suggestion\x12\x16\n" +
+	"\x06covers\x18\x02 \x03(\tR\x06covers\x12!\n" +
+	"\fcovers_index\x18\x03 \x03(\x05R\vcoversIndex\x12\x14\n" +
+	"\x05steps\x18\x04 \x03(\x05R\x05steps\"n\n" +
+	"\bPlanLink\x12\x1b\n" +
+	"\tfrom_part\x18\x01 \x01(\x05R\bfromPart\x12\x16\n" +
+	"\x06output\x18\x02 \x01(\tR\x06output\x12\x17\n" +
+	"\ato_part\x18\x03 \x01(\x05R\x06toPart\x12\x14\n" +
+	"\x05input\x18\x04 \x01(\tR\x05input\"\xa9\x02\n" +
+	"\tPlanScore\x12\x1a\n" +
+	"\bcoverage\x18\x01 \x01(\x01R\bcoverage\x12\x1d\n" +
+	"\n" +
+	"part_match\x18\x02 \x03(\x01R\tpartMatch\x12)\n" +
+	"\x10part_reliability\x18\x03 \x03(\x01R\x0fpartReliability\x12&\n" +
+	"\x0fextra_part_cost\x18\x04 \x01(\x01R\rextraPartCost\x12'\n" +
+	"\x0funlinked_inputs\x18\x05 \x01(\x05R\x0eunlinkedInputs\x12.\n" +
+	"\x13unlinked_input_cost\x18\x06 \x01(\x01R\x11unlinkedInputCost\x12\x14\n" +
+	"\x05total\x18\a \x01(\x01R\x05total\x12\x1f\n" +
+	"\vbest_single\x18\b \x01(\x01R\n" +
+	"bestSingle\"\xa3\x01\n" +
 	"\x11FilteredCandidate\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x01 \x01(\tR\n" +
@@ -1976,7 +2334,7 @@ func file_pml_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_pml_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pml_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_pml_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_pml_v1_resources_proto_goTypes = []any{
 	(ExecutionStatus)(0),          // 0: pml.v1.ExecutionStatus
 	(CaptureOutcome)(0),           // 1: pml.v1.CaptureOutcome
@@ -1995,38 +2353,46 @@ var file_pml_v1_resources_proto_goTypes = []any{
 	(*Capability)(nil),            // 14: pml.v1.Capability
 	(*ScoreParts)(nil),            // 15: pml.v1.ScoreParts
 	(*Suggestion)(nil),            // 16: pml.v1.Suggestion
-	(*FilteredCandidate)(nil),     // 17: pml.v1.FilteredCandidate
-	(*Failure)(nil),               // 18: pml.v1.Failure
-	(*RetentionEntry)(nil),        // 19: pml.v1.RetentionEntry
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*Plan)(nil),                  // 17: pml.v1.Plan
+	(*PlanPart)(nil),              // 18: pml.v1.PlanPart
+	(*PlanLink)(nil),              // 19: pml.v1.PlanLink
+	(*PlanScore)(nil),             // 20: pml.v1.PlanScore
+	(*FilteredCandidate)(nil),     // 21: pml.v1.FilteredCandidate
+	(*Failure)(nil),               // 22: pml.v1.Failure
+	(*RetentionEntry)(nil),        // 23: pml.v1.RetentionEntry
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
 }
 var file_pml_v1_resources_proto_depIdxs = []int32{
-	20, // 0: pml.v1.ToolCall.start_time:type_name -> google.protobuf.Timestamp
+	24, // 0: pml.v1.ToolCall.start_time:type_name -> google.protobuf.Timestamp
 	4,  // 1: pml.v1.ExecutionRecord.tool_calls:type_name -> pml.v1.ToolCall
 	0,  // 2: pml.v1.ExecutionRecord.status:type_name -> pml.v1.ExecutionStatus
-	20, // 3: pml.v1.ExecutionRecord.start_time:type_name -> google.protobuf.Timestamp
+	24, // 3: pml.v1.ExecutionRecord.start_time:type_name -> google.protobuf.Timestamp
 	1,  // 4: pml.v1.CaptureResult.outcome:type_name -> pml.v1.CaptureOutcome
 	6,  // 5: pml.v1.CaptureResult.tool_failures:type_name -> pml.v1.ToolFailure
-	20, // 6: pml.v1.Intent.last_seen_time:type_name -> google.protobuf.Timestamp
+	24, // 6: pml.v1.Intent.last_seen_time:type_name -> google.protobuf.Timestamp
 	9,  // 7: pml.v1.Pattern.parameters:type_name -> pml.v1.Parameter
-	20, // 8: pml.v1.Pattern.create_time:type_name -> google.protobuf.Timestamp
-	20, // 9: pml.v1.Pattern.last_used_time:type_name -> google.protobuf.Timestamp
+	24, // 8: pml.v1.Pattern.create_time:type_name -> google.protobuf.Timestamp
+	24, // 9: pml.v1.Pattern.last_used_time:type_name -> google.protobuf.Timestamp
 	8,  // 10: pml.v1.Pattern.intents:type_name -> pml.v1.Intent
 	11, // 11: pml.v1.Pattern.steps:type_name -> pml.v1.Step
 	12, // 12: pml.v1.Step.arguments:type_name -> pml.v1.StepArgument
 	3,  // 13: pml.v1.StepArgument.kind:type_name -> pml.v1.StepArgument.Kind
 	13, // 14: pml.v1.StepArgument.sources:type_name -> pml.v1.StepSource
-	20, // 15: pml.v1.Capability.last_used_time:type_name -> google.protobuf.Timestamp
+	24, // 15: pml.v1.Capability.last_used_time:type_name -> google.protobuf.Timestamp
 	10, // 16: pml.v1.Suggestion.pattern:type_name -> pml.v1.Pattern
 	15, // 17: pml.v1.Suggestion.score:type_name -> pml.v1.ScoreParts
-	15, // 18: pml.v1.FilteredCandidate.score:type_name -> pml.v1.ScoreParts
-	20, // 19: pml.v1.Failure.time:type_name -> google.protobuf.Timestamp
-	2,  // 20: pml.v1.RetentionEntry.action:type_name -> pml.v1.RetentionAction
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	18, // 18: pml.v1.Plan.parts:type_name -> pml.v1.PlanPart
+	19, // 19: pml.v1.Plan.links:type_name -> pml.v1.PlanLink
+	20, // 20: pml.v1.Plan.score:type_name -> pml.v1.PlanScore
+	16, // 21: pml.v1.PlanPart.suggestion:type_name -> pml.v1.Suggestion
+	15, // 22: pml.v1.FilteredCandidate.score:type_name -> pml.v1.ScoreParts
+	24, // 23: pml.v1.Failure.time:type_name -> google.protobuf.Timestamp
+	2,  // 24: pml.v1.RetentionEntry.action:type_name -> pml.v1.RetentionAction
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_pml_v1_resources_proto_init() }
@@ -2040,7 +2406,7 @@ func file_pml_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pml_v1_resources_proto_rawDesc), len(file_pml_v1_resources_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -226,7 +226,9 @@ class PmlClient:
         include_flagged: bool = False,
         explain: bool = False,
         intent_embedding: Sequence[float] = (),
+        plan_size: int | None = None,
     ) -> pml_pb2.SuggestResponse:
+        """`plan_size`: most plans (None: the server's default, 3; 0: none)."""
         request = pml_pb2.SuggestRequest(
             intent=intent,
             page_size=k,
@@ -241,6 +243,8 @@ class PmlClient:
             request.min_success = min_success
         if available_tools is not None:
             request.available_tools.tools.extend(available_tools)
+        if plan_size is not None:
+            request.plan_size = plan_size
         return self._call(self._stub.Suggest, request, pml_pb2.SuggestResponse)
 
     def get_pattern(self, name: str) -> resources_pb2.Pattern:

@@ -384,6 +384,7 @@ class SuggestRequest(_message.Message):
     AVAILABLE_TOOLS_FIELD_NUMBER: _builtins.int
     TAGS_FIELD_NUMBER: _builtins.int
     EXPLAIN_FIELD_NUMBER: _builtins.int
+    PLAN_SIZE_FIELD_NUMBER: _builtins.int
     intent: _builtins.str
     """(Required) What the agent wants to do."""
     page_size: _builtins.int
@@ -396,6 +397,10 @@ class SuggestRequest(_message.Message):
     """(Optional) Include patterns flagged for removal."""
     explain: _builtins.bool
     """(Optional) Also return the filtered-out candidates with the rule that removed each."""
+    plan_size: _builtins.int
+    """(Optional) Most plans to return, 0..10 (docs/ranking.md, Plans); unset means 3, 0 turns
+    plans off. A plan is offered only when no single stored capability covers the request.
+    """
     @_builtins.property
     def intent_embedding(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """(Optional) Client-computed intent embedding (server dimension, finite values)."""
@@ -422,19 +427,24 @@ class SuggestRequest(_message.Message):
         available_tools: Global___AvailableTools | None = ...,
         tags: _abc.Iterable[_builtins.str] | None = ...,
         explain: _builtins.bool = ...,
+        plan_size: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_match", b"_min_match", "_min_success", b"_min_success", "available_tools", b"available_tools", "min_match", b"min_match", "min_success", b"min_success"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_match", b"_min_match", "_min_success", b"_min_success", "_plan_size", b"_plan_size", "available_tools", b"available_tools", "min_match", b"min_match", "min_success", b"min_success", "plan_size", b"plan_size"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_match", b"_min_match", "_min_success", b"_min_success", "available_tools", b"available_tools", "explain", b"explain", "include_flagged", b"include_flagged", "intent", b"intent", "intent_embedding", b"intent_embedding", "min_match", b"min_match", "min_success", b"min_success", "page_size", b"page_size", "tags", b"tags"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_match", b"_min_match", "_min_success", b"_min_success", "_plan_size", b"_plan_size", "available_tools", b"available_tools", "explain", b"explain", "include_flagged", b"include_flagged", "intent", b"intent", "intent_embedding", b"intent_embedding", "min_match", b"min_match", "min_success", b"min_success", "page_size", b"page_size", "plan_size", b"plan_size", "tags", b"tags"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__min_match: _TypeAlias = _typing.Literal["min_match"]  # noqa: Y015
     _WhichOneofArgType__min_match: _TypeAlias = _typing.Literal["_min_match", b"_min_match"]  # noqa: Y015
     _WhichOneofReturnType__min_success: _TypeAlias = _typing.Literal["min_success"]  # noqa: Y015
     _WhichOneofArgType__min_success: _TypeAlias = _typing.Literal["_min_success", b"_min_success"]  # noqa: Y015
+    _WhichOneofReturnType__plan_size: _TypeAlias = _typing.Literal["plan_size"]  # noqa: Y015
+    _WhichOneofArgType__plan_size: _TypeAlias = _typing.Literal["_plan_size", b"_plan_size"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__min_match) -> _WhichOneofReturnType__min_match | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__min_success) -> _WhichOneofReturnType__min_success | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__plan_size) -> _WhichOneofReturnType__plan_size | None: ...
 
 Global___SuggestRequest: _TypeAlias = SuggestRequest  # noqa: Y015
 
@@ -470,6 +480,7 @@ class SuggestResponse(_message.Message):
 
     SUGGESTIONS_FIELD_NUMBER: _builtins.int
     FILTERED_FIELD_NUMBER: _builtins.int
+    PLANS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def suggestions(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.Suggestion]:
         """(Output only) Best first."""
@@ -478,15 +489,22 @@ class SuggestResponse(_message.Message):
     def filtered(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.FilteredCandidate]:
         """(Output only) With `explain`: the candidates the filters removed."""
 
+    @_builtins.property
+    def plans(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.Plan]:
+        """(Output only) Best first: combinations of 2 to 4 stored capabilities that together cover
+        the request better than any one suggestion; empty when one capability covers it.
+        """
+
     def __init__(
         self,
         *,
         suggestions: _abc.Iterable[_resources_pb2.Suggestion] | None = ...,
         filtered: _abc.Iterable[_resources_pb2.FilteredCandidate] | None = ...,
+        plans: _abc.Iterable[_resources_pb2.Plan] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filtered", b"filtered", "suggestions", b"suggestions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filtered", b"filtered", "plans", b"plans", "suggestions", b"suggestions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -794,6 +794,182 @@ class Suggestion(_message.Message):
 Global___Suggestion: _TypeAlias = Suggestion  # noqa: Y015
 
 @_typing.final
+class Plan(_message.Message):
+    """Plan is an ordered combination of stored capabilities that together cover a request no one
+    capability covers (docs/ranking.md, Plans).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTS_FIELD_NUMBER: _builtins.int
+    LINKS_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    TOOLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlanPart]:
+        """(Output only) The parts in the order to run them; never the same capability twice."""
+
+    @_builtins.property
+    def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlanLink]:
+        """(Output only) Where an earlier part's output fits a later part's input."""
+
+    @_builtins.property
+    def score(self) -> Global___PlanScore:
+        """(Output only) The score and its parts."""
+
+    @_builtins.property
+    def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """(Output only) The tools of every part's steps, in plan order."""
+
+    def __init__(
+        self,
+        *,
+        parts: _abc.Iterable[Global___PlanPart] | None = ...,
+        links: _abc.Iterable[Global___PlanLink] | None = ...,
+        score: Global___PlanScore | None = ...,
+        tools: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["score", b"score"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["links", b"links", "parts", b"parts", "score", b"score", "tools", b"tools"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Plan: _TypeAlias = Plan  # noqa: Y015
+
+@_typing.final
+class PlanPart(_message.Message):
+    """PlanPart is one stored capability of a plan, with the parts of the request it covers."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUGGESTION_FIELD_NUMBER: _builtins.int
+    COVERS_FIELD_NUMBER: _builtins.int
+    COVERS_INDEX_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def suggestion(self) -> Global___Suggestion:
+        """(Output only) The capability, its best pattern and its score for the parts it covers."""
+
+    @_builtins.property
+    def covers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """(Output only) The parts of the request (clauses, in request order) this part covers."""
+
+    @_builtins.property
+    def covers_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """(Output only) Indexes of those request parts, from 0."""
+
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """(Output only) The steps of its pattern the plan runs (indexes into `tools_used`, from 0):
+        those whose tool the covered request parts name, or every step when none is named.
+        """
+
+    def __init__(
+        self,
+        *,
+        suggestion: Global___Suggestion | None = ...,
+        covers: _abc.Iterable[_builtins.str] | None = ...,
+        covers_index: _abc.Iterable[_builtins.int] | None = ...,
+        steps: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["suggestion", b"suggestion"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["covers", b"covers", "covers_index", b"covers_index", "steps", b"steps", "suggestion", b"suggestion"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanPart: _TypeAlias = PlanPart  # noqa: Y015
+
+@_typing.final
+class PlanLink(_message.Message):
+    """PlanLink joins an earlier part's output to a later part's input of a compatible kind."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FROM_PART_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    TO_PART_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    from_part: _builtins.int
+    """(Output only) Index of the part that produces the value."""
+    output: _builtins.str
+    """(Output only) The value it produces, e.g. `person_id`."""
+    to_part: _builtins.int
+    """(Output only) Index of the part that takes it."""
+    input: _builtins.str
+    """(Output only) The input parameter it fills."""
+    def __init__(
+        self,
+        *,
+        from_part: _builtins.int = ...,
+        output: _builtins.str = ...,
+        to_part: _builtins.int = ...,
+        input: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_part", b"from_part", "input", b"input", "output", b"output", "to_part", b"to_part"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanLink: _TypeAlias = PlanLink  # noqa: Y015
+
+@_typing.final
+class PlanScore(_message.Message):
+    """PlanScore is a plan's score broken into the parts of its formula (docs/ranking.md, Plans)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COVERAGE_FIELD_NUMBER: _builtins.int
+    PART_MATCH_FIELD_NUMBER: _builtins.int
+    PART_RELIABILITY_FIELD_NUMBER: _builtins.int
+    EXTRA_PART_COST_FIELD_NUMBER: _builtins.int
+    UNLINKED_INPUTS_FIELD_NUMBER: _builtins.int
+    UNLINKED_INPUT_COST_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    BEST_SINGLE_FIELD_NUMBER: _builtins.int
+    coverage: _builtins.float
+    """(Output only) Share of the request's parts the plan covers, 0..1."""
+    extra_part_cost: _builtins.float
+    """(Output only) Cost of the parts beyond the first."""
+    unlinked_inputs: _builtins.int
+    """(Output only) Inputs that look produced by a tool (identifiers) yet no earlier part links."""
+    unlinked_input_cost: _builtins.float
+    """(Output only) Their cost."""
+    total: _builtins.float
+    """(Output only) The total the plans are ordered by."""
+    best_single: _builtins.float
+    """(Output only) The best single capability's total under the same formula (what it beat)."""
+    @_builtins.property
+    def part_match(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """(Output only) Each part's match on the request parts it covers."""
+
+    @_builtins.property
+    def part_reliability(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """(Output only) Each part's reliability (failures' evidence against its pattern)."""
+
+    def __init__(
+        self,
+        *,
+        coverage: _builtins.float = ...,
+        part_match: _abc.Iterable[_builtins.float] | None = ...,
+        part_reliability: _abc.Iterable[_builtins.float] | None = ...,
+        extra_part_cost: _builtins.float = ...,
+        unlinked_inputs: _builtins.int = ...,
+        unlinked_input_cost: _builtins.float = ...,
+        total: _builtins.float = ...,
+        best_single: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["best_single", b"best_single", "coverage", b"coverage", "extra_part_cost", b"extra_part_cost", "part_match", b"part_match", "part_reliability", b"part_reliability", "total", b"total", "unlinked_input_cost", b"unlinked_input_cost", "unlinked_inputs", b"unlinked_inputs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanScore: _TypeAlias = PlanScore  # noqa: Y015
+
+@_typing.final
 class FilteredCandidate(_message.Message):
     """FilteredCandidate is a candidate that a filter removed (returned with `explain`)."""
 

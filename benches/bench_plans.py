@@ -1,0 +1,216 @@
+"""Plans (docs/ranking.md, Plans): composed answers for requests no stored capability covers.
+
+Quality on ../shared/devset/multistep (Seal-Tools; every query there is "compose"): its 1,885
+executions are captured into a fresh store (default model), then each query asks Suggest with
+plans on; the top plan's tools in order against the expected tools (exact sequence) and its
+expected-tool recall; baseline: the best single suggestion's recall (what Suggest answered
+before plans).
+
+False plans on ../shared/devset (MetaTool + NESTFUL): its executions captured, each single-tool
+query asked with plans off and on; a false plan is a plan offered while the right single
+capability is among the suggestions; hit@1 with plans on and off (plans never change the
+suggestions; this row shows it).
+
+Latency: Suggest p50 at 10k stored intents (the quality suite's cached store,
+benches/quality_latency.py) with plans off and on, in the same run, on the quality set's
+held-out queries and on the compose queries.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benches import devset
+from benches.bench_quality import _open
+from benches.common import Row
+from benches.quality_latency import filled_store
+from pml_server.domain.model import ExecutionRecord, SuggestQuery, SuggestResult, ToolCall
+from pml_server.service import Engine
+
+SUITE = "plans"
+TENANT = "bench"
+EMBEDDER = "minilm"
+MULTISTEP = devset.DEVSET / "multistep"
+
+
+def available() -> bool:
+    return (MULTISTEP / "queries.jsonl").exists() and devset.available()
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _record(n: int, intent: str, code: str, tools: list[str]) -> ExecutionRecord:
+    return ExecutionRecord(
+        request_id=f"x{n}",
+        intent=intent,
+        code=code,
+        language="javascript",
+        tool_calls=tuple(ToolCall(t) for t in tools),
+    )
+
+
+def _recall(expected: list[str], got: tuple[str, ...]) -> float:
+    return len(set(expected) & set(got)) / len(set(expected))
+
+
+@dataclass
+class ComposeResult:
+    queries: int
+    exact: float
+    plan_recall: float  # top plan's recall, 0 where no plan was offered
+    answer_recall: float  # top plan's recall, or the top suggestion's without a plan
+    single_recall: float  # the top suggestion's recall (the baseline)
+    offered: float
+    mean_parts: float
+
+
+def compose_quality(engine: Engine) -> ComposeResult:
+    executions = _jsonl(MULTISTEP / "executions.jsonl")
+    for n, e in enumerate(executions):
+        engine.record(TENANT, _record(n, str(e["intent"]), str(e["code"]), list(e["tools"])))
+    queries = _jsonl(MULTISTEP / "queries.jsonl")
+    exact = plan_recall = answer_recall = single_recall = offered = parts = 0.0
+    for q in queries:
+        expected = list(q["expected_tools"])
+        result = engine.suggest(TENANT, SuggestQuery(str(q["intent"]), k=5))
+        single = result.suggestions[0].pattern.tools_used if result.suggestions else ()
+        single_recall += _recall(expected, single)
+        if result.plans:
+            top = result.plans[0]
+            offered += 1
+            parts += len(top.parts)
+            exact += list(top.tools) == expected
+            plan_recall += _recall(expected, top.tools)
+            answer_recall += _recall(expected, top.tools)
+        else:
+            answer_recall += _recall(expected, single)
+    n = len(queries)
+    return ComposeResult(
+        n,
+        exact / n,
+        plan_recall / n,
+        answer_recall / n,
+        single_recall / n,
+        offered / n,
+        parts / max(offered, 1),
+    )
+
+
+@dataclass
+class FalsePlans:
+    queries: int
+    false_plan: float  # a plan offered while the right capability is among the suggestions
+    false_plan_top1: float  # ... while the right capability is the top suggestion
+    hit1_off: float
+    hit1_on: float
+
+
+def _groups(result: SuggestResult, group_of: dict[str, str]) -> list[str]:
+    out: list[str] = []
+    for s in result.suggestions:
+        g = group_of.get(s.capability_id, "?")
+        if g not in out:
+            out.append(g)
+    return out
+
+
+def false_plans(engine: Engine) -> FalsePlans:
+    executions, queries = devset.load()
+    votes: dict[str, Counter[str]] = {}
+    for n, e in enumerate(executions):
+        got = engine.record(TENANT, _record(n, e.intent, e.code, list(e.tools)))
+        votes.setdefault(got.capability_id, Counter())[e.group] += 1
+    group_of = {c: v.most_common(1)[0][0] for c, v in votes.items()}
+    single = [q for q in queries if not q.multi_tool]
+    false_any = false_top = hit_off = hit_on = 0
+    for q in single:
+        off = engine.suggest(TENANT, SuggestQuery(q.intent, k=5, plan_size=0))
+        on = engine.suggest(TENANT, SuggestQuery(q.intent, k=5))
+        groups_off, groups_on = _groups(off, group_of), _groups(on, group_of)
+        hit_off += bool(groups_off) and groups_off[0] == q.group
+        hit_on += bool(groups_on) and groups_on[0] == q.group
+        if on.plans and q.group in groups_on:
+            false_any += 1
+            false_top += groups_on[0] == q.group
+    n = len(single)
+    return FalsePlans(n, false_any / n, false_top / n, hit_off / n, hit_on / n)
+
+
+def latency(engine: Engine, texts: list[str]) -> tuple[float, float]:
+    """Suggest p50 in ms with plans off and on, alternating per query; each text gets a
+    different suffix per mode so the embedding cache never answers."""
+    off: list[float] = []
+    on: list[float] = []
+    for text in texts:
+        for samples, suffix, size in ((off, "now", 0), (on, "please", 3)):
+            start = time.perf_counter()
+            engine.suggest(TENANT, SuggestQuery(f"{text} {suffix}", k=5, plan_size=size))
+            samples.append(time.perf_counter() - start)
+    return statistics.median(off) * 1e3, statistics.median(on) * 1e3
+
+
+def run(large: bool) -> list[Row]:
+    if not available():
+        return []
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="pml-plans-") as tmp:
+        engine = _open(Path(tmp) / "multistep", EMBEDDER, None)
+        try:
+            c = compose_quality(engine)
+            compose_texts = [str(q["intent"]) for q in _jsonl(MULTISTEP / "queries.jsonl")]
+        finally:
+            engine.close()
+        extra = {"queries": c.queries, "plan_offered": round(c.offered, 4)}
+        extra["mean_plan_parts"] = round(c.mean_parts, 2)
+        rows += [
+            Row(SUITE, "compose: top plan tools in order == expected", c.exact, "share",
+                target=None, extra=extra),
+            Row(SUITE, "compose: top plan expected-tool recall", c.plan_recall, "recall",
+                c.single_recall, "best single suggestion", extra=extra),
+            Row(SUITE, "compose: answer recall (top plan, else top suggestion)",
+                c.answer_recall, "recall", c.single_recall, "best single suggestion",
+                extra=extra),
+        ]  # fmt: skip
+        engine = _open(Path(tmp) / "devset", EMBEDDER, None)
+        try:
+            f = false_plans(engine)
+        finally:
+            engine.close()
+        extra = {"queries": f.queries}
+        rows += [
+            Row(SUITE, "dev single-tool: false plans (right capability suggested)",
+                f.false_plan, "share", extra=extra),
+            Row(SUITE, "dev single-tool: false plans (right capability top-1)",
+                f.false_plan_top1, "share", extra=extra),
+            Row(SUITE, "dev single-tool: served hit@1 plans on", f.hit1_on, "hit@1",
+                f.hit1_off, "plans off", target=1.0, extra=extra),
+        ]  # fmt: skip
+        store, _ = filled_store(Path(tmp), EMBEDDER, 10_000)
+        engine = _open(store, EMBEDDER, None)
+        try:
+            from benches.quality_dataset import load
+
+            _, held_out = load()
+            texts = [q.text for q in held_out]
+            off, on = latency(engine, texts)
+            c_off, c_on = latency(engine, compose_texts[:60])
+        finally:
+            engine.close()
+        rows += [
+            Row(SUITE, "suggest p50 at 10k intents, plans on (held-out queries)", on, "ms",
+                off, "plans off", target=1.5, lower_is_better=True,
+                extra={"samples": len(texts)}),
+            Row(SUITE, "suggest p50 at 10k intents, plans on (compose queries)", c_on, "ms",
+                c_off, "plans off", target=1.5, lower_is_better=True,
+                extra={"samples": 60}),
+        ]  # fmt: skip
+    return rows

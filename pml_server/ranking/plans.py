@@ -1,0 +1,480 @@
+"""Plans: when no stored capability covers a request, compose one from 2 to 4 of them
+(docs/ranking.md, Plans).
+
+Pure decisions, no I/O: `split_request` cuts a request into its parts (clauses, in order);
+the service retrieves a few candidates per part (`PartHit`s, each with its match on that part);
+`compose` searches the assignments of parts to capabilities with a beam of stated width and
+returns the plans that beat the best single capability under the same formula. Its cost is
+bounded by `search_bound` whatever the store holds (docs/ranking.md, Plans, "Bound").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pml_server.domain.model import (
+    PatternView,
+    Plan,
+    PlanLink,
+    PlanPart,
+    PlanScore,
+    Suggestion,
+)
+
+# ---- the formula's constants and the search's bounds (docs/ranking.md, Plans) ----------------
+MAX_REQUEST_PARTS = 6  # a longer request is cut into at most this many parts
+PART_HITS = 5  # candidates retrieved per request part (the second retrieval's k)
+BEAM_WIDTH = 8  # partial plans kept after each request part
+MIN_PLAN_PARTS = 2
+MAX_PLAN_PARTS = 4
+MAX_PLAN_SIZE = 10  # SuggestRequest.plan_size's bound
+DEFAULT_PLAN_SIZE = 3
+COVER_MATCH = 0.5  # a capability covers a request part when its match on it is at least this
+PLAN_MARGIN = 0.05  # a plan's total must exceed the best single capability's by more than this
+EXTRA_PART_COST = 0.03  # per part beyond the first
+UNLINKED_INPUT_COST = 0.01  # per identifier input no earlier part produces
+MIN_PART_WORDS = 2  # a piece with fewer content words joins its neighbour
+# words that ask rather than say what to do: a piece made of them ("Can you help me?") is
+# no part of its own
+_FILLER_WORDS = """i im i'm me my mine you your we us our can could would will shall should please
+    help assist need want like looking hi hello hey thanks thank with that this these those it
+    its is
+    are am be was were do does did a an the to for of in on at and or so some any there here
+    what how also just now then really very ok okay sure know let tell give m s re ve
+    ll d t"""
+_FILLER = frozenset(_FILLER_WORDS.split())
+NAMED_SHARE = 0.6  # a step is named by a text holding this share of its tool name's words
+STEP_WEIGHT = 0.8  # share of a part's match that comes from its steps being named
+_GENERIC = frozenset(
+    [
+        "get",
+        "set",
+        "info",
+        "information",
+        "data",
+        "detail",
+        "by",
+        "for",
+        "of",
+        "the",
+        "a",
+        "an",
+        "to",
+        "in",
+        "on",
+        "and",
+        "with",
+        "from",
+    ]
+)
+
+
+def search_bound(parts: int, hits: int = PART_HITS, beam: int = BEAM_WIDTH) -> int:
+    """The most partial plans `compose` scores for `parts` request parts: after each part,
+    every kept partial plan (at most `beam`) grows in at most `hits + 2` ways (extend its last
+    part, start a new part with one of the part's hits, or leave the request part uncovered)."""
+    return min(parts, MAX_REQUEST_PARTS) * beam * (hits + 2)
+
+
+# ---- the request's parts ---------------------------------------------------------------------
+
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+")
+_CONNECTIVE = re.compile(
+    r"(?:^|,\s*|\s+)(?:and\s+)?(?:then|after\s+that|afterwards|additionally|also|finally|"
+    r"in\s+addition|moreover|furthermore|lastly|next)\b[,:]?\s+",
+    re.IGNORECASE,
+)
+_AND = re.compile(r",?\s+and\s+", re.IGNORECASE)
+_WORD = re.compile(r"[A-Za-z0-9]+")
+
+
+def _words(text: str) -> int:
+    """How many content words `text` holds (filler such as "can you help me" left out)."""
+    return sum(w not in _FILLER for w in _WORD.findall(text.lower()))
+
+
+def split_request(text: str) -> tuple[str, ...]:
+    """The request cut into its parts, in order: sentences, then connectives ("then",
+    "additionally", "finally", ...); a request that is one clause is cut at its one " and " when
+    both sides hold more than 3 content words. Pieces shorter than `MIN_PART_WORDS` words join
+    the piece before (the first piece joins the next); more than `MAX_REQUEST_PARTS` pieces
+    are joined pairwise (the shortest adjacent pair first) until that many are left."""
+    pieces = [
+        clause
+        for sentence in _SENTENCE.split(text.strip())
+        for clause in _CONNECTIVE.split(sentence)
+    ]
+    if len(pieces) == 1:
+        halves = _AND.split(pieces[0])
+        if len(halves) == 2 and all(_words(h) > 3 for h in halves):
+            pieces = halves
+    parts: list[str] = []
+    for piece in (p.strip(" ,;.") for p in pieces):
+        if not piece:
+            continue
+        if parts and (_words(piece) < MIN_PART_WORDS or _words(parts[-1]) < MIN_PART_WORDS):
+            parts[-1] = f"{parts[-1]} {piece}"
+        else:
+            parts.append(piece)
+    while len(parts) > MAX_REQUEST_PARTS:
+        n = min(range(len(parts) - 1), key=lambda i: _words(parts[i]) + _words(parts[i + 1]))
+        parts[n : n + 2] = [f"{parts[n]} {parts[n + 1]}"]
+    return tuple(parts)
+
+
+# ---- which steps of a pattern a request part names ------------------------------------------
+
+
+def _stem(word: str) -> str:
+    return _singular(word)[:6]
+
+
+def text_words(text: str) -> frozenset[str]:
+    """The stems of a text's words (lower case, singular, first six letters)."""
+    return frozenset(_stem(w) for w in _WORD.findall(text.lower()) if w not in _GENERIC)
+
+
+def tool_words(tool: str) -> frozenset[str]:
+    """The stems of a tool name's words, generic ones (get, info, data, ...) left out."""
+    words = [w for w in tool.lower().split("_") if w and w not in _GENERIC]
+    return frozenset(_stem(w) for w in words)
+
+
+def step_match(tool: str, words: frozenset[str]) -> float:
+    """Share of a tool name's words the text names, 0..1."""
+    own = tool_words(tool)
+    return len(own & words) / len(own) if own else 0.0
+
+
+def named_steps(tools: Sequence[str], words: frozenset[str]) -> tuple[int, ...]:
+    """The steps (indexes into `tools`) whose tool the text names best: every tool that shares
+    at least `NAMED_SHARE` of its words with the text. When none is named, a one-step pattern
+    keeps its step and a longer one none (the part then has no step a plan can run)."""
+    named = tuple(n for n, t in enumerate(tools) if step_match(t, words) >= NAMED_SHARE)
+    return named or tuple(range(len(tools) if len(tools) == 1 else 0))
+
+
+def _steps_factor(tools: Sequence[str], words: frozenset[str]) -> float:
+    """1 - STEP_WEIGHT + STEP_WEIGHT x the best named share of a step (a part naming a step
+    of the pattern keeps its whole match)."""
+    best = max((step_match(t, words) for t in tools), default=0.0)
+    return 1.0 - STEP_WEIGHT + STEP_WEIGHT * best
+
+
+# ---- links between parts ---------------------------------------------------------------------
+
+_ID_INPUT = re.compile(r"^(?P<stem>[a-z0-9_]*?)_?(?:id|ids|key|uuid|ref|handle|token)$")
+_SCALAR = frozenset({"string", "integer", "number", ""})
+_IRREGULAR = {"people": "person", "children": "child", "men": "man", "women": "woman"}
+
+
+def _singular(word: str) -> str:
+    if word in _IRREGULAR:
+        return _IRREGULAR[word]
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith("s") and not word.endswith("ss") and len(word) > 3:
+        return word[:-1]
+    return word
+
+
+def _input_types(pattern: PatternView) -> dict[str, str]:
+    """Each parameter's JSON type, by its bare lower-case name (`$PERSON_ID` -> `person_id`)."""
+    types = {p.name.lstrip("$").lower(): p.json_type for p in pattern.params}
+    try:
+        schema = json.loads(pattern.parameter_schema_json or "{}")
+    except ValueError:
+        schema = {}
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if isinstance(props, dict):
+        for key, spec in props.items():
+            kind = spec.get("type", "") if isinstance(spec, dict) else ""
+            types.setdefault(key.lstrip("$").lower(), kind if isinstance(kind, str) else "")
+    return types
+
+
+def _stem_words(name: str) -> frozenset[str] | None:
+    """The words of an identifier name's stem (`person_id` -> {person}); None for a name that
+    is no identifier."""
+    m = _ID_INPUT.match(name.lstrip("$").lower())
+    if m is None:
+        return None
+    return frozenset(_singular(w) for w in m.group("stem").split("_") if w)
+
+
+def _has_steps(pattern: PatternView) -> bool:
+    return len(pattern.steps) == len(pattern.tools_used) > 0
+
+
+def outputs(pattern: PatternView, steps: Sequence[int] | None = None) -> dict[str, frozenset[str]]:
+    """The identifiers the steps (`steps`; every step when None) of a pattern produce, each with
+    the words of its noun. Learned from the pattern's data flow (`Pattern.steps`): an argument
+    of a later step fed by a reference to a step's output names what that step produces
+    (`get_person_movie_credit({person_id: r1.results[0].id})` -> `search_people` produces
+    `person_id`). And named after the tool: every tail of its name's words after the verb
+    (`search_people` -> `person_id`, `people_id`). A tool's result is a scalar or a record
+    holding one, so an output fits scalar inputs only."""
+    out: dict[str, frozenset[str]] = {}
+    chosen = range(len(pattern.tools_used)) if steps is None else steps
+    if _has_steps(pattern):
+        for later in pattern.steps:
+            for arg in later.arguments:
+                words = _stem_words(arg.name)
+                if arg.kind == "reference" and words and any(s in chosen for s, _ in arg.sources):
+                    out.setdefault(arg.name.lower(), words)
+    for n in chosen:
+        tool_words_ = [_singular(w) for w in pattern.tools_used[n].lower().split("_") if w][1:]
+        for first in range(len(tool_words_)):
+            noun = tool_words_[first:]
+            out.setdefault("_".join(noun) + "_id", frozenset(noun))
+    return out
+
+
+def identifier_inputs(
+    pattern: PatternView, steps: Sequence[int] | None = None
+) -> dict[str, tuple[frozenset[str], str]]:
+    """The inputs that look produced by a tool (names ending in id, key, token, ...), each with
+    the words of its stem and its JSON type. With the pattern's data flow (`Pattern.steps`):
+    the arguments of the steps (`steps`; every step when None) that take a parameter, by the
+    argument's name, typed by the parameter's schema; without it, the pattern's parameters."""
+    types = _input_types(pattern)
+    found = {}
+    if _has_steps(pattern):
+        chosen = range(len(pattern.steps)) if steps is None else steps
+        for n in chosen:
+            for arg in pattern.steps[n].arguments:
+                stem = _stem_words(arg.name)
+                if arg.kind != "parameter" or stem is None:
+                    continue
+                kinds = [types.get(p.lstrip("$").lower(), "") for p in arg.parameters]
+                # several parameters in one argument: an array or object literal, no scalar
+                found[arg.name.lower()] = (stem, kinds[0] if len(kinds) == 1 else "composite")
+        return found
+    for name, kind in types.items():
+        stem = _stem_words(name)
+        if stem is not None:
+            found[name] = (stem, kind)
+    return found
+
+
+def compatible(output_words: frozenset[str], input_stem: frozenset[str], input_type: str) -> bool:
+    """An output fits an input when the input's stem names the output's noun (its words are
+    all among the output's) and the input takes a scalar."""
+    return bool(input_stem) and input_stem <= output_words and input_type in _SCALAR
+
+
+def link_parts(
+    patterns: Sequence[PatternView], steps: Sequence[Sequence[int]] | None = None
+) -> tuple[tuple[PlanLink, ...], int]:
+    """The links between parts (each identifier input to the nearest earlier part producing
+    a compatible output from the steps it runs) and how many identifier inputs stay
+    unlinked."""
+    links = []
+    unlinked = 0
+    produced = [outputs(p, None if steps is None else steps[n]) for n, p in enumerate(patterns)]
+    for j, pattern in enumerate(patterns):
+        taken = identifier_inputs(pattern, None if steps is None else steps[j])
+        for name, (stem, kind) in sorted(taken.items()):
+            found = None
+            for i in range(j - 1, -1, -1):
+                for output, words in sorted(produced[i].items()):
+                    if compatible(words, stem, kind):
+                        found = PlanLink(i, output, j, name)
+                        break
+                if found is not None:
+                    break
+            if found is None:
+                if j > 0:
+                    unlinked += 1
+            else:
+                links.append(found)
+    return tuple(links), unlinked
+
+
+# ---- the search ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartHit:
+    """A capability retrieved for one request part, with its match on that part."""
+
+    suggestion: Suggestion
+    match: float
+
+
+@dataclass(frozen=True)
+class _State:
+    segments: tuple[tuple[str, tuple[int, ...]], ...]  # (capability id, request parts)
+
+
+def _quality(
+    segments: Sequence[tuple[str, tuple[int, ...]]],
+    match: dict[tuple[str, int], float],
+    reliability: dict[str, float],
+    parts: int,
+) -> tuple[float, list[float], list[float]]:
+    covered = sum(len(ps) for _, ps in segments)
+    matches = [sum(match[(c, p)] for p in ps) / len(ps) for c, ps in segments]
+    rels = [reliability[c] for c, _ in segments]
+    if not segments:
+        return 0.0, [], []
+    mean = sum(m * r for m, r in zip(matches, rels, strict=True)) / len(segments)
+    return covered / parts * mean, matches, rels
+
+
+def _partial_total(
+    state: _State, match: dict[tuple[str, int], float], rel: dict[str, float], parts: int
+) -> float:
+    value, _, _ = _quality(state.segments, match, rel, parts)
+    return value - EXTRA_PART_COST * max(0, len(state.segments) - 1)
+
+
+@dataclass(frozen=True)
+class Composed:
+    plans: tuple[Plan, ...]
+    evaluated: int  # partial plans scored (never above `search_bound`)
+    best_single: float
+    covered_by_one: bool
+
+
+def compose(
+    request_parts: Sequence[str],
+    hits: Sequence[Sequence[PartHit]],
+    plan_size: int,
+    *,
+    part_hits: int = PART_HITS,
+    beam: int = BEAM_WIDTH,
+) -> Composed:
+    """The best `plan_size` plans for a request cut into `request_parts`, `hits[n]` being the
+    candidates retrieved for part n (best first; only the first `part_hits` are used). None when
+    one capability covers every part, or none beats the best single capability."""
+    parts = min(len(request_parts), len(hits), MAX_REQUEST_PARTS)
+    if parts < MIN_PLAN_PARTS or plan_size <= 0:
+        return Composed((), 0, 0.0, False)
+    match: dict[tuple[str, int], float] = {}
+    rel: dict[str, float] = {}
+    shown: dict[str, Suggestion] = {}
+    options: list[list[str]] = []
+    words = [text_words(t) for t in request_parts[:parts]]
+    for n in range(parts):
+        chosen: list[str] = []
+        for hit in hits[n][:part_hits]:
+            cap = hit.suggestion.capability_id
+            if hit.match < COVER_MATCH or (cap, n) in match:
+                continue
+            tools = hit.suggestion.pattern.tools_used
+            if named_steps(tools, words[n]):  # a part starts only where it has a step to run
+                chosen.append(cap)
+            match[(cap, n)] = hit.match * _steps_factor(tools, words[n])
+            rel[cap] = hit.suggestion.score.reliability
+            shown.setdefault(cap, hit.suggestion)
+        options.append(chosen)
+    # the best single capability under the same formula (one segment over what it covers)
+    best_single = 0.0
+    covered_by_one = False
+    for cap in shown:
+        covers = tuple(n for n in range(parts) if (cap, n) in match)
+        covered_by_one = covered_by_one or len(covers) == parts
+        value, _, _ = _quality(((cap, covers),), match, rel, parts)
+        best_single = max(best_single, value)
+    if covered_by_one:
+        return Composed((), 0, best_single, True)
+    evaluated = 0
+    beam_states = [_State(())]
+    for n in range(parts):
+        grown: dict[tuple[tuple[str, tuple[int, ...]], ...], _State] = {}
+        for state in beam_states:
+            used = {c for c, _ in state.segments}
+            children = [state]  # part n left uncovered
+            if state.segments and (state.segments[-1][0], n) in match:
+                last_cap, last_parts = state.segments[-1]
+                children.append(_State((*state.segments[:-1], (last_cap, (*last_parts, n)))))
+            if len(state.segments) < MAX_PLAN_PARTS:
+                for cap in options[n]:
+                    if cap not in used:
+                        children.append(_State((*state.segments, (cap, (n,)))))
+            for child in children:
+                evaluated += 1
+                grown.setdefault(child.segments, child)
+        beam_states = sorted(
+            grown.values(), key=lambda s: (-_partial_total(s, match, rel, parts), s.segments)
+        )[:beam]
+    plans = []
+    for state in beam_states:
+        if not MIN_PLAN_PARTS <= len(state.segments) <= MAX_PLAN_PARTS:
+            continue
+        plan = _plan(state, shown, match, rel, request_parts[:parts], best_single)
+        if plan is not None and plan.score.total > best_single + PLAN_MARGIN:
+            plans.append(plan)
+    plans.sort(key=lambda p: -p.score.total)
+    return Composed(tuple(plans[:plan_size]), evaluated, best_single, False)
+
+
+def _plan_steps(
+    segments: Sequence[tuple[str, tuple[int, ...]]],
+    shown: dict[str, Suggestion],
+    request_parts: Sequence[str],
+) -> list[tuple[int, ...]]:
+    """Each segment's steps (`named_steps` over the text it covers); a tool two segments both
+    run stays only in the one naming it best (the later on a tie), so a plan runs a tool once."""
+    words = [text_words(" ".join(request_parts[n] for n in ps)) for _, ps in segments]
+    steps = [
+        list(named_steps(shown[c].pattern.tools_used, w))
+        for (c, _), w in zip(segments, words, strict=True)
+    ]
+    best: dict[str, tuple[float, int]] = {}
+    for n, (cap, _) in enumerate(segments):
+        tools = shown[cap].pattern.tools_used
+        for step in steps[n]:
+            share = step_match(tools[step], words[n])
+            if tools[step] not in best or share >= best[tools[step]][0]:
+                best[tools[step]] = (share, n)
+    return [
+        tuple(st for st in steps[n] if best[shown[cap].pattern.tools_used[st]][1] == n)
+        for n, (cap, _) in enumerate(segments)
+    ]
+
+
+def _plan(
+    state: _State,
+    shown: dict[str, Suggestion],
+    match: dict[tuple[str, int], float],
+    rel: dict[str, float],
+    request_parts: Sequence[str],
+    best_single: float,
+) -> Plan | None:
+    """The plan of a searched state, its parts left without a step dropped; None when fewer
+    than `MIN_PLAN_PARTS` remain."""
+    all_steps = _plan_steps(state.segments, shown, request_parts)
+    kept = [(seg, st) for seg, st in zip(state.segments, all_steps, strict=True) if st]
+    if len(kept) < MIN_PLAN_PARTS:
+        return None
+    segments = [seg for seg, _ in kept]
+    steps = [st for _, st in kept]
+    parts = len(request_parts)
+    value, matches, rels = _quality(segments, match, rel, parts)
+    links, unlinked = link_parts([shown[c].pattern for c, _ in segments], steps)
+    extra = EXTRA_PART_COST * (len(segments) - 1)
+    unlinked_cost = UNLINKED_INPUT_COST * unlinked
+    covered = sum(len(ps) for _, ps in segments)
+    score = PlanScore(
+        coverage=covered / parts,
+        part_match=tuple(matches),
+        part_reliability=tuple(rels),
+        extra_part_cost=extra,
+        unlinked_inputs=unlinked,
+        unlinked_input_cost=unlinked_cost,
+        total=value - extra - unlinked_cost,
+        best_single=best_single,
+    )
+    return Plan(
+        parts=tuple(
+            PlanPart(shown[c], ps, st) for (c, ps), st in zip(segments, steps, strict=True)
+        ),
+        links=links,
+        score=score,
+        request_parts=tuple(request_parts),
+    )

@@ -1,0 +1,268 @@
+"""Plans (docs/ranking.md, Plans): the request's parts, the bounded composition search, the
+links between parts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pml_server.domain.model import ParamView, PatternView, ScoreParts, Suggestion
+from pml_server.ranking import plans
+from pml_server.ranking.plans import (
+    MAX_PLAN_PARTS,
+    MAX_REQUEST_PARTS,
+    PartHit,
+    compose,
+    link_parts,
+    search_bound,
+    split_request,
+)
+from tests.support import pattern
+
+
+def _score(match: float, reliability: float = 1.0) -> ScoreParts:
+    return ScoreParts(match, match, 0.0, 1.0, 1.0, 1.0, 1.0, match, reliability)
+
+
+def _suggestion(cap: str, tools: tuple[str, ...], params: tuple[ParamView, ...] = ()) -> Suggestion:
+    view = replace(pattern(cap, capability_id=cap, tools=tools), params=params)
+    return Suggestion(cap, view, _score(0.8))
+
+
+def _hit(cap: str, tools: tuple[str, ...], match: float) -> PartHit:
+    return PartHit(_suggestion(cap, tools), match)
+
+
+REQUEST = (
+    "find the movie Mulholland Drive",
+    "get the credits of that movie",
+    "send an email with the list",
+)
+
+
+def test_split_request_cuts_sentences_and_connectives() -> None:
+    parts = split_request(
+        "Find the movie Mulholland Drive. Then get its credits, and finally send an email to Ann."
+    )
+    assert parts == ("Find the movie Mulholland Drive", "get its credits", "send an email to Ann")
+
+
+def test_split_request_cuts_one_clause_at_and() -> None:
+    parts = split_request("find the director of Mulholland Drive and list every film they made")
+    assert parts == ("find the director of Mulholland Drive", "list every film they made")
+
+
+def test_short_request_is_one_part() -> None:
+    assert split_request("read a json file") == ("read a json file",)
+
+
+def test_split_request_is_bounded() -> None:
+    text = ". ".join(f"do step number {n} now" for n in range(50))
+    assert len(split_request(text)) == MAX_REQUEST_PARTS
+
+
+def test_composes_parts_in_request_order_with_their_named_steps() -> None:
+    hits = [
+        [_hit("movie", ("search_movie",), 0.7)],
+        [_hit("credit", ("search_movie", "get_movie_credit"), 0.6)],
+        [_hit("mail", ("send_email",), 0.8)],
+    ]
+    composed = compose(REQUEST, hits, 3)
+    top = composed.plans[0]
+    assert [p.suggestion.capability_id for p in top.parts] == ["movie", "credit", "mail"]
+    # the second part names only its credit step: search_movie is the first part's
+    assert top.tools == ("search_movie", "get_movie_credit", "send_email")
+    assert [p.covers for p in top.parts] == [(0,), (1,), (2,)]
+    assert top.score.coverage == 1.0
+    assert top.score.total > top.score.best_single
+    assert top.score.extra_part_cost > 0
+
+
+def test_covered_request_gets_no_plan() -> None:
+    whole = _hit("whole", ("search_movie", "get_movie_credit", "send_email"), 0.7)
+    hits = [
+        [whole, _hit("movie", ("search_movie",), 0.9)],
+        [whole, _hit("credit", ("get_movie_credit",), 0.9)],
+        [whole, _hit("mail", ("send_email",), 0.9)],
+    ]
+    composed = compose(REQUEST, hits, 3)
+    assert composed.covered_by_one
+    assert composed.plans == ()
+
+
+def test_plan_size_zero_and_one_part_give_no_plan() -> None:
+    hits = [[_hit("movie", ("search_movie",), 0.7)], [_hit("mail", ("send_email",), 0.8)]]
+    assert compose(REQUEST[:2], hits, 0).plans == ()
+    assert compose(REQUEST[:1], hits[:1], 3).plans == ()
+
+
+def test_weak_matches_cover_nothing() -> None:
+    hits = [
+        [_hit("movie", ("search_movie",), 0.1)],
+        [_hit("credit", ("get_movie_credit",), 0.1)],
+        [_hit("mail", ("send_email",), 0.1)],
+    ]
+    assert compose(REQUEST, hits, 3).plans == ()
+
+
+def _param(name: str, kind: str) -> ParamView:
+    return ParamView(name=f"${name.upper()}", json_type=kind, secret=False)
+
+
+def _with_params(view: PatternView, *params: ParamView) -> PatternView:
+    schema = {"type": "object", "properties": {p.name: {"type": p.json_type} for p in params}}
+    return replace(view, params=params, parameter_schema_json=json.dumps(schema))
+
+
+def test_link_joins_an_identifier_output_to_the_input_it_fits() -> None:
+    people = pattern("people", tools=("search_people",))
+    credits = _with_params(
+        pattern("credits", tools=("get_person_movie_credit",)),
+        _param("person_id", "integer"),
+        _param("language", "string"),
+    )
+    links, unlinked = link_parts([people, credits])
+    assert [(k.from_part, k.output, k.to_part, k.input) for k in links] == [
+        (0, "person_id", 1, "person_id")
+    ]
+    assert unlinked == 0
+
+
+def test_no_link_to_a_non_scalar_input_or_an_unrelated_name() -> None:
+    people = pattern("people", tools=("search_people",))
+    other = _with_params(
+        pattern("other", tools=("get_weather",)),
+        _param("person_ids", "array"),
+        _param("city_id", "string"),
+    )
+    links, unlinked = link_parts([people, other])
+    assert links == ()
+    assert unlinked == 2
+
+
+WORDS = st.sampled_from(["person", "movie", "city", "order", "user", "file", "crop", "ticket"])
+VERBS = st.sampled_from(["search", "get", "find", "list", "create"])
+KINDS = st.sampled_from(["string", "integer", "number", "array", "object", "boolean", ""])
+
+
+@st.composite
+def part_patterns(draw: st.DrawFn) -> list[PatternView]:
+    out = []
+    for n in range(draw(st.integers(1, 4))):
+        tools = tuple(f"{draw(VERBS)}_{draw(WORDS)}" for _ in range(draw(st.integers(1, 3))))
+        params = tuple(
+            _param(f"{draw(WORDS)}_{draw(st.sampled_from(['id', 'key', 'name']))}", draw(KINDS))
+            for _ in range(draw(st.integers(0, 3)))
+        )
+        out.append(_with_params(pattern(f"p{n}", tools=tools), *params))
+    return out
+
+
+@given(part_patterns())
+@settings(max_examples=200, deadline=None)
+def test_links_only_join_compatible_outputs_and_inputs(patterns: list[PatternView]) -> None:
+    links, _ = link_parts(patterns)
+    for link in links:
+        assert link.from_part < link.to_part
+        stem, kind = plans.identifier_inputs(patterns[link.to_part])[link.input]
+        produced = plans.outputs(patterns[link.from_part])
+        assert link.output in produced
+        assert plans.compatible(produced[link.output], stem, kind)
+        assert kind in {"string", "integer", "number", ""}
+
+
+# ---- adversarial stores: the search's bound and its invariants ----
+
+CAPS = st.sampled_from([f"cap{n}" for n in range(12)])
+TOOLS = st.sampled_from(["search_movie", "get_movie_credit", "send_email", "read_file", "x"])
+
+
+@st.composite
+def adversarial(draw: st.DrawFn) -> tuple[list[str], list[list[PartHit]]]:
+    parts = draw(st.integers(1, 9))
+    request = [
+        " ".join(draw(st.lists(st.sampled_from(["movie", "credit", "email", "file", "search",
+                                                "send", "read"]), min_size=1, max_size=6)))
+        for _ in range(parts)
+    ]  # fmt: skip
+    hits = [
+        [
+            _hit(draw(CAPS), tuple(draw(st.lists(TOOLS, min_size=1, max_size=4))),
+                 draw(st.floats(0.0, 1.0)))
+            for _ in range(draw(st.integers(0, 10)))
+        ]
+        for _ in range(parts)
+    ]  # fmt: skip
+    return request, hits
+
+
+@given(adversarial(), st.integers(0, 10))
+@settings(max_examples=150, deadline=None)
+def test_search_stays_within_its_bound_and_never_repeats_a_part(
+    case: tuple[list[str], list[list[PartHit]]], size: int
+) -> None:
+    request, hits = case
+    composed = compose(request, hits, size)
+    assert composed.evaluated <= search_bound(len(request))
+    assert len(composed.plans) <= size
+    for plan in composed.plans:
+        caps = [p.suggestion.capability_id for p in plan.parts]
+        assert len(caps) == len(set(caps))  # never the same capability twice
+        assert 2 <= len(plan.parts) <= MAX_PLAN_PARTS
+        covered = [n for p in plan.parts for n in p.covers]
+        assert covered == sorted(set(covered))  # request order, no part covered twice
+        assert all(p.steps for p in plan.parts)
+        assert plan.score.total > plan.score.best_single
+        owners = [set(p.tools) for p in plan.parts]
+        assert sum(len(o) for o in owners) == len(set().union(*owners))  # no tool in two parts
+    if composed.covered_by_one:
+        assert composed.plans == ()
+
+
+def _normalized(pattern_id: str, code: str) -> PatternView:
+    """A pattern view as the service builds it: parameters, schema and steps from the core."""
+    from pml_server import _core
+    from pml_server.capture.steps import step_views
+
+    n = _core.normalize(code, "javascript")
+    params = tuple(ParamView(p.name, p.json_type, p.secret) for p in n.params)
+    return replace(
+        pattern(pattern_id, tools=tuple(s.tool for s in n.steps)),
+        params=params,
+        parameter_schema_json=n.schema_json,
+        steps=step_views(n.steps),
+    )
+
+
+def test_links_use_the_data_flow_the_steps_learned() -> None:
+    # the first part's own code shows search_lead's output feeding a `crm_contact_id`
+    first = _normalized(
+        "a",
+        'const r1 = await mcp.search_lead({query: "Ann"});\n'
+        "const r2 = await mcp.open_ticket({crm_contact_id: r1.hits[0].key});",
+    )
+    second = _normalized("b", "const r1 = await mcp.send_invoice({crm_contact_id: 42});")
+    links, unlinked = link_parts([first, second], [(0,), (0,)])
+    assert [(k.from_part, k.output, k.to_part, k.input) for k in links] == [
+        (0, "crm_contact_id", 1, "crm_contact_id")
+    ]
+    assert unlinked == 0
+    # without the step that reads it, the name alone (search_lead -> lead_id) does not fit
+    lone = _normalized("c", 'const r1 = await mcp.search_lead({query: "Ann"});')
+    links, unlinked = link_parts([lone, second], [(0,), (0,)])
+    assert links == ()
+    assert unlinked == 1
+
+
+def test_step_links_never_join_a_non_scalar_input() -> None:
+    first = _normalized(
+        "a",
+        'const r1 = await mcp.search_lead({query: "Ann"});\n'
+        "const r2 = await mcp.open_ticket({crm_contact_id: r1.hits[0].key});",
+    )
+    second = _normalized("b", "const r1 = await mcp.send_invoice({crm_contact_id: [1, 2]});")
+    links, _ = link_parts([first, second], [(0,), (0,)])
+    assert links == ()
