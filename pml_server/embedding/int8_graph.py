@@ -21,7 +21,9 @@ import hashlib
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 import onnxruntime
 
@@ -35,10 +37,26 @@ def _cache_dir() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "pml"
 
 
+def _from_the_quantizer(record: logging.LogRecord) -> bool:
+    """onnxruntime's quantizer logs its progress (about 37 lines, one of them a warning that
+    reads as an error) through the root logger: kept out of the server's log."""
+    path = record.pathname.replace("\\", "/")
+    return "onnxruntime/quantization" not in path
+
+
 def _build(source: bytes) -> bytes:
     import onnx  # only needed for the rewrite
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    root = logging.getLogger()
+    root.addFilter(_from_the_quantizer)
+    try:
+        return _rewrite(source, onnx, quantize_dynamic, QuantType)
+    finally:
+        root.removeFilter(_from_the_quantizer)
+
+
+def _rewrite(source: bytes, onnx: Any, quantize_dynamic: Any, QuantType: Any) -> bytes:  # noqa: N803
     with tempfile.TemporaryDirectory(prefix="pml-int8-") as tmp:
         folded = Path(tmp) / "folded.onnx"
         options = onnxruntime.SessionOptions()
@@ -81,7 +99,13 @@ def int8_compute_graph(source: bytes) -> bytes:
         log.warning("cached model %s does not match its sha256: rebuilding it", path)
     except OSError:
         pass
+    started = time.monotonic()
     data = _build(source)
+    log.info(
+        "prepared the int8 model once in %.1f s (cached in %s for later starts)",
+        time.monotonic() - started,
+        path.parent,
+    )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".tmp{os.getpid()}")

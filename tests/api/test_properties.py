@@ -86,6 +86,9 @@ def test_any_record_is_captured_or_refused_as_a_client_error(
         assert refused.code in (
             grpc.StatusCode.INVALID_ARGUMENT,
             grpc.StatusCode.RESOURCE_EXHAUSTED,
+            # hypothesis reuses request ids (often "") with other records: docs/capture.md,
+            # Idempotency
+            grpc.StatusCode.ALREADY_EXISTS,
         )
         if refused.code is grpc.StatusCode.INVALID_ARGUMENT:
             assert refused.violations, "INVALID_ARGUMENT must name the bad fields"
