@@ -3,6 +3,7 @@
 //! docs/ranking.md documents the formula; `pml_server/ranking` is its Python reference.
 
 pub mod formula;
+pub mod permitted;
 pub mod query;
 pub mod table;
 
@@ -10,6 +11,7 @@ pub use formula::{score, Counts, Params, ScoreParts};
 pub use query::{
     lexical_hits, rank_retrieved, retrieve, semantic_hits, Filters, Ranked, Retrieved,
 };
+pub use permitted::{permitted, restricts, retrieve_for, Permitted};
 pub use table::RankTable;
 
 #[cfg(test)]
