@@ -8,10 +8,10 @@ pub mod query;
 pub mod table;
 
 pub use formula::{score, Counts, Params, ScoreParts};
+pub use permitted::{permitted, restricts, retrieve_for, Permitted};
 pub use query::{
     lexical_hits, rank_retrieved, retrieve, semantic_hits, Filters, Ranked, Retrieved,
 };
-pub use permitted::{permitted, restricts, retrieve_for, Permitted};
 pub use table::RankTable;
 
 #[cfg(test)]
