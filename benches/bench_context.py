@@ -227,7 +227,7 @@ def latency_rows(intents: int = 10_000, queries: int = 300, seed: int = 39) -> l
                         intent_embedding=tuple(vec.tolist()),
                     )
                 )
-                if len(batch) == 200:
+                if len(batch) == 64:
                     engine.record_many(TENANT, batch)
                     batch = []
             if batch:
