@@ -633,8 +633,13 @@ impl PyRankTable {
             available_tools,
             tags,
         };
-        py.detach(|| ranking::permitted(&self.inner.read(), &filters, &params.inner))
-            .map(|p| (p.pattern_ids, p.intents))
+        py.detach(|| {
+            let table = self.inner.read();
+            ranking::permitted(&table, &filters, &params.inner).map(|p| {
+                let ids = p.pattern_ids(&table).into_iter().map(str::to_owned);
+                (ids.collect(), p.intents)
+            })
+        })
     }
 
     fn __len__(&self) -> usize {
@@ -687,15 +692,17 @@ fn rank_query(
     };
     let ranked = py
         .detach(|| {
-            // Each index is read under its own lock, then the table with the vector index
-            // (in that order; writers hold one lock at a time, so no cycle).
-            // The context filters' allow-list first (docs/ranking.md, Context filters).
+            // The table is read first and held throughout, each index under its own lock
+            // after it (writers hold one lock at a time, so no cycle). The context filters'
+            // allow-list comes first (docs/ranking.md, Context filters).
+            let table = table.inner.read();
             let permitted = if ranking::restricts(&filters, own_min_success) {
-                ranking::permitted(&table.inner.read(), &filters, &params.inner)
+                ranking::permitted(&table, &filters, &params.inner)
             } else {
                 None
             };
             let found = ranking::retrieve_for(
+                &table,
                 &ann.inner.read(),
                 &lexical.inner.read(),
                 &query,
@@ -703,7 +710,6 @@ fn rank_query(
                 limit,
                 permitted.as_ref(),
             )?;
-            let table = table.inner.read();
             let ann = ann.inner.read();
             ranking::rank_retrieved(
                 &table,

@@ -15,11 +15,21 @@ use crate::error::CoreResult;
 use crate::index::{HnswIndex, EXACT_SCAN_MIN};
 use crate::lexical::LexicalIndex;
 
-/// The patterns a request's context filters permit: their ids and their intents.
+/// The patterns a request's context filters permit: their table slots and their intents.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Permitted {
-    pub pattern_ids: Vec<String>,
+    pub slots: Vec<u32>,
     pub intents: Vec<u64>,
+}
+
+impl Permitted {
+    /// The permitted patterns' ids, in table order.
+    pub fn pattern_ids<'t>(&self, table: &'t RankTable) -> Vec<&'t str> {
+        self.slots
+            .iter()
+            .map(|&s| &*table.row(s).pattern_id)
+            .collect()
+    }
 }
 
 /// Whether the request's filters restrict retrieval: `available_tools` or `tags` given, or
@@ -30,26 +40,33 @@ pub fn restricts(filters: &Filters, own_min_success: bool) -> bool {
 
 /// The rankable patterns that pass every filter not depending on the query (flagged,
 /// available tools, tags, min_success), with their intents; None when that is all of them
-/// (no allow-list needed). Linear in the table's rows (integer compares).
+/// (no allow-list needed). One pass over the table's rows (integer compares, no allocation
+/// but the slots and intents kept).
 pub fn permitted(table: &RankTable, filters: &Filters, params: &Params) -> Option<Permitted> {
     let available: Option<FxHashSet<NameId>> = filters
         .available_tools
         .as_ref()
         .map(|tools| tools.iter().filter_map(|t| table.name_id(t)).collect());
     let tags: Option<Vec<NameId>> = filters.tags.iter().map(|t| table.name_id(t)).collect();
-    let mut out = Permitted::default();
+    let mut slots = Vec::new();
     let mut rankable = 0usize;
-    for row in table.rows() {
+    for (slot, row) in table.rows().enumerate() {
         if !row.is_rankable() || row.intents.is_empty() {
             continue;
         }
         rankable += 1;
         if permits(row, filters, available.as_ref(), tags.as_deref(), params) {
-            out.pattern_ids.push(row.pattern_id.to_string());
-            out.intents.extend_from_slice(&row.intents);
+            slots.push(slot as u32);
         }
     }
-    (out.pattern_ids.len() < rankable).then_some(out)
+    if slots.len() == rankable {
+        return None;
+    }
+    let intents = slots
+        .iter()
+        .flat_map(|&s| table.row(s).intents.iter().copied())
+        .collect();
+    Some(Permitted { slots, intents })
 }
 
 fn permits(
@@ -79,6 +96,7 @@ fn permits(
 /// Both index searches among the permitted patterns alone. `limit` hits each, except that a
 /// permitted set of at most `EXACT_SCAN_MIN` intents is retrieved whole (scored exactly).
 pub fn retrieve_permitted(
+    table: &RankTable,
     ann: &HnswIndex,
     lexical: &LexicalIndex,
     query: &[f32],
@@ -86,31 +104,33 @@ pub fn retrieve_permitted(
     limit: usize,
     permitted: &Permitted,
 ) -> CoreResult<Retrieved> {
+    let mut found = Retrieved {
+        semantic: Vec::new(),
+        lexical: Vec::new(),
+    };
     if permitted.intents.is_empty() {
-        return Ok(Retrieved {
-            semantic: Vec::new(),
-            lexical: Vec::new(),
-        });
+        return Ok(found);
     }
     let whole = permitted.intents.len() <= EXACT_SCAN_MIN;
     let (semantic_limit, lexical_limit) = if whole {
-        (permitted.intents.len(), permitted.pattern_ids.len())
+        (permitted.intents.len(), permitted.slots.len())
     } else {
         (limit, limit)
     };
-    let semantic = if semantic_limit == 0 || ann.is_empty() {
-        Vec::new()
-    } else {
-        ann.search(query, semantic_limit, None, Some(&permitted.intents))?
-    };
-    let allowed: FxHashSet<&str> = permitted.pattern_ids.iter().map(String::as_str).collect();
-    let lexical = lexical.search_among(terms, lexical_limit, |doc| allowed.contains(doc));
-    Ok(Retrieved { semantic, lexical })
+    if semantic_limit > 0 && !ann.is_empty() {
+        found.semantic = ann.search(query, semantic_limit, None, Some(&permitted.intents))?;
+    }
+    if !terms.is_empty() {
+        let allowed: FxHashSet<&str> = permitted.pattern_ids(table).into_iter().collect();
+        found.lexical = lexical.search_among(terms, lexical_limit, |doc| allowed.contains(doc));
+    }
+    Ok(found)
 }
 
 /// Unrestricted retrieval (`query::retrieve`), or among the permitted patterns when there is
 /// an allow-list.
 pub fn retrieve_for(
+    table: &RankTable,
     ann: &HnswIndex,
     lexical: &LexicalIndex,
     query: &[f32],
@@ -119,7 +139,7 @@ pub fn retrieve_for(
     permitted: Option<&Permitted>,
 ) -> CoreResult<Retrieved> {
     match permitted {
-        Some(p) => retrieve_permitted(ann, lexical, query, terms, limit, p),
+        Some(p) => retrieve_permitted(table, ann, lexical, query, terms, limit, p),
         None => Ok(Retrieved {
             semantic: semantic_hits(ann, query, limit)?,
             lexical: lexical_hits(lexical, terms, limit),
