@@ -152,6 +152,10 @@ class LexicalIndex:
         """The `limit` best (doc_id, score > 0) for the distinct `terms` (scores summed in their
         order), best first, equal scores by doc_id ascending. Terms too common to change the
         result are skipped; `exhaustive=True` scans them all (same result; a bench baseline)."""
+    def search_among(
+        self, terms: list[str], limit: int, allowed: list[str]
+    ) -> list[tuple[str, float]]:
+        """`search` among the `allowed` documents alone (every posting of the terms scanned)."""
     def __len__(self) -> int: ...
     def __contains__(self, doc_id: object, /) -> bool: ...
 
@@ -218,6 +222,17 @@ class RankTable:
     def intents_of(self, pattern_id: str) -> list[int]:
         """The intents linked to a pattern, in link order (empty if none)."""
     def memory_bytes(self) -> int: ...
+    def permitted(
+        self,
+        params: RankParams,
+        *,
+        min_success: float,
+        include_flagged: bool,
+        available_tools: list[str] | None,
+        tags: list[str],
+    ) -> tuple[list[str], list[int]] | None:
+        """(pattern ids, their intents) of the rankable patterns the context filters permit
+        (flagged, available_tools, tags, min_success), or None when they permit all of them."""
     def __len__(self) -> int: ...
 
 def rank_query(
@@ -236,6 +251,7 @@ def rank_query(
     include_flagged: bool,
     available_tools: list[str] | None,
     tags: list[str],
+    own_min_success: bool = False,
 ) -> list[
     tuple[
         str,
@@ -249,7 +265,9 @@ def rank_query(
     filters (flagged, available_tools, tags, min_match, min_success), grouping by capability
     and the top `k`, as (pattern id, capability id, (match, semantic, lexical, success
     estimate, usage, recency, superseded penalty, total, reliability), intent ids), best
-    first."""
+    first. With `available_tools`, `tags` or `own_min_success` (the request named its own
+    min_success) both searches run among the permitted patterns alone (`RankTable.permitted`;
+    a permitted set of at most 1024 intents is scored whole)."""
 
 # --- code normalization (pml_core_rs/src/normalize, docs/normalization.md) ---
 

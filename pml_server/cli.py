@@ -187,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sug.add_argument("--tools", help="comma-separated tools available now (default: any)")
     sug.add_argument(
+        "--available-tool",
+        action="append",
+        default=None,
+        help="a tool available now (repeat; with --tools: both); only patterns using "
+        "available tools are retrieved (docs/ranking.md, Context filters)",
+    )
+    sug.add_argument(
         "--tag", action="append", default=[], help="only patterns with this tag (repeat)"
     )
     sug.add_argument(

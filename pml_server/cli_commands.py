@@ -322,6 +322,8 @@ def _resume_advice(minted_ids: int) -> str:
 
 def suggest(args: argparse.Namespace) -> int:
     tools = [t for t in args.tools.split(",") if t] if args.tools is not None else None
+    if args.available_tool is not None:
+        tools = [*(tools or []), *args.available_tool]
     with _client(args) as client:
         reply = client.suggest(
             args.intent,

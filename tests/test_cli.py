@@ -167,3 +167,49 @@ def test_every_serve_flag_reaches_the_server_config() -> None:
         for part in dest.split("__"):
             found = getattr(found, part)
         assert found == value, f"{dest} is not passed on"
+
+
+def test_suggest_with_available_tools_retrieves_among_them(run: object) -> None:
+    """`--available-tool` (repeatable): a pattern using only offered tools is found although
+    others fit the request better (docs/ranking.md, Context filters)."""
+    assert callable(run)
+    for i in range(12):
+        run(
+            "record",
+            "--intent",
+            f"generate an image of kites number {i}",
+            "--code",
+            f'await mcp.generate_image({{prompt: "kites {i}"}})',
+            "--tool",
+            "generate_image",
+            "--request-id",
+            f"img-{i}",
+        )
+    run(
+        "record",
+        "--intent",
+        "search the web",
+        "--code",
+        'await mcp.search_engine_query({q: "x"})',
+        "--tool",
+        "search_engine_query",
+        "--request-id",
+        "web-1",
+    )
+    plain = run("suggest", "images of the history of kites", "-k", "1", "--json")
+    assert "generate_image" in plain
+    offered = run(
+        "suggest",
+        "images of the history of kites",
+        "-k",
+        "1",
+        "--min-match",
+        "0",
+        "--available-tool",
+        "search_engine_query",
+        "--available-tool",
+        "generate_human_image",
+        "--json",
+    )
+    assert "search_engine_query" in offered
+    assert "generate_image" not in offered

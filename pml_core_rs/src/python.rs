@@ -419,6 +419,26 @@ impl PyLexicalIndex {
         }))
     }
 
+    /// `search` among the listed documents alone (scanning every posting of the terms).
+    fn search_among(
+        &self,
+        py: Python<'_>,
+        terms: &Bound<'_, PyAny>,
+        limit: i64,
+        allowed: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<(String, f64)>> {
+        let terms = str_list("terms", terms)?;
+        let limit = count_arg("limit", limit)?;
+        let allowed = str_list("allowed", allowed)?;
+        Ok(py.detach(|| {
+            let allowed: std::collections::HashSet<&str> =
+                allowed.iter().map(String::as_str).collect();
+            self.inner
+                .read()
+                .search_among(&terms, limit, |doc| allowed.contains(doc))
+        }))
+    }
+
     fn __len__(&self) -> usize {
         self.inner.read().len()
     }
@@ -594,6 +614,34 @@ impl PyRankTable {
         self.inner.read().memory_bytes()
     }
 
+    /// The patterns the context filters permit, as (pattern ids, their intents), or None
+    /// when they permit every rankable pattern (`ranking::permitted`).
+    #[pyo3(signature = (params, *, min_success, include_flagged, available_tools, tags))]
+    fn permitted(
+        &self,
+        py: Python<'_>,
+        params: &PyRankParams,
+        min_success: f64,
+        include_flagged: bool,
+        available_tools: Option<Vec<String>>,
+        tags: Vec<String>,
+    ) -> Option<(Vec<String>, Vec<u64>)> {
+        let filters = ranking::Filters {
+            min_match: 0.0,
+            min_success,
+            include_flagged,
+            available_tools,
+            tags,
+        };
+        py.detach(|| {
+            let table = self.inner.read();
+            ranking::permitted(&table, &filters, &params.inner).map(|p| {
+                let ids = p.pattern_ids(&table).into_iter().map(str::to_owned);
+                (ids.collect(), p.intents)
+            })
+        })
+    }
+
     fn __len__(&self) -> usize {
         self.inner.read().len()
     }
@@ -612,7 +660,7 @@ type RankedTuple = (
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 #[pyo3(signature = (table, ann, lexical, query, terms, limit, k, params, now_ms, *, min_match,
-    min_success, include_flagged, available_tools, tags))]
+    min_success, include_flagged, available_tools, tags, own_min_success = false))]
 fn rank_query(
     py: Python<'_>,
     table: &PyRankTable,
@@ -629,6 +677,7 @@ fn rank_query(
     include_flagged: bool,
     available_tools: Option<Vec<String>>,
     tags: Vec<String>,
+    own_min_success: bool,
 ) -> PyResult<Vec<RankedTuple>> {
     let query = f32_vector("query", query)?;
     let terms = str_list("terms", terms)?;
@@ -643,12 +692,24 @@ fn rank_query(
     };
     let ranked = py
         .detach(|| {
-            // Each index is read under its own lock, then the table with the vector index
-            // (in that order; writers hold one lock at a time, so no cycle).
-            let semantic = ranking::semantic_hits(&ann.inner.read(), &query, limit)?;
-            let lexical = ranking::lexical_hits(&lexical.inner.read(), &terms, limit);
-            let found = ranking::Retrieved { semantic, lexical };
+            // The table is read first and held throughout, each index under its own lock
+            // after it (writers hold one lock at a time, so no cycle). The context filters'
+            // allow-list comes first (docs/ranking.md, Context filters).
             let table = table.inner.read();
+            let permitted = if ranking::restricts(&filters, own_min_success) {
+                ranking::permitted(&table, &filters, &params.inner)
+            } else {
+                None
+            };
+            let found = ranking::retrieve_for(
+                &table,
+                &ann.inner.read(),
+                &lexical.inner.read(),
+                &query,
+                &terms,
+                limit,
+                permitted.as_ref(),
+            )?;
             let ann = ann.inner.read();
             ranking::rank_retrieved(
                 &table,

@@ -28,6 +28,13 @@ class FilterSettings:
     include_flagged: bool
     available_tools: frozenset[str] | None
     tags: frozenset[str]
+    # The request named its own min_success: with available_tools or tags, it restricts
+    # retrieval itself (docs/ranking.md, Context filters).
+    own_min_success: bool = False
+
+    def restricts_retrieval(self) -> bool:
+        """Whether retrieval runs among the permitted patterns alone (an allow-list)."""
+        return self.available_tools is not None or bool(self.tags) or self.own_min_success
 
 
 Rule = Callable[[Candidate, ScoreParts, FilterSettings], str | None]

@@ -180,3 +180,9 @@ class LexicalIndex:
         if limit <= 0:
             return []
         return self._core.search(query_terms(query), limit)
+
+    def search_among(self, query: str, limit: int, allowed: list[str]) -> list[tuple[str, float]]:
+        """`search` among the `allowed` documents alone (docs/ranking.md, Context filters)."""
+        if limit <= 0 or not allowed:
+            return []
+        return self._core.search_among(query_terms(query), limit, allowed)

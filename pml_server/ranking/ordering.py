@@ -48,6 +48,7 @@ def resolve_settings(query: SuggestQuery, config: RankingConfig) -> FilterSettin
         include_flagged=query.include_flagged,
         available_tools=None if query.available_tools is None else frozenset(query.available_tools),
         tags=frozenset(query.tags),
+        own_min_success=query.min_success is not None,
     )
 
 

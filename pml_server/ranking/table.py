@@ -110,6 +110,23 @@ class RankTable:
     def memory_bytes(self) -> int:
         return self._core.memory_bytes()
 
+    def permitted(
+        self, settings: FilterSettings, config: RankingConfig
+    ) -> tuple[list[str], list[int]] | None:
+        """(pattern ids, their intents) the context filters permit, or None when retrieval is
+        not restricted (the request names none, or they permit every pattern):
+        docs/ranking.md, Context filters."""
+        if not settings.restricts_retrieval():
+            return None
+        available = settings.available_tools
+        return self._core.permitted(
+            core_params(config),
+            min_success=settings.min_success,
+            include_flagged=settings.include_flagged,
+            available_tools=None if available is None else sorted(available),
+            tags=sorted(settings.tags),
+        )
+
     def rank(
         self,
         ann: _core.HnswIndex,
@@ -140,6 +157,7 @@ class RankTable:
             include_flagged=settings.include_flagged,
             available_tools=None if available is None else sorted(available),
             tags=sorted(settings.tags),
+            own_min_success=settings.own_min_success,
         )
         return [
             CoreSuggestion(pattern_id, capability_id, ScoreParts(*parts), tuple(intents))

@@ -244,6 +244,27 @@ class TenantSearchIndex:
             ids, scores = self.ann.search(query.astype(np.float32), min(limit, size))
         return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
 
+    def semantic_among(
+        self, query: Vector, limit: int, intent_ids: Sequence[int]
+    ) -> list[tuple[int, float]]:
+        """`semantic` among the listed intents alone (an allow-list: scanned exactly when at
+        most `EXACT_SCAN_MIN` of them, docs/ranking.md, Context filters)."""
+        if limit <= 0 or not intent_ids:
+            return []
+        allow = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
+        with self._read_lock:
+            if len(self.ann) == 0:
+                return []
+            ids, scores = self.ann.search(query.astype(np.float32), limit, allow=allow)
+        return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
+
+    def permitted(
+        self, settings: FilterSettings, config: RankingConfig
+    ) -> tuple[list[str], list[int]] | None:
+        """The patterns the request's context filters permit, with their intents
+        (`RankTable.permitted`); None: retrieval is not restricted."""
+        return self.ranks.permitted(settings, config)
+
     def exact_scores(self, query: Vector, intent_ids: Sequence[int]) -> dict[int, float]:
         """The exact cosine of `query` to each listed intent still indexed, in one index call
         per chunk: an allow-list no larger than the index's exact-scan size is scanned exactly,

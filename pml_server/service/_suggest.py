@@ -24,9 +24,17 @@ from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import SuggestQuery, SuggestResult
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.domain.vectors import CheckedVector, Vector, client_vector
-from pml_server.ranking import Candidate, Retrieval, pattern_semantic, rank_lazily, score_ceiling
+from pml_server.ranking import (
+    Candidate,
+    Retrieval,
+    pattern_semantic,
+    rank_lazily,
+    resolve_settings,
+    score_ceiling,
+)
 from pml_server.ranking.plans import MIN_PLAN_PARTS, PART_HITS, PartHit, compose, split_request
 from pml_server.search import TenantSearchIndex
+from pml_server.search.vectors import EXACT_SCAN_MIN
 from pml_server.service._arguments import check_tenant
 from pml_server.service._state import EngineState, usable
 from pml_server.service._suggest_core import suggest_in_core
@@ -78,7 +86,12 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
         now = state.clock()
         return suggest_in_core(state.repo, state.views, tenant, index, vector, query, ranking, now)
     limit = ranking.fetch_limit(query.k)
-    found = retrieve(state.repo, tenant, index, vector, query.intent, limit)
+    permitted = index.permitted(resolve_settings(query, ranking), ranking)
+    found = retrieve(state.repo, tenant, index, vector, query.intent, limit, permitted)
+    if permitted is not None and query.explain:
+        # `explain` also lists what the filters removed from the unrestricted shortlist, each
+        # with its rule; they fail those filters, so the answer is that of the allow-list.
+        found.add(retrieve(state.repo, tenant, index, vector, query.intent, limit))
     # the ceiling bounds the counters read after it: both from one state of the store
     with state.repo.consistent_reads():
         ceiling = score_ceiling(*state.repo.counter_ceilings(tenant), ranking)
@@ -114,6 +127,13 @@ class Retrieved:
     intent_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # what each loaded candidate was built from, so `complete` shows the counters rank saw
     sources: dict[str, tuple[PatternRecord, PatternCounters]] = field(default_factory=dict)
+
+    def add(self, other: Retrieved) -> None:
+        """Also the patterns `other` retrieved that this did not (scores are the same)."""
+        known = {r.pattern_id for r in self.retrievals}
+        self.retrievals.extend(r for r in other.retrievals if r.pattern_id not in known)
+        for pattern_id, intent_ids in other.intent_ids.items():
+            self.intent_ids.setdefault(pattern_id, intent_ids)
 
     def load(self, retrievals: Sequence[Retrieval]) -> list[Candidate]:
         ids = [r.pattern_id for r in retrievals]
@@ -164,9 +184,20 @@ def retrieve(
     vector: Vector,
     text: str,
     limit: int,
+    permitted: tuple[list[str], list[int]] | None = None,
 ) -> Retrieved:
-    semantic_hits = index.semantic(vector, limit)
-    lexical = dict(index.lexical_hits(text, limit))
+    """`limit` hits of each index; with `permitted` (pattern ids, their intents: the
+    context filters' allow-list) among those patterns alone, all of them when they hold at
+    most `EXACT_SCAN_MIN` intents (docs/ranking.md, Context filters)."""
+    if permitted is None:
+        semantic_hits = index.semantic(vector, limit)
+        lexical = dict(index.lexical_hits(text, limit))
+    else:
+        pattern_ids, allowed = permitted
+        whole = len(allowed) <= EXACT_SCAN_MIN
+        semantic_hits = index.semantic_among(vector, len(allowed) if whole else limit, allowed)
+        lexical_limit = len(pattern_ids) if whole else limit
+        lexical = dict(index.lexical.search_among(text, lexical_limit, pattern_ids))
     patterns = {p for i, _ in semantic_hits if (p := index.pattern_of(i)) is not None}
     patterns.update(lexical)
     intents_of = {p: tuple(index.intents_of(p)) for p in patterns}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
+from pml_server.ranking import RankingConfig
 from pml_server.service import Engine
 from tests.support import Clock, make_record, open_engine
 
@@ -325,3 +326,33 @@ def test_a_request_id_resent_after_its_pattern_was_deleted_writes_nothing(
     stats = b.stats("t")
     assert (stats.executions, stats.patterns, stats.intents) == (1, 0, 0)
     assert suggested(b, "t", "Read JSON file") == []
+
+
+def test_available_tools_retrieve_among_permitted_patterns_across_replicas(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """Context filters inside retrieval on the shared store (docs/ranking.md, Context filters):
+    a permitted pattern far from the unrestricted shortlist (overfetch 1) is suggested by the
+    replica that wrote it and by the other one, which learnt it from the store."""
+    clock = Clock()
+    tiny = RankingConfig(overfetch=1)
+    a = open_engine(tmp_path / "a", clock, store=postgres_dsn, ranking=tiny)
+    b = open_engine(tmp_path / "b", clock, store=postgres_dsn, ranking=tiny)
+    try:
+        for n in range(20):
+            a.record("t", make_record(f"i{n}", f"Read JSON file {n}", JSON_TOOLS))
+        sent = a.record("t", make_record("m", "Compose and send a mail", MAIL_TOOLS))
+        query = SuggestQuery(
+            "Read the JSON file", k=1, min_match=0.0, available_tools=tuple(MAIL_TOOLS)
+        )
+        assert suggested(a, "t", "Read the JSON file") != [sent.pattern_id]
+
+        def found_by(engine: Engine) -> bool:
+            answer = engine.suggest("t", query).suggestions
+            return [s.pattern.id for s in answer] == [sent.pattern_id]
+
+        assert found_by(a)
+        assert eventually(lambda: found_by(b))
+    finally:
+        a.close()
+        b.close()

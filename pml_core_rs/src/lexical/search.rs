@@ -76,6 +76,51 @@ impl LexicalIndex {
         self.run_search(terms, limit, false)
     }
 
+    /// `search` among the documents `keep` accepts (by doc id) alone: the `limit` best of
+    /// them, scanning every posting of the query's terms (docs/ranking.md, Context filters).
+    pub fn search_among<S: AsRef<str>>(
+        &self,
+        terms: &[S],
+        limit: usize,
+        keep: impl Fn(&str) -> bool,
+    ) -> Vec<(String, f64)> {
+        let n_docs = self.ids.len();
+        if limit == 0 || n_docs == 0 || terms.is_empty() {
+            return Vec::new();
+        }
+        let norm = self.norm();
+        let query = self.query_terms(terms, &norm);
+        SCRATCH.with_borrow_mut(|scratch| {
+            if scratch.scores.len() < self.docs.len() {
+                scratch.scores.resize(self.docs.len(), 0.0);
+            }
+            for term in &query {
+                self.scatter(term, &norm, scratch);
+            }
+            let mut best = Best::new(limit);
+            for &doc in &scratch.touched {
+                let score = std::mem::take(&mut scratch.scores[doc as usize]);
+                if keep(self.docs[doc as usize].name()) {
+                    best.offer(self, doc, score);
+                }
+            }
+            scratch.touched.clear();
+            best.into_hits()
+        })
+    }
+
+    /// The length normalisation of the current index state.
+    fn norm(&self) -> Norm {
+        let (k1, b) = (self.k1, self.b);
+        let average = self.total_length as f64 / self.ids.len().max(1) as f64;
+        // the former `total / n or 1.0`: documents may all be empty
+        let average = if average == 0.0 { 1.0 } else { average };
+        Norm {
+            base: k1 * (1.0 - b),
+            scale: k1 * b / average,
+        }
+    }
+
     fn run_search<S: AsRef<str>>(
         &self,
         terms: &[S],

@@ -293,3 +293,31 @@ fn a_documents_terms_stay_sorted_through_adds_and_removals() {
     let key = index.ids.keys().next().unwrap();
     assert!(Arc::ptr_eq(key, doc.name.as_ref().unwrap()));
 }
+
+proptest! {
+    /// `search_among` is the full ranking filtered: the `limit` best of the kept documents
+    /// (same ids, same score bits as `search` over every document).
+    #[test]
+    fn search_among_is_the_full_search_filtered(
+        ops in proptest::collection::vec(op(), 0..40),
+        query in proptest::collection::vec(0u8..8, 0..5),
+        limit in 0usize..8,
+        kept in proptest::collection::vec(any::<bool>(), 16),
+    ) {
+        let mut index = LexicalIndex::new(1.2, 0.75).unwrap();
+        let mut docs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let query: Vec<String> = terms_of(&query);
+        for op in ops {
+            apply(&mut index, &mut docs, &op, |w| VOCABULARY[w as usize].to_owned());
+        }
+        let keep = |doc: &str| {
+            let n = doc.bytes().map(usize::from).sum::<usize>() % kept.len();
+            kept[n]
+        };
+        let got = index.search_among(&query, limit, keep);
+        let mut want = index.search(&query, usize::MAX);
+        want.retain(|(doc, _)| keep(doc));
+        want.truncate(limit);
+        prop_assert_eq!(got, want);
+    }
+}

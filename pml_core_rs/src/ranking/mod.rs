@@ -3,10 +3,12 @@
 //! docs/ranking.md documents the formula; `pml_server/ranking` is its Python reference.
 
 pub mod formula;
+pub mod permitted;
 pub mod query;
 pub mod table;
 
 pub use formula::{score, Counts, Params, ScoreParts};
+pub use permitted::{permitted, restricts, retrieve_for, Permitted};
 pub use query::{
     lexical_hits, rank_retrieved, retrieve, semantic_hits, Filters, Ranked, Retrieved,
 };

@@ -239,6 +239,11 @@ impl RankTable {
         self.row_of.get(pattern_id).copied()
     }
 
+    /// Every row (free slots are empty rows, never rankable).
+    pub fn rows(&self) -> impl Iterator<Item = &Row> {
+        self.rows.iter()
+    }
+
     pub fn row(&self, slot: u32) -> &Row {
         &self.rows[slot as usize]
     }

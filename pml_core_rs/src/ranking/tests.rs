@@ -239,3 +239,38 @@ fn flagged_and_deleted_patterns_are_left_out() {
         .iter()
         .all(|r| r.pattern_id != "p1"));
 }
+
+#[test]
+fn permitted_lists_the_patterns_the_context_filters_let_through() {
+    let mut table = RankTable::new();
+    let p = Params::default();
+    for (id, tools, tags, failures) in [
+        ("a", &["read"][..], &["prod"][..], 0),
+        ("b", &["read", "send"][..], &[][..], 0),
+        ("c", &["zip"][..], &["prod"][..], 9),
+    ] {
+        table.set_pattern(id, &format!("cap_{id}"), &strings(tools), false, false);
+        table.set_counters(id, 1, failures, 1, 0, &strings(tags));
+    }
+    table.link_intent(1, "a");
+    table.link_intent(2, "b");
+    table.link_intent(3, "c");
+    table.link_intent(4, "a");
+    let filters = |tools: Option<&[&str]>, tags: &[&str], min_success: f64| Filters {
+        available_tools: tools.map(strings),
+        tags: strings(tags),
+        min_success,
+        ..Filters::default()
+    };
+    let got = permitted(&table, &filters(Some(&["read", "zip"]), &[], 0.0), &p).unwrap();
+    assert_eq!(got.pattern_ids(&table), ["a", "c"]);
+    assert_eq!(got.intents, vec![1, 4, 3]);
+    let got = permitted(&table, &filters(None, &["prod"], 0.5), &p).unwrap();
+    assert_eq!(got.pattern_ids(&table), ["a"]);
+    // a tag no row has permits nothing; filters permitting everything need no allow-list
+    let none = permitted(&table, &filters(None, &["never"], 0.0), &p).unwrap();
+    assert!(none.slots.is_empty() && none.intents.is_empty());
+    assert_eq!(permitted(&table, &filters(None, &[], 0.0), &p), None);
+    assert!(restricts(&filters(None, &[], 0.0), true));
+    assert!(!restricts(&filters(None, &[], 0.5), false));
+}

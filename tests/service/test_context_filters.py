@@ -1,0 +1,141 @@
+"""Context filters are part of retrieval (docs/ranking.md, Context filters): with
+`available_tools`, `tags` or the request's own `min_success`, Suggest answers the best-ranked
+permitted capabilities of the whole memory. The property: on a real engine, the answer (ranked
+in the core, and with `explain` in Python) equals the full ranking of every stored pattern,
+filtered, however far the permitted patterns lie from the unrestricted shortlist (the fetch
+limit is made tiny here so that shortlist holds few of them)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pml_server.domain.model import PageRequest, SuggestQuery, SuggestResult
+from pml_server.ranking import (
+    RankingConfig,
+    Retrieval,
+    pattern_semantic,
+    rank_lazily,
+    resolve_settings,
+)
+from pml_server.service import Engine
+from pml_server.service._suggest import Retrieved
+from tests.support import Clock, make_record, open_engine
+
+WORDS = ["read", "parse", "csv", "json", "upload", "send", "email", "report", "image", "zip"]
+TOOLS = ["read_file", "parse_csv", "gmail_send", "s3_put", "resize", "zip", "search"]
+TAGS = ["prod", "beta"]
+# One hit of each index per suggestion asked: the unrestricted shortlist is tiny.
+TINY_FETCH = RankingConfig(overfetch=1)
+
+
+def _full_ranking(engine: Engine, tenant: str, query: SuggestQuery) -> SuggestResult:
+    """The reference: every stored pattern scored (each intent's exact cosine, its document's
+    BM25), then `rank` with the query's filters (rank_lazily with ceiling 1 is `rank`)."""
+    state = engine._state
+    index = state.indexes.get(tenant)
+    if index is None:  # nothing stored (a first record that failed is rejected)
+        return SuggestResult(())
+    vector = state.embed_one(query.intent)
+    patterns = engine.list_patterns(tenant, PageRequest(page_size=1000)).items
+    intents_of = {p.id: tuple(index.intents_of(p.id)) for p in patterns}
+    cosine = index.exact_scores(vector, [i for ids in intents_of.values() for i in ids])
+    bm25 = dict(index.lexical_hits(query.intent, 10_000))
+    retrievals = [
+        Retrieval(p, pattern_semantic([cosine[i] for i in ids]), bm25.get(p, 0.0))
+        for p, ids in intents_of.items()
+        if ids
+    ]
+    found = Retrieved(state.repo, tenant, retrievals, intents_of)
+    result = rank_lazily(query, found.retrievals, found.load, state.ranking, state.clock())
+    return found.complete(replace(result, filtered=()))
+
+
+def _key(result: SuggestResult) -> list[tuple[str, str, float]]:
+    return [(s.capability_id, s.pattern.id, s.score.total) for s in result.suggestions]
+
+
+records = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+        st.lists(st.sampled_from(TOOLS), min_size=1, max_size=3, unique=True),
+        st.booleans(),  # failed
+        st.lists(st.sampled_from(TAGS), max_size=2, unique=True),
+        st.integers(0, 30),  # path: repeats grow counters and intents
+    ),
+    min_size=1,
+    max_size=40,
+)
+queries = st.lists(
+    st.builds(
+        SuggestQuery,
+        intent=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join),
+        k=st.integers(1, 4),
+        min_match=st.sampled_from([None, 0.0, 0.2]),
+        min_success=st.sampled_from([None, 0.0, 0.6]),
+        available_tools=st.one_of(
+            st.none(), st.lists(st.sampled_from(TOOLS), max_size=4, unique=True).map(tuple)
+        ),
+        tags=st.lists(st.sampled_from([*TAGS, "never"]), max_size=1).map(tuple),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=records, queries=queries)
+def test_the_answer_is_the_full_ranking_filtered(
+    records: list[tuple[list[str], list[str], bool, list[str], int]],
+    queries: list[SuggestQuery],
+) -> None:
+    with tempfile.TemporaryDirectory() as where:
+        engine = open_engine(Path(where), Clock(), ranking=TINY_FETCH)
+        try:
+            for n, (words, tools, failed, tags, path) in enumerate(records):
+                record = make_record(
+                    f"r{n}",
+                    " ".join(words),
+                    tools,
+                    failed={tools[0]} if failed else None,
+                    path=f"f{path}.json",
+                    tags=tuple(tags),
+                )
+                engine.record("t", record)
+            for query in queries:
+                expected = _key(_full_ranking(engine, "t", query))
+                # Filters that leave out no pattern retrieve as an unrestricted query does
+                # (its shortlist: the tiny fetch limit here).
+                index = engine._state.indexes.get("t")
+                settings = resolve_settings(query, engine._state.ranking)
+                restricted = index is None or index.permitted(settings, TINY_FETCH) is not None
+                core = engine.suggest("t", query)
+                explained = engine.suggest("t", replace(query, explain=True))
+                assert _key(explained) == _key(core), query
+                if restricted:
+                    assert _key(core) == expected, query
+        finally:
+            engine.close()
+
+
+def test_a_permitted_pattern_far_from_the_shortlist_is_found(tmp_path: Path) -> None:
+    """The issue's example: offered tools whose only patterns are far from the query's
+    unrestricted shortlist still answer, never empty while one passes min_match."""
+    engine = open_engine(tmp_path, Clock(), ranking=TINY_FETCH)
+    for n in range(30):
+        engine.record("t", make_record(f"img{n}", f"generate image of kites {n}", ["gen_image"]))
+    engine.record("t", make_record("s", "search the web for history", ["search_engine_query"]))
+    query = SuggestQuery(
+        "find information on the history of kites", k=1, min_match=0.0, min_success=0.0
+    )
+    unrestricted = engine.suggest("t", query)
+    assert [s.pattern.tools_used for s in unrestricted.suggestions] == [("gen_image",)]
+    offered = replace(query, available_tools=("search_engine_query", "generate_human_image"))
+    for explain in (False, True):
+        answer = engine.suggest("t", replace(offered, explain=explain))
+        assert [s.pattern.tools_used for s in answer.suggestions] == [("search_engine_query",)]
+    engine.close()
