@@ -1,7 +1,16 @@
-"""HTTP-level answer to a missing or unknown bearer key: 401 with `WWW-Authenticate: Bearer`,
-as HTTP clients expect, instead of a session whose every tool call fails. pml stays the judge:
-the key is checked with GetServerInfo (remembered for a minute when valid), and every tool call
-still sends it, so a key revoked meanwhile fails there."""
+"""The HTTP front of `pml mcp --transport http`, before the SDK sees a request (docs/mcp.md,
+HTTP front), in this order:
+
+1. Host and Origin (DNS rebinding protection): a foreign one is refused (421, 403) before
+   anything else, a key included, is looked at.
+2. `GET` on the endpoint: 405. The server is stateless and sends nothing unasked, so an event
+   stream would only hold a connection open forever.
+3. The bearer key: a missing or unknown one gets 401 with `WWW-Authenticate: Bearer`, as HTTP
+   clients expect, instead of a session whose every tool call fails. pml stays the judge: the
+   key is checked with GetServerInfo (remembered for a minute when valid; a refused key is not
+   kept), and every tool call still sends it, so a key revoked meanwhile fails there.
+4. A JSON-RPC message whose `id` is neither a string nor an integer: -32600 Invalid Request
+   (the SDK would take it for a notification and answer 202 with nothing)."""
 
 from __future__ import annotations
 
@@ -12,17 +21,27 @@ from typing import Any
 
 import anyio.to_thread
 import grpc
+from mcp.server.transport_security import (
+    DEFAULT_MAX_REQUEST_BODY_SIZE,
+    RequestBodyLimitMiddleware,
+    TransportSecurityMiddleware,
+    TransportSecuritySettings,
+)
+from starlette.requests import Request
 
 from pml_server.client import PmlClientError
 from pml_server.mcp._upstream import Upstream
 
 Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _VALID_SECONDS = 60.0
 _MAX_REMEMBERED = 1024
+INVALID_REQUEST = -32600
+_JSON_KINDS = {type(None): "null", dict: "an object", list: "an array", bool: "a boolean"}
 
 
 def bearer(scope: Scope) -> str | None:
@@ -35,11 +54,51 @@ def bearer(scope: Scope) -> str | None:
     return None
 
 
+async def _respond(
+    send: Send, status: int, body: Any, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send(
+        {"type": "http.response.start", "status": status, "headers": headers + (extra or [])}
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+def _rpc_error(code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+def _bad_id(body: bytes) -> str | None:
+    """Why a message's `id` is invalid (None: valid, absent, or not JSON: the SDK answers)."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    for message in parsed if isinstance(parsed, list) else [parsed]:
+        if not isinstance(message, dict) or "id" not in message:
+            continue
+        found = message["id"]
+        if isinstance(found, str) or (isinstance(found, int) and not isinstance(found, bool)):
+            continue
+        kind = _JSON_KINDS.get(type(found), "number")
+        return f"Invalid Request: id must be a string or an integer, not {kind}"
+    return None
+
+
 class BearerCheck:
-    def __init__(self, app: App, upstream: Upstream) -> None:
+    def __init__(
+        self, app: App, upstream: Upstream, security: TransportSecuritySettings, path: str
+    ) -> None:
         self._app = app
         self._upstream = upstream
+        self._security = TransportSecurityMiddleware(security)
+        self._path = path
         self._valid_until: dict[str | None, float] = {}
+        self._inspect_post = RequestBodyLimitMiddleware(
+            self._check_ids,  # type: ignore[arg-type]
+            DEFAULT_MAX_REQUEST_BODY_SIZE,
+        )
 
     def _refusal(self, key: str | None) -> str | None:
         """Why pml refuses `key` (None: accepted, or pml could not say; the tool calls will)."""
@@ -47,7 +106,8 @@ class BearerCheck:
         if self._valid_until.get(key, 0.0) > now:
             return None
         try:
-            self._upstream.client(key).server_info()
+            with self._upstream.lease(key) as client:
+                client.server_info()
         except PmlClientError as err:
             if err.code is grpc.StatusCode.UNAUTHENTICATED:
                 return err.message
@@ -61,22 +121,39 @@ class BearerCheck:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        key = bearer(scope)
-        reason = await anyio.to_thread.run_sync(self._refusal, key)
-        if reason is None:
-            await self._app(scope, receive, send)
+        method = scope.get("method", "")
+        refused = await self._security.validate_request(Request(scope), is_post=method == "POST")
+        if refused is not None:
+            await refused(scope, receive, send)  # type: ignore[arg-type]
             return
-        body = json.dumps({"error": "invalid_token", "error_description": f"pml: {reason}"})
-        body_bytes = body.encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"www-authenticate", b'Bearer realm="pml"'),
-                    (b"content-length", str(len(body_bytes)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body_bytes})
+        if method == "GET" and scope.get("path", "").rstrip("/") == self._path.rstrip("/"):
+            message = "Method Not Allowed: no event stream here (stateless); send requests by POST"
+            await _respond(
+                send, 405, _rpc_error(INVALID_REQUEST, message), [(b"allow", b"POST, DELETE")]
+            )
+            return
+        reason = await anyio.to_thread.run_sync(self._refusal, bearer(scope))
+        if reason is not None:
+            body = {"error": "invalid_token", "error_description": f"pml: {reason}"}
+            await _respond(send, 401, body, [(b"www-authenticate", b'Bearer realm="pml"')])
+            return
+        if method == "POST":
+            await self._inspect_post(scope, receive, send)  # type: ignore[arg-type]
+            return
+        await self._app(scope, receive, send)
+
+    async def _check_ids(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The body (bounded by the limit in front) is read whole, checked, then replayed."""
+        first = await receive()
+        body = first.get("body", b"") if first["type"] == "http.request" else b""
+        if first["type"] == "http.request" and not first.get("more_body", False):
+            reason = _bad_id(body)
+            if reason is not None:
+                await _respond(send, 400, _rpc_error(INVALID_REQUEST, reason))
+                return
+        replayed = [first]
+
+        async def replay() -> Message:
+            return replayed.pop() if replayed else await receive()
+
+        await self._app(scope, replay, send)

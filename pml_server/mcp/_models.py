@@ -19,6 +19,9 @@ _OUTCOMES: dict[int, Outcome] = {
 }
 
 
+_JSON_TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
+
+
 class ToolCallIn(BaseModel):
     """One tool call of the execution, in the order it ran."""
 
@@ -39,7 +42,11 @@ class Parameter(BaseModel):
     name: str
     json_type: str
     secret: bool
-    recent_values: list[Any] = Field(description="recent values, newest first")
+    recent_values: list[Any] = Field(
+        description="recent values, newest first (any JSON value)",
+        # Typed items, so strict schema checkers accept the output schema (docs/mcp.md).
+        json_schema_extra={"items": {"type": list(_JSON_TYPES)}},
+    )
 
 
 class Score(BaseModel):

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import socket
 import sys
+from typing import Any
 
 import anyio
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import CallToolResult, InputRequiredResult
+from pydantic import ValidationError
 
 from pml_server import __version__
 from pml_server.mcp._http_auth import BearerCheck
@@ -23,11 +27,42 @@ _INSTRUCTIONS = (
 )
 
 
+# What pml does not serve: with no handler, initialize does not advertise the capability and a
+# call answers -32601 Method not found (docs/mcp.md, Protocol).
+_NOT_SERVED = ("prompts/", "resources/")
+
+
+def argument_error(err: ValidationError) -> str:
+    """One sentence per bad field, naming it (`tool_calls.0.tool`), without pydantic's type
+    tags, echoed input or documentation links."""
+    parts = []
+    for e in err.errors(include_url=False, include_input=False):
+        where = ".".join(str(x) for x in e["loc"]) or "arguments"
+        text = str(e["msg"])
+        parts.append(f"{where}: {text[:1].lower()}{text[1:]}")
+    return "invalid argument: " + "; ".join(parts)
+
+
+class PmlMCPServer(MCPServer):
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as err:
+            if isinstance(err.__cause__, ValidationError):
+                raise ToolError(argument_error(err.__cause__)) from err.__cause__
+            raise
+
+
 def build_server(upstream: Upstream) -> MCPServer:
-    server: MCPServer = MCPServer(
+    server = PmlMCPServer(
         "pml", instructions=_INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
     register(server, upstream)
+    handlers = server._lowlevel_server._request_handlers
+    for method in [m for m in handlers if m.startswith(_NOT_SERVED)]:
+        del handlers[method]
     return server
 
 
@@ -76,18 +111,19 @@ def run_http(
     # starting waits in the backlog instead of being refused.
     sock.listen(128)
     bound = sock.getsockname()[1]
+    security = security_settings(host, bound, allowed_hosts or [], allowed_origins or [])
     app = build_server(upstream).streamable_http_app(
         streamable_http_path=path,
         stateless_http=True,
         json_response=True,
         host=host,
-        transport_security=security_settings(
-            host, bound, allowed_hosts or [], allowed_origins or []
-        ),
+        transport_security=security,
     )
     shown = f"[{host}]" if ":" in host else host
     print(f"pml mcp listening on http://{shown}:{bound}{path}", file=sys.stderr, flush=True)
-    config = uvicorn.Config(BearerCheck(app, upstream), log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        BearerCheck(app, upstream, security, path), log_level="warning", lifespan="on"
+    )
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

@@ -4,8 +4,10 @@ MCP tool errors (a tool error is for the model to read, so it says what to fix).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -15,8 +17,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pml_server.client import PmlClient, PmlClientError
 
 T = TypeVar("T")
-# Distinct keys seen over HTTP, each with its channel; past this many the oldest is closed
-# (a flood of random keys must not grow memory).
+# Distinct keys seen over HTTP, each with its channel; past this many the least recently used
+# idle one is closed (a flood of random keys must not grow memory). A channel in use is never
+# closed under its call: it leaves the cache and closes on its last release (docs/mcp.md,
+# Channels per key).
 _MAX_CHANNELS = 64
 # Violations name the request message's fields (`record.intent`); the MCP arguments are the
 # record's fields themselves.
@@ -34,35 +38,91 @@ class UpstreamOptions:
     timeout: float = 30.0
 
 
+@dataclass
+class _Channel:
+    client: PmlClient
+    users: int = 0
+    retired: bool = field(default=False)
+
+
 class Upstream:
     def __init__(self, options: UpstreamOptions) -> None:
         self.options = options
-        self._clients: dict[str | None, PmlClient] = {}
+        self._channels: OrderedDict[str | None, _Channel] = OrderedDict()
         self._lock = threading.Lock()
 
-    def client(self, api_key: str | None) -> PmlClient:
+    def _new_client(self, api_key: str | None) -> PmlClient:
+        o = self.options
+        return PmlClient(
+            o.server,
+            api_key=api_key,
+            tls=o.tls,
+            root_certificates=o.tls_ca,
+            client_cert=o.tls_cert,
+            client_key=o.tls_key,
+            timeout=o.timeout,
+        )
+
+    def _acquire(self, api_key: str | None) -> _Channel:
         with self._lock:
-            found = self._clients.get(api_key)
+            found = self._channels.get(api_key)
             if found is None:
-                if len(self._clients) >= _MAX_CHANNELS:
-                    oldest = next(iter(self._clients))
-                    self._clients.pop(oldest).close()
-                o = self.options
-                found = PmlClient(
-                    o.server,
-                    api_key=api_key,
-                    tls=o.tls,
-                    root_certificates=o.tls_ca,
-                    client_cert=o.tls_cert,
-                    client_key=o.tls_key,
-                    timeout=o.timeout,
-                )
-                self._clients[api_key] = found
+                found = _Channel(self._new_client(api_key))
+                self._channels[api_key] = found
+                self._evict_idle()
+            else:
+                self._channels.move_to_end(api_key)
+            found.users += 1
             return found
+
+    def _evict_idle(self) -> None:
+        """Past the bound, close the least recently used channels nobody is using; one in use
+        stays until its release (the bound is then exceeded by at most the calls in flight)."""
+        excess = len(self._channels) - _MAX_CHANNELS
+        for key in [k for k, c in self._channels.items() if c.users == 0][: max(0, excess)]:
+            self._channels.pop(key).client.close()
+
+    def _release(self, channel: _Channel) -> None:
+        with self._lock:
+            channel.users -= 1
+            if channel.users == 0 and channel.retired:
+                channel.client.close()
+            elif channel.users == 0:
+                self._evict_idle()
+
+    def forget(self, api_key: str | None) -> None:
+        """Drop `api_key`'s channel (pml refused the key, or the channel is broken): closed now
+        if idle, else on its last release."""
+        with self._lock:
+            found = self._channels.pop(api_key, None)
+            if found is None:
+                return
+            found.retired = True
+            if found.users == 0:
+                found.client.close()
+
+    @contextmanager
+    def lease(self, api_key: str | None) -> Iterator[PmlClient]:
+        """The key's client, kept open until the block ends; a key pml refuses is not kept."""
+        channel = self._acquire(api_key)
+        try:
+            yield channel.client
+        except PmlClientError as err:
+            if err.code is grpc.StatusCode.UNAUTHENTICATED:
+                self.forget(api_key)
+            raise
+        finally:
+            self._release(channel)
+
+    def channels(self) -> int:
+        """How many channels are open (cached or still in use)."""
+        with self._lock:
+            return len(self._channels)
 
     def call(self, api_key: str | None, fn: Callable[[PmlClient], T]) -> T:
         try:
-            return fn(self.client(api_key))
+            with self.lease(api_key) as client:
+                return fn(client)
         except PmlClientError as err:
             raise ToolError(self.describe(err)) from None
 
@@ -82,9 +142,9 @@ class Upstream:
 
     def close(self) -> None:
         with self._lock:
-            for c in self._clients.values():
-                c.close()
-            self._clients.clear()
+            for c in self._channels.values():
+                c.client.close()
+            self._channels.clear()
 
 
 def _argument(field: str) -> str:
