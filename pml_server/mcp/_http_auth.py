@@ -96,7 +96,7 @@ class BearerCheck:
         self._path = path
         self._valid_until: dict[str | None, float] = {}
         self._inspect_post = RequestBodyLimitMiddleware(
-            self._check_ids,  # type: ignore[arg-type]
+            self._check_ids,
             DEFAULT_MAX_REQUEST_BODY_SIZE,
         )
 
@@ -124,7 +124,7 @@ class BearerCheck:
         method = scope.get("method", "")
         refused = await self._security.validate_request(Request(scope), is_post=method == "POST")
         if refused is not None:
-            await refused(scope, receive, send)  # type: ignore[arg-type]
+            await refused(scope, receive, send)
             return
         if method == "GET" and scope.get("path", "").rstrip("/") == self._path.rstrip("/"):
             message = "Method Not Allowed: no event stream here (stateless); send requests by POST"
@@ -138,7 +138,7 @@ class BearerCheck:
             await _respond(send, 401, body, [(b"www-authenticate", b'Bearer realm="pml"')])
             return
         if method == "POST":
-            await self._inspect_post(scope, receive, send)  # type: ignore[arg-type]
+            await self._inspect_post(scope, receive, send)
             return
         await self._app(scope, receive, send)
 

@@ -352,3 +352,135 @@ def test_the_readmes_mcp_configuration_works_as_written(
         Client(StdioServerParameters(command=pml, args=without_flag, cwd=str(ROOT), env=by_env)),
         body,
     )
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@contextmanager
+def _http_mcp_proc(server: str, *extra: str) -> Iterator[tuple[str, int]]:
+    """Like `_http_mcp`, also yielding the process id (to count its descriptors)."""
+    proc = subprocess.Popen(
+        _pml_mcp("--server", server, "--transport", "http", "--listen", "127.0.0.1:0", *extra),
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert "listening on" in line, line
+        yield line.rsplit(" ", 1)[-1].strip(), proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def test_http_unknown_key_flood_never_fails_legitimate_calls(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """Unknown keys in parallel with legitimate calls: each unknown key gets 401, no legitimate
+    call fails (before: refused keys filled the 64-channel cache and evicted channels in use)."""
+    keys_file, found = keys
+    server = start(keys_file=keys_file)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "suggest", "arguments": {"intent": "Read JSON file"}},
+    }
+    with _http_mcp_proc(f"127.0.0.1:{server.port}") as (url, pid):
+        failures: list[str] = []
+        refused = 0
+
+        async def flood(start_at: int) -> None:
+            nonlocal refused
+            async with httpx2.AsyncClient(timeout=60) as http:
+                for i in range(start_at, start_at + 100):
+                    r = await http.post(
+                        url,
+                        json=LIST_TOOLS,
+                        headers={**JSON_HEADERS, "Authorization": f"Bearer pml_flood{i}"},
+                    )
+                    refused += r.status_code == 401
+
+        async def legit(key: str) -> None:
+            headers = {**JSON_HEADERS, "Authorization": f"Bearer {key}"}
+            async with httpx2.AsyncClient(timeout=60) as http:
+                for _ in range(40):
+                    r = await http.post(url, json=call, headers=headers)
+                    if r.status_code != 200 or r.json()["result"].get("isError"):
+                        failures.append(r.text[:200])
+
+        async def main() -> None:
+            async with anyio.create_task_group() as tg:
+                for n in range(6):
+                    tg.start_soon(flood, n * 1000)
+                for key in ("acme-read", "acme-write", "globex-admin"):
+                    tg.start_soon(legit, found[key])
+
+        anyio.run(main)
+        assert failures == []
+        assert refused == 600
+        assert _fds(pid) < 200
+
+
+def test_http_get_is_405_and_holds_nothing(server: RunningServer) -> None:
+    """GET on the endpoint is answered 405 at once (stateless: no event stream), so many GETs
+    hold no descriptors (before: each opened a stream that never ended)."""
+    with _http_mcp_proc(f"127.0.0.1:{server.port}") as (url, pid), httpx2.Client(timeout=10) as h:
+        for _ in range(300):
+            r = h.get(url, headers={"Accept": "text/event-stream"})
+            assert r.status_code == 405
+            assert "POST" in r.headers["allow"]
+        assert _fds(pid) < 100
+
+
+def test_http_invalid_ids_and_host_before_key(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    keys_file, found = keys
+    server = start(keys_file=keys_file)
+    auth = {"Authorization": f"Bearer {found['acme-read']}"}
+    with _http_mcp(f"127.0.0.1:{server.port}") as url, httpx2.Client(timeout=10) as http:
+        for bad in (None, {"a": 1}, [1], True):
+            r = http.post(url, json={**LIST_TOOLS, "id": bad}, headers={**JSON_HEADERS, **auth})
+            assert r.status_code == 400, (bad, r.status_code, r.text)
+            assert r.json()["error"]["code"] == -32600
+            assert "id" in r.json()["error"]["message"]
+        # A foreign Host is refused as such, key or no key.
+        rebound = http.post(url, json=LIST_TOOLS, headers={**JSON_HEADERS, "Host": "evil.example"})
+        assert rebound.status_code == 421
+
+
+async def _protocol_details(client: Client) -> None:
+    caps = client.initialize_result.capabilities
+    assert caps.tools is not None
+    assert caps.prompts is None
+    assert caps.resources is None
+    bad_k = await client.call_tool("suggest", {"intent": "x", "k": 0})
+    text = _text(bad_k)
+    assert bad_k.is_error
+    assert text.startswith("invalid argument: k: ")
+    assert "pydantic" not in text and "http" not in text and "\n" not in text
+    listed = {t.name: t for t in (await client.list_tools()).tools}
+    schema = listed["get_pattern"].output_schema
+    assert schema is not None
+    values = schema["$defs"]["Parameter"]["properties"]["recent_values"]
+    assert values["items"]["type"]
+
+
+def test_protocol_details_through_the_sdk(server: RunningServer) -> None:
+    _run(_stdio(f"127.0.0.1:{server.port}"), _protocol_details)
+    with _http_mcp(f"127.0.0.1:{server.port}") as url:
+        _run(_http_client(url), _protocol_details)
+        r = httpx2.post(
+            url,
+            json={**LIST_TOOLS, "method": "prompts/get", "params": {"name": "nope"}},
+            headers=JSON_HEADERS,
+        )
+        assert r.json()["error"]["code"] in (-32601, -32602)
