@@ -458,7 +458,7 @@ def test_http_invalid_ids_and_host_before_key(
 
 
 async def _protocol_details(client: Client) -> None:
-    caps = client.initialize_result.capabilities
+    caps = client.server_capabilities
     assert caps.tools is not None
     assert caps.prompts is None
     assert caps.resources is None
@@ -466,7 +466,9 @@ async def _protocol_details(client: Client) -> None:
     text = _text(bad_k)
     assert bad_k.is_error
     assert text.startswith("invalid argument: k: ")
-    assert "pydantic" not in text and "http" not in text and "\n" not in text
+    assert "pydantic" not in text
+    assert "http" not in text
+    assert "\n" not in text
     listed = {t.name: t for t in (await client.list_tools()).tools}
     schema = listed["get_pattern"].output_schema
     assert schema is not None
