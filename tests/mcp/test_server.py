@@ -486,3 +486,27 @@ def test_protocol_details_through_the_sdk(server: RunningServer) -> None:
             headers=JSON_HEADERS,
         )
         assert r.json()["error"]["code"] in (-32601, -32602)
+
+
+def test_first_call_after_pml_restarts_succeeds(tmp_path: Path) -> None:
+    from tests.support import spawn_pml_serve, stop_pml_serve
+
+    data = str(tmp_path / "data")
+    flags = ("--data-dir", data, "--embedder", "hashing")
+    proc, target = spawn_pml_serve("--listen", "127.0.0.1:0", *flags)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "suggest", "arguments": {"intent": "Read JSON file"}},
+    }
+    try:
+        with _http_mcp(target) as url, httpx2.Client(timeout=60) as http:
+            first = http.post(url, json=call, headers=JSON_HEADERS).json()
+            assert first["result"]["isError"] is False, first
+            stop_pml_serve(proc)
+            proc, _ = spawn_pml_serve("--listen", target, *flags)
+            again = http.post(url, json=call, headers=JSON_HEADERS).json()
+            assert again["result"]["isError"] is False, again
+    finally:
+        stop_pml_serve(proc)
