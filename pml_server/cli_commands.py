@@ -328,6 +328,8 @@ _SUMMARY_KEYS = ("saved", "counted", "rejected", "refused", "replayed")
 def _sentence(text: str) -> str:
     """`text` ending in exactly one period (a parser's message may end in one, or several)."""
     return text.rstrip().rstrip(".") + "."
+
+
 # A file of another format has every line bad: its errors must not bury the summary.
 _BAD_LINES_SHOWN = 20
 
@@ -337,8 +339,7 @@ def _resume_advice(minted_ids: int) -> str:
     id once, so only records that came without one can count twice."""
     if minted_ids == 0:
         return (
-            "every record read had a request_id: importing the file again applies each record "
-            "once."
+            "every record read had a request_id: importing the file again applies each record once."
         )
     return (
         f"{minted_ids} of the records read had no request_id and got a fresh one: importing "
@@ -365,7 +366,7 @@ def suggest(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(_as_json(reply))
     else:
-        render.suggestions(_console(), reply, explain=args.explain)
+        render.suggestions(_console(), reply, explain=args.explain, intent=args.intent)
     return EXIT_OK
 
 

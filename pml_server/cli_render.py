@@ -17,6 +17,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from pml_server.domain.caution import cautions
+
 
 def _when(ts: timestamp_pb2.Timestamp) -> str:
     if not ts.seconds and not ts.nanos:
@@ -105,7 +107,20 @@ def _score_values(sc: resources_pb2.ScoreParts) -> list[str]:
     return [f"{v:.2f}" for v in (*parts, sc.superseded_penalty)]
 
 
-def suggestions(console: Console, reply: pml_pb2.SuggestResponse, explain: bool = False) -> None:
+def _cautions(intent: str | None, s: resources_pb2.Suggestion) -> list[str]:
+    if intent is None:
+        return []
+    return [c.reason for c in cautions(intent, s.pattern.tools_used, s.score.match)]
+
+
+def suggestions(
+    console: Console,
+    reply: pml_pb2.SuggestResponse,
+    explain: bool = False,
+    intent: str | None = None,
+) -> None:
+    """`intent`: the request, for each suggestion's cautions (docs/ranking.md, Weak
+    matches)."""
     if not reply.suggestions and reply.filtered:
         console.print("no suggestions: the filters removed every candidate (listed below)")
     elif not reply.suggestions:
@@ -114,7 +129,7 @@ def suggestions(console: Console, reply: pml_pb2.SuggestResponse, explain: bool 
             + ("" if explain else " (--explain shows what the filters removed)")
         )
     else:
-        _suggestion_listing(console, reply)
+        _suggestion_listing(console, reply, intent)
     if explain:
         _filtered(console, reply)
     if reply.suggestions:
@@ -165,7 +180,7 @@ _DROPPED_FIRST = ("superseded", "recency", "usage", "reliab.", "lexical", "seman
 
 
 def _suggestion_table(
-    title: str, reply: pml_pb2.SuggestResponse, left_out: Sequence[str]
+    title: str, reply: pml_pb2.SuggestResponse, left_out: Sequence[str], marked: set[int]
 ) -> Table:
     table = Table(title=title)
     kept = [c for c in _SCORE_COLUMNS if c not in left_out]
@@ -179,7 +194,7 @@ def _suggestion_table(
         p, sc = s.pattern, s.score
         values = dict(zip(_SCORE_COLUMNS, _score_values(sc), strict=True))
         table.add_row(
-            str(rank),
+            f"{rank}!" if rank in marked else str(rank),
             _short(s.capability),
             _short(p.name),
             " > ".join(p.tools_used),
@@ -190,13 +205,20 @@ def _suggestion_table(
     return table
 
 
-def _suggestion_listing(console: Console, reply: pml_pb2.SuggestResponse) -> None:
+def _suggestion_listing(
+    console: Console, reply: pml_pb2.SuggestResponse, intent: str | None
+) -> None:
     title = "Suggestions, best first (total: the ranking formula over the parts)"
+    notes = {rank: _cautions(intent, s) for rank, s in enumerate(reply.suggestions, 1)}
+    marked = {rank for rank, said in notes.items() if said}
     for n in range(len(_DROPPED_FIRST) + 1):
         left_out = _DROPPED_FIRST[:n]
-        table = _suggestion_table(title, reply, left_out)
+        table = _suggestion_table(title, reply, left_out, marked)
         if _fits(console, table):
             console.print(table)
+            for rank in sorted(marked):
+                for reason in notes[rank]:
+                    console.print(f"{rank}! {reason}", markup=False, highlight=False)
             if left_out:
                 console.print(
                     f"[dim]left out at this width: {', '.join(left_out)} "
@@ -220,6 +242,7 @@ def _suggestion_listing(console: Console, reply: pml_pb2.SuggestResponse) -> Non
                 ("tools", " > ".join(p.tools_used)),
                 ("success", _rate(p.success_count, p.usage_count)),
                 ("parts", parts),
+                *(("caution", reason) for reason in notes[rank]),
             ],
         )
 

@@ -179,3 +179,38 @@ def test_suggest_table_leaves_score_columns_out_before_stacking(
     assert code == 0
     assert not any("┃" in line for line in lines)
     assert any("superseded 1.00" in line for line in lines), lines
+
+
+def _walkthrough(client: PmlClient) -> None:
+    """The README's walkthrough: three reads of JSON, one write."""
+    code = 'const d = await mcp.read_file({path: "F"}); return await mcp.parse_json(d)'
+    for intent, name in [
+        ("Read JSON file", "a.json"),
+        ("Parse JSON from disk", "b.json"),
+        ("Load JSON data", "c.json"),
+    ]:
+        client.record(
+            make_record(intent, code.replace("F", name), tools=["read_file", "parse_json"])
+        )
+    write = 'await mcp.write_file({path: "o.json"})'
+    client.record(make_record("Write JSON file", write, tools=["write_file"]))
+
+
+def test_suggest_says_why_a_contradicting_suggestion_is_doubtful(
+    server: RunningServer, client: PmlClient
+) -> None:
+    _walkthrough(client)
+    reason = "the request reads ('load'); its tools only write (write_file)"
+    code, lines = _in_terminal(server, "suggest", "Load a JSON file")
+    assert code == 0
+    screen = "\n".join(lines)
+    first, second = screen.split("\n2. ", 1)
+    assert "read_file > parse_json" in first
+    assert "its tools only" not in first  # (the tests' hashing embedder may call it weak)
+    assert "write_file" in second
+    assert f"  caution  {reason}" in second, screen
+    code, lines = _in_terminal(server, "suggest", "Load a JSON file", columns=200)
+    assert code == 0
+    row = next(line for line in lines if "write_file" in line and "│" in line)
+    assert row.startswith("│ 2! │"), row
+    assert f"2! {reason}" in lines
