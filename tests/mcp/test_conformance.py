@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pml_server.api.server import RunningServer
+from pml_server.client import PmlClient, make_record
 from tests.mcp.test_server import _http_mcp
 
 pytestmark = pytest.mark.node
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.node
 SUITE = Path(__file__).resolve().parent / "conformance"
 BASELINE = SUITE / "expected-failures.yml"
 BIN = SUITE / "node_modules" / ".bin"
-# The scenarios that test what pml declares (initialize, ping, tools, errors, DNS rebinding):
+# The scenarios that test what pml declares (initialize, ping, tools, errors, the listings of
+# resources and prompts, DNS rebinding):
 # each must pass outright, with no failure and no warning.
 APPLICABLE = {
     "server-initialize",
@@ -31,6 +33,8 @@ APPLICABLE = {
     "tools-list",
     "tools-call-simple-text",
     "tools-call-error",
+    "resources-list",
+    "prompts-list",
     "dns-rebinding-protection",
 }
 _RUN_DIR = re.compile(r"^server-(?P<scenario>.+)-\d{4}-\d\d-\d\dT[\d-]+Z$")
@@ -66,8 +70,11 @@ def _results(out: Path) -> dict[str, list[dict[str, object]]]:
 
 
 def test_conformance_server_scenarios(
-    conformance: Path, server: RunningServer, tmp_path: Path
+    conformance: Path, server: RunningServer, client: PmlClient, tmp_path: Path
 ) -> None:
+    # Something stored, so the resource listing has a capability to check.
+    code = "const d = await mcp.read_file({ path: 'a.json' }); return JSON.parse(d);"
+    client.record(make_record("Read a JSON file", code, tools=["read_file"]))
     out = tmp_path / "results"
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     with _http_mcp(f"127.0.0.1:{server.port}") as url:
@@ -103,3 +110,10 @@ def test_conformance_server_scenarios(
     listed = results["tools-list"][0]["details"]
     assert isinstance(listed, dict)
     assert listed["tools"] == ["suggest", "record_execution", "get_pattern"]
+    resources = results["resources-list"][0]["details"]
+    assert isinstance(resources, dict)
+    assert len(resources["resources"]) == 1
+    assert resources["resources"][0].startswith("pml://capabilities/cap_")
+    prompts = results["prompts-list"][0]["details"]
+    assert isinstance(prompts, dict)
+    assert prompts["prompts"] == ["use_procedure"]
