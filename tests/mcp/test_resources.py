@@ -71,9 +71,7 @@ async def _resources_and_prompt(client: Client, stored: dict[str, list[str]]) ->
     assert unknown.value.code == -32602
 
 
-def test_resources_and_prompt_over_stdio_and_http(
-    server: RunningServer, client: PmlClient
-) -> None:
+def test_resources_and_prompt_over_stdio_and_http(server: RunningServer, client: PmlClient) -> None:
     stored = _store_two(client)
     target = f"127.0.0.1:{server.port}"
 
