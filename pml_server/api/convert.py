@@ -282,6 +282,7 @@ def _fill_score(out: resources_pb2.ScoreParts, parts: model.ScoreParts) -> None:
     out.superseded_penalty = parts.superseded_penalty
     out.total = parts.total
     out.reliability = parts.reliability
+    out.steps = parts.steps
 
 
 def listed_pattern(view: model.PatternView) -> resources_pb2.Pattern:

@@ -26,6 +26,7 @@ from pml_server.domain.records import IntentRecord, PatternCounters, PatternReco
 from pml_server.domain.vectors import CheckedVector, Vector, client_vector
 from pml_server.ranking import (
     Candidate,
+    RankingConfig,
     Retrieval,
     pattern_semantic,
     rank_lazily,
@@ -33,6 +34,7 @@ from pml_server.ranking import (
     score_ceiling,
 )
 from pml_server.ranking.plans import MIN_PLAN_PARTS, PART_HITS, PartHit, compose, split_request
+from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.search import TenantSearchIndex
 from pml_server.search.vectors import EXACT_SCAN_MIN
 from pml_server.service._arguments import check_tenant
@@ -87,11 +89,11 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
         return suggest_in_core(state.repo, state.views, tenant, index, vector, query, ranking, now)
     limit = ranking.fetch_limit(query.k)
     permitted = index.permitted(resolve_settings(query, ranking), ranking)
-    found = retrieve(state.repo, tenant, index, vector, query.intent, limit, permitted)
+    found = retrieve(state.repo, tenant, index, vector, query.intent, limit, ranking, permitted)
     if permitted is not None and query.explain:
         # `explain` also lists what the filters removed from the unrestricted shortlist, each
         # with its rule; they fail those filters, so the answer is that of the allow-list.
-        found.add(retrieve(state.repo, tenant, index, vector, query.intent, limit))
+        found.add(retrieve(state.repo, tenant, index, vector, query.intent, limit, ranking))
     # the ceiling bounds the counters read after it: both from one state of the store
     with state.repo.consistent_reads():
         ceiling = score_ceiling(*state.repo.counter_ceilings(tenant), ranking)
@@ -152,6 +154,7 @@ class Retrieved:
                     semantic=retrieval.semantic,
                     lexical=retrieval.lexical,
                     tags=tuple(counters.tags),
+                    steps=retrieval.steps,
                 )
             )
         return candidates
@@ -184,6 +187,7 @@ def retrieve(
     vector: Vector,
     text: str,
     limit: int,
+    config: RankingConfig,
     permitted: tuple[list[str], list[int]] | None = None,
 ) -> Retrieved:
     """`limit` hits of each index; with `permitted` (pattern ids, their intents: the
@@ -208,10 +212,13 @@ def retrieve(
     unscored = [i for ids in intents_of.values() for i in ids if i not in cosine]
     if unscored:
         cosine.update(index.exact_scores(vector, unscored))
+    # how well each pattern's steps fit the tools the request asks for (docs/ranking.md, Steps)
+    neighbours = index.semantic(vector, STEP_NEIGHBOURS) if config.step_weight > 0 else []
+    steps = index.ranks.step_factors(neighbours, list(intents_of), text, config)
     retrievals = []
-    for pattern_id, intent_ids in intents_of.items():
+    for (pattern_id, intent_ids), fit in zip(intents_of.items(), steps, strict=True):
         scores = [cosine[i] for i in intent_ids if i in cosine]
         if scores:  # none: deleted since the index answered
             semantic = pattern_semantic(scores)
-            retrievals.append(Retrieval(pattern_id, semantic, lexical.get(pattern_id, 0.0)))
+            retrievals.append(Retrieval(pattern_id, semantic, lexical.get(pattern_id, 0.0), fit))
     return Retrieved(repo, tenant, retrievals, intents_of)
