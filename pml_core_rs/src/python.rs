@@ -568,7 +568,10 @@ impl PyRankTable {
         let tools = str_list("tools", tools)?;
         let tool_words = tool_words.unwrap_or_default();
         if !tool_words.is_empty() && tool_words.len() != tools.len() {
-            return Err(invalid_arg("tool_words", "must hold one word list per tool"));
+            return Err(invalid_arg(
+                "tool_words",
+                "must hold one word list per tool",
+            ));
         }
         self.inner.write().set_pattern(
             pattern_id,
