@@ -47,6 +47,7 @@ _FILLER_WORDS = """i im i'm me my mine you your we us our can could would will s
     ll d t"""
 _FILLER = frozenset(_FILLER_WORDS.split())
 NAMED_SHARE = 0.6  # a step is named by a text holding this share of its tool name's words
+ONE_STEP = 0.8  # a one-step pattern's match is its step's: at least this share of it counts
 STEP_WEIGHT = 0.8  # share of a part's match that comes from its steps being named
 _GENERIC = frozenset(
     [
@@ -87,6 +88,12 @@ _CONNECTIVE = re.compile(
     r"in\s+addition|moreover|furthermore|lastly|next)\b[,:]?\s+",
     re.IGNORECASE,
 )
+# a piece that only says more about the one before ("The file is ...", "To do this, ...")
+_CONTINUES = re.compile(
+    r"(?:the|this|these|that|those|it|its|they|their|he|she|his|her|such|which|here|"
+    r"to\s+do\s+(?:this|so)|for\s+this|make\s+sure|ensure|including)\b",
+    re.IGNORECASE,
+)
 _AND = re.compile(r",?\s+and\s+", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z0-9]+")
 
@@ -102,20 +109,23 @@ def split_request(text: str) -> tuple[str, ...]:
     both sides hold more than 3 content words. Pieces shorter than `MIN_PART_WORDS` words join
     the piece before (the first piece joins the next); more than `MAX_REQUEST_PARTS` pieces
     are joined pairwise (the shortest adjacent pair first) until that many are left."""
-    pieces = [
-        clause
-        for sentence in _SENTENCE.split(text.strip())
-        for clause in _CONNECTIVE.split(sentence)
-    ]
+    pieces: list[tuple[str, bool]] = []  # (clause, begins at a connective)
+    for sentence in _SENTENCE.split(text.strip()):
+        clauses = _CONNECTIVE.split(sentence)
+        pieces += [(c, n > 0) for n, c in enumerate(clauses)]
     if len(pieces) == 1:
-        halves = _AND.split(pieces[0])
+        halves = _AND.split(pieces[0][0])
         if len(halves) == 2 and all(_words(h) > 3 for h in halves):
-            pieces = halves
+            pieces = [(h, True) for h in halves]
     parts: list[str] = []
-    for piece in (p.strip(" ,;.") for p in pieces):
+    for piece, connected in ((p.strip(" ,;."), c) for p, c in pieces):
         if not piece:
             continue
-        if parts and (_words(piece) < MIN_PART_WORDS or _words(parts[-1]) < MIN_PART_WORDS):
+        if parts and (
+            _words(piece) < MIN_PART_WORDS
+            or _words(parts[-1]) < MIN_PART_WORDS
+            or (not connected and _CONTINUES.match(piece) is not None)
+        ):
             parts[-1] = f"{parts[-1]} {piece}"
         else:
             parts.append(piece)
@@ -153,15 +163,57 @@ def named_steps(tools: Sequence[str], words: frozenset[str]) -> tuple[int, ...]:
     """The steps (indexes into `tools`) whose tool the text names best: every tool that shares
     at least `NAMED_SHARE` of its words with the text. When none is named, a one-step pattern
     keeps its step and a longer one none (the part then has no step a plan can run)."""
-    named = tuple(n for n, t in enumerate(tools) if step_match(t, words) >= NAMED_SHARE)
+    named = tuple(
+        n
+        for n, t in enumerate(tools)
+        if step_match(t, words) >= NAMED_SHARE and t not in tools[:n]  # a tool runs once
+    )
     return named or tuple(range(len(tools) if len(tools) == 1 else 0))
 
 
 def _steps_factor(tools: Sequence[str], words: frozenset[str]) -> float:
     """1 - STEP_WEIGHT + STEP_WEIGHT x the best named share of a step (a part naming a step
     of the pattern keeps its whole match)."""
+    if len(tools) == 1:
+        return max(ONE_STEP, 1.0 - STEP_WEIGHT + STEP_WEIGHT * step_match(tools[0], words))
     best = max((step_match(t, words) for t in tools), default=0.0)
     return 1.0 - STEP_WEIGHT + STEP_WEIGHT * best
+
+
+SUPPORT_WEIGHT = 0.4  # share of a part's match from how many of its hits run the step
+
+
+def _attribution(tools: Sequence[str], words: frozenset[str]) -> list[float]:
+    """The share of a pattern's match each of its steps takes on a text (named steps more)."""
+    if len(tools) == 1:
+        return [1.0]
+    shares = [step_match(t, words) for t in tools]
+    return [1.0 - STEP_WEIGHT + STEP_WEIGHT * s for s in shares]
+
+
+def _tool_support(hits: Sequence[PartHit], words: frozenset[str]) -> dict[str, float]:
+    """How much of a part's hits speaks for each tool: the sum over the hits running it of
+    the hit's match times the tool's share of it (docs/ranking.md, Plans)."""
+    out: dict[str, float] = {}
+    for hit in hits:
+        tools = hit.suggestion.pattern.tools_used
+        for t, a in zip(tools, _attribution(tools, words), strict=True):
+            if hit.match >= COVER_MATCH:
+                out[t] = out.get(t, 0.0) + hit.match * a
+    return out
+
+
+def _support_factor(
+    tools: Sequence[str], words: frozenset[str], support: dict[str, float]
+) -> float:
+    """1 - SUPPORT_WEIGHT + SUPPORT_WEIGHT x the support of the pattern's best attributed step
+    relative to the part's best supported tool."""
+    if not support:
+        return 1.0
+    top = max(support.values())
+    atts = _attribution(tools, words)
+    best = max(range(len(tools)), key=lambda i: (atts[i], support.get(tools[i], 0.0)))
+    return 1.0 - SUPPORT_WEIGHT + SUPPORT_WEIGHT * support.get(tools[best], 0.0) / top
 
 
 # ---- links between parts ---------------------------------------------------------------------
@@ -361,6 +413,7 @@ def compose(
     words = [text_words(t) for t in request_parts[:parts]]
     for n in range(parts):
         chosen: list[str] = []
+        support = _tool_support(hits[n][:part_hits], words[n])
         for hit in hits[n][:part_hits]:
             cap = hit.suggestion.capability_id
             if hit.match < COVER_MATCH or (cap, n) in match:
@@ -368,7 +421,11 @@ def compose(
             tools = hit.suggestion.pattern.tools_used
             if named_steps(tools, words[n]):  # a part starts only where it has a step to run
                 chosen.append(cap)
-            match[(cap, n)] = hit.match * _steps_factor(tools, words[n])
+            match[(cap, n)] = (
+                hit.match
+                * _steps_factor(tools, words[n])
+                * _support_factor(tools, words[n], support)
+            )
             rel[cap] = hit.suggestion.score.reliability
             shown.setdefault(cap, hit.suggestion)
         options.append(chosen)
