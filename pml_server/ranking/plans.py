@@ -46,6 +46,7 @@ _FILLER_WORDS = """i im i'm me my mine you your we us our can could would will s
     what how also just now then really very ok okay sure know let tell give m s re ve
     ll d t"""
 _FILLER = frozenset(_FILLER_WORDS.split())
+PREFIX_MIN = 4  # a text word naming a tool word it begins with (or is the start of)
 NAMED_SHARE = 0.6  # a step is named by a text holding this share of its tool name's words
 ONE_STEP = 0.8  # a one-step pattern's match is its step's: at least this share of it counts
 STEP_WEIGHT = 0.8  # share of a part's match that comes from its steps being named
@@ -94,6 +95,19 @@ _CONTINUES = re.compile(
     r"to\s+do\s+(?:this|so)|for\s+this|make\s+sure|ensure|including)\b",
     re.IGNORECASE,
 )
+INTRO_WEIGHT = 0.25
+DETAIL_WEIGHT = 0.5
+_WANTS = re.compile(
+    r"(?:i|we)(?:\s+would|'d|\s+also|\s+will)?\s+(?:like|want|need|wish|am interested|"
+    r"'m interested)",
+    re.IGNORECASE,
+)
+_INTRO = re.compile(r"(?:i|i'm|i am|we|we're|as an?|my|our)\b", re.IGNORECASE)
+_ASKS = re.compile(
+    r"(?:please|kindly|can you|could you|would you|will you|first|firstly|to start|"
+    r"retrieve|get|find|fetch|check|provide|calculate|search|look up|tell me|show me)\b",
+    re.IGNORECASE,
+)
 _AND = re.compile(r",?\s+and\s+", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z0-9]+")
 
@@ -103,7 +117,7 @@ def _words(text: str) -> int:
     return sum(w not in _FILLER for w in _WORD.findall(text.lower()))
 
 
-def split_request(text: str) -> tuple[str, ...]:
+def split_request_weighted(text: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
     """The request cut into its parts, in order: sentences, then connectives ("then",
     "additionally", "finally", ...); a request that is one clause is cut at its one " and " when
     both sides hold more than 3 content words. Pieces shorter than `MIN_PART_WORDS` words join
@@ -118,6 +132,7 @@ def split_request(text: str) -> tuple[str, ...]:
         if len(halves) == 2 and all(_words(h) > 3 for h in halves):
             pieces = [(h, True) for h in halves]
     parts: list[str] = []
+    starts: list[bool] = []
     for piece, connected in ((p.strip(" ,;."), c) for p, c in pieces):
         if not piece:
             continue
@@ -129,10 +144,23 @@ def split_request(text: str) -> tuple[str, ...]:
             parts[-1] = f"{parts[-1]} {piece}"
         else:
             parts.append(piece)
+            starts.append(connected)
     while len(parts) > MAX_REQUEST_PARTS:
         n = min(range(len(parts) - 1), key=lambda i: _words(parts[i]) + _words(parts[i + 1]))
         parts[n : n + 2] = [f"{parts[n]} {parts[n + 1]}"]
-    return tuple(parts)
+        starts[n : n + 2] = [starts[n]]
+    weights = [
+        1.0 if n == 0 or starts[n] or _ASKS.match(p) or _WANTS.match(p) else DETAIL_WEIGHT
+        for n, p in enumerate(parts)
+    ]
+    if len(parts) >= 3 and _INTRO.match(parts[0]) and _ASKS.match(parts[1]) and not starts[1]:
+        weights[0] = INTRO_WEIGHT
+    return tuple(parts), tuple(weights)
+
+
+def split_request(text: str) -> tuple[str, ...]:
+    """The request's parts (`split_request_weighted`)."""
+    return split_request_weighted(text)[0]
 
 
 # ---- which steps of a pattern a request part names ------------------------------------------
@@ -153,10 +181,20 @@ def tool_words(tool: str) -> frozenset[str]:
     return frozenset(_stem(w) for w in words)
 
 
+def _names(word: str, words: frozenset[str]) -> bool:
+    """A text names a tool's word when it holds it, or a word it begins (of at least
+    `PREFIX_MIN` letters: "speedup" names "speed")."""
+    if word in words:
+        return True
+    if len(word) < PREFIX_MIN:
+        return False
+    return any(w.startswith(word) or (len(w) >= PREFIX_MIN and word.startswith(w)) for w in words)
+
+
 def step_match(tool: str, words: frozenset[str]) -> float:
     """Share of a tool name's words the text names, 0..1."""
     own = tool_words(tool)
-    return len(own & words) / len(own) if own else 0.0
+    return sum(_names(w, words) for w in own) / len(own) if own else 0.0
 
 
 def named_steps(tools: Sequence[str], words: frozenset[str]) -> tuple[int, ...]:
@@ -366,21 +404,26 @@ def _quality(
     segments: Sequence[tuple[str, tuple[int, ...]]],
     match: dict[tuple[str, int], float],
     reliability: dict[str, float],
-    parts: int,
+    weights: Sequence[float],
 ) -> tuple[float, list[float], list[float]]:
-    covered = sum(len(ps) for _, ps in segments)
+    """coverage (the weighted share of request parts covered) x the mean over segments of
+    match x reliability; with each segment's match and reliability."""
+    covered = sum(weights[p] for _, ps in segments for p in ps)
     matches = [sum(match[(c, p)] for p in ps) / len(ps) for c, ps in segments]
     rels = [reliability[c] for c, _ in segments]
     if not segments:
         return 0.0, [], []
     mean = sum(m * r for m, r in zip(matches, rels, strict=True)) / len(segments)
-    return covered / parts * mean, matches, rels
+    return covered / sum(weights) * mean, matches, rels
 
 
 def _partial_total(
-    state: _State, match: dict[tuple[str, int], float], rel: dict[str, float], parts: int
+    state: _State,
+    match: dict[tuple[str, int], float],
+    rel: dict[str, float],
+    weights: Sequence[float],
 ) -> float:
-    value, _, _ = _quality(state.segments, match, rel, parts)
+    value, _, _ = _quality(state.segments, match, rel, weights)
     return value - EXTRA_PART_COST * max(0, len(state.segments) - 1)
 
 
@@ -399,13 +442,16 @@ def compose(
     *,
     part_hits: int = PART_HITS,
     beam: int = BEAM_WIDTH,
+    weights: Sequence[float] | None = None,
 ) -> Composed:
     """The best `plan_size` plans for a request cut into `request_parts`, `hits[n]` being the
-    candidates retrieved for part n (best first; only the first `part_hits` are used). None when
+    candidates retrieved for part n (best first; only the first `part_hits` are used), `weights`
+    each part's weight in the coverage (`split_request_weighted`; 1 each when None). None when
     one capability covers every part, or none beats the best single capability."""
     parts = min(len(request_parts), len(hits), MAX_REQUEST_PARTS)
     if parts < MIN_PLAN_PARTS or plan_size <= 0:
         return Composed((), 0, 0.0, False)
+    weight = tuple(weights[:parts]) if weights is not None else (1.0,) * parts
     match: dict[tuple[str, int], float] = {}
     rel: dict[str, float] = {}
     shown: dict[str, Suggestion] = {}
@@ -435,7 +481,7 @@ def compose(
     for cap in shown:
         covers = tuple(n for n in range(parts) if (cap, n) in match)
         covered_by_one = covered_by_one or len(covers) == parts
-        value, _, _ = _quality(((cap, covers),), match, rel, parts)
+        value, _, _ = _quality(((cap, covers),), match, rel, weight)
         best_single = max(best_single, value)
     if covered_by_one:
         return Composed((), 0, best_single, True)
@@ -457,13 +503,13 @@ def compose(
                 evaluated += 1
                 grown.setdefault(child.segments, child)
         beam_states = sorted(
-            grown.values(), key=lambda s: (-_partial_total(s, match, rel, parts), s.segments)
+            grown.values(), key=lambda s: (-_partial_total(s, match, rel, weight), s.segments)
         )[:beam]
     plans = []
     for state in beam_states:
         if not MIN_PLAN_PARTS <= len(state.segments) <= MAX_PLAN_PARTS:
             continue
-        plan = _plan(state, shown, match, rel, request_parts[:parts], best_single)
+        plan = _plan(state, shown, match, rel, request_parts[:parts], weight, best_single)
         if plan is not None and plan.score.total > best_single + PLAN_MARGIN:
             plans.append(plan)
     plans.sort(key=lambda p: -p.score.total)
@@ -501,6 +547,7 @@ def _plan(
     match: dict[tuple[str, int], float],
     rel: dict[str, float],
     request_parts: Sequence[str],
+    weights: Sequence[float],
     best_single: float,
 ) -> Plan | None:
     """The plan of a searched state, its parts left without a step dropped; None when fewer
@@ -511,14 +558,13 @@ def _plan(
         return None
     segments = [seg for seg, _ in kept]
     steps = [st for _, st in kept]
-    parts = len(request_parts)
-    value, matches, rels = _quality(segments, match, rel, parts)
+    value, matches, rels = _quality(segments, match, rel, weights)
     links, unlinked = link_parts([shown[c].pattern for c, _ in segments], steps)
     extra = EXTRA_PART_COST * (len(segments) - 1)
     unlinked_cost = UNLINKED_INPUT_COST * unlinked
-    covered = sum(len(ps) for _, ps in segments)
+    covered = sum(weights[p] for _, ps in segments for p in ps)
     score = PlanScore(
-        coverage=covered / parts,
+        coverage=covered / sum(weights),
         part_match=tuple(matches),
         part_reliability=tuple(rels),
         extra_part_cost=extra,

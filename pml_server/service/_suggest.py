@@ -32,7 +32,13 @@ from pml_server.ranking import (
     resolve_settings,
     score_ceiling,
 )
-from pml_server.ranking.plans import MIN_PLAN_PARTS, PART_HITS, PartHit, compose, split_request
+from pml_server.ranking.plans import (
+    MIN_PLAN_PARTS,
+    PART_HITS,
+    PartHit,
+    compose,
+    split_request_weighted,
+)
 from pml_server.search import TenantSearchIndex
 from pml_server.search.vectors import EXACT_SCAN_MIN
 from pml_server.service._arguments import check_tenant
@@ -44,7 +50,9 @@ from pml_server.storage.repo import Repository
 def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
     """The ranked suggestions (`rank_suggestions`) and, when no one of the capabilities the
     memory holds covers the request, plans composed of several (docs/ranking.md, Plans)."""
-    request_parts = split_request(query.intent) if query.plan_size > 0 else ()
+    request_parts, weights = (
+        split_request_weighted(query.intent) if query.plan_size > 0 else ((), ())
+    )
     if len(request_parts) < MIN_PLAN_PARTS:
         return rank_suggestions(state, tenant, query)
     check_tenant(tenant)
@@ -81,7 +89,7 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
         )
         found = rank_suggestions(state, tenant, sub).suggestions
         hits.append([PartHit(s, s.score.match) for s in found])
-    composed = compose(request_parts, hits, query.plan_size)
+    composed = compose(request_parts, hits, query.plan_size, weights=weights)
     return replace(result, plans=composed.plans)
 
 
