@@ -26,6 +26,8 @@ from pml_server.domain.model import (
 
 # ---- the formula's constants and the search's bounds (docs/ranking.md, Plans) ----------------
 MAX_REQUEST_PARTS = 6  # a longer request is cut into at most this many parts
+WHOLE_HITS = 3  # the whole request's suggestions scored on each part
+WHOLE_COVER = 0.3  # ... one of them covers the request when its match on every part reaches this
 PART_HITS = 5  # candidates retrieved per request part (the second retrieval's k)
 BEAM_WIDTH = 8  # partial plans kept after each request part
 MIN_PLAN_PARTS = 2
@@ -443,11 +445,14 @@ def compose(
     part_hits: int = PART_HITS,
     beam: int = BEAM_WIDTH,
     weights: Sequence[float] | None = None,
+    whole: Sequence[Sequence[PartHit]] = (),
 ) -> Composed:
     """The best `plan_size` plans for a request cut into `request_parts`, `hits[n]` being the
     candidates retrieved for part n (best first; only the first `part_hits` are used), `weights`
-    each part's weight in the coverage (`split_request_weighted`; 1 each when None). None when
-    one capability covers every part, or none beats the best single capability."""
+    each part's weight in the coverage (`split_request_weighted`; 1 each when None), `whole[n]`
+    the whole request's first suggestions (at most `WHOLE_HITS` read) scored on part n: they
+    count for the best single capability and for covering the request, never as a plan's part.
+    None when one capability covers every part, or none beats the best single capability."""
     parts = min(len(request_parts), len(hits), MAX_REQUEST_PARTS)
     if parts < MIN_PLAN_PARTS or plan_size <= 0:
         return Composed((), 0, 0.0, False)
@@ -475,9 +480,22 @@ def compose(
             rel[cap] = hit.suggestion.score.reliability
             shown.setdefault(cap, hit.suggestion)
         options.append(chosen)
+    # the whole request's suggestions, scored on each part: one that reaches `WHOLE_COVER` on
+    # every part covers the request (it was retrieved for the whole of it)
+    lowest: dict[str, list[float]] = {}
+    for n, found in enumerate(whole[:parts]):
+        for hit in found[:WHOLE_HITS]:
+            cap = hit.suggestion.capability_id
+            lowest.setdefault(cap, []).append(hit.match)
+            if hit.match < COVER_MATCH or (cap, n) in match:
+                continue
+            tools = hit.suggestion.pattern.tools_used
+            match[(cap, n)] = hit.match * _steps_factor(tools, words[n])
+            rel[cap] = hit.suggestion.score.reliability
+            shown.setdefault(cap, hit.suggestion)
     # the best single capability under the same formula (one segment over what it covers)
     best_single = 0.0
-    covered_by_one = False
+    covered_by_one = any(len(ms) == parts and min(ms) >= WHOLE_COVER for ms in lowest.values())
     for cap in shown:
         covers = tuple(n for n in range(parts) if (cap, n) in match)
         covered_by_one = covered_by_one or len(covers) == parts

@@ -35,10 +35,12 @@ from pml_server.ranking import (
 from pml_server.ranking.plans import (
     MIN_PLAN_PARTS,
     PART_HITS,
+    WHOLE_HITS,
     PartHit,
     compose,
     split_request_weighted,
 )
+from pml_server.ranking.scoring import relevance
 from pml_server.search import TenantSearchIndex
 from pml_server.search.vectors import EXACT_SCAN_MIN
 from pml_server.service._arguments import check_tenant
@@ -89,8 +91,41 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
         )
         found = rank_suggestions(state, tenant, sub).suggestions
         hits.append([PartHit(s, s.score.match) for s in found])
-    composed = compose(request_parts, hits, query.plan_size, weights=weights)
+    whole = _whole_on_parts(state, tenant, result, request_parts, vectors)
+    composed = compose(request_parts, hits, query.plan_size, weights=weights, whole=whole)
     return replace(result, plans=composed.plans)
+
+
+def _whole_on_parts(
+    state: EngineState,
+    tenant: str,
+    result: SuggestResult,
+    request_parts: Sequence[str],
+    vectors: dict[str, Vector],
+) -> list[list[PartHit]]:
+    """The whole request's first `WHOLE_HITS` suggestions, each with its match on every part:
+    its intents' exact cosines to the part (the ranking's semantic score, no lexical part),
+    so a capability that covers the request is known to do so (docs/ranking.md, Plans)."""
+    index = state.indexes.get(tenant)
+    top = result.suggestions[:WHOLE_HITS]
+    if index is None or not top:
+        return []
+    intents = {s.pattern.id: index.intents_of(s.pattern.id) for s in top}
+    out: list[list[PartHit]] = []
+    for part in request_parts:
+        vector = vectors.get(part)
+        if vector is None or not usable(vector):
+            out.append([])
+            continue
+        cosines = index.exact_scores(vector, [i for ids in intents.values() for i in ids])
+        found = []
+        for s in top:
+            scores = [cosines[i] for i in intents[s.pattern.id] if i in cosines]
+            if scores:
+                match = relevance(pattern_semantic(scores), 0.0, state.ranking)[2]
+                found.append(PartHit(s, match))
+        out.append(found)
+    return out
 
 
 def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
