@@ -450,8 +450,9 @@ def compose(
     """The best `plan_size` plans for a request cut into `request_parts`, `hits[n]` being the
     candidates retrieved for part n (best first; only the first `part_hits` are used), `weights`
     each part's weight in the coverage (`split_request_weighted`; 1 each when None), `whole[n]`
-    the whole request's first suggestions (at most `WHOLE_HITS` read) scored on part n: they
-    count for the best single capability and for covering the request, never as a plan's part.
+    the whole request's first suggestions (at most `WHOLE_HITS` read) with their semantic score
+    on part n: one reaching `WHOLE_COVER` on every part covers the request, and they count for
+    the best single capability (never as a plan's part).
     None when one capability covers every part, or none beats the best single capability."""
     parts = min(len(request_parts), len(hits), MAX_REQUEST_PARTS)
     if parts < MIN_PLAN_PARTS or plan_size <= 0:

@@ -40,7 +40,6 @@ from pml_server.ranking.plans import (
     compose,
     split_request_weighted,
 )
-from pml_server.ranking.scoring import relevance
 from pml_server.search import TenantSearchIndex
 from pml_server.search.vectors import EXACT_SCAN_MIN
 from pml_server.service._arguments import check_tenant
@@ -103,8 +102,8 @@ def _whole_on_parts(
     request_parts: Sequence[str],
     vectors: dict[str, Vector],
 ) -> list[list[PartHit]]:
-    """The whole request's first `WHOLE_HITS` suggestions, each with its match on every part:
-    its intents' exact cosines to the part (the ranking's semantic score, no lexical part),
+    """The whole request's first `WHOLE_HITS` suggestions, each with its semantic score on every
+    part (the ranking's `pattern_semantic` of its intents' exact cosines to the part's vector),
     so a capability that covers the request is known to do so (docs/ranking.md, Plans)."""
     index = state.indexes.get(tenant)
     top = result.suggestions[:WHOLE_HITS]
@@ -122,8 +121,7 @@ def _whole_on_parts(
         for s in top:
             scores = [cosines[i] for i in intents[s.pattern.id] if i in cosines]
             if scores:
-                match = relevance(pattern_semantic(scores), 0.0, state.ranking)[2]
-                found.append(PartHit(s, match))
+                found.append(PartHit(s, pattern_semantic(scores)))
         out.append(found)
     return out
 

@@ -117,3 +117,18 @@ def test_bad_arguments_with_plans_on_name_the_field(stored: PmlClient) -> None:
         stored.suggest(COMPOSE, 5, min_match=2.0)
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert [field for field, _ in err.value.violations] == ["min_match"]
+
+
+def test_a_request_one_capability_covers_gets_no_plan(stored: PmlClient) -> None:
+    stored.record(
+        make_record(
+            "search for a movie by its title then send an email message to a colleague",
+            'const r1 = await mcp.search_movie({query: "Alien"});\n'
+            'const r2 = await mcp.send_email({to: "ann@example.com", body: "hi"});',
+            language="javascript",
+            tools=["search_movie", "send_email"],
+        )
+    )
+    reply = stored.suggest(COMPOSE, 5)
+    assert list(reply.suggestions[0].pattern.tools_used) == ["search_movie", "send_email"]
+    assert not reply.plans

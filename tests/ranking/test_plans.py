@@ -141,6 +141,23 @@ def test_covered_request_gets_no_plan() -> None:
     assert composed.plans == ()
 
 
+def test_a_whole_request_suggestion_on_every_part_covers_it() -> None:
+    hits = [
+        [_hit("movie", ("search_movie",), 0.9)],
+        [_hit("credit", ("get_movie_credit",), 0.9)],
+        [_hit("mail", ("send_email",), 0.9)],
+    ]
+    assert compose(REQUEST, hits, 3).plans
+    # the whole request's top suggestion reaches WHOLE_COVER on every part: it covers it
+    whole = [[_hit("all", ("search_movie", "send_email"), plans.WHOLE_COVER)]] * 3
+    composed = compose(REQUEST, hits, 3, whole=whole)
+    assert composed.covered_by_one
+    assert composed.plans == ()
+    # below it on one part: the plan stays
+    short = [*whole[:2], [_hit("all", ("search_movie", "send_email"), 0.1)]]
+    assert compose(REQUEST, hits, 3, whole=short).plans
+
+
 def test_plan_size_zero_and_one_part_give_no_plan() -> None:
     hits = [[_hit("movie", ("search_movie",), 0.7)], [_hit("mail", ("send_email",), 0.8)]]
     assert compose(REQUEST[:2], hits, 0).plans == ()
