@@ -27,6 +27,7 @@ from pml_server.domain.model import (
 # ---- the formula's constants and the search's bounds (docs/ranking.md, Plans) ----------------
 MAX_REQUEST_PARTS = 6  # a longer request is cut into at most this many parts
 WHOLE_HITS = 3  # the whole request's suggestions scored on each part
+WHOLE_INTENTS = 32  # ... each scored by at most this many of its intents
 WHOLE_COVER = 0.3  # ... one of them covers the request when its match on every part reaches this
 PART_HITS = 5  # candidates retrieved per request part (the second retrieval's k)
 BEAM_WIDTH = 8  # partial plans kept after each request part

@@ -36,6 +36,7 @@ from pml_server.ranking.plans import (
     MIN_PLAN_PARTS,
     PART_HITS,
     WHOLE_HITS,
+    WHOLE_INTENTS,
     PartHit,
     compose,
     split_request_weighted,
@@ -109,7 +110,7 @@ def _whole_on_parts(
     top = result.suggestions[:WHOLE_HITS]
     if index is None or not top:
         return []
-    intents = {s.pattern.id: index.intents_of(s.pattern.id) for s in top}
+    intents = {s.pattern.id: index.intents_of(s.pattern.id)[:WHOLE_INTENTS] for s in top}
     out: list[list[PartHit]] = []
     for part in request_parts:
         vector = vectors.get(part)
