@@ -98,8 +98,8 @@ _CONTINUES = re.compile(
     r"to\s+do\s+(?:this|so)|for\s+this|make\s+sure|ensure|including)\b",
     re.IGNORECASE,
 )
-INTRO_WEIGHT = 0.25
-DETAIL_WEIGHT = 0.5
+INTRO_WEIGHT = 0.25  # an opening statement's weight in the coverage
+DETAIL_WEIGHT = 0.5  # a detail sentence's
 _WANTS = re.compile(
     r"(?:i|we)(?:\s+would|'d|\s+also|\s+will)?\s+(?:like|want|need|wish|am interested|"
     r"'m interested)",
@@ -124,8 +124,14 @@ def split_request_weighted(text: str) -> tuple[tuple[str, ...], tuple[float, ...
     """The request cut into its parts, in order: sentences, then connectives ("then",
     "additionally", "finally", ...); a request that is one clause is cut at its one " and " when
     both sides hold more than 3 content words. Pieces shorter than `MIN_PART_WORDS` words join
-    the piece before (the first piece joins the next); more than `MAX_REQUEST_PARTS` pieces
-    are joined pairwise (the shortest adjacent pair first) until that many are left."""
+    the piece before (the first piece joins the next), and so does a sentence that only goes on
+    about the one before ("The file is ...", "To do this, ..."); more than `MAX_REQUEST_PARTS`
+    pieces are joined pairwise (the shortest adjacent pair first) until that many are left.
+
+    With each part's weight in the coverage (docs/ranking.md, Plans, "Request parts"): an
+    opening statement ("I am working on a research project.") before a part that asks
+    ("Please ...", "First, ...") weighs `INTRO_WEIGHT`, a later sentence that neither follows a
+    connective nor asks nor says what is wanted weighs `DETAIL_WEIGHT`, every other part 1."""
     pieces: list[tuple[str, bool]] = []  # (clause, begins at a connective)
     for sentence in _SENTENCE.split(text.strip()):
         clauses = _CONNECTIVE.split(sentence)
