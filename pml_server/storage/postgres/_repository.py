@@ -17,7 +17,7 @@ from pml_server.domain.records import (
     TenantStats,
     decode_intent,
 )
-from pml_server.storage.decoded import (
+from pml_server.storage.codec import (
     decode_counters_shared,
     decode_intent_for_view,
     decode_pattern,
