@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
-from pml_server.api.auth import Role, add_key
+from pml_server.api.security.auth import Role, add_key
 from testing.line_process import LineProcess
 from testing.server_process import ServerProcess
 

@@ -33,7 +33,7 @@ import grpc
 import pytest
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
-from pml_server.api.auth import Role, add_key
+from pml_server.api.security.auth import Role, add_key
 from pml_server.client import PmlClient, backoff_seconds, make_record
 from testing.cost_measure import GIANT_LITERALS
 from testing.server_process import ServerProcess
@@ -41,7 +41,7 @@ from tests.reliability import cost_measure
 from tests.reliability.report import report
 
 OK = resources_pb2.EXECUTION_STATUS_SUCCESS
-ANSWER_BUDGET = 4 * 1024 * 1024 + 64 * 1024  # api/budget.py: RESPONSE_BYTES + one pattern
+ANSWER_BUDGET = 4 * 1024 * 1024 + 64 * 1024  # api/admission/budget.py: RESPONSE_BYTES + one pattern
 _giant_record = cost_measure.giant_record
 _plain_record = cost_measure.plain_record
 

@@ -27,7 +27,7 @@ from hypothesis.stateful import (
 )
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
-from pml_server.api.auth import hash_key
+from pml_server.api.security.auth import hash_key
 from testing.server_process import ServerProcess
 from tests.reliability.report import report
 
