@@ -35,9 +35,9 @@ import pytest
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.api.security.auth import Role, add_key
 from pml_server.client import PmlClient, backoff_seconds, make_record
+from testing import cost_measure
 from testing.cost_measure import GIANT_LITERALS
 from testing.server_process import ServerProcess
-from tests.reliability import cost_measure
 from tests.reliability.report import report
 
 OK = resources_pb2.EXECUTION_STATUS_SUCCESS
