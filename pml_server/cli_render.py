@@ -95,14 +95,14 @@ def capture(console: Console, result: resources_pb2.CaptureResult) -> None:
 
 
 _SCORE_COLUMNS = (
-    "match", "semantic", "lexical", "est.", "reliab.", "usage", "recency", "superseded",
+    "match", "semantic", "lexical", "est.", "reliab.", "steps", "usage", "recency", "superseded",
 )  # fmt: skip
 
 
 def _score_values(sc: resources_pb2.ScoreParts) -> list[str]:
     parts = (
-        sc.match, sc.semantic, sc.lexical, sc.success_estimate, sc.reliability, sc.usage,
-        sc.recency,
+        sc.match, sc.semantic, sc.lexical, sc.success_estimate, sc.reliability, sc.steps,
+        sc.usage, sc.recency,
     )  # fmt: skip
     return [f"{v:.2f}" for v in (*parts, sc.superseded_penalty)]
 
@@ -176,7 +176,9 @@ def _plans(console: Console, reply: pml_pb2.SuggestResponse, explain: bool) -> N
 # The score parts a narrower table leaves out, first to last: the least telling first; `match`
 # (how well the intent matches) and `total` stay. When even that table does not fit, the
 # stacked form shows every part.
-_DROPPED_FIRST = ("superseded", "recency", "usage", "reliab.", "lexical", "semantic", "est.")
+_DROPPED_FIRST = (
+    "superseded", "recency", "usage", "steps", "reliab.", "lexical", "semantic", "est.",
+)  # fmt: skip
 
 
 def _suggestion_table(

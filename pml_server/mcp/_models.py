@@ -61,6 +61,10 @@ class Score(BaseModel):
     usage: float
     recency: float
     superseded_penalty: float
+    reliability: float = Field(description="failures' evidence against it, 1.0 without failures")
+    steps: float = Field(
+        description="how well its steps fit the tools the request asks for (1.0: no evidence)"
+    )
 
 
 class StepSourceOut(BaseModel):
@@ -260,6 +264,8 @@ def suggestion(s: resources_pb2.Suggestion, intent: str | None = None) -> Capabi
             usage=sc.usage,
             recency=sc.recency,
             superseded_penalty=sc.superseded_penalty,
+            reliability=sc.reliability,
+            steps=sc.steps,
         ),
         cautions=[CautionOut(kind=c.kind, reason=c.reason) for c in notes],
     )
