@@ -1,8 +1,9 @@
 """Embeddings: the only package that imports onnxruntime and tokenizers.
 
-`make_embedder("minilm" | "e5" | "use" | "hashing")` gives a cached Embedder (a vector supplied by a client is
-checked by `pml_server.domain.vectors.client_vector`). The indexes over the vectors live in
-`pml_server.search`.
+`make_embedder("minilm" | "e5" | "use" | "hashing")` gives a cached Embedder (a vector
+supplied by a client is checked by `pml_server.domain.vectors.client_vector`). The indexes over
+the vectors live in `pml_server.search`. `e5` and `use` are multilingual: the cross-lingual
+companion of MiniLM (docs/ranking.md, Other languages); `language.is_english` picks the space.
 """
 
 from __future__ import annotations

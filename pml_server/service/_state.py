@@ -96,6 +96,7 @@ class EngineState:
         embedder: Embedder | CachedEmbedder,
         clock: Clock,
         normalizer: Normalizer,
+        companion: CachedEmbedder | None = None,
     ) -> None:
         self.config = config
         self.ranking: RankingConfig = (
@@ -104,6 +105,8 @@ class EngineState:
         self.store = store
         self.repo = repository_for(store, config.view_cache_size)
         self.embedder = embedder
+        # the cross-lingual companion model (service/_companion.py), None when off
+        self.companion = companion
         self.clock = clock
         self.normalizer = normalizer
         defaults = DEFAULT_THRESHOLDS[embedder.family]
@@ -122,7 +125,9 @@ class EngineState:
         self.submitted_stats: dict[str, TenantStats] = {}
         self.intent_ids = store.allocator("intent")
         self.seqs = store.allocator("seq")
-        self.indexes = TenantIndexes(config.vector_index, embedder.dim)
+        self.indexes = TenantIndexes(
+            config.vector_index, embedder.dim, companion.dim if companion is not None else 0
+        )
         # Concurrent unary captures of one tenant, grouped into `record_many` batches.
         self.capture_groups: CallGroups[
             str, tuple[ExecutionRecord, Vector | None], CaptureResult
