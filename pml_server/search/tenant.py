@@ -67,6 +67,9 @@ class TenantSearchIndex:
         )
         self._companion_pending: dict[int, str] = {}
         self._companion_lock = threading.Lock()
+        # Whether the tenant uses the companion (a request in another language came): only
+        # then are its vectors computed (service/_companion.py).
+        self.companion_active = False
         # Vector additions and removals so far, and how many of them the stored snapshot holds
         # (None: no snapshot of this index yet), so an unchanged index is not written again:
         # a snapshot of the 100k bench store is 156 MiB.
@@ -327,6 +330,14 @@ class TenantSearchIndex:
         return self.lexical.search(text, limit)
 
     # ---- the cross-lingual companion (docs/ranking.md, Other languages) ----------------------
+
+    def activate_companion(self) -> None:
+        self.companion_active = self.companion is not None
+
+    def companion_missing(self) -> int:
+        """How many indexed intents have no companion vector yet."""
+        with self._companion_lock:
+            return len(self._companion_pending)
 
     def companion_pending(self) -> list[tuple[int, str]]:
         """(intent id, text) of the indexed intents whose companion vector is missing."""

@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 from pml_server import __version__
 from pml_server.backup import BackupDir, BackupJob
-from pml_server.service import _companion
 from pml_server.service._curation import run_retention
 from pml_server.service._heap import release_free_memory
 from pml_server.service._restore import restore_indexes
@@ -70,8 +69,6 @@ class BackgroundJobs:
             state.indexes.replace_all(restored)
             if follower is not None:
                 follower.catch_up()
-            for index in state.indexes.all().values():  # cross-lingual vectors (_companion.py)
-                _companion.fill(state.companion, index)
             # Nothing writes before ready: snapshot now so the next start replays nothing.
             write_snapshots(state, trim_oplog=True)
             for tenant in restored:

@@ -26,6 +26,7 @@ from pml_server.embedding.base import Embedder
 from pml_server.ranking import RankingConfig, default_ranking
 from pml_server.search import TenantIndexes
 from pml_server.service._call_groups import CallGroups
+from pml_server.service._companion import CompanionFiller
 from pml_server.service._views import ViewCache
 from pml_server.storage import StoreBackend, repository_for
 from pml_server.storage.seam import Locks as SeamLocks
@@ -105,8 +106,9 @@ class EngineState:
         self.store = store
         self.repo = repository_for(store, config.view_cache_size)
         self.embedder = embedder
-        # the cross-lingual companion model (service/_companion.py), None when off
+        # the cross-lingual companion model and its filler (service/_companion.py), or None
         self.companion = companion
+        self.companion_filler = CompanionFiller(companion) if companion is not None else None
         self.clock = clock
         self.normalizer = normalizer
         defaults = DEFAULT_THRESHOLDS[embedder.family]

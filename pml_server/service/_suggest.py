@@ -78,17 +78,23 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
     its best semantic and lexical scores, then `ranking.rank_lazily` filters, groups and
     orders, and the suggested patterns' views are completed."""
     check_tenant(tenant)
-    cross_lingual = _companion.applies(state.companion, query)
-    vector = _query_vector(state, query, cross_lingual)
+    _check_query(query)
     state.readiness.require()
     index = state.indexes.get(tenant)
+    filler = state.companion_filler
+    cross_lingual = (
+        filler is not None
+        and index is not None
+        and _companion.applies(state.companion, query)
+        and filler.ready_for(index)
+    )
+    vector = _query_vector(state, query, cross_lingual)
     if index is None:
         return SuggestResult(())
     ranking = state.ranking
     searched: TenantSearchIndex | CompanionView = index
     if cross_lingual:
         # another language: the companion's space, on this path (service/_companion.py)
-        _companion.fill(state.companion, index)  # what other replicas wrote since
         searched = index.cross_lingual()
         ranking = _companion.other_language_ranking(ranking)
     elif not query.explain and index.ranks_in_core():
@@ -110,8 +116,21 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
 
 
 def _query_vector(state: EngineState, query: SuggestQuery, cross_lingual: bool = False) -> Vector:
-    """Check the query's arguments; its vector (the client's, or the intent embedded: by the
-    cross-lingual companion when `cross_lingual`)."""
+    """The query's vector (the client's, or the intent embedded: by the cross-lingual
+    companion when `cross_lingual`)."""
+    _check_query(query)
+    if query.intent_embedding is not None:
+        return client_vector(query.intent_embedding, state.embedder.dim, "intent_embedding")
+    if cross_lingual and state.companion is not None:
+        vector: Vector = state.companion.embed([query.intent])[0]
+        if not usable(vector):
+            raise no_words_error()
+        return vector
+    return state.embed_one(query.intent)
+
+
+def _check_query(query: SuggestQuery) -> None:
+    """Check the query's arguments."""
     bad = []
     if not query.intent.strip():
         bad.append(FieldViolation("intent", "must not be empty"))
@@ -123,14 +142,6 @@ def _query_vector(state: EngineState, query: SuggestQuery, cross_lingual: bool =
             bad.append(FieldViolation(name, "must be between 0 and 1"))
     if bad:
         raise InvalidArgumentError(bad)
-    if query.intent_embedding is not None:
-        return client_vector(query.intent_embedding, state.embedder.dim, "intent_embedding")
-    if cross_lingual and state.companion is not None:
-        vector: Vector = state.companion.embed([query.intent])[0]
-        if not usable(vector):
-            raise no_words_error()
-        return vector
-    return state.embed_one(query.intent)
 
 
 @dataclass

@@ -45,7 +45,7 @@ from pml_server.domain.records import TenantStats
 from pml_server.embedding import CachedEmbedder, make_embedder
 from pml_server.embedding.base import Embedder, EmbedderWrapper
 from pml_server.replication import FollowerLag
-from pml_server.service import _capture, _companion, _curation, _idempotency, _reads, _suggest
+from pml_server.service import _capture, _curation, _idempotency, _reads, _suggest
 from pml_server.service._companion import make_companion
 from pml_server.service._jobs import BackgroundJobs, write_snapshots
 from pml_server.service._state import Clock, EngineState, Normalizer
@@ -123,6 +123,8 @@ class Engine:
         (the API) drain in-flight calls first. Closing twice is harmless."""
         if not self._jobs.stop():
             return
+        if self._state.companion_filler is not None:
+            self._state.companion_filler.stop()
         ready = self.is_ready()
         self._state.readiness.clear()  # from now on record/suggest answer UNAVAILABLE
         if ready:
@@ -174,11 +176,17 @@ class Engine:
             self._fill_companion(tenant)
 
     def _fill_companion(self, tenant: str) -> None:
-        """The new intents' cross-lingual vectors (service/_companion.py), after the capture
-        and outside its locks."""
+        """The new intents' cross-lingual vectors, on the companion's thread, for a tenant
+        that uses it (service/_companion.py)."""
+        filler = self._state.companion_filler
         index = self._state.indexes.get(tenant)
-        if index is not None:
-            _companion.fill(self._state.companion, index)
+        if filler is not None and index is not None and index.companion_active:
+            filler.request(index)
+
+    def wait_cross_lingual(self, timeout: float | None = None) -> bool:
+        """Until the companion's thread has filled what was asked of it (tests, benches)."""
+        filler = self._state.companion_filler
+        return filler is None or filler.wait_idle(timeout)
 
     def embed_ahead(self, tenant: str, records: Sequence[ExecutionRecord]) -> None:
         _capture.embed_ahead(self._state, tenant, records)

@@ -132,3 +132,41 @@ def test_use_vectors_are_normalized_and_cross_lingual() -> None:
     alone = use.embed(["Lire un fichier CSV"])[0]
     beside = make_embedder("use").embed(["Lire un fichier CSV", "un texte bien plus long " * 30])
     assert np.array_equal(alone, beside[0])  # a text's vector does not depend on its batch
+
+
+def test_only_tenants_that_ask_in_other_languages_pay_for_the_companion(tmp_path: Path) -> None:
+    from pml_server.service._companion import SYNC_FILL
+
+    engine = open_engine(tmp_path, embedder="minilm")
+    try:
+        caps = {}
+        for n in range(SYNC_FILL + 8):  # more than a Suggest fills by itself
+            tool = f"tool_{n}"
+            caps[tool] = engine.record(
+                "big", make_record(f"b{n}", f"Run batch job number {n} on the cluster", [tool])
+            ).capability_id
+        caps["gmail_send"] = engine.record(
+            "big", make_record("mail", "Send an email to my boss", ["gmail_send"])
+        ).capability_id
+        engine.suggest("big", SuggestQuery("Send a mail to my manager", k=1))  # English
+        index = engine._state.indexes.get("big")
+        assert index is not None
+        assert index.companion is not None
+        assert len(index.companion) == 0  # English requests only: nothing computed
+        request = SuggestQuery("给我的老板发一封邮件", k=1, min_match=0.0)
+        first = engine.suggest("big", request).suggestions[0]
+        # too many vectors missing for this call: answered by MiniLM, the thread fills
+        vectors = make_embedder("minilm").embed([request.intent, first.pattern.intents[0].text])
+        assert abs(first.score.semantic - max(0.0, float(vectors[0] @ vectors[1]))) < 1e-3
+        assert engine.wait_cross_lingual(120)
+        assert len(index.companion) == SYNC_FILL + 9
+        later = engine.suggest("big", request).suggestions[0]
+        assert later.capability_id == caps["gmail_send"]
+        # from now on the tenant's captures are embedded by the thread too
+        added = engine.record("big", make_record("tr", "Translate a text to Japanese", ["tr"]))
+        assert engine.wait_cross_lingual(60)
+        assert len(index.companion) == SYNC_FILL + 10
+        found = engine.suggest("big", SuggestQuery("Traduis un texte en japonais", k=1))
+        assert found.suggestions[0].capability_id == added.capability_id
+    finally:
+        engine.close()
