@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -60,8 +61,8 @@ class Option:
     other_lexical_weight: float = 0.9
 
 
-def probe() -> dict[str, object]:
-    loaded: dict[str, object] = json.loads(PROBE.read_text())
+def probe() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(PROBE.read_text())
     return loaded
 
 
@@ -150,7 +151,8 @@ def ranks(
     rank = (match > mine[:, None]).sum(1) + 1
     rank[mine < option.min_match] = 0
     rank[rank > K] = 0
-    return rank
+    out: NDArray[np.int64] = rank.astype(np.int64)
+    return out
 
 
 def figures(rank: NDArray[np.int64]) -> dict[str, float]:
@@ -175,7 +177,7 @@ def measure(option: Option, check: bool, only: str | None = None) -> dict[str, d
         )
     items = [
         q
-        for q in data["queries"]  # type: ignore[attr-defined]
+        for q in data["queries"]
         if (q["split"] == only if only else check or q["split"] == "tune")
     ]
     expected = [q["expected_group"] for q in items]
@@ -185,7 +187,7 @@ def measure(option: Option, check: bool, only: str | None = None) -> dict[str, d
         )
     if only is not None:
         return out
-    reverse = data["reverse"]  # type: ignore[index]
+    reverse = data["reverse"]
     replaced = {x["id"]: x[r["language"]] for r in reverse for x in r["executions"]}
     asked = [(q["en"], r["group"]) for r in reverse for q in r["queries"]]
     texts, groups = [a for a, _ in asked], [g for _, g in asked]
