@@ -46,8 +46,8 @@ Array = NDArray[np.float64]
 @dataclass(frozen=True)
 class Option:
     """How a request and an intent are compared: `primary` alone, or `companion`'s cosine
-    where the request or the intent is not English (`mode="switch"`), or the mean of both
-    always (`mode="mean"`)."""
+    for every intent when the request is not English (`mode="switch"`, as served), or the
+    mean of both always (`mode="mean"`)."""
 
     name: str
     primary: str
@@ -127,9 +127,9 @@ def cosines(option: Option, queries: Sequence[str], memory: Memory) -> Array:
     other = (q2 @ m2.T).astype(np.float64)
     if option.mode == "mean":
         return (primary + other) / 2
+    # as served (service/_companion.py): the request's language alone picks the space
     english_query = np.array([is_english(q) for q in queries])
-    both_english = english_query[:, None] & memory.english[None, :]
-    return np.where(both_english, primary, other)
+    return np.where(english_query[:, None], primary, other)
 
 
 def ranks(
@@ -216,6 +216,15 @@ OPTIONS: dict[str, Option] = {
             )
             for c in ("use", "e5")
             for w in (0.0, 0.3, 0.5, 0.7, 0.9)
+        ),
+        Option(
+            "e5 alone, lexical weight 0.3 for other languages", "e5", "e5", other_lexical_weight=0.3
+        ),
+        Option(
+            "use alone, lexical weight 0.3 for other languages",
+            "use",
+            "use",
+            other_lexical_weight=0.3,
         ),
         Option("mean(minilm, e5) always", "minilm", "e5", mode="mean"),
         Option("mean(minilm, use) always", "minilm", "use", mode="mean"),

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pml_server.domain.errors import FailedPreconditionError
 from pml_server.domain.model import SuggestQuery
 from pml_server.embedding import make_embedder
 from pml_server.service import Engine
@@ -170,3 +171,19 @@ def test_only_tenants_that_ask_in_other_languages_pay_for_the_companion(tmp_path
         assert found.suggestions[0].capability_id == added.capability_id
     finally:
         engine.close()
+
+
+def test_the_companion_stores_nothing_so_its_setting_can_change(tmp_path: Path) -> None:
+    """Only the primary model's id is stored and checked at open (its vectors are stored); the
+    companion's are recomputed, so a store opens with any `cross_lingual`."""
+    engine = open_engine(tmp_path, embedder="minilm", cross_lingual="use")
+    caps = fill(engine)
+    engine.close()
+    engine = open_engine(tmp_path, embedder="minilm", cross_lingual="none")
+    try:
+        result = engine.suggest("t", SuggestQuery("Find restaurants in Dallas", k=1))
+        assert result.suggestions[0].capability_id == caps["restaurant_search"]
+    finally:
+        engine.close()
+    with pytest.raises(FailedPreconditionError, match="all-MiniLM-L6-v2"):
+        open_engine(tmp_path, embedder="hashing", cross_lingual="use")
