@@ -61,7 +61,8 @@ class TenantSearchIndex:
         # The cross-lingual companion (docs/ranking.md, Other languages): every intent's vector
         # in a second, multilingual model's space, kept in memory only (computed from the
         # intent texts at open and after each capture by the service, which owns the model).
-        # `_companion_pending`: intents indexed here whose companion vector is not in yet.
+        # `_companion_pending`: intents indexed here whose companion vector is not in yet
+        # (once the tenant uses the companion).
         self.companion: AnnIndex | None = (
             new_index(kind, companion_dim) if companion_dim > 0 else None
         )
@@ -234,7 +235,7 @@ class TenantSearchIndex:
         self.lexical.add_terms(pattern_id, words)
         self._lexical_text[intent.id] = intent.text
         self.ranks.link_intent(intent.id, pattern_id)
-        if self.companion is not None:
+        if self.companion_active:
             with self._companion_lock:
                 self._companion_pending[intent.id] = intent.text
 
@@ -332,7 +333,15 @@ class TenantSearchIndex:
     # ---- the cross-lingual companion (docs/ranking.md, Other languages) ----------------------
 
     def activate_companion(self) -> None:
-        self.companion_active = self.companion is not None
+        """From now on this tenant uses the companion: every intent indexed so far, and every
+        one indexed later, waits for its companion vector (nothing is kept for a tenant that
+        never asks in another language)."""
+        if self.companion is None or self.companion_active:
+            return
+        with self._write_lock, self._companion_lock:
+            if not self.companion_active:
+                self._companion_pending.update(self._lexical_text)
+                self.companion_active = True
 
     def companion_missing(self) -> int:
         """How many indexed intents have no companion vector yet."""
