@@ -181,9 +181,13 @@ class RankParams:
         recency_half_life_days: float,
         recency_floor: float,
         superseded_penalty: float,
+        step_weight: float = 0.3,
     ) -> Self:
         """InvalidArgumentError naming `params` if one is not finite or expected_success_rate
-        is not in (0, 1]."""
+        is not in (0, 1], naming `step_weight` if it is not in [0, 1]."""
+
+STEP_NEIGHBOURS: int
+"""How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps)."""
 
 @final
 class RankTable:
@@ -199,8 +203,20 @@ class RankTable:
         tools: list[str],
         flagged: bool,
         superseded: bool,
+        tool_words: list[list[str]] | None = None,
     ) -> None:
-        """The pattern record's part of the row (created if new)."""
+        """The pattern record's part of the row (created if new); `tool_words`: each tool's
+        analysed name words (InvalidArgumentError naming it unless one list per tool)."""
+    def step_factors(
+        self,
+        hit_ids: list[int],
+        hit_scores: list[float],
+        pattern_ids: list[str],
+        words: list[str],
+        params: RankParams,
+    ) -> list[float]:
+        """The step factor of each pattern (1.0 without a row) for a request whose
+        `STEP_NEIGHBOURS` nearest intents are these hits and whose analysed words are `words`."""
     def set_counters(
         self,
         pattern_id: str,
@@ -252,11 +268,12 @@ def rank_query(
     available_tools: list[str] | None,
     tags: list[str],
     own_min_success: bool = False,
+    words: list[str] = ...,
 ) -> list[
     tuple[
         str,
         str,
-        tuple[float, float, float, float, float, float, float, float, float],
+        tuple[float, float, float, float, float, float, float, float, float, float],
         list[int],
     ]
 ]:

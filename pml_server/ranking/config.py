@@ -39,6 +39,9 @@ class RankingConfig:
     recency_floor: float = 0.2
     # Multiplier of a pattern retention marked as superseded by a better one.
     superseded_penalty: float = 0.5
+    # Step fit (docs/ranking.md, Steps): the share of the total a pattern whose steps miss the
+    # tools the request asks for (or add others) can lose; 0 turns it off.
+    step_weight: float = 0.3
     # How many candidates the engine should retrieve per requested suggestion from each index
     # before grouping (several patterns share a capability); the largest k is a request limit
     # (`pml_server.domain.limits.LIMITS.suggestions`).
@@ -57,6 +60,7 @@ class RankingConfig:
             "usage_weight",
             "recency_floor",
             "superseded_penalty",
+            "step_weight",
         )
         for name in unit:
             value = getattr(self, name)

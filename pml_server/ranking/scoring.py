@@ -1,6 +1,6 @@
 """The one ranking formula (docs/ranking.md):
 
-    total = match * reliability * usage * recency * superseded_penalty
+    total = match * reliability * usage * recency * superseded_penalty * steps
 
 with match = 1 - (1 - ws*semantic) * (1 - wl*lexical_norm). Every factor is in [0, 1], so the
 total is monotone in each part. The success estimate (Beta(1, 1) mean) is reported and filtered
@@ -66,6 +66,7 @@ def score(candidate: Candidate, config: RankingConfig, now_ms: int) -> ScorePart
         usage=usage,
         recency=recency,
         superseded_penalty=penalty,
-        total=match * reliability * usage * recency * penalty,
+        total=match * reliability * usage * recency * penalty * candidate.steps,
         reliability=reliability,
+        steps=candidate.steps,
     )

@@ -434,6 +434,7 @@ class CompanionView:
         self._index = index
         self._companion = companion
         self.lexical = index.lexical
+        self.ranks = index.ranks
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
         size = len(self._companion)
