@@ -128,6 +128,14 @@ class EngineConfig:
         "intent embedder: the real MiniLM model, or the fast hashing one",
         choices=("minilm", "hashing"),
     )
+    cross_lingual: str = setting(
+        "use",
+        "cross-lingual companion of the minilm embedder: a request that is not in English is "
+        "compared with every intent in this multilingual model's space (use: Universal "
+        "Sentence Encoder multilingual; e5: multilingual-e5-small; none: off; ignored with "
+        "the hashing embedder)",
+        choices=("use", "e5", "none"),
+    )
     durability: str = setting(
         "sync",
         "sync: acknowledged after the WAL fsync (group commit); fast: WAL without fsync",
@@ -187,6 +195,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.embedder not in ("minilm", "hashing"):
             raise ValueError(f"embedder must be minilm or hashing, got {self.embedder!r}")
+        if self.cross_lingual not in ("use", "e5", "none"):
+            raise ValueError(f"cross_lingual must be use, e5 or none, got {self.cross_lingual!r}")
         if self.durability not in ("sync", "fast"):
             raise ValueError(f"durability must be sync or fast, got {self.durability!r}")
         if self.vector_index not in ("hnsw", "exact"):

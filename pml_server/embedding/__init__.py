@@ -1,8 +1,9 @@
 """Embeddings: the only package that imports onnxruntime and tokenizers.
 
-`make_embedder("minilm" | "hashing")` gives a cached Embedder (a vector supplied by a client is
-checked by `pml_server.domain.vectors.client_vector`). The indexes over the vectors live in
-`pml_server.search`.
+`make_embedder("minilm" | "e5" | "use" | "hashing")` gives a cached Embedder (a vector
+supplied by a client is checked by `pml_server.domain.vectors.client_vector`). The indexes over
+the vectors live in `pml_server.search`. `e5` and `use` are multilingual: the cross-lingual
+companion of MiniLM (docs/ranking.md, Other languages); `language.is_english` picks the space.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pml_server.embedding.cache import CachedEmbedder
 from pml_server.embedding.hashing import HashingEmbedder
 from pml_server.embedding.metered import MeteredEmbedder
 
-EMBEDDERS = ("minilm", "hashing")
+EMBEDDERS = ("minilm", "e5", "use", "hashing")
 
 
 def make_embedder(name: str, cache_size: int = 10_000) -> CachedEmbedder:
@@ -23,6 +24,14 @@ def make_embedder(name: str, cache_size: int = 10_000) -> CachedEmbedder:
 
         # Concurrent callers share the model's workers (one queue of texts, minilm.py).
         return CachedEmbedder(MeteredEmbedder(MiniLMEmbedder()), cache_size)
+    if name == "e5":
+        from pml_server.embedding.e5 import E5Embedder  # loads the C engine lazily
+
+        return CachedEmbedder(MeteredEmbedder(E5Embedder()), cache_size)
+    if name == "use":
+        from pml_server.embedding.use import USEEmbedder  # loads numpy weights lazily
+
+        return CachedEmbedder(MeteredEmbedder(USEEmbedder()), cache_size)
     if name == "hashing":
         return CachedEmbedder(MeteredEmbedder(HashingEmbedder()), cache_size)
     raise ValueError(f"unknown embedder {name!r}; choose one of {EMBEDDERS}")

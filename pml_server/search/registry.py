@@ -10,9 +10,11 @@ from pml_server.search.tenant import TenantSearchIndex
 class TenantIndexes:
     """The per-tenant `TenantSearchIndex`es of one engine (all of one kind and dimension)."""
 
-    def __init__(self, kind: str, dim: int) -> None:
+    def __init__(self, kind: str, dim: int, companion_dim: int = 0) -> None:
         self.kind = kind
         self.dim = dim
+        # the cross-lingual companion's dimension (0: none; docs/ranking.md, Other languages)
+        self.companion_dim = companion_dim
         self._indexes: dict[str, TenantSearchIndex] = {}
         self._lock = threading.Lock()
 
@@ -26,7 +28,7 @@ class TenantIndexes:
         with self._lock:
             index = self._indexes.get(tenant)
             if index is None:
-                index = TenantSearchIndex(self.kind, self.dim)
+                index = TenantSearchIndex(self.kind, self.dim, companion_dim=self.companion_dim)
                 self._indexes[tenant] = index
             return index
 

@@ -52,10 +52,25 @@ class _PendingAdds:
 
 
 class TenantSearchIndex:
-    def __init__(self, kind: str, dim: int, ann: AnnIndex | None = None) -> None:
+    def __init__(
+        self, kind: str, dim: int, ann: AnnIndex | None = None, companion_dim: int = 0
+    ) -> None:
         self.kind = kind
         self.dim = dim
         self.ann = ann if ann is not None else new_index(kind, dim)
+        # The cross-lingual companion (docs/ranking.md, Other languages): every intent's vector
+        # in a second, multilingual model's space, kept in memory only (computed from the
+        # intent texts at open and after each capture by the service, which owns the model).
+        # `_companion_pending`: intents indexed here whose companion vector is not in yet
+        # (once the tenant uses the companion).
+        self.companion: AnnIndex | None = (
+            new_index(kind, companion_dim) if companion_dim > 0 else None
+        )
+        self._companion_pending: dict[int, str] = {}
+        self._companion_lock = threading.Lock()
+        # Whether the tenant uses the companion (a request in another language came): only
+        # then are its vectors computed (service/_companion.py).
+        self.companion_active = False
         # Vector additions and removals so far, and how many of them the stored snapshot holds
         # (None: no snapshot of this index yet), so an unchanged index is not written again:
         # a snapshot of the 100k bench store is 156 MiB.
@@ -85,8 +100,8 @@ class TenantSearchIndex:
         self._unindexed_lock = threading.Lock()
 
     @classmethod
-    def restore(cls, kind: str, dim: int, data: bytes) -> TenantSearchIndex:
-        index = cls(kind, dim, index_from_bytes(kind, dim, data))
+    def restore(cls, kind: str, dim: int, data: bytes, companion_dim: int = 0) -> TenantSearchIndex:
+        index = cls(kind, dim, index_from_bytes(kind, dim, data), companion_dim)
         index._saved_changes = 0  # the stored snapshot is exactly this state
         return index
 
@@ -220,12 +235,16 @@ class TenantSearchIndex:
         self.lexical.add_terms(pattern_id, words)
         self._lexical_text[intent.id] = intent.text
         self.ranks.link_intent(intent.id, pattern_id)
+        if self.companion_active:
+            with self._companion_lock:
+                self._companion_pending[intent.id] = intent.text
 
     def remove(self, intent_ids: Sequence[int]) -> None:
         with self._write_lock:
             if intent_ids:
                 self.ann.remove(np.array(list(intent_ids), dtype=np.uint64))
                 self._vector_changes += 1
+                self._remove_companion(intent_ids)
             for intent_id in intent_ids:
                 pattern_id = self.ranks.pattern_of(intent_id)
                 text = self._lexical_text.pop(intent_id, None)
@@ -311,6 +330,68 @@ class TenantSearchIndex:
         """(pattern id, raw BM25 score of its document), best first."""
         return self.lexical.search(text, limit)
 
+    # ---- the cross-lingual companion (docs/ranking.md, Other languages) ----------------------
+
+    def activate_companion(self) -> None:
+        """From now on this tenant uses the companion: every intent indexed so far, and every
+        one indexed later, waits for its companion vector (nothing is kept for a tenant that
+        never asks in another language)."""
+        if self.companion is None or self.companion_active:
+            return
+        with self._write_lock, self._companion_lock:
+            if not self.companion_active:
+                self._companion_pending.update(self._lexical_text)
+                self.companion_active = True
+
+    def companion_missing(self) -> int:
+        """How many indexed intents have no companion vector yet."""
+        with self._companion_lock:
+            return len(self._companion_pending)
+
+    def companion_pending(self) -> list[tuple[int, str]]:
+        """(intent id, text) of the indexed intents whose companion vector is missing."""
+        with self._companion_lock:
+            return list(self._companion_pending.items())
+
+    def add_companion(self, intent_ids: Sequence[int], vectors: npt.NDArray[np.float32]) -> None:
+        """The companion vectors of intents `companion_pending` named; those removed since
+        (or added by a concurrent caller) are skipped."""
+        companion = self.companion
+        if companion is None:
+            return
+        with self._write_lock, self._companion_lock:
+            keep = [
+                n
+                for n, i in enumerate(intent_ids)
+                if i in self._companion_pending and not companion.contains(i)
+            ]
+            if keep:
+                ids = np.array([intent_ids[n] for n in keep], dtype=np.uint64)
+                companion.add(ids, vectors[keep].astype(np.float32), threads=INSERT_THREADS)
+            for i in intent_ids:
+                self._companion_pending.pop(i, None)
+
+    def _remove_companion(self, intent_ids: Sequence[int]) -> None:
+        companion = self.companion
+        if companion is None:
+            return
+        with self._companion_lock:
+            for i in intent_ids:
+                self._companion_pending.pop(i, None)
+            present = [i for i in intent_ids if companion.contains(i)]
+            if present:
+                companion.remove(np.array(present, dtype=np.uint64))
+
+    @property
+    def read_lock(self) -> AbstractContextManager[object]:
+        """What a reader of the vector indexes holds (the numpy index's writer lock)."""
+        return self._read_lock
+
+    def cross_lingual(self) -> CompanionView:
+        """This index searched in the companion's space (`companion` must be set)."""
+        assert self.companion is not None
+        return CompanionView(self, self.companion)
+
     def remove_vectors(self, intent_ids: Sequence[int]) -> None:
         """Take vectors out of the vector index alone (replaying the op log's removals into a
         restored snapshot, before the intents are indexed)."""
@@ -319,6 +400,7 @@ class TenantSearchIndex:
             if present:
                 self.ann.remove(np.array(present, dtype=np.uint64))
                 self._vector_changes += 1
+            self._remove_companion(intent_ids)
 
     def snapshot(self) -> tuple[bytes, int]:
         """The vector index's bytes and the change count they hold (for `mark_saved`)."""
@@ -341,3 +423,54 @@ class TenantSearchIndex:
     def vector_count(self) -> int:
         with self._read_lock:
             return len(self.ann)
+
+
+class CompanionView:
+    """A tenant's index as Suggest's Python path retrieves from it (`service._suggest.retrieve`),
+    with the vector searches in the companion's space: the same patterns, intents and lexical
+    documents, other cosines (docs/ranking.md, Other languages)."""
+
+    def __init__(self, index: TenantSearchIndex, companion: AnnIndex) -> None:
+        self._index = index
+        self._companion = companion
+        self.lexical = index.lexical
+        self.ranks = index.ranks
+
+    def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
+        size = len(self._companion)
+        if size == 0 or limit <= 0:
+            return []
+        with self._index.read_lock:
+            ids, scores = self._companion.search(query.astype(np.float32), min(limit, size))
+        return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
+
+    def semantic_among(
+        self, query: Vector, limit: int, intent_ids: Sequence[int]
+    ) -> list[tuple[int, float]]:
+        if limit <= 0 or not intent_ids or len(self._companion) == 0:
+            return []
+        allow = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
+        with self._index.read_lock:
+            ids, scores = self._companion.search(query.astype(np.float32), limit, allow=allow)
+        return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
+
+    def exact_scores(self, query: Vector, intent_ids: Sequence[int]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        wanted = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
+        for first in range(0, len(wanted), EXACT_SCAN_MIN):
+            chunk = wanted[first : first + EXACT_SCAN_MIN]
+            with self._index.read_lock:
+                ids, scores = self._companion.search(
+                    query.astype(np.float32), len(chunk), allow=chunk
+                )
+            out.update(zip(ids.tolist(), scores.tolist(), strict=True))
+        return out
+
+    def pattern_of(self, intent_id: int) -> str | None:
+        return self._index.pattern_of(intent_id)
+
+    def intents_of(self, pattern_id: str) -> list[int]:
+        return self._index.intents_of(pattern_id)
+
+    def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
+        return self._index.lexical_hits(text, limit)

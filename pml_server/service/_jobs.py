@@ -58,7 +58,12 @@ class BackgroundJobs:
         try:
             if follower is not None:
                 follower.begin()  # before the restore reads: nothing committed is missed
-            restored = restore_indexes(state.repo, state.config.vector_index, state.embedder.dim)
+            restored = restore_indexes(
+                state.repo,
+                state.config.vector_index,
+                state.embedder.dim,
+                state.indexes.companion_dim,
+            )
             # over a shared store, what others write meanwhile the follower's catch-up applies
             fill_rank_tables(state.repo, restored)
             state.indexes.replace_all(restored)

@@ -21,18 +21,22 @@ from pml_server.storage.codec import intent_without_vector
 from pml_server.storage.repo import Repository
 
 
-def restore_indexes(repo: Repository, kind: str, dim: int) -> dict[str, TenantSearchIndex]:
+def restore_indexes(
+    repo: Repository, kind: str, dim: int, companion_dim: int = 0
+) -> dict[str, TenantSearchIndex]:
+    """Every tenant's indexes; with `companion_dim`, each with an empty companion index whose
+    vectors the caller computes (`service._companion.fill`)."""
     oplog = repo.oplog_after(0)
     indexes: dict[str, TenantSearchIndex] = {}
     for tenant, stored in repo.stored_intents():
         # one scan of the tenant's patterns: a read per pattern cost most of a 100k start
         tools_of = repo.pattern_tools(tenant)
-        index = _restored_or_new(repo, tenant, kind, dim, oplog)
+        index = _restored_or_new(repo, tenant, kind, dim, oplog, companion_dim)
         count = _add_intents(index, stored, tools_of)
         # every stored intent is in the index now: more vectors means the snapshot holds some
         # the store no longer has (stale or foreign): rebuild from the store
         if index.vector_count() != count:
-            index = TenantSearchIndex(kind, dim)
+            index = TenantSearchIndex(kind, dim, companion_dim=companion_dim)
             _add_intents(index, repo.tenant_stored_intents(tenant), tools_of)
         indexes[tenant] = index
     return indexes
@@ -65,16 +69,21 @@ def _add_intents(
 
 
 def _restored_or_new(
-    repo: Repository, tenant: str, kind: str, dim: int, oplog: list[tuple[int, dict[str, Any]]]
+    repo: Repository,
+    tenant: str,
+    kind: str,
+    dim: int,
+    oplog: list[tuple[int, dict[str, Any]]],
+    companion_dim: int,
 ) -> TenantSearchIndex:
     snapshot = repo.snapshot(tenant)
     if snapshot is None:
-        return TenantSearchIndex(kind, dim)
+        return TenantSearchIndex(kind, dim, companion_dim=companion_dim)
     _, data = snapshot
     try:
-        index = TenantSearchIndex.restore(kind, dim, data)
+        index = TenantSearchIndex.restore(kind, dim, data, companion_dim)
     except (_core.CoreError, ValueError, OSError):
-        return TenantSearchIndex(kind, dim)
+        return TenantSearchIndex(kind, dim, companion_dim=companion_dim)
     # Every removal still in the log, not only those after the snapshot's sequence: a
     # snapshot taken while captures run may miss a removal allocated just before it, and
     # intent ids are never reused, so replaying an older removal is harmless.

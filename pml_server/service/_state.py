@@ -26,6 +26,7 @@ from pml_server.embedding.base import Embedder
 from pml_server.ranking import RankingConfig, default_ranking
 from pml_server.search import TenantIndexes
 from pml_server.service._call_groups import CallGroups
+from pml_server.service._companion import CompanionFiller
 from pml_server.service._views import ViewCache
 from pml_server.storage import StoreBackend, repository_for
 from pml_server.storage.seam import Locks as SeamLocks
@@ -96,6 +97,7 @@ class EngineState:
         embedder: Embedder | CachedEmbedder,
         clock: Clock,
         normalizer: Normalizer,
+        companion: CachedEmbedder | None = None,
     ) -> None:
         self.config = config
         self.ranking: RankingConfig = (
@@ -104,6 +106,9 @@ class EngineState:
         self.store = store
         self.repo = repository_for(store, config.view_cache_size)
         self.embedder = embedder
+        # the cross-lingual companion model and its filler (service/_companion.py), or None
+        self.companion = companion
+        self.companion_filler = CompanionFiller(companion) if companion is not None else None
         self.clock = clock
         self.normalizer = normalizer
         defaults = DEFAULT_THRESHOLDS[embedder.family]
@@ -122,7 +127,9 @@ class EngineState:
         self.submitted_stats: dict[str, TenantStats] = {}
         self.intent_ids = store.allocator("intent")
         self.seqs = store.allocator("seq")
-        self.indexes = TenantIndexes(config.vector_index, embedder.dim)
+        self.indexes = TenantIndexes(
+            config.vector_index, embedder.dim, companion.dim if companion is not None else 0
+        )
         # Concurrent unary captures of one tenant, grouped into `record_many` batches.
         self.capture_groups: CallGroups[
             str, tuple[ExecutionRecord, Vector | None], CaptureResult

@@ -44,7 +44,9 @@ from pml_server.ranking.plans import (
 )
 from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.search import TenantSearchIndex
+from pml_server.search.tenant import CompanionView
 from pml_server.search.vectors import EXACT_SCAN_MIN
+from pml_server.service import _companion
 from pml_server.service._arguments import check_tenant
 from pml_server.service._state import EngineState, no_words_error, usable
 from pml_server.service._suggest_core import suggest_in_core
@@ -57,7 +59,9 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
     request_parts, weights = (
         split_request_weighted(query.intent) if query.plan_size > 0 else ((), ())
     )
-    if len(request_parts) < MIN_PLAN_PARTS:
+    if len(request_parts) < MIN_PLAN_PARTS or _companion.applies(state.companion, query):
+        # a request in another language: ranked in the companion's space, no plan (the parts
+        # would be embedded by the English model; docs/ranking.md, Other languages)
         return rank_suggestions(state, tenant, query)
     check_tenant(tenant)
     _check_query(query)
@@ -134,22 +138,35 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
     its best semantic and lexical scores, then `ranking.rank_lazily` filters, groups and
     orders, and the suggested patterns' views are completed."""
     check_tenant(tenant)
-    vector = _query_vector(state, query)
+    _check_query(query)
     state.readiness.require()
     index = state.indexes.get(tenant)
+    filler = state.companion_filler
+    cross_lingual = (
+        filler is not None
+        and index is not None
+        and _companion.applies(state.companion, query)
+        and filler.ready_for(index)
+    )
+    vector = _query_vector(state, query, cross_lingual)
     if index is None:
         return SuggestResult(())
     ranking = state.ranking
-    if not query.explain and index.ranks_in_core():
+    searched: TenantSearchIndex | CompanionView = index
+    if cross_lingual:
+        # another language: the companion's space, on this path (service/_companion.py)
+        searched = index.cross_lingual()
+        ranking = _companion.other_language_ranking(ranking)
+    elif not query.explain and index.ranks_in_core():
         now = state.clock()
         return suggest_in_core(state.repo, state.views, tenant, index, vector, query, ranking, now)
     limit = ranking.fetch_limit(query.k)
     permitted = index.permitted(resolve_settings(query, ranking), ranking)
-    found = retrieve(state.repo, tenant, index, vector, query.intent, limit, ranking, permitted)
+    found = retrieve(state.repo, tenant, searched, vector, query.intent, limit, ranking, permitted)
     if permitted is not None and query.explain:
         # `explain` also lists what the filters removed from the unrestricted shortlist, each
         # with its rule; they fail those filters, so the answer is that of the allow-list.
-        found.add(retrieve(state.repo, tenant, index, vector, query.intent, limit, ranking))
+        found.add(retrieve(state.repo, tenant, searched, vector, query.intent, limit, ranking))
     # the ceiling bounds the counters read after it: both from one state of the store
     with state.repo.consistent_reads():
         ceiling = score_ceiling(*state.repo.counter_ceilings(tenant), ranking)
@@ -158,11 +175,17 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
         return found.complete(result)
 
 
-def _query_vector(state: EngineState, query: SuggestQuery) -> Vector:
-    """Check the query's arguments; its vector (the client's, or the intent embedded)."""
+def _query_vector(state: EngineState, query: SuggestQuery, cross_lingual: bool = False) -> Vector:
+    """The query's vector (the client's, or the intent embedded: by the cross-lingual
+    companion when `cross_lingual`)."""
     _check_query(query)
     if query.intent_embedding is not None:
         return client_vector(query.intent_embedding, state.embedder.dim, "intent_embedding")
+    if cross_lingual and state.companion is not None:
+        vector: Vector = state.companion.embed([query.intent])[0]
+        if not usable(vector):
+            raise no_words_error()
+        return vector
     return state.embed_one(query.intent)
 
 
@@ -244,7 +267,7 @@ class Retrieved:
 def retrieve(
     repo: Repository,
     tenant: str,
-    index: TenantSearchIndex,
+    index: TenantSearchIndex | CompanionView,
     vector: Vector,
     text: str,
     limit: int,

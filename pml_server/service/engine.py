@@ -46,6 +46,7 @@ from pml_server.embedding import CachedEmbedder, make_embedder
 from pml_server.embedding.base import Embedder, EmbedderWrapper
 from pml_server.replication import FollowerLag
 from pml_server.service import _capture, _curation, _idempotency, _reads, _suggest
+from pml_server.service._companion import make_companion
 from pml_server.service._jobs import BackgroundJobs, write_snapshots
 from pml_server.service._state import Clock, EngineState, Normalizer
 from pml_server.storage import StoreBackend, open_store
@@ -63,9 +64,10 @@ class Engine:
         cls, config: EngineConfig, clock: Clock | None = None, normalizer: Normalizer = normalize
     ) -> Engine:
         embedder = make_embedder(config.embedder, config.embedding_cache_size)
+        companion = make_companion(config)
         store = open_store(config.store, config.data_dir, config.durability, config.pool_size)
         try:
-            engine = cls(config, store, embedder, clock or wall_clock_ms, normalizer)
+            engine = cls(config, store, embedder, clock or wall_clock_ms, normalizer, companion)
         except BaseException:
             store.close()
             raise
@@ -79,8 +81,9 @@ class Engine:
         embedder: Embedder | CachedEmbedder,
         clock: Clock,
         normalizer: Normalizer = normalize,
+        companion: CachedEmbedder | None = None,
     ) -> None:
-        state = EngineState(config, store, embedder, clock, normalizer)
+        state = EngineState(config, store, embedder, clock, normalizer, companion)
         stored_model = state.repo.model_id()
         if stored_model is None:
             store.write([state.repo.put_model_id(embedder.model_id)])
@@ -120,6 +123,8 @@ class Engine:
         (the API) drain in-flight calls first. Closing twice is harmless."""
         if not self._jobs.stop():
             return
+        if self._state.companion_filler is not None:
+            self._state.companion_filler.stop()
         ready = self.is_ready()
         self._state.readiness.clear()  # from now on record/suggest answer UNAVAILABLE
         if ready:
@@ -157,12 +162,31 @@ class Engine:
     # ---- capture and suggest -----------------------------------------------------------------
 
     def record(self, tenant: str, record: ExecutionRecord) -> CaptureResult:
-        return _capture.record(self._state, tenant, record)
+        try:
+            return _capture.record(self._state, tenant, record)
+        finally:
+            self._fill_companion(tenant)
 
     def record_many(
         self, tenant: str, records: Sequence[ExecutionRecord]
     ) -> list[CaptureResult | Exception]:
-        return _capture.record_many(self._state, tenant, records)
+        try:
+            return _capture.record_many(self._state, tenant, records)
+        finally:
+            self._fill_companion(tenant)
+
+    def _fill_companion(self, tenant: str) -> None:
+        """The new intents' cross-lingual vectors, on the companion's thread, for a tenant
+        that uses it (service/_companion.py)."""
+        filler = self._state.companion_filler
+        index = self._state.indexes.get(tenant)
+        if filler is not None and index is not None and index.companion_active:
+            filler.request(index)
+
+    def wait_cross_lingual(self, timeout: float | None = None) -> bool:
+        """Until the companion's thread has filled what was asked of it (tests, benches)."""
+        filler = self._state.companion_filler
+        return filler is None or filler.wait_idle(timeout)
 
     def embed_ahead(self, tenant: str, records: Sequence[ExecutionRecord]) -> None:
         _capture.embed_ahead(self._state, tenant, records)

@@ -1,0 +1,73 @@
+"""A cheap guess whether a text is English: its script, then its share of common function words
+(docs/ranking.md, Other languages). Microseconds a text, no model: it decides which vector
+space a request is compared in when a cross-lingual model stands beside an English one.
+
+- A text whose letters are mostly outside the Latin script (Chinese, Japanese, Korean,
+  Cyrillic, Greek, Arabic, ...) is not English.
+- A Latin-script text is not English when words that are frequent in French, German, Spanish,
+  Italian or Portuguese and rare in English, plus words with letters English does not use (é,
+  ü, ñ, ß, ...) and the marks ¿ and ¡, outnumber its English function words. A text with
+  neither (a tool name, "JSON to CSV") counts as English: the English model reads it as well
+  as any.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+# At most this many characters are read: the guess needs a sentence, not a document.
+SAMPLE_CHARS = 2000
+
+ENGLISH = _words(
+    """a about after all also an and any are as at be because been but by can could did do does
+    for from get give has have how i if in into is it its just let like me more my need no not
+    of on one or our please show so some than that the their them then there these they this to
+    up us want was we what when where which while who why will with would you your"""
+)
+# Frequent words of French, German, Spanish, Italian and Portuguese that English rarely uses
+# (words shared with English, such as "a", "in", "so", "die" or "son", are left out).
+OTHER = (
+    _words(
+        """de le la les des du un une et est je tu il nous vous ils mon ma mes ton ta tes son sa
+        ses pour avec dans sur pas que qui quoi mais ou où peux peut veux veut faut aussi très
+        cette ces leur au aux ce cet moi toi fait être avoir trouve donne
+        der das und ist ich du er sie wir ihr mir mich dich ein eine einen einem einer für mit
+        nicht zu auf den dem des von bitte kannst kann möchte will wie was wo gibt auch noch
+        oder aber nach bei aus sich sind hast habe mein meine deine finde such zeig
+        el los las y es yo tú él ella nosotros mi mis tu tus su sus para con en una unos unas
+        por que qué como cómo pero muy esta este estos estas puedes puede quiero necesito hay
+        también del al se lo le les me te nos busco dame
+        il lo gli della delle dei di che non per sono sei questo questa vorrei puoi
+        os um uma não você para com em dos das meu minha isso está pode quero preciso"""
+    )
+    - ENGLISH
+)
+_FOREIGN_LETTERS = frozenset("àâäáãåçéèêëíìîïñóòôöõúùûüÿßœæ")
+
+
+def _is_latin(ch: str) -> bool:
+    return ch.isascii() or "LATIN" in unicodedata.name(ch, "")
+
+
+def is_english(text: str) -> bool:
+    """True when `text` reads as English (or has nothing that says otherwise)."""
+    sample = text[:SAMPLE_CHARS]
+    letters = [ch for ch in sample if ch.isalpha()]
+    if not letters:
+        return True
+    non_latin = sum(1 for ch in letters if not _is_latin(ch))
+    if non_latin * 5 > len(letters):  # over a fifth of the letters in another script
+        return False
+    words = [w.lower() for w in _WORD.findall(sample)]
+    english = sum(1 for w in words if w in ENGLISH)
+    other = sum(1 for w in words if w in OTHER)
+    other += sum(1 for w in words if any(ch in _FOREIGN_LETTERS for ch in w))
+    other += sum(1 for ch in sample if ch in "¿¡")
+    return other <= english
