@@ -252,11 +252,12 @@ def rank_query(
     available_tools: list[str] | None,
     tags: list[str],
     own_min_success: bool = False,
+    transitions: dict[str, float] | None = None,
 ) -> list[
     tuple[
         str,
         str,
-        tuple[float, float, float, float, float, float, float, float, float],
+        tuple[float, float, float, float, float, float, float, float, float, float],
         list[int],
     ]
 ]:
@@ -264,9 +265,11 @@ def rank_query(
     documents, each retrieved pattern's best cosine over all its intents, the formula, the
     filters (flagged, available_tools, tags, min_match, min_success), grouping by capability
     and the top `k`, as (pattern id, capability id, (match, semantic, lexical, success
-    estimate, usage, recency, superseded penalty, total, reliability), intent ids), best
-    first. With `available_tools`, `tags` or `own_min_success` (the request named its own
-    min_success) both searches run among the permitted patterns alone (`RankTable.permitted`;
+    estimate, usage, recency, superseded penalty, total, reliability, transition), intent
+    ids), best first. `transitions`: the session signal's factor by capability id, multiplied
+    into the total of that capability's patterns (docs/ranking.md, Sessions). With
+    `available_tools`, `tags` or `own_min_success` (the request named its own min_success)
+    both searches run among the permitted patterns alone (`RankTable.permitted`;
     a permitted set of at most 1024 intents is scored whole)."""
 
 # --- code normalization (pml_core_rs/src/normalize, docs/normalization.md) ---

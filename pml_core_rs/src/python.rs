@@ -632,6 +632,7 @@ impl PyRankTable {
             include_flagged,
             available_tools,
             tags,
+            ..ranking::Filters::default()
         };
         py.detach(|| {
             let table = self.inner.read();
@@ -650,17 +651,19 @@ impl PyRankTable {
 type RankedTuple = (
     String,
     String,
-    (f64, f64, f64, f64, f64, f64, f64, f64, f64),
+    (f64, f64, f64, f64, f64, f64, f64, f64, f64, f64),
     Vec<u64>,
 );
 
 /// One Suggest query ranked in the core (`ranking::query`), the GIL released throughout:
 /// the top `k` as (pattern id, capability id, (match, semantic, lexical, success, usage,
-/// recency, superseded penalty, total, reliability), intent ids).
+/// recency, superseded penalty, total, reliability, transition), intent ids). `transitions`:
+/// the session signal's factor by capability id (docs/ranking.md, Sessions).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 #[pyo3(signature = (table, ann, lexical, query, terms, limit, k, params, now_ms, *, min_match,
-    min_success, include_flagged, available_tools, tags, own_min_success = false))]
+    min_success, include_flagged, available_tools, tags, own_min_success = false,
+    transitions = None))]
 fn rank_query(
     py: Python<'_>,
     table: &PyRankTable,
@@ -678,6 +681,7 @@ fn rank_query(
     available_tools: Option<Vec<String>>,
     tags: Vec<String>,
     own_min_success: bool,
+    transitions: Option<std::collections::HashMap<String, f64>>,
 ) -> PyResult<Vec<RankedTuple>> {
     let query = f32_vector("query", query)?;
     let terms = str_list("terms", terms)?;
@@ -689,6 +693,7 @@ fn rank_query(
         include_flagged,
         available_tools,
         tags,
+        transitions: transitions.unwrap_or_default().into_iter().collect(),
     };
     let ranked = py
         .detach(|| {
@@ -737,6 +742,7 @@ fn rank_query(
                 p.penalty,
                 p.total,
                 p.reliability,
+                p.transition,
             );
             (r.pattern_id, r.capability_id, parts, r.intent_ids)
         })

@@ -39,6 +39,12 @@ class RankingConfig:
     recency_floor: float = 0.2
     # Multiplier of a pattern retention marked as superseded by a better one.
     superseded_penalty: float = 0.5
+    # Sessions (docs/ranking.md, Sessions): a capability that usually follows the agent's
+    # previous step has its total multiplied by 1 + transition_weight * w, w in [0, 1) its
+    # transitions' relative likelihood smoothed by transition_smoothing counts. 1 without a
+    # context, so a request without one ranks exactly as before.
+    transition_weight: float = 0.25
+    transition_smoothing: float = 2.0
     # How many candidates the engine should retrieve per requested suggestion from each index
     # before grouping (several patterns share a capability); the largest k is a request limit
     # (`pml_server.domain.limits.LIMITS.suggestions`).
@@ -57,6 +63,7 @@ class RankingConfig:
             "usage_weight",
             "recency_floor",
             "superseded_penalty",
+            "transition_weight",
         )
         for name in unit:
             value = getattr(self, name)
@@ -67,7 +74,12 @@ class RankingConfig:
                 "RankingConfig.expected_success_rate must be in (0, 1], "
                 f"got {self.expected_success_rate!r}"
             )
-        positive = ("lexical_half_score", "recency_half_life_days", "reliability_prior_strength")
+        positive = (
+            "lexical_half_score",
+            "recency_half_life_days",
+            "reliability_prior_strength",
+            "transition_smoothing",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"RankingConfig.{name} must be > 0, got {getattr(self, name)!r}")

@@ -75,6 +75,8 @@ pub struct ScoreParts {
     pub penalty: f64,
     pub total: f64,
     pub reliability: f64,
+    /// The session signal (docs/ranking.md, Sessions): 1 without a context.
+    pub transition: f64,
 }
 
 /// A signal clipped to [0, 1]; NaN and infinities mean no signal.
@@ -197,7 +199,16 @@ pub fn score(cosine: f64, bm25: f64, counts: &Counts, p: &Params, now_ms: i64) -
         penalty,
         total: matched * reliability * usage * recency * penalty,
         reliability,
+        transition: 1.0,
     }
+}
+
+/// `parts` with the session signal's factor (docs/ranking.md, Sessions) multiplied in last,
+/// as `scoring.score` does: a factor of exactly 1 leaves every bit of the total as it was.
+pub fn with_transition(mut parts: ScoreParts, factor: f64) -> ScoreParts {
+    parts.transition = factor;
+    parts.total *= factor;
+    parts
 }
 
 #[cfg(test)]

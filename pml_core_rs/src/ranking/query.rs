@@ -11,7 +11,7 @@ use std::collections::HashSet;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::formula::{pattern_semantic, score, Params, ScoreParts};
+use super::formula::{pattern_semantic, score, with_transition, Params, ScoreParts};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex, EXACT_SCAN_MIN};
@@ -27,6 +27,9 @@ pub struct Filters {
     pub available_tools: Option<Vec<String>>,
     /// All required.
     pub tags: Vec<String>,
+    /// Not a filter: the session signal's factor of each capability that usually follows the
+    /// agent's previous step (docs/ranking.md, Sessions); empty without a context.
+    pub transitions: FxHashMap<String, f64>,
 }
 
 /// One suggestion: its pattern, capability, score parts and the intents the index holds.
@@ -169,11 +172,14 @@ pub fn rank_retrieved(
             continue; // no intent left in the vector index: deleted since it answered
         };
         let lexical = bm25.get(&slot).copied().unwrap_or(0.0);
-        let parts = score(semantic, lexical, &row.counts, params, now_ms);
+        let mut parts = score(semantic, lexical, &row.counts, params, now_ms);
         if !passes(row, &parts, &resolved, filters) {
             continue;
         }
         let capability = row.capability.as_deref().unwrap_or_default();
+        if let Some(&factor) = filters.transitions.get(capability) {
+            parts = with_transition(parts, factor);
+        }
         passing.push((parts, capability, &row.pattern_id));
         slot_of.insert(&row.pattern_id, slot);
     }
