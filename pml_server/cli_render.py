@@ -94,6 +94,7 @@ def capture(console: Console, result: resources_pb2.CaptureResult) -> None:
 
 _SCORE_COLUMNS = (
     "match", "semantic", "lexical", "est.", "reliab.", "usage", "recency", "superseded",
+    "next",
 )  # fmt: skip
 
 
@@ -102,7 +103,8 @@ def _score_values(sc: resources_pb2.ScoreParts) -> list[str]:
         sc.match, sc.semantic, sc.lexical, sc.success_estimate, sc.reliability, sc.usage,
         sc.recency,
     )  # fmt: skip
-    return [f"{v:.2f}" for v in (*parts, sc.superseded_penalty)]
+    # `next`: the session signal (docs/ranking.md, Sessions); proto3 reads 0 from an older server
+    return [f"{v:.2f}" for v in (*parts, sc.superseded_penalty, sc.transition or 1.0)]
 
 
 def suggestions(console: Console, reply: pml_pb2.SuggestResponse, explain: bool = False) -> None:
