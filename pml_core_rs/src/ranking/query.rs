@@ -177,8 +177,11 @@ pub fn rank_retrieved(
             continue;
         }
         let capability = row.capability.as_deref().unwrap_or_default();
-        if let Some(&factor) = filters.transitions.get(capability) {
-            parts = with_transition(parts, factor);
+        // no context (the usual request): not even a hash per candidate
+        if !filters.transitions.is_empty() {
+            if let Some(&factor) = filters.transitions.get(capability) {
+                parts = with_transition(parts, factor);
+            }
         }
         passing.push((parts, capability, &row.pattern_id));
         slot_of.insert(&row.pattern_id, slot);
