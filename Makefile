@@ -57,8 +57,8 @@ bench: install $(BENCH_STAMP) ## run the benchmarks (bench extras) and write ben
 	$(PY) -m benches $(BENCH_ARGS)
 
 lint: install ## ruff, mypy, stubtest, cargo fmt/clippy, buf, go vet, doc links
-	$(VENV)/bin/ruff check pml_server clients/python tests benches tools
-	$(VENV)/bin/ruff format --check pml_server clients/python tests benches tools
+	$(VENV)/bin/ruff check pml_server clients/python tests benches testing tools
+	$(VENV)/bin/ruff format --check pml_server clients/python tests benches testing tools
 	$(VENV)/bin/mypy pml_server clients/python/pml_client
 	$(PY) tools/check_links.py
 	$(PY) -m mypy.stubtest pml_server._core
@@ -72,8 +72,8 @@ proto: $(STAMP) ## regenerate the protos' code (server and the three clients)
 	$(PY) tools/gen_proto.py
 
 fmt: $(STAMP) ## format Python and Rust sources
-	$(VENV)/bin/ruff format pml_server clients/python tests benches tools
-	$(VENV)/bin/ruff check --fix pml_server clients/python tests benches tools
+	$(VENV)/bin/ruff format pml_server clients/python tests benches testing tools
+	$(VENV)/bin/ruff check --fix pml_server clients/python tests benches testing tools
 	cargo fmt --manifest-path $(CARGO_MANIFEST)
 
 dist: $(STAMP) ## the server and pml-client wheels, into dist/

@@ -269,7 +269,7 @@ def _suggest_row(n: int) -> Row:
     from pml_server.api.server import start_server
     from pml_server.config import config_of
     from pml_server.domain.model import SuggestQuery
-    from tests.support import open_engine
+    from testing.engine import open_engine
 
     with tempfile.TemporaryDirectory() as tmp:
         config = config_of(

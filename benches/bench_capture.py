@@ -19,7 +19,7 @@ from pml_server.domain.model import ExecutionRecord, ToolCall
 from pml_server.embedding import CachedEmbedder
 from pml_server.embedding.minilm import MiniLMEmbedder
 from pml_server.service import Engine
-from tests.support import Clock
+from testing.engine import Clock
 
 SUITE = "capture"
 

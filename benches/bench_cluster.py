@@ -33,7 +33,7 @@ from pathlib import Path
 from benches.cluster_load import Job, run_load
 from benches.common import Row
 from pml_server.client import PmlClient, PmlClientError
-from tests.postgres_cluster import PostgresCluster, _free_port
+from testing.postgres_cluster import PostgresCluster, free_port
 
 SUITE = "cluster"
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ class _Server:
         env.pop("PML_STORE", None)
         if dsn:
             env["PML_STORE"] = dsn
-        self.metrics_port = _free_port()
+        self.metrics_port = free_port()
         self.proc = subprocess.Popen(
             [
                 sys.executable, "-m", "pml_server.cli", "serve", "--listen", "127.0.0.1:0",

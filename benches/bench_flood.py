@@ -2,7 +2,7 @@
 a separate process floods with 24 threads, against the same flood aimed at another server process
 on this machine (what CPU contention alone costs) and against no flood at all; and the server's
 CPU time per refused call against its CPU time per served Suggest. The procedure is
-`tests/reliability/flood_measure.py`, shared with the reliability test."""
+`testing/flood_measure.py`, shared with the reliability test."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from benches.common import Row
-from tests.reliability.flood_measure import measure, start_pair
+from testing.flood_measure import measure, start_pair
 
 SUITE = "flood"
 FLOOD_THREADS = 24

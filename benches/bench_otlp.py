@@ -21,7 +21,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from benches.common import Row
 from pml_server.domain.limits import LIMITS
-from tests.reliability.harness import ServerProcess
+from testing.server_process import ServerProcess
 
 SUITE = "otlp"
 EXPORTS = 3

@@ -4,9 +4,14 @@ Quality on ../shared/devset/multistep (Seal-Tools; every query there is "compose
 executions are captured into a fresh store (default model), then each query asks Suggest with
 plans on; the top plan's tools in order against the expected tools (exact sequence) and its
 expected-tool recall; baseline: the best single suggestion's recall (what Suggest answered
-before plans).
+before plans). Reported apart for the queries the constants were tuned on and for the third
+held apart (`held_apart`, a hash of the query id).
 
-False plans on ../shared/devset (MetaTool + NESTFUL): its executions captured, each single-tool
+Exact multi-step queries (benches/make_exact_multistep.py, from ../shared/devset): served
+hit@1/hit@5/MRR against the TF-IDF baseline, and false plans on them.
+
+False plans on ../shared/devset (MetaTool + NESTFUL): its executions (less the exact queries'
+held-apart ones) captured, each single-tool
 query asked with plans off and on; a false plan is a plan offered while the right single
 capability is among the suggestions; hit@1 with plans on and off (plans never change the
 suggestions; this row shows it).
@@ -18,6 +23,7 @@ held-out queries and on the compose queries.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 import tempfile
@@ -27,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benches import devset
+from benches import devset, make_exact_multistep
 from benches.bench_quality import _open
 from benches.common import Row
 from benches.quality_latency import filled_store
@@ -73,11 +79,19 @@ class ComposeResult:
     mean_parts: float
 
 
-def compose_quality(engine: Engine) -> ComposeResult:
+def held_apart(query_id: str) -> bool:
+    """The compose queries held apart from tuning (docs/ranking.md, Plans, "Measured"): a
+    third of them, by a hash of the query id."""
+    return int(hashlib.sha1(f"plans:{query_id}".encode()).hexdigest(), 16) % 3 == 0
+
+
+def fill_multistep(engine: Engine) -> None:
     executions = _jsonl(MULTISTEP / "executions.jsonl")
     for n, e in enumerate(executions):
         engine.record(TENANT, _record(n, str(e["intent"]), str(e["code"]), list(e["tools"])))
-    queries = _jsonl(MULTISTEP / "queries.jsonl")
+
+
+def compose_quality(engine: Engine, queries: list[dict[str, Any]]) -> ComposeResult:
     exact = plan_recall = answer_recall = single_recall = offered = parts = 0.0
     for q in queries:
         expected = list(q["expected_tools"])
@@ -123,13 +137,19 @@ def _groups(result: SuggestResult, group_of: dict[str, str]) -> list[str]:
     return out
 
 
-def false_plans(engine: Engine) -> FalsePlans:
-    executions, queries = devset.load()
+def fill_exact_store(engine: Engine) -> dict[str, str]:
+    """The dev set's executions without those the exact queries hold apart; capability id ->
+    its majority group."""
+    executions, _ = make_exact_multistep.build()
     votes: dict[str, Counter[str]] = {}
     for n, e in enumerate(executions):
         got = engine.record(TENANT, _record(n, e.intent, e.code, list(e.tools)))
         votes.setdefault(got.capability_id, Counter())[e.group] += 1
-    group_of = {c: v.most_common(1)[0][0] for c, v in votes.items()}
+    return {c: v.most_common(1)[0][0] for c, v in votes.items()}
+
+
+def false_plans(engine: Engine, group_of: dict[str, str]) -> FalsePlans:
+    _, queries = devset.load()
     single = [q for q in queries if not q.multi_tool]
     false_any = false_top = hit_off = hit_on = 0
     for q in single:
@@ -143,6 +163,34 @@ def false_plans(engine: Engine) -> FalsePlans:
             false_top += groups_on[0] == q.group
     n = len(single)
     return FalsePlans(n, false_any / n, false_top / n, hit_off / n, hit_on / n)
+
+
+@dataclass
+class ExactResult:
+    queries: int
+    hit1: float
+    hit5: float
+    mrr: float
+    false_plan: float  # a plan offered while the right capability is among the suggestions
+    tfidf: dict[str, float]
+
+
+def exact_quality(engine: Engine, group_of: dict[str, str]) -> ExactResult:
+    """The exact multi-step queries (benches/make_exact_multistep.py) against the store it
+    leaves, plans on (the suggestions do not change with plans)."""
+    store, queries = make_exact_multistep.build()
+    hit1 = hit5 = rr = false = 0.0
+    for q in queries:
+        result = engine.suggest(TENANT, SuggestQuery(q.intent, k=5))
+        groups = _groups(result, group_of)
+        rank = groups.index(q.expected_group) + 1 if q.expected_group in groups else 0
+        hit1 += rank == 1
+        hit5 += 0 < rank <= 5
+        rr += 1 / rank if rank else 0.0
+        false += bool(result.plans) and rank > 0
+    n = len(queries)
+    baseline = make_exact_multistep.tfidf_baseline(store, queries)
+    return ExactResult(n, hit1 / n, hit5 / n, rr / n, false / n, baseline)
 
 
 def latency(engine: Engine, texts: list[str]) -> tuple[float, float]:
@@ -164,35 +212,57 @@ def run(large: bool) -> list[Row]:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="pml-plans-") as tmp:
         engine = _open(Path(tmp) / "multistep", EMBEDDER, None)
+        all_queries = _jsonl(MULTISTEP / "queries.jsonl")
         try:
-            c = compose_quality(engine)
-            compose_texts = [str(q["intent"]) for q in _jsonl(MULTISTEP / "queries.jsonl")]
+            fill_multistep(engine)
+            splits = {
+                "tuning": [q for q in all_queries if not held_apart(str(q["id"]))],
+                "held apart": [q for q in all_queries if held_apart(str(q["id"]))],
+            }
+            results = {name: compose_quality(engine, qs) for name, qs in splits.items()}
+            compose_texts = [str(q["intent"]) for q in all_queries]
         finally:
             engine.close()
-        extra = {"queries": c.queries, "plan_offered": round(c.offered, 4)}
-        extra["mean_plan_parts"] = round(c.mean_parts, 2)
-        rows += [
-            Row(SUITE, "compose: top plan tools in order == expected", c.exact, "share",
-                target=None, extra=extra),
-            Row(SUITE, "compose: top plan expected-tool recall", c.plan_recall, "recall",
-                c.single_recall, "best single suggestion", extra=extra),
-            Row(SUITE, "compose: answer recall (top plan, else top suggestion)",
-                c.answer_recall, "recall", c.single_recall, "best single suggestion",
-                extra=extra),
-        ]  # fmt: skip
+        for name, c in results.items():
+            extra = {"queries": c.queries, "plan_offered": round(c.offered, 4)}
+            extra["mean_plan_parts"] = round(c.mean_parts, 2)
+            rows += [
+                Row(SUITE, f"compose ({name}): top plan tools in order == expected", c.exact,
+                    "share", extra=extra | {"target": ">= 0.50"}),
+                Row(SUITE, f"compose ({name}): top plan expected-tool recall", c.plan_recall,
+                    "recall", c.single_recall, "best single suggestion",
+                    extra=extra | {"target": ">= 0.80"}),
+                Row(SUITE, f"compose ({name}): answer recall (top plan, else top suggestion)",
+                    c.answer_recall, "recall", c.single_recall, "best single suggestion",
+                    extra=extra),
+            ]  # fmt: skip
         engine = _open(Path(tmp) / "devset", EMBEDDER, None)
         try:
-            f = false_plans(engine)
+            group_of = fill_exact_store(engine)
+            f = false_plans(engine, group_of)
+            x = exact_quality(engine, group_of)
         finally:
             engine.close()
         extra = {"queries": f.queries}
         rows += [
             Row(SUITE, "dev single-tool: false plans (right capability suggested)",
-                f.false_plan, "share", extra=extra),
+                f.false_plan, "share", extra=extra | {"target": "< 0.05"}),
             Row(SUITE, "dev single-tool: false plans (right capability top-1)",
                 f.false_plan_top1, "share", extra=extra),
             Row(SUITE, "dev single-tool: served hit@1 plans on", f.hit1_on, "hit@1",
                 f.hit1_off, "plans off", target=1.0, extra=extra),
+        ]  # fmt: skip
+        extra = {"queries": x.queries}
+        rows += [
+            Row(SUITE, "exact multi-step: served hit@1", x.hit1, "hit@1", x.tfidf["hit@1"],
+                "TF-IDF", target=(x.tfidf["hit@1"] + 0.25) / x.tfidf["hit@1"],
+                extra=extra | {"target": "TF-IDF + 0.25"}),
+            Row(SUITE, "exact multi-step: served hit@5", x.hit5, "hit@5", x.tfidf["hit@5"],
+                "TF-IDF", extra=extra),
+            Row(SUITE, "exact multi-step: served MRR", x.mrr, "MRR", x.tfidf["mrr"], "TF-IDF",
+                extra=extra),
+            Row(SUITE, "exact multi-step: false plans (right capability suggested)",
+                x.false_plan, "share", extra=extra | {"target": "< 0.05"}),
         ]  # fmt: skip
         store, _ = filled_store(Path(tmp), EMBEDDER, 10_000)
         engine = _open(store, EMBEDDER, None)

@@ -1,7 +1,7 @@
 """An expensive tenant against its neighbour (issue 18): the neighbour's Suggest p50 and p99
 while another tenant runs 4 concurrent Suggests and dry-run retentions over ten giant patterns
 (120,000 literals in 240 KB of code each), against the same neighbour with that tenant idle, in
-alternating phases of one run on one server. The procedure is `tests/reliability/cost_measure.py`,
+alternating phases of one run on one server. The procedure is `testing/cost_measure.py`,
 shared with the reliability test. The machine's 1-minute load average is recorded with the
 figures (other processes on the same cores move both phases)."""
 
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from benches.common import Row
-from tests.reliability.cost_measure import measure, start_server
+from testing.cost_measure import measure, start_server
 
 SUITE = "tenant_cost"
 

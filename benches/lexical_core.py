@@ -11,7 +11,7 @@ prune). Both must return the same hits and score bits.
         [--sizes 10000,100000]
 
 The numpy index is the former implementation, kept as a test reference in
-`tests/ranking/lexical_numpy_reference.py`.
+`testing/lexical_numpy_reference.py`.
 
 `--kinds SIZES` times instead the two kinds of Suggest query of the service bench at each size
 (issue 20), on the Rust index alone, as the engine fills it (one `add_terms` per pattern: its
@@ -46,7 +46,7 @@ from benches.service_harness import rss_bytes
 from benches.service_workload import intent_text, query_text, tools_for
 from pml_server import _core
 from pml_server.ranking.lexical import LexicalIndex, query_terms, tokenize
-from tests.ranking.lexical_numpy_reference import NumpyLexicalIndex
+from testing.lexical_numpy_reference import NumpyLexicalIndex
 
 Index = LexicalIndex | NumpyLexicalIndex
 

@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 
 from pml_server.domain.model import ExecutionRecord
-from tests.postgres_cluster import PostgresCluster
-from tests.support import Clock, make_record, open_engine
+from testing.engine import Clock, make_record, open_engine
+from testing.postgres_cluster import PostgresCluster
 
 CAPTURES = 20
 counts = {"statements": 0, "round_trips": 0}

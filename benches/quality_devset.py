@@ -9,6 +9,8 @@ default thresholds. From each answer:
 - `served`: the suggestions as returned;
 - `match only`, `semantic only`, `lexical only`: every candidate of the answer (suggestions and
   explain's filtered ones) re-sorted by that score part, first of each group kept;
+- `without step fit`: the candidates that passed the filters re-ranked by their total without
+  the step fit factor (docs/ranking.md, Steps);
 - `previous formula`: the candidates that passed the filters re-ranked with the formula before
   issue 16 (match x Beta(1, 1) mean x usage at weight 0.2), rebuilt from the score parts, so
   before and after come from the same run and the same candidates;
@@ -57,7 +59,15 @@ K = 5
 TWIN_SHARE = 0.2
 SEED = 16
 PREVIOUS_USAGE_WEIGHT = 0.2  # the usage weight before issue 16
-MODES = ("served", "previous formula", "match only", "semantic only", "lexical only", "TF-IDF")
+MODES = (
+    "served",
+    "without step fit",
+    "previous formula",
+    "match only",
+    "semantic only",
+    "lexical only",
+    "TF-IDF",
+)
 
 
 def split_of(query: DevQuery) -> str:
@@ -265,6 +275,12 @@ def _previous_total(parts: resources_pb2.ScoreParts, usage_weight: float) -> flo
     )
 
 
+def _without_steps(c: Cand) -> float:
+    """The served total without its step fit factor (docs/ranking.md, Steps): the same
+    candidates and score parts, so the step fit's effect comes from one run."""
+    return c.parts.total / c.parts.steps if c.parts.steps > 0 else c.parts.total
+
+
 def _order(cands: Iterable[Cand], key: Callable[[Cand], float]) -> list[str]:
     return [c.capability for c in sorted(cands, key=lambda c: (-key(c), c.pattern))]
 
@@ -297,6 +313,7 @@ def _query_ranks(
         passed = [c for c in cands if c.passed]
         orders = {
             "served": served,
+            "without step fit": _order(passed, _without_steps),
             "previous formula": _order(passed, lambda c: _previous_total(c.parts, usage_weight)),
             "match only": _order(cands, lambda c: c.parts.match),
             "semantic only": _order(cands, lambda c: c.parts.semantic),
@@ -460,6 +477,32 @@ def rows_of(ev: Evaluation) -> list[Row]:
                         extra=extra,
                     )
                 )
+        for metric in ("hit@1", "MRR"):
+            rows.append(
+                Row(
+                    SUITE,
+                    f"{prefix} {slice_name} served {metric} against without step fit",
+                    m["served"][metric],
+                    "",
+                    m["without step fit"][metric],
+                    "without step fit",
+                    1.0,
+                    extra=extra,
+                )
+            )
+        if slice_name == "multi-tool":
+            rows.append(
+                Row(
+                    SUITE,
+                    f"{prefix} multi-tool served hit@1 against the 0.70 target",
+                    m["served"]["hit@1"],
+                    "",
+                    0.70,
+                    "the target",
+                    1.0,
+                    extra=extra,
+                )
+            )
         tfidf = m["TF-IDF"]["hit@1"]
         rows.append(
             Row(

@@ -14,6 +14,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from benches.quality_dataset import filler_intent, load
 from benches.service_harness import store_code_digest
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
 from pml_server.embedding import make_embedder
+from pml_server.ranking import default_ranking
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "benches" / ".cache"
@@ -101,6 +103,47 @@ def _percentile(samples: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(samples), q))
 
 
+def _step_fit_rows(store: Path, embedder_name: str, texts: Sequence[str], stored: int) -> list[Row]:
+    """Suggest p50 with client vectors (the model out of the timing), the step fit on (the
+    default) against off (`step_weight` 0), on the same store, each configuration opened twice
+    and alternated so drift on a shared machine touches both (docs/ranking.md, Steps)."""
+    vectors = make_embedder(embedder_name, cache_size=1).embed(list(texts))
+    queries = [
+        SuggestQuery(text, k=5, intent_embedding=tuple(float(x) for x in vector))
+        for text, vector in zip(texts, vectors, strict=True)
+    ]
+    default = default_ranking(embedder_name)
+    configs = {"on": default, "off": replace(default, step_weight=0.0)}
+    samples: dict[str, list[float]] = {"on": [], "off": []}
+    for _ in range(2):
+        for name, config in configs.items():
+            engine = _open(store, embedder_name, config)
+            try:
+                for query in queries[:20]:  # warm the caches
+                    engine.suggest(TENANT, query)
+                for query in queries:
+                    start = time.perf_counter()
+                    engine.suggest(TENANT, query)
+                    samples[name].append(time.perf_counter() - start)
+            finally:
+                engine.close()
+    on, off = (statistics.median(samples[n]) * 1e3 for n in ("on", "off"))
+    return [
+        Row(
+            SUITE,
+            f"{embedder_name} suggest with client vectors at {stored // 1000}k intents p50, "
+            "step fit on",
+            on,
+            "ms",
+            off,
+            "step fit off (step_weight 0)",
+            1.2,
+            lower_is_better=True,
+            extra={"samples": len(samples["on"])},
+        )
+    ]
+
+
 def latency_rows(embedder_name: str, stored: int) -> list[Row]:
     """Suggest p50/p99 over 369 queries (123 held-out x 3 wordings, so the embedding cache never
     answers); baseline: embedding the query alone with the same model, p50."""
@@ -117,6 +160,7 @@ def latency_rows(embedder_name: str, stored: int) -> list[Row]:
                 samples.append(time.perf_counter() - start)
         finally:
             engine.close()
+        step_rows = _step_fit_rows(store, embedder_name, texts, stored)
     embedder = make_embedder(embedder_name, cache_size=1)
     embed_samples = []
     for text in texts:
@@ -126,7 +170,7 @@ def latency_rows(embedder_name: str, stored: int) -> list[Row]:
     embed_p50 = statistics.median(embed_samples) * 1e3
     label = f"{embedder_name} suggest at {stored // 1000}k intents"
     extra = {"samples": len(samples), "fill_seconds": round(fill_seconds, 1)}
-    return [
+    return step_rows + [
         Row(
             SUITE,
             f"{label} {name}",

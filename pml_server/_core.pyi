@@ -23,6 +23,7 @@ __all__ = [
     "NORMALIZER_VERSION",
     "NORMALIZE_MAX_INPUT_BYTES",
     "NORMALIZE_MAX_PARAMS",
+    "STEP_NEIGHBOURS",
     "CoreArgumentError",
     "CoreError",
     "CorruptDataError",
@@ -181,9 +182,13 @@ class RankParams:
         recency_half_life_days: float,
         recency_floor: float,
         superseded_penalty: float,
+        step_weight: float = 0.3,
     ) -> Self:
         """InvalidArgumentError naming `params` if one is not finite or expected_success_rate
-        is not in (0, 1]."""
+        is not in (0, 1], naming `step_weight` if it is not in [0, 1]."""
+
+STEP_NEIGHBOURS: int
+"""How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps)."""
 
 @final
 class RankTable:
@@ -199,8 +204,20 @@ class RankTable:
         tools: list[str],
         flagged: bool,
         superseded: bool,
+        tool_words: list[list[str]] | None = None,
     ) -> None:
-        """The pattern record's part of the row (created if new)."""
+        """The pattern record's part of the row (created if new); `tool_words`: each tool's
+        analysed name words (InvalidArgumentError naming it unless one list per tool)."""
+    def step_factors(
+        self,
+        hit_ids: list[int],
+        hit_scores: list[float],
+        pattern_ids: list[str],
+        words: list[str],
+        params: RankParams,
+    ) -> list[float]:
+        """The step factor of each pattern (1.0 without a row) for a request whose
+        `STEP_NEIGHBOURS` nearest intents are these hits and whose analysed words are `words`."""
     def set_counters(
         self,
         pattern_id: str,
@@ -252,12 +269,13 @@ def rank_query(
     available_tools: list[str] | None,
     tags: list[str],
     own_min_success: bool = False,
+    words: list[str] = ...,
     transitions: dict[str, float] | None = None,
 ) -> list[
     tuple[
         str,
         str,
-        tuple[float, float, float, float, float, float, float, float, float, float],
+        tuple[float, float, float, float, float, float, float, float, float, float, float],
         list[int],
     ]
 ]:
@@ -265,9 +283,10 @@ def rank_query(
     documents, each retrieved pattern's best cosine over all its intents, the formula, the
     filters (flagged, available_tools, tags, min_match, min_success), grouping by capability
     and the top `k`, as (pattern id, capability id, (match, semantic, lexical, success
-    estimate, usage, recency, superseded penalty, total, reliability, transition), intent
-    ids), best first. `transitions`: the session signal's factor by capability id, multiplied
-    into the total of that capability's patterns (docs/ranking.md, Sessions). With
+    estimate, usage, recency, superseded penalty, total, reliability, steps, transition),
+    intent ids), best first. `words`: the request's analysed words, for the step fit
+    (docs/ranking.md, Steps). `transitions`: the session signal's factor by capability id,
+    multiplied into the total of that capability's patterns (docs/ranking.md, Sessions). With
     `available_tools`, `tags` or `own_min_success` (the request named its own min_success)
     both searches run among the permitted patterns alone (`RankTable.permitted`;
     a permitted set of at most 1024 intents is scored whole)."""

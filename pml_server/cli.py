@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _keys(args: argparse.Namespace) -> int:
-    from pml_server.api.auth import Role, add_key, list_keys, revoke_key
+    from pml_server.api.security.auth import Role, add_key, list_keys, revoke_key
 
     try:
         if args.keys_action == "add":

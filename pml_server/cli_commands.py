@@ -188,23 +188,31 @@ def import_file(args: argparse.Namespace) -> int:
     progress bar and a summary counting each record once (saved / counted / rejected /
     refused, replays among them, bad lines, executions/s); `--json` prints the summary as JSON."""
     console = _console() if not args.json else Console(stderr=True, quiet=True)
+    # The bar and the bad-line errors share one stderr console: an error printed while the bar
+    # is live goes above it, never onto its line.
     errors = Console(stderr=True)
     path: Path = args.file
     if not path.is_file():
         raise InputError(f"cannot read {path}: no such file")
     bad_lines: list[int] = []
+    bar: list[Callable[[], None]] = []  # moves the progress bar on, once it exists
 
     def report_bad(number: int, why: str) -> None:
         bad_lines.append(number)
+        for move in bar:  # a bad line is done with too: the bar reaches 100% at the end
+            move()
         if len(bad_lines) <= _BAD_LINES_SHOWN:
             errors.print(
-                f"[red]error[/] {path}:{number}: not an ExecutionRecord: {why}", markup=True
+                f"[red]error[/] {path}:{number}: not an ExecutionRecord: {_sentence(why)}",
+                markup=True,
+                highlight=False,
             )
         elif len(bad_lines) == _BAD_LINES_SHOWN + 1:
             errors.print(
                 f"[red]error[/] {path}: more bad lines; only the first {_BAD_LINES_SHOWN} are "
-                "shown, the summary counts them all (--json lists their numbers)",
+                "shown, the summary counts them all (--json lists their numbers).",
                 markup=True,
+                highlight=False,
             )
 
     # One quick pass counts the lines for the progress bar (and, with --strict, checks them all
@@ -240,19 +248,23 @@ def import_file(args: argparse.Namespace) -> int:
             yield f"line-{number}", record  # unique even when request ids repeat
 
     start = time.perf_counter()
-    with _client(args) as client, Progress(*columns, console=console) as progress:
+    progress = Progress(*columns, console=errors, disable=args.json)
+    with _client(args) as client, progress:
         task = progress.add_task("import", total=total)
+        bar.append(lambda: progress.advance(task))
 
         def on_ack(ack: pml_pb2.StreamTracesResponse) -> None:
             if ack.HasField("error"):
                 outcomes["refused"] += 1
                 if len(refused) < 20:
                     refused.append((ack.execution_id, ack.error.message))
+            elif ack.result.replayed:
+                # Applied before (its first outcome is in the reply): nothing saved or counted
+                # now, so it is counted as replayed only.
+                outcomes["replayed"] += 1
             else:
                 name = resources_pb2.CaptureOutcome.Name(ack.result.outcome)
                 outcomes[name.removeprefix("CAPTURE_OUTCOME_").lower()] += 1
-                if ack.result.replayed:
-                    outcomes["replayed"] += 1
             progress.advance(task)
 
         interrupted: int | None = None  # the signal that stopped the upload
@@ -264,8 +276,12 @@ def import_file(args: argparse.Namespace) -> int:
             # Leaving the client's block cancels the stream; what the server acknowledged is
             # stored, and what it was sent but did not acknowledge may or may not be.
             interrupted = stop.signum
+        if interrupted is None:
+            # Every line was answered or skipped; the bar ends full even if the counting pass
+            # and the upload disagreed (a file that changed in between).
+            progress.update(task, completed=total)
     elapsed = time.perf_counter() - start
-    answered = sum(n for k, n in outcomes.items() if k != "replayed")
+    answered = sum(outcomes.values())
     rate = answered / elapsed if elapsed > 0 else 0.0
     if args.json:
         summary: dict[str, Any] = {
@@ -282,22 +298,26 @@ def import_file(args: argparse.Namespace) -> int:
         _print_json(summary)
     else:
         parts = [f"{outcomes[k]} {k}" for k in _SUMMARY_KEYS]
+        if outcomes["replayed"]:
+            parts[-1] += " (applied before, by request id: nothing counted twice)"
         parts += [f"{n} {k}" for k, n in sorted(outcomes.items()) if k not in _SUMMARY_KEYS]
         if bad_lines:
             parts.append(f"{len(bad_lines)} bad lines skipped")
         if interrupted is None:
             console.print(
                 f"imported {answered} records from {path}: {', '.join(parts)}; "
-                f"{rate:.1f} executions/s; reconnects: {reconnects}"
+                f"{rate:.1f} executions/s; reconnects: {reconnects}.",
+                highlight=False,
             )
         else:
             console.print(
                 f"interrupted by {signal.Signals(interrupted).name}: {answered} of {total} "
-                f"records from {path} acknowledged: {', '.join(parts)}; {rate:.1f} executions/s"
+                f"records from {path} acknowledged: {', '.join(parts)}; {rate:.1f} executions/s.",
+                highlight=False,
             )
             console.print(_resume_advice(minted_ids))
         for eid, message in refused[:20]:
-            console.print(f"  [red]refused[/] {eid}: {message}")
+            console.print(f"  [red]refused[/] {eid}: {_sentence(message)}", highlight=False)
     if interrupted is not None:
         return 128 + interrupted  # the shell's convention for a process a signal stopped
     if refused or outcomes["rejected"]:
@@ -305,7 +325,14 @@ def import_file(args: argparse.Namespace) -> int:
     return EXIT_USAGE if bad_lines else EXIT_OK
 
 
-_SUMMARY_KEYS = ("saved", "counted", "rejected", "refused")
+_SUMMARY_KEYS = ("saved", "counted", "rejected", "refused", "replayed")
+
+
+def _sentence(text: str) -> str:
+    """`text` ending in exactly one period (a parser's message may end in one, or several)."""
+    return text.rstrip().rstrip(".") + "."
+
+
 # A file of another format has every line bad: its errors must not bury the summary.
 _BAD_LINES_SHOWN = 20
 
@@ -315,11 +342,11 @@ def _resume_advice(minted_ids: int) -> str:
     id once, so only records that came without one can count twice."""
     if minted_ids == 0:
         return (
-            "every record read had a request_id: importing the file again applies each record once"
+            "every record read had a request_id: importing the file again applies each record once."
         )
     return (
         f"{minted_ids} of the records read had no request_id and got a fresh one: importing "
-        "the file again would count those of them already applied a second time"
+        "the file again would count those of them already applied a second time."
     )
 
 
@@ -345,7 +372,7 @@ def suggest(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(_as_json(reply))
     else:
-        render.suggestions(_console(), reply, explain=args.explain)
+        render.suggestions(_console(), reply, explain=args.explain, intent=args.intent)
     return EXIT_OK
 
 
@@ -459,7 +486,13 @@ def _fail(args: argparse.Namespace, code: int, error: dict[str, Any]) -> int:
     text = error["message"]
     if "status" in error:
         text = f"{error['status']}: {text}"
-    fields = "; ".join(f"{v['field']}: {v['description']}" for v in error.get("violations", []))
+    # Each violation names its field, unless the message already says it (the server's message
+    # is often the violations themselves: said once, not twice).
+    fields = "; ".join(
+        said
+        for v in error.get("violations", [])
+        if (said := f"{v['field']}: {v['description']}") not in text
+    )
     if fields:
         text += f" ({fields})"
     if error.get("retry_after_seconds") is not None:

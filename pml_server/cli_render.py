@@ -17,6 +17,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from pml_server.domain.caution import cautions
+
 
 def _when(ts: timestamp_pb2.Timestamp) -> str:
     if not ts.seconds and not ts.nanos:
@@ -93,21 +95,34 @@ def capture(console: Console, result: resources_pb2.CaptureResult) -> None:
 
 
 _SCORE_COLUMNS = (
-    "match", "semantic", "lexical", "est.", "reliab.", "usage", "recency", "superseded",
+    "match", "semantic", "lexical", "est.", "reliab.", "steps", "usage", "recency", "superseded",
     "next",
 )  # fmt: skip
 
 
 def _score_values(sc: resources_pb2.ScoreParts) -> list[str]:
     parts = (
-        sc.match, sc.semantic, sc.lexical, sc.success_estimate, sc.reliability, sc.usage,
-        sc.recency,
+        sc.match, sc.semantic, sc.lexical, sc.success_estimate, sc.reliability, sc.steps,
+        sc.usage, sc.recency,
     )  # fmt: skip
     # `next`: the session signal (docs/ranking.md, Sessions); proto3 reads 0 from an older server
     return [f"{v:.2f}" for v in (*parts, sc.superseded_penalty, sc.transition or 1.0)]
 
 
-def suggestions(console: Console, reply: pml_pb2.SuggestResponse, explain: bool = False) -> None:
+def _cautions(intent: str | None, s: resources_pb2.Suggestion) -> list[str]:
+    if intent is None:
+        return []
+    return [c.reason for c in cautions(intent, s.pattern.tools_used, s.score.match)]
+
+
+def suggestions(
+    console: Console,
+    reply: pml_pb2.SuggestResponse,
+    explain: bool = False,
+    intent: str | None = None,
+) -> None:
+    """`intent`: the request, for each suggestion's cautions (docs/ranking.md, Weak
+    matches)."""
     if not reply.suggestions and reply.filtered:
         console.print("no suggestions: the filters removed every candidate (listed below)")
     elif not reply.suggestions:
@@ -116,7 +131,7 @@ def suggestions(console: Console, reply: pml_pb2.SuggestResponse, explain: bool 
             + ("" if explain else " (--explain shows what the filters removed)")
         )
     else:
-        _suggestion_listing(console, reply)
+        _suggestion_listing(console, reply, intent)
     if explain:
         _filtered(console, reply)
     if reply.suggestions:
@@ -160,10 +175,20 @@ def _plans(console: Console, reply: pml_pb2.SuggestResponse, explain: bool) -> N
         _block(console, heading, fields)
 
 
-def _suggestion_listing(console: Console, reply: pml_pb2.SuggestResponse) -> None:
-    title = "Suggestions, best first (total: the ranking formula over the parts)"
+# The score parts a narrower table leaves out, first to last: the least telling first; `match`
+# (how well the intent matches) and `total` stay. When even that table does not fit, the
+# stacked form shows every part.
+_DROPPED_FIRST = (
+    "superseded", "recency", "usage", "steps", "reliab.", "lexical", "semantic", "est.",
+)  # fmt: skip
+
+
+def _suggestion_table(
+    title: str, reply: pml_pb2.SuggestResponse, left_out: Sequence[str], marked: set[int]
+) -> Table:
     table = Table(title=title)
-    for column in ("#", "capability", "pattern", "tools", "success", *_SCORE_COLUMNS, "total"):
+    kept = [c for c in _SCORE_COLUMNS if c not in left_out]
+    for column in ("#", "capability", "pattern", "tools", "success", *kept, "total"):
         text = column in ("capability", "pattern", "tools")
         # Ids stay whole (they are what `pml show` takes); the tools column wraps instead.
         table.add_column(
@@ -171,18 +196,40 @@ def _suggestion_listing(console: Console, reply: pml_pb2.SuggestResponse) -> Non
         )
     for rank, s in enumerate(reply.suggestions, 1):
         p, sc = s.pattern, s.score
+        values = dict(zip(_SCORE_COLUMNS, _score_values(sc), strict=True))
         table.add_row(
-            str(rank),
+            f"{rank}!" if rank in marked else str(rank),
             _short(s.capability),
             _short(p.name),
             " > ".join(p.tools_used),
             _rate(p.success_count, p.usage_count),
-            *_score_values(sc),
+            *(values[c] for c in kept),
             f"[bold]{sc.total:.3f}[/]",
         )
-    if _fits(console, table):
-        console.print(table)
-        return
+    return table
+
+
+def _suggestion_listing(
+    console: Console, reply: pml_pb2.SuggestResponse, intent: str | None
+) -> None:
+    title = "Suggestions, best first (total: the ranking formula over the parts)"
+    notes = {rank: _cautions(intent, s) for rank, s in enumerate(reply.suggestions, 1)}
+    marked = {rank for rank, said in notes.items() if said}
+    for n in range(len(_DROPPED_FIRST) + 1):
+        left_out = _DROPPED_FIRST[:n]
+        table = _suggestion_table(title, reply, left_out, marked)
+        if _fits(console, table):
+            console.print(table)
+            for rank in sorted(marked):
+                for reason in notes[rank]:
+                    console.print(f"{rank}! {reason}", markup=False, highlight=False)
+            if left_out:
+                console.print(
+                    f"[dim]left out at this width: {', '.join(left_out)} "
+                    "(a wider terminal or --json shows every part)[/]",
+                    highlight=False,
+                )
+            return
     console.print(Text(title, style="italic"))
     for rank, s in enumerate(reply.suggestions, 1):
         p, sc = s.pattern, s.score
@@ -199,6 +246,7 @@ def _suggestion_listing(console: Console, reply: pml_pb2.SuggestResponse) -> Non
                 ("tools", " > ".join(p.tools_used)),
                 ("success", _rate(p.success_count, p.usage_count)),
                 ("parts", parts),
+                *(("caution", reason) for reason in notes[rank]),
             ],
         )
 
@@ -249,8 +297,21 @@ def capabilities(console: Console, items: list[resources_pb2.Capability]) -> Non
     _listing(console, f"Capabilities ({len(items)})", columns, rows)
 
 
+def _detail_table(title: str) -> Table:
+    """Two columns, label and value; a long value without spaces (a hash, a JSON schema) folds
+    onto the next lines instead of being cut with an ellipsis."""
+    table = Table(show_header=False, title=title)
+    table.add_column("label", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    return table
+
+
+def _yes_no(value: bool) -> str:
+    return "yes" if value else "no"
+
+
 def pattern_detail(console: Console, p: resources_pb2.Pattern) -> None:
-    table = Table(show_header=False, title=p.name)
+    table = _detail_table(p.name)
     rows = [
         ("capability", p.capability),
         ("language", p.language),
@@ -262,7 +323,7 @@ def pattern_detail(console: Console, p: resources_pb2.Pattern) -> None:
         ("first seen", _when(p.create_time)),
         ("last used", _when(p.last_used_time)),
         ("mean duration", f"{p.mean_duration_ms:.1f} ms"),
-        ("flagged for removal", str(p.flagged_for_removal)),
+        ("flagged for removal", _yes_no(p.flagged_for_removal)),
         ("superseded by", p.superseded_by or "-"),
         ("parameter schema", p.parameter_schema_json),
     ]
@@ -304,7 +365,7 @@ def step_text(step: resources_pb2.Step) -> str:
 
 
 def capability_detail(console: Console, c: resources_pb2.Capability) -> None:
-    table = Table(show_header=False, title=c.name)
+    table = _detail_table(c.name)
     table.add_row("tools", " > ".join(c.tools))
     table.add_row("best pattern", c.best_pattern)
     table.add_row("patterns", "\n".join(c.patterns))

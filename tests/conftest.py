@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from pml_server.api.auth import Role, add_key
+from pml_server.api.security.auth import Role, add_key
 from pml_server.api.server import RunningServer, start_server
 from pml_server.client import PmlClient
 from pml_server.config import config_of

@@ -1,10 +1,10 @@
-"""Helpers shared by the tests (the fixtures are in tests/conftest.py): a controllable clock,
-execution records, the one way tests open an engine, and the pattern/candidate builders of the
-ranking and retention tests."""
+"""Helpers of the tests (the fixtures are in tests/conftest.py): `pml serve` as a process, and
+the pattern/candidate builders of the ranking and retention tests. The clock, execution records
+and the one way to open an engine are `testing.engine`'s (shared with the benchmarks),
+re-exported here."""
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
@@ -12,43 +12,21 @@ import sys
 import time
 from pathlib import Path
 
-from pml_server.api.server import open_engine as open_served_engine
-from pml_server.config import Config, EngineConfig
-from pml_server.domain.model import ExecutionRecord, ExecutionStatus, PatternView, ToolCall
+from pml_server.domain.model import PatternView
 from pml_server.ranking import DAY_MS, Candidate
-from pml_server.service import Engine
+from testing.engine import Clock, code_for, make_record, open_engine
 
-
-class Clock:
-    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance_days(self, days: float) -> None:
-        self.now_ms += int(days * 86_400_000)
-
-
-def open_engine(
-    where: Path | Config,
-    clock: Clock | None = None,
-    embedder: str = "hashing",
-    **overrides: object,
-) -> Engine:
-    """The real `Engine` on a real RocksDB, ready (its indexes caught up). Given a directory:
-    an engine of the hashing embedder (for speed) with any `EngineConfig` overrides and a
-    controllable clock. Given a `Config`: exactly as `pml serve` opens it."""
-    if isinstance(where, Config):
-        assert clock is None, "a Config carries every setting"
-        assert not overrides, "a Config carries every setting"
-        engine = open_served_engine(where)
-        assert isinstance(engine, Engine)
-    else:
-        config = EngineConfig(data_dir=where, embedder=embedder, **overrides)  # type: ignore[arg-type]
-        engine = Engine.open(config, clock or Clock())
-    assert engine.wait_ready(60)
-    return engine
+__all__ = [
+    "NOW_MS",
+    "Clock",
+    "candidate",
+    "code_for",
+    "make_record",
+    "open_engine",
+    "pattern",
+    "spawn_pml_serve",
+    "stop_pml_serve",
+]
 
 
 def spawn_pml_serve(*flags: str) -> tuple[subprocess.Popen[str], str]:
@@ -84,45 +62,6 @@ def stop_pml_serve(proc: subprocess.Popen[str], timeout: float = 60) -> str:
         raise AssertionError(
             f"pml serve did not exit within {timeout:g} s of SIGTERM; its threads:\n{tail}"
         ) from None
-
-
-def code_for(tools: list[str], path: str = "a.json") -> str:
-    lines = [f'const r{i} = await mcp.{t}({{path: "{path}"}});' for i, t in enumerate(tools)]
-    return "\n".join(lines)
-
-
-def make_record(
-    request_id: str,
-    intent: str,
-    tools: list[str],
-    *,
-    failed: set[str] | None = None,
-    path: str = "a.json",
-    code: str | None = None,
-    tags: tuple[str, ...] = (),
-    duration_ms: float = 10.0,
-) -> ExecutionRecord:
-    failed = failed or set()
-    calls = tuple(
-        ToolCall(
-            tool=t,
-            arguments_json=json.dumps({"path": path}),
-            ok=t not in failed,
-            error=f"{t} failed: timeout after 30s" if t in failed else "",
-            duration_ms=1.0,
-        )
-        for t in tools
-    )
-    return ExecutionRecord(
-        request_id=request_id,
-        intent=intent,
-        code=code if code is not None else code_for(tools, path),
-        language="javascript",
-        tool_calls=calls,
-        status=ExecutionStatus.FAILURE if failed else ExecutionStatus.SUCCESS,
-        duration_ms=duration_ms,
-        tags=tags,
-    )
 
 
 # ---- ranking and retention builders (no store) ----

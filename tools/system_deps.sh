@@ -8,6 +8,8 @@ set -euo pipefail
 needs=(
     "fusermount3 fuse3"                                   # power-loss tests (tests/reliability/lazyfs.py)
     "/usr/lib/postgresql/15/bin/initdb postgresql-15"     # shared-store tests (throwaway cluster)
+    "npm npm"                                             # Node client and MCP conformance tests: npm
+                                                          # installs the pinned Node 22 the suite needs
 )
 missing=()
 for entry in "${needs[@]}"; do

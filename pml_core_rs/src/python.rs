@@ -14,6 +14,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use numpy::{AllowTypeChange, IntoPyArray, PyArray1, PyArrayLike1, PyArrayLike2};
 use pyo3::types::PyList;
+use rustc_hash::FxHashSet;
 
 use crate::index;
 use crate::lexical;
@@ -473,7 +474,7 @@ impl PyRankParams {
     #[pyo3(signature = (*, semantic_weight, lexical_weight, lexical_half_score, prior_successes,
         prior_failures, expected_success_rate, reliability_prior_strength, usage_weight,
         usage_saturation, recency_full_days,
-        recency_half_life_days, recency_floor, superseded_penalty))]
+        recency_half_life_days, recency_floor, superseded_penalty, step_weight = 0.3))]
     fn new(
         semantic_weight: f64,
         lexical_weight: f64,
@@ -488,6 +489,7 @@ impl PyRankParams {
         recency_half_life_days: f64,
         recency_floor: f64,
         superseded_penalty: f64,
+        step_weight: f64,
     ) -> PyResult<Self> {
         let inner = ranking::Params {
             semantic_weight,
@@ -503,6 +505,7 @@ impl PyRankParams {
             recency_half_life_days,
             recency_floor,
             superseded_penalty,
+            step_weight,
         };
         let values = [
             semantic_weight,
@@ -518,6 +521,7 @@ impl PyRankParams {
             recency_half_life_days,
             recency_floor,
             superseded_penalty,
+            step_weight,
         ];
         if values.iter().any(|v| !v.is_finite()) {
             return Err(invalid_arg("params", "every parameter must be finite"));
@@ -527,6 +531,9 @@ impl PyRankParams {
                 "params",
                 "expected_success_rate must be in (0, 1]",
             ));
+        }
+        if !(0.0..=1.0).contains(&step_weight) {
+            return Err(invalid_arg("step_weight", "must be in [0, 1]"));
         }
         Ok(PyRankParams { inner })
     }
@@ -548,6 +555,7 @@ impl PyRankTable {
         }
     }
 
+    #[pyo3(signature = (pattern_id, capability_id, tools, flagged, superseded, tool_words = None))]
     fn set_pattern(
         &self,
         pattern_id: &str,
@@ -555,11 +563,24 @@ impl PyRankTable {
         tools: &Bound<'_, PyAny>,
         flagged: bool,
         superseded: bool,
+        tool_words: Option<Vec<Vec<String>>>,
     ) -> PyResult<()> {
         let tools = str_list("tools", tools)?;
-        self.inner
-            .write()
-            .set_pattern(pattern_id, capability_id, &tools, flagged, superseded);
+        let tool_words = tool_words.unwrap_or_default();
+        if !tool_words.is_empty() && tool_words.len() != tools.len() {
+            return Err(invalid_arg(
+                "tool_words",
+                "must hold one word list per tool",
+            ));
+        }
+        self.inner.write().set_pattern(
+            pattern_id,
+            capability_id,
+            &tools,
+            &tool_words,
+            flagged,
+            superseded,
+        );
         Ok(())
     }
 
@@ -583,6 +604,42 @@ impl PyRankTable {
             &tags,
         );
         Ok(())
+    }
+
+    /// The step factor (docs/ranking.md, Steps) of each of `pattern_ids` (1.0 for a pattern
+    /// without a rankable row) for a request whose `STEP_NEIGHBOURS` nearest intents are
+    /// `hit_ids` with `hit_scores` and whose analysed words are `words`: the factors the
+    /// core's ranking applies, for the Python ranking path.
+    fn step_factors(
+        &self,
+        py: Python<'_>,
+        hit_ids: Vec<u64>,
+        hit_scores: Vec<f32>,
+        pattern_ids: Vec<String>,
+        words: Vec<String>,
+        params: &PyRankParams,
+    ) -> PyResult<Vec<f64>> {
+        if hit_ids.len() != hit_scores.len() {
+            return Err(invalid_arg("hit_scores", "must hold one score per hit id"));
+        }
+        let words: FxHashSet<String> = words.into_iter().collect();
+        Ok(py.detach(|| {
+            let table = self.inner.read();
+            let hits: Vec<index::Hit> = hit_ids
+                .iter()
+                .zip(&hit_scores)
+                .map(|(&id, &score)| index::Hit { id, score })
+                .collect();
+            let evidence = ranking::step_evidence(&table, &hits, &words, &params.inner);
+            pattern_ids
+                .iter()
+                .map(|p| {
+                    table
+                        .row_of_pattern(p)
+                        .map_or(1.0, |s| evidence.factor(&table.row(s).tools))
+                })
+                .collect()
+        }))
     }
 
     fn remove_pattern(&self, pattern_id: &str) -> bool {
@@ -651,19 +708,20 @@ impl PyRankTable {
 type RankedTuple = (
     String,
     String,
-    (f64, f64, f64, f64, f64, f64, f64, f64, f64, f64),
+    (f64, f64, f64, f64, f64, f64, f64, f64, f64, f64, f64),
     Vec<u64>,
 );
 
 /// One Suggest query ranked in the core (`ranking::query`), the GIL released throughout:
 /// the top `k` as (pattern id, capability id, (match, semantic, lexical, success, usage,
-/// recency, superseded penalty, total, reliability, transition), intent ids). `transitions`:
+/// recency, superseded penalty, total, reliability, steps, transition), intent ids). `words`:
+/// the request's analysed words (`ranking.plans.text_words`), for the step fit. `transitions`:
 /// the session signal's factor by capability id (docs/ranking.md, Sessions).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 #[pyo3(signature = (table, ann, lexical, query, terms, limit, k, params, now_ms, *, min_match,
     min_success, include_flagged, available_tools, tags, own_min_success = false,
-    transitions = None))]
+    words = Vec::new(), transitions = None))]
 fn rank_query(
     py: Python<'_>,
     table: &PyRankTable,
@@ -681,8 +739,10 @@ fn rank_query(
     available_tools: Option<Vec<String>>,
     tags: Vec<String>,
     own_min_success: bool,
+    words: Vec<String>,
     transitions: Option<std::collections::HashMap<String, f64>>,
 ) -> PyResult<Vec<RankedTuple>> {
+    let words: FxHashSet<String> = words.into_iter().collect();
     let query = f32_vector("query", query)?;
     let terms = str_list("terms", terms)?;
     let limit = count_arg("limit", limit)?;
@@ -725,6 +785,7 @@ fn rank_query(
                 &filters,
                 &params.inner,
                 now_ms,
+                &words,
             )
         })
         .map_err(PyErr::from)?;
@@ -742,6 +803,7 @@ fn rank_query(
                 p.penalty,
                 p.total,
                 p.reliability,
+                p.steps,
                 p.transition,
             );
             (r.pattern_id, r.capability_id, parts, r.intent_ids)
@@ -992,6 +1054,7 @@ fn parse_only(py: Python<'_>, code: &Bound<'_, PyString>, language: &str) -> PyR
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("STEP_NEIGHBOURS", ranking::steps::STEP_NEIGHBOURS)?;
     m.add("CoreError", py.get_type::<CoreError>())?;
     m.add("CoreArgumentError", py.get_type::<CoreArgumentError>())?;
     m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;

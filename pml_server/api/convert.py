@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from google.protobuf import timestamp_pb2
 
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
-from pml_server.api import budget, validate
+from pml_server.api import validate
+from pml_server.api.admission import budget
 from pml_server.api.validate import Violations
 from pml_server.domain import model, yielding
 from pml_server.domain.limits import Limits
@@ -295,6 +296,7 @@ def _fill_score(out: resources_pb2.ScoreParts, parts: model.ScoreParts) -> None:
     out.superseded_penalty = parts.superseded_penalty
     out.total = parts.total
     out.reliability = parts.reliability
+    out.steps = parts.steps
     out.transition = parts.transition
 
 

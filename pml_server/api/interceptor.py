@@ -20,7 +20,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from pml_server.api import errors
-from pml_server.api.admission import EarlyRefusal, Refuse
+from pml_server.api.admission.refusal import EarlyRefusal, Refuse
 from pml_server.api.metrics import Metrics
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError, ResourceExhaustedError
 

@@ -16,8 +16,8 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from pml_server._proto.pml.v1 import resources_pb2
 from pml_server.api import convert
-from pml_server.api.auth import Role
 from pml_server.api.metrics import Metrics
+from pml_server.api.security.auth import Role
 from pml_server.api.servicer import PmlServicer, ServiceDeps
 from pml_server.domain import model
 from pml_server.domain.errors import (

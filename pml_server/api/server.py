@@ -23,17 +23,17 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
-from pml_server.api.admission import EarlyRefusal
-from pml_server.api.auth import KeyStore
-from pml_server.api.fairness import CpuFairness
+from pml_server.api.admission.fairness import CpuFairness
+from pml_server.api.admission.quotas import TenantQuotas
+from pml_server.api.admission.refusal import EarlyRefusal
+from pml_server.api.admission.stream_slots import StreamSlots
 from pml_server.api.interceptor import ApiInterceptor
-from pml_server.api.key_reload import KeysFileWatcher
 from pml_server.api.metrics import Metrics
 from pml_server.api.otlp import add_trace_ingest
-from pml_server.api.page_tokens import PageTokens, load_or_create_secret
-from pml_server.api.quotas import TenantQuotas
+from pml_server.api.security.auth import KeyStore
+from pml_server.api.security.key_reload import KeysFileWatcher
+from pml_server.api.security.page_tokens import PageTokens, load_or_create_secret
 from pml_server.api.servicer import PmlServicer, ServiceDeps
-from pml_server.api.streams import StreamSlots
 from pml_server.config import Config, ServerConfig
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol

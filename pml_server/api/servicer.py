@@ -16,12 +16,12 @@ import grpc
 from pml_server import __version__, _core
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server.api import convert, validate
-from pml_server.api.auth import Caller, KeyStore, Role
-from pml_server.api.fairness import CpuFairness
-from pml_server.api.page_tokens import PageTokens
-from pml_server.api.quotas import TenantQuotas
+from pml_server.api.admission.fairness import CpuFairness
+from pml_server.api.admission.quotas import TenantQuotas
+from pml_server.api.admission.stream_slots import StreamSlots
+from pml_server.api.security.auth import Caller, KeyStore, Role
+from pml_server.api.security.page_tokens import PageTokens
 from pml_server.api.stream import TraceStream
-from pml_server.api.streams import StreamSlots
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
 from pml_server.domain.errors import UnavailableError

@@ -1,4 +1,4 @@
-"""Per-execution capture decisions (rules 1, 2, 4 and 7 of the capture issue), free of storage.
+"""Per-execution capture decisions (docs/capture.md, Capture rules 1, 2, 4 and 7), free of storage.
 
 Rule 1 (all-or-nothing), rule 2 (a failed run of a known pattern counts as a try), rule 4 (tools
 used come from the record; a disagreement with the code is recorded, not dropped) and the

@@ -8,14 +8,14 @@ migration. A pattern's code never changes, so the result is cached by pattern id
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 
 from pml_server import _core
+from pml_server.domain.lru import Lru
 from pml_server.domain.model import StepArgumentView, StepView
 
 # Patterns whose steps are kept; a Suggest answer shows a handful, so this covers the hot set.
 _CACHE_SIZE = 4096
-_cache: OrderedDict[tuple[str, str], tuple[StepView, ...]] = OrderedDict()
+_cache: Lru[tuple[str, str], tuple[StepView, ...]] = Lru(_CACHE_SIZE)
 _lock = threading.Lock()
 
 
@@ -49,14 +49,11 @@ def pattern_steps(
     with _lock:
         cached = _cache.get(key)
         if cached is not None:
-            _cache.move_to_end(key)
             return cached
     try:
         steps = step_views(_core.normalize(code, language).steps)
     except (ValueError, _core.CoreError):
         steps = ()
     with _lock:
-        _cache[key] = steps
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
+        _cache.put(key, steps)
     return steps

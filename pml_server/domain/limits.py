@@ -100,7 +100,7 @@ class Limits:
     # (about 9 KB of memory a span), so an Export of 40k spans took 360 MB. The OTel SDK's batch
     # processor sends at most 512 a request by default.
     otlp_spans: Limit = Limit("resource_spans", 8192, "items")
-    # ---- answers (api/budget.py): no answer fails because of another record's size ----
+    # ---- answers (api/admission/budget.py): no answer fails because of another record's size ----
     answer_pattern: Limit = Limit("patterns[]", 64 * KIB, "bytes")  # then trimmed
     answer: Limit = Limit("patterns", 4 * MIB, "bytes")  # gRPC's default receive limit
 

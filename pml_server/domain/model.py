@@ -201,6 +201,7 @@ class ScoreParts:
     superseded_penalty: float  # 1.0 unless superseded
     total: float
     reliability: float = 1.0  # failures' evidence against the pattern; 1.0 without failures
+    steps: float = 1.0  # how well its steps fit the tools the request asks for; 1.0: no evidence
     transition: float = 1.0  # the session signal (docs/ranking.md, Sessions); 1.0 without one
 
 

@@ -5,8 +5,8 @@ Python (Suggest and retention over a tenant's giant patterns) take another tenan
 five times longer: every thread that wants the GIL gets a turn of the switch interval. Such
 calls call `checkpoint()` in their loops (per pattern, per parameter). It costs one global
 read while only one tenant has calls in progress; otherwise the call's scheduler
-(`api/fairness.py`, installed per thread for the call) may pause it there, GIL released, until
-the neighbour's call is done.
+(`api/admission/fairness.py`, installed per thread for the call) may pause it there, GIL
+released, until the neighbour's call is done.
 """
 
 from __future__ import annotations

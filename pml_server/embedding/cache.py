@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
+from pml_server.domain.lru import Lru
 from pml_server.domain.vectors import Matrix, Vector
 from pml_server.embedding.base import Embedder, EmbedderWrapper
 
@@ -21,7 +21,7 @@ class CachedEmbedder(EmbedderWrapper):
     def __init__(self, inner: Embedder, capacity: int = 10_000) -> None:
         super().__init__(inner)
         self._capacity = capacity
-        self._cache: OrderedDict[tuple[str, str], Vector] = OrderedDict()
+        self._cache: Lru[tuple[str, str], Vector] = Lru(capacity)
         self._lock = threading.Lock()
         # (model, text) -> set once its vector is cached (or its embedding failed)
         self._computing: dict[tuple[str, str], threading.Event] = {}
@@ -41,9 +41,7 @@ class CachedEmbedder(EmbedderWrapper):
             for text in texts:
                 key = (model, text)
                 vector = self._cache.get(key)
-                if vector is not None:
-                    self._cache.move_to_end(key)
-                elif text not in claimed and text not in awaited:
+                if vector is None and text not in claimed and text not in awaited:
                     running = self._computing.get(key)
                     if running is not None:
                         awaited[text] = running
@@ -55,7 +53,7 @@ class CachedEmbedder(EmbedderWrapper):
         for text, running in awaited.items():
             running.wait()
             with self._lock:
-                vector = self._cache.get((model, text))
+                vector = self._cache.peek((model, text))
             if vector is None:  # its embedding failed, or it was evicted already: ours
                 vector = self._inner.embed([text])[0]
             computed[text] = vector
@@ -76,9 +74,7 @@ class CachedEmbedder(EmbedderWrapper):
             computed = dict(zip(claimed, self._inner.embed(claimed), strict=True))
             with self._lock:
                 for text, vector in computed.items():
-                    self._cache[(model, text)] = vector
-                    if len(self._cache) > self._capacity:
-                        self._cache.popitem(last=False)
+                    self._cache.put((model, text), vector)
             return computed
         finally:
             with self._lock:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pml_client import resources_pb2
 from pydantic import BaseModel, Field
 
+from pml_server.domain.caution import cautions
 from pml_server.domain.limits import LIMITS
 
 Outcome = Literal["saved", "counted", "rejected"]
@@ -60,6 +61,10 @@ class Score(BaseModel):
     usage: float
     recency: float
     superseded_penalty: float
+    reliability: float = Field(description="failures' evidence against it, 1.0 without failures")
+    steps: float = Field(
+        description="how well its steps fit the tools the request asks for (1.0: no evidence)"
+    )
 
 
 class StepSourceOut(BaseModel):
@@ -97,6 +102,16 @@ class PatternOut(BaseModel):
     steps: list[StepOut] = Field(description="one per tool call, with its data flow")
 
 
+class CautionOut(BaseModel):
+    """Why this suggestion may not be what was asked (docs/ranking.md, Weak matches)."""
+
+    kind: Literal["contradicts", "weak"] = Field(
+        description="contradicts: its tools do another kind of action than the request's verb "
+        "(a read request, a write tool); weak: a low match"
+    )
+    reason: str = Field(description="one sentence, for people")
+
+
 class CapabilityOut(BaseModel):
     capability: str = Field(description="capabilities/{id}")
     pattern: str = Field(description="its best pattern, patterns/{id}")
@@ -108,6 +123,9 @@ class CapabilityOut(BaseModel):
     success: float = Field(description="estimated success rate, 0..1")
     usage_count: int
     score: Score
+    cautions: list[CautionOut] = Field(
+        description="why it may not be what was asked; empty when nothing is against it"
+    )
 
 
 class PlanPartOut(BaseModel):
@@ -221,9 +239,12 @@ def pattern(p: resources_pb2.Pattern) -> PatternOut:
     )
 
 
-def suggestion(s: resources_pb2.Suggestion) -> CapabilityOut:
+def suggestion(s: resources_pb2.Suggestion, intent: str | None = None) -> CapabilityOut:
+    """`intent`: the request it answers, for its cautions (none for a plan's part, which
+    answers only a part of the request)."""
     p = s.pattern
     sc = s.score
+    notes = cautions(intent, p.tools_used, sc.match) if intent is not None else []
     return CapabilityOut(
         capability=s.capability,
         pattern=p.name,
@@ -243,7 +264,10 @@ def suggestion(s: resources_pb2.Suggestion) -> CapabilityOut:
             usage=sc.usage,
             recency=sc.recency,
             superseded_penalty=sc.superseded_penalty,
+            reliability=sc.reliability,
+            steps=sc.steps,
         ),
+        cautions=[CautionOut(kind=c.kind, reason=c.reason) for c in notes],
     )
 
 

@@ -8,13 +8,23 @@ from typing import Any
 
 import anyio
 import uvicorn
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import CallToolResult, InputRequiredResult
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    GetPromptResult,
+    InputRequiredResult,
+    ListResourcesResult,
+    PaginatedRequestParams,
+)
 from pydantic import ValidationError
 
 from pml_server import __version__
+from pml_server.mcp import _resources as resources
 from pml_server.mcp._http_auth import BearerCheck
 from pml_server.mcp._tools import register
 from pml_server.mcp._upstream import Upstream
@@ -25,11 +35,6 @@ _INSTRUCTIONS = (
     "to reuse a procedure that worked before; after running code, call `record_execution` "
     "with what ran and how each tool call ended."
 )
-
-
-# What pml does not serve: with no handler, initialize does not advertise the capability and a
-# call answers -32601 Method not found (docs/mcp.md, Protocol).
-_NOT_SERVED = ("prompts/", "resources/")
 
 
 def argument_error(err: ValidationError) -> str:
@@ -44,6 +49,37 @@ def argument_error(err: ValidationError) -> str:
 
 
 class PmlMCPServer(MCPServer):
+    upstream: Upstream | None = None
+
+    async def _handle_list_resources(
+        self, ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None
+    ) -> ListResourcesResult:
+        """A resource per stored capability, a page at a time (docs/mcp.md, Resources and
+        prompt); the SDK's own list holds only fixed resources, and pml has none."""
+        assert self.upstream is not None
+        context = Context(request_context=ctx, mcp_server=self)
+        return await resources.list_capabilities(self.upstream, context, params)
+
+    async def get_prompt(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        context: Context[Any, Any] | None = None,
+    ) -> GetPromptResult | InputRequiredResult:
+        """An unknown prompt, or a bad prompt argument, is -32602 Invalid params with one
+        sentence naming it, as a tool's is (the SDK answers error code 0)."""
+        if self._prompt_manager.get_prompt(name) is None:
+            raise MCPError(INVALID_PARAMS, f"unknown prompt: {name}")
+        try:
+            return await super().get_prompt(name, arguments, context)
+        except ValueError as err:
+            cause: BaseException | None = err
+            while cause is not None and not isinstance(cause, ValidationError):
+                cause = cause.__cause__
+            if cause is None:
+                raise
+            raise MCPError(INVALID_PARAMS, argument_error(cause)) from None
+
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
@@ -59,10 +95,9 @@ def build_server(upstream: Upstream) -> MCPServer:
     server = PmlMCPServer(
         "pml", instructions=_INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
+    server.upstream = upstream
     register(server, upstream)
-    handlers = server._lowlevel_server._request_handlers
-    for method in [m for m in handlers if m.startswith(_NOT_SERVED)]:
-        del handlers[method]
+    resources.register(server, upstream)
     return server
 
 

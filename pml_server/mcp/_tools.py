@@ -95,7 +95,7 @@ def register(server: MCPServer, upstream: Upstream) -> None:
             ),
         )
         return models.SuggestOut(
-            capabilities=[models.suggestion(s) for s in reply.suggestions],
+            capabilities=[models.suggestion(s, intent) for s in reply.suggestions],
             plans=[models.plan(p) for p in reply.plans],
         )
 

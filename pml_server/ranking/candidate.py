@@ -22,3 +22,5 @@ class Candidate:
     semantic: float
     lexical: float
     tags: tuple[str, ...] = ()
+    # how well its steps fit the tools the request asks for (docs/ranking.md, Steps)
+    steps: float = 1.0

@@ -39,6 +39,9 @@ class RankingConfig:
     recency_floor: float = 0.2
     # Multiplier of a pattern retention marked as superseded by a better one.
     superseded_penalty: float = 0.5
+    # Step fit (docs/ranking.md, Steps): the share of the total a pattern whose steps miss the
+    # tools the request asks for (or add others) can lose; 0 turns it off.
+    step_weight: float = 0.3
     # Sessions (docs/ranking.md, Sessions): a capability that usually follows the agent's
     # previous step has its total multiplied by 1 + transition_weight * w, w in [0, 1) its
     # transitions' relative likelihood smoothed by transition_smoothing counts. 1 without a
@@ -63,6 +66,7 @@ class RankingConfig:
             "usage_weight",
             "recency_floor",
             "superseded_penalty",
+            "step_weight",
             "transition_weight",
         )
         for name in unit:

@@ -35,6 +35,8 @@ class Retrieval(NamedTuple):
     pattern_id: str
     semantic: float
     lexical: float
+    # the step factor (docs/ranking.md, Steps), at most 1, so the match stays a bound
+    steps: float = 1.0
 
 
 def match_bound(retrieval: Retrieval, config: RankingConfig) -> float:

@@ -26,6 +26,9 @@ from pml_server.domain.model import (
 
 # ---- the formula's constants and the search's bounds (docs/ranking.md, Plans) ----------------
 MAX_REQUEST_PARTS = 6  # a longer request is cut into at most this many parts
+WHOLE_HITS = 3  # the whole request's suggestions scored on each part
+WHOLE_INTENTS = 32  # ... each scored by at most this many of its intents
+WHOLE_COVER = 0.3  # ... one of them covers the request when its match on every part reaches this
 PART_HITS = 5  # candidates retrieved per request part (the second retrieval's k)
 BEAM_WIDTH = 8  # partial plans kept after each request part
 MIN_PLAN_PARTS = 2
@@ -46,7 +49,9 @@ _FILLER_WORDS = """i im i'm me my mine you your we us our can could would will s
     what how also just now then really very ok okay sure know let tell give m s re ve
     ll d t"""
 _FILLER = frozenset(_FILLER_WORDS.split())
+PREFIX_MIN = 4  # a text word naming a tool word it begins with (or is the start of)
 NAMED_SHARE = 0.6  # a step is named by a text holding this share of its tool name's words
+ONE_STEP = 0.8  # a one-step pattern's match is its step's: at least this share of it counts
 STEP_WEIGHT = 0.8  # share of a part's match that comes from its steps being named
 _GENERIC = frozenset(
     [
@@ -87,6 +92,25 @@ _CONNECTIVE = re.compile(
     r"in\s+addition|moreover|furthermore|lastly|next)\b[,:]?\s+",
     re.IGNORECASE,
 )
+# a piece that only says more about the one before ("The file is ...", "To do this, ...")
+_CONTINUES = re.compile(
+    r"(?:the|this|these|that|those|it|its|they|their|he|she|his|her|such|which|here|"
+    r"to\s+do\s+(?:this|so)|for\s+this|make\s+sure|ensure|including)\b",
+    re.IGNORECASE,
+)
+INTRO_WEIGHT = 0.25  # an opening statement's weight in the coverage
+DETAIL_WEIGHT = 0.5  # a detail sentence's
+_WANTS = re.compile(
+    r"(?:i|we)(?:\s+would|'d|\s+also|\s+will)?\s+(?:like|want|need|wish|am interested|"
+    r"'m interested)",
+    re.IGNORECASE,
+)
+_INTRO = re.compile(r"(?:i|i'm|i am|we|we're|as an?|my|our)\b", re.IGNORECASE)
+_ASKS = re.compile(
+    r"(?:please|kindly|can you|could you|would you|will you|first|firstly|to start|"
+    r"retrieve|get|find|fetch|check|provide|calculate|search|look up|tell me|show me)\b",
+    re.IGNORECASE,
+)
 _AND = re.compile(r",?\s+and\s+", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z0-9]+")
 
@@ -96,33 +120,56 @@ def _words(text: str) -> int:
     return sum(w not in _FILLER for w in _WORD.findall(text.lower()))
 
 
-def split_request(text: str) -> tuple[str, ...]:
+def split_request_weighted(text: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
     """The request cut into its parts, in order: sentences, then connectives ("then",
     "additionally", "finally", ...); a request that is one clause is cut at its one " and " when
     both sides hold more than 3 content words. Pieces shorter than `MIN_PART_WORDS` words join
-    the piece before (the first piece joins the next); more than `MAX_REQUEST_PARTS` pieces
-    are joined pairwise (the shortest adjacent pair first) until that many are left."""
-    pieces = [
-        clause
-        for sentence in _SENTENCE.split(text.strip())
-        for clause in _CONNECTIVE.split(sentence)
-    ]
+    the piece before (the first piece joins the next), and so does a sentence that only goes on
+    about the one before ("The file is ...", "To do this, ..."); more than `MAX_REQUEST_PARTS`
+    pieces are joined pairwise (the shortest adjacent pair first) until that many are left.
+
+    With each part's weight in the coverage (docs/ranking.md, Plans, "Request parts"): an
+    opening statement ("I am working on a research project.") before a part that asks
+    ("Please ...", "First, ...") weighs `INTRO_WEIGHT`, a later sentence that neither follows a
+    connective nor asks nor says what is wanted weighs `DETAIL_WEIGHT`, every other part 1."""
+    pieces: list[tuple[str, bool]] = []  # (clause, begins at a connective)
+    for sentence in _SENTENCE.split(text.strip()):
+        clauses = _CONNECTIVE.split(sentence)
+        pieces += [(c, n > 0) for n, c in enumerate(clauses)]
     if len(pieces) == 1:
-        halves = _AND.split(pieces[0])
+        halves = _AND.split(pieces[0][0])
         if len(halves) == 2 and all(_words(h) > 3 for h in halves):
-            pieces = halves
+            pieces = [(h, True) for h in halves]
     parts: list[str] = []
-    for piece in (p.strip(" ,;.") for p in pieces):
+    starts: list[bool] = []
+    for piece, connected in ((p.strip(" ,;."), c) for p, c in pieces):
         if not piece:
             continue
-        if parts and (_words(piece) < MIN_PART_WORDS or _words(parts[-1]) < MIN_PART_WORDS):
+        if parts and (
+            _words(piece) < MIN_PART_WORDS
+            or _words(parts[-1]) < MIN_PART_WORDS
+            or (not connected and _CONTINUES.match(piece) is not None)
+        ):
             parts[-1] = f"{parts[-1]} {piece}"
         else:
             parts.append(piece)
+            starts.append(connected)
     while len(parts) > MAX_REQUEST_PARTS:
         n = min(range(len(parts) - 1), key=lambda i: _words(parts[i]) + _words(parts[i + 1]))
         parts[n : n + 2] = [f"{parts[n]} {parts[n + 1]}"]
-    return tuple(parts)
+        starts[n : n + 2] = [starts[n]]
+    weights = [
+        1.0 if n == 0 or starts[n] or _ASKS.match(p) or _WANTS.match(p) else DETAIL_WEIGHT
+        for n, p in enumerate(parts)
+    ]
+    if len(parts) >= 3 and _INTRO.match(parts[0]) and _ASKS.match(parts[1]) and not starts[1]:
+        weights[0] = INTRO_WEIGHT
+    return tuple(parts), tuple(weights)
+
+
+def split_request(text: str) -> tuple[str, ...]:
+    """The request's parts (`split_request_weighted`)."""
+    return split_request_weighted(text)[0]
 
 
 # ---- which steps of a pattern a request part names ------------------------------------------
@@ -143,25 +190,77 @@ def tool_words(tool: str) -> frozenset[str]:
     return frozenset(_stem(w) for w in words)
 
 
+def _names(word: str, words: frozenset[str]) -> bool:
+    """A text names a tool's word when it holds it, or a word it begins (of at least
+    `PREFIX_MIN` letters: "speedup" names "speed")."""
+    if word in words:
+        return True
+    if len(word) < PREFIX_MIN:
+        return False
+    return any(w.startswith(word) or (len(w) >= PREFIX_MIN and word.startswith(w)) for w in words)
+
+
 def step_match(tool: str, words: frozenset[str]) -> float:
     """Share of a tool name's words the text names, 0..1."""
     own = tool_words(tool)
-    return len(own & words) / len(own) if own else 0.0
+    return sum(_names(w, words) for w in own) / len(own) if own else 0.0
 
 
 def named_steps(tools: Sequence[str], words: frozenset[str]) -> tuple[int, ...]:
     """The steps (indexes into `tools`) whose tool the text names best: every tool that shares
     at least `NAMED_SHARE` of its words with the text. When none is named, a one-step pattern
     keeps its step and a longer one none (the part then has no step a plan can run)."""
-    named = tuple(n for n, t in enumerate(tools) if step_match(t, words) >= NAMED_SHARE)
+    named = tuple(
+        n
+        for n, t in enumerate(tools)
+        if step_match(t, words) >= NAMED_SHARE and t not in tools[:n]  # a tool runs once
+    )
     return named or tuple(range(len(tools) if len(tools) == 1 else 0))
 
 
 def _steps_factor(tools: Sequence[str], words: frozenset[str]) -> float:
     """1 - STEP_WEIGHT + STEP_WEIGHT x the best named share of a step (a part naming a step
     of the pattern keeps its whole match)."""
+    if len(tools) == 1:
+        return max(ONE_STEP, 1.0 - STEP_WEIGHT + STEP_WEIGHT * step_match(tools[0], words))
     best = max((step_match(t, words) for t in tools), default=0.0)
     return 1.0 - STEP_WEIGHT + STEP_WEIGHT * best
+
+
+SUPPORT_WEIGHT = 0.4  # share of a part's match from how many of its hits run the step
+
+
+def _attribution(tools: Sequence[str], words: frozenset[str]) -> list[float]:
+    """The share of a pattern's match each of its steps takes on a text (named steps more)."""
+    if len(tools) == 1:
+        return [1.0]
+    shares = [step_match(t, words) for t in tools]
+    return [1.0 - STEP_WEIGHT + STEP_WEIGHT * s for s in shares]
+
+
+def _tool_support(hits: Sequence[PartHit], words: frozenset[str]) -> dict[str, float]:
+    """How much of a part's hits speaks for each tool: the sum over the hits running it of
+    the hit's match times the tool's share of it (docs/ranking.md, Plans)."""
+    out: dict[str, float] = {}
+    for hit in hits:
+        tools = hit.suggestion.pattern.tools_used
+        for t, a in zip(tools, _attribution(tools, words), strict=True):
+            if hit.match >= COVER_MATCH:
+                out[t] = out.get(t, 0.0) + hit.match * a
+    return out
+
+
+def _support_factor(
+    tools: Sequence[str], words: frozenset[str], support: dict[str, float]
+) -> float:
+    """1 - SUPPORT_WEIGHT + SUPPORT_WEIGHT x the support of the pattern's best attributed step
+    relative to the part's best supported tool."""
+    if not support:
+        return 1.0
+    top = max(support.values())
+    atts = _attribution(tools, words)
+    best = max(range(len(tools)), key=lambda i: (atts[i], support.get(tools[i], 0.0)))
+    return 1.0 - SUPPORT_WEIGHT + SUPPORT_WEIGHT * support.get(tools[best], 0.0) / top
 
 
 # ---- links between parts ---------------------------------------------------------------------
@@ -314,21 +413,26 @@ def _quality(
     segments: Sequence[tuple[str, tuple[int, ...]]],
     match: dict[tuple[str, int], float],
     reliability: dict[str, float],
-    parts: int,
+    weights: Sequence[float],
 ) -> tuple[float, list[float], list[float]]:
-    covered = sum(len(ps) for _, ps in segments)
+    """coverage (the weighted share of request parts covered) x the mean over segments of
+    match x reliability; with each segment's match and reliability."""
+    covered = sum(weights[p] for _, ps in segments for p in ps)
     matches = [sum(match[(c, p)] for p in ps) / len(ps) for c, ps in segments]
     rels = [reliability[c] for c, _ in segments]
     if not segments:
         return 0.0, [], []
     mean = sum(m * r for m, r in zip(matches, rels, strict=True)) / len(segments)
-    return covered / parts * mean, matches, rels
+    return covered / sum(weights) * mean, matches, rels
 
 
 def _partial_total(
-    state: _State, match: dict[tuple[str, int], float], rel: dict[str, float], parts: int
+    state: _State,
+    match: dict[tuple[str, int], float],
+    rel: dict[str, float],
+    weights: Sequence[float],
 ) -> float:
-    value, _, _ = _quality(state.segments, match, rel, parts)
+    value, _, _ = _quality(state.segments, match, rel, weights)
     return value - EXTRA_PART_COST * max(0, len(state.segments) - 1)
 
 
@@ -347,13 +451,20 @@ def compose(
     *,
     part_hits: int = PART_HITS,
     beam: int = BEAM_WIDTH,
+    weights: Sequence[float] | None = None,
+    whole: Sequence[Sequence[PartHit]] = (),
 ) -> Composed:
     """The best `plan_size` plans for a request cut into `request_parts`, `hits[n]` being the
-    candidates retrieved for part n (best first; only the first `part_hits` are used). None when
-    one capability covers every part, or none beats the best single capability."""
+    candidates retrieved for part n (best first; only the first `part_hits` are used), `weights`
+    each part's weight in the coverage (`split_request_weighted`; 1 each when None), `whole[n]`
+    the whole request's first suggestions (at most `WHOLE_HITS` read) with their semantic score
+    on part n: one reaching `WHOLE_COVER` on every part covers the request, and they count for
+    the best single capability (never as a plan's part).
+    None when one capability covers every part, or none beats the best single capability."""
     parts = min(len(request_parts), len(hits), MAX_REQUEST_PARTS)
     if parts < MIN_PLAN_PARTS or plan_size <= 0:
         return Composed((), 0, 0.0, False)
+    weight = tuple(weights[:parts]) if weights is not None else (1.0,) * parts
     match: dict[tuple[str, int], float] = {}
     rel: dict[str, float] = {}
     shown: dict[str, Suggestion] = {}
@@ -361,6 +472,7 @@ def compose(
     words = [text_words(t) for t in request_parts[:parts]]
     for n in range(parts):
         chosen: list[str] = []
+        support = _tool_support(hits[n][:part_hits], words[n])
         for hit in hits[n][:part_hits]:
             cap = hit.suggestion.capability_id
             if hit.match < COVER_MATCH or (cap, n) in match:
@@ -368,17 +480,34 @@ def compose(
             tools = hit.suggestion.pattern.tools_used
             if named_steps(tools, words[n]):  # a part starts only where it has a step to run
                 chosen.append(cap)
-            match[(cap, n)] = hit.match * _steps_factor(tools, words[n])
+            match[(cap, n)] = (
+                hit.match
+                * _steps_factor(tools, words[n])
+                * _support_factor(tools, words[n], support)
+            )
             rel[cap] = hit.suggestion.score.reliability
             shown.setdefault(cap, hit.suggestion)
         options.append(chosen)
+    # the whole request's suggestions, scored on each part: one that reaches `WHOLE_COVER` on
+    # every part covers the request (it was retrieved for the whole of it)
+    lowest: dict[str, list[float]] = {}
+    for n, found in enumerate(whole[:parts]):
+        for hit in found[:WHOLE_HITS]:
+            cap = hit.suggestion.capability_id
+            lowest.setdefault(cap, []).append(hit.match)
+            if hit.match < COVER_MATCH or (cap, n) in match:
+                continue
+            tools = hit.suggestion.pattern.tools_used
+            match[(cap, n)] = hit.match * _steps_factor(tools, words[n])
+            rel[cap] = hit.suggestion.score.reliability
+            shown.setdefault(cap, hit.suggestion)
     # the best single capability under the same formula (one segment over what it covers)
     best_single = 0.0
-    covered_by_one = False
+    covered_by_one = any(len(ms) == parts and min(ms) >= WHOLE_COVER for ms in lowest.values())
     for cap in shown:
         covers = tuple(n for n in range(parts) if (cap, n) in match)
         covered_by_one = covered_by_one or len(covers) == parts
-        value, _, _ = _quality(((cap, covers),), match, rel, parts)
+        value, _, _ = _quality(((cap, covers),), match, rel, weight)
         best_single = max(best_single, value)
     if covered_by_one:
         return Composed((), 0, best_single, True)
@@ -400,13 +529,13 @@ def compose(
                 evaluated += 1
                 grown.setdefault(child.segments, child)
         beam_states = sorted(
-            grown.values(), key=lambda s: (-_partial_total(s, match, rel, parts), s.segments)
+            grown.values(), key=lambda s: (-_partial_total(s, match, rel, weight), s.segments)
         )[:beam]
     plans = []
     for state in beam_states:
         if not MIN_PLAN_PARTS <= len(state.segments) <= MAX_PLAN_PARTS:
             continue
-        plan = _plan(state, shown, match, rel, request_parts[:parts], best_single)
+        plan = _plan(state, shown, match, rel, request_parts[:parts], weight, best_single)
         if plan is not None and plan.score.total > best_single + PLAN_MARGIN:
             plans.append(plan)
     plans.sort(key=lambda p: -p.score.total)
@@ -444,6 +573,7 @@ def _plan(
     match: dict[tuple[str, int], float],
     rel: dict[str, float],
     request_parts: Sequence[str],
+    weights: Sequence[float],
     best_single: float,
 ) -> Plan | None:
     """The plan of a searched state, its parts left without a step dropped; None when fewer
@@ -454,14 +584,13 @@ def _plan(
         return None
     segments = [seg for seg, _ in kept]
     steps = [st for _, st in kept]
-    parts = len(request_parts)
-    value, matches, rels = _quality(segments, match, rel, parts)
+    value, matches, rels = _quality(segments, match, rel, weights)
     links, unlinked = link_parts([shown[c].pattern for c, _ in segments], steps)
     extra = EXTRA_PART_COST * (len(segments) - 1)
     unlinked_cost = UNLINKED_INPUT_COST * unlinked
-    covered = sum(len(ps) for _, ps in segments)
+    covered = sum(weights[p] for _, ps in segments for p in ps)
     score = PlanScore(
-        coverage=covered / parts,
+        coverage=covered / sum(weights),
         part_match=tuple(matches),
         part_reliability=tuple(rels),
         extra_part_cost=extra,

@@ -1,6 +1,6 @@
 """The one ranking formula (docs/ranking.md):
 
-    total = match * reliability * usage * recency * superseded_penalty
+    total = match * reliability * usage * recency * superseded_penalty * steps
 
 with match = 1 - (1 - ws*semantic) * (1 - wl*lexical_norm). Every factor is in [0, 1], so the
 total is monotone in each part. The success estimate (Beta(1, 1) mean) is reported and filtered
@@ -73,8 +73,9 @@ def score(
         usage=usage,
         recency=recency,
         superseded_penalty=penalty,
-        total=match * reliability * usage * recency * penalty * transition,
+        total=match * reliability * usage * recency * penalty * candidate.steps * transition,
         reliability=reliability,
+        steps=candidate.steps,
         transition=transition,
     )
 

@@ -22,6 +22,10 @@ from pml_server.domain.model import ScoreParts
 from pml_server.ranking.config import RankingConfig
 from pml_server.ranking.filters import FilterSettings
 from pml_server.ranking.lexical import LexicalIndex, query_terms
+from pml_server.ranking.plans import text_words, tool_words
+
+# How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps).
+STEP_NEIGHBOURS: int = _core.STEP_NEIGHBOURS
 
 # The RankingConfig fields the core's formula reads (`ranking::Params`); the rest are filters
 # (passed per request) and retrieval sizes.
@@ -39,6 +43,7 @@ _FORMULA_FIELDS = (
     "recency_half_life_days",
     "recency_floor",
     "superseded_penalty",
+    "step_weight",
 )
 assert set(_FORMULA_FIELDS) <= {f.name for f in fields(RankingConfig)}
 
@@ -77,7 +82,8 @@ class RankTable:
         flagged: bool,
         superseded: bool,
     ) -> None:
-        self._core.set_pattern(pattern_id, capability_id, list(tools), flagged, superseded)
+        words = [sorted(tool_words(t)) for t in tools]  # docs/ranking.md, Steps
+        self._core.set_pattern(pattern_id, capability_id, list(tools), flagged, superseded, words)
 
     def set_counters(
         self,
@@ -127,6 +133,24 @@ class RankTable:
             tags=sorted(settings.tags),
         )
 
+    def step_factors(
+        self,
+        hits: Sequence[tuple[int, float]],
+        pattern_ids: Sequence[str],
+        text: str,
+        config: RankingConfig,
+    ) -> list[float]:
+        """The step factor of each of `pattern_ids` for a request whose vector search returned
+        `hits` (intent id, cosine) are its `STEP_NEIGHBOURS` nearest intents in the whole memory:
+        the core's, as its ranking applies it (docs/ranking.md, Steps)."""
+        return self._core.step_factors(
+            [i for i, _ in hits],
+            [s for _, s in hits],
+            list(pattern_ids),
+            sorted(text_words(text)),
+            core_params(config),
+        )
+
     def rank(
         self,
         ann: _core.HnswIndex,
@@ -160,6 +184,7 @@ class RankTable:
             available_tools=None if available is None else sorted(available),
             tags=sorted(settings.tags),
             own_min_success=settings.own_min_success,
+            words=sorted(text_words(text)),
             transitions=dict(transitions) if transitions else None,
         )
         return [

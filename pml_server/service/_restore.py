@@ -17,7 +17,7 @@ import numpy as np
 from pml_server import _core
 from pml_server.domain.records import IntentRecord
 from pml_server.search import TenantSearchIndex
-from pml_server.storage.decoded import intent_without_vector
+from pml_server.storage.codec import intent_without_vector
 from pml_server.storage.repo import Repository
 
 

@@ -26,6 +26,7 @@ from pml_server.domain.records import IntentRecord, PatternCounters, PatternReco
 from pml_server.domain.vectors import CheckedVector, Vector, client_vector
 from pml_server.ranking import (
     Candidate,
+    RankingConfig,
     Retrieval,
     pattern_semantic,
     rank_lazily,
@@ -33,13 +34,22 @@ from pml_server.ranking import (
     score_ceiling,
 )
 from pml_server.ranking.ordering import rank_next
-from pml_server.ranking.plans import MIN_PLAN_PARTS, PART_HITS, PartHit, compose, split_request
+from pml_server.ranking.plans import (
+    MIN_PLAN_PARTS,
+    PART_HITS,
+    WHOLE_HITS,
+    WHOLE_INTENTS,
+    PartHit,
+    compose,
+    split_request_weighted,
+)
+from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.ranking.transitions import transition_factors
 from pml_server.search import TenantSearchIndex
 from pml_server.search.vectors import EXACT_SCAN_MIN
 from pml_server.service import _sessions as sessions
 from pml_server.service._arguments import check_tenant
-from pml_server.service._state import EngineState, usable
+from pml_server.service._state import EngineState, no_words_error, usable
 from pml_server.service._suggest_core import suggest_in_core
 from pml_server.storage.repo import Repository
 
@@ -47,17 +57,33 @@ from pml_server.storage.repo import Repository
 def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
     """The ranked suggestions (`rank_suggestions`) and, when no one of the capabilities the
     memory holds covers the request, plans composed of several (docs/ranking.md, Plans)."""
-    result = rank_suggestions(state, tenant, query)
-    if query.plan_size <= 0:
-        return result
-    request_parts = split_request(query.intent)
+    request_parts, weights = (
+        split_request_weighted(query.intent) if query.plan_size > 0 else ((), ())
+    )
     if len(request_parts) < MIN_PLAN_PARTS:
-        return result
-    # the second retrieval: PART_HITS candidates per request part, the same filters
-    vectors = state.embedder.embed(list(request_parts))
+        return rank_suggestions(state, tenant, query)
+    check_tenant(tenant)
+    _check_query(query)
+    # One model call for the whole request and its parts (docs/ranking.md, Plans, "Cost"):
+    # the model's workers run them at once, so the parts cost little more wall time than the
+    # whole request alone; a text met twice (a part equal to the request) is embedded once.
+    texts = list(dict.fromkeys((query.intent, *request_parts)))
+    if query.intent_embedding is not None:
+        texts.remove(query.intent)
+    vectors = dict(zip(texts, state.embedder.embed(texts), strict=True)) if texts else {}
+    if query.intent_embedding is None:
+        whole = vectors[query.intent]
+        if not usable(whole):
+            raise no_words_error()
+        query = replace(query, intent_embedding=CheckedVector(np.array(whole, dtype=np.float32)))
+        vectors[query.intent] = whole
+    result = rank_suggestions(state, tenant, query)
+    # the second retrieval: PART_HITS candidates per request part, the same filters, ranked in
+    # the core (no explain)
     hits: list[list[PartHit]] = []
-    for part, vector in zip(request_parts, vectors, strict=True):
-        if not usable(vector):
+    for part in request_parts:
+        vector = vectors.get(part)
+        if vector is None or not usable(vector):
             hits.append([])
             continue
         sub = replace(
@@ -71,8 +97,40 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
         )
         found = rank_suggestions(state, tenant, sub).suggestions
         hits.append([PartHit(s, s.score.match) for s in found])
-    composed = compose(request_parts, hits, query.plan_size)
+    whole = _whole_on_parts(state, tenant, result, request_parts, vectors)
+    composed = compose(request_parts, hits, query.plan_size, weights=weights, whole=whole)
     return replace(result, plans=composed.plans)
+
+
+def _whole_on_parts(
+    state: EngineState,
+    tenant: str,
+    result: SuggestResult,
+    request_parts: Sequence[str],
+    vectors: dict[str, Vector],
+) -> list[list[PartHit]]:
+    """The whole request's first `WHOLE_HITS` suggestions, each with its semantic score on every
+    part (the ranking's `pattern_semantic` of its intents' exact cosines to the part's vector),
+    so a capability that covers the request is known to do so (docs/ranking.md, Plans)."""
+    index = state.indexes.get(tenant)
+    top = result.suggestions[:WHOLE_HITS]
+    if index is None or not top:
+        return []
+    intents = {s.pattern.id: index.intents_of(s.pattern.id)[:WHOLE_INTENTS] for s in top}
+    out: list[list[PartHit]] = []
+    for part in request_parts:
+        vector = vectors.get(part)
+        if vector is None or not usable(vector):
+            out.append([])
+            continue
+        cosines = index.exact_scores(vector, [i for ids in intents.values() for i in ids])
+        found = []
+        for s in top:
+            scores = [cosines[i] for i in intents[s.pattern.id] if i in cosines]
+            if scores:
+                found.append(PartHit(s, pattern_semantic(scores)))
+        out.append(found)
+    return out
 
 
 def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
@@ -101,11 +159,11 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
         )
     limit = ranking.fetch_limit(query.k)
     permitted = index.permitted(resolve_settings(query, ranking), ranking)
-    found = retrieve(state.repo, tenant, index, vector, query.intent, limit, permitted)
+    found = retrieve(state.repo, tenant, index, vector, query.intent, limit, ranking, permitted)
     if permitted is not None and query.explain:
         # `explain` also lists what the filters removed from the unrestricted shortlist, each
         # with its rule; they fail those filters, so the answer is that of the allow-list.
-        found.add(retrieve(state.repo, tenant, index, vector, query.intent, limit))
+        found.add(retrieve(state.repo, tenant, index, vector, query.intent, limit, ranking))
     # the ceiling bounds the counters read after it: both from one state of the store
     with state.repo.consistent_reads():
         ceiling = score_ceiling(*state.repo.counter_ceilings(tenant), ranking)
@@ -144,6 +202,14 @@ def suggest_next(state: EngineState, tenant: str, query: SuggestQuery) -> Sugges
 
 def _query_vector(state: EngineState, query: SuggestQuery) -> Vector:
     """Check the query's arguments; its vector (the client's, or the intent embedded)."""
+    _check_query(query)
+    if query.intent_embedding is not None:
+        return client_vector(query.intent_embedding, state.embedder.dim, "intent_embedding")
+    return state.embed_one(query.intent)
+
+
+def _check_query(query: SuggestQuery) -> None:
+    """INVALID_ARGUMENT naming each field out of its bounds."""
     bad = []
     if not query.intent.strip():
         bad.append(
@@ -157,9 +223,6 @@ def _query_vector(state: EngineState, query: SuggestQuery) -> Vector:
             bad.append(FieldViolation(name, "must be between 0 and 1"))
     if bad:
         raise InvalidArgumentError(bad)
-    if query.intent_embedding is not None:
-        return client_vector(query.intent_embedding, state.embedder.dim, "intent_embedding")
-    return state.embed_one(query.intent)
 
 
 @dataclass
@@ -196,6 +259,7 @@ class Retrieved:
                     semantic=retrieval.semantic,
                     lexical=retrieval.lexical,
                     tags=tuple(counters.tags),
+                    steps=retrieval.steps,
                 )
             )
         return candidates
@@ -228,6 +292,7 @@ def retrieve(
     vector: Vector,
     text: str,
     limit: int,
+    config: RankingConfig,
     permitted: tuple[list[str], list[int]] | None = None,
 ) -> Retrieved:
     """`limit` hits of each index; with `permitted` (pattern ids, their intents: the
@@ -252,10 +317,13 @@ def retrieve(
     unscored = [i for ids in intents_of.values() for i in ids if i not in cosine]
     if unscored:
         cosine.update(index.exact_scores(vector, unscored))
+    # how well each pattern's steps fit the tools the request asks for (docs/ranking.md, Steps)
+    neighbours = index.semantic(vector, STEP_NEIGHBOURS) if config.step_weight > 0 else []
+    steps = index.ranks.step_factors(neighbours, list(intents_of), text, config)
     retrievals = []
-    for pattern_id, intent_ids in intents_of.items():
+    for (pattern_id, intent_ids), fit in zip(intents_of.items(), steps, strict=True):
         scores = [cosine[i] for i in intent_ids if i in cosine]
         if scores:  # none: deleted since the index answered
             semantic = pattern_semantic(scores)
-            retrievals.append(Retrieval(pattern_id, semantic, lexical.get(pattern_id, 0.0)))
+            retrievals.append(Retrieval(pattern_id, semantic, lexical.get(pattern_id, 0.0), fit))
     return Retrieved(repo, tenant, retrievals, intents_of)

@@ -21,7 +21,7 @@ from pml_server.domain.vectors import Vector
 from pml_server.ranking import CoreSuggestion, RankingConfig, resolve_settings
 from pml_server.search import TenantSearchIndex
 from pml_server.service._views import ViewCache
-from pml_server.storage.decoded import stored_view
+from pml_server.storage.codec import stored_view
 from pml_server.storage.repo import Repository
 
 

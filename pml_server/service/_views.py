@@ -20,9 +20,9 @@ this cache would not hear of (the engine then has none).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable
 
+from pml_server.domain.lru import Lru
 from pml_server.domain.model import PatternView
 
 # What the cache may hold, in (estimated) bytes of view text and objects.
@@ -50,15 +50,19 @@ def view_bytes(view: PatternView) -> int:
 
 
 class ViewCache:
+    """The engine's views (see the module docstring); a replica over a shared store has
+    `storage.postgres._views.ReplicaViewCache` instead."""
+
     def __init__(self, budget: int = VIEW_CACHE_BYTES, max_view: int = VIEW_MAX_BYTES) -> None:
-        self._budget = budget
         self._max_view = max_view
         self._lock = threading.Lock()
         # key -> (the linked intent ids it was read for, the view, its estimated bytes)
-        self._views: OrderedDict[Key, tuple[tuple[int, ...], PatternView, int]] = OrderedDict()
-        self._used = 0
+        self._views: Lru[Key, tuple[tuple[int, ...], PatternView, int]] = Lru(
+            budget, weigh=lambda _key, entry: entry[2]
+        )
         self._writes = 0  # invalidations so far: what a token counts
-        self._written: OrderedDict[Key, int] = OrderedDict()  # key -> its latest invalidation
+        # key -> its latest invalidation, the oldest forgotten first
+        self._written: Lru[Key, int] = Lru(_RECENT_WRITES)
         self._forgotten = 0  # the latest invalidation dropped from `_written`
         self.hits = 0
         self.misses = 0
@@ -68,7 +72,7 @@ class ViewCache:
 
     @property
     def used_bytes(self) -> int:
-        return self._used
+        return self._views.weight
 
     def token(self) -> int:
         """Taken before reading the store for a `fill`."""
@@ -79,11 +83,11 @@ class ViewCache:
         """The cached view of the pattern read for these linked intents, if any."""
         key = (tenant, pattern_id)
         with self._lock:
-            entry = self._views.get(key)
+            entry = self._views.peek(key)
             if entry is None or entry[0] != intent_ids:
                 self.misses += 1
                 return None
-            self._views.move_to_end(key)
+            self._views.get(key)  # now the most recently used
             self.hits += 1
             return entry[1]
 
@@ -102,16 +106,9 @@ class ViewCache:
             return False
         key = (tenant, pattern_id)
         with self._lock:
-            if token < self._forgotten or self._written.get(key, 0) > token:
+            if token < self._forgotten or (self._written.peek(key) or 0) > token:
                 return False
-            old = self._views.pop(key, None)
-            if old is not None:
-                self._used -= old[2]
-            self._views[key] = (intent_ids, view, size)
-            self._used += size
-            while self._used > self._budget:
-                _, (_, _, dropped) = self._views.popitem(last=False)
-                self._used -= dropped
+            self._views.put(key, (intent_ids, view, size))
             return True
 
     def invalidate(self, written: Iterable[Key]) -> None:
@@ -119,11 +116,6 @@ class ViewCache:
         with self._lock:
             self._writes += 1
             for key in written:
-                old = self._views.pop(key, None)
-                if old is not None:
-                    self._used -= old[2]
-                self._written.pop(key, None)
-                self._written[key] = self._writes
-            while len(self._written) > _RECENT_WRITES:
-                _, at = self._written.popitem(last=False)
-                self._forgotten = max(self._forgotten, at)
+                self._views.pop(key)
+                for _, at in self._written.put(key, self._writes):
+                    self._forgotten = max(self._forgotten, at)

@@ -25,7 +25,7 @@ from pml_server.domain.records import (
     TenantStats,
     decode_intent,
 )
-from pml_server.storage.decoded import (
+from pml_server.storage.codec import (
     decode_counters_shared,
     decode_intent_for_view,
     decode_pattern,
@@ -200,7 +200,7 @@ class Repository:
     ) -> ViewRows | None:
         """The stored bytes of these patterns' records and counters and of the `wanted`
         (pattern id, intent id) intents, in order, None where gone: three multi-gets, nothing
-        decoded (`decoded.stored_view` makes the views). None from a repository that keeps
+        decoded (`codec.stored_view` makes the views). None from a repository that keeps
         decoded views of its own (a shared store's replica cache): then
         `patterns_and_intent_views`."""
         keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]

@@ -19,7 +19,7 @@ import contextlib
 import struct
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from pml_server.domain.lru import Lru
 from pml_server.storage.keys import (
     CF_COUNTERS,
     CF_META,
@@ -82,38 +83,27 @@ _READ_CACHE_MAX_VALUE = 16 * 1024  # large templates are rare: read them from Ro
 
 
 class _ReadCache:
-    """Least-recently-used copy of stored values, bounded in bytes. Not thread-safe: the store
-    uses it under its lock only."""
+    """Least-recently-used copy of stored values, bounded in bytes (`domain.lru.Lru`). Not
+    thread-safe: the store uses it under its lock only."""
 
     def __init__(self, budget: int) -> None:
-        self._budget = budget
-        self._used = 0
-        self._values: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()
+        self._values: Lru[tuple[str, bytes], bytes] = Lru(
+            budget, weigh=lambda cf_key, value: len(cf_key[1]) + len(value)
+        )
 
     def get(self, cf: str, key: bytes) -> bytes | None:
-        value = self._values.get((cf, key))
-        if value is not None:
-            self._values.move_to_end((cf, key))
-        return value
+        return self._values.get((cf, key))
 
     def put(self, cf: str, key: bytes, value: bytes) -> None:
         if len(value) > _READ_CACHE_MAX_VALUE:
             return
-        self.drop(cf, key)
-        self._values[(cf, key)] = value
-        self._used += len(key) + len(value)
-        while self._used > self._budget:
-            (_, old_key), old = self._values.popitem(last=False)
-            self._used -= len(old_key) + len(old)
+        self._values.put((cf, key), value)
 
     def drop(self, cf: str, key: bytes) -> None:
-        old = self._values.pop((cf, key), None)
-        if old is not None:
-            self._used -= len(key) + len(old)
+        self._values.pop((cf, key))
 
     def clear(self) -> None:
         self._values.clear()
-        self._used = 0
 
 
 class _Fill:

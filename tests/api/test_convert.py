@@ -10,7 +10,8 @@ from google.protobuf import timestamp_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pml_server.api import budget, convert
+from pml_server.api import convert
+from pml_server.api.admission import budget
 from pml_server.domain.model import IntentView, ScoreParts, Suggestion, SuggestResult
 from tests.support import pattern
 

@@ -11,7 +11,7 @@ import pytest
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server._proto.pml.v1 import resources_pb2 as r
-from pml_server.api.page_tokens import PageTokens
+from pml_server.api.security.page_tokens import PageTokens
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.config import config_of
 from tests.conftest import StartServer

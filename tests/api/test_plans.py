@@ -82,3 +82,53 @@ def test_plan_size_out_of_range_names_the_field(stored: PmlClient) -> None:
         stored.suggest(COMPOSE, 5, plan_size=11)
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert [field for field, _ in err.value.violations] == ["plan_size"]
+
+
+def _ranked(reply: object) -> list[tuple[str, str, float]]:
+    return [
+        (s.capability, s.pattern.name, round(s.score.match, 9))
+        for s in reply.suggestions  # type: ignore[attr-defined]
+    ]
+
+
+def test_plans_never_change_the_suggestions(stored: PmlClient) -> None:
+    # the request and its parts are embedded in one call with plans on: the request's
+    # suggestions are those it gets alone
+    on = stored.suggest(COMPOSE, 5)
+    off = stored.suggest(COMPOSE, 5, plan_size=0)
+    assert on.plans
+    assert _ranked(on) == _ranked(off)
+
+
+def test_a_client_vector_with_plans_on(stored: PmlClient) -> None:
+    dim = stored.server_info().embedding_dimension
+    vector = [1.0 / dim**0.5] * dim
+    on = stored.suggest(COMPOSE, 5, intent_embedding=vector)
+    off = stored.suggest(COMPOSE, 5, intent_embedding=vector, plan_size=0)
+    assert _ranked(on) == _ranked(off)
+    assert on.plans  # the parts are embedded by the server
+    with pytest.raises(PmlClientError) as err:
+        stored.suggest(COMPOSE, 5, intent_embedding=vector[:-1])
+    assert [field for field, _ in err.value.violations] == ["intent_embedding"]
+
+
+def test_bad_arguments_with_plans_on_name_the_field(stored: PmlClient) -> None:
+    with pytest.raises(PmlClientError) as err:
+        stored.suggest(COMPOSE, 5, min_match=2.0)
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [field for field, _ in err.value.violations] == ["min_match"]
+
+
+def test_a_request_one_capability_covers_gets_no_plan(stored: PmlClient) -> None:
+    stored.record(
+        make_record(
+            "search for a movie by its title then send an email message to a colleague",
+            'const r1 = await mcp.search_movie({query: "Alien"});\n'
+            'const r2 = await mcp.send_email({to: "ann@example.com", body: "hi"});',
+            language="javascript",
+            tools=["search_movie", "send_email"],
+        )
+    )
+    reply = stored.suggest(COMPOSE, 5)
+    assert list(reply.suggestions[0].pattern.tools_used) == ["search_movie", "send_email"]
+    assert not reply.plans

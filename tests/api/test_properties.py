@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pml_server._proto.pml.v1 import resources_pb2 as r
-from pml_server.api.page_tokens import PageTokens
+from pml_server.api.security.page_tokens import PageTokens
 from pml_server.client import PmlClient, PmlClientError, make_record
 
 SECRET = b"s" * 32

@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from pml_server.client import PmlClient, PmlClientError, make_record
-from tests.postgres_cluster import PostgresCluster, _free_port
+from testing.postgres_cluster import PostgresCluster, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_SECONDS = 30.0
@@ -247,7 +247,7 @@ def _serve_exit(env: dict[str, str], *flags: str) -> subprocess.CompletedProcess
 def test_an_unreachable_database_at_start_names_the_host_never_the_password(
     tmp_path: Path,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     dsn = f"postgresql://pml:s3cret-pw@127.0.0.1:{port}/pml"
     done = _serve_exit({"PML_STORE": dsn}, "--data-dir", str(tmp_path))
     assert done.returncode == 2

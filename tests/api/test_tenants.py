@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from pml_server.api.auth import KeyStore
+from pml_server.api.security.auth import KeyStore
 from pml_server.client import PmlClient, PmlClientError, make_record
 from tests.conftest import StartServer
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pml_server.backup import BackupDir
 from pml_server.client import PmlClient, PmlClientError, make_record
-from tests.reliability.harness import ServerProcess
+from testing.server_process import ServerProcess
 
 
 def _wait_for(condition: Callable[[], object], what: str, timeout: float = 60.0) -> None:

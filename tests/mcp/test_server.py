@@ -490,8 +490,11 @@ def test_http_invalid_ids_and_host_before_key(
 async def _protocol_details(client: Client) -> None:
     caps = client.server_capabilities
     assert caps.tools is not None
-    assert caps.prompts is None
-    assert caps.resources is None
+    # Resources and prompts are served (docs/mcp.md, Resources and prompt); nothing else is.
+    assert caps.prompts is not None
+    assert caps.resources is not None
+    assert caps.logging is None
+    assert caps.completions is None
     bad_k = await client.call_tool("suggest", {"intent": "x", "k": 0})
     text = _text(bad_k)
     assert bad_k.is_error

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pml_server import _core
 from pml_server.ranking.lexical import LexicalIndex, tokenize
-from tests.ranking.lexical_numpy_reference import NumpyLexicalIndex
+from testing.lexical_numpy_reference import NumpyLexicalIndex
 
 WORDS = ("read", "json", "file", "parse", "csv", "send", "email", "disk", "read_file", "data")
 KINDS = ("add", "add_terms", "remove_terms", "remove")

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from pml_server.domain.model import ParamView, PatternView, ScoreParts, Suggestion
 from pml_server.ranking import plans
 from pml_server.ranking.plans import (
+    DETAIL_WEIGHT,
+    INTRO_WEIGHT,
     MAX_PLAN_PARTS,
     MAX_REQUEST_PARTS,
     PartHit,
@@ -19,6 +21,9 @@ from pml_server.ranking.plans import (
     link_parts,
     search_bound,
     split_request,
+    split_request_weighted,
+    step_match,
+    text_words,
 )
 from tests.support import pattern
 
@@ -64,6 +69,49 @@ def test_split_request_is_bounded() -> None:
     assert len(split_request(text)) == MAX_REQUEST_PARTS
 
 
+def test_an_opening_statement_counts_less_in_coverage() -> None:
+    parts, weights = split_request_weighted(
+        "I am working on a film project for school. Please find the movie Alien. "
+        "Then send an email to Ann with its cast."
+    )
+    assert parts == (
+        "I am working on a film project for school",
+        "Please find the movie Alien",
+        "send an email to Ann with its cast",
+    )
+    assert weights == (INTRO_WEIGHT, 1.0, 1.0)
+    assert INTRO_WEIGHT < 1.0
+
+
+def test_a_detail_sentence_counts_less_and_a_continuation_joins() -> None:
+    parts, weights = split_request_weighted(
+        "Find the movie Alien by its title. Quality matters a lot for our archive team. "
+        "Then send an email to Ann. The message should list its whole cast."
+    )
+    assert parts == (
+        "Find the movie Alien by its title",
+        "Quality matters a lot for our archive team",
+        "send an email to Ann The message should list its whole cast",
+    )
+    assert weights == (1.0, DETAIL_WEIGHT, 1.0)
+
+
+def test_a_word_names_the_tool_word_it_begins_with() -> None:
+    words = text_words("estimate the speedup of parallel computing")
+    assert step_match("estimate_parallel_speed", words) == 1.0
+    assert step_match("get_data", words) == 0.0
+
+
+def test_a_tool_the_pattern_repeats_runs_once() -> None:
+    hits = [
+        [_hit("film", ("get_film_info", "analyze_media", "get_film_info"), 0.8)],
+        [_hit("mail", ("send_email",), 0.8)],
+    ]
+    composed = compose(("get the film info for Alien", "send an email to Ann"), hits, 3)
+    assert composed.plans
+    assert composed.plans[0].tools == ("get_film_info", "send_email")
+
+
 def test_composes_parts_in_request_order_with_their_named_steps() -> None:
     hits = [
         [_hit("movie", ("search_movie",), 0.7)],
@@ -91,6 +139,23 @@ def test_covered_request_gets_no_plan() -> None:
     composed = compose(REQUEST, hits, 3)
     assert composed.covered_by_one
     assert composed.plans == ()
+
+
+def test_a_whole_request_suggestion_on_every_part_covers_it() -> None:
+    hits = [
+        [_hit("movie", ("search_movie",), 0.9)],
+        [_hit("credit", ("get_movie_credit",), 0.9)],
+        [_hit("mail", ("send_email",), 0.9)],
+    ]
+    assert compose(REQUEST, hits, 3).plans
+    # the whole request's top suggestion reaches WHOLE_COVER on every part: it covers it
+    whole = [[_hit("all", ("search_movie", "send_email"), plans.WHOLE_COVER)]] * 3
+    composed = compose(REQUEST, hits, 3, whole=whole)
+    assert composed.covered_by_one
+    assert composed.plans == ()
+    # below it on one part: the plan stays
+    short = [*whole[:2], [_hit("all", ("search_movie", "send_email"), 0.1)]]
+    assert compose(REQUEST, hits, 3, whole=short).plans
 
 
 def test_plan_size_zero_and_one_part_give_no_plan() -> None:
@@ -199,13 +264,13 @@ def adversarial(draw: st.DrawFn) -> tuple[list[str], list[list[PartHit]]]:
     return request, hits
 
 
-@given(adversarial(), st.integers(0, 10))
+@given(adversarial(), st.integers(0, 10), st.lists(st.floats(0.01, 1.0), min_size=9, max_size=9))
 @settings(max_examples=150, deadline=None)
 def test_search_stays_within_its_bound_and_never_repeats_a_part(
-    case: tuple[list[str], list[list[PartHit]]], size: int
+    case: tuple[list[str], list[list[PartHit]]], size: int, weights: list[float]
 ) -> None:
     request, hits = case
-    composed = compose(request, hits, size)
+    composed = compose(request, hits, size, weights=weights)
     assert composed.evaluated <= search_bound(len(request))
     assert len(composed.plans) <= size
     for plan in composed.plans:
@@ -220,6 +285,10 @@ def test_search_stays_within_its_bound_and_never_repeats_a_part(
         assert sum(len(o) for o in owners) == len(set().union(*owners))  # no tool in two parts
     if composed.covered_by_one:
         assert composed.plans == ()
+    # one capability among every part's hits with a match that covers it: never a plan
+    whole = _hit("whole", ("search_movie", "send_email"), 0.9)
+    covered = compose(request, [[whole, *h] for h in hits], size, weights=weights)
+    assert covered.plans == ()
 
 
 def _normalized(pattern_id: str, code: str) -> PatternView:

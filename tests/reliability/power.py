@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.reliability.harness import ROOT
+from testing.server_process import ROOT
 
 
 def fuse_problem() -> str | None:

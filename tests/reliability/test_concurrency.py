@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
+from testing.server_process import ServerProcess
 from tests.reliability import workload
-from tests.reliability.harness import ServerProcess, report
+from tests.reliability.report import report
 
 WRITERS = 8
 

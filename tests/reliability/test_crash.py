@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from testing.server_process import ServerProcess
 from tests.reliability import workload
-from tests.reliability.harness import ServerProcess, report
+from tests.reliability.report import report
 
 CYCLES = 20
 CLIENTS = 4

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.flood_measure import measure, start_pair
-from tests.reliability.harness import ServerProcess, report
+from testing.flood_measure import measure, start_pair
+from testing.server_process import ServerProcess
+from tests.reliability.report import report
 
 FLOOD_THREADS = 24
 TENANT_LIMIT = 4

@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
-from tests.reliability.harness import ServerProcess, report
+from testing.server_process import ServerProcess
 from tests.reliability.proto_strategies import messages, one_field_changed
+from tests.reliability.report import report
 
 SERVICE = pml_pb2.DESCRIPTOR.services_by_name["PmlService"]
 UNARY = [m for m in SERVICE.methods if not m.client_streaming and not m.server_streaming]

@@ -33,19 +33,20 @@ import grpc
 import pytest
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
-from pml_server.api.auth import Role, add_key
+from pml_server.api.security.auth import Role, add_key
 from pml_server.client import PmlClient, backoff_seconds, make_record
-from tests.reliability import cost_measure
-from tests.reliability.cost_measure import GIANT_LITERALS
-from tests.reliability.harness import ServerProcess, report
+from testing import cost_measure
+from testing.cost_measure import GIANT_LITERALS
+from testing.server_process import ServerProcess
+from tests.reliability.report import report
 
 OK = resources_pb2.EXECUTION_STATUS_SUCCESS
-ANSWER_BUDGET = 4 * 1024 * 1024 + 64 * 1024  # api/budget.py: RESPONSE_BYTES + one pattern
+ANSWER_BUDGET = 4 * 1024 * 1024 + 64 * 1024  # api/admission/budget.py: RESPONSE_BYTES + one pattern
 _giant_record = cost_measure.giant_record
 _plain_record = cost_measure.plain_record
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -526,7 +527,7 @@ def test_upload_survives_a_server_restarting(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, dict]]:
     """`heavy` with ten giant patterns, `light` with one plain pattern; /metrics served."""
-    port = _free_port()
+    port = free_port()
     process, keys = cost_measure.start_server(
         tmp_path_factory.mktemp("cost"), "--metrics-port", str(port)
     )

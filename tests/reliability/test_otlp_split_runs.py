@@ -25,13 +25,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from pml_server.client import PmlClient
-from tests.reliability.harness import ServerProcess
+from testing.server_process import ServerProcess
 
 RUNS = 8
 PAUSE_SECONDS = 0.2  # between Exports: the server sees each as a separate call
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -117,7 +117,7 @@ def store_flags(request: pytest.FixtureRequest) -> list[str]:
 def test_runs_split_over_several_exports_are_captured_once_with_their_failures(
     tmp_path: Path, store_flags: list[str]
 ) -> None:
-    metrics_port = _free_port()
+    metrics_port = free_port()
     process = ServerProcess(tmp_path / "data", "--metrics-port", str(metrics_port), *store_flags)
     process.start()
     try:
@@ -182,7 +182,7 @@ def test_a_live_sdk_run_longer_than_the_flush_interval_is_captured(tmp_path: Pat
 
 @pytest.fixture
 def short_hold(tmp_path: Path) -> Iterator[tuple[ServerProcess, int]]:
-    metrics_port = _free_port()
+    metrics_port = free_port()
     process = ServerProcess(
         tmp_path / "data",
         "--metrics-port",

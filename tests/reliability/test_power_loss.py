@@ -16,9 +16,10 @@ from pathlib import Path
 import grpc
 import pytest
 
+from testing.server_process import ServerProcess
 from tests.reliability import workload
-from tests.reliability.harness import ServerProcess, report
 from tests.reliability.power import LazyMount, fuse_problem
+from tests.reliability.report import report
 
 SYNC_CUTS = 6
 CLIENTS = 4

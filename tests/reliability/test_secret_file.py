@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pml_server.api.page_tokens import load_or_create_secret
+from pml_server.api.security.page_tokens import load_or_create_secret
 
 
 def test_an_empty_secret_file_is_replaced(tmp_path: Path) -> None:

@@ -17,8 +17,9 @@ from pml_server.domain.records import IntentRecord
 from pml_server.service import Engine
 from pml_server.storage import Store
 from pml_server.storage.repo import Repository
+from testing.server_process import ServerProcess
 from tests.reliability import workload
-from tests.reliability.harness import ServerProcess, report
+from tests.reliability.report import report
 from tests.support import make_record, open_engine
 
 TENANT = "t"

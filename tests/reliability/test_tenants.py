@@ -27,8 +27,9 @@ from hypothesis.stateful import (
 )
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
-from pml_server.api.auth import hash_key
-from tests.reliability.harness import ServerProcess, report
+from pml_server.api.security.auth import hash_key
+from testing.server_process import ServerProcess
+from tests.reliability.report import report
 
 PER_MACHINE = 3  # tenants in each generated scenario (fresh ones every time: no shared state)
 SCENARIOS = 400

@@ -26,7 +26,7 @@ from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.embedding import make_embedder
 from pml_server.ranking import pattern_semantic
 
-_EMBEDDER = make_embedder("hashing")  # what tests/reliability/harness.py serves with
+_EMBEDDER = make_embedder("hashing")  # what testing/server_process.py serves with
 
 PATTERNS = 6
 _VERBS = ["read", "parse", "load", "fetch", "sync", "merge", "index", "export", "scan", "sort"]

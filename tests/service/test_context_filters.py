@@ -22,6 +22,7 @@ from pml_server.ranking import (
     rank_lazily,
     resolve_settings,
 )
+from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.service import Engine
 from pml_server.service._suggest import Retrieved
 from tests.support import Clock, make_record, open_engine
@@ -45,8 +46,17 @@ def _full_ranking(engine: Engine, tenant: str, query: SuggestQuery) -> SuggestRe
     intents_of = {p.id: tuple(index.intents_of(p.id)) for p in patterns}
     cosine = index.exact_scores(vector, [i for ids in intents_of.values() for i in ids])
     bm25 = dict(index.lexical_hits(query.intent, 10_000))
+    # the step evidence: the request's nearest intents in the whole memory (docs/ranking.md, Steps)
+    neighbours = index.semantic(vector, STEP_NEIGHBOURS)
+    steps = dict(
+        zip(
+            intents_of,
+            index.ranks.step_factors(neighbours, list(intents_of), query.intent, state.ranking),
+            strict=True,
+        )
+    )
     retrievals = [
-        Retrieval(p, pattern_semantic([cosine[i] for i in ids]), bm25.get(p, 0.0))
+        Retrieval(p, pattern_semantic([cosine[i] for i in ids]), bm25.get(p, 0.0), steps[p])
         for p, ids in intents_of.items()
         if ids
     ]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from pml_server.domain.records import CapabilityRecord, ParamSpec, PatternRecord
 from pml_server.storage import SCHEMA_VERSION, SchemaVersionError, Store
-from pml_server.storage.decoded import encode_capability, encode_pattern
+from pml_server.storage.codec import encode_capability, encode_pattern
 from pml_server.storage.keys import (
     CF_META,
     CF_PATTERNS,

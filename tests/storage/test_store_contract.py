@@ -34,7 +34,7 @@ from pml_server.storage.postgres import (
 )
 from pml_server.storage.postgres._schema import MIGRATIONS
 from pml_server.storage.seam import Locks, RequestAlreadyAppliedError
-from tests.postgres_cluster import _free_port
+from testing.postgres_cluster import free_port
 
 Opener = Callable[[], StoreBackend]
 
@@ -205,7 +205,7 @@ def test_a_version_1_database_keeps_its_counts_when_migrated(postgres_dsn: str) 
 
 
 def test_unreachable_database_names_the_host_never_the_password() -> None:
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     with pytest.raises(StoreUnreachableError) as caught:
         PostgresStore(f"postgresql://pml:hunter2secret@127.0.0.1:{port}/pml")
     message = str(caught.value)

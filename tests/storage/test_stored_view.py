@@ -1,4 +1,4 @@
-"""`decoded.stored_view` (a view straight from the stored JSON, what Suggest shows) against the
+"""`codec.stored_view` (a view straight from the stored JSON, what Suggest shows) against the
 reference: `capture.views.pattern_view` over the decoded records."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pml_server.domain.records import (
     PatternCounters,
     PatternRecord,
 )
-from pml_server.storage.decoded import intent_without_vector, stored_view
+from pml_server.storage.codec import intent_without_vector, stored_view
 
 _text = st.text(max_size=12)
 _names = st.lists(st.text(min_size=1, max_size=6), max_size=4, unique=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
-from pml_server.storage.postgres._views import CachedView, ViewCache
+from pml_server.storage.postgres._views import CachedView, ReplicaViewCache
 
 
 def _view(pattern_id: str, usage: int, intent_ids: tuple[int, ...] = (1,)) -> CachedView:
@@ -22,7 +22,7 @@ def _view(pattern_id: str, usage: int, intent_ids: tuple[int, ...] = (1,)) -> Ca
 
 
 def test_a_read_begun_before_a_drop_of_its_pattern_is_not_kept() -> None:
-    cache = ViewCache(10)
+    cache = ReplicaViewCache(10)
     began = cache.generation()
     cache.drop([("t", "p")])  # a commit of this replica, or the follower, meanwhile
     cache.keep(began, [(("t", "p"), _view("p", 1)), (("t", "q"), _view("q", 1))])
@@ -38,7 +38,7 @@ def test_a_read_begun_before_a_drop_of_its_pattern_is_not_kept() -> None:
 
 
 def test_a_view_without_an_intent_the_index_holds_is_a_miss() -> None:
-    cache = ViewCache(10)
+    cache = ReplicaViewCache(10)
     cache.keep(cache.generation(), [(("t", "p"), _view("p", 1, (1, 2)))])
     assert cache.get(("t", "p"), [1, 2]) is not None
     assert cache.get(("t", "p"), [2]) is not None
@@ -47,18 +47,18 @@ def test_a_view_without_an_intent_the_index_holds_is_a_miss() -> None:
 
 
 def test_the_cache_keeps_at_most_its_size_least_recently_used_out() -> None:
-    cache = ViewCache(2)
+    cache = ReplicaViewCache(2)
     cache.keep(cache.generation(), [(("t", "a"), _view("a", 1)), (("t", "b"), _view("b", 1))])
     assert cache.get(("t", "a"), [1]) is not None  # a is now the most recently used
     cache.keep(cache.generation(), [(("t", "c"), _view("c", 1))])
     assert len(cache) == 2
     assert cache.get(("t", "b"), [1]) is None
     assert cache.get(("t", "a"), [1]) is not None
-    assert ViewCache(0).get(("t", "a"), [1]) is None
+    assert ReplicaViewCache(0).get(("t", "a"), [1]) is None
 
 
 def test_past_its_bound_of_drop_stamps_every_read_begun_before_is_refused() -> None:
-    cache = ViewCache(2)
+    cache = ReplicaViewCache(2)
     began = cache.generation()
     cache.drop([("t", "a"), ("t", "b"), ("t", "c")])  # more stamps than the bound: cleared
     cache.keep(began, [(("t", "d"), _view("d", 1))])

@@ -1375,11 +1375,16 @@ type ScoreParts struct {
 	Recency float64 `protobuf:"fixed64,6,opt,name=recency,proto3" json:"recency,omitempty"`
 	// (Output only) 1.0 unless superseded.
 	SupersededPenalty float64 `protobuf:"fixed64,7,opt,name=superseded_penalty,json=supersededPenalty,proto3" json:"superseded_penalty,omitempty"`
-	// (Output only) The final score: match * reliability * usage * recency * superseded_penalty.
+	// (Output only) The final score: match * reliability * usage * recency * superseded_penalty
+	// * steps * transition.
 	Total float64 `protobuf:"fixed64,8,opt,name=total,proto3" json:"total,omitempty"`
 	// (Output only) Evidence of failure against the pattern, 0..1: 1.0 without failures, whatever
 	// the number of tries; sinks toward success rate / expected rate as failures accumulate.
 	Reliability float64 `protobuf:"fixed64,9,opt,name=reliability,proto3" json:"reliability,omitempty"`
+	// (Output only) How well the pattern's steps fit the tools the request asks for, in
+	// [1 - step_weight, 1]: 1.0 without evidence; a missing or extra step lowers it
+	// (docs/ranking.md, Steps).
+	Steps float64 `protobuf:"fixed64,10,opt,name=steps,proto3" json:"steps,omitempty"`
 	// (Output only) The session signal (docs/ranking.md, Sessions): 1.0 without a context, up
 	// to 1 + transition_weight for the capability that usually follows the previous step. With
 	// an empty intent it is the relative likelihood that this capability comes next, 0..1.
@@ -1477,6 +1482,13 @@ func (x *ScoreParts) GetTotal() float64 {
 func (x *ScoreParts) GetReliability() float64 {
 	if x != nil {
 		return x.Reliability
+	}
+	return 0
+}
+
+func (x *ScoreParts) GetSteps() float64 {
+	if x != nil {
+		return x.Steps
 	}
 	return 0
 }
@@ -2260,7 +2272,7 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"usageCount\x12#\n" +
 	"\rsuccess_count\x18\a \x01(\x03R\fsuccessCount\x12#\n" +
 	"\rfailure_count\x18\b \x01(\x03R\ffailureCount\x12@\n" +
-	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xba\x02\n" +
+	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xd0\x02\n" +
 	"\n" +
 	"ScoreParts\x12\x14\n" +
 	"\x05match\x18\x01 \x01(\x01R\x05match\x12\x1a\n" +
@@ -2271,7 +2283,9 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\arecency\x18\x06 \x01(\x01R\arecency\x12-\n" +
 	"\x12superseded_penalty\x18\a \x01(\x01R\x11supersededPenalty\x12\x14\n" +
 	"\x05total\x18\b \x01(\x01R\x05total\x12 \n" +
-	"\vreliability\x18\t \x01(\x01R\vreliability\x12\x1e\n" +
+	"\vreliability\x18\t \x01(\x01R\vreliability\x12\x14\n" +
+	"\x05steps\x18\n" +
+	" \x01(\x01R\x05steps\x12\x1e\n" +
 	"\n" +
 	"transition\x18\x0f \x01(\x01R\n" +
 	"transition\"\x81\x01\n" +

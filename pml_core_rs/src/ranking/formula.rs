@@ -30,6 +30,8 @@ pub struct Params {
     pub recency_half_life_days: f64,
     pub recency_floor: f64,
     pub superseded_penalty: f64,
+    /// Share of the total the step fit can take away (docs/ranking.md, Steps); 0 turns it off.
+    pub step_weight: f64,
 }
 
 impl Default for Params {
@@ -49,6 +51,7 @@ impl Default for Params {
             recency_half_life_days: 90.0,
             recency_floor: 0.2,
             superseded_penalty: 0.5,
+            step_weight: 0.3,
         }
     }
 }
@@ -75,6 +78,8 @@ pub struct ScoreParts {
     pub penalty: f64,
     pub total: f64,
     pub reliability: f64,
+    /// The step fit factor (docs/ranking.md, Steps): 1.0 without step evidence.
+    pub steps: f64,
     /// The session signal (docs/ranking.md, Sessions): 1 without a context.
     pub transition: f64,
 }
@@ -178,7 +183,14 @@ pub fn recency_factor(last_used_ms: i64, now_ms: i64, p: &Params) -> f64 {
 }
 
 /// Every part of one candidate's score (`scoring.score`).
-pub fn score(cosine: f64, bm25: f64, counts: &Counts, p: &Params, now_ms: i64) -> ScoreParts {
+pub fn score(
+    cosine: f64,
+    bm25: f64,
+    counts: &Counts,
+    p: &Params,
+    now_ms: i64,
+    steps: f64,
+) -> ScoreParts {
     let (semantic, lexical, matched) = relevance(cosine, bm25, p);
     let success = success_estimate(counts.successes, counts.failures, p);
     let reliability = reliability_factor(counts.successes, counts.failures, p);
@@ -197,8 +209,9 @@ pub fn score(cosine: f64, bm25: f64, counts: &Counts, p: &Params, now_ms: i64) -
         usage,
         recency,
         penalty,
-        total: matched * reliability * usage * recency * penalty,
+        total: matched * reliability * usage * recency * penalty * steps,
         reliability,
+        steps,
         transition: 1.0,
     }
 }

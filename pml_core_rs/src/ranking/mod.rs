@@ -5,6 +5,7 @@
 pub mod formula;
 pub mod permitted;
 pub mod query;
+pub mod steps;
 pub mod table;
 
 pub use formula::{score, Counts, Params, ScoreParts};
@@ -12,6 +13,7 @@ pub use permitted::{permitted, restricts, retrieve_for, Permitted};
 pub use query::{
     lexical_hits, rank_retrieved, retrieve, semantic_hits, Filters, Ranked, Retrieved,
 };
+pub use steps::{step_evidence, StepEvidence};
 pub use table::RankTable;
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::formula::{pattern_semantic, score, with_transition, Params, ScoreParts};
+use super::steps::{step_evidence, STEP_NEIGHBOURS};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex, EXACT_SCAN_MIN};
@@ -119,6 +120,7 @@ pub fn rank_retrieved(
     filters: &Filters,
     params: &Params,
     now_ms: i64,
+    words: &FxHashSet<String>,
 ) -> CoreResult<Vec<Ranked>> {
     // The retrieved patterns, in first-seen order, and the cosines the ANN returned.
     let mut slots: Vec<u32> = Vec::new();
@@ -157,6 +159,12 @@ pub fn rank_retrieved(
         }
     }
     let resolved = resolve(table, filters);
+    let neighbours = if params.step_weight > 0.0 {
+        semantic_hits(ann, query, STEP_NEIGHBOURS)?
+    } else {
+        Vec::new()
+    };
+    let evidence = step_evidence(table, &neighbours, words, params);
     let mut passing: Vec<(ScoreParts, &str, &str)> = Vec::new();
     // Bounded by the retrieved candidates (two fetch limits), so Fx's weak mixing costs nothing.
     let mut slot_of: FxHashMap<&str, u32> = FxHashMap::default();
@@ -172,7 +180,8 @@ pub fn rank_retrieved(
             continue; // no intent left in the vector index: deleted since it answered
         };
         let lexical = bm25.get(&slot).copied().unwrap_or(0.0);
-        let mut parts = score(semantic, lexical, &row.counts, params, now_ms);
+        let steps = evidence.factor(&row.tools);
+        let mut parts = score(semantic, lexical, &row.counts, params, now_ms, steps);
         if !passes(row, &parts, &resolved, filters) {
             continue;
         }

@@ -54,6 +54,11 @@ pub struct RankTable {
     intent_row: FxHashMap<u64, u32>,
     names: Vec<String>,
     name_id: HashMap<String, NameId>,
+    /// The analysed words of each tool name (`ranking.plans.tool_words`), by name id; empty
+    /// for tags and for tools set without words.
+    words: Vec<Box<[Box<str>]>>,
+    /// The tools each analysed name word belongs to.
+    word_tools: HashMap<Box<str>, Vec<NameId>>,
 }
 
 impl RankTable {
@@ -80,6 +85,7 @@ impl RankTable {
         }
         let id = self.names.len() as NameId;
         self.names.push(name.to_owned());
+        self.words.push(Box::default());
         self.name_id.insert(name.to_owned(), id);
         id
     }
@@ -91,6 +97,16 @@ impl RankTable {
 
     pub fn name(&self, id: NameId) -> &str {
         &self.names[id as usize]
+    }
+
+    /// The tools whose name has this analysed word.
+    pub fn tools_named_by(&self, word: &str) -> &[NameId] {
+        self.word_tools.get(word).map_or(&[], |t| t.as_slice())
+    }
+
+    /// The analysed words of a tool's name (empty when never given).
+    pub fn tool_words(&self, id: NameId) -> &[Box<str>] {
+        &self.words[id as usize]
     }
 
     fn interned(&mut self, names: &[String]) -> Box<[NameId]> {
@@ -131,15 +147,32 @@ impl RankTable {
         }
     }
 
-    /// The pattern record's part: capability, tools and retention marks.
+    /// The pattern record's part: capability, tools and retention marks. `tool_words`, when
+    /// given, holds each tool's analysed name words, in the order of `tools`.
     pub fn set_pattern(
         &mut self,
         pattern_id: &str,
         capability_id: &str,
         tools: &[String],
+        tool_words: &[Vec<String>],
         flagged: bool,
         superseded: bool,
     ) {
+        for (tool, words) in tools.iter().zip(tool_words) {
+            let id = self.intern(tool) as usize;
+            if self.words[id].is_empty() && !words.is_empty() {
+                let mut own: Vec<Box<str>> = words.iter().map(|w| w.as_str().into()).collect();
+                own.sort_unstable();
+                own.dedup();
+                for w in &own {
+                    self.word_tools
+                        .entry(w.clone())
+                        .or_default()
+                        .push(id as NameId);
+                }
+                self.words[id] = own.into_boxed_slice();
+            }
+        }
         let tools = self.interned(tools);
         let slot = self.slot_for(pattern_id);
         let row = &mut self.rows[slot as usize];
@@ -265,6 +298,16 @@ impl RankTable {
             + self.row_of.keys().map(|k| k.len()).sum::<usize>()
             + self.intent_row.capacity() * 12;
         let names: usize = self.names.iter().map(|n| 2 * n.capacity() + 28).sum();
-        rows + maps + names
+        let words: usize = self
+            .words
+            .iter()
+            .map(|w| 16 + w.iter().map(|x| 16 + x.len()).sum::<usize>())
+            .sum();
+        let index: usize = self
+            .word_tools
+            .iter()
+            .map(|(w, t)| 48 + w.len() + 4 * t.capacity())
+            .sum();
+        rows + maps + names + words + index
     }
 }

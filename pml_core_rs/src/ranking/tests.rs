@@ -22,7 +22,7 @@ fn seed_example_scores_as_documented() {
         last_used_ms: now,
         superseded: false,
     };
-    let parts = score(0.85, 0.0, &csv, &p, now);
+    let parts = score(0.85, 0.0, &csv, &p, now, 1.0);
     assert!((parts.success - 20.0 / 22.0).abs() < 1e-12);
     assert_eq!(parts.reliability, 1.0, "19 of 20 is above the expected 90%");
     assert!((parts.total - 0.849).abs() < 0.0005, "{parts:?}");
@@ -32,7 +32,7 @@ fn seed_example_scores_as_documented() {
         usage: 5,
         ..csv
     };
-    let parts = score(0.72, 0.0, &excel, &p, now);
+    let parts = score(0.72, 0.0, &excel, &p, now, 1.0);
     assert!((parts.reliability - 0.921).abs() < 0.0005, "{parts:?}");
     assert!((parts.total - 0.662).abs() < 0.0005, "{parts:?}");
 }
@@ -74,7 +74,7 @@ fn factors_stay_in_their_ranges() {
         superseded: true,
         ..Counts::default()
     };
-    assert_eq!(score(1.0, 0.0, &superseded, &p, 0).penalty, 0.5);
+    assert_eq!(score(1.0, 0.0, &superseded, &p, 0, 1.0).penalty, 0.5);
 }
 
 #[test]
@@ -89,7 +89,7 @@ fn table_rows_follow_links_and_deletions() {
     assert!(table.intents_of("p9").is_empty());
     let slot = table.row_of_intent(2).unwrap();
     assert!(!table.row(slot).is_rankable(), "no record nor counters yet");
-    table.set_pattern("p1", "c1", &strings(&["b", "a", "a"]), false, false);
+    table.set_pattern("p1", "c1", &strings(&["b", "a", "a"]), &[], false, false);
     table.set_counters("p1", 1, 0, 1, 5, &strings(&["t"]));
     assert!(table.row(slot).is_rankable());
     assert_eq!(table.row(slot).tools.len(), 2, "tools deduplicated");
@@ -100,7 +100,7 @@ fn table_rows_follow_links_and_deletions() {
     assert!(table.is_empty());
     assert_eq!(table.pattern_of_intent(1), None);
     // a freed slot is reused
-    table.set_pattern("p2", "c1", &[], false, false);
+    table.set_pattern("p2", "c1", &[], &[], false, false);
     assert_eq!(table.row_of_pattern("p2"), Some(slot));
     assert!(!table.remove_pattern("nope"));
 }
@@ -120,7 +120,7 @@ fn fixture() -> (RankTable, HnswIndex, LexicalIndex) {
     ];
     for (pattern, capability, intent, words, tool) in rows {
         table.link_intent(intent, pattern);
-        table.set_pattern(pattern, capability, &strings(&[tool]), false, false);
+        table.set_pattern(pattern, capability, &strings(&[tool]), &[], false, false);
         table.set_counters(pattern, 3, 0, 3, 0, &strings(&["prod"]));
         lexical.add_terms(pattern, &words).unwrap();
     }
@@ -146,6 +146,7 @@ fn run(
         filters,
         &Params::default(),
         0,
+        &rustc_hash::FxHashSet::default(),
     )
     .unwrap()
 }
@@ -170,7 +171,7 @@ fn a_query_groups_by_capability_and_orders_by_total() {
     assert_eq!(all[1].intent_ids, vec![3, 5]);
     assert!(all.windows(2).all(|w| w[0].parts.total >= w[1].parts.total));
     let mut f = f;
-    f.0.set_pattern("p1", "c1", &strings(&["tool_a"]), true, false); // p2 shows for c1
+    f.0.set_pattern("p1", "c1", &strings(&["tool_a"]), &[], true, false); // p2 shows for c1
     let tool_a = Filters {
         available_tools: Some(strings(&["tool_a"])),
         ..Filters::default()
@@ -226,7 +227,7 @@ fn filters_remove_candidates() {
 #[test]
 fn flagged_and_deleted_patterns_are_left_out() {
     let mut f = fixture();
-    f.0.set_pattern("p1", "c1", &strings(&["tool_a"]), true, false);
+    f.0.set_pattern("p1", "c1", &strings(&["tool_a"]), &[], true, false);
     let top = run(&f, &[], 1, &Filters::default());
     assert_eq!(top[0].pattern_id, "p2", "c1 is represented by p2");
     let with_flagged = Filters {
@@ -249,7 +250,7 @@ fn permitted_lists_the_patterns_the_context_filters_let_through() {
         ("b", &["read", "send"][..], &[][..], 0),
         ("c", &["zip"][..], &["prod"][..], 9),
     ] {
-        table.set_pattern(id, &format!("cap_{id}"), &strings(tools), false, false);
+        table.set_pattern(id, &format!("cap_{id}"), &strings(tools), &[], false, false);
         table.set_counters(id, 1, failures, 1, 0, &strings(tags));
     }
     table.link_intent(1, "a");

@@ -17,7 +17,7 @@ from pml_server.domain.records import (
     TenantStats,
     decode_intent,
 )
-from pml_server.storage.decoded import (
+from pml_server.storage.codec import (
     decode_counters_shared,
     decode_intent_for_view,
     decode_pattern,
@@ -32,7 +32,7 @@ from pml_server.storage.keys import (
     u64,
 )
 from pml_server.storage.postgres._store import CF_INDEX_SNAPSHOT, CF_STATS_DELTA, PostgresStore
-from pml_server.storage.postgres._views import CachedView, PatternKey, ViewCache
+from pml_server.storage.postgres._views import CachedView, PatternKey, ReplicaViewCache
 from pml_server.storage.repo import Repository, ViewRows
 from pml_server.storage.seam import Op
 
@@ -53,7 +53,7 @@ class SharedRepository(Repository):
         super().__init__(store)
         self.shared_store = store
         self._prefetched = threading.local()
-        self._views = ViewCache(view_cache_size)
+        self._views = ReplicaViewCache(view_cache_size)
         store.watch_commits(self._forget_written)
 
     def _forget_written(self, ops: Sequence[Op]) -> None:

@@ -18,10 +18,10 @@ the same way (past the bound they are cleared and every read begun before is ref
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from pml_server.domain.lru import Lru
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 
 PatternKey = tuple[str, str]  # (tenant, pattern id)
@@ -34,10 +34,13 @@ class CachedView:
     intents: dict[int, IntentRecord]  # by intent id
 
 
-class ViewCache:
+class ReplicaViewCache:
+    """The views of one replica over the shared store (see the module docstring); the engine's
+    own cache, for a store it alone writes, is `service._views.ViewCache`."""
+
     def __init__(self, size: int) -> None:
         self._size = size
-        self._entries: OrderedDict[PatternKey, CachedView] = OrderedDict()
+        self._entries: Lru[PatternKey, CachedView] = Lru(max(size, 0))
         self._dropped_at: dict[PatternKey, int] = {}
         self._generation = 0
         self._floor = 0  # reads begun before this generation are not kept
@@ -51,11 +54,10 @@ class ViewCache:
     def get(self, key: PatternKey, intent_ids: Sequence[int]) -> CachedView | None:
         """The pattern's view when it is cached with every one of `intent_ids`."""
         with self._lock:
-            found = self._entries.get(key)
+            found = self._entries.peek(key)
             if found is None or any(i not in found.intents for i in intent_ids):
                 return None
-            self._entries.move_to_end(key)
-            return found
+            return self._entries.get(key)
 
     def keep(self, began_at: int, views: Iterable[tuple[PatternKey, CachedView]]) -> None:
         """Cache views read since generation `began_at`, but none of a pattern dropped since."""
@@ -67,16 +69,13 @@ class ViewCache:
             for key, view in views:
                 if self._dropped_at.get(key, -1) > began_at:
                     continue
-                self._entries[key] = view
-                self._entries.move_to_end(key)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
+                self._entries.put(key, view)
 
     def drop(self, keys: Iterable[PatternKey]) -> None:
         with self._lock:
             self._generation += 1
             for key in keys:
-                self._entries.pop(key, None)
+                self._entries.pop(key)
                 self._dropped_at[key] = self._generation
             if len(self._dropped_at) > self._size:
                 self._dropped_at.clear()

@@ -723,6 +723,7 @@ class ScoreParts(_message.Message):
     SUPERSEDED_PENALTY_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
     RELIABILITY_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
     TRANSITION_FIELD_NUMBER: _builtins.int
     match: _builtins.float
     """(Output only) Fused relevance, 0..1."""
@@ -741,10 +742,17 @@ class ScoreParts(_message.Message):
     superseded_penalty: _builtins.float
     """(Output only) 1.0 unless superseded."""
     total: _builtins.float
-    """(Output only) The final score: match * reliability * usage * recency * superseded_penalty."""
+    """(Output only) The final score: match * reliability * usage * recency * superseded_penalty
+    * steps * transition.
+    """
     reliability: _builtins.float
     """(Output only) Evidence of failure against the pattern, 0..1: 1.0 without failures, whatever
     the number of tries; sinks toward success rate / expected rate as failures accumulate.
+    """
+    steps: _builtins.float
+    """(Output only) How well the pattern's steps fit the tools the request asks for, in
+    [1 - step_weight, 1]: 1.0 without evidence; a missing or extra step lowers it
+    (docs/ranking.md, Steps).
     """
     transition: _builtins.float
     """(Output only) The session signal (docs/ranking.md, Sessions): 1.0 without a context, up
@@ -763,11 +771,12 @@ class ScoreParts(_message.Message):
         superseded_penalty: _builtins.float = ...,
         total: _builtins.float = ...,
         reliability: _builtins.float = ...,
+        steps: _builtins.float = ...,
         transition: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "match", b"match", "recency", b"recency", "reliability", b"reliability", "semantic", b"semantic", "success_estimate", b"success_estimate", "superseded_penalty", b"superseded_penalty", "total", b"total", "transition", b"transition", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "match", b"match", "recency", b"recency", "reliability", b"reliability", "semantic", b"semantic", "steps", b"steps", "success_estimate", b"success_estimate", "superseded_penalty", b"superseded_penalty", "total", b"total", "transition", b"transition", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

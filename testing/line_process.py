@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.reliability.harness import ROOT
+from testing.server_process import ROOT
 
 
 class LineProcess:

@@ -12,7 +12,7 @@ with it), driven by one command per line on stdin and answering one line on stdo
     release        close the held streams
     EOF            exit (a flood also stops by itself after SECONDS)
 
-    python -m tests.reliability.flood API_KEY THREADS SECONDS
+    python -m testing.flood API_KEY THREADS SECONDS
 """
 
 from __future__ import annotations

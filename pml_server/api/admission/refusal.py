@@ -31,8 +31,8 @@ from typing import Any
 import grpc
 
 from pml_server.api import errors
-from pml_server.api.auth import KeyStore
-from pml_server.api.quotas import TenantQuotas
+from pml_server.api.admission.quotas import TenantQuotas
+from pml_server.api.security.auth import KeyStore
 from pml_server.domain.errors import UnauthenticatedError
 
 REFUSAL_THREADS = 2

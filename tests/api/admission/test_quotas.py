@@ -13,10 +13,7 @@ import grpc
 import pytest
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
-from pml_server.api.admission import RefusalPool
-from pml_server.api.auth import KeyStore, Role
-from pml_server.api.errors import PUSHBACK_TRAILER
-from pml_server.api.quotas import (
+from pml_server.api.admission.quotas import (
     ACTIVE_SECONDS,
     CONCURRENCY_RETRY_SECONDS,
     COST_RETRY_SECONDS,
@@ -24,6 +21,9 @@ from pml_server.api.quotas import (
     CPU_SHARE,
     TenantQuotas,
 )
+from pml_server.api.admission.refusal import RefusalPool
+from pml_server.api.errors import PUSHBACK_TRAILER
+from pml_server.api.security.auth import KeyStore, Role
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.domain.errors import ResourceExhaustedError
 from tests.conftest import StartServer

@@ -2,7 +2,7 @@
 drain, close) over the real engine (Rust normalizer, RocksDB); `--snapshot-interval-seconds`
 lets a kill land mid-snapshot.
 
-    python -m tests.reliability.serve_pml --listen 127.0.0.1:0 --data-dir DIR [serve flags]
+    python -m testing.serve_pml --listen 127.0.0.1:0 --data-dir DIR [serve flags]
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 `benches/bench_flood.py`.
 
 Two server processes run: `shared` (the neighbour's server) and `control` (an unrelated one). One
-flooder process (`tests.reliability.flood`, its own GIL) floods either of them; meanwhile the
+flooder process (`testing.flood`, its own GIL) floods either of them; meanwhile the
 neighbour, a sequential client in this process, times its Suggest calls on `shared`. Each trial
 has three phases in a rotating order: no flood, flood on `shared`, flood on `control`. The
 control phase shows what machine contention alone costs (on 2 cores the flooder's own client
@@ -26,9 +26,9 @@ from typing import Any
 import grpc
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
-from pml_server.api.auth import Role, add_key
-from tests.reliability.harness import ServerProcess
-from tests.reliability.line_process import LineProcess
+from pml_server.api.security.auth import Role, add_key
+from testing.line_process import LineProcess
+from testing.server_process import ServerProcess
 
 PHASES = ("alone", "same_server", "other_server")
 RAMP_SECONDS = 0.3  # after every flood thread had an answer, before timing the neighbour
@@ -64,7 +64,7 @@ class Flooder(LineProcess):
     """The flood process: one tenant's flood of calls, from its own process."""
 
     def __init__(self, key: str, threads: int, max_seconds: float = 60.0) -> None:
-        super().__init__("tests.reliability.flood", [key, str(threads), str(max_seconds)], 30)
+        super().__init__("testing.flood", [key, str(threads), str(max_seconds)], 30)
 
 
 @dataclass

@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 
-from pml_server.api.auth import KeyStore
+from pml_server.api.security.auth import KeyStore
 
 log = logging.getLogger("pml.keys")
 POLL_SECONDS = 1.0

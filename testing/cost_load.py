@@ -8,7 +8,7 @@ one line answered on stdout per command:
     stop    stop; answers one JSON object: status-code counts and calls made per kind
     EOF     exit
 
-    python -m tests.reliability.cost_load API_KEY TARGET THREADS
+    python -m testing.cost_load API_KEY TARGET THREADS
 """
 
 from __future__ import annotations

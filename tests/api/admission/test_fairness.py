@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from pml_server.api.fairness import (
+from pml_server.api.admission.fairness import (
     CHECK_EVERY,
     MAX_PAUSE_SECONDS,
     NEIGHBOUR_GAP_SECONDS,

@@ -1,12 +1,8 @@
-"""A real `pml` server process for the reliability tests (started from `serve_pml`, port 0),
-killed and restarted at will, and the figures file every test appends its numbers to.
-
-Figures go to stdout (seen with `pytest -s`), into the assertion messages, and into
-`tests/reliability/figures/<test>.json` so a CI run leaves them behind."""
+"""A real `pml` server process (started from `testing.serve_pml`, port 0), killed and restarted
+at will: what the reliability tests and the benchmarks that measure a server run."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -14,18 +10,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-ROOT = Path(__file__).resolve().parents[2]
-FIGURES_DIR = Path(__file__).resolve().parent / "figures"
+ROOT = Path(__file__).resolve().parents[1]
 _LISTENING = re.compile(r"\(port (\d+)\)")
 
 
 class ServerProcess:
-    """`python -m tests.reliability.serve_pml` on 127.0.0.1 with an OS-chosen port."""
+    """`python -m testing.serve_pml` on 127.0.0.1 with an OS-chosen port."""
 
     def __init__(self, data_dir: Path, *flags: str, log_path: Path | None = None) -> None:
         self.data_dir = data_dir
@@ -41,7 +35,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 90.0) -> None:
         """Start and wait until health says SERVING (the vector index caught up)."""
-        args = [sys.executable, "-m", "tests.reliability.serve_pml", "--listen", "127.0.0.1:0"]
+        args = [sys.executable, "-m", "testing.serve_pml", "--listen", "127.0.0.1:0"]
         args += ["--data-dir", str(self.data_dir), "--embedder", "hashing", *self.flags]
         log = self.log_path.open("a")
         self.proc = subprocess.Popen(
@@ -110,13 +104,3 @@ class ServerProcess:
             return self.log_path.read_text()[-chars:]
         except OSError:
             return "(no log)"
-
-
-def report(name: str, figures: dict[str, Any]) -> str:
-    """Print the figures, write them to figures/<name>.json, and return them as one line for
-    assertion messages."""
-    FIGURES_DIR.mkdir(exist_ok=True)
-    text = json.dumps(figures, sort_keys=True, default=str)
-    (FIGURES_DIR / f"{name}.json").write_text(text + "\n")
-    print(f"\n[reliability] {name}: {text}", flush=True)
-    return f"{name}: {text}"

@@ -3,7 +3,7 @@ and `benches/bench_tenant_cost.py`.
 
 One server process with two tenants. `heavy` holds ten giant patterns (120,000 literals in
 240 KB of code each, bounded by the normalizer to 256 parameters) and, from a process of its own
-(`tests.reliability.cost_load`, its own GIL), runs 4 concurrent Suggests (page_size 100) and
+(`testing.cost_load`, its own GIL), runs 4 concurrent Suggests (page_size 100) and
 dry-run RunRetentions over them, back to back. `light` holds one ordinary pattern and times its
 Suggest from this process, one call at a time, checking every answer. Each trial has two phases
 in alternating order, `alone` (heavy idle) and `loaded`; the p50 and p99 of each phase are over
@@ -25,10 +25,10 @@ from typing import Any
 import grpc
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
-from pml_server.api.auth import Role, add_key
-from pml_server.api.quotas import CPU_SHARE
-from tests.reliability.harness import ServerProcess
-from tests.reliability.line_process import LineProcess
+from pml_server.api.admission.quotas import CPU_SHARE
+from pml_server.api.security.auth import Role, add_key
+from testing.line_process import LineProcess
+from testing.server_process import ServerProcess
 
 OK = resources_pb2.EXECUTION_STATUS_SUCCESS
 GIANT_LITERALS = 120_000
@@ -117,7 +117,7 @@ class HeavyLoad(LineProcess):
     """The `cost_load` process: the expensive tenant's calls, from its own process."""
 
     def __init__(self, key: str, target: str, threads: int) -> None:
-        super().__init__("tests.reliability.cost_load", [key, target, str(threads)], 60)
+        super().__init__("testing.cost_load", [key, target, str(threads)], 60)
 
 
 @dataclass
@@ -215,7 +215,7 @@ def measure(
 
 
 def main() -> None:
-    """`python -m tests.reliability.cost_measure [TRIALS CALLS]`: one measurement, as JSON."""
+    """`python -m testing.cost_measure [TRIALS CALLS]`: one measurement, as JSON."""
     import tempfile
 
     trials, calls = (int(a) for a in sys.argv[1:3]) if len(sys.argv) > 2 else (4, 150)

@@ -1,0 +1,115 @@
+//! Step-aware relevance (docs/ranking.md, Steps): how well a candidate's steps fit the tools
+//! the request asks for, judged from what the memory has learned about each tool rather than
+//! from the candidate's own intents alone.
+//!
+//! The request's evidence for a tool `t` is the larger of
+//! - its **neighbour vote**: among the `STEP_NEIGHBOURS` intents nearest the request (the
+//!   vector search's best hits), the cosine-weighted share whose pattern uses `t`; and
+//! - its **name**: `STEP_NAME_WEIGHT` x the share of `t`'s name words the request names.
+//!
+//! A candidate with the distinct tools `T` fits by the Dice overlap of `T` with that soft set:
+//! `fit = 2 * sum(v(t), t in T) / (|T| + mass)`, `mass` the evidence summed over every tool of
+//! the retrieved candidates. A missing step lowers the sum, an extra one raises `|T|`, each in
+//! proportion; the pattern with exactly the asked tools fits best. The factor in the total is
+//! `1 - w + w * fit` (`Params::step_weight`); 1.0 for a pattern without tools or a request
+//! without evidence. Pure: the words come analysed from Python (`ranking.plans.text_words`).
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::formula::Params;
+use super::table::{NameId, RankTable};
+use crate::index::Hit;
+
+/// How many of the request's nearest intents vote for their patterns' tools.
+pub const STEP_NEIGHBOURS: usize = 10;
+/// What a tool named in full by the request counts as evidence, at most.
+pub const STEP_NAME_WEIGHT: f64 = 0.3;
+
+/// The request's evidence for each tool of the retrieved candidates.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct StepEvidence {
+    weight: f64,
+    evidence: FxHashMap<NameId, f64>,
+    mass: f64,
+}
+
+impl StepEvidence {
+    /// The step factor of a pattern with these (sorted, distinct) tools, in [1 - w, 1].
+    pub fn factor(&self, tools: &[NameId]) -> f64 {
+        if self.weight <= 0.0 || tools.is_empty() || self.mass <= 0.0 {
+            return 1.0;
+        }
+        let mut inter = 0.0;
+        for t in tools {
+            inter += self.evidence.get(t).copied().unwrap_or(0.0);
+        }
+        let fit = (2.0 * inter / (tools.len() as f64 + self.mass)).min(1.0);
+        1.0 - self.weight + self.weight * fit
+    }
+
+    /// The evidence for one tool (0.0 when none).
+    pub fn of(&self, tool: NameId) -> f64 {
+        self.evidence.get(&tool).copied().unwrap_or(0.0)
+    }
+}
+
+/// The evidence of a request: `neighbours` its `STEP_NEIGHBOURS` nearest intents in the whole
+/// memory (any order; the context filters do not restrict them, so the evidence does not depend
+/// on what retrieval kept), `words` its analysed words.
+pub fn step_evidence(
+    table: &RankTable,
+    neighbours: &[Hit],
+    words: &FxHashSet<String>,
+    p: &Params,
+) -> StepEvidence {
+    let mut out = StepEvidence {
+        weight: p.step_weight,
+        ..StepEvidence::default()
+    };
+    if p.step_weight <= 0.0 {
+        return out;
+    }
+    // The nearest intents, best first (ties by id, so both ranking paths agree).
+    let mut nearest: Vec<&Hit> = neighbours.iter().collect();
+    nearest.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+    let mut votes: FxHashMap<NameId, f64> = FxHashMap::default();
+    let mut total = 0.0;
+    for hit in nearest.into_iter().take(STEP_NEIGHBOURS) {
+        let Some(slot) = table.row_of_intent(hit.id) else {
+            continue;
+        };
+        let w = f64::from(hit.score).max(0.0);
+        total += w;
+        for &t in table.row(slot).tools.iter() {
+            *votes.entry(t).or_insert(0.0) += w;
+        }
+    }
+    // How many of each tool's name words the request names.
+    let mut named: FxHashMap<NameId, usize> = FxHashMap::default();
+    for word in words {
+        for &t in table.tools_named_by(word) {
+            *named.entry(t).or_insert(0) += 1;
+        }
+    }
+    let mut tools: Vec<NameId> = votes.keys().chain(named.keys()).copied().collect();
+    tools.sort_unstable();
+    tools.dedup();
+    for t in tools {
+        let vote = if total > 0.0 {
+            votes.get(&t).copied().unwrap_or(0.0) / total
+        } else {
+            0.0
+        };
+        let own = table.tool_words(t).len();
+        let share = match named.get(&t) {
+            Some(&n) if own > 0 => n as f64 / own as f64,
+            _ => 0.0,
+        };
+        let v = vote.max(STEP_NAME_WEIGHT * share);
+        if v > 0.0 {
+            out.mass += v;
+            out.evidence.insert(t, v);
+        }
+    }
+    out
+}

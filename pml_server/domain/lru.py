@@ -1,0 +1,98 @@
+"""The one bounded least-recently-used map every cache of pml is built on.
+
+Bounded by a weight: by default every entry weighs 1 (a bound on the number of entries); a
+`weigh` function makes it a bound in bytes (the store's read cache, the engine's views). Adding
+past the bound evicts the least recently used entries and hands them back, so a cache that must
+act on an eviction (remember the newest invalidation it forgets) can. An entry heavier than the
+whole bound is not kept.
+
+Not thread-safe: every cache that uses one already holds its own lock around a lookup and what
+it decides from it, so a second lock here would only cost. The standard library's
+`functools.lru_cache` stays where a pure function of hashable arguments is memoized.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def _one(_key: object, _value: object) -> int:
+    return 1
+
+
+class Lru(Generic[K, V]):
+    """A map of at most `bound` total weight, least recently used first out."""
+
+    __slots__ = ("_bound", "_entries", "_weigh", "_weight")
+
+    def __init__(self, bound: int, weigh: Callable[[K, V], int] | None = None) -> None:
+        self._bound = bound
+        self._weigh: Callable[[K, V], int] = weigh or _one
+        # key -> (value, its weight), least recently used first
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._weight = 0
+
+    @property
+    def bound(self) -> int:
+        return self._bound
+
+    @property
+    def weight(self) -> int:
+        """The total weight held (the number of entries without `weigh`)."""
+        return self._weight
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._entries
+
+    def __iter__(self) -> Iterator[K]:
+        """Keys, least recently used first."""
+        return iter(self._entries)
+
+    def get(self, key: K) -> V | None:
+        """The value, now the most recently used; None when absent."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(key)
+        return entry[0]
+
+    def peek(self, key: K) -> V | None:
+        """The value, its recency unchanged; None when absent."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry[0]
+
+    def put(self, key: K, value: V) -> list[tuple[K, V]]:
+        """Set `key` (now the most recently used) and evict past the bound; the evicted
+        entries, oldest first (the new one itself when it alone weighs more than the bound)."""
+        self.pop(key)
+        weight = self._weigh(key, value)
+        if weight > self._bound:
+            return [(key, value)]
+        self._entries[key] = (value, weight)
+        self._weight += weight
+        evicted: list[tuple[K, V]] = []
+        while self._weight > self._bound:
+            old_key, (old_value, old_weight) = self._entries.popitem(last=False)
+            self._weight -= old_weight
+            evicted.append((old_key, old_value))
+        return evicted
+
+    def pop(self, key: K) -> V | None:
+        """Remove `key`; its value, or None when absent."""
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return None
+        self._weight -= entry[1]
+        return entry[0]
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._weight = 0

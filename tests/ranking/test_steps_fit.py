@@ -1,0 +1,163 @@
+"""The step fit (docs/ranking.md, Steps), through the core's ranking table: how well a
+pattern's steps fit the tools a request asks for. Properties: a request naming k tools prefers
+the pattern with exactly those tools over one with a subset or a superset; adding a step the
+request gives no evidence for never raises a pattern's factor; the factor stays in
+[1 - step_weight, 1] and is 1 with the weight at 0 or without evidence."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pml_server import _core
+from pml_server.domain.errors import InvalidArgumentError
+from pml_server.ranking import RankingConfig
+from pml_server.ranking.table import RankTable, core_params
+
+TOOLS = [
+    "flight_search",
+    "book_flight",
+    "set_reminder",
+    "hotel_search",
+    "weather_forecast",
+    "send_email",
+    "translate_text",
+    "stock_quote",
+]
+CONFIG = RankingConfig()
+
+
+def _table(patterns: dict[str, tuple[str, ...]]) -> RankTable:
+    table = RankTable()
+    for n, (pattern, tools) in enumerate(patterns.items()):
+        table.set_pattern(pattern, f"cap-{pattern}", tools, False, False)
+        table.set_counters(pattern, 1, 0, 1, 0, [])
+        table.link_intent(n, pattern)
+    return table
+
+
+def _factors(
+    table: RankTable,
+    patterns: list[str],
+    text: str,
+    neighbours: list[tuple[int, float]] | None = None,
+    config: RankingConfig = CONFIG,
+) -> dict[str, float]:
+    return dict(
+        zip(patterns, table.step_factors(neighbours or [], patterns, text, config), strict=True)
+    )
+
+
+def _request(tools: list[str]) -> str:
+    """A request naming each tool by its words ("flight search, then book flight")."""
+    return ", then ".join(t.replace("_", " ") for t in tools)
+
+
+def test_the_pattern_with_exactly_the_named_steps_fits_best() -> None:
+    patterns = {
+        "two": ("flight_search", "book_flight"),
+        "three": ("flight_search", "book_flight", "set_reminder"),
+        "four": ("flight_search", "book_flight", "set_reminder", "send_email"),
+    }
+    table = _table(patterns)
+    request = "search a flight, book the flight and set a reminder the day before"
+    f = _factors(table, list(patterns), request)
+    assert f["three"] > f["two"]
+    assert f["three"] > f["four"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    named=st.lists(st.sampled_from(TOOLS), min_size=1, max_size=4, unique=True),
+    missing=st.integers(0, 3),
+    extra=st.lists(st.sampled_from(TOOLS), min_size=1, max_size=3, unique=True),
+)
+def test_a_request_naming_k_steps_prefers_exactly_those(
+    named: list[str], missing: int, extra: list[str]
+) -> None:
+    # steps the request does not name, not even in part (no word in common)
+    said = {w for t in named for w in t.split("_")}
+    extra = [t for t in extra if not said & set(t.split("_"))]
+    subset = tuple(named[: max(len(named) - max(missing, 1), 0)])
+    patterns = {"exact": tuple(named)}
+    if subset:
+        patterns["subset"] = subset
+    if extra:
+        patterns["superset"] = (*named, *extra)
+    table = _table(patterns)
+    f = _factors(table, list(patterns), _request(named))
+    assert f["exact"] < 1.0 or len(named) == 0
+    for other in set(patterns) - {"exact"}:
+        assert f[other] < f["exact"], (other, patterns, f)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tools=st.lists(st.sampled_from(TOOLS), min_size=1, max_size=4, unique=True),
+    named=st.lists(st.sampled_from(TOOLS), max_size=4, unique=True),
+    # neighbours among p's and other's intents (0 and 2): nobody used the unrelated tool
+    votes=st.lists(st.tuples(st.sampled_from([0, 2]), st.floats(-1.0, 1.0, width=32)), max_size=10),
+    unrelated=st.text(alphabet="qxzv", min_size=3, max_size=8),
+)
+def test_an_unrelated_step_never_raises_the_factor(
+    tools: list[str],
+    named: list[str],
+    votes: list[tuple[int, float]],
+    unrelated: str,
+) -> None:
+    extra = f"{unrelated}_{unrelated}"  # a tool nothing names and no neighbour uses
+    patterns = {"p": tuple(tools), "p_plus": (*tools, extra), "other": ("stock_quote",)}
+    table = _table(patterns)
+    f = _factors(table, list(patterns), _request(named) if named else "hello", votes)
+    assert f["p_plus"] <= f["p"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    tools=st.lists(st.sampled_from(TOOLS), min_size=1, max_size=4, unique=True),
+    named=st.lists(st.sampled_from(TOOLS), max_size=4, unique=True),
+    votes=st.lists(st.tuples(st.integers(0, 2), st.floats(-1.0, 1.0, width=32)), max_size=10),
+    weight=st.floats(0.0, 1.0),
+)
+def test_the_factor_is_bounded_by_the_weight(
+    tools: list[str], named: list[str], votes: list[tuple[int, float]], weight: float
+) -> None:
+    patterns = {"p": tuple(tools), "q": ("hotel_search",), "r": ("send_email", "stock_quote")}
+    table = _table(patterns)
+    config = replace(CONFIG, step_weight=weight)
+    for factor in _factors(table, list(patterns), _request(named), votes, config).values():
+        assert 1.0 - weight - 1e-12 <= factor <= 1.0
+
+
+def test_no_evidence_or_no_weight_leaves_the_total_alone() -> None:
+    table = _table({"p": ("flight_search",), "empty": ()})
+    assert _factors(table, ["p", "empty"], "hello there") == {"p": 1.0, "empty": 1.0}
+    off = replace(CONFIG, step_weight=0.0)
+    assert _factors(table, ["p"], "flight search then hotel", config=off) == {"p": 1.0}
+    # a tool-less pattern has no steps to judge, an unknown pattern no row
+    named = _factors(table, ["p", "empty", "unknown"], "flight search then hotel")
+    assert named["empty"] == 1.0
+    assert named["unknown"] == 1.0
+    assert named["p"] < 1.0
+
+
+def test_neighbour_votes_count_their_patterns_tools() -> None:
+    table = _table({"a": ("hotel_search",), "b": ("weather_forecast",)})
+    # intent 0 is pattern a's, intent 1 pattern b's: the nearer one's tool fits better
+    f = _factors(table, ["a", "b"], "somewhere to stay", [(0, 0.9), (1, 0.3)])
+    assert f["a"] > f["b"]
+
+
+def test_bad_arguments_name_their_field() -> None:
+    table = _core.RankTable()
+    with pytest.raises(InvalidArgumentError) as err:
+        table.set_pattern("p", "c", ["a", "b"], False, False, [["a"]])
+    assert "tool_words" in str(err.value)
+    with pytest.raises(InvalidArgumentError) as err:
+        table.step_factors([1, 2], [0.5], ["p"], [], core_params(CONFIG))
+    assert "hit_scores" in str(err.value)
+    with pytest.raises(ValueError, match="step_weight"):
+        RankingConfig(step_weight=1.5)
