@@ -9,7 +9,7 @@ import grpc
 import pytest
 from rich.console import Console
 
-from pml_server import cli_render
+from pml_server.cli import _render as cli_render
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.mcp import _models
 

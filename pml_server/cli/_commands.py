@@ -1,5 +1,5 @@
 """The client-side `pml` commands: each builds a `PmlClient`, calls it and renders the reply as
-text (`cli_render`, fitted to the terminal's width) or, with `--json`, as proto JSON.
+text (`_render`, fitted to the terminal's width) or, with `--json`, as proto JSON.
 
 Errors end in one line on stderr and an exit code from `cli.EXIT_CODES`: no tracebacks for a
 refused call, an unreachable server or a bad input file."""
@@ -34,8 +34,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from pml_server import cli_render as render
-from pml_server._record_json import parse_execution_record
+from pml_server.cli import _render as render
+from pml_server.cli._record_json import parse_execution_record
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.domain.limits import LIMITS
 

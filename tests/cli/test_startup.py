@@ -7,12 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_client_commands_import_no_numpy_ranking_or_metadata() -> None:
     probe = (
-        "import sys, pml_server.cli, pml_server.cli_commands; "
+        "import sys, pml_server.cli, pml_server.cli._commands; "
         "print(' '.join(m for m in sys.modules if m == 'numpy' or m == 'importlib.metadata' "
         "or m.startswith(('pml_server.ranking.', 'pml_server.retention.policy', "
         "'pml_server.domain.model'))))"

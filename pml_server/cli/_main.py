@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
         from pml_server.mcp import cli as mcp_cli
 
         sys.exit(mcp_cli.run(args))
-    from pml_server.cli_commands import run
+    from pml_server.cli._commands import run
 
     sys.exit(run(args))
 
@@ -334,7 +334,3 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"pml serve: error: {err}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    main()

@@ -22,7 +22,7 @@ from google.protobuf import json_format
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, make_record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _CONTROL = re.compile(r"\r|\x1b\[2K|\x1b\[[0-9;?]*[A-Za-z]|[^\r\x1b]+|\x1b")
 
 

@@ -59,7 +59,7 @@ def test_a_bad_line_is_reported_with_its_number_and_skipped(
     path = tmp_path / "mixed.jsonl"
     lines = [_line(0), _line(1), "{not json", "", _line(2), '{"intent": 5, "bogus": 1}', _line(3)]
     path.write_text("\n".join(lines) + "\n")
-    out = run("import", str(path), expect=2)  # cli_commands.EXIT_USAGE: bad input lines
+    out = run("import", str(path), expect=2)  # cli._commands.EXIT_USAGE: bad input lines
     assert f"{path}:3: not an ExecutionRecord" in out
     assert f"{path}:6: not an ExecutionRecord" in out
     assert "imported 4 records" in out

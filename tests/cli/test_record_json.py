@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from benches import devset_workload
 from pml_server._proto.pml.v1 import resources_pb2
-from pml_server._record_json import parse_execution_record
+from pml_server.cli._record_json import parse_execution_record
 
 
 def _outcome(parse: Any, text: str) -> tuple[str, str] | bytes:

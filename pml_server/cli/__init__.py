@@ -1,0 +1,6 @@
+"""The `pml` command: the parser and entry point (`_main`), the client commands (`_commands`),
+their terminal rendering (`_render`) and the JSON-lines record reader (`_record_json`)."""
+
+from pml_server.cli._main import EXIT_CODES, build_parser, client_environment, main
+
+__all__ = ["EXIT_CODES", "build_parser", "client_environment", "main"]
