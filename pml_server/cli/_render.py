@@ -215,9 +215,13 @@ def _suggestion_listing(
     title = "Suggestions, best first (total: the ranking formula over the parts)"
     notes = {rank: _cautions(intent, s) for rank, s in enumerate(reply.suggestions, 1)}
     marked = {rank for rank, said in notes.items() if said}
+    # `next`, the session signal, only when the request named a previous step (it is 1 else;
+    # an older server sends 0): docs/ranking.md, Sessions
+    with_context = any(s.score.transition not in (0.0, 1.0) for s in reply.suggestions)
+    unshown = () if with_context else ("next",)
     for n in range(len(_DROPPED_FIRST) + 1):
         left_out = _DROPPED_FIRST[:n]
-        table = _suggestion_table(title, reply, left_out, marked)
+        table = _suggestion_table(title, reply, (*unshown, *left_out), marked)
         if _fits(console, table):
             console.print(table)
             for rank in sorted(marked):
