@@ -9,8 +9,7 @@ Development data for context (built here, deterministically, from ../shared/devs
   mean position of the expected tools: near-synonyms drawn from the set's own tool names and
   intents (e.g. `search_engine_query` against other web-search tools), never random noise.
   `offered_tools` builds them; the offered list is sorted, so it leaks no order.
-- **Sessions** (made from the multi-step executions) are not built yet: the session signal is
-  not implemented (docs/ranking.md, Context filters, says so).
+- **Sessions** (made from the multi-tool executions): benches/bench_sessions.py.
 
 Rows (in-process engine on RocksDB, default model `minilm`, the client-vector path of the
 quality suite: benches/quality_vectors.py caches the model's vectors, so each Suggest is the

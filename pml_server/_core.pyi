@@ -23,6 +23,7 @@ __all__ = [
     "NORMALIZER_VERSION",
     "NORMALIZE_MAX_INPUT_BYTES",
     "NORMALIZE_MAX_PARAMS",
+    "STEP_NEIGHBOURS",
     "CoreArgumentError",
     "CoreError",
     "CorruptDataError",
@@ -269,11 +270,12 @@ def rank_query(
     tags: list[str],
     own_min_success: bool = False,
     words: list[str] = ...,
+    transitions: dict[str, float] | None = None,
 ) -> list[
     tuple[
         str,
         str,
-        tuple[float, float, float, float, float, float, float, float, float, float],
+        tuple[float, float, float, float, float, float, float, float, float, float, float],
         list[int],
     ]
 ]:
@@ -281,9 +283,12 @@ def rank_query(
     documents, each retrieved pattern's best cosine over all its intents, the formula, the
     filters (flagged, available_tools, tags, min_match, min_success), grouping by capability
     and the top `k`, as (pattern id, capability id, (match, semantic, lexical, success
-    estimate, usage, recency, superseded penalty, total, reliability), intent ids), best
-    first. With `available_tools`, `tags` or `own_min_success` (the request named its own
-    min_success) both searches run among the permitted patterns alone (`RankTable.permitted`;
+    estimate, usage, recency, superseded penalty, total, reliability, steps, transition),
+    intent ids), best first. `words`: the request's analysed words, for the step fit
+    (docs/ranking.md, Steps). `transitions`: the session signal's factor by capability id,
+    multiplied into the total of that capability's patterns (docs/ranking.md, Sessions). With
+    `available_tools`, `tags` or `own_min_success` (the request named its own min_success)
+    both searches run among the permitted patterns alone (`RankTable.permitted`;
     a permitted set of at most 1024 intents is scored whole)."""
 
 # --- code normalization (pml_core_rs/src/normalize, docs/normalization.md) ---

@@ -206,6 +206,44 @@ func TestRecordStreamAndSuggestWithAnAPIKey(t *testing.T) {
 	}
 }
 
+// Sessions (docs/ranking.md, Sessions): a record's SessionId teaches which capability follows
+// which; a Suggest's Context without an intent answers what usually comes next.
+func TestASessionTeachesWhatUsuallyComesNext(t *testing.T) {
+	target := startServer(t)
+	ctx := context.Background()
+	client, err := pml.Dial(target, pml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	for _, session := range []string{"conversation-1", "conversation-2"} {
+		list := pml.NewRecord("List the folder", "await mcp.list_dir({path: '.'})", "typescript", pml.OK("list_dir"))
+		read := readRecord("Read JSON file", "a.json")
+		for _, r := range []*pmlv1.ExecutionRecord{list, read} {
+			r.SessionId = session
+			if _, err := client.Record(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reply, err := client.Suggest(ctx, &pmlv1.SuggestRequest{
+		Context: &pmlv1.SuggestContext{PreviousTools: []string{"list_dir"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reply.GetSuggestions()) != 1 {
+		t.Fatalf("suggestions %v, want the read step alone", reply.GetSuggestions())
+	}
+	next := reply.GetSuggestions()[0]
+	if got := strings.Join(next.GetPattern().GetToolsUsed(), ","); got != "read_file,parse_json" {
+		t.Fatalf("next tools %q", got)
+	}
+	if next.GetScore().GetTransition() <= 0 {
+		t.Fatalf("transition %f", next.GetScore().GetTransition())
+	}
+}
+
 func TestRecordReportsARejectionWithItsToolFailures(t *testing.T) {
 	client, err := pml.Dial(startServer(t), pml.Options{})
 	if err != nil {

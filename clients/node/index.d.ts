@@ -38,6 +38,8 @@ export interface ExecutionRecord {
   duration_ms?: number;
   intent_embedding?: number[];
   tags?: string[];
+  /** The agent session it belongs to: pml learns which step follows which. */
+  session_id?: string;
 }
 
 export interface ToolFailure {
@@ -100,6 +102,9 @@ export interface ScoreParts {
   recency: number;
   superseded_penalty: number;
   total: number;
+  reliability: number;
+  /** The session signal: 1 without a context (docs/ranking.md, Sessions). */
+  transition: number;
 }
 
 export interface Suggestion {
@@ -128,6 +133,14 @@ export interface SuggestRequest {
   explain?: boolean;
   /** Most plans, 0..10; unset means 3, 0 turns plans off. */
   plan_size?: number;
+  /** What the agent just did; with it `intent` may be empty: what usually comes next. */
+  context?: SuggestContext;
+}
+
+export interface SuggestContext {
+  session_id?: string;
+  previous_patterns?: string[];
+  previous_tools?: string[];
 }
 
 export interface PlanPart {

@@ -689,6 +689,7 @@ impl PyRankTable {
             include_flagged,
             available_tools,
             tags,
+            ..ranking::Filters::default()
         };
         py.detach(|| {
             let table = self.inner.read();
@@ -707,19 +708,20 @@ impl PyRankTable {
 type RankedTuple = (
     String,
     String,
-    (f64, f64, f64, f64, f64, f64, f64, f64, f64, f64),
+    (f64, f64, f64, f64, f64, f64, f64, f64, f64, f64, f64),
     Vec<u64>,
 );
 
 /// One Suggest query ranked in the core (`ranking::query`), the GIL released throughout:
 /// the top `k` as (pattern id, capability id, (match, semantic, lexical, success, usage,
-/// recency, superseded penalty, total, reliability, steps), intent ids). `words`: the request's
-/// analysed words (`ranking.plans.text_words`), for the step fit.
+/// recency, superseded penalty, total, reliability, steps, transition), intent ids). `words`:
+/// the request's analysed words (`ranking.plans.text_words`), for the step fit. `transitions`:
+/// the session signal's factor by capability id (docs/ranking.md, Sessions).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 #[pyo3(signature = (table, ann, lexical, query, terms, limit, k, params, now_ms, *, min_match,
     min_success, include_flagged, available_tools, tags, own_min_success = false,
-    words = Vec::new()))]
+    words = Vec::new(), transitions = None))]
 fn rank_query(
     py: Python<'_>,
     table: &PyRankTable,
@@ -738,6 +740,7 @@ fn rank_query(
     tags: Vec<String>,
     own_min_success: bool,
     words: Vec<String>,
+    transitions: Option<std::collections::HashMap<String, f64>>,
 ) -> PyResult<Vec<RankedTuple>> {
     let words: FxHashSet<String> = words.into_iter().collect();
     let query = f32_vector("query", query)?;
@@ -750,6 +753,7 @@ fn rank_query(
         include_flagged,
         available_tools,
         tags,
+        transitions: transitions.unwrap_or_default().into_iter().collect(),
     };
     let ranked = py
         .detach(|| {
@@ -800,6 +804,7 @@ fn rank_query(
                 p.total,
                 p.reliability,
                 p.steps,
+                p.transition,
             );
             (r.pattern_id, r.capability_id, parts, r.intent_ids)
         })

@@ -128,6 +128,7 @@ def execution_record(
         out, f"{field}.intent_embedding", msg.intent_embedding, embedding_dim
     )
     validate.check_tags(out, f"{field}.tags", msg.tags, limits)
+    validate.check_session_id(out, f"{field}.session_id", msg.session_id)
     out.raise_if_any()
     return model.ExecutionRecord(
         request_id=msg.request_id or default_request_id,
@@ -141,6 +142,7 @@ def execution_record(
         trace=msg.trace,
         intent_embedding=embedding,
         tags=tuple(msg.tags),
+        session_id=msg.session_id,
     )
 
 
@@ -148,7 +150,17 @@ def suggest_query(
     msg: pml_pb2.SuggestRequest, limits: Limits, embedding_dim: int
 ) -> model.SuggestQuery:
     out = Violations()
-    validate.check_intent(out, "intent", msg.intent, limits)
+    context = None
+    if msg.HasField("context"):
+        validate.check_context(out, msg.context, limits)
+        context = model.SuggestContext(
+            session_id=msg.context.session_id,
+            previous_patterns=tuple(msg.context.previous_patterns),
+            previous_tools=tuple(msg.context.previous_tools),
+        )
+    if msg.intent or context is None or not context.names_a_step():
+        # without an intent a context naming a previous step asks what usually comes next
+        validate.check_intent(out, "intent", msg.intent, limits)
     embedding = validate.check_embedding(
         out, "intent_embedding", msg.intent_embedding, embedding_dim
     )
@@ -180,6 +192,7 @@ def suggest_query(
         tags=tuple(msg.tags),
         explain=msg.explain,
         plan_size=plan_size,
+        context=context,
     )
 
 
@@ -284,6 +297,7 @@ def _fill_score(out: resources_pb2.ScoreParts, parts: model.ScoreParts) -> None:
     out.total = parts.total
     out.reliability = parts.reliability
     out.steps = parts.steps
+    out.transition = parts.transition
 
 
 def listed_pattern(view: model.PatternView) -> resources_pb2.Pattern:

@@ -47,6 +47,7 @@ def _record(execution: MappedExecution) -> resources_pb2.ExecutionRecord:
         language=execution.language,
         duration_ms=execution.duration_ms,
         tags=list(execution.tags),
+        session_id=execution.session_id,
         tool_calls=[
             resources_pb2.ToolCall(
                 tool=c.tool,

@@ -9,8 +9,9 @@ import json
 import math
 from collections.abc import Sequence
 
+from pml_server._proto.pml.v1 import pml_pb2
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
-from pml_server.domain.limits import LIMITS, Limit, Limits
+from pml_server.domain.limits import LIMITS, Limit, Limits, session_id_problem
 from pml_server.domain.vectors import CheckedVector, check_vector
 
 DEFAULT_PAGE_SIZE = 50
@@ -47,6 +48,26 @@ def check_intent(out: Violations, field: str, intent: str, limits: Limits) -> No
     if intent.strip() and not any(ch.isalnum() for ch in intent):
         # Nothing to embed or match: the hashing embedder would give a zero vector.
         out.add(field, "must contain at least one letter or digit")
+
+
+def check_session_id(out: Violations, field: str, session_id: str) -> None:
+    """An optional session id (empty: none): docs/ranking.md, Sessions."""
+    if session_id and (problem := session_id_problem(session_id)) is not None:
+        out.add(field, problem)
+
+
+def check_context(out: Violations, msg: pml_pb2.SuggestContext, limits: Limits) -> None:
+    """Suggest's context: a session id and at most so many previous patterns and tools."""
+    check_session_id(out, "context.session_id", msg.session_id)
+    for values, limit, each in (
+        (msg.previous_patterns, limits.previous_patterns, limits.resource_id),
+        (msg.previous_tools, limits.previous_tools, limits.tool),
+    ):
+        if (too_many := limit.excess(values)) is not None:
+            out.add(limit.field, too_many)
+            continue
+        for i, value in enumerate(values):
+            check_text(out, f"{limit.field}[{i}]", value, each, required=True)
 
 
 def check_code(out: Violations, field: str, code: str, limits: Limits) -> None:

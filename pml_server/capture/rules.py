@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from pml_server.capture.normalize import NormalizedCode, NormalizedParam
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
-from pml_server.domain.limits import LIMITS, Limit, Limits
+from pml_server.domain.limits import LIMITS, Limit, Limits, session_id_problem
 from pml_server.domain.model import ExecutionRecord, ExecutionStatus, ToolFailure
 from pml_server.domain.records import FailureSignature, PatternCounters
 
@@ -60,6 +60,8 @@ def validate_record(record: ExecutionRecord, limits: CaptureLimits) -> None:
             bad.append(FieldViolation(f"tool_calls[{i}].duration_ms", "must be finite and >= 0"))
     if not math.isfinite(record.duration_ms) or record.duration_ms < 0:
         bad.append(FieldViolation("duration_ms", "must be finite and >= 0"))
+    if record.session_id and (problem := session_id_problem(record.session_id)) is not None:
+        bad.append(FieldViolation("session_id", problem))
     if bad:
         raise InvalidArgumentError(bad)
 

@@ -148,7 +148,10 @@ def record(args: argparse.Namespace) -> int:
             failed_tools=failed,
             request_id=args.request_id,
             duration_ms=args.duration_ms,
+            session_id=args.session,
         )
+    if args.session:  # also over a --file record's own
+        rec.session_id = args.session
     with _client(args) as client:
         result = client.record(rec)
     if args.json:
@@ -362,6 +365,9 @@ def suggest(args: argparse.Namespace) -> int:
             include_flagged=args.include_flagged,
             explain=args.explain,
             plan_size=args.plans,
+            session_id=args.session,
+            previous_patterns=args.after_pattern,
+            previous_tools=args.after,
         )
     if args.json:
         _print_json(_as_json(reply))

@@ -164,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--request-id", default="", help="idempotency key (default: a fresh UUID per call)"
     )
     rec.add_argument("--duration-ms", type=float, default=0.0, help="how long the execution took")
+    rec.add_argument(
+        "--session",
+        default="",
+        metavar="ID",
+        help="the agent session it belongs to: pml learns which step follows which "
+        "(docs/ranking.md, Sessions)",
+    )
 
     imp = client("import", "upload a JSONL file of ExecutionRecords over the stream")
     imp.add_argument("file", type=Path, help="one ExecutionRecord in proto JSON per line")
@@ -174,7 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sug = client("suggest", "ranked suggestions with score parts")
-    sug.add_argument("intent", help="what the agent wants to do")
+    sug.add_argument(
+        "intent",
+        nargs="?",
+        default="",
+        help="what the agent wants to do (may be left out with --session or --after: then "
+        "what usually comes next)",
+    )
     sug.add_argument(
         "-k",
         type=int,
@@ -200,6 +213,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--include-flagged", action="store_true", help="include patterns flagged for removal"
     )
     sug.add_argument("--explain", action="store_true", help="also show filtered-out candidates")
+    sug.add_argument(
+        "--session",
+        default="",
+        metavar="ID",
+        help="the session the agent's steps were recorded under (pml record --session): what "
+        "usually follows its last step ranks higher (docs/ranking.md, Sessions)",
+    )
+    sug.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="a tool of the agent's previous step, in call order (repeat)",
+    )
+    sug.add_argument(
+        "--after-pattern",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="a pattern the agent just ran (repeat; the last one counts)",
+    )
     sug.add_argument(
         "--plans",
         type=int,

@@ -96,6 +96,7 @@ def capture(console: Console, result: resources_pb2.CaptureResult) -> None:
 
 _SCORE_COLUMNS = (
     "match", "semantic", "lexical", "est.", "reliab.", "steps", "usage", "recency", "superseded",
+    "next",
 )  # fmt: skip
 
 
@@ -104,7 +105,8 @@ def _score_values(sc: resources_pb2.ScoreParts) -> list[str]:
         sc.match, sc.semantic, sc.lexical, sc.success_estimate, sc.reliability, sc.steps,
         sc.usage, sc.recency,
     )  # fmt: skip
-    return [f"{v:.2f}" for v in (*parts, sc.superseded_penalty)]
+    # `next`: the session signal (docs/ranking.md, Sessions); proto3 reads 0 from an older server
+    return [f"{v:.2f}" for v in (*parts, sc.superseded_penalty, sc.transition or 1.0)]
 
 
 def _cautions(intent: str | None, s: resources_pb2.Suggestion) -> list[str]:
@@ -213,9 +215,13 @@ def _suggestion_listing(
     title = "Suggestions, best first (total: the ranking formula over the parts)"
     notes = {rank: _cautions(intent, s) for rank, s in enumerate(reply.suggestions, 1)}
     marked = {rank for rank, said in notes.items() if said}
+    # `next`, the session signal, only when the request named a previous step (it is 1 else;
+    # an older server sends 0): docs/ranking.md, Sessions
+    with_context = any(s.score.transition not in (0.0, 1.0) for s in reply.suggestions)
+    unshown = () if with_context else ("next",)
     for n in range(len(_DROPPED_FIRST) + 1):
         left_out = _DROPPED_FIRST[:n]
-        table = _suggestion_table(title, reply, left_out, marked)
+        table = _suggestion_table(title, reply, (*unshown, *left_out), marked)
         if _fits(console, table):
             console.print(table)
             for rank in sorted(marked):

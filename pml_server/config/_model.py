@@ -160,6 +160,14 @@ class EngineConfig:
         default_text="the embedder's calibrated value",
     )
     failure_log_size: int = setting(10_000, "failure log entries kept per tenant")
+    max_sessions: int = setting(
+        LIMITS.sessions.bound,
+        "agent sessions whose last step is kept per tenant (docs/ranking.md, Sessions); the "
+        "least recently used beyond it are dropped",
+    )
+    session_idle_seconds: float = setting(
+        3600.0, "a session idle this long is over: its next step follows nothing"
+    )
     recent_values_per_param: int = setting(5, "recent argument values kept per parameter")
     embedding_cache_size: int = setting(10_000, "embedded texts cached (per model)")
     retention_in_background: bool = setting(
@@ -201,6 +209,8 @@ class EngineConfig:
             raise ValueError(f"durability must be sync or fast, got {self.durability!r}")
         if self.vector_index not in ("hnsw", "exact"):
             raise ValueError(f"vector_index must be hnsw or exact, got {self.vector_index!r}")
+        if self.session_idle_seconds <= 0:
+            raise ValueError("engine.session_idle_seconds must be > 0")
         for name in ("failure_log_size", "pool_size", "embedding_cache_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"engine.{name} must be >= 1")
@@ -231,7 +241,9 @@ class EngineConfig:
     @property
     def limits(self) -> Limits:
         """The one table of limits with this engine's settable bounds."""
-        return LIMITS.with_bounds(code=self.max_code_bytes, tool_calls=self.max_tool_calls)
+        return LIMITS.with_bounds(
+            code=self.max_code_bytes, tool_calls=self.max_tool_calls, sessions=self.max_sessions
+        )
 
 
 @dataclass(frozen=True)

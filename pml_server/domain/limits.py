@@ -66,6 +66,8 @@ class Limits:
     trace: Limit = Limit("trace", 1 * MIB, "bytes")
     tags: Limit = Limit("tags", 32, "items")  # also the tags a pattern keeps
     tag: Limit = Limit("tags[]", 64, "characters")
+    # Not a secret, but stored as a key (docs/ranking.md, Sessions).
+    session_id: Limit = Limit("session_id", 128, "characters")
     # A pattern's parameters: the normalizer keeps the first ones, the rest stay code.
     parameters: Limit = Limit("parameters", _core.NORMALIZE_MAX_PARAMS, "items")
     # ---- calls ----
@@ -76,6 +78,16 @@ class Limits:
     page_token: Limit = Limit("page_token", 2048, "characters")
     suggestions: Limit = Limit("page_size", 100, "items")  # Suggest's k
     available_tools: Limit = Limit("available_tools.tools", 1024, "items")
+    # Suggest's context (docs/ranking.md, Sessions): only the last previous pattern is read.
+    previous_patterns: Limit = Limit("context.previous_patterns", 64, "items")
+    previous_tools: Limit = Limit("context.previous_tools", 256, "items")
+    # ---- sessions (docs/ranking.md, Sessions) ----
+    # A tenant's open sessions (their last step each); settable: `max_sessions`. A sweep drops
+    # idle ones, then the least recently used beyond the bound.
+    sessions: Limit = Limit("sessions", 10_000, "items")
+    # Transitions out of one capability read by a Suggest with a context (the most recent kept
+    # count first in key order is not known, so the bound is on what one request reads).
+    transitions_read: Limit = Limit("transitions", 1024, "items")
     capture_batch: Limit = Limit("records", 64, "items")  # one `record_many` call
     # ---- one StreamTraces call ----
     open_executions: Limit = Limit("started", 1024, "items")  # started, not finished; settable
@@ -121,6 +133,7 @@ SETTABLE = {
     "code": "max_code_bytes",
     "tool_calls": "max_tool_calls",
     "open_executions": "max_open_executions",
+    "sessions": "max_sessions",
 }
 
 # A tenant name: a letter or digit, then letters, digits, '_', '.', '-'; `LIMITS.tenant` long.
@@ -128,3 +141,15 @@ TENANT_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{LIMITS.tenant.bound - 
 TENANT_NAME_RULE = (
     f"1-{LIMITS.tenant.bound} letters, digits, '_', '.', '-' (starting with a letter or digit)"
 )
+
+
+def session_id_problem(session_id: str) -> str | None:
+    """Why a (non-empty) session id is refused, or None: at most `LIMITS.session_id` long, not
+    blank, no control characters (it is part of a stored key; docs/ranking.md, Sessions)."""
+    if (excess := LIMITS.session_id.excess(session_id)) is not None:
+        return excess
+    if not session_id.strip():
+        return "must not be blank"
+    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in session_id):
+        return "must not contain control characters"
+    return None

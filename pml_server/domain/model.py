@@ -51,6 +51,8 @@ class ExecutionRecord:
     # normalized); when absent the server's embedder computes it.
     intent_embedding: tuple[float, ...] | CheckedVector | None = None
     tags: tuple[str, ...] = ()
+    # The agent session it belongs to (docs/ranking.md, Sessions); "" for none.
+    session_id: str = ""
 
 
 class CaptureOutcome(Enum):
@@ -156,6 +158,20 @@ class CapabilityView:
 
 
 @dataclass(frozen=True)
+class SuggestContext:
+    """The agent's previous step (docs/ranking.md, Sessions): the first of `previous_patterns`
+    (its last entry), `previous_tools` (one step's tools, in call order) and the session's last
+    recorded step that is given decides."""
+
+    session_id: str = ""
+    previous_patterns: tuple[str, ...] = ()
+    previous_tools: tuple[str, ...] = ()
+
+    def names_a_step(self) -> bool:
+        return bool(self.session_id or self.previous_patterns or self.previous_tools)
+
+
+@dataclass(frozen=True)
 class SuggestQuery:
     """A suggestion request. `None` means "use the server default" for every threshold."""
 
@@ -169,6 +185,7 @@ class SuggestQuery:
     tags: tuple[str, ...] = ()
     explain: bool = False
     plan_size: int = 3  # most plans (docs/ranking.md, Plans); 0 turns plans off
+    context: SuggestContext | None = None  # what the agent just did (docs/ranking.md, Sessions)
 
 
 @dataclass(frozen=True)
@@ -185,6 +202,7 @@ class ScoreParts:
     total: float
     reliability: float = 1.0  # failures' evidence against the pattern; 1.0 without failures
     steps: float = 1.0  # how well its steps fit the tools the request asks for; 1.0: no evidence
+    transition: float = 1.0  # the session signal (docs/ranking.md, Sessions); 1.0 without one
 
 
 @dataclass(frozen=True)

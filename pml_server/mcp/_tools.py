@@ -48,9 +48,11 @@ def register(server: MCPServer, upstream: Upstream) -> None:
         intent: Annotated[
             str,
             Field(
-                min_length=1,
                 max_length=LIMITS.intent.bound,
-                description="what the agent wants to do",
+                description=(
+                    "what the agent wants to do; may be empty with session_id or "
+                    "previous_tools: then what usually comes next"
+                ),
             ),
         ],
         k: Annotated[
@@ -63,11 +65,33 @@ def register(server: MCPServer, upstream: Upstream) -> None:
         min_success: Annotated[
             float | None, Field(ge=0, le=1, description="minimum success estimate")
         ] = None,
+        session_id: Annotated[
+            str,
+            Field(
+                max_length=LIMITS.session_id.bound,
+                description=(
+                    "the session record_execution was called with: its last step's usual "
+                    "next steps rank higher"
+                ),
+            ),
+        ] = "",
+        previous_tools: Annotated[
+            list[str] | None,
+            Field(
+                max_length=LIMITS.previous_tools.bound,
+                description="the tools of the agent's previous step, in call order",
+            ),
+        ] = None,
     ) -> models.SuggestOut:
         reply = upstream.call(
             _api_key(ctx, upstream),
             lambda c: c.suggest(
-                intent, k, min_success=min_success, available_tools=available_tools
+                intent,
+                k,
+                min_success=min_success,
+                available_tools=available_tools,
+                session_id=session_id,
+                previous_tools=previous_tools or (),
             ),
         )
         return models.SuggestOut(
@@ -113,6 +137,16 @@ def register(server: MCPServer, upstream: Upstream) -> None:
             ),
         ] = None,
         duration_ms: Annotated[float, Field(ge=0)] = 0.0,
+        session_id: Annotated[
+            str,
+            Field(
+                max_length=LIMITS.session_id.bound,
+                description=(
+                    "the agent session this run belongs to (e.g. the conversation id): pml "
+                    "learns which procedure usually follows which"
+                ),
+            ),
+        ] = "",
     ) -> models.RecordOut:
         rid = request_id or str(uuid.uuid4())
         record = resources_pb2.ExecutionRecord(
@@ -121,6 +155,7 @@ def register(server: MCPServer, upstream: Upstream) -> None:
             code=code,
             language=language,
             duration_ms=duration_ms,
+            session_id=session_id,
             tool_calls=[
                 resources_pb2.ToolCall(
                     tool=t.tool,

@@ -23,7 +23,7 @@ from typing import Any
 
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from pml_server.domain.limits import LIMITS
+from pml_server.domain.limits import LIMITS, session_id_problem
 from pml_server.otel import _attributes as attr
 from pml_server.otel._code import LANGUAGE, synthesize
 
@@ -59,6 +59,8 @@ class MappedExecution:
     # Spans this execution consumed (its own and its tool calls'), for the OTLP counts.
     span_count: int
     span: str  # "<trace id hex>/<span id hex>" of the execution span
+    # The run's `gen_ai.conversation.id`, else its trace id (docs/ranking.md, Sessions).
+    session_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -259,4 +261,15 @@ def _execution(
         tags=(TAG, f"intent:{source}"),
         span_count=own + len(calls),
         span=execution.ref,
+        session_id=_session_id(execution),
     )
+
+
+def _session_id(execution: _Span) -> str:
+    """The session a run belongs to (docs/ranking.md, Sessions): its `gen_ai.conversation.id`
+    when that is a usable session id, else its trace id (hex): the runs of one trace are one
+    agent's consecutive steps."""
+    conversation = execution.attrs.get(attr.CONVERSATION_ID)
+    if isinstance(conversation, str) and session_id_problem(conversation) is None:
+        return conversation
+    return execution.proto.trace_id.hex()

@@ -42,6 +42,12 @@ class RankingConfig:
     # Step fit (docs/ranking.md, Steps): the share of the total a pattern whose steps miss the
     # tools the request asks for (or add others) can lose; 0 turns it off.
     step_weight: float = 0.3
+    # Sessions (docs/ranking.md, Sessions): a capability that usually follows the agent's
+    # previous step has its total multiplied by 1 + transition_weight * w, w in [0, 1) its
+    # transitions' relative likelihood smoothed by transition_smoothing counts. 1 without a
+    # context, so a request without one ranks exactly as before.
+    transition_weight: float = 0.25
+    transition_smoothing: float = 2.0
     # How many candidates the engine should retrieve per requested suggestion from each index
     # before grouping (several patterns share a capability); the largest k is a request limit
     # (`pml_server.domain.limits.LIMITS.suggestions`).
@@ -61,6 +67,7 @@ class RankingConfig:
             "recency_floor",
             "superseded_penalty",
             "step_weight",
+            "transition_weight",
         )
         for name in unit:
             value = getattr(self, name)
@@ -71,7 +78,12 @@ class RankingConfig:
                 "RankingConfig.expected_success_rate must be in (0, 1], "
                 f"got {self.expected_success_rate!r}"
             )
-        positive = ("lexical_half_score", "recency_half_life_days", "reliability_prior_strength")
+        positive = (
+            "lexical_half_score",
+            "recency_half_life_days",
+            "reliability_prior_strength",
+            "transition_smoothing",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"RankingConfig.{name} must be > 0, got {getattr(self, name)!r}")

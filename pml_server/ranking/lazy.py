@@ -13,7 +13,7 @@ With `explain` every candidate is loaded, since the answer lists all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -69,13 +69,18 @@ def rank_lazily(
     now_ms: int,
     ceiling: float = 1.0,
     batch: int = 8,
+    transitions: Mapping[str, float] | None = None,
 ) -> SuggestResult:
     """`rank(query, load(retrieved), config, now_ms)` for retrievals of distinct patterns,
     calling `load` on as few retrievals as the proof above allows, in batches of at least
     `batch`. `ceiling` is a `score_ceiling` that holds for every retrieved pattern (1.0 always
     does). `load` returns the candidates of the patterns that still exist (a deleted one is
-    skipped)."""
+    skipped). `transitions`: the session signal's factor by capability (docs/ranking.md,
+    Sessions); the ceiling is raised by the largest."""
     settings = resolve_settings(query, config)
+    factor = transitions or {}
+    if factor:
+        ceiling *= max(1.0, *factor.values())
     # every bound at once: the same float operations as `match_bound`, one numpy pass
     bounds = match_array(
         np.fromiter((r.semantic for r in retrieved), np.float64, len(retrieved)),
@@ -95,7 +100,7 @@ def rank_lazily(
         chunk = [r for _, r in ordered[position : position + step]]
         position += step
         for cand in load(chunk):
-            parts = score(cand, config, now_ms)
+            parts = score(cand, config, now_ms, factor.get(cand.capability_id, 1.0))
             loaded[cand.pattern.id] = (cand, parts)
             if first_failed_rule(cand, parts, settings) is None:
                 known = best_total.get(cand.capability_id, -1.0)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
@@ -23,7 +23,7 @@ from pml_server.ranking.filters import (
     FilterSettings,
     first_failed_rule,
 )
-from pml_server.ranking.scoring import score
+from pml_server.ranking.scoring import score, score_next
 
 
 def resolve_settings(query: SuggestQuery, config: RankingConfig) -> FilterSettings:
@@ -85,6 +85,7 @@ def rank(
     candidates: Sequence[Candidate],
     config: RankingConfig,
     now_ms: int,
+    transitions: Mapping[str, float] | None = None,
 ) -> SuggestResult:
     """The top `query.k` capabilities, each represented by its best passing pattern.
 
@@ -94,7 +95,25 @@ def rank(
     """
     settings = resolve_settings(query, config)
     merged = _merge_duplicates(candidates)
-    return rank_scored(query, settings, [(c, score(c, config, now_ms)) for c in merged])
+    factor = transitions or {}
+    scored = [(c, score(c, config, now_ms, factor.get(c.capability_id, 1.0))) for c in merged]
+    return rank_scored(query, settings, scored)
+
+
+def rank_next(
+    query: SuggestQuery,
+    candidates: Sequence[Candidate],
+    weights: Mapping[str, float],
+    config: RankingConfig,
+    now_ms: int,
+) -> SuggestResult:
+    """What usually comes next (a request without an intent, docs/ranking.md, Sessions): the
+    patterns of the capabilities that followed the previous step, scored by `score_next`, with
+    every filter but `min_match` (there is no match)."""
+    settings = replace(resolve_settings(query, config), min_match=0.0)
+    merged = _merge_duplicates(candidates)
+    scored = [(c, score_next(c, config, now_ms, weights.get(c.capability_id, 0.0))) for c in merged]
+    return rank_scored(query, settings, scored)
 
 
 def rank_scored(

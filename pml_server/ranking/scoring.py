@@ -9,6 +9,8 @@ on (min_success) but is not a factor: reliability carries the counters' evidence
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -50,7 +52,12 @@ def match_array(
     return 1.0 - (1.0 - config.semantic_weight * semantic) * (1.0 - config.lexical_weight * lexical)
 
 
-def score(candidate: Candidate, config: RankingConfig, now_ms: int) -> ScoreParts:
+def score(
+    candidate: Candidate, config: RankingConfig, now_ms: int, transition: float = 1.0
+) -> ScoreParts:
+    """Every part of the candidate's score; `transition` is the session signal's factor of its
+    capability (docs/ranking.md, Sessions), multiplied in last: at 1.0 the total's bits are
+    those of the formula without it."""
     pattern = candidate.pattern
     semantic, lexical, match = relevance(candidate.semantic, candidate.lexical, config)
     success = success_estimate(pattern.success_count, pattern.failure_count, config)
@@ -66,7 +73,19 @@ def score(candidate: Candidate, config: RankingConfig, now_ms: int) -> ScorePart
         usage=usage,
         recency=recency,
         superseded_penalty=penalty,
-        total=match * reliability * usage * recency * penalty * candidate.steps,
+        total=match * reliability * usage * recency * penalty * candidate.steps * transition,
         reliability=reliability,
         steps=candidate.steps,
+        transition=transition,
     )
+
+
+def score_next(
+    candidate: Candidate, config: RankingConfig, now_ms: int, weight: float
+) -> ScoreParts:
+    """A candidate's score when the request has no intent, only a previous step (docs/ranking.md,
+    Sessions): the transition's relative likelihood `weight` stands where the match would,
+    times the counters' factors; `transition` reports it, `match` is 0."""
+    parts = score(candidate, config, now_ms)
+    rest = parts.reliability * parts.usage * parts.recency * parts.superseded_penalty
+    return replace(parts, total=weight * rest, transition=weight)

@@ -10,7 +10,7 @@ order and applies the filters, grouping and order of `rank.rank_scored`, so its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from functools import lru_cache
 from typing import NamedTuple
@@ -162,8 +162,10 @@ class RankTable:
         settings: FilterSettings,
         config: RankingConfig,
         now_ms: int,
+        transitions: Mapping[str, float] | None = None,
     ) -> list[CoreSuggestion]:
-        """The top `k` for the query, each index asked for `limit` hits (`fetch_limit`)."""
+        """The top `k` for the query, each index asked for `limit` hits (`fetch_limit`);
+        `transitions`: the session signal's factor by capability (docs/ranking.md, Sessions)."""
         terms = query_terms(text)  # in the order `LexicalIndex.search` sums them
         available = settings.available_tools
         ranked = _core.rank_query(
@@ -183,6 +185,7 @@ class RankTable:
             tags=sorted(settings.tags),
             own_min_success=settings.own_min_success,
             words=sorted(text_words(text)),
+            transitions=dict(transitions) if transitions else None,
         )
         return [
             CoreSuggestion(pattern_id, capability_id, ScoreParts(*parts), tuple(intents))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -313,11 +313,12 @@ class TenantSearchIndex:
         settings: FilterSettings,
         config: RankingConfig,
         now_ms: int,
+        transitions: Mapping[str, float] | None = None,
     ) -> list[CoreSuggestion]:
         """The top `k` for the query ranked in the core (`ranks_in_core` must hold)."""
         assert isinstance(self.ann, _core.HnswIndex)
         return self.ranks.rank(
-            self.ann, self.lexical, vector, text, limit, k, settings, config, now_ms
+            self.ann, self.lexical, vector, text, limit, k, settings, config, now_ms, transitions
         )
 
     def renumber_lexical(self, pattern_ids: list[str]) -> None:

@@ -46,6 +46,7 @@ from pml_server.domain.records import (
 )
 from pml_server.domain.vectors import Vector, client_vector
 from pml_server.embedding import CachedEmbedder
+from pml_server.service import _sessions as sessions
 from pml_server.service._arguments import check_tenant
 from pml_server.service._grouping import capability_for_new_pattern
 from pml_server.service._idempotency import (
@@ -82,13 +83,17 @@ def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> Captu
     every call runs at once, as many in flight as callers."""
     supplied = _checked(state, tenant, execution)
     if state.store.shared:
-        return _record_checked(state, tenant, execution, supplied)
-    return state.capture_groups.call(
-        tenant,
-        (execution, supplied),
-        run_one=lambda item: _record_checked(state, tenant, *item),
-        run_many=lambda items: _capture_group(state, tenant, items),
-    )
+        result = _record_checked(state, tenant, execution, supplied)
+    else:
+        result = state.capture_groups.call(
+            tenant,
+            (execution, supplied),
+            run_one=lambda item: _record_checked(state, tenant, *item),
+            run_many=lambda items: _capture_group(state, tenant, items),
+        )
+    if execution.session_id:
+        sessions.sweep_if_due(state, tenant)
+    return result
 
 
 def _capture_group(
@@ -169,7 +174,10 @@ def record_many(
                 vectors[i] = vector if run_succeeded(execution) else None
         except InvalidArgumentError as error:
             outcomes[i] = error
-    return _record_many_checked(state, tenant, records, outcomes, vectors)
+    results = _record_many_checked(state, tenant, records, outcomes, vectors)
+    if any(r.session_id for r in records):
+        sessions.sweep_if_due(state, tenant)
+    return results
 
 
 def _record_many_checked(
@@ -365,6 +373,12 @@ def _capture_one_locked(
         held.enter_context(state.locks.pattern.lock_for(tenant, normalized.code_hash))
         change = Change()
         result = _capture_locked(state, tenant, execution, normalized, vector, change, held)
+        # a successful run of a session: what follows what (docs/ranking.md, Sessions)
+        if execution.session_id and vector is not None and result.capability_id:
+            now = state.clock()
+            sessions.follow(
+                state, tenant, execution.session_id, result.capability_id, change, held, now
+            )
         digest = record_digest(execution)
         answer = encode_result(result, state.clock(), digest)
         change.ops.append(state.repo.put_request_result(tenant, execution.request_id, answer))

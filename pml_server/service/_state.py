@@ -48,12 +48,17 @@ CAPTURE_SLOTS = 2
 class Locks:
     """Striped locks, always taken in this order: request id (idempotency), code hash (a
     pattern's counters), tool signature (capability grouping, only when a capture creates a
-    pattern), tenant (stats and failure log). With a shared store the pattern and group locks
+    pattern), session and transition (a successful capture with a session id), tenant (stats
+    and failure log). With a shared store the pattern and group locks
     also lock other replicas out (database advisory locks, `StoreBackend.locks`); request ids
     are made exactly-once by the store itself and tenant counts are SQL deltas."""
 
     pattern: SeamLocks
     group: SeamLocks
+    # After the group lock, in this order: a session's last step, then one transition's count
+    # (docs/ranking.md, Sessions; `_sessions.follow`).
+    session: SeamLocks
+    transition: SeamLocks
     request: KeyedLocks = field(default_factory=KeyedLocks)
     tenant: StripedLocks = field(default_factory=lambda: StripedLocks(64))
 
@@ -119,7 +124,15 @@ class EngineState:
         self.limits = CaptureLimits(
             fields=config.limits, recent_values_per_param=config.recent_values_per_param
         )
-        self.locks = Locks(pattern=store.locks("pattern", 1024), group=store.locks("group", 256))
+        self.locks = Locks(
+            pattern=store.locks("pattern", 1024),
+            group=store.locks("group", 256),
+            session=store.locks("session", 256),
+            transition=store.locks("transition", 256),
+        )
+        # Sessions each tenant started in this process since its last sweep (`_sessions`).
+        self.new_sessions: dict[str, int] = {}
+        self.new_sessions_lock = threading.Lock()
         # Each tenant's stats as this engine last submitted them. Only `_writes.commit` writes
         # stats, under the tenant's lock, so this is what the store (with its write overlay)
         # would answer: every capture skips a read and a JSON decode. Set only once a submit

@@ -33,6 +33,7 @@ from pml_server.ranking import (
     resolve_settings,
     score_ceiling,
 )
+from pml_server.ranking.ordering import rank_next
 from pml_server.ranking.plans import (
     MIN_PLAN_PARTS,
     PART_HITS,
@@ -43,10 +44,12 @@ from pml_server.ranking.plans import (
     split_request_weighted,
 )
 from pml_server.ranking.table import STEP_NEIGHBOURS
+from pml_server.ranking.transitions import transition_factors
 from pml_server.search import TenantSearchIndex
 from pml_server.search.tenant import CompanionView
 from pml_server.search.vectors import EXACT_SCAN_MIN
 from pml_server.service import _companion
+from pml_server.service import _sessions as sessions
 from pml_server.service._arguments import check_tenant
 from pml_server.service._state import EngineState, no_words_error, usable
 from pml_server.service._suggest_core import suggest_in_core
@@ -94,6 +97,7 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
             intent_embedding=CheckedVector(np.array(vector, dtype=np.float32)),
             explain=False,
             plan_size=0,
+            context=None,
         )
         found = rank_suggestions(state, tenant, sub).suggestions
         hits.append([PartHit(s, s.score.match) for s in found])
@@ -138,6 +142,10 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
     its best semantic and lexical scores, then `ranking.rank_lazily` filters, groups and
     orders, and the suggested patterns' views are completed."""
     check_tenant(tenant)
+    if query.context is not None:
+        sessions.check_context(query.context)
+    if not query.intent.strip() and query.context is not None and query.context.names_a_step():
+        return suggest_next(state, tenant, query)
     _check_query(query)
     state.readiness.require()
     index = state.indexes.get(tenant)
@@ -152,6 +160,10 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
     if index is None:
         return SuggestResult(())
     ranking = state.ranking
+    # the session signal (docs/ranking.md, Sessions): {} without a context
+    factors = transition_factors(
+        sessions.context_weights(state, tenant, query.context, state.clock()), ranking
+    )
     searched: TenantSearchIndex | CompanionView = index
     if cross_lingual:
         # another language: the companion's space, on this path (service/_companion.py)
@@ -159,7 +171,9 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
         ranking = _companion.other_language_ranking(ranking)
     elif not query.explain and index.ranks_in_core():
         now = state.clock()
-        return suggest_in_core(state.repo, state.views, tenant, index, vector, query, ranking, now)
+        return suggest_in_core(
+            state.repo, state.views, tenant, index, vector, query, ranking, now, factors
+        )
     limit = ranking.fetch_limit(query.k)
     permitted = index.permitted(resolve_settings(query, ranking), ranking)
     found = retrieve(state.repo, tenant, searched, vector, query.intent, limit, ranking, permitted)
@@ -171,7 +185,35 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
     with state.repo.consistent_reads():
         ceiling = score_ceiling(*state.repo.counter_ceilings(tenant), ranking)
         now = state.clock()
-        result = rank_lazily(query, found.retrievals, found.load, ranking, now, ceiling)
+        result = rank_lazily(
+            query, found.retrievals, found.load, ranking, now, ceiling, transitions=factors
+        )
+        return found.complete(result)
+
+
+def suggest_next(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
+    """A request without an intent but with a previous step: the capabilities that usually
+    come next (docs/ranking.md, Sessions), ranked by `ranking.rank_next` with every filter but
+    `min_match`; empty when nothing ever followed that step."""
+    resolve_settings(query, state.ranking)  # k and the filters, checked as for any request
+    state.readiness.require()
+    index = state.indexes.get(tenant)
+    if index is None:
+        return SuggestResult(())
+    now = state.clock()
+    weights = sessions.context_weights(state, tenant, query.context, now)
+    retrievals = []
+    for capability_id in sorted(weights, key=lambda c: (-weights[c], c)):
+        capability = state.repo.capability(tenant, capability_id)
+        if capability is None:
+            continue  # deleted since
+        retrievals += [Retrieval(p, 0.0, 0.0) for p in capability.pattern_ids]
+        if len(retrievals) >= LIMITS.transitions_read.bound:
+            break  # bounded like the transitions read
+    intents = {r.pattern_id: tuple(index.intents_of(r.pattern_id)) for r in retrievals}
+    found = Retrieved(state.repo, tenant, retrievals, intents)
+    with state.repo.consistent_reads():
+        result = rank_next(query, found.load(retrievals), weights, state.ranking, now)
         return found.complete(result)
 
 
@@ -193,7 +235,9 @@ def _check_query(query: SuggestQuery) -> None:
     """INVALID_ARGUMENT naming each field out of its bounds."""
     bad = []
     if not query.intent.strip():
-        bad.append(FieldViolation("intent", "must not be empty"))
+        bad.append(
+            FieldViolation("intent", "must not be empty without a context naming a previous step")
+        )
     if not 1 <= query.k <= LIMITS.suggestions.bound:
         bad.append(FieldViolation("k", f"must be between 1 and {LIMITS.suggestions.bound}"))
     for name in ("min_match", "min_success"):

@@ -11,6 +11,8 @@ changed since its last read), and the views are one round trip to the database.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pml_server.capture.views import pattern_view
 from pml_server.domain import yielding
 from pml_server.domain.model import PatternView, Suggestion, SuggestQuery, SuggestResult
@@ -43,15 +45,17 @@ def suggest_in_core(
     query: SuggestQuery,
     config: RankingConfig,
     now_ms: int,
+    transitions: Mapping[str, float] | None = None,
 ) -> SuggestResult:
     """`rank`'s answer for a query without `explain`, ranked in the core; only the suggested
     patterns whose views `views` does not hold are read from the store (their records,
     counters and intents). A pattern deleted since the core ranked it is dropped rather than
     shown half-read. The views show the stored counters, which a capture may have raised
-    since the ranking."""
+    since the ranking. `transitions`: the session signal's factor by capability
+    (docs/ranking.md, Sessions)."""
     settings = resolve_settings(query, config)
     limit = config.fetch_limit(query.k)
-    ranked = index.rank(vector, query.intent, limit, query.k, settings, config, now_ms)
+    ranked = index.rank(vector, query.intent, limit, query.k, settings, config, now_ms, transitions)
     if not ranked:
         return SuggestResult(())
     shown: list[PatternView | None] = (

@@ -23,6 +23,9 @@ CF_REQUESTS = "requests"  # tenant|request_id -> first CaptureResult (idempotenc
 CF_OPLOG = "oplog"  # seq(u64) -> vector index operation, replayed after the last snapshot
 CF_AUDIT = "audit"  # tenant|seq(u64) -> retention/deletion action
 CF_META = "meta"  # schema version, model id, id allocators, per-tenant stats, index snapshots
+# Sessions (docs/ranking.md, Sessions):
+CF_SESSIONS = "sessions"  # tenant|session_id -> the session's last step (capability, time)
+CF_TRANSITIONS = "transitions"  # tenant|capability|next capability -> count, last time
 
 COLUMN_FAMILIES = (
     CF_PATTERNS,
@@ -36,6 +39,8 @@ COLUMN_FAMILIES = (
     CF_OPLOG,
     CF_AUDIT,
     CF_META,
+    CF_SESSIONS,
+    CF_TRANSITIONS,
 )
 
 MAX_TENANT_BYTES = 0xFFFF

@@ -44,6 +44,8 @@ from pml_server.storage.keys import (
     CF_OPLOG,
     CF_PATTERNS,
     CF_REQUESTS,
+    CF_SESSIONS,
+    CF_TRANSITIONS,
     from_u64,
     split_tenant,
     tenant_key,
@@ -355,6 +357,53 @@ class Repository:
         rows = self.store.scan(CF_CAPABILITIES, prefix, start=start, limit=size + 1)
         records = [CapabilityRecord.from_json(v) for _, v in rows[:size]]
         return records, (records[-1].id if len(rows) > size else "")
+
+    # ---- sessions (docs/ranking.md, Sessions) -------------------------------------------------
+
+    def session_step(self, tenant: str, session_id: str) -> tuple[str, int] | None:
+        """(capability id, time in ms) of the session's last successful step, if kept."""
+        raw = self.store.get(CF_SESSIONS, tenant_key(tenant, session_id))
+        if raw is None:
+            return None
+        data = json_form.loads(raw)
+        return str(data["capability"]), int(data["ms"])
+
+    def put_session_step(self, tenant: str, session_id: str, capability_id: str, ms: int) -> Op:
+        value = json_form.dumps({"capability": capability_id, "ms": ms})
+        return (CF_SESSIONS, tenant_key(tenant, session_id), value)
+
+    def session_rows(self, tenant: str) -> list[tuple[bytes, int]]:
+        """(key, last step time) of every session kept for the tenant."""
+        rows = self.store.scan(CF_SESSIONS, tenant_prefix(tenant))
+        return [(key, int(json_form.loads(raw)["ms"])) for key, raw in rows]
+
+    def delete_session(self, key: bytes) -> Op:
+        return (CF_SESSIONS, key, None)
+
+    def transition(self, tenant: str, previous: str, following: str) -> tuple[int, int] | None:
+        """(count, last time in ms) of `previous` -> `following`, if ever seen."""
+        raw = self.store.get(CF_TRANSITIONS, tenant_key(tenant, previous, following))
+        if raw is None:
+            return None
+        data = json_form.loads(raw)
+        return int(data["count"]), int(data["ms"])
+
+    def put_transition(self, tenant: str, previous: str, following: str, count: int, ms: int) -> Op:
+        value = json_form.dumps({"count": count, "ms": ms})
+        return (CF_TRANSITIONS, tenant_key(tenant, previous, following), value)
+
+    def transitions_from(
+        self, tenant: str, previous: str, limit: int
+    ) -> list[tuple[str, int, int]]:
+        """(next capability id, count, last time in ms) of at most `limit` transitions out of
+        `previous`, in key order."""
+        prefix = tenant_key(tenant, previous, b"")
+        rows = self.store.scan(CF_TRANSITIONS, prefix, limit=limit)
+        out = []
+        for key, raw in rows:
+            data = json_form.loads(raw)
+            out.append((key[len(prefix) :].decode(), int(data["count"]), int(data["ms"])))
+        return out
 
     # ---- failure log, op log, audit log ------------------------------------------------------
 

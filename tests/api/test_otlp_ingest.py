@@ -422,3 +422,33 @@ def test_an_export_over_the_span_limit_is_resource_exhausted(server: RunningServ
         taken = stub.Export(export(bound), timeout=120)
         assert taken.partial_success.rejected_spans == 0
     assert _spans_counter(server, "ignored") == bound  # agent spans without a tool call
+
+
+def test_runs_of_one_conversation_teach_what_comes_next(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """`gen_ai.conversation.id` on the agent runs makes them one session: the second run's
+    capability becomes what usually follows the first (docs/ranking.md, Sessions)."""
+    for conversation in ("conv-a", "conv-b"):
+        with _exporting(server.port) as tracer:
+            for intent, tool in (("List the folder", "list_dir"), ("Read JSON file", "read_file")):
+                attributes = {
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.conversation.id": conversation,
+                    "gen_ai.input.messages": _messages(intent),
+                }
+                call = {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": tool,
+                    "gen_ai.tool.call.arguments": json.dumps({"path": "."}),
+                }
+                with (
+                    tracer.start_as_current_span("invoke_agent a", attributes=attributes),
+                    tracer.start_as_current_span(f"execute_tool {tool}", attributes=call),
+                ):
+                    pass
+    following = client.suggest("", previous_tools=["list_dir"]).suggestions
+    assert [list(s.pattern.tools_used) for s in following] == [["read_file"]]
+    assert following[0].score.transition == pytest.approx(2 / 4)
+    # the conversation's last step was read_file, after which nothing ever came
+    assert list(client.suggest("", session_id="conv-b").suggestions) == []

@@ -213,3 +213,29 @@ def test_suggest_with_available_tools_retrieves_among_them(run: object) -> None:
     )
     assert "search_engine_query" in offered
     assert "generate_image" not in offered
+
+
+def test_sessions_record_and_suggest_what_comes_next(run: object) -> None:
+    """`pml record --session` teaches which step follows which; `pml suggest --session` or
+    `--after TOOL` without an intent answers what usually comes next (docs/ranking.md,
+    Sessions), and with an intent shows the `next` factor."""
+    assert callable(run)
+    steps = [
+        ("List the folder", "await mcp.list_dir({path: '.'})", "list_dir"),
+        ("Read the JSON file", 'await mcp.read_file({path: "a.json"})', "read_file"),
+    ]
+    for session in ("s1", "s2", "now"):
+        for n, (intent, code, tool) in enumerate(steps):
+            if session == "now" and n == 1:
+                break
+            flags = ("--tool", tool, "--request-id", f"{session}-{n}", "--session", session)
+            run("record", "--intent", intent, "--code", code, *flags)
+    for context in (("--session", "now"), ("--after", "list_dir")):
+        out = run("suggest", *context, "--json")
+        found = json.loads(out)["suggestions"]
+        assert [s["pattern"]["tools_used"] for s in found] == [["read_file"]]
+        assert found[0]["score"]["transition"] > 0
+    out = run("suggest", "read the file", "--session", "now")
+    assert "next" in out
+    out = run("suggest", "read", "--session", "bad\tid", expect=1)
+    assert "context.session_id" in out

@@ -54,7 +54,9 @@ def _in_terminal(
     leader, follower = pty.openpty()
     ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
-    env.update(PYTHONPATH=str(ROOT), PML_SERVER=f"127.0.0.1:{server.port}", TERM="xterm")
+    # this tree's server and client packages (the client's generated code must match)
+    pythonpath = os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")])
+    env.update(PYTHONPATH=pythonpath, PML_SERVER=f"127.0.0.1:{server.port}", TERM="xterm")
     proc = subprocess.Popen(
         [sys.executable, "-m", "pml_server.cli", *argv],
         stdin=subprocess.DEVNULL,

@@ -22,6 +22,8 @@ from tests.api.test_operations import pki  # noqa: F401  (the throwaway CA fixtu
 from tests.conftest import StartServer
 
 ROOT = Path(__file__).resolve().parents[2]
+# This tree's server and client packages (the client's generated code must match the server's).
+PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")])
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 CODE = "const data = await mcp.read_file({ path: 'data.json' });\nreturn JSON.parse(data);"
@@ -36,7 +38,7 @@ def _stdio(server: str, *extra: str) -> Client:
         command=sys.executable,
         args=_pml_mcp("--server", server, *extra)[1:],
         cwd=str(ROOT),
-        env={"PYTHONPATH": str(ROOT)},
+        env={"PYTHONPATH": PYTHONPATH},
     )
     return Client(params)
 
@@ -49,7 +51,7 @@ def _http_mcp(server: str, *extra: str) -> Iterator[str]:
         cwd=ROOT,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": PYTHONPATH},
     )
     try:
         assert proc.stderr is not None
@@ -190,6 +192,34 @@ def test_http_tools_against_real_pml(server: RunningServer) -> None:
         _run(_http_client(url), _exercise_tools)
 
 
+async def _exercise_sessions(client: Client) -> None:
+    """`record_execution`'s session_id teaches what follows what; `suggest`'s session_id and
+    previous_tools use it (docs/ranking.md, Sessions)."""
+    listing = [{"tool": "list_dir", "ok": True, "arguments": {"path": "."}}]
+    code = "await mcp.list_dir({ path: '.' });"
+    list_args = _record_args("List the folder", code=code, tool_calls=listing)
+    for n in range(2):
+        for args in (list_args, _record_args()):
+            done = await client.call_tool(
+                "record_execution", {**args, "session_id": f"conversation-{n}"}
+            )
+            assert not done.is_error, _text(done)
+    tools = [t for t in (await client.list_tools()).tools if t.name == "record_execution"]
+    assert "session_id" in tools[0].input_schema["properties"]
+    await client.call_tool("record_execution", {**list_args, "session_id": "now"})
+    for context in ({"session_id": "now"}, {"previous_tools": ["list_dir"]}):
+        following = await client.call_tool("suggest", {"intent": "", **context})
+        assert not following.is_error, _text(following)
+        found = following.structured_content["capabilities"]
+        assert [c["tools"] for c in found] == [["read_file"]]
+    bad = await client.call_tool("record_execution", {**list_args, "session_id": "x" * 129})
+    _assert_tool_error(bad, "session_id")
+
+
+def test_stdio_sessions_against_real_pml(server: RunningServer) -> None:
+    _run(_stdio(f"127.0.0.1:{server.port}"), _exercise_sessions)
+
+
 def test_pml_down_is_a_tool_error(tmp_path: Path) -> None:
     import socket
 
@@ -265,7 +295,7 @@ def test_http_refuses_non_loopback_without_flag() -> None:
         capture_output=True,
         text=True,
         timeout=30,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": PYTHONPATH},
     )
     assert done.returncode == 2
     assert "--allow-remote" in done.stderr
@@ -342,7 +372,7 @@ def test_the_readmes_mcp_configuration_works_as_written(
         found_caps = await client.call_tool("suggest", {"intent": "Read JSON file"})
         assert len(found_caps.structured_content["capabilities"]) == 1, _text(found_caps)
 
-    base = {"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "")}
+    base = {"PYTHONPATH": PYTHONPATH, "PATH": os.environ.get("PATH", "")}
     as_written = StdioServerParameters(command=pml, args=args, cwd=str(ROOT), env={**base, **env})
     _run(Client(as_written), body)
     # and with the server given by PML_SERVER instead of --server
@@ -366,7 +396,7 @@ def _http_mcp_proc(server: str, *extra: str) -> Iterator[tuple[str, int]]:
         cwd=ROOT,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": PYTHONPATH},
     )
     try:
         assert proc.stderr is not None

@@ -166,3 +166,16 @@ def test_synthesized_code_normalizes_to_one_pattern_for_other_values() -> None:
     assert na.code_hash == nb.code_hash
     assert na.tool_calls == ["read_file"]
     assert call_line("gmail:get", {}) == 'await mcp["gmail:get"]({});'
+
+
+def test_session_is_the_conversation_id_else_the_trace() -> None:
+    """docs/ranking.md, Sessions: a run's `gen_ai.conversation.id`, when a usable session id,
+    else its trace id."""
+    for attrs, expected in (
+        ({"gen_ai__conversation__id": "conv-42"}, "conv-42"),
+        ({}, TRACE.hex()),
+        ({"gen_ai__conversation__id": "x" * 129}, TRACE.hex()),
+        ({"gen_ai__conversation__id": "a\nb"}, TRACE.hex()),
+    ):
+        batch = map_spans([_agent(1, **attrs), _tool(2, 1, "read_file", 5)])
+        assert [e.session_id for e in batch.executions] == [expected]

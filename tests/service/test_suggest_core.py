@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pml_server import _core
-from pml_server.domain.model import PageRequest, SuggestQuery
+from pml_server.domain.model import PageRequest, SuggestContext, SuggestQuery
 from pml_server.ranking import FilterSettings, LexicalIndex, RankingConfig, RankTable, core_params
 from pml_server.ranking.scoring import relevance
 from pml_server.ranking.signals import (
@@ -115,6 +115,35 @@ def test_the_core_ranks_as_the_python_ranking(tmp_path: Path, seed: int) -> None
     reopened.close()
 
 
+def test_the_core_ranks_as_the_python_ranking_with_a_context(tmp_path: Path) -> None:
+    """The session signal (docs/ranking.md, Sessions) is applied alike on both paths: random
+    sessions over random patterns, queries with a session, previous tools or patterns."""
+    rng = random.Random(5)
+    clock = Clock()
+    engine = open_engine(tmp_path, clock, retention_in_background=False)
+    _populate(engine, clock, rng, "t")
+    for n in range(60):  # 20 sessions of 3 steps, single tools
+        tools = [rng.choice(TOOLS)]
+        intent = " ".join(rng.sample(WORDS, 2))
+        record = make_record(f"s{n}", intent, tools, path=f"f{rng.randint(0, 5)}.json")
+        engine.record("t", replace(record, session_id=f"session-{n // 3}"))
+    pattern_ids = [p.id for p in engine.list_patterns("t", PageRequest(page_size=100)).items]
+    contexts = [
+        SuggestContext(session_id=f"session-{rng.randint(0, 19)}"),
+        SuggestContext(previous_tools=(rng.choice(TOOLS),)),
+        SuggestContext(previous_patterns=(rng.choice(pattern_ids),)),
+    ]
+    queries = [replace(q, context=rng.choice(contexts)) for q in _queries(rng)]
+    assert _assert_core_equals_python(engine, "t", queries) > 40
+    lifted = [
+        s.score.transition
+        for q in queries
+        for s in engine.suggest("t", replace(q, min_match=0.0)).suggestions
+    ]
+    assert any(t > 1.0 for t in lifted), "some suggestions followed the previous step"
+    engine.close()
+
+
 def test_the_core_formula_is_the_python_reference() -> None:
     """One pattern at a time through the core (a 1-intent table) against `scoring`."""
     config = RankingConfig(
@@ -139,7 +168,11 @@ def test_the_core_formula_is_the_python_reference() -> None:
         table.set_counters(f"p{i}", successes, failures, usage, last, [])
         settings = FilterSettings(0.0, 0.0, True, None, frozenset())
         query = np.array([rng.uniform(-1, 1) for _ in range(4)], dtype=np.float32)
-        (got,) = table.rank(ann, LexicalIndex(), query, "", 8, 1, settings, config, now)
+        factor = rng.choice([None, 1.0, 1.0 + rng.random() * 0.25])
+        transitions = None if factor is None else {"c": factor}
+        (got,) = table.rank(
+            ann, LexicalIndex(), query, "", 8, 1, settings, config, now, transitions
+        )
         _, (cosine,) = ann.search(query, 1)
         parts = got.score
         assert (parts.semantic, parts.lexical, parts.match) == relevance(float(cosine), 0.0, config)
@@ -149,7 +182,10 @@ def test_the_core_formula_is_the_python_reference() -> None:
         assert parts.usage == usage_factor(usage, config)
         assert parts.recency == recency_factor(last, now, config)
         product = parts.match * parts.reliability * parts.usage * parts.recency
-        assert parts.total == product * parts.superseded_penalty
+        assert parts.transition == (factor or 1.0)
+        assert parts.total == product * parts.superseded_penalty * parts.transition
+        if factor is None:
+            assert parts.total == product * parts.superseded_penalty
     assert 1.0 in reliabilities, "patterns without failures were drawn"
     assert min(reliabilities) < 0.5, "mostly failing patterns were drawn"
     assert core_params(config) is core_params(config)

@@ -753,7 +753,8 @@ func (*StreamTracesResponse_Error) isStreamTracesResponse_Outcome() {}
 // SuggestRequest asks for capabilities that fit an intent. Unset filters use server defaults.
 type SuggestRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// (Required) What the agent wants to do.
+	// (Required unless `context` names a previous step) What the agent wants to do. Empty with
+	// a context: the capabilities that usually come next (docs/ranking.md, Sessions).
 	Intent string `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
 	// (Optional) How many suggestions, 1..100; 0 means the default (5).
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
@@ -774,7 +775,10 @@ type SuggestRequest struct {
 	Explain bool `protobuf:"varint,9,opt,name=explain,proto3" json:"explain,omitempty"`
 	// (Optional) Most plans to return, 0..10 (docs/ranking.md, Plans); unset means 3, 0 turns
 	// plans off. A plan is offered only when no single stored capability covers the request.
-	PlanSize      *int32 `protobuf:"varint,11,opt,name=plan_size,json=planSize,proto3,oneof" json:"plan_size,omitempty"`
+	PlanSize *int32 `protobuf:"varint,11,opt,name=plan_size,json=planSize,proto3,oneof" json:"plan_size,omitempty"`
+	// (Optional) What the agent just did: capabilities that usually follow it rank a little
+	// higher (docs/ranking.md, Sessions).
+	Context       *SuggestContext `protobuf:"bytes,10,opt,name=context,proto3" json:"context,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -879,6 +883,79 @@ func (x *SuggestRequest) GetPlanSize() int32 {
 	return 0
 }
 
+func (x *SuggestRequest) GetContext() *SuggestContext {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+// SuggestContext names the agent's previous step. The first of these that is set decides:
+// `previous_patterns` (its last entry), `previous_tools`, then the session's last recorded step.
+type SuggestContext struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// (Optional) The session the agent's executions were recorded under
+	// (`ExecutionRecord.session_id`); its last successful step is the previous one.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// (Optional) Patterns the agent just ran, oldest first (`patterns/{pattern}` or ids).
+	PreviousPatterns []string `protobuf:"bytes,2,rep,name=previous_patterns,json=previousPatterns,proto3" json:"previous_patterns,omitempty"`
+	// (Optional) The tools of the agent's previous step, in the order it called them.
+	PreviousTools []string `protobuf:"bytes,3,rep,name=previous_tools,json=previousTools,proto3" json:"previous_tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuggestContext) Reset() {
+	*x = SuggestContext{}
+	mi := &file_pml_v1_pml_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuggestContext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuggestContext) ProtoMessage() {}
+
+func (x *SuggestContext) ProtoReflect() protoreflect.Message {
+	mi := &file_pml_v1_pml_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuggestContext.ProtoReflect.Descriptor instead.
+func (*SuggestContext) Descriptor() ([]byte, []int) {
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SuggestContext) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SuggestContext) GetPreviousPatterns() []string {
+	if x != nil {
+		return x.PreviousPatterns
+	}
+	return nil
+}
+
+func (x *SuggestContext) GetPreviousTools() []string {
+	if x != nil {
+		return x.PreviousTools
+	}
+	return nil
+}
+
 // AvailableTools lists the tools reachable now (a message so "none" differs from "unset").
 type AvailableTools struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -890,7 +967,7 @@ type AvailableTools struct {
 
 func (x *AvailableTools) Reset() {
 	*x = AvailableTools{}
-	mi := &file_pml_v1_pml_proto_msgTypes[10]
+	mi := &file_pml_v1_pml_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +979,7 @@ func (x *AvailableTools) String() string {
 func (*AvailableTools) ProtoMessage() {}
 
 func (x *AvailableTools) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[10]
+	mi := &file_pml_v1_pml_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +992,7 @@ func (x *AvailableTools) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AvailableTools.ProtoReflect.Descriptor instead.
 func (*AvailableTools) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{10}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AvailableTools) GetTools() []string {
@@ -941,7 +1018,7 @@ type SuggestResponse struct {
 
 func (x *SuggestResponse) Reset() {
 	*x = SuggestResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[11]
+	mi := &file_pml_v1_pml_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1030,7 @@ func (x *SuggestResponse) String() string {
 func (*SuggestResponse) ProtoMessage() {}
 
 func (x *SuggestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[11]
+	mi := &file_pml_v1_pml_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1043,7 @@ func (x *SuggestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuggestResponse.ProtoReflect.Descriptor instead.
 func (*SuggestResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{11}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SuggestResponse) GetSuggestions() []*Suggestion {
@@ -1001,7 +1078,7 @@ type GetPatternRequest struct {
 
 func (x *GetPatternRequest) Reset() {
 	*x = GetPatternRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[12]
+	mi := &file_pml_v1_pml_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1090,7 @@ func (x *GetPatternRequest) String() string {
 func (*GetPatternRequest) ProtoMessage() {}
 
 func (x *GetPatternRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[12]
+	mi := &file_pml_v1_pml_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1103,7 @@ func (x *GetPatternRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPatternRequest.ProtoReflect.Descriptor instead.
 func (*GetPatternRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{12}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetPatternRequest) GetName() string {
@@ -1047,7 +1124,7 @@ type GetPatternResponse struct {
 
 func (x *GetPatternResponse) Reset() {
 	*x = GetPatternResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[13]
+	mi := &file_pml_v1_pml_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1136,7 @@ func (x *GetPatternResponse) String() string {
 func (*GetPatternResponse) ProtoMessage() {}
 
 func (x *GetPatternResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[13]
+	mi := &file_pml_v1_pml_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1149,7 @@ func (x *GetPatternResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPatternResponse.ProtoReflect.Descriptor instead.
 func (*GetPatternResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{13}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetPatternResponse) GetPattern() *Pattern {
@@ -1096,7 +1173,7 @@ type ListPatternsRequest struct {
 
 func (x *ListPatternsRequest) Reset() {
 	*x = ListPatternsRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[14]
+	mi := &file_pml_v1_pml_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1185,7 @@ func (x *ListPatternsRequest) String() string {
 func (*ListPatternsRequest) ProtoMessage() {}
 
 func (x *ListPatternsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[14]
+	mi := &file_pml_v1_pml_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1198,7 @@ func (x *ListPatternsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPatternsRequest.ProtoReflect.Descriptor instead.
 func (*ListPatternsRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{14}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListPatternsRequest) GetPageSize() int32 {
@@ -1151,7 +1228,7 @@ type ListPatternsResponse struct {
 
 func (x *ListPatternsResponse) Reset() {
 	*x = ListPatternsResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[15]
+	mi := &file_pml_v1_pml_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1240,7 @@ func (x *ListPatternsResponse) String() string {
 func (*ListPatternsResponse) ProtoMessage() {}
 
 func (x *ListPatternsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[15]
+	mi := &file_pml_v1_pml_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1253,7 @@ func (x *ListPatternsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPatternsResponse.ProtoReflect.Descriptor instead.
 func (*ListPatternsResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{15}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListPatternsResponse) GetPatterns() []*Pattern {
@@ -1204,7 +1281,7 @@ type DeletePatternRequest struct {
 
 func (x *DeletePatternRequest) Reset() {
 	*x = DeletePatternRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[16]
+	mi := &file_pml_v1_pml_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1293,7 @@ func (x *DeletePatternRequest) String() string {
 func (*DeletePatternRequest) ProtoMessage() {}
 
 func (x *DeletePatternRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[16]
+	mi := &file_pml_v1_pml_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1306,7 @@ func (x *DeletePatternRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePatternRequest.ProtoReflect.Descriptor instead.
 func (*DeletePatternRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{16}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeletePatternRequest) GetName() string {
@@ -1248,7 +1325,7 @@ type DeletePatternResponse struct {
 
 func (x *DeletePatternResponse) Reset() {
 	*x = DeletePatternResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[17]
+	mi := &file_pml_v1_pml_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1337,7 @@ func (x *DeletePatternResponse) String() string {
 func (*DeletePatternResponse) ProtoMessage() {}
 
 func (x *DeletePatternResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[17]
+	mi := &file_pml_v1_pml_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1350,7 @@ func (x *DeletePatternResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePatternResponse.ProtoReflect.Descriptor instead.
 func (*DeletePatternResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{17}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{18}
 }
 
 // GetCapabilityRequest names a capability.
@@ -1287,7 +1364,7 @@ type GetCapabilityRequest struct {
 
 func (x *GetCapabilityRequest) Reset() {
 	*x = GetCapabilityRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[18]
+	mi := &file_pml_v1_pml_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1376,7 @@ func (x *GetCapabilityRequest) String() string {
 func (*GetCapabilityRequest) ProtoMessage() {}
 
 func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[18]
+	mi := &file_pml_v1_pml_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1389,7 @@ func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{18}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetCapabilityRequest) GetName() string {
@@ -1333,7 +1410,7 @@ type GetCapabilityResponse struct {
 
 func (x *GetCapabilityResponse) Reset() {
 	*x = GetCapabilityResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[19]
+	mi := &file_pml_v1_pml_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1422,7 @@ func (x *GetCapabilityResponse) String() string {
 func (*GetCapabilityResponse) ProtoMessage() {}
 
 func (x *GetCapabilityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[19]
+	mi := &file_pml_v1_pml_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1435,7 @@ func (x *GetCapabilityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilityResponse.ProtoReflect.Descriptor instead.
 func (*GetCapabilityResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{19}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetCapabilityResponse) GetCapability() *Capability {
@@ -1381,7 +1458,7 @@ type ListCapabilitiesRequest struct {
 
 func (x *ListCapabilitiesRequest) Reset() {
 	*x = ListCapabilitiesRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[20]
+	mi := &file_pml_v1_pml_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1470,7 @@ func (x *ListCapabilitiesRequest) String() string {
 func (*ListCapabilitiesRequest) ProtoMessage() {}
 
 func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[20]
+	mi := &file_pml_v1_pml_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1483,7 @@ func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{20}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListCapabilitiesRequest) GetPageSize() int32 {
@@ -1436,7 +1513,7 @@ type ListCapabilitiesResponse struct {
 
 func (x *ListCapabilitiesResponse) Reset() {
 	*x = ListCapabilitiesResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[21]
+	mi := &file_pml_v1_pml_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1525,7 @@ func (x *ListCapabilitiesResponse) String() string {
 func (*ListCapabilitiesResponse) ProtoMessage() {}
 
 func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[21]
+	mi := &file_pml_v1_pml_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1538,7 @@ func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{21}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListCapabilitiesResponse) GetCapabilities() []*Capability {
@@ -1489,7 +1566,7 @@ type DeleteCapabilityRequest struct {
 
 func (x *DeleteCapabilityRequest) Reset() {
 	*x = DeleteCapabilityRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[22]
+	mi := &file_pml_v1_pml_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1578,7 @@ func (x *DeleteCapabilityRequest) String() string {
 func (*DeleteCapabilityRequest) ProtoMessage() {}
 
 func (x *DeleteCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[22]
+	mi := &file_pml_v1_pml_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1591,7 @@ func (x *DeleteCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{22}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteCapabilityRequest) GetName() string {
@@ -1533,7 +1610,7 @@ type DeleteCapabilityResponse struct {
 
 func (x *DeleteCapabilityResponse) Reset() {
 	*x = DeleteCapabilityResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[23]
+	mi := &file_pml_v1_pml_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1622,7 @@ func (x *DeleteCapabilityResponse) String() string {
 func (*DeleteCapabilityResponse) ProtoMessage() {}
 
 func (x *DeleteCapabilityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[23]
+	mi := &file_pml_v1_pml_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1635,7 @@ func (x *DeleteCapabilityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCapabilityResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCapabilityResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{23}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{24}
 }
 
 // ListFailuresRequest asks for one page of the failure log.
@@ -1574,7 +1651,7 @@ type ListFailuresRequest struct {
 
 func (x *ListFailuresRequest) Reset() {
 	*x = ListFailuresRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[24]
+	mi := &file_pml_v1_pml_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1663,7 @@ func (x *ListFailuresRequest) String() string {
 func (*ListFailuresRequest) ProtoMessage() {}
 
 func (x *ListFailuresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[24]
+	mi := &file_pml_v1_pml_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1676,7 @@ func (x *ListFailuresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailuresRequest.ProtoReflect.Descriptor instead.
 func (*ListFailuresRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{24}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListFailuresRequest) GetPageSize() int32 {
@@ -1629,7 +1706,7 @@ type ListFailuresResponse struct {
 
 func (x *ListFailuresResponse) Reset() {
 	*x = ListFailuresResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[25]
+	mi := &file_pml_v1_pml_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1718,7 @@ func (x *ListFailuresResponse) String() string {
 func (*ListFailuresResponse) ProtoMessage() {}
 
 func (x *ListFailuresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[25]
+	mi := &file_pml_v1_pml_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1731,7 @@ func (x *ListFailuresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailuresResponse.ProtoReflect.Descriptor instead.
 func (*ListFailuresResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{25}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListFailuresResponse) GetFailures() []*Failure {
@@ -1682,7 +1759,7 @@ type RunRetentionRequest struct {
 
 func (x *RunRetentionRequest) Reset() {
 	*x = RunRetentionRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[26]
+	mi := &file_pml_v1_pml_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1771,7 @@ func (x *RunRetentionRequest) String() string {
 func (*RunRetentionRequest) ProtoMessage() {}
 
 func (x *RunRetentionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[26]
+	mi := &file_pml_v1_pml_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1784,7 @@ func (x *RunRetentionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRetentionRequest.ProtoReflect.Descriptor instead.
 func (*RunRetentionRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{26}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RunRetentionRequest) GetApply() bool {
@@ -1732,7 +1809,7 @@ type RunRetentionResponse struct {
 
 func (x *RunRetentionResponse) Reset() {
 	*x = RunRetentionResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[27]
+	mi := &file_pml_v1_pml_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1821,7 @@ func (x *RunRetentionResponse) String() string {
 func (*RunRetentionResponse) ProtoMessage() {}
 
 func (x *RunRetentionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[27]
+	mi := &file_pml_v1_pml_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1834,7 @@ func (x *RunRetentionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRetentionResponse.ProtoReflect.Descriptor instead.
 func (*RunRetentionResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{27}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RunRetentionResponse) GetDryRun() bool {
@@ -1790,7 +1867,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[28]
+	mi := &file_pml_v1_pml_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +1879,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[28]
+	mi := &file_pml_v1_pml_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +1892,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{28}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{29}
 }
 
 // GetStatsResponse counts the tenant's data.
@@ -1839,7 +1916,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[29]
+	mi := &file_pml_v1_pml_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +1928,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[29]
+	mi := &file_pml_v1_pml_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +1941,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{29}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetStatsResponse) GetPatterns() int64 {
@@ -1960,7 +2037,7 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\x06result\x18\x03 \x01(\v2\x15.pml.v1.CaptureResultH\x00R\x06result\x12*\n" +
 	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusH\x00R\x05error\x122\n" +
 	"\x05batch\x18\x05 \x03(\v2\x1c.pml.v1.StreamTracesResponseR\x05batchB\t\n" +
-	"\aoutcome\"\x9e\x03\n" +
+	"\aoutcome\"\xd0\x03\n" +
 	"\x0eSuggestRequest\x12\x16\n" +
 	"\x06intent\x18\x01 \x01(\tR\x06intent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12)\n" +
@@ -1972,12 +2049,19 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\x0favailable_tools\x18\a \x01(\v2\x16.pml.v1.AvailableToolsR\x0eavailableTools\x12\x12\n" +
 	"\x04tags\x18\b \x03(\tR\x04tags\x12\x18\n" +
 	"\aexplain\x18\t \x01(\bR\aexplain\x12 \n" +
-	"\tplan_size\x18\v \x01(\x05H\x02R\bplanSize\x88\x01\x01B\f\n" +
+	"\tplan_size\x18\v \x01(\x05H\x02R\bplanSize\x88\x01\x01\x120\n" +
+	"\acontext\x18\n" +
+	" \x01(\v2\x16.pml.v1.SuggestContextR\acontextB\f\n" +
 	"\n" +
 	"_min_matchB\x0e\n" +
 	"\f_min_successB\f\n" +
 	"\n" +
-	"_plan_size\"&\n" +
+	"_plan_size\"\x83\x01\n" +
+	"\x0eSuggestContext\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
+	"\x11previous_patterns\x18\x02 \x03(\tR\x10previousPatterns\x12%\n" +
+	"\x0eprevious_tools\x18\x03 \x03(\tR\rpreviousTools\"&\n" +
 	"\x0eAvailableTools\x12\x14\n" +
 	"\x05tools\x18\x01 \x03(\tR\x05tools\"\xa2\x01\n" +
 	"\x0fSuggestResponse\x124\n" +
@@ -2066,7 +2150,7 @@ func file_pml_v1_pml_proto_rawDescGZIP() []byte {
 	return file_pml_v1_pml_proto_rawDescData
 }
 
-var file_pml_v1_pml_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_pml_v1_pml_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_pml_v1_pml_proto_goTypes = []any{
 	(*GetServerInfoRequest)(nil),     // 0: pml.v1.GetServerInfoRequest
 	(*GetServerInfoResponse)(nil),    // 1: pml.v1.GetServerInfoResponse
@@ -2078,96 +2162,98 @@ var file_pml_v1_pml_proto_goTypes = []any{
 	(*StreamTracesRequest)(nil),      // 7: pml.v1.StreamTracesRequest
 	(*StreamTracesResponse)(nil),     // 8: pml.v1.StreamTracesResponse
 	(*SuggestRequest)(nil),           // 9: pml.v1.SuggestRequest
-	(*AvailableTools)(nil),           // 10: pml.v1.AvailableTools
-	(*SuggestResponse)(nil),          // 11: pml.v1.SuggestResponse
-	(*GetPatternRequest)(nil),        // 12: pml.v1.GetPatternRequest
-	(*GetPatternResponse)(nil),       // 13: pml.v1.GetPatternResponse
-	(*ListPatternsRequest)(nil),      // 14: pml.v1.ListPatternsRequest
-	(*ListPatternsResponse)(nil),     // 15: pml.v1.ListPatternsResponse
-	(*DeletePatternRequest)(nil),     // 16: pml.v1.DeletePatternRequest
-	(*DeletePatternResponse)(nil),    // 17: pml.v1.DeletePatternResponse
-	(*GetCapabilityRequest)(nil),     // 18: pml.v1.GetCapabilityRequest
-	(*GetCapabilityResponse)(nil),    // 19: pml.v1.GetCapabilityResponse
-	(*ListCapabilitiesRequest)(nil),  // 20: pml.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil), // 21: pml.v1.ListCapabilitiesResponse
-	(*DeleteCapabilityRequest)(nil),  // 22: pml.v1.DeleteCapabilityRequest
-	(*DeleteCapabilityResponse)(nil), // 23: pml.v1.DeleteCapabilityResponse
-	(*ListFailuresRequest)(nil),      // 24: pml.v1.ListFailuresRequest
-	(*ListFailuresResponse)(nil),     // 25: pml.v1.ListFailuresResponse
-	(*RunRetentionRequest)(nil),      // 26: pml.v1.RunRetentionRequest
-	(*RunRetentionResponse)(nil),     // 27: pml.v1.RunRetentionResponse
-	(*GetStatsRequest)(nil),          // 28: pml.v1.GetStatsRequest
-	(*GetStatsResponse)(nil),         // 29: pml.v1.GetStatsResponse
-	(*ExecutionRecord)(nil),          // 30: pml.v1.ExecutionRecord
-	(*CaptureResult)(nil),            // 31: pml.v1.CaptureResult
-	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
-	(*ToolCall)(nil),                 // 33: pml.v1.ToolCall
-	(ExecutionStatus)(0),             // 34: pml.v1.ExecutionStatus
-	(*status.Status)(nil),            // 35: google.rpc.Status
-	(*Suggestion)(nil),               // 36: pml.v1.Suggestion
-	(*FilteredCandidate)(nil),        // 37: pml.v1.FilteredCandidate
-	(*Plan)(nil),                     // 38: pml.v1.Plan
-	(*Pattern)(nil),                  // 39: pml.v1.Pattern
-	(*Capability)(nil),               // 40: pml.v1.Capability
-	(*Failure)(nil),                  // 41: pml.v1.Failure
-	(*RetentionEntry)(nil),           // 42: pml.v1.RetentionEntry
+	(*SuggestContext)(nil),           // 10: pml.v1.SuggestContext
+	(*AvailableTools)(nil),           // 11: pml.v1.AvailableTools
+	(*SuggestResponse)(nil),          // 12: pml.v1.SuggestResponse
+	(*GetPatternRequest)(nil),        // 13: pml.v1.GetPatternRequest
+	(*GetPatternResponse)(nil),       // 14: pml.v1.GetPatternResponse
+	(*ListPatternsRequest)(nil),      // 15: pml.v1.ListPatternsRequest
+	(*ListPatternsResponse)(nil),     // 16: pml.v1.ListPatternsResponse
+	(*DeletePatternRequest)(nil),     // 17: pml.v1.DeletePatternRequest
+	(*DeletePatternResponse)(nil),    // 18: pml.v1.DeletePatternResponse
+	(*GetCapabilityRequest)(nil),     // 19: pml.v1.GetCapabilityRequest
+	(*GetCapabilityResponse)(nil),    // 20: pml.v1.GetCapabilityResponse
+	(*ListCapabilitiesRequest)(nil),  // 21: pml.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil), // 22: pml.v1.ListCapabilitiesResponse
+	(*DeleteCapabilityRequest)(nil),  // 23: pml.v1.DeleteCapabilityRequest
+	(*DeleteCapabilityResponse)(nil), // 24: pml.v1.DeleteCapabilityResponse
+	(*ListFailuresRequest)(nil),      // 25: pml.v1.ListFailuresRequest
+	(*ListFailuresResponse)(nil),     // 26: pml.v1.ListFailuresResponse
+	(*RunRetentionRequest)(nil),      // 27: pml.v1.RunRetentionRequest
+	(*RunRetentionResponse)(nil),     // 28: pml.v1.RunRetentionResponse
+	(*GetStatsRequest)(nil),          // 29: pml.v1.GetStatsRequest
+	(*GetStatsResponse)(nil),         // 30: pml.v1.GetStatsResponse
+	(*ExecutionRecord)(nil),          // 31: pml.v1.ExecutionRecord
+	(*CaptureResult)(nil),            // 32: pml.v1.CaptureResult
+	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
+	(*ToolCall)(nil),                 // 34: pml.v1.ToolCall
+	(ExecutionStatus)(0),             // 35: pml.v1.ExecutionStatus
+	(*status.Status)(nil),            // 36: google.rpc.Status
+	(*Suggestion)(nil),               // 37: pml.v1.Suggestion
+	(*FilteredCandidate)(nil),        // 38: pml.v1.FilteredCandidate
+	(*Plan)(nil),                     // 39: pml.v1.Plan
+	(*Pattern)(nil),                  // 40: pml.v1.Pattern
+	(*Capability)(nil),               // 41: pml.v1.Capability
+	(*Failure)(nil),                  // 42: pml.v1.Failure
+	(*RetentionEntry)(nil),           // 43: pml.v1.RetentionEntry
 }
 var file_pml_v1_pml_proto_depIdxs = []int32{
-	30, // 0: pml.v1.RecordExecutionRequest.record:type_name -> pml.v1.ExecutionRecord
-	31, // 1: pml.v1.RecordExecutionResponse.result:type_name -> pml.v1.CaptureResult
-	32, // 2: pml.v1.ExecutionStarted.start_time:type_name -> google.protobuf.Timestamp
-	33, // 3: pml.v1.ToolCallFinished.tool_call:type_name -> pml.v1.ToolCall
-	34, // 4: pml.v1.ExecutionFinished.status:type_name -> pml.v1.ExecutionStatus
-	30, // 5: pml.v1.StreamTracesRequest.record:type_name -> pml.v1.ExecutionRecord
+	31, // 0: pml.v1.RecordExecutionRequest.record:type_name -> pml.v1.ExecutionRecord
+	32, // 1: pml.v1.RecordExecutionResponse.result:type_name -> pml.v1.CaptureResult
+	33, // 2: pml.v1.ExecutionStarted.start_time:type_name -> google.protobuf.Timestamp
+	34, // 3: pml.v1.ToolCallFinished.tool_call:type_name -> pml.v1.ToolCall
+	35, // 4: pml.v1.ExecutionFinished.status:type_name -> pml.v1.ExecutionStatus
+	31, // 5: pml.v1.StreamTracesRequest.record:type_name -> pml.v1.ExecutionRecord
 	4,  // 6: pml.v1.StreamTracesRequest.started:type_name -> pml.v1.ExecutionStarted
 	5,  // 7: pml.v1.StreamTracesRequest.tool_call_finished:type_name -> pml.v1.ToolCallFinished
 	6,  // 8: pml.v1.StreamTracesRequest.finished:type_name -> pml.v1.ExecutionFinished
 	7,  // 9: pml.v1.StreamTracesRequest.batch:type_name -> pml.v1.StreamTracesRequest
-	31, // 10: pml.v1.StreamTracesResponse.result:type_name -> pml.v1.CaptureResult
-	35, // 11: pml.v1.StreamTracesResponse.error:type_name -> google.rpc.Status
+	32, // 10: pml.v1.StreamTracesResponse.result:type_name -> pml.v1.CaptureResult
+	36, // 11: pml.v1.StreamTracesResponse.error:type_name -> google.rpc.Status
 	8,  // 12: pml.v1.StreamTracesResponse.batch:type_name -> pml.v1.StreamTracesResponse
-	10, // 13: pml.v1.SuggestRequest.available_tools:type_name -> pml.v1.AvailableTools
-	36, // 14: pml.v1.SuggestResponse.suggestions:type_name -> pml.v1.Suggestion
-	37, // 15: pml.v1.SuggestResponse.filtered:type_name -> pml.v1.FilteredCandidate
-	38, // 16: pml.v1.SuggestResponse.plans:type_name -> pml.v1.Plan
-	39, // 17: pml.v1.GetPatternResponse.pattern:type_name -> pml.v1.Pattern
-	39, // 18: pml.v1.ListPatternsResponse.patterns:type_name -> pml.v1.Pattern
-	40, // 19: pml.v1.GetCapabilityResponse.capability:type_name -> pml.v1.Capability
-	40, // 20: pml.v1.ListCapabilitiesResponse.capabilities:type_name -> pml.v1.Capability
-	41, // 21: pml.v1.ListFailuresResponse.failures:type_name -> pml.v1.Failure
-	42, // 22: pml.v1.RunRetentionResponse.entries:type_name -> pml.v1.RetentionEntry
-	32, // 23: pml.v1.RunRetentionResponse.run_time:type_name -> google.protobuf.Timestamp
-	0,  // 24: pml.v1.PmlService.GetServerInfo:input_type -> pml.v1.GetServerInfoRequest
-	2,  // 25: pml.v1.PmlService.RecordExecution:input_type -> pml.v1.RecordExecutionRequest
-	7,  // 26: pml.v1.PmlService.StreamTraces:input_type -> pml.v1.StreamTracesRequest
-	9,  // 27: pml.v1.PmlService.Suggest:input_type -> pml.v1.SuggestRequest
-	12, // 28: pml.v1.PmlService.GetPattern:input_type -> pml.v1.GetPatternRequest
-	14, // 29: pml.v1.PmlService.ListPatterns:input_type -> pml.v1.ListPatternsRequest
-	16, // 30: pml.v1.PmlService.DeletePattern:input_type -> pml.v1.DeletePatternRequest
-	18, // 31: pml.v1.PmlService.GetCapability:input_type -> pml.v1.GetCapabilityRequest
-	20, // 32: pml.v1.PmlService.ListCapabilities:input_type -> pml.v1.ListCapabilitiesRequest
-	22, // 33: pml.v1.PmlService.DeleteCapability:input_type -> pml.v1.DeleteCapabilityRequest
-	24, // 34: pml.v1.PmlService.ListFailures:input_type -> pml.v1.ListFailuresRequest
-	26, // 35: pml.v1.PmlService.RunRetention:input_type -> pml.v1.RunRetentionRequest
-	28, // 36: pml.v1.PmlService.GetStats:input_type -> pml.v1.GetStatsRequest
-	1,  // 37: pml.v1.PmlService.GetServerInfo:output_type -> pml.v1.GetServerInfoResponse
-	3,  // 38: pml.v1.PmlService.RecordExecution:output_type -> pml.v1.RecordExecutionResponse
-	8,  // 39: pml.v1.PmlService.StreamTraces:output_type -> pml.v1.StreamTracesResponse
-	11, // 40: pml.v1.PmlService.Suggest:output_type -> pml.v1.SuggestResponse
-	13, // 41: pml.v1.PmlService.GetPattern:output_type -> pml.v1.GetPatternResponse
-	15, // 42: pml.v1.PmlService.ListPatterns:output_type -> pml.v1.ListPatternsResponse
-	17, // 43: pml.v1.PmlService.DeletePattern:output_type -> pml.v1.DeletePatternResponse
-	19, // 44: pml.v1.PmlService.GetCapability:output_type -> pml.v1.GetCapabilityResponse
-	21, // 45: pml.v1.PmlService.ListCapabilities:output_type -> pml.v1.ListCapabilitiesResponse
-	23, // 46: pml.v1.PmlService.DeleteCapability:output_type -> pml.v1.DeleteCapabilityResponse
-	25, // 47: pml.v1.PmlService.ListFailures:output_type -> pml.v1.ListFailuresResponse
-	27, // 48: pml.v1.PmlService.RunRetention:output_type -> pml.v1.RunRetentionResponse
-	29, // 49: pml.v1.PmlService.GetStats:output_type -> pml.v1.GetStatsResponse
-	37, // [37:50] is the sub-list for method output_type
-	24, // [24:37] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	11, // 13: pml.v1.SuggestRequest.available_tools:type_name -> pml.v1.AvailableTools
+	10, // 14: pml.v1.SuggestRequest.context:type_name -> pml.v1.SuggestContext
+	37, // 15: pml.v1.SuggestResponse.suggestions:type_name -> pml.v1.Suggestion
+	38, // 16: pml.v1.SuggestResponse.filtered:type_name -> pml.v1.FilteredCandidate
+	39, // 17: pml.v1.SuggestResponse.plans:type_name -> pml.v1.Plan
+	40, // 18: pml.v1.GetPatternResponse.pattern:type_name -> pml.v1.Pattern
+	40, // 19: pml.v1.ListPatternsResponse.patterns:type_name -> pml.v1.Pattern
+	41, // 20: pml.v1.GetCapabilityResponse.capability:type_name -> pml.v1.Capability
+	41, // 21: pml.v1.ListCapabilitiesResponse.capabilities:type_name -> pml.v1.Capability
+	42, // 22: pml.v1.ListFailuresResponse.failures:type_name -> pml.v1.Failure
+	43, // 23: pml.v1.RunRetentionResponse.entries:type_name -> pml.v1.RetentionEntry
+	33, // 24: pml.v1.RunRetentionResponse.run_time:type_name -> google.protobuf.Timestamp
+	0,  // 25: pml.v1.PmlService.GetServerInfo:input_type -> pml.v1.GetServerInfoRequest
+	2,  // 26: pml.v1.PmlService.RecordExecution:input_type -> pml.v1.RecordExecutionRequest
+	7,  // 27: pml.v1.PmlService.StreamTraces:input_type -> pml.v1.StreamTracesRequest
+	9,  // 28: pml.v1.PmlService.Suggest:input_type -> pml.v1.SuggestRequest
+	13, // 29: pml.v1.PmlService.GetPattern:input_type -> pml.v1.GetPatternRequest
+	15, // 30: pml.v1.PmlService.ListPatterns:input_type -> pml.v1.ListPatternsRequest
+	17, // 31: pml.v1.PmlService.DeletePattern:input_type -> pml.v1.DeletePatternRequest
+	19, // 32: pml.v1.PmlService.GetCapability:input_type -> pml.v1.GetCapabilityRequest
+	21, // 33: pml.v1.PmlService.ListCapabilities:input_type -> pml.v1.ListCapabilitiesRequest
+	23, // 34: pml.v1.PmlService.DeleteCapability:input_type -> pml.v1.DeleteCapabilityRequest
+	25, // 35: pml.v1.PmlService.ListFailures:input_type -> pml.v1.ListFailuresRequest
+	27, // 36: pml.v1.PmlService.RunRetention:input_type -> pml.v1.RunRetentionRequest
+	29, // 37: pml.v1.PmlService.GetStats:input_type -> pml.v1.GetStatsRequest
+	1,  // 38: pml.v1.PmlService.GetServerInfo:output_type -> pml.v1.GetServerInfoResponse
+	3,  // 39: pml.v1.PmlService.RecordExecution:output_type -> pml.v1.RecordExecutionResponse
+	8,  // 40: pml.v1.PmlService.StreamTraces:output_type -> pml.v1.StreamTracesResponse
+	12, // 41: pml.v1.PmlService.Suggest:output_type -> pml.v1.SuggestResponse
+	14, // 42: pml.v1.PmlService.GetPattern:output_type -> pml.v1.GetPatternResponse
+	16, // 43: pml.v1.PmlService.ListPatterns:output_type -> pml.v1.ListPatternsResponse
+	18, // 44: pml.v1.PmlService.DeletePattern:output_type -> pml.v1.DeletePatternResponse
+	20, // 45: pml.v1.PmlService.GetCapability:output_type -> pml.v1.GetCapabilityResponse
+	22, // 46: pml.v1.PmlService.ListCapabilities:output_type -> pml.v1.ListCapabilitiesResponse
+	24, // 47: pml.v1.PmlService.DeleteCapability:output_type -> pml.v1.DeleteCapabilityResponse
+	26, // 48: pml.v1.PmlService.ListFailures:output_type -> pml.v1.ListFailuresResponse
+	28, // 49: pml.v1.PmlService.RunRetention:output_type -> pml.v1.RunRetentionResponse
+	30, // 50: pml.v1.PmlService.GetStats:output_type -> pml.v1.GetStatsResponse
+	38, // [38:51] is the sub-list for method output_type
+	25, // [25:38] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_pml_v1_pml_proto_init() }
@@ -2193,7 +2279,7 @@ func file_pml_v1_pml_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pml_v1_pml_proto_rawDesc), len(file_pml_v1_pml_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -371,7 +371,11 @@ type ExecutionRecord struct {
 	// values. When empty the server embeds `intent` itself.
 	IntentEmbedding []float32 `protobuf:"fixed32,10,rep,packed,name=intent_embedding,json=intentEmbedding,proto3" json:"intent_embedding,omitempty"`
 	// (Optional) Free-form tags used by suggestion filters.
-	Tags          []string `protobuf:"bytes,11,rep,name=tags,proto3" json:"tags,omitempty"`
+	Tags []string `protobuf:"bytes,11,rep,name=tags,proto3" json:"tags,omitempty"`
+	// (Optional) The agent session this execution belongs to (empty: none). A successful
+	// execution of a session teaches which capability follows the session's previous one
+	// (docs/ranking.md, Sessions). Not a secret; at most 128 characters.
+	SessionId     string `protobuf:"bytes,12,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -481,6 +485,13 @@ func (x *ExecutionRecord) GetTags() []string {
 		return x.Tags
 	}
 	return nil
+}
+
+func (x *ExecutionRecord) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 // ToolFailure is one failed tool call reported back by a capture.
@@ -1365,7 +1376,7 @@ type ScoreParts struct {
 	// (Output only) 1.0 unless superseded.
 	SupersededPenalty float64 `protobuf:"fixed64,7,opt,name=superseded_penalty,json=supersededPenalty,proto3" json:"superseded_penalty,omitempty"`
 	// (Output only) The final score: match * reliability * usage * recency * superseded_penalty
-	// * steps.
+	// * steps * transition.
 	Total float64 `protobuf:"fixed64,8,opt,name=total,proto3" json:"total,omitempty"`
 	// (Output only) Evidence of failure against the pattern, 0..1: 1.0 without failures, whatever
 	// the number of tries; sinks toward success rate / expected rate as failures accumulate.
@@ -1373,7 +1384,11 @@ type ScoreParts struct {
 	// (Output only) How well the pattern's steps fit the tools the request asks for, in
 	// [1 - step_weight, 1]: 1.0 without evidence; a missing or extra step lowers it
 	// (docs/ranking.md, Steps).
-	Steps         float64 `protobuf:"fixed64,10,opt,name=steps,proto3" json:"steps,omitempty"`
+	Steps float64 `protobuf:"fixed64,10,opt,name=steps,proto3" json:"steps,omitempty"`
+	// (Output only) The session signal (docs/ranking.md, Sessions): 1.0 without a context, up
+	// to 1 + transition_weight for the capability that usually follows the previous step. With
+	// an empty intent it is the relative likelihood that this capability comes next, 0..1.
+	Transition    float64 `protobuf:"fixed64,15,opt,name=transition,proto3" json:"transition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1474,6 +1489,13 @@ func (x *ScoreParts) GetReliability() float64 {
 func (x *ScoreParts) GetSteps() float64 {
 	if x != nil {
 		return x.Steps
+	}
+	return 0
+}
+
+func (x *ScoreParts) GetTransition() float64 {
+	if x != nil {
+		return x.Transition
 	}
 	return 0
 }
@@ -2140,7 +2162,7 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x1f\n" +
 	"\vduration_ms\x18\x06 \x01(\x01R\n" +
-	"durationMs\"\x8b\x03\n" +
+	"durationMs\"\xaa\x03\n" +
 	"\x0fExecutionRecord\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
@@ -2157,7 +2179,9 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\x05trace\x18\t \x01(\fR\x05trace\x12)\n" +
 	"\x10intent_embedding\x18\n" +
 	" \x03(\x02R\x0fintentEmbedding\x12\x12\n" +
-	"\x04tags\x18\v \x03(\tR\x04tags\"7\n" +
+	"\x04tags\x18\v \x03(\tR\x04tags\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\f \x01(\tR\tsessionId\"7\n" +
 	"\vToolFailure\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"\x97\x02\n" +
@@ -2248,7 +2272,7 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"usageCount\x12#\n" +
 	"\rsuccess_count\x18\a \x01(\x03R\fsuccessCount\x12#\n" +
 	"\rfailure_count\x18\b \x01(\x03R\ffailureCount\x12@\n" +
-	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xb0\x02\n" +
+	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xd0\x02\n" +
 	"\n" +
 	"ScoreParts\x12\x14\n" +
 	"\x05match\x18\x01 \x01(\x01R\x05match\x12\x1a\n" +
@@ -2261,7 +2285,10 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\x05total\x18\b \x01(\x01R\x05total\x12 \n" +
 	"\vreliability\x18\t \x01(\x01R\vreliability\x12\x14\n" +
 	"\x05steps\x18\n" +
-	" \x01(\x01R\x05steps\"\x81\x01\n" +
+	" \x01(\x01R\x05steps\x12\x1e\n" +
+	"\n" +
+	"transition\x18\x0f \x01(\x01R\n" +
+	"transition\"\x81\x01\n" +
 	"\n" +
 	"Suggestion\x12\x1e\n" +
 	"\n" +

@@ -13,6 +13,11 @@ async function use(pml: PmlClient): Promise<number> {
     result.outcome;
   const reply: SuggestResponse = await pml.suggest({ intent: "Load JSON data", page_size: 3 });
   const report = await pml.upload([], { onAck: (ack) => ack.execution_id.length });
+  // sessions (docs/ranking.md, Sessions): a record's session, a Suggest's context
+  await pml.record({ ...newRecord("List", "await mcp.list_dir({})", "typescript", []), session_id: "c-1" });
+  const next: SuggestResponse = await pml.suggest({ intent: "", context: { session_id: "c-1", previous_tools: ["list_dir"] } });
+  const lift: number = next.suggestions[0].score.transition;
+  void lift;
   try {
     await pml.suggest("");
   } catch (err) {

@@ -103,9 +103,11 @@ def make_record(
     request_id: str = "",
     duration_ms: float = 0.0,
     arguments_json: str = "{}",
+    session_id: str = "",
 ) -> ExecutionRecord:
     """A record whose tool calls are `tools` (succeeded) then `failed_tools` (name, error).
-    Without `request_id` a fresh UUID is used (retry with the same record to stay idempotent)."""
+    Without `request_id` a fresh UUID is used (retry with the same record to stay idempotent).
+    `session_id`: the agent session it belongs to (the server learns which step follows which)."""
     calls = [resources_pb2.ToolCall(tool=t, ok=True, arguments_json=arguments_json) for t in tools]
     calls += [resources_pb2.ToolCall(tool=t, ok=False, error=e) for t, e in failed_tools]
     return ExecutionRecord(
@@ -115,6 +117,7 @@ def make_record(
         language=language,
         tool_calls=calls,
         duration_ms=duration_ms,
+        session_id=session_id,
     )
 
 
@@ -227,8 +230,13 @@ class PmlClient:
         explain: bool = False,
         intent_embedding: Sequence[float] = (),
         plan_size: int | None = None,
+        session_id: str = "",
+        previous_patterns: Sequence[str] = (),
+        previous_tools: Sequence[str] = (),
     ) -> pml_pb2.SuggestResponse:
-        """`plan_size`: most plans (None: the server's default, 3; 0: none)."""
+        """`plan_size`: most plans (None: the server's default, 3; 0: none). `session_id`,
+        `previous_patterns`, `previous_tools`: what the agent just did (`SuggestContext`); with
+        one of them `intent` may be empty: the capabilities that usually come next."""
         request = pml_pb2.SuggestRequest(
             intent=intent,
             page_size=k,
@@ -245,6 +253,10 @@ class PmlClient:
             request.available_tools.tools.extend(available_tools)
         if plan_size is not None:
             request.plan_size = plan_size
+        if session_id or previous_patterns or previous_tools:
+            request.context.session_id = session_id
+            request.context.previous_patterns.extend(previous_patterns)
+            request.context.previous_tools.extend(previous_tools)
         return self._call(self._stub.Suggest, request, pml_pb2.SuggestResponse)
 
     def get_pattern(self, name: str) -> resources_pb2.Pattern:

@@ -80,6 +80,8 @@ pub struct ScoreParts {
     pub reliability: f64,
     /// The step fit factor (docs/ranking.md, Steps): 1.0 without step evidence.
     pub steps: f64,
+    /// The session signal (docs/ranking.md, Sessions): 1 without a context.
+    pub transition: f64,
 }
 
 /// A signal clipped to [0, 1]; NaN and infinities mean no signal.
@@ -210,7 +212,16 @@ pub fn score(
         total: matched * reliability * usage * recency * penalty * steps,
         reliability,
         steps,
+        transition: 1.0,
     }
+}
+
+/// `parts` with the session signal's factor (docs/ranking.md, Sessions) multiplied in last,
+/// as `scoring.score` does: a factor of exactly 1 leaves every bit of the total as it was.
+pub fn with_transition(mut parts: ScoreParts, factor: f64) -> ScoreParts {
+    parts.transition = factor;
+    parts.total *= factor;
+    parts
 }
 
 #[cfg(test)]

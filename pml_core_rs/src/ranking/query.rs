@@ -11,7 +11,7 @@ use std::collections::HashSet;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::formula::{pattern_semantic, score, Params, ScoreParts};
+use super::formula::{pattern_semantic, score, with_transition, Params, ScoreParts};
 use super::steps::{step_evidence, STEP_NEIGHBOURS};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
@@ -28,6 +28,9 @@ pub struct Filters {
     pub available_tools: Option<Vec<String>>,
     /// All required.
     pub tags: Vec<String>,
+    /// Not a filter: the session signal's factor of each capability that usually follows the
+    /// agent's previous step (docs/ranking.md, Sessions); empty without a context.
+    pub transitions: FxHashMap<String, f64>,
 }
 
 /// One suggestion: its pattern, capability, score parts and the intents the index holds.
@@ -178,11 +181,17 @@ pub fn rank_retrieved(
         };
         let lexical = bm25.get(&slot).copied().unwrap_or(0.0);
         let steps = evidence.factor(&row.tools);
-        let parts = score(semantic, lexical, &row.counts, params, now_ms, steps);
+        let mut parts = score(semantic, lexical, &row.counts, params, now_ms, steps);
         if !passes(row, &parts, &resolved, filters) {
             continue;
         }
         let capability = row.capability.as_deref().unwrap_or_default();
+        // no context (the usual request): not even a hash per candidate
+        if !filters.transitions.is_empty() {
+            if let Some(&factor) = filters.transitions.get(capability) {
+                parts = with_transition(parts, factor);
+            }
+        }
         passing.push((parts, capability, &row.pattern_id));
         slot_of.insert(&row.pattern_id, slot);
     }

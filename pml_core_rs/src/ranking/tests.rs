@@ -275,3 +275,37 @@ fn permitted_lists_the_patterns_the_context_filters_let_through() {
     assert!(restricts(&filters(None, &[], 0.0), true));
     assert!(!restricts(&filters(None, &[], 0.5), false));
 }
+
+#[test]
+fn a_transition_multiplies_its_capabilitys_total_and_nothing_else() {
+    // docs/ranking.md, Sessions: the factor is the last multiplication of the total
+    let f = fixture();
+    let plain = run(&f, &[], 3, &Filters::default());
+    let lifted = Filters {
+        transitions: [("c3".to_owned(), 1.25)].into_iter().collect(),
+        ..Filters::default()
+    };
+    let with = run(&f, &[], 3, &lifted);
+    for (before, after) in plain.iter().zip(&with) {
+        assert_eq!(before.pattern_id, after.pattern_id);
+        if after.capability_id == "c3" {
+            assert_eq!(after.parts.transition, 1.25);
+            assert_eq!(after.parts.total, before.parts.total * 1.25);
+        } else {
+            assert_eq!(after.parts, before.parts);
+            assert_eq!(after.parts.transition, 1.0);
+        }
+    }
+    // a large enough factor moves c2 (p3) ahead of c1 (p1); p4's match is 0, so it stays last
+    let far = Filters {
+        transitions: [("c2".to_owned(), 100.0), ("c3".to_owned(), 100.0)]
+            .into_iter()
+            .collect(),
+        ..Filters::default()
+    };
+    let ids: Vec<String> = run(&f, &[], 3, &far)
+        .into_iter()
+        .map(|r| r.pattern_id)
+        .collect();
+    assert_eq!(ids, ["p3", "p1", "p4"]);
+}

@@ -24,10 +24,18 @@ from __future__ import annotations
 
 import psycopg
 
-from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, CF_OPLOG, CF_PATTERNS, COLUMN_FAMILIES
+from pml_server.storage.keys import (
+    CF_COUNTERS,
+    CF_INTENTS,
+    CF_OPLOG,
+    CF_PATTERNS,
+    CF_SESSIONS,
+    CF_TRANSITIONS,
+    COLUMN_FAMILIES,
+)
 from pml_server.storage.seam import StoreClosedError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _MIGRATION_LOCK = 0x706D6C5F736368  # "pml_sch": one migration at a time per database
 STATS_COLUMNS = (
     "executions",
@@ -42,6 +50,7 @@ SEQUENCE_STEP = 1024  # ids a replica takes from a sequence at once
 # (by backend pid) rarely share one.
 ROW_STRIPES = 64
 FOLLOWED_FAMILIES = (CF_PATTERNS, CF_COUNTERS)
+_VERSION_4_FAMILIES = (CF_SESSIONS, CF_TRANSITIONS)
 
 
 def table_of(cf: str) -> str:
@@ -49,7 +58,8 @@ def table_of(cf: str) -> str:
 
 
 def _version_1() -> list[str]:
-    plain = [cf for cf in COLUMN_FAMILIES if cf not in (CF_INTENTS, CF_OPLOG)]
+    later = (CF_INTENTS, CF_OPLOG, *_VERSION_4_FAMILIES)  # made otherwise, or later
+    plain = [cf for cf in COLUMN_FAMILIES if cf not in later]
     statements = [
         f"CREATE TABLE {table_of(cf)} (key bytea PRIMARY KEY, value bytea NOT NULL)" for cf in plain
     ]
@@ -106,7 +116,21 @@ def _version_3() -> list[str]:
     ]
 
 
-MIGRATIONS: dict[int, list[str]] = {1: _version_1(), 2: _version_2(), 3: _version_3()}
+def _version_4() -> list[str]:
+    """Sessions' last steps and the transitions between capabilities (docs/ranking.md,
+    Sessions): plain key-value families, written under the capture's advisory locks."""
+    return [
+        f"CREATE TABLE {table_of(cf)} (key bytea PRIMARY KEY, value bytea NOT NULL)"
+        for cf in _VERSION_4_FAMILIES
+    ]
+
+
+MIGRATIONS: dict[int, list[str]] = {
+    1: _version_1(),
+    2: _version_2(),
+    3: _version_3(),
+    4: _version_4(),
+}
 
 
 class SchemaVersionError(RuntimeError):

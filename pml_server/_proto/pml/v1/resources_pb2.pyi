@@ -171,6 +171,7 @@ class ExecutionRecord(_message.Message):
     TRACE_FIELD_NUMBER: _builtins.int
     INTENT_EMBEDDING_FIELD_NUMBER: _builtins.int
     TAGS_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """(Required) Idempotency key, unique per execution (a UUID is fine): a repeated request id
     returns the first result and counts nothing twice. At most 128 characters. On
@@ -188,6 +189,11 @@ class ExecutionRecord(_message.Message):
     """(Optional) How long the execution took, in milliseconds."""
     trace: _builtins.bytes
     """(Optional) Opaque execution trace, stored as given."""
+    session_id: _builtins.str
+    """(Optional) The agent session this execution belongs to (empty: none). A successful
+    execution of a session teaches which capability follows the session's previous one
+    (docs/ranking.md, Sessions). Not a secret; at most 128 characters.
+    """
     @_builtins.property
     def tool_calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolCall]:
         """(Optional) Tool calls in the order they ran. Count limited by the server (default 256)."""
@@ -220,10 +226,11 @@ class ExecutionRecord(_message.Message):
         trace: _builtins.bytes = ...,
         intent_embedding: _abc.Iterable[_builtins.float] | None = ...,
         tags: _abc.Iterable[_builtins.str] | None = ...,
+        session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "duration_ms", b"duration_ms", "intent", b"intent", "intent_embedding", b"intent_embedding", "language", b"language", "request_id", b"request_id", "start_time", b"start_time", "status", b"status", "tags", b"tags", "tool_calls", b"tool_calls", "trace", b"trace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "duration_ms", b"duration_ms", "intent", b"intent", "intent_embedding", b"intent_embedding", "language", b"language", "request_id", b"request_id", "session_id", b"session_id", "start_time", b"start_time", "status", b"status", "tags", b"tags", "tool_calls", b"tool_calls", "trace", b"trace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -717,6 +724,7 @@ class ScoreParts(_message.Message):
     TOTAL_FIELD_NUMBER: _builtins.int
     RELIABILITY_FIELD_NUMBER: _builtins.int
     STEPS_FIELD_NUMBER: _builtins.int
+    TRANSITION_FIELD_NUMBER: _builtins.int
     match: _builtins.float
     """(Output only) Fused relevance, 0..1."""
     semantic: _builtins.float
@@ -735,7 +743,7 @@ class ScoreParts(_message.Message):
     """(Output only) 1.0 unless superseded."""
     total: _builtins.float
     """(Output only) The final score: match * reliability * usage * recency * superseded_penalty
-    * steps.
+    * steps * transition.
     """
     reliability: _builtins.float
     """(Output only) Evidence of failure against the pattern, 0..1: 1.0 without failures, whatever
@@ -745,6 +753,11 @@ class ScoreParts(_message.Message):
     """(Output only) How well the pattern's steps fit the tools the request asks for, in
     [1 - step_weight, 1]: 1.0 without evidence; a missing or extra step lowers it
     (docs/ranking.md, Steps).
+    """
+    transition: _builtins.float
+    """(Output only) The session signal (docs/ranking.md, Sessions): 1.0 without a context, up
+    to 1 + transition_weight for the capability that usually follows the previous step. With
+    an empty intent it is the relative likelihood that this capability comes next, 0..1.
     """
     def __init__(
         self,
@@ -759,10 +772,11 @@ class ScoreParts(_message.Message):
         total: _builtins.float = ...,
         reliability: _builtins.float = ...,
         steps: _builtins.float = ...,
+        transition: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "match", b"match", "recency", b"recency", "reliability", b"reliability", "semantic", b"semantic", "steps", b"steps", "success_estimate", b"success_estimate", "superseded_penalty", b"superseded_penalty", "total", b"total", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "match", b"match", "recency", b"recency", "reliability", b"reliability", "semantic", b"semantic", "steps", b"steps", "success_estimate", b"success_estimate", "superseded_penalty", b"superseded_penalty", "total", b"total", "transition", b"transition", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

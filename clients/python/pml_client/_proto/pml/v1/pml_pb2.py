@@ -27,7 +27,7 @@ from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 from pml_client._proto.pml.v1 import resources_pb2 as pml_dot_v1_dot_resources__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10pml/v1/pml.proto\x12\x06pml.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\x1a\x16pml/v1/resources.proto\"\x16\n\x14GetServerInfoRequest\"\xcf\x01\n\x15GetServerInfoResponse\x12\x16\n\x0eserver_version\x18\x01 \x01(\t\x12\x14\n\x0c\x63ore_version\x18\x02 \x01(\t\x12\x16\n\x0eschema_version\x18\x03 \x01(\r\x12\x1b\n\x13\x65mbedding_dimension\x18\x04 \x01(\r\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x1a\n\x12stream_batch_limit\x18\x07 \x01(\r\x12\x19\n\x11max_message_bytes\x18\x08 \x01(\r\"A\n\x16RecordExecutionRequest\x12\'\n\x06record\x18\x01 \x01(\x0b\x32\x17.pml.v1.ExecutionRecord\"@\n\x17RecordExecutionResponse\x12%\n\x06result\x18\x01 \x01(\x0b\x32\x15.pml.v1.CaptureResult\"\xae\x01\n\x10\x45xecutionStarted\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06intent\x18\x02 \x01(\t\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x10\n\x08language\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10intent_embedding\x18\x06 \x03(\x02\x12\x0c\n\x04tags\x18\x07 \x03(\t\"7\n\x10ToolCallFinished\x12#\n\ttool_call\x18\x01 \x01(\x0b\x32\x10.pml.v1.ToolCall\"`\n\x11\x45xecutionFinished\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.pml.v1.ExecutionStatus\x12\x13\n\x0b\x64uration_ms\x18\x02 \x01(\x01\x12\r\n\x05trace\x18\x03 \x01(\x0c\"\xb1\x02\n\x13StreamTracesRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12)\n\x06record\x18\x03 \x01(\x0b\x32\x17.pml.v1.ExecutionRecordH\x00\x12+\n\x07started\x18\x04 \x01(\x0b\x32\x18.pml.v1.ExecutionStartedH\x00\x12\x36\n\x12tool_call_finished\x18\x05 \x01(\x0b\x32\x18.pml.v1.ToolCallFinishedH\x00\x12-\n\x08\x66inished\x18\x06 \x01(\x0b\x32\x19.pml.v1.ExecutionFinishedH\x00\x12*\n\x05\x62\x61tch\x18\x07 \x03(\x0b\x32\x1b.pml.v1.StreamTracesRequestB\x07\n\x05\x65vent\"\xc4\x01\n\x14StreamTracesResponse\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\'\n\x06result\x18\x03 \x01(\x0b\x32\x15.pml.v1.CaptureResultH\x00\x12#\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x12+\n\x05\x62\x61tch\x18\x05 \x03(\x0b\x32\x1c.pml.v1.StreamTracesResponseB\t\n\x07outcome\"\xac\x02\n\x0eSuggestRequest\x12\x0e\n\x06intent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x18\n\x10intent_embedding\x18\x03 \x03(\x02\x12\x16\n\tmin_match\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x18\n\x0bmin_success\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x17\n\x0finclude_flagged\x18\x06 \x01(\x08\x12/\n\x0f\x61vailable_tools\x18\x07 \x01(\x0b\x32\x16.pml.v1.AvailableTools\x12\x0c\n\x04tags\x18\x08 \x03(\t\x12\x0f\n\x07\x65xplain\x18\t \x01(\x08\x12\x16\n\tplan_size\x18\x0b \x01(\x05H\x02\x88\x01\x01\x42\x0c\n\n_min_matchB\x0e\n\x0c_min_successB\x0c\n\n_plan_size\"\x1f\n\x0e\x41vailableTools\x12\r\n\x05tools\x18\x01 \x03(\t\"\x84\x01\n\x0fSuggestResponse\x12\'\n\x0bsuggestions\x18\x01 \x03(\x0b\x32\x12.pml.v1.Suggestion\x12+\n\x08\x66iltered\x18\x02 \x03(\x0b\x32\x19.pml.v1.FilteredCandidate\x12\x1b\n\x05plans\x18\x03 \x03(\x0b\x32\x0c.pml.v1.Plan\"!\n\x11GetPatternRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"6\n\x12GetPatternResponse\x12 \n\x07pattern\x18\x01 \x01(\x0b\x32\x0f.pml.v1.Pattern\"<\n\x13ListPatternsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"R\n\x14ListPatternsResponse\x12!\n\x08patterns\x18\x01 \x03(\x0b\x32\x0f.pml.v1.Pattern\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x14\x44\x65letePatternRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15\x44\x65letePatternResponse\"$\n\x14GetCapabilityRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x15GetCapabilityResponse\x12&\n\ncapability\x18\x01 \x01(\x0b\x32\x12.pml.v1.Capability\"@\n\x17ListCapabilitiesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x18ListCapabilitiesResponse\x12(\n\x0c\x63\x61pabilities\x18\x01 \x03(\x0b\x32\x12.pml.v1.Capability\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x17\x44\x65leteCapabilityRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x1a\n\x18\x44\x65leteCapabilityResponse\"<\n\x13ListFailuresRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"R\n\x14ListFailuresResponse\x12!\n\x08\x66\x61ilures\x18\x01 \x03(\x0b\x32\x0f.pml.v1.Failure\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x13RunRetentionRequest\x12\r\n\x05\x61pply\x18\x01 \x01(\x08\"~\n\x14RunRetentionResponse\x12\x0f\n\x07\x64ry_run\x18\x01 \x01(\x08\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.pml.v1.RetentionEntry\x12,\n\x08run_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x11\n\x0fGetStatsRequest\"\x8a\x01\n\x10GetStatsResponse\x12\x10\n\x08patterns\x18\x01 \x01(\x03\x12\x14\n\x0c\x63\x61pabilities\x18\x02 \x01(\x03\x12\x0f\n\x07intents\x18\x03 \x01(\x03\x12\x12\n\nexecutions\x18\x04 \x01(\x03\x12\x10\n\x08rejected\x18\x05 \x01(\x03\x12\x17\n\x0f\x66\x61ilures_logged\x18\x06 \x01(\x03\x32\xe8\x07\n\nPmlService\x12L\n\rGetServerInfo\x12\x1c.pml.v1.GetServerInfoRequest\x1a\x1d.pml.v1.GetServerInfoResponse\x12R\n\x0fRecordExecution\x12\x1e.pml.v1.RecordExecutionRequest\x1a\x1f.pml.v1.RecordExecutionResponse\x12M\n\x0cStreamTraces\x12\x1b.pml.v1.StreamTracesRequest\x1a\x1c.pml.v1.StreamTracesResponse(\x01\x30\x01\x12:\n\x07Suggest\x12\x16.pml.v1.SuggestRequest\x1a\x17.pml.v1.SuggestResponse\x12\x43\n\nGetPattern\x12\x19.pml.v1.GetPatternRequest\x1a\x1a.pml.v1.GetPatternResponse\x12I\n\x0cListPatterns\x12\x1b.pml.v1.ListPatternsRequest\x1a\x1c.pml.v1.ListPatternsResponse\x12L\n\rDeletePattern\x12\x1c.pml.v1.DeletePatternRequest\x1a\x1d.pml.v1.DeletePatternResponse\x12L\n\rGetCapability\x12\x1c.pml.v1.GetCapabilityRequest\x1a\x1d.pml.v1.GetCapabilityResponse\x12U\n\x10ListCapabilities\x12\x1f.pml.v1.ListCapabilitiesRequest\x1a .pml.v1.ListCapabilitiesResponse\x12U\n\x10\x44\x65leteCapability\x12\x1f.pml.v1.DeleteCapabilityRequest\x1a .pml.v1.DeleteCapabilityResponse\x12I\n\x0cListFailures\x12\x1b.pml.v1.ListFailuresRequest\x1a\x1c.pml.v1.ListFailuresResponse\x12I\n\x0cRunRetention\x12\x1b.pml.v1.RunRetentionRequest\x1a\x1c.pml.v1.RunRetentionResponse\x12=\n\x08GetStats\x12\x17.pml.v1.GetStatsRequest\x1a\x18.pml.v1.GetStatsResponseB\x1cZ\x1apml/clients/go/pmlv1;pmlv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10pml/v1/pml.proto\x12\x06pml.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\x1a\x16pml/v1/resources.proto\"\x16\n\x14GetServerInfoRequest\"\xcf\x01\n\x15GetServerInfoResponse\x12\x16\n\x0eserver_version\x18\x01 \x01(\t\x12\x14\n\x0c\x63ore_version\x18\x02 \x01(\t\x12\x16\n\x0eschema_version\x18\x03 \x01(\r\x12\x1b\n\x13\x65mbedding_dimension\x18\x04 \x01(\r\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x1a\n\x12stream_batch_limit\x18\x07 \x01(\r\x12\x19\n\x11max_message_bytes\x18\x08 \x01(\r\"A\n\x16RecordExecutionRequest\x12\'\n\x06record\x18\x01 \x01(\x0b\x32\x17.pml.v1.ExecutionRecord\"@\n\x17RecordExecutionResponse\x12%\n\x06result\x18\x01 \x01(\x0b\x32\x15.pml.v1.CaptureResult\"\xae\x01\n\x10\x45xecutionStarted\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06intent\x18\x02 \x01(\t\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x10\n\x08language\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10intent_embedding\x18\x06 \x03(\x02\x12\x0c\n\x04tags\x18\x07 \x03(\t\"7\n\x10ToolCallFinished\x12#\n\ttool_call\x18\x01 \x01(\x0b\x32\x10.pml.v1.ToolCall\"`\n\x11\x45xecutionFinished\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.pml.v1.ExecutionStatus\x12\x13\n\x0b\x64uration_ms\x18\x02 \x01(\x01\x12\r\n\x05trace\x18\x03 \x01(\x0c\"\xb1\x02\n\x13StreamTracesRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12)\n\x06record\x18\x03 \x01(\x0b\x32\x17.pml.v1.ExecutionRecordH\x00\x12+\n\x07started\x18\x04 \x01(\x0b\x32\x18.pml.v1.ExecutionStartedH\x00\x12\x36\n\x12tool_call_finished\x18\x05 \x01(\x0b\x32\x18.pml.v1.ToolCallFinishedH\x00\x12-\n\x08\x66inished\x18\x06 \x01(\x0b\x32\x19.pml.v1.ExecutionFinishedH\x00\x12*\n\x05\x62\x61tch\x18\x07 \x03(\x0b\x32\x1b.pml.v1.StreamTracesRequestB\x07\n\x05\x65vent\"\xc4\x01\n\x14StreamTracesResponse\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\'\n\x06result\x18\x03 \x01(\x0b\x32\x15.pml.v1.CaptureResultH\x00\x12#\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x12+\n\x05\x62\x61tch\x18\x05 \x03(\x0b\x32\x1c.pml.v1.StreamTracesResponseB\t\n\x07outcome\"\xd5\x02\n\x0eSuggestRequest\x12\x0e\n\x06intent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x18\n\x10intent_embedding\x18\x03 \x03(\x02\x12\x16\n\tmin_match\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x18\n\x0bmin_success\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x17\n\x0finclude_flagged\x18\x06 \x01(\x08\x12/\n\x0f\x61vailable_tools\x18\x07 \x01(\x0b\x32\x16.pml.v1.AvailableTools\x12\x0c\n\x04tags\x18\x08 \x03(\t\x12\x0f\n\x07\x65xplain\x18\t \x01(\x08\x12\x16\n\tplan_size\x18\x0b \x01(\x05H\x02\x88\x01\x01\x12\'\n\x07\x63ontext\x18\n \x01(\x0b\x32\x16.pml.v1.SuggestContextB\x0c\n\n_min_matchB\x0e\n\x0c_min_successB\x0c\n\n_plan_size\"W\n\x0eSuggestContext\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x19\n\x11previous_patterns\x18\x02 \x03(\t\x12\x16\n\x0eprevious_tools\x18\x03 \x03(\t\"\x1f\n\x0e\x41vailableTools\x12\r\n\x05tools\x18\x01 \x03(\t\"\x84\x01\n\x0fSuggestResponse\x12\'\n\x0bsuggestions\x18\x01 \x03(\x0b\x32\x12.pml.v1.Suggestion\x12+\n\x08\x66iltered\x18\x02 \x03(\x0b\x32\x19.pml.v1.FilteredCandidate\x12\x1b\n\x05plans\x18\x03 \x03(\x0b\x32\x0c.pml.v1.Plan\"!\n\x11GetPatternRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"6\n\x12GetPatternResponse\x12 \n\x07pattern\x18\x01 \x01(\x0b\x32\x0f.pml.v1.Pattern\"<\n\x13ListPatternsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"R\n\x14ListPatternsResponse\x12!\n\x08patterns\x18\x01 \x03(\x0b\x32\x0f.pml.v1.Pattern\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x14\x44\x65letePatternRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15\x44\x65letePatternResponse\"$\n\x14GetCapabilityRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x15GetCapabilityResponse\x12&\n\ncapability\x18\x01 \x01(\x0b\x32\x12.pml.v1.Capability\"@\n\x17ListCapabilitiesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x18ListCapabilitiesResponse\x12(\n\x0c\x63\x61pabilities\x18\x01 \x03(\x0b\x32\x12.pml.v1.Capability\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x17\x44\x65leteCapabilityRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x1a\n\x18\x44\x65leteCapabilityResponse\"<\n\x13ListFailuresRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"R\n\x14ListFailuresResponse\x12!\n\x08\x66\x61ilures\x18\x01 \x03(\x0b\x32\x0f.pml.v1.Failure\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x13RunRetentionRequest\x12\r\n\x05\x61pply\x18\x01 \x01(\x08\"~\n\x14RunRetentionResponse\x12\x0f\n\x07\x64ry_run\x18\x01 \x01(\x08\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.pml.v1.RetentionEntry\x12,\n\x08run_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x11\n\x0fGetStatsRequest\"\x8a\x01\n\x10GetStatsResponse\x12\x10\n\x08patterns\x18\x01 \x01(\x03\x12\x14\n\x0c\x63\x61pabilities\x18\x02 \x01(\x03\x12\x0f\n\x07intents\x18\x03 \x01(\x03\x12\x12\n\nexecutions\x18\x04 \x01(\x03\x12\x10\n\x08rejected\x18\x05 \x01(\x03\x12\x17\n\x0f\x66\x61ilures_logged\x18\x06 \x01(\x03\x32\xe8\x07\n\nPmlService\x12L\n\rGetServerInfo\x12\x1c.pml.v1.GetServerInfoRequest\x1a\x1d.pml.v1.GetServerInfoResponse\x12R\n\x0fRecordExecution\x12\x1e.pml.v1.RecordExecutionRequest\x1a\x1f.pml.v1.RecordExecutionResponse\x12M\n\x0cStreamTraces\x12\x1b.pml.v1.StreamTracesRequest\x1a\x1c.pml.v1.StreamTracesResponse(\x01\x30\x01\x12:\n\x07Suggest\x12\x16.pml.v1.SuggestRequest\x1a\x17.pml.v1.SuggestResponse\x12\x43\n\nGetPattern\x12\x19.pml.v1.GetPatternRequest\x1a\x1a.pml.v1.GetPatternResponse\x12I\n\x0cListPatterns\x12\x1b.pml.v1.ListPatternsRequest\x1a\x1c.pml.v1.ListPatternsResponse\x12L\n\rDeletePattern\x12\x1c.pml.v1.DeletePatternRequest\x1a\x1d.pml.v1.DeletePatternResponse\x12L\n\rGetCapability\x12\x1c.pml.v1.GetCapabilityRequest\x1a\x1d.pml.v1.GetCapabilityResponse\x12U\n\x10ListCapabilities\x12\x1f.pml.v1.ListCapabilitiesRequest\x1a .pml.v1.ListCapabilitiesResponse\x12U\n\x10\x44\x65leteCapability\x12\x1f.pml.v1.DeleteCapabilityRequest\x1a .pml.v1.DeleteCapabilityResponse\x12I\n\x0cListFailures\x12\x1b.pml.v1.ListFailuresRequest\x1a\x1c.pml.v1.ListFailuresResponse\x12I\n\x0cRunRetention\x12\x1b.pml.v1.RunRetentionRequest\x1a\x1c.pml.v1.RunRetentionResponse\x12=\n\x08GetStats\x12\x17.pml.v1.GetStatsRequest\x1a\x18.pml.v1.GetStatsResponseB\x1cZ\x1apml/clients/go/pmlv1;pmlv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -54,47 +54,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STREAMTRACESRESPONSE']._serialized_start=1118
   _globals['_STREAMTRACESRESPONSE']._serialized_end=1314
   _globals['_SUGGESTREQUEST']._serialized_start=1317
-  _globals['_SUGGESTREQUEST']._serialized_end=1617
-  _globals['_AVAILABLETOOLS']._serialized_start=1619
-  _globals['_AVAILABLETOOLS']._serialized_end=1650
-  _globals['_SUGGESTRESPONSE']._serialized_start=1653
-  _globals['_SUGGESTRESPONSE']._serialized_end=1785
-  _globals['_GETPATTERNREQUEST']._serialized_start=1787
-  _globals['_GETPATTERNREQUEST']._serialized_end=1820
-  _globals['_GETPATTERNRESPONSE']._serialized_start=1822
-  _globals['_GETPATTERNRESPONSE']._serialized_end=1876
-  _globals['_LISTPATTERNSREQUEST']._serialized_start=1878
-  _globals['_LISTPATTERNSREQUEST']._serialized_end=1938
-  _globals['_LISTPATTERNSRESPONSE']._serialized_start=1940
-  _globals['_LISTPATTERNSRESPONSE']._serialized_end=2022
-  _globals['_DELETEPATTERNREQUEST']._serialized_start=2024
-  _globals['_DELETEPATTERNREQUEST']._serialized_end=2060
-  _globals['_DELETEPATTERNRESPONSE']._serialized_start=2062
-  _globals['_DELETEPATTERNRESPONSE']._serialized_end=2085
-  _globals['_GETCAPABILITYREQUEST']._serialized_start=2087
-  _globals['_GETCAPABILITYREQUEST']._serialized_end=2123
-  _globals['_GETCAPABILITYRESPONSE']._serialized_start=2125
-  _globals['_GETCAPABILITYRESPONSE']._serialized_end=2188
-  _globals['_LISTCAPABILITIESREQUEST']._serialized_start=2190
-  _globals['_LISTCAPABILITIESREQUEST']._serialized_end=2254
-  _globals['_LISTCAPABILITIESRESPONSE']._serialized_start=2256
-  _globals['_LISTCAPABILITIESRESPONSE']._serialized_end=2349
-  _globals['_DELETECAPABILITYREQUEST']._serialized_start=2351
-  _globals['_DELETECAPABILITYREQUEST']._serialized_end=2390
-  _globals['_DELETECAPABILITYRESPONSE']._serialized_start=2392
-  _globals['_DELETECAPABILITYRESPONSE']._serialized_end=2418
-  _globals['_LISTFAILURESREQUEST']._serialized_start=2420
-  _globals['_LISTFAILURESREQUEST']._serialized_end=2480
-  _globals['_LISTFAILURESRESPONSE']._serialized_start=2482
-  _globals['_LISTFAILURESRESPONSE']._serialized_end=2564
-  _globals['_RUNRETENTIONREQUEST']._serialized_start=2566
-  _globals['_RUNRETENTIONREQUEST']._serialized_end=2602
-  _globals['_RUNRETENTIONRESPONSE']._serialized_start=2604
-  _globals['_RUNRETENTIONRESPONSE']._serialized_end=2730
-  _globals['_GETSTATSREQUEST']._serialized_start=2732
-  _globals['_GETSTATSREQUEST']._serialized_end=2749
-  _globals['_GETSTATSRESPONSE']._serialized_start=2752
-  _globals['_GETSTATSRESPONSE']._serialized_end=2890
-  _globals['_PMLSERVICE']._serialized_start=2893
-  _globals['_PMLSERVICE']._serialized_end=3893
+  _globals['_SUGGESTREQUEST']._serialized_end=1658
+  _globals['_SUGGESTCONTEXT']._serialized_start=1660
+  _globals['_SUGGESTCONTEXT']._serialized_end=1747
+  _globals['_AVAILABLETOOLS']._serialized_start=1749
+  _globals['_AVAILABLETOOLS']._serialized_end=1780
+  _globals['_SUGGESTRESPONSE']._serialized_start=1783
+  _globals['_SUGGESTRESPONSE']._serialized_end=1915
+  _globals['_GETPATTERNREQUEST']._serialized_start=1917
+  _globals['_GETPATTERNREQUEST']._serialized_end=1950
+  _globals['_GETPATTERNRESPONSE']._serialized_start=1952
+  _globals['_GETPATTERNRESPONSE']._serialized_end=2006
+  _globals['_LISTPATTERNSREQUEST']._serialized_start=2008
+  _globals['_LISTPATTERNSREQUEST']._serialized_end=2068
+  _globals['_LISTPATTERNSRESPONSE']._serialized_start=2070
+  _globals['_LISTPATTERNSRESPONSE']._serialized_end=2152
+  _globals['_DELETEPATTERNREQUEST']._serialized_start=2154
+  _globals['_DELETEPATTERNREQUEST']._serialized_end=2190
+  _globals['_DELETEPATTERNRESPONSE']._serialized_start=2192
+  _globals['_DELETEPATTERNRESPONSE']._serialized_end=2215
+  _globals['_GETCAPABILITYREQUEST']._serialized_start=2217
+  _globals['_GETCAPABILITYREQUEST']._serialized_end=2253
+  _globals['_GETCAPABILITYRESPONSE']._serialized_start=2255
+  _globals['_GETCAPABILITYRESPONSE']._serialized_end=2318
+  _globals['_LISTCAPABILITIESREQUEST']._serialized_start=2320
+  _globals['_LISTCAPABILITIESREQUEST']._serialized_end=2384
+  _globals['_LISTCAPABILITIESRESPONSE']._serialized_start=2386
+  _globals['_LISTCAPABILITIESRESPONSE']._serialized_end=2479
+  _globals['_DELETECAPABILITYREQUEST']._serialized_start=2481
+  _globals['_DELETECAPABILITYREQUEST']._serialized_end=2520
+  _globals['_DELETECAPABILITYRESPONSE']._serialized_start=2522
+  _globals['_DELETECAPABILITYRESPONSE']._serialized_end=2548
+  _globals['_LISTFAILURESREQUEST']._serialized_start=2550
+  _globals['_LISTFAILURESREQUEST']._serialized_end=2610
+  _globals['_LISTFAILURESRESPONSE']._serialized_start=2612
+  _globals['_LISTFAILURESRESPONSE']._serialized_end=2694
+  _globals['_RUNRETENTIONREQUEST']._serialized_start=2696
+  _globals['_RUNRETENTIONREQUEST']._serialized_end=2732
+  _globals['_RUNRETENTIONRESPONSE']._serialized_start=2734
+  _globals['_RUNRETENTIONRESPONSE']._serialized_end=2860
+  _globals['_GETSTATSREQUEST']._serialized_start=2862
+  _globals['_GETSTATSREQUEST']._serialized_end=2879
+  _globals['_GETSTATSRESPONSE']._serialized_start=2882
+  _globals['_GETSTATSRESPONSE']._serialized_end=3020
+  _globals['_PMLSERVICE']._serialized_start=3023
+  _globals['_PMLSERVICE']._serialized_end=4023
 # @@protoc_insertion_point(module_scope)

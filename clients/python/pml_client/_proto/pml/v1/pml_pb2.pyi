@@ -385,8 +385,11 @@ class SuggestRequest(_message.Message):
     TAGS_FIELD_NUMBER: _builtins.int
     EXPLAIN_FIELD_NUMBER: _builtins.int
     PLAN_SIZE_FIELD_NUMBER: _builtins.int
+    CONTEXT_FIELD_NUMBER: _builtins.int
     intent: _builtins.str
-    """(Required) What the agent wants to do."""
+    """(Required unless `context` names a previous step) What the agent wants to do. Empty with
+    a context: the capabilities that usually come next (docs/ranking.md, Sessions).
+    """
     page_size: _builtins.int
     """(Optional) How many suggestions, 1..100; 0 means the default (5)."""
     min_match: _builtins.float
@@ -415,6 +418,12 @@ class SuggestRequest(_message.Message):
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """(Optional) Only capabilities with all these tags."""
 
+    @_builtins.property
+    def context(self) -> Global___SuggestContext:
+        """(Optional) What the agent just did: capabilities that usually follow it rank a little
+        higher (docs/ranking.md, Sessions).
+        """
+
     def __init__(
         self,
         *,
@@ -428,10 +437,11 @@ class SuggestRequest(_message.Message):
         tags: _abc.Iterable[_builtins.str] | None = ...,
         explain: _builtins.bool = ...,
         plan_size: _builtins.int | None = ...,
+        context: Global___SuggestContext | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_match", b"_min_match", "_min_success", b"_min_success", "_plan_size", b"_plan_size", "available_tools", b"available_tools", "min_match", b"min_match", "min_success", b"min_success", "plan_size", b"plan_size"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_match", b"_min_match", "_min_success", b"_min_success", "_plan_size", b"_plan_size", "available_tools", b"available_tools", "context", b"context", "min_match", b"min_match", "min_success", b"min_success", "plan_size", b"plan_size"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_match", b"_min_match", "_min_success", b"_min_success", "_plan_size", b"_plan_size", "available_tools", b"available_tools", "explain", b"explain", "include_flagged", b"include_flagged", "intent", b"intent", "intent_embedding", b"intent_embedding", "min_match", b"min_match", "min_success", b"min_success", "page_size", b"page_size", "plan_size", b"plan_size", "tags", b"tags"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_match", b"_min_match", "_min_success", b"_min_success", "_plan_size", b"_plan_size", "available_tools", b"available_tools", "context", b"context", "explain", b"explain", "include_flagged", b"include_flagged", "intent", b"intent", "intent_embedding", b"intent_embedding", "min_match", b"min_match", "min_success", b"min_success", "page_size", b"page_size", "plan_size", b"plan_size", "tags", b"tags"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__min_match: _TypeAlias = _typing.Literal["min_match"]  # noqa: Y015
     _WhichOneofArgType__min_match: _TypeAlias = _typing.Literal["_min_match", b"_min_match"]  # noqa: Y015
@@ -447,6 +457,44 @@ class SuggestRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__plan_size) -> _WhichOneofReturnType__plan_size | None: ...
 
 Global___SuggestRequest: _TypeAlias = SuggestRequest  # noqa: Y015
+
+@_typing.final
+class SuggestContext(_message.Message):
+    """SuggestContext names the agent's previous step. The first of these that is set decides:
+    `previous_patterns` (its last entry), `previous_tools`, then the session's last recorded step.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PREVIOUS_PATTERNS_FIELD_NUMBER: _builtins.int
+    PREVIOUS_TOOLS_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """(Optional) The session the agent's executions were recorded under
+    (`ExecutionRecord.session_id`); its last successful step is the previous one.
+    """
+    @_builtins.property
+    def previous_patterns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """(Optional) Patterns the agent just ran, oldest first (`patterns/{pattern}` or ids)."""
+
+    @_builtins.property
+    def previous_tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """(Optional) The tools of the agent's previous step, in the order it called them."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        previous_patterns: _abc.Iterable[_builtins.str] | None = ...,
+        previous_tools: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["previous_patterns", b"previous_patterns", "previous_tools", b"previous_tools", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SuggestContext: _TypeAlias = SuggestContext  # noqa: Y015
 
 @_typing.final
 class AvailableTools(_message.Message):

@@ -1,0 +1,137 @@
+"""Sessions (docs/ranking.md, Sessions): what a successful capture with a session id teaches,
+and what a Suggest with a context reads.
+
+Capture (`follow`, under the capture's pattern lock, then the session's lock, then the
+transition's): the session's last step is read; if it is kept and not idle longer than
+`session_idle_seconds`, the transition previous capability -> this capability is counted (a
+read-modify-write under the transition's lock: exact, on a shared store across replicas too,
+since the locks are the writing transaction's advisory locks); the session's last step becomes
+this one. Both writes join the capture's own atomic batch, so a capture and what it teaches
+are written together or not at all, and a replayed request id teaches nothing twice.
+
+A tenant keeps at most `max_sessions` sessions: every `max_sessions / 8` sessions a process
+starts for a tenant, it sweeps them (`sweep`): idle ones are dropped, then the least recently
+used beyond the bound. Between sweeps a tenant holds at most the bound plus what the processes
+sharing the store started since their last sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from pml_server.capture.rules import tool_signature
+from pml_server.domain.errors import FieldViolation, InvalidArgumentError
+from pml_server.domain.limits import LIMITS, session_id_problem
+from pml_server.domain.model import SuggestContext
+from pml_server.ranking.transitions import transition_weights
+from pml_server.service._state import EngineState
+from pml_server.service._writes import Change
+
+
+def idle_ms(state: EngineState) -> int:
+    return int(state.config.session_idle_seconds * 1000)
+
+
+def follow(
+    state: EngineState,
+    tenant: str,
+    session_id: str,
+    capability_id: str,
+    change: Change,
+    held: contextlib.ExitStack,
+    now: int,
+) -> None:
+    """Count the transition from the session's previous step to `capability_id` (if it has
+    one, not idle) and make this the session's last step: ops added to `change`."""
+    repo = state.repo
+    held.enter_context(state.locks.session.lock_for(tenant, session_id))
+    previous = repo.session_step(tenant, session_id)
+    if previous is not None and now - previous[1] <= idle_ms(state):
+        before = previous[0]
+        held.enter_context(state.locks.transition.lock_for(tenant, before, capability_id))
+        count = (repo.transition(tenant, before, capability_id) or (0, 0))[0]
+        change.ops.append(repo.put_transition(tenant, before, capability_id, count + 1, now))
+    change.ops.append(repo.put_session_step(tenant, session_id, capability_id, now))
+    if previous is None:
+        with state.new_sessions_lock:
+            state.new_sessions[tenant] = state.new_sessions.get(tenant, 0) + 1
+
+
+def sweep_if_due(state: EngineState, tenant: str) -> None:
+    """`sweep` once this process started `max_sessions / 8` sessions of the tenant since the
+    last one (called after a capture's locks are released)."""
+    bound = state.limits.fields.sessions.bound
+    with state.new_sessions_lock:
+        if state.new_sessions.get(tenant, 0) < max(1, bound // 8):
+            return
+        state.new_sessions[tenant] = 0
+    sweep(state, tenant)
+
+
+def sweep(state: EngineState, tenant: str) -> int:
+    """Drop the tenant's idle sessions, then the least recently used beyond `max_sessions`;
+    how many were dropped. (A session refreshed between the scan and the delete may be
+    dropped with the rest: its next step then follows nothing.)"""
+    now = state.clock()
+    rows = sorted(state.repo.session_rows(tenant), key=lambda row: row[1], reverse=True)
+    bound = state.limits.fields.sessions.bound
+    limit = idle_ms(state)
+    dropped = [key for n, (key, ms) in enumerate(rows) if n >= bound or now - ms > limit]
+    if dropped:
+        state.store.write([state.repo.delete_session(key) for key in dropped])
+    return len(dropped)
+
+
+def check_context(context: SuggestContext) -> None:
+    """InvalidArgumentError naming every bad field of a Suggest context."""
+    bad = []
+    if context.session_id and (problem := session_id_problem(context.session_id)) is not None:
+        bad.append(FieldViolation("context.session_id", problem))
+    for name, limit, each in (
+        ("previous_patterns", LIMITS.previous_patterns, LIMITS.resource_id),
+        ("previous_tools", LIMITS.previous_tools, LIMITS.tool),
+    ):
+        values = getattr(context, name)
+        if (too_many := limit.excess(values)) is not None:
+            bad.append(FieldViolation(limit.field, too_many))
+        elif any(not v.strip() for v in values):
+            bad.append(FieldViolation(limit.field, "must not hold an empty name"))
+        elif any(each.excess(v) for v in values):
+            bad.append(FieldViolation(limit.field, f"names are at most {each.bound} {each.unit}"))
+    if bad:
+        raise InvalidArgumentError(bad)
+
+
+def previous_capabilities(state: EngineState, tenant: str, context: SuggestContext) -> list[str]:
+    """The capabilities standing for the agent's previous step: the last of
+    `previous_patterns` (its capability), else those whose tools are `previous_tools` (else
+    those of its last tool alone), else the session's last step if kept and not idle."""
+    repo = state.repo
+    if context.previous_patterns:
+        pattern_id = context.previous_patterns[-1].removeprefix("patterns/")
+        record = repo.pattern(tenant, pattern_id)
+        return [record.capability_id] if record is not None else []
+    if context.previous_tools:
+        found = repo.capabilities_with_tools(tenant, tool_signature(context.previous_tools))
+        if not found and len(context.previous_tools) > 1:
+            found = repo.capabilities_with_tools(tenant, (context.previous_tools[-1],))
+        return found
+    if context.session_id:
+        step = repo.session_step(tenant, context.session_id)
+        if step is not None and state.clock() - step[1] <= idle_ms(state):
+            return [step[0]]
+    return []
+
+
+def context_weights(
+    state: EngineState, tenant: str, context: SuggestContext | None, now: int
+) -> dict[str, float]:
+    """w(c) of every capability that followed the agent's previous step (`ranking.transitions`);
+    empty without a context or without transitions out of it."""
+    if context is None or not context.names_a_step():
+        return {}
+    check_context(context)
+    counts = []
+    for capability_id in previous_capabilities(state, tenant, context):
+        counts += state.repo.transitions_from(tenant, capability_id, LIMITS.transitions_read.bound)
+    return transition_weights(counts, state.ranking, now)

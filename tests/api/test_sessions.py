@@ -1,0 +1,62 @@
+"""Sessions over the public API, a real server on port 0 (docs/ranking.md, Sessions):
+`ExecutionRecord.session_id` and `SuggestRequest.context` through gRPC, the score part
+`transition`, and every bad field named in BadRequest."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from pml_server.client import PmlClient, PmlClientError, make_record
+
+LIST = "await mcp.list_dir({path: '.'})"
+READ = "await mcp.read_file({path: 'a.json'})"
+
+
+def _session(client: PmlClient, session: str) -> None:
+    client.record(make_record("List the folder", LIST, tools=["list_dir"], session_id=session))
+    client.record(make_record("Read the JSON file", READ, tools=["read_file"], session_id=session))
+
+
+def test_a_session_lifts_what_usually_comes_next(client: PmlClient) -> None:
+    for n in range(3):
+        _session(client, f"conversation-{n}")
+    client.record(make_record("List the folder", LIST, tools=["list_dir"], session_id="now"))
+    plain = client.suggest("read the file", min_match=0.0).suggestions
+    assert {s.score.transition for s in plain} == {1.0}
+    lifted = client.suggest("read the file", min_match=0.0, session_id="now").suggestions
+    by_tools = {tuple(s.pattern.tools_used): s.score for s in lifted}
+    assert by_tools[("read_file",)].transition == pytest.approx(1 + 0.25 * 3 / 5)
+    assert by_tools[("list_dir",)].transition == 1.0
+    following = client.suggest("", previous_tools=["list_dir"]).suggestions
+    assert [list(s.pattern.tools_used) for s in following] == [["read_file"]]
+    assert following[0].score.transition == pytest.approx(3 / 5)
+    pattern = client.suggest("list the folder").suggestions[0].pattern.name
+    after_pattern = client.suggest("", previous_patterns=[pattern]).suggestions
+    assert [list(s.pattern.tools_used) for s in after_pattern] == [["read_file"]]
+
+
+def _violations(call: object) -> set[str]:
+    assert callable(call)
+    with pytest.raises(PmlClientError) as err:
+        call()
+    assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT, err.value
+    return {field for field, _ in err.value.violations}
+
+
+def test_bad_session_fields_are_named(client: PmlClient) -> None:
+    for bad in ("x" * 129, "  ", "tab\there"):
+        record = make_record("List the folder", LIST, tools=["list_dir"], session_id=bad)
+        assert _violations(lambda r=record: client.record(r)) == {"record.session_id"}
+        assert _violations(lambda b=bad: client.suggest("list", session_id=b)) == {
+            "context.session_id"
+        }
+    many = ["t"] * 257
+    assert _violations(lambda: client.suggest("list", previous_tools=many)) == {
+        "context.previous_tools"
+    }
+    assert _violations(lambda: client.suggest("list", previous_tools=["ok", ""])) == {
+        "context.previous_tools[1]"
+    }
+    # an empty intent needs a context naming a step
+    assert _violations(lambda: client.suggest("")) == {"intent"}

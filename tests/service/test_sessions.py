@@ -1,0 +1,216 @@
+"""Sessions (docs/ranking.md, Sessions): successful captures of a session teach which
+capability follows which, and a Suggest with a context uses it, on the embedded RocksDB store
+and on the shared PostgreSQL store (whose counts must stay exact across concurrent captures)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pml_server.domain.errors import InvalidArgumentError
+from pml_server.domain.model import SuggestContext, SuggestQuery
+from pml_server.service import Engine, _sessions
+from tests.support import Clock, make_record, open_engine
+
+T = "t"
+# Three capabilities: listing a folder, reading a file, counting its lines.
+STEPS = {
+    "ls": ("list the files in the project folder", ["list_dir"]),
+    "read": ("show the content of the config file", ["read_file"]),
+    "tail": ("show the last lines of the log file", ["tail_file"]),
+}
+
+EngineOf = Callable[..., Engine]
+
+
+@pytest.fixture(params=["rocksdb", "postgresql"])
+def engine_of(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EngineOf]:
+    opened: list[Engine] = []
+
+    def make(clock: Clock | None = None, **overrides: Any) -> Engine:
+        if request.param == "postgresql":
+            overrides["store"] = request.getfixturevalue("postgres_dsn")
+        engine = open_engine(tmp_path / f"e{len(opened)}", clock, **overrides)
+        opened.append(engine)
+        return engine
+
+    yield make
+    for engine in opened:
+        engine.close()
+
+
+def _step(engine: Engine, session: str, step: str, n: int, *, failed: bool = False) -> str:
+    intent, tools = STEPS[step]
+    record = make_record(
+        f"{session}-{step}-{n}", intent, tools, failed=set(tools) if failed else None
+    )
+    result = engine.record(T, replace(record, session_id=session))
+    return result.capability_id
+
+
+def _capabilities(engine: Engine) -> dict[str, str]:
+    """step -> capability id (each step recorded once outside any session)."""
+    return {step: _step(engine, "", step, 0) for step in STEPS}
+
+
+def test_a_session_counts_each_transition_once(engine_of: EngineOf) -> None:
+    engine = engine_of()
+    cap = _capabilities(engine)
+    for s in range(3):
+        for n, step in enumerate(("ls", "read", "tail")):
+            _step(engine, f"s{s}", step, n)
+    repo = engine._state.repo
+    assert repo.transition(T, cap["ls"], cap["read"])[0] == 3  # type: ignore[index]
+    assert repo.transition(T, cap["read"], cap["tail"])[0] == 3  # type: ignore[index]
+    assert repo.transition(T, cap["ls"], cap["tail"]) is None
+    assert repo.session_step(T, "s2")[0] == cap["tail"]  # type: ignore[index]
+    # a replayed request id teaches nothing twice
+    _step(engine, "s0", "tail", 2)
+    assert repo.transition(T, cap["read"], cap["tail"])[0] == 3  # type: ignore[index]
+
+
+def test_only_successful_steps_count(engine_of: EngineOf) -> None:
+    engine = engine_of()
+    cap = _capabilities(engine)
+    _step(engine, "s", "ls", 1)
+    _step(engine, "s", "read", 2, failed=True)  # a failed try of a known pattern
+    repo = engine._state.repo
+    assert repo.transition(T, cap["ls"], cap["read"]) is None
+    assert repo.session_step(T, "s")[0] == cap["ls"]  # type: ignore[index]
+    _step(engine, "s", "read", 3)
+    assert repo.transition(T, cap["ls"], cap["read"])[0] == 1  # type: ignore[index]
+
+
+def test_an_idle_session_is_over(engine_of: EngineOf) -> None:
+    clock = Clock()
+    engine = engine_of(clock, session_idle_seconds=60.0)
+    cap = _capabilities(engine)
+    _step(engine, "s", "ls", 1)
+    clock.now_ms += 61_000
+    _step(engine, "s", "read", 2)
+    repo = engine._state.repo
+    assert repo.transition(T, cap["ls"], cap["read"]) is None
+    clock.now_ms += 30_000
+    _step(engine, "s", "tail", 3)
+    assert repo.transition(T, cap["read"], cap["tail"])[0] == 1  # type: ignore[index]
+
+
+def test_a_tenant_keeps_a_bounded_number_of_sessions(engine_of: EngineOf) -> None:
+    clock = Clock()
+    engine = engine_of(clock, max_sessions=8)
+    _capabilities(engine)
+    for s in range(40):
+        clock.now_ms += 1
+        _step(engine, f"s{s:02d}", "ls", 1)
+        kept = engine._state.repo.session_rows(T)
+        assert len(kept) <= 8 + 8 // 8
+    newest = {key for key, _ in engine._state.repo.session_rows(T)}
+    assert any(key.endswith(b"s39") for key in newest)
+    assert not any(key.endswith(b"s00") for key in newest)
+
+
+def test_concurrent_sessions_count_exactly(engine_of: EngineOf) -> None:
+    engine = engine_of()
+    cap = _capabilities(engine)
+    errors: list[BaseException] = []
+
+    def session(s: int) -> None:
+        try:
+            _step(engine, f"c{s}", "ls", 1)
+            _step(engine, f"c{s}", "read", 2)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=session, args=(s,)) for s in range(24)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert engine._state.repo.transition(T, cap["ls"], cap["read"])[0] == 24  # type: ignore[index]
+
+
+def test_what_usually_comes_next(engine_of: EngineOf) -> None:
+    engine = engine_of()
+    cap = _capabilities(engine)
+    for s in range(3):
+        _step(engine, f"a{s}", "ls", 1)
+        _step(engine, f"a{s}", "read", 2)
+    _step(engine, "b", "ls", 1)
+    _step(engine, "b", "tail", 2)
+    _step(engine, "now", "ls", 1)
+    for context in (
+        SuggestContext(session_id="now"),
+        SuggestContext(previous_tools=("list_dir",)),
+        SuggestContext(previous_patterns=(engine.get_capability(T, cap["ls"]).best_pattern_id,)),
+    ):
+        for explain in (False, True):
+            result = engine.suggest(T, SuggestQuery("", context=context, explain=explain))
+            got = [(s.capability_id, round(s.score.transition, 6)) for s in result.suggestions]
+            assert got == [(cap["read"], round(3 / 5, 6)), (cap["tail"], round(1 / 5, 6))]
+            assert all(s.score.match == 0.0 for s in result.suggestions)
+    # the usual filters apply
+    only_tail = SuggestQuery("", context=SuggestContext(session_id="now"), available_tools=())
+    assert engine.suggest(T, only_tail).suggestions == ()
+    # nothing ever followed `tail`, and an unknown session has no previous step
+    assert (
+        engine.suggest(T, SuggestQuery("", context=SuggestContext(session_id="b"))).suggestions
+        == ()
+    )
+    with pytest.raises(InvalidArgumentError, match="intent"):
+        engine.suggest(T, SuggestQuery("", context=SuggestContext()))
+
+
+def test_the_transition_lifts_the_usual_next_step_on_both_paths(engine_of: EngineOf) -> None:
+    engine = engine_of()
+    cap = _capabilities(engine)
+    for s in range(4):
+        _step(engine, f"a{s}", "ls", 1)
+        _step(engine, f"a{s}", "tail", 2)
+    query = SuggestQuery("show the file", min_match=0.0)
+    with_context = replace(query, context=SuggestContext(previous_tools=("list_dir",)))
+    plain = engine.suggest(T, query).suggestions
+    assert all(s.score.transition == 1.0 for s in plain)
+    core = engine.suggest(T, with_context).suggestions
+    python = engine.suggest(T, replace(with_context, explain=True)).suggestions
+    assert [(s.capability_id, s.score) for s in core] == [
+        (s.capability_id, s.score) for s in python
+    ]
+    lifted = {s.capability_id: s.score for s in core}[cap["tail"]]
+    weight = 4 / (4 + 2)
+    assert lifted.transition == 1.0 + 0.25 * weight
+    before = {s.capability_id: s.score for s in plain}[cap["tail"]]
+    assert lifted.total == before.total * lifted.transition
+    # every other capability is scored exactly as without the context
+    for s in core:
+        if s.capability_id != cap["tail"]:
+            assert s.score == {p.capability_id: p.score for p in plain}[s.capability_id]
+
+
+def test_bad_session_ids_are_refused_naming_the_field(engine_of: EngineOf) -> None:
+    engine = engine_of()
+    record = make_record("r", "list the files", ["list_dir"])
+    for bad in ("x" * 129, "   ", "a\x00b"):
+        with pytest.raises(InvalidArgumentError) as raised:
+            engine.record(T, replace(record, session_id=bad))
+        assert [v.field for v in raised.value.violations] == ["session_id"]
+        context = SuggestContext(session_id=bad)
+        with pytest.raises(InvalidArgumentError) as raised:
+            engine.suggest(T, SuggestQuery("list files", context=context))
+        assert [v.field for v in raised.value.violations] == ["context.session_id"]
+
+
+def test_sweep_drops_idle_sessions(engine_of: EngineOf) -> None:
+    clock = Clock()
+    engine = engine_of(clock, session_idle_seconds=60.0)
+    _capabilities(engine)
+    _step(engine, "old", "ls", 1)
+    clock.now_ms += 61_000
+    _step(engine, "new", "ls", 1)
+    assert _sessions.sweep(engine._state, T) == 1
+    assert [k[-3:] for k, _ in engine._state.repo.session_rows(T)] == [b"new"]
