@@ -238,7 +238,9 @@ def _suggestion_listing(
     for rank, s in enumerate(reply.suggestions, 1):
         p, sc = s.pattern, s.score
         parts = "  ".join(
-            f"{name} {value}" for name, value in zip(_SCORE_COLUMNS, _score_values(sc), strict=True)
+            f"{name} {value}"
+            for name, value in zip(_SCORE_COLUMNS, _score_values(sc), strict=True)
+            if name not in unshown
         )
         heading = Text.assemble((f"{rank}. ", "bold"), (_short(s.capability), "bold"))
         heading.append(f"  total {sc.total:.3f}")
