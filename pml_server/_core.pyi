@@ -1,4 +1,4 @@
-"""Hand-written stubs for the Rust extension `pml_server._core` (source: pml_core_rs/src/python.rs).
+"""Hand-written stubs for the Rust extension `pml_server._core` (source: pml_core_rs/src/python/).
 
 Only plain scalars, strings, bytes and float32 arrays cross this boundary. Every call that does
 real work releases the GIL. Every error raised derives from `CoreError`: the core raises the

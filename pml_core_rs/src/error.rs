@@ -1,4 +1,4 @@
-//! The one error type of the core. `python.rs` converts it to Python in a single place
+//! The one error type of the core. `python/errors.rs` converts it to Python in a single place
 //! (`impl From<CoreError> for PyErr`): each variant becomes one class of pml's Python error
 //! tree (`pml_server/domain/errors.py`), its fields passed as the exception's attributes.
 

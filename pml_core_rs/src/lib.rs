@@ -1,8 +1,9 @@
 //! pml core: the hot loops of the pml server, in plain Rust.
 //!
 //! Everything here is pure computation over strings, bytes and float arrays: no I/O, no
-//! Python types. The Python bindings live in one file, `python.rs`, compiled only with the
-//! `python` feature (maturin turns it on), so `cargo test` needs no interpreter.
+//! Python types. The Python bindings live in one module, `python/` (one file per domain),
+//! compiled only with the `python` feature (maturin turns it on), so `cargo test` needs no
+//! interpreter.
 
 pub mod error;
 pub mod hashing;

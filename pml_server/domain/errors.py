@@ -60,8 +60,9 @@ class PermissionDeniedError(PmlError):
 
 
 # ---- the Rust core's errors (pml_server._core raises these very classes) --------------------
-# One conversion on the Rust side (`impl From<CoreError> for PyErr`, pml_core_rs/src/python.rs)
-# passes each variant's fields as constructor arguments; nothing reads a message back.
+# One conversion on the Rust side (`impl From<CoreError> for PyErr`,
+# pml_core_rs/src/python/errors.rs) passes each variant's fields as constructor arguments;
+# nothing reads a message back.
 
 
 class CoreError(PmlError):

@@ -1,0 +1,360 @@
+//! The pyo3 glue of the ranking: the `RankParams` and `RankTable` classes and `rank_query`.
+
+use pyo3::prelude::*;
+use rustc_hash::FxHashSet;
+
+use super::errors::invalid_arg;
+use super::index::PyHnswIndex;
+use super::lexical::PyLexicalIndex;
+use super::{count_arg, f32_vector, str_list, Recovering};
+use crate::{index, ranking};
+
+/// The formula's parameters (`RankingConfig`), converted once per server configuration.
+#[pyclass(name = "RankParams", module = "pml_server._core", frozen)]
+pub(super) struct PyRankParams {
+    inner: ranking::Params,
+}
+
+#[pymethods]
+impl PyRankParams {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (*, semantic_weight, lexical_weight, lexical_half_score, prior_successes,
+        prior_failures, expected_success_rate, reliability_prior_strength, usage_weight,
+        usage_saturation, recency_full_days,
+        recency_half_life_days, recency_floor, superseded_penalty, step_weight = 0.3))]
+    fn new(
+        semantic_weight: f64,
+        lexical_weight: f64,
+        lexical_half_score: f64,
+        prior_successes: f64,
+        prior_failures: f64,
+        expected_success_rate: f64,
+        reliability_prior_strength: f64,
+        usage_weight: f64,
+        usage_saturation: f64,
+        recency_full_days: f64,
+        recency_half_life_days: f64,
+        recency_floor: f64,
+        superseded_penalty: f64,
+        step_weight: f64,
+    ) -> PyResult<Self> {
+        let inner = ranking::Params {
+            semantic_weight,
+            lexical_weight,
+            lexical_half_score,
+            prior_successes,
+            prior_failures,
+            expected_success_rate,
+            reliability_prior_strength,
+            usage_weight,
+            usage_saturation,
+            recency_full_days,
+            recency_half_life_days,
+            recency_floor,
+            superseded_penalty,
+            step_weight,
+        };
+        let values = [
+            semantic_weight,
+            lexical_weight,
+            lexical_half_score,
+            prior_successes,
+            prior_failures,
+            expected_success_rate,
+            reliability_prior_strength,
+            usage_weight,
+            usage_saturation,
+            recency_full_days,
+            recency_half_life_days,
+            recency_floor,
+            superseded_penalty,
+            step_weight,
+        ];
+        if values.iter().any(|v| !v.is_finite()) {
+            return Err(invalid_arg("params", "every parameter must be finite"));
+        }
+        if !(expected_success_rate > 0.0 && expected_success_rate <= 1.0) {
+            return Err(invalid_arg(
+                "params",
+                "expected_success_rate must be in (0, 1]",
+            ));
+        }
+        if !(0.0..=1.0).contains(&step_weight) {
+            return Err(invalid_arg("step_weight", "must be in [0, 1]"));
+        }
+        Ok(PyRankParams { inner })
+    }
+}
+
+/// Python handle of one tenant's ranking table (`ranking::RankTable`): updates take the write
+/// lock, `rank_query` reads it without the GIL.
+#[pyclass(name = "RankTable", module = "pml_server._core", frozen)]
+pub(super) struct PyRankTable {
+    inner: Recovering<ranking::RankTable>,
+}
+
+#[pymethods]
+impl PyRankTable {
+    #[new]
+    fn new() -> Self {
+        PyRankTable {
+            inner: Recovering::new(ranking::RankTable::new()),
+        }
+    }
+
+    #[pyo3(signature = (pattern_id, capability_id, tools, flagged, superseded, tool_words = None))]
+    fn set_pattern(
+        &self,
+        pattern_id: &str,
+        capability_id: &str,
+        tools: &Bound<'_, PyAny>,
+        flagged: bool,
+        superseded: bool,
+        tool_words: Option<Vec<Vec<String>>>,
+    ) -> PyResult<()> {
+        let tools = str_list("tools", tools)?;
+        let tool_words = tool_words.unwrap_or_default();
+        if !tool_words.is_empty() && tool_words.len() != tools.len() {
+            return Err(invalid_arg(
+                "tool_words",
+                "must hold one word list per tool",
+            ));
+        }
+        self.inner.write().set_pattern(
+            pattern_id,
+            capability_id,
+            &tools,
+            &tool_words,
+            flagged,
+            superseded,
+        );
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn set_counters(
+        &self,
+        pattern_id: &str,
+        successes: i64,
+        failures: i64,
+        usage: i64,
+        last_used_ms: i64,
+        tags: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let tags = str_list("tags", tags)?;
+        self.inner.write().set_counters(
+            pattern_id,
+            successes,
+            failures,
+            usage,
+            last_used_ms,
+            &tags,
+        );
+        Ok(())
+    }
+
+    /// The step factor (docs/ranking.md, Steps) of each of `pattern_ids` (1.0 for a pattern
+    /// without a rankable row) for a request whose `STEP_NEIGHBOURS` nearest intents are
+    /// `hit_ids` with `hit_scores` and whose analysed words are `words`: the factors the
+    /// core's ranking applies, for the Python ranking path.
+    fn step_factors(
+        &self,
+        py: Python<'_>,
+        hit_ids: Vec<u64>,
+        hit_scores: Vec<f32>,
+        pattern_ids: Vec<String>,
+        words: Vec<String>,
+        params: &PyRankParams,
+    ) -> PyResult<Vec<f64>> {
+        if hit_ids.len() != hit_scores.len() {
+            return Err(invalid_arg("hit_scores", "must hold one score per hit id"));
+        }
+        let words: FxHashSet<String> = words.into_iter().collect();
+        Ok(py.detach(|| {
+            let table = self.inner.read();
+            let hits: Vec<index::Hit> = hit_ids
+                .iter()
+                .zip(&hit_scores)
+                .map(|(&id, &score)| index::Hit { id, score })
+                .collect();
+            let evidence = ranking::step_evidence(&table, &hits, &words, &params.inner);
+            pattern_ids
+                .iter()
+                .map(|p| {
+                    table
+                        .row_of_pattern(p)
+                        .map_or(1.0, |s| evidence.factor(&table.row(s).tools))
+                })
+                .collect()
+        }))
+    }
+
+    fn remove_pattern(&self, pattern_id: &str) -> bool {
+        self.inner.write().remove_pattern(pattern_id)
+    }
+
+    fn link_intent(&self, intent_id: u64, pattern_id: &str) {
+        self.inner.write().link_intent(intent_id, pattern_id);
+    }
+
+    fn unlink_intents(&self, py: Python<'_>, intent_ids: Vec<u64>) {
+        py.detach(|| self.inner.write().unlink_intents(&intent_ids));
+    }
+
+    /// The pattern an intent stands for, if linked.
+    fn pattern_of(&self, intent_id: u64) -> Option<String> {
+        self.inner
+            .read()
+            .pattern_of_intent(intent_id)
+            .map(str::to_owned)
+    }
+
+    /// The intents linked to a pattern, in link order.
+    fn intents_of(&self, pattern_id: &str) -> Vec<u64> {
+        self.inner.read().intents_of(pattern_id).to_vec()
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.inner.read().memory_bytes()
+    }
+
+    /// The patterns the context filters permit, as (pattern ids, their intents), or None
+    /// when they permit every rankable pattern (`ranking::permitted`).
+    #[pyo3(signature = (params, *, min_success, include_flagged, available_tools, tags))]
+    fn permitted(
+        &self,
+        py: Python<'_>,
+        params: &PyRankParams,
+        min_success: f64,
+        include_flagged: bool,
+        available_tools: Option<Vec<String>>,
+        tags: Vec<String>,
+    ) -> Option<(Vec<String>, Vec<u64>)> {
+        let filters = ranking::Filters {
+            min_match: 0.0,
+            min_success,
+            include_flagged,
+            available_tools,
+            tags,
+            ..ranking::Filters::default()
+        };
+        py.detach(|| {
+            let table = self.inner.read();
+            ranking::permitted(&table, &filters, &params.inner).map(|p| {
+                let ids = p.pattern_ids(&table).into_iter().map(str::to_owned);
+                (ids.collect(), p.intents)
+            })
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.read().len()
+    }
+}
+
+type RankedTuple = (
+    String,
+    String,
+    (f64, f64, f64, f64, f64, f64, f64, f64, f64, f64, f64),
+    Vec<u64>,
+);
+
+/// One Suggest query ranked in the core (`ranking::query`), the GIL released throughout:
+/// the top `k` as (pattern id, capability id, (match, semantic, lexical, success, usage,
+/// recency, superseded penalty, total, reliability, steps, transition), intent ids). `words`:
+/// the request's analysed words (`ranking.plans.text_words`), for the step fit. `transitions`:
+/// the session signal's factor by capability id (docs/ranking.md, Sessions).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (table, ann, lexical, query, terms, limit, k, params, now_ms, *, min_match,
+    min_success, include_flagged, available_tools, tags, own_min_success = false,
+    words = Vec::new(), transitions = None))]
+pub(super) fn rank_query(
+    py: Python<'_>,
+    table: &PyRankTable,
+    ann: &PyHnswIndex,
+    lexical: &PyLexicalIndex,
+    query: &Bound<'_, PyAny>,
+    terms: &Bound<'_, PyAny>,
+    limit: i64,
+    k: i64,
+    params: &PyRankParams,
+    now_ms: i64,
+    min_match: f64,
+    min_success: f64,
+    include_flagged: bool,
+    available_tools: Option<Vec<String>>,
+    tags: Vec<String>,
+    own_min_success: bool,
+    words: Vec<String>,
+    transitions: Option<std::collections::HashMap<String, f64>>,
+) -> PyResult<Vec<RankedTuple>> {
+    let words: FxHashSet<String> = words.into_iter().collect();
+    let query = f32_vector("query", query)?;
+    let terms = str_list("terms", terms)?;
+    let limit = count_arg("limit", limit)?;
+    let k = count_arg("k", k)?;
+    let filters = ranking::Filters {
+        min_match,
+        min_success,
+        include_flagged,
+        available_tools,
+        tags,
+        transitions: transitions.unwrap_or_default().into_iter().collect(),
+    };
+    let ranked = py
+        .detach(|| {
+            // The table is read first and held throughout, each index under its own lock
+            // after it (writers hold one lock at a time, so no cycle). The context filters'
+            // allow-list comes first (docs/ranking.md, Context filters).
+            let table = table.inner.read();
+            let permitted = if ranking::restricts(&filters, own_min_success) {
+                ranking::permitted(&table, &filters, &params.inner)
+            } else {
+                None
+            };
+            let found = ranking::retrieve_for(
+                &table,
+                &ann.inner.read(),
+                &lexical.inner.read(),
+                &query,
+                &terms,
+                limit,
+                permitted.as_ref(),
+            )?;
+            let ann = ann.inner.read();
+            ranking::rank_retrieved(
+                &table,
+                &ann,
+                &query,
+                &found,
+                k,
+                &filters,
+                &params.inner,
+                now_ms,
+                &words,
+            )
+        })
+        .map_err(PyErr::from)?;
+    Ok(ranked
+        .into_iter()
+        .map(|r| {
+            let p = r.parts;
+            let parts = (
+                p.matched,
+                p.semantic,
+                p.lexical,
+                p.success,
+                p.usage,
+                p.recency,
+                p.penalty,
+                p.total,
+                p.reliability,
+                p.steps,
+                p.transition,
+            );
+            (r.pattern_id, r.capability_id, parts, r.intent_ids)
+        })
+        .collect())
+}
