@@ -1,12 +1,12 @@
-"""The gRPC layer on real traces: the development set's executions (benches/devset_workload.py,
-real intent lengths, long tail included) captured by `pml serve` with its default settings
-(MiniLM, `sync`) in its own process, over StreamTraces (`PmlClient.upload`), unary
-RecordExecution from 8 callers and one at a time, and `pml import` of the whole development set
-as an ExecutionRecord JSON-lines file; each against the model alone embedding the same texts in its
-fastest configuration (benches/model_alone.py), measured in the same run. Every capture runs
-on a fresh store, so no intent is ever an embedding-cache hit. Then client vectors over
-StreamTraces (8 streams) against the null servicer's own streaming rate, and Suggest over gRPC
-against the engine in-process.
+"""The gRPC layer on real traces: the development set's executions
+(benches/harness/devset_workload.py, real intent lengths, long tail included) captured by `pml
+serve` with its default settings (MiniLM, `sync`) in its own process, over StreamTraces
+(`PmlClient.upload`), unary RecordExecution from 8 callers and one at a time, and `pml import` of
+the whole development set as an ExecutionRecord JSON-lines file; each against the model alone
+embedding the same texts in its fastest configuration (benches/harness/model_alone.py), measured in
+the same run. Every capture runs on a fresh store, so no intent is ever an embedding-cache hit. Then
+client vectors over StreamTraces (8 streams) against the null servicer's own streaming rate, and
+Suggest over gRPC against the engine in-process.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from benches import devset_workload, model_alone
-from benches import service_harness as harness
 from benches.common import Row
+from benches.harness import devset_workload, model_alone
+from benches.harness import service_harness as harness
 from pml_server._proto.pml.v1 import resources_pb2
 from pml_server.client import UPLOAD_BATCH, PmlClient
 
@@ -306,7 +306,7 @@ def run(large: bool) -> list[Row]:
     # 1,000 executions, a quarter of the dev set spread over it (--large: all of it). At 300
     # the stream took 0.6 s, and its first batch, which nothing overlaps, weighed: 0.80x
     # against 0.85x at 1,000 in back-to-back runs on a quiet machine
-    # (`python -m benches.capture_profile stream N`).
+    # (`python -m benches.profile.capture_profile stream N`).
     n = 60 if quick else len(devset_workload.executions()) if large else 1000
     rows = _capture_rows(n)
     rows.append(_import_row(60 if quick else None))

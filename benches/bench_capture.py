@@ -1,5 +1,5 @@
-"""Capture in-process on real intents (the development set's, benches/devset_workload.py), with
-the default model: the model itself before and after (int8 arithmetic one text a call against
+"""Capture in-process on real intents (the development set's, benches/harness/devset_workload.py),
+with the default model: the model itself before and after (int8 arithmetic one text a call against
 the float graph, padded batches in file order and one text a call), the engine's batch path
 (`record_many`, what StreamTraces calls) against the model alone on the same texts, group commit
 (8 threads vs one fsync per capture; sync vs fast) and embedding-cache hits."""
@@ -12,8 +12,8 @@ import threading
 import time
 from pathlib import Path
 
-from benches import devset_workload, embedding_quality, model_alone
 from benches.common import Row, best_of
+from benches.harness import devset_workload, embedding_quality, model_alone
 from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, ToolCall
 from pml_server.embedding import CachedEmbedder

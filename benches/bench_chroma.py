@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from benches import service_harness as harness
 from benches.common import Row
-from benches.service_harness import ROOT, Plan
+from benches.harness import service_harness as harness
+from benches.harness.service_harness import ROOT, Plan
 
 SUITE = "peer"
 PLOT = ROOT / "benches" / "results" / "suggest_latency.png"
@@ -70,7 +70,9 @@ def chroma_server(path: Path) -> Iterator[str]:
 
 
 def _chroma_load(target: str, op: str, c: int, plan: Plan, offset: int = 0) -> dict[str, float]:
-    return harness.load(target, op, c, plan, "vector", offset, module="benches.service_chroma")
+    return harness.load(
+        target, op, c, plan, "vector", offset, module="benches.harness.service_chroma"
+    )
 
 
 def run(large: bool) -> list[Row]:
@@ -86,7 +88,9 @@ def run_plan(plan: Plan, plot: Path | None = PLOT) -> list[Row]:
         chroma_dir = Path(tmp) / "chroma"
         ours_dir, _ = harness.filled_store(plan, Path(tmp), size, "minilm", vectors=True)
         subprocess.run(
-            harness.python_module("benches.service_chroma", "populate", str(chroma_dir), str(size)),
+            harness.python_module(
+                "benches.harness.service_chroma", "populate", str(chroma_dir), str(size)
+            ),
             cwd=ROOT,
             check=True,
             timeout=1800,

@@ -30,8 +30,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from benches.cluster_load import Job, run_load
 from benches.common import Row
+from benches.harness.cluster_load import Job, run_load
 from pml_server.client import PmlClient, PmlClientError
 from testing.postgres_cluster import PostgresCluster, free_port
 

@@ -12,7 +12,7 @@ Development data for context (built here, deterministically, from ../shared/devs
 - **Sessions** (made from the multi-tool executions): benches/bench_sessions.py.
 
 Rows (in-process engine on RocksDB, default model `minilm`, the client-vector path of the
-quality suite: benches/quality_vectors.py caches the model's vectors, so each Suggest is the
+quality suite: benches/harness/quality_vectors.py caches the model's vectors, so each Suggest is the
 engine's ranking with its default settings):
 
 - `hit@1 offered`: served hit@1 of the dev-set queries with `available_tools` = their offered
@@ -40,8 +40,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from benches.common import Row
-from benches.devset import DevExecution, DevQuery, available, load
-from benches.quality_vectors import vectors
+from benches.harness.devset import DevExecution, DevQuery, available, load
+from benches.harness.quality_vectors import vectors
 from pml_server.config import EngineConfig
 from pml_server.domain.model import (
     ExecutionRecord,

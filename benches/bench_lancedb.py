@@ -3,20 +3,21 @@
 a reranker for hybrid queries.
 
 Quality, on the development set (../shared/devset, its README's hit@1): the same executions
-and held-apart requests, the same MiniLM vectors (benches/quality_vectors.py, computed once and
-cached). LanceDB holds one row per execution (its group, its vector, `text` = the intent and the
+and held-apart requests, the same MiniLM vectors (benches/harness/quality_vectors.py, computed once
+and cached). LanceDB holds one row per execution (its group, its vector, `text` = the intent and the
 tool names, with an FTS index on it) and is queried as its users write it: vector only, FTS
 only, hybrid with its default reranker (RRF) and hybrid with its linear-combination reranker;
 each answer's rows are ranked by group, a group at its best row (50 rows fetched, so a group
 that a near-duplicate row pushed past the top 5 still ranks). pml is the served Suggest of a
-real `pml serve` with default settings (benches/quality_devset.py, the same run). Rows: hit@1,
-hit@5 and MRR on all queries and on the multi-tool slice; pml's against LanceDB's best mode.
+real `pml serve` with default settings (benches/harness/quality_devset.py, the same run). Rows:
+hit@1, hit@5 and MRR on all queries and on the multi-tool slice; pml's against LanceDB's best mode.
 
 Speed, on the service bench's store of 10k executions (its clustered vectors and texts):
 query QPS, p50 and p99 at 1 and 8 callers for LanceDB hybrid and vector (in-process), pml over
 gRPC (Suggest with the text and its vector: pml's own hybrid) and pml's engine in-process; one
 record per call inserts at 1 caller (LanceDB `add`, pml's engine `record`); resident memory per
-stored intent at 100k for both. Each side runs in its own process (benches/service_lancedb.py).
+stored intent at 100k for both. Each side runs in its own process
+(benches/harness/service_lancedb.py).
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from benches import quality_devset as devset_quality
-from benches import service_harness as harness
 from benches.common import Row
-from benches.devset import DevExecution, DevQuery
-from benches.service_harness import ROOT, Plan
+from benches.harness import quality_devset as devset_quality
+from benches.harness import service_harness as harness
+from benches.harness.devset import DevExecution, DevQuery
+from benches.harness.service_harness import ROOT, Plan
 
 SUITE = "lancedb"
 FETCH = 50  # rows fetched per LanceDB query, ranked by group (a group at its best row)
@@ -146,12 +147,14 @@ def quality_rows(max_queries: int | None) -> list[Row]:
 
 
 def _side(target: str, op: str, callers: int, plan: Plan, offset: int = 0) -> dict[str, float]:
-    return harness.load(target, op, callers, plan, "vector", offset, "benches.service_lancedb")
+    return harness.load(
+        target, op, callers, plan, "vector", offset, "benches.harness.service_lancedb"
+    )
 
 
 def _populate_lancedb(path: Path, count: int) -> float:
     done = subprocess.run(
-        harness.python_module("benches.service_lancedb", "populate", str(path), str(count)),
+        harness.python_module("benches.harness.service_lancedb", "populate", str(path), str(count)),
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -163,7 +166,7 @@ def _populate_lancedb(path: Path, count: int) -> float:
 
 def _lancedb_memory(path: Path, count: int) -> dict[str, float]:
     done = subprocess.run(
-        harness.python_module("benches.service_lancedb", "memory", str(path), str(count)),
+        harness.python_module("benches.harness.service_lancedb", "memory", str(path), str(count)),
         cwd=ROOT,
         check=True,
         capture_output=True,

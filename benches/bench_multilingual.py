@@ -8,7 +8,7 @@ Rows:
   project) against the dev-set memory, with the default settings (MiniLM plus its USE
   companion for requests that are not English), baseline: the same requests in English, same
   run. Target: hit@5 >= 0.9x English. Replayed offline through the served formula
-  (`benches/multilingual.py`: every group scored, min_match applied), tune and check parts
+  (`benches/calibrate/multilingual.py`: every group scored, min_match applied), tune and check parts
   together; `extra` has each part.
 - `english hit@1 (923 dev queries)`: the same replay of every dev query, baseline MiniLM alone
   (the companion must not move English: target ratio >= 0.985, i.e. within 0.01 of 0.70).
@@ -32,9 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benches.calibrate.multilingual import LANGUAGES, OPTIONS, SERVED, measure
 from benches.common import Row
-from benches.devset import available, load
-from benches.multilingual import LANGUAGES, OPTIONS, SERVED, measure
+from benches.harness.devset import available, load
 from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
 from pml_server.service import Engine
@@ -102,7 +102,7 @@ def quality_rows() -> list[Row]:
 
 _MODEL_COST = """
 import json, resource, sys, time
-from benches.devset import load
+from benches.harness.devset import load
 from pml_server.embedding import make_embedder
 name, n = sys.argv[1], int(sys.argv[2])
 _, queries = load("default")

@@ -7,7 +7,7 @@ expected-tool recall; baseline: the best single suggestion's recall (what Sugges
 before plans). Reported apart for the queries the constants were tuned on and for the third
 held apart (`held_apart`, a hash of the query id).
 
-Exact multi-step queries (benches/make_exact_multistep.py, from ../shared/devset): served
+Exact multi-step queries (benches/harness/make_exact_multistep.py, from ../shared/devset): served
 hit@1/hit@5/MRR against the TF-IDF baseline, and false plans on them.
 
 False plans on ../shared/devset (MetaTool + NESTFUL): its executions (less the exact queries'
@@ -17,7 +17,7 @@ capability is among the suggestions; hit@1 with plans on and off (plans never ch
 suggestions; this row shows it).
 
 Latency: Suggest p50 at 10k stored intents (the quality suite's cached store,
-benches/quality_latency.py) with plans off and on, in the same run, on the quality set's
+benches/harness/quality_latency.py) with plans off and on, in the same run, on the quality set's
 held-out queries and on the compose queries.
 """
 
@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benches import devset, make_exact_multistep
 from benches.bench_quality import _open
 from benches.common import Row
-from benches.quality_latency import filled_store
+from benches.harness import devset, make_exact_multistep
+from benches.harness.quality_latency import filled_store
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, SuggestResult, ToolCall
 from pml_server.service import Engine
 
@@ -176,7 +176,7 @@ class ExactResult:
 
 
 def exact_quality(engine: Engine, group_of: dict[str, str]) -> ExactResult:
-    """The exact multi-step queries (benches/make_exact_multistep.py) against the store it
+    """The exact multi-step queries (benches/harness/make_exact_multistep.py) against the store it
     leaves, plans on (the suggestions do not change with plans)."""
     store, queries = make_exact_multistep.build()
     hit1 = hit5 = rr = false = 0.0
@@ -267,7 +267,7 @@ def run(large: bool) -> list[Row]:
         store, _ = filled_store(Path(tmp), EMBEDDER, 10_000)
         engine = _open(store, EMBEDDER, None)
         try:
-            from benches.quality_dataset import load
+            from benches.harness.quality_dataset import load
 
             _, held_out = load()
             texts = [q.text for q in held_out]

@@ -8,12 +8,12 @@ on the held-out queries (the result) and on the dev queries (the ones the defaul
 on, shown for comparison). Baseline of the fused rows: the better single signal (target: fused
 beats each alone on hit@1).
 
-Dev set (benches/quality_devset.py, issue 16): the MetaTool + NESTFUL development set through
-`pml serve` over gRPC, default and skewed variants, with the failure-injected variant; skipped
-when ../shared/devset is absent.
+Dev set (benches/harness/quality_devset.py, issue 16): the MetaTool + NESTFUL development set
+through `pml serve` over gRPC, default and skewed variants, with the failure-injected variant;
+skipped when ../shared/devset is absent.
 
-Latency (benches/quality_latency.py): Suggest p50/p99 in-process with 10k stored intents (100k
-with --large), for the hashing embedder and the default model; baseline: embedding the query
+Latency (benches/harness/quality_latency.py): Suggest p50/p99 in-process with 10k stored intents
+(100k with --large), for the hashing embedder and the default model; baseline: embedding the query
 alone with that model.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benches.common import Row
-from benches.quality_dataset import HeldOutQuery, LabelledExecution, load
+from benches.harness.quality_dataset import HeldOutQuery, LabelledExecution, load
 from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
 from pml_server.ranking import RankingConfig
@@ -166,15 +166,15 @@ def _quality_rows(embedder: str) -> list[Row]:
 
 
 def run(large: bool) -> list[Row]:
-    from benches import devset, quality_devset
+    from benches.harness import devset, quality_devset
 
     rows: list[Row] = []
-    if devset.available():  # ../shared/devset, outside the repo (benches/devset.py)
+    if devset.available():  # ../shared/devset, outside the repo (benches/harness/devset.py)
         rows.extend(quality_devset.run(large))
     for embedder in ("hashing", "minilm"):
         rows.extend(_quality_rows(embedder))
     sizes = (10_000, 100_000) if large else (10_000,)
-    from benches.quality_latency import latency_rows  # imports this module: import late
+    from benches.harness.quality_latency import latency_rows  # imports this module: import late
 
     for embedder in ("hashing", "minilm"):
         for stored in sizes:

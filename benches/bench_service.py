@@ -1,12 +1,12 @@
 """The service end to end: a real `pml serve` process on loopback, driven over gRPC by a separate
-load-client process (benches/service_load.py), against ceilings measured in the same run.
+load-client process (benches/harness/service_load.py), against ceilings measured in the same run.
 
-Ceilings: (a) a null servicer of the same proto on the same gRPC settings (service_server.py
-`null`), and our own API layer over an engine whose Suggest answer is precomputed (`canned`):
-the share of the gap to (a) that is not the engine's work; (b) the default model (MiniLM)
-embedding the same query texts in-process, one text per call (the best of 1 and 8 threads),
-and what bounds the MiniLM Suggest row on this harness: a servicer that only embeds the query
-(`embed-only`: gRPC, protobuf, the load client and the model; no API layer, no engine).
+Ceilings: (a) a null servicer of the same proto on the same gRPC settings
+(benches/harness/service_server.py `null`), and our own API layer over an engine whose Suggest
+answer is precomputed (`canned`): the share of the gap to (a) that is not the engine's work; (b) the
+default model (MiniLM) embedding the same query texts in-process, one text per call (the best of 1
+and 8 threads), and what bounds the MiniLM Suggest row on this harness: a servicer that only embeds
+the query (`embed-only`: gRPC, protobuf, the load client and the model; no API layer, no engine).
 Stores of 10k and 100k intents (100k and 1M with --large) are filled in-process with client
 vectors before the server starts; startup is measured from process start to health SERVING,
 memory as the server's resident set at SERVING.
@@ -20,10 +20,10 @@ import threading
 import time
 from pathlib import Path
 
-from benches import service_harness as harness
-from benches import service_workload as work
 from benches.common import Row
-from benches.service_harness import Plan
+from benches.harness import service_harness as harness
+from benches.harness import service_workload as work
+from benches.harness.service_harness import Plan
 
 SUITE = "service"
 

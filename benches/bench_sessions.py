@@ -50,9 +50,9 @@ from numpy.typing import NDArray
 from pml_client._proto.pml.v1 import pml_pb2, resources_pb2
 
 from benches.common import Row
-from benches.devset import DevExecution, DevQuery, available, load
-from benches.quality_devset import Server, _fill
-from benches.quality_vectors import vectors
+from benches.harness.devset import DevExecution, DevQuery, available, load
+from benches.harness.quality_devset import Server, _fill
+from benches.harness.quality_vectors import vectors
 from pml_server.client import PmlClient
 
 SUITE = "sessions"

@@ -1,6 +1,6 @@
 """The numpy BM25 index that `pml_server.ranking.LexicalIndex` used before the Rust index
 replaced it, kept verbatim as a test reference (and as the baseline of
-`benches/lexical_core.py`)."""
+`benches/profile/lexical_core.py`)."""
 
 from __future__ import annotations
 

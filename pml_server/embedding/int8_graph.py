@@ -5,8 +5,9 @@ before every MatMul, so all its arithmetic is float32. Rewriting the 36 weight M
 MatMulInteger (per-channel int8 weights, activations quantized per run) is about 1.6x faster per
 text on this kind of CPU, and on the development set (../shared/devset) scores hit@1 0.658 /
 MRR 0.745 against the float graph's 0.650 / 0.741 (semantic-only nearest-execution check,
-benches/embedding_quality.py). Its activations are quantized with one scale for the whole input,
-so a text's vector would depend on its batch neighbours: the embedder runs it one text at a time.
+benches/harness/embedding_quality.py). Its activations are quantized with one scale for the whole
+input, so a text's vector would depend on its batch neighbours: the embedder runs it one text at a
+time.
 
 The rewrite (constant folding by onnxruntime, then its dynamic quantizer) takes a few seconds,
 so its result is kept in memory for the process and on disk under `PML_MODEL_CACHE` (default

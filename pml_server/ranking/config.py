@@ -102,7 +102,7 @@ class RankingConfig:
 
 
 # The fusion defaults of each embedder family, calibrated on the dev queries, never on the
-# reported held-out ones (docs/ranking.md, `python -m benches.calibrate_ranking hashing`). The
+# reported held-out ones (docs/ranking.md, `python -m benches.calibrate.ranking hashing`). The
 # hashing embedder's cosine is an overlap of hashed words, a noisier relevance signal than the
 # model's, so it weighs half as much; a match without shared words is then about half the
 # cosine, so the match threshold is halved with it.

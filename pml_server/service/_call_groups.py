@@ -4,7 +4,7 @@ Unary captures from many callers of one tenant each paid for what a batch pays o
 embedding call, a durability wait, an index insert (docs/capture.md, Concurrent unary captures:
 with 8 callers, `record` spent
 about 1.15 ms of CPU a capture outside the model, where a streamed capture's `record_many`
-spent about 0.45; `python -m benches.capture_profile`). Here a call
+spent about 0.45; `python -m benches.profile.capture_profile`). Here a call
 that finds a run slot free runs at once; calls that arrive while every slot is busy queue by
 key, and whichever caller next finds a slot free runs its key's queued calls (up to
 `max_batch`) as one batch and hands each caller its outcome. Nobody waits for a batch to fill: a

@@ -4,7 +4,7 @@ capability), without reading every intent of the patterns compared.
 Both decisions take the intent closest to a vector among some patterns' intents (the first in
 the store's order among equals: pattern by pattern, then by intent id) and act if it is within
 a threshold. Reading all those intents made a capture's cost grow with its pattern's intents (a
-pattern of 2,500 to 3,000 intents: 13.1 ms a capture, `benches/popular_pattern.py`). The
+pattern of 2,500 to 3,000 intents: 13.1 ms a capture, `benches/profile/popular_pattern.py`). The
 in-memory vector index scores them all instead (its cosines are within `HNSW_SCORE_ERROR` of
 the exact ones), and only the intents whose exact cosine could still be both the best and
 within the threshold are read (`TenantSearchIndex.closest_candidates`); their stored vectors

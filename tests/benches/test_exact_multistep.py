@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benches import devset, make_exact_multistep
+from benches.harness import devset, make_exact_multistep
 
 pytestmark = pytest.mark.skipif(not devset.available(), reason="the dev set is not here")
 

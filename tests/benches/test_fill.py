@@ -1,5 +1,5 @@
-"""The benchmark stores: filled in record_many batches (benches/fill.py `record_all`) or in bulk
-(`bulk_record_new`, the 1M store of --large), they hold the same rows and their indexes answer
+"""The benchmark stores: filled in record_many batches (benches/harness/fill.py `record_all`) or in
+bulk (`bulk_record_new`, the 1M store of --large), they hold the same rows and their indexes answer
 alike. Counts, rows and lookups only, never a timing."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from benches import service_workload as work
-from benches.check_fill import _open, lexical_answers, store_contents
-from benches.fill import bulk_record_new, record_all
-from benches.service_server import TENANT, _record, populate
+from benches.harness import service_workload as work
+from benches.harness.check_fill import _open, lexical_answers, store_contents
+from benches.harness.fill import bulk_record_new, record_all
+from benches.harness.service_server import TENANT, _record, populate
 from pml_server.domain.model import ExecutionRecord, SuggestQuery
 
 COUNT = 300  # more than four batches of record_many, and of the bulk chunk below

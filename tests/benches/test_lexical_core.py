@@ -1,5 +1,5 @@
-"""The lexical core bench's query kinds (benches/lexical_core.py `--kinds`) at a tiny size, with
-a second copy of this build as the baseline: both builds index the same documents, agree on
+"""The lexical core bench's query kinds (benches/profile/lexical_core.py `--kinds`) at a tiny size,
+with a second copy of this build as the baseline: both builds index the same documents, agree on
 every query's hits (the bench asserts it), before and after a churn, and are each reported for
 both query kinds. Shapes only, never a timing."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benches import lexical_core
+from benches.profile import lexical_core
 from pml_server import _core
 
 

@@ -1,11 +1,11 @@
-"""The popular-pattern bench (benches/popular_pattern.py) at a tiny size: one pattern gathers
-every intent, one figure per step. Shapes only, never a timing."""
+"""The popular-pattern bench (benches/profile/popular_pattern.py) at a tiny size: one pattern
+gathers every intent, one figure per step. Shapes only, never a timing."""
 
 from __future__ import annotations
 
 import pytest
 
-from benches import popular_pattern
+from benches.profile import popular_pattern
 
 
 def test_one_pattern_gathers_every_intent(capsys: pytest.CaptureFixture[str]) -> None:

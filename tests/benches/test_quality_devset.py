@@ -1,12 +1,12 @@
-"""The dev-set quality bench (benches/quality_devset.py) stays right: its TF-IDF baseline is the
-one the set's README reports, and a small run through a real `pml serve` gives sane rows.
+"""The dev-set quality bench (benches/harness/quality_devset.py) stays right: its TF-IDF baseline is
+the one the set's README reports, and a small run through a real `pml serve` gives sane rows.
 Skipped where ../shared/devset is absent (it lives outside the repository)."""
 
 from __future__ import annotations
 
 import pytest
 
-from benches import devset, quality_devset
+from benches.harness import devset, quality_devset
 
 pytestmark = pytest.mark.skipif(not devset.available(), reason="../shared/devset not present")
 

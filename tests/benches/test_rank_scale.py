@@ -1,13 +1,13 @@
-"""The rank-scale bench (benches/rank_scale.py) at a tiny size: its in-process tenant state ranks
-the workload's own executions first and every part is timed. Shapes only, never a timing."""
+"""The rank-scale bench (benches/profile/rank_scale.py) at a tiny size: its in-process tenant state
+ranks the workload's own executions first and every part is timed. Shapes only, never a timing."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-from benches import rank_scale
-from benches import service_workload as work
+from benches.harness import service_workload as work
+from benches.profile import rank_scale
 from pml_server.domain.model import SuggestQuery
 from pml_server.ranking import RankingConfig, resolve_settings
 

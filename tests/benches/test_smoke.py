@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from benches import service_harness as harness
-from benches import service_workload as work
-from benches.service_harness import Plan
+from benches.harness import service_harness as harness
+from benches.harness import service_workload as work
+from benches.harness.service_harness import Plan
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def test_workload_is_deterministic_and_distinct() -> None:
 
 
 def test_stream_budget_runs_a_spending_point() -> None:
-    from benches import stream_budget
+    from benches.profile import stream_budget
 
     point = stream_budget.measure("100:50", Plan.quick())
     assert (point["python_us"], point["native_us"]) == (100, 50)
@@ -57,7 +57,7 @@ def test_stream_budget_runs_a_spending_point() -> None:
 
 
 def test_backup_pause_runs_on_a_small_store() -> None:
-    from benches import backup_pause
+    from benches.profile import backup_pause
 
     figures = backup_pause.measure(2000, backups=2)
     assert figures["keys"] == 2000
@@ -107,7 +107,7 @@ def test_null_server_is_stopped_after_use() -> None:
 def test_embed_only_servicer_embeds_what_the_server_would() -> None:
     """The MiniLM rows' ceiling: its Suggest and RecordExecution answer, and the model ran
     for every query and every successful record's intent (the cache counts its misses)."""
-    from benches.service_server import EmbedOnlyServicer
+    from benches.harness.service_server import EmbedOnlyServicer
     from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 
     servicer = EmbedOnlyServicer()
@@ -143,7 +143,7 @@ def test_peer_bench_runs_a_tiny_plan(tmp_path: Path) -> None:
 
 
 def test_minilm_suggest_row_alone_measures_the_row(tmp_path: Path) -> None:
-    from benches import service_minilm_suggest as row
+    from benches.profile import service_minilm_suggest as row
 
     plan = Plan.quick()
     store = tmp_path / "store"
@@ -175,7 +175,7 @@ def test_lancedb_quality_ranks_each_group_at_its_best_row(tmp_path: Path) -> Non
     import numpy as np
 
     from benches import bench_lancedb
-    from benches.devset import DevExecution, DevQuery
+    from benches.harness.devset import DevExecution, DevQuery
 
     def unit(*xs: float) -> np.ndarray:
         v = np.array([*xs, *[0.0] * (8 - len(xs))], dtype=np.float32)

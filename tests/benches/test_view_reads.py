@@ -1,6 +1,6 @@
-"""The view-reads bench (benches/view_reads.py) at a tiny size: both stores are filled, every
-query finds its patterns in each, each round times both, and the store's settings are restored.
-Shapes only, never a timing."""
+"""The view-reads bench (benches/profile/view_reads.py) at a tiny size: both stores are filled,
+every query finds its patterns in each, each round times both, and the store's settings are
+restored. Shapes only, never a timing."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from benches import view_reads
+from benches.profile import view_reads
 from pml_server.storage import rocks
 
 

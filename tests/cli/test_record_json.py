@@ -16,7 +16,7 @@ from google.protobuf import json_format, timestamp_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benches import devset_workload
+from benches.harness import devset_workload
 from pml_server._proto.pml.v1 import resources_pb2
 from pml_server.cli._record_json import parse_execution_record
 

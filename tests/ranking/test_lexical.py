@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from snowballstemmer.english_stemmer import EnglishStemmer
 
-from benches import devset
+from benches.harness import devset
 from pml_server.ranking import LexicalIndex, tokenize
 from pml_server.ranking.lexical import _stem
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from benches.service_harness import rss_bytes
+from benches.harness.service_harness import rss_bytes
 from pml_server.service._heap import release_free_memory
 
 

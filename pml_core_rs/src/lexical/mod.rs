@@ -87,7 +87,7 @@ impl Default for Postings {
 /// sorted part. A search scores the tails' documents one by one from their own terms (about
 /// 0.9 us each at 1M documents); a merge moves up to the whole list. A root of the length keeps
 /// both bounded: at 1M, at most 282 documents a list scored, at most 3.5k entries moved per
-/// out-of-order insert. Measured at 1M (`benches.lexical_core --kinds`, one document in 50
+/// out-of-order insert. Measured at 1M (`benches.profile.lexical_core --kinds`, one document in 50
 /// emptied and filled again, numbers reused): re-adding cost 12.9 us a document with a
 /// sixteenth of the root, 10.0 with a quarter, 8.7 with the whole root, the service bench's
 /// queries after it 1.2 to 1.35 ms p50 in all three; a quarter bounds the worst search cost

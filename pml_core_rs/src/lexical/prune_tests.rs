@@ -208,7 +208,7 @@ fn many_exact_ties_fall_back_to_the_full_scan_and_leave_no_trace() {
     check(&index, &docs, &["c", "a"], 120);
 }
 
-/// The service bench's intents (`benches/service_workload.py`): verb, object words and place
+/// The service bench's intents (`benches/harness/service_workload.py`): verb, object words and place
 /// words repeat with a period of 480 documents, each document has a unique `batch{i}` and its
 /// two tool words. Ten documents share each intent's words and length.
 fn suggest_shaped_corpus(n: usize) -> Corpus {

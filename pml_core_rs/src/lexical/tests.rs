@@ -205,7 +205,7 @@ pub(super) fn apply(
     }
 }
 
-/// The service bench's intents in small (`benches/service_workload.py`): verb, object and place
+/// The service bench's intents in small (`benches/harness/service_workload.py`): verb, object and place
 /// words repeat with a period of 60 documents, each document has its own batch word and two
 /// tool words; the documents of the same shape tie exactly.
 pub(super) fn suggest_shaped(i: usize) -> Vec<String> {

@@ -2,7 +2,7 @@
 // callers goroutines, each bound to one target in turn, record or suggest for a fixed time, and
 // one JSON line reports the calls, errors and latency percentiles. A Go caller costs a fraction
 // of the CPU a Python gRPC caller does, so on a small machine the servers, not the load, are
-// what is measured. The records and queries are those of benches/cluster_load.py.
+// what is measured. The records and queries are those of benches/harness/cluster_load.py.
 package main
 
 import (

@@ -1,0 +1,1 @@
+"""Calibration and checks: ranking and capture settings replayed over the development data."""

@@ -1,0 +1,262 @@
+"""Requests in other languages against a memory recorded in English (and the reverse), replayed
+offline through the served formula: docs/ranking.md, Other languages.
+
+`python -m benches.calibrate.multilingual [--check]`: the dev set's executions (../shared/devset)
+are the memory, one pattern per group; every query is scored against every group with the served
+formula (semantic part = the group's three best intent cosines weighted 1, 0.25, 0.0625; BM25
+from the real `LexicalIndex` over the same pattern documents the engine builds; noisy-or
+fusion; `min_match` applied, so a request whose expected capability falls below it misses),
+as `benches/calibrate/replay_semantic.py` does, so no ANN miss. Vectors come from
+`benches/harness/quality_vectors.py` (each text embedded once per model, cached in benches/.cache).
+
+For each option (an embedder, or MiniLM with a cross-lingual companion) it reports English
+hit@1 / MRR on all 923 dev queries, and on the multilingual probe
+(benches/data/multilingual/probe.json) hit@1 / hit@5 per language against the same requests in
+English, plus the reverse cases (executions recorded in another language, the dev set's English
+queries). Without `--check` only the probe's `tune` part is read; `--check` reads the held-apart
+part too (do it once, after choosing).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from benches.harness.devset import DevExecution, load
+from benches.harness.quality_vectors import vectors
+from pml_server.embedding.language import is_english
+from pml_server.ranking import LexicalIndex, RankingConfig
+
+PROBE = Path(__file__).resolve().parents[1] / "data" / "multilingual" / "probe.json"
+LANGUAGES = ("fr", "de", "es", "zh")
+LEXICAL_LIMIT = 40  # k * overfetch, as served
+WEIGHTS = np.array([1.0, 0.25, 0.0625])  # the semantic part's (docs/ranking.md, The formula)
+K = 5
+
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Option:
+    """How a request and an intent are compared: `primary` alone, or `companion`'s cosine
+    for every intent when the request is not English (`mode="switch"`, as served), or the
+    mean of both always (`mode="mean"`)."""
+
+    name: str
+    primary: str
+    companion: str | None = None
+    mode: str = "switch"
+    min_match: float = 0.3
+    semantic_weight: float = 1.0
+    lexical_weight: float = 0.9
+    # the lexical weight of a request that is not English (with a companion, `switch` mode):
+    # its words rarely match English documents, and when they do it is mostly by accident
+    other_lexical_weight: float = 0.9
+
+
+def probe() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(PROBE.read_text())
+    return loaded
+
+
+class Memory:
+    """The dev-set executions as the engine would hold them: one pattern per group."""
+
+    def __init__(self, executions: Sequence[DevExecution], replaced: dict[str, str]) -> None:
+        groups = sorted({e.group for e in executions})
+        self.index_of = {g: i for i, g in enumerate(groups)}
+        ordered = sorted(executions, key=lambda e: self.index_of[e.group])
+        self.texts = [replaced.get(e.id, e.intent) for e in ordered]
+        self.english = np.array([is_english(t) for t in self.texts])
+        self.group_of = np.array([self.index_of[e.group] for e in ordered])
+        self.starts = np.searchsorted(self.group_of, np.arange(len(groups)))
+        self.sizes = np.bincount(self.group_of, minlength=len(groups))
+        self.lexical = LexicalIndex()
+        seen: set[str] = set()
+        for e, text in zip(ordered, self.texts, strict=True):
+            first = e.group not in seen
+            self.lexical.add_terms(e.group, f"{' '.join(e.tools)} {text}" if first else text)
+            seen.add(e.group)
+
+    @property
+    def groups(self) -> int:
+        return len(self.starts)
+
+    def semantic(self, cosines: Array) -> Array:
+        """Per query and group: the weighted mean of the group's three best cosines, >= 0."""
+        out = np.zeros((cosines.shape[0], self.groups))
+        for i, row in enumerate(cosines):
+            best_first = row[np.lexsort((-row, self.group_of))]
+            summed = np.zeros(self.groups)
+            weight = np.zeros(self.groups)
+            for r in range(3):
+                ok = self.sizes > r
+                summed[ok] += WEIGHTS[r] * best_first[self.starts[ok] + r]
+                weight[ok] += WEIGHTS[r]
+            out[i] = np.maximum(summed / weight, 0.0)
+        return out
+
+    def bm25(self, queries: Sequence[str]) -> Array:
+        out = np.zeros((len(queries), self.groups))
+        for i, q in enumerate(queries):
+            for group, score in self.lexical.search(q, LEXICAL_LIMIT):
+                out[i, self.index_of[group]] = score
+        return out
+
+
+def cosines(option: Option, queries: Sequence[str], memory: Memory) -> Array:
+    every = list(dict.fromkeys([*queries, *memory.texts]))
+    at = {t: i for i, t in enumerate(every)}
+
+    def space(model: str) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+        v = vectors(model, every)
+        return v[[at[q] for q in queries]], v[[at[t] for t in memory.texts]]
+
+    q1, m1 = space(option.primary)
+    primary = (q1 @ m1.T).astype(np.float64)
+    if option.companion is None:
+        return primary
+    q2, m2 = space(option.companion)
+    other = (q2 @ m2.T).astype(np.float64)
+    if option.mode == "mean":
+        return (primary + other) / 2
+    # as served (service/_companion.py): the request's language alone picks the space
+    english_query = np.array([is_english(q) for q in queries])
+    return np.where(english_query[:, None], primary, other)
+
+
+def ranks(
+    option: Option, queries: Sequence[str], expected: Sequence[str], memory: Memory
+) -> NDArray[np.int64]:
+    """The expected capability's rank per query (0 = not returned: below min_match or past
+    k)."""
+    config = RankingConfig()
+    sem = memory.semantic(cosines(option, queries, memory))
+    raw = memory.bm25(queries)
+    lex = raw / (raw + config.lexical_half_score)
+    weight = np.full(len(queries), option.lexical_weight)
+    if option.companion is not None and option.mode == "switch":
+        other = np.array([not is_english(q) for q in queries])
+        weight[other] = option.other_lexical_weight
+    match = 1 - (1 - option.semantic_weight * sem) * (1 - weight[:, None] * lex)
+    want = np.array([memory.index_of[g] for g in expected])
+    mine = match[np.arange(len(queries)), want]
+    rank = (match > mine[:, None]).sum(1) + 1
+    rank[mine < option.min_match] = 0
+    rank[rank > K] = 0
+    out: NDArray[np.int64] = rank.astype(np.int64)
+    return out
+
+
+def figures(rank: NDArray[np.int64]) -> dict[str, float]:
+    hit = rank > 0
+    return {
+        "hit@1": float((rank == 1).mean()),
+        "hit@5": float(hit.mean()),
+        "MRR": float(np.where(hit, 1.0 / np.maximum(rank, 1), 0.0).mean()),
+    }
+
+
+def measure(option: Option, check: bool, only: str | None = None) -> dict[str, dict[str, float]]:
+    """Every figure of `option`; the probe's `tune` part, both with `check`, or the part
+    named by `only`."""
+    executions, queries = load("default")
+    data = probe()
+    out: dict[str, dict[str, float]] = {}
+    plain = Memory(executions, {})
+    if only is None:
+        out["english, 923 dev queries"] = figures(
+            ranks(option, [q.intent for q in queries], [q.group for q in queries], plain)
+        )
+    items = [
+        q
+        for q in data["queries"]
+        if (q["split"] == only if only else check or q["split"] == "tune")
+    ]
+    expected = [q["expected_group"] for q in items]
+    for language in ("en", *LANGUAGES):
+        out[f"probe {language}"] = figures(
+            ranks(option, [q[language] for q in items], expected, plain)
+        )
+    if only is not None:
+        return out
+    reverse = data["reverse"]
+    replaced = {x["id"]: x[r["language"]] for r in reverse for x in r["executions"]}
+    asked = [(q["en"], r["group"]) for r in reverse for q in r["queries"]]
+    texts, groups = [a for a, _ in asked], [g for _, g in asked]
+    out["reverse, English memory"] = figures(ranks(option, texts, groups, plain))
+    out["reverse, translated memory"] = figures(
+        ranks(option, texts, groups, Memory(executions, replaced))
+    )
+    return out
+
+
+# The served default (service/_companion.py): MiniLM, and USE for requests not in English with
+# their lexical weight at 0.3 (chosen on the probe's tune part among 0, 0.3, 0.5, 0.7, 0.9).
+SERVED = "minilm + use for other languages, lexical weight 0.3"
+OPTIONS: dict[str, Option] = {
+    o.name: o
+    for o in (
+        Option("minilm", "minilm"),
+        Option("e5", "e5"),
+        Option("use", "use"),
+        *(
+            Option(
+                f"minilm + {c} for other languages, lexical weight {w}",
+                "minilm",
+                c,
+                other_lexical_weight=w,
+            )
+            for c in ("use", "e5")
+            for w in (0.0, 0.3, 0.5, 0.7, 0.9)
+        ),
+        Option(
+            "e5 alone, lexical weight 0.3 for other languages", "e5", "e5", other_lexical_weight=0.3
+        ),
+        Option(
+            "use alone, lexical weight 0.3 for other languages",
+            "use",
+            "use",
+            other_lexical_weight=0.3,
+        ),
+        Option("mean(minilm, e5) always", "minilm", "e5", mode="mean"),
+        Option("mean(minilm, use) always", "minilm", "use", mode="mean"),
+    )
+}
+
+
+def table(results: dict[str, dict[str, dict[str, float]]], line: Callable[[str], None]) -> None:
+    line(
+        "| option | English 923 hit@1 / MRR | probe en hit@1 / hit@5 | "
+        + " | ".join(f"{lang} hit@1 / hit@5" for lang in LANGUAGES)
+        + " | reverse (en memory -> translated) hit@1 / hit@5 |"
+    )
+    line("| --- " * (4 + len(LANGUAGES)) + "|")
+    for name, r in results.items():
+        en = r["english, 923 dev queries"]
+        cells = [f"{en['hit@1']:.3f} / {en['MRR']:.4f}"]
+        for lang in ("en", *LANGUAGES):
+            p = r[f"probe {lang}"]
+            cells.append(f"{p['hit@1']:.3f} / {p['hit@5']:.3f}")
+        a, b = r["reverse, English memory"], r["reverse, translated memory"]
+        cells.append(f"{a['hit@1']:.2f} / {a['hit@5']:.2f} -> {b['hit@1']:.2f} / {b['hit@5']:.2f}")
+        line(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def main(argv: Sequence[str]) -> None:
+    check = "--check" in argv
+    names = [a for a in argv if not a.startswith("--")] or list(OPTIONS)
+    results = {n: measure(OPTIONS[n], check) for n in names}
+    print(f"probe part: {'tune + check' if check else 'tune only'}")
+    table(results, print)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,1 @@
+"""Benchmark harness: the suites' processes, workloads, data readers and vector caches."""

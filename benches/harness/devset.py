@@ -1,0 +1,69 @@
+"""The development set of ../shared/devset (MetaTool + NESTFUL; its README): executions with
+their tool sequences, held-apart queries with the expected group, read as they are stored."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEVSET = Path(
+    os.environ.get("PML_DEVSET", Path(__file__).resolve().parents[3] / "shared" / "devset")
+)
+VARIANTS = {"default": DEVSET, "skewed": DEVSET / "skewed"}
+
+
+@dataclass(frozen=True)
+class DevExecution:
+    id: str
+    intent: str
+    code: str
+    language: str
+    tools: tuple[str, ...]
+    group: str
+    source: str
+
+
+@dataclass(frozen=True)
+class DevQuery:
+    id: str
+    intent: str
+    group: str
+    tools: tuple[str, ...]
+    source: str
+
+    @property
+    def multi_tool(self) -> bool:
+        return len(self.tools) > 1
+
+
+def available(variant: str = "default") -> bool:
+    return (VARIANTS[variant] / "executions.jsonl").exists()
+
+
+def load(variant: str = "default") -> tuple[list[DevExecution], list[DevQuery]]:
+    root = VARIANTS[variant]
+    executions = []
+    for line in (root / "executions.jsonl").read_text().splitlines():
+        d = json.loads(line)
+        executions.append(
+            DevExecution(
+                d["id"],
+                d["intent"],
+                d["code"],
+                d["language"],
+                tuple(d["tools"]),
+                d["group"],
+                d["source"],
+            )
+        )
+    queries = []
+    for line in (root / "queries.jsonl").read_text().splitlines():
+        d = json.loads(line)
+        queries.append(
+            DevQuery(
+                d["id"], d["intent"], d["expected_group"], tuple(d["expected_tools"]), d["source"]
+            )
+        )
+    return executions, queries

@@ -1,0 +1,1 @@
+"""Profilers: where the time goes; they print and write nothing to benches/results/."""
