@@ -3,11 +3,8 @@
 from pml_server.storage.postgres._dsn import describe, has_password
 from pml_server.storage.postgres._repository import SharedRepository
 from pml_server.storage.postgres._schema import SCHEMA_VERSION, SchemaVersionError
-from pml_server.storage.postgres._store import (
-    DEFAULT_POOL_SIZE,
-    PostgresStore,
-    StoreUnreachableError,
-)
+from pml_server.storage.postgres._store import PostgresStore, StoreUnreachableError
+from pml_server.storage.postgres._transactions import DEFAULT_POOL_SIZE
 
 __all__ = [
     "DEFAULT_POOL_SIZE",

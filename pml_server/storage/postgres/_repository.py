@@ -31,7 +31,8 @@ from pml_server.storage.keys import (
     tenant_prefix,
     u64,
 )
-from pml_server.storage.postgres._store import CF_INDEX_SNAPSHOT, CF_STATS_DELTA, PostgresStore
+from pml_server.storage.postgres._store import PostgresStore
+from pml_server.storage.postgres._tenant_rows import CF_INDEX_SNAPSHOT, CF_STATS_DELTA
 from pml_server.storage.postgres._views import CachedView, PatternKey, ReplicaViewCache
 from pml_server.storage.repo import Repository, ViewRows
 from pml_server.storage.seam import Op

@@ -1,0 +1,198 @@
+"""The store seam's key-value families on PostgreSQL: one table per family (`_schema.table_of`).
+
+Reads go through `Transactions` (in this thread's transaction when it has one); the writes are
+statements of a batch, run inside the caller's transaction (`_store._apply` orders them).
+No read cache here: another replica may change any row, and the database is the only copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pml_server.storage.keys import (
+    CF_COUNTERS,
+    CF_HASHES,
+    CF_INTENTS,
+    CF_PATTERNS,
+    CF_REQUESTS,
+    prefix_end,
+    split_tenant,
+)
+from pml_server.storage.postgres._schema import FOLLOWED_FAMILIES, table_of
+from pml_server.storage.postgres._transactions import Connection, Transactions
+
+_SCAN_PAGE = 2000
+
+
+class KeyValues:
+    """Reads of the key-value families, and the joined reads the shared repository makes in
+    one round trip where the embedded store would make several lookups."""
+
+    def __init__(self, transactions: Transactions) -> None:
+        self._db = transactions
+
+    def get(self, cf: str, key: bytes) -> bytes | None:
+        row = self._db.row(f"SELECT value FROM {table_of(cf)} WHERE key = %s", (key,))
+        return None if row is None else bytes(row[0])
+
+    def get_many(self, cf: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        if not keys:
+            return []
+        rows = self._db.rows(
+            f"SELECT key, value FROM {table_of(cf)} WHERE key = ANY(%s)", (list(keys),)
+        )
+        found = {bytes(k): bytes(v) for k, v in rows}
+        return [found.get(key) for key in keys]
+
+    def scan(
+        self,
+        cf: str,
+        prefix: bytes,
+        *,
+        start: bytes | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> list[tuple[bytes, bytes]]:
+        """As `rocks.Store.scan`: key order (or reversed), from `start` on (inclusive; for
+        reverse scans the exclusive upper bound), at most `limit`."""
+        clauses = ["key >= %s"]
+        params: list[Any] = [prefix]
+        upper = prefix_end(prefix)
+        if upper is not None:
+            clauses.append("key < %s")
+            params.append(upper)
+        if start is not None:
+            clauses.append("key < %s" if reverse else "key >= %s")
+            params.append(start)
+        query = f"SELECT key, value FROM {table_of(cf)} WHERE {' AND '.join(clauses)}"
+        query += " ORDER BY key DESC" if reverse else " ORDER BY key"
+        if limit is not None:
+            query += " LIMIT %s"
+            params.append(limit)
+        rows = self._db.rows(query.encode(), params)
+        return [(bytes(k), bytes(v)) for k, v in rows]
+
+    def scan_stored(self, cf: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """Rows whose key starts with `prefix`, in key order, read a page at a time."""
+        after: bytes | None = None
+        while True:
+            start = prefix if after is None else after + b"\x00"
+            page = self.scan(cf, prefix, start=start, limit=_SCAN_PAGE)
+            yield from page
+            if len(page) < _SCAN_PAGE:
+                return
+            after = page[-1][0]
+
+    def get_pairs(
+        self, first: str, second: str, keys: Sequence[bytes]
+    ) -> list[tuple[bytes, bytes] | None]:
+        """(value in `first`, value in `second`) of each key, None where either is missing: one
+        query where two `get_many` would take two round trips."""
+        if not keys:
+            return []
+        rows = self._db.rows(
+            f"SELECT a.key, a.value, b.value FROM {table_of(first)} a"
+            f" JOIN {table_of(second)} b ON b.key = a.key WHERE a.key = ANY(%s)",
+            (list(keys),),
+        )
+        found = {bytes(k): (bytes(a), bytes(b)) for k, a, b in rows}
+        return [found.get(key) for key in keys]
+
+    def pairs_and_values(
+        self, first: str, second: str, keys: Sequence[bytes], cf: str, values_of: Sequence[bytes]
+    ) -> tuple[list[tuple[bytes, bytes] | None], list[bytes | None]]:
+        """`get_pairs(first, second, keys)` and `get_many(cf, values_of)` in one round trip
+        (two statements in one pipeline)."""
+        pairs, values = self._db.rows_pipelined(
+            [
+                (
+                    f"SELECT a.key, a.value, b.value FROM {table_of(first)} a"
+                    f" JOIN {table_of(second)} b ON b.key = a.key WHERE a.key = ANY(%s)",
+                    (list(keys),),
+                ),
+                (
+                    f"SELECT key, value FROM {table_of(cf)} WHERE key = ANY(%s)",
+                    (list(values_of),),
+                ),
+            ]
+        )
+        found_pairs = {bytes(k): (bytes(a), bytes(b)) for k, a, b in pairs}
+        found = {bytes(k): bytes(v) for k, v in values}
+        return [found_pairs.get(k) for k in keys], [found.get(k) for k in values_of]
+
+    def pattern_for_hash(self, prefix: bytes, code_hash_key: bytes) -> tuple[Any, ...]:
+        """(pattern, counters, [intents in key order]) bytes of the pattern a code hash names,
+        in one query (three lookups and a scan in the embedded store); `prefix` is the tenant's
+        key prefix. (None, None, []) when the hash names none."""
+        row = self._db.row(
+            f"SELECT p.value, c.value, (SELECT coalesce(array_agg(i.value ORDER BY i.key), '{{}}')"
+            f" FROM {table_of(CF_INTENTS)} i WHERE i.key >= %(prefix)s || h.value || %(sep)s"
+            " AND i.key < %(prefix)s || h.value || %(end)s)"
+            f" FROM {table_of(CF_HASHES)} h"
+            f" LEFT JOIN {table_of(CF_PATTERNS)} p ON p.key = %(prefix)s || h.value"
+            f" LEFT JOIN {table_of(CF_COUNTERS)} c ON c.key = %(prefix)s || h.value"
+            " WHERE h.key = %(hash)s",
+            {"prefix": prefix, "hash": code_hash_key, "sep": b"\x00", "end": b"\x01"},
+        )
+        if row is None:
+            return None, None, []
+        pattern, counters, intents = row
+        return (
+            None if pattern is None else bytes(pattern),
+            None if counters is None else bytes(counters),
+            [bytes(v) for v in intents],
+        )
+
+
+def insert_requests_first(conn: Connection, rows: list[tuple[bytes, bytes | None]]) -> None:
+    """First in the transaction: a second writer of the same id waits here for the first to
+    commit, then fails with UniqueViolation before anything of its batch counts."""
+    for key, value in rows:
+        if value is not None:
+            conn.execute(
+                f"INSERT INTO {table_of(CF_REQUESTS)} (key, value) VALUES (%s, %s)", (key, value)
+            )
+
+
+def delete_requests(conn: Connection, keys: list[bytes]) -> None:
+    if keys:
+        conn.execute(f"DELETE FROM {table_of(CF_REQUESTS)} WHERE key = ANY(%s)", (keys,))
+
+
+def write_family(conn: Connection, cf: str, rows: list[tuple[bytes, bytes | None]]) -> None:
+    """One statement for the family's deletions and one for its upserts. A single row (a
+    counted capture's counters, its intent) goes as plain parameters: dumping arrays is
+    Python code in psycopg, a scalar is not, and a capture's CPU is mostly the driver's."""
+    table = table_of(cf)
+    deleted = [k for k, v in rows if v is None]
+    put = [(k, v) for k, v in rows if v is not None]
+    if deleted:
+        conn.execute(f"DELETE FROM {table} WHERE key = ANY(%s)", (deleted,))
+    if not put:
+        return
+    one = len(put) == 1
+    keys = [k for k, _ in put]
+    values = [v for _, v in put]
+    if cf == CF_INTENTS:
+        tenants = [split_tenant(k)[0] for k in keys]
+        ids = [int.from_bytes(k[-8:], "big", signed=True) for k in keys]
+        source = (
+            "VALUES (%s, %s, %s, %s)"
+            if one
+            else "SELECT * FROM unnest(%s::bytea[], %s::bytea[], %s::text[], %s::bigint[])"
+        )
+        conn.execute(
+            f"INSERT INTO {table} (key, value, tenant, intent_id) {source}"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value,"
+            " changed_xid = pg_current_xact_id()".encode(),
+            (keys[0], values[0], tenants[0], ids[0]) if one else (keys, values, tenants, ids),
+        )
+        return
+    followed = ", changed_xid = pg_current_xact_id()" if cf in FOLLOWED_FAMILIES else ""
+    source = "VALUES (%s, %s)" if one else "SELECT * FROM unnest(%s::bytea[], %s::bytea[])"
+    conn.execute(
+        f"INSERT INTO {table} (key, value) {source}"
+        f" ON CONFLICT (key) DO UPDATE SET value = excluded.value{followed}".encode(),
+        (keys[0], values[0]) if one else (keys, values),
+    )

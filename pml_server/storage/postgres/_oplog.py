@@ -1,0 +1,143 @@
+"""The op log on PostgreSQL, and what a follower reads to learn of other replicas' writes.
+
+Each batch's op log entries take their sequence numbers from the tenant's head row
+(`UPDATE ... RETURNING` inside the transaction, `append`): commit order is sequence order, so
+a follower reading `seq > cursor` never skips an entry. The notifier (`_notifier`) wakes the
+followers after the commit; it is not durable, so they poll too. Entries are trimmed by age at
+start (`trim`), never when a replica snapshots (another replica may still need them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pml_server.domain import json_form
+from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, CF_PATTERNS
+from pml_server.storage.postgres._schema import FOLLOWED_FAMILIES, table_of
+from pml_server.storage.postgres._transactions import Connection, Transactions
+
+# Op log entries older than this are trimmed at start: a replica restarting later rebuilds from
+# its snapshot and the intents table, which the restore reads anyway.
+OPLOG_KEEP = "1 day"
+
+
+@dataclass
+class Changes:
+    """What `PostgresStore.changes` read: rows changed since a snapshot, and its own."""
+
+    snapshot: str
+    patterns: list[tuple[bytes, bytes]] = field(default_factory=list)
+    counters: list[tuple[bytes, bytes]] = field(default_factory=list)
+    intent_keys: list[bytes] = field(default_factory=list)
+
+
+def trim(conn: Connection) -> None:
+    """Delete the entries older than `OPLOG_KEEP` (at open)."""
+    conn.execute(f"DELETE FROM pml_oplog WHERE written_at < now() - interval '{OPLOG_KEEP}'")
+
+
+def append(conn: Connection, entries: list[bytes]) -> None:
+    """A batch's entries, inside its transaction, tenant by tenant in a fixed order."""
+    by_tenant: dict[str, list[bytes]] = {}
+    for raw in entries:
+        by_tenant.setdefault(str(json_form.loads(raw)["tenant"]), []).append(raw)
+    for tenant in sorted(by_tenant):
+        rows = by_tenant[tenant]
+        # the head row's update takes the sequence numbers: committed in sequence order
+        conn.execute(
+            "WITH head AS (INSERT INTO pml_oplog_head AS h (tenant, seq) VALUES (%(t)s, %(n)s)"
+            " ON CONFLICT (tenant) DO UPDATE SET seq = h.seq + excluded.seq RETURNING seq)"
+            " INSERT INTO pml_oplog (tenant, seq, op)"
+            " SELECT %(t)s, head.seq - %(n)s + e.ord, e.op"
+            " FROM head, unnest(%(ops)s::bytea[]) WITH ORDINALITY AS e(op, ord)",
+            {"t": tenant, "n": len(rows), "ops": rows},
+        )
+
+
+class OpLog:
+    """A follower's reads: the op log since a cursor, and the followed rows changed since a
+    snapshot (pattern records, counters, intents' keys)."""
+
+    def __init__(self, transactions: Transactions) -> None:
+        self._db = transactions
+
+    def heads(self) -> dict[str, int]:
+        """Each tenant's last committed op log sequence."""
+        rows = self._db.rows("SELECT tenant, seq FROM pml_oplog_head")
+        return {str(t): int(s) for t, s in rows}
+
+    def entries(
+        self, tenant: str, after: int, limit: int = 1000
+    ) -> list[tuple[int, dict[str, Any], float]]:
+        """(seq, op, seconds since it was committed) of the tenant's entries after `after`."""
+        rows = self._db.rows(
+            "SELECT seq, op, extract(epoch FROM clock_timestamp() - written_at)"
+            " FROM pml_oplog WHERE tenant = %s AND seq > %s ORDER BY seq LIMIT %s",
+            (tenant, after, limit),
+        )
+        return [(int(s), json_form.loads(bytes(op)), float(age)) for s, op, age in rows]
+
+    def all(self) -> list[tuple[int, dict[str, Any]]]:
+        rows = self._db.rows("SELECT seq, op FROM pml_oplog ORDER BY tenant, seq")
+        return [(int(s), json_form.loads(bytes(op))) for s, op in rows]
+
+    def intents_by_id(self, tenant: str, intent_ids: Sequence[int]) -> list[bytes]:
+        """The stored intents of `intent_ids` still present (an op's additions)."""
+        if not intent_ids:
+            return []
+        rows = self._db.rows(
+            f"SELECT value FROM {table_of(CF_INTENTS)} WHERE tenant = %s AND intent_id = ANY(%s)",
+            (tenant, list(intent_ids)),
+        )
+        return [bytes(r[0]) for r in rows]
+
+    def changed_rows(self, cf: str, since: str | None) -> tuple[list[tuple[bytes, bytes]], str]:
+        """(rows of `cf` written by transactions not visible in the snapshot `since`, the
+        snapshot this read saw): following with the returned snapshot never skips a commit,
+        whatever order transactions commit in (an id below the snapshot's xmin was visible to
+        it; one in progress then is read once it commits). `since` None: only the snapshot.
+        `cf` is one of the followed families (pattern records, counters)."""
+        assert cf in FOLLOWED_FAMILIES
+        if since is None:
+            row = self._db.row("SELECT pg_current_snapshot()::text")
+            assert row is not None
+            return [], str(row[0])
+        row = self._db.row(
+            "SELECT pg_current_snapshot()::text, coalesce(array_agg(key), '{}'),"
+            f" coalesce(array_agg(value), '{{}}') FROM {table_of(cf)}"
+            " WHERE changed_xid >= pg_snapshot_xmin(%(since)s::pg_snapshot)"
+            " AND NOT pg_visible_in_snapshot(changed_xid, %(since)s::pg_snapshot)",
+            {"since": since},
+        )
+        assert row is not None
+        snapshot, keys, values = row
+        return [(bytes(k), bytes(v)) for k, v in zip(keys, values, strict=True)], str(snapshot)
+
+    def changes(self, since: str) -> Changes:
+        """Every pattern record and counters row, and the key of every intent row, written by
+        transactions not visible in the snapshot `since` (see `changed_rows`), read in one
+        statement: the three share the snapshot returned with them."""
+        changed = (
+            "changed_xid >= pg_snapshot_xmin(%(since)s::pg_snapshot)"
+            " AND NOT pg_visible_in_snapshot(changed_xid, %(since)s::pg_snapshot)"
+        )
+        rows = self._db.rows(
+            f"SELECT 0, key, value FROM {table_of(CF_PATTERNS)} WHERE {changed}"
+            f" UNION ALL SELECT 1, key, value FROM {table_of(CF_COUNTERS)} WHERE {changed}"
+            f" UNION ALL SELECT 2, key, NULL FROM {table_of(CF_INTENTS)} WHERE {changed}"
+            " UNION ALL SELECT 3, NULL, convert_to(pg_current_snapshot()::text, 'UTF8')",
+            {"since": since},
+        )
+        found = Changes("")
+        for kind, key, value in rows:
+            if kind == 0:
+                found.patterns.append((bytes(key), bytes(value)))
+            elif kind == 1:
+                found.counters.append((bytes(key), bytes(value)))
+            elif kind == 2:
+                found.intent_keys.append(bytes(key))
+            else:
+                found.snapshot = bytes(value).decode()
+        return found
