@@ -1,26 +1,22 @@
-"""RocksDB store: opening, schema versioning, column families, group-committed atomic writes.
+"""RocksDB store: opening, schema versioning, column families, reads and their cache.
 
-This module alone imports rocksdict. It stores a schema version under a meta key and refuses to
-open a store written by a newer schema than this code knows.
+This module and its group-commit writer (`_group_commit.py`) alone import rocksdict. It stores
+a schema version under a meta key and refuses to open a store written by a newer schema than
+this code knows.
 
 Writes: every caller hands over one list of operations (one capture = one list) and the store
-commits it as one atomic WriteBatch. Durability `sync` acknowledges only after the WAL is fsynced.
-rocksdict holds the GIL during a write, so RocksDB's own leader/follower grouping never sees
-concurrent writers: a single writer thread drains the queue, writes every waiting list as one
-batch and fsyncs the WAL once for all of them (group commit). Until a queued write is committed,
-its values live in an overlay that `get` and `scan` read first, so a caller holding a lock can
-read-modify-write a key whose previous value is still on its way to disk. Durability `fast`
-writes through the WAL without fsync in the caller's thread.
+commits it as one atomic WriteBatch, group-committed by `_group_commit.GroupCommitWriter` (its
+docstring says how). Until a queued write is committed, its values live in the writer's overlay
+that `get` and `scan` read first, so a caller holding a lock can read-modify-write a key whose
+previous value is still on its way to disk.
 """
 
 from __future__ import annotations
 
-import contextlib
 import struct
 import threading
-import time
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from rocksdict import (
@@ -30,11 +26,10 @@ from rocksdict import (
     Options,
     Rdict,
     ReadOptions,
-    WriteBatch,
-    WriteOptions,
 )
 
 from pml_server.domain.lru import Lru
+from pml_server.storage._group_commit import GroupCommitWriter
 from pml_server.storage.keys import (
     CF_COUNTERS,
     CF_META,
@@ -56,12 +51,6 @@ __all__ = [
 SCHEMA_VERSION = 1
 _META_SCHEMA_KEY = b"meta/schema_version"
 DURABILITY_MODES = ("sync", "fast")
-# Upper bound of operations merged into one group commit (keeps a batch's memory bounded).
-_MAX_GROUP_OPS = 20_000
-# How long the writer holds back the writes of batches being captured (`writes_held`) for
-# their blocks to end. 4,000 streamed captures (batches of about 22) went to disk in 1,218 to
-# 1,682 groups (fsyncs) when nothing held them, 489 to 507 with 5 ms, 170 to 212 with 20 ms.
-_HOLD_SECONDS = 0.02
 
 
 # RocksDB's block cache, one for every column family. Left at RocksDB's default each family
@@ -160,34 +149,15 @@ class Store:
         self.path = path
         self.durability = durability
         self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
-        self._handles = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
-        # Both modes write through the WAL without fsync; `sync` then fsyncs the WAL with
-        # `flush_wal(True)`, which (unlike a write with sync=True) releases the GIL, so other
-        # threads keep working during the fsync.
-        self._write_options = WriteOptions()
-        self._write_options.sync = False
+        # Guards the writer's overlay and the read cache together (see get_many).
         self._lock = threading.Lock()
-        self._wakeup = threading.Condition(self._lock)
-        self._queue: deque[tuple[int, Sequence[Op], WriteTicket, bool]] = deque()
-        self._holds = 0  # `writes_held` blocks open
-        self._in_hold = threading.local()  # `.open`: this thread is inside a `writes_held`
-        self._eager = 0  # writes queued from outside any `writes_held` block: never held back
-        # Per column family: key -> (submit sequence, value or None for a delete). Split by
-        # family so a scan looks only at its own family's pending writes.
-        self._overlay: dict[str, dict[bytes, tuple[int, bytes | None]]] = {
-            name: {} for name in COLUMN_FAMILIES
-        }
         self._read_cache = _ReadCache(READ_CACHE_BYTES)
         self._fills: list[_Fill] = []  # get_many calls reading RocksDB outside the lock now
-        self._next_seq = 1
-        self._closed = False
-        self._failed: BaseException | None = None
-        self._writer: threading.Thread | None = None
         self.schema_version = self._check_schema()
-        if durability == "sync":
-            self._writer = threading.Thread(target=self._write_loop, name="pml-store-writer")
-            self._writer.daemon = True
-            self._writer.start()
+        handles = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        self._writer = GroupCommitWriter(
+            self._db, handles, self._lock, self._drop_cached, sync=durability == "sync"
+        )
 
     @property
     def location(self) -> str:
@@ -199,7 +169,7 @@ class Store:
         hard-linked when `dest` is on the same filesystem (they are never modified) and the
         rest copied. It holds every write acknowledged before the call; returns the sequence
         number it holds at least."""
-        self._check_open()
+        self._writer.check_open()
         sequence = int(self._db.latest_sequence_number())
         Checkpoint(self._db).create_checkpoint(str(dest))
         return sequence
@@ -234,7 +204,7 @@ class Store:
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         with self._lock:
-            pending = self._overlay[cf].get(key)
+            pending = self._writer.pending(cf).get(key)
         if pending is not None:
             return pending[1]
         value: bytes | None = self._family(cf).get(key)
@@ -257,7 +227,7 @@ class Store:
         with self._lock:
             out: list[bytes | None] = []
             missing: list[int] = []
-            overlay = self._overlay[cf]
+            overlay = self._writer.pending(cf)
             for i, key in enumerate(keys):
                 pending = overlay.get(key)
                 value = pending[1] if pending is not None else None
@@ -287,7 +257,10 @@ class Store:
 
     def _drop_cached(self, cf: str, key: bytes) -> None:
         """Under the lock: `key` is being written; no cached copy of it may survive, including
-        one a `get_many` in progress read before the write."""
+        one a `get_many` in progress read before the write. The writer calls it for every key
+        it writes, in the section that queues the write (or, for `fast`, right after it)."""
+        if cf not in READ_CACHED:
+            return
         self._read_cache.drop(cf, key)
         for fill in self._fills:
             if fill.cf == cf:
@@ -321,7 +294,7 @@ class Store:
         with self._lock:
             pending = {
                 key: value
-                for key, (_, value) in self._overlay[cf].items()
+                for key, (_, value) in self._writer.pending(cf).items()
                 if key.startswith(prefix)
             }
         wanted = None if limit is None else limit + len(pending)
@@ -343,7 +316,7 @@ class Store:
         a time: for reading a whole column family at open, before anything writes (a write
         not yet applied is not seen). `scan` holds every row in memory at once."""
         with self._lock:
-            if self._overlay[cf]:
+            if self._writer.pending(cf):
                 raise RuntimeError(f"scan_stored({cf!r}) while writes to it are pending")
         yield from self._scan_db(cf, prefix, None, None, False)
 
@@ -373,157 +346,29 @@ class Store:
             else:
                 it.next()
 
-    # ---- writes ------------------------------------------------------------------------------
+    # ---- writes (`_group_commit.GroupCommitWriter`) ------------------------------------------
 
     def submit(self, ops: Sequence[Op]) -> WriteTicket:
         """Queue `ops` as one atomic batch. Reads see them at once; `wait()` the ticket before
         acknowledging anything to a client."""
-        return self._submit(ops, eager=not self._holding())
-
-    def _submit(self, ops: Sequence[Op], eager: bool) -> WriteTicket:
-        """`submit`; an `eager` batch ends any hold of the writer (`writes_held`)."""
-        ticket = WriteTicket()
-        if self._writer is None:
-            self._check_open()
-            batch = self._batch(ops)
-            try:
-                self._db.write(batch, self._write_options)
-            except Exception as error:  # rocksdict raises plain Exception on I/O errors
-                self._failed = error
-                raise StoreClosedError(f"write failed: {error}") from error
-            self._forget_cached(ops)  # after the write: see get_many
-            ticket._finish()
-            return ticket
-        with self._lock:
-            self._check_open()
-            seq = self._next_seq
-            self._next_seq += 1
-            for cf, key, value in ops:
-                self._overlay[cf][key] = (seq, value)
-                if cf in READ_CACHED:
-                    self._drop_cached(cf, key)
-            # The writer waits for the queue's first write; with writes queued it is writing,
-            # or holding back held ones, which the first eager write ends.
-            if not self._queue or (eager and not self._eager):
-                self._wakeup.notify()
-            self._eager += eager
-            self._queue.append((seq, ops, ticket, eager))
-        return ticket
-
-    @contextlib.contextmanager
-    def writes_held(self) -> Iterator[None]:
-        """The block's submits (a batch's captures, one after another) are written together
-        once it ends: while only such writes are queued, the writer waits for every open block
-        to end, at most `_HOLD_SECONDS`, so the batch pays one fsync instead of one every few
-        captures. A write from outside any block (a single capture, `write`) is not held: the
-        writer then takes everything queued at once, as without blocks. Nothing inside may
-        wait for its own tickets (it would wait that long)."""
-        if self._holding():
-            yield
-            return
-        with self._lock:
-            self._holds += 1
-        self._in_hold.open = True
-        try:
-            yield
-        finally:
-            self._in_hold.open = False
-            with self._lock:
-                self._holds -= 1
-                if not self._holds and self._queue:
-                    self._wakeup.notify()
-
-    def _forget_cached(self, ops: Sequence[Op]) -> None:
-        changed = [(cf, key) for cf, key, _ in ops if cf in READ_CACHED]
-        if changed:
-            with self._lock:
-                for cf, key in changed:
-                    self._drop_cached(cf, key)
-
-    def _holding(self) -> bool:
-        """This thread is inside a `writes_held` block."""
-        return bool(getattr(self._in_hold, "open", False))
+        return self._writer.submit(ops)
 
     def write(self, ops: Sequence[Op]) -> None:
-        self._submit(ops, eager=True).wait()  # its caller waits now: never held back
+        self._writer.write(ops)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError("store is closed")
-        if self._failed is not None:
-            raise StoreClosedError(f"store refused writes after an I/O error: {self._failed}")
-
-    def _batch(self, ops: Iterable[Op]) -> WriteBatch:
-        batch = WriteBatch(raw_mode=True)
-        for cf, key, value in ops:
-            if value is None:
-                batch.delete(key, self._handles[cf])
-            else:
-                batch.put(key, value, self._handles[cf])
-        return batch
-
-    def _write_loop(self) -> None:
-        while True:
-            with self._lock:
-                while not self._queue and not self._closed:
-                    self._wakeup.wait()
-                if not self._queue:
-                    return  # closed and drained
-                deadline = time.monotonic() + _HOLD_SECONDS
-                while self._holds and not self._eager and not self._closed:
-                    left = deadline - time.monotonic()
-                    if left <= 0 or not self._wakeup.wait(left):
-                        break
-                group: list[tuple[int, Sequence[Op], WriteTicket, bool]] = []
-                total = 0
-                while self._queue and (not group or total < _MAX_GROUP_OPS):
-                    item = self._queue.popleft()
-                    group.append(item)
-                    total += len(item[1])
-                    self._eager -= item[3]
-            # The group is written as one atomic batch, so only each key's last write in it
-            # matters: the earlier ones (every capture rewrites its tenant's stats row) would
-            # cost memtable inserts and WAL bytes while this thread holds the GIL (rocksdict's
-            # write does not release it).
-            latest: dict[tuple[str, bytes], bytes | None] = {
-                (cf, key): value for _, ops, _, _ in group for cf, key, value in ops
-            }
-            error: BaseException | None = None
-            try:
-                batch = self._batch((cf, key, value) for (cf, key), value in latest.items())
-                self._db.write(batch, self._write_options)
-                self._db.flush_wal(True)  # the fsync every capture of the group waits for
-            except Exception as failure:
-                error = failure
-            last_seq = group[-1][0]
-            overlays = self._overlay
-            with self._lock:
-                if error is not None:
-                    self._failed = error
-                # Only the keys this group wrote can be stale (a later submit of the same
-                # key holds a higher sequence and stays until its own group is written).
-                for cf, key in latest:
-                    overlay = overlays[cf]
-                    pending = overlay.get(key)
-                    if pending is not None and pending[0] <= last_seq:
-                        del overlay[key]
-            for _, _, ticket, _ in group:
-                ticket._finish(error)
+    def writes_held(self) -> AbstractContextManager[None]:
+        """The block's submits are written together once it ends (see
+        `GroupCommitWriter.writes_held`)."""
+        return self._writer.writes_held()
 
     def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._wakeup.notify_all()
-        if self._writer is not None:
-            self._writer.join()
+        if not self._writer.close():  # writes everything queued first
+            return
         self._db.flush()
         # Column family views hold a reference to the database: close them first, or the
         # database stays open (and locked) until they are garbage-collected.
         for family in self._cf.values():
             family.close()
         self._cf.clear()
-        self._handles.clear()
         self._read_cache.clear()
         self._db.close()

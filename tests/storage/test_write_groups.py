@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rocksdict import WriteBatch
 
-from pml_server.storage import Store, rocks
+from pml_server.storage import Store, _group_commit
 from pml_server.storage.keys import CF_META, CF_PATTERNS
 from pml_server.storage.seam import Op, WriteTicket
 
@@ -22,7 +22,7 @@ LOOK_SECONDS = 0.3
 
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
-    monkeypatch.setattr(rocks, "_HOLD_SECONDS", HOLD_FOR_THE_TEST)
+    monkeypatch.setattr(_group_commit, "_HOLD_SECONDS", HOLD_FOR_THE_TEST)
     opened = Store(tmp_path / "db", "sync")
     yield opened
     opened.close()
@@ -39,14 +39,14 @@ def _finished(ticket: WriteTicket, timeout: float) -> bool:
 def _count_groups(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Every group the writer writes (one RocksDB write and one fsync each): its op count."""
     groups: list[int] = []
-    build = store._batch
+    build = store._writer._batch
 
     def counted(ops: Iterable[Op]) -> WriteBatch:
         listed = list(ops)
         groups.append(len(listed))
         return build(listed)
 
-    monkeypatch.setattr(store, "_batch", counted)
+    monkeypatch.setattr(store._writer, "_batch", counted)
     return groups
 
 
@@ -94,7 +94,7 @@ def test_write_inside_a_block_is_not_held(store: Store) -> None:
 
 
 def test_close_writes_what_a_block_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rocks, "_HOLD_SECONDS", HOLD_FOR_THE_TEST)
+    monkeypatch.setattr(_group_commit, "_HOLD_SECONDS", HOLD_FOR_THE_TEST)
     first = Store(tmp_path / "db", "sync")
     with first.writes_held():
         ticket = first.submit([(CF_PATTERNS, b"k", b"v")])
