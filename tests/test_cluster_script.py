@@ -103,6 +103,9 @@ def test_free_ports_by_default(cluster_env: dict[str, str]) -> None:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own group: nothing of it outlives the test
+        # Ctrl-C as a terminal delivers it, even when this test runs where SIGINT is ignored (a
+        # shell's background job: bash could not trap an ignored signal)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     try:
