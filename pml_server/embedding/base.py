@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from pml_server.domain.model import EmbeddingUsage
 from pml_server.domain.vectors import Matrix
+
+
+class ModelIntegrityError(RuntimeError):
+    """A model file does not have the expected sha256 (corrupted or replaced)."""
+
+
+def verified_bytes(path: Path, expected: str) -> bytes:
+    """The file's bytes, ModelIntegrityError unless their sha256 is `expected`."""
+    data = path.read_bytes()
+    found = hashlib.sha256(data).hexdigest()
+    if found != expected:
+        raise ModelIntegrityError(f"{path}: sha256 {found}, expected {expected}")
+    return data
 
 
 class Embedder(Protocol):

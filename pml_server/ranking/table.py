@@ -48,6 +48,13 @@ _FORMULA_FIELDS = (
 assert set(_FORMULA_FIELDS) <= {f.name for f in fields(RankingConfig)}
 
 
+@lru_cache(maxsize=4096)
+def _name_words(tool: str) -> tuple[str, ...]:
+    """A tool name's analysed words, sorted, computed once per name: every capture sets its
+    pattern's row, and a tenant's tools recur."""
+    return tuple(sorted(tool_words(tool)))
+
+
 @lru_cache(maxsize=64)
 def core_params(config: RankingConfig) -> _core.RankParams:
     """The formula's parameters in the core's form, converted once per configuration."""
@@ -82,7 +89,7 @@ class RankTable:
         flagged: bool,
         superseded: bool,
     ) -> None:
-        words = [sorted(tool_words(t)) for t in tools]  # docs/ranking.md, Steps
+        words = [list(_name_words(t)) for t in tools]  # docs/ranking.md, Steps
         self._core.set_pattern(pattern_id, capability_id, list(tools), flagged, superseded, words)
 
     def set_counters(

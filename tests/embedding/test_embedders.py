@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from pml_server.domain.errors import InvalidArgumentError
 from pml_server.domain.vectors import client_vector
 from pml_server.embedding import CachedEmbedder, HashingEmbedder, int8_graph
-from pml_server.embedding.minilm import MiniLMEmbedder, ModelIntegrityError, _verified_bytes
+from pml_server.embedding.base import ModelIntegrityError, verified_bytes
+from pml_server.embedding.minilm import MiniLMEmbedder
 from pml_server.search.vectors import ExactIndex
 
 
@@ -134,7 +135,7 @@ def test_model_files_are_checked_by_sha256(tmp_path: Path) -> None:
     fake = tmp_path / "model.onnx"
     fake.write_bytes(b"not the model")
     with pytest.raises(ModelIntegrityError, match="sha256"):
-        _verified_bytes(fake, "0" * 64)
+        verified_bytes(fake, "0" * 64)
 
 
 def test_hashing_embedder_is_deterministic_and_word_sensitive() -> None:

@@ -46,11 +46,6 @@ impl StepEvidence {
         let fit = (2.0 * inter / (tools.len() as f64 + self.mass)).min(1.0);
         1.0 - self.weight + self.weight * fit
     }
-
-    /// The evidence for one tool (0.0 when none).
-    pub fn of(&self, tool: NameId) -> f64 {
-        self.evidence.get(&tool).copied().unwrap_or(0.0)
-    }
 }
 
 /// The evidence of a request: `neighbours` its `STEP_NEIGHBOURS` nearest intents in the whole
