@@ -14,7 +14,6 @@ import hmac
 import json
 import os
 import secrets
-import tempfile
 from pathlib import Path
 
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
@@ -33,34 +32,23 @@ _SECRET_BYTES = 32
 
 
 def load_or_create_secret(path: Path) -> bytes:
-    """The HMAC key of page tokens, created on first use. Written to a temporary file of its
-    own, fsynced, published and the directory fsynced: a power cut must not leave an empty key
-    (every token would then be forgeable). Processes starting together on one file (replicas)
-    end with the same key: the first to publish wins (a hard link fails when the key exists) and
-    the others read it. A short file (such a cut before this fix) is replaced."""
+    """The HMAC key of page tokens, created on first use. Written to a temporary file, fsynced,
+    renamed, and the directory fsynced: a power cut must not leave an empty key (every token
+    would then be forgeable). A short file (such a cut before this fix) is replaced."""
     if path.exists():
         secret = path.read_bytes()
         if len(secret) == _SECRET_BYTES:
             return secret
     path.parent.mkdir(parents=True, exist_ok=True)
     secret = secrets.token_bytes(_SECRET_BYTES)
-    fd, tmp_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    tmp = Path(tmp_name)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        try:
-            os.write(fd, secret)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            theirs = path.read_bytes()
-            if len(theirs) == _SECRET_BYTES:
-                return theirs  # another process published first: share its key
-            os.replace(tmp, path)  # a short key left by a cut: replaced
+        os.write(fd, secret)
+        os.fsync(fd)
     finally:
-        tmp.unlink(missing_ok=True)
+        os.close(fd)
+    os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
