@@ -183,9 +183,11 @@ class RankParams:
         recency_floor: float,
         superseded_penalty: float,
         step_weight: float = 0.3,
+        step_profile_weight: float = 0.8,
     ) -> Self:
         """InvalidArgumentError naming `params` if one is not finite or expected_success_rate
-        is not in (0, 1], naming `step_weight` if it is not in [0, 1]."""
+        is not in (0, 1], naming `step_weight` or `step_profile_weight` if it is not in
+        [0, 1]."""
 
 STEP_NEIGHBOURS: int
 """How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps)."""
@@ -215,9 +217,20 @@ class RankTable:
         pattern_ids: list[str],
         words: list[str],
         params: RankParams,
+        ann: HnswIndex | None,
+        query: NDArray[np.float32],
     ) -> list[float]:
         """The step factor of each pattern (1.0 without a row) for a request whose
-        `STEP_NEIGHBOURS` nearest intents are these hits and whose analysed words are `words`."""
+        `STEP_NEIGHBOURS` nearest intents are these hits, whose analysed words are `words` and
+        whose vector is `query`; the tool profiles are first brought up to date from `ann`
+        (None: by `refresh_profiles_from`; docs/ranking.md, Steps, "Tool profiles")."""
+    def profiles_stale(self) -> bool:
+        """Some tool profile is out of date."""
+    def stale_profile_intents(self) -> list[int]:
+        """The intents whose vectors `refresh_profiles_from` needs (sorted, distinct)."""
+    def refresh_profiles_from(self, ids: list[int], vectors: list[list[float]], dim: int) -> None:
+        """Bring the tool profiles up to date from these rows, one of `dim` values per id
+        (InvalidArgumentError naming `vectors` otherwise)."""
     def set_counters(
         self,
         pattern_id: str,

@@ -42,6 +42,10 @@ class RankingConfig:
     # Step fit (docs/ranking.md, Steps): the share of the total a pattern whose steps miss the
     # tools the request asks for (or add others) can lose; 0 turns it off.
     step_weight: float = 0.3
+    # Tool profiles (docs/ranking.md, Steps, "Tool profiles"): the share of the total a pattern
+    # loses when the request's vector points away from the sum of its tools' profiles (the
+    # mean request each tool was learned from); 0 turns it off.
+    step_profile_weight: float = 0.8
     # Sessions (docs/ranking.md, Sessions): a capability that usually follows the agent's
     # previous step has its total multiplied by 1 + transition_weight * w, w in [0, 1) its
     # transitions' relative likelihood smoothed by transition_smoothing counts. 1 without a
@@ -67,6 +71,7 @@ class RankingConfig:
             "recency_floor",
             "superseded_penalty",
             "step_weight",
+            "step_profile_weight",
             "transition_weight",
         )
         for name in unit:
@@ -108,7 +113,9 @@ class RankingConfig:
 # cosine, so the match threshold is halved with it.
 FAMILY_DEFAULTS: dict[str, RankingConfig] = {
     "minilm": RankingConfig(),
-    "hashing": RankingConfig(semantic_weight=0.5, min_match=0.15),
+    # ... and its tool profiles, means of hashed words, cost single-tool queries more than they
+    # gave multi-tool ones (docs/ranking.md, Steps, "Tool profiles"): off
+    "hashing": RankingConfig(semantic_weight=0.5, min_match=0.15, step_profile_weight=0.0),
 }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -44,8 +44,18 @@ _FORMULA_FIELDS = (
     "recency_floor",
     "superseded_penalty",
     "step_weight",
+    "step_profile_weight",
 )
 assert set(_FORMULA_FIELDS) <= {f.name for f in fields(RankingConfig)}
+
+
+class VectorRows(Protocol):
+    """A vector index kept in Python (`search.vectors.ExactIndex`): the tool profiles
+    (docs/ranking.md, Steps, "Tool profiles") are summed from its rows."""
+
+    dim: int
+
+    def rows_of(self, ids: Sequence[int]) -> tuple[list[int], list[list[float]]]: ...
 
 
 @lru_cache(maxsize=4096)
@@ -146,17 +156,32 @@ class RankTable:
         pattern_ids: Sequence[str],
         text: str,
         config: RankingConfig,
+        ann: _core.HnswIndex | VectorRows,
+        vector: np.ndarray,
     ) -> list[float]:
         """The step factor of each of `pattern_ids` for a request whose vector search returned
-        `hits` (intent id, cosine) are its `STEP_NEIGHBOURS` nearest intents in the whole memory:
-        the core's, as its ranking applies it (docs/ranking.md, Steps)."""
+        `hits` (intent id, cosine) are its `STEP_NEIGHBOURS` nearest intents in the whole memory
+        and whose vector is `vector` (its tools' profiles are read from `ann`): the core's, as
+        its ranking applies it (docs/ranking.md, Steps)."""
+        core_ann = ann if isinstance(ann, _core.HnswIndex) else None
+        if not isinstance(ann, _core.HnswIndex) and config.step_profile_weight > 0:
+            self._refresh_profiles(ann)
         return self._core.step_factors(
             [i for i, _ in hits],
             [s for _, s in hits],
             list(pattern_ids),
             sorted(text_words(text)),
             core_params(config),
+            core_ann,
+            np.asarray(vector, dtype=np.float32),
         )
+
+    def _refresh_profiles(self, ann: VectorRows) -> None:
+        """The tool profiles brought up to date from a Python vector index's rows (the core
+        reads its own index's itself)."""
+        if self._core.profiles_stale():
+            ids, rows = ann.rows_of(self._core.stale_profile_intents())
+            self._core.refresh_profiles_from(ids, rows, ann.dim)
 
     def rank(
         self,

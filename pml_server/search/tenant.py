@@ -30,6 +30,7 @@ from pml_server.ranking import (
 from pml_server.search.vectors import (
     EXACT_SCAN_MIN,
     AnnIndex,
+    ExactIndex,
     index_from_bytes,
     new_index,
 )
@@ -298,6 +299,11 @@ class TenantSearchIndex:
     def intents_of(self, pattern_id: str) -> list[int]:
         """The indexed intents of a pattern (empty if none)."""
         return self.ranks.intents_of(pattern_id)
+
+    def profile_source(self) -> _core.HnswIndex | ExactIndex:
+        """The vector index the tool profiles are summed from (docs/ranking.md, Steps)."""
+        assert isinstance(self.ann, (_core.HnswIndex, ExactIndex))
+        return self.ann
 
     def ranks_in_core(self) -> bool:
         """Whether Suggest can rank in the core: the Rust vector index (the numpy one, kind

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import zipfile
 import zlib
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -65,6 +66,11 @@ class ExactIndex:
 
     def contains(self, id: int) -> bool:
         return id in self._rows
+
+    def rows_of(self, ids: Sequence[int]) -> tuple[list[int], list[list[float]]]:
+        """The ids of `ids` held here and their rows (`ranking.table.VectorRows`)."""
+        found = [i for i in ids if i in self._rows]
+        return found, [self._rows[i].tolist() for i in found]
 
     def __len__(self) -> int:
         return len(self._rows)

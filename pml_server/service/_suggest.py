@@ -342,7 +342,9 @@ def retrieve(
         cosine.update(index.exact_scores(vector, unscored))
     # how well each pattern's steps fit the tools the request asks for (docs/ranking.md, Steps)
     neighbours = index.semantic(vector, STEP_NEIGHBOURS) if config.step_weight > 0 else []
-    steps = index.ranks.step_factors(neighbours, list(intents_of), text, config)
+    steps = index.ranks.step_factors(
+        neighbours, list(intents_of), text, config, index.profile_source(), vector
+    )
     retrievals = []
     for (pattern_id, intent_ids), fit in zip(intents_of.items(), steps, strict=True):
         scores = [cosine[i] for i in intent_ids if i in cosine]

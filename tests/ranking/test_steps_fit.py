@@ -2,12 +2,16 @@
 pattern's steps fit the tools a request asks for. Properties: a request naming k tools prefers
 the pattern with exactly those tools over one with a subset or a superset; adding a step the
 request gives no evidence for never raises a pattern's factor; the factor stays in
-[1 - step_weight, 1] and is 1 with the weight at 0 or without evidence."""
+[1 - step_weight, 1] and is 1 with the weight at 0 or without evidence.
+
+These tests hold the Dice part alone (`step_profile_weight` 0); the tool profiles' part is
+tested in test_steps_profiles.py."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,7 +31,8 @@ TOOLS = [
     "translate_text",
     "stock_quote",
 ]
-CONFIG = RankingConfig()
+CONFIG = RankingConfig(step_profile_weight=0.0)
+NO_VECTORS = _core.HnswIndex(4)  # the profiles' part is off here
 
 
 def _table(patterns: dict[str, tuple[str, ...]]) -> RankTable:
@@ -47,7 +52,13 @@ def _factors(
     config: RankingConfig = CONFIG,
 ) -> dict[str, float]:
     return dict(
-        zip(patterns, table.step_factors(neighbours or [], patterns, text, config), strict=True)
+        zip(
+            patterns,
+            table.step_factors(
+                neighbours or [], patterns, text, config, NO_VECTORS, np.ones(4, np.float32)
+            ),
+            strict=True,
+        )
     )
 
 
@@ -157,7 +168,9 @@ def test_bad_arguments_name_their_field() -> None:
         table.set_pattern("p", "c", ["a", "b"], False, False, [["a"]])
     assert "tool_words" in str(err.value)
     with pytest.raises(InvalidArgumentError) as err:
-        table.step_factors([1, 2], [0.5], ["p"], [], core_params(CONFIG))
+        table.step_factors(
+            [1, 2], [0.5], ["p"], [], core_params(CONFIG), NO_VECTORS, np.ones(4, np.float32)
+        )
     assert "hit_scores" in str(err.value)
     with pytest.raises(ValueError, match="step_weight"):
         RankingConfig(step_weight=1.5)

@@ -22,7 +22,8 @@ impl PyRankParams {
     #[pyo3(signature = (*, semantic_weight, lexical_weight, lexical_half_score, prior_successes,
         prior_failures, expected_success_rate, reliability_prior_strength, usage_weight,
         usage_saturation, recency_full_days,
-        recency_half_life_days, recency_floor, superseded_penalty, step_weight = 0.3))]
+        recency_half_life_days, recency_floor, superseded_penalty, step_weight = 0.3,
+        step_profile_weight = 0.8))]
     fn new(
         semantic_weight: f64,
         lexical_weight: f64,
@@ -38,6 +39,7 @@ impl PyRankParams {
         recency_floor: f64,
         superseded_penalty: f64,
         step_weight: f64,
+        step_profile_weight: f64,
     ) -> PyResult<Self> {
         let inner = ranking::Params {
             semantic_weight,
@@ -54,6 +56,7 @@ impl PyRankParams {
             recency_floor,
             superseded_penalty,
             step_weight,
+            step_profile_weight,
         };
         let values = [
             semantic_weight,
@@ -70,6 +73,7 @@ impl PyRankParams {
             recency_floor,
             superseded_penalty,
             step_weight,
+            step_profile_weight,
         ];
         if values.iter().any(|v| !v.is_finite()) {
             return Err(invalid_arg("params", "every parameter must be finite"));
@@ -82,6 +86,9 @@ impl PyRankParams {
         }
         if !(0.0..=1.0).contains(&step_weight) {
             return Err(invalid_arg("step_weight", "must be in [0, 1]"));
+        }
+        if !(0.0..=1.0).contains(&step_profile_weight) {
+            return Err(invalid_arg("step_profile_weight", "must be in [0, 1]"));
         }
         Ok(PyRankParams { inner })
     }
@@ -155,9 +162,11 @@ impl PyRankTable {
     }
 
     /// The step factor (docs/ranking.md, Steps) of each of `pattern_ids` (1.0 for a pattern
-    /// without a rankable row) for a request whose `STEP_NEIGHBOURS` nearest intents are
-    /// `hit_ids` with `hit_scores` and whose analysed words are `words`: the factors the
-    /// core's ranking applies, for the Python ranking path.
+    /// without a row), for a request whose
+    /// `STEP_NEIGHBOURS` nearest intents are `hit_ids` with `hit_scores`, whose analysed words
+    /// are `words` and whose vector is `query` (its tool-profile fit reads `ann`'s vectors):
+    /// the factors the core's ranking applies, for the Python ranking path.
+    #[allow(clippy::too_many_arguments)]
     fn step_factors(
         &self,
         py: Python<'_>,
@@ -166,13 +175,20 @@ impl PyRankTable {
         pattern_ids: Vec<String>,
         words: Vec<String>,
         params: &PyRankParams,
+        ann: Option<&PyHnswIndex>,
+        query: &Bound<'_, PyAny>,
     ) -> PyResult<Vec<f64>> {
         if hit_ids.len() != hit_scores.len() {
             return Err(invalid_arg("hit_scores", "must hold one score per hit id"));
         }
+        let query = f32_vector("query", query)?;
         let words: FxHashSet<String> = words.into_iter().collect();
         Ok(py.detach(|| {
+            if let Some(ann) = ann {
+                refresh_profiles(&self.inner, ann, &params.inner);
+            }
             let table = self.inner.read();
+            let mut profiles = ranking::ProfileFit::new(&query, &params.inner);
             let hits: Vec<index::Hit> = hit_ids
                 .iter()
                 .zip(&hit_scores)
@@ -182,12 +198,60 @@ impl PyRankTable {
             pattern_ids
                 .iter()
                 .map(|p| {
-                    table
-                        .row_of_pattern(p)
-                        .map_or(1.0, |s| evidence.factor(&table.row(s).tools))
+                    table.row_of_pattern(p).map_or(1.0, |s| {
+                        let row = table.row(s);
+                        evidence.factor(&row.tools) * profiles.factor(&table, row)
+                    })
                 })
                 .collect()
         }))
+    }
+
+    /// Some tool profile is out of date (`refresh_profiles_from` brings it up to date).
+    fn profiles_stale(&self) -> bool {
+        self.inner.read().profiles_stale()
+    }
+
+    /// The intents whose vectors `refresh_profiles_from` needs (docs/ranking.md, Steps, "Tool
+    /// profiles"): for a vector index kept in Python.
+    fn stale_profile_intents(&self) -> Vec<u64> {
+        self.inner.read().stale_profile_intents()
+    }
+
+    /// Bring the tool profiles up to date from `vectors`, one row of `dim` values per id of
+    /// `ids` (an id left out has no vector).
+    fn refresh_profiles_from(
+        &self,
+        py: Python<'_>,
+        ids: Vec<u64>,
+        vectors: Vec<Vec<f32>>,
+        dim: usize,
+    ) -> PyResult<()> {
+        if ids.len() != vectors.len() {
+            return Err(invalid_arg("vectors", "must hold one row per id"));
+        }
+        if vectors.iter().any(|v| v.len() != dim) {
+            return Err(invalid_arg("vectors", "every row must hold dim values"));
+        }
+        let rows: rustc_hash::FxHashMap<u64, &[f32]> = ids
+            .iter()
+            .copied()
+            .zip(vectors.iter().map(|v| v.as_slice()))
+            .collect();
+        py.detach(|| {
+            self.inner
+                .write()
+                .refresh_profiles_with(dim, |id, acc| match rows.get(&id) {
+                    Some(row) => {
+                        for (a, x) in acc.iter_mut().zip(row.iter()) {
+                            *a += x;
+                        }
+                        true
+                    }
+                    None => false,
+                });
+        });
+        Ok(())
     }
 
     fn remove_pattern(&self, pattern_id: &str) -> bool {
@@ -308,6 +372,7 @@ pub(super) fn rank_query(
             // The table is read first and held throughout, each index under its own lock
             // after it (writers hold one lock at a time, so no cycle). The context filters'
             // allow-list comes first (docs/ranking.md, Context filters).
+            refresh_profiles(&table.inner, ann, &params.inner);
             let table = table.inner.read();
             let permitted = if ranking::restricts(&filters, own_min_success) {
                 ranking::permitted(&table, &filters, &params.inner)
@@ -357,4 +422,19 @@ pub(super) fn rank_query(
             (r.pattern_id, r.capability_id, parts, r.intent_ids)
         })
         .collect())
+}
+
+/// Bring the table's tool profiles up to date (docs/ranking.md, Steps, "Tool profiles") before
+/// a query reads them: only after a write, costing the changed tools' intents. The table's
+/// lock is taken before the index's, as every query does.
+fn refresh_profiles(
+    table: &Recovering<ranking::RankTable>,
+    ann: &PyHnswIndex,
+    params: &ranking::Params,
+) {
+    if params.step_profile_weight <= 0.0 || !table.read().profiles_stale() {
+        return;
+    }
+    let mut table = table.write();
+    table.refresh_profiles(&ann.inner.read());
 }

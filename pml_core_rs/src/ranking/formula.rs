@@ -32,6 +32,9 @@ pub struct Params {
     pub superseded_penalty: f64,
     /// Share of the total the step fit can take away (docs/ranking.md, Steps); 0 turns it off.
     pub step_weight: f64,
+    /// Share of the total the tool-profile fit can take away (docs/ranking.md, Steps, "Tool
+    /// profiles"); 0 turns it off.
+    pub step_profile_weight: f64,
 }
 
 impl Default for Params {
@@ -52,6 +55,7 @@ impl Default for Params {
             recency_floor: 0.2,
             superseded_penalty: 0.5,
             step_weight: 0.3,
+            step_profile_weight: 0.8,
         }
     }
 }

@@ -13,7 +13,7 @@ pub use permitted::{permitted, restricts, retrieve_for, Permitted};
 pub use query::{
     lexical_hits, rank_retrieved, retrieve, semantic_hits, Filters, Ranked, Retrieved,
 };
-pub use steps::{step_evidence, StepEvidence};
+pub use steps::{step_evidence, ProfileFit, StepEvidence};
 pub use table::RankTable;
 
 #[cfg(test)]

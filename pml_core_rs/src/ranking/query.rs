@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::formula::{pattern_semantic, score, with_transition, Params, ScoreParts};
-use super::steps::{step_evidence, STEP_NEIGHBOURS};
+use super::steps::{step_evidence, ProfileFit, STEP_NEIGHBOURS};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex, EXACT_SCAN_MIN};
@@ -165,6 +165,7 @@ pub fn rank_retrieved(
         Vec::new()
     };
     let evidence = step_evidence(table, &neighbours, words, params);
+    let mut profiles = ProfileFit::new(query, params);
     let mut passing: Vec<(ScoreParts, &str, &str)> = Vec::new();
     // Bounded by the retrieved candidates (two fetch limits), so Fx's weak mixing costs nothing.
     let mut slot_of: FxHashMap<&str, u32> = FxHashMap::default();
@@ -180,7 +181,7 @@ pub fn rank_retrieved(
             continue; // no intent left in the vector index: deleted since it answered
         };
         let lexical = bm25.get(&slot).copied().unwrap_or(0.0);
-        let steps = evidence.factor(&row.tools);
+        let steps = evidence.factor(&row.tools) * profiles.factor(table, row);
         let mut parts = score(semantic, lexical, &row.counts, params, now_ms, steps);
         if !passes(row, &parts, &resolved, filters) {
             continue;

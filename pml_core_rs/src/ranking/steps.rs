@@ -17,7 +17,7 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::formula::Params;
-use super::table::{NameId, RankTable};
+use super::table::{dot, NameId, RankTable, Row};
 use crate::index::Hit;
 
 /// How many of the request's nearest intents vote for their patterns' tools.
@@ -107,4 +107,64 @@ pub fn step_evidence(
         }
     }
     out
+}
+
+/// How well a candidate's tools, as the memory knows them, fit the request (docs/ranking.md,
+/// Steps, "Tool profiles"): `cos(T) = sum(q . u_t, t in T) / norm(T)`, `q` the unit request
+/// vector, `u_t` the tool's profile and `norm(T)` the row's `profile_norm` (the length the
+/// profiles add up to, at least); the factor is `1 - w + w * clamp(cos(T), 0, 1)`
+/// (`Params::step_profile_weight`). A request made of the parts of k tools points to the sum of
+/// their profiles: the candidate with exactly those tools fits best, one missing a tool loses
+/// that tool's share, and one adding a tool the request does not point to gains nothing while
+/// its norm grows. Each tool's `q . u_t` is computed once per request.
+#[derive(Debug, Clone)]
+pub struct ProfileFit<'q> {
+    weight: f64,
+    query: &'q [f32],
+    length: f64,
+    toward: FxHashMap<NameId, f64>,
+}
+
+impl<'q> ProfileFit<'q> {
+    pub fn new(query: &'q [f32], p: &Params) -> Self {
+        ProfileFit {
+            weight: p.step_profile_weight,
+            query,
+            length: dot(query, query).sqrt(),
+            toward: FxHashMap::default(),
+        }
+    }
+
+    /// `cos(T)` of a row (None: no tools, no profile among them, or not refreshed).
+    pub fn cosine(&mut self, table: &RankTable, row: &Row) -> Option<f64> {
+        if row.tools.is_empty() || row.profile_norm <= 0.0 || !(self.length > 0.0) {
+            return None;
+        }
+        let mut sum = 0.0;
+        let mut known = false;
+        for &t in row.tools.iter() {
+            let Some(profile) = table.profile(t) else {
+                continue;
+            };
+            known = true;
+            let (query, length) = (self.query, self.length);
+            sum += *self
+                .toward
+                .entry(t)
+                .or_insert_with(|| dot(query, profile) / length);
+        }
+        let cosine = sum / row.profile_norm;
+        (known && cosine.is_finite()).then_some(cosine)
+    }
+
+    /// The profile factor of a row, in [1 - w, 1]: 1.0 without a cosine.
+    pub fn factor(&mut self, table: &RankTable, row: &Row) -> f64 {
+        if self.weight <= 0.0 {
+            return 1.0;
+        }
+        match self.cosine(table, row) {
+            Some(c) => 1.0 - self.weight + self.weight * c.clamp(0.0, 1.0),
+            None => 1.0,
+        }
+    }
 }

@@ -11,9 +11,10 @@
 
 use std::collections::HashMap;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::formula::Counts;
+use crate::index::HnswIndex;
 
 /// Index of an interned name.
 pub type NameId = u32;
@@ -32,6 +33,9 @@ pub struct Row {
     pub has_counters: bool,
     /// The pattern's intents in the vector index.
     pub intents: Vec<u64>,
+    /// The length its tools' profiles add up to, at least: `sqrt(|T| + 2 * sum over pairs of
+    /// max(0, u_a . u_b))` (docs/ranking.md, Steps, "Tool profiles"); 0 until refreshed.
+    pub profile_norm: f64,
 }
 
 impl Row {
@@ -59,6 +63,13 @@ pub struct RankTable {
     words: Vec<Box<[Box<str>]>>,
     /// The tools each analysed name word belongs to.
     word_tools: HashMap<Box<str>, Vec<NameId>>,
+    /// Each tool's profile (docs/ranking.md, Steps, "Tool profiles"): the unit mean of the
+    /// vectors of every intent of every pattern calling it; a tool without one has none.
+    profiles: FxHashMap<NameId, Box<[f32]>>,
+    /// The rows calling each tool.
+    tool_rows: FxHashMap<NameId, FxHashSet<u32>>,
+    /// Tools whose rows or intents changed since the profiles were last summed.
+    dirty: FxHashSet<NameId>,
 }
 
 impl RankTable {
@@ -175,9 +186,9 @@ impl RankTable {
         }
         let tools = self.interned(tools);
         let slot = self.slot_for(pattern_id);
+        self.retool(slot, tools);
         let row = &mut self.rows[slot as usize];
         row.capability = Some(capability_id.into());
-        row.tools = tools;
         row.flagged = flagged;
         row.counts.superseded = superseded;
     }
@@ -213,9 +224,9 @@ impl RankTable {
         let Some(&slot) = self.row_of.get(pattern_id) else {
             return false;
         };
+        self.retool(slot, Box::default());
         let row = &mut self.rows[slot as usize];
         row.capability = None;
-        row.tools = Box::default();
         row.flagged = false;
         row.counts = Counts::default();
         row.tags = Box::default();
@@ -237,6 +248,7 @@ impl RankTable {
         }
         intents.push(intent_id);
         self.intent_row.insert(intent_id, slot);
+        self.touch(slot);
     }
 
     /// The intents left the vector index (unknown ids do nothing).
@@ -244,6 +256,7 @@ impl RankTable {
         for id in intent_ids {
             if let Some(slot) = self.intent_row.remove(id) {
                 self.rows[slot as usize].intents.retain(|i| i != id);
+                self.touch(slot);
                 self.release_if_empty(slot);
             }
         }
@@ -281,6 +294,128 @@ impl RankTable {
         &self.rows[slot as usize]
     }
 
+    /// Give a row new tools (the same ones change nothing): the profiles of the tools it
+    /// leaves and joins are summed again.
+    fn retool(&mut self, slot: u32, tools: Box<[NameId]>) {
+        let old = std::mem::take(&mut self.rows[slot as usize].tools);
+        if old == tools {
+            self.rows[slot as usize].tools = old;
+            return;
+        }
+        for t in old.iter() {
+            if let Some(rows) = self.tool_rows.get_mut(t) {
+                rows.remove(&slot);
+                if rows.is_empty() {
+                    self.tool_rows.remove(t);
+                }
+            }
+            self.dirty.insert(*t);
+        }
+        for &t in tools.iter() {
+            self.tool_rows.entry(t).or_default().insert(slot);
+            self.dirty.insert(t);
+        }
+        self.rows[slot as usize].tools = tools;
+    }
+
+    /// The row's intents changed: its tools' profiles are summed again.
+    fn touch(&mut self, slot: u32) {
+        let tools = &self.rows[slot as usize].tools;
+        self.dirty.extend(tools.iter().copied());
+    }
+
+    /// Some tool profile is out of date (`refresh_profiles` brings it up to date).
+    pub fn profiles_stale(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// A tool's profile: unit length, `dim` values (None: no intent of its patterns in the
+    /// vector index).
+    pub fn profile(&self, tool: NameId) -> Option<&[f32]> {
+        self.profiles.get(&tool).map(|p| &p[..])
+    }
+
+    /// Sum again the profiles of the tools changed since the last call, from the vectors
+    /// `ann` holds, and the profile norms of the rows calling them (docs/ranking.md, Steps,
+    /// "Tool profiles"). Costs the changed tools' intents, each one vector addition.
+    pub fn refresh_profiles(&mut self, ann: &HnswIndex) {
+        self.refresh_profiles_with(ann.dim(), |id, acc| ann.add_vector_into(id, acc));
+    }
+
+    /// The intents `refresh_profiles` would read (sorted, distinct): for a vector index kept
+    /// outside the core, whose caller hands their vectors to `refresh_profiles_with`.
+    pub fn stale_profile_intents(&self) -> Vec<u64> {
+        let mut out: Vec<u64> = self
+            .dirty
+            .iter()
+            .filter_map(|t| self.tool_rows.get(t))
+            .flat_map(|slots| slots.iter())
+            .flat_map(|&s| self.rows[s as usize].intents.iter().copied())
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// `refresh_profiles` with `add(id, acc)` adding intent `id`'s unit vector (`dim` values)
+    /// into `acc`, false when it has none.
+    pub fn refresh_profiles_with(
+        &mut self,
+        dim: usize,
+        mut add: impl FnMut(u64, &mut [f32]) -> bool,
+    ) {
+        if self.dirty.is_empty() {
+            return;
+        }
+        let mut dirty: Vec<NameId> = self.dirty.drain().collect();
+        dirty.sort_unstable();
+        let mut rows: FxHashSet<u32> = FxHashSet::default();
+        for &t in &dirty {
+            let mut sum = vec![0.0f32; dim];
+            let mut any = false;
+            if let Some(slots) = self.tool_rows.get(&t) {
+                let mut ordered: Vec<u32> = slots.iter().copied().collect();
+                ordered.sort_unstable(); // the same sum whatever the set's order
+                for slot in ordered {
+                    rows.insert(slot);
+                    for &i in &self.rows[slot as usize].intents {
+                        any |= add(i, &mut sum);
+                    }
+                }
+            }
+            let norm = sum
+                .iter()
+                .map(|&x| f64::from(x) * f64::from(x))
+                .sum::<f64>()
+                .sqrt();
+            if any && norm > 0.0 && norm.is_finite() {
+                let unit: Box<[f32]> = sum.iter().map(|&x| (f64::from(x) / norm) as f32).collect();
+                self.profiles.insert(t, unit);
+            } else {
+                self.profiles.remove(&t);
+            }
+        }
+        for slot in rows {
+            let norm = self.profile_norm_of(&self.rows[slot as usize].tools);
+            self.rows[slot as usize].profile_norm = norm;
+        }
+    }
+
+    /// `sqrt(|T| + 2 * sum over pairs of max(0, u_a . u_b))` for these tools: never less
+    /// for a superset, so an added tool the request does not point to never raises the fit.
+    fn profile_norm_of(&self, tools: &[NameId]) -> f64 {
+        let mut squared = tools.len() as f64;
+        for (n, a) in tools.iter().enumerate() {
+            let Some(pa) = self.profile(*a) else { continue };
+            for b in &tools[n + 1..] {
+                if let Some(pb) = self.profile(*b) {
+                    squared += 2.0 * dot(pa, pb).max(0.0);
+                }
+            }
+        }
+        squared.sqrt()
+    }
+
     /// Heap bytes held, approximately (the benchmark's per-intent memory).
     pub fn memory_bytes(&self) -> usize {
         let rows: usize = self
@@ -308,6 +443,24 @@ impl RankTable {
             .iter()
             .map(|(w, t)| 48 + w.len() + 4 * t.capacity())
             .sum();
-        rows + maps + names + words + index
+        let profiles: usize = self
+            .profiles
+            .values()
+            .map(|p| 24 + 4 * p.len())
+            .sum::<usize>()
+            + self
+                .tool_rows
+                .values()
+                .map(|r| 40 + 5 * r.capacity())
+                .sum::<usize>();
+        rows + maps + names + words + index + profiles
     }
+}
+
+/// The dot product of two rows, summed in f64 in index order.
+pub fn dot(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| f64::from(x) * f64::from(y))
+        .sum()
 }

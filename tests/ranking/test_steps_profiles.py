@@ -1,0 +1,218 @@
+"""Tool profiles (docs/ranking.md, Steps, "Tool profiles"), through the core's ranking table and
+a real vector index: each tool's profile is the unit mean of the vectors of every intent of
+every pattern calling it, and a candidate's profile factor is `1 - w + w * clamp(cos(T), 0,
+1)`, `cos(T)` the request's cosine with the sum of its tools' profiles over `profile_norm`.
+
+Properties: a request made of the parts of k tools prefers the pattern with exactly those
+tools over a subset and over a superset; adding a tool the request points away from never
+raises the factor; the factor stays in [1 - w, 1]; the profiles kept up to date write by
+write equal those of a table built in one go; the Python vector index (`ExactIndex`) gives
+the core index's factors."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pml_server import _core
+from pml_server.domain.errors import InvalidArgumentError
+from pml_server.ranking import RankingConfig
+from pml_server.ranking.table import RankTable
+from pml_server.search.vectors import ExactIndex
+
+DIM = 16
+# the profiles' part alone: no Dice evidence (no neighbours, no tool named)
+CONFIG = RankingConfig(step_weight=0.0)
+TOOLS = [f"tool_{n}" for n in range(8)]
+
+
+def _basis(seed: int) -> np.ndarray:
+    """An orthonormal basis of DIM random directions, one row per tool (and spares)."""
+    q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(DIM, DIM)))
+    return q.T.astype(np.float32)
+
+
+class Memory:
+    """A ranking table and a vector index: `teach` stores a pattern calling `tools` with one
+    intent per vector; `candidate` a pattern with tools and no intent of its own."""
+
+    def __init__(self, ann: _core.HnswIndex | ExactIndex | None = None) -> None:
+        self.table = RankTable()
+        self.ann = ann if ann is not None else _core.HnswIndex(DIM)
+        self.next_id = 0
+
+    def teach(self, pattern: str, tools: tuple[str, ...], vectors: np.ndarray) -> list[int]:
+        self.table.set_pattern(pattern, f"cap-{pattern}", tools, False, False)
+        self.table.set_counters(pattern, 1, 0, 1, 0, [])
+        ids = list(range(self.next_id, self.next_id + len(vectors)))
+        self.next_id += len(vectors)
+        rows = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        self.ann.add(np.array(ids, dtype=np.uint64), rows.astype(np.float32))
+        for i in ids:
+            self.table.link_intent(i, pattern)
+        return ids
+
+    def forget(self, ids: list[int]) -> None:
+        self.ann.remove(np.array(ids, dtype=np.uint64))
+        self.table.unlink_intents(ids)
+
+    def candidate(self, pattern: str, tools: tuple[str, ...]) -> None:
+        self.table.set_pattern(pattern, f"cap-{pattern}", tools, False, False)
+        self.table.set_counters(pattern, 1, 0, 1, 0, [])
+
+    def factors(
+        self, patterns: list[str], query: np.ndarray, config: RankingConfig = CONFIG
+    ) -> dict[str, float]:
+        got = self.table.step_factors(
+            [], patterns, "zzz", config, self.ann, query.astype(np.float32)
+        )
+        return dict(zip(patterns, got, strict=True))
+
+
+def _taught(basis: np.ndarray, tools: list[str]) -> Memory:
+    """Each tool learned from one single-tool pattern whose intents point its own way."""
+    memory = Memory()
+    for n, tool in enumerate(tools):
+        memory.teach(f"teach-{tool}", (tool,), np.stack([basis[n], basis[n]]))
+    return memory
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    k=st.integers(1, 4),
+    missing=st.integers(1, 3),
+    extra=st.integers(1, 3),
+)
+def test_a_request_made_of_k_tools_prefers_exactly_those(
+    seed: int, k: int, missing: int, extra: int
+) -> None:
+    basis = _basis(seed)
+    memory = _taught(basis, TOOLS)
+    named = TOOLS[:k]
+    request = basis[:k].sum(axis=0)  # a request made of the k tools' parts
+    memory.candidate("exact", tuple(named))
+    patterns = ["exact"]
+    if k - missing >= 1:
+        memory.candidate("subset", tuple(named[: k - missing]))
+        patterns.append("subset")
+    memory.candidate("superset", (*named, *TOOLS[k : k + extra]))
+    patterns.append("superset")
+    f = memory.factors(patterns, request)
+    assert f["exact"] == pytest.approx(1.0, abs=2e-3)
+    for other in patterns[1:]:
+        assert f[other] < f["exact"] - 1e-3, (other, f)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    k=st.integers(1, 4),
+    weight=st.floats(0.05, 1.0),
+)
+def test_a_tool_the_request_points_away_from_never_raises_the_factor(
+    seed: int, k: int, weight: float
+) -> None:
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(k + 1, DIM)).astype(np.float32)
+    request = rng.normal(size=DIM).astype(np.float32)
+    unit = request / np.linalg.norm(request)
+    # the added tool's intents point away from the request (cosine at most -0.05)
+    away = vectors[k] - (float(vectors[k] @ unit) + 0.05 * np.linalg.norm(vectors[k])) * unit
+    vectors[k] = away if float(away @ unit) < 0 else -unit
+    memory = Memory()
+    tools = [f"t{n}" for n in range(k + 1)]
+    for n, tool in enumerate(tools):
+        memory.teach(f"teach-{tool}", (tool,), vectors[n : n + 1])
+    memory.candidate("p", tuple(tools[:k]))
+    memory.candidate("p_plus", tuple(tools))
+    config = replace(CONFIG, step_profile_weight=weight)
+    f = memory.factors(["p", "p_plus"], request, config)
+    assert f["p_plus"] <= f["p"], f
+    for factor in f.values():
+        assert 1.0 - weight - 1e-12 <= factor <= 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    steps=st.lists(
+        st.tuples(st.integers(0, 5), st.lists(st.sampled_from(TOOLS[:5]), min_size=1, max_size=3)),
+        min_size=1,
+        max_size=12,
+    ),
+    forget=st.lists(st.integers(0, 11), max_size=4),
+)
+def test_profiles_kept_write_by_write_equal_a_table_built_at_once(
+    seed: int, steps: list[tuple[int, list[str]]], forget: list[int]
+) -> None:
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(len(steps), DIM)).astype(np.float32)
+    request = rng.normal(size=DIM).astype(np.float32)
+    candidates = {f"c{n}": tuple(TOOLS[n : n + 2]) for n in range(4)}
+    gone = {n for n in forget if n < len(steps)}
+    # asked after every write: the profiles are brought up to date query by query
+    live = Memory()
+    for name, tools in candidates.items():
+        live.candidate(name, tools)
+    owned: list[list[int]] = []
+    for n, (pattern, tools) in enumerate(steps):
+        owned.append(live.teach(f"p{pattern}-{n}", tuple(sorted(set(tools))), vectors[n : n + 1]))
+        live.factors(list(candidates), request)
+    for n in sorted(gone):
+        live.forget(owned[n])
+        live.factors(list(candidates), request)
+    # the same memory written at once, asked once
+    once = Memory()
+    for name, tools in candidates.items():
+        once.candidate(name, tools)
+    for n, (pattern, tools) in enumerate(steps):
+        if n not in gone:
+            once.teach(f"p{pattern}-{n}", tuple(sorted(set(tools))), vectors[n : n + 1])
+    got, want = live.factors(list(candidates), request), once.factors(list(candidates), request)
+    assert got == pytest.approx(want, abs=1e-9)
+
+
+def test_the_python_vector_index_gives_the_core_index_factors() -> None:
+    basis = _basis(7)
+    core, python = Memory(), Memory(ExactIndex(DIM))
+    for memory in (core, python):
+        for n, tool in enumerate(TOOLS[:4]):
+            memory.teach(f"teach-{tool}", (tool,), basis[n : n + 1] + 0.3 * basis[n + 4])
+        memory.candidate("pair", (TOOLS[0], TOOLS[1]))
+        memory.candidate("one", (TOOLS[2],))
+    request = basis[0] + basis[1]
+    got = python.factors(["pair", "one"], request)
+    want = core.factors(["pair", "one"], request)
+    assert got == pytest.approx(want, abs=2e-3)  # the core index keeps half precision
+    assert got["pair"] > got["one"]
+
+
+def test_no_profile_or_no_weight_leaves_the_total_alone() -> None:
+    memory = Memory()
+    memory.candidate("unknown_tools", ("never_seen",))
+    memory.candidate("toolless", ())
+    memory.teach("taught", ("known",), np.ones((1, DIM), np.float32))
+    query = np.ones(DIM, np.float32)
+    f = memory.factors(["unknown_tools", "toolless", "missing"], query)
+    assert f == {"unknown_tools": 1.0, "toolless": 1.0, "missing": 1.0}
+    off = replace(CONFIG, step_profile_weight=0.0)
+    away = memory.factors(["taught"], -query, off)
+    assert away == {"taught": 1.0}
+    assert memory.factors(["taught"], -query)["taught"] == pytest.approx(1.0 - 0.8)
+
+
+def test_bad_arguments_name_their_field() -> None:
+    table = _core.RankTable()
+    with pytest.raises(InvalidArgumentError) as err:
+        table.refresh_profiles_from([1, 2], [[0.0] * DIM], DIM)
+    assert "vectors" in str(err.value)
+    with pytest.raises(InvalidArgumentError) as err:
+        table.refresh_profiles_from([1], [[0.0] * 3], DIM)
+    assert "vectors" in str(err.value)
+    with pytest.raises(ValueError, match="step_profile_weight"):
+        RankingConfig(step_profile_weight=1.5)
