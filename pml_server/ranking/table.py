@@ -156,15 +156,18 @@ class RankTable:
         pattern_ids: Sequence[str],
         text: str,
         config: RankingConfig,
-        ann: _core.HnswIndex | VectorRows,
+        ann: _core.HnswIndex | VectorRows | None,
         vector: np.ndarray,
     ) -> list[float]:
         """The step factor of each of `pattern_ids` for a request whose vector search returned
         `hits` (intent id, cosine) are its `STEP_NEIGHBOURS` nearest intents in the whole memory
-        and whose vector is `vector` (its tools' profiles are read from `ann`): the core's, as
-        its ranking applies it (docs/ranking.md, Steps)."""
+        and whose vector is `vector` (its tools' profiles are read from `ann`; None: `vector`
+        is in another space than theirs, the companion's, and the profiles' part is left out):
+        the core's, as its ranking applies it (docs/ranking.md, Steps)."""
         core_ann = ann if isinstance(ann, _core.HnswIndex) else None
-        if not isinstance(ann, _core.HnswIndex) and config.step_profile_weight > 0:
+        if ann is None:
+            vector = np.zeros(1, dtype=np.float32)  # no direction: every profile factor is 1
+        elif not isinstance(ann, _core.HnswIndex) and config.step_profile_weight > 0:
             self._refresh_profiles(ann)
         return self._core.step_factors(
             [i for i, _ in hits],

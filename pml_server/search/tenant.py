@@ -479,5 +479,9 @@ class CompanionView:
     def intents_of(self, pattern_id: str) -> list[int]:
         return self._index.intents_of(pattern_id)
 
+    def profile_source(self) -> None:
+        """None: the tool profiles are sums of the main space's vectors, not the companion's
+        (docs/ranking.md, Steps, "Tool profiles")."""
+
     def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
         return self._index.lexical_hits(text, limit)

@@ -51,7 +51,14 @@ def _full_ranking(engine: Engine, tenant: str, query: SuggestQuery) -> SuggestRe
     steps = dict(
         zip(
             intents_of,
-            index.ranks.step_factors(neighbours, list(intents_of), query.intent, state.ranking),
+            index.ranks.step_factors(
+                neighbours,
+                list(intents_of),
+                query.intent,
+                state.ranking,
+                index.profile_source(),
+                vector,
+            ),
             strict=True,
         )
     )

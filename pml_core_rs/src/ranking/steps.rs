@@ -137,7 +137,7 @@ impl<'q> ProfileFit<'q> {
 
     /// `cos(T)` of a row (None: no tools, no profile among them, or not refreshed).
     pub fn cosine(&mut self, table: &RankTable, row: &Row) -> Option<f64> {
-        if row.tools.is_empty() || row.profile_norm <= 0.0 || !(self.length > 0.0) {
+        if row.tools.is_empty() || row.profile_norm <= 0.0 || !self.length.is_normal() {
             return None;
         }
         let mut sum = 0.0;
