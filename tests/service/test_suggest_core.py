@@ -183,9 +183,14 @@ def test_the_core_formula_is_the_python_reference() -> None:
         assert parts.recency == recency_factor(last, now, config)
         product = parts.match * parts.reliability * parts.usage * parts.recency
         assert parts.transition == (factor or 1.0)
-        assert parts.total == product * parts.superseded_penalty * parts.transition
+        # the step fit: the lone tool's profile is this pattern's one intent (docs/ranking.md,
+        # Steps, "Tool profiles"), so the factor follows the request's cosine with it
+        profile = 1.0 - config.step_profile_weight + config.step_profile_weight * max(cosine, 0.0)
+        assert parts.steps == pytest.approx(profile, abs=2e-3)
+        steps = parts.superseded_penalty * parts.steps
+        assert parts.total == product * steps * parts.transition
         if factor is None:
-            assert parts.total == product * parts.superseded_penalty
+            assert parts.total == product * steps
     assert 1.0 in reliabilities, "patterns without failures were drawn"
     assert min(reliabilities) < 0.5, "mostly failing patterns were drawn"
     assert core_params(config) is core_params(config)
