@@ -173,6 +173,8 @@ class ExactResult:
     mrr: float
     false_plan: float  # a plan offered while the right capability is among the suggestions
     tfidf: dict[str, float]
+    # hit@1 by split (`split_of`): "tune" seen while choosing the step fit, "check" held apart
+    split_hit1: dict[str, tuple[int, float]]
 
 
 def exact_quality(engine: Engine, group_of: dict[str, str]) -> ExactResult:
@@ -180,6 +182,7 @@ def exact_quality(engine: Engine, group_of: dict[str, str]) -> ExactResult:
     leaves, plans on (the suggestions do not change with plans)."""
     store, queries = make_exact_multistep.build()
     hit1 = hit5 = rr = false = 0.0
+    by_split: dict[str, list[bool]] = {"tune": [], "check": []}
     for q in queries:
         result = engine.suggest(TENANT, SuggestQuery(q.intent, k=5))
         groups = _groups(result, group_of)
@@ -188,9 +191,17 @@ def exact_quality(engine: Engine, group_of: dict[str, str]) -> ExactResult:
         hit5 += 0 < rank <= 5
         rr += 1 / rank if rank else 0.0
         false += bool(result.plans) and rank > 0
+        by_split[split_of(q.id)].append(rank == 1)
     n = len(queries)
     baseline = make_exact_multistep.tfidf_baseline(store, queries)
-    return ExactResult(n, hit1 / n, hit5 / n, rr / n, false / n, baseline)
+    splits = {k: (len(v), sum(v) / max(len(v), 1)) for k, v in by_split.items()}
+    return ExactResult(n, hit1 / n, hit5 / n, rr / n, false / n, baseline, splits)
+
+
+def split_of(query_id: str) -> str:
+    """The dev set's split (`quality_devset.split_of`) by query id: `check` (a quarter, held
+    apart while the step fit was chosen, docs/ranking.md, Steps) or `tune`."""
+    return "check" if hashlib.sha1(("check:" + query_id).encode()).digest()[0] < 64 else "tune"
 
 
 def latency(engine: Engine, texts: list[str]) -> tuple[float, float]:
@@ -264,6 +275,12 @@ def run(large: bool) -> list[Row]:
             Row(SUITE, "exact multi-step: false plans (right capability suggested)",
                 x.false_plan, "share", extra=extra | {"target": "< 0.05"}),
         ]  # fmt: skip
+        for name, (count, value) in x.split_hit1.items():
+            label = "tune, seen while tuning" if name == "tune" else "check, held apart"
+            rows.append(
+                Row(SUITE, f"exact multi-step ({label}): served hit@1", value, "hit@1",
+                    x.tfidf["hit@1"], "TF-IDF (all)", extra={"queries": count})
+            )  # fmt: skip
         store, _ = filled_store(Path(tmp), EMBEDDER, 10_000)
         engine = _open(store, EMBEDDER, None)
         try:
