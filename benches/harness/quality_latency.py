@@ -105,15 +105,16 @@ def _percentile(samples: Sequence[float], q: float) -> float:
 
 def _step_fit_rows(store: Path, embedder_name: str, texts: Sequence[str], stored: int) -> list[Row]:
     """Suggest p50 with client vectors (the model out of the timing), the step fit on (the
-    default) against off (`step_weight` 0), on the same store, each configuration opened twice
-    and alternated so drift on a shared machine touches both (docs/ranking.md, Steps)."""
+    default) against off (`step_weight` and `step_profile_weight` 0), on the same store, each
+    configuration opened twice and alternated so drift on a shared machine touches both
+    (docs/ranking.md, Steps)."""
     vectors = make_embedder(embedder_name, cache_size=1).embed(list(texts))
     queries = [
         SuggestQuery(text, k=5, intent_embedding=tuple(float(x) for x in vector))
         for text, vector in zip(texts, vectors, strict=True)
     ]
     default = default_ranking(embedder_name)
-    configs = {"on": default, "off": replace(default, step_weight=0.0)}
+    configs = {"on": default, "off": replace(default, step_weight=0.0, step_profile_weight=0.0)}
     samples: dict[str, list[float]] = {"on": [], "off": []}
     for _ in range(2):
         for name, config in configs.items():
@@ -136,7 +137,7 @@ def _step_fit_rows(store: Path, embedder_name: str, texts: Sequence[str], stored
             on,
             "ms",
             off,
-            "step fit off (step_weight 0)",
+            "step fit off (both weights 0)",
             1.2,
             lower_is_better=True,
             extra={"samples": len(samples["on"])},
