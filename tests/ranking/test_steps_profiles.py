@@ -45,8 +45,12 @@ class Memory:
         self.ann = ann if ann is not None else _core.HnswIndex(DIM)
         self.next_id = 0
 
-    def teach(self, pattern: str, tools: tuple[str, ...], vectors: np.ndarray) -> list[int]:
-        self.table.set_pattern(pattern, f"cap-{pattern}", tools, False, False)
+    def teach(
+        self, pattern: str, tools: tuple[str, ...], vectors: np.ndarray, tools_last: bool = False
+    ) -> list[int]:
+        """`tools_last`: the intents are linked before the pattern's record sets its tools."""
+        if not tools_last:
+            self.table.set_pattern(pattern, f"cap-{pattern}", tools, False, False)
         self.table.set_counters(pattern, 1, 0, 1, 0, [])
         ids = list(range(self.next_id, self.next_id + len(vectors)))
         self.next_id += len(vectors)
@@ -54,6 +58,8 @@ class Memory:
         self.ann.add(np.array(ids, dtype=np.uint64), rows.astype(np.float32))
         for i in ids:
             self.table.link_intent(i, pattern)
+        if tools_last:
+            self.table.set_pattern(pattern, f"cap-{pattern}", tools, False, False)
         return ids
 
     def forget(self, ids: list[int]) -> None:
@@ -146,22 +152,38 @@ def test_a_tool_the_request_points_away_from_never_raises_the_factor(
         max_size=12,
     ),
     forget=st.lists(st.integers(0, 11), max_size=4),
+    tools_last=st.lists(st.booleans(), min_size=12, max_size=12),
+    retool=st.lists(st.integers(0, 11), max_size=3),
 )
 def test_profiles_kept_write_by_write_equal_a_table_built_at_once(
-    seed: int, steps: list[tuple[int, list[str]]], forget: list[int]
+    seed: int,
+    steps: list[tuple[int, list[str]]],
+    forget: list[int],
+    tools_last: list[bool],
+    retool: list[int],
 ) -> None:
     rng = np.random.default_rng(seed)
     vectors = rng.normal(size=(len(steps), DIM)).astype(np.float32)
     request = rng.normal(size=DIM).astype(np.float32)
-    candidates = {f"c{n}": tuple(TOOLS[n : n + 2]) for n in range(4)}
+    candidates = {f"c{n}": tuple(TOOLS[n : n + 2]) for n in range(4)} | {"c7": (TOOLS[7],)}
     gone = {n for n in forget if n < len(steps)}
+    moved = {n for n in retool if n < len(steps)}  # a pattern whose tools become tool_7's
+    final = [
+        (TOOLS[7],) if n in moved else tuple(sorted(set(tools)))
+        for n, (_, tools) in enumerate(steps)
+    ]
     # asked after every write: the profiles are brought up to date query by query
     live = Memory()
     for name, tools in candidates.items():
         live.candidate(name, tools)
     owned: list[list[int]] = []
     for n, (pattern, tools) in enumerate(steps):
-        owned.append(live.teach(f"p{pattern}-{n}", tuple(sorted(set(tools))), vectors[n : n + 1]))
+        name = f"p{pattern}-{n}"
+        ids = live.teach(name, tuple(sorted(set(tools))), vectors[n : n + 1], tools_last[n])
+        owned.append(ids)
+        live.factors(list(candidates), request)
+    for n in sorted(moved):
+        live.table.set_pattern(f"p{steps[n][0]}-{n}", "cap", final[n], False, False)
         live.factors(list(candidates), request)
     for n in sorted(gone):
         live.forget(owned[n])
@@ -170,9 +192,9 @@ def test_profiles_kept_write_by_write_equal_a_table_built_at_once(
     once = Memory()
     for name, tools in candidates.items():
         once.candidate(name, tools)
-    for n, (pattern, tools) in enumerate(steps):
+    for n, (pattern, _) in enumerate(steps):
         if n not in gone:
-            once.teach(f"p{pattern}-{n}", tuple(sorted(set(tools))), vectors[n : n + 1])
+            once.teach(f"p{pattern}-{n}", final[n], vectors[n : n + 1])
     got, want = live.factors(list(candidates), request), once.factors(list(candidates), request)
     assert got == pytest.approx(want, abs=1e-9)
 

@@ -174,12 +174,12 @@ impl HnswIndex {
     /// Add the stored (unit, f16) vector of `id` into `acc` (`dim` values); false when the
     /// index does not hold it. The tool profiles of the ranking table (docs/ranking.md, Steps)
     /// are summed from these.
-    pub fn add_vector_into(&self, id: u64, acc: &mut [f32]) -> bool {
+    pub fn add_vector_into(&self, id: u64, acc: &mut [f64]) -> bool {
         let Some(&slot) = self.slot_of.get(&id) else {
             return false;
         };
         for (a, &h) in acc.iter_mut().zip(self.graph.vector(slot)) {
-            *a += half::f16_to_f32(h);
+            *a += f64::from(half::f16_to_f32(h));
         }
         true
     }

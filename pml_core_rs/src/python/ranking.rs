@@ -243,8 +243,8 @@ impl PyRankTable {
                 .write()
                 .refresh_profiles_with(dim, |id, acc| match rows.get(&id) {
                     Some(row) => {
-                        for (a, x) in acc.iter_mut().zip(row.iter()) {
-                            *a += x;
+                        for (a, &x) in acc.iter_mut().zip(row.iter()) {
+                            *a += f64::from(x);
                         }
                         true
                     }

@@ -111,18 +111,21 @@ pub fn step_evidence(
 
 /// How well a candidate's tools, as the memory knows them, fit the request (docs/ranking.md,
 /// Steps, "Tool profiles"): `cos(T) = sum(q . u_t, t in T) / norm(T)`, `q` the unit request
-/// vector, `u_t` the tool's profile and `norm(T)` the row's `profile_norm` (the length the
-/// profiles add up to, at least); the factor is `1 - w + w * clamp(cos(T), 0, 1)`
+/// vector, `u_t` the tool's profile and `norm(T) = sqrt(|T| + 2 * sum over pairs of max(0,
+/// u_a . u_b))`, the length the profiles add up to with their negative overlaps left out (so
+/// it never shrinks when a tool is added); the factor is `1 - w + w * clamp(cos(T), 0, 1)`
 /// (`Params::step_profile_weight`). A request made of the parts of k tools points to the sum of
 /// their profiles: the candidate with exactly those tools fits best, one missing a tool loses
 /// that tool's share, and one adding a tool the request does not point to gains nothing while
-/// its norm grows. Each tool's `q . u_t` is computed once per request.
+/// its norm grows. Each tool's `q . u_t` and each pair's `u_a . u_b` is computed once per
+/// request.
 #[derive(Debug, Clone)]
 pub struct ProfileFit<'q> {
     weight: f64,
     query: &'q [f32],
     length: f64,
     toward: FxHashMap<NameId, f64>,
+    overlap: FxHashMap<(NameId, NameId), f64>,
 }
 
 impl<'q> ProfileFit<'q> {
@@ -132,28 +135,40 @@ impl<'q> ProfileFit<'q> {
             query,
             length: dot(query, query).sqrt(),
             toward: FxHashMap::default(),
+            overlap: FxHashMap::default(),
         }
     }
 
-    /// `cos(T)` of a row (None: no tools, no profile among them, or not refreshed).
+    /// `cos(T)` of a row (None: no tools, or no profile among them).
     pub fn cosine(&mut self, table: &RankTable, row: &Row) -> Option<f64> {
-        if row.tools.is_empty() || row.profile_norm <= 0.0 || !self.length.is_normal() {
+        if row.tools.is_empty() || !self.length.is_normal() {
             return None;
         }
         let mut sum = 0.0;
+        let mut squared = row.tools.len() as f64;
         let mut known = false;
-        for &t in row.tools.iter() {
-            let Some(profile) = table.profile(t) else {
+        for (n, &a) in row.tools.iter().enumerate() {
+            let Some(pa) = table.profile(a) else {
                 continue;
             };
             known = true;
             let (query, length) = (self.query, self.length);
             sum += *self
                 .toward
-                .entry(t)
-                .or_insert_with(|| dot(query, profile) / length);
+                .entry(a)
+                .or_insert_with(|| dot(query, pa) / length);
+            for &b in &row.tools[n + 1..] {
+                let Some(pb) = table.profile(b) else {
+                    continue;
+                };
+                squared += 2.0
+                    * *self
+                        .overlap
+                        .entry((a, b))
+                        .or_insert_with(|| dot(pa, pb).max(0.0));
+            }
         }
-        let cosine = sum / row.profile_norm;
+        let cosine = sum / squared.sqrt();
         (known && cosine.is_finite()).then_some(cosine)
     }
 

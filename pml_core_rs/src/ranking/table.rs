@@ -33,9 +33,6 @@ pub struct Row {
     pub has_counters: bool,
     /// The pattern's intents in the vector index.
     pub intents: Vec<u64>,
-    /// The length its tools' profiles add up to, at least: `sqrt(|T| + 2 * sum over pairs of
-    /// max(0, u_a . u_b))` (docs/ranking.md, Steps, "Tool profiles"); 0 until refreshed.
-    pub profile_norm: f64,
 }
 
 impl Row {
@@ -66,10 +63,14 @@ pub struct RankTable {
     /// Each tool's profile (docs/ranking.md, Steps, "Tool profiles"): the unit mean of the
     /// vectors of every intent of every pattern calling it; a tool without one has none.
     profiles: FxHashMap<NameId, Box<[f32]>>,
+    /// Each profiled tool's sum of intent vectors and how many were added.
+    sums: FxHashMap<NameId, (Box<[f64]>, usize)>,
     /// The rows calling each tool.
     tool_rows: FxHashMap<NameId, FxHashSet<u32>>,
-    /// Tools whose rows or intents changed since the profiles were last summed.
+    /// Tools that lost an intent or a row since the last refresh: summed again in full.
     dirty: FxHashSet<NameId>,
+    /// (intent, tool) pairs gained since the last refresh: added to the tool's sum.
+    pending: Vec<(u64, NameId)>,
 }
 
 impl RankTable {
@@ -248,7 +249,8 @@ impl RankTable {
         }
         intents.push(intent_id);
         self.intent_row.insert(intent_id, slot);
-        self.touch(slot);
+        let tools = &self.rows[slot as usize].tools;
+        self.pending.extend(tools.iter().map(|&t| (intent_id, t)));
     }
 
     /// The intents left the vector index (unknown ids do nothing).
@@ -294,8 +296,8 @@ impl RankTable {
         &self.rows[slot as usize]
     }
 
-    /// Give a row new tools (the same ones change nothing): the profiles of the tools it
-    /// leaves and joins are summed again.
+    /// Give a row new tools (the same ones change nothing): a tool it leaves is summed again,
+    /// one it joins gains its intents.
     fn retool(&mut self, slot: u32, tools: Box<[NameId]>) {
         let old = std::mem::take(&mut self.rows[slot as usize].tools);
         if old == tools {
@@ -313,12 +315,15 @@ impl RankTable {
         }
         for &t in tools.iter() {
             self.tool_rows.entry(t).or_default().insert(slot);
-            self.dirty.insert(t);
+            if !old.contains(&t) {
+                let intents = &self.rows[slot as usize].intents;
+                self.pending.extend(intents.iter().map(|&i| (i, t)));
+            }
         }
         self.rows[slot as usize].tools = tools;
     }
 
-    /// The row's intents changed: its tools' profiles are summed again.
+    /// The row lost an intent: its tools' profiles are summed again.
     fn touch(&mut self, slot: u32) {
         let tools = &self.rows[slot as usize].tools;
         self.dirty.extend(tools.iter().copied());
@@ -326,7 +331,7 @@ impl RankTable {
 
     /// Some tool profile is out of date (`refresh_profiles` brings it up to date).
     pub fn profiles_stale(&self) -> bool {
-        !self.dirty.is_empty()
+        !self.dirty.is_empty() || !self.pending.is_empty()
     }
 
     /// A tool's profile: unit length, `dim` values (None: no intent of its patterns in the
@@ -335,9 +340,10 @@ impl RankTable {
         self.profiles.get(&tool).map(|p| &p[..])
     }
 
-    /// Sum again the profiles of the tools changed since the last call, from the vectors
-    /// `ann` holds, and the profile norms of the rows calling them (docs/ranking.md, Steps,
-    /// "Tool profiles"). Costs the changed tools' intents, each one vector addition.
+    /// Bring the profiles up to date from the vectors `ann` holds (docs/ranking.md, Steps,
+    /// "Tool profiles"): each intent gained since the last call is added to its tools' sums
+    /// (one vector addition per tool); a tool that lost an intent or a row is summed again in
+    /// full (its intents).
     pub fn refresh_profiles(&mut self, ann: &HnswIndex) {
         self.refresh_profiles_with(ann.dim(), |id, acc| ann.add_vector_into(id, acc));
     }
@@ -351,6 +357,7 @@ impl RankTable {
             .filter_map(|t| self.tool_rows.get(t))
             .flat_map(|slots| slots.iter())
             .flat_map(|&s| self.rows[s as usize].intents.iter().copied())
+            .chain(self.pending.iter().map(|&(i, _)| i))
             .collect();
         out.sort_unstable();
         out.dedup();
@@ -362,58 +369,65 @@ impl RankTable {
     pub fn refresh_profiles_with(
         &mut self,
         dim: usize,
-        mut add: impl FnMut(u64, &mut [f32]) -> bool,
+        mut add: impl FnMut(u64, &mut [f64]) -> bool,
     ) {
-        if self.dirty.is_empty() {
+        if !self.profiles_stale() {
             return;
         }
         let mut dirty: Vec<NameId> = self.dirty.drain().collect();
         dirty.sort_unstable();
-        let mut rows: FxHashSet<u32> = FxHashSet::default();
+        let mut changed: FxHashSet<NameId> = FxHashSet::default();
         for &t in &dirty {
-            let mut sum = vec![0.0f32; dim];
-            let mut any = false;
+            let mut sum = vec![0.0f64; dim].into_boxed_slice();
+            let mut n = 0;
             if let Some(slots) = self.tool_rows.get(&t) {
                 let mut ordered: Vec<u32> = slots.iter().copied().collect();
                 ordered.sort_unstable(); // the same sum whatever the set's order
                 for slot in ordered {
-                    rows.insert(slot);
                     for &i in &self.rows[slot as usize].intents {
-                        any |= add(i, &mut sum);
+                        n += usize::from(add(i, &mut sum));
                     }
                 }
             }
-            let norm = sum
-                .iter()
-                .map(|&x| f64::from(x) * f64::from(x))
-                .sum::<f64>()
-                .sqrt();
-            if any && norm > 0.0 && norm.is_finite() {
-                let unit: Box<[f32]> = sum.iter().map(|&x| (f64::from(x) / norm) as f32).collect();
-                self.profiles.insert(t, unit);
-            } else {
-                self.profiles.remove(&t);
+            self.sums.insert(t, (sum, n));
+            changed.insert(t);
+        }
+        for (i, t) in std::mem::take(&mut self.pending) {
+            // summed in full above, or no longer the intent's: nothing to add
+            let Some(&slot) = self.intent_row.get(&i) else {
+                continue;
+            };
+            if dirty.binary_search(&t).is_ok() || !self.rows[slot as usize].tools.contains(&t) {
+                continue;
+            }
+            let (sum, n) = self
+                .sums
+                .entry(t)
+                .or_insert_with(|| (vec![0.0f64; dim].into_boxed_slice(), 0));
+            if sum.len() == dim && add(i, sum) {
+                *n += 1;
+                changed.insert(t);
             }
         }
-        for slot in rows {
-            let norm = self.profile_norm_of(&self.rows[slot as usize].tools);
-            self.rows[slot as usize].profile_norm = norm;
-        }
-    }
-
-    /// `sqrt(|T| + 2 * sum over pairs of max(0, u_a . u_b))` for these tools: never less
-    /// for a superset, so an added tool the request does not point to never raises the fit.
-    fn profile_norm_of(&self, tools: &[NameId]) -> f64 {
-        let mut squared = tools.len() as f64;
-        for (n, a) in tools.iter().enumerate() {
-            let Some(pa) = self.profile(*a) else { continue };
-            for b in &tools[n + 1..] {
-                if let Some(pb) = self.profile(*b) {
-                    squared += 2.0 * dot(pa, pb).max(0.0);
+        for t in changed {
+            let unit = self.sums.get(&t).and_then(|(sum, n)| {
+                let norm = sum.iter().map(|x| x * x).sum::<f64>().sqrt();
+                (*n > 0 && norm > 0.0 && norm.is_finite()).then(|| {
+                    sum.iter()
+                        .map(|&x| (x / norm) as f32)
+                        .collect::<Box<[f32]>>()
+                })
+            });
+            match unit {
+                Some(unit) => {
+                    self.profiles.insert(t, unit);
+                }
+                None => {
+                    self.profiles.remove(&t);
+                    self.sums.remove(&t);
                 }
             }
         }
-        squared.sqrt()
     }
 
     /// Heap bytes held, approximately (the benchmark's per-intent memory).
@@ -446,7 +460,7 @@ impl RankTable {
         let profiles: usize = self
             .profiles
             .values()
-            .map(|p| 24 + 4 * p.len())
+            .map(|p| 24 + 12 * p.len())
             .sum::<usize>()
             + self
                 .tool_rows
