@@ -99,11 +99,18 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
             plan_size=0,
             context=None,
         )
-        found = rank_suggestions(state, tenant, sub).suggestions
+        found = rank_suggestions(state, tenant, sub, part_ranking(state.ranking)).suggestions
         hits.append([PartHit(s, s.score.match) for s in found])
     whole = _whole_on_parts(state, tenant, result, request_parts, vectors)
     composed = compose(request_parts, hits, query.plan_size, weights=weights, whole=whole)
     return replace(result, plans=composed.plans)
+
+
+def part_ranking(ranking: RankingConfig) -> RankingConfig:
+    """The ranking of a plan's request part: the tool profiles judge how a candidate's
+    steps fit the whole request, not one part of it, so they are left out (docs/ranking.md,
+    Steps, "Tool profiles")."""
+    return replace(ranking, step_profile_weight=0.0)
 
 
 def _whole_on_parts(
@@ -137,10 +144,13 @@ def _whole_on_parts(
     return out
 
 
-def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
+def rank_suggestions(
+    state: EngineState, tenant: str, query: SuggestQuery, ranking: RankingConfig | None = None
+) -> SuggestResult:
     """Hybrid retrieval (vector + lexical, over-fetched), one Candidate per pattern with
     its best semantic and lexical scores, then `ranking.rank_lazily` filters, groups and
-    orders, and the suggested patterns' views are completed."""
+    orders, and the suggested patterns' views are completed. `ranking`: the server's unless
+    given (a plan's request parts, `part_ranking`)."""
     check_tenant(tenant)
     if query.context is not None:
         sessions.check_context(query.context)
@@ -159,7 +169,7 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
     vector = _query_vector(state, query, cross_lingual)
     if index is None:
         return SuggestResult(())
-    ranking = state.ranking
+    ranking = state.ranking if ranking is None else ranking
     # the session signal (docs/ranking.md, Sessions): {} without a context
     factors = transition_factors(
         sessions.context_weights(state, tenant, query.context, state.clock()), ranking
