@@ -101,15 +101,21 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
         )
         found = rank_suggestions(state, tenant, sub, part_ranking(state.ranking)).suggestions
         hits.append([PartHit(s, s.score.match) for s in found])
-    whole = _whole_on_parts(state, tenant, result, request_parts, vectors)
+    # plans are composed from rankings without the tool profiles (`part_ranking`): the whole
+    # request's first suggestions too
+    basis = result
+    if state.ranking.step_profile_weight > 0:
+        plain = replace(query, explain=False, plan_size=0)
+        basis = rank_suggestions(state, tenant, plain, part_ranking(state.ranking))
+    whole = _whole_on_parts(state, tenant, basis, request_parts, vectors)
     composed = compose(request_parts, hits, query.plan_size, weights=weights, whole=whole)
     return replace(result, plans=composed.plans)
 
 
 def part_ranking(ranking: RankingConfig) -> RankingConfig:
-    """The ranking of a plan's request part: the tool profiles judge how a candidate's
-    steps fit the whole request, not one part of it, so they are left out (docs/ranking.md,
-    Steps, "Tool profiles")."""
+    """The ranking plans are composed from: the tool profiles judge how a candidate's steps
+    fit the whole request, not one part of it, and the plans' constants were tuned without
+    them, so they are left out (docs/ranking.md, Steps, "Tool profiles")."""
     return replace(ranking, step_profile_weight=0.0)
 
 
