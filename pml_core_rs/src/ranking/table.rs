@@ -471,10 +471,22 @@ impl RankTable {
     }
 }
 
-/// The dot product of two rows, summed in f64 in index order.
+/// The dot product of two rows (of equal length; a longer one's tail is ignored): eight f32
+/// lanes the compiler vectorises, summed in a fixed order, so every call gives the same bits.
 pub fn dot(a: &[f32], b: &[f32]) -> f64 {
-    a.iter()
-        .zip(b)
-        .map(|(&x, &y)| f64::from(x) * f64::from(y))
-        .sum()
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut lanes = [0.0f32; 8];
+    let mut x = a.chunks_exact(8);
+    let mut y = b.chunks_exact(8);
+    for (u, v) in (&mut x).zip(&mut y) {
+        for k in 0..8 {
+            lanes[k] += u[k] * v[k];
+        }
+    }
+    let mut sum: f32 = lanes.iter().sum();
+    for (u, v) in x.remainder().iter().zip(y.remainder()) {
+        sum += u * v;
+    }
+    f64::from(sum)
 }
