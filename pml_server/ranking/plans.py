@@ -431,6 +431,47 @@ def link_parts(
     return tuple(links), unlinked
 
 
+def _feeds(
+    produced: dict[str, frozenset[str]], taken: dict[str, tuple[frozenset[str], str]]
+) -> set[str]:
+    """The inputs of `taken` some output of `produced` fits, its noun being exactly the
+    input's stem (`search_people` feeds `person_id`; `get_person_movie_credit`, whose
+    nouns merely include "person", does not)."""
+    return {
+        name
+        for name, (stem, kind) in taken.items()
+        if any(compatible(words, stem, kind) and words == stem for words in produced.values())
+    }
+
+
+def data_flow_order(
+    patterns: Sequence[PatternView], steps: Sequence[Sequence[int]]
+) -> tuple[int, ...]:
+    """The order a plan's parts run in (docs/ranking.md, Plans, "Order"): the request's order
+    of mention (the parts' given order), except that a part whose identifier input only a
+    part mentioned after it produces runs after that part (its data flows from it); an input
+    an earlier part already produces, or two parts feeding each other, keep the order of
+    mention (`_feeds`: an output whose noun is exactly the input's stem). A stable topological
+    order: the earliest-mentioned part whose producers have run goes next."""
+    count = len(patterns)
+    produced = [outputs(p, steps[n]) for n, p in enumerate(patterns)]
+    taken = [identifier_inputs(p, steps[n]) for n, p in enumerate(patterns)]
+    after: list[set[int]] = [set() for _ in range(count)]  # after[j]: parts j must follow
+    for j in range(count):
+        fed_before = set().union(*(_feeds(produced[i], taken[j]) for i in range(j)))
+        for i in range(j + 1, count):
+            needed = _feeds(produced[i], taken[j]) - fed_before
+            if needed and not _feeds(produced[j], taken[i]):
+                after[j].add(i)
+    order: list[int] = []
+    left = list(range(count))
+    while left:
+        ready = next((n for n in left if after[n] <= set(order)), left[0])
+        order.append(ready)
+        left.remove(ready)
+    return tuple(order)
+
+
 # ---- the search ------------------------------------------------------------------------------
 
 
@@ -635,8 +676,9 @@ def _plan(
     kept = [(seg, st) for seg, st in zip(state.segments, all_steps, strict=True) if st]
     if len(kept) < MIN_PLAN_PARTS:
         return None
-    segments = [seg for seg, _ in kept]
-    steps = [st for _, st in kept]
+    order = data_flow_order([shown[c].pattern for (c, _), _ in kept], [st for _, st in kept])
+    segments = [kept[n][0] for n in order]
+    steps = [kept[n][1] for n in order]
     value, matches, rels = _quality(segments, match, rel, weights)
     links, unlinked = link_parts([shown[c].pattern for c, _ in segments], steps)
     extra = EXTRA_PART_COST * (len(segments) - 1)
