@@ -74,7 +74,7 @@ class BackgroundJobs:
             for tenant in restored:
                 # Read every counter once now rather than in some tenant's first Suggest (at
                 # 100k patterns that call took seconds, and held up the calls behind it).
-                state.repo.counter_ceilings(tenant)
+                state.repo.patterns.counter_ceilings(tenant)
             release_free_memory()  # what the restore freed stays with the process otherwise
             if follower is not None:  # other replicas' writes, from now on
                 self._spawn(lambda: follower.run(self._stop), "pml-follower")
@@ -130,10 +130,11 @@ def write_snapshots(state: EngineState, trim_oplog: bool) -> None:
         if i.has_unsaved_changes()
     }
     ops: list[Op] = [
-        state.repo.put_snapshot(t, position, data) for t, (position, (data, _)) in taken.items()
+        state.repo.meta.put_snapshot(t, position, data)
+        for t, (position, (data, _)) in taken.items()
     ]
     if trim_oplog:
-        ops += state.repo.delete_oplog_through(seq)
+        ops += state.repo.logs.delete_oplog_through(seq)
     if ops:
         state.store.write(ops)
     for tenant, (_, (_, changes)) in taken.items():

@@ -272,7 +272,7 @@ def test_rule6_request_ids_expire_after_their_ttl(tmp_path: Path) -> None:
     clock.advance_days(0.5)
     engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS))
     clock.advance_days(0.75)  # r1 is 1.25 days old, r2 0.75
-    assert engine.prune_request_ids("t") == 1
+    assert engine.admin.prune_request_ids("t") == 1
     assert engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS)).replayed
     again = engine.record("t", record)
     assert not again.replayed  # forgotten: counted as a new run

@@ -250,11 +250,11 @@ def test_tenant_stats_stay_exact_under_concurrent_batches_captures_and_deletions
         "failures_logged": 4 * rounds * 2,
         "patterns": 4 * rounds,  # one new pattern per round, the JSON one, one deleted
     }
-    stats = {tenant: engine.tenant_stats(tenant) for tenant in tenants}
+    stats = {tenant: engine.admin.tenant_stats(tenant) for tenant in tenants}
     engine.close()
     reopened = open_engine(tmp_path / "db", durability="fast")
     for tenant in tenants:
-        assert reopened.tenant_stats(tenant) == stats[tenant]
+        assert reopened.admin.tenant_stats(tenant) == stats[tenant]
         got = {name: getattr(stats[tenant], name) for name in expected}
         assert got == expected, tenant
     reopened.close()
