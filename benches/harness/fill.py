@@ -126,7 +126,7 @@ def bulk_record_new(
         change = Change()
         now = state.clock()
         for original, (execution, code) in zip(records, ready, strict=True):
-            validate_record(original, state.limits)
+            validate_record(original, state.rules.limits)
             if execution.intent_embedding is None or not run_succeeded(execution):
                 raise ValueError(f"bulk fill: {execution.request_id} has no vector to save")
             vector = client_vector(

@@ -85,7 +85,7 @@ def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> Captu
     if state.store.shared:
         result = _record_checked(state, tenant, execution, supplied)
     else:
-        result = state.capture_groups.call(
+        result = state.batching.groups.call(
             tenant,
             (execution, supplied),
             run_one=lambda item: _record_checked(state, tenant, *item),
@@ -111,7 +111,7 @@ def _checked(state: EngineState, tenant: str, execution: ExecutionRecord) -> Vec
     """`record`'s checks, in its order (a bad record is refused before readiness is): the
     client's vector, checked, if it sent one."""
     check_tenant(tenant)
-    validate_record(execution, state.limits)
+    validate_record(execution, state.rules.limits)
     supplied = (
         client_vector(execution.intent_embedding, state.embedder.dim, "intent_embedding")
         if execution.intent_embedding is not None
@@ -165,7 +165,7 @@ def record_many(
     vectors: list[Vector | None] = [None] * len(records)
     for i, execution in enumerate(records):
         try:
-            validate_record(execution, state.limits)
+            validate_record(execution, state.rules.limits)
             if execution.intent_embedding is not None:
                 vector = client_vector(
                     execution.intent_embedding, state.embedder.dim, "intent_embedding"
@@ -228,7 +228,7 @@ def _capture_batch_locked(
     _embed_batch(state, records, needs_text_vector, vectors, outcomes)
     tickets: list[tuple[int, WriteTicket]] = []
     ticket_of: dict[int, WriteTicket] = {}
-    state.staged_adds.adds = []
+    state.batching.staged_adds.adds = []
     try:
         # The batch's captures reach the disk together (one fsync), while the vector index
         # inserts them (`apply_staged_adds` releases the GIL).
@@ -265,7 +265,7 @@ def _capture_batch_locked(
                 tickets.append((i, ticket))
         apply_staged_adds(state, tenant)
     finally:
-        state.staged_adds.adds = None
+        state.batching.staged_adds.adds = None
     return tickets
 
 
@@ -350,9 +350,9 @@ def _prepare(
             continue
         normalized, texts = core
         try:
-            if state.normalizer is not normalize:
-                normalized = state.normalizer(execution.code, execution.language)
-            check_pattern_size(normalized, state.limits)
+            if state.rules.normalizer is not normalize:
+                normalized = state.rules.normalizer(execution.code, execution.language)
+            check_pattern_size(normalized, state.rules.limits)
         except InvalidArgumentError as error:
             out.append(error)
             continue
@@ -414,7 +414,7 @@ def _capture_locked(
     values = redacted_values(normalized.params)
     used = tools_used(execution)
     if vector is None:  # rule 2: a failed try of a known pattern; rule 7: its values, error
-        counted = count_failed_try(counters, execution, values, now, state.limits)
+        counted = count_failed_try(counters, execution, values, now, state.rules.limits)
         change.failures = failure_entries(execution, normalized.code_hash, pattern.id, now)
         change.put_counters(
             repo.patterns.put_counters(tenant, pattern.id, counted), pattern.id, counted
@@ -426,7 +426,7 @@ def _capture_locked(
             tool_failures=failures,
         )
     mismatch = tools_disagree(normalized.tool_calls, used, normalized.parse_ok)
-    counted = count_success(counters, execution, values, mismatch, now, state.limits)
+    counted = count_success(counters, execution, values, mismatch, now, state.rules.limits)
     counted.tags = sorted({*counted.tags, *execution.tags})[: LIMITS.tags.bound]
     change.put_counters(
         repo.patterns.put_counters(tenant, pattern.id, counted), pattern.id, counted
@@ -456,7 +456,7 @@ def _near_duplicate_intent(
 ) -> IntentRecord | None:
     """Rule 5: the pattern's intent closest to `vector` (the oldest of equals) if within the
     near-duplicate threshold (`_near`: read from the few candidates, not all its intents)."""
-    threshold = state.thresholds.intent_duplicate
+    threshold = state.rules.thresholds.intent_duplicate
     intents = closest_candidates(state, tenant, [pattern_id], vector, threshold)
     found = near_duplicate([i.vector for i in intents], vector, threshold)
     return None if found is None else intents[found]
@@ -503,7 +503,9 @@ def _insert_pattern(
         parse_ok=normalized.parse_ok,
     )
     values = redacted_values(normalized.params)
-    counters = count_success(PatternCounters(), execution, values, mismatch, now, state.limits)
+    counters = count_success(
+        PatternCounters(), execution, values, mismatch, now, state.rules.limits
+    )
     counters.tags = sorted(set(execution.tags))[: LIMITS.tags.bound]
     intent = new_intent(state, pattern_id, execution.intent, vector, now)
     change.put_pattern(repo.patterns.put_pattern(tenant, pattern), pattern)

@@ -26,7 +26,7 @@ def capability_for_new_pattern(
     (a popular tool): ask the vector index for the nearest intents instead, so creating a
     pattern never reads a whole crowded signature."""
     same_tools = state.repo.capabilities.capabilities_with_tools(tenant, signature)
-    threshold = state.thresholds.capability_group
+    threshold = state.rules.thresholds.capability_group
     if len(same_tools) <= MAX_GROUP_CANDIDATES:
         candidates = capability_vectors(state, tenant, same_tools, vector, threshold)
         return choose_capability(candidates, vector, threshold)

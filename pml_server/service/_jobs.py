@@ -118,7 +118,7 @@ def write_snapshots(state: EngineState, trim_oplog: bool) -> None:
     capture or deletion runs (at open before ready, at close after the API drained):
     otherwise a removal the snapshot missed could be dropped from the log."""
     indexes = state.indexes.all()
-    seq = state.seqs.last_issued()
+    seq = state.ids.seq.last_issued()
     follower = state.follower
     # An index unchanged since its stored snapshot holds every removal logged so far, so
     # trimming the log stays safe without writing it again. Over a shared store a snapshot's
@@ -127,7 +127,7 @@ def write_snapshots(state: EngineState, trim_oplog: bool) -> None:
     taken = {
         t: (seq if follower is None else follower.cursor(t), i.snapshot())
         for t, i in indexes.items()
-        if i.has_unsaved_changes()
+        if i.saves.unsaved()
     }
     ops: list[Op] = [
         state.repo.meta.put_snapshot(t, position, data)
@@ -138,4 +138,4 @@ def write_snapshots(state: EngineState, trim_oplog: bool) -> None:
     if ops:
         state.store.write(ops)
     for tenant, (_, (_, changes)) in taken.items():
-        indexes[tenant].mark_saved(changes)
+        indexes[tenant].saves.mark_saved(changes)

@@ -16,7 +16,7 @@ import numpy as np
 
 from pml_server import _core
 from pml_server.domain.records import IntentRecord
-from pml_server.search import TenantSearchIndex
+from pml_server.search import TenantSearchIndex, restore_index
 from pml_server.storage.codec import intent_without_vector
 from pml_server.storage.repo import Repository
 
@@ -81,7 +81,7 @@ def _restored_or_new(
         return TenantSearchIndex(kind, dim, companion_dim=companion_dim)
     _, data = snapshot
     try:
-        index = TenantSearchIndex.restore(kind, dim, data, companion_dim)
+        index = restore_index(kind, dim, data, companion_dim)
     except (_core.CoreError, ValueError, OSError):
         return TenantSearchIndex(kind, dim, companion_dim=companion_dim)
     # Every removal still in the log, not only those after the snapshot's sequence: a

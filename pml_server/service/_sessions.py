@@ -55,19 +55,15 @@ def follow(
         )
     change.ops.append(repo.sessions.put_session_step(tenant, session_id, capability_id, now))
     if previous is None:
-        with state.new_sessions_lock:
-            state.new_sessions[tenant] = state.new_sessions.get(tenant, 0) + 1
+        state.new_sessions.started(tenant)
 
 
 def sweep_if_due(state: EngineState, tenant: str) -> None:
     """`sweep` once this process started `max_sessions / 8` sessions of the tenant since the
     last one (called after a capture's locks are released)."""
-    bound = state.limits.fields.sessions.bound
-    with state.new_sessions_lock:
-        if state.new_sessions.get(tenant, 0) < max(1, bound // 8):
-            return
-        state.new_sessions[tenant] = 0
-    sweep(state, tenant)
+    bound = state.rules.limits.fields.sessions.bound
+    if state.new_sessions.sweep_due(tenant, max(1, bound // 8)):
+        sweep(state, tenant)
 
 
 def sweep(state: EngineState, tenant: str) -> int:
@@ -76,7 +72,7 @@ def sweep(state: EngineState, tenant: str) -> int:
     dropped with the rest: its next step then follows nothing.)"""
     now = state.clock()
     rows = sorted(state.repo.sessions.session_rows(tenant), key=lambda row: row[1], reverse=True)
-    bound = state.limits.fields.sessions.bound
+    bound = state.rules.limits.fields.sessions.bound
     limit = idle_ms(state)
     dropped = [key for n, (key, ms) in enumerate(rows) if n >= bound or now - ms > limit]
     if dropped:

@@ -46,7 +46,7 @@ from pml_server.ranking.plans import (
 from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.ranking.transitions import transition_factors
 from pml_server.search import TenantSearchIndex
-from pml_server.search.tenant import CompanionView
+from pml_server.search.companion import CompanionView
 from pml_server.search.vectors import EXACT_SCAN_MIN
 from pml_server.service import _companion
 from pml_server.service import _sessions as sessions

@@ -185,5 +185,10 @@ def _fill_companion(state: EngineState, tenant: str) -> None:
     uses it (service/_companion.py)."""
     filler = state.companion_filler
     index = state.indexes.get(tenant)
-    if filler is not None and index is not None and index.companion_active:
+    if (
+        filler is not None
+        and index is not None
+        and index.companion is not None
+        and index.companion.active
+    ):
         filler.request(index)

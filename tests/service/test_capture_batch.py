@@ -358,7 +358,7 @@ def test_concurrent_unary_captures_are_grouped_with_the_counters_of_sequential_o
             threads.append(threading.Thread(target=capture, args=(record,)))
             threads[-1].start()
         deadline = time.monotonic() + 30
-        while sum(map(len, state.capture_groups._queues.values())) < len(rest):
+        while sum(map(len, state.batching.groups._queues.values())) < len(rest):
             assert time.monotonic() < deadline, "the unary captures did not queue"
             time.sleep(0.005)
         gate.release.set()
@@ -366,7 +366,7 @@ def test_concurrent_unary_captures_are_grouped_with_the_counters_of_sequential_o
             thread.join(30)
         assert not [o for o in outcomes if isinstance(o, Exception)]
         assert len(outcomes) == len(first) + len(rest)
-        assert state.capture_groups.runs < len(outcomes)  # some ran as one batch
+        assert state.batching.groups.runs < len(outcomes)  # some ran as one batch
         _assert_same_memory(grouped, one)
     finally:
         one.close()
