@@ -133,6 +133,7 @@ def test_rule5_near_duplicate_intent_bumps_the_mapping(engine: Engine) -> None:
     assert engine.stats("t").intents == 2
 
 
+@pytest.mark.model
 def test_rule5_grouping_with_minilm_seed_example(tmp_path: Path) -> None:
     """The seed: three JSON-reading intents with the same tools end as one capability;
     "Write JSON file" (other tools) does not join it."""

@@ -15,6 +15,8 @@ from pml_server.embedding import make_embedder
 from pml_server.service import Engine
 from tests.support import make_record, open_engine
 
+pytestmark = pytest.mark.model  # every test here runs a real embedding model
+
 MEMORY = [
     ("Find restaurants in Dallas", "restaurant_search"),
     ("Send an email to my boss", "gmail_send"),

@@ -305,6 +305,7 @@ def test_retention_auto_remove_deletes(tmp_path: Path) -> None:
     engine.close()
 
 
+@pytest.mark.model
 def test_store_of_another_model_is_refused(tmp_path: Path) -> None:
     open_engine(tmp_path, embedder="hashing").close()
     config = EngineConfig(data_dir=tmp_path, embedder="minilm", vector_index="exact")
@@ -455,6 +456,7 @@ def test_grouping_is_a_link_that_can_be_undone(tmp_path: Path) -> None:
     engine.close()
 
 
+@pytest.mark.model
 def test_minilm_suggest_finds_a_paraphrase(tmp_path: Path) -> None:
     engine = open_engine(tmp_path, embedder="minilm")
     json_cap = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS)).capability_id

@@ -28,7 +28,7 @@ STEPS = {
 EngineOf = Callable[..., Engine]
 
 
-@pytest.fixture(params=["rocksdb", "postgresql"])
+@pytest.fixture(params=["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def engine_of(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EngineOf]:
     opened: list[Engine] = []
 

@@ -39,7 +39,7 @@ from testing.postgres_cluster import free_port
 Opener = Callable[[], StoreBackend]
 
 
-@pytest.fixture(params=["rocksdb", "postgresql"])
+@pytest.fixture(params=["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     """Opens the backend's store (again: a reopen sees the same data)."""
     opened: list[StoreBackend] = []
