@@ -14,7 +14,7 @@ follower meets them again and skips them.
 The ranking tables (pattern records and counters, what Suggest ranks in the core without
 reading the store) follow another feed: every catch-up reads the pattern and counters rows
 written by transactions its last snapshot did not see, with the keys of the intent rows
-written so (`PostgresStore.changes`, one statement; counting takes no op log entry, so
+written so (`OpLog.changes`, one statement; counting takes no op log entry, so
 captures never queue on the head row for it). A row is read as it is now, so one read late
 (before this replica's own later write) is set right by the next. The same feed, and the op
 log's removals, drop the changed patterns from the repository's cache of views.
