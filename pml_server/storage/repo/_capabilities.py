@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pml_server.domain.records import CapabilityRecord
 from pml_server.storage.codec import encode_capability
 from pml_server.storage.keys import CF_CAP_BY_TOOLS, CF_CAPABILITIES, tenant_key, tenant_prefix
-from pml_server.storage.seam import Op, StoreBackend
+from pml_server.storage.seam import KeyValueReads, Op
 
 
 def tools_digest(tools: Sequence[str]) -> str:
@@ -25,7 +25,7 @@ def _digest_of(tools: tuple[str, ...]) -> str:
 
 
 class CapabilityRows:
-    def __init__(self, store: StoreBackend) -> None:
+    def __init__(self, store: KeyValueReads) -> None:
         self.store = store
 
     def capability(self, tenant: str, capability_id: str) -> CapabilityRecord | None:

@@ -8,11 +8,11 @@ from collections.abc import Iterator, Sequence
 
 from pml_server.domain.records import IntentRecord, decode_intent
 from pml_server.storage.keys import CF_INTENTS, split_tenant, tenant_key, tenant_prefix, u64
-from pml_server.storage.seam import Op, StoreBackend
+from pml_server.storage.seam import KeyValueReads, Op
 
 
 class IntentRows:
-    def __init__(self, store: StoreBackend) -> None:
+    def __init__(self, store: KeyValueReads) -> None:
         self.store = store
 
     def of_pattern(self, tenant: str, pattern_id: str) -> list[IntentRecord]:

@@ -15,11 +15,11 @@ from pml_server.storage.keys import (
     tenant_prefix,
     u64,
 )
-from pml_server.storage.seam import Op, StoreBackend
+from pml_server.storage.seam import KeyValueReads, Op
 
 
 class LogRows:
-    def __init__(self, store: StoreBackend) -> None:
+    def __init__(self, store: KeyValueReads) -> None:
         self.store = store
 
     def put_failure(self, tenant: str, seq: int, entry: dict[str, Any]) -> Op:

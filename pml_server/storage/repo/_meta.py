@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from pml_server.domain.records import TenantStats
 from pml_server.storage.keys import CF_META, from_u64, tenant_prefix, u64
-from pml_server.storage.seam import Op, StoreBackend
+from pml_server.storage.seam import KeyValueReads, Op
 
 _MODEL_KEY = b"model_id"
 _ALLOCATOR_KEY = b"allocator/"
@@ -16,7 +16,7 @@ _SNAPSHOT_KEY = b"snapshot/"
 
 
 class MetaRows:
-    def __init__(self, store: StoreBackend) -> None:
+    def __init__(self, store: KeyValueReads) -> None:
         self.store = store
 
     def model_id(self) -> str | None:

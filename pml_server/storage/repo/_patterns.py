@@ -9,11 +9,11 @@ from pml_server.domain import json_form
 from pml_server.domain.records import PatternCounters, PatternRecord
 from pml_server.storage.codec import decode_pattern, encode_pattern
 from pml_server.storage.keys import CF_COUNTERS, CF_HASHES, CF_PATTERNS, tenant_key, tenant_prefix
-from pml_server.storage.seam import Op, StoreBackend
+from pml_server.storage.seam import KeyValueReads, Op
 
 
 class PatternRows:
-    def __init__(self, store: StoreBackend) -> None:
+    def __init__(self, store: KeyValueReads) -> None:
         self.store = store
         self._ceilings = _CounterCeilings(store)
 
@@ -92,7 +92,7 @@ class _CounterCeilings:
     pattern only makes the bound looser). A tenant's stored counters are scanned once, on first
     use; raises that arrive before or during that scan are kept and merged."""
 
-    def __init__(self, store: StoreBackend) -> None:
+    def __init__(self, store: KeyValueReads) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._ceilings: dict[str, tuple[int, int]] = {}

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pml_server.storage.keys import CF_REQUESTS, tenant_key, tenant_prefix
-from pml_server.storage.seam import Op, StoreBackend
+from pml_server.storage.seam import KeyValueReads, Op
 
 
 class RequestRows:
-    def __init__(self, store: StoreBackend) -> None:
+    def __init__(self, store: KeyValueReads) -> None:
         self.store = store
 
     def request_result(self, tenant: str, request_id: str) -> bytes | None:

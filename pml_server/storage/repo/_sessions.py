@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pml_server.domain import json_form
 from pml_server.storage.keys import CF_SESSIONS, CF_TRANSITIONS, tenant_key, tenant_prefix
-from pml_server.storage.seam import Op, StoreBackend
+from pml_server.storage.seam import KeyValueReads, Op
 
 
 class SessionRows:
-    def __init__(self, store: StoreBackend) -> None:
+    def __init__(self, store: KeyValueReads) -> None:
         self.store = store
 
     def session_step(self, tenant: str, session_id: str) -> tuple[str, int] | None:

@@ -18,7 +18,7 @@ from pml_server.storage.keys import (
     tenant_prefix,
     u64,
 )
-from pml_server.storage.seam import Op, StoreBackend
+from pml_server.storage.seam import KeyValueReads, Op
 
 # The families a pattern's view is read from (`patterns_written`).
 _VIEW_FAMILIES = frozenset({CF_PATTERNS, CF_COUNTERS, CF_INTENTS})
@@ -33,7 +33,7 @@ class ViewRows(NamedTuple):
 
 
 class ViewReads:
-    def __init__(self, store: StoreBackend) -> None:
+    def __init__(self, store: KeyValueReads) -> None:
         self.store = store
 
     def patterns_with_counters(
