@@ -227,3 +227,55 @@ def test_bad_arguments_name_their_field() -> None:
         RankingConfig(step_weight=1.5)
     with pytest.raises(ValueError, match="step_gate"):
         RankingConfig(step_gate=-0.1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tools=st.lists(
+        st.lists(st.sampled_from(TOOLS), min_size=1, max_size=3, unique=True),
+        min_size=2,
+        max_size=2,
+    ),
+    named=st.lists(st.sampled_from(TOOLS), max_size=4, unique=True),
+    votes=st.lists(st.tuples(st.integers(0, 1), st.floats(-1.0, 1.0, width=32)), max_size=10),
+    cosines=st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0)),
+    usage=st.tuples(st.integers(1, 500), st.integers(1, 500)),
+    gate=st.sampled_from([0.0, 1.0]),
+)
+def test_steps_and_use_never_reorder_candidates_whose_matches_differ_by_more_than_their_band(
+    tools: list[list[str]],
+    named: list[str],
+    votes: list[tuple[int, float]],
+    cosines: tuple[float, float],
+    usage: tuple[int, int],
+    gate: float,
+) -> None:
+    """Through rank() with the core's step factors: of two patterns that never failed, the one
+    whose match is more than 1 / ((1 - step_weight) (1 - usage_weight)) times the other's ranks
+    first, whatever their steps, their use and the neighbours (docs/ranking.md, Served against
+    match only)."""
+    from pml_server.domain.model import SuggestQuery
+    from pml_server.ranking import rank
+    from tests.support import NOW_MS, candidate, pattern
+
+    config = replace(CONFIG, step_gate=gate)
+    table = _table({"a": tuple(tools[0]), "b": tuple(tools[1])})
+    steps = _factors(table, ["a", "b"], _request(named), votes, config)
+    cands = [
+        replace(
+            candidate(
+                pattern(name, successes=n, usage=n, capability_id=f"c-{name}", tools=tuple(t)),
+                cos,
+            ),
+            steps=steps[name],
+        )
+        for name, t, cos, n in zip(("a", "b"), tools, cosines, usage, strict=True)
+    ]
+    result = rank(SuggestQuery("x", k=2, min_match=0.0), cands, config, NOW_MS)
+    order = [s.pattern.id for s in result.suggestions]
+    match = {s.pattern.id: s.score.match for s in result.suggestions}
+    band = (1.0 - config.step_weight) * (1.0 - config.usage_weight)
+    if match["a"] * band > match["b"]:
+        assert order == ["a", "b"]
+    elif match["b"] * band > match["a"]:
+        assert order == ["b", "a"]
