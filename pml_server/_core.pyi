@@ -184,10 +184,11 @@ class RankParams:
         superseded_penalty: float,
         step_weight: float = 0.3,
         step_profile_weight: float = 0.8,
+        step_gate: float = 1.0,
     ) -> Self:
         """InvalidArgumentError naming `params` if one is not finite or expected_success_rate
-        is not in (0, 1], naming `step_weight` or `step_profile_weight` if it is not in
-        [0, 1]."""
+        is not in (0, 1], naming `step_weight`, `step_profile_weight` or `step_gate` if it is
+        not in [0, 1]."""
 
 STEP_NEIGHBOURS: int
 """How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps)."""
@@ -220,10 +221,11 @@ class RankTable:
         ann: HnswIndex | None,
         query: NDArray[np.float32],
     ) -> list[float]:
-        """The step factor of each pattern (1.0 without a row) for a request whose
-        `STEP_NEIGHBOURS` nearest intents are these hits, whose analysed words are `words` and
-        whose vector is `query`; the tool profiles are first brought up to date from `ann`
-        (None: by `refresh_profiles_from`; docs/ranking.md, Steps, "Tool profiles")."""
+        """The step factor of each pattern (1.0 without a row), gated by the hits' expected step
+        count (docs/ranking.md, Steps, "Gate"), for a request whose `STEP_NEIGHBOURS` nearest
+        intents are these hits, whose analysed words are `words` and whose vector is `query`;
+        the tool profiles are first brought up to date from `ann` (None: by
+        `refresh_profiles_from`; docs/ranking.md, Steps, "Tool profiles")."""
     def profiles_stale(self) -> bool:
         """Some tool profile is out of date."""
     def stale_profile_intents(self) -> list[int]:

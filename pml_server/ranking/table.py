@@ -45,6 +45,7 @@ _FORMULA_FIELDS = (
     "superseded_penalty",
     "step_weight",
     "step_profile_weight",
+    "step_gate",
 )
 assert set(_FORMULA_FIELDS) <= {f.name for f in fields(RankingConfig)}
 

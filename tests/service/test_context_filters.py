@@ -56,7 +56,7 @@ def _full_ranking(engine: Engine, tenant: str, query: SuggestQuery) -> SuggestRe
                 list(intents_of),
                 query.intent,
                 state.ranking,
-                index.profile_source(),
+                index.ann,  # type: ignore[arg-type]  # the core index here
                 vector,
             ),
             strict=True,

@@ -23,7 +23,7 @@ impl PyRankParams {
         prior_failures, expected_success_rate, reliability_prior_strength, usage_weight,
         usage_saturation, recency_full_days,
         recency_half_life_days, recency_floor, superseded_penalty, step_weight = 0.3,
-        step_profile_weight = 0.8))]
+        step_profile_weight = 0.8, step_gate = 1.0))]
     fn new(
         semantic_weight: f64,
         lexical_weight: f64,
@@ -40,6 +40,7 @@ impl PyRankParams {
         superseded_penalty: f64,
         step_weight: f64,
         step_profile_weight: f64,
+        step_gate: f64,
     ) -> PyResult<Self> {
         let inner = ranking::Params {
             semantic_weight,
@@ -57,6 +58,7 @@ impl PyRankParams {
             superseded_penalty,
             step_weight,
             step_profile_weight,
+            step_gate,
         };
         let values = [
             semantic_weight,
@@ -74,6 +76,7 @@ impl PyRankParams {
             superseded_penalty,
             step_weight,
             step_profile_weight,
+            step_gate,
         ];
         if values.iter().any(|v| !v.is_finite()) {
             return Err(invalid_arg("params", "every parameter must be finite"));
@@ -89,6 +92,9 @@ impl PyRankParams {
         }
         if !(0.0..=1.0).contains(&step_profile_weight) {
             return Err(invalid_arg("step_profile_weight", "must be in [0, 1]"));
+        }
+        if !(0.0..=1.0).contains(&step_gate) {
+            return Err(invalid_arg("step_gate", "must be in [0, 1]"));
         }
         Ok(PyRankParams { inner })
     }
@@ -165,7 +171,8 @@ impl PyRankTable {
     /// without a row), for a request whose
     /// `STEP_NEIGHBOURS` nearest intents are `hit_ids` with `hit_scores`, whose analysed words
     /// are `words` and whose vector is `query` (its tool-profile fit reads `ann`'s vectors):
-    /// the factors the core's ranking applies, for the Python ranking path.
+    /// the factors the core's ranking applies (both parts gated by the hits' expected step
+    /// count), for the Python ranking path.
     #[allow(clippy::too_many_arguments)]
     fn step_factors(
         &self,
@@ -195,12 +202,14 @@ impl PyRankTable {
                 .map(|(&id, &score)| index::Hit { id, score })
                 .collect();
             let evidence = ranking::step_evidence(&table, &hits, &words, &params.inner);
+            let gate = ranking::step_gate(ranking::expected_steps(&table, &hits), &params.inner);
             pattern_ids
                 .iter()
                 .map(|p| {
                     table.row_of_pattern(p).map_or(1.0, |s| {
                         let row = table.row(s);
-                        evidence.factor(&row.tools) * profiles.factor(&table, row)
+                        let fit = evidence.factor(&row.tools) * profiles.factor(&table, row);
+                        ranking::gated_step(fit, gate)
                     })
                 })
                 .collect()
