@@ -208,8 +208,12 @@ impl PyRankTable {
                 .map(|p| {
                     table.row_of_pattern(p).map_or(1.0, |s| {
                         let row = table.row(s);
-                        let fit = evidence.factor(&row.tools) * profiles.factor(&table, row);
-                        ranking::gated_step(fit, gate)
+                        if gate > 0.0 {
+                            let fit = evidence.factor(&row.tools) * profiles.factor(&table, row);
+                            ranking::gated_step(fit, gate)
+                        } else {
+                            1.0 // a shut gate: exactly 1 whatever the factors
+                        }
                     })
                 })
                 .collect()

@@ -184,11 +184,16 @@ pub fn rank_retrieved(
             continue; // no intent left in the vector index: deleted since it answered
         };
         let lexical = bm25.get(&slot).copied().unwrap_or(0.0);
-        // both step factors, gated together (docs/ranking.md, Steps, "Tool profiles")
-        let steps = gated_step(
-            evidence.factor(&row.tools) * profiles.factor(table, row),
-            gate,
-        );
+        // both step factors, gated together (docs/ranking.md, Steps, "Tool profiles"); a shut
+        // gate gives exactly 1 whatever the factors, so they are not computed
+        let steps = if gate > 0.0 {
+            gated_step(
+                evidence.factor(&row.tools) * profiles.factor(table, row),
+                gate,
+            )
+        } else {
+            1.0
+        };
         let mut parts = score(semantic, lexical, &row.counts, params, now_ms, steps);
         if !passes(row, &parts, &resolved, filters) {
             continue;
