@@ -184,19 +184,22 @@ pub fn rank_retrieved(
             continue; // no intent left in the vector index: deleted since it answered
         };
         let lexical = bm25.get(&slot).copied().unwrap_or(0.0);
-        // both step factors, gated together (docs/ranking.md, Steps, "Tool profiles"); a shut
-        // gate gives exactly 1 whatever the factors, so they are not computed
-        let steps = if gate > 0.0 {
-            gated_step(
-                evidence.factor(&row.tools) * profiles.factor(table, row),
-                gate,
-            )
-        } else {
-            1.0
-        };
-        let mut parts = score(semantic, lexical, &row.counts, params, now_ms, steps);
+        // The filters read neither the total nor the steps: a candidate they remove costs no
+        // step factor. total * steps is the bits `score` gives with the factor inside (its
+        // product runs left to right, the factor last).
+        let mut parts = score(semantic, lexical, &row.counts, params, now_ms, 1.0);
         if !passes(row, &parts, &resolved, filters) {
             continue;
+        }
+        // both step factors, gated together (docs/ranking.md, Steps, "Tool profiles"); a shut
+        // gate gives exactly 1 whatever the factors, so they are not computed
+        if gate > 0.0 {
+            let steps = gated_step(
+                evidence.factor(&row.tools) * profiles.factor(table, row),
+                gate,
+            );
+            parts.total *= steps;
+            parts.steps = steps;
         }
         let capability = row.capability.as_deref().unwrap_or_default();
         // no context (the usual request): not even a hash per candidate
