@@ -20,6 +20,7 @@ import numpy.typing as npt
 from pml_server import _core
 from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import Vector
+from pml_server.embedding.language import is_english
 from pml_server.ranking import (
     CoreSuggestion,
     FilterSettings,
@@ -68,9 +69,14 @@ class TenantSearchIndex:
         )
         self._companion_pending: dict[int, str] = {}
         self._companion_lock = threading.Lock()
-        # Whether the tenant uses the companion (a request in another language came): only
-        # then are its vectors computed (service/_companion.py).
+        # Whether the tenant uses the companion (a request in another language came, or an
+        # intent in another language was recorded): only then are its vectors computed
+        # (service/_companion.py).
         self.companion_active = False
+        # The indexed intents whose text is not English (`embedding.language.is_english`): an
+        # English request is compared with them in the companion's space (docs/ranking.md,
+        # Other languages: the reverse direction).
+        self._foreign: set[int] = set()
         # Vector additions and removals so far, and how many of them the stored snapshot holds
         # (None: no snapshot of this index yet), so an unchanged index is not written again:
         # a snapshot of the 100k bench store is 156 MiB.
@@ -235,8 +241,14 @@ class TenantSearchIndex:
         self.lexical.add_terms(pattern_id, words)
         self._lexical_text[intent.id] = intent.text
         self.ranks.link_intent(intent.id, pattern_id)
-        if self.companion_active:
+        foreign = self.companion is not None and not is_english(intent.text)
+        if foreign or self.companion_active:
             with self._companion_lock:
+                if foreign:
+                    self._foreign.add(intent.id)
+                    if not self.companion_active:  # every intent so far waits for its vector
+                        self._companion_pending.update(self._lexical_text)
+                        self.companion_active = True
                 self._companion_pending[intent.id] = intent.text
 
     def remove(self, intent_ids: Sequence[int]) -> None:
@@ -344,6 +356,15 @@ class TenantSearchIndex:
                 self._companion_pending.update(self._lexical_text)
                 self.companion_active = True
 
+    def foreign_intents(self) -> frozenset[int]:
+        """The indexed intents not in English (empty without a companion model)."""
+        with self._companion_lock:
+            return frozenset(self._foreign)
+
+    def has_foreign_intents(self) -> bool:
+        with self._companion_lock:
+            return bool(self._foreign)
+
     def companion_missing(self) -> int:
         """How many indexed intents have no companion vector yet."""
         with self._companion_lock:
@@ -379,6 +400,7 @@ class TenantSearchIndex:
         with self._companion_lock:
             for i in intent_ids:
                 self._companion_pending.pop(i, None)
+                self._foreign.discard(i)
             present = [i for i in intent_ids if companion.contains(i)]
             if present:
                 companion.remove(np.array(present, dtype=np.uint64))
@@ -392,6 +414,13 @@ class TenantSearchIndex:
         """This index searched in the companion's space (`companion` must be set)."""
         assert self.companion is not None
         return CompanionView(self, self.companion)
+
+    def mixed(self, companion_query: Vector) -> MixedView:
+        """This index searched by an English request: its English intents in the primary
+        model's space, the others in the companion's with `companion_query` (`companion` must
+        be set)."""
+        assert self.companion is not None
+        return MixedView(self, CompanionView(self, self.companion), companion_query)
 
     def remove_vectors(self, intent_ids: Sequence[int]) -> None:
         """Take vectors out of the vector index alone (replaying the op log's removals into a
@@ -465,6 +494,64 @@ class CompanionView:
                     query.astype(np.float32), len(chunk), allow=chunk
                 )
             out.update(zip(ids.tolist(), scores.tolist(), strict=True))
+        return out
+
+    def pattern_of(self, intent_id: int) -> str | None:
+        return self._index.pattern_of(intent_id)
+
+    def intents_of(self, pattern_id: str) -> list[int]:
+        return self._index.intents_of(pattern_id)
+
+    def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
+        return self._index.lexical_hits(text, limit)
+
+
+class MixedView:
+    """A tenant's index as Suggest's Python path retrieves from it for an English request when
+    some intents were recorded in another language (docs/ranking.md, Other languages: the
+    reverse direction): each intent is compared in the space that reads it, its English
+    intents by the primary model (the `vector` the methods are given, so English pairs score
+    exactly as without this view), the others by the companion (`companion_query`, the same
+    request embedded by the companion model)."""
+
+    def __init__(
+        self, index: TenantSearchIndex, companion: CompanionView, companion_query: Vector
+    ) -> None:
+        self._index = index
+        self._companion = companion
+        self._query = companion_query
+        self._foreign = index.foreign_intents()
+        self.lexical = index.lexical
+        self.ranks = index.ranks
+
+    def _merged(
+        self, primary: list[tuple[int, float]], other: list[tuple[int, float]], limit: int
+    ) -> list[tuple[int, float]]:
+        hits = [(i, s) for i, s in primary if i not in self._foreign] + other
+        hits.sort(key=lambda hit: -hit[1])
+        return hits[:limit]
+
+    def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
+        # the primary space's hits on foreign intents are dropped: over-fetch by their number
+        primary = self._index.semantic(query, limit + min(len(self._foreign), limit))
+        other = self._companion.semantic_among(self._query, limit, sorted(self._foreign))
+        return self._merged(primary, other, limit)
+
+    def semantic_among(
+        self, query: Vector, limit: int, intent_ids: Sequence[int]
+    ) -> list[tuple[int, float]]:
+        english = [i for i in intent_ids if i not in self._foreign]
+        foreign = [i for i in intent_ids if i in self._foreign]
+        primary = self._index.semantic_among(query, limit, english)
+        other = self._companion.semantic_among(self._query, limit, foreign)
+        return self._merged(primary, other, limit)
+
+    def exact_scores(self, query: Vector, intent_ids: Sequence[int]) -> dict[int, float]:
+        english = [i for i in intent_ids if i not in self._foreign]
+        foreign = [i for i in intent_ids if i in self._foreign]
+        out = self._index.exact_scores(query, english) if english else {}
+        if foreign:
+            out.update(self._companion.exact_scores(self._query, foreign))
         return out
 
     def pattern_of(self, intent_id: int) -> str | None:

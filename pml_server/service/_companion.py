@@ -7,12 +7,16 @@ index per tenant (`TenantSearchIndex.companion`); a Suggest whose request is not
 same retrieval, formula, filters and grouping on the Python path, with the companion's cosines
 as the semantic part and the lexical part weighed `OTHER_LANGUAGE_LEXICAL_WEIGHT` at most (a
 French request's words rarely match English documents, and when they do it is mostly by
-accident). English requests, a client-supplied `intent_embedding` (a vector of the primary
+accident). The reverse: an intent recorded in another language (the same guess, at capture)
+makes the tenant use the companion; an English request over such a tenant is answered on the
+Python path with each intent compared in the space that reads it (`TenantSearchIndex.mixed`:
+English intents by the primary model, exactly as before, the others by the companion). English
+requests over English intents, a client-supplied `intent_embedding` (a vector of the primary
 model) and the primary index are untouched.
 
 The companion costs only tenants that use it. Its vectors are never stored: a tenant's are
-computed from the intent texts its index already holds once its first request in another
-language arrives, and from then on after its captures, by one background thread
+computed from the intent texts its index already holds once its first request (or intent) in
+another language arrives, and from then on after its captures, by one background thread
 (`CompanionFiller`), in batches, off the capture's path. A Suggest in another language first
 embeds what is still missing if that is at most `SYNC_FILL` texts (a capture just made is found
 at once); with more missing (a tenant's first such request over a large memory, or a burst of
@@ -55,6 +59,20 @@ def make_companion(config: EngineConfig) -> CachedEmbedder | None:
 def applies(companion: CachedEmbedder | None, query: SuggestQuery) -> bool:
     """Whether `query` should be answered in the companion's space."""
     return companion is not None and query.intent_embedding is None and not is_english(query.intent)
+
+
+def mixes(
+    companion: CachedEmbedder | None, index: TenantSearchIndex | None, query: SuggestQuery
+) -> bool:
+    """Whether `query`, an English request, meets intents recorded in another language, which
+    it then reads in the companion's space (the reverse direction)."""
+    return (
+        companion is not None
+        and index is not None
+        and query.intent_embedding is None
+        and index.has_foreign_intents()
+        and is_english(query.intent)
+    )
 
 
 def fill(

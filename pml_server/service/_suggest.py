@@ -62,9 +62,14 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
     request_parts, weights = (
         split_request_weighted(query.intent) if query.plan_size > 0 else ((), ())
     )
-    if len(request_parts) < MIN_PLAN_PARTS or _companion.applies(state.companion, query):
-        # a request in another language: ranked in the companion's space, no plan (the parts
-        # would be embedded by the English model; docs/ranking.md, Other languages)
+    if (
+        len(request_parts) < MIN_PLAN_PARTS
+        or _companion.applies(state.companion, query)
+        or _companion.mixes(state.companion, state.indexes.get(tenant), query)
+    ):
+        # a request in another language, or an English one over intents recorded in another:
+        # ranked with the companion's cosines, no plan (the parts would be embedded by the
+        # English model alone; docs/ranking.md, Other languages)
         return rank_suggestions(state, tenant, query)
     check_tenant(tenant)
     _check_query(query)
@@ -159,6 +164,14 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
     vector = _query_vector(state, query, cross_lingual)
     if index is None:
         return SuggestResult(())
+    # an English request over intents recorded in another language: those are compared in the
+    # companion's space, the English ones in the primary's (service/_companion.py)
+    mixed = (
+        not cross_lingual
+        and filler is not None
+        and _companion.mixes(state.companion, index, query)
+        and filler.ready_for(index)
+    )
     ranking = state.ranking
     # the session signal (docs/ranking.md, Sessions): {} without a context
     factors = transition_factors(
@@ -169,6 +182,8 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
         # another language: the companion's space, on this path (service/_companion.py)
         searched = index.cross_lingual()
         ranking = _companion.other_language_ranking(ranking)
+    elif mixed and state.companion is not None:
+        searched = index.mixed(_companion_vector(state, query))
     elif not query.explain and index.ranks_in_core():
         now = state.clock()
         return suggest_in_core(
@@ -224,11 +239,18 @@ def _query_vector(state: EngineState, query: SuggestQuery, cross_lingual: bool =
     if query.intent_embedding is not None:
         return client_vector(query.intent_embedding, state.embedder.dim, "intent_embedding")
     if cross_lingual and state.companion is not None:
-        vector: Vector = state.companion.embed([query.intent])[0]
+        vector = _companion_vector(state, query)
         if not usable(vector):
             raise no_words_error()
         return vector
     return state.embed_one(query.intent)
+
+
+def _companion_vector(state: EngineState, query: SuggestQuery) -> Vector:
+    """The request embedded by the cross-lingual companion (set)."""
+    assert state.companion is not None
+    vector: Vector = state.companion.embed([query.intent])[0]
+    return vector
 
 
 def _check_query(query: SuggestQuery) -> None:
