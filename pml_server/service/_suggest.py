@@ -46,7 +46,7 @@ from pml_server.ranking.plans import (
 from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.ranking.transitions import transition_factors
 from pml_server.search import TenantSearchIndex
-from pml_server.search.tenant import CompanionView
+from pml_server.search.tenant import CompanionView, MixedView
 from pml_server.search.vectors import EXACT_SCAN_MIN
 from pml_server.service import _companion
 from pml_server.service import _sessions as sessions
@@ -177,7 +177,7 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
     factors = transition_factors(
         sessions.context_weights(state, tenant, query.context, state.clock()), ranking
     )
-    searched: TenantSearchIndex | CompanionView = index
+    searched: TenantSearchIndex | CompanionView | MixedView = index
     if cross_lingual:
         # another language: the companion's space, on this path (service/_companion.py)
         searched = index.cross_lingual()
@@ -333,7 +333,7 @@ class Retrieved:
 def retrieve(
     repo: Repository,
     tenant: str,
-    index: TenantSearchIndex | CompanionView,
+    index: TenantSearchIndex | CompanionView | MixedView,
     vector: Vector,
     text: str,
     limit: int,
