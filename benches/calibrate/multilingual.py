@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from benches.harness.devset import DevExecution, load
+from benches.harness.devset import DevExecution, DevQuery, load
 from benches.harness.quality_vectors import vectors
 from pml_server.embedding.language import is_english
 from pml_server.ranking import LexicalIndex, RankingConfig
@@ -59,6 +59,9 @@ class Option:
     # the lexical weight of a request that is not English (with a companion, `switch` mode):
     # its words rarely match English documents, and when they do it is mostly by accident
     other_lexical_weight: float = 0.9
+    # an English request compared with intents that are not English in the companion's space
+    # (the reverse direction, as served); False: by the primary model, as before
+    mixed: bool = True
 
 
 def probe() -> dict[str, Any]:
@@ -67,40 +70,50 @@ def probe() -> dict[str, Any]:
 
 
 class Memory:
-    """The dev-set executions as the engine would hold them: one pattern per group."""
+    """The dev-set executions as the engine would hold them: one pattern per group. `entries`:
+    (group, intent text, tools) per execution."""
 
-    def __init__(self, executions: Sequence[DevExecution], replaced: dict[str, str]) -> None:
-        groups = sorted({e.group for e in executions})
+    def __init__(self, entries: Sequence[tuple[str, str, Sequence[str]]]) -> None:
+        groups = sorted({g for g, _, _ in entries})
         self.index_of = {g: i for i, g in enumerate(groups)}
-        ordered = sorted(executions, key=lambda e: self.index_of[e.group])
-        self.texts = [replaced.get(e.id, e.intent) for e in ordered]
+        ordered = sorted(entries, key=lambda e: self.index_of[e[0]])
+        self.texts = [text for _, text, _ in ordered]
         self.english = np.array([is_english(t) for t in self.texts])
-        self.group_of = np.array([self.index_of[e.group] for e in ordered])
-        self.starts = np.searchsorted(self.group_of, np.arange(len(groups)))
+        self.group_of = np.array([self.index_of[g] for g, _, _ in ordered])
         self.sizes = np.bincount(self.group_of, minlength=len(groups))
+        # each group's intents as a row of positions (padded with len(texts): a -inf column)
+        self.members = np.full((len(groups), int(self.sizes.max())), len(self.texts))
+        filled = np.zeros(len(groups), dtype=np.int64)
+        for position, group in enumerate(self.group_of):
+            self.members[group, filled[group]] = position
+            filled[group] += 1
         self.lexical = LexicalIndex()
         seen: set[str] = set()
-        for e, text in zip(ordered, self.texts, strict=True):
-            first = e.group not in seen
-            self.lexical.add_terms(e.group, f"{' '.join(e.tools)} {text}" if first else text)
-            seen.add(e.group)
+        for group, text, tools in ordered:
+            first = group not in seen
+            self.lexical.add_terms(group, f"{' '.join(tools)} {text}" if first else text)
+            seen.add(group)
+
+    @classmethod
+    def of(cls, executions: Sequence[DevExecution], replaced: dict[str, str]) -> Memory:
+        """The dev set's executions, those named in `replaced` under another intent text."""
+        return cls([(e.group, replaced.get(e.id, e.intent), e.tools) for e in executions])
 
     @property
     def groups(self) -> int:
-        return len(self.starts)
+        return len(self.sizes)
 
     def semantic(self, cosines: Array) -> Array:
         """Per query and group: the weighted mean of the group's three best cosines, >= 0."""
         out = np.zeros((cosines.shape[0], self.groups))
-        for i, row in enumerate(cosines):
-            best_first = row[np.lexsort((-row, self.group_of))]
-            summed = np.zeros(self.groups)
-            weight = np.zeros(self.groups)
-            for r in range(3):
-                ok = self.sizes > r
-                summed[ok] += WEIGHTS[r] * best_first[self.starts[ok] + r]
-                weight[ok] += WEIGHTS[r]
-            out[i] = np.maximum(summed / weight, 0.0)
+        for first in range(0, cosines.shape[0], 64):
+            rows = cosines[first : first + 64]
+            padded = np.concatenate([rows, np.full((rows.shape[0], 1), -np.inf)], axis=1)
+            best = -np.sort(-padded[:, self.members], axis=2)[:, :, :3]
+            present = np.isfinite(best)
+            weights = WEIGHTS[: best.shape[2]] * present
+            summed = (np.where(present, best, 0.0) * weights).sum(axis=2)
+            out[first : first + 64] = np.maximum(summed / weights.sum(axis=2), 0.0)
         return out
 
     def bm25(self, queries: Sequence[str]) -> Array:
@@ -127,9 +140,11 @@ def cosines(option: Option, queries: Sequence[str], memory: Memory) -> Array:
     other = (q2 @ m2.T).astype(np.float64)
     if option.mode == "mean":
         return (primary + other) / 2
-    # as served (service/_companion.py): the request's language alone picks the space
+    # as served (service/_companion.py): a request that is not English is read in the
+    # companion's space; an English one too against intents that are not English (`mixed`)
     english_query = np.array([is_english(q) for q in queries])
-    return np.where(english_query[:, None], primary, other)
+    english_pair = english_query[:, None] & (memory.english[None, :] | (not option.mixed))
+    return np.where(english_pair, primary, other)
 
 
 def ranks(
@@ -170,7 +185,7 @@ def measure(option: Option, check: bool, only: str | None = None) -> dict[str, d
     executions, queries = load("default")
     data = probe()
     out: dict[str, dict[str, float]] = {}
-    plain = Memory(executions, {})
+    plain = Memory.of(executions, {})
     if only is None:
         out["english, 923 dev queries"] = figures(
             ranks(option, [q.intent for q in queries], [q.group for q in queries], plain)
@@ -185,6 +200,7 @@ def measure(option: Option, check: bool, only: str | None = None) -> dict[str, d
         out[f"probe {language}"] = figures(
             ranks(option, [q[language] for q in items], expected, plain)
         )
+    out |= reverse_figures(option, executions, queries, data, items)
     if only is not None:
         return out
     reverse = data["reverse"]
@@ -193,8 +209,40 @@ def measure(option: Option, check: bool, only: str | None = None) -> dict[str, d
     texts, groups = [a for a, _ in asked], [g for _, g in asked]
     out["reverse, English memory"] = figures(ranks(option, texts, groups, plain))
     out["reverse, translated memory"] = figures(
-        ranks(option, texts, groups, Memory(executions, replaced))
+        ranks(option, texts, groups, Memory.of(executions, replaced))
     )
+    return out
+
+
+def reverse_figures(
+    option: Option,
+    executions: Sequence[DevExecution],
+    queries: Sequence[DevQuery],
+    data: dict[str, Any],
+    items: Sequence[dict[str, Any]],
+) -> dict[str, dict[str, float]]:
+    """The reverse direction on the probe (benches/README.md, Multilingual probe): the probe
+    groups' executions are replaced by the probe's requests in one language (the other groups
+    stay in English), and English requests ask for them. `reverse same <language>`: the probe's
+    own English requests (against their translations); `reverse other <language>`: the dev
+    set's other English requests of those groups (paraphrases of other tasks of the same
+    tools: harder). `<language>` = en is the baseline, the same memory recorded in English."""
+    every = data["queries"]
+    probe_groups = {q["expected_group"] for q in every}
+    kept = [(e.group, e.intent, e.tools) for e in executions if e.group not in probe_groups]
+    probe_ids = {q["id"] for q in every}
+    wanted = {q["expected_group"] for q in items}
+    others = [(q.intent, q.group) for q in queries if q.group in wanted and q.id not in probe_ids]
+    out: dict[str, dict[str, float]] = {}
+    for language in ("en", *LANGUAGES):
+        recorded = [(q["expected_group"], q[language], q["expected_tools"]) for q in every]
+        memory = Memory(kept + recorded)
+        out[f"reverse same {language}"] = figures(
+            ranks(option, [q["en"] for q in items], [q["expected_group"] for q in items], memory)
+        )
+        out[f"reverse other {language}"] = figures(
+            ranks(option, [t for t, _ in others], [g for _, g in others], memory)
+        )
     return out
 
 
@@ -205,6 +253,14 @@ OPTIONS: dict[str, Option] = {
     o.name: o
     for o in (
         Option("minilm", "minilm"),
+        Option(
+            "before: minilm + use for other languages, lexical weight 0.3, English requests"
+            " by minilm alone",
+            "minilm",
+            "use",
+            other_lexical_weight=0.3,
+            mixed=False,
+        ),
         Option("e5", "e5"),
         Option("use", "use"),
         *(
@@ -236,9 +292,11 @@ def table(results: dict[str, dict[str, dict[str, float]]], line: Callable[[str],
     line(
         "| option | English 923 hit@1 / MRR | probe en hit@1 / hit@5 | "
         + " | ".join(f"{lang} hit@1 / hit@5" for lang in LANGUAGES)
-        + " | reverse (en memory -> translated) hit@1 / hit@5 |"
+        + " | reverse, 8 hand-translated groups (en memory -> translated) hit@1 / hit@5"
+        + " | reverse same, hit@5 en / fr / de / es / zh"
+        + " | reverse other, hit@5 en / fr / de / es / zh |"
     )
-    line("| --- " * (4 + len(LANGUAGES)) + "|")
+    line("| --- " * (6 + len(LANGUAGES)) + "|")
     for name, r in results.items():
         en = r["english, 923 dev queries"]
         cells = [f"{en['hit@1']:.3f} / {en['MRR']:.4f}"]
@@ -247,6 +305,12 @@ def table(results: dict[str, dict[str, dict[str, float]]], line: Callable[[str],
             cells.append(f"{p['hit@1']:.3f} / {p['hit@5']:.3f}")
         a, b = r["reverse, English memory"], r["reverse, translated memory"]
         cells.append(f"{a['hit@1']:.2f} / {a['hit@5']:.2f} -> {b['hit@1']:.2f} / {b['hit@5']:.2f}")
+        for kind in ("same", "other"):
+            cells.append(
+                " / ".join(
+                    f"{r[f'reverse {kind} {lang}']['hit@5']:.2f}" for lang in ("en", *LANGUAGES)
+                )
+            )
         line(f"| {name} | " + " | ".join(cells) + " |")
 
 
