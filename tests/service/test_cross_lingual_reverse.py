@@ -68,7 +68,8 @@ def test_each_intent_is_compared_in_the_space_that_reads_it(
     answer = engine.suggest("t", SuggestQuery(request, k=6, min_match=0.0))
     seen = {s.pattern.intents[0].text: s.score.semantic for s in answer.suggestions}
     french, english = "Trouve des restaurants à Dallas", "Create a new GitHub repository"
-    assert french in seen and english in seen
+    assert french in seen
+    assert english in seen
     use_vectors = use.embed([request, french])
     minilm_vectors = minilm.embed([request, english])
     # HNSW half precision: within 1e-3
@@ -82,7 +83,8 @@ def test_a_tenant_recorded_in_english_never_runs_the_companion(tmp_path: Path) -
         engine.record("en", make_record("a", "Send an email to my boss", ["gmail_send"]))
         engine.suggest("en", SuggestQuery("Send a mail to my manager", k=1))
         index = engine._state.indexes.get("en")
-        assert index is not None and index.companion is not None
+        assert index is not None
+        assert index.companion is not None
         assert not index.companion_active
         assert not index.has_foreign_intents()
         assert engine.wait_cross_lingual(60)
@@ -98,13 +100,16 @@ def test_an_intent_in_another_language_starts_the_companion_and_deletion_ends_th
     try:
         english = engine.record("t", make_record("a", "Send an email to my boss", ["gmail_send"]))
         index = engine._state.indexes.get("t")
-        assert index is not None and not index.companion_active
+        assert index is not None
+        assert not index.companion_active
         french = engine.record(
             "t", make_record("b", "Trouve des restaurants à Dallas", ["restaurant_search"])
         )
-        assert index.companion_active and index.has_foreign_intents()
+        assert index.companion_active
+        assert index.has_foreign_intents()
         assert engine.wait_cross_lingual(120)
-        assert index.companion is not None and len(index.companion) == 2
+        assert index.companion is not None
+        assert len(index.companion) == 2
         top = engine.suggest("t", SuggestQuery("Find restaurants in Dallas", k=1))
         assert top.suggestions[0].capability_id == french.capability_id
         engine.delete_capability("t", french.capability_id)
@@ -122,7 +127,8 @@ def test_the_reverse_survives_a_restart(tmp_path: Path) -> None:
     engine = open_engine(tmp_path, embedder="minilm")
     try:
         index = engine._state.indexes.get("t")
-        assert index is not None and index.has_foreign_intents()
+        assert index is not None
+        assert index.has_foreign_intents()
         assert engine.wait_cross_lingual(120)
         for request_text, tool in REQUESTS:
             top = engine.suggest("t", SuggestQuery(request_text, k=1)).suggestions[0]
@@ -136,7 +142,8 @@ def test_without_the_companion_the_reverse_is_the_english_models(tmp_path: Path)
     try:
         fill(engine)
         index = engine._state.indexes.get("t")
-        assert index is not None and not index.has_foreign_intents()
+        assert index is not None
+        assert not index.has_foreign_intents()
         request = "Convert my ABC notation to MIDI files"
         answer = engine.suggest("t", SuggestQuery(request, k=6, min_match=0.0))
         minilm = make_embedder("minilm")
