@@ -7,10 +7,12 @@ index per tenant (`TenantSearchIndex.companion`); a Suggest whose request is not
 same retrieval, formula, filters and grouping on the Python path, with the companion's cosines
 as the semantic part and the lexical part weighed `OTHER_LANGUAGE_LEXICAL_WEIGHT` at most (a
 French request's words rarely match English documents, and when they do it is mostly by
-accident). The reverse: an intent recorded in another language (the same guess, at capture)
-makes the tenant use the companion; an English request over such a tenant is answered on the
-Python path with each intent compared in the space that reads it (`TenantSearchIndex.mixed`:
-English intents by the primary model, exactly as before, the others by the companion). English
+accident; its accents are folded first, `lexical_text`).
+
+The reverse: an intent recorded in another language (the same guess, at capture) makes the
+tenant use the companion; an English request over such a tenant is answered on the Python path
+with each intent compared in the space that reads it (`TenantSearchIndex.mixed`: English
+intents by the primary model, exactly as before, the others by the companion). English
 requests over English intents, a client-supplied `intent_embedding` (a vector of the primary
 model) and the primary index are untouched.
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import unicodedata
 from dataclasses import replace
 
 from pml_server.config import EngineConfig
@@ -88,6 +91,15 @@ def fill(
         vectors = companion.embed([text for _, text in chunk])
         index.add_companion([intent_id for intent_id, _ in chunk], vectors)
     return len(pending)
+
+
+def lexical_text(text: str) -> str:
+    """The words a request in another language is searched with in the lexical index: its
+    accents folded (NFKD, combining marks dropped), so a word spelled as its English cognate
+    but for an accent ("pódcasts", "vidéo", "música") meets the English documents' stem. English
+    documents rarely carry accents; Chinese, Japanese and Korean characters carry none."""
+    folded = unicodedata.normalize("NFKD", text)
+    return "".join(ch for ch in folded if not unicodedata.combining(ch))
 
 
 def other_language_ranking(ranking: RankingConfig) -> RankingConfig:

@@ -178,7 +178,9 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
         sessions.context_weights(state, tenant, query.context, state.clock()), ranking
     )
     searched: TenantSearchIndex | CompanionView | MixedView = index
+    text = query.intent
     if cross_lingual:
+        text = _companion.lexical_text(text)
         # another language: the companion's space, on this path (service/_companion.py)
         searched = index.cross_lingual()
         ranking = _companion.other_language_ranking(ranking)
@@ -191,11 +193,11 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
         )
     limit = ranking.fetch_limit(query.k)
     permitted = index.permitted(resolve_settings(query, ranking), ranking)
-    found = retrieve(state.repo, tenant, searched, vector, query.intent, limit, ranking, permitted)
+    found = retrieve(state.repo, tenant, searched, vector, text, limit, ranking, permitted)
     if permitted is not None and query.explain:
         # `explain` also lists what the filters removed from the unrestricted shortlist, each
         # with its rule; they fail those filters, so the answer is that of the allow-list.
-        found.add(retrieve(state.repo, tenant, searched, vector, query.intent, limit, ranking))
+        found.add(retrieve(state.repo, tenant, searched, vector, text, limit, ranking))
     # the ceiling bounds the counters read after it: both from one state of the store
     with state.repo.consistent_reads():
         ceiling = score_ceiling(*state.repo.counter_ceilings(tenant), ranking)
