@@ -12,8 +12,9 @@ accident; its accents are folded first, `lexical_text`).
 The reverse: an intent recorded in another language (the same guess, at capture) makes the
 tenant use the companion; an English request over such a tenant is answered on the Python path
 with each intent compared in the space that reads it (`TenantSearchIndex.mixed`: English
-intents by the primary model, exactly as before, the others by the companion). English
-requests over English intents, a client-supplied `intent_embedding` (a vector of the primary
+intents by the primary model, exactly as before, the others by the companion) and its lexical
+part weighed `MIXED_LEXICAL_WEIGHT` at most. English requests in a tenant whose intents are
+all English, a client-supplied `intent_embedding` (a vector of the primary
 model) and the primary index are untouched.
 
 The companion costs only tenants that use it. Its vectors are never stored: a tenant's are
@@ -46,6 +47,12 @@ log = logging.getLogger(__name__)
 # The lexical weight of a request that is not English, at most (the tenant's own weight if
 # lower): chosen on the multilingual probe's tune part (benches/results/multilingual.md).
 OTHER_LANGUAGE_LEXICAL_WEIGHT = 0.3
+# The lexical weight of an English request over a tenant holding intents in other languages,
+# at most: their documents cannot share its words, so a full weight ranks every English
+# pattern it shares words with above them (chosen on the probe's reverse tune part among 0.9,
+# 0.7, 0.6, 0.5, 0.4, 0.3, the lowest keeping English hit@1 within 0.01 and MRR unchanged:
+# benches/results/multilingual.md).
+MIXED_LEXICAL_WEIGHT = 0.5
 # Texts per companion embedding call while filling an index.
 FILL_BATCH = 32
 # Missing companion vectors a Suggest embeds itself before answering (about 10 ms each).
@@ -106,6 +113,11 @@ def other_language_ranking(ranking: RankingConfig) -> RankingConfig:
     """The ranking settings of a request answered in the companion's space."""
     weight = min(ranking.lexical_weight, OTHER_LANGUAGE_LEXICAL_WEIGHT)
     return replace(ranking, lexical_weight=weight)
+
+
+def mixed_ranking(ranking: RankingConfig) -> RankingConfig:
+    """The ranking settings of an English request over intents in other languages."""
+    return replace(ranking, lexical_weight=min(ranking.lexical_weight, MIXED_LEXICAL_WEIGHT))
 
 
 class CompanionFiller:

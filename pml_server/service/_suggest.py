@@ -186,6 +186,7 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
         ranking = _companion.other_language_ranking(ranking)
     elif mixed and state.companion is not None:
         searched = index.mixed(_companion_vector(state, query))
+        ranking = _companion.mixed_ranking(ranking)
     elif not query.explain and index.ranks_in_core():
         now = state.clock()
         return suggest_in_core(
