@@ -152,3 +152,23 @@ def test_without_the_companion_the_reverse_is_the_english_models(tmp_path: Path)
             assert abs(s.score.semantic - max(0.0, float(vectors[0] @ vectors[1]))) < 1e-3
     finally:
         engine.close()
+
+
+def test_a_request_in_another_language_meets_english_words_with_its_accents_folded(
+    tmp_path: Path,
+) -> None:
+    from pml_server.service._companion import lexical_text
+
+    assert lexical_text("¿Hay pódcasts educativos? Vidéo, música") == (
+        "¿Hay podcasts educativos? Video, musica"
+    )
+    assert lexical_text("把我的 ABC 记谱转换成 MIDI 文件") == "把我的 ABC 记谱转换成 MIDI 文件"
+    engine = open_engine(tmp_path, embedder="minilm")
+    try:
+        engine.record("t", make_record("p", "Find educational podcasts", ["podcast_tool"]))
+        engine.record("t", make_record("m", "Send an email to my boss", ["gmail_send"]))
+        top = engine.suggest("t", SuggestQuery("¿Hay pódcasts educativos?", k=1)).suggestions[0]
+        assert top.pattern.tools == ("podcast_tool",)
+        assert top.score.lexical > 0.0  # "podcasts" met the English document's stem
+    finally:
+        engine.close()
