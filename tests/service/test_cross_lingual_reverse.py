@@ -168,7 +168,7 @@ def test_a_request_in_another_language_meets_english_words_with_its_accents_fold
         engine.record("t", make_record("p", "Find educational podcasts", ["podcast_tool"]))
         engine.record("t", make_record("m", "Send an email to my boss", ["gmail_send"]))
         top = engine.suggest("t", SuggestQuery("¿Hay pódcasts educativos?", k=1)).suggestions[0]
-        assert top.pattern.tools == ("podcast_tool",)
+        assert top.pattern.tools_used == ("podcast_tool",)
         assert top.score.lexical > 0.0  # "podcasts" met the English document's stem
     finally:
         engine.close()
