@@ -172,3 +172,22 @@ def test_a_request_in_another_language_meets_english_words_with_its_accents_fold
         assert top.score.lexical > 0.0  # "podcasts" met the English document's stem
     finally:
         engine.close()
+
+
+def test_the_agents_tools_restrict_the_reverse_too(filled: tuple[Engine, dict[str, str]]) -> None:
+    """With `available_tools`, the answer is the best permitted capability, whichever space
+    reads its intents (docs/ranking.md, Context filters)."""
+    engine, caps = filled
+    for request, tools, expected in [
+        (
+            "Find restaurants in Dallas",
+            ("restaurant_search", "github_create_repo"),
+            "restaurant_search",
+        ),
+        ("Send an email to my boss", ("gmail_send", "github_create_repo"), "gmail_send"),
+        ("Send an email to my boss", ("weather_forecast", "gmail_send"), "gmail_send"),
+    ]:
+        query = SuggestQuery(request, k=3, available_tools=tools)
+        answer = engine.suggest("t", query)
+        assert answer.suggestions[0].capability_id == caps[expected]
+        assert {s.capability_id for s in answer.suggestions} <= {caps[t] for t in tools}
