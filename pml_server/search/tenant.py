@@ -533,8 +533,11 @@ class MixedView:
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
         # the primary space's hits on foreign intents are dropped: over-fetch by their number
-        primary = self._index.semantic(query, limit + min(len(self._foreign), limit))
-        other = self._companion.semantic_among(self._query, limit, sorted(self._foreign))
+        foreign = len(self._foreign)
+        if foreign >= self._index.vector_count():  # all in another language: no allow-list
+            return self._companion.semantic(self._query, limit)
+        primary = self._index.semantic(query, limit + min(foreign, limit))
+        other = self._companion.semantic_among(self._query, limit, list(self._foreign))
         return self._merged(primary, other, limit)
 
     def semantic_among(

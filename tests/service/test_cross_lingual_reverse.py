@@ -191,3 +191,19 @@ def test_the_agents_tools_restrict_the_reverse_too(filled: tuple[Engine, dict[st
         answer = engine.suggest("t", query)
         assert answer.suggestions[0].capability_id == caps[expected]
         assert {s.capability_id for s in answer.suggestions} <= {caps[t] for t in tools}
+
+
+def test_a_tenant_recorded_only_in_other_languages(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path, embedder="minilm")
+    try:
+        caps = {
+            tool: engine.record("t", make_record(f"r{n}", intent, [tool])).capability_id
+            for n, (intent, tool) in enumerate(MEMORY[:4])
+        }
+        for request_text, tool in REQUESTS[:4]:
+            for explain in (False, True):
+                query = SuggestQuery(request_text, k=2, explain=explain)
+                top = engine.suggest("t", query).suggestions[0]
+                assert top.capability_id == caps[tool], request_text
+    finally:
+        engine.close()
