@@ -17,7 +17,8 @@ its offered tools (expected + 4 nearest, `bench_context.offered_tools`) for k = 
 - replays of step evidence variants offline (the served candidates and score parts, the step
   factor replaced): the request's nearest intents taken among the permitted patterns only, and
   a tool-level relevance (each offered tool's best intents over every pattern using it,
-  softmax over the offered tools), each in the step fit's Dice form.
+  softmax over the offered tools), each in the step fit's Dice form; and the match alone with
+  other lexical weights.
 
 `--dump FILE` writes every miss as JSON lines (request, expected tools, offered tools, the top 3
 with their tools and score parts). Nothing is written to results/.
@@ -102,6 +103,23 @@ class Replay:
             hit = best.group == query.group
             hits["all"] += hit
             hits[kind] += hit
+        return {k: hits[k] / count[k] for k in ("all", "single", "multi")}
+
+    def hit1_lexical(self, weight: float) -> dict[str, float]:
+        """hit@1 ranking by the match alone, its lexical weight replaced (semantic weight 1)."""
+        hits: Counter[str] = Counter()
+        count: Counter[str] = Counter()
+        for query in self.queries:
+            kind = "multi" if query.multi_tool else "single"
+            count["all"] += 1
+            count[kind] += 1
+            cands = self.answers[query.id]
+            if cands:
+                best = max(
+                    cands, key=lambda c: 1 - (1 - c.parts.semantic) * (1 - weight * c.parts.lexical)
+                )
+                hits["all"] += best.group == query.group
+                hits[kind] += best.group == query.group
         return {k: hits[k] / count[k] for k in ("all", "single", "multi")}
 
     def permitted_neighbours(self, neighbours: int, weight: float) -> Callable[[DevQuery], Factor]:
@@ -301,6 +319,12 @@ def main(argv: Sequence[str]) -> None:
     for name, factor_of in variants:
         result = replay.hit1(factor_of)
         print(f"  {name}: " + " ".join(f"{k} {v:.4f}" for k, v in result.items()))
+    for weight in (0.5, 0.7, 0.9, 1.0):
+        result = replay.hit1_lexical(weight)
+        print(
+            f"  match alone, lexical weight {weight}: "
+            + " ".join(f"{k} {v:.4f}" for k, v in result.items())
+        )
     if dump is not None:
         dump.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
