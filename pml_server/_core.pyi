@@ -183,9 +183,10 @@ class RankParams:
         recency_floor: float,
         superseded_penalty: float,
         step_weight: float = 0.3,
+        step_gate: float = 1.0,
     ) -> Self:
         """InvalidArgumentError naming `params` if one is not finite or expected_success_rate
-        is not in (0, 1], naming `step_weight` if it is not in [0, 1]."""
+        is not in (0, 1], naming `step_weight` or `step_gate` if it is not in [0, 1]."""
 
 STEP_NEIGHBOURS: int
 """How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps)."""
@@ -216,8 +217,9 @@ class RankTable:
         words: list[str],
         params: RankParams,
     ) -> list[float]:
-        """The step factor of each pattern (1.0 without a row) for a request whose
-        `STEP_NEIGHBOURS` nearest intents are these hits and whose analysed words are `words`."""
+        """The step factor of each pattern (1.0 without a row), gated by the hits' expected step
+        count (docs/ranking.md, Steps, "Gate"), for a request whose `STEP_NEIGHBOURS` nearest
+        intents are these hits and whose analysed words are `words`."""
     def set_counters(
         self,
         pattern_id: str,

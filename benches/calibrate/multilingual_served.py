@@ -74,7 +74,7 @@ def reverse_served(language: str) -> dict[str, float]:
         config = EngineConfig(data_dir=Path(tmp), embedder="minilm", durability="fast")
         engine = Engine.open(config)
         try:
-            assert engine.wait_ready(120)
+            assert engine.admin.wait_ready(120)
             groups_of: dict[str, set[str]] = {}
             for first in range(0, len(records), BATCH):
                 done = engine.record_many("t", records[first : first + BATCH])
@@ -82,7 +82,7 @@ def reverse_served(language: str) -> dict[str, float]:
                     if isinstance(result, Exception):
                         raise result
                     groups_of.setdefault(result.capability_id, set()).add(entry[0])
-            assert engine.wait_cross_lingual(900)
+            assert engine.admin.wait_cross_lingual(900)
             out = {}
             for kind, requests in asked.items():
                 hits = 0

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from pml_server.domain.model import EmbeddingUsage
-from pml_server.domain.vectors import Matrix
+from pml_server.domain.vectors import Matrix, Vector
 
 
 class ModelIntegrityError(RuntimeError):
@@ -44,6 +45,20 @@ class Embedder(Protocol):
         """One row per text, shape (len(texts), dim)."""
 
 
+@dataclass(frozen=True)
+class SpanPools:
+    """One model run of a text and the mean of its token states over character spans of it
+    (docs/ranking.md, Plans, "Part vectors"): `vector` is the text's embedding, the very one
+    `embed([text])` gives; `mean` its token states' mean before normalization; `spans` one row
+    per span, the mean of the states of the tokens inside it (not normalized), and
+    `found[n]` whether span n held a token (a span past the model's token limit holds none)."""
+
+    vector: Vector
+    mean: Vector
+    spans: Matrix
+    found: tuple[bool, ...]
+
+
 class EmbedderWrapper:
     """Base of the wrappers that add behaviour around an Embedder (caching, metering): the
     wrapped model's identity passes through unchanged."""
@@ -62,6 +77,17 @@ class EmbedderWrapper:
     @property
     def dim(self) -> int:
         return self._inner.dim
+
+    def embed_spans(self, text: str, spans: Sequence[tuple[int, int]]) -> SpanPools | None:
+        """The wrapped model's `embed_spans`; None when it has none (it only embeds texts)."""
+        inner = self._inner
+        if isinstance(inner, EmbedderWrapper):
+            return inner.embed_spans(text, spans)
+        run = getattr(inner, "embed_spans", None)
+        if not callable(run):
+            return None
+        pools = run(text, spans)
+        return pools if isinstance(pools, SpanPools) else None
 
     def usage(self) -> EmbeddingUsage:
         """The model's usage, from the `MeteredEmbedder` inside (zeros if there is none)."""

@@ -9,7 +9,9 @@ import numpy as np
 
 from pml_server.domain.lru import Lru
 from pml_server.domain.vectors import Matrix, Vector
-from pml_server.embedding.base import Embedder, EmbedderWrapper
+from pml_server.embedding.base import Embedder, EmbedderWrapper, SpanPools
+
+SPAN_CACHE = 1024  # requests whose span pools are kept (each a few kB)
 
 
 class CachedEmbedder(EmbedderWrapper):
@@ -22,6 +24,9 @@ class CachedEmbedder(EmbedderWrapper):
         super().__init__(inner)
         self._capacity = capacity
         self._cache: Lru[tuple[str, str], Vector] = Lru(capacity)
+        self._spans: Lru[tuple[str, str, tuple[tuple[int, int], ...]], SpanPools] = Lru(
+            max(1, min(capacity, SPAN_CACHE))
+        )
         self._lock = threading.Lock()
         # (model, text) -> set once its vector is cached (or its embedding failed)
         self._computing: dict[tuple[str, str], threading.Event] = {}
@@ -64,6 +69,22 @@ class CachedEmbedder(EmbedderWrapper):
         if not out:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack(out).astype(np.float32)
+
+    def embed_spans(self, text: str, spans: Sequence[tuple[int, int]]) -> SpanPools | None:
+        """The model's run of `text` pooled over `spans`, cached by (model, text, spans) in a
+        smaller cache of its own (`SPAN_CACHE` entries at most); its vector is also cached like
+        `embed`'s."""
+        key = (self._inner.model_id, text, tuple(spans))
+        with self._lock:
+            cached = self._spans.get(key)
+        if cached is not None:
+            return cached
+        pools = super().embed_spans(text, spans)
+        if pools is not None:
+            with self._lock:
+                self._spans.put(key, pools)
+                self._cache.put((self._inner.model_id, text), pools.vector)
+        return pools
 
     def _embed_claimed(self, model: str, claimed: list[str]) -> dict[str, Vector]:
         """Embed the texts this call claimed, cache them, and wake whoever waits for them

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from pml_server.domain.model import EmbeddingUsage
 from pml_server.domain.vectors import Matrix
-from pml_server.embedding.base import Embedder, EmbedderWrapper
+from pml_server.embedding.base import Embedder, EmbedderWrapper, SpanPools
 
 
 class MeteredEmbedder(EmbedderWrapper):
@@ -33,16 +33,27 @@ class MeteredEmbedder(EmbedderWrapper):
         try:
             return self._inner.embed(texts)
         finally:
-            cpu = time.thread_time() - cpu
-            wall = time.perf_counter() - wall
-            measured = getattr(self._inner, "last_call_cpu_seconds", None)
-            if callable(measured):  # the model's helper threads worked for this call too
-                cpu = float(measured())
-            with self._lock:
-                u = self._usage
-                self._usage = EmbeddingUsage(
-                    u.runs + 1, u.texts + len(texts), u.cpu_seconds + cpu, u.seconds + wall
-                )
+            self._count(len(texts), time.thread_time() - cpu, time.perf_counter() - wall)
+
+    def _count(self, texts: int, cpu: float, wall: float) -> None:
+        measured = getattr(self._inner, "last_call_cpu_seconds", None)
+        if callable(measured):  # the model's helper threads worked for this call too
+            cpu = float(measured())
+        with self._lock:
+            u = self._usage
+            self._usage = EmbeddingUsage(
+                u.runs + 1, u.texts + texts, u.cpu_seconds + cpu, u.seconds + wall
+            )
+
+    def embed_spans(self, text: str, spans: Sequence[tuple[int, int]]) -> SpanPools | None:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        pools = None
+        try:
+            pools = super().embed_spans(text, spans)
+            return pools
+        finally:
+            if pools is not None:  # one model run of one text
+                self._count(1, time.thread_time() - cpu, time.perf_counter() - wall)
 
     def usage(self) -> EmbeddingUsage:
         with self._lock:

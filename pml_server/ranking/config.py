@@ -42,6 +42,11 @@ class RankingConfig:
     # Step fit (docs/ranking.md, Steps): the share of the total a pattern whose steps miss the
     # tools the request asks for (or add others) can lose; 0 turns it off.
     step_weight: float = 0.3
+    # The step fit's gate (docs/ranking.md, Steps, "Gate"): 1 applies the fit only as far as the
+    # request's nearest intents belong to multi-step patterns (its expected step count minus
+    # one, clipped to [0, 1]), so a single-step request is ranked by its match; 0 applies the
+    # fit to every request (the formula before the gate).
+    step_gate: float = 1.0
     # Sessions (docs/ranking.md, Sessions): a capability that usually follows the agent's
     # previous step has its total multiplied by 1 + transition_weight * w, w in [0, 1) its
     # transitions' relative likelihood smoothed by transition_smoothing counts. 1 without a
@@ -67,6 +72,7 @@ class RankingConfig:
             "recency_floor",
             "superseded_penalty",
             "step_weight",
+            "step_gate",
             "transition_weight",
         )
         for name in unit:

@@ -15,6 +15,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from pml_server.domain.model import (
     PatternView,
     Plan,
@@ -23,12 +25,17 @@ from pml_server.domain.model import (
     PlanScore,
     Suggestion,
 )
+from pml_server.domain.vectors import Matrix, Vector
 
 # ---- the formula's constants and the search's bounds (docs/ranking.md, Plans) ----------------
 MAX_REQUEST_PARTS = 6  # a longer request is cut into at most this many parts
 WHOLE_HITS = 3  # the whole request's suggestions scored on each part
 WHOLE_INTENTS = 32  # ... each scored by at most this many of its intents
 WHOLE_COVER = 0.3  # ... one of them covers the request when its match on every part reaches this
+# Part vectors pooled from the request's own model run (docs/ranking.md, Plans, "Part vectors")
+PART_CONTEXT = 0.8  # share of the request's mean token state taken off a part's mean
+WHOLE_COVER_POOLED = 0.2  # WHOLE_COVER for pooled part vectors
+MIN_PLAN_TOTAL_POOLED = 0.52  # with pooled part vectors, a plan's total must exceed this
 PART_HITS = 5  # candidates retrieved per request part (the second retrieval's k)
 BEAM_WIDTH = 8  # partial plans kept after each request part
 MIN_PLAN_PARTS = 2
@@ -121,6 +128,14 @@ def _words(text: str) -> int:
 
 
 def split_request_weighted(text: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """The request's parts and their weights (`split_request_spans`)."""
+    parts, weights, _ = split_request_spans(text)
+    return parts, weights
+
+
+def split_request_spans(
+    text: str,
+) -> tuple[tuple[str, ...], tuple[float, ...], tuple[tuple[int, int], ...]]:
     """The request cut into its parts, in order: sentences, then connectives ("then",
     "additionally", "finally", ...); a request that is one clause is cut at its one " and " when
     both sides hold more than 3 content words. Pieces shorter than `MIN_PART_WORDS` words join
@@ -131,7 +146,9 @@ def split_request_weighted(text: str) -> tuple[tuple[str, ...], tuple[float, ...
     With each part's weight in the coverage (docs/ranking.md, Plans, "Request parts"): an
     opening statement ("I am working on a research project.") before a part that asks
     ("Please ...", "First, ...") weighs `INTRO_WEIGHT`, a later sentence that neither follows a
-    connective nor asks nor says what is wanted weighs `DETAIL_WEIGHT`, every other part 1."""
+    connective nor asks nor says what is wanted weighs `DETAIL_WEIGHT`, every other part 1.
+    And with each part's characters in `text`, `[start, end)` (a joined part spans from its
+    first piece's start to its last piece's end; what lay between, a connective, included)."""
     pieces: list[tuple[str, bool]] = []  # (clause, begins at a connective)
     for sentence in _SENTENCE.split(text.strip()):
         clauses = _CONNECTIVE.split(sentence)
@@ -142,34 +159,55 @@ def split_request_weighted(text: str) -> tuple[tuple[str, ...], tuple[float, ...
             pieces = [(h, True) for h in halves]
     parts: list[str] = []
     starts: list[bool] = []
+    spans: list[tuple[int, int]] = []
+    at = 0  # every piece is a substring of `text`, found in order
     for piece, connected in ((p.strip(" ,;."), c) for p, c in pieces):
         if not piece:
             continue
+        begin = text.find(piece, at)
+        begin = at if begin < 0 else begin
+        at = begin + len(piece)
         if parts and (
             _words(piece) < MIN_PART_WORDS
             or _words(parts[-1]) < MIN_PART_WORDS
             or (not connected and _CONTINUES.match(piece) is not None)
         ):
             parts[-1] = f"{parts[-1]} {piece}"
+            spans[-1] = (spans[-1][0], at)
         else:
             parts.append(piece)
             starts.append(connected)
+            spans.append((begin, at))
     while len(parts) > MAX_REQUEST_PARTS:
         n = min(range(len(parts) - 1), key=lambda i: _words(parts[i]) + _words(parts[i + 1]))
         parts[n : n + 2] = [f"{parts[n]} {parts[n + 1]}"]
         starts[n : n + 2] = [starts[n]]
+        spans[n : n + 2] = [(spans[n][0], spans[n + 1][1])]
     weights = [
         1.0 if n == 0 or starts[n] or _ASKS.match(p) or _WANTS.match(p) else DETAIL_WEIGHT
         for n, p in enumerate(parts)
     ]
     if len(parts) >= 3 and _INTRO.match(parts[0]) and _ASKS.match(parts[1]) and not starts[1]:
         weights[0] = INTRO_WEIGHT
-    return tuple(parts), tuple(weights)
+    return tuple(parts), tuple(weights), tuple(spans)
 
 
 def split_request(text: str) -> tuple[str, ...]:
     """The request's parts (`split_request_weighted`)."""
     return split_request_weighted(text)[0]
+
+
+def pooled_part_vectors(mean: Vector, spans: Matrix) -> Matrix:
+    """The parts' vectors from the request's one model run (docs/ranking.md, Plans, "Part
+    vectors"): each part's mean token state less `PART_CONTEXT` x the request's mean token
+    state (the context every token of the request shares), normalized. A zero row stays zero
+    (unusable: that part gets no hits)."""
+    rows = spans - np.float32(PART_CONTEXT) * mean[None, :]
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    out: Matrix = np.where(norms > 0, rows / np.where(norms > 0, norms, 1.0), 0.0).astype(
+        np.float32
+    )
+    return out
 
 
 # ---- which steps of a pattern a request part names ------------------------------------------
@@ -393,6 +431,47 @@ def link_parts(
     return tuple(links), unlinked
 
 
+def _feeds(
+    produced: dict[str, frozenset[str]], taken: dict[str, tuple[frozenset[str], str]]
+) -> set[str]:
+    """The inputs of `taken` some output of `produced` fits, its noun being exactly the
+    input's stem (`search_people` feeds `person_id`; `get_person_movie_credit`, whose
+    nouns merely include "person", does not)."""
+    return {
+        name
+        for name, (stem, kind) in taken.items()
+        if any(compatible(words, stem, kind) and words == stem for words in produced.values())
+    }
+
+
+def data_flow_order(
+    patterns: Sequence[PatternView], steps: Sequence[Sequence[int]]
+) -> tuple[int, ...]:
+    """The order a plan's parts run in (docs/ranking.md, Plans, "Order"): the request's order
+    of mention (the parts' given order), except that a part whose identifier input only a
+    part mentioned after it produces runs after that part (its data flows from it); an input
+    an earlier part already produces, or two parts feeding each other, keep the order of
+    mention (`_feeds`: an output whose noun is exactly the input's stem). A stable topological
+    order: the earliest-mentioned part whose producers have run goes next."""
+    count = len(patterns)
+    produced = [outputs(p, steps[n]) for n, p in enumerate(patterns)]
+    taken = [identifier_inputs(p, steps[n]) for n, p in enumerate(patterns)]
+    after: list[set[int]] = [set() for _ in range(count)]  # after[j]: parts j must follow
+    for j in range(count):
+        fed_before = set().union(*(_feeds(produced[i], taken[j]) for i in range(j)))
+        for i in range(j + 1, count):
+            needed = _feeds(produced[i], taken[j]) - fed_before
+            if needed and not _feeds(produced[j], taken[i]):
+                after[j].add(i)
+    order: list[int] = []
+    left = list(range(count))
+    while left:
+        ready = next((n for n in left if after[n] <= set(order)), left[0])
+        order.append(ready)
+        left.remove(ready)
+    return tuple(order)
+
+
 # ---- the search ------------------------------------------------------------------------------
 
 
@@ -453,14 +532,18 @@ def compose(
     beam: int = BEAM_WIDTH,
     weights: Sequence[float] | None = None,
     whole: Sequence[Sequence[PartHit]] = (),
+    pooled: bool = False,
 ) -> Composed:
     """The best `plan_size` plans for a request cut into `request_parts`, `hits[n]` being the
     candidates retrieved for part n (best first; only the first `part_hits` are used), `weights`
     each part's weight in the coverage (`split_request_weighted`; 1 each when None), `whole[n]`
     the whole request's first suggestions (at most `WHOLE_HITS` read) with their semantic score
     on part n: one reaching `WHOLE_COVER` on every part covers the request, and they count for
-    the best single capability (never as a plan's part).
-    None when one capability covers every part, or none beats the best single capability."""
+    the best single capability (never as a plan's part). `pooled`: the parts' vectors were
+    pooled from the request's model run (`pooled_part_vectors`), which the cover test and the
+    plan's least total are set for (`WHOLE_COVER_POOLED`, `MIN_PLAN_TOTAL_POOLED`).
+    None when one capability covers every part, or none beats the best single capability; a
+    plan whose tools one of the whole request's first suggestions all runs is never offered."""
     parts = min(len(request_parts), len(hits), MAX_REQUEST_PARTS)
     if parts < MIN_PLAN_PARTS or plan_size <= 0:
         return Composed((), 0, 0.0, False)
@@ -503,7 +586,9 @@ def compose(
             shown.setdefault(cap, hit.suggestion)
     # the best single capability under the same formula (one segment over what it covers)
     best_single = 0.0
-    covered_by_one = any(len(ms) == parts and min(ms) >= WHOLE_COVER for ms in lowest.values())
+    cover = WHOLE_COVER_POOLED if pooled else WHOLE_COVER
+    least = MIN_PLAN_TOTAL_POOLED if pooled else 0.0
+    covered_by_one = any(len(ms) == parts and min(ms) >= cover for ms in lowest.values())
     for cap in shown:
         covers = tuple(n for n in range(parts) if (cap, n) in match)
         covered_by_one = covered_by_one or len(covers) == parts
@@ -531,12 +616,21 @@ def compose(
         beam_states = sorted(
             grown.values(), key=lambda s: (-_partial_total(s, match, rel, weight), s.segments)
         )[:beam]
+    # the tools of the whole request's first suggestions: a plan whose every tool one of them
+    # runs adds nothing to that suggestion (docs/ranking.md, Plans, "No plan")
+    single_tools = [
+        frozenset(hit.suggestion.pattern.tools_used)
+        for found in whole[:parts]
+        for hit in found[:WHOLE_HITS]
+    ]
     plans = []
     for state in beam_states:
         if not MIN_PLAN_PARTS <= len(state.segments) <= MAX_PLAN_PARTS:
             continue
         plan = _plan(state, shown, match, rel, request_parts[:parts], weight, best_single)
-        if plan is not None and plan.score.total > best_single + PLAN_MARGIN:
+        if plan is None or plan.score.total <= max(best_single + PLAN_MARGIN, least):
+            continue
+        if not any(frozenset(plan.tools) <= tools for tools in single_tools):
             plans.append(plan)
     plans.sort(key=lambda p: -p.score.total)
     return Composed(tuple(plans[:plan_size]), evaluated, best_single, False)
@@ -582,8 +676,9 @@ def _plan(
     kept = [(seg, st) for seg, st in zip(state.segments, all_steps, strict=True) if st]
     if len(kept) < MIN_PLAN_PARTS:
         return None
-    segments = [seg for seg, _ in kept]
-    steps = [st for _, st in kept]
+    order = data_flow_order([shown[c].pattern for (c, _), _ in kept], [st for _, st in kept])
+    segments = [kept[n][0] for n in order]
+    steps = [kept[n][1] for n in order]
     value, matches, rels = _quality(segments, match, rel, weights)
     links, unlinked = link_parts([shown[c].pattern for c, _ in segments], steps)
     extra = EXTRA_PART_COST * (len(segments) - 1)

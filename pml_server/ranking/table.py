@@ -44,6 +44,7 @@ _FORMULA_FIELDS = (
     "recency_floor",
     "superseded_penalty",
     "step_weight",
+    "step_gate",
 )
 assert set(_FORMULA_FIELDS) <= {f.name for f in fields(RankingConfig)}
 

@@ -4,7 +4,11 @@ intent id <-> pattern id maps, and the ranking table Suggest ranks from in the c
 (`ranking.table`: each pattern's counters, capability, tools, tags and marks, and its intents).
 Derived from the store (rebuilt or restored from a snapshot at open), updated by every capture
 and deletion (the table also by every counters, marks or grouping change:
-`service._writes.commit`)."""
+`service._writes.commit`).
+
+Its parts: the cross-lingual companion (`search.companion`), and the staged intents, the
+insert queue and the snapshot marks (`search._index_parts`), and the lexical documents
+(`_LexicalDocuments`, below)."""
 
 from __future__ import annotations
 
@@ -12,7 +16,6 @@ import contextlib
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -20,7 +23,6 @@ import numpy.typing as npt
 from pml_server import _core
 from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import Vector
-from pml_server.embedding.language import is_english
 from pml_server.ranking import (
     CoreSuggestion,
     FilterSettings,
@@ -28,6 +30,8 @@ from pml_server.ranking import (
     RankingConfig,
     RankTable,
 )
+from pml_server.search._index_parts import InsertQueue, SaveMarks, StagedIntents
+from pml_server.search.companion import CompanionIndex, CompanionView, MixedView
 from pml_server.search.vectors import (
     EXACT_SCAN_MIN,
     AnnIndex,
@@ -43,15 +47,6 @@ from pml_server.search.vectors import (
 INSERT_THREADS = 1
 
 
-@dataclass
-class _PendingAdds:
-    """One caller's batch of `add_many`, waiting for the tenant's writer."""
-
-    adds: Sequence[tuple[IntentRecord, Sequence[str]]]
-    done: bool = False
-    error: BaseException | None = None
-
-
 class TenantSearchIndex:
     def __init__(
         self, kind: str, dim: int, ann: AnnIndex | None = None, companion_dim: int = 0
@@ -59,97 +54,46 @@ class TenantSearchIndex:
         self.kind = kind
         self.dim = dim
         self.ann = ann if ann is not None else new_index(kind, dim)
-        # The cross-lingual companion (docs/ranking.md, Other languages): every intent's vector
-        # in a second, multilingual model's space, kept in memory only (computed from the
-        # intent texts at open and after each capture by the service, which owns the model).
-        # `_companion_pending`: intents indexed here whose companion vector is not in yet
-        # (once the tenant uses the companion).
-        self.companion: AnnIndex | None = (
-            new_index(kind, companion_dim) if companion_dim > 0 else None
-        )
-        self._companion_pending: dict[int, str] = {}
-        self._companion_lock = threading.Lock()
-        # Whether the tenant uses the companion (a request in another language came, or an
-        # intent in another language was recorded): only then are its vectors computed
-        # (service/_companion.py).
-        self.companion_active = False
-        # The indexed intents whose text is not English (`embedding.language.is_english`): an
-        # English request is compared with them in the companion's space (docs/ranking.md,
-        # Other languages: the reverse direction).
-        self._foreign: set[int] = set()
-        # Vector additions and removals so far, and how many of them the stored snapshot holds
-        # (None: no snapshot of this index yet), so an unchanged index is not written again:
-        # a snapshot of the 100k bench store is 156 MiB.
-        self._vector_changes = 0
-        self._saved_changes: int | None = None
         self.lexical = LexicalIndex()
         # The intent id <-> pattern id links live in the ranking table (in Rust: Python dicts
         # of them had cost several hundred bytes an intent).
         self.ranks = RankTable()
-        # What each intent put into its pattern's lexical document, to take it out again on
-        # removal (tool names count once per pattern, not once per intent, and go with it).
-        self._lexical_text: dict[int, str] = {}
         # Writers are serialized here (contains + add of one intent stays atomic). Readers take
         # the same lock only for the numpy index: the Rust HNSW index has its own reader/writer
         # lock and searches in parallel with the GIL released.
         self._write_lock = threading.Lock()
-        # Batches waiting for `_write_lock` in `add_many` (inserted together by whoever gets it).
-        self._pending_lock = threading.Lock()
-        self._pending: list[_PendingAdds] = []
         self._read_lock: AbstractContextManager[object] = (
             self._write_lock if kind == "exact" else contextlib.nullcontext()
         )
-        # Intents a batch has committed whose insert comes at the end of the batch (`stage`,
-        # then `add_many`), by pattern, with their vectors: `closest_candidates` must see them
-        # although the vector index does not have them yet.
-        self._unindexed: dict[str, dict[int, Vector]] = {}
-        self._unindexed_lock = threading.Lock()
-
-    @classmethod
-    def restore(cls, kind: str, dim: int, data: bytes, companion_dim: int = 0) -> TenantSearchIndex:
-        index = cls(kind, dim, index_from_bytes(kind, dim, data), companion_dim)
-        index._saved_changes = 0  # the stored snapshot is exactly this state
-        return index
+        self._documents = _LexicalDocuments(self.lexical, self.ranks)
+        # The cross-lingual companion (search/companion.py), if the service has the model.
+        self.companion: CompanionIndex | None = (
+            CompanionIndex(
+                kind, companion_dim, self._write_lock, self._documents.texts, INSERT_THREADS
+            )
+            if companion_dim > 0
+            else None
+        )
+        self.saves = SaveMarks()
+        self.staged = StagedIntents()
+        self._inserts = InsertQueue(self._write_lock)
 
     def add(self, intent: IntentRecord, tools: Sequence[str]) -> None:
         with self._write_lock:
             if not self.ann.contains(intent.id):
                 ids = np.array([intent.id], dtype=np.uint64)
                 self.ann.add(ids, intent.vector.reshape(1, -1).astype(np.float32))
-                self._vector_changes += 1
-            self._add_lexical_locked(intent, tools)
+                self.saves.changed()
+            self._documents.add(intent, tools, self.companion)
 
     def add_many(
         self, adds: Sequence[tuple[IntentRecord, Sequence[str]]], threads: int = INSERT_THREADS
     ) -> None:
         """`add` for each, in order, with one vector index call for all the new vectors: the
         Rust index runs the batch's searches on `threads` threads, GIL released (a bulk load
-        with the machine to itself may take both cores).
-
-        Group insertion: the batches of concurrent callers (one per stream) wait here for the
-        tenant's one writer; whoever gets the lock inserts every batch waiting by then in one
-        call, and the others find theirs done. One lock hand-off (and its wait for the GIL)
-        per group rather than per batch: the insertion is serial per tenant, so every
-        hand-off lengthened it."""
-        mine = _PendingAdds(adds)
-        with self._pending_lock:
-            self._pending.append(mine)
-        with self._write_lock:
-            if mine.done:
-                if mine.error is not None:
-                    raise mine.error
-                return
-            with self._pending_lock:
-                group, self._pending = self._pending, []
-            try:
-                self._add_many_locked([add for pending in group for add in pending.adds], threads)
-            except BaseException as error:
-                for pending in group:
-                    pending.error = error
-                raise
-            finally:
-                for pending in group:
-                    pending.done = True
+        with the machine to itself may take both cores). Concurrent callers' batches are
+        inserted together (`InsertQueue`)."""
+        self._inserts.insert(adds, lambda group: self._add_many_locked(group, threads))
 
     def _add_many_locked(
         self, adds: Sequence[tuple[IntentRecord, Sequence[str]]], threads: int
@@ -159,22 +103,10 @@ class TenantSearchIndex:
             ids = np.fromiter(fresh, dtype=np.uint64, count=len(fresh))
             rows = np.stack([i.vector for i in fresh.values()]).astype(np.float32)
             self.ann.add(ids, rows, threads=threads)
-            self._vector_changes += 1
+            self.saves.changed()
         for intent, tools in adds:
-            self._add_lexical_locked(intent, tools)
-        with self._unindexed_lock:  # indexed and linked to its pattern by now
-            for intent, _ in adds:
-                staged = self._unindexed.get(intent.pattern_id)
-                if staged is not None:
-                    staged.pop(intent.id, None)
-                    if not staged:
-                        del self._unindexed[intent.pattern_id]
-
-    def stage(self, adds: Sequence[tuple[IntentRecord, Sequence[str]]]) -> None:
-        """Note intents committed now and inserted later by `add_many` (a batch's)."""
-        with self._unindexed_lock:
-            for intent, _ in adds:
-                self._unindexed.setdefault(intent.pattern_id, {})[intent.id] = intent.vector
+            self._documents.add(intent, tools, self.companion)
+        self.staged.settle(adds)  # indexed and linked to its pattern by now
 
     def closest_candidates(
         self, pattern_ids: Sequence[str], query: Vector, threshold: float
@@ -189,15 +121,10 @@ class TenantSearchIndex:
         if not self.ranks_in_core():
             return None
         # Staged ones first: `_add_many_locked` links an intent to its pattern before it
-        # unstages it, so one read or the other finds it.
-        with self._unindexed_lock:
-            staged = {
-                intent_id: (pattern_id, vector)
-                for pattern_id in pattern_ids
-                for intent_id, vector in self._unindexed.get(pattern_id, {}).items()
-            }
+        # settles it, so one read or the other finds it.
+        staged = self.staged.among(pattern_ids)
         pattern_of = {i: p for p in pattern_ids for i in self.intents_of(p)}
-        ids, scores = self._exact_arrays(query, list(pattern_of))
+        ids, scores = _exact_arrays(self.ann, self._read_lock, query, list(pattern_of))
         if staged:
             ids = np.concatenate([ids, np.fromiter(staged, dtype=np.uint64, count=len(staged))])
             exact = [float(vector @ query) for _, vector in staged.values()]
@@ -214,58 +141,14 @@ class TenantSearchIndex:
         near = {(pattern_of[i], i) for i in ids[scores >= floor].tolist()}
         return sorted(near, key=lambda named: (order[named[0]], named[1]))
 
-    def _exact_arrays(
-        self, query: Vector, intent_ids: Sequence[int]
-    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
-        """`exact_scores` as two arrays, ids and scores (none for an id no longer indexed)."""
-        wanted = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
-        query32 = query.astype(np.float32)
-        id_parts, score_parts = [np.zeros(0, np.uint64)], [np.zeros(0, np.float32)]
-        for first in range(0, len(wanted), EXACT_SCAN_MIN):
-            chunk = wanted[first : first + EXACT_SCAN_MIN]
-            with self._read_lock:
-                found, scores = self.ann.search(query32, len(chunk), allow=chunk)
-            id_parts.append(found.astype(np.uint64))
-            score_parts.append(scores.astype(np.float32))
-        return np.concatenate(id_parts), np.concatenate(score_parts)
-
-    def _add_lexical_locked(self, intent: IntentRecord, tools: Sequence[str]) -> None:
-        if intent.id in self._lexical_text:
-            return  # replayed: already indexed (an intent never changes pattern)
-        pattern_id = intent.pattern_id
-        words = intent.text
-        if not self.ranks.intents_of(pattern_id):
-            # One update of the document: words separated by a space tokenize apart, so this
-            # indexes exactly the terms of the two texts added one after the other.
-            words = f"{' '.join(tools)} {intent.text}"
-        self.lexical.add_terms(pattern_id, words)
-        self._lexical_text[intent.id] = intent.text
-        self.ranks.link_intent(intent.id, pattern_id)
-        foreign = self.companion is not None and not is_english(intent.text)
-        if foreign or self.companion_active:
-            with self._companion_lock:
-                if foreign:
-                    self._foreign.add(intent.id)
-                    if not self.companion_active:  # every intent so far waits for its vector
-                        self._companion_pending.update(self._lexical_text)
-                        self.companion_active = True
-                self._companion_pending[intent.id] = intent.text
-
     def remove(self, intent_ids: Sequence[int]) -> None:
         with self._write_lock:
             if intent_ids:
                 self.ann.remove(np.array(list(intent_ids), dtype=np.uint64))
-                self._vector_changes += 1
-                self._remove_companion(intent_ids)
-            for intent_id in intent_ids:
-                pattern_id = self.ranks.pattern_of(intent_id)
-                text = self._lexical_text.pop(intent_id, None)
-                if pattern_id is None or text is None:
-                    continue
-                self.lexical.remove_terms(pattern_id, text)
-                self.ranks.unlink_intents([intent_id])
-                if not self.ranks.intents_of(pattern_id):
-                    self.lexical.remove(pattern_id)
+                self.saves.changed()
+                if self.companion is not None:
+                    self.companion.remove(intent_ids)
+            self._documents.remove(intent_ids)
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
         with self._read_lock:
@@ -300,7 +183,7 @@ class TenantSearchIndex:
         """The exact cosine of `query` to each listed intent still indexed, in one index call
         per chunk: an allow-list no larger than the index's exact-scan size is scanned exactly,
         not walked approximately."""
-        ids, scores = self._exact_arrays(query, intent_ids)
+        ids, scores = _exact_arrays(self.ann, self._read_lock, query, intent_ids)
         return dict(zip(ids.tolist(), scores.tolist(), strict=True))
 
     def pattern_of(self, intent_id: int) -> str | None:
@@ -343,84 +226,15 @@ class TenantSearchIndex:
         """(pattern id, raw BM25 score of its document), best first."""
         return self.lexical.search(text, limit)
 
-    # ---- the cross-lingual companion (docs/ranking.md, Other languages) ----------------------
-
-    def activate_companion(self) -> None:
-        """From now on this tenant uses the companion: every intent indexed so far, and every
-        one indexed later, waits for its companion vector (nothing is kept for a tenant that
-        never asks in another language)."""
-        if self.companion is None or self.companion_active:
-            return
-        with self._write_lock, self._companion_lock:
-            if not self.companion_active:
-                self._companion_pending.update(self._lexical_text)
-                self.companion_active = True
-
-    def foreign_intents(self) -> frozenset[int]:
-        """The indexed intents not in English (empty without a companion model)."""
-        with self._companion_lock:
-            return frozenset(self._foreign)
-
-    def has_foreign_intents(self) -> bool:
-        with self._companion_lock:
-            return bool(self._foreign)
-
-    def companion_missing(self) -> int:
-        """How many indexed intents have no companion vector yet."""
-        with self._companion_lock:
-            return len(self._companion_pending)
-
-    def companion_pending(self) -> list[tuple[int, str]]:
-        """(intent id, text) of the indexed intents whose companion vector is missing."""
-        with self._companion_lock:
-            return list(self._companion_pending.items())
-
-    def add_companion(self, intent_ids: Sequence[int], vectors: npt.NDArray[np.float32]) -> None:
-        """The companion vectors of intents `companion_pending` named; those removed since
-        (or added by a concurrent caller) are skipped."""
-        companion = self.companion
-        if companion is None:
-            return
-        with self._write_lock, self._companion_lock:
-            keep = [
-                n
-                for n, i in enumerate(intent_ids)
-                if i in self._companion_pending and not companion.contains(i)
-            ]
-            if keep:
-                ids = np.array([intent_ids[n] for n in keep], dtype=np.uint64)
-                companion.add(ids, vectors[keep].astype(np.float32), threads=INSERT_THREADS)
-            for i in intent_ids:
-                self._companion_pending.pop(i, None)
-
-    def _remove_companion(self, intent_ids: Sequence[int]) -> None:
-        companion = self.companion
-        if companion is None:
-            return
-        with self._companion_lock:
-            for i in intent_ids:
-                self._companion_pending.pop(i, None)
-                self._foreign.discard(i)
-            present = [i for i in intent_ids if companion.contains(i)]
-            if present:
-                companion.remove(np.array(present, dtype=np.uint64))
-
-    @property
-    def read_lock(self) -> AbstractContextManager[object]:
-        """What a reader of the vector indexes holds (the numpy index's writer lock)."""
-        return self._read_lock
-
-    def cross_lingual(self) -> CompanionView:
-        """This index searched in the companion's space (`companion` must be set)."""
+    def cross_lingual(self, companion_query: Vector | None = None) -> CompanionView | MixedView:
+        """This index searched in the companion's space (`companion` must be set); with
+        `companion_query` (an English request embedded by the companion), its English intents
+        in the primary space and the others in the companion's (`MixedView`)."""
         assert self.companion is not None
-        return CompanionView(self, self.companion)
-
-    def mixed(self, companion_query: Vector) -> MixedView:
-        """This index searched by an English request: its English intents in the primary
-        model's space, the others in the companion's with `companion_query` (`companion` must
-        be set)."""
-        assert self.companion is not None
-        return MixedView(self, CompanionView(self, self.companion), companion_query)
+        view = CompanionView(self, self.companion.vectors, self._read_lock)
+        if companion_query is None:
+            return view
+        return MixedView(self, view, self.companion.foreign(), companion_query)
 
     def remove_vectors(self, intent_ids: Sequence[int]) -> None:
         """Take vectors out of the vector index alone (replaying the op log's removals into a
@@ -429,139 +243,88 @@ class TenantSearchIndex:
             present = [i for i in intent_ids if self.ann.contains(i)]
             if present:
                 self.ann.remove(np.array(present, dtype=np.uint64))
-                self._vector_changes += 1
-            self._remove_companion(intent_ids)
+                self.saves.changed()
+            if self.companion is not None:
+                self.companion.remove(intent_ids)
 
     def snapshot(self) -> tuple[bytes, int]:
-        """The vector index's bytes and the change count they hold (for `mark_saved`)."""
+        """The vector index's bytes and the change count they hold (for `saves.mark_saved`)."""
         # Read before the bytes, and counted after each change is made: the bytes hold at
         # least `changes` changes (a later one only leaves the index marked unsaved), and
         # captures never wait for the copy.
-        changes = self._vector_changes
+        changes = self.saves.changes
         with self._read_lock:
             return self.ann.to_bytes(), changes
-
-    def has_unsaved_changes(self) -> bool:
-        return self._saved_changes != self._vector_changes
-
-    def mark_saved(self, changes: int) -> None:
-        """A snapshot holding the first `changes` changes is durable in the store."""
-        with self._write_lock:
-            if self._saved_changes is None or changes > self._saved_changes:
-                self._saved_changes = changes
 
     def vector_count(self) -> int:
         with self._read_lock:
             return len(self.ann)
 
 
-class CompanionView:
-    """A tenant's index as Suggest's Python path retrieves from it (`service._suggest.retrieve`),
-    with the vector searches in the companion's space: the same patterns, intents and lexical
-    documents, other cosines (docs/ranking.md, Other languages)."""
-
-    def __init__(self, index: TenantSearchIndex, companion: AnnIndex) -> None:
-        self._index = index
-        self._companion = companion
-        self.lexical = index.lexical
-        self.ranks = index.ranks
-
-    def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
-        size = len(self._companion)
-        if size == 0 or limit <= 0:
-            return []
-        with self._index.read_lock:
-            ids, scores = self._companion.search(query.astype(np.float32), min(limit, size))
-        return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
-
-    def semantic_among(
-        self, query: Vector, limit: int, intent_ids: Sequence[int]
-    ) -> list[tuple[int, float]]:
-        if limit <= 0 or not intent_ids or len(self._companion) == 0:
-            return []
-        allow = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
-        with self._index.read_lock:
-            ids, scores = self._companion.search(query.astype(np.float32), limit, allow=allow)
-        return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
-
-    def exact_scores(self, query: Vector, intent_ids: Sequence[int]) -> dict[int, float]:
-        out: dict[int, float] = {}
-        wanted = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
-        for first in range(0, len(wanted), EXACT_SCAN_MIN):
-            chunk = wanted[first : first + EXACT_SCAN_MIN]
-            with self._index.read_lock:
-                ids, scores = self._companion.search(
-                    query.astype(np.float32), len(chunk), allow=chunk
-                )
-            out.update(zip(ids.tolist(), scores.tolist(), strict=True))
-        return out
-
-    def pattern_of(self, intent_id: int) -> str | None:
-        return self._index.pattern_of(intent_id)
-
-    def intents_of(self, pattern_id: str) -> list[int]:
-        return self._index.intents_of(pattern_id)
-
-    def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
-        return self._index.lexical_hits(text, limit)
+def restore_index(kind: str, dim: int, data: bytes, companion_dim: int = 0) -> TenantSearchIndex:
+    """A tenant's index from its vector index snapshot (`TenantSearchIndex.snapshot`); the
+    caller indexes the intents' documents."""
+    index = TenantSearchIndex(kind, dim, index_from_bytes(kind, dim, data), companion_dim)
+    index.saves = SaveMarks(saved=0)  # the stored snapshot is exactly this state
+    return index
 
 
-class MixedView:
-    """A tenant's index as Suggest's Python path retrieves from it for an English request when
-    some intents were recorded in another language (docs/ranking.md, Other languages: the
-    reverse direction): each intent is compared in the space that reads it, its English
-    intents by the primary model (the `vector` the methods are given, so English pairs score
-    exactly as without this view), the others by the companion (`companion_query`, the same
-    request embedded by the companion model)."""
+class _LexicalDocuments:
+    """The lexical index's documents, one per pattern (its tools' names and every intent
+    text), and what each intent put into its pattern's document, to take it out again on
+    removal (tool names count once per pattern, not once per intent, and go with it). Links
+    each intent to its pattern in the ranking table. Called with the index's write lock held."""
 
-    def __init__(
-        self, index: TenantSearchIndex, companion: CompanionView, companion_query: Vector
+    def __init__(self, lexical: LexicalIndex, ranks: RankTable) -> None:
+        self._lexical = lexical
+        self._ranks = ranks
+        self.texts: dict[int, str] = {}
+
+    def add(
+        self, intent: IntentRecord, tools: Sequence[str], companion: CompanionIndex | None
     ) -> None:
-        self._index = index
-        self._companion = companion
-        self._query = companion_query
-        self._foreign = index.foreign_intents()
-        self.lexical = index.lexical
-        self.ranks = index.ranks
+        """Index the intent's text, and note it for the `companion`'s vectors (nothing when it
+        is indexed already: replayed, an intent never changes pattern)."""
+        if intent.id in self.texts:
+            return
+        pattern_id = intent.pattern_id
+        words = intent.text
+        if not self._ranks.intents_of(pattern_id):
+            # One update of the document: words separated by a space tokenize apart, so this
+            # indexes exactly the terms of the two texts added one after the other.
+            words = f"{' '.join(tools)} {intent.text}"
+        self._lexical.add_terms(pattern_id, words)
+        self.texts[intent.id] = intent.text
+        self._ranks.link_intent(intent.id, pattern_id)
+        if companion is not None:
+            companion.note(intent.id, intent.text)
 
-    def _merged(
-        self, primary: list[tuple[int, float]], other: list[tuple[int, float]], limit: int
-    ) -> list[tuple[int, float]]:
-        hits = [(i, s) for i, s in primary if i not in self._foreign] + other
-        hits.sort(key=lambda hit: -hit[1])
-        return hits[:limit]
+    def remove(self, intent_ids: Sequence[int]) -> None:
+        for intent_id in intent_ids:
+            pattern_id = self._ranks.pattern_of(intent_id)
+            text = self.texts.pop(intent_id, None)
+            if pattern_id is None or text is None:
+                continue
+            self._lexical.remove_terms(pattern_id, text)
+            self._ranks.unlink_intents([intent_id])
+            if not self._ranks.intents_of(pattern_id):
+                self._lexical.remove(pattern_id)
 
-    def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
-        # the primary space's hits on foreign intents are dropped: over-fetch by their number
-        foreign = len(self._foreign)
-        if foreign >= self._index.vector_count():  # all in another language: no allow-list
-            return self._companion.semantic(self._query, limit)
-        primary = self._index.semantic(query, limit + min(foreign, limit))
-        other = self._companion.semantic_among(self._query, limit, list(self._foreign))
-        return self._merged(primary, other, limit)
 
-    def semantic_among(
-        self, query: Vector, limit: int, intent_ids: Sequence[int]
-    ) -> list[tuple[int, float]]:
-        english = [i for i in intent_ids if i not in self._foreign]
-        foreign = [i for i in intent_ids if i in self._foreign]
-        primary = self._index.semantic_among(query, limit, english)
-        other = self._companion.semantic_among(self._query, limit, foreign)
-        return self._merged(primary, other, limit)
-
-    def exact_scores(self, query: Vector, intent_ids: Sequence[int]) -> dict[int, float]:
-        english = [i for i in intent_ids if i not in self._foreign]
-        foreign = [i for i in intent_ids if i in self._foreign]
-        out = self._index.exact_scores(query, english) if english else {}
-        if foreign:
-            out.update(self._companion.exact_scores(self._query, foreign))
-        return out
-
-    def pattern_of(self, intent_id: int) -> str | None:
-        return self._index.pattern_of(intent_id)
-
-    def intents_of(self, pattern_id: str) -> list[int]:
-        return self._index.intents_of(pattern_id)
-
-    def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
-        return self._index.lexical_hits(text, limit)
+def _exact_arrays(
+    ann: AnnIndex,
+    read_lock: AbstractContextManager[object],
+    query: Vector,
+    intent_ids: Sequence[int],
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
+    """`exact_scores` as two arrays, ids and scores (none for an id no longer indexed)."""
+    wanted = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
+    query32 = query.astype(np.float32)
+    id_parts, score_parts = [np.zeros(0, np.uint64)], [np.zeros(0, np.float32)]
+    for first in range(0, len(wanted), EXACT_SCAN_MIN):
+        chunk = wanted[first : first + EXACT_SCAN_MIN]
+        with read_lock:
+            found, scores = ann.search(query32, len(chunk), allow=chunk)
+        id_parts.append(found.astype(np.uint64))
+        score_parts.append(scores.astype(np.float32))
+    return np.concatenate(id_parts), np.concatenate(score_parts)

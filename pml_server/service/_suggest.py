@@ -24,6 +24,7 @@ from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import SuggestQuery, SuggestResult
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.domain.vectors import CheckedVector, Vector, client_vector
+from pml_server.embedding.base import EmbedderWrapper
 from pml_server.ranking import (
     Candidate,
     RankingConfig,
@@ -41,12 +42,13 @@ from pml_server.ranking.plans import (
     WHOLE_INTENTS,
     PartHit,
     compose,
-    split_request_weighted,
+    pooled_part_vectors,
+    split_request_spans,
 )
 from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.ranking.transitions import transition_factors
 from pml_server.search import TenantSearchIndex
-from pml_server.search.tenant import CompanionView, MixedView
+from pml_server.search.companion import CompanionView, MixedView
 from pml_server.search.vectors import EXACT_SCAN_MIN
 from pml_server.service import _companion
 from pml_server.service import _sessions as sessions
@@ -59,8 +61,8 @@ from pml_server.storage.repo import Repository
 def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
     """The ranked suggestions (`rank_suggestions`) and, when no one of the capabilities the
     memory holds covers the request, plans composed of several (docs/ranking.md, Plans)."""
-    request_parts, weights = (
-        split_request_weighted(query.intent) if query.plan_size > 0 else ((), ())
+    request_parts, weights, spans = (
+        split_request_spans(query.intent) if query.plan_size > 0 else ((), (), ())
     )
     if (
         len(request_parts) < MIN_PLAN_PARTS
@@ -73,19 +75,13 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
         return rank_suggestions(state, tenant, query)
     check_tenant(tenant)
     _check_query(query)
-    # One model call for the whole request and its parts (docs/ranking.md, Plans, "Cost"):
-    # the model's workers run them at once, so the parts cost little more wall time than the
-    # whole request alone; a text met twice (a part equal to the request) is embedded once.
-    texts = list(dict.fromkeys((query.intent, *request_parts)))
-    if query.intent_embedding is not None:
-        texts.remove(query.intent)
-    vectors = dict(zip(texts, state.embedder.embed(texts), strict=True)) if texts else {}
-    if query.intent_embedding is None:
-        whole = vectors[query.intent]
-        if not usable(whole):
+    # One model run for the request and its parts (docs/ranking.md, Plans, "Part vectors")
+    whole_vector, vectors, pooled = _part_vectors(state, query, request_parts, spans)
+    if whole_vector is not None:
+        if not usable(whole_vector):
             raise no_words_error()
-        query = replace(query, intent_embedding=CheckedVector(np.array(whole, dtype=np.float32)))
-        vectors[query.intent] = whole
+        checked = CheckedVector(np.array(whole_vector, dtype=np.float32))
+        query = replace(query, intent_embedding=checked)
     result = rank_suggestions(state, tenant, query)
     # the second retrieval: PART_HITS candidates per request part, the same filters, ranked in
     # the core (no explain)
@@ -107,8 +103,46 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
         found = rank_suggestions(state, tenant, sub).suggestions
         hits.append([PartHit(s, s.score.match) for s in found])
     whole = _whole_on_parts(state, tenant, result, request_parts, vectors)
-    composed = compose(request_parts, hits, query.plan_size, weights=weights, whole=whole)
+    composed = compose(
+        request_parts, hits, query.plan_size, weights=weights, whole=whole, pooled=pooled
+    )
     return replace(result, plans=composed.plans)
+
+
+def _part_vectors(
+    state: EngineState,
+    query: SuggestQuery,
+    parts: Sequence[str],
+    spans: Sequence[tuple[int, int]],
+) -> tuple[Vector | None, dict[str, Vector], bool]:
+    """The request's vector (None when the client sent it), its parts' vectors, and whether
+    those were pooled (docs/ranking.md, Plans, "Part vectors"). A model that exposes its token
+    states (MiniLM) runs once, on the request: its vector is the one `embed` gives, and each
+    part's is pooled from the tokens inside the part (`pooled_part_vectors`); a part past the
+    model's token limit holds none and is embedded alone. Any other model embeds the request
+    (unless the client sent its vector) and its parts in one call, a text met twice once."""
+    embedder = state.embedder
+    pools = (
+        embedder.embed_spans(query.intent, spans) if isinstance(embedder, EmbedderWrapper) else None
+    )
+    if pools is None:
+        texts = list(dict.fromkeys(parts))
+        if query.intent_embedding is None:
+            texts = list(dict.fromkeys((query.intent, *texts)))
+        vectors = dict(zip(texts, embedder.embed(texts), strict=True)) if texts else {}
+        whole = vectors[query.intent] if query.intent_embedding is None else None
+        return whole, {p: vectors[p] for p in parts}, False
+    found = {
+        p: v
+        for p, ok, v in zip(
+            parts, pools.found, pooled_part_vectors(pools.mean, pools.spans), strict=True
+        )
+        if ok
+    }
+    alone = list(dict.fromkeys(p for p in parts if p not in found))
+    if alone:
+        found.update(zip(alone, embedder.embed(alone), strict=True))
+    return (pools.vector if query.intent_embedding is None else None), found, True
 
 
 def _whole_on_parts(
@@ -180,12 +214,12 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
     searched: TenantSearchIndex | CompanionView | MixedView = index
     text = query.intent
     if cross_lingual:
-        text = _companion.lexical_text(text)
         # another language: the companion's space, on this path (service/_companion.py)
         searched = index.cross_lingual()
         ranking = _companion.other_language_ranking(ranking)
-    elif mixed and state.companion is not None:
-        searched = index.mixed(_companion_vector(state, query))
+        text = _companion.lexical_text(text)
+    elif mixed:
+        searched = index.cross_lingual(_companion_vector(state, query))
         ranking = _companion.mixed_ranking(ranking)
     elif not query.explain and index.ranks_in_core():
         now = state.clock()
@@ -201,7 +235,7 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
         found.add(retrieve(state.repo, tenant, searched, vector, text, limit, ranking))
     # the ceiling bounds the counters read after it: both from one state of the store
     with state.repo.consistent_reads():
-        ceiling = score_ceiling(*state.repo.counter_ceilings(tenant), ranking)
+        ceiling = score_ceiling(*state.repo.patterns.counter_ceilings(tenant), ranking)
         now = state.clock()
         result = rank_lazily(
             query, found.retrievals, found.load, ranking, now, ceiling, transitions=factors
@@ -222,7 +256,7 @@ def suggest_next(state: EngineState, tenant: str, query: SuggestQuery) -> Sugges
     weights = sessions.context_weights(state, tenant, query.context, now)
     retrievals = []
     for capability_id in sorted(weights, key=lambda c: (-weights[c], c)):
-        capability = state.repo.capability(tenant, capability_id)
+        capability = state.repo.capabilities.capability(tenant, capability_id)
         if capability is None:
             continue  # deleted since
         retrievals += [Retrieval(p, 0.0, 0.0) for p in capability.pattern_ids]
@@ -294,7 +328,7 @@ class Retrieved:
         ids = [r.pattern_id for r in retrievals]
         candidates = []
         for retrieval, found in zip(
-            retrievals, self.repo.patterns_with_counters(self.tenant, ids), strict=True
+            retrievals, self.repo.views.patterns_with_counters(self.tenant, ids), strict=True
         ):
             if found is None:
                 continue  # deleted since the index answered
@@ -321,7 +355,7 @@ class Retrieved:
             for intent_id in self.intent_ids.get(s.pattern.id, ())
         ]
         found: dict[str, list[IntentRecord]] = {}
-        for intent in self.repo.intent_views_by_id(self.tenant, wanted):
+        for intent in self.repo.views.intent_views_by_id(self.tenant, wanted):
             if intent is not None:  # None: removed since the index answered
                 found.setdefault(intent.pattern_id, []).append(intent)
         suggestions = []

@@ -3,9 +3,11 @@ links between parts."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import replace
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,9 +20,12 @@ from pml_server.ranking.plans import (
     MAX_REQUEST_PARTS,
     PartHit,
     compose,
+    data_flow_order,
     link_parts,
+    pooled_part_vectors,
     search_bound,
     split_request,
+    split_request_spans,
     split_request_weighted,
     step_match,
     text_words,
@@ -264,13 +269,18 @@ def adversarial(draw: st.DrawFn) -> tuple[list[str], list[list[PartHit]]]:
     return request, hits
 
 
-@given(adversarial(), st.integers(0, 10), st.lists(st.floats(0.01, 1.0), min_size=9, max_size=9))
+@given(
+    adversarial(),
+    st.integers(0, 10),
+    st.lists(st.floats(0.01, 1.0), min_size=9, max_size=9),
+    st.booleans(),
+)
 @settings(max_examples=150, deadline=None)
 def test_search_stays_within_its_bound_and_never_repeats_a_part(
-    case: tuple[list[str], list[list[PartHit]]], size: int, weights: list[float]
+    case: tuple[list[str], list[list[PartHit]]], size: int, weights: list[float], pooled: bool
 ) -> None:
     request, hits = case
-    composed = compose(request, hits, size, weights=weights)
+    composed = compose(request, hits, size, weights=weights, pooled=pooled)
     assert composed.evaluated <= search_bound(len(request))
     assert len(composed.plans) <= size
     for plan in composed.plans:
@@ -278,17 +288,23 @@ def test_search_stays_within_its_bound_and_never_repeats_a_part(
         assert len(caps) == len(set(caps))  # never the same capability twice
         assert 2 <= len(plan.parts) <= MAX_PLAN_PARTS
         covered = [n for p in plan.parts for n in p.covers]
-        assert covered == sorted(set(covered))  # request order, no part covered twice
+        assert len(covered) == len(set(covered))  # no request part covered twice
+        assert all(list(p.covers) == sorted(p.covers) for p in plan.parts)
+        patterns = [p.suggestion.pattern for p in plan.parts]
+        assert data_flow_order(patterns, [p.steps for p in plan.parts]) == tuple(
+            range(len(plan.parts))
+        )  # the parts run in their data-flow order (request order without data flow)
         assert all(p.steps for p in plan.parts)
         assert plan.score.total > plan.score.best_single
+        assert not pooled or plan.score.total > plans.MIN_PLAN_TOTAL_POOLED
         owners = [set(p.tools) for p in plan.parts]
         assert sum(len(o) for o in owners) == len(set().union(*owners))  # no tool in two parts
     if composed.covered_by_one:
         assert composed.plans == ()
     # one capability among every part's hits with a match that covers it: never a plan
     whole = _hit("whole", ("search_movie", "send_email"), 0.9)
-    covered = compose(request, [[whole, *h] for h in hits], size, weights=weights)
-    assert covered.plans == ()
+    dominated = compose(request, [[whole, *h] for h in hits], size, weights=weights, pooled=pooled)
+    assert dominated.plans == ()
 
 
 def _normalized(pattern_id: str, code: str) -> PatternView:
@@ -335,3 +351,136 @@ def test_step_links_never_join_a_non_scalar_input() -> None:
     second = _normalized("b", "const r1 = await mcp.send_invoice({crm_contact_id: [1, 2]});")
     links, _ = link_parts([first, second], [(0,), (0,)])
     assert links == ()
+
+
+def test_spans_locate_each_part_in_the_request() -> None:
+    text = (
+        "I am working on a film project for school.  Please find the movie Alien, "
+        "and then send an email to Ann with its cast. Thanks!"
+    )
+    parts, _, spans = split_request_spans(text)
+    assert len(parts) == len(spans) >= 2
+    for part, (start, end) in zip(parts, spans, strict=True):
+        assert text[start:end].startswith(part.split()[0])
+        assert text[start:end].endswith(part.split()[-1])
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))  # in order
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "Find a movie.",
+                "then",
+                "and",
+                "send mail",
+                "Ok.",
+                "  ",
+                "The file is big.",
+                "read it",
+                ",",
+                "finally",
+            ]
+        ),
+        max_size=30,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_spans_always_lie_in_order_inside_the_request(words: list[str]) -> None:
+    text = " ".join(words)
+    parts, weights, spans = split_request_spans(text)
+    assert len(parts) == len(weights) == len(spans) <= MAX_REQUEST_PARTS
+    assert all(0 <= a <= b <= len(text) for a, b in spans)
+    assert all(x[1] <= y[0] for x, y in itertools.pairwise(spans))
+
+
+def test_pooled_part_vectors_take_the_shared_context_off() -> None:
+    rng = np.random.default_rng(3)
+    mean = rng.normal(size=8).astype(np.float32)
+    spans = rng.normal(size=(3, 8)).astype(np.float32)
+    out = pooled_part_vectors(mean, spans)
+    expected = spans - plans.PART_CONTEXT * mean
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(out, expected, rtol=1e-5)
+    assert out.dtype == np.float32
+    # a part that is the context itself has no direction left: a zero row, never NaN
+    flat = pooled_part_vectors(mean, (plans.PART_CONTEXT * mean)[None, :])
+    assert not flat.any()
+
+
+def test_no_plan_whose_tools_one_whole_request_suggestion_runs() -> None:
+    hits = [[_hit("movie", ("search_movie",), 0.9)], [_hit("mail", ("send_email",), 0.9)]]
+    request = REQUEST[::2]
+    assert compose(request, hits, 3).plans
+    # the whole request's suggestion runs both tools, below the cover test on one part
+    both = _hit("both", ("send_email", "search_movie", "read_file"), 0.1)
+    composed = compose(request, hits, 3, whole=[[both], [both]])
+    assert not composed.covered_by_one
+    assert composed.plans == ()
+    # one running only one of them leaves the plan
+    one = _hit("one", ("search_movie", "read_file"), 0.1)
+    assert compose(request, hits, 3, whole=[[one], [one]]).plans
+
+
+def test_pooled_part_vectors_need_the_least_plan_total() -> None:
+    hits = [[_hit("movie", ("search_movie",), 0.55)], [_hit("mail", ("send_email",), 0.55)]]
+    request = REQUEST[::2]
+    alone = compose(request, hits, 3)
+    assert alone.plans
+    assert alone.plans[0].score.total <= plans.MIN_PLAN_TOTAL_POOLED
+    assert compose(request, hits, 3, pooled=True).plans == ()
+    strong = [[_hit("movie", ("search_movie",), 0.95)], [_hit("mail", ("send_email",), 0.95)]]
+    assert compose(request, strong, 3, pooled=True).plans
+
+
+def test_a_part_runs_after_the_later_mentioned_part_that_feeds_it() -> None:
+    credits = _with_params(
+        pattern("credits", tools=("get_person_movie_credit",)), _param("person_id", "integer")
+    )
+    people = pattern("people", tools=("search_people",))
+    mail = pattern("mail", tools=("send_email",))
+    # mentioned: credits, mail, people; people feeds credits' person_id
+    assert data_flow_order([credits, mail, people], [(0,), (0,), (0,)]) == (1, 2, 0)
+    # fed by an earlier-mentioned part already: the order of mention
+    assert data_flow_order([people, credits, people], [(0,), (0,), (0,)]) == (0, 1, 2)
+    # a noun that merely includes the stem feeds nothing (get_person_movie_credit, person_id)
+    other = _with_params(pattern("o", tools=("get_person_info",)), _param("person_id", "string"))
+    assert data_flow_order([other, credits], [(0,), (0,)]) == (0, 1)
+    # a non-scalar input is never fed
+    listed = _with_params(pattern("l", tools=("rank_people",)), _param("person_id", "array"))
+    assert data_flow_order([listed, people], [(0,), (0,)]) == (0, 1)
+
+
+def _must_follow(patterns: list[PatternView], steps: list[tuple[int, ...]]) -> set[tuple[int, int]]:
+    """(i, j): part j takes an identifier input only part i, mentioned after it, produces
+    (exact noun), and j feeds nothing of i's."""
+    produced = [plans.outputs(p, steps[n]) for n, p in enumerate(patterns)]
+    taken = [plans.identifier_inputs(p, steps[n]) for n, p in enumerate(patterns)]
+    edges = set()
+    for j in range(len(patterns)):
+        before = set().union(*(plans._feeds(produced[i], taken[j]) for i in range(j)))
+        for i in range(j + 1, len(patterns)):
+            if plans._feeds(produced[i], taken[j]) - before and not plans._feeds(
+                produced[j], taken[i]
+            ):
+                edges.add((i, j))
+    return edges
+
+
+@given(part_patterns())
+@settings(max_examples=300, deadline=None)
+def test_data_flow_order_is_a_permutation_that_follows_the_data(
+    patterns: list[PatternView],
+) -> None:
+    steps = [tuple(range(len(p.tools_used))) for p in patterns]
+    order = data_flow_order(patterns, steps)
+    assert sorted(order) == list(range(len(patterns)))
+    edges = _must_follow(patterns, steps)
+    if not edges:
+        assert order == tuple(range(len(patterns)))  # the order of mention
+    nodes = set(range(len(patterns)))
+    while any(all((i, j) not in edges or i not in nodes for i in nodes) for j in nodes):
+        nodes -= {j for j in nodes if all((i, j) not in edges or i not in nodes for i in nodes)}
+    if not nodes:  # no cycle: every producer runs before the part it feeds
+        position = {part: n for n, part in enumerate(order)}
+        assert all(position[i] < position[j] for i, j in edges)

@@ -146,9 +146,73 @@ def test_no_evidence_or_no_weight_leaves_the_total_alone() -> None:
 
 def test_neighbour_votes_count_their_patterns_tools() -> None:
     table = _table({"a": ("hotel_search",), "b": ("weather_forecast",)})
-    # intent 0 is pattern a's, intent 1 pattern b's: the nearer one's tool fits better
-    f = _factors(table, ["a", "b"], "somewhere to stay", [(0, 0.9), (1, 0.3)])
+    # intent 0 is pattern a's, intent 1 pattern b's: the nearer one's tool fits better (the
+    # gate off: with single-step neighbours it would leave both at 1, test below)
+    ungated = replace(CONFIG, step_gate=0.0)
+    f = _factors(table, ["a", "b"], "somewhere to stay", [(0, 0.9), (1, 0.3)], ungated)
     assert f["a"] > f["b"]
+
+
+def test_a_request_whose_neighbours_are_single_step_is_ranked_by_its_match() -> None:
+    """The gate (docs/ranking.md, Steps, "Gate"): nearest intents all of one-tool patterns say
+    the request asks for one step, so the fit does not choose between same-size siblings (a
+    vote that favours the group with the most intents); multi-step neighbours open it."""
+    table = _table(
+        {
+            "a": ("hotel_search",),
+            "b": ("weather_forecast",),
+            "ab": ("hotel_search", "weather_forecast"),
+        }
+    )
+    single = [(0, 0.9), (1, 0.3)]
+    assert _factors(table, ["a", "b", "ab"], "somewhere to stay", single) == {
+        "a": 1.0,
+        "b": 1.0,
+        "ab": 1.0,
+    }
+    ungated = replace(CONFIG, step_gate=0.0)
+    # neighbours averaging two steps or more: the full fit, as without the gate
+    multi = [(2, 0.9), (0, 0.3)]  # k = (0.9 * 2 + 0.3 * 1) / 1.2 = 1.75: gate 0.75
+    full = [(2, 0.9)]
+    for votes, gate in ((multi, 0.75), (full, 1.0)):
+        on = _factors(table, ["a", "b", "ab"], "somewhere to stay", votes)
+        off = _factors(table, ["a", "b", "ab"], "somewhere to stay", votes, ungated)
+        for p in on:
+            assert on[p] == pytest.approx(1.0 - gate * (1.0 - off[p]), abs=1e-6)  # f32 cosines
+        assert on["ab"] > on["a"]
+    # no neighbour (an empty memory, or names alone): the gate stays open
+    assert _factors(table, ["ab"], "hotel search then weather forecast") == _factors(
+        table, ["ab"], "hotel search then weather forecast", config=ungated
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tools=st.lists(st.sampled_from(TOOLS), min_size=1, max_size=4, unique=True),
+    named=st.lists(st.sampled_from(TOOLS), max_size=4, unique=True),
+    votes=st.lists(st.tuples(st.integers(0, 2), st.floats(-1.0, 1.0, width=32)), max_size=10),
+    weight=st.floats(0.0, 1.0),
+    gate=st.floats(0.0, 1.0),
+)
+def test_the_gate_only_softens_the_fit(
+    tools: list[str],
+    named: list[str],
+    votes: list[tuple[int, float]],
+    weight: float,
+    gate: float,
+) -> None:
+    """Gated, a factor lies between the ungated one and 1: the gate never makes a pattern's
+    steps cost more, so the bound [1 - step_weight, 1] (a candidate whose match is more than
+    1 / (1 - step_weight) times another's keeps its place) holds whatever the neighbours."""
+    patterns = {"p": tuple(tools), "q": ("hotel_search",), "r": ("send_email", "stock_quote")}
+    table = _table(patterns)
+    config = replace(CONFIG, step_weight=weight, step_gate=gate)
+    ungated = replace(config, step_gate=0.0)
+    on = _factors(table, list(patterns), _request(named), votes, config)
+    off = _factors(table, list(patterns), _request(named), votes, ungated)
+    for p in patterns:
+        assert off[p] - 1e-12 <= on[p] <= 1.0
+        assert 1.0 - weight - 1e-12 <= on[p]
 
 
 def test_bad_arguments_name_their_field() -> None:
@@ -161,3 +225,57 @@ def test_bad_arguments_name_their_field() -> None:
     assert "hit_scores" in str(err.value)
     with pytest.raises(ValueError, match="step_weight"):
         RankingConfig(step_weight=1.5)
+    with pytest.raises(ValueError, match="step_gate"):
+        RankingConfig(step_gate=-0.1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tools=st.lists(
+        st.lists(st.sampled_from(TOOLS), min_size=1, max_size=3, unique=True),
+        min_size=2,
+        max_size=2,
+    ),
+    named=st.lists(st.sampled_from(TOOLS), max_size=4, unique=True),
+    votes=st.lists(st.tuples(st.integers(0, 1), st.floats(-1.0, 1.0, width=32)), max_size=10),
+    cosines=st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0)),
+    usage=st.tuples(st.integers(1, 500), st.integers(1, 500)),
+    gate=st.sampled_from([0.0, 1.0]),
+)
+def test_steps_and_use_never_reorder_candidates_whose_matches_differ_by_more_than_their_band(
+    tools: list[list[str]],
+    named: list[str],
+    votes: list[tuple[int, float]],
+    cosines: tuple[float, float],
+    usage: tuple[int, int],
+    gate: float,
+) -> None:
+    """Through rank() with the core's step factors: of two patterns that never failed, the one
+    whose match is more than 1 / ((1 - step_weight) (1 - usage_weight)) times the other's ranks
+    first, whatever their steps, their use and the neighbours (docs/ranking.md, Served against
+    match only)."""
+    from pml_server.domain.model import SuggestQuery
+    from pml_server.ranking import rank
+    from tests.support import NOW_MS, candidate, pattern
+
+    config = replace(CONFIG, step_gate=gate)
+    table = _table({"a": tuple(tools[0]), "b": tuple(tools[1])})
+    steps = _factors(table, ["a", "b"], _request(named), votes, config)
+    cands = [
+        replace(
+            candidate(
+                pattern(name, successes=n, usage=n, capability_id=f"c-{name}", tools=tuple(t)),
+                cos,
+            ),
+            steps=steps[name],
+        )
+        for name, t, cos, n in zip(("a", "b"), tools, cosines, usage, strict=True)
+    ]
+    result = rank(SuggestQuery("x", k=2, min_match=0.0), cands, config, NOW_MS)
+    order = [s.pattern.id for s in result.suggestions]
+    match = {s.pattern.id: s.score.match for s in result.suggestions}
+    band = (1.0 - config.step_weight) * (1.0 - config.usage_weight)
+    if match["a"] * band > match["b"]:
+        assert order == ["a", "b"]
+    elif match["b"] * band > match["a"]:
+        assert order == ["b", "a"]

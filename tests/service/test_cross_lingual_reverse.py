@@ -85,9 +85,9 @@ def test_a_tenant_recorded_in_english_never_runs_the_companion(tmp_path: Path) -
         index = engine._state.indexes.get("en")
         assert index is not None
         assert index.companion is not None
-        assert not index.companion_active
-        assert not index.has_foreign_intents()
-        assert engine.wait_cross_lingual(60)
+        assert not index.companion.active
+        assert not index.companion.has_foreign()
+        assert engine.admin.wait_cross_lingual(60)
         assert len(index.companion) == 0
     finally:
         engine.close()
@@ -101,19 +101,19 @@ def test_an_intent_in_another_language_starts_the_companion_and_deletion_ends_th
         english = engine.record("t", make_record("a", "Send an email to my boss", ["gmail_send"]))
         index = engine._state.indexes.get("t")
         assert index is not None
-        assert not index.companion_active
+        assert index.companion is not None
+        assert not index.companion.active
         french = engine.record(
             "t", make_record("b", "Trouve des restaurants à Dallas", ["restaurant_search"])
         )
-        assert index.companion_active
-        assert index.has_foreign_intents()
-        assert engine.wait_cross_lingual(120)
-        assert index.companion is not None
+        assert index.companion.active
+        assert index.companion.has_foreign()
+        assert engine.admin.wait_cross_lingual(120)
         assert len(index.companion) == 2
         top = engine.suggest("t", SuggestQuery("Find restaurants in Dallas", k=1))
         assert top.suggestions[0].capability_id == french.capability_id
         engine.delete_capability("t", french.capability_id)
-        assert not index.has_foreign_intents()
+        assert not index.companion.has_foreign()
         after = engine.suggest("t", SuggestQuery("Send a mail to my manager", k=1))
         assert after.suggestions[0].capability_id == english.capability_id
     finally:
@@ -128,8 +128,9 @@ def test_the_reverse_survives_a_restart(tmp_path: Path) -> None:
     try:
         index = engine._state.indexes.get("t")
         assert index is not None
-        assert index.has_foreign_intents()
-        assert engine.wait_cross_lingual(120)
+        assert index.companion is not None
+        assert index.companion.has_foreign()
+        assert engine.admin.wait_cross_lingual(120)
         for request_text, tool in REQUESTS:
             top = engine.suggest("t", SuggestQuery(request_text, k=1)).suggestions[0]
             assert top.capability_id == caps[tool], request_text
@@ -143,7 +144,7 @@ def test_without_the_companion_the_reverse_is_the_english_models(tmp_path: Path)
         fill(engine)
         index = engine._state.indexes.get("t")
         assert index is not None
-        assert not index.has_foreign_intents()
+        assert index.companion is None
         request = "Convert my ABC notation to MIDI files"
         answer = engine.suggest("t", SuggestQuery(request, k=6, min_match=0.0))
         minilm = make_embedder("minilm")

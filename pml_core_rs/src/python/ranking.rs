@@ -22,7 +22,7 @@ impl PyRankParams {
     #[pyo3(signature = (*, semantic_weight, lexical_weight, lexical_half_score, prior_successes,
         prior_failures, expected_success_rate, reliability_prior_strength, usage_weight,
         usage_saturation, recency_full_days,
-        recency_half_life_days, recency_floor, superseded_penalty, step_weight = 0.3))]
+        recency_half_life_days, recency_floor, superseded_penalty, step_weight = 0.3, step_gate = 1.0))]
     fn new(
         semantic_weight: f64,
         lexical_weight: f64,
@@ -38,6 +38,7 @@ impl PyRankParams {
         recency_floor: f64,
         superseded_penalty: f64,
         step_weight: f64,
+        step_gate: f64,
     ) -> PyResult<Self> {
         let inner = ranking::Params {
             semantic_weight,
@@ -54,6 +55,7 @@ impl PyRankParams {
             recency_floor,
             superseded_penalty,
             step_weight,
+            step_gate,
         };
         let values = [
             semantic_weight,
@@ -70,6 +72,7 @@ impl PyRankParams {
             recency_floor,
             superseded_penalty,
             step_weight,
+            step_gate,
         ];
         if values.iter().any(|v| !v.is_finite()) {
             return Err(invalid_arg("params", "every parameter must be finite"));
@@ -82,6 +85,9 @@ impl PyRankParams {
         }
         if !(0.0..=1.0).contains(&step_weight) {
             return Err(invalid_arg("step_weight", "must be in [0, 1]"));
+        }
+        if !(0.0..=1.0).contains(&step_gate) {
+            return Err(invalid_arg("step_gate", "must be in [0, 1]"));
         }
         Ok(PyRankParams { inner })
     }
@@ -154,7 +160,7 @@ impl PyRankTable {
         Ok(())
     }
 
-    /// The step factor (docs/ranking.md, Steps) of each of `pattern_ids` (1.0 for a pattern
+    /// The step factor (docs/ranking.md, Steps), gated by the hits' expected step count, of each of `pattern_ids` (1.0 for a pattern
     /// without a rankable row) for a request whose `STEP_NEIGHBOURS` nearest intents are
     /// `hit_ids` with `hit_scores` and whose analysed words are `words`: the factors the
     /// core's ranking applies, for the Python ranking path.
@@ -179,12 +185,13 @@ impl PyRankTable {
                 .map(|(&id, &score)| index::Hit { id, score })
                 .collect();
             let evidence = ranking::step_evidence(&table, &hits, &words, &params.inner);
+            let gate = ranking::step_gate(ranking::expected_steps(&table, &hits), &params.inner);
             pattern_ids
                 .iter()
                 .map(|p| {
-                    table
-                        .row_of_pattern(p)
-                        .map_or(1.0, |s| evidence.factor(&table.row(s).tools))
+                    table.row_of_pattern(p).map_or(1.0, |s| {
+                        ranking::gated_step(evidence.factor(&table.row(s).tools), gate)
+                    })
                 })
                 .collect()
         }))

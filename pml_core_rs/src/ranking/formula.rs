@@ -32,6 +32,10 @@ pub struct Params {
     pub superseded_penalty: f64,
     /// Share of the total the step fit can take away (docs/ranking.md, Steps); 0 turns it off.
     pub step_weight: f64,
+    /// How far the step fit is gated by the request's expected step count (docs/ranking.md,
+    /// Steps, "Gate"): 1 applies the fit only as far as the request's nearest intents are
+    /// multi-step, 0 always applies it in full.
+    pub step_gate: f64,
 }
 
 impl Default for Params {
@@ -52,6 +56,7 @@ impl Default for Params {
             recency_floor: 0.2,
             superseded_penalty: 0.5,
             step_weight: 0.3,
+            step_gate: 1.0,
         }
     }
 }
@@ -182,6 +187,28 @@ pub fn recency_factor(last_used_ms: i64, now_ms: i64, p: &Params) -> f64 {
         .max(p.recency_floor)
 }
 
+/// The step fit's gate (docs/ranking.md, Steps, "Gate"), in [1 - step_gate, 1]: how far the
+/// request asks for several steps. `expected_steps` is the cosine-weighted mean step count of
+/// the patterns of its nearest intents (None: no neighbour to judge by, the gate stays open);
+/// a request whose neighbours are all single-step patterns gets `1 - step_gate`, one whose
+/// neighbours average two steps or more gets 1.
+pub fn step_gate(expected_steps: Option<f64>, p: &Params) -> f64 {
+    match expected_steps {
+        None => 1.0,
+        Some(k) => 1.0 - p.step_gate * (1.0 - clamp_unit(k - 1.0)),
+    }
+}
+
+/// A step factor in [1 - w, 1] gated: `1 - gate * (1 - factor)`, so it stays in [1 - w, 1],
+/// is exactly 1 at gate 0 and exactly `factor` at gate 1.
+pub fn gated_step(factor: f64, gate: f64) -> f64 {
+    if gate >= 1.0 {
+        factor
+    } else {
+        1.0 - gate * (1.0 - factor)
+    }
+}
+
 /// Every part of one candidate's score (`scoring.score`).
 pub fn score(
     cosine: f64,
@@ -236,5 +263,35 @@ mod semantic_tests {
         assert!((four - (0.9 + 0.25 * 0.7 + 0.0625 * 0.5) / 1.3125).abs() < 1e-15);
         assert!(four <= 0.9);
         assert_eq!(pattern_semantic(&mut [-0.3, -0.1]), Some(0.0));
+    }
+}
+
+#[cfg(test)]
+mod gate_tests {
+    use super::{gated_step, step_gate, Params};
+
+    #[test]
+    fn the_gate_opens_with_the_expected_step_count() {
+        let p = Params::default();
+        assert_eq!(step_gate(None, &p), 1.0);
+        assert_eq!(step_gate(Some(1.0), &p), 0.0);
+        assert_eq!(step_gate(Some(0.0), &p), 0.0);
+        assert!((step_gate(Some(1.25), &p) - 0.25).abs() < 1e-15);
+        assert_eq!(step_gate(Some(3.0), &p), 1.0);
+        let off = Params {
+            step_gate: 0.0,
+            ..Params::default()
+        };
+        assert_eq!(step_gate(Some(1.0), &off), 1.0);
+    }
+
+    #[test]
+    fn a_gated_factor_lies_between_the_factor_and_one() {
+        for &f in &[0.7, 0.85, 1.0] {
+            assert_eq!(gated_step(f, 1.0), f);
+            assert_eq!(gated_step(f, 0.0), 1.0);
+            let half = gated_step(f, 0.5);
+            assert!(f <= half && half <= 1.0);
+        }
     }
 }

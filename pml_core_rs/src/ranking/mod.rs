@@ -8,10 +8,11 @@ pub mod query;
 pub mod steps;
 pub mod table;
 
-pub use formula::{score, Counts, Params, ScoreParts};
+pub use formula::{gated_step, score, step_gate, Counts, Params, ScoreParts};
 pub use permitted::{permitted, restricts, retrieve_for, Permitted};
 pub use query::{
-    lexical_hits, rank_retrieved, retrieve, semantic_hits, Filters, Ranked, Retrieved,
+    expected_steps, lexical_hits, rank_retrieved, retrieve, semantic_hits, Filters, Ranked,
+    Retrieved,
 };
 pub use steps::{step_evidence, StepEvidence};
 pub use table::RankTable;

@@ -11,7 +11,9 @@ use std::collections::HashSet;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::formula::{pattern_semantic, score, with_transition, Params, ScoreParts};
+use super::formula::{
+    gated_step, pattern_semantic, score, step_gate, with_transition, Params, ScoreParts,
+};
 use super::steps::{step_evidence, STEP_NEIGHBOURS};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
@@ -165,6 +167,7 @@ pub fn rank_retrieved(
         Vec::new()
     };
     let evidence = step_evidence(table, &neighbours, words, params);
+    let gate = step_gate(expected_steps(table, &neighbours), params);
     let mut passing: Vec<(ScoreParts, &str, &str)> = Vec::new();
     // Bounded by the retrieved candidates (two fetch limits), so Fx's weak mixing costs nothing.
     let mut slot_of: FxHashMap<&str, u32> = FxHashMap::default();
@@ -180,7 +183,7 @@ pub fn rank_retrieved(
             continue; // no intent left in the vector index: deleted since it answered
         };
         let lexical = bm25.get(&slot).copied().unwrap_or(0.0);
-        let steps = evidence.factor(&row.tools);
+        let steps = gated_step(evidence.factor(&row.tools), gate);
         let mut parts = score(semantic, lexical, &row.counts, params, now_ms, steps);
         if !passes(row, &parts, &resolved, filters) {
             continue;
@@ -213,6 +216,25 @@ pub fn rank_retrieved(
         }
     }
     Ok(out)
+}
+
+/// The request's expected step count (docs/ranking.md, Steps, "Gate"): the cosine-weighted
+/// mean number of distinct tools of the patterns of its `STEP_NEIGHBOURS` nearest intents
+/// (best first, ties by id, as the step evidence reads them); None without a neighbour of
+/// positive cosine.
+pub fn expected_steps(table: &RankTable, neighbours: &[Hit]) -> Option<f64> {
+    let mut nearest: Vec<&Hit> = neighbours.iter().collect();
+    nearest.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+    let (mut weighted, mut total) = (0.0, 0.0);
+    for hit in nearest.into_iter().take(STEP_NEIGHBOURS) {
+        let Some(slot) = table.row_of_intent(hit.id) else {
+            continue;
+        };
+        let w = f64::from(hit.score).max(0.0);
+        weighted += w * table.row(slot).tools.len() as f64;
+        total += w;
+    }
+    (total > 0.0).then(|| weighted / total)
 }
 
 /// The filters of `ranking.filters.RULES`: flagged, available tools, tags, match, success.
