@@ -11,7 +11,7 @@ accident; its accents are folded first, `lexical_text`).
 
 The reverse: an intent recorded in another language (the same guess, at capture) makes the
 tenant use the companion; an English request over such a tenant is answered on the Python path
-with each intent compared in the space that reads it (`TenantSearchIndex.mixed`: English
+with each intent compared in the space that reads it (`search.companion.MixedView`: English
 intents by the primary model, exactly as before, the others by the companion) and its lexical
 part weighed `MIXED_LEXICAL_WEIGHT` at most. English requests in a tenant whose intents are
 all English, a client-supplied `intent_embedding` (a vector of the primary
