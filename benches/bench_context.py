@@ -9,6 +9,12 @@ Development data for context (built here, deterministically, from ../shared/devs
   mean position of the expected tools: near-synonyms drawn from the set's own tool names and
   intents (e.g. `search_engine_query` against other web-search tools), never random noise.
   `offered_tools` builds them; the offered list is sorted, so it leaks no order.
+  Fairness (checked): every offered set holds all its query's expected tools; the distractors
+  are the hardest the set has, harder than most real offered sets: MetaTool holds several
+  tools per need (`create_qr_code`, `generate_qr_code`, `qreator`; `nasa_tool`,
+  `stellarexplorer`), so the 4 nearest are often interchangeable with the expected tool and
+  the label alone says which one the request "meant" (docs/ranking.md, Offered tools: what
+  limits hit@1; `python -m benches.calibrate.context` breaks the misses down).
 - **Sessions** (made from the multi-tool executions): benches/bench_sessions.py.
 
 Rows (in-process engine on RocksDB, default model `minilm`, the client-vector path of the
@@ -20,6 +26,8 @@ engine's ranking with its default settings):
 - `empty with a permitted match`: offered-tool answers that came back empty although a
   permitted pattern passes min_match (checked against the full ranking of every stored pattern
   under the same filters). Target: 0.
+- `hit@1 offered (expected + 0 / 2 nearest)`: diagnostics without a target, the same queries
+  offered only their expected tools, or 2 distractors (3 or 4 tools: real agents' usual size).
 - `suggest p50 allow-list`: Suggest p50 at 10k intents (synthetic store, client vectors) with
   an allow-list of 10 tools against without, same run. Target: within 1.5x. Also with 200
   and 360 of the 400 tools allowed (thousands of permitted intents: bounded cost).
@@ -58,6 +66,9 @@ SUITE = "context"
 TENANT = "bench"
 K = 5
 DISTRACTORS = 4
+# Diagnostic rows: the expected tools alone, and with 2 distractors (3 or 4 tools offered, the
+# size real agents offer most: the held-out set's median is 3).
+SMALLER = (0, 2)
 EMBEDDER = "minilm"
 # Allow-list sizes of the latency rows: the target's 10 tools, and large permitted sets
 # (beyond the exact-scan size: the vector search walks the graph filtered).
@@ -161,11 +172,16 @@ def quality_rows(max_queries: int | None = None) -> list[Row]:
     texts = list(dict.fromkeys([e.intent for e in executions] + [q.intent for q in queries]))
     vector_of = dict(zip(texts, vectors(EMBEDDER, texts), strict=True))
     offered = offered_tools(executions, queries, vector_of)
+    # the same queries offered fewer tools (docs/ranking.md, Offered tools: what limits hit@1)
+    smaller = {n: offered_tools(executions, queries, vector_of, n) for n in SMALLER}
+    # fairness: every offered set holds the query's expected tools
+    assert all(set(q.tools) <= set(offered[q.id]) for q in queries)
     with tempfile.TemporaryDirectory() as where:
         engine = _open(Path(where))
         try:
             group_of = _capture(engine, executions, vector_of)
             hits_without = hits_offered = empty = empty_with_match = 0
+            hits_smaller = dict.fromkeys(SMALLER, 0)
             for query in queries:
                 base = SuggestQuery(
                     query.intent, k=K, intent_embedding=tuple(vector_of[query.intent].tolist())
@@ -178,6 +194,9 @@ def quality_rows(max_queries: int | None = None) -> list[Row]:
                     empty += 1
                     if _full_ranking(engine, with_tools).suggestions:
                         empty_with_match += 1
+                for n, sets in smaller.items():
+                    fewer = engine.suggest(TENANT, replace(base, available_tools=sets[query.id]))
+                    hits_smaller[n] += _top_group(fewer, group_of) == query.group
         finally:
             engine.close()
     n = len(queries)
@@ -199,6 +218,18 @@ def quality_rows(max_queries: int | None = None) -> list[Row]:
             "answers",
             extra={**extra, "target": "0", "met": empty_with_match == 0},
         ),
+        *[
+            Row(
+                SUITE,
+                f"hit@1 offered tools (expected + {d} nearest), {EMBEDDER}",
+                hits_smaller[d] / n,
+                "hit@1",
+                baseline=hits_without / n,
+                baseline_name="same queries without available_tools",
+                extra={"queries": n, "distractors": d, "diagnostic": "no target"},
+            )
+            for d in SMALLER
+        ],
     ]
 
 

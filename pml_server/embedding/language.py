@@ -8,7 +8,7 @@ space a request is compared in when a cross-lingual model stands beside an Engli
   Italian or Portuguese and rare in English, plus words with letters English does not use (é,
   ü, ñ, ß, ...) and the marks ¿ and ¡, outnumber its English function words. A text with
   neither (a tool name, "JSON to CSV") counts as English: the English model reads it as well
-  as any.
+  as any. URLs, paths and file names are left out of the count.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ def _words(text: str) -> frozenset[str]:
 
 
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+# URLs, paths, file and domain names ("example.com", "src/app.py"): their pieces are not words
+# of any language ("com" is Portuguese for "with")
+_NOT_PROSE = re.compile(r"\S*(?:/|\w\.\w)\S*")
 # At most this many characters are read: the guess needs a sentence, not a document.
 SAMPLE_CHARS = 2000
 
@@ -65,7 +68,7 @@ def is_english(text: str) -> bool:
     non_latin = sum(1 for ch in letters if not _is_latin(ch))
     if non_latin * 5 > len(letters):  # over a fifth of the letters in another script
         return False
-    words = [w.lower() for w in _WORD.findall(sample)]
+    words = [w.lower() for w in _WORD.findall(_NOT_PROSE.sub(" ", sample))]
     english = sum(1 for w in words if w in ENGLISH)
     other = sum(1 for w in words if w in OTHER)
     other += sum(1 for w in words if any(ch in _FOREIGN_LETTERS for ch in w))

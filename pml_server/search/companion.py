@@ -2,7 +2,8 @@
 vector in a second, multilingual model's space, kept in memory only (computed from the intent
 texts at open and after each capture by the service, which owns the model:
 service/_companion.py), and the tenant's index as Suggest's Python path retrieves from it in
-that space (`CompanionView`)."""
+that space (`CompanionView`), or for an English request over intents in other languages, each
+intent in the space that reads it (`MixedView`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pml_server.domain.vectors import Vector
+from pml_server.embedding.language import is_english
 from pml_server.search.vectors import EXACT_SCAN_MIN, AnnIndex, new_index
 
 if TYPE_CHECKING:
@@ -41,9 +43,14 @@ class CompanionIndex:
         # Intents indexed whose companion vector is not in yet (once the tenant uses it).
         self._pending: dict[int, str] = {}
         self._lock = threading.Lock()
-        # Whether the tenant uses the companion (a request in another language came): only
-        # then are its vectors computed (service/_companion.py).
+        # Whether the tenant uses the companion (a request in another language came, or an
+        # intent in another language was recorded): only then are its vectors computed
+        # (service/_companion.py).
         self.active = False
+        # The indexed intents whose text is not English (`embedding.language.is_english`): an
+        # English request compares them in this space (docs/ranking.md, Other languages: the
+        # reverse direction).
+        self._foreign: set[int] = set()
 
     def __len__(self) -> int:
         return len(self.vectors)
@@ -60,10 +67,26 @@ class CompanionIndex:
                 self.active = True
 
     def note(self, intent_id: int, text: str) -> None:
-        """An intent just indexed (the caller holds the index's write lock)."""
-        if self.active:
+        """An intent just indexed (the caller holds the index's write lock). One that is not
+        English makes the tenant use the companion."""
+        foreign = not is_english(text)
+        if foreign or self.active:
             with self._lock:
+                if foreign:
+                    self._foreign.add(intent_id)
+                    if not self.active:  # every intent so far waits for its vector
+                        self._pending.update(self._texts)
+                        self.active = True
                 self._pending[intent_id] = text
+
+    def foreign(self) -> frozenset[int]:
+        """The indexed intents that are not English."""
+        with self._lock:
+            return frozenset(self._foreign)
+
+    def has_foreign(self) -> bool:
+        with self._lock:
+            return bool(self._foreign)
 
     def missing(self) -> int:
         """How many indexed intents have no companion vector yet."""
@@ -97,6 +120,7 @@ class CompanionIndex:
         with self._lock:
             for i in intent_ids:
                 self._pending.pop(i, None)
+                self._foreign.discard(i)
             present = [i for i in intent_ids if self.vectors.contains(i)]
             if present:
                 self.vectors.remove(np.array(present, dtype=np.uint64))
@@ -147,6 +171,71 @@ class CompanionView:
                     query.astype(np.float32), len(chunk), allow=chunk
                 )
             out.update(zip(ids.tolist(), scores.tolist(), strict=True))
+        return out
+
+    def pattern_of(self, intent_id: int) -> str | None:
+        return self._index.pattern_of(intent_id)
+
+    def intents_of(self, pattern_id: str) -> list[int]:
+        return self._index.intents_of(pattern_id)
+
+    def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
+        return self._index.lexical_hits(text, limit)
+
+
+class MixedView:
+    """A tenant's index as Suggest's Python path retrieves from it for an English request when
+    some intents were recorded in another language (docs/ranking.md, Other languages: the
+    reverse direction): each intent is compared in the space that reads it, its English
+    intents by the primary model (the `vector` the methods are given, so English pairs score
+    exactly as without this view), the others by the companion (`companion_query`, the same
+    request embedded by the companion model)."""
+
+    def __init__(
+        self,
+        index: TenantSearchIndex,
+        companion: CompanionView,
+        foreign: frozenset[int],
+        companion_query: Vector,
+    ) -> None:
+        self._index = index
+        self._companion = companion
+        self._foreign = foreign
+        self._query = companion_query
+        self.lexical = index.lexical
+        self.ranks = index.ranks
+
+    def _merged(
+        self, primary: list[tuple[int, float]], other: list[tuple[int, float]], limit: int
+    ) -> list[tuple[int, float]]:
+        hits = [(i, s) for i, s in primary if i not in self._foreign] + other
+        hits.sort(key=lambda hit: -hit[1])
+        return hits[:limit]
+
+    def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
+        foreign = len(self._foreign)
+        if foreign >= self._index.vector_count():  # all in another language: no allow-list
+            return self._companion.semantic(self._query, limit)
+        # the primary space's hits on foreign intents are dropped: over-fetch by their number
+        primary = self._index.semantic(query, limit + min(foreign, limit))
+        other = self._companion.semantic_among(self._query, limit, list(self._foreign))
+        return self._merged(primary, other, limit)
+
+    def semantic_among(
+        self, query: Vector, limit: int, intent_ids: Sequence[int]
+    ) -> list[tuple[int, float]]:
+        english = [i for i in intent_ids if i not in self._foreign]
+        foreign = [i for i in intent_ids if i in self._foreign]
+        primary = self._index.semantic_among(query, limit, english)
+        other = self._companion.semantic_among(self._query, limit, foreign)
+        return self._merged(primary, other, limit)
+
+    def exact_scores(self, query: Vector, intent_ids: Sequence[int]) -> dict[int, float]:
+        english = [i for i in intent_ids if i not in self._foreign]
+        foreign = [i for i in intent_ids if i in self._foreign]
+        out = self._index.exact_scores(query, english) if english else {}
+        if foreign:
+            out.update(self._companion.exact_scores(self._query, foreign))
         return out
 
     def pattern_of(self, intent_id: int) -> str | None:

@@ -31,7 +31,7 @@ from pml_server.ranking import (
     RankTable,
 )
 from pml_server.search._index_parts import InsertQueue, SaveMarks, StagedIntents
-from pml_server.search.companion import CompanionIndex, CompanionView
+from pml_server.search.companion import CompanionIndex, CompanionView, MixedView
 from pml_server.search.vectors import (
     EXACT_SCAN_MIN,
     AnnIndex,
@@ -226,10 +226,15 @@ class TenantSearchIndex:
         """(pattern id, raw BM25 score of its document), best first."""
         return self.lexical.search(text, limit)
 
-    def cross_lingual(self) -> CompanionView:
-        """This index searched in the companion's space (`companion` must be set)."""
+    def cross_lingual(self, companion_query: Vector | None = None) -> CompanionView | MixedView:
+        """This index searched in the companion's space (`companion` must be set); with
+        `companion_query` (an English request embedded by the companion), its English intents
+        in the primary space and the others in the companion's (`MixedView`)."""
         assert self.companion is not None
-        return CompanionView(self, self.companion.vectors, self._read_lock)
+        view = CompanionView(self, self.companion.vectors, self._read_lock)
+        if companion_query is None:
+            return view
+        return MixedView(self, view, self.companion.foreign(), companion_query)
 
     def remove_vectors(self, intent_ids: Sequence[int]) -> None:
         """Take vectors out of the vector index alone (replaying the op log's removals into a

@@ -7,12 +7,19 @@ index per tenant (`search.companion.CompanionIndex`); a Suggest whose request is
 same retrieval, formula, filters and grouping on the Python path, with the companion's cosines
 as the semantic part and the lexical part weighed `OTHER_LANGUAGE_LEXICAL_WEIGHT` at most (a
 French request's words rarely match English documents, and when they do it is mostly by
-accident). English requests, a client-supplied `intent_embedding` (a vector of the primary
+accident; its accents are folded first, `lexical_text`).
+
+The reverse: an intent recorded in another language (the same guess, at capture) makes the
+tenant use the companion; an English request over such a tenant is answered on the Python path
+with each intent compared in the space that reads it (`search.companion.MixedView`: English
+intents by the primary model, exactly as before, the others by the companion) and its lexical
+part weighed `MIXED_LEXICAL_WEIGHT` at most. English requests in a tenant whose intents are
+all English, a client-supplied `intent_embedding` (a vector of the primary
 model) and the primary index are untouched.
 
 The companion costs only tenants that use it. Its vectors are never stored: a tenant's are
-computed from the intent texts its index already holds once its first request in another
-language arrives, and from then on after its captures, by one background thread
+computed from the intent texts its index already holds once its first request (or intent) in
+another language arrives, and from then on after its captures, by one background thread
 (`CompanionFiller`), in batches, off the capture's path. A Suggest in another language first
 embeds what is still missing if that is at most `SYNC_FILL` texts (a capture just made is found
 at once); with more missing (a tenant's first such request over a large memory, or a burst of
@@ -25,6 +32,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import unicodedata
 from dataclasses import replace
 
 from pml_server.config import EngineConfig
@@ -39,6 +47,12 @@ log = logging.getLogger(__name__)
 # The lexical weight of a request that is not English, at most (the tenant's own weight if
 # lower): chosen on the multilingual probe's tune part (benches/results/multilingual.md).
 OTHER_LANGUAGE_LEXICAL_WEIGHT = 0.3
+# The lexical weight of an English request over a tenant holding intents in other languages,
+# at most: their documents cannot share its words, so a full weight ranks every English
+# pattern it shares words with above them (chosen on the probe's reverse tune part among 0.9,
+# 0.7, 0.6, 0.5, 0.4, 0.3, the lowest keeping English hit@1 within 0.01 and MRR unchanged:
+# benches/results/multilingual.md).
+MIXED_LEXICAL_WEIGHT = 0.5
 # Texts per companion embedding call while filling an index.
 FILL_BATCH = 32
 # Missing companion vectors a Suggest embeds itself before answering (about 10 ms each).
@@ -55,6 +69,21 @@ def make_companion(config: EngineConfig) -> CachedEmbedder | None:
 def applies(companion: CachedEmbedder | None, query: SuggestQuery) -> bool:
     """Whether `query` should be answered in the companion's space."""
     return companion is not None and query.intent_embedding is None and not is_english(query.intent)
+
+
+def mixes(
+    companion: CachedEmbedder | None, index: TenantSearchIndex | None, query: SuggestQuery
+) -> bool:
+    """Whether `query`, an English request, meets intents recorded in another language, which
+    it then reads in the companion's space (the reverse direction)."""
+    return (
+        companion is not None
+        and index is not None
+        and query.intent_embedding is None
+        and index.companion is not None
+        and index.companion.has_foreign()
+        and is_english(query.intent)
+    )
 
 
 def fill(
@@ -74,10 +103,24 @@ def fill(
     return len(pending)
 
 
+def lexical_text(text: str) -> str:
+    """The words a request in another language is searched with in the lexical index: its
+    accents folded (NFKD, combining marks dropped), so a word spelled as its English cognate
+    but for an accent ("pódcasts", "vidéo", "música") meets the English documents' stem. English
+    documents rarely carry accents; Chinese, Japanese and Korean characters carry none."""
+    folded = unicodedata.normalize("NFKD", text)
+    return "".join(ch for ch in folded if not unicodedata.combining(ch))
+
+
 def other_language_ranking(ranking: RankingConfig) -> RankingConfig:
     """The ranking settings of a request answered in the companion's space."""
     weight = min(ranking.lexical_weight, OTHER_LANGUAGE_LEXICAL_WEIGHT)
     return replace(ranking, lexical_weight=weight)
+
+
+def mixed_ranking(ranking: RankingConfig) -> RankingConfig:
+    """The ranking settings of an English request over intents in other languages."""
+    return replace(ranking, lexical_weight=min(ranking.lexical_weight, MIXED_LEXICAL_WEIGHT))
 
 
 class CompanionFiller:

@@ -49,7 +49,7 @@ from pml_server.ranking.plans import (
 from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.ranking.transitions import transition_factors
 from pml_server.search import TenantSearchIndex
-from pml_server.search.companion import CompanionView
+from pml_server.search.companion import CompanionView, MixedView
 from pml_server.search.vectors import EXACT_SCAN_MIN, ExactIndex
 from pml_server.service import _companion
 from pml_server.service import _sessions as sessions
@@ -65,9 +65,14 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
     request_parts, weights, spans = (
         split_request_spans(query.intent) if query.plan_size > 0 else ((), (), ())
     )
-    if len(request_parts) < MIN_PLAN_PARTS or _companion.applies(state.companion, query):
-        # a request in another language: ranked in the companion's space, no plan (the parts
-        # would be embedded by the English model; docs/ranking.md, Other languages)
+    if (
+        len(request_parts) < MIN_PLAN_PARTS
+        or _companion.applies(state.companion, query)
+        or _companion.mixes(state.companion, state.indexes.get(tenant), query)
+    ):
+        # a request in another language, or an English one over intents recorded in another:
+        # ranked with the companion's cosines, no plan (the parts would be embedded by the
+        # English model alone; docs/ranking.md, Other languages)
         return rank_suggestions(state, tenant, query)
     check_tenant(tenant)
     _check_query(query)
@@ -210,16 +215,29 @@ def rank_suggestions(
     vector = _query_vector(state, query, cross_lingual)
     if index is None:
         return SuggestResult(())
+    # an English request over intents recorded in another language: those are compared in the
+    # companion's space, the English ones in the primary's (service/_companion.py)
+    mixed = (
+        not cross_lingual
+        and filler is not None
+        and _companion.mixes(state.companion, index, query)
+        and filler.ready_for(index)
+    )
     ranking = state.ranking if ranking is None else ranking
     # the session signal (docs/ranking.md, Sessions): {} without a context
     factors = transition_factors(
         sessions.context_weights(state, tenant, query.context, state.clock()), ranking
     )
-    searched: TenantSearchIndex | CompanionView = index
+    searched: TenantSearchIndex | CompanionView | MixedView = index
+    text = query.intent
     if cross_lingual:
         # another language: the companion's space, on this path (service/_companion.py)
         searched = index.cross_lingual()
         ranking = _companion.other_language_ranking(ranking)
+        text = _companion.lexical_text(text)
+    elif mixed:
+        searched = index.cross_lingual(_companion_vector(state, query))
+        ranking = _companion.mixed_ranking(ranking)
     elif not query.explain and index.ranks_in_core():
         now = state.clock()
         return suggest_in_core(
@@ -227,11 +245,11 @@ def rank_suggestions(
         )
     limit = ranking.fetch_limit(query.k)
     permitted = index.permitted(resolve_settings(query, ranking), ranking)
-    found = retrieve(state.repo, tenant, searched, vector, query.intent, limit, ranking, permitted)
+    found = retrieve(state.repo, tenant, searched, vector, text, limit, ranking, permitted)
     if permitted is not None and query.explain:
         # `explain` also lists what the filters removed from the unrestricted shortlist, each
         # with its rule; they fail those filters, so the answer is that of the allow-list.
-        found.add(retrieve(state.repo, tenant, searched, vector, query.intent, limit, ranking))
+        found.add(retrieve(state.repo, tenant, searched, vector, text, limit, ranking))
     # the ceiling bounds the counters read after it: both from one state of the store
     with state.repo.consistent_reads():
         ceiling = score_ceiling(*state.repo.patterns.counter_ceilings(tenant), ranking)
@@ -275,11 +293,18 @@ def _query_vector(state: EngineState, query: SuggestQuery, cross_lingual: bool =
     if query.intent_embedding is not None:
         return client_vector(query.intent_embedding, state.embedder.dim, "intent_embedding")
     if cross_lingual and state.companion is not None:
-        vector: Vector = state.companion.embed([query.intent])[0]
+        vector = _companion_vector(state, query)
         if not usable(vector):
             raise no_words_error()
         return vector
     return state.embed_one(query.intent)
+
+
+def _companion_vector(state: EngineState, query: SuggestQuery) -> Vector:
+    """The request embedded by the cross-lingual companion (set)."""
+    assert state.companion is not None
+    vector: Vector = state.companion.embed([query.intent])[0]
+    return vector
 
 
 def _check_query(query: SuggestQuery) -> None:
@@ -362,7 +387,7 @@ class Retrieved:
 def retrieve(
     repo: Repository,
     tenant: str,
-    index: TenantSearchIndex | CompanionView,
+    index: TenantSearchIndex | CompanionView | MixedView,
     vector: Vector,
     text: str,
     limit: int,
@@ -406,11 +431,12 @@ def retrieve(
 
 
 def _profile_source(
-    index: TenantSearchIndex | CompanionView,
+    index: TenantSearchIndex | CompanionView | MixedView,
 ) -> _core.HnswIndex | ExactIndex | None:
     """The vector index the tool profiles are summed from (docs/ranking.md, Steps, "Tool
-    profiles"); None in the companion's space, whose vectors are not the profiles'."""
-    if isinstance(index, CompanionView):
+    profiles"); None in the companion's space (or a mix of both), whose vectors are not the
+    profiles'."""
+    if not isinstance(index, TenantSearchIndex):
         return None
     ann = index.ann
     return ann if isinstance(ann, (_core.HnswIndex, ExactIndex)) else None

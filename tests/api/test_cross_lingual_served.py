@@ -34,3 +34,28 @@ def test_a_served_pml_answers_other_languages_from_english_recordings(
         ]:
             answer = client.suggest(request, k=3)
             assert answer.suggestions[0].capability == capability[tool], request
+
+
+def test_a_served_pml_answers_english_requests_from_recordings_in_other_languages(
+    start: StartServer,
+) -> None:
+    """The reverse: intents recorded in French, German and Chinese, asked in English."""
+    server = start(embedder="minilm")
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        capability = {}
+        for intent, tool in [
+            ("Trouve des restaurants à Dallas", "restaurant_search"),
+            ("Schick meinem Chef eine E-Mail", "gmail_send"),
+            ("调整度假照片的大小", "image_resize"),
+            ("Create a new GitHub repository", "github_create_repo"),
+        ]:
+            code = f"await mcp.{tool}({{}})"
+            capability[tool] = client.record(make_record(intent, code, tools=[tool])).capability
+        for request, tool in [
+            ("Find restaurants in Dallas", "restaurant_search"),
+            ("Send an email to my boss", "gmail_send"),
+            ("Resize my vacation photos", "image_resize"),
+            ("Create a GitHub repository", "github_create_repo"),
+        ]:
+            answer = client.suggest(request, k=3)
+            assert answer.suggestions[0].capability == capability[tool], request
