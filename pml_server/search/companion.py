@@ -126,7 +126,23 @@ class CompanionIndex:
                 self.vectors.remove(np.array(present, dtype=np.uint64))
 
 
-class CompanionView:
+class _TenantReads:
+    """What a view reads from the tenant's own index whatever space it scores in: a pattern's
+    intents and the lexical index (text, not vectors)."""
+
+    _index: TenantSearchIndex
+
+    def pattern_of(self, intent_id: int) -> str | None:
+        return self._index.pattern_of(intent_id)
+
+    def intents_of(self, pattern_id: str) -> list[int]:
+        return self._index.intents_of(pattern_id)
+
+    def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
+        return self._index.lexical_hits(text, limit)
+
+
+class CompanionView(_TenantReads):
     """A tenant's index as Suggest's Python path retrieves from it (`service._suggest.retrieve`),
     with the vector searches in the companion's space: the same patterns, intents and lexical
     documents, other cosines (docs/ranking.md, Other languages)."""
@@ -173,17 +189,8 @@ class CompanionView:
             out.update(zip(ids.tolist(), scores.tolist(), strict=True))
         return out
 
-    def pattern_of(self, intent_id: int) -> str | None:
-        return self._index.pattern_of(intent_id)
 
-    def intents_of(self, pattern_id: str) -> list[int]:
-        return self._index.intents_of(pattern_id)
-
-    def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
-        return self._index.lexical_hits(text, limit)
-
-
-class MixedView:
+class MixedView(_TenantReads):
     """A tenant's index as Suggest's Python path retrieves from it for an English request when
     some intents were recorded in another language (docs/ranking.md, Other languages: the
     reverse direction): each intent is compared in the space that reads it, its English
@@ -205,6 +212,14 @@ class MixedView:
         self.lexical = index.lexical
         self.ranks = index.ranks
 
+    def _split(self, intent_ids: Sequence[int]) -> tuple[list[int], list[int]]:
+        """(English intents, intents in another language) of `intent_ids`."""
+        english: list[int] = []
+        foreign: list[int] = []
+        for intent_id in intent_ids:
+            (foreign if intent_id in self._foreign else english).append(intent_id)
+        return english, foreign
+
     def _merged(
         self, primary: list[tuple[int, float]], other: list[tuple[int, float]], limit: int
     ) -> list[tuple[int, float]]:
@@ -224,25 +239,14 @@ class MixedView:
     def semantic_among(
         self, query: Vector, limit: int, intent_ids: Sequence[int]
     ) -> list[tuple[int, float]]:
-        english = [i for i in intent_ids if i not in self._foreign]
-        foreign = [i for i in intent_ids if i in self._foreign]
+        english, foreign = self._split(intent_ids)
         primary = self._index.semantic_among(query, limit, english)
         other = self._companion.semantic_among(self._query, limit, foreign)
         return self._merged(primary, other, limit)
 
     def exact_scores(self, query: Vector, intent_ids: Sequence[int]) -> dict[int, float]:
-        english = [i for i in intent_ids if i not in self._foreign]
-        foreign = [i for i in intent_ids if i in self._foreign]
+        english, foreign = self._split(intent_ids)
         out = self._index.exact_scores(query, english) if english else {}
         if foreign:
             out.update(self._companion.exact_scores(self._query, foreign))
         return out
-
-    def pattern_of(self, intent_id: int) -> str | None:
-        return self._index.pattern_of(intent_id)
-
-    def intents_of(self, pattern_id: str) -> list[int]:
-        return self._index.intents_of(pattern_id)
-
-    def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
-        return self._index.lexical_hits(text, limit)
