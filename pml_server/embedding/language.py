@@ -6,7 +6,9 @@ space a request is compared in when a cross-lingual model stands beside an Engli
   Cyrillic, Greek, Arabic, ...) is not English.
 - A Latin-script text is not English when words that are frequent in French, German, Spanish,
   Italian or Portuguese and rare in English, plus words with letters English does not use (é,
-  ü, ñ, ß, ...) and the marks ¿ and ¡, outnumber its English function words. A text with
+  ü, ñ, ß, ...) and the marks ¿ and ¡, outnumber its English function words, or equal them
+  with at least one such frequent word among them (a mixed request goes to the model that
+  reads both languages; an accented name alone does not tip an even count). A text with
   neither (a tool name, "JSON to CSV") counts as English: the English model reads it as well
   as any. URLs, paths and file names are left out of the count.
 """
@@ -70,7 +72,9 @@ def is_english(text: str) -> bool:
         return False
     words = [w.lower() for w in _WORD.findall(_NOT_PROSE.sub(" ", sample))]
     english = sum(1 for w in words if w in ENGLISH)
-    other = sum(1 for w in words if w in OTHER)
-    other += sum(1 for w in words if any(ch in _FOREIGN_LETTERS for ch in w))
+    function = sum(1 for w in words if w in OTHER)
+    other = function + sum(1 for w in words if any(ch in _FOREIGN_LETTERS for ch in w))
     other += sum(1 for ch in sample if ch in "¿¡")
-    return other <= english
+    # an even count with a function word of another language ("Finde Restaurants in Dallas.")
+    # goes to the model that reads both; accents alone ("my résumé") do not tip it
+    return other < english or (other == english and function == 0)

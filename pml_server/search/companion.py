@@ -8,7 +8,7 @@ intent in the space that reads it (`MixedView`)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
@@ -17,6 +17,8 @@ import numpy.typing as npt
 
 from pml_server.domain.vectors import Vector
 from pml_server.embedding.language import is_english
+from pml_server.ranking.table import RankTable
+from pml_server.search.companion_steps import CompanionSteps
 from pml_server.search.vectors import EXACT_SCAN_MIN, AnnIndex, new_index
 
 if TYPE_CHECKING:
@@ -26,7 +28,8 @@ if TYPE_CHECKING:
 class CompanionIndex:
     """The companion vectors of one tenant's indexed intents. `texts` is the tenant index's own
     map of indexed intent texts and `write_lock` its writers' lock: activation reads the
-    texts, and additions exclude the index's writers, under it."""
+    texts, and additions exclude the index's writers, under it. `pattern_of`: the tenant's
+    intent -> pattern links, for the step factors in this space (`steps`)."""
 
     def __init__(
         self,
@@ -35,8 +38,13 @@ class CompanionIndex:
         write_lock: threading.Lock,
         texts: Mapping[int, str],
         insert_threads: int,
+        pattern_of: Callable[[int], str | None] | None = None,
     ) -> None:
         self.vectors: AnnIndex = new_index(kind, dim)
+        # the step factors' table in this space (docs/ranking.md, Other languages, "Steps in
+        # the companion's space"); None without `pattern_of`
+        self.steps = CompanionSteps() if pattern_of is not None else None
+        self._pattern_of = pattern_of
         self._write_lock = write_lock
         self._texts = texts
         self._insert_threads = insert_threads
@@ -66,9 +74,13 @@ class CompanionIndex:
                 self._pending.update(self._texts)
                 self.active = True
 
-    def note(self, intent_id: int, text: str) -> None:
-        """An intent just indexed (the caller holds the index's write lock). One that is not
-        English makes the tenant use the companion."""
+    def note(
+        self, intent_id: int, text: str, pattern_id: str = "", tools: Sequence[str] = ()
+    ) -> None:
+        """An intent just indexed for `pattern_id`, whose tools are `tools` (the caller holds
+        the index's write lock). One that is not English makes the tenant use the companion."""
+        if self.steps is not None and pattern_id:
+            self.steps.note_tools(pattern_id, tools)
         foreign = not is_english(text)
         if foreign or self.active:
             with self._lock:
@@ -112,6 +124,14 @@ class CompanionIndex:
                 self.vectors.add(
                     ids, vectors[keep].astype(np.float32), threads=self._insert_threads
                 )
+                if self.steps is not None and self._pattern_of is not None:
+                    self.steps.link(
+                        [
+                            (intent_ids[n], pattern_id)
+                            for n in keep
+                            if (pattern_id := self._pattern_of(intent_ids[n])) is not None
+                        ]
+                    )
             for i in intent_ids:
                 self._pending.pop(i, None)
 
@@ -122,6 +142,8 @@ class CompanionIndex:
                 self._pending.pop(i, None)
                 self._foreign.discard(i)
             present = [i for i in intent_ids if self.vectors.contains(i)]
+            if self.steps is not None and present:
+                self.steps.unlink(present)
             if present:
                 self.vectors.remove(np.array(present, dtype=np.uint64))
 
@@ -152,12 +174,20 @@ class CompanionView(_TenantReads):
         index: TenantSearchIndex,
         companion: AnnIndex,
         read_lock: AbstractContextManager[object],
+        steps: CompanionSteps | None = None,
     ) -> None:
         self._index = index
         self._companion = companion
         self._read_lock = read_lock
         self.lexical = index.lexical
-        self.ranks = index.ranks
+        # the step factors: with `steps`, its table, whose tool profiles are summed from the
+        # companion's vectors (`profile_vectors`); else the tenant's, without the profiles
+        self.ranks: RankTable = steps.table if steps is not None else index.ranks
+        self._steps = steps
+
+    def profile_vectors(self) -> AnnIndex | None:
+        """The vectors `ranks`' tool profiles are summed from (None: no profiles)."""
+        return self._companion if self._steps is not None else None
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
         size = len(self._companion)

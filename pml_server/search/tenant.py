@@ -69,7 +69,12 @@ class TenantSearchIndex:
         # The cross-lingual companion (search/companion.py), if the service has the model.
         self.companion: CompanionIndex | None = (
             CompanionIndex(
-                kind, companion_dim, self._write_lock, self._documents.texts, INSERT_THREADS
+                kind,
+                companion_dim,
+                self._write_lock,
+                self._documents.texts,
+                INSERT_THREADS,
+                self.ranks.pattern_of,
             )
             if companion_dim > 0
             else None
@@ -231,7 +236,7 @@ class TenantSearchIndex:
         `companion_query` (an English request embedded by the companion), its English intents
         in the primary space and the others in the companion's (`MixedView`)."""
         assert self.companion is not None
-        view = CompanionView(self, self.companion.vectors, self._read_lock)
+        view = CompanionView(self, self.companion.vectors, self._read_lock, self.companion.steps)
         if companion_query is None:
             return view
         return MixedView(self, view, self.companion.foreign(), companion_query)
@@ -297,7 +302,7 @@ class _LexicalDocuments:
         self.texts[intent.id] = intent.text
         self._ranks.link_intent(intent.id, pattern_id)
         if companion is not None:
-            companion.note(intent.id, intent.text)
+            companion.note(intent.id, intent.text, pattern_id, tools)
 
     def remove(self, intent_ids: Sequence[int]) -> None:
         for intent_id in intent_ids:

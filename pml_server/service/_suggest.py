@@ -434,8 +434,11 @@ def _profile_source(
     index: TenantSearchIndex | CompanionView | MixedView,
 ) -> _core.HnswIndex | ExactIndex | None:
     """The vector index the tool profiles are summed from (docs/ranking.md, Steps, "Tool
-    profiles"); None in the companion's space (or a mix of both), whose vectors are not the
-    profiles'."""
+    profiles"); in the companion's space, the companion's (its own table's profiles:
+    docs/ranking.md, Other languages); None for a mix of both spaces."""
+    if isinstance(index, CompanionView):
+        companion = index.profile_vectors()
+        return companion if isinstance(companion, (_core.HnswIndex, ExactIndex)) else None
     if not isinstance(index, TenantSearchIndex):
         return None
     ann = index.ann

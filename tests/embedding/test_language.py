@@ -19,7 +19,7 @@ def test_the_probe_english_requests_are_english_and_their_translations_are_not()
     assert all(is_english(q["en"]) for q in queries)
     for language in ("fr", "de", "es", "zh"):
         missed = [q[language] for q in queries if is_english(q[language])]
-        assert len(missed) <= 1, missed  # "Finde Restaurants in Dallas." reads as English
+        assert missed == []
     for group in probe["reverse"]:
         for execution in group["executions"]:
             assert not is_english(execution[group["language"]])
@@ -45,6 +45,21 @@ def test_texts_without_other_language_evidence_are_english(text: str) -> None:
 )
 def test_other_scripts_and_marks_are_not_english(text: str) -> None:
     assert not is_english(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "english"),
+    [
+        ("Finde Restaurants in Dallas.", False),  # one German word, one English: even
+        ("Finde Restaurants in the Dallas area.", True),  # English words outnumber it
+        ("Update my résumé", True),  # even, but by an accented word alone
+        ("Montre-moi le fichier", False),
+    ],
+)
+def test_an_even_count_tips_only_with_a_function_word_of_another_language(
+    text: str, english: bool
+) -> None:
+    assert is_english(text) is english
 
 
 def test_only_a_bounded_prefix_is_read() -> None:

@@ -1,0 +1,131 @@
+"""Where requests in other languages lose their capability, asked of a real engine
+(docs/ranking.md, Other languages, "Diagnosis").
+
+`python -m benches.calibrate.multilingual_misses [--variant NAME ...]`: an in-process engine
+(default settings: MiniLM and its USE companion, RocksDB, `fast` durability) records the dev
+set's executions (MiniLM's vectors from the bench cache as `intent_embedding`, so only the
+companion runs), then every probe request (benches/data/multilingual/probe.json) is asked in
+English and in each other language through `Engine.suggest` (k = 10, no plans). Printed: hit@1
+and hit@5 per language as served (what the replay of `benches/calibrate/multilingual.py` cannot
+see: the ANN, the step fit, the tool profiles of English requests, capture's grouping), and
+each request missed in another language but found in English, with the expected capability's
+rank and the score parts (semantic, lexical, steps) of it and of the first suggestion.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from benches.calibrate.multilingual import LANGUAGES, probe
+from benches.harness.devset import load
+from benches.harness.quality_vectors import vectors
+from pml_server.config import EngineConfig
+from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
+from pml_server.embedding.language import is_english
+from pml_server.ranking import RankingConfig
+from pml_server.service import Engine
+
+BATCH = 64  # records a record_many call takes at most (domain/limits.py)
+K = 10
+
+
+def served(
+    show_misses: bool = True, ranking: dict[str, float] | None = None
+) -> dict[str, tuple[float, float]]:
+    """hit@1 / hit@5 per language of the probe's requests asked of a served engine;
+    `ranking`: settings changed from the default ranking's (`[engine.ranking]`)."""
+    executions, _ = load("default")
+    items = probe()["queries"]
+    rows = vectors("minilm", [e.intent for e in executions])
+    records = [
+        ExecutionRecord(
+            request_id=f"x{i}",
+            intent=e.intent,
+            code=e.code,
+            language=e.language,
+            tool_calls=tuple(ToolCall(t) for t in e.tools),
+            intent_embedding=tuple(float(v) for v in rows[i]),
+        )
+        for i, e in enumerate(executions)
+    ]
+    out: dict[str, tuple[float, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="pml-mm-") as tmp:
+        config = EngineConfig(
+            data_dir=Path(tmp),
+            embedder="minilm",
+            durability="fast",
+            ranking=replace(RankingConfig(), **ranking) if ranking else None,
+        )
+        engine = Engine.open(config)
+        try:
+            assert engine.admin.wait_ready(120)
+            groups_of: dict[str, set[str]] = {}
+            for first in range(0, len(records), BATCH):
+                done = engine.record_many("t", records[first : first + BATCH])
+                for e, result in zip(executions[first : first + BATCH], done, strict=True):
+                    if isinstance(result, Exception):
+                        raise result
+                    groups_of.setdefault(result.capability_id, set()).add(e.group)
+            # the first request in another language starts the companion: wait for it
+            engine.suggest("t", SuggestQuery(items[0]["fr"], k=1, plan_size=0))
+            assert engine.admin.wait_cross_lingual(900)
+            ranks: dict[str, list[int]] = {}
+            detail: dict[str, list[str]] = {}
+            for language in ("en", *LANGUAGES):
+                ranks[language] = []
+                detail[language] = []
+                for q in items:
+                    found = engine.suggest(
+                        "t", SuggestQuery(q[language], k=K, plan_size=0, explain=True)
+                    ).suggestions
+                    rank = next(
+                        (
+                            n
+                            for n, s in enumerate(found, 1)
+                            if q["expected_group"] in groups_of.get(s.capability_id, ())
+                        ),
+                        0,
+                    )
+                    ranks[language].append(rank)
+                    parts = []
+                    for s in [*found[:1], *(found[rank - 1 : rank] if rank > 1 else [])]:
+                        sc = s.score
+                        parts.append(
+                            f"match {sc.match:.3f} sem {sc.semantic:.3f} lex {sc.lexical:.3f}"
+                            f" steps {sc.steps:.2f} total {sc.total:.3f}"
+                        )
+                    detail[language].append(" | ".join(parts))
+                hit1 = sum(r == 1 for r in ranks[language]) / len(items)
+                hit5 = sum(0 < r <= 5 for r in ranks[language]) / len(items)
+                out[language] = (hit1, hit5)
+            if show_misses:
+                for language in LANGUAGES:
+                    print(f"## {language}: missed (rank > 5) but found in English")
+                    for n, q in enumerate(items):
+                        r, e = ranks[language][n], ranks["en"][n]
+                        if 0 < e <= 5 and not 0 < r <= 5:
+                            guess = "en" if is_english(q[language]) else "other"
+                            print(
+                                f"  {q['split']} en rank {e}, {language} rank {r or '>10'}"
+                                f" (guess {guess}): {detail[language][n]} :: {q[language][:70]}"
+                            )
+            return out
+        finally:
+            engine.close()
+
+
+def main(argv: Sequence[str]) -> None:
+    """`key=value` arguments change the ranking's settings (e.g. step_profile_weight=0)."""
+    changed = {k: float(v) for k, v in (a.split("=", 1) for a in argv if "=" in a)}
+    figures = served(ranking=changed)
+    en5 = figures["en"][1]
+    for language, (hit1, hit5) in figures.items():
+        print(f"{language}: hit@1 {hit1:.3f} hit@5 {hit5:.3f} ({hit5 / en5:.2f}x English's hit@5)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
