@@ -27,7 +27,7 @@ from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
 from pml_server.embedding.language import is_english
 from pml_server.ranking import RankingConfig
-from pml_server.service import Engine
+from pml_server.service import Engine, _companion
 
 BATCH = 64  # records a record_many call takes at most (domain/limits.py)
 K = 10
@@ -119,8 +119,11 @@ def served(
 
 
 def main(argv: Sequence[str]) -> None:
-    """`key=value` arguments change the ranking's settings (e.g. step_profile_weight=0)."""
+    """`key=value` arguments change the ranking's settings (e.g. step_profile_weight=0);
+    `other_lexical=W` the lexical weight of requests in other languages."""
     changed = {k: float(v) for k, v in (a.split("=", 1) for a in argv if "=" in a)}
+    if "other_lexical" in changed:
+        _companion.OTHER_LANGUAGE_LEXICAL_WEIGHT = changed.pop("other_lexical")
     figures = served(ranking=changed)
     en5 = figures["en"][1]
     for language, (hit1, hit5) in figures.items():
