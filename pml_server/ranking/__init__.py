@@ -12,21 +12,22 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pml_server.ranking.candidate import Candidate
     from pml_server.ranking.config import DAY_MS, RankingConfig, default_ranking
-    from pml_server.ranking.filters import (
+    from pml_server.ranking.filters import RULES
+    from pml_server.ranking.lazy import Retrieval, match_bound, rank_lazily, score_ceiling
+    from pml_server.ranking.lexical import LexicalIndex, tokenize
+    from pml_server.ranking.ordering import rank
+    from pml_server.ranking.scoring import score
+    from pml_server.ranking.settings import (
         AVAILABLE_TOOLS,
         BEYOND_K,
         FLAGGED_FOR_REMOVAL,
         MIN_MATCH,
         MIN_SUCCESS,
-        RULES,
         SAME_CAPABILITY,
         TAGS,
         FilterSettings,
+        resolve_settings,
     )
-    from pml_server.ranking.lazy import Retrieval, match_bound, rank_lazily, score_ceiling
-    from pml_server.ranking.lexical import LexicalIndex, tokenize
-    from pml_server.ranking.ordering import rank, resolve_settings
-    from pml_server.ranking.scoring import score
     from pml_server.ranking.signals import (
         beta_mean,
         fuse_match,
@@ -79,18 +80,18 @@ __all__ = [
 # `pml_server.ranking.config` (through pml_server.config) and must not pay for numpy, the
 # stemmer and the rest of the ranking modules at startup.
 _MODULE_OF = {
-    "AVAILABLE_TOOLS": "filters",
-    "BEYOND_K": "filters",
+    "AVAILABLE_TOOLS": "settings",
+    "BEYOND_K": "settings",
     "DAY_MS": "config",
-    "FLAGGED_FOR_REMOVAL": "filters",
-    "MIN_MATCH": "filters",
-    "MIN_SUCCESS": "filters",
+    "FLAGGED_FOR_REMOVAL": "settings",
+    "MIN_MATCH": "settings",
+    "MIN_SUCCESS": "settings",
     "RULES": "filters",
-    "SAME_CAPABILITY": "filters",
-    "TAGS": "filters",
+    "SAME_CAPABILITY": "settings",
+    "TAGS": "settings",
     "Candidate": "candidate",
     "CoreSuggestion": "table",
-    "FilterSettings": "filters",
+    "FilterSettings": "settings",
     "LexicalIndex": "lexical",
     "RankTable": "table",
     "RankingConfig": "config",
@@ -106,7 +107,7 @@ _MODULE_OF = {
     "rank_lazily": "lazy",
     "recency_factor": "signals",
     "reliability_factor": "signals",
-    "resolve_settings": "ordering",
+    "resolve_settings": "settings",
     "score": "scoring",
     "score_ceiling": "lazy",
     "success_estimate": "signals",

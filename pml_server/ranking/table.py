@@ -1,11 +1,8 @@
 """Suggest ranked in the Rust core: each tenant's ranking table (what the formula and the
-filters read of every pattern) and one call that turns (query vector, query words, filters, k)
-into the top k with their score parts, GIL released (`pml_core_rs/src/ranking/`).
-
-The core computes the formula of `scoring.score` with the same float operations in the same
-order and applies the filters, grouping and order of `rank.rank_scored`, so its answer is
-`rank`'s over the candidates the engine's Python retrieval builds (tests compare the two).
-`explain` stays on the Python path, which lists every candidate with its rule.
+filters read of every pattern) and the calls that turn (query vector, query words, filters, k)
+into the top k with their score parts and, with `explain`, every other candidate with its rule,
+GIL released (`pml_core_rs/src/ranking/`). The only ranking path of the service: the Python
+formula is the tests' oracle (`testing/ranking_oracle`, docs/ranking.md, Pipeline).
 """
 
 from __future__ import annotations
@@ -18,11 +15,11 @@ from typing import NamedTuple
 import numpy as np
 
 from pml_server import _core
-from pml_server.domain.model import ScoreParts
+from pml_server.domain.model import FilteredCandidate, ScoreParts
 from pml_server.ranking.config import RankingConfig
-from pml_server.ranking.filters import FilterSettings
 from pml_server.ranking.lexical import LexicalIndex, query_terms
 from pml_server.ranking.plans import text_words, tool_words
+from pml_server.ranking.settings import FilterSettings
 
 # How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps).
 STEP_NEIGHBOURS: int = _core.STEP_NEIGHBOURS
@@ -173,9 +170,76 @@ class RankTable:
     ) -> list[CoreSuggestion]:
         """The top `k` for the query, each index asked for `limit` hits (`fetch_limit`);
         `transitions`: the session signal's factor by capability (docs/ranking.md, Sessions)."""
+        ranked, _ = self._query(
+            ann, lexical, vector, text, limit, k, settings, config, now_ms, transitions, False
+        )
+        return ranked
+
+    def explain(
+        self,
+        ann: _core.HnswIndex,
+        lexical: LexicalIndex,
+        vector: np.ndarray,
+        text: str,
+        limit: int,
+        k: int,
+        settings: FilterSettings,
+        config: RankingConfig,
+        now_ms: int,
+        transitions: Mapping[str, float] | None = None,
+    ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+        """`rank`, and every other candidate retrieved with the rule that kept it out (a filter
+        name, `same_capability` or `beyond_k`), its detail and its score parts."""
+        return self._query(
+            ann, lexical, vector, text, limit, k, settings, config, now_ms, transitions, True
+        )
+
+    def rank_next(
+        self,
+        pattern_ids: Sequence[str],
+        weights: Mapping[str, float],
+        k: int,
+        settings: FilterSettings,
+        config: RankingConfig,
+        now_ms: int,
+        explain: bool = False,
+    ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+        """What usually comes next (a request without an intent, docs/ranking.md, Sessions):
+        the patterns among `pattern_ids` scored by their capability's transition weight, with
+        every filter but `min_match`; the filtered candidates with `explain`."""
+        available = settings.available_tools
+        ranked, filtered = _core.rank_next(
+            self._core,
+            list(pattern_ids),
+            dict(weights),
+            k,
+            core_params(config),
+            now_ms,
+            min_success=settings.min_success,
+            include_flagged=settings.include_flagged,
+            available_tools=None if available is None else sorted(available),
+            tags=sorted(settings.tags),
+            explain=explain,
+        )
+        return _answer(ranked, filtered)
+
+    def _query(
+        self,
+        ann: _core.HnswIndex,
+        lexical: LexicalIndex,
+        vector: np.ndarray,
+        text: str,
+        limit: int,
+        k: int,
+        settings: FilterSettings,
+        config: RankingConfig,
+        now_ms: int,
+        transitions: Mapping[str, float] | None,
+        explain: bool,
+    ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
         terms = query_terms(text)  # in the order `LexicalIndex.search` sums them
         available = settings.available_tools
-        ranked = _core.rank_query(
+        ranked, filtered = _core.rank_query(
             self._core,
             ann,
             lexical.core,
@@ -193,8 +257,25 @@ class RankTable:
             own_min_success=settings.own_min_success,
             words=sorted(text_words(text)),
             transitions=dict(transitions) if transitions else None,
+            explain=explain,
         )
-        return [
+        return _answer(ranked, filtered)
+
+
+_Parts = tuple[float, float, float, float, float, float, float, float, float, float, float]
+
+
+def _answer(
+    ranked: list[tuple[str, str, _Parts, list[int]]],
+    filtered: list[tuple[str, str, str, str, _Parts]],
+) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+    return (
+        [
             CoreSuggestion(pattern_id, capability_id, ScoreParts(*parts), tuple(intents))
             for pattern_id, capability_id, parts, intents in ranked
-        ]
+        ],
+        [
+            FilteredCandidate(capability_id, pattern_id, rule, detail, ScoreParts(*parts))
+            for pattern_id, capability_id, rule, detail, parts in filtered
+        ],
+    )

@@ -1,6 +1,7 @@
 //! Suggest's ranking in the core: the formula (`formula`), the per-tenant table of what it
 //! reads (`table`), and one query ranked from the indexes and the table (`query`).
-//! docs/ranking.md documents the formula; `pml_server/ranking` is its Python reference.
+//! docs/ranking.md documents the formula; `testing/ranking_oracle` is the Python reference
+//! the tests check it against (production ranks only here).
 
 pub mod formula;
 pub mod permitted;
@@ -9,9 +10,10 @@ pub mod steps;
 pub mod table;
 
 pub use formula::{score, Counts, Params, ScoreParts};
-pub use permitted::{permitted, restricts, retrieve_for, Permitted};
+pub use permitted::{permitted, restricts, retrieve_explained, retrieve_for, Permitted};
 pub use query::{
-    lexical_hits, rank_retrieved, retrieve, semantic_hits, Filters, Ranked, Retrieved,
+    explain_retrieved, lexical_hits, rank_next, rank_retrieved, retrieve, score_retrieved,
+    semantic_hits, Candidate, Filtered, Filters, Ranked, Ranking, Retrieved, Rule,
 };
 pub use steps::{step_evidence, StepEvidence};
 pub use table::RankTable;

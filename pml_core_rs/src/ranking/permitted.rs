@@ -146,3 +146,24 @@ pub fn retrieve_for(
         }),
     }
 }
+
+/// `retrieve_for` for a request with `explain`: with an allow-list, its hits first, then the
+/// unrestricted shortlist's, so the answer lists what the filters removed from the shortlist
+/// too, each with its rule (they fail those filters: the suggestions are the allow-list's).
+pub fn retrieve_explained(
+    table: &RankTable,
+    ann: &HnswIndex,
+    lexical: &LexicalIndex,
+    query: &[f32],
+    terms: &[String],
+    limit: usize,
+    permitted: Option<&Permitted>,
+) -> CoreResult<Retrieved> {
+    let mut found = retrieve_for(table, ann, lexical, query, terms, limit, permitted)?;
+    if permitted.is_some() {
+        let shortlist = retrieve_for(table, ann, lexical, query, terms, limit, None)?;
+        found.semantic.extend(shortlist.semantic);
+        found.lexical.extend(shortlist.lexical);
+    }
+    Ok(found)
+}
