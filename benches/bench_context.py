@@ -52,7 +52,7 @@ from pml_server.domain.model import (
 )
 from pml_server.ranking import Retrieval, pattern_semantic, rank_lazily
 from pml_server.service import Engine
-from pml_server.service._suggest import Retrieved
+from testing.ranking_oracle.path import Retrieved
 
 SUITE = "context"
 TENANT = "bench"

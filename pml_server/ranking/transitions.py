@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from pml_server import _core
 from pml_server.ranking.config import RankingConfig
-from pml_server.ranking.signals import recency_factor
+from pml_server.ranking.table import core_params
 
 Transition = tuple[str, int, int]  # (next capability id, count, last seen ms)
 
@@ -31,9 +32,11 @@ def transition_weights(
     """w(c) of every capability that followed the previous step (summed over repeated ids:
     a previous step standing for several capabilities)."""
     aged: dict[str, float] = {}
+    params = core_params(config)
     for capability_id, count, last_ms in transitions:
         if count > 0:
-            weight = count * recency_factor(last_ms, now_ms, config)
+            # the formula's recency factor, the core's (docs/ranking.md, Sessions)
+            weight = count * _core.recency_factor(last_ms, now_ms, params)
             aged[capability_id] = aged.get(capability_id, 0.0) + weight
     if not aged:
         return {}

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pml_server import _core
+from pml_server.domain.model import FilteredCandidate
 from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import Vector
 from pml_server.ranking import (
@@ -27,12 +28,7 @@ from pml_server.ranking import (
     RankingConfig,
     RankTable,
 )
-from pml_server.search.vectors import (
-    EXACT_SCAN_MIN,
-    AnnIndex,
-    index_from_bytes,
-    new_index,
-)
+from pml_server.search.vectors import EXACT_SCAN_MIN, index_from_bytes, new_index
 
 # Threads inserting a batch of new vectors (the graph is the same whatever the number, see
 # pml_core_rs/src/index/batch_insert.rs). One: on the two cores this is tuned for, the load
@@ -53,7 +49,7 @@ class _PendingAdds:
 
 class TenantSearchIndex:
     def __init__(
-        self, kind: str, dim: int, ann: AnnIndex | None = None, companion_dim: int = 0
+        self, kind: str, dim: int, ann: _core.HnswIndex | None = None, companion_dim: int = 0
     ) -> None:
         self.kind = kind
         self.dim = dim
@@ -63,7 +59,7 @@ class TenantSearchIndex:
         # intent texts at open and after each capture by the service, which owns the model).
         # `_companion_pending`: intents indexed here whose companion vector is not in yet
         # (once the tenant uses the companion).
-        self.companion: AnnIndex | None = (
+        self.companion: _core.HnswIndex | None = (
             new_index(kind, companion_dim) if companion_dim > 0 else None
         )
         self._companion_pending: dict[int, str] = {}
@@ -83,16 +79,14 @@ class TenantSearchIndex:
         # What each intent put into its pattern's lexical document, to take it out again on
         # removal (tool names count once per pattern, not once per intent, and go with it).
         self._lexical_text: dict[int, str] = {}
-        # Writers are serialized here (contains + add of one intent stays atomic). Readers take
-        # the same lock only for the numpy index: the Rust HNSW index has its own reader/writer
-        # lock and searches in parallel with the GIL released.
+        # Writers are serialized here (contains + add of one intent stays atomic). Readers do
+        # not take it: the Rust HNSW index has its own reader/writer lock and searches in
+        # parallel with the GIL released.
         self._write_lock = threading.Lock()
         # Batches waiting for `_write_lock` in `add_many` (inserted together by whoever gets it).
         self._pending_lock = threading.Lock()
         self._pending: list[_PendingAdds] = []
-        self._read_lock: AbstractContextManager[object] = (
-            self._write_lock if kind == "exact" else contextlib.nullcontext()
-        )
+        self._read_lock: AbstractContextManager[object] = contextlib.nullcontext()
         # Intents a batch has committed whose insert comes at the end of the batch (`stage`,
         # then `add_many`), by pattern, with their vectors: `closest_candidates` must see them
         # although the vector index does not have them yet.
@@ -178,10 +172,7 @@ class TenantSearchIndex:
         one is within `threshold`: the vector index scores every indexed intent (within
         `HNSW_SCORE_ERROR` of the exact cosine), the staged ones are scored exactly, and only
         those whose exact cosine could still be both the best and within the threshold are
-        named. Every committed intent of a pattern is indexed or staged. None for the numpy
-        index, whose search rebuilds its matrix after every add (the caller reads them all)."""
-        if not self.ranks_in_core():
-            return None
+        named. Every committed intent of a pattern is indexed or staged."""
         # Staged ones first: `_add_many_locked` links an intent to its pattern before it
         # unstages it, so one read or the other finds it.
         with self._unindexed_lock:
@@ -299,11 +290,6 @@ class TenantSearchIndex:
         """The indexed intents of a pattern (empty if none)."""
         return self.ranks.intents_of(pattern_id)
 
-    def ranks_in_core(self) -> bool:
-        """Whether Suggest can rank in the core: the Rust vector index (the numpy one, kind
-        "exact", is ranked by the Python path)."""
-        return isinstance(self.ann, _core.HnswIndex)
-
     def rank(
         self,
         vector: Vector,
@@ -315,9 +301,24 @@ class TenantSearchIndex:
         now_ms: int,
         transitions: Mapping[str, float] | None = None,
     ) -> list[CoreSuggestion]:
-        """The top `k` for the query ranked in the core (`ranks_in_core` must hold)."""
-        assert isinstance(self.ann, _core.HnswIndex)
+        """The top `k` for the query ranked in the core (`RankTable.rank`)."""
         return self.ranks.rank(
+            self.ann, self.lexical, vector, text, limit, k, settings, config, now_ms, transitions
+        )
+
+    def explain(
+        self,
+        vector: Vector,
+        text: str,
+        limit: int,
+        k: int,
+        settings: FilterSettings,
+        config: RankingConfig,
+        now_ms: int,
+        transitions: Mapping[str, float] | None = None,
+    ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+        """`rank` and every other candidate with its rule (`RankTable.explain`)."""
+        return self.ranks.explain(
             self.ann, self.lexical, vector, text, limit, k, settings, config, now_ms, transitions
         )
 
@@ -385,7 +386,7 @@ class TenantSearchIndex:
 
     @property
     def read_lock(self) -> AbstractContextManager[object]:
-        """What a reader of the vector indexes holds (the numpy index's writer lock)."""
+        """What a reader of the vector indexes holds: nothing (the core's index locks itself)."""
         return self._read_lock
 
     def cross_lingual(self) -> CompanionView:
@@ -427,11 +428,11 @@ class TenantSearchIndex:
 
 
 class CompanionView:
-    """A tenant's index as Suggest's Python path retrieves from it (`service._suggest.retrieve`),
-    with the vector searches in the companion's space: the same patterns, intents and lexical
-    documents, other cosines (docs/ranking.md, Other languages)."""
+    """A tenant's index with the vector searches in the companion's space: the same patterns,
+    intents, lexical documents and ranking table, other cosines (docs/ranking.md, Other
+    languages). Ranked by the same core call as the index itself."""
 
-    def __init__(self, index: TenantSearchIndex, companion: AnnIndex) -> None:
+    def __init__(self, index: TenantSearchIndex, companion: _core.HnswIndex) -> None:
         self._index = index
         self._companion = companion
         self.lexical = index.lexical
@@ -475,3 +476,53 @@ class CompanionView:
 
     def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]:
         return self._index.lexical_hits(text, limit)
+
+    def rank(
+        self,
+        vector: Vector,
+        text: str,
+        limit: int,
+        k: int,
+        settings: FilterSettings,
+        config: RankingConfig,
+        now_ms: int,
+        transitions: Mapping[str, float] | None = None,
+    ) -> list[CoreSuggestion]:
+        """`TenantSearchIndex.rank` in the companion's space."""
+        return self.ranks.rank(
+            self._companion,
+            self.lexical,
+            vector,
+            text,
+            limit,
+            k,
+            settings,
+            config,
+            now_ms,
+            transitions,
+        )
+
+    def explain(
+        self,
+        vector: Vector,
+        text: str,
+        limit: int,
+        k: int,
+        settings: FilterSettings,
+        config: RankingConfig,
+        now_ms: int,
+        transitions: Mapping[str, float] | None = None,
+    ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+        """`TenantSearchIndex.explain` in the companion's space."""
+        return self.ranks.explain(
+            self._companion,
+            self.lexical,
+            vector,
+            text,
+            limit,
+            k,
+            settings,
+            config,
+            now_ms,
+            transitions,
+        )

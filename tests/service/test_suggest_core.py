@@ -1,10 +1,12 @@
 """Suggest ranked in the Rust core gives the Python ranking's answer, on a real engine.
 
-Without `explain` the engine ranks in the core (`ranking.table`, one call over its ranking
-table); with `explain` it ranks in Python (`service._suggest.retrieve` + `rank_lazily`, the
-reference, whose lazy answer equals the full `rank`: tests/ranking/test_lazy.py). The
-suggestions of the two must be equal, score parts bit for bit, after captures, failures, tags,
-retention marks, ungrouping, deletions and a restart (the table restored from the store)."""
+The engine ranks in the core (`ranking.table`, one call over its ranking table), with or
+without `explain`; the oracle ranks in Python (`testing/ranking_oracle/path.py`: `retrieve` +
+`rank_lazily`, the former Python path, whose lazy answer equals the full `rank`:
+tests/ranking/test_lazy.py). The suggestions of the two must be equal, score parts bit for
+bit, and with `explain` so must every filtered candidate (rule, detail, score), after captures,
+failures, tags, retention marks, ungrouping, deletions and a restart (the table restored from
+the store)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from pml_server.ranking.signals import (
     usage_factor,
 )
 from pml_server.service import Engine, _curation
+from testing.ranking_oracle import path as oracle
 from tests.support import Clock, make_record, open_engine
 
 WORDS = [
@@ -82,9 +85,11 @@ def _assert_core_equals_python(engine: Engine, tenant: str, queries: list[Sugges
     shown = 0
     for query in queries:
         core = engine.suggest(tenant, query)
-        python = engine.suggest(tenant, replace(query, explain=True))
+        python = oracle.rank_suggestions(engine._state, tenant, replace(query, explain=True))
         assert core.suggestions == python.suggestions, query
         assert core.filtered == ()
+        explained = engine.suggest(tenant, replace(query, explain=True))
+        assert explained == python, query
         shown += len(core.suggestions)
     return shown
 
