@@ -50,8 +50,8 @@ from pml_server.domain.model import (
     SuggestResult,
     ToolCall,
 )
-from pml_server.ranking import Retrieval, pattern_semantic, rank_lazily
 from pml_server.service import Engine
+from testing.ranking_oracle import Retrieval, pattern_semantic, rank_lazily
 from testing.ranking_oracle.path import Retrieved
 
 SUITE = "context"

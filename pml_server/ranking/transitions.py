@@ -55,5 +55,6 @@ def transition_factors(weights: Mapping[str, float], config: RankingConfig) -> d
 
 
 def transition_ceiling(config: RankingConfig) -> float:
-    """Above every factor: what bounds an unread candidate's total (`ranking.lazy`)."""
+    """Above every factor: what bounds an unread candidate's total in a lazy ranking (the
+    tests' oracle, `testing/ranking_oracle/lazy.py`)."""
     return 1.0 + config.transition_weight

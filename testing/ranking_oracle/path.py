@@ -16,10 +16,6 @@ from pml_server.domain.model import SuggestQuery, SuggestResult
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.domain.vectors import Vector
 from pml_server.ranking import RankingConfig, resolve_settings
-from pml_server.ranking.candidate import Candidate
-from pml_server.ranking.lazy import Retrieval, rank_lazily, score_ceiling
-from pml_server.ranking.ordering import rank_next
-from pml_server.ranking.signals import pattern_semantic
 from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.ranking.transitions import transition_factors
 from pml_server.search import TenantSearchIndex
@@ -31,6 +27,10 @@ from pml_server.service._arguments import check_tenant
 from pml_server.service._state import EngineState
 from pml_server.service._suggest import check_query, query_vector
 from pml_server.storage.repo import Repository
+from testing.ranking_oracle.candidate import Candidate
+from testing.ranking_oracle.lazy import Retrieval, rank_lazily, score_ceiling
+from testing.ranking_oracle.ordering import rank_next
+from testing.ranking_oracle.signals import pattern_semantic
 
 
 def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:

@@ -16,15 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pml_server.domain.model import PageRequest, SuggestQuery, SuggestResult
-from pml_server.ranking import (
-    RankingConfig,
-    Retrieval,
-    pattern_semantic,
-    rank_lazily,
-    resolve_settings,
-)
+from pml_server.ranking import RankingConfig, resolve_settings
 from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.service import Engine
+from testing.ranking_oracle import Retrieval, pattern_semantic, rank_lazily
 from testing.ranking_oracle import path as oracle
 from testing.ranking_oracle.path import Retrieved
 from tests.support import Clock, make_record, open_engine

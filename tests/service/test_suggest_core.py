@@ -3,10 +3,10 @@
 The engine ranks in the core (`ranking.table`, one call over its ranking table), with or
 without `explain`; the oracle ranks in Python (`testing/ranking_oracle/path.py`: `retrieve` +
 `rank_lazily`, the former Python path, whose lazy answer equals the full `rank`:
-tests/ranking/test_lazy.py). The suggestions of the two must be equal, score parts bit for
-bit, and with `explain` so must every filtered candidate (rule, detail, score), after captures,
-failures, tags, retention marks, ungrouping, deletions and a restart (the table restored from
-the store)."""
+tests/ranking/oracle/test_lazy.py). The suggestions of the two must be equal, score parts bit
+for bit, and with `explain` so must every filtered candidate (rule, detail, score), after
+captures, failures, tags, retention marks, ungrouping, deletions and a restart (the table
+restored from the store)."""
 
 from __future__ import annotations
 
@@ -20,15 +20,15 @@ import pytest
 from pml_server import _core
 from pml_server.domain.model import PageRequest, SuggestContext, SuggestQuery
 from pml_server.ranking import FilterSettings, LexicalIndex, RankingConfig, RankTable, core_params
-from pml_server.ranking.scoring import relevance
-from pml_server.ranking.signals import (
+from pml_server.service import Engine, _curation
+from testing.ranking_oracle import path as oracle
+from testing.ranking_oracle.scoring import relevance
+from testing.ranking_oracle.signals import (
     recency_factor,
     reliability_factor,
     success_estimate,
     usage_factor,
 )
-from pml_server.service import Engine, _curation
-from testing.ranking_oracle import path as oracle
 from tests.support import Clock, make_record, open_engine
 
 WORDS = [

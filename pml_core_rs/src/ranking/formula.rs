@@ -1,5 +1,5 @@
 //! The ranking formula (docs/ranking.md), one small function per factor, each the same IEEE
-//! operations in the same order as `pml_server/ranking/signals.py` and `scoring.py` (the
+//! operations in the same order as `testing/ranking_oracle/signals.py` and `scoring.py` (the
 //! Python reference the tests compare with bit for bit):
 //!
 //! ```text

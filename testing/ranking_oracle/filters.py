@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pml_server.domain.model import ScoreParts
-from pml_server.ranking.candidate import Candidate
 from pml_server.ranking.settings import (
     AVAILABLE_TOOLS,
     BEYOND_K,
@@ -17,6 +16,7 @@ from pml_server.ranking.settings import (
     TAGS,
     FilterSettings,
 )
+from testing.ranking_oracle.candidate import Candidate
 
 __all__ = ["BEYOND_K", "RULES", "SAME_CAPABILITY", "FilterSettings", "first_failed_rule"]
 
