@@ -404,8 +404,9 @@ impl HnswIndex {
         let ef = ef.unwrap_or(self.ef_search).max(k);
         let found = match allow {
             None if self.exact => {
-                let mut slots: Vec<u32> = self.slot_of.values().copied().collect();
-                slots.sort_unstable();
+                let slots: Vec<u32> = (0..self.graph.slots() as u32)
+                    .filter(|&slot| !self.graph.deleted[slot as usize])
+                    .collect();
                 search::exact_top_k(&self.graph, &self.kernel, query, &slots, k)
             }
             None => self.graph_search(query, k, ef, |slot| !self.graph.deleted[slot as usize]),
