@@ -120,6 +120,21 @@ def test_the_core_ranks_as_the_python_ranking(tmp_path: Path, seed: int) -> None
     reopened.close()
 
 
+def test_the_exact_vector_index_ranks_in_the_core_as_the_python_ranking(tmp_path: Path) -> None:
+    """`vector_index = "exact"` (the core index scanning every vector) takes the same core
+    call: its answers, explained ones too, are the oracle's over the same index."""
+    rng = random.Random(3)
+    clock = Clock()
+    engine = open_engine(tmp_path, clock, retention_in_background=False, vector_index="exact")
+    assert engine._state.indexes.get("t") is None
+    _populate(engine, clock, rng, "t")
+    index = engine._state.indexes.get("t")
+    assert index is not None
+    assert index.ann.exact
+    assert _assert_core_equals_python(engine, "t", _queries(rng)) > 40
+    engine.close()
+
+
 def test_the_core_ranks_as_the_python_ranking_with_a_context(tmp_path: Path) -> None:
     """The session signal (docs/ranking.md, Sessions) is applied alike on both paths: random
     sessions over random patterns, queries with a session, previous tools or patterns."""
