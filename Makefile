@@ -41,8 +41,8 @@ test: system-deps install lint ## lint, then the Rust and Python tests (slow one
 	cargo test --quiet --manifest-path $(CARGO_MANIFEST)
 	$(PY) -m pytest -q
 
-test-quick: install ## tests needing only Python: no slow, PostgreSQL, FUSE, Go, Node
-	$(PY) -m pytest -q -m "not slow and not postgres and not fuse and not go and not node"
+test-quick: install ## tests needing only Python: no slow, PostgreSQL, FUSE, Go, Node, real model
+	$(PY) -m pytest -q -m "not slow and not postgres and not fuse and not go and not node and not model"
 
 BENCH_STAMP := $(VENV)/.bench-installed
 

@@ -41,7 +41,7 @@ def _records(tag: str, n: int) -> list[ExecutionRecord]:
 
 def _open(tmp: str, durability: str) -> Engine:
     engine = Engine.open(EngineConfig(data_dir=Path(tmp), durability=durability), Clock())
-    engine.wait_ready(60)
+    engine.admin.wait_ready(60)
     return engine
 
 

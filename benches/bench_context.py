@@ -94,7 +94,7 @@ def offered_tools(
 
 def _open(data_dir: Path) -> Engine:
     engine = Engine.open(EngineConfig(data_dir=data_dir, embedder=EMBEDDER))
-    assert engine.wait_ready(120)
+    assert engine.admin.wait_ready(120)
     return engine
 
 

@@ -181,14 +181,14 @@ def _capture_ms(cross_lingual: str, count: int, active: bool) -> float:
         )
         engine = Engine.open(config)
         try:
-            assert engine.wait_ready(120)
+            assert engine.admin.wait_ready(120)
             engine.record("bench", records[0])
             if active:
                 engine.suggest("bench", SuggestQuery("Trouve des restaurants à Dallas", k=1))
             started = time.perf_counter()
             for record in records[1:]:
                 engine.record("bench", record)
-            assert engine.wait_cross_lingual(600)
+            assert engine.admin.wait_cross_lingual(600)
             return 1000 * (time.perf_counter() - started) / count
         finally:
             engine.close()

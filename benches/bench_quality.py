@@ -45,7 +45,7 @@ MODES: dict[str, RankingConfig | None] = {
 def _open(data_dir: Path, embedder: str, ranking: RankingConfig | None) -> Engine:
     config = EngineConfig(data_dir=data_dir, embedder=embedder, durability="fast", ranking=ranking)
     engine = Engine.open(config)
-    if not engine.wait_ready(timeout=600):
+    if not engine.admin.wait_ready(timeout=600):
         raise RuntimeError("engine index did not become ready")
     return engine
 

@@ -40,7 +40,7 @@ def open_engine(
     else:
         config = EngineConfig(data_dir=where, embedder=embedder, **overrides)  # type: ignore[arg-type]
         engine = Engine.open(config, clock or Clock())
-    assert engine.wait_ready(60)
+    assert engine.admin.wait_ready(60)
     return engine
 
 

@@ -19,8 +19,10 @@ from tests.support import open_engine
 StartServer = Callable[..., RunningServer]
 
 # What a test needs beyond Python, by the fixtures it uses or the module it is in: the marker
-# lets `make test-quick` (`-m "not slow and not postgres and not fuse and not go and not node"`)
-# leave it out; `make test` runs every test and installs what they need (tools/system_deps.sh).
+# lets `make test-quick` (`-m "not slow and not postgres and not fuse and not go and not node
+# and not model"`) leave it out; `make test` runs every test and installs what they need
+# (tools/system_deps.sh). A test that runs a real embedding model is marked `model` where it is
+# written (`pytest.mark.model`): what it needs is in its body, not in a fixture.
 _NEEDS_FIXTURE = {"postgres_dsn": "postgres", "postgres_cluster": "postgres", "mount": "fuse"}
 _NEEDS_MODULE = {
     "tests/api/test_go.py": "go",

@@ -49,7 +49,7 @@ def bulk_fill(data_dir: Path, count: int) -> None:
 def _open(data_dir: Path) -> Engine:
     config = EngineConfig(data_dir=data_dir, embedder="minilm", durability="fast")
     engine = Engine.open(config, normalizer=normalize)
-    if not engine.wait_ready(600):
+    if not engine.admin.wait_ready(600):
         raise RuntimeError("engine index did not become ready")
     return engine
 
@@ -66,31 +66,31 @@ def store_contents(engine: Engine) -> dict[str, Any]:
     state = engine._state  # reading every row: the repository, not the API
     repo = state.repo
     patterns = {}
-    for pattern in repo.all_patterns(TENANT):
-        counters = repo.counters(TENANT, pattern.id)
-        capability = repo.capability(TENANT, pattern.capability_id)
+    for pattern in repo.patterns.all_patterns(TENANT):
+        counters = repo.patterns.counters(TENANT, pattern.id)
+        capability = repo.capabilities.capability(TENANT, pattern.capability_id)
         if capability is None or counters is None:
             raise SystemExit(f"pattern {pattern.id}: no capability or counters")
         members = sorted(
             p.code_hash
             for pid in capability.pattern_ids
-            if (p := repo.pattern(TENANT, pid)) is not None
+            if (p := repo.patterns.pattern(TENANT, pid)) is not None
         )
         intents = sorted(
             (i.text, i.hit_count, i.model_id, tuple(float(x) for x in i.vector))
-            for i in repo.intents(TENANT, pattern.id)
+            for i in repo.intents.of_pattern(TENANT, pattern.id)
         )
         patterns[pattern.code_hash] = {
             "pattern": _timeless(pattern, "id", "capability_id"),
             "counters": _timeless(counters),
             "intents": intents,
             "capability": (capability.tools, members),
-            "hash_row": repo.pattern_id_for_hash(TENANT, pattern.code_hash) == pattern.id,
+            "hash_row": repo.patterns.pattern_id_for_hash(TENANT, pattern.code_hash) == pattern.id,
         }
     answers = {}
-    for key, raw in repo.request_rows(TENANT):
+    for key, raw in repo.requests.request_rows(TENANT):
         answer = json.loads(raw)
-        answered = repo.pattern(TENANT, answer.pop("pattern_id"))
+        answered = repo.patterns.pattern(TENANT, answer.pop("pattern_id"))
         capability_id = answer.pop("capability_id")
         answer.pop("time_ms")
         if answered is None or answered.capability_id != capability_id:
@@ -98,7 +98,7 @@ def store_contents(engine: Engine) -> dict[str, Any]:
         answers[key] = (answered.code_hash, answer)
     rows = {cf: len(state.store.scan(cf, b"")) for cf in FAMILIES}
     return {
-        "stats": dataclasses.asdict(repo.stats(TENANT)),
+        "stats": dataclasses.asdict(repo.meta.stats(TENANT)),
         "patterns": patterns,
         "answers": answers,
         "rows": rows,
@@ -119,7 +119,7 @@ def lexical_answers(engine: Engine) -> list[list[tuple[str, float]]]:
 
 
 def code_hash_of(repo: Repository, pattern_id: str) -> str:
-    pattern = repo.pattern(TENANT, pattern_id)
+    pattern = repo.patterns.pattern(TENANT, pattern_id)
     return pattern.code_hash if pattern is not None else f"missing {pattern_id}"
 
 

@@ -126,7 +126,7 @@ def bulk_record_new(
         change = Change()
         now = state.clock()
         for original, (execution, code) in zip(records, ready, strict=True):
-            validate_record(original, state.limits)
+            validate_record(original, state.rules.limits)
             if execution.intent_embedding is None or not run_succeeded(execution):
                 raise ValueError(f"bulk fill: {execution.request_id} has no vector to save")
             vector = client_vector(
@@ -151,7 +151,9 @@ def bulk_record_new(
                 held.enter_context(state.locks.pattern.lock_for(tenant, code.code_hash))
                 result = _insert_pattern(state, tenant, execution, code, vector, change, held, now)
             answer = encode_result(result, now, record_digest(execution))
-            change.ops.append(state.repo.put_request_result(tenant, execution.request_id, answer))
+            change.ops.append(
+                state.repo.requests.put_request_result(tenant, execution.request_id, answer)
+            )
         staged = change.index_adds
         change.index_adds = []  # indexed by the caller, on the index thread
         await_durable(commit(state, tenant, change))

@@ -110,7 +110,7 @@ def _engine_call(path: str, op: str, offset: int, count: int) -> tuple[Callable[
     copy = Path(tempfile.mkdtemp(prefix="pml-engine-load-")) / "store"
     shutil.copytree(path, copy)
     engine = Engine.open(EngineConfig(data_dir=copy, durability="fast"), normalizer=normalize)
-    if not engine.wait_ready(600):
+    if not engine.admin.wait_ready(600):
         raise RuntimeError("engine index did not become ready")
     if op == "record":
         vectors = work.stored_vectors(count, offset)

@@ -82,7 +82,7 @@ def populate(
         data_dir=data_dir, embedder=embedder, durability="fast", snapshot_interval_seconds=0
     )
     engine = Engine.open(config, normalizer=normalize)
-    if not engine.wait_ready(600):
+    if not engine.admin.wait_ready(600):
         raise RuntimeError("engine index did not become ready")
     vectors = work.stored_vectors(count) if with_vectors else None
 
@@ -137,7 +137,7 @@ def serve_canned(data_dir: Path) -> None:
         listen="127.0.0.1:0", data_dir=data_dir, embedder="minilm", durability="fast"
     )
     engine = Engine.open(config.engine, normalizer=normalize)
-    if not engine.wait_ready(600):
+    if not engine.admin.wait_ready(600):
         raise RuntimeError("engine index did not become ready")
     canned = CannedEngine(engine)
     if len(canned.answer.suggestions) < 5:

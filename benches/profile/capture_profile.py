@@ -116,7 +116,7 @@ def main(argv: list[str]) -> None:
             listen="127.0.0.1:0", data_dir=Path(tmp) / "store", embedder="minilm", durability="sync"
         )
         engine = Engine.open(config.engine, normalizer=normalize)
-        if not engine.wait_ready(600):
+        if not engine.admin.wait_ready(600):
             raise RuntimeError("engine index did not become ready")
         running = start_server(config, engine)
         target = f"127.0.0.1:{running.port}"

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> list[float]:
         config = EngineConfig(data_dir=Path(tmp) / "db", embedder="hashing", durability="fast")
         engine = Engine.open(config)
         try:
-            if not engine.wait_ready(60):
+            if not engine.admin.wait_ready(60):
                 raise RuntimeError("engine did not become ready")
             for first in range(0, intents, step):
                 chunk = todo[first : first + step]

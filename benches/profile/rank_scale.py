@@ -53,7 +53,7 @@ from pml_server.domain.records import IntentRecord
 from pml_server.ranking import RankingConfig, resolve_settings
 from pml_server.ranking.lexical import query_terms
 from pml_server.ranking.table import core_params
-from pml_server.search import TenantSearchIndex
+from pml_server.search import TenantSearchIndex, restore_index
 
 K = 5  # the load client's page_size
 CHUNK = 2048  # vectors per insert call, as the bulk fill (benches/harness/fill.py)
@@ -70,7 +70,7 @@ def build(size: int, cache: Path | None) -> tuple[TenantSearchIndex, dict[str, f
     times: dict[str, float] = {}
     start = time.perf_counter()
     if cached is not None and cached.exists():
-        index = TenantSearchIndex.restore("hnsw", work.DIM, cached.read_bytes())
+        index = restore_index("hnsw", work.DIM, cached.read_bytes())
         times["vectors loaded"] = time.perf_counter() - start
     else:
         index = TenantSearchIndex("hnsw", work.DIM)
@@ -88,7 +88,7 @@ def build(size: int, cache: Path | None) -> tuple[TenantSearchIndex, dict[str, f
     start = time.perf_counter()
     for i in range(size):
         intent = IntentRecord(i + 1, patterns[i], work.intent_text(i), 1, NOW_MS, "client", dummy)
-        index._add_lexical_locked(intent, work.tools_for(i))
+        index.add(intent, work.tools_for(i))
     times["lexical + links"] = time.perf_counter() - start
     start = time.perf_counter()
     for i in range(size):

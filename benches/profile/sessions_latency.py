@@ -42,7 +42,7 @@ def main(with_context: bool) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as where:
         config = EngineConfig(data_dir=Path(where), embedder="minilm", durability="fast")
         engine = Engine.open(config)
-        assert engine.wait_ready(120)
+        assert engine.admin.wait_ready(120)
         batch = []
         for i in range(INTENTS):
             tool = rng.choice(tools)

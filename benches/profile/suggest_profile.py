@@ -101,7 +101,7 @@ def main(argv: list[str]) -> None:
             listen="127.0.0.1:0", data_dir=store, embedder="minilm", durability="fast"
         )
         engine = Engine.open(config.engine, normalizer=normalize)
-        if not engine.wait_ready(600):
+        if not engine.admin.wait_ready(600):
             raise RuntimeError("engine index did not become ready")
         _timed(servicer.PmlServicer, "Suggest", "Suggest handler (all)", stats)
         _timed(convert, "suggest_query", "  request -> query", stats)

@@ -1,7 +1,7 @@
 """What the tables' Bloom filters save a Suggest at a realistic store layout (issue 20): two stores
 of the service bench's workload filled the bench's way (`service_server.populate`), one with the
 filters (`rocks.BLOOM_BITS_PER_KEY`) and one without, then the three view multi-gets of a Suggest
-(`Repository.view_rows`: 10 random patterns, their records, counters and intents) timed on each
+(`ViewReads.view_rows`: 10 random patterns, their records, counters and intents) timed on each
 as filled, the read cache off, in alternating rounds:
 
     python -m benches.profile.view_reads [SIZE] [ROUNDS] [QUERIES]
@@ -59,7 +59,7 @@ def _time(store: rocks.Store, queries: list[Query]) -> tuple[float, float]:
     for query in queries:
         patterns = [p for _, p, _ in query]
         wanted = [(p, i) for _, p, ids in query for i in ids]
-        rows = repo.view_rows(query[0][0], patterns, wanted)
+        rows = repo.views.view_rows(query[0][0], patterns, wanted)
         if rows is None or any(r is None for r in rows.patterns):
             raise RuntimeError("a pattern of the store was not found")
     return time.perf_counter() - wall, time.thread_time() - cpu

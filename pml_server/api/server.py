@@ -174,7 +174,10 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
         engine = open_engine(whole)
     metrics = Metrics()
     metrics.watch_embedding(engine.embedding_usage)
-    follower_lag = getattr(engine, "follower_lag", None)
+    # The real engine's operator part (`service/_admin.py`); an engine a test builds may have
+    # none.
+    admin = getattr(engine, "admin", None)
+    follower_lag = getattr(admin, "follower_lag", None)
     if follower_lag is not None:
         metrics.watch_follower(follower_lag)
     capture_pool = futures.ThreadPoolExecutor(
@@ -187,7 +190,7 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
     quotas = _quotas(config, keys)
     fairness = CpuFairness()
     metrics.watch_fairness(fairness.totals)
-    backup_status = getattr(engine, "backup_status", None)
+    backup_status = getattr(admin, "backup_status", None)
     if backup_status is not None:
         metrics.watch_backups(backup_status)
     # A thread waiting for the GIL takes it from a running one only after the switch interval
@@ -223,7 +226,7 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )
     pml_pb2_grpc.add_PmlServiceServicer_to_server(servicer, server)
-    store = getattr(engine, "store", None)
+    store = getattr(admin, "store", None)
     pending = (
         None
         if store is None
@@ -355,7 +358,7 @@ def serve_forever(whole: Config, engine: EngineProtocol | None = None) -> None:
             running.keys_watcher.reload("SIGHUP")
 
     def on_backup_signal(_signum: int, _frame: FrameType | None) -> None:
-        request = getattr(running.engine, "request_backup", None)
+        request = getattr(getattr(running.engine, "admin", None), "request_backup", None)
         if request is None or not request():
             log.warning("SIGUSR2: no backup taken: start pml serve with --backup-dir")
 

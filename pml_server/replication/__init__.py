@@ -26,4 +26,4 @@ def follower_for(
 
     assert isinstance(store, PostgresStore)
     assert isinstance(repo, SharedRepository)
-    return OplogFollower(store, repo, index_for)
+    return OplogFollower(store.oplog, repo, index_for)

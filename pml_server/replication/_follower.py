@@ -14,7 +14,7 @@ follower meets them again and skips them.
 The ranking tables (pattern records and counters, what Suggest ranks in the core without
 reading the store) follow another feed: every catch-up reads the pattern and counters rows
 written by transactions its last snapshot did not see, with the keys of the intent rows
-written so (`PostgresStore.changes`, one statement; counting takes no op log entry, so
+written so (`OpLog.changes`, one statement; counting takes no op log entry, so
 captures never queue on the head row for it). A row is read as it is now, so one read late
 (before this replica's own later write) is set right by the next. The same feed, and the op
 log's removals, drop the changed patterns from the repository's cache of views.
@@ -37,7 +37,8 @@ from pml_server.domain.records import IntentRecord
 from pml_server.replication._lag import FollowerLag
 from pml_server.search import TenantSearchIndex
 from pml_server.storage.keys import CF_PATTERNS, split_tenant
-from pml_server.storage.postgres import PostgresStore, SharedRepository
+from pml_server.storage.postgres import SharedRepository
+from pml_server.storage.postgres._oplog import OpLog
 from pml_server.storage.postgres._repository import viewed_pattern
 from pml_server.storage.repo import counter_rank_row, pattern_rank_row
 
@@ -50,12 +51,12 @@ _BATCH = 1000
 class OplogFollower:
     def __init__(
         self,
-        store: PostgresStore,
+        oplog: OpLog,
         repo: SharedRepository,
         index_for: Callable[[str], TenantSearchIndex],
         poll_seconds: float = DEFAULT_POLL_SECONDS,
     ) -> None:
-        self._store = store
+        self._oplog = oplog
         self._repo = repo
         self._index_for = index_for
         self._poll_seconds = poll_seconds
@@ -69,8 +70,8 @@ class OplogFollower:
 
     def begin(self) -> None:
         """Start from the current heads (call before restoring the indexes)."""
-        self._cursors = self._store.oplog_heads()
-        self._since = self._store.changed_rows(CF_PATTERNS, None)[1]
+        self._cursors = self._oplog.heads()
+        self._since = self._oplog.changed_rows(CF_PATTERNS, None)[1]
 
     def cursor(self, tenant: str) -> int:
         """The tenant's op log position through which every entry is applied."""
@@ -80,11 +81,11 @@ class OplogFollower:
         """Apply every committed entry after the cursors; how many were applied."""
         with self._lock:
             applied = 0
-            heads = self._store.oplog_heads()
+            heads = self._oplog.heads()
             self._behind = sum(max(0, h - self._cursors.get(t, 0)) for t, h in heads.items())
             for tenant, head in heads.items():
                 while (cursor := self._cursors.get(tenant, 0)) < head:
-                    entries = self._store.oplog_entries(tenant, cursor, _BATCH)
+                    entries = self._oplog.entries(tenant, cursor, _BATCH)
                     if not entries:
                         break
                     self._apply(tenant, entries)
@@ -99,7 +100,7 @@ class OplogFollower:
         """Pattern records before counters: a new pattern's counters find its row."""
         if self._since is None:
             return
-        changes = self._store.changes(self._since)
+        changes = self._oplog.changes(self._since)
         self._since = changes.snapshot
         for key, raw in changes.patterns:
             self._index_for(split_tenant(key)[0]).ranks.set_pattern(*pattern_rank_row(raw))
@@ -109,7 +110,7 @@ class OplogFollower:
         changed = [*changes.patterns, *changes.counters]
         keys = [key for key, _ in changed] + changes.intent_keys
         if keys:
-            self._repo.forget_views({viewed_pattern(key) for key in keys})
+            self._repo.views.forget_views({viewed_pattern(key) for key in keys})
 
     def _apply(self, tenant: str, entries: Sequence[tuple[int, dict[str, Any], float]]) -> None:
         index = self._index_for(tenant)
@@ -121,7 +122,7 @@ class OplogFollower:
                 self._add(tenant, index, pending)
                 pending = []
                 gone = {p for i in op["ids"] if (p := index.pattern_of(i)) is not None}
-                self._repo.forget_views((tenant, p) for p in gone)
+                self._repo.views.forget_views((tenant, p) for p in gone)
                 index.remove(op["ids"])
         self._add(tenant, index, pending)
         now_lags = [age for _, _, age in entries]
@@ -131,11 +132,11 @@ class OplogFollower:
         fresh = [i for i in intent_ids if not index.ann.contains(i)]
         if not fresh:
             return
-        intents = [IntentRecord.from_json(raw) for raw in self._store.intents_by_id(tenant, fresh)]
+        intents = [IntentRecord.from_json(raw) for raw in self._oplog.intents_by_id(tenant, fresh)]
         tools: dict[str, tuple[str, ...]] = {}
         for intent in intents:
             if intent.pattern_id not in tools:
-                pattern = self._repo.pattern(tenant, intent.pattern_id)
+                pattern = self._repo.patterns.pattern(tenant, intent.pattern_id)
                 tools[intent.pattern_id] = pattern.tools_used if pattern is not None else ()
         if intents:
             index.add_many([(i, tools[i.pattern_id]) for i in intents])
@@ -156,7 +157,7 @@ class OplogFollower:
         while not stop.is_set():
             listener: psycopg.Connection[tuple[Any, ...]] | None = None
             try:
-                listener = self._store.listen()
+                listener = self._oplog.listen()
                 self.catch_up()  # entries committed before LISTEN took effect
                 while not stop.is_set():
                     for _ in listener.notifies(timeout=self._poll_seconds, stop_after=1):

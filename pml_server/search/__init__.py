@@ -9,7 +9,7 @@ and deletion. Imports no storage, model or grpc.
 from __future__ import annotations
 
 from pml_server.search.registry import TenantIndexes
-from pml_server.search.tenant import TenantSearchIndex
+from pml_server.search.tenant import TenantSearchIndex, restore_index
 from pml_server.search.vectors import EXACT_SCAN_MIN, index_from_bytes, new_index
 
 __all__ = [
@@ -18,4 +18,5 @@ __all__ = [
     "TenantSearchIndex",
     "index_from_bytes",
     "new_index",
+    "restore_index",
 ]

@@ -85,7 +85,7 @@ def record(state: EngineState, tenant: str, execution: ExecutionRecord) -> Captu
     if state.store.shared:
         result = _record_checked(state, tenant, execution, supplied)
     else:
-        result = state.capture_groups.call(
+        result = state.batching.groups.call(
             tenant,
             (execution, supplied),
             run_one=lambda item: _record_checked(state, tenant, *item),
@@ -111,7 +111,7 @@ def _checked(state: EngineState, tenant: str, execution: ExecutionRecord) -> Vec
     """`record`'s checks, in its order (a bad record is refused before readiness is): the
     client's vector, checked, if it sent one."""
     check_tenant(tenant)
-    validate_record(execution, state.limits)
+    validate_record(execution, state.rules.limits)
     supplied = (
         client_vector(execution.intent_embedding, state.embedder.dim, "intent_embedding")
         if execution.intent_embedding is not None
@@ -130,7 +130,7 @@ def _record_checked(
         # refuses an id applied before (by any replica: `RequestAlreadyAppliedError`, answered
         # below as here): no read ahead of it, one database round trip less per capture.
         shared = state.store.shared
-        prior = None if shared else state.repo.request_result(tenant, execution.request_id)
+        prior = None if shared else state.repo.requests.request_result(tenant, execution.request_id)
         prepared = _prepare(state, [execution])[0]  # bad code is refused before embedding
         if isinstance(prepared, Exception):
             raise prepared
@@ -165,7 +165,7 @@ def record_many(
     vectors: list[Vector | None] = [None] * len(records)
     for i, execution in enumerate(records):
         try:
-            validate_record(execution, state.limits)
+            validate_record(execution, state.rules.limits)
             if execution.intent_embedding is not None:
                 vector = client_vector(
                     execution.intent_embedding, state.embedder.dim, "intent_embedding"
@@ -214,7 +214,7 @@ def _capture_batch_locked(
         if outcomes[i] is None and execution.request_id not in first_of:
             first_of[execution.request_id] = i
     # One multi-get for every request id of the batch (it releases the GIL).
-    priors = state.repo.request_results(tenant, list(first_of))
+    priors = state.repo.requests.request_results(tenant, list(first_of))
     needs_text_vector = []
     # One core call normalizes and redacts every record of the batch (a resent one too: its
     # digest is taken from the record as stored).
@@ -228,7 +228,7 @@ def _capture_batch_locked(
     _embed_batch(state, records, needs_text_vector, vectors, outcomes)
     tickets: list[tuple[int, WriteTicket]] = []
     ticket_of: dict[int, WriteTicket] = {}
-    state.staged_adds.adds = []
+    state.batching.staged_adds.adds = []
     try:
         # The batch's captures reach the disk together (one fsync), while the vector index
         # inserts them (`apply_staged_adds` releases the GIL).
@@ -265,7 +265,7 @@ def _capture_batch_locked(
                 tickets.append((i, ticket))
         apply_staged_adds(state, tenant)
     finally:
-        state.staged_adds.adds = None
+        state.batching.staged_adds.adds = None
     return tickets
 
 
@@ -284,7 +284,7 @@ def embed_ahead(state: EngineState, tenant: str, records: Sequence[ExecutionReco
         return
     with contextlib.suppress(Exception):
         check_tenant(tenant)
-        applied = state.repo.request_results(tenant, [r.request_id for r in wanted])
+        applied = state.repo.requests.request_results(tenant, [r.request_id for r in wanted])
         texts = [r.intent for r, prior in zip(wanted, applied, strict=True) if prior is None]
         if texts:
             embedder.embed(texts)
@@ -350,9 +350,9 @@ def _prepare(
             continue
         normalized, texts = core
         try:
-            if state.normalizer is not normalize:
-                normalized = state.normalizer(execution.code, execution.language)
-            check_pattern_size(normalized, state.limits)
+            if state.rules.normalizer is not normalize:
+                normalized = state.rules.normalizer(execution.code, execution.language)
+            check_pattern_size(normalized, state.rules.limits)
         except InvalidArgumentError as error:
             out.append(error)
             continue
@@ -381,7 +381,9 @@ def _capture_one_locked(
             )
         digest = record_digest(execution)
         answer = encode_result(result, state.clock(), digest)
-        change.ops.append(state.repo.put_request_result(tenant, execution.request_id, answer))
+        change.ops.append(
+            state.repo.requests.put_request_result(tenant, execution.request_id, answer)
+        )
         try:
             return result, commit(state, tenant, change)
         except RequestAlreadyAppliedError as applied:  # before, or by another replica meanwhile
@@ -400,7 +402,7 @@ def _capture_locked(
 ) -> CaptureResult:
     now = state.clock()
     repo = state.repo
-    pattern, counters = repo.pattern_for_hash(tenant, normalized.code_hash)
+    pattern, counters = repo.patterns.pattern_for_hash(tenant, normalized.code_hash)
     failures = tool_failures(execution)
     if pattern is None or counters is None:
         if vector is None:  # rule 1: a new pattern with a failure is not saved
@@ -412,9 +414,11 @@ def _capture_locked(
     values = redacted_values(normalized.params)
     used = tools_used(execution)
     if vector is None:  # rule 2: a failed try of a known pattern; rule 7: its values, error
-        counted = count_failed_try(counters, execution, values, now, state.limits)
+        counted = count_failed_try(counters, execution, values, now, state.rules.limits)
         change.failures = failure_entries(execution, normalized.code_hash, pattern.id, now)
-        change.put_counters(repo.put_counters(tenant, pattern.id, counted), pattern.id, counted)
+        change.put_counters(
+            repo.patterns.put_counters(tenant, pattern.id, counted), pattern.id, counted
+        )
         return CaptureResult(
             CaptureOutcome.COUNTED,
             pattern_id=pattern.id,
@@ -422,16 +426,21 @@ def _capture_locked(
             tool_failures=failures,
         )
     mismatch = tools_disagree(normalized.tool_calls, used, normalized.parse_ok)
-    counted = count_success(counters, execution, values, mismatch, now, state.limits)
+    counted = count_success(counters, execution, values, mismatch, now, state.rules.limits)
     counted.tags = sorted({*counted.tags, *execution.tags})[: LIMITS.tags.bound]
-    change.put_counters(repo.put_counters(tenant, pattern.id, counted), pattern.id, counted)
+    change.put_counters(
+        repo.patterns.put_counters(tenant, pattern.id, counted), pattern.id, counted
+    )
     old = _near_duplicate_intent(state, tenant, pattern.id, vector)
     if old is not None:  # rule 5: bump the existing mapping, no new vector
         bumped = replace(old, hit_count=old.hit_count + 1, last_seen_ms=now)
-        change.ops.append(repo.put_intent(tenant, bumped))
+        change.ops.append(repo.intents.put_intent(tenant, bumped))
     else:
         intent = new_intent(state, pattern.id, execution.intent, vector, now)
-        change.ops += [repo.put_intent(tenant, intent), oplog(state, tenant, "add", [intent.id])]
+        change.ops += [
+            repo.intents.put_intent(tenant, intent),
+            oplog(state, tenant, "add", [intent.id]),
+        ]
         change.index_adds.append((intent, pattern.tools_used))
         change.count("intents")
     return CaptureResult(
@@ -447,7 +456,7 @@ def _near_duplicate_intent(
 ) -> IntentRecord | None:
     """Rule 5: the pattern's intent closest to `vector` (the oldest of equals) if within the
     near-duplicate threshold (`_near`: read from the few candidates, not all its intents)."""
-    threshold = state.thresholds.intent_duplicate
+    threshold = state.rules.thresholds.intent_duplicate
     intents = closest_candidates(state, tenant, [pattern_id], vector, threshold)
     found = near_duplicate([i.vector for i in intents], vector, threshold)
     return None if found is None else intents[found]
@@ -472,7 +481,7 @@ def _insert_pattern(
     held.enter_context(state.locks.group.lock_for(tenant, tools_digest(signature)))
     chosen = capability_for_new_pattern(state, tenant, signature, vector)
     pattern_id = random_id("pat")
-    existing = repo.capability(tenant, chosen) if chosen else None
+    existing = repo.capabilities.capability(tenant, chosen) if chosen else None
     if existing is not None:
         capability = replace(existing, pattern_ids=(*existing.pattern_ids, pattern_id))
     else:
@@ -494,15 +503,19 @@ def _insert_pattern(
         parse_ok=normalized.parse_ok,
     )
     values = redacted_values(normalized.params)
-    counters = count_success(PatternCounters(), execution, values, mismatch, now, state.limits)
+    counters = count_success(
+        PatternCounters(), execution, values, mismatch, now, state.rules.limits
+    )
     counters.tags = sorted(set(execution.tags))[: LIMITS.tags.bound]
     intent = new_intent(state, pattern_id, execution.intent, vector, now)
-    change.put_pattern(repo.put_pattern(tenant, pattern), pattern)
-    change.put_counters(repo.put_counters(tenant, pattern_id, counters), pattern_id, counters)
+    change.put_pattern(repo.patterns.put_pattern(tenant, pattern), pattern)
+    change.put_counters(
+        repo.patterns.put_counters(tenant, pattern_id, counters), pattern_id, counters
+    )
     change.ops += [
-        repo.put_hash(tenant, pattern.code_hash, pattern_id),
-        repo.put_intent(tenant, intent),
-        *repo.put_capability(tenant, capability),
+        repo.patterns.put_hash(tenant, pattern.code_hash, pattern_id),
+        repo.intents.put_intent(tenant, intent),
+        *repo.capabilities.put_capability(tenant, capability),
         oplog(state, tenant, "add", [intent.id]),
     ]
     change.index_adds.append((intent, used))

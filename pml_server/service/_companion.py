@@ -2,7 +2,7 @@
 
 MiniLM, the default model, reads English only. Beside it, a multilingual model (`cross_lingual`
 setting: USE multilingual by default) embeds the intents too, into a second, in-memory vector
-index per tenant (`TenantSearchIndex.companion`); a Suggest whose request is not English
+index per tenant (`search.companion.CompanionIndex`); a Suggest whose request is not English
 (`embedding.language.is_english`: script, then function words) is answered in that space: the
 same core call (retrieval, formula, filters and grouping), with the companion's cosines
 as the semantic part and the lexical part weighed `OTHER_LANGUAGE_LEXICAL_WEIGHT` at most (a
@@ -62,13 +62,15 @@ def fill(
 ) -> int:
     """Embed the intents of `index` that have no companion vector yet, a batch at a time;
     returns how many."""
-    pending = index.companion_pending()
+    if index.companion is None:
+        return 0
+    pending = index.companion.pending()
     for first in range(0, len(pending), FILL_BATCH):
         if stop is not None and stop.is_set():
             break
         chunk = pending[first : first + FILL_BATCH]
         vectors = companion.embed([text for _, text in chunk])
-        index.add_companion([intent_id for intent_id, _ in chunk], vectors)
+        index.companion.add([intent_id for intent_id, _ in chunk], vectors)
     return len(pending)
 
 
@@ -106,8 +108,10 @@ class CompanionFiller:
         """Whether a Suggest can be answered in the companion's space now: the tenant uses the
         companion (from this call on) and at most `SYNC_FILL` vectors are missing, which this
         call embeds."""
-        index.activate_companion()
-        missing = index.companion_missing()
+        if index.companion is None:
+            return True  # nothing to fill: as an index whose companion is complete
+        index.companion.activate()
+        missing = index.companion.missing()
         if missing > SYNC_FILL:
             self.request(index)
             return False

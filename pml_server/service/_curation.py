@@ -33,20 +33,20 @@ def delete_pattern(
     start). Returns whether it was deleted."""
     check_tenant(tenant)
     repo = state.repo
-    found = repo.pattern(tenant, pattern_id)
+    found = repo.patterns.pattern(tenant, pattern_id)
     if found is None:
         raise NotFoundError(f"pattern {pattern_id!r} not found")
     with contextlib.ExitStack() as held:
         held.enter_context(state.locks.pattern.lock_for(tenant, found.code_hash))
-        pattern = repo.pattern(tenant, pattern_id)
+        pattern = repo.patterns.pattern(tenant, pattern_id)
         if pattern is None:
             raise NotFoundError(f"pattern {pattern_id!r} not found")
         if still_wanted is not None and not still_wanted(pattern):
             return False
-        capability = repo.capability(tenant, pattern.capability_id)
+        capability = repo.capabilities.capability(tenant, pattern.capability_id)
         if capability is not None:
             held.enter_context(state.locks.group.lock_for(tenant, tools_digest(capability.tools)))
-            capability = repo.capability(tenant, pattern.capability_id)
+            capability = repo.capabilities.capability(tenant, pattern.capability_id)
         change = pattern_removal(repo, tenant, pattern, capability)
         change.ops.append(oplog(state, tenant, "remove", change.index_removes))
         entry = {"action": "deleted", "pattern_id": pattern_id, "reason": reason}
@@ -58,7 +58,7 @@ def delete_pattern(
 
 def delete_capability(state: EngineState, tenant: str, capability_id: str) -> None:
     check_tenant(tenant)
-    capability = state.repo.capability(tenant, capability_id)
+    capability = state.repo.capabilities.capability(tenant, capability_id)
     if capability is None:
         raise NotFoundError(f"capability {capability_id!r} not found")
     for pattern_id in capability.pattern_ids:
@@ -77,12 +77,12 @@ def pattern_removal(
     go (their vectors leave the index), the tenant's counts drop, and the capability loses
     the member, or goes too when the pattern was its last."""
     change = Change()
-    intents = repo.intents(tenant, pattern.id)
+    intents = repo.intents.of_pattern(tenant, pattern.id)
     change.ops += [
-        repo.delete_pattern(tenant, pattern.id),
-        repo.delete_hash(tenant, pattern.code_hash),
-        repo.delete_counters(tenant, pattern.id),
-        *(repo.delete_intent(tenant, i) for i in intents),
+        repo.patterns.delete_pattern(tenant, pattern.id),
+        repo.patterns.delete_hash(tenant, pattern.code_hash),
+        repo.patterns.delete_counters(tenant, pattern.id),
+        *(repo.intents.delete_intent(tenant, i) for i in intents),
     ]
     change.index_removes = [i.id for i in intents]
     change.rank_removes = [pattern.id]
@@ -91,9 +91,11 @@ def pattern_removal(
     if capability is not None:
         members = tuple(p for p in capability.pattern_ids if p != pattern.id)
         if members:
-            change.ops += repo.put_capability(tenant, replace(capability, pattern_ids=members))
+            change.ops += repo.capabilities.put_capability(
+                tenant, replace(capability, pattern_ids=members)
+            )
         else:
-            change.ops += repo.delete_capability(tenant, capability)
+            change.ops += repo.capabilities.delete_capability(tenant, capability)
             change.count("capabilities", -1)
     return change
 
@@ -103,17 +105,19 @@ def ungroup_pattern(state: EngineState, tenant: str, pattern_id: str) -> str:
     (nothing is deleted). Returns the pattern's capability id afterwards."""
     check_tenant(tenant)
     repo = state.repo
-    found = repo.pattern(tenant, pattern_id)
+    found = repo.patterns.pattern(tenant, pattern_id)
     if found is None:
         raise NotFoundError(f"pattern {pattern_id!r} not found")
     with contextlib.ExitStack() as held:
         held.enter_context(state.locks.pattern.lock_for(tenant, found.code_hash))
-        pattern = repo.pattern(tenant, pattern_id)
-        capability = repo.capability(tenant, pattern.capability_id) if pattern else None
+        pattern = repo.patterns.pattern(tenant, pattern_id)
+        capability = (
+            repo.capabilities.capability(tenant, pattern.capability_id) if pattern else None
+        )
         if pattern is None or capability is None:
             raise NotFoundError(f"pattern {pattern_id!r} not found")
         held.enter_context(state.locks.group.lock_for(tenant, tools_digest(capability.tools)))
-        capability = repo.capability(tenant, pattern.capability_id)
+        capability = repo.capabilities.capability(tenant, pattern.capability_id)
         if capability is None or capability.pattern_ids == (pattern_id,):
             return pattern.capability_id  # already alone
         now = state.clock()
@@ -123,11 +127,11 @@ def ungroup_pattern(state: EngineState, tenant: str, pattern_id: str) -> str:
         rest = tuple(p for p in capability.pattern_ids if p != pattern_id)
         change = Change()
         change.ops += [
-            *repo.put_capability(tenant, replace(capability, pattern_ids=rest)),
-            *repo.put_capability(tenant, alone),
+            *repo.capabilities.put_capability(tenant, replace(capability, pattern_ids=rest)),
+            *repo.capabilities.put_capability(tenant, alone),
         ]
         moved = replace(pattern, capability_id=alone.id)
-        change.put_pattern(repo.put_pattern(tenant, moved), moved)
+        change.put_pattern(repo.patterns.put_pattern(tenant, moved), moved)
         change.count("capabilities")
         entry = {"action": "ungrouped", "pattern_id": pattern_id, "from": capability.id}
         audit(state, tenant, change, {**entry, "to": alone.id})
@@ -141,18 +145,18 @@ def set_marks(
 ) -> bool:
     """Rewrite a pattern's retention marks; True when they changed."""
     repo = state.repo
-    found = repo.pattern(tenant, pattern_id)
+    found = repo.patterns.pattern(tenant, pattern_id)
     if found is None:
         return False
     with state.locks.pattern.lock_for(tenant, found.code_hash):
-        pattern = repo.pattern(tenant, pattern_id)
+        pattern = repo.patterns.pattern(tenant, pattern_id)
         if pattern is None or (
             pattern.flagged_for_removal == flagged and pattern.superseded_by == superseded_by
         ):
             return False
         change = Change()
         marked = replace(pattern, flagged_for_removal=flagged, superseded_by=superseded_by)
-        change.put_pattern(repo.put_pattern(tenant, marked), marked)
+        change.put_pattern(repo.patterns.put_pattern(tenant, marked), marked)
         entry = {"action": "marked", "pattern_id": pattern_id, "flagged": flagged}
         audit(state, tenant, change, {**entry, "superseded_by": superseded_by})
         ticket = commit(state, tenant, change)
@@ -178,7 +182,7 @@ def run_retention(state: EngineState, tenant: str, apply: bool) -> RetentionRepo
 
         def still_failing(pattern: PatternRecord) -> bool:
             # the counters now, under the pattern's lock: captures since the evaluation count
-            counters = state.repo.counters(tenant, pattern.id)
+            counters = state.repo.patterns.counters(tenant, pattern.id)
             return counters is not None and removal_holds(
                 counters.success, counters.failure, config
             )

@@ -25,8 +25,8 @@ def capability_for_new_pattern(
     if close enough. Few such capabilities: compare with all their intents (exact). Many
     (a popular tool): ask the vector index for the nearest intents instead, so creating a
     pattern never reads a whole crowded signature."""
-    same_tools = state.repo.capabilities_with_tools(tenant, signature)
-    threshold = state.thresholds.capability_group
+    same_tools = state.repo.capabilities.capabilities_with_tools(tenant, signature)
+    threshold = state.rules.thresholds.capability_group
     if len(same_tools) <= MAX_GROUP_CANDIDATES:
         candidates = capability_vectors(state, tenant, same_tools, vector, threshold)
         return choose_capability(candidates, vector, threshold)
@@ -50,7 +50,7 @@ def capability_vectors(
     capabilities) without reading every intent of a crowded capability."""
     candidates = []
     for capability_id in capability_ids:
-        capability = state.repo.capability(tenant, capability_id)
+        capability = state.repo.capabilities.capability(tenant, capability_id)
         if capability is not None:
             near = closest_candidates(state, tenant, capability.pattern_ids, vector, threshold)
             candidates.append((capability_id, [i.vector for i in near]))
@@ -72,7 +72,7 @@ def nearest_allowed_capability(
         if score < threshold:
             break  # best first: nothing further can qualify
         pattern_id = index.pattern_of(intent_id)
-        pattern = repo.pattern(tenant, pattern_id) if pattern_id else None
+        pattern = repo.patterns.pattern(tenant, pattern_id) if pattern_id else None
         if pattern is not None and pattern.capability_id in allowed:
             return pattern.capability_id
     return None

@@ -71,7 +71,7 @@ def replay_answer(
     if stored is not None and stored != digest:
         raise reused_id_error(request_id)
     result = decode_result(raw)
-    if result.pattern_id and state.repo.pattern(tenant, result.pattern_id) is None:
+    if result.pattern_id and state.repo.patterns.pattern(tenant, result.pattern_id) is None:
         return replace(result, pattern_id="", capability_id="", new_pattern=False)
     return result
 
@@ -90,9 +90,11 @@ def prune_request_ids(state: EngineState, tenant: str) -> int:
     repo = state.repo
     stale = [
         key
-        for key, raw in repo.request_rows(tenant)
+        for key, raw in repo.requests.request_rows(tenant)
         if json_form.loads(raw).get("time_ms", 0) < horizon
     ]
     for start in range(0, len(stale), PRUNE_BATCH):
-        state.store.write([repo.delete_request(key) for key in stale[start : start + PRUNE_BATCH]])
+        state.store.write(
+            [repo.requests.delete_request(key) for key in stale[start : start + PRUNE_BATCH]]
+        )
     return len(stale)

@@ -74,7 +74,7 @@ class BackgroundJobs:
             for tenant in restored:
                 # Read every counter once now rather than in some tenant's first Suggest (at
                 # 100k patterns that call took seconds, and held up the calls behind it).
-                state.repo.counter_ceilings(tenant)
+                state.repo.patterns.counter_ceilings(tenant)
             release_free_memory()  # what the restore freed stays with the process otherwise
             if follower is not None:  # other replicas' writes, from now on
                 self._spawn(lambda: follower.run(self._stop), "pml-follower")
@@ -118,7 +118,7 @@ def write_snapshots(state: EngineState, trim_oplog: bool) -> None:
     capture or deletion runs (at open before ready, at close after the API drained):
     otherwise a removal the snapshot missed could be dropped from the log."""
     indexes = state.indexes.all()
-    seq = state.seqs.last_issued()
+    seq = state.ids.seq.last_issued()
     follower = state.follower
     # An index unchanged since its stored snapshot holds every removal logged so far, so
     # trimming the log stays safe without writing it again. Over a shared store a snapshot's
@@ -127,14 +127,15 @@ def write_snapshots(state: EngineState, trim_oplog: bool) -> None:
     taken = {
         t: (seq if follower is None else follower.cursor(t), i.snapshot())
         for t, i in indexes.items()
-        if i.has_unsaved_changes()
+        if i.saves.unsaved()
     }
     ops: list[Op] = [
-        state.repo.put_snapshot(t, position, data) for t, (position, (data, _)) in taken.items()
+        state.repo.meta.put_snapshot(t, position, data)
+        for t, (position, (data, _)) in taken.items()
     ]
     if trim_oplog:
-        ops += state.repo.delete_oplog_through(seq)
+        ops += state.repo.logs.delete_oplog_through(seq)
     if ops:
         state.store.write(ops)
     for tenant, (_, (_, changes)) in taken.items():
-        indexes[tenant].mark_saved(changes)
+        indexes[tenant].saves.mark_saved(changes)

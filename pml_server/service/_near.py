@@ -35,5 +35,9 @@ def closest_candidates(
         None if state.store.shared else index.closest_candidates(pattern_ids, vector, threshold)
     )
     if wanted is None:
-        return [i for pattern_id in pattern_ids for i in state.repo.intents(tenant, pattern_id)]
-    return [i for i in state.repo.intents_by_id(tenant, wanted) if i is not None]
+        return [
+            i
+            for pattern_id in pattern_ids
+            for i in state.repo.intents.of_pattern(tenant, pattern_id)
+        ]
+    return [i for i in state.repo.intents.intents_by_id(tenant, wanted) if i is not None]

@@ -23,7 +23,7 @@ from pml_server.storage.repo import Repository
 
 def get_pattern(repo: Repository, tenant: str, pattern_id: str) -> PatternView:
     check_tenant(tenant)
-    record = repo.pattern(tenant, pattern_id)
+    record = repo.patterns.pattern(tenant, pattern_id)
     view = stored_pattern_view(repo, tenant, record) if record else None
     if view is None:
         raise NotFoundError(f"pattern {pattern_id!r} not found")
@@ -32,7 +32,7 @@ def get_pattern(repo: Repository, tenant: str, pattern_id: str) -> PatternView:
 
 def get_capability(repo: Repository, tenant: str, capability_id: str) -> CapabilityView:
     check_tenant(tenant)
-    record = repo.capability(tenant, capability_id)
+    record = repo.capabilities.capability(tenant, capability_id)
     if record is None:
         raise NotFoundError(f"capability {capability_id!r} not found")
     return capability_view(record, capability_members(repo, tenant, record))
@@ -41,7 +41,7 @@ def get_capability(repo: Repository, tenant: str, capability_id: str) -> Capabil
 def list_patterns(repo: Repository, tenant: str, page: PageRequest) -> Page[PatternView]:
     check_tenant(tenant)
     check_page(page)
-    records, cursor = repo.patterns_page(tenant, page.cursor, page.page_size)
+    records, cursor = repo.patterns.patterns_page(tenant, page.cursor, page.page_size)
     views = []
     for record in records:
         yielding.checkpoint()
@@ -53,7 +53,7 @@ def list_patterns(repo: Repository, tenant: str, page: PageRequest) -> Page[Patt
 def list_capabilities(repo: Repository, tenant: str, page: PageRequest) -> Page[CapabilityView]:
     check_tenant(tenant)
     check_page(page)
-    records, cursor = repo.capabilities_page(tenant, page.cursor, page.page_size)
+    records, cursor = repo.capabilities.capabilities_page(tenant, page.cursor, page.page_size)
     views = [capability_view(r, capability_members(repo, tenant, r)) for r in records]
     return Page(tuple(views), cursor)
 
@@ -69,14 +69,14 @@ def list_failures(repo: Repository, tenant: str, page: PageRequest) -> Page[Fail
             raise InvalidArgumentError(
                 FieldViolation("page_token", "not a cursor this server issued")
             ) from None
-    rows, last = repo.failures_page(tenant, before, page.page_size)
+    rows, last = repo.logs.failures_page(tenant, before, page.page_size)
     entries = tuple(FailureEntry(**entry) for _, entry in rows)
     return Page(entries, "" if last is None else str(last))
 
 
 def stats(repo: Repository, tenant: str) -> Stats:
     check_tenant(tenant)
-    s = repo.stats(tenant)
+    s = repo.meta.stats(tenant)
     return Stats(
         patterns=s.patterns,
         capabilities=s.capabilities,
@@ -90,14 +90,14 @@ def stats(repo: Repository, tenant: str) -> Stats:
 def audit_log(repo: Repository, tenant: str) -> list[dict[str, Any]]:
     """Every retention action and deletion of the tenant, oldest first."""
     check_tenant(tenant)
-    return repo.audit_log(tenant)
+    return repo.logs.audit_log(tenant)
 
 
 def stored_pattern_view(repo: Repository, tenant: str, record: PatternRecord) -> PatternView | None:
-    counters = repo.counters(tenant, record.id)
+    counters = repo.patterns.counters(tenant, record.id)
     if counters is None:
         return None
-    return pattern_view(record, counters, repo.intents(tenant, record.id))
+    return pattern_view(record, counters, repo.intents.of_pattern(tenant, record.id))
 
 
 def capability_members(
@@ -105,7 +105,7 @@ def capability_members(
 ) -> list[PatternView]:
     views = []
     for pattern_id in record.pattern_ids:
-        pattern = repo.pattern(tenant, pattern_id)
+        pattern = repo.patterns.pattern(tenant, pattern_id)
         view = stored_pattern_view(repo, tenant, pattern) if pattern else None
         if view is not None:
             views.append(view)
@@ -115,15 +115,15 @@ def capability_members(
 def views_by_capability(repo: Repository, tenant: str) -> dict[str, list[PatternView]]:
     """Every pattern's view of the tenant, grouped by capability (what retention evaluates)."""
     groups: dict[str, list[PatternView]] = {}
-    for pattern in repo.all_patterns(tenant):
+    for pattern in repo.patterns.all_patterns(tenant):
         yielding.checkpoint()
-        counters = repo.counters(tenant, pattern.id)
+        counters = repo.patterns.counters(tenant, pattern.id)
         # retention reads counters, intents and marks, never the parameters (256 a pattern)
         view = (
             None
             if counters is None
             else pattern_view(
-                pattern, counters, repo.intents(tenant, pattern.id), with_params=False
+                pattern, counters, repo.intents.of_pattern(tenant, pattern.id), with_params=False
             )
         )
         if view is not None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from pml_server import _core
 from pml_server.domain.records import IntentRecord
-from pml_server.search import TenantSearchIndex
+from pml_server.search import TenantSearchIndex, restore_index
 from pml_server.storage.codec import intent_without_vector
 from pml_server.storage.repo import Repository
 
@@ -26,18 +26,18 @@ def restore_indexes(
 ) -> dict[str, TenantSearchIndex]:
     """Every tenant's indexes; with `companion_dim`, each with an empty companion index whose
     vectors the caller computes (`service._companion.fill`)."""
-    oplog = repo.oplog_after(0)
+    oplog = repo.logs.oplog_after(0)
     indexes: dict[str, TenantSearchIndex] = {}
-    for tenant, stored in repo.stored_intents():
+    for tenant, stored in repo.intents.stored_intents():
         # one scan of the tenant's patterns: a read per pattern cost most of a 100k start
-        tools_of = repo.pattern_tools(tenant)
+        tools_of = repo.patterns.pattern_tools(tenant)
         index = _restored_or_new(repo, tenant, kind, dim, oplog, companion_dim)
         count = _add_intents(index, stored, tools_of)
         # every stored intent is in the index now: more vectors means the snapshot holds some
         # the store no longer has (stale or foreign): rebuild from the store
         if index.vector_count() != count:
             index = TenantSearchIndex(kind, dim, companion_dim=companion_dim)
-            _add_intents(index, repo.tenant_stored_intents(tenant), tools_of)
+            _add_intents(index, repo.intents.tenant_stored_intents(tenant), tools_of)
         indexes[tenant] = index
     return indexes
 
@@ -76,12 +76,12 @@ def _restored_or_new(
     oplog: list[tuple[int, dict[str, Any]]],
     companion_dim: int,
 ) -> TenantSearchIndex:
-    snapshot = repo.snapshot(tenant)
+    snapshot = repo.meta.snapshot(tenant)
     if snapshot is None:
         return TenantSearchIndex(kind, dim, companion_dim=companion_dim)
     _, data = snapshot
     try:
-        index = TenantSearchIndex.restore(kind, dim, data, companion_dim)
+        index = restore_index(kind, dim, data, companion_dim)
     except (_core.CoreError, ValueError, OSError):
         return TenantSearchIndex(kind, dim, companion_dim=companion_dim)
     # Every removal still in the log, not only those after the snapshot's sequence: a

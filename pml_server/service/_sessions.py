@@ -45,27 +45,25 @@ def follow(
     one, not idle) and make this the session's last step: ops added to `change`."""
     repo = state.repo
     held.enter_context(state.locks.session.lock_for(tenant, session_id))
-    previous = repo.session_step(tenant, session_id)
+    previous = repo.sessions.session_step(tenant, session_id)
     if previous is not None and now - previous[1] <= idle_ms(state):
         before = previous[0]
         held.enter_context(state.locks.transition.lock_for(tenant, before, capability_id))
-        count = (repo.transition(tenant, before, capability_id) or (0, 0))[0]
-        change.ops.append(repo.put_transition(tenant, before, capability_id, count + 1, now))
-    change.ops.append(repo.put_session_step(tenant, session_id, capability_id, now))
+        count = (repo.sessions.transition(tenant, before, capability_id) or (0, 0))[0]
+        change.ops.append(
+            repo.sessions.put_transition(tenant, before, capability_id, count + 1, now)
+        )
+    change.ops.append(repo.sessions.put_session_step(tenant, session_id, capability_id, now))
     if previous is None:
-        with state.new_sessions_lock:
-            state.new_sessions[tenant] = state.new_sessions.get(tenant, 0) + 1
+        state.new_sessions.started(tenant)
 
 
 def sweep_if_due(state: EngineState, tenant: str) -> None:
     """`sweep` once this process started `max_sessions / 8` sessions of the tenant since the
     last one (called after a capture's locks are released)."""
-    bound = state.limits.fields.sessions.bound
-    with state.new_sessions_lock:
-        if state.new_sessions.get(tenant, 0) < max(1, bound // 8):
-            return
-        state.new_sessions[tenant] = 0
-    sweep(state, tenant)
+    bound = state.rules.limits.fields.sessions.bound
+    if state.new_sessions.sweep_due(tenant, max(1, bound // 8)):
+        sweep(state, tenant)
 
 
 def sweep(state: EngineState, tenant: str) -> int:
@@ -73,12 +71,12 @@ def sweep(state: EngineState, tenant: str) -> int:
     how many were dropped. (A session refreshed between the scan and the delete may be
     dropped with the rest: its next step then follows nothing.)"""
     now = state.clock()
-    rows = sorted(state.repo.session_rows(tenant), key=lambda row: row[1], reverse=True)
-    bound = state.limits.fields.sessions.bound
+    rows = sorted(state.repo.sessions.session_rows(tenant), key=lambda row: row[1], reverse=True)
+    bound = state.rules.limits.fields.sessions.bound
     limit = idle_ms(state)
     dropped = [key for n, (key, ms) in enumerate(rows) if n >= bound or now - ms > limit]
     if dropped:
-        state.store.write([state.repo.delete_session(key) for key in dropped])
+        state.store.write([state.repo.sessions.delete_session(key) for key in dropped])
     return len(dropped)
 
 
@@ -109,15 +107,17 @@ def previous_capabilities(state: EngineState, tenant: str, context: SuggestConte
     repo = state.repo
     if context.previous_patterns:
         pattern_id = context.previous_patterns[-1].removeprefix("patterns/")
-        record = repo.pattern(tenant, pattern_id)
+        record = repo.patterns.pattern(tenant, pattern_id)
         return [record.capability_id] if record is not None else []
     if context.previous_tools:
-        found = repo.capabilities_with_tools(tenant, tool_signature(context.previous_tools))
+        found = repo.capabilities.capabilities_with_tools(
+            tenant, tool_signature(context.previous_tools)
+        )
         if not found and len(context.previous_tools) > 1:
-            found = repo.capabilities_with_tools(tenant, (context.previous_tools[-1],))
+            found = repo.capabilities.capabilities_with_tools(tenant, (context.previous_tools[-1],))
         return found
     if context.session_id:
-        step = repo.session_step(tenant, context.session_id)
+        step = repo.sessions.session_step(tenant, context.session_id)
         if step is not None and state.clock() - step[1] <= idle_ms(state):
             return [step[0]]
     return []
@@ -133,5 +133,7 @@ def context_weights(
     check_context(context)
     counts = []
     for capability_id in previous_capabilities(state, tenant, context):
-        counts += state.repo.transitions_from(tenant, capability_id, LIMITS.transitions_read.bound)
+        counts += state.repo.sessions.transitions_from(
+            tenant, capability_id, LIMITS.transitions_read.bound
+        )
     return transition_weights(counts, state.ranking, now)

@@ -4,6 +4,7 @@ allocators, readiness, and the settings derived from the configuration."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from pml_server.service._call_groups import CallGroups
 from pml_server.service._companion import CompanionFiller
 from pml_server.service._views import ViewCache
 from pml_server.storage import StoreBackend, repository_for
+from pml_server.storage.seam import IdAllocator
 from pml_server.storage.seam import Locks as SeamLocks
 
 if TYPE_CHECKING:
@@ -94,6 +96,53 @@ class Readiness:
             raise UnavailableError("the search index is still catching up with the store")
 
 
+@dataclass(frozen=True)
+class CaptureRules:
+    """The settings a capture is checked and matched by: the similarity thresholds, the field
+    limits, and the code normalizer."""
+
+    thresholds: SimilarityThresholds
+    limits: CaptureLimits
+    normalizer: Normalizer
+
+
+@dataclass(frozen=True)
+class IdAllocators:
+    """Intent ids, and the sequence numbers of the failure, op and audit logs."""
+
+    intent: IdAllocator
+    seq: IdAllocator
+
+
+class SessionStarts:
+    """Sessions each tenant started in this process since its last sweep (`_sessions`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started: dict[str, int] = {}
+
+    def started(self, tenant: str) -> None:
+        with self._lock:
+            self._started[tenant] = self._started.get(tenant, 0) + 1
+
+    def sweep_due(self, tenant: str, every: int) -> bool:
+        """Whether `every` sessions started since the last sweep; if so, counting restarts."""
+        with self._lock:
+            if self._started.get(tenant, 0) < every:
+                return False
+            self._started[tenant] = 0
+            return True
+
+
+@dataclass
+class CaptureBatching:
+    """Concurrent unary captures of one tenant, grouped into `record_many` batches (`groups`),
+    and the index additions of the batch this thread is capturing, if any (`staged_adds`)."""
+
+    groups: CallGroups[str, tuple[ExecutionRecord, Vector | None], CaptureResult]
+    staged_adds: threading.local = field(default_factory=threading.local)
+
+
 class EngineState:
     def __init__(
         self,
@@ -105,24 +154,21 @@ class EngineState:
         companion: CachedEmbedder | None = None,
     ) -> None:
         self.config = config
-        self.ranking: RankingConfig = (
-            config.ranking if config.ranking is not None else default_ranking(config.embedder)
-        )
-        self.store = store
         self.repo = repository_for(store, config.view_cache_size)
         self.embedder = embedder
-        # the cross-lingual companion model and its filler (service/_companion.py), or None
-        self.companion = companion
+        # the cross-lingual companion model's filler, or None (service/_companion.py)
         self.companion_filler = CompanionFiller(companion) if companion is not None else None
         self.clock = clock
-        self.normalizer = normalizer
         defaults = DEFAULT_THRESHOLDS[embedder.family]
-        self.thresholds = SimilarityThresholds(
-            intent_duplicate=config.intent_duplicate_threshold or defaults.intent_duplicate,
-            capability_group=config.capability_group_threshold or defaults.capability_group,
-        )
-        self.limits = CaptureLimits(
-            fields=config.limits, recent_values_per_param=config.recent_values_per_param
+        self.rules = CaptureRules(
+            thresholds=SimilarityThresholds(
+                intent_duplicate=config.intent_duplicate_threshold or defaults.intent_duplicate,
+                capability_group=config.capability_group_threshold or defaults.capability_group,
+            ),
+            limits=CaptureLimits(
+                fields=config.limits, recent_values_per_param=config.recent_values_per_param
+            ),
+            normalizer=normalizer,
         )
         self.locks = Locks(
             pattern=store.locks("pattern", 1024),
@@ -130,25 +176,17 @@ class EngineState:
             session=store.locks("session", 256),
             transition=store.locks("transition", 256),
         )
-        # Sessions each tenant started in this process since its last sweep (`_sessions`).
-        self.new_sessions: dict[str, int] = {}
-        self.new_sessions_lock = threading.Lock()
+        self.new_sessions = SessionStarts()
         # Each tenant's stats as this engine last submitted them. Only `_writes.commit` writes
         # stats, under the tenant's lock, so this is what the store (with its write overlay)
         # would answer: every capture skips a read and a JSON decode. Set only once a submit
         # was accepted; after a failed write the store refuses every later one.
         self.submitted_stats: dict[str, TenantStats] = {}
-        self.intent_ids = store.allocator("intent")
-        self.seqs = store.allocator("seq")
+        self.ids = IdAllocators(intent=store.allocator("intent"), seq=store.allocator("seq"))
         self.indexes = TenantIndexes(
             config.vector_index, embedder.dim, companion.dim if companion is not None else 0
         )
-        # Concurrent unary captures of one tenant, grouped into `record_many` batches.
-        self.capture_groups: CallGroups[
-            str, tuple[ExecutionRecord, Vector | None], CaptureResult
-        ] = CallGroups(CAPTURE_SLOTS, LIMITS.capture_batch.bound)
-        # Index additions of the batch this thread is capturing (`record_many`), if any.
-        self.staged_adds = threading.local()
+        self.batching = CaptureBatching(CallGroups(CAPTURE_SLOTS, LIMITS.capture_batch.bound))
         self.readiness = Readiness()
         # The views Suggest showed lately (`_views`): only where this process alone writes.
         self.views: ViewCache | None = None if store.shared else ViewCache()
@@ -159,6 +197,21 @@ class EngineState:
             from pml_server.replication import follower_for
 
             self.follower = follower_for(store, self.repo, self.indexes.for_tenant)
+
+    @property
+    def store(self) -> StoreBackend:
+        return self.repo.store
+
+    @functools.cached_property
+    def ranking(self) -> RankingConfig:
+        """The configured ranking settings, else the embedder's defaults."""
+        config = self.config
+        return config.ranking if config.ranking is not None else default_ranking(config.embedder)
+
+    @property
+    def companion(self) -> CachedEmbedder | None:
+        """The cross-lingual companion model (service/_companion.py), or None."""
+        return self.companion_filler.companion if self.companion_filler is not None else None
 
     def embed_one(self, text: str) -> Vector:
         vector: Vector = self.embedder.embed([text])[0]

@@ -30,7 +30,7 @@ from pml_server.ranking.plans import (
 )
 from pml_server.ranking.transitions import transition_factors
 from pml_server.search import TenantSearchIndex
-from pml_server.search.tenant import CompanionView
+from pml_server.search.companion import CompanionView
 from pml_server.service import _companion
 from pml_server.service import _sessions as sessions
 from pml_server.service._arguments import check_tenant
@@ -170,7 +170,7 @@ def suggest_next(state: EngineState, tenant: str, query: SuggestQuery) -> Sugges
     weights = sessions.context_weights(state, tenant, query.context, now)
     pattern_ids: list[str] = []
     for capability_id in sorted(weights, key=lambda c: (-weights[c], c)):
-        capability = state.repo.capability(tenant, capability_id)
+        capability = state.repo.capabilities.capability(tenant, capability_id)
         if capability is None:
             continue  # deleted since
         pattern_ids += capability.pattern_ids

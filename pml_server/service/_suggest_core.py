@@ -27,7 +27,7 @@ from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import Vector
 from pml_server.ranking import CoreSuggestion, RankingConfig, resolve_settings
 from pml_server.search import TenantSearchIndex
-from pml_server.search.tenant import CompanionView
+from pml_server.search.companion import CompanionView
 from pml_server.service._views import ViewCache
 from pml_server.storage.codec import stored_view
 from pml_server.storage.repo import Repository
@@ -38,9 +38,11 @@ def fill_rank_tables(repo: Repository, indexes: dict[str, TenantSearchIndex]) ->
     scan of its patterns and one of its counters."""
     for tenant, index in indexes.items():
         table = index.ranks
-        for pattern_id, capability_id, tools, flagged, superseded in repo.pattern_rank_rows(tenant):
+        for pattern_id, capability_id, tools, flagged, superseded in repo.views.pattern_rank_rows(
+            tenant
+        ):
             table.set_pattern(pattern_id, capability_id, tools, flagged, superseded)
-        for row in repo.counter_rank_rows(tenant):
+        for row in repo.views.counter_rank_rows(tenant):
             table.set_counters(*row)
 
 
@@ -110,7 +112,7 @@ def _read_views(
     deleted since the ranking or left without any of its linked intents."""
     pattern_ids = [r.pattern_id for r in ranked]
     wanted = [(r.pattern_id, i) for r in ranked for i in r.intent_ids]
-    rows = repo.view_rows(tenant, pattern_ids, wanted)
+    rows = repo.views.view_rows(tenant, pattern_ids, wanted)
     if rows is None:
         return _read_decoded_views(repo, tenant, ranked, wanted)
     out = {}
@@ -132,7 +134,9 @@ def _read_decoded_views(
     wanted: list[tuple[str, int]],
 ) -> dict[str, PatternView]:
     """`_read_views` over a repository that hands out decoded records (`view_rows` is None)."""
-    found, views = repo.patterns_and_intent_views(tenant, [r.pattern_id for r in ranked], wanted)
+    found, views = repo.views.patterns_and_intent_views(
+        tenant, [r.pattern_id for r in ranked], wanted
+    )
     intents: dict[str, list[IntentRecord]] = {}
     for intent in views:
         if intent is not None:

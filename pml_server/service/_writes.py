@@ -103,7 +103,7 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
         # The store adds the stats deltas in SQL and nothing here reads stats: no tenant lock,
         # so this replica's captures of one tenant commit (and wait for the WAL flush) together.
         if change.stats:
-            change.ops.append(repo.put_stats(tenant, TenantStats(), change.stats))
+            change.ops.append(repo.meta.put_stats(tenant, TenantStats(), change.stats))
         ticket = state.store.submit(change.ops)
         _apply_to_indexes(state, tenant, change)
         return ticket
@@ -112,21 +112,21 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
         # A shared store adds the deltas in SQL; its stats are read again only where the
         # failure log's bound needs them (another replica may have logged failures).
         if stats is None or (state.store.shared and change.failures):
-            stats = repo.stats(tenant)
+            stats = repo.meta.stats(tenant)
         logged = len(change.failures)
         if logged:
             retained = min(stats.failures_logged, log_size)
             excess = retained + logged - log_size
             for entry in change.failures:
-                change.ops.append(repo.put_failure(tenant, state.seqs.next(), entry))
+                change.ops.append(repo.logs.put_failure(tenant, state.ids.seq.next(), entry))
             if excess > 0:
-                for key in repo.oldest_failure_keys(tenant, excess):
-                    change.ops.append(repo.delete_failure(key))
+                for key in repo.logs.oldest_failure_keys(tenant, excess):
+                    change.ops.append(repo.logs.delete_failure(key))
             change.count("failures_logged", logged)
         if change.stats:
             values = {k: getattr(stats, k) + v for k, v in change.stats.items()}
             stats = replace(stats, **values)
-            change.ops.append(repo.put_stats(tenant, stats, change.stats))
+            change.ops.append(repo.meta.put_stats(tenant, stats, change.stats))
         ticket = state.store.submit(change.ops)  # StoreClosedError: UNAVAILABLE
         state.submitted_stats[tenant] = stats
     _apply_to_indexes(state, tenant, change)
@@ -137,13 +137,13 @@ def _apply_to_indexes(state: EngineState, tenant: str, change: Change) -> None:
     """The in-memory side of a submitted change: cached views, ranking table, then search
     indexes."""
     if state.views is not None:  # the batch is readable: no view read from now on is stale
-        state.views.invalidate(state.repo.patterns_written(change.ops))
+        state.views.invalidate(state.repo.views.patterns_written(change.ops))
     if change.ranks_changed():  # before the index adds: a new intent finds its row
         apply_rank_changes(state.indexes.for_tenant(tenant).ranks, change)
-    staged: list[IndexAdd] | None = getattr(state.staged_adds, "adds", None)
+    staged: list[IndexAdd] | None = getattr(state.batching.staged_adds, "adds", None)
     if staged is not None and not change.index_removes:
         if change.index_adds:  # inserted at the end of the batch (`apply_staged_adds`)
-            state.indexes.for_tenant(tenant).stage(change.index_adds)
+            state.indexes.for_tenant(tenant).staged.add(change.index_adds)
             staged += change.index_adds
     elif change.index_adds or change.index_removes:
         index = state.indexes.for_tenant(tenant)
@@ -178,7 +178,7 @@ def apply_rank_changes(table: RankTable, change: Change) -> None:
 
 def apply_staged_adds(state: EngineState, tenant: str) -> None:
     """Index what this thread's batch has staged so far (see `record_many`)."""
-    staged: list[IndexAdd] | None = getattr(state.staged_adds, "adds", None)
+    staged: list[IndexAdd] | None = getattr(state.batching.staged_adds, "adds", None)
     if staged:
         state.indexes.for_tenant(tenant).add_many(staged)
         staged.clear()
@@ -186,20 +186,22 @@ def apply_staged_adds(state: EngineState, tenant: str) -> None:
 
 def oplog(state: EngineState, tenant: str, op: str, ids: Sequence[int]) -> Op:
     """An op log entry (what the next restore replays into a vector snapshot)."""
-    return state.repo.put_oplog(state.seqs.next(), {"tenant": tenant, "op": op, "ids": list(ids)})
+    return state.repo.logs.put_oplog(
+        state.ids.seq.next(), {"tenant": tenant, "op": op, "ids": list(ids)}
+    )
 
 
 def audit(state: EngineState, tenant: str, change: Change, entry: dict[str, Any]) -> None:
     """Add an audit log entry (retention actions, deletions) to `change`."""
     stamped = {**entry, "time_ms": state.clock()}
-    change.ops.append(state.repo.put_audit(tenant, state.seqs.next(), stamped))
+    change.ops.append(state.repo.logs.put_audit(tenant, state.ids.seq.next(), stamped))
 
 
 def new_intent(
     state: EngineState, pattern_id: str, text: str, vector: Vector, now: int
 ) -> IntentRecord:
     return IntentRecord(
-        id=state.intent_ids.next(),
+        id=state.ids.intent.next(),
         pattern_id=pattern_id,
         text=text,
         hit_count=1,

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
-from pml_server.backup import BackupStatus
 from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig
 from pml_server.domain.errors import FailedPreconditionError
@@ -41,11 +39,10 @@ from pml_server.domain.model import (
     SuggestQuery,
     SuggestResult,
 )
-from pml_server.domain.records import TenantStats
 from pml_server.embedding import CachedEmbedder, make_embedder
 from pml_server.embedding.base import Embedder, EmbedderWrapper
-from pml_server.replication import FollowerLag
-from pml_server.service import _capture, _curation, _idempotency, _reads, _suggest
+from pml_server.service import _capture, _curation, _reads, _suggest
+from pml_server.service._admin import EngineAdmin
 from pml_server.service._companion import make_companion
 from pml_server.service._jobs import BackgroundJobs, write_snapshots
 from pml_server.service._state import Clock, EngineState, Normalizer
@@ -84,9 +81,9 @@ class Engine:
         companion: CachedEmbedder | None = None,
     ) -> None:
         state = EngineState(config, store, embedder, clock, normalizer, companion)
-        stored_model = state.repo.model_id()
+        stored_model = state.repo.meta.model_id()
         if stored_model is None:
-            store.write([state.repo.put_model_id(embedder.model_id)])
+            store.write([state.repo.meta.put_model_id(embedder.model_id)])
         elif stored_model != embedder.model_id:
             raise FailedPreconditionError(
                 f"the store at {store.location} holds vectors of embedding model "
@@ -95,28 +92,18 @@ class Engine:
             )
         self._state = state
         self._jobs = BackgroundJobs(state)
+        # What operators, the server's signals and metrics, tests and benches call beyond the
+        # API's `EngineProtocol` (service/_admin.py).
+        self.admin = EngineAdmin(state, self._jobs)
 
     # ---- lifecycle ---------------------------------------------------------------------------
-
-    @property
-    def store(self) -> StoreBackend:
-        """The store (for state kept beside the engine's: held OTLP spans)."""
-        return self._state.store
 
     def start(self) -> None:
         """Restore the search indexes in the background (and start the periodic jobs)."""
         self._jobs.start()
 
-    def wait_ready(self, timeout: float | None = None) -> bool:
-        return self._state.readiness.wait(timeout)
-
     def is_ready(self) -> bool:
         return self._state.readiness.is_ready()
-
-    def snapshot_indexes(self) -> None:
-        """Persist every tenant's vector index (the op log is kept: see `write_snapshots`)."""
-        if self.is_ready():
-            write_snapshots(self._state, trim_oplog=False)
 
     def close(self) -> None:
         """Stop the background jobs, snapshot the indexes, flush and close the store. Callers
@@ -130,26 +117,6 @@ class Engine:
         if ready:
             write_snapshots(self._state, trim_oplog=True)
         self._state.store.close()
-
-    def request_backup(self) -> bool:
-        """Take a backup into `backup_dir` now, on the backup job's thread (SIGUSR2); False
-        when no backup_dir is configured. Safe from a signal handler (`BackupJob.request`)."""
-        backups = self._jobs.backups
-        if backups is None:
-            return False
-        backups.request()
-        return True
-
-    def backup_status(self) -> BackupStatus | None:
-        """Backups taken and failed so far (None: no backup_dir)."""
-        backups = self._jobs.backups
-        return backups.status() if backups is not None else None
-
-    def follower_lag(self) -> FollowerLag | None:
-        """How far behind the other replicas' writes this replica's indexes are (None: the
-        store is not shared)."""
-        follower = self._state.follower
-        return follower.lag() if follower is not None else None
 
     def embedding_dim(self) -> int:
         return self._state.embedder.dim
@@ -165,7 +132,7 @@ class Engine:
         try:
             return _capture.record(self._state, tenant, record)
         finally:
-            self._fill_companion(tenant)
+            _fill_companion(self._state, tenant)
 
     def record_many(
         self, tenant: str, records: Sequence[ExecutionRecord]
@@ -173,20 +140,7 @@ class Engine:
         try:
             return _capture.record_many(self._state, tenant, records)
         finally:
-            self._fill_companion(tenant)
-
-    def _fill_companion(self, tenant: str) -> None:
-        """The new intents' cross-lingual vectors, on the companion's thread, for a tenant
-        that uses it (service/_companion.py)."""
-        filler = self._state.companion_filler
-        index = self._state.indexes.get(tenant)
-        if filler is not None and index is not None and index.companion_active:
-            filler.request(index)
-
-    def wait_cross_lingual(self, timeout: float | None = None) -> bool:
-        """Until the companion's thread has filled what was asked of it (tests, benches)."""
-        filler = self._state.companion_filler
-        return filler is None or filler.wait_idle(timeout)
+            _fill_companion(self._state, tenant)
 
     def embed_ahead(self, tenant: str, records: Sequence[ExecutionRecord]) -> None:
         _capture.embed_ahead(self._state, tenant, records)
@@ -214,13 +168,6 @@ class Engine:
     def stats(self, tenant: str) -> Stats:
         return _reads.stats(self._state.repo, tenant)
 
-    def audit_log(self, tenant: str) -> list[dict[str, Any]]:
-        """Every retention action and deletion of the tenant, oldest first."""
-        return _reads.audit_log(self._state.repo, tenant)
-
-    def tenant_stats(self, tenant: str) -> TenantStats:
-        return self._state.repo.stats(tenant)
-
     # ---- curation ----------------------------------------------------------------------------
 
     def delete_pattern(self, tenant: str, pattern_id: str, reason: str = "manual") -> None:
@@ -229,13 +176,19 @@ class Engine:
     def delete_capability(self, tenant: str, capability_id: str) -> None:
         _curation.delete_capability(self._state, tenant, capability_id)
 
-    def ungroup_pattern(self, tenant: str, pattern_id: str) -> str:
-        """Move the pattern into a capability of its own; returns that capability's id."""
-        return _curation.ungroup_pattern(self._state, tenant, pattern_id)
-
     def run_retention(self, tenant: str, apply: bool) -> RetentionReport:
         return _curation.run_retention(self._state, tenant, apply)
 
-    def prune_request_ids(self, tenant: str) -> int:
-        """Forget idempotency answers older than `request_id_ttl_days`; returns how many."""
-        return _idempotency.prune_request_ids(self._state, tenant)
+
+def _fill_companion(state: EngineState, tenant: str) -> None:
+    """The new intents' cross-lingual vectors, on the companion's thread, for a tenant that
+    uses it (service/_companion.py)."""
+    filler = state.companion_filler
+    index = state.indexes.get(tenant)
+    if (
+        filler is not None
+        and index is not None
+        and index.companion is not None
+        and index.companion.active
+    ):
+        filler.request(index)

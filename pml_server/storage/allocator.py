@@ -15,14 +15,14 @@ class BlockAllocator:
         self._name = name
         self._block = block
         self._lock = threading.Lock()
-        self._next = repo.allocator_mark(name) + 1
+        self._next = repo.meta.allocator_mark(name) + 1
         self._mark = self._next - 1
 
     def next(self) -> int:
         with self._lock:
             if self._next > self._mark:
                 self._mark = self._next + self._block - 1
-                self._repo.store.write([self._repo.put_allocator_mark(self._name, self._mark)])
+                self._repo.store.write([self._repo.meta.put_allocator_mark(self._name, self._mark)])
             value = self._next
             self._next += 1
             return value

@@ -1,9 +1,10 @@
 """The store seam: what the repository and the engine call on a store, with two backends.
 
-`StoreBackend` is the surface: ordered byte keys in named families (`get`, `get_many`, `scan`,
-`scan_stored`), atomic batches of operations (`submit`, `write`; `writes_held` lets a batch's
-submits reach the disk together), and the coordination the engine's exactness rests on
-(`locks`, `allocator`). The embedded RocksDB store
+`StoreBackend` is the surface, three small protocols and the store as a whole: ordered byte
+keys in named families (`KeyValueReads`: `get`, `get_many`, `scan`, `scan_stored`; what the
+repository's parts take), atomic batches of operations (`BatchWrites`: `submit`, `write`;
+`writes_held` lets a batch's submits reach the disk together), and the coordination the
+engine's exactness rests on (`Coordination`: `locks`, `allocator`). The embedded RocksDB store
 (`storage.rocks.Store`) implements it inside one process: striped in-process locks, block
 allocators persisted in the store, a write overlay and a read cache. The PostgreSQL store
 (`storage.postgres.PostgresStore`) implements it for several replicas over one database:
@@ -96,16 +97,9 @@ class IdAllocator(Protocol):
     def last_issued(self) -> int: ...
 
 
-class StoreBackend(Protocol):
-    """What `Repository` and the engine call on a store (see the module docstring)."""
-
-    schema_version: int
-    shared: bool
-
-    @property
-    def location(self) -> str:
-        """Where the data lives, for messages (a path, or a DSN without its password)."""
-        ...
+class KeyValueReads(Protocol):
+    """A store's reads: ordered byte keys in named families (what `storage.repo`'s parts
+    call)."""
 
     def get(self, cf: str, key: bytes) -> bytes | None: ...
 
@@ -123,6 +117,10 @@ class StoreBackend(Protocol):
 
     def scan_stored(self, cf: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]: ...
 
+
+class BatchWrites(Protocol):
+    """A store's writes: atomic batches of operations."""
+
     def submit(self, ops: Sequence[Op]) -> WriteTicket: ...
 
     def write(self, ops: Sequence[Op]) -> None: ...
@@ -132,11 +130,10 @@ class StoreBackend(Protocol):
         captures); nothing inside waits for its own tickets."""
         ...
 
-    def checkpoint(self, dest: Path) -> int:
-        """A consistent copy of the store at `dest`, openable as a data directory, holding
-        every write acknowledged before the call; the sequence number it holds at least.
-        Only a store in one data directory has one (the shared store refuses)."""
-        ...
+
+class Coordination(Protocol):
+    """What the engine's exactness rests on: locks and id allocators, across processes where
+    the store is shared."""
 
     def locks(self, name: str, stripes: int) -> Locks:
         """Locks named `name` that also exclude other processes sharing the store (with a
@@ -144,5 +141,24 @@ class StoreBackend(Protocol):
         ...
 
     def allocator(self, name: str) -> IdAllocator: ...
+
+
+class StoreBackend(KeyValueReads, BatchWrites, Coordination, Protocol):
+    """What `Repository` and the engine call on a store (see the module docstring): its reads,
+    writes and coordination, and the store as a whole."""
+
+    schema_version: int
+    shared: bool
+
+    @property
+    def location(self) -> str:
+        """Where the data lives, for messages (a path, or a DSN without its password)."""
+        ...
+
+    def checkpoint(self, dest: Path) -> int:
+        """A consistent copy of the store at `dest`, openable as a data directory, holding
+        every write acknowledged before the call; the sequence number it holds at least.
+        Only a store in one data directory has one (the shared store refuses)."""
+        ...
 
     def close(self) -> None: ...

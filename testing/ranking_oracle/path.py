@@ -19,7 +19,7 @@ from pml_server.ranking import RankingConfig, resolve_settings
 from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.ranking.transitions import transition_factors
 from pml_server.search import TenantSearchIndex
-from pml_server.search.tenant import CompanionView
+from pml_server.search.companion import CompanionView
 from pml_server.search.vectors import EXACT_SCAN_MIN
 from pml_server.service import _companion
 from pml_server.service import _sessions as sessions
@@ -75,7 +75,7 @@ def rank_suggestions(state: EngineState, tenant: str, query: SuggestQuery) -> Su
         found.add(retrieve(state.repo, tenant, searched, vector, query.intent, limit, ranking))
     # the ceiling bounds the counters read after it: both from one state of the store
     with state.repo.consistent_reads():
-        ceiling = score_ceiling(*state.repo.counter_ceilings(tenant), ranking)
+        ceiling = score_ceiling(*state.repo.patterns.counter_ceilings(tenant), ranking)
         now = state.clock()
         result = rank_lazily(
             query, found.retrievals, found.load, ranking, now, ceiling, transitions=factors
@@ -96,7 +96,7 @@ def suggest_next(state: EngineState, tenant: str, query: SuggestQuery) -> Sugges
     weights = sessions.context_weights(state, tenant, query.context, now)
     retrievals = []
     for capability_id in sorted(weights, key=lambda c: (-weights[c], c)):
-        capability = state.repo.capability(tenant, capability_id)
+        capability = state.repo.capabilities.capability(tenant, capability_id)
         if capability is None:
             continue  # deleted since
         retrievals += [Retrieval(p, 0.0, 0.0) for p in capability.pattern_ids]
@@ -130,7 +130,7 @@ class Retrieved:
         ids = [r.pattern_id for r in retrievals]
         candidates = []
         for retrieval, found in zip(
-            retrievals, self.repo.patterns_with_counters(self.tenant, ids), strict=True
+            retrievals, self.repo.views.patterns_with_counters(self.tenant, ids), strict=True
         ):
             if found is None:
                 continue  # deleted since the index answered
@@ -157,7 +157,7 @@ class Retrieved:
             for intent_id in self.intent_ids.get(s.pattern.id, ())
         ]
         found: dict[str, list[IntentRecord]] = {}
-        for intent in self.repo.intent_views_by_id(self.tenant, wanted):
+        for intent in self.repo.views.intent_views_by_id(self.tenant, wanted):
             if intent is not None:  # None: removed since the index answered
                 found.setdefault(intent.pattern_id, []).append(intent)
         suggestions = []

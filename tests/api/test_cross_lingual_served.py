@@ -4,8 +4,12 @@ languages), through the public API."""
 
 from __future__ import annotations
 
+import pytest
+
 from pml_server.client import PmlClient, make_record
 from tests.conftest import StartServer
+
+pytestmark = pytest.mark.model  # every test here runs a real embedding model
 
 MEMORY = [
     ("Find restaurants in Dallas", "await mcp.restaurant_search({city: 'Dallas'})"),

@@ -57,6 +57,7 @@ def _contents(data_dir: Path) -> tuple[dict[str, object], object, int]:
         engine.close()
 
 
+@pytest.mark.model
 def test_bulk_fill_stores_what_record_many_batches_store(tmp_path: Path) -> None:
     populate(tmp_path / "batched", COUNT, "minilm", with_vectors=True, bulk=False)
     _bulk_fill(tmp_path / "bulk", COUNT)

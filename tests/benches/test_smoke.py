@@ -104,6 +104,7 @@ def test_null_server_is_stopped_after_use() -> None:
     assert not Path(f"/proc/{pid}").exists() or null.process.returncode is not None
 
 
+@pytest.mark.model
 def test_embed_only_servicer_embeds_what_the_server_would() -> None:
     """The MiniLM rows' ceiling: its Suggest and RecordExecution answer, and the model ran
     for every query and every successful record's intent (the cache counts its misses)."""
@@ -142,6 +143,7 @@ def test_peer_bench_runs_a_tiny_plan(tmp_path: Path) -> None:
     _check_rows(rows)
 
 
+@pytest.mark.model
 def test_minilm_suggest_row_alone_measures_the_row(tmp_path: Path) -> None:
     from benches.profile import service_minilm_suggest as row
 

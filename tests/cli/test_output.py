@@ -220,6 +220,7 @@ def test_serve_on_a_data_dir_in_use_is_one_line(
     assert "in use by another pml process" in line
 
 
+@pytest.mark.model
 def test_serve_on_a_store_of_another_model_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

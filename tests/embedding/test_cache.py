@@ -95,6 +95,7 @@ def test_a_waiter_embeds_its_text_itself_when_the_model_failed_for_the_other_cal
 
 
 @pytest.mark.slow
+@pytest.mark.model
 def test_minilm_vectors_embedded_ahead_equal_one_text_calls() -> None:
     """Half the texts embedded by one caller while another asks for all of them: every vector
     is the one a one-text call gives (the real model, per-text deterministic)."""

@@ -31,6 +31,7 @@ def cosine(embedder: MiniLMEmbedder | HashingEmbedder, a: str, b: str) -> float:
     return float(vectors[0] @ vectors[1])
 
 
+@pytest.mark.model
 def test_minilm_paraphrases_score_well_above_unrelated_intents(minilm: MiniLMEmbedder) -> None:
     paraphrases = [
         ("Read JSON file", "Parse JSON from disk"),
@@ -48,6 +49,7 @@ def test_minilm_paraphrases_score_well_above_unrelated_intents(minilm: MiniLMEmb
     assert worst_paraphrase - best_unrelated > 0.4
 
 
+@pytest.mark.model
 def test_minilm_vectors_are_normalized_and_batch_independent(minilm: MiniLMEmbedder) -> None:
     alone = minilm.embed(["Read JSON file"])[0]
     # beside a much longer text: the short text's vector must not change at all
@@ -71,6 +73,7 @@ REAL_LENGTHS = [
 
 @pytest.mark.parametrize("compute", ["int8", "float"])
 @pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.model
 def test_every_vector_equals_its_one_text_call_however_batched(compute: str, workers: int) -> None:
     """The int8 graph quantizes a run's activations with one scale: run together, texts would
     change each other's vectors. Every text runs alone, so any batch, order or worker count
@@ -83,6 +86,7 @@ def test_every_vector_equals_its_one_text_call_however_batched(compute: str, wor
             assert np.array_equal(row, alone[text]), text[:40]
 
 
+@pytest.mark.model
 def test_int8_vectors_stay_close_to_the_float_graph(minilm: MiniLMEmbedder) -> None:
     floats = MiniLMEmbedder(compute="float")
     assert minilm.model_id != floats.model_id  # stored vectors of one are not the other's
@@ -90,6 +94,7 @@ def test_int8_vectors_stay_close_to_the_float_graph(minilm: MiniLMEmbedder) -> N
     assert cosines.min() > 0.97
 
 
+@pytest.mark.model
 def test_int8_graph_is_cached_on_disk_and_a_corrupt_cache_is_rebuilt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -107,6 +112,7 @@ def test_int8_graph_is_cached_on_disk_and_a_corrupt_cache_is_rebuilt(
     int8_graph.int8_compute_graph.cache_clear()
 
 
+@pytest.mark.model
 def test_preparing_the_int8_graph_logs_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -125,6 +131,7 @@ def test_preparing_the_int8_graph_logs_one_line(
     assert str(tmp_path) in lines[0]
 
 
+@pytest.mark.model
 def test_minilm_truncates_long_texts(minilm: MiniLMEmbedder) -> None:
     vectors = minilm.embed(["word " * 5000])
     assert vectors.shape == (1, 384)

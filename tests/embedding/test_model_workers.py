@@ -17,6 +17,8 @@ import pytest
 from pml_server.domain.vectors import Matrix
 from pml_server.embedding.minilm import MiniLMEmbedder
 
+pytestmark = pytest.mark.model  # every test here runs a real embedding model
+
 TEXTS = [
     "Read JSON file",
     "I want to know the latest news about Tesla and how it has impacted the stock market.",

@@ -10,6 +10,8 @@ import pytest
 
 from pml_server.embedding import e5, make_embedder, use
 
+pytestmark = pytest.mark.model  # every test here runs a real embedding model
+
 SAME = ["Read a JSON file", "Lire un fichier JSON", "Eine JSON-Datei lesen", "读取一个 JSON 文件"]
 OTHER = "Send an email to my boss"
 

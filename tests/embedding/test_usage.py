@@ -9,6 +9,7 @@ import urllib.request
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 
 from pml_server.client import PmlClient, make_record
 from pml_server.domain.vectors import Matrix
@@ -91,6 +92,7 @@ def test_metrics_export_the_model_usage(start: StartServer) -> None:
     )
 
 
+@pytest.mark.model
 def test_cpu_of_the_models_helper_threads_is_counted() -> None:
     """MiniLM spreads a batch over two threads: the meter takes the CPU of both, as the model
     reports it, not only the calling thread's."""

@@ -42,7 +42,9 @@ def _fill(path: Path, kind: str) -> None:
 
 def _assert_index_matches_store(engine: Engine) -> int:
     """The served index equals the store's intents; returns how many were checked."""
-    stored = [IntentRecord.from_json(r) for r in engine._state.repo.tenant_stored_intents(TENANT)]
+    stored = [
+        IntentRecord.from_json(r) for r in engine._state.repo.intents.tenant_stored_intents(TENANT)
+    ]
     index = engine._state.indexes.for_tenant(TENANT)
     assert index.vector_count() == len(stored), "index size differs from the stored intents"
     for intent in stored:
@@ -70,14 +72,14 @@ def _corruptions(data: bytes, rng: random.Random) -> dict[str, bytes]:
 def test_corrupted_snapshot_is_detected_and_rebuilt(tmp_path: Path, kind: str) -> None:
     _fill(tmp_path, kind)
     store = Store(tmp_path, "fast")
-    snapshot = Repository(store).snapshot(TENANT)
+    snapshot = Repository(store).meta.snapshot(TENANT)
     store.close()
     assert snapshot is not None, "no snapshot was written at close"
     seq, original = snapshot
     tried = checked = 0
     for name, corrupted in _corruptions(original, random.Random(kind)).items():
         store = Store(tmp_path, "fast")
-        store.write([Repository(store).put_snapshot(TENANT, seq, corrupted)])
+        store.write([Repository(store).meta.put_snapshot(TENANT, seq, corrupted)])
         store.close()
         try:
             engine = open_engine(tmp_path, vector_index=kind)

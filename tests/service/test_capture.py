@@ -133,6 +133,7 @@ def test_rule5_near_duplicate_intent_bumps_the_mapping(engine: Engine) -> None:
     assert engine.stats("t").intents == 2
 
 
+@pytest.mark.model
 def test_rule5_grouping_with_minilm_seed_example(tmp_path: Path) -> None:
     """The seed: three JSON-reading intents with the same tools end as one capability;
     "Write JSON file" (other tools) does not join it."""
@@ -272,7 +273,7 @@ def test_rule6_request_ids_expire_after_their_ttl(tmp_path: Path) -> None:
     clock.advance_days(0.5)
     engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS))
     clock.advance_days(0.75)  # r1 is 1.25 days old, r2 0.75
-    assert engine.prune_request_ids("t") == 1
+    assert engine.admin.prune_request_ids("t") == 1
     assert engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS)).replayed
     again = engine.record("t", record)
     assert not again.replayed  # forgotten: counted as a new run

@@ -250,11 +250,11 @@ def test_tenant_stats_stay_exact_under_concurrent_batches_captures_and_deletions
         "failures_logged": 4 * rounds * 2,
         "patterns": 4 * rounds,  # one new pattern per round, the JSON one, one deleted
     }
-    stats = {tenant: engine.tenant_stats(tenant) for tenant in tenants}
+    stats = {tenant: engine.admin.tenant_stats(tenant) for tenant in tenants}
     engine.close()
     reopened = open_engine(tmp_path / "db", durability="fast")
     for tenant in tenants:
-        assert reopened.tenant_stats(tenant) == stats[tenant]
+        assert reopened.admin.tenant_stats(tenant) == stats[tenant]
         got = {name: getattr(stats[tenant], name) for name in expected}
         assert got == expected, tenant
     reopened.close()
@@ -358,7 +358,7 @@ def test_concurrent_unary_captures_are_grouped_with_the_counters_of_sequential_o
             threads.append(threading.Thread(target=capture, args=(record,)))
             threads[-1].start()
         deadline = time.monotonic() + 30
-        while sum(map(len, state.capture_groups._queues.values())) < len(rest):
+        while sum(map(len, state.batching.groups._queues.values())) < len(rest):
             assert time.monotonic() < deadline, "the unary captures did not queue"
             time.sleep(0.005)
         gate.release.set()
@@ -366,7 +366,7 @@ def test_concurrent_unary_captures_are_grouped_with_the_counters_of_sequential_o
             thread.join(30)
         assert not [o for o in outcomes if isinstance(o, Exception)]
         assert len(outcomes) == len(first) + len(rest)
-        assert state.capture_groups.runs < len(outcomes)  # some ran as one batch
+        assert state.batching.groups.runs < len(outcomes)  # some ran as one batch
         _assert_same_memory(grouped, one)
     finally:
         one.close()

@@ -16,6 +16,8 @@ from pml_server.service import Engine
 from testing.ranking_oracle import path as oracle
 from tests.support import make_record, open_engine
 
+pytestmark = pytest.mark.model  # every test here runs a real embedding model
+
 MEMORY = [
     ("Find restaurants in Dallas", "restaurant_search"),
     ("Send an email to my boss", "gmail_send"),
@@ -165,13 +167,13 @@ def test_only_tenants_that_ask_in_other_languages_pay_for_the_companion(tmp_path
         # too many vectors missing for this call: answered by MiniLM, the thread fills
         vectors = make_embedder("minilm").embed([request.intent, first.pattern.intents[0].text])
         assert abs(first.score.semantic - max(0.0, float(vectors[0] @ vectors[1]))) < 1e-3
-        assert engine.wait_cross_lingual(120)
+        assert engine.admin.wait_cross_lingual(120)
         assert len(index.companion) == SYNC_FILL + 9
         later = engine.suggest("big", request).suggestions[0]
         assert later.capability_id == caps["gmail_send"]
         # from now on the tenant's captures are embedded by the thread too
         added = engine.record("big", make_record("tr", "Translate a text to Japanese", ["tr"]))
-        assert engine.wait_cross_lingual(60)
+        assert engine.admin.wait_cross_lingual(60)
         assert len(index.companion) == SYNC_FILL + 10
         found = engine.suggest("big", SuggestQuery("Traduis un texte en japonais", k=1))
         assert found.suggestions[0].capability_id == added.capability_id

@@ -55,7 +55,7 @@ def test_reopening_gives_identical_state(tmp_path: Path, durability: str) -> Non
 def test_index_is_restored_from_snapshot_plus_op_log(tmp_path: Path) -> None:
     engine = open_engine(tmp_path)
     populate(engine)
-    engine.snapshot_indexes()  # snapshot now, then change the store without another one
+    engine.admin.snapshot_indexes()  # snapshot now, then change the store without another one
     gone = engine.record("t", make_record("r9", "Archive old logs", ["tar"]))
     engine.delete_pattern("t", gone.pattern_id)
     engine.record("t", make_record("r10", "Resize images", ["image_resize"]))
@@ -94,16 +94,16 @@ def test_a_rebuilt_lexical_index_answers_as_the_live_one(tmp_path: Path) -> None
 @pytest.fixture
 def snapshot_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The tenants whose vector index snapshot is written, in order, during the test."""
-    from pml_server.storage.repo import Repository
+    from pml_server.storage.repo import MetaRows
 
     written: list[str] = []
-    original = Repository.put_snapshot
+    original = MetaRows.put_snapshot
 
-    def put_snapshot(self: Repository, tenant: str, seq: int, data: bytes) -> object:
+    def put_snapshot(self: MetaRows, tenant: str, seq: int, data: bytes) -> object:
         written.append(tenant)
         return original(self, tenant, seq, data)
 
-    monkeypatch.setattr(Repository, "put_snapshot", put_snapshot)
+    monkeypatch.setattr(MetaRows, "put_snapshot", put_snapshot)
     return written
 
 
@@ -113,18 +113,18 @@ def test_only_changed_indexes_are_snapshotted_again(
     written = snapshot_writes
     engine = open_engine(tmp_path)
     populate(engine)
-    engine.snapshot_indexes()
+    engine.admin.snapshot_indexes()
     assert sorted(written) == ["t", "u"]
     written.clear()
-    engine.snapshot_indexes()  # nothing changed: nothing written
+    engine.admin.snapshot_indexes()  # nothing changed: nothing written
     engine.record("u", make_record("r1", "Read JSON file", JSON_TOOLS))  # a replay adds nothing
-    engine.snapshot_indexes()
+    engine.admin.snapshot_indexes()
     assert written == []
     saved = engine.record("t", make_record("r7", "Compress the logs", ["gzip"]))
-    engine.snapshot_indexes()
+    engine.admin.snapshot_indexes()
     assert written == ["t"]
     engine.delete_pattern("t", saved.pattern_id)
-    engine.snapshot_indexes()
+    engine.admin.snapshot_indexes()
     assert written == ["t", "t"]
     before = snapshot_state(engine)
     engine.close()
@@ -143,7 +143,7 @@ def test_a_restored_index_with_replayed_changes_is_snapshotted_at_open(
     engine = open_engine(tmp_path)
     populate(engine)
     engine.record("v", make_record("r9", "Archive old logs", ["tar"]))
-    engine.snapshot_indexes()
+    engine.admin.snapshot_indexes()
     # after the snapshot, "t" loses a vector it holds and "u" gains one; "v" gains one and
     # loses it again, so its stored snapshot is still exact
     in_snapshot = engine.record("t", make_record("r3", "Send an email", ["gmail_send"]))
@@ -254,7 +254,7 @@ def test_deleted_pattern_never_resurfaces_until_captured_afresh(tmp_path: Path) 
     with pytest.raises(NotFoundError):
         engine.get_capability("t", saved.capability_id)
     assert engine.stats("t").patterns == 0
-    assert engine.audit_log("t")[-1]["action"] == "deleted"
+    assert engine.admin.audit_log("t")[-1]["action"] == "deleted"
     engine.close()
     reopened = open_engine(tmp_path)
     assert reopened.suggest("t", query).suggestions == ()
@@ -289,7 +289,7 @@ def test_retention_flags_low_success_and_applies_only_when_asked(tmp_path: Path)
     assert not engine.get_pattern("t", saved.pattern_id).flagged_for_removal
     engine.run_retention("t", apply=True)
     assert engine.get_pattern("t", saved.pattern_id).flagged_for_removal
-    assert engine.audit_log("t")[-1]["flagged"] is True
+    assert engine.admin.audit_log("t")[-1]["flagged"] is True
     engine.close()
 
 
@@ -305,6 +305,7 @@ def test_retention_auto_remove_deletes(tmp_path: Path) -> None:
     engine.close()
 
 
+@pytest.mark.model
 def test_store_of_another_model_is_refused(tmp_path: Path) -> None:
     open_engine(tmp_path, embedder="hashing").close()
     config = EngineConfig(data_dir=tmp_path, embedder="minilm", vector_index="exact")
@@ -327,7 +328,7 @@ def test_not_ready_until_the_index_is_loaded(tmp_path: Path) -> None:
     with pytest.raises(UnavailableError):
         engine.suggest("t", SuggestQuery("Read JSON file"))
     engine.start()
-    assert engine.wait_ready(30)
+    assert engine.admin.wait_ready(30)
     assert engine.is_ready()
     assert engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS)).new_pattern
     engine.close()
@@ -377,7 +378,7 @@ def test_superseded_pattern_is_marked_and_cleared(tmp_path: Path) -> None:
     engine.delete_pattern("t", good.pattern_id)
     engine.run_retention("t", apply=True)  # nothing beats it any more: the mark goes
     assert engine.get_pattern("t", weak.pattern_id).superseded_by == ""
-    actions = [entry["action"] for entry in engine.audit_log("t")]
+    actions = [entry["action"] for entry in engine.admin.audit_log("t")]
     assert actions == ["marked", "deleted", "marked"]
     engine.close()
 
@@ -443,18 +444,19 @@ def test_grouping_is_a_link_that_can_be_undone(tmp_path: Path) -> None:
     a = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS, code="a()"))
     b = engine.record("t", make_record("r2", "Read JSON files", JSON_TOOLS, code="b()"))
     assert a.capability_id == b.capability_id
-    moved_to = engine.ungroup_pattern("t", b.pattern_id)
+    moved_to = engine.admin.ungroup_pattern("t", b.pattern_id)
     assert moved_to != a.capability_id
     assert engine.get_capability("t", a.capability_id).pattern_ids == (a.pattern_id,)
     assert engine.get_capability("t", moved_to).pattern_ids == (b.pattern_id,)
     assert engine.get_pattern("t", b.pattern_id).capability_id == moved_to
     assert engine.get_pattern("t", b.pattern_id).usage_count == 1  # nothing lost
-    assert engine.ungroup_pattern("t", b.pattern_id) == moved_to  # already alone
+    assert engine.admin.ungroup_pattern("t", b.pattern_id) == moved_to  # already alone
     assert engine.stats("t").capabilities == 2
-    assert engine.audit_log("t")[-1]["action"] == "ungrouped"
+    assert engine.admin.audit_log("t")[-1]["action"] == "ungrouped"
     engine.close()
 
 
+@pytest.mark.model
 def test_minilm_suggest_finds_a_paraphrase(tmp_path: Path) -> None:
     engine = open_engine(tmp_path, embedder="minilm")
     json_cap = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS)).capability_id

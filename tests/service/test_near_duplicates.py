@@ -33,7 +33,7 @@ texts = st.lists(
 def _rule(engine: Engine, intents: list[str]) -> list[tuple[str, int]]:
     """The mappings rule 5 gives for `intents` captured in order: compare with all."""
     state = engine._state
-    threshold = state.thresholds.intent_duplicate
+    threshold = state.rules.thresholds.intent_duplicate
     kept: list[tuple[str, int]] = []
     vectors: list[np.ndarray] = []
     for text in intents:

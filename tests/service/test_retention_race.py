@@ -21,7 +21,7 @@ AUTO = RetentionConfig(auto_remove=True)
 TOOLS = ["flaky_tool"]
 
 
-@pytest.fixture(params=["rocksdb", "postgresql"])
+@pytest.fixture(params=["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def engine_of(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Engine]]:
     opened: list[Engine] = []
 

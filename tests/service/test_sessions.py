@@ -29,7 +29,7 @@ STEPS = {
 EngineOf = Callable[..., Engine]
 
 
-@pytest.fixture(params=["rocksdb", "postgresql"])
+@pytest.fixture(params=["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def engine_of(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EngineOf]:
     opened: list[Engine] = []
 
@@ -66,13 +66,13 @@ def test_a_session_counts_each_transition_once(engine_of: EngineOf) -> None:
         for n, step in enumerate(("ls", "read", "tail")):
             _step(engine, f"s{s}", step, n)
     repo = engine._state.repo
-    assert repo.transition(T, cap["ls"], cap["read"])[0] == 3  # type: ignore[index]
-    assert repo.transition(T, cap["read"], cap["tail"])[0] == 3  # type: ignore[index]
-    assert repo.transition(T, cap["ls"], cap["tail"]) is None
-    assert repo.session_step(T, "s2")[0] == cap["tail"]  # type: ignore[index]
+    assert repo.sessions.transition(T, cap["ls"], cap["read"])[0] == 3  # type: ignore[index]
+    assert repo.sessions.transition(T, cap["read"], cap["tail"])[0] == 3  # type: ignore[index]
+    assert repo.sessions.transition(T, cap["ls"], cap["tail"]) is None
+    assert repo.sessions.session_step(T, "s2")[0] == cap["tail"]  # type: ignore[index]
     # a replayed request id teaches nothing twice
     _step(engine, "s0", "tail", 2)
-    assert repo.transition(T, cap["read"], cap["tail"])[0] == 3  # type: ignore[index]
+    assert repo.sessions.transition(T, cap["read"], cap["tail"])[0] == 3  # type: ignore[index]
 
 
 def test_only_successful_steps_count(engine_of: EngineOf) -> None:
@@ -81,10 +81,10 @@ def test_only_successful_steps_count(engine_of: EngineOf) -> None:
     _step(engine, "s", "ls", 1)
     _step(engine, "s", "read", 2, failed=True)  # a failed try of a known pattern
     repo = engine._state.repo
-    assert repo.transition(T, cap["ls"], cap["read"]) is None
-    assert repo.session_step(T, "s")[0] == cap["ls"]  # type: ignore[index]
+    assert repo.sessions.transition(T, cap["ls"], cap["read"]) is None
+    assert repo.sessions.session_step(T, "s")[0] == cap["ls"]  # type: ignore[index]
     _step(engine, "s", "read", 3)
-    assert repo.transition(T, cap["ls"], cap["read"])[0] == 1  # type: ignore[index]
+    assert repo.sessions.transition(T, cap["ls"], cap["read"])[0] == 1  # type: ignore[index]
 
 
 def test_an_idle_session_is_over(engine_of: EngineOf) -> None:
@@ -95,10 +95,10 @@ def test_an_idle_session_is_over(engine_of: EngineOf) -> None:
     clock.now_ms += 61_000
     _step(engine, "s", "read", 2)
     repo = engine._state.repo
-    assert repo.transition(T, cap["ls"], cap["read"]) is None
+    assert repo.sessions.transition(T, cap["ls"], cap["read"]) is None
     clock.now_ms += 30_000
     _step(engine, "s", "tail", 3)
-    assert repo.transition(T, cap["read"], cap["tail"])[0] == 1  # type: ignore[index]
+    assert repo.sessions.transition(T, cap["read"], cap["tail"])[0] == 1  # type: ignore[index]
 
 
 def test_a_tenant_keeps_a_bounded_number_of_sessions(engine_of: EngineOf) -> None:
@@ -108,9 +108,9 @@ def test_a_tenant_keeps_a_bounded_number_of_sessions(engine_of: EngineOf) -> Non
     for s in range(40):
         clock.now_ms += 1
         _step(engine, f"s{s:02d}", "ls", 1)
-        kept = engine._state.repo.session_rows(T)
+        kept = engine._state.repo.sessions.session_rows(T)
         assert len(kept) <= 8 + 8 // 8
-    newest = {key for key, _ in engine._state.repo.session_rows(T)}
+    newest = {key for key, _ in engine._state.repo.sessions.session_rows(T)}
     assert any(key.endswith(b"s39") for key in newest)
     assert not any(key.endswith(b"s00") for key in newest)
 
@@ -133,7 +133,7 @@ def test_concurrent_sessions_count_exactly(engine_of: EngineOf) -> None:
     for thread in threads:
         thread.join()
     assert not errors
-    assert engine._state.repo.transition(T, cap["ls"], cap["read"])[0] == 24  # type: ignore[index]
+    assert engine._state.repo.sessions.transition(T, cap["ls"], cap["read"])[0] == 24  # type: ignore[index]
 
 
 def test_what_usually_comes_next(engine_of: EngineOf) -> None:
@@ -222,4 +222,4 @@ def test_sweep_drops_idle_sessions(engine_of: EngineOf) -> None:
     clock.now_ms += 61_000
     _step(engine, "new", "ls", 1)
     assert _sessions.sweep(engine._state, T) == 1
-    assert [k[-3:] for k, _ in engine._state.repo.session_rows(T)] == [b"new"]
+    assert [k[-3:] for k, _ in engine._state.repo.sessions.session_rows(T)] == [b"new"]

@@ -58,7 +58,7 @@ def test_a_capture_on_one_replica_is_suggested_by_the_other(
     assert suggested(a, "t", "Read JSON file") == [saved.pattern_id]  # its own write, at once
     assert eventually(lambda: suggested(b, "t", "Read JSON file") == [saved.pattern_id])
     assert b.get_pattern("t", saved.pattern_id).usage_count == 1
-    lag = b.follower_lag()
+    lag = b.admin.follower_lag()
     assert lag is not None
     assert lag.applied >= 1
     assert lag.behind == 0
@@ -204,8 +204,8 @@ def test_suggest_never_sees_counts_above_the_ceiling_it_bounds_them_by(
     a, b = replicas("a"), replicas("b")
     saved = a.record("t", make_record("r0", "Read JSON file", JSON_TOOLS))
     assert eventually(lambda: suggested(b, "t", "Read JSON file") == [saved.pattern_id])
-    repo = b._state.repo
-    read_ceilings = repo.counter_ceilings
+    patterns = b._state.repo.patterns
+    read_ceilings = patterns.counter_ceilings
     ceilings: list[tuple[int, int]] = []
 
     def ceilings_then_captures_elsewhere(tenant: str) -> tuple[int, int]:
@@ -215,7 +215,7 @@ def test_suggest_never_sees_counts_above_the_ceiling_it_bounds_them_by(
             a.record("t", make_record(f"r{i}", "Read JSON file", JSON_TOOLS))
         return ceiling
 
-    monkeypatch.setattr(repo, "counter_ceilings", ceilings_then_captures_elsewhere)
+    monkeypatch.setattr(patterns, "counter_ceilings", ceilings_then_captures_elsewhere)
     query = SuggestQuery("Read JSON file", explain=True)
     [suggestion] = oracle.rank_suggestions(b._state, "t", query).suggestions
     assert ceilings == [(1, 1)]
@@ -277,7 +277,7 @@ def test_a_replica_suggests_from_its_view_cache_without_a_database_read(
     def no_database(*_: object) -> object:
         raise AssertionError("Suggest read the database")
 
-    monkeypatch.setattr(a._state.repo.shared_store, "pairs_and_values", no_database)
+    monkeypatch.setattr(a._state.repo.shared_store.kv, "pairs_and_values", no_database)
     assert _views(a, "t", "Read JSON file") == first
 
 

@@ -108,7 +108,7 @@ def test_the_core_ranks_as_the_python_ranking(tmp_path: Path, seed: int) -> None
     engine.run_retention("t", apply=True)
     for view in patterns[:3]:
         _curation.set_marks(engine._state, "t", view.id, True, patterns[-1].id)
-    engine.ungroup_pattern("t", patterns[4].id)
+    engine.admin.ungroup_pattern("t", patterns[4].id)
     engine.delete_pattern("t", patterns[5].id)
     clock.advance_days(150)
     _assert_core_equals_python(engine, "t", queries)

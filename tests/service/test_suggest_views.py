@@ -85,7 +85,7 @@ def test_every_write_reaches_the_views_suggest_shows(tmp_path: Path) -> None:
     _curation.set_marks(engine._state, "t", others[0], False, "")
     _cached_equals_fresh(engine)
     # ungrouping: the capability changes
-    engine.ungroup_pattern("t", top)
+    engine.admin.ungroup_pattern("t", top)
     _cached_equals_fresh(engine)
     # retention, applied 200 days on
     clock.advance_days(200)

@@ -229,13 +229,15 @@ def test_pattern_tools_reads_each_tenants_patterns_tools(tmp_path: Path) -> None
 
     store.write(
         [
-            repo.put_pattern("t1", pattern("pat_a", ("read_file", "parse_json"))),
-            repo.put_pattern("t1", pattern("pat_b", ())),
-            repo.put_pattern("t2", pattern("pat_a", ("gmail_send",))),
+            repo.patterns.put_pattern("t1", pattern("pat_a", ("read_file", "parse_json"))),
+            repo.patterns.put_pattern("t1", pattern("pat_b", ())),
+            repo.patterns.put_pattern("t2", pattern("pat_a", ("gmail_send",))),
         ]
     )
-    assert repo.pattern_tools("t1") == {p.id: p.tools_used for p in repo.all_patterns("t1")}
-    assert repo.pattern_tools("t1") == {"pat_a": ("read_file", "parse_json"), "pat_b": ()}
-    assert repo.pattern_tools("t2") == {"pat_a": ("gmail_send",)}
-    assert repo.pattern_tools("t3") == {}
+    assert repo.patterns.pattern_tools("t1") == {
+        p.id: p.tools_used for p in repo.patterns.all_patterns("t1")
+    }
+    assert repo.patterns.pattern_tools("t1") == {"pat_a": ("read_file", "parse_json"), "pat_b": ()}
+    assert repo.patterns.pattern_tools("t2") == {"pat_a": ("gmail_send",)}
+    assert repo.patterns.pattern_tools("t3") == {}
     store.close()

@@ -39,7 +39,7 @@ from testing.postgres_cluster import free_port
 Opener = Callable[[], StoreBackend]
 
 
-@pytest.fixture(params=["rocksdb", "postgresql"])
+@pytest.fixture(params=["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     """Opens the backend's store (again: a reopen sees the same data)."""
     opened: list[StoreBackend] = []
@@ -152,7 +152,7 @@ def test_counter_read_modify_write_under_the_lock_is_exact(opener: Opener) -> No
     raw = store.get(CF_COUNTERS, tenant_key("t", "p"))
     assert raw is not None
     assert PatternCounters.from_json(raw).usage == 200
-    assert repository_for(store).counter_ceilings("t") == (200, 200)
+    assert repository_for(store).patterns.counter_ceilings("t") == (200, 200)
 
 
 def test_a_newer_schema_is_refused_rocksdb(tmp_path: Path) -> None:
@@ -197,10 +197,10 @@ def test_a_version_1_database_keeps_its_counts_when_migrated(postgres_dsn: str) 
         conn.execute("INSERT INTO pml_counter_ceilings VALUES ('t', 3, 4)")
     store = PostgresStore(postgres_dsn)
     repo = SharedRepository(store)
-    store.write([repo.put_stats("t", TenantStats(), {"executions": 1})])
-    store.write([repo.put_counters("t", "p", PatternCounters(success=2, usage=9))])
-    assert repo.stats("t").executions == 8
-    assert repo.counter_ceilings("t") == (3, 9)
+    store.write([repo.meta.put_stats("t", TenantStats(), {"executions": 1})])
+    store.write([repo.patterns.put_counters("t", "p", PatternCounters(success=2, usage=9))])
+    assert repo.meta.stats("t").executions == 8
+    assert repo.patterns.counter_ceilings("t") == (3, 9)
     store.close()
 
 
@@ -263,16 +263,18 @@ def test_stats_deltas_add_up_across_stores(postgres_dsn: str) -> None:
     def count(i: int) -> None:
         repo = repos[i % 2]
         for _ in range(50):
-            repo.store.write([repo.put_stats("t", TenantStats(), {"executions": 1, "patterns": 2})])
+            repo.store.write(
+                [repo.meta.put_stats("t", TenantStats(), {"executions": 1, "patterns": 2})]
+            )
 
     threads = [threading.Thread(target=count, args=(i,)) for i in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    stats = repos[0].stats("t")
+    stats = repos[0].meta.stats("t")
     assert (stats.executions, stats.patterns, stats.intents) == (400, 800, 0)
-    assert repos[1].stats("other") == TenantStats()
+    assert repos[1].meta.stats("other") == TenantStats()
     for store in stores:
         store.close()
 
@@ -289,7 +291,7 @@ def test_op_log_sequences_follow_commit_order(postgres_dsn: str) -> None:
         cursor = 0
         while True:
             finished = done.is_set()
-            for seq, op, _ in follower.oplog_entries("t", cursor):
+            for seq, op, _ in follower.oplog.entries("t", cursor):
                 seen.append(op["ids"][0])
                 assert seq == cursor + 1
                 cursor = seq
@@ -311,7 +313,7 @@ def test_op_log_sequences_follow_commit_order(postgres_dsn: str) -> None:
     done.set()
     reader.join()
     assert sorted(seen) == sorted(i * 1000 + n for i in range(8) for n in range(50))
-    assert follower.oplog_heads() == {"t": 400}
+    assert follower.oplog.heads() == {"t": 400}
     for store in (*stores, follower):
         store.close()
 
@@ -321,13 +323,13 @@ def test_a_replica_behind_never_replaces_a_newer_index_snapshot(postgres_dsn: st
     applied the most of the op log, whichever wrote last (it was last-writer-wins)."""
     ahead, behind = PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)
     repos = [SharedRepository(ahead), SharedRepository(behind)]
-    repos[0].store.write([repos[0].put_snapshot("t", 40, b"through 40")])
-    repos[1].store.write([repos[1].put_snapshot("t", 25, b"through 25")])
-    assert repos[1].snapshot("t") == (40, b"through 40")
-    repos[1].store.write([repos[1].put_snapshot("t", 40, b"also through 40")])
-    repos[1].store.write([repos[1].put_snapshot("t", 41, b"through 41")])
-    assert repos[0].snapshot("t") == (41, b"through 41")
-    assert repos[0].snapshot("other") is None
+    repos[0].store.write([repos[0].meta.put_snapshot("t", 40, b"through 40")])
+    repos[1].store.write([repos[1].meta.put_snapshot("t", 25, b"through 25")])
+    assert repos[1].meta.snapshot("t") == (40, b"through 40")
+    repos[1].store.write([repos[1].meta.put_snapshot("t", 40, b"also through 40")])
+    repos[1].store.write([repos[1].meta.put_snapshot("t", 41, b"through 41")])
+    assert repos[0].meta.snapshot("t") == (41, b"through 41")
+    assert repos[0].meta.snapshot("other") is None
     for store in (ahead, behind):
         store.close()
 
@@ -341,17 +343,17 @@ def test_reads_in_one_block_see_one_state_of_the_database(postgres_dsn: str) -> 
 
     def count_to(usage: int) -> None:
         counters = PatternCounters(success=usage, usage=usage)
-        writer.write([repos[1].put_counters("t", "p", counters)])
+        writer.write([repos[1].patterns.put_counters("t", "p", counters)])
 
     count_to(1)
     with repos[0].consistent_reads():
-        ceiling = repos[0].counter_ceilings("t")
+        ceiling = repos[0].patterns.counter_ceilings("t")
         count_to(5)  # another replica commits meanwhile
-        read = repos[0].counters("t", "p")
+        read = repos[0].patterns.counters("t", "p")
     assert ceiling == (1, 1)
     assert read is not None
     assert read.usage <= ceiling[1]
-    assert repos[0].counter_ceilings("t") == (5, 5)  # after the block: the new state
+    assert repos[0].patterns.counter_ceilings("t") == (5, 5)  # after the block: the new state
     for store in (reader, writer):
         store.close()
 
@@ -362,24 +364,24 @@ def test_changed_rows_never_skip_a_commit_whatever_the_commit_order(postgres_dsn
     (by the next read), once."""
     store = PostgresStore(postgres_dsn)
     counted = PatternCounters(success=1, usage=1).to_json()
-    _, since = store.changed_rows(CF_COUNTERS, None)
+    _, since = store.oplog.changed_rows(CF_COUNTERS, None)
     with psycopg.connect(postgres_dsn) as slow:  # a transaction, open until commit()
         slow.execute(
             "INSERT INTO pml_counters (key, value) VALUES (%s, %s)",
             (tenant_key("t", "slow"), counted),
         )
         store.write([(CF_COUNTERS, tenant_key("t", "fast"), counted)])
-        rows, since = store.changed_rows(CF_COUNTERS, since)
+        rows, since = store.oplog.changed_rows(CF_COUNTERS, since)
         assert [k for k, _ in rows] == [tenant_key("t", "fast")]
         slow.commit()
-    rows, since = store.changed_rows(CF_COUNTERS, since)
+    rows, since = store.oplog.changed_rows(CF_COUNTERS, since)
     assert [k for k, _ in rows] == [tenant_key("t", "slow")]
     store.write([(CF_COUNTERS, tenant_key("t", "fast"), PatternCounters(usage=2).to_json())])
-    rows, since = store.changed_rows(CF_COUNTERS, since)
+    rows, since = store.oplog.changed_rows(CF_COUNTERS, since)
     assert [(k, PatternCounters.from_json(v).usage) for k, v in rows] == [
         (tenant_key("t", "fast"), 2)
     ]
-    assert store.changed_rows(CF_COUNTERS, since)[0] == []
+    assert store.oplog.changed_rows(CF_COUNTERS, since)[0] == []
     store.close()
 
 
@@ -390,7 +392,7 @@ def test_changes_read_patterns_counters_and_rewritten_intents_in_one_snapshot(
     keys of the intent rows written since its last snapshot (an intent rewritten too: a
     duplicate's hit count), then nothing more until the next write."""
     store = PostgresStore(postgres_dsn)
-    since = store.changed_rows(CF_PATTERNS, None)[1]
+    since = store.oplog.changed_rows(CF_PATTERNS, None)[1]
     intent = tenant_key("t", "p", (7).to_bytes(8, "big"))
     store.write(
         [
@@ -399,14 +401,14 @@ def test_changes_read_patterns_counters_and_rewritten_intents_in_one_snapshot(
             (CF_INTENTS, intent, b'{"hit_count": 1}'),
         ]
     )
-    changes = store.changes(since)
+    changes = store.oplog.changes(since)
     assert [k for k, _ in changes.patterns] == [tenant_key("t", "p")]
     assert [k for k, _ in changes.counters] == [tenant_key("t", "p")]
     assert changes.intent_keys == [intent]
-    quiet = store.changes(changes.snapshot)
+    quiet = store.oplog.changes(changes.snapshot)
     assert (quiet.patterns, quiet.counters, quiet.intent_keys) == ([], [], [])
     store.write([(CF_INTENTS, intent, b'{"hit_count": 2}')])  # only the intent row
-    rewritten = store.changes(quiet.snapshot)
+    rewritten = store.oplog.changes(quiet.snapshot)
     assert (rewritten.patterns, rewritten.counters, rewritten.intent_keys) == ([], [], [intent])
     store.close()
 

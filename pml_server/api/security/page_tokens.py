@@ -9,6 +9,7 @@ The secret lives in a file (created on first start) so tokens survive a restart.
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import hmac
 import json
@@ -34,27 +35,41 @@ _SECRET_BYTES = 32
 def load_or_create_secret(path: Path) -> bytes:
     """The HMAC key of page tokens, created on first use. Written to a temporary file, fsynced,
     renamed, and the directory fsynced: a power cut must not leave an empty key (every token
-    would then be forgeable). A short file (such a cut before this fix) is replaced."""
-    if path.exists():
-        secret = path.read_bytes()
-        if len(secret) == _SECRET_BYTES:
-            return secret
+    would then be forgeable). A short file (such a cut before this fix) is replaced.
+
+    Replicas started together share the file: creation holds an exclusive lock on the directory,
+    so exactly one process writes the key and every other one reads that same key."""
+    secret = _read_secret(path)
+    if secret is not None:
+        return secret
     path.parent.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_bytes(_SECRET_BYTES)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, secret)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
+        fcntl.flock(dir_fd, fcntl.LOCK_EX)
+        secret = _read_secret(path)
+        if secret is not None:
+            return secret
+        secret = secrets.token_bytes(_SECRET_BYTES)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, secret)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
         os.fsync(dir_fd)
+        return secret
     finally:
-        os.close(dir_fd)
-    return secret
+        os.close(dir_fd)  # releases the lock
+
+
+def _read_secret(path: Path) -> bytes | None:
+    try:
+        secret = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return secret if len(secret) == _SECRET_BYTES else None
 
 
 class PageTokens:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pml_server.domain import json_form
 from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, CF_PATTERNS
+from pml_server.storage.postgres._notifier import listen
 from pml_server.storage.postgres._schema import FOLLOWED_FAMILIES, table_of
 from pml_server.storage.postgres._transactions import Connection, Transactions
 
@@ -25,7 +26,7 @@ OPLOG_KEEP = "1 day"
 
 @dataclass
 class Changes:
-    """What `PostgresStore.changes` read: rows changed since a snapshot, and its own."""
+    """What `OpLog.changes` read: rows changed since a snapshot, and its own."""
 
     snapshot: str
     patterns: list[tuple[bytes, bytes]] = field(default_factory=list)
@@ -58,10 +59,14 @@ def append(conn: Connection, entries: list[bytes]) -> None:
 
 class OpLog:
     """A follower's reads: the op log since a cursor, and the followed rows changed since a
-    snapshot (pattern records, counters, intents' keys)."""
+    snapshot (pattern records, counters, intents' keys); `listen` wakes it on commits."""
 
     def __init__(self, transactions: Transactions) -> None:
         self._db = transactions
+
+    def listen(self) -> Connection:
+        """A dedicated connection LISTENing for op log commits (`_notifier.listen`)."""
+        return listen(self._db.connect)
 
     def heads(self) -> dict[str, int]:
         """Each tenant's last committed op log sequence."""

@@ -1,6 +1,11 @@
 """The repository over a shared PostgreSQL store: what the embedded store keeps as values the
 engine rewrites (tenant stats, counter ceilings, the op log) lives in SQL columns here. The
-pattern views Suggest shows are cached in this replica (`_views`)."""
+pattern views Suggest shows are cached in this replica (`_views`).
+
+`SharedRepository` is `storage.repo.Repository` with these parts in place of the embedded
+store's (the others are the same): `SharedMeta` (stats as deltas, snapshots in their own
+rows), `SharedPatterns` and `SharedIntents` (a pattern read by its hash brings its intents
+along), `SharedLogs` (the op log in SQL) and `SharedViews` (this replica's cache of views)."""
 
 from __future__ import annotations
 
@@ -34,7 +39,15 @@ from pml_server.storage.keys import (
 from pml_server.storage.postgres._store import PostgresStore
 from pml_server.storage.postgres._tenant_rows import CF_INDEX_SNAPSHOT, CF_STATS_DELTA
 from pml_server.storage.postgres._views import CachedView, PatternKey, ReplicaViewCache
-from pml_server.storage.repo import Repository, ViewRows
+from pml_server.storage.repo import (
+    IntentRows,
+    LogRows,
+    MetaRows,
+    PatternRows,
+    Repository,
+    ViewReads,
+    ViewRows,
+)
 from pml_server.storage.seam import Op
 
 DEFAULT_VIEW_CACHE_SIZE = 10_000
@@ -53,7 +66,112 @@ class SharedRepository(Repository):
     ) -> None:
         super().__init__(store)
         self.shared_store = store
-        self._prefetched = threading.local()
+        prefetched = threading.local()
+        self.meta: SharedMeta = SharedMeta(store)
+        self.patterns: SharedPatterns = SharedPatterns(store, prefetched)
+        self.intents: SharedIntents = SharedIntents(store, prefetched)
+        self.logs: SharedLogs = SharedLogs(store)
+        self.views: SharedViews = SharedViews(store, view_cache_size)
+
+    def consistent_reads(self) -> AbstractContextManager[None]:
+        return self.shared_store.transactions.consistent_reads()
+
+
+class SharedMeta(MetaRows):
+    def __init__(self, store: PostgresStore) -> None:
+        super().__init__(store)
+        self.shared_store = store
+
+    def stats(self, tenant: str) -> TenantStats:
+        return TenantStats(**self.shared_store.tenant_rows.tenant_stats(tenant))
+
+    def put_stats(
+        self, tenant: str, stats: TenantStats, deltas: Mapping[str, int] | None = None
+    ) -> Op:
+        """The batch's counts are added in SQL (another replica may count at the same time):
+        `deltas`, not the absolute `stats`, are written."""
+        return (CF_STATS_DELTA, tenant.encode(), json_form.dumps(dict(deltas or {})))
+
+    def snapshot(self, tenant: str) -> tuple[int, bytes] | None:
+        """(op log position of the tenant the snapshot includes, index bytes)."""
+        return self.shared_store.tenant_rows.index_snapshot(tenant)
+
+    def put_snapshot(self, tenant: str, seq: int, data: bytes) -> Op:
+        """`seq`: the tenant's op log position every entry through which the index holds
+        (the follower's cursor, read before the snapshot was taken); stored only when no
+        snapshot at a later position is."""
+        return (CF_INDEX_SNAPSHOT, tenant.encode(), u64(seq) + data)
+
+
+class SharedPatterns(PatternRows):
+    def __init__(self, store: PostgresStore, prefetched: threading.local) -> None:
+        super().__init__(store)
+        self.shared_store = store
+        self._prefetched = prefetched  # shared with `SharedIntents`
+
+    def pattern_for_hash(
+        self, tenant: str, code_hash: str
+    ) -> tuple[PatternRecord | None, PatternCounters | None]:
+        """As `PatternRows.pattern_for_hash`, in one query that also reads the pattern's
+        intents: the capture holding the pattern's lock asks for them next
+        (`SharedIntents.of_pattern`)."""
+        pattern, counters, intents = self.shared_store.kv.pattern_for_hash(
+            tenant_prefix(tenant), tenant_key(tenant, code_hash)
+        )
+        record = None if pattern is None else decode_pattern(pattern)
+        within = self.shared_store.transactions.current()
+        self._prefetched.intents = (
+            None if record is None or within is None else (within, tenant, record.id, intents)
+        )
+        return (
+            record,
+            None if counters is None else PatternCounters.from_json(counters),
+        )
+
+    def counter_ceilings(self, tenant: str) -> tuple[int, int]:
+        """Raised in SQL in every batch that writes counters, by any replica (in the same
+        transaction). A reader that bounds counters read later by these reads both inside
+        `consistent_reads`: else another replica's commit in between could show counts above
+        the ceiling it read."""
+        return self.shared_store.tenant_rows.counter_ceilings(tenant)
+
+
+class SharedIntents(IntentRows):
+    def __init__(self, store: PostgresStore, prefetched: threading.local) -> None:
+        super().__init__(store)
+        self.shared_store = store
+        self._prefetched = prefetched  # set by `SharedPatterns.pattern_for_hash`
+
+    def of_pattern(self, tenant: str, pattern_id: str) -> list[IntentRecord]:
+        """The intents `pattern_for_hash` read with the pattern, once, in the same thread and
+        the same write transaction (its locks held since, so still current); else read now."""
+        prefetched = getattr(self._prefetched, "intents", None)
+        self._prefetched.intents = None
+        if prefetched is not None:
+            within, of_tenant, of_pattern, intents = prefetched
+            current = self.shared_store.transactions.current()
+            if current is within and (of_tenant, of_pattern) == (tenant, pattern_id):
+                return [decode_intent(raw) for raw in intents]
+        return super().of_pattern(tenant, pattern_id)
+
+
+class SharedLogs(LogRows):
+    def __init__(self, store: PostgresStore) -> None:
+        super().__init__(store)
+        self.shared_store = store
+
+    def oplog_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
+        """Every retained entry (sequences are per tenant here; restore reads them all)."""
+        return self.shared_store.oplog.all()
+
+    def delete_oplog_through(self, seq: int) -> list[Op]:
+        return []  # other replicas follow the log: the store trims it by age
+
+
+class SharedViews(ViewReads):
+    def __init__(self, store: PostgresStore, view_cache_size: int) -> None:
+        super().__init__(store)
+        self.shared_store = store
         self._views = ReplicaViewCache(view_cache_size)
         store.watch_commits(self._forget_written)
 
@@ -66,24 +184,14 @@ class SharedRepository(Repository):
         """Drop these patterns' cached views (another replica changed them)."""
         self._views.drop(patterns)
 
-    def stats(self, tenant: str) -> TenantStats:
-        return TenantStats(**self.shared_store.tenant_stats(tenant))
-
-    def put_stats(
-        self, tenant: str, stats: TenantStats, deltas: Mapping[str, int] | None = None
-    ) -> Op:
-        """The batch's counts are added in SQL (another replica may count at the same time):
-        `deltas`, not the absolute `stats`, are written."""
-        return (CF_STATS_DELTA, tenant.encode(), json_form.dumps(dict(deltas or {})))
-
     def patterns_with_counters(
         self, tenant: str, pattern_ids: Sequence[str]
     ) -> list[tuple[PatternRecord, PatternCounters] | None]:
-        """As `Repository.patterns_with_counters`, in one query (a join)."""
+        """As `ViewReads.patterns_with_counters`, in one query (a join)."""
         keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
         return [
             None if pair is None else (decode_pattern(pair[0]), decode_counters_shared(pair[1]))
-            for pair in self.shared_store.get_pairs(CF_PATTERNS, CF_COUNTERS, keys)
+            for pair in self.shared_store.kv.get_pairs(CF_PATTERNS, CF_COUNTERS, keys)
         ]
 
     def view_rows(
@@ -95,7 +203,7 @@ class SharedRepository(Repository):
     def patterns_and_intent_views(
         self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
     ) -> tuple[list[tuple[PatternRecord, PatternCounters] | None], list[IntentRecord | None]]:
-        """As `Repository.patterns_and_intent_views`: from this replica's cache (`_views`), and
+        """As `ViewReads.patterns_and_intent_views`: from this replica's cache (`_views`), and
         what it lacks in one round trip (then cached)."""
         intents_of: dict[str, list[int]] = {}
         for pattern_id, intent_id in wanted:
@@ -120,7 +228,7 @@ class SharedRepository(Repository):
         """The stored views of `pattern_ids` (with the `wanted` intents), in one round trip."""
         keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
         intent_keys = [tenant_key(tenant, p, u64(i)) for p, i in wanted]
-        pairs, raw_intents = self.shared_store.pairs_and_values(
+        pairs, raw_intents = self.shared_store.kv.pairs_and_values(
             CF_PATTERNS, CF_COUNTERS, keys, CF_INTENTS, intent_keys
         )
         intents: dict[str, dict[int, IntentRecord]] = {}
@@ -137,60 +245,3 @@ class SharedRepository(Repository):
             for pattern_id, pair in zip(pattern_ids, pairs, strict=True)
             if pair is not None
         }
-
-    def pattern_for_hash(
-        self, tenant: str, code_hash: str
-    ) -> tuple[PatternRecord | None, PatternCounters | None]:
-        """As `Repository.pattern_for_hash`, in one query that also reads the pattern's
-        intents: the capture holding the pattern's lock asks for them next (`intents`)."""
-        pattern, counters, intents = self.shared_store.pattern_for_hash(
-            tenant_prefix(tenant), tenant_key(tenant, code_hash)
-        )
-        record = None if pattern is None else decode_pattern(pattern)
-        within = self.shared_store.current_transaction()
-        self._prefetched.intents = (
-            None if record is None or within is None else (within, tenant, record.id, intents)
-        )
-        return (
-            record,
-            None if counters is None else PatternCounters.from_json(counters),
-        )
-
-    def intents(self, tenant: str, pattern_id: str) -> list[IntentRecord]:
-        """The intents `pattern_for_hash` read with the pattern, once, in the same thread and
-        the same write transaction (its locks held since, so still current); else read now."""
-        prefetched = getattr(self._prefetched, "intents", None)
-        self._prefetched.intents = None
-        if prefetched is not None:
-            within, of_tenant, of_pattern, intents = prefetched
-            current = self.shared_store.current_transaction()
-            if current is within and (of_tenant, of_pattern) == (tenant, pattern_id):
-                return [decode_intent(raw) for raw in intents]
-        return super().intents(tenant, pattern_id)
-
-    def counter_ceilings(self, tenant: str) -> tuple[int, int]:
-        """Raised in SQL in every batch that writes counters, by any replica (in the same
-        transaction). A reader that bounds counters read later by these reads both inside
-        `consistent_reads`: else another replica's commit in between could show counts above
-        the ceiling it read."""
-        return self.shared_store.counter_ceilings(tenant)
-
-    def consistent_reads(self) -> AbstractContextManager[None]:
-        return self.shared_store.consistent_reads()
-
-    def snapshot(self, tenant: str) -> tuple[int, bytes] | None:
-        """(op log position of the tenant the snapshot includes, index bytes)."""
-        return self.shared_store.index_snapshot(tenant)
-
-    def put_snapshot(self, tenant: str, seq: int, data: bytes) -> Op:
-        """`seq`: the tenant's op log position every entry through which the index holds
-        (the follower's cursor, read before the snapshot was taken); stored only when no
-        snapshot at a later position is."""
-        return (CF_INDEX_SNAPSHOT, tenant.encode(), u64(seq) + data)
-
-    def oplog_after(self, seq: int) -> list[tuple[int, dict[str, Any]]]:
-        """Every retained entry (sequences are per tenant here; restore reads them all)."""
-        return self.shared_store.all_oplog()
-
-    def delete_oplog_through(self, seq: int) -> list[Op]:
-        return []  # other replicas follow the log: the store trims it by age

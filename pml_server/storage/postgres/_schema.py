@@ -13,7 +13,7 @@ queue on one row lock held until each commit's WAL flush, and their commits can 
 (PostgreSQL's group commit). A read sums the stats stripes and takes the ceilings' maximum.
 Pattern records and counters carry the id of the transaction that last wrote them (version
 2), so a replica can read every row changed since a snapshot without a sequence every capture
-would queue on (`PostgresStore.changed_rows`). Index snapshots have their own table (version
+would queue on (`OpLog.changed_rows`). Index snapshots have their own table (version
 2), written compare-and-set on the op log position they include, so a replica that is behind
 never replaces a newer replica's snapshot. Intents carry the writing transaction's id too
 (version 3): a replica's cache of pattern views (`_views`) drops a pattern whose intent rows
@@ -90,7 +90,7 @@ def _version_2() -> list[str]:
             f"ALTER TABLE {table} ADD PRIMARY KEY (tenant, stripe)",
         ]
     # the transaction that last wrote a pattern record or its counters: what a replica's
-    # ranking table follows (`PostgresStore.changed_rows`)
+    # ranking table follows (`OpLog.changed_rows`)
     feeds = []
     for cf in FOLLOWED_FAMILIES:
         feeds += [
@@ -108,7 +108,7 @@ def _version_2() -> list[str]:
 
 
 def _version_3() -> list[str]:
-    """Intents follow like pattern records and counters (keys only: `PostgresStore.changes`)."""
+    """Intents follow like pattern records and counters (keys only: `OpLog.changes`)."""
     return [
         f"ALTER TABLE {table_of(CF_INTENTS)} ADD COLUMN changed_xid xid8 NOT NULL"
         " DEFAULT pg_current_xact_id()",

@@ -40,7 +40,6 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
 import psycopg
 
@@ -49,8 +48,8 @@ from pml_server.storage.keys import CF_COUNTERS, CF_OPLOG, CF_REQUESTS, split_te
 from pml_server.storage.postgres import _keyvalue, _oplog, _tenant_rows
 from pml_server.storage.postgres._dsn import describe, has_password, scrub
 from pml_server.storage.postgres._keyvalue import KeyValues
-from pml_server.storage.postgres._notifier import Notifier, listen
-from pml_server.storage.postgres._oplog import Changes, OpLog
+from pml_server.storage.postgres._notifier import Notifier
+from pml_server.storage.postgres._oplog import OpLog
 from pml_server.storage.postgres._schema import migrate, table_of
 from pml_server.storage.postgres._tenant_rows import (
     CF_INDEX_SNAPSHOT,
@@ -80,7 +79,9 @@ class StoreUnreachableError(OSError):
 
 
 class PostgresStore:
-    """An open PostgreSQL store at `dsn` (migrated at open). Each method is its part's."""
+    """An open PostgreSQL store at `dsn` (migrated at open): the seam (`StoreBackend`) over
+    its parts, which callers needing more than the seam use directly (`transactions`, `kv`,
+    `oplog`, `tenant_rows`)."""
 
     shared = True
 
@@ -98,11 +99,13 @@ class PostgresStore:
             raise StoreUnreachableError(
                 f"cannot reach PostgreSQL at {self._where}: {reason}"
             ) from None
-        self._db = Transactions(dsn, pool_size)
-        self._kv = KeyValues(self._db)
-        self._oplog = OpLog(self._db)
-        self._tenant_rows = TenantRows(self._db)
-        self._notifier = Notifier(self._db.connect)
+        # The parts (see the module docstring); the seam's reads are `kv`'s, and the shared
+        # repository and the op log follower call the parts directly.
+        self.transactions = Transactions(dsn, pool_size)
+        self.kv = KeyValues(self.transactions)
+        self.oplog = OpLog(self.transactions)
+        self.tenant_rows = TenantRows(self.transactions)
+        self._notifier = Notifier(self.transactions.connect)
         self._closed = False
         self._commit_watchers: list[Callable[[Sequence[Op]], None]] = []
 
@@ -114,28 +117,19 @@ class PostgresStore:
     def dsn_has_password(self) -> bool:
         return has_password(self._dsn)
 
-    # ---- transactions (`_transactions`) ------------------------------------------------------
-
-    def current_transaction(self) -> object | None:
-        """This thread's open write transaction (an identity to compare), if any."""
-        return self._db.current()
-
-    def consistent_reads(self) -> AbstractContextManager[None]:
-        return self._db.consistent_reads()
-
     def locks(self, name: str, stripes: int) -> SharedLocks:
-        return SharedLocks(self._db, name, stripes)
+        return SharedLocks(self.transactions, name, stripes)
 
     def allocator(self, name: str) -> SequenceAllocator:
-        return SequenceAllocator(self._db, f"pml_ids_{name}")
+        return SequenceAllocator(self.transactions, f"pml_ids_{name}")
 
     # ---- key-value reads (`_keyvalue`) -------------------------------------------------------
 
     def get(self, cf: str, key: bytes) -> bytes | None:
-        return self._kv.get(cf, key)
+        return self.kv.get(cf, key)
 
     def get_many(self, cf: str, keys: Sequence[bytes]) -> list[bytes | None]:
-        return self._kv.get_many(cf, keys)
+        return self.kv.get_many(cf, keys)
 
     def scan(
         self,
@@ -146,59 +140,10 @@ class PostgresStore:
         limit: int | None = None,
         reverse: bool = False,
     ) -> list[tuple[bytes, bytes]]:
-        return self._kv.scan(cf, prefix, start=start, limit=limit, reverse=reverse)
+        return self.kv.scan(cf, prefix, start=start, limit=limit, reverse=reverse)
 
     def scan_stored(self, cf: str, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        return self._kv.scan_stored(cf, prefix)
-
-    def get_pairs(
-        self, first: str, second: str, keys: Sequence[bytes]
-    ) -> list[tuple[bytes, bytes] | None]:
-        return self._kv.get_pairs(first, second, keys)
-
-    def pairs_and_values(
-        self, first: str, second: str, keys: Sequence[bytes], cf: str, values_of: Sequence[bytes]
-    ) -> tuple[list[tuple[bytes, bytes] | None], list[bytes | None]]:
-        return self._kv.pairs_and_values(first, second, keys, cf, values_of)
-
-    def pattern_for_hash(self, prefix: bytes, code_hash_key: bytes) -> tuple[Any, ...]:
-        return self._kv.pattern_for_hash(prefix, code_hash_key)
-
-    # ---- per-tenant rows (`_tenant_rows`) ----------------------------------------------------
-
-    def tenant_stats(self, tenant: str) -> dict[str, int]:
-        return self._tenant_rows.tenant_stats(tenant)
-
-    def counter_ceilings(self, tenant: str) -> tuple[int, int]:
-        return self._tenant_rows.counter_ceilings(tenant)
-
-    def index_snapshot(self, tenant: str) -> tuple[int, bytes] | None:
-        return self._tenant_rows.index_snapshot(tenant)
-
-    # ---- following (`_oplog`, `_notifier`) ---------------------------------------------------
-
-    def changed_rows(self, cf: str, since: str | None) -> tuple[list[tuple[bytes, bytes]], str]:
-        return self._oplog.changed_rows(cf, since)
-
-    def changes(self, since: str) -> Changes:
-        return self._oplog.changes(since)
-
-    def oplog_heads(self) -> dict[str, int]:
-        return self._oplog.heads()
-
-    def oplog_entries(
-        self, tenant: str, after: int, limit: int = 1000
-    ) -> list[tuple[int, dict[str, Any], float]]:
-        return self._oplog.entries(tenant, after, limit)
-
-    def all_oplog(self) -> list[tuple[int, dict[str, Any]]]:
-        return self._oplog.all()
-
-    def intents_by_id(self, tenant: str, intent_ids: Sequence[int]) -> list[bytes]:
-        return self._oplog.intents_by_id(tenant, intent_ids)
-
-    def listen(self) -> Connection:
-        return listen(self._db.connect)
+        return self.kv.scan_stored(cf, prefix)
 
     # ---- writes ------------------------------------------------------------------------------
 
@@ -223,7 +168,7 @@ class PostgresStore:
         """The request id row is a plain INSERT: a duplicate aborts the whole transaction
         (UniqueViolation), which is what makes the batch exactly-once."""
         try:
-            self._db.commit(lambda conn: _apply(conn, ops))
+            self.transactions.commit(lambda conn: _apply(conn, ops))
         except psycopg.errors.UniqueViolation as error:
             if error.diag.table_name != table_of(CF_REQUESTS):
                 raise
@@ -252,7 +197,7 @@ class PostgresStore:
             return
         self._closed = True
         self._notifier.close()  # the notifier exits
-        self._db.close()
+        self.transactions.close()
 
 
 def _apply(conn: Connection, ops: Sequence[Op]) -> None:

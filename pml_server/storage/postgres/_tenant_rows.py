@@ -13,10 +13,10 @@ from __future__ import annotations
 from pml_server.storage.postgres._schema import ROW_STRIPES, STATS_COLUMNS
 from pml_server.storage.postgres._transactions import Connection, Transactions
 
-# Pseudo-family of the stats deltas a batch adds (`SharedRepository.put_stats`).
+# Pseudo-family of the stats deltas a batch adds (`SharedMeta.put_stats`).
 CF_STATS_DELTA = "tenant_stats_delta"
 # Pseudo-family of index snapshots: tenant -> u64 op log position + index bytes, stored only
-# when no snapshot at a later position is (`SharedRepository.put_snapshot`).
+# when no snapshot at a later position is (`SharedMeta.put_snapshot`).
 CF_INDEX_SNAPSHOT = "index_snapshot"
 # The stripe of the per-tenant rows every capture updates (see `_schema`): this connection's.
 _STRIPE = f"pg_backend_pid() %% {ROW_STRIPES}"  # %% : psycopg placeholders

@@ -1,0 +1,51 @@
+"""Intents: each pattern's (keyed by pattern id and intent id), read per pattern, by id, or
+streamed for every tenant when the in-memory indexes are rebuilt."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+from pml_server.domain.records import IntentRecord, decode_intent
+from pml_server.storage.keys import CF_INTENTS, split_tenant, tenant_key, tenant_prefix, u64
+from pml_server.storage.seam import KeyValueReads, Op
+
+
+class IntentRows:
+    def __init__(self, store: KeyValueReads) -> None:
+        self.store = store
+
+    def of_pattern(self, tenant: str, pattern_id: str) -> list[IntentRecord]:
+        rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""))
+        return [decode_intent(v) for _, v in rows]
+
+    def intents_by_id(
+        self, tenant: str, wanted: Sequence[tuple[str, int]]
+    ) -> list[IntentRecord | None]:
+        """The intents named by (pattern id, intent id), in order, None where gone: one
+        multi-get instead of a prefix scan per pattern."""
+        keys = [tenant_key(tenant, pattern_id, u64(intent_id)) for pattern_id, intent_id in wanted]
+        return [
+            None if raw is None else decode_intent(raw)
+            for raw in self.store.get_many(CF_INTENTS, keys)
+        ]
+
+    def put_intent(self, tenant: str, intent: IntentRecord) -> Op:
+        key = tenant_key(tenant, intent.pattern_id, u64(intent.id))
+        return (CF_INTENTS, key, intent.to_json())
+
+    def delete_intent(self, tenant: str, intent: IntentRecord) -> Op:
+        return (CF_INTENTS, tenant_key(tenant, intent.pattern_id, u64(intent.id)), None)
+
+    def stored_intents(self) -> Iterator[tuple[str, Iterator[bytes]]]:
+        """(tenant, its intents' stored bytes) for every tenant, streamed in key order (a
+        tenant's keys are contiguous): rebuilding the in-memory indexes at open reads them one
+        at a time instead of holding every record and vector at once. Before anything
+        writes only (`Store.scan_stored`)."""
+        rows = self.store.scan_stored(CF_INTENTS)
+        for tenant, group in itertools.groupby(rows, key=lambda row: split_tenant(row[0])[0]):
+            yield tenant, (value for _, value in group)
+
+    def tenant_stored_intents(self, tenant: str) -> Iterator[bytes]:
+        """One tenant's part of `stored_intents`."""
+        return (value for _, value in self.store.scan_stored(CF_INTENTS, tenant_prefix(tenant)))

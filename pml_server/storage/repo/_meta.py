@@ -1,0 +1,53 @@
+"""The store's own rows: the embedding model it was written with, id allocator marks, tenant
+stats and each tenant's vector index snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pml_server.domain.records import TenantStats
+from pml_server.storage.keys import CF_META, from_u64, tenant_prefix, u64
+from pml_server.storage.seam import KeyValueReads, Op
+
+_MODEL_KEY = b"model_id"
+_ALLOCATOR_KEY = b"allocator/"
+_STATS_KEY = b"stats/"
+_SNAPSHOT_KEY = b"snapshot/"
+
+
+class MetaRows:
+    def __init__(self, store: KeyValueReads) -> None:
+        self.store = store
+
+    def model_id(self) -> str | None:
+        raw = self.store.get(CF_META, _MODEL_KEY)
+        return None if raw is None else raw.decode()
+
+    def put_model_id(self, model_id: str) -> Op:
+        return (CF_META, _MODEL_KEY, model_id.encode())
+
+    def allocator_mark(self, name: str) -> int:
+        raw = self.store.get(CF_META, _ALLOCATOR_KEY + name.encode())
+        return 0 if raw is None else from_u64(raw)
+
+    def put_allocator_mark(self, name: str, mark: int) -> Op:
+        return (CF_META, _ALLOCATOR_KEY + name.encode(), u64(mark))
+
+    def stats(self, tenant: str) -> TenantStats:
+        raw = self.store.get(CF_META, _STATS_KEY + tenant_prefix(tenant))
+        return TenantStats() if raw is None else TenantStats.from_json(raw)
+
+    def put_stats(
+        self, tenant: str, stats: TenantStats, deltas: Mapping[str, int] | None = None
+    ) -> Op:
+        """`stats` as they are after the batch (`deltas`: what the batch added; a shared store
+        writes those instead)."""
+        return (CF_META, _STATS_KEY + tenant_prefix(tenant), stats.to_json())
+
+    def snapshot(self, tenant: str) -> tuple[int, bytes] | None:
+        """(op log sequence the snapshot includes, index bytes) of the tenant's vector index."""
+        raw = self.store.get(CF_META, _SNAPSHOT_KEY + tenant_prefix(tenant))
+        return None if raw is None else (from_u64(raw[:8]), raw[8:])
+
+    def put_snapshot(self, tenant: str, seq: int, data: bytes) -> Op:
+        return (CF_META, _SNAPSHOT_KEY + tenant_prefix(tenant), u64(seq) + data)

@@ -1,0 +1,58 @@
+"""Sessions' last successful steps and the transitions between capabilities they make
+(docs/ranking.md, Sessions)."""
+
+from __future__ import annotations
+
+from pml_server.domain import json_form
+from pml_server.storage.keys import CF_SESSIONS, CF_TRANSITIONS, tenant_key, tenant_prefix
+from pml_server.storage.seam import KeyValueReads, Op
+
+
+class SessionRows:
+    def __init__(self, store: KeyValueReads) -> None:
+        self.store = store
+
+    def session_step(self, tenant: str, session_id: str) -> tuple[str, int] | None:
+        """(capability id, time in ms) of the session's last successful step, if kept."""
+        raw = self.store.get(CF_SESSIONS, tenant_key(tenant, session_id))
+        if raw is None:
+            return None
+        data = json_form.loads(raw)
+        return str(data["capability"]), int(data["ms"])
+
+    def put_session_step(self, tenant: str, session_id: str, capability_id: str, ms: int) -> Op:
+        value = json_form.dumps({"capability": capability_id, "ms": ms})
+        return (CF_SESSIONS, tenant_key(tenant, session_id), value)
+
+    def session_rows(self, tenant: str) -> list[tuple[bytes, int]]:
+        """(key, last step time) of every session kept for the tenant."""
+        rows = self.store.scan(CF_SESSIONS, tenant_prefix(tenant))
+        return [(key, int(json_form.loads(raw)["ms"])) for key, raw in rows]
+
+    def delete_session(self, key: bytes) -> Op:
+        return (CF_SESSIONS, key, None)
+
+    def transition(self, tenant: str, previous: str, following: str) -> tuple[int, int] | None:
+        """(count, last time in ms) of `previous` -> `following`, if ever seen."""
+        raw = self.store.get(CF_TRANSITIONS, tenant_key(tenant, previous, following))
+        if raw is None:
+            return None
+        data = json_form.loads(raw)
+        return int(data["count"]), int(data["ms"])
+
+    def put_transition(self, tenant: str, previous: str, following: str, count: int, ms: int) -> Op:
+        value = json_form.dumps({"count": count, "ms": ms})
+        return (CF_TRANSITIONS, tenant_key(tenant, previous, following), value)
+
+    def transitions_from(
+        self, tenant: str, previous: str, limit: int
+    ) -> list[tuple[str, int, int]]:
+        """(next capability id, count, last time in ms) of at most `limit` transitions out of
+        `previous`, in key order."""
+        prefix = tenant_key(tenant, previous, b"")
+        rows = self.store.scan(CF_TRANSITIONS, prefix, limit=limit)
+        out = []
+        for key, raw in rows:
+            data = json_form.loads(raw)
+            out.append((key[len(prefix) :].decode(), int(data["count"]), int(data["ms"])))
+        return out
