@@ -1,9 +1,9 @@
 """A tenant's cross-lingual companion index (docs/ranking.md, Other languages): every intent's
 vector in a second, multilingual model's space, kept in memory only (computed from the intent
 texts at open and after each capture by the service, which owns the model:
-service/_companion.py), and the tenant's index as Suggest's Python path retrieves from it in
-that space (`CompanionView`), or for an English request over intents in other languages, each
-intent in the space that reads it (`MixedView`)."""
+service/_companion.py), and the tenant's index as Suggest ranks from it in that space
+(`CompanionView`), or for an English request over intents in other languages, each intent
+in the space that reads it (`MixedView`), by the same core call as the index itself."""
 
 from __future__ import annotations
 
@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from pml_server import _core
+from pml_server.domain.model import FilteredCandidate
 from pml_server.domain.vectors import Vector
 from pml_server.embedding.language import is_english
-from pml_server.search.vectors import EXACT_SCAN_MIN, AnnIndex, new_index
+from pml_server.ranking import CoreSuggestion, FilterSettings, Foreign, RankingConfig
+from pml_server.search.vectors import EXACT_SCAN_MIN, new_index
 
 if TYPE_CHECKING:
     from pml_server.search.tenant import TenantSearchIndex
@@ -36,7 +39,7 @@ class CompanionIndex:
         texts: Mapping[int, str],
         insert_threads: int,
     ) -> None:
-        self.vectors: AnnIndex = new_index(kind, dim)
+        self.vectors: _core.HnswIndex = new_index(kind, dim)
         self._write_lock = write_lock
         self._texts = texts
         self._insert_threads = insert_threads
@@ -128,9 +131,51 @@ class CompanionIndex:
 
 class _TenantReads:
     """What a view reads from the tenant's own index whatever space it scores in: a pattern's
-    intents and the lexical index (text, not vectors)."""
+    intents, the lexical index (text, not vectors) and the ranking table; and its ranking, by
+    the same core call as the index's (`RankTable.rank`) in the view's space (`_ranked_in`)."""
 
     _index: TenantSearchIndex
+
+    def _ranked_in(self) -> tuple[_core.HnswIndex, bool, Foreign | None]:
+        """The index the core searches, whether it is the primary one (the tool profiles'
+        space), and the intents read in the companion's space besides."""
+        raise NotImplementedError
+
+    def rank(
+        self,
+        vector: Vector,
+        text: str,
+        limit: int,
+        k: int,
+        settings: FilterSettings,
+        config: RankingConfig,
+        now_ms: int,
+        transitions: Mapping[str, float] | None = None,
+    ) -> list[CoreSuggestion]:
+        """`TenantSearchIndex.rank` in this view's space."""
+        ann, primary, foreign = self._ranked_in()
+        return self._index.ranks.rank(
+            ann, self._index.lexical, vector, text, limit, k, settings, config, now_ms,
+            transitions, primary=primary, foreign=foreign,
+        )  # fmt: skip
+
+    def explain(
+        self,
+        vector: Vector,
+        text: str,
+        limit: int,
+        k: int,
+        settings: FilterSettings,
+        config: RankingConfig,
+        now_ms: int,
+        transitions: Mapping[str, float] | None = None,
+    ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+        """`TenantSearchIndex.explain` in this view's space."""
+        ann, primary, foreign = self._ranked_in()
+        return self._index.ranks.explain(
+            ann, self._index.lexical, vector, text, limit, k, settings, config, now_ms,
+            transitions, primary=primary, foreign=foreign,
+        )  # fmt: skip
 
     def pattern_of(self, intent_id: int) -> str | None:
         return self._index.pattern_of(intent_id)
@@ -143,38 +188,39 @@ class _TenantReads:
 
 
 class CompanionView(_TenantReads):
-    """A tenant's index as Suggest's Python path retrieves from it (`service._suggest.retrieve`),
-    with the vector searches in the companion's space: the same patterns, intents and lexical
-    documents, other cosines (docs/ranking.md, Other languages)."""
+    """A tenant's index with the vector searches in the companion's space: the same patterns,
+    intents, lexical documents and ranking table, other cosines (docs/ranking.md, Other
+    languages). Ranked by the same core call as the index itself (`rank`, `explain`); the
+    retrieval methods serve the tests' oracle (`testing/ranking_oracle/path.py`)."""
 
     def __init__(
         self,
         index: TenantSearchIndex,
-        companion: AnnIndex,
+        companion: _core.HnswIndex,
         read_lock: AbstractContextManager[object],
     ) -> None:
         self._index = index
-        self._companion = companion
+        self.vectors = companion
         self._read_lock = read_lock
         self.lexical = index.lexical
         self.ranks = index.ranks
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
-        size = len(self._companion)
+        size = len(self.vectors)
         if size == 0 or limit <= 0:
             return []
         with self._read_lock:
-            ids, scores = self._companion.search(query.astype(np.float32), min(limit, size))
+            ids, scores = self.vectors.search(query.astype(np.float32), min(limit, size))
         return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
 
     def semantic_among(
         self, query: Vector, limit: int, intent_ids: Sequence[int]
     ) -> list[tuple[int, float]]:
-        if limit <= 0 or not intent_ids or len(self._companion) == 0:
+        if limit <= 0 or not intent_ids or len(self.vectors) == 0:
             return []
         allow = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
         with self._read_lock:
-            ids, scores = self._companion.search(query.astype(np.float32), limit, allow=allow)
+            ids, scores = self.vectors.search(query.astype(np.float32), limit, allow=allow)
         return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
 
     def exact_scores(self, query: Vector, intent_ids: Sequence[int]) -> dict[int, float]:
@@ -183,20 +229,22 @@ class CompanionView(_TenantReads):
         for first in range(0, len(wanted), EXACT_SCAN_MIN):
             chunk = wanted[first : first + EXACT_SCAN_MIN]
             with self._read_lock:
-                ids, scores = self._companion.search(
-                    query.astype(np.float32), len(chunk), allow=chunk
-                )
+                ids, scores = self.vectors.search(query.astype(np.float32), len(chunk), allow=chunk)
             out.update(zip(ids.tolist(), scores.tolist(), strict=True))
         return out
 
+    def _ranked_in(self) -> tuple[_core.HnswIndex, bool, Foreign | None]:
+        return self.vectors, False, None
+
 
 class MixedView(_TenantReads):
-    """A tenant's index as Suggest's Python path retrieves from it for an English request when
-    some intents were recorded in another language (docs/ranking.md, Other languages: the
-    reverse direction): each intent is compared in the space that reads it, its English
-    intents by the primary model (the `vector` the methods are given, so English pairs score
-    exactly as without this view), the others by the companion (`companion_query`, the same
-    request embedded by the companion model)."""
+    """A tenant's index for an English request when some intents were recorded in another
+    language (docs/ranking.md, Other languages: the reverse direction): each intent is
+    compared in the space that reads it, its English intents by the primary model (the
+    `vector` the methods are given, so English pairs score exactly as without this view), the
+    others by the companion (`companion_query`, the same request embedded by the companion
+    model). Ranked in the core (`rank`, `explain`); the retrieval methods serve the tests'
+    oracle."""
 
     def __init__(
         self,
@@ -250,3 +298,7 @@ class MixedView(_TenantReads):
         if foreign:
             out.update(self._companion.exact_scores(self._query, foreign))
         return out
+
+    def _ranked_in(self) -> tuple[_core.HnswIndex, bool, Foreign | None]:
+        foreign = Foreign(self._companion.vectors, self._query, sorted(self._foreign))
+        return self._index.ann, True, foreign
