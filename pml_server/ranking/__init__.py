@@ -27,7 +27,13 @@ if TYPE_CHECKING:
         FilterSettings,
         resolve_settings,
     )
-    from pml_server.ranking.table import CoreSuggestion, Foreign, RankTable, core_params
+    from pml_server.ranking.table import (
+        CoreSuggestion,
+        Foreign,
+        RankRequest,
+        RankTable,
+        core_params,
+    )
 
 __all__ = [
     "AVAILABLE_TOOLS",
@@ -43,6 +49,7 @@ __all__ = [
     "FilterSettings",
     "Foreign",
     "LexicalIndex",
+    "RankRequest",
     "RankTable",
     "RankingConfig",
     "core_params",
@@ -68,6 +75,7 @@ _MODULE_OF = {
     "FilterSettings": "settings",
     "Foreign": "table",
     "LexicalIndex": "lexical",
+    "RankRequest": "table",
     "RankTable": "table",
     "RankingConfig": "config",
     "core_params": "table",

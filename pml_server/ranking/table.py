@@ -8,7 +8,7 @@ formula is the tests' oracle (`testing/ranking_oracle`, docs/ranking.md, Pipelin
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -45,6 +45,23 @@ _FORMULA_FIELDS = (
     "step_gate",
 )
 assert set(_FORMULA_FIELDS) <= {f.name for f in fields(RankingConfig)}
+
+
+@dataclass(frozen=True)
+class RankRequest:
+    """One Suggest query as the core ranks it: the request's vector and words, each index asked
+    for `limit` hits (`RankingConfig.fetch_limit`), the top `k`, the resolved filters, the
+    formula's settings and clock, and the session signal's factor by capability
+    (docs/ranking.md, Sessions; None without a context)."""
+
+    vector: np.ndarray
+    text: str
+    limit: int
+    k: int
+    settings: FilterSettings
+    config: RankingConfig
+    now_ms: int
+    transitions: Mapping[str, float] | None = None
 
 
 class Foreign(NamedTuple):
@@ -177,51 +194,30 @@ class RankTable:
         self,
         ann: _core.HnswIndex,
         lexical: LexicalIndex,
-        vector: np.ndarray,
-        text: str,
-        limit: int,
-        k: int,
-        settings: FilterSettings,
-        config: RankingConfig,
-        now_ms: int,
-        transitions: Mapping[str, float] | None = None,
+        request: RankRequest,
         *,
         primary: bool = True,
         foreign: Foreign | None = None,
     ) -> list[CoreSuggestion]:
-        """The top `k` for the query, each index asked for `limit` hits (`fetch_limit`);
-        `transitions`: the session signal's factor by capability (docs/ranking.md, Sessions).
-        `primary`: `ann` is the tenant's own index, whose vectors the tool profiles are means
-        of (False: the companion's, for a request in another language); `foreign`: intents
-        read in the companion's space instead (docs/ranking.md, Other languages)."""
-        ranked, _ = self._query(
-            ann, lexical, vector, text, limit, k, settings, config, now_ms, transitions, False,
-            primary, foreign,
-        )  # fmt: skip
+        """The top `k` for the request. `primary`: `ann` is the tenant's own index, whose
+        vectors the tool profiles are means of (False: the companion's, for a request in another
+        language); `foreign`: intents read in the companion's space instead (docs/ranking.md,
+        Other languages)."""
+        ranked, _ = self._query(ann, lexical, request, False, primary, foreign)
         return ranked
 
     def explain(
         self,
         ann: _core.HnswIndex,
         lexical: LexicalIndex,
-        vector: np.ndarray,
-        text: str,
-        limit: int,
-        k: int,
-        settings: FilterSettings,
-        config: RankingConfig,
-        now_ms: int,
-        transitions: Mapping[str, float] | None = None,
+        request: RankRequest,
         *,
         primary: bool = True,
         foreign: Foreign | None = None,
     ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
         """`rank`, and every other candidate retrieved with the rule that kept it out (a filter
         name, `same_capability` or `beyond_k`), its detail and its score parts."""
-        return self._query(
-            ann, lexical, vector, text, limit, k, settings, config, now_ms, transitions, True,
-            primary, foreign,
-        )  # fmt: skip
+        return self._query(ann, lexical, request, True, primary, foreign)
 
     def rank_next(
         self,
@@ -256,30 +252,24 @@ class RankTable:
         self,
         ann: _core.HnswIndex,
         lexical: LexicalIndex,
-        vector: np.ndarray,
-        text: str,
-        limit: int,
-        k: int,
-        settings: FilterSettings,
-        config: RankingConfig,
-        now_ms: int,
-        transitions: Mapping[str, float] | None,
+        request: RankRequest,
         explain: bool,
         primary: bool,
         foreign: Foreign | None,
     ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+        text, settings, transitions = request.text, request.settings, request.transitions
         terms = query_terms(text)  # in the order `LexicalIndex.search` sums them
         available = settings.available_tools
         ranked, filtered = _core.rank_query(
             self._core,
             ann,
             lexical.core,
-            vector,
+            request.vector,
             terms,
-            limit,
-            k,
-            core_params(config),
-            now_ms,
+            request.limit,
+            request.k,
+            core_params(request.config),
+            request.now_ms,
             min_match=settings.min_match,
             min_success=settings.min_success,
             include_flagged=settings.include_flagged,

@@ -19,7 +19,7 @@ from pml_server import _core
 from pml_server.domain.model import FilteredCandidate
 from pml_server.domain.vectors import Vector
 from pml_server.embedding.language import is_english
-from pml_server.ranking import CoreSuggestion, FilterSettings, Foreign, RankingConfig
+from pml_server.ranking import CoreSuggestion, Foreign, RankRequest
 from pml_server.search.vectors import EXACT_SCAN_MIN, new_index
 
 if TYPE_CHECKING:
@@ -141,41 +141,19 @@ class _TenantReads:
         space), and the intents read in the companion's space besides."""
         raise NotImplementedError
 
-    def rank(
-        self,
-        vector: Vector,
-        text: str,
-        limit: int,
-        k: int,
-        settings: FilterSettings,
-        config: RankingConfig,
-        now_ms: int,
-        transitions: Mapping[str, float] | None = None,
-    ) -> list[CoreSuggestion]:
+    def rank(self, request: RankRequest) -> list[CoreSuggestion]:
         """`TenantSearchIndex.rank` in this view's space."""
         ann, primary, foreign = self._ranked_in()
         return self._index.ranks.rank(
-            ann, self._index.lexical, vector, text, limit, k, settings, config, now_ms,
-            transitions, primary=primary, foreign=foreign,
-        )  # fmt: skip
+            ann, self._index.lexical, request, primary=primary, foreign=foreign
+        )
 
-    def explain(
-        self,
-        vector: Vector,
-        text: str,
-        limit: int,
-        k: int,
-        settings: FilterSettings,
-        config: RankingConfig,
-        now_ms: int,
-        transitions: Mapping[str, float] | None = None,
-    ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+    def explain(self, request: RankRequest) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
         """`TenantSearchIndex.explain` in this view's space."""
         ann, primary, foreign = self._ranked_in()
         return self._index.ranks.explain(
-            ann, self._index.lexical, vector, text, limit, k, settings, config, now_ms,
-            transitions, primary=primary, foreign=foreign,
-        )  # fmt: skip
+            ann, self._index.lexical, request, primary=primary, foreign=foreign
+        )
 
     def pattern_of(self, intent_id: int) -> str | None:
         return self._index.pattern_of(intent_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
 import numpy as np
@@ -29,6 +29,7 @@ from pml_server.ranking import (
     FilterSettings,
     LexicalIndex,
     RankingConfig,
+    RankRequest,
     RankTable,
 )
 from pml_server.search._index_parts import InsertQueue, SaveMarks, StagedIntents
@@ -185,37 +186,13 @@ class TenantSearchIndex:
         """The indexed intents of a pattern (empty if none)."""
         return self.ranks.intents_of(pattern_id)
 
-    def rank(
-        self,
-        vector: Vector,
-        text: str,
-        limit: int,
-        k: int,
-        settings: FilterSettings,
-        config: RankingConfig,
-        now_ms: int,
-        transitions: Mapping[str, float] | None = None,
-    ) -> list[CoreSuggestion]:
-        """The top `k` for the query ranked in the core (`RankTable.rank`)."""
-        return self.ranks.rank(
-            self.ann, self.lexical, vector, text, limit, k, settings, config, now_ms, transitions
-        )
+    def rank(self, request: RankRequest) -> list[CoreSuggestion]:
+        """The top `k` for the request ranked in the core (`RankTable.rank`)."""
+        return self.ranks.rank(self.ann, self.lexical, request)
 
-    def explain(
-        self,
-        vector: Vector,
-        text: str,
-        limit: int,
-        k: int,
-        settings: FilterSettings,
-        config: RankingConfig,
-        now_ms: int,
-        transitions: Mapping[str, float] | None = None,
-    ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+    def explain(self, request: RankRequest) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
         """`rank` and every other candidate with its rule (`RankTable.explain`)."""
-        return self.ranks.explain(
-            self.ann, self.lexical, vector, text, limit, k, settings, config, now_ms, transitions
-        )
+        return self.ranks.explain(self.ann, self.lexical, request)
 
     def renumber_lexical(self, pattern_ids: list[str]) -> None:
         """Number the lexical documents of `pattern_ids` first, in that order (a rebuilt index:

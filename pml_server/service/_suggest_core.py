@@ -25,7 +25,7 @@ from pml_server.domain.model import (
 )
 from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import Vector
-from pml_server.ranking import CoreSuggestion, RankingConfig, resolve_settings
+from pml_server.ranking import CoreSuggestion, RankingConfig, RankRequest, resolve_settings
 from pml_server.search import TenantSearchIndex
 from pml_server.search.companion import CompanionView, MixedView
 from pml_server.service._views import ViewCache
@@ -62,14 +62,20 @@ def suggest_in_core(
     rule too), then the suggested patterns' views (`with_views`). `transitions`: the session
     signal's factor by capability (docs/ranking.md, Sessions); `text`: the words searched
     lexically, the intent's unless given (accents folded for another language)."""
-    settings = resolve_settings(query, config)
-    limit = config.fetch_limit(query.k)
-    words = query.intent if text is None else text
-    args = (vector, words, limit, query.k, settings, config, now_ms, transitions)
+    request = RankRequest(
+        vector,
+        query.intent if text is None else text,
+        config.fetch_limit(query.k),
+        query.k,
+        resolve_settings(query, config),
+        config,
+        now_ms,
+        transitions,
+    )
     if query.explain:
-        ranked, filtered = index.explain(*args)
+        ranked, filtered = index.explain(request)
     else:
-        ranked, filtered = index.rank(*args), []
+        ranked, filtered = index.rank(request), []
     return with_views(repo, views, tenant, ranked, filtered)
 
 

@@ -19,7 +19,14 @@ import pytest
 
 from pml_server import _core
 from pml_server.domain.model import PageRequest, SuggestContext, SuggestQuery
-from pml_server.ranking import FilterSettings, LexicalIndex, RankingConfig, RankTable, core_params
+from pml_server.ranking import (
+    FilterSettings,
+    LexicalIndex,
+    RankingConfig,
+    RankRequest,
+    RankTable,
+    core_params,
+)
 from pml_server.service import Engine, _curation
 from testing.ranking_oracle import path as oracle
 from testing.ranking_oracle.scoring import relevance
@@ -191,9 +198,8 @@ def test_the_core_formula_is_the_python_reference() -> None:
         query = np.array([rng.uniform(-1, 1) for _ in range(4)], dtype=np.float32)
         factor = rng.choice([None, 1.0, 1.0 + rng.random() * 0.25])
         transitions = None if factor is None else {"c": factor}
-        (got,) = table.rank(
-            ann, LexicalIndex(), query, "", 8, 1, settings, config, now, transitions
-        )
+        request = RankRequest(query, "", 8, 1, settings, config, now, transitions)
+        (got,) = table.rank(ann, LexicalIndex(), request)
         _, (cosine,) = ann.search(query, 1)
         parts = got.score
         assert (parts.semantic, parts.lexical, parts.match) == relevance(float(cosine), 0.0, config)
