@@ -29,7 +29,8 @@ from pml_server.domain.vectors import Matrix, Vector
 
 # ---- the formula's constants and the search's bounds (docs/ranking.md, Plans) ----------------
 MAX_REQUEST_PARTS = 6  # a longer request is cut into at most this many parts
-WHOLE_HITS = 3  # the whole request's suggestions scored on each part
+WHOLE_HITS = 5  # the whole request's suggestions scored on each part
+COVER_HITS = 3  # ... the first of them the cover test and the best single capability read
 WHOLE_INTENTS = 32  # ... each scored by at most this many of its intents
 WHOLE_COVER = 0.3  # ... one of them covers the request when its match on every part reaches this
 # Part vectors pooled from the request's own model run (docs/ranking.md, Plans, "Part vectors")
@@ -575,7 +576,7 @@ def compose(
     # every part covers the request (it was retrieved for the whole of it)
     lowest: dict[str, list[float]] = {}
     for n, found in enumerate(whole[:parts]):
-        for hit in found[:WHOLE_HITS]:
+        for hit in found[:COVER_HITS]:
             cap = hit.suggestion.capability_id
             lowest.setdefault(cap, []).append(hit.match)
             if hit.match < COVER_MATCH or (cap, n) in match:

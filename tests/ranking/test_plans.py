@@ -484,3 +484,28 @@ def test_data_flow_order_is_a_permutation_that_follows_the_data(
     if not nodes:  # no cycle: every producer runs before the part it feeds
         position = {part: n for n, part in enumerate(order)}
         assert all(position[i] < position[j] for i, j in edges)
+
+
+def test_no_plan_whose_tools_any_of_the_whole_requests_suggestions_runs() -> None:
+    """The subset test reads the whole request's first `WHOLE_HITS` suggestions (a suggestion
+    ranked below the cover test's `COVER_HITS` still makes a plan of its tools redundant)."""
+    hits = [[_hit("movie", ("search_movie",), 0.9)], [_hit("mail", ("send_email",), 0.9)]]
+    request = REQUEST[::2]
+    others = [_hit(f"other{n}", (f"tool_{n}",), 0.1) for n in range(plans.WHOLE_HITS - 1)]
+    both = _hit("both", ("send_email", "search_movie"), 0.1)
+    assert plans.COVER_HITS < plans.WHOLE_HITS
+    # ranked last of the first WHOLE_HITS: no plan
+    last = [*others, both]
+    composed = compose(request, hits, 3, whole=[last, last])
+    assert not composed.covered_by_one
+    assert composed.plans == ()
+    # ranked past them: the plan stays
+    past = [*others, _hit("filler", ("tool_x",), 0.1), both]
+    assert compose(request, hits, 3, whole=[past, past]).plans
+    # the cover test reads only the first COVER_HITS: a covering suggestion past them covers
+    # nothing, and its tools do not make the plan redundant
+    cover = _hit("cover", ("read_file",), 0.95)
+    late = [*others, cover]
+    composed = compose(request, hits, 3, whole=[late, late])
+    assert not composed.covered_by_one
+    assert composed.plans
