@@ -36,7 +36,7 @@ WHOLE_COVER = 0.3  # ... one of them covers the request when its match on every 
 # Part vectors pooled from the request's own model run (docs/ranking.md, Plans, "Part vectors")
 PART_CONTEXT = 0.8  # share of the request's mean token state taken off a part's mean
 WHOLE_COVER_POOLED = 0.2  # WHOLE_COVER for pooled part vectors
-MIN_PLAN_TOTAL_POOLED = 0.52  # with pooled part vectors, a plan's total must exceed this
+MIN_PLAN_TOTAL_POOLED = 0.50  # with pooled part vectors, a plan's total must exceed this
 PART_HITS = 5  # candidates retrieved per request part (the second retrieval's k)
 BEAM_WIDTH = 8  # partial plans kept after each request part
 MIN_PLAN_PARTS = 2
@@ -302,6 +302,123 @@ def _support_factor(
     return 1.0 - SUPPORT_WEIGHT + SUPPORT_WEIGHT * support.get(tools[best], 0.0) / top
 
 
+# ---- what the stored intents say about each step (docs/ranking.md, Plans, "Step descriptions")
+
+DESCRIBED_WEIGHT = 0.3  # share of a part's match from how well its step's description fits it
+DESCRIBED_INTENTS = 8  # a pattern's first intents read for its steps' descriptions
+DESCRIBED_VALUE_CHARS = 3  # a step's literal values shorter than this locate nothing
+_DESCRIPTIONS_KEPT = 4096  # patterns whose step descriptions are kept between requests
+_LITERAL = re.compile(
+    r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'|(?<![\w$.])(\d+(?:\.\d+)?)(?!\w)"
+)
+_DescriptionKey = tuple[str, str, tuple[str, ...], tuple[str, ...]]
+_descriptions: dict[_DescriptionKey, tuple[frozenset[str], ...]] = {}
+
+
+def content_words(text: str) -> frozenset[str]:
+    """The stems of a text's content words: filler ("can you help me") and generic words
+    (get, info, data, ...) left out, and words of fewer than 3 letters."""
+    return frozenset(
+        _stem(w)
+        for w in _WORD.findall(text.lower())
+        if len(w) > 2 and w not in _FILLER and w not in _GENERIC
+    )
+
+
+def _step_values(code: str, tools: Sequence[str]) -> list[set[str]]:
+    """Each step's literal values (strings and numbers of at least `DESCRIBED_VALUE_CHARS`
+    characters, lower case) read from the code lines that call its tool."""
+    lines = code.splitlines()
+    out: list[set[str]] = []
+    for tool in tools:
+        call = re.compile(rf"\b{re.escape(tool)}\s*\(")
+        values: set[str] = set()
+        for line in lines:
+            found = call.search(line)
+            if found is None:
+                continue
+            for m in _LITERAL.finditer(line[found.end() :]):
+                value = (m.group(1) or m.group(2) or m.group(3) or "").strip().lower()
+                if len(value) >= DESCRIBED_VALUE_CHARS:
+                    values.add(value)
+        out.append(values)
+    return out
+
+
+def step_descriptions(pattern: PatternView) -> tuple[frozenset[str], ...]:
+    """What the pattern's stored intents say about each of its steps (docs/ranking.md, Plans,
+    "Step descriptions"): each of its first `DESCRIBED_INTENTS` intents is cut into parts
+    (`split_request`); a part holding literal values of a step's call (the step whose values
+    it holds most) describes that step, a part holding none describes the step whose tool it
+    names (at least `NAMED_SHARE`), if any. A step's description is the content words of the
+    parts describing it. Kept per pattern (its id, code, tools and intents read) for later
+    requests."""
+    tools = pattern.tools_used
+    intents = pattern.intents[:DESCRIBED_INTENTS]
+    key = (pattern.id, pattern.original_code, tools, tuple(i.text for i in intents))
+    kept = _descriptions.get(key)
+    if kept is not None:
+        return kept
+    values = _step_values(pattern.original_code, tools)
+    words: list[set[str]] = [set() for _ in tools]
+    for intent in intents:
+        for part in split_request(intent.text):
+            low = part.lower()
+            held = [sum(v in low for v in vs) for vs in values]
+            best = max(range(len(tools)), key=lambda i: held[i], default=-1)
+            if best < 0:
+                continue
+            if held[best] == 0:
+                named = [step_match(t, text_words(part)) for t in tools]
+                best = max(range(len(tools)), key=lambda i: named[i])
+                if named[best] < NAMED_SHARE:
+                    continue
+            words[best] |= content_words(part)
+    out = tuple(frozenset(w) for w in words)
+    if len(_descriptions) >= _DESCRIPTIONS_KEPT:
+        _descriptions.clear()
+    _descriptions[key] = out
+    return out
+
+
+def tool_descriptions(hits: Sequence[Sequence[PartHit]]) -> dict[str, frozenset[str]]:
+    """Each tool's description: the union of its step descriptions over the patterns `hits`
+    holds (`step_descriptions`)."""
+    out: dict[str, frozenset[str]] = {}
+    for found in hits:
+        for hit in found:
+            pattern = hit.suggestion.pattern
+            for tool, words in zip(pattern.tools_used, step_descriptions(pattern), strict=True):
+                out[tool] = out.get(tool, frozenset()) | words
+    return out
+
+
+def described(tool: str, words: frozenset[str], descriptions: dict[str, frozenset[str]]) -> float:
+    """Share of a part's content words (`words`) the tool's description holds, 0..1."""
+    if not words:
+        return 0.0
+    return len(words & descriptions.get(tool, frozenset())) / len(words)
+
+
+def _described_factor(
+    tools: Sequence[str],
+    words: frozenset[str],
+    content: frozenset[str],
+    support: dict[str, float],
+    descriptions: dict[str, frozenset[str]],
+) -> float:
+    """1 - DESCRIBED_WEIGHT + DESCRIBED_WEIGHT x how well the description of the pattern's
+    best attributed step fits the part, relative to the best fitting tool of the part's hits
+    (1 when no description fits the part at all)."""
+    atts = _attribution(tools, words)
+    best = max(range(len(tools)), key=lambda i: (atts[i], support.get(tools[i], 0.0)))
+    own = described(tools[best], content, descriptions)
+    top = max([own, *(described(t, content, descriptions) for t in support)])
+    if top <= 0:
+        return 1.0
+    return 1.0 - DESCRIBED_WEIGHT + DESCRIBED_WEIGHT * own / top
+
+
 # ---- links between parts ---------------------------------------------------------------------
 
 _ID_INPUT = re.compile(r"^(?P<stem>[a-z0-9_]*?)_?(?:id|ids|key|uuid|ref|handle|token)$")
@@ -554,9 +671,11 @@ def compose(
     shown: dict[str, Suggestion] = {}
     options: list[list[str]] = []
     words = [text_words(t) for t in request_parts[:parts]]
+    descriptions = tool_descriptions([*(h[:part_hits] for h in hits[:parts]), *whole[:parts]])
     for n in range(parts):
         chosen: list[str] = []
         support = _tool_support(hits[n][:part_hits], words[n])
+        content = content_words(request_parts[n])
         for hit in hits[n][:part_hits]:
             cap = hit.suggestion.capability_id
             if hit.match < COVER_MATCH or (cap, n) in match:
@@ -568,6 +687,7 @@ def compose(
                 hit.match
                 * _steps_factor(tools, words[n])
                 * _support_factor(tools, words[n], support)
+                * _described_factor(tools, words[n], content, support, descriptions)
             )
             rel[cap] = hit.suggestion.score.reliability
             shown.setdefault(cap, hit.suggestion)

@@ -8,10 +8,11 @@ import json
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pml_server.domain.model import ParamView, PatternView, ScoreParts, Suggestion
+from pml_server.domain.model import IntentView, ParamView, PatternView, ScoreParts, Suggestion
 from pml_server.ranking import plans
 from pml_server.ranking.plans import (
     DETAIL_WEIGHT,
@@ -509,3 +510,65 @@ def test_no_plan_whose_tools_any_of_the_whole_requests_suggestions_runs() -> Non
     composed = compose(request, hits, 3, whole=[late, late])
     assert not composed.covered_by_one
     assert composed.plans
+
+
+def _described(cap: str, tools: tuple[str, ...], code: str, *intents: str) -> Suggestion:
+    view = replace(
+        pattern(cap, capability_id=cap, tools=tools),
+        original_code=code,
+        intents=tuple(IntentView(f"i{n}", text, 1, 0) for n, text in enumerate(intents)),
+    )
+    return Suggestion(cap, view, _score(0.8))
+
+
+def test_step_descriptions_come_from_the_intent_parts_holding_each_steps_values() -> None:
+    suggestion = _described(
+        "trip",
+        ("find_hotel", "get_forecast"),
+        'const r1 = await mcp.find_hotel({city: "Paris", stars: 4});\n'
+        'const r2 = await mcp.get_forecast({city: "Oslo"});',
+        "Book me something to sleep in Paris near the river. Then how cold will Oslo be?",
+    )
+    hotel, forecast = plans.step_descriptions(suggestion.pattern)
+    words = plans.content_words
+    assert words("Paris river sleep") <= hotel
+    assert not words("Oslo") & hotel
+    assert words("Oslo cold") <= forecast
+    assert not words("Paris") & forecast
+    # a part holding no value describes the step whose tool it names, and only that one
+    named = _described(
+        "named", ("find_hotel", "get_forecast"), "// no call", "Find a hotel downtown please."
+    )
+    hotel, forecast = plans.step_descriptions(named.pattern)
+    words = plans.content_words
+    assert words("downtown") <= hotel
+    assert forecast == frozenset()
+
+
+def test_a_part_prefers_the_step_its_stored_intents_describe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two patterns name the part's tool equally well; the one whose stored intents describe
+    that step in the part's words takes the part though its match is a little lower
+    (docs/ranking.md, Plans, "Step descriptions")."""
+    request = ("book a room by the Seine in Paris", "send an email with the list")
+    seine = _described(
+        "seine",
+        ("book_room",),
+        'mcp.book_room({city: "Paris"})',
+        "Book a room near the Seine in Paris",
+    )
+    office = _described(
+        "office",
+        ("room_book",),
+        'mcp.room_book({floor: "third"})',
+        "Room booking on the third floor for the office meeting tomorrow",
+    )
+    mail = _suggestion("mail", ("send_email",))
+    hits = [[PartHit(office, 0.82), PartHit(seine, 0.8)], [PartHit(mail, 0.9)]]
+    top = compose(request, hits, 3).plans[0]
+    assert top.parts[0].suggestion.capability_id == "seine"
+    # without the descriptions the higher match wins
+    monkeypatch.setattr(plans, "DESCRIBED_WEIGHT", 0.0)
+    top = compose(request, hits, 3).plans[0]
+    assert top.parts[0].suggestion.capability_id == "office"
