@@ -656,12 +656,15 @@ def compose(
     candidates retrieved for part n (best first; only the first `part_hits` are used), `weights`
     each part's weight in the coverage (`split_request_weighted`; 1 each when None), `whole[n]`
     the whole request's first suggestions (at most `WHOLE_HITS` read) with their semantic score
-    on part n: one reaching `WHOLE_COVER` on every part covers the request, and they count for
-    the best single capability (never as a plan's part). `pooled`: the parts' vectors were
-    pooled from the request's model run (`pooled_part_vectors`), which the cover test and the
-    plan's least total are set for (`WHOLE_COVER_POOLED`, `MIN_PLAN_TOTAL_POOLED`).
+    on part n: one of the first `COVER_HITS` reaching `WHOLE_COVER` on every part covers the
+    request, and those count for the best single capability (never as a plan's part).
+    `pooled`: the parts' vectors were pooled from the request's model run
+    (`pooled_part_vectors`), which the cover test and the plan's least total are set for
+    (`WHOLE_COVER_POOLED`, `MIN_PLAN_TOTAL_POOLED`).
     None when one capability covers every part, or none beats the best single capability; a
-    plan whose tools one of the whole request's first suggestions all runs is never offered."""
+    plan whose tools one of the whole request's first `WHOLE_HITS` suggestions all runs is never
+    offered. A part's match on a hit is weighed by how well the stored intents describe the
+    hit's step in the part's words (`step_descriptions`, docs/ranking.md, Plans)."""
     parts = min(len(request_parts), len(hits), MAX_REQUEST_PARTS)
     if parts < MIN_PLAN_PARTS or plan_size <= 0:
         return Composed((), 0, 0.0, False)
