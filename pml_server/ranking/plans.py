@@ -245,16 +245,29 @@ def step_match(tool: str, words: frozenset[str]) -> float:
     return sum(_names(w, words) for w in own) / len(own) if own else 0.0
 
 
-def named_steps(tools: Sequence[str], words: frozenset[str]) -> tuple[int, ...]:
+def named_steps(
+    tools: Sequence[str],
+    words: frozenset[str],
+    content: frozenset[str] = frozenset(),
+    descriptions: dict[str, frozenset[str]] | None = None,
+) -> tuple[int, ...]:
     """The steps (indexes into `tools`) whose tool the text names best: every tool that shares
     at least `NAMED_SHARE` of its words with the text. When none is named, a one-step pattern
-    keeps its step and a longer one none (the part then has no step a plan can run)."""
+    keeps its step; a longer one keeps the step whose description (`descriptions`, the text's
+    content words `content`: `described`) fits the text best, when that fit reaches
+    `DESCRIBED_NAMES`, and none otherwise (the part then has no step a plan can run)."""
     named = tuple(
         n
         for n, t in enumerate(tools)
         if step_match(t, words) >= NAMED_SHARE and t not in tools[:n]  # a tool runs once
     )
-    return named or tuple(range(len(tools) if len(tools) == 1 else 0))
+    if named or len(tools) == 1:
+        return named or (0,)
+    if not descriptions or not content or not tools:
+        return ()
+    fits = [described(t, content, descriptions) for t in tools]
+    best = max(range(len(tools)), key=lambda i: fits[i])
+    return (best,) if fits[best] >= DESCRIBED_NAMES else ()
 
 
 def _steps_factor(tools: Sequence[str], words: frozenset[str]) -> float:
@@ -305,6 +318,7 @@ def _support_factor(
 # ---- what the stored intents say about each step (docs/ranking.md, Plans, "Step descriptions")
 
 DESCRIBED_WEIGHT = 0.3  # share of a part's match from how well its step's description fits it
+DESCRIBED_NAMES = 0.4  # a step no tool name names runs when its description fits this share
 DESCRIBED_INTENTS = 8  # a pattern's first intents read for its steps' descriptions
 DESCRIBED_VALUE_CHARS = 3  # a step's literal values shorter than this locate nothing
 _DESCRIPTIONS_KEPT = 4096  # patterns whose step descriptions are kept between requests
@@ -684,7 +698,8 @@ def compose(
             if hit.match < COVER_MATCH or (cap, n) in match:
                 continue
             tools = hit.suggestion.pattern.tools_used
-            if named_steps(tools, words[n]):  # a part starts only where it has a step to run
+            # a part starts only where it has a step to run
+            if named_steps(tools, words[n], content, descriptions):
                 chosen.append(cap)
             match[(cap, n)] = (
                 hit.match
@@ -751,7 +766,9 @@ def compose(
     for state in beam_states:
         if not MIN_PLAN_PARTS <= len(state.segments) <= MAX_PLAN_PARTS:
             continue
-        plan = _plan(state, shown, match, rel, request_parts[:parts], weight, best_single)
+        plan = _plan(
+            state, shown, match, rel, request_parts[:parts], weight, best_single, descriptions
+        )
         if plan is None or plan.score.total <= max(best_single + PLAN_MARGIN, least):
             continue
         if not any(frozenset(plan.tools) <= tools for tools in single_tools):
@@ -764,13 +781,15 @@ def _plan_steps(
     segments: Sequence[tuple[str, tuple[int, ...]]],
     shown: dict[str, Suggestion],
     request_parts: Sequence[str],
+    descriptions: dict[str, frozenset[str]] | None = None,
 ) -> list[tuple[int, ...]]:
     """Each segment's steps (`named_steps` over the text it covers); a tool two segments both
     run stays only in the one naming it best (the later on a tie), so a plan runs a tool once."""
-    words = [text_words(" ".join(request_parts[n] for n in ps)) for _, ps in segments]
+    texts = [" ".join(request_parts[n] for n in ps) for _, ps in segments]
+    words = [text_words(t) for t in texts]
     steps = [
-        list(named_steps(shown[c].pattern.tools_used, w))
-        for (c, _), w in zip(segments, words, strict=True)
+        list(named_steps(shown[c].pattern.tools_used, w, content_words(t), descriptions))
+        for (c, _), w, t in zip(segments, words, texts, strict=True)
     ]
     best: dict[str, tuple[float, int]] = {}
     for n, (cap, _) in enumerate(segments):
@@ -793,10 +812,11 @@ def _plan(
     request_parts: Sequence[str],
     weights: Sequence[float],
     best_single: float,
+    descriptions: dict[str, frozenset[str]] | None = None,
 ) -> Plan | None:
     """The plan of a searched state, its parts left without a step dropped; None when fewer
     than `MIN_PLAN_PARTS` remain."""
-    all_steps = _plan_steps(state.segments, shown, request_parts)
+    all_steps = _plan_steps(state.segments, shown, request_parts, descriptions)
     kept = [(seg, st) for seg, st in zip(state.segments, all_steps, strict=True) if st]
     if len(kept) < MIN_PLAN_PARTS:
         return None

@@ -572,3 +572,28 @@ def test_a_part_prefers_the_step_its_stored_intents_describe(
     monkeypatch.setattr(plans, "DESCRIBED_WEIGHT", 0.0)
     top = compose(request, hits, 3).plans[0]
     assert top.parts[0].suggestion.capability_id == "office"
+
+
+def test_a_step_no_tool_name_names_runs_when_its_description_fits() -> None:
+    """A part naming no step of a multi-step pattern runs the step whose stored description
+    fits its words (`DESCRIBED_NAMES`), and no step when none fits enough."""
+    desk = _described(
+        "desk",
+        ("check_login", "send_report"),
+        'const r1 = await mcp.check_login({user: "mike"});\n'
+        'const r2 = await mcp.send_report({to: "ops@example.com"});',
+        "Verify the credentials of user mike are valid. Then mail the summary to ops@example.com.",
+    )
+    words = text_words("verify the credentials of user anna are valid")
+    content = plans.content_words("verify the credentials of user anna are valid")
+    descriptions = plans.tool_descriptions([[PartHit(desk, 0.8)]])
+    tools = desk.pattern.tools_used
+    assert plans.named_steps(tools, words) == ()  # no tool name is named
+    assert plans.named_steps(tools, words, content, descriptions) == (0,)
+    unrelated = plans.content_words("bake a chocolate cake for the party")
+    assert plans.named_steps(tools, words, unrelated, descriptions) == ()
+    # in a plan: the part runs the described step
+    request = ("verify the credentials of user anna are valid", "send an email with the list")
+    hits = [[PartHit(desk, 0.95)], [_hit("mail", ("send_email",), 0.95)]]
+    top = compose(request, hits, 3).plans[0]
+    assert top.tools == ("check_login", "send_email")
