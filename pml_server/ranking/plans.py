@@ -128,6 +128,23 @@ def _words(text: str) -> int:
     return sum(w not in _FILLER for w in _WORD.findall(text.lower()))
 
 
+# words that ask for what an earlier sentence asked ("Please provide the requested data"): a
+# sentence adding no more than `RESTATE_NEW_WORDS` other content words restates the one before
+_ECHO_WORDS = """retrieve provide perform report give show tell fetch find obtain share let
+    know inform confirm requested result results"""
+RESTATE_NEW_WORDS = 1
+RESTATE_JOINS = True
+
+
+def _restates(piece: str, before: str) -> bool:
+    """The sentence only asks again for what the one before asked: besides asking words
+    (provide, retrieve, report, ...) it holds at most `RESTATE_NEW_WORDS` content words the
+    sentence before does not ("Could you retrieve data on this topic?" after "I'm interested
+    in modern historical anthropology")."""
+    new = content_words(piece) - content_words(before) - content_words(_ECHO_WORDS)
+    return len(new) <= RESTATE_NEW_WORDS
+
+
 def split_request_weighted(text: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
     """The request's parts and their weights (`split_request_spans`)."""
     parts, weights, _ = split_request_spans(text)
@@ -172,6 +189,7 @@ def split_request_spans(
             _words(piece) < MIN_PART_WORDS
             or _words(parts[-1]) < MIN_PART_WORDS
             or (not connected and _CONTINUES.match(piece) is not None)
+            or (not connected and RESTATE_JOINS and _restates(piece, parts[-1]))
         ):
             parts[-1] = f"{parts[-1]} {piece}"
             spans[-1] = (spans[-1][0], at)

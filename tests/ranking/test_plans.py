@@ -71,8 +71,11 @@ def test_short_request_is_one_part() -> None:
 
 
 def test_split_request_is_bounded() -> None:
-    text = ". ".join(f"do step number {n} now" for n in range(50))
+    text = ". ".join(f"open folder{n} then read file{n}" for n in range(50))
     assert len(split_request(text)) == MAX_REQUEST_PARTS
+    # sentences that only repeat the one before join it (`_restates`): fewer parts still
+    repeated = ". ".join(f"do step number {n} now" for n in range(50))
+    assert 1 <= len(split_request(repeated)) <= MAX_REQUEST_PARTS
 
 
 def test_an_opening_statement_counts_less_in_coverage() -> None:
@@ -597,3 +600,41 @@ def test_a_step_no_tool_name_names_runs_when_its_description_fits() -> None:
     hits = [[PartHit(desk, 0.95)], [_hit("mail", ("send_email",), 0.95)]]
     top = compose(request, hits, 3).plans[0]
     assert top.tools == ("check_login", "send_email")
+
+
+def test_a_sentence_that_only_asks_again_joins_the_one_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ "Please provide the requested data" adds no task of its own: it joins the sentence
+    before (docs/ranking.md, Plans, "Request parts"); a sentence with a new task does not."""
+    text = (
+        "I want the energy consumption data for an office in Berlin. "
+        "Please provide the requested data. "
+        "Please retrieve the maintenance history of the Main branch library."
+    )
+    parts = split_request(text)
+    assert len(parts) == 2
+    assert parts[0].endswith("Please provide the requested data")
+    assert parts[1].startswith("Please retrieve the maintenance history")
+    monkeypatch.setattr(plans, "RESTATE_JOINS", False)
+    assert len(split_request(text)) == 3
+
+
+@given(
+    st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "retrieve", "the"]), min_size=1)
+)
+def test_restating_never_adds_a_part(words: list[str]) -> None:
+    """Joining restating sentences only ever removes parts, and every part still lies in the
+    request in order."""
+    text = ". ".join(" ".join(words[: n + 1]) for n in range(len(words))) + "."
+    parts, _, spans = split_request_spans(text)
+    with_off = plans.RESTATE_JOINS
+    try:
+        plans.RESTATE_JOINS = False
+        assert len(split_request(text)) >= len(parts)
+    finally:
+        plans.RESTATE_JOINS = with_off
+    at = 0
+    for start, end in spans:
+        assert at <= start <= end <= len(text)
+        at = end
