@@ -58,9 +58,9 @@ from pml_server.domain.model import (
     SuggestResult,
     ToolCall,
 )
-from pml_server.ranking import Retrieval, pattern_semantic, rank_lazily
 from pml_server.service import Engine
-from pml_server.service._suggest import Retrieved
+from testing.ranking_oracle import Retrieval, pattern_semantic, rank_lazily
+from testing.ranking_oracle.path import Retrieved
 
 SUITE = "context"
 TENANT = "bench"

@@ -37,10 +37,14 @@ __all__ = [
     "Step",
     "StepArgument",
     "__version__",
+    "beta_mean",
     "normalize",
     "parse_only",
+    "pattern_semantic",
     "prepare_captures",
+    "rank_next",
     "rank_query",
+    "recency_factor",
     "sha256_tagged",
 ]
 
@@ -77,6 +81,13 @@ class HnswIndex:
     def ef_search(self) -> int: ...
     @ef_search.setter
     def ef_search(self, value: int) -> None: ...
+    @property
+    def exact(self) -> bool:
+        """Whether every search without `allow` scans every live vector exactly (exact
+        recall; the engine's `vector_index = "exact"`). A search setting, not kept in
+        snapshots; False for a new or restored index."""
+    @exact.setter
+    def exact(self, value: bool) -> None: ...
     @property
     def kernel(self) -> str:
         """Distance kernel picked for this CPU: "avx2+fma+f16c" or "scalar"."""
@@ -224,15 +235,10 @@ class RankTable:
         """The step factor of each pattern (1.0 without a row), gated by the hits' expected step
         count (docs/ranking.md, Steps, "Gate"), for a request whose `STEP_NEIGHBOURS` nearest
         intents are these hits, whose analysed words are `words` and whose vector is `query`;
-        the tool profiles are first brought up to date from `ann` (None: by
-        `refresh_profiles_from`; docs/ranking.md, Steps, "Tool profiles")."""
+        the tool profiles are first brought up to date from `ann` (None: `query` is not in the
+        profiles' space, every profile factor is 1; docs/ranking.md, Steps, "Tool profiles")."""
     def profiles_stale(self) -> bool:
         """Some tool profile is out of date."""
-    def stale_profile_intents(self) -> list[int]:
-        """The intents whose vectors `refresh_profiles_from` needs (sorted, distinct)."""
-    def refresh_profiles_from(self, ids: list[int], vectors: list[list[float]], dim: int) -> None:
-        """Bring the tool profiles up to date from these rows, one of `dim` values per id
-        (InvalidArgumentError naming `vectors` otherwise)."""
     def set_counters(
         self,
         pattern_id: str,
@@ -267,6 +273,10 @@ class RankTable:
         (flagged, available_tools, tags, min_success), or None when they permit all of them."""
     def __len__(self) -> int: ...
 
+_Parts = tuple[float, float, float, float, float, float, float, float, float, float, float]
+_Ranked = tuple[str, str, _Parts, list[int]]
+_Filtered = tuple[str, str, str, str, _Parts]
+
 def rank_query(
     table: RankTable,
     ann: HnswIndex,
@@ -286,14 +296,12 @@ def rank_query(
     own_min_success: bool = False,
     words: list[str] = ...,
     transitions: dict[str, float] | None = None,
-) -> list[
-    tuple[
-        str,
-        str,
-        tuple[float, float, float, float, float, float, float, float, float, float, float],
-        list[int],
-    ]
-]:
+    explain: bool = False,
+    primary: bool = True,
+    foreign_ann: HnswIndex | None = None,
+    foreign_query: object | None = None,
+    foreign_ids: list[int] = ...,
+) -> tuple[list[_Ranked], list[_Filtered]]:
     """One Suggest query, GIL released: `limit` nearest intents and `limit` best lexical
     documents, each retrieved pattern's best cosine over all its intents, the formula, the
     filters (flagged, available_tools, tags, min_match, min_success), grouping by capability
@@ -304,7 +312,53 @@ def rank_query(
     multiplied into the total of that capability's patterns (docs/ranking.md, Sessions). With
     `available_tools`, `tags` or `own_min_success` (the request named its own min_success)
     both searches run among the permitted patterns alone (`RankTable.permitted`;
-    a permitted set of at most 1024 intents is scored whole)."""
+    a permitted set of at most 1024 intents is scored whole).
+
+    The vectors (docs/ranking.md, Other languages): `ann` is the tenant's own index, whose
+    vectors the tool profiles are means of, unless `primary` is False (the companion's index
+    and `query` in its space: no profile factor); with `foreign_ann` and `foreign_query` (both
+    or neither, else InvalidArgumentError naming the missing one), the intents `foreign_ids`
+    are scored in that index with that vector instead, the others in `ann` (no profile factor
+    either).
+
+    The second list is empty unless `explain`: then every other candidate retrieved (with an
+    allow-list, the unrestricted shortlist's too) as (pattern id, capability id, rule, detail,
+    score parts): those failing a filter (rule: its name) or whose capability a better pattern
+    represents (`same_capability`) in score order, then the capabilities after the k-th
+    (`beyond_k`)."""
+
+def rank_next(
+    table: RankTable,
+    pattern_ids: list[str],
+    weights: dict[str, float],
+    k: int,
+    params: RankParams,
+    now_ms: int,
+    *,
+    min_success: float,
+    include_flagged: bool,
+    available_tools: list[str] | None,
+    tags: list[str],
+    explain: bool = False,
+) -> tuple[list[_Ranked], list[_Filtered]]:
+    """What usually comes next (docs/ranking.md, Sessions), GIL released: the rankable
+    patterns among `pattern_ids` (each once), total = the weight of their capability in
+    `weights` (0 for another) x reliability x usage x recency x superseded penalty, match 0,
+    every filter but min_match; answered as `rank_query`."""
+
+def pattern_semantic(cosines: list[float]) -> float:
+    """A pattern's semantic part from its intents' cosines: the weighted mean of the best three
+    (weights 1, 0.25, 0.0625), at least 0; 0.0 without cosines (docs/ranking.md, Pipeline)."""
+
+def recency_factor(last_used_ms: int, now_ms: int, params: RankParams) -> float:
+    """The formula's recency factor: 1.0 while unused for at most recency_full_days, then
+    halving every half-life, floored at recency_floor."""
+
+def beta_mean(
+    successes: int, failures: int, prior_successes: float, prior_failures: float
+) -> float:
+    """(s + a) / (s + f + a + b): the Beta(a, b) posterior mean after s successes and f
+    failures (negative counts read as 0), the formula's success estimate."""
 
 # --- code normalization (pml_core_rs/src/normalize, docs/normalization.md) ---
 

@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 from pml_server.domain.model import PatternView
-from pml_server.ranking import DAY_MS, Candidate
+from pml_server.ranking import DAY_MS
 from testing.engine import Clock, code_for, make_record, open_engine
+from testing.ranking_oracle import Candidate
 
 __all__ = [
     "NOW_MS",

@@ -17,8 +17,9 @@ from pathlib import Path
 from benches.bench_quality import TENANT, _capture, _open
 from benches.harness.quality_dataset import HeldOutQuery, load
 from pml_server.domain.model import SuggestQuery
-from pml_server.ranking import Candidate, RankingConfig, rank
+from pml_server.ranking import RankingConfig
 from pml_server.service import wall_clock_ms
+from testing.ranking_oracle import Candidate, rank
 
 PROBE = RankingConfig()
 SEMANTIC_WEIGHTS = (1.0, 0.8, 0.6, 0.5, 0.4, 0.3)

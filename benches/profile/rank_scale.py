@@ -50,7 +50,7 @@ from benches.harness.service_harness import rss_bytes
 from pml_server import _core
 from pml_server.domain.model import SuggestQuery
 from pml_server.domain.records import IntentRecord
-from pml_server.ranking import RankingConfig, resolve_settings
+from pml_server.ranking import RankingConfig, RankRequest, resolve_settings
 from pml_server.ranking.lexical import query_terms
 from pml_server.ranking.table import core_params
 from pml_server.search import TenantSearchIndex, restore_index
@@ -151,7 +151,7 @@ def profile(index: TenantSearchIndex, queries: int) -> dict[str, list[float]]:
             else 0.0,
             "core rank": timed(core_rank),
             "python rank": timed(
-                partial(index.rank, vector, text, limit, K, settings, config, NOW_MS)
+                partial(index.rank, RankRequest(vector, text, limit, K, settings, config, NOW_MS))
             ),
         }
         sample["merge + table"] = (

@@ -143,7 +143,8 @@ class EngineConfig:
     )
     vector_index: str = setting(
         "hnsw",
-        "intent search: the Rust HNSW index, or exact numpy search",
+        "intent search: the Rust HNSW index, walked (hnsw) or scanned whole (exact: exact "
+        "recall, linear cost)",
         choices=("hnsw", "exact"),
     )
     # The two settable entries of the one table of limits (`pml_server.domain.limits`).

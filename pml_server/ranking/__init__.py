@@ -1,7 +1,10 @@
-"""Lazy suggestions: the pure decision logic of Suggest (no storage, no model, no transport).
+"""Lazy suggestions: Suggest's decision (no storage, no model, no transport).
 
-The engine retrieves candidates (vector index + `LexicalIndex`), builds `Candidate`s and calls
-`rank`. The formula and every default are documented in docs/ranking.md.
+The formula, filters, grouping and order run in the Rust core over each tenant's ranking
+table (`RankTable`, `pml_core_rs/src/ranking/`); this package holds what feeds it: the
+settings (`RankingConfig`), the request's resolved filters (`resolve_settings`), the lexical
+index, the session signal (`transitions`) and plans. The formula and every default are
+documented in docs/ranking.md; its Python twin is the tests' oracle (`testing/ranking_oracle`).
 """
 
 from __future__ import annotations
@@ -10,9 +13,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pml_server.ranking.candidate import Candidate
     from pml_server.ranking.config import DAY_MS, RankingConfig, default_ranking
-    from pml_server.ranking.filters import (
+    from pml_server.ranking.lexical import LexicalIndex, tokenize
+    from pml_server.ranking.settings import (
         AVAILABLE_TOOLS,
         BEYOND_K,
         FLAGGED_FOR_REMOVAL,
@@ -22,22 +25,15 @@ if TYPE_CHECKING:
         SAME_CAPABILITY,
         TAGS,
         FilterSettings,
+        resolve_settings,
     )
-    from pml_server.ranking.lazy import Retrieval, match_bound, rank_lazily, score_ceiling
-    from pml_server.ranking.lexical import LexicalIndex, tokenize
-    from pml_server.ranking.ordering import rank, resolve_settings
-    from pml_server.ranking.scoring import score
-    from pml_server.ranking.signals import (
-        beta_mean,
-        fuse_match,
-        normalize_lexical,
-        pattern_semantic,
-        recency_factor,
-        reliability_factor,
-        success_estimate,
-        usage_factor,
+    from pml_server.ranking.table import (
+        CoreSuggestion,
+        Foreign,
+        RankRequest,
+        RankTable,
+        core_params,
     )
-    from pml_server.ranking.table import CoreSuggestion, RankTable, core_params
 
 __all__ = [
     "AVAILABLE_TOOLS",
@@ -49,69 +45,43 @@ __all__ = [
     "RULES",
     "SAME_CAPABILITY",
     "TAGS",
-    "Candidate",
     "CoreSuggestion",
     "FilterSettings",
+    "Foreign",
     "LexicalIndex",
+    "RankRequest",
     "RankTable",
     "RankingConfig",
-    "Retrieval",
-    "beta_mean",
     "core_params",
     "default_ranking",
-    "fuse_match",
-    "match_bound",
-    "normalize_lexical",
-    "pattern_semantic",
-    "rank",
-    "rank_lazily",
-    "recency_factor",
-    "reliability_factor",
     "resolve_settings",
-    "score",
-    "score_ceiling",
-    "success_estimate",
     "tokenize",
-    "usage_factor",
 ]
 
 # Each name is imported from its module on first use (PEP 562): the client commands import
 # `pml_server.ranking.config` (through pml_server.config) and must not pay for numpy, the
 # stemmer and the rest of the ranking modules at startup.
 _MODULE_OF = {
-    "AVAILABLE_TOOLS": "filters",
-    "BEYOND_K": "filters",
+    "AVAILABLE_TOOLS": "settings",
+    "BEYOND_K": "settings",
     "DAY_MS": "config",
-    "FLAGGED_FOR_REMOVAL": "filters",
-    "MIN_MATCH": "filters",
-    "MIN_SUCCESS": "filters",
-    "RULES": "filters",
-    "SAME_CAPABILITY": "filters",
-    "TAGS": "filters",
-    "Candidate": "candidate",
+    "FLAGGED_FOR_REMOVAL": "settings",
+    "MIN_MATCH": "settings",
+    "MIN_SUCCESS": "settings",
+    "RULES": "settings",
+    "SAME_CAPABILITY": "settings",
+    "TAGS": "settings",
     "CoreSuggestion": "table",
-    "FilterSettings": "filters",
+    "FilterSettings": "settings",
+    "Foreign": "table",
     "LexicalIndex": "lexical",
+    "RankRequest": "table",
     "RankTable": "table",
     "RankingConfig": "config",
-    "Retrieval": "lazy",
-    "beta_mean": "signals",
     "core_params": "table",
     "default_ranking": "config",
-    "fuse_match": "signals",
-    "match_bound": "lazy",
-    "normalize_lexical": "signals",
-    "pattern_semantic": "signals",
-    "rank": "ordering",
-    "rank_lazily": "lazy",
-    "recency_factor": "signals",
-    "reliability_factor": "signals",
-    "resolve_settings": "ordering",
-    "score": "scoring",
-    "score_ceiling": "lazy",
-    "success_estimate": "signals",
+    "resolve_settings": "settings",
     "tokenize": "lexical",
-    "usage_factor": "signals",
 }
 
 

@@ -29,13 +29,14 @@ from pml_server.domain.vectors import Matrix, Vector
 
 # ---- the formula's constants and the search's bounds (docs/ranking.md, Plans) ----------------
 MAX_REQUEST_PARTS = 6  # a longer request is cut into at most this many parts
-WHOLE_HITS = 3  # the whole request's suggestions scored on each part
+WHOLE_HITS = 5  # the whole request's suggestions scored on each part
+COVER_HITS = 3  # ... the first of them the cover test and the best single capability read
 WHOLE_INTENTS = 32  # ... each scored by at most this many of its intents
 WHOLE_COVER = 0.3  # ... one of them covers the request when its match on every part reaches this
 # Part vectors pooled from the request's own model run (docs/ranking.md, Plans, "Part vectors")
 PART_CONTEXT = 0.8  # share of the request's mean token state taken off a part's mean
 WHOLE_COVER_POOLED = 0.2  # WHOLE_COVER for pooled part vectors
-MIN_PLAN_TOTAL_POOLED = 0.52  # with pooled part vectors, a plan's total must exceed this
+MIN_PLAN_TOTAL_POOLED = 0.50  # with pooled part vectors, a plan's total must exceed this
 PART_HITS = 5  # candidates retrieved per request part (the second retrieval's k)
 BEAM_WIDTH = 8  # partial plans kept after each request part
 MIN_PLAN_PARTS = 2
@@ -127,6 +128,23 @@ def _words(text: str) -> int:
     return sum(w not in _FILLER for w in _WORD.findall(text.lower()))
 
 
+# words that ask for what an earlier sentence asked ("Please provide the requested data"): a
+# sentence adding no more than `RESTATE_NEW_WORDS` other content words restates the one before
+_ECHO_WORDS = """retrieve provide perform report give show tell fetch find obtain share let
+    know inform confirm requested result results"""
+RESTATE_NEW_WORDS = 1
+RESTATE_JOINS = True
+
+
+def _restates(piece: str, before: str) -> bool:
+    """The sentence only asks again for what the one before asked: besides asking words
+    (provide, retrieve, report, ...) it holds at most `RESTATE_NEW_WORDS` content words the
+    sentence before does not ("Could you retrieve data on this topic?" after "I'm interested
+    in modern historical anthropology")."""
+    new = content_words(piece) - content_words(before) - content_words(_ECHO_WORDS)
+    return len(new) <= RESTATE_NEW_WORDS
+
+
 def split_request_weighted(text: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
     """The request's parts and their weights (`split_request_spans`)."""
     parts, weights, _ = split_request_spans(text)
@@ -171,6 +189,7 @@ def split_request_spans(
             _words(piece) < MIN_PART_WORDS
             or _words(parts[-1]) < MIN_PART_WORDS
             or (not connected and _CONTINUES.match(piece) is not None)
+            or (not connected and RESTATE_JOINS and _restates(piece, parts[-1]))
         ):
             parts[-1] = f"{parts[-1]} {piece}"
             spans[-1] = (spans[-1][0], at)
@@ -244,16 +263,29 @@ def step_match(tool: str, words: frozenset[str]) -> float:
     return sum(_names(w, words) for w in own) / len(own) if own else 0.0
 
 
-def named_steps(tools: Sequence[str], words: frozenset[str]) -> tuple[int, ...]:
+def named_steps(
+    tools: Sequence[str],
+    words: frozenset[str],
+    content: frozenset[str] = frozenset(),
+    descriptions: dict[str, frozenset[str]] | None = None,
+) -> tuple[int, ...]:
     """The steps (indexes into `tools`) whose tool the text names best: every tool that shares
     at least `NAMED_SHARE` of its words with the text. When none is named, a one-step pattern
-    keeps its step and a longer one none (the part then has no step a plan can run)."""
+    keeps its step; a longer one keeps the step whose description (`descriptions`, the text's
+    content words `content`: `described`) fits the text best, when that fit reaches
+    `DESCRIBED_NAMES`, and none otherwise (the part then has no step a plan can run)."""
     named = tuple(
         n
         for n, t in enumerate(tools)
         if step_match(t, words) >= NAMED_SHARE and t not in tools[:n]  # a tool runs once
     )
-    return named or tuple(range(len(tools) if len(tools) == 1 else 0))
+    if named or len(tools) == 1:
+        return named or (0,)
+    if not descriptions or not content or not tools:
+        return ()
+    fits = [described(t, content, descriptions) for t in tools]
+    best = max(range(len(tools)), key=lambda i: fits[i])
+    return (best,) if fits[best] >= DESCRIBED_NAMES else ()
 
 
 def _steps_factor(tools: Sequence[str], words: frozenset[str]) -> float:
@@ -299,6 +331,124 @@ def _support_factor(
     atts = _attribution(tools, words)
     best = max(range(len(tools)), key=lambda i: (atts[i], support.get(tools[i], 0.0)))
     return 1.0 - SUPPORT_WEIGHT + SUPPORT_WEIGHT * support.get(tools[best], 0.0) / top
+
+
+# ---- what the stored intents say about each step (docs/ranking.md, Plans, "Step descriptions")
+
+DESCRIBED_WEIGHT = 0.3  # share of a part's match from how well its step's description fits it
+DESCRIBED_NAMES = 0.4  # a step no tool name names runs when its description fits this share
+DESCRIBED_INTENTS = 8  # a pattern's first intents read for its steps' descriptions
+DESCRIBED_VALUE_CHARS = 3  # a step's literal values shorter than this locate nothing
+_DESCRIPTIONS_KEPT = 4096  # patterns whose step descriptions are kept between requests
+_LITERAL = re.compile(
+    r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'|(?<![\w$.])(\d+(?:\.\d+)?)(?!\w)"
+)
+_DescriptionKey = tuple[str, str, tuple[str, ...], tuple[str, ...]]
+_descriptions: dict[_DescriptionKey, tuple[frozenset[str], ...]] = {}
+
+
+def content_words(text: str) -> frozenset[str]:
+    """The stems of a text's content words: filler ("can you help me") and generic words
+    (get, info, data, ...) left out, and words of fewer than 3 letters."""
+    return frozenset(
+        _stem(w)
+        for w in _WORD.findall(text.lower())
+        if len(w) > 2 and w not in _FILLER and w not in _GENERIC
+    )
+
+
+def _step_values(code: str, tools: Sequence[str]) -> list[set[str]]:
+    """Each step's literal values (strings and numbers of at least `DESCRIBED_VALUE_CHARS`
+    characters, lower case) read from the code lines that call its tool."""
+    lines = code.splitlines()
+    out: list[set[str]] = []
+    for tool in tools:
+        call = re.compile(rf"\b{re.escape(tool)}\s*\(")
+        values: set[str] = set()
+        for line in lines:
+            found = call.search(line)
+            if found is None:
+                continue
+            for m in _LITERAL.finditer(line[found.end() :]):
+                value = (m.group(1) or m.group(2) or m.group(3) or "").strip().lower()
+                if len(value) >= DESCRIBED_VALUE_CHARS:
+                    values.add(value)
+        out.append(values)
+    return out
+
+
+def step_descriptions(pattern: PatternView) -> tuple[frozenset[str], ...]:
+    """What the pattern's stored intents say about each of its steps (docs/ranking.md, Plans,
+    "Step descriptions"): each of its first `DESCRIBED_INTENTS` intents is cut into parts
+    (`split_request`); a part holding literal values of a step's call (the step whose values
+    it holds most) describes that step, a part holding none describes the step whose tool it
+    names (at least `NAMED_SHARE`), if any. A step's description is the content words of the
+    parts describing it. Kept per pattern (its id, code, tools and intents read) for later
+    requests."""
+    tools = pattern.tools_used
+    intents = pattern.intents[:DESCRIBED_INTENTS]
+    key = (pattern.id, pattern.original_code, tools, tuple(i.text for i in intents))
+    kept = _descriptions.get(key)
+    if kept is not None:
+        return kept
+    values = _step_values(pattern.original_code, tools)
+    words: list[set[str]] = [set() for _ in tools]
+    for intent in intents:
+        for part in split_request(intent.text):
+            low = part.lower()
+            held = [sum(v in low for v in vs) for vs in values]
+            best = max(range(len(tools)), key=lambda i: held[i], default=-1)
+            if best < 0:
+                continue
+            if held[best] == 0:
+                named = [step_match(t, text_words(part)) for t in tools]
+                best = max(range(len(tools)), key=lambda i: named[i])
+                if named[best] < NAMED_SHARE:
+                    continue
+            words[best] |= content_words(part)
+    out = tuple(frozenset(w) for w in words)
+    if len(_descriptions) >= _DESCRIPTIONS_KEPT:
+        _descriptions.clear()
+    _descriptions[key] = out
+    return out
+
+
+def tool_descriptions(hits: Sequence[Sequence[PartHit]]) -> dict[str, frozenset[str]]:
+    """Each tool's description: the union of its step descriptions over the patterns `hits`
+    holds (`step_descriptions`)."""
+    out: dict[str, frozenset[str]] = {}
+    for found in hits:
+        for hit in found:
+            pattern = hit.suggestion.pattern
+            for tool, words in zip(pattern.tools_used, step_descriptions(pattern), strict=True):
+                out[tool] = out.get(tool, frozenset()) | words
+    return out
+
+
+def described(tool: str, words: frozenset[str], descriptions: dict[str, frozenset[str]]) -> float:
+    """Share of a part's content words (`words`) the tool's description holds, 0..1."""
+    if not words:
+        return 0.0
+    return len(words & descriptions.get(tool, frozenset())) / len(words)
+
+
+def _described_factor(
+    tools: Sequence[str],
+    words: frozenset[str],
+    content: frozenset[str],
+    support: dict[str, float],
+    descriptions: dict[str, frozenset[str]],
+) -> float:
+    """1 - DESCRIBED_WEIGHT + DESCRIBED_WEIGHT x how well the description of the pattern's
+    best attributed step fits the part, relative to the best fitting tool of the part's hits
+    (1 when no description fits the part at all)."""
+    atts = _attribution(tools, words)
+    best = max(range(len(tools)), key=lambda i: (atts[i], support.get(tools[i], 0.0)))
+    own = described(tools[best], content, descriptions)
+    top = max([own, *(described(t, content, descriptions) for t in support)])
+    if top <= 0:
+        return 1.0
+    return 1.0 - DESCRIBED_WEIGHT + DESCRIBED_WEIGHT * own / top
 
 
 # ---- links between parts ---------------------------------------------------------------------
@@ -538,12 +688,15 @@ def compose(
     candidates retrieved for part n (best first; only the first `part_hits` are used), `weights`
     each part's weight in the coverage (`split_request_weighted`; 1 each when None), `whole[n]`
     the whole request's first suggestions (at most `WHOLE_HITS` read) with their semantic score
-    on part n: one reaching `WHOLE_COVER` on every part covers the request, and they count for
-    the best single capability (never as a plan's part). `pooled`: the parts' vectors were
-    pooled from the request's model run (`pooled_part_vectors`), which the cover test and the
-    plan's least total are set for (`WHOLE_COVER_POOLED`, `MIN_PLAN_TOTAL_POOLED`).
+    on part n: one of the first `COVER_HITS` reaching `WHOLE_COVER` on every part covers the
+    request, and those count for the best single capability (never as a plan's part).
+    `pooled`: the parts' vectors were pooled from the request's model run
+    (`pooled_part_vectors`), which the cover test and the plan's least total are set for
+    (`WHOLE_COVER_POOLED`, `MIN_PLAN_TOTAL_POOLED`).
     None when one capability covers every part, or none beats the best single capability; a
-    plan whose tools one of the whole request's first suggestions all runs is never offered."""
+    plan whose tools one of the whole request's first `WHOLE_HITS` suggestions all runs is never
+    offered. A part's match on a hit is weighed by how well the stored intents describe the
+    hit's step in the part's words (`step_descriptions`, docs/ranking.md, Plans)."""
     parts = min(len(request_parts), len(hits), MAX_REQUEST_PARTS)
     if parts < MIN_PLAN_PARTS or plan_size <= 0:
         return Composed((), 0, 0.0, False)
@@ -553,20 +706,24 @@ def compose(
     shown: dict[str, Suggestion] = {}
     options: list[list[str]] = []
     words = [text_words(t) for t in request_parts[:parts]]
+    descriptions = tool_descriptions([*(h[:part_hits] for h in hits[:parts]), *whole[:parts]])
     for n in range(parts):
         chosen: list[str] = []
         support = _tool_support(hits[n][:part_hits], words[n])
+        content = content_words(request_parts[n])
         for hit in hits[n][:part_hits]:
             cap = hit.suggestion.capability_id
             if hit.match < COVER_MATCH or (cap, n) in match:
                 continue
             tools = hit.suggestion.pattern.tools_used
-            if named_steps(tools, words[n]):  # a part starts only where it has a step to run
+            # a part starts only where it has a step to run
+            if named_steps(tools, words[n], content, descriptions):
                 chosen.append(cap)
             match[(cap, n)] = (
                 hit.match
                 * _steps_factor(tools, words[n])
                 * _support_factor(tools, words[n], support)
+                * _described_factor(tools, words[n], content, support, descriptions)
             )
             rel[cap] = hit.suggestion.score.reliability
             shown.setdefault(cap, hit.suggestion)
@@ -575,7 +732,7 @@ def compose(
     # every part covers the request (it was retrieved for the whole of it)
     lowest: dict[str, list[float]] = {}
     for n, found in enumerate(whole[:parts]):
-        for hit in found[:WHOLE_HITS]:
+        for hit in found[:COVER_HITS]:
             cap = hit.suggestion.capability_id
             lowest.setdefault(cap, []).append(hit.match)
             if hit.match < COVER_MATCH or (cap, n) in match:
@@ -627,7 +784,9 @@ def compose(
     for state in beam_states:
         if not MIN_PLAN_PARTS <= len(state.segments) <= MAX_PLAN_PARTS:
             continue
-        plan = _plan(state, shown, match, rel, request_parts[:parts], weight, best_single)
+        plan = _plan(
+            state, shown, match, rel, request_parts[:parts], weight, best_single, descriptions
+        )
         if plan is None or plan.score.total <= max(best_single + PLAN_MARGIN, least):
             continue
         if not any(frozenset(plan.tools) <= tools for tools in single_tools):
@@ -640,13 +799,15 @@ def _plan_steps(
     segments: Sequence[tuple[str, tuple[int, ...]]],
     shown: dict[str, Suggestion],
     request_parts: Sequence[str],
+    descriptions: dict[str, frozenset[str]] | None = None,
 ) -> list[tuple[int, ...]]:
     """Each segment's steps (`named_steps` over the text it covers); a tool two segments both
     run stays only in the one naming it best (the later on a tie), so a plan runs a tool once."""
-    words = [text_words(" ".join(request_parts[n] for n in ps)) for _, ps in segments]
+    texts = [" ".join(request_parts[n] for n in ps) for _, ps in segments]
+    words = [text_words(t) for t in texts]
     steps = [
-        list(named_steps(shown[c].pattern.tools_used, w))
-        for (c, _), w in zip(segments, words, strict=True)
+        list(named_steps(shown[c].pattern.tools_used, w, content_words(t), descriptions))
+        for (c, _), w, t in zip(segments, words, texts, strict=True)
     ]
     best: dict[str, tuple[float, int]] = {}
     for n, (cap, _) in enumerate(segments):
@@ -669,10 +830,11 @@ def _plan(
     request_parts: Sequence[str],
     weights: Sequence[float],
     best_single: float,
+    descriptions: dict[str, frozenset[str]] | None = None,
 ) -> Plan | None:
     """The plan of a searched state, its parts left without a step dropped; None when fewer
     than `MIN_PLAN_PARTS` remain."""
-    all_steps = _plan_steps(state.segments, shown, request_parts)
+    all_steps = _plan_steps(state.segments, shown, request_parts, descriptions)
     kept = [(seg, st) for seg, st in zip(state.segments, all_steps, strict=True) if st]
     if len(kept) < MIN_PLAN_PARTS:
         return None

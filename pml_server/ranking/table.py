@@ -1,28 +1,25 @@
 """Suggest ranked in the Rust core: each tenant's ranking table (what the formula and the
-filters read of every pattern) and one call that turns (query vector, query words, filters, k)
-into the top k with their score parts, GIL released (`pml_core_rs/src/ranking/`).
-
-The core computes the formula of `scoring.score` with the same float operations in the same
-order and applies the filters, grouping and order of `rank.rank_scored`, so its answer is
-`rank`'s over the candidates the engine's Python retrieval builds (tests compare the two).
-`explain` stays on the Python path, which lists every candidate with its rule.
+filters read of every pattern) and the calls that turn (query vector, query words, filters, k)
+into the top k with their score parts and, with `explain`, every other candidate with its rule,
+GIL released (`pml_core_rs/src/ranking/`). The only ranking path of the service: the Python
+formula is the tests' oracle (`testing/ranking_oracle`, docs/ranking.md, Pipeline).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 
 from pml_server import _core
-from pml_server.domain.model import ScoreParts
+from pml_server.domain.model import FilteredCandidate, ScoreParts
 from pml_server.ranking.config import RankingConfig
-from pml_server.ranking.filters import FilterSettings
 from pml_server.ranking.lexical import LexicalIndex, query_terms
 from pml_server.ranking.plans import text_words, tool_words
+from pml_server.ranking.settings import FilterSettings
 
 # How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps).
 STEP_NEIGHBOURS: int = _core.STEP_NEIGHBOURS
@@ -50,13 +47,31 @@ _FORMULA_FIELDS = (
 assert set(_FORMULA_FIELDS) <= {f.name for f in fields(RankingConfig)}
 
 
-class VectorRows(Protocol):
-    """A vector index kept in Python (`search.vectors.ExactIndex`): the tool profiles
-    (docs/ranking.md, Steps, "Tool profiles") are summed from its rows."""
+@dataclass(frozen=True)
+class RankRequest:
+    """One Suggest query as the core ranks it: the request's vector and words, each index asked
+    for `limit` hits (`RankingConfig.fetch_limit`), the top `k`, the resolved filters, the
+    formula's settings and clock, and the session signal's factor by capability
+    (docs/ranking.md, Sessions; None without a context)."""
 
-    dim: int
+    vector: np.ndarray
+    text: str
+    limit: int
+    k: int
+    settings: FilterSettings
+    config: RankingConfig
+    now_ms: int
+    transitions: Mapping[str, float] | None = None
 
-    def rows_of(self, ids: Sequence[int]) -> tuple[list[int], list[list[float]]]: ...
+
+class Foreign(NamedTuple):
+    """The intents of a query recorded in another language and where they are read
+    (docs/ranking.md, Other languages: the reverse direction; `ranking::Space` in the core):
+    the companion's index and the request embedded by the companion model."""
+
+    ann: _core.HnswIndex
+    query: np.ndarray
+    ids: Sequence[int]
 
 
 @lru_cache(maxsize=4096)
@@ -157,63 +172,104 @@ class RankTable:
         pattern_ids: Sequence[str],
         text: str,
         config: RankingConfig,
-        ann: _core.HnswIndex | VectorRows | None,
+        ann: _core.HnswIndex | None,
         vector: np.ndarray,
     ) -> list[float]:
         """The step factor of each of `pattern_ids` for a request whose vector search returned
         `hits` (intent id, cosine) are its `STEP_NEIGHBOURS` nearest intents in the whole memory
         and whose vector is `vector` (its tools' profiles are read from `ann`; None: `vector`
         is in another space than theirs, the companion's, and the profiles' part is left out):
-        the core's, as its ranking applies it (docs/ranking.md, Steps)."""
-        core_ann = ann if isinstance(ann, _core.HnswIndex) else None
-        if ann is None:
-            vector = np.zeros(1, dtype=np.float32)  # no direction: every profile factor is 1
-        elif not isinstance(ann, _core.HnswIndex) and config.step_profile_weight > 0:
-            self._refresh_profiles(ann)
+        the core's, as its ranking applies it (docs/ranking.md, Steps), for the tests' oracle."""
         return self._core.step_factors(
             [i for i, _ in hits],
             [s for _, s in hits],
             list(pattern_ids),
             sorted(text_words(text)),
             core_params(config),
-            core_ann,
+            ann,
             np.asarray(vector, dtype=np.float32),
         )
-
-    def _refresh_profiles(self, ann: VectorRows) -> None:
-        """The tool profiles brought up to date from a Python vector index's rows (the core
-        reads its own index's itself)."""
-        if self._core.profiles_stale():
-            ids, rows = ann.rows_of(self._core.stale_profile_intents())
-            self._core.refresh_profiles_from(ids, rows, ann.dim)
 
     def rank(
         self,
         ann: _core.HnswIndex,
         lexical: LexicalIndex,
-        vector: np.ndarray,
-        text: str,
-        limit: int,
+        request: RankRequest,
+        *,
+        primary: bool = True,
+        foreign: Foreign | None = None,
+    ) -> list[CoreSuggestion]:
+        """The top `k` for the request. `primary`: `ann` is the tenant's own index, whose
+        vectors the tool profiles are means of (False: the companion's, for a request in another
+        language); `foreign`: intents read in the companion's space instead (docs/ranking.md,
+        Other languages)."""
+        ranked, _ = self._query(ann, lexical, request, False, primary, foreign)
+        return ranked
+
+    def explain(
+        self,
+        ann: _core.HnswIndex,
+        lexical: LexicalIndex,
+        request: RankRequest,
+        *,
+        primary: bool = True,
+        foreign: Foreign | None = None,
+    ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+        """`rank`, and every other candidate retrieved with the rule that kept it out (a filter
+        name, `same_capability` or `beyond_k`), its detail and its score parts."""
+        return self._query(ann, lexical, request, True, primary, foreign)
+
+    def rank_next(
+        self,
+        pattern_ids: Sequence[str],
+        weights: Mapping[str, float],
         k: int,
         settings: FilterSettings,
         config: RankingConfig,
         now_ms: int,
-        transitions: Mapping[str, float] | None = None,
-    ) -> list[CoreSuggestion]:
-        """The top `k` for the query, each index asked for `limit` hits (`fetch_limit`);
-        `transitions`: the session signal's factor by capability (docs/ranking.md, Sessions)."""
-        terms = query_terms(text)  # in the order `LexicalIndex.search` sums them
+        explain: bool = False,
+    ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+        """What usually comes next (a request without an intent, docs/ranking.md, Sessions):
+        the patterns among `pattern_ids` scored by their capability's transition weight, with
+        every filter but `min_match`; the filtered candidates with `explain`."""
         available = settings.available_tools
-        ranked = _core.rank_query(
+        ranked, filtered = _core.rank_next(
             self._core,
-            ann,
-            lexical.core,
-            vector,
-            terms,
-            limit,
+            list(pattern_ids),
+            dict(weights),
             k,
             core_params(config),
             now_ms,
+            min_success=settings.min_success,
+            include_flagged=settings.include_flagged,
+            available_tools=None if available is None else sorted(available),
+            tags=sorted(settings.tags),
+            explain=explain,
+        )
+        return _answer(ranked, filtered)
+
+    def _query(
+        self,
+        ann: _core.HnswIndex,
+        lexical: LexicalIndex,
+        request: RankRequest,
+        explain: bool,
+        primary: bool,
+        foreign: Foreign | None,
+    ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+        text, settings, transitions = request.text, request.settings, request.transitions
+        terms = query_terms(text)  # in the order `LexicalIndex.search` sums them
+        available = settings.available_tools
+        ranked, filtered = _core.rank_query(
+            self._core,
+            ann,
+            lexical.core,
+            request.vector,
+            terms,
+            request.limit,
+            request.k,
+            core_params(request.config),
+            request.now_ms,
             min_match=settings.min_match,
             min_success=settings.min_success,
             include_flagged=settings.include_flagged,
@@ -222,8 +278,29 @@ class RankTable:
             own_min_success=settings.own_min_success,
             words=sorted(text_words(text)),
             transitions=dict(transitions) if transitions else None,
+            explain=explain,
+            primary=primary,
+            foreign_ann=None if foreign is None else foreign.ann,
+            foreign_query=None if foreign is None else foreign.query,
+            foreign_ids=[] if foreign is None else list(foreign.ids),
         )
-        return [
+        return _answer(ranked, filtered)
+
+
+_Parts = tuple[float, float, float, float, float, float, float, float, float, float, float]
+
+
+def _answer(
+    ranked: list[tuple[str, str, _Parts, list[int]]],
+    filtered: list[tuple[str, str, str, str, _Parts]],
+) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+    return (
+        [
             CoreSuggestion(pattern_id, capability_id, ScoreParts(*parts), tuple(intents))
             for pattern_id, capability_id, parts, intents in ranked
-        ]
+        ],
+        [
+            FilteredCandidate(capability_id, pattern_id, rule, detail, ScoreParts(*parts))
+            for pattern_id, capability_id, rule, detail, parts in filtered
+        ],
+    )

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from pml_server import _core
 from pml_server.ranking.config import RankingConfig
-from pml_server.ranking.signals import recency_factor
+from pml_server.ranking.table import core_params
 
 Transition = tuple[str, int, int]  # (next capability id, count, last seen ms)
 
@@ -31,9 +32,11 @@ def transition_weights(
     """w(c) of every capability that followed the previous step (summed over repeated ids:
     a previous step standing for several capabilities)."""
     aged: dict[str, float] = {}
+    params = core_params(config)
     for capability_id, count, last_ms in transitions:
         if count > 0:
-            weight = count * recency_factor(last_ms, now_ms, config)
+            # the formula's recency factor, the core's (docs/ranking.md, Sessions)
+            weight = count * _core.recency_factor(last_ms, now_ms, params)
             aged[capability_id] = aged.get(capability_id, 0.0) + weight
     if not aged:
         return {}
@@ -52,5 +55,6 @@ def transition_factors(weights: Mapping[str, float], config: RankingConfig) -> d
 
 
 def transition_ceiling(config: RankingConfig) -> float:
-    """Above every factor: what bounds an unread candidate's total (`ranking.lazy`)."""
+    """Above every factor: what bounds an unread candidate's total in a lazy ranking (the
+    tests' oracle, `testing/ranking_oracle/lazy.py`)."""
     return 1.0 + config.transition_weight

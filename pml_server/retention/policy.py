@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pml_server import _core
 from pml_server.domain.model import PatternView, RetentionAction, RetentionEntry
-from pml_server.ranking import DAY_MS, beta_mean
+from pml_server.ranking import DAY_MS
 from pml_server.retention.config import RetentionConfig
 
 
 def _estimate(pattern: PatternView, config: RetentionConfig) -> float:
-    # The ranking's success estimate (same Beta posterior mean).
-    return beta_mean(
+    # The ranking's success estimate (same Beta posterior mean, the core's).
+    return _core.beta_mean(
         pattern.success_count, pattern.failure_count, config.prior_successes, config.prior_failures
     )
 

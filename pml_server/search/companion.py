@@ -1,43 +1,44 @@
 """A tenant's cross-lingual companion index (docs/ranking.md, Other languages): every intent's
 vector in a second, multilingual model's space, kept in memory only (computed from the intent
 texts at open and after each capture by the service, which owns the model:
-service/_companion.py), and the tenant's index as Suggest's Python path retrieves from it in
-that space (`CompanionView`), or for an English request over intents in other languages, each
-intent in the space that reads it (`MixedView`)."""
+service/_companion.py), and the tenant's index as Suggest ranks from it in that space
+(`CompanionView`), or for an English request over intents in other languages, each intent
+in the space that reads it (`MixedView`), by the same core call as the index itself."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from pml_server import _core
+from pml_server.domain.model import FilteredCandidate
 from pml_server.domain.vectors import Vector
 from pml_server.embedding.language import is_english
-from pml_server.ranking.table import RankTable
-from pml_server.search.companion_steps import CompanionSteps
-from pml_server.search.vectors import EXACT_SCAN_MIN, AnnIndex, new_index
+from pml_server.ranking import CoreSuggestion, Foreign, RankRequest
+from pml_server.search.vectors import EXACT_SCAN_MIN, new_index
 
 if TYPE_CHECKING:
     from pml_server.search.tenant import TenantSearchIndex
 
 # Added to the companion's cosine of an intent in another language when an English request is
-# compared with it beside English intents read by the primary model (`MixedView`): a request
-# and an intent in two languages score lower than the same pair in one language would, so at
-# equal meaning the foreign intent lost to the English ones. Chosen on the reverse probes'
-# tune part among 0, 0.05, 0.1 and 0.15 as the largest keeping the English-recorded groups'
-# hit@1 within 0.01 (docs/ranking.md, Other languages, "Calibration of the reverse").
+# compared with it beside English intents read by the primary model (`MixedView`; the core's
+# `ranking::space`, MIXED_FOREIGN_SHIFT, must agree): a request and an intent in two languages
+# score lower than the same pair in one language would, so at equal meaning the foreign intent
+# lost to the English ones. Chosen on the reverse probes' tune part among 0, 0.05, 0.1 and
+# 0.15 as the largest keeping the English-recorded groups' hit@1 within 0.01
+# (docs/ranking.md, Other languages, "Calibration of the reverse").
 MIXED_FOREIGN_SHIFT = 0.1
 
 
 class CompanionIndex:
     """The companion vectors of one tenant's indexed intents. `texts` is the tenant index's own
     map of indexed intent texts and `write_lock` its writers' lock: activation reads the
-    texts, and additions exclude the index's writers, under it. `pattern_of`: the tenant's
-    intent -> pattern links, for the step factors in this space (`steps`)."""
+    texts, and additions exclude the index's writers, under it."""
 
     def __init__(
         self,
@@ -46,13 +47,8 @@ class CompanionIndex:
         write_lock: threading.Lock,
         texts: Mapping[int, str],
         insert_threads: int,
-        pattern_of: Callable[[int], str | None] | None = None,
     ) -> None:
-        self.vectors: AnnIndex = new_index(kind, dim)
-        # the step factors' table in this space (docs/ranking.md, Other languages, "Steps in
-        # the companion's space"); None without `pattern_of`
-        self.steps = CompanionSteps() if pattern_of is not None else None
-        self._pattern_of = pattern_of
+        self.vectors: _core.HnswIndex = new_index(kind, dim)
         self._write_lock = write_lock
         self._texts = texts
         self._insert_threads = insert_threads
@@ -82,13 +78,9 @@ class CompanionIndex:
                 self._pending.update(self._texts)
                 self.active = True
 
-    def note(
-        self, intent_id: int, text: str, pattern_id: str = "", tools: Sequence[str] = ()
-    ) -> None:
-        """An intent just indexed for `pattern_id`, whose tools are `tools` (the caller holds
-        the index's write lock). One that is not English makes the tenant use the companion."""
-        if self.steps is not None and pattern_id:
-            self.steps.note_tools(pattern_id, tools)
+    def note(self, intent_id: int, text: str) -> None:
+        """An intent just indexed (the caller holds the index's write lock). One that is not
+        English makes the tenant use the companion."""
         foreign = not is_english(text)
         if foreign or self.active:
             with self._lock:
@@ -132,14 +124,6 @@ class CompanionIndex:
                 self.vectors.add(
                     ids, vectors[keep].astype(np.float32), threads=self._insert_threads
                 )
-                if self.steps is not None and self._pattern_of is not None:
-                    self.steps.link(
-                        [
-                            (intent_ids[n], pattern_id)
-                            for n in keep
-                            if (pattern_id := self._pattern_of(intent_ids[n])) is not None
-                        ]
-                    )
             for i in intent_ids:
                 self._pending.pop(i, None)
 
@@ -150,17 +134,35 @@ class CompanionIndex:
                 self._pending.pop(i, None)
                 self._foreign.discard(i)
             present = [i for i in intent_ids if self.vectors.contains(i)]
-            if self.steps is not None and present:
-                self.steps.unlink(present)
             if present:
                 self.vectors.remove(np.array(present, dtype=np.uint64))
 
 
 class _TenantReads:
     """What a view reads from the tenant's own index whatever space it scores in: a pattern's
-    intents and the lexical index (text, not vectors)."""
+    intents, the lexical index (text, not vectors) and the ranking table; and its ranking, by
+    the same core call as the index's (`RankTable.rank`) in the view's space (`_ranked_in`)."""
 
     _index: TenantSearchIndex
+
+    def _ranked_in(self) -> tuple[_core.HnswIndex, bool, Foreign | None]:
+        """The index the core searches, whether it is the primary one (the tool profiles'
+        space), and the intents read in the companion's space besides."""
+        raise NotImplementedError
+
+    def rank(self, request: RankRequest) -> list[CoreSuggestion]:
+        """`TenantSearchIndex.rank` in this view's space."""
+        ann, primary, foreign = self._ranked_in()
+        return self._index.ranks.rank(
+            ann, self._index.lexical, request, primary=primary, foreign=foreign
+        )
+
+    def explain(self, request: RankRequest) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+        """`TenantSearchIndex.explain` in this view's space."""
+        ann, primary, foreign = self._ranked_in()
+        return self._index.ranks.explain(
+            ann, self._index.lexical, request, primary=primary, foreign=foreign
+        )
 
     def pattern_of(self, intent_id: int) -> str | None:
         return self._index.pattern_of(intent_id)
@@ -173,46 +175,39 @@ class _TenantReads:
 
 
 class CompanionView(_TenantReads):
-    """A tenant's index as Suggest's Python path retrieves from it (`service._suggest.retrieve`),
-    with the vector searches in the companion's space: the same patterns, intents and lexical
-    documents, other cosines (docs/ranking.md, Other languages)."""
+    """A tenant's index with the vector searches in the companion's space: the same patterns,
+    intents, lexical documents and ranking table, other cosines (docs/ranking.md, Other
+    languages). Ranked by the same core call as the index itself (`rank`, `explain`); the
+    retrieval methods serve the tests' oracle (`testing/ranking_oracle/path.py`)."""
 
     def __init__(
         self,
         index: TenantSearchIndex,
-        companion: AnnIndex,
+        companion: _core.HnswIndex,
         read_lock: AbstractContextManager[object],
-        steps: CompanionSteps | None = None,
     ) -> None:
         self._index = index
-        self._companion = companion
+        self.vectors = companion
         self._read_lock = read_lock
         self.lexical = index.lexical
-        # the step factors: with `steps`, its table, whose tool profiles are summed from the
-        # companion's vectors (`profile_vectors`); else the tenant's, without the profiles
-        self.ranks: RankTable = steps.table if steps is not None else index.ranks
-        self._steps = steps
-
-    def profile_vectors(self) -> AnnIndex | None:
-        """The vectors `ranks`' tool profiles are summed from (None: no profiles)."""
-        return self._companion if self._steps is not None else None
+        self.ranks = index.ranks
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
-        size = len(self._companion)
+        size = len(self.vectors)
         if size == 0 or limit <= 0:
             return []
         with self._read_lock:
-            ids, scores = self._companion.search(query.astype(np.float32), min(limit, size))
+            ids, scores = self.vectors.search(query.astype(np.float32), min(limit, size))
         return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
 
     def semantic_among(
         self, query: Vector, limit: int, intent_ids: Sequence[int]
     ) -> list[tuple[int, float]]:
-        if limit <= 0 or not intent_ids or len(self._companion) == 0:
+        if limit <= 0 or not intent_ids or len(self.vectors) == 0:
             return []
         allow = np.fromiter(intent_ids, dtype=np.uint64, count=len(intent_ids))
         with self._read_lock:
-            ids, scores = self._companion.search(query.astype(np.float32), limit, allow=allow)
+            ids, scores = self.vectors.search(query.astype(np.float32), limit, allow=allow)
         return [(int(i), float(s)) for i, s in zip(ids.tolist(), scores.tolist(), strict=True)]
 
     def exact_scores(self, query: Vector, intent_ids: Sequence[int]) -> dict[int, float]:
@@ -221,20 +216,22 @@ class CompanionView(_TenantReads):
         for first in range(0, len(wanted), EXACT_SCAN_MIN):
             chunk = wanted[first : first + EXACT_SCAN_MIN]
             with self._read_lock:
-                ids, scores = self._companion.search(
-                    query.astype(np.float32), len(chunk), allow=chunk
-                )
+                ids, scores = self.vectors.search(query.astype(np.float32), len(chunk), allow=chunk)
             out.update(zip(ids.tolist(), scores.tolist(), strict=True))
         return out
 
+    def _ranked_in(self) -> tuple[_core.HnswIndex, bool, Foreign | None]:
+        return self.vectors, False, None
+
 
 class MixedView(_TenantReads):
-    """A tenant's index as Suggest's Python path retrieves from it for an English request when
-    some intents were recorded in another language (docs/ranking.md, Other languages: the
-    reverse direction): each intent is compared in the space that reads it, its English
-    intents by the primary model (the `vector` the methods are given, so English pairs score
-    exactly as without this view), the others by the companion (`companion_query`, the same
-    request embedded by the companion model)."""
+    """A tenant's index for an English request when some intents were recorded in another
+    language (docs/ranking.md, Other languages: the reverse direction): each intent is
+    compared in the space that reads it, its English intents by the primary model (the
+    `vector` the methods are given, so English pairs score exactly as without this view), the
+    others by the companion (`companion_query`, the same request embedded by the companion
+    model). Ranked in the core (`rank`, `explain`); the retrieval methods serve the tests'
+    oracle."""
 
     def __init__(
         self,
@@ -290,8 +287,13 @@ class MixedView(_TenantReads):
             out.update(_shifted(list(scores.items())))
         return out
 
+    def _ranked_in(self) -> tuple[_core.HnswIndex, bool, Foreign | None]:
+        foreign = Foreign(self._companion.vectors, self._query, sorted(self._foreign))
+        return self._index.ann, True, foreign
+
 
 def _shifted(hits: list[tuple[int, float]]) -> list[tuple[int, float]]:
     """Companion cosines of intents in another language on the primary's scale, for an English
-    request (`MIXED_FOREIGN_SHIFT`), at most 1."""
-    return [(i, min(1.0, s + MIXED_FOREIGN_SHIFT)) for i, s in hits]
+    request (`MIXED_FOREIGN_SHIFT`), at most 1; in f32, as the core adds it."""
+    shift = np.float32(MIXED_FOREIGN_SHIFT)
+    return [(i, float(min(np.float32(1.0), np.float32(s) + shift))) for i, s in hits]

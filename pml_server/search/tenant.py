@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
 import numpy as np
 import numpy.typing as npt
 
 from pml_server import _core
+from pml_server.domain.model import FilteredCandidate
 from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import Vector
 from pml_server.ranking import (
@@ -28,16 +29,12 @@ from pml_server.ranking import (
     FilterSettings,
     LexicalIndex,
     RankingConfig,
+    RankRequest,
     RankTable,
 )
 from pml_server.search._index_parts import InsertQueue, SaveMarks, StagedIntents
 from pml_server.search.companion import CompanionIndex, CompanionView, MixedView
-from pml_server.search.vectors import (
-    EXACT_SCAN_MIN,
-    AnnIndex,
-    index_from_bytes,
-    new_index,
-)
+from pml_server.search.vectors import EXACT_SCAN_MIN, index_from_bytes, new_index
 
 # Threads inserting a batch of new vectors (the graph is the same whatever the number, see
 # pml_core_rs/src/index/batch_insert.rs). One: on the two cores this is tuned for, the load
@@ -49,7 +46,7 @@ INSERT_THREADS = 1
 
 class TenantSearchIndex:
     def __init__(
-        self, kind: str, dim: int, ann: AnnIndex | None = None, companion_dim: int = 0
+        self, kind: str, dim: int, ann: _core.HnswIndex | None = None, companion_dim: int = 0
     ) -> None:
         self.kind = kind
         self.dim = dim
@@ -58,23 +55,16 @@ class TenantSearchIndex:
         # The intent id <-> pattern id links live in the ranking table (in Rust: Python dicts
         # of them had cost several hundred bytes an intent).
         self.ranks = RankTable()
-        # Writers are serialized here (contains + add of one intent stays atomic). Readers take
-        # the same lock only for the numpy index: the Rust HNSW index has its own reader/writer
-        # lock and searches in parallel with the GIL released.
+        # Writers are serialized here (contains + add of one intent stays atomic). Readers do
+        # not take it: the Rust HNSW index has its own reader/writer lock and searches in
+        # parallel with the GIL released.
         self._write_lock = threading.Lock()
-        self._read_lock: AbstractContextManager[object] = (
-            self._write_lock if kind == "exact" else contextlib.nullcontext()
-        )
+        self._read_lock: AbstractContextManager[object] = contextlib.nullcontext()
         self._documents = _LexicalDocuments(self.lexical, self.ranks)
         # The cross-lingual companion (search/companion.py), if the service has the model.
         self.companion: CompanionIndex | None = (
             CompanionIndex(
-                kind,
-                companion_dim,
-                self._write_lock,
-                self._documents.texts,
-                INSERT_THREADS,
-                self.ranks.pattern_of,
+                kind, companion_dim, self._write_lock, self._documents.texts, INSERT_THREADS
             )
             if companion_dim > 0
             else None
@@ -121,10 +111,7 @@ class TenantSearchIndex:
         one is within `threshold`: the vector index scores every indexed intent (within
         `HNSW_SCORE_ERROR` of the exact cosine), the staged ones are scored exactly, and only
         those whose exact cosine could still be both the best and within the threshold are
-        named. Every committed intent of a pattern is indexed or staged. None for the numpy
-        index, whose search rebuilds its matrix after every add (the caller reads them all)."""
-        if not self.ranks_in_core():
-            return None
+        named. Every committed intent of a pattern is indexed or staged."""
         # Staged ones first: `_add_many_locked` links an intent to its pattern before it
         # settles it, so one read or the other finds it.
         staged = self.staged.among(pattern_ids)
@@ -199,27 +186,13 @@ class TenantSearchIndex:
         """The indexed intents of a pattern (empty if none)."""
         return self.ranks.intents_of(pattern_id)
 
-    def ranks_in_core(self) -> bool:
-        """Whether Suggest can rank in the core: the Rust vector index (the numpy one, kind
-        "exact", is ranked by the Python path)."""
-        return isinstance(self.ann, _core.HnswIndex)
+    def rank(self, request: RankRequest) -> list[CoreSuggestion]:
+        """The top `k` for the request ranked in the core (`RankTable.rank`)."""
+        return self.ranks.rank(self.ann, self.lexical, request)
 
-    def rank(
-        self,
-        vector: Vector,
-        text: str,
-        limit: int,
-        k: int,
-        settings: FilterSettings,
-        config: RankingConfig,
-        now_ms: int,
-        transitions: Mapping[str, float] | None = None,
-    ) -> list[CoreSuggestion]:
-        """The top `k` for the query ranked in the core (`ranks_in_core` must hold)."""
-        assert isinstance(self.ann, _core.HnswIndex)
-        return self.ranks.rank(
-            self.ann, self.lexical, vector, text, limit, k, settings, config, now_ms, transitions
-        )
+    def explain(self, request: RankRequest) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
+        """`rank` and every other candidate with its rule (`RankTable.explain`)."""
+        return self.ranks.explain(self.ann, self.lexical, request)
 
     def renumber_lexical(self, pattern_ids: list[str]) -> None:
         """Number the lexical documents of `pattern_ids` first, in that order (a rebuilt index:
@@ -236,7 +209,7 @@ class TenantSearchIndex:
         `companion_query` (an English request embedded by the companion), its English intents
         in the primary space and the others in the companion's (`MixedView`)."""
         assert self.companion is not None
-        view = CompanionView(self, self.companion.vectors, self._read_lock, self.companion.steps)
+        view = CompanionView(self, self.companion.vectors, self._read_lock)
         if companion_query is None:
             return view
         return MixedView(self, view, self.companion.foreign(), companion_query)
@@ -302,7 +275,7 @@ class _LexicalDocuments:
         self.texts[intent.id] = intent.text
         self._ranks.link_intent(intent.id, pattern_id)
         if companion is not None:
-            companion.note(intent.id, intent.text, pattern_id, tools)
+            companion.note(intent.id, intent.text)
 
     def remove(self, intent_ids: Sequence[int]) -> None:
         for intent_id in intent_ids:
@@ -317,7 +290,7 @@ class _LexicalDocuments:
 
 
 def _exact_arrays(
-    ann: AnnIndex,
+    ann: _core.HnswIndex,
     read_lock: AbstractContextManager[object],
     query: Vector,
     intent_ids: Sequence[int],

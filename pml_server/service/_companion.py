@@ -4,7 +4,7 @@ MiniLM, the default model, reads English only. Beside it, a multilingual model (
 setting: USE multilingual by default) embeds the intents too, into a second, in-memory vector
 index per tenant (`search.companion.CompanionIndex`); a Suggest whose request is not English
 (`embedding.language.is_english`: script, then function words) is answered in that space: the
-same retrieval, formula, filters and grouping on the Python path, with the companion's cosines
+same core call (retrieval, formula, filters and grouping), with the companion's cosines
 as the semantic part and the lexical part weighed `OTHER_LANGUAGE_LEXICAL_WEIGHT` at most (a
 French request's words rarely match English documents, and when they do it is mostly by
 accident; its accents are folded first, `lexical_text`).

@@ -1,41 +1,26 @@
-"""Suggest: retrieve -> rank -> complete. Without `explain` (and on a local store) all three
-run in the Rust core over the tenant's ranking table (`_suggest_core`); this is the Python
-path, the reference the core is tested against.
-
-Retrieval is hybrid search (vector + lexical, over-fetched) turned into one
-`ranking.Retrieval` per pattern with its best semantic and lexical scores, and the loader that
-makes `ranking.Candidate`s of the few patterns `rank_lazily` needs to read.
-
-Ranking needs only a pattern's record and counters (one multi-get per batch); the intent
-mappings, the costly part of a view, are read afterwards for the suggested patterns alone
-(`Retrieved.complete`).
+"""Suggest: retrieve -> rank -> complete. Retrieval and ranking are one call into the Rust
+core over the tenant's ranking table (`_suggest_core`), for every request: with or without
+`explain`, over either vector index kind, a local or shared store, in the companion's space
+(another language), each intent in the space that reads it (an English request over intents
+recorded in another language) or, without an intent, what usually comes next; the suggested
+patterns' views are read afterwards. Plans (several capabilities for one request) are
+composed here from the ranked parts (docs/ranking.md, Plans).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
 from pml_server import _core
-from pml_server.capture.views import pattern_view
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import SuggestQuery, SuggestResult
-from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.domain.vectors import CheckedVector, Vector, client_vector
 from pml_server.embedding.base import EmbedderWrapper
-from pml_server.ranking import (
-    Candidate,
-    RankingConfig,
-    Retrieval,
-    pattern_semantic,
-    rank_lazily,
-    resolve_settings,
-    score_ceiling,
-)
-from pml_server.ranking.ordering import rank_next
+from pml_server.ranking import RankingConfig, resolve_settings
 from pml_server.ranking.plans import (
     MIN_PLAN_PARTS,
     PART_HITS,
@@ -46,17 +31,14 @@ from pml_server.ranking.plans import (
     pooled_part_vectors,
     split_request_spans,
 )
-from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.ranking.transitions import transition_factors
 from pml_server.search import TenantSearchIndex
 from pml_server.search.companion import CompanionView, MixedView
-from pml_server.search.vectors import EXACT_SCAN_MIN, ExactIndex
 from pml_server.service import _companion
 from pml_server.service import _sessions as sessions
 from pml_server.service._arguments import check_tenant
 from pml_server.service._state import EngineState, no_words_error, usable
-from pml_server.service._suggest_core import suggest_in_core
-from pml_server.storage.repo import Repository
+from pml_server.service._suggest_core import suggest_in_core, with_views
 
 
 def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
@@ -75,7 +57,7 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
         # English model alone; docs/ranking.md, Other languages)
         return rank_suggestions(state, tenant, query)
     check_tenant(tenant)
-    _check_query(query)
+    check_query(query)
     # One model run for the request and its parts (docs/ranking.md, Plans, "Part vectors")
     whole_vector, vectors, pooled = _part_vectors(state, query, request_parts, spans)
     if whole_vector is not None:
@@ -167,7 +149,7 @@ def _whole_on_parts(
     vectors: dict[str, Vector],
 ) -> list[list[PartHit]]:
     """The whole request's first `WHOLE_HITS` suggestions, each with its semantic score on every
-    part (the ranking's `pattern_semantic` of its intents' exact cosines to the part's vector),
+    part (the core's `pattern_semantic` of its intents' exact cosines to the part's vector),
     so a capability that covers the request is known to do so (docs/ranking.md, Plans)."""
     index = state.indexes.get(tenant)
     top = result.suggestions[:WHOLE_HITS]
@@ -185,7 +167,7 @@ def _whole_on_parts(
         for s in top:
             scores = [cosines[i] for i in intents[s.pattern.id] if i in cosines]
             if scores:
-                found.append(PartHit(s, pattern_semantic(scores)))
+                found.append(PartHit(s, _core.pattern_semantic(scores)))
         out.append(found)
     return out
 
@@ -193,16 +175,16 @@ def _whole_on_parts(
 def rank_suggestions(
     state: EngineState, tenant: str, query: SuggestQuery, ranking: RankingConfig | None = None
 ) -> SuggestResult:
-    """Hybrid retrieval (vector + lexical, over-fetched), one Candidate per pattern with
-    its best semantic and lexical scores, then `ranking.rank_lazily` filters, groups and
-    orders, and the suggested patterns' views are completed. `ranking`: the server's unless
-    given (a plan's request parts, `part_ranking`)."""
+    """The query ranked in the core over the tenant's ranking table (hybrid retrieval, the
+    formula, filters, grouping, the top k and, with `explain`, every other candidate with its
+    rule), then the suggested patterns' views (`_suggest_core`). `ranking`: the server's
+    unless given (a plan's request parts, `part_ranking`)."""
     check_tenant(tenant)
     if query.context is not None:
         sessions.check_context(query.context)
     if not query.intent.strip() and query.context is not None and query.context.names_a_step():
         return suggest_next(state, tenant, query)
-    _check_query(query)
+    check_query(query)
     state.readiness.require()
     index = state.indexes.get(tenant)
     filler = state.companion_filler
@@ -212,7 +194,7 @@ def rank_suggestions(
         and _companion.applies(state.companion, query)
         and filler.ready_for(index)
     )
-    vector = _query_vector(state, query, cross_lingual)
+    vector = query_vector(state, query, cross_lingual)
     if index is None:
         return SuggestResult(())
     # an English request over intents recorded in another language: those are compared in the
@@ -231,83 +213,66 @@ def rank_suggestions(
     searched: TenantSearchIndex | CompanionView | MixedView = index
     text = query.intent
     if cross_lingual:
-        # another language: the companion's space, on this path (service/_companion.py)
+        # another language: the companion's space, the same core call (service/_companion.py)
         searched = index.cross_lingual()
         ranking = _companion.other_language_ranking(ranking)
         text = _companion.lexical_text(text)
     elif mixed:
-        searched = index.cross_lingual(_companion_vector(state, query))
+        searched = index.cross_lingual(companion_vector(state, query))
         ranking = _companion.mixed_ranking(ranking)
-    elif not query.explain and index.ranks_in_core():
-        now = state.clock()
-        return suggest_in_core(
-            state.repo, state.views, tenant, index, vector, query, ranking, now, factors
-        )
-    limit = ranking.fetch_limit(query.k)
-    permitted = index.permitted(resolve_settings(query, ranking), ranking)
-    found = retrieve(state.repo, tenant, searched, vector, text, limit, ranking, permitted)
-    if permitted is not None and query.explain:
-        # `explain` also lists what the filters removed from the unrestricted shortlist, each
-        # with its rule; they fail those filters, so the answer is that of the allow-list.
-        found.add(retrieve(state.repo, tenant, searched, vector, text, limit, ranking))
-    # the ceiling bounds the counters read after it: both from one state of the store
-    with state.repo.consistent_reads():
-        ceiling = score_ceiling(*state.repo.patterns.counter_ceilings(tenant), ranking)
-        now = state.clock()
-        result = rank_lazily(
-            query, found.retrievals, found.load, ranking, now, ceiling, transitions=factors
-        )
-        return found.complete(result)
+    now = state.clock()
+    return suggest_in_core(
+        state.repo, state.views, tenant, searched, vector, query, ranking, now, factors, text
+    )
 
 
 def suggest_next(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
     """A request without an intent but with a previous step: the capabilities that usually
-    come next (docs/ranking.md, Sessions), ranked by `ranking.rank_next` with every filter but
-    `min_match`; empty when nothing ever followed that step."""
-    resolve_settings(query, state.ranking)  # k and the filters, checked as for any request
+    come next (docs/ranking.md, Sessions), ranked in the core (`RankTable.rank_next`) with
+    every filter but `min_match`; empty when nothing ever followed that step."""
+    settings = resolve_settings(query, state.ranking)  # k and the filters, checked
     state.readiness.require()
     index = state.indexes.get(tenant)
     if index is None:
         return SuggestResult(())
     now = state.clock()
     weights = sessions.context_weights(state, tenant, query.context, now)
-    retrievals = []
+    pattern_ids: list[str] = []
     for capability_id in sorted(weights, key=lambda c: (-weights[c], c)):
         capability = state.repo.capabilities.capability(tenant, capability_id)
         if capability is None:
             continue  # deleted since
-        retrievals += [Retrieval(p, 0.0, 0.0) for p in capability.pattern_ids]
-        if len(retrievals) >= LIMITS.transitions_read.bound:
+        pattern_ids += capability.pattern_ids
+        if len(pattern_ids) >= LIMITS.transitions_read.bound:
             break  # bounded like the transitions read
-    intents = {r.pattern_id: tuple(index.intents_of(r.pattern_id)) for r in retrievals}
-    found = Retrieved(state.repo, tenant, retrievals, intents)
-    with state.repo.consistent_reads():
-        result = rank_next(query, found.load(retrievals), weights, state.ranking, now)
-        return found.complete(result)
+    ranked, filtered = index.ranks.rank_next(
+        pattern_ids, weights, query.k, settings, state.ranking, now, query.explain
+    )
+    return with_views(state.repo, state.views, tenant, ranked, filtered)
 
 
-def _query_vector(state: EngineState, query: SuggestQuery, cross_lingual: bool = False) -> Vector:
+def query_vector(state: EngineState, query: SuggestQuery, cross_lingual: bool = False) -> Vector:
     """The query's vector (the client's, or the intent embedded: by the cross-lingual
     companion when `cross_lingual`)."""
-    _check_query(query)
+    check_query(query)
     if query.intent_embedding is not None:
         return client_vector(query.intent_embedding, state.embedder.dim, "intent_embedding")
     if cross_lingual and state.companion is not None:
-        vector = _companion_vector(state, query)
+        vector = companion_vector(state, query)
         if not usable(vector):
             raise no_words_error()
         return vector
     return state.embed_one(query.intent)
 
 
-def _companion_vector(state: EngineState, query: SuggestQuery) -> Vector:
+def companion_vector(state: EngineState, query: SuggestQuery) -> Vector:
     """The request embedded by the cross-lingual companion (set)."""
     assert state.companion is not None
     vector: Vector = state.companion.embed([query.intent])[0]
     return vector
 
 
-def _check_query(query: SuggestQuery) -> None:
+def check_query(query: SuggestQuery) -> None:
     """INVALID_ARGUMENT naming each field out of its bounds."""
     bad = []
     if not query.intent.strip():
@@ -322,124 +287,3 @@ def _check_query(query: SuggestQuery) -> None:
             bad.append(FieldViolation(name, "must be between 0 and 1"))
     if bad:
         raise InvalidArgumentError(bad)
-
-
-@dataclass
-class Retrieved:
-    repo: Repository
-    tenant: str
-    retrievals: list[Retrieval]
-    # the intent ids the index held for each retrieved pattern (what `complete` reads)
-    intent_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    # what each loaded candidate was built from, so `complete` shows the counters rank saw
-    sources: dict[str, tuple[PatternRecord, PatternCounters]] = field(default_factory=dict)
-
-    def add(self, other: Retrieved) -> None:
-        """Also the patterns `other` retrieved that this did not (scores are the same)."""
-        known = {r.pattern_id for r in self.retrievals}
-        self.retrievals.extend(r for r in other.retrievals if r.pattern_id not in known)
-        for pattern_id, intent_ids in other.intent_ids.items():
-            self.intent_ids.setdefault(pattern_id, intent_ids)
-
-    def load(self, retrievals: Sequence[Retrieval]) -> list[Candidate]:
-        ids = [r.pattern_id for r in retrievals]
-        candidates = []
-        for retrieval, found in zip(
-            retrievals, self.repo.views.patterns_with_counters(self.tenant, ids), strict=True
-        ):
-            if found is None:
-                continue  # deleted since the index answered
-            record, counters = found
-            self.sources[record.id] = found
-            candidates.append(
-                Candidate(
-                    capability_id=record.capability_id,
-                    pattern=pattern_view(record, counters, (), with_params=False),
-                    semantic=retrieval.semantic,
-                    lexical=retrieval.lexical,
-                    tags=tuple(counters.tags),
-                    steps=retrieval.steps,
-                )
-            )
-        return candidates
-
-    def complete(self, result: SuggestResult) -> SuggestResult:
-        """`result` with each suggestion's full view (its intent mappings included). A pattern
-        deleted since retrieval is dropped rather than shown without its intents."""
-        wanted = [
-            (s.pattern.id, intent_id)
-            for s in result.suggestions
-            for intent_id in self.intent_ids.get(s.pattern.id, ())
-        ]
-        found: dict[str, list[IntentRecord]] = {}
-        for intent in self.repo.views.intent_views_by_id(self.tenant, wanted):
-            if intent is not None:  # None: removed since the index answered
-                found.setdefault(intent.pattern_id, []).append(intent)
-        suggestions = []
-        for suggestion in result.suggestions:
-            record, counters = self.sources[suggestion.pattern.id]
-            if intents := found.get(record.id):
-                view = pattern_view(record, counters, intents)
-                suggestions.append(replace(suggestion, pattern=view))
-        return replace(result, suggestions=tuple(suggestions))
-
-
-def retrieve(
-    repo: Repository,
-    tenant: str,
-    index: TenantSearchIndex | CompanionView | MixedView,
-    vector: Vector,
-    text: str,
-    limit: int,
-    config: RankingConfig,
-    permitted: tuple[list[str], list[int]] | None = None,
-) -> Retrieved:
-    """`limit` hits of each index; with `permitted` (pattern ids, their intents: the
-    context filters' allow-list) among those patterns alone, all of them when they hold at
-    most `EXACT_SCAN_MIN` intents (docs/ranking.md, Context filters)."""
-    if permitted is None:
-        semantic_hits = index.semantic(vector, limit)
-        lexical = dict(index.lexical_hits(text, limit))
-    else:
-        pattern_ids, allowed = permitted
-        whole = len(allowed) <= EXACT_SCAN_MIN
-        semantic_hits = index.semantic_among(vector, len(allowed) if whole else limit, allowed)
-        lexical_limit = len(pattern_ids) if whole else limit
-        lexical = dict(index.lexical.search_among(text, lexical_limit, pattern_ids))
-    patterns = {p for i, _ in semantic_hits if (p := index.pattern_of(i)) is not None}
-    patterns.update(lexical)
-    intents_of = {p: tuple(index.intents_of(p)) for p in patterns}
-    # Every intent of each pattern is scored (`pattern_semantic` weighs its best three): the ANN
-    # returns only some of them, with exact scores; the others (a lexical-only hit has none) are
-    # scored exactly in one call.
-    cosine = dict(semantic_hits)
-    unscored = [i for ids in intents_of.values() for i in ids if i not in cosine]
-    if unscored:
-        cosine.update(index.exact_scores(vector, unscored))
-    # how well each pattern's steps fit the tools the request asks for (docs/ranking.md, Steps)
-    neighbours = index.semantic(vector, STEP_NEIGHBOURS) if config.step_weight > 0 else []
-    steps = index.ranks.step_factors(
-        neighbours, list(intents_of), text, config, _profile_source(index), vector
-    )
-    retrievals = []
-    for (pattern_id, intent_ids), fit in zip(intents_of.items(), steps, strict=True):
-        scores = [cosine[i] for i in intent_ids if i in cosine]
-        if scores:  # none: deleted since the index answered
-            semantic = pattern_semantic(scores)
-            retrievals.append(Retrieval(pattern_id, semantic, lexical.get(pattern_id, 0.0), fit))
-    return Retrieved(repo, tenant, retrievals, intents_of)
-
-
-def _profile_source(
-    index: TenantSearchIndex | CompanionView | MixedView,
-) -> _core.HnswIndex | ExactIndex | None:
-    """The vector index the tool profiles are summed from (docs/ranking.md, Steps, "Tool
-    profiles"); in the companion's space, the companion's (its own table's profiles:
-    docs/ranking.md, Other languages); None for a mix of both spaces."""
-    if isinstance(index, CompanionView):
-        companion = index.profile_vectors()
-        return companion if isinstance(companion, (_core.HnswIndex, ExactIndex)) else None
-    if not isinstance(index, TenantSearchIndex):
-        return None
-    ann = index.ann
-    return ann if isinstance(ann, (_core.HnswIndex, ExactIndex)) else None

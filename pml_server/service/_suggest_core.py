@@ -2,11 +2,12 @@
 
 The table (`TenantSearchIndex.ranks`, `ranking.table`) is filled here at open and updated by
 `_writes.commit` with every change's pattern records, counters and deletions, so a Suggest
-without `explain` is one core call (retrieval, formula, filters, grouping, top k, GIL
-released) and then the k suggested patterns' views: from the cache of the views answers
-showed lately (`_views`), or read from the store. Over a shared store (replicas)
-the table also follows what other replicas write (`replication`: the pattern and counters rows
-changed since its last read), and the views are one round trip to the database.
+is one core call (retrieval, formula, filters, grouping, top k and with `explain` every other
+candidate with its rule, GIL released) and then the k suggested patterns' views: from the
+cache of the views answers showed lately (`_views`), or read from the store. Over a shared
+store (replicas) the table also follows what other replicas write (`replication`: the pattern
+and counters rows changed since its last read), and the views are one round trip to the
+database.
 """
 
 from __future__ import annotations
@@ -15,11 +16,18 @@ from collections.abc import Mapping
 
 from pml_server.capture.views import pattern_view
 from pml_server.domain import yielding
-from pml_server.domain.model import PatternView, Suggestion, SuggestQuery, SuggestResult
+from pml_server.domain.model import (
+    FilteredCandidate,
+    PatternView,
+    Suggestion,
+    SuggestQuery,
+    SuggestResult,
+)
 from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import Vector
-from pml_server.ranking import CoreSuggestion, RankingConfig, resolve_settings
+from pml_server.ranking import CoreSuggestion, RankingConfig, RankRequest, resolve_settings
 from pml_server.search import TenantSearchIndex
+from pml_server.search.companion import CompanionView, MixedView
 from pml_server.service._views import ViewCache
 from pml_server.storage.codec import stored_view
 from pml_server.storage.repo import Repository
@@ -42,24 +50,48 @@ def suggest_in_core(
     repo: Repository,
     views: ViewCache | None,
     tenant: str,
-    index: TenantSearchIndex,
+    index: TenantSearchIndex | CompanionView | MixedView,
     vector: Vector,
     query: SuggestQuery,
     config: RankingConfig,
     now_ms: int,
     transitions: Mapping[str, float] | None = None,
+    text: str | None = None,
 ) -> SuggestResult:
-    """`rank`'s answer for a query without `explain`, ranked in the core; only the suggested
-    patterns whose views `views` does not hold are read from the store (their records,
-    counters and intents). A pattern deleted since the core ranked it is dropped rather than
-    shown half-read. The views show the stored counters, which a capture may have raised
-    since the ranking. `transitions`: the session signal's factor by capability
-    (docs/ranking.md, Sessions)."""
-    settings = resolve_settings(query, config)
-    limit = config.fetch_limit(query.k)
-    ranked = index.rank(vector, query.intent, limit, query.k, settings, config, now_ms, transitions)
+    """The query's answer ranked in the core (with `explain`, every other candidate with its
+    rule too), then the suggested patterns' views (`with_views`). `transitions`: the session
+    signal's factor by capability (docs/ranking.md, Sessions); `text`: the words searched
+    lexically, the intent's unless given (accents folded for another language)."""
+    request = RankRequest(
+        vector,
+        query.intent if text is None else text,
+        config.fetch_limit(query.k),
+        query.k,
+        resolve_settings(query, config),
+        config,
+        now_ms,
+        transitions,
+    )
+    if query.explain:
+        ranked, filtered = index.explain(request)
+    else:
+        ranked, filtered = index.rank(request), []
+    return with_views(repo, views, tenant, ranked, filtered)
+
+
+def with_views(
+    repo: Repository,
+    views: ViewCache | None,
+    tenant: str,
+    ranked: list[CoreSuggestion],
+    filtered: list[FilteredCandidate],
+) -> SuggestResult:
+    """The core's suggestions with their views: only those `views` does not hold are read
+    from the store (their records, counters and intents). A pattern deleted since the core
+    ranked it is dropped rather than shown half-read. The views show the stored counters,
+    which a capture may have raised since the ranking."""
     if not ranked:
-        return SuggestResult(())
+        return SuggestResult((), filtered=tuple(filtered))
     shown: list[PatternView | None] = (
         [None] * len(ranked)
         if views is None
@@ -79,7 +111,7 @@ def suggest_in_core(
         yielding.checkpoint()
         if view is not None:
             suggestions.append(Suggestion(suggestion.capability_id, view, suggestion.score))
-    return SuggestResult(suggestions=tuple(suggestions))
+    return SuggestResult(suggestions=tuple(suggestions), filtered=tuple(filtered))
 
 
 def _read_views(

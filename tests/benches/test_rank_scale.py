@@ -9,7 +9,7 @@ from pathlib import Path
 from benches.harness import service_workload as work
 from benches.profile import rank_scale
 from pml_server.domain.model import SuggestQuery
-from pml_server.ranking import RankingConfig, resolve_settings
+from pml_server.ranking import RankingConfig, RankRequest, resolve_settings
 
 SIZE = 600
 
@@ -23,9 +23,10 @@ def test_the_state_ranks_each_execution_first_for_its_own_intent(tmp_path: Path)
     settings = resolve_settings(SuggestQuery(intent="", k=rank_scale.K), config)
     vectors = work.stored_vectors(SIZE)
     for i in (0, 17, SIZE - 1):
-        ranked = index.rank(
+        request = RankRequest(
             vectors[i], work.intent_text(i), 40, rank_scale.K, settings, config, rank_scale.NOW_MS
         )
+        ranked = index.rank(request)
         assert len(ranked) == rank_scale.K
         assert index.intents_of(ranked[0].pattern_id) == [i + 1]
     # a second build loads the cached vector index instead of inserting

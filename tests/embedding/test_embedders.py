@@ -18,7 +18,7 @@ from pml_server.domain.vectors import client_vector
 from pml_server.embedding import CachedEmbedder, HashingEmbedder, int8_graph
 from pml_server.embedding.base import ModelIntegrityError, verified_bytes
 from pml_server.embedding.minilm import MiniLMEmbedder
-from pml_server.search.vectors import ExactIndex
+from testing.exact_index import ExactIndex
 
 
 @pytest.fixture(scope="module")

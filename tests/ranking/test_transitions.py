@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pml_server.domain.model import SuggestQuery
-from pml_server.ranking import Candidate, RankingConfig, rank, score
+from pml_server.ranking import RankingConfig
 from pml_server.ranking.config import DAY_MS
 from pml_server.ranking.transitions import (
     transition_ceiling,
@@ -18,7 +18,8 @@ from pml_server.ranking.transitions import (
     transition_factors,
     transition_weights,
 )
-from tests.ranking.test_properties import candidates
+from testing.ranking_oracle import Candidate, rank, score
+from tests.ranking.oracle.test_properties import candidates
 from tests.support import NOW_MS, candidate, pattern
 
 CONFIG = RankingConfig()

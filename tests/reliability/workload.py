@@ -24,7 +24,7 @@ import pytest
 from pml_server._core import HNSW_SCORE_ERROR
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.embedding import make_embedder
-from pml_server.ranking import pattern_semantic
+from testing.ranking_oracle import pattern_semantic
 
 _EMBEDDER = make_embedder("hashing")  # what testing/server_process.py serves with
 

@@ -1,7 +1,8 @@
 """Context filters are part of retrieval (docs/ranking.md, Context filters): with
 `available_tools`, `tags` or the request's own `min_success`, Suggest answers the best-ranked
 permitted capabilities of the whole memory. The property: on a real engine, the answer (ranked
-in the core, and with `explain` in Python) equals the full ranking of every stored pattern,
+in the core with and without `explain`, and by the oracle's Python path) equals the full
+ranking of every stored pattern,
 filtered, however far the permitted patterns lie from the unrestricted shortlist (the fetch
 limit is made tiny here so that shortlist holds few of them)."""
 
@@ -15,16 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pml_server.domain.model import PageRequest, SuggestQuery, SuggestResult
-from pml_server.ranking import (
-    RankingConfig,
-    Retrieval,
-    pattern_semantic,
-    rank_lazily,
-    resolve_settings,
-)
+from pml_server.ranking import RankingConfig, resolve_settings
 from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.service import Engine
-from pml_server.service._suggest import Retrieved
+from testing.ranking_oracle import Retrieval, pattern_semantic, rank_lazily
+from testing.ranking_oracle import path as oracle
+from testing.ranking_oracle.path import Retrieved
 from tests.support import Clock, make_record, open_engine
 
 WORDS = ["read", "parse", "csv", "json", "upload", "send", "email", "report", "image", "zip"]
@@ -133,6 +130,8 @@ def test_the_answer_is_the_full_ranking_filtered(
                 core = engine.suggest("t", query)
                 explained = engine.suggest("t", replace(query, explain=True))
                 assert _key(explained) == _key(core), query
+                python = oracle.rank_suggestions(engine._state, "t", replace(query, explain=True))
+                assert _key(python) == _key(core), query
                 if restricted:
                     assert _key(core) == expected, query
         finally:

@@ -13,6 +13,7 @@ from pml_server.domain.errors import FailedPreconditionError
 from pml_server.domain.model import SuggestQuery
 from pml_server.embedding import make_embedder
 from pml_server.service import Engine
+from testing.ranking_oracle import path as oracle
 from tests.support import make_record, open_engine
 
 pytestmark = pytest.mark.model  # every test here runs a real embedding model
@@ -58,6 +59,11 @@ def test_a_request_in_another_language_finds_the_english_capability(
     assert result.suggestions[0].capability_id == caps[tool]
     explained = engine.suggest("t", SuggestQuery(request_text, k=3, explain=True))
     assert explained.suggestions[0].capability_id == caps[tool]
+    # ranked by the core in the companion's space as the oracle's Python path ranks it
+    python = oracle.rank_suggestions(engine._state, "t", SuggestQuery(request_text, k=3))
+    assert result.suggestions == python.suggestions
+    python = oracle.rank_suggestions(engine._state, "t", SuggestQuery(request_text, explain=True))
+    assert engine.suggest("t", SuggestQuery(request_text, explain=True)) == python
 
 
 def test_english_requests_keep_the_english_model(filled: tuple[Engine, dict[str, str]]) -> None:

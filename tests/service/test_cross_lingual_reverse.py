@@ -13,6 +13,7 @@ from pml_server.domain.model import SuggestQuery
 from pml_server.embedding import make_embedder
 from pml_server.search.companion import MIXED_FOREIGN_SHIFT
 from pml_server.service import Engine
+from testing.ranking_oracle import path as oracle
 from tests.support import make_record, open_engine
 
 # a memory recorded partly in other languages, partly in English
@@ -57,6 +58,9 @@ def test_an_english_request_finds_the_capability_recorded_in_another_language(
     for explain in (False, True):
         result = engine.suggest("t", SuggestQuery(request_text, k=3, explain=explain))
         assert result.suggestions[0].capability_id == caps[tool]
+        # ranked by the core, each intent in its space, as the oracle's Python path ranks it
+        query = SuggestQuery(request_text, k=3, explain=explain)
+        assert result == oracle.rank_suggestions(engine._state, "t", query)
 
 
 def test_each_intent_is_compared_in_the_space_that_reads_it(

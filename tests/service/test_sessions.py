@@ -15,6 +15,7 @@ import pytest
 from pml_server.domain.errors import InvalidArgumentError
 from pml_server.domain.model import SuggestContext, SuggestQuery
 from pml_server.service import Engine, _sessions
+from testing.ranking_oracle import path as oracle
 from tests.support import Clock, make_record, open_engine
 
 T = "t"
@@ -150,13 +151,19 @@ def test_what_usually_comes_next(engine_of: EngineOf) -> None:
         SuggestContext(previous_patterns=(engine.get_capability(T, cap["ls"]).best_pattern_id,)),
     ):
         for explain in (False, True):
-            result = engine.suggest(T, SuggestQuery("", context=context, explain=explain))
+            query = SuggestQuery("", context=context, explain=explain)
+            result = engine.suggest(T, query)
+            # ranked in the core as the oracle's Python path ranks it, filtered ones too
+            assert result == oracle.rank_suggestions(engine._state, T, query)
             got = [(s.capability_id, round(s.score.transition, 6)) for s in result.suggestions]
             assert got == [(cap["read"], round(3 / 5, 6)), (cap["tail"], round(1 / 5, 6))]
             assert all(s.score.match == 0.0 for s in result.suggestions)
     # the usual filters apply
     only_tail = SuggestQuery("", context=SuggestContext(session_id="now"), available_tools=())
     assert engine.suggest(T, only_tail).suggestions == ()
+    explained = engine.suggest(T, replace(only_tail, explain=True))
+    assert explained == oracle.rank_suggestions(engine._state, T, replace(only_tail, explain=True))
+    assert {f.rule for f in explained.filtered} == {"available_tools"}
     # nothing ever followed `tail`, and an unknown session has no previous step
     assert (
         engine.suggest(T, SuggestQuery("", context=SuggestContext(session_id="b"))).suggestions
@@ -177,7 +184,9 @@ def test_the_transition_lifts_the_usual_next_step_on_both_paths(engine_of: Engin
     plain = engine.suggest(T, query).suggestions
     assert all(s.score.transition == 1.0 for s in plain)
     core = engine.suggest(T, with_context).suggestions
-    python = engine.suggest(T, replace(with_context, explain=True)).suggestions
+    python = oracle.rank_suggestions(
+        engine._state, T, replace(with_context, explain=True)
+    ).suggestions
     assert [(s.capability_id, s.score) for s in core] == [
         (s.capability_id, s.score) for s in python
     ]

@@ -14,6 +14,7 @@ import pytest
 from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine
+from testing.ranking_oracle import path as oracle
 from tests.support import Clock, make_record, open_engine
 
 JSON_TOOLS = ["fs.read", "json.parse"]
@@ -196,7 +197,7 @@ def test_a_closed_replica_catches_up_when_it_returns(
 def test_suggest_never_sees_counts_above_the_ceiling_it_bounds_them_by(
     replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Suggest ranked in Python (`explain`) reads the tenant's counter ceilings, then the
+    """Suggest ranked in Python (the oracle's path) reads the tenant's counter ceilings, then the
     candidates' counters, and stops reading candidates whose match times the ceiling cannot
     reach the k-th score. Another replica counting in between must not show counts above that
     ceiling."""
@@ -215,7 +216,8 @@ def test_suggest_never_sees_counts_above_the_ceiling_it_bounds_them_by(
         return ceiling
 
     monkeypatch.setattr(patterns, "counter_ceilings", ceilings_then_captures_elsewhere)
-    [suggestion] = b.suggest("t", SuggestQuery("Read JSON file", explain=True)).suggestions
+    query = SuggestQuery("Read JSON file", explain=True)
+    [suggestion] = oracle.rank_suggestions(b._state, "t", query).suggestions
     assert ceilings == [(1, 1)]
     assert suggestion.pattern.usage_count <= ceilings[0][1]
     monkeypatch.undo()

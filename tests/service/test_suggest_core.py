@@ -1,10 +1,12 @@
 """Suggest ranked in the Rust core gives the Python ranking's answer, on a real engine.
 
-Without `explain` the engine ranks in the core (`ranking.table`, one call over its ranking
-table); with `explain` it ranks in Python (`service._suggest.retrieve` + `rank_lazily`, the
-reference, whose lazy answer equals the full `rank`: tests/ranking/test_lazy.py). The
-suggestions of the two must be equal, score parts bit for bit, after captures, failures, tags,
-retention marks, ungrouping, deletions and a restart (the table restored from the store)."""
+The engine ranks in the core (`ranking.table`, one call over its ranking table), with or
+without `explain`; the oracle ranks in Python (`testing/ranking_oracle/path.py`: `retrieve` +
+`rank_lazily`, the former Python path, whose lazy answer equals the full `rank`:
+tests/ranking/oracle/test_lazy.py). The suggestions of the two must be equal, score parts bit
+for bit, and with `explain` so must every filtered candidate (rule, detail, score), after
+captures, failures, tags, retention marks, ungrouping, deletions and a restart (the table
+restored from the store)."""
 
 from __future__ import annotations
 
@@ -17,15 +19,23 @@ import pytest
 
 from pml_server import _core
 from pml_server.domain.model import PageRequest, SuggestContext, SuggestQuery
-from pml_server.ranking import FilterSettings, LexicalIndex, RankingConfig, RankTable, core_params
-from pml_server.ranking.scoring import relevance
-from pml_server.ranking.signals import (
+from pml_server.ranking import (
+    FilterSettings,
+    LexicalIndex,
+    RankingConfig,
+    RankRequest,
+    RankTable,
+    core_params,
+)
+from pml_server.service import Engine, _curation
+from testing.ranking_oracle import path as oracle
+from testing.ranking_oracle.scoring import relevance
+from testing.ranking_oracle.signals import (
     recency_factor,
     reliability_factor,
     success_estimate,
     usage_factor,
 )
-from pml_server.service import Engine, _curation
 from tests.support import Clock, make_record, open_engine
 
 WORDS = [
@@ -82,9 +92,11 @@ def _assert_core_equals_python(engine: Engine, tenant: str, queries: list[Sugges
     shown = 0
     for query in queries:
         core = engine.suggest(tenant, query)
-        python = engine.suggest(tenant, replace(query, explain=True))
+        python = oracle.rank_suggestions(engine._state, tenant, replace(query, explain=True))
         assert core.suggestions == python.suggestions, query
         assert core.filtered == ()
+        explained = engine.suggest(tenant, replace(query, explain=True))
+        assert explained == python, query
         shown += len(core.suggestions)
     return shown
 
@@ -113,6 +125,21 @@ def test_the_core_ranks_as_the_python_ranking(tmp_path: Path, seed: int) -> None
     _assert_core_equals_python(reopened, "t", queries)
     assert reopened.suggest("nobody", queries[0]).suggestions == ()
     reopened.close()
+
+
+def test_the_exact_vector_index_ranks_in_the_core_as_the_python_ranking(tmp_path: Path) -> None:
+    """`vector_index = "exact"` (the core index scanning every vector) takes the same core
+    call: its answers, explained ones too, are the oracle's over the same index."""
+    rng = random.Random(3)
+    clock = Clock()
+    engine = open_engine(tmp_path, clock, retention_in_background=False, vector_index="exact")
+    assert engine._state.indexes.get("t") is None
+    _populate(engine, clock, rng, "t")
+    index = engine._state.indexes.get("t")
+    assert index is not None
+    assert index.ann.exact
+    assert _assert_core_equals_python(engine, "t", _queries(rng)) > 40
+    engine.close()
 
 
 def test_the_core_ranks_as_the_python_ranking_with_a_context(tmp_path: Path) -> None:
@@ -171,9 +198,8 @@ def test_the_core_formula_is_the_python_reference() -> None:
         query = np.array([rng.uniform(-1, 1) for _ in range(4)], dtype=np.float32)
         factor = rng.choice([None, 1.0, 1.0 + rng.random() * 0.25])
         transitions = None if factor is None else {"c": factor}
-        (got,) = table.rank(
-            ann, LexicalIndex(), query, "", 8, 1, settings, config, now, transitions
-        )
+        request = RankRequest(query, "", 8, 1, settings, config, now, transitions)
+        (got,) = table.rank(ann, LexicalIndex(), request)
         _, (cosine,) = ann.search(query, 1)
         parts = got.score
         assert (parts.semantic, parts.lexical, parts.match) == relevance(float(cosine), 0.0, config)

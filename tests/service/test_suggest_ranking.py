@@ -15,8 +15,8 @@ from pml_server.ranking import (
     TAGS,
     RankingConfig,
     default_ranking,
-    fuse_match,
 )
+from testing.ranking_oracle import fuse_match
 from tests.support import Clock, make_record, open_engine
 
 CSV_TOOLS = ["read_file", "parse_csv"]

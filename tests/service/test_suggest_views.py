@@ -18,15 +18,16 @@ from pml_server.domain.model import (
 )
 from pml_server.service import Engine, _curation
 from pml_server.service._views import ViewCache, view_bytes
+from testing.ranking_oracle import path as oracle
 from tests.support import Clock, make_record, open_engine
 
 QUERY = SuggestQuery("parse the csv report", k=5)
 
 
 def _fresh(engine: Engine, tenant: str, query: SuggestQuery) -> SuggestResult:
-    """The answer with every view read from the store now (`explain` ranks in Python, which
-    reads the views itself)."""
-    result = engine.suggest(tenant, replace(query, explain=True))
+    """The answer with every view read from the store now (the oracle's Python path reads the
+    views itself)."""
+    result = oracle.rank_suggestions(engine._state, tenant, replace(query, explain=True))
     return replace(result, filtered=())
 
 

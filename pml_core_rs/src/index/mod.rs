@@ -75,6 +75,10 @@ pub struct HnswIndex {
     kernel: Kernel,
     ef_construction: usize,
     ef_search: usize,
+    /// Every search without an `allow` list scans every live vector exactly (the engine's
+    /// `vector_index = "exact"`: exact recall, the same ranking call; docs/ranking.md,
+    /// Pipeline). A search setting, like `ef_search`, not kept in snapshots.
+    exact: bool,
     // Keyed by engine-assigned intent ids, never a caller's choice: the fast Fx hash.
     slot_of: FxHashMap<u64, u32>,
     rng: LevelRng,
@@ -115,6 +119,7 @@ impl HnswIndex {
             kernel: Kernel::detect(),
             ef_construction: params.ef_construction,
             ef_search: params.ef_search,
+            exact: false,
             slot_of: FxHashMap::default(),
             rng: LevelRng { state: LEVEL_SEED },
         })
@@ -140,6 +145,15 @@ impl HnswIndex {
         check_ef("ef_construction", ef)?;
         self.ef_construction = ef;
         Ok(())
+    }
+
+    /// Whether every unfiltered search is an exact scan.
+    pub fn exact(&self) -> bool {
+        self.exact
+    }
+
+    pub fn set_exact(&mut self, exact: bool) {
+        self.exact = exact;
     }
 
     pub fn set_ef_search(&mut self, ef: usize) -> CoreResult<()> {
@@ -402,6 +416,12 @@ impl HnswIndex {
         }
         let ef = ef.unwrap_or(self.ef_search).max(k);
         let found = match allow {
+            None if self.exact => {
+                let slots: Vec<u32> = (0..self.graph.slots() as u32)
+                    .filter(|&slot| !self.graph.deleted[slot as usize])
+                    .collect();
+                search::exact_top_k(&self.graph, &self.kernel, query, &slots, k)
+            }
             None => self.graph_search(query, k, ef, |slot| !self.graph.deleted[slot as usize]),
             Some(allow) => self.filtered_search(query, k, ef, allow),
         };

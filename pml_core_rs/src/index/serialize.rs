@@ -246,6 +246,7 @@ impl HnswIndex {
             kernel: Kernel::detect(),
             ef_construction,
             ef_search,
+            exact: false,
             slot_of,
             rng,
         })

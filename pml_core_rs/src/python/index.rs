@@ -78,6 +78,18 @@ impl PyHnswIndex {
             .map_err(PyErr::from)
     }
 
+    /// Whether every search without `allow` scans every live vector exactly (a search
+    /// setting, not kept in snapshots).
+    #[getter]
+    fn get_exact(&self) -> bool {
+        self.inner.read().exact()
+    }
+
+    #[setter]
+    fn set_exact(&self, py: Python<'_>, value: bool) {
+        py.detach(|| self.inner.write().set_exact(value));
+    }
+
     /// Name of the distance kernel picked for this CPU ("avx2+fma" or "scalar").
     #[getter]
     fn kernel(&self) -> &'static str {

@@ -87,6 +87,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ranking::PyRankParams>()?;
     m.add_class::<ranking::PyRankTable>()?;
     m.add_function(wrap_pyfunction!(ranking::rank_query, m)?)?;
+    m.add_function(wrap_pyfunction!(ranking::rank_next, m)?)?;
+    m.add_function(wrap_pyfunction!(ranking::pattern_semantic, m)?)?;
+    m.add_function(wrap_pyfunction!(ranking::recency_factor, m)?)?;
+    m.add_function(wrap_pyfunction!(ranking::beta_mean, m)?)?;
     m.add("HNSW_SCORE_ERROR", crate::index::half::MAX_SCORE_ERROR)?;
     m.add("NORMALIZER_VERSION", crate::normalize::NORMALIZER_VERSION)?;
     m.add(

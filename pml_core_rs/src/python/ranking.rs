@@ -1,7 +1,7 @@
 //! The pyo3 glue of the ranking: the `RankParams` and `RankTable` classes and `rank_query`.
 
 use pyo3::prelude::*;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::errors::invalid_arg;
 use super::index::PyHnswIndex;
@@ -195,7 +195,13 @@ impl PyRankTable {
                 refresh_profiles(&self.inner, ann, &params.inner);
             }
             let table = self.inner.read();
-            let mut profiles = ranking::ProfileFit::new(&query, &params.inner);
+            // without `ann` the profiles are not in `query`'s space: every profile factor is 1
+            let weight = if ann.is_some() {
+                params.inner.step_profile_weight
+            } else {
+                0.0
+            };
+            let mut profiles = ranking::ProfileFit::new(&query, weight);
             let hits: Vec<index::Hit> = hit_ids
                 .iter()
                 .zip(&hit_scores)
@@ -220,51 +226,10 @@ impl PyRankTable {
         }))
     }
 
-    /// Some tool profile is out of date (`refresh_profiles_from` brings it up to date).
+    /// Some tool profile is out of date (the next query with the tenant's index brings it up to
+    /// date).
     fn profiles_stale(&self) -> bool {
         self.inner.read().profiles_stale()
-    }
-
-    /// The intents whose vectors `refresh_profiles_from` needs (docs/ranking.md, Steps, "Tool
-    /// profiles"): for a vector index kept in Python.
-    fn stale_profile_intents(&self) -> Vec<u64> {
-        self.inner.read().stale_profile_intents()
-    }
-
-    /// Bring the tool profiles up to date from `vectors`, one row of `dim` values per id of
-    /// `ids` (an id left out has no vector).
-    fn refresh_profiles_from(
-        &self,
-        py: Python<'_>,
-        ids: Vec<u64>,
-        vectors: Vec<Vec<f32>>,
-        dim: usize,
-    ) -> PyResult<()> {
-        if ids.len() != vectors.len() {
-            return Err(invalid_arg("vectors", "must hold one row per id"));
-        }
-        if vectors.iter().any(|v| v.len() != dim) {
-            return Err(invalid_arg("vectors", "every row must hold dim values"));
-        }
-        let rows: rustc_hash::FxHashMap<u64, &[f32]> = ids
-            .iter()
-            .copied()
-            .zip(vectors.iter().map(|v| v.as_slice()))
-            .collect();
-        py.detach(|| {
-            self.inner
-                .write()
-                .refresh_profiles_with(dim, |id, acc| match rows.get(&id) {
-                    Some(row) => {
-                        for (a, &x) in acc.iter_mut().zip(row.iter()) {
-                            *a += f64::from(x);
-                        }
-                        true
-                    }
-                    None => false,
-                });
-        });
-        Ok(())
     }
 
     fn remove_pattern(&self, pattern_id: &str) -> bool {
@@ -330,23 +295,67 @@ impl PyRankTable {
     }
 }
 
-type RankedTuple = (
-    String,
-    String,
-    (f64, f64, f64, f64, f64, f64, f64, f64, f64, f64, f64),
-    Vec<u64>,
-);
+type PartsTuple = (f64, f64, f64, f64, f64, f64, f64, f64, f64, f64, f64);
+type RankedTuple = (String, String, PartsTuple, Vec<u64>);
+/// (pattern id, capability id, rule, detail, score parts) of a candidate `explain` lists.
+type FilteredTuple = (String, String, &'static str, String, PartsTuple);
+
+/// (match, semantic, lexical, success, usage, recency, superseded penalty, total,
+/// reliability, steps, transition): the order of `ScoreParts`' fields.
+fn parts_tuple(p: &ranking::ScoreParts) -> PartsTuple {
+    (
+        p.matched,
+        p.semantic,
+        p.lexical,
+        p.success,
+        p.usage,
+        p.recency,
+        p.penalty,
+        p.total,
+        p.reliability,
+        p.steps,
+        p.transition,
+    )
+}
+
+fn ranking_tuples(ranking: ranking::Ranking) -> (Vec<RankedTuple>, Vec<FilteredTuple>) {
+    let suggestions = ranking
+        .suggestions
+        .into_iter()
+        .map(|r| {
+            let parts = parts_tuple(&r.parts);
+            (r.pattern_id, r.capability_id, parts, r.intent_ids)
+        })
+        .collect();
+    let filtered = ranking
+        .filtered
+        .into_iter()
+        .map(|f| {
+            let parts = parts_tuple(&f.parts);
+            (
+                f.pattern_id,
+                f.capability_id,
+                f.rule.name(),
+                f.detail,
+                parts,
+            )
+        })
+        .collect();
+    (suggestions, filtered)
+}
 
 /// One Suggest query ranked in the core (`ranking::query`), the GIL released throughout:
-/// the top `k` as (pattern id, capability id, (match, semantic, lexical, success, usage,
-/// recency, superseded penalty, total, reliability, steps, transition), intent ids). `words`:
-/// the request's analysed words (`ranking.plans.text_words`), for the step fit. `transitions`:
-/// the session signal's factor by capability id (docs/ranking.md, Sessions).
+/// (the top `k` as (pattern id, capability id, score parts, intent ids), the candidates
+/// `explain` lists as (pattern id, capability id, rule, detail, score parts); empty without
+/// it). Score parts: `parts_tuple`. `words`: the request's analysed words
+/// (`ranking.plans.text_words`), for the step fit. `transitions`: the session signal's factor
+/// by capability id (docs/ranking.md, Sessions).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 #[pyo3(signature = (table, ann, lexical, query, terms, limit, k, params, now_ms, *, min_match,
     min_success, include_flagged, available_tools, tags, own_min_success = false,
-    words = Vec::new(), transitions = None))]
+    words = Vec::new(), transitions = None, explain = false, primary = true,
+    foreign_ann = None, foreign_query = None, foreign_ids = Vec::new()))]
 pub(super) fn rank_query(
     py: Python<'_>,
     table: &PyRankTable,
@@ -366,9 +375,24 @@ pub(super) fn rank_query(
     own_min_success: bool,
     words: Vec<String>,
     transitions: Option<std::collections::HashMap<String, f64>>,
-) -> PyResult<Vec<RankedTuple>> {
+    explain: bool,
+    primary: bool,
+    foreign_ann: Option<&PyHnswIndex>,
+    foreign_query: Option<&Bound<'_, PyAny>>,
+    mut foreign_ids: Vec<u64>,
+) -> PyResult<(Vec<RankedTuple>, Vec<FilteredTuple>)> {
     let words: FxHashSet<String> = words.into_iter().collect();
     let query = f32_vector("query", query)?;
+    // intents recorded in another language, read by the companion (docs/ranking.md, Other
+    // languages): its index and the request's vector in its space, both or neither
+    let foreign_query = match (foreign_ann, foreign_query) {
+        (Some(_), Some(q)) => Some(f32_vector("foreign_query", q)?),
+        (None, None) => None,
+        (Some(_), None) => return Err(invalid_arg("foreign_query", "required with foreign_ann")),
+        (None, Some(_)) => return Err(invalid_arg("foreign_ann", "required with foreign_query")),
+    };
+    foreign_ids.sort_unstable();
+    foreign_ids.dedup();
     let terms = str_list("terms", terms)?;
     let limit = count_arg("limit", limit)?;
     let k = count_arg("k", k)?;
@@ -385,56 +409,142 @@ pub(super) fn rank_query(
             // The table is read first and held throughout, each index under its own lock
             // after it (writers hold one lock at a time, so no cycle). The context filters'
             // allow-list comes first (docs/ranking.md, Context filters).
-            refresh_profiles(&table.inner, ann, &params.inner);
+            if primary {
+                refresh_profiles(&table.inner, ann, &params.inner);
+            }
             let table = table.inner.read();
+            let primary_ann = ann.inner.read();
+            let other_ann = foreign_ann.map(|f| f.inner.read());
+            let space = match (&other_ann, &foreign_query) {
+                (Some(other), Some(other_query)) => ranking::Space::mixed(
+                    &primary_ann,
+                    &query,
+                    ranking::Foreign::new(other, other_query, &foreign_ids),
+                ),
+                _ if primary => ranking::Space::one(&primary_ann, &query),
+                _ => ranking::Space::companion(&primary_ann, &query),
+            };
             let permitted = if ranking::restricts(&filters, own_min_success) {
                 ranking::permitted(&table, &filters, &params.inner)
             } else {
                 None
             };
-            let found = ranking::retrieve_for(
+            let retrieve = if explain {
+                ranking::retrieve_explained
+            } else {
+                ranking::retrieve_for
+            };
+            let found = retrieve(
                 &table,
-                &ann.inner.read(),
+                &space,
                 &lexical.inner.read(),
-                &query,
                 &terms,
                 limit,
                 permitted.as_ref(),
             )?;
-            let ann = ann.inner.read();
-            ranking::rank_retrieved(
-                &table,
-                &ann,
-                &query,
-                &found,
-                k,
-                &filters,
-                &params.inner,
-                now_ms,
-                &words,
-            )
+            if explain {
+                ranking::explain_retrieved(
+                    &table,
+                    &space,
+                    &found,
+                    k,
+                    &filters,
+                    &params.inner,
+                    now_ms,
+                    &words,
+                )
+            } else {
+                let suggestions = ranking::rank_retrieved(
+                    &table,
+                    &space,
+                    &found,
+                    k,
+                    &filters,
+                    &params.inner,
+                    now_ms,
+                    &words,
+                )?;
+                Ok(ranking::Ranking {
+                    suggestions,
+                    filtered: Vec::new(),
+                })
+            }
         })
         .map_err(PyErr::from)?;
-    Ok(ranked
-        .into_iter()
-        .map(|r| {
-            let p = r.parts;
-            let parts = (
-                p.matched,
-                p.semantic,
-                p.lexical,
-                p.success,
-                p.usage,
-                p.recency,
-                p.penalty,
-                p.total,
-                p.reliability,
-                p.steps,
-                p.transition,
-            );
-            (r.pattern_id, r.capability_id, parts, r.intent_ids)
-        })
-        .collect())
+    Ok(ranking_tuples(ranked))
+}
+
+/// What usually comes next (`ranking::rank_next`, docs/ranking.md, Sessions), the GIL
+/// released: the rankable patterns among `pattern_ids` scored by their capability's
+/// transition weight in `weights`, with every filter but `min_match`; the answer as
+/// `rank_query`'s.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (table, pattern_ids, weights, k, params, now_ms, *, min_success,
+    include_flagged, available_tools, tags, explain = false))]
+pub(super) fn rank_next(
+    py: Python<'_>,
+    table: &PyRankTable,
+    pattern_ids: Vec<String>,
+    weights: std::collections::HashMap<String, f64>,
+    k: i64,
+    params: &PyRankParams,
+    now_ms: i64,
+    min_success: f64,
+    include_flagged: bool,
+    available_tools: Option<Vec<String>>,
+    tags: Vec<String>,
+    explain: bool,
+) -> PyResult<(Vec<RankedTuple>, Vec<FilteredTuple>)> {
+    let k = count_arg("k", k)?;
+    let weights: FxHashMap<String, f64> = weights.into_iter().collect();
+    let filters = ranking::Filters {
+        min_match: 0.0,
+        min_success,
+        include_flagged,
+        available_tools,
+        tags,
+        ..ranking::Filters::default()
+    };
+    let ranked = py.detach(|| {
+        let table = table.inner.read();
+        ranking::rank_next(
+            &table,
+            &pattern_ids,
+            &weights,
+            k,
+            &filters,
+            &params.inner,
+            now_ms,
+            explain,
+        )
+    });
+    Ok(ranking_tuples(ranked))
+}
+
+/// A pattern's semantic part from its intents' cosines (`formula::pattern_semantic`); 0.0
+/// without any.
+#[pyfunction]
+pub(super) fn pattern_semantic(mut cosines: Vec<f64>) -> f64 {
+    ranking::formula::pattern_semantic(&mut cosines).unwrap_or(0.0)
+}
+
+/// The formula's recency factor (`formula::recency_factor`).
+#[pyfunction]
+pub(super) fn recency_factor(last_used_ms: i64, now_ms: i64, params: &PyRankParams) -> f64 {
+    ranking::formula::recency_factor(last_used_ms, now_ms, &params.inner)
+}
+
+/// (s + a) / (s + f + a + b): the Beta(a, b) posterior mean after s successes and f
+/// failures (`formula::beta_mean`), the success estimate's.
+#[pyfunction]
+pub(super) fn beta_mean(
+    successes: i64,
+    failures: i64,
+    prior_successes: f64,
+    prior_failures: f64,
+) -> f64 {
+    ranking::formula::beta_mean(successes, failures, prior_successes, prior_failures)
 }
 
 /// Bring the table's tool profiles up to date (docs/ranking.md, Steps, "Tool profiles") before

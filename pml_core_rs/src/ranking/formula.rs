@@ -1,5 +1,5 @@
 //! The ranking formula (docs/ranking.md), one small function per factor, each the same IEEE
-//! operations in the same order as `pml_server/ranking/signals.py` and `scoring.py` (the
+//! operations in the same order as `testing/ranking_oracle/signals.py` and `scoring.py` (the
 //! Python reference the tests compare with bit for bit):
 //!
 //! ```text
@@ -252,6 +252,17 @@ pub fn score(
 pub fn with_transition(mut parts: ScoreParts, factor: f64) -> ScoreParts {
     parts.transition = factor;
     parts.total *= factor;
+    parts
+}
+
+/// A candidate's score when the request has no intent, only a previous step (docs/ranking.md,
+/// Sessions; `scoring.score_next`): the transition's relative likelihood `weight` stands where
+/// the match would, times the counters' factors; `transition` reports it, `matched` is 0.
+pub fn score_next(counts: &Counts, p: &Params, now_ms: i64, weight: f64) -> ScoreParts {
+    let mut parts = score(0.0, 0.0, counts, p, now_ms, 1.0);
+    let rest = parts.reliability * parts.usage * parts.recency * parts.penalty;
+    parts.total = weight * rest;
+    parts.transition = weight;
     parts
 }
 

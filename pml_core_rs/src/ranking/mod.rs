@@ -1,19 +1,22 @@
 //! Suggest's ranking in the core: the formula (`formula`), the per-tenant table of what it
 //! reads (`table`), and one query ranked from the indexes and the table (`query`).
-//! docs/ranking.md documents the formula; `pml_server/ranking` is its Python reference.
+//! docs/ranking.md documents the formula; `testing/ranking_oracle` is the Python reference
+//! the tests check it against (production ranks only here).
 
 pub mod formula;
 pub mod permitted;
 pub mod query;
+pub mod space;
 pub mod steps;
 pub mod table;
 
 pub use formula::{gated_step, score, step_gate, Counts, Params, ScoreParts};
-pub use permitted::{permitted, restricts, retrieve_for, Permitted};
+pub use permitted::{permitted, restricts, retrieve_explained, retrieve_for, Permitted};
 pub use query::{
-    expected_steps, lexical_hits, rank_retrieved, retrieve, semantic_hits, Filters, Ranked,
-    Retrieved,
+    expected_steps, explain_retrieved, lexical_hits, rank_next, rank_retrieved, retrieve,
+    score_retrieved, Candidate, Filtered, Filters, Ranked, Ranking, Retrieved, Rule,
 };
+pub use space::{Foreign, Space};
 pub use steps::{step_evidence, ProfileFit, StepEvidence};
 pub use table::RankTable;
 

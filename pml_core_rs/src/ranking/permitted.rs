@@ -9,10 +9,11 @@
 use rustc_hash::FxHashSet;
 
 use super::formula::{success_estimate, Params};
-use super::query::{lexical_hits, semantic_hits, Filters, Retrieved};
+use super::query::{retrieve, Filters, Retrieved};
+use super::space::Space;
 use super::table::{NameId, RankTable, Row};
 use crate::error::CoreResult;
-use crate::index::{HnswIndex, EXACT_SCAN_MIN};
+use crate::index::EXACT_SCAN_MIN;
 use crate::lexical::LexicalIndex;
 
 /// The patterns a request's context filters permit: their table slots and their intents.
@@ -97,9 +98,8 @@ fn permits(
 /// permitted set of at most `EXACT_SCAN_MIN` intents is retrieved whole (scored exactly).
 pub fn retrieve_permitted(
     table: &RankTable,
-    ann: &HnswIndex,
+    space: &Space<'_>,
     lexical: &LexicalIndex,
-    query: &[f32],
     terms: &[String],
     limit: usize,
     permitted: &Permitted,
@@ -117,9 +117,7 @@ pub fn retrieve_permitted(
     } else {
         (limit, limit)
     };
-    if semantic_limit > 0 && !ann.is_empty() {
-        found.semantic = ann.search(query, semantic_limit, None, Some(&permitted.intents))?;
-    }
+    found.semantic = space.among(semantic_limit, &permitted.intents)?;
     if !terms.is_empty() {
         let allowed: FxHashSet<&str> = permitted.pattern_ids(table).into_iter().collect();
         found.lexical = lexical.search_among(terms, lexical_limit, |doc| allowed.contains(doc));
@@ -131,18 +129,34 @@ pub fn retrieve_permitted(
 /// an allow-list.
 pub fn retrieve_for(
     table: &RankTable,
-    ann: &HnswIndex,
+    space: &Space<'_>,
     lexical: &LexicalIndex,
-    query: &[f32],
     terms: &[String],
     limit: usize,
     permitted: Option<&Permitted>,
 ) -> CoreResult<Retrieved> {
     match permitted {
-        Some(p) => retrieve_permitted(table, ann, lexical, query, terms, limit, p),
-        None => Ok(Retrieved {
-            semantic: semantic_hits(ann, query, limit)?,
-            lexical: lexical_hits(lexical, terms, limit),
-        }),
+        Some(p) => retrieve_permitted(table, space, lexical, terms, limit, p),
+        None => retrieve(space, lexical, terms, limit),
     }
+}
+
+/// `retrieve_for` for a request with `explain`: with an allow-list, its hits first, then the
+/// unrestricted shortlist's, so the answer lists what the filters removed from the shortlist
+/// too, each with its rule (they fail those filters: the suggestions are the allow-list's).
+pub fn retrieve_explained(
+    table: &RankTable,
+    space: &Space<'_>,
+    lexical: &LexicalIndex,
+    terms: &[String],
+    limit: usize,
+    permitted: Option<&Permitted>,
+) -> CoreResult<Retrieved> {
+    let mut found = retrieve_for(table, space, lexical, terms, limit, permitted)?;
+    if permitted.is_some() {
+        let shortlist = retrieve_for(table, space, lexical, terms, limit, None)?;
+        found.semantic.extend(shortlist.semantic);
+        found.lexical.extend(shortlist.lexical);
+    }
+    Ok(found)
 }

@@ -2,9 +2,11 @@
 //! best cosine of each retrieved pattern over all its intents, the formula, the filters,
 //! grouping by capability and the top k, all from the ranking table, without the store.
 //!
-//! The answer is that of `pml_server.ranking.rank` over the candidates
-//! `pml_server.service._suggest.retrieve` builds: the same hits, the same float operations,
-//! the same order (total, match, success descending, then capability id and pattern id).
+//! The answer is that of the tests' Python oracle, `testing.ranking_oracle.rank`, over the
+//! candidates its `path.retrieve` builds: the same hits, the same float operations, the same
+//! order (total, match, success descending, then capability id and pattern id), and with
+//! `explain` the same filtered candidates with the same rules and details. The service ranks
+//! here alone (docs/ranking.md, Pipeline).
 
 use std::cmp::Ordering;
 use std::collections::HashSet;
@@ -12,12 +14,13 @@ use std::collections::HashSet;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::formula::{
-    gated_step, pattern_semantic, score, step_gate, with_transition, Params, ScoreParts,
+    gated_step, pattern_semantic, score, score_next, step_gate, with_transition, Params, ScoreParts,
 };
+use super::space::Space;
 use super::steps::{step_evidence, ProfileFit, STEP_NEIGHBOURS};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
-use crate::index::{Hit, HnswIndex, EXACT_SCAN_MIN};
+use crate::index::{Hit, EXACT_SCAN_MIN};
 use crate::lexical::LexicalIndex;
 
 /// The request's filters, resolved against the server defaults (`ranking.FilterSettings`).
@@ -50,27 +53,17 @@ pub struct Retrieved {
     pub lexical: Vec<(String, f64)>,
 }
 
-/// Both index searches, each for `limit` hits (`service._suggest.retrieve`).
+/// Both index searches, each for `limit` hits (the oracle's `path.retrieve`).
 pub fn retrieve(
-    ann: &HnswIndex,
+    space: &Space<'_>,
     lexical: &LexicalIndex,
-    query: &[f32],
     terms: &[String],
     limit: usize,
 ) -> CoreResult<Retrieved> {
     Ok(Retrieved {
-        semantic: semantic_hits(ann, query, limit)?,
+        semantic: space.nearest(limit)?,
         lexical: lexical_hits(lexical, terms, limit),
     })
-}
-
-/// The `limit` nearest intents (fewer when the index holds fewer).
-pub fn semantic_hits(ann: &HnswIndex, query: &[f32], limit: usize) -> CoreResult<Vec<Hit>> {
-    let size = ann.len();
-    if size == 0 || limit == 0 {
-        return Ok(Vec::new());
-    }
-    ann.search(query, limit.min(size), None, None)
 }
 
 /// The `limit` best pattern documents for the query's distinct terms.
@@ -102,36 +95,93 @@ fn resolve(table: &RankTable, filters: &Filters) -> Resolved {
 }
 
 /// The order of `rank._order`: total, match, success descending, then ids ascending.
-fn best_first(a: &(ScoreParts, &str, &str), b: &(ScoreParts, &str, &str)) -> Ordering {
+fn best_first(a: &Candidate<'_>, b: &Candidate<'_>) -> Ordering {
     let desc = |x: f64, y: f64| y.partial_cmp(&x).unwrap_or(Ordering::Equal);
-    desc(a.0.total, b.0.total)
-        .then_with(|| desc(a.0.matched, b.0.matched))
-        .then_with(|| desc(a.0.success, b.0.success))
-        .then_with(|| a.1.cmp(b.1))
-        .then_with(|| a.2.cmp(b.2))
+    desc(a.parts.total, b.parts.total)
+        .then_with(|| desc(a.parts.matched, b.parts.matched))
+        .then_with(|| desc(a.parts.success, b.parts.success))
+        .then_with(|| a.capability.cmp(b.capability))
+        .then_with(|| a.pattern_id.cmp(b.pattern_id))
 }
 
-/// The top `k` capabilities, each represented by its best passing pattern.
+/// The filter rules of `ranking_oracle.filters.RULES` (`pml_server.ranking.settings.RULES`), in their order (the first one failed names
+/// why a candidate is left out), and the two reasons `explain` gives for a passing one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    FlaggedForRemoval,
+    AvailableTools,
+    Tags,
+    MinMatch,
+    MinSuccess,
+    /// A better pattern represents its capability.
+    SameCapability,
+    /// It ranked after the k-th suggestion.
+    BeyondK,
+}
+
+impl Rule {
+    /// The rule's name in the API (`FilteredCandidate.rule`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::FlaggedForRemoval => "flagged_for_removal",
+            Rule::AvailableTools => "available_tools",
+            Rule::Tags => "tags",
+            Rule::MinMatch => "min_match",
+            Rule::MinSuccess => "min_success",
+            Rule::SameCapability => "same_capability",
+            Rule::BeyondK => "beyond_k",
+        }
+    }
+}
+
+/// One scored candidate: its table row, score parts and the first filter it fails.
+pub struct Candidate<'t> {
+    pub slot: u32,
+    pub pattern_id: &'t str,
+    pub capability: &'t str,
+    pub parts: ScoreParts,
+    pub failed: Option<Rule>,
+}
+
+/// A candidate `explain` lists besides the suggestions, with its rule, a human-readable
+/// detail (the words of `ranking_oracle.filters`) and its score parts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Filtered {
+    pub pattern_id: String,
+    pub capability_id: String,
+    pub rule: Rule,
+    pub detail: String,
+    pub parts: ScoreParts,
+}
+
+/// The answer: the top k, and with `explain` every other candidate with its rule.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ranking {
+    pub suggestions: Vec<Ranked>,
+    pub filtered: Vec<Filtered>,
+}
+
+/// Every retrieved pattern that can be ranked, scored by the formula (the session signal
+/// multiplied in), with the first filter it fails.
 #[allow(clippy::too_many_arguments)]
-pub fn rank_retrieved(
-    table: &RankTable,
-    ann: &HnswIndex,
-    query: &[f32],
+pub fn score_retrieved<'t>(
+    table: &'t RankTable,
+    space: &Space<'_>,
     found: &Retrieved,
-    k: usize,
     filters: &Filters,
     params: &Params,
     now_ms: i64,
     words: &FxHashSet<String>,
-) -> CoreResult<Vec<Ranked>> {
-    // The retrieved patterns, in first-seen order, and the cosines the ANN returned.
+) -> CoreResult<Vec<Candidate<'t>>> {
+    // The retrieved patterns, in first-seen order, and the cosines the ANN returned (the first
+    // of an intent found twice: explain's two retrievals score it alike).
     let mut slots: Vec<u32> = Vec::new();
     // Keyed by table slots and engine-assigned intent ids: the fast Fx hash.
     let mut seen: FxHashSet<u32> = FxHashSet::default();
     let mut cosine: FxHashMap<u64, f32> =
         FxHashMap::with_capacity_and_hasher(found.semantic.len(), Default::default());
     for hit in &found.semantic {
-        cosine.insert(hit.id, hit.score);
+        cosine.entry(hit.id).or_insert(hit.score);
         if let Some(slot) = table.row_of_intent(hit.id) {
             if seen.insert(slot) {
                 slots.push(slot);
@@ -142,36 +192,43 @@ pub fn rank_retrieved(
         FxHashMap::with_capacity_and_hasher(found.lexical.len(), Default::default());
     for (pattern_id, value) in &found.lexical {
         if let Some(slot) = table.row_of_pattern(pattern_id) {
-            bm25.insert(slot, *value);
+            bm25.entry(slot).or_insert(*value);
             if seen.insert(slot) {
                 slots.push(slot);
             }
         }
     }
     slots.retain(|&s| table.row(s).is_rankable());
-    // Exact cosines of the retrieved patterns' other intents, as the Python path asks them.
+    // Exact cosines of the retrieved patterns' other intents, as the oracle's Python path asks them.
     let unscored: Vec<u64> = slots
         .iter()
         .flat_map(|&s| table.row(s).intents.iter().copied())
         .filter(|i| !cosine.contains_key(i))
         .collect();
     for chunk in unscored.chunks(EXACT_SCAN_MIN) {
-        for hit in ann.search(query, chunk.len(), None, Some(chunk))? {
+        for hit in space.among(chunk.len(), chunk)? {
             cosine.insert(hit.id, hit.score);
         }
     }
     let resolved = resolve(table, filters);
     let neighbours = if params.step_weight > 0.0 {
-        semantic_hits(ann, query, STEP_NEIGHBOURS)?
+        space.nearest(STEP_NEIGHBOURS)?
     } else {
         Vec::new()
     };
     let evidence = step_evidence(table, &neighbours, words, params);
     let gate = step_gate(expected_steps(table, &neighbours), params);
-    let mut profiles = ProfileFit::new(query, params);
-    let mut passing: Vec<(ScoreParts, &str, &str)> = Vec::new();
-    // Bounded by the retrieved candidates (two fetch limits), so Fx's weak mixing costs nothing.
-    let mut slot_of: FxHashMap<&str, u32> = FxHashMap::default();
+    // the tool profiles are the primary space's: left out when part of the scoring is not
+    // (docs/ranking.md, Other languages)
+    let mut profiles = ProfileFit::new(
+        space.query,
+        if space.reads_profiles() {
+            params.step_profile_weight
+        } else {
+            0.0
+        },
+    );
+    let mut scored = Vec::with_capacity(slots.len());
     for &slot in &slots {
         let row = table.row(slot);
         let mut cosines: Vec<f64> = row
@@ -184,15 +241,11 @@ pub fn rank_retrieved(
             continue; // no intent left in the vector index: deleted since it answered
         };
         let lexical = bm25.get(&slot).copied().unwrap_or(0.0);
-        // The filters read neither the total nor the steps: a candidate they remove costs no
-        // step factor. total * steps is the bits `score` gives with the factor inside (its
-        // product runs left to right, the factor last).
+        // total * steps is the bits `score` gives with the factor inside (its product runs
+        // left to right, the factor last); both step factors, gated together
+        // (docs/ranking.md, Steps, "Tool profiles"); a shut gate gives exactly 1 whatever the
+        // factors, so they are not computed
         let mut parts = score(semantic, lexical, &row.counts, params, now_ms, 1.0);
-        if !passes(row, &parts, &resolved, filters) {
-            continue;
-        }
-        // both step factors, gated together (docs/ranking.md, Steps, "Tool profiles"); a shut
-        // gate gives exactly 1 whatever the factors, so they are not computed
         if gate > 0.0 {
             let steps = gated_step(
                 evidence.factor(&row.tools) * profiles.factor(table, row),
@@ -208,27 +261,16 @@ pub fn rank_retrieved(
                 parts = with_transition(parts, factor);
             }
         }
-        passing.push((parts, capability, &row.pattern_id));
-        slot_of.insert(&row.pattern_id, slot);
+        let failed = first_failed_rule(row, &parts, &resolved, filters);
+        scored.push(Candidate {
+            slot,
+            pattern_id: &row.pattern_id,
+            capability,
+            parts,
+            failed,
+        });
     }
-    passing.sort_by(best_first);
-    let mut chosen: FxHashSet<&str> = FxHashSet::default();
-    let mut out = Vec::with_capacity(k);
-    for (parts, capability, pattern_id) in passing {
-        if out.len() == k {
-            break;
-        }
-        if chosen.insert(capability) {
-            let row = table.row(slot_of[pattern_id]);
-            out.push(Ranked {
-                pattern_id: pattern_id.to_owned(),
-                capability_id: capability.to_owned(),
-                parts,
-                intent_ids: row.intents.clone(),
-            });
-        }
-    }
-    Ok(out)
+    Ok(scored)
 }
 
 /// The request's expected step count (docs/ranking.md, Steps, "Gate"): the cosine-weighted
@@ -250,28 +292,254 @@ pub fn expected_steps(table: &RankTable, neighbours: &[Hit]) -> Option<f64> {
     (total > 0.0).then(|| weighted / total)
 }
 
-/// The filters of `ranking.filters.RULES`: flagged, available tools, tags, match, success.
-fn passes(
+/// The top `k` capabilities, each represented by its best passing pattern.
+#[allow(clippy::too_many_arguments)]
+pub fn rank_retrieved(
+    table: &RankTable,
+    space: &Space<'_>,
+    found: &Retrieved,
+    k: usize,
+    filters: &Filters,
+    params: &Params,
+    now_ms: i64,
+    words: &FxHashSet<String>,
+) -> CoreResult<Vec<Ranked>> {
+    let scored = score_retrieved(table, space, found, filters, params, now_ms, words)?;
+    Ok(order(table, scored, k, filters, false).suggestions)
+}
+
+/// `rank_retrieved` with `explain`: also every other candidate with its rule.
+#[allow(clippy::too_many_arguments)]
+pub fn explain_retrieved(
+    table: &RankTable,
+    space: &Space<'_>,
+    found: &Retrieved,
+    k: usize,
+    filters: &Filters,
+    params: &Params,
+    now_ms: i64,
+    words: &FxHashSet<String>,
+) -> CoreResult<Ranking> {
+    let scored = score_retrieved(table, space, found, filters, params, now_ms, words)?;
+    Ok(order(table, scored, k, filters, true))
+}
+
+/// What usually comes next (a request without an intent, docs/ranking.md, Sessions): the
+/// rankable patterns among `pattern_ids` (each once), scored by `weight` (the transition's
+/// relative likelihood of its capability, 0 for another) times the counters' factors, with
+/// every filter but `min_match` (there is no match: it is 0). `ordering.rank_next`.
+#[allow(clippy::too_many_arguments)]
+pub fn rank_next(
+    table: &RankTable,
+    pattern_ids: &[String],
+    weights: &FxHashMap<String, f64>,
+    k: usize,
+    filters: &Filters,
+    params: &Params,
+    now_ms: i64,
+    explain: bool,
+) -> Ranking {
+    let filters = Filters {
+        min_match: 0.0,
+        transitions: FxHashMap::default(),
+        ..filters.clone()
+    };
+    let resolved = resolve(table, &filters);
+    let mut seen: FxHashSet<u32> = FxHashSet::default();
+    let mut scored = Vec::new();
+    for pattern_id in pattern_ids {
+        let Some(slot) = table.row_of_pattern(pattern_id) else {
+            continue; // deleted since
+        };
+        let row = table.row(slot);
+        if !row.is_rankable() || !seen.insert(slot) {
+            continue;
+        }
+        let capability = row.capability.as_deref().unwrap_or_default();
+        let weight = weights.get(capability).copied().unwrap_or(0.0);
+        let parts = score_next(&row.counts, params, now_ms, weight);
+        let failed = first_failed_rule(row, &parts, &resolved, &filters);
+        scored.push(Candidate {
+            slot,
+            pattern_id: &row.pattern_id,
+            capability,
+            parts,
+            failed,
+        });
+    }
+    order(table, scored, k, &filters, explain)
+}
+
+/// Filter, group by capability, keep the top `k` (`ordering.rank_scored`); with `explain`,
+/// every other candidate in `filtered`: those failing a filter and those whose capability a
+/// better pattern represents, in score order, then the capabilities beyond the k-th.
+fn order(
+    table: &RankTable,
+    mut scored: Vec<Candidate<'_>>,
+    k: usize,
+    filters: &Filters,
+    explain: bool,
+) -> Ranking {
+    if !explain {
+        scored.retain(|c| c.failed.is_none());
+    }
+    scored.sort_by(best_first);
+    // Bounded by the retrieved candidates (two fetch limits), so Fx's weak mixing costs nothing.
+    let mut chosen: FxHashMap<&str, &str> = FxHashMap::default();
+    let mut out = Ranking::default();
+    let mut beyond = Vec::new();
+    for candidate in &scored {
+        let rule = match candidate.failed {
+            Some(rule) => Some(rule),
+            None if chosen.contains_key(candidate.capability) => Some(Rule::SameCapability),
+            None => None,
+        };
+        match rule {
+            None => {
+                chosen.insert(candidate.capability, candidate.pattern_id);
+                if out.suggestions.len() < k {
+                    out.suggestions.push(Ranked {
+                        pattern_id: candidate.pattern_id.to_owned(),
+                        capability_id: candidate.capability.to_owned(),
+                        parts: candidate.parts,
+                        intent_ids: table.row(candidate.slot).intents.clone(),
+                    });
+                } else if explain {
+                    beyond.push(candidate);
+                } else {
+                    break;
+                }
+            }
+            Some(rule) if explain => {
+                let detail = match rule {
+                    Rule::SameCapability => format!(
+                        "capability represented by pattern {}",
+                        chosen[candidate.capability]
+                    ),
+                    _ => detail(
+                        table.row(candidate.slot),
+                        table,
+                        &candidate.parts,
+                        rule,
+                        filters,
+                    ),
+                };
+                out.filtered.push(filtered(candidate, rule, detail));
+            }
+            Some(_) => {}
+        }
+    }
+    for (n, candidate) in beyond.into_iter().enumerate() {
+        let detail = format!("ranked {}, after the k={k} suggestions", k + n + 1);
+        out.filtered
+            .push(filtered(candidate, Rule::BeyondK, detail));
+    }
+    out
+}
+
+fn filtered(candidate: &Candidate<'_>, rule: Rule, detail: String) -> Filtered {
+    Filtered {
+        pattern_id: candidate.pattern_id.to_owned(),
+        capability_id: candidate.capability.to_owned(),
+        rule,
+        detail,
+        parts: candidate.parts,
+    }
+}
+
+/// The first rule of `ranking_oracle.filters.RULES` (`pml_server.ranking.settings.RULES`) a candidate fails: flagged, available tools,
+/// tags, match, success.
+fn first_failed_rule(
     row: &super::table::Row,
     parts: &ScoreParts,
     resolved: &Resolved,
     filters: &Filters,
-) -> bool {
+) -> Option<Rule> {
     if row.flagged && !filters.include_flagged {
-        return false;
+        return Some(Rule::FlaggedForRemoval);
     }
     if let Some(available) = &resolved.available {
         if row.tools.iter().any(|t| !available.contains(t)) {
-            return false;
+            return Some(Rule::AvailableTools);
         }
     }
     match &resolved.tags {
-        None => return false,
+        None => return Some(Rule::Tags),
         Some(tags) => {
             if tags.iter().any(|t| row.tags.binary_search(t).is_err()) {
-                return false;
+                return Some(Rule::Tags);
             }
         }
     }
-    parts.matched >= filters.min_match && parts.success >= filters.min_success
+    if parts.matched < filters.min_match {
+        return Some(Rule::MinMatch);
+    }
+    if parts.success < filters.min_success {
+        return Some(Rule::MinSuccess);
+    }
+    None
+}
+
+/// Why a candidate failed a filter, in the words of `ranking_oracle.filters` (`explain`).
+fn detail(
+    row: &super::table::Row,
+    table: &RankTable,
+    parts: &ScoreParts,
+    rule: Rule,
+    filters: &Filters,
+) -> String {
+    match rule {
+        Rule::FlaggedForRemoval => {
+            "pattern is flagged for removal (include_flagged is off)".to_owned()
+        }
+        Rule::AvailableTools => {
+            let available: HashSet<&str> = filters
+                .available_tools
+                .iter()
+                .flatten()
+                .map(String::as_str)
+                .collect();
+            let mut missing: Vec<&str> = row
+                .tools
+                .iter()
+                .map(|&t| table.name(t))
+                .filter(|t| !available.contains(t))
+                .collect();
+            missing.sort_unstable();
+            missing.dedup();
+            format!(
+                "needs tools the caller cannot reach: {}",
+                missing.join(", ")
+            )
+        }
+        Rule::Tags => {
+            let mut missing: Vec<&str> = filters
+                .tags
+                .iter()
+                .filter(|t| {
+                    table
+                        .name_id(t)
+                        .map_or(true, |id| row.tags.binary_search(&id).is_err())
+                })
+                .map(String::as_str)
+                .collect();
+            missing.sort_unstable();
+            missing.dedup();
+            format!("lacks requested tags: {}", missing.join(", "))
+        }
+        Rule::MinMatch => format!(
+            "match {:.3} < min_match {:.3}",
+            parts.matched, filters.min_match
+        ),
+        Rule::MinSuccess => {
+            let (s, f) = (row.counts.successes, row.counts.failures);
+            format!(
+                "success estimate {:.3} ({s} of {} tries) < min_success {:.3}",
+                parts.success,
+                s + f,
+                filters.min_success
+            )
+        }
+        Rule::SameCapability | Rule::BeyondK => String::new(),
+    }
 }

@@ -129,9 +129,11 @@ pub struct ProfileFit<'q> {
 }
 
 impl<'q> ProfileFit<'q> {
-    pub fn new(query: &'q [f32], p: &Params) -> Self {
+    /// `weight`: `Params::step_profile_weight`, or 0 when the table's profiles are not in
+    /// `query`'s space (every factor is then 1).
+    pub fn new(query: &'q [f32], weight: f64) -> Self {
         ProfileFit {
-            weight: p.step_profile_weight,
+            weight,
             query,
             length: dot(query, query).sqrt(),
             toward: FxHashMap::default(),

@@ -348,22 +348,6 @@ impl RankTable {
         self.refresh_profiles_with(ann.dim(), |id, acc| ann.add_vector_into(id, acc));
     }
 
-    /// The intents `refresh_profiles` would read (sorted, distinct): for a vector index kept
-    /// outside the core, whose caller hands their vectors to `refresh_profiles_with`.
-    pub fn stale_profile_intents(&self) -> Vec<u64> {
-        let mut out: Vec<u64> = self
-            .dirty
-            .iter()
-            .filter_map(|t| self.tool_rows.get(t))
-            .flat_map(|slots| slots.iter())
-            .flat_map(|&s| self.rows[s as usize].intents.iter().copied())
-            .chain(self.pending.iter().map(|&(i, _)| i))
-            .collect();
-        out.sort_unstable();
-        out.dedup();
-        out
-    }
-
     /// `refresh_profiles` with `add(id, acc)` adding intent `id`'s unit vector (`dim` values)
     /// into `acc`, false when it has none.
     pub fn refresh_profiles_with(

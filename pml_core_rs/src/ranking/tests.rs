@@ -136,11 +136,11 @@ fn run(
 ) -> Vec<Ranked> {
     let (table, ann, lexical) = fixture;
     let query = [1.0, 0.0];
-    let found = retrieve(ann, lexical, &query, &strings(terms), 8).unwrap();
+    let space = Space::one(ann, &query);
+    let found = retrieve(&space, lexical, &strings(terms), 8).unwrap();
     rank_retrieved(
         table,
-        ann,
-        &query,
+        &space,
         &found,
         k,
         filters,
@@ -308,4 +308,154 @@ fn a_transition_multiplies_its_capabilitys_total_and_nothing_else() {
         .map(|r| r.pattern_id)
         .collect();
     assert_eq!(ids, ["p3", "p1", "p4"]);
+}
+
+fn explain(fixture: &(RankTable, HnswIndex, LexicalIndex), k: usize, filters: &Filters) -> Ranking {
+    let (table, ann, lexical) = fixture;
+    let query = [1.0, 0.0];
+    let space = Space::one(ann, &query);
+    let found = retrieve(&space, lexical, &[], 8).unwrap();
+    explain_retrieved(
+        table,
+        &space,
+        &found,
+        k,
+        filters,
+        &Params::default(),
+        0,
+        &rustc_hash::FxHashSet::default(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn explain_lists_every_other_candidate_with_its_rule() {
+    let mut f = fixture();
+    let plain = explain(&f, 1, &Filters::default());
+    assert_eq!(plain.suggestions, run(&f, &[], 1, &Filters::default()));
+    let rules: Vec<(&str, Rule)> = plain
+        .filtered
+        .iter()
+        .map(|c| (c.pattern_id.as_str(), c.rule))
+        .collect();
+    // p2 shares c1 with p1; p3 and p4 rank after the k=1 suggestion, in order
+    assert_eq!(
+        rules,
+        [
+            ("p2", Rule::SameCapability),
+            ("p3", Rule::BeyondK),
+            ("p4", Rule::BeyondK)
+        ]
+    );
+    assert_eq!(
+        plain.filtered[0].detail,
+        "capability represented by pattern p1"
+    );
+    assert_eq!(
+        plain.filtered[1].detail,
+        "ranked 2, after the k=1 suggestions"
+    );
+    assert_eq!(
+        plain.filtered[2].detail,
+        "ranked 3, after the k=1 suggestions"
+    );
+    f.0.set_pattern("p1", "c1", &strings(&["tool_a"]), &[], true, false);
+    f.0.set_counters("p3", 1, 4, 5, 0, &strings(&["prod"]));
+    let strict = Filters {
+        available_tools: Some(strings(&["tool_a", "tool_b"])),
+        tags: strings(&["prod", "zzz"]),
+        min_success: 0.5,
+        ..Filters::default()
+    };
+    let got = explain(&f, 3, &strict);
+    assert!(got.suggestions.is_empty(), "no row has the tag zzz");
+    let details: Vec<(&str, &str, &str)> = got
+        .filtered
+        .iter()
+        .map(|c| (c.pattern_id.as_str(), c.rule.name(), c.detail.as_str()))
+        .collect();
+    assert_eq!(
+        details,
+        [
+            (
+                "p1",
+                "flagged_for_removal",
+                "pattern is flagged for removal (include_flagged is off)"
+            ),
+            ("p2", "tags", "lacks requested tags: zzz"),
+            ("p3", "tags", "lacks requested tags: zzz"), // its failures sink it below p2
+            (
+                "p4",
+                "available_tools",
+                "needs tools the caller cannot reach: tool_c"
+            ),
+        ]
+    );
+    let picky = Filters {
+        min_success: 0.5,
+        min_match: 0.5,
+        ..Filters::default()
+    };
+    let got = explain(&f, 3, &picky);
+    let p3 = got.filtered.iter().find(|c| c.pattern_id == "p3").unwrap();
+    assert_eq!(
+        p3.detail,
+        "success estimate 0.286 (1 of 5 tries) < min_success 0.500"
+    );
+    let p4 = got.filtered.iter().find(|c| c.pattern_id == "p4").unwrap();
+    assert_eq!(
+        (p4.rule, p4.detail.as_str()),
+        (Rule::MinMatch, "match 0.000 < min_match 0.500")
+    );
+}
+
+#[test]
+fn what_comes_next_is_scored_by_the_transition_weight() {
+    let (mut table, _, _) = fixture();
+    table.set_counters("p4", 1, 9, 10, 0, &[]);
+    let weights: rustc_hash::FxHashMap<String, f64> =
+        [("c1".to_owned(), 0.5), ("c3".to_owned(), 0.9)]
+            .into_iter()
+            .collect();
+    let ids = strings(&["p4", "p1", "p2", "p1", "gone"]);
+    let p = Params::default();
+    let got = rank_next(&table, &ids, &weights, 5, &Filters::default(), &p, 0, true);
+    let order: Vec<&str> = got
+        .suggestions
+        .iter()
+        .map(|r| r.pattern_id.as_str())
+        .collect();
+    // p4's failures sink it below c1 despite its weight; p2 is c1's second pattern
+    assert_eq!(order, ["p1", "p4"]);
+    let p1 = &got.suggestions[0].parts;
+    assert_eq!((p1.matched, p1.transition), (0.0, 0.5));
+    assert_eq!(
+        p1.total,
+        0.5 * (p1.reliability * p1.usage * p1.recency * p1.penalty)
+    );
+    assert_eq!(got.filtered.len(), 1);
+    assert_eq!(got.filtered[0].rule, Rule::SameCapability);
+    let strict = Filters {
+        min_success: 0.5,
+        min_match: 1.0, // not applied: there is no match
+        ..Filters::default()
+    };
+    let got = rank_next(&table, &ids, &weights, 5, &strict, &p, 0, false);
+    assert_eq!(got.suggestions.len(), 1);
+    assert!(got.filtered.is_empty(), "listed with explain only");
+}
+
+#[test]
+fn an_exact_index_scans_every_vector() {
+    let (_, mut ann, _) = fixture();
+    ann.set_exact(true);
+    assert!(ann.exact());
+    let hits = ann.search(&[1.0, 0.0], 5, None, None).unwrap();
+    let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
+    assert_eq!(ids, [1, 5, 2, 3, 4]);
+    let graph = {
+        ann.set_exact(false);
+        ann.search(&[1.0, 0.0], 5, None, None).unwrap()
+    };
+    assert_eq!(graph, hits, "a small graph finds them all too");
 }

@@ -86,11 +86,12 @@ class PatternRows:
 
 
 class _CounterCeilings:
-    """Per tenant, the highest success and usage counts of any pattern: what lets Suggest bound
-    every unread candidate's score (ranking.lazy). Raised when a counters write is built, before
-    it can be seen, so a reader never meets counts above the ceiling; never lowered (deleting a
-    pattern only makes the bound looser). A tenant's stored counters are scanned once, on first
-    use; raises that arrive before or during that scan are kept and merged."""
+    """Per tenant, the highest success and usage counts of any pattern: what lets a lazy ranking
+    bound every unread candidate's score (the tests' oracle, testing/ranking_oracle/lazy.py;
+    the core ranks from its table). Raised when a counters write is built, before it can be
+    seen, so a reader never meets counts above the ceiling; never lowered (deleting a pattern
+    only makes the bound looser). A tenant's stored counters are scanned once, on first use;
+    raises that arrive before or during that scan are kept and merged."""
 
     def __init__(self, store: KeyValueReads) -> None:
         self._store = store

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pml_server.domain.model import SuggestQuery
-from pml_server.ranking import Candidate, RankingConfig, rank, score
+from pml_server.ranking import RankingConfig
+from testing.ranking_oracle import Candidate, rank, score
 from tests.support import NOW_MS, candidate, pattern
 
 CONFIG = RankingConfig()

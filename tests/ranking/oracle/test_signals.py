@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pml_server.ranking import (
-    DAY_MS,
-    RankingConfig,
+from pml_server.ranking import DAY_MS, RankingConfig
+from testing.ranking_oracle import (
     fuse_match,
     normalize_lexical,
     pattern_semantic,

@@ -19,12 +19,12 @@ from typing import NamedTuple
 import numpy as np
 
 from pml_server.domain.model import ScoreParts, SuggestQuery, SuggestResult
-from pml_server.ranking.candidate import Candidate
 from pml_server.ranking.config import RankingConfig
-from pml_server.ranking.filters import first_failed_rule
-from pml_server.ranking.ordering import rank_scored, resolve_settings
-from pml_server.ranking.scoring import match_array, relevance, score
-from pml_server.ranking.signals import usage_factor
+from testing.ranking_oracle.candidate import Candidate
+from testing.ranking_oracle.filters import first_failed_rule
+from testing.ranking_oracle.ordering import rank_scored, resolve_settings
+from testing.ranking_oracle.scoring import match_array, relevance, score
+from testing.ranking_oracle.signals import usage_factor
 
 
 class Retrieval(NamedTuple):

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from pml_server.domain.errors import FieldViolation, InvalidArgumentError
-from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import (
     FilteredCandidate,
     ScoreParts,
@@ -15,41 +12,18 @@ from pml_server.domain.model import (
     SuggestQuery,
     SuggestResult,
 )
-from pml_server.ranking.candidate import Candidate
 from pml_server.ranking.config import RankingConfig
-from pml_server.ranking.filters import (
+from pml_server.ranking.settings import resolve_settings
+from testing.ranking_oracle.candidate import Candidate
+from testing.ranking_oracle.filters import (
     BEYOND_K,
     SAME_CAPABILITY,
     FilterSettings,
     first_failed_rule,
 )
-from pml_server.ranking.scoring import score, score_next
+from testing.ranking_oracle.scoring import score, score_next
 
-
-def resolve_settings(query: SuggestQuery, config: RankingConfig) -> FilterSettings:
-    """The request's thresholds with None replaced by the server defaults; raises
-    InvalidArgumentError naming every bad field."""
-    violations: list[FieldViolation] = []
-    if not 1 <= query.k <= LIMITS.suggestions.bound:
-        violations.append(FieldViolation("k", f"must be between 1 and {LIMITS.suggestions.bound}"))
-    for name in ("min_match", "min_success"):
-        value = getattr(query, name)
-        if value is not None and not (math.isfinite(value) and 0.0 <= value <= 1.0):
-            violations.append(FieldViolation(name, "must be a number between 0 and 1"))
-    if query.available_tools is not None and any(not t for t in query.available_tools):
-        violations.append(FieldViolation("available_tools", "tool names must not be empty"))
-    if any(not t for t in query.tags):
-        violations.append(FieldViolation("tags", "tags must not be empty"))
-    if violations:
-        raise InvalidArgumentError(violations)
-    return FilterSettings(
-        min_match=config.min_match if query.min_match is None else query.min_match,
-        min_success=config.min_success if query.min_success is None else query.min_success,
-        include_flagged=query.include_flagged,
-        available_tools=None if query.available_tools is None else frozenset(query.available_tools),
-        tags=frozenset(query.tags),
-        own_min_success=query.min_success is not None,
-    )
+__all__ = ["rank", "rank_next", "rank_scored", "resolve_settings"]
 
 
 def _merge_duplicates(candidates: Sequence[Candidate]) -> list[Candidate]:

@@ -4,38 +4,21 @@ order of `RULES`: hard context exclusions first, then the relevance and quality 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from pml_server.domain.model import ScoreParts
-from pml_server.ranking.candidate import Candidate
+from pml_server.ranking.settings import (
+    AVAILABLE_TOOLS,
+    BEYOND_K,
+    FLAGGED_FOR_REMOVAL,
+    MIN_MATCH,
+    MIN_SUCCESS,
+    SAME_CAPABILITY,
+    TAGS,
+    FilterSettings,
+)
+from testing.ranking_oracle.candidate import Candidate
 
-FLAGGED_FOR_REMOVAL = "flagged_for_removal"
-AVAILABLE_TOOLS = "available_tools"
-TAGS = "tags"
-MIN_MATCH = "min_match"
-MIN_SUCCESS = "min_success"
-# Not filters but reasons a candidate is absent from the answer, reported with `explain`.
-SAME_CAPABILITY = "same_capability"
-BEYOND_K = "beyond_k"
-
-
-@dataclass(frozen=True)
-class FilterSettings:
-    """The thresholds of one request, request values resolved against the server defaults."""
-
-    min_match: float
-    min_success: float
-    include_flagged: bool
-    available_tools: frozenset[str] | None
-    tags: frozenset[str]
-    # The request named its own min_success: with available_tools or tags, it restricts
-    # retrieval itself (docs/ranking.md, Context filters).
-    own_min_success: bool = False
-
-    def restricts_retrieval(self) -> bool:
-        """Whether retrieval runs among the permitted patterns alone (an allow-list)."""
-        return self.available_tools is not None or bool(self.tags) or self.own_min_success
-
+__all__ = ["BEYOND_K", "RULES", "SAME_CAPABILITY", "FilterSettings", "first_failed_rule"]
 
 Rule = Callable[[Candidate, ScoreParts, FilterSettings], str | None]
 

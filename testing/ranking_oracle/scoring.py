@@ -15,9 +15,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pml_server.domain.model import ScoreParts
-from pml_server.ranking.candidate import Candidate
 from pml_server.ranking.config import RankingConfig
-from pml_server.ranking.signals import (
+from testing.ranking_oracle.candidate import Candidate
+from testing.ranking_oracle.signals import (
     clamp_unit,
     fuse_match,
     normalize_lexical,

@@ -9,18 +9,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pml_server.domain.model import SuggestQuery
-from pml_server.ranking import (
+from pml_server.ranking import RankingConfig
+from testing.ranking_oracle import (
     Candidate,
-    RankingConfig,
     Retrieval,
     match_bound,
     rank,
     rank_lazily,
     score_ceiling,
 )
-from pml_server.ranking import score as score_of
-from pml_server.ranking.scoring import match_array, relevance
-from tests.ranking.test_properties import TOOLS
+from testing.ranking_oracle import score as score_of
+from testing.ranking_oracle.scoring import match_array, relevance
+from tests.ranking.oracle.test_properties import TOOLS
 from tests.support import NOW_MS, candidate, pattern
 
 CONFIG = RankingConfig()
