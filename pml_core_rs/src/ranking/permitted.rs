@@ -107,6 +107,7 @@ pub fn retrieve_permitted(
     let mut found = Retrieved {
         semantic: Vec::new(),
         lexical: Vec::new(),
+        searched: None,
     };
     if permitted.intents.is_empty() {
         return Ok(found);
@@ -143,6 +144,7 @@ pub fn retrieve_for(
         None => Ok(Retrieved {
             semantic: semantic_hits(ann, query, limit)?,
             lexical: lexical_hits(lexical, terms, limit),
+            searched: Some(limit),
         }),
     }
 }

@@ -14,7 +14,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::formula::{
     gated_step, pattern_semantic, score, step_gate, with_transition, Params, ScoreParts,
 };
-use super::steps::{step_evidence, ProfileFit, STEP_NEIGHBOURS};
+use super::steps::{step_evidence, step_neighbours, ProfileFit, STEP_NEIGHBOURS};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex, EXACT_SCAN_MIN};
@@ -48,6 +48,10 @@ pub struct Ranked {
 pub struct Retrieved {
     pub semantic: Vec<Hit>,
     pub lexical: Vec<(String, f64)>,
+    /// How many hits the unrestricted vector search behind `semantic` asked for (None: it
+    /// searched among an allow-list), so the step fit can reuse its nearest hits
+    /// (`steps::step_neighbours`).
+    pub searched: Option<usize>,
 }
 
 /// Both index searches, each for `limit` hits (`service._suggest.retrieve`).
@@ -61,6 +65,7 @@ pub fn retrieve(
     Ok(Retrieved {
         semantic: semantic_hits(ann, query, limit)?,
         lexical: lexical_hits(lexical, terms, limit),
+        searched: Some(limit),
     })
 }
 
@@ -162,7 +167,7 @@ pub fn rank_retrieved(
     }
     let resolved = resolve(table, filters);
     let neighbours = if params.step_weight > 0.0 {
-        semantic_hits(ann, query, STEP_NEIGHBOURS)?
+        step_neighbours(ann, query, &found.semantic, found.searched)?
     } else {
         Vec::new()
     };

@@ -18,7 +18,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::formula::Params;
 use super::table::{dot, NameId, RankTable, Row};
-use crate::index::Hit;
+use crate::error::CoreResult;
+use crate::index::{Hit, HnswIndex};
 
 /// How many of the request's nearest intents vote for their patterns' tools.
 pub const STEP_NEIGHBOURS: usize = 10;
@@ -46,6 +47,32 @@ impl StepEvidence {
         let fit = (2.0 * inter / (tools.len() as f64 + self.mass)).min(1.0);
         1.0 - self.weight + self.weight * fit
     }
+}
+
+/// The request's `STEP_NEIGHBOURS` nearest intents in the whole memory, as
+/// `query::semantic_hits` finds them. `found` came from an unrestricted search for `searched`
+/// hits (None: among an allow-list). The graph walk keeps the best `max(ef_search, k)` nodes
+/// and returns the first `k` of them, best first; while neither search asks for more than
+/// `ef_search`, both walk the same beam, so the first hits of the retrieval's search are this
+/// search's answer bit for bit, and it is not run twice (docs/ranking.md, Steps, "Cost").
+pub fn step_neighbours(
+    ann: &HnswIndex,
+    query: &[f32],
+    found: &[Hit],
+    searched: Option<usize>,
+) -> CoreResult<Vec<Hit>> {
+    let size = ann.len();
+    let want = STEP_NEIGHBOURS.min(size);
+    if let Some(k) = searched.map(|k| k.min(size)) {
+        let ef = ann.ef_search();
+        if k >= want && k.max(ef) == want.max(ef) {
+            return Ok(found[..want.min(found.len())].to_vec());
+        }
+    }
+    if want == 0 {
+        return Ok(Vec::new());
+    }
+    ann.search(query, want, None, None)
 }
 
 /// The evidence of a request: `neighbours` its `STEP_NEIGHBOURS` nearest intents in the whole
@@ -181,5 +208,71 @@ impl<'q> ProfileFit<'q> {
             Some(c) => 1.0 - self.weight + self.weight * c.clamp(0.0, 1.0),
             None => 1.0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::Params as IndexParams;
+
+    /// A few thousand pseudo-random vectors, some removed (tombstones the walk skips).
+    fn index(n: u64, dim: usize) -> HnswIndex {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut unit = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        let data: Vec<f32> = (0..n as usize * dim).map(|_| unit()).collect();
+        let ids: Vec<u64> = (0..n).collect();
+        let mut ann = HnswIndex::new(dim, IndexParams::default()).unwrap();
+        ann.add(&ids, &data).unwrap();
+        let gone: Vec<u64> = (0..n).step_by(7).collect();
+        ann.remove(&gone);
+        ann
+    }
+
+    /// Reusing the retrieval's hits gives exactly the neighbours a search of their own finds,
+    /// whatever the retrieval asked for (within the beam it reuses, beyond it it searches).
+    #[test]
+    fn step_neighbours_are_a_search_of_their_own() {
+        let dim = 16;
+        let ann = index(2000, dim);
+        for q in 0..40u32 {
+            let query: Vec<f32> = (0..dim)
+                .map(|d| ((q as usize * 31 + d * 17) % 23) as f32 - 11.0)
+                .collect();
+            let own = ann.search(&query, STEP_NEIGHBOURS, None, None).unwrap();
+            assert_eq!(own.len(), STEP_NEIGHBOURS);
+            for searched in [1, 5, 10, 11, 40, 64, 65, 200] {
+                let found = ann.search(&query, searched, None, None).unwrap();
+                let got = step_neighbours(&ann, &query, &found, Some(searched)).unwrap();
+                assert_eq!(got, own, "searched {searched}");
+            }
+            // among an allow-list: the retrieval's hits are not the whole memory's
+            let allowed: Vec<u64> = (0..2000).step_by(3).collect();
+            let found = ann.search(&query, 40, None, Some(&allowed)).unwrap();
+            let got = step_neighbours(&ann, &query, &found, None).unwrap();
+            assert_eq!(got, own);
+        }
+    }
+
+    #[test]
+    fn step_neighbours_of_a_small_memory_are_all_of_it() {
+        let ann = index(6, 4);
+        let query = [1.0, 0.5, 0.0, -0.5];
+        let found = ann.search(&query, 40, None, None).unwrap();
+        let got = step_neighbours(&ann, &query, &found, Some(40)).unwrap();
+        assert_eq!(got.len(), ann.len());
+        assert_eq!(
+            got,
+            ann.search(&query, STEP_NEIGHBOURS, None, None).unwrap()
+        );
+        let empty = HnswIndex::new(4, IndexParams::default()).unwrap();
+        assert!(step_neighbours(&empty, &query, &[], Some(40))
+            .unwrap()
+            .is_empty());
     }
 }
