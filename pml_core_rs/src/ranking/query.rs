@@ -14,7 +14,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::formula::{
     gated_step, pattern_semantic, score, step_gate, with_transition, Params, ScoreParts,
 };
-use super::steps::{step_evidence, step_neighbours, ProfileFit, STEP_NEIGHBOURS};
+use super::steps::{step_evidence, step_neighbours, ProfileFit, TopFloor, STEP_NEIGHBOURS};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex, EXACT_SCAN_MIN};
@@ -174,6 +174,7 @@ pub fn rank_retrieved(
     let evidence = step_evidence(table, &neighbours, words, params);
     let gate = step_gate(expected_steps(table, &neighbours), params);
     let mut profiles = ProfileFit::new(query, params);
+    let mut floor = TopFloor::new(k);
     let mut passing: Vec<(ScoreParts, &str, &str)> = Vec::new();
     // Bounded by the retrieved candidates (two fetch limits), so Fx's weak mixing costs nothing.
     let mut slot_of: FxHashMap<&str, u32> = FxHashMap::default();
@@ -196,6 +197,11 @@ pub fn rank_retrieved(
         if !passes(row, &parts, &resolved, filters) {
             continue;
         }
+        // a candidate that cannot enter the top k is not suggested: its step factors are
+        // skipped (docs/ranking.md, Steps, "Cost")
+        if filters.transitions.is_empty() && floor.excludes(parts.total) {
+            continue;
+        }
         // both step factors, gated together (docs/ranking.md, Steps, "Tool profiles"); a shut
         // gate gives exactly 1 whatever the factors, so they are not computed
         if gate > 0.0 {
@@ -213,6 +219,7 @@ pub fn rank_retrieved(
                 parts = with_transition(parts, factor);
             }
         }
+        floor.offer(capability, parts.total);
         passing.push((parts, capability, &row.pattern_id));
         slot_of.insert(&row.pattern_id, slot);
     }

@@ -136,6 +136,51 @@ pub fn step_evidence(
     out
 }
 
+/// The floor a candidate's total must reach to still enter the top `k` capabilities
+/// (docs/ranking.md, Steps, "Cost"): the `k`-th best among the best totals of the capabilities
+/// ranked so far. A step factor is at most 1, so a candidate whose total before it is below the
+/// floor ends below `k` capabilities that each have a better pattern: it cannot be suggested,
+/// and its step factors are not computed. The floor only rises; valid only while nothing raises
+/// a total after the step factor (no session transitions).
+#[derive(Debug)]
+pub struct TopFloor<'a> {
+    k: usize,
+    best: FxHashMap<&'a str, f64>,
+    floor: f64,
+}
+
+impl<'a> TopFloor<'a> {
+    pub fn new(k: usize) -> Self {
+        TopFloor {
+            k,
+            best: FxHashMap::default(),
+            floor: f64::NEG_INFINITY,
+        }
+    }
+
+    /// A total below the floor: that candidate cannot be among the top `k`.
+    pub fn excludes(&self, total: f64) -> bool {
+        total < self.floor
+    }
+
+    /// A ranked candidate's final total.
+    pub fn offer(&mut self, capability: &'a str, total: f64) {
+        if self.k == 0 || total.is_nan() {
+            return;
+        }
+        let best = self.best.entry(capability).or_insert(f64::NEG_INFINITY);
+        if total <= *best {
+            return;
+        }
+        *best = total;
+        if self.best.len() >= self.k && total > self.floor {
+            let mut totals: Vec<f64> = self.best.values().copied().collect();
+            let (_, kth, _) = totals.select_nth_unstable_by(self.k - 1, |a, b| b.total_cmp(a));
+            self.floor = *kth;
+        }
+    }
+}
+
 /// How well a candidate's tools, as the memory knows them, fit the request (docs/ranking.md,
 /// Steps, "Tool profiles"): `cos(T) = sum(q . u_t, t in T) / norm(T)`, `q` the unit request
 /// vector, `u_t` the tool's profile and `norm(T) = sqrt(|T| + 2 * sum over pairs of max(0,
@@ -256,6 +301,98 @@ mod tests {
             let found = ann.search(&query, 40, None, Some(&allowed)).unwrap();
             let got = step_neighbours(&ann, &query, &found, None).unwrap();
             assert_eq!(got, own);
+        }
+    }
+
+    #[test]
+    fn the_floor_is_the_kth_best_capability() {
+        let mut floor = TopFloor::new(2);
+        floor.offer("a", 0.9);
+        floor.offer("a", 0.95);
+        assert!(!floor.excludes(0.0), "one capability: no floor yet");
+        floor.offer("b", 0.5);
+        assert!(floor.excludes(0.49) && !floor.excludes(0.5));
+        floor.offer("b", 0.4); // not its best
+        floor.offer("c", 0.7);
+        assert!(floor.excludes(0.69) && !floor.excludes(0.7));
+        let mut none = TopFloor::new(0);
+        none.offer("a", 1.0);
+        assert!(!none.excludes(-1.0));
+    }
+
+    /// A memory of many patterns over a few tools, capabilities of one to three patterns, the
+    /// profiles summed; `(table, ann, lexical)`.
+    fn memory() -> (RankTable, HnswIndex, crate::lexical::LexicalIndex) {
+        let dim = 16;
+        let ann = index(600, dim);
+        let mut lexical = crate::lexical::LexicalIndex::new(1.2, 0.75).unwrap();
+        let mut table = RankTable::new();
+        for id in (0..600u64).filter(|i| i % 7 != 0) {
+            let n = id / 3; // three intents a pattern
+            let pattern = format!("p{n}");
+            table.link_intent(id, &pattern);
+            let tools: Vec<String> = (0..1 + n % 3)
+                .map(|s| format!("tool_{}", (n * 5 + s * 11) % 13))
+                .collect();
+            let words: Vec<Vec<String>> = tools.iter().map(|t| vec![t.clone()]).collect();
+            table.set_pattern(
+                &pattern,
+                &format!("c{}", n / 2),
+                &tools,
+                &words,
+                false,
+                false,
+            );
+            table.set_counters(&pattern, (n % 5) as i64, (n % 3) as i64, 4, 0, &[]);
+            lexical.add_terms(&pattern, &tools).unwrap();
+        }
+        table.refresh_profiles(&ann);
+        (table, ann, lexical)
+    }
+
+    /// The top k are the first k of the whole ranking: the candidates left out below the floor
+    /// would not have been suggested (docs/ranking.md, Steps, "Cost").
+    #[test]
+    fn the_floor_never_changes_the_top_k() {
+        use super::super::query::{rank_retrieved, retrieve, Filters};
+        let (table, ann, lexical) = memory();
+        let words: FxHashSet<String> = ["tool_3".to_string()].into_iter().collect();
+        let terms = vec!["tool_3".to_string(), "tool_7".to_string()];
+        // the default weights (factors far below 1), and tiny ones (factors near 1, so many
+        // candidates end near the floor)
+        for weight in [None, Some(0.01)] {
+            let params = Params {
+                step_gate: 0.0,
+                step_weight: weight.unwrap_or(Params::default().step_weight),
+                step_profile_weight: weight.unwrap_or(Params::default().step_profile_weight),
+                ..Params::default()
+            };
+            for q in 0..30u32 {
+                let query: Vec<f32> = (0..16)
+                    .map(|d| ((q as usize * 13 + d * 7) % 19) as f32 - 9.0)
+                    .collect();
+                let found = retrieve(&ann, &lexical, &query, &terms, 80).unwrap();
+                let rank = |k| {
+                    rank_retrieved(
+                        &table,
+                        &ann,
+                        &query,
+                        &found,
+                        k,
+                        &Filters::default(),
+                        &params,
+                        0,
+                        &words,
+                    )
+                    .unwrap()
+                };
+                let all = rank(10_000);
+                assert!(all.len() > 8, "{}", all.len());
+                assert!(all.iter().any(|r| r.parts.steps < 1.0));
+                for k in [1, 2, 3, 5, 8] {
+                    assert_eq!(rank(k), all[..k], "k {k}");
+                }
+            }
         }
     }
 
