@@ -107,6 +107,7 @@ pub fn retrieve_permitted(
     let mut found = Retrieved {
         semantic: Vec::new(),
         lexical: Vec::new(),
+        searched: None,
     };
     if permitted.intents.is_empty() {
         return Ok(found);

@@ -17,7 +17,7 @@ use super::formula::{
     gated_step, pattern_semantic, score, score_next, step_gate, with_transition, Params, ScoreParts,
 };
 use super::space::Space;
-use super::steps::{step_evidence, ProfileFit, STEP_NEIGHBOURS};
+use super::steps::{step_evidence, step_neighbours, ProfileFit, TopFloor, STEP_NEIGHBOURS};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
 use crate::index::{Hit, EXACT_SCAN_MIN};
@@ -51,6 +51,10 @@ pub struct Ranked {
 pub struct Retrieved {
     pub semantic: Vec<Hit>,
     pub lexical: Vec<(String, f64)>,
+    /// How many hits the unrestricted vector search behind `semantic` asked for (None: it
+    /// searched among an allow-list), so the step fit can reuse its nearest hits
+    /// (`steps::step_neighbours`).
+    pub searched: Option<usize>,
 }
 
 /// Both index searches, each for `limit` hits (the oracle's `path.retrieve`).
@@ -63,6 +67,7 @@ pub fn retrieve(
     Ok(Retrieved {
         semantic: space.nearest(limit)?,
         lexical: lexical_hits(lexical, terms, limit),
+        searched: Some(limit),
     })
 }
 
@@ -162,7 +167,8 @@ pub struct Ranking {
 }
 
 /// Every retrieved pattern that can be ranked, scored by the formula (the session signal
-/// multiplied in), with the first filter it fails.
+/// multiplied in), with the first filter it fails; with `top_k`, only those that can still be
+/// among the top k capabilities (`steps::TopFloor`).
 #[allow(clippy::too_many_arguments)]
 pub fn score_retrieved<'t>(
     table: &'t RankTable,
@@ -172,6 +178,7 @@ pub fn score_retrieved<'t>(
     params: &Params,
     now_ms: i64,
     words: &FxHashSet<String>,
+    top_k: Option<usize>,
 ) -> CoreResult<Vec<Candidate<'t>>> {
     // The retrieved patterns, in first-seen order, and the cosines the ANN returned (the first
     // of an intent found twice: explain's two retrievals score it alike).
@@ -212,7 +219,11 @@ pub fn score_retrieved<'t>(
     }
     let resolved = resolve(table, filters);
     let neighbours = if params.step_weight > 0.0 {
-        space.nearest(STEP_NEIGHBOURS)?
+        match space.foreign {
+            // the retrieval's own search may hold them (docs/ranking.md, Steps, "Cost")
+            None => step_neighbours(space.ann, space.query, &found.semantic, found.searched)?,
+            Some(_) => space.nearest(STEP_NEIGHBOURS)?,
+        }
     } else {
         Vec::new()
     };
@@ -228,6 +239,12 @@ pub fn score_retrieved<'t>(
             0.0
         },
     );
+    // Only the top k wanted (no explain, no session factor raising a total after the step
+    // factor): a candidate that cannot enter it is left out before its step factors
+    // (docs/ranking.md, Steps, "Cost").
+    let mut floor = top_k
+        .filter(|_| filters.transitions.is_empty())
+        .map(TopFloor::new);
     let mut scored = Vec::with_capacity(slots.len());
     for &slot in &slots {
         let row = table.row(slot);
@@ -246,6 +263,13 @@ pub fn score_retrieved<'t>(
         // (docs/ranking.md, Steps, "Tool profiles"); a shut gate gives exactly 1 whatever the
         // factors, so they are not computed
         let mut parts = score(semantic, lexical, &row.counts, params, now_ms, 1.0);
+        // the filters read neither the total nor the steps
+        let failed = first_failed_rule(row, &parts, &resolved, filters);
+        if let Some(floor) = &floor {
+            if failed.is_some() || floor.excludes(parts.total) {
+                continue;
+            }
+        }
         if gate > 0.0 {
             let steps = gated_step(
                 evidence.factor(&row.tools) * profiles.factor(table, row),
@@ -261,7 +285,9 @@ pub fn score_retrieved<'t>(
                 parts = with_transition(parts, factor);
             }
         }
-        let failed = first_failed_rule(row, &parts, &resolved, filters);
+        if let Some(floor) = &mut floor {
+            floor.offer(capability, parts.total);
+        }
         scored.push(Candidate {
             slot,
             pattern_id: &row.pattern_id,
@@ -304,7 +330,7 @@ pub fn rank_retrieved(
     now_ms: i64,
     words: &FxHashSet<String>,
 ) -> CoreResult<Vec<Ranked>> {
-    let scored = score_retrieved(table, space, found, filters, params, now_ms, words)?;
+    let scored = score_retrieved(table, space, found, filters, params, now_ms, words, Some(k))?;
     Ok(order(table, scored, k, filters, false).suggestions)
 }
 
@@ -320,7 +346,7 @@ pub fn explain_retrieved(
     now_ms: i64,
     words: &FxHashSet<String>,
 ) -> CoreResult<Ranking> {
-    let scored = score_retrieved(table, space, found, filters, params, now_ms, words)?;
+    let scored = score_retrieved(table, space, found, filters, params, now_ms, words, None)?;
     Ok(order(table, scored, k, filters, true))
 }
 

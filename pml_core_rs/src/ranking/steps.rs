@@ -18,7 +18,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::formula::Params;
 use super::table::{dot, NameId, RankTable, Row};
-use crate::index::Hit;
+use crate::error::CoreResult;
+use crate::index::{Hit, HnswIndex};
 
 /// How many of the request's nearest intents vote for their patterns' tools.
 pub const STEP_NEIGHBOURS: usize = 10;
@@ -46,6 +47,32 @@ impl StepEvidence {
         let fit = (2.0 * inter / (tools.len() as f64 + self.mass)).min(1.0);
         1.0 - self.weight + self.weight * fit
     }
+}
+
+/// The request's `STEP_NEIGHBOURS` nearest intents in the whole memory, as
+/// `query::semantic_hits` finds them. `found` came from an unrestricted search for `searched`
+/// hits (None: among an allow-list). The graph walk keeps the best `max(ef_search, k)` nodes
+/// and returns the first `k` of them, best first; while neither search asks for more than
+/// `ef_search`, both walk the same beam, so the first hits of the retrieval's search are this
+/// search's answer bit for bit, and it is not run twice (docs/ranking.md, Steps, "Cost").
+pub fn step_neighbours(
+    ann: &HnswIndex,
+    query: &[f32],
+    found: &[Hit],
+    searched: Option<usize>,
+) -> CoreResult<Vec<Hit>> {
+    let size = ann.len();
+    let want = STEP_NEIGHBOURS.min(size);
+    if let Some(k) = searched.map(|k| k.min(size)) {
+        let ef = ann.ef_search();
+        if k >= want && k.max(ef) == want.max(ef) {
+            return Ok(found[..want.min(found.len())].to_vec());
+        }
+    }
+    if want == 0 {
+        return Ok(Vec::new());
+    }
+    ann.search(query, want, None, None)
 }
 
 /// The evidence of a request: `neighbours` its `STEP_NEIGHBOURS` nearest intents in the whole
@@ -107,6 +134,51 @@ pub fn step_evidence(
         }
     }
     out
+}
+
+/// The floor a candidate's total must reach to still enter the top `k` capabilities
+/// (docs/ranking.md, Steps, "Cost"): the `k`-th best among the best totals of the capabilities
+/// ranked so far. A step factor is at most 1, so a candidate whose total before it is below the
+/// floor ends below `k` capabilities that each have a better pattern: it cannot be suggested,
+/// and its step factors are not computed. The floor only rises; valid only while nothing raises
+/// a total after the step factor (no session transitions).
+#[derive(Debug)]
+pub struct TopFloor<'a> {
+    k: usize,
+    best: FxHashMap<&'a str, f64>,
+    floor: f64,
+}
+
+impl<'a> TopFloor<'a> {
+    pub fn new(k: usize) -> Self {
+        TopFloor {
+            k,
+            best: FxHashMap::default(),
+            floor: f64::NEG_INFINITY,
+        }
+    }
+
+    /// A total below the floor: that candidate cannot be among the top `k`.
+    pub fn excludes(&self, total: f64) -> bool {
+        total < self.floor
+    }
+
+    /// A ranked candidate's final total.
+    pub fn offer(&mut self, capability: &'a str, total: f64) {
+        if self.k == 0 || total.is_nan() {
+            return;
+        }
+        let best = self.best.entry(capability).or_insert(f64::NEG_INFINITY);
+        if total <= *best {
+            return;
+        }
+        *best = total;
+        if self.best.len() >= self.k && total > self.floor {
+            let mut totals: Vec<f64> = self.best.values().copied().collect();
+            let (_, kth, _) = totals.select_nth_unstable_by(self.k - 1, |a, b| b.total_cmp(a));
+            self.floor = *kth;
+        }
+    }
 }
 
 /// How well a candidate's tools, as the memory knows them, fit the request (docs/ranking.md,
@@ -183,5 +255,177 @@ impl<'q> ProfileFit<'q> {
             Some(c) => 1.0 - self.weight + self.weight * c.clamp(0.0, 1.0),
             None => 1.0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::Params as IndexParams;
+
+    /// A few thousand pseudo-random vectors, some removed (tombstones the walk skips).
+    fn index(n: u64, dim: usize) -> HnswIndex {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut unit = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        let data: Vec<f32> = (0..n as usize * dim).map(|_| unit()).collect();
+        let ids: Vec<u64> = (0..n).collect();
+        let mut ann = HnswIndex::new(dim, IndexParams::default()).unwrap();
+        ann.add(&ids, &data).unwrap();
+        let gone: Vec<u64> = (0..n).step_by(7).collect();
+        ann.remove(&gone);
+        ann
+    }
+
+    /// Reusing the retrieval's hits gives exactly the neighbours a search of their own finds,
+    /// whatever the retrieval asked for (within the beam it reuses, beyond it it searches).
+    #[test]
+    fn step_neighbours_are_a_search_of_their_own() {
+        let dim = 16;
+        let ann = index(2000, dim);
+        for q in 0..40u32 {
+            let query: Vec<f32> = (0..dim)
+                .map(|d| ((q as usize * 31 + d * 17) % 23) as f32 - 11.0)
+                .collect();
+            let own = ann.search(&query, STEP_NEIGHBOURS, None, None).unwrap();
+            assert_eq!(own.len(), STEP_NEIGHBOURS);
+            for searched in [1, 5, 10, 11, 40, 64, 65, 200] {
+                let found = ann.search(&query, searched, None, None).unwrap();
+                let got = step_neighbours(&ann, &query, &found, Some(searched)).unwrap();
+                assert_eq!(got, own, "searched {searched}");
+            }
+            // among an allow-list: the retrieval's hits are not the whole memory's
+            let allowed: Vec<u64> = (0..2000).step_by(3).collect();
+            let found = ann.search(&query, 40, None, Some(&allowed)).unwrap();
+            let got = step_neighbours(&ann, &query, &found, None).unwrap();
+            assert_eq!(got, own);
+        }
+    }
+
+    #[test]
+    fn the_floor_is_the_kth_best_capability() {
+        let mut floor = TopFloor::new(2);
+        floor.offer("a", 0.9);
+        floor.offer("a", 0.95);
+        assert!(!floor.excludes(0.0), "one capability: no floor yet");
+        floor.offer("b", 0.5);
+        assert!(floor.excludes(0.49) && !floor.excludes(0.5));
+        floor.offer("b", 0.4); // not its best
+        floor.offer("c", 0.7);
+        assert!(floor.excludes(0.69) && !floor.excludes(0.7));
+        let mut none = TopFloor::new(0);
+        none.offer("a", 1.0);
+        assert!(!none.excludes(-1.0));
+    }
+
+    /// A memory of many patterns over a few tools, capabilities of one to three patterns, the
+    /// profiles summed; `(table, ann, lexical)`.
+    fn memory() -> (RankTable, HnswIndex, crate::lexical::LexicalIndex) {
+        let dim = 16;
+        let ann = index(600, dim);
+        let mut lexical = crate::lexical::LexicalIndex::new(1.2, 0.75).unwrap();
+        let mut table = RankTable::new();
+        for id in (0..600u64).filter(|i| i % 7 != 0) {
+            let n = id / 3; // three intents a pattern
+            let pattern = format!("p{n}");
+            table.link_intent(id, &pattern);
+            let tools: Vec<String> = (0..1 + n % 3)
+                .map(|s| format!("tool_{}", (n * 5 + s * 11) % 13))
+                .collect();
+            let words: Vec<Vec<String>> = tools.iter().map(|t| vec![t.clone()]).collect();
+            table.set_pattern(
+                &pattern,
+                &format!("c{}", n / 2),
+                &tools,
+                &words,
+                false,
+                false,
+            );
+            table.set_counters(&pattern, (n % 5) as i64, (n % 3) as i64, 4, 0, &[]);
+            lexical.add_terms(&pattern, &tools).unwrap();
+        }
+        table.refresh_profiles(&ann);
+        (table, ann, lexical)
+    }
+
+    /// The top k are the first k of the whole ranking: the candidates left out below the floor
+    /// would not have been suggested (docs/ranking.md, Steps, "Cost").
+    #[test]
+    fn the_floor_never_changes_the_top_k() {
+        use super::super::query::{explain_retrieved, rank_retrieved, retrieve, Filters};
+        use super::super::space::Space;
+        let (table, ann, lexical) = memory();
+        let words: FxHashSet<String> = ["tool_3".to_string()].into_iter().collect();
+        let terms = vec!["tool_3".to_string(), "tool_7".to_string()];
+        // the default weights (factors far below 1), and tiny ones (factors near 1, so many
+        // candidates end near the floor)
+        for weight in [None, Some(0.01)] {
+            let params = Params {
+                step_gate: 0.0,
+                step_weight: weight.unwrap_or(Params::default().step_weight),
+                step_profile_weight: weight.unwrap_or(Params::default().step_profile_weight),
+                ..Params::default()
+            };
+            for q in 0..30u32 {
+                let query: Vec<f32> = (0..16)
+                    .map(|d| ((q as usize * 13 + d * 7) % 19) as f32 - 9.0)
+                    .collect();
+                let space = Space::one(&ann, &query);
+                let found = retrieve(&space, &lexical, &terms, 80).unwrap();
+                let rank = |k| {
+                    rank_retrieved(
+                        &table,
+                        &space,
+                        &found,
+                        k,
+                        &Filters::default(),
+                        &params,
+                        0,
+                        &words,
+                    )
+                    .unwrap()
+                };
+                let all = rank(10_000);
+                assert!(all.len() > 8, "{}", all.len());
+                assert!(all.iter().any(|r| r.parts.steps < 1.0));
+                for k in [1, 2, 3, 5, 8] {
+                    assert_eq!(rank(k), all[..k], "k {k}");
+                    // explain scores every candidate (no floor): the same suggestions
+                    let explained = explain_retrieved(
+                        &table,
+                        &space,
+                        &found,
+                        k,
+                        &Filters::default(),
+                        &params,
+                        0,
+                        &words,
+                    )
+                    .unwrap();
+                    assert_eq!(explained.suggestions, all[..k], "explain, k {k}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn step_neighbours_of_a_small_memory_are_all_of_it() {
+        let ann = index(6, 4);
+        let query = [1.0, 0.5, 0.0, -0.5];
+        let found = ann.search(&query, 40, None, None).unwrap();
+        let got = step_neighbours(&ann, &query, &found, Some(40)).unwrap();
+        assert_eq!(got.len(), ann.len());
+        assert_eq!(
+            got,
+            ann.search(&query, STEP_NEIGHBOURS, None, None).unwrap()
+        );
+        let empty = HnswIndex::new(4, IndexParams::default()).unwrap();
+        assert!(step_neighbours(&empty, &query, &[], Some(40))
+            .unwrap()
+            .is_empty());
     }
 }
