@@ -23,6 +23,7 @@ __all__ = [
     "NORMALIZER_VERSION",
     "NORMALIZE_MAX_INPUT_BYTES",
     "NORMALIZE_MAX_PARAMS",
+    "MIXED_FOREIGN_SHIFT",
     "STEP_NEIGHBOURS",
     "CoreArgumentError",
     "CoreError",
@@ -203,6 +204,11 @@ class RankParams:
 
 STEP_NEIGHBOURS: int
 """How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps)."""
+
+MIXED_FOREIGN_SHIFT: float
+"""Added to the companion's cosine of an intent recorded in another language when an English
+request reads it beside English intents (docs/ranking.md, Other languages, "Calibration of the
+reverse")."""
 
 @final
 class RankTable:

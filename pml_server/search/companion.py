@@ -26,13 +26,12 @@ if TYPE_CHECKING:
     from pml_server.search.tenant import TenantSearchIndex
 
 # Added to the companion's cosine of an intent in another language when an English request is
-# compared with it beside English intents read by the primary model (`MixedView`; the core's
-# `ranking::space`, MIXED_FOREIGN_SHIFT, must agree): a request and an intent in two languages
-# score lower than the same pair in one language would, so at equal meaning the foreign intent
-# lost to the English ones. Chosen on the reverse probes' tune part among 0, 0.05, 0.1 and
-# 0.15 as the largest keeping the English-recorded groups' hit@1 within 0.01
-# (docs/ranking.md, Other languages, "Calibration of the reverse").
-MIXED_FOREIGN_SHIFT = 0.1
+# compared with it beside English intents read by the primary model (`MixedView`): a request
+# and an intent in two languages score lower than the same pair in one language would, so at
+# equal meaning the foreign intent lost to the English ones. The core's value (`ranking::space`),
+# chosen on the reverse probes' tune part (docs/ranking.md, Other languages, "Calibration of
+# the reverse").
+MIXED_FOREIGN_SHIFT: float = _core.MIXED_FOREIGN_SHIFT
 
 
 class CompanionIndex:

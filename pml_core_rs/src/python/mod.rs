@@ -77,6 +77,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("STEP_NEIGHBOURS", crate::ranking::steps::STEP_NEIGHBOURS)?;
+    m.add(
+        "MIXED_FOREIGN_SHIFT",
+        crate::ranking::space::MIXED_FOREIGN_SHIFT,
+    )?;
     m.add("CoreError", py.get_type::<CoreError>())?;
     m.add("CoreArgumentError", py.get_type::<CoreArgumentError>())?;
     m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;

@@ -12,8 +12,8 @@ use crate::index::{Hit, HnswIndex};
 /// Added to the companion's cosine of an intent recorded in another language when an English
 /// request reads it beside English intents scored by the primary index (a pair in two
 /// languages scores lower than the same pair in one): docs/ranking.md, Other languages,
-/// "Calibration of the reverse". `search/companion.py` (`MIXED_FOREIGN_SHIFT`, the oracle's
-/// path) holds the same value.
+/// "Calibration of the reverse". Exported to Python as `_core.MIXED_FOREIGN_SHIFT` (the
+/// oracle's `MixedView` reads it).
 pub const MIXED_FOREIGN_SHIFT: f32 = 0.1;
 
 /// The intents recorded in another language and where they are read.
