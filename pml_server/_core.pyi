@@ -20,10 +20,10 @@ from pml_server.domain.errors import InputTooLargeError as InputTooLargeError
 __all__ = [
     "HNSW_SCORE_ERROR",
     "MIN_SECRET_CHARS",
+    "MIXED_FOREIGN_SHIFT",
     "NORMALIZER_VERSION",
     "NORMALIZE_MAX_INPUT_BYTES",
     "NORMALIZE_MAX_PARAMS",
-    "MIXED_FOREIGN_SHIFT",
     "STEP_NEIGHBOURS",
     "CoreArgumentError",
     "CoreError",

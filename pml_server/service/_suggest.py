@@ -10,7 +10,7 @@ composed here from the ranked parts (docs/ranking.md, Plans).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -184,6 +184,42 @@ def rank_suggestions(
         sessions.check_context(query.context)
     if not query.intent.strip() and query.context is not None and query.context.names_a_step():
         return suggest_next(state, tenant, query)
+    prepared = prepare(state, tenant, query, ranking)
+    if prepared is None:
+        return SuggestResult(())
+    return suggest_in_core(
+        state.repo,
+        state.views,
+        tenant,
+        prepared.searched,
+        prepared.vector,
+        query,
+        prepared.ranking,
+        state.clock(),
+        prepared.transitions,
+        prepared.text,
+    )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request ready to rank: the index or view it is searched in (the tenant's, the
+    companion's space for another language, or each intent in its own space), its vector and
+    lexical words there, the ranking settings for that space and the session signal's factors
+    (docs/ranking.md, Other languages, Sessions)."""
+
+    searched: TenantSearchIndex | CompanionView | MixedView
+    vector: Vector
+    text: str
+    ranking: RankingConfig
+    transitions: dict[str, float]
+
+
+def prepare(
+    state: EngineState, tenant: str, query: SuggestQuery, ranking: RankingConfig | None = None
+) -> Prepared | None:
+    """The checked request ready to rank (`ranking`: the server's unless given); None when the
+    tenant holds nothing yet."""
     check_query(query)
     state.readiness.require()
     index = state.indexes.get(tenant)
@@ -196,7 +232,7 @@ def rank_suggestions(
     )
     vector = query_vector(state, query, cross_lingual)
     if index is None:
-        return SuggestResult(())
+        return None
     # an English request over intents recorded in another language: those are compared in the
     # companion's space, the English ones in the primary's (service/_companion.py)
     mixed = (
@@ -210,20 +246,16 @@ def rank_suggestions(
     factors = transition_factors(
         sessions.context_weights(state, tenant, query.context, state.clock()), ranking
     )
-    searched: TenantSearchIndex | CompanionView | MixedView = index
-    text = query.intent
     if cross_lingual:
         # another language: the companion's space, the same core call (service/_companion.py)
-        searched = index.cross_lingual()
-        ranking = _companion.other_language_ranking(ranking)
-        text = _companion.lexical_text(text)
-    elif mixed:
+        text = _companion.lexical_text(query.intent)
+        return Prepared(
+            index.cross_lingual(), vector, text, _companion.other_language_ranking(ranking), factors
+        )
+    if mixed:
         searched = index.cross_lingual(companion_vector(state, query))
-        ranking = _companion.mixed_ranking(ranking)
-    now = state.clock()
-    return suggest_in_core(
-        state.repo, state.views, tenant, searched, vector, query, ranking, now, factors, text
-    )
+        return Prepared(searched, vector, query.intent, _companion.mixed_ranking(ranking), factors)
+    return Prepared(index, vector, query.intent, ranking, factors)
 
 
 def suggest_next(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:

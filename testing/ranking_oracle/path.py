@@ -17,15 +17,13 @@ from pml_server.domain.records import IntentRecord, PatternCounters, PatternReco
 from pml_server.domain.vectors import Vector
 from pml_server.ranking import RankingConfig, resolve_settings
 from pml_server.ranking.table import STEP_NEIGHBOURS
-from pml_server.ranking.transitions import transition_factors
 from pml_server.search import TenantSearchIndex
 from pml_server.search.companion import CompanionView, MixedView
 from pml_server.search.vectors import EXACT_SCAN_MIN
-from pml_server.service import _companion
 from pml_server.service import _sessions as sessions
 from pml_server.service._arguments import check_tenant
 from pml_server.service._state import EngineState
-from pml_server.service._suggest import check_query, companion_vector, query_vector
+from pml_server.service._suggest import prepare
 from pml_server.storage.repo import Repository
 from testing.ranking_oracle.candidate import Candidate
 from testing.ranking_oracle.lazy import Retrieval, rank_lazily, score_ceiling
@@ -45,40 +43,13 @@ def rank_suggestions(
         sessions.check_context(query.context)
     if not query.intent.strip() and query.context is not None and query.context.names_a_step():
         return suggest_next(state, tenant, query)
-    check_query(query)
-    state.readiness.require()
-    index = state.indexes.get(tenant)
-    filler = state.companion_filler
-    cross_lingual = (
-        filler is not None
-        and index is not None
-        and _companion.applies(state.companion, query)
-        and filler.ready_for(index)
-    )
-    vector = query_vector(state, query, cross_lingual)
-    if index is None:
+    prepared = prepare(state, tenant, query, ranking)
+    if prepared is None:
         return SuggestResult(())
-    mixed = (
-        not cross_lingual
-        and filler is not None
-        and _companion.mixes(state.companion, index, query)
-        and filler.ready_for(index)
-    )
-    ranking = state.ranking if ranking is None else ranking
-    # the session signal (docs/ranking.md, Sessions): {} without a context
-    factors = transition_factors(
-        sessions.context_weights(state, tenant, query.context, state.clock()), ranking
-    )
-    searched: TenantSearchIndex | CompanionView | MixedView = index
-    text = query.intent
-    if cross_lingual:
-        # another language: the companion's space, on this path (service/_companion.py)
-        searched = index.cross_lingual()
-        ranking = _companion.other_language_ranking(ranking)
-        text = _companion.lexical_text(text)
-    elif mixed:
-        searched = index.cross_lingual(companion_vector(state, query))
-        ranking = _companion.mixed_ranking(ranking)
+    index = state.indexes.get(tenant)
+    assert index is not None  # `prepare` found it
+    searched, vector, text = prepared.searched, prepared.vector, prepared.text
+    ranking, factors = prepared.ranking, prepared.transitions
     limit = ranking.fetch_limit(query.k)
     permitted = index.permitted(resolve_settings(query, ranking), ranking)
     found = retrieve(state.repo, tenant, searched, vector, text, limit, ranking, permitted)
