@@ -103,31 +103,48 @@ def _percentile(samples: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(samples), q))
 
 
-def _step_fit_rows(store: Path, embedder_name: str, texts: Sequence[str], stored: int) -> list[Row]:
-    """Suggest p50 with client vectors (the model out of the timing), the step fit on (the
-    default) against off (`step_weight` and `step_profile_weight` 0), on the same store, each
-    configuration opened twice and alternated so drift on a shared machine touches both
-    (docs/ranking.md, Steps)."""
+def step_fit_samples(
+    store: Path, embedder_name: str, texts: Sequence[str], rounds: int
+) -> dict[str, list[float]]:
+    """Suggest times in seconds with client vectors (the model out of the timing), the step fit
+    on (the default) and off (`step_weight` and `step_profile_weight` 0), over two copies of
+    `store` opened side by side: each query is asked of both in turn, the order flipped each
+    round, so drift on a shared machine touches both alike (docs/ranking.md, Steps, "Cost")."""
     vectors = make_embedder(embedder_name, cache_size=1).embed(list(texts))
     queries = [
         SuggestQuery(text, k=5, intent_embedding=tuple(float(x) for x in vector))
         for text, vector in zip(texts, vectors, strict=True)
     ]
     default = default_ranking(embedder_name)
-    configs = {"on": default, "off": replace(default, step_weight=0.0, step_profile_weight=0.0)}
+    off = replace(default, step_weight=0.0, step_profile_weight=0.0)
+    other = store.parent / f"{store.name}-step-fit-off"
+    shutil.copytree(store, other)
+    engines = [
+        ("on", _open(store, embedder_name, default)),
+        ("off", _open(other, embedder_name, off)),
+    ]
     samples: dict[str, list[float]] = {"on": [], "off": []}
-    for _ in range(2):
-        for name, config in configs.items():
-            engine = _open(store, embedder_name, config)
-            try:
-                for query in queries[:20]:  # warm the caches
-                    engine.suggest(TENANT, query)
-                for query in queries:
+    try:
+        for _, engine in engines:
+            for query in queries[:20]:  # warm the caches
+                engine.suggest(TENANT, query)
+        for n in range(rounds):
+            for query in queries:
+                for name, engine in engines if n % 2 == 0 else engines[::-1]:
                     start = time.perf_counter()
                     engine.suggest(TENANT, query)
                     samples[name].append(time.perf_counter() - start)
-            finally:
-                engine.close()
+    finally:
+        for _, engine in engines:
+            engine.close()
+        shutil.rmtree(other, ignore_errors=True)
+    return samples
+
+
+def _step_fit_rows(store: Path, embedder_name: str, texts: Sequence[str], stored: int) -> list[Row]:
+    """Suggest p50 with client vectors, the step fit on against off (`step_fit_samples`, two
+    rounds)."""
+    samples = step_fit_samples(store, embedder_name, texts, 2)
     on, off = (statistics.median(samples[n]) * 1e3 for n in ("on", "off"))
     return [
         Row(
@@ -137,7 +154,7 @@ def _step_fit_rows(store: Path, embedder_name: str, texts: Sequence[str], stored
             on,
             "ms",
             off,
-            "step fit off (both weights 0)",
+            "step fit off (both weights 0), paired query by query",
             1.2,
             lower_is_better=True,
             extra={"samples": len(samples["on"])},
