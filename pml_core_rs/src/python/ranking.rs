@@ -442,33 +442,17 @@ pub(super) fn rank_query(
                 limit,
                 permitted.as_ref(),
             )?;
-            if explain {
-                ranking::explain_retrieved(
-                    &table,
-                    &space,
-                    &found,
-                    k,
-                    &filters,
-                    &params.inner,
-                    now_ms,
-                    &words,
-                )
-            } else {
-                let suggestions = ranking::rank_retrieved(
-                    &table,
-                    &space,
-                    &found,
-                    k,
-                    &filters,
-                    &params.inner,
-                    now_ms,
-                    &words,
-                )?;
-                Ok(ranking::Ranking {
-                    suggestions,
-                    filtered: Vec::new(),
-                })
-            }
+            ranking::rank_retrieved(
+                &table,
+                &space,
+                &found,
+                k,
+                &filters,
+                &params.inner,
+                now_ms,
+                &words,
+                explain,
+            )
         })
         .map_err(PyErr::from)?;
     Ok(ranking_tuples(ranked))

@@ -13,8 +13,8 @@ pub mod table;
 pub use formula::{gated_step, score, step_gate, Counts, Params, ScoreParts};
 pub use permitted::{permitted, restricts, retrieve_explained, retrieve_for, Permitted};
 pub use query::{
-    expected_steps, explain_retrieved, lexical_hits, rank_next, rank_retrieved, retrieve,
-    score_retrieved, Candidate, Filtered, Filters, Ranked, Ranking, Retrieved, Rule,
+    expected_steps, lexical_hits, rank_next, rank_retrieved, retrieve, score_retrieved, Candidate,
+    Filtered, Filters, Ranked, Ranking, Retrieved, Rule,
 };
 pub use space::{Foreign, Space};
 pub use steps::{step_evidence, ProfileFit, StepEvidence};

@@ -318,7 +318,8 @@ pub fn expected_steps(table: &RankTable, neighbours: &[Hit]) -> Option<f64> {
     (total > 0.0).then(|| weighted / total)
 }
 
-/// The top `k` capabilities, each represented by its best passing pattern.
+/// The top `k` capabilities, each represented by its best passing pattern; with `explain`,
+/// also every other candidate with its rule (every candidate scored: no top-k floor).
 #[allow(clippy::too_many_arguments)]
 pub fn rank_retrieved(
     table: &RankTable,
@@ -329,25 +330,11 @@ pub fn rank_retrieved(
     params: &Params,
     now_ms: i64,
     words: &FxHashSet<String>,
-) -> CoreResult<Vec<Ranked>> {
-    let scored = score_retrieved(table, space, found, filters, params, now_ms, words, Some(k))?;
-    Ok(order(table, scored, k, filters, false).suggestions)
-}
-
-/// `rank_retrieved` with `explain`: also every other candidate with its rule.
-#[allow(clippy::too_many_arguments)]
-pub fn explain_retrieved(
-    table: &RankTable,
-    space: &Space<'_>,
-    found: &Retrieved,
-    k: usize,
-    filters: &Filters,
-    params: &Params,
-    now_ms: i64,
-    words: &FxHashSet<String>,
+    explain: bool,
 ) -> CoreResult<Ranking> {
-    let scored = score_retrieved(table, space, found, filters, params, now_ms, words, None)?;
-    Ok(order(table, scored, k, filters, true))
+    let top_k = (!explain).then_some(k);
+    let scored = score_retrieved(table, space, found, filters, params, now_ms, words, top_k)?;
+    Ok(order(table, scored, k, filters, explain))
 }
 
 /// What usually comes next (a request without an intent, docs/ranking.md, Sessions): the

@@ -356,7 +356,7 @@ mod tests {
     /// would not have been suggested (docs/ranking.md, Steps, "Cost").
     #[test]
     fn the_floor_never_changes_the_top_k() {
-        use super::super::query::{explain_retrieved, rank_retrieved, retrieve, Filters};
+        use super::super::query::{rank_retrieved, retrieve, Filters};
         use super::super::space::Space;
         let (table, ann, lexical) = memory();
         let words: FxHashSet<String> = ["tool_3".to_string()].into_iter().collect();
@@ -376,7 +376,7 @@ mod tests {
                     .collect();
                 let space = Space::one(&ann, &query);
                 let found = retrieve(&space, &lexical, &terms, 80).unwrap();
-                let rank = |k| {
+                let rank = |k, explain| {
                     rank_retrieved(
                         &table,
                         &space,
@@ -386,27 +386,18 @@ mod tests {
                         &params,
                         0,
                         &words,
+                        explain,
                     )
                     .unwrap()
+                    .suggestions
                 };
-                let all = rank(10_000);
+                let all = rank(10_000, false);
                 assert!(all.len() > 8, "{}", all.len());
                 assert!(all.iter().any(|r| r.parts.steps < 1.0));
                 for k in [1, 2, 3, 5, 8] {
-                    assert_eq!(rank(k), all[..k], "k {k}");
+                    assert_eq!(rank(k, false), all[..k], "k {k}");
                     // explain scores every candidate (no floor): the same suggestions
-                    let explained = explain_retrieved(
-                        &table,
-                        &space,
-                        &found,
-                        k,
-                        &Filters::default(),
-                        &params,
-                        0,
-                        &words,
-                    )
-                    .unwrap();
-                    assert_eq!(explained.suggestions, all[..k], "explain, k {k}");
+                    assert_eq!(rank(k, true), all[..k], "explain, k {k}");
                 }
             }
         }

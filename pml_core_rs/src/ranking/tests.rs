@@ -147,8 +147,10 @@ fn run(
         &Params::default(),
         0,
         &rustc_hash::FxHashSet::default(),
+        false,
     )
     .unwrap()
+    .suggestions
 }
 
 #[test]
@@ -315,7 +317,7 @@ fn explain(fixture: &(RankTable, HnswIndex, LexicalIndex), k: usize, filters: &F
     let query = [1.0, 0.0];
     let space = Space::one(ann, &query);
     let found = retrieve(&space, lexical, &[], 8).unwrap();
-    explain_retrieved(
+    rank_retrieved(
         table,
         &space,
         &found,
@@ -324,6 +326,7 @@ fn explain(fixture: &(RankTable, HnswIndex, LexicalIndex), k: usize, filters: &F
         &Params::default(),
         0,
         &rustc_hash::FxHashSet::default(),
+        true,
     )
     .unwrap()
 }
