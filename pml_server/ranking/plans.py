@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -343,8 +344,6 @@ _DESCRIPTIONS_KEPT = 4096  # patterns whose step descriptions are kept between r
 _LITERAL = re.compile(
     r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'|(?<![\w$.])(\d+(?:\.\d+)?)(?!\w)"
 )
-_DescriptionKey = tuple[str, str, tuple[str, ...], tuple[str, ...]]
-_descriptions: dict[_DescriptionKey, tuple[frozenset[str], ...]] = {}
 
 
 def content_words(text: str) -> frozenset[str]:
@@ -383,18 +382,20 @@ def step_descriptions(pattern: PatternView) -> tuple[frozenset[str], ...]:
     (`split_request`); a part holding literal values of a step's call (the step whose values
     it holds most) describes that step, a part holding none describes the step whose tool it
     names (at least `NAMED_SHARE`), if any. A step's description is the content words of the
-    parts describing it. Kept per pattern (its id, code, tools and intents read) for later
-    requests."""
-    tools = pattern.tools_used
-    intents = pattern.intents[:DESCRIBED_INTENTS]
-    key = (pattern.id, pattern.original_code, tools, tuple(i.text for i in intents))
-    kept = _descriptions.get(key)
-    if kept is not None:
-        return kept
-    values = _step_values(pattern.original_code, tools)
+    parts describing it. Kept for later requests, by what it is read from (code, tools and the
+    intents read)."""
+    intents = tuple(i.text for i in pattern.intents[:DESCRIBED_INTENTS])
+    return _step_descriptions(pattern.original_code, tuple(pattern.tools_used), intents)
+
+
+@lru_cache(maxsize=_DESCRIPTIONS_KEPT)
+def _step_descriptions(
+    code: str, tools: tuple[str, ...], intents: tuple[str, ...]
+) -> tuple[frozenset[str], ...]:
+    values = _step_values(code, tools)
     words: list[set[str]] = [set() for _ in tools]
-    for intent in intents:
-        for part in split_request(intent.text):
+    for text in intents:
+        for part in split_request(text):
             low = part.lower()
             held = [sum(v in low for v in vs) for vs in values]
             best = max(range(len(tools)), key=lambda i: held[i], default=-1)
@@ -406,11 +407,7 @@ def step_descriptions(pattern: PatternView) -> tuple[frozenset[str], ...]:
                 if named[best] < NAMED_SHARE:
                     continue
             words[best] |= content_words(part)
-    out = tuple(frozenset(w) for w in words)
-    if len(_descriptions) >= _DESCRIPTIONS_KEPT:
-        _descriptions.clear()
-    _descriptions[key] = out
-    return out
+    return tuple(frozenset(w) for w in words)
 
 
 def tool_descriptions(hits: Sequence[Sequence[PartHit]]) -> dict[str, frozenset[str]]:
