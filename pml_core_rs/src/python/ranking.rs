@@ -273,14 +273,8 @@ impl PyRankTable {
         available_tools: Option<Vec<String>>,
         tags: Vec<String>,
     ) -> Option<(Vec<String>, Vec<u64>)> {
-        let filters = ranking::Filters {
-            min_match: 0.0,
-            min_success,
-            include_flagged,
-            available_tools,
-            tags,
-            ..ranking::Filters::default()
-        };
+        let filters =
+            ranking::Filters::without_match(min_success, include_flagged, available_tools, tags);
         py.detach(|| {
             let table = self.inner.read();
             ranking::permitted(&table, &filters, &params.inner).map(|p| {
@@ -482,14 +476,8 @@ pub(super) fn rank_next(
 ) -> PyResult<(Vec<RankedTuple>, Vec<FilteredTuple>)> {
     let k = count_arg("k", k)?;
     let weights: FxHashMap<String, f64> = weights.into_iter().collect();
-    let filters = ranking::Filters {
-        min_match: 0.0,
-        min_success,
-        include_flagged,
-        available_tools,
-        tags,
-        ..ranking::Filters::default()
-    };
+    let filters =
+        ranking::Filters::without_match(min_success, include_flagged, available_tools, tags);
     let ranked = py.detach(|| {
         let table = table.inner.read();
         ranking::rank_next(

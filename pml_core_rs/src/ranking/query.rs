@@ -38,6 +38,26 @@ pub struct Filters {
     pub transitions: FxHashMap<String, f64>,
 }
 
+impl Filters {
+    /// Every filter but `min_match`, no session factors: what comes next has no match to hold
+    /// to it, and the context filters' allow-list is drawn before any match is known.
+    pub fn without_match(
+        min_success: f64,
+        include_flagged: bool,
+        available_tools: Option<Vec<String>>,
+        tags: Vec<String>,
+    ) -> Self {
+        Filters {
+            min_match: 0.0,
+            min_success,
+            include_flagged,
+            available_tools,
+            tags,
+            transitions: FxHashMap::default(),
+        }
+    }
+}
+
 /// One suggestion: its pattern, capability, score parts and the intents the index holds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ranked {
