@@ -18,6 +18,7 @@ from pml_server.domain.errors import CorruptDataError as CorruptDataError
 from pml_server.domain.errors import InputTooLargeError as InputTooLargeError
 
 __all__ = [
+    "COMPANION_PROFILE_BOOST",
     "HNSW_SCORE_ERROR",
     "MIN_SECRET_CHARS",
     "MIXED_FOREIGN_SHIFT",
@@ -205,6 +206,11 @@ class RankParams:
 STEP_NEIGHBOURS: int
 """How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps)."""
 
+COMPANION_PROFILE_BOOST: float
+"""The tool profiles' weight for a request ranked in the cross-lingual companion's space is
+`step_profile_weight` times this, at most 1 (docs/ranking.md, Other languages, "Tool profiles
+in the companion's space")."""
+
 MIXED_FOREIGN_SHIFT: float
 """Added to the companion's cosine of an intent recorded in another language when an English
 request reads it beside English intents (docs/ranking.md, Other languages, "Calibration of the
@@ -237,12 +243,15 @@ class RankTable:
         params: RankParams,
         ann: HnswIndex | None,
         query: NDArray[np.float32],
+        companion: bool = False,
     ) -> list[float]:
         """The step factor of each pattern (1.0 without a row), gated by the hits' expected step
         count (docs/ranking.md, Steps, "Gate"), for a request whose `STEP_NEIGHBOURS` nearest
         intents are these hits, whose analysed words are `words` and whose vector is `query`;
-        the tool profiles are first brought up to date from `ann` (None: `query` is not in the
-        profiles' space, every profile factor is 1; docs/ranking.md, Steps, "Tool profiles")."""
+        the tool profiles are first brought up to date from `ann` (`companion`: the
+        cross-lingual companion's index, whose profiles are kept apart; None: `query` is not in
+        one profiles' space, every profile factor is 1; docs/ranking.md, Steps, "Tool
+        profiles"; Other languages)."""
     def profiles_stale(self) -> bool:
         """Some tool profile is out of date."""
     def set_counters(

@@ -102,6 +102,14 @@ def served(
                 hit1 = sum(r == 1 for r in ranks[language]) / len(items)
                 hit5 = sum(0 < r <= 5 for r in ranks[language]) / len(items)
                 out[language] = (hit1, hit5)
+                for part in ("tune", "check"):
+                    at = [
+                        r for r, q in zip(ranks[language], items, strict=True) if q["split"] == part
+                    ]
+                    out[f"{language} {part}"] = (
+                        sum(r == 1 for r in at) / len(at),
+                        sum(0 < r <= 5 for r in at) / len(at),
+                    )
             if show_misses:
                 for language in LANGUAGES:
                     print(f"## {language}: missed (rank > 5) but found in English")
@@ -125,8 +133,8 @@ def main(argv: Sequence[str]) -> None:
     if "other_lexical" in changed:
         _companion.OTHER_LANGUAGE_LEXICAL_WEIGHT = changed.pop("other_lexical")
     figures = served(ranking=changed)
-    en5 = figures["en"][1]
     for language, (hit1, hit5) in figures.items():
+        en5 = figures[" ".join(["en", *language.split()[1:]])][1]
         print(f"{language}: hit@1 {hit1:.3f} hit@5 {hit5:.3f} ({hit5 / en5:.2f}x English's hit@5)")
 
 

@@ -174,12 +174,15 @@ class RankTable:
         config: RankingConfig,
         ann: _core.HnswIndex | None,
         vector: np.ndarray,
+        *,
+        companion: bool = False,
     ) -> list[float]:
         """The step factor of each of `pattern_ids` for a request whose vector search returned
         `hits` (intent id, cosine) are its `STEP_NEIGHBOURS` nearest intents in the whole memory
-        and whose vector is `vector` (its tools' profiles are read from `ann`; None: `vector`
-        is in another space than theirs, the companion's, and the profiles' part is left out):
-        the core's, as its ranking applies it (docs/ranking.md, Steps), for the tests' oracle."""
+        and whose vector is `vector` (its tools' profiles are read from `ann`, the companion's
+        index when `companion`, whose profiles are kept apart; None: the scoring mixes two
+        spaces and the profiles' part is left out): the core's, as its ranking applies it
+        (docs/ranking.md, Steps; Other languages), for the tests' oracle."""
         return self._core.step_factors(
             [i for i, _ in hits],
             [s for _, s in hits],
@@ -188,6 +191,7 @@ class RankTable:
             core_params(config),
             ann,
             np.asarray(vector, dtype=np.float32),
+            companion=companion,
         )
 
     def rank(

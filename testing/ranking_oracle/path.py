@@ -187,10 +187,20 @@ def retrieve(
         cosine.update(index.exact_scores(vector, unscored))
     # how well each pattern's steps fit the tools the request asks for (docs/ranking.md, Steps)
     neighbours = index.semantic(vector, STEP_NEIGHBOURS) if config.step_weight > 0 else []
-    # the tool profiles are the tenant's own index's: left out in the companion's space (or a
-    # mix of both)
-    ann = index.ann if isinstance(index, TenantSearchIndex) else None
-    steps = index.ranks.step_factors(neighbours, list(intents_of), text, config, ann, vector)
+    # the tool profiles of the request's space: the tenant's own index's, or the companion's
+    # for a request in another language; left out when the scoring mixes both
+    # (docs/ranking.md, Other languages)
+    companion = isinstance(index, CompanionView)
+    ann = (
+        index.ann
+        if isinstance(index, TenantSearchIndex)
+        else index.vectors
+        if isinstance(index, CompanionView)
+        else None
+    )
+    steps = index.ranks.step_factors(
+        neighbours, list(intents_of), text, config, ann, vector, companion=companion
+    )
     retrievals = []
     for (pattern_id, intent_ids), fit in zip(intents_of.items(), steps, strict=True):
         scores = [cosine[i] for i in intent_ids if i in cosine]

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pml_server import _core
+from pml_server._core import COMPANION_PROFILE_BOOST
 from pml_server.ranking import RankingConfig
 from pml_server.ranking.table import RankTable
 from pml_server.search.vectors import new_index
@@ -230,3 +231,68 @@ def test_no_profile_or_no_weight_leaves_the_total_alone() -> None:
 def test_bad_arguments_name_their_field() -> None:
     with pytest.raises(ValueError, match="step_profile_weight"):
         RankingConfig(step_profile_weight=1.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    steps=st.lists(
+        st.lists(st.sampled_from(TOOLS[:5]), min_size=1, max_size=3), min_size=1, max_size=10
+    ),
+    late=st.lists(st.booleans(), min_size=10, max_size=10),
+    weight=st.floats(0.05, 1.0),
+)
+def test_the_companions_profiles_are_its_own_spaces(
+    seed: int, steps: list[list[str]], late: list[bool], weight: float
+) -> None:
+    """A request in another language reads the tool profiles summed from the companion's
+    vectors (docs/ranking.md, Other languages, "Tool profiles in the companion's space"),
+    kept apart from the primary's, with the weight `step_profile_weight` x
+    `COMPANION_PROFILE_BOOST` at most 1; a companion vector computed after its intent was
+    linked (the companion fills its index on a thread) is added when it arrives. So its
+    factors are those of a table whose only space holds the companion's vectors."""
+    rng = np.random.default_rng(seed)
+    companion_dim = DIM + 4  # another model, another size
+    primary = rng.normal(size=(len(steps), DIM)).astype(np.float32)
+    other = rng.normal(size=(len(steps), companion_dim)).astype(np.float32)
+    other /= np.linalg.norm(other, axis=1, keepdims=True)
+    request = rng.normal(size=companion_dim).astype(np.float32)
+    candidates = {f"c{n}": tuple(TOOLS[n : n + 2]) for n in range(4)}
+    config = replace(CONFIG, step_profile_weight=weight)
+    # the engine's table: profiles of the primary space and, apart, of the companion's
+    both = Memory()
+    companion = _core.HnswIndex(companion_dim)
+    for name, tools in candidates.items():
+        both.candidate(name, tools)
+    for n, tools in enumerate(steps):
+        (intent,) = both.teach(f"p{n}", tuple(sorted(set(tools))), primary[n : n + 1])
+        if not late[n]:
+            companion.add(np.array([intent], dtype=np.uint64), other[n : n + 1])
+    both.factors(list(candidates), primary[0])  # the primary profiles summed first
+    ask = list(candidates)
+
+    def in_companion() -> list[float]:
+        return both.table.step_factors([], ask, "zzz", config, companion, request, companion=True)
+
+    in_companion()  # the late vectors are not in yet
+    for n in range(len(steps)):
+        if late[n]:
+            companion.add(np.array([n], dtype=np.uint64), other[n : n + 1])
+    got = in_companion()
+    # a table whose one space is the companion's, at the boosted weight
+    alone = Memory(_core.HnswIndex(companion_dim))
+    for name, tools in candidates.items():
+        alone.candidate(name, tools)
+    for n, tools in enumerate(steps):
+        alone.teach(f"p{n}", tuple(sorted(set(tools))), other[n : n + 1])
+    boosted = replace(config, step_profile_weight=min(1.0, weight * COMPANION_PROFILE_BOOST))
+    assert got == pytest.approx(list(alone.factors(ask, request, boosted).values()), abs=1e-6)
+    # the primary profiles did not move
+    fresh = Memory()
+    for name, tools in candidates.items():
+        fresh.candidate(name, tools)
+    for n, tools in enumerate(steps):
+        fresh.teach(f"p{n}", tuple(sorted(set(tools))), primary[n : n + 1])
+    assert both.factors(ask, primary[0], config) == pytest.approx(
+        fresh.factors(ask, primary[0], config), abs=1e-9
+    )

@@ -81,6 +81,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "MIXED_FOREIGN_SHIFT",
         crate::ranking::space::MIXED_FOREIGN_SHIFT,
     )?;
+    m.add(
+        "COMPANION_PROFILE_BOOST",
+        crate::ranking::space::COMPANION_PROFILE_BOOST,
+    )?;
     m.add("CoreError", py.get_type::<CoreError>())?;
     m.add("CoreArgumentError", py.get_type::<CoreArgumentError>())?;
     m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;

@@ -170,10 +170,13 @@ impl PyRankTable {
     /// The step factor (docs/ranking.md, Steps) of each of `pattern_ids` (1.0 for a pattern
     /// without a row), for a request whose
     /// `STEP_NEIGHBOURS` nearest intents are `hit_ids` with `hit_scores`, whose analysed words
-    /// are `words` and whose vector is `query` (its tool-profile fit reads `ann`'s vectors):
-    /// the factors the core's ranking applies (both parts gated by the hits' expected step
-    /// count), for the Python ranking path.
+    /// are `words` and whose vector is `query` (its tool-profile fit reads `ann`'s vectors;
+    /// `companion`: `ann` is the cross-lingual companion's index, whose profiles are kept
+    /// apart): the factors the core's ranking applies (both parts gated by the hits' expected
+    /// step count), for the Python ranking path.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (hit_ids, hit_scores, pattern_ids, words, params, ann, query,
+        companion = false))]
     fn step_factors(
         &self,
         py: Python<'_>,
@@ -184,6 +187,7 @@ impl PyRankTable {
         params: &PyRankParams,
         ann: Option<&PyHnswIndex>,
         query: &Bound<'_, PyAny>,
+        companion: bool,
     ) -> PyResult<Vec<f64>> {
         if hit_ids.len() != hit_scores.len() {
             return Err(invalid_arg("hit_scores", "must hold one score per hit id"));
@@ -191,17 +195,22 @@ impl PyRankTable {
         let query = f32_vector("query", query)?;
         let words: FxHashSet<String> = words.into_iter().collect();
         Ok(py.detach(|| {
+            let space = if companion {
+                ranking::ProfileSpace::Companion
+            } else {
+                ranking::ProfileSpace::Primary
+            };
             if let Some(ann) = ann {
-                refresh_profiles(&self.inner, ann, &params.inner);
+                refresh_profiles(&self.inner, ann, &params.inner, space);
             }
             let table = self.inner.read();
             // without `ann` the profiles are not in `query`'s space: every profile factor is 1
             let weight = if ann.is_some() {
-                params.inner.step_profile_weight
+                ranking::space::profile_weight(space, params.inner.step_profile_weight)
             } else {
                 0.0
             };
-            let mut profiles = ranking::ProfileFit::new(&query, weight);
+            let mut profiles = ranking::ProfileFit::in_space(&query, weight, space);
             let hits: Vec<index::Hit> = hit_ids
                 .iter()
                 .zip(&hit_scores)
@@ -403,8 +412,21 @@ pub(super) fn rank_query(
             // The table is read first and held throughout, each index under its own lock
             // after it (writers hold one lock at a time, so no cycle). The context filters'
             // allow-list comes first (docs/ranking.md, Context filters).
-            if primary {
-                refresh_profiles(&table.inner, ann, &params.inner);
+            match (primary, foreign_ann) {
+                (true, _) => refresh_profiles(
+                    &table.inner,
+                    ann,
+                    &params.inner,
+                    ranking::ProfileSpace::Primary,
+                ),
+                // a request in another language: `ann` is the companion's index
+                (false, None) => refresh_profiles(
+                    &table.inner,
+                    ann,
+                    &params.inner,
+                    ranking::ProfileSpace::Companion,
+                ),
+                (false, Some(_)) => {}
             }
             let table = table.inner.read();
             let primary_ann = ann.inner.read();
@@ -519,17 +541,27 @@ pub(super) fn beta_mean(
     ranking::formula::beta_mean(successes, failures, prior_successes, prior_failures)
 }
 
-/// Bring the table's tool profiles up to date (docs/ranking.md, Steps, "Tool profiles") before
-/// a query reads them: only after a write, costing the changed tools' intents. The table's
-/// lock is taken before the index's, as every query does.
+/// Bring the table's tool profiles of `space` up to date (docs/ranking.md, Steps, "Tool
+/// profiles"; Other languages) from `ann`, that space's index, before a query reads them: only
+/// after a write (or, in the companion's space, the first time), costing the changed tools'
+/// intents. The table's lock is taken before the index's, as every query does.
 fn refresh_profiles(
     table: &Recovering<ranking::RankTable>,
     ann: &PyHnswIndex,
     params: &ranking::Params,
+    space: ranking::ProfileSpace,
 ) {
-    if params.step_profile_weight <= 0.0 || !table.read().profiles_stale() {
+    let stale = |t: &ranking::RankTable| match space {
+        ranking::ProfileSpace::Primary => t.profiles_stale(),
+        ranking::ProfileSpace::Companion => t.companion_profiles_stale(),
+    };
+    if params.step_profile_weight <= 0.0 || !stale(&table.read()) {
         return;
     }
     let mut table = table.write();
-    table.refresh_profiles(&ann.inner.read());
+    let ann = ann.inner.read();
+    match space {
+        ranking::ProfileSpace::Primary => table.refresh_profiles(&ann),
+        ranking::ProfileSpace::Companion => table.refresh_companion_profiles(&ann),
+    }
 }

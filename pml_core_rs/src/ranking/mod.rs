@@ -18,7 +18,7 @@ pub use query::{
 };
 pub use space::{Foreign, Space};
 pub use steps::{step_evidence, ProfileFit, StepEvidence};
-pub use table::RankTable;
+pub use table::{ProfileSpace, RankTable};
 
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::formula::{
     gated_step, pattern_semantic, score, score_next, step_gate, with_transition, Params, ScoreParts,
 };
-use super::space::Space;
+use super::space::{profile_weight, Space};
 use super::steps::{step_evidence, step_neighbours, ProfileFit, TopFloor, STEP_NEIGHBOURS};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
@@ -249,16 +249,16 @@ pub fn score_retrieved<'t>(
     };
     let evidence = step_evidence(table, &neighbours, words, params);
     let gate = step_gate(expected_steps(table, &neighbours), params);
-    // the tool profiles are the primary space's: left out when part of the scoring is not
+    // the tool profiles of the query's space: left out when the scoring mixes two
     // (docs/ranking.md, Other languages)
-    let mut profiles = ProfileFit::new(
-        space.query,
-        if space.reads_profiles() {
-            params.step_profile_weight
-        } else {
-            0.0
-        },
-    );
+    let mut profiles = match space.profiles() {
+        Some(set) => ProfileFit::in_space(
+            space.query,
+            profile_weight(set, params.step_profile_weight),
+            set,
+        ),
+        None => ProfileFit::new(space.query, 0.0),
+    };
     // Only the top k wanted (no explain, no session factor raising a total after the step
     // factor): a candidate that cannot enter it is left out before its step factors
     // (docs/ranking.md, Steps, "Cost").

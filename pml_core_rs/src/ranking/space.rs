@@ -6,6 +6,7 @@
 
 use rustc_hash::FxHashSet;
 
+use super::table::ProfileSpace;
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex};
 
@@ -15,6 +16,21 @@ use crate::index::{Hit, HnswIndex};
 /// "Calibration of the reverse". Exported to Python as `_core.MIXED_FOREIGN_SHIFT` (the
 /// oracle's `MixedView` reads it).
 pub const MIXED_FOREIGN_SHIFT: f32 = 0.1;
+
+/// The tool profiles' weight in the companion's space is `step_profile_weight` times this, at
+/// most 1 (1 at the default 0.8): a request's cosines with the companion's profiles spread
+/// less than with the primary's, so the same weight separates tools less (docs/ranking.md,
+/// Other languages, "Tool profiles in the companion's space"; chosen on the probe's tune part
+/// among 0, 0.5, 0.8 and 1).
+pub const COMPANION_PROFILE_BOOST: f64 = 1.25;
+
+/// The weight of the tool-profile factor (`steps::ProfileFit`) for a query in `space`.
+pub fn profile_weight(space: ProfileSpace, step_profile_weight: f64) -> f64 {
+    match space {
+        ProfileSpace::Primary => step_profile_weight,
+        ProfileSpace::Companion => (step_profile_weight * COMPANION_PROFILE_BOOST).min(1.0),
+    }
+}
 
 /// The intents recorded in another language and where they are read.
 pub struct Foreign<'a> {
@@ -75,10 +91,15 @@ impl<'a> Space<'a> {
         }
     }
 
-    /// True when the table's tool profiles (means of the primary index's vectors) can be
-    /// compared with `query`: not in the companion's space, nor when part of the scoring is.
-    pub fn reads_profiles(&self) -> bool {
-        self.primary && self.foreign.is_none()
+    /// The table's tool profiles that can be compared with `query`: the primary index's, or
+    /// the companion's for a query wholly in its space (docs/ranking.md, Other languages,
+    /// "Tool profiles in the companion's space"); none when the scoring mixes both.
+    pub fn profiles(&self) -> Option<ProfileSpace> {
+        match (self.primary, &self.foreign) {
+            (_, Some(_)) => None,
+            (true, None) => Some(ProfileSpace::Primary),
+            (false, None) => Some(ProfileSpace::Companion),
+        }
     }
 
     /// The `limit` nearest intents (fewer when the indexes hold fewer), best first.

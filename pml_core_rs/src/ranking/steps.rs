@@ -17,7 +17,7 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::formula::Params;
-use super::table::{dot, NameId, RankTable, Row};
+use super::table::{dot, NameId, ProfileSpace, RankTable, Row};
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex};
 
@@ -194,6 +194,8 @@ impl<'a> TopFloor<'a> {
 #[derive(Debug, Clone)]
 pub struct ProfileFit<'q> {
     weight: f64,
+    /// The profiles read: those in `query`'s space.
+    space: ProfileSpace,
     query: &'q [f32],
     length: f64,
     toward: FxHashMap<NameId, f64>,
@@ -204,8 +206,15 @@ impl<'q> ProfileFit<'q> {
     /// `weight`: `Params::step_profile_weight`, or 0 when the table's profiles are not in
     /// `query`'s space (every factor is then 1).
     pub fn new(query: &'q [f32], weight: f64) -> Self {
+        Self::in_space(query, weight, ProfileSpace::Primary)
+    }
+
+    /// `new` for a `query` in `space` (the companion's: a request in another language,
+    /// docs/ranking.md, Other languages).
+    pub fn in_space(query: &'q [f32], weight: f64, space: ProfileSpace) -> Self {
         ProfileFit {
             weight,
+            space,
             query,
             length: dot(query, query).sqrt(),
             toward: FxHashMap::default(),
@@ -222,7 +231,7 @@ impl<'q> ProfileFit<'q> {
         let mut squared = row.tools.len() as f64;
         let mut known = false;
         for (n, &a) in row.tools.iter().enumerate() {
-            let Some(pa) = table.profile(a) else {
+            let Some(pa) = table.profile_in(self.space, a) else {
                 continue;
             };
             known = true;
@@ -232,7 +241,7 @@ impl<'q> ProfileFit<'q> {
                 .entry(a)
                 .or_insert_with(|| dot(query, pa) / length);
             for &b in &row.tools[n + 1..] {
-                let Some(pb) = table.profile(b) else {
+                let Some(pb) = table.profile_in(self.space, b) else {
                     continue;
                 };
                 squared += 2.0

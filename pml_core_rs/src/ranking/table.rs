@@ -46,7 +46,7 @@ impl Row {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RankTable {
     rows: Vec<Row>,
     free: Vec<u32>,
@@ -60,17 +60,91 @@ pub struct RankTable {
     words: Vec<Box<[Box<str>]>>,
     /// The tools each analysed name word belongs to.
     word_tools: HashMap<Box<str>, Vec<NameId>>,
-    /// Each tool's profile (docs/ranking.md, Steps, "Tool profiles"): the unit mean of the
-    /// vectors of every intent of every pattern calling it; a tool without one has none.
+    /// The tool profiles in the primary index's space (docs/ranking.md, Steps, "Tool
+    /// profiles"), always kept.
+    profiles: ProfileSet,
+    /// The same in the cross-lingual companion's space (docs/ranking.md, Other languages,
+    /// "Tool profiles in the companion's space"): kept from a tenant's first request ranked
+    /// there on.
+    companion: ProfileSet,
+    /// The rows calling each tool.
+    tool_rows: FxHashMap<NameId, FxHashSet<u32>>,
+}
+
+/// Which vectors a set of tool profiles is the mean of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProfileSpace {
+    /// The primary index's (the tenant's own vectors).
+    Primary,
+    /// The cross-lingual companion's (a request in another language).
+    Companion,
+}
+
+/// One space's tool profiles: each tool's unit mean of the vectors of every intent of every
+/// pattern calling it (a tool without one has none), with what keeps them up to date.
+#[derive(Clone, Debug, Default)]
+struct ProfileSet {
+    /// Written to by the table's changes (the primary set always; the companion's once its
+    /// first refresh summed every tool).
+    kept: bool,
     profiles: FxHashMap<NameId, Box<[f32]>>,
     /// Each profiled tool's sum of intent vectors and how many were added.
     sums: FxHashMap<NameId, (Box<[f64]>, usize)>,
-    /// The rows calling each tool.
-    tool_rows: FxHashMap<NameId, FxHashSet<u32>>,
     /// Tools that lost an intent or a row since the last refresh: summed again in full.
     dirty: FxHashSet<NameId>,
     /// (intent, tool) pairs gained since the last refresh: added to the tool's sum.
     pending: Vec<(u64, NameId)>,
+}
+
+impl ProfileSet {
+    fn kept() -> Self {
+        ProfileSet {
+            kept: true,
+            ..ProfileSet::default()
+        }
+    }
+
+    fn stale(&self) -> bool {
+        !self.kept || !self.dirty.is_empty() || !self.pending.is_empty()
+    }
+
+    fn mark(&mut self, tool: NameId) {
+        if self.kept {
+            self.dirty.insert(tool);
+        }
+    }
+
+    fn gain(&mut self, pairs: impl Iterator<Item = (u64, NameId)>) {
+        if self.kept {
+            self.pending.extend(pairs);
+        }
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.profiles
+            .values()
+            .map(|p| 24 + 12 * p.len())
+            .sum::<usize>()
+            + 12 * self.pending.capacity()
+    }
+}
+
+impl Default for RankTable {
+    fn default() -> Self {
+        RankTable {
+            rows: Vec::new(),
+            free: Vec::new(),
+            row_of: HashMap::new(),
+            intent_row: FxHashMap::default(),
+            names: Vec::new(),
+            name_id: HashMap::new(),
+            words: Vec::new(),
+            word_tools: HashMap::new(),
+            profiles: ProfileSet::kept(),
+            companion: ProfileSet::default(),
+            tool_rows: FxHashMap::default(),
+        }
+    }
 }
 
 impl RankTable {
@@ -250,7 +324,8 @@ impl RankTable {
         intents.push(intent_id);
         self.intent_row.insert(intent_id, slot);
         let tools = &self.rows[slot as usize].tools;
-        self.pending.extend(tools.iter().map(|&t| (intent_id, t)));
+        self.profiles.gain(tools.iter().map(|&t| (intent_id, t)));
+        self.companion.gain(tools.iter().map(|&t| (intent_id, t)));
     }
 
     /// The intents left the vector index (unknown ids do nothing).
@@ -311,13 +386,15 @@ impl RankTable {
                     self.tool_rows.remove(t);
                 }
             }
-            self.dirty.insert(*t);
+            self.profiles.mark(*t);
+            self.companion.mark(*t);
         }
         for &t in tools.iter() {
             self.tool_rows.entry(t).or_default().insert(slot);
             if !old.contains(&t) {
                 let intents = &self.rows[slot as usize].intents;
-                self.pending.extend(intents.iter().map(|&i| (i, t)));
+                self.profiles.gain(intents.iter().map(|&i| (i, t)));
+                self.companion.gain(intents.iter().map(|&i| (i, t)));
             }
         }
         self.rows[slot as usize].tools = tools;
@@ -325,19 +402,37 @@ impl RankTable {
 
     /// The row lost an intent: its tools' profiles are summed again.
     fn touch(&mut self, slot: u32) {
-        let tools = &self.rows[slot as usize].tools;
-        self.dirty.extend(tools.iter().copied());
+        for &t in self.rows[slot as usize].tools.iter() {
+            self.profiles.mark(t);
+            self.companion.mark(t);
+        }
     }
 
     /// Some tool profile is out of date (`refresh_profiles` brings it up to date).
     pub fn profiles_stale(&self) -> bool {
-        !self.dirty.is_empty() || !self.pending.is_empty()
+        self.profiles.stale()
+    }
+
+    /// Some tool profile of the companion's space is out of date, or never summed
+    /// (`refresh_companion_profiles`).
+    pub fn companion_profiles_stale(&self) -> bool {
+        self.companion.stale()
     }
 
     /// A tool's profile: unit length, `dim` values (None: no intent of its patterns in the
     /// vector index).
     pub fn profile(&self, tool: NameId) -> Option<&[f32]> {
-        self.profiles.get(&tool).map(|p| &p[..])
+        self.profile_in(ProfileSpace::Primary, tool)
+    }
+
+    /// A tool's profile in `space` (None: no intent of its patterns has a vector there, or the
+    /// companion's profiles were never summed).
+    pub fn profile_in(&self, space: ProfileSpace, tool: NameId) -> Option<&[f32]> {
+        let set = match space {
+            ProfileSpace::Primary => &self.profiles,
+            ProfileSpace::Companion => &self.companion,
+        };
+        set.profiles.get(&tool).map(|p| &p[..])
     }
 
     /// Bring the profiles up to date from the vectors `ann` holds (docs/ranking.md, Steps,
@@ -350,15 +445,51 @@ impl RankTable {
 
     /// `refresh_profiles` with `add(id, acc)` adding intent `id`'s unit vector (`dim` values)
     /// into `acc`, false when it has none.
-    pub fn refresh_profiles_with(
+    pub fn refresh_profiles_with(&mut self, dim: usize, add: impl FnMut(u64, &mut [f64]) -> bool) {
+        let mut set = std::mem::take(&mut self.profiles);
+        self.refresh_set(&mut set, dim, add, false);
+        self.profiles = set;
+    }
+
+    /// The tool profiles in the companion's space from the vectors its index `ann` holds
+    /// (docs/ranking.md, Other languages): the first call sums every tool, later ones only
+    /// what changed, as `refresh_profiles`. The companion's vectors are computed after the
+    /// intents are linked (service/_companion.py), so an intent without one yet is added when
+    /// a later call finds it.
+    pub fn refresh_companion_profiles(&mut self, ann: &HnswIndex) {
+        self.refresh_companion_profiles_with(ann.dim(), |id, acc| ann.add_vector_into(id, acc));
+    }
+
+    /// `refresh_companion_profiles` with `add` as `refresh_profiles_with`'s.
+    pub fn refresh_companion_profiles_with(
         &mut self,
         dim: usize,
-        mut add: impl FnMut(u64, &mut [f64]) -> bool,
+        add: impl FnMut(u64, &mut [f64]) -> bool,
     ) {
-        if !self.profiles_stale() {
+        let mut set = std::mem::take(&mut self.companion);
+        if !set.kept {
+            set.kept = true;
+            set.dirty.extend(self.tool_rows.keys().copied());
+        }
+        self.refresh_set(&mut set, dim, add, true);
+        self.companion = set;
+    }
+
+    /// Bring `set` up to date: tools dirty summed in full, pending pairs added. `retry`: an
+    /// intent still linked whose vector is missing is added by a later call (the companion's
+    /// vectors arrive after the link); otherwise it has left the index and is dropped.
+    fn refresh_set(
+        &self,
+        set: &mut ProfileSet,
+        dim: usize,
+        mut add: impl FnMut(u64, &mut [f64]) -> bool,
+        retry: bool,
+    ) {
+        if !set.stale() {
             return;
         }
-        let mut dirty: Vec<NameId> = self.dirty.drain().collect();
+        let mut later: Vec<(u64, NameId)> = Vec::new();
+        let mut dirty: Vec<NameId> = set.dirty.drain().collect();
         dirty.sort_unstable();
         let mut changed: FxHashSet<NameId> = FxHashSet::default();
         for &t in &dirty {
@@ -369,14 +500,18 @@ impl RankTable {
                 ordered.sort_unstable(); // the same sum whatever the set's order
                 for slot in ordered {
                     for &i in &self.rows[slot as usize].intents {
-                        n += usize::from(add(i, &mut sum));
+                        if add(i, &mut sum) {
+                            n += 1;
+                        } else if retry {
+                            later.push((i, t));
+                        }
                     }
                 }
             }
-            self.sums.insert(t, (sum, n));
+            set.sums.insert(t, (sum, n));
             changed.insert(t);
         }
-        for (i, t) in std::mem::take(&mut self.pending) {
+        for (i, t) in std::mem::take(&mut set.pending) {
             // summed in full above, or no longer the intent's: nothing to add
             let Some(&slot) = self.intent_row.get(&i) else {
                 continue;
@@ -384,17 +519,23 @@ impl RankTable {
             if dirty.binary_search(&t).is_ok() || !self.rows[slot as usize].tools.contains(&t) {
                 continue;
             }
-            let (sum, n) = self
+            let (sum, n) = set
                 .sums
                 .entry(t)
                 .or_insert_with(|| (vec![0.0f64; dim].into_boxed_slice(), 0));
-            if sum.len() == dim && add(i, sum) {
+            if sum.len() != dim {
+                continue;
+            }
+            if add(i, sum) {
                 *n += 1;
                 changed.insert(t);
+            } else if retry {
+                later.push((i, t));
             }
         }
+        set.pending = later;
         for t in changed {
-            let unit = self.sums.get(&t).and_then(|(sum, n)| {
+            let unit = set.sums.get(&t).and_then(|(sum, n)| {
                 let norm = sum.iter().map(|x| x * x).sum::<f64>().sqrt();
                 (*n > 0 && norm > 0.0 && norm.is_finite()).then(|| {
                     sum.iter()
@@ -404,11 +545,11 @@ impl RankTable {
             });
             match unit {
                 Some(unit) => {
-                    self.profiles.insert(t, unit);
+                    set.profiles.insert(t, unit);
                 }
                 None => {
-                    self.profiles.remove(&t);
-                    self.sums.remove(&t);
+                    set.profiles.remove(&t);
+                    set.sums.remove(&t);
                 }
             }
         }
@@ -441,11 +582,8 @@ impl RankTable {
             .iter()
             .map(|(w, t)| 48 + w.len() + 4 * t.capacity())
             .sum();
-        let profiles: usize = self
-            .profiles
-            .values()
-            .map(|p| 24 + 12 * p.len())
-            .sum::<usize>()
+        let profiles: usize = self.profiles.memory_bytes()
+            + self.companion.memory_bytes()
             + self
                 .tool_rows
                 .values()
@@ -473,4 +611,85 @@ pub fn dot(a: &[f32], b: &[f32]) -> f64 {
         sum += u * v;
     }
     f64::from(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic unit-ish vector per (intent, space).
+    fn vector(id: u64, salt: u64, dim: usize) -> Vec<f64> {
+        (0..dim as u64)
+            .map(|d| (((id * 31 + d * 17 + salt * 7) % 13) as f64) - 6.0)
+            .collect()
+    }
+
+    fn filled() -> RankTable {
+        let mut table = RankTable::new();
+        for id in 0..12u64 {
+            let pattern = format!("p{}", id / 2);
+            table.link_intent(id, &pattern);
+            let tools = vec![format!("t{}", id % 3), format!("t{}", (id / 2) % 4)];
+            table.set_pattern(&pattern, "c", &tools, &[], false, false);
+        }
+        table
+    }
+
+    /// The companion's profiles are kept apart from the primary's, summed in full at their
+    /// first refresh, and an intent whose companion vector arrives later is added then: the
+    /// same profiles as a table whose vectors were all there (docs/ranking.md, Other languages,
+    /// "Tool profiles in the companion's space").
+    #[test]
+    fn companion_profiles_follow_vectors_that_arrive_late() {
+        let dim = 5;
+        let mut late = filled();
+        let mut whole = filled();
+        late.refresh_profiles_with(dim, |id, acc| {
+            acc.iter_mut()
+                .zip(vector(id, 0, dim))
+                .for_each(|(a, v)| *a += v);
+            true
+        });
+        assert!(late.profile(late.name_id("t0").unwrap()).is_some());
+        assert!(late.companion_profiles_stale(), "never summed");
+        let t0 = late.name_id("t0").unwrap();
+        assert!(late.profile_in(ProfileSpace::Companion, t0).is_none());
+        // intents 3 and 8 have no companion vector yet
+        fn present(id: u64) -> bool {
+            id != 3 && id != 8
+        }
+        fn add(have: fn(u64) -> bool, dim: usize) -> impl FnMut(u64, &mut [f64]) -> bool {
+            move |id, acc| {
+                if !have(id) {
+                    return false;
+                }
+                acc.iter_mut()
+                    .zip(vector(id, 1, dim))
+                    .for_each(|(a, v)| *a += v);
+                true
+            }
+        }
+        late.refresh_companion_profiles_with(dim, add(present, dim));
+        assert!(late.companion_profiles_stale(), "two vectors still missing");
+        // a later capture and a deletion while they are missing
+        late.link_intent(12, "p1");
+        whole.link_intent(12, "p1");
+        late.unlink_intents(&[5]);
+        whole.unlink_intents(&[5]);
+        late.refresh_companion_profiles_with(dim, add(|_| true, dim));
+        assert!(!late.companion_profiles_stale());
+        whole.refresh_companion_profiles_with(dim, add(|_| true, dim));
+        for tool in ["t0", "t1", "t2", "t3"] {
+            let t = late.name_id(tool).unwrap();
+            let (a, b) = (
+                late.profile_in(ProfileSpace::Companion, t).unwrap(),
+                whole.profile_in(ProfileSpace::Companion, t).unwrap(),
+            );
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() < 1e-6, "{tool}: {a:?} != {b:?}");
+            }
+            // the primary profiles are another space's
+            assert_ne!(late.profile(t).unwrap(), a);
+        }
+    }
 }
