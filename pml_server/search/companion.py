@@ -222,6 +222,11 @@ class CompanionView(_TenantReads):
     def _ranked_in(self) -> tuple[_core.HnswIndex, bool, Foreign | None]:
         return self.vectors, False, None
 
+    def companion_profiles(self, query: Vector) -> tuple[_core.HnswIndex, Vector]:
+        """The index whose vectors the tool profiles a request ranked here reads are means of,
+        and its vector in that space (the tests' oracle)."""
+        return self.vectors, query
+
 
 class MixedView(_TenantReads):
     """A tenant's index for an English request when some intents were recorded in another
@@ -285,6 +290,11 @@ class MixedView(_TenantReads):
             scores = self._companion.exact_scores(self._query, foreign)
             out.update(_shifted(list(scores.items())))
         return out
+
+    def companion_profiles(self, query: Vector) -> tuple[_core.HnswIndex, Vector]:
+        """The companion's index and the request's companion vector: the tool profiles are
+        read in the space that reads every intent (docs/ranking.md, Other languages)."""
+        return self._companion.vectors, self._query
 
     def _ranked_in(self) -> tuple[_core.HnswIndex, bool, Foreign | None]:
         foreign = Foreign(self._companion.vectors, self._query, sorted(self._foreign))

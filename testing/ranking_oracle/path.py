@@ -188,18 +188,20 @@ def retrieve(
     # how well each pattern's steps fit the tools the request asks for (docs/ranking.md, Steps)
     neighbours = index.semantic(vector, STEP_NEIGHBOURS) if config.step_weight > 0 else []
     # the tool profiles of the request's space: the tenant's own index's, or the companion's
-    # for a request in another language; left out when the scoring mixes both
-    # (docs/ranking.md, Other languages)
-    companion = isinstance(index, CompanionView)
-    ann = (
-        index.ann
-        if isinstance(index, TenantSearchIndex)
-        else index.vectors
-        if isinstance(index, CompanionView)
-        else None
-    )
+    # for a request in another language, and when the scoring mixes both, with the request's
+    # companion vector (docs/ranking.md, Other languages)
+    if isinstance(index, TenantSearchIndex):
+        ann, toward = index.ann, vector
+    else:
+        ann, toward = index.companion_profiles(vector)
     steps = index.ranks.step_factors(
-        neighbours, list(intents_of), text, config, ann, vector, companion=companion
+        neighbours,
+        list(intents_of),
+        text,
+        config,
+        ann,
+        toward,
+        companion=not isinstance(index, TenantSearchIndex),
     )
     retrievals = []
     for (pattern_id, intent_ids), fit in zip(intents_of.items(), steps, strict=True):

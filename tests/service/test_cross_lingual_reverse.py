@@ -11,6 +11,7 @@ import pytest
 
 from pml_server.domain.model import SuggestQuery
 from pml_server.embedding import make_embedder
+from pml_server.ranking import RankingConfig
 from pml_server.search.companion import MIXED_FOREIGN_SHIFT
 from pml_server.service import Engine
 from testing.ranking_oracle import path as oracle
@@ -215,3 +216,46 @@ def test_a_tenant_recorded_only_in_other_languages(tmp_path: Path) -> None:
                 assert top.capability_id == caps[tool], request_text
     finally:
         engine.close()
+
+
+# multi-step patterns, some recorded in French (their neighbours open the step gate)
+STEPS_MEMORY = [
+    ("Cherche des vols pour Rome et réserve un hôtel", ["flight_search", "hotel_booking"]),
+    ("Find a flight to Berlin and reserve a hotel room", ["flight_search", "hotel_booking"]),
+    ("Search flights to Madrid", ["flight_search"]),
+    ("Réserve un hôtel à Lisbonne", ["hotel_booking"]),
+    ("Find a flight to Tokyo and rent a car at the airport", ["flight_search", "car_rental"]),
+    ("Loue une voiture à Nice", ["car_rental"]),
+]
+
+
+def test_an_english_request_over_a_mixed_memory_reads_the_companions_tool_profiles(
+    tmp_path: Path,
+) -> None:
+    """Each intent is compared in its own space, and the candidates' tools are judged by the
+    tool profiles of the companion's space, which reads every intent, with the request's
+    companion vector (docs/ranking.md, Other languages, "Tool profiles in the companion's
+    space"): the core's answer is the oracle's, and it differs from the same engine's without
+    the profiles."""
+    text = "Search flights to Rome and book a hotel"
+    answers = []
+    for weight in (0.8, 0.0):
+        engine = open_engine(
+            tmp_path / str(weight),
+            embedder="minilm",
+            ranking=RankingConfig(step_profile_weight=weight),
+        )
+        try:
+            for n, (intent, tools) in enumerate(STEPS_MEMORY):
+                engine.record("t", make_record(f"s{n}", intent, tools))
+            assert engine.admin.wait_cross_lingual(60)
+            query = SuggestQuery(text, k=5, explain=True, min_match=0.0, plan_size=0)
+            got = engine.suggest("t", query)
+            assert got == oracle.rank_suggestions(engine._state, "t", query)
+            answers.append({s.pattern.intents[0].text: s.score.steps for s in got.suggestions})
+        finally:
+            engine.close()
+    with_profiles, without = answers
+    assert any(steps < 1.0 for steps in with_profiles.values()), "the step gate opened"
+    shared = with_profiles.keys() & without.keys()
+    assert any(abs(with_profiles[p] - without[p]) > 1e-6 for p in shared), (answers,)

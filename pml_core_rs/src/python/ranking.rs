@@ -412,8 +412,15 @@ pub(super) fn rank_query(
             // The table is read first and held throughout, each index under its own lock
             // after it (writers hold one lock at a time, so no cycle). The context filters'
             // allow-list comes first (docs/ranking.md, Context filters).
+            // the profiles of the space the query reads them in (`ranking::Space::profiles`)
             match (primary, foreign_ann) {
-                (true, _) => refresh_profiles(
+                (_, Some(other)) => refresh_profiles(
+                    &table.inner,
+                    other,
+                    &params.inner,
+                    ranking::ProfileSpace::Companion,
+                ),
+                (true, None) => refresh_profiles(
                     &table.inner,
                     ann,
                     &params.inner,
@@ -426,7 +433,6 @@ pub(super) fn rank_query(
                     &params.inner,
                     ranking::ProfileSpace::Companion,
                 ),
-                (false, Some(_)) => {}
             }
             let table = table.inner.read();
             let primary_ann = ann.inner.read();

@@ -249,16 +249,10 @@ pub fn score_retrieved<'t>(
     };
     let evidence = step_evidence(table, &neighbours, words, params);
     let gate = step_gate(expected_steps(table, &neighbours), params);
-    // the tool profiles of the query's space: left out when the scoring mixes two
-    // (docs/ranking.md, Other languages)
-    let mut profiles = match space.profiles() {
-        Some(set) => ProfileFit::in_space(
-            space.query,
-            profile_weight(set, params.step_profile_weight),
-            set,
-        ),
-        None => ProfileFit::new(space.query, 0.0),
-    };
+    // the tool profiles of the query's space (docs/ranking.md, Other languages)
+    let (set, toward) = space.profiles();
+    let mut profiles =
+        ProfileFit::in_space(toward, profile_weight(set, params.step_profile_weight), set);
     // Only the top k wanted (no explain, no session factor raising a total after the step
     // factor): a candidate that cannot enter it is left out before its step factors
     // (docs/ranking.md, Steps, "Cost").

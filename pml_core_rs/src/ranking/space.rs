@@ -91,14 +91,16 @@ impl<'a> Space<'a> {
         }
     }
 
-    /// The table's tool profiles that can be compared with `query`: the primary index's, or
-    /// the companion's for a query wholly in its space (docs/ranking.md, Other languages,
-    /// "Tool profiles in the companion's space"); none when the scoring mixes both.
-    pub fn profiles(&self) -> Option<ProfileSpace> {
+    /// The table's tool profiles a candidate's tools are judged by, and the request's vector
+    /// in their space: the primary index's with `query`, or the companion's for a query in its
+    /// space; when the scoring mixes both, the companion's with the request's companion vector
+    /// (it reads every intent, English or not, in one space: docs/ranking.md, Other
+    /// languages, "Tool profiles in the companion's space").
+    pub fn profiles(&self) -> (ProfileSpace, &'a [f32]) {
         match (self.primary, &self.foreign) {
-            (_, Some(_)) => None,
-            (true, None) => Some(ProfileSpace::Primary),
-            (false, None) => Some(ProfileSpace::Companion),
+            (_, Some(foreign)) => (ProfileSpace::Companion, foreign.query),
+            (true, None) => (ProfileSpace::Primary, self.query),
+            (false, None) => (ProfileSpace::Companion, self.query),
         }
     }
 
