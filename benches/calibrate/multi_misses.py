@@ -509,6 +509,17 @@ def gate_opened(share: float, need: int) -> Key:
     return key
 
 
+def oracle_count(weight: float) -> Key:
+    """A ceiling, not a signal: the expected tool count known (|n - t| / max(n, t) costs
+    `weight`), what the best possible estimate of the asked step count could give."""
+
+    def key(case: Case, c: Cand) -> float:
+        n, t = len(set(case.tools)), _steps(c)
+        return served(case, c) * (1 - weight * abs(n - t) / max(n, t))
+
+    return key
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=("collect", "report"))
@@ -557,6 +568,7 @@ def main(argv: list[str] | None = None) -> None:
         for a in (0.25, 0.5)
         for n in (2, 4)
     }
+    keys |= {f"ceiling: step count known, {w}": oracle_count(w) for w in (0.2, 0.5, 0.9)}
     table(cases, keys)
 
 
