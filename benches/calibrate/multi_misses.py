@@ -43,6 +43,7 @@ from benches.harness.quality_devset import split_of
 from benches.harness.quality_vectors import vectors
 from pml_server.domain.model import ExecutionRecord, ScoreParts, SuggestQuery, ToolCall
 from pml_server.ranking.config import RankingConfig, default_ranking
+from pml_server.ranking.lexical import query_terms
 
 CACHE = Path(tempfile.gettempdir()) / "pml-multi-misses.pkl"
 SKEWED_CACHE = Path(tempfile.gettempdir()) / "pml-multi-skewed.pkl"
@@ -62,6 +63,8 @@ class Cand:
     dice: float  # 1 - w + w * fit, ungated
     profile: float  # 1 - wp + wp * clamp(cos(T)), ungated
     total: float
+    bm25: float = 0.0  # the pattern document's BM25 for the request, whether or not it was
+    # among the lexical search's hits (a vector-only candidate's `lexical` is 0)
 
 
 @dataclass
@@ -95,7 +98,10 @@ def _ask(
     ranking: RankingConfig,
     queries: list[tuple[str, str]],
     vec: dict[str, list[float]],
+    bm25: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, list[tuple[str, ScoreParts]]]:
+    """Per query, (capability, score parts) of every candidate; with `bm25`, each candidate
+    pattern's exact BM25 for the request (`LexicalIndex.search_among` over the candidates)."""
     engine = _open(data, "minilm", ranking)
     out: dict[str, list[tuple[str, ScoreParts]]] = {}
     try:
@@ -111,9 +117,20 @@ def _ask(
                     intent_embedding=tuple(vec[text]),
                 ),
             )
-            items = [(s.capability_id, s.score) for s in r.suggestions]
-            items += [(f.capability_id, f.score) for f in r.filtered if f.score is not None]
+            # keyed by capability and pattern: a capability may hold several patterns
+            items = [(f"{s.capability_id} {s.pattern.id}", s.score) for s in r.suggestions]
+            items += [
+                (f"{f.capability_id} {f.pattern_id}", f.score)
+                for f in r.filtered
+                if f.score is not None
+            ]
             out[qid] = items
+            if bm25 is not None:
+                ids = [key.split(" ")[1] for key, _ in items]
+                index = engine._state.indexes.get(TENANT)
+                assert index is not None
+                got = dict(index.lexical.core.search_among(query_terms(text), len(ids), ids))
+                bm25[qid] = {key: got.get(i, 0.0) for (key, _), i in zip(items, ids, strict=True)}
     finally:
         engine.close()
     return out
@@ -140,7 +157,8 @@ def _collect_store(
     group_of = {c: v.most_common(1)[0][0] for c, v in votes.items()}
     tools_of = {e.group: e.tools for e in executions}
     asked = [(q[0], q[1]) for q in queries]
-    served = _ask(data, base, asked, vec)
+    exact: dict[str, dict[str, float]] = {}
+    served = _ask(data, base, asked, vec, exact)
     dice = _ask(data, replace(base, step_gate=0.0, step_profile_weight=0.0), asked, vec)
     prof = _ask(data, replace(base, step_gate=0.0, step_weight=0.0), asked, vec)
     cases = []
@@ -150,7 +168,7 @@ def _collect_store(
         cands = []
         gate = 0.0
         for cap, s in served[qid]:
-            g = group_of.get(cap, "?")
+            g = group_of.get(cap.split(" ")[0], "?")
             rest = s.usage * s.reliability * s.recency * s.superseded_penalty
             product = d[cap] * p[cap]
             if product < 0.999:
@@ -167,6 +185,7 @@ def _collect_store(
                     d[cap],
                     p[cap],
                     s.total,
+                    exact[qid][cap],
                 )
             )
         multi = len(tools) > 1
@@ -509,6 +528,13 @@ def gate_opened(share: float, need: int) -> Key:
     return key
 
 
+def every_bm25(case: Case, c: Cand) -> float:
+    """The match with every candidate's own BM25, not 0 for a candidate the lexical search did
+    not return (its semantic part is already exact for every candidate)."""
+    lexical = c.bm25 / (c.bm25 + 10.0) if c.bm25 > 0 else 0.0  # lexical_half_score 10
+    return (1 - (1 - c.semantic) * (1 - 0.9 * lexical)) * c.rest * c.served
+
+
 def oracle_count(weight: float) -> Key:
     """A ceiling, not a signal: the expected tool count known (|n - t| / max(n, t) costs
     `weight`), what the best possible estimate of the asked step count could give."""
@@ -568,6 +594,7 @@ def main(argv: list[str] | None = None) -> None:
         for a in (0.25, 0.5)
         for n in (2, 4)
     }
+    keys["every candidate's BM25"] = every_bm25
     keys |= {f"ceiling: step count known, {w}": oracle_count(w) for w in (0.2, 0.5, 0.9)}
     table(cases, keys)
 
