@@ -37,7 +37,7 @@ WHOLE_COVER = 0.3  # ... one of them covers the request when its match on every 
 # Part vectors pooled from the request's own model run (docs/ranking.md, Plans, "Part vectors")
 PART_CONTEXT = 0.8  # share of the request's mean token state taken off a part's mean
 WHOLE_COVER_POOLED = 0.2  # WHOLE_COVER for pooled part vectors
-MIN_PLAN_TOTAL_POOLED = 0.50  # with pooled part vectors, a plan's total must exceed this
+MIN_PLAN_TOTAL_POOLED = 0.42  # with pooled part vectors, a plan's total must exceed this
 PART_HITS = 5  # candidates retrieved per request part (the second retrieval's k)
 BEAM_WIDTH = 8  # partial plans kept after each request part
 MIN_PLAN_PARTS = 2
@@ -60,7 +60,6 @@ _FILLER_WORDS = """i im i'm me my mine you your we us our can could would will s
 _FILLER = frozenset(_FILLER_WORDS.split())
 PREFIX_MIN = 4  # a text word naming a tool word it begins with (or is the start of)
 NAMED_SHARE = 0.6  # a step is named by a text holding this share of its tool name's words
-ONE_STEP = 0.8  # a one-step pattern's match is its step's: at least this share of it counts
 STEP_WEIGHT = 0.8  # share of a part's match that comes from its steps being named
 _GENERIC = frozenset(
     [
@@ -107,7 +106,7 @@ _CONTINUES = re.compile(
     r"to\s+do\s+(?:this|so)|for\s+this|make\s+sure|ensure|including)\b",
     re.IGNORECASE,
 )
-INTRO_WEIGHT = 0.25  # an opening statement's weight in the coverage
+INTRO_WEIGHT = 0.1  # an opening statement's weight in the coverage
 DETAIL_WEIGHT = 0.5  # a detail sentence's
 _WANTS = re.compile(
     r"(?:i|we)(?:\s+would|'d|\s+also|\s+will)?\s+(?:like|want|need|wish|am interested|"
@@ -291,9 +290,9 @@ def named_steps(
 
 def _steps_factor(tools: Sequence[str], words: frozenset[str]) -> float:
     """1 - STEP_WEIGHT + STEP_WEIGHT x the best named share of a step (a part naming a step
-    of the pattern keeps its whole match)."""
-    if len(tools) == 1:
-        return max(ONE_STEP, 1.0 - STEP_WEIGHT + STEP_WEIGHT * step_match(tools[0], words))
+    of the pattern keeps its whole match), for a one-step pattern as for a longer one: its
+    match on a part that names its tool no more than another step's (docs/ranking.md, Plans,
+    "Which capability covers which part")."""
     best = max((step_match(t, words) for t in tools), default=0.0)
     return 1.0 - STEP_WEIGHT + STEP_WEIGHT * best
 

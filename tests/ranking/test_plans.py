@@ -138,6 +138,22 @@ def test_composes_parts_in_request_order_with_their_named_steps() -> None:
     assert top.score.extra_part_cost > 0
 
 
+def test_a_one_step_pattern_whose_tool_the_part_does_not_name_weighs_as_any_step() -> None:
+    # docs/ranking.md, Plans, "Which capability covers which part": a one-step pattern's match
+    # on a part is weighed by how well the part names its tool, like a longer pattern's (no
+    # floor): a stronger match of an unnamed tool loses to the tool the part names
+    unnamed = text_words("send an email with the list")
+    assert plans._steps_factor(("post_message",), unnamed) == pytest.approx(1 - plans.STEP_WEIGHT)
+    assert plans._steps_factor(("send_email",), unnamed) == pytest.approx(1.0)
+    request = (REQUEST[0], REQUEST[2])
+    hits = [
+        [_hit("movie", ("search_movie",), 0.9)],
+        [_hit("notify", ("post_message",), 0.95), _hit("mail", ("send_email",), 0.8)],
+    ]
+    top = compose(request, hits, 3).plans[0]
+    assert top.tools == ("search_movie", "send_email")
+
+
 def test_covered_request_gets_no_plan() -> None:
     whole = _hit("whole", ("search_movie", "get_movie_credit", "send_email"), 0.7)
     hits = [
