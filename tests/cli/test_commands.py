@@ -138,6 +138,17 @@ def test_errors_name_the_field(run: object) -> None:
     assert "page_size" in out
 
 
+@pytest.mark.parametrize("flag", ["-k", "--plans"])
+@pytest.mark.parametrize("value", ["99999999999", "-2147483649"])
+def test_a_number_beyond_the_field_is_a_usage_error(run: object, flag: str, value: str) -> None:
+    """A count no request field can hold (int32) is refused by the parser naming the flag,
+    never a traceback from the request's setter."""
+    assert callable(run)
+    out = run("suggest", "x", flag, value, expect=2)
+    assert f"argument {flag}" in out
+    assert "Traceback" not in out
+
+
 def test_keys_add_prints_a_key_and_stores_only_its_hash(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
