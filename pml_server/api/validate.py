@@ -70,6 +70,16 @@ def check_context(out: Violations, msg: pml_pb2.SuggestContext, limits: Limits) 
             check_text(out, f"{limit.field}[{i}]", value, each, required=True)
 
 
+def check_available_tools(out: Violations, tools: Sequence[str], limits: Limits) -> None:
+    """`available_tools.tools`: at most so many, each a tool name as a record's would be."""
+    limit = limits.available_tools
+    if (too_many := limit.excess(tools)) is not None:
+        out.add(limit.field, too_many)
+        return
+    for i, tool in enumerate(tools):
+        check_text(out, f"{limit.field}[{i}]", tool, limits.tool, required=True)
+
+
 def check_code(out: Violations, field: str, code: str, limits: Limits) -> None:
     check_text(out, field, code, limits.code, required=True)
 
