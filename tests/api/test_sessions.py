@@ -68,6 +68,23 @@ def test_bad_session_fields_are_named(client: PmlClient) -> None:
     assert _violations(lambda: client.suggest("")) == {"intent"}
 
 
+@pytest.mark.parametrize(
+    "name", ["capabilities/cap_1", "patterns/", "patterns/a/b", "patterns/\x01", "x" * 257]
+)
+def test_a_previous_pattern_that_is_no_pattern_name_is_named(client: PmlClient, name: str) -> None:
+    """`previous_patterns` holds `patterns/{pattern}` or bare ids: anything else is a client
+    mistake named by its index, not a context silently read as naming no step."""
+    assert _violations(lambda: client.suggest("", previous_patterns=["pat_1", name])) == {
+        "context.previous_patterns[1]"
+    }
+
+
+def test_an_unknown_previous_pattern_names_a_step_nothing_followed(client: PmlClient) -> None:
+    _session(client, "s")
+    assert not client.suggest("", previous_patterns=["patterns/pat_gone"]).suggestions
+    assert not client.suggest("", previous_patterns=["pat_gone"]).suggestions
+
+
 def test_a_session_id_holding_a_password_is_never_stored(start: StartServer) -> None:
     """A client that uses a connection URL (password included) as its session id: the session
     works (its next step is lifted) and no stored key or value holds the password
