@@ -250,3 +250,29 @@ def test_sessions_record_and_suggest_what_comes_next(run: object) -> None:
     assert "next" in out
     out = run("suggest", "read", "--session", "bad\tid", expect=1)
     assert "context.session_id" in out
+
+
+def test_control_characters_from_the_store_never_reach_the_terminal(
+    run: object, server: RunningServer
+) -> None:
+    """A recorded tool name or a key in the code may hold terminal escapes (an agent's input):
+    `pml show`, `suggest` and `list` print them escaped, never as control characters that would
+    rewrite the operator's terminal. `--json` escapes them already."""
+    assert callable(run)
+    from pml_server.client import PmlClient
+
+    evil = "evil\x1b[2J\x1b]0;owned\x07"
+    code = 'const x = await mcp.list_dir({path: "."}); await mcp.evil({"\\x1b[31mRED": x})'
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        result = client.record(make_record("Clear the screen", code, tools=["list_dir", evil]))
+    for argv in (
+        ("show", result.pattern),
+        ("show", result.capability),
+        ("suggest", "clear the screen", "--explain"),
+        ("list",),
+        ("list", "--capabilities"),
+    ):
+        out = run(*argv)
+        assert "\x1b" not in out, (argv, out)
+        assert "\x07" not in out, (argv, out)
+    assert "\\x1b[31mRED" in run("show", result.pattern)
