@@ -83,6 +83,9 @@ def test_an_unknown_previous_pattern_names_a_step_nothing_followed(client: PmlCl
     _session(client, "s")
     assert not client.suggest("", previous_patterns=["patterns/pat_gone"]).suggestions
     assert not client.suggest("", previous_patterns=["pat_gone"]).suggestions
+    # the bound is the id's, as in `patterns/{id}` everywhere (the prefix is not counted)
+    longest = "patterns/" + "p" * 256
+    assert not client.suggest("", previous_patterns=[longest]).suggestions
 
 
 def test_a_session_id_holding_a_password_is_never_stored(start: StartServer) -> None:
