@@ -172,9 +172,7 @@ def suggest_query(
     available: tuple[str, ...] | None = None
     if msg.HasField("available_tools"):
         available = tuple(msg.available_tools.tools)
-        tools_excess = limits.available_tools.excess(available)
-        if tools_excess is not None:
-            out.add("available_tools.tools", tools_excess)
+        validate.check_available_tools(out, available, limits)
     plan_size = msg.plan_size if msg.HasField("plan_size") else DEFAULT_PLAN_SIZE
     if not 0 <= plan_size <= MAX_PLAN_SIZE:
         out.add("plan_size", f"must be 0..{MAX_PLAN_SIZE} (unset means {DEFAULT_PLAN_SIZE})")

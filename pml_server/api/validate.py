@@ -57,7 +57,8 @@ def check_session_id(out: Violations, field: str, session_id: str) -> None:
 
 
 def check_context(out: Violations, msg: pml_pb2.SuggestContext, limits: Limits) -> None:
-    """Suggest's context: a session id and at most so many previous patterns and tools."""
+    """Suggest's context: a session id and at most so many previous patterns (each
+    `patterns/{pattern}` or a bare id) and tools."""
     check_session_id(out, "context.session_id", msg.session_id)
     for values, limit, each in (
         (msg.previous_patterns, limits.previous_patterns, limits.resource_id),
@@ -67,7 +68,29 @@ def check_context(out: Violations, msg: pml_pb2.SuggestContext, limits: Limits) 
             out.add(limit.field, too_many)
             continue
         for i, value in enumerate(values):
-            check_text(out, f"{limit.field}[{i}]", value, each, required=True)
+            if limit is limits.previous_patterns:
+                check_pattern_id(out, f"{limit.field}[{i}]", value, each)
+            else:
+                check_text(out, f"{limit.field}[{i}]", value, each, required=True)
+
+
+def check_pattern_id(out: Violations, field: str, name: str, limit: Limit) -> None:
+    """`patterns/{pattern}` or the bare id, as `resource_id` reads a name."""
+    pattern_id = name.removeprefix("patterns/")
+    if (excess := limit.excess(pattern_id)) is not None:
+        out.add(field, excess)
+    elif not pattern_id.strip() or "/" in pattern_id or not pattern_id.isprintable():
+        out.add(field, f"must be `patterns/{{pattern}}` or a pattern id, got {name!r}")
+
+
+def check_available_tools(out: Violations, tools: Sequence[str], limits: Limits) -> None:
+    """`available_tools.tools`: at most so many, each a tool name as a record's would be."""
+    limit = limits.available_tools
+    if (too_many := limit.excess(tools)) is not None:
+        out.add(limit.field, too_many)
+        return
+    for i, tool in enumerate(tools):
+        check_text(out, f"{limit.field}[{i}]", tool, limits.tool, required=True)
 
 
 def check_code(out: Violations, field: str, code: str, limits: Limits) -> None:

@@ -157,7 +157,7 @@ def record(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(_as_json(result))
     else:
-        render.capture(_console(), result)
+        render.capture(_console(), render.printable(result))
     return _capture_exit(result)
 
 
@@ -372,7 +372,9 @@ def suggest(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(_as_json(reply))
     else:
-        render.suggestions(_console(), reply, explain=args.explain, intent=args.intent)
+        render.suggestions(
+            _console(), render.printable(reply), explain=args.explain, intent=args.intent
+        )
     return EXIT_OK
 
 
@@ -387,7 +389,7 @@ def list_items(args: argparse.Namespace) -> int:
             if args.json:
                 _print_json({"capabilities": [_as_json(c) for c in caps]})
             else:
-                render.capabilities(_console(), caps)
+                render.capabilities(_console(), [render.printable(c) for c in caps])
         else:
             pats = []
             for p in client.iter_patterns():
@@ -397,7 +399,7 @@ def list_items(args: argparse.Namespace) -> int:
             if args.json:
                 _print_json({"patterns": [_as_json(p) for p in pats]})
             else:
-                render.patterns(_console(), pats)
+                render.patterns(_console(), [render.printable(p) for p in pats])
     return EXIT_OK
 
 
@@ -409,13 +411,13 @@ def show(args: argparse.Namespace) -> int:
             if args.json:
                 _print_json(_as_json(capability))
             else:
-                render.capability_detail(_console(), capability)
+                render.capability_detail(_console(), render.printable(capability))
         else:
             pattern = client.get_pattern(name)
             if args.json:
                 _print_json(_as_json(pattern))
             else:
-                render.pattern_detail(_console(), pattern)
+                render.pattern_detail(_console(), render.printable(pattern))
     return EXIT_OK
 
 
@@ -441,7 +443,7 @@ def failures(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"failures": [_as_json(f) for f in items]})
     else:
-        render.failures(_console(), items)
+        render.failures(_console(), [render.printable(f) for f in items])
     return EXIT_OK
 
 
@@ -451,7 +453,7 @@ def retention(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(_as_json(reply))
     else:
-        render.retention(_console(), reply)
+        render.retention(_console(), render.printable(reply))
     return EXIT_OK
 
 
@@ -461,7 +463,7 @@ def stats(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(_as_json(reply))
     else:
-        render.stats(_console(), reply)
+        render.stats(_console(), render.printable(reply))
     return EXIT_OK
 
 

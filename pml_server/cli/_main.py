@@ -46,6 +46,18 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
+_INT32 = 2**31 - 1
+
+
+def _int32(text: str) -> int:
+    """A count sent in an int32 request field (`page_size`, `plan_size`): the server names a
+    value out of its own range; one no int32 holds cannot even be sent."""
+    value = int(text)
+    if not -_INT32 - 1 <= value <= _INT32:
+        raise argparse.ArgumentTypeError(f"{text} is not a 32-bit integer")
+    return value
+
+
 def _client_flags(p: argparse.ArgumentParser) -> None:
     # Environment defaults are resolved at call time, so `--help` never prints a key.
     p.add_argument(
@@ -190,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sug.add_argument(
         "-k",
-        type=int,
+        type=_int32,
         default=0,
         help=f"how many, 1..{LIMITS.suggestions.bound} (0: the server's 5)",
     )
@@ -236,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sug.add_argument(
         "--plans",
-        type=int,
+        type=_int32,
         default=None,
         metavar="N",
         help="most plans composed of several capabilities, 0..10 (default: 3; 0: none)",

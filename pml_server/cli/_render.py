@@ -9,8 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import textwrap
 from collections.abc import Sequence
+from typing import TypeVar
 
 from google.protobuf import timestamp_pb2
+from google.protobuf.message import Message
 from pml_client import pml_pb2, resources_pb2
 from rich.console import Console
 from rich.measure import Measurement
@@ -18,6 +20,36 @@ from rich.table import Table
 from rich.text import Text
 
 from pml_server.domain.caution import cautions
+
+# Control characters but newline and tab: shown escaped (`\x1b`), never written to the terminal.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c not in (9, 10)}
+
+
+_M = TypeVar("_M", bound=Message)
+
+
+def printable(message: _M) -> _M:
+    """A copy of `message` whose text fields hold no control character (but newline and tab):
+    a tool name, an intent or a key in the code is an agent's input, and an escape sequence in
+    it would rewrite the operator's terminal. `--json` output escapes them itself."""
+    out = type(message)()
+    out.CopyFrom(message)
+    _clean(out)
+    return out
+
+
+def _clean(message: Message) -> None:
+    for field, value in message.ListFields():
+        if field.message_type is not None:
+            if field.message_type.GetOptions().map_entry:
+                continue  # no map in the replies the CLI renders
+            for item in value if field.is_repeated else (value,):
+                _clean(item)
+        elif field.type == field.TYPE_STRING:
+            if field.is_repeated:
+                value[:] = [v.translate(_CONTROL) for v in value]
+            else:
+                setattr(message, field.name, value.translate(_CONTROL))
 
 
 def _when(ts: timestamp_pb2.Timestamp) -> str:

@@ -90,6 +90,8 @@ def check_context(context: SuggestContext) -> None:
         ("previous_tools", LIMITS.previous_tools, LIMITS.tool),
     ):
         values = getattr(context, name)
+        if name == "previous_patterns":  # the bound is the id's, as in `patterns/{id}`
+            values = tuple(v.removeprefix("patterns/") for v in values)
         if (too_many := limit.excess(values)) is not None:
             bad.append(FieldViolation(limit.field, too_many))
         elif any(not v.strip() for v in values):

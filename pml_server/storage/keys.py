@@ -24,7 +24,7 @@ CF_OPLOG = "oplog"  # seq(u64) -> vector index operation, replayed after the las
 CF_AUDIT = "audit"  # tenant|seq(u64) -> retention/deletion action
 CF_META = "meta"  # schema version, model id, id allocators, per-tenant stats, index snapshots
 # Sessions (docs/ranking.md, Sessions):
-CF_SESSIONS = "sessions"  # tenant|session_id -> the session's last step (capability, time)
+CF_SESSIONS = "sessions"  # tenant|digest of session_id -> its last step (capability, time)
 CF_TRANSITIONS = "transitions"  # tenant|capability|next capability -> count, last time
 
 COLUMN_FAMILIES = (

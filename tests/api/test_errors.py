@@ -111,6 +111,25 @@ def test_suggest_checks_intent_and_thresholds(client: PmlClient) -> None:
     assert _fields(err) == {"intent", "min_success"}
 
 
+@pytest.mark.parametrize(
+    ("tools", "field"),
+    [
+        (["read_file", ""], "available_tools.tools[1]"),
+        (["  "], "available_tools.tools[0]"),
+        (["read_file", "t" * 257], "available_tools.tools[1]"),
+    ],
+)
+def test_available_tool_names_are_checked_one_by_one(
+    client: PmlClient, tools: list[str], field: str
+) -> None:
+    """Each name of `available_tools` is a tool name (not blank, at most as long as a recorded
+    tool's), named by its index like `context.previous_tools[i]`."""
+    err = _fails(
+        lambda: client.suggest("read", available_tools=tools), grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert _fields(err) == {field}
+
+
 @pytest.mark.parametrize("token", ["garbage", "a.b", "x" * 5000, "é.é"])
 def test_malformed_page_token(client: PmlClient, token: str) -> None:
     err = _fails(lambda: client.list_patterns(page_token=token), grpc.StatusCode.INVALID_ARGUMENT)

@@ -4,10 +4,16 @@
 
 from __future__ import annotations
 
+import secrets
+
 import grpc
 import pytest
 
+from pml_server.api.security.auth import SINGLE_TENANT
 from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.service import Engine
+from pml_server.storage.keys import CF_SESSIONS
+from tests.conftest import StartServer
 
 LIST = "await mcp.list_dir({path: '.'})"
 READ = "await mcp.read_file({path: 'a.json'})"
@@ -60,3 +66,45 @@ def test_bad_session_fields_are_named(client: PmlClient) -> None:
     }
     # an empty intent needs a context naming a step
     assert _violations(lambda: client.suggest("")) == {"intent"}
+
+
+@pytest.mark.parametrize(
+    "name", ["capabilities/cap_1", "patterns/", "patterns/a/b", "patterns/\x01", "x" * 257]
+)
+def test_a_previous_pattern_that_is_no_pattern_name_is_named(client: PmlClient, name: str) -> None:
+    """`previous_patterns` holds `patterns/{pattern}` or bare ids: anything else is a client
+    mistake named by its index, not a context silently read as naming no step."""
+    assert _violations(lambda: client.suggest("", previous_patterns=["pat_1", name])) == {
+        "context.previous_patterns[1]"
+    }
+
+
+def test_an_unknown_previous_pattern_names_a_step_nothing_followed(client: PmlClient) -> None:
+    _session(client, "s")
+    assert not client.suggest("", previous_patterns=["patterns/pat_gone"]).suggestions
+    assert not client.suggest("", previous_patterns=["pat_gone"]).suggestions
+    # the bound is the id's, as in `patterns/{id}` everywhere (the prefix is not counted)
+    longest = "patterns/" + "p" * 256
+    assert not client.suggest("", previous_patterns=[longest]).suggestions
+
+
+def test_a_session_id_holding_a_password_is_never_stored(start: StartServer) -> None:
+    """A client that uses a connection URL (password included) as its session id: the session
+    works (its next step is lifted) and no stored key or value holds the password
+    (docs/ranking.md, Sessions: a session is kept under a digest of its id)."""
+    password = "Tr0ub4dor&3-horse-" + secrets.token_hex(4)
+    session = f"postgresql://admin:{password}@db.internal:5432/prod"
+    server = start()
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        for n in range(2):
+            _session(client, f"{session}/{n}")
+        client.record(make_record("List the folder", LIST, tools=["list_dir"], session_id=session))
+        lifted = client.suggest("", session_id=session).suggestions
+        assert [list(s.pattern.tools_used) for s in lifted] == [["read_file"]]
+    engine = server.engine
+    assert isinstance(engine, Engine)
+    rows = engine._state.repo.sessions.session_rows(SINGLE_TENANT)
+    assert len(rows) == 3
+    stored = engine._state.repo.store.scan(CF_SESSIONS, b"")
+    assert stored, "the sessions' rows are where the scan looks"
+    assert not [key for key, value in stored if password.encode() in key + value]

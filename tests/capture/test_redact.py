@@ -80,3 +80,32 @@ def test_a_record_with_nothing_to_hide_is_returned_as_is() -> None:
     assert not isinstance(result, Exception)
     normalized, texts = result
     assert redacted_record(record, normalized, texts) is record
+
+
+def _upper_snake_forms(secret: str) -> set[str]:
+    """The forms a placeholder name could give `secret`: its UPPER_SNAKE runs."""
+    runs = "".join(c if c.isalnum() else " " for c in secret).upper().split()
+    return {"_".join(runs), *(r for r in runs if len(r) >= 6)}
+
+
+def test_a_placeholder_is_never_named_after_a_credential_in_its_key() -> None:
+    """A literal's placeholder takes its key's name (`{path: ...}` -> `$PATH`); a key holding
+    a credential (a URL with a password, an API key) must not carry it into the template, the
+    parameters, the schema or the steps (docs/normalization.md, Placeholder names)."""
+    password = "Tr0ub4dor-horse-9f3k2"
+    for key in (f"https://admin:{password}@db.example.com", SECRET):
+        code = f"const r = await mcp.http_get({{'{key}': 'x', other: 1}}); await mcp.save(r)"
+        result = _core.normalize(code, "javascript")
+        secret = password if key != SECRET else SECRET
+        shown = " ".join(
+            [
+                result.template,
+                result.schema_json,
+                result.redacted_code,
+                *(p.name for p in result.params),
+                *(name for s in result.steps for a in s.arguments for name in a.parameters),
+                *(a.name for s in result.steps for a in s.arguments),
+            ]
+        ).upper()
+        for form in _upper_snake_forms(secret):
+            assert form not in shown, (form, shown)

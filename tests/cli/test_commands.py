@@ -138,6 +138,17 @@ def test_errors_name_the_field(run: object) -> None:
     assert "page_size" in out
 
 
+@pytest.mark.parametrize("flag", ["-k", "--plans"])
+@pytest.mark.parametrize("value", ["99999999999", "-2147483649"])
+def test_a_number_beyond_the_field_is_a_usage_error(run: object, flag: str, value: str) -> None:
+    """A count no request field can hold (int32) is refused by the parser naming the flag,
+    never a traceback from the request's setter."""
+    assert callable(run)
+    out = run("suggest", "x", flag, value, expect=2)
+    assert f"argument {flag}" in out
+    assert "Traceback" not in out
+
+
 def test_keys_add_prints_a_key_and_stores_only_its_hash(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -239,3 +250,29 @@ def test_sessions_record_and_suggest_what_comes_next(run: object) -> None:
     assert "next" in out
     out = run("suggest", "read", "--session", "bad\tid", expect=1)
     assert "context.session_id" in out
+
+
+def test_control_characters_from_the_store_never_reach_the_terminal(
+    run: object, server: RunningServer
+) -> None:
+    """A recorded tool name or a key in the code may hold terminal escapes (an agent's input):
+    `pml show`, `suggest` and `list` print them escaped, never as control characters that would
+    rewrite the operator's terminal. `--json` escapes them already."""
+    assert callable(run)
+    from pml_server.client import PmlClient
+
+    evil = "evil\x1b[2J\x1b]0;owned\x07"
+    code = 'const x = await mcp.list_dir({path: "."}); await mcp.evil({"\\x1b[31mRED": x})'
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        result = client.record(make_record("Clear the screen", code, tools=["list_dir", evil]))
+    for argv in (
+        ("show", result.pattern),
+        ("show", result.capability),
+        ("suggest", "clear the screen", "--explain"),
+        ("list",),
+        ("list", "--capabilities"),
+    ):
+        out = run(*argv)
+        assert "\x1b" not in out, (argv, out)
+        assert "\x07" not in out, (argv, out)
+    assert "\\x1b[31mRED" in run("show", result.pattern)

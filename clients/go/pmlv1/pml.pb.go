@@ -959,7 +959,8 @@ func (x *SuggestContext) GetPreviousTools() []string {
 // AvailableTools lists the tools reachable now (a message so "none" differs from "unset").
 type AvailableTools struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// (Optional) Tool names.
+	// (Optional) Tool names, at most 1024, each not blank and at most 256 characters (as a
+	// recorded tool call's).
 	Tools         []string `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

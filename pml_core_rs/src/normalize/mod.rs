@@ -96,9 +96,13 @@ pub(crate) struct RawParam {
 }
 
 impl RawParam {
-    /// The context name as UPPER_SNAKE, at most `MAX_PARAM_NAME_BYTES` long.
+    /// The context name as UPPER_SNAKE, at most `MAX_PARAM_NAME_BYTES` long. Read from the
+    /// context redacted as free text (`secrets::redact_text`): a key holding a credential (a
+    /// URL with a password, an API key) names its placeholder `..._REDACTED_...`, never after
+    /// the credential (docs/normalization.md, Secrets).
     fn context_name(&self) -> Option<String> {
-        let mut name = self.context.as_deref().and_then(naming::upper_snake)?;
+        let context = secrets::redact_text(self.context.as_deref()?);
+        let mut name = naming::upper_snake(&context)?;
         if name.len() > MAX_PARAM_NAME_BYTES {
             name.truncate(MAX_PARAM_NAME_BYTES); // ASCII: any byte is a char boundary
             while name.ends_with('_') {
@@ -362,6 +366,8 @@ fn assemble(
 
 /// Give the steps' parameters their placeholder names; a literal that stayed code (past
 /// `MAX_PARAMS`) is no parameter, so an argument made only of such literals is a literal.
+/// Names and paths read from string keys are redacted as free text (a key may hold a
+/// credential; docs/normalization.md, Secrets).
 fn name_steps(raw_steps: Vec<steps::RawStep>, placeholder: &[Option<String>]) -> Vec<Step> {
     raw_steps
         .into_iter()
@@ -382,10 +388,17 @@ fn name_steps(raw_steps: Vec<steps::RawStep>, placeholder: &[Option<String>]) ->
                         arg.kind
                     };
                     StepArgument {
-                        name: arg.name,
+                        name: secrets::redact_text(&arg.name).into_owned(),
                         kind,
                         parameters,
-                        sources: arg.sources,
+                        sources: arg
+                            .sources
+                            .into_iter()
+                            .map(|source| StepSource {
+                                step: source.step,
+                                path: secrets::redact_text(&source.path).into_owned(),
+                            })
+                            .collect(),
                     }
                 })
                 .collect(),

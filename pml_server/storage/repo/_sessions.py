@@ -3,9 +3,19 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from pml_server.domain import json_form
 from pml_server.storage.keys import CF_SESSIONS, CF_TRANSITIONS, tenant_key, tenant_prefix
 from pml_server.storage.seam import KeyValueReads, Op
+
+
+def session_key(tenant: str, session_id: str) -> bytes:
+    """The key of a session's row: a digest of its id, never the id (docs/ranking.md,
+    Sessions: a client may name a session with a token or a URL holding a password, and the id
+    is only ever looked up, never listed)."""
+    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return tenant_key(tenant, digest)
 
 
 class SessionRows:
@@ -14,7 +24,7 @@ class SessionRows:
 
     def session_step(self, tenant: str, session_id: str) -> tuple[str, int] | None:
         """(capability id, time in ms) of the session's last successful step, if kept."""
-        raw = self.store.get(CF_SESSIONS, tenant_key(tenant, session_id))
+        raw = self.store.get(CF_SESSIONS, session_key(tenant, session_id))
         if raw is None:
             return None
         data = json_form.loads(raw)
@@ -22,7 +32,7 @@ class SessionRows:
 
     def put_session_step(self, tenant: str, session_id: str, capability_id: str, ms: int) -> Op:
         value = json_form.dumps({"capability": capability_id, "ms": ms})
-        return (CF_SESSIONS, tenant_key(tenant, session_id), value)
+        return (CF_SESSIONS, session_key(tenant, session_id), value)
 
     def session_rows(self, tenant: str) -> list[tuple[bytes, int]]:
         """(key, last step time) of every session kept for the tenant."""

@@ -505,7 +505,9 @@ class AvailableTools(_message.Message):
     TOOLS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """(Optional) Tool names."""
+        """(Optional) Tool names, at most 1024, each not blank and at most 256 characters (as a
+        recorded tool call's).
+        """
 
     def __init__(
         self,
