@@ -8,6 +8,7 @@ from typing import Any
 from pml_server.capture.views import capability_view, pattern_view
 from pml_server.domain import yielding
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError, NotFoundError
+from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import (
     CapabilityView,
     FailureEntry,
@@ -42,9 +43,15 @@ def list_patterns(repo: Repository, tenant: str, page: PageRequest) -> Page[Patt
     check_tenant(tenant)
     check_page(page)
     records, cursor = repo.patterns.patterns_page(tenant, page.cursor, page.page_size)
-    views = []
-    for record in records:
+    views: list[PatternView] = []
+    code_chars = 0
+    for n, record in enumerate(records):
         yielding.checkpoint()
+        # Each view's steps are read from its code (docs/normalization.md, Steps): a page reads
+        # at most an answer's bytes of code past its first pattern, then ends early (AIP-158).
+        code_chars += len(record.original_code)
+        if n and code_chars > LIMITS.answer.bound:
+            return Page(tuple(views), records[n - 1].id)
         if (view := stored_pattern_view(repo, tenant, record)) is not None:
             views.append(view)
     return Page(tuple(views), cursor)

@@ -10,6 +10,7 @@ import pytest
 
 from pml_server.config import EngineConfig
 from pml_server.domain.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import PageRequest, RetentionAction, SuggestQuery
 from pml_server.retention import RetentionConfig
 from pml_server.service import Engine
@@ -332,6 +333,30 @@ def test_not_ready_until_the_index_is_loaded(tmp_path: Path) -> None:
     assert engine.is_ready()
     assert engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS)).new_pattern
     engine.close()
+
+
+def test_a_page_of_large_patterns_reads_a_bounded_amount_of_code(tmp_path: Path) -> None:
+    """Each listed pattern's steps are read from its code: a page of 1000 asked over patterns of
+    250 KB of code each ends once an answer's bytes of code are read, and the pages still hold
+    every pattern once."""
+    engine = open_engine(tmp_path)
+    size = 250 * 1024
+    for i in range(20):
+        code = f"// {'x' * size}\nconst r = await mcp.tool{i}({{n: {i}}});\n"
+        engine.record("t", make_record(f"r{i}", f"task {i}", [f"tool{i}"], code=code))
+    seen, cursor, pages = [], "", 0
+    while True:
+        page = engine.list_patterns("t", PageRequest(page_size=1000, cursor=cursor))
+        pages += 1
+        codes = sum(len(p.original_code) for p in page.items[1:])
+        assert codes <= LIMITS.answer.bound
+        assert all(p.steps and p.steps[0].tool.startswith("tool") for p in page.items)
+        seen += [p.id for p in page.items]
+        if not page.next_cursor:
+            break
+        cursor = page.next_cursor
+    assert len(seen) == len(set(seen)) == 20
+    assert pages > 1
 
 
 def test_listings_page_through_everything_once(tmp_path: Path) -> None:
