@@ -44,7 +44,10 @@ def follow(
     """Count the transition from the session's previous step to `capability_id` (if it has
     one, not idle) and make this the session's last step: ops added to `change`."""
     repo = state.repo
-    held.enter_context(state.locks.session.lock_for(tenant, session_id))
+    # named by the row's key, as `sweep` names it (the id itself is never written anywhere)
+    held.enter_context(
+        state.locks.session.lock_for(tenant, repo.sessions.key(tenant, session_id).hex())
+    )
     previous = repo.sessions.session_step(tenant, session_id)
     if previous is not None and now - previous[1] <= idle_ms(state):
         before = previous[0]
@@ -68,16 +71,22 @@ def sweep_if_due(state: EngineState, tenant: str) -> None:
 
 def sweep(state: EngineState, tenant: str) -> int:
     """Drop the tenant's idle sessions, then the least recently used beyond `max_sessions`;
-    how many were dropped. (A session refreshed between the scan and the delete may be
-    dropped with the rest: its next step then follows nothing.)"""
+    how many were dropped. Each under its session's lock and only if no capture refreshed it
+    since the scan (that capture's step is kept, so the next one follows it)."""
+    repo = state.repo
     now = state.clock()
-    rows = sorted(state.repo.sessions.session_rows(tenant), key=lambda row: row[1], reverse=True)
+    rows = sorted(repo.sessions.session_rows(tenant), key=lambda row: row[1], reverse=True)
     bound = state.rules.limits.fields.sessions.bound
     limit = idle_ms(state)
-    dropped = [key for n, (key, ms) in enumerate(rows) if n >= bound or now - ms > limit]
-    if dropped:
-        state.store.write([state.repo.sessions.delete_session(key) for key in dropped])
-    return len(dropped)
+    dropped = 0
+    for n, (key, ms) in enumerate(rows):
+        if n < bound and now - ms <= limit:
+            continue
+        with state.locks.session.lock_for(tenant, key.hex()):
+            if repo.sessions.session_ms(key) == ms:
+                state.store.write([repo.sessions.delete_session(key)])
+                dropped += 1
+    return dropped
 
 
 def check_context(context: SuggestContext) -> None:

@@ -224,3 +224,30 @@ def test_sweep_drops_idle_sessions(engine_of: EngineOf) -> None:
     _step(engine, "new", "ls", 1)
     assert _sessions.sweep(engine._state, T) == 1
     assert [k for k, _ in engine._state.repo.sessions.session_rows(T)] == [session_key(T, "new")]
+
+
+def test_the_sweep_keeps_a_session_a_capture_refreshed_after_its_scan(
+    engine_of: EngineOf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session idle when the sweep scans, then refreshed by a capture before its delete: the
+    capture's step is kept, so the session's next step follows it."""
+    clock = Clock()
+    engine = engine_of(clock, session_idle_seconds=60.0)
+    cap = _capabilities(engine)
+    _step(engine, "s", "ls", 1)
+    clock.now_ms += 61_000  # idle when the sweep scans
+    sessions = engine._state.repo.sessions
+    scan = sessions.session_rows
+
+    def scan_then_capture(tenant: str) -> list[tuple[bytes, int]]:
+        rows = scan(tenant)
+        _step(engine, "s", "read", 2)  # between the scan and the delete
+        return rows
+
+    monkeypatch.setattr(sessions, "session_rows", scan_then_capture)
+    assert _sessions.sweep(engine._state, T) == 0
+    monkeypatch.undo()
+    clock.now_ms += 1_000
+    _step(engine, "s", "tail", 3)
+    assert sessions.transition(T, cap["read"], cap["tail"]) is not None
+    assert sessions.transition(T, cap["ls"], cap["read"]) is None  # idle: followed nothing

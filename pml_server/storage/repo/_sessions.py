@@ -34,6 +34,14 @@ class SessionRows:
         value = json_form.dumps({"capability": capability_id, "ms": ms})
         return (CF_SESSIONS, session_key(tenant, session_id), value)
 
+    def key(self, tenant: str, session_id: str) -> bytes:
+        return session_key(tenant, session_id)
+
+    def session_ms(self, key: bytes) -> int | None:
+        """The time in ms of the last step kept under a session row's `key`, if kept."""
+        raw = self.store.get(CF_SESSIONS, key)
+        return None if raw is None else int(json_form.loads(raw)["ms"])
+
     def session_rows(self, tenant: str) -> list[tuple[bytes, int]]:
         """(key, last step time) of every session kept for the tenant."""
         rows = self.store.scan(CF_SESSIONS, tenant_prefix(tenant))
