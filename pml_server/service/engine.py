@@ -90,6 +90,8 @@ class Engine:
                 f"{stored_model!r}; this server is configured with {embedder.model_id!r}. "
                 "Start it with the store's model, or use another data directory."
             )
+        if stale_sessions := state.repo.sessions.rows_keyed_by_id():
+            store.write(stale_sessions)  # docs/ranking.md, Sessions
         self._state = state
         self._jobs = BackgroundJobs(state)
         # What operators, the server's signals and metrics, tests and benches call beyond the

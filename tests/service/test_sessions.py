@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from pml_server.domain import json_form
 from pml_server.domain.errors import InvalidArgumentError
 from pml_server.domain.model import SuggestContext, SuggestQuery
 from pml_server.service import Engine, _sessions
+from pml_server.storage.keys import CF_SESSIONS, tenant_key
 from pml_server.storage.repo._sessions import session_key
 from testing.ranking_oracle import path as oracle
 from tests.support import Clock, make_record, open_engine
@@ -251,3 +253,28 @@ def test_the_sweep_keeps_a_session_a_capture_refreshed_after_its_scan(
     _step(engine, "s", "tail", 3)
     assert sessions.transition(T, cap["read"], cap["tail"]) is not None
     assert sessions.transition(T, cap["ls"], cap["read"]) is None  # idle: followed nothing
+
+
+@pytest.mark.parametrize(
+    "store", ["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_rows_an_older_build_keyed_by_the_raw_id_are_dropped_at_open(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """An older build keyed a session's row by its id, which may hold a password: opening the
+    store deletes those rows and keeps the ones keyed by a digest."""
+    overrides = {"store": request.getfixturevalue("postgres_dsn")} if store == "postgresql" else {}
+    engine = open_engine(tmp_path / "e", **overrides)
+    _capabilities(engine)
+    _step(engine, "kept", "ls", 1)
+    raw = "postgresql://admin:hunter2@db.internal/prod"
+    row = json_form.dumps({"capability": "c", "ms": 1})
+    engine._state.store.write([(CF_SESSIONS, tenant_key(T, raw), row)])
+    engine._state.store.write([(CF_SESSIONS, tenant_key("other", "0" * 31), row)])
+    engine.close()
+    engine = open_engine(tmp_path / "e", **overrides)
+    try:
+        stored = engine._state.repo.store.scan(CF_SESSIONS, b"")
+        assert [key for key, _ in stored] == [session_key(T, "kept")]
+    finally:
+        engine.close()

@@ -6,16 +6,25 @@ from __future__ import annotations
 import hashlib
 
 from pml_server.domain import json_form
-from pml_server.storage.keys import CF_SESSIONS, CF_TRANSITIONS, tenant_key, tenant_prefix
+from pml_server.storage.keys import (
+    CF_SESSIONS,
+    CF_TRANSITIONS,
+    split_tenant,
+    tenant_key,
+    tenant_prefix,
+)
 from pml_server.storage.seam import KeyValueReads, Op
+
+_DIGEST_CHARS = 32
+_HEX = b"0123456789abcdef"
 
 
 def session_key(tenant: str, session_id: str) -> bytes:
     """The key of a session's row: a digest of its id, never the id (docs/ranking.md,
     Sessions: a client may name a session with a token or a URL holding a password, and the id
     is only ever looked up, never listed)."""
-    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return tenant_key(tenant, digest)
+    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return tenant_key(tenant, digest[:_DIGEST_CHARS])
 
 
 class SessionRows:
@@ -46,6 +55,17 @@ class SessionRows:
         """(key, last step time) of every session kept for the tenant."""
         rows = self.store.scan(CF_SESSIONS, tenant_prefix(tenant))
         return [(key, int(json_form.loads(raw)["ms"])) for key, raw in rows]
+
+    def rows_keyed_by_id(self) -> list[Op]:
+        """The deletion of every session row of any tenant still keyed by its raw id (an older
+        build wrote them; the id may hold a secret). Such a session's next step counted no
+        transition already: it is looked up by its digest now."""
+        ops: list[Op] = []
+        for key, _ in self.store.scan(CF_SESSIONS, b""):
+            rest = split_tenant(key)[1]
+            if len(rest) != _DIGEST_CHARS or rest.strip(_HEX):
+                ops.append((CF_SESSIONS, key, None))
+        return ops
 
     def delete_session(self, key: bytes) -> Op:
         return (CF_SESSIONS, key, None)
