@@ -42,3 +42,9 @@ def test_broken_links_and_anchors_are_found(tmp_path: Path) -> None:
         "docs/a.md: missing.md: no such file",
         "docs/a.md: b.md#nowhere: no such heading",
     ]
+
+
+def test_anchors_keep_underscores_as_github_does() -> None:
+    slug = _tool().slug
+    assert slug("Plans (`pml_server/ranking/plans.py`)") == "plans-pml_serverrankingplanspy"
+    assert slug("**Bold** words: `a_b`") == "bold-words-a_b"
