@@ -59,6 +59,17 @@ class EngineAdmin:
         filler = self._state.companion_filler
         return filler is None or filler.wait_idle(timeout)
 
+    def wait_placeholders_renamed(self, timeout: float | None = None) -> int:
+        """Until the open's renaming of an older build's placeholder names is over (tests,
+        benches): how many patterns it rewrote; raises what made it fail (the next open
+        retries). docs/normalization.md, Placeholder names."""
+        jobs = self._jobs
+        if not jobs.placeholders_done.wait(timeout):
+            raise TimeoutError("the placeholder renaming is still running")
+        if jobs.placeholders_error is not None:
+            raise jobs.placeholders_error
+        return jobs.placeholders_renamed
+
     def audit_log(self, tenant: str) -> list[dict[str, Any]]:
         """Every retention action and deletion of the tenant, oldest first."""
         return _reads.audit_log(self._state.repo, tenant)

@@ -11,6 +11,7 @@ from pml_server import __version__
 from pml_server.backup import BackupDir, BackupJob
 from pml_server.service._curation import run_retention
 from pml_server.service._heap import release_free_memory
+from pml_server.service._placeholders import rename_placeholders
 from pml_server.service._restore import restore_indexes
 from pml_server.service._state import EngineState
 from pml_server.service._suggest_core import fill_rank_tables
@@ -24,6 +25,10 @@ class BackgroundJobs:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.backups = _backup_job(state)
+        # the renaming of an older build's placeholder names (service/_placeholders.py)
+        self.placeholders_done = threading.Event()
+        self.placeholders_renamed = 0
+        self.placeholders_error: Exception | None = None
 
     def start(self) -> None:
         """Restore the search indexes in the background (and start the periodic jobs)."""
@@ -81,6 +86,15 @@ class BackgroundJobs:
             state.readiness.set_ready()
         except BaseException as error:  # reported by wait_ready; is_ready stays False
             state.readiness.set_failed(error)
+            return
+        try:
+            # once per store, while serving: each rewrite holds only its pattern's lock
+            # (docs/normalization.md, Placeholder names)
+            self.placeholders_renamed = rename_placeholders(state, self._stop)
+        except Exception as error:  # retried at the next open: the marker is not written
+            self.placeholders_error = error
+        finally:
+            self.placeholders_done.set()
 
     def _snapshot_loop(self) -> None:
         while not self._stop.wait(self._state.config.snapshot_interval_seconds):

@@ -13,6 +13,7 @@ _MODEL_KEY = b"model_id"
 _ALLOCATOR_KEY = b"allocator/"
 _STATS_KEY = b"stats/"
 _SNAPSHOT_KEY = b"snapshot/"
+_PLACEHOLDERS_KEY = b"placeholders_renamed"
 
 
 class MetaRows:
@@ -25,6 +26,14 @@ class MetaRows:
 
     def put_model_id(self, model_id: str) -> Op:
         return (CF_META, _MODEL_KEY, model_id.encode())
+
+    def placeholders_renamed(self) -> bool:
+        """Whether every stored pattern's placeholder names are today's (docs/normalization.md,
+        Placeholder names)."""
+        return self.store.get(CF_META, _PLACEHOLDERS_KEY) is not None
+
+    def put_placeholders_renamed(self) -> Op:
+        return (CF_META, _PLACEHOLDERS_KEY, b"1")
 
     def allocator_mark(self, name: str) -> int:
         raw = self.store.get(CF_META, _ALLOCATOR_KEY + name.encode())

@@ -1,0 +1,128 @@
+"""An older build named a placeholder after a credential found in an object key (docs/
+normalization.md, Placeholder names): opening the store renames every such pattern's
+placeholders once, in its template, parameters, schema and counters, on the embedded RocksDB
+store and on the shared PostgreSQL store."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pml_server.domain.model import SuggestQuery
+from pml_server.domain.records import FailureSignature
+from pml_server.service import Engine
+from pml_server.storage.keys import CF_META, COLUMN_FAMILIES
+from pml_server.storage.repo._meta import _PLACEHOLDERS_KEY as PLACEHOLDERS_KEY
+from tests.support import make_record, open_engine
+
+T = "t"
+SECRET = "HUNTER2PW"
+CODE = 'const r0 = await mcp.query_db({"https://admin:hunter2pw@db.internal": 1, path: "a.json"});'
+INTENT = "count the rows of the orders table in the production database"
+NEW = "$HTTPS_REDACTED_DB_INTERNAL"
+OLD = "$HTTPS_ADMIN_HUNTER2PW_DB_INTERNAL"  # the name an older build gave it
+
+
+def _plant_old_names(engine: Engine, pattern_id: str) -> None:
+    """Rewrite the stored pattern and counters as the older build wrote them (it wrote no
+    marker either)."""
+    repo = engine._state.repo
+    pattern = repo.patterns.pattern(T, pattern_id)
+    counters = repo.patterns.counters(T, pattern_id)
+    assert pattern is not None
+    assert counters is not None
+    assert NEW in pattern.template
+    assert NEW in counters.recent_values
+    old = replace(
+        pattern,
+        template=pattern.template.replace(NEW, OLD),
+        params=tuple(replace(p, name=p.name.replace(NEW, OLD)) for p in pattern.params),
+        parameter_schema_json=pattern.parameter_schema_json.replace(NEW, OLD),
+    )
+    recent = {k.replace(NEW, OLD): v for k, v in counters.recent_values.items()}
+    failed = FailureSignature("sig", "query_db", "timeout", 1, 1, {OLD: "1", "$PATH": '"a"'})
+    old_counters = replace(counters, recent_values=recent, failure_signatures=[failed])
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, old),
+            repo.patterns.put_counters(T, pattern_id, old_counters),
+            (CF_META, PLACEHOLDERS_KEY, None),
+        ]
+    )
+
+
+def _stored_rows_holding(engine: Engine, secret: str, dsn: str | None) -> list[str]:
+    """Where any stored row holds `secret` (any case): every column family of the embedded
+    store, or every cell of every table of the shared one."""
+    wanted = secret.encode()
+    if dsn is None:
+        store = engine._state.store
+        return [
+            cf
+            for cf in COLUMN_FAMILIES
+            for key, value in store.scan(cf, b"")
+            if wanted in key.upper() or wanted in value.upper()
+        ]
+    found = []
+    with psycopg.connect(dsn) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables"
+            " WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+        ).fetchall()
+        assert len(tables) > len(COLUMN_FAMILIES) // 2, tables  # the store's tables
+        for (table,) in tables:
+            for row in conn.execute(f'SELECT * FROM "{table}"'):
+                cells = [c if isinstance(c, bytes) else str(c).encode() for c in row]
+                found += [table for c in cells if wanted in c.upper()]
+    return found
+
+
+@pytest.mark.parametrize(
+    "store", ["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_an_older_builds_secret_placeholder_names_are_renamed_once_at_open(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    dsn = request.getfixturevalue("postgres_dsn") if store == "postgresql" else None
+    overrides = {"store": dsn} if dsn else {}
+    engine = open_engine(tmp_path / "e", **overrides)
+    assert engine.admin.wait_placeholders_renamed(60) == 0  # a new store: nothing to rename
+    result = engine.record(T, make_record("r1", INTENT, ["query_db"], code=CODE))
+    pattern_id = result.pattern_id
+    _plant_old_names(engine, pattern_id)
+    assert _stored_rows_holding(engine, SECRET, dsn)  # the older build's store
+    engine.close()
+
+    engine = open_engine(tmp_path / "e", **overrides)
+    try:
+        assert engine.admin.wait_placeholders_renamed(60) == 1
+        assert _stored_rows_holding(engine, SECRET, dsn) == []
+        view = engine.get_pattern(T, pattern_id)
+        assert [p.name for p in view.params] == [NEW, "$PATH"]
+        assert NEW in view.template
+        assert NEW in view.parameter_schema_json
+        assert view.params[0].recent_values_json == ("1",)  # the values followed the rename
+        counters = engine._state.repo.patterns.counters(T, pattern_id)
+        assert counters is not None
+        assert counters.failure_signatures[0].values_json == {NEW: "1", "$PATH": '"a"'}
+        found = engine.suggest(T, SuggestQuery(intent=INTENT))
+        assert [s.pattern.id for s in found.suggestions] == [pattern_id]
+        assert [p.name for p in found.suggestions[0].pattern.params] == [NEW, "$PATH"]
+        audit = engine.admin.audit_log(T)
+        assert [e["pattern_id"] for e in audit if e["action"] == "placeholders_renamed"] == [
+            pattern_id
+        ]
+    finally:
+        engine.close()
+
+    engine = open_engine(tmp_path / "e", **overrides)  # the marker: nothing runs again
+    try:
+        assert engine.admin.wait_placeholders_renamed(60) == 0
+        assert engine._state.repo.meta.placeholders_renamed()
+        audit = engine.admin.audit_log(T)
+        assert sum(e["action"] == "placeholders_renamed" for e in audit) == 1
+    finally:
+        engine.close()
