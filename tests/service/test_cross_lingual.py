@@ -12,9 +12,9 @@ import pytest
 from pml_server.domain.errors import FailedPreconditionError
 from pml_server.domain.model import SuggestQuery
 from pml_server.embedding import make_embedder
-from pml_server.ranking import RankingConfig
 from pml_server.service import Engine
 from testing.ranking_oracle import path as oracle
+from tests.service._companion_profiles import assert_profiles_move_the_step_factor
 from tests.support import make_record, open_engine
 
 pytestmark = pytest.mark.model  # every test here runs a real embedding model
@@ -216,24 +216,6 @@ def test_a_request_in_another_language_reads_the_companions_tool_profiles(
     summed from the companion's vectors (docs/ranking.md, Other languages, "Tool profiles in
     the companion's space"): the core's answer is the oracle's, and it differs from the same
     engine's without the profiles."""
-    text = "Cherche un vol pour Rome et réserve un hôtel"
-    answers = []
-    for weight in (0.8, 0.0):
-        engine = open_engine(
-            tmp_path / str(weight),
-            embedder="minilm",
-            ranking=RankingConfig(step_profile_weight=weight),
-        )
-        try:
-            for n, (intent, tools) in enumerate(STEPS_MEMORY):
-                engine.record("t", make_record(f"s{n}", intent, tools))
-            query = SuggestQuery(text, k=5, explain=True, min_match=0.0, plan_size=0)
-            got = engine.suggest("t", query)
-            assert got == oracle.rank_suggestions(engine._state, "t", query)
-            answers.append({s.pattern.intents[0].text: s.score.steps for s in got.suggestions})
-        finally:
-            engine.close()
-    with_profiles, without = answers
-    assert any(steps < 1.0 for steps in with_profiles.values()), "the step gate opened"
-    shared = with_profiles.keys() & without.keys()
-    assert any(abs(with_profiles[p] - without[p]) > 1e-6 for p in shared), (answers,)
+    assert_profiles_move_the_step_factor(
+        tmp_path, STEPS_MEMORY, "Cherche un vol pour Rome et réserve un hôtel"
+    )
