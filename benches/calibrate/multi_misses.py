@@ -200,31 +200,18 @@ def split_of_id(qid: str) -> str:
 
 
 def collect(cache: Path, skewed: bool) -> None:
-    if skewed:  # the skewed variant's store and all its queries (docs/ranking.md, Gate)
-        executions, queries = devset.load("skewed")
-        with tempfile.TemporaryDirectory(prefix="pml-multi-") as tmp:
-            got = _collect_store(
-                "skewed",
-                executions,
-                [(q.id, q.intent, q.group, q.tools) for q in queries],
-                Path(tmp),
-            )
-        with open(cache, "wb") as fh:
-            pickle.dump(got, fh)
-        print(f"{len(got)} queries -> {cache}")
-        return
-    executions, queries = devset.load()
-    store, exact = make_exact_multistep.build()
     with tempfile.TemporaryDirectory(prefix="pml-multi-") as tmp:
-        cases = _collect_store(
-            "dev", executions, [(q.id, q.intent, q.group, q.tools) for q in queries], Path(tmp)
-        )
-        cases += _collect_store(
-            "exact",
-            store,
-            [(q.id, q.intent, q.expected_group, q.expected_tools) for q in exact],
-            Path(tmp),
-        )
+        if skewed:  # the skewed variant's store and all its queries (docs/ranking.md, Gate)
+            executions, queries = devset.load("skewed")
+            asked = [(q.id, q.intent, q.group, q.tools) for q in queries]
+            cases = _collect_store("skewed", executions, asked, Path(tmp))
+        else:
+            executions, queries = devset.load()
+            store, exact = make_exact_multistep.build()
+            asked = [(q.id, q.intent, q.group, q.tools) for q in queries]
+            cases = _collect_store("dev", executions, asked, Path(tmp))
+            asked = [(q.id, q.intent, q.expected_group, q.expected_tools) for q in exact]
+            cases += _collect_store("exact", store, asked, Path(tmp))
     with open(cache, "wb") as fh:
         pickle.dump(cases, fh)
     print(f"{len(cases)} queries -> {cache}")
