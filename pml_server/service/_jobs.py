@@ -1,9 +1,11 @@
 """The engine's background jobs: restoring the search indexes at open, snapshotting them while
-running (and at close), and applying the retention table on an interval."""
+running (and at close), applying the retention table on an interval, and once per store
+renaming an older build's placeholder names."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable
 
@@ -17,6 +19,8 @@ from pml_server.service._state import EngineState
 from pml_server.service._suggest_core import fill_rank_tables
 from pml_server.storage import SCHEMA_VERSION
 from pml_server.storage.seam import Op
+
+log = logging.getLogger(__name__)
 
 
 class BackgroundJobs:
@@ -92,6 +96,7 @@ class BackgroundJobs:
             # (docs/normalization.md, Placeholder names)
             self.placeholders_renamed = rename_placeholders(state, self._stop)
         except Exception as error:  # retried at the next open: the marker is not written
+            log.exception("renaming an older build's placeholder names failed; next open retries")
             self.placeholders_error = error
         finally:
             self.placeholders_done.set()
