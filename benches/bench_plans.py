@@ -29,6 +29,7 @@ import statistics
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,13 +55,17 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _record(n: int, intent: str, code: str, tools: list[str]) -> ExecutionRecord:
+def execution(
+    n: int, intent: str, code: str, tools: Sequence[str], vec: Sequence[float] = ()
+) -> ExecutionRecord:
+    """The n-th execution of a multi-step store (JavaScript), with its client vector if given."""
     return ExecutionRecord(
         request_id=f"x{n}",
         intent=intent,
         code=code,
         language="javascript",
         tool_calls=tuple(ToolCall(t) for t in tools),
+        intent_embedding=tuple(vec),
     )
 
 
@@ -88,7 +93,7 @@ def held_apart(query_id: str) -> bool:
 def fill_multistep(engine: Engine) -> None:
     executions = _jsonl(MULTISTEP / "executions.jsonl")
     for n, e in enumerate(executions):
-        engine.record(TENANT, _record(n, str(e["intent"]), str(e["code"]), list(e["tools"])))
+        engine.record(TENANT, execution(n, str(e["intent"]), str(e["code"]), list(e["tools"])))
 
 
 def compose_quality(engine: Engine, queries: list[dict[str, Any]]) -> ComposeResult:
@@ -143,7 +148,7 @@ def fill_exact_store(engine: Engine) -> dict[str, str]:
     executions, _ = make_exact_multistep.build()
     votes: dict[str, Counter[str]] = {}
     for n, e in enumerate(executions):
-        got = engine.record(TENANT, _record(n, e.intent, e.code, list(e.tools)))
+        got = engine.record(TENANT, execution(n, e.intent, e.code, list(e.tools)))
         votes.setdefault(got.capability_id, Counter())[e.group] += 1
     return {c: v.most_common(1)[0][0] for c, v in votes.items()}
 

@@ -37,11 +37,12 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from benches.bench_plans import execution
 from benches.bench_quality import _open
 from benches.harness import devset, make_exact_multistep
 from benches.harness.quality_devset import split_of
 from benches.harness.quality_vectors import vectors
-from pml_server.domain.model import ExecutionRecord, ScoreParts, SuggestQuery, ToolCall
+from pml_server.domain.model import ScoreParts, SuggestQuery
 from pml_server.ranking.config import RankingConfig, default_ranking
 from pml_server.ranking.lexical import query_terms
 
@@ -78,19 +79,6 @@ class Case:
     tools: tuple[str, ...]
     gate: float
     cands: list[Cand]
-
-
-def _record(
-    n: int, intent: str, code: str, tools: Sequence[str], vec: Sequence[float]
-) -> ExecutionRecord:
-    return ExecutionRecord(
-        request_id=f"x{n}",
-        intent=intent,
-        code=code,
-        language="javascript",
-        tool_calls=tuple(ToolCall(t) for t in tools),
-        intent_embedding=tuple(vec),
-    )
 
 
 def _ask(
@@ -150,7 +138,7 @@ def _collect_store(
     votes: dict[str, Counter[str]] = {}
     try:
         for n, e in enumerate(executions):
-            got = engine.record(TENANT, _record(n, e.intent, e.code, e.tools, vec[e.intent]))
+            got = engine.record(TENANT, execution(n, e.intent, e.code, e.tools, vec[e.intent]))
             votes.setdefault(got.capability_id, Counter())[e.group] += 1
     finally:
         engine.close()
