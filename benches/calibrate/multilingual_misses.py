@@ -10,17 +10,23 @@ and hit@5 per language as served (what the replay of `benches/calibrate/multilin
 see: the ANN, the step fit, the tool profiles of English requests, capture's grouping), and
 each request missed in another language but found in English, with the expected capability's
 rank and the score parts (semantic, lexical, steps) of it and of the first suggestion.
+`languages=it,pt,nl,pl,tr,ru` asks those instead of fr, de, es and zh: the same 52 requests
+translated into six more languages USE reads (`probe_more.json` beside the probe, joined by
+id); `languages=all` asks all ten. Each language's line also says how many of its requests
+the language guess (`embedding/language.py`) reads as English, i.e. sends to MiniLM.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from benches.calibrate.multilingual import LANGUAGES, probe
+from benches.calibrate.multilingual import LANGUAGES, PROBE, probe
 from benches.harness.devset import load
 from benches.harness.quality_vectors import vectors
 from pml_server.config import EngineConfig
@@ -29,17 +35,30 @@ from pml_server.embedding.language import is_english
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine, _companion
 
+# the probe's requests in six more languages USE reads, translated for pml (benches/README.md,
+# Multilingual probe): Italian, Portuguese, Dutch, Polish, Turkish, Russian
+PROBE_MORE = PROBE.parent / "probe_more.json"
+MORE_LANGUAGES = ("it", "pt", "nl", "pl", "tr", "ru")
 BATCH = 64  # records a record_many call takes at most (domain/limits.py)
 K = 10
 
 
+def probe_items() -> list[dict[str, Any]]:
+    """The probe's requests, each with its translations into `MORE_LANGUAGES` too."""
+    more = {q["id"]: q for q in json.loads(PROBE_MORE.read_text())["queries"]}
+    return [more[q["id"]] | q for q in probe()["queries"]]
+
+
 def served(
-    show_misses: bool = True, ranking: dict[str, float] | None = None
+    show_misses: bool = True,
+    ranking: dict[str, float] | None = None,
+    languages: Sequence[str] = LANGUAGES,
 ) -> dict[str, tuple[float, float]]:
     """hit@1 / hit@5 per language of the probe's requests asked of a served engine;
-    `ranking`: settings changed from the default ranking's (`[engine.ranking]`)."""
+    `ranking`: settings changed from the default ranking's (`[engine.ranking]`);
+    `languages`: those asked besides English."""
     executions, _ = load("default")
-    items = probe()["queries"]
+    items = probe_items()
     rows = vectors("minilm", [e.intent for e in executions])
     records = [
         ExecutionRecord(
@@ -75,7 +94,7 @@ def served(
             assert engine.admin.wait_cross_lingual(900)
             ranks: dict[str, list[int]] = {}
             detail: dict[str, list[str]] = {}
-            for language in ("en", *LANGUAGES):
+            for language in ("en", *languages):
                 ranks[language] = []
                 detail[language] = []
                 for q in items:
@@ -111,7 +130,7 @@ def served(
                         sum(0 < r <= 5 for r in at) / len(at),
                     )
             if show_misses:
-                for language in LANGUAGES:
+                for language in languages:
                     print(f"## {language}: missed (rank > 5) but found in English")
                     for n, q in enumerate(items):
                         r, e = ranks[language][n], ranks["en"][n]
@@ -128,14 +147,23 @@ def served(
 
 def main(argv: Sequence[str]) -> None:
     """`key=value` arguments change the ranking's settings (e.g. step_profile_weight=0);
-    `other_lexical=W` the lexical weight of requests in other languages."""
-    changed = {k: float(v) for k, v in (a.split("=", 1) for a in argv if "=" in a)}
+    `other_lexical=W` the lexical weight of requests in other languages; `languages=it,pt`
+    (or `all`) the languages asked besides English."""
+    pairs = dict(a.split("=", 1) for a in argv if "=" in a)
+    chosen = pairs.pop("languages", ",".join(LANGUAGES))
+    languages = (*LANGUAGES, *MORE_LANGUAGES) if chosen == "all" else tuple(chosen.split(","))
+    changed = {k: float(v) for k, v in pairs.items()}
     if "other_lexical" in changed:
         _companion.OTHER_LANGUAGE_LEXICAL_WEIGHT = changed.pop("other_lexical")
-    figures = served(ranking=changed)
+    figures = served(ranking=changed, languages=languages)
+    items = probe_items()
     for language, (hit1, hit5) in figures.items():
         en5 = figures[" ".join(["en", *language.split()[1:]])][1]
-        print(f"{language}: hit@1 {hit1:.3f} hit@5 {hit5:.3f} ({hit5 / en5:.2f}x English's hit@5)")
+        english = sum(is_english(q[language]) for q in items) if " " not in language else 0
+        print(
+            f"{language}: hit@1 {hit1:.3f} hit@5 {hit5:.3f} ({hit5 / en5:.2f}x English's hit@5)"
+            + (f", {english}/{len(items)} read as English" if " " not in language else "")
+        )
 
 
 if __name__ == "__main__":
