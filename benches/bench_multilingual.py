@@ -13,6 +13,9 @@ Rows:
 - `served probe hit@5 <language>`: the same probe asked of a real engine (the dev set recorded
   through `record_many`, each request through `Engine.suggest`: ANN, grouping, the step factor
   and its tool profiles), baseline: the same requests in English, served. Target 0.9x.
+  Also for Italian, Portuguese, Dutch, Polish, Turkish and Russian (the same 52 requests,
+  `probe_more.json`), no target: they say whether languages the probe was not tuned on reach
+  the companion (`extra` says how many the language guess reads as English).
 - `english hit@1 (923 dev queries)`: the same replay of every dev query, baseline MiniLM alone
   (the companion must not move English: target ratio >= 0.985, i.e. within 0.01 of 0.70).
 - `reverse hit@5 <language>`: the reverse direction (benches/README.md, Multilingual probe):
@@ -43,11 +46,12 @@ import time
 from pathlib import Path
 
 from benches.calibrate.multilingual import LANGUAGES, OPTIONS, SERVED, measure
-from benches.calibrate.multilingual_misses import served
+from benches.calibrate.multilingual_misses import MORE_LANGUAGES, probe_items, served
 from benches.common import Row
 from benches.harness.devset import available, load
 from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
+from pml_server.embedding.language import is_english
 from pml_server.service import Engine
 
 SUITE = "multilingual"
@@ -301,7 +305,8 @@ def served_rows() -> list[Row]:
     the replay above cannot see: the ANN, capture's grouping and the step factor with its tool
     profiles (in the companion's space for other languages: docs/ranking.md, Other languages,
     "Tool profiles in the companion's space")."""
-    figures = served(show_misses=False)
+    figures = served(show_misses=False, languages=(*LANGUAGES, *MORE_LANGUAGES))
+    items = probe_items()
     return [
         Row(
             SUITE,
@@ -318,6 +323,27 @@ def served_rows() -> list[Row]:
             },
         )
         for language in LANGUAGES
+    ] + [
+        Row(
+            SUITE,
+            f"served probe hit@5 {language} (52 requests translated for pml, no target)",
+            figures[language][1],
+            "",
+            figures["en"][1],
+            "the same requests in English, served",
+            extra={
+                "hit@1": figures[language][0],
+                "hit@1 English": figures["en"][0],
+                "read as English by the language guess": sum(
+                    is_english(q[language]) for q in items
+                ),
+            }
+            | {
+                part: {language: figures[f"{language} {part}"][1], "en": figures[f"en {part}"][1]}
+                for part in ("tune", "check")
+            },
+        )
+        for language in MORE_LANGUAGES
     ]
 
 
