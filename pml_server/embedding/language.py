@@ -10,9 +10,6 @@ space a request is compared in when a cross-lingual model stands beside an Engli
   ı, ş, ...) and the marks ¿ and ¡, outnumber its English function words, or equal them
   with at least one such frequent word among them (a mixed request goes to the model that
   reads both languages; an accented name alone does not tip an even count).
-- Failing that, a Latin-script text of six words or more with no English function word and
-  none of the most frequent words of English requests ("find", "list", "weather", ...) is not
-  English, unless it looks like code or markup (braces, "=", ";", "_", ...).
 - A text with no evidence (a tool name, "JSON to CSV") counts as English: the English model
   reads it as well as any. URLs, paths and file names are left out of the count.
 """
@@ -86,26 +83,6 @@ OTHER = (
 _FOREIGN_LETTERS = frozenset("àâäáãåçéèêëíìîïñóòôöõúùûüÿßœæąćęłńśźżığşĳ\u0307")
 
 
-# Words frequent in English requests that are not function words ("find", "list", "weather"):
-# with the function words they make the English evidence of the fallback below.
-REQUEST_WORDS = _words(
-    """find get show list create make search retrieve generate tell help using use new latest
-    add check send book convert calculate recommend suggest provide fetch download upload
-    update delete remove set run open write read translate summarize compare track schedule
-    look looking know see go weather information data file files email music news best good
-    top recent today tomorrow near nearby current user users time day days week year number
-    name price report free available online app code test tests should must may might each
-    every other same only also very well out off over here now again"""
-)
-# The fallback reads prose only: a text with signs of code or markup ("{'api': ...}",
-# "a = b;", "snake_case") is left to the counts above.
-_CODE = re.compile(r"[{}\[\]<>=;|`$_\\]")
-# A Latin-script text of at least this many words none of which is an English function word
-# or a word of REQUEST_WORDS is not English (none of the dev sets' 23,378 English texts is such
-# a text: docs/ranking.md, Other languages, "Which languages reach the companion").
-FALLBACK_WORDS = 6
-
-
 def _is_latin(ch: str) -> bool:
     return ch.isascii() or "LATIN" in unicodedata.name(ch, "")
 
@@ -124,18 +101,7 @@ def is_english(text: str) -> bool:
     function = sum(1 for w in words if w in OTHER)
     other = function + sum(1 for w in words if any(ch in _FOREIGN_LETTERS for ch in w))
     other += sum(1 for ch in sample if ch in "¿¡")
-    if english == 0 and _foreign_prose(sample, words):
-        return False
     # an even count with a function word of another language ("Finde Restaurants in Dallas.")
     # goes to the model that reads both; accents alone ("my résumé") do not tip it
     return other < english or (other == english and function == 0)
 
-
-def _foreign_prose(sample: str, words: list[str]) -> bool:
-    """The fallback for a sentence in a language whose words the lists above miss: several
-    words of prose, not one of them English."""
-    return (
-        len(words) >= FALLBACK_WORDS
-        and _CODE.search(sample) is None
-        and not any(w in REQUEST_WORDS for w in words)
-    )

@@ -12,9 +12,7 @@ from pml_server.embedding.language import (
     _NOT_PROSE,
     _WORD,
     ENGLISH,
-    FALLBACK_WORDS,
     OTHER,
-    REQUEST_WORDS,
     SAMPLE_CHARS,
     is_english,
 )
@@ -102,27 +100,18 @@ def test_an_english_request_naming_a_polish_turkish_or_dutch_place_stays_english
 
 
 @pytest.mark.parametrize(
-    ("text", "english"),
+    "text",
     [
-        # six words of prose, none of them English or a listed word of another language
-        ("Boek goedkope vlucht Amsterdam Parijs morgenochtend", False),
-        ("Reserveer twee kaartjes concert Ziggo Dome zaterdagavond", False),
-        # one word fewer: too little to tell
-        ("Boek goedkope vlucht Amsterdam Parijs", True),
-        # a frequent word of English requests is English evidence
-        ("Generate unit tests covering edge cases", True),
-        ("List open GitHub issues assigned yesterday morning", True),
-        ("Retrieve sci-fi fan fiction.", True),
-        # code and markup are not prose
-        ("{'api': 'getFoodCulture', 'parameters': {'country': 'Italy', 'occasion': 'Xmas'}}", True),
-        ("docker compose up --build api worker scheduler", True),
-        ("kubectl rollout restart deployment payments_api staging cluster", True),
+        # a terse English instruction with no function word stays English: a text without
+        # evidence of another language is read by the English model
+        "Deploy static website Netlify production branch",
+        "Generate unit tests covering edge cases",
+        "Retrieve sci-fi fan fiction.",
+        "{'api': 'getFoodCulture', 'parameters': {'country': 'Italy', 'occasion': 'Xmas'}}",
     ],
 )
-def test_the_fallback_reads_several_words_of_prose_with_no_english_in_them(
-    text: str, english: bool
-) -> None:
-    assert is_english(text) is english
+def test_words_no_list_knows_are_not_evidence_of_another_language(text: str) -> None:
+    assert is_english(text)
 
 
 def _english_dev_texts() -> dict[str, list[str]]:
@@ -198,8 +187,7 @@ def test_every_dev_set_intent_reads_as_english() -> None:
 
 def test_every_skewed_and_multistep_text_reads_as_english() -> None:
     """The skewed variant's 17,176 executions and 4,149 requests and the multistep set's
-    1,885 executions and 168 requests too (the fallback included: none of these 23,378 texts
-    has six words of prose and no English word)."""
+    1,885 executions and 168 requests too."""
     texts = _english_dev_texts()
     if "skewed queries" not in texts or "multistep queries" not in texts:
         pytest.skip("../shared/devset's skewed or multistep set is absent")
@@ -223,8 +211,6 @@ def test_no_word_of_another_language_is_frequent_in_the_english_dev_texts() -> N
             counts[word] = counts.get(word, 0) + 1
     frequent = {w: n for w, n in counts.items() if n > 0.002 * len(set(texts))}
     assert set(frequent) <= {"los", "las"}, frequent
-    assert not OTHER & REQUEST_WORDS
-    assert FALLBACK_WORDS >= 6
 
 
 @pytest.mark.parametrize(
