@@ -104,4 +104,3 @@ def is_english(text: str) -> bool:
     # an even count with a function word of another language ("Finde Restaurants in Dallas.")
     # goes to the model that reads both; accents alone ("my résumé") do not tip it
     return other < english or (other == english and function == 0)
-
