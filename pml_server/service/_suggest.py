@@ -45,8 +45,11 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
     """The ranked suggestions (`rank_suggestions`), the request's parts weighing in the step
     factor, and, when no one of the capabilities the memory holds covers the request, plans
     composed of several (docs/ranking.md, Steps, "Request parts' coverage"; Plans)."""
+    # the parts weigh in the ranking when the server embeds the request (its one model run
+    # gives their vectors); a client's vector ranks alike with plans on or off
+    ranks_parts = query.intent_embedding is None
     request_parts, weights, spans = (
-        split_request_spans(query.intent) if reads_parts(query) else ((), (), ())
+        split_request_spans(query.intent) if query.plan_size > 0 or ranks_parts else ((), (), ())
     )
     if (
         len(request_parts) < MIN_PLAN_PARTS
@@ -66,9 +69,8 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
             raise no_words_error()
         checked = CheckedVector(np.array(whole_vector, dtype=np.float32))
         query = replace(query, intent_embedding=checked)
-    result = rank_suggestions(
-        state, tenant, query, parts=request_part_vectors(request_parts, weights, vectors)
-    )
+    parts = request_part_vectors(request_parts, weights, vectors) if ranks_parts else None
+    result = rank_suggestions(state, tenant, query, parts=parts)
     if query.plan_size == 0:
         return result
     # the second retrieval: PART_HITS candidates per request part, the same filters, ranked in
@@ -103,19 +105,11 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
     return replace(result, plans=composed.plans)
 
 
-def reads_parts(query: SuggestQuery) -> bool:
-    """Whether the request is cut into parts: with plans, or when the server embeds the
-    request anyway (one model run gives the parts' vectors too); a client that sent its vector
-    and asked for no plan gets no model run, so no parts (docs/ranking.md, Steps, "Request
-    parts' coverage")."""
-    return query.plan_size > 0 or query.intent_embedding is None
-
-
 def request_part_vectors(
     parts: Sequence[str], weights: Sequence[float], vectors: dict[str, Vector]
 ) -> RequestParts | None:
-    """The parts the step factor reads: each part with a usable vector, with its weight; None
-    when fewer than two have one."""
+    """The parts the step factor reads (docs/ranking.md, Steps, "Request parts' coverage"):
+    each part with a usable vector, with its weight; None when fewer than two have one."""
     kept = [
         (vectors[p], w)
         for p, w in zip(parts, weights, strict=True)

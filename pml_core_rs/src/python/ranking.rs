@@ -586,7 +586,11 @@ fn refresh_profiles(
         ranking::ProfileSpace::Primary => t.profiles_stale(),
         ranking::ProfileSpace::Companion => t.companion_profiles_stale(),
     };
-    if params.step_profile_weight <= 0.0 || !stale(&table.read()) {
+    // the profiles are read by their factor and, in the primary space, by the request parts'
+    // coverage (docs/ranking.md, Steps, "Request parts' coverage")
+    let read = params.step_profile_weight > 0.0
+        || (space == ranking::ProfileSpace::Primary && params.step_coverage_weight > 0.0);
+    if !read || !stale(&table.read()) {
         return;
     }
     let mut table = table.write();
