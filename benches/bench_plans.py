@@ -56,7 +56,7 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def execution(
-    n: int, intent: str, code: str, tools: Sequence[str], vec: Sequence[float] = ()
+    n: int, intent: str, code: str, tools: Sequence[str], vec: Sequence[float] | None = None
 ) -> ExecutionRecord:
     """The n-th execution of a multi-step store (JavaScript), with its client vector if given."""
     return ExecutionRecord(
@@ -65,7 +65,7 @@ def execution(
         code=code,
         language="javascript",
         tool_calls=tuple(ToolCall(t) for t in tools),
-        intent_embedding=tuple(vec),
+        intent_embedding=None if vec is None else tuple(vec),
     )
 
 

@@ -7,6 +7,7 @@ error's fields as attributes (`CoreArgumentError.field`, `.reason`). `make lint`
 file against the built extension (`mypy.stubtest`).
 """
 
+from collections.abc import Sequence
 from typing import Self, final
 
 import numpy as np
@@ -20,6 +21,7 @@ from pml_server.domain.errors import InputTooLargeError as InputTooLargeError
 __all__ = [
     "COMPANION_PROFILE_BOOST",
     "HNSW_SCORE_ERROR",
+    "MAX_REQUEST_PARTS",
     "MIN_SECRET_CHARS",
     "MIXED_FOREIGN_SHIFT",
     "NORMALIZER_VERSION",
@@ -198,13 +200,17 @@ class RankParams:
         step_weight: float = 0.3,
         step_profile_weight: float = 0.8,
         step_gate: float = 1.0,
+        step_coverage_weight: float = 0.6,
     ) -> Self:
         """InvalidArgumentError naming `params` if one is not finite or expected_success_rate
-        is not in (0, 1], naming `step_weight`, `step_profile_weight` or `step_gate` if it is
-        not in [0, 1]."""
+        is not in (0, 1], naming `step_weight`, `step_profile_weight`, `step_gate` or
+        `step_coverage_weight` if it is not in [0, 1]."""
 
 STEP_NEIGHBOURS: int
 """How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps)."""
+
+MAX_REQUEST_PARTS: int
+"""The most request parts `rank_query` and `RankTable.step_factors` accept."""
 
 COMPANION_PROFILE_BOOST: float
 """The tool profiles' weight for a request ranked in the cross-lingual companion's space is
@@ -244,6 +250,8 @@ class RankTable:
         ann: HnswIndex | None,
         query: NDArray[np.float32],
         companion: bool = False,
+        parts: Sequence[object] | None = None,
+        part_weights: list[float] = ...,
     ) -> list[float]:
         """The step factor of each pattern (1.0 without a row), gated by the hits' expected step
         count (docs/ranking.md, Steps, "Gate"), for a request whose `STEP_NEIGHBOURS` nearest
@@ -251,7 +259,8 @@ class RankTable:
         the tool profiles are first brought up to date from `ann` (`companion`: the
         cross-lingual companion's index, whose profiles are kept apart; None: `query` is not in
         one profiles' space, every profile factor is 1; docs/ranking.md, Steps, "Tool
-        profiles"; Other languages)."""
+        profiles"; Other languages); `parts` and `part_weights`: the request's parts, as
+        `rank_query` reads them."""
     def profiles_stale(self) -> bool:
         """Some tool profile is out of date."""
     def set_counters(
@@ -316,6 +325,8 @@ def rank_query(
     foreign_ann: HnswIndex | None = None,
     foreign_query: object | None = None,
     foreign_ids: list[int] = ...,
+    parts: Sequence[object] | None = None,
+    part_weights: list[float] = ...,
 ) -> tuple[list[_Ranked], list[_Filtered]]:
     """One Suggest query, GIL released: `limit` nearest intents and `limit` best lexical
     documents, each retrieved pattern's best cosine over all its intents, the formula, the
@@ -335,6 +346,11 @@ def rank_query(
     or neither, else InvalidArgumentError naming the missing one), the intents `foreign_ids`
     are scored in that index with that vector instead, the others in `ann` (no profile factor
     either).
+
+    `parts` and `part_weights`: the request's parts (docs/ranking.md, Steps, "Request parts'
+    coverage"), one vector of the query's dimension per weight (finite, >= 0), at most
+    `MAX_REQUEST_PARTS`, else InvalidArgumentError naming the field; read only when `query` is
+    in the primary space (no `foreign_ann`, `primary`).
 
     The second list is empty unless `explain`: then every other candidate retrieved (with an
     allow-list, the unrestricted shortlist's too) as (pattern id, capability id, rule, detail,

@@ -4,7 +4,8 @@ public gRPC API against a real `pml serve` process with default settings (issue 
 The executions are streamed in (StreamTraces, in file order) with the intent vectors the
 server's own model computes (benches/harness/quality_vectors.py caches them; the hashing embedder
 embeds server-side), then every query asks Suggest for k=5 with explain at the server's
-default thresholds. From each answer:
+default thresholds, by its text alone as a user asks (the server embeds it, so its parts weigh
+in: docs/ranking.md, Steps, "Request parts' coverage"). From each answer:
 
 - `served`: the suggestions as returned;
 - `match only`, `semantic only`, `lexical only`: every candidate of the answer (suggestions and
@@ -297,7 +298,6 @@ def _query_ranks(
     client: PmlClient,
     store: Store,
     queries: Sequence[DevQuery],
-    vec: dict[str, NDArray[np.float32]] | None,
     usage_weight: float,
 ) -> tuple[dict[str, list[int]], list[bool | None]]:
     """mode -> rank per query (0: not in the top k); and per query, for the served formula and
@@ -307,8 +307,7 @@ def _query_ranks(
     twin_wins: dict[str, list[bool | None]] = defaultdict(list)
     label = store.group_of.get
     for q in queries:
-        embedding = vec[q.intent].tolist() if vec is not None else ()
-        reply = client.suggest(q.intent, K, explain=True, intent_embedding=embedding)
+        reply = client.suggest(q.intent, K, explain=True)
         served, cands = _candidates(reply)
         passed = [c for c in cands if c.passed]
         orders = {
@@ -431,7 +430,7 @@ def evaluate(variant: str, embedder: str, inject: bool, max_queries: int | None)
     if max_queries is not None and len(queries) > max_queries:
         queries = sorted(queries, key=lambda q: hashlib.sha1(q.id.encode()).hexdigest())
         queries = sorted(queries[:max_queries], key=lambda q: q.id)
-    vec = _vector_map(embedder, [e.intent for e in executions] + [q.intent for q in queries])
+    vec = _vector_map(embedder, [e.intent for e in executions])
     usage_weight = RankingConfig().usage_weight
     result = Evaluation(variant, embedder, queries, {})
     with tempfile.TemporaryDirectory(prefix="pml-devset-") as tmp:
@@ -439,12 +438,12 @@ def evaluate(variant: str, embedder: str, inject: bool, max_queries: int | None)
         try:
             with server.client() as client:
                 store = _fill(client, executions, vec)
-                result.ranks, _ = _query_ranks(client, store, queries, vec, usage_weight)
+                result.ranks, _ = _query_ranks(client, store, queries, usage_weight)
                 if inject:  # the same server, the twins streamed in after the clean answers
                     twins, first = _twin_records(executions, queries, vec)
                     _add_twins(client, store, twins, first)
                     result.injected, result.twin_wins = _query_ranks(
-                        client, store, queries, vec, usage_weight
+                        client, store, queries, usage_weight
                     )
                     result.twin_patterns = len(store.twins)
         finally:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         Foreign,
         RankRequest,
         RankTable,
+        RequestParts,
         core_params,
     )
 
@@ -52,6 +53,7 @@ __all__ = [
     "RankRequest",
     "RankTable",
     "RankingConfig",
+    "RequestParts",
     "core_params",
     "default_ranking",
     "resolve_settings",
@@ -78,6 +80,7 @@ _MODULE_OF = {
     "RankRequest": "table",
     "RankTable": "table",
     "RankingConfig": "config",
+    "RequestParts": "table",
     "core_params": "table",
     "default_ranking": "config",
     "resolve_settings": "settings",

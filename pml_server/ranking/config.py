@@ -46,6 +46,11 @@ class RankingConfig:
     # loses when the request's vector points away from the sum of its tools' profiles (the
     # mean request each tool was learned from); 0 turns it off.
     step_profile_weight: float = 0.8
+    # Request parts' coverage (docs/ranking.md, Steps, "Request parts' coverage"): the share of
+    # the total a pattern loses when its tools cover none of the request's parts (a request of
+    # two parts or more, each part's vector pooled from the request's own model run); gated
+    # like the step fit; 0 turns it off.
+    step_coverage_weight: float = 0.6
     # The step fit's gate (docs/ranking.md, Steps, "Gate"): 1 applies the fit only as far as the
     # request's nearest intents belong to multi-step patterns (its expected step count minus
     # one, clipped to [0, 1]), so a single-step request is ranked by its match; 0 applies the
@@ -77,6 +82,7 @@ class RankingConfig:
             "superseded_penalty",
             "step_weight",
             "step_profile_weight",
+            "step_coverage_weight",
             "step_gate",
             "transition_weight",
         )
@@ -120,8 +126,11 @@ class RankingConfig:
 FAMILY_DEFAULTS: dict[str, RankingConfig] = {
     "minilm": RankingConfig(),
     # ... and its tool profiles, means of hashed words, cost single-tool queries more than they
-    # gave multi-tool ones (docs/ranking.md, Steps, "Tool profiles"): off
-    "hashing": RankingConfig(semantic_weight=0.5, min_match=0.15, step_profile_weight=0.0),
+    # gave multi-tool ones (docs/ranking.md, Steps, "Tool profiles"): off, and so is the
+    # request parts' coverage, which reads them
+    "hashing": RankingConfig(
+        semantic_weight=0.5, min_match=0.15, step_profile_weight=0.0, step_coverage_weight=0.0
+    ),
 }
 
 

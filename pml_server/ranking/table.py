@@ -43,6 +43,7 @@ _FORMULA_FIELDS = (
     "step_weight",
     "step_profile_weight",
     "step_gate",
+    "step_coverage_weight",
 )
 assert set(_FORMULA_FIELDS) <= {f.name for f in fields(RankingConfig)}
 
@@ -62,6 +63,17 @@ class RankRequest:
     config: RankingConfig
     now_ms: int
     transitions: Mapping[str, float] | None = None
+    # the request's parts (docs/ranking.md, Steps, "Request parts' coverage"): each part's
+    # vector in the primary space and its weight; None for a request of one part
+    parts: RequestParts | None = None
+
+
+class RequestParts(NamedTuple):
+    """A request's parts as the step factor reads them: one vector per part (pooled from the
+    request's own model run) and each part's weight (`plans.split_request_spans`)."""
+
+    vectors: Sequence[np.ndarray]
+    weights: Sequence[float]
 
 
 class Foreign(NamedTuple):
@@ -176,6 +188,7 @@ class RankTable:
         vector: np.ndarray,
         *,
         companion: bool = False,
+        parts: RequestParts | None = None,
     ) -> list[float]:
         """The step factor of each of `pattern_ids` for a request whose vector search returned
         `hits` (intent id, cosine) are its `STEP_NEIGHBOURS` nearest intents in the whole memory
@@ -183,6 +196,7 @@ class RankTable:
         index when `companion`, whose profiles are kept apart; None: the scoring mixes two
         spaces and the profiles' part is left out): the core's, as its ranking applies it
         (docs/ranking.md, Steps; Other languages), for the tests' oracle."""
+        vectors, weights = _part_args(parts)
         return self._core.step_factors(
             [i for i, _ in hits],
             [s for _, s in hits],
@@ -192,6 +206,8 @@ class RankTable:
             ann,
             np.asarray(vector, dtype=np.float32),
             companion=companion,
+            parts=vectors,
+            part_weights=weights,
         )
 
     def rank(
@@ -264,6 +280,7 @@ class RankTable:
         text, settings, transitions = request.text, request.settings, request.transitions
         terms = query_terms(text)  # in the order `LexicalIndex.search` sums them
         available = settings.available_tools
+        vectors, weights = _part_args(request.parts)
         ranked, filtered = _core.rank_query(
             self._core,
             ann,
@@ -287,8 +304,19 @@ class RankTable:
             foreign_ann=None if foreign is None else foreign.ann,
             foreign_query=None if foreign is None else foreign.query,
             foreign_ids=[] if foreign is None else list(foreign.ids),
+            parts=vectors,
+            part_weights=weights,
         )
         return _answer(ranked, filtered)
+
+
+def _part_args(parts: RequestParts | None) -> tuple[list[np.ndarray] | None, list[float]]:
+    """The core's `parts` and `part_weights` arguments (None and [] without parts)."""
+    if parts is None:
+        return None, []
+    return [np.asarray(v, dtype=np.float32) for v in parts.vectors], [
+        float(w) for w in parts.weights
+    ]
 
 
 _Parts = tuple[float, float, float, float, float, float, float, float, float, float, float]

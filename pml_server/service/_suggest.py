@@ -20,7 +20,7 @@ from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import SuggestQuery, SuggestResult
 from pml_server.domain.vectors import CheckedVector, Vector, client_vector
 from pml_server.embedding.base import EmbedderWrapper
-from pml_server.ranking import RankingConfig, resolve_settings
+from pml_server.ranking import RankingConfig, RequestParts, resolve_settings
 from pml_server.ranking.plans import (
     MIN_PLAN_PARTS,
     PART_HITS,
@@ -42,10 +42,14 @@ from pml_server.service._suggest_core import suggest_in_core, with_views
 
 
 def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
-    """The ranked suggestions (`rank_suggestions`) and, when no one of the capabilities the
-    memory holds covers the request, plans composed of several (docs/ranking.md, Plans)."""
+    """The ranked suggestions (`rank_suggestions`), the request's parts weighing in the step
+    factor, and, when no one of the capabilities the memory holds covers the request, plans
+    composed of several (docs/ranking.md, Steps, "Request parts' coverage"; Plans)."""
+    # the parts weigh in the ranking when the server embeds the request (its one model run
+    # gives their vectors); a client's vector ranks alike with plans on or off
+    ranks_parts = query.intent_embedding is None
     request_parts, weights, spans = (
-        split_request_spans(query.intent) if query.plan_size > 0 else ((), (), ())
+        split_request_spans(query.intent) if query.plan_size > 0 or ranks_parts else ((), (), ())
     )
     if (
         len(request_parts) < MIN_PLAN_PARTS
@@ -53,8 +57,8 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
         or _companion.mixes(state.companion, state.indexes.get(tenant), query)
     ):
         # a request in another language, or an English one over intents recorded in another:
-        # ranked with the companion's cosines, no plan (the parts would be embedded by the
-        # English model alone; docs/ranking.md, Other languages)
+        # ranked with the companion's cosines, no parts, no plan (the parts would be embedded
+        # by the English model alone; docs/ranking.md, Other languages)
         return rank_suggestions(state, tenant, query)
     check_tenant(tenant)
     check_query(query)
@@ -65,7 +69,10 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
             raise no_words_error()
         checked = CheckedVector(np.array(whole_vector, dtype=np.float32))
         query = replace(query, intent_embedding=checked)
-    result = rank_suggestions(state, tenant, query)
+    parts = request_part_vectors(request_parts, weights, vectors) if ranks_parts else None
+    result = rank_suggestions(state, tenant, query, parts=parts)
+    if query.plan_size == 0:
+        return result
     # the second retrieval: PART_HITS candidates per request part, the same filters, ranked in
     # the core (no explain)
     hits: list[list[PartHit]] = []
@@ -96,6 +103,23 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
         request_parts, hits, query.plan_size, weights=weights, whole=whole, pooled=pooled
     )
     return replace(result, plans=composed.plans)
+
+
+def request_part_vectors(
+    parts: Sequence[str], weights: Sequence[float], vectors: dict[str, Vector]
+) -> RequestParts | None:
+    """The parts the step factor reads (docs/ranking.md, Steps, "Request parts' coverage"):
+    each part with a usable vector, with its weight; None when fewer than two have one."""
+    kept = [
+        (vectors[p], w)
+        for p, w in zip(parts, weights, strict=True)
+        if p in vectors and usable(vectors[p])
+    ]
+    if len(kept) < MIN_PLAN_PARTS:
+        return None
+    return RequestParts(
+        tuple(np.asarray(v, dtype=np.float32) for v, _ in kept), tuple(w for _, w in kept)
+    )
 
 
 def part_ranking(ranking: RankingConfig) -> RankingConfig:
@@ -173,7 +197,11 @@ def _whole_on_parts(
 
 
 def rank_suggestions(
-    state: EngineState, tenant: str, query: SuggestQuery, ranking: RankingConfig | None = None
+    state: EngineState,
+    tenant: str,
+    query: SuggestQuery,
+    ranking: RankingConfig | None = None,
+    parts: RequestParts | None = None,
 ) -> SuggestResult:
     """The query ranked in the core over the tenant's ranking table (hybrid retrieval, the
     formula, filters, grouping, the top k and, with `explain`, every other candidate with its
@@ -184,7 +212,7 @@ def rank_suggestions(
         sessions.check_context(query.context)
     if not query.intent.strip() and query.context is not None and query.context.names_a_step():
         return suggest_next(state, tenant, query)
-    prepared = prepare(state, tenant, query, ranking)
+    prepared = prepare(state, tenant, query, ranking, parts)
     if prepared is None:
         return SuggestResult(())
     return suggest_in_core(
@@ -198,6 +226,7 @@ def rank_suggestions(
         state.clock(),
         prepared.transitions,
         prepared.text,
+        prepared.parts,
     )
 
 
@@ -213,10 +242,17 @@ class Prepared:
     text: str
     ranking: RankingConfig
     transitions: dict[str, float]
+    # the request's parts, read in the primary space only (docs/ranking.md, Steps, "Request
+    # parts' coverage")
+    parts: RequestParts | None = None
 
 
 def prepare(
-    state: EngineState, tenant: str, query: SuggestQuery, ranking: RankingConfig | None = None
+    state: EngineState,
+    tenant: str,
+    query: SuggestQuery,
+    ranking: RankingConfig | None = None,
+    parts: RequestParts | None = None,
 ) -> Prepared | None:
     """The checked request ready to rank (`ranking`: the server's unless given); None when the
     tenant holds nothing yet."""
@@ -255,7 +291,7 @@ def prepare(
     if mixed:
         searched = index.cross_lingual(companion_vector(state, query))
         return Prepared(searched, vector, query.intent, _companion.mixed_ranking(ranking), factors)
-    return Prepared(index, vector, query.intent, ranking, factors)
+    return Prepared(index, vector, query.intent, ranking, factors, parts)
 
 
 def suggest_next(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:

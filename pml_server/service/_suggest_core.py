@@ -25,7 +25,13 @@ from pml_server.domain.model import (
 )
 from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import Vector
-from pml_server.ranking import CoreSuggestion, RankingConfig, RankRequest, resolve_settings
+from pml_server.ranking import (
+    CoreSuggestion,
+    RankingConfig,
+    RankRequest,
+    RequestParts,
+    resolve_settings,
+)
 from pml_server.search import TenantSearchIndex
 from pml_server.search.companion import CompanionView, MixedView
 from pml_server.service._views import ViewCache
@@ -57,6 +63,7 @@ def suggest_in_core(
     now_ms: int,
     transitions: Mapping[str, float] | None = None,
     text: str | None = None,
+    parts: RequestParts | None = None,
 ) -> SuggestResult:
     """The query's answer ranked in the core (with `explain`, every other candidate with its
     rule too), then the suggested patterns' views (`with_views`). `transitions`: the session
@@ -71,6 +78,7 @@ def suggest_in_core(
         config,
         now_ms,
         transitions,
+        parts,
     )
     if query.explain:
         ranked, filtered = index.explain(request)

@@ -15,7 +15,7 @@ from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import SuggestQuery, SuggestResult
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.domain.vectors import Vector
-from pml_server.ranking import RankingConfig, resolve_settings
+from pml_server.ranking import RankingConfig, RequestParts, resolve_settings
 from pml_server.ranking.table import STEP_NEIGHBOURS
 from pml_server.search import TenantSearchIndex
 from pml_server.search.companion import CompanionView, MixedView
@@ -162,10 +162,13 @@ def retrieve(
     limit: int,
     config: RankingConfig,
     permitted: tuple[list[str], list[int]] | None = None,
+    parts: RequestParts | None = None,
 ) -> Retrieved:
     """`limit` hits of each index; with `permitted` (pattern ids, their intents: the
     context filters' allow-list) among those patterns alone, all of them when they hold at
-    most `EXACT_SCAN_MIN` intents (docs/ranking.md, Context filters)."""
+    most `EXACT_SCAN_MIN` intents (docs/ranking.md, Context filters). `parts`: the request's
+    parts, read by the step factor in the tenant's own space only (docs/ranking.md, Steps,
+    "Request parts' coverage")."""
     if permitted is None:
         semantic_hits = index.semantic(vector, limit)
         lexical = dict(index.lexical_hits(text, limit))
@@ -193,7 +196,7 @@ def retrieve(
     if isinstance(index, TenantSearchIndex):
         ann, toward = index.ann, vector
     else:
-        ann, toward = index.companion_profiles(vector)
+        ann, toward, parts = *index.companion_profiles(vector), None
     steps = index.ranks.step_factors(
         neighbours,
         list(intents_of),
@@ -202,6 +205,7 @@ def retrieve(
         ann,
         toward,
         companion=not isinstance(index, TenantSearchIndex),
+        parts=parts,
     )
     retrievals = []
     for (pattern_id, intent_ids), fit in zip(intents_of.items(), steps, strict=True):

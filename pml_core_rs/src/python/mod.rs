@@ -78,6 +78,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("STEP_NEIGHBOURS", crate::ranking::steps::STEP_NEIGHBOURS)?;
     m.add(
+        "MAX_REQUEST_PARTS",
+        crate::ranking::steps::MAX_REQUEST_PARTS,
+    )?;
+    m.add(
         "MIXED_FOREIGN_SHIFT",
         crate::ranking::space::MIXED_FOREIGN_SHIFT,
     )?;

@@ -23,7 +23,7 @@ impl PyRankParams {
         prior_failures, expected_success_rate, reliability_prior_strength, usage_weight,
         usage_saturation, recency_full_days,
         recency_half_life_days, recency_floor, superseded_penalty, step_weight = 0.3,
-        step_profile_weight = 0.8, step_gate = 1.0))]
+        step_profile_weight = 0.8, step_gate = 1.0, step_coverage_weight = 0.6))]
     fn new(
         semantic_weight: f64,
         lexical_weight: f64,
@@ -41,6 +41,7 @@ impl PyRankParams {
         step_weight: f64,
         step_profile_weight: f64,
         step_gate: f64,
+        step_coverage_weight: f64,
     ) -> PyResult<Self> {
         let inner = ranking::Params {
             semantic_weight,
@@ -58,6 +59,7 @@ impl PyRankParams {
             superseded_penalty,
             step_weight,
             step_profile_weight,
+            step_coverage_weight,
             step_gate,
         };
         let values = [
@@ -77,6 +79,7 @@ impl PyRankParams {
             step_weight,
             step_profile_weight,
             step_gate,
+            step_coverage_weight,
         ];
         if values.iter().any(|v| !v.is_finite()) {
             return Err(invalid_arg("params", "every parameter must be finite"));
@@ -92,6 +95,9 @@ impl PyRankParams {
         }
         if !(0.0..=1.0).contains(&step_profile_weight) {
             return Err(invalid_arg("step_profile_weight", "must be in [0, 1]"));
+        }
+        if !(0.0..=1.0).contains(&step_coverage_weight) {
+            return Err(invalid_arg("step_coverage_weight", "must be in [0, 1]"));
         }
         if !(0.0..=1.0).contains(&step_gate) {
             return Err(invalid_arg("step_gate", "must be in [0, 1]"));
@@ -176,7 +182,7 @@ impl PyRankTable {
     /// step count), for the Python ranking path.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (hit_ids, hit_scores, pattern_ids, words, params, ann, query,
-        companion = false))]
+        companion = false, parts = None, part_weights = Vec::new()))]
     fn step_factors(
         &self,
         py: Python<'_>,
@@ -188,11 +194,14 @@ impl PyRankTable {
         ann: Option<&PyHnswIndex>,
         query: &Bound<'_, PyAny>,
         companion: bool,
+        parts: Option<&Bound<'_, PyAny>>,
+        part_weights: Vec<f64>,
     ) -> PyResult<Vec<f64>> {
         if hit_ids.len() != hit_scores.len() {
             return Err(invalid_arg("hit_scores", "must hold one score per hit id"));
         }
         let query = f32_vector("query", query)?;
+        let parts = part_vectors(parts, &part_weights, query.len())?;
         let words: FxHashSet<String> = words.into_iter().collect();
         Ok(py.detach(|| {
             let space = if companion {
@@ -210,26 +219,34 @@ impl PyRankTable {
             } else {
                 0.0
             };
-            let mut profiles = ranking::ProfileFit::in_space(&query, weight, space);
             let hits: Vec<index::Hit> = hit_ids
                 .iter()
                 .zip(&hit_scores)
                 .map(|(&id, &score)| index::Hit { id, score })
                 .collect();
-            let evidence = ranking::step_evidence(&table, &hits, &words, &params.inner);
-            let gate = ranking::step_gate(ranking::expected_steps(&table, &hits), &params.inner);
+            // the parts are read in the primary space only (`Space::with_parts`)
+            let parts = parts.as_deref().filter(|_| !companion && ann.is_some());
+            let mut steps = ranking::StepFit {
+                evidence: ranking::step_evidence(&table, &hits, &words, &params.inner),
+                profiles: ranking::ProfileFit::in_space(&query, weight, space),
+                coverage: ranking::PartCoverage::new(
+                    &table,
+                    space,
+                    parts.map(|vectors| ranking::RequestParts {
+                        vectors,
+                        weights: &part_weights,
+                    }),
+                    query.len(),
+                    params.inner.step_coverage_weight,
+                ),
+                gate: ranking::step_gate(ranking::expected_steps(&table, &hits), &params.inner),
+            };
             pattern_ids
                 .iter()
                 .map(|p| {
-                    table.row_of_pattern(p).map_or(1.0, |s| {
-                        let row = table.row(s);
-                        if gate > 0.0 {
-                            let fit = evidence.factor(&row.tools) * profiles.factor(&table, row);
-                            ranking::gated_step(fit, gate)
-                        } else {
-                            1.0 // a shut gate: exactly 1 whatever the factors
-                        }
-                    })
+                    table
+                        .row_of_pattern(p)
+                        .map_or(1.0, |s| steps.factor(&table, table.row(s)))
                 })
                 .collect()
         }))
@@ -358,7 +375,8 @@ fn ranking_tuples(ranking: ranking::Ranking) -> (Vec<RankedTuple>, Vec<FilteredT
 #[pyo3(signature = (table, ann, lexical, query, terms, limit, k, params, now_ms, *, min_match,
     min_success, include_flagged, available_tools, tags, own_min_success = false,
     words = Vec::new(), transitions = None, explain = false, primary = true,
-    foreign_ann = None, foreign_query = None, foreign_ids = Vec::new()))]
+    foreign_ann = None, foreign_query = None, foreign_ids = Vec::new(), parts = None,
+    part_weights = Vec::new()))]
 pub(super) fn rank_query(
     py: Python<'_>,
     table: &PyRankTable,
@@ -383,9 +401,12 @@ pub(super) fn rank_query(
     foreign_ann: Option<&PyHnswIndex>,
     foreign_query: Option<&Bound<'_, PyAny>>,
     mut foreign_ids: Vec<u64>,
+    parts: Option<&Bound<'_, PyAny>>,
+    part_weights: Vec<f64>,
 ) -> PyResult<(Vec<RankedTuple>, Vec<FilteredTuple>)> {
     let words: FxHashSet<String> = words.into_iter().collect();
     let query = f32_vector("query", query)?;
+    let parts = part_vectors(parts, &part_weights, query.len())?;
     // intents recorded in another language, read by the companion (docs/ranking.md, Other
     // languages): its index and the request's vector in its space, both or neither
     let foreign_query = match (foreign_ann, foreign_query) {
@@ -445,7 +466,11 @@ pub(super) fn rank_query(
                 ),
                 _ if primary => ranking::Space::one(&primary_ann, &query),
                 _ => ranking::Space::companion(&primary_ann, &query),
-            };
+            }
+            .with_parts(parts.as_deref().map(|vectors| ranking::RequestParts {
+                vectors,
+                weights: &part_weights,
+            }));
             let permitted = if ranking::restricts(&filters, own_min_success) {
                 ranking::permitted(&table, &filters, &params.inner)
             } else {
@@ -561,7 +586,11 @@ fn refresh_profiles(
         ranking::ProfileSpace::Primary => t.profiles_stale(),
         ranking::ProfileSpace::Companion => t.companion_profiles_stale(),
     };
-    if params.step_profile_weight <= 0.0 || !stale(&table.read()) {
+    // the profiles are read by their factor and, in the primary space, by the request parts'
+    // coverage (docs/ranking.md, Steps, "Request parts' coverage")
+    let read = params.step_profile_weight > 0.0
+        || (space == ranking::ProfileSpace::Primary && params.step_coverage_weight > 0.0);
+    if !read || !stale(&table.read()) {
         return;
     }
     let mut table = table.write();
@@ -570,4 +599,48 @@ fn refresh_profiles(
         ranking::ProfileSpace::Primary => table.refresh_profiles(&ann),
         ranking::ProfileSpace::Companion => table.refresh_companion_profiles(&ann),
     }
+}
+
+/// The request parts' vectors, one after the other (docs/ranking.md, Steps, "Request parts'
+/// coverage"): `parts` a sequence of vectors of the query's dimension, one per weight of
+/// `weights` (finite, at least 0), at most `MAX_REQUEST_PARTS`.
+fn part_vectors(
+    parts: Option<&Bound<'_, PyAny>>,
+    weights: &[f64],
+    dim: usize,
+) -> PyResult<Option<Vec<f32>>> {
+    let Some(parts) = parts else {
+        if !weights.is_empty() {
+            return Err(invalid_arg("part_weights", "given without parts"));
+        }
+        return Ok(None);
+    };
+    let rows: Vec<Bound<'_, PyAny>> = parts
+        .try_iter()
+        .map_err(|_| invalid_arg("parts", "must be a sequence of vectors"))?
+        .collect::<PyResult<_>>()?;
+    if rows.len() != weights.len() {
+        return Err(invalid_arg("part_weights", "must hold one weight per part"));
+    }
+    if rows.len() > ranking::steps::MAX_REQUEST_PARTS {
+        return Err(invalid_arg("parts", "too many parts"));
+    }
+    if weights.iter().any(|w| !w.is_finite() || *w < 0.0) {
+        return Err(invalid_arg(
+            "part_weights",
+            "every weight must be finite and >= 0",
+        ));
+    }
+    let mut out = Vec::with_capacity(rows.len() * dim);
+    for row in &rows {
+        let v = f32_vector("parts", row)?;
+        if v.len() != dim {
+            return Err(invalid_arg(
+                "parts",
+                "every part must have the query's dimension",
+            ));
+        }
+        out.extend(v);
+    }
+    Ok(Some(out))
 }

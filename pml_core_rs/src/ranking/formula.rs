@@ -35,6 +35,9 @@ pub struct Params {
     /// Share of the total the tool-profile fit can take away (docs/ranking.md, Steps, "Tool
     /// profiles"); 0 turns it off.
     pub step_profile_weight: f64,
+    /// Share of the total the request parts' coverage can take away (docs/ranking.md, Steps,
+    /// "Request parts' coverage"); 0 turns it off.
+    pub step_coverage_weight: f64,
     /// How far the step fit is gated by the request's expected step count (docs/ranking.md,
     /// Steps, "Gate"): 1 applies the fit only as far as the request's nearest intents are
     /// multi-step, 0 always applies it in full.
@@ -60,6 +63,7 @@ impl Default for Params {
             superseded_penalty: 0.5,
             step_weight: 0.3,
             step_profile_weight: 0.8,
+            step_coverage_weight: 0.6,
             step_gate: 1.0,
         }
     }

@@ -14,10 +14,12 @@ use std::collections::HashSet;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::formula::{
-    gated_step, pattern_semantic, score, score_next, step_gate, with_transition, Params, ScoreParts,
+    pattern_semantic, score, score_next, step_gate, with_transition, Params, ScoreParts,
 };
 use super::space::{profile_weight, Space};
-use super::steps::{step_evidence, step_neighbours, ProfileFit, TopFloor, STEP_NEIGHBOURS};
+use super::steps::{
+    step_evidence, step_neighbours, PartCoverage, ProfileFit, StepFit, TopFloor, STEP_NEIGHBOURS,
+};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
 use crate::index::{Hit, EXACT_SCAN_MIN};
@@ -247,12 +249,25 @@ pub fn score_retrieved<'t>(
     } else {
         Vec::new()
     };
-    let evidence = step_evidence(table, &neighbours, words, params);
-    let gate = step_gate(expected_steps(table, &neighbours), params);
-    // the tool profiles of the query's space (docs/ranking.md, Other languages)
+    // the step factor's three fits, each computed once for the request (docs/ranking.md,
+    // Steps); the tool profiles of the query's space (docs/ranking.md, Other languages)
     let (set, toward) = space.profiles();
-    let mut profiles =
-        ProfileFit::in_space(toward, profile_weight(set, params.step_profile_weight), set);
+    let mut steps = StepFit {
+        evidence: step_evidence(table, &neighbours, words, params),
+        profiles: ProfileFit::in_space(
+            toward,
+            profile_weight(set, params.step_profile_weight),
+            set,
+        ),
+        coverage: PartCoverage::new(
+            table,
+            set,
+            space.parts,
+            space.query.len(),
+            params.step_coverage_weight,
+        ),
+        gate: step_gate(expected_steps(table, &neighbours), params),
+    };
     // Only the top k wanted (no explain, no session factor raising a total after the step
     // factor): a candidate that cannot enter it is left out before its step factors
     // (docs/ranking.md, Steps, "Cost").
@@ -284,13 +299,10 @@ pub fn score_retrieved<'t>(
                 continue;
             }
         }
-        if gate > 0.0 {
-            let steps = gated_step(
-                evidence.factor(&row.tools) * profiles.factor(table, row),
-                gate,
-            );
-            parts.total *= steps;
-            parts.steps = steps;
+        if steps.applies() {
+            let factor = steps.factor(table, row);
+            parts.total *= factor;
+            parts.steps = factor;
         }
         let capability = row.capability.as_deref().unwrap_or_default();
         // no context (the usual request): not even a hash per candidate

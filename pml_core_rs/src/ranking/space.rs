@@ -6,6 +6,7 @@
 
 use rustc_hash::FxHashSet;
 
+use super::steps::RequestParts;
 use super::table::ProfileSpace;
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex};
@@ -57,6 +58,9 @@ pub struct Space<'a> {
     pub ann: &'a HnswIndex,
     pub query: &'a [f32],
     pub foreign: Option<Foreign<'a>>,
+    /// The request's parts in the primary space (docs/ranking.md, Steps, "Request parts'
+    /// coverage"); None for a request of one part or ranked in the companion's space.
+    pub parts: Option<RequestParts<'a>>,
     /// `ann` is the primary index, whose vectors the table's tool profiles are means of.
     primary: bool,
 }
@@ -68,8 +72,16 @@ impl<'a> Space<'a> {
             ann,
             query,
             foreign: None,
+            parts: None,
             primary: true,
         }
+    }
+
+    /// The same space with the request's parts, read only in the primary space (a request in
+    /// another language, or over intents in another, has none: docs/ranking.md, Plans).
+    pub fn with_parts(self, parts: Option<RequestParts<'a>>) -> Self {
+        let parts = parts.filter(|_| self.primary && self.foreign.is_none());
+        Space { parts, ..self }
     }
 
     /// The companion index alone and the request's vector in its space (a request in another
@@ -87,6 +99,7 @@ impl<'a> Space<'a> {
             ann,
             query,
             foreign: Some(foreign),
+            parts: None,
             primary: true,
         }
     }

@@ -16,13 +16,15 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::formula::Params;
+use super::formula::{gated_step, Params};
 use super::table::{dot, NameId, ProfileSpace, RankTable, Row};
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex};
 
 /// How many of the request's nearest intents vote for their patterns' tools.
 pub const STEP_NEIGHBOURS: usize = 10;
+/// The most request parts a query may carry (`ranking.plans.MAX_REQUEST_PARTS` and room).
+pub const MAX_REQUEST_PARTS: usize = 16;
 /// What a tool named in full by the request counts as evidence, at most.
 pub const STEP_NAME_WEIGHT: f64 = 0.3;
 
@@ -264,6 +266,155 @@ impl<'q> ProfileFit<'q> {
             Some(c) => 1.0 - self.weight + self.weight * c.clamp(0.0, 1.0),
             None => 1.0,
         }
+    }
+}
+
+/// The request's parts (docs/ranking.md, Steps, "Request parts' coverage"): each part's
+/// vector (pooled from the request's own model run) and its weight in the coverage, in the
+/// primary index's space.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestParts<'q> {
+    /// `weights.len()` vectors of the query's dimension, one after the other.
+    pub vectors: &'q [f32],
+    pub weights: &'q [f64],
+}
+
+/// How well a candidate's tools cover each part of the request (docs/ranking.md, Steps,
+/// "Request parts' coverage"): for a part `p` (a unit vector) and a tool `t` with profile
+/// `u_t`, `c(p, t) = clamp(p . u_t, 0, 1)`; the part's best is `b(p) = max c(p, t)` over every
+/// profiled tool of the memory, so the coverage does not depend on what retrieval kept;
+/// `cover(T) = sum(w_p * max(c(p, t), t in T) / b(p)) / sum(w_p)` over the parts with
+/// `b(p) > 0`, and the factor is `1 - w + w * cover(T)` (`Params::step_coverage_weight`). A
+/// candidate missing a part's tool loses that part's share; adding a tool never lowers it.
+/// 1.0 for a request of fewer than two parts, a pattern without profiled tools, or `w` = 0.
+#[derive(Debug, Clone)]
+pub struct PartCoverage {
+    weight: f64,
+    /// Per part: its unit vector, weight and best cosine over every tool (only parts with a
+    /// best above 0).
+    parts: Vec<(Vec<f32>, f64, f64)>,
+    /// `c(p, t)` per tool, for every part, computed once per request.
+    toward: FxHashMap<NameId, Vec<f64>>,
+}
+
+impl PartCoverage {
+    /// The coverage of a request's `parts` (None or fewer than two: every factor is 1) over
+    /// `table`'s profiles in `space`.
+    pub fn new(
+        table: &RankTable,
+        space: ProfileSpace,
+        parts: Option<RequestParts<'_>>,
+        dim: usize,
+        weight: f64,
+    ) -> Self {
+        let mut out = PartCoverage {
+            weight,
+            parts: Vec::new(),
+            toward: FxHashMap::default(),
+        };
+        let Some(parts) = parts.filter(|p| p.weights.len() >= 2 && dim > 0) else {
+            return out;
+        };
+        if weight <= 0.0 {
+            return out;
+        }
+        let mut kept: Vec<(Vec<f32>, f64)> = Vec::with_capacity(parts.weights.len());
+        for (vector, &w) in parts.vectors.chunks_exact(dim).zip(parts.weights) {
+            let length = dot(vector, vector).sqrt();
+            if length.is_normal() && w > 0.0 {
+                kept.push((
+                    vector
+                        .iter()
+                        .map(|&x| (f64::from(x) / length) as f32)
+                        .collect(),
+                    w,
+                ));
+            }
+        }
+        if kept.len() < 2 {
+            return out;
+        }
+        let mut best = vec![0.0f64; kept.len()];
+        for (tool, profile) in table.profiles_of(space) {
+            let toward: Vec<f64> = kept
+                .iter()
+                .map(|(v, _)| dot(v, profile).clamp(0.0, 1.0))
+                .collect();
+            for (b, &c) in best.iter_mut().zip(&toward) {
+                *b = b.max(c);
+            }
+            out.toward.insert(tool, toward);
+        }
+        out.parts = kept
+            .into_iter()
+            .zip(best)
+            .filter(|(_, b)| *b > 0.0)
+            .map(|((v, w), b)| (v, w, b))
+            .collect();
+        out
+    }
+
+    /// `cover(T)` of a row (None: no parts, or none of its tools has a profile).
+    pub fn cover(&self, row: &Row) -> Option<f64> {
+        if self.parts.is_empty() {
+            return None;
+        }
+        let known: Vec<&Vec<f64>> = row
+            .tools
+            .iter()
+            .filter_map(|t| self.toward.get(t))
+            .collect();
+        if known.is_empty() {
+            return None;
+        }
+        let (mut sum, mut total) = (0.0, 0.0);
+        for (n, (_, w, best)) in self.parts.iter().enumerate() {
+            let got = known.iter().map(|c| c[n]).fold(0.0, f64::max);
+            sum += w * (got / best);
+            total += w;
+        }
+        Some((sum / total).min(1.0))
+    }
+
+    /// The coverage factor of a row, in [1 - w, 1].
+    pub fn factor(&self, row: &Row) -> f64 {
+        if self.weight <= 0.0 {
+            return 1.0;
+        }
+        match self.cover(row) {
+            Some(c) => 1.0 - self.weight + self.weight * c,
+            None => 1.0,
+        }
+    }
+}
+
+/// The step factor of one request, each part computed once (docs/ranking.md, Steps): the
+/// neighbour vote's Dice fit times the tool profiles' fit, gated by the request's expected
+/// step count, times the request parts' coverage, gated alike. A shut gate gives exactly 1.
+pub struct StepFit<'q> {
+    pub evidence: StepEvidence,
+    pub profiles: ProfileFit<'q>,
+    pub coverage: PartCoverage,
+    pub gate: f64,
+}
+
+impl StepFit<'_> {
+    /// Any factor below 1 at all (a shut gate: none).
+    pub fn applies(&self) -> bool {
+        self.gate > 0.0
+    }
+
+    /// The factor of a row (`ScoreParts::steps`).
+    pub fn factor(&mut self, table: &RankTable, row: &Row) -> f64 {
+        if !self.applies() {
+            return 1.0;
+        }
+        let fit = self.evidence.factor(&row.tools) * self.profiles.factor(table, row);
+        let steps = gated_step(fit, self.gate);
+        if self.coverage.weight <= 0.0 {
+            return steps;
+        }
+        steps * gated_step(self.coverage.factor(row), self.gate)
     }
 }
 

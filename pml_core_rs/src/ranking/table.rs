@@ -427,6 +427,15 @@ impl RankTable {
 
     /// A tool's profile in `space` (None: no intent of its patterns has a vector there, or the
     /// companion's profiles were never summed).
+    /// Every profiled tool and its profile in `space`, in no set order.
+    pub fn profiles_of(&self, space: ProfileSpace) -> impl Iterator<Item = (NameId, &[f32])> {
+        let set = match space {
+            ProfileSpace::Primary => &self.profiles,
+            ProfileSpace::Companion => &self.companion,
+        };
+        set.profiles.iter().map(|(&t, p)| (t, &p[..]))
+    }
+
     pub fn profile_in(&self, space: ProfileSpace, tool: NameId) -> Option<&[f32]> {
         let set = match space {
             ProfileSpace::Primary => &self.profiles,
