@@ -128,14 +128,15 @@ def _capture(
     return {cap: counter.most_common(1)[0][0] for cap, counter in votes.items()}
 
 
-def _full_ranking(engine: Engine, query: SuggestQuery) -> SuggestResult:
-    """Every stored pattern scored exactly, then ranked with the query's filters: the answer
-    context filters inside retrieval must give (tests/service/test_context_filters.py)."""
+def _full_ranking(
+    engine: Engine, query: SuggestQuery, vector: NDArray[np.float32]
+) -> SuggestResult:
+    """Every stored pattern scored exactly (the request's vector `vector`), then ranked with the
+    query's filters: the answer context filters inside retrieval must give
+    (tests/service/test_context_filters.py)."""
     state = engine._state
     index = state.indexes.get(TENANT)
     assert index is not None
-    assert query.intent_embedding is not None
-    vector = np.asarray(query.intent_embedding, dtype=np.float32)
     intents_of = {p: tuple(index.intents_of(p)) for p in _all_patterns(engine)}
     cosine = index.exact_scores(vector, [i for ids in intents_of.values() for i in ids])
     bm25 = dict(index.lexical_hits(query.intent, 100_000))
@@ -183,16 +184,16 @@ def quality_rows(max_queries: int | None = None) -> list[Row]:
             hits_without = hits_offered = empty = empty_with_match = 0
             hits_smaller = dict.fromkeys(SMALLER, 0)
             for query in queries:
-                base = SuggestQuery(
-                    query.intent, k=K, intent_embedding=tuple(vector_of[query.intent].tolist())
-                )
+                # asked by its text, as a user asks: the server embeds it (and its parts:
+                # docs/ranking.md, Steps, "Request parts' coverage")
+                base = SuggestQuery(query.intent, k=K)
                 hits_without += _top_group(engine.suggest(TENANT, base), group_of) == query.group
                 with_tools = replace(base, available_tools=offered[query.id])
                 answer = engine.suggest(TENANT, with_tools)
                 hits_offered += _top_group(answer, group_of) == query.group
                 if not answer.suggestions:
                     empty += 1
-                    if _full_ranking(engine, with_tools).suggestions:
+                    if _full_ranking(engine, with_tools, vector_of[query.intent]).suggestions:
                         empty_with_match += 1
                 for n, sets in smaller.items():
                     fewer = engine.suggest(TENANT, replace(base, available_tools=sets[query.id]))
