@@ -64,7 +64,7 @@ class RankRequest:
     now_ms: int
     transitions: Mapping[str, float] | None = None
     # the request's parts (docs/ranking.md, Steps, "Request parts' coverage"): each part's
-    # vector in the primary space and its weight; None for a request of one part
+    # vector in the space of `vector` and its weight; None for a request of one part
     parts: RequestParts | None = None
 
 

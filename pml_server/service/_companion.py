@@ -39,7 +39,8 @@ from pml_server.config import EngineConfig
 from pml_server.domain.model import SuggestQuery
 from pml_server.embedding import CachedEmbedder, make_embedder
 from pml_server.embedding.language import is_english
-from pml_server.ranking import RankingConfig
+from pml_server.ranking import RankingConfig, RequestParts
+from pml_server.ranking.plans import split_request_spans
 from pml_server.search import TenantSearchIndex
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,17 @@ def lexical_text(text: str) -> str:
     documents rarely carry accents; Chinese, Japanese and Korean characters carry none."""
     folded = unicodedata.normalize("NFKD", text)
     return "".join(ch for ch in folded if not unicodedata.combining(ch))
+
+
+def request_parts(companion: CachedEmbedder, intent: str) -> RequestParts | None:
+    """The parts of a request in another language, embedded by the companion in one call
+    (docs/ranking.md, Steps, "Request parts' coverage"): mostly its sentences (the connectives
+    the splitter knows are English), each weighing 1 (the splitter's weights read English
+    openings and questions); None for a request of one part."""
+    parts, _, _ = split_request_spans(intent)
+    if len(parts) < 2:
+        return None
+    return RequestParts(tuple(companion.embed(list(parts))), tuple(1.0 for _ in parts))
 
 
 def other_language_ranking(ranking: RankingConfig) -> RankingConfig:

@@ -57,8 +57,9 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
         or _companion.mixes(state.companion, state.indexes.get(tenant), query)
     ):
         # a request in another language, or an English one over intents recorded in another:
-        # ranked with the companion's cosines, no parts, no plan (the parts would be embedded
-        # by the English model alone; docs/ranking.md, Other languages)
+        # ranked with the companion's cosines (another language's parts embedded by it:
+        # `prepare`), no plan (the plans' parts are the English model's; docs/ranking.md,
+        # Other languages)
         return rank_suggestions(state, tenant, query)
     check_tenant(tenant)
     check_query(query)
@@ -242,8 +243,8 @@ class Prepared:
     text: str
     ranking: RankingConfig
     transitions: dict[str, float]
-    # the request's parts, read in the primary space only (docs/ranking.md, Steps, "Request
-    # parts' coverage")
+    # the request's parts, in the space of `vector` (docs/ranking.md, Steps, "Request parts'
+    # coverage"); None when the scoring mixes two spaces
     parts: RequestParts | None = None
 
 
@@ -285,8 +286,17 @@ def prepare(
     if cross_lingual:
         # another language: the companion's space, the same core call (service/_companion.py)
         text = _companion.lexical_text(query.intent)
+        # its parts embedded by the companion too (docs/ranking.md, Steps, "Request parts'
+        # coverage"): the same factor, read in the companion's space
+        assert state.companion is not None
+        foreign_parts = _companion.request_parts(state.companion, query.intent)
         return Prepared(
-            index.cross_lingual(), vector, text, _companion.other_language_ranking(ranking), factors
+            index.cross_lingual(),
+            vector,
+            text,
+            _companion.other_language_ranking(ranking),
+            factors,
+            foreign_parts,
         )
     if mixed:
         searched = index.cross_lingual(companion_vector(state, query))

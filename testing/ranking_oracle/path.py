@@ -196,7 +196,8 @@ def retrieve(
     if isinstance(index, TenantSearchIndex):
         ann, toward = index.ann, vector
     else:
-        ann, toward, parts = *index.companion_profiles(vector), None
+        ann, toward = index.companion_profiles(vector)
+        parts = parts if isinstance(index, CompanionView) else None
     steps = index.ranks.step_factors(
         neighbours,
         list(intents_of),

@@ -38,16 +38,28 @@ def _taught(basis: np.ndarray, tools: list[str]) -> Memory:
 
 
 def _factors(
-    memory: Memory, patterns: list[str], parts: RequestParts | None, config: RankingConfig = CONFIG
+    memory: Memory,
+    patterns: list[str],
+    parts: RequestParts | None,
+    config: RankingConfig = CONFIG,
+    companion: bool = False,
 ) -> dict[str, float]:
+    """`companion`: `memory.ann` read as the cross-lingual companion's index (its own set of
+    profiles), as for a request in another language."""
     query = np.ones(DIM, dtype=np.float32)
-    got = memory.table.step_factors([], patterns, "zzz", config, memory.ann, query, parts=parts)
+    got = memory.table.step_factors(
+        [], patterns, "zzz", config, memory.ann, query, companion=companion, parts=parts
+    )
     return dict(zip(patterns, got, strict=True))
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**16), k=st.integers(2, 4))
-def test_a_request_of_k_parts_prefers_the_pattern_covering_all_of_them(seed: int, k: int) -> None:
+@given(seed=st.integers(0, 2**16), k=st.integers(2, 4), companion=st.booleans())
+def test_a_request_of_k_parts_prefers_the_pattern_covering_all_of_them(
+    seed: int, k: int, companion: bool
+) -> None:
+    """In the primary space, and in the companion's (a request in another language, its parts
+    embedded by the companion, read against the companion's profiles)."""
     basis = _basis(seed)
     memory = _taught(basis, TOOLS)
     asked = TOOLS[:k]
@@ -55,7 +67,7 @@ def test_a_request_of_k_parts_prefers_the_pattern_covering_all_of_them(seed: int
     memory.candidate("subset", tuple(asked[:-1]))
     memory.candidate("superset", (*asked, TOOLS[k]))
     parts = RequestParts(tuple(basis[n] for n in range(k)), tuple(1.0 for _ in range(k)))
-    got = _factors(memory, ["exact", "subset", "superset"], parts)
+    got = _factors(memory, ["exact", "subset", "superset"], parts, companion=companion)
     assert got["exact"] == pytest.approx(1.0)
     assert got["superset"] == pytest.approx(1.0)
     # the subset misses one part of k: it loses that part's share

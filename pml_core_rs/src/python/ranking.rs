@@ -224,8 +224,8 @@ impl PyRankTable {
                 .zip(&hit_scores)
                 .map(|(&id, &score)| index::Hit { id, score })
                 .collect();
-            // the parts are read in the primary space only (`Space::with_parts`)
-            let parts = parts.as_deref().filter(|_| !companion && ann.is_some());
+            // the parts are read in the space of `query` (`Space::with_parts`)
+            let parts = parts.as_deref().filter(|_| ann.is_some());
             let mut steps = ranking::StepFit {
                 evidence: ranking::step_evidence(&table, &hits, &words, &params.inner),
                 profiles: ranking::ProfileFit::in_space(&query, weight, space),
@@ -586,10 +586,9 @@ fn refresh_profiles(
         ranking::ProfileSpace::Primary => t.profiles_stale(),
         ranking::ProfileSpace::Companion => t.companion_profiles_stale(),
     };
-    // the profiles are read by their factor and, in the primary space, by the request parts'
-    // coverage (docs/ranking.md, Steps, "Request parts' coverage")
-    let read = params.step_profile_weight > 0.0
-        || (space == ranking::ProfileSpace::Primary && params.step_coverage_weight > 0.0);
+    // the profiles are read by their factor and by the request parts' coverage
+    // (docs/ranking.md, Steps, "Request parts' coverage")
+    let read = params.step_profile_weight > 0.0 || params.step_coverage_weight > 0.0;
     if !read || !stale(&table.read()) {
         return;
     }
