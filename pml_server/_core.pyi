@@ -349,8 +349,8 @@ def rank_query(
 
     `parts` and `part_weights`: the request's parts (docs/ranking.md, Steps, "Request parts'
     coverage"), one vector of the query's dimension per weight (finite, >= 0), at most
-    `MAX_REQUEST_PARTS`, else InvalidArgumentError naming the field; in the space of `query`
-    (the companion's when not `primary`), not read with `foreign_ann`.
+    `MAX_REQUEST_PARTS`, else InvalidArgumentError naming the field; in the space the tool
+    profiles are read in (`query`'s, or `foreign_query`'s with `foreign_ann`).
 
     The second list is empty unless `explain`: then every other candidate retrieved (with an
     allow-list, the unrestricted shortlist's too) as (pattern id, capability id, rule, detail,

@@ -57,9 +57,8 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
         or _companion.mixes(state.companion, state.indexes.get(tenant), query)
     ):
         # a request in another language, or an English one over intents recorded in another:
-        # ranked with the companion's cosines (another language's parts embedded by it:
-        # `prepare`), no plan (the plans' parts are the English model's; docs/ranking.md,
-        # Other languages)
+        # ranked with the companion's cosines (its parts embedded by the companion: `prepare`),
+        # no plan (the plans' parts are the English model's; docs/ranking.md, Other languages)
         return rank_suggestions(state, tenant, query)
     check_tenant(tenant)
     check_query(query)
@@ -243,8 +242,8 @@ class Prepared:
     text: str
     ranking: RankingConfig
     transitions: dict[str, float]
-    # the request's parts, in the space of `vector` (docs/ranking.md, Steps, "Request parts'
-    # coverage"); None when the scoring mixes two spaces
+    # the request's parts, in the space the tool profiles are read in (docs/ranking.md, Steps,
+    # "Request parts' coverage")
     parts: RequestParts | None = None
 
 
@@ -300,7 +299,17 @@ def prepare(
         )
     if mixed:
         searched = index.cross_lingual(companion_vector(state, query))
-        return Prepared(searched, vector, query.intent, _companion.mixed_ranking(ranking), factors)
+        # its parts embedded by the companion: the profiles are read in its space
+        assert state.companion is not None
+        mixed_parts = _companion.request_parts(state.companion, query.intent)
+        return Prepared(
+            searched,
+            vector,
+            query.intent,
+            _companion.mixed_ranking(ranking),
+            factors,
+            mixed_parts,
+        )
     return Prepared(index, vector, query.intent, ranking, factors, parts)
 
 

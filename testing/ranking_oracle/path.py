@@ -197,7 +197,6 @@ def retrieve(
         ann, toward = index.ann, vector
     else:
         ann, toward = index.companion_profiles(vector)
-        parts = parts if isinstance(index, CompanionView) else None
     steps = index.ranks.step_factors(
         neighbours,
         list(intents_of),

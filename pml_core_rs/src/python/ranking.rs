@@ -406,7 +406,6 @@ pub(super) fn rank_query(
 ) -> PyResult<(Vec<RankedTuple>, Vec<FilteredTuple>)> {
     let words: FxHashSet<String> = words.into_iter().collect();
     let query = f32_vector("query", query)?;
-    let parts = part_vectors(parts, &part_weights, query.len())?;
     // intents recorded in another language, read by the companion (docs/ranking.md, Other
     // languages): its index and the request's vector in its space, both or neither
     let foreign_query = match (foreign_ann, foreign_query) {
@@ -415,6 +414,10 @@ pub(super) fn rank_query(
         (Some(_), None) => return Err(invalid_arg("foreign_query", "required with foreign_ann")),
         (None, Some(_)) => return Err(invalid_arg("foreign_ann", "required with foreign_query")),
     };
+    // the parts are in the space the profiles are read in: the companion's when the scoring
+    // mixes two (`Space::profiles`)
+    let dim = foreign_query.as_ref().map_or(query.len(), Vec::len);
+    let parts = part_vectors(parts, &part_weights, dim)?;
     foreign_ids.sort_unstable();
     foreign_ids.dedup();
     let terms = str_list("terms", terms)?;

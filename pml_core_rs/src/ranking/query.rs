@@ -263,7 +263,7 @@ pub fn score_retrieved<'t>(
             table,
             set,
             space.parts,
-            space.query.len(),
+            toward.len(),
             params.step_coverage_weight,
         ),
         gate: step_gate(expected_steps(table, &neighbours), params),

@@ -77,11 +77,10 @@ impl<'a> Space<'a> {
         }
     }
 
-    /// The same space with the request's parts, in the space of its vector (the primary's, or
-    /// the companion's for a request in another language); none when the scoring mixes two
-    /// spaces (docs/ranking.md, Steps, "Request parts' coverage").
+    /// The same space with the request's parts, in the space its tool profiles are read in
+    /// (`profiles`: the primary's, or the companion's for a request in another language or
+    /// over intents in another; docs/ranking.md, Steps, "Request parts' coverage").
     pub fn with_parts(self, parts: Option<RequestParts<'a>>) -> Self {
-        let parts = parts.filter(|_| self.foreign.is_none());
         Space { parts, ..self }
     }
 
