@@ -462,3 +462,49 @@ fn an_exact_index_scans_every_vector() {
     };
     assert_eq!(graph, hits, "a small graph finds them all too");
 }
+
+/// The request parts' coverage (docs/ranking.md, Steps, "Request parts' coverage"): two parts
+/// along tool_a's and tool_c's directions; a pattern holding both tools covers both parts
+/// (factor 1), one holding tool_a alone loses half the weight, a tool-less pattern is left
+/// alone, and one part or none gives 1.
+#[test]
+fn the_request_parts_coverage_counts_each_part_its_tools_cover() {
+    let (mut table, ann, _) = fixture();
+    table.set_pattern(
+        "both",
+        "c9",
+        &strings(&["tool_a", "tool_c"]),
+        &[],
+        false,
+        false,
+    );
+    table.set_pattern("none", "c8", &[], &[], false, false);
+    table.refresh_profiles(&ann);
+    let parts = [1.0f32, 0.0, 0.0, 1.0];
+    let weights = [1.0, 1.0];
+    let request = RequestParts {
+        vectors: &parts,
+        weights: &weights,
+    };
+    let w = 0.6;
+    let coverage = PartCoverage::new(&table, ProfileSpace::Primary, Some(request), 2, w);
+    let factor = |p: &str| coverage.factor(table.row(table.row_of_pattern(p).unwrap()));
+    assert!((factor("both") - 1.0).abs() < 1e-3);
+    assert!((factor("p1") - (1.0 - w / 2.0)).abs() < 0.02);
+    assert!(factor("p1") < factor("both"));
+    assert_eq!(factor("none"), 1.0);
+    let one = RequestParts {
+        vectors: &parts[..2],
+        weights: &weights[..1],
+    };
+    let single = PartCoverage::new(&table, ProfileSpace::Primary, Some(one), 2, w);
+    assert_eq!(
+        single.factor(table.row(table.row_of_pattern("p1").unwrap())),
+        1.0
+    );
+    let off = PartCoverage::new(&table, ProfileSpace::Primary, None, 2, w);
+    assert_eq!(
+        off.factor(table.row(table.row_of_pattern("p1").unwrap())),
+        1.0
+    );
+}
