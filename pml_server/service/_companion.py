@@ -114,10 +114,11 @@ def lexical_text(text: str) -> str:
 
 
 def request_parts(companion: CachedEmbedder, intent: str) -> RequestParts | None:
-    """The parts of a request in another language, embedded by the companion in one call
-    (docs/ranking.md, Steps, "Request parts' coverage"): mostly its sentences (the connectives
-    the splitter knows are English), each weighing 1 (the splitter's weights read English
-    openings and questions); None for a request of one part."""
+    """The parts of a request ranked in the companion's space (in another language, or English
+    over intents in another), embedded by the companion in one call (docs/ranking.md, Steps,
+    "Request parts' coverage"): mostly its sentences when it is not English (the connectives the
+    splitter knows are English), each weighing 1 (the splitter's weights read English openings
+    and questions); None for a request of one part."""
     parts, _, _ = split_request_spans(intent)
     if len(parts) < 2:
         return None

@@ -167,7 +167,7 @@ def retrieve(
     """`limit` hits of each index; with `permitted` (pattern ids, their intents: the
     context filters' allow-list) among those patterns alone, all of them when they hold at
     most `EXACT_SCAN_MIN` intents (docs/ranking.md, Context filters). `parts`: the request's
-    parts, read by the step factor in the tenant's own space only (docs/ranking.md, Steps,
+    parts, in the space the step factor reads the tool profiles in (docs/ranking.md, Steps,
     "Request parts' coverage")."""
     if permitted is None:
         semantic_hits = index.semantic(vector, limit)
