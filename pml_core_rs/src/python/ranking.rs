@@ -226,6 +226,13 @@ impl PyRankTable {
                 .collect();
             // the parts are read in the space of `query` (`Space::with_parts`)
             let parts = parts.as_deref().filter(|_| ann.is_some());
+            let gate = ranking::step_gate(ranking::expected_steps(&table, &hits), &params.inner);
+            // a shut gate gives every factor 1: the parts are not read
+            let coverage_weight = if gate > 0.0 {
+                params.inner.step_coverage_weight
+            } else {
+                0.0
+            };
             let mut steps = ranking::StepFit {
                 evidence: ranking::step_evidence(&table, &hits, &words, &params.inner),
                 profiles: ranking::ProfileFit::in_space(&query, weight, space),
@@ -237,9 +244,9 @@ impl PyRankTable {
                         weights: &part_weights,
                     }),
                     query.len(),
-                    params.inner.step_coverage_weight,
+                    coverage_weight,
                 ),
-                gate: ranking::step_gate(ranking::expected_steps(&table, &hits), &params.inner),
+                gate,
             };
             pattern_ids
                 .iter()

@@ -252,6 +252,13 @@ pub fn score_retrieved<'t>(
     // the step factor's three fits, each computed once for the request (docs/ranking.md,
     // Steps); the tool profiles of the query's space (docs/ranking.md, Other languages)
     let (set, toward) = space.profiles();
+    let gate = step_gate(expected_steps(table, &neighbours), params);
+    // a shut gate gives every factor 1: the parts are not read
+    let coverage_weight = if gate > 0.0 {
+        params.step_coverage_weight
+    } else {
+        0.0
+    };
     let mut steps = StepFit {
         evidence: step_evidence(table, &neighbours, words, params),
         profiles: ProfileFit::in_space(
@@ -259,14 +266,8 @@ pub fn score_retrieved<'t>(
             profile_weight(set, params.step_profile_weight),
             set,
         ),
-        coverage: PartCoverage::new(
-            table,
-            set,
-            space.parts,
-            toward.len(),
-            params.step_coverage_weight,
-        ),
-        gate: step_gate(expected_steps(table, &neighbours), params),
+        coverage: PartCoverage::new(table, set, space.parts, toward.len(), coverage_weight),
+        gate,
     };
     // Only the top k wanted (no explain, no session factor raising a total after the step
     // factor): a candidate that cannot enter it is left out before its step factors
