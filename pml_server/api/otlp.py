@@ -26,7 +26,7 @@ from pml_server.domain.errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
-from pml_server.otel import MappedExecution, Rejection, flatten, map_spans
+from pml_server.otel import MappedExecution, Rejection, flatten, held_forms, map_spans
 from pml_server.service._heap import release_free_memory
 from pml_server.storage.pending_spans import PendingSpans
 
@@ -186,7 +186,9 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 )
                 new = []
             room -= len(new)
-            hold += [(trace_id, s.span_id, s.SerializeToString()) for s in new]
+            # Stripped and redacted before they reach the store (docs/capture.md, What a held
+            # span keeps).
+            hold += [(trace_id, s.span_id, s.SerializeToString()) for s in held_forms(new)]
             still.update((trace_id, s.span_id) for s in waiting)
         pending.update(tenant, hold, [k for k in loaded if k not in still])
         return recorded, batch.ignored_spans, len(hold), rejections

@@ -8,6 +8,7 @@ held spans that expire or overflow are counted on /metrics and reported."""
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import time
 import urllib.request
@@ -291,3 +292,68 @@ def test_a_deeply_nested_held_span_rejects_its_run_alone(tmp_path: Path) -> None
         assert len(pattern.tools_used) == 4
     finally:
         process.terminate()
+
+
+def test_held_spans_store_no_secret(tmp_path: Path) -> None:
+    """Tool spans held for their root carry a credential in their arguments, error, a URL
+    attribute, a header attribute and an exception event: after they are acknowledged (and the
+    server SIGKILLed, so the write-ahead log holds whatever was written), no byte of the data
+    directory holds the credential, while a marker sent beside it is found (the search sees what
+    was written). When the root arrives the run's failure is recorded, its texts redacted."""
+    secret = "sk-live-" + secrets.token_hex(12)
+    password = "Tr0ub4dor&3-horse-" + secrets.token_hex(4)
+    marker = "marker" + secrets.token_hex(5)
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("tests")
+    messages = json.dumps([{"role": "user", "content": f"call the api with {secret}"}])
+    with (
+        tracer.start_as_current_span(
+            "invoke_agent api-agent",
+            attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.input.messages": messages},
+        ),
+        tracer.start_as_current_span(
+            "execute_tool call_api",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "call_api",
+                "gen_ai.tool.call.arguments": json.dumps({"apiKey": secret, "note": marker}),
+                "url.full": f"https://admin:{password}@api.internal/v1?key={secret}",
+                "http.request.header.authorization": [f"Bearer {secret}"],
+                "gen_ai.tool.call.result": f"token {secret} accepted",
+                "error.type": f"401 for {secret}",
+            },
+        ) as span,
+    ):
+        span.add_event("exception", {"exception.message": f"rejected {secret} {password}"})
+        span.set_status(Status(StatusCode.ERROR, f"denied postgresql://a:{password}@db/x"))
+    run = list(memory.get_finished_spans())
+    data = tmp_path / "data"
+    process = ServerProcess(data, "--durability", "sync")
+    process.start()
+    try:
+        reply = _export(process.target, run[:-1])
+        assert "1 spans held" in reply.partial_success.error_message
+        process.kill()
+
+        def on_disk(needle: str) -> int:
+            return sum(
+                p.read_bytes().count(needle.encode()) for p in data.rglob("*") if p.is_file()
+            )
+
+        assert on_disk(marker) > 0
+        assert (on_disk(secret), on_disk(password)) == (0, 0)
+        process.start()
+        assert _export(process.target, run[-1:]).partial_success.rejected_spans == 0
+        with PmlClient(process.target) as client:
+            (failure,) = client.list_failures().failures
+            answer = str(failure)
+        assert failure.tool == "call_api"
+        assert failure.error.startswith("401 for [REDACTED]: denied"), answer
+        assert secret not in answer
+        assert password not in answer
+        process.kill()
+        assert (on_disk(secret), on_disk(password)) == (0, 0)
+    finally:
+        process.kill()

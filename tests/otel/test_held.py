@@ -1,0 +1,81 @@
+"""The held form of a span waiting for its run's root (`pml_server.otel.held_forms`): the run
+maps to the same execution from it as from the spans sent, and nothing else of the span is kept
+(docs/capture.md, What a held span keeps)."""
+
+from __future__ import annotations
+
+import json
+
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from pml_server.otel import held_forms, map_spans
+from tests.otel.test_mapping import _agent, _span, _tool
+
+ERROR = trace_pb2.Status.STATUS_CODE_ERROR
+
+
+def test_a_run_maps_alike_from_its_held_spans() -> None:
+    nested = common_pb2.AnyValue(
+        kvlist_value=common_pb2.KeyValueList(
+            values=[common_pb2.KeyValue(key="path", value=common_pb2.AnyValue(string_value="a"))]
+        )
+    )
+    structured = _tool(3, 1, "read", 10)
+    structured.attributes.append(
+        common_pb2.KeyValue(key="gen_ai.tool.call.arguments", value=nested)
+    )
+    calls = [
+        _tool(2, 1, "fetch", 5, gen_ai__tool__call__arguments=json.dumps({"n": 1, "q": "x"})),
+        structured,
+        _span(4, 1, "tools/call list_files", 20, mcp__method__name="tools/call"),
+        _tool(5, 1, "write", 30, error__type="OSError"),
+        _span(6, 1, "GET /health"),
+    ]
+    calls[3].status.CopyFrom(trace_pb2.Status(code=ERROR, message="disk full"))
+    root = _agent(1, gen_ai__conversation__id="conv-1")
+    (sent,) = map_spans([*calls, root]).executions
+    (held,) = map_spans([*held_forms(calls), root]).executions
+    assert held == sent
+    assert [c.tool for c in held.calls] == ["fetch", "read", "list_files", "write"]
+    assert held.calls[3].error == "OSError: disk full"
+
+
+def test_a_held_span_keeps_no_secret_and_nothing_unread() -> None:
+    secret = "sk-live-0123456789abcdef01234567"
+    tool = _tool(
+        2,
+        1,
+        "call_api",
+        5,
+        gen_ai__tool__call__arguments=json.dumps({"apiKey": secret, "note": "n"}),
+        url__full=f"https://api.internal/v1?key={secret}",
+        gen_ai__conversation__id=f"token {secret}",
+        error__type=f"401 for {secret}",
+    )
+    tool.events.append(trace_pb2.Span.Event(name="exception"))
+    (held,) = held_forms([tool])
+    assert secret not in str(held)
+    assert not held.events
+    kept = {kv.key: kv.value.string_value for kv in held.attributes}
+    assert set(kept) == {
+        "gen_ai.operation.name",
+        "gen_ai.tool.name",
+        "gen_ai.tool.call.arguments",
+        "error.type",
+    }
+    assert json.loads(kept["gen_ai.tool.call.arguments"]) == {"apiKey": "[REDACTED]", "note": "n"}
+
+
+def test_arguments_the_mapping_rejects_are_rejected_from_the_held_form_too() -> None:
+    number = _tool(2, 1, "t", 5)
+    number.attributes.append(
+        common_pb2.KeyValue(
+            key="gen_ai.tool.call.arguments", value=common_pb2.AnyValue(int_value=3)
+        )
+    )
+    for bad in (number, _tool(2, 1, "t", 5, gen_ai__tool__call__arguments="[1]")):
+        sent = map_spans([bad, _agent(1)]).rejections
+        held = map_spans([*held_forms([bad]), _agent(1)]).rejections
+        assert [r.reason for r in held] == [r.reason for r in sent]
+        assert "not a JSON object" in sent[0].reason
