@@ -109,3 +109,26 @@ def test_a_placeholder_is_never_named_after_a_credential_in_its_key() -> None:
         ).upper()
         for form in _upper_snake_forms(secret):
             assert form not in shown, (form, shown)
+
+
+def test_a_url_password_quoted_bare_in_a_text_is_redacted_there_too() -> None:
+    """The URL is redacted in place; its password, where an error message or the intent quotes
+    it alone, is redacted as well (docs/capture.md, Secrets)."""
+    password = "Tr0ub4dor-horse"
+    code = f'await mcp.query_db({{dsn: "postgresql://admin:{password}@db/prod"}});'
+    record = ExecutionRecord(
+        request_id="r1",
+        intent=f"count rows, the password is {password}",
+        code=code,
+        language="javascript",
+        tool_calls=(
+            ToolCall("query_db", arguments_json="{}", ok=False, error=f"rejected for {password}"),
+        ),
+    )
+    (prepared,) = prepare_captures([(record.code, record.language, record_texts(record))])
+    assert not isinstance(prepared, Exception)
+    normalized, texts = prepared
+    redacted = redacted_record(record, normalized, texts)
+    assert password not in repr(redacted)
+    assert "[REDACTED]" in redacted.intent
+    assert redacted.tool_calls[0].error == "rejected for [REDACTED]"

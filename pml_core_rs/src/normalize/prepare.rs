@@ -6,7 +6,7 @@
 
 use crate::error::CoreResult;
 
-use super::secrets::{redact_text, REDACTED_TOKEN};
+use super::secrets::{redact_text, url_passwords, REDACTED_TOKEN};
 use super::{normalize_with, Normalized, Param};
 
 /// Flagged values shorter than this (in code points) are left in free text: "a" or "1"
@@ -31,12 +31,35 @@ pub struct Prepared {
 /// longest first (a secret containing another is replaced whole), ties in text order so the
 /// result never depends on anything but the parameters.
 pub fn known_secrets(params: &[Param]) -> Vec<String> {
-    let mut known: Vec<String> = params
-        .iter()
-        .filter(|p| p.secret)
-        .map(|p| decoded(&p.value_json))
-        .filter(|v| v.chars().count() >= MIN_SECRET_CHARS)
+    ordered(
+        params
+            .iter()
+            .filter(|p| p.secret)
+            .map(|p| decoded(&p.value_json))
+            .filter(|v| v.chars().count() >= MIN_SECRET_CHARS)
+            .collect(),
+    )
+}
+
+/// `known` with the password of every URL user-info of the code and the texts added (at least
+/// `MIN_SECRET_CHARS` long), ordered as `known_secrets` orders: the URL itself is redacted in
+/// place, and its password must not stay where it appears bare (docs/capture.md, Secrets).
+fn with_url_passwords(known: Vec<String>, input: &CaptureInput) -> Vec<String> {
+    let mut found: Vec<String> = std::iter::once(&input.code)
+        .chain(&input.texts)
+        .flat_map(|text| url_passwords(text))
+        .filter(|p| p.chars().count() >= MIN_SECRET_CHARS)
+        .map(str::to_owned)
         .collect();
+    if found.is_empty() {
+        return known;
+    }
+    found.extend(known);
+    ordered(found)
+}
+
+/// Longest first, ties in text order, each once.
+fn ordered(mut known: Vec<String>) -> Vec<String> {
     known.sort_by(|a, b| {
         b.chars()
             .count()
@@ -72,7 +95,7 @@ pub fn redact_with(text: &str, known: &[String]) -> String {
 pub fn prepare(input: &CaptureInput) -> CoreResult<Prepared> {
     // Captures store no steps (derived on read: docs/normalization.md, Steps).
     let normalized = normalize_with(&input.code, &input.language, false)?;
-    let known = known_secrets(&normalized.params);
+    let known = with_url_passwords(known_secrets(&normalized.params), input);
     let texts = input.texts.iter().map(|t| redact_with(t, &known)).collect();
     Ok(Prepared { normalized, texts })
 }
@@ -154,6 +177,26 @@ mod tests {
             assert!(!text.contains("sk_live_abcdefghijklmnop1234"), "{text}");
             assert!(text.contains(REDACTED_TOKEN), "{text}");
         }
+    }
+
+    #[test]
+    fn a_url_password_is_redacted_where_it_appears_bare() {
+        let code = "await mcp.db({dsn: \"postgresql://admin:Tr0ub4dor&3-horse@db/prod\"});";
+        let texts = [
+            "rejected for Tr0ub4dor&3-horse",
+            "see https://u:s3cr3t-pw@h/x; s3cr3t-pw",
+        ];
+        let prepared = prepare(&input(code, &texts)).unwrap();
+        assert_eq!(
+            prepared.texts,
+            vec![
+                "rejected for [REDACTED]",
+                "see https://[REDACTED]@h/x; [REDACTED]"
+            ]
+        );
+        // Too short to redact from free text: left (it would blank ordinary words).
+        let short = prepare(&input("", &["https://u:pw@h and pw"])).unwrap();
+        assert_eq!(short.texts, vec!["https://[REDACTED]@h and pw"]);
     }
 
     #[test]

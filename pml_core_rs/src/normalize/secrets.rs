@@ -186,6 +186,29 @@ fn url_userinfo(text: &str) -> Option<(usize, usize)> {
     None
 }
 
+/// The password of every URL user-info in `text` (`pw` in `postgresql://admin:pw@db/prod`),
+/// as written there, so that the free texts of a record lose it where it appears bare too (an
+/// error message quoting it): docs/capture.md, Secrets.
+pub fn url_passwords(text: &str) -> Vec<&str> {
+    let bytes = text.as_bytes();
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find("://") {
+        let start = from + at + 3;
+        match userinfo_at(bytes, start) {
+            Some((info_start, info_end)) => {
+                let info = &text[info_start..info_end];
+                if let Some(colon) = info.find(':') {
+                    found.push(&info[colon + 1..]);
+                }
+                from = info_end;
+            }
+            None => from = start,
+        }
+    }
+    found
+}
+
 /// The user-info with a password of the authority starting at `start`, if any.
 fn userinfo_at(bytes: &[u8], start: usize) -> Option<(usize, usize)> {
     let end = bytes[start..]
@@ -293,6 +316,17 @@ fn pem_end(text: &str, start: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn url_passwords_are_each_userinfo_password_as_written() {
+        assert_eq!(
+            url_passwords(
+                "a postgresql://admin:Tr0ub4dor&3@db/x and https://u:p@ss@h?q ssh://git@h"
+            ),
+            vec!["Tr0ub4dor&3", "p@ss"]
+        );
+        assert!(url_passwords("https://host/path://x no user-info").is_empty());
+    }
 
     #[test]
     fn names() {
