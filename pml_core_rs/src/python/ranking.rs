@@ -226,28 +226,17 @@ impl PyRankTable {
                 .collect();
             // the parts are read in the space of `query` (`Space::with_parts`)
             let parts = parts.as_deref().filter(|_| ann.is_some());
-            let gate = ranking::step_gate(ranking::expected_steps(&table, &hits), &params.inner);
-            // a shut gate gives every factor 1: the parts are not read
-            let coverage_weight = if gate > 0.0 {
-                params.inner.step_coverage_weight
-            } else {
-                0.0
-            };
-            let mut steps = ranking::StepFit {
-                evidence: ranking::step_evidence(&table, &hits, &words, &params.inner),
-                profiles: ranking::ProfileFit::in_space(&query, weight, space),
-                coverage: ranking::PartCoverage::new(
-                    &table,
-                    space,
-                    parts.map(|vectors| ranking::RequestParts {
-                        vectors,
-                        weights: &part_weights,
-                    }),
-                    query.len(),
-                    coverage_weight,
-                ),
-                gate,
-            };
+            let mut steps = ranking::StepFit::new(
+                &table,
+                &hits,
+                &words,
+                &params.inner,
+                ranking::ProfileFit::in_space(&query, weight, space),
+                parts.map(|vectors| ranking::RequestParts {
+                    vectors,
+                    weights: &part_weights,
+                }),
+            );
             pattern_ids
                 .iter()
                 .map(|p| {

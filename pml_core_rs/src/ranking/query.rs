@@ -13,13 +13,9 @@ use std::collections::HashSet;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::formula::{
-    pattern_semantic, score, score_next, step_gate, with_transition, Params, ScoreParts,
-};
+use super::formula::{pattern_semantic, score, score_next, with_transition, Params, ScoreParts};
 use super::space::{profile_weight, Space};
-use super::steps::{
-    step_evidence, step_neighbours, PartCoverage, ProfileFit, StepFit, TopFloor, STEP_NEIGHBOURS,
-};
+use super::steps::{step_neighbours, ProfileFit, StepFit, TopFloor, STEP_NEIGHBOURS};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
 use crate::index::{Hit, EXACT_SCAN_MIN};
@@ -252,23 +248,14 @@ pub fn score_retrieved<'t>(
     // the step factor's three fits, each computed once for the request (docs/ranking.md,
     // Steps); the tool profiles of the query's space (docs/ranking.md, Other languages)
     let (set, toward) = space.profiles();
-    let gate = step_gate(expected_steps(table, &neighbours), params);
-    // a shut gate gives every factor 1: the parts are not read
-    let coverage_weight = if gate > 0.0 {
-        params.step_coverage_weight
-    } else {
-        0.0
-    };
-    let mut steps = StepFit {
-        evidence: step_evidence(table, &neighbours, words, params),
-        profiles: ProfileFit::in_space(
-            toward,
-            profile_weight(set, params.step_profile_weight),
-            set,
-        ),
-        coverage: PartCoverage::new(table, set, space.parts, toward.len(), coverage_weight),
-        gate,
-    };
+    let mut steps = StepFit::new(
+        table,
+        &neighbours,
+        words,
+        params,
+        ProfileFit::in_space(toward, profile_weight(set, params.step_profile_weight), set),
+        space.parts,
+    );
     // Only the top k wanted (no explain, no session factor raising a total after the step
     // factor): a candidate that cannot enter it is left out before its step factors
     // (docs/ranking.md, Steps, "Cost").

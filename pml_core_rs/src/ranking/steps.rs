@@ -16,7 +16,8 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::formula::{gated_step, Params};
+use super::formula::{gated_step, step_gate, Params};
+use super::query::expected_steps;
 use super::table::{dot, NameId, ProfileSpace, RankTable, Row};
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex};
@@ -270,8 +271,8 @@ impl<'q> ProfileFit<'q> {
 }
 
 /// The request's parts (docs/ranking.md, Steps, "Request parts' coverage"): each part's
-/// vector (pooled from the request's own model run) and its weight in the coverage, in the
-/// primary index's space.
+/// vector (pooled from the request's own model run, or embedded by the companion) and its
+/// weight in the coverage, in the space the tool profiles are read in.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestParts<'q> {
     /// `weights.len()` vectors of the query's dimension, one after the other.
@@ -290,9 +291,9 @@ pub struct RequestParts<'q> {
 #[derive(Debug, Clone)]
 pub struct PartCoverage {
     weight: f64,
-    /// Per part: its unit vector, weight and best cosine over every tool (only parts with a
-    /// best above 0).
-    parts: Vec<(Vec<f32>, f64, f64)>,
+    /// Per part (those with a direction and a weight above 0): its weight and its best cosine
+    /// over every tool, `b(p)`.
+    parts: Vec<(f64, f64)>,
     /// `c(p, t)` per tool, for every part, computed once per request.
     toward: FxHashMap<NameId, Vec<f64>>,
 }
@@ -345,12 +346,7 @@ impl PartCoverage {
             }
             out.toward.insert(tool, toward);
         }
-        out.parts = kept
-            .into_iter()
-            .zip(best)
-            .filter(|(_, b)| *b > 0.0)
-            .map(|((v, w), b)| (v, w, b))
-            .collect();
+        out.parts = kept.into_iter().map(|(_, w)| w).zip(best).collect();
         out
     }
 
@@ -368,12 +364,15 @@ impl PartCoverage {
             return None;
         }
         let (mut sum, mut total) = (0.0, 0.0);
-        for (n, (_, w, best)) in self.parts.iter().enumerate() {
+        for (n, &(w, best)) in self.parts.iter().enumerate() {
+            if best <= 0.0 {
+                continue; // no tool of the memory points to this part
+            }
             let got = known.iter().map(|c| c[n]).fold(0.0, f64::max);
             sum += w * (got / best);
             total += w;
         }
-        Some((sum / total).min(1.0))
+        (total > 0.0).then(|| (sum / total).min(1.0))
     }
 
     /// The coverage factor of a row, in [1 - w, 1].
@@ -398,7 +397,39 @@ pub struct StepFit<'q> {
     pub gate: f64,
 }
 
-impl StepFit<'_> {
+impl<'q> StepFit<'q> {
+    /// The fits of a request whose `STEP_NEIGHBOURS` nearest intents are `neighbours`, whose
+    /// analysed words are `words`, whose tools' profiles are read by `profiles` and whose parts
+    /// (in the same space) are `parts`; the gate from the neighbours' expected step count.
+    pub fn new(
+        table: &RankTable,
+        neighbours: &[Hit],
+        words: &FxHashSet<String>,
+        params: &Params,
+        profiles: ProfileFit<'q>,
+        parts: Option<RequestParts<'_>>,
+    ) -> Self {
+        let gate = step_gate(expected_steps(table, neighbours), params);
+        // a shut gate gives every factor 1: the parts are not read
+        let coverage_weight = if gate > 0.0 {
+            params.step_coverage_weight
+        } else {
+            0.0
+        };
+        StepFit {
+            evidence: step_evidence(table, neighbours, words, params),
+            coverage: PartCoverage::new(
+                table,
+                profiles.space,
+                parts,
+                profiles.query.len(),
+                coverage_weight,
+            ),
+            profiles,
+            gate,
+        }
+    }
+
     /// Any factor below 1 at all (a shut gate: none).
     pub fn applies(&self) -> bool {
         self.gate > 0.0
