@@ -201,10 +201,11 @@ class RankParams:
         step_profile_weight: float = 0.8,
         step_gate: float = 1.0,
         step_coverage_weight: float = 0.6,
+        step_order_weight: float = 0.2,
     ) -> Self:
         """InvalidArgumentError naming `params` if one is not finite or expected_success_rate
-        is not in (0, 1], naming `step_weight`, `step_profile_weight`, `step_gate` or
-        `step_coverage_weight` if it is not in [0, 1]."""
+        is not in (0, 1], naming `step_weight`, `step_profile_weight`, `step_gate`,
+        `step_coverage_weight` or `step_order_weight` if it is not in [0, 1]."""
 
 STEP_NEIGHBOURS: int
 """How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps)."""
@@ -252,6 +253,7 @@ class RankTable:
         companion: bool = False,
         parts: Sequence[object] | None = None,
         part_weights: list[float] = ...,
+        ordered: bool = False,
     ) -> list[float]:
         """The step factor of each pattern (1.0 without a row), gated by the hits' expected step
         count (docs/ranking.md, Steps, "Gate"), for a request whose `STEP_NEIGHBOURS` nearest
@@ -327,18 +329,20 @@ def rank_query(
     foreign_ids: list[int] = ...,
     parts: Sequence[object] | None = None,
     part_weights: list[float] = ...,
+    ordered: bool = False,
 ) -> tuple[list[_Ranked], list[_Filtered]]:
     """One Suggest query, GIL released: `limit` nearest intents and `limit` best lexical
     documents, each retrieved pattern's best cosine over all its intents, the formula, the
     filters (flagged, available_tools, tags, min_match, min_success), grouping by capability
     and the top `k`, as (pattern id, capability id, (match, semantic, lexical, success
     estimate, usage, recency, superseded penalty, total, reliability, steps, transition),
-    intent ids), best first. `words`: the request's analysed words, for the step fit
-    (docs/ranking.md, Steps). `transitions`: the session signal's factor by capability id,
-    multiplied into the total of that capability's patterns (docs/ranking.md, Sessions). With
-    `available_tools`, `tags` or `own_min_success` (the request named its own min_success)
-    both searches run among the permitted patterns alone (`RankTable.permitted`;
-    a permitted set of at most 1024 intents is scored whole).
+    intent ids), best first. `words`: the request's analysed words in the order of their
+    first use, for the step fit (docs/ranking.md, Steps); `ordered`: the request states the
+    order of its steps, for the order fit ("Order of the steps"). `transitions`: the session
+    signal's factor by capability id, multiplied into the total of that capability's patterns
+    (docs/ranking.md, Sessions). With `available_tools`, `tags` or `own_min_success` (the
+    request named its own min_success) both searches run among the permitted patterns alone
+    (`RankTable.permitted`; a permitted set of at most 1024 intents is scored whole).
 
     The vectors (docs/ranking.md, Other languages): `ann` is the tenant's own index, whose
     vectors the tool profiles are means of, unless `primary` is False (the companion's index

@@ -51,6 +51,10 @@ class RankingConfig:
     # two parts or more, each part's vector pooled from the request's own model run); gated
     # like the step fit; 0 turns it off.
     step_coverage_weight: float = 0.6
+    # Order of the steps (docs/ranking.md, Steps, "Order of the steps"): the share of the total
+    # a pattern loses when it runs every pair of the steps the request names by their tools'
+    # words in the other order than named; gated like the step fit; 0 turns it off.
+    step_order_weight: float = 0.2
     # The step fit's gate (docs/ranking.md, Steps, "Gate"): 1 applies the fit only as far as the
     # request's nearest intents belong to multi-step patterns (its expected step count minus
     # one, clipped to [0, 1]), so a single-step request is ranked by its match; 0 applies the
@@ -83,6 +87,7 @@ class RankingConfig:
             "step_weight",
             "step_profile_weight",
             "step_coverage_weight",
+            "step_order_weight",
             "step_gate",
             "transition_weight",
         )

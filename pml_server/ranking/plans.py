@@ -241,6 +241,27 @@ def text_words(text: str) -> frozenset[str]:
     return frozenset(_stem(w) for w in _WORD.findall(text.lower()) if w not in _GENERIC)
 
 
+def text_words_in_order(text: str) -> tuple[str, ...]:
+    """`text_words`, each once, in the order the text first uses them (the step factor's order
+    fit reads where a tool is named: docs/ranking.md, Steps, "Order of the steps")."""
+    stems = (_stem(w) for w in _WORD.findall(text.lower()) if w not in _GENERIC)
+    return tuple(dict.fromkeys(stems))
+
+
+# words by which a request states the order of its steps (docs/ranking.md, Steps, "Order of
+# the steps"): "find the lyrics and then translate them", "after that", "followed by"
+_STATES_ORDER = re.compile(
+    r"\b(?:then|after\s+(?:that|this|which)|afterwards|followed\s+by|subsequently|once\s+"
+    r"(?:that|this|you)|finally|lastly)\b|(?:^|[.;,]\s*)(?:first|next)\b",
+    re.IGNORECASE,
+)
+
+
+def states_order(text: str) -> bool:
+    """The request states in which order its steps run ("then", "after that", "first", ...)."""
+    return _STATES_ORDER.search(text) is not None
+
+
 def tool_words(tool: str) -> frozenset[str]:
     """The stems of a tool name's words, generic ones (get, info, data, ...) left out."""
     words = [w for w in tool.lower().split("_") if w and w not in _GENERIC]

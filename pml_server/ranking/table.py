@@ -18,7 +18,7 @@ from pml_server import _core
 from pml_server.domain.model import FilteredCandidate, ScoreParts
 from pml_server.ranking.config import RankingConfig
 from pml_server.ranking.lexical import LexicalIndex, query_terms
-from pml_server.ranking.plans import text_words, tool_words
+from pml_server.ranking.plans import states_order, text_words_in_order, tool_words
 from pml_server.ranking.settings import FilterSettings
 
 # How many of a request's nearest intents vote for their tools (docs/ranking.md, Steps).
@@ -44,6 +44,7 @@ _FORMULA_FIELDS = (
     "step_profile_weight",
     "step_gate",
     "step_coverage_weight",
+    "step_order_weight",
 )
 assert set(_FORMULA_FIELDS) <= {f.name for f in fields(RankingConfig)}
 
@@ -201,13 +202,14 @@ class RankTable:
             [i for i, _ in hits],
             [s for _, s in hits],
             list(pattern_ids),
-            sorted(text_words(text)),
+            list(text_words_in_order(text)),
             core_params(config),
             ann,
             np.asarray(vector, dtype=np.float32),
             companion=companion,
             parts=vectors,
             part_weights=weights,
+            ordered=states_order(text),
         )
 
     def rank(
@@ -297,7 +299,7 @@ class RankTable:
             available_tools=None if available is None else sorted(available),
             tags=sorted(settings.tags),
             own_min_success=settings.own_min_success,
-            words=sorted(text_words(text)),
+            words=list(text_words_in_order(text)),
             transitions=dict(transitions) if transitions else None,
             explain=explain,
             primary=primary,
@@ -306,6 +308,7 @@ class RankTable:
             foreign_ids=[] if foreign is None else list(foreign.ids),
             parts=vectors,
             part_weights=weights,
+            ordered=states_order(text),
         )
         return _answer(ranked, filtered)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from pml_server.domain.model import SuggestQuery
+from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
 from pml_server.ranking import (
     AVAILABLE_TOOLS,
     FLAGGED_FOR_REMOVAL,
@@ -151,4 +151,42 @@ def test_a_failed_run_with_a_client_vector_counts_as_a_failed_try(tmp_path: Path
     ).suggestions
     assert (pattern.pattern.success_count, pattern.pattern.failure_count) == (1, 4)
     assert pattern.score.reliability < 1.0
+    engine.close()
+
+
+def _pipeline(rid: str, tools: tuple[str, ...], intent: str) -> ExecutionRecord:
+    """A pipeline: each step takes the one before's output."""
+    sources = ['"a.txt"', *(f"r{n}" for n in range(len(tools) - 1))]
+    code = "\n".join(
+        f"const r{n} = await mcp.{tool}({{text: {source}}});"
+        for n, (tool, source) in enumerate(zip(tools, sources, strict=True))
+    )
+    return ExecutionRecord(
+        request_id=rid,
+        intent=intent,
+        code=code,
+        language="javascript",
+        tool_calls=tuple(ToolCall(t) for t in tools),
+    )
+
+
+def test_the_order_the_request_names_its_steps_in_picks_the_pipeline(tmp_path: Path) -> None:
+    """Two pipelines over the same two tools, recorded under the same request: a request
+    saying which step comes first ranks that pipeline first, either way round, by its step
+    factor (docs/ranking.md, Steps, "Order of the steps")."""
+    engine = open_engine(tmp_path)
+    intent = "Process the article for the French readers"
+    forward = ("summarize_text", "translate_text")
+    engine.record("t", _pipeline("a", forward, intent))
+    engine.record("t", _pipeline("b", forward[::-1], intent))
+    for text, first in [
+        ("Summarize the article and then translate the summary into French", forward),
+        ("Translate the article into French, then summarize the translation", forward[::-1]),
+    ]:
+        got = engine.suggest("t", SuggestQuery(text, min_match=0.0, explain=True, plan_size=0))
+        steps = {s.pattern.tools_used: s.score.steps for s in got.suggestions}
+        views = {engine.get_pattern("t", f.pattern_id).tools_used: f for f in got.filtered}
+        steps |= {tools: f.score.steps for tools, f in views.items() if f.score is not None}
+        assert got.suggestions[0].pattern.tools_used == first, text
+        assert steps[first[::-1]] < steps[first], (text, steps)
     engine.close()

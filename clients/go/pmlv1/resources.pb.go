@@ -1382,9 +1382,10 @@ type ScoreParts struct {
 	// the number of tries; sinks toward success rate / expected rate as failures accumulate.
 	Reliability float64 `protobuf:"fixed64,9,opt,name=reliability,proto3" json:"reliability,omitempty"`
 	// (Output only) How well the pattern's steps fit the tools the request asks for, in
-	// [(1 - step_weight) * (1 - step_profile_weight) * (1 - step_coverage_weight), 1]: 1.0
-	// without evidence; a missing or extra step, or a part of the request none of its tools
-	// covers, lowers it (docs/ranking.md, Steps).
+	// [(1 - step_weight) * (1 - step_profile_weight) * (1 - step_coverage_weight) *
+	// (1 - step_order_weight), 1]: 1.0 without evidence; a missing or extra step, a part of the
+	// request none of its tools covers, or steps run in the other order than the request names
+	// them lowers it (docs/ranking.md, Steps).
 	Steps float64 `protobuf:"fixed64,10,opt,name=steps,proto3" json:"steps,omitempty"`
 	// (Output only) The session signal (docs/ranking.md, Sessions): 1.0 without a context, up
 	// to 1 + transition_weight for the capability that usually follows the previous step. With

@@ -1,7 +1,7 @@
 //! The pyo3 glue of the ranking: the `RankParams` and `RankTable` classes and `rank_query`.
 
 use pyo3::prelude::*;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use super::errors::invalid_arg;
 use super::index::PyHnswIndex;
@@ -23,7 +23,8 @@ impl PyRankParams {
         prior_failures, expected_success_rate, reliability_prior_strength, usage_weight,
         usage_saturation, recency_full_days,
         recency_half_life_days, recency_floor, superseded_penalty, step_weight = 0.3,
-        step_profile_weight = 0.8, step_gate = 1.0, step_coverage_weight = 0.6))]
+        step_profile_weight = 0.8, step_gate = 1.0, step_coverage_weight = 0.6,
+        step_order_weight = 0.2))]
     fn new(
         semantic_weight: f64,
         lexical_weight: f64,
@@ -42,6 +43,7 @@ impl PyRankParams {
         step_profile_weight: f64,
         step_gate: f64,
         step_coverage_weight: f64,
+        step_order_weight: f64,
     ) -> PyResult<Self> {
         let inner = ranking::Params {
             semantic_weight,
@@ -60,6 +62,7 @@ impl PyRankParams {
             step_weight,
             step_profile_weight,
             step_coverage_weight,
+            step_order_weight,
             step_gate,
         };
         let values = [
@@ -80,6 +83,7 @@ impl PyRankParams {
             step_profile_weight,
             step_gate,
             step_coverage_weight,
+            step_order_weight,
         ];
         if values.iter().any(|v| !v.is_finite()) {
             return Err(invalid_arg("params", "every parameter must be finite"));
@@ -98,6 +102,9 @@ impl PyRankParams {
         }
         if !(0.0..=1.0).contains(&step_coverage_weight) {
             return Err(invalid_arg("step_coverage_weight", "must be in [0, 1]"));
+        }
+        if !(0.0..=1.0).contains(&step_order_weight) {
+            return Err(invalid_arg("step_order_weight", "must be in [0, 1]"));
         }
         if !(0.0..=1.0).contains(&step_gate) {
             return Err(invalid_arg("step_gate", "must be in [0, 1]"));
@@ -176,13 +183,14 @@ impl PyRankTable {
     /// The step factor (docs/ranking.md, Steps) of each of `pattern_ids` (1.0 for a pattern
     /// without a row), for a request whose
     /// `STEP_NEIGHBOURS` nearest intents are `hit_ids` with `hit_scores`, whose analysed words
-    /// are `words` and whose vector is `query` (its tool-profile fit reads `ann`'s vectors;
+    /// are `words` (in the order of first use; `ordered`: the request states an order) and
+    /// whose vector is `query` (its tool-profile fit reads `ann`'s vectors;
     /// `companion`: `ann` is the cross-lingual companion's index, whose profiles are kept
     /// apart): the factors the core's ranking applies (both parts gated by the hits' expected
     /// step count), for the Python ranking path.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (hit_ids, hit_scores, pattern_ids, words, params, ann, query,
-        companion = false, parts = None, part_weights = Vec::new()))]
+        companion = false, parts = None, part_weights = Vec::new(), ordered = false))]
     fn step_factors(
         &self,
         py: Python<'_>,
@@ -196,13 +204,14 @@ impl PyRankTable {
         companion: bool,
         parts: Option<&Bound<'_, PyAny>>,
         part_weights: Vec<f64>,
+        ordered: bool,
     ) -> PyResult<Vec<f64>> {
         if hit_ids.len() != hit_scores.len() {
             return Err(invalid_arg("hit_scores", "must hold one score per hit id"));
         }
         let query = f32_vector("query", query)?;
         let parts = part_vectors(parts, &part_weights, query.len())?;
-        let words: FxHashSet<String> = words.into_iter().collect();
+        let words = ranking::RequestWords::new(words, ordered);
         Ok(py.detach(|| {
             let space = if companion {
                 ranking::ProfileSpace::Companion
@@ -363,8 +372,9 @@ fn ranking_tuples(ranking: ranking::Ranking) -> (Vec<RankedTuple>, Vec<FilteredT
 /// One Suggest query ranked in the core (`ranking::query`), the GIL released throughout:
 /// (the top `k` as (pattern id, capability id, score parts, intent ids), the candidates
 /// `explain` lists as (pattern id, capability id, rule, detail, score parts); empty without
-/// it). Score parts: `parts_tuple`. `words`: the request's analysed words
-/// (`ranking.plans.text_words`), for the step fit. `transitions`: the session signal's factor
+/// it). Score parts: `parts_tuple`. `words`: the request's analysed words in the order of
+/// their first use (`ranking.plans.text_words_in_order`), for the step fit; `ordered`: the
+/// request states an order (`ranking.plans.states_order`), for its order fit. `transitions`: the session signal's factor
 /// by capability id (docs/ranking.md, Sessions).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
@@ -372,7 +382,7 @@ fn ranking_tuples(ranking: ranking::Ranking) -> (Vec<RankedTuple>, Vec<FilteredT
     min_success, include_flagged, available_tools, tags, own_min_success = false,
     words = Vec::new(), transitions = None, explain = false, primary = true,
     foreign_ann = None, foreign_query = None, foreign_ids = Vec::new(), parts = None,
-    part_weights = Vec::new()))]
+    part_weights = Vec::new(), ordered = false))]
 pub(super) fn rank_query(
     py: Python<'_>,
     table: &PyRankTable,
@@ -399,8 +409,9 @@ pub(super) fn rank_query(
     mut foreign_ids: Vec<u64>,
     parts: Option<&Bound<'_, PyAny>>,
     part_weights: Vec<f64>,
+    ordered: bool,
 ) -> PyResult<(Vec<RankedTuple>, Vec<FilteredTuple>)> {
-    let words: FxHashSet<String> = words.into_iter().collect();
+    let words = ranking::RequestWords::new(words, ordered);
     let query = f32_vector("query", query)?;
     // intents recorded in another language, read by the companion (docs/ranking.md, Other
     // languages): its index and the request's vector in its space, both or neither

@@ -38,6 +38,9 @@ pub struct Params {
     /// Share of the total the request parts' coverage can take away (docs/ranking.md, Steps,
     /// "Request parts' coverage"); 0 turns it off.
     pub step_coverage_weight: f64,
+    /// Share of the total a pattern running the request's named steps in the other order can
+    /// lose (docs/ranking.md, Steps, "Order of the steps"); 0 turns it off.
+    pub step_order_weight: f64,
     /// How far the step fit is gated by the request's expected step count (docs/ranking.md,
     /// Steps, "Gate"): 1 applies the fit only as far as the request's nearest intents are
     /// multi-step, 0 always applies it in full.
@@ -64,6 +67,7 @@ impl Default for Params {
             step_weight: 0.3,
             step_profile_weight: 0.8,
             step_coverage_weight: 0.6,
+            step_order_weight: 0.2,
             step_gate: 1.0,
         }
     }

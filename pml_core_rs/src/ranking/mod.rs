@@ -17,7 +17,10 @@ pub use query::{
     Filtered, Filters, Ranked, Ranking, Retrieved, Rule,
 };
 pub use space::{Foreign, Space};
-pub use steps::{step_evidence, PartCoverage, ProfileFit, RequestParts, StepEvidence, StepFit};
+pub use steps::{
+    order_factor, step_evidence, PartCoverage, ProfileFit, RequestParts, RequestWords,
+    StepEvidence, StepFit,
+};
 pub use table::{ProfileSpace, RankTable};
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::formula::{pattern_semantic, score, score_next, with_transition, Params, ScoreParts};
 use super::space::{profile_weight, Space};
-use super::steps::{step_neighbours, ProfileFit, StepFit, TopFloor, STEP_NEIGHBOURS};
+use super::steps::{step_neighbours, ProfileFit, RequestWords, StepFit, TopFloor, STEP_NEIGHBOURS};
 use super::table::{NameId, RankTable};
 use crate::error::CoreResult;
 use crate::index::{Hit, EXACT_SCAN_MIN};
@@ -195,7 +195,7 @@ pub fn score_retrieved<'t>(
     filters: &Filters,
     params: &Params,
     now_ms: i64,
-    words: &FxHashSet<String>,
+    words: &RequestWords,
     top_k: Option<usize>,
 ) -> CoreResult<Vec<Candidate<'t>>> {
     // The retrieved patterns, in first-seen order, and the cosines the ANN returned (the first
@@ -343,7 +343,7 @@ pub fn rank_retrieved(
     filters: &Filters,
     params: &Params,
     now_ms: i64,
-    words: &FxHashSet<String>,
+    words: &RequestWords,
     explain: bool,
 ) -> CoreResult<Ranking> {
     let top_k = (!explain).then_some(k);

@@ -14,7 +14,7 @@
 //! `1 - w + w * fit` (`Params::step_weight`); 1.0 for a pattern without tools or a request
 //! without evidence. Pure: the words come analysed from Python (`ranking.plans.text_words`).
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use super::formula::{gated_step, step_gate, Params};
 use super::query::expected_steps;
@@ -28,6 +28,88 @@ pub const STEP_NEIGHBOURS: usize = 10;
 pub const MAX_REQUEST_PARTS: usize = 16;
 /// What a tool named in full by the request counts as evidence, at most.
 pub const STEP_NAME_WEIGHT: f64 = 0.3;
+
+/// The request's analysed words (`ranking.plans.text_words_in_order`), each with the position
+/// of its first use: the step evidence reads which tools they name, the order fit where (when
+/// the request states an order at all: `ordered`).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RequestWords {
+    first: FxHashMap<String, usize>,
+    ordered: bool,
+}
+
+impl RequestWords {
+    /// `words` in the order the request first uses them (a word met again keeps its first
+    /// position); `ordered`: the request states an order ("then", "after that", ...:
+    /// `ranking.plans.states_order`).
+    pub fn new(words: Vec<String>, ordered: bool) -> Self {
+        let mut first = FxHashMap::default();
+        for (n, word) in words.into_iter().enumerate() {
+            first.entry(word).or_insert(n);
+        }
+        RequestWords { first, ordered }
+    }
+
+    /// Every word, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &String> {
+        self.first.keys()
+    }
+
+    /// Where the request first uses `word`.
+    pub fn position(&self, word: &str) -> Option<usize> {
+        self.first.get(word).copied()
+    }
+}
+
+/// Whether a candidate runs the steps the request names in the order it names them
+/// (docs/ranking.md, Steps, "Order of the steps"), for a request that states an order. One of
+/// the candidate's tools is *named at* the first position of its most specific distinctive
+/// name word the request uses: a word of its name no other tool of the candidate has ("offers"
+/// of `product_offers` beside `product_reviews`), the one fewest tools of the memory share
+/// ("profit" rather than "calculate"). Over the pairs of its tools named at two different
+/// positions, a pair the candidate runs in the other order than the request names it is
+/// discordant; the factor is `1 - w * discordant / pairs` (`Params::step_order_weight`), 1.0
+/// with no such pair or when the request states no order.
+pub fn order_factor(table: &RankTable, row: &Row, words: &RequestWords, weight: f64) -> f64 {
+    if weight <= 0.0 || row.sequence.len() < 2 || !words.ordered {
+        return 1.0;
+    }
+    // the named tools' positions, in the order the candidate runs them
+    let named: Vec<usize> = row
+        .sequence
+        .iter()
+        .filter_map(|&t| {
+            table
+                .tool_words(t)
+                .iter()
+                .filter(|w| {
+                    !row.sequence
+                        .iter()
+                        .any(|&o| o != t && table.tool_words(o).contains(w))
+                })
+                .filter_map(|w| {
+                    words
+                        .position(w)
+                        .map(|at| (table.tools_named_by(w).len(), at))
+                })
+                .min()
+                .map(|(_, at)| at)
+        })
+        .collect();
+    let (mut pairs, mut discordant) = (0usize, 0usize);
+    for (i, &a) in named.iter().enumerate() {
+        for &b in &named[i + 1..] {
+            if a != b {
+                pairs += 1;
+                discordant += usize::from(a > b);
+            }
+        }
+    }
+    if pairs == 0 {
+        return 1.0;
+    }
+    1.0 - weight * (discordant as f64 / pairs as f64)
+}
 
 /// The request's evidence for each tool of the retrieved candidates.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -84,7 +166,7 @@ pub fn step_neighbours(
 pub fn step_evidence(
     table: &RankTable,
     neighbours: &[Hit],
-    words: &FxHashSet<String>,
+    words: &RequestWords,
     p: &Params,
 ) -> StepEvidence {
     let mut out = StepEvidence {
@@ -111,7 +193,7 @@ pub fn step_evidence(
     }
     // How many of each tool's name words the request names.
     let mut named: FxHashMap<NameId, usize> = FxHashMap::default();
-    for word in words {
+    for word in words.iter() {
         for &t in table.tools_named_by(word) {
             *named.entry(t).or_insert(0) += 1;
         }
@@ -389,22 +471,25 @@ impl PartCoverage {
 
 /// The step factor of one request, each part computed once (docs/ranking.md, Steps): the
 /// neighbour vote's Dice fit times the tool profiles' fit, gated by the request's expected
-/// step count, times the request parts' coverage, gated alike. A shut gate gives exactly 1.
-pub struct StepFit<'q> {
+/// step count, times the request parts' coverage and the order fit, each gated alike. A shut
+/// gate gives exactly 1.
+pub struct StepFit<'q, 'w> {
     pub evidence: StepEvidence,
     pub profiles: ProfileFit<'q>,
     pub coverage: PartCoverage,
     pub gate: f64,
+    words: &'w RequestWords,
+    order_weight: f64,
 }
 
-impl<'q> StepFit<'q> {
+impl<'q, 'w> StepFit<'q, 'w> {
     /// The fits of a request whose `STEP_NEIGHBOURS` nearest intents are `neighbours`, whose
     /// analysed words are `words`, whose tools' profiles are read by `profiles` and whose parts
     /// (in the same space) are `parts`; the gate from the neighbours' expected step count.
     pub fn new(
         table: &RankTable,
         neighbours: &[Hit],
-        words: &FxHashSet<String>,
+        words: &'w RequestWords,
         params: &Params,
         profiles: ProfileFit<'q>,
         parts: Option<RequestParts<'_>>,
@@ -427,6 +512,8 @@ impl<'q> StepFit<'q> {
             ),
             profiles,
             gate,
+            words,
+            order_weight: params.step_order_weight,
         }
     }
 
@@ -441,11 +528,17 @@ impl<'q> StepFit<'q> {
             return 1.0;
         }
         let fit = self.evidence.factor(&row.tools) * self.profiles.factor(table, row);
-        let steps = gated_step(fit, self.gate);
-        if self.coverage.weight <= 0.0 {
-            return steps;
+        let mut steps = gated_step(fit, self.gate);
+        if self.coverage.weight > 0.0 {
+            steps *= gated_step(self.coverage.factor(row), self.gate);
         }
-        steps * gated_step(self.coverage.factor(row), self.gate)
+        if self.order_weight > 0.0 {
+            steps *= gated_step(
+                order_factor(table, row, self.words, self.order_weight),
+                self.gate,
+            );
+        }
+        steps
     }
 }
 
@@ -550,7 +643,7 @@ mod tests {
         use super::super::query::{rank_retrieved, retrieve, Filters};
         use super::super::space::Space;
         let (table, ann, lexical) = memory();
-        let words: FxHashSet<String> = ["tool_3".to_string()].into_iter().collect();
+        let words = RequestWords::new(vec!["tool_3".to_string()], false);
         let terms = vec!["tool_3".to_string(), "tool_7".to_string()];
         // the default weights (factors far below 1), and tiny ones (factors near 1, so many
         // candidates end near the floor)
@@ -609,5 +702,89 @@ mod tests {
         assert!(step_neighbours(&empty, &query, &[], Some(40))
             .unwrap()
             .is_empty());
+    }
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::*;
+
+    fn words(text: &str) -> RequestWords {
+        RequestWords::new(text.split_whitespace().map(str::to_string).collect(), true)
+    }
+
+    /// A table of one pattern `p` running `tools` (each tool's name words: its `_` pieces).
+    fn pattern(tools: &[&str]) -> RankTable {
+        let mut table = RankTable::new();
+        let names: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
+        let tool_words: Vec<Vec<String>> = names
+            .iter()
+            .map(|t| t.split('_').map(str::to_string).collect())
+            .collect();
+        table.set_pattern("p", "c", &names, &tool_words, false, false);
+        table
+    }
+
+    fn factor(tools: &[&str], text: &str) -> f64 {
+        let table = pattern(tools);
+        let slot = table.row_of_pattern("p").unwrap();
+        order_factor(&table, table.row(slot), &words(text), 0.2)
+    }
+
+    /// docs/ranking.md, Steps, "Order of the steps"
+    #[test]
+    fn the_steps_run_in_the_order_the_request_names_them_cost_nothing() {
+        let asked = "find best offer and review for headphones";
+        assert_eq!(
+            factor(
+                &["product_search", "product_offer", "product_review"],
+                asked
+            ),
+            1.0
+        );
+        assert!(
+            (factor(
+                &["product_search", "product_review", "product_offer"],
+                asked
+            ) - 0.8)
+                .abs()
+                < 1e-12
+        );
+        // a word every tool shares ("product") places none of them
+        assert_eq!(
+            factor(&["product_offer", "product_review"], "product only"),
+            1.0
+        );
+        // one named tool, or none: no pair to judge
+        assert_eq!(factor(&["product_offer", "product_review"], "offer"), 1.0);
+        assert_eq!(factor(&["flight", "hotel"], "nothing named"), 1.0);
+        // a tool run twice counts at its first run
+        assert_eq!(
+            factor(
+                &["airport", "airport", "flight", "hotel"],
+                "flight then hotel"
+            ),
+            1.0
+        );
+        // half the pairs in the other order: half the weight
+        let half = factor(&["a_x", "b_y", "c_z"], "y x z");
+        assert!((half - (1.0 - 0.2 / 3.0)).abs() < 1e-12, "{half}");
+    }
+
+    #[test]
+    fn the_order_factor_stays_in_its_bounds_and_is_off_at_weight_0() {
+        let tools = ["a_one", "b_two", "c_three", "d_four"];
+        let table = pattern(&tools);
+        let row = table.row(table.row_of_pattern("p").unwrap());
+        for text in [
+            "four three two one",
+            "one two three four",
+            "two one four three",
+        ] {
+            let f = order_factor(&table, row, &words(text), 0.2);
+            assert!((0.8..=1.0).contains(&f), "{text}: {f}");
+            assert_eq!(order_factor(&table, row, &words(text), 0.0), 1.0);
+        }
+        assert!((order_factor(&table, row, &words("four three two one"), 0.2) - 0.8).abs() < 1e-12);
     }
 }

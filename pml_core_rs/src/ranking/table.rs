@@ -26,6 +26,9 @@ pub struct Row {
     /// From the pattern record: capability, tools and retention marks.
     pub capability: Option<Box<str>>,
     pub tools: Box<[NameId]>,
+    /// The same tools in the order the pattern first runs each (docs/ranking.md, Steps,
+    /// "Order of the steps").
+    pub sequence: Box<[NameId]>,
     pub flagged: bool,
     /// From the counters record (with `counts.superseded` from the pattern record).
     pub counts: Counts,
@@ -259,10 +262,18 @@ impl RankTable {
                 self.words[id] = own.into_boxed_slice();
             }
         }
+        let mut sequence: Vec<NameId> = Vec::with_capacity(tools.len());
+        for tool in tools {
+            let id = self.intern(tool);
+            if !sequence.contains(&id) {
+                sequence.push(id);
+            }
+        }
         let tools = self.interned(tools);
         let slot = self.slot_for(pattern_id);
         self.retool(slot, tools);
         let row = &mut self.rows[slot as usize];
+        row.sequence = sequence.into_boxed_slice();
         row.capability = Some(capability_id.into());
         row.flagged = flagged;
         row.counts.superseded = superseded;

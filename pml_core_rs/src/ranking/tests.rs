@@ -146,7 +146,7 @@ fn run(
         filters,
         &Params::default(),
         0,
-        &rustc_hash::FxHashSet::default(),
+        &RequestWords::default(),
         false,
     )
     .unwrap()
@@ -325,7 +325,7 @@ fn explain(fixture: &(RankTable, HnswIndex, LexicalIndex), k: usize, filters: &F
         filters,
         &Params::default(),
         0,
-        &rustc_hash::FxHashSet::default(),
+        &RequestWords::default(),
         true,
     )
     .unwrap()

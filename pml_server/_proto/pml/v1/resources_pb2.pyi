@@ -751,9 +751,10 @@ class ScoreParts(_message.Message):
     """
     steps: _builtins.float
     """(Output only) How well the pattern's steps fit the tools the request asks for, in
-    [(1 - step_weight) * (1 - step_profile_weight) * (1 - step_coverage_weight), 1]: 1.0
-    without evidence; a missing or extra step, or a part of the request none of its tools
-    covers, lowers it (docs/ranking.md, Steps).
+    [(1 - step_weight) * (1 - step_profile_weight) * (1 - step_coverage_weight) *
+    (1 - step_order_weight), 1]: 1.0 without evidence; a missing or extra step, a part of the
+    request none of its tools covers, or steps run in the other order than the request names
+    them lowers it (docs/ranking.md, Steps).
     """
     transition: _builtins.float
     """(Output only) The session signal (docs/ranking.md, Sessions): 1.0 without a context, up
