@@ -25,7 +25,9 @@ from tests.ranking.test_steps_profiles import DIM, TOOLS, Memory, _basis
 
 # the coverage alone: no Dice evidence, no profile factor
 WEIGHT = 0.6
-CONFIG = RankingConfig(step_weight=0.0, step_profile_weight=0.0, step_coverage_weight=WEIGHT)
+CONFIG = RankingConfig(
+    step_weight=0.0, step_profile_weight=0.0, step_coverage_weight=WEIGHT, step_order_weight=0.0
+)
 
 
 def _taught(basis: np.ndarray, tools: list[str]) -> Memory:

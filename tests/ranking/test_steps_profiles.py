@@ -26,7 +26,7 @@ from pml_server.search.vectors import new_index
 
 DIM = 16
 # the profiles' part alone: no Dice evidence (no neighbours, no tool named)
-CONFIG = RankingConfig(step_weight=0.0)
+CONFIG = RankingConfig(step_weight=0.0, step_order_weight=0.0)
 TOOLS = [f"tool_{n}" for n in range(8)]
 
 
