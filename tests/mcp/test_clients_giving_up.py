@@ -1,25 +1,39 @@
-"""`pml mcp` (stdio) when its client gives up: a tool call cancelled by the official SDK's
-client (its read timeout sends `notifications/cancelled`), and a client that goes away
-mid-call (stdin closed; or stdin and stdout closed, as when the client process dies), in front
-of a real pml server (docs/reliability.md, Clients that give up)."""
+"""`pml mcp` when its client gives up, in front of a real pml server: a tool call cancelled by
+the official SDK's client (its read timeout sends `notifications/cancelled`), a stdio client
+that goes away mid-call (stdin closed; or stdin and stdout closed, as when the client process
+dies), and HTTP clients that hang up before their answer (docs/reliability.md, Clients that
+give up)."""
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import tempfile
 import time
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
-from tests.mcp.test_server import CODE, PYTHONPATH, ROOT, _pml_mcp, _record_args, _run, _text
+from tests.mcp.test_server import (
+    CODE,
+    JSON_HEADERS,
+    PYTHONPATH,
+    ROOT,
+    _pml_mcp,
+    _record_args,
+    _run,
+    _text,
+)
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -185,3 +199,74 @@ def test_cancelled_tool_calls_count_once_and_the_session_goes_on(server: Running
     assert "Traceback" not in logged, logged
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         assert client.stats().executions == len(ids)
+
+
+def _hang_up(url: str, message: dict[str, Any]) -> None:
+    """POST `message` whole and close the connection at once, as a client whose timeout ran
+    out does."""
+    where = urlsplit(url)
+    assert where.hostname is not None
+    assert where.port is not None
+    body = json.dumps(message).encode()
+    head = (
+        f"POST {where.path} HTTP/1.1\r\nHost: {where.hostname}:{where.port}\r\n"
+        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection((where.hostname, where.port)) as sock:
+        sock.sendall(head.encode() + body)
+
+
+def test_http_clients_hanging_up_cost_no_traceback_and_count_once(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """Requests whose clients hung up leave no error or traceback in `pml mcp`'s log (each
+    cost about 4 KB of it: a flood of them a flood of log, and an undrained stderr pipe
+    stalled the whole front), the front goes on answering, and each abandoned record, resent
+    with its request id, counts once."""
+    log = tmp_path / "mcp.log"
+    with (
+        log.open("w") as stderr,
+        subprocess.Popen(
+            [
+                *_pml_mcp("--server", f"127.0.0.1:{server.port}"),
+                *("--transport", "http", "--listen", "127.0.0.1:0"),
+            ],
+            cwd=ROOT,
+            stderr=stderr,
+            env={"PYTHONPATH": PYTHONPATH},
+        ) as proc,
+    ):
+        try:
+            url = _listening_url(log, proc)
+            ids = [f"hung-up-{i}" for i in range(10)]
+            for i, request_id in enumerate(ids):
+                arguments = _record_args(request_id=request_id)
+                _hang_up(url, _call(i, "record_execution", arguments))
+            with httpx2.Client(timeout=60) as http:
+                for i, request_id in enumerate(ids):
+                    call = _call(100 + i, "record_execution", _record_args(request_id=request_id))
+                    answer = http.post(url, json=call, headers=JSON_HEADERS).json()
+                    assert answer["result"]["isError"] is False, answer
+                pattern = answer["result"]["structuredContent"]["pattern"]
+                got = http.post(
+                    url, json=_call(200, "get_pattern", {"name": pattern}), headers=JSON_HEADERS
+                ).json()
+            assert got["result"]["structuredContent"]["usage_count"] == len(ids), got
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    text = log.read_text()
+    assert "Traceback" not in text, text[-4000:]
+    assert "ERROR" not in text, text[-4000:]
+
+
+def _listening_url(log: Path, proc: subprocess.Popen[bytes]) -> str:
+    for _ in range(1200):
+        for line in log.read_text().splitlines():
+            if "listening on" in line:
+                return line.rsplit(" ", 1)[-1].strip()
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"pml mcp did not listen: {log.read_text()[-2000:]}")
