@@ -13,7 +13,7 @@ import tempfile
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 import anyio
@@ -75,7 +75,7 @@ def _usage(server: RunningServer, request_id: str) -> int:
     return int(found[0]["usage_count"])
 
 
-def _stdio_logged(server: str, errlog: IO[str] | None) -> Client:
+def _stdio_logged(server: str, errlog: TextIO | None) -> Client:
     """The SDK's stdio client with `pml mcp`'s stderr written to `errlog`."""
     params = StdioServerParameters(
         command=_pml_mcp()[0],

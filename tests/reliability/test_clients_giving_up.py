@@ -85,7 +85,7 @@ def test_calls_whose_deadline_runs_out_apply_once_or_not_at_all(tmp_path: Path) 
             t.join()
         channel, stub = workload.stub_for(server.target)
         with channel:
-            applied_unseen = sum(workload.send(stub, rec).replayed for rec in sent)
+            applied_before = sum(workload.send(stub, rec).replayed for rec in sent)
             found = {}
             for p in patterns:
                 rec = next(r for r in sent if r.intent == f"deadline p{p}")
@@ -104,7 +104,7 @@ def test_calls_whose_deadline_runs_out_apply_once_or_not_at_all(tmp_path: Path) 
             {
                 "calls": sum(codes.values()),
                 "codes": dict(codes),
-                "records_applied_unacknowledged": applied_unseen,
+                "records_applied_before_resend": applied_before,
                 "counters": found,
             },
         )
