@@ -144,7 +144,7 @@ class ApiInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         short = method.rsplit("/", 1)[-1]
         self._metrics.requests.labels(short, code.name).inc()
         self._metrics.latency.labels(short).observe(time.perf_counter() - started)
-        if code is not grpc.StatusCode.OK:
+        if code is not grpc.StatusCode.OK and exc is not None:
             self._metrics.rejections.labels(code.name).inc()
             if _is_quota_refusal(exc):
                 return
@@ -172,10 +172,25 @@ class ApiInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             started = time.perf_counter()
             try:
                 yield from inner(request, context)
+            except GeneratorExit:
+                # grpcio closes the responses of a call that ended under them: the client
+                # cancelled or its deadline ran out (docs/reliability.md, Clients that give up).
+                self._finish(method, _gone(context), started, None)
+                raise
             except Exception as exc:
                 self._finish(method, errors.status_code_for(exc), started, exc)
                 errors.abort(context, exc, method)
                 raise  # unreachable: abort raises
-            self._finish(method, grpc.StatusCode.OK, started, None)
+            # A stream whose client left with nothing in flight ends normally here.
+            code = grpc.StatusCode.OK if context.is_active() else _gone(context)
+            self._finish(method, code, started, None)
 
         return behavior
+
+
+def _gone(context: grpc.ServicerContext) -> grpc.StatusCode:
+    """How a call whose client is gone ended: its deadline ran out, or it was cancelled."""
+    remaining = context.time_remaining()
+    if remaining is not None and remaining <= 0:
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+    return grpc.StatusCode.CANCELLED

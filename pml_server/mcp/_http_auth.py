@@ -10,7 +10,9 @@ HTTP front), in this order:
    key is checked with GetServerInfo (remembered for a minute when valid; a refused key is not
    kept), and every tool call still sends it, so a key revoked meanwhile fails there.
 4. A JSON-RPC message whose `id` is neither a string nor an integer: -32600 Invalid Request
-   (the SDK would take it for a notification and answer 202 with nothing)."""
+   (the SDK would take it for a notification and answer 202 with nothing).
+5. A request whose client hung up before its body was read: dropped, nothing ran (the SDK
+   would log an error with its traceback for each; docs/reliability.md, Clients that give up)."""
 
 from __future__ import annotations
 
@@ -145,6 +147,8 @@ class BearerCheck:
     async def _check_ids(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The body (bounded by the limit in front) is read whole, checked, then replayed."""
         first = await receive()
+        if first["type"] == "http.disconnect":
+            return  # nobody is left to answer, and nothing ran
         body = first.get("body", b"") if first["type"] == "http.request" else b""
         if first["type"] == "http.request" and not first.get("more_body", False):
             reason = _bad_id(body)

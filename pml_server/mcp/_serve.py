@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from typing import Any
@@ -104,8 +105,21 @@ def build_server(upstream: Upstream) -> MCPServer:
 def run_stdio(upstream: Upstream) -> None:
     try:
         anyio.run(build_server(upstream).run_stdio_async)
+    except* (BrokenPipeError, ConnectionResetError):
+        # The client closed its end of our stdout (it went away, e.g. killed, mid-call): nobody
+        # is left to answer, and what pml applied stays applied (docs/reliability.md, Clients
+        # that give up). An exit like any end of session, not a traceback and status 1.
+        _drop_stdout()
     finally:
         upstream.close()
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush of the answer the closed pipe
+    refused would fail again at exit ("Exception ignored", status 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def security_settings(

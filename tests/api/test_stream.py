@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
-from pml_server._proto.pml.v1 import pml_pb2
+from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server._proto.pml.v1 import resources_pb2 as r
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.config import config_of
@@ -251,3 +252,41 @@ def test_a_stream_captures_in_order_like_sequential_calls(client: PmlClient) -> 
     assert replay.result.replayed
     assert replay.result.pattern == saved.result.pattern
     assert client.stats().executions == 2
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        return str(reply.read().decode())
+
+
+def test_streams_their_clients_cancelled_are_counted_cancelled(start: StartServer) -> None:
+    """`pml_requests` counts a stream its client cancelled as CANCELLED, with executions still
+    in flight and with none (docs/reliability.md, Clients that give up); it counted the first
+    nowhere and the second OK."""
+    server = start(metrics_port=0)
+    assert server.metrics_port
+    keep_open = threading.Event()
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = pml_pb2_grpc.PmlServiceStub(channel)
+        for n in (200, 1):
+
+            def requests(n: int = n) -> Iterator[Req]:
+                yield from (
+                    Req(execution_id=f"c{n}-{i}", sequence=i + 1, record=_record(i))
+                    for i in range(n)
+                )
+                keep_open.wait(30)  # the client never half-closes: it cancels
+
+            call = stub.StreamTraces(requests(), timeout=60)
+            acks = [next(call)]
+            assert acks[0].HasField("result")
+            call.cancel()
+        keep_open.set()
+    wanted = 'pml_requests_total{code="CANCELLED",method="StreamTraces"} 2.0'
+    for _ in range(200):  # the server ends a lost stream a moment after the client left
+        text = _metrics(server.metrics_port)
+        if wanted in text:
+            break
+        time.sleep(0.05)
+    assert wanted in text, [line for line in text.splitlines() if "StreamTraces" in line]
+    assert 'code="OK",method="StreamTraces"' not in text
