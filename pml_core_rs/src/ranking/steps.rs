@@ -12,7 +12,8 @@
 //! the retrieved candidates. A missing step lowers the sum, an extra one raises `|T|`, each in
 //! proportion; the pattern with exactly the asked tools fits best. The factor in the total is
 //! `1 - w + w * fit` (`Params::step_weight`); 1.0 for a pattern without tools or a request
-//! without evidence. Pure: the words come analysed from Python (`ranking.plans.text_words`).
+//! without evidence. Pure: the words come analysed from Python
+//! (`ranking.plans.text_words_in_order`).
 
 use rustc_hash::FxHashMap;
 
