@@ -238,7 +238,7 @@ def _stem(word: str) -> str:
 
 def text_words(text: str) -> frozenset[str]:
     """The stems of a text's words (lower case, singular, first six letters)."""
-    return frozenset(_stem(w) for w in _WORD.findall(text.lower()) if w not in _GENERIC)
+    return frozenset(text_words_in_order(text))
 
 
 def text_words_in_order(text: str) -> tuple[str, ...]:

@@ -374,8 +374,8 @@ fn ranking_tuples(ranking: ranking::Ranking) -> (Vec<RankedTuple>, Vec<FilteredT
 /// `explain` lists as (pattern id, capability id, rule, detail, score parts); empty without
 /// it). Score parts: `parts_tuple`. `words`: the request's analysed words in the order of
 /// their first use (`ranking.plans.text_words_in_order`), for the step fit; `ordered`: the
-/// request states an order (`ranking.plans.states_order`), for its order fit. `transitions`: the session signal's factor
-/// by capability id (docs/ranking.md, Sessions).
+/// request states an order (`ranking.plans.states_order`), for its order fit. `transitions`:
+/// the session signal's factor by capability id (docs/ranking.md, Sessions).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 #[pyo3(signature = (table, ann, lexical, query, terms, limit, k, params, now_ms, *, min_match,

@@ -584,7 +584,7 @@ impl RankTable {
                 std::mem::size_of::<Row>()
                     + r.pattern_id.len()
                     + r.capability.as_ref().map_or(0, |c| c.len())
-                    + 4 * (r.tools.len() + r.tags.len())
+                    + 4 * (r.tools.len() + r.sequence.len() + r.tags.len())
                     + 8 * r.intents.capacity()
             })
             .sum();
