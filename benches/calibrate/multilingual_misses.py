@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from benches.calibrate.multilingual import LANGUAGES, PROBE, probe
-from benches.harness.devset import load
+from benches.harness.devset import as_record, load
+from benches.harness.fill import record_all
 from benches.harness.quality_vectors import vectors
 from pml_server.config import EngineConfig
-from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
+from pml_server.domain.model import SuggestQuery
 from pml_server.embedding.language import is_english
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine, _companion
@@ -39,7 +40,6 @@ from pml_server.service import Engine, _companion
 # Multilingual probe): Italian, Portuguese, Dutch, Polish, Turkish, Russian
 PROBE_MORE = PROBE.parent / "probe_more.json"
 MORE_LANGUAGES = ("it", "pt", "nl", "pl", "tr", "ru")
-BATCH = 64  # records a record_many call takes at most (domain/limits.py)
 K = 10
 
 
@@ -60,17 +60,7 @@ def served(
     executions, _ = load("default")
     items = probe_items()
     rows = vectors("minilm", [e.intent for e in executions])
-    records = [
-        ExecutionRecord(
-            request_id=f"x{i}",
-            intent=e.intent,
-            code=e.code,
-            language=e.language,
-            tool_calls=tuple(ToolCall(t) for t in e.tools),
-            intent_embedding=tuple(float(v) for v in rows[i]),
-        )
-        for i, e in enumerate(executions)
-    ]
+    records = [as_record(i, e, rows[i]) for i, e in enumerate(executions)]
     out: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="pml-mm-") as tmp:
         config = EngineConfig(
@@ -83,12 +73,9 @@ def served(
         try:
             assert engine.admin.wait_ready(120)
             groups_of: dict[str, set[str]] = {}
-            for first in range(0, len(records), BATCH):
-                done = engine.record_many("t", records[first : first + BATCH])
-                for e, result in zip(executions[first : first + BATCH], done, strict=True):
-                    if isinstance(result, Exception):
-                        raise result
-                    groups_of.setdefault(result.capability_id, set()).add(e.group)
+            done = record_all(engine, "t", len(records), records.__getitem__, threads=1)
+            for e, result in zip(executions, done, strict=True):
+                groups_of.setdefault(result.capability_id, set()).add(e.group)
             # the first request in another language starts the companion: wait for it
             engine.suggest("t", SuggestQuery(items[0]["fr"], k=1, plan_size=0))
             assert engine.admin.wait_cross_lingual(900)

@@ -29,13 +29,13 @@ from pathlib import Path
 from benches.bench_plans import split_of
 from benches.bench_quality import _open
 from benches.harness import devset, make_exact_multistep
+from benches.harness.fill import record_all
 from benches.harness.quality_vectors import vectors
-from pml_server.domain.model import ExecutionRecord, ScoreParts, SuggestQuery, ToolCall
+from pml_server.domain.model import ScoreParts, SuggestQuery
 from pml_server.ranking.config import default_ranking
 
 TENANT = "bench"
 K = 5
-BATCH = 64  # records a record_many call takes at most (domain/limits.py)
 
 
 @dataclass(frozen=True)
@@ -65,17 +65,7 @@ def ask(which: str, changed: dict[str, float]) -> tuple[list[Answer], dict[str, 
     """Every query's answer, and each group's tools."""
     executions, queries = _queries(which)
     rows = vectors("minilm", [e.intent for e in executions])
-    records = [
-        ExecutionRecord(
-            request_id=f"x{i}",
-            intent=e.intent,
-            code=e.code,
-            language=e.language,
-            tool_calls=tuple(ToolCall(t) for t in e.tools),
-            intent_embedding=tuple(float(v) for v in rows[i]),
-        )
-        for i, e in enumerate(executions)
-    ]
+    records = [devset.as_record(i, e, rows[i]) for i, e in enumerate(executions)]
     tools = {e.group: tuple(e.tools) for e in executions}
     ranking = replace(default_ranking("minilm"), **changed)
     answers = []
@@ -83,12 +73,9 @@ def ask(which: str, changed: dict[str, float]) -> tuple[list[Answer], dict[str, 
         engine = _open(Path(tmp), "minilm", ranking)
         try:
             votes: dict[str, Counter[str]] = defaultdict(Counter)
-            for first in range(0, len(records), BATCH):
-                done = engine.record_many(TENANT, records[first : first + BATCH])
-                for e, result in zip(executions[first : first + BATCH], done, strict=True):
-                    if isinstance(result, Exception):
-                        raise result
-                    votes[result.capability_id][e.group] += 1
+            done = record_all(engine, TENANT, len(records), records.__getitem__, threads=1)
+            for e, result in zip(executions, done, strict=True):
+                votes[result.capability_id][e.group] += 1
             group = {cap: c.most_common(1)[0][0] for cap, c in votes.items()}
             for q in queries:
                 r = engine.suggest(TENANT, SuggestQuery(q.intent, k=K, explain=True, plan_size=0))

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from pml_server.domain.model import ExecutionRecord, ToolCall
 
 DEVSET = Path(
     os.environ.get("PML_DEVSET", Path(__file__).resolve().parents[3] / "shared" / "devset")
@@ -67,3 +70,16 @@ def load(variant: str = "default") -> tuple[list[DevExecution], list[DevQuery]]:
             )
         )
     return executions, queries
+
+
+def as_record(n: int, e: DevExecution, vector: Sequence[float] | None = None) -> ExecutionRecord:
+    """Execution `e` as the `n`-th record of a fill (request id `x{n}`), with `vector` as its
+    client vector when given (the bench cache's, so the server does not embed it)."""
+    return ExecutionRecord(
+        request_id=f"x{n}",
+        intent=e.intent,
+        code=e.code,
+        language=e.language,
+        tool_calls=tuple(ToolCall(t) for t in e.tools),
+        intent_embedding=None if vector is None else tuple(float(v) for v in vector),
+    )

@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pml_server.capture.normalize import NormalizedCode
 from pml_server.capture.rules import run_succeeded, tool_signature, tools_used, validate_record
 from pml_server.domain.limits import LIMITS
-from pml_server.domain.model import ExecutionRecord
+from pml_server.domain.model import CaptureResult, ExecutionRecord
 from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import client_vector
 from pml_server.service import Engine
@@ -60,21 +60,25 @@ def record_all(
     make: Callable[[int], ExecutionRecord],
     threads: int = 2,
     batch: int = LIMITS.capture_batch.bound,
-) -> None:
+) -> list[CaptureResult]:
     """Capture `make(i)` for i in 0..count, in batches of `batch` consecutive executions; batch
     b runs on thread b % threads (two threads: one fills its next batch while the other waits
-    for its write). Raises if any execution was refused: a bench store must hold them all."""
+    for its write; one thread captures in order, which decides grouping). Raises if any
+    execution was refused: a bench store must hold them all. Returns each capture's result, in
+    the order of i."""
     starts = range(0, count, batch)
     errors: list[BaseException] = []
+    results: list[CaptureResult | None] = [None] * count
 
     def worker(first: int) -> None:
         try:
             for start in starts[first::threads]:
                 records = [make(i) for i in range(start, min(start + batch, count))]
                 outcomes = engine.record_many(tenant, records)
-                for record, outcome in zip(records, outcomes, strict=True):
+                for n, (record, outcome) in enumerate(zip(records, outcomes, strict=True)):
                     if isinstance(outcome, Exception):
                         raise RuntimeError(f"fill: {record.request_id} refused") from outcome
+                    results[start + n] = outcome
         except BaseException as error:  # re-raised in the caller's thread below
             errors.append(error)
 
@@ -85,6 +89,7 @@ def record_all(
         t.join()
     if errors:
         raise errors[0]
+    return [r for r in results if r is not None]
 
 
 def bulk_record_new(
