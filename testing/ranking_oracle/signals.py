@@ -104,5 +104,5 @@ def recency_factor(last_used_ms: int, now_ms: int, config: RankingConfig) -> flo
     overdue = age_days - config.recency_full_days
     if overdue <= 0:
         return 1.0
-    decayed = math.pow(0.5, overdue / config.recency_half_life_days)
+    decayed = math.exp2(-(overdue / config.recency_half_life_days))  # 0.5 ** x, as the core
     return max(decayed, config.recency_floor)

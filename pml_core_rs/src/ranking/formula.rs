@@ -194,8 +194,10 @@ pub fn recency_factor(last_used_ms: i64, now_ms: i64, p: &Params) -> f64 {
     if overdue <= 0.0 {
         return 1.0;
     }
-    0.5_f64
-        .powf(overdue / p.recency_half_life_days)
+    // 0.5^x written as 2^-x: the compiler turns `0.5.powf(x)` into libm's exp2(-x), which can
+    // differ from pow(0.5, x) in the last bit; spelled out, the oracle's `math.exp2` agrees.
+    (-(overdue / p.recency_half_life_days))
+        .exp2()
         .max(p.recency_floor)
 }
 
