@@ -23,7 +23,6 @@ __all__ = [
     "HNSW_SCORE_ERROR",
     "MAX_REQUEST_PARTS",
     "MIN_SECRET_CHARS",
-    "MIXED_FOREIGN_SHIFT",
     "NORMALIZER_VERSION",
     "NORMALIZE_MAX_INPUT_BYTES",
     "NORMALIZE_MAX_PARAMS",
@@ -218,7 +217,6 @@ COMPANION_PROFILE_BOOST: float
 `step_profile_weight` times this, at most 1 (docs/ranking.md, Other languages, "Tool profiles
 in the companion's space")."""
 
-MIXED_FOREIGN_SHIFT: float
 """Added to the companion's cosine of an intent recorded in another language when an English
 request reads it beside English intents (docs/ranking.md, Other languages, "Calibration of the
 reverse")."""

@@ -37,6 +37,17 @@ def make_embedder(name: str, cache_size: int = 10_000) -> CachedEmbedder:
     raise ValueError(f"unknown embedder {name!r}; choose one of {EMBEDDERS}")
 
 
+def make_companion_embedder(name: str, primary: str, cache_size: int = 10_000) -> CachedEmbedder:
+    """The cross-lingual companion `name` of the primary model `primary`: USE beside MiniLM is
+    read through the bridge to MiniLM's geometry (bridge.py); any other pair as it is."""
+    if name == "use" and primary == "minilm":
+        from pml_server.embedding.bridge import BridgedEmbedder
+        from pml_server.embedding.use import USEEmbedder
+
+        return CachedEmbedder(MeteredEmbedder(BridgedEmbedder(USEEmbedder())), cache_size)
+    return make_embedder(name, cache_size)
+
+
 __all__ = [
     "EMBEDDERS",
     "CachedEmbedder",
@@ -44,5 +55,6 @@ __all__ = [
     "HashingEmbedder",
     "MeteredEmbedder",
     "l2_normalize",
+    "make_companion_embedder",
     "make_embedder",
 ]

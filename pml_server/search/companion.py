@@ -25,14 +25,6 @@ from pml_server.search.vectors import EXACT_SCAN_MIN, new_index
 if TYPE_CHECKING:
     from pml_server.search.tenant import TenantSearchIndex
 
-# Added to the companion's cosine of an intent in another language when an English request is
-# compared with it beside English intents read by the primary model (`MixedView`): a request
-# and an intent in two languages score lower than the same pair in one language would, so at
-# equal meaning the foreign intent lost to the English ones. The core's value (`ranking::space`),
-# chosen on the reverse probes' tune part (docs/ranking.md, Other languages, "Calibration of
-# the reverse").
-MIXED_FOREIGN_SHIFT: float = _core.MIXED_FOREIGN_SHIFT
-
 
 class CompanionIndex:
     """The companion vectors of one tenant's indexed intents. `texts` is the tenant index's own
@@ -262,14 +254,14 @@ class MixedView(_TenantReads):
     def _merged(
         self, primary: list[tuple[int, float]], other: list[tuple[int, float]], limit: int
     ) -> list[tuple[int, float]]:
-        hits = [(i, s) for i, s in primary if i not in self._foreign] + _shifted(other)
+        hits = [(i, s) for i, s in primary if i not in self._foreign] + other
         hits.sort(key=lambda hit: -hit[1])
         return hits[:limit]
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
         foreign = len(self._foreign)
         if foreign >= self._index.vector_count():  # all in another language: no allow-list
-            return _shifted(self._companion.semantic(self._query, limit))
+            return self._companion.semantic(self._query, limit)
         # the primary space's hits on foreign intents are dropped: over-fetch by their number
         primary = self._index.semantic(query, limit + min(foreign, limit))
         other = self._companion.semantic_among(self._query, limit, list(self._foreign))
@@ -287,8 +279,7 @@ class MixedView(_TenantReads):
         english, foreign = self._split(intent_ids)
         out = self._index.exact_scores(query, english) if english else {}
         if foreign:
-            scores = self._companion.exact_scores(self._query, foreign)
-            out.update(_shifted(list(scores.items())))
+            out.update(self._companion.exact_scores(self._query, foreign))
         return out
 
     def companion_profiles(self, query: Vector) -> tuple[_core.HnswIndex, Vector]:
@@ -299,10 +290,3 @@ class MixedView(_TenantReads):
     def _ranked_in(self) -> tuple[_core.HnswIndex, bool, Foreign | None]:
         foreign = Foreign(self._companion.vectors, self._query, sorted(self._foreign))
         return self._index.ann, True, foreign
-
-
-def _shifted(hits: list[tuple[int, float]]) -> list[tuple[int, float]]:
-    """Companion cosines of intents in another language on the primary's scale, for an English
-    request (`MIXED_FOREIGN_SHIFT`), at most 1; in f32, as the core adds it."""
-    shift = np.float32(MIXED_FOREIGN_SHIFT)
-    return [(i, float(min(np.float32(1.0), np.float32(s) + shift))) for i, s in hits]

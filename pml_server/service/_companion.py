@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from pml_server.config import EngineConfig
 from pml_server.domain.model import SuggestQuery
-from pml_server.embedding import CachedEmbedder, make_embedder
+from pml_server.embedding import CachedEmbedder, make_companion_embedder
 from pml_server.embedding.language import is_english
 from pml_server.ranking import RankingConfig, RequestParts
 from pml_server.ranking.plans import split_request_spans
@@ -64,7 +64,9 @@ def make_companion(config: EngineConfig) -> CachedEmbedder | None:
     """The companion model the configuration asks for (none with the hashing embedder)."""
     if config.cross_lingual == "none" or config.embedder == "hashing":
         return None
-    return make_embedder(config.cross_lingual, config.embedding_cache_size)
+    return make_companion_embedder(
+        config.cross_lingual, config.embedder, config.embedding_cache_size
+    )
 
 
 def applies(companion: CachedEmbedder | None, query: SuggestQuery) -> bool:

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from pml_server.domain.model import SuggestQuery
-from pml_server.embedding import make_embedder
-from pml_server.search.companion import MIXED_FOREIGN_SHIFT
+from pml_server.embedding import make_companion_embedder, make_embedder
 from pml_server.service import Engine
 from testing.ranking_oracle import path as oracle
 from tests.service._companion_profiles import assert_profiles_move_the_step_factor
@@ -67,10 +66,10 @@ def test_an_english_request_finds_the_capability_recorded_in_another_language(
 def test_each_intent_is_compared_in_the_space_that_reads_it(
     filled: tuple[Engine, dict[str, str]],
 ) -> None:
-    """English intents: MiniLM's cosine, exactly as without the companion; the others: USE's,
-    shifted up by MIXED_FOREIGN_SHIFT (docs/ranking.md, Other languages)."""
+    """English intents: MiniLM's cosine, exactly as without the companion; the others: the
+    companion's, USE's bridged to MiniLM's geometry (docs/ranking.md, Other languages)."""
     engine, _ = filled
-    minilm, use = make_embedder("minilm"), make_embedder("use")
+    minilm, use = make_embedder("minilm"), make_companion_embedder("use", "minilm")
     request = "Find restaurants in Dallas"
     answer = engine.suggest("t", SuggestQuery(request, k=6, min_match=0.0))
     seen = {s.pattern.intents[0].text: s.score.semantic for s in answer.suggestions}
@@ -80,8 +79,8 @@ def test_each_intent_is_compared_in_the_space_that_reads_it(
     use_vectors = use.embed([request, french])
     minilm_vectors = minilm.embed([request, english])
     # HNSW half precision: within 1e-3
-    shifted = float(use_vectors[0] @ use_vectors[1]) + MIXED_FOREIGN_SHIFT
-    assert abs(seen[french] - min(1.0, max(0.0, shifted))) < 1e-3
+    bridged = float(use_vectors[0] @ use_vectors[1])
+    assert abs(seen[french] - min(1.0, max(0.0, bridged))) < 1e-3
     assert abs(seen[english] - max(0.0, float(minilm_vectors[0] @ minilm_vectors[1]))) < 1e-3
 
 

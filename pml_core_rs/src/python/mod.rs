@@ -82,10 +82,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         crate::ranking::steps::MAX_REQUEST_PARTS,
     )?;
     m.add(
-        "MIXED_FOREIGN_SHIFT",
-        crate::ranking::space::MIXED_FOREIGN_SHIFT,
-    )?;
-    m.add(
         "COMPANION_PROFILE_BOOST",
         crate::ranking::space::COMPANION_PROFILE_BOOST,
     )?;

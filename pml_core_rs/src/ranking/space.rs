@@ -11,13 +11,6 @@ use super::table::ProfileSpace;
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex};
 
-/// Added to the companion's cosine of an intent recorded in another language when an English
-/// request reads it beside English intents scored by the primary index (a pair in two
-/// languages scores lower than the same pair in one): docs/ranking.md, Other languages,
-/// "Calibration of the reverse". Exported to Python as `_core.MIXED_FOREIGN_SHIFT` (the
-/// oracle's `MixedView` reads it).
-pub const MIXED_FOREIGN_SHIFT: f32 = 0.1;
-
 /// The tool profiles' weight in the companion's space is `step_profile_weight` times this, at
 /// most 1 (1 at the default 0.8): a request's cosines with the companion's profiles spread
 /// less than with the primary's, so the same weight separates tools less (docs/ranking.md,
@@ -127,11 +120,11 @@ impl<'a> Space<'a> {
         };
         if foreign.ids.len() >= self.ann.len() {
             // every intent in another language: the companion alone
-            return Ok(shifted(one_nearest(foreign.ann, foreign.query, limit)?));
+            return one_nearest(foreign.ann, foreign.query, limit);
         }
         // the primary space's hits on foreign intents are dropped: over-fetch by their number
         let primary = one_nearest(self.ann, self.query, limit + foreign.ids.len().min(limit))?;
-        let other = shifted(among(foreign.ann, foreign.query, limit, foreign.ids)?);
+        let other = among(foreign.ann, foreign.query, limit, foreign.ids)?;
         Ok(merged(primary, other, &foreign.set, limit))
     }
 
@@ -144,7 +137,7 @@ impl<'a> Space<'a> {
         let (other_ids, english): (Vec<u64>, Vec<u64>) =
             ids.iter().partition(|i| foreign.set.contains(i));
         let primary = among(self.ann, self.query, limit, &english)?;
-        let other = shifted(among(foreign.ann, foreign.query, limit, &other_ids)?);
+        let other = among(foreign.ann, foreign.query, limit, &other_ids)?;
         Ok(merged(primary, other, &foreign.set, limit))
     }
 }
@@ -162,15 +155,6 @@ fn among(ann: &HnswIndex, query: &[f32], limit: usize, ids: &[u64]) -> CoreResul
         return Ok(Vec::new());
     }
     ann.search(query, limit.min(ids.len()), None, Some(ids))
-}
-
-/// The companion's hits on foreign intents on the primary's scale (`MIXED_FOREIGN_SHIFT`), at
-/// most 1; the order is unchanged.
-fn shifted(mut hits: Vec<Hit>) -> Vec<Hit> {
-    for hit in &mut hits {
-        hit.score = (hit.score + MIXED_FOREIGN_SHIFT).min(1.0);
-    }
-    hits
 }
 
 /// The primary hits on English intents and the companion's, best first (stable: the primary's
@@ -191,11 +175,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn foreign_hits_are_shifted_and_capped_in_order() {
-        let hits = vec![Hit { id: 1, score: 0.95 }, Hit { id: 2, score: 0.4 }];
-        let out = shifted(hits);
-        assert_eq!(out[0].id, 1);
-        assert!((out[0].score - 1.0).abs() < 1e-6);
-        assert!((out[1].score - (0.4 + MIXED_FOREIGN_SHIFT)).abs() < 1e-6);
+    fn merged_keeps_each_intent_from_the_space_that_reads_it_best_first() {
+        let foreign: FxHashSet<u64> = [2, 3].into_iter().collect();
+        // the primary index's hit on foreign intent 2 is dropped: the companion reads it
+        let primary = vec![Hit { id: 2, score: 0.9 }, Hit { id: 1, score: 0.5 }];
+        let other = vec![Hit { id: 3, score: 0.7 }, Hit { id: 2, score: 0.3 }];
+        let out = merged(primary, other, &foreign, 2);
+        let ids: Vec<u64> = out.iter().map(|h| h.id).collect();
+        assert_eq!(ids, vec![3, 1]);
+        assert!((out[0].score - 0.7).abs() < 1e-6);
     }
 }
