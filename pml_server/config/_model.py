@@ -132,8 +132,8 @@ class EngineConfig:
         "use",
         "cross-lingual companion of the minilm embedder: a request that is not in English is "
         "compared with every intent in this multilingual model's space (use: Universal "
-        "Sentence Encoder multilingual; e5: multilingual-e5-small; none: off; ignored with "
-        "the hashing embedder)",
+        "Sentence Encoder multilingual, read through a bridge to MiniLM's geometry; e5: "
+        "multilingual-e5-small; none: off; ignored with the hashing embedder)",
         choices=("use", "e5", "none"),
     )
     durability: str = setting(
