@@ -4,6 +4,7 @@ Other languages, "The bridge to MiniLM's geometry")."""
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,3 +93,18 @@ def test_the_bridged_companion_keeps_translations_together_and_unrelated_request
     unrelated = vectors[:4] @ vectors[4]
     assert together.min() > unrelated.max()
     assert unrelated.max() < 0.3
+
+
+def test_a_replaced_map_file_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pml_server.embedding import bridge
+    from pml_server.embedding.base import ModelIntegrityError
+
+    replaced = tmp_path / "use_to_minilm.npy"
+    replaced.write_bytes(MAP_PATH.read_bytes()[:-2] + b"\x00\x00")
+    monkeypatch.setattr(bridge, "MAP_PATH", replaced)
+    bridge.shipped_map.cache_clear()
+    try:
+        with pytest.raises(ModelIntegrityError, match=r"use_to_minilm\.npy: sha256"):
+            bridge.shipped_map()
+    finally:
+        bridge.shipped_map.cache_clear()
