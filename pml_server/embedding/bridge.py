@@ -39,7 +39,8 @@ MAP_SHAPE = (512, 384)
 # The share of the mapped cosine in the bridged one (docs/ranking.md, "The bridge to MiniLM's
 # geometry": chosen on the probe's tune part among 0.35, 0.5, 0.65, 0.8 and 1).
 BRIDGE_WEIGHT = 0.8
-# The ridge regression's penalty (1 and 3 read the probe alike; 0.3 a little worse).
+# The ridge regression's penalty (0.3 and 3 read the probe's tune part within a request or two
+# of 1: docs/ranking.md, the same table).
 RIDGE = 1.0
 VERSION = "bridge-minilm-v1"
 
