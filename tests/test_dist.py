@@ -1,6 +1,7 @@
 """`make dist`'s server wheel installs into a fresh virtualenv outside the repository (with the
 pml-client wheel it depends on), and that install serves with the default model: it records,
-suggests, and `pml --version` is the package's version."""
+suggests (in English and, through the cross-lingual companion, in French), and `pml --version`
+is the package's version."""
 
 from __future__ import annotations
 
@@ -93,5 +94,11 @@ def test_the_server_wheel_installs_and_serves(tmp_path: Path) -> None:
         best = json.loads(answer.stdout)["suggestions"][0]
         assert best["pattern"]["tools_used"] == ["read_file", "parse_json"]
         assert "$PATH" in best["pattern"]["template"]
+        # a request in French: the cross-lingual companion (USE read through the bridge shipped
+        # in the wheel), from the installed package alone
+        answer = cli("suggest", "--json", "Charger un fichier JSON")
+        assert answer.returncode == 0, answer.stderr
+        best = json.loads(answer.stdout)["suggestions"][0]
+        assert best["pattern"]["tools_used"] == ["read_file", "parse_json"]
     finally:
         stop_pml_serve(proc)
