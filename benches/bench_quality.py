@@ -26,9 +26,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from benches.common import Row
+from benches.harness.devset import as_record
 from benches.harness.quality_dataset import HeldOutQuery, LabelledExecution, load
 from pml_server.config import EngineConfig
-from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
+from pml_server.domain.model import SuggestQuery
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine
 
@@ -50,21 +51,11 @@ def _open(data_dir: Path, embedder: str, ranking: RankingConfig | None) -> Engin
     return engine
 
 
-def _record(i: int, execution: LabelledExecution) -> ExecutionRecord:
-    return ExecutionRecord(
-        request_id=f"q{i}",
-        intent=execution.intent,
-        code=execution.code,
-        language=execution.language,
-        tool_calls=tuple(ToolCall(tool) for tool in execution.tools),
-    )
-
-
 def _capture(engine: Engine, executions: Sequence[LabelledExecution]) -> dict[str, str]:
     """Capability id -> label (the majority label of the executions it holds)."""
     votes: dict[str, Counter[str]] = {}
     for i, execution in enumerate(executions):
-        result = engine.record(TENANT, _record(i, execution))
+        result = engine.record(TENANT, as_record(i, execution))
         votes.setdefault(result.capability_id, Counter())[execution.label] += 1
     return {cap: counter.most_common(1)[0][0] for cap, counter in votes.items()}
 

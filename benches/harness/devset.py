@@ -8,6 +8,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from pml_server.domain.model import ExecutionRecord, ToolCall
 
@@ -72,7 +73,21 @@ def load(variant: str = "default") -> tuple[list[DevExecution], list[DevQuery]]:
     return executions, queries
 
 
-def as_record(n: int, e: DevExecution, vector: Sequence[float] | None = None) -> ExecutionRecord:
+class Execution(Protocol):
+    """What a bench execution holds of a capture (`DevExecution`, the synthetic quality set's
+    `LabelledExecution`)."""
+
+    @property
+    def intent(self) -> str: ...
+    @property
+    def code(self) -> str: ...
+    @property
+    def language(self) -> str: ...
+    @property
+    def tools(self) -> tuple[str, ...]: ...
+
+
+def as_record(n: int, e: Execution, vector: Sequence[float] | None = None) -> ExecutionRecord:
     """Execution `e` as the `n`-th record of a fill (request id `x{n}`), with `vector` as its
     client vector when given (the bench cache's, so the server does not embed it)."""
     return ExecutionRecord(

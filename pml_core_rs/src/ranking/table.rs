@@ -262,6 +262,8 @@ impl RankTable {
                 self.words[id] = own.into_boxed_slice();
             }
         }
+        // each tool once, in the order the pattern first runs it; the row's set is the same
+        // ids sorted
         let mut sequence: Vec<NameId> = Vec::with_capacity(tools.len());
         for tool in tools {
             let id = self.intern(tool);
@@ -269,9 +271,10 @@ impl RankTable {
                 sequence.push(id);
             }
         }
-        let tools = self.interned(tools);
+        let mut sorted = sequence.clone();
+        sorted.sort_unstable();
         let slot = self.slot_for(pattern_id);
-        self.retool(slot, tools);
+        self.retool(slot, sorted.into_boxed_slice());
         let row = &mut self.rows[slot as usize];
         row.sequence = sequence.into_boxed_slice();
         row.capability = Some(capability_id.into());
