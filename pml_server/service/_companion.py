@@ -40,6 +40,7 @@ from pml_server.domain.model import SuggestQuery
 from pml_server.embedding import CachedEmbedder, make_companion_embedder
 from pml_server.embedding.language import is_english
 from pml_server.ranking import RankingConfig, RequestParts
+from pml_server.ranking.other_languages import split_other_language
 from pml_server.ranking.plans import split_request_spans
 from pml_server.search import TenantSearchIndex
 
@@ -48,6 +49,11 @@ log = logging.getLogger(__name__)
 # The lexical weight of a request that is not English, at most (the tenant's own weight if
 # lower): chosen on the multilingual probe's tune part (benches/results/multilingual.md).
 OTHER_LANGUAGE_LEXICAL_WEIGHT = 0.3
+# The request parts' coverage weight of a request that is not English, at least (unless the
+# tenant turned the coverage off): its words rarely meet the intents', so the coverage carries
+# what BM25 tells an English request about a capability with several steps; chosen on the
+# probe's tune part (docs/ranking.md, Other languages, "Request parts in other languages").
+OTHER_LANGUAGE_COVERAGE_WEIGHT = 0.8
 # The lexical weight of an English request over a tenant holding intents in other languages,
 # at most: their documents cannot share its words, so a full weight ranks every English
 # pattern it shares words with above them (chosen on the probe's reverse tune part among 0.9,
@@ -116,12 +122,12 @@ def lexical_text(text: str) -> str:
 
 
 def request_parts(companion: CachedEmbedder, intent: str) -> RequestParts | None:
-    """The parts of a request ranked in the companion's space (in another language, or English
-    over intents in another), embedded by the companion in one call (docs/ranking.md, Steps,
-    "Request parts' coverage"): mostly its sentences when it is not English (the connectives the
-    splitter knows are English), each weighing 1 (the splitter's weights read English openings
-    and questions); None for a request of one part."""
-    parts, _, _ = split_request_spans(intent)
+    """The parts of a request ranked in the companion's space, embedded by the companion in one
+    call (docs/ranking.md, Other languages, "Request parts in other languages"): a request in
+    another language cut by `ranking.other_languages` (its sentences and connectives), an
+    English request over intents in another language by the English splitter; each part weighs
+    1. None for a request of one part."""
+    parts = split_request_spans(intent)[0] if is_english(intent) else split_other_language(intent)
     if len(parts) < 2:
         return None
     return RequestParts(tuple(companion.embed(list(parts))), tuple(1.0 for _ in parts))
@@ -130,7 +136,10 @@ def request_parts(companion: CachedEmbedder, intent: str) -> RequestParts | None
 def other_language_ranking(ranking: RankingConfig) -> RankingConfig:
     """The ranking settings of a request answered in the companion's space."""
     weight = min(ranking.lexical_weight, OTHER_LANGUAGE_LEXICAL_WEIGHT)
-    return replace(ranking, lexical_weight=weight)
+    coverage = ranking.step_coverage_weight
+    if coverage > 0:
+        coverage = max(coverage, OTHER_LANGUAGE_COVERAGE_WEIGHT)
+    return replace(ranking, lexical_weight=weight, step_coverage_weight=coverage)
 
 
 def mixed_ranking(ranking: RankingConfig) -> RankingConfig:
