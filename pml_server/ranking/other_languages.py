@@ -10,7 +10,8 @@ marks and connectives of the languages the companion model reads:
   "inoltre", "daarna", "ponadto", "ayrıca", "затем", ...: then, also, additionally, moreover,
   next, after that, finally) starts a part when it opens a sentence or follows a comma or the
   language's "and" ("und dann", "et puis"); inside a clause it cuts nothing ("me suggérer
-  aussi ..."); in Chinese, a clause after a comma opening with 再, 然后, 并, 同时, 顺便, 另外, ...;
+  aussi ..."); in Chinese and Japanese, a clause after a comma opening with 再, 然后, 并, 同时,
+  顺便, 另外, それから, そして, また, ...;
 - a piece of fewer than `MIN_PART_WORDS` words joins the one before (the first joins the
   next); at most `MAX_REQUEST_PARTS` parts, the shortest adjacent pair joined first.
 
@@ -121,12 +122,24 @@ _CONNECTIVES: dict[str, tuple[str, ...]] = {
         "\u0430 также",  # Cyrillic "a"
         "\u0430 затем",
     ),
+    "ko": (
+        "그리고",
+        "그 다음",
+        "그다음",
+        "그런 다음",
+        "그 후",
+        "또한",
+        "게다가",
+        "다음으로",
+        "마지막으로",
+    ),
 }
-# Chinese clause openers after a comma (then, and, at the same time, by the way, besides, also,
-# moreover, next, finally)
-_ZH_CONNECTIVES = (
+# Chinese and Japanese clause openers after a comma (then, and, at the same time, by the way,
+# besides, also, moreover, next, finally)
+_CJK_CONNECTIVES = (
     *("然后", "并且", "并", "同时", "顺便", "另外"),
     *("此外", "而且", "接着", "最后", "再", "还"),
+    *("それから", "そして", "その後", "さらに", "また", "次に", "最後に"),
 )
 # "and" in these languages, which may come before a connective ("und dann", "et puis")
 _AND = ("et", "und", "y", "e", "ed", "en", "i", "oraz", "ve", "и")
@@ -146,7 +159,7 @@ _CONNECTIVE = re.compile(
     + r")(?![\w])[,:]?\s*",
     re.IGNORECASE,
 )
-_ZH_CONNECTIVE = re.compile(r"[，,、]\s*(?=(?:" + "|".join(_ZH_CONNECTIVES) + r"))")
+_CJK_CONNECTIVE = re.compile(r"[，,、]\s*(?=(?:" + "|".join(_CJK_CONNECTIVES) + r"))")
 _LETTERS = re.compile(r"[^\W\d_]{3,}")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 
@@ -163,7 +176,7 @@ def split_other_language(text: str) -> tuple[str, ...]:
     sentences = _SENTENCE.split(text.strip())
     pieces: list[str] = []
     for sentence in sentences:
-        for clause in _ZH_CONNECTIVE.split(sentence):
+        for clause in _CJK_CONNECTIVE.split(sentence):
             pieces += _CONNECTIVE.split(clause)
     parts: list[str] = []
     for piece in (p.strip(" ,;.，、；") for p in pieces):

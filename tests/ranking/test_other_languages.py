@@ -19,6 +19,19 @@ def test_chinese_sentences_and_clauses_opening_with_a_connective_are_split_other
     )
 
 
+def test_japanese_and_korean_connectives_start_a_part() -> None:
+    assert split_other_language(
+        "東京の天気予報を調べて、それから週末のイベントを探してください。"
+    ) == (
+        "東京の天気予報を調べて",
+        "それから週末のイベントを探してください。",
+    )
+    assert split_other_language("파리 날씨를 확인하고, 그 다음 호텔을 예약해 줘.") == (
+        "파리 날씨를 확인하고",
+        "호텔을 예약해 줘",
+    )
+
+
 def test_a_chinese_clause_without_a_connective_stays_in_its_sentence() -> None:
     text = "帮我订一张从纽约到洛杉矶的往返机票，2022 年 4 月 5 日出发，4 月 12 日返回。"
     assert split_other_language(text) == (text,)
