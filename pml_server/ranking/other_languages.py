@@ -179,14 +179,19 @@ def split_other_language(text: str) -> tuple[str, ...]:
         for clause in _CJK_CONNECTIVE.split(sentence):
             pieces += _CONNECTIVE.split(clause)
     parts: list[str] = []
+    counts: list[float] = []  # each part's words, kept so that joining stays linear
     for piece in (p.strip(" ,;.，、；") for p in pieces):
         if not piece:
             continue
-        if parts and (words(piece) < MIN_PART_WORDS or words(parts[-1]) < MIN_PART_WORDS):
+        count = words(piece)
+        if parts and (count < MIN_PART_WORDS or counts[-1] < MIN_PART_WORDS):
             parts[-1] = f"{parts[-1]} {piece}"
+            counts[-1] += count
         else:
             parts.append(piece)
+            counts.append(count)
     while len(parts) > MAX_REQUEST_PARTS:
-        n = min(range(len(parts) - 1), key=lambda i: words(parts[i]) + words(parts[i + 1]))
+        n = min(range(len(parts) - 1), key=lambda i: counts[i] + counts[i + 1])
         parts[n : n + 2] = [f"{parts[n]} {parts[n + 1]}"]
+        counts[n : n + 2] = [counts[n] + counts[n + 1]]
     return tuple(parts)
