@@ -217,10 +217,6 @@ COMPANION_PROFILE_BOOST: float
 `step_profile_weight` times this, at most 1 (docs/ranking.md, Other languages, "Tool profiles
 in the companion's space")."""
 
-"""Added to the companion's cosine of an intent recorded in another language when an English
-request reads it beside English intents (docs/ranking.md, Other languages, "Calibration of the
-reverse")."""
-
 @final
 class RankTable:
     """One tenant's ranking table: per pattern its capability, tools, retention marks,
