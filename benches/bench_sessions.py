@@ -15,27 +15,41 @@ Development data (built here, deterministically, from ../shared/devset alone; th
   single-tool dev *queries* (never captured), drawn by the session's own seed.
 - **Split.** Sessions are split by sha1("session:" + execution id): first byte < 64 (a
   quarter) are held apart as test sessions, the rest train. Only train sessions are recorded
-  with session ids, so every transition is learned from train sessions alone.
+  with session ids, so every transition is learned from train sessions alone. A test
+  session's own execution (its workflow, captured whole) is held apart too: the store holds
+  the dev set's other executions.
 
 Measured through the public API of a real `pml serve` (default settings, MiniLM, `fast`
-durability, client vectors as in the quality suite): the whole dev set is streamed in, the
-train sessions recorded step by step (`RecordExecution` with `session_id`), then for every
-test session each step after the first is asked (k = 5) with its query text and:
+durability, client vectors as in the quality suite): the dev set but the test sessions'
+executions is streamed in; every test step after the first is asked (k = 5) with its query
+text, first with only the stored workflows to learn from:
 
-- `none`: no context (the baseline: today's Suggest);
+- `none, workflows only`: no context;
+- `workflows`: `context.previous_tools` = the previous step's tool, no session recorded yet
+  (what the workflows captured whole teach, docs/ranking.md, Sessions, "Workflows");
+
+then the train sessions are recorded step by step (`RecordExecution` with `session_id`) and
+each test step is asked again:
+
+- `none`: no context (the baseline: Suggest without a context);
 - `previous tools`: `context.previous_tools` = the previous step's tool;
+- `next only`: the `previous tools` context with an empty intent ("what usually comes next");
+- `off path` (the harm): a previous step this tool never followed (in the store's executions
+  or the train sessions) whose usual successors include a tool of the `none` answer's top 5,
+  against `none, off path`, the same requests without a context; asked where such a step
+  exists;
 - `session`: the previous step recorded first under a fresh session id of its own (so no
-  transition is learned from it), then `context.session_id` = that id;
-- `next only`: the `previous tools` context with an empty intent ("what usually comes next").
+  transition is learned from it), then `context.session_id` = that id.
 
 Rows: next-step hit@1 / hit@5 / MRR of each arm; target (issue): hit@1 with the session's
-previous step >= without + 0.10. Suggest p50 (client wall time, same run) with and without a
-context.
+previous step >= without + 0.10, and the same for the workflows alone. Suggest p50 (client
+wall time, same run) with and without a context.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import statistics
 import tempfile
@@ -58,7 +72,16 @@ from pml_server.client import PmlClient
 SUITE = "sessions"
 K = 5
 EMBEDDER = "minilm"
-ARMS = ("none", "previous tools", "session", "next only")
+ARMS = (
+    "none",
+    "previous tools",
+    "session",
+    "next only",
+    "off path",
+    "none, off path",
+    "none, workflows only",
+    "workflows",
+)
 
 
 @dataclass(frozen=True)
@@ -117,12 +140,17 @@ class Arm:
         return sum(1.0 / r for r in self.ranks if r > 0) / max(len(self.ranks), 1)
 
 
-def _rank(reply: pml_pb2.SuggestResponse, group_of: dict[str, str], expected: str) -> int:
+def _groups(reply: pml_pb2.SuggestResponse, group_of: dict[str, str]) -> list[str]:
     groups: list[str] = []
     for s in reply.suggestions:
         group = group_of.get(s.capability.removeprefix("capabilities/"), s.capability)
         if group not in groups:
             groups.append(group)
+    return groups
+
+
+def _rank(reply: pml_pb2.SuggestResponse, group_of: dict[str, str], expected: str) -> int:
+    groups = _groups(reply, group_of)
     return groups.index(expected) + 1 if expected in groups else 0
 
 
@@ -131,20 +159,28 @@ def measure(max_sessions: int | None = None) -> dict[str, Arm]:
     found, single_exec, single_query = sessions(executions, queries)
     train = [s for s in found if not s.test]
     test = [s for s in found if s.test][:max_sessions]
+    held_apart = {s.id for s in found if s.test}
+    # a test session's own execution is its workflow: held apart like its steps
+    stored = [e for e in executions if e.id not in held_apart]
     texts = [e.intent for e in executions] + [q.intent for q in queries]
     vec = dict(zip(texts, vectors(EMBEDDER, texts), strict=True))
     arms = {name: Arm([], []) for name in ARMS}
+    asked = _asked(test, single_query)
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(Path(tmp) / "data", EMBEDDER)
         try:
             with server.client() as client:
-                store = _fill(client, executions, vec)
+                store = _fill(client, stored, vec)
                 group_of = {c.removeprefix("capabilities/"): g for c, g in store.group_of.items()}
+                ask = _Asker(client, vec, group_of, arms)
+                for session, n, query in asked:  # only the stored workflows teach yet
+                    ask("none, workflows only", session.tools[n], query.intent)
+                    ask("workflows", session.tools[n], query.intent, [session.tools[n - 1]])
                 for session in train:
                     rng = random.Random(session.id)
                     for n, tool in enumerate(session.tools):
                         _record_step(client, rng, single_exec[tool], vec, session.id, n)
-                _ask(client, test, single_exec, single_query, vec, group_of, arms)
+                _ask(ask, client, asked, found, stored, single_exec, vec)
         finally:
             server.stop()
     return arms
@@ -171,46 +207,90 @@ def _record_step(
     client.record(record)
 
 
-def _ask(
-    client: PmlClient,
-    test: Sequence[Session],
-    single_exec: dict[str, list[DevExecution]],
-    single_query: dict[str, list[DevQuery]],
-    vec: dict[str, NDArray[np.float32]],
-    group_of: dict[str, str],
-    arms: dict[str, Arm],
-) -> None:
+def _asked(
+    test: Sequence[Session], single_query: dict[str, list[DevQuery]]
+) -> list[tuple[Session, int, DevQuery]]:
+    """Each test session's steps after the first, with one of the step's tool's queries."""
     asked: list[tuple[Session, int, DevQuery]] = []
     for session in test:
         rng = random.Random(f"test:{session.id}")
         for n in range(1, len(session.tools)):
             asked.append((session, n, rng.choice(single_query[session.tools[n]])))
+    return asked
 
-    def timed(arm: str, expected: str, intent: str, **context: object) -> None:
+
+@dataclass
+class _Asker:
+    client: PmlClient
+    vec: dict[str, NDArray[np.float32]]
+    group_of: dict[str, str]
+    arms: dict[str, Arm]
+
+    def __call__(
+        self,
+        arm: str,
+        tool: str,
+        intent: str,
+        previous_tools: list[str] | None = None,
+        session_id: str = "",
+    ) -> list[str]:
+        """Ask; the answer's groups, best first."""
+        context: dict[str, object] = {}
+        if intent:
+            context["intent_embedding"] = self.vec[intent].tolist()
+        if previous_tools:
+            context["previous_tools"] = previous_tools
+        if session_id:
+            context["session_id"] = session_id
         began = time.perf_counter()
-        reply = client.suggest(intent, K, **context)  # type: ignore[arg-type]
-        arms[arm].seconds.append(time.perf_counter() - began)
-        arms[arm].ranks.append(_rank(reply, group_of, expected))
+        reply = self.client.suggest(intent, K, **context)  # type: ignore[arg-type]
+        self.arms[arm].seconds.append(time.perf_counter() - began)
+        self.arms[arm].ranks.append(_rank(reply, self.group_of, group_of_tool(tool)))
+        return _groups(reply, self.group_of)
 
+
+def _off_path(
+    found: Sequence[Session], stored: Sequence[DevExecution]
+) -> tuple[dict[str, set[str]], list[str]]:
+    """Which tools ever followed each tool (in the stored executions and every train
+    session), and the tools that were ever followed by one, sorted."""
+    followed: dict[str, set[str]] = defaultdict(set)
+    sequences = [_collapsed(e.tools) for e in stored] + [s.tools for s in found if not s.test]
+    for tools in sequences:
+        for before, after in itertools.pairwise(tools):
+            followed[before].add(after)
+    return followed, sorted(followed)
+
+
+def _ask(
+    ask: _Asker,
+    client: PmlClient,
+    asked: Sequence[tuple[Session, int, DevQuery]],
+    found: Sequence[Session],
+    stored: Sequence[DevExecution],
+    single_exec: dict[str, list[DevExecution]],
+    vec: dict[str, NDArray[np.float32]],
+) -> None:
+    followed, leading = _off_path(found, stored)
+    tool_of = {group_of_tool(t): t for t in leading} | {
+        group_of_tool(t): t for ts in followed.values() for t in ts
+    }
     for session, n, query in asked:
-        expected = group_of_tool(session.tools[n])
-        embedding = vec[query.intent].tolist()
-        previous = [session.tools[n - 1]]
-        timed("none", expected, query.intent, intent_embedding=embedding)
-        timed(
-            "previous tools",
-            expected,
-            query.intent,
-            intent_embedding=embedding,
-            previous_tools=previous,
-        )
-        timed("next only", expected, "", previous_tools=previous)
+        tool, previous = session.tools[n], [session.tools[n - 1]]
+        answer = ask("none", tool, query.intent)
+        ask("previous tools", tool, query.intent, previous)
+        ask("next only", tool, "", previous)
+        # the harm: a previous step this tool never followed, whose usual successors include
+        # a tool of the answer without a context (a competitor the context lifts)
+        rivals = {tool_of[g] for g in answer[:K] if g in tool_of} - {tool}
+        wrong = [t for t in leading if tool not in followed[t] and followed[t] & rivals]
+        if wrong:
+            ask("none, off path", tool, query.intent)
+            ask("off path", tool, query.intent, [random.Random(f"off:{query.id}").choice(wrong)])
     for session, n, query in asked:  # last: their records add uses (never transitions)
-        expected = group_of_tool(session.tools[n])
         fresh = f"test-{session.id}-{n}"
         _record_step(client, random.Random(fresh), single_exec[session.tools[n - 1]], vec, fresh, 0)
-        embedding = vec[query.intent].tolist()
-        timed("session", expected, query.intent, intent_embedding=embedding, session_id=fresh)
+        ask("session", session.tools[n], query.intent, session_id=fresh)
 
 
 def rows(max_sessions: int | None = None) -> list[Row]:
@@ -221,26 +301,37 @@ def rows(max_sessions: int | None = None) -> list[Row]:
     counts = Counter("test" if s.test else "train" for s in found)
     extra = {"sessions": dict(counts), "next steps asked": len(none.ranks)}
     out = []
-    for arm in ("previous tools", "session", "next only"):
-        got = arms[arm]
-        # the target is on the context beside the request; the context alone is reported
-        alone = arm == "next only"
+    # (arm, its baseline arm, target: at least the baseline + 0.10, or None: reported)
+    compared = (
+        ("previous tools", "none", True),
+        ("session", "none", True),
+        ("workflows", "none, workflows only", True),
+        ("next only", "none", False),
+        ("off path", "none, off path", False),
+    )
+    for arm, base, target in compared:
+        got, without = arms[arm], arms[base]
+        named = {
+            "none, workflows only": "no context, before any session",
+            "none, off path": "no context, the same requests",
+        }.get(base, "no context")
         out.append(
             Row(
                 SUITE,
                 f"next-step hit@1, {arm}",
                 got.hit(1),
                 "hit@1",
-                none.hit(1) if alone else none.hit(1) + 0.10,
-                "no context hit@1" if alone else "no context hit@1 + 0.10",
-                None if alone else 1.0,
+                without.hit(1) + 0.10 if target else without.hit(1),
+                f"{named} hit@1" + (" + 0.10" if target else ""),
+                1.0 if target else None,
                 extra={
                     **extra,
-                    "no context hit@1": none.hit(1),
+                    "asked": len(got.ranks),
+                    "no context hit@1": without.hit(1),
                     "hit@5": got.hit(5),
-                    "no context hit@5": none.hit(5),
+                    "no context hit@5": without.hit(5),
                     "MRR": got.mrr(),
-                    "no context MRR": none.mrr(),
+                    "no context MRR": without.mrr(),
                 },
             )
         )

@@ -280,6 +280,10 @@ class RankTable:
     def intents_of(self, pattern_id: str) -> list[int]:
         """The intents linked to a pattern, in link order (empty if none)."""
     def memory_bytes(self) -> int: ...
+    def followers(self, previous: list[str], limit: int) -> list[tuple[str, int, int]]:
+        """(capability id, count, last use in ms) of each capability a stored workflow showed
+        following a step whose tools are `previous` (in call order), from at most `limit`
+        workflows, those with the most successes (docs/ranking.md, Sessions, "Workflows")."""
     def permitted(
         self,
         params: RankParams,

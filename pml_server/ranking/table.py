@@ -162,6 +162,12 @@ class RankTable:
     def memory_bytes(self) -> int:
         return self._core.memory_bytes()
 
+    def followers(self, previous: Sequence[str], limit: int) -> list[tuple[str, int, int]]:
+        """What stored workflows teach follows a step whose tools are `previous`, in call order
+        (docs/ranking.md, Sessions, "Workflows"): (capability id, count, last use in ms), the
+        shape of a session's transitions, from at most `limit` workflows."""
+        return self._core.followers(list(previous), limit)
+
     def permitted(
         self, settings: FilterSettings, config: RankingConfig
     ) -> tuple[list[str], list[int]] | None:

@@ -111,40 +111,50 @@ def check_context(context: SuggestContext) -> None:
         raise InvalidArgumentError(bad)
 
 
-def previous_capabilities(state: EngineState, tenant: str, context: SuggestContext) -> list[str]:
-    """The capabilities standing for the agent's previous step: the last of
-    `previous_patterns` (its capability), else those whose tools are `previous_tools` (else
-    those of its last tool alone), else the session's last step if kept and not idle."""
+def previous_step(
+    state: EngineState, tenant: str, context: SuggestContext
+) -> tuple[list[str], tuple[str, ...]]:
+    """The agent's previous step: the capabilities standing for it and its tools in call
+    order. The last of `previous_patterns` (its capability and tools), else `previous_tools`
+    (the capabilities with exactly those tools, else those of its last tool alone), else the
+    session's last step if kept and not idle (its capability's tools)."""
     repo = state.repo
     if context.previous_patterns:
         pattern_id = context.previous_patterns[-1].removeprefix("patterns/")
         record = repo.patterns.pattern(tenant, pattern_id)
-        return [record.capability_id] if record is not None else []
+        if record is None:
+            return [], ()
+        return [record.capability_id], tool_signature(record.tools_used)
     if context.previous_tools:
-        found = repo.capabilities.capabilities_with_tools(
-            tenant, tool_signature(context.previous_tools)
-        )
-        if not found and len(context.previous_tools) > 1:
-            found = repo.capabilities.capabilities_with_tools(tenant, (context.previous_tools[-1],))
-        return found
+        tools = tuple(context.previous_tools)
+        found = repo.capabilities.capabilities_with_tools(tenant, tool_signature(tools))
+        if not found and len(tools) > 1:
+            found = repo.capabilities.capabilities_with_tools(tenant, (tools[-1],))
+        return found, tools
     if context.session_id:
         step = repo.sessions.session_step(tenant, context.session_id)
         if step is not None and state.clock() - step[1] <= idle_ms(state):
-            return [step[0]]
-    return []
+            capability = repo.capabilities.capability(tenant, step[0])
+            return [step[0]], () if capability is None else capability.tools
+    return [], ()
 
 
 def context_weights(
     state: EngineState, tenant: str, context: SuggestContext | None, now: int
 ) -> dict[str, float]:
-    """w(c) of every capability that followed the agent's previous step (`ranking.transitions`);
-    empty without a context or without transitions out of it."""
+    """w(c) of every capability that followed the agent's previous step (`ranking.transitions`):
+    in its sessions' transitions and in the stored workflows that ran its last tool
+    (docs/ranking.md, Sessions, "Workflows"); empty without a context or when nothing
+    followed it."""
     if context is None or not context.names_a_step():
         return {}
     check_context(context)
+    capabilities, tools = previous_step(state, tenant, context)
+    bound = LIMITS.transitions_read.bound
     counts = []
-    for capability_id in previous_capabilities(state, tenant, context):
-        counts += state.repo.sessions.transitions_from(
-            tenant, capability_id, LIMITS.transitions_read.bound
-        )
+    for capability_id in capabilities:
+        counts += state.repo.sessions.transitions_from(tenant, capability_id, bound)
+    index = state.indexes.get(tenant)
+    if tools and index is not None:
+        counts += index.ranks.followers(tools, bound)
     return transition_weights(counts, state.ranking, now)

@@ -278,3 +278,37 @@ def test_rows_an_older_build_keyed_by_the_raw_id_are_dropped_at_open(
         assert [key for key, _ in stored] == [session_key(T, "kept")]
     finally:
         engine.close()
+
+
+def test_stored_workflows_teach_what_follows_a_step(engine_of: EngineOf) -> None:
+    """No session recorded: the workflows captured whole (one execution running several
+    tools) teach what follows their steps (docs/ranking.md, Sessions, "Workflows")."""
+    engine = engine_of()
+    cap = _capabilities(engine)
+    for n in range(3):
+        engine.record(T, make_record(f"w-read-{n}", "list then read", ["list_dir", "read_file"]))
+    engine.record(T, make_record("w-tail", "list then tail the log", ["list_dir", "tail_file"]))
+    now = _step(engine, "now", "ls", 1)
+    assert now == cap["ls"]
+    for context in (
+        SuggestContext(session_id="now"),
+        SuggestContext(previous_tools=("list_dir",)),
+        SuggestContext(previous_tools=("read_file", "list_dir")),
+        SuggestContext(previous_patterns=(engine.get_capability(T, cap["ls"]).best_pattern_id,)),
+    ):
+        query = SuggestQuery("", context=context)
+        result = engine.suggest(T, query)
+        assert result == oracle.rank_suggestions(engine._state, T, query)
+        got = [(s.capability_id, round(s.score.transition, 6)) for s in result.suggestions]
+        # three runs of list > read, one of list > tail: 3 / (3 + 2) and 1 / (3 + 2)
+        assert got == [(cap["read"], 0.6), (cap["tail"], 0.2)]
+    # the step a workflow ends with has no follower; sessions and workflows add up
+    after_read = SuggestQuery("", context=SuggestContext(previous_tools=("read_file",)))
+    assert engine.suggest(T, after_read).suggestions == ()
+    for s in range(2):
+        _step(engine, f"s{s}", "ls", 1)
+        _step(engine, f"s{s}", "tail", 2)
+    lifted = engine.suggest(T, SuggestQuery("show the log", min_match=0.0, context=context))
+    weights = {s.capability_id: s.score.transition for s in lifted.suggestions}
+    assert weights[cap["tail"]] == 1.0 + 0.25 * 3 / (3 + 2)
+    assert weights[cap["read"]] == 1.0 + 0.25 * 3 / (3 + 2)

@@ -292,6 +292,25 @@ impl PyRankTable {
         self.inner.read().memory_bytes()
     }
 
+    /// (capability id, count, last use in ms) of each capability a workflow showed following
+    /// a step whose tools are `previous`, from at most `limit` workflows (`ranking::followers`).
+    fn followers(
+        &self,
+        py: Python<'_>,
+        previous: Vec<String>,
+        limit: i64,
+    ) -> PyResult<Vec<(String, i64, i64)>> {
+        let limit = count_arg("limit", limit)?;
+        let previous: Vec<&str> = previous.iter().map(String::as_str).collect();
+        Ok(py.detach(|| {
+            let table = self.inner.read();
+            ranking::followers(&table, &previous, limit)
+                .into_iter()
+                .map(|f| (f.capability, f.count, f.last_used_ms))
+                .collect()
+        }))
+    }
+
     /// The patterns the context filters permit, as (pattern ids, their intents), or None
     /// when they permit every rankable pattern (`ranking::permitted`).
     #[pyo3(signature = (params, *, min_success, include_flagged, available_tools, tags))]

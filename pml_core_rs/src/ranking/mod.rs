@@ -3,6 +3,7 @@
 //! docs/ranking.md documents the formula; `testing/ranking_oracle` is the Python reference
 //! the tests check it against (production ranks only here).
 
+pub mod followers;
 pub mod formula;
 pub mod permitted;
 pub mod query;
@@ -10,6 +11,7 @@ pub mod space;
 pub mod steps;
 pub mod table;
 
+pub use followers::{followers, Follower};
 pub use formula::{gated_step, score, step_gate, Counts, Params, ScoreParts};
 pub use permitted::{permitted, restricts, retrieve_explained, retrieve_for, Permitted};
 pub use query::{

@@ -193,6 +193,11 @@ impl RankTable {
         self.word_tools.get(word).map_or(&[], |t| t.as_slice())
     }
 
+    /// The rows calling a tool (rankable or not), in no particular order.
+    pub fn rows_calling(&self, tool: NameId) -> impl Iterator<Item = u32> + '_ {
+        self.tool_rows.get(&tool).into_iter().flatten().copied()
+    }
+
     /// The analysed words of a tool's name (empty when never given).
     pub fn tool_words(&self, id: NameId) -> &[Box<str>] {
         &self.words[id as usize]
