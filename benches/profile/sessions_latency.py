@@ -3,9 +3,12 @@ with `ctx`, with `previous_tools` over a store recorded in sessions of 3 (docs/r
 Sessions). Prints; writes nothing to results/. Run it on two trees, alternating, to compare
 a request without a context before and after a change:
 
-    PYTHONPATH=TREE python benches/profile/sessions_latency.py none|ctx
+    PYTHONPATH=TREE python benches/profile/sessions_latency.py none|ctx|hub
 
-(the file, not the module: TREE may predate it).
+(the file, not the module: TREE may predate it). `hub`: the store's worst case for the
+workflows' followers (docs/ranking.md, Sessions, "Workflows"): every record is a workflow
+`search` then one of the 400 tools (about half) or one of those tools alone, and the context
+names `search`, which every workflow runs.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ QUERIES = 600
 WARMUP = 100
 
 
-def main(with_context: bool) -> dict[str, float]:
+def main(mode: str) -> dict[str, float]:
+    with_context = mode in ("ctx", "hub")
     rng = random.Random(39)
     gen = np.random.default_rng(39)
     tools = [f"tool_{n}" for n in range(400)]
@@ -46,15 +50,18 @@ def main(with_context: bool) -> dict[str, float]:
         batch = []
         for i in range(INTENTS):
             tool = rng.choice(tools)
+            steps = ("search", tool) if mode == "hub" and i % 2 else (tool,)
             record = ExecutionRecord(
                 request_id=f"r{i}",
                 intent=" ".join(rng.sample(words, 6)),
-                code=f"const r = await mcp.{tool}({{x: {i}}});",
+                code="\n".join(
+                    f"const r{n} = await mcp.{t}({{x: {i}}});" for n, t in enumerate(steps)
+                ),
                 language="javascript",
-                tool_calls=(ToolCall(tool),),
+                tool_calls=tuple(ToolCall(t) for t in steps),
                 intent_embedding=vector(),
             )
-            batch.append(replace(record, session_id=f"s{i // 3}") if with_context else record)
+            batch.append(replace(record, session_id=f"s{i // 3}") if mode == "ctx" else record)
             if len(batch) == 64:
                 engine.record_many("b", batch)
                 batch = []
@@ -67,7 +74,8 @@ def main(with_context: bool) -> dict[str, float]:
             if with_context:
                 from pml_server.domain.model import SuggestContext
 
-                context = SuggestContext(previous_tools=(rng.choice(tools),))
+                previous = "search" if mode == "hub" else rng.choice(tools)
+                context = SuggestContext(previous_tools=(previous,))
                 asked.append(("previous tools", replace(query, context=context)))
             for arm, q in asked:
                 began = time.perf_counter()
@@ -78,5 +86,5 @@ def main(with_context: bool) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    for arm, ms in main(sys.argv[1:] == ["ctx"]).items():
+    for arm, ms in main(sys.argv[1] if len(sys.argv) > 1 else "none").items():
         print(f"{arm}: Suggest p50 {ms:.3f} ms")
