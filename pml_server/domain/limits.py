@@ -88,6 +88,9 @@ class Limits:
     # Transitions out of one capability read by a Suggest with a context (the most recent kept
     # count first in key order is not known, so the bound is on what one request reads).
     transitions_read: Limit = Limit("transitions", 1024, "items")
+    # Stored workflows read for what follows the previous step's last tool (docs/ranking.md,
+    # Sessions, "Workflows"): those with the most successes; about a microsecond each.
+    workflows_read: Limit = Limit("workflows", 256, "items")
     capture_batch: Limit = Limit("records", 64, "items")  # one `record_many` call
     # ---- one StreamTraces call ----
     open_executions: Limit = Limit("started", 1024, "items")  # started, not finished; settable

@@ -150,11 +150,12 @@ def context_weights(
         return {}
     check_context(context)
     capabilities, tools = previous_step(state, tenant, context)
-    bound = LIMITS.transitions_read.bound
     counts = []
     for capability_id in capabilities:
-        counts += state.repo.sessions.transitions_from(tenant, capability_id, bound)
+        counts += state.repo.sessions.transitions_from(
+            tenant, capability_id, LIMITS.transitions_read.bound
+        )
     index = state.indexes.get(tenant)
     if tools and index is not None:
-        counts += index.ranks.followers(tools, bound)
+        counts += index.ranks.followers(tools, LIMITS.workflows_read.bound)
     return transition_weights(counts, state.ranking, now)

@@ -22,32 +22,31 @@ pub struct Follower {
 /// The followers of a step whose tools are `previous` (in the order it called them), taught
 /// by at most `limit` workflows (those with the most successes; ties by pattern id). A step
 /// whose last tool no pattern calls has none. One pass over the rows calling that tool, and
-/// for each workflow kept, over the rows calling its next tool.
+/// for each set of tools taught, one look-up of the rows with exactly those tools.
 pub fn followers(table: &RankTable, previous: &[&str], limit: usize) -> Vec<Follower> {
     let Some(last) = previous.last().and_then(|t| table.name_id(t)) else {
         return Vec::new();
     };
-    let mut workflows: Vec<(u32, usize)> = table
+    // (fewest successes last, then pattern id): the order workflows are kept in
+    type Kept<'t> = (std::cmp::Reverse<i64>, &'t str, u32, usize);
+    let mut workflows: Vec<Kept<'_>> = table
         .rows_calling(last)
         .filter_map(|slot| {
             let row = table.row(slot);
             let usable = row.is_rankable() && !row.flagged && row.counts.successes > 0;
             let at = row.sequence.iter().position(|&t| t == last)?;
-            (usable && at + 1 < row.sequence.len()).then_some((slot, at + 1))
+            let key = std::cmp::Reverse(row.counts.successes);
+            (usable && at + 1 < row.sequence.len()).then_some((key, &*row.pattern_id, slot, at + 1))
         })
         .collect();
-    let key = |&(slot, _): &(u32, usize)| {
-        let row = table.row(slot);
-        (std::cmp::Reverse(row.counts.successes), &*row.pattern_id)
-    };
     if workflows.len() > limit {
-        workflows.select_nth_unstable_by(limit, |a, b| key(a).cmp(&key(b)));
+        workflows.select_nth_unstable(limit);
         workflows.truncate(limit);
     }
-    workflows.sort_by(|a, b| key(a).cmp(&key(b)));
+    workflows.sort_unstable();
     let mut with_tools: FxHashMap<Box<[NameId]>, Vec<&str>> = FxHashMap::default();
     let mut out = Vec::new();
-    for (slot, next) in workflows {
+    for (_, _, slot, next) in workflows {
         let row = table.row(slot);
         let rest = &row.sequence[next..];
         let mut taught: Vec<&str> = Vec::new();
@@ -81,10 +80,10 @@ pub fn followers(table: &RankTable, previous: &[&str], limit: usize) -> Vec<Foll
 /// (sorted ids), each once, in pattern id order.
 fn capabilities_with<'t>(table: &'t RankTable, tools: &[NameId]) -> Vec<&'t str> {
     let mut rows: Vec<u32> = table
-        .rows_calling(tools[0])
+        .rows_with_tools(tools)
         .filter(|&slot| {
             let row = table.row(slot);
-            row.is_rankable() && !row.flagged && *row.tools == *tools
+            row.is_rankable() && !row.flagged
         })
         .collect();
     rows.sort_by_key(|&slot| &*table.row(slot).pattern_id);

@@ -72,6 +72,9 @@ pub struct RankTable {
     companion: ProfileSet,
     /// The rows calling each tool.
     tool_rows: FxHashMap<NameId, FxHashSet<u32>>,
+    /// The rows whose tools are exactly each set (sorted ids; docs/ranking.md, Sessions,
+    /// "Workflows": the capabilities a workflow teaches are found by their tools).
+    set_rows: FxHashMap<Box<[NameId]>, FxHashSet<u32>>,
 }
 
 /// Which vectors a set of tool profiles is the mean of.
@@ -146,6 +149,7 @@ impl Default for RankTable {
             profiles: ProfileSet::kept(),
             companion: ProfileSet::default(),
             tool_rows: FxHashMap::default(),
+            set_rows: FxHashMap::default(),
         }
     }
 }
@@ -196,6 +200,11 @@ impl RankTable {
     /// The rows calling a tool (rankable or not), in no particular order.
     pub fn rows_calling(&self, tool: NameId) -> impl Iterator<Item = u32> + '_ {
         self.tool_rows.get(&tool).into_iter().flatten().copied()
+    }
+
+    /// The rows whose tools are exactly `tools` (sorted ids), in no particular order.
+    pub fn rows_with_tools(&self, tools: &[NameId]) -> impl Iterator<Item = u32> + '_ {
+        self.set_rows.get(tools).into_iter().flatten().copied()
     }
 
     /// The analysed words of a tool's name (empty when never given).
@@ -397,6 +406,15 @@ impl RankTable {
         if old == tools {
             self.rows[slot as usize].tools = old;
             return;
+        }
+        if let Some(rows) = self.set_rows.get_mut(&old) {
+            rows.remove(&slot);
+            if rows.is_empty() {
+                self.set_rows.remove(&old);
+            }
+        }
+        if !tools.is_empty() {
+            self.set_rows.entry(tools.clone()).or_default().insert(slot);
         }
         for t in old.iter() {
             if let Some(rows) = self.tool_rows.get_mut(t) {
@@ -616,6 +634,11 @@ impl RankTable {
                 .tool_rows
                 .values()
                 .map(|r| 40 + 5 * r.capacity())
+                .sum::<usize>()
+            + self
+                .set_rows
+                .iter()
+                .map(|(k, r)| 56 + 4 * k.len() + 5 * r.capacity())
                 .sum::<usize>();
         rows + maps + names + words + index + profiles
     }
