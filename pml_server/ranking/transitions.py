@@ -1,5 +1,6 @@
 """The session signal (docs/ranking.md, Sessions): which capability usually follows the agent's
-previous step, learned from the transitions successful captures of a session recorded.
+previous step, learned from the transitions successful captures of a session recorded and
+from the stored workflows that ran its last tool (docs/ranking.md, Sessions, "Workflows").
 
 Pure: the counts come in (capability id, count, last seen in ms), the clock is an argument.
 A transition's count ages like a pattern's use: weighed by the ranking's recency factor of its
