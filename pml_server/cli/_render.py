@@ -157,6 +157,9 @@ def suggestions(
     matches)."""
     if not reply.suggestions and reply.filtered:
         console.print("no suggestions: the filters removed every candidate (listed below)")
+    elif not reply.suggestions and not intent:
+        # no intent: what usually comes next (docs/ranking.md, Sessions)
+        console.print("no suggestions: nothing recorded ever followed that step")
     elif not reply.suggestions:
         console.print(
             "no suggestions: nothing stored matches this intent well enough"

@@ -248,6 +248,9 @@ def test_sessions_record_and_suggest_what_comes_next(run: object) -> None:
         assert found[0]["score"]["transition"] > 0
     out = run("suggest", "read the file", "--session", "now")
     assert "next" in out
+    # nothing ever followed read_file: said so, not "matches this intent"
+    out = run("suggest", "--after", "read_file")
+    assert "nothing recorded ever followed that step" in out
     out = run("suggest", "read", "--session", "bad\tid", expect=1)
     assert "context.session_id" in out
 
