@@ -46,16 +46,21 @@ def test_vector(vector: dict[str, Any]) -> None:
 
 KEYS = st.sampled_from(["path", "id", "query", "limit", "text", "city"])
 FIELDS = st.sampled_from(["id", "name", "data", "Exchange Rate", "items"])
+# tool names as MCP servers spell them: identifiers, and names that are none
+TOOLS = ["tool_0", "tool_1", "readFile", "get-weather", "resolve-library-id", "files.read"]
+# (code, language, edges, argument kinds per step, tools in call order)
+Program = tuple[str, str, set[tuple[int, int]], list[list[str]], list[str]]
 
 
 @st.composite
-def programs(draw: st.DrawFn) -> tuple[str, str, set[tuple[int, int]], list[list[str]]]:
+def programs(draw: st.DrawFn) -> Program:
     """A program of n calls, each argument a literal or a reference to an earlier result in
-    one of the written forms; returns (code, language, edges, kinds per step)."""
+    one of the written forms; returns (code, language, edges, kinds per step, tools)."""
     python = draw(st.booleans())
     n = draw(st.integers(min_value=1, max_value=7))
     edges: set[tuple[int, int]] = set()
     kinds: list[list[str]] = []
+    tools: list[str] = []
     lines = []
     for i in range(n):
         args = []
@@ -90,24 +95,30 @@ def programs(draw: st.DrawFn) -> tuple[str, str, set[tuple[int, int]], list[list
                     value = "null" if value == "None" else value
                 step_kinds.append("literal")
             args.append((key, value))
-        tool = f"tool_{draw(st.integers(min_value=0, max_value=3))}"
+        # a tool whose name is no identifier is called by subscript (`mcp["get-x"](...)`),
+        # and an identifier may be too
+        tool = draw(st.sampled_from(TOOLS))
+        callee = (
+            f'mcp["{tool}"]' if not tool.isidentifier() or draw(st.booleans()) else f"mcp.{tool}"
+        )
         if python:
-            call = f"mcp.{tool}({', '.join(f'{k}={v}' for k, v in args)})"
+            call = f"{callee}({', '.join(f'{k}={v}' for k, v in args)})"
             lines.append(f"r{i} = {call}")
         else:
-            call = f"await mcp.{tool}({{{', '.join(f'{k}: {v}' for k, v in args)}}})"
+            call = f"await {callee}({{{', '.join(f'{k}: {v}' for k, v in args)}}})"
             lines.append(f"const r{i} = {call};")
         kinds.append(step_kinds)
-    return "\n".join(lines), "python" if python else "js", edges, kinds
+        tools.append(tool)
+    return "\n".join(lines), "python" if python else "js", edges, kinds, tools
 
 
 @settings(max_examples=200, deadline=None)
 @given(programs())
-def test_every_reference_is_an_edge_and_no_other(
-    program: tuple[str, str, set[tuple[int, int]], list[list[str]]],
-) -> None:
-    code, language, edges, kinds = program
-    steps = _core.normalize(code, language).steps
+def test_every_reference_is_an_edge_and_no_other(program: Program) -> None:
+    code, language, edges, kinds, tools = program
+    normalized = _core.normalize(code, language)
+    steps = normalized.steps
+    assert normalized.tool_calls == [s.tool for s in steps] == tools, code
     got = {(d, i) for i, s in enumerate(steps) for d in s.depends_on}
     assert got == edges, code
     assert [[a.kind for a in s.arguments] for s in steps] == kinds, code
@@ -118,10 +129,8 @@ def test_every_reference_is_an_edge_and_no_other(
 
 @settings(max_examples=100, deadline=None)
 @given(programs(), st.sampled_from(["loop", "callback"]))
-def test_unreadable_flow_degrades_to_steps_in_call_order(
-    program: tuple[str, str, set[tuple[int, int]], list[list[str]]], wrap: str
-) -> None:
-    code, language, _, _ = program
+def test_unreadable_flow_degrades_to_steps_in_call_order(program: Program, wrap: str) -> None:
+    code, language, _, _, tools = program
     if language == "python":
         body = "\n".join("    " + line for line in code.splitlines())
         wrapped = f"for item in items:\n{body}\n"
@@ -131,5 +140,5 @@ def test_unreadable_flow_degrades_to_steps_in_call_order(
         wrapped = f"items.forEach(async (item) => {{\n{code}\n}});"
     plain = _core.normalize(code, language)
     inside = _core.normalize(wrapped, language)
-    assert [s.tool for s in inside.steps] == inside.tool_calls == plain.tool_calls
+    assert [s.tool for s in inside.steps] == inside.tool_calls == plain.tool_calls == tools
     assert not any(s.flow_known for s in inside.steps)

@@ -123,6 +123,30 @@ def test_rule4_tools_used_come_from_the_record_and_mismatch_is_recorded(engine: 
     assert pattern.tool_mismatch_count == 1
 
 
+def test_rule4_a_tool_called_by_a_string_subscript_is_read_from_the_code(engine: Engine) -> None:
+    # MCP tool names that are no identifiers are called as `mcp["resolve-library-id"](...)`:
+    # the code names the same tools the run used, so nothing disagrees, and the steps read
+    # the data flow (docs/normalization.md, Tool calls)
+    code = (
+        'const r = await mcp["resolve-library-id"]({libraryName: "react"});\n'
+        'await mcp["get-library-docs"]({id: r.id});'
+    )
+    record = ExecutionRecord(
+        request_id="r1",
+        intent="Look up the React docs",
+        code=code,
+        language="javascript",
+        tool_calls=(ToolCall("resolve-library-id"), ToolCall("get-library-docs")),
+    )
+    result = engine.record("t", record)
+    assert result.outcome is CaptureOutcome.SAVED
+    assert not result.tool_mismatch
+    pattern = engine.get_pattern("t", result.pattern_id)
+    assert pattern.tool_mismatch_count == 0
+    assert [s.tool for s in pattern.steps] == ["resolve-library-id", "get-library-docs"]
+    assert pattern.steps[1].depends_on == (0,)
+
+
 def test_rule5_near_duplicate_intent_bumps_the_mapping(engine: Engine) -> None:
     first = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
     engine.record("t", make_record("r2", "read json file", JSON_TOOLS))  # same words

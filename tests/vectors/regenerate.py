@@ -128,6 +128,27 @@ CASES: list[Case] = [
         ["dispatch_call"],
     ),
     (
+        "subscript_tool",
+        "js",
+        'const r = await mcp["get-weather"]({city: "Paris"});',
+        None,
+        [],
+    ),
+    (
+        "subscript_other_tool",
+        "js",
+        'const r = await mcp["get-news"]({city: "Paris"});',
+        None,
+        ["subscript_tool"],
+    ),
+    (
+        "subscript_tool_python",
+        "py",
+        'r = await tools.weather["get-forecast"](city="Paris", days=3)',
+        None,
+        [],
+    ),
+    (
         "server_namespaced",
         "ts",
         "const msgs: Message[] = await mcp.gmail.search({query: 'from:boss', maxResults: 10});\n"

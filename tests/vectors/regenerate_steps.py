@@ -90,7 +90,19 @@ CASES: list[tuple[str, str, str]] = [
         "py",
         "a, b = mcp.pair()\nfor x in a:\n    mcp.use(v=x, w=b)\n",
     ),
+    (
+        "subscript_names",
+        "js",
+        'const r = await mcp["resolve-library-id"]({libraryName: "react"});\n'
+        'await tools.docs["get-library-docs"]({id: r.id});',
+    ),
+    (
+        "python_subscript_names",
+        "py",
+        'r = await mcp["get-weather"](city="Paris")\nawait mcp["send-mail"](body=r["summary"])\n',
+    ),
     ("unparsed", "js", "const r = await mcp.a({x: 1}; mcp.b(r)"),
+    ("unparsed_subscript", "js", 'const r = await mcp["get-weather"]({city: "Paris"}; mcp.b(r)'),
 ]
 
 

@@ -3,10 +3,12 @@
 //! become placeholders (named from a preceding `key:` / `key =` / `callee(`), whitespace and
 //! comments are dropped, everything else hashes as written. No variable renaming.
 
+use std::borrow::Cow;
+
 use super::canonical::{self, Canonical};
 use super::language::Lang;
 use super::literal::{self, JsonType};
-use super::tree::{DISPATCH_METHODS, TOOL_ROOTS};
+use super::tree::{DISPATCH_METHODS, MAX_CHAIN, TOOL_ROOTS};
 use super::{Extracted, RawParam, MAX_PARAMS, NORMALIZER_VERSION};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -141,17 +143,33 @@ fn decode_string(raw: &str, style: &Style) -> Option<String> {
 /// `mcp.a.b(` or `mcp.call("name"`: the tool name, and the index of a name string token.
 fn tool_call_at(tokens: &[Token], root: usize, code: &str) -> Option<(String, Option<usize>)> {
     let text = |i: usize| tokens.get(i).map(|t| &code[t.start..t.end]);
-    let mut segments = Vec::new();
+    let mut segments: Vec<Cow<'_, str>> = Vec::new();
     let mut i = root + 1;
-    while text(i) == Some(".") && tokens.get(i + 1).is_some_and(|t| t.kind == Kind::Word) {
-        segments.push(text(i + 1)?);
-        i += 2;
+    loop {
+        if text(i) == Some(".") && tokens.get(i + 1).is_some_and(|t| t.kind == Kind::Word) {
+            segments.push(Cow::Borrowed(text(i + 1)?));
+            i += 2;
+        } else if text(i) == Some("[")
+            && tokens.get(i + 1).is_some_and(|t| t.kind == Kind::Str)
+            && text(i + 2) == Some("]")
+        {
+            // `mcp["get-weather"](`: a tool whose name is no identifier, as the parsed path
+            let raw = text(i + 1)?;
+            let name = literal::decode_js_string(raw).or_else(|| literal::decode_py_string(raw))?;
+            segments.push(Cow::Owned(name));
+            i += 3;
+        } else {
+            break;
+        }
+        if segments.len() > MAX_CHAIN {
+            return None;
+        }
     }
     if text(i) != Some("(") {
         return None;
     }
-    let (&last, server) = segments.split_last()?;
-    if !DISPATCH_METHODS.contains(&last) {
+    let (last, server) = segments.split_last()?;
+    if !DISPATCH_METHODS.contains(&last.as_ref()) {
         return Some((segments.join(":"), None));
     }
     let name_token = tokens.get(i + 1).filter(|t| t.kind == Kind::Str)?;

@@ -16,7 +16,7 @@ use tree_sitter::{Node, Tree};
 use super::grammar::Grammar;
 use super::language::Lang;
 use super::literal;
-use super::tree::{DISPATCH_METHODS, TOOL_ROOTS};
+use super::tree::{tool_chain, DISPATCH_METHODS};
 
 /// Most steps read from one snippet; later calls are still in `tool_calls`.
 pub const MAX_STEPS: usize = 256;
@@ -24,8 +24,6 @@ pub const MAX_STEPS: usize = 256;
 pub const MAX_STEP_ARGUMENTS: usize = 64;
 /// Most syntax nodes read to classify one argument; past it the argument is `Unknown`.
 pub const MAX_ARGUMENT_NODES: usize = 512;
-/// Longest member chain read for a tool name (`mcp.server.tool` is 2), as in `tree`.
-const MAX_CHAIN: usize = 8;
 
 /// What an argument's value is made of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -267,28 +265,9 @@ pub(crate) fn tool_of_call(
 ) -> Option<String> {
     let text = |n: Node<'_>| &code[n.byte_range()];
     let function = grammar.child(node, "function")?;
-    let mut segments: Vec<&str> = Vec::new();
-    let mut current = function;
-    loop {
-        let (object, name) = match grammar.kind(current) {
-            "member_expression" => ("object", "property"),
-            "attribute" => ("object", "attribute"),
-            "identifier" => break,
-            _ => return None,
-        };
-        let next = grammar.child(current, object)?;
-        segments.push(text(grammar.child(current, name)?));
-        if segments.len() > MAX_CHAIN {
-            return None;
-        }
-        current = next;
-    }
-    if !TOOL_ROOTS.contains(&text(current)) {
-        return None;
-    }
-    segments.reverse();
-    let (&last, server) = segments.split_last()?;
-    if !DISPATCH_METHODS.contains(&last) {
+    let segments = tool_chain(grammar, code, lang, function)?;
+    let (last, server) = segments.split_last()?;
+    if !DISPATCH_METHODS.contains(&last.as_ref()) {
         return Some(segments.join(":"));
     }
     let name_node = first_string_arg(grammar, node)?;
@@ -489,12 +468,13 @@ impl<'a, 't> Reader<'a, 't> {
         let dispatch = self
             .grammar
             .child(call, "function")
-            .and_then(|f| {
-                self.grammar
-                    .child(f, "property")
-                    .or_else(|| self.grammar.child(f, "attribute"))
+            .and_then(|f| tool_chain(self.grammar, self.code, self.lang, f))
+            .and_then(|chain| {
+                chain
+                    .last()
+                    .map(|last| DISPATCH_METHODS.contains(&last.as_ref()))
             })
-            .is_some_and(|name| DISPATCH_METHODS.contains(&self.text(name)));
+            .unwrap_or(false);
         if dispatch && !items.is_empty() {
             items.remove(0);
         }

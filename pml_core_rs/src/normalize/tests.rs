@@ -490,3 +490,45 @@ fn nested_calls_and_dispatch() {
     assert_eq!(n.steps[2].arguments.len(), 1);
     assert_eq!(n.steps[2].arguments[0].name, "p");
 }
+
+#[test]
+fn a_subscript_by_a_string_names_the_tool() {
+    // MCP tool names that are no identifiers ("resolve-library-id") are called by subscript
+    let js = norm(
+        "const r = await mcp[\"resolve-library-id\"]({name: \"react\"});\n\
+         await tools.docs['get-library-docs']({id: r.id});",
+        "js",
+    );
+    assert_eq!(
+        js.tool_calls,
+        vec!["resolve-library-id", "docs:get-library-docs"]
+    );
+    assert_eq!(js.steps[1].depends_on, vec![0]);
+    let py = norm(
+        "r = await mcp[\"get-weather\"](city=\"Paris\")\nmcp['send-mail'](body=r)",
+        "python",
+    );
+    assert_eq!(py.tool_calls, vec!["get-weather", "send-mail"]);
+    assert_eq!(py.steps[1].depends_on, vec![0]);
+    // the name stays code: two tools never hash alike
+    let other = norm(
+        "r = await mcp[\"get-news\"](city=\"Paris\")\nmcp['send-mail'](body=r)",
+        "python",
+    );
+    assert_ne!(py.code_hash, other.code_hash);
+    // a computed or interpolated subscript cannot be read statically: no tool call
+    for code in [
+        "await mcp[name]({})",
+        "await mcp[`get-${x}`]({})",
+        "await other[\"x\"]({})",
+    ] {
+        assert!(norm(code, "js").tool_calls.is_empty(), "{code}");
+    }
+    assert!(norm("await mcp[f\"get-{x}\"]()", "python")
+        .tool_calls
+        .is_empty());
+    // the token fallback reads the same shape
+    let broken = norm("await mcp[\"get-weather\"]({city: 1}; mcp.b(", "js");
+    assert!(!broken.parse_ok);
+    assert_eq!(broken.tool_calls, vec!["get-weather", "b"]);
+}

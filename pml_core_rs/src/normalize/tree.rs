@@ -2,6 +2,7 @@
 //! form, extracts parameters with their context names and reads tool calls. No recursion:
 //! ancestors live in an explicit stack, so nesting depth costs heap, never the thread stack.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use tree_sitter::{Node, Tree, TreeCursor};
@@ -20,7 +21,78 @@ pub const DISPATCH_METHODS: &[&str] = &["call", "callTool", "call_tool", "invoke
 /// Literal containers `context_name` looks through: their items take the container's name.
 const ARRAY_KINDS: &[&str] = &["array", "list", "tuple", "set"];
 /// Longest member chain read for a tool name (`mcp.server.tool` is 2).
-const MAX_CHAIN: usize = 8;
+pub(crate) const MAX_CHAIN: usize = 8;
+
+/// The names along a callee rooted at a tool root, root excluded (docs/normalization.md, Tool
+/// calls): `mcp.a.b` -> `[a, b]`. A subscript by a string literal reads as a member, so a tool
+/// whose name is no identifier is still named: `mcp["get-weather"]` -> `[get-weather]`,
+/// `tools.github["create-issue"]` -> `[github, create-issue]`. None for any other callee (a
+/// computed subscript, another receiver, a chain longer than `MAX_CHAIN`).
+pub(crate) fn tool_chain<'a>(
+    grammar: &Grammar,
+    code: &'a str,
+    lang: Lang,
+    function: Node<'_>,
+) -> Option<Vec<Cow<'a, str>>> {
+    let text = |n: Node<'_>| &code[n.byte_range()];
+    let mut segments: Vec<Cow<'a, str>> = Vec::new();
+    let mut current = function;
+    loop {
+        let (next, name) = match grammar.kind(current) {
+            "member_expression" => (
+                grammar.child(current, "object")?,
+                Cow::Borrowed(text(grammar.child(current, "property")?)),
+            ),
+            "attribute" => (
+                grammar.child(current, "object")?,
+                Cow::Borrowed(text(grammar.child(current, "attribute")?)),
+            ),
+            "subscript_expression" => (
+                grammar.child(current, "object")?,
+                Cow::Owned(string_literal(
+                    grammar,
+                    code,
+                    lang,
+                    grammar.child(current, "index")?,
+                )?),
+            ),
+            "subscript" => (
+                grammar.child(current, "value")?,
+                Cow::Owned(string_literal(
+                    grammar,
+                    code,
+                    lang,
+                    grammar.child(current, "subscript")?,
+                )?),
+            ),
+            "identifier" => break,
+            _ => return None,
+        };
+        segments.push(name);
+        if segments.len() > MAX_CHAIN {
+            return None;
+        }
+        current = next;
+    }
+    if !TOOL_ROOTS.contains(&text(current)) {
+        return None;
+    }
+    segments.reverse();
+    Some(segments)
+}
+
+/// The value of a plain string literal node (no interpolation), decoded.
+fn string_literal(grammar: &Grammar, code: &str, lang: Lang, node: Node<'_>) -> Option<String> {
+    if grammar.kind(node) != "string" {
+        return None;
+    }
+    let raw = &code[node.byte_range()];
+    if lang.is_python() {
+        literal::decode_py_string(raw)
+    } else {
+        literal::decode_js_string(raw)
+    }
+}
 
 pub struct TreeResult {
     pub params: Vec<RawParam>,
@@ -421,34 +493,13 @@ impl<'a, 't> Walker<'a, 't> {
             }
             return;
         }
-        let mut segments: Vec<&'a str> = Vec::new();
-        let mut current = function;
-        loop {
-            let (object, name) = match grammar.kind(current) {
-                "member_expression" => ("object", "property"),
-                "attribute" => ("object", "attribute"),
-                "identifier" => break,
-                _ => return,
-            };
-            let (Some(next), Some(name)) =
-                (grammar.child(current, object), grammar.child(current, name))
-            else {
-                return;
-            };
-            segments.push(self.text(name));
-            if segments.len() > MAX_CHAIN {
-                return;
-            }
-            current = next;
-        }
-        if !TOOL_ROOTS.contains(&self.text(current)) {
-            return;
-        }
-        segments.reverse();
-        let Some((&last, server)) = segments.split_last() else {
+        let Some(segments) = tool_chain(grammar, self.code, self.lang, function) else {
             return;
         };
-        let tool = if DISPATCH_METHODS.contains(&last) {
+        let Some((last, server)) = segments.split_last() else {
+            return;
+        };
+        let tool = if DISPATCH_METHODS.contains(&last.as_ref()) {
             let Some(name_node) = self.first_string_arg(node) else {
                 return; // a computed tool name cannot be read statically
             };
