@@ -16,7 +16,8 @@ def renamed(
     record: PatternRecord, counters: PatternCounters | None, normalized: NormalizedCode
 ) -> tuple[PatternRecord, PatternCounters | None] | None:
     """`record` and `counters` with the template, parameters and schema of `normalized` (the
-    stored `original_code` normalized today), or None when they already agree. The code hash
+    stored `original_code` normalized today), or None when they already agree (the template,
+    the placeholder names, and no parameter newly flagged secret). The code hash
     is kept (captures find the pattern by it). A parameter stays secret when either build
     flagged it (a value-shaped secret reads "[REDACTED]" in the stored code); recent values and
     failure values follow their parameter to its new name, by position, and values of a name
@@ -24,6 +25,13 @@ def renamed(
     old = record.params
     new = normalized.params
     same_count = len(old) == len(new)
+    if (
+        record.template == normalized.template
+        and [p.name for p in old] == [p.name for p in new]
+        and all(o.secret or not n.secret for o, n in zip(old, new, strict=True))
+    ):
+        # the names agree: types and formats widened by later runs are kept (capture/schema.py)
+        return None
     params = tuple(
         ParamSpec(p.name, p.json_type, p.secret or (same_count and old[i].secret))
         for i, p in enumerate(new)

@@ -29,6 +29,7 @@ from pml_server.capture.rules import (
     tools_used,
     validate_record,
 )
+from pml_server.capture.schema import redact_turned_secret, widened
 from pml_server.domain.errors import (
     AlreadyExistsError,
     FieldViolation,
@@ -428,6 +429,12 @@ def _capture_locked(
     mismatch = tools_disagree(normalized.tool_calls, used, normalized.parse_ok)
     counted = count_success(counters, execution, values, mismatch, now, state.rules.limits)
     counted.tags = sorted({*counted.tags, *execution.tags})[: LIMITS.tags.bound]
+    # the parameters and schema as every successful run showed them (docs/normalization.md,
+    # Schema)
+    wider = widened(pattern, normalized)
+    if wider is not None:
+        counted = redact_turned_secret(pattern, wider, counted)
+        change.put_pattern(repo.patterns.put_pattern(tenant, wider), wider)
     change.put_counters(
         repo.patterns.put_counters(tenant, pattern.id, counted), pattern.id, counted
     )
