@@ -22,12 +22,18 @@ def widened(record: PatternRecord, seen: NormalizedCode) -> PatternRecord | None
     """`record` with its parameters (types, secret flags) and schema joined with those of
     `seen` (a successful run of the same code hash), or None when nothing changes. A run whose
     placeholder names differ (not expected for one code hash) changes nothing."""
-    names = tuple(p.name for p in record.params)
-    if names != tuple(p.name for p in seen.params):
+    if len(record.params) != len(seen.params):
         return None
+    pairs = tuple(zip(record.params, seen.params, strict=True))
+    if any(p.name != s.name for p, s in pairs):
+        return None
+    if seen.schema_json == record.parameter_schema_json and all(
+        p.json_type == s.json_type and (p.secret or not s.secret) for p, s in pairs
+    ):
+        return None  # the run agrees with what is stored: most captures
     params = tuple(
         ParamSpec(p.name, join_type(p.json_type, s.json_type), p.secret or s.secret)
-        for p, s in zip(record.params, seen.params, strict=True)
+        for p, s in pairs
     )
     schema = record.parameter_schema_json
     if seen.schema_json != schema:
