@@ -155,6 +155,9 @@ fn tool_call_at(tokens: &[Token], root: usize, code: &str) -> Option<(String, Op
         {
             // `mcp["get-weather"](`: a tool whose name is no identifier, as the parsed path
             let raw = text(i + 1)?;
+            if raw.starts_with('`') && raw.contains("${") {
+                return None; // an interpolated name cannot be read statically
+            }
             let name = literal::decode_js_string(raw).or_else(|| literal::decode_py_string(raw))?;
             segments.push(Cow::Owned(name));
             i += 3;

@@ -527,6 +527,14 @@ fn a_subscript_by_a_string_names_the_tool() {
     assert!(norm("await mcp[f\"get-{x}\"]()", "python")
         .tool_calls
         .is_empty());
+    // a template string without a substitution is a plain string
+    assert_eq!(
+        norm("await mcp[`get-weather`]({})", "js").tool_calls,
+        vec!["get-weather"]
+    );
+    assert!(norm("await mcp[`get-${x}`]({}); {{", "js")
+        .tool_calls
+        .is_empty());
     // the token fallback reads the same shape
     let broken = norm("await mcp[\"get-weather\"]({city: 1}; mcp.b(", "js");
     assert!(!broken.parse_ok);

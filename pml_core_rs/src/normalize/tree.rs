@@ -81,10 +81,21 @@ pub(crate) fn tool_chain<'a>(
     Some(segments)
 }
 
-/// The value of a plain string literal node (no interpolation), decoded.
+/// The value of a plain string literal node (no interpolation: a JS template string without
+/// `${...}` is one), decoded.
 fn string_literal(grammar: &Grammar, code: &str, lang: Lang, node: Node<'_>) -> Option<String> {
-    if grammar.kind(node) != "string" {
-        return None;
+    match grammar.kind(node) {
+        "string" => {}
+        "template_string" if !lang.is_python() => {
+            let mut cursor = node.walk();
+            let interpolated = node
+                .named_children(&mut cursor)
+                .any(|c| grammar.kind(c) == "template_substitution");
+            if interpolated {
+                return None;
+            }
+        }
+        _ => return None,
     }
     let raw = &code[node.byte_range()];
     if lang.is_python() {
