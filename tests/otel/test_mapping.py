@@ -168,6 +168,17 @@ def test_synthesized_code_normalizes_to_one_pattern_for_other_values() -> None:
     assert call_line("gmail:get", {}) == 'await mcp["gmail:get"]({});'
 
 
+def test_synthesized_code_names_every_tool_it_calls() -> None:
+    """Tool names that are no identifiers (MCP servers use `resolve-library-id`, `gmail:get`)
+    are written `mcp["..."](...)`; the normalizer reads them back as the same tools, so a run
+    captured from spans never disagrees with its code (capture rule 4) and has its steps."""
+    tools = ["resolve-library-id", "gmail:get", "read_file", "files.read"]
+    code = synthesize([(tool, {"q": n}) for n, tool in enumerate(tools)])
+    normalized = _core.normalize(code, "typescript")
+    assert normalized.tool_calls == tools
+    assert [step.tool for step in normalized.steps] == tools
+
+
 def test_session_is_the_conversation_id_else_the_trace() -> None:
     """docs/ranking.md, Sessions: a run's `gen_ai.conversation.id`, when a usable session id,
     else its trace id."""
