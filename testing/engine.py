@@ -1,5 +1,6 @@
-"""A real engine for tests and benchmarks: a controllable clock, execution records, and the one
-way both open an engine (the real `Engine` on a real RocksDB, ready)."""
+"""A real engine for tests and benchmarks: a controllable clock, execution records, the pattern
+record a first capture stores, and the one way both open an engine (the real `Engine` on a
+real RocksDB, ready)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import json
 from pathlib import Path
 
 from pml_server.api.server import open_engine as open_served_engine
+from pml_server.capture.normalize import NormalizedCode
 from pml_server.config import Config, EngineConfig
 from pml_server.domain.model import ExecutionRecord, ExecutionStatus, ToolCall
+from pml_server.domain.records import ParamSpec, PatternRecord
 from pml_server.service import Engine
 
 
@@ -80,4 +83,20 @@ def make_record(
         status=ExecutionStatus.FAILURE if failed else ExecutionStatus.SUCCESS,
         duration_ms=duration_ms,
         tags=tags,
+    )
+
+
+def stored_record(normalized: NormalizedCode, tools: tuple[str, ...] = ("call",)) -> PatternRecord:
+    """The pattern record a capture of today's build stores for a first run of `normalized`."""
+    return PatternRecord(
+        id="pat_1",
+        code_hash=normalized.code_hash,
+        template=normalized.template,
+        original_code=normalized.redacted_code,
+        language=normalized.language,
+        tools_used=tools,
+        params=tuple(ParamSpec(p.name, p.json_type, p.secret) for p in normalized.params),
+        parameter_schema_json=normalized.schema_json,
+        capability_id="cap_1",
+        first_seen_ms=1,
     )

@@ -6,22 +6,12 @@ from __future__ import annotations
 from pml_server.capture.normalize import NormalizedCode, normalize
 from pml_server.capture.placeholders import renamed
 from pml_server.domain.records import ParamSpec, PatternCounters, PatternRecord
+from testing.engine import stored_record
 
 
 def _stored(normalized: NormalizedCode) -> PatternRecord:
     """The record a capture of today's build stores for `normalized`."""
-    return PatternRecord(
-        id="pat_1",
-        code_hash=normalized.code_hash,
-        template=normalized.template,
-        original_code=normalized.redacted_code,
-        language=normalized.language,
-        tools_used=("call",),
-        params=tuple(ParamSpec(p.name, p.json_type, p.secret) for p in normalized.params),
-        parameter_schema_json=normalized.schema_json,
-        capability_id="cap_1",
-        first_seen_ms=1,
-    )
+    return stored_record(normalized)
 
 
 def test_a_pattern_of_todays_build_is_left_alone_even_with_a_secret_value() -> None:

@@ -18,6 +18,7 @@ from pml_server.domain.records import (
     PatternCounters,
     PatternRecord,
 )
+from testing.engine import stored_record
 
 NUMBERS = st.one_of(
     st.integers(min_value=-(10**6), max_value=10**6).map(str),
@@ -45,18 +46,7 @@ def _run(literal: str) -> NormalizedCode:
 
 def _stored(first: NormalizedCode) -> PatternRecord:
     """The record the first run's capture stores."""
-    return PatternRecord(
-        id="pat_1",
-        code_hash=first.code_hash,
-        template=first.template,
-        original_code=first.redacted_code,
-        language=first.language,
-        tools_used=("fetch",),
-        params=tuple(ParamSpec(p.name, p.json_type, p.secret) for p in first.params),
-        parameter_schema_json=first.schema_json,
-        capability_id="cap_1",
-        first_seen_ms=1,
-    )
+    return stored_record(first, ("fetch",))
 
 
 def _fold(runs: list[NormalizedCode]) -> PatternRecord:
