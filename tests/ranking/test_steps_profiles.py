@@ -36,6 +36,12 @@ def _basis(seed: int) -> np.ndarray:
     return q.T.astype(np.float32)
 
 
+def _unit(rows: np.ndarray) -> np.ndarray:
+    """`rows` normalized as `Memory.teach` normalizes them."""
+    out: np.ndarray = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    return out
+
+
 class Memory:
     """A ranking table and a vector index: `teach` stores a pattern calling `tools` with one
     intent per vector; `candidate` a pattern with tools and no intent of its own."""
@@ -54,8 +60,7 @@ class Memory:
         self.table.set_counters(pattern, 1, 0, 1, 0, [])
         ids = list(range(self.next_id, self.next_id + len(vectors)))
         self.next_id += len(vectors)
-        rows = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-        self.ann.add(np.array(ids, dtype=np.uint64), rows.astype(np.float32))
+        self.ann.add(np.array(ids, dtype=np.uint64), _unit(vectors))
         for i in ids:
             self.table.link_intent(i, pattern)
         if tools_last:
@@ -267,7 +272,7 @@ def test_the_companions_profiles_are_its_own_spaces(
     for n, tools in enumerate(steps):
         (intent,) = both.teach(f"p{n}", tuple(sorted(set(tools))), primary[n : n + 1])
         if not late[n]:
-            companion.add(np.array([intent], dtype=np.uint64), other[n : n + 1])
+            companion.add(np.array([intent], dtype=np.uint64), _unit(other[n : n + 1]))
     both.factors(list(candidates), primary[0])  # the primary profiles summed first
     ask = list(candidates)
 
@@ -277,9 +282,13 @@ def test_the_companions_profiles_are_its_own_spaces(
     in_companion()  # the late vectors are not in yet
     for n in range(len(steps)):
         if late[n]:
-            companion.add(np.array([n], dtype=np.uint64), other[n : n + 1])
+            companion.add(np.array([n], dtype=np.uint64), _unit(other[n : n + 1]))
     got = in_companion()
-    # a table whose one space is the companion's, at the boosted weight
+    # a table whose one space is the companion's, at the boosted weight; its vectors added
+    # as `Memory.teach` adds them (`_unit`), as the companion's were: the index keeps
+    # half-precision vectors, and a float32 ulp apart can round to another half, which moves
+    # a factor by about 1e-5
+
     alone = Memory(_core.HnswIndex(companion_dim))
     for name, tools in candidates.items():
         alone.candidate(name, tools)
