@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+from hypothesis import settings
 
 from pml_server.api.security.auth import Role, add_key
 from pml_server.api.server import RunningServer, start_server
@@ -17,6 +19,13 @@ from tests.postgres_cluster import postgres_cluster, postgres_dsn  # noqa: F401 
 from tests.support import open_engine
 
 StartServer = Callable[..., RunningServer]
+
+# Property tests draw the same examples on every run (`repeatable`, the default: a red run can
+# be run again and a green change stays green on CI); `HYPOTHESIS_PROFILE=explore` draws new
+# ones each run, to search further (docs/contributing.md, Tests).
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 # What a test needs beyond Python, by the fixtures it uses or the module it is in: the marker
 # lets `make test-quick` (`-m "not slow and not postgres and not fuse and not go and not node
