@@ -38,35 +38,21 @@ pub(crate) fn tool_chain<'a>(
     let mut segments: Vec<Cow<'a, str>> = Vec::new();
     let mut current = function;
     loop {
-        let (next, name) = match grammar.kind(current) {
-            "member_expression" => (
-                grammar.child(current, "object")?,
-                Cow::Borrowed(text(grammar.child(current, "property")?)),
-            ),
-            "attribute" => (
-                grammar.child(current, "object")?,
-                Cow::Borrowed(text(grammar.child(current, "attribute")?)),
-            ),
-            "subscript_expression" => (
-                grammar.child(current, "object")?,
-                Cow::Owned(string_literal(
-                    grammar,
-                    code,
-                    lang,
-                    grammar.child(current, "index")?,
-                )?),
-            ),
-            "subscript" => (
-                grammar.child(current, "value")?,
-                Cow::Owned(string_literal(
-                    grammar,
-                    code,
-                    lang,
-                    grammar.child(current, "subscript")?,
-                )?),
-            ),
+        // (the object's field, the name's field, whether the name is a string literal)
+        let (object, field, literal) = match grammar.kind(current) {
+            "member_expression" => ("object", "property", false),
+            "attribute" => ("object", "attribute", false),
+            "subscript_expression" => ("object", "index", true),
+            "subscript" => ("value", "subscript", true),
             "identifier" => break,
             _ => return None,
+        };
+        let next = grammar.child(current, object)?;
+        let node = grammar.child(current, field)?;
+        let name = if literal {
+            Cow::Owned(string_literal(grammar, code, lang, node)?)
+        } else {
+            Cow::Borrowed(text(node))
         };
         segments.push(name);
         if segments.len() > MAX_CHAIN {
