@@ -133,12 +133,14 @@ def _write(
     text = json.dumps({"machine": machine, "rows": [r.as_dict() for r in rows]}, indent=2) + "\n"
     (folder / f"{name}.json").write_text(text)
     if not args.quick:
-        # Every real run is kept: the history (docs/history/benchmark-runs.md, `make docs`)
-        # is generated from these files.
+        # Every real run is kept, and the history (docs/history/benchmark-runs.md) generated
+        # from these files is rewritten at once, so a committed run never leaves it stale.
         runs = HERE / "results" / "runs"
         runs.mkdir(parents=True, exist_ok=True)
         stamp = str(machine["time"]).replace(":", "").replace("-", "")
         (runs / f"{stamp}-{stem}-{name}.json").write_text(text)
+        history = HERE.parent / "tools" / "gen_bench_history.py"
+        subprocess.run([sys.executable, str(history)], check=True)
     _render(stem)
 
 

@@ -92,6 +92,10 @@ fn is_credential_shaped(value: &str) -> bool {
         return true;
     }
     let value = value.trim();
+    // Most tokens of code are short words: none of them can be a credential below.
+    if value.len() < SHORTEST_SHAPED {
+        return false;
+    }
     if TOKEN_PREFIXES
         .iter()
         .any(|(prefix, min_len)| value.starts_with(prefix) && value.len() >= *min_len)
@@ -105,13 +109,27 @@ fn is_credential_shaped(value: &str) -> bool {
     is_jwt(value)
 }
 
+/// The shortest value `is_credential_shaped` can flag without a URL: a JWT's
+/// `eyJx.xxxx.` (every credential prefix asks for more).
+const SHORTEST_SHAPED: usize = 10;
+
 /// `eyJ...`.`...`.`...`: three base64url segments, the first a JSON object.
 fn is_jwt(value: &str) -> bool {
-    let segments: Vec<&str> = value.split('.').collect();
-    segments.len() == 3
-        && value.starts_with("eyJ")
-        && segments[..2].iter().all(|s| s.len() >= 4)
-        && segments.iter().all(|s| {
+    if !value.starts_with("eyJ") {
+        return false;
+    }
+    let mut segments = value.split('.');
+    let (Some(header), Some(payload), Some(signature), None) = (
+        segments.next(),
+        segments.next(),
+        segments.next(),
+        segments.next(),
+    ) else {
+        return false;
+    };
+    header.len() >= 4
+        && payload.len() >= 4
+        && [header, payload, signature].iter().all(|s| {
             s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'=')
         })
@@ -260,7 +278,7 @@ fn redact(text: &str, flagged: fn(&str) -> bool) -> std::borrow::Cow<'_, str> {
         *copied = to;
     };
     while i < bytes.len() {
-        if bytes[i..].starts_with(b"://") {
+        if bytes[i] == b':' && bytes[i..].starts_with(b"://") {
             // A URL's user-info may hold any character (`admin:Tr0ub4dor&3-horse`): it is
             // replaced whole, before the token rules split it.
             if let Some((from, to)) = userinfo_at(bytes, i + 3) {
@@ -269,7 +287,7 @@ fn redact(text: &str, flagged: fn(&str) -> bool) -> std::borrow::Cow<'_, str> {
                 continue;
             }
         }
-        if bytes[i..].starts_with(b"-----BEGIN") {
+        if bytes[i] == b'-' && bytes[i..].starts_with(b"-----BEGIN") {
             if let Some(end) = pem_end(text, i) {
                 redact(&mut out, &mut copied, i, end);
                 i = end;
@@ -289,10 +307,12 @@ fn redact(text: &str, flagged: fn(&str) -> bool) -> std::borrow::Cow<'_, str> {
             end -= 1;
         }
         let token = &text[start..end];
-        let after_scheme = [&b"Bearer "[..], &b"Basic "[..]]
-            .iter()
-            .any(|scheme| bytes[..start].ends_with(scheme));
-        if (after_scheme && token.len() >= 8) || flagged(token) {
+        let after_scheme = || {
+            [&b"Bearer "[..], &b"Basic "[..]]
+                .iter()
+                .any(|scheme| bytes[..start].ends_with(scheme))
+        };
+        if (token.len() >= 8 && after_scheme()) || flagged(token) {
             redact(&mut out, &mut copied, start, end);
         }
     }
@@ -361,6 +381,14 @@ mod tests {
         ] {
             assert!(is_secret_value(value), "{value}");
         }
+        // The shortest shapes still flagged: a JWT of `SHORTEST_SHAPED` bytes, and no prefix
+        // asks for fewer (the length gate must never hide a credential).
+        assert!(is_credential_shaped("eyJx.xxxx."));
+        assert!(!is_credential_shaped("eyJx.xxx."));
+        assert!(!is_credential_shaped("eyJx.xxxx.y.z"));
+        assert!(TOKEN_PREFIXES
+            .iter()
+            .all(|(prefix, min_len)| *min_len >= SHORTEST_SHAPED && prefix.len() <= *min_len));
         for value in [
             "a.json",
             "/home/user/reports/2024/summary.csv",
