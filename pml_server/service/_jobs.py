@@ -1,6 +1,6 @@
 """The engine's background jobs: restoring the search indexes at open, snapshotting them while
 running (and at close), applying the retention table on an interval, and once per store
-renaming an older build's placeholder names."""
+re-keying (before ready) and renaming (while serving) what an older build's normalizer left."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pml_server import __version__
 from pml_server.backup import BackupDir, BackupJob
 from pml_server.service._curation import run_retention
 from pml_server.service._heap import release_free_memory
-from pml_server.service._placeholders import rename_placeholders
+from pml_server.service._older_builds import rekey_tool_names, rename_placeholders
 from pml_server.service._restore import restore_indexes
 from pml_server.service._state import EngineState
 from pml_server.service._suggest_core import fill_rank_tables
@@ -29,10 +29,12 @@ class BackgroundJobs:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.backups = _backup_job(state)
-        # the renaming of an older build's placeholder names (service/_placeholders.py)
+        # the renaming of an older build's placeholder names (service/_older_builds.py)
         self.placeholders_done = threading.Event()
         self.placeholders_renamed = 0
         self.placeholders_error: Exception | None = None
+        # patterns moved to today's hash at open (service/_older_builds.py)
+        self.patterns_rekeyed = 0
 
     def start(self) -> None:
         """Restore the search indexes in the background (and start the periodic jobs)."""
@@ -84,6 +86,14 @@ class BackgroundJobs:
                 # Read every counter once now rather than in some tenant's first Suggest (at
                 # 100k patterns that call took seconds, and held up the calls behind it).
                 state.repo.patterns.counter_ceilings(tenant)
+            # once per store, before any capture can look for the new hashes
+            # (docs/normalization.md, Tool calls)
+            try:
+                self.patterns_rekeyed = rekey_tool_names(state, self._stop)
+            except Exception:  # retried at the next open: the marker is not written
+                log.exception("re-keying an older build's patterns failed; next open retries")
+            if self.patterns_rekeyed:
+                log.info("moved %d patterns to today's code hash", self.patterns_rekeyed)
             release_free_memory()  # what the restore freed stays with the process otherwise
             if follower is not None:  # other replicas' writes, from now on
                 self._spawn(lambda: follower.run(self._stop), "pml-follower")

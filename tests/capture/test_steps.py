@@ -96,14 +96,23 @@ def programs(draw: st.DrawFn) -> Program:
                 step_kinds.append("literal")
             args.append((key, value))
         # a tool whose name is no identifier is called by subscript (`mcp["get-x"](...)`),
-        # and an identifier may be too
+        # and an identifier may be too; or through an MCP SDK client, which names it in an
+        # argument (`session.call_tool("x", {...})`, `client.callTool({name: "x", ...})`)
         tool = draw(st.sampled_from(TOOLS))
         callee = (
             f'mcp["{tool}"]' if not tool.isidentifier() or draw(st.booleans()) else f"mcp.{tool}"
         )
-        if python:
+        sdk = draw(st.booleans())
+        if python and sdk:
+            entries = ", ".join(f'"{k}": {v}' for k, v in args)
+            lines.append(f'r{i} = await session.call_tool("{tool}", {{{entries}}})')
+        elif python:
             call = f"{callee}({', '.join(f'{k}={v}' for k, v in args)})"
             lines.append(f"r{i} = {call}")
+        elif sdk:
+            entries = ", ".join(f"{k}: {v}" for k, v in args)
+            call = f'await client.callTool({{name: "{tool}", arguments: {{{entries}}}}})'
+            lines.append(f"const r{i} = {call};")
         else:
             call = f"await {callee}({{{', '.join(f'{k}: {v}' for k, v in args)}}})"
             lines.append(f"const r{i} = {call};")

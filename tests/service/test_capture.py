@@ -147,6 +147,34 @@ def test_rule4_a_tool_called_by_a_string_subscript_is_read_from_the_code(engine:
     assert pattern.steps[1].depends_on == (0,)
 
 
+def test_rule3_runs_of_two_tools_through_an_sdk_client_are_two_patterns(engine: Engine) -> None:
+    # The MCP SDKs' clients name the tool in an argument (`session.call_tool("get_weather",
+    # ...)`): the name is code, so two tools never share a pattern, and the run agrees with its
+    # code (docs/normalization.md, Tool calls)
+    def run(request_id: str, tool: str) -> ExecutionRecord:
+        return ExecutionRecord(
+            request_id=request_id,
+            intent=f"use {tool} for Paris",
+            code=f'r = await session.call_tool("{tool}", {{"city": "Paris"}})',
+            language="python",
+            tool_calls=(ToolCall(tool),),
+        )
+
+    weather = engine.record("t", run("r1", "get_weather"))
+    news = engine.record("t", run("r2", "get_news"))
+    again = engine.record("t", run("r3", "get_weather"))
+    assert not weather.tool_mismatch
+    assert not news.tool_mismatch
+    assert news.pattern_id != weather.pattern_id
+    assert again.pattern_id == weather.pattern_id
+    pattern = engine.get_pattern("t", weather.pattern_id)
+    assert pattern.tools_used == ("get_weather",)
+    assert [p.name for p in pattern.params] == ["$CITY"]
+    assert [(s.tool, [a.name for a in s.arguments]) for s in pattern.steps] == [
+        ("get_weather", ["city"])
+    ]
+
+
 def test_rule5_near_duplicate_intent_bumps_the_mapping(engine: Engine) -> None:
     first = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
     engine.record("t", make_record("r2", "read json file", JSON_TOOLS))  # same words

@@ -101,6 +101,18 @@ CASES: list[tuple[str, str, str]] = [
         "py",
         'r = await mcp["get-weather"](city="Paris")\nawait mcp["send-mail"](body=r["summary"])\n',
     ),
+    (
+        "sdk_client_python",
+        "py",
+        'r = await session.call_tool("get_weather", {"city": "Paris"})\n'
+        'await session.call_tool(name="send_mail", arguments={"body": r.content})\n',
+    ),
+    (
+        "sdk_client_js",
+        "js",
+        'const r = await client.callTool({name: "get-weather", arguments: {city: "Paris"}});\n'
+        "await callMCPTool('google_drive__get_document', {id: r.structuredContent.id});",
+    ),
     ("unparsed", "js", "const r = await mcp.a({x: 1}; mcp.b(r)"),
     ("unparsed_subscript", "js", 'const r = await mcp["get-weather"]({city: "Paris"}; mcp.b(r)'),
 ]

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use super::canonical::{self, Canonical};
 use super::language::Lang;
 use super::literal::{self, JsonType};
-use super::tree::{DISPATCH_METHODS, MAX_CHAIN, TOOL_ROOTS};
+use super::tree::{is_tool_caller, DISPATCH_METHODS, MAX_CHAIN, TOOL_ROOTS};
 use super::{Extracted, RawParam, MAX_PARAMS, NORMALIZER_VERSION};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -65,11 +65,23 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     let mut param_count = 0usize;
     let mut tool_calls = Vec::new();
     let mut code_strings: Vec<usize> = Vec::new(); // token indexes of tool-name strings
+    let mut root_call_paren = None; // the `(` of the last call read from a tool root
     for (i, token) in tokens.iter().enumerate() {
         if token.kind == Kind::Word && TOOL_ROOTS.contains(&text(token)) {
-            if let Some((tool, name_index)) = tool_call_at(&tokens, i, code) {
+            if let Some((tool, name_index, paren)) = tool_call_at(&tokens, i, code) {
                 tool_calls.push(tool);
                 code_strings.extend(name_index);
+                root_call_paren = Some(paren);
+            }
+        } else if token.kind == Kind::Word
+            && is_tool_caller(text(token))
+            && tokens.get(i + 1).is_some_and(|t| text(t) == "(")
+            && root_call_paren != Some(i + 1)
+        {
+            // `session.call_tool("x", ...)`, `callMCPTool("x", ...)`: as the parsed path
+            if let Some((tool, name_index)) = named_at(&tokens, i + 1, code) {
+                tool_calls.push(tool);
+                code_strings.push(name_index);
             }
         }
         let next_is_colon = tokens.get(i + 1).is_some_and(|n| text(n) == ":");
@@ -140,8 +152,13 @@ fn decode_string(raw: &str, style: &Style) -> Option<String> {
     }
 }
 
-/// `mcp.a.b(` or `mcp.call("name"`: the tool name, and the index of a name string token.
-fn tool_call_at(tokens: &[Token], root: usize, code: &str) -> Option<(String, Option<usize>)> {
+/// `mcp.a.b(` or `mcp.call("name"`: the tool name, the index of a name string token, and the
+/// index of the call's `(`.
+fn tool_call_at(
+    tokens: &[Token],
+    root: usize,
+    code: &str,
+) -> Option<(String, Option<usize>, usize)> {
     let text = |i: usize| tokens.get(i).map(|t| &code[t.start..t.end]);
     let mut segments: Vec<Cow<'_, str>> = Vec::new();
     let mut i = root + 1;
@@ -173,17 +190,57 @@ fn tool_call_at(tokens: &[Token], root: usize, code: &str) -> Option<(String, Op
     }
     let (last, server) = segments.split_last()?;
     if !DISPATCH_METHODS.contains(&last.as_ref()) {
-        return Some((segments.join(":"), None));
+        return Some((segments.join(":"), None, i));
     }
-    let name_token = tokens.get(i + 1).filter(|t| t.kind == Kind::Str)?;
-    let name = literal::decode_js_string(&code[name_token.start..name_token.end])
-        .or_else(|| literal::decode_py_string(&code[name_token.start..name_token.end]))?;
+    let (name, name_index) = named_at(tokens, i, code)?;
     let tool = if server.is_empty() {
         name
     } else {
         format!("{}:{name}", server.join(":"))
     };
-    Some((tool, Some(i + 1)))
+    Some((tool, Some(name_index), i))
+}
+
+/// Tokens `named_at` reads past a call's `(` at most (bounded cost on nested calls).
+const MAX_NAME_SCAN: usize = 4096;
+
+/// The tool a dispatch or a tool caller names in its argument list opening at `paren`, as the
+/// parsed path reads it (`tree::tool_call`): a string first, else `name: "x"` in an object
+/// passed first, else a `name="x"` keyword; with the index of that string token.
+fn named_at(tokens: &[Token], paren: usize, code: &str) -> Option<(String, usize)> {
+    let text = |i: usize| tokens.get(i).map(|t| &code[t.start..t.end]);
+    let is_str = |i: usize| tokens.get(i).is_some_and(|t| t.kind == Kind::Str);
+    let decode = |i: usize| {
+        let raw = text(i)?;
+        if raw.starts_with('`') && raw.contains("${") {
+            return None; // an interpolated name cannot be read statically
+        }
+        literal::decode_js_string(raw).or_else(|| literal::decode_py_string(raw))
+    };
+    let first = paren + 1;
+    if is_str(first) {
+        return decode(first).map(|name| (name, first));
+    }
+    let in_object = text(first) == Some("{");
+    let separator = if in_object { ":" } else { "=" };
+    let mut depth = 0usize;
+    let start = if in_object { first + 1 } else { first };
+    let end = tokens.len().min(start + MAX_NAME_SCAN);
+    for (j, scanned) in tokens.iter().enumerate().take(end).skip(start) {
+        let token = &code[scanned.start..scanned.end];
+        match token {
+            "(" | "[" | "{" => depth += 1,
+            ")" | "]" | "}" if depth == 0 => return None,
+            ")" | "]" | "}" => depth -= 1,
+            _ => {}
+        }
+        let is_name_key = (scanned.kind == Kind::Word && token == "name")
+            || (in_object && is_str(j) && decode(j).as_deref() == Some("name"));
+        if depth == 0 && is_name_key && text(j + 1) == Some(separator) && is_str(j + 2) {
+            return decode(j + 2).map(|name| (name, j + 2));
+        }
+    }
+    None
 }
 
 /// `key: lit`, `key = lit` (not `==`), `"key": lit`, or `callee(lit` (first argument).

@@ -16,7 +16,7 @@ use tree_sitter::{Node, Tree};
 use super::grammar::Grammar;
 use super::language::Lang;
 use super::literal;
-use super::tree::{tool_chain, DISPATCH_METHODS};
+use super::tree::{tool_call, ToolArguments};
 
 /// Most steps read from one snippet; later calls are still in `tool_calls`.
 pub const MAX_STEPS: usize = 256;
@@ -255,35 +255,14 @@ pub(crate) fn read_steps(
     Some(steps)
 }
 
-/// The tool a call statically names (`mcp.tool(...)`, `tools.server.tool(...)`,
-/// `mcp.call("tool", ...)`), as the tree walk reads it.
+/// The tool a call statically names, as the tree walk reads it (`tree::tool_call`).
 pub(crate) fn tool_of_call(
     grammar: &'static Grammar,
     code: &str,
     lang: Lang,
     node: Node<'_>,
 ) -> Option<String> {
-    let text = |n: Node<'_>| &code[n.byte_range()];
-    let function = grammar.child(node, "function")?;
-    let segments = tool_chain(grammar, code, lang, function)?;
-    let (last, server) = segments.split_last()?;
-    if !DISPATCH_METHODS.contains(&last.as_ref()) {
-        return Some(segments.join(":"));
-    }
-    let name_node = first_string_arg(grammar, node)?;
-    let name = decode_string(lang, text(name_node))?;
-    Some(if server.is_empty() {
-        name
-    } else {
-        format!("{}:{name}", server.join(":"))
-    })
-}
-
-fn first_string_arg<'t>(grammar: &'static Grammar, call: Node<'t>) -> Option<Node<'t>> {
-    let args = grammar.child(call, "arguments")?;
-    let mut cursor = args.walk();
-    let first = args.named_children(&mut cursor).find(|c| !c.is_extra())?;
-    (grammar.kind(first) == "string").then_some(first)
+    tool_call(grammar, code, lang, node).map(|found| found.tool)
 }
 
 fn decode_string(lang: Lang, raw: &str) -> Option<String> {
@@ -465,18 +444,13 @@ impl<'a, 't> Reader<'a, 't> {
             .named_children(&mut cursor)
             .filter(|c| !c.is_extra())
             .collect();
-        let dispatch = self
-            .grammar
-            .child(call, "function")
-            .and_then(|f| tool_chain(self.grammar, self.code, self.lang, f))
-            .and_then(|chain| {
-                chain
-                    .last()
-                    .map(|last| DISPATCH_METHODS.contains(&last.as_ref()))
-            })
-            .unwrap_or(false);
-        if dispatch && !items.is_empty() {
-            items.remove(0);
+        match tool_call(self.grammar, self.code, self.lang, call).map(|found| found.arguments) {
+            Some(ToolArguments::AfterName) if !items.is_empty() => {
+                items.remove(0);
+            }
+            Some(ToolArguments::Node(node)) => items = vec![node],
+            Some(ToolArguments::Empty) => items.clear(),
+            _ => {}
         }
         let mut named: Vec<(String, Option<Node<'t>>)> = Vec::new();
         let positional = items

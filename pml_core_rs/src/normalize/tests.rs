@@ -540,3 +540,110 @@ fn a_subscript_by_a_string_names_the_tool() {
     assert!(!broken.parse_ok);
     assert_eq!(broken.tool_calls, vec!["get-weather", "b"]);
 }
+
+#[test]
+fn an_sdk_client_or_a_wrapper_calling_a_named_tool_is_a_tool_call() {
+    // The official MCP SDKs' clients, and wrappers generated around them, name the tool in an
+    // argument: the name is read, stays code (two tools never hash alike), and the step's
+    // arguments are the tool's, not the name.
+    let py = norm(
+        "r = await session.call_tool(\"get_weather\", {\"city\": \"Paris\"})\n\
+         await session.call_tool(\"send_mail\", arguments={\"body\": r.content})",
+        "python",
+    );
+    assert!(py.parse_ok);
+    assert_eq!(py.tool_calls, vec!["get_weather", "send_mail"]);
+    let names: Vec<&str> = py.steps[0]
+        .arguments
+        .iter()
+        .map(|a| a.name.as_str())
+        .collect();
+    assert_eq!(names, vec!["city"]);
+    assert_eq!(py.steps[0].arguments[0].parameters, vec!["$CITY"]);
+    assert_eq!(py.steps[1].arguments[0].name, "body");
+    assert_eq!(py.steps[1].depends_on, vec![0]);
+    let other = norm(
+        "r = await session.call_tool(\"get_news\", {\"city\": \"Paris\"})\n\
+         await session.call_tool(\"send_mail\", arguments={\"body\": r.content})",
+        "python",
+    );
+    assert_ne!(py.code_hash, other.code_hash);
+    assert!(!py.template.contains("$CALL_TOOL"), "{}", py.template);
+    let keywords = norm(
+        "await session.call_tool(name=\"get_weather\", arguments={\"city\": \"Paris\"})",
+        "python",
+    );
+    assert_eq!(keywords.tool_calls, vec!["get_weather"]);
+    assert_eq!(keywords.steps[0].arguments[0].name, "city");
+
+    let js = norm(
+        "const r = await client.callTool({name: \"get-weather\", arguments: {city: \"Paris\"}});\n\
+         await callMCPTool('google_drive__get_document', {id: r.id});\n\
+         await mcp.callTool({\"name\": \"list_files\"});",
+        "js",
+    );
+    assert_eq!(
+        js.tool_calls,
+        vec!["get-weather", "google_drive__get_document", "list_files"]
+    );
+    assert_eq!(js.steps[0].arguments[0].name, "city");
+    assert_eq!(js.steps[1].depends_on, vec![0]);
+    assert!(js.steps[2].arguments.is_empty());
+    let renamed = norm(
+        "const r = await client.callTool({name: \"get-news\", arguments: {city: \"Paris\"}});\n\
+         await callMCPTool('google_drive__get_document', {id: r.id});\n\
+         await mcp.callTool({\"name\": \"list_files\"});",
+        "js",
+    );
+    assert_ne!(js.code_hash, renamed.code_hash);
+
+    // a computed name cannot be read statically; other functions are not tool callers
+    for code in [
+        "await session.call_tool(name, {})",
+        "await client.callTool({name: toolName, arguments: {}})",
+        "await client.callTool({name: `get-${x}`})",
+        "await recall_tool(\"x\")",
+        "await client.call(\"x\", {})",
+        "await session.tool(\"x\")",
+    ] {
+        assert!(norm(code, "js").tool_calls.is_empty(), "{code}");
+    }
+    // the token fallback reads the same shapes
+    let broken = norm(
+        "await client.callTool({name: \"get-weather\", arguments: {city: 1}}); \
+         session.call_tool(\"b\", {}); mcp.call_tool(\"c\"); f(",
+        "js",
+    );
+    assert!(!broken.parse_ok);
+    assert_eq!(broken.tool_calls, vec!["get-weather", "b", "c"]);
+}
+
+#[test]
+fn tool_callers_are_a_verb_then_tool() {
+    use super::tree::is_tool_caller;
+    for name in [
+        "call_tool",
+        "callTool",
+        "callMCPTool",
+        "call_mcp_tool",
+        "invokeTool",
+        "run_tool",
+        "executeTool",
+        "use_tool",
+        "CALL_TOOL",
+    ] {
+        assert!(is_tool_caller(name), "{name}");
+    }
+    for name in [
+        "tool",
+        "call",
+        "calltools",
+        "recall_tool",
+        "protocol",
+        "get_tool",
+        "call_tool_2",
+        "é_tool",
+    ] {
+        assert!(!is_tool_caller(name), "{name}");
+    }
+}

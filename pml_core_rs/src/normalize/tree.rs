@@ -91,6 +91,173 @@ fn string_literal(grammar: &Grammar, code: &str, lang: Lang, node: Node<'_>) -> 
     }
 }
 
+/// Verbs of a tool caller (`is_tool_caller`).
+const TOOL_CALLER_VERBS: &[&[u8]] = &[b"call", b"invoke", b"run", b"execute", b"use"];
+
+/// A function or method that, whatever its receiver, calls the tool its argument names
+/// (docs/normalization.md, Tool calls): an MCP SDK client's `session.call_tool("get_weather",
+/// {...})` and `client.callTool({name: "get-weather", arguments: {...}})`, a generated
+/// wrapper's `callMCPTool("drive__get_document", input)`. A verb (`call`, `invoke`, `run`,
+/// `execute`, `use`), then `tool` or `mcp_tool`, in any case, underscores ignored.
+pub(crate) fn is_tool_caller(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    if bytes.len() < 7
+        || bytes.len() > 24
+        || !bytes[bytes.len() - 4..].eq_ignore_ascii_case(b"tool")
+    {
+        return false;
+    }
+    let folded: Vec<u8> = bytes
+        .iter()
+        .filter(|&&b| b != b'_')
+        .map(u8::to_ascii_lowercase)
+        .collect();
+    TOOL_CALLER_VERBS.iter().any(|verb| {
+        folded
+            .strip_prefix(*verb)
+            .is_some_and(|rest| rest == b"tool" || rest == b"mcptool")
+    })
+}
+
+/// Where a tool call's arguments are (what its step reads).
+pub(crate) enum ToolArguments<'t> {
+    /// Every argument of the call: `mcp.read_file({path})`.
+    All,
+    /// Every argument after the first, which names the tool: `mcp.call("read_file", {path})`.
+    AfterName,
+    /// One node: `client.callTool({name, arguments: {path}})`, `call_tool(.., arguments={..})`.
+    Node(Node<'t>),
+    /// None given: `client.callTool({name: "list_files"})`.
+    Empty,
+}
+
+/// A call that statically names a tool (docs/normalization.md, Tool calls).
+pub(crate) struct ToolCall<'t> {
+    /// `server:tool`, or the tool alone.
+    pub tool: String,
+    /// The string literal that names the tool, when one does: it is code, never a parameter,
+    /// so that calls of two tools never hash alike.
+    pub name_literal: Option<Node<'t>>,
+    pub arguments: ToolArguments<'t>,
+}
+
+/// The tool `call` names: through a tool root (`mcp.x(...)`, `tools.server.x(...)`,
+/// `mcp["get-weather"](...)`, a dispatch method `mcp.call("x", ...)`), or through a tool caller
+/// (`is_tool_caller`) whatever its receiver. A dispatch or a caller reads its tool's name from
+/// its first argument when that is a string literal, else from the `name` of an object (or
+/// dict) passed first, else (Python) from a `name=` keyword; a computed name is no tool call.
+/// The tree walk, the step reader and their tests all read calls through this one function.
+pub(crate) fn tool_call<'t>(
+    grammar: &Grammar,
+    code: &str,
+    lang: Lang,
+    call: Node<'t>,
+) -> Option<ToolCall<'t>> {
+    let function = grammar.child(call, "function")?;
+    if let Some(segments) = tool_chain(grammar, code, lang, function) {
+        let (last, server) = segments.split_last()?;
+        if !DISPATCH_METHODS.contains(&last.as_ref()) {
+            return Some(ToolCall {
+                tool: segments.join(":"),
+                name_literal: None,
+                arguments: ToolArguments::All,
+            });
+        }
+        let named = named_by_argument(grammar, code, lang, call)?;
+        if server.is_empty() {
+            return Some(named);
+        }
+        return Some(ToolCall {
+            tool: format!("{}:{}", server.join(":"), named.tool),
+            ..named
+        });
+    }
+    let last = match grammar.kind(function) {
+        "identifier" => function,
+        "member_expression" => grammar.child(function, "property")?,
+        "attribute" => grammar.child(function, "attribute")?,
+        _ => return None,
+    };
+    if !is_tool_caller(&code[last.byte_range()]) {
+        return None;
+    }
+    named_by_argument(grammar, code, lang, call)
+}
+
+/// A dispatch's or a tool caller's tool, named by its arguments (`tool_call`).
+fn named_by_argument<'t>(
+    grammar: &Grammar,
+    code: &str,
+    lang: Lang,
+    call: Node<'t>,
+) -> Option<ToolCall<'t>> {
+    let args = grammar.child(call, "arguments")?;
+    let mut cursor = args.walk();
+    let items: Vec<Node<'t>> = args
+        .named_children(&mut cursor)
+        .filter(|c| !c.is_extra())
+        .collect();
+    let keyword = |name: &str| {
+        items
+            .iter()
+            .find(|item| {
+                grammar.kind(**item) == "keyword_argument"
+                    && grammar
+                        .child(**item, "name")
+                        .is_some_and(|n| &code[n.byte_range()] == name)
+            })
+            .and_then(|item| grammar.child(*item, "value"))
+    };
+    let first = items
+        .first()
+        .copied()
+        .filter(|item| grammar.kind(*item) != "keyword_argument");
+    let Some(first) = first else {
+        // Python keywords only: `session.call_tool(name="get_weather", arguments={...})`
+        let literal = keyword("name")?;
+        return Some(ToolCall {
+            tool: string_literal(grammar, code, lang, literal)?,
+            name_literal: Some(literal),
+            arguments: keyword("arguments").map_or(ToolArguments::Empty, ToolArguments::Node),
+        });
+    };
+    if let Some(tool) = string_literal(grammar, code, lang, first) {
+        return Some(ToolCall {
+            tool,
+            name_literal: Some(first),
+            arguments: keyword("arguments").map_or(ToolArguments::AfterName, ToolArguments::Node),
+        });
+    }
+    if !matches!(grammar.kind(first), "object" | "dictionary") {
+        return None;
+    }
+    let mut named = None;
+    let mut arguments = ToolArguments::Empty;
+    let mut pairs = first.walk();
+    for pair in first.named_children(&mut pairs) {
+        if grammar.kind(pair) != "pair" {
+            continue;
+        }
+        let (Some(key), Some(value)) = (grammar.child(pair, "key"), grammar.child(pair, "value"))
+        else {
+            continue;
+        };
+        let key = string_literal(grammar, code, lang, key)
+            .unwrap_or_else(|| code[key.byte_range()].to_owned());
+        match key.as_str() {
+            "name" => named = string_literal(grammar, code, lang, value).map(|t| (t, value)),
+            "arguments" => arguments = ToolArguments::Node(value),
+            _ => {}
+        }
+    }
+    let (tool, literal) = named?;
+    Some(ToolCall {
+        tool,
+        name_literal: Some(literal),
+        arguments,
+    })
+}
+
 pub struct TreeResult {
     pub params: Vec<RawParam>,
     pub tool_calls: Vec<String>,
@@ -490,33 +657,13 @@ impl<'a, 't> Walker<'a, 't> {
             }
             return;
         }
-        let Some(segments) = tool_chain(grammar, self.code, self.lang, function) else {
+        let Some(found) = tool_call(grammar, self.code, self.lang, node) else {
             return;
         };
-        let Some((last, server)) = segments.split_last() else {
-            return;
-        };
-        let tool = if DISPATCH_METHODS.contains(&last.as_ref()) {
-            let Some(name_node) = self.first_string_arg(node) else {
-                return; // a computed tool name cannot be read statically
-            };
-            self.code_literals.insert(name_node.start_byte());
-            let text = self.text(name_node);
-            let decoded = if self.lang.is_python() {
-                literal::decode_py_string(text)
-            } else {
-                literal::decode_js_string(text)
-            };
-            let Some(name) = decoded else { return };
-            if server.is_empty() {
-                name
-            } else {
-                format!("{}:{name}", server.join(":"))
-            }
-        } else {
-            segments.join(":")
-        };
-        self.tool_calls.push(tool);
+        if let Some(literal) = found.name_literal {
+            self.code_literals.insert(literal.start_byte());
+        }
+        self.tool_calls.push(found.tool);
     }
 
     /// The name a literal's context gives it: object key, keyword argument, assigned

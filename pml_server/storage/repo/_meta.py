@@ -14,6 +14,7 @@ _ALLOCATOR_KEY = b"allocator/"
 _STATS_KEY = b"stats/"
 _SNAPSHOT_KEY = b"snapshot/"
 _PLACEHOLDERS_KEY = b"placeholders_renamed"
+_TOOL_NAMES_KEY = b"tool_names_read"
 
 
 class MetaRows:
@@ -34,6 +35,14 @@ class MetaRows:
 
     def put_placeholders_renamed(self) -> Op:
         return (CF_META, _PLACEHOLDERS_KEY, b"1")
+
+    def tool_names_read(self) -> bool:
+        """Whether every stored pattern whose code names its tools in an argument is keyed by
+        today's hash (docs/normalization.md, Tool calls)."""
+        return self.store.get(CF_META, _TOOL_NAMES_KEY) is not None
+
+    def put_tool_names_read(self) -> Op:
+        return (CF_META, _TOOL_NAMES_KEY, b"1")
 
     def allocator_mark(self, name: str) -> int:
         raw = self.store.get(CF_META, _ALLOCATOR_KEY + name.encode())

@@ -1,0 +1,151 @@
+"""What an older build's normalizer left in a store, brought to today's once per store
+(docs/storage.md, Migrations), each pattern rewritten under its lock and audited, then a meta
+row marking the store done (a close before the end writes no marker; the next open resumes,
+and every rewrite is idempotent):
+- `rekey_tool_names`, before the server is ready: an older build read the tool named in an
+  argument (`session.call_tool("get_weather", ...)`, `client.callTool({name: ...})`) as a
+  parameter, so such code hashed alike for two tools (docs/normalization.md, Tool calls). A
+  pattern whose stored (redacted) code now gives another template moves to today's hash, so
+  the next run of its code finds it.
+- `rename_placeholders`, while serving: an older build named a placeholder after a credential
+  in an object key (docs/normalization.md, Placeholder names). A pattern whose template,
+  parameters or schema differ from what today's normalizer derives is rewritten.
+Both derive the template, parameters, schema and counters' value names again with
+`capture.placeholders.renamed`."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+
+from pml_server.capture.normalize import NormalizedCode
+from pml_server.capture.placeholders import renamed
+from pml_server.domain.errors import InvalidArgumentError
+from pml_server.domain.records import PatternCounters, PatternRecord
+from pml_server.service._state import EngineState
+from pml_server.service._writes import Change, audit, await_durable, commit
+from pml_server.storage.keys import CF_PATTERNS, split_tenant
+from pml_server.storage.seam import Op
+
+_PAGE = 1_000
+# Every code the tool-name rule reads differently holds one of these (a tool caller ends in
+# `tool`; a dispatch through `mcp` or `tools` is `call`, `callTool`, `call_tool` or `invoke`):
+# other patterns are not normalized again.
+_TOOL_NAME_MARKERS = ("tool", "call", "invoke")
+
+
+def rekey_tool_names(state: EngineState, stop: threading.Event) -> int:
+    """Move every pattern whose code names its tools in an argument to today's hash; returns
+    how many moved."""
+    if state.repo.meta.tool_names_read():
+        return 0
+    moved = sum(_rekey_one(state, tenant, found) for tenant, found in _every_pattern(state, stop))
+    if not stop.is_set():
+        state.store.write([state.repo.meta.put_tool_names_read()])
+    return moved
+
+
+def rename_placeholders(state: EngineState, stop: threading.Event) -> int:
+    """Rewrite every pattern whose placeholder names are stale; returns how many."""
+    if state.repo.meta.placeholders_renamed():
+        return 0
+    rewritten = sum(
+        _rename_one(state, tenant, found) for tenant, found in _every_pattern(state, stop)
+    )
+    if not stop.is_set():
+        state.store.write([state.repo.meta.put_placeholders_renamed()])
+    return rewritten
+
+
+def _every_pattern(
+    state: EngineState, stop: threading.Event
+) -> Iterator[tuple[str, PatternRecord]]:
+    """Every stored pattern of every tenant, a page at a time, until `stop` is set."""
+    start: bytes | None = None
+    while True:
+        rows = state.store.scan(CF_PATTERNS, b"", start=start, limit=_PAGE)
+        for key, raw in rows:
+            if stop.is_set():
+                return
+            yield split_tenant(key)[0], PatternRecord.from_json(raw)
+        if len(rows) < _PAGE:
+            return
+        start = rows[-1][0] + b"\x00"
+
+
+def _normalized_again(state: EngineState, found: PatternRecord) -> NormalizedCode | None:
+    try:
+        return state.rules.normalizer(found.original_code, found.language)
+    except InvalidArgumentError:
+        return None  # the stored code no longer normalizes (a smaller limit): left as it is
+
+
+def _rekey_one(state: EngineState, tenant: str, found: PatternRecord) -> int:
+    code = found.original_code.lower()
+    if not any(marker in code for marker in _TOOL_NAME_MARKERS):
+        return 0
+    normalized = _normalized_again(state, found)
+    # Another template is what the rule changes; a hash alone that differs (the stored code is
+    # the redacted one) is no reason to move a pattern its runs still find.
+    if normalized is None or normalized.template == found.template:
+        return 0
+    if normalized.code_hash == found.code_hash:
+        return 0
+    repo = state.repo
+    with state.locks.pattern.lock_for(tenant, found.code_hash):
+        pattern = repo.patterns.pattern(tenant, found.id)
+        if pattern is None or pattern.code_hash != found.code_hash:
+            return 0
+        if repo.patterns.pattern_id_for_hash(tenant, normalized.code_hash) is not None:
+            return 0  # a pattern already holds the new hash: it is the one runs find
+        counters = repo.patterns.counters(tenant, pattern.id)
+        record, new_counters = renamed(pattern, counters, normalized) or (pattern, None)
+        record = replace(record, code_hash=normalized.code_hash)
+        keys = [
+            repo.patterns.delete_hash(tenant, found.code_hash),
+            repo.patterns.put_hash(tenant, record.code_hash, record.id),
+        ]
+        entry = {"action": "rekeyed", "code_hash": record.code_hash}
+        _rewrite(state, tenant, record, new_counters, keys, {**entry, "former": found.code_hash})
+    return 1
+
+
+def _rename_one(state: EngineState, tenant: str, found: PatternRecord) -> int:
+    normalized = _normalized_again(state, found)
+    if normalized is None or renamed(found, None, normalized) is None:
+        return 0
+    repo = state.repo
+    with state.locks.pattern.lock_for(tenant, found.code_hash):
+        pattern = repo.patterns.pattern(tenant, found.id)
+        if pattern is None:
+            return 0
+        counters = repo.patterns.counters(tenant, pattern.id)
+        now = renamed(pattern, counters, normalized)
+        if now is None:
+            return 0
+        record, new_counters = now
+        _rewrite(state, tenant, record, new_counters, [], {"action": "placeholders_renamed"})
+    return 1
+
+
+def _rewrite(
+    state: EngineState,
+    tenant: str,
+    record: PatternRecord,
+    counters: PatternCounters | None,
+    ops: list[Op],
+    entry: dict[str, str],
+) -> None:
+    """Write `record` (and `counters`, when given) with `ops`, audited, and wait until durable;
+    the caller holds the pattern's lock."""
+    repo = state.repo
+    change = Change()
+    change.put_pattern(repo.patterns.put_pattern(tenant, record), record)
+    if counters is not None:
+        change.put_counters(
+            repo.patterns.put_counters(tenant, record.id, counters), record.id, counters
+        )
+    change.ops += ops
+    audit(state, tenant, change, {**entry, "pattern_id": record.id})
+    await_durable(commit(state, tenant, change))
