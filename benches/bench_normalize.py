@@ -9,6 +9,9 @@ Every figure is a ratio measured in the same run:
 - the read path (`with_steps=True`, steps derived on read: docs/normalization.md, Steps) over
   the capture path: reading the steps walks the tree once more (target >= 0.7, at most about
   0.43 more time);
+- valid but hostile input: 1 MB of nested tool callers (`call_tool(call_tool(...`) and of nested
+  dispatches (`mcp.call(mcp.call(...`) against nested plain calls (target >= 0.2: the search
+  for a tool's name is bounded per call);
 - Python threads calling `normalize`: 2 threads on byte-balanced halves over 1 thread on all
   (GIL released; target >= 1.7), with the CPU time of both runs beside it.
 """
@@ -225,7 +228,41 @@ def run(large: bool) -> list[Row]:
         sub_bytes = sum(len(code.encode()) for code, _ in subset)
         rows += _ratio_rows(f"normalize+hash throughput ({language})", sub_bytes, best, {})
     rows.append(_steps_row(items, nbytes, repeats))
+    rows += _hostile_rows(repeats)
     rows.append(_thread_row(items, nbytes, repeats))
+    return rows
+
+
+# Valid but hostile shapes (1 MB each, nested past the parser's depth guard, so the token
+# fallback reads them): each call a tool root's dispatch or a tool caller looks for a name in.
+_HOSTILE = {"tool callers": "call_tool(", "dispatch calls": "mcp.call("}
+_PLAIN = "foo.bar("
+
+
+def _hostile_rows(repeats: int) -> list[Row]:
+    """Nested tool callers and dispatches against nested plain calls of the same size: the
+    search for a tool's name is bounded per call (docs/normalization.md, Tool calls)."""
+    size = 1_000_000
+    plain = (_PLAIN * (size // len(_PLAIN)))[:size]
+    rows = []
+    for name, unit in _HOSTILE.items():
+        code = (unit * (size // len(unit)))[:size]
+        best = _best_pair(
+            repeats,
+            partial(_capture, code, "javascript"),
+            partial(_capture, plain, "javascript"),
+        )
+        rows.append(
+            Row(
+                suite="normalize",
+                metric=f"nested {name} throughput (hostile input)",
+                value=_mb_per_s(size, best["ours_wall"]),
+                unit="MB/s",
+                baseline=_mb_per_s(size, best["base_wall"]),
+                baseline_name="nested plain calls",
+                target=0.2,
+            )
+        )
     return rows
 
 

@@ -201,8 +201,10 @@ fn tool_call_at(
     Some((tool, Some(name_index), i))
 }
 
-/// Tokens `named_at` reads past a call's `(` at most (bounded cost on nested calls).
-const MAX_NAME_SCAN: usize = 4096;
+/// Tokens `named_at` reads past a call's `(` at most: a name given after a long `arguments`
+/// object is not read here (the parsed path reads it), and code nesting tool callers costs a
+/// bounded time per call (4 MB of `call_tool(call_tool(...` stays near a plain scan).
+const MAX_NAME_SCAN: usize = 64;
 
 /// The tool a dispatch or a tool caller names in its argument list opening at `paren`, as the
 /// parsed path reads it (`tree::tool_call`): a string first, else `name: "x"` in an object
