@@ -109,8 +109,41 @@ def tool_signature(tools: Sequence[str]) -> tuple[str, ...]:
 def tools_disagree(code_tools: Sequence[str], used: Sequence[str], parse_ok: bool) -> bool:
     """Rule 4: the code's statically read tool calls name other tools than the run used.
     Compared as sets: a loop or a branch legitimately changes counts and order at run time.
-    When the code did not parse, nothing was read statically and nothing can disagree."""
-    return parse_ok and set(code_tools) != set(used)
+    A name agrees with the same name under or without its server's namespace, however each
+    side writes it (`same_tool`). When the code did not parse, nothing was read statically and
+    nothing can disagree."""
+    if not parse_ok:
+        return False
+    code, run = set(code_tools), set(used)
+    if code == run:
+        return False
+    return not (
+        all(any(same_tool(c, r) for r in run) for c in code)
+        and all(any(same_tool(c, r) for c in code) for r in run)
+    )
+
+
+# How clients join a server's name and a tool's: `github:create_issue` (pml's code reading of
+# `mcp.github.create_issue`), `mcp__github__create_issue` (Claude Code), `github/create_issue`,
+# `github.create_issue`.
+_NAMESPACE = re.compile(r"__|[:/.]")
+
+
+def same_tool(a: str, b: str) -> bool:
+    """The same tool, named with or without its server (docs/capture.md, rule 4): the
+    segments of one name, a leading `mcp` aside, end the other's (`create_issue`,
+    `github:create_issue` and `mcp__github__create_issue` are one tool; `gitlab:create_issue`
+    and `github:create_issue` are two)."""
+    if a == b:
+        return True
+    sa, sb = _segments(a), _segments(b)
+    short, long = (sa, sb) if len(sa) <= len(sb) else (sb, sa)
+    return bool(short) and long[len(long) - len(short) :] == short
+
+
+def _segments(name: str) -> list[str]:
+    parts = [p for p in _NAMESPACE.split(name) if p]
+    return parts[1:] if len(parts) > 1 and parts[0].lower() == "mcp" else parts
 
 
 def redacted_values(params: Sequence[NormalizedParam]) -> dict[str, str]:

@@ -21,6 +21,7 @@ from pml_server.capture.rules import (
     push_recent,
     redacted_values,
     run_succeeded,
+    same_tool,
     tool_signature,
     tools_disagree,
     tools_used,
@@ -67,6 +68,38 @@ def test_tool_disagreement_is_by_tool_set_and_needs_a_parse() -> None:
     assert not tools_disagree(("read", "write"), ("read", "read", "write"), parse_ok=True)
     assert tools_disagree(("read", "write"), ("read", "upload"), parse_ok=True)
     assert not tools_disagree((), ("read",), parse_ok=False)
+
+
+def test_a_tool_agrees_with_itself_under_or_without_its_servers_namespace() -> None:
+    # the code reads `mcp.github.create_issue(...)` as `github:create_issue`; clients report
+    # `create_issue`, `mcp__github__create_issue` (Claude Code), `github/create_issue`...
+    code = ("github:create_issue", "read_file")
+    for run in [
+        ("create_issue", "read_file"),
+        ("mcp__github__create_issue", "fs__read_file"),
+        ("github/create_issue", "mcp__filesystem__read_file", "read_file"),
+    ]:
+        assert not tools_disagree(code, run, parse_ok=True), run
+    assert tools_disagree(code, ("gitlab:create_issue", "read_file"), parse_ok=True)
+    assert tools_disagree(code, ("create_issue",), parse_ok=True)  # read_file did not run
+    assert tools_disagree(("create_issue",), ("create_issue", "mcp__x__delete"), parse_ok=True)
+    assert same_tool("mcp", "github:mcp")  # a tool named `mcp` is a tool, not a namespace
+    assert not same_tool("mcp__github__x", "gitlab:x")
+    assert not same_tool("issue", "github:create_issue")
+
+
+@given(
+    st.lists(st.sampled_from(["a", "b", "gh:a", "mcp__gh__b", "gl/a"]), max_size=4),
+    st.lists(st.sampled_from(["a", "b", "gh:a", "mcp__gh__b", "gl/a"]), max_size=4),
+)
+def test_tool_agreement_is_symmetric_and_exact_names_always_agree(
+    code: list[str], run: list[str]
+) -> None:
+    assert tools_disagree(code, run, parse_ok=True) == tools_disagree(run, code, parse_ok=True)
+    assert not tools_disagree(code, list(reversed(code)) * 2, parse_ok=True)
+    for a in code:
+        for b in run:
+            assert same_tool(a, b) == same_tool(b, a)
 
 
 def test_secrets_are_redacted() -> None:

@@ -147,6 +147,24 @@ def test_rule4_a_tool_called_by_a_string_subscript_is_read_from_the_code(engine:
     assert pattern.steps[1].depends_on == (0,)
 
 
+def test_rule4_a_tool_reported_under_its_servers_namespace_agrees_with_the_code(
+    engine: Engine,
+) -> None:
+    # the code names `github:create_issue`; Claude Code reports `mcp__github__create_issue`
+    record = ExecutionRecord(
+        request_id="r1",
+        intent="File a bug about the login page",
+        code='await mcp.github.create_issue({title: "Login broken"});',
+        language="javascript",
+        tool_calls=(ToolCall("mcp__github__create_issue"),),
+    )
+    result = engine.record("t", record)
+    assert not result.tool_mismatch
+    assert engine.get_pattern("t", result.pattern_id).tool_mismatch_count == 0
+    other = replace(record, request_id="r2", tool_calls=(ToolCall("mcp__gitlab__create_issue"),))
+    assert engine.record("t", other).tool_mismatch  # another server's tool
+
+
 def test_rule3_runs_of_two_tools_through_an_sdk_client_are_two_patterns(engine: Engine) -> None:
     # The MCP SDKs' clients name the tool in an argument (`session.call_tool("get_weather",
     # ...)`): the name is code, so two tools never share a pattern, and the run agrees with its
