@@ -48,6 +48,7 @@ __all__ = [
     "rank_next",
     "rank_query",
     "recency_factor",
+    "same_tool",
     "sha256_tagged",
 ]
 
@@ -382,6 +383,10 @@ def rank_next(
 def pattern_semantic(cosines: list[float]) -> float:
     """A pattern's semantic part from its intents' cosines: the weighted mean of the best three
     (weights 1, 0.25, 0.0625), at least 0; 0.0 without cosines (docs/ranking.md, Pipeline)."""
+
+def same_tool(a: str, b: str) -> bool:
+    """Whether two names are one tool, with or without its server's namespace: split at `:`,
+    `__`, `/` and `.` (a leading `mcp` aside), the segments of one end the other's."""
 
 def recency_factor(last_used_ms: int, now_ms: int, params: RankParams) -> float:
     """The formula's recency factor: 1.0 while unused for at most recency_full_days, then

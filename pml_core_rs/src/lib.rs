@@ -11,6 +11,7 @@ pub mod index;
 pub mod lexical;
 pub mod normalize;
 pub mod ranking;
+pub mod tool_names;
 
 #[cfg(feature = "python")]
 mod python;

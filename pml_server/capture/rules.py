@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from pml_server import _core
 from pml_server.capture.normalize import NormalizedCode, NormalizedParam
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 from pml_server.domain.limits import LIMITS, Limit, Limits, session_id_problem
@@ -123,27 +124,10 @@ def tools_disagree(code_tools: Sequence[str], used: Sequence[str], parse_ok: boo
     )
 
 
-# How clients join a server's name and a tool's: `github:create_issue` (pml's code reading of
-# `mcp.github.create_issue`), `mcp__github__create_issue` (Claude Code), `github/create_issue`,
-# `github.create_issue`.
-_NAMESPACE = re.compile(r"__|[:/.]")
-
-
 def same_tool(a: str, b: str) -> bool:
-    """The same tool, named with or without its server (docs/capture.md, rule 4): the
-    segments of one name, a leading `mcp` aside, end the other's (`create_issue`,
-    `github:create_issue` and `mcp__github__create_issue` are one tool; `gitlab:create_issue`
-    and `github:create_issue` are two)."""
-    if a == b:
-        return True
-    sa, sb = _segments(a), _segments(b)
-    short, long = (sa, sb) if len(sa) <= len(sb) else (sb, sa)
-    return bool(short) and long[len(long) - len(short) :] == short
-
-
-def _segments(name: str) -> list[str]:
-    parts = [p for p in _NAMESPACE.split(name) if p]
-    return parts[1:] if len(parts) > 1 and parts[0].lower() == "mcp" else parts
+    """The same tool, named with or without its server (docs/capture.md, rule 4): the core's
+    rule, which `available_tools` applies too (`tool_names.rs`)."""
+    return _core.same_tool(a, b)
 
 
 def redacted_values(params: Sequence[NormalizedParam]) -> dict[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pml_server import _core
 from pml_server.domain.model import ScoreParts
 from pml_server.ranking.settings import (
     AVAILABLE_TOOLS,
@@ -32,7 +33,12 @@ def _flagged(candidate: Candidate, _: ScoreParts, settings: FilterSettings) -> s
 def _available_tools(candidate: Candidate, _: ScoreParts, settings: FilterSettings) -> str | None:
     if settings.available_tools is None:
         return None
-    missing = sorted(set(candidate.pattern.tools_used) - settings.available_tools)
+    available = settings.available_tools
+    missing = sorted(
+        t
+        for t in set(candidate.pattern.tools_used)
+        if t not in available and not any(_core.same_tool(t, a) for a in available)
+    )
     if missing:
         return "needs tools the caller cannot reach: " + ", ".join(missing)
     return None

@@ -25,7 +25,17 @@ from testing.ranking_oracle.path import Retrieved
 from tests.support import Clock, make_record, open_engine
 
 WORDS = ["read", "parse", "csv", "json", "upload", "send", "email", "report", "image", "zip"]
-TOOLS = ["read_file", "parse_csv", "gmail_send", "s3_put", "resize", "zip", "search"]
+# namespaced spellings of one tool too (`read_file`, `fs:read_file`, `mcp__fs__read_file`)
+TOOLS = [
+    "read_file",
+    "parse_csv",
+    "gmail_send",
+    "s3_put",
+    "resize",
+    "fs:read_file",
+    "mcp__fs__read_file",
+    "search",
+]
 TAGS = ["prod", "beta"]
 # One hit of each index per suggestion asked: the unrestricted shortlist is tiny.
 TINY_FETCH = RankingConfig(overfetch=1)
@@ -154,4 +164,24 @@ def test_a_permitted_pattern_far_from_the_shortlist_is_found(tmp_path: Path) -> 
     for explain in (False, True):
         answer = engine.suggest("t", replace(offered, explain=explain))
         assert [s.pattern.tools_used for s in answer.suggestions] == [("search_engine_query",)]
+    engine.close()
+
+
+def test_an_offered_tool_is_the_stored_one_under_or_without_its_namespace(tmp_path: Path) -> None:
+    """One memory, two clients naming tools differently (docs/ranking.md, Context filters):
+    a pattern recorded with `github:create_issue` is runnable by an agent offered Claude Code's
+    `mcp__github__create_issue` or the bare `create_issue`, not by one offered another
+    server's tool of that name."""
+    engine = open_engine(tmp_path, Clock())
+    engine.record("t", make_record("i", "file a bug about the login page", ["github:create_issue"]))
+    engine.record("t", make_record("r", "read the config file", ["mcp__fs__read_file"]))
+    query = SuggestQuery("report a bug on login", min_match=0.0, min_success=0.0)
+    for offered, tools in [
+        (("mcp__github__create_issue",), [("github:create_issue",)]),
+        (("create_issue", "read_file"), [("github:create_issue",), ("mcp__fs__read_file",)]),
+        (("gitlab:create_issue", "create_issues", "fs:read"), []),
+    ]:
+        for explain in (False, True):
+            answer = engine.suggest("t", replace(query, available_tools=offered, explain=explain))
+            assert [s.pattern.tools_used for s in answer.suggestions] == tools, offered
     engine.close()

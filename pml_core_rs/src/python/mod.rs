@@ -98,6 +98,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ranking::rank_next, m)?)?;
     m.add_function(wrap_pyfunction!(ranking::pattern_semantic, m)?)?;
     m.add_function(wrap_pyfunction!(ranking::recency_factor, m)?)?;
+    m.add_function(wrap_pyfunction!(ranking::same_tool, m)?)?;
     m.add_function(wrap_pyfunction!(ranking::beta_mean, m)?)?;
     m.add("HNSW_SCORE_ERROR", crate::index::half::MAX_SCORE_ERROR)?;
     m.add("NORMALIZER_VERSION", crate::normalize::NORMALIZER_VERSION)?;

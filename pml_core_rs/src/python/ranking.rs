@@ -583,6 +583,13 @@ pub(super) fn pattern_semantic(mut cosines: Vec<f64>) -> f64 {
     ranking::formula::pattern_semantic(&mut cosines).unwrap_or(0.0)
 }
 
+/// Whether two names are one tool, with or without its server's namespace
+/// (`tool_names::same_tool`).
+#[pyfunction]
+pub(super) fn same_tool(a: &str, b: &str) -> bool {
+    crate::tool_names::same_tool(a, b)
+}
+
 /// The formula's recency factor (`formula::recency_factor`).
 #[pyfunction]
 pub(super) fn recency_factor(last_used_ms: i64, now_ms: i64, params: &PyRankParams) -> f64 {

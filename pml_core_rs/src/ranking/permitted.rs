@@ -47,7 +47,7 @@ pub fn permitted(table: &RankTable, filters: &Filters, params: &Params) -> Optio
     let available: Option<FxHashSet<NameId>> = filters
         .available_tools
         .as_ref()
-        .map(|tools| tools.iter().filter_map(|t| table.name_id(t)).collect());
+        .map(|tools| table.tool_ids(tools).into_iter().collect());
     let tags: Option<Vec<NameId>> = filters.tags.iter().map(|t| table.name_id(t)).collect();
     let mut slots = Vec::new();
     let mut rankable = 0usize;

@@ -108,7 +108,7 @@ fn resolve(table: &RankTable, filters: &Filters) -> Resolved {
     let available = filters
         .available_tools
         .as_ref()
-        .map(|tools| tools.iter().filter_map(|t| table.name_id(t)).collect());
+        .map(|tools| table.tool_ids(tools).into_iter().collect());
     let tags = filters
         .tags
         .iter()

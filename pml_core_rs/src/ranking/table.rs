@@ -9,7 +9,8 @@
 //! are kept in their rows instead, so a deleted capability leaves nothing behind. Rows of
 //! deleted patterns are freed and their slots reused.
 
-use std::collections::HashMap;
+use crate::tool_names::{same_tool, tool_part};
+use std::collections::{HashMap, HashSet};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -186,6 +187,31 @@ impl RankTable {
     /// The id of a name already interned (a name no row ever had is None).
     pub fn name_id(&self, name: &str) -> Option<NameId> {
         self.name_id.get(name).copied()
+    }
+
+    /// The ids of every name a row has that is one of `tools`, with or without its server's
+    /// namespace (`tool_names::same_tool`: docs/ranking.md, Context filters). A name must end
+    /// with one of their tool parts to be compared; names no row has are not listed.
+    pub fn tool_ids(&self, tools: &[String]) -> Vec<NameId> {
+        let mut ids: Vec<NameId> = tools.iter().filter_map(|t| self.name_id(t)).collect();
+        let exact: HashSet<NameId> = ids.iter().copied().collect();
+        // one tool has one last segment: only offered names with a stored name's are compared
+        let mut by_part: HashMap<&str, Vec<&str>> = HashMap::new();
+        for tool in tools {
+            if let Some(part) = tool_part(tool) {
+                by_part.entry(part).or_default().push(tool);
+            }
+        }
+        for (id, name) in self.names.iter().enumerate() {
+            if exact.contains(&(id as NameId)) {
+                continue;
+            }
+            let offered = tool_part(name).and_then(|part| by_part.get(part));
+            if offered.is_some_and(|offered| offered.iter().any(|t| same_tool(t, name))) {
+                ids.push(id as NameId);
+            }
+        }
+        ids
     }
 
     pub fn name(&self, id: NameId) -> &str {
