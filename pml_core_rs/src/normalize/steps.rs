@@ -16,7 +16,7 @@ use tree_sitter::{Node, Tree};
 use super::grammar::Grammar;
 use super::language::Lang;
 use super::literal;
-use super::tree::{tool_call, ToolArguments};
+use super::tree::{tool_call, ToolArguments, ToolCall};
 
 /// Most steps read from one snippet; later calls are still in `tool_calls`.
 pub const MAX_STEPS: usize = 256;
@@ -163,7 +163,7 @@ pub(crate) fn read_steps(
 ) -> Option<Vec<RawStep>> {
     let grammar = lang.tables();
     // (call, tool, deferred): deferred inside a loop or a callback (see `deferred_scope`).
-    let mut calls: Vec<(Node<'_>, String, bool)> = Vec::new();
+    let mut calls: Vec<(Node<'_>, ToolCall<'_>, bool)> = Vec::new();
     let mut sites: Vec<(usize, Node<'_>, Option<Node<'_>>)> = Vec::new(); // (position, pattern, value)
                                                                           // Per ancestor of the cursor's node: its kind and whether its children are deferred. Kept
                                                                           // by the walk itself, because `Node::parent` rescans siblings (quadratic on long code).
@@ -175,8 +175,8 @@ pub(crate) fn read_steps(
         let kind = grammar.kind(node);
         let (parent_kind, inherited) = scopes.last().copied().unwrap_or(("", false));
         if matches!(kind, "call_expression" | "call") {
-            if let Some(tool) = tool_of_call(grammar, code, lang, node) {
-                calls.push((node, tool, inherited));
+            if let Some(found) = tool_call(grammar, code, lang, node) {
+                calls.push((node, found, inherited));
             }
         }
         binding_sites(grammar, lang, node, kind, &mut sites);
@@ -194,7 +194,8 @@ pub(crate) fn read_steps(
             scopes.pop();
         }
     }
-    if calls.len() != tool_calls.len() || calls.iter().zip(tool_calls).any(|(c, t)| &c.1 != t) {
+    if calls.len() != tool_calls.len() || calls.iter().zip(tool_calls).any(|(c, t)| &c.1.tool != t)
+    {
         return None;
     }
     calls.truncate(MAX_STEPS);
@@ -236,8 +237,8 @@ pub(crate) fn read_steps(
         reader.bind(pattern, position, &binding, String::new(), 0);
     }
     let mut steps = Vec::with_capacity(calls.len());
-    for (index, (node, tool, deferred)) in calls.iter().enumerate() {
-        let arguments = reader.arguments(*node);
+    for (index, (node, found, deferred)) in calls.iter().enumerate() {
+        let arguments = reader.arguments(*node, &found.arguments);
         let mut depends_on: Vec<usize> = arguments
             .iter()
             .flat_map(|a| a.sources.iter().map(|s| s.step))
@@ -246,23 +247,13 @@ pub(crate) fn read_steps(
         depends_on.sort_unstable();
         depends_on.dedup();
         steps.push(RawStep {
-            tool: tool.clone(),
+            tool: found.tool.clone(),
             arguments,
             depends_on,
             flow_known: !deferred,
         });
     }
     Some(steps)
-}
-
-/// The tool a call statically names, as the tree walk reads it (`tree::tool_call`).
-pub(crate) fn tool_of_call(
-    grammar: &'static Grammar,
-    code: &str,
-    lang: Lang,
-    node: Node<'_>,
-) -> Option<String> {
-    tool_call(grammar, code, lang, node).map(|found| found.tool)
 }
 
 fn decode_string(lang: Lang, raw: &str) -> Option<String> {
@@ -434,8 +425,9 @@ impl<'a, 't> Reader<'a, 't> {
             .map(|(_, b)| b)
     }
 
-    /// The arguments of a tool call: an object (or dict) passed alone is read key by key.
-    fn arguments(&mut self, call: Node<'t>) -> Vec<RawArgument> {
+    /// The arguments of a tool call, from where `which` says they are (`tree::tool_call`): an
+    /// object (or dict) passed alone is read key by key.
+    fn arguments(&mut self, call: Node<'t>, which: &ToolArguments<'t>) -> Vec<RawArgument> {
         let Some(args) = self.grammar.child(call, "arguments") else {
             return Vec::new();
         };
@@ -444,12 +436,12 @@ impl<'a, 't> Reader<'a, 't> {
             .named_children(&mut cursor)
             .filter(|c| !c.is_extra())
             .collect();
-        match tool_call(self.grammar, self.code, self.lang, call).map(|found| found.arguments) {
-            Some(ToolArguments::AfterName) if !items.is_empty() => {
+        match which {
+            ToolArguments::AfterName if !items.is_empty() => {
                 items.remove(0);
             }
-            Some(ToolArguments::Node(node)) => items = vec![node],
-            Some(ToolArguments::Empty) => items.clear(),
+            ToolArguments::Node(node) => items = vec![*node],
+            ToolArguments::Empty => items.clear(),
             _ => {}
         }
         let mut named: Vec<(String, Option<Node<'t>>)> = Vec::new();

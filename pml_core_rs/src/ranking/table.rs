@@ -62,6 +62,9 @@ pub struct RankTable {
     /// The analysed words of each tool name (`ranking.plans.tool_words`), by name id; empty
     /// for tags and for tools set without words.
     words: Vec<Box<[Box<str>]>>,
+    /// Each name's tool part (`tool_names::tool_part`: `create_issue` for
+    /// `mcp__github__create_issue`), by name id, read by `tool_ids` on every filtered query.
+    parts: Vec<Box<str>>,
     /// The tools each analysed name word belongs to.
     word_tools: HashMap<Box<str>, Vec<NameId>>,
     /// The tool profiles in the primary index's space (docs/ranking.md, Steps, "Tool
@@ -146,6 +149,7 @@ impl Default for RankTable {
             names: Vec::new(),
             name_id: HashMap::new(),
             words: Vec::new(),
+            parts: Vec::new(),
             word_tools: HashMap::new(),
             profiles: ProfileSet::kept(),
             companion: ProfileSet::default(),
@@ -180,6 +184,7 @@ impl RankTable {
         let id = self.names.len() as NameId;
         self.names.push(name.to_owned());
         self.words.push(Box::default());
+        self.parts.push(tool_part(name).unwrap_or_default().into());
         self.name_id.insert(name.to_owned(), id);
         id
     }
@@ -190,8 +195,9 @@ impl RankTable {
     }
 
     /// The ids of every name a row has that is one of `tools`, with or without its server's
-    /// namespace (`tool_names::same_tool`: docs/ranking.md, Context filters). A name must end
-    /// with one of their tool parts to be compared; names no row has are not listed.
+    /// namespace (`tool_names::same_tool`: docs/ranking.md, Context filters). Only a name whose
+    /// tool part (kept at interning) is an offered name's is compared; names no row has are not
+    /// listed.
     pub fn tool_ids(&self, tools: &[String]) -> Vec<NameId> {
         let mut ids: Vec<NameId> = tools.iter().filter_map(|t| self.name_id(t)).collect();
         let exact: HashSet<NameId> = ids.iter().copied().collect();
@@ -202,11 +208,11 @@ impl RankTable {
                 by_part.entry(part).or_default().push(tool);
             }
         }
-        for (id, name) in self.names.iter().enumerate() {
+        for (id, (name, part)) in self.names.iter().zip(&self.parts).enumerate() {
             if exact.contains(&(id as NameId)) {
                 continue;
             }
-            let offered = tool_part(name).and_then(|part| by_part.get(part));
+            let offered = by_part.get(part.as_ref());
             if offered.is_some_and(|offered| offered.iter().any(|t| same_tool(t, name))) {
                 ids.push(id as NameId);
             }
@@ -643,7 +649,12 @@ impl RankTable {
         let maps = (self.row_of.capacity() * (std::mem::size_of::<Box<str>>() + 4))
             + self.row_of.keys().map(|k| k.len()).sum::<usize>()
             + self.intent_row.capacity() * 12;
-        let names: usize = self.names.iter().map(|n| 2 * n.capacity() + 28).sum();
+        let names: usize = self
+            .names
+            .iter()
+            .map(|n| 2 * n.capacity() + 28)
+            .sum::<usize>()
+            + self.parts.iter().map(|p| 16 + p.len()).sum::<usize>();
         let words: usize = self
             .words
             .iter()
