@@ -75,8 +75,8 @@ def compose(languages: Sequence[str]) -> dict[str, dict[str, float]]:
                     single = result.suggestions[0].pattern.tools_used if result.suggestions else ()
                     if result.plans:
                         top = result.plans[0].tools
-                        row = (float(list(top) == expected), _recall(expected, top), 1.0)
-                        row = (*row, _recall(expected, top))
+                        recall = _recall(expected, top)
+                        row = (float(list(top) == expected), recall, 1.0, recall)
                     else:
                         row = (0.0, 0.0, 0.0, _recall(expected, single))
                     rows["all"].append(row)
