@@ -48,6 +48,13 @@ def _record(execution: MappedExecution) -> resources_pb2.ExecutionRecord:
         duration_ms=execution.duration_ms,
         tags=list(execution.tags),
         session_id=execution.session_id,
+        # A failed execution span fails the run even when each call succeeded (unset: the
+        # calls decide).
+        status=(
+            resources_pb2.EXECUTION_STATUS_FAILURE
+            if execution.failed
+            else resources_pb2.EXECUTION_STATUS_UNSPECIFIED
+        ),
         tool_calls=[
             resources_pb2.ToolCall(
                 tool=c.tool,

@@ -61,6 +61,9 @@ class MappedExecution:
     span: str  # "<trace id hex>/<span id hex>" of the execution span
     # The run's `gen_ai.conversation.id`, else its trace id (docs/ranking.md, Sessions).
     session_id: str = ""
+    # The execution span itself failed (`error.type` set or an error status), whatever its
+    # calls did: an agent that crashed or gave up after calls that succeeded.
+    failed: bool = False
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,7 @@ def _execution(
         span_count=own + len(calls),
         span=execution.ref,
         session_id=_session_id(execution),
+        failed=attr.failure(execution.proto, execution.attrs) is not None,
     )
 
 

@@ -452,3 +452,40 @@ def test_runs_of_one_conversation_teach_what_comes_next(
     assert following[0].score.transition == pytest.approx(2 / 4)
     # the conversation's last step was read_file, after which nothing ever came
     assert list(client.suggest("", session_id="conv-b").suggestions) == []
+
+
+def test_a_failed_agent_span_fails_its_run_though_its_calls_succeeded(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """An agent that raises after its tool calls succeeded: the SDK ends its `invoke_agent`
+    span with status ERROR (and an exception event). Before: the span's status was not read,
+    so the run was captured as a success (a new pattern saved, success counted)."""
+
+    def crashed(tracer: Tracer) -> None:
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.input.messages": _messages("Read JSON file"),
+        }
+        call = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "read_file",
+            "gen_ai.tool.call.arguments": json.dumps({"path": "a.json"}),
+        }
+        try:
+            with tracer.start_as_current_span("invoke_agent file-agent", attributes=attributes):
+                with tracer.start_as_current_span("execute_tool read_file", attributes=call):
+                    pass
+                raise RuntimeError("max turns exceeded")  # the agent span sees it
+        except RuntimeError:
+            pass
+
+    with _exporting(server.port) as tracer:
+        crashed(tracer)
+    assert list(client.iter_patterns()) == []  # a new pattern whose run failed: nothing
+    assert _captures(server, "rejected") == 1
+    with _exporting(server.port) as tracer:
+        _agent_run(tracer, "Read JSON file", [("read_file", {"path": "b.json"}, None)])
+        crashed(tracer)
+    (pattern,) = client.iter_patterns()
+    assert (pattern.usage_count, pattern.success_count) == (2, 1)
+    assert _spans_counter(server, "rejected") == 0
