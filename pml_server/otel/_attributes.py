@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from opentelemetry.proto.common.v1 import common_pb2
@@ -46,13 +48,16 @@ def is_agent(attrs: dict[str, Any]) -> bool:
 
 def tool_name(span: trace_pb2.Span, attrs: dict[str, Any]) -> str | None:
     """The tool of a tool-call span (`execute_tool`, or an MCP `tools/call` span), "" for a
-    tool-call span that names no tool, None for any other span."""
+    tool-call span that names no tool, None for any other span. Only a string names a tool:
+    an int, bool, bytes or array `gen_ai.tool.name` is no name (it was read as `"5"`,
+    `"b'..'"` or `"['a', 'b']"` and stored as a tool)."""
+    named = attrs.get(TOOL_NAME)
+    named = named if isinstance(named, str) else ""
     if attrs.get(OPERATION) == EXECUTE_TOOL:
-        return str(attrs.get(TOOL_NAME) or "")
+        return named
     if attrs.get(MCP_METHOD) == MCP_TOOLS_CALL:
-        named = attrs.get(TOOL_NAME)
         if named:
-            return str(named)
+            return named
         # The MCP conventions name the span `tools/call {tool}`.
         prefix = MCP_TOOLS_CALL + " "
         return span.name[len(prefix) :].strip() if span.name.startswith(prefix) else ""
@@ -69,12 +74,44 @@ def failure(span: trace_pb2.Span, attrs: dict[str, Any]) -> str | None:
     return ": ".join(parts) or "error"
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):  # `1e999`: read as infinity, written back as `Infinity`
+        raise ValueError(f"{text} is out of range")
+    return number
+
+
+# A `\\uD800`-`\\uDFFF` escape: the only way a lone surrogate (no character, not encodable as
+# UTF-8) enters a parsed text; the span's own strings are valid UTF-8.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _scrubbed(parsed: Any) -> Any:
+    """`parsed` with each lone surrogate (JavaScript's `JSON.stringify` escapes one that a cut
+    string left, `"\\ud83d"`) replaced by U+FFFD, as a UTF-8 decoder replaces a broken
+    sequence. Kept, it failed the whole Export with INTERNAL when the record was built."""
+    if isinstance(parsed, str):
+        return parsed.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(parsed, list):
+        return [_scrubbed(v) for v in parsed]
+    if isinstance(parsed, dict):
+        return {_scrubbed(k): _scrubbed(v) for k, v in parsed.items()}
+    return parsed
+
+
 def json_text(raw: str) -> Any:
     """`raw` parsed as JSON; ValueError when it is not JSON or nests arrays and objects deeper
     than `_MAX_DEPTH` (the structured values' bound: a 100k-deep text would exhaust Python's
-    recursion in the parser, failing the whole Export instead of this one execution)."""
+    recursion in the parser, failing the whole Export instead of this one execution). `NaN`
+    and `Infinity` (which Python's `json.dumps` writes) are not JSON: refused, never stored as
+    arguments no other JSON reader can parse."""
     if raw.count("[") + raw.count("{") <= _MAX_DEPTH:
-        return json.loads(raw)  # cannot nest deeper: no scan (the usual, small arguments)
+        # Cannot nest deeper: no scan (the usual, small arguments).
+        return _loads(raw)
     depth = 0
     in_string = escaped = False
     for ch in raw:
@@ -93,7 +130,12 @@ def json_text(raw: str) -> Any:
                 raise ValueError(f"JSON nested deeper than {_MAX_DEPTH} levels")
         elif ch in "]}":
             depth -= 1
-    return json.loads(raw)
+    return _loads(raw)
+
+
+def _loads(raw: str) -> Any:
+    parsed = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    return _scrubbed(parsed) if _SURROGATE_ESCAPE.search(raw) else parsed
 
 
 def arguments(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +147,13 @@ def arguments(attrs: dict[str, Any]) -> dict[str, Any]:
     parsed = json_text(raw) if isinstance(raw, str) else raw
     if not isinstance(parsed, dict):
         raise ValueError(f"{TOOL_ARGUMENTS} is not a JSON object")
+    if not isinstance(raw, str):
+        # A structured value (kvlist) may hold what JSON cannot: bytes (which failed the whole
+        # Export with INTERNAL when the arguments were written as JSON), NaN, infinity.
+        try:
+            json.dumps(parsed, allow_nan=False)
+        except (TypeError, ValueError):
+            raise ValueError("holds a value JSON cannot carry (bytes, NaN or infinity)") from None
     return parsed
 
 

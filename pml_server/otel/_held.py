@@ -36,12 +36,25 @@ _TEXTS = (
 
 def _as_text(raw: Any) -> str | None:
     """A read attribute as the text it is held as: structured values (kvlist, array) as JSON,
-    None for a value the mapping would not read as text (absent, bytes, numbers)."""
+    None for a value the mapping would not read as text (absent, bytes, numbers, or a
+    structured value JSON cannot carry: bytes inside, which raised and failed the Export)."""
     if isinstance(raw, str):
         return raw
     if isinstance(raw, dict | list):
-        return json.dumps(raw, ensure_ascii=False)
+        try:
+            return json.dumps(raw, ensure_ascii=False)
+        except TypeError:
+            return None
     return None
+
+
+def _error_text(raw: Any) -> str | None:
+    """`error.type` as held: any value the mapping reads as a failure (set, not empty), as the
+    text it reads (`str`). Held only as text before, an int `error.type` (an HTTP status 500)
+    was dropped from a held span and its failed call captured as a success."""
+    if not raw:
+        return None
+    return raw if isinstance(raw, str) else str(raw)
 
 
 def _arguments_text(raw: Any) -> str | None:
@@ -64,7 +77,12 @@ def held_forms(spans: Sequence[trace_pb2.Span]) -> list[trace_pb2.Span]:
         texts = [span.name, span.status.message]
         for key in (*_TEXTS, attr.TOOL_ARGUMENTS):
             raw = attrs.get(key)
-            text = _arguments_text(raw) if key == attr.TOOL_ARGUMENTS else _as_text(raw)
+            if key == attr.TOOL_ARGUMENTS:
+                text = _arguments_text(raw)
+            elif key == attr.ERROR_TYPE:
+                text = _error_text(raw)
+            else:
+                text = _as_text(raw)
             if text is not None:
                 keys.append(key)
                 texts.append(text)

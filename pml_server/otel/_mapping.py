@@ -236,7 +236,7 @@ def _execution(
     lines: list[tuple[str, dict[str, Any]]] = []
     for call in calls:
         if not call.tool:
-            raise _BadSpanError(call, f"a tool-call span without {attr.TOOL_NAME}")
+            raise _BadSpanError(call, f"a tool-call span without {attr.TOOL_NAME} (a string)")
         try:
             args = attr.arguments(call.attrs)
         except ValueError as err:

@@ -489,3 +489,141 @@ def test_a_failed_agent_span_fails_its_run_though_its_calls_succeeded(
     (pattern,) = client.iter_patterns()
     assert (pattern.usage_count, pattern.success_count) == (2, 1)
     assert _spans_counter(server, "rejected") == 0
+
+
+def test_values_json_cannot_carry_never_fail_the_export(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """Real agents' careless attributes, through the SDK's exporter. Before: a lone surrogate
+    escape (`JSON.stringify` of a string cut inside an emoji) in the arguments or the user
+    message failed the whole Export INTERNAL (UnicodeEncodeError building the record; the
+    exporter does not retry it, so the valid run beside it was lost); `NaN` (Python's
+    `json.dumps` of a missing value) was stored as arguments no JSON reader parses; an int
+    `gen_ai.tool.name` was stored as the tool `5`."""
+
+    def call(tool: str | int, arguments: str) -> dict[str, str | int]:
+        return {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.call.arguments": arguments,
+        }
+
+    def runs(tracer: Tracer) -> None:
+        _agent_run(tracer, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+        cut = json.dumps({"q": "news \ud83d"})  # '{"q": "news \\ud83d"}'
+        agent = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.input.messages": json.dumps([{"role": "user", "content": "Find \ud83d"}]),
+        }
+        for name, attributes in (
+            ("execute_tool search", call("search", cut)),
+            ("execute_tool fill", call("fill", json.dumps({"n": float("nan")}))),
+            ("execute_tool five", call(5, "{}")),
+        ):
+            with (
+                tracer.start_as_current_span("invoke_agent a", attributes=agent),
+                tracer.start_as_current_span(name, attributes=attributes),
+            ):
+                pass
+
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+    try:
+        assert exporter.export(_recorded(runs)) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    patterns = {p.tools_used[0]: p for p in client.iter_patterns()}
+    assert sorted(patterns) == ["read_file", "search"]
+    assert [i.text for i in patterns["search"].intents] == ["Find \ufffd"]
+    assert patterns["search"].original_code == 'await mcp.search({"q": "news \ufffd"});\n'
+    assert _spans_counter(server, "rejected") == 4  # the NaN run and the int-named run
+
+
+def test_structured_bytes_arguments_reject_their_execution_alone(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """A kvlist `gen_ai.tool.call.arguments` holding bytes (OTLP allows it; the Python SDK
+    cannot make a kvlist, so sent by hand). Before: TypeError writing the arguments as JSON, the
+    whole Export INTERNAL, sent whole or held for its root."""
+    from opentelemetry.proto.common.v1 import common_pb2
+
+    valid = encode_spans(
+        _recorded(
+            lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+        )
+    )
+    request = encode_spans(
+        _recorded(
+            lambda t: _agent_run(t, "Fetch a blob", [("fetch", {"path": "placeholder"}, None)])
+        )
+    )
+    spans = request.resource_spans[0].scope_spans[0].spans
+    (tool,) = [s for s in spans if s.name == "execute_tool fetch"]
+    (arguments,) = [kv for kv in tool.attributes if kv.key == "gen_ai.tool.call.arguments"]
+    arguments.value.CopyFrom(
+        common_pb2.AnyValue(
+            kvlist_value=common_pb2.KeyValueList(
+                values=[
+                    common_pb2.KeyValue(key="blob", value=common_pb2.AnyValue(bytes_value=b"\xff"))
+                ]
+            )
+        )
+    )
+    root = next(s for s in spans if s.name.startswith("invoke_agent"))
+    held = type(request)()
+    held.CopyFrom(request)
+    held_spans = held.resource_spans[0].scope_spans[0].spans
+    keep = [s for s in held_spans if s.name == "execute_tool fetch"]
+    del held_spans[:]
+    held_spans.extend(keep)
+    root_only = type(request)()
+    root_only.CopyFrom(request)
+    root_spans = root_only.resource_spans[0].scope_spans[0].spans
+    del root_spans[:]
+    root_spans.append(root)
+    request.resource_spans.extend(valid.resource_spans)
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        reply = stub.Export(request, timeout=30)  # sent whole, beside a valid run
+        assert reply.partial_success.rejected_spans == 2
+        assert "holds a value JSON cannot carry" in reply.partial_success.error_message
+        assert "1 spans held" in stub.Export(held, timeout=30).partial_success.error_message
+        again = stub.Export(root_only, timeout=30)  # the same run, split: its root arrives
+    assert again.partial_success.rejected_spans == 2
+    (pattern,) = client.iter_patterns()
+    assert pattern.tools_used == ["read_file"]
+
+
+def test_a_held_call_failed_by_an_int_error_type_is_a_failure(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """`error.type` set to the int 500 on a tool span held for its root (the SDK allows int
+    attributes). Sent whole the call failed; before, the held form dropped the non-text
+    attribute and the split run was captured as a success (a pattern saved)."""
+
+    def run(tracer: Tracer) -> None:
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.input.messages": _messages("Call the API"),
+        }
+        call: dict[str, str | int] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "call_api",
+            "gen_ai.tool.call.arguments": json.dumps({"path": "/v1/items"}),
+            "error.type": 500,
+        }
+        with (
+            tracer.start_as_current_span("invoke_agent api-agent", attributes=attributes),
+            tracer.start_as_current_span("execute_tool call_api", attributes=call),
+        ):
+            pass
+
+    spans = _recorded(run)  # in end order: the tool span, then the agent span
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+    try:
+        for part in (spans[:1], spans[1:]):
+            assert exporter.export(part) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    assert list(client.iter_patterns()) == []
+    assert [(f.tool, f.error) for f in client.list_failures().failures] == [("call_api", "500")]
+    assert _spans_counter(server, "held") == 1

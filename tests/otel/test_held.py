@@ -79,3 +79,40 @@ def test_arguments_the_mapping_rejects_are_rejected_from_the_held_form_too() -> 
         held = map_spans([*held_forms([bad]), _agent(1)]).rejections
         assert [r.reason for r in held] == [r.reason for r in sent]
         assert "not a JSON object" in sent[0].reason
+
+
+def test_a_held_call_failed_by_a_non_text_error_type_still_failed() -> None:
+    """An `error.type` that is no string (an HTTP status sent as the int 500) fails the call
+    sent whole. Before: the held form kept only text attributes, dropped it, and the held call
+    was captured as a success."""
+    for value in (
+        common_pb2.AnyValue(int_value=500),
+        common_pb2.AnyValue(bool_value=True),
+        common_pb2.AnyValue(bytes_value=b"Timeout"),
+    ):
+        call = _tool(2, 1, "call_api", 5)
+        call.attributes.append(common_pb2.KeyValue(key="error.type", value=value))
+        (sent,) = map_spans([call, _agent(1)]).executions
+        (held,) = map_spans([*held_forms([call]), _agent(1)]).executions
+        assert not sent.calls[0].ok
+        assert held == sent
+
+
+def test_structured_arguments_json_cannot_carry_are_held_and_rejected() -> None:
+    """Before: bytes inside structured arguments raised TypeError in `held_forms` (the whole
+    Export failed INTERNAL, the span was never held)."""
+    args = common_pb2.AnyValue(
+        kvlist_value=common_pb2.KeyValueList(
+            values=[common_pb2.KeyValue(key="p", value=common_pb2.AnyValue(bytes_value=b"\xff"))]
+        )
+    )
+    messages = common_pb2.AnyValue(
+        array_value=common_pb2.ArrayValue(values=[common_pb2.AnyValue(bytes_value=b"\xff")])
+    )
+    call = _tool(2, 1, "t", 5)
+    call.attributes.append(common_pb2.KeyValue(key="gen_ai.tool.call.arguments", value=args))
+    call.attributes.append(common_pb2.KeyValue(key="gen_ai.input.messages", value=messages))
+    (held_form,) = held_forms([call])
+    assert map_spans([call, _agent(1)]).rejections
+    (rejection,) = map_spans([held_form, _agent(1)]).rejections
+    assert rejection.reason.startswith("gen_ai.tool.call.arguments")

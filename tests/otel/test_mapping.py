@@ -190,3 +190,77 @@ def test_session_is_the_conversation_id_else_the_trace() -> None:
     ):
         batch = map_spans([_agent(1, **attrs), _tool(2, 1, "read_file", 5)])
         assert [e.session_id for e in batch.executions] == [expected]
+
+
+def _with(span: trace_pb2.Span, key: str, value: common_pb2.AnyValue) -> trace_pb2.Span:
+    span.attributes.append(common_pb2.KeyValue(key=key, value=value))
+    return span
+
+
+def _kvlist(**values: common_pb2.AnyValue) -> common_pb2.AnyValue:
+    return common_pb2.AnyValue(
+        kvlist_value=common_pb2.KeyValueList(
+            values=[common_pb2.KeyValue(key=k, value=v) for k, v in values.items()]
+        )
+    )
+
+
+def test_arguments_json_cannot_carry_reject_their_execution() -> None:
+    """Before: bytes in structured arguments raised TypeError (the whole Export INTERNAL); NaN,
+    infinity (Python's `json.dumps` writes `NaN`, `1e999` reads as infinity) were stored as
+    arguments no JSON reader parses."""
+    args = "gen_ai.tool.call.arguments"
+    for value in (
+        _kvlist(path=common_pb2.AnyValue(bytes_value=b"\xff\x00")),
+        _kvlist(n=common_pb2.AnyValue(double_value=float("nan"))),
+        _kvlist(n=common_pb2.AnyValue(double_value=float("-inf"))),
+        common_pb2.AnyValue(string_value='{"n": NaN}'),
+        common_pb2.AnyValue(string_value='{"n": [Infinity]}'),
+        common_pb2.AnyValue(string_value='{"n": 1e999}'),
+    ):
+        batch = map_spans([_agent(1), _with(_tool(2, 1, "read", 5), args, value)])
+        assert batch.executions == []
+        (rejection,) = batch.rejections
+        assert rejection.reason.startswith(args), rejection.reason
+    (ok,) = map_spans(
+        [_agent(1), _tool(2, 1, "read", 5, **{"gen_ai__tool__call__arguments": '{"n": 1.5e3}'})]
+    ).executions
+    assert json.loads(ok.calls[0].arguments_json) == {"n": 1500.0}
+
+
+def test_a_lone_surrogate_escape_becomes_a_replacement_character() -> None:
+    """`JSON.stringify` of a string cut inside an emoji escapes the lone surrogate
+    (`"\\ud83d"`): no character, not encodable as UTF-8. Before: the record could not be built
+    and the whole Export failed INTERNAL."""
+    messages = json.dumps([{"role": "user", "content": "Find \ud83d news"}])
+    assert "\\ud83d" in messages
+    spans = [
+        _agent(1, gen_ai__input__messages=messages),
+        _tool(
+            2, 1, "search", 5, gen_ai__tool__call__arguments='{"q": "cut \\ud83d", "\\udc00": 1}'
+        ),
+    ]
+    (execution,) = map_spans(spans).executions
+    assert execution.intent == "Find \ufffd news"
+    assert json.loads(execution.calls[0].arguments_json) == {"q": "cut \ufffd", "\ufffd": 1}
+    execution.code.encode()  # every text is valid UTF-8 now
+
+
+def test_only_a_string_names_a_tool() -> None:
+    """Before: an int, bytes, bool or array `gen_ai.tool.name` was stored as the tool `5`,
+    `b'..'`, `True` or `['a', 'b']`."""
+    name = "gen_ai.tool.name"
+    for value in (
+        common_pb2.AnyValue(int_value=5),
+        common_pb2.AnyValue(bool_value=True),
+        common_pb2.AnyValue(bytes_value=b"read"),
+        common_pb2.AnyValue(
+            array_value=common_pb2.ArrayValue(values=[common_pb2.AnyValue(string_value="a")])
+        ),
+    ):
+        tool = _span(2, 1, "execute_tool", 5, gen_ai__operation__name="execute_tool")
+        batch = map_spans([_agent(1), _with(tool, name, value)])
+        assert batch.executions == []
+        assert [r.reason for r in batch.rejections] == [
+            "a tool-call span without gen_ai.tool.name (a string)"
+        ]
