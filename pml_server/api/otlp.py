@@ -166,11 +166,35 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         batch = map_spans(spans, self._d.limits.intent.bound)
         del spans
         rejections = list(batch.rejections)
-        recorded = self._capture(tenant, batch.executions, rejections)
+        # A run already mapped from more spans than an Export sent again brings (a retry of the
+        # Export with its root span, the calls held before consumed since): that run's answer
+        # stands; capturing the part would be refused as another execution under its id.
+        executions: list[MappedExecution] = []
+        replayed = 0
+        for execution in batch.executions:
+            known = pending.mapped(tenant, execution.trace_id)
+            run = known.runs.get(execution.span_id) if known is not None else None
+            if run is not None and execution.call_ids < run:
+                replayed += execution.span_count
+            else:
+                executions.append(execution)
+        captured: list[MappedExecution] = []
+        recorded = self._capture(tenant, executions, rejections, captured) + replayed
+        for trace_id, settled in batch.settled.items():
+            runs = {e.span_id: e.call_ids for e in captured if e.trace_id == trace_id}
+            pending.remember(tenant, trace_id, settled, runs)
         hold: list[tuple[bytes, bytes, bytes]] = []
         still: set[tuple[bytes, bytes]] = set()
         room = pending.room(tenant)
+        late = 0
         for trace_id, waiting in batch.waiting.items():
+            known = pending.mapped(tenant, trace_id)
+            if known is not None:
+                # Spans below a run already mapped (the MCP server's own span of a call,
+                # exported after the agent's spans): that call seen twice, never held.
+                below = _below(waiting, known.spans)
+                late += len(below)
+                waiting = [s for s in waiting if s.span_id not in below]
             new = [s for s in waiting if (trace_id, s.span_id) not in loaded]
             if len(new) > room:
                 self._count_spans("overflow", len(new))
@@ -198,13 +222,18 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             hold += [(trace_id, s.span_id, s.SerializeToString()) for s in held_forms(new)]
             still.update((trace_id, s.span_id) for s in waiting)
         pending.update(tenant, hold, [k for k in loaded if k not in still])
-        return recorded, batch.ignored_spans, len(hold), rejections
+        return recorded, batch.ignored_spans + late, len(hold), rejections
 
     def _capture(
-        self, tenant: str, executions: list[MappedExecution], rejections: list[Rejection]
+        self,
+        tenant: str,
+        executions: list[MappedExecution],
+        rejections: list[Rejection],
+        captured: list[MappedExecution] | None = None,
     ) -> int:
-        """Validate and capture `executions` in batches; refused ones go to `rejections`.
-        Returns the spans captured. Any other error fails the call (retryable statuses)."""
+        """Validate and capture `executions` in batches; refused ones go to `rejections`, those
+        captured (or replayed) to `captured`. Returns the spans captured. Any other error fails
+        the call (retryable statuses)."""
         valid: list[tuple[MappedExecution, model.ExecutionRecord]] = []
         for execution in executions:
             try:
@@ -229,9 +258,29 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                     raise result
                 else:
                     recorded += execution.span_count
+                    if captured is not None:
+                        captured.append(execution)
                     if self._d.on_capture is not None:
                         self._d.on_capture(result)
         return recorded
+
+
+def _below(waiting: list[trace_pb2.Span], mapped: set[bytes]) -> set[bytes]:
+    """The span ids of `waiting` (spans of one trace with no execution span above them in
+    the Export) whose chain of parents, through `waiting`, reaches a span of `mapped`."""
+    parent = {s.span_id: s.parent_span_id for s in waiting}
+    found: dict[bytes, bool] = {}
+    for start in parent:
+        path: list[bytes] = []
+        current = start
+        while current in parent and current not in found:
+            found[current] = False  # on the path (a cycle ends here: not below)
+            path.append(current)
+            current = parent[current]
+        answer = found.get(current, current in mapped)
+        for sid in path:
+            found[sid] = answer
+    return {sid for sid, below in found.items() if below}
 
 
 def _message(rejections: list[Rejection]) -> str:

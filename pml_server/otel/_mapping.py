@@ -64,6 +64,9 @@ class MappedExecution:
     # The execution span itself failed (`error.type` set or an error status), whatever its
     # calls did: an agent that crashed or gave up after calls that succeeded.
     failed: bool = False
+    trace_id: bytes = b""
+    span_id: bytes = b""
+    call_ids: frozenset[bytes] = frozenset()  # the span ids of its calls
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ class MappedBatch:
     # Per trace id: spans waiting for their execution span, which is not in this request (a
     # tool call whose run has not ended yet, and the spans that may lie between them).
     waiting: dict[bytes, list[trace_pb2.Span]] = field(default_factory=dict)
+    # Per trace: the spans of the executions mapped (each execution span and every span below
+    # it): a span arriving later below one of them belongs to a run already mapped.
+    settled: dict[bytes, set[bytes]] = field(default_factory=dict)
 
     @property
     def rejected_spans(self) -> int:
@@ -197,6 +203,11 @@ def _map_trace(trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: 
         batch.waiting[orphans[0].proto.trace_id] = waiting
     else:
         ignored += len(loose)
+    mapped = {exec_id for exec_id, calls in calls_of.items() if calls}
+    if mapped:
+        settled = batch.settled.setdefault(next(iter(trace.values())).proto.trace_id, set())
+        settled.update(mapped)
+        settled.update(sid for sid in trace if sid not in calls_of and resolve(sid)[0] in mapped)
     for exec_id, calls in calls_of.items():
         execution = trace[exec_id]
         own = 0 if execution.tool is not None else 1
@@ -266,6 +277,9 @@ def _execution(
         span=execution.ref,
         session_id=_session_id(execution),
         failed=attr.failure(execution.proto, execution.attrs) is not None,
+        trace_id=execution.proto.trace_id,
+        span_id=execution.proto.span_id,
+        call_ids=frozenset(c.proto.span_id for c in calls),
     )
 
 

@@ -15,11 +15,19 @@ memory, rebuilt from the store the first time a tenant is seen: with a shared (P
 store each replica counts and expires the rows it wrote and those present when it first saw
 the tenant, so the bound is per replica there; which traces have held spans is asked of the
 store there (another replica may have held them).
+
+Runs recently mapped are remembered (in memory, per tenant, for `max_age_seconds`, at most
+`MAPPED_SPANS` span ids, the oldest traces forgotten first): the spans of each trace at or
+below a mapped execution span, and each captured execution's call spans. A span arriving after
+its run was mapped (the MCP server's own span of a call, exported by its own process after the
+agent's Export; an Export sent again by a retry) is then known as part of that run instead of
+being held until it expires. After a restart, or on another replica, it is held as before.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +35,9 @@ from pml_server.storage.keys import CF_META, from_u64, tenant_prefix, u64
 from pml_server.storage.seam import Op, StoreBackend
 
 _PREFIX = b"otlp_pending/"
+# Span ids of recently mapped runs remembered per tenant (about 2 MB): at 1,000 spans a second,
+# the last 20 s, longer than the SDK batch processor's 5 s delay that late spans wait out.
+MAPPED_SPANS = 20_000
 _TRACE_ID_BYTES = 16
 _SPAN_ID_BYTES = 8
 
@@ -41,6 +52,16 @@ class _Trace:
 class _Tenant:
     traces: dict[bytes, _Trace] = field(default_factory=dict)
     spans: int = 0
+
+
+@dataclass
+class MappedTrace:
+    """A trace with runs mapped recently: the spans at or below their execution spans, and
+    each execution span's call spans."""
+
+    at_ms: int
+    spans: set[bytes] = field(default_factory=set)
+    runs: dict[bytes, frozenset[bytes]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -66,6 +87,8 @@ class PendingSpans:
         self._lock = threading.Lock()
         # One Export of a tenant at a time reads, merges and rewrites its held spans.
         self._tenant_locks: dict[str, threading.Lock] = {}
+        # Per tenant, oldest first, with the count of span ids they hold.
+        self._mapped: dict[str, tuple[OrderedDict[bytes, MappedTrace], list[int]]] = {}
 
     def tenant_lock(self, tenant: str) -> threading.Lock:
         with self._lock:
@@ -164,3 +187,38 @@ class PendingSpans:
             if span_id not in trace.span_ids:
                 trace.span_ids.add(span_id)
                 state.spans += 1
+
+    def mapped(self, tenant: str, trace_id: bytes) -> MappedTrace | None:
+        """What this process remembers of `trace_id`'s runs mapped less than
+        `max_age_seconds` ago (called under the tenant's lock)."""
+        traces, _ = self._mapped_of(tenant)
+        return traces.get(trace_id)
+
+    def remember(
+        self, tenant: str, trace_id: bytes, spans: set[bytes], runs: dict[bytes, frozenset[bytes]]
+    ) -> None:
+        """Remember runs of `trace_id` just mapped (`spans`: at or below their execution spans;
+        `runs`: each execution span's call spans). Called under the tenant's lock."""
+        traces, count = self._mapped_of(tenant)
+        known = traces.pop(trace_id, None) or MappedTrace(0)
+        known.at_ms = self._clock_ms()  # kept while the trace goes on (re-inserted last)
+        count[0] -= len(known.spans)
+        known.spans |= spans
+        for span_id, calls in runs.items():  # a part sent again adds nothing
+            known.runs[span_id] = known.runs.get(span_id, frozenset()) | calls
+        traces[trace_id] = known  # the most recent last
+        count[0] += len(known.spans)
+        while count[0] > MAPPED_SPANS and traces:
+            count[0] -= len(traces.popitem(last=False)[1].spans)
+
+    def _mapped_of(self, tenant: str) -> tuple[OrderedDict[bytes, MappedTrace], list[int]]:
+        with self._lock:
+            traces, count = self._mapped.setdefault(tenant, (OrderedDict(), [0]))
+        cutoff = self._clock_ms() - self._max_age_ms
+        while traces:
+            trace_id, oldest = next(iter(traces.items()))
+            if oldest.at_ms > cutoff:
+                break
+            count[0] -= len(oldest.spans)
+            del traces[trace_id]
+        return traces, count

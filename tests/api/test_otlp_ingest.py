@@ -15,6 +15,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -538,56 +539,47 @@ def test_values_json_cannot_carry_never_fail_the_export(
     assert _spans_counter(server, "rejected") == 4  # the NaN run and the int-named run
 
 
+def _bytes_in_arguments() -> tuple[ExportTraceServiceRequest, ExportTraceServiceRequest]:
+    """One run whose call's arguments are a kvlist holding bytes, as (its tool and HTTP spans,
+    its agent span)."""
+    from opentelemetry.proto.common.v1 import common_pb2
+
+    spans = _recorded(
+        lambda t: _agent_run(t, "Fetch a blob", [("fetch", {"path": "placeholder"}, None)])
+    )
+    head, root = encode_spans(spans[:-1]), encode_spans(spans[-1:])
+    (tool,) = [s for s in head.resource_spans[0].scope_spans[0].spans if s.name.endswith("fetch")]
+    (arguments,) = [kv for kv in tool.attributes if kv.key == "gen_ai.tool.call.arguments"]
+    blob = common_pb2.KeyValue(key="blob", value=common_pb2.AnyValue(bytes_value=b"\xff"))
+    arguments.value.CopyFrom(
+        common_pb2.AnyValue(kvlist_value=common_pb2.KeyValueList(values=[blob]))
+    )
+    return head, root
+
+
 def test_structured_bytes_arguments_reject_their_execution_alone(
     server: RunningServer, client: PmlClient
 ) -> None:
     """A kvlist `gen_ai.tool.call.arguments` holding bytes (OTLP allows it; the Python SDK
     cannot make a kvlist, so sent by hand). Before: TypeError writing the arguments as JSON, the
     whole Export INTERNAL, sent whole or held for its root."""
-    from opentelemetry.proto.common.v1 import common_pb2
-
     valid = encode_spans(
         _recorded(
             lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
         )
     )
-    request = encode_spans(
-        _recorded(
-            lambda t: _agent_run(t, "Fetch a blob", [("fetch", {"path": "placeholder"}, None)])
-        )
-    )
-    spans = request.resource_spans[0].scope_spans[0].spans
-    (tool,) = [s for s in spans if s.name == "execute_tool fetch"]
-    (arguments,) = [kv for kv in tool.attributes if kv.key == "gen_ai.tool.call.arguments"]
-    arguments.value.CopyFrom(
-        common_pb2.AnyValue(
-            kvlist_value=common_pb2.KeyValueList(
-                values=[
-                    common_pb2.KeyValue(key="blob", value=common_pb2.AnyValue(bytes_value=b"\xff"))
-                ]
-            )
-        )
-    )
-    root = next(s for s in spans if s.name.startswith("invoke_agent"))
-    held = type(request)()
-    held.CopyFrom(request)
-    held_spans = held.resource_spans[0].scope_spans[0].spans
-    keep = [s for s in held_spans if s.name == "execute_tool fetch"]
-    del held_spans[:]
-    held_spans.extend(keep)
-    root_only = type(request)()
-    root_only.CopyFrom(request)
-    root_spans = root_only.resource_spans[0].scope_spans[0].spans
-    del root_spans[:]
-    root_spans.append(root)
-    request.resource_spans.extend(valid.resource_spans)
+    head, root = _bytes_in_arguments()
+    whole = ExportTraceServiceRequest()
+    for part in (head, root, valid):
+        whole.resource_spans.extend(part.resource_spans)
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         stub = trace_service_pb2_grpc.TraceServiceStub(channel)
-        reply = stub.Export(request, timeout=30)  # sent whole, beside a valid run
+        reply = stub.Export(whole, timeout=30)  # sent whole, beside a valid run
         assert reply.partial_success.rejected_spans == 2
         assert "holds a value JSON cannot carry" in reply.partial_success.error_message
-        assert "1 spans held" in stub.Export(held, timeout=30).partial_success.error_message
-        again = stub.Export(root_only, timeout=30)  # the same run, split: its root arrives
+        head, root = _bytes_in_arguments()  # another such run, split
+        assert "2 spans held" in stub.Export(head, timeout=30).partial_success.error_message
+        again = stub.Export(root, timeout=30)
     assert again.partial_success.rejected_spans == 2
     (pattern,) = client.iter_patterns()
     assert pattern.tools_used == ["read_file"]
@@ -627,3 +619,77 @@ def test_a_held_call_failed_by_an_int_error_type_is_a_failure(
     assert list(client.iter_patterns()) == []
     assert [(f.tool, f.error) for f in client.list_failures().failures] == [("call_api", "500")]
     assert _spans_counter(server, "held") == 1
+
+
+def test_an_mcp_servers_own_spans_exported_after_the_run_are_never_held(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """The agent process and the MCP server process each export their spans (context
+    propagated in the call): the server's `tools/call` SERVER spans, children of the agent's
+    client spans, reach pml after the agent's Export captured the run. Before: held as calls
+    waiting for a root that had come and gone, counted against `otlp_pending_spans`, written
+    to disk, then expired with a warning; now the same calls seen twice, ignored."""
+    from opentelemetry import context, propagate
+
+    agent_side, server_side = InMemorySpanExporter(), InMemorySpanExporter()
+    tracers = []
+    for memory in (agent_side, server_side):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        tracers.append(provider.get_tracer("tests"))
+    agent, mcp = tracers
+    attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "file-agent"}
+    with agent.start_as_current_span("invoke_agent file-agent", attributes=attributes):
+        for tool in ("read_file", "parse_json"):
+            call = {"mcp.method.name": "tools/call", "gen_ai.tool.name": tool}
+            with agent.start_as_current_span(
+                f"tools/call {tool}", kind=SpanKind.CLIENT, attributes=call
+            ):
+                carrier: dict[str, str] = {}
+                propagate.inject(carrier)  # the MCP request's `_meta`
+                token = context.attach(propagate.extract(carrier, context=context.Context()))
+                with mcp.start_as_current_span(
+                    f"tools/call {tool}", kind=SpanKind.SERVER, attributes=call
+                ):
+                    pass
+                context.detach(token)
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+    try:
+        assert exporter.export(agent_side.get_finished_spans()) is SpanExportResult.SUCCESS
+        assert exporter.export(server_side.get_finished_spans()) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    assert _spans_counter(server, "held") == 0
+    assert _spans_counter(server, "ignored") == 2
+    (pattern,) = client.iter_patterns()
+    assert (pattern.tools_used, pattern.usage_count) == (["read_file", "parse_json"], 1)
+
+
+def test_a_retried_export_of_a_split_runs_root_is_not_a_rejection(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """A run split over two Exports (its first call held), the second sent again (an exporter
+    retrying after its deadline passed while pml captured it). Before: the retry mapped the
+    root with the second call alone, a different execution under the run's request id,
+    answered as rejected (`rejected_spans` 2, counted); now answered as the capture it
+    repeats."""
+    spans = _recorded(
+        lambda t: _agent_run(
+            t,
+            "Read JSON file",
+            [("read_file", {"path": "a.json"}, None), ("parse_json", {"strict": True}, None)],
+        )
+    )  # end order: the HTTP span, read_file, parse_json, the agent span
+    first, second = spans[:2], spans[2:]
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+    try:
+        for part in (first, second, second):
+            assert exporter.export(part) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        reply = trace_service_pb2_grpc.TraceServiceStub(channel).Export(encode_spans(second))
+    assert reply.partial_success.rejected_spans == 0
+    assert _spans_counter(server, "rejected") == 0
+    (pattern,) = client.iter_patterns()
+    assert (pattern.tools_used, pattern.usage_count) == (["read_file", "parse_json"], 1)
