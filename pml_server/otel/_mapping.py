@@ -143,12 +143,12 @@ def _map_trace(trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: 
     def is_execution(s: _Span) -> bool:
         return s.is_agent if has_agent else not s.proto.parent_span_id
 
-    # For each span: the execution span above it (None: none in this request) and whether a
-    # tool-call span lies between them. Resolved iteratively with memoization, so a deep or
-    # cyclic parent chain costs linear time and no recursion.
-    above: dict[bytes, tuple[bytes | None, bool]] = {}
+    # For each span: the execution span above it (None: none in this request) and the
+    # outermost tool-call span between them (None: none). Resolved iteratively with
+    # memoization, so a deep or cyclic parent chain costs linear time and no recursion.
+    above: dict[bytes, tuple[bytes | None, bytes | None]] = {}
 
-    def resolve(start: bytes) -> tuple[bytes | None, bool]:
+    def resolve(start: bytes) -> tuple[bytes | None, bytes | None]:
         path: list[bytes] = []
         on_path: set[bytes] = set()
         current = start
@@ -156,11 +156,11 @@ def _map_trace(trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: 
             parent_id = trace[current].proto.parent_span_id
             parent = trace.get(parent_id) if parent_id else None
             if parent is None:
-                above[current] = (None, False)
+                above[current] = (None, None)
             elif is_execution(parent):
-                above[current] = (parent_id, False)
+                above[current] = (parent_id, None)
             elif parent_id in on_path or parent_id == current:  # a parent cycle
-                above[current] = (None, False)
+                above[current] = (None, None)
             else:
                 path.append(current)
                 on_path.add(current)
@@ -169,14 +169,21 @@ def _map_trace(trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: 
             break
         for child in reversed(path):  # nearest the top first: each parent is resolved
             parent_id = trace[child].proto.parent_span_id
-            exec_above, tool_between = above[parent_id]
-            above[child] = (exec_above, tool_between or trace[parent_id].tool is not None)
+            exec_above, top = above[parent_id]
+            if top is None and trace[parent_id].tool is not None:
+                top = parent_id
+            above[child] = (exec_above, top)
         return above[start]
 
     calls_of: dict[bytes, list[_Span]] = {sid: [] for sid, s in trace.items() if is_execution(s)}
     ignored = 0
     loose: list[bytes] = []  # neither an execution nor a tool call
     orphans: list[_Span] = []  # calls whose execution span is not in this request
+    # A call seen twice that failed fails the call it repeats (the MCP client span inside an
+    # `execute_tool` span sets `error.type = tool_error` when the framework's span does not):
+    # per outer call span, the first such error; those whose execution is not here wait.
+    nested_failures: dict[bytes, str] = {}
+    nested_waiting: list[_Span] = []
     for sid, span in trace.items():
         if sid in calls_of:
             if span.tool is not None:  # a root that is itself the only call
@@ -185,16 +192,23 @@ def _map_trace(trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: 
         if span.tool is None:
             loose.append(sid)
             continue
-        exec_id, tool_between = resolve(sid)
-        if tool_between or (exec_id is not None and trace[exec_id].tool is not None):
-            ignored += 1  # a call seen twice
+        exec_id, top = resolve(sid)
+        if top is not None or (exec_id is not None and trace[exec_id].tool is not None):
+            error = attr.failure(span.proto, span.attrs)  # a call seen twice
+            if error is not None and exec_id is None:
+                nested_waiting.append(span)
+                continue
+            outer = top if top is not None else exec_id
+            if error is not None and outer is not None:
+                nested_failures.setdefault(outer, error)
+            ignored += 1
         elif exec_id is None:
             orphans.append(span)
         else:
             calls_of[exec_id].append(span)
     if orphans:
         # The run has not ended: its calls wait, with the spans that may link them to it.
-        waiting = [s.proto for s in orphans]
+        waiting = [s.proto for s in orphans + nested_waiting]
         for sid in loose:
             if resolve(sid)[0] is None:
                 waiting.append(trace[sid].proto)
@@ -202,7 +216,7 @@ def _map_trace(trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: 
                 ignored += 1
         batch.waiting[orphans[0].proto.trace_id] = waiting
     else:
-        ignored += len(loose)
+        ignored += len(loose) + len(nested_waiting)  # (none: their outer call is an orphan)
     mapped = {exec_id for exec_id, calls in calls_of.items() if calls}
     if mapped:
         settled = batch.settled.setdefault(next(iter(trace.values())).proto.trace_id, set())
@@ -215,7 +229,9 @@ def _map_trace(trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: 
             ignored += 1
             continue
         try:
-            batch.executions.append(_execution(execution, calls, own, max_intent_chars))
+            batch.executions.append(
+                _execution(execution, calls, own, max_intent_chars, nested_failures)
+            )
         except _BadSpanError as bad:
             batch.rejections.append(Rejection(bad.span.ref, bad.reason, own + len(calls)))
     batch.ignored_spans += ignored
@@ -240,7 +256,11 @@ def _intent(execution: _Span, max_chars: int) -> tuple[str, str]:
 
 
 def _execution(
-    execution: _Span, calls: list[_Span], own: int, max_intent_chars: int
+    execution: _Span,
+    calls: list[_Span],
+    own: int,
+    max_intent_chars: int,
+    nested_failures: dict[bytes, str],
 ) -> MappedExecution:
     calls.sort(key=lambda s: (s.proto.start_time_unix_nano, s.proto.span_id))
     mapped: list[MappedCall] = []
@@ -252,7 +272,7 @@ def _execution(
             args = attr.arguments(call.attrs)
         except ValueError as err:
             raise _BadSpanError(call, f"{attr.TOOL_ARGUMENTS}: {err}") from None
-        error = attr.failure(call.proto, call.attrs)
+        error = attr.failure(call.proto, call.attrs) or nested_failures.get(call.proto.span_id)
         mapped.append(
             MappedCall(
                 tool=call.tool,

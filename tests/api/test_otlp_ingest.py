@@ -693,3 +693,45 @@ def test_a_retried_export_of_a_split_runs_root_is_not_a_rejection(
     assert _spans_counter(server, "rejected") == 0
     (pattern,) = client.iter_patterns()
     assert (pattern.tools_used, pattern.usage_count) == (["read_file", "parse_json"], 1)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_tool_error_on_the_mcp_client_span_fails_the_call(
+    server: RunningServer, client: PmlClient, split: bool
+) -> None:
+    """The agent framework's `execute_tool` span (no error set) around the MCP client span,
+    which sets `error.type = tool_error` for a result with `isError`. Before: the client span
+    was ignored as the same call seen twice, its failure with it, and the run captured as a
+    success (a pattern saved). Sent whole, or its tool spans before its agent span."""
+
+    def run(tracer: Tracer) -> None:
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.input.messages": _messages("Read JSON file"),
+        }
+        call = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "read_file",
+            "gen_ai.tool.call.arguments": json.dumps({"path": "a.json"}),
+        }
+        mcp = {"mcp.method.name": "tools/call", "gen_ai.tool.name": "read_file"}
+        with (
+            tracer.start_as_current_span("invoke_agent file-agent", attributes=attributes),
+            tracer.start_as_current_span("execute_tool read_file", attributes=call),
+            tracer.start_as_current_span(
+                "tools/call read_file", kind=SpanKind.CLIENT, attributes=mcp
+            ) as client_span,
+        ):
+            client_span.set_attribute("error.type", "tool_error")
+            client_span.set_status(Status(StatusCode.ERROR, "no such file"))
+
+    spans = _recorded(run)  # end order: the MCP client span, execute_tool, invoke_agent
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+    try:
+        for part in (spans[:2], spans[2:]) if split else (spans,):
+            assert exporter.export(part) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    assert list(client.iter_patterns()) == []
+    failures = [(f.tool, f.error) for f in client.list_failures().failures]
+    assert failures == [("read_file", "tool_error: no such file")]

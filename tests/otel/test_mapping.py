@@ -13,6 +13,7 @@ from pml_server.otel import map_spans
 from pml_server.otel._code import call_line, synthesize
 
 TRACE = bytes(range(16))
+ERROR = trace_pb2.Status.STATUS_CODE_ERROR
 
 
 def _sid(n: int) -> bytes:
@@ -264,3 +265,32 @@ def test_only_a_string_names_a_tool() -> None:
         assert [r.reason for r in batch.rejections] == [
             "a tool-call span without gen_ai.tool.name (a string)"
         ]
+
+
+def test_a_call_seen_twice_fails_when_either_view_failed() -> None:
+    """The MCP client span inside an `execute_tool` span sets `error.type = tool_error` (a
+    result with `isError`) while the framework's span does not. Before: the inner span was
+    ignored as the same call seen twice, and its failure with it: the call was ok. Split over
+    two Exports, the failing inner span waits with its outer call."""
+    inner = _span(
+        3,
+        2,
+        "tools/call read_file",
+        6,
+        ERROR,
+        mcp__method__name="tools/call",
+        gen_ai__tool__name="read_file",
+        error__type="tool_error",
+    )
+    spans = [_agent(1), _tool(2, 1, "read_file", 5), inner, _tool(4, 1, "parse", 9)]
+    (execution,) = map_spans(spans).executions
+    assert [(c.tool, c.ok, c.error) for c in execution.calls] == [
+        ("read_file", False, "tool_error"),
+        ("parse", True, ""),
+    ]
+    early = map_spans(spans[1:])
+    assert sorted(s.span_id for s in early.waiting[TRACE]) == [_sid(2), _sid(3), _sid(4)]
+    assert map_spans([spans[0], *early.waiting[TRACE]]).executions == [execution]
+    ok_inner = _span(3, 2, "tools/call read_file", 6, mcp__method__name="tools/call")
+    (fine,) = map_spans([_agent(1), _tool(2, 1, "read_file", 5), ok_inner]).executions
+    assert fine.calls[0].ok
