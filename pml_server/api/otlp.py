@@ -26,7 +26,16 @@ from pml_server.domain.errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
-from pml_server.otel import MappedExecution, Rejection, flatten, held_forms, map_spans
+from pml_server.otel import (
+    INCOMPLETE_SPAN_ID,
+    MappedExecution,
+    Rejection,
+    flatten,
+    held_forms,
+    incomplete_links,
+    incomplete_marker,
+    map_spans,
+)
 from pml_server.service._heap import release_free_memory
 from pml_server.storage.pending_spans import PendingSpans
 
@@ -163,6 +172,10 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 proto.ParseFromString(held_span.data)
                 spans.append(proto)
                 loaded.add((trace_id, held_span.span_id))
+        for trace_id in {s.trace_id for s in spans}:
+            known = pending.mapped(tenant, trace_id)
+            if known is not None and known.lost:
+                spans.append(incomplete_marker(trace_id, known.lost))
         batch = map_spans(spans, self._d.limits.intent.bound)
         del spans
         rejections = list(batch.rejections)
@@ -186,8 +199,13 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         hold: list[tuple[bytes, bytes, bytes]] = []
         still: set[tuple[bytes, bytes]] = set()
         room = pending.room(tenant)
-        late = 0
+        late = markers = 0
         for trace_id, waiting in batch.waiting.items():
+            marked = [s for s in waiting if s.span_id == INCOMPLETE_SPAN_ID]
+            waiting = [s for s in waiting if s.span_id != INCOMPLETE_SPAN_ID]
+            marker_held = (trace_id, INCOMPLETE_SPAN_ID) in loaded
+            links = set().union(*(incomplete_links(m) for m in marked))
+            lost_before = len(links)
             known = pending.mapped(tenant, trace_id)
             if known is not None:
                 # Spans below a run already mapped (the MCP server's own span of a call,
@@ -215,14 +233,35 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                         len(new),
                     )
                 )
-                new = []
+                # The run these spans belong to can no longer be captured whole: its held
+                # spans are let go, and a marker rejects the run when its root arrives (before,
+                # it was captured without them, a shorter run stored as a success).
+                for s in waiting:
+                    links.add(s.span_id)
+                    if s.parent_span_id:
+                        links.add(s.parent_span_id)
+                    if (trace_id, s.span_id) in loaded:
+                        room += 1  # let go below
+                new = waiting = []
+            if links:
+                key = (trace_id, INCOMPLETE_SPAN_ID)
+                if len(links) == lost_before and marker_held:
+                    still.add(key)
+                elif marker_held or room > 0:  # (the spans let go made room for it)
+                    marker = incomplete_marker(trace_id, links)
+                    hold.append((*key, marker.SerializeToString()))
+                    still.add(key)
+                    markers += 1
+                    room -= 0 if marker_held else 1
+                else:  # no room at all: remembered in memory
+                    pending.remember_lost(tenant, trace_id, links)
             room -= len(new)
             # Stripped and redacted before they reach the store (docs/capture.md, What a held
             # span keeps).
             hold += [(trace_id, s.span_id, s.SerializeToString()) for s in held_forms(new)]
             still.update((trace_id, s.span_id) for s in waiting)
         pending.update(tenant, hold, [k for k in loaded if k not in still])
-        return recorded, batch.ignored_spans + late, len(hold), rejections
+        return recorded, batch.ignored_spans + late, len(hold) - markers, rejections
 
     def _capture(
         self,

@@ -3,20 +3,26 @@ canonical code text (no storage, model or gRPC here; `pml_server.api.otlp` serve
 
 from pml_server.otel._held import held_forms
 from pml_server.otel._mapping import (
+    INCOMPLETE_SPAN_ID,
     MappedBatch,
     MappedCall,
     MappedExecution,
     Rejection,
     flatten,
+    incomplete_links,
+    incomplete_marker,
     map_spans,
 )
 
 __all__ = [
+    "INCOMPLETE_SPAN_ID",
     "MappedBatch",
     "MappedCall",
     "MappedExecution",
     "Rejection",
     "flatten",
     "held_forms",
+    "incomplete_links",
+    "incomplete_marker",
     "map_spans",
 ]

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from pml_server.domain.limits import LIMITS, session_id_problem
@@ -31,6 +32,10 @@ TRACE_ID_BYTES = 16
 SPAN_ID_BYTES = 8
 REQUEST_ID_PREFIX = "otel:"
 TAG = "otel"
+# The held marker of a trace whose waiting spans were refused (`otlp_pending_spans`): span id 0
+# (no span has it), the ids of the spans lost and of their parents as an array of bytes.
+INCOMPLETE_SPAN_ID = bytes(SPAN_ID_BYTES)
+INCOMPLETE_LINKS = "pml.otlp.incomplete.links"
 # Where the intent came from, kept as a tag (`intent:<source>`).
 FROM_MESSAGES = "input_messages"
 FROM_AGENT_NAME = "agent_name"
@@ -124,7 +129,14 @@ def map_spans(
 ) -> MappedBatch:
     batch = MappedBatch()
     traces: dict[bytes, dict[bytes, _Span]] = {}
+    lost: dict[bytes, tuple[trace_pb2.Span, set[bytes]]] = {}
     for proto in spans:
+        if proto.span_id == INCOMPLETE_SPAN_ID and (links := incomplete_links(proto)):
+            if proto.trace_id in lost:  # held, and remembered in memory: one marker
+                links |= lost[proto.trace_id][1]
+                proto = incomplete_marker(proto.trace_id, links)
+            lost[proto.trace_id] = (proto, links)
+            continue
         if len(proto.trace_id) != TRACE_ID_BYTES or len(proto.span_id) != SPAN_ID_BYTES:
             ref = f"{proto.trace_id.hex()}/{proto.span_id.hex()}"
             batch.rejections.append(Rejection(ref, "trace_id must be 16 bytes, span_id 8", 1))
@@ -132,12 +144,45 @@ def map_spans(
         attrs = attr.attributes(proto)
         span = _Span(proto, attrs, attr.is_agent(attrs), attr.tool_name(proto, attrs))
         traces.setdefault(proto.trace_id, {})[proto.span_id] = span
-    for trace in traces.values():
-        _map_trace(trace, batch, max_intent_chars)
+    for trace_id, trace in traces.items():
+        marker, links = lost.get(trace_id, (None, set()))
+        _map_trace(trace, batch, max_intent_chars, links)
+        if marker is not None:  # kept: other runs of the trace may have lost spans too
+            batch.waiting.setdefault(trace_id, []).append(marker)
     return batch
 
 
-def _map_trace(trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: int) -> None:
+def incomplete_marker(trace_id: bytes, links: set[bytes]) -> trace_pb2.Span:
+    """The held marker saying that spans of `trace_id` were refused: `links` are their ids and
+    their parents' ids, so that the run they belonged to is rejected when it arrives instead of
+    captured without them."""
+    values = [common_pb2.AnyValue(bytes_value=link) for link in sorted(links)]
+    return trace_pb2.Span(
+        trace_id=trace_id,
+        span_id=INCOMPLETE_SPAN_ID,
+        name="pml: spans of this trace were refused",
+        attributes=[
+            common_pb2.KeyValue(
+                key=INCOMPLETE_LINKS,
+                value=common_pb2.AnyValue(array_value=common_pb2.ArrayValue(values=values)),
+            )
+        ],
+    )
+
+
+def incomplete_links(span: trace_pb2.Span) -> set[bytes]:
+    """The links of a marker made by `incomplete_marker` (empty for any other span)."""
+    for kv in span.attributes:
+        if kv.key == INCOMPLETE_LINKS:
+            return {v.bytes_value for v in kv.value.array_value.values if v.bytes_value}
+    return set()
+
+
+def _map_trace(
+    trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: int, lost: set[bytes]
+) -> None:
+    """Map one trace's spans; `lost`: the links of spans of it refused earlier (a run above
+    one of them is incomplete: rejected)."""
     has_agent = any(s.is_agent for s in trace.values())
 
     def is_execution(s: _Span) -> bool:
@@ -222,11 +267,29 @@ def _map_trace(trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: 
         settled = batch.settled.setdefault(next(iter(trace.values())).proto.trace_id, set())
         settled.update(mapped)
         settled.update(sid for sid in trace if sid not in calls_of and resolve(sid)[0] in mapped)
+    incomplete: set[bytes] = set()
+    if lost:
+        incomplete = {exec_id for exec_id in mapped if exec_id in lost}
+        incomplete.update(
+            exec_id
+            for sid in lost
+            if sid in trace and sid not in calls_of and (exec_id := resolve(sid)[0]) in mapped
+        )
     for exec_id, calls in calls_of.items():
         execution = trace[exec_id]
         own = 0 if execution.tool is not None else 1
         if not calls:
             ignored += 1
+            continue
+        if exec_id in incomplete:
+            batch.rejections.append(
+                Rejection(
+                    execution.ref,
+                    "spans of this run were refused earlier (otlp_pending_spans): it is "
+                    "incomplete, not captured",
+                    own + len(calls),
+                )
+            )
             continue
         try:
             batch.executions.append(

@@ -40,6 +40,7 @@ _PREFIX = b"otlp_pending/"
 MAPPED_SPANS = 20_000
 _TRACE_ID_BYTES = 16
 _SPAN_ID_BYTES = 8
+_MARKER_SPAN_ID = bytes(_SPAN_ID_BYTES)  # `pml_server.otel.INCOMPLETE_SPAN_ID`
 
 
 @dataclass
@@ -62,6 +63,8 @@ class MappedTrace:
     at_ms: int
     spans: set[bytes] = field(default_factory=set)
     runs: dict[bytes, frozenset[bytes]] = field(default_factory=dict)
+    # Links of spans refused (`otlp_pending_spans`) when no marker could be held for them.
+    lost: set[bytes] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,8 @@ class PendingSpans:
         for trace_id in old:
             for key, _ in self._store.scan(CF_META, self._key(tenant, trace_id)):
                 ops.append((CF_META, key, None))
-            expired += len(state.traces[trace_id].span_ids)
+            # (a trace's marker of refused spans, span id 0, is no span that expired)
+            expired += len(state.traces[trace_id].span_ids - {_MARKER_SPAN_ID})
         if ops:
             self._store.write(ops)
         for trace_id in old:
@@ -199,17 +203,35 @@ class PendingSpans:
     ) -> None:
         """Remember runs of `trace_id` just mapped (`spans`: at or below their execution spans;
         `runs`: each execution span's call spans). Called under the tenant's lock."""
+        self._remember(tenant, trace_id, spans, runs, set())
+
+    def remember_lost(self, tenant: str, trace_id: bytes, links: set[bytes]) -> None:
+        """Remember that spans of `trace_id` were refused and no marker could be held for
+        them (the tenant's held spans at the bound): `links` reject the run they belonged to
+        when it arrives in this process. Called under the tenant's lock."""
+        self._remember(tenant, trace_id, set(), {}, links)
+
+    def _remember(
+        self,
+        tenant: str,
+        trace_id: bytes,
+        spans: set[bytes],
+        runs: dict[bytes, frozenset[bytes]],
+        lost: set[bytes],
+    ) -> None:
         traces, count = self._mapped_of(tenant)
         known = traces.pop(trace_id, None) or MappedTrace(0)
         known.at_ms = self._clock_ms()  # kept while the trace goes on (re-inserted last)
-        count[0] -= len(known.spans)
+        count[0] -= len(known.spans) + len(known.lost)
         known.spans |= spans
+        known.lost |= lost
         for span_id, calls in runs.items():  # a part sent again adds nothing
             known.runs[span_id] = known.runs.get(span_id, frozenset()) | calls
         traces[trace_id] = known  # the most recent last
-        count[0] += len(known.spans)
+        count[0] += len(known.spans) + len(known.lost)
         while count[0] > MAPPED_SPANS and traces:
-            count[0] -= len(traces.popitem(last=False)[1].spans)
+            oldest = traces.popitem(last=False)[1]
+            count[0] -= len(oldest.spans) + len(oldest.lost)
 
     def _mapped_of(self, tenant: str) -> tuple[OrderedDict[bytes, MappedTrace], list[int]]:
         with self._lock:
@@ -219,6 +241,6 @@ class PendingSpans:
             trace_id, oldest = next(iter(traces.items()))
             if oldest.at_ms > cutoff:
                 break
-            count[0] -= len(oldest.spans)
+            count[0] -= len(oldest.spans) + len(oldest.lost)
             del traces[trace_id]
         return traces, count

@@ -15,7 +15,10 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -662,7 +665,7 @@ def test_an_mcp_servers_own_spans_exported_after_the_run_are_never_held(
     assert _spans_counter(server, "held") == 0
     assert _spans_counter(server, "ignored") == 2
     (pattern,) = client.iter_patterns()
-    assert (pattern.tools_used, pattern.usage_count) == (["read_file", "parse_json"], 1)
+    assert (list(pattern.tools_used), pattern.usage_count) == (["read_file", "parse_json"], 1)
 
 
 def test_a_retried_export_of_a_split_runs_root_is_not_a_rejection(
@@ -692,7 +695,7 @@ def test_a_retried_export_of_a_split_runs_root_is_not_a_rejection(
     assert reply.partial_success.rejected_spans == 0
     assert _spans_counter(server, "rejected") == 0
     (pattern,) = client.iter_patterns()
-    assert (pattern.tools_used, pattern.usage_count) == (["read_file", "parse_json"], 1)
+    assert (list(pattern.tools_used), pattern.usage_count) == (["read_file", "parse_json"], 1)
 
 
 @pytest.mark.parametrize("split", [False, True])
@@ -735,3 +738,40 @@ def test_a_tool_error_on_the_mcp_client_span_fails_the_call(
     assert list(client.iter_patterns()) == []
     failures = [(f.tool, f.error) for f in client.list_failures().failures]
     assert failures == [("read_file", "tool_error: no such file")]
+
+
+def test_a_run_whose_spans_overflowed_the_hold_is_rejected_not_captured_short(
+    start: StartServer,
+) -> None:
+    """`otlp_pending_spans = 2`: a run's first two calls are held, its third is refused
+    (overflow, said in `partial_success`), its fourth arrives with its root. Before: the run
+    was captured from the three calls it still had, a shorter run stored as a success pattern
+    (`read_file, parse_json, write_file`). Now it is rejected when its root arrives, and the
+    held spans it can no longer use are let go: the next run fits and is captured whole."""
+    server = start(otlp_pending_spans=2)
+    tools = ["read_file", "parse_json", "sum_column", "write_file"]
+
+    def run(tracer: Tracer) -> None:
+        _agent_run(tracer, "Sum a file", [(tool, {"n": 1}, None) for tool in tools])
+
+    def export(spans: list[ReadableSpan]) -> ExportTracePartialSuccess:
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+            reply = stub.Export(encode_spans(spans), timeout=30)
+            return reply.partial_success  # type: ignore[no-any-return]
+
+    spans = [s for s in _recorded(run) if s.name != "GET /health"]  # 4 calls, then the root
+    assert "2 spans held" in export(spans[:2]).error_message
+    refused = export(spans[2:3])
+    assert refused.rejected_spans == 1
+    assert "otlp_pending_spans = 2" in refused.error_message
+    last = export(spans[3:])
+    assert last.rejected_spans == 2
+    assert "refused earlier" in last.error_message
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert list(client.iter_patterns()) == []
+        spans = [s for s in _recorded(run) if s.name != "GET /health"]
+        assert "1 spans held" in export(spans[:1]).error_message
+        assert export(spans[1:]).rejected_spans == 0
+        (pattern,) = client.iter_patterns()
+    assert pattern.tools_used == tools
