@@ -155,7 +155,24 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         Exports"). Returns (spans captured, ignored, newly held, rejections)."""
         pending = self._pending
         assert pending is not None
-        expired = pending.expire(tenant)
+        # A run whose held spans expire can no longer be captured whole: a marker of them is
+        # held in their place, so that its root arriving with its last calls is rejected
+        # (before, the run was captured from those last calls alone, as a success).
+        expiry_links: dict[bytes, set[bytes]] = {}
+        expired = 0
+        for trace_id, gone in pending.expire(tenant):
+            links = expiry_links.setdefault(trace_id, set())
+            for held_span in gone:
+                if held_span.span_id == INCOMPLETE_SPAN_ID:
+                    continue  # an old marker goes with its trace
+                proto = trace_pb2.Span()
+                proto.ParseFromString(held_span.data)
+                links.add(proto.span_id)
+                if proto.parent_span_id:
+                    links.add(proto.parent_span_id)
+                expired += 1
+            if not links:
+                del expiry_links[trace_id]
         if expired:
             self._count_spans("expired", expired)
             log.warning(
@@ -174,8 +191,9 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 loaded.add((trace_id, held_span.span_id))
         for trace_id in {s.trace_id for s in spans}:
             known = pending.mapped(tenant, trace_id)
-            if known is not None and known.lost:
-                spans.append(incomplete_marker(trace_id, known.lost))
+            lost = (known.lost if known is not None else set()) | expiry_links.get(trace_id, set())
+            if lost:
+                spans.append(incomplete_marker(trace_id, lost))
         batch = map_spans(spans, self._d.limits.intent.bound)
         del spans
         rejections = list(batch.rejections)
@@ -260,6 +278,12 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             # span keeps).
             hold += [(trace_id, s.span_id, s.SerializeToString()) for s in held_forms(new)]
             still.update((trace_id, s.span_id) for s in waiting)
+        for trace_id, links in expiry_links.items():
+            if (trace_id, INCOMPLETE_SPAN_ID) in still:
+                continue  # (this Export brought spans of it again: its marker is above)
+            marker = incomplete_marker(trace_id, links)
+            hold.append((trace_id, INCOMPLETE_SPAN_ID, marker.SerializeToString()))
+            markers += 1
         pending.update(tenant, hold, [k for k in loaded if k not in still])
         return recorded, batch.ignored_spans + late, len(hold) - markers, rejections
 

@@ -285,8 +285,8 @@ def _map_trace(
             batch.rejections.append(
                 Rejection(
                     execution.ref,
-                    "spans of this run were refused earlier (otlp_pending_spans): it is "
-                    "incomplete, not captured",
+                    "spans of this run were refused or expired while held "
+                    "(otlp_pending_spans, otlp_pending_seconds): it is incomplete, not captured",
                     own + len(calls),
                 )
             )

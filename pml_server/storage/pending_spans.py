@@ -143,18 +143,21 @@ class PendingSpans:
             for key, value in self._store.scan(CF_META, prefix)
         ]
 
-    def expire(self, tenant: str) -> int:
-        """Delete the traces held longer than the age limit; returns the spans deleted."""
+    def expire(self, tenant: str) -> list[tuple[bytes, list[HeldSpan]]]:
+        """Delete the traces held longer than the age limit; returns them with the spans
+        deleted (a trace's marker of refused spans, span id 0, among them)."""
         state = self._state(tenant)
         cutoff = self._clock_ms() - self._max_age_ms
         old = [t for t, trace in state.traces.items() if trace.first_ms <= cutoff]
         ops: list[Op] = []
-        expired = 0
+        expired: list[tuple[bytes, list[HeldSpan]]] = []
         for trace_id in old:
-            for key, _ in self._store.scan(CF_META, self._key(tenant, trace_id)):
+            prefix = self._key(tenant, trace_id)
+            spans = []
+            for key, value in self._store.scan(CF_META, prefix):
                 ops.append((CF_META, key, None))
-            # (a trace's marker of refused spans, span id 0, is no span that expired)
-            expired += len(state.traces[trace_id].span_ids - {_MARKER_SPAN_ID})
+                spans.append(HeldSpan(key[len(prefix) :], from_u64(value[:8]), value[8:]))
+            expired.append((trace_id, spans))
         if ops:
             self._store.write(ops)
         for trace_id in old:

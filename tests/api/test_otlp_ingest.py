@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -767,7 +768,7 @@ def test_a_run_whose_spans_overflowed_the_hold_is_rejected_not_captured_short(
     assert "otlp_pending_spans = 2" in refused.error_message
     last = export(spans[3:])
     assert last.rejected_spans == 2
-    assert "refused earlier" in last.error_message
+    assert "incomplete, not captured" in last.error_message
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         assert list(client.iter_patterns()) == []
         spans = [s for s in _recorded(run) if s.name != "GET /health"]
@@ -775,3 +776,35 @@ def test_a_run_whose_spans_overflowed_the_hold_is_rejected_not_captured_short(
         assert export(spans[1:]).rejected_spans == 0
         (pattern,) = client.iter_patterns()
     assert pattern.tools_used == tools
+
+
+def test_a_run_whose_held_spans_expired_is_rejected_not_captured_short(
+    start: StartServer,
+) -> None:
+    """`otlp_pending_seconds = 0.5`: a run's first calls are held and expire; its root then
+    arrives with its last call. Before: captured from that last call alone, a one-call run
+    stored as a success pattern (`write_file`), though the docs said such a run is not
+    captured. Now it is rejected."""
+    server = start(otlp_pending_seconds=0.5)
+    tools = ["read_file", "parse_json", "write_file"]
+    spans = [
+        s
+        for s in _recorded(
+            lambda t: _agent_run(t, "Sum a file", [(tool, {"n": 1}, None) for tool in tools])
+        )
+        if s.name != "GET /health"
+    ]  # 3 calls, then the root
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+    try:
+        assert exporter.export(spans[:2]) is SpanExportResult.SUCCESS
+        time.sleep(1.0)
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+            reply = stub.Export(encode_spans(spans[2:]), timeout=30)
+    finally:
+        exporter.shutdown()
+    assert reply.partial_success.rejected_spans == 2
+    assert "incomplete, not captured" in reply.partial_success.error_message
+    assert _spans_counter(server, "expired") == 2
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert list(client.iter_patterns()) == []
