@@ -44,7 +44,7 @@ def _request(spans: int, genai: bool, seed: int) -> trace_service_pb2.ExportTrac
             ]
         out.append(
             trace_pb2.Span(
-                trace_id=n.to_bytes(16, "big"),
+                trace_id=(n + 1).to_bytes(16, "big"),  # (all zero: invalid)
                 span_id=(n + 1).to_bytes(8, "big"),
                 name=f"execute_tool tool_{i % 50}",
                 start_time_unix_nano=1_000_000_000,

@@ -137,9 +137,17 @@ def map_spans(
                 proto = incomplete_marker(proto.trace_id, links)
             lost[proto.trace_id] = (proto, links)
             continue
-        if len(proto.trace_id) != TRACE_ID_BYTES or len(proto.span_id) != SPAN_ID_BYTES:
+        if (
+            len(proto.trace_id) != TRACE_ID_BYTES
+            or len(proto.span_id) != SPAN_ID_BYTES
+            or not any(proto.trace_id)
+            or not any(proto.span_id)
+        ):
+            # All-zero ids are invalid (W3C trace context); a zero span id would also be held
+            # under the key of its trace's marker of lost spans.
             ref = f"{proto.trace_id.hex()}/{proto.span_id.hex()}"
-            batch.rejections.append(Rejection(ref, "trace_id must be 16 bytes, span_id 8", 1))
+            reason = "trace_id must be 16 bytes, span_id 8, neither all zero"
+            batch.rejections.append(Rejection(ref, reason, 1))
             continue
         attrs = attr.attributes(proto)
         span = _Span(proto, attrs, attr.is_agent(attrs), attr.tool_name(proto, attrs))

@@ -401,7 +401,7 @@ def test_an_export_over_the_span_limit_is_resource_exhausted(server: RunningServ
         )
         spans = [
             trace_pb2.Span(
-                trace_id=i.to_bytes(16, "big"),
+                trace_id=(i + 1).to_bytes(16, "big"),  # (all zero: invalid)
                 span_id=(i + 1).to_bytes(8, "big"),
                 name=f"invoke_agent agent{i}",
                 attributes=[operation],

@@ -113,7 +113,7 @@ def test_held_calls_join_their_execution_when_it_arrives() -> None:
 
 def test_deep_parent_chain_is_linear_not_recursive() -> None:
     depth = 20_000
-    spans = [_agent(0)] + [_span(i, i - 1) for i in range(1, depth)]
+    spans = [_agent(1)] + [_span(i, i - 1) for i in range(2, depth)]  # (span id 0: invalid)
     spans.append(_tool(depth, depth - 1, "deep", 5))
     (execution,) = map_spans(spans).executions
     assert [c.tool for c in execution.calls] == ["deep"]
@@ -294,3 +294,16 @@ def test_a_call_seen_twice_fails_when_either_view_failed() -> None:
     ok_inner = _span(3, 2, "tools/call read_file", 6, mcp__method__name="tools/call")
     (fine,) = map_spans([_agent(1), _tool(2, 1, "read_file", 5), ok_inner]).executions
     assert fine.calls[0].ok
+
+
+def test_all_zero_ids_are_rejected() -> None:
+    """All-zero trace and span ids are invalid (W3C trace context). Before: taken as ids; a
+    zero span id held for its root would share the key of its trace's marker of lost spans."""
+    zero_span = _tool(0, 1, "read_file", 5)
+    zero_trace = _tool(2, 1, "read_file", 5)
+    zero_trace.trace_id = bytes(16)
+    batch = map_spans([_agent(1), zero_span, zero_trace])
+    assert batch.executions == []
+    assert [r.reason for r in batch.rejections] == [
+        "trace_id must be 16 bytes, span_id 8, neither all zero"
+    ] * 2
