@@ -19,8 +19,10 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from pml_server.capture.normalize import prepare_captures
+from pml_server.domain.limits import LIMITS
 from pml_server.otel import _attributes as attr
 from pml_server.otel._code import LANGUAGE, call_line
+from pml_server.otel._mapping import HELD_TOO_LARGE
 
 # The string attributes the mapping reads, kept (redacted) in a held span.
 _TEXTS = (
@@ -32,6 +34,55 @@ _TEXTS = (
     attr.ERROR_TYPE,
     attr.MCP_METHOD,
 )
+
+
+# Set on a held call whose run validation will refuse for its size (arguments or error text over
+# their limits): the texts are not held, the mapping rejects the run with this reason.
+TOO_LARGE = HELD_TOO_LARGE
+# What a held span keeps of texts the mapping reads only in part: names (an intent is cut at
+# 4,096 characters, a tool name refused past 256), and the constants it compares.
+_NAME_CHARS = 2 * LIMITS.intent.bound
+_KEYWORD_CHARS = 64
+
+
+def _too_large(span: trace_pb2.Span, attrs: dict[str, Any]) -> str | None:
+    """Why validation will refuse the run of this call for its size, else None (not a call,
+    or within the limits)."""
+    if attr.tool_name(span, attrs) is None:
+        return None
+    try:
+        arguments = attr.arguments(attrs)
+    except ValueError:
+        arguments = None  # rejected by the mapping already, for what it is
+    if arguments is not None:
+        text = json.dumps(arguments, sort_keys=True, ensure_ascii=False)  # as the mapping
+        if (excess := LIMITS.arguments_json.excess(text)) is not None:
+            return f"{attr.TOOL_ARGUMENTS}: {excess}"
+    error = attr.failure(span, attrs)
+    if error is not None and (excess := LIMITS.error.excess(error)) is not None:
+        return f"the error text ({attr.ERROR_TYPE}: status message): {excess}"
+    return None
+
+
+def _held_text(key: str, raw: Any, attrs: dict[str, Any]) -> str | None:
+    """The text held for attribute `key`, bounded to what the mapping reads of it."""
+    if key == attr.TOOL_ARGUMENTS:
+        return _arguments_text(raw)
+    if key == attr.ERROR_TYPE:
+        return _error_text(raw)
+    if key == attr.INPUT_MESSAGES:  # the one message the mapping reads
+        last = attr.last_user_message(attrs)
+        if last is None:
+            return None
+        return json.dumps([{"role": "user", "content": last[:_NAME_CHARS]}], ensure_ascii=False)
+    text = _as_text(raw)
+    if text is None:
+        return None
+    if key in (attr.OPERATION, attr.MCP_METHOD):
+        return text if len(text) <= _KEYWORD_CHARS else None  # (matches no constant)
+    if key == attr.CONVERSATION_ID:
+        return text if LIMITS.session_id.excess(text) is None else None  # (unusable)
+    return text[:_NAME_CHARS]  # a tool or agent name
 
 
 def _as_text(raw: Any) -> str | None:
@@ -71,18 +122,19 @@ def held_forms(spans: Sequence[trace_pb2.Span]) -> list[trace_pb2.Span]:
     core call for all of them)."""
     items: list[tuple[str, str, list[str]]] = []
     fields: list[list[str]] = []  # per span: the attribute keys kept, in `texts` order
+    reasons: list[str | None] = []  # per span: `_too_large`
     for span in spans:
         attrs = attr.attributes(span)
         keys: list[str] = []
-        texts = [span.name, span.status.message]
+        # Before: every text held whole, a run's 60 calls of 7 MB arguments (each Export
+        # within its limits) took the server to 3.5 GB when its root arrived, and every
+        # Export of the trace read them all back.
+        too_large = _too_large(span, attrs)
+        texts = [span.name[:_NAME_CHARS], "" if too_large else span.status.message]
         for key in (*_TEXTS, attr.TOOL_ARGUMENTS):
-            raw = attrs.get(key)
-            if key == attr.TOOL_ARGUMENTS:
-                text = _arguments_text(raw)
-            elif key == attr.ERROR_TYPE:
-                text = _error_text(raw)
-            else:
-                text = _as_text(raw)
+            if too_large and key in (attr.TOOL_ARGUMENTS, attr.ERROR_TYPE):
+                continue
+            text = _held_text(key, attrs.get(key), attrs)
             if text is not None:
                 keys.append(key)
                 texts.append(text)
@@ -90,16 +142,17 @@ def held_forms(spans: Sequence[trace_pb2.Span]) -> list[trace_pb2.Span]:
         # (an `apiKey` value, a password in a URL) are redacted here as they will be there.
         code = ""
         tool = attr.tool_name(span, attrs)
-        if tool:
+        if tool and not too_large:
             try:
                 code = call_line(tool, attr.arguments(attrs))
             except ValueError:
                 code = ""  # arguments the mapping will reject: credential-shaped text only
         items.append((code, LANGUAGE, texts))
         fields.append(keys)
+        reasons.append(too_large)
     held: list[trace_pb2.Span] = []
-    for span, keys, (_, _, texts), result in zip(
-        spans, fields, items, prepare_captures(items), strict=True
+    for span, keys, reason, (_, _, texts), result in zip(
+        spans, fields, reasons, items, prepare_captures(items), strict=True
     ):
         # A code the core refuses (too large) still has its texts redacted by shape alone.
         redacted = result[1] if not isinstance(result, Exception) else _shape_only(texts)
@@ -117,6 +170,10 @@ def held_forms(spans: Sequence[trace_pb2.Span]) -> list[trace_pb2.Span]:
                 continue  # a session id holding a secret: the run's trace id stands in for it
             out.attributes.append(
                 common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=text))
+            )
+        if reason is not None:
+            out.attributes.append(
+                common_pb2.KeyValue(key=TOO_LARGE, value=common_pb2.AnyValue(string_value=reason))
             )
         held.append(out)
     return held

@@ -36,6 +36,8 @@ TAG = "otel"
 # (no span has it), the ids of the spans lost and of their parents as an array of bytes.
 INCOMPLETE_SPAN_ID = bytes(SPAN_ID_BYTES)
 INCOMPLETE_LINKS = "pml.otlp.incomplete.links"
+# `pml_server.otel._held.TOO_LARGE`: a held call whose run validation would refuse for its size.
+HELD_TOO_LARGE = "pml.otlp.held.too_large"
 # Where the intent came from, kept as a tag (`intent:<source>`).
 FROM_MESSAGES = "input_messages"
 FROM_AGENT_NAME = "agent_name"
@@ -339,6 +341,8 @@ def _execution(
     for call in calls:
         if not call.tool:
             raise _BadSpanError(call, f"a tool-call span without {attr.TOOL_NAME} (a string)")
+        if isinstance(too_large := call.attrs.get(HELD_TOO_LARGE), str):
+            raise _BadSpanError(call, too_large)  # held without its texts (_held.TOO_LARGE)
         try:
             args = attr.arguments(call.attrs)
         except ValueError as err:

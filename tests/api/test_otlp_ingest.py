@@ -808,3 +808,40 @@ def test_a_run_whose_held_spans_expired_is_rejected_not_captured_short(
     assert _spans_counter(server, "expired") == 2
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         assert list(client.iter_patterns()) == []
+
+
+def test_huge_arguments_of_held_calls_are_not_held(
+    server: RunningServer, client: PmlClient, data_dir: Path
+) -> None:
+    """A run's calls each with 1 MB of arguments (a `write_file` of a whole file), exported
+    before its root as the SDK's processors do. Before: each held whole (8 MB written for 8
+    calls, every later Export of the trace reading them all back; 60 calls of 7 MB took the
+    server to 3.5 GB when the root arrived), though the API refuses arguments over 64 KiB.
+    Now held without them, and the run rejected for them when its root arrives."""
+
+    def run(tracer: Tracer) -> None:
+        content = "y" * 1_000_000
+        calls = [("write_file", {"path": f"f{n}", "content": content}, None) for n in range(8)]
+        _agent_run(tracer, "Write the files", calls)
+
+    spans = _recorded(run)  # end order: the calls, then the agent span
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+
+    def stored() -> int:
+        return sum(p.stat().st_size for p in data_dir.rglob("*") if p.is_file())
+
+    before = stored()
+    try:
+        for span in spans[:-1]:
+            assert exporter.export([span]) is SpanExportResult.SUCCESS
+        assert stored() - before < 1_000_000
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+            reply = stub.Export(encode_spans(spans[-1:]), timeout=30)
+    finally:
+        exporter.shutdown()
+    assert reply.partial_success.rejected_spans == 9
+    assert "gen_ai.tool.call.arguments: is 1000029 bytes; the limit is 65536 bytes" in (
+        reply.partial_success.error_message
+    )
+    assert list(client.iter_patterns()) == []

@@ -116,3 +116,29 @@ def test_structured_arguments_json_cannot_carry_are_held_and_rejected() -> None:
     assert map_spans([call, _agent(1)]).rejections
     (rejection,) = map_spans([held_form, _agent(1)]).rejections
     assert rejection.reason.startswith("gen_ai.tool.call.arguments")
+
+
+def test_a_held_span_keeps_texts_bounded_to_what_the_mapping_reads() -> None:
+    """Before: held whole, a call's 7 MB arguments, an LLM span's whole message history and
+    a megabyte status message were written to the store and read back by every Export of the
+    trace. A call its size dooms (arguments or error text over their limits) is held without
+    them and rejected for it; other texts are held as far as the mapping reads them."""
+    big = json.dumps({"content": "y" * 100_000})
+    history = json.dumps(
+        [{"role": "user", "content": f"turn {n} " + "x" * 10_000} for n in range(50)]
+    )
+    calls = [
+        _tool(2, 1, "write_file", 5, gen_ai__tool__call__arguments=big),
+        _tool(3, 1, "read_file", 6, error__type="E" * 20_000),
+        _span(4, 1, "chat", 7, gen_ai__operation__name="chat", gen_ai__input__messages=history),
+    ]
+    held = held_forms(calls)
+    assert all(h.ByteSize() < 30_000 for h in held), [h.ByteSize() for h in held]
+    sent = map_spans([*calls, _agent(1)]).executions[0]
+    assert len(sent.calls[0].arguments_json) > 65_536  # the API's validation refuses it
+    (rejection,) = map_spans([*held, _agent(1)]).rejections
+    assert rejection.reason == (
+        "gen_ai.tool.call.arguments: is 100015 bytes; the limit is 65536 bytes"
+    )
+    (error_rejection,) = map_spans([*held[1:], _agent(1)]).rejections
+    assert "is 20000 characters; the limit is 16384 characters" in error_rejection.reason
