@@ -164,6 +164,39 @@ def test_malformed_resource_name(client: PmlClient, name: str) -> None:
     assert _fields(err) == {"name"}
 
 
+@pytest.mark.parametrize("name", ["patterns/" + "x" * 100_000, "capabilities/" + "\u00e9" * 3_000])
+def test_a_huge_bad_name_still_gets_its_field(client: PmlClient, name: str) -> None:
+    """The status echoes the name: unbounded, its trailers passed the client's metadata limit
+    and the caller got RESOURCE_EXHAUSTED "received metadata size exceeds ..." (and retried)."""
+    err = _fails(lambda: client.get_pattern(name), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"name"}
+    assert len(err.message) <= 2048
+
+
+@pytest.mark.parametrize("how", ["blank tools", "bad tool calls"])
+def test_a_thousand_violations_still_get_a_status(client: PmlClient, how: str) -> None:
+    """Every violation listed, unbounded, made trailers of 48 kB (1024 blank tool names) or
+    63 kB (256 bad tool calls): the client dropped them and saw RESOURCE_EXHAUSTED. The first
+    violations come back, and the message says how many were left out."""
+    if how == "blank tools":
+        err = _fails(
+            lambda: client.suggest("read", available_tools=[""] * 1024),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
+        first = "available_tools.tools[0]"
+    else:
+        record = make_record("x", OK_CODE, tools=["read_file"])
+        del record.tool_calls[:]
+        record.tool_calls.extend(
+            r.ToolCall(tool="", arguments_json="{", duration_ms=-1) for _ in range(256)
+        )
+        err = _fails(lambda: client.record(record), grpc.StatusCode.INVALID_ARGUMENT)
+        first = "record.tool_calls[0].tool"
+    assert err.violations[0][0] == first
+    assert 1 < len(err.violations) < 200
+    assert err.message.endswith("more invalid fields")
+
+
 def test_not_found(client: PmlClient) -> None:
     _fails(lambda: client.get_pattern("patterns/nope"), grpc.StatusCode.NOT_FOUND)
     _fails(lambda: client.get_capability("capabilities/nope"), grpc.StatusCode.NOT_FOUND)
