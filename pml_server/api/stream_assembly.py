@@ -87,7 +87,14 @@ class ExecutionAssembler:
                     f"must increase on a stream: got {msg.sequence} after {self._last_sequence}",
                 )
             )
-        outcome = self._handle(msg)
+        too_long = self._limits.execution_id.excess(msg.execution_id)
+        if too_long is not None:
+            # refused alone, and neither opened nor remembered: what it holds stays bounded
+            outcome: Complete | Refused | None = _refused(
+                msg, InvalidArgumentError(FieldViolation("execution_id", too_long))
+            )
+        else:
+            outcome = self._handle(msg)
         self._last_sequence = msg.sequence
         return outcome
 

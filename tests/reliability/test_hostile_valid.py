@@ -256,6 +256,40 @@ def test_a_reused_stream_execution_id_is_refused(stub: pml_pb2_grpc.PmlServiceSt
     assert _ack_fields(by_seq[3]) == ["execution_id"], by_seq[3]
 
 
+def test_huge_execution_ids_are_refused_and_never_held(tmp_path: Path) -> None:
+    """A stream remembers its execution ids (to tell a resend from a reused id): 100 records
+    with explicit request ids under 4 MB execution ids were each captured, and the stream held
+    every id: 400 MB more server memory from one stream, up to 64k ids. Now each is refused
+    alone naming `execution_id`; the stream goes on and captures the next record."""
+    process = ServerProcess(tmp_path / "data", "--durability", "fast")
+    process.start()
+    try:
+        before = _peak_rss(process)
+        record = _plain_record("")
+
+        def messages() -> Iterator[pml_pb2.StreamTracesRequest]:
+            for i in range(100):
+                record.request_id = f"huge-eid-{i}"
+                yield pml_pb2.StreamTracesRequest(
+                    execution_id=f"{i}-" + "e" * 4_000_000, sequence=i + 1, record=record
+                )
+            record.request_id = "after-huge-eids"
+            yield pml_pb2.StreamTracesRequest(execution_id="fine", sequence=101, record=record)
+
+        options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        with grpc.insecure_channel(process.target, options=options) as channel:
+            stub = pml_pb2_grpc.PmlServiceStub(channel)
+            acks = {a.sequence: a for a in stub.StreamTraces(messages(), timeout=120)}
+        growth = _peak_rss(process) - before
+    finally:
+        process.terminate()
+    assert len(acks) == 101
+    for sequence in range(1, 101):
+        assert _ack_fields(acks[sequence]) == ["execution_id"], acks[sequence].error.message
+    assert acks[101].HasField("result"), acks[101]
+    assert growth < 250 * 1024 * 1024, growth
+
+
 def test_an_id_reused_for_another_execution_is_refused_never_dropped(
     stub: pml_pb2_grpc.PmlServiceStub,
 ) -> None:
