@@ -66,6 +66,18 @@ def _set_ts(ts: timestamp_pb2.Timestamp, ms: int) -> None:
         ts.FromMilliseconds(ms)  # before 1970, or out of range (it raises)
 
 
+def check_status(out: Violations, field: str, value: int) -> None:
+    """An `ExecutionStatus` this server knows. proto3 keeps any number a client sends: an
+    unknown one (a newer client's status) was read as unset, and so counted a success whenever
+    every tool call succeeded."""
+    if value != resources_pb2.EXECUTION_STATUS_UNSPECIFIED and value not in _STATUS_FROM_PROTO:
+        out.add(
+            field,
+            f"unknown ExecutionStatus {value}: use EXECUTION_STATUS_SUCCESS, "
+            "EXECUTION_STATUS_FAILURE or leave it unset",
+        )
+
+
 def _status(
     value: resources_pb2.ExecutionStatus.ValueType, tool_calls: Sequence[model.ToolCall]
 ) -> model.ExecutionStatus:
@@ -124,6 +136,7 @@ def execution_record(
         out.add(f"{field}.trace", trace_excess)
     if not math.isfinite(msg.duration_ms) or msg.duration_ms < 0:
         out.add(f"{field}.duration_ms", "must be a finite number >= 0")
+    check_status(out, f"{field}.status", msg.status)
     embedding = validate.check_embedding(
         out, f"{field}.intent_embedding", msg.intent_embedding, embedding_dim
     )

@@ -233,6 +233,7 @@ def _check_finished(
         out.add("finished.trace", trace_excess)
     if not math.isfinite(finished.duration_ms) or finished.duration_ms < 0:
         out.add("finished.duration_ms", "must be a finite number >= 0")
+    convert.check_status(out, "finished.status", finished.status)
     return InvalidArgumentError(out.items) if out.items else None
 
 

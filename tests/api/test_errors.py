@@ -100,6 +100,36 @@ def test_embedding_dimension_and_finite_values(client: PmlClient) -> None:
     assert _fields(err) == {"intent_embedding[0]"}
 
 
+def test_an_unknown_execution_status_is_refused(client: PmlClient, channel: grpc.Channel) -> None:
+    """Status 7 (no such ExecutionStatus; a newer client's, say) was read as unset: the
+    execution was counted a success because its tool calls succeeded."""
+    record = make_record("read a file", OK_CODE, tools=["read_file"])
+    record.status = 7
+    err = _fails(lambda: client.record(record), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"record.status"}
+    assert client.stats().executions == 0
+    started = pml_pb2.ExecutionStarted(intent="read a file", code=OK_CODE, language="typescript")
+    messages = [
+        pml_pb2.StreamTracesRequest(execution_id="live", sequence=1, started=started),
+        pml_pb2.StreamTracesRequest(
+            execution_id="live",
+            sequence=2,
+            tool_call_finished=pml_pb2.ToolCallFinished(
+                tool_call=r.ToolCall(tool="read_file", ok=True)
+            ),
+        ),
+        pml_pb2.StreamTracesRequest(
+            execution_id="live",
+            sequence=3,
+            finished=pml_pb2.ExecutionFinished(status=r.ExecutionStatus.ValueType(5)),
+        ),
+    ]
+    (ack,) = pml_pb2_grpc.PmlServiceStub(channel).StreamTraces(iter(messages), timeout=30)
+    assert ack.HasField("error"), ack
+    assert "finished.status" in ack.error.message
+    assert client.stats().executions == 0
+
+
 @pytest.mark.parametrize("k", [-1, 101])
 def test_k_out_of_range(client: PmlClient, k: int) -> None:
     err = _fails(lambda: client.suggest("read", k=k), grpc.StatusCode.INVALID_ARGUMENT)
