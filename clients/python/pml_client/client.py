@@ -94,6 +94,25 @@ def _too_big(execution_id: str, size: int, max_bytes: int) -> pml_pb2.StreamTrac
     return pml_pb2.StreamTracesResponse(execution_id=execution_id, error=status)
 
 
+def _in_flight(execution_id: str) -> pml_pb2.StreamTracesResponse:
+    """The answer to an execution id sent again while its first execution is unacknowledged."""
+    description = (
+        "repeats an execution of this upload not yet acknowledged: not sent; give each "
+        "execution its own id (upload: each record its own request_id)"
+    )
+    violation = error_details_pb2.BadRequest.FieldViolation(
+        field="execution_id", description=description
+    )
+    details = any_pb2.Any()
+    details.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+    status = status_pb2.Status(
+        code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
+        message=f"execution_id {execution_id!r} {description}",
+        details=[details],
+    )
+    return pml_pb2.StreamTracesResponse(execution_id=execution_id, error=status)
+
+
 def make_record(
     intent: str,
     code: str,
@@ -383,9 +402,12 @@ class PmlClient:
         keep_acks: bool = True,
         batch: int = UPLOAD_BATCH,
     ) -> UploadReport:
-        """`upload` of (execution id, record) pairs; execution ids must be unique. `on_ack` is
-        called once per execution id, whatever the reconnects; `keep_acks=False` leaves
-        `report.acks` empty (a big file's acks need not all be held)."""
+        """`upload` of (execution id, record) pairs; execution ids must be unique (one repeated
+        while its first execution is unacknowledged is not sent: it is answered here,
+        INVALID_ARGUMENT naming `execution_id`, and `report.acks` keeps that error). `on_ack`
+        is called once per execution id, whatever the reconnects (once more for a repeated
+        one); `keep_acks=False` leaves `report.acks` empty (a big file's acks need not all be
+        held)."""
         if batch < 1:
             raise ValueError("batch must be >= 1")
         report = UploadReport()
@@ -405,6 +427,12 @@ class PmlClient:
                     execution_id=eid, sequence=sequence, record=record
                 )
             for eid, record in source:
+                if eid in unacked:
+                    # Sent under an id still waiting for its ack, it would replace the first in
+                    # `unacked`: one ack would answer both and the other's (an ALREADY_EXISTS
+                    # from the server) be dropped as a repeat, the record lost with no error.
+                    held_back.append(_in_flight(eid))
+                    continue
                 message = pml_pb2.StreamTracesRequest(
                     execution_id=eid, sequence=sequence + 1, record=record
                 )
@@ -429,7 +457,10 @@ class PmlClient:
 
         def answer(ack: pml_pb2.StreamTracesResponse) -> None:
             if keep_acks:
-                report.acks[ack.execution_id] = ack
+                # An id answered twice (a repeated execution id): its error is the one kept.
+                earlier = report.acks.get(ack.execution_id)
+                if earlier is None or not earlier.HasField("error"):
+                    report.acks[ack.execution_id] = ack
             if on_ack is not None:
                 on_ack(ack)
 
