@@ -96,14 +96,17 @@ def _print_json(value: Any) -> None:
 
 
 def _client(args: argparse.Namespace) -> PmlClient:
-    return PmlClient(
-        args.server,  # resolved with the environment by `cli.client_environment`
-        api_key=args.api_key,
-        tls=args.tls,
-        root_certificates=args.tls_ca,
-        client_cert=args.tls_cert,
-        client_key=args.tls_key,
-    )
+    try:
+        return PmlClient(
+            args.server,  # resolved with the environment by `cli.client_environment`
+            api_key=args.api_key,
+            tls=args.tls,
+            root_certificates=args.tls_ca,
+            client_cert=args.tls_cert,
+            client_key=args.tls_key,
+        )
+    except PmlClientError as err:  # an API key that cannot be sent (--api-key, $PML_API_KEY)
+        raise InputError(err.message) from None
 
 
 def _read_text(path: Path) -> str:

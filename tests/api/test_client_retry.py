@@ -63,3 +63,14 @@ def test_a_call_unsafe_to_repeat_is_not_retried(
             acme.delete_pattern("patterns/none")
     assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert _refused(server, "DeletePattern") == 1
+
+
+@pytest.mark.parametrize("key", ["s3cr3t\nkey", "s3cr3t\udcff", "s3cr3t\u00e9"])
+def test_a_key_that_cannot_be_a_header_is_refused_naming_api_key(key: str) -> None:
+    """Each call failed INTERNAL "Invalid metadata" (a control character, a non-ASCII one) or
+    raised UnicodeEncodeError from inside grpc (a lone surrogate); the key is never echoed."""
+    with pytest.raises(PmlClientError) as err:
+        PmlClient("127.0.0.1:1", api_key=key)
+    assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert [field for field, _ in err.value.violations] == ["api_key"]
+    assert "s3cr3t" not in str(err.value)

@@ -140,6 +140,28 @@ def make_record(
     )
 
 
+def _header_key(api_key: str) -> str:
+    """`api_key` as it can travel in the `authorization` header: without the whitespace around
+    it (a key read from a file keeps its newline), and only printable ASCII. Any other
+    character made every call fail INTERNAL "Invalid metadata" (a control character) or raise
+    UnicodeEncodeError from inside grpc (a byte that is not UTF-8 in a command-line argument).
+    Now it is refused before any call, INVALID_ARGUMENT naming `api_key` (a PmlClientError, as
+    every other refusal), without the key itself (a secret)."""
+    key = api_key.strip()
+    bad = next((ch for ch in key if not " " <= ch <= "~"), None)
+    if bad is not None:
+        description = (
+            f"holds {bad.encode('utf-8', 'backslashreplace')!r} at position {key.index(bad)}: "
+            "a key is printable ASCII (as `pml keys add` prints it)"
+        )
+        raise PmlClientError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"api_key {description}",
+            [("api_key", description)],
+        )
+    return key
+
+
 @dataclass
 class UploadReport:
     """What `upload` achieved: one acknowledgement per execution id, and how often it
@@ -162,6 +184,8 @@ class PmlClient:
         timeout: float = 30.0,
         retries: int = DEFAULT_RETRIES,
     ) -> None:
+        # checked before a channel exists: a bad key leaves nothing to close
+        self._metadata = (("authorization", f"Bearer {_header_key(api_key)}"),) if api_key else ()
         options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
         if tls or root_certificates or client_cert:
             creds = grpc.ssl_channel_credentials(
@@ -173,7 +197,6 @@ class PmlClient:
         else:
             self._channel = grpc.insecure_channel(target, options=options)
         self._stub = pml_pb2_grpc.PmlServiceStub(self._channel)
-        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self._timeout = timeout
         self._retries = retries
         self._stream_limits: tuple[int, int] | None = None  # `_server_stream_limits`, once known
