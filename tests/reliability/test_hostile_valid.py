@@ -442,6 +442,53 @@ def test_a_secret_is_found_nowhere_on_disk(tmp_path: Path, kind: str) -> None:
     assert in_answers == 0, summary
 
 
+def test_a_url_password_in_a_tool_name_or_tag_is_stored_nowhere(tmp_path: Path) -> None:
+    """Names were not redacted: a tool named by a URL with its password, and a tag holding a
+    connection URL, were stored as given (`tools_used`, the failure log, the pattern's tags: on
+    disk and in every answer naming them). Now the password is redacted there too; the rest of
+    the name is kept (the marker beside it is found on disk, so the search sees the field)."""
+    secret = "Tr0ub&3-" + secrets.token_hex(4)
+    marker = "mk" + secrets.token_hex(4)
+    tool = f"https://admin:{secret}@tools.internal/{marker}"
+    tag = f"db=pg://admin:{secret}@db/{marker}"  # a tag is at most 64 characters
+    data = tmp_path / "data"
+    process = ServerProcess(data, "--durability", "sync")
+    process.start()
+    answers: list[bytes] = []
+    try:
+        with grpc.insecure_channel(process.target) as channel:
+            stub = pml_pb2_grpc.PmlServiceStub(channel)
+            for i, ok in enumerate((True, True, False)):
+                call = resources_pb2.ToolCall(tool=tool, ok=ok, error="" if ok else "timeout")
+                record = resources_pb2.ExecutionRecord(
+                    request_id=f"named-{i}", intent="call the internal tool",
+                    code="await mcp.internal_tool({q: 1})", language="javascript",
+                    tool_calls=[call], tags=[tag],
+                )  # fmt: skip
+                reply = stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=record))
+                answers.append(reply.SerializeToString())
+            name = pml_pb2.GetPatternRequest(name=reply.result.pattern)
+            answers.append(stub.GetPattern(name).SerializeToString())
+            answers.append(stub.ListFailures(pml_pb2.ListFailuresRequest()).SerializeToString())
+            answers.append(
+                stub.Suggest(
+                    pml_pb2.SuggestRequest(intent="call the internal tool")
+                ).SerializeToString()
+            )
+    finally:
+        process.kill()
+    found_secret = found_marker = 0
+    for path in data.rglob("*"):
+        if path.is_file():
+            raw = path.read_bytes()
+            found_secret += raw.count(secret.encode())
+            found_marker += raw.count(marker.encode())
+    assert found_marker > 0
+    assert found_secret == 0
+    assert not any(secret.encode() in a for a in answers)
+    assert any(b"https://[REDACTED]@tools.internal/" in a for a in answers)
+
+
 # ---- streams and unary calls ------------------------------------------------------------------
 
 
