@@ -196,7 +196,14 @@ def import_file(args: argparse.Namespace) -> int:
     errors = Console(stderr=True)
     path: Path = args.file
     if not path.is_file():
-        raise InputError(f"cannot read {path}: no such file")
+        # The file is read twice (counted, then uploaded): a pipe or device cannot be.
+        if not path.exists():
+            why = "no such file"
+        elif path.is_dir():
+            why = "it is a directory"
+        else:
+            why = "not a regular file (import reads it twice: write it to a file first)"
+        raise InputError(f"cannot read {path}: {why}")
     bad_lines: list[int] = []
     bar: list[Callable[[], None]] = []  # moves the progress bar on, once it exists
 
