@@ -23,7 +23,8 @@ Design:
   has already applied with the stored result (`replayed`), counting nothing twice.
 - A malformed execution is refused alone (an acknowledgement carrying `error`); only a protocol
   violation (no execution id, sequence not increasing, no event, too many open executions) ends
-  the stream with a status.
+  the stream with a status. A live execution still open when the client closes its side is
+  refused alone too (`ExecutionAssembler.abandon`).
 
 The parts: `stream_assembly.ExecutionAssembler` (what each message means: no thread, no
 transport), `stream_capture.CaptureScheduler` (the capture task on the shared pool); this
@@ -193,6 +194,10 @@ class TraceStream:
                     self._read_one(msg)
                 if self._stop.is_set():
                     break
+            else:  # the client closed its side: what it left open is refused, not dropped
+                for refused in self._assembler.abandon():
+                    self._refuse(refused)
+                self._open_live = 0
         except PmlError as err:
             self._acks.put(_Fatal(err))
             return

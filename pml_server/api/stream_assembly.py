@@ -53,6 +53,7 @@ class Refused:
 @dataclass
 class _OpenExecution:
     started: pml_pb2.ExecutionStarted
+    sequence: int  # of its `started` message
     tool_calls: list[resources_pb2.ToolCall] = field(default_factory=list)
     # The first problem seen as its messages arrived: nothing more is buffered, and the
     # execution is refused with it when it finishes.
@@ -98,6 +99,28 @@ class ExecutionAssembler:
         self._last_sequence = msg.sequence
         return outcome
 
+    def abandon(self) -> list[Refused]:
+        """The client closed its side with live executions still open: each is refused (acked
+        with an error naming `finished`, under its `started` message's sequence), never dropped
+        without a word while the stream ends OK."""
+        refused = [
+            Refused(
+                eid,
+                execution.sequence,
+                InvalidArgumentError(
+                    FieldViolation(
+                        "finished",
+                        "the stream was closed before this live execution finished: nothing "
+                        "of it was captured; send it again whole",
+                    )
+                ),
+            )
+            for eid, execution in self._open.items()
+        ]
+        self._open.clear()
+        self._buffered_bytes = 0
+        return refused
+
     def _handle(self, msg: pml_pb2.StreamTracesRequest) -> Complete | Refused | None:
         kind = msg.WhichOneof("event")
         eid = msg.execution_id
@@ -120,7 +143,7 @@ class ExecutionAssembler:
             problems = _check_started(msg.started, self._limits, self._dim)
             if problems is not None:
                 return _refused(msg, problems)
-            opened = _OpenExecution(started=msg.started)
+            opened = _OpenExecution(started=msg.started, sequence=msg.sequence)
             self._open[eid] = opened
             self._buffer(opened, msg.started.ByteSize())
             return None
