@@ -198,6 +198,27 @@ def test_upload_never_drops_a_record_whose_request_id_repeats(
     assert [list(p.tools_used) for p in client.iter_patterns()] == [["read_file"]]
 
 
+@pytest.mark.parametrize("batch", [1, 16])
+def test_upload_raises_the_callers_own_error_after_storing_what_came_before(
+    client: PmlClient, batch: int
+) -> None:
+    """The caller's records raised mid-upload (a source that broke): gRPC ran it in its request
+    thread and the caller got PmlClientError UNKNOWN "Exception iterating requests!", its own
+    error gone. Now the records read before it are acknowledged, then its error is raised."""
+
+    def records() -> Iterator[r.ExecutionRecord]:
+        for i in range(3):
+            yield make_record(f"before the break {i}", f"await mcp.b{i}()", tools=[f"b{i}"])
+        raise ValueError("the source broke at record 4")
+
+    seen: list[Ack] = []
+    with pytest.raises(ValueError, match="the source broke at record 4"):
+        client.upload(records(), batch=batch, on_ack=seen.append)
+    assert len(seen) == 3
+    assert all(ack.HasField("result") for ack in seen), seen
+    assert client.stats().patterns == 3
+
+
 class _OlderServer(pml_pb2_grpc.PmlServiceServicer):
     """A server from before batches: its GetServerInfo has no `stream_batch_limit` (or no
     GetServerInfo at all), and a batch message reaches it as one without an execution id."""

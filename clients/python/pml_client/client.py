@@ -441,6 +441,16 @@ class PmlClient:
         held_back: deque[pml_pb2.StreamTracesResponse] = deque()
         sequence = 0
         exhausted = False
+        # What the caller's `items` raised (in gRPC's request thread, which would only say
+        # UNKNOWN "Exception iterating requests!"): the stream is closed there, what was sent
+        # is acknowledged, then the very exception is raised to the caller.
+        source_failed: list[Exception] = []
+
+        def from_source() -> Iterator[tuple[str, ExecutionRecord]]:
+            try:
+                yield from source
+            except Exception as err:
+                source_failed.append(err)
 
         def messages(max_bytes: int) -> Iterator[pml_pb2.StreamTracesRequest]:
             nonlocal sequence, exhausted
@@ -449,7 +459,7 @@ class PmlClient:
                 yield pml_pb2.StreamTracesRequest(
                     execution_id=eid, sequence=sequence, record=record
                 )
-            for eid, record in source:
+            for eid, record in from_source():
                 if eid in unacked:
                     # Sent under an id still waiting for its ack, it would replace the first in
                     # `unacked`: one ack would answer both and the other's (an ALREADY_EXISTS
@@ -468,7 +478,7 @@ class PmlClient:
                 unacked[eid] = record
                 sequence += 1
                 yield message
-            exhausted = True
+            exhausted = not source_failed
 
         def requests() -> Iterator[pml_pb2.StreamTracesRequest]:
             batch_limit, max_bytes = self._server_stream_limits()
@@ -500,6 +510,8 @@ class PmlClient:
                             continue  # an ack of an execution already answered
                         answer(ack)
                 answer_held_back()
+                if source_failed and not unacked:
+                    raise source_failed[0]
                 if exhausted and not unacked:
                     return report
                 # The server ended the stream before answering everything: resend the rest.
