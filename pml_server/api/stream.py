@@ -77,8 +77,12 @@ class TraceStream:
         on_capture: Callable[[model.CaptureResult], None] | None = None,
         draining: threading.Event | None = None,
         idle_seconds: float | None = None,
+        authorize: Callable[[], None] | None = None,
     ) -> None:
         self._limits = limits
+        # Checks the caller's key again (raises UNAUTHENTICATED or PERMISSION_DENIED): a stream
+        # lives for minutes, and a key revoked meanwhile must stop writing, as unary calls do.
+        self._authorize = authorize
         self._slots = threading.Semaphore(window)
         self._acks: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._pending = 0
@@ -185,6 +189,8 @@ class TraceStream:
         try:
             for received in requests:
                 self._last_message = time.monotonic()
+                if self._authorize is not None:
+                    self._authorize()
                 if received.batch:
                     _check_batch(received, self._limits)
                     self._batched_acks = True
