@@ -219,6 +219,19 @@ def test_upload_raises_the_callers_own_error_after_storing_what_came_before(
     assert client.stats().patterns == 3
 
 
+def test_raw_stream_raises_the_callers_own_error_after_the_acks(client: PmlClient) -> None:
+    def requests() -> Iterator[Req]:
+        rec = make_record("raw before the break", "await mcp.raw()", tools=["raw"])
+        yield Req(execution_id="raw-1", sequence=1, record=rec)
+        raise KeyError("the caller's bug")
+
+    acks: list[Ack] = []
+    with pytest.raises(KeyError, match="the caller's bug"):
+        acks.extend(client.stream(requests()))
+    assert [a.execution_id for a in acks] == ["raw-1"]
+    assert acks[0].HasField("result")
+
+
 class _OlderServer(pml_pb2_grpc.PmlServiceServicer):
     """A server from before batches: its GetServerInfo has no `stream_batch_limit` (or no
     GetServerInfo at all), and a batch message reaches it as one without an execution id."""

@@ -383,12 +383,24 @@ class PmlClient:
         self, requests: Iterable[pml_pb2.StreamTracesRequest]
     ) -> Iterator[pml_pb2.StreamTracesResponse]:
         """Raw StreamTraces: send `requests`, yield acknowledgements as they come (those the
-        server batched one by one)."""
+        server batched one by one). An exception from `requests` ends the sending; once the
+        acknowledgements of what was sent are yielded, it is raised as itself (gRPC, iterating
+        them in its own thread, would only say UNKNOWN "Exception iterating requests!")."""
+        failed: list[Exception] = []
+
+        def sent() -> Iterator[pml_pb2.StreamTracesRequest]:
+            try:
+                yield from requests
+            except Exception as err:
+                failed.append(err)
+
         try:
-            for ack in self._stub.StreamTraces(iter(requests), metadata=self._metadata):
+            for ack in self._stub.StreamTraces(sent(), metadata=self._metadata):
                 yield from ack.batch or (ack,)
         except grpc.RpcError as err:
             raise PmlClientError.from_rpc_error(err) from None
+        if failed:
+            raise failed[0]
 
     def upload(
         self,
