@@ -26,9 +26,9 @@ from google.rpc import error_details_pb2, status_pb2
 from pml_client._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_client.errors import (
     DEFAULT_RETRIES,
-    RETRYABLE,
     PmlClientError,
     backoff_seconds,
+    worth_retrying,
 )
 
 R = TypeVar("R")
@@ -214,16 +214,17 @@ class PmlClient:
         self, method: Callable[..., Any], request: Any, reply_type: type[R], *, safe: bool = True
     ) -> R:
         """One unary call. A call `safe` to repeat (a read, or a record whose request id makes
-        a resend apply once) is retried up to `retries` times on UNAVAILABLE and
-        RESOURCE_EXHAUSTED, after `backoff_seconds` (never sooner than the server's RetryInfo);
-        any other failure, or the last one, raises PmlClientError."""
+        a resend apply once) is retried up to `retries` times on UNAVAILABLE and on
+        RESOURCE_EXHAUSTED with the server's RetryInfo (`worth_retrying`: a quota, not a size
+        limit), after `backoff_seconds` (never sooner than that RetryInfo); any other failure,
+        or the last one, raises PmlClientError."""
         attempt = 0
         while True:
             try:
                 reply = method(request, timeout=self._timeout, metadata=self._metadata)
             except grpc.RpcError as err:
                 failure = PmlClientError.from_rpc_error(err)
-                if not (safe and failure.code in RETRYABLE and attempt < self._retries):
+                if not (safe and worth_retrying(failure) and attempt < self._retries):
                     raise failure from None
                 time.sleep(backoff_seconds(attempt, failure.retry_delay_seconds))
                 attempt += 1
@@ -534,13 +535,11 @@ class PmlClient:
                     )
                 report.reconnects += 1
             except grpc.RpcError as err:
-                retryable = err.code() in (
-                    grpc.StatusCode.UNAVAILABLE,
+                failure = PmlClientError.from_rpc_error(err)
+                retryable = worth_retrying(failure) or err.code() in (
                     grpc.StatusCode.CANCELLED,
                     grpc.StatusCode.DEADLINE_EXCEEDED,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
                 )
-                failure = PmlClientError.from_rpc_error(err)
                 if not retryable or report.reconnects >= max_reconnects:
                     raise failure from None
                 # Exponential backoff with jitter, never shorter than the server's RetryInfo: a
