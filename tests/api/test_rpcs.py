@@ -154,3 +154,34 @@ def test_health_serves_after_ready_and_reports_not_serving_on_stop(
                 break
             server._stopped.wait(0.05)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_failure_log_of_long_errors_pages_within_a_default_clients_limit(
+    client: PmlClient, channel: grpc.Channel
+) -> None:
+    """300 rejected records with 16 KB errors: ListFailures(page_size=1000) answered one 5 MB
+    message, and a client with gRPC's default 4 MiB receive limit (grpcurl, Go, Node, a plain
+    stub) got RESOURCE_EXHAUSTED for the whole listing. Now a page ends early with a token,
+    and the pages hold every failure once."""
+    from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
+
+    for i in range(300):
+        record = make_record(
+            f"fail loudly {i}", f"await mcp.loud{i}()", failed_tools=[(f"loud{i}", "E" * 16_000)]
+        )
+        client.record(record)
+    stub = pml_pb2_grpc.PmlServiceStub(channel)  # gRPC's default limits
+    seen: list[str] = []
+    token = ""
+    pages = 0
+    while True:
+        page = stub.ListFailures(
+            pml_pb2.ListFailuresRequest(page_size=1000, page_token=token), timeout=30
+        )
+        pages += 1
+        seen += [f.request_id for f in page.failures]
+        token = page.next_page_token
+        if not token:
+            break
+    assert pages >= 2
+    assert len(seen) == len(set(seen)) == 300
