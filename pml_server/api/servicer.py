@@ -197,11 +197,10 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
                 caller.tenant,
                 self._page(caller, "capabilities", request.page_size, request.page_token),
             )
+            capabilities, cursor = convert.capability_page(page.items, page.next_cursor)
             return pml_pb2.ListCapabilitiesResponse(
-                capabilities=[convert.capability(c) for c in page.items],
-                next_page_token=self._d.tokens.encode(
-                    caller.tenant, "capabilities", page.next_cursor
-                ),
+                capabilities=capabilities,
+                next_page_token=self._d.tokens.encode(caller.tenant, "capabilities", cursor),
             )
 
     def DeleteCapability(

@@ -185,3 +185,33 @@ def test_a_failure_log_of_long_errors_pages_within_a_default_clients_limit(
             break
     assert pages >= 2
     assert len(seen) == len(set(seen)) == 300
+
+
+def test_capabilities_of_long_intents_page_within_a_default_clients_limit(
+    client: PmlClient, channel: grpc.Channel
+) -> None:
+    """A capability answers up to 50 intents of 4 KiB: 24 such took ListCapabilities past 4 MiB
+    in one page (6.3 MB for 81 measured against a grpcurl client: RESOURCE_EXHAUSTED for the
+    whole listing). Now a page ends early with a token, and the pages hold each once."""
+    from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
+
+    for c in range(24):
+        intent = (f"topic{c} " + "summarize the quarterly report for the board " * 100)[:4000]
+        for i in range(50):
+            code = f"await mcp.ct{c}({{k{i}: 'x'}})"
+            client.record(make_record(f"{intent} {i}", code, tools=[f"ct{c}"]))
+    stub = pml_pb2_grpc.PmlServiceStub(channel)  # gRPC's default limits
+    seen: list[str] = []
+    token = ""
+    pages = 0
+    while True:
+        page = stub.ListCapabilities(
+            pml_pb2.ListCapabilitiesRequest(page_size=1000, page_token=token), timeout=30
+        )
+        pages += 1
+        seen += [c.name for c in page.capabilities]
+        token = page.next_page_token
+        if not token:
+            break
+    assert pages >= 2
+    assert len(seen) == len(set(seen)) == client.stats().capabilities
