@@ -66,6 +66,18 @@ def _set_ts(ts: timestamp_pb2.Timestamp, ms: int) -> None:
         ts.FromMilliseconds(ms)  # before 1970, or out of range (it raises)
 
 
+def check_status(out: Violations, field: str, value: int) -> None:
+    """An `ExecutionStatus` this server knows. proto3 keeps any number a client sends: an
+    unknown one (a newer client's status) was read as unset, and so counted a success whenever
+    every tool call succeeded."""
+    if value != resources_pb2.EXECUTION_STATUS_UNSPECIFIED and value not in _STATUS_FROM_PROTO:
+        out.add(
+            field,
+            f"unknown ExecutionStatus {value}: use EXECUTION_STATUS_SUCCESS, "
+            "EXECUTION_STATUS_FAILURE or leave it unset",
+        )
+
+
 def _status(
     value: resources_pb2.ExecutionStatus.ValueType, tool_calls: Sequence[model.ToolCall]
 ) -> model.ExecutionStatus:
@@ -124,6 +136,7 @@ def execution_record(
         out.add(f"{field}.trace", trace_excess)
     if not math.isfinite(msg.duration_ms) or msg.duration_ms < 0:
         out.add(f"{field}.duration_ms", "must be a finite number >= 0")
+    check_status(out, f"{field}.status", msg.status)
     embedding = validate.check_embedding(
         out, f"{field}.intent_embedding", msg.intent_embedding, embedding_dim
     )
@@ -314,6 +327,24 @@ def pattern_page(
     used = 0
     for view in views:
         out = listed_pattern(view)
+        size = out.ByteSize()
+        if not budget.fits(used, size, len(kept)):
+            return kept, views[len(kept) - 1].id
+        kept.append(out)
+        used += size
+    return kept, next_cursor
+
+
+def capability_page(
+    views: Sequence[model.CapabilityView], next_cursor: str
+) -> tuple[list[resources_pb2.Capability], str]:
+    """The capabilities of a listing page that fit its byte budget, and the cursor after the
+    last one kept (the engine's `next_cursor` when all fit). A capability holds up to 50
+    intents of 4 KiB: a page of 30 was 6 MB, past any default client's 4 MiB."""
+    kept: list[resources_pb2.Capability] = []
+    used = 0
+    for view in views:
+        out = capability(view)
         size = out.ByteSize()
         if not budget.fits(used, size, len(kept)):
             return kept, views[len(kept) - 1].id

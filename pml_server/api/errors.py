@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -52,21 +53,76 @@ def is_client_facing(exc: BaseException) -> bool:
     return status_code_for(exc) is not grpc.StatusCode.INTERNAL
 
 
+# A status travels in the call's trailers (`grpc-message`, percent-encoded, and
+# `grpc-status-details-bin`, base64), and a client drops trailers past its metadata limit (gRPC
+# core's default: 8 KiB, refused at random from there, always past 16 KiB): the caller then sees
+# RESOURCE_EXHAUSTED "received metadata size exceeds ..." instead of the status, and no field.
+# A request can make its own status that large (a 100 kB name echoed back, a thousand blank tool
+# names each a violation), so both trailers are bounded here, together well under 8 KiB.
+MAX_STATUS_MESSAGE_BYTES = 2048  # `grpc-message` as sent, percent-encoded
+MAX_DETAILS_BYTES = 3072  # the serialized BadRequest, before base64
+MAX_VIOLATION_CHARS = 256  # one violation's field path or description
+
+
+def _encoded_size(text: str) -> int:
+    """Bytes of `text` as `grpc-message` percent-encodes it (printable ASCII but `%` as is)."""
+    return sum(1 if 0x20 <= b <= 0x7E and b != 0x25 else 3 for b in text.encode())
+
+
+def _clip(text: str, limit: int, size: Callable[[str], int] = len) -> str:
+    """`text` cut (with a trailing "...") so that `size` of it is at most `limit`."""
+    # Every character costs at least 1: a longer text never fits, and its first `limit`
+    # characters hold the answer (a request may have put megabytes in it).
+    if len(text) <= limit and size(text) <= limit:
+        return text
+    text = text[:limit]
+    low, high = 0, len(text)
+    while low < high:  # the longest prefix that fits with the marker
+        mid = (low + high + 1) // 2
+        if size(text[:mid] + "...") <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return text[:low] + "..."
+
+
+def _bounded_violations(
+    violations: Sequence[domain.FieldViolation],
+) -> tuple[list[error_details_pb2.BadRequest.FieldViolation], int]:
+    """The first violations whose BadRequest fits `MAX_DETAILS_BYTES`, each clipped; and how
+    many were left out."""
+    kept: list[error_details_pb2.BadRequest.FieldViolation] = []
+    size = 0
+    for v in violations:
+        item = error_details_pb2.BadRequest.FieldViolation(
+            field=_clip(v.field, MAX_VIOLATION_CHARS),
+            description=_clip(v.description, MAX_VIOLATION_CHARS),
+        )
+        cost = item.ByteSize() + 4  # its tag and length in the BadRequest
+        if kept and size + cost > MAX_DETAILS_BYTES:
+            break
+        kept.append(item)
+        size += cost
+    return kept, len(violations) - len(kept)
+
+
 def to_rpc_status(exc: BaseException) -> status_pb2.Status:
-    """The `google.rpc.Status` for `exc`, with rich details where they help the caller."""
+    """The `google.rpc.Status` for `exc`, with rich details where they help the caller; small
+    enough to fit any client's trailers (`MAX_STATUS_MESSAGE_BYTES`, `MAX_DETAILS_BYTES`)."""
     code = status_code_for(exc)
     if code is grpc.StatusCode.INTERNAL:
         return status_pb2.Status(code=code_pb2.INTERNAL, message="internal error")
-    status = status_pb2.Status(code=code.value[0], message=str(exc) or code.name.lower())
+    message, tail = str(exc) or code.name.lower(), ""
+    detail = None
     if isinstance(exc, domain.InvalidArgumentError):
-        detail = error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(
-                    field=v.field, description=v.description
-                )
-                for v in exc.violations
-            ]
-        )
+        kept, left_out = _bounded_violations(exc.violations)
+        detail = error_details_pb2.BadRequest(field_violations=kept)
+        if left_out:
+            message = "; ".join(f"{v.field}: {v.description}" for v in kept)
+            tail = f"; and {left_out} more invalid fields"
+    message = _clip(message, MAX_STATUS_MESSAGE_BYTES - len(tail), _encoded_size) + tail
+    status = status_pb2.Status(code=code.value[0], message=message)
+    if detail is not None:
         _pack(status, detail)
     else:
         delay = retry_after_seconds(exc)

@@ -159,6 +159,9 @@ class ApiInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             try:
                 reply = inner(request, context)
             except Exception as exc:
+                if _client_gone(exc, context):
+                    self._finish(method, _gone(context), started, None)
+                    return None  # nobody is there to answer
                 self._finish(method, errors.status_code_for(exc), started, exc)
                 errors.abort(context, exc, method)
                 raise  # unreachable: abort raises
@@ -178,6 +181,9 @@ class ApiInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
                 self._finish(method, _gone(context), started, None)
                 raise
             except Exception as exc:
+                if _client_gone(exc, context):
+                    self._finish(method, _gone(context), started, None)
+                    return
                 self._finish(method, errors.status_code_for(exc), started, exc)
                 errors.abort(context, exc, method)
                 raise  # unreachable: abort raises
@@ -186,6 +192,14 @@ class ApiInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             self._finish(method, code, started, None)
 
         return behavior
+
+
+def _client_gone(exc: Exception, context: grpc.ServicerContext) -> bool:
+    """`exc` is grpcio's word that the call ended under the handler: a request iterator raises
+    a bare RpcError once the client cancelled or its deadline ran out (a reflection stream
+    grpcurl drops, say). Not a server fault: it was logged "internal error" with a traceback
+    and counted INTERNAL, once per such call."""
+    return isinstance(exc, grpc.RpcError) and not context.is_active()
 
 
 def _gone(context: grpc.ServicerContext) -> grpc.StatusCode:

@@ -119,7 +119,7 @@ def _options(config: ServerConfig) -> list[tuple[str, Any]]:
         # A second server on a busy port must fail, not silently share it.
         ("grpc.so_reuseport", 0),
         ("grpc.max_receive_message_length", config.max_message_bytes),
-        ("grpc.max_send_message_length", 4 * config.max_message_bytes),
+        ("grpc.max_send_message_length", min(4 * config.max_message_bytes, 2**31 - 1)),
         # Ping idle connections so dead peers are noticed; refuse clients that ping too often.
         ("grpc.keepalive_time_ms", config.keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", config.keepalive_timeout_ms),

@@ -24,7 +24,7 @@ from pml_server.api.security.page_tokens import PageTokens
 from pml_server.api.stream import TraceStream
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
-from pml_server.domain.errors import UnavailableError
+from pml_server.domain.errors import UnauthenticatedError, UnavailableError
 from pml_server.domain.limits import Limits
 
 
@@ -120,6 +120,15 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
     ) -> Iterator[pml_pb2.StreamTracesResponse]:
         # not scheduled: a stream lives for minutes, its captures run on the capture pool
         with self._call(context, Role.WRITE, scheduled=False) as caller, self._stream_slot(context):
+            metadata = context.invocation_metadata()
+
+            def authorize() -> None:
+                """Each message: the key still allows writing, for the same tenant (a key
+                revoked while its stream was open went on writing for as long as the stream
+                lived, though every unary call with it was refused within a second)."""
+                if self._d.keys.require(metadata, Role.WRITE).tenant != caller.tenant:
+                    raise UnauthenticatedError("the API key now belongs to another tenant")
+
             stream = TraceStream(
                 self._engine,
                 caller.tenant,
@@ -129,6 +138,7 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
                 on_capture=self._d.on_capture,
                 draining=self.draining,
                 idle_seconds=self._d.stream_idle_seconds,
+                authorize=authorize,
             )
             for ack in stream.run(request_iterator):
                 assert isinstance(ack, pml_pb2.StreamTracesResponse)
@@ -187,11 +197,10 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
                 caller.tenant,
                 self._page(caller, "capabilities", request.page_size, request.page_token),
             )
+            capabilities, cursor = convert.capability_page(page.items, page.next_cursor)
             return pml_pb2.ListCapabilitiesResponse(
-                capabilities=[convert.capability(c) for c in page.items],
-                next_page_token=self._d.tokens.encode(
-                    caller.tenant, "capabilities", page.next_cursor
-                ),
+                capabilities=capabilities,
+                next_page_token=self._d.tokens.encode(caller.tenant, "capabilities", cursor),
             )
 
     def DeleteCapability(

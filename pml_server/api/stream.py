@@ -23,7 +23,8 @@ Design:
   has already applied with the stored result (`replayed`), counting nothing twice.
 - A malformed execution is refused alone (an acknowledgement carrying `error`); only a protocol
   violation (no execution id, sequence not increasing, no event, too many open executions) ends
-  the stream with a status.
+  the stream with a status. A live execution still open when the client closes its side is
+  refused alone too (`ExecutionAssembler.abandon`).
 
 The parts: `stream_assembly.ExecutionAssembler` (what each message means: no thread, no
 transport), `stream_capture.CaptureScheduler` (the capture task on the shared pool); this
@@ -76,8 +77,12 @@ class TraceStream:
         on_capture: Callable[[model.CaptureResult], None] | None = None,
         draining: threading.Event | None = None,
         idle_seconds: float | None = None,
+        authorize: Callable[[], None] | None = None,
     ) -> None:
         self._limits = limits
+        # Checks the caller's key again (raises UNAUTHENTICATED or PERMISSION_DENIED): a stream
+        # lives for minutes, and a key revoked meanwhile must stop writing, as unary calls do.
+        self._authorize = authorize
         self._slots = threading.Semaphore(window)
         self._acks: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._pending = 0
@@ -184,6 +189,8 @@ class TraceStream:
         try:
             for received in requests:
                 self._last_message = time.monotonic()
+                if self._authorize is not None:
+                    self._authorize()
                 if received.batch:
                     _check_batch(received, self._limits)
                     self._batched_acks = True
@@ -193,6 +200,10 @@ class TraceStream:
                     self._read_one(msg)
                 if self._stop.is_set():
                     break
+            else:  # the client closed its side: what it left open is refused, not dropped
+                for refused in self._assembler.abandon():
+                    self._refuse(refused)
+                self._open_live = 0
         except PmlError as err:
             self._acks.put(_Fatal(err))
             return

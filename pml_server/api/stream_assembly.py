@@ -53,6 +53,7 @@ class Refused:
 @dataclass
 class _OpenExecution:
     started: pml_pb2.ExecutionStarted
+    sequence: int  # of its `started` message
     tool_calls: list[resources_pb2.ToolCall] = field(default_factory=list)
     # The first problem seen as its messages arrived: nothing more is buffered, and the
     # execution is refused with it when it finishes.
@@ -87,9 +88,38 @@ class ExecutionAssembler:
                     f"must increase on a stream: got {msg.sequence} after {self._last_sequence}",
                 )
             )
-        outcome = self._handle(msg)
+        too_long = self._limits.execution_id.excess(msg.execution_id)
+        if too_long is not None:
+            # refused alone, and neither opened nor remembered: what it holds stays bounded
+            outcome: Complete | Refused | None = _refused(
+                msg, InvalidArgumentError(FieldViolation("execution_id", too_long))
+            )
+        else:
+            outcome = self._handle(msg)
         self._last_sequence = msg.sequence
         return outcome
+
+    def abandon(self) -> list[Refused]:
+        """The client closed its side with live executions still open: each is refused (acked
+        with an error naming `finished`, under its `started` message's sequence), never dropped
+        without a word while the stream ends OK."""
+        refused = [
+            Refused(
+                eid,
+                execution.sequence,
+                InvalidArgumentError(
+                    FieldViolation(
+                        "finished",
+                        "the stream was closed before this live execution finished: nothing "
+                        "of it was captured; send it again whole",
+                    )
+                ),
+            )
+            for eid, execution in self._open.items()
+        ]
+        self._open.clear()
+        self._buffered_bytes = 0
+        return refused
 
     def _handle(self, msg: pml_pb2.StreamTracesRequest) -> Complete | Refused | None:
         kind = msg.WhichOneof("event")
@@ -113,7 +143,7 @@ class ExecutionAssembler:
             problems = _check_started(msg.started, self._limits, self._dim)
             if problems is not None:
                 return _refused(msg, problems)
-            opened = _OpenExecution(started=msg.started)
+            opened = _OpenExecution(started=msg.started, sequence=msg.sequence)
             self._open[eid] = opened
             self._buffer(opened, msg.started.ByteSize())
             return None
@@ -226,6 +256,7 @@ def _check_finished(
         out.add("finished.trace", trace_excess)
     if not math.isfinite(finished.duration_ms) or finished.duration_ms < 0:
         out.add("finished.duration_ms", "must be a finite number >= 0")
+    convert.check_status(out, "finished.status", finished.status)
     return InvalidArgumentError(out.items) if out.items else None
 
 

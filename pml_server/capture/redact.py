@@ -12,6 +12,7 @@ says which texts a record has and puts the redacted ones back.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -28,10 +29,35 @@ def record_texts(record: ExecutionRecord) -> list[str]:
     return texts
 
 
+# A URL's authority, as the core reads it (docs/capture.md, Secrets): it ends at the first `/`,
+# `?`, `#`, whitespace, quote or angle bracket, and its user-info runs to its last `@` (a
+# password may hold an unescaped `@`). Names (a tool's, a tag) are not free text: the core's
+# rules would blank a name that merely looks random (a commit hash in a tag, `tool_a8f9e0b1...`),
+# which is still the name filters and grouping compare. A password in a URL is never part of a
+# name, and was stored as given: in `tools_used` (and every answer naming the tool) and in the
+# pattern's tags.
+_URL_AUTHORITY = re.compile(r"://([^/?#\s\"'<>]*)")
+
+
+def _without_password(url: re.Match[str]) -> str:
+    authority = url.group(1)
+    at = authority.rfind("@")
+    if at < 0 or ":" not in authority[:at]:
+        return url.group(0)  # no user-info, or a user without a password (`ssh://git@host`)
+    return f"://[REDACTED]@{authority[at + 1 :]}"
+
+
+def redacted_name(name: str) -> str:
+    """A tool name or tag with the user-info of a URL with a password in it redacted, as the
+    core writes it (`scheme://[REDACTED]@host`)."""
+    return _URL_AUTHORITY.sub(_without_password, name) if "://" in name else name
+
+
 def redacted_record(
     record: ExecutionRecord, normalized: NormalizedCode, texts: Sequence[str]
 ) -> ExecutionRecord:
-    """`record` as it may be stored, given `texts`: its `record_texts` redacted."""
+    """`record` as it may be stored, given `texts`: its `record_texts` redacted, and its names
+    (tools, tags) without URL passwords (`redacted_name`)."""
     intent, trace_text = texts[0], texts[1]
     calls = tuple(
         _cleaned_call(call, texts[2 + 2 * k], texts[3 + 2 * k])
@@ -39,13 +65,15 @@ def redacted_record(
     )
     trace = trace_text.encode("utf-8") if record.trace else record.trace
     code = normalized.redacted_code or record.code
-    unchanged = (record.code, record.intent, record.tool_calls, record.trace)
-    if (code, intent, calls, trace) == unchanged:
+    tags = tuple(redacted_name(tag) for tag in record.tags)
+    unchanged = (record.code, record.intent, record.tool_calls, record.trace, record.tags)
+    if (code, intent, calls, trace, tags) == unchanged:
         return record  # nothing to hide: no copy (a dataclass copy costs about as much)
-    return replace(record, code=code, intent=intent, tool_calls=calls, trace=trace)
+    return replace(record, code=code, intent=intent, tool_calls=calls, trace=trace, tags=tags)
 
 
 def _cleaned_call(call: ToolCall, error: str, arguments: str) -> ToolCall:
-    if error == call.error and arguments == call.arguments_json:
+    tool = redacted_name(call.tool)
+    if error == call.error and arguments == call.arguments_json and tool == call.tool:
         return call
-    return replace(call, error=error, arguments_json=arguments)
+    return replace(call, tool=tool, error=error, arguments_json=arguments)

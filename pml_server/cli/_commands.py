@@ -96,14 +96,17 @@ def _print_json(value: Any) -> None:
 
 
 def _client(args: argparse.Namespace) -> PmlClient:
-    return PmlClient(
-        args.server,  # resolved with the environment by `cli.client_environment`
-        api_key=args.api_key,
-        tls=args.tls,
-        root_certificates=args.tls_ca,
-        client_cert=args.tls_cert,
-        client_key=args.tls_key,
-    )
+    try:
+        return PmlClient(
+            args.server,  # resolved with the environment by `cli.client_environment`
+            api_key=args.api_key,
+            tls=args.tls,
+            root_certificates=args.tls_ca,
+            client_cert=args.tls_cert,
+            client_key=args.tls_key,
+        )
+    except PmlClientError as err:  # an API key that cannot be sent (--api-key, $PML_API_KEY)
+        raise InputError(err.message) from None
 
 
 def _read_text(path: Path) -> str:
@@ -193,7 +196,14 @@ def import_file(args: argparse.Namespace) -> int:
     errors = Console(stderr=True)
     path: Path = args.file
     if not path.is_file():
-        raise InputError(f"cannot read {path}: no such file")
+        # The file is read twice (counted, then uploaded): a pipe or device cannot be.
+        if not path.exists():
+            why = "no such file"
+        elif path.is_dir():
+            why = "it is a directory"
+        else:
+            why = "not a regular file (import reads it twice: write it to a file first)"
+        raise InputError(f"cannot read {path}: {why}")
     bad_lines: list[int] = []
     bar: list[Callable[[], None]] = []  # moves the progress bar on, once it exists
 

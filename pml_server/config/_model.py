@@ -4,6 +4,7 @@ flags are made from these fields (`_flags`), a `--config` TOML file is read agai
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -29,6 +30,9 @@ def setting(
     `default_text`: how `--help` names a default that is computed (or None) at run time."""
     metadata = {"help": help, "flag": flag, "choices": choices, "default_text": default_text}
     return field(default=default, metadata=metadata)
+
+
+_GRPC_INT_MAX = 2**31 - 1  # what gRPC's integer options hold
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,26 @@ class ServerConfig:
         for name in ("stream_window", "max_streams_per_connection", "max_open_executions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"server.{name} must be >= 1")
+        # gRPC takes these as C ints: a larger one was an OverflowError traceback at start.
+        for name in ("max_message_bytes", "max_concurrent_rpcs"):
+            if getattr(self, name) > _GRPC_INT_MAX:
+                raise ValueError(f"server.{name} must be at most {_GRPC_INT_MAX}")
+        for name in ("keepalive_time_ms", "keepalive_timeout_ms"):
+            if not 1 <= getattr(self, name) <= _GRPC_INT_MAX:
+                raise ValueError(f"server.{name} must be 1..{_GRPC_INT_MAX}")
+        # NaN or a negative value was taken: `grace_seconds = nan` made SIGTERM fail before the
+        # engine was closed, `stream_idle_seconds = -1` closed every stream 50 ms after it went
+        # quiet.
+        if not (math.isfinite(self.grace_seconds) and self.grace_seconds >= 0):
+            raise ValueError("server.grace_seconds must be a finite number >= 0")
+        for name in ("stream_idle_seconds", "otlp_pending_seconds"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"server.{name} must be a finite number > 0")
+        port = self.listen.rsplit(":", 1)[-1]
+        if port.lstrip("-").isdigit() and not 0 <= int(port) <= 65535:
+            # gRPC binds the port modulo 65536 (`:99999` listened on 34463, `:-5` on 65531)
+            raise ValueError(f"server.listen: port {port} is not 0..65535")
 
 
 @dataclass(frozen=True)

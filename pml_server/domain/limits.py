@@ -96,6 +96,10 @@ class Limits:
     open_executions: Limit = Limit("started", 1024, "items")  # started, not finished; settable
     # Bytes of live executions (started + tool calls) one stream buffers before they finish.
     stream_buffered: Limit = Limit("tool_call_finished", 32 * MIB, "bytes")
+    # A message's execution id, as long as the request id it may stand for: a stream keeps the
+    # ids it has seen (to tell a resend from a reused id) and of its open executions, and
+    # unbounded, 200 ids of 4 MB each held 850 MB on one stream.
+    execution_id: Limit = Limit("execution_id", 128, "characters")
     # Messages in one StreamTracesRequest.batch (the proto's contract: at most 256).
     stream_batch: Limit = Limit("batch", 256, "items")
     # ---- one OTLP Export (api/otlp.py) ----

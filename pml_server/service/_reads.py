@@ -77,8 +77,30 @@ def list_failures(repo: Repository, tenant: str, page: PageRequest) -> Page[Fail
                 FieldViolation("page_token", "not a cursor this server issued")
             ) from None
     rows, last = repo.logs.failures_page(tenant, before, page.page_size)
-    entries = tuple(FailureEntry(**entry) for _, entry in rows)
-    return Page(entries, "" if last is None else str(last))
+    entries: list[FailureEntry] = []
+    answer_bytes = 0
+    for n, (_, entry) in enumerate(rows):
+        # An entry holds up to 16 KiB of error and 4 KiB of intent: a page of 1000 could take
+        # 20 MB, past the 4 MiB any default gRPC client receives (grpcurl, Go, Node answered
+        # RESOURCE_EXHAUSTED for the whole listing). It ends early instead (AIP-158), as
+        # ListPatterns does, the first entry always kept.
+        answer_bytes += _failure_answer_bytes(entry)
+        if n and answer_bytes > LIMITS.answer.bound:
+            return Page(tuple(entries), str(rows[n - 1][0]))
+        entries.append(FailureEntry(**entry))
+    return Page(tuple(entries), "" if last is None else str(last))
+
+
+# A Failure message's bytes beyond its texts' (field tags, lengths, the timestamp, its own
+# framing in the answer): about 45, rounded up.
+_FAILURE_FRAMING_BYTES = 64
+
+
+def _failure_answer_bytes(entry: dict[str, Any]) -> int:
+    """At most what `entry` takes in a ListFailures answer (its pattern as `patterns/{id}`)."""
+    texts = ("request_id", "tool", "error", "intent", "code_hash", "pattern_id")
+    text_bytes = sum(len(str(entry[k]).encode()) for k in texts)
+    return _FAILURE_FRAMING_BYTES + len("patterns/") + text_bytes
 
 
 def stats(repo: Repository, tenant: str) -> Stats:

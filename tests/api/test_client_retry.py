@@ -63,3 +63,36 @@ def test_a_call_unsafe_to_repeat_is_not_retried(
             acme.delete_pattern("patterns/none")
     assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert _refused(server, "DeletePattern") == 1
+
+
+@pytest.mark.parametrize("key", ["s3cr3t\nkey", "s3cr3t\udcff", "s3cr3t\u00e9"])
+def test_a_key_that_cannot_be_a_header_is_refused_naming_api_key(key: str) -> None:
+    """Each call failed INTERNAL "Invalid metadata" (a control character, a non-ASCII one) or
+    raised UnicodeEncodeError from inside grpc (a lone surrogate); the key is never echoed."""
+    with pytest.raises(PmlClientError) as err:
+        PmlClient("127.0.0.1:1", api_key=key)
+    assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert [field for field, _ in err.value.violations] == ["api_key"]
+    assert "s3cr3t" not in str(err.value)
+
+
+def test_a_message_over_the_size_limit_is_not_sent_again(start: StartServer) -> None:
+    """RESOURCE_EXHAUSTED without RetryInfo is the server's message size limit: the client sent
+    the same too-big record `retries` more times (4 x 100 kB here; 4 x 9 MB against a default
+    server), each refused the same way. A quota's refusal (RetryInfo) is still retried."""
+    server = start(max_message_bytes=64 * 1024)
+    with PmlClient(f"127.0.0.1:{server.port}", retries=3) as client:
+        sent = 0
+        record_execution = client._stub.RecordExecution
+
+        def counted(*args: object, **kwargs: object) -> object:
+            nonlocal sent
+            sent += 1
+            return record_execution(*args, **kwargs)
+
+        client._stub.RecordExecution = counted
+        with pytest.raises(PmlClientError) as err:
+            client.record(make_record("big", "x" * 100_000, tools=["t"]))
+    assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert err.value.retry_delay_seconds is None
+    assert sent == 1

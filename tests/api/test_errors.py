@@ -100,6 +100,36 @@ def test_embedding_dimension_and_finite_values(client: PmlClient) -> None:
     assert _fields(err) == {"intent_embedding[0]"}
 
 
+def test_an_unknown_execution_status_is_refused(client: PmlClient, channel: grpc.Channel) -> None:
+    """Status 7 (no such ExecutionStatus; a newer client's, say) was read as unset: the
+    execution was counted a success because its tool calls succeeded."""
+    record = make_record("read a file", OK_CODE, tools=["read_file"])
+    record.status = 7
+    err = _fails(lambda: client.record(record), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"record.status"}
+    assert client.stats().executions == 0
+    started = pml_pb2.ExecutionStarted(intent="read a file", code=OK_CODE, language="typescript")
+    messages = [
+        pml_pb2.StreamTracesRequest(execution_id="live", sequence=1, started=started),
+        pml_pb2.StreamTracesRequest(
+            execution_id="live",
+            sequence=2,
+            tool_call_finished=pml_pb2.ToolCallFinished(
+                tool_call=r.ToolCall(tool="read_file", ok=True)
+            ),
+        ),
+        pml_pb2.StreamTracesRequest(
+            execution_id="live",
+            sequence=3,
+            finished=pml_pb2.ExecutionFinished(status=r.ExecutionStatus.ValueType(5)),
+        ),
+    ]
+    (ack,) = pml_pb2_grpc.PmlServiceStub(channel).StreamTraces(iter(messages), timeout=30)
+    assert ack.HasField("error"), ack
+    assert "finished.status" in ack.error.message
+    assert client.stats().executions == 0
+
+
 @pytest.mark.parametrize("k", [-1, 101])
 def test_k_out_of_range(client: PmlClient, k: int) -> None:
     err = _fails(lambda: client.suggest("read", k=k), grpc.StatusCode.INVALID_ARGUMENT)
@@ -162,6 +192,39 @@ def test_page_size_out_of_range(client: PmlClient, page_size: int) -> None:
 def test_malformed_resource_name(client: PmlClient, name: str) -> None:
     err = _fails(lambda: client.get_pattern(name), grpc.StatusCode.INVALID_ARGUMENT)
     assert _fields(err) == {"name"}
+
+
+@pytest.mark.parametrize("name", ["patterns/" + "x" * 100_000, "capabilities/" + "\u00e9" * 3_000])
+def test_a_huge_bad_name_still_gets_its_field(client: PmlClient, name: str) -> None:
+    """The status echoes the name: unbounded, its trailers passed the client's metadata limit
+    and the caller got RESOURCE_EXHAUSTED "received metadata size exceeds ..." (and retried)."""
+    err = _fails(lambda: client.get_pattern(name), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"name"}
+    assert len(err.message) <= 2048
+
+
+@pytest.mark.parametrize("how", ["blank tools", "bad tool calls"])
+def test_a_thousand_violations_still_get_a_status(client: PmlClient, how: str) -> None:
+    """Every violation listed, unbounded, made trailers of 48 kB (1024 blank tool names) or
+    63 kB (256 bad tool calls): the client dropped them and saw RESOURCE_EXHAUSTED. The first
+    violations come back, and the message says how many were left out."""
+    if how == "blank tools":
+        err = _fails(
+            lambda: client.suggest("read", available_tools=[""] * 1024),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
+        first = "available_tools.tools[0]"
+    else:
+        record = make_record("x", OK_CODE, tools=["read_file"])
+        del record.tool_calls[:]
+        record.tool_calls.extend(
+            r.ToolCall(tool="", arguments_json="{", duration_ms=-1) for _ in range(256)
+        )
+        err = _fails(lambda: client.record(record), grpc.StatusCode.INVALID_ARGUMENT)
+        first = "record.tool_calls[0].tool"
+    assert err.violations[0][0] == first
+    assert 1 < len(err.violations) < 200
+    assert err.message.endswith("more invalid fields")
 
 
 def test_not_found(client: PmlClient) -> None:

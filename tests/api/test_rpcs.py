@@ -154,3 +154,64 @@ def test_health_serves_after_ready_and_reports_not_serving_on_stop(
                 break
             server._stopped.wait(0.05)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_failure_log_of_long_errors_pages_within_a_default_clients_limit(
+    client: PmlClient, channel: grpc.Channel
+) -> None:
+    """300 rejected records with 16 KB errors: ListFailures(page_size=1000) answered one 5 MB
+    message, and a client with gRPC's default 4 MiB receive limit (grpcurl, Go, Node, a plain
+    stub) got RESOURCE_EXHAUSTED for the whole listing. Now a page ends early with a token,
+    and the pages hold every failure once."""
+    from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
+
+    for i in range(300):
+        record = make_record(
+            f"fail loudly {i}", f"await mcp.loud{i}()", failed_tools=[(f"loud{i}", "E" * 16_000)]
+        )
+        client.record(record)
+    stub = pml_pb2_grpc.PmlServiceStub(channel)  # gRPC's default limits
+    seen: list[str] = []
+    token = ""
+    pages = 0
+    while True:
+        page = stub.ListFailures(
+            pml_pb2.ListFailuresRequest(page_size=1000, page_token=token), timeout=30
+        )
+        pages += 1
+        seen += [f.request_id for f in page.failures]
+        token = page.next_page_token
+        if not token:
+            break
+    assert pages >= 2
+    assert len(seen) == len(set(seen)) == 300
+
+
+def test_capabilities_of_long_intents_page_within_a_default_clients_limit(
+    client: PmlClient, channel: grpc.Channel
+) -> None:
+    """A capability answers up to 50 intents of 4 KiB: 24 such took ListCapabilities past 4 MiB
+    in one page (6.3 MB for 81 measured against a grpcurl client: RESOURCE_EXHAUSTED for the
+    whole listing). Now a page ends early with a token, and the pages hold each once."""
+    from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
+
+    for c in range(24):
+        intent = (f"topic{c} " + "summarize the quarterly report for the board " * 100)[:4000]
+        for i in range(50):
+            code = f"await mcp.ct{c}({{k{i}: 'x'}})"
+            client.record(make_record(f"{intent} {i}", code, tools=[f"ct{c}"]))
+    stub = pml_pb2_grpc.PmlServiceStub(channel)  # gRPC's default limits
+    seen: list[str] = []
+    token = ""
+    pages = 0
+    while True:
+        page = stub.ListCapabilities(
+            pml_pb2.ListCapabilitiesRequest(page_size=1000, page_token=token), timeout=30
+        )
+        pages += 1
+        seen += [c.name for c in page.capabilities]
+        token = page.next_page_token
+        if not token:
+            break
+    assert pages >= 2
+    assert len(seen) == len(set(seen)) == client.stats().capabilities

@@ -1,6 +1,8 @@
 """A real server on a loopback port answers health checks and its own API."""
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -54,3 +56,39 @@ def test_bind_failure_is_clear(tmp_path: Path, server: RunningServer) -> None:
     config = config_of(listen=f"127.0.0.1:{server.port}", data_dir=tmp_path / "d2")
     with pytest.raises(OSError, match="could not bind"):
         start_server(config, engine=open_engine(config))
+
+
+def test_a_reflection_stream_the_client_cancels_is_not_an_internal_error(
+    channel: grpc.Channel, server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """grpcurl drops its reflection stream without closing it: the request iterator raised
+    RpcError into the interceptor, which logged "internal error" with a traceback and counted
+    INTERNAL for every such call. It is the client going away: CANCELLED, nothing logged."""
+    import threading
+    import time
+
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    for _ in range(3):
+        release = threading.Event()
+
+        def requests(release: threading.Event = release) -> Iterator[Any]:
+            yield reflection_pb2.ServerReflectionRequest(list_services="")
+            release.wait(5)
+
+        call = stub.ServerReflectionInfo(requests())
+        assert next(call).list_services_response.service
+        call.cancel()
+        release.set()
+
+    def count(code: str) -> float:
+        labels = {"method": "ServerReflectionInfo", "code": code}
+        return server.metrics.registry.get_sample_value("pml_requests_total", labels) or 0.0
+
+    deadline = time.monotonic() + 10
+    while count("CANCELLED") < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert count("CANCELLED") == 3
+    assert count("INTERNAL") == 0
+    assert not [r for r in caplog.records if "internal error" in r.getMessage()]

@@ -76,6 +76,37 @@ def test_live_executions_interleave(client: PmlClient) -> None:
     assert [f.tool for f in acks["b"].result.tool_failures] == ["gmail_send"]
 
 
+def test_live_executions_left_open_at_half_close_are_refused(client: PmlClient) -> None:
+    """The client closes its side after `started` (and a tool call) but before `finished`: the
+    stream ended OK with no acknowledgement at all, the execution dropped without a word. Now
+    each open execution is acknowledged with an error naming `finished`, under the sequence of
+    its `started`, and the finished one beside it is captured as before."""
+    code = "await mcp.read_file()"
+    requests = [
+        Req(
+            execution_id="open",
+            sequence=1,
+            started=pml_pb2.ExecutionStarted(intent="Read a file", code=code, language="ts"),
+        ),
+        Req(
+            execution_id="open",
+            sequence=2,
+            tool_call_finished=pml_pb2.ToolCallFinished(
+                tool_call=r.ToolCall(tool="read_file", ok=True)
+            ),
+        ),
+        Req(execution_id="whole", sequence=3, record=_record(3)),
+    ]
+    acks = {a.execution_id: a for a in client.stream(requests)}
+    assert set(acks) == {"open", "whole"}
+    assert acks["whole"].HasField("result")
+    assert acks["open"].HasField("error")
+    assert acks["open"].sequence == 1
+    assert acks["open"].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "finished" in acks["open"].error.message
+    assert client.stats().patterns == 1
+
+
 def test_bad_execution_is_refused_alone(client: PmlClient) -> None:
     requests = [
         Req(execution_id="ok1", sequence=1, record=_record(1)),
@@ -116,7 +147,8 @@ def test_resume_after_a_broken_stream_applies_exactly_once(start: StartServer) -
             for ack in client.stream(breaking_requests()):
                 acked.add(ack.execution_id)
 
-        with pytest.raises(PmlClientError):
+        # the client's own error, once what it sent is acknowledged (not gRPC's UNKNOWN)
+        with pytest.raises(ConnectionError):
             consume()
         # Resend everything: those applied before the break come back replayed.
         report = client.upload(records)

@@ -173,6 +173,65 @@ def test_upload_in_batches_acknowledges_each_record_once(client: PmlClient, batc
         client.upload(records, batch=0)
 
 
+@pytest.mark.parametrize("batch", [1, 16])
+def test_upload_never_drops_a_record_whose_request_id_repeats(
+    client: PmlClient, batch: int
+) -> None:
+    """Two different records under one request id: the upload keyed what it had sent by id, so
+    the second replaced the first, the first's ack answered both and the server's refusal of
+    the second was dropped as a repeat. The report said SAVED; the second record was stored
+    nowhere and no error was seen. Now the id's answer is an error naming the field."""
+    rid = f"repeated-{batch}"
+    first = make_record("Read JSON file", "await mcp.read_file({p: 'a'})", tools=["read_file"])
+    second = make_record("Send an email", "await mcp.send_mail({to: 'b'})", tools=["send_mail"])
+    first.request_id = second.request_id = rid
+    seen: list[Ack] = []
+    report = client.upload([first, second], batch=batch, on_ack=seen.append)
+    ack = report.acks[rid]
+    assert ack.HasField("error"), ack
+    assert ack.error.code in (
+        grpc.StatusCode.INVALID_ARGUMENT.value[0],
+        grpc.StatusCode.ALREADY_EXISTS.value[0],
+    )
+    assert any(a.HasField("result") for a in seen), seen  # the first was captured
+    assert len(seen) == 2, seen
+    assert [list(p.tools_used) for p in client.iter_patterns()] == [["read_file"]]
+
+
+@pytest.mark.parametrize("batch", [1, 16])
+def test_upload_raises_the_callers_own_error_after_storing_what_came_before(
+    client: PmlClient, batch: int
+) -> None:
+    """The caller's records raised mid-upload (a source that broke): gRPC ran it in its request
+    thread and the caller got PmlClientError UNKNOWN "Exception iterating requests!", its own
+    error gone. Now the records read before it are acknowledged, then its error is raised."""
+
+    def records() -> Iterator[r.ExecutionRecord]:
+        for i in range(3):
+            yield make_record(f"before the break {i}", f"await mcp.b{i}()", tools=[f"b{i}"])
+        raise ValueError("the source broke at record 4")
+
+    seen: list[Ack] = []
+    with pytest.raises(ValueError, match="the source broke at record 4"):
+        client.upload(records(), batch=batch, on_ack=seen.append)
+    assert len(seen) == 3
+    assert all(ack.HasField("result") for ack in seen), seen
+    assert client.stats().patterns == 3
+
+
+def test_raw_stream_raises_the_callers_own_error_after_the_acks(client: PmlClient) -> None:
+    def requests() -> Iterator[Req]:
+        rec = make_record("raw before the break", "await mcp.raw()", tools=["raw"])
+        yield Req(execution_id="raw-1", sequence=1, record=rec)
+        raise KeyError("the caller's bug")
+
+    acks: list[Ack] = []
+    with pytest.raises(KeyError, match="the caller's bug"):
+        acks.extend(client.stream(requests()))
+    assert [a.execution_id for a in acks] == ["raw-1"]
+    assert acks[0].HasField("result")
+
+
 class _OlderServer(pml_pb2_grpc.PmlServiceServicer):
     """A server from before batches: its GetServerInfo has no `stream_batch_limit` (or no
     GetServerInfo at all), and a batch message reaches it as one without an execution id."""

@@ -3,6 +3,7 @@ learn that it exists (foreign ids answer exactly like ids that never existed).""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -98,3 +99,44 @@ def test_no_keys_file_refuses_a_public_listen(start: StartServer) -> None:
     with pytest.raises(ValueError, match="without a keys file"):
         start(listen="0.0.0.0:0")
     start(listen="0.0.0.0:0", allow_insecure_remote=True).stop(grace=0)
+
+
+def test_a_key_revoked_while_its_stream_is_open_stops_writing(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """The key was checked once, when the stream opened: revoked, it was refused by every unary
+    call within a second, yet its open stream went on capturing record after record. Now the
+    next message ends the stream UNAUTHENTICATED and is not captured."""
+    import queue
+
+    from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
+    from pml_server.api.security.auth import revoke_key
+
+    path, found = keys
+    server = start(keys_file=path)
+    outbox: queue.Queue[pml_pb2.StreamTracesRequest | None] = queue.Queue()
+
+    def requests() -> Iterator[pml_pb2.StreamTracesRequest]:
+        while (message := outbox.get(timeout=30)) is not None:
+            yield message
+
+    def record(i: int) -> pml_pb2.StreamTracesRequest:
+        rec = make_record(f"stream record {i}", f"await mcp.tool{i}()", tools=[f"tool{i}"])
+        return pml_pb2.StreamTracesRequest(execution_id=f"e{i}", sequence=i, record=rec)
+
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        metadata = [("authorization", f"Bearer {found['acme-write']}")]
+        acks = pml_pb2_grpc.PmlServiceStub(channel).StreamTraces(
+            requests(), metadata=metadata, timeout=30
+        )
+        outbox.put(record(1))
+        assert next(acks).HasField("result")
+        revoke_key(path, found["acme-write"])
+        server.servicer.deps.keys.reload()
+        outbox.put(record(2))
+        with pytest.raises(grpc.RpcError) as ended:
+            next(acks)
+        outbox.put(None)
+        assert ended.value.code() is grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+    with PmlClient(f"127.0.0.1:{server.port}", api_key=found["acme-admin"]) as admin:
+        assert admin.stats().patterns == 1

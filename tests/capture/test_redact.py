@@ -132,3 +132,36 @@ def test_a_url_password_quoted_bare_in_a_text_is_redacted_there_too() -> None:
     assert password not in repr(redacted)
     assert "[REDACTED]" in redacted.intent
     assert redacted.tool_calls[0].error == "rejected for [REDACTED]"
+
+
+def test_names_lose_only_a_url_password() -> None:
+    """A tool name or tag is a name, not free text: only a URL's password goes (the core's URL
+    rule: user-info to the last `@`), never a name that merely looks random."""
+    from pml_server.capture.redact import redacted_name
+
+    assert redacted_name("https://admin:p@ss@tools.internal/x") == (
+        "https://[REDACTED]@tools.internal/x"
+    )
+    assert redacted_name("db=pg://admin:Tr0ub&3@db/prod") == "db=pg://[REDACTED]@db/prod"
+    for kept in (
+        "ssh://git@github.com/a",
+        "https://host:8080/x",
+        "gmail:get",
+        "tool_a8f9e0b1c2d3e4f5a6b7c8d9",
+        "commit:a94a8fe5ccb19ba61c4c0873d391e987982fbbd3",
+    ):
+        assert redacted_name(kept) == kept
+    record = ExecutionRecord(
+        request_id="r1",
+        intent="call it",
+        code="await mcp.call({})",
+        language="javascript",
+        tool_calls=(ToolCall("https://u:pw@h/t", arguments_json="{}"),),
+        tags=("pg://u:pw@db", "team"),
+    )
+    prepared = prepare_captures([(record.code, record.language, record_texts(record))])[0]
+    assert not isinstance(prepared, Exception)
+    normalized, texts = prepared
+    stored = redacted_record(record, normalized, texts)
+    assert stored.tool_calls[0].tool == "https://[REDACTED]@h/t"
+    assert stored.tags == ("pg://[REDACTED]@db", "team")

@@ -149,6 +149,31 @@ def test_a_number_beyond_the_field_is_a_usage_error(run: object, flag: str, valu
     assert "Traceback" not in out
 
 
+@pytest.mark.parametrize("key", ["bad\nkey", "k\udcff", "caf\u00e9"])
+def test_an_api_key_that_cannot_be_sent_is_a_usage_error(
+    run: object, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """A control character in the key was INTERNAL "Invalid metadata" (exit 1, as if the
+    server refused), a byte that is not UTF-8 (`k\\xff` on the command line) a traceback
+    from inside grpc; now both are exit 2 naming api_key, and never print the key."""
+    assert callable(run)
+    for argv in (("--api-key", key), ()):
+        if not argv:
+            monkeypatch.setenv("PML_API_KEY", key)
+        out = run("stats", *argv, expect=2)
+        assert "api_key" in out
+        assert "Traceback" not in out
+        assert "INTERNAL" not in out
+
+
+def test_an_api_key_read_with_its_newline_still_works(
+    run: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert callable(run)
+    monkeypatch.setenv("PML_API_KEY", "any-key-single-tenant\r\n")
+    assert "patterns" in run("stats")
+
+
 def test_keys_add_prints_a_key_and_stores_only_its_hash(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

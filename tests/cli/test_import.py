@@ -110,6 +110,17 @@ def test_a_missing_file_is_one_line_without_traceback(run: object, tmp_path: Pat
     assert "Traceback" not in out
 
 
+def test_a_directory_or_a_pipe_is_named_for_what_it_is(run: object, tmp_path: Path) -> None:
+    """Both were "no such file" (a directory, /dev/null, a pipe from `<(...)`): the message
+    sent the user looking for a file that is there."""
+    assert callable(run)
+    out = run("import", str(tmp_path), expect=2)
+    assert f"cannot read {tmp_path}: it is a directory" in out
+    out = run("import", "/dev/null", expect=2)
+    assert "cannot read /dev/null: not a regular file" in out
+    assert "Traceback" not in out
+
+
 def test_each_record_is_counted_once_even_with_repeated_request_ids(
     run: object, tmp_path: Path, server: RunningServer
 ) -> None:

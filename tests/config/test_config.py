@@ -310,3 +310,25 @@ def test_pml_serve_config_starts_a_server_with_the_files_settings(tmp_path: Path
         assert _record_code(target, 2000) is None
     finally:
         _stop(proc)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--listen", "127.0.0.1:99999"], "server.listen: port 99999 is not 0..65535"),
+        (["--listen", "127.0.0.1:-5"], "server.listen: port -5 is not 0..65535"),
+        (["--max-message-bytes", "99999999999"], "server.max_message_bytes must be at most"),
+        (["--grace-seconds", "nan"], "server.grace_seconds must be a finite number >= 0"),
+        (["--grace-seconds", "-1"], "server.grace_seconds must be a finite number >= 0"),
+        (["--stream-idle-seconds", "-1"], "server.stream_idle_seconds must be a finite number"),
+        (["--keepalive-time-ms", "0"], "server.keepalive_time_ms must be 1.."),
+    ],
+)
+def test_server_values_grpc_cannot_use_are_refused_at_start(argv: list[str], words: str) -> None:
+    """Each was taken: a port past 65535 (or negative) was bound modulo 65536 (`:99999` on
+    34463), a huge message limit was an OverflowError traceback from grpc, `grace_seconds =
+    nan` made SIGTERM fail before the store was closed, a negative idle time closed every
+    stream 50 ms after it went quiet."""
+    with pytest.raises(ConfigError) as refused:
+        serve_config(_serve_args(*argv), environ={})
+    assert words in str(refused.value)

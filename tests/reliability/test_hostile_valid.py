@@ -256,6 +256,40 @@ def test_a_reused_stream_execution_id_is_refused(stub: pml_pb2_grpc.PmlServiceSt
     assert _ack_fields(by_seq[3]) == ["execution_id"], by_seq[3]
 
 
+def test_huge_execution_ids_are_refused_and_never_held(tmp_path: Path) -> None:
+    """A stream remembers its execution ids (to tell a resend from a reused id): 100 records
+    with explicit request ids under 4 MB execution ids were each captured, and the stream held
+    every id: 400 MB more server memory from one stream, up to 64k ids. Now each is refused
+    alone naming `execution_id`; the stream goes on and captures the next record."""
+    process = ServerProcess(tmp_path / "data", "--durability", "fast")
+    process.start()
+    try:
+        before = _peak_rss(process)
+        record = _plain_record("")
+
+        def messages() -> Iterator[pml_pb2.StreamTracesRequest]:
+            for i in range(100):
+                record.request_id = f"huge-eid-{i}"
+                yield pml_pb2.StreamTracesRequest(
+                    execution_id=f"{i}-" + "e" * 4_000_000, sequence=i + 1, record=record
+                )
+            record.request_id = "after-huge-eids"
+            yield pml_pb2.StreamTracesRequest(execution_id="fine", sequence=101, record=record)
+
+        options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        with grpc.insecure_channel(process.target, options=options) as channel:
+            stub = pml_pb2_grpc.PmlServiceStub(channel)
+            acks = {a.sequence: a for a in stub.StreamTraces(messages(), timeout=120)}
+        growth = _peak_rss(process) - before
+    finally:
+        process.terminate()
+    assert len(acks) == 101
+    for sequence in range(1, 101):
+        assert _ack_fields(acks[sequence]) == ["execution_id"], acks[sequence].error.message
+    assert acks[101].HasField("result"), acks[101]
+    assert growth < 250 * 1024 * 1024, growth
+
+
 def test_an_id_reused_for_another_execution_is_refused_never_dropped(
     stub: pml_pb2_grpc.PmlServiceStub,
 ) -> None:
@@ -406,6 +440,53 @@ def test_a_secret_is_found_nowhere_on_disk(tmp_path: Path, kind: str) -> None:
     assert found_marker > 0, summary
     assert found_secret == 0, summary
     assert in_answers == 0, summary
+
+
+def test_a_url_password_in_a_tool_name_or_tag_is_stored_nowhere(tmp_path: Path) -> None:
+    """Names were not redacted: a tool named by a URL with its password, and a tag holding a
+    connection URL, were stored as given (`tools_used`, the failure log, the pattern's tags: on
+    disk and in every answer naming them). Now the password is redacted there too; the rest of
+    the name is kept (the marker beside it is found on disk, so the search sees the field)."""
+    secret = "Tr0ub&3-" + secrets.token_hex(4)
+    marker = "mk" + secrets.token_hex(4)
+    tool = f"https://admin:{secret}@tools.internal/{marker}"
+    tag = f"db=pg://admin:{secret}@db/{marker}"  # a tag is at most 64 characters
+    data = tmp_path / "data"
+    process = ServerProcess(data, "--durability", "sync")
+    process.start()
+    answers: list[bytes] = []
+    try:
+        with grpc.insecure_channel(process.target) as channel:
+            stub = pml_pb2_grpc.PmlServiceStub(channel)
+            for i, ok in enumerate((True, True, False)):
+                call = resources_pb2.ToolCall(tool=tool, ok=ok, error="" if ok else "timeout")
+                record = resources_pb2.ExecutionRecord(
+                    request_id=f"named-{i}", intent="call the internal tool",
+                    code="await mcp.internal_tool({q: 1})", language="javascript",
+                    tool_calls=[call], tags=[tag],
+                )  # fmt: skip
+                reply = stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=record))
+                answers.append(reply.SerializeToString())
+            name = pml_pb2.GetPatternRequest(name=reply.result.pattern)
+            answers.append(stub.GetPattern(name).SerializeToString())
+            answers.append(stub.ListFailures(pml_pb2.ListFailuresRequest()).SerializeToString())
+            answers.append(
+                stub.Suggest(
+                    pml_pb2.SuggestRequest(intent="call the internal tool")
+                ).SerializeToString()
+            )
+    finally:
+        process.kill()
+    found_secret = found_marker = 0
+    for path in data.rglob("*"):
+        if path.is_file():
+            raw = path.read_bytes()
+            found_secret += raw.count(secret.encode())
+            found_marker += raw.count(marker.encode())
+    assert found_marker > 0
+    assert found_secret == 0
+    assert not any(secret.encode() in a for a in answers)
+    assert any(b"https://[REDACTED]@tools.internal/" in a for a in answers)
 
 
 # ---- streams and unary calls ------------------------------------------------------------------

@@ -26,9 +26,9 @@ from google.rpc import error_details_pb2, status_pb2
 from pml_client._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_client.errors import (
     DEFAULT_RETRIES,
-    RETRYABLE,
     PmlClientError,
     backoff_seconds,
+    worth_retrying,
 )
 
 R = TypeVar("R")
@@ -94,6 +94,25 @@ def _too_big(execution_id: str, size: int, max_bytes: int) -> pml_pb2.StreamTrac
     return pml_pb2.StreamTracesResponse(execution_id=execution_id, error=status)
 
 
+def _in_flight(execution_id: str) -> pml_pb2.StreamTracesResponse:
+    """The answer to an execution id sent again while its first execution is unacknowledged."""
+    description = (
+        "repeats an execution of this upload not yet acknowledged: not sent; give each "
+        "execution its own id (upload: each record its own request_id)"
+    )
+    violation = error_details_pb2.BadRequest.FieldViolation(
+        field="execution_id", description=description
+    )
+    details = any_pb2.Any()
+    details.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+    status = status_pb2.Status(
+        code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
+        message=f"execution_id {execution_id!r} {description}",
+        details=[details],
+    )
+    return pml_pb2.StreamTracesResponse(execution_id=execution_id, error=status)
+
+
 def make_record(
     intent: str,
     code: str,
@@ -121,6 +140,28 @@ def make_record(
     )
 
 
+def _header_key(api_key: str) -> str:
+    """`api_key` as it can travel in the `authorization` header: without the whitespace around
+    it (a key read from a file keeps its newline), and only printable ASCII. Any other
+    character made every call fail INTERNAL "Invalid metadata" (a control character) or raise
+    UnicodeEncodeError from inside grpc (a byte that is not UTF-8 in a command-line argument).
+    Now it is refused before any call, INVALID_ARGUMENT naming `api_key` (a PmlClientError, as
+    every other refusal), without the key itself (a secret)."""
+    key = api_key.strip()
+    bad = next((ch for ch in key if not " " <= ch <= "~"), None)
+    if bad is not None:
+        description = (
+            f"holds {bad.encode('utf-8', 'backslashreplace')!r} at position {key.index(bad)}: "
+            "a key is printable ASCII (as `pml keys add` prints it)"
+        )
+        raise PmlClientError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"api_key {description}",
+            [("api_key", description)],
+        )
+    return key
+
+
 @dataclass
 class UploadReport:
     """What `upload` achieved: one acknowledgement per execution id, and how often it
@@ -143,6 +184,8 @@ class PmlClient:
         timeout: float = 30.0,
         retries: int = DEFAULT_RETRIES,
     ) -> None:
+        # checked before a channel exists: a bad key leaves nothing to close
+        self._metadata = (("authorization", f"Bearer {_header_key(api_key)}"),) if api_key else ()
         options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
         if tls or root_certificates or client_cert:
             creds = grpc.ssl_channel_credentials(
@@ -154,7 +197,6 @@ class PmlClient:
         else:
             self._channel = grpc.insecure_channel(target, options=options)
         self._stub = pml_pb2_grpc.PmlServiceStub(self._channel)
-        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self._timeout = timeout
         self._retries = retries
         self._stream_limits: tuple[int, int] | None = None  # `_server_stream_limits`, once known
@@ -172,16 +214,17 @@ class PmlClient:
         self, method: Callable[..., Any], request: Any, reply_type: type[R], *, safe: bool = True
     ) -> R:
         """One unary call. A call `safe` to repeat (a read, or a record whose request id makes
-        a resend apply once) is retried up to `retries` times on UNAVAILABLE and
-        RESOURCE_EXHAUSTED, after `backoff_seconds` (never sooner than the server's RetryInfo);
-        any other failure, or the last one, raises PmlClientError."""
+        a resend apply once) is retried up to `retries` times on UNAVAILABLE and on
+        RESOURCE_EXHAUSTED with the server's RetryInfo (`worth_retrying`: a quota, not a size
+        limit), after `backoff_seconds` (never sooner than that RetryInfo); any other failure,
+        or the last one, raises PmlClientError."""
         attempt = 0
         while True:
             try:
                 reply = method(request, timeout=self._timeout, metadata=self._metadata)
             except grpc.RpcError as err:
                 failure = PmlClientError.from_rpc_error(err)
-                if not (safe and failure.code in RETRYABLE and attempt < self._retries):
+                if not (safe and worth_retrying(failure) and attempt < self._retries):
                     raise failure from None
                 time.sleep(backoff_seconds(attempt, failure.retry_delay_seconds))
                 attempt += 1
@@ -341,12 +384,24 @@ class PmlClient:
         self, requests: Iterable[pml_pb2.StreamTracesRequest]
     ) -> Iterator[pml_pb2.StreamTracesResponse]:
         """Raw StreamTraces: send `requests`, yield acknowledgements as they come (those the
-        server batched one by one)."""
+        server batched one by one). An exception from `requests` ends the sending; once the
+        acknowledgements of what was sent are yielded, it is raised as itself (gRPC, iterating
+        them in its own thread, would only say UNKNOWN "Exception iterating requests!")."""
+        failed: list[Exception] = []
+
+        def sent() -> Iterator[pml_pb2.StreamTracesRequest]:
+            try:
+                yield from requests
+            except Exception as err:
+                failed.append(err)
+
         try:
-            for ack in self._stub.StreamTraces(iter(requests), metadata=self._metadata):
+            for ack in self._stub.StreamTraces(sent(), metadata=self._metadata):
                 yield from ack.batch or (ack,)
         except grpc.RpcError as err:
             raise PmlClientError.from_rpc_error(err) from None
+        if failed:
+            raise failed[0]
 
     def upload(
         self,
@@ -383,9 +438,12 @@ class PmlClient:
         keep_acks: bool = True,
         batch: int = UPLOAD_BATCH,
     ) -> UploadReport:
-        """`upload` of (execution id, record) pairs; execution ids must be unique. `on_ack` is
-        called once per execution id, whatever the reconnects; `keep_acks=False` leaves
-        `report.acks` empty (a big file's acks need not all be held)."""
+        """`upload` of (execution id, record) pairs; execution ids must be unique (one repeated
+        while its first execution is unacknowledged is not sent: it is answered here,
+        INVALID_ARGUMENT naming `execution_id`, and `report.acks` keeps that error). `on_ack`
+        is called once per execution id, whatever the reconnects (once more for a repeated
+        one); `keep_acks=False` leaves `report.acks` empty (a big file's acks need not all be
+        held)."""
         if batch < 1:
             raise ValueError("batch must be >= 1")
         report = UploadReport()
@@ -396,6 +454,16 @@ class PmlClient:
         held_back: deque[pml_pb2.StreamTracesResponse] = deque()
         sequence = 0
         exhausted = False
+        # What the caller's `items` raised (in gRPC's request thread, which would only say
+        # UNKNOWN "Exception iterating requests!"): the stream is closed there, what was sent
+        # is acknowledged, then the very exception is raised to the caller.
+        source_failed: list[Exception] = []
+
+        def from_source() -> Iterator[tuple[str, ExecutionRecord]]:
+            try:
+                yield from source
+            except Exception as err:
+                source_failed.append(err)
 
         def messages(max_bytes: int) -> Iterator[pml_pb2.StreamTracesRequest]:
             nonlocal sequence, exhausted
@@ -404,7 +472,13 @@ class PmlClient:
                 yield pml_pb2.StreamTracesRequest(
                     execution_id=eid, sequence=sequence, record=record
                 )
-            for eid, record in source:
+            for eid, record in from_source():
+                if eid in unacked:
+                    # Sent under an id still waiting for its ack, it would replace the first in
+                    # `unacked`: one ack would answer both and the other's (an ALREADY_EXISTS
+                    # from the server) be dropped as a repeat, the record lost with no error.
+                    held_back.append(_in_flight(eid))
+                    continue
                 message = pml_pb2.StreamTracesRequest(
                     execution_id=eid, sequence=sequence + 1, record=record
                 )
@@ -417,7 +491,7 @@ class PmlClient:
                 unacked[eid] = record
                 sequence += 1
                 yield message
-            exhausted = True
+            exhausted = not source_failed
 
         def requests() -> Iterator[pml_pb2.StreamTracesRequest]:
             batch_limit, max_bytes = self._server_stream_limits()
@@ -429,7 +503,10 @@ class PmlClient:
 
         def answer(ack: pml_pb2.StreamTracesResponse) -> None:
             if keep_acks:
-                report.acks[ack.execution_id] = ack
+                # An id answered twice (a repeated execution id): its error is the one kept.
+                earlier = report.acks.get(ack.execution_id)
+                if earlier is None or not earlier.HasField("error"):
+                    report.acks[ack.execution_id] = ack
             if on_ack is not None:
                 on_ack(ack)
 
@@ -446,6 +523,8 @@ class PmlClient:
                             continue  # an ack of an execution already answered
                         answer(ack)
                 answer_held_back()
+                if source_failed and not unacked:
+                    raise source_failed[0]
                 if exhausted and not unacked:
                     return report
                 # The server ended the stream before answering everything: resend the rest.
@@ -456,13 +535,11 @@ class PmlClient:
                     )
                 report.reconnects += 1
             except grpc.RpcError as err:
-                retryable = err.code() in (
-                    grpc.StatusCode.UNAVAILABLE,
+                failure = PmlClientError.from_rpc_error(err)
+                retryable = worth_retrying(failure) or err.code() in (
                     grpc.StatusCode.CANCELLED,
                     grpc.StatusCode.DEADLINE_EXCEEDED,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
                 )
-                failure = PmlClientError.from_rpc_error(err)
                 if not retryable or report.reconnects >= max_reconnects:
                     raise failure from None
                 # Exponential backoff with jitter, never shorter than the server's RetryInfo: a

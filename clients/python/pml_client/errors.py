@@ -19,6 +19,18 @@ DEFAULT_RETRIES = 3
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 
+def worth_retrying(failure: PmlClientError) -> bool:
+    """Waiting may help: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a
+    quota). RESOURCE_EXHAUSTED without it is a size limit (a message over the server's
+    `--max-message-bytes`): the same request fails the same way, so it is not sent again (it
+    was, `retries` times, megabytes each)."""
+    if failure.code is grpc.StatusCode.UNAVAILABLE:
+        return True
+    return failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED and (
+        failure.retry_delay_seconds is not None
+    )
+
+
 def backoff_seconds(attempt: int, server_delay: float | None = None) -> float:
     """How long to wait before retry `attempt` (0 first): 0.1 s doubling up to 5 s, with full
     jitter on its upper half, and at least the delay the server asked for in RetryInfo."""
