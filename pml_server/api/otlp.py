@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
@@ -102,9 +102,18 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         request: trace_service_pb2.ExportTraceServiceRequest,
         context: grpc.ServicerContext,
     ) -> trace_service_pb2.ExportTraceServiceResponse:
+        return self.export(request, context.invocation_metadata())
+
+    def export(
+        self,
+        request: trace_service_pb2.ExportTraceServiceRequest,
+        metadata: Sequence[tuple[str, str | bytes]],
+    ) -> trace_service_pb2.ExportTraceServiceResponse:
+        """One Export, from either transport: `metadata` are the call's gRPC metadata or its
+        HTTP headers (lower-case names), which carry the caller's key."""
         if self._draining.is_set():
             raise UnavailableError("the server is shutting down; retry on another instance")
-        caller = self._d.keys.require(context.invocation_metadata(), Role.WRITE)
+        caller = self._d.keys.require(metadata, Role.WRITE)
         spans = sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
         if (too_many := self._d.limits.otlp_spans.excess(range(spans))) is not None:
             raise ResourceExhaustedError(
@@ -354,9 +363,9 @@ def _message(rejections: list[Rejection]) -> str:
 
 def add_trace_ingest(
     server: grpc.Server, pml: PmlServicer, metrics: Metrics, pending: PendingSpans | None = None
-) -> str:
+) -> TraceIngestServicer:
     """Serve TraceService/Export beside `pml` (sharing its dependencies and drain flag);
-    returns the service name (for reflection)."""
+    returns the servicer (OTLP/HTTP answers with it too: `pml_server.api.otlp_http`)."""
 
     def count(result: str, spans: int) -> None:
         if spans:
@@ -364,4 +373,4 @@ def add_trace_ingest(
 
     servicer = TraceIngestServicer(pml.deps, pml.draining, count, pending)
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-    return SERVICE_NAME
+    return servicer

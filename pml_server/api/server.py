@@ -29,7 +29,9 @@ from pml_server.api.admission.refusal import EarlyRefusal
 from pml_server.api.admission.stream_slots import StreamSlots
 from pml_server.api.interceptor import ApiInterceptor
 from pml_server.api.metrics import Metrics
+from pml_server.api.otlp import SERVICE_NAME as OTLP_SERVICE_NAME
 from pml_server.api.otlp import add_trace_ingest
+from pml_server.api.otlp_http import OtlpHttpServer, Tls
 from pml_server.api.security.auth import KeyStore
 from pml_server.api.security.key_reload import KeysFileWatcher
 from pml_server.api.security.page_tokens import PageTokens, load_or_create_secret
@@ -61,6 +63,7 @@ class RunningServer:
     early_refusal: EarlyRefusal | None = None
     metrics_port: int | None = None
     keys_watcher: KeysFileWatcher | None = None
+    otlp_http: OtlpHttpServer | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def stop(self, grace: float | None) -> None:
@@ -74,6 +77,8 @@ class RunningServer:
         if self.keys_watcher is not None:
             self.keys_watcher.stop()
         self.server.stop(grace).wait()
+        if self.otlp_http is not None:
+            self.otlp_http.stop()  # (draining: new Exports are answered 503)
         if self.early_refusal is not None:
             self.early_refusal.close()
         self.capture_pool.shutdown(wait=True)
@@ -112,6 +117,13 @@ def _credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
         root_certificates=client_ca,
         require_client_auth=client_ca is not None,
     )
+
+
+def _tls(config: ServerConfig) -> Tls | None:
+    """The gRPC port's certificate for the OTLP/HTTP address too (`_credentials` checked it)."""
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    return Tls(config.tls_cert, config.tls_key, config.tls_client_ca)
 
 
 def _options(config: ServerConfig) -> list[tuple[str, Any]]:
@@ -157,15 +169,17 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
     `whole.engine.limits` either way."""
     config = whole.server
     keys = KeyStore.load(config.keys_file)
-    if (
-        not keys.multi_tenant
-        and not config.allow_insecure_remote
-        and not is_loopback(config.listen)
-    ):
-        raise ValueError(
-            f"refusing to listen on {config.listen} without a keys file: anyone could read "
-            "and write. Pass --keys-file, or --allow-insecure-remote if you really mean it"
-        )
+    for listen in (config.listen, config.otlp_http_listen):
+        if (
+            listen is not None
+            and not keys.multi_tenant
+            and not config.allow_insecure_remote
+            and not is_loopback(listen)
+        ):
+            raise ValueError(
+                f"refusing to listen on {listen} without a keys file: anyone could read "
+                "and write. Pass --keys-file, or --allow-insecure-remote if you really mean it"
+            )
     credentials = _credentials(config)
     _make_data_dir(whole.engine.data_dir)
     secret_file = config.page_token_secret_file or whole.engine.data_dir / "page-token.key"
@@ -237,11 +251,11 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
             lambda: int(time.time() * 1000),
         )
     )
-    otlp_service = add_trace_ingest(server, servicer, metrics, pending)
+    otlp = add_trace_ingest(server, servicer, metrics, pending)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, otlp_service, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        (SERVICE_NAME, OTLP_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     cause: RuntimeError | None = None
     try:
@@ -256,12 +270,26 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
         early_refusal.close()
         engine.close()
         raise OSError(f"could not bind {config.listen}") from cause
+    otlp_http = None
+    if config.otlp_http_listen is not None:
+        try:
+            otlp_http = OtlpHttpServer(
+                otlp.export, config.otlp_http_listen, config.max_message_bytes, _tls(config)
+            )
+        except OSError:
+            server.stop(None)
+            capture_pool.shutdown()
+            early_refusal.close()
+            engine.close()
+            raise
     metrics_port = None
     if config.metrics_port is not None:
         metrics_port = metrics.serve(config.metrics_port, config.metrics_host)
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     server.start()
+    if otlp_http is not None:
+        otlp_http.start()
     keys_watcher = KeysFileWatcher(keys)
     keys_watcher.start()
     running = RunningServer(
@@ -275,6 +303,7 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
         early_refusal=early_refusal,
         metrics_port=metrics_port,
         keys_watcher=keys_watcher,
+        otlp_http=otlp_http,
     )
     threading.Thread(target=_report_ready, args=(running,), name="pml-ready", daemon=True).start()
     log.info(
@@ -285,6 +314,7 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
             "tls": credentials is not None,
             "multi_tenant": keys.multi_tenant,
             "metrics_port": metrics_port,
+            "otlp_http_port": None if otlp_http is None else otlp_http.port,
         },
     )
     return running
@@ -374,6 +404,11 @@ def serve_forever(whole: Config, engine: EngineProtocol | None = None) -> None:
 
         where = f"postgresql://{describe(whole.engine.store)} (shared store)"
     print(f"pml listening on {config.listen} (port {running.port}), data in {where}", flush=True)
+    if running.otlp_http is not None:
+        host = config.otlp_http_listen.rpartition(":")[0] if config.otlp_http_listen else ""
+        scheme = "https" if config.tls_cert is not None else "http"
+        url = f"{scheme}://{host}:{running.otlp_http.port}/v1/traces"
+        print(f"OTLP/HTTP traces on {url}", flush=True)
     log.info("signal %d: draining", stop_signal.wait())
     # A shutdown that hangs past the drain is a bug, but SIGTERM must still end the process:
     # then every thread's traceback goes to stderr (where it hung) and the exit code is 1.

@@ -81,6 +81,11 @@ class ServerConfig:
         60.0, "a stream silent this long with nothing in flight is closed"
     )
     # docs/capture.md, "Runs split over several Exports".
+    otlp_http_listen: str | None = setting(
+        None,
+        "also take OTLP/HTTP traces (POST /v1/traces, protobuf or JSON) on this host:port, "
+        "e.g. 127.0.0.1:4318; none: OTLP over the gRPC port only",
+    )
     otlp_pending_spans: int = setting(
         100_000, "OTLP spans held per tenant while their run's root span has not arrived"
     )
@@ -127,6 +132,10 @@ class ServerConfig:
         if port.lstrip("-").isdigit() and not 0 <= int(port) <= 65535:
             # gRPC binds the port modulo 65536 (`:99999` listened on 34463, `:-5` on 65531)
             raise ValueError(f"server.listen: port {port} is not 0..65535")
+        if self.otlp_http_listen is not None:
+            port = self.otlp_http_listen.rsplit(":", 1)[-1]
+            if port.lstrip("-").isdigit() and not 0 <= int(port) <= 65535:
+                raise ValueError(f"server.otlp_http_listen: port {port} is not 0..65535")
 
 
 @dataclass(frozen=True)

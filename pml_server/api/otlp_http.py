@@ -1,0 +1,371 @@
+"""OTLP/HTTP trace ingest: `POST /v1/traces`, binary protobuf or JSON, gzip or not, answered
+by the same servicer as OTLP/gRPC (`pml_server.api.otlp`: keys, tenants, quotas, holding split
+runs, partial success) and served by uvicorn on its own address beside the gRPC port
+(docs/connect.md, "OTLP traces in"). The HTTP side follows the OTLP specification's
+OTLP/HTTP section: the response in the request's encoding, a `google.rpc.Status` body for
+every 4xx and 5xx, 429 and 503 with `Retry-After` for what is worth retrying."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import math
+import socket
+import ssl
+import threading
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import uvicorn
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+from pml_server.api.errors import retry_after_seconds, status_code_for, to_rpc_status
+from pml_server.domain.errors import (
+    FieldViolation,
+    InvalidArgumentError,
+    ResourceExhaustedError,
+)
+
+log = logging.getLogger(__name__)
+
+PATH = "/v1/traces"
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+# Exports answered at once (each holds an RPC-like thread while its spans are mapped and
+# captured); uvicorn answers 503 past `_MAX_CONNECTIONS` open connections and requests.
+_WORKERS = 4
+_MAX_CONNECTIONS = 64
+
+Export = Callable[
+    [trace_service_pb2.ExportTraceServiceRequest, Sequence[tuple[str, str | bytes]]],
+    trace_service_pb2.ExportTraceServiceResponse,
+]
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def _invalid(field: str, description: str) -> InvalidArgumentError:
+    return InvalidArgumentError(FieldViolation(field, description))
+
+
+class _UnsupportedError(Exception):
+    """A request this endpoint does not take (415): another media type or content encoding."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    content_type: str
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+# The span fields OTLP/JSON writes as hex (the protobuf JSON mapping would read base64).
+_HEX_IDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+
+
+def _hex_ids_as_base64(obj: dict[str, Any], where: str) -> None:
+    for key in _HEX_IDS:
+        value = obj.get(key)
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            raise _invalid(f"{where}.{key}", "must be a hex string")
+        try:
+            obj[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
+        except ValueError:
+            raise _invalid(
+                f"{where}.{key}", "must be hex (OTLP/JSON writes ids as hex, not base64)"
+            ) from None
+
+
+def _each(obj: dict[str, Any], *names: str) -> list[Any]:
+    for name in names:
+        value = obj.get(name)
+        if value is not None:
+            if not isinstance(value, list):
+                raise _invalid(name, "must be an array")
+            return value
+    return []
+
+
+def from_json(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
+    """An OTLP/JSON body: the protobuf JSON mapping, but trace and span ids in hex and unknown
+    fields ignored (OTLP specification, "JSON Protobuf Encoding")."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as err:
+        message = str(err) if isinstance(err, ValueError) else "nested too deep"
+        raise _invalid("body", f"not JSON ({message})") from None
+    if not isinstance(data, dict):
+        raise _invalid("body", "must be a JSON object (ExportTraceServiceRequest)")
+    for r, resource in enumerate(_each(data, "resourceSpans", "resource_spans")):
+        if not isinstance(resource, dict):
+            raise _invalid(f"resourceSpans[{r}]", "must be an object")
+        for s, scope in enumerate(_each(resource, "scopeSpans", "scope_spans")):
+            if not isinstance(scope, dict):
+                raise _invalid(f"resourceSpans[{r}].scopeSpans[{s}]", "must be an object")
+            for i, span in enumerate(_each(scope, "spans")):
+                where = f"resourceSpans[{r}].scopeSpans[{s}].spans[{i}]"
+                if not isinstance(span, dict):
+                    raise _invalid(where, "must be an object")
+                _hex_ids_as_base64(span, where)
+                for k, link in enumerate(_each(span, "links")):
+                    if not isinstance(link, dict):
+                        raise _invalid(f"{where}.links[{k}]", "must be an object")
+                    _hex_ids_as_base64(link, f"{where}.links[{k}]")
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(data, request, ignore_unknown_fields=True)
+    except (json_format.ParseError, RecursionError, ValueError) as err:
+        message = str(err) if not isinstance(err, RecursionError) else "nested too deep"
+        raise _invalid("body", f"not an ExportTraceServiceRequest ({message[:300]})") from None
+    return request
+
+
+def _inflate(body: bytes, max_bytes: int) -> bytes:
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(body, max_bytes + 1)
+    except zlib.error as err:
+        raise _invalid("body", f"not gzip ({err})") from None
+    if len(out) > max_bytes:
+        raise ResourceExhaustedError(
+            f"the body inflates past {max_bytes} bytes: export in smaller batches"
+        )
+    if not inflater.eof:
+        raise _invalid("body", "gzip stream cut short")
+    return out
+
+
+def decode(
+    body: bytes, content_type: str, encoding: str, max_bytes: int
+) -> tuple[trace_service_pb2.ExportTraceServiceRequest, bool]:
+    """The request of a POST body, and whether it was JSON (the answer is in the same
+    encoding). Raises InvalidArgumentError, ResourceExhaustedError or `_UnsupportedError`."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media not in (PROTOBUF, JSON):
+        raise _UnsupportedError(
+            f"Content-Type {media or '(none)'!r}: send {PROTOBUF} or {JSON} (OTLP/HTTP)"
+        )
+    coding = encoding.strip().lower()
+    if coding == "gzip":
+        body = _inflate(body, max_bytes)
+    elif coding not in ("", "identity"):
+        raise _UnsupportedError(f"Content-Encoding {coding!r}: send gzip or none")
+    if media == JSON:
+        return from_json(body), True
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, RecursionError):
+        raise _invalid("body", "not a protobuf ExportTraceServiceRequest") from None
+    return request, False
+
+
+def _encoded(message: Message, as_json: bool) -> tuple[str, bytes]:
+    if as_json:
+        return JSON, json_format.MessageToJson(message, indent=None).encode()
+    return PROTOBUF, message.SerializeToString()
+
+
+def _http_status(exc: BaseException) -> int:
+    code = status_code_for(exc)
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # Retry later (a quota, the server busy) or never as it is (too large a batch).
+        return 429 if retry_after_seconds(exc) is not None else 413
+    return _HTTP_STATUS.get(code, 500)
+
+
+_HTTP_STATUS = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+}
+
+
+def refusal(exc: BaseException, as_json: bool) -> Answer:
+    """The answer to an Export that failed: the HTTP status OTLP/HTTP names for it, the
+    `google.rpc.Status` the gRPC transport would send as the body, `Retry-After` when worth
+    retrying. An unexpected error is logged here and answered 500 "internal error"."""
+    status = _http_status(exc)
+    if status == 500:
+        log.error("OTLP/HTTP Export failed", exc_info=exc)
+    content_type, body = _encoded(to_rpc_status(exc), as_json)
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    delay = retry_after_seconds(exc)
+    if status in (429, 503) and delay is not None:
+        headers = ((b"retry-after", str(max(1, math.ceil(delay))).encode()),)
+    return Answer(status, content_type, body, headers)
+
+
+def answer(
+    export: Export,
+    headers: Sequence[tuple[bytes, bytes]],
+    body: bytes,
+    max_bytes: int,
+) -> Answer:
+    """The whole exchange of one POST to /v1/traces, without the HTTP server."""
+    metadata = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
+    named = dict(metadata)
+    as_json = named.get("content-type", "").split(";", 1)[0].strip().lower() == JSON
+    try:
+        request, as_json = decode(
+            body, named.get("content-type", ""), named.get("content-encoding", ""), max_bytes
+        )
+        response = export(request, metadata)
+    except _UnsupportedError as err:
+        return Answer(415, "text/plain; charset=utf-8", str(err).encode())
+    except Exception as err:  # every error is answered; unexpected ones are logged (refusal)
+        return refusal(err, as_json)
+    content_type, payload = _encoded(response, as_json)
+    return Answer(200, content_type, payload)
+
+
+class OtlpHttpApp:
+    """The ASGI application: only `POST /v1/traces`; bodies over `max_bytes` (before or after
+    gzip) are refused 413 without being read whole. Exports run on a small thread pool."""
+
+    def __init__(self, export: Export, max_bytes: int, workers: int = _WORKERS) -> None:
+        self._export = export
+        self._max_bytes = max_bytes
+        self._pool = futures.ThreadPoolExecutor(workers, thread_name_prefix="pml-otlp-http")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # no lifespan events to answer (uvicorn runs with lifespan off)
+        if scope["path"] != PATH:
+            await _send(send, Answer(404, "text/plain; charset=utf-8", f"only {PATH}".encode()))
+            return
+        if scope["method"] != "POST":
+            await _send(
+                send,
+                Answer(405, "text/plain; charset=utf-8", b"POST only", ((b"allow", b"POST"),)),
+            )
+            return
+        headers: list[tuple[bytes, bytes]] = list(scope["headers"])
+        body = await _read_body(receive, self._max_bytes)
+        if body is None:
+            too_large = ResourceExhaustedError(
+                f"the body is over {self._max_bytes} bytes: export in smaller batches"
+            )
+            json_asked = any(k == b"content-type" and JSON.encode() in v for k, v in headers)
+            await _send(send, refusal(too_large, json_asked))
+            return
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(
+            self._pool, answer, self._export, headers, body, self._max_bytes
+        )
+        await _send(send, result)
+
+
+async def _read_body(receive: Receive, max_bytes: int) -> bytes | None:
+    """The request's body, or None once it passes `max_bytes` (the rest is not read)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > max_bytes:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _send(send: Send, result: Answer) -> None:
+    headers = [
+        (b"content-type", result.content_type.encode()),
+        (b"content-length", str(len(result.body)).encode()),
+        *result.headers,
+    ]
+    await send({"type": "http.response.start", "status": result.status, "headers": headers})
+    await send({"type": "http.response.body", "body": result.body})
+
+
+@dataclass(frozen=True)
+class Tls:
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+
+class OtlpHttpServer:
+    """uvicorn serving `OtlpHttpApp` on `listen` ("host:port", port 0: any free port) in a
+    thread of its own; `stop` lets requests in flight finish."""
+
+    def __init__(self, export: Export, listen: str, max_bytes: int, tls: Tls | None) -> None:
+        host, _, port = listen.rpartition(":")
+        host = host.strip("[]")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, int(port)))
+            sock.listen(128)
+        except (OSError, ValueError) as err:
+            sock.close()
+            raise OSError(f"could not bind the OTLP/HTTP address {listen}: {err}") from None
+        self._sock = sock
+        self.port: int = sock.getsockname()[1]
+        self._app = OtlpHttpApp(export, max_bytes)
+        tls_options: dict[str, Any] = {}
+        if tls is not None:
+            tls_options = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
+            if tls.client_ca is not None:
+                tls_options |= {
+                    "ssl_ca_certs": str(tls.client_ca),
+                    "ssl_cert_reqs": ssl.CERT_REQUIRED,
+                }
+        config = uvicorn.Config(
+            self._app,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            limit_concurrency=_MAX_CONNECTIONS,
+            timeout_graceful_shutdown=30,
+            server_header=False,
+            **tls_options,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run,
+            kwargs={"sockets": [sock]},
+            name="pml-otlp-http",
+            daemon=True,
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(60)
+        self._sock.close()
+        self._app.close()
+
+
+__all__ = ["JSON", "PATH", "PROTOBUF", "OtlpHttpApp", "OtlpHttpServer", "Tls", "answer", "decode"]

@@ -1,0 +1,270 @@
+"""OTLP/HTTP ingest end to end: a real pml server (port 0, RocksDB on disk) with
+`otlp_http_listen`, spans sent by the OpenTelemetry SDK's own OTLP/HTTP exporter (protobuf,
+gzip or not) and by hand as OTLP/JSON, then read back as patterns; bad requests answered with
+the HTTP status and `google.rpc.Status` body the OTLP specification names."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from google.rpc import status_pb2
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Tracer
+
+from pml_server.api.server import RunningServer
+from pml_server.client import PmlClient
+from tests.conftest import StartServer
+
+
+@pytest.fixture
+def server(start: StartServer) -> RunningServer:
+    return start(otlp_http_listen="127.0.0.1:0")
+
+
+def _url(server: RunningServer) -> str:
+    assert server.otlp_http is not None
+    return f"http://127.0.0.1:{server.otlp_http.port}/v1/traces"
+
+
+@contextmanager
+def _exporting(
+    server: RunningServer, compression: Compression = Compression.NoCompression
+) -> Iterator[Tracer]:
+    exporter = OTLPSpanExporter(endpoint=_url(server), compression=compression)
+    provider = TracerProvider(resource=Resource.create({"service.name": "http-agent"}))
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))
+    try:
+        yield provider.get_tracer("tests")
+        assert provider.force_flush(30_000)
+    finally:
+        provider.shutdown()
+
+
+def _run(tracer: Tracer, intent: str, tool: str, args: dict[str, object]) -> None:
+    messages = [{"role": "user", "parts": [{"type": "text", "content": intent}]}]
+    with (
+        tracer.start_as_current_span(
+            "invoke_agent files",
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.input.messages": json.dumps(messages),
+            },
+        ),
+        tracer.start_as_current_span(
+            f"execute_tool {tool}",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.call.arguments": json.dumps(args),
+            },
+        ),
+    ):
+        pass
+
+
+def _post(
+    server: RunningServer, body: bytes, headers: dict[str, str], method: str = "POST"
+) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(_url(server), data=body, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, dict(err.headers), err.read()
+
+
+@pytest.mark.parametrize("compression", [Compression.NoCompression, Compression.Gzip])
+def test_the_sdk_http_exporter_runs_become_one_pattern(
+    server: RunningServer, client: PmlClient, compression: Compression
+) -> None:
+    with _exporting(server, compression) as tracer:
+        _run(tracer, "Read the JSON file", "read_file", {"path": "a.json"})
+        _run(tracer, "Load the JSON file", "read_file", {"path": "b.json"})
+    patterns = list(client.iter_patterns())
+    assert [(p.template.strip(), p.usage_count) for p in patterns] == [
+        ('await mcp.read_file({"path": $PATH});', 2)
+    ]
+    assert client.suggest("read a json file").suggestions[0].pattern.name == patterns[0].name
+
+
+def _json_run(trace: str, intent: str) -> dict[str, object]:
+    def attr(key: str, value: str) -> dict[str, object]:
+        return {"key": key, "value": {"stringValue": value}}
+
+    messages = json.dumps([{"role": "user", "parts": [{"type": "text", "content": intent}]}])
+    root, call = "1" * 16, "2" * 16
+    spans = [
+        {
+            "traceId": trace,
+            "spanId": root,
+            "name": "invoke_agent",
+            "kind": 1,
+            "startTimeUnixNano": "1700000000000000000",
+            "endTimeUnixNano": "1700000001000000000",
+            "attributes": [
+                attr("gen_ai.operation.name", "invoke_agent"),
+                attr("gen_ai.input.messages", messages),
+            ],
+        },
+        {
+            "traceId": trace,
+            "spanId": call,
+            "parentSpanId": root,
+            "name": "execute_tool convert",
+            "startTimeUnixNano": "1700000000100000000",
+            "endTimeUnixNano": "1700000000900000000",
+            "attributes": [
+                attr("gen_ai.operation.name", "execute_tool"),
+                attr("gen_ai.tool.name", "convert"),
+                attr("gen_ai.tool.call.arguments", '{"path": "in.png"}'),
+            ],
+            "status": {"code": 1},
+            "futureField": {"ignored": True},  # unknown fields are ignored (OTLP/JSON)
+        },
+    ]
+    return {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
+
+
+def test_otlp_json_with_hex_ids_is_captured_and_answered_in_json(
+    server: RunningServer, client: PmlClient
+) -> None:
+    body = json.dumps(_json_run("ab" * 16, "Convert the picture")).encode()
+    status, headers, answer = _post(server, body, {"Content-Type": "application/json"})
+    assert status == 200, answer
+    assert headers["content-type"] == "application/json"
+    assert json.loads(answer) == {}  # every span taken: no partial success
+    [pattern] = list(client.iter_patterns())
+    assert pattern.template.strip() == 'await mcp.convert({"path": $PATH});'
+    # The same Export again (a retry) is the same execution: counted once.
+    status, _, _ = _post(server, gzip.compress(body), {
+        "Content-Type": "application/json", "Content-Encoding": "gzip"
+    })  # fmt: skip
+    assert status == 200
+    assert client.get_pattern(pattern.name).usage_count == 1
+
+
+def test_a_partial_success_is_answered_in_the_request_encoding(server: RunningServer) -> None:
+    run = _json_run("cd" * 16, "Convert the picture")
+    spans = run["resourceSpans"][0]["scopeSpans"][0]["spans"]  # type: ignore[index]
+    spans[1]["attributes"][2]["value"]["stringValue"] = "not json"
+    status, _, answer = _post(
+        server, json.dumps(run).encode(), {"Content-Type": "application/json"}
+    )
+    assert status == 200
+    partial = json.loads(answer)["partialSuccess"]
+    assert int(partial["rejectedSpans"]) == 2
+    assert partial["errorMessage"]
+
+
+def _status(body: bytes) -> status_pb2.Status:
+    status = status_pb2.Status()
+    status.ParseFromString(body)
+    return status
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "field"),
+    [
+        (b"\xff\x00garbage", {"Content-Type": "application/x-protobuf"}, "body"),
+        (b"{not json", {"Content-Type": "application/json"}, "body"),
+        (
+            json.dumps(_json_run("zz" * 16, "x")).encode(),
+            {"Content-Type": "application/json"},
+            "resourceSpans[0].scopeSpans[0].spans[0].traceId",
+        ),
+        (
+            b"not gzip",
+            {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
+            "body",
+        ),
+    ],
+)
+def test_a_bad_body_is_400_with_a_status_naming_the_field(
+    server: RunningServer, body: bytes, headers: dict[str, str], field: str
+) -> None:
+    status, got, answer = _post(server, body, headers)
+    assert status == 400
+    if got["content-type"] == "application/json":
+        message = json.loads(answer)["message"]
+    else:
+        message = _status(answer).message
+    assert field in message
+
+
+def test_other_media_types_methods_and_paths_are_refused(server: RunningServer) -> None:
+    assert _post(server, b"x", {"Content-Type": "text/plain"})[0] == 415
+    assert _post(server, b"x", {"Content-Type": "application/x-protobuf",
+                                "Content-Encoding": "br"})[0] == 415  # fmt: skip
+    status, headers, _ = _post(server, b"", {}, method="GET")
+    assert status == 405
+    assert headers["allow"] == "POST"
+    request = urllib.request.Request(_url(server).replace("/v1/traces", "/v1/metrics"), data=b"")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=30)
+    with err.value:
+        assert err.value.code == 404
+
+
+def test_too_large_bodies_are_413_before_or_after_gzip(start: StartServer) -> None:
+    server = start(otlp_http_listen="127.0.0.1:0", max_message_bytes=64 * 1024)
+    headers = {"Content-Type": "application/x-protobuf"}
+    assert _post(server, b"\x0a" * (65 * 1024), headers)[0] == 413
+    bomb = gzip.compress(b"\x00" * (10 * 1024 * 1024))  # 10 KB that inflate to 10 MB
+    status, _, answer = _post(server, bomb, {**headers, "Content-Encoding": "gzip"})
+    assert status == 413
+    assert "inflates past" in _status(answer).message
+
+
+def test_keys_apply_as_on_grpc(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:
+    path, found = keys
+    server = start(otlp_http_listen="127.0.0.1:0", keys_file=path)
+    body = ExportTraceServiceRequest().SerializeToString()
+    headers = {"Content-Type": "application/x-protobuf"}
+    status, _, answer = _post(server, body, headers)
+    assert status == 401
+    assert _status(answer).code == 16
+    read = {**headers, "Authorization": f"Bearer {found['acme-read']}"}
+    assert _post(server, body, read)[0] == 403
+    write = {**headers, "Authorization": f"Bearer {found['acme-write']}"}
+    status, _, answer = _post(server, body, write)
+    assert status == 200
+    ExportTraceServiceResponse().ParseFromString(answer)
+
+
+def test_draining_answers_503_with_retry_after(server: RunningServer) -> None:
+    server.servicer.draining.set()
+    status, headers, answer = _post(
+        server, ExportTraceServiceRequest().SerializeToString(),
+        {"Content-Type": "application/x-protobuf"},
+    )  # fmt: skip
+    assert status == 503
+    assert int(headers["retry-after"]) >= 1
+    assert "shutting down" in _status(answer).message
+
+
+def test_a_non_loopback_address_without_keys_is_refused(start: StartServer) -> None:
+    with pytest.raises(ValueError, match="without a keys file"):
+        start(otlp_http_listen="0.0.0.0:0")
+
+
+def test_an_address_that_cannot_be_bound_is_named(start: StartServer) -> None:
+    with pytest.raises(OSError, match="OTLP/HTTP address localhost:http-port"):
+        start(otlp_http_listen="localhost:http-port")
+    with pytest.raises(ValueError, match="otlp_http_listen: port 70000"):
+        start(otlp_http_listen="127.0.0.1:70000")
