@@ -174,7 +174,8 @@ type UploadReport struct {
 // Upload sends whole records over StreamTraces. When the stream breaks (UNAVAILABLE, CANCELLED,
 // DEADLINE_EXCEEDED) it opens a new one and resends every record not yet acknowledged; request
 // ids (a random UUID for a record without one, kept across reconnects) make each apply exactly
-// once. The records' request ids are filled in place.
+// once. The records' request ids are filled in place; two records under one request id are
+// refused (InvalidArgument, nothing sent).
 func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, opts UploadOptions) (*UploadReport, error) {
 	maxReconnects := opts.MaxReconnects
 	if maxReconnects == 0 {
@@ -184,6 +185,17 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 		if r.GetRequestId() == "" {
 			r.RequestId = NewRequestID()
 		}
+	}
+	// Acknowledgements are keyed by request id: two records under one id would share one
+	// answer, and the second could go unsent behind the first's. Nothing is sent then.
+	first := make(map[string]int, len(records))
+	for i, r := range records {
+		if j, repeated := first[r.GetRequestId()]; repeated {
+			return nil, status.Errorf(codes.InvalidArgument,
+				"records[%d].request_id %q repeats records[%d]'s: give each record its own request id (nothing was sent)",
+				i, r.GetRequestId(), j)
+		}
+		first[r.GetRequestId()] = i
 	}
 	report := &UploadReport{Acks: make(map[string]*pmlv1.StreamTracesResponse, len(records))}
 	// A record whose message is over the server's limit would end the whole stream in

@@ -391,6 +391,27 @@ func TestUploadRefusesAloneARecordOverTheServersMessageLimit(t *testing.T) {
 	}
 }
 
+func TestUploadRefusesTwoRecordsUnderOneRequestID(t *testing.T) {
+	client, err := pml.Dial(startServer(t), pml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	a, b := readRecord("Read JSON file", "a.json"), readRecord("Load JSON data", "b.json")
+	b.RequestId = a.GetRequestId()
+	_, err = client.Upload(context.Background(), []*pmlv1.ExecutionRecord{a, b}, pml.UploadOptions{})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "records[1].request_id") {
+		t.Fatalf("a repeated request id: %v", err)
+	}
+	stats, err := client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.GetExecutions() != 0 {
+		t.Fatalf("%d executions captured: nothing should have been sent", stats.GetExecutions())
+	}
+}
+
 func TestUploadGivesUpOnAnErrorThatWaitingCannotFix(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys.json")
 	key := addKey(t, keys, "acme", "read")

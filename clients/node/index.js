@@ -179,10 +179,23 @@ class PmlClient {
   /**
    * Upload whole records over StreamTraces. When the stream breaks, reconnect and resend every
    * record not yet acknowledged; request ids (a fresh UUID for a record without one, kept across
-   * reconnects) make the resend apply exactly once.
+   * reconnects) make the resend apply exactly once. Two records under one request id are refused
+   * (an error with code INVALID_ARGUMENT, nothing sent).
    */
   async upload(records, { maxReconnects = 5, onAck } = {}) {
     for (const r of records) if (!r.request_id) r.request_id = crypto.randomUUID();
+    // Acknowledgements are keyed by request id: two records under one id would share one
+    // answer, and the second could go unsent behind the first's. Nothing is sent then.
+    const first = new Map();
+    records.forEach((r, i) => {
+      if (first.has(r.request_id)) {
+        const message =
+          `records[${i}].request_id ${JSON.stringify(r.request_id)} repeats records[${first.get(r.request_id)}]'s: ` +
+          "give each record its own request id (nothing was sent)";
+        throw Object.assign(new Error(message), { code: grpc.status.INVALID_ARGUMENT, details: message });
+      }
+      first.set(r.request_id, i);
+    });
     const report = { acks: new Map(), reconnects: 0 };
     // A record whose message is over the server's limit would end the whole stream in
     // RESOURCE_EXHAUSTED: it is answered here, alone, and never sent.

@@ -134,6 +134,19 @@ def test_upload_refuses_alone_a_record_over_the_servers_message_limit(
     assert (summary["captured"], summary["executions"], summary["reconnects"]) == (2, 2, 0)
 
 
+def test_upload_refuses_two_records_under_one_request_id(
+    node_client: Path, server: RunningServer
+) -> None:
+    """As the Go client: acknowledgements are keyed by request id, so a repeated one is refused
+    INVALID_ARGUMENT naming the record before anything is sent."""
+    done = _node(node_client, "test/upload_repeated_id.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["code"] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "records[1].request_id" in summary["message"]
+    assert summary["executions"] == 0
+
+
 def test_unary_calls_safe_to_repeat_retry_through_a_quota(
     node_client: Path, start: StartServer, keys: tuple[Path, dict[str, str]]
 ) -> None:
