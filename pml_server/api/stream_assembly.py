@@ -279,6 +279,7 @@ def _check_started(
     validate.check_text(out, "started.language", started.language, limits.language, True)
     validate.check_embedding(out, "started.intent_embedding", started.intent_embedding, dim)
     validate.check_tags(out, "started.tags", started.tags, limits)
+    validate.check_session_id(out, "started.session_id", started.session_id)
     return InvalidArgumentError(out.items) if out.items else None
 
 
@@ -298,4 +299,5 @@ def _assemble(
         trace=finished.trace,
         intent_embedding=s.intent_embedding,
         tags=s.tags,
+        session_id=s.session_id,
     )

@@ -9,6 +9,8 @@ import secrets
 import grpc
 import pytest
 
+from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
+from pml_server._proto.pml.v1.pml_pb2 import StreamTracesRequest as Req
 from pml_server.api.security.auth import SINGLE_TENANT
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.service import Engine
@@ -40,6 +42,36 @@ def test_a_session_lifts_what_usually_comes_next(client: PmlClient) -> None:
     pattern = client.suggest("list the folder").suggestions[0].pattern.name
     after_pattern = client.suggest("", previous_patterns=[pattern]).suggestions
     assert [list(s.pattern.tools_used) for s in after_pattern] == [["read_file"]]
+
+
+def _live(session: str, n: int, intent: str, code: str, tool: str) -> list[Req]:
+    """One live execution (started, its call, finished) of `session` on a stream."""
+    eid = f"{session}-{n}"
+    call = resources_pb2.ToolCall(tool=tool, ok=True)
+    return [
+        Req(execution_id=eid, sequence=3 * n + 1, started=pml_pb2.ExecutionStarted(
+            intent=intent, code=code, language="ts", session_id=session
+        )),
+        Req(execution_id=eid, sequence=3 * n + 2,
+            tool_call_finished=pml_pb2.ToolCallFinished(tool_call=call)),
+        Req(execution_id=eid, sequence=3 * n + 3, finished=pml_pb2.ExecutionFinished()),
+    ]  # fmt: skip
+
+
+def test_live_executions_on_a_stream_carry_their_session(client: PmlClient) -> None:
+    for n in range(3):
+        session = f"streamed-{n}"
+        requests = _live(session, 0, "List the folder", LIST, "list_dir")
+        requests += _live(session, 1, "Read the JSON file", READ, "read_file")
+        acks = list(client.stream(requests))
+        assert all(a.HasField("result") for a in acks), acks
+    following = client.suggest("", previous_tools=["list_dir"]).suggestions
+    assert [list(s.pattern.tools_used) for s in following] == [["read_file"]]
+    bad = _live("tab\there", 0, "List the folder", LIST, "list_dir")
+    acks = list(client.stream(bad))  # (the execution's later messages are refused too)
+    ack = acks[0]
+    assert ack.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "started.session_id" in ack.error.message
 
 
 def _violations(call: object) -> set[str]:

@@ -280,7 +280,9 @@ type ExecutionStarted struct {
 	// (Optional) Client-computed intent embedding (see ExecutionRecord.intent_embedding).
 	IntentEmbedding []float32 `protobuf:"fixed32,6,rep,packed,name=intent_embedding,json=intentEmbedding,proto3" json:"intent_embedding,omitempty"`
 	// (Optional) Tags.
-	Tags          []string `protobuf:"bytes,7,rep,name=tags,proto3" json:"tags,omitempty"`
+	Tags []string `protobuf:"bytes,7,rep,name=tags,proto3" json:"tags,omitempty"`
+	// (Optional) The agent's session (see ExecutionRecord.session_id).
+	SessionId     string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -362,6 +364,13 @@ func (x *ExecutionStarted) GetTags() []string {
 		return x.Tags
 	}
 	return nil
+}
+
+func (x *ExecutionStarted) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 // ToolCallFinished adds one finished tool call to an open live execution.
@@ -2005,7 +2014,7 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\x16RecordExecutionRequest\x12/\n" +
 	"\x06record\x18\x01 \x01(\v2\x17.pml.v1.ExecutionRecordR\x06record\"H\n" +
 	"\x17RecordExecutionResponse\x12-\n" +
-	"\x06result\x18\x01 \x01(\v2\x15.pml.v1.CaptureResultR\x06result\"\xf3\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x15.pml.v1.CaptureResultR\x06result\"\x92\x02\n" +
 	"\x10ExecutionStarted\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
@@ -2015,7 +2024,9 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12)\n" +
 	"\x10intent_embedding\x18\x06 \x03(\x02R\x0fintentEmbedding\x12\x12\n" +
-	"\x04tags\x18\a \x03(\tR\x04tags\"A\n" +
+	"\x04tags\x18\a \x03(\tR\x04tags\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\"A\n" +
 	"\x10ToolCallFinished\x12-\n" +
 	"\ttool_call\x18\x01 \x01(\v2\x10.pml.v1.ToolCallR\btoolCall\"{\n" +
 	"\x11ExecutionFinished\x12/\n" +

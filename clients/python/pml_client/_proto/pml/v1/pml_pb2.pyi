@@ -154,6 +154,7 @@ class ExecutionStarted(_message.Message):
     START_TIME_FIELD_NUMBER: _builtins.int
     INTENT_EMBEDDING_FIELD_NUMBER: _builtins.int
     TAGS_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """(Optional) Idempotency key; defaults to the event's `execution_id`."""
     intent: _builtins.str
@@ -162,6 +163,8 @@ class ExecutionStarted(_message.Message):
     """(Required) The code being run."""
     language: _builtins.str
     """(Required) Its language."""
+    session_id: _builtins.str
+    """(Optional) The agent's session (see ExecutionRecord.session_id)."""
     @_builtins.property
     def start_time(self) -> _timestamp_pb2.Timestamp:
         """(Optional) When it started."""
@@ -184,10 +187,11 @@ class ExecutionStarted(_message.Message):
         start_time: _timestamp_pb2.Timestamp | None = ...,
         intent_embedding: _abc.Iterable[_builtins.float] | None = ...,
         tags: _abc.Iterable[_builtins.str] | None = ...,
+        session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["start_time", b"start_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "intent", b"intent", "intent_embedding", b"intent_embedding", "language", b"language", "request_id", b"request_id", "start_time", b"start_time", "tags", b"tags"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "intent", b"intent", "intent_embedding", b"intent_embedding", "language", b"language", "request_id", b"request_id", "session_id", b"session_id", "start_time", b"start_time", "tags", b"tags"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
