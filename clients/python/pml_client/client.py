@@ -460,10 +460,18 @@ class PmlClient:
         source_failed: list[Exception] = []
 
         def from_source() -> Iterator[tuple[str, ExecutionRecord]]:
-            try:
-                yield from source
-            except Exception as err:
-                source_failed.append(err)
+            # `next` by hand, not `yield from`: a stream that breaks leaves this generator to
+            # be closed, and `yield from` would close `source` with it (the rest of the
+            # caller's records then never sent, the upload ending as if they were all done).
+            while True:
+                try:
+                    item = next(source)
+                except StopIteration:
+                    return
+                except Exception as err:
+                    source_failed.append(err)
+                    return
+                yield item
 
         def messages(max_bytes: int) -> Iterator[pml_pb2.StreamTracesRequest]:
             nonlocal sequence, exhausted
