@@ -11,7 +11,7 @@ import anyio
 import uvicorn
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -84,11 +84,20 @@ class PmlMCPServer(MCPServer):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        """A tool error is one line for the model: a bad argument names it (`argument_error`),
+        and pml's own refusal (`invalid argument: available_tools.0: ...`, `pml is
+        unavailable ...`) comes without the SDK's `Error executing tool NAME: ` in front, as an
+        argument error does (docs/mcp.md, Protocol). A crash keeps the SDK's generic text."""
         try:
             return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
         except ToolError as err:
             if isinstance(err.__cause__, ValidationError):
                 raise ToolError(argument_error(err.__cause__)) from err.__cause__
+            prefix = f"Error executing tool {name}: "
+            if isinstance(err.__cause__, ToolError) and str(err).startswith(prefix):
+                raise ToolError(str(err)[len(prefix) :]) from err.__cause__
             raise
 
 
