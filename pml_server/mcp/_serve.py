@@ -69,8 +69,16 @@ class PmlMCPServer(MCPServer):
     ) -> GetPromptResult | InputRequiredResult:
         """An unknown prompt, or a bad prompt argument, is -32602 Invalid params with one
         sentence naming it, as a tool's is (the SDK answers error code 0)."""
-        if self._prompt_manager.get_prompt(name) is None:
+        prompt = self._prompt_manager.get_prompt(name)
+        if prompt is None:
             raise MCPError(INVALID_PARAMS, f"unknown prompt: {name}")
+        # A missing argument, as pydantic says it of a tool's (the SDK answered error code 0
+        # and logged a traceback).
+        given = arguments or {}
+        missing = [a.name for a in prompt.arguments or [] if a.required and a.name not in given]
+        if missing:
+            fields = "; ".join(f"{m}: field required" for m in missing)
+            raise MCPError(INVALID_PARAMS, f"invalid argument: {fields}")
         try:
             return await super().get_prompt(name, arguments, context)
         except ValueError as err:

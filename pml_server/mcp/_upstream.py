@@ -26,11 +26,12 @@ _MAX_CHANNELS = 64
 # Violations name the request message's fields (`record.tool_calls[0].arguments_json`,
 # `context.previous_tools[0]`, `available_tools.tools[0]`); a tool error names the MCP argument
 # as the caller passed it and as pydantic names a bad one (`tool_calls.0.arguments`,
-# `previous_tools.0`, `available_tools.0`).
+# `previous_tools.0`, `available_tools.0`, `cursor`).
 _FIELD_PREFIXES = (
     ("record.", ""),
     ("context.", ""),
     ("available_tools.tools", "available_tools"),
+    ("page_token", "cursor"),  # resources/list's cursor is pml's page token
 )
 _INDEX = re.compile(r"\[(\d+)\]")
 _RENAMED = {"arguments_json": "arguments"}

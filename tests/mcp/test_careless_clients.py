@@ -4,9 +4,15 @@ pml server: every bad input gets an answer that names what to fix (docs/mcp.md, 
 
 from __future__ import annotations
 
+import socket
+import tempfile
+
+import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 from pml_server.api.server import RunningServer
+from tests.mcp.test_clients_giving_up import _stdio_logged
 from tests.mcp.test_server import _record_args, _run, _stdio, _text
 
 
@@ -37,3 +43,41 @@ async def _refusals_name_the_argument(client: Client) -> None:
 
 def test_pmls_refusals_name_the_mcp_argument(server: RunningServer) -> None:
     _run(_stdio(f"127.0.0.1:{server.port}"), _refusals_name_the_argument)
+
+
+def _unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("pml", ["running", "down"])
+def test_prompt_and_listing_errors_are_json_rpc_errors(server: RunningServer, pml: str) -> None:
+    """A prompt asked for without its argument, a cursor pml never issued, and pml down behind
+    a prompt or a listing: each a JSON-RPC error with its code (-32602 for the caller's
+    mistake, -32603 for pml's) and one sentence, and no traceback in `pml mcp`'s log (before:
+    error code 0 for each, and a traceback of some 30 KB logged for each)."""
+    port = server.port if pml == "running" else _unused_port()
+
+    async def body(client: Client) -> None:
+        with pytest.raises(MCPError) as missing:
+            await client.get_prompt("use_procedure")
+        assert missing.value.code == -32602
+        assert str(missing.value) == "invalid argument: task: field required"
+        with pytest.raises(MCPError) as listing:
+            await client.list_resources(cursor="not-a-cursor")
+        if pml == "running":
+            assert listing.value.code == -32602
+            assert str(listing.value).startswith("invalid argument: cursor: "), listing.value
+            return
+        with pytest.raises(MCPError) as prompt:
+            await client.get_prompt("use_procedure", {"task": "Read a JSON file"})
+        for err in (listing.value, prompt.value):
+            assert err.code == -32603
+            assert str(err).startswith("pml is unavailable at "), err
+
+    with tempfile.TemporaryFile("w+") as errlog:
+        _run(_stdio_logged(f"127.0.0.1:{port}", errlog), body)
+        errlog.seek(0)
+        logged = errlog.read()
+    assert "Traceback" not in logged, logged[-3000:]
