@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from pml_server import __version__
 from pml_server.mcp import _resources as resources
 from pml_server.mcp._http_auth import BearerCheck
+from pml_server.mcp._stdio import serve_stdio
 from pml_server.mcp._tools import register
 from pml_server.mcp._upstream import Upstream
 from pml_server.mcp.cli import LOOPBACK_HOSTS
@@ -121,7 +122,7 @@ def build_server(upstream: Upstream) -> MCPServer:
 
 def run_stdio(upstream: Upstream) -> None:
     try:
-        anyio.run(build_server(upstream).run_stdio_async)
+        anyio.run(serve_stdio, build_server(upstream))
     except* (BrokenPipeError, ConnectionResetError):
         # The client closed its end of our stdout (it went away, e.g. killed, mid-call): nobody
         # is left to answer, and what pml applied stays applied (docs/reliability.md, Clients

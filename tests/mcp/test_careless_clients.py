@@ -4,16 +4,19 @@ pml server: every bad input gets an answer that names what to fix (docs/mcp.md, 
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
 import tempfile
+from typing import Any
 
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from pml_server.api.server import RunningServer
-from tests.mcp.test_clients_giving_up import _stdio_logged
-from tests.mcp.test_server import _record_args, _run, _stdio, _text
+from tests.mcp.test_clients_giving_up import INITIALIZE, _stdio_logged
+from tests.mcp.test_server import PYTHONPATH, ROOT, _pml_mcp, _record_args, _run, _stdio, _text
 
 
 async def _refusals_name_the_argument(client: Client) -> None:
@@ -81,3 +84,66 @@ def test_prompt_and_listing_errors_are_json_rpc_errors(server: RunningServer, pm
         errlog.seek(0)
         logged = errlog.read()
     assert "Traceback" not in logged, logged[-3000:]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def test_stdio_answers_deeply_nested_arguments(server: RunningServer) -> None:
+    """A tool call whose arguments nest 200 levels deep, as the SDK's own client sends it: the
+    SDK's stdio transport could not parse the line and dropped it, and the client waited until
+    its own timeout (for ever by default). Now it is answered at once, under its id, and the
+    session goes on."""
+
+    async def body(client: Client) -> None:
+        arguments = _record_args(tool_calls=[{"tool": "read_file", "arguments": _nested(200)}])
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("record_execution", arguments, read_timeout_seconds=20)
+        assert refused.value.code == -32700, refused.value
+        assert "recursion limit" in str(refused.value)
+        done = await client.call_tool("record_execution", _record_args())
+        assert not done.is_error, _text(done)
+
+    _run(_stdio(f"127.0.0.1:{server.port}"), body)
+
+
+def test_stdio_answers_every_line_it_cannot_read(server: RunningServer) -> None:
+    """Raw lines no SDK client would send: each request gets an error under its own id (the
+    SDK dropped every one of them, and its sender waited for ever); a line without a readable
+    id gets its error under id null; a notification and a blank line get nothing. A ping then
+    shows the session alive."""
+    call = '{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"suggest",%s}}'
+    lines = [
+        (call % (1, '"arguments":{"intent":"\\ud800x"}'), 1, -32700),  # a lone surrogate
+        (call % ('"deep"', '"arguments":{"a":' + "[" * 5000 + "]" * 5000 + "}"), "deep", -32700),
+        (call % (3, '"arguments":{"intent":"x"'), 3, -32700),  # cut short
+        ('{"jsonrpc":"2.0","id":4,"method":5}', 4, -32600),
+        ('{"id":5,"method":"ping"}', 5, -32600),  # no "jsonrpc"
+        ("not json", None, -32700),
+        ('{"jsonrpc":"2.0","method":5}', None, None),  # a notification: no answer
+        ("", None, None),
+        ('{"jsonrpc":"2.0","id":6,"method":"ping"}', 6, 0),
+    ]
+    with subprocess.Popen(
+        _pml_mcp("--server", f"127.0.0.1:{server.port}"),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PYTHONPATH": PYTHONPATH},
+    ) as proc:
+        body = "\n".join(
+            [json.dumps(INITIALIZE), '{"jsonrpc":"2.0","method":"notifications/initialized"}']
+            + [line for line, _, _ in lines]
+        )
+        out, err = proc.communicate(body.encode() + b"\n", timeout=60)
+    answers = [json.loads(line) for line in out.splitlines()][1:]  # after initialize's
+    expected = [(i, code) for _, i, code in lines if code is not None]
+    got = [(a["id"], a["error"]["code"] if "error" in a else 0) for a in answers]
+    assert got == expected, (answers, err)
+    assert all(a["error"]["message"] for a in answers if "error" in a)
+    assert b"Traceback" not in err, err
