@@ -8,15 +8,26 @@ import json
 import socket
 import subprocess
 import tempfile
+from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from pml_server.api.server import RunningServer
-from tests.mcp.test_clients_giving_up import INITIALIZE, _stdio_logged
-from tests.mcp.test_server import PYTHONPATH, ROOT, _pml_mcp, _record_args, _run, _stdio, _text
+from tests.mcp.test_clients_giving_up import INITIALIZE, _listening_url, _stdio_logged
+from tests.mcp.test_server import (
+    JSON_HEADERS,
+    PYTHONPATH,
+    ROOT,
+    _pml_mcp,
+    _record_args,
+    _run,
+    _stdio,
+    _text,
+)
 
 
 async def _refusals_name_the_argument(client: Client) -> None:
@@ -147,3 +158,54 @@ def test_stdio_answers_every_line_it_cannot_read(server: RunningServer) -> None:
     assert got == expected, (answers, err)
     assert all(a["error"]["message"] for a in answers if "error" in a)
     assert b"Traceback" not in err, err
+
+
+def test_http_answers_bodies_that_are_no_message_in_one_sentence(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """JSON nested 5,000 deep is the SDK's -32700 Parse error (before: pml's own id check
+    raised RecursionError, a 500 and a traceback in the log); JSON that is not one JSON-RPC
+    message is -32600 Invalid Request in one sentence under its id (before: -32602 with
+    pydantic's dump of every union member's errors, the input echoed, type tags and links)."""
+    call = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"suggest",%s}}'
+    cases: list[tuple[str, int, Any, str]] = [
+        (call % ('"arguments":{"a":' + "[" * 5000 + "]" * 5000 + "}"), -32700, None, "Parse"),
+        ('{"jsonrpc":"2.0","id":2,"method":5}', -32600, 2, "method must be a string"),
+        ('{"id":"three","method":"ping"}', -32600, "three", 'jsonrpc must be "2.0"'),
+        ('{"jsonrpc":"2.0","id":4}', -32600, 4, "a request needs a method"),
+        ('{"jsonrpc":"2.0","id":5,"method":"ping","params":5}', -32600, 5, "params must be"),
+        ('[{"jsonrpc":"2.0","id":6,"method":"ping"}]', -32600, None, "not a batch"),
+        ('"ping"', -32600, None, "a JSON object"),
+    ]
+    log = tmp_path / "mcp.log"
+    with (
+        log.open("w") as stderr,
+        subprocess.Popen(
+            [
+                *_pml_mcp("--server", f"127.0.0.1:{server.port}"),
+                *("--transport", "http", "--listen", "127.0.0.1:0"),
+            ],
+            cwd=ROOT,
+            stderr=stderr,
+            env={"PYTHONPATH": PYTHONPATH},
+        ) as proc,
+    ):
+        try:
+            url = _listening_url(log, proc)
+            with httpx2.Client(timeout=30) as http:
+                for body, code, request_id, needle in cases:
+                    r = http.post(url, content=body.encode(), headers=JSON_HEADERS)
+                    assert r.status_code == 400, (body[:80], r.status_code, r.text[:300])
+                    error = r.json()["error"]
+                    assert (r.json()["id"], error["code"]) == (request_id, code), r.text[:300]
+                    assert needle in error["message"], error
+                    assert "pydantic" not in error["message"]
+                    assert "\n" not in error["message"]
+                alive = http.post(
+                    url, content=call % '"arguments":{"intent":"x"}', headers=JSON_HEADERS
+                )
+                assert alive.status_code == 200
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
