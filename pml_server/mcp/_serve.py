@@ -97,6 +97,17 @@ class PmlMCPServer(MCPServer):
         and pml's own refusal (`invalid argument: available_tools.0: ...`, `pml is
         unavailable ...`) comes without the SDK's `Error executing tool NAME: ` in front, as an
         argument error does (docs/mcp.md, Protocol). A crash keeps the SDK's generic text."""
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            known = tool.parameters.get("properties", {})
+            extra = [key for key in arguments or {} if key not in known]
+            if extra:
+                # A misspelt argument (`limit` for `k`, `min_sucess`) was dropped without a
+                # word: the call ran as if it had not been given.
+                # (Bounded: the first few names, each cut short.)
+                shown = [f"{key[:64]}: extra inputs are not permitted" for key in extra[:5]]
+                more = f"; and {len(extra) - 5} more" if len(extra) > 5 else ""
+                raise ToolError(f"invalid argument: {'; '.join(shown)}{more}")
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError:
@@ -117,6 +128,9 @@ def build_server(upstream: Upstream) -> MCPServer:
     server.upstream = upstream
     register(server, upstream)
     resources.register(server, upstream)
+    for tool in server._tool_manager.list_tools():
+        # What call_tool enforces (an argument the tool does not take is refused), published.
+        tool.parameters["additionalProperties"] = False
     return server
 
 

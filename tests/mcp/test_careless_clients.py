@@ -209,3 +209,41 @@ def test_http_answers_bodies_that_are_no_message_in_one_sentence(
             proc.terminate()
             proc.wait(timeout=60)
     assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+async def _unknown_arguments_are_refused(client: Client) -> None:
+    """An argument a tool does not take, at the top or in a tool call, is refused by name
+    (before: dropped without a word, so `{"tool": ..., "success": false}` stored a failed call
+    as one that succeeded, and a misspelt `min_sucess` or `limit` ran the call without it)."""
+    listed = {t.name: t for t in (await client.list_tools()).tools}
+    record = listed["record_execution"].input_schema
+    assert record["additionalProperties"] is False
+    assert record["$defs"]["ToolCallIn"]["additionalProperties"] is False
+    failed = _record_args(
+        "Email the weekly report",
+        code="await mcp.send_report({ to: 'boss' });",
+        tool_calls=[{"tool": "send_report", "success": False, "error": "SMTP timeout"}],
+    )
+    refused = await client.call_tool("record_execution", failed)
+    assert refused.is_error
+    assert (
+        _text(refused) == "invalid argument: tool_calls.0.success: extra inputs are not permitted"
+    )
+    found = await client.call_tool("suggest", {"intent": "Email the weekly report"})
+    assert found.structured_content["capabilities"] == []  # nothing was stored
+    misspelt = await client.call_tool("suggest", {"intent": "x", "min_sucess": 0.9, "limit": 1})
+    assert misspelt.is_error
+    assert _text(misspelt) == (
+        "invalid argument: min_sucess: extra inputs are not permitted; "
+        "limit: extra inputs are not permitted"
+    )
+    many = await client.call_tool(
+        "get_pattern", {"name": "p", **{"x" * 1000 + str(i): 1 for i in range(50)}}
+    )
+    assert many.is_error
+    assert len(_text(many)) < 600
+    assert _text(many).endswith("; and 45 more")
+
+
+def test_unknown_arguments_are_refused(server: RunningServer) -> None:
+    _run(_stdio(f"127.0.0.1:{server.port}"), _unknown_arguments_are_refused)
