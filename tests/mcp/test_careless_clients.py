@@ -247,3 +247,50 @@ async def _unknown_arguments_are_refused(client: Client) -> None:
 
 def test_unknown_arguments_are_refused(server: RunningServer) -> None:
     _run(_stdio(f"127.0.0.1:{server.port}"), _unknown_arguments_are_refused)
+
+
+TOKEN = "qtok_9f8e7d6c5b4a39281706"
+KEY_URL = f"https://api.example.com/v1/items?access_token={TOKEN}&page=2"
+
+
+async def _a_token_in_a_url_query_is_never_stored(client: Client) -> None:
+    """A token in a URL's query (`?access_token=...`), in the code, a tool call's arguments,
+    a failed call's error and the intent, read back through every answer pml mcp gives
+    (before: kept in the pattern's original code and as the `$URL` parameter's recent value,
+    while `https://user:pw@host` was redacted)."""
+    code = f"const items = await mcp.http_get({{ url: '{KEY_URL}' }});\nreturn items;"
+    calls = [{"tool": "http_get", "arguments": {"url": KEY_URL}}]
+    intent = f"List the items of {KEY_URL}"
+    answers = []
+    for _ in range(2):
+        done = await client.call_tool(
+            "record_execution", _record_args(intent, code=code, tool_calls=calls)
+        )
+        assert not done.is_error, _text(done)
+        answers.append(_text(done))
+    failed = _record_args(
+        "List the items again",
+        code=code.replace("http_get", "http_fetch"),
+        tool_calls=[{"tool": "http_fetch", "ok": False, "error": f"403 for {KEY_URL} ({TOKEN})"}],
+    )
+    answers.append(_text(await client.call_tool("record_execution", failed)))
+    pattern = json.loads(answers[0])["pattern"]
+    capability = json.loads(answers[0])["capability"].removeprefix("capabilities/")
+    got = await client.call_tool("get_pattern", {"name": pattern})
+    answers.append(_text(got))
+    assert got.structured_content["usage_count"] == 2
+    answers.append(_text(await client.call_tool("suggest", {"intent": "List the items"})))
+    read = await client.read_resource(f"pml://capabilities/{capability}")
+    answers.append(read.model_dump_json())
+    prompt = await client.get_prompt("use_procedure", {"task": "List the items"})
+    answers.append(prompt.model_dump_json())
+    everything = "\n".join(answers)
+    assert TOKEN not in everything, everything
+    # The literal holding it is a secret parameter, redacted whole (as a URL with a password).
+    assert "[REDACTED]" in got.structured_content["original_code"]
+    url = [p for p in got.structured_content["parameters"] if p["name"] == "$URL"]
+    assert url[0]["secret"] is True
+
+
+def test_a_token_in_a_url_query_is_never_stored(server: RunningServer) -> None:
+    _run(_stdio(f"127.0.0.1:{server.port}"), _a_token_in_a_url_query_is_never_stored)
