@@ -6,9 +6,9 @@ refuses (a lone surrogate escape such as `\\ud800`, arguments nested some 200 le
 which the SDK's own client sends), or JSON that is not a message. A client that sent a request
 on such a line waited for ever. Here each gets a JSON-RPC error under the request's id, found
 in the line even when the line does not parse: -32700 Parse error for a line that is not
-JSON, -32600 Invalid Request for JSON that is not a message; under id null when the id cannot
-be found. A notification (no id) that is JSON is not answered, as JSON-RPC says; nor is a
-blank line."""
+JSON (or not UTF-8), -32600 Invalid Request for JSON that is not a message; under id null
+when the id cannot be found. A notification (no id) that is JSON is not answered, as JSON-RPC
+says; nor is a blank line."""
 
 from __future__ import annotations
 
@@ -35,11 +35,13 @@ _DECODER = json.JSONDecoder()
 
 
 class _RecordingStdin(io.TextIOWrapper):
-    """stdin as the SDK reads it (UTF-8, undecodable bytes replaced), each line also kept in
-    `lines` until the message (or the error) the SDK made of it is taken."""
+    """stdin as UTF-8, each line also kept in `lines` until the message (or the error) the SDK
+    made of it is taken. Bytes that are not UTF-8 are kept as lone surrogates, so the SDK
+    cannot read the line and it is answered as not JSON (the SDK's own reader replaced them
+    with U+FFFD: `caf\xe9` in Latin-1 was stored as `caf\ufffd`, where HTTP refuses it)."""
 
     def __init__(self, buffer: BinaryIO, lines: deque[str]) -> None:
-        super().__init__(buffer, encoding="utf-8", errors="replace")
+        super().__init__(buffer, encoding="utf-8", errors="surrogateescape")
         self._lines = lines
 
     def readline(self, size: int = -1, /) -> str:  # type: ignore[override]  # as typeshed's own
@@ -77,6 +79,14 @@ def _top_level_id(text: str) -> tuple[bool, Any]:
     return False, None
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def answer_for(line: str, err: Exception) -> JSONRPCError | None:
     """The error answering a line the SDK could not read as a message (None: no answer)."""
     text = line.strip()
@@ -84,8 +94,12 @@ def answer_for(line: str, err: Exception) -> JSONRPCError | None:
         return None
     has_id, found = _top_level_id(text)
     request_id = found if isinstance(found, str | int) and not isinstance(found, bool) else None
+    if isinstance(request_id, str) and not _encodable(request_id):
+        request_id = None  # an id that is not text cannot be answered under
     errors = err.errors(include_url=False) if isinstance(err, ValidationError) else []
-    if errors and errors[0]["type"] == "json_invalid":
+    if errors and errors[0]["type"] == "string_unicode":
+        error = ErrorData(code=PARSE_ERROR, message="Parse error: the line is not valid UTF-8")
+    elif errors and errors[0]["type"] == "json_invalid":
         reason = str(errors[0]["msg"]).removeprefix("Invalid JSON: ")
         if "hex escape" in reason:
             reason += " (a lone surrogate escape, e.g. \\ud800, is not a character)"

@@ -135,6 +135,7 @@ def test_stdio_answers_every_line_it_cannot_read(server: RunningServer) -> None:
         ('{"jsonrpc":"2.0","id":4,"method":5}', 4, -32600),
         ('{"id":5,"method":"ping"}', 5, -32600),  # no "jsonrpc"
         ("not json", None, -32700),
+        (call % (7, '"arguments":{"intent":"caf\xe9"}'), 7, -32700),  # Latin-1, not UTF-8
         ('{"jsonrpc":"2.0","method":5}', None, None),  # a notification: no answer
         ("", None, None),
         ('{"jsonrpc":"2.0","id":6,"method":"ping"}', 6, 0),
@@ -151,7 +152,8 @@ def test_stdio_answers_every_line_it_cannot_read(server: RunningServer) -> None:
             [json.dumps(INITIALIZE), '{"jsonrpc":"2.0","method":"notifications/initialized"}']
             + [line for line, _, _ in lines]
         )
-        out, err = proc.communicate(body.encode() + b"\n", timeout=60)
+        # (Each line's characters below 256 as bytes: the Latin-1 line stays Latin-1.)
+        out, err = proc.communicate(body.encode("latin-1") + b"\n", timeout=60)
     answers = [json.loads(line) for line in out.splitlines()][1:]  # after initialize's
     expected = [(i, code) for _, i, code in lines if code is not None]
     got = [(a["id"], a["error"]["code"] if "error" in a else 0) for a in answers]
