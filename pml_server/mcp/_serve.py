@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 import uvicorn
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
@@ -48,6 +48,40 @@ def argument_error(err: ValidationError) -> str:
         text = str(e["msg"])
         parts.append(f"{where}: {text[:1].lower()}{text[1:]}")
     return "invalid argument: " + "; ".join(parts)
+
+
+# The SDK's one answer to request params its protocol models refuse, and to a request sent
+# before `initialize` (it names neither the field nor the missing handshake).
+_SDK_INVALID_PARAMS = "Invalid request parameters"
+_UNION_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
+async def name_bad_params(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+    """Request params the protocol refuses (`tools/call` with a `name` that is no string,
+    `arguments` that is no object, a prompt argument that is no string, a progress token that
+    is an object) answer -32602 naming the member, as a bad tool argument does (docs/mcp.md,
+    Protocol); so does a request before `initialize`. The SDK answered each
+    "Invalid request parameters", nothing more."""
+    try:
+        return await call_next(ctx)
+    except ValidationError as err:
+        found = err.errors(include_url=False, include_input=False)
+        if not found or found[0]["loc"][:1] != ("params",):
+            raise
+        said: dict[str, list[str]] = {}
+        for e in found:
+            loc = [str(x) for x in e["loc"][1:]]
+            if loc and loc[-1] in _UNION_TAGS:  # one member of a union: `progressToken.str`
+                loc.pop()
+            text = str(e["msg"])
+            said.setdefault(".".join(loc) or "params", []).append(text[:1].lower() + text[1:])
+        parts = [f"{where}: {' or '.join(texts)}" for where, texts in list(said.items())[:3]]
+        raise MCPError(INVALID_PARAMS, "invalid params: " + "; ".join(parts)) from None
+    except MCPError as err:
+        if err.error.code == INVALID_PARAMS and err.error.message == _SDK_INVALID_PARAMS:
+            message = f"invalid request: {ctx.method} before initialize: initialize first"
+            raise MCPError(INVALID_PARAMS, message) from None
+        raise
 
 
 class PmlMCPServer(MCPServer):
@@ -126,6 +160,7 @@ def build_server(upstream: Upstream) -> MCPServer:
         "pml", instructions=_INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
     server.upstream = upstream
+    server.middleware.append(name_bad_params)
     register(server, upstream)
     resources.register(server, upstream)
     for tool in server._tool_manager.list_tools():

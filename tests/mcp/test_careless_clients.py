@@ -5,6 +5,7 @@ pml server: every bad input gets an answer that names what to fix (docs/mcp.md, 
 from __future__ import annotations
 
 import json
+import select
 import socket
 import subprocess
 import tempfile
@@ -22,6 +23,7 @@ from tests.mcp.test_server import (
     JSON_HEADERS,
     PYTHONPATH,
     ROOT,
+    _http_mcp,
     _pml_mcp,
     _record_args,
     _run,
@@ -152,10 +154,23 @@ def test_stdio_answers_every_line_it_cannot_read(server: RunningServer) -> None:
             [json.dumps(INITIALIZE), '{"jsonrpc":"2.0","method":"notifications/initialized"}']
             + [line for line, _, _ in lines]
         )
+        expected = [(i, code) for _, i, code in lines if code is not None]
+        assert proc.stdin is not None
+        assert proc.stdout is not None
         # (Each line's characters below 256 as bytes: the Latin-1 line stays Latin-1.)
-        out, err = proc.communicate(body.encode("latin-1") + b"\n", timeout=60)
-    answers = [json.loads(line) for line in out.splitlines()][1:]  # after initialize's
-    expected = [(i, code) for _, i, code in lines if code is not None]
+        proc.stdin.write(body.encode("latin-1") + b"\n")
+        proc.stdin.flush()
+        # Every answer is read before stdin closes: at its end the SDK cancels calls in flight.
+        out = []
+        while len(out) < len(expected) + 1:
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            assert ready, out
+            out.append(proc.stdout.readline())
+        proc.stdin.close()
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        proc.wait(timeout=60)
+    answers = [json.loads(line) for line in out][1:]  # after initialize's
     got = [(a["id"], a["error"]["code"] if "error" in a else 0) for a in answers]
     assert got == expected, (answers, err)
     assert all(a["error"]["message"] for a in answers if "error" in a)
@@ -296,3 +311,78 @@ async def _a_token_in_a_url_query_is_never_stored(client: Client) -> None:
 
 def test_a_token_in_a_url_query_is_never_stored(server: RunningServer) -> None:
     _run(_stdio(f"127.0.0.1:{server.port}"), _a_token_in_a_url_query_is_never_stored)
+
+
+BAD_PARAMS: list[tuple[dict[str, Any], str]] = [
+    (
+        {"method": "tools/call", "params": {"name": 5, "arguments": {}}},
+        "invalid params: name: input should be a valid string",
+    ),
+    (
+        {"method": "tools/call", "params": {"name": "suggest", "arguments": [1]}},
+        "invalid params: arguments: input should be a valid dictionary",
+    ),
+    (
+        {"method": "prompts/get", "params": {"name": "use_procedure", "arguments": {"task": 5}}},
+        "invalid params: arguments.task: input should be a valid string",
+    ),
+    (
+        {
+            "method": "tools/call",
+            "params": {
+                "name": "suggest",
+                "arguments": {"intent": "x"},
+                "_meta": {"progressToken": {}},
+            },
+        },
+        "invalid params: _meta.progressToken: input should be a valid string or input should be "
+        "a valid integer",
+    ),
+    ({"method": "resources/read", "params": {}}, "invalid params: uri: field required"),
+]
+
+
+def test_protocol_params_errors_name_the_member(server: RunningServer) -> None:
+    """Request params the protocol refuses, and a request before `initialize`, over stdio and
+    HTTP: -32602 naming the member (before: "Invalid request parameters" for each, nothing
+    more)."""
+    before = {
+        "jsonrpc": "2.0",
+        "id": "early",
+        "method": "tools/call",
+        "params": {"name": "suggest"},
+    }
+    messages = [{"jsonrpc": "2.0", "id": n + 1, **m} for n, (m, _) in enumerate(BAD_PARAMS)]
+    with subprocess.Popen(
+        _pml_mcp("--server", f"127.0.0.1:{server.port}"),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PYTHONPATH": PYTHONPATH},
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        lines = [before, INITIALIZE, {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+        for message in [*lines, *messages]:
+            proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+        # Read every answer before closing stdin: at its end the SDK cancels calls in flight.
+        answers = {}
+        while len(answers) < len(messages) + 2:
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            assert ready, answers
+            answer = json.loads(proc.stdout.readline())
+            answers[answer["id"]] = answer
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert answers["early"]["error"] == {
+        "code": -32602,
+        "message": "invalid request: tools/call before initialize: initialize first",
+    }
+    for n, (_, expected) in enumerate(BAD_PARAMS):
+        assert answers[n + 1]["error"] == {"code": -32602, "message": expected}, answers[n + 1]
+    with _http_mcp(f"127.0.0.1:{server.port}") as url, httpx2.Client(timeout=30) as http:
+        for message, (_, expected) in zip(messages, BAD_PARAMS, strict=True):
+            r = http.post(url, json=message, headers=JSON_HEADERS)
+            assert r.json()["error"] == {"code": -32602, "message": expected}, r.text
