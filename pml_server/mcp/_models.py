@@ -40,7 +40,7 @@ class ToolCallIn(BaseModel):
     arguments: dict[str, Any] | None = Field(
         default=None, description="the call's arguments (secrets are redacted before storage)"
     )
-    duration_ms: float = Field(default=0.0, ge=0)
+    duration_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
 
 class Parameter(BaseModel):

@@ -18,6 +18,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from pml_server.api.server import RunningServer
+from pml_server.client import PmlClient
 from tests.mcp.test_clients_giving_up import INITIALIZE, _listening_url, _stdio_logged
 from tests.mcp.test_server import (
     JSON_HEADERS,
@@ -386,3 +387,56 @@ def test_protocol_params_errors_name_the_member(server: RunningServer) -> None:
         for message, (_, expected) in zip(messages, BAD_PARAMS, strict=True):
             r = http.post(url, json=message, headers=JSON_HEADERS)
             assert r.json()["error"] == {"code": -32602, "message": expected}, r.text
+
+
+def test_nan_and_infinity_are_refused_by_name(server: RunningServer) -> None:
+    """NaN and Infinity, which the SDK's JSON parser reads: in a tool call's arguments they
+    were stored as `NaN` text that no JSON parser but Python's reads back (the execution was
+    saved), and `min_success: NaN` was refused as "less than or equal to 1"."""
+    record = (
+        '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"record_execution",'
+        '"arguments":{"intent":"Compute the ratio","code":"await mcp.ratio({ x: 1 });",%s}}}'
+    )
+    suggest = (
+        '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"suggest",'
+        '"arguments":{"intent":"Compute the ratio",%s}}}'
+    )
+    cases = [
+        (
+            record % (1, '"tool_calls":[{"tool":"ratio","arguments":{"x":{"y":[NaN]}}}]'),
+            "invalid argument: tool_calls.0.arguments: NaN and Infinity are not JSON",
+        ),
+        (
+            record % (2, '"tool_calls":[{"tool":"ratio","duration_ms":Infinity}]'),
+            "invalid argument: tool_calls.0.duration_ms: input should be a finite number",
+        ),
+        (record % (3, '"duration_ms":NaN'), "invalid argument: duration_ms: input should be a"),
+        (suggest % (4, '"min_success":NaN'), "invalid argument: min_success: input should be a"),
+    ]
+    with subprocess.Popen(
+        _pml_mcp("--server", f"127.0.0.1:{server.port}"),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PYTHONPATH": PYTHONPATH},
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        lines = [json.dumps(INITIALIZE), '{"jsonrpc":"2.0","method":"notifications/initialized"}']
+        proc.stdin.write("\n".join([*lines, *(c for c, _ in cases)]).encode() + b"\n")
+        proc.stdin.flush()
+        answers = {}
+        while len(answers) < len(cases) + 1:
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            assert ready, answers
+            answer = json.loads(proc.stdout.readline())
+            answers[answer["id"]] = answer
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    for n, (_, expected) in enumerate(cases):
+        result = answers[n + 1]["result"]
+        assert result["isError"], result
+        assert result["content"][0]["text"].startswith(expected), result
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert client.stats().executions == 0  # nothing was stored
