@@ -27,9 +27,12 @@ from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
 from pydantic import ValidationError
 
-# A JSON string (escapes included, whatever they encode) or a bracket, to find the top-level
-# members of a line without parsing it (so one the parser refuses still gives its id).
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]', re.S)
+# Where a JSON string or a bracket starts, and the rest of a string from after its opening
+# quote (escapes included, whatever they encode; possessive, so each character is read once):
+# the top-level members of a line are found without parsing it, so one the parser refuses
+# still gives its id. Linear in the line: a string that does not end runs to the end of it.
+_STARTS = re.compile(r'["{}\[\]]')
+_STRING_REST = re.compile(r'[^"\\]*+(?:\\.[^"\\]*+)*+"', re.S)
 _COLON = re.compile(r"\s*:\s*")
 _DECODER = json.JSONDecoder()
 
@@ -62,20 +65,26 @@ def _top_level_id(text: str) -> tuple[bool, Any]:
     if not text.startswith("{"):
         return False, None
     depth = 0
-    for token in _TOKENS.finditer(text):
-        found = token.group()
-        if found in "{[":
+    pos = 0
+    while (start := _STARTS.search(text, pos)) is not None:
+        pos = start.end()
+        if start.group() == "{" or start.group() == "[":
             depth += 1
-        elif found in "}]":
+        elif start.group() != '"':
             depth -= 1
-        elif depth == 1 and found == '"id"':
-            colon = _COLON.match(text, token.end())
-            if colon is None:
-                continue
-            try:
-                return True, _DECODER.raw_decode(text, colon.end())[0]
-            except (ValueError, RecursionError):
-                return True, None
+        else:
+            rest = _STRING_REST.match(text, pos)
+            if rest is None:
+                return False, None  # the string runs to the end of the line
+            pos = rest.end()
+            if depth == 1 and pos - start.start() == 4 and text.startswith('"id"', start.start()):
+                colon = _COLON.match(text, pos)
+                if colon is None:
+                    continue
+                try:
+                    return True, _DECODER.raw_decode(text, colon.end())[0]
+                except (ValueError, RecursionError):
+                    return True, None
     return False, None
 
 

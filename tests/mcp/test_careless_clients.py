@@ -138,6 +138,9 @@ def test_stdio_answers_every_line_it_cannot_read(server: RunningServer) -> None:
         ('{"jsonrpc":"2.0","id":4,"method":5}', 4, -32600),
         ('{"id":5,"method":"ping"}', 5, -32600),  # no "jsonrpc"
         ("not json", None, -32700),
+        # A string that never ends, of escaped quotes: found in linear time (the first search
+        # for the id was quadratic in it: 64 KB took 18 s, with the whole session stalled).
+        ('{"jsonrpc":"2.0","method":"ping","params":{"a":' + '"\\' * 300_000, None, -32700),
         (call % (7, '"arguments":{"intent":"caf\xe9"}'), 7, -32700),  # Latin-1, not UTF-8
         ('{"jsonrpc":"2.0","method":5}', None, None),  # a notification: no answer
         ("", None, None),
