@@ -10,7 +10,9 @@ HTTP front), in this order:
    key is checked with GetServerInfo (remembered for a minute when valid; a refused key is not
    kept), and every tool call still sends it, so a key revoked meanwhile fails there.
 4. A JSON-RPC message whose `id` is neither a string nor an integer: -32600 Invalid Request
-   (the SDK would take it for a notification and answer 202 with nothing).
+   (the SDK would take it for a notification and answer 202 with nothing); so is JSON that is
+   not one JSON-RPC message (a batch, no or another `jsonrpc`, a `method` that is no string),
+   in one sentence (the SDK answered -32602 with pydantic's dump of it, input echoed).
 5. A request whose client hung up before its body was read: dropped, nothing ran (the SDK
    would log an error with its traceback for each; docs/reliability.md, Clients that give up)."""
 
@@ -23,12 +25,15 @@ from typing import Any
 
 import anyio.to_thread
 import grpc
+import pydantic_core
 from mcp.server.transport_security import (
     DEFAULT_MAX_REQUEST_BODY_SIZE,
     RequestBodyLimitMiddleware,
     TransportSecurityMiddleware,
     TransportSecuritySettings,
 )
+from mcp_types import jsonrpc_message_adapter
+from pydantic import ValidationError
 from starlette.requests import Request
 
 from pml_server.client import PmlClientError
@@ -67,14 +72,24 @@ async def _respond(
     await send({"type": "http.response.body", "body": data})
 
 
-def _rpc_error(code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+def _rpc_error(code: int, message: str, request_id: str | int | None = None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
-def _bad_id(body: bytes) -> str | None:
-    """Why a message's `id` is invalid (None: valid, absent, or not JSON: the SDK answers)."""
+def _request_id(message: Any) -> str | int | None:
+    found = message.get("id") if isinstance(message, dict) else None
+    if isinstance(found, str) or (isinstance(found, int) and not isinstance(found, bool)):
+        return found
+    return None
+
+
+def _invalid_request(body: bytes) -> tuple[str | int | None, str] | None:
+    """(the id to answer under, why) when the body is JSON but not one valid JSON-RPC message;
+    None: valid, or not JSON (the SDK answers -32700 Parse error). Parsed as the SDK parses it,
+    so JSON nested past its parser's limit is the SDK's Parse error too (`json.loads` raised
+    RecursionError on it, a 500 and a traceback)."""
     try:
-        parsed = json.loads(body)
+        parsed = pydantic_core.from_json(body)
     except ValueError:
         return None
     for message in parsed if isinstance(parsed, list) else [parsed]:
@@ -84,8 +99,33 @@ def _bad_id(body: bytes) -> str | None:
         if isinstance(found, str) or (isinstance(found, int) and not isinstance(found, bool)):
             continue
         kind = _JSON_KINDS.get(type(found), "number")
-        return f"Invalid Request: id must be a string or an integer, not {kind}"
+        return None, f"Invalid Request: id must be a string or an integer, not {kind}"
+    if isinstance(parsed, list):
+        return None, "Invalid Request: send one JSON-RPC message per request, not a batch"
+    try:
+        jsonrpc_message_adapter.validate_python(parsed, by_name=False)
+    except ValidationError as err:
+        # One sentence naming the member, not pydantic's dump of every union member's errors
+        # with type tags, the input echoed and links (which the SDK answered, as -32602).
+        return _request_id(parsed), "Invalid Request: " + _why(parsed, err)
     return None
+
+
+def _why(parsed: Any, err: ValidationError) -> str:
+    if not isinstance(parsed, dict):
+        return "a JSON-RPC message is a JSON object"
+    if parsed.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
+    if "method" in parsed:
+        if not isinstance(parsed["method"], str):
+            return "method must be a string"
+        if "params" in parsed and not isinstance(parsed["params"], dict):
+            return "params must be an object"
+    elif not {"result", "error"} & parsed.keys():
+        return "a request needs a method"
+    first = err.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(x) for x in first["loc"][1:]) or "message"
+    return f"{where}: {str(first['msg'])[:1].lower()}{str(first['msg'])[1:]}"
 
 
 class BearerCheck:
@@ -98,7 +138,7 @@ class BearerCheck:
         self._path = path
         self._valid_until: dict[str | None, float] = {}
         self._inspect_post = RequestBodyLimitMiddleware(
-            self._check_ids,
+            self._check_messages,
             DEFAULT_MAX_REQUEST_BODY_SIZE,
         )
 
@@ -144,16 +184,16 @@ class BearerCheck:
             return
         await self._app(scope, receive, send)
 
-    async def _check_ids(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _check_messages(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The body (bounded by the limit in front) is read whole, checked, then replayed."""
         first = await receive()
         if first["type"] == "http.disconnect":
             return  # nobody is left to answer, and nothing ran
         body = first.get("body", b"") if first["type"] == "http.request" else b""
         if first["type"] == "http.request" and not first.get("more_body", False):
-            reason = _bad_id(body)
-            if reason is not None:
-                await _respond(send, 400, _rpc_error(INVALID_REQUEST, reason))
+            invalid = _invalid_request(body)
+            if invalid is not None:
+                await _respond(send, 400, _rpc_error(INVALID_REQUEST, invalid[1], invalid[0]))
                 return
         replayed = [first]
 

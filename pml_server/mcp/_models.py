@@ -7,7 +7,7 @@ import json
 from typing import Any, Literal
 
 from pml_client import resources_pb2
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from pml_server.domain.caution import cautions
 from pml_server.domain.limits import LIMITS
@@ -24,7 +24,11 @@ _JSON_TYPES = ("string", "number", "integer", "boolean", "object", "array", "nul
 
 
 class ToolCallIn(BaseModel):
-    """One tool call of the execution, in the order it ran."""
+    """One tool call of the execution, in the order it ran. A member it does not have is
+    refused: `{"tool": ..., "success": false}` was stored as a call that succeeded (`ok`
+    defaulted to true)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     tool: str = Field(
         min_length=1, max_length=LIMITS.tool.bound, description="tool name, e.g. read_file"
@@ -36,7 +40,7 @@ class ToolCallIn(BaseModel):
     arguments: dict[str, Any] | None = Field(
         default=None, description="the call's arguments (secrets are redacted before storage)"
     )
-    duration_ms: float = Field(default=0.0, ge=0)
+    duration_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
 
 class Parameter(BaseModel):

@@ -18,7 +18,14 @@ import anyio.to_thread
 import grpc
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
-from mcp_types import ListResourcesResult, PaginatedRequestParams, Resource
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    ListResourcesResult,
+    PaginatedRequestParams,
+    Resource,
+)
 from pml_client import pml_pb2, resources_pb2
 from pydantic import Field
 
@@ -65,11 +72,19 @@ async def list_capabilities(
             upstream, _api_key(ctx, upstream), lambda c: c.list_capabilities(_PAGE, token)
         )
     except PmlClientError as err:
-        raise ResourceError(upstream.describe(err)) from None
+        raise _protocol_error(upstream, err) from None
     return ListResourcesResult(
         resources=[_listed(c) for c in page.capabilities],
         next_cursor=page.next_page_token or None,
     )
+
+
+def _protocol_error(upstream: Upstream, err: PmlClientError) -> MCPError:
+    """pml's refusal as a JSON-RPC error: -32602 Invalid params for a bad argument (a cursor
+    pml did not issue), else -32603 Internal error, each with one sentence (the SDK answered
+    error code 0, and logged a traceback for each)."""
+    code = INVALID_PARAMS if err.code is grpc.StatusCode.INVALID_ARGUMENT else INTERNAL_ERROR
+    return MCPError(code, upstream.describe(err))
 
 
 def _capability_json(c: resources_pb2.Capability, best: resources_pb2.Pattern) -> str:
@@ -171,5 +186,5 @@ def register(server: MCPServer, upstream: Upstream) -> None:
                 upstream, _api_key(ctx, upstream), lambda c: c.suggest(task, 1)
             )
         except PmlClientError as err:
-            raise ValueError(upstream.describe(err)) from None
+            raise _protocol_error(upstream, err) from None
         return _instructions(task, reply)

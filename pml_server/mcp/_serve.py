@@ -9,9 +9,9 @@ from typing import Any
 
 import anyio
 import uvicorn
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from pml_server import __version__
 from pml_server.mcp import _resources as resources
 from pml_server.mcp._http_auth import BearerCheck
+from pml_server.mcp._stdio import serve_stdio
 from pml_server.mcp._tools import register
 from pml_server.mcp._upstream import Upstream
 from pml_server.mcp.cli import LOOPBACK_HOSTS
@@ -49,6 +50,40 @@ def argument_error(err: ValidationError) -> str:
     return "invalid argument: " + "; ".join(parts)
 
 
+# The SDK's one answer to request params its protocol models refuse, and to a request sent
+# before `initialize` (it names neither the field nor the missing handshake).
+_SDK_INVALID_PARAMS = "Invalid request parameters"
+_UNION_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
+async def name_bad_params(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+    """Request params the protocol refuses (`tools/call` with a `name` that is no string,
+    `arguments` that is no object, a prompt argument that is no string, a progress token that
+    is an object) answer -32602 naming the member, as a bad tool argument does (docs/mcp.md,
+    Protocol); so does a request before `initialize`. The SDK answered each
+    "Invalid request parameters", nothing more."""
+    try:
+        return await call_next(ctx)
+    except ValidationError as err:
+        found = err.errors(include_url=False, include_input=False)
+        if not found or found[0]["loc"][:1] != ("params",):
+            raise
+        said: dict[str, list[str]] = {}
+        for e in found:
+            loc = [str(x) for x in e["loc"][1:]]
+            if loc and loc[-1] in _UNION_TAGS:  # one member of a union: `progressToken.str`
+                loc.pop()
+            text = str(e["msg"])
+            said.setdefault(".".join(loc) or "params", []).append(text[:1].lower() + text[1:])
+        parts = [f"{where}: {' or '.join(texts)}" for where, texts in list(said.items())[:3]]
+        raise MCPError(INVALID_PARAMS, "invalid params: " + "; ".join(parts)) from None
+    except MCPError as err:
+        if err.error.code == INVALID_PARAMS and err.error.message == _SDK_INVALID_PARAMS:
+            message = f"invalid request: {ctx.method} before initialize: initialize first"
+            raise MCPError(INVALID_PARAMS, message) from None
+        raise
+
+
 class PmlMCPServer(MCPServer):
     upstream: Upstream | None = None
 
@@ -69,8 +104,16 @@ class PmlMCPServer(MCPServer):
     ) -> GetPromptResult | InputRequiredResult:
         """An unknown prompt, or a bad prompt argument, is -32602 Invalid params with one
         sentence naming it, as a tool's is (the SDK answers error code 0)."""
-        if self._prompt_manager.get_prompt(name) is None:
+        prompt = self._prompt_manager.get_prompt(name)
+        if prompt is None:
             raise MCPError(INVALID_PARAMS, f"unknown prompt: {name}")
+        # A missing argument, as pydantic says it of a tool's (the SDK answered error code 0
+        # and logged a traceback).
+        given = arguments or {}
+        missing = [a.name for a in prompt.arguments or [] if a.required and a.name not in given]
+        if missing:
+            fields = "; ".join(f"{m}: field required" for m in missing)
+            raise MCPError(INVALID_PARAMS, f"invalid argument: {fields}")
         try:
             return await super().get_prompt(name, arguments, context)
         except ValueError as err:
@@ -84,11 +127,31 @@ class PmlMCPServer(MCPServer):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        """A tool error is one line for the model: a bad argument names it (`argument_error`),
+        and pml's own refusal (`invalid argument: available_tools.0: ...`, `pml is
+        unavailable ...`) comes without the SDK's `Error executing tool NAME: ` in front, as an
+        argument error does (docs/mcp.md, Protocol). A crash keeps the SDK's generic text."""
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            known = tool.parameters.get("properties", {})
+            extra = [key for key in arguments or {} if key not in known]
+            if extra:
+                # A misspelt argument (`limit` for `k`, `min_sucess`) was dropped without a
+                # word: the call ran as if it had not been given.
+                # (Bounded: the first few names, each cut short.)
+                shown = [f"{key[:64]}: extra inputs are not permitted" for key in extra[:5]]
+                more = f"; and {len(extra) - 5} more" if len(extra) > 5 else ""
+                raise ToolError(f"invalid argument: {'; '.join(shown)}{more}")
         try:
             return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
         except ToolError as err:
             if isinstance(err.__cause__, ValidationError):
                 raise ToolError(argument_error(err.__cause__)) from err.__cause__
+            prefix = f"Error executing tool {name}: "
+            if isinstance(err.__cause__, ToolError) and str(err).startswith(prefix):
+                raise ToolError(str(err)[len(prefix) :]) from err.__cause__
             raise
 
 
@@ -97,14 +160,18 @@ def build_server(upstream: Upstream) -> MCPServer:
         "pml", instructions=_INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
     server.upstream = upstream
+    server.middleware.append(name_bad_params)
     register(server, upstream)
     resources.register(server, upstream)
+    for tool in server._tool_manager.list_tools():
+        # What call_tool enforces (an argument the tool does not take is refused), published.
+        tool.parameters["additionalProperties"] = False
     return server
 
 
 def run_stdio(upstream: Upstream) -> None:
     try:
-        anyio.run(build_server(upstream).run_stdio_async)
+        anyio.run(serve_stdio, build_server(upstream))
     except* (BrokenPipeError, ConnectionResetError):
         # The client closed its end of our stdout (it went away, e.g. killed, mid-call): nobody
         # is left to answer, and what pml applied stays applied (docs/reliability.md, Clients

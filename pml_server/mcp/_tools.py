@@ -33,6 +33,18 @@ def _api_key(ctx: Context, upstream: Upstream) -> str | None:
     return None
 
 
+def _arguments_json(index: int, arguments: dict[str, object] | None) -> str:
+    """A tool call's arguments as JSON. NaN and Infinity (which the SDK's parser reads) are not
+    JSON: refused, naming the call, rather than stored as `NaN` that no JSON parser but
+    Python's reads back."""
+    try:
+        return json.dumps(arguments or {}, sort_keys=True, allow_nan=False)
+    except ValueError:
+        raise ToolError(
+            f"invalid argument: tool_calls.{index}.arguments: NaN and Infinity are not JSON"
+        ) from None
+
+
 def register(server: MCPServer, upstream: Upstream) -> None:
     @server.tool(
         name="suggest",
@@ -63,7 +75,8 @@ def register(server: MCPServer, upstream: Upstream) -> None:
             Field(description="tools reachable now; capabilities needing others are dropped"),
         ] = None,
         min_success: Annotated[
-            float | None, Field(ge=0, le=1, description="minimum success estimate")
+            float | None,
+            Field(ge=0, le=1, allow_inf_nan=False, description="minimum success estimate"),
         ] = None,
         session_id: Annotated[
             str,
@@ -136,7 +149,7 @@ def register(server: MCPServer, upstream: Upstream) -> None:
                 description="idempotency key; default a new UUID",
             ),
         ] = None,
-        duration_ms: Annotated[float, Field(ge=0)] = 0.0,
+        duration_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0,
         session_id: Annotated[
             str,
             Field(
@@ -161,10 +174,10 @@ def register(server: MCPServer, upstream: Upstream) -> None:
                     tool=t.tool,
                     ok=t.ok,
                     error=t.error or ("" if t.ok else "failed"),
-                    arguments_json=json.dumps(t.arguments or {}, sort_keys=True),
+                    arguments_json=_arguments_json(n, t.arguments),
                     duration_ms=t.duration_ms,
                 )
-                for t in tool_calls
+                for n, t in enumerate(tool_calls)
             ],
         )
         result = upstream.call(_api_key(ctx, upstream), lambda c: c.record(record))

@@ -3,6 +3,7 @@ MCP tool errors (a tool error is for the model to read, so it says what to fix).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -22,9 +23,18 @@ T = TypeVar("T")
 # closed under its call: it leaves the cache and closes on its last release (docs/mcp.md,
 # Channels per key).
 _MAX_CHANNELS = 64
-# Violations name the request message's fields (`record.intent`); the MCP arguments are the
-# record's fields themselves.
-_FIELD_PREFIXES = ("record.",)
+# Violations name the request message's fields (`record.tool_calls[0].arguments_json`,
+# `context.previous_tools[0]`, `available_tools.tools[0]`); a tool error names the MCP argument
+# as the caller passed it and as pydantic names a bad one (`tool_calls.0.arguments`,
+# `previous_tools.0`, `available_tools.0`, `cursor`).
+_FIELD_PREFIXES = (
+    ("record.", ""),
+    ("context.", ""),
+    ("available_tools.tools", "available_tools"),
+    ("page_token", "cursor"),  # resources/list's cursor is pml's page token
+)
+_INDEX = re.compile(r"\[(\d+)\]")
+_RENAMED = {"arguments_json": "arguments"}
 
 
 @dataclass(frozen=True)
@@ -148,7 +158,10 @@ class Upstream:
 
 
 def _argument(field: str) -> str:
-    for prefix in _FIELD_PREFIXES:
+    """The MCP argument a request field's violation is about (above, _FIELD_PREFIXES)."""
+    for prefix, replacement in _FIELD_PREFIXES:
         if field.startswith(prefix):
-            return field[len(prefix) :]
-    return field
+            field = replacement + field[len(prefix) :]
+            break
+    parts = _INDEX.sub(r".\1", field).split(".")
+    return ".".join(_RENAMED.get(part, part) for part in parts)

@@ -2,6 +2,8 @@
 //! so this errs on the side of flagging: a false positive loses an example value, a false
 //! negative leaks a credential.
 
+use super::naming::upper_snake;
+
 /// Words of an UPPER_SNAKE context name that mark its value as a credential, each split into
 /// its `_`-separated words (matched against the name's words).
 const SECRET_WORDS: &[&[&str]] = &[
@@ -88,7 +90,7 @@ pub fn is_secret_value(value: &str) -> bool {
 /// rules that never match ordinary code (unlike the entropy rule, which a long camelCase name
 /// with a digit can pass).
 fn is_credential_shaped(value: &str) -> bool {
-    if url_userinfo(value).is_some() {
+    if url_userinfo(value).is_some() || has_secret_query(value) {
         return true;
     }
     let value = value.trim();
@@ -205,6 +207,7 @@ fn url_userinfo(text: &str) -> Option<(usize, usize)> {
 }
 
 /// The password of every URL user-info in `text` (`pw` in `postgresql://admin:pw@db/prod`),
+/// and the value of every query parameter named as a credential (`tok` in `?access_token=tok`),
 /// as written there, so that the free texts of a record lose it where it appears bare too (an
 /// error message quoting it): docs/capture.md, Secrets.
 pub fn url_passwords(text: &str) -> Vec<&str> {
@@ -222,6 +225,13 @@ pub fn url_passwords(text: &str) -> Vec<&str> {
                 from = info_end;
             }
             None => from = start,
+        }
+    }
+    for (i, &b) in bytes.iter().enumerate() {
+        if matches!(b, b'?' | b'&') {
+            if let Some((start, end)) = secret_query_value_at(bytes, i) {
+                found.push(&text[start..end]);
+            }
         }
     }
     found
@@ -242,6 +252,46 @@ fn userinfo_at(bytes: &[u8], start: usize) -> Option<(usize, usize)> {
     (at > start && bytes[start..at].contains(&b':')).then_some((start, at))
 }
 
+/// The byte range of the value of the query parameter starting at `at` (a `?` or `&`) when its
+/// name says it is a credential (`is_secret_name`): in
+/// `https://api.example.com/items?access_token=abc123&page=2`, `abc123` (docs/capture.md,
+/// Secrets). The name is a run of `[A-Za-z0-9_.-]` followed by `=`; the value ends at the next
+/// `&`, `#`, whitespace, quote, angle bracket or backslash, and is not empty.
+fn secret_query_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    if !matches!(bytes.get(at), Some(b'?' | b'&')) {
+        return None;
+    }
+    let name_start = at + 1;
+    let name_len = bytes[name_start..]
+        .iter()
+        .position(|&b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')))
+        .unwrap_or(bytes.len() - name_start);
+    let eq = name_start + name_len;
+    if name_len == 0 || bytes.get(eq) != Some(&b'=') {
+        return None;
+    }
+    let start = eq + 1;
+    let end = bytes[start..]
+        .iter()
+        .position(|&b| {
+            matches!(b, b'&' | b'#' | b'"' | b'\'' | b'`' | b'<' | b'>' | b'\\')
+                || b.is_ascii_whitespace()
+        })
+        .map_or(bytes.len(), |n| start + n);
+    // The name is ASCII by construction.
+    let name = std::str::from_utf8(&bytes[name_start..eq]).ok()?;
+    (end > start && upper_snake(name).is_some_and(|n| is_secret_name(&n))).then_some((start, end))
+}
+
+/// Whether `value` holds a query parameter named as a credential (`?api_key=...`).
+fn has_secret_query(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    bytes
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| matches!(b, b'?' | b'&') && secret_query_value_at(bytes, i).is_some())
+}
+
 /// What a credential-shaped token of free text becomes.
 pub const REDACTED_TOKEN: &str = "[REDACTED]";
 
@@ -252,6 +302,7 @@ fn is_token_byte(b: u8) -> bool {
 /// `text` with every credential-shaped token replaced by `[REDACTED]`: a token (a run of
 /// `[A-Za-z0-9+/=_.-]`, trailing dots dropped) that `is_secret_value` flags, the token after
 /// `Bearer ` or `Basic `, a URL's user-info when it has a password (`scheme://[REDACTED]@host`),
+/// the value of a query parameter named as a credential (`?access_token=[REDACTED]`),
 /// and a whole PEM block (`-----BEGIN` to the `-----` after `-----END`).
 /// For free text that no parser reads: error messages, arguments, traces, comments. Linear in
 /// the text; borrowed when nothing is found.
@@ -282,6 +333,15 @@ fn redact(text: &str, flagged: fn(&str) -> bool) -> std::borrow::Cow<'_, str> {
             // A URL's user-info may hold any character (`admin:Tr0ub4dor&3-horse`): it is
             // replaced whole, before the token rules split it.
             if let Some((from, to)) = userinfo_at(bytes, i + 3) {
+                redact(&mut out, &mut copied, from, to);
+                i = to;
+                continue;
+            }
+        }
+        if matches!(bytes[i], b'?' | b'&') {
+            // A query parameter named as a credential (`?access_token=...`): its value, whatever
+            // its shape (docs/capture.md, Secrets).
+            if let Some((from, to)) = secret_query_value_at(bytes, i) {
                 redact(&mut out, &mut copied, from, to);
                 i = to;
                 continue;
@@ -346,6 +406,10 @@ mod tests {
             vec!["Tr0ub4dor&3", "p@ss"]
         );
         assert!(url_passwords("https://host/path://x no user-info").is_empty());
+        assert_eq!(
+            url_passwords("GET https://h/x?page=2&access_token=tok_123&q=1 and ?token=t2"),
+            vec!["tok_123", "t2"]
+        );
     }
 
     #[test]
@@ -451,6 +515,40 @@ mod tests {
             "https://example.com/a:b@c",
             "see http://host:8080/x",
             "mailto:me@example.com",
+        ] {
+            assert!(!is_secret_value(plain), "{plain}");
+            assert!(
+                matches!(redact_text(plain), std::borrow::Cow::Borrowed(_)),
+                "{plain}"
+            );
+        }
+    }
+
+    #[test]
+    fn query_parameters_named_as_credentials_are_redacted() {
+        let url = "https://api.example.com/v1/items?access_token=qtok_9f8e7d6c5b4a39281706&page=2";
+        assert!(is_secret_value(url));
+        for value in [
+            "https://h/x?api_key=abc1",
+            "https://h/x?page=2&apiKey=abc1#top",
+            "https://s3.example.com/b/o?X-Amz-Security-Token=FwoGZX&X-Amz-Date=1",
+            "a=1&client_secret=shh1",
+        ] {
+            assert!(is_secret_value(value), "{value}");
+        }
+        assert_eq!(
+            redact_text(&format!("GET {url} failed")),
+            "GET https://api.example.com/v1/items?access_token=[REDACTED]&page=2 failed"
+        );
+        assert_eq!(
+            redact_code(&format!("mcp.get({{ url: '{url}' }})")),
+            "mcp.get({ url: 'https://api.example.com/v1/items?access_token=[REDACTED]&page=2' })"
+        );
+        for plain in [
+            "https://example.com/api?page=2&max_tokens=5",
+            "https://example.com/search?q=token&author=me",
+            "https://h/x?token=",
+            "a && b ? token : c",
         ] {
             assert!(!is_secret_value(plain), "{plain}");
             assert!(

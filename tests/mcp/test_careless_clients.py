@@ -1,0 +1,445 @@
+"""`pml mcp` driven as a careless or hostile agent would, through the official MCP SDK's client
+(and raw JSON-RPC lines where the SDK's client would refuse to send them), in front of a real
+pml server: every bad input gets an answer that names what to fix (docs/mcp.md, Protocol)."""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from pml_server.api.server import RunningServer
+from pml_server.client import PmlClient
+from tests.mcp.test_clients_giving_up import INITIALIZE, _listening_url, _stdio_logged
+from tests.mcp.test_server import (
+    JSON_HEADERS,
+    PYTHONPATH,
+    ROOT,
+    _http_mcp,
+    _pml_mcp,
+    _record_args,
+    _run,
+    _stdio,
+    _text,
+)
+
+
+async def _refusals_name_the_argument(client: Client) -> None:
+    """pml's own refusals name the MCP argument the caller passed, in the one-line form of an
+    argument error (before: `Error executing tool suggest: invalid argument:
+    available_tools.tools[0]: ...`, the gRPC request's field names)."""
+    cases = [
+        ("suggest", {"intent": "x", "available_tools": ["a" * 300]}, "available_tools.0: "),
+        ("suggest", {"intent": "x", "available_tools": ["a"] * 2000}, "available_tools: "),
+        ("suggest", {"intent": "x", "previous_tools": [""]}, "previous_tools.0: "),
+        ("suggest", {"intent": ""}, "intent: "),
+        (
+            "record_execution",
+            _record_args(tool_calls=[{"tool": "read_file", "arguments": {"a": "x" * 70000}}]),
+            "tool_calls.0.arguments: ",
+        ),
+        ("record_execution", _record_args(code="x" * 300_000), "code: "),
+        ("record_execution", _record_args(session_id="a\x00"), "session_id: "),
+    ]
+    for tool, arguments, field in cases:
+        result = await client.call_tool(tool, arguments)
+        text = _text(result)
+        assert result.is_error, text
+        assert text.startswith("invalid argument: " + field), text
+        assert "\n" not in text
+
+
+def test_pmls_refusals_name_the_mcp_argument(server: RunningServer) -> None:
+    _run(_stdio(f"127.0.0.1:{server.port}"), _refusals_name_the_argument)
+
+
+def _unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("pml", ["running", "down"])
+def test_prompt_and_listing_errors_are_json_rpc_errors(server: RunningServer, pml: str) -> None:
+    """A prompt asked for without its argument, a cursor pml never issued, and pml down behind
+    a prompt or a listing: each a JSON-RPC error with its code (-32602 for the caller's
+    mistake, -32603 for pml's) and one sentence, and no traceback in `pml mcp`'s log (before:
+    error code 0 for each, and a traceback of some 30 KB logged for each)."""
+    port = server.port if pml == "running" else _unused_port()
+
+    async def body(client: Client) -> None:
+        with pytest.raises(MCPError) as missing:
+            await client.get_prompt("use_procedure")
+        assert missing.value.code == -32602
+        assert str(missing.value) == "invalid argument: task: field required"
+        with pytest.raises(MCPError) as listing:
+            await client.list_resources(cursor="not-a-cursor")
+        if pml == "running":
+            assert listing.value.code == -32602
+            assert str(listing.value).startswith("invalid argument: cursor: "), listing.value
+            return
+        with pytest.raises(MCPError) as prompt:
+            await client.get_prompt("use_procedure", {"task": "Read a JSON file"})
+        for err in (listing.value, prompt.value):
+            assert err.code == -32603
+            assert str(err).startswith("pml is unavailable at "), err
+
+    with tempfile.TemporaryFile("w+") as errlog:
+        _run(_stdio_logged(f"127.0.0.1:{port}", errlog), body)
+        errlog.seek(0)
+        logged = errlog.read()
+    assert "Traceback" not in logged, logged[-3000:]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def test_stdio_answers_deeply_nested_arguments(server: RunningServer) -> None:
+    """A tool call whose arguments nest 200 levels deep, as the SDK's own client sends it: the
+    SDK's stdio transport could not parse the line and dropped it, and the client waited until
+    its own timeout (for ever by default). Now it is answered at once, under its id, and the
+    session goes on."""
+
+    async def body(client: Client) -> None:
+        arguments = _record_args(tool_calls=[{"tool": "read_file", "arguments": _nested(200)}])
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("record_execution", arguments, read_timeout_seconds=20)
+        assert refused.value.code == -32700, refused.value
+        assert "recursion limit" in str(refused.value)
+        done = await client.call_tool("record_execution", _record_args())
+        assert not done.is_error, _text(done)
+
+    _run(_stdio(f"127.0.0.1:{server.port}"), body)
+
+
+def test_stdio_answers_every_line_it_cannot_read(server: RunningServer) -> None:
+    """Raw lines no SDK client would send: each request gets an error under its own id (the
+    SDK dropped every one of them, and its sender waited for ever); a line without a readable
+    id gets its error under id null; a notification and a blank line get nothing. A ping then
+    shows the session alive."""
+    call = '{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"suggest",%s}}'
+    lines = [
+        (call % (1, '"arguments":{"intent":"\\ud800x"}'), 1, -32700),  # a lone surrogate
+        (call % ('"deep"', '"arguments":{"a":' + "[" * 5000 + "]" * 5000 + "}"), "deep", -32700),
+        (call % (3, '"arguments":{"intent":"x"'), 3, -32700),  # cut short
+        ('{"jsonrpc":"2.0","id":4,"method":5}', 4, -32600),
+        ('{"id":5,"method":"ping"}', 5, -32600),  # no "jsonrpc"
+        ("not json", None, -32700),
+        # A string that never ends, of escaped quotes: found in linear time (the first search
+        # for the id was quadratic in it: 64 KB took 18 s, with the whole session stalled).
+        ('{"jsonrpc":"2.0","method":"ping","params":{"a":' + '"\\' * 300_000, None, -32700),
+        (call % (7, '"arguments":{"intent":"caf\xe9"}'), 7, -32700),  # Latin-1, not UTF-8
+        ('{"jsonrpc":"2.0","method":5}', None, None),  # a notification: no answer
+        ("", None, None),
+        ('{"jsonrpc":"2.0","id":6,"method":"ping"}', 6, 0),
+    ]
+    with subprocess.Popen(
+        _pml_mcp("--server", f"127.0.0.1:{server.port}"),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PYTHONPATH": PYTHONPATH},
+    ) as proc:
+        body = "\n".join(
+            [json.dumps(INITIALIZE), '{"jsonrpc":"2.0","method":"notifications/initialized"}']
+            + [line for line, _, _ in lines]
+        )
+        expected = [(i, code) for _, i, code in lines if code is not None]
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        # (Each line's characters below 256 as bytes: the Latin-1 line stays Latin-1.)
+        proc.stdin.write(body.encode("latin-1") + b"\n")
+        proc.stdin.flush()
+        # Every answer is read before stdin closes: at its end the SDK cancels calls in flight.
+        out = []
+        while len(out) < len(expected) + 1:
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            assert ready, out
+            out.append(proc.stdout.readline())
+        proc.stdin.close()
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        proc.wait(timeout=60)
+    answers = [json.loads(line) for line in out][1:]  # after initialize's
+    got = [(a["id"], a["error"]["code"] if "error" in a else 0) for a in answers]
+    assert got == expected, (answers, err)
+    assert all(a["error"]["message"] for a in answers if "error" in a)
+    assert b"Traceback" not in err, err
+
+
+def test_http_answers_bodies_that_are_no_message_in_one_sentence(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """JSON nested 5,000 deep is the SDK's -32700 Parse error (before: pml's own id check
+    raised RecursionError, a 500 and a traceback in the log); JSON that is not one JSON-RPC
+    message is -32600 Invalid Request in one sentence under its id (before: -32602 with
+    pydantic's dump of every union member's errors, the input echoed, type tags and links)."""
+    call = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"suggest",%s}}'
+    cases: list[tuple[str, int, Any, str]] = [
+        (call % ('"arguments":{"a":' + "[" * 5000 + "]" * 5000 + "}"), -32700, None, "Parse"),
+        ('{"jsonrpc":"2.0","id":2,"method":5}', -32600, 2, "method must be a string"),
+        ('{"id":"three","method":"ping"}', -32600, "three", 'jsonrpc must be "2.0"'),
+        ('{"jsonrpc":"2.0","id":4}', -32600, 4, "a request needs a method"),
+        ('{"jsonrpc":"2.0","id":5,"method":"ping","params":5}', -32600, 5, "params must be"),
+        ('[{"jsonrpc":"2.0","id":6,"method":"ping"}]', -32600, None, "not a batch"),
+        ('"ping"', -32600, None, "a JSON object"),
+    ]
+    log = tmp_path / "mcp.log"
+    with (
+        log.open("w") as stderr,
+        subprocess.Popen(
+            [
+                *_pml_mcp("--server", f"127.0.0.1:{server.port}"),
+                *("--transport", "http", "--listen", "127.0.0.1:0"),
+            ],
+            cwd=ROOT,
+            stderr=stderr,
+            env={"PYTHONPATH": PYTHONPATH},
+        ) as proc,
+    ):
+        try:
+            url = _listening_url(log, proc)
+            with httpx2.Client(timeout=30) as http:
+                for body, code, request_id, needle in cases:
+                    r = http.post(url, content=body.encode(), headers=JSON_HEADERS)
+                    assert r.status_code == 400, (body[:80], r.status_code, r.text[:300])
+                    error = r.json()["error"]
+                    assert (r.json()["id"], error["code"]) == (request_id, code), r.text[:300]
+                    assert needle in error["message"], error
+                    assert "pydantic" not in error["message"]
+                    assert "\n" not in error["message"]
+                alive = http.post(
+                    url, content=call % '"arguments":{"intent":"x"}', headers=JSON_HEADERS
+                )
+                assert alive.status_code == 200
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+async def _unknown_arguments_are_refused(client: Client) -> None:
+    """An argument a tool does not take, at the top or in a tool call, is refused by name
+    (before: dropped without a word, so `{"tool": ..., "success": false}` stored a failed call
+    as one that succeeded, and a misspelt `min_sucess` or `limit` ran the call without it)."""
+    listed = {t.name: t for t in (await client.list_tools()).tools}
+    record = listed["record_execution"].input_schema
+    assert record["additionalProperties"] is False
+    assert record["$defs"]["ToolCallIn"]["additionalProperties"] is False
+    failed = _record_args(
+        "Email the weekly report",
+        code="await mcp.send_report({ to: 'boss' });",
+        tool_calls=[{"tool": "send_report", "success": False, "error": "SMTP timeout"}],
+    )
+    refused = await client.call_tool("record_execution", failed)
+    assert refused.is_error
+    assert (
+        _text(refused) == "invalid argument: tool_calls.0.success: extra inputs are not permitted"
+    )
+    found = await client.call_tool("suggest", {"intent": "Email the weekly report"})
+    assert found.structured_content["capabilities"] == []  # nothing was stored
+    misspelt = await client.call_tool("suggest", {"intent": "x", "min_sucess": 0.9, "limit": 1})
+    assert misspelt.is_error
+    assert _text(misspelt) == (
+        "invalid argument: min_sucess: extra inputs are not permitted; "
+        "limit: extra inputs are not permitted"
+    )
+    many = await client.call_tool(
+        "get_pattern", {"name": "p", **{"x" * 1000 + str(i): 1 for i in range(50)}}
+    )
+    assert many.is_error
+    assert len(_text(many)) < 600
+    assert _text(many).endswith("; and 45 more")
+
+
+def test_unknown_arguments_are_refused(server: RunningServer) -> None:
+    _run(_stdio(f"127.0.0.1:{server.port}"), _unknown_arguments_are_refused)
+
+
+TOKEN = "qtok_9f8e7d6c5b4a39281706"
+KEY_URL = f"https://api.example.com/v1/items?access_token={TOKEN}&page=2"
+
+
+async def _a_token_in_a_url_query_is_never_stored(client: Client) -> None:
+    """A token in a URL's query (`?access_token=...`), in the code, a tool call's arguments,
+    a failed call's error and the intent, read back through every answer pml mcp gives
+    (before: kept in the pattern's original code and as the `$URL` parameter's recent value,
+    while `https://user:pw@host` was redacted)."""
+    code = f"const items = await mcp.http_get({{ url: '{KEY_URL}' }});\nreturn items;"
+    calls = [{"tool": "http_get", "arguments": {"url": KEY_URL}}]
+    intent = f"List the items of {KEY_URL}"
+    answers = []
+    for _ in range(2):
+        done = await client.call_tool(
+            "record_execution", _record_args(intent, code=code, tool_calls=calls)
+        )
+        assert not done.is_error, _text(done)
+        answers.append(_text(done))
+    failed = _record_args(
+        "List the items again",
+        code=code.replace("http_get", "http_fetch"),
+        tool_calls=[{"tool": "http_fetch", "ok": False, "error": f"403 for {KEY_URL} ({TOKEN})"}],
+    )
+    answers.append(_text(await client.call_tool("record_execution", failed)))
+    pattern = json.loads(answers[0])["pattern"]
+    capability = json.loads(answers[0])["capability"].removeprefix("capabilities/")
+    got = await client.call_tool("get_pattern", {"name": pattern})
+    answers.append(_text(got))
+    assert got.structured_content["usage_count"] == 2
+    answers.append(_text(await client.call_tool("suggest", {"intent": "List the items"})))
+    read = await client.read_resource(f"pml://capabilities/{capability}")
+    answers.append(read.model_dump_json())
+    prompt = await client.get_prompt("use_procedure", {"task": "List the items"})
+    answers.append(prompt.model_dump_json())
+    everything = "\n".join(answers)
+    assert TOKEN not in everything, everything
+    # The literal holding it is a secret parameter, redacted whole (as a URL with a password).
+    assert "[REDACTED]" in got.structured_content["original_code"]
+    url = [p for p in got.structured_content["parameters"] if p["name"] == "$URL"]
+    assert url[0]["secret"] is True
+
+
+def test_a_token_in_a_url_query_is_never_stored(server: RunningServer) -> None:
+    _run(_stdio(f"127.0.0.1:{server.port}"), _a_token_in_a_url_query_is_never_stored)
+
+
+BAD_PARAMS: list[tuple[dict[str, Any], str]] = [
+    (
+        {"method": "tools/call", "params": {"name": 5, "arguments": {}}},
+        "invalid params: name: input should be a valid string",
+    ),
+    (
+        {"method": "tools/call", "params": {"name": "suggest", "arguments": [1]}},
+        "invalid params: arguments: input should be a valid dictionary",
+    ),
+    (
+        {"method": "prompts/get", "params": {"name": "use_procedure", "arguments": {"task": 5}}},
+        "invalid params: arguments.task: input should be a valid string",
+    ),
+    (
+        {
+            "method": "tools/call",
+            "params": {
+                "name": "suggest",
+                "arguments": {"intent": "x"},
+                "_meta": {"progressToken": {}},
+            },
+        },
+        "invalid params: _meta.progressToken: input should be a valid string or input should be "
+        "a valid integer",
+    ),
+    ({"method": "resources/read", "params": {}}, "invalid params: uri: field required"),
+]
+
+
+def test_protocol_params_errors_name_the_member(server: RunningServer) -> None:
+    """Request params the protocol refuses, and a request before `initialize`, over stdio and
+    HTTP: -32602 naming the member (before: "Invalid request parameters" for each, nothing
+    more)."""
+    before = {
+        "jsonrpc": "2.0",
+        "id": "early",
+        "method": "tools/call",
+        "params": {"name": "suggest"},
+    }
+    messages = [{"jsonrpc": "2.0", "id": n + 1, **m} for n, (m, _) in enumerate(BAD_PARAMS)]
+    with subprocess.Popen(
+        _pml_mcp("--server", f"127.0.0.1:{server.port}"),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PYTHONPATH": PYTHONPATH},
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        lines = [before, INITIALIZE, {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+        for message in [*lines, *messages]:
+            proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+        # Read every answer before closing stdin: at its end the SDK cancels calls in flight.
+        answers = {}
+        while len(answers) < len(messages) + 2:
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            assert ready, answers
+            answer = json.loads(proc.stdout.readline())
+            answers[answer["id"]] = answer
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert answers["early"]["error"] == {
+        "code": -32602,
+        "message": "invalid request: tools/call before initialize: initialize first",
+    }
+    for n, (_, expected) in enumerate(BAD_PARAMS):
+        assert answers[n + 1]["error"] == {"code": -32602, "message": expected}, answers[n + 1]
+    with _http_mcp(f"127.0.0.1:{server.port}") as url, httpx2.Client(timeout=30) as http:
+        for message, (_, expected) in zip(messages, BAD_PARAMS, strict=True):
+            r = http.post(url, json=message, headers=JSON_HEADERS)
+            assert r.json()["error"] == {"code": -32602, "message": expected}, r.text
+
+
+def test_nan_and_infinity_are_refused_by_name(server: RunningServer) -> None:
+    """NaN and Infinity, which the SDK's JSON parser reads: in a tool call's arguments they
+    were stored as `NaN` text that no JSON parser but Python's reads back (the execution was
+    saved), and `min_success: NaN` was refused as "less than or equal to 1"."""
+    record = (
+        '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"record_execution",'
+        '"arguments":{"intent":"Compute the ratio","code":"await mcp.ratio({ x: 1 });",%s}}}'
+    )
+    suggest = (
+        '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"suggest",'
+        '"arguments":{"intent":"Compute the ratio",%s}}}'
+    )
+    cases = [
+        (
+            record % (1, '"tool_calls":[{"tool":"ratio","arguments":{"x":{"y":[NaN]}}}]'),
+            "invalid argument: tool_calls.0.arguments: NaN and Infinity are not JSON",
+        ),
+        (
+            record % (2, '"tool_calls":[{"tool":"ratio","duration_ms":Infinity}]'),
+            "invalid argument: tool_calls.0.duration_ms: input should be a finite number",
+        ),
+        (record % (3, '"duration_ms":NaN'), "invalid argument: duration_ms: input should be a"),
+        (suggest % (4, '"min_success":NaN'), "invalid argument: min_success: input should be a"),
+    ]
+    with subprocess.Popen(
+        _pml_mcp("--server", f"127.0.0.1:{server.port}"),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PYTHONPATH": PYTHONPATH},
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        lines = [json.dumps(INITIALIZE), '{"jsonrpc":"2.0","method":"notifications/initialized"}']
+        proc.stdin.write("\n".join([*lines, *(c for c, _ in cases)]).encode() + b"\n")
+        proc.stdin.flush()
+        answers = {}
+        while len(answers) < len(cases) + 1:
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            assert ready, answers
+            answer = json.loads(proc.stdout.readline())
+            answers[answer["id"]] = answer
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    for n, (_, expected) in enumerate(cases):
+        result = answers[n + 1]["result"]
+        assert result["isError"], result
+        assert result["content"][0]["text"].startswith(expected), result
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert client.stats().executions == 0  # nothing was stored
