@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from pml_server.capture.normalize import NormalizedCode
 from pml_server.capture.placeholders import renamed
+from pml_server.capture.rules import REDACTED
 from pml_server.domain.errors import InvalidArgumentError
 from pml_server.domain.records import PatternCounters, PatternRecord
 from pml_server.service._state import EngineState
@@ -113,7 +114,7 @@ def _rekey_one(state: EngineState, tenant: str, found: PatternRecord) -> int:
 
 def _rename_one(state: EngineState, tenant: str, found: PatternRecord) -> int:
     normalized = _normalized_again(state, found)
-    if normalized is None or renamed(found, None, normalized) is None:
+    if normalized is None or _today(found, None, normalized) is None:
         return 0
     repo = state.repo
     with state.locks.pattern.lock_for(tenant, found.code_hash):
@@ -121,12 +122,45 @@ def _rename_one(state: EngineState, tenant: str, found: PatternRecord) -> int:
         if pattern is None:
             return 0
         counters = repo.patterns.counters(tenant, pattern.id)
-        now = renamed(pattern, counters, normalized)
+        now = _today(pattern, counters, normalized)
         if now is None:
             return 0
         record, new_counters = now
         _rewrite(state, tenant, record, new_counters, [], {"action": "placeholders_renamed"})
     return 1
+
+
+def _today(
+    pattern: PatternRecord, counters: PatternCounters | None, normalized: NormalizedCode
+) -> tuple[PatternRecord, PatternCounters | None] | None:
+    """`pattern` and `counters` as today's normalizer writes them, None when nothing differs:
+    the placeholder names (`renamed`), the stored code redacted by today's rules (a URL query's
+    `access_token=` value was kept before), and no value kept of a parameter now secret."""
+    now = renamed(pattern, counters, normalized)
+    code = normalized.redacted_code or pattern.original_code
+    if now is None and code == pattern.original_code:
+        return None
+    record, new_counters = now or (pattern, counters)
+    record = replace(record, original_code=code)
+    if new_counters is not None:
+        secret = {p.name for p in record.params if p.secret}
+        new_counters = replace(
+            new_counters,
+            recent_values={
+                name: [REDACTED] * len(values) if name in secret else values
+                for name, values in new_counters.recent_values.items()
+            },
+            failure_signatures=[
+                replace(
+                    s,
+                    values_json={
+                        k: REDACTED if k in secret else v for k, v in s.values_json.items()
+                    },
+                )
+                for s in new_counters.failure_signatures
+            ],
+        )
+    return record, new_counters
 
 
 def _rewrite(

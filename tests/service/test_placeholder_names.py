@@ -126,3 +126,52 @@ def test_an_older_builds_secret_placeholder_names_are_renamed_once_at_open(
         assert sum(e["action"] == "placeholders_renamed" for e in audit) == 1
     finally:
         engine.close()
+
+
+TOKEN = "QTOK7F3A9C2E"
+QUERY_CODE = (
+    'const r0 = await mcp.fetch_report({url: "https://api.example.com/v1/report?access_token='
+    + TOKEN.lower()
+    + '&day=1"});'
+)
+
+
+def test_an_older_builds_url_query_token_is_redacted_once_at_open(tmp_path: Path) -> None:
+    """An older build kept a credential in a URL query (`?access_token=...`) in the stored
+    code and as the URL parameter's recent value; the next open rewrites both."""
+    engine = open_engine(tmp_path / "e")
+    assert engine.admin.wait_placeholders_renamed(60) == 0
+    result = engine.record(T, make_record("r1", INTENT, ["fetch_report"], code=QUERY_CODE))
+    pattern_id = result.pattern_id
+    assert _stored_rows_holding(engine, TOKEN, None) == []  # today's capture keeps none
+    repo = engine._state.repo
+    pattern = repo.patterns.pattern(T, pattern_id)
+    counters = repo.patterns.counters(T, pattern_id)
+    assert pattern is not None
+    assert counters is not None
+    url = pattern.params[0].name
+    old = replace(  # as the older build wrote it: the code whole, the URL no secret
+        pattern,
+        original_code=QUERY_CODE,
+        params=tuple(replace(p, secret=False) for p in pattern.params),
+    )
+    old_counters = replace(counters, recent_values={url: [QUERY_CODE.split('"')[1].join('""')]})
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, old),
+            repo.patterns.put_counters(T, pattern_id, old_counters),
+            (CF_META, PLACEHOLDERS_KEY, None),
+        ]
+    )
+    assert _stored_rows_holding(engine, TOKEN, None)
+    engine.close()
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        assert engine.admin.wait_placeholders_renamed(60) == 1
+        assert _stored_rows_holding(engine, TOKEN, None) == []
+        view = engine.get_pattern(T, pattern_id)
+        assert view.params[0].secret
+        assert view.original_code == pattern.original_code  # as today's capture stores it
+    finally:
+        engine.close()

@@ -13,7 +13,9 @@ _MODEL_KEY = b"model_id"
 _ALLOCATOR_KEY = b"allocator/"
 _STATS_KEY = b"stats/"
 _SNAPSHOT_KEY = b"snapshot/"
-_PLACEHOLDERS_KEY = b"placeholders_renamed"
+# Versioned: a store marked by an earlier version of the pass (`placeholders_renamed`: names
+# only) runs it once more, for what today's redaction adds (docs/storage.md, Migrations).
+_PLACEHOLDERS_KEY = b"placeholders_renamed/2"
 _TOOL_NAMES_KEY = b"tool_names_read"
 
 
@@ -29,8 +31,8 @@ class MetaRows:
         return (CF_META, _MODEL_KEY, model_id.encode())
 
     def placeholders_renamed(self) -> bool:
-        """Whether every stored pattern's placeholder names are today's (docs/normalization.md,
-        Placeholder names)."""
+        """Whether every stored pattern's placeholder names, code and secret parameters are
+        today's (docs/normalization.md, Placeholder names; docs/capture.md, Secrets)."""
         return self.store.get(CF_META, _PLACEHOLDERS_KEY) is not None
 
     def put_placeholders_renamed(self) -> Op:
