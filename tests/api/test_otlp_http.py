@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -29,6 +31,8 @@ from opentelemetry.trace import Tracer
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
 from tests.conftest import StartServer
+
+JS = Path(__file__).resolve().parents[1] / "otel" / "js"
 
 
 @pytest.fixture
@@ -268,3 +272,35 @@ def test_an_address_that_cannot_be_bound_is_named(start: StartServer) -> None:
         start(otlp_http_listen="localhost:http-port")
     with pytest.raises(ValueError, match="otlp_http_listen: port 70000"):
         start(otlp_http_listen="127.0.0.1:70000")
+
+
+@pytest.mark.node
+def test_the_javascript_sdk_json_exporter_is_captured(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """The OpenTelemetry JavaScript SDK's OTLP/HTTP exporter (JSON, hex ids: its default
+    encoding) sends one run; it becomes a pattern."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.fail("Node.js and npm are needed for the JavaScript exporter test")
+    if not (JS / "node_modules" / "@opentelemetry" / "exporter-trace-otlp-http").is_dir():
+        # Exact versions from the committed lock file.
+        subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=JS,
+            check=True,
+            timeout=300,
+        )
+    done = subprocess.run(
+        [node, "export_run.js", _url(server)],
+        cwd=JS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    [pattern] = list(client.iter_patterns())
+    assert list(pattern.tools_used) == ["zip"]
+    assert pattern.template.strip() == 'await mcp.zip({"dir": $DIR, "level": $LEVEL});'
+    assert [i.text for i in pattern.intents] == ["compress the folder"]
