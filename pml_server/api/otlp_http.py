@@ -264,6 +264,8 @@ class OtlpHttpApp:
             return
         headers: list[tuple[bytes, bytes]] = list(scope["headers"])
         body = await _read_body(receive, self._max_bytes)
+        if body is _GONE:
+            return  # the client went away before its body ended: nothing to answer or take
         if body is None:
             too_large = ResourceExhaustedError(
                 f"the body is over {self._max_bytes} bytes: export in smaller batches"
@@ -278,14 +280,18 @@ class OtlpHttpApp:
         await _send(send, result)
 
 
+_GONE = b"\x00gone"  # (compared by identity: no body is this object)
+
+
 async def _read_body(receive: Receive, max_bytes: int) -> bytes | None:
-    """The request's body, or None once it passes `max_bytes` (the rest is not read)."""
+    """The request's body, None once it passes `max_bytes` (the rest is not read), `_GONE`
+    when the client disconnects first (a cut body is never parsed)."""
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return b"".join(chunks)
+            return _GONE
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > max_bytes:

@@ -5,6 +5,7 @@ the HTTP status and `google.rpc.Status` body the OTLP specification names."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import shutil
@@ -28,6 +29,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Tracer
 
+from pml_server.api.otlp_http import OtlpHttpApp
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
 from tests.conftest import StartServer
@@ -304,3 +306,36 @@ def test_the_javascript_sdk_json_exporter_is_captured(
     assert list(pattern.tools_used) == ["zip"]
     assert pattern.template.strip() == 'await mcp.zip({"dir": $DIR, "level": $LEVEL});'
     assert [i.text for i in pattern.intents] == ["compress the folder"]
+
+
+def test_a_body_cut_by_a_disconnect_is_never_exported() -> None:
+    """The ASGI app alone: the client goes away mid-body; the part received is not parsed or
+    exported, and nothing is answered."""
+    exported: list[object] = []
+    sent: list[dict[str, object]] = []
+    app = OtlpHttpApp(lambda request, metadata: exported.append(request), 1 << 20)  # type: ignore[arg-type,func-returns-value]
+    messages = iter(
+        [
+            {"type": "http.request", "body": b"\x0a\x02", "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+    )
+
+    async def receive() -> dict[str, object]:
+        return next(messages)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "path": "/v1/traces",
+        "method": "POST",
+        "headers": [(b"content-type", b"application/x-protobuf")],
+    }
+    try:
+        asyncio.run(app(scope, receive, send))
+    finally:
+        app.close()
+    assert exported == []
+    assert sent == []
