@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from google.protobuf import timestamp_pb2
+from google.protobuf.message import Message
 
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server.api import validate
@@ -323,28 +325,31 @@ def pattern_page(
 ) -> tuple[list[resources_pb2.Pattern], str]:
     """The patterns of a listing page that fit its byte budget, and the cursor after the
     last one kept (the engine's `next_cursor` when all fit)."""
-    kept: list[resources_pb2.Pattern] = []
-    used = 0
-    for view in views:
-        out = listed_pattern(view)
-        size = out.ByteSize()
-        if not budget.fits(used, size, len(kept)):
-            return kept, views[len(kept) - 1].id
-        kept.append(out)
-        used += size
-    return kept, next_cursor
+    return _budgeted_page(views, next_cursor, listed_pattern)
 
 
 def capability_page(
     views: Sequence[model.CapabilityView], next_cursor: str
 ) -> tuple[list[resources_pb2.Capability], str]:
-    """The capabilities of a listing page that fit its byte budget, and the cursor after the
-    last one kept (the engine's `next_cursor` when all fit). A capability holds up to 50
-    intents of 4 KiB: a page of 30 was 6 MB, past any default client's 4 MiB."""
-    kept: list[resources_pb2.Capability] = []
+    """The capabilities of a listing page that fit its byte budget, as `pattern_page`. A
+    capability holds up to 50 intents of 4 KiB: a page of 30 was 6 MB, past any default
+    client's 4 MiB."""
+    return _budgeted_page(views, next_cursor, capability)
+
+
+_View = TypeVar("_View", model.PatternView, model.CapabilityView)
+_Message = TypeVar("_Message", bound=Message)
+
+
+def _budgeted_page(
+    views: Sequence[_View], next_cursor: str, to_proto: Callable[[_View], _Message]
+) -> tuple[list[_Message], str]:
+    """`views` as messages while they fit the answer's byte budget (`budget.fits`: the first
+    always); when one does not, the page ends before it, its cursor the last kept view's id."""
+    kept: list[_Message] = []
     used = 0
     for view in views:
-        out = capability(view)
+        out = to_proto(view)
         size = out.ByteSize()
         if not budget.fits(used, size, len(kept)):
             return kept, views[len(kept) - 1].id
