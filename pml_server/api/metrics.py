@@ -49,6 +49,13 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.otlp_http = Counter(
+            "pml_otlp_http_requests",
+            "OTLP/HTTP requests answered, by HTTP status (uvicorn's own 503 past its connection "
+            "limit not counted)",
+            ["status"],
+            registry=self.registry,
+        )
         self._http: Any = None
 
     def watch_embedding(self, usage: Callable[[], EmbeddingUsage]) -> None:

@@ -242,22 +242,36 @@ class OtlpHttpApp:
     """The ASGI application: only `POST /v1/traces`; bodies over `max_bytes` (before or after
     gzip) are refused 413 without being read whole. Exports run on a small thread pool."""
 
-    def __init__(self, export: Export, max_bytes: int, workers: int = _WORKERS) -> None:
+    def __init__(
+        self,
+        export: Export,
+        max_bytes: int,
+        workers: int = _WORKERS,
+        on_answer: Callable[[int], None] | None = None,
+    ) -> None:
         self._export = export
         self._max_bytes = max_bytes
+        self._on_answer = on_answer
         self._pool = futures.ThreadPoolExecutor(workers, thread_name_prefix="pml-otlp-http")
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
+    async def _answer(self, send: Send, result: Answer) -> None:
+        if self._on_answer is not None:
+            self._on_answer(result.status)
+        await _send(send, result)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return  # no lifespan events to answer (uvicorn runs with lifespan off)
         if scope["path"] != PATH:
-            await _send(send, Answer(404, "text/plain; charset=utf-8", f"only {PATH}".encode()))
+            await self._answer(
+                send, Answer(404, "text/plain; charset=utf-8", f"only {PATH}".encode())
+            )
             return
         if scope["method"] != "POST":
-            await _send(
+            await self._answer(
                 send,
                 Answer(405, "text/plain; charset=utf-8", b"POST only", ((b"allow", b"POST"),)),
             )
@@ -271,13 +285,13 @@ class OtlpHttpApp:
                 f"the body is over {self._max_bytes} bytes: export in smaller batches"
             )
             json_asked = any(k == b"content-type" and JSON.encode() in v for k, v in headers)
-            await _send(send, refusal(too_large, json_asked))
+            await self._answer(send, refusal(too_large, json_asked))
             return
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(
             self._pool, answer, self._export, headers, body, self._max_bytes
         )
-        await _send(send, result)
+        await self._answer(send, result)
 
 
 _GONE = b"\x00gone"  # (compared by identity: no body is this object)
@@ -322,7 +336,14 @@ class OtlpHttpServer:
     """uvicorn serving `OtlpHttpApp` on `listen` ("host:port", port 0: any free port) in a
     thread of its own; `stop` lets requests in flight finish."""
 
-    def __init__(self, export: Export, listen: str, max_bytes: int, tls: Tls | None) -> None:
+    def __init__(
+        self,
+        export: Export,
+        listen: str,
+        max_bytes: int,
+        tls: Tls | None,
+        on_answer: Callable[[int], None] | None = None,
+    ) -> None:
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -336,7 +357,7 @@ class OtlpHttpServer:
             raise OSError(f"could not bind the OTLP/HTTP address {listen}: {err}") from None
         self._sock = sock
         self.port: int = sock.getsockname()[1]
-        self._app = OtlpHttpApp(export, max_bytes)
+        self._app = OtlpHttpApp(export, max_bytes, on_answer=on_answer)
         tls_options: dict[str, Any] = {}
         if tls is not None:
             tls_options = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}

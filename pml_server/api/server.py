@@ -274,7 +274,11 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
     if config.otlp_http_listen is not None:
         try:
             otlp_http = OtlpHttpServer(
-                otlp.export, config.otlp_http_listen, config.max_message_bytes, _tls(config)
+                otlp.export,
+                config.otlp_http_listen,
+                config.max_message_bytes,
+                _tls(config),
+                on_answer=lambda status: metrics.otlp_http.labels(str(status)).inc(),
             )
         except OSError:
             server.stop(None)

@@ -213,6 +213,13 @@ def test_a_bad_body_is_400_with_a_status_naming_the_field(
     assert field in message
 
 
+def _answered(server: RunningServer, status: int) -> float:
+    value = server.metrics.registry.get_sample_value(
+        "pml_otlp_http_requests_total", {"status": str(status)}
+    )
+    return value or 0.0
+
+
 def test_other_media_types_methods_and_paths_are_refused(server: RunningServer) -> None:
     assert _post(server, b"x", {"Content-Type": "text/plain"})[0] == 415
     assert _post(server, b"x", {"Content-Type": "application/x-protobuf",
@@ -225,6 +232,7 @@ def test_other_media_types_methods_and_paths_are_refused(server: RunningServer) 
         urllib.request.urlopen(request, timeout=30)
     with err.value:
         assert err.value.code == 404
+    assert (_answered(server, 415), _answered(server, 405), _answered(server, 404)) == (2, 1, 1)
 
 
 def test_too_large_bodies_are_413_before_or_after_gzip(start: StartServer) -> None:

@@ -4,12 +4,14 @@
 "use strict";
 
 const api = require("@opentelemetry/api");
-const { BasicTracerProvider, SimpleSpanProcessor } = require("@opentelemetry/sdk-trace-base");
+const { BasicTracerProvider, BatchSpanProcessor } = require("@opentelemetry/sdk-trace-base");
 const { OTLPTraceExporter } = require("@opentelemetry/exporter-trace-otlp-http");
 
 async function main(url) {
   const provider = new BasicTracerProvider({
-    spanProcessors: [new SimpleSpanProcessor(new OTLPTraceExporter({ url }))],
+    // The batch processor, as agents run it in production: the run's spans in one Export
+    // (docs/capture.md, "Runs split over several Exports", on the order holding relies on).
+    spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter({ url }), { scheduledDelayMillis: 60000 })],
   });
   const tracer = provider.getTracer("js-agent");
   const messages = [{ role: "user", parts: [{ type: "text", content: "compress the folder" }] }];
