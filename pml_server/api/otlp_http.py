@@ -376,6 +376,12 @@ class OtlpHttpServer:
             server_header=False,
             **tls_options,
         )
+        try:
+            config.load()  # a certificate that does not load fails the start, not the thread
+        except (OSError, ValueError) as err:
+            sock.close()
+            self._app.close()
+            raise OSError(f"OTLP/HTTP on {listen}: {err}") from None
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run,

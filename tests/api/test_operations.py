@@ -3,19 +3,23 @@ Prometheus metrics, structured logs, reflection, TLS and mutual TLS."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import threading
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.config import config_of
@@ -262,6 +266,35 @@ def test_mutual_tls_requires_a_client_certificate(start: StartServer, pki: Path)
     ):
         anonymous.stats()
     assert err.value.code is grpc.StatusCode.UNAVAILABLE
+
+
+def test_otlp_http_takes_the_grpc_ports_certificate_and_client_ca(
+    start: StartServer, pki: Path
+) -> None:
+    """`otlp_http_listen` serves HTTPS with the same certificate, and mutual TLS with the same
+    client CA: an Export with the client certificate is answered, one without is refused at
+    the handshake, and plain HTTP gets nothing."""
+    server = start(
+        tls_cert=pki / "server.pem",
+        tls_key=pki / "server.key",
+        tls_client_ca=pki / "ca.pem",
+        otlp_http_listen="127.0.0.1:0",
+    )
+    assert server.otlp_http is not None
+    url = f"https://127.0.0.1:{server.otlp_http.port}/v1/traces"
+    body = ExportTraceServiceRequest().SerializeToString()
+    headers = {"Content-Type": "application/x-protobuf"}
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    context.load_cert_chain(pki / "client.pem", pki / "client.key")
+    request = urllib.request.Request(url, data=body, headers=headers)
+    with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+        assert answer.status == 200
+    anonymous = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+        urllib.request.urlopen(request, context=anonymous, timeout=30).close()
+    plain = urllib.request.Request(url.replace("https", "http"), data=body, headers=headers)
+    with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+        urllib.request.urlopen(plain, timeout=30).close()
 
 
 def test_tls_flags_must_come_in_pairs(start: StartServer, pki: Path) -> None:
