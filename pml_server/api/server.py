@@ -265,10 +265,16 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
             port = server.add_secure_port(config.listen, credentials)
     except RuntimeError as err:  # grpcio raises instead of returning 0 on some versions
         port, cause = 0, err
-    if port == 0:
+
+    def abandon() -> None:
+        """Let go of what this start opened, before it raises."""
+        server.stop(None)
         capture_pool.shutdown()
         early_refusal.close()
         engine.close()
+
+    if port == 0:
+        abandon()
         raise OSError(f"could not bind {config.listen}") from cause
     otlp_http = None
     if config.otlp_http_listen is not None:
@@ -281,10 +287,7 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
                 on_answer=lambda status: metrics.otlp_http.labels(str(status)).inc(),
             )
         except OSError:
-            server.stop(None)
-            capture_pool.shutdown()
-            early_refusal.close()
-            engine.close()
+            abandon()
             raise
     metrics_port = None
     if config.metrics_port is not None:

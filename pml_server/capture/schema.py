@@ -83,16 +83,22 @@ def redact_turned_secret(
         for b, a in zip(before.params, after.params, strict=True)
         if a.secret and not b.secret
     }
-    if not turned:
+    return without_values_of(counters, turned)
+
+
+def without_values_of(counters: PatternCounters, names: set[str]) -> PatternCounters:
+    """`counters` with every stored value of the parameters `names` (recent values and failure
+    signatures' values) replaced by `"[REDACTED]"`."""
+    if not names:
         return counters
     recent = {
-        name: [REDACTED] * len(values) if name in turned else values
+        name: [REDACTED] * len(values) if name in names else values
         for name, values in counters.recent_values.items()
     }
     signatures = [
         replace(
             s,
-            values_json={k: REDACTED if k in turned else v for k, v in s.values_json.items()},
+            values_json={k: REDACTED if k in names else v for k, v in s.values_json.items()},
         )
         for s in counters.failure_signatures
     ]

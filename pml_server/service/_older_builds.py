@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from pml_server.capture.normalize import NormalizedCode
 from pml_server.capture.placeholders import renamed
-from pml_server.capture.rules import REDACTED
+from pml_server.capture.schema import without_values_of
 from pml_server.domain.errors import InvalidArgumentError
 from pml_server.domain.records import PatternCounters, PatternRecord
 from pml_server.service._state import EngineState
@@ -143,23 +143,7 @@ def _today(
     record, new_counters = now or (pattern, counters)
     record = replace(record, original_code=code)
     if new_counters is not None:
-        secret = {p.name for p in record.params if p.secret}
-        new_counters = replace(
-            new_counters,
-            recent_values={
-                name: [REDACTED] * len(values) if name in secret else values
-                for name, values in new_counters.recent_values.items()
-            },
-            failure_signatures=[
-                replace(
-                    s,
-                    values_json={
-                        k: REDACTED if k in secret else v for k, v in s.values_json.items()
-                    },
-                )
-                for s in new_counters.failure_signatures
-            ],
-        )
+        new_counters = without_values_of(new_counters, {p.name for p in record.params if p.secret})
     return record, new_counters
 
 

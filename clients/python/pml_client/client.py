@@ -76,22 +76,27 @@ def batched_messages(
     yield from flush()
 
 
-def _too_big(execution_id: str, size: int, max_bytes: int) -> pml_pb2.StreamTracesResponse:
-    violation = error_details_pb2.BadRequest.FieldViolation(
-        field="record",
-        description=f"{size} bytes as a message, over the server's limit of {max_bytes}",
-    )
+def _refused_here(
+    execution_id: str, code: grpc.StatusCode, field: str, description: str, message: str
+) -> pml_pb2.StreamTracesResponse:
+    """The acknowledgement of an execution the client refuses without sending it, shaped as
+    the server's: a `google.rpc.Status` with a BadRequest naming `field`."""
+    violation = error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
     details = any_pb2.Any()
     details.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
-    status = status_pb2.Status(
-        code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
-        message=(
-            f"not sent: the record is {size} bytes as a message, over the server's "
-            f"--max-message-bytes of {max_bytes}"
-        ),
-        details=[details],
-    )
+    status = status_pb2.Status(code=code.value[0], message=message, details=[details])
     return pml_pb2.StreamTracesResponse(execution_id=execution_id, error=status)
+
+
+def _too_big(execution_id: str, size: int, max_bytes: int) -> pml_pb2.StreamTracesResponse:
+    return _refused_here(
+        execution_id,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "record",
+        f"{size} bytes as a message, over the server's limit of {max_bytes}",
+        f"not sent: the record is {size} bytes as a message, over the server's "
+        f"--max-message-bytes of {max_bytes}",
+    )
 
 
 def _in_flight(execution_id: str) -> pml_pb2.StreamTracesResponse:
@@ -100,17 +105,13 @@ def _in_flight(execution_id: str) -> pml_pb2.StreamTracesResponse:
         "repeats an execution of this upload not yet acknowledged: not sent; give each "
         "execution its own id (upload: each record its own request_id)"
     )
-    violation = error_details_pb2.BadRequest.FieldViolation(
-        field="execution_id", description=description
+    return _refused_here(
+        execution_id,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "execution_id",
+        description,
+        f"execution_id {execution_id!r} {description}",
     )
-    details = any_pb2.Any()
-    details.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
-    status = status_pb2.Status(
-        code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
-        message=f"execution_id {execution_id!r} {description}",
-        details=[details],
-    )
-    return pml_pb2.StreamTracesResponse(execution_id=execution_id, error=status)
 
 
 def make_record(
