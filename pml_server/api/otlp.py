@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import grpc
@@ -35,6 +36,7 @@ from pml_server.otel import (
     incomplete_links,
     incomplete_marker,
     map_spans,
+    settling_forms,
 )
 from pml_server.service._heap import release_free_memory
 from pml_server.storage.pending_spans import PendingSpans
@@ -126,11 +128,11 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 rejections = list(batch.rejections)
                 recorded = self._capture(caller.tenant, batch.executions, rejections)
                 ignored = batch.ignored_spans + sum(len(w) for w in batch.waiting.values())
-                held = 0
+                held = settling = 0
             else:
                 with self._pending.tenant_lock(caller.tenant):
-                    recorded, ignored, held, rejections = self._export_holding(
-                        caller.tenant, request
+                    recorded, ignored, held, settling, rejections = self._export_holding(
+                        caller.tenant, list(flatten(request))
                     )
         if spans >= _TRIM_AFTER_SPANS:
             # The mapping's memory is free now but glibc keeps it in the process: hand it back
@@ -140,14 +142,21 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         self._count_spans("mapped", recorded)
         self._count_spans("ignored", ignored)
         self._count_spans("rejected", rejected)
-        self._count_spans("held", held)
-        if not rejections and not ignored and not held:
+        self._count_spans("held", held + settling)
+        if not rejections and not ignored and not held and not settling:
             return trace_service_pb2.ExportTraceServiceResponse()
         # OTLP partial success: rejected spans are counted; spans accepted but ignored (not a
-        # GenAI tool call) or held (waiting for their run's root span) are named as a warning.
+        # GenAI tool call) or held (waiting for their run's root span, or a root span for its
+        # calls) are named as a warning.
         notes = [_message(rejections)] if rejections else []
         if held:
             notes.append(f"{held} spans held until their run's invoke_agent (root) span arrives")
+        if settling:
+            assert self._pending is not None
+            notes.append(
+                f"{settling} invoke_agent spans with no tool call held "
+                f"{self._pending.settle_seconds:g} s for calls exported after them"
+            )
         if ignored:
             notes.append(f"{ignored} spans ignored (no GenAI tool call, or one seen twice)")
         return trace_service_pb2.ExportTraceServiceResponse(
@@ -156,12 +165,33 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             )
         )
 
+    def settle(self) -> None:
+        """Capture the runs whose root span arrived before their calls, once the settle window
+        has passed (docs/capture.md, "Runs split over several Exports"): the server's settle
+        thread calls this, so that such a run is captured without waiting for the tenant's
+        next Export."""
+        pending = self._pending
+        if pending is None or self._draining.is_set():
+            return
+        for tenant in pending.settling_tenants():
+            with pending.tenant_lock(tenant):
+                if not pending.matured(tenant):
+                    continue
+                recorded, ignored, held, settling, rejections = self._export_holding(tenant, [])
+            self._count_spans("mapped", recorded)
+            self._count_spans("ignored", ignored)
+            self._count_spans("rejected", sum(r.span_count for r in rejections))
+            self._count_spans("held", held + settling)
+            if rejections:
+                log.warning("otlp: settled runs of tenant %r: %s", tenant, _message(rejections))
+
     def _export_holding(
-        self, tenant: str, request: trace_service_pb2.ExportTraceServiceRequest
-    ) -> tuple[int, int, int, list[Rejection]]:
-        """Map `request` with the spans held for its traces, capture what is complete, hold
-        what waits for its execution span (docs/capture.md, "Runs split over several
-        Exports"). Returns (spans captured, ignored, newly held, rejections)."""
+        self, tenant: str, spans: list[trace_pb2.Span]
+    ) -> tuple[int, int, int, int, list[Rejection]]:
+        """Map `spans` (an Export's) with the spans held for their traces and the settled ones,
+        capture what is complete, hold what waits for its execution span or its calls
+        (docs/capture.md, "Runs split over several Exports"). Returns (spans captured,
+        ignored, newly held, agent spans held settling, rejections)."""
         pending = self._pending
         assert pending is not None
         # A run whose held spans expire can no longer be captured whole: a marker of them is
@@ -190,10 +220,13 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 expired,
                 tenant,
             )
-        spans = list(flatten(request))
         loaded: set[tuple[bytes, bytes]] = set()
-        for trace_id in pending.traces_held(tenant, list(dict.fromkeys(s.trace_id for s in spans))):
+        sent = Counter(s.trace_id for s in spans)
+        traces = [*sent, *pending.matured(tenant)]
+        for trace_id in pending.traces_held(tenant, list(dict.fromkeys(traces))):
             for held_span in pending.load(tenant, trace_id):
+                if pending.settling(held_span):
+                    continue  # a root whose calls may still come: it stays held, they wait
                 proto = trace_pb2.Span()
                 proto.ParseFromString(held_span.data)
                 spans.append(proto)
@@ -293,8 +326,13 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             marker = incomplete_marker(trace_id, links)
             hold.append((trace_id, INCOMPLETE_SPAN_ID, marker.SerializeToString()))
             markers += 1
+        alone = {trace_id for trace_id, count in sent.items() if count == 1}
+        roots = _settling(batch.idle, alone, loaded, pending, tenant)[: max(0, room)]
+        held = len(hold) - markers
+        hold += [(s.trace_id, s.span_id, s.SerializeToString()) for s in settling_forms(roots)]
         pending.update(tenant, hold, [k for k in loaded if k not in still])
-        return recorded, batch.ignored_spans + late, len(hold) - markers, rejections
+        ignored = batch.ignored_spans + late - len(roots)
+        return recorded, ignored, held, len(roots), rejections
 
     def _capture(
         self,
@@ -337,6 +375,29 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         return recorded
 
 
+def _settling(
+    idle: dict[bytes, list[trace_pb2.Span]],
+    alone: set[bytes],
+    loaded: set[tuple[bytes, bytes]],
+    pending: PendingSpans,
+    tenant: str,
+) -> list[trace_pb2.Span]:
+    """The agent spans of an Export that came with no call and may precede their calls: each
+    sent alone (`alone`: the traces with one span in the Export; a root exported with spans
+    of its run was exported after them, by a processor that keeps the order), not read back
+    from the hold (its window has passed: a turn that called no tool), and not part of a run
+    mapped before (an Export sent again)."""
+    roots: list[trace_pb2.Span] = []
+    for trace_id, spans in idle.items():
+        if trace_id not in alone:
+            continue
+        known = pending.mapped(tenant, trace_id)
+        done = {s for t, s in loaded if t == trace_id}
+        done |= known.spans if known is not None else set()
+        roots += [s for s in spans if s.span_id not in done]
+    return roots
+
+
 def _below(waiting: list[trace_pb2.Span], mapped: set[bytes]) -> set[bytes]:
     """The span ids of `waiting` (spans of one trace with no execution span above them in
     the Export) whose chain of parents, through `waiting`, reaches a span of `mapped`."""
@@ -359,6 +420,38 @@ def _message(rejections: list[Rejection]) -> str:
     shown = "; ".join(f"span {r.span}: {r.reason}" for r in rejections[:_REASONS_SHOWN])
     more = len(rejections) - _REASONS_SHOWN
     return shown + (f"; and {more} more executions rejected" if more > 0 else "")
+
+
+class RunSettler:
+    """The thread that captures runs whose root span arrived before their calls once their
+    settle window has passed (`TraceIngestServicer.settle`, every `poll_seconds`); at start it
+    reads the spans the store holds from before (a restart between a root and its capture)."""
+
+    def __init__(self, servicer: TraceIngestServicer, pending: PendingSpans) -> None:
+        self._servicer = servicer
+        self._pending = pending
+        self._poll = max(0.05, min(1.0, pending.settle_seconds / 4))
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pml-otlp-settle", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._pending.open_tenants()
+        except Exception:  # the store is closing, or unreadable: Exports still settle
+            log.exception("otlp: the spans held before this start could not be read")
+        while not self._stopped.wait(self._poll):
+            try:
+                self._servicer.settle()
+            except Exception:  # retried at the next poll; a held span stays held
+                log.exception("otlp: settling held runs failed")
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join()
 
 
 def add_trace_ingest(

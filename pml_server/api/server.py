@@ -30,7 +30,7 @@ from pml_server.api.admission.stream_slots import StreamSlots
 from pml_server.api.interceptor import ApiInterceptor
 from pml_server.api.metrics import Metrics
 from pml_server.api.otlp import SERVICE_NAME as OTLP_SERVICE_NAME
-from pml_server.api.otlp import add_trace_ingest
+from pml_server.api.otlp import RunSettler, add_trace_ingest
 from pml_server.api.otlp_http import OtlpHttpServer, Tls
 from pml_server.api.security.auth import KeyStore
 from pml_server.api.security.key_reload import KeysFileWatcher
@@ -64,6 +64,7 @@ class RunningServer:
     metrics_port: int | None = None
     keys_watcher: KeysFileWatcher | None = None
     otlp_http: OtlpHttpServer | None = None
+    settler: RunSettler | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def stop(self, grace: float | None) -> None:
@@ -79,6 +80,8 @@ class RunningServer:
         self.server.stop(grace).wait()
         if self.otlp_http is not None:
             self.otlp_http.stop()  # (draining: new Exports are answered 503)
+        if self.settler is not None:
+            self.settler.stop()  # (held runs stay held: settled after the next start)
         if self.early_refusal is not None:
             self.early_refusal.close()
         self.capture_pool.shutdown(wait=True)
@@ -249,9 +252,11 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
             config.otlp_pending_spans,
             config.otlp_pending_seconds,
             lambda: int(time.time() * 1000),
+            config.otlp_settle_seconds,
         )
     )
     otlp = add_trace_ingest(server, servicer, metrics, pending)
+    settler = None if pending is None else RunSettler(otlp, pending)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -297,6 +302,8 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
     server.start()
     if otlp_http is not None:
         otlp_http.start()
+    if settler is not None:
+        settler.start()
     keys_watcher = KeysFileWatcher(keys)
     keys_watcher.start()
     running = RunningServer(
@@ -311,6 +318,7 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
         metrics_port=metrics_port,
         keys_watcher=keys_watcher,
         otlp_http=otlp_http,
+        settler=settler,
     )
     threading.Thread(target=_report_ready, args=(running,), name="pml-ready", daemon=True).start()
     log.info(

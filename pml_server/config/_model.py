@@ -92,6 +92,11 @@ class ServerConfig:
     otlp_pending_seconds: float = setting(
         600.0, "how long held OTLP spans wait for their run's root span (then: expired)"
     )
+    otlp_settle_seconds: float = setting(
+        5.0,
+        "how long an invoke_agent span that arrived with no tool call is held for calls "
+        "exported after it (an exporter sending spans over concurrent requests)",
+    )
     tenant_max_in_flight: int | None = setting(
         None,
         "calls in progress per tenant",
@@ -124,7 +129,7 @@ class ServerConfig:
         # quiet.
         if not (math.isfinite(self.grace_seconds) and self.grace_seconds >= 0):
             raise ValueError("server.grace_seconds must be a finite number >= 0")
-        for name in ("stream_idle_seconds", "otlp_pending_seconds"):
+        for name in ("stream_idle_seconds", "otlp_pending_seconds", "otlp_settle_seconds"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"server.{name} must be a finite number > 0")

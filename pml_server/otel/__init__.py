@@ -1,9 +1,10 @@
 """OTLP trace ingest, the pure part: GenAI / MCP spans -> executions with a synthesized
 canonical code text (no storage, model or gRPC here; `pml_server.api.otlp` serves it)."""
 
-from pml_server.otel._held import held_forms
+from pml_server.otel._held import held_forms, settling_forms
 from pml_server.otel._mapping import (
     INCOMPLETE_SPAN_ID,
+    SETTLING,
     MappedBatch,
     MappedCall,
     MappedExecution,
@@ -16,6 +17,7 @@ from pml_server.otel._mapping import (
 
 __all__ = [
     "INCOMPLETE_SPAN_ID",
+    "SETTLING",
     "MappedBatch",
     "MappedCall",
     "MappedExecution",
@@ -25,4 +27,5 @@ __all__ = [
     "incomplete_links",
     "incomplete_marker",
     "map_spans",
+    "settling_forms",
 ]

@@ -22,7 +22,7 @@ from pml_server.capture.normalize import prepare_captures
 from pml_server.domain.limits import LIMITS
 from pml_server.otel import _attributes as attr
 from pml_server.otel._code import LANGUAGE, call_line
-from pml_server.otel._mapping import HELD_TOO_LARGE
+from pml_server.otel._mapping import HELD_TOO_LARGE, SETTLING
 
 # The string attributes the mapping reads, kept (redacted) in a held span.
 _TEXTS = (
@@ -176,6 +176,17 @@ def held_forms(spans: Sequence[trace_pb2.Span]) -> list[trace_pb2.Span]:
                 common_pb2.KeyValue(key=TOO_LARGE, value=common_pb2.AnyValue(string_value=reason))
             )
         held.append(out)
+    return held
+
+
+def settling_forms(spans: Sequence[trace_pb2.Span]) -> list[trace_pb2.Span]:
+    """Agent spans that arrived with no call, as held while their calls may still come: their
+    held forms, marked `SETTLING` (docs/capture.md, "Runs split over several Exports")."""
+    held = held_forms(spans)
+    for span in held:
+        span.attributes.append(
+            common_pb2.KeyValue(key=SETTLING, value=common_pb2.AnyValue(bool_value=True))
+        )
     return held
 
 

@@ -10,7 +10,10 @@ traces").
 - A call whose execution span is not in the request (a run still going when its batch processor
   flushed) waits, with the spans that may link it to its execution, in `MappedBatch.waiting`;
   the server holds them until a later request brings the execution span.
-- A run with no tool call teaches nothing: its span is ignored, like every non-GenAI span.
+- A run with no tool call teaches nothing: its span is ignored, like every non-GenAI span; an
+  agent span with no call in the request is also named in `MappedBatch.idle`, since its calls
+  may come in later requests (the server holds it a short while: docs/capture.md, "Runs split
+  over several Exports").
 - A malformed span rejects its execution (every span of it), never the rest of the request.
 """
 
@@ -36,6 +39,9 @@ TAG = "otel"
 # (no span has it), the ids of the spans lost and of their parents as an array of bytes.
 INCOMPLETE_SPAN_ID = bytes(SPAN_ID_BYTES)
 INCOMPLETE_LINKS = "pml.otlp.incomplete.links"
+# The attribute marking the held form of an agent span that arrived with no call, held while
+# its calls may still arrive (`pml_server.storage.pending_spans`, "settling").
+SETTLING = "pml.otlp.settling"
 # `pml_server.otel._held.TOO_LARGE`: a held call whose run validation would refuse for its size.
 HELD_TOO_LARGE = "pml.otlp.held.too_large"
 # Where the intent came from, kept as a tag (`intent:<source>`).
@@ -94,6 +100,8 @@ class MappedBatch:
     # Per trace: the spans of the executions mapped (each execution span and every span below
     # it): a span arriving later below one of them belongs to a run already mapped.
     settled: dict[bytes, set[bytes]] = field(default_factory=dict)
+    # Per trace: its agent spans with no tool call in this request (counted as ignored).
+    idle: dict[bytes, list[trace_pb2.Span]] = field(default_factory=dict)
 
     @property
     def rejected_spans(self) -> int:
@@ -290,6 +298,8 @@ def _map_trace(
         own = 0 if execution.tool is not None else 1
         if not calls:
             ignored += 1
+            if execution.is_agent and execution.tool is None:
+                batch.idle.setdefault(execution.proto.trace_id, []).append(execution.proto)
             continue
         if exec_id in incomplete:
             batch.rejections.append(

@@ -22,6 +22,14 @@ below a mapped execution span, and each captured execution's call spans. A span 
 its run was mapped (the MCP server's own span of a call, exported by its own process after the
 agent's Export; an Export sent again by a retry) is then known as part of that run instead of
 being held until it expires. After a restart, or on another replica, it is held as before.
+
+A root span that arrives with no call under it may have been sent before its calls (an exporter
+sending each span alone over concurrent requests): it is held **settling** for
+`settle_seconds`, its held form marked with the attribute `pml.otlp.settling`, and the calls of
+its trace arriving meanwhile are held beside it; once the window has passed, the next Export of
+the tenant or the server's settle thread maps them together (`matured`). Which traces have a
+settling root is kept in memory per tenant, rebuilt from the store with the rest
+(`_state`; `open_tenants` reads every tenant's after a start).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pml_server.storage.keys import CF_META, from_u64, tenant_prefix, u64
+from pml_server.storage.keys import CF_META, from_u64, split_tenant, tenant_prefix, u64
 from pml_server.storage.seam import Op, StoreBackend
 
 _PREFIX = b"otlp_pending/"
@@ -41,6 +49,9 @@ MAPPED_SPANS = 20_000
 _TRACE_ID_BYTES = 16
 _SPAN_ID_BYTES = 8
 _MARKER_SPAN_ID = bytes(_SPAN_ID_BYTES)  # `pml_server.otel.INCOMPLETE_SPAN_ID`
+# The attribute key of a settling root's held form (`pml_server.otel.SETTLING`); held forms
+# carry only the attributes the mapping reads, so these bytes appear in no other held span.
+_SETTLING = b"pml.otlp.settling"
 
 
 @dataclass
@@ -53,6 +64,8 @@ class _Trace:
 class _Tenant:
     traces: dict[bytes, _Trace] = field(default_factory=dict)
     spans: int = 0
+    # (trace id, span id) of each settling root -> when it was held (ms).
+    settling: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,10 +94,13 @@ class PendingSpans:
         max_spans: int,
         max_age_seconds: float,
         clock_ms: Callable[[], int],
+        settle_seconds: float = 5.0,
     ) -> None:
         self._store = store
         self.max_spans = max_spans
         self._max_age_ms = int(max_age_seconds * 1000)
+        self.settle_seconds = settle_seconds
+        self._settle_ms = int(settle_seconds * 1000)
         self._clock_ms = clock_ms
         self._tenants: dict[str, _Tenant] = {}
         self._lock = threading.Lock()
@@ -115,8 +131,37 @@ class PendingSpans:
                 trace.first_ms = min(trace.first_ms, received)
                 trace.span_ids.add(span_id)
                 state.spans += 1
-            self._tenants[tenant] = state
+                if _SETTLING in value:
+                    state.settling[(trace_id, span_id)] = received
+            with self._lock:
+                self._tenants[tenant] = state
         return state
+
+    def open_tenants(self) -> None:
+        """Read the held spans of every tenant the store has some for (after a start: the
+        settling roots among them are then `settling_tenants`); one short scan per tenant."""
+        start = _PREFIX
+        while rows := self._store.scan(CF_META, _PREFIX, start=start, limit=1):
+            tenant, _ = split_tenant(rows[0][0][len(_PREFIX) :])
+            with self.tenant_lock(tenant):
+                self._state(tenant)
+            # Past every key of this tenant: its trace and span ids are 24 bytes.
+            start = self._key(tenant, b"\xff" * (_TRACE_ID_BYTES + _SPAN_ID_BYTES + 1))
+
+    def settling_tenants(self) -> list[str]:
+        """The tenants this process knows to hold settling roots."""
+        with self._lock:
+            return [t for t, state in self._tenants.items() if state.settling]
+
+    def settling(self, span: HeldSpan) -> bool:
+        """Whether `span` is a settling root whose calls may still arrive."""
+        return _SETTLING in span.data and span.received_ms > self._clock_ms() - self._settle_ms
+
+    def matured(self, tenant: str) -> list[bytes]:
+        """The traces of `tenant` with a settling root held longer than the window."""
+        cutoff = self._clock_ms() - self._settle_ms
+        settling = self._state(tenant).settling
+        return list(dict.fromkeys(t for (t, _), at in settling.items() if at <= cutoff))
 
     def held(self, tenant: str) -> int:
         """Spans held for `tenant` (this process's view)."""
@@ -144,11 +189,17 @@ class PendingSpans:
         ]
 
     def expire(self, tenant: str) -> list[tuple[bytes, list[HeldSpan]]]:
-        """Delete the traces held longer than the age limit; returns them with the spans
-        deleted (a trace's marker of refused spans, span id 0, among them)."""
+        """Delete the traces held longer than the age limit (but those with a settling root);
+        returns them with the spans deleted (a trace's marker of refused spans, span id 0,
+        among them)."""
         state = self._state(tenant)
         cutoff = self._clock_ms() - self._max_age_ms
-        old = [t for t, trace in state.traces.items() if trace.first_ms <= cutoff]
+        # A trace with a settling root is captured once its window passes (`matured`), never
+        # expired before: its spans were all held while the root was.
+        settling = {trace_id for trace_id, _ in state.settling}
+        old = [
+            t for t, trace in state.traces.items() if trace.first_ms <= cutoff and t not in settling
+        ]
         ops: list[Op] = []
         expired: list[tuple[bytes, list[HeldSpan]]] = []
         for trace_id in old:
@@ -161,7 +212,9 @@ class PendingSpans:
         if ops:
             self._store.write(ops)
         for trace_id in old:
-            state.spans -= len(state.traces.pop(trace_id).span_ids)
+            for span_id in state.traces.pop(trace_id).span_ids:
+                state.settling.pop((trace_id, span_id), None)
+                state.spans -= 1
         return expired
 
     def room(self, tenant: str) -> int:
@@ -184,16 +237,19 @@ class PendingSpans:
         self._store.write(ops)
         for trace_id, span_id in release:
             trace = state.traces.get(trace_id)
+            state.settling.pop((trace_id, span_id), None)
             if trace is not None and span_id in trace.span_ids:
                 trace.span_ids.discard(span_id)
                 state.spans -= 1
                 if not trace.span_ids:
                     del state.traces[trace_id]
-        for trace_id, span_id, _ in hold:
+        for trace_id, span_id, data in hold:
             trace = state.traces.setdefault(trace_id, _Trace(now))
             if span_id not in trace.span_ids:
                 trace.span_ids.add(span_id)
                 state.spans += 1
+            if _SETTLING in data:
+                state.settling[(trace_id, span_id)] = now
 
     def mapped(self, tenant: str, trace_id: bytes) -> MappedTrace | None:
         """What this process remembers of `trace_id`'s runs mapped less than

@@ -10,6 +10,7 @@ import gzip
 import json
 import shutil
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -285,11 +286,13 @@ def test_an_address_that_cannot_be_bound_is_named(start: StartServer) -> None:
 
 
 @pytest.mark.node
-def test_the_javascript_sdk_json_exporter_is_captured(
-    server: RunningServer, client: PmlClient
-) -> None:
+@pytest.mark.parametrize("processor", ["batch", "simple"])
+def test_the_javascript_sdk_json_exporter_is_captured(start: StartServer, processor: str) -> None:
     """The OpenTelemetry JavaScript SDK's OTLP/HTTP exporter (JSON, hex ids: its default
-    encoding) sends one run; it becomes a pattern."""
+    encoding) sends one run; it becomes a pattern. With the simple span processor each span
+    goes in its own request, concurrently, so the root may arrive before its call (before the
+    settle window, such a run was lost in 2 of 6 tries)."""
+    server = start(otlp_http_listen="127.0.0.1:0", otlp_settle_seconds=0.5)
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.fail("Node.js and npm are needed for the JavaScript exporter test")
@@ -302,7 +305,7 @@ def test_the_javascript_sdk_json_exporter_is_captured(
             timeout=300,
         )
     done = subprocess.run(
-        [node, "export_run.js", _url(server)],
+        [node, "export_run.js", _url(server), processor],
         cwd=JS,
         capture_output=True,
         text=True,
@@ -310,8 +313,12 @@ def test_the_javascript_sdk_json_exporter_is_captured(
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    [pattern] = list(client.iter_patterns())
-    assert list(pattern.tools_used) == ["zip"]
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        deadline = time.monotonic() + 20
+        while not list(client.iter_patterns()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [pattern] = list(client.iter_patterns())
+    assert (list(pattern.tools_used), pattern.usage_count) == (["zip"], 1)
     assert pattern.template.strip() == 'await mcp.zip({"dir": $DIR, "level": $LEVEL});'
     assert [i.text for i in pattern.intents] == ["compress the folder"]
 

@@ -426,7 +426,10 @@ def test_an_export_over_the_span_limit_is_resource_exhausted(server: RunningServ
         assert _spans_counter(server, "ignored") == 0
         taken = stub.Export(export(bound), timeout=120)
         assert taken.partial_success.rejected_spans == 0
-    assert _spans_counter(server, "ignored") == bound  # agent spans without a tool call
+    # agent spans without a tool call, each alone in its trace: held for their settle window
+    # (their calls may follow), then ignored
+    assert _spans_counter(server, "held") == bound
+    assert _spans_counter(server, "ignored") == 0
 
 
 def test_runs_of_one_conversation_teach_what_comes_next(
@@ -845,3 +848,106 @@ def test_huge_arguments_of_held_calls_are_not_held(
         reply.partial_success.error_message
     )
     assert list(client.iter_patterns()) == []
+
+
+def _until(check: object, seconds: float = 20.0) -> bool:
+    """Poll `check()` until it is true or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _root_first(tools: list[str]) -> list[ReadableSpan]:
+    """A run's spans in the order an exporter sending each span alone over concurrent requests
+    may deliver them: the `invoke_agent` root first, then its calls."""
+    spans = _recorded(
+        lambda t: _agent_run(t, "Sum a file", [(tool, {"n": 1}, None) for tool in tools])
+    )  # end order: the HTTP span, the calls, the agent span
+    return spans[-1:] + spans[:-1]
+
+
+def _export_each(port: int, spans: list[ReadableSpan]) -> list[ExportTracePartialSuccess]:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        return [stub.Export(encode_spans([s]), timeout=30).partial_success for s in spans]
+
+
+def test_a_root_exported_before_its_calls_is_captured_whole(start: StartServer) -> None:
+    """The root span reaches pml before its calls, each span in its own Export (the
+    JavaScript SDK's simple span processor over HTTP, whose requests do not wait for each
+    other). Before: the root alone was ignored and its calls held until they expired, the run
+    never captured. Now the root is held for `otlp_settle_seconds`, the calls arriving
+    meanwhile beside it, and the settle thread captures the run whole once."""
+    server = start(otlp_settle_seconds=0.5)
+    tools = ["read_file", "parse_json", "write_file"]
+    replies = _export_each(server.port, _root_first(tools))
+    assert replies[0].rejected_spans == 0
+    assert "1 invoke_agent spans with no tool call held 0.5 s" in replies[0].error_message
+    assert all(r.rejected_spans == 0 for r in replies)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert _until(lambda: list(client.iter_patterns()))
+        (pattern,) = client.iter_patterns()
+        assert (list(pattern.tools_used), pattern.usage_count) == (tools, 1)
+        assert pattern.success_count == 1
+    assert _spans_counter(server, "mapped") == 4  # the root and its three calls
+    # the HTTP span held as a possible link, let go with the run
+    assert _until(lambda: _spans_counter(server, "ignored") == 1)
+
+
+def test_a_turn_that_called_no_tool_is_let_go_after_the_settle_window(
+    start: StartServer,
+) -> None:
+    """An `invoke_agent` span with no call (a chat-only turn) is held for the window, then
+    ignored and deleted: nothing is captured and nothing stays held."""
+    server = start(otlp_settle_seconds=0.3)
+    spans = _recorded(lambda t: _agent_run(t, "Say hello", []))
+    root = [s for s in spans if s.name.startswith("invoke_agent")]
+    (reply,) = _export_each(server.port, root)
+    assert "held 0.3 s" in reply.error_message
+    assert _until(lambda: _spans_counter(server, "ignored") == 1)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert list(client.iter_patterns()) == []
+    assert _spans_counter(server, "held") == 1
+
+
+def test_a_root_first_run_held_over_a_restart_is_captured_after_it(
+    start: StartServer,
+) -> None:
+    """The server stops between a root-first run's spans and the end of its settle window:
+    they were acknowledged, so they are on disk, and the next start captures the run."""
+    server = start(otlp_settle_seconds=1.0)
+    tools = ["read_file", "write_file"]
+    _export_each(server.port, _root_first(tools))
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert list(client.iter_patterns()) == []
+    server.stop(grace=1.0)
+    again = start(otlp_settle_seconds=1.0)
+    with PmlClient(f"127.0.0.1:{again.port}") as client:
+        assert _until(lambda: list(client.iter_patterns()))
+        (pattern,) = client.iter_patterns()
+        assert (list(pattern.tools_used), pattern.usage_count) == (tools, 1)
+
+
+def test_a_batch_export_of_whole_runs_holds_nothing(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """What the batch processor sends (a run's spans, its root last, in one Export) is mapped
+    in that Export: a run with calls captured, a turn with no call but other spans of its own
+    (here an HTTP span) ignored at once, not held for the settle window."""
+
+    def runs(tracer: Tracer) -> None:
+        _agent_run(tracer, "Copy a file", [("read_file", {}, None), ("write_file", {}, None)])
+        _agent_run(tracer, "Say hello", [])
+
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        reply = trace_service_pb2_grpc.TraceServiceStub(channel).Export(
+            encode_spans(_recorded(runs))
+        )
+    assert "held" not in reply.partial_success.error_message
+    assert _spans_counter(server, "held") == 0
+    assert _spans_counter(server, "ignored") == 3  # the two HTTP spans and the turn's root
+    (pattern,) = client.iter_patterns()
+    assert list(pattern.tools_used) == ["read_file", "write_file"]

@@ -1,18 +1,26 @@
 // Run by tests/api/test_otlp_http.py: one agent run (an invoke_agent span and its execute_tool
 // span) exported by the OpenTelemetry JavaScript SDK's OTLP/HTTP exporter (JSON) to URL.
-// Usage: node export_run.js URL
+// Usage: node export_run.js URL [batch|simple]
 "use strict";
 
 const api = require("@opentelemetry/api");
-const { BasicTracerProvider, BatchSpanProcessor } = require("@opentelemetry/sdk-trace-base");
+const {
+  BasicTracerProvider,
+  BatchSpanProcessor,
+  SimpleSpanProcessor,
+} = require("@opentelemetry/sdk-trace-base");
 const { OTLPTraceExporter } = require("@opentelemetry/exporter-trace-otlp-http");
 
-async function main(url) {
-  const provider = new BasicTracerProvider({
-    // The batch processor, as agents run it in production: the run's spans in one Export
-    // (docs/capture.md, "Runs split over several Exports", on the order holding relies on).
-    spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter({ url }), { scheduledDelayMillis: 60000 })],
-  });
+async function main(url, processor) {
+  const exporter = new OTLPTraceExporter({ url });
+  // batch: the run's spans in one Export, as agents run it in production; simple: each span
+  // in its own request as it ends, the requests concurrent, so the root may arrive first
+  // (docs/capture.md, "Runs split over several Exports").
+  const spanProcessor =
+    processor === "simple"
+      ? new SimpleSpanProcessor(exporter)
+      : new BatchSpanProcessor(exporter, { scheduledDelayMillis: 60000 });
+  const provider = new BasicTracerProvider({ spanProcessors: [spanProcessor] });
   const tracer = provider.getTracer("js-agent");
   const messages = [{ role: "user", parts: [{ type: "text", content: "compress the folder" }] }];
   const root = tracer.startSpan("invoke_agent", {
@@ -35,7 +43,7 @@ async function main(url) {
   await provider.shutdown();
 }
 
-main(process.argv[2]).then(
+main(process.argv[2], process.argv[3] || "batch").then(
   () => process.stdout.write("exported\n"),
   (err) => {
     process.stderr.write(`export_run failed: ${err.stack || err}\n`);
