@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from pml_server.storage.keys import CF_META, from_u64, split_tenant, tenant_prefix, u64
@@ -52,6 +52,7 @@ _MARKER_SPAN_ID = bytes(_SPAN_ID_BYTES)  # `pml_server.otel.INCOMPLETE_SPAN_ID`
 # The attribute key of a settling root's held form (`pml_server.otel.SETTLING`); held forms
 # carry only the attributes the mapping reads, so these bytes appear in no other held span.
 _SETTLING = b"pml.otlp.settling"
+_PAGE = 512  # held spans read at once when a tenant is first seen
 
 
 @dataclass
@@ -121,7 +122,7 @@ class PendingSpans:
         if state is None:
             state = _Tenant()
             prefix = self._key(tenant, b"")
-            for key, value in self._store.scan_stored(CF_META, prefix):
+            for key, value in self._rows(prefix):
                 rest = key[len(prefix) :]
                 if len(rest) != _TRACE_ID_BYTES + _SPAN_ID_BYTES:
                     continue
@@ -136,6 +137,17 @@ class PendingSpans:
             with self._lock:
                 self._tenants[tenant] = state
         return state
+
+    def _rows(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The rows under `prefix`, a page at a time, with the writes still queued (a tenant is
+        first seen while others' captures write: `scan_stored` refuses to run then, and `scan`
+        alone would hold every held span of the tenant at once)."""
+        start = prefix
+        while rows := self._store.scan(CF_META, prefix, start=start, limit=_PAGE):
+            yield from rows
+            if len(rows) < _PAGE:
+                return
+            start = rows[-1][0] + b"\x00"
 
     def open_tenants(self) -> None:
         """Read the held spans of every tenant the store has some for (after a start: the

@@ -1,0 +1,113 @@
+"""`storage.pending_spans.PendingSpans` against both backends (the embedded RocksDB store and
+a real throwaway PostgreSQL cluster): held spans and settling roots rebuilt from the store,
+and a tenant first seen while other writes are in flight."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pml_server.otel import SETTLING
+from pml_server.storage import StoreBackend, open_store
+from pml_server.storage.keys import CF_META
+from pml_server.storage.pending_spans import HeldSpan, PendingSpans
+
+Opener = Callable[[], StoreBackend]
+TRACE = bytes(range(1, 17))
+
+
+@pytest.fixture(params=["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    opened: list[StoreBackend] = []
+    location = None if request.param == "rocksdb" else request.getfixturevalue("postgres_dsn")
+
+    def open_one() -> StoreBackend:
+        store = open_store(location, tmp_path / "db", "sync", 4)
+        opened.append(store)
+        return store
+
+    yield open_one
+    for store in opened:
+        store.close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def _span(n: int) -> bytes:
+    return bytes([0] * 7 + [n])
+
+
+def test_the_settling_attribute_is_the_one_the_mapping_writes() -> None:
+    from pml_server.storage import pending_spans
+
+    assert SETTLING.encode() == pending_spans._SETTLING
+
+
+def test_a_tenant_first_seen_while_other_writes_are_queued(opener: Opener) -> None:
+    """A tenant's held spans are read from the store the first time it exports. Before, that
+    read refused to run while any write to the same column family was queued (another
+    tenant's capture, its stats or held spans): the Export failed with INTERNAL."""
+    store = opener()
+    pending = PendingSpans(store, 100, 600.0, Clock())
+    pending.update("a", [(TRACE, _span(1), b"\x0a\x00")], [])
+    with store.writes_held():
+        store.submit([(CF_META, b"stats/other", b"{}")])  # queued, held back
+        assert pending.held("b") == 0
+        assert pending.held("a") == 1
+
+
+def test_settling_roots_mature_and_survive_a_reopen(opener: Opener) -> None:
+    store = opener()
+    clock = Clock()
+    pending = PendingSpans(store, 100, 600.0, clock, settle_seconds=5.0)
+    root = b"\x0a\x10" + TRACE + b"\x52" + SETTLING.encode()  # (bytes: only the key matters)
+    pending.update("t", [(TRACE, _span(1), root), (TRACE, _span(2), b"\x0a\x00")], [])
+    assert pending.settling_tenants() == ["t"]
+    assert pending.matured("t") == []
+    (held_root, held_call) = sorted(pending.load("t", TRACE), key=lambda s: s.span_id)
+    assert pending.settling(held_root)
+    assert not pending.settling(held_call)
+    clock.ms += 5_000
+    assert pending.matured("t") == [TRACE]
+    assert not pending.settling(held_root)
+    clock.ms += 600_000
+    assert pending.expire("t") == []  # a settling root's trace waits for its capture
+    store.close()
+
+    again = PendingSpans(opener(), 100, 600.0, clock, settle_seconds=5.0)
+    assert again.settling_tenants() == []  # nothing read yet
+    again.open_tenants()
+    assert again.settling_tenants() == ["t"]
+    assert again.matured("t") == [TRACE]
+    assert again.held("t") == 2
+    again.update("t", [], [(TRACE, _span(1)), (TRACE, _span(2))])
+    assert (again.held("t"), again.matured("t"), again.settling_tenants()) == (0, [], [])
+
+
+def test_open_tenants_finds_every_tenant_with_held_spans(opener: Opener) -> None:
+    store = opener()
+    pending = PendingSpans(store, 100, 600.0, Clock())
+    names = ["a", "ab", "b", "\u00e9t\u00e9", "z" * 200]
+    for name in names:
+        pending.update(name, [(TRACE, _span(1), b"\x0a\x00"), (TRACE, _span(2), b"")], [])
+    store.close()
+    again = PendingSpans(opener(), 100, 600.0, Clock())
+    seen: list[str] = []
+    original = again._state
+
+    def spy(tenant: str) -> object:
+        seen.append(tenant)
+        return original(tenant)
+
+    again._state = spy  # type: ignore[method-assign, assignment]
+    again.open_tenants()
+    assert sorted(set(seen)) == sorted(names)
+    assert all(isinstance(s, HeldSpan) for s in again.load("ab", TRACE))
