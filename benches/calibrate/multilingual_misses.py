@@ -1,5 +1,5 @@
 """Where requests in other languages lose their capability, asked of a real engine
-(docs/ranking.md, Other languages, "Diagnosis").
+(docs/ranking.md, Other languages, "Served, request by request").
 
 `python -m benches.calibrate.multilingual_misses [--variant NAME ...]`: an in-process engine
 (default settings: MiniLM and its USE companion, RocksDB, `fast` durability) records the dev

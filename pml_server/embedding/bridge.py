@@ -37,10 +37,11 @@ MAP_PATH = Path(__file__).with_name("use_to_minilm.npy")
 MAP_SHA256 = "e96ccf287f5f35fc3785a70a589bef6302b14f68103dd6fb3503c2ffdc035358"
 MAP_SHAPE = (512, 384)
 # The share of the mapped cosine in the bridged one (docs/ranking.md, "The bridge to MiniLM's
-# geometry": chosen on the probe's tune part among 0.35, 0.5, 0.65, 0.8 and 1).
+# geometry": chosen on the probe's tune part among 0.35, 0.5, 0.65, 0.8 and 1; the table is in
+# docs/history/ranking-experiments.md under the same name).
 BRIDGE_WEIGHT = 0.8
 # The ridge regression's penalty (0.3 and 3 read the probe's tune part within a request or two
-# of 1: docs/ranking.md, the same table).
+# of 1: docs/history/ranking-experiments.md, the same table).
 RIDGE = 1.0
 VERSION = "bridge-minilm-v1"
 
