@@ -10,6 +10,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
@@ -29,6 +30,7 @@ from pml_server.domain.errors import (
 )
 from pml_server.otel import (
     INCOMPLETE_SPAN_ID,
+    MappedBatch,
     MappedExecution,
     Rejection,
     flatten,
@@ -194,13 +196,47 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         ignored, newly held, agent spans held settling, rejections)."""
         pending = self._pending
         assert pending is not None
-        # A run whose held spans expire can no longer be captured whole: a marker of them is
-        # held in their place, so that its root arriving with its last calls is rejected
-        # (before, the run was captured from those last calls alone, as a success).
+        expiry_links = self._expire(tenant)
+        sent = Counter(s.trace_id for s in spans)
+        loaded = _read_held(pending, tenant, [*sent, *pending.matured(tenant)], spans)
+        for trace_id in {s.trace_id for s in spans}:
+            known = pending.mapped(tenant, trace_id)
+            lost = (known.lost if known is not None else set()) | expiry_links.get(trace_id, set())
+            if lost:
+                spans.append(incomplete_marker(trace_id, lost))
+        batch = map_spans(spans, self._d.limits.intent.bound)
+        del spans
+        rejections = list(batch.rejections)
+        recorded = self._capture_new(tenant, batch, rejections)
+        plan = _HoldPlan(loaded, pending.room(tenant))
+        late = sum(
+            self._hold_waiting(tenant, trace_id, waiting, plan, rejections)
+            for trace_id, waiting in batch.waiting.items()
+        )
+        for trace_id, links in expiry_links.items():
+            if (trace_id, INCOMPLETE_SPAN_ID) not in plan.kept:  # (else: held again above)
+                plan.mark(trace_id, links)
+        held = len(plan.writes) - plan.markers
+        alone = {trace_id for trace_id, count in sent.items() if count == 1}
+        roots = _settling(batch.idle, alone, loaded, pending, tenant)[: max(0, plan.room)]
+        plan.writes += [
+            (s.trace_id, s.span_id, s.SerializeToString()) for s in settling_forms(roots)
+        ]
+        pending.update(tenant, plan.writes, [k for k in loaded if k not in plan.kept])
+        ignored = batch.ignored_spans + late - len(roots)
+        return recorded, ignored, held, len(roots), rejections
+
+    def _expire(self, tenant: str) -> dict[bytes, set[bytes]]:
+        """Delete `tenant`'s held traces past their age; returns, per trace, the ids of the
+        spans deleted and of their parents. A run whose held spans expire can no longer be
+        captured whole: a marker of them is held in their place, so that its root arriving
+        with its last calls is rejected (before, the run was captured from those last calls
+        alone, as a success)."""
+        assert self._pending is not None
         expiry_links: dict[bytes, set[bytes]] = {}
         expired = 0
-        for trace_id, gone in pending.expire(tenant):
-            links = expiry_links.setdefault(trace_id, set())
+        for trace_id, gone in self._pending.expire(tenant):
+            links = set()
             for held_span in gone:
                 if held_span.span_id == INCOMPLETE_SPAN_ID:
                     continue  # an old marker goes with its trace
@@ -210,8 +246,8 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 if proto.parent_span_id:
                     links.add(proto.parent_span_id)
                 expired += 1
-            if not links:
-                del expiry_links[trace_id]
+            if links:
+                expiry_links[trace_id] = links
         if expired:
             self._count_spans("expired", expired)
             log.warning(
@@ -220,25 +256,13 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 expired,
                 tenant,
             )
-        loaded: set[tuple[bytes, bytes]] = set()
-        sent = Counter(s.trace_id for s in spans)
-        traces = [*sent, *pending.matured(tenant)]
-        for trace_id in pending.traces_held(tenant, list(dict.fromkeys(traces))):
-            for held_span in pending.load(tenant, trace_id):
-                if pending.settling(held_span):
-                    continue  # a root whose calls may still come: it stays held, they wait
-                proto = trace_pb2.Span()
-                proto.ParseFromString(held_span.data)
-                spans.append(proto)
-                loaded.add((trace_id, held_span.span_id))
-        for trace_id in {s.trace_id for s in spans}:
-            known = pending.mapped(tenant, trace_id)
-            lost = (known.lost if known is not None else set()) | expiry_links.get(trace_id, set())
-            if lost:
-                spans.append(incomplete_marker(trace_id, lost))
-        batch = map_spans(spans, self._d.limits.intent.bound)
-        del spans
-        rejections = list(batch.rejections)
+        return expiry_links
+
+    def _capture_new(self, tenant: str, batch: MappedBatch, rejections: list[Rejection]) -> int:
+        """Capture `batch`'s executions but those already captured whole, and remember the
+        runs mapped; returns the spans captured (or replayed)."""
+        pending = self._pending
+        assert pending is not None
         # A run already mapped from more spans than an Export sent again brings (a retry of the
         # Export with its root span, the calls held before consumed since): that run's answer
         # stands; capturing the part would be refused as another execution under its id.
@@ -256,83 +280,78 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         for trace_id, settled in batch.settled.items():
             runs = {e.span_id: e.call_ids for e in captured if e.trace_id == trace_id}
             pending.remember(tenant, trace_id, settled, runs)
-        hold: list[tuple[bytes, bytes, bytes]] = []
-        still: set[tuple[bytes, bytes]] = set()
-        room = pending.room(tenant)
-        late = markers = 0
-        for trace_id, waiting in batch.waiting.items():
-            marked = [s for s in waiting if s.span_id == INCOMPLETE_SPAN_ID]
-            waiting = [s for s in waiting if s.span_id != INCOMPLETE_SPAN_ID]
-            marker_held = (trace_id, INCOMPLETE_SPAN_ID) in loaded
-            links = set().union(*(incomplete_links(m) for m in marked))
-            lost_before = len(links)
-            known = pending.mapped(tenant, trace_id)
-            if known is not None:
-                # Spans below a run already mapped (the MCP server's own span of a call,
-                # exported after the agent's spans): that call seen twice, never held.
-                below = _below(waiting, known.spans)
-                late += len(below)
-                waiting = [s for s in waiting if s.span_id not in below]
-            new = [s for s in waiting if (trace_id, s.span_id) not in loaded]
-            if len(new) > room:
-                self._count_spans("overflow", len(new))
-                log.warning(
-                    "otlp: %d spans of trace %s refused: tenant %r holds %d spans waiting for "
-                    "their run's root span (otlp_pending_spans)",
+        return recorded
+
+    def _hold_waiting(
+        self,
+        tenant: str,
+        trace_id: bytes,
+        waiting: list[trace_pb2.Span],
+        plan: _HoldPlan,
+        rejections: list[Rejection],
+    ) -> int:
+        """Plan the holding of one trace's spans waiting for their execution span (and of its
+        marker of lost spans); returns how many were late (below a run already mapped)."""
+        pending = self._pending
+        assert pending is not None
+        marked = [s for s in waiting if s.span_id == INCOMPLETE_SPAN_ID]
+        waiting = [s for s in waiting if s.span_id != INCOMPLETE_SPAN_ID]
+        marker_held = (trace_id, INCOMPLETE_SPAN_ID) in plan.loaded
+        links = set().union(*(incomplete_links(m) for m in marked))
+        lost_before = len(links)
+        late = 0
+        known = pending.mapped(tenant, trace_id)
+        if known is not None:
+            # Spans below a run already mapped (the MCP server's own span of a call, exported
+            # after the agent's spans): that call seen twice, never held.
+            below = _below(waiting, known.spans)
+            late = len(below)
+            waiting = [s for s in waiting if s.span_id not in below]
+        new = [s for s in waiting if (trace_id, s.span_id) not in plan.loaded]
+        if len(new) > plan.room:
+            self._count_spans("overflow", len(new))
+            holding = pending.max_spans - plan.room
+            log.warning(
+                "otlp: %d spans of trace %s refused: tenant %r holds %d spans waiting for "
+                "their run's root span (otlp_pending_spans)",
+                len(new),
+                trace_id.hex(),
+                tenant,
+                holding,
+            )
+            rejections.append(
+                Rejection(
+                    f"{trace_id.hex()}/{new[0].span_id.hex()}",
+                    f"{len(new)} spans wait for their run's root span, and this tenant already "
+                    f"holds {holding} such spans (otlp_pending_spans = {pending.max_spans})",
                     len(new),
-                    trace_id.hex(),
-                    tenant,
-                    pending.max_spans - room,
                 )
-                rejections.append(
-                    Rejection(
-                        f"{trace_id.hex()}/{new[0].span_id.hex()}",
-                        f"{len(new)} spans wait for their run's root span, and this tenant "
-                        f"already holds {pending.max_spans - room} such spans "
-                        f"(otlp_pending_spans = {pending.max_spans})",
-                        len(new),
-                    )
-                )
-                # The run these spans belong to can no longer be captured whole: its held
-                # spans are let go, and a marker rejects the run when its root arrives (before,
-                # it was captured without them, a shorter run stored as a success).
-                for s in waiting:
-                    links.add(s.span_id)
-                    if s.parent_span_id:
-                        links.add(s.parent_span_id)
-                    if (trace_id, s.span_id) in loaded:
-                        room += 1  # let go below
-                new = waiting = []
-            if links:
-                key = (trace_id, INCOMPLETE_SPAN_ID)
-                if len(links) == lost_before and marker_held:
-                    still.add(key)
-                elif marker_held or room > 0:  # (the spans let go made room for it)
-                    marker = incomplete_marker(trace_id, links)
-                    hold.append((*key, marker.SerializeToString()))
-                    still.add(key)
-                    markers += 1
-                    room -= 0 if marker_held else 1
-                else:  # no room at all: remembered in memory
-                    pending.remember_lost(tenant, trace_id, links)
-            room -= len(new)
-            # Stripped and redacted before they reach the store (docs/capture.md, What a held
-            # span keeps).
-            hold += [(trace_id, s.span_id, s.SerializeToString()) for s in held_forms(new)]
-            still.update((trace_id, s.span_id) for s in waiting)
-        for trace_id, links in expiry_links.items():
-            if (trace_id, INCOMPLETE_SPAN_ID) in still:
-                continue  # (this Export brought spans of it again: its marker is above)
-            marker = incomplete_marker(trace_id, links)
-            hold.append((trace_id, INCOMPLETE_SPAN_ID, marker.SerializeToString()))
-            markers += 1
-        alone = {trace_id for trace_id, count in sent.items() if count == 1}
-        roots = _settling(batch.idle, alone, loaded, pending, tenant)[: max(0, room)]
-        held = len(hold) - markers
-        hold += [(s.trace_id, s.span_id, s.SerializeToString()) for s in settling_forms(roots)]
-        pending.update(tenant, hold, [k for k in loaded if k not in still])
-        ignored = batch.ignored_spans + late - len(roots)
-        return recorded, ignored, held, len(roots), rejections
+            )
+            # The run these spans belong to can no longer be captured whole: its held spans
+            # are let go, and a marker rejects the run when its root arrives (before, it was
+            # captured without them, a shorter run stored as a success).
+            for s in waiting:
+                links.add(s.span_id)
+                if s.parent_span_id:
+                    links.add(s.parent_span_id)
+                if (trace_id, s.span_id) in plan.loaded:
+                    plan.room += 1  # let go below
+            new = waiting = []
+        if links:
+            key = (trace_id, INCOMPLETE_SPAN_ID)
+            if len(links) == lost_before and marker_held:
+                plan.kept.add(key)
+            elif marker_held or plan.room > 0:  # (the spans let go made room for it)
+                plan.mark(trace_id, links)
+                plan.room -= 0 if marker_held else 1
+            else:  # no room at all: remembered in memory
+                pending.remember_lost(tenant, trace_id, links)
+        plan.room -= len(new)
+        # Stripped and redacted before they reach the store (docs/capture.md, What a held span
+        # keeps).
+        plan.writes += [(trace_id, s.span_id, s.SerializeToString()) for s in held_forms(new)]
+        plan.kept.update((trace_id, s.span_id) for s in waiting)
+        return late
 
     def _capture(
         self,
@@ -373,6 +392,42 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                     if self._d.on_capture is not None:
                         self._d.on_capture(result)
         return recorded
+
+
+@dataclass
+class _HoldPlan:
+    """What one Export leaves held: the spans and markers to write, the held spans read back
+    (`loaded`) and those of them to keep, and the room left under `otlp_pending_spans`."""
+
+    loaded: set[tuple[bytes, bytes]]
+    room: int
+    writes: list[tuple[bytes, bytes, bytes]] = field(default_factory=list)
+    kept: set[tuple[bytes, bytes]] = field(default_factory=set)
+    markers: int = 0
+
+    def mark(self, trace_id: bytes, links: set[bytes]) -> None:
+        """Hold `trace_id`'s marker of lost spans (`links`), replacing any held before."""
+        marker = incomplete_marker(trace_id, links)
+        self.writes.append((trace_id, INCOMPLETE_SPAN_ID, marker.SerializeToString()))
+        self.kept.add((trace_id, INCOMPLETE_SPAN_ID))
+        self.markers += 1
+
+
+def _read_held(
+    pending: PendingSpans, tenant: str, trace_ids: list[bytes], spans: list[trace_pb2.Span]
+) -> set[tuple[bytes, bytes]]:
+    """Append to `spans` the spans held for `trace_ids` (but settling roots whose calls may
+    still come: they stay held, and their calls wait beside them); returns their keys."""
+    loaded: set[tuple[bytes, bytes]] = set()
+    for trace_id in pending.traces_held(tenant, list(dict.fromkeys(trace_ids))):
+        for held_span in pending.load(tenant, trace_id):
+            if pending.settling(held_span):
+                continue
+            proto = trace_pb2.Span()
+            proto.ParseFromString(held_span.data)
+            spans.append(proto)
+            loaded.add((trace_id, held_span.span_id))
+    return loaded
 
 
 def _settling(
