@@ -253,6 +253,36 @@ def test_a_run_split_across_two_replicas_of_a_shared_store(
         b.terminate()
 
 
+def test_a_root_first_run_split_across_two_replicas_of_a_shared_store(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """Its root span reaches one replica first, alone (an exporter sending each span over
+    concurrent requests), its calls the other: the first holds the root settling, the second
+    holds the calls beside it (it reads the root from the store and sees it settling), and the
+    first captures the run whole once the window has passed."""
+    flags = ("--store", postgres_dsn, "--otlp-settle-seconds", "0.5")
+    a = ServerProcess(tmp_path / "a", *flags)
+    b = ServerProcess(tmp_path / "b", *flags)
+    a.start()
+    b.start()
+    try:
+        (spans,) = _recorded_runs([False])
+        reply = _export(a.target, spans[-1:])
+        assert "invoke_agent spans with no tool call held" in reply.partial_success.error_message
+        for span in spans[:-1]:
+            assert _export(b.target, [span]).partial_success.rejected_spans == 0
+        deadline = time.monotonic() + 20
+        with PmlClient(b.target) as client:
+            while not list(client.iter_patterns()) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            (pattern,) = client.iter_patterns()
+        assert list(pattern.tools_used) == ["read_file", "parse_json", "sum_column", "write_file"]
+        assert (pattern.usage_count, pattern.success_count) == (1, 1)
+    finally:
+        a.terminate()
+        b.terminate()
+
+
 def test_a_deeply_nested_held_span_rejects_its_run_alone(tmp_path: Path) -> None:
     """A tool span with arguments nested 100k deep arrives before its root, beside another
     run's tool spans; when both roots arrive in one Export, that run alone is rejected
