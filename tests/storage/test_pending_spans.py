@@ -4,33 +4,12 @@ and a tenant first seen while other writes are in flight."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
-import pytest
-
 from pml_server.otel import SETTLING
-from pml_server.storage import StoreBackend, open_store
 from pml_server.storage.keys import CF_META
 from pml_server.storage.pending_spans import HeldSpan, PendingSpans
+from tests.storage.conftest import Opener
 
-Opener = Callable[[], StoreBackend]
 TRACE = bytes(range(1, 17))
-
-
-@pytest.fixture(params=["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    opened: list[StoreBackend] = []
-    location = None if request.param == "rocksdb" else request.getfixturevalue("postgres_dsn")
-
-    def open_one() -> StoreBackend:
-        store = open_store(location, tmp_path / "db", "sync", 4)
-        opened.append(store)
-        return store
-
-    yield open_one
-    for store in opened:
-        store.close()
 
 
 class Clock:

@@ -5,7 +5,6 @@ the shared store promises: exactness across several stores ("replicas") on one d
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -14,7 +13,7 @@ import pytest
 from pml_server.domain import json_form
 from pml_server.domain.records import PatternCounters, TenantStats
 from pml_server.storage import SchemaVersionError as RocksSchemaVersionError
-from pml_server.storage import Store, StoreBackend, open_store, repository_for
+from pml_server.storage import Store, StoreBackend, repository_for
 from pml_server.storage.keys import (
     CF_COUNTERS,
     CF_INTENTS,
@@ -35,27 +34,7 @@ from pml_server.storage.postgres import (
 from pml_server.storage.postgres._schema import MIGRATIONS
 from pml_server.storage.seam import Locks, RequestAlreadyAppliedError
 from testing.postgres_cluster import free_port
-
-Opener = Callable[[], StoreBackend]
-
-
-@pytest.fixture(params=["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    """Opens the backend's store (again: a reopen sees the same data)."""
-    opened: list[StoreBackend] = []
-    if request.param == "rocksdb":
-        location: str | None = None
-    else:
-        location = request.getfixturevalue("postgres_dsn")
-
-    def open_one() -> StoreBackend:
-        store = open_store(location, tmp_path / "db", "sync", 4)
-        opened.append(store)
-        return store
-
-    yield open_one
-    for store in opened:
-        store.close()
+from tests.storage.conftest import Opener
 
 
 def test_batches_are_atomic_visible_and_survive_reopen(opener: Opener) -> None:
