@@ -951,3 +951,21 @@ def test_a_batch_export_of_whole_runs_holds_nothing(
     assert _spans_counter(server, "ignored") == 3  # the two HTTP spans and the turn's root
     (pattern,) = client.iter_patterns()
     assert list(pattern.tools_used) == ["read_file", "write_file"]
+
+
+def test_settling_roots_count_against_the_hold_bound(start: StartServer) -> None:
+    """Lone roots are held within `otlp_pending_spans` like calls: past it, one is ignored as
+    before the settle window existed (never an error), and the room comes back once the held
+    ones have settled."""
+    server = start(otlp_settle_seconds=0.3, otlp_pending_spans=2)
+    roots = [
+        [s for s in _recorded(lambda t: _agent_run(t, "Say hello", [])) if s.parent is None]
+        for _ in range(4)
+    ]  # four traces
+    replies = _export_each(server.port, [r[0] for r in roots[:3]])
+    assert ["held" in r.error_message for r in replies] == [True, True, False]
+    assert all(r.rejected_spans == 0 for r in replies)
+    assert (_spans_counter(server, "held"), _spans_counter(server, "ignored")) == (2, 1)
+    assert _until(lambda: _spans_counter(server, "ignored") == 3)  # settled, let go
+    (reply,) = _export_each(server.port, roots[3])
+    assert "held" in reply.error_message
