@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import faulthandler
 import gc
-import ipaddress
 import logging
 import signal
 import sys
@@ -36,7 +35,7 @@ from pml_server.api.security.auth import KeyStore
 from pml_server.api.security.key_reload import KeysFileWatcher
 from pml_server.api.security.page_tokens import PageTokens, load_or_create_secret
 from pml_server.api.servicer import PmlServicer, ServiceDeps
-from pml_server.config import Config, ServerConfig
+from pml_server.config import Config, ServerConfig, is_loopback
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
 from pml_server.storage import SCHEMA_VERSION
@@ -95,16 +94,6 @@ def open_engine(config: Config) -> EngineProtocol:
     from pml_server.service import Engine
 
     return Engine.open(config.engine)
-
-
-def is_loopback(listen: str) -> bool:
-    host = listen.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _credentials(config: ServerConfig) -> grpc.ServerCredentials | None:

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from pml_server.config._addresses import is_loopback, is_loopback_host
 from pml_server.config._flags import add_serve_flags, settings_from_args
 from pml_server.config._model import (
     DEFAULT_DATA_DIR,
@@ -61,6 +62,8 @@ __all__ = [
     "ServerConfig",
     "add_serve_flags",
     "config_of",
+    "is_loopback",
+    "is_loopback_host",
     "read_file",
     "serve_config",
 ]

@@ -25,12 +25,12 @@ from mcp_types import (
 from pydantic import ValidationError
 
 from pml_server import __version__
+from pml_server.config import is_loopback_host
 from pml_server.mcp import _resources as resources
 from pml_server.mcp._http_auth import BearerCheck
 from pml_server.mcp._stdio import serve_stdio
 from pml_server.mcp._tools import register
 from pml_server.mcp._upstream import Upstream
-from pml_server.mcp.cli import LOOPBACK_HOSTS
 
 _INSTRUCTIONS = (
     "pml is a procedural memory: before writing code for a task, call `suggest` with the task "
@@ -194,11 +194,12 @@ def security_settings(
 ) -> TransportSecuritySettings:
     """DNS rebinding protection, always on: a browser page on another origin that resolves its
     name to our address sends its own Host and Origin, which are refused (421 and 403)."""
-    if host in LOOPBACK_HOSTS:
-        hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
-        origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+    bracketed = f"[{host}]" if ":" in host else host
+    if is_loopback_host(host):
+        names = dict.fromkeys(["127.0.0.1", "localhost", "[::1]", bracketed])
+        hosts = [f"{name}:*" for name in names]
+        origins = [f"http://{name}:*" for name in names]
     else:
-        bracketed = f"[{host}]" if ":" in host else host
         hosts = [f"{bracketed}:{port}", bracketed]
         origins = [f"http://{bracketed}:{port}", f"https://{bracketed}:{port}"]
     return TransportSecuritySettings(

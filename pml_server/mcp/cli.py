@@ -6,8 +6,9 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from pml_server.config import is_loopback_host
+
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8765"
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 def add_parser(
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         if not sep or not port_text.isdigit():
             print(f"pml mcp: --listen {args.listen!r}: use host:port", file=sys.stderr)
             return 2
-        if host not in LOOPBACK_HOSTS and not args.allow_remote:
+        if not is_loopback_host(host) and not args.allow_remote:
             print(
                 f"pml mcp: refusing to listen on {args.listen}: pass --allow-remote to accept "
                 "connections from other machines",
