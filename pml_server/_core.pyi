@@ -48,6 +48,7 @@ __all__ = [
     "rank_next",
     "rank_query",
     "recency_factor",
+    "redact_url_credentials",
     "same_tool",
     "sha256_tagged",
 ]
@@ -510,6 +511,14 @@ def normalize(code: str, language: str, *, with_steps: bool = True) -> Normalize
     ts/typescript/mts/cts/tsx, py/python. Other languages and unparsable or too deeply nested
     code use the deterministic token-level fallback. Raises InputTooLargeError over
     NORMALIZE_MAX_INPUT_BYTES and CoreArgumentError for a str with lone surrogates."""
+
+def redact_url_credentials(name: str) -> str:
+    """`name` (a tool's, a tag) with only its URL credentials redacted, as `prepare_captures`
+    writes them in free text: a URL's user-info with a password (`scheme://[REDACTED]@host`;
+    `ssh://git@host` is kept) and the value of a query parameter named as a credential
+    (`?access_token=[REDACTED]`). No other rule: a name that merely looks random (a commit
+    hash) is kept. GIL released; `name` itself when there is nothing to redact (a name with a
+    lone surrogate that has one comes back with its surrogates replaced by U+FFFD)."""
 
 def parse_only(code: str, language: str) -> bool:
     """Parse with the same parser as `normalize` and do nothing else (benchmark baseline; GIL

@@ -434,19 +434,31 @@ def failure(entry: model.FailureEntry) -> resources_pb2.Failure:
 
 
 def retention(report: model.RetentionReport) -> pml_pb2.RunRetentionResponse:
-    return pml_pb2.RunRetentionResponse(
+    """The report's first entries, as many as fit the answer's byte budget (`budget.fits`)
+    and at most `budget.RETENTION_ENTRIES`, with how many actions there were: a store with a
+    million patterns due would otherwise answer past the gRPC message limit."""
+    reply = pml_pb2.RunRetentionResponse(
         dry_run=report.dry_run,
-        entries=[
-            resources_pb2.RetentionEntry(
-                pattern=name(PATTERNS, e.pattern_id),
-                action=_RETENTION_TO_PROTO[e.action],
-                reason=e.reason,
-                superseded_by=name(PATTERNS, e.superseded_by),
-            )
-            for e in report.entries
-        ],
         run_time=_ts(report.ran_at_ms),
+        total_actions=len(report.entries),
     )
+    used = 0
+    for n, e in enumerate(report.entries):
+        if n >= budget.RETENTION_ENTRIES:
+            break
+        entry = resources_pb2.RetentionEntry(
+            pattern=name(PATTERNS, e.pattern_id),
+            action=_RETENTION_TO_PROTO[e.action],
+            reason=e.reason,
+            superseded_by=name(PATTERNS, e.superseded_by),
+        )
+        size = entry.ByteSize()
+        if not budget.fits(used, size, n):
+            break
+        reply.entries.append(entry)
+        used += size
+    reply.truncated = len(reply.entries) < len(report.entries)
+    return reply
 
 
 def stats(s: model.Stats) -> pml_pb2.GetStatsResponse:

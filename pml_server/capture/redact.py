@@ -12,10 +12,10 @@ says which texts a record has and puts the redacted ones back.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from pml_server import _core
 from pml_server.capture.normalize import NormalizedCode
 from pml_server.domain.model import ExecutionRecord, ToolCall
 
@@ -29,35 +29,21 @@ def record_texts(record: ExecutionRecord) -> list[str]:
     return texts
 
 
-# A URL's authority, as the core reads it (docs/capture.md, Secrets): it ends at the first `/`,
-# `?`, `#`, whitespace, quote or angle bracket, and its user-info runs to its last `@` (a
-# password may hold an unescaped `@`). Names (a tool's, a tag) are not free text: the core's
-# rules would blank a name that merely looks random (a commit hash in a tag, `tool_a8f9e0b1...`),
-# which is still the name filters and grouping compare. A password in a URL is never part of a
-# name, and was stored as given: in `tools_used` (and every answer naming the tool) and in the
-# pattern's tags.
-_URL_AUTHORITY = re.compile(r"://([^/?#\s\"'<>]*)")
-
-
-def _without_password(url: re.Match[str]) -> str:
-    authority = url.group(1)
-    at = authority.rfind("@")
-    if at < 0 or ":" not in authority[:at]:
-        return url.group(0)  # no user-info, or a user without a password (`ssh://git@host`)
-    return f"://[REDACTED]@{authority[at + 1 :]}"
-
-
 def redacted_name(name: str) -> str:
-    """A tool name or tag with the user-info of a URL with a password in it redacted, as the
-    core writes it (`scheme://[REDACTED]@host`)."""
-    return _URL_AUTHORITY.sub(_without_password, name) if "://" in name else name
+    """A tool name or tag with its URL credentials redacted, by the core's URL rules
+    (`scheme://[REDACTED]@host`, `?access_token=[REDACTED]`: docs/capture.md, Secrets). Names
+    are not free text: the core's other rules would blank a name that merely looks random (a
+    commit hash in a tag, `tool_a8f9e0b1...`), which is still the name filters and grouping
+    compare. A URL credential is never part of a name, and was stored as given: in `tools_used`
+    (and every answer naming the tool) and in the pattern's tags."""
+    return _core.redact_url_credentials(name)
 
 
 def redacted_record(
     record: ExecutionRecord, normalized: NormalizedCode, texts: Sequence[str]
 ) -> ExecutionRecord:
     """`record` as it may be stored, given `texts`: its `record_texts` redacted, and its names
-    (tools, tags) without URL passwords (`redacted_name`)."""
+    (tools, tags) without URL credentials (`redacted_name`)."""
     intent, trace_text = texts[0], texts[1]
     calls = tuple(
         _cleaned_call(call, texts[2 + 2 * k], texts[3 + 2 * k])

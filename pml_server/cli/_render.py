@@ -438,6 +438,10 @@ def retention(console: Console, reply: pml_pb2.RunRetentionResponse) -> None:
         action = resources_pb2.RetentionAction.Name(e.action).removeprefix("RETENTION_ACTION_")
         rows.append((_short(e.pattern), action.lower(), e.reason, _short(e.superseded_by) or "-"))
     _listing(console, title, ("pattern", "action", "reason", "superseded by"), rows)
+    if reply.truncated:  # the answer lists the first actions only (proto: RunRetentionResponse)
+        listed = f"Listed {len(reply.entries)} of {reply.total_actions} actions"
+        done = "" if reply.dry_run else f"; all {reply.total_actions} were applied"
+        console.print(f"{listed} (the answer is cut){done}.")
 
 
 def stats(console: Console, s: pml_pb2.GetStatsResponse) -> None:

@@ -110,6 +110,9 @@ class Limits:
     # ---- answers (api/admission/budget.py): no answer fails because of another record's size ----
     answer_pattern: Limit = Limit("patterns[]", 64 * KIB, "bytes")  # then trimmed
     answer: Limit = Limit("patterns", 4 * MIB, "bytes")  # gRPC's default receive limit
+    # Entries of one RunRetention answer (one per action; each also counts in `answer`): the
+    # actions are all applied, the answer lists the first ones and how many there were.
+    retention_entries: Limit = Limit("entries", 10_000, "items")
 
     def with_bounds(self, **bounds: int) -> Limits:
         """This table with the bounds of the named settable entries replaced (each >= 1; code

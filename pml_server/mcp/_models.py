@@ -28,19 +28,21 @@ class ToolCallIn(BaseModel):
     refused: `{"tool": ..., "success": false}` was stored as a call that succeeded (`ok`
     defaulted to true)."""
 
+    # `ok` and `duration_ms` are strict, as the tools' own numbers are (`_tools.py`): `ok:
+    # "false"` or `0` is refused, not read as false (the docstring is the published schema's).
     model_config = ConfigDict(extra="forbid")
 
     tool: str = Field(
         min_length=1, max_length=LIMITS.tool.bound, description="tool name, e.g. read_file"
     )
-    ok: bool = Field(default=True, description="whether the call succeeded")
+    ok: bool = Field(default=True, strict=True, description="whether the call succeeded")
     error: str = Field(
         default="", max_length=LIMITS.error.bound, description="error text when ok is false"
     )
     arguments: dict[str, Any] | None = Field(
         default=None, description="the call's arguments (secrets are redacted before storage)"
     )
-    duration_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    duration_ms: float = Field(default=0.0, strict=True, ge=0, allow_inf_nan=False)
 
 
 class Parameter(BaseModel):

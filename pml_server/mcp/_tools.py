@@ -1,6 +1,8 @@
 """The MCP tools: `suggest`, `record_execution`, `get_pattern`. Each validates its arguments
 through its signature (the SDK names a bad field in the tool error), calls pml over gRPC and
-returns a model (structured output)."""
+returns a model (structured output). Numbers and booleans are strict (`strict=True`): pydantic's
+lax mode would take `k: "5"` as 5 or `true` as 1, values the published schema refuses (an
+integer stays a valid number)."""
 
 from __future__ import annotations
 
@@ -68,7 +70,13 @@ def register(server: MCPServer, upstream: Upstream) -> None:
             ),
         ],
         k: Annotated[
-            int, Field(ge=1, le=LIMITS.suggestions.bound, description="how many capabilities")
+            int,
+            Field(
+                strict=True,
+                ge=1,
+                le=LIMITS.suggestions.bound,
+                description="how many capabilities",
+            ),
         ] = 5,
         available_tools: Annotated[
             list[str] | None,
@@ -76,7 +84,13 @@ def register(server: MCPServer, upstream: Upstream) -> None:
         ] = None,
         min_success: Annotated[
             float | None,
-            Field(ge=0, le=1, allow_inf_nan=False, description="minimum success estimate"),
+            Field(
+                strict=True,
+                ge=0,
+                le=1,
+                allow_inf_nan=False,
+                description="minimum success estimate",
+            ),
         ] = None,
         session_id: Annotated[
             str,
@@ -149,7 +163,7 @@ def register(server: MCPServer, upstream: Upstream) -> None:
                 description="idempotency key; default a new UUID",
             ),
         ] = None,
-        duration_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0,
+        duration_ms: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)] = 0.0,
         session_id: Annotated[
             str,
             Field(

@@ -7,8 +7,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pml_server._proto.pml.v1 import resources_pb2 as r
+from pml_server.api.admission import budget
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.retention import RetentionConfig
+from tests.conftest import StartServer
 
 READ_JSON = "const d = await mcp.read_file({path: 'a.json'}); return mcp.parse_json(d)"
 WRITE_JSON = "await mcp.write_file({path: 'o.json', data: JSON.stringify(x)})"
@@ -133,6 +136,42 @@ def test_retention_dry_run_and_apply(client: PmlClient) -> None:
     assert dry.run_time.seconds > 0
     applied = client.run_retention(apply=True)
     assert not applied.dry_run
+
+
+def test_a_retention_answer_lists_what_fits_and_applies_every_action(
+    start: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RunRetention answered one entry per action, with no bound: a store with a million
+    patterns due for removal answered past the gRPC message limit (and the client's). Now the
+    answer lists what fits its byte budget and at most `LIMITS.retention_entries`, says how
+    many actions there were and that the list is cut; every action is still applied."""
+    retention = RetentionConfig(min_tries=2, min_success_rate=0.9, auto_remove=True)
+    server = start(retention=retention)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        for i in range(12):  # 12 patterns of 1 success in 2 tries: each removed
+            code = f"await mcp.tool_{i}({{}})"
+            client.record(make_record(f"task {i}", code, tools=[f"tool_{i}"]))
+            failed = [(f"tool_{i}", "timeout")]
+            client.record(make_record(f"task {i}", code, failed_tools=failed))
+        whole = client.run_retention()
+        assert len(whole.entries) == 12
+        assert (whole.total_actions, whole.truncated) == (12, False)
+        sizes = [e.ByteSize() for e in whole.entries]
+        # Room for the first three entries only (as a listing page's byte budget).
+        monkeypatch.setattr(budget, "RESPONSE_BYTES", sum(sizes[:3]) + sizes[3] - 1)
+        cut = client.run_retention()
+        assert list(cut.entries) == list(whole.entries[:3])
+        assert (cut.total_actions, cut.truncated) == (12, True)
+        monkeypatch.undo()
+        monkeypatch.setattr(budget, "RETENTION_ENTRIES", 5)
+        applied = client.run_retention(apply=True)
+        assert not applied.dry_run
+        assert list(applied.entries) == list(whole.entries[:5])
+        assert all(e.action == r.RETENTION_ACTION_REMOVED for e in applied.entries)
+        assert (applied.total_actions, applied.truncated) == (12, True)
+        assert client.stats().patterns == 0  # all 12 applied, 5 listed
+        after = client.run_retention()
+        assert (len(after.entries), after.total_actions, after.truncated) == (0, 0, False)
 
 
 def test_stats_count_the_tenant(client: PmlClient) -> None:

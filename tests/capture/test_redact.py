@@ -150,7 +150,12 @@ def test_names_lose_only_a_url_password() -> None:
         "tool_a8f9e0b1c2d3e4f5a6b7c8d9",
         "commit:a94a8fe5ccb19ba61c4c0873d391e987982fbbd3",
     ):
-        assert redacted_name(kept) == kept
+        assert redacted_name(kept) is kept
+    token = "https://h/t?page=2&access_token=abcdef123456"
+    assert redacted_name(token) == "https://h/t?page=2&access_token=[REDACTED]"
+    # A lone surrogate (no UTF-8) is kept with the name, unless the name has a credential.
+    assert redacted_name("tool\ud800") == "tool\ud800"
+    assert redacted_name("pg://u:pw@db\ud800").startswith("pg://[REDACTED]@db\ufffd")
     record = ExecutionRecord(
         request_id="r1",
         intent="call it",

@@ -22,8 +22,10 @@ import pytest
 from google.protobuf import json_format
 
 from pml_server import cli
+from pml_server.api.admission import budget
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.retention import RetentionConfig
 from pml_server.storage import Store
 from tests.conftest import StartServer
 from tests.support import open_engine, stop_pml_serve
@@ -153,6 +155,38 @@ def test_json_output_of_every_client_command(run: Run, tmp_path: Path) -> None:
     assert json.loads(run("delete", pattern, "--json")[0]) == {"deleted": pattern}
     _, err = run("show", pattern, "--json", expect=1)
     assert json.loads(err)["error"]["status"] == "NOT_FOUND"
+
+
+def test_a_cut_retention_list_says_so(
+    start: StartServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pml retention` printed the entries it got: a cut answer (RunRetentionResponse lists the
+    first actions only) read as the whole run."""
+    server = start(retention=RetentionConfig(min_tries=2, min_success_rate=0.9))
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        for i in range(3):  # 1 success in 2 tries: a removal candidate each
+            code = f"await mcp.t_{i}({{}})"
+            client.record(make_record(f"task {i}", code, tools=[f"t_{i}"]))
+            client.record(make_record(f"task {i}", code, failed_tools=[(f"t_{i}", "timeout")]))
+    monkeypatch.setenv("PML_SERVER", f"127.0.0.1:{server.port}")
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(budget, "RETENTION_ENTRIES", 2)
+    for argv, said in [
+        (["retention"], "Listed 2 of 3 actions (the answer is cut)."),
+        (
+            ["retention", "--apply"],
+            "Listed 2 of 3 actions (the answer is cut); all 3 were applied.",
+        ),
+    ]:
+        with pytest.raises(SystemExit) as done:
+            cli.main(argv)
+        out = capsys.readouterr().out
+        assert done.value.code == 0, out
+        assert said in " ".join(out.split()), out
+    monkeypatch.setattr(budget, "RETENTION_ENTRIES", 3)
+    with pytest.raises(SystemExit):
+        cli.main(["retention"])
+    assert "Listed" not in capsys.readouterr().out
 
 
 def _one_line(err: str) -> str:

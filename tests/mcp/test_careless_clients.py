@@ -270,6 +270,57 @@ def test_unknown_arguments_are_refused(server: RunningServer) -> None:
     _run(_stdio(f"127.0.0.1:{server.port}"), _unknown_arguments_are_refused)
 
 
+async def _numbers_and_booleans_are_strict(client: Client) -> None:
+    """A string, a bool or a fraction where the schema says integer, a string or a bool where
+    it says number, a string or a number where it says boolean: refused naming the argument
+    (before: pydantic's lax mode took `k: "5"` as 5, `k: true` as 1, `duration_ms: "10"` as 10
+    and a call's `ok: "false"` or `ok: 0` as false, values the published schema refuses)."""
+    listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert listed["suggest"].input_schema["properties"]["k"]["type"] == "integer"
+    call = {"tool": "read_file", "arguments": {"path": "data.json"}}
+    cases = [
+        ("suggest", {"intent": "x", "k": "5"}, "k: input should be a valid integer"),
+        ("suggest", {"intent": "x", "k": 5.5}, "k: input should be a valid integer"),
+        ("suggest", {"intent": "x", "k": True}, "k: input should be a valid integer"),
+        ("suggest", {"intent": "x", "min_success": "0.5"}, "min_success: input should be a"),
+        ("suggest", {"intent": "x", "min_success": True}, "min_success: input should be a"),
+        ("record_execution", _record_args(duration_ms="10"), "duration_ms: input should be a"),
+        ("record_execution", _record_args(duration_ms=False), "duration_ms: input should be a"),
+        (
+            "record_execution",
+            _record_args(tool_calls=[{**call, "duration_ms": "1"}]),
+            "tool_calls.0.duration_ms: input should be a valid number",
+        ),
+        (
+            "record_execution",
+            _record_args(tool_calls=[{**call, "ok": "false"}]),
+            "tool_calls.0.ok: input should be a valid boolean",
+        ),
+        (
+            "record_execution",
+            _record_args(tool_calls=[{**call, "ok": 0}]),
+            "tool_calls.0.ok: input should be a valid boolean",
+        ),
+    ]
+    for tool, arguments, expected in cases:
+        result = await client.call_tool(tool, arguments)
+        text = _text(result)
+        assert result.is_error, (arguments, text)
+        assert text.startswith("invalid argument: " + expected), text
+    # What the schema allows still passes: an integer where it says number.
+    done = await client.call_tool("record_execution", _record_args(duration_ms=10))
+    assert not done.is_error, _text(done)
+    found = await client.call_tool(
+        "suggest", {"intent": "Read JSON file", "k": 2, "min_success": 0}
+    )
+    assert not found.is_error, _text(found)
+    assert len(found.structured_content["capabilities"]) == 1
+
+
+def test_numbers_and_booleans_are_strict(server: RunningServer) -> None:
+    _run(_stdio(f"127.0.0.1:{server.port}"), _numbers_and_booleans_are_strict)
+
+
 TOKEN = "qtok_9f8e7d6c5b4a39281706"
 KEY_URL = f"https://api.example.com/v1/items?access_token={TOKEN}&page=2"
 

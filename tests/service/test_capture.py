@@ -15,6 +15,7 @@ from pml_server.domain.model import (
     CaptureResult,
     ExecutionRecord,
     PageRequest,
+    SuggestQuery,
     ToolCall,
 )
 from pml_server.service import Engine
@@ -377,3 +378,38 @@ def test_rule6_concurrent_retries_of_one_request_count_once(engine: Engine) -> N
     assert sorted(r.replayed for r in results) == [False] + [True] * 7
     assert len({r.pattern_id for r in results}) == 1
     assert engine.stats("t").executions == 1
+
+
+def test_a_url_query_token_in_a_tool_name_or_tag_is_stored_redacted(engine: Engine) -> None:
+    """A tool named by a URL with `?access_token=...` and a tag with `&token=...` were stored as
+    given: names lost only a URL's user-info password, not the query token the core's free-text
+    rule redacts. Now both lose the token's value (the core's one URL rule), and a name that
+    merely looks random (a commit hash) is kept."""
+    url = "https://api.example.com/tools/run?access_token=abcdef123456&page=2"
+    hashed = "tool_a8f9e0b1c2d3e4f5a6b7c8d9"
+    record = ExecutionRecord(
+        request_id="r1",
+        intent="call the internal tool",
+        code="await mcp.internal_tool({q: 1});\nawait mcp.other_tool({q: 2});",
+        language="javascript",
+        tool_calls=(
+            ToolCall(url, arguments_json="{}"),
+            ToolCall(hashed, arguments_json="{}", ok=False, error="timeout"),
+        ),
+        tags=("src=https://h/x?page=1&token=abcdef123456", "commit:a94a8fe5ccb19ba61c4c0873d391e9"),
+    )
+    engine.record("t", record)
+    redacted = "https://api.example.com/tools/run?access_token=[REDACTED]&page=2"
+    (failure,) = engine.list_failures("t", PageRequest()).items
+    assert failure.tool == hashed
+    one = "await mcp.internal_tool({q: 1});"
+    ok = replace(
+        record, request_id="r2", code=one, tool_calls=(ToolCall(url, arguments_json="{}"),)
+    )
+    saved = engine.record("t", ok)
+    pattern = engine.get_pattern("t", saved.pattern_id)
+    assert pattern.tools_used == (redacted,)
+    assert "abcdef123456" not in repr(pattern)
+    tags = ("src=https://h/x?page=1&token=[REDACTED]",)
+    found = engine.suggest("t", SuggestQuery(intent="call the internal tool", tags=tags))
+    assert [s.pattern.id for s in found.suggestions] == [saved.pattern_id]

@@ -1809,10 +1809,16 @@ type RunRetentionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// (Output only) True when nothing was changed.
 	DryRun bool `protobuf:"varint,1,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	// (Output only) One entry per action.
+	// (Output only) One entry per action, the first ones found: at most 10,000 and as many as
+	// fit the answer's byte budget (4 MiB), so that a store with many actions due still gets an
+	// answer. With `apply`, every action is applied, listed or not.
 	Entries []*RetentionEntry `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
 	// (Output only) When it ran.
-	RunTime       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=run_time,json=runTime,proto3" json:"run_time,omitempty"`
+	RunTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=run_time,json=runTime,proto3" json:"run_time,omitempty"`
+	// (Output only) How many actions the run found (applied, with `apply`), listed or not.
+	TotalActions int64 `protobuf:"varint,4,opt,name=total_actions,json=totalActions,proto3" json:"total_actions,omitempty"`
+	// (Output only) True when `entries` lists fewer than `total_actions`.
+	Truncated     bool `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1866,6 +1872,20 @@ func (x *RunRetentionResponse) GetRunTime() *timestamppb.Timestamp {
 		return x.RunTime
 	}
 	return nil
+}
+
+func (x *RunRetentionResponse) GetTotalActions() int64 {
+	if x != nil {
+		return x.TotalActions
+	}
+	return 0
+}
+
+func (x *RunRetentionResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 // GetStatsRequest takes no arguments.
@@ -2118,11 +2138,13 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\bfailures\x18\x01 \x03(\v2\x0f.pml.v1.FailureR\bfailures\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"+\n" +
 	"\x13RunRetentionRequest\x12\x14\n" +
-	"\x05apply\x18\x01 \x01(\bR\x05apply\"\x98\x01\n" +
+	"\x05apply\x18\x01 \x01(\bR\x05apply\"\xdb\x01\n" +
 	"\x14RunRetentionResponse\x12\x17\n" +
 	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x120\n" +
 	"\aentries\x18\x02 \x03(\v2\x16.pml.v1.RetentionEntryR\aentries\x125\n" +
-	"\brun_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\arunTime\"\x11\n" +
+	"\brun_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\arunTime\x12#\n" +
+	"\rtotal_actions\x18\x04 \x01(\x03R\ftotalActions\x12\x1c\n" +
+	"\ttruncated\x18\x05 \x01(\bR\ttruncated\"\x11\n" +
 	"\x0fGetStatsRequest\"\xd1\x01\n" +
 	"\x10GetStatsResponse\x12\x1a\n" +
 	"\bpatterns\x18\x01 \x01(\x03R\bpatterns\x12\"\n" +

@@ -25,7 +25,7 @@ use crate::error::{CoreError, CoreResult};
 pub use language::{resolve as resolve_language, Lang, LanguageChoice};
 pub use literal::JsonType;
 pub use prepare::{prepare, prepare_many, CaptureInput, Prepared, MIN_SECRET_CHARS};
-pub use secrets::redact_text;
+pub use secrets::{redact_text, redact_url_credentials};
 pub use steps::{
     ArgKind, Step, StepArgument, StepSource, MAX_ARGUMENT_NODES, MAX_STEPS, MAX_STEP_ARGUMENTS,
 };

@@ -307,17 +307,28 @@ fn is_token_byte(b: u8) -> bool {
 /// For free text that no parser reads: error messages, arguments, traces, comments. Linear in
 /// the text; borrowed when nothing is found.
 pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
-    redact(text, is_secret_value)
+    redact(text, Some(is_secret_value))
+}
+
+/// `redact_text`'s URL rules alone, for a name (a tool's, a tag): a URL's user-info when it has
+/// a password (`scheme://[REDACTED]@host`) and the value of a query parameter named as a
+/// credential (`?access_token=[REDACTED]`), written as `redact_text` writes them. No other rule:
+/// a name that merely looks random (a commit hash, `tool_a8f9e0b1...`) is still the name that
+/// filters and grouping compare. Borrowed when nothing is found.
+pub fn redact_url_credentials(name: &str) -> std::borrow::Cow<'_, str> {
+    redact(name, None)
 }
 
 /// `redact_text` for code (a template, the stored code): only credential prefixes, JWTs,
 /// `Bearer`/`Basic` tokens and PEM blocks, never the entropy rule, so that identifiers stay.
 /// Secret string literals are handled by the normalizer itself (they are parameters).
 pub fn redact_code(code: &str) -> std::borrow::Cow<'_, str> {
-    redact(code, is_credential_shaped)
+    redact(code, Some(is_credential_shaped))
 }
 
-fn redact(text: &str, flagged: fn(&str) -> bool) -> std::borrow::Cow<'_, str> {
+/// `text` with its URL credentials redacted, and with `flagged`, its PEM blocks, `Bearer` or
+/// `Basic` tokens and the tokens `flagged` flags too.
+fn redact(text: &str, flagged: Option<fn(&str) -> bool>) -> std::borrow::Cow<'_, str> {
     let bytes = text.as_bytes();
     let mut out: Option<String> = None;
     let mut copied = 0usize; // bytes of `text` already in `out`
@@ -347,6 +358,10 @@ fn redact(text: &str, flagged: fn(&str) -> bool) -> std::borrow::Cow<'_, str> {
                 continue;
             }
         }
+        let Some(flagged) = flagged else {
+            i += 1; // URL credentials only
+            continue;
+        };
         if bytes[i] == b'-' && bytes[i..].starts_with(b"-----BEGIN") {
             if let Some(end) = pem_end(text, i) {
                 redact(&mut out, &mut copied, i, end);
@@ -555,6 +570,59 @@ mod tests {
                 matches!(redact_text(plain), std::borrow::Cow::Borrowed(_)),
                 "{plain}"
             );
+        }
+    }
+
+    #[test]
+    fn names_lose_only_url_credentials() {
+        let redacted = |name| redact_url_credentials(name).into_owned();
+        assert_eq!(
+            redacted("https://admin:p@ss@tools.internal/x"),
+            "https://[REDACTED]@tools.internal/x"
+        );
+        assert_eq!(
+            redacted("db=pg://admin:Tr0ub&3@db/prod"),
+            "db=pg://[REDACTED]@db/prod"
+        );
+        assert_eq!(
+            redacted("https://api.example.com/run?access_token=abcdef123456&page=2"),
+            "https://api.example.com/run?access_token=[REDACTED]&page=2"
+        );
+        assert_eq!(
+            redacted("a https://u:pw@h/x and pg://v:pw2@db?token=t0k#f, ssh://git@h ?api_key=k"),
+            "a https://[REDACTED]@h/x and pg://[REDACTED]@db?token=[REDACTED]#f, ssh://git@h \
+             ?api_key=[REDACTED]"
+        );
+        assert_eq!(
+            redacted("café://üser:mötdepässe@hôte/ß?jeton=1&secret=clé€"),
+            "café://[REDACTED]@hôte/ß?jeton=1&secret=[REDACTED]"
+        );
+        // What free text would lose but a name keeps: random-looking tokens, key prefixes
+        // (a tool may be named so), `Bearer` and PEM text.
+        for kept in [
+            "ssh://git@github.com/a/b",
+            "https://host:8080/x?page=2&max_tokens=5",
+            "gmail:get",
+            "tool_a8f9e0b1c2d3e4f5a6b7c8d9",
+            "commit:a94a8fe5ccb19ba61c4c0873d391e987982fbbd3",
+            "q8Zr3VxT0pLk2WmN7sYb4HdJ9fGc",
+            "ghp_0123456789abcdefghijklmnopqrstuvwxyz",
+            "Bearer abcdefgh12345",
+            "-----BEGIN X-----\nMIIB\n-----END X-----",
+            "",
+        ] {
+            assert!(
+                matches!(redact_url_credentials(kept), std::borrow::Cow::Borrowed(_)),
+                "{kept}"
+            );
+        }
+        assert!(redact_text("q8Zr3VxT0pLk2WmN7sYb4HdJ9fGc").contains(REDACTED_TOKEN));
+        // The URL rules are redact_text's, written the same way.
+        for text in [
+            "connect pg://admin:Tr0ub4dor&3-horse@db.internal:5432/prod.",
+            "GET https://h/x?page=2&access_token=tok_123&q=1 and ?token=t2",
+        ] {
+            assert_eq!(redact_url_credentials(text), redact_text(text), "{text}");
         }
     }
 

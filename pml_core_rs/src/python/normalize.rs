@@ -1,6 +1,6 @@
 //! The pyo3 glue of normalization and hashing: `normalize`, `prepare_captures`, `parse_only`,
-//! `sha256_tagged` and the classes of a normalized snippet (`Normalized`, `Param`, `Step`,
-//! `StepArgument`).
+//! `redact_url_credentials`, `sha256_tagged` and the classes of a normalized snippet
+//! (`Normalized`, `Param`, `Step`, `StepArgument`).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
@@ -247,6 +247,28 @@ pub(super) fn prepare_captures(
         });
     }
     Ok(out)
+}
+
+/// `name` (a tool's, a tag) with only its URL credentials redacted (GIL released): the same
+/// object when there are none. A name with a lone surrogate (not UTF-8) is read with its
+/// surrogates replaced by U+FFFD, and given back so only when it had a credential to lose.
+#[pyfunction]
+pub(super) fn redact_url_credentials<'py>(
+    py: Python<'py>,
+    name: &Bound<'py, PyString>,
+) -> Bound<'py, PyString> {
+    let lossy;
+    let text = match name.to_str() {
+        Ok(text) => text,
+        Err(_) => {
+            lossy = name.to_string_lossy();
+            &*lossy
+        }
+    };
+    match py.detach(|| normalize::redact_url_credentials(text)) {
+        std::borrow::Cow::Borrowed(_) => name.clone(),
+        std::borrow::Cow::Owned(redacted) => PyString::new(py, &redacted),
+    }
 }
 
 /// Parse only, with the parser `normalize` uses (benchmark baseline; GIL released).

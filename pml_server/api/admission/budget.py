@@ -3,7 +3,8 @@
 A pattern in a Suggest or ListPatterns answer is trimmed past `PATTERN_BYTES` (its code and
 template cut, fewer recent values and intents, `truncated` set; GetPattern returns it whole),
 and a listing page stops early at `RESPONSE_BYTES` with a page token for the rest (AIP-158: a
-page may be shorter than asked; only an empty token ends the listing).
+page may be shorter than asked; only an empty token ends the listing). A RunRetention answer
+lists at most `RETENTION_ENTRIES` actions within `RESPONSE_BYTES`, with their total count.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ TRIMMED_TEXT_CHARS = 8 * 1024  # `original_code` and `template` of a trimmed pat
 TRIMMED_VALUE_CHARS = 256  # each recent value kept in a trimmed pattern
 TRIMMED_INTENTS = 16
 RESPONSE_BYTES = LIMITS.answer.bound  # a whole Suggest or list answer
+RETENTION_ENTRIES = LIMITS.retention_entries.bound  # entries of a RunRetention answer
 
 
 def trim_pattern(out: resources_pb2.Pattern) -> None:

@@ -929,11 +929,20 @@ class RunRetentionResponse(_message.Message):
     DRY_RUN_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
     RUN_TIME_FIELD_NUMBER: _builtins.int
+    TOTAL_ACTIONS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
     dry_run: _builtins.bool
     """(Output only) True when nothing was changed."""
+    total_actions: _builtins.int
+    """(Output only) How many actions the run found (applied, with `apply`), listed or not."""
+    truncated: _builtins.bool
+    """(Output only) True when `entries` lists fewer than `total_actions`."""
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.RetentionEntry]:
-        """(Output only) One entry per action."""
+        """(Output only) One entry per action, the first ones found: at most 10,000 and as many as
+        fit the answer's byte budget (4 MiB), so that a store with many actions due still gets an
+        answer. With `apply`, every action is applied, listed or not.
+        """
 
     @_builtins.property
     def run_time(self) -> _timestamp_pb2.Timestamp:
@@ -945,10 +954,12 @@ class RunRetentionResponse(_message.Message):
         dry_run: _builtins.bool = ...,
         entries: _abc.Iterable[_resources_pb2.RetentionEntry] | None = ...,
         run_time: _timestamp_pb2.Timestamp | None = ...,
+        total_actions: _builtins.int = ...,
+        truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["run_time", b"run_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "entries", b"entries", "run_time", b"run_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "entries", b"entries", "run_time", b"run_time", "total_actions", b"total_actions", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
