@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benches.bench_quality import _open
 from benches.common import Row
 from benches.harness import devset, make_exact_multistep
+from benches.harness.quality_engine import open_engine
 from benches.harness.quality_latency import filled_store
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, SuggestResult, ToolCall
 from pml_server.service import Engine
@@ -227,7 +227,7 @@ def run(large: bool) -> list[Row]:
         return []
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="pml-plans-") as tmp:
-        engine = _open(Path(tmp) / "multistep", EMBEDDER, None)
+        engine = open_engine(Path(tmp) / "multistep", EMBEDDER, None)
         all_queries = _jsonl(MULTISTEP / "queries.jsonl")
         try:
             fill_multistep(engine)
@@ -252,7 +252,7 @@ def run(large: bool) -> list[Row]:
                     c.answer_recall, "recall", c.single_recall, "best single suggestion",
                     extra=extra),
             ]  # fmt: skip
-        engine = _open(Path(tmp) / "devset", EMBEDDER, None)
+        engine = open_engine(Path(tmp) / "devset", EMBEDDER, None)
         try:
             group_of = fill_exact_store(engine)
             f = false_plans(engine, group_of)
@@ -287,7 +287,7 @@ def run(large: bool) -> list[Row]:
                     x.tfidf["hit@1"], "TF-IDF (all)", extra={"queries": count})
             )  # fmt: skip
         store, _ = filled_store(Path(tmp), EMBEDDER, 10_000)
-        engine = _open(store, EMBEDDER, None)
+        engine = open_engine(store, EMBEDDER, None)
         try:
             from benches.harness.quality_dataset import load
 

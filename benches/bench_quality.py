@@ -20,44 +20,24 @@ alone with that model.
 from __future__ import annotations
 
 import tempfile
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from benches.common import Row
-from benches.harness.devset import as_record
-from benches.harness.quality_dataset import HeldOutQuery, LabelledExecution, load
-from pml_server.config import EngineConfig
+from benches.harness.quality_dataset import HeldOutQuery, load
+from benches.harness.quality_engine import SUITE, TENANT, capture_labelled, open_engine
+from benches.harness.quality_latency import latency_rows
 from pml_server.domain.model import SuggestQuery
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine
 
-SUITE = "quality"
-TENANT = "bench"
 # None: the fused ranking as served, with the defaults of the embedder family.
 MODES: dict[str, RankingConfig | None] = {
     "embedding": RankingConfig(lexical_weight=0.0),
     "lexical": RankingConfig(semantic_weight=0.0, lexical_weight=1.0),
     "fused": None,
 }
-
-
-def _open(data_dir: Path, embedder: str, ranking: RankingConfig | None) -> Engine:
-    config = EngineConfig(data_dir=data_dir, embedder=embedder, durability="fast", ranking=ranking)
-    engine = Engine.open(config)
-    if not engine.admin.wait_ready(timeout=600):
-        raise RuntimeError("engine index did not become ready")
-    return engine
-
-
-def _capture(engine: Engine, executions: Sequence[LabelledExecution]) -> dict[str, str]:
-    """Capability id -> label (the majority label of the executions it holds)."""
-    votes: dict[str, Counter[str]] = {}
-    for i, execution in enumerate(executions):
-        result = engine.record(TENANT, as_record(i, execution))
-        votes.setdefault(result.capability_id, Counter())[execution.label] += 1
-    return {cap: counter.most_common(1)[0][0] for cap, counter in votes.items()}
 
 
 def _rank_of(engine: Engine, query: SuggestQuery, label_of: dict[str, str], label: str) -> int:
@@ -100,13 +80,13 @@ def evaluate(embedder: str) -> dict[tuple[str, str], dict[str, float]]:
     splits = {"dev": dev, "held-out": held_out}
     results: dict[tuple[str, str], dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="pml-quality-") as tmp:
-        engine = _open(Path(tmp), embedder, MODES["fused"])
+        engine = open_engine(Path(tmp), embedder, MODES["fused"])
         try:
-            label_of = _capture(engine, executions)
+            label_of = capture_labelled(engine, executions)
         finally:
             engine.close()
         for mode, config in MODES.items():
-            engine = _open(Path(tmp), embedder, config)
+            engine = open_engine(Path(tmp), embedder, config)
             try:
                 for split, queries in splits.items():
                     ranks = _ranks(engine, queries, label_of, defaults=False)
@@ -165,7 +145,6 @@ def run(large: bool) -> list[Row]:
     for embedder in ("hashing", "minilm"):
         rows.extend(_quality_rows(embedder))
     sizes = (10_000, 100_000) if large else (10_000,)
-    from benches.harness.quality_latency import latency_rows  # imports this module: import late
 
     for embedder in ("hashing", "minilm"):
         for stored in sizes:

@@ -190,8 +190,8 @@ class _ConfiguredServer(Server):
 def collect_synthetic(embedder: str) -> list[Case]:
     from dataclasses import replace
 
-    from benches.bench_quality import TENANT, _capture, _open
     from benches.harness.quality_dataset import load
+    from benches.harness.quality_engine import TENANT, capture_labelled, open_engine
     from pml_server.domain.model import SuggestQuery
     from pml_server.ranking.config import default_ranking
 
@@ -200,9 +200,9 @@ def collect_synthetic(embedder: str) -> list[Case]:
     cases = []
     ungated = replace(default_ranking(embedder), step_gate=0.0)
     with tempfile.TemporaryDirectory() as tmp:
-        engine = _open(Path(tmp), embedder, ungated)
+        engine = open_engine(Path(tmp), embedder, ungated)
         try:
-            label_of = _capture(engine, executions)
+            label_of = capture_labelled(engine, executions)
             for split, qs in (("dev", dev), ("held-out", held_out)):
                 for i, q in enumerate(qs):
                     probe = SuggestQuery(q.text, k=K, min_match=0.0, min_success=0.0, explain=True)

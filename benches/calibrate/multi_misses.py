@@ -38,9 +38,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from benches.bench_plans import execution
-from benches.bench_quality import _open
 from benches.harness import devset, make_exact_multistep
 from benches.harness.quality_devset import split_of
+from benches.harness.quality_engine import open_engine
 from benches.harness.quality_vectors import vectors
 from pml_server.domain.model import ScoreParts, SuggestQuery
 from pml_server.ranking.config import RankingConfig, default_ranking
@@ -90,7 +90,7 @@ def _ask(
 ) -> dict[str, list[tuple[str, ScoreParts]]]:
     """Per query, (capability, score parts) of every candidate; with `bm25`, each candidate
     pattern's exact BM25 for the request (`LexicalIndex.search_among` over the candidates)."""
-    engine = _open(data, "minilm", ranking)
+    engine = open_engine(data, "minilm", ranking)
     out: dict[str, list[tuple[str, ScoreParts]]] = {}
     try:
         for qid, text in queries:
@@ -134,7 +134,7 @@ def _collect_store(
     vec = {t: v.tolist() for t, v in zip(texts, vectors("minilm", texts), strict=True)}
     data = tmp / name
     base = default_ranking("minilm")
-    engine = _open(data, "minilm", base)
+    engine = open_engine(data, "minilm", base)
     votes: dict[str, Counter[str]] = {}
     try:
         for n, e in enumerate(executions):

@@ -43,8 +43,8 @@ from benches.bench_plans import (
     fill_multistep,
     held_apart,
 )
-from benches.bench_quality import _open
 from benches.harness import devset, make_exact_multistep
+from benches.harness.quality_engine import open_engine
 from pml_server.domain.model import SuggestQuery
 from pml_server.ranking import plans
 from pml_server.service import _suggest
@@ -88,7 +88,7 @@ def collect(cache: Path) -> None:
     _suggest.compose = _capturing(sink)  # type: ignore[attr-defined]
     cases: list[Case] = []
     with tempfile.TemporaryDirectory(prefix="pml-plans-misses-") as tmp:
-        engine = _open(Path(tmp) / "multistep", EMBEDDER, None)
+        engine = open_engine(Path(tmp) / "multistep", EMBEDDER, None)
         try:
             fill_multistep(engine)
             for q in _jsonl(MULTISTEP / "queries.jsonl"):
@@ -100,7 +100,7 @@ def collect(cache: Path) -> None:
                 )  # fmt: skip
         finally:
             engine.close()
-        engine = _open(Path(tmp) / "devset", EMBEDDER, None)
+        engine = open_engine(Path(tmp) / "devset", EMBEDDER, None)
         try:
             group_of = fill_exact_store(engine)
             _, queries = devset.load()

@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from benches.bench_quality import TENANT, _capture, _open
 from benches.harness.quality_dataset import HeldOutQuery, load
+from benches.harness.quality_engine import TENANT, capture_labelled, open_engine
 from pml_server.domain.model import SuggestQuery
 from pml_server.ranking import RankingConfig
 from pml_server.service import wall_clock_ms
@@ -35,8 +35,8 @@ def _raw(normalized: float) -> float:
 def main(embedder: str) -> None:
     executions, queries = load(split="dev_queries")
     with tempfile.TemporaryDirectory() as tmp:
-        engine = _open(Path(tmp), embedder, PROBE)
-        label_of = _capture(engine, executions)
+        engine = open_engine(Path(tmp), embedder, PROBE)
+        label_of = capture_labelled(engine, executions)
         cases = []
         for q in queries:
             probe = SuggestQuery(q.text, k=5, min_match=0.0, min_success=0.0, explain=True)

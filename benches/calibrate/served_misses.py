@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benches.bench_plans import split_of
-from benches.bench_quality import _open
 from benches.harness import devset, make_exact_multistep
 from benches.harness.fill import record_all
+from benches.harness.quality_engine import open_engine
 from benches.harness.quality_vectors import vectors
 from pml_server.domain.model import ScoreParts, SuggestQuery
 from pml_server.ranking.config import default_ranking
@@ -70,7 +70,7 @@ def ask(which: str, changed: dict[str, float]) -> tuple[list[Answer], dict[str, 
     ranking = replace(default_ranking("minilm"), **changed)
     answers = []
     with tempfile.TemporaryDirectory(prefix="pml-served-misses-") as tmp:
-        engine = _open(Path(tmp), "minilm", ranking)
+        engine = open_engine(Path(tmp), "minilm", ranking)
         try:
             votes: dict[str, Counter[str]] = defaultdict(Counter)
             done = record_all(engine, TENANT, len(records), records.__getitem__, threads=1)

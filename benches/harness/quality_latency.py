@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from benches.bench_quality import SUITE, TENANT, _capture, _open
 from benches.common import Row
 from benches.harness import fill, quality_dataset
 from benches.harness.fill import record_all
 from benches.harness.quality_dataset import filler_intent, load
+from benches.harness.quality_engine import SUITE, TENANT, capture_labelled, open_engine
 from benches.harness.service_harness import store_code_digest
 from pml_server.domain.model import ExecutionRecord, SuggestQuery, ToolCall
 from pml_server.embedding import make_embedder
@@ -47,10 +47,10 @@ def _filler_vectors(embedder_name: str, count: int) -> np.ndarray:
 
 def _fill(store: Path, embedder_name: str, stored: int) -> float:
     start = time.perf_counter()
-    engine = _open(store, embedder_name, None)
+    engine = open_engine(store, embedder_name, None)
     try:
         executions, _ = load()
-        _capture(engine, executions)
+        capture_labelled(engine, executions)
         vectors = _filler_vectors(embedder_name, stored - len(executions))
 
         def filler(n: int) -> ExecutionRecord:
@@ -120,8 +120,8 @@ def step_fit_samples(
     other = store.parent / f"{store.name}-step-fit-off"
     shutil.copytree(store, other)
     engines = [
-        ("on", _open(store, embedder_name, default)),
-        ("off", _open(other, embedder_name, off)),
+        ("on", open_engine(store, embedder_name, default)),
+        ("off", open_engine(other, embedder_name, off)),
     ]
     samples: dict[str, list[float]] = {"on": [], "off": []}
     try:
@@ -169,7 +169,7 @@ def latency_rows(embedder_name: str, stored: int) -> list[Row]:
     texts = [f"{q.text} {suffix}" for q in queries for suffix in ("", "now", "please")]
     with tempfile.TemporaryDirectory(prefix="pml-latency-") as tmp:
         store, fill_seconds = filled_store(Path(tmp), embedder_name, stored)
-        engine = _open(store, embedder_name, None)
+        engine = open_engine(store, embedder_name, None)
         try:
             samples = []
             for text in texts:
