@@ -15,13 +15,13 @@ pub use followers::{followers, Follower};
 pub use formula::{gated_step, score, step_gate, Counts, Params, ScoreParts};
 pub use permitted::{permitted, restricts, retrieve_explained, retrieve_for, Permitted};
 pub use query::{
-    expected_steps, lexical_hits, rank_next, rank_retrieved, retrieve, score_retrieved, Candidate,
-    Filtered, Filters, Ranked, Ranking, Retrieved, Rule,
+    lexical_hits, rank_next, rank_retrieved, retrieve, score_retrieved, Candidate, Filtered,
+    Filters, Ranked, Ranking, Retrieved, Rule,
 };
 pub use space::{Foreign, Space};
 pub use steps::{
-    order_factor, step_evidence, PartCoverage, ProfileFit, RequestParts, RequestWords,
-    StepEvidence, StepFit,
+    expected_steps, order_factor, step_evidence, PartCoverage, ProfileFit, RequestParts,
+    RequestWords, StepEvidence, StepFit,
 };
 pub use table::{ProfileSpace, RankTable};
 

@@ -313,25 +313,6 @@ pub fn score_retrieved<'t>(
     Ok(scored)
 }
 
-/// The request's expected step count (docs/ranking.md, Steps, "Gate"): the cosine-weighted
-/// mean number of distinct tools of the patterns of its `STEP_NEIGHBOURS` nearest intents
-/// (best first, ties by id, as the step evidence reads them); None without a neighbour of
-/// positive cosine.
-pub fn expected_steps(table: &RankTable, neighbours: &[Hit]) -> Option<f64> {
-    let mut nearest: Vec<&Hit> = neighbours.iter().collect();
-    nearest.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
-    let (mut weighted, mut total) = (0.0, 0.0);
-    for hit in nearest.into_iter().take(STEP_NEIGHBOURS) {
-        let Some(slot) = table.row_of_intent(hit.id) else {
-            continue;
-        };
-        let w = f64::from(hit.score).max(0.0);
-        weighted += w * table.row(slot).tools.len() as f64;
-        total += w;
-    }
-    (total > 0.0).then(|| weighted / total)
-}
-
 /// The top `k` capabilities, each represented by its best passing pattern; with `explain`,
 /// also every other candidate with its rule (every candidate scored: no top-k floor).
 #[allow(clippy::too_many_arguments)]

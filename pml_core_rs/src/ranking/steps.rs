@@ -18,7 +18,6 @@
 use rustc_hash::FxHashMap;
 
 use super::formula::{gated_step, step_gate, Params};
-use super::query::expected_steps;
 use super::table::{dot, NameId, ProfileSpace, RankTable, Row};
 use crate::error::CoreResult;
 use crate::index::{Hit, HnswIndex};
@@ -29,6 +28,25 @@ pub const STEP_NEIGHBOURS: usize = 10;
 pub const MAX_REQUEST_PARTS: usize = 16;
 /// What a tool named in full by the request counts as evidence, at most.
 pub const STEP_NAME_WEIGHT: f64 = 0.3;
+
+/// The request's expected step count (docs/ranking.md, Steps, "Gate"): the cosine-weighted
+/// mean number of distinct tools of the patterns of its `STEP_NEIGHBOURS` nearest intents
+/// (best first, ties by id, as the step evidence reads them); None without a neighbour of
+/// positive cosine.
+pub fn expected_steps(table: &RankTable, neighbours: &[Hit]) -> Option<f64> {
+    let mut nearest: Vec<&Hit> = neighbours.iter().collect();
+    nearest.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+    let (mut weighted, mut total) = (0.0, 0.0);
+    for hit in nearest.into_iter().take(STEP_NEIGHBOURS) {
+        let Some(slot) = table.row_of_intent(hit.id) else {
+            continue;
+        };
+        let w = f64::from(hit.score).max(0.0);
+        weighted += w * table.row(slot).tools.len() as f64;
+        total += w;
+    }
+    (total > 0.0).then(|| weighted / total)
+}
 
 /// The request's analysed words (`ranking.plans.text_words_in_order`), each with the position
 /// of its first use: the step evidence reads which tools they name, the order fit where (when
