@@ -49,6 +49,8 @@ SERVICE_NAME = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].ful
 _REASONS_SHOWN = 5
 # An Export this large frees enough that giving it back is worth a `malloc_trim`.
 _TRIM_AFTER_SPANS = 1024
+# Traces of settled roots mapped under one hold of a tenant's lock by the settle thread.
+_SETTLED_PER_TURN = 256
 SpanCounter = Callable[[str, int], None]
 
 
@@ -176,29 +178,36 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         if pending is None or self._draining.is_set():
             return
         for tenant in pending.settling_tenants():
-            with pending.tenant_lock(tenant):
-                if not pending.matured(tenant):
-                    continue
-                recorded, ignored, held, settling, rejections = self._export_holding(tenant, [])
-            self._count_spans("mapped", recorded)
-            self._count_spans("ignored", ignored)
-            self._count_spans("rejected", sum(r.span_count for r in rejections))
-            self._count_spans("held", held + settling)
-            if rejections:
-                log.warning("otlp: settled runs of tenant %r: %s", tenant, _message(rejections))
+            while not self._draining.is_set():
+                # A bounded batch at a time, the tenant's lock let go between them: Exports
+                # wait for one batch at most.
+                with pending.tenant_lock(tenant):
+                    traces = pending.matured(tenant)[:_SETTLED_PER_TURN]
+                    if not traces:
+                        break
+                    recorded, ignored, held, settling, rejections = self._export_holding(
+                        tenant, [], traces
+                    )
+                self._count_spans("mapped", recorded)
+                self._count_spans("ignored", ignored)
+                self._count_spans("rejected", sum(r.span_count for r in rejections))
+                self._count_spans("held", held + settling)
+                if rejections:
+                    log.warning("otlp: settled runs of tenant %r: %s", tenant, _message(rejections))
 
     def _export_holding(
-        self, tenant: str, spans: list[trace_pb2.Span]
+        self, tenant: str, spans: list[trace_pb2.Span], settled: Sequence[bytes] = ()
     ) -> tuple[int, int, int, int, list[Rejection]]:
-        """Map `spans` (an Export's) with the spans held for their traces and the settled ones,
-        capture what is complete, hold what waits for its execution span or its calls
-        (docs/capture.md, "Runs split over several Exports"). Returns (spans captured,
-        ignored, newly held, agent spans held settling, rejections)."""
+        """Map `spans` (an Export's) with the spans held for their traces and for `settled`
+        (traces whose settling root's window has passed), capture what is complete, hold what
+        waits for its execution span or its calls (docs/capture.md, "Runs split over several
+        Exports"). Returns (spans captured, ignored, newly held, agent spans held settling,
+        rejections)."""
         pending = self._pending
         assert pending is not None
         expiry_links = self._expire(tenant)
         sent = Counter(s.trace_id for s in spans)
-        loaded = _read_held(pending, tenant, [*sent, *pending.matured(tenant)], spans)
+        loaded = _read_held(pending, tenant, [*sent, *settled], spans)
         for trace_id in {s.trace_id for s in spans}:
             known = pending.mapped(tenant, trace_id)
             lost = (known.lost if known is not None else set()) | expiry_links.get(trace_id, set())

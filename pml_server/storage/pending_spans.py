@@ -194,11 +194,24 @@ class PendingSpans:
         return known + others
 
     def load(self, tenant: str, trace_id: bytes) -> list[HeldSpan]:
+        """The spans held for `trace_id` (called under the tenant's lock). Spans this process
+        counted that the store no longer has (another replica captured their run and deleted
+        them) are forgotten: not counted against the bound, not settling."""
         prefix = self._key(tenant, trace_id)
-        return [
+        held = [
             HeldSpan(key[len(prefix) :], from_u64(value[:8]), value[8:])
             for key, value in self._store.scan(CF_META, prefix)
         ]
+        state = self._state(tenant)
+        trace = state.traces.get(trace_id)
+        if trace is not None and (gone := trace.span_ids - {h.span_id for h in held}):
+            for span_id in gone:
+                state.settling.pop((trace_id, span_id), None)
+            trace.span_ids -= gone
+            state.spans -= len(gone)
+            if not trace.span_ids:
+                del state.traces[trace_id]
+        return held
 
     def expire(self, tenant: str) -> list[tuple[bytes, list[HeldSpan]]]:
         """Delete the traces held longer than the age limit (but those with a settling root);

@@ -90,3 +90,21 @@ def test_open_tenants_finds_every_tenant_with_held_spans(opener: Opener) -> None
     again.open_tenants()
     assert sorted(set(seen)) == sorted(names)
     assert all(isinstance(s, HeldSpan) for s in again.load("ab", TRACE))
+
+
+def test_spans_another_replica_deleted_are_forgotten_when_read(opener: Opener) -> None:
+    """Two processes over one store: the second captures a run whose root the first held
+    settling and deletes its spans. The first, reading the trace, forgets them (before this,
+    its settle thread found the trace matured forever and read it again and again)."""
+    store = opener()
+    clock = Clock()
+    first = PendingSpans(store, 100, 600.0, clock, settle_seconds=1.0)
+    second = PendingSpans(store, 100, 600.0, clock, settle_seconds=1.0)
+    root = b"\x0a\x10" + TRACE + b"\x52" + SETTLING.encode()
+    first.update("t", [(TRACE, _span(1), root), (TRACE, _span(2), b"\x0a\x00")], [])
+    clock.ms += 1_000
+    assert first.matured("t") == [TRACE]
+    assert len(second.load("t", TRACE)) == 2
+    second.update("t", [], [(TRACE, _span(1)), (TRACE, _span(2))])  # its capture
+    assert first.load("t", TRACE) == []
+    assert (first.matured("t"), first.held("t"), first.settling_tenants()) == ([], 0, [])
