@@ -26,8 +26,8 @@ being held until it expires. After a restart, or on another replica, it is held 
 A root span that arrives with no call under it may have been sent before its calls (an exporter
 sending each span alone over concurrent requests): it is held **settling** for
 `settle_seconds`, its held form marked with the attribute `pml.otlp.settling`, and the calls of
-its trace arriving meanwhile are held beside it; once the window has passed, the next Export of
-the tenant or the server's settle thread maps them together (`matured`). Which traces have a
+its trace arriving meanwhile are held beside it; once the window has passed, the server's
+settle thread (or an Export of the same trace) maps them together (`matured`). Which traces have a
 settling root is kept in memory per tenant, rebuilt from the store with the rest
 (`_state`; `open_tenants` reads every tenant's after a start).
 """
