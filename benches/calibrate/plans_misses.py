@@ -5,7 +5,7 @@ less the exact queries' held-apart executions), asks every compose query, every 
 query and every exact multi-step query once with plans on, and keeps what the service handed
 `compose` (request parts, their hits, weights, the whole request's first suggestions on each
 part) with what the bench needs to judge the answer. `report` replays `compose` from that cache,
-so a change to `pml_server/ranking/plans.py` is measured in seconds: the bench's compose rows
+so a change to `pml_server/ranking/plans/` is measured in seconds: the bench's compose rows
 (tune / held apart), both false-plan rows, and the tune part's misses sorted by cause:
 
 - `withheld`: no plan offered (one capability judged to cover the request, or below the margin);
@@ -47,6 +47,7 @@ from benches.harness import devset, make_exact_multistep
 from benches.harness.quality_engine import open_engine
 from pml_server.domain.model import SuggestQuery
 from pml_server.ranking import plans
+from pml_server.ranking.plans import _compose
 from pml_server.service import _suggest
 
 CACHE = Path(tempfile.gettempdir()) / "pml-plans-misses.pkl"
@@ -134,12 +135,12 @@ def _retrieved(case: Case) -> set[str]:
 
 def _unthresholded(case: Case) -> plans.Composed:
     """The plans `compose` finds without its least total (what a withheld plan would be)."""
-    least = plans.MIN_PLAN_TOTAL_POOLED
-    plans.MIN_PLAN_TOTAL_POOLED = 0.0
+    least = _compose.MIN_PLAN_TOTAL_POOLED
+    _compose.MIN_PLAN_TOTAL_POOLED = 0.0
     try:
         return plans.compose(*case.args, **case.kwargs)
     finally:
-        plans.MIN_PLAN_TOTAL_POOLED = least
+        _compose.MIN_PLAN_TOTAL_POOLED = least
 
 
 def cause(case: Case, composed: plans.Composed | None) -> str:

@@ -20,6 +20,9 @@ from pml_server.ranking.plans import (
     MAX_PLAN_PARTS,
     MAX_REQUEST_PARTS,
     PartHit,
+    _flow,
+    _parts,
+    _steps,
     compose,
     data_flow_order,
     link_parts,
@@ -143,8 +146,8 @@ def test_a_one_step_pattern_whose_tool_the_part_does_not_name_weighs_as_any_step
     # on a part is weighed by how well the part names its tool, like a longer pattern's (no
     # floor): a stronger match of an unnamed tool loses to the tool the part names
     unnamed = text_words("send an email with the list")
-    assert plans._steps_factor(("post_message",), unnamed) == pytest.approx(1 - plans.STEP_WEIGHT)
-    assert plans._steps_factor(("send_email",), unnamed) == pytest.approx(1.0)
+    assert _steps._steps_factor(("post_message",), unnamed) == pytest.approx(1 - plans.STEP_WEIGHT)
+    assert _steps._steps_factor(("send_email",), unnamed) == pytest.approx(1.0)
     request = (REQUEST[0], REQUEST[2])
     hits = [
         [_hit("movie", ("search_movie",), 0.9)],
@@ -478,9 +481,9 @@ def _must_follow(patterns: list[PatternView], steps: list[tuple[int, ...]]) -> s
     taken = [plans.identifier_inputs(p, steps[n]) for n, p in enumerate(patterns)]
     edges = set()
     for j in range(len(patterns)):
-        before = set().union(*(plans._feeds(produced[i], taken[j]) for i in range(j)))
+        before = set().union(*(_flow._feeds(produced[i], taken[j]) for i in range(j)))
         for i in range(j + 1, len(patterns)):
-            if plans._feeds(produced[i], taken[j]) - before and not plans._feeds(
+            if _flow._feeds(produced[i], taken[j]) - before and not _flow._feeds(
                 produced[j], taken[i]
             ):
                 edges.add((i, j))
@@ -588,7 +591,7 @@ def test_a_part_prefers_the_step_its_stored_intents_describe(
     top = compose(request, hits, 3).plans[0]
     assert top.parts[0].suggestion.capability_id == "seine"
     # without the descriptions the higher match wins
-    monkeypatch.setattr(plans, "DESCRIBED_WEIGHT", 0.0)
+    monkeypatch.setattr(_steps, "DESCRIBED_WEIGHT", 0.0)
     top = compose(request, hits, 3).plans[0]
     assert top.parts[0].suggestion.capability_id == "office"
 
@@ -632,7 +635,7 @@ def test_a_sentence_that_only_asks_again_joins_the_one_before(
     assert len(parts) == 2
     assert parts[0].endswith("Please provide the requested data")
     assert parts[1].startswith("Please retrieve the maintenance history")
-    monkeypatch.setattr(plans, "RESTATE_JOINS", False)
+    monkeypatch.setattr(_parts, "RESTATE_JOINS", False)
     assert len(split_request(text)) == 3
 
 
@@ -644,12 +647,12 @@ def test_restating_never_adds_a_part(words: list[str]) -> None:
     request in order."""
     text = ". ".join(" ".join(words[: n + 1]) for n in range(len(words))) + "."
     parts, _, spans = split_request_spans(text)
-    with_off = plans.RESTATE_JOINS
+    with_off = _parts.RESTATE_JOINS
     try:
-        plans.RESTATE_JOINS = False
+        _parts.RESTATE_JOINS = False
         assert len(split_request(text)) >= len(parts)
     finally:
-        plans.RESTATE_JOINS = with_off
+        _parts.RESTATE_JOINS = with_off
     at = 0
     for start, end in spans:
         assert at <= start <= end <= len(text)
