@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -19,11 +19,33 @@ from pml_server import _core
 from pml_server.domain.model import FilteredCandidate
 from pml_server.domain.vectors import Vector
 from pml_server.embedding.language import is_english
-from pml_server.ranking import CoreSuggestion, Foreign, RankRequest
+from pml_server.ranking import CoreSuggestion, Foreign, LexicalIndex, RankRequest, RankTable
 from pml_server.search.vectors import EXACT_SCAN_MIN, new_index
 
-if TYPE_CHECKING:
-    from pml_server.search.tenant import TenantSearchIndex
+
+class PrimaryIndex(Protocol):
+    """What a view reads of the tenant's own index (`search.tenant.TenantSearchIndex`): its
+    vectors in the primary model's space, lexical documents and ranking table."""
+
+    ann: _core.HnswIndex
+    lexical: LexicalIndex
+    ranks: RankTable
+
+    def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]: ...
+
+    def semantic_among(
+        self, query: Vector, limit: int, intent_ids: Sequence[int]
+    ) -> list[tuple[int, float]]: ...
+
+    def exact_scores(self, query: Vector, intent_ids: Sequence[int]) -> dict[int, float]: ...
+
+    def pattern_of(self, intent_id: int) -> str | None: ...
+
+    def intents_of(self, pattern_id: str) -> list[int]: ...
+
+    def lexical_hits(self, text: str, limit: int) -> list[tuple[str, float]]: ...
+
+    def vector_count(self) -> int: ...
 
 
 class CompanionIndex:
@@ -134,7 +156,7 @@ class _TenantReads:
     intents, the lexical index (text, not vectors) and the ranking table; and its ranking, by
     the same core call as the index's (`RankTable.rank`) in the view's space (`_ranked_in`)."""
 
-    _index: TenantSearchIndex
+    _index: PrimaryIndex
 
     def _ranked_in(self) -> tuple[_core.HnswIndex, bool, Foreign | None]:
         """The index the core searches, whether it is the primary one (the tool profiles'
@@ -173,7 +195,7 @@ class CompanionView(_TenantReads):
 
     def __init__(
         self,
-        index: TenantSearchIndex,
+        index: PrimaryIndex,
         companion: _core.HnswIndex,
         read_lock: AbstractContextManager[object],
     ) -> None:
@@ -231,7 +253,7 @@ class MixedView(_TenantReads):
 
     def __init__(
         self,
-        index: TenantSearchIndex,
+        index: PrimaryIndex,
         companion: CompanionView,
         foreign: frozenset[int],
         companion_query: Vector,
