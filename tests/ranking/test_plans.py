@@ -26,6 +26,7 @@ from pml_server.ranking.plans import (
     compose,
     data_flow_order,
     link_parts,
+    name_words,
     pooled_part_vectors,
     search_bound,
     split_request,
@@ -33,6 +34,7 @@ from pml_server.ranking.plans import (
     split_request_weighted,
     step_match,
     text_words,
+    tool_words,
 )
 from tests.support import pattern
 
@@ -112,6 +114,39 @@ def test_a_word_names_the_tool_word_it_begins_with() -> None:
     words = text_words("estimate the speedup of parallel computing")
     assert step_match("estimate_parallel_speed", words) == 1.0
     assert step_match("get_data", words) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("get_weather_forecast", ["get", "weather", "forecast"]),
+        ("getWeatherForecast", ["get", "weather", "forecast"]),
+        ("GetWeatherForecast", ["get", "weather", "forecast"]),
+        ("get-weather-forecast", ["get", "weather", "forecast"]),
+        ("weather.get_forecast", ["weather", "get", "forecast"]),
+        ("weather/forecast:get", ["weather", "forecast", "get"]),
+        ("HTTPRequest", ["http", "request"]),
+        ("GET_USER_PROFILE", ["get", "user", "profile"]),
+        ("estimate_vo2_max", ["estimate", "vo2", "max"]),
+        ("ai2sql", ["ai2sql"]),
+        ("mp3Convert", ["mp3", "convert"]),
+        ("startEngine", ["start", "engine"]),
+        ("météo_prévision", ["météo", "prévision"]),
+        ("__", []),
+    ],
+)
+def test_tool_names_of_every_convention_split_into_words(name: str, words: list[str]) -> None:
+    assert name_words(name) == words
+
+
+def test_a_camel_case_tool_is_named_like_its_snake_case_twin() -> None:
+    """Tool names come in every convention: a request names the words of `startEngine` as it
+    names those of `start_engine` (before, the camelCase name was one word, `starte`, that no
+    request named)."""
+    words = text_words("please start the engine")
+    assert step_match("startEngine", words) == step_match("start_engine", words) == 1.0
+    assert tool_words("displayCarStatus") == tool_words("display_car_status")
+    assert tool_words("lock-doors") == tool_words("lock_doors")
 
 
 def test_a_tool_the_pattern_repeats_runs_once() -> None:

@@ -51,6 +51,7 @@ from pml_server.ranking.plans._steps import (
 )
 from pml_server.ranking.plans._words import (
     content_words,
+    name_words,
     states_order,
     text_words,
     text_words_in_order,
@@ -82,6 +83,7 @@ __all__ = [
     "data_flow_order",
     "identifier_inputs",
     "link_parts",
+    "name_words",
     "named_steps",
     "outputs",
     "pooled_part_vectors",

@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 
 from pml_server.domain.model import PatternView, PlanLink
-from pml_server.ranking.plans._words import _singular
+from pml_server.ranking.plans._words import _singular, name_words
 
 _ID_INPUT = re.compile(r"^(?P<stem>[a-z0-9_]*?)_?(?:id|ids|key|uuid|ref|handle|token)$")
 _SCALAR = frozenset({"string", "integer", "number", ""})
@@ -31,9 +31,9 @@ def _input_types(pattern: PatternView) -> dict[str, str]:
 
 
 def _stem_words(name: str) -> frozenset[str] | None:
-    """The words of an identifier name's stem (`person_id` -> {person}); None for a name that
-    is no identifier."""
-    m = _ID_INPUT.match(name.lstrip("$").lower())
+    """The words of an identifier name's stem (`person_id`, `personId` -> {person}); None for a
+    name that is no identifier."""
+    m = _ID_INPUT.match("_".join(name_words(name.lstrip("$"))))  # (`movieId` -> movie_id)
     if m is None:
         return None
     return frozenset(_singular(w) for w in m.group("stem").split("_") if w)
@@ -60,7 +60,7 @@ def outputs(pattern: PatternView, steps: Sequence[int] | None = None) -> dict[st
                 if arg.kind == "reference" and words and any(s in chosen for s, _ in arg.sources):
                     out.setdefault(arg.name.lower(), words)
     for n in chosen:
-        tool_words_ = [_singular(w) for w in pattern.tools_used[n].lower().split("_") if w][1:]
+        tool_words_ = [_singular(w) for w in name_words(pattern.tools_used[n])][1:]
         for first in range(len(tool_words_)):
             noun = tool_words_[first:]
             out.setdefault("_".join(noun) + "_id", frozenset(noun))

@@ -81,10 +81,28 @@ def states_order(text: str) -> bool:
     return _STATES_ORDER.search(text) is not None
 
 
+_NAME_SEPARATORS = re.compile(r"[_\-:./\s]+")
+_NAME_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z0-9]+|[A-Z0-9]+")
+
+
+def name_words(name: str) -> list[str]:
+    """An identifier's words in order, lower case: split at `_ - : . /` and, in ASCII, where
+    the case turns (`getWeatherForecast` -> get, weather, forecast; `HTTPRequest` -> http,
+    request), a digit kept with the letters before it (`vo2_max` -> vo2, max; `ai2sql`
+    whole). Tool names come in every convention (snake_case, camelCase, kebab-case, dotted
+    `server.tool`); a request names their words. (The lexical index cuts names for its own
+    terms, digits apart: `ranking.lexical.tokenize`.)"""
+    words: list[str] = []
+    for piece in _NAME_SEPARATORS.split(name):
+        parts = _NAME_CAMEL.findall(piece) if piece.isascii() else [piece]
+        words += [w.lower() for w in parts if w]
+    return words
+
+
 def tool_words(tool: str) -> frozenset[str]:
-    """The stems of a tool name's words, generic ones (get, info, data, ...) left out."""
-    words = [w for w in tool.lower().split("_") if w and w not in _GENERIC]
-    return frozenset(_stem(w) for w in words)
+    """The stems of a tool name's words (`name_words`), generic ones (get, info, data, ...)
+    left out."""
+    return frozenset(_stem(w) for w in name_words(tool) if w not in _GENERIC)
 
 
 def content_words(text: str) -> frozenset[str]:
