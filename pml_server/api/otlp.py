@@ -172,8 +172,8 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
     def settle(self) -> None:
         """Capture the runs whose root span arrived before their calls, once the settle window
         has passed (docs/capture.md, "Runs split over several Exports"): the server's settle
-        thread calls this, so that such a run is captured without waiting for the tenant's
-        next Export."""
+        thread calls this, so that such a run is captured without waiting for another Export
+        of its trace."""
         pending = self._pending
         if pending is None or self._draining.is_set():
             return
