@@ -6,11 +6,15 @@ re-exported here."""
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from pml_server.domain.model import PatternView
 from pml_server.ranking import DAY_MS
@@ -22,12 +26,42 @@ __all__ = [
     "Clock",
     "candidate",
     "code_for",
+    "eventually",
     "make_record",
+    "npm_ci",
     "open_engine",
     "pattern",
     "spawn_pml_serve",
     "stop_pml_serve",
 ]
+
+
+def eventually(check: Callable[[], object], seconds: float = 10.0) -> bool:
+    """Poll `check()` until it is true (then True) or `seconds` pass (then False): for what a
+    server does in its own time (a settle thread, a keys file watcher)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def npm_ci(folder: Path, why: str, *installed: Path, timeout: float = 300) -> None:
+    """Install `folder`'s Node packages at the exact versions of its committed lock file,
+    unless every path of `installed` (inside its node_modules) shows they are there; fails the
+    test saying npm is needed `why` when it is missing."""
+    if all(path.exists() for path in installed):
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.fail(f"npm is needed {why}")
+    subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=folder,
+        check=True,
+        timeout=timeout,
+    )
 
 
 def spawn_pml_serve(*flags: str) -> tuple[subprocess.Popen[str], str]:

@@ -15,23 +15,16 @@ import pytest
 
 from pml_server.api.server import RunningServer
 from tests.conftest import StartServer
+from tests.support import npm_ci
 
 NODE_CLIENT = Path(__file__).resolve().parents[2] / "clients" / "node"
 
 
 @pytest.fixture(scope="session")
 def node_client() -> Path:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.fail("Node.js and npm are needed for the cross-language client test")
-    if not (NODE_CLIENT / "node_modules" / "typescript").is_dir():
-        # Exact versions from the committed lock file.
-        subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=NODE_CLIENT,
-            check=True,
-            timeout=300,
-        )
+    if shutil.which("node") is None:
+        pytest.fail("Node.js is needed for the cross-language client test")
+    npm_ci(NODE_CLIENT, "for the client test", NODE_CLIENT / "node_modules" / "typescript")
     return NODE_CLIENT
 
 

@@ -10,11 +10,9 @@ import gzip
 import json
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -25,15 +23,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Tracer
 
 from pml_server.api.otlp_http import OtlpHttpApp
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
+from tests.api.test_otlp_ingest import exporting_to
 from tests.conftest import StartServer
+from tests.support import eventually, npm_ci
 
 JS = Path(__file__).resolve().parents[1] / "otel" / "js"
 
@@ -48,18 +45,11 @@ def _url(server: RunningServer) -> str:
     return f"http://127.0.0.1:{server.otlp_http.port}/v1/traces"
 
 
-@contextmanager
 def _exporting(
     server: RunningServer, compression: Compression = Compression.NoCompression
-) -> Iterator[Tracer]:
+) -> AbstractContextManager[Tracer]:
     exporter = OTLPSpanExporter(endpoint=_url(server), compression=compression)
-    provider = TracerProvider(resource=Resource.create({"service.name": "http-agent"}))
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))
-    try:
-        yield provider.get_tracer("tests")
-        assert provider.force_flush(30_000)
-    finally:
-        provider.shutdown()
+    return exporting_to(exporter, "http-agent")
 
 
 def _run(tracer: Tracer, intent: str, tool: str, args: dict[str, object]) -> None:
@@ -293,17 +283,11 @@ def test_the_javascript_sdk_json_exporter_is_captured(start: StartServer, proces
     goes in its own request, concurrently, so the root may arrive before its call (before the
     settle window, such a run was lost in 2 of 6 tries)."""
     server = start(otlp_http_listen="127.0.0.1:0", otlp_settle_seconds=0.5)
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.fail("Node.js and npm are needed for the JavaScript exporter test")
-    if not (JS / "node_modules" / "@opentelemetry" / "exporter-trace-otlp-http").is_dir():
-        # Exact versions from the committed lock file.
-        subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=JS,
-            check=True,
-            timeout=300,
-        )
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("Node.js is needed for the JavaScript exporter test")
+    installed = JS / "node_modules" / "@opentelemetry" / "exporter-trace-otlp-http"
+    npm_ci(JS, "for the JavaScript exporter test", installed)
     done = subprocess.run(
         [node, "export_run.js", _url(server), processor],
         cwd=JS,
@@ -314,9 +298,7 @@ def test_the_javascript_sdk_json_exporter_is_captured(start: StartServer, proces
     )
     assert done.returncode == 0, done.stderr
     with PmlClient(f"127.0.0.1:{server.port}") as client:
-        deadline = time.monotonic() + 20
-        while not list(client.iter_patterns()) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert eventually(lambda: list(client.iter_patterns()), 20)
         [pattern] = list(client.iter_patterns())
     assert (list(pattern.tools_used), pattern.usage_count) == (["zip"], 1)
     assert pattern.template.strip() == 'await mcp.zip({"dir": $DIR, "level": $LEVEL});'

@@ -8,7 +8,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import grpc
@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SimpleSpanProcessor,
+    SpanExporter,
     SpanExportResult,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -33,6 +34,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
 from tests.conftest import StartServer
+from tests.support import eventually
 
 
 def _messages(text: str) -> str:
@@ -76,18 +78,23 @@ def _agent_run(
 
 
 @contextmanager
-def _exporting(port: int, api_key: str | None = None) -> Iterator[Tracer]:
-    """A tracer whose spans go through a BatchSpanProcessor and the OTLP gRPC exporter to
-    pml; everything is flushed when the block ends."""
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else None
-    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{port}", insecure=True, headers=headers)
-    provider = TracerProvider(resource=Resource.create({"service.name": "test-agent"}))
+def exporting_to(exporter: SpanExporter, service: str) -> Iterator[Tracer]:
+    """A tracer of `service` whose spans go through a BatchSpanProcessor to `exporter`;
+    everything is flushed when the block ends."""
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))
     try:
         yield provider.get_tracer("tests")
         assert provider.force_flush(30_000)
     finally:
         provider.shutdown()
+
+
+def _exporting(port: int, api_key: str | None = None) -> AbstractContextManager[Tracer]:
+    """`exporting_to` the OTLP gRPC exporter pointed at pml."""
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else None
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{port}", insecure=True, headers=headers)
+    return exporting_to(exporter, "test-agent")
 
 
 def _recorded(make: object) -> list[ReadableSpan]:
@@ -850,16 +857,6 @@ def test_huge_arguments_of_held_calls_are_not_held(
     assert list(client.iter_patterns()) == []
 
 
-def _until(check: object, seconds: float = 20.0) -> bool:
-    """Poll `check()` until it is true or `seconds` pass."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _root_first(tools: list[str]) -> list[ReadableSpan]:
     """A run's spans in the order an exporter sending each span alone over concurrent requests
     may deliver them: the `invoke_agent` root first, then its calls."""
@@ -888,13 +885,13 @@ def test_a_root_exported_before_its_calls_is_captured_whole(start: StartServer) 
     assert "1 invoke_agent spans with no tool call held 0.5 s" in replies[0].error_message
     assert all(r.rejected_spans == 0 for r in replies)
     with PmlClient(f"127.0.0.1:{server.port}") as client:
-        assert _until(lambda: list(client.iter_patterns()))
+        assert eventually(lambda: list(client.iter_patterns()), 20)
         (pattern,) = client.iter_patterns()
         assert (list(pattern.tools_used), pattern.usage_count) == (tools, 1)
         assert pattern.success_count == 1
     assert _spans_counter(server, "mapped") == 4  # the root and its three calls
     # the HTTP span held as a possible link, let go with the run
-    assert _until(lambda: _spans_counter(server, "ignored") == 1)
+    assert eventually(lambda: _spans_counter(server, "ignored") == 1, 20)
 
 
 def test_a_turn_that_called_no_tool_is_let_go_after_the_settle_window(
@@ -907,7 +904,7 @@ def test_a_turn_that_called_no_tool_is_let_go_after_the_settle_window(
     root = [s for s in spans if s.name.startswith("invoke_agent")]
     (reply,) = _export_each(server.port, root)
     assert "held 0.3 s" in reply.error_message
-    assert _until(lambda: _spans_counter(server, "ignored") == 1)
+    assert eventually(lambda: _spans_counter(server, "ignored") == 1, 20)
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         assert list(client.iter_patterns()) == []
     assert _spans_counter(server, "held") == 1
@@ -926,7 +923,7 @@ def test_a_root_first_run_held_over_a_restart_is_captured_after_it(
     server.stop(grace=1.0)
     again = start(otlp_settle_seconds=1.0)
     with PmlClient(f"127.0.0.1:{again.port}") as client:
-        assert _until(lambda: list(client.iter_patterns()))
+        assert eventually(lambda: list(client.iter_patterns()), 20)
         (pattern,) = client.iter_patterns()
         assert (list(pattern.tools_used), pattern.usage_count) == (tools, 1)
 
@@ -966,6 +963,6 @@ def test_settling_roots_count_against_the_hold_bound(start: StartServer) -> None
     assert ["held" in r.error_message for r in replies] == [True, True, False]
     assert all(r.rejected_spans == 0 for r in replies)
     assert (_spans_counter(server, "held"), _spans_counter(server, "ignored")) == (2, 1)
-    assert _until(lambda: _spans_counter(server, "ignored") == 3)  # settled, let go
+    assert eventually(lambda: _spans_counter(server, "ignored") == 3, 20)  # settled, let go
     (reply,) = _export_each(server.port, roots[3])
     assert "held" in reply.error_message

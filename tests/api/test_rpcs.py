@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -15,6 +18,14 @@ from tests.conftest import StartServer
 
 READ_JSON = "const d = await mcp.read_file({path: 'a.json'}); return mcp.parse_json(d)"
 WRITE_JSON = "await mcp.write_file({path: 'o.json', data: JSON.stringify(x)})"
+
+
+class _Listing(Protocol):
+    @property
+    def next_page_token(self) -> str: ...
+
+
+_Page = TypeVar("_Page", bound=_Listing)
 
 
 def _seed(client: PmlClient) -> tuple[r.CaptureResult, r.CaptureResult]:
@@ -195,6 +206,14 @@ def test_health_serves_after_ready_and_reports_not_serving_on_stop(
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+def _every_page(ask: Callable[[str], _Page]) -> list[_Page]:
+    """Every page of a listing, `ask(token)` giving the page after `token` ("" first)."""
+    pages = [ask("")]
+    while pages[-1].next_page_token:
+        pages.append(ask(pages[-1].next_page_token))
+    return pages
+
+
 def test_a_failure_log_of_long_errors_pages_within_a_default_clients_limit(
     client: PmlClient, channel: grpc.Channel
 ) -> None:
@@ -210,19 +229,13 @@ def test_a_failure_log_of_long_errors_pages_within_a_default_clients_limit(
         )
         client.record(record)
     stub = pml_pb2_grpc.PmlServiceStub(channel)  # gRPC's default limits
-    seen: list[str] = []
-    token = ""
-    pages = 0
-    while True:
-        page = stub.ListFailures(
+    pages = _every_page(
+        lambda token: stub.ListFailures(
             pml_pb2.ListFailuresRequest(page_size=1000, page_token=token), timeout=30
         )
-        pages += 1
-        seen += [f.request_id for f in page.failures]
-        token = page.next_page_token
-        if not token:
-            break
-    assert pages >= 2
+    )
+    seen = [f.request_id for page in pages for f in page.failures]
+    assert len(pages) >= 2
     assert len(seen) == len(set(seen)) == 300
 
 
@@ -240,17 +253,11 @@ def test_capabilities_of_long_intents_page_within_a_default_clients_limit(
             code = f"await mcp.ct{c}({{k{i}: 'x'}})"
             client.record(make_record(f"{intent} {i}", code, tools=[f"ct{c}"]))
     stub = pml_pb2_grpc.PmlServiceStub(channel)  # gRPC's default limits
-    seen: list[str] = []
-    token = ""
-    pages = 0
-    while True:
-        page = stub.ListCapabilities(
+    pages = _every_page(
+        lambda token: stub.ListCapabilities(
             pml_pb2.ListCapabilitiesRequest(page_size=1000, page_token=token), timeout=30
         )
-        pages += 1
-        seen += [c.name for c in page.capabilities]
-        token = page.next_page_token
-        if not token:
-            break
-    assert pages >= 2
+    )
+    seen = [c.name for page in pages for c in page.capabilities]
+    assert len(pages) >= 2
     assert len(seen) == len(set(seen)) == client.stats().capabilities

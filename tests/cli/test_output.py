@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.retention import RetentionConfig
 from pml_server.storage import Store
 from tests.conftest import StartServer
-from tests.support import open_engine, stop_pml_serve
+from tests.support import eventually, open_engine, stop_pml_serve
 
 READ = 'const d = await mcp.read_file({path: "FILE"}); return await mcp.parse_json(d)'
 PML = str(Path(sys.executable).parent / "pml")
@@ -326,15 +325,6 @@ def _key_works(target: str, key: str) -> bool:
     return True
 
 
-def _eventually(check: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def _keys(*argv: str, capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit) as done:
         cli.main(["keys", *argv])
@@ -358,7 +348,7 @@ def test_keys_list_revoke_and_the_server_follows_the_file(
     second_key = _keys(
         "add", "--keys-file", str(path), "--tenant", "globex", capsys=capsys
     ).split()[-1]
-    assert _eventually(lambda: _key_works(target, second_key)), "a new key needed a restart"
+    assert eventually(lambda: _key_works(target, second_key)), "a new key needed a restart"
 
     listed = json.loads(_keys("list", "--keys-file", str(path), "--json", capsys=capsys))["keys"]
     assert [(k["tenant"], k["role"], k["label"]) for k in listed] == [
@@ -373,7 +363,7 @@ def test_keys_list_revoke_and_the_server_follows_the_file(
 
     revoked = _keys("revoke", "--keys-file", str(path), listed[0]["id"], capsys=capsys)
     assert "revoked" in revoked
-    assert _eventually(lambda: not _key_works(target, first_key)), "a revoked key still works"
+    assert eventually(lambda: not _key_works(target, first_key)), "a revoked key still works"
     assert _key_works(target, second_key)
     with pytest.raises(SystemExit) as done:
         cli.main(["keys", "revoke", "--keys-file", str(path), listed[0]["id"]])
@@ -419,7 +409,7 @@ def test_serve_reloads_the_keys_file_on_sighup(tmp_path: Path) -> None:
             add, check=True, capture_output=True, text=True, timeout=60
         ).stdout.split()[-1]
         proc.send_signal(signal.SIGHUP)
-        assert _eventually(lambda: _key_works(f"127.0.0.1:{port}", key), 30)
+        assert eventually(lambda: _key_works(f"127.0.0.1:{port}", key), 30)
     finally:
         err = stop_pml_serve(proc)
     assert "keys file reloaded (SIGHUP)" in err
@@ -437,7 +427,7 @@ def test_a_keys_file_that_fails_to_load_keeps_the_keys_in_force(
     target = f"127.0.0.1:{server.port}"
     caplog.set_level(logging.ERROR, logger="pml.keys")
     path.write_text('{"keys": [{"sha256": "not-a-hash", "tenant": "acme", "role": "write"}]}')
-    assert _eventually(lambda: "keys file not reloaded (file changed)" in caplog.text)
+    assert eventually(lambda: "keys file not reloaded (file changed)" in caplog.text)
     assert _key_works(target, key)
     assert server.keys_watcher is not None
     assert not server.keys_watcher.reload("SIGHUP")

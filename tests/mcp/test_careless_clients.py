@@ -100,6 +100,42 @@ def test_prompt_and_listing_errors_are_json_rpc_errors(server: RunningServer, pm
     assert "Traceback" not in logged, logged[-3000:]
 
 
+def _stdio_exchange(
+    server: RunningServer, lines: list[bytes], answers: int
+) -> tuple[list[dict[str, Any]], bytes]:
+    """Run `pml mcp` over stdio in front of `server`, write `lines` (each a message, sent
+    together) and read `answers` answer lines, every one before stdin closes (at its end the
+    SDK cancels calls in flight); returns them in order, with the process's stderr."""
+    with subprocess.Popen(
+        _pml_mcp("--server", f"127.0.0.1:{server.port}"),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PYTHONPATH": PYTHONPATH},
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdin.write(b"\n".join(lines) + b"\n")
+        proc.stdin.flush()
+        out: list[bytes] = []
+        while len(out) < answers:
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            assert ready, out
+            out.append(proc.stdout.readline())
+        proc.stdin.close()
+        err = proc.stderr.read()
+        proc.wait(timeout=60)
+    return [json.loads(line) for line in out], err
+
+
+_HANDSHAKE = [
+    json.dumps(INITIALIZE).encode(),
+    b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+]
+
+
 def _nested(depth: int) -> Any:
     value: Any = "leaf"
     for _ in range(depth):
@@ -146,35 +182,11 @@ def test_stdio_answers_every_line_it_cannot_read(server: RunningServer) -> None:
         ("", None, None),
         ('{"jsonrpc":"2.0","id":6,"method":"ping"}', 6, 0),
     ]
-    with subprocess.Popen(
-        _pml_mcp("--server", f"127.0.0.1:{server.port}"),
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={"PYTHONPATH": PYTHONPATH},
-    ) as proc:
-        body = "\n".join(
-            [json.dumps(INITIALIZE), '{"jsonrpc":"2.0","method":"notifications/initialized"}']
-            + [line for line, _, _ in lines]
-        )
-        expected = [(i, code) for _, i, code in lines if code is not None]
-        assert proc.stdin is not None
-        assert proc.stdout is not None
-        # (Each line's characters below 256 as bytes: the Latin-1 line stays Latin-1.)
-        proc.stdin.write(body.encode("latin-1") + b"\n")
-        proc.stdin.flush()
-        # Every answer is read before stdin closes: at its end the SDK cancels calls in flight.
-        out = []
-        while len(out) < len(expected) + 1:
-            ready, _, _ = select.select([proc.stdout], [], [], 30)
-            assert ready, out
-            out.append(proc.stdout.readline())
-        proc.stdin.close()
-        assert proc.stderr is not None
-        err = proc.stderr.read()
-        proc.wait(timeout=60)
-    answers = [json.loads(line) for line in out][1:]  # after initialize's
+    expected = [(i, code) for _, i, code in lines if code is not None]
+    # (Each line's characters below 256 as bytes: the Latin-1 line stays Latin-1.)
+    sent = [line.encode("latin-1") for line, _, _ in lines]
+    everything, err = _stdio_exchange(server, _HANDSHAKE + sent, len(expected) + 1)
+    answers = everything[1:]  # after initialize's
     got = [(a["id"], a["error"]["code"] if "error" in a else 0) for a in answers]
     assert got == expected, (answers, err)
     assert all(a["error"]["message"] for a in answers if "error" in a)
@@ -408,29 +420,9 @@ def test_protocol_params_errors_name_the_member(server: RunningServer) -> None:
         "params": {"name": "suggest"},
     }
     messages = [{"jsonrpc": "2.0", "id": n + 1, **m} for n, (m, _) in enumerate(BAD_PARAMS)]
-    with subprocess.Popen(
-        _pml_mcp("--server", f"127.0.0.1:{server.port}"),
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={"PYTHONPATH": PYTHONPATH},
-    ) as proc:
-        assert proc.stdin is not None
-        assert proc.stdout is not None
-        lines = [before, INITIALIZE, {"jsonrpc": "2.0", "method": "notifications/initialized"}]
-        for message in [*lines, *messages]:
-            proc.stdin.write(json.dumps(message).encode() + b"\n")
-        proc.stdin.flush()
-        # Read every answer before closing stdin: at its end the SDK cancels calls in flight.
-        answers = {}
-        while len(answers) < len(messages) + 2:
-            ready, _, _ = select.select([proc.stdout], [], [], 30)
-            assert ready, answers
-            answer = json.loads(proc.stdout.readline())
-            answers[answer["id"]] = answer
-        proc.stdin.close()
-        proc.wait(timeout=60)
+    sent = [json.dumps(m).encode() for m in [before, *messages]]
+    found, _ = _stdio_exchange(server, [sent[0], *_HANDSHAKE, *sent[1:]], len(messages) + 2)
+    answers = {answer["id"]: answer for answer in found}
     assert answers["early"]["error"] == {
         "code": -32602,
         "message": "invalid request: tools/call before initialize: initialize first",
@@ -467,27 +459,9 @@ def test_nan_and_infinity_are_refused_by_name(server: RunningServer) -> None:
         (record % (3, '"duration_ms":NaN'), "invalid argument: duration_ms: input should be a"),
         (suggest % (4, '"min_success":NaN'), "invalid argument: min_success: input should be a"),
     ]
-    with subprocess.Popen(
-        _pml_mcp("--server", f"127.0.0.1:{server.port}"),
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={"PYTHONPATH": PYTHONPATH},
-    ) as proc:
-        assert proc.stdin is not None
-        assert proc.stdout is not None
-        lines = [json.dumps(INITIALIZE), '{"jsonrpc":"2.0","method":"notifications/initialized"}']
-        proc.stdin.write("\n".join([*lines, *(c for c, _ in cases)]).encode() + b"\n")
-        proc.stdin.flush()
-        answers = {}
-        while len(answers) < len(cases) + 1:
-            ready, _, _ = select.select([proc.stdout], [], [], 30)
-            assert ready, answers
-            answer = json.loads(proc.stdout.readline())
-            answers[answer["id"]] = answer
-        proc.stdin.close()
-        proc.wait(timeout=60)
+    sent = [c.encode() for c, _ in cases]
+    found, _ = _stdio_exchange(server, _HANDSHAKE + sent, len(cases) + 1)
+    answers = {answer["id"]: answer for answer in found}
     for n, (_, expected) in enumerate(cases):
         result = answers[n + 1]["result"]
         assert result["isError"], result

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, make_record
 from tests.mcp.test_server import _http_mcp
+from tests.support import npm_ci
 
 pytestmark = pytest.mark.node
 
@@ -42,17 +42,9 @@ _RUN_DIR = re.compile(r"^server-(?P<scenario>.+)-\d{4}-\d\d-\d\dT[\d-]+Z$")
 
 @pytest.fixture(scope="session")
 def conformance() -> Path:
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.fail("npm is needed to install the MCP conformance suite")
-    if not (BIN / "conformance").exists() or not (BIN / "node").exists():
-        # Exact versions from the committed lock file; the `node` package brings its own binary.
-        subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=SUITE,
-            check=True,
-            timeout=600,
-        )
+    # The `node` package brings its own binary.
+    why = "to install the MCP conformance suite"
+    npm_ci(SUITE, why, BIN / "conformance", BIN / "node", timeout=600)
     version = subprocess.run(
         [str(BIN / "node"), "--version"], capture_output=True, text=True, check=True, timeout=30
     ).stdout.strip()

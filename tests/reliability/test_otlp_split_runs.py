@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from pml_server.client import PmlClient
 from testing.server_process import ServerProcess
+from tests.support import eventually
 
 RUNS = 8
 PAUSE_SECONDS = 0.2  # between Exports: the server sees each as a separate call
@@ -271,10 +272,8 @@ def test_a_root_first_run_split_across_two_replicas_of_a_shared_store(
         assert "invoke_agent spans with no tool call held" in reply.partial_success.error_message
         for span in spans[:-1]:
             assert _export(b.target, [span]).partial_success.rejected_spans == 0
-        deadline = time.monotonic() + 20
         with PmlClient(b.target) as client:
-            while not list(client.iter_patterns()) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            assert eventually(lambda: list(client.iter_patterns()), 20)
             (pattern,) = client.iter_patterns()
         assert list(pattern.tools_used) == ["read_file", "parse_json", "sum_column", "write_file"]
         assert (pattern.usage_count, pattern.success_count) == (1, 1)
