@@ -178,15 +178,16 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         if pending is None or self._draining.is_set():
             return
         for tenant in pending.settling_tenants():
-            while not self._draining.is_set():
-                # A bounded batch at a time, the tenant's lock let go between them: Exports
-                # wait for one batch at most.
+            with pending.tenant_lock(tenant):
+                matured = pending.matured(tenant)
+            # A bounded batch at a time, the tenant's lock let go between them: Exports wait
+            # for one batch at most. (A trace an Export settled meanwhile reads back nothing.)
+            for start in range(0, len(matured), _SETTLED_PER_TURN):
+                if self._draining.is_set():
+                    return
                 with pending.tenant_lock(tenant):
-                    traces = pending.matured(tenant)[:_SETTLED_PER_TURN]
-                    if not traces:
-                        break
                     recorded, ignored, held, settling, rejections = self._export_holding(
-                        tenant, [], traces
+                        tenant, [], matured[start : start + _SETTLED_PER_TURN]
                     )
                 self._count_spans("mapped", recorded)
                 self._count_spans("ignored", ignored)
