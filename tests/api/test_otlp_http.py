@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.trace import Tracer
 
-from pml_server.api.otlp_http import OtlpHttpApp
+from pml_server.api.otlp_http import OtlpHttpApp, from_json
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
 from tests.api.test_otlp_ingest import exporting_to
@@ -234,6 +234,26 @@ def test_too_large_bodies_are_413_before_or_after_gzip(start: StartServer) -> No
     status, _, answer = _post(server, bomb, {**headers, "Content-Encoding": "gzip"})
     assert status == 413
     assert "inflates past" in _status(answer).message
+
+
+def test_every_member_of_a_gzip_body_is_read(server: RunningServer, client: PmlClient) -> None:
+    """A gzip body of two members (RFC 1952: members in a row are one stream, as
+    `cat a.gz b.gz` makes), each an Export's protobuf bytes (which join as one message).
+    Before: only the first member was read, the second run answered 200 and never captured;
+    bytes after the last member that are no member were dropped as well, now 400."""
+    first, second = (
+        from_json(json.dumps(_json_run(trace, "Convert the picture")).encode())
+        for trace in ("a1" * 16, "b2" * 16)
+    )
+    body = gzip.compress(first.SerializeToString()) + gzip.compress(second.SerializeToString())
+    headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
+    status, _, answer = _post(server, body, headers)
+    assert status == 200, answer
+    [pattern] = list(client.iter_patterns())
+    assert pattern.usage_count == 2
+    status, _, answer = _post(server, gzip.compress(first.SerializeToString()) + b"junk", headers)
+    assert status == 400
+    assert _status(answer).message.startswith("body: not gzip")
 
 
 def test_keys_apply_as_on_grpc(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:
