@@ -34,6 +34,7 @@ from pml_server.domain.errors import (
     InvalidArgumentError,
     ResourceExhaustedError,
 )
+from pml_server.otel import without_lone_surrogates
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,10 @@ def from_json(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
     """An OTLP/JSON body: the protobuf JSON mapping, but trace and span ids in hex and unknown
     fields ignored (OTLP specification, "JSON Protobuf Encoding")."""
     try:
-        data = json.loads(body)
+        # A lone surrogate escape (`"\\ud83d"`, a string cut inside an emoji) becomes U+FFFD:
+        # kept, no protobuf string can hold it and the whole Export was refused 400
+        # (docs/connect.md, "OTLP traces in").
+        data = without_lone_surrogates(json.loads(body), body)
     except (ValueError, RecursionError) as err:
         message = str(err) if isinstance(err, ValueError) else "nested too deep"
         raise _invalid("body", f"not JSON ({message})") from None

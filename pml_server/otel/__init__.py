@@ -1,6 +1,7 @@
 """OTLP trace ingest, the pure part: GenAI / MCP spans -> executions with a synthesized
 canonical code text (no storage, model or gRPC here; `pml_server.api.otlp` serves it)."""
 
+from pml_server.otel._attributes import without_lone_surrogates
 from pml_server.otel._held import held_forms, settling_forms
 from pml_server.otel._mapping import (
     INCOMPLETE_SPAN_ID,
@@ -28,4 +29,5 @@ __all__ = [
     "incomplete_marker",
     "map_spans",
     "settling_forms",
+    "without_lone_surrogates",
 ]

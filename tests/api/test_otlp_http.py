@@ -156,6 +156,30 @@ def test_otlp_json_with_hex_ids_is_captured_and_answered_in_json(
     assert client.get_pattern(pattern.name).usage_count == 1
 
 
+def test_a_lone_surrogate_in_otlp_json_is_replaced_not_refused(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """The JavaScript SDK's JSON exporter writes a string cut inside an emoji (its attribute
+    length limit cuts UTF-16 code units) as `JSON.stringify` does: a lone `\\ud83d` escape,
+    no character. Before: no protobuf string can hold it and the whole Export was refused 400,
+    every run in it lost. Now it becomes U+FFFD, as a UTF-8 decoder replaces a broken
+    sequence."""
+    run = _json_run("ef" * 16, "unused")
+    spans = run["resourceSpans"][0]["scopeSpans"][0]["spans"]  # type: ignore[index]
+    spans[0]["name"] = "invoke_agent \ud83d"
+    spans[0]["attributes"] = [
+        {"key": "gen_ai.operation.name", "value": {"stringValue": "invoke_agent"}},
+        {"key": "gen_ai.agent.name", "value": {"stringValue": "Picture converter \ud83d"}},
+    ]
+    body = json.dumps(run).encode()
+    assert b"\\ud83d" in body  # (what JSON.stringify writes for it)
+    status, _, answer = _post(server, body, {"Content-Type": "application/json"})
+    assert status == 200, answer
+    assert json.loads(answer) == {}
+    [pattern] = list(client.iter_patterns())
+    assert [i.text for i in pattern.intents] == ["Picture converter \ufffd"]
+
+
 def test_a_partial_success_is_answered_in_the_request_encoding(server: RunningServer) -> None:
     run = _json_run("cd" * 16, "Convert the picture")
     spans = run["resourceSpans"][0]["scopeSpans"][0]["spans"]  # type: ignore[index]
