@@ -145,8 +145,11 @@ def without_lone_surrogates(parsed: Any, raw: str | bytes) -> Any:
     (`_scrubbed`); walked only when `raw` holds a surrogate escape. Also for an OTLP/JSON body
     (`pml_server.api.otlp_http`), where the JavaScript SDK's `JSON.stringify` writes one for an
     attribute or span name cut inside an emoji."""
-    pattern = _SURROGATE_ESCAPE if isinstance(raw, str) else _SURROGATE_ESCAPE_BYTES
-    return _scrubbed(parsed) if pattern.search(raw) else parsed
+    if isinstance(raw, str):
+        found = _SURROGATE_ESCAPE.search(raw) is not None
+    else:
+        found = _SURROGATE_ESCAPE_BYTES.search(raw) is not None
+    return _scrubbed(parsed) if found else parsed
 
 
 def arguments(attrs: dict[str, Any]) -> dict[str, Any]:
