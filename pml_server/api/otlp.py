@@ -38,6 +38,7 @@ from pml_server.otel import (
     incomplete_links,
     incomplete_marker,
     map_spans,
+    parse_export,
     settling_forms,
 )
 from pml_server.service._heap import release_free_memory
@@ -530,5 +531,14 @@ def add_trace_ingest(
             metrics.otlp_spans.labels(result).inc(spans)
 
     servicer = TraceIngestServicer(pml.deps, pml.draining, count, pending)
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    # `add_TraceServiceServicer_to_server`, but decoding with `parse_export` (strings that are
+    # not UTF-8 do not refuse the Export: docs/capture.md, "OTLP traces").
+    export = grpc.unary_unary_rpc_method_handler(
+        servicer.Export,
+        request_deserializer=parse_export,
+        response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": export}),)
+    )
     return servicer

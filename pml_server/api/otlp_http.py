@@ -34,7 +34,7 @@ from pml_server.domain.errors import (
     InvalidArgumentError,
     ResourceExhaustedError,
 )
-from pml_server.otel import without_lone_surrogates
+from pml_server.otel import parse_export, without_lone_surrogates
 
 log = logging.getLogger(__name__)
 
@@ -178,12 +178,10 @@ def decode(
         raise _UnsupportedError(f"Content-Encoding {coding!r}: send gzip or none")
     if media == JSON:
         return from_json(body), True
-    request = trace_service_pb2.ExportTraceServiceRequest()
     try:
-        request.ParseFromString(body)
+        return parse_export(body), False
     except (DecodeError, RecursionError):
         raise _invalid("body", "not a protobuf ExportTraceServiceRequest") from None
-    return request, False
 
 
 def _encoded(message: Message, as_json: bool) -> tuple[str, bytes]:

@@ -15,6 +15,7 @@ from pml_server.otel._mapping import (
     incomplete_marker,
     map_spans,
 )
+from pml_server.otel._wire import parse_export
 
 __all__ = [
     "INCOMPLETE_SPAN_ID",
@@ -28,6 +29,7 @@ __all__ = [
     "incomplete_links",
     "incomplete_marker",
     "map_spans",
+    "parse_export",
     "settling_forms",
     "without_lone_surrogates",
 ]

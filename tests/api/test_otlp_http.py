@@ -180,6 +180,19 @@ def test_a_lone_surrogate_in_otlp_json_is_replaced_not_refused(
     assert [i.text for i in pattern.intents] == ["Picture converter \ufffd"]
 
 
+def test_a_protobuf_string_that_is_not_utf8_does_not_refuse_the_export(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """As on the gRPC port (`test_otlp_ingest.py`): a Latin-1 byte in the agent span's name,
+    400 for the whole Export before, now U+FFFD and the run captured."""
+    raw = from_json(json.dumps(_json_run("fa" * 16, "Convert the picture")).encode())
+    body = raw.SerializeToString().replace(b"invoke_agent", b"invoke_ag\xe9nt")
+    status, _, answer = _post(server, body, {"Content-Type": "application/x-protobuf"})
+    assert status == 200, answer
+    [pattern] = list(client.iter_patterns())
+    assert pattern.usage_count == 1
+
+
 def test_a_partial_success_is_answered_in_the_request_encoding(server: RunningServer) -> None:
     run = _json_run("cd" * 16, "Convert the picture")
     spans = run["resourceSpans"][0]["scopeSpans"][0]["spans"]  # type: ignore[index]

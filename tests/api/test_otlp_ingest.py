@@ -19,6 +19,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -348,6 +349,31 @@ def test_undecodable_export_is_invalid_argument(server: RunningServer) -> None:
         with pytest.raises(grpc.RpcError) as caught:
             export(b"\xff\xff\xff\xff")
     assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_strings_that_are_not_utf8_do_not_refuse_the_export(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """A Latin-1 byte in an HTTP span's name and in the agent's name (protobuf `string`s must
+    be UTF-8, but the Collector's OTLP receiver passes such bytes on). Before: the parser
+    refused the whole Export with INVALID_ARGUMENT, which exporters drop, and the run in it was
+    lost. Now each broken sequence reads as U+FFFD and the run is captured."""
+    spans = _recorded(
+        lambda t: _agent_run(t, None, [("read_file", {"path": "a.json"}, None)], "cafe agent")
+    )
+    raw = encode_spans(spans).SerializeToString()
+    raw = raw.replace(b"cafe agent", b"caf\xe9 agent").replace(b"/health", b"/h\xe9alth")
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=None,
+            response_deserializer=ExportTraceServiceResponse.FromString,
+        )
+        reply = export(raw, timeout=30)
+    assert reply.partial_success.rejected_spans == 0
+    (pattern,) = client.iter_patterns()
+    assert [i.text for i in pattern.intents] == ["caf\ufffd agent"]
+    assert list(pattern.tools_used) == ["read_file"]
 
 
 def _readme_block(heading: str, language: str) -> str:
