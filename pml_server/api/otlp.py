@@ -209,7 +209,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         assert pending is not None
         expiry_links = self._expire(tenant)
         sent = Counter(s.trace_id for s in spans)
-        loaded = _read_held(pending, tenant, [*sent, *settled], spans)
+        loaded, settling = _read_held(pending, tenant, [*sent, *settled], spans)
         for trace_id in {s.trace_id for s in spans}:
             known = pending.mapped(tenant, trace_id)
             lost = (known.lost if known is not None else set()) | expiry_links.get(trace_id, set())
@@ -217,6 +217,12 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 spans.append(incomplete_marker(trace_id, lost))
         batch = map_spans(spans, self._d.limits.intent.bound)
         del spans
+        # A span between a root held settling and calls still to come (an agent's step span
+        # arriving before its calls) is held with them, else the calls never reach the root
+        # (docs/capture.md, "A root span that arrives first").
+        for trace_id in settling & batch.unlinked.keys():
+            batch.waiting.setdefault(trace_id, []).extend(batch.unlinked[trace_id])
+            batch.ignored_spans -= len(batch.unlinked[trace_id])
         rejections = list(batch.rejections)
         recorded = self._capture_new(tenant, batch, rejections)
         plan = _HoldPlan(loaded, pending.room(tenant))
@@ -426,19 +432,22 @@ class _HoldPlan:
 
 def _read_held(
     pending: PendingSpans, tenant: str, trace_ids: list[bytes], spans: list[trace_pb2.Span]
-) -> set[tuple[bytes, bytes]]:
+) -> tuple[set[tuple[bytes, bytes]], set[bytes]]:
     """Append to `spans` the spans held for `trace_ids` (but settling roots whose calls may
-    still come: they stay held, and their calls wait beside them); returns their keys."""
+    still come: they stay held, and their calls wait beside them); returns their keys, and the
+    traces with a root left settling."""
     loaded: set[tuple[bytes, bytes]] = set()
+    settling: set[bytes] = set()
     for trace_id in pending.traces_held(tenant, list(dict.fromkeys(trace_ids))):
         for held_span in pending.load(tenant, trace_id):
             if pending.settling(held_span):
+                settling.add(trace_id)
                 continue
             proto = trace_pb2.Span()
             proto.ParseFromString(held_span.data)
             spans.append(proto)
             loaded.add((trace_id, held_span.span_id))
-    return loaded
+    return loaded, settling
 
 
 def _settling(

@@ -920,6 +920,42 @@ def test_a_root_exported_before_its_calls_is_captured_whole(start: StartServer) 
     assert eventually(lambda: _spans_counter(server, "ignored") == 1, 20)
 
 
+def test_a_root_first_run_whose_step_span_comes_before_its_calls_is_captured_whole(
+    start: StartServer,
+) -> None:
+    """The calls sit under a step span of the agent (a framework's chain or step), each span
+    in its own Export, the root first and the step before its calls (concurrent requests
+    reorder them as they reorder the root). Before: the step, no call and nothing above it in
+    its Export, was ignored, so the calls arriving after it never reached the settling root:
+    held until they expired, the run never captured. Now the step is held beside the root."""
+
+    def run(tracer: Tracer) -> None:
+        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "sum agent"}
+        with (
+            tracer.start_as_current_span("invoke_agent sum", attributes=agent),
+            tracer.start_as_current_span("step 1"),
+        ):
+            for tool in ("read_file", "write_file"):
+                call = {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": tool,
+                    "gen_ai.tool.call.arguments": json.dumps({"n": 1}),
+                }
+                with tracer.start_as_current_span(f"execute_tool {tool}", attributes=call):
+                    pass
+
+    server = start(otlp_settle_seconds=0.5)
+    first, second, step, root = _recorded(run)  # (in end order)
+    replies = _export_each(server.port, [root, step, first, second])
+    assert all(r.rejected_spans == 0 for r in replies)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert eventually(lambda: list(client.iter_patterns()), 20)
+        (pattern,) = client.iter_patterns()
+        assert (list(pattern.tools_used), pattern.success_count) == (["read_file", "write_file"], 1)
+    assert _spans_counter(server, "mapped") == 3  # the root and its two calls
+    assert eventually(lambda: _spans_counter(server, "ignored") == 1, 20)  # the step
+
+
 def test_a_turn_that_called_no_tool_is_let_go_after_the_settle_window(
     start: StartServer,
 ) -> None:
