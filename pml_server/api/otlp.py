@@ -210,6 +210,12 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         expiry_links = self._expire(tenant)
         sent = Counter(s.trace_id for s in spans)
         loaded, settling = _read_held(pending, tenant, [*sent, *settled], spans)
+        # A settling root sent again (an exporter retrying its Export) is that root seen twice:
+        # mapped now, with only the calls that arrived so far, its run was captured short and
+        # the calls after them ignored (docs/capture.md, "A root span that arrives first").
+        again = len(spans)
+        spans = [s for s in spans if (s.trace_id, s.span_id) not in settling]
+        again -= len(spans)
         for trace_id in {s.trace_id for s in spans}:
             known = pending.mapped(tenant, trace_id)
             lost = (known.lost if known is not None else set()) | expiry_links.get(trace_id, set())
@@ -220,7 +226,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         # A span between a root held settling and calls still to come (an agent's step span
         # arriving before its calls) is held with them, else the calls never reach the root
         # (docs/capture.md, "A root span that arrives first").
-        for trace_id in settling & batch.unlinked.keys():
+        for trace_id in {t for t, _ in settling} & batch.unlinked.keys():
             batch.waiting.setdefault(trace_id, []).extend(batch.unlinked[trace_id])
             batch.ignored_spans -= len(batch.unlinked[trace_id])
         rejections = list(batch.rejections)
@@ -240,7 +246,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             (s.trace_id, s.span_id, s.SerializeToString()) for s in settling_forms(roots)
         ]
         pending.update(tenant, plan.writes, [k for k in loaded if k not in plan.kept])
-        ignored = batch.ignored_spans + late - len(roots)
+        ignored = batch.ignored_spans + late + again - len(roots)
         return recorded, ignored, held, len(roots), rejections
 
     def _expire(self, tenant: str) -> dict[bytes, set[bytes]]:
@@ -432,16 +438,16 @@ class _HoldPlan:
 
 def _read_held(
     pending: PendingSpans, tenant: str, trace_ids: list[bytes], spans: list[trace_pb2.Span]
-) -> tuple[set[tuple[bytes, bytes]], set[bytes]]:
+) -> tuple[set[tuple[bytes, bytes]], set[tuple[bytes, bytes]]]:
     """Append to `spans` the spans held for `trace_ids` (but settling roots whose calls may
     still come: they stay held, and their calls wait beside them); returns their keys, and the
-    traces with a root left settling."""
+    keys of the roots left settling."""
     loaded: set[tuple[bytes, bytes]] = set()
-    settling: set[bytes] = set()
+    settling: set[tuple[bytes, bytes]] = set()
     for trace_id in pending.traces_held(tenant, list(dict.fromkeys(trace_ids))):
         for held_span in pending.load(tenant, trace_id):
             if pending.settling(held_span):
-                settling.add(trace_id)
+                settling.add((trace_id, held_span.span_id))
                 continue
             proto = trace_pb2.Span()
             proto.ParseFromString(held_span.data)

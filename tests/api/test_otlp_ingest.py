@@ -956,6 +956,24 @@ def test_a_root_first_run_whose_step_span_comes_before_its_calls_is_captured_who
     assert eventually(lambda: _spans_counter(server, "ignored") == 1, 20)  # the step
 
 
+def test_a_settling_root_sent_again_does_not_capture_its_run_short(start: StartServer) -> None:
+    """A root-first run whose root's Export is retried (its answer lost) after its first call
+    arrived and before the others. Before: the retry mapped the root with that one call at
+    once, the run stored as a one-call success and the two calls after it ignored as seen
+    twice. Now the root sent again is that root seen twice; the window decides, and the run
+    is captured whole."""
+    server = start(otlp_settle_seconds=1.0)
+    tools = ["read_file", "parse_json", "write_file"]
+    root, http, first, second, third = _root_first(tools)
+    replies = _export_each(server.port, [root, first, root, second, third, http])
+    assert all(r.rejected_spans == 0 for r in replies)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert eventually(lambda: list(client.iter_patterns()), 20)
+        (pattern,) = client.iter_patterns()
+        assert (list(pattern.tools_used), pattern.usage_count) == (tools, 1)
+    assert _spans_counter(server, "mapped") == 4  # the root and its three calls
+
+
 def test_a_turn_that_called_no_tool_is_let_go_after_the_settle_window(
     start: StartServer,
 ) -> None:
