@@ -38,6 +38,7 @@ from pml_server.otel import (
     incomplete_links,
     incomplete_marker,
     map_spans,
+    parse_export,
     settling_forms,
 )
 from pml_server.service._heap import release_free_memory
@@ -208,7 +209,13 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         assert pending is not None
         expiry_links = self._expire(tenant)
         sent = Counter(s.trace_id for s in spans)
-        loaded = _read_held(pending, tenant, [*sent, *settled], spans)
+        loaded, settling = _read_held(pending, tenant, [*sent, *settled], spans)
+        # A settling root sent again (an exporter retrying its Export) is that root seen twice:
+        # mapped now, with only the calls that arrived so far, its run was captured short and
+        # the calls after them ignored (docs/capture.md, "A root span that arrives first").
+        again = len(spans)
+        spans = [s for s in spans if (s.trace_id, s.span_id) not in settling]
+        again -= len(spans)
         for trace_id in {s.trace_id for s in spans}:
             known = pending.mapped(tenant, trace_id)
             lost = (known.lost if known is not None else set()) | expiry_links.get(trace_id, set())
@@ -216,6 +223,12 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 spans.append(incomplete_marker(trace_id, lost))
         batch = map_spans(spans, self._d.limits.intent.bound)
         del spans
+        # A span between a root held settling and calls still to come (an agent's step span
+        # arriving before its calls) is held with them, else the calls never reach the root
+        # (docs/capture.md, "A root span that arrives first").
+        for trace_id in {t for t, _ in settling} & batch.unlinked.keys():
+            batch.waiting.setdefault(trace_id, []).extend(batch.unlinked[trace_id])
+            batch.ignored_spans -= len(batch.unlinked[trace_id])
         rejections = list(batch.rejections)
         recorded = self._capture_new(tenant, batch, rejections)
         plan = _HoldPlan(loaded, pending.room(tenant))
@@ -233,7 +246,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             (s.trace_id, s.span_id, s.SerializeToString()) for s in settling_forms(roots)
         ]
         pending.update(tenant, plan.writes, [k for k in loaded if k not in plan.kept])
-        ignored = batch.ignored_spans + late - len(roots)
+        ignored = batch.ignored_spans + late + again - len(roots)
         return recorded, ignored, held, len(roots), rejections
 
     def _expire(self, tenant: str) -> dict[bytes, set[bytes]]:
@@ -425,19 +438,22 @@ class _HoldPlan:
 
 def _read_held(
     pending: PendingSpans, tenant: str, trace_ids: list[bytes], spans: list[trace_pb2.Span]
-) -> set[tuple[bytes, bytes]]:
+) -> tuple[set[tuple[bytes, bytes]], set[tuple[bytes, bytes]]]:
     """Append to `spans` the spans held for `trace_ids` (but settling roots whose calls may
-    still come: they stay held, and their calls wait beside them); returns their keys."""
+    still come: they stay held, and their calls wait beside them); returns their keys, and the
+    keys of the roots left settling."""
     loaded: set[tuple[bytes, bytes]] = set()
+    settling: set[tuple[bytes, bytes]] = set()
     for trace_id in pending.traces_held(tenant, list(dict.fromkeys(trace_ids))):
         for held_span in pending.load(tenant, trace_id):
             if pending.settling(held_span):
+                settling.add((trace_id, held_span.span_id))
                 continue
             proto = trace_pb2.Span()
             proto.ParseFromString(held_span.data)
             spans.append(proto)
             loaded.add((trace_id, held_span.span_id))
-    return loaded
+    return loaded, settling
 
 
 def _settling(
@@ -530,5 +546,14 @@ def add_trace_ingest(
             metrics.otlp_spans.labels(result).inc(spans)
 
     servicer = TraceIngestServicer(pml.deps, pml.draining, count, pending)
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    # `add_TraceServiceServicer_to_server`, but decoding with `parse_export` (strings that are
+    # not UTF-8 do not refuse the Export: docs/capture.md, "OTLP traces").
+    export = grpc.unary_unary_rpc_method_handler(
+        servicer.Export,
+        request_deserializer=parse_export,
+        response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": export}),)
+    )
     return servicer

@@ -34,6 +34,7 @@ from pml_server.domain.errors import (
     InvalidArgumentError,
     ResourceExhaustedError,
 )
+from pml_server.otel import parse_export, without_lone_surrogates
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,10 @@ def from_json(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
     """An OTLP/JSON body: the protobuf JSON mapping, but trace and span ids in hex and unknown
     fields ignored (OTLP specification, "JSON Protobuf Encoding")."""
     try:
-        data = json.loads(body)
+        # A lone surrogate escape (`"\\ud83d"`, a string cut inside an emoji) becomes U+FFFD:
+        # kept, no protobuf string can hold it and the whole Export was refused 400
+        # (docs/connect.md, "OTLP traces in").
+        data = without_lone_surrogates(json.loads(body), body)
     except (ValueError, RecursionError) as err:
         message = str(err) if isinstance(err, ValueError) else "nested too deep"
         raise _invalid("body", f"not JSON ({message})") from None
@@ -134,18 +138,27 @@ def from_json(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
 
 
 def _inflate(body: bytes, max_bytes: int) -> bytes:
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(body, max_bytes + 1)
-    except zlib.error as err:
-        raise _invalid("body", f"not gzip ({err})") from None
-    if len(out) > max_bytes:
-        raise ResourceExhaustedError(
-            f"the body inflates past {max_bytes} bytes: export in smaller batches"
-        )
-    if not inflater.eof:
-        raise _invalid("body", "gzip stream cut short")
-    return out
+    """A gzip body inflated: every member of it (RFC 1952: a gzip stream is a series of
+    members, which a reader joins; docs/connect.md, "OTLP traces in"), bytes after the last
+    that are not a member refused. Before, only the first member was read and the rest
+    dropped unseen: its spans answered 200 and lost."""
+    out = bytearray()
+    rest = body
+    while True:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out += inflater.decompress(rest, max_bytes + 1 - len(out))
+        except zlib.error as err:
+            raise _invalid("body", f"not gzip ({err})") from None
+        if len(out) > max_bytes:
+            raise ResourceExhaustedError(
+                f"the body inflates past {max_bytes} bytes: export in smaller batches"
+            )
+        if not inflater.eof:
+            raise _invalid("body", "gzip stream cut short")
+        rest = inflater.unused_data
+        if not rest:
+            return bytes(out)
 
 
 def decode(
@@ -165,12 +178,10 @@ def decode(
         raise _UnsupportedError(f"Content-Encoding {coding!r}: send gzip or none")
     if media == JSON:
         return from_json(body), True
-    request = trace_service_pb2.ExportTraceServiceRequest()
     try:
-        request.ParseFromString(body)
+        return parse_export(body), False
     except (DecodeError, RecursionError):
         raise _invalid("body", "not a protobuf ExportTraceServiceRequest") from None
-    return request, False
 
 
 def _encoded(message: Message, as_json: bool) -> tuple[str, bytes]:

@@ -1,6 +1,7 @@
 """OTLP trace ingest, the pure part: GenAI / MCP spans -> executions with a synthesized
 canonical code text (no storage, model or gRPC here; `pml_server.api.otlp` serves it)."""
 
+from pml_server.otel._attributes import without_lone_surrogates
 from pml_server.otel._held import held_forms, settling_forms
 from pml_server.otel._mapping import (
     INCOMPLETE_SPAN_ID,
@@ -14,6 +15,7 @@ from pml_server.otel._mapping import (
     incomplete_marker,
     map_spans,
 )
+from pml_server.otel._wire import parse_export
 
 __all__ = [
     "INCOMPLETE_SPAN_ID",
@@ -27,5 +29,7 @@ __all__ = [
     "incomplete_links",
     "incomplete_marker",
     "map_spans",
+    "parse_export",
     "settling_forms",
+    "without_lone_surrogates",
 ]

@@ -88,6 +88,7 @@ def _finite(text: str) -> float:
 # A `\\uD800`-`\\uDFFF` escape: the only way a lone surrogate (no character, not encodable as
 # UTF-8) enters a parsed text; the span's own strings are valid UTF-8.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _scrubbed(parsed: Any) -> Any:
@@ -134,8 +135,21 @@ def json_text(raw: str) -> Any:
 
 
 def _loads(raw: str) -> Any:
-    parsed = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
-    return _scrubbed(parsed) if _SURROGATE_ESCAPE.search(raw) else parsed
+    return without_lone_surrogates(
+        json.loads(raw, parse_constant=_no_constant, parse_float=_finite), raw
+    )
+
+
+def without_lone_surrogates(parsed: Any, raw: str | bytes) -> Any:
+    """`parsed`, the JSON text `raw` parsed, with each lone surrogate replaced by U+FFFD
+    (`_scrubbed`); walked only when `raw` holds a surrogate escape. Also for an OTLP/JSON body
+    (`pml_server.api.otlp_http`), where the JavaScript SDK's `JSON.stringify` writes one for an
+    attribute or span name cut inside an emoji."""
+    if isinstance(raw, str):
+        found = _SURROGATE_ESCAPE.search(raw) is not None
+    else:
+        found = _SURROGATE_ESCAPE_BYTES.search(raw) is not None
+    return _scrubbed(parsed) if found else parsed
 
 
 def arguments(attrs: dict[str, Any]) -> dict[str, Any]:

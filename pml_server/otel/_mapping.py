@@ -102,6 +102,11 @@ class MappedBatch:
     settled: dict[bytes, set[bytes]] = field(default_factory=dict)
     # Per trace: its agent spans with no tool call in this request (counted as ignored).
     idle: dict[bytes, list[trace_pb2.Span]] = field(default_factory=dict)
+    # Per trace with no call waiting: its spans that are no call and have no execution span
+    # above them in this request (counted as ignored). They may link calls still to come to a
+    # root held settling: the server holds them then (docs/capture.md, "A root span that
+    # arrives first").
+    unlinked: dict[bytes, list[trace_pb2.Span]] = field(default_factory=dict)
 
     @property
     def rejected_spans(self) -> int:
@@ -280,6 +285,8 @@ def _map_trace(
         batch.waiting[orphans[0].proto.trace_id] = waiting
     else:
         ignored += len(loose) + len(nested_waiting)  # (none: their outer call is an orphan)
+        if unlinked := [trace[sid].proto for sid in loose if resolve(sid)[0] is None]:
+            batch.unlinked[unlinked[0].trace_id] = unlinked
     mapped = {exec_id for exec_id, calls in calls_of.items() if calls}
     if mapped:
         settled = batch.settled.setdefault(next(iter(trace.values())).proto.trace_id, set())

@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.trace import Tracer
 
-from pml_server.api.otlp_http import OtlpHttpApp
+from pml_server.api.otlp_http import OtlpHttpApp, from_json
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
 from tests.api.test_otlp_ingest import exporting_to
@@ -156,6 +156,43 @@ def test_otlp_json_with_hex_ids_is_captured_and_answered_in_json(
     assert client.get_pattern(pattern.name).usage_count == 1
 
 
+def test_a_lone_surrogate_in_otlp_json_is_replaced_not_refused(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """The JavaScript SDK's JSON exporter writes a string cut inside an emoji (its attribute
+    length limit cuts UTF-16 code units) as `JSON.stringify` does: a lone `\\ud83d` escape,
+    no character. Before: no protobuf string can hold it and the whole Export was refused 400,
+    every run in it lost. Now it becomes U+FFFD, as a UTF-8 decoder replaces a broken
+    sequence."""
+    run = _json_run("ef" * 16, "unused")
+    spans = run["resourceSpans"][0]["scopeSpans"][0]["spans"]  # type: ignore[index]
+    spans[0]["name"] = "invoke_agent \ud83d"
+    spans[0]["attributes"] = [
+        {"key": "gen_ai.operation.name", "value": {"stringValue": "invoke_agent"}},
+        {"key": "gen_ai.agent.name", "value": {"stringValue": "Picture converter \ud83d"}},
+    ]
+    body = json.dumps(run).encode()
+    assert b"\\ud83d" in body  # (what JSON.stringify writes for it)
+    status, _, answer = _post(server, body, {"Content-Type": "application/json"})
+    assert status == 200, answer
+    assert json.loads(answer) == {}
+    [pattern] = list(client.iter_patterns())
+    assert [i.text for i in pattern.intents] == ["Picture converter \ufffd"]
+
+
+def test_a_protobuf_string_that_is_not_utf8_does_not_refuse_the_export(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """As on the gRPC port (`test_otlp_ingest.py`): a Latin-1 byte in the agent span's name,
+    400 for the whole Export before, now U+FFFD and the run captured."""
+    raw = from_json(json.dumps(_json_run("fa" * 16, "Convert the picture")).encode())
+    body = raw.SerializeToString().replace(b"invoke_agent", b"invoke_ag\xe9nt")
+    status, _, answer = _post(server, body, {"Content-Type": "application/x-protobuf"})
+    assert status == 200, answer
+    [pattern] = list(client.iter_patterns())
+    assert pattern.usage_count == 1
+
+
 def test_a_partial_success_is_answered_in_the_request_encoding(server: RunningServer) -> None:
     run = _json_run("cd" * 16, "Convert the picture")
     spans = run["resourceSpans"][0]["scopeSpans"][0]["spans"]  # type: ignore[index]
@@ -234,6 +271,26 @@ def test_too_large_bodies_are_413_before_or_after_gzip(start: StartServer) -> No
     status, _, answer = _post(server, bomb, {**headers, "Content-Encoding": "gzip"})
     assert status == 413
     assert "inflates past" in _status(answer).message
+
+
+def test_every_member_of_a_gzip_body_is_read(server: RunningServer, client: PmlClient) -> None:
+    """A gzip body of two members (RFC 1952: members in a row are one stream, as
+    `cat a.gz b.gz` makes), each an Export's protobuf bytes (which join as one message).
+    Before: only the first member was read, the second run answered 200 and never captured;
+    bytes after the last member that are no member were dropped as well, now 400."""
+    first, second = (
+        from_json(json.dumps(_json_run(trace, "Convert the picture")).encode())
+        for trace in ("a1" * 16, "b2" * 16)
+    )
+    body = gzip.compress(first.SerializeToString()) + gzip.compress(second.SerializeToString())
+    headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
+    status, _, answer = _post(server, body, headers)
+    assert status == 200, answer
+    [pattern] = list(client.iter_patterns())
+    assert pattern.usage_count == 2
+    status, _, answer = _post(server, gzip.compress(first.SerializeToString()) + b"junk", headers)
+    assert status == 400
+    assert _status(answer).message.startswith("body: not gzip")
 
 
 def test_keys_apply_as_on_grpc(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:

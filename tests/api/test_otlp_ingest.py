@@ -19,6 +19,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -348,6 +349,31 @@ def test_undecodable_export_is_invalid_argument(server: RunningServer) -> None:
         with pytest.raises(grpc.RpcError) as caught:
             export(b"\xff\xff\xff\xff")
     assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_strings_that_are_not_utf8_do_not_refuse_the_export(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """A Latin-1 byte in an HTTP span's name and in the agent's name (protobuf `string`s must
+    be UTF-8, but the Collector's OTLP receiver passes such bytes on). Before: the parser
+    refused the whole Export with INVALID_ARGUMENT, which exporters drop, and the run in it was
+    lost. Now each broken sequence reads as U+FFFD and the run is captured."""
+    spans = _recorded(
+        lambda t: _agent_run(t, None, [("read_file", {"path": "a.json"}, None)], "cafe agent")
+    )
+    raw = encode_spans(spans).SerializeToString()
+    raw = raw.replace(b"cafe agent", b"caf\xe9 agent").replace(b"/health", b"/h\xe9alth")
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=None,
+            response_deserializer=ExportTraceServiceResponse.FromString,
+        )
+        reply = export(raw, timeout=30)
+    assert reply.partial_success.rejected_spans == 0
+    (pattern,) = client.iter_patterns()
+    assert [i.text for i in pattern.intents] == ["caf\ufffd agent"]
+    assert list(pattern.tools_used) == ["read_file"]
 
 
 def _readme_block(heading: str, language: str) -> str:
@@ -892,6 +918,60 @@ def test_a_root_exported_before_its_calls_is_captured_whole(start: StartServer) 
     assert _spans_counter(server, "mapped") == 4  # the root and its three calls
     # the HTTP span held as a possible link, let go with the run
     assert eventually(lambda: _spans_counter(server, "ignored") == 1, 20)
+
+
+def test_a_root_first_run_whose_step_span_comes_before_its_calls_is_captured_whole(
+    start: StartServer,
+) -> None:
+    """The calls sit under a step span of the agent (a framework's chain or step), each span
+    in its own Export, the root first and the step before its calls (concurrent requests
+    reorder them as they reorder the root). Before: the step, no call and nothing above it in
+    its Export, was ignored, so the calls arriving after it never reached the settling root:
+    held until they expired, the run never captured. Now the step is held beside the root."""
+
+    def run(tracer: Tracer) -> None:
+        agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "sum agent"}
+        with (
+            tracer.start_as_current_span("invoke_agent sum", attributes=agent),
+            tracer.start_as_current_span("step 1"),
+        ):
+            for tool in ("read_file", "write_file"):
+                call = {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": tool,
+                    "gen_ai.tool.call.arguments": json.dumps({"n": 1}),
+                }
+                with tracer.start_as_current_span(f"execute_tool {tool}", attributes=call):
+                    pass
+
+    server = start(otlp_settle_seconds=0.5)
+    first, second, step, root = _recorded(run)  # (in end order)
+    replies = _export_each(server.port, [root, step, first, second])
+    assert all(r.rejected_spans == 0 for r in replies)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert eventually(lambda: list(client.iter_patterns()), 20)
+        (pattern,) = client.iter_patterns()
+        assert (list(pattern.tools_used), pattern.success_count) == (["read_file", "write_file"], 1)
+    assert _spans_counter(server, "mapped") == 3  # the root and its two calls
+    assert eventually(lambda: _spans_counter(server, "ignored") == 1, 20)  # the step
+
+
+def test_a_settling_root_sent_again_does_not_capture_its_run_short(start: StartServer) -> None:
+    """A root-first run whose root's Export is retried (its answer lost) after its first call
+    arrived and before the others. Before: the retry mapped the root with that one call at
+    once, the run stored as a one-call success and the two calls after it ignored as seen
+    twice. Now the root sent again is that root seen twice; the window decides, and the run
+    is captured whole."""
+    server = start(otlp_settle_seconds=1.0)
+    tools = ["read_file", "parse_json", "write_file"]
+    root, http, first, second, third = _root_first(tools)
+    replies = _export_each(server.port, [root, first, root, second, third, http])
+    assert all(r.rejected_spans == 0 for r in replies)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert eventually(lambda: list(client.iter_patterns()), 20)
+        (pattern,) = client.iter_patterns()
+        assert (list(pattern.tools_used), pattern.usage_count) == (tools, 1)
+    assert _spans_counter(server, "mapped") == 4  # the root and its three calls
 
 
 def test_a_turn_that_called_no_tool_is_let_go_after_the_settle_window(
