@@ -140,8 +140,7 @@ def from_json(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
 def _inflate(body: bytes, max_bytes: int) -> bytes:
     """A gzip body inflated: every member of it (RFC 1952: a gzip stream is a series of
     members, which a reader joins; docs/connect.md, "OTLP traces in"), bytes after the last
-    that are not a member refused. Before, only the first member was read and the rest
-    dropped unseen: its spans answered 200 and lost."""
+    that are not a member refused."""
     out = bytearray()
     rest = body
     while True:
