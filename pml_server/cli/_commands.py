@@ -155,6 +155,10 @@ def record(args: argparse.Namespace) -> int:
         )
     if args.session:  # also over a --file record's own
         rec.session_id = args.session
+    if args.request_id:  # also over a --file record's own
+        rec.request_id = args.request_id
+    elif not rec.request_id:  # a --file record without one, as `make_record` gives
+        rec.request_id = str(uuid.uuid4())
     with _client(args) as client:
         result = client.record(rec)
     if args.json:

@@ -173,7 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a failed tool call, after the succeeded ones (repeat)",
     )
     rec.add_argument(
-        "--request-id", default="", help="idempotency key (default: a fresh UUID per call)"
+        "--request-id",
+        default="",
+        help="idempotency key, also over a --file record's (default: the --file record's, "
+        "else a fresh UUID per call)",
     )
     rec.add_argument("--duration-ms", type=float, default=0.0, help="how long the execution took")
     rec.add_argument(

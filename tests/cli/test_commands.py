@@ -91,6 +91,30 @@ def test_record_from_json_file(run: object, tmp_path: Path) -> None:
     assert "saved" in run("record", "--file", str(path))
 
 
+def test_record_from_a_json_file_takes_the_request_id_flag_or_a_fresh_one(
+    run: object, tmp_path: Path
+) -> None:
+    """`--request-id` applies to a `--file` record too (it was dropped silently), and a file
+    record without one gets a fresh UUID, as the help says (the server refused it:
+    `record.request_id: must not be empty`)."""
+    assert callable(run)
+    rec = make_record("Write CSV", 'await mcp.write_csv({path: "o.csv"})', tools=["write_csv"])
+    rec.ClearField("request_id")
+    path = tmp_path / "rec.json"
+    path.write_text(json_format.MessageToJson(rec))
+    first = json.loads(run("record", "--file", str(path), "--json"))
+    assert first["outcome"] == "CAPTURE_OUTCOME_SAVED"
+    again = json.loads(run("record", "--file", str(path), "--json"))
+    assert again["outcome"] == "CAPTURE_OUTCOME_COUNTED"
+    assert not again["replayed"]  # a fresh request id each time
+    for _ in range(2):
+        out = json.loads(run("record", "--file", str(path), "--request-id", "csv-1", "--json"))
+    assert out["replayed"]
+    assert out["pattern"] == first["pattern"]
+    pattern = json.loads(run("show", first["pattern"], "--json"))
+    assert pattern["usage_count"] == "3"
+
+
 def test_import_list_show_delete_stats_retention(run: object, tmp_path: Path) -> None:
     assert callable(run)
     lines = [
