@@ -58,6 +58,15 @@ def _int32(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    """`--limit`: how many items to print, at least 1 (0 printed one item, a negative number
+    was sent on as a page size the server refused, naming a field the command line has not)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a count >= 1")
+    return value
+
+
 def _client_flags(p: argparse.ArgumentParser) -> None:
     # Environment defaults are resolved at call time, so `--help` never prints a key.
     p.add_argument(
@@ -259,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     lst = client("list", "list patterns (or capabilities)")
     lst.add_argument("--capabilities", action="store_true", help="list capabilities instead")
-    lst.add_argument("--limit", type=int, default=100, help="at most this many")
+    lst.add_argument("--limit", type=_positive, default=100, help="at most this many")
 
     show = client("show", "show a pattern or capability")
     show.add_argument("name", help="patterns/ID, capabilities/ID, or a bare pattern id")
@@ -267,7 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("name", help="patterns/ID or capabilities/ID")
     fails = client("failures", "the failure log, newest first")
     fails.add_argument(
-        "--limit", type=int, default=50, help=f"at most this many (1..{LIMITS.page_size.bound})"
+        "--limit",
+        type=_positive,
+        default=50,
+        help=f"at most this many (1..{LIMITS.page_size.bound})",
     )
     ret = client("retention", "run the retention policy (dry run unless --apply)")
     ret.add_argument("--apply", action="store_true", help="apply it (admin role)")

@@ -173,6 +173,18 @@ def test_a_number_beyond_the_field_is_a_usage_error(run: object, flag: str, valu
     assert "Traceback" not in out
 
 
+@pytest.mark.parametrize("command", ["list", "failures"])
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_a_limit_below_one_is_a_usage_error(run: object, command: str, value: str) -> None:
+    """`--limit 0` printed one pattern (or the server's 50 failures), `--limit -1` was exit 1
+    blaming `page_size`, a field the command line does not have: now exit 2 naming --limit."""
+    assert callable(run)
+    run("record", "--intent", "Read JSON file", "--code", READ, "--tool", "read_file")
+    out = run(command, "--limit", value, expect=2)
+    assert "argument --limit" in out
+    assert "Traceback" not in out
+
+
 @pytest.mark.parametrize("key", ["bad\nkey", "k\udcff", "caf\u00e9"])
 def test_an_api_key_that_cannot_be_sent_is_a_usage_error(
     run: object, monkeypatch: pytest.MonkeyPatch, key: str
