@@ -417,8 +417,17 @@ def list_items(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _resource_name(name: str) -> str:
+    """NAME of `pml show` and `pml delete`: a resource name, or a bare id as `pml record` and
+    the listings print it, whose prefix says its kind (`cap_...`: a capability; a bare
+    capability id was looked up as a pattern, NOT_FOUND)."""
+    if "/" in name:
+        return name
+    return f"capabilities/{name}" if name.startswith("cap_") else f"patterns/{name}"
+
+
 def show(args: argparse.Namespace) -> int:
-    name = args.name if "/" in args.name else f"patterns/{args.name}"
+    name = _resource_name(args.name)
     with _client(args) as client:
         if name.startswith("capabilities/"):
             capability = client.get_capability(name)
@@ -436,7 +445,7 @@ def show(args: argparse.Namespace) -> int:
 
 
 def delete(args: argparse.Namespace) -> int:
-    name = args.name if "/" in args.name else f"patterns/{args.name}"
+    name = _resource_name(args.name)
     with _client(args) as client:
         if name.startswith("capabilities/"):
             client.delete_capability(name)

@@ -271,9 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("--limit", type=_positive, default=100, help="at most this many")
 
     show = client("show", "show a pattern or capability")
-    show.add_argument("name", help="patterns/ID, capabilities/ID, or a bare pattern id")
+    bare = "patterns/ID, capabilities/ID, or a bare id as pml list prints it (pat_... or cap_...)"
+    show.add_argument("name", help=bare)
     delete = client("delete", "delete a pattern or capability")
-    delete.add_argument("name", help="patterns/ID or capabilities/ID")
+    delete.add_argument("name", help=bare)
     fails = client("failures", "the failure log, newest first")
     fails.add_argument(
         "--limit",

@@ -173,6 +173,22 @@ def test_a_number_beyond_the_field_is_a_usage_error(run: object, flag: str, valu
     assert "Traceback" not in out
 
 
+def test_show_and_delete_take_a_bare_capability_id_as_the_listings_print_it(run: object) -> None:
+    """`pml record` and `pml list --capabilities` print a capability as its bare id
+    (`cap_...`); `pml show` and `pml delete` looked every bare id up as a pattern: NOT_FOUND
+    "pattern 'cap_...' not found" for a capability that exists."""
+    assert callable(run)
+    out = run("record", "--intent", "Read JSON file", "--code", READ, "--tool", "read_file")
+    capability = next(w for w in out.split() if w.startswith("cap_"))
+    assert capability in run("list", "--capabilities")
+    shown = json.loads(run("show", capability, "--json"))
+    assert shown["name"] == f"capabilities/{capability}"
+    assert shown["tools"] == ["read_file"]
+    assert f"deleted capabilities/{capability}" in run("delete", capability)
+    assert "NOT_FOUND" in run("show", f"capabilities/{capability}", expect=1)
+    assert "no patterns stored yet" in run("list")
+
+
 @pytest.mark.parametrize("command", ["list", "failures"])
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_a_limit_below_one_is_a_usage_error(run: object, command: str, value: str) -> None:
