@@ -365,7 +365,9 @@ def _resume_advice(minted_ids: int) -> str:
 
 
 def suggest(args: argparse.Namespace) -> int:
-    tools = [t for t in args.tools.split(",") if t] if args.tools is not None else None
+    # "read_file, parse_json" offers parse_json, not " parse_json" (a tool no pattern uses)
+    listed = args.tools.split(",") if args.tools is not None else None
+    tools = [t.strip() for t in listed if t.strip()] if listed is not None else None
     if args.available_tool is not None:
         tools = [*(tools or []), *args.available_tool]
     with _client(args) as client:

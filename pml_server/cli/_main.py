@@ -222,7 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     sug.add_argument(
         "--min-success", type=float, help="minimum success estimate, 0..1 (default: server's)"
     )
-    sug.add_argument("--tools", help="comma-separated tools available now (default: any)")
+    sug.add_argument(
+        "--tools", help="comma-separated tools available now, e.g. 'a, b' (default: any)"
+    )
     sug.add_argument(
         "--available-tool",
         action="append",

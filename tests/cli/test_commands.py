@@ -356,3 +356,25 @@ def test_control_characters_from_the_store_never_reach_the_terminal(
         assert "\x1b" not in out, (argv, out)
         assert "\x07" not in out, (argv, out)
     assert "\\x1b[31mRED" in run("show", result.pattern)
+
+
+def test_suggest_tools_listed_with_spaces_after_the_commas(run: object) -> None:
+    """`--tools "read_file, parse_json"` offered the tool " parse_json" (its space kept), which
+    no pattern uses: the pattern of read_file and parse_json was silently filtered out."""
+    assert callable(run)
+    run(
+        "record",
+        "--intent",
+        "Read JSON file",
+        "--code",
+        READ,
+        "--tool",
+        "read_file",
+        "--tool",
+        "parse_json",
+    )
+    for tools in ("read_file,parse_json", "read_file, parse_json", " read_file , parse_json ,"):
+        reply = json.loads(run("suggest", "Read JSON file", "--tools", tools, "--json"))
+        assert [s["pattern"]["tools_used"] for s in reply["suggestions"]] == [
+            ["read_file", "parse_json"]
+        ], tools
