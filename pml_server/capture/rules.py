@@ -188,7 +188,22 @@ def count_success(
         duration_runs=counters.duration_runs + 1,
         mismatch_count=counters.mismatch_count + (1 if mismatch else 0),
         recent_values=push_recent(counters.recent_values, values, limits.recent_values_per_param),
+        tags=pattern_tags(counters.tags, record.tags),
     )
+
+
+def pattern_tags(kept: Sequence[str], added: Sequence[str]) -> list[str]:
+    """A pattern's tags after a successful run tagged `added`, sorted: those it has stay, and
+    the run's new ones join (in order of name) while it holds fewer than `LIMITS.tags.bound`.
+    Keeping the first names of all seen instead let a run with many tags push out one that
+    earlier runs carried (and that later runs carrying it could never bring back): a Suggest
+    filtered on it stopped finding the pattern."""
+    tags = set(kept)
+    for tag in sorted(set(added) - tags):
+        if len(tags) >= LIMITS.tags.bound:
+            break
+        tags.add(tag)
+    return sorted(tags)
 
 
 def count_failed_try(

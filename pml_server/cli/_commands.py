@@ -155,6 +155,10 @@ def record(args: argparse.Namespace) -> int:
         )
     if args.session:  # also over a --file record's own
         rec.session_id = args.session
+    if args.request_id:  # also over a --file record's own
+        rec.request_id = args.request_id
+    elif not rec.request_id:  # a --file record without one, as `make_record` gives
+        rec.request_id = str(uuid.uuid4())
     with _client(args) as client:
         result = client.record(rec)
     if args.json:
@@ -361,7 +365,9 @@ def _resume_advice(minted_ids: int) -> str:
 
 
 def suggest(args: argparse.Namespace) -> int:
-    tools = [t for t in args.tools.split(",") if t] if args.tools is not None else None
+    # "read_file, parse_json" offers parse_json, not " parse_json" (a tool no pattern uses)
+    listed = args.tools.split(",") if args.tools is not None else None
+    tools = [t.strip() for t in listed if t.strip()] if listed is not None else None
     if args.available_tool is not None:
         tools = [*(tools or []), *args.available_tool]
     with _client(args) as client:
@@ -413,8 +419,17 @@ def list_items(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _resource_name(name: str) -> str:
+    """NAME of `pml show` and `pml delete`: a resource name, or a bare id as `pml record` and
+    the listings print it, whose prefix says its kind (`cap_...`: a capability; a bare
+    capability id was looked up as a pattern, NOT_FOUND)."""
+    if "/" in name:
+        return name
+    return f"capabilities/{name}" if name.startswith("cap_") else f"patterns/{name}"
+
+
 def show(args: argparse.Namespace) -> int:
-    name = args.name if "/" in args.name else f"patterns/{args.name}"
+    name = _resource_name(args.name)
     with _client(args) as client:
         if name.startswith("capabilities/"):
             capability = client.get_capability(name)
@@ -432,7 +447,7 @@ def show(args: argparse.Namespace) -> int:
 
 
 def delete(args: argparse.Namespace) -> int:
-    name = args.name if "/" in args.name else f"patterns/{args.name}"
+    name = _resource_name(args.name)
     with _client(args) as client:
         if name.startswith("capabilities/"):
             client.delete_capability(name)

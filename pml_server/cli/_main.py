@@ -58,6 +58,15 @@ def _int32(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    """`--limit`: how many items to print, at least 1 (0 printed one item, a negative number
+    was sent on as a page size the server refused, naming a field the command line has not)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a count >= 1")
+    return value
+
+
 def _client_flags(p: argparse.ArgumentParser) -> None:
     # Environment defaults are resolved at call time, so `--help` never prints a key.
     p.add_argument(
@@ -173,7 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a failed tool call, after the succeeded ones (repeat)",
     )
     rec.add_argument(
-        "--request-id", default="", help="idempotency key (default: a fresh UUID per call)"
+        "--request-id",
+        default="",
+        help="idempotency key, also over a --file record's (default: the --file record's, "
+        "else a fresh UUID per call)",
     )
     rec.add_argument("--duration-ms", type=float, default=0.0, help="how long the execution took")
     rec.add_argument(
@@ -210,7 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     sug.add_argument(
         "--min-success", type=float, help="minimum success estimate, 0..1 (default: server's)"
     )
-    sug.add_argument("--tools", help="comma-separated tools available now (default: any)")
+    sug.add_argument(
+        "--tools", help="comma-separated tools available now, e.g. 'a, b' (default: any)"
+    )
     sug.add_argument(
         "--available-tool",
         action="append",
@@ -256,15 +270,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     lst = client("list", "list patterns (or capabilities)")
     lst.add_argument("--capabilities", action="store_true", help="list capabilities instead")
-    lst.add_argument("--limit", type=int, default=100, help="at most this many")
+    lst.add_argument("--limit", type=_positive, default=100, help="at most this many")
 
     show = client("show", "show a pattern or capability")
-    show.add_argument("name", help="patterns/ID, capabilities/ID, or a bare pattern id")
+    bare = "patterns/ID, capabilities/ID, or a bare id as pml list prints it (pat_... or cap_...)"
+    show.add_argument("name", help=bare)
     delete = client("delete", "delete a pattern or capability")
-    delete.add_argument("name", help="patterns/ID or capabilities/ID")
+    delete.add_argument("name", help=bare)
     fails = client("failures", "the failure log, newest first")
     fails.add_argument(
-        "--limit", type=int, default=50, help=f"at most this many (1..{LIMITS.page_size.bound})"
+        "--limit",
+        type=_positive,
+        default=50,
+        help=f"at most this many (1..{LIMITS.page_size.bound})",
     )
     ret = client("retention", "run the retention policy (dry run unless --apply)")
     ret.add_argument("--apply", action="store_true", help="apply it (admin role)")

@@ -428,7 +428,6 @@ def _capture_locked(
         )
     mismatch = tools_disagree(normalized.tool_calls, used, normalized.parse_ok)
     counted = count_success(counters, execution, values, mismatch, now, state.rules.limits)
-    counted.tags = sorted({*counted.tags, *execution.tags})[: LIMITS.tags.bound]
     # the parameters and schema as every successful run showed them (docs/normalization.md,
     # Schema)
     wider = widened(pattern, normalized)
@@ -513,7 +512,6 @@ def _insert_pattern(
     counters = count_success(
         PatternCounters(), execution, values, mismatch, now, state.rules.limits
     )
-    counters.tags = sorted(set(execution.tags))[: LIMITS.tags.bound]
     intent = new_intent(state, pattern_id, execution.intent, vector, now)
     change.put_pattern(repo.patterns.put_pattern(tenant, pattern), pattern)
     change.put_counters(

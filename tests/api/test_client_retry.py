@@ -10,7 +10,10 @@ import grpc
 import pytest
 from pml_client import PmlClient, PmlClientError, make_record
 
+from pml_server.config import config_of
+from pml_server.domain.errors import PmlError
 from tests.conftest import StartServer
+from tests.support import open_engine
 
 
 def _refused(server: object, method: str) -> float:
@@ -96,3 +99,58 @@ def test_a_message_over_the_size_limit_is_not_sent_again(start: StartServer) -> 
     assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert err.value.retry_delay_seconds is None
     assert sent == 1
+
+
+def test_an_upload_resends_what_the_server_acknowledged_as_unavailable(
+    start: StartServer, data_dir: Path
+) -> None:
+    """A stream acknowledges each execution alone, and one the server could not take yet is
+    acknowledged UNAVAILABLE (its index still catching up after a start): not captured. The
+    upload took that acknowledgement as final: those records were lost to a transient state
+    (`pml import` counted them refused; importing again would count twice every record that
+    had no request id). Now they are resent on a new stream, as a broken stream's are."""
+    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
+    engine._state.readiness.clear()  # as while the indexes are restored at open
+    record_many = engine.record_many
+    refused = 0
+
+    def first_batch_before_ready(tenant: str, records: object) -> object:
+        nonlocal refused
+        try:
+            return record_many(tenant, records)  # type: ignore[arg-type]
+        except PmlError:
+            refused += 1
+            raise
+        finally:
+            engine._state.readiness.set_ready()  # caught up once the first batch was refused
+
+    engine.record_many = first_batch_before_ready  # type: ignore[method-assign]
+    server = start(engine=engine)
+    records = [
+        make_record(f"task {i}", f"await mcp.tool{i % 3}({{n: {i}}})", tools=[f"tool{i % 3}"])
+        for i in range(20)
+    ]
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        report = client.upload(records)
+        stats = client.stats()
+    assert refused == 1  # the server did answer a batch UNAVAILABLE
+    assert report.reconnects >= 1
+    assert [a.execution_id for a in report.acks.values() if a.HasField("error")] == []
+    assert set(report.acks) == {r.request_id for r in records}
+    assert stats.executions == 20
+
+
+def test_an_upload_out_of_reconnects_answers_with_the_servers_error(
+    start: StartServer, data_dir: Path
+) -> None:
+    """A server that stays unable to take the records: once the reconnects run out, each
+    record's acknowledgement is the server's error (never dropped, never a success)."""
+    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
+    engine._state.readiness.clear()
+    server = start(engine=engine)
+    records = [make_record(f"task {i}", f"await mcp.tool({{n: {i}}})") for i in range(5)]
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        report = client.upload(records, max_reconnects=0)
+    assert set(report.acks) == {r.request_id for r in records}
+    assert {a.error.code for a in report.acks.values()} == {grpc.StatusCode.UNAVAILABLE.value[0]}
+    assert all("catching up" in a.error.message for a in report.acks.values())

@@ -91,6 +91,30 @@ def test_record_from_json_file(run: object, tmp_path: Path) -> None:
     assert "saved" in run("record", "--file", str(path))
 
 
+def test_record_from_a_json_file_takes_the_request_id_flag_or_a_fresh_one(
+    run: object, tmp_path: Path
+) -> None:
+    """`--request-id` applies to a `--file` record too (it was dropped silently), and a file
+    record without one gets a fresh UUID, as the help says (the server refused it:
+    `record.request_id: must not be empty`)."""
+    assert callable(run)
+    rec = make_record("Write CSV", 'await mcp.write_csv({path: "o.csv"})', tools=["write_csv"])
+    rec.ClearField("request_id")
+    path = tmp_path / "rec.json"
+    path.write_text(json_format.MessageToJson(rec))
+    first = json.loads(run("record", "--file", str(path), "--json"))
+    assert first["outcome"] == "CAPTURE_OUTCOME_SAVED"
+    again = json.loads(run("record", "--file", str(path), "--json"))
+    assert again["outcome"] == "CAPTURE_OUTCOME_COUNTED"
+    assert not again["replayed"]  # a fresh request id each time
+    for _ in range(2):
+        out = json.loads(run("record", "--file", str(path), "--request-id", "csv-1", "--json"))
+    assert out["replayed"]
+    assert out["pattern"] == first["pattern"]
+    pattern = json.loads(run("show", first["pattern"], "--json"))
+    assert pattern["usage_count"] == "3"
+
+
 def test_import_list_show_delete_stats_retention(run: object, tmp_path: Path) -> None:
     assert callable(run)
     lines = [
@@ -146,6 +170,34 @@ def test_a_number_beyond_the_field_is_a_usage_error(run: object, flag: str, valu
     assert callable(run)
     out = run("suggest", "x", flag, value, expect=2)
     assert f"argument {flag}" in out
+    assert "Traceback" not in out
+
+
+def test_show_and_delete_take_a_bare_capability_id_as_the_listings_print_it(run: object) -> None:
+    """`pml record` and `pml list --capabilities` print a capability as its bare id
+    (`cap_...`); `pml show` and `pml delete` looked every bare id up as a pattern: NOT_FOUND
+    "pattern 'cap_...' not found" for a capability that exists."""
+    assert callable(run)
+    out = run("record", "--intent", "Read JSON file", "--code", READ, "--tool", "read_file")
+    capability = next(w for w in out.split() if w.startswith("cap_"))
+    assert capability in run("list", "--capabilities")
+    shown = json.loads(run("show", capability, "--json"))
+    assert shown["name"] == f"capabilities/{capability}"
+    assert shown["tools"] == ["read_file"]
+    assert f"deleted capabilities/{capability}" in run("delete", capability)
+    assert "NOT_FOUND" in run("show", f"capabilities/{capability}", expect=1)
+    assert "no patterns stored yet" in run("list")
+
+
+@pytest.mark.parametrize("command", ["list", "failures"])
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_a_limit_below_one_is_a_usage_error(run: object, command: str, value: str) -> None:
+    """`--limit 0` printed one pattern (or the server's 50 failures), `--limit -1` was exit 1
+    blaming `page_size`, a field the command line does not have: now exit 2 naming --limit."""
+    assert callable(run)
+    run("record", "--intent", "Read JSON file", "--code", READ, "--tool", "read_file")
+    out = run(command, "--limit", value, expect=2)
+    assert "argument --limit" in out
     assert "Traceback" not in out
 
 
@@ -304,3 +356,25 @@ def test_control_characters_from_the_store_never_reach_the_terminal(
         assert "\x1b" not in out, (argv, out)
         assert "\x07" not in out, (argv, out)
     assert "\\x1b[31mRED" in run("show", result.pattern)
+
+
+def test_suggest_tools_listed_with_spaces_after_the_commas(run: object) -> None:
+    """`--tools "read_file, parse_json"` offered the tool " parse_json" (its space kept), which
+    no pattern uses: the pattern of read_file and parse_json was silently filtered out."""
+    assert callable(run)
+    run(
+        "record",
+        "--intent",
+        "Read JSON file",
+        "--code",
+        READ,
+        "--tool",
+        "read_file",
+        "--tool",
+        "parse_json",
+    )
+    for tools in ("read_file,parse_json", "read_file, parse_json", " read_file , parse_json ,"):
+        reply = json.loads(run("suggest", "Read JSON file", "--tools", tools, "--json"))
+        assert [s["pattern"]["tools_used"] for s in reply["suggestions"]] == [
+            ["read_file", "parse_json"]
+        ], tools

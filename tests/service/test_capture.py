@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pml_server.domain.errors import AlreadyExistsError, InvalidArgumentError
+from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import (
     CaptureOutcome,
     CaptureResult,
@@ -413,3 +414,25 @@ def test_a_url_query_token_in_a_tool_name_or_tag_is_stored_redacted(engine: Engi
     tags = ("src=https://h/x?page=1&token=[REDACTED]",)
     found = engine.suggest("t", SuggestQuery(intent="call the internal tool", tags=tags))
     assert [s.pattern.id for s in found.suggestions] == [saved.pattern_id]
+
+
+def test_a_patterns_tags_are_kept_when_later_runs_bring_more_than_it_holds(
+    engine: Engine,
+) -> None:
+    """A pattern holds at most `LIMITS.tags.bound` tags. It kept the alphabetically first of
+    all it had seen: a run tagged with 32 others that sort earlier silently removed "team",
+    which its first run carried, and every later run tagged "team" too (it sorts out again),
+    so a Suggest filtered on "team" stopped finding the pattern. Now a tag a pattern has stays;
+    new ones join while there is room."""
+    bound = LIMITS.tags.bound
+    engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS, tags=("team",)))
+    others = tuple(f"a{n:02d}" for n in range(bound))
+    engine.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, tags=others))
+    engine.record("t", make_record("r3", "Read JSON file", JSON_TOOLS, tags=("team", "zeta")))
+    query = SuggestQuery(intent="Read JSON file", tags=("team",))
+    (found,) = engine.suggest("t", query).suggestions
+    assert found.pattern.usage_count == 3
+    # the first runs' tags filled it: a00 .. a30 joined, then there was no room
+    for tags, expected in ((others[: bound - 1], 1), ((others[-1],), 0), (("zeta",), 0)):
+        query = SuggestQuery(intent="Read JSON file", tags=tags)
+        assert len(engine.suggest("t", query).suggestions) == expected, tags

@@ -413,8 +413,9 @@ class PmlClient:
         batch: int = UPLOAD_BATCH,
     ) -> UploadReport:
         """Upload whole records over StreamTraces. If the stream breaks, reconnect and resend
-        every record not yet acknowledged; request ids (default: a UUID per record) make the
-        resend apply exactly once. `records` is consumed lazily (a big file is never held
+        every record not yet acknowledged, or acknowledged with an error that waiting may
+        cure (`worth_retrying`: not captured); request ids (default: a UUID per record) make
+        the resend apply exactly once. `records` is consumed lazily (a big file is never held
         whole): only the records sent and not yet acknowledged are kept.
 
         Up to `batch` records go in one message (`StreamTracesRequest.batch`, within
@@ -459,6 +460,11 @@ class PmlClient:
         # UNKNOWN "Exception iterating requests!"): the stream is closed there, what was sent
         # is acknowledged, then the very exception is raised to the caller.
         source_failed: list[Exception] = []
+        # Executions the server acknowledged with an error that waiting may cure (`worth_
+        # retrying`: UNAVAILABLE while its index catches up after a start, a quota): not
+        # captured, so they stay unacknowledged and the next stream resends them. Each one's
+        # error is kept: it is the answer if the reconnects run out.
+        resend: dict[str, tuple[PmlClientError, pml_pb2.StreamTracesResponse]] = {}
 
         def from_source() -> Iterator[tuple[str, ExecutionRecord]]:
             # `next` by hand, not `yield from`: a stream that breaks leaves this generator to
@@ -528,10 +534,21 @@ class PmlClient:
                 for message in self._stub.StreamTraces(requests(), metadata=self._metadata):
                     answer_held_back()
                     for ack in message.batch or (message,):
-                        if unacked.pop(ack.execution_id, None) is None:
+                        eid = ack.execution_id
+                        if ack.HasField("error") and eid in unacked:
+                            failure = PmlClientError.from_status(ack.error)
+                            if worth_retrying(failure):
+                                resend[eid] = (failure, ack)
+                                continue
+                        if unacked.pop(eid, None) is None:
                             continue  # an ack of an execution already answered
+                        resend.pop(eid, None)
                         answer(ack)
                 answer_held_back()
+                if report.reconnects >= max_reconnects and unacked.keys() <= resend.keys():
+                    for eid in list(unacked):  # out of reconnects: their errors answer them
+                        del unacked[eid]
+                        answer(resend.pop(eid)[1])
                 if source_failed and not unacked:
                     raise source_failed[0]
                 if exhausted and not unacked:
@@ -542,6 +559,9 @@ class PmlClient:
                         grpc.StatusCode.UNAVAILABLE,
                         f"the stream ended with {len(unacked)} executions not acknowledged",
                     )
+                if resend:  # not before the server's RetryInfo delay
+                    delay = max((f.retry_delay_seconds or 0.0) for f, _ in resend.values())
+                    time.sleep(backoff_seconds(report.reconnects, delay))
                 report.reconnects += 1
             except grpc.RpcError as err:
                 failure = PmlClientError.from_rpc_error(err)

@@ -8,7 +8,7 @@ import random
 from collections.abc import Sequence
 
 import grpc
-from google.rpc import error_details_pb2
+from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 RETRY_BASE_SECONDS = 0.1
@@ -56,7 +56,18 @@ class PmlClientError(Exception):
 
     @classmethod
     def from_rpc_error(cls, err: grpc.RpcError) -> PmlClientError:
-        status = rpc_status.from_call(err)
+        return cls._with_details(err.code(), err.details() or "", rpc_status.from_call(err))
+
+    @classmethod
+    def from_status(cls, status: status_pb2.Status) -> PmlClientError:
+        """The error a `google.rpc.Status` says (a stream's acknowledgement of one execution)."""
+        code = _CODES.get(status.code, grpc.StatusCode.UNKNOWN)
+        return cls._with_details(code, status.message, status)
+
+    @classmethod
+    def _with_details(
+        cls, code: grpc.StatusCode, message: str, status: status_pb2.Status | None
+    ) -> PmlClientError:
         violations: list[tuple[str, str]] = []
         retry_delay = None
         if status is not None:
@@ -69,4 +80,7 @@ class PmlClientError(Exception):
                     info = error_details_pb2.RetryInfo()
                     detail.Unpack(info)
                     retry_delay = info.retry_delay.ToNanoseconds() / 1e9
-        return cls(err.code(), err.details() or "", violations, retry_delay)
+        return cls(code, message, violations, retry_delay)
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
