@@ -4,6 +4,7 @@ create a capability."""
 
 from __future__ import annotations
 
+from pml_server import _core
 from pml_server.capture.dedup import choose_capability
 from pml_server.domain.vectors import Vector
 from pml_server.search import TenantSearchIndex
@@ -28,7 +29,14 @@ def capability_for_new_pattern(
     same_tools = state.repo.capabilities.capabilities_with_tools(tenant, signature)
     threshold = state.rules.thresholds.capability_group
     if len(same_tools) <= MAX_GROUP_CANDIDATES:
-        candidates = capability_vectors(state, tenant, same_tools, vector, threshold)
+        decided, contenders = (
+            (False, same_tools)
+            if state.store.shared
+            else decide_by_index(state, tenant, same_tools, vector, threshold)
+        )
+        if decided:
+            return contenders[0] if contenders else None
+        candidates = capability_vectors(state, tenant, contenders, vector, threshold)
         return choose_capability(candidates, vector, threshold)
     apply_staged_adds(state, tenant)  # the earlier records of a batch are candidates too
     return nearest_allowed_capability(
@@ -40,6 +48,33 @@ def capability_for_new_pattern(
         threshold,
         NEAREST_INTENTS_FOR_GROUPING,
     )
+
+
+def decide_by_index(
+    state: EngineState, tenant: str, capability_ids: list[str], vector: Vector, threshold: float
+) -> tuple[bool, list[str]]:
+    """`choose_capability` over every intent of `capability_ids` from the vector index's
+    scores alone when they settle it (docs/capture.md, "Grouping into capabilities"): (True,
+    [the one] or [] for none); else (False, the capabilities that may still win, in the order
+    given). Each capability's best exact cosine lies within `HNSW_SCORE_ERROR` of its best
+    score, so one whose best is surely within the threshold and surely above every other's
+    is the answer, with no stored vector read: a crowded capability (thousands of patterns
+    recorded with one request's words, the same vector) is not read whole at each new pattern."""
+    index = state.indexes.for_tenant(tenant)
+    error = _core.HNSW_SCORE_ERROR
+    scored: list[tuple[str, float]] = []
+    for capability_id in capability_ids:
+        capability = state.repo.capabilities.capability(tenant, capability_id)
+        best = index.best_score(capability.pattern_ids, vector) if capability else None
+        if best is not None and best + error >= threshold:
+            scored.append((capability_id, best))
+    if not scored:
+        return True, []
+    surest = max(best for _, best in scored) - error
+    contenders = [(c, best) for c, best in scored if best + error >= surest]
+    if len(contenders) == 1 and contenders[0][1] - error >= threshold:
+        return True, [contenders[0][0]]
+    return False, [c for c, _ in contenders]
 
 
 def capability_vectors(

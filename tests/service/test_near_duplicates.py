@@ -122,6 +122,39 @@ def test_a_popular_patterns_capture_reads_only_its_near_intents(
         engine.close()
 
 
+def test_a_new_pattern_of_a_crowded_capability_reads_none_of_its_tied_intents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 200 patterns of one signature recorded with one request (code written anew each run):
+    # their intents tie. The next one joins their capability without reading those intents.
+    engine = open_engine(tmp_path / "db", Clock())
+    try:
+
+        def run(n: int) -> ExecutionRecord:
+            return make_record(f"r{n}", "Read JSON file", TOOLS, code=f"f{n}()")
+
+        for start in range(0, 200, 50):
+            engine.record_many("t", [run(n) for n in range(start, start + 50)])
+        store = engine._state.store
+        read: list[int] = []
+        get_many = store.get_many
+
+        def counted_get_many(*args: object, **kwargs: object) -> object:
+            rows = get_many(*args, **kwargs)  # type: ignore[arg-type]
+            read.append(len(rows))
+            return rows
+
+        with monkeypatch.context() as patched:
+            patched.setattr(store, "get_many", counted_get_many)
+            result = engine.record("t", run(200))
+        assert max(read, default=0) < 10  # before: the 200 tied intents, read at once
+        page = engine.list_capabilities("t", PageRequest(page_size=10))
+        assert [len(c.pattern_ids) for c in page.items] == [201]
+        assert result.capability_id == page.items[0].id
+    finally:
+        engine.close()
+
+
 records_of_one_signature = st.lists(
     st.tuples(
         st.lists(st.sampled_from(WORDS), min_size=2, max_size=6).map(" ".join),
@@ -141,13 +174,15 @@ def _capture_all(
     import random
 
     from pml_server.search import TenantSearchIndex
-    from pml_server.service import _writes
+    from pml_server.service import _grouping, _writes
 
     engine = open_engine(root, Clock())
     saved_ids, saved_scores = _writes._ids, TenantSearchIndex.closest_candidates
+    saved_decide = _grouping.decide_by_index
     _writes._ids = random.Random(7)  # type: ignore[assignment]
     if read_all:
         TenantSearchIndex.closest_candidates = lambda self, ids, query, t: None  # type: ignore[assignment,method-assign]
+        _grouping.decide_by_index = lambda state, tenant, ids, v, t: (False, ids)  # type: ignore[assignment]
     try:
         outcomes: list[object] = []
         for start in range(0, len(records), batch):
@@ -158,6 +193,7 @@ def _capture_all(
     finally:
         _writes._ids = saved_ids
         TenantSearchIndex.closest_candidates = saved_scores  # type: ignore[method-assign]
+        _grouping.decide_by_index = saved_decide  # type: ignore[assignment]
         engine.close()
 
 
