@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -541,5 +542,33 @@ def test_first_call_after_pml_restarts_succeeds(tmp_path: Path) -> None:
             proc, _ = spawn_pml_serve("--listen", target, *flags)
             again = http.post(url, json=call, headers=JSON_HEADERS).json()
             assert again["result"]["isError"] is False, again
+    finally:
+        stop_pml_serve(proc)
+
+
+@pytest.mark.slow
+def test_first_call_after_a_long_pml_outage_succeeds(tmp_path: Path) -> None:
+    """pml down for half a minute while `pml mcp` (stdio) runs and is called: the first call
+    once pml is back succeeds (before: gRPC's reconnect backoff, grown over the outage, kept
+    the channel failing `pml is unavailable ... (is it running?)` for seconds after pml was
+    back, over a few calls; docs/mcp.md, Protocol)."""
+    from tests.support import spawn_pml_serve, stop_pml_serve
+
+    flags = ("--data-dir", str(tmp_path / "data"), "--embedder", "hashing")
+    proc, target = spawn_pml_serve("--listen", "127.0.0.1:0", *flags)
+
+    async def body(client: Client) -> None:
+        nonlocal proc
+        assert not (await client.call_tool("suggest", {"intent": "Read JSON file"})).is_error
+        stop_pml_serve(proc)
+        down = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        _assert_tool_error(down, "pml is unavailable at ")
+        await anyio.sleep(30)  # the channel's reconnect backoff grows meanwhile
+        proc, _ = spawn_pml_serve("--listen", target, *flags)
+        back = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        assert not back.is_error, _text(back)
+
+    try:
+        _run(_stdio(target), body)
     finally:
         stop_pml_serve(proc)
