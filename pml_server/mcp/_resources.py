@@ -79,11 +79,17 @@ async def list_capabilities(
     )
 
 
-def _protocol_error(upstream: Upstream, err: PmlClientError) -> MCPError:
+def _protocol_error(
+    upstream: Upstream, err: PmlClientError, renamed: dict[str, str] | None = None
+) -> MCPError:
     """pml's refusal as a JSON-RPC error: -32602 Invalid params for a bad argument (a cursor
     pml did not issue), else -32603 Internal error, each with one sentence (the SDK answered
-    error code 0, and logged a traceback for each)."""
+    error code 0, and logged a traceback for each). `renamed`: the caller's argument for a
+    request field of another name (the prompt's `task` is Suggest's `intent`)."""
     code = INVALID_PARAMS if err.code is grpc.StatusCode.INVALID_ARGUMENT else INTERNAL_ERROR
+    if renamed and err.violations:
+        named = [(renamed.get(f, f), d) for f, d in err.violations]
+        err = PmlClientError(err.code, err.message, named, err.retry_delay_seconds)
     return MCPError(code, upstream.describe(err))
 
 
@@ -186,5 +192,5 @@ def register(server: MCPServer, upstream: Upstream) -> None:
                 upstream, _api_key(ctx, upstream), lambda c: c.suggest(task, 1)
             )
         except PmlClientError as err:
-            raise _protocol_error(upstream, err) from None
+            raise _protocol_error(upstream, err, {"intent": "task"}) from None
         return _instructions(task, reply)
