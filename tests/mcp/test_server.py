@@ -278,6 +278,28 @@ def test_http_bearer_key_maps_to_its_tenant(
         assert list(grpc_client.iter_patterns()) == []
 
 
+def test_http_a_key_no_pml_takes_is_refused_at_the_http_level(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """A bearer key that is not printable ASCII (a pasted accent, a tab, DEL), which no pml
+    key is, gets 401 as an unknown key does (before: 200, tools listed and a session opened
+    whose every tool call failed `invalid argument: api_key: ...`)."""
+    keys_file, found = keys
+    server = start(keys_file=keys_file)
+    good = found["acme-read"].encode()
+    with _http_mcp(f"127.0.0.1:{server.port}") as url, httpx2.Client(timeout=10) as http:
+        for key in (b"pml_cl\xe9", good + b"\xe9", good[:8] + b"\t" + good[8:], good + b"\x7f"):
+            headers = {**JSON_HEADERS, "Authorization": b"Bearer " + key}
+            refused = http.post(url, json=LIST_TOOLS, headers=headers)
+            assert refused.status_code == 401, (key, refused.text)
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+            assert "api_key" in refused.json()["error_description"]
+        listed = http.post(
+            url, json=LIST_TOOLS, headers={**JSON_HEADERS, "Authorization": b"Bearer " + good}
+        )
+        assert listed.status_code == 200, listed.text
+
+
 def test_http_refuses_foreign_host_and_origin(server: RunningServer) -> None:
     body, headers = LIST_TOOLS, JSON_HEADERS
     with _http_mcp(f"127.0.0.1:{server.port}") as url, httpx2.Client(timeout=10) as http:
