@@ -165,7 +165,10 @@ def register(server: MCPServer, upstream: Upstream) -> None:
         try:
             text = await _with_client(upstream, _api_key(ctx, upstream), read)
         except PmlClientError as err:
-            if err.code is grpc.StatusCode.NOT_FOUND:
+            # An id pml refuses as a name (a control character in it) names no capability
+            # either: the caller's mistake, as an unknown id is (docs/mcp.md, Resources and
+            # prompt). A refused API key keeps its own error.
+            if err.code is grpc.StatusCode.NOT_FOUND or "name" in dict(err.violations):
                 raise ResourceNotFoundError(f"no capability {id!r}") from None
             raise ResourceError(upstream.describe(err)) from None
         return text
