@@ -73,6 +73,11 @@ class Upstream:
             timeout=o.timeout,
         )
 
+    def check_tls_files(self) -> None:
+        """Read the TLS files given (a client made and closed): one that cannot be read raises
+        OSError naming it, at start, rather than failing every call without a reason."""
+        self._new_client(None).close()
+
     def _acquire(self, api_key: str | None) -> _Channel:
         with self._lock:
             found = self._channels.get(api_key)

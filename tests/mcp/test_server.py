@@ -324,6 +324,26 @@ def test_http_refuses_non_loopback_without_flag() -> None:
     assert "--allow-remote" in done.stderr
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_tls_file_it_cannot_read_stops_pml_mcp_at_start(tmp_path: Path, transport: str) -> None:
+    """`--tls-ca` (or `--tls-cert`, `--tls-key`) naming a file that cannot be read: `pml mcp`
+    says which and exits 2, as the other client commands do (before: it served, and every
+    tool call answered `Error executing tool suggest`, no reason given, each with a traceback
+    on stderr)."""
+    missing = tmp_path / "ca.pem"
+    done = subprocess.run(
+        _pml_mcp("--transport", transport, "--listen", "127.0.0.1:0", "--tls-ca", str(missing)),
+        cwd=ROOT,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": PYTHONPATH},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"pml mcp: {missing}: No such file or directory\n"
+
+
 def test_stdio_uses_its_api_key(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:
     keys_file, found = keys
     server = start(keys_file=keys_file)
