@@ -79,11 +79,17 @@ async def list_capabilities(
     )
 
 
-def _protocol_error(upstream: Upstream, err: PmlClientError) -> MCPError:
+def _protocol_error(
+    upstream: Upstream, err: PmlClientError, renamed: dict[str, str] | None = None
+) -> MCPError:
     """pml's refusal as a JSON-RPC error: -32602 Invalid params for a bad argument (a cursor
     pml did not issue), else -32603 Internal error, each with one sentence (the SDK answered
-    error code 0, and logged a traceback for each)."""
+    error code 0, and logged a traceback for each). `renamed`: the caller's argument for a
+    request field of another name (the prompt's `task` is Suggest's `intent`)."""
     code = INVALID_PARAMS if err.code is grpc.StatusCode.INVALID_ARGUMENT else INTERNAL_ERROR
+    if renamed and err.violations:
+        named = [(renamed.get(f, f), d) for f, d in err.violations]
+        err = PmlClientError(err.code, err.message, named, err.retry_delay_seconds)
     return MCPError(code, upstream.describe(err))
 
 
@@ -159,7 +165,10 @@ def register(server: MCPServer, upstream: Upstream) -> None:
         try:
             text = await _with_client(upstream, _api_key(ctx, upstream), read)
         except PmlClientError as err:
-            if err.code is grpc.StatusCode.NOT_FOUND:
+            # An id pml refuses as a name (a control character in it) names no capability
+            # either: the caller's mistake, as an unknown id is (docs/mcp.md, Resources and
+            # prompt). A refused API key keeps its own error.
+            if err.code is grpc.StatusCode.NOT_FOUND or "name" in dict(err.violations):
                 raise ResourceNotFoundError(f"no capability {id!r}") from None
             raise ResourceError(upstream.describe(err)) from None
         return text
@@ -186,5 +195,5 @@ def register(server: MCPServer, upstream: Upstream) -> None:
                 upstream, _api_key(ctx, upstream), lambda c: c.suggest(task, 1)
             )
         except PmlClientError as err:
-            raise _protocol_error(upstream, err) from None
+            raise _protocol_error(upstream, err, {"intent": "task"}) from None
         return _instructions(task, reply)

@@ -73,6 +73,11 @@ class Upstream:
             timeout=o.timeout,
         )
 
+    def check_tls_files(self) -> None:
+        """Read the TLS files given (a client made and closed): one that cannot be read raises
+        OSError naming it, at start, rather than failing every call without a reason."""
+        self._new_client(None).close()
+
     def _acquire(self, api_key: str | None) -> _Channel:
         with self._lock:
             found = self._channels.get(api_key)
@@ -113,12 +118,15 @@ class Upstream:
 
     @contextmanager
     def lease(self, api_key: str | None) -> Iterator[PmlClient]:
-        """The key's client, kept open until the block ends; a key pml refuses is not kept."""
+        """The key's client, kept open until the block ends; a key pml refuses is not kept,
+        nor is a channel that found pml unavailable (docs/mcp.md, Protocol: gRPC backs off its
+        reconnects over an outage, up to minutes, and kept failing calls after pml was back;
+        the next call opens a fresh channel, which connects at once)."""
         channel = self._acquire(api_key)
         try:
             yield channel.client
         except PmlClientError as err:
-            if err.code is grpc.StatusCode.UNAUTHENTICATED:
+            if err.code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNAVAILABLE):
                 self.forget(api_key)
             raise
         finally:

@@ -84,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
             tls_key=args.tls_key,
         )
     )
+    try:
+        upstream.check_tls_files()
+    except OSError as err:  # as the other client commands say it
+        print(f"pml mcp: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        return 2
     if listen is None:
         run_stdio(upstream)
         return 0

@@ -100,6 +100,21 @@ def test_prompt_and_listing_errors_are_json_rpc_errors(server: RunningServer, pm
     assert "Traceback" not in logged, logged[-3000:]
 
 
+def test_prompt_refusals_name_the_task_argument(server: RunningServer) -> None:
+    """A task pml refuses (blank, or without a letter or digit) is refused naming the prompt's
+    argument, `task`, as a bad tool argument names its own (before: `invalid argument:
+    intent: ...`, the name of the request pml was sent, which the prompt does not take)."""
+
+    async def body(client: Client) -> None:
+        for task in ("   ", "\x00?!"):
+            with pytest.raises(MCPError) as refused:
+                await client.get_prompt("use_procedure", {"task": task})
+            assert refused.value.code == -32602
+            assert str(refused.value).startswith("invalid argument: task: "), refused.value
+
+    _run(_stdio(f"127.0.0.1:{server.port}"), body)
+
+
 def _stdio_exchange(
     server: RunningServer, lines: list[bytes], answers: int
 ) -> tuple[list[dict[str, Any]], bytes]:

@@ -137,3 +137,18 @@ def test_http_resources_are_the_bearer_keys_tenant(
     with _http_mcp(target) as url:
         _run(_http_client(url, found["acme-read"]), as_acme)
         _run(_http_client(url, found["globex-admin"]), as_globex)
+
+
+def test_an_id_pml_refuses_is_an_unknown_capability(server: RunningServer) -> None:
+    """A resource id pml refuses as a name (a tab, DEL inside it) is the caller's mistake:
+    -32602 `no capability 'ID'`, as an unknown id is (before: -32603 Internal error saying
+    `invalid argument: name: ...`, an argument the caller never passed)."""
+
+    async def body(mcp: Client) -> None:
+        for bad in ("cap\tx", "cap\x7fx"):
+            with pytest.raises(MCPError) as refused:
+                await mcp.read_resource(f"pml://capabilities/{bad}")
+            assert refused.value.code == -32602, refused.value
+            assert str(refused.value) == f"no capability {bad!r}", refused.value
+
+    _run(_stdio(f"127.0.0.1:{server.port}"), body)

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -277,6 +278,28 @@ def test_http_bearer_key_maps_to_its_tenant(
         assert list(grpc_client.iter_patterns()) == []
 
 
+def test_http_a_key_no_pml_takes_is_refused_at_the_http_level(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """A bearer key that is not printable ASCII (a pasted accent, a tab, DEL), which no pml
+    key is, gets 401 as an unknown key does (before: 200, tools listed and a session opened
+    whose every tool call failed `invalid argument: api_key: ...`)."""
+    keys_file, found = keys
+    server = start(keys_file=keys_file)
+    good = found["acme-read"].encode()
+    with _http_mcp(f"127.0.0.1:{server.port}") as url, httpx2.Client(timeout=10) as http:
+        for key in (b"pml_cl\xe9", good + b"\xe9", good[:8] + b"\t" + good[8:], good + b"\x7f"):
+            headers = {**JSON_HEADERS, "Authorization": b"Bearer " + key}
+            refused = http.post(url, json=LIST_TOOLS, headers=headers)
+            assert refused.status_code == 401, (key, refused.text)
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+            assert "api_key" in refused.json()["error_description"]
+        listed = http.post(
+            url, json=LIST_TOOLS, headers={**JSON_HEADERS, "Authorization": b"Bearer " + good}
+        )
+        assert listed.status_code == 200, listed.text
+
+
 def test_http_refuses_foreign_host_and_origin(server: RunningServer) -> None:
     body, headers = LIST_TOOLS, JSON_HEADERS
     with _http_mcp(f"127.0.0.1:{server.port}") as url, httpx2.Client(timeout=10) as http:
@@ -299,6 +322,26 @@ def test_http_refuses_non_loopback_without_flag() -> None:
     )
     assert done.returncode == 2
     assert "--allow-remote" in done.stderr
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_tls_file_it_cannot_read_stops_pml_mcp_at_start(tmp_path: Path, transport: str) -> None:
+    """`--tls-ca` (or `--tls-cert`, `--tls-key`) naming a file that cannot be read: `pml mcp`
+    says which and exits 2, as the other client commands do (before: it served, and every
+    tool call answered `Error executing tool suggest`, no reason given, each with a traceback
+    on stderr)."""
+    missing = tmp_path / "ca.pem"
+    done = subprocess.run(
+        _pml_mcp("--transport", transport, "--listen", "127.0.0.1:0", "--tls-ca", str(missing)),
+        cwd=ROOT,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": PYTHONPATH},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"pml mcp: {missing}: No such file or directory\n"
 
 
 def test_stdio_uses_its_api_key(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:
@@ -541,5 +584,33 @@ def test_first_call_after_pml_restarts_succeeds(tmp_path: Path) -> None:
             proc, _ = spawn_pml_serve("--listen", target, *flags)
             again = http.post(url, json=call, headers=JSON_HEADERS).json()
             assert again["result"]["isError"] is False, again
+    finally:
+        stop_pml_serve(proc)
+
+
+@pytest.mark.slow
+def test_first_call_after_a_long_pml_outage_succeeds(tmp_path: Path) -> None:
+    """pml down for half a minute while `pml mcp` (stdio) runs and is called: the first call
+    once pml is back succeeds (before: gRPC's reconnect backoff, grown over the outage, kept
+    the channel failing `pml is unavailable ... (is it running?)` for seconds after pml was
+    back, over a few calls; docs/mcp.md, Protocol)."""
+    from tests.support import spawn_pml_serve, stop_pml_serve
+
+    flags = ("--data-dir", str(tmp_path / "data"), "--embedder", "hashing")
+    proc, target = spawn_pml_serve("--listen", "127.0.0.1:0", *flags)
+
+    async def body(client: Client) -> None:
+        nonlocal proc
+        assert not (await client.call_tool("suggest", {"intent": "Read JSON file"})).is_error
+        stop_pml_serve(proc)
+        down = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        _assert_tool_error(down, "pml is unavailable at ")
+        await anyio.sleep(30)  # the channel's reconnect backoff grows meanwhile
+        proc, _ = spawn_pml_serve("--listen", target, *flags)
+        back = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        assert not back.is_error, _text(back)
+
+    try:
+        _run(_stdio(target), body)
     finally:
         stop_pml_serve(proc)
