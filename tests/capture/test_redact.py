@@ -170,3 +170,80 @@ def test_names_lose_only_a_url_password() -> None:
     stored = redacted_record(record, normalized, texts)
     assert stored.tool_calls[0].tool == "https://[REDACTED]@h/t"
     assert stored.tags == ("pg://[REDACTED]@db", "team")
+
+
+PASSWORD = "hunter2-corral"  # no credential shape: only its context can flag it
+
+
+def _stored_forms(result: _core.Normalized) -> str:
+    """Every text of a normalization that a store keeps or an answer shows."""
+    return " ".join(
+        [
+            result.template,
+            result.redacted_code,
+            result.schema_json,
+            *(p.name for p in result.params),
+        ]
+    )
+
+
+def test_a_value_named_a_credential_by_a_sibling_is_secret() -> None:
+    """A credential's name need not be the literal's own key: an environment variable's
+    default, a header set by name, a subscript assignment or a `||` default name it too
+    (docs/normalization.md, Secrets). The placeholder keeps its name; the value is flagged,
+    so it is neither stored nor shown."""
+    cases = [
+        ("python", f'import os\npw = os.getenv("DB_PASSWORD", "{PASSWORD}")\nmcp.q(pw=pw)'),
+        ("python", f'import os\npw = os.environ.get("DB_PASSWORD", "{PASSWORD}")\nmcp.q(pw=pw)'),
+        ("python", f'import os\npw = os.getenv("API_TOKEN", default="{PASSWORD}")\nmcp.q(pw=pw)'),
+        ("python", f'pw = os.environ.get("API_TOKEN") or "{PASSWORD}"\nmcp.q(pw=pw)'),
+        ("python", f'import os\nos.environ["DB_PASSWORD"] = "{PASSWORD}"\nmcp.q()'),
+        ("python", f'h = {{}}\nh["Authorization"] = "Token {PASSWORD}"\nmcp.get(h=h)'),
+        ("python", f'mcp.get(headers=[("X-Api-Key", "{PASSWORD}")])'),
+        ("javascript", f'const pw = process.env.DB_PASSWORD ?? "{PASSWORD}"; await mcp.q({{pw}})'),
+        ("javascript", f'const pw = process.env.API_TOKEN || "{PASSWORD}"; await mcp.q({{pw}})'),
+        ("javascript", f'const h = {{}}; h["Authorization"] = "Token {PASSWORD}"; await mcp.g(h)'),
+        ("javascript", f'h.set("Authorization", "Token {PASSWORD}"); await mcp.get({{h}})'),
+        ("typescript", f'await fetch(u, {{headers: [["Authorization", "Token {PASSWORD}"]]}})'),
+    ]
+    for language, code in cases:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, (code, result.fallback_reason)
+        (flagged,) = [p for p in result.params if PASSWORD in p.value_json]
+        assert flagged.secret, code
+        assert not flagged.name.startswith(("$DB_PASSWORD", "$API_TOKEN", "$AUTHORIZATION"))
+        assert PASSWORD not in _stored_forms(result), code
+        schema = json.loads(result.schema_json)
+        assert schema["properties"][flagged.name]["writeOnly"] is True
+    # Names that are no credential's, a sentence, and a tool's name leave the value alone.
+    for language, code in [
+        ("python", 'import os\nlevel = os.getenv("LOG_LEVEL", "info")\nmcp.q(level=level)'),
+        ("python", 'log.info("token refreshed for", "alice")'),
+        ("python", 'await session.call_tool("get_token", "alice")'),
+        ("javascript", 'const n = process.env.PAGE_SIZE || "50"; await mcp.q({n})'),
+    ]:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, (code, result.fallback_reason)
+        assert not any(p.secret for p in result.params), code
+
+
+def test_a_secret_literal_that_stays_code_is_redacted() -> None:
+    """A literal the normalizer cannot decode exactly (a byte string, a `\\N{...}` escape, a
+    BigInt) stays code, hashed by its text; under a credential's name it is still a secret,
+    redacted in the stored code and the template like a secret past the parameter cap."""
+    cases = [
+        ("python", f'mcp.login(user="a", password=b"{PASSWORD}")'),
+        ("python", f'mcp.login(api_key="\\N{{BULLET}}{PASSWORD}")'),
+        ("python", f'mcp.login(headers={{"Authorization": b"Token {PASSWORD}"}})'),
+        ("python", f'import os\npw = os.environ.get("DB_PASSWORD", b"{PASSWORD}")\nmcp.q(pw=pw)'),
+        ("javascript", 'await mcp.login({user: "a", pin: 1, password: 12345678901234567890n})'),
+    ]
+    for language, code in cases:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, (code, result.fallback_reason)
+        for kept in (PASSWORD, "12345678901234567890"):
+            assert kept not in _stored_forms(result), code
+        assert '"[REDACTED]"' in result.redacted_code
+        assert not any(p.secret for p in result.params), "it stays code, not a parameter"
+    plain = _core.normalize('mcp.read(path=b"a.bin", note="\\N{BULLET}")', "python")
+    assert plain.redacted_code == 'mcp.read(path=b"a.bin", note="\\N{BULLET}")'

@@ -90,9 +90,16 @@ pub(crate) struct RawParam {
     pub string_value: Option<String>,
     /// The name its context gives it (key, keyword, variable, `callee_ARGn`), as written.
     pub context: Option<String>,
-    /// Past `MAX_PARAMS`: the literal stayed code and is listed only because it is a secret,
-    /// so that it is redacted in the template and the redacted code.
+    /// The literal stayed code (past `MAX_PARAMS`, or a value that cannot be decoded exactly,
+    /// such as a Python byte string) and is listed only because it is a secret, so that it is
+    /// redacted in the template and the redacted code.
     pub overflow: bool,
+    /// A sibling names the value as a credential although its own context does not: the key
+    /// of a subscript assignment (`headers["Authorization"] = "..."`), an earlier string
+    /// argument (`os.getenv("DB_PASSWORD", "...")`, `h.set("Authorization", "...")`), the
+    /// left side of a default (`process.env.API_TOKEN || "..."`) (docs/normalization.md,
+    /// Secrets). It flags the parameter without naming it.
+    pub named_credential: bool,
 }
 
 impl RawParam {
@@ -114,9 +121,11 @@ impl RawParam {
 
     /// Whether its context name or its value marks it as a credential.
     pub(crate) fn is_secret(&self) -> bool {
-        self.context_name()
-            .as_deref()
-            .is_some_and(secrets::is_secret_name)
+        self.named_credential
+            || self
+                .context_name()
+                .as_deref()
+                .is_some_and(secrets::is_secret_name)
             || self
                 .string_value
                 .as_deref()

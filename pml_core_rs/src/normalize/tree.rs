@@ -12,6 +12,8 @@ use super::canonical::{self, Canonical};
 use super::grammar::Grammar;
 use super::language::Lang;
 use super::literal::{self, JsonType};
+use super::naming;
+use super::secrets;
 use super::{RawParam, WalkError, MAX_PARAMS};
 
 /// Receivers whose method calls are tool calls: `mcp.read_file(...)`, `tools.x(...)`.
@@ -544,7 +546,8 @@ impl<'a, 't> Walker<'a, 't> {
         candidate: Candidate,
     ) {
         let text = self.text(node);
-        let decoded = if self.literal_is_code(node, field) {
+        let is_code = self.literal_is_code(node, field);
+        let decoded = if is_code {
             None
         } else {
             match candidate {
@@ -570,6 +573,26 @@ impl<'a, 't> Walker<'a, 't> {
         };
         let Some((json_type, Some(value))) = decoded else {
             self.code_literal(text, &candidate);
+            if !is_code {
+                // What cannot be decoded exactly (a byte string, `\N{...}`, BigInt) stays code,
+                // but a credential must not stay in the code (docs/normalization.md, Secrets).
+                let raw = RawParam {
+                    start: node.start_byte(),
+                    end: node.end_byte(),
+                    json_type: match candidate {
+                        Candidate::Str => JsonType::String,
+                        Candidate::Num { .. } => JsonType::Integer,
+                    },
+                    value_json: String::new(),
+                    string_value: None,
+                    context: self.context_name(field, named_index),
+                    overflow: true,
+                    named_credential: self.named_credential(field, named_index),
+                };
+                if raw.is_secret() {
+                    self.params.push(raw);
+                }
+            }
             return;
         };
         let overflow = self.param_count >= MAX_PARAMS;
@@ -599,6 +622,7 @@ impl<'a, 't> Walker<'a, 't> {
             string_value,
             context,
             overflow,
+            named_credential: self.named_credential(field, named_index),
         };
         if !overflow || raw.is_secret() {
             self.params.push(raw);
@@ -736,6 +760,100 @@ impl<'a, 't> Walker<'a, 't> {
 }
 
 impl<'t> Walker<'_, 't> {
+    /// Whether a sibling names a literal's value as a credential (`RawParam::named_credential`):
+    /// the second of two values (call arguments, an array or tuple) after a credential's name,
+    /// a `default=` after one, a value assigned to a subscript by a credential's name, or given
+    /// after a credential with `||`, `??` or `or`. Only the one sibling is read, so the cost per literal is constant.
+    fn named_credential(&mut self, field: Option<&'static str>, named_index: usize) -> bool {
+        let Some(parent) = self.frames.last() else {
+            return false;
+        };
+        let (node, kind) = (parent.node, parent.kind);
+        let grammar = self.grammar;
+        let namer = match (kind, field) {
+            ("arguments" | "argument_list", _) | ("array" | "list" | "tuple", _)
+                if named_index == 1 =>
+            {
+                node.named_children(&mut self.scratch)
+                    .find(|c| !c.is_extra())
+            }
+            ("keyword_argument", Some("value"))
+                if grammar
+                    .child(node, "name")
+                    .is_some_and(|name| self.text(name) == "default") =>
+            {
+                let n = self.frames.len();
+                match self.frames.get(n.wrapping_sub(2)) {
+                    Some(list) if list.kind == "argument_list" => list
+                        .node
+                        .named_children(&mut self.scratch)
+                        .find(|c| !c.is_extra()),
+                    _ => None,
+                }
+            }
+            ("assignment_expression" | "assignment", Some("right")) => grammar
+                .child(node, "left")
+                .filter(|left| matches!(grammar.kind(*left), "subscript_expression" | "subscript")),
+            ("binary_expression" | "boolean_operator", Some("right")) => grammar
+                .child(node, "operator")
+                .filter(|op| matches!(grammar.kind(*op), "||" | "??" | "or"))
+                .and_then(|_| grammar.child(node, "left")),
+            _ => None,
+        };
+        // A tool's or module's name is no credential's name (`call_tool("get_token", ...)`).
+        namer.is_some_and(|namer| {
+            !self.code_literals.contains(&namer.start_byte()) && self.names_credential(namer)
+        })
+    }
+
+    /// Whether `node` is a credential's name: a string such as `"DB_PASSWORD"` or
+    /// `"Authorization"` (a name, not a sentence), or a member, subscript or call that reads
+    /// one (`process.env.API_TOKEN`, `os.environ["API_TOKEN"]`, `os.getenv("API_TOKEN")`).
+    fn names_credential(&mut self, node: Node<'t>) -> bool {
+        let grammar = self.grammar;
+        let name = match grammar.kind(node) {
+            "string" => {
+                let text = self.text(node);
+                let decoded = if self.lang.is_python() {
+                    literal::decode_py_string(text)
+                } else {
+                    literal::decode_js_string(text)
+                };
+                decoded.filter(|s| {
+                    !s.is_empty()
+                        && s.len() <= 64
+                        && s.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+                })
+            }
+            "member_expression" => grammar
+                .child(node, "property")
+                .map(|p| self.text(p).to_owned()),
+            "attribute" => grammar
+                .child(node, "attribute")
+                .map(|a| self.text(a).to_owned()),
+            "subscript_expression" | "subscript" => {
+                let field = if self.lang.is_python() {
+                    "subscript"
+                } else {
+                    "index"
+                };
+                return grammar
+                    .child(node, field)
+                    .filter(|index| grammar.kind(*index) == "string")
+                    .is_some_and(|index| self.names_credential(index));
+            }
+            "call_expression" | "call" => {
+                return self
+                    .first_string_arg(node)
+                    .is_some_and(|first| self.names_credential(first));
+            }
+            _ => None,
+        };
+        name.and_then(|n| naming::upper_snake(&n))
+            .is_some_and(|n| secrets::is_secret_name(&n))
+    }
+
     /// The first argument of a call when it is a string literal (a tool or module name).
     fn first_string_arg(&mut self, call: Node<'t>) -> Option<Node<'t>> {
         let args = self.grammar.child(call, "arguments")?;
