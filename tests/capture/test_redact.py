@@ -247,3 +247,29 @@ def test_a_secret_literal_that_stays_code_is_redacted() -> None:
         assert not any(p.secret for p in result.params), "it stays code, not a parameter"
     plain = _core.normalize('mcp.read(path=b"a.bin", note="\\N{BULLET}")', "python")
     assert plain.redacted_code == 'mcp.read(path=b"a.bin", note="\\N{BULLET}")'
+
+
+def test_a_literal_passed_through_a_variable_where_a_credential_goes_is_secret() -> None:
+    """`pw = "..."` then `login(password=pw)`: the literal's own context (`pw`) says nothing,
+    the place the variable goes does (docs/normalization.md, Secrets)."""
+    cases = [
+        ("javascript", f'const pw = "{PASSWORD}"; await mcp.login({{user: "a", password: pw}})'),
+        ("javascript", f'let p; p = "{PASSWORD}"; await mcp.login({{user: "a", password: p}})'),
+        ("typescript", f'const k: string = "{PASSWORD}"; await mcp.q({{auth: k}})'),
+        ("python", f'pw = "{PASSWORD}"\nmcp.login(user="a", password=pw)'),
+        ("python", f'k = "{PASSWORD}"\nh = {{"Authorization": k}}\nmcp.get(headers=h)'),
+        ("python", f'pw = "{PASSWORD}"\nmcp.get(auth=HTTPBasicAuth("a", pw))'),
+    ]
+    for language, code in cases:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, (code, result.fallback_reason)
+        (flagged,) = [p for p in result.params if PASSWORD in p.value_json]
+        assert flagged.secret, code
+        assert PASSWORD not in _stored_forms(result), code
+    # A variable that goes elsewhere keeps its value.
+    for language, code in [
+        ("python", "limit = 5\nmcp.q(max_tokens=limit)"),
+        ("javascript", 'const u = "alice"; await mcp.login({user: u, password: pw})'),
+    ]:
+        result = _core.normalize(code, language)
+        assert not any(p.secret for p in result.params), code

@@ -3,7 +3,7 @@
 //! ancestors live in an explicit stack, so nesting depth costs heap, never the thread stack.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use tree_sitter::{Node, Tree, TreeCursor};
 
@@ -299,6 +299,9 @@ struct Walker<'a, 't> {
     tool_calls: Vec<String>,
     /// Start bytes of string literals that are code, not parameters (tool and module names).
     code_literals: HashSet<usize>,
+    /// Variables assigned a parameter literal, by name (scopes ignored): the latest
+    /// literal's index in `params`.
+    assigned_literals: HashMap<&'a str, usize>,
     frames: Vec<Frame<'t>>,
 }
 
@@ -321,6 +324,7 @@ pub fn walk<'a>(
         param_count: 0,
         tool_calls: Vec::new(),
         code_literals: HashSet::new(),
+        assigned_literals: HashMap::new(),
         frames: Vec::new(),
     };
     let mut cursor = tree.walk();
@@ -410,7 +414,7 @@ impl<'a, 't> Walker<'a, 't> {
         match kind {
             "identifier" => {
                 let field = self.grammar.field_name(cursor);
-                self.identifier(node, field);
+                self.identifier(node, field, named_index);
                 return Ok(false);
             }
             "shorthand_property_identifier" | "shorthand_property_identifier_pattern" => {
@@ -625,8 +629,24 @@ impl<'a, 't> Walker<'a, 't> {
             named_credential: self.named_credential(field, named_index),
         };
         if !overflow || raw.is_secret() {
+            if let Some(variable) = self.assigned_variable(field) {
+                self.assigned_literals.insert(variable, self.params.len());
+            }
             self.params.push(raw);
         }
+    }
+
+    /// The variable a literal is assigned to whole (`const pw = "..."`, `pw = "..."`).
+    fn assigned_variable(&self, field: Option<&'static str>) -> Option<&'a str> {
+        let parent = self.frames.last()?;
+        let target = match (parent.kind, field) {
+            ("variable_declarator", Some("value")) => self.grammar.child(parent.node, "name"),
+            ("assignment_expression" | "assignment", Some("right")) => {
+                self.grammar.child(parent.node, "left")
+            }
+            _ => None,
+        }?;
+        (self.grammar.kind(target) == "identifier").then(|| self.text(target))
     }
 
     /// A literal that stays code: strings hash by their decoded value, so quote style and
@@ -645,8 +665,21 @@ impl<'a, 't> Walker<'a, 't> {
         }
     }
 
-    fn identifier(&mut self, node: Node<'t>, field: Option<&'static str>) {
+    fn identifier(&mut self, node: Node<'t>, field: Option<&'static str>, named_index: usize) {
         let name = self.text(node);
+        if let Some(&index) = self.assigned_literals.get(name) {
+            // A variable holding a literal, passed where a credential goes (`pw = "..."` then
+            // `login(password=pw)`): the literal is a secret (docs/normalization.md, Secrets).
+            let named = self
+                .context_name(field, named_index)
+                .and_then(|context| naming::upper_snake(&context))
+                .is_some_and(|context| secrets::is_secret_name(&context));
+            if named {
+                if let Some(raw) = self.params.get_mut(index) {
+                    raw.named_credential = true;
+                }
+            }
+        }
         let parent_kind = self.frames.last().map(|f| f.kind);
         // Attribute names and keyword names are not variables even when spelled like one.
         let not_a_variable = matches!(
