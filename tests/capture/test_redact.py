@@ -273,3 +273,36 @@ def test_a_literal_passed_through_a_variable_where_a_credential_goes_is_secret()
     ]:
         result = _core.normalize(code, language)
         assert not any(p.secret for p in result.params), code
+
+
+def test_a_credential_in_a_name_value_pair_is_redacted() -> None:
+    """Connection strings, shell variables and flags write a credential as `name=value`
+    (`host=db password=...`, `Server=db;Password=...;`, `DB_PASSWORD=... psql`,
+    `--api-key=...`): a string holding one is a secret parameter, and free text loses the
+    value, keeping the name (docs/capture.md, Secrets). Code keeps `password=pw`: there it is
+    a keyword argument, not a credential."""
+    values = [
+        f"host=db user=admin password={PASSWORD} port=5432",
+        f"Server=db;User Id=sa;Password={PASSWORD};",
+        f"host=db password='{PASSWORD} x' port=5",
+        f"DB_PASSWORD={PASSWORD} psql -h db",
+        f"tool --api-key={PASSWORD} run",
+    ]
+    for value in values:
+        code = f"mcp.query(dsn={json.dumps(value)}, limit=5)"
+        result = _core.normalize(code, "python")
+        assert [(p.name, p.secret) for p in result.params] == [("$DSN", True), ("$LIMIT", False)]
+        assert PASSWORD not in _stored_forms(result), value
+        assert result.redacted_code == 'mcp.query(dsn="[REDACTED]", limit=5)'
+    texts = [f"connection failed: {v}" for v in values]
+    (prepared,) = prepare_captures([("x = 1", "python", texts)])
+    assert not isinstance(prepared, Exception)
+    for text in prepared[1]:
+        assert PASSWORD not in text, text
+    assert prepared[1][0] == "connection failed: host=db user=admin password=[REDACTED] port=5432"
+    kept = ["max_tokens=5 limit=3 author=ann", "password= (empty)", "a=a=a"]
+    (plain,) = prepare_captures([("x = 1", "python", kept)])
+    assert not isinstance(plain, Exception)
+    assert plain[1] == kept
+    code = 'mcp.login(password=pw, note="max_tokens=5")'
+    assert _core.normalize(code, "python").redacted_code == code
