@@ -201,3 +201,20 @@ def test_each_element_of_parallel_calls_reads_its_own_step(language: str, code: 
     assert whole[2]["depends_on"] == [0, 1]
     spread = _steps("[a, b] = await Promise.all([...xs, mcp.a()]); await mcp.c({a})", "js")
     assert spread[1]["depends_on"] == [0]
+
+
+def test_an_awaited_typescript_call_with_type_arguments_is_a_step() -> None:
+    """tree-sitter-typescript reads `await mcp.search<Row[]>(...)` as a call of
+    `await mcp.search`; the call is the tool's all the same, so it is listed and is a step
+    (docs/normalization.md, Tool calls)."""
+    code = (
+        'const rows = await mcp.search<Row[]>({q: "a"});\n'
+        "await mcp.get<Item>({id: rows[0].id});\nawait mcp.log({n: rows.length});"
+    )
+    for language in ("ts", "tsx"):
+        result = _core.normalize(code, language)
+        assert result.parse_ok, result.fallback_reason
+        assert result.tool_calls == ["search", "get", "log"]
+        steps = _steps(code, language)
+        assert [s["depends_on"] for s in steps] == [[], [0], [0]]
+        assert steps[1]["arguments"][0]["sources"] == [{"step": 0, "path": "[0].id"}]

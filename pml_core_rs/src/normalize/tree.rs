@@ -155,7 +155,16 @@ pub(crate) fn tool_call<'t>(
     lang: Lang,
     call: Node<'t>,
 ) -> Option<ToolCall<'t>> {
-    let function = grammar.child(call, "function")?;
+    let mut function = grammar.child(call, "function")?;
+    // tree-sitter-typescript reads `await mcp.a<T>(...)` as a call of `await mcp.a`: the call
+    // is `mcp.a<T>(...)`, awaited. Only a tool named by the chain is read through it; a dispatch
+    // or tool caller written so keeps its tool name a parameter, as stored hashes have it
+    // (docs/normalization.md, Tool calls).
+    let awaited = grammar.kind(function) == "await_expression"
+        && grammar.child(call, "type_arguments").is_some();
+    if awaited {
+        function = function.named_child(0)?;
+    }
     if let Some(segments) = tool_chain(grammar, code, lang, function) {
         let (last, server) = segments.split_last()?;
         if !DISPATCH_METHODS.contains(&last.as_ref()) {
@@ -164,6 +173,9 @@ pub(crate) fn tool_call<'t>(
                 name_literal: None,
                 arguments: ToolArguments::All,
             });
+        }
+        if awaited {
+            return None;
         }
         let named = named_by_argument(grammar, code, lang, call)?;
         if server.is_empty() {
@@ -180,7 +192,7 @@ pub(crate) fn tool_call<'t>(
         "attribute" => grammar.child(function, "attribute")?,
         _ => return None,
     };
-    if !is_tool_caller(&code[last.byte_range()]) {
+    if awaited || !is_tool_caller(&code[last.byte_range()]) {
         return None;
     }
     named_by_argument(grammar, code, lang, call)
