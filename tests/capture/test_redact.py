@@ -220,6 +220,8 @@ def test_a_value_named_a_credential_by_a_sibling_is_secret() -> None:
         ("python", 'import os\nlevel = os.getenv("LOG_LEVEL", "info")\nmcp.q(level=level)'),
         ("python", 'log.info("token refreshed for", "alice")'),
         ("python", 'await session.call_tool("get_token", "alice")'),
+        ("python", 'mcp.proxy(keep=["Authorization", "Content-Type", "X-Id"])'),
+        ("javascript", 'await mcp.proxy({keep: ["Authorization", "Content-Type", "X-Id"]})'),
         ("javascript", 'const n = process.env.PAGE_SIZE || "50"; await mcp.q({n})'),
     ]:
         result = _core.normalize(code, language)

@@ -816,12 +816,16 @@ impl<'t> Walker<'_, 't> {
         let (node, kind) = (parent.node, parent.kind);
         let grammar = self.grammar;
         let namer = match (kind, field) {
-            ("arguments" | "argument_list", _) | ("array" | "list" | "tuple", _)
-                if named_index == 1 =>
+            // A list of names (`["Authorization", "Content-Type"]`) is no pair: two elements.
+            ("array" | "list" | "tuple", _)
+                if named_index == 1 && node.named_child_count() == 2 =>
             {
                 node.named_children(&mut self.scratch)
                     .find(|c| !c.is_extra())
             }
+            ("arguments" | "argument_list", _) if named_index == 1 => node
+                .named_children(&mut self.scratch)
+                .find(|c| !c.is_extra()),
             ("keyword_argument", Some("value"))
                 if grammar
                     .child(node, "name")
