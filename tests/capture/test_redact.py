@@ -247,6 +247,13 @@ def test_a_secret_literal_that_stays_code_is_redacted() -> None:
             assert kept not in _stored_forms(result), code
         assert '"[REDACTED]"' in result.redacted_code
         assert not any(p.secret for p in result.params), "it stays code, not a parameter"
+    # A byte string stays one, so the stored code read again (steps are read from it) names
+    # the placeholders the template names.
+    result = _core.normalize(f'mcp.login(user="a", password=b"{PASSWORD}")', "python")
+    assert result.redacted_code == 'mcp.login(user="a", password=b"[REDACTED]")'
+    again = _core.normalize(result.redacted_code, "python")
+    assert [p.name for p in again.params] == [p.name for p in result.params] == ["$USER"]
+    assert again.template == result.template
     plain = _core.normalize('mcp.read(path=b"a.bin", note="\\N{BULLET}")', "python")
     assert plain.redacted_code == 'mcp.read(path=b"a.bin", note="\\N{BULLET}")'
 

@@ -316,20 +316,17 @@ fn assemble(
         let literal_text = &code[raw.start..raw.end];
         template.push_str(gap);
         redacted.push_str(gap);
-        redacted.push_str(if secret {
-            REDACTED_LITERAL
+        let shown = if secret {
+            redacted_literal(literal_text)
         } else {
-            literal_text
-        });
+            literal_text.into()
+        };
+        redacted.push_str(&shown);
         let start = char_at + gap.chars().count();
         let end = start + literal_text.chars().count();
         (byte_at, char_at) = (raw.end, end);
         if raw.overflow {
-            template.push_str(if secret {
-                REDACTED_LITERAL
-            } else {
-                literal_text
-            });
+            template.push_str(&shown);
             continue;
         }
         let base = raw.context_name().unwrap_or_else(|| {
@@ -370,6 +367,28 @@ fn assemble(
         schema_json,
         redacted_code: secrets::redact_code(&redacted).into_owned(),
         steps,
+    }
+}
+
+/// What a secret literal becomes in the redacted code (and in the template when it stays
+/// code): `REDACTED_LITERAL`, but a Python byte string stays one (`b"[REDACTED]"`), so the
+/// stored code read again keeps it code, as the template has it, and its steps name no
+/// placeholder the pattern lacks (docs/normalization.md, Secrets).
+fn redacted_literal(literal_text: &str) -> std::borrow::Cow<'static, str> {
+    let prefix_len = literal_text
+        .bytes()
+        .take_while(u8::is_ascii_alphabetic)
+        .count();
+    let (prefix, rest) = literal_text.split_at(prefix_len);
+    if !prefix.bytes().any(|b| b.eq_ignore_ascii_case(&b'b')) {
+        return REDACTED_LITERAL.into();
+    }
+    match ["\"\"\"", "'''", "\"", "'"]
+        .into_iter()
+        .find(|quote| rest.starts_with(quote))
+    {
+        Some(quote) => format!("{prefix}{quote}[REDACTED]{quote}").into(),
+        None => REDACTED_LITERAL.into(),
     }
 }
 
