@@ -806,9 +806,10 @@ impl<'a, 't> Walker<'a, 't> {
 
 impl<'t> Walker<'_, 't> {
     /// Whether a sibling names a literal's value as a credential (`RawParam::named_credential`):
-    /// the second of two values (call arguments, an array or tuple) after a credential's name,
-    /// a `default=` after one, a value assigned to a subscript by a credential's name, or given
-    /// after a credential with `||`, `??` or `or`. Only the one sibling is read, so the cost per literal is constant.
+    /// the second call argument or the second of a pair (an array or tuple of two) after a
+    /// credential's name, a `default=` after one, a value assigned to a subscript by a
+    /// credential's name, or given after a credential with `||`, `??` or `or`. Only the one
+    /// sibling is read, so the cost per literal is constant.
     fn named_credential(&mut self, field: Option<&'static str>, named_index: usize) -> bool {
         let Some(parent) = self.frames.last() else {
             return false;
