@@ -170,3 +170,148 @@ def test_names_lose_only_a_url_password() -> None:
     stored = redacted_record(record, normalized, texts)
     assert stored.tool_calls[0].tool == "https://[REDACTED]@h/t"
     assert stored.tags == ("pg://[REDACTED]@db", "team")
+
+
+PASSWORD = "hunter2-corral"  # no credential shape: only its context can flag it
+
+
+def _stored_forms(result: _core.Normalized) -> str:
+    """Every text of a normalization that a store keeps or an answer shows."""
+    return " ".join(
+        [
+            result.template,
+            result.redacted_code,
+            result.schema_json,
+            *(p.name for p in result.params),
+        ]
+    )
+
+
+def test_a_value_named_a_credential_by_a_sibling_is_secret() -> None:
+    """A credential's name need not be the literal's own key: an environment variable's
+    default, a header set by name, a subscript assignment or a `||` default name it too
+    (docs/normalization.md, Secrets). The placeholder keeps its name; the value is flagged,
+    so it is neither stored nor shown."""
+    cases = [
+        ("python", f'import os\npw = os.getenv("DB_PASSWORD", "{PASSWORD}")\nmcp.q(pw=pw)'),
+        ("python", f'import os\npw = os.environ.get("DB_PASSWORD", "{PASSWORD}")\nmcp.q(pw=pw)'),
+        ("python", f'import os\npw = os.getenv("API_TOKEN", default="{PASSWORD}")\nmcp.q(pw=pw)'),
+        ("python", f'pw = os.environ.get("API_TOKEN") or "{PASSWORD}"\nmcp.q(pw=pw)'),
+        ("python", f'import os\nos.environ["DB_PASSWORD"] = "{PASSWORD}"\nmcp.q()'),
+        ("python", f'h = {{}}\nh["Authorization"] = "Token {PASSWORD}"\nmcp.get(h=h)'),
+        ("python", f'mcp.get(headers=[("X-Api-Key", "{PASSWORD}")])'),
+        ("javascript", f'const pw = process.env.DB_PASSWORD ?? "{PASSWORD}"; await mcp.q({{pw}})'),
+        ("javascript", f'const pw = process.env.API_TOKEN || "{PASSWORD}"; await mcp.q({{pw}})'),
+        ("javascript", f'const h = {{}}; h["Authorization"] = "Token {PASSWORD}"; await mcp.g(h)'),
+        ("javascript", f'h.set("Authorization", "Token {PASSWORD}"); await mcp.get({{h}})'),
+        ("typescript", f'await fetch(u, {{headers: [["Authorization", "Token {PASSWORD}"]]}})'),
+    ]
+    for language, code in cases:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, (code, result.fallback_reason)
+        (flagged,) = [p for p in result.params if PASSWORD in p.value_json]
+        assert flagged.secret, code
+        assert not flagged.name.startswith(("$DB_PASSWORD", "$API_TOKEN", "$AUTHORIZATION"))
+        assert PASSWORD not in _stored_forms(result), code
+        schema = json.loads(result.schema_json)
+        assert schema["properties"][flagged.name]["writeOnly"] is True
+    # Names that are no credential's, a sentence, and a tool's name leave the value alone.
+    for language, code in [
+        ("python", 'import os\nlevel = os.getenv("LOG_LEVEL", "info")\nmcp.q(level=level)'),
+        ("python", 'log.info("token refreshed for", "alice")'),
+        ("python", 'await session.call_tool("get_token", "alice")'),
+        ("python", 'mcp.proxy(keep=["Authorization", "Content-Type", "X-Id"])'),
+        ("javascript", 'await mcp.proxy({keep: ["Authorization", "Content-Type", "X-Id"]})'),
+        ("javascript", 'const n = process.env.PAGE_SIZE || "50"; await mcp.q({n})'),
+    ]:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, (code, result.fallback_reason)
+        assert not any(p.secret for p in result.params), code
+
+
+def test_a_secret_literal_that_stays_code_is_redacted() -> None:
+    """A literal the normalizer cannot decode exactly (a byte string, a `\\N{...}` escape, a
+    BigInt) stays code, hashed by its text; under a credential's name it is still a secret,
+    redacted in the stored code and the template like a secret past the parameter cap."""
+    cases = [
+        ("python", f'mcp.login(user="a", password=b"{PASSWORD}")'),
+        ("python", f'mcp.login(api_key="\\N{{BULLET}}{PASSWORD}")'),
+        ("python", f'mcp.login(headers={{"Authorization": b"Token {PASSWORD}"}})'),
+        ("python", f'import os\npw = os.environ.get("DB_PASSWORD", b"{PASSWORD}")\nmcp.q(pw=pw)'),
+        ("javascript", 'await mcp.login({user: "a", pin: 1, password: 12345678901234567890n})'),
+    ]
+    for language, code in cases:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, (code, result.fallback_reason)
+        for kept in (PASSWORD, "12345678901234567890"):
+            assert kept not in _stored_forms(result), code
+        assert '"[REDACTED]"' in result.redacted_code
+        assert not any(p.secret for p in result.params), "it stays code, not a parameter"
+    # A byte string stays one, so the stored code read again (steps are read from it) names
+    # the placeholders the template names.
+    result = _core.normalize(f'mcp.login(user="a", password=b"{PASSWORD}")', "python")
+    assert result.redacted_code == 'mcp.login(user="a", password=b"[REDACTED]")'
+    again = _core.normalize(result.redacted_code, "python")
+    assert [p.name for p in again.params] == [p.name for p in result.params] == ["$USER"]
+    assert again.template == result.template
+    plain = _core.normalize('mcp.read(path=b"a.bin", note="\\N{BULLET}")', "python")
+    assert plain.redacted_code == 'mcp.read(path=b"a.bin", note="\\N{BULLET}")'
+
+
+def test_a_literal_passed_through_a_variable_where_a_credential_goes_is_secret() -> None:
+    """`pw = "..."` then `login(password=pw)`: the literal's own context (`pw`) says nothing,
+    the place the variable goes does (docs/normalization.md, Secrets)."""
+    cases = [
+        ("javascript", f'const pw = "{PASSWORD}"; await mcp.login({{user: "a", password: pw}})'),
+        ("javascript", f'let p; p = "{PASSWORD}"; await mcp.login({{user: "a", password: p}})'),
+        ("typescript", f'const k: string = "{PASSWORD}"; await mcp.q({{auth: k}})'),
+        ("python", f'pw = "{PASSWORD}"\nmcp.login(user="a", password=pw)'),
+        ("python", f'k = "{PASSWORD}"\nh = {{"Authorization": k}}\nmcp.get(headers=h)'),
+        ("python", f'pw = "{PASSWORD}"\nmcp.get(auth=HTTPBasicAuth("a", pw))'),
+    ]
+    for language, code in cases:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, (code, result.fallback_reason)
+        (flagged,) = [p for p in result.params if PASSWORD in p.value_json]
+        assert flagged.secret, code
+        assert PASSWORD not in _stored_forms(result), code
+    # A variable that goes elsewhere keeps its value.
+    for language, code in [
+        ("python", "limit = 5\nmcp.q(max_tokens=limit)"),
+        ("javascript", 'const u = "alice"; await mcp.login({user: u, password: pw})'),
+    ]:
+        result = _core.normalize(code, language)
+        assert not any(p.secret for p in result.params), code
+
+
+def test_a_credential_in_a_name_value_pair_is_redacted() -> None:
+    """Connection strings, shell variables and flags write a credential as `name=value`
+    (`host=db password=...`, `Server=db;Password=...;`, `DB_PASSWORD=... psql`,
+    `--api-key=...`): a string holding one is a secret parameter, and free text loses the
+    value, keeping the name (docs/capture.md, Secrets). Code keeps `password=pw`: there it is
+    a keyword argument, not a credential."""
+    values = [
+        f"host=db user=admin password={PASSWORD} port=5432",
+        f"Server=db;User Id=sa;Password={PASSWORD};",
+        f"host=db password='{PASSWORD} x' port=5",
+        f"DB_PASSWORD={PASSWORD} psql -h db",
+        f"tool --api-key={PASSWORD} run",
+    ]
+    for value in values:
+        code = f"mcp.query(dsn={json.dumps(value)}, limit=5)"
+        result = _core.normalize(code, "python")
+        assert [(p.name, p.secret) for p in result.params] == [("$DSN", True), ("$LIMIT", False)]
+        assert PASSWORD not in _stored_forms(result), value
+        assert result.redacted_code == 'mcp.query(dsn="[REDACTED]", limit=5)'
+    texts = [f"connection failed: {v}" for v in values]
+    (prepared,) = prepare_captures([("x = 1", "python", texts)])
+    assert not isinstance(prepared, Exception)
+    for text in prepared[1]:
+        assert PASSWORD not in text, text
+    assert prepared[1][0] == "connection failed: host=db user=admin password=[REDACTED] port=5432"
+    kept = ["max_tokens=5 limit=3 author=ann", "password= (empty)", "a=a=a"]
+    (plain,) = prepare_captures([("x = 1", "python", kept)])
+    assert not isinstance(plain, Exception)
+    assert plain[1] == kept
+    code = 'mcp.login(password=pw, note="max_tokens=5")'
+    assert _core.normalize(code, "python").redacted_code == code

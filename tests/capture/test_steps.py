@@ -151,3 +151,70 @@ def test_unreadable_flow_degrades_to_steps_in_call_order(program: Program, wrap:
     inside = _core.normalize(wrapped, language)
     assert [s.tool for s in inside.steps] == inside.tool_calls == plain.tool_calls == tools
     assert not any(s.flow_known for s in inside.steps)
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        (
+            "js",
+            "const [a, b] = await Promise.all([mcp.weather({city: c}), mcp.news({topic: t})]);\n"
+            "await mcp.send({x: a.summary});\nawait mcp.post({y: b});",
+        ),
+        (
+            "js",
+            "const res = await Promise.all([mcp.weather({city: c}), mcp.news({topic: t})]);\n"
+            "await mcp.send({x: res[0].summary});\nawait mcp.post({y: res[1]});",
+        ),
+        (
+            "ts",
+            "const [a, b] = [await mcp.weather({city: c}), await mcp.news({topic: t})];\n"
+            "await mcp.send({x: a.summary});\nawait mcp.post({y: b});",
+        ),
+        (
+            "python",
+            "a, b = mcp.weather(city=c), mcp.news(topic=t)\nmcp.send(x=a.summary)\nmcp.post(y=b)",
+        ),
+        (
+            "python",
+            "a, b = await asyncio.gather(mcp.weather(city=c), mcp.news(topic=t), "
+            "return_exceptions=True)\nawait mcp.send(x=a.summary)\nawait mcp.post(y=b)",
+        ),
+        (
+            "python",
+            "res = [mcp.weather(city=c), mcp.news(topic=t)]\n"
+            "mcp.send(x=res[0].summary)\nmcp.post(y=res[1])",
+        ),
+    ],
+)
+def test_each_element_of_parallel_calls_reads_its_own_step(language: str, code: str) -> None:
+    """Calls written side by side and taken apart (`Promise.all`, `asyncio.gather`, a tuple or
+    a list): each name or constant index reads its own call's output, so `send` depends on
+    `weather` alone and `post` on `news` alone (docs/normalization.md, Steps)."""
+    steps = _steps(code, language)
+    assert [s["tool"] for s in steps] == ["weather", "news", "send", "post"]
+    assert [s["depends_on"] for s in steps] == [[], [], [0], [1]], code
+    assert steps[2]["arguments"][0]["sources"] == [{"step": 0, "path": ".summary"}]
+    assert steps[3]["arguments"][0]["sources"] == [{"step": 1, "path": ""}]
+    # The sequence as a whole still reads both; a spread hides positions, so it stays whole.
+    whole = _steps("rs = await Promise.all([mcp.a(), mcp.b()]); await mcp.c({rs})", "js")
+    assert whole[2]["depends_on"] == [0, 1]
+    spread = _steps("[a, b] = await Promise.all([...xs, mcp.a()]); await mcp.c({a})", "js")
+    assert spread[1]["depends_on"] == [0]
+
+
+def test_an_awaited_typescript_call_with_type_arguments_is_a_step() -> None:
+    """tree-sitter-typescript reads `await mcp.search<Row[]>(...)` as a call of
+    `await mcp.search`; the call is the tool's all the same, so it is listed and is a step
+    (docs/normalization.md, Tool calls)."""
+    code = (
+        'const rows = await mcp.search<Row[]>({q: "a"});\n'
+        "await mcp.get<Item>({id: rows[0].id});\nawait mcp.log({n: rows.length});"
+    )
+    for language in ("ts", "tsx"):
+        result = _core.normalize(code, language)
+        assert result.parse_ok, result.fallback_reason
+        assert result.tool_calls == ["search", "get", "log"]
+        steps = _steps(code, language)
+        assert [s["depends_on"] for s in steps] == [[], [0], [0]]
+        assert steps[1]["arguments"][0]["sources"] == [{"step": 0, "path": "[0].id"}]

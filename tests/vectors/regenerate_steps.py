@@ -91,6 +91,13 @@ CASES: list[tuple[str, str, str]] = [
         "a, b = mcp.pair()\nfor x in a:\n    mcp.use(v=x, w=b)\n",
     ),
     (
+        "parallel_then_each",
+        "js",
+        'const [w, n] = await Promise.all([mcp.weather({city: "Paris"}), '
+        'mcp.news({topic: "Paris"})]);\n'
+        "await mcp.send({text: w.summary});\nawait mcp.post({item: n[0]});",
+    ),
+    (
         "subscript_names",
         "js",
         'const r = await mcp["resolve-library-id"]({libraryName: "react"});\n'

@@ -124,6 +124,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                     string_value,
                     context: context_name(&tokens, i, code, &style),
                     overflow,
+                    named_credential: false,
                 };
                 if !overflow || raw.is_secret() {
                     params.push(raw);

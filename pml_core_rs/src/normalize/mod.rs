@@ -90,9 +90,16 @@ pub(crate) struct RawParam {
     pub string_value: Option<String>,
     /// The name its context gives it (key, keyword, variable, `callee_ARGn`), as written.
     pub context: Option<String>,
-    /// Past `MAX_PARAMS`: the literal stayed code and is listed only because it is a secret,
-    /// so that it is redacted in the template and the redacted code.
+    /// The literal stayed code (past `MAX_PARAMS`, or a value that cannot be decoded exactly,
+    /// such as a Python byte string) and is listed only because it is a secret, so that it is
+    /// redacted in the template and the redacted code.
     pub overflow: bool,
+    /// A sibling names the value as a credential although its own context does not: the key
+    /// of a subscript assignment (`headers["Authorization"] = "..."`), an earlier string
+    /// argument (`os.getenv("DB_PASSWORD", "...")`, `h.set("Authorization", "...")`), the
+    /// left side of a default (`process.env.API_TOKEN || "..."`) (docs/normalization.md,
+    /// Secrets). It flags the parameter without naming it.
+    pub named_credential: bool,
 }
 
 impl RawParam {
@@ -114,9 +121,11 @@ impl RawParam {
 
     /// Whether its context name or its value marks it as a credential.
     pub(crate) fn is_secret(&self) -> bool {
-        self.context_name()
-            .as_deref()
-            .is_some_and(secrets::is_secret_name)
+        self.named_credential
+            || self
+                .context_name()
+                .as_deref()
+                .is_some_and(secrets::is_secret_name)
             || self
                 .string_value
                 .as_deref()
@@ -307,20 +316,17 @@ fn assemble(
         let literal_text = &code[raw.start..raw.end];
         template.push_str(gap);
         redacted.push_str(gap);
-        redacted.push_str(if secret {
-            REDACTED_LITERAL
+        let shown = if secret {
+            redacted_literal(literal_text)
         } else {
-            literal_text
-        });
+            literal_text.into()
+        };
+        redacted.push_str(&shown);
         let start = char_at + gap.chars().count();
         let end = start + literal_text.chars().count();
         (byte_at, char_at) = (raw.end, end);
         if raw.overflow {
-            template.push_str(if secret {
-                REDACTED_LITERAL
-            } else {
-                literal_text
-            });
+            template.push_str(&shown);
             continue;
         }
         let base = raw.context_name().unwrap_or_else(|| {
@@ -361,6 +367,28 @@ fn assemble(
         schema_json,
         redacted_code: secrets::redact_code(&redacted).into_owned(),
         steps,
+    }
+}
+
+/// What a secret literal becomes in the redacted code (and in the template when it stays
+/// code): `REDACTED_LITERAL`, but a Python byte string stays one (`b"[REDACTED]"`), so the
+/// stored code read again keeps it code, as the template has it, and its steps name no
+/// placeholder the pattern lacks (docs/normalization.md, Secrets).
+fn redacted_literal(literal_text: &str) -> std::borrow::Cow<'static, str> {
+    let prefix_len = literal_text
+        .bytes()
+        .take_while(u8::is_ascii_alphabetic)
+        .count();
+    let (prefix, rest) = literal_text.split_at(prefix_len);
+    if !prefix.bytes().any(|b| b.eq_ignore_ascii_case(&b'b')) {
+        return REDACTED_LITERAL.into();
+    }
+    match ["\"\"\"", "'''", "\"", "'"]
+        .into_iter()
+        .find(|quote| rest.starts_with(quote))
+    {
+        Some(quote) => format!("{prefix}{quote}[REDACTED]{quote}").into(),
+        None => REDACTED_LITERAL.into(),
     }
 }
 

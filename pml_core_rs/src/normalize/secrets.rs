@@ -83,7 +83,7 @@ pub fn is_secret_name(upper_snake: &str) -> bool {
 
 /// Whether a string value looks like a credential by itself.
 pub fn is_secret_value(value: &str) -> bool {
-    is_credential_shaped(value) || is_high_entropy_token(value.trim())
+    is_credential_shaped(value) || has_secret_pair(value) || is_high_entropy_token(value.trim())
 }
 
 /// A known credential prefix, a JWT or a URL with a password (`scheme://user:pass@host`): the
@@ -283,6 +283,63 @@ fn secret_query_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     (end > start && upper_snake(name).is_some_and(|n| is_secret_name(&n))).then_some((start, end))
 }
 
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
+}
+
+/// The byte range of the value of the `name=value` pair whose name starts at `at` when the name
+/// says it is a credential (`is_secret_name`): a connection string's `password=pw`
+/// (`host=db user=admin password=pw`, `Server=db;Password=pw;`), a shell's `PGPASSWORD=pw`, a
+/// flag's `--api-key=pw` (docs/capture.md, Secrets). The name is a whole run of
+/// `[A-Za-z0-9_.-]`; a value in quotes runs to the closing quote, any other to the next
+/// whitespace, `;`, `&`, quote, angle bracket or backslash; it is not empty. Free text and
+/// string values only: in code, `password=pw` is a keyword argument.
+fn secret_pair_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    if at > 0 && is_name_byte(bytes[at - 1]) {
+        return None;
+    }
+    let name_len = bytes[at..].iter().position(|&b| !is_name_byte(b))?;
+    let eq = at + name_len;
+    if name_len == 0 || bytes.get(eq) != Some(&b'=') {
+        return None;
+    }
+    // The name first: a value is scanned only for a credential's name, so the cost stays
+    // linear in the text (the name is ASCII by construction).
+    let name = std::str::from_utf8(&bytes[at..eq]).ok()?;
+    if !upper_snake(name).is_some_and(|n| is_secret_name(&n)) {
+        return None;
+    }
+    let (start, end) = match bytes.get(eq + 1) {
+        Some(&quote @ (b'\'' | b'"')) => {
+            let start = eq + 2;
+            let close = bytes[start..].iter().position(|&b| b == quote)?;
+            (start, start + close)
+        }
+        _ => {
+            let start = eq + 1;
+            let end = bytes[start..]
+                .iter()
+                .position(|&b| {
+                    matches!(b, b';' | b'&' | b'"' | b'\'' | b'`' | b'<' | b'>' | b'\\')
+                        || b.is_ascii_whitespace()
+                })
+                .map_or(bytes.len(), |n| start + n);
+            (start, end)
+        }
+    };
+    (end > start).then_some((start, end))
+}
+
+/// Whether `value` holds a `name=value` pair named as a credential (`password=...`).
+fn has_secret_pair(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    (0..bytes.len()).any(|i| {
+        is_name_byte(bytes[i])
+            && (i == 0 || !is_name_byte(bytes[i - 1]))
+            && secret_pair_value_at(bytes, i).is_some()
+    })
+}
+
 /// Whether `value` holds a query parameter named as a credential (`?api_key=...`).
 fn has_secret_query(value: &str) -> bool {
     let bytes = value.as_bytes();
@@ -307,7 +364,7 @@ fn is_token_byte(b: u8) -> bool {
 /// For free text that no parser reads: error messages, arguments, traces, comments. Linear in
 /// the text; borrowed when nothing is found.
 pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
-    redact(text, Some(is_secret_value))
+    redact(text, Some(is_secret_value), true)
 }
 
 /// `redact_text`'s URL rules alone, for a name (a tool's, a tag): a URL's user-info when it has
@@ -316,19 +373,20 @@ pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
 /// a name that merely looks random (a commit hash, `tool_a8f9e0b1...`) is still the name that
 /// filters and grouping compare. Borrowed when nothing is found.
 pub fn redact_url_credentials(name: &str) -> std::borrow::Cow<'_, str> {
-    redact(name, None)
+    redact(name, None, false)
 }
 
 /// `redact_text` for code (a template, the stored code): only credential prefixes, JWTs,
 /// `Bearer`/`Basic` tokens and PEM blocks, never the entropy rule, so that identifiers stay.
 /// Secret string literals are handled by the normalizer itself (they are parameters).
 pub fn redact_code(code: &str) -> std::borrow::Cow<'_, str> {
-    redact(code, Some(is_credential_shaped))
+    redact(code, Some(is_credential_shaped), false)
 }
 
 /// `text` with its URL credentials redacted, and with `flagged`, its PEM blocks, `Bearer` or
-/// `Basic` tokens and the tokens `flagged` flags too.
-fn redact(text: &str, flagged: Option<fn(&str) -> bool>) -> std::borrow::Cow<'_, str> {
+/// `Basic` tokens and the tokens `flagged` flags too; with `pairs`, the values of `name=value`
+/// pairs named as credentials (`secret_pair_value_at`).
+fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::borrow::Cow<'_, str> {
     let bytes = text.as_bytes();
     let mut out: Option<String> = None;
     let mut copied = 0usize; // bytes of `text` already in `out`
@@ -366,6 +424,13 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>) -> std::borrow::Cow<'_,
             if let Some(end) = pem_end(text, i) {
                 redact(&mut out, &mut copied, i, end);
                 i = end;
+                continue;
+            }
+        }
+        if pairs && is_name_byte(bytes[i]) {
+            if let Some((from, to)) = secret_pair_value_at(bytes, i) {
+                redact(&mut out, &mut copied, from, to);
+                i = to;
                 continue;
             }
         }

@@ -114,6 +114,38 @@ enum Binding {
     Steps(Vec<StepSource>),
     Params(Vec<usize>),
     Other,
+    /// A sequence written element by element (`[a, b]`, `x, y`, `Promise.all([...])`,
+    /// `asyncio.gather(...)`): `items[i]` is what element `i` holds, `whole` what the sequence
+    /// as a value reads. Destructuring and a constant index take one element, so
+    /// `const [a, b] = await Promise.all([mcp.a(), mcp.b()])` gives `a` step 0's output alone.
+    Elements {
+        whole: Box<Binding>,
+        items: Vec<Binding>,
+    },
+}
+
+/// Most elements of a sequence bound element by element; a longer one is bound as a whole.
+const MAX_ELEMENTS: usize = 64;
+
+impl Binding {
+    /// This binding with `path` appended to every step source's path; a sequence becomes what
+    /// it reads as a whole (an element's own path is not known past a non-constant segment).
+    fn at_path(&self, path: &str) -> Binding {
+        match self {
+            Binding::Steps(sources) => Binding::Steps(
+                sources
+                    .iter()
+                    .map(|s| StepSource {
+                        step: s.step,
+                        path: format!("{}{path}", s.path),
+                    })
+                    .collect(),
+            ),
+            Binding::Elements { .. } if path.is_empty() => self.clone(),
+            Binding::Elements { whole, .. } => whole.at_path(path),
+            other => other.clone(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -223,13 +255,16 @@ pub(crate) fn read_steps(
     for (position, pattern, value) in sites {
         let binding = match value {
             Some(value) => {
-                reader.budget = MAX_ARGUMENT_NODES;
-                let mut found = Found::default();
-                reader.read(value, value.start_byte(), &mut found, 0);
-                match found.kind() {
-                    ArgKind::Reference => Binding::Steps(found.sources),
-                    ArgKind::Parameter => Binding::Params(found.params),
-                    _ => Binding::Other,
+                let whole = reader.value_binding(value);
+                match reader.elements(value) {
+                    Some(elements) => Binding::Elements {
+                        whole: Box::new(whole),
+                        items: elements
+                            .into_iter()
+                            .map(|element| reader.value_binding(element))
+                            .collect(),
+                    },
+                    None => whole,
                 }
             }
             None => Binding::Other,
@@ -325,18 +360,7 @@ impl<'a, 't> Reader<'a, 't> {
         if depth > 16 {
             return;
         }
-        let at_path = |suffix: &str| match binding {
-            Binding::Steps(sources) => Binding::Steps(
-                sources
-                    .iter()
-                    .map(|s| StepSource {
-                        step: s.step,
-                        path: format!("{}{path}{suffix}", s.path),
-                    })
-                    .collect(),
-            ),
-            other => other.clone(),
-        };
+        let at_path = |suffix: &str| binding.at_path(&format!("{path}{suffix}"));
         let kind = self.kind(pattern);
         let mut cursor = pattern.walk();
         let children: Vec<Node<'t>> = pattern.named_children(&mut cursor).collect();
@@ -371,7 +395,13 @@ impl<'a, 't> Reader<'a, 't> {
             }
             "array_pattern" | "pattern_list" | "tuple_pattern" | "list_pattern" => {
                 for (i, child) in children.into_iter().enumerate() {
-                    let inner = at_path(&format!("[{i}]"));
+                    let inner = match binding {
+                        // Element by element: a name past the last element holds nothing read.
+                        Binding::Elements { items, .. } if path.is_empty() => {
+                            items.get(i).cloned().unwrap_or(Binding::Other)
+                        }
+                        _ => at_path(&format!("[{i}]")),
+                    };
                     self.bind(child, at, &inner, String::new(), depth + 1);
                 }
             }
@@ -415,6 +445,74 @@ impl<'a, 't> Reader<'a, 't> {
         } else {
             text.to_owned()
         }
+    }
+
+    /// What a value read as a whole binds a name to.
+    fn value_binding(&mut self, value: Node<'t>) -> Binding {
+        self.budget = MAX_ARGUMENT_NODES;
+        let mut found = Found::default();
+        self.read(value, value.start_byte(), &mut found, 0);
+        match found.kind() {
+            ArgKind::Reference => Binding::Steps(found.sources),
+            ArgKind::Parameter => Binding::Params(found.params),
+            _ => Binding::Other,
+        }
+    }
+
+    /// The elements of a value that is a sequence written element by element (through
+    /// `await` and parentheses): an array, list, tuple or `x, y`, the array passed to
+    /// `Promise.all`, the awaitables passed to `gather` (`asyncio.gather`). `None` with a
+    /// spread (positions unknown) or past `MAX_ELEMENTS`.
+    fn elements(&self, value: Node<'t>) -> Option<Vec<Node<'t>>> {
+        let mut node = value;
+        while matches!(
+            self.kind(node),
+            "await_expression" | "await" | "parenthesized_expression"
+        ) {
+            node = node.named_child(0)?;
+        }
+        let list = match self.kind(node) {
+            "array" | "list" | "tuple" | "expression_list" => node,
+            "call_expression" | "call" => {
+                let function = self.grammar.child(node, "function")?;
+                let name = match self.kind(function) {
+                    "member_expression" => self.grammar.child(function, "property"),
+                    "attribute" => self.grammar.child(function, "attribute"),
+                    "identifier" => Some(function),
+                    _ => None,
+                }
+                .map(|n| self.text(n))?;
+                let arguments = self.grammar.child(node, "arguments")?;
+                match name {
+                    "all" if self.text(function) == "Promise.all" => {
+                        let mut cursor = arguments.walk();
+                        let mut args = arguments
+                            .named_children(&mut cursor)
+                            .filter(|c| !c.is_extra());
+                        match (args.next(), args.next()) {
+                            (Some(array), None) if self.kind(array) == "array" => array,
+                            _ => return None,
+                        }
+                    }
+                    "gather" if self.lang.is_python() => arguments,
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        };
+        let mut cursor = list.walk();
+        let mut elements = Vec::new();
+        for child in list.named_children(&mut cursor) {
+            match self.kind(child) {
+                _ if child.is_extra() => {}
+                // `gather(..., return_exceptions=True)`: an option, not an element.
+                "keyword_argument" => {}
+                "spread_element" | "list_splat" | "dictionary_splat" => return None,
+                _ if elements.len() == MAX_ELEMENTS => return None,
+                _ => elements.push(child),
+            }
+        }
+        Some(elements)
     }
 
     fn lookup(&self, name: &str, at: usize) -> Option<&Binding> {
@@ -532,7 +630,7 @@ impl<'a, 't> Reader<'a, 't> {
         let kind = self.kind(node);
         match kind {
             "identifier" | "shorthand_property_identifier" => {
-                self.read_name(self.text(node), at, "", found);
+                self.read_name(self.text(node), at, &[], found);
             }
             "call_expression" | "call" => {
                 if let Some(&step) = self.calls.get(&node.start_byte()) {
@@ -610,20 +708,38 @@ impl<'a, 't> Reader<'a, 't> {
         }
     }
 
-    fn read_name(&self, name: &str, at: usize, path: &str, found: &mut Found) {
-        match self.lookup(name, at) {
-            Some(Binding::Steps(sources)) => {
-                found.sources.extend(sources.iter().map(|s| StepSource {
-                    step: s.step,
-                    path: format!("{}{path}", s.path),
-                }));
-            }
-            Some(Binding::Params(params)) => found.params.extend(params.iter().copied()),
-            Some(Binding::Other) => found.unknown = true,
-            None => match name {
+    /// What `name` reads at `at`, followed by `segments` (`[".a", "[0]"]`): a constant
+    /// index first into a sequence bound element by element takes that element.
+    fn read_name(&self, name: &str, at: usize, segments: &[String], found: &mut Found) {
+        let Some(mut binding) = self.lookup(name, at) else {
+            match name {
                 "undefined" | "None" | "True" | "False" | "NaN" | "Infinity" => {}
                 _ => found.unknown = true,
-            },
+            }
+            return;
+        };
+        let mut rest = segments;
+        while let (Binding::Elements { items, .. }, Some(first)) = (binding, rest.first()) {
+            let index = first
+                .strip_prefix('[')
+                .and_then(|s| s.strip_suffix(']'))
+                .and_then(|s| s.parse::<usize>().ok());
+            match index.and_then(|i| items.get(i)) {
+                Some(item) => {
+                    binding = item;
+                    rest = &rest[1..];
+                }
+                None => break,
+            }
+        }
+        let read = match binding.at_path(&rest.concat()) {
+            Binding::Elements { whole, .. } => *whole,
+            other => other,
+        };
+        match read {
+            Binding::Steps(sources) => found.sources.extend(sources),
+            Binding::Params(params) => found.params.extend(params),
+            Binding::Other | Binding::Elements { .. } => found.unknown = true,
         }
     }
 
@@ -690,11 +806,13 @@ impl<'a, 't> Reader<'a, 't> {
             current = next;
         }
         segments.reverse();
-        let path: String = segments.concat();
         match self.kind(current) {
-            "identifier" => self.read_name(self.text(current), at, &path, found),
+            "identifier" => self.read_name(self.text(current), at, &segments, found),
             "call_expression" | "call" => match self.calls.get(&current.start_byte()) {
-                Some(&step) => found.sources.push(StepSource { step, path }),
+                Some(&step) => found.sources.push(StepSource {
+                    step,
+                    path: segments.concat(),
+                }),
                 None => return false,
             },
             _ => return false,

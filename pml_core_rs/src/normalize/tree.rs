@@ -3,7 +3,7 @@
 //! ancestors live in an explicit stack, so nesting depth costs heap, never the thread stack.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use tree_sitter::{Node, Tree, TreeCursor};
 
@@ -12,6 +12,8 @@ use super::canonical::{self, Canonical};
 use super::grammar::Grammar;
 use super::language::Lang;
 use super::literal::{self, JsonType};
+use super::naming;
+use super::secrets;
 use super::{RawParam, WalkError, MAX_PARAMS};
 
 /// Receivers whose method calls are tool calls: `mcp.read_file(...)`, `tools.x(...)`.
@@ -153,7 +155,16 @@ pub(crate) fn tool_call<'t>(
     lang: Lang,
     call: Node<'t>,
 ) -> Option<ToolCall<'t>> {
-    let function = grammar.child(call, "function")?;
+    let mut function = grammar.child(call, "function")?;
+    // tree-sitter-typescript reads `await mcp.a<T>(...)` as a call of `await mcp.a`: the call
+    // is `mcp.a<T>(...)`, awaited. Only a tool named by the chain is read through it; a dispatch
+    // or tool caller written so keeps its tool name a parameter, as stored hashes have it
+    // (docs/normalization.md, Tool calls).
+    let awaited = grammar.kind(function) == "await_expression"
+        && grammar.child(call, "type_arguments").is_some();
+    if awaited {
+        function = function.named_child(0)?;
+    }
     if let Some(segments) = tool_chain(grammar, code, lang, function) {
         let (last, server) = segments.split_last()?;
         if !DISPATCH_METHODS.contains(&last.as_ref()) {
@@ -162,6 +173,9 @@ pub(crate) fn tool_call<'t>(
                 name_literal: None,
                 arguments: ToolArguments::All,
             });
+        }
+        if awaited {
+            return None;
         }
         let named = named_by_argument(grammar, code, lang, call)?;
         if server.is_empty() {
@@ -178,7 +192,7 @@ pub(crate) fn tool_call<'t>(
         "attribute" => grammar.child(function, "attribute")?,
         _ => return None,
     };
-    if !is_tool_caller(&code[last.byte_range()]) {
+    if awaited || !is_tool_caller(&code[last.byte_range()]) {
         return None;
     }
     named_by_argument(grammar, code, lang, call)
@@ -297,6 +311,9 @@ struct Walker<'a, 't> {
     tool_calls: Vec<String>,
     /// Start bytes of string literals that are code, not parameters (tool and module names).
     code_literals: HashSet<usize>,
+    /// Variables assigned a parameter literal, by name (scopes ignored): the latest
+    /// literal's index in `params`.
+    assigned_literals: HashMap<&'a str, usize>,
     frames: Vec<Frame<'t>>,
 }
 
@@ -319,6 +336,7 @@ pub fn walk<'a>(
         param_count: 0,
         tool_calls: Vec::new(),
         code_literals: HashSet::new(),
+        assigned_literals: HashMap::new(),
         frames: Vec::new(),
     };
     let mut cursor = tree.walk();
@@ -408,7 +426,7 @@ impl<'a, 't> Walker<'a, 't> {
         match kind {
             "identifier" => {
                 let field = self.grammar.field_name(cursor);
-                self.identifier(node, field);
+                self.identifier(node, field, named_index);
                 return Ok(false);
             }
             "shorthand_property_identifier" | "shorthand_property_identifier_pattern" => {
@@ -544,7 +562,8 @@ impl<'a, 't> Walker<'a, 't> {
         candidate: Candidate,
     ) {
         let text = self.text(node);
-        let decoded = if self.literal_is_code(node, field) {
+        let is_code = self.literal_is_code(node, field);
+        let decoded = if is_code {
             None
         } else {
             match candidate {
@@ -570,6 +589,26 @@ impl<'a, 't> Walker<'a, 't> {
         };
         let Some((json_type, Some(value))) = decoded else {
             self.code_literal(text, &candidate);
+            if !is_code {
+                // What cannot be decoded exactly (a byte string, `\N{...}`, BigInt) stays code,
+                // but a credential must not stay in the code (docs/normalization.md, Secrets).
+                let raw = RawParam {
+                    start: node.start_byte(),
+                    end: node.end_byte(),
+                    json_type: match candidate {
+                        Candidate::Str => JsonType::String,
+                        Candidate::Num { .. } => JsonType::Integer,
+                    },
+                    value_json: String::new(),
+                    string_value: None,
+                    context: self.context_name(field, named_index),
+                    overflow: true,
+                    named_credential: self.named_credential(field, named_index),
+                };
+                if raw.is_secret() {
+                    self.params.push(raw);
+                }
+            }
             return;
         };
         let overflow = self.param_count >= MAX_PARAMS;
@@ -599,10 +638,27 @@ impl<'a, 't> Walker<'a, 't> {
             string_value,
             context,
             overflow,
+            named_credential: self.named_credential(field, named_index),
         };
         if !overflow || raw.is_secret() {
+            if let Some(variable) = self.assigned_variable(field) {
+                self.assigned_literals.insert(variable, self.params.len());
+            }
             self.params.push(raw);
         }
+    }
+
+    /// The variable a literal is assigned to whole (`const pw = "..."`, `pw = "..."`).
+    fn assigned_variable(&self, field: Option<&'static str>) -> Option<&'a str> {
+        let parent = self.frames.last()?;
+        let target = match (parent.kind, field) {
+            ("variable_declarator", Some("value")) => self.grammar.child(parent.node, "name"),
+            ("assignment_expression" | "assignment", Some("right")) => {
+                self.grammar.child(parent.node, "left")
+            }
+            _ => None,
+        }?;
+        (self.grammar.kind(target) == "identifier").then(|| self.text(target))
     }
 
     /// A literal that stays code: strings hash by their decoded value, so quote style and
@@ -621,8 +677,21 @@ impl<'a, 't> Walker<'a, 't> {
         }
     }
 
-    fn identifier(&mut self, node: Node<'t>, field: Option<&'static str>) {
+    fn identifier(&mut self, node: Node<'t>, field: Option<&'static str>, named_index: usize) {
         let name = self.text(node);
+        if let Some(&index) = self.assigned_literals.get(name) {
+            // A variable holding a literal, passed where a credential goes (`pw = "..."` then
+            // `login(password=pw)`): the literal is a secret (docs/normalization.md, Secrets).
+            let named = self
+                .context_name(field, named_index)
+                .and_then(|context| naming::upper_snake(&context))
+                .is_some_and(|context| secrets::is_secret_name(&context));
+            if named {
+                if let Some(raw) = self.params.get_mut(index) {
+                    raw.named_credential = true;
+                }
+            }
+        }
         let parent_kind = self.frames.last().map(|f| f.kind);
         // Attribute names and keyword names are not variables even when spelled like one.
         let not_a_variable = matches!(
@@ -736,6 +805,105 @@ impl<'a, 't> Walker<'a, 't> {
 }
 
 impl<'t> Walker<'_, 't> {
+    /// Whether a sibling names a literal's value as a credential (`RawParam::named_credential`):
+    /// the second call argument or the second of a pair (an array or tuple of two) after a
+    /// credential's name, a `default=` after one, a value assigned to a subscript by a
+    /// credential's name, or given after a credential with `||`, `??` or `or`. Only the one
+    /// sibling is read, so the cost per literal is constant.
+    fn named_credential(&mut self, field: Option<&'static str>, named_index: usize) -> bool {
+        let Some(parent) = self.frames.last() else {
+            return false;
+        };
+        let (node, kind) = (parent.node, parent.kind);
+        let grammar = self.grammar;
+        let namer = match (kind, field) {
+            // A list of names (`["Authorization", "Content-Type"]`) is no pair: two elements.
+            ("array" | "list" | "tuple", _)
+                if named_index == 1 && node.named_child_count() == 2 =>
+            {
+                node.named_children(&mut self.scratch)
+                    .find(|c| !c.is_extra())
+            }
+            ("arguments" | "argument_list", _) if named_index == 1 => node
+                .named_children(&mut self.scratch)
+                .find(|c| !c.is_extra()),
+            ("keyword_argument", Some("value"))
+                if grammar
+                    .child(node, "name")
+                    .is_some_and(|name| self.text(name) == "default") =>
+            {
+                let n = self.frames.len();
+                match self.frames.get(n.wrapping_sub(2)) {
+                    Some(list) if list.kind == "argument_list" => list
+                        .node
+                        .named_children(&mut self.scratch)
+                        .find(|c| !c.is_extra()),
+                    _ => None,
+                }
+            }
+            ("assignment_expression" | "assignment", Some("right")) => grammar
+                .child(node, "left")
+                .filter(|left| matches!(grammar.kind(*left), "subscript_expression" | "subscript")),
+            ("binary_expression" | "boolean_operator", Some("right")) => grammar
+                .child(node, "operator")
+                .filter(|op| matches!(grammar.kind(*op), "||" | "??" | "or"))
+                .and_then(|_| grammar.child(node, "left")),
+            _ => None,
+        };
+        // A tool's or module's name is no credential's name (`call_tool("get_token", ...)`).
+        namer.is_some_and(|namer| {
+            !self.code_literals.contains(&namer.start_byte()) && self.names_credential(namer)
+        })
+    }
+
+    /// Whether `node` is a credential's name: a string such as `"DB_PASSWORD"` or
+    /// `"Authorization"` (a name, not a sentence), or a member, subscript or call that reads
+    /// one (`process.env.API_TOKEN`, `os.environ["API_TOKEN"]`, `os.getenv("API_TOKEN")`).
+    fn names_credential(&mut self, node: Node<'t>) -> bool {
+        let grammar = self.grammar;
+        let name = match grammar.kind(node) {
+            "string" => {
+                let text = self.text(node);
+                let decoded = if self.lang.is_python() {
+                    literal::decode_py_string(text)
+                } else {
+                    literal::decode_js_string(text)
+                };
+                decoded.filter(|s| {
+                    !s.is_empty()
+                        && s.len() <= 64
+                        && s.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+                })
+            }
+            "member_expression" => grammar
+                .child(node, "property")
+                .map(|p| self.text(p).to_owned()),
+            "attribute" => grammar
+                .child(node, "attribute")
+                .map(|a| self.text(a).to_owned()),
+            "subscript_expression" | "subscript" => {
+                let field = if self.lang.is_python() {
+                    "subscript"
+                } else {
+                    "index"
+                };
+                return grammar
+                    .child(node, field)
+                    .filter(|index| grammar.kind(*index) == "string")
+                    .is_some_and(|index| self.names_credential(index));
+            }
+            "call_expression" | "call" => {
+                return self
+                    .first_string_arg(node)
+                    .is_some_and(|first| self.names_credential(first));
+            }
+            _ => None,
+        };
+        name.and_then(|n| naming::upper_snake(&n))
+            .is_some_and(|n| secrets::is_secret_name(&n))
+    }
+
     /// The first argument of a call when it is a string literal (a tool or module name).
     fn first_string_arg(&mut self, call: Node<'t>) -> Option<Node<'t>> {
         let args = self.grammar.child(call, "arguments")?;
