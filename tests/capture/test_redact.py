@@ -315,3 +315,42 @@ def test_a_credential_in_a_name_value_pair_is_redacted() -> None:
     assert plain[1] == kept
     code = 'mcp.login(password=pw, note="max_tokens=5")'
     assert _core.normalize(code, "python").redacted_code == code
+
+
+def test_a_credential_written_as_a_shell_writes_it_is_a_secret_parameter() -> None:
+    """Code in a language no parser reads (a shell's) writes a credential unquoted: an
+    assignment or a flag's `NAME=value`, a flag and its value, `-u user:password` (docs/
+    normalization.md, Secrets). Each is a secret parameter named after its name, in no stored
+    form, and two runs with other credentials are one pattern; computed values and plain
+    words stay code."""
+    lines = {
+        f"export API_KEY={PASSWORD}\ncurl https://x/api": ("$API_KEY", "export API_KEY=$API_KEY"),
+        f"PGPASSWORD={PASSWORD} psql -h db": ("$PGPASSWORD", "PGPASSWORD=$PGPASSWORD psql"),
+        f"MYSQL_PWD={PASSWORD}; mysql -u root": ("$MYSQL_PWD", "MYSQL_PWD=$MYSQL_PWD;"),
+        f"tool --api-key={PASSWORD}!x run": ("$API_KEY", "tool --api-key=$API_KEY run"),
+        f"tool --token {PASSWORD} run": ("$TOKEN", "tool --token $TOKEN run"),
+        f"tool --password '{PASSWORD} x' -v": ("$PASSWORD", "tool --password $PASSWORD -v"),
+        f"curl -u bob:{PASSWORD} https://x": ("$USER", "curl -u $USER https://x"),
+        f"curl --user=bob:{PASSWORD} https://x": ("$USER", "curl --user=$USER https://x"),
+    }
+    for code, (name, template) in lines.items():
+        for language in ("bash", "sh", "powershell"):
+            result = _core.normalize(code, language)
+            assert [(p.name, p.secret) for p in result.params if p.secret] == [(name, True)]
+            assert PASSWORD not in _stored_forms(result), (language, code)
+            assert template in result.template, (language, result.template)
+            other = _core.normalize(code.replace(PASSWORD, "another-one"), language)
+            assert other.code_hash == result.code_hash
+    plain = [
+        "export TOKEN=$(cat token.txt) && run",
+        "TOKEN=$OTHER run",
+        "curl -u bob https://x",
+        "ls -la && echo done > out.txt",
+        "x == password",
+    ]
+    for code in plain:
+        result = _core.normalize(code, "bash")
+        assert not [p for p in result.params if p.secret], code
+        assert result.template == code
+    # Parsed languages are not read this way: there `password=pw` names a variable.
+    assert _core.normalize("login(password=pw)", "python").params == []

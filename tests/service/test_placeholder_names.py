@@ -175,3 +175,40 @@ def test_an_older_builds_url_query_token_is_redacted_once_at_open(tmp_path: Path
         assert view.original_code == pattern.original_code  # as today's capture stores it
     finally:
         engine.close()
+
+
+SHELL_SECRET = "HUNTER2CORRAL"
+SHELL_CODE = f"export API_KEY={SHELL_SECRET.lower()}\ncurl -s https://api.example.com/v1/report"
+
+
+def test_an_older_builds_shell_credential_is_redacted_once_at_open(tmp_path: Path) -> None:
+    """An older build kept a credential written unquoted in shell code (`export API_KEY=...`)
+    in the template and the stored code; the next open rewrites the pattern as today's
+    capture stores it (docs/storage.md, Migrations)."""
+    engine = open_engine(tmp_path / "e")
+    assert engine.admin.wait_placeholders_renamed(60) == 0
+    record = replace(make_record("r1", INTENT, ["fetch_report"], code=SHELL_CODE), language="bash")
+    pattern_id = engine.record(T, record).pattern_id
+    assert _stored_rows_holding(engine, SHELL_SECRET, None) == []  # today's capture keeps none
+    repo = engine._state.repo
+    pattern = repo.patterns.pattern(T, pattern_id)
+    assert pattern is not None
+    assert pattern.template == SHELL_CODE.replace(SHELL_SECRET.lower(), "$API_KEY")
+    old = replace(  # as the older build wrote it: the credential was code
+        pattern, original_code=SHELL_CODE, template=SHELL_CODE, params=()
+    )
+    engine._state.store.write(
+        [repo.patterns.put_pattern(T, old), (CF_META, PLACEHOLDERS_KEY, None)]
+    )
+    assert _stored_rows_holding(engine, SHELL_SECRET, None)
+    engine.close()
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        assert engine.admin.wait_placeholders_renamed(60) == 1
+        assert _stored_rows_holding(engine, SHELL_SECRET, None) == []
+        view = engine.get_pattern(T, pattern_id)
+        assert view.template == pattern.template
+        assert [(p.name, p.secret) for p in view.params] == [("$API_KEY", True)]
+    finally:
+        engine.close()

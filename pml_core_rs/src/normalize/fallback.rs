@@ -66,7 +66,48 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     let mut tool_calls = Vec::new();
     let mut code_strings: Vec<usize> = Vec::new(); // token indexes of tool-name strings
     let mut root_call_paren = None; // the `(` of the last call read from a tool root
+                                    // A language no parser reads (a shell's, most often): a credential's value written as a
+                                    // shell writes it (`PGPASSWORD=pw`, `--api-key pw`, `-u user:pw`) is a secret parameter,
+                                    // whatever its quotes (docs/normalization.md, Secrets).
+    let shell_secrets = if lang.is_none() {
+        shell_secret_values(&tokens, code)
+    } else {
+        Vec::new()
+    };
+    let mut shell_secrets = shell_secrets.into_iter().peekable();
+    let mut inside_until = 0usize; // the end of the shell secret the loop is inside
     for (i, token) in tokens.iter().enumerate() {
+        if token.start < inside_until {
+            continue;
+        }
+        while shell_secrets.next_if(|s| s.start < token.start).is_some() {}
+        if let Some(secret) = shell_secrets.next_if(|s| s.start == token.start) {
+            inside_until = secret.end;
+            let written = &code[secret.start..secret.end];
+            let value = match token.kind {
+                Kind::Str if token.end == secret.end => decode_string(written, &style),
+                _ => None,
+            }
+            .unwrap_or_else(|| written.to_owned());
+            let overflow = param_count >= MAX_PARAMS;
+            if overflow {
+                canon.tagged(canonical::TAG_CODE_STRING, value.as_bytes());
+            } else {
+                param_count += 1;
+                canon.marker(canonical::TAG_STRING_PARAM);
+            }
+            params.push(RawParam {
+                start: secret.start,
+                end: secret.end,
+                json_type: JsonType::String,
+                value_json: serde_json::Value::String(value.clone()).to_string(),
+                string_value: Some(value),
+                context: Some(secret.name),
+                overflow,
+                named_credential: true,
+            });
+            continue;
+        }
         if token.kind == Kind::Word && TOOL_ROOTS.contains(&text(token)) {
             if let Some((tool, name_index, paren)) = tool_call_at(&tokens, i, code) {
                 tool_calls.push(tool);
@@ -142,6 +183,123 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
         params,
         tool_calls,
         steps: None,
+    }
+}
+
+/// A credential's value in shell-like code: its byte range (a quoted value with its quotes)
+/// and the name that says it is one.
+struct ShellSecret {
+    start: usize,
+    end: usize,
+    name: String,
+}
+
+/// The longest name (with its dashes) read before `=` or a value: a credential's name is short,
+/// and the bound keeps the scan linear.
+const MAX_SHELL_NAME: usize = 64;
+
+/// The values of credentials written as a shell writes them, in order: an assignment or a
+/// flag's `NAME=value` (`PGPASSWORD=pw ./run`, `export API_TOKEN=pw`, `--api-key=pw`), a flag
+/// followed by its value (`--password pw`, `--token "pw"`), and a user with a password after
+/// `-u` or `--user` (`curl -u bob:pw`), where the name is a credential's (`is_secret_name`).
+/// A value that starts with `$`, `(` or a backquote is computed, not written, and is left.
+fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
+    let bytes = code.as_bytes();
+    let mut found: Vec<ShellSecret> = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let text = &code[token.start..token.end];
+        let (name_end, value_at) = if text == "=" {
+            (token.start, token.end)
+        } else if let Some(next) = tokens.get(i + 1).filter(|next| {
+            token.kind == Kind::Word
+                && next.start > token.end
+                && bytes[token.end..next.start]
+                    .iter()
+                    .all(|&b| b == b' ' || b == b'\t')
+        }) {
+            (token.end, next.start)
+        } else {
+            continue;
+        };
+        let Some(name) = shell_name_before(bytes, name_end) else {
+            continue;
+        };
+        let flag = name.trim_start_matches('-');
+        if text != "=" && (flag.len() == name.len() || flag.is_empty()) {
+            continue; // a value after a space belongs to a flag (`--token pw`), not a word
+        }
+        let Some(upper) = super::naming::upper_snake(flag) else {
+            continue;
+        };
+        let user = matches!(flag, "u" | "user");
+        if !user && !super::secrets::is_secret_name(&upper) {
+            continue;
+        }
+        if found.last().is_some_and(|s| s.end > value_at) {
+            continue; // inside the value before (`--token=a=b`)
+        }
+        let Some(end) = shell_value_end(tokens.get(i + 1), bytes, value_at) else {
+            continue;
+        };
+        if user && !code[value_at..end].contains(':') {
+            continue; // `-u name` alone: a user, no password
+        }
+        found.push(ShellSecret {
+            start: value_at,
+            end,
+            name: if user {
+                "user".to_owned()
+            } else {
+                flag.to_owned()
+            },
+        });
+    }
+    found
+}
+
+/// The run of `[A-Za-z0-9_.-]` ending at `end`, at most `MAX_SHELL_NAME` long and at the start
+/// of a shell word (after a space, the start, or `;&|(`); None when there is none.
+fn shell_name_before(bytes: &[u8], end: usize) -> Option<&str> {
+    let is_name = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-');
+    let mut start = end;
+    while start > 0 && is_name(bytes[start - 1]) {
+        start -= 1;
+        if end - start > MAX_SHELL_NAME {
+            return None;
+        }
+    }
+    let word_start = start == 0
+        || matches!(
+            bytes[start - 1],
+            b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'('
+        );
+    // ASCII by construction.
+    (start < end && word_start)
+        .then(|| std::str::from_utf8(&bytes[start..end]).ok())
+        .flatten()
+}
+
+/// The end of the value starting at `at` (where `token` starts when there is one): a quoted
+/// string whole, else the shell word up to a space, a quote or one of `;&|<>()`; None when the
+/// value is empty or computed (`$VAR`, `$(...)`, a backquote) or a flag (`-x`).
+fn shell_value_end(token: Option<&Token>, bytes: &[u8], at: usize) -> Option<usize> {
+    match bytes.get(at)? {
+        b'"' | b'\'' => {
+            let token = token.filter(|t| t.start == at)?;
+            (token.kind == Kind::Str).then_some(token.end)
+        }
+        b'$' | b'(' | b'`' | b'-' => None,
+        _ => {
+            let end = bytes[at..]
+                .iter()
+                .position(|&b| {
+                    b.is_ascii_whitespace()
+                        || matches!(b, b';' | b'&' | b'|' | b'<' | b'>' | b'(' | b')')
+                        || matches!(b, b'"' | b'\'' | b'`')
+                })
+                .map_or(bytes.len(), |n| at + n);
+            (end > at).then_some(end)
+        }
     }
 }
 

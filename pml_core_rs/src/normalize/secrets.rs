@@ -25,7 +25,12 @@ const SECRET_WORDS: &[&[&str]] = &[
     &["SECRET", "KEY"],
     &["SIGNING", "KEY"],
     &["CLIENT", "SECRET"],
+    &["MYSQL", "PWD"],
 ];
+
+/// Endings of one word of a name that mark it as a credential's too: `PGPASSWORD`,
+/// `DBPASSWD` (an environment variable's name often runs its words together).
+const SECRET_ENDINGS: &[&str] = &["PASSWORD", "PASSWD", "PASSPHRASE"];
 
 /// Well-known credential prefixes and the minimum total length that makes them a token.
 const TOKEN_PREFIXES: &[(&str, usize)] = &[
@@ -69,6 +74,9 @@ pub fn is_secret_name(upper_snake: &str) -> bool {
         let Some(word) = from.next() else {
             return false;
         };
+        if SECRET_ENDINGS.iter().any(|end| word.ends_with(end)) {
+            return true;
+        }
         let matches_here = SECRET_WORDS.iter().any(|secret| {
             secret.first() == Some(&word) && {
                 let mut words = here.clone();
@@ -504,10 +512,21 @@ mod tests {
             "CLIENT_SECRET",
             "AUTH",
             "PRIVATE_KEY",
+            "PGPASSWORD",
+            "DBPASSWD",
+            "MYSQL_PWD",
         ] {
             assert!(is_secret_name(name), "{name}");
         }
-        for name in ["MAX_TOKENS", "AUTHOR", "PATH", "KEY", "LIMIT", "TOKENIZER"] {
+        for name in [
+            "MAX_TOKENS",
+            "AUTHOR",
+            "PATH",
+            "KEY",
+            "LIMIT",
+            "TOKENIZER",
+            "PWD",
+        ] {
             assert!(!is_secret_name(name), "{name}");
         }
     }

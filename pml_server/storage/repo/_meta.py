@@ -15,7 +15,7 @@ _STATS_KEY = b"stats/"
 _SNAPSHOT_KEY = b"snapshot/"
 # Versioned: a store marked by an earlier version of the pass (`placeholders_renamed`: names
 # only) runs it once more, for what today's redaction adds (docs/storage.md, Migrations).
-_PLACEHOLDERS_KEY = b"placeholders_renamed/2"
+_PLACEHOLDERS_KEY = b"placeholders_renamed/3"
 _TOOL_NAMES_KEY = b"tool_names_read"
 
 
