@@ -173,9 +173,7 @@ class BearerCheck:
             return
         if method == "GET" and scope.get("path", "").rstrip("/") == self._path.rstrip("/"):
             message = "Method Not Allowed: no event stream here (stateless); send requests by POST"
-            await _respond(
-                send, 405, _rpc_error(INVALID_REQUEST, message), [(b"allow", b"POST, DELETE")]
-            )
+            await _respond(send, 405, _rpc_error(INVALID_REQUEST, message), [(b"allow", b"POST")])
             return
         reason = await anyio.to_thread.run_sync(self._refusal, bearer(scope))
         if reason is not None:

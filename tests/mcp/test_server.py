@@ -509,7 +509,9 @@ def test_http_get_is_405_and_holds_nothing(server: RunningServer) -> None:
         for _ in range(300):
             r = h.get(url, headers={"Accept": "text/event-stream"})
             assert r.status_code == 405
-            assert "POST" in r.headers["allow"]
+            assert r.headers["allow"] == "POST"
+        gone = h.delete(url, headers={"Mcp-Session-Id": "s1"})
+        assert gone.status_code == 405  # stateless: no session to end, as Allow says
         assert _fds(pid) < 100
 
 
