@@ -46,6 +46,9 @@ class UpstreamOptions:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     timeout: float = 30.0
+    # What to do about a key pml refuses, said with the refusal: over stdio the key is this
+    # process's (`--api-key`, `PML_API_KEY`), not a header the MCP client sends.
+    key_hint: str = ""
 
 
 @dataclass
@@ -150,7 +153,8 @@ class Upstream:
         if err.code is grpc.StatusCode.DEADLINE_EXCEEDED:
             return f"pml at {self.options.server} did not answer in time: {err.message}"
         if err.code is grpc.StatusCode.UNAUTHENTICATED:
-            return f"pml refused the API key: {err.message}"
+            hint = f" ({self.options.key_hint})" if self.options.key_hint else ""
+            return f"pml refused the API key{hint}: {err.message}"
         if err.code is grpc.StatusCode.PERMISSION_DENIED:
             return f"pml refused the call: {err.message}"
         if err.violations:

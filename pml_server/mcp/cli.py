@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
             tls_ca=args.tls_ca,
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
+            key_hint="" if listen else "give pml mcp --api-key KEY or set PML_API_KEY",
         )
     )
     try:

@@ -356,6 +356,13 @@ def test_stdio_uses_its_api_key(start: StartServer, keys: tuple[Path, dict[str, 
     with PmlClient(f"127.0.0.1:{server.port}", api_key=found["acme-read"]) as c:
         assert len(list(c.iter_patterns())) == 1
 
+    async def keyless(client: Client) -> None:
+        # Over stdio the key is pml mcp's own: the refusal says where it goes, not a header.
+        result = await client.call_tool("suggest", {"intent": "Read JSON file"})
+        _assert_tool_error(result, "give pml mcp --api-key KEY or set PML_API_KEY")
+
+    _run(_stdio(f"127.0.0.1:{server.port}"), keyless)
+
 
 def test_stdio_over_mutual_tls(start: StartServer, pki: Path) -> None:  # noqa: F811
     server = start(
