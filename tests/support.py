@@ -11,14 +11,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from pml_server.config import config_of
 from pml_server.domain.errors import PmlError
-from pml_server.domain.model import PatternView
+from pml_server.domain.model import CaptureResult, ExecutionRecord, PatternView
 from pml_server.ranking import DAY_MS
 from pml_server.service import Engine
 from testing.engine import Clock, code_for, make_record, open_engine
@@ -61,9 +61,11 @@ def refusing_its_first_batch(data_dir: Path) -> tuple[Engine, list[int]]:
     record_many = engine.record_many
     refused = [0]
 
-    def first_batch_before_ready(tenant: str, records: object) -> object:
+    def first_batch_before_ready(
+        tenant: str, records: Sequence[ExecutionRecord]
+    ) -> list[CaptureResult | Exception]:
         try:
-            return record_many(tenant, records)  # type: ignore[arg-type]
+            return record_many(tenant, records)
         except PmlError:
             refused[0] += 1
             raise

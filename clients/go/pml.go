@@ -158,7 +158,8 @@ func (c *Client) Suggest(ctx context.Context, request *pmlv1.SuggestRequest) (*p
 
 // UploadOptions tunes Upload.
 type UploadOptions struct {
-	// MaxReconnects is how many broken streams Upload survives (default 5; negative: none).
+	// MaxReconnects is how many new streams Upload opens, after a broken one or to resend what
+	// the server acknowledged with an error that waiting may cure (default 5; negative: none).
 	MaxReconnects int
 	// OnAck, if set, sees every acknowledgement as it arrives.
 	OnAck func(*pmlv1.StreamTracesResponse)
