@@ -11,13 +11,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from pml_server.domain.model import PatternView
+from pml_server.config import config_of
+from pml_server.domain.errors import PmlError
+from pml_server.domain.model import CaptureResult, ExecutionRecord, PatternView
 from pml_server.ranking import DAY_MS
+from pml_server.service import Engine
 from testing.engine import Clock, code_for, make_record, open_engine
 from testing.ranking_oracle import Candidate
 
@@ -31,6 +34,7 @@ __all__ = [
     "npm_ci",
     "open_engine",
     "pattern",
+    "refusing_its_first_batch",
     "spawn_pml_serve",
     "stop_pml_serve",
 ]
@@ -45,6 +49,31 @@ def eventually(check: Callable[[], object], seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def refusing_its_first_batch(data_dir: Path) -> tuple[Engine, list[int]]:
+    """An engine as `pml serve` opens it whose index is still catching up (as while the
+    indexes are restored at open) until one batch of records was refused for it: a
+    StreamTraces stream acknowledges that batch's executions UNAVAILABLE, not captured. The
+    list counts the refused batches (the test shows the server did refuse one)."""
+    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
+    engine._state.readiness.clear()
+    record_many = engine.record_many
+    refused = [0]
+
+    def first_batch_before_ready(
+        tenant: str, records: Sequence[ExecutionRecord]
+    ) -> list[CaptureResult | Exception]:
+        try:
+            return record_many(tenant, records)
+        except PmlError:
+            refused[0] += 1
+            raise
+        finally:
+            engine._state.readiness.set_ready()  # caught up once the first batch was refused
+
+    engine.record_many = first_batch_before_ready  # type: ignore[method-assign]
+    return engine, refused
 
 
 def npm_ci(folder: Path, why: str, *installed: Path, timeout: float = 300) -> None:

@@ -158,7 +158,8 @@ func (c *Client) Suggest(ctx context.Context, request *pmlv1.SuggestRequest) (*p
 
 // UploadOptions tunes Upload.
 type UploadOptions struct {
-	// MaxReconnects is how many broken streams Upload survives (default 5; negative: none).
+	// MaxReconnects is how many new streams Upload opens, after a broken one or to resend what
+	// the server acknowledged with an error that waiting may cure (default 5; negative: none).
 	MaxReconnects int
 	// OnAck, if set, sees every acknowledgement as it arrives.
 	OnAck func(*pmlv1.StreamTracesResponse)
@@ -172,10 +173,13 @@ type UploadReport struct {
 }
 
 // Upload sends whole records over StreamTraces. When the stream breaks (UNAVAILABLE, CANCELLED,
-// DEADLINE_EXCEEDED) it opens a new one and resends every record not yet acknowledged; request
-// ids (a random UUID for a record without one, kept across reconnects) make each apply exactly
-// once. The records' request ids are filled in place; two records under one request id are
-// refused (InvalidArgument, nothing sent).
+// DEADLINE_EXCEEDED) it opens a new one and resends every record not yet acknowledged, or
+// acknowledged with an error that waiting may cure (UNAVAILABLE, as while the server's index
+// catches up after a start, or RESOURCE_EXHAUSTED with RetryInfo: not captured), after Backoff
+// and never before the server's RetryInfo delay; once the reconnects run out, that error is
+// the record's acknowledgement. Request ids (a random UUID for a record without one, kept
+// across reconnects) make each apply exactly once. The records' request ids are filled in
+// place; two records under one request id are refused (InvalidArgument, nothing sent).
 func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, opts UploadOptions) (*UploadReport, error) {
 	maxReconnects := opts.MaxReconnects
 	if maxReconnects == 0 {
@@ -218,11 +222,18 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 	}
 	var sequence uint64
 	var last error
+	// Records the server acknowledged with an error that waiting may cure, by request id: not
+	// captured, so they are sent again; each one's error answers it if the reconnects run out.
+	resend := make(map[string]*pmlv1.StreamTracesResponse)
 	for attempt := 0; ; attempt++ {
 		var todo []*pmlv1.ExecutionRecord
+		held := 0
 		for _, r := range records {
 			if _, done := report.Acks[r.GetRequestId()]; !done {
 				todo = append(todo, r)
+				if _, ok := resend[r.GetRequestId()]; ok {
+					held++
+				}
 			}
 		}
 		if len(todo) == 0 {
@@ -233,15 +244,54 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 				return report, last
 			}
 			if report.Reconnects >= maxReconnects {
+				if last == nil && held == len(todo) { // their errors answer them
+					for _, r := range todo {
+						ack := resend[r.GetRequestId()]
+						report.Acks[r.GetRequestId()] = ack
+						if opts.OnAck != nil {
+							opts.OnAck(ack)
+						}
+					}
+					return report, nil
+				}
 				if last == nil {
 					last = fmt.Errorf("pml: the stream ended with %d executions unacknowledged", len(todo))
 				}
 				return report, last
 			}
+			if held > 0 { // not before the server's RetryInfo delay
+				var delay time.Duration
+				for _, ack := range resend {
+					if d, ok := RetryDelay(status.ErrorProto(ack.GetError())); ok {
+						delay = max(delay, d)
+					}
+				}
+				timer := time.NewTimer(Backoff(report.Reconnects, delay))
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return report, ctx.Err()
+				case <-timer.C:
+				}
+			}
 			report.Reconnects++
 		}
-		last = c.streamOnce(ctx, todo, &sequence, report, opts.OnAck)
+		last = c.streamOnce(ctx, todo, &sequence, report, resend, opts.OnAck)
 	}
+}
+
+// worthResending says whether an execution acknowledged with this error was refused for a
+// while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota; without
+// it, a size limit that the same record meets again).
+func worthResending(refusal *status.Status) bool {
+	switch refusal.Code() {
+	case codes.Unavailable:
+		return true
+	case codes.ResourceExhausted:
+		_, ok := RetryDelay(refusal.Err())
+		return ok
+	}
+	return false
 }
 
 // maxMessageBytes is the server's largest request message (GetServerInfo), 0 when it does not
@@ -347,6 +397,7 @@ func (c *Client) streamOnce(
 	todo []*pmlv1.ExecutionRecord,
 	sequence *uint64,
 	report *UploadReport,
+	resend map[string]*pmlv1.StreamTracesResponse,
 	onAck func(*pmlv1.StreamTracesResponse),
 ) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -383,7 +434,14 @@ func (c *Client) streamOnce(
 		if err != nil {
 			return err
 		}
-		report.Acks[ack.GetExecutionId()] = ack
+		id := ack.GetExecutionId()
+		if _, done := report.Acks[id]; !done && ack.GetError() != nil &&
+			worthResending(status.FromProto(ack.GetError())) {
+			resend[id] = ack
+			continue
+		}
+		delete(resend, id)
+		report.Acks[id] = ack
 		if onAck != nil {
 			onAck(ack)
 		}

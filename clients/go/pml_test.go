@@ -412,6 +412,78 @@ func TestUploadRefusesTwoRecordsUnderOneRequestID(t *testing.T) {
 	}
 }
 
+// TestUploadResendsWhatTheServerAcknowledgedAsUnavailable needs a server that acknowledges
+// its first batch UNAVAILABLE (its index still catching up after a start): no flag of `pml
+// serve` makes one, so tests/api/test_go.py starts it and passes its address in
+// $PML_REFUSING_FIRST_BATCH. Those executions were not captured: they are sent again.
+func TestUploadResendsWhatTheServerAcknowledgedAsUnavailable(t *testing.T) {
+	target := os.Getenv("PML_REFUSING_FIRST_BATCH")
+	if target == "" {
+		t.Skip("run by tests/api/test_go.py, which starts a server refusing its first batch")
+	}
+	client, err := pml.Dial(target, pml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	var records []*pmlv1.ExecutionRecord
+	for i := 0; i < 20; i++ {
+		tool := fmt.Sprintf("tool%d", i%3)
+		records = append(records, pml.NewRecord(fmt.Sprintf("task %d", i),
+			fmt.Sprintf("await mcp.%s({n: %d})", tool, i), "typescript", pml.OK(tool)))
+	}
+	report, err := client.Upload(context.Background(), records, pml.UploadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.Reconnects < 1 {
+		t.Fatalf("no stream after the first: %d reconnects", report.Reconnects)
+	}
+	for i, r := range records {
+		if ack := report.Acks[r.GetRequestId()]; ack == nil || ack.GetError() != nil {
+			t.Fatalf("records[%d] not captured: %v", i, ack)
+		}
+	}
+	stats, err := client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.GetExecutions() != 20 {
+		t.Fatalf("%d executions captured, want 20", stats.GetExecutions())
+	}
+}
+
+// TestUploadOutOfReconnectsAnswersWithTheServersError needs a server whose index never catches
+// up, in $PML_NEVER_READY (started by tests/api/test_go.py): each execution is sent again until
+// the reconnects run out, then its acknowledgement is the server's error, never dropped.
+func TestUploadOutOfReconnectsAnswersWithTheServersError(t *testing.T) {
+	target := os.Getenv("PML_NEVER_READY")
+	if target == "" {
+		t.Skip("run by tests/api/test_go.py, which starts a server that is never ready")
+	}
+	client, err := pml.Dial(target, pml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	records := []*pmlv1.ExecutionRecord{
+		readRecord("Read JSON file", "a.json"), readRecord("Load JSON data", "b.json"),
+	}
+	report, err := client.Upload(context.Background(), records, pml.UploadOptions{MaxReconnects: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report.Reconnects != 1 {
+		t.Fatalf("%d reconnects, want the 1 allowed", report.Reconnects)
+	}
+	for i, r := range records {
+		refusal := status.FromProto(report.Acks[r.GetRequestId()].GetError())
+		if refusal.Code() != codes.Unavailable || !strings.Contains(refusal.Message(), "catching up") {
+			t.Fatalf("records[%d]: want the server's UNAVAILABLE, got %v", i, refusal)
+		}
+	}
+}
+
 func TestUploadGivesUpOnAnErrorThatWaitingCannotFix(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys.json")
 	key := addKey(t, keys, "acme", "read")

@@ -235,6 +235,12 @@ export declare class PmlClient {
   suggest(request: SuggestRequest | string): Promise<SuggestResponse>;
   getPattern(name: string): Promise<Pattern>;
   stats(): Promise<GetStatsResponse>;
+  /**
+   * Upload over StreamTraces: after a broken stream, and for what the server acknowledged with
+   * an error that waiting may cure (UNAVAILABLE, RESOURCE_EXHAUSTED with RetryInfo: not
+   * captured), the records are resent (after `backoffMs`, never before RetryInfo) up to
+   * `maxReconnects` (default 5) times; then such an error is the record's acknowledgement.
+   */
   upload(
     records: ExecutionRecord[],
     options?: { maxReconnects?: number; onAck?: (ack: StreamTracesResponse) => void },

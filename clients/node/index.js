@@ -79,9 +79,18 @@ function backoffMs(attempt, serverDelayMs) {
 function errorDetails(err) {
   const raw = err && err.metadata ? err.metadata.get("grpc-status-details-bin")[0] : undefined;
   const out = { code: err && grpc.status[err.code], message: err && err.details, typeUrls: [], fieldViolations: [], retryDelayMs: null };
-  if (!raw) return out;
-  const { Status, BadRequest, RetryInfo } = api();
-  for (const any of Status.decode(raw).details) {
+  return raw ? readDetails(api().Status.decode(raw).details, out) : out;
+}
+
+/** `errorDetails` of a google.rpc.Status (a stream's acknowledgement of one execution). */
+function statusDetails(status) {
+  const out = { code: grpc.status[status.code], message: status.message, typeUrls: [], fieldViolations: [], retryDelayMs: null };
+  return readDetails(status.details || [], out);
+}
+
+function readDetails(details, out) {
+  const { BadRequest, RetryInfo } = api();
+  for (const any of details) {
     out.typeUrls.push(any.type_url);
     if (any.type_url.endsWith("/google.rpc.BadRequest")) {
       for (const v of BadRequest.decode(any.value).field_violations) {
@@ -93,6 +102,14 @@ function errorDetails(err) {
     }
   }
   return out;
+}
+
+/** Whether an execution acknowledged with this error was refused for a while only:
+ * UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota; without it, a size
+ * limit that the same record meets again). */
+function worthResending(details) {
+  if (details.code === "UNAVAILABLE") return true;
+  return details.code === "RESOURCE_EXHAUSTED" && details.retryDelayMs !== null;
 }
 
 /** An ExecutionRecord with a fresh request id; calls are {tool, ok, error?, arguments_json?}. */
@@ -178,9 +195,13 @@ class PmlClient {
 
   /**
    * Upload whole records over StreamTraces. When the stream breaks, reconnect and resend every
-   * record not yet acknowledged; request ids (a fresh UUID for a record without one, kept across
-   * reconnects) make the resend apply exactly once. Two records under one request id are refused
-   * (an error with code INVALID_ARGUMENT, nothing sent).
+   * record not yet acknowledged, or acknowledged with an error that waiting may cure
+   * (UNAVAILABLE, as while the server's index catches up after a start, or RESOURCE_EXHAUSTED
+   * with RetryInfo: not captured), after `backoffMs` and never before the server's RetryInfo
+   * delay; once the reconnects run out, that error is the record's acknowledgement. Request ids
+   * (a fresh UUID for a record without one, kept across reconnects) make the resend apply
+   * exactly once. Two records under one request id are refused (an error with code
+   * INVALID_ARGUMENT, nothing sent).
    */
   async upload(records, { maxReconnects = 5, onAck } = {}) {
     for (const r of records) if (!r.request_id) r.request_id = crypto.randomUUID();
@@ -213,13 +234,32 @@ class PmlClient {
     }
     let sequence = 0;
     let last = null;
+    // Records the server acknowledged with an error that waiting may cure, by request id: not
+    // captured, so they are sent again; each one's error answers it if the reconnects run out.
+    const resend = new Map();
     for (let attempt = 0; ; attempt++) {
       const todo = records.filter((r) => !report.acks.has(r.request_id));
       if (todo.length === 0) return report;
+      const held = todo.filter((r) => resend.has(r.request_id)).length;
       if (attempt > 0) {
         if (last && !RETRYABLE.has(last.code)) throw last;
         if (report.reconnects >= maxReconnects) {
+          if (!last && held === todo.length) {
+            for (const r of todo) {
+              // their errors answer them
+              const ack = resend.get(r.request_id);
+              report.acks.set(r.request_id, ack);
+              if (onAck) onAck(ack);
+            }
+            return report;
+          }
           throw last || new Error(`the stream ended with ${todo.length} executions unacknowledged`);
+        }
+        if (held > 0) {
+          // not before the server's RetryInfo delay
+          let delayMs = 0;
+          for (const ack of resend.values()) delayMs = Math.max(delayMs, statusDetails(ack.error).retryDelayMs || 0);
+          await new Promise((r) => setTimeout(r, backoffMs(report.reconnects, delayMs)));
         }
         report.reconnects++;
       }
@@ -228,7 +268,13 @@ class PmlClient {
         // instead of failing at once and using up the reconnects.
         const call = this.raw.StreamTraces(this._metadata({ waitForReady: true }));
         call.on("data", (ack) => {
-          report.acks.set(ack.execution_id, ack);
+          const id = ack.execution_id;
+          if (ack.error && !report.acks.has(id) && worthResending(statusDetails(ack.error))) {
+            resend.set(id, ack);
+            return;
+          }
+          resend.delete(id);
+          report.acks.set(id, ack);
           if (onAck) onAck(ack);
         });
         call.on("error", resolve);

@@ -11,9 +11,8 @@ import pytest
 from pml_client import PmlClient, PmlClientError, make_record
 
 from pml_server.config import config_of
-from pml_server.domain.errors import PmlError
 from tests.conftest import StartServer
-from tests.support import open_engine
+from tests.support import open_engine, refusing_its_first_batch
 
 
 def _refused(server: object, method: str) -> float:
@@ -109,22 +108,7 @@ def test_an_upload_resends_what_the_server_acknowledged_as_unavailable(
     upload took that acknowledgement as final: those records were lost to a transient state
     (`pml import` counted them refused; importing again would count twice every record that
     had no request id). Now they are resent on a new stream, as a broken stream's are."""
-    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
-    engine._state.readiness.clear()  # as while the indexes are restored at open
-    record_many = engine.record_many
-    refused = 0
-
-    def first_batch_before_ready(tenant: str, records: object) -> object:
-        nonlocal refused
-        try:
-            return record_many(tenant, records)  # type: ignore[arg-type]
-        except PmlError:
-            refused += 1
-            raise
-        finally:
-            engine._state.readiness.set_ready()  # caught up once the first batch was refused
-
-    engine.record_many = first_batch_before_ready  # type: ignore[method-assign]
+    engine, refused = refusing_its_first_batch(data_dir)
     server = start(engine=engine)
     records = [
         make_record(f"task {i}", f"await mcp.tool{i % 3}({{n: {i}}})", tools=[f"tool{i % 3}"])
@@ -133,7 +117,7 @@ def test_an_upload_resends_what_the_server_acknowledged_as_unavailable(
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         report = client.upload(records)
         stats = client.stats()
-    assert refused == 1  # the server did answer a batch UNAVAILABLE
+    assert refused == [1]  # the server did answer a batch UNAVAILABLE
     assert report.reconnects >= 1
     assert [a.execution_id for a in report.acks.values() if a.HasField("error")] == []
     assert set(report.acks) == {r.request_id for r in records}

@@ -14,8 +14,9 @@ import grpc
 import pytest
 
 from pml_server.api.server import RunningServer
+from pml_server.config import config_of
 from tests.conftest import StartServer
-from tests.support import npm_ci
+from tests.support import npm_ci, open_engine, refusing_its_first_batch
 
 NODE_CLIENT = Path(__file__).resolve().parents[2] / "clients" / "node"
 
@@ -109,6 +110,38 @@ def test_upload_resends_after_a_broken_stream(node_client: Path, server: Running
     assert summary["refused"] == 0
     assert summary["executions"] == 300
     assert summary["patterns"] == 4
+
+
+def test_upload_resends_what_the_server_acknowledged_as_unavailable(
+    node_client: Path, start: StartServer, data_dir: Path
+) -> None:
+    """As the Python and Go clients: executions acknowledged UNAVAILABLE (the server's index
+    still catching up after a start) were not captured; they are resent on a new stream."""
+    engine, refused = refusing_its_first_batch(data_dir)
+    server = start(engine=engine)
+    done = _node(node_client, "test/upload_unavailable.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert refused == [1]  # the server did acknowledge a batch UNAVAILABLE
+    assert summary["reconnects"] >= 1, summary
+    assert (summary["acks"], summary["errors"], summary["executions"]) == (20, [], 20)
+
+
+def test_upload_out_of_reconnects_answers_with_the_servers_error(
+    node_client: Path, start: StartServer, data_dir: Path
+) -> None:
+    """A server that stays unable to take the records: resent until the reconnects run out,
+    then each record's acknowledgement is the server's error (never dropped, never thrown)."""
+    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
+    engine._state.readiness.clear()
+    server = start(engine=engine)
+    done = _node(node_client, "test/upload_unavailable.js", f"127.0.0.1:{server.port}", "1")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["reconnects"], summary["acks"]) == (1, 20)
+    assert {e["code"] for e in summary["errors"]} == {grpc.StatusCode.UNAVAILABLE.value[0]}
+    assert len(summary["errors"]) == 20
+    assert all("catching up" in e["message"] for e in summary["errors"])
 
 
 def test_upload_refuses_alone_a_record_over_the_servers_message_limit(
