@@ -13,6 +13,8 @@ previous value is still on its way to disk.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import struct
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -49,6 +51,8 @@ __all__ = [
     "StoreOpenError",
     "WriteTicket",
 ]
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 _META_SCHEMA_KEY = b"meta/schema_version"
@@ -164,7 +168,7 @@ class Store:
         except SchemaVersionError:
             raise
         except Exception as err:  # the first read of the store: a corrupted table file
-            self._close_families()
+            self._close_families(after_error=True)
             raise _open_error(path, err) from err
         handles = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
         self._writer = GroupCommitWriter(
@@ -376,17 +380,28 @@ class Store:
     def close(self) -> None:
         if not self._writer.close():  # writes everything queued first
             return
-        self._db.flush()
-        self._close_families()
+        try:
+            self._db.flush()
+            failed = False
+        except Exception as err:  # a full disk: the WAL holds every acknowledged write, and the
+            # next open replays it (docs/storage.md, Opening)
+            log.error("store at %s not flushed at close: %s", self.path, err)
+            failed = True
+        self._close_families(after_error=failed)
         self._read_cache.clear()
 
-    def _close_families(self) -> None:
-        # Column family views hold a reference to the database: close them first, or the
-        # database stays open (and locked) until they are garbage-collected.
-        for family in self._cf.values():
-            family.close()
+    def _close_families(self, after_error: bool = False) -> None:
+        """Column family views hold a reference to the database: close them first, or the
+        database stays open (and locked) until they are garbage-collected. `after_error`:
+        each close repeats RocksDB's I/O error, and still releases the database."""
+        handles = [*self._cf.values(), self._db]
         self._cf.clear()
-        self._db.close()
+        for handle in handles:
+            if after_error:
+                with contextlib.suppress(Exception):
+                    handle.close()
+            else:
+                handle.close()
 
 
 def _open_error(path: Path, err: Exception) -> StoreOpenError:
