@@ -384,7 +384,7 @@ class Store:
             self._db.flush()
             failed = False
         except Exception as err:  # a full disk: the WAL holds every acknowledged write, and the
-            # next open replays it (docs/storage.md, Opening)
+            # next open replays it (docs/storage.md, The embedded store (RocksDB))
             log.error("store at %s not flushed at close: %s", self.path, err)
             failed = True
         self._close_families(after_error=failed)
