@@ -18,7 +18,7 @@ from pml_server.domain.errors import AlreadyExistsError
 from pml_server.domain.model import CaptureOutcome, CaptureResult, ExecutionRecord, ToolFailure
 from pml_server.service._state import EngineState
 
-# Request ids forgotten per write batch when pruning.
+# Request ids read, and forgotten in one write batch, at a time when pruning.
 PRUNE_BATCH = 1000
 
 
@@ -85,16 +85,19 @@ def reused_id_error(request_id: str) -> AlreadyExistsError:
 
 
 def prune_request_ids(state: EngineState, tenant: str) -> int:
-    """Forget idempotency answers older than `request_id_ttl_days`; returns how many."""
+    """Forget idempotency answers older than `request_id_ttl_days`; returns how many. The
+    tenant's answers are read `PRUNE_BATCH` at a time, so the memory a run takes is bounded
+    whatever their number (a week of captures at the default TTL)."""
     horizon = state.clock() - int(state.config.request_id_ttl_days * 86_400_000)
     repo = state.repo
-    stale = [
-        key
-        for key, raw in repo.requests.request_rows(tenant)
-        if json_form.loads(raw).get("time_ms", 0) < horizon
-    ]
-    for start in range(0, len(stale), PRUNE_BATCH):
-        state.store.write(
-            [repo.requests.delete_request(key) for key in stale[start : start + PRUNE_BATCH]]
-        )
-    return len(stale)
+    pruned = 0
+    start: bytes | None = None
+    while True:
+        page = repo.requests.request_rows(tenant, start=start, limit=PRUNE_BATCH)
+        stale = [key for key, raw in page if json_form.loads(raw).get("time_ms", 0) < horizon]
+        if stale:
+            state.store.write([repo.requests.delete_request(key) for key in stale])
+        pruned += len(stale)
+        if len(page) < PRUNE_BATCH:
+            return pruned
+        start = page[-1][0] + b"\x00"  # the next key after the page's last

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from pml_server import __version__
 from pml_server.backup import BackupDir, BackupJob
+from pml_server.domain.errors import UnavailableError
 from pml_server.service._curation import run_retention
 from pml_server.service._heap import release_free_memory
 from pml_server.service._older_builds import rekey_tool_names, rename_placeholders
@@ -121,8 +122,16 @@ class BackgroundJobs:
         interval = self._state.config.retention.interval_seconds
         while not self._stop.wait(interval):
             for tenant in self._state.indexes.tenants():
-                with contextlib.suppress(Exception):
+                try:
                     run_retention(self._state, tenant, apply=True)
+                except Exception as err:  # the next interval tries again; the operator is told
+                    log.error(
+                        "retention of tenant %r failed: %s; retried in %s s",
+                        tenant,
+                        err,
+                        interval,
+                        exc_info=not isinstance(err, UnavailableError),
+                    )
 
 
 def _backup_job(state: EngineState) -> BackupJob | None:

@@ -19,12 +19,13 @@ then every call that needs them raises UnavailableError.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
 from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig
-from pml_server.domain.errors import FailedPreconditionError
+from pml_server.domain.errors import FailedPreconditionError, UnavailableError
 from pml_server.domain.model import (
     CapabilityView,
     CaptureResult,
@@ -47,6 +48,8 @@ from pml_server.service._companion import make_companion
 from pml_server.service._jobs import BackgroundJobs, write_snapshots
 from pml_server.service._state import Clock, EngineState, Normalizer
 from pml_server.storage import StoreBackend, open_store
+
+log = logging.getLogger(__name__)
 
 
 def wall_clock_ms() -> int:
@@ -117,7 +120,12 @@ class Engine:
         ready = self.is_ready()
         self._state.readiness.clear()  # from now on record/suggest answer UNAVAILABLE
         if ready:
-            write_snapshots(self._state, trim_oplog=True)
+            try:
+                write_snapshots(self._state, trim_oplog=True)
+            except UnavailableError as err:  # a full disk, a database gone: the store closes
+                # anyway; the next open replays the op log (docs/storage.md, The op log and the
+                # notifier)
+                log.error("index snapshots not written at close: %s", err)
         self._state.store.close()
 
     def embedding_dim(self) -> int:

@@ -13,6 +13,8 @@ previous value is still on its way to disk.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import struct
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -28,6 +30,7 @@ from rocksdict import (
     ReadOptions,
 )
 
+from pml_server.domain.errors import FailedPreconditionError
 from pml_server.domain.lru import Lru
 from pml_server.storage._group_commit import GroupCommitWriter
 from pml_server.storage.keys import (
@@ -45,8 +48,11 @@ __all__ = [
     "Store",
     "StoreClosedError",
     "StoreInUseError",
+    "StoreOpenError",
     "WriteTicket",
 ]
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 _META_SCHEMA_KEY = b"meta/schema_version"
@@ -106,12 +112,16 @@ class _Fill:
         self.dropped: set[bytes] = set()
 
 
-class SchemaVersionError(RuntimeError):
+class SchemaVersionError(FailedPreconditionError):
     """The store on disk was written by a newer, unknown schema."""
 
 
 class StoreInUseError(OSError):
     """Another process has the database open (RocksDB allows one)."""
+
+
+class StoreOpenError(OSError):
+    """RocksDB refused to open the store: a corrupted or unreadable file, a read-only disk."""
 
 
 class Store:
@@ -141,11 +151,11 @@ class Store:
         try:
             self._db = Rdict(str(path), options, column_families=families)
         except Exception as err:  # rocksdict raises a bare Exception carrying RocksDB's status
-            if "lock" in str(err).lower():
+            if "/LOCK:" in str(err):
                 raise StoreInUseError(
                     f"{path} is in use by another pml process (RocksDB holds its LOCK file)"
                 ) from err
-            raise
+            raise _open_error(path, err) from err
         self.path = path
         self.durability = durability
         self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
@@ -153,7 +163,13 @@ class Store:
         self._lock = threading.Lock()
         self._read_cache = _ReadCache(READ_CACHE_BYTES)
         self._fills: list[_Fill] = []  # get_many calls reading RocksDB outside the lock now
-        self.schema_version = self._check_schema()
+        try:
+            self.schema_version = self._check_schema()
+        except SchemaVersionError:
+            raise
+        except Exception as err:  # the first read of the store: a corrupted table file
+            self._close_families(after_error=True)
+            raise _open_error(path, err) from err
         handles = {name: self._db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
         self._writer = GroupCommitWriter(
             self._db, handles, self._lock, self._drop_cached, sync=durability == "sync"
@@ -193,7 +209,7 @@ class Store:
             return SCHEMA_VERSION
         found = int(struct.unpack(">I", raw)[0])
         if found > SCHEMA_VERSION:
-            self._db.close()
+            self._close_families()
             raise SchemaVersionError(
                 f"store at {self.path} has schema version {found}; this pml knows up to "
                 f"{SCHEMA_VERSION}: upgrade pml to open it"
@@ -364,11 +380,34 @@ class Store:
     def close(self) -> None:
         if not self._writer.close():  # writes everything queued first
             return
-        self._db.flush()
-        # Column family views hold a reference to the database: close them first, or the
-        # database stays open (and locked) until they are garbage-collected.
-        for family in self._cf.values():
-            family.close()
-        self._cf.clear()
+        try:
+            self._db.flush()
+            failed = False
+        except Exception as err:  # a full disk: the WAL holds every acknowledged write, and the
+            # next open replays it (docs/storage.md, The embedded store (RocksDB))
+            log.error("store at %s not flushed at close: %s", self.path, err)
+            failed = True
+        self._close_families(after_error=failed)
         self._read_cache.clear()
-        self._db.close()
+
+    def _close_families(self, after_error: bool = False) -> None:
+        """Column family views hold a reference to the database: close them first, or the
+        database stays open (and locked) until they are garbage-collected. `after_error`:
+        each close repeats RocksDB's I/O error, and still releases the database."""
+        handles = [*self._cf.values(), self._db]
+        self._cf.clear()
+        for handle in handles:
+            if after_error:
+                with contextlib.suppress(Exception):
+                    handle.close()
+            else:
+                handle.close()
+
+
+def _open_error(path: Path, err: Exception) -> StoreOpenError:
+    """One line naming the data directory and RocksDB's reason (docs/storage.md, The embedded
+    store (RocksDB))."""
+    return StoreOpenError(
+        f"cannot open the store at {path}: {err}. Restore it from a backup, or use another "
+        "data directory"
+    )

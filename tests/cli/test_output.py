@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from pml_server.api.admission import budget
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.retention import RetentionConfig
-from pml_server.storage import Store
+from pml_server.storage import SCHEMA_VERSION, Store
 from tests.conftest import StartServer
 from tests.support import eventually, open_engine, stop_pml_serve
 
@@ -288,6 +289,60 @@ def test_serve_on_a_data_dir_that_is_a_file_is_one_line(
         f"pml serve: error: {data} cannot be the data directory: "
         "it, or a folder above it, is a file"
     )
+
+
+def _garble_current(data: Path) -> None:
+    (data / "CURRENT").write_text("garbage\n")
+
+
+def _truncate_manifest(data: Path) -> None:
+    for manifest in data.glob("MANIFEST-*"):
+        with manifest.open("r+b") as f:
+            f.truncate(10)
+
+
+def _garble_tables(data: Path) -> None:
+    for table in data.glob("*.sst"):
+        with table.open("r+b") as f:
+            f.seek(8)
+            f.write(b"X" * 32)
+
+
+def _newer_schema(data: Path) -> None:
+    store = Store(data)
+    store.write([("meta", b"meta/schema_version", struct.pack(">I", SCHEMA_VERSION + 1))])
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (_garble_current, "CURRENT file corrupted"),
+        (_truncate_manifest, "MANIFEST"),
+        (_garble_tables, "checksum mismatch"),
+        (_newer_schema, "upgrade pml to open it"),
+    ],
+)
+def test_serve_on_a_damaged_store_is_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    damage: Callable[[Path], None],
+    reason: str,
+) -> None:
+    """Before: exit 1 and a traceback ending in rocksdict's bare `Exception: Corruption: ...`
+    (or in SchemaVersionError), with no word of which directory."""
+    data = tmp_path / "data"
+    open_engine(data).close()
+    damage(data)
+    with pytest.raises(SystemExit) as done:
+        cli.main(
+            ["serve", "--data-dir", str(data), "--embedder", "hashing", "--listen", "127.0.0.1:0"]
+        )
+    assert done.value.code == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("pml serve: error:")
+    assert str(data) in line
+    assert reason in line
 
 
 def test_version_and_help_on_every_flag(capsys: pytest.CaptureFixture[str]) -> None:

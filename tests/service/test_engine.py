@@ -3,18 +3,25 @@ deletion, retention, model checks and the derived indexes."""
 
 from __future__ import annotations
 
+import logging
+import resource
 import threading
 from pathlib import Path
 
 import pytest
 
 from pml_server.config import EngineConfig
-from pml_server.domain.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from pml_server.domain.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+)
 from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import PageRequest, RetentionAction, SuggestQuery
 from pml_server.retention import RetentionConfig
 from pml_server.service import Engine
-from tests.support import Clock, make_record, open_engine
+from tests.support import Clock, eventually, make_record, open_engine
 
 JSON_TOOLS = ["read_file", "parse_json"]
 
@@ -419,6 +426,38 @@ def test_background_retention_applies_on_its_interval(tmp_path: Path) -> None:
             break
         threading.Event().wait(0.05)
     assert engine.get_pattern("t", saved.pattern_id).flagged_for_removal
+    engine.close()
+
+
+def _capture_until_refused(engine: Engine) -> None:
+    padding = "x" * 3000
+    for i in range(2000):
+        code = f"await mcp.tool_{i}({{note: '{padding}'}})"
+        engine.record("t", make_record(f"r{i}", f"task {i} {padding}", ["t"], code=code))
+
+
+def test_background_retention_that_fails_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store stops taking writes (a full disk; here this process's file size limit fails
+    the WAL append), then request ids pass their TTL: each background run fails writing the
+    pruning. Before: the loop swallowed the error, nothing logged, retention silently off."""
+    clock = Clock()
+    retention = RetentionConfig(interval_seconds=0.05)
+    engine = open_engine(
+        tmp_path, clock, retention=retention, retention_in_background=True, request_id_ttl_days=1
+    )
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024 * 1024, hard))
+    try:
+        with pytest.raises(UnavailableError):
+            _capture_until_refused(engine)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    clock.advance_days(2)  # every request id is stale: the next run deletes them, or tries to
+    with caplog.at_level(logging.ERROR, logger="pml_server.service._jobs"):
+        assert eventually(lambda: "retention of tenant 't' failed" in caplog.text), caplog.text
+    assert "store refused writes after an I/O error" in caplog.text
     engine.close()
 
 

@@ -165,6 +165,31 @@ def test_one_request_id_sent_to_both_replicas_applies_once(
     assert b.stats("t").executions == 1
 
 
+def test_captures_go_on_after_request_ids_resent_to_a_replica(
+    replicas: Callable[[str], Engine],
+) -> None:
+    """A resent request id aborts its transaction's pipeline (UniqueViolation on the request id
+    row). Before: once a statement reached psycopg's prepare threshold inside such an aborted
+    pipeline, its connection believed it prepared while the server had skipped it, and every
+    later use of it on that connection failed with `prepared statement "_pg3_N" does not
+    exist` (captures refused as an internal error, the close-time snapshot lost)."""
+    a = replicas("a")
+    first = a.record("t", make_record("seed", "Read JSON file", JSON_TOOLS))
+    for i in range(20):
+        code = f"await mcp.tool_{i}()"
+        saved = a.record("t", make_record(f"r{i}", f"Run tool {i}", [f"tool_{i}"], code=code))
+        assert saved.outcome is CaptureOutcome.SAVED
+        again = a.record("t", make_record("seed", "Read JSON file", JSON_TOOLS))
+        assert again.replayed
+        assert again.pattern_id == first.pattern_id
+        counted = a.record("t", make_record(f"c{i}", "Read JSON file", JSON_TOOLS))
+        assert counted.outcome is CaptureOutcome.COUNTED
+    a.close()  # writes its index snapshot
+    b = replicas("b")
+    assert b.stats("t").patterns == 21
+    assert b.get_pattern("t", first.pattern_id).usage_count == 21
+
+
 def test_tenants_never_see_each_other_across_replicas(
     replicas: Callable[[str], Engine],
 ) -> None:

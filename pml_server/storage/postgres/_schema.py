@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import psycopg
 
+from pml_server.domain.errors import FailedPreconditionError
 from pml_server.storage.keys import (
     CF_COUNTERS,
     CF_INTENTS,
@@ -133,7 +134,7 @@ MIGRATIONS: dict[int, list[str]] = {
 }
 
 
-class SchemaVersionError(RuntimeError):
+class SchemaVersionError(FailedPreconditionError):
     """The database was migrated by a newer pml than this one."""
 
 

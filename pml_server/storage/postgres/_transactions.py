@@ -38,6 +38,15 @@ RETRYABLE = (
     psycopg.errors.TransactionRollback,
 )
 POOL_ERRORS = (psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed)
+# Every connection's options. No server-side prepared statements (`prepare_threshold`): a
+# batch runs in a pipeline that a resent request id aborts (docs/storage.md, The shared store),
+# and psycopg records a statement that reached its threshold in such a pipeline as prepared
+# while the server skipped the PREPARE, so every later use of it on that connection failed.
+CONNECTION_OPTIONS: dict[str, Any] = {
+    "autocommit": True,
+    "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+    "prepare_threshold": None,
+}
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -68,7 +77,7 @@ class Transactions:
             dsn,
             min_size=1,
             max_size=max(1, pool_size),
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS},
+            kwargs=CONNECTION_OPTIONS,
             timeout=CONNECT_TIMEOUT_SECONDS,
             open=False,
             name="pml",
@@ -80,7 +89,7 @@ class Transactions:
 
     def connect(self) -> Connection:
         """A connection of its own, outside the pool (autocommit)."""
-        return psycopg.connect(self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+        return psycopg.connect(self._dsn, **CONNECTION_OPTIONS)
 
     def unavailable(self, error: BaseException) -> str:
         return f"the database at {self.where} is unavailable: {scrub(str(error), self._dsn)}"

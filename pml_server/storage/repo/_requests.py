@@ -22,8 +22,11 @@ class RequestRows:
     def put_request_result(self, tenant: str, request_id: str, result: bytes) -> Op:
         return (CF_REQUESTS, tenant_key(tenant, request_id), result)
 
-    def request_rows(self, tenant: str) -> list[tuple[bytes, bytes]]:
-        return self.store.scan(CF_REQUESTS, tenant_prefix(tenant))
+    def request_rows(
+        self, tenant: str, start: bytes | None = None, limit: int | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        """The tenant's (key, answer) rows in key order, from key `start` on, at most `limit`."""
+        return self.store.scan(CF_REQUESTS, tenant_prefix(tenant), start=start, limit=limit)
 
     def delete_request(self, key: bytes) -> Op:
         return (CF_REQUESTS, key, None)
