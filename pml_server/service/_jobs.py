@@ -4,7 +4,6 @@ re-keying (before ready) and renaming (while serving) what an older build's norm
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -113,10 +112,19 @@ class BackgroundJobs:
             self.placeholders_done.set()
 
     def _snapshot_loop(self) -> None:
-        while not self._stop.wait(self._state.config.snapshot_interval_seconds):
-            with contextlib.suppress(Exception):  # retried at the next interval and at close
-                if self._state.readiness.is_ready():
-                    write_snapshots(self._state, trim_oplog=False)
+        interval = self._state.config.snapshot_interval_seconds
+        while not self._stop.wait(interval):
+            if not self._state.readiness.is_ready():
+                continue
+            try:
+                write_snapshots(self._state, trim_oplog=False)
+            except Exception as err:  # retried at the next interval and at close; told
+                log.error(
+                    "writing the index snapshots failed: %s; retried in %s s",
+                    err,
+                    interval,
+                    exc_info=not isinstance(err, UnavailableError),
+                )
 
     def _retention_loop(self) -> None:
         interval = self._state.config.retention.interval_seconds

@@ -461,6 +461,24 @@ def test_background_retention_that_fails_is_logged(
     engine.close()
 
 
+def test_background_snapshots_that_fail_are_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store stops taking writes (as above) while its index holds captures no snapshot
+    has: each background snapshot fails writing. Before: swallowed, nothing logged."""
+    engine = open_engine(tmp_path, Clock(), snapshot_interval_seconds=0.05)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024 * 1024, hard))
+    try:
+        with pytest.raises(UnavailableError):
+            _capture_until_refused(engine)
+        with caplog.at_level(logging.ERROR, logger="pml_server.service._jobs"):
+            assert eventually(lambda: "writing the index snapshots failed" in caplog.text)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    engine.close()
+
+
 def test_suggest_accepts_a_client_vector(tmp_path: Path) -> None:
     engine = open_engine(tmp_path)
     populate(engine)
