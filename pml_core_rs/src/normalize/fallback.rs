@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use super::canonical::{self, Canonical};
 use super::language::Lang;
 use super::literal::{self, JsonType};
+use super::secrets::{is_name_byte, word_end};
 use super::tree::{is_tool_caller, DISPATCH_METHODS, MAX_CHAIN, TOOL_ROOTS};
 use super::{Extracted, RawParam, MAX_PARAMS, NORMALIZER_VERSION};
 
@@ -260,9 +261,8 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
 /// The run of `[A-Za-z0-9_.-]` ending at `end`, at most `MAX_SHELL_NAME` long and at the start
 /// of a shell word (after a space, the start, or `;&|(`); None when there is none.
 fn shell_name_before(bytes: &[u8], end: usize) -> Option<&str> {
-    let is_name = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-');
     let mut start = end;
-    while start > 0 && is_name(bytes[start - 1]) {
+    while start > 0 && is_name_byte(bytes[start - 1]) {
         start -= 1;
         if end - start > MAX_SHELL_NAME {
             return None;
@@ -290,14 +290,12 @@ fn shell_value_end(token: Option<&Token>, bytes: &[u8], at: usize) -> Option<usi
         }
         b'$' | b'(' | b'`' | b'-' => None,
         _ => {
-            let end = bytes[at..]
-                .iter()
-                .position(|&b| {
-                    b.is_ascii_whitespace()
-                        || matches!(b, b';' | b'&' | b'|' | b'<' | b'>' | b'(' | b')')
-                        || matches!(b, b'"' | b'\'' | b'`')
-                })
-                .map_or(bytes.len(), |n| at + n);
+            let end = word_end(bytes, at, |b| {
+                matches!(
+                    b,
+                    b';' | b'&' | b'|' | b'<' | b'>' | b'(' | b')' | b'"' | b'\'' | b'`'
+                )
+            });
             (end > at).then_some(end)
         }
     }

@@ -272,27 +272,32 @@ fn secret_query_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     let name_start = at + 1;
     let name_len = bytes[name_start..]
         .iter()
-        .position(|&b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')))
+        .position(|&b| !is_name_byte(b))
         .unwrap_or(bytes.len() - name_start);
     let eq = name_start + name_len;
     if name_len == 0 || bytes.get(eq) != Some(&b'=') {
         return None;
     }
     let start = eq + 1;
-    let end = bytes[start..]
-        .iter()
-        .position(|&b| {
-            matches!(b, b'&' | b'#' | b'"' | b'\'' | b'`' | b'<' | b'>' | b'\\')
-                || b.is_ascii_whitespace()
-        })
-        .map_or(bytes.len(), |n| start + n);
+    let end = word_end(bytes, start, |b| {
+        matches!(b, b'&' | b'#' | b'"' | b'\'' | b'`' | b'<' | b'>' | b'\\')
+    });
     // The name is ASCII by construction.
     let name = std::str::from_utf8(&bytes[name_start..eq]).ok()?;
     (end > start && upper_snake(name).is_some_and(|n| is_secret_name(&n))).then_some((start, end))
 }
 
-fn is_name_byte(b: u8) -> bool {
+pub(super) fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')
+}
+
+/// The end of the unquoted value starting at `start`: the next whitespace or byte `stop` takes,
+/// else the end of `bytes`.
+pub(super) fn word_end(bytes: &[u8], start: usize, stop: impl Fn(u8) -> bool) -> usize {
+    bytes[start..]
+        .iter()
+        .position(|&b| b.is_ascii_whitespace() || stop(b))
+        .map_or(bytes.len(), |n| start + n)
 }
 
 /// The byte range of the value of the `name=value` pair whose name starts at `at` when the name
@@ -325,13 +330,9 @@ fn secret_pair_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
         }
         _ => {
             let start = eq + 1;
-            let end = bytes[start..]
-                .iter()
-                .position(|&b| {
-                    matches!(b, b';' | b'&' | b'"' | b'\'' | b'`' | b'<' | b'>' | b'\\')
-                        || b.is_ascii_whitespace()
-                })
-                .map_or(bytes.len(), |n| start + n);
+            let end = word_end(bytes, start, |b| {
+                matches!(b, b';' | b'&' | b'"' | b'\'' | b'`' | b'<' | b'>' | b'\\')
+            });
             (start, end)
         }
     };
