@@ -15,11 +15,8 @@ against 3.4 ms at the first 500; deciding from the index's scores, 3.0 against 1
 from __future__ import annotations
 
 import sys
-import tempfile
-import time
-from pathlib import Path
 
-from pml_server.config import EngineConfig
+from benches.profile.popular_pattern import cpu_by_step
 from pml_server.domain.model import ExecutionRecord, PageRequest, ToolCall
 from pml_server.service import Engine
 
@@ -43,29 +40,12 @@ def record(n: int) -> ExecutionRecord:
 
 def main(argv: list[str]) -> list[float]:
     patterns, step, batch = (int(a) for a in (argv + ["2000", "500", "32"][len(argv) :]))
-    per_step: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="pml-crowded-") as tmp:
-        config = EngineConfig(data_dir=Path(tmp) / "db", embedder="hashing", durability="fast")
-        engine = Engine.open(config)
-        try:
-            if not engine.admin.wait_ready(60):
-                raise RuntimeError("engine did not become ready")
-            for first in range(0, patterns, step):
-                last = min(first + step, patterns)
-                start = time.thread_time()
-                for at in range(first, last, batch):
-                    chunk = [record(n) for n in range(at, min(at + batch, last))]
-                    bad = [o for o in engine.record_many("t", chunk) if isinstance(o, Exception)]
-                    if bad:
-                        raise RuntimeError(f"capture refused: {bad[0]}")
-                cpu = (time.thread_time() - start) / (last - first) * 1e3
-                per_step.append(cpu)
-                print(f"patterns {first:6d} to {last:6d}: {cpu:.3f} ms CPU a capture")
-            page = engine.list_capabilities("t", PageRequest(page_size=10))
-            print(f"capabilities {[len(c.pattern_ids) for c in page.items]}")
-        finally:
-            engine.close()
-    return per_step
+
+    def report(engine: Engine) -> str:
+        page = engine.list_capabilities("t", PageRequest(page_size=10))
+        return f"capabilities {[len(c.pattern_ids) for c in page.items]}"
+
+    return cpu_by_step([record(n) for n in range(patterns)], step, batch, "patterns", report)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pml_server.config import EngineConfig
@@ -44,17 +45,19 @@ def records(count: int) -> list[ExecutionRecord]:
     ]
 
 
-def main(argv: list[str]) -> list[float]:
-    intents, step, batch = (int(a) for a in (argv + ["3000", "500", "32"][len(argv) :]))
-    todo = records(intents)
+def cpu_by_step(
+    todo: list[ExecutionRecord], step: int, batch: int, what: str, report: Callable[[Engine], str]
+) -> list[float]:
+    """`todo` captured in batches of `batch` by a fresh engine (hashing model, `fast`), the CPU
+    a capture of this thread took over each step of `step` captures, printed; then `report`."""
     per_step: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="pml-popular-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="pml-profile-") as tmp:
         config = EngineConfig(data_dir=Path(tmp) / "db", embedder="hashing", durability="fast")
         engine = Engine.open(config)
         try:
             if not engine.admin.wait_ready(60):
                 raise RuntimeError("engine did not become ready")
-            for first in range(0, intents, step):
+            for first in range(0, len(todo), step):
                 chunk = todo[first : first + step]
                 start = time.thread_time()
                 for at in range(0, len(chunk), batch):
@@ -64,12 +67,21 @@ def main(argv: list[str]) -> list[float]:
                         raise RuntimeError(f"capture refused: {bad[0]}")
                 cpu = (time.thread_time() - start) / len(chunk) * 1e3
                 per_step.append(cpu)
-                print(f"intents {first:6d} to {first + len(chunk):6d}: {cpu:.3f} ms CPU a capture")
-            page = engine.list_patterns("t", PageRequest(page_size=10))
-            print(f"patterns {len(page.items)}, intents {[len(p.intents) for p in page.items]}")
+                print(f"{what} {first:6d} to {first + len(chunk):6d}: {cpu:.3f} ms CPU a capture")
+            print(report(engine))
         finally:
             engine.close()
     return per_step
+
+
+def main(argv: list[str]) -> list[float]:
+    intents, step, batch = (int(a) for a in (argv + ["3000", "500", "32"][len(argv) :]))
+
+    def report(engine: Engine) -> str:
+        page = engine.list_patterns("t", PageRequest(page_size=10))
+        return f"patterns {len(page.items)}, intents {[len(p.intents) for p in page.items]}"
+
+    return cpu_by_step(records(intents), step, batch, "intents", report)
 
 
 if __name__ == "__main__":
