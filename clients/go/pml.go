@@ -46,8 +46,9 @@ type Options struct {
 	// Timeout bounds each unary call (default 30 s).
 	Timeout time.Duration
 	// MaxRetries is how often a unary call safe to repeat (a read, a record with a request id,
-	// a dry-run retention) is retried on UNAVAILABLE or RESOURCE_EXHAUSTED, waiting at least the
-	// server's google.rpc.RetryInfo delay (default 3; negative: never).
+	// a dry-run retention) is retried on UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
+	// google.rpc.RetryInfo (a quota; without it, a message over the server's size limit, never
+	// sent again), waiting at least that delay (default 3; negative: never).
 	MaxRetries int
 }
 
@@ -280,9 +281,9 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 	}
 }
 
-// worthResending says whether an execution acknowledged with this error was refused for a
-// while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota; without
-// it, a size limit that the same record meets again).
+// worthResending says whether a unary call refused, or an execution acknowledged, with this
+// error was refused for a while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
+// RetryInfo (a quota; without it, a size limit that the same message meets again).
 func worthResending(refusal *status.Status) bool {
 	switch refusal.Code() {
 	case codes.Unavailable:
@@ -365,9 +366,9 @@ func retryInterceptor(maxRetries int) grpc.UnaryClientInterceptor {
 		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
-			code := status.Code(err)
+			// RESOURCE_EXHAUSTED without RetryInfo is the message size limit: no wait cures it.
 			if err == nil || attempt >= maxRetries || !safeToRepeat(method, req) ||
-				(code != codes.Unavailable && code != codes.ResourceExhausted) {
+				!worthResending(status.Convert(err)) {
 				return err
 			}
 			delay, _ := RetryDelay(err)

@@ -554,3 +554,35 @@ func TestWithoutRetriesTheRefusalCarriesTheDelay(t *testing.T) {
 		t.Fatalf("backoff %v shorter than the server's delay %v", wait, delay)
 	}
 }
+
+// TestAMessageOverTheSizeLimitIsNotSentAgain: RESOURCE_EXHAUSTED without RetryInfo is the
+// server's --max-message-bytes, which no wait cures; the same record was sent MaxRetries more
+// times at full size. A quota's refusal (with RetryInfo) is still retried.
+func TestAMessageOverTheSizeLimitIsNotSentAgain(t *testing.T) {
+	target := startServer(t, "--max-message-bytes", "65536")
+	sent := 0
+	counted := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		sent++
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries), counted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	huge := pml.NewRecord("huge", "await mcp.h()", "javascript",
+		pml.OK("h", `{"x": "`+strings.Repeat("a", 100000)+`"}`))
+	_, err = pmlv1.NewPmlServiceClient(conn).RecordExecution(context.Background(),
+		&pmlv1.RecordExecutionRequest{Record: huge})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a record over the limit: %v", err)
+	}
+	if _, ok := pml.RetryDelay(err); ok {
+		t.Fatalf("the size limit's refusal carries RetryInfo: %v", err)
+	}
+	if sent != 1 {
+		t.Fatalf("the record over the limit was sent %d times, want 1", sent)
+	}
+}

@@ -52,8 +52,6 @@ function api() {
 
 const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED, grpc.status.DEADLINE_EXCEEDED]);
 
-// Unary calls: the codes after which waiting helps (a quota, a server starting or draining).
-const UNARY_RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.RESOURCE_EXHAUSTED]);
 const DEFAULT_RETRIES = 3;
 const READS = new Set([
   "GetServerInfo", "Suggest", "GetPattern", "ListPatterns", "GetCapability", "ListCapabilities",
@@ -104,9 +102,9 @@ function readDetails(details, out) {
   return out;
 }
 
-/** Whether an execution acknowledged with this error was refused for a while only:
- * UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota; without it, a size
- * limit that the same record meets again). */
+/** Whether a unary call refused, or an execution acknowledged, with this error was refused
+ * for a while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota;
+ * without it, a size limit that the same message meets again). */
 function worthResending(details) {
   if (details.code === "UNAVAILABLE") return true;
   return details.code === "RESOURCE_EXHAUSTED" && details.retryDelayMs !== null;
@@ -152,17 +150,19 @@ class PmlClient {
   /**
    * Any unary RPC by its proto name, e.g. call("GetStats", {}). A call safe to repeat (a read, a
    * record with a request id, a retention dry run) is retried up to `maxRetries` times on
-   * UNAVAILABLE and RESOURCE_EXHAUSTED, never sooner than the server's RetryInfo delay.
+   * UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota; without it, a
+   * message over the server's size limit, never sent again), never sooner than that delay.
    */
   async call(method, request) {
     for (let attempt = 0; ; attempt++) {
       try {
         return await this._callOnce(method, request);
       } catch (err) {
-        if (attempt >= this._maxRetries || !UNARY_RETRYABLE.has(err.code) || !safeToRepeat(method, request)) {
+        const details = errorDetails(err);
+        if (attempt >= this._maxRetries || !worthResending(details) || !safeToRepeat(method, request)) {
           throw err;
         }
-        await new Promise((r) => setTimeout(r, backoffMs(attempt, errorDetails(err).retryDelayMs)));
+        await new Promise((r) => setTimeout(r, backoffMs(attempt, details.retryDelayMs)));
       }
     }
   }

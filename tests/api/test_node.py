@@ -196,3 +196,18 @@ def test_unary_calls_safe_to_repeat_retry_through_a_quota(
     )
     assert refused is not None
     assert refused >= 2  # retried refusals, then the one not retried
+
+
+def test_a_record_over_the_size_limit_is_not_sent_again(
+    node_client: Path, start: StartServer
+) -> None:
+    """As the Python and Go clients: RESOURCE_EXHAUSTED without RetryInfo is the server's
+    message size limit, which no wait cures; the record was sent `maxRetries` more times at
+    full size. A quota's refusal (RetryInfo) is still retried (test_unary_calls_...quota)."""
+    server = start(max_message_bytes=64 * 1024)
+    done = _node(node_client, "test/unary_too_big.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["code"] == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert summary["retryDelayMs"] is None
+    assert summary["sent"] == 1
