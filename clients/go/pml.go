@@ -174,11 +174,12 @@ type UploadReport struct {
 }
 
 // Upload sends whole records over StreamTraces. When the stream breaks (UNAVAILABLE, CANCELLED,
-// DEADLINE_EXCEEDED) it opens a new one and resends every record not yet acknowledged, or
-// acknowledged with an error that waiting may cure (UNAVAILABLE, as while the server's index
-// catches up after a start, or RESOURCE_EXHAUSTED with RetryInfo: not captured), after Backoff
-// and never before the server's RetryInfo delay; once the reconnects run out, that error is
-// the record's acknowledgement. Request ids (a random UUID for a record without one, kept
+// DEADLINE_EXCEEDED, or RESOURCE_EXHAUSTED with RetryInfo: a quota, the server's stream limit)
+// it opens a new one and resends every record not yet acknowledged, or acknowledged with an
+// error that waiting may cure (UNAVAILABLE, as while the server's index catches up after a
+// start, or RESOURCE_EXHAUSTED with RetryInfo: not captured), after Backoff and never before
+// the server's RetryInfo delay (on the stream's error or those acknowledgements); once the
+// reconnects run out, that error is the record's acknowledgement. Request ids (a random UUID for a record without one, kept
 // across reconnects) make each apply exactly once. The records' request ids are filled in
 // place; two records under one request id are refused (InvalidArgument, nothing sent).
 func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, opts UploadOptions) (*UploadReport, error) {
@@ -260,8 +261,8 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 				}
 				return report, last
 			}
-			if held > 0 { // not before the server's RetryInfo delay
-				var delay time.Duration
+			if last != nil || held > 0 { // not before the server's RetryInfo delay
+				delay, _ := RetryDelay(last)
 				for _, ack := range resend {
 					if d, ok := RetryDelay(status.ErrorProto(ack.GetError())); ok {
 						delay = max(delay, d)
@@ -383,12 +384,14 @@ func retryInterceptor(maxRetries int) grpc.UnaryClientInterceptor {
 	}
 }
 
+// retryable says whether a broken stream is opened again: cut (CANCELLED, DEADLINE_EXCEEDED),
+// or refused for a while only (worthResending: a server starting or draining, a quota).
 func retryable(err error) bool {
 	switch status.Code(err) {
-	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded:
+	case codes.Canceled, codes.DeadlineExceeded:
 		return true
 	}
-	return false
+	return worthResending(status.Convert(err))
 }
 
 // streamOnce runs one stream: a goroutine sends while this one reads acknowledgements, so a

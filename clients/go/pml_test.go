@@ -586,3 +586,31 @@ func TestAMessageOverTheSizeLimitIsNotSentAgain(t *testing.T) {
 		t.Fatalf("the record over the limit was sent %d times, want 1", sent)
 	}
 }
+
+// TestUploadWaitsOutAQuotaThatRefusedItsStream: a stream refused RESOURCE_EXHAUSTED with
+// RetryInfo (the tenant's call rate, here one a second, spent on GetServerInfo) is opened again
+// once that delay has passed, as the Python client does: Upload gave up at once, or (had it
+// reconnected without waiting) spent its reconnects on the same refusal. One reconnect does it.
+func TestUploadWaitsOutAQuotaThatRefusedItsStream(t *testing.T) {
+	target, key := rateLimited(t)
+	client, err := pml.Dial(target, pml.Options{APIKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	records := []*pmlv1.ExecutionRecord{
+		readRecord("Read JSON file", "a.json"), readRecord("Load JSON data", "b.json"),
+	}
+	report, err := client.Upload(context.Background(), records, pml.UploadOptions{})
+	if err != nil {
+		t.Fatalf("an upload through a quota: %v", err)
+	}
+	if report.Reconnects != 1 {
+		t.Fatalf("%d reconnects, want 1 (the refused stream, opened again after its RetryInfo)", report.Reconnects)
+	}
+	for i, r := range records {
+		if ack := report.Acks[r.GetRequestId()]; ack == nil || ack.GetResult() == nil {
+			t.Fatalf("records[%d] not captured: %v", i, ack)
+		}
+	}
+}

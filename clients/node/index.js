@@ -50,7 +50,8 @@ function api() {
   return loaded;
 }
 
-const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED, grpc.status.DEADLINE_EXCEEDED]);
+// A broken stream is opened again when cut, or refused for a while only (`worthResending`).
+const CUT = new Set([grpc.status.CANCELLED, grpc.status.DEADLINE_EXCEEDED]);
 
 const DEFAULT_RETRIES = 3;
 const READS = new Set([
@@ -194,11 +195,13 @@ class PmlClient {
   }
 
   /**
-   * Upload whole records over StreamTraces. When the stream breaks, reconnect and resend every
-   * record not yet acknowledged, or acknowledged with an error that waiting may cure
-   * (UNAVAILABLE, as while the server's index catches up after a start, or RESOURCE_EXHAUSTED
-   * with RetryInfo: not captured), after `backoffMs` and never before the server's RetryInfo
-   * delay; once the reconnects run out, that error is the record's acknowledgement. Request ids
+   * Upload whole records over StreamTraces. When the stream breaks (UNAVAILABLE, CANCELLED,
+   * DEADLINE_EXCEEDED, or RESOURCE_EXHAUSTED with RetryInfo: a quota, the server's stream
+   * limit), reconnect and resend every record not yet acknowledged, or acknowledged with an
+   * error that waiting may cure (UNAVAILABLE, as while the server's index catches up after a
+   * start, or RESOURCE_EXHAUSTED with RetryInfo: not captured), after `backoffMs` and never
+   * before the server's RetryInfo delay (on the stream's error or those acknowledgements); once
+   * the reconnects run out, that error is the record's acknowledgement. Request ids
    * (a fresh UUID for a record without one, kept across reconnects) make the resend apply
    * exactly once. Two records under one request id are refused (an error with code
    * INVALID_ARGUMENT, nothing sent).
@@ -242,7 +245,8 @@ class PmlClient {
       if (todo.length === 0) return report;
       const held = todo.filter((r) => resend.has(r.request_id)).length;
       if (attempt > 0) {
-        if (last && !RETRYABLE.has(last.code)) throw last;
+        const broken = last && errorDetails(last);
+        if (last && !CUT.has(last.code) && !worthResending(broken)) throw last;
         if (report.reconnects >= maxReconnects) {
           if (!last && held === todo.length) {
             for (const r of todo) {
@@ -255,9 +259,9 @@ class PmlClient {
           }
           throw last || new Error(`the stream ended with ${todo.length} executions unacknowledged`);
         }
-        if (held > 0) {
+        if (last || held > 0) {
           // not before the server's RetryInfo delay
-          let delayMs = 0;
+          let delayMs = (broken && broken.retryDelayMs) || 0;
           for (const ack of resend.values()) delayMs = Math.max(delayMs, statusDetails(ack.error).retryDelayMs || 0);
           await new Promise((r) => setTimeout(r, backoffMs(report.reconnects, delayMs)));
         }
