@@ -46,8 +46,9 @@ type Options struct {
 	// Timeout bounds each unary call (default 30 s).
 	Timeout time.Duration
 	// MaxRetries is how often a unary call safe to repeat (a read, a record with a request id,
-	// a dry-run retention) is retried on UNAVAILABLE or RESOURCE_EXHAUSTED, waiting at least the
-	// server's google.rpc.RetryInfo delay (default 3; negative: never).
+	// a dry-run retention) is retried on UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
+	// google.rpc.RetryInfo (a quota; without it, a message over the server's size limit, never
+	// sent again), waiting at least that delay (default 3; negative: never).
 	MaxRetries int
 }
 
@@ -173,11 +174,12 @@ type UploadReport struct {
 }
 
 // Upload sends whole records over StreamTraces. When the stream breaks (UNAVAILABLE, CANCELLED,
-// DEADLINE_EXCEEDED) it opens a new one and resends every record not yet acknowledged, or
-// acknowledged with an error that waiting may cure (UNAVAILABLE, as while the server's index
-// catches up after a start, or RESOURCE_EXHAUSTED with RetryInfo: not captured), after Backoff
-// and never before the server's RetryInfo delay; once the reconnects run out, that error is
-// the record's acknowledgement. Request ids (a random UUID for a record without one, kept
+// DEADLINE_EXCEEDED, or RESOURCE_EXHAUSTED with RetryInfo: a quota, the server's stream limit)
+// it opens a new one and resends every record not yet acknowledged, or acknowledged with an
+// error that waiting may cure (UNAVAILABLE, as while the server's index catches up after a
+// start, or RESOURCE_EXHAUSTED with RetryInfo: not captured), after Backoff and never before
+// the server's RetryInfo delay (on the stream's error or those acknowledgements); once the
+// reconnects run out, that error is the record's acknowledgement. Request ids (a random UUID for a record without one, kept
 // across reconnects) make each apply exactly once. The records' request ids are filled in
 // place; two records under one request id are refused (InvalidArgument, nothing sent).
 func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, opts UploadOptions) (*UploadReport, error) {
@@ -259,8 +261,8 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 				}
 				return report, last
 			}
-			if held > 0 { // not before the server's RetryInfo delay
-				var delay time.Duration
+			if last != nil || held > 0 { // not before the server's RetryInfo delay
+				delay, _ := RetryDelay(last)
 				for _, ack := range resend {
 					if d, ok := RetryDelay(status.ErrorProto(ack.GetError())); ok {
 						delay = max(delay, d)
@@ -280,9 +282,9 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 	}
 }
 
-// worthResending says whether an execution acknowledged with this error was refused for a
-// while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota; without
-// it, a size limit that the same record meets again).
+// worthResending says whether a unary call refused, or an execution acknowledged, with this
+// error was refused for a while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
+// RetryInfo (a quota; without it, a size limit that the same message meets again).
 func worthResending(refusal *status.Status) bool {
 	switch refusal.Code() {
 	case codes.Unavailable:
@@ -365,9 +367,9 @@ func retryInterceptor(maxRetries int) grpc.UnaryClientInterceptor {
 		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
-			code := status.Code(err)
+			// RESOURCE_EXHAUSTED without RetryInfo is the message size limit: no wait cures it.
 			if err == nil || attempt >= maxRetries || !safeToRepeat(method, req) ||
-				(code != codes.Unavailable && code != codes.ResourceExhausted) {
+				!worthResending(status.Convert(err)) {
 				return err
 			}
 			delay, _ := RetryDelay(err)
@@ -382,12 +384,14 @@ func retryInterceptor(maxRetries int) grpc.UnaryClientInterceptor {
 	}
 }
 
+// retryable says whether a broken stream is opened again: cut (CANCELLED, DEADLINE_EXCEEDED),
+// or refused for a while only (worthResending: a server starting or draining, a quota).
 func retryable(err error) bool {
 	switch status.Code(err) {
-	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded:
+	case codes.Canceled, codes.DeadlineExceeded:
 		return true
 	}
-	return false
+	return worthResending(status.Convert(err))
 }
 
 // streamOnce runs one stream: a goroutine sends while this one reads acknowledgements, so a

@@ -554,3 +554,63 @@ func TestWithoutRetriesTheRefusalCarriesTheDelay(t *testing.T) {
 		t.Fatalf("backoff %v shorter than the server's delay %v", wait, delay)
 	}
 }
+
+// TestAMessageOverTheSizeLimitIsNotSentAgain: RESOURCE_EXHAUSTED without RetryInfo is the
+// server's --max-message-bytes, which no wait cures; the same record was sent MaxRetries more
+// times at full size. A quota's refusal (with RetryInfo) is still retried.
+func TestAMessageOverTheSizeLimitIsNotSentAgain(t *testing.T) {
+	target := startServer(t, "--max-message-bytes", "65536")
+	sent := 0
+	counted := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		sent++
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries), counted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	huge := pml.NewRecord("huge", "await mcp.h()", "javascript",
+		pml.OK("h", `{"x": "`+strings.Repeat("a", 100000)+`"}`))
+	_, err = pmlv1.NewPmlServiceClient(conn).RecordExecution(context.Background(),
+		&pmlv1.RecordExecutionRequest{Record: huge})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a record over the limit: %v", err)
+	}
+	if _, ok := pml.RetryDelay(err); ok {
+		t.Fatalf("the size limit's refusal carries RetryInfo: %v", err)
+	}
+	if sent != 1 {
+		t.Fatalf("the record over the limit was sent %d times, want 1", sent)
+	}
+}
+
+// TestUploadWaitsOutAQuotaThatRefusedItsStream: a stream refused RESOURCE_EXHAUSTED with
+// RetryInfo (the tenant's call rate, here one a second, spent on GetServerInfo) is opened again
+// once that delay has passed, as the Python client does: Upload gave up at once, or (had it
+// reconnected without waiting) spent its reconnects on the same refusal. One reconnect does it.
+func TestUploadWaitsOutAQuotaThatRefusedItsStream(t *testing.T) {
+	target, key := rateLimited(t)
+	client, err := pml.Dial(target, pml.Options{APIKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	records := []*pmlv1.ExecutionRecord{
+		readRecord("Read JSON file", "a.json"), readRecord("Load JSON data", "b.json"),
+	}
+	report, err := client.Upload(context.Background(), records, pml.UploadOptions{})
+	if err != nil {
+		t.Fatalf("an upload through a quota: %v", err)
+	}
+	if report.Reconnects != 1 {
+		t.Fatalf("%d reconnects, want 1 (the refused stream, opened again after its RetryInfo)", report.Reconnects)
+	}
+	for i, r := range records {
+		if ack := report.Acks[r.GetRequestId()]; ack == nil || ack.GetResult() == nil {
+			t.Fatalf("records[%d] not captured: %v", i, ack)
+		}
+	}
+}

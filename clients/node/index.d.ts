@@ -221,7 +221,8 @@ export interface ClientOptions {
   keyFile?: string;
   /** Deadline of each unary call (default 30000). */
   timeoutMs?: number;
-  /** Retries of a unary call safe to repeat on UNAVAILABLE / RESOURCE_EXHAUSTED (default 3; 0: none). */
+  /** Retries of a unary call safe to repeat on UNAVAILABLE, or RESOURCE_EXHAUSTED with RetryInfo
+   * (a quota; a message over the size limit is never sent again) (default 3; 0: none). */
   maxRetries?: number;
 }
 

@@ -50,10 +50,9 @@ function api() {
   return loaded;
 }
 
-const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.CANCELLED, grpc.status.DEADLINE_EXCEEDED]);
+// A broken stream is opened again when cut, or refused for a while only (`worthResending`).
+const CUT = new Set([grpc.status.CANCELLED, grpc.status.DEADLINE_EXCEEDED]);
 
-// Unary calls: the codes after which waiting helps (a quota, a server starting or draining).
-const UNARY_RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.RESOURCE_EXHAUSTED]);
 const DEFAULT_RETRIES = 3;
 const READS = new Set([
   "GetServerInfo", "Suggest", "GetPattern", "ListPatterns", "GetCapability", "ListCapabilities",
@@ -104,9 +103,9 @@ function readDetails(details, out) {
   return out;
 }
 
-/** Whether an execution acknowledged with this error was refused for a while only:
- * UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota; without it, a size
- * limit that the same record meets again). */
+/** Whether a unary call refused, or an execution acknowledged, with this error was refused
+ * for a while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota;
+ * without it, a size limit that the same message meets again). */
 function worthResending(details) {
   if (details.code === "UNAVAILABLE") return true;
   return details.code === "RESOURCE_EXHAUSTED" && details.retryDelayMs !== null;
@@ -152,17 +151,19 @@ class PmlClient {
   /**
    * Any unary RPC by its proto name, e.g. call("GetStats", {}). A call safe to repeat (a read, a
    * record with a request id, a retention dry run) is retried up to `maxRetries` times on
-   * UNAVAILABLE and RESOURCE_EXHAUSTED, never sooner than the server's RetryInfo delay.
+   * UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota; without it, a
+   * message over the server's size limit, never sent again), never sooner than that delay.
    */
   async call(method, request) {
     for (let attempt = 0; ; attempt++) {
       try {
         return await this._callOnce(method, request);
       } catch (err) {
-        if (attempt >= this._maxRetries || !UNARY_RETRYABLE.has(err.code) || !safeToRepeat(method, request)) {
+        const details = errorDetails(err);
+        if (attempt >= this._maxRetries || !worthResending(details) || !safeToRepeat(method, request)) {
           throw err;
         }
-        await new Promise((r) => setTimeout(r, backoffMs(attempt, errorDetails(err).retryDelayMs)));
+        await new Promise((r) => setTimeout(r, backoffMs(attempt, details.retryDelayMs)));
       }
     }
   }
@@ -194,11 +195,13 @@ class PmlClient {
   }
 
   /**
-   * Upload whole records over StreamTraces. When the stream breaks, reconnect and resend every
-   * record not yet acknowledged, or acknowledged with an error that waiting may cure
-   * (UNAVAILABLE, as while the server's index catches up after a start, or RESOURCE_EXHAUSTED
-   * with RetryInfo: not captured), after `backoffMs` and never before the server's RetryInfo
-   * delay; once the reconnects run out, that error is the record's acknowledgement. Request ids
+   * Upload whole records over StreamTraces. When the stream breaks (UNAVAILABLE, CANCELLED,
+   * DEADLINE_EXCEEDED, or RESOURCE_EXHAUSTED with RetryInfo: a quota, the server's stream
+   * limit), reconnect and resend every record not yet acknowledged, or acknowledged with an
+   * error that waiting may cure (UNAVAILABLE, as while the server's index catches up after a
+   * start, or RESOURCE_EXHAUSTED with RetryInfo: not captured), after `backoffMs` and never
+   * before the server's RetryInfo delay (on the stream's error or those acknowledgements); once
+   * the reconnects run out, that error is the record's acknowledgement. Request ids
    * (a fresh UUID for a record without one, kept across reconnects) make the resend apply
    * exactly once. Two records under one request id are refused (an error with code
    * INVALID_ARGUMENT, nothing sent).
@@ -242,7 +245,8 @@ class PmlClient {
       if (todo.length === 0) return report;
       const held = todo.filter((r) => resend.has(r.request_id)).length;
       if (attempt > 0) {
-        if (last && !RETRYABLE.has(last.code)) throw last;
+        const broken = last && errorDetails(last);
+        if (last && !CUT.has(last.code) && !worthResending(broken)) throw last;
         if (report.reconnects >= maxReconnects) {
           if (!last && held === todo.length) {
             for (const r of todo) {
@@ -255,9 +259,9 @@ class PmlClient {
           }
           throw last || new Error(`the stream ended with ${todo.length} executions unacknowledged`);
         }
-        if (held > 0) {
+        if (last || held > 0) {
           // not before the server's RetryInfo delay
-          let delayMs = 0;
+          let delayMs = (broken && broken.retryDelayMs) || 0;
           for (const ack of resend.values()) delayMs = Math.max(delayMs, statusDetails(ack.error).retryDelayMs || 0);
           await new Promise((r) => setTimeout(r, backoffMs(report.reconnects, delayMs)));
         }

@@ -196,3 +196,40 @@ def test_unary_calls_safe_to_repeat_retry_through_a_quota(
     )
     assert refused is not None
     assert refused >= 2  # retried refusals, then the one not retried
+
+
+def test_a_record_over_the_size_limit_is_not_sent_again(
+    node_client: Path, start: StartServer
+) -> None:
+    """As the Python and Go clients: RESOURCE_EXHAUSTED without RetryInfo is the server's
+    message size limit, which no wait cures; the record was sent `maxRetries` more times at
+    full size. A quota's refusal (RetryInfo) is still retried (test_unary_calls_...quota)."""
+    server = start(max_message_bytes=64 * 1024)
+    done = _node(node_client, "test/unary_too_big.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["code"] == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert summary["retryDelayMs"] is None
+    assert summary["sent"] == 1
+
+
+def test_upload_waits_out_a_quota_that_refused_its_stream(
+    node_client: Path, start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """As the Python and Go clients: a stream refused RESOURCE_EXHAUSTED with RetryInfo (the
+    tenant's one call a second, spent on the upload's GetServerInfo) is opened again once that
+    delay has passed. The upload gave up at once, or (reconnecting without waiting) spent its
+    reconnects on the same refusal; one reconnect does it."""
+    path, found = keys
+    server = start(keys_file=path, tenant_rate=1.0, tenant_burst=1)
+    done = _node(
+        node_client, "test/upload_quota.js", f"127.0.0.1:{server.port}", found["acme-write"]
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["reconnects"], summary["acks"], summary["captured"]) == (1, 2, 2)
+    assert summary["executions"] == 2
+    refused = server.metrics.registry.get_sample_value(
+        "pml_requests_total", {"method": "StreamTraces", "code": "RESOURCE_EXHAUSTED"}
+    )
+    assert refused == 1  # the server did refuse the first stream

@@ -1,0 +1,4 @@
+package pml
+
+// RetryInterceptor is the unary retry of Dial, for a test to count what it sends.
+var RetryInterceptor = retryInterceptor
