@@ -9,13 +9,14 @@ and deletion. Imports no storage, model or grpc.
 from __future__ import annotations
 
 from pml_server.search.registry import TenantIndexes
-from pml_server.search.tenant import TenantSearchIndex, restore_index
+from pml_server.search.tenant import TenantSearchIndex, best_score, restore_index
 from pml_server.search.vectors import EXACT_SCAN_MIN, index_from_bytes, new_index
 
 __all__ = [
     "EXACT_SCAN_MIN",
     "TenantIndexes",
     "TenantSearchIndex",
+    "best_score",
     "index_from_bytes",
     "new_index",
     "restore_index",

@@ -112,7 +112,7 @@ class TenantSearchIndex:
         `HNSW_SCORE_ERROR` of the exact cosine), the staged ones are scored exactly, and only
         those whose exact cosine could still be both the best and within the threshold are
         named. Every committed intent of a pattern is indexed or staged."""
-        pattern_of, ids, scores = self._scored(pattern_ids, query)
+        pattern_of, ids, scores = _scored(self, pattern_ids, query)
         if len(ids) == 0:
             return []
         error = _core.HNSW_SCORE_ERROR
@@ -122,31 +122,6 @@ class TenantSearchIndex:
         order = {p: n for n, p in enumerate(pattern_ids)}
         near = {(pattern_of[i], i) for i in ids[scores >= floor].tolist()}
         return sorted(near, key=lambda named: (order[named[0]], named[1]))
-
-    def best_score(self, pattern_ids: Sequence[str], query: Vector) -> float | None:
-        """The best score of `query` among the intents of `pattern_ids` (None: they have none),
-        within `HNSW_SCORE_ERROR` of the best exact cosine: the index's scores for indexed
-        intents, exact ones for staged intents. Reads nothing from the store."""
-        _, _, scores = self._scored(pattern_ids, query)
-        return float(scores.max()) if len(scores) else None
-
-    def _scored(
-        self, pattern_ids: Sequence[str], query: Vector
-    ) -> tuple[dict[int, str], npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
-        """Each intent of `pattern_ids` with its pattern, and the ids and scores of those
-        scored (`closest_candidates`)."""
-        # Staged ones first: `_add_many_locked` links an intent to its pattern before it
-        # settles it, so one read or the other finds it.
-        staged = self.staged.among(pattern_ids)
-        pattern_of = {i: p for p in pattern_ids for i in self.intents_of(p)}
-        ids, scores = _exact_arrays(self.ann, self._read_lock, query, list(pattern_of))
-        if staged:
-            ids = np.concatenate([ids, np.fromiter(staged, dtype=np.uint64, count=len(staged))])
-            exact = [float(vector @ query) for _, vector in staged.values()]
-            scores = np.concatenate([scores, np.array(exact, dtype=np.float32)])
-        for intent_id, (pattern_id, _) in staged.items():
-            pattern_of.setdefault(intent_id, pattern_id)
-        return pattern_of, ids, scores
 
     def remove(self, intent_ids: Sequence[int]) -> None:
         with self._write_lock:
@@ -302,6 +277,33 @@ class _LexicalDocuments:
             self._ranks.unlink_intents([intent_id])
             if not self._ranks.intents_of(pattern_id):
                 self._lexical.remove(pattern_id)
+
+
+def best_score(index: TenantSearchIndex, pattern_ids: Sequence[str], query: Vector) -> float | None:
+    """The best score of `query` among the intents of `pattern_ids` (None: they have none),
+    within `HNSW_SCORE_ERROR` of the best exact cosine: the index's scores for indexed
+    intents, exact ones for staged intents. Reads nothing from the store."""
+    _, _, scores = _scored(index, pattern_ids, query)
+    return float(scores.max()) if len(scores) else None
+
+
+def _scored(
+    index: TenantSearchIndex, pattern_ids: Sequence[str], query: Vector
+) -> tuple[dict[int, str], npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
+    """Each intent of `pattern_ids` with its pattern, and the ids and scores of those scored
+    (`TenantSearchIndex.closest_candidates`)."""
+    # Staged ones first: `_add_many_locked` links an intent to its pattern before it settles
+    # it, so one read or the other finds it.
+    staged = index.staged.among(pattern_ids)
+    pattern_of = {i: p for p in pattern_ids for i in index.intents_of(p)}
+    ids, scores = _exact_arrays(index.ann, index._read_lock, query, list(pattern_of))
+    if staged:
+        ids = np.concatenate([ids, np.fromiter(staged, dtype=np.uint64, count=len(staged))])
+        exact = [float(vector @ query) for _, vector in staged.values()]
+        scores = np.concatenate([scores, np.array(exact, dtype=np.float32)])
+    for intent_id, (pattern_id, _) in staged.items():
+        pattern_of.setdefault(intent_id, pattern_id)
+    return pattern_of, ids, scores
 
 
 def _exact_arrays(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pml_server import _core
 from pml_server.capture.dedup import choose_capability
 from pml_server.domain.vectors import Vector
-from pml_server.search import TenantSearchIndex
+from pml_server.search import TenantSearchIndex, best_score
 from pml_server.service._near import closest_candidates
 from pml_server.service._state import EngineState
 from pml_server.service._writes import apply_staged_adds
@@ -65,7 +65,7 @@ def decide_by_index(
     scored: list[tuple[str, float]] = []
     for capability_id in capability_ids:
         capability = state.repo.capabilities.capability(tenant, capability_id)
-        best = index.best_score(capability.pattern_ids, vector) if capability else None
+        best = best_score(index, capability.pattern_ids, vector) if capability else None
         if best is not None and best + error >= threshold:
             scored.append((capability_id, best))
     if not scored:
