@@ -173,9 +173,12 @@ def suggest_query(
             previous_patterns=tuple(msg.context.previous_patterns),
             previous_tools=tuple(msg.context.previous_tools),
         )
-    if msg.intent or context is None or not context.names_a_step():
-        # without an intent a context naming a previous step asks what usually comes next
+    if msg.intent.strip() or context is None or not context.names_a_step():
         validate.check_intent(out, "intent", msg.intent, limits)
+    else:
+        # without an intent (a blank one, as the engine reads it) a context naming a previous
+        # step asks what usually comes next (docs/ranking.md, Sessions): its length only
+        validate.check_text(out, "intent", msg.intent, limits.intent)
     embedding = validate.check_embedding(
         out, "intent_embedding", msg.intent_embedding, embedding_dim
     )

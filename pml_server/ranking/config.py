@@ -6,6 +6,10 @@ import math
 from dataclasses import dataclass, fields
 
 DAY_MS = 86_400_000
+# Retrieval fetches at least the candidates of this many suggestions (a default request's k),
+# so a request for fewer answers the first suggestions of the default k, never a worse first
+# one (docs/ranking.md, Pipeline, "Retrieve").
+FETCH_MIN_SUGGESTIONS = 5
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ class RankingConfig:
 
     def fetch_limit(self, k: int) -> int:
         """How many hits the engine should ask each index for to fill k suggestions."""
-        return max(k, 1) * self.overfetch
+        return max(k, FETCH_MIN_SUGGESTIONS) * self.overfetch
 
 
 # The fusion defaults of each embedder family, calibrated on the dev queries, never on the

@@ -44,6 +44,25 @@ def test_a_session_lifts_what_usually_comes_next(client: PmlClient) -> None:
     assert [list(s.pattern.tools_used) for s in after_pattern] == [["read_file"]]
 
 
+def test_a_blank_intent_with_a_context_asks_what_comes_next(client: PmlClient) -> None:
+    """A blank intent is an empty one, as the engine reads it: with a context naming a step it
+    asks what usually comes next (docs/ranking.md, Sessions), never a "must not be empty"
+    about a field a context lets be empty; its length is still bounded."""
+    for n in range(3):
+        _session(client, f"conversation-{n}")
+    empty = client.suggest("", previous_tools=["list_dir"]).suggestions
+    assert [list(s.pattern.tools_used) for s in empty] == [["read_file"]]
+    for blank in (" ", "\n\t "):
+        following = client.suggest(blank, previous_tools=["list_dir"]).suggestions
+        assert [s.pattern.name for s in following] == [s.pattern.name for s in empty]
+        assert [s.score.total for s in following] == [s.score.total for s in empty]
+        # without a context it is still a missing intent
+        assert _violations(lambda b=blank: client.suggest(b)) == {"intent"}
+    assert _violations(lambda: client.suggest(" " * 5000, previous_tools=["list_dir"])) == {
+        "intent"
+    }
+
+
 def _live(session: str, n: int, intent: str, code: str, tool: str) -> list[Req]:
     """One live execution (started, its call, finished) of `session` on a stream."""
     eid = f"{session}-{n}"

@@ -3,6 +3,7 @@ names the rule, context filters apply, deleted patterns never come back, stale o
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -189,4 +190,34 @@ def test_the_order_the_request_names_its_steps_in_picks_the_pipeline(tmp_path: P
         steps |= {tools: f.score.steps for tools, f in views.items() if f.score is not None}
         assert got.suggestions[0].pattern.tools_used == first, text
         assert steps[first[::-1]] < steps[first], (text, steps)
+    engine.close()
+
+
+def test_a_smaller_k_answers_the_first_suggestions_of_the_default_k(tmp_path: Path) -> None:
+    """Asking for fewer suggestions than the default never answers a worse first one
+    (docs/ranking.md, Pipeline, "Retrieve"): below the default k, retrieval still fetches the
+    default k's candidates, so k = 1 to 4 answer exactly the first suggestions of k = 5. With
+    k * overfetch hits alone, a k = 1 request ranked 8 intents and answered, for 11 of these 40
+    requests, a first suggestion scored lower than k = 5's first."""
+    rnd = random.Random(5)
+    words = ["read", "parse", "csv", "json", "upload", "send", "email", "report", "image", "zip",
+             "file", "disk", "movie"]  # fmt: skip
+    tools = ["read_file", "parse_csv", "gmail_send", "s3_put", "resize", "search", "zip", "unzip",
+             "get_weather"]  # fmt: skip
+    engine = open_engine(tmp_path)
+    for n in range(300):
+        intent = " ".join(rnd.choice(words) for _ in range(5))
+        record = make_record(
+            f"r{n}", intent, rnd.sample(tools, rnd.randint(1, 3)), path=f"p{n % 4}.json"
+        )
+        engine.record("t", record)
+    for _ in range(40):
+        query = SuggestQuery(" ".join(rnd.choice(words) for _ in range(rnd.randint(2, 6))))
+        default = engine.suggest("t", replace(query, k=5, plan_size=0)).suggestions
+        assert len(default) == 5
+        for k in range(1, 5):
+            fewer = engine.suggest("t", replace(query, k=k, plan_size=0)).suggestions
+            assert [(s.pattern.id, s.score) for s in fewer] == [
+                (s.pattern.id, s.score) for s in default[:k]
+            ], (query.intent, k)
     engine.close()
