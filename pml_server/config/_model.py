@@ -248,6 +248,12 @@ class EngineConfig:
             raise ValueError(f"durability must be sync or fast, got {self.durability!r}")
         if self.vector_index not in ("hnsw", "exact"):
             raise ValueError(f"vector_index must be hnsw or exact, got {self.vector_index!r}")
+        # NaN or infinity was taken and failed later: a session's second step (int() of the
+        # idle time) and every retention run (of the request id TTL) were INTERNAL errors.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"engine.{f.name} must be a finite number, got {value!r}")
         if self.session_idle_seconds <= 0:
             raise ValueError("engine.session_idle_seconds must be > 0")
         for name in ("failure_log_size", "pool_size", "embedding_cache_size"):

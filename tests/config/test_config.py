@@ -223,6 +223,10 @@ def test_a_ranking_table_replaces_values_of_the_chosen_embedders_defaults(tmp_pa
         ("[engine]\nmax_code_bytes = 0\n", r"max_code_bytes\) must be >= 1, got 0"),
         ('[engine]\nstore = "postgresql://u:pw@h/db"\n', r"engine\.store carries a password"),
         ("[server\n", r"not valid TOML"),
+        (
+            "[engine]\nsession_idle_seconds = inf\n",
+            r"engine\.session_idle_seconds must be a finite number, got inf",
+        ),
     ],
 )
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -332,3 +336,27 @@ def test_server_values_grpc_cannot_use_are_refused_at_start(argv: list[str], wor
     with pytest.raises(ConfigError) as refused:
         serve_config(_serve_args(*argv), environ={})
     assert words in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--session-idle-seconds", "inf"],
+        ["--session-idle-seconds", "nan"],
+        ["--request-id-ttl-days", "inf"],
+        ["--request-id-ttl-days", "nan"],
+        ["--snapshot-interval-seconds", "nan"],
+        ["--backup-interval-seconds", "inf"],
+        ["--intent-duplicate-threshold", "nan"],
+        ["--capability-group-threshold", "inf"],
+    ],
+)
+def test_engine_values_that_are_not_finite_are_refused_at_start(argv: list[str]) -> None:
+    """Each was taken: `session_idle_seconds = inf` (a session that never goes idle) made the
+    second step of every session an INTERNAL error, `request_id_ttl_days = inf` (keep the
+    answers for ever) every retention run, on demand or in the background; `nan` did the same
+    or silently turned a job off."""
+    name = argv[0].removeprefix("--").replace("-", "_")
+    with pytest.raises(ConfigError) as refused:
+        serve_config(_serve_args(*argv), environ={})
+    assert str(refused.value) == f"engine.{name} must be a finite number, got {float(argv[1])!r}"
