@@ -133,6 +133,18 @@ class ServerConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"server.{name} must be a finite number > 0")
+        # Each was taken: a metrics port past 65535 was an OverflowError traceback at start, a
+        # burst of 0 (or below) refused every call of every tenant for ever ("retry after the
+        # delay"), a NaN or negative rate failed naming no setting, and 0 for the limits below
+        # was silently their default.
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"server.metrics_port: port {self.metrics_port} is not 0..65535")
+        rate = self.tenant_rate
+        if rate is not None and not (math.isfinite(rate) and rate > 0):
+            raise ValueError("server.tenant_rate must be a finite number > 0")
+        for name in ("tenant_burst", "tenant_max_in_flight", "max_streams"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"server.{name} must be >= 1")
         port = self.listen.rsplit(":", 1)[-1]
         if port.lstrip("-").isdigit() and not 0 <= int(port) <= 65535:
             # gRPC binds the port modulo 65536 (`:99999` listened on 34463, `:-5` on 65531)

@@ -326,13 +326,21 @@ def test_pml_serve_config_starts_a_server_with_the_files_settings(tmp_path: Path
         (["--grace-seconds", "-1"], "server.grace_seconds must be a finite number >= 0"),
         (["--stream-idle-seconds", "-1"], "server.stream_idle_seconds must be a finite number"),
         (["--keepalive-time-ms", "0"], "server.keepalive_time_ms must be 1.."),
+        (["--metrics-port", "99999"], "server.metrics_port: port 99999 is not 0..65535"),
+        (["--tenant-rate", "nan"], "server.tenant_rate must be a finite number > 0"),
+        (["--tenant-rate", "-1"], "server.tenant_rate must be a finite number > 0"),
+        (["--tenant-rate", "10", "--tenant-burst", "0"], "server.tenant_burst must be >= 1"),
+        (["--tenant-max-in-flight", "0"], "server.tenant_max_in_flight must be >= 1"),
+        (["--max-streams", "0"], "server.max_streams must be >= 1"),
     ],
 )
 def test_server_values_grpc_cannot_use_are_refused_at_start(argv: list[str], words: str) -> None:
     """Each was taken: a port past 65535 (or negative) was bound modulo 65536 (`:99999` on
     34463), a huge message limit was an OverflowError traceback from grpc, `grace_seconds =
     nan` made SIGTERM fail before the store was closed, a negative idle time closed every
-    stream 50 ms after it went quiet."""
+    stream 50 ms after it went quiet; a metrics port past 65535 was an OverflowError
+    traceback, a burst of 0 refused every call for ever, a NaN rate failed naming no setting,
+    and 0 for a limit with a computed default was silently that default."""
     with pytest.raises(ConfigError) as refused:
         serve_config(_serve_args(*argv), environ={})
     assert words in str(refused.value)
