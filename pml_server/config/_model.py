@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -275,6 +276,10 @@ class EngineConfig:
             raise ValueError("engine.view_cache_size must be >= 0")
         if self.snapshot_interval_seconds < 0 or self.request_id_ttl_days <= 0:
             raise ValueError("engine.snapshot_interval_seconds >= 0, request_id_ttl_days > 0")
+        # a job's thread waits its interval: a longer one killed it with an OverflowError
+        for name in ("snapshot_interval_seconds", "backup_interval_seconds"):
+            if getattr(self, name) > threading.TIMEOUT_MAX:
+                raise ValueError(f"engine.{name} must be at most {threading.TIMEOUT_MAX:g}")
         self._check_backups()
         _ = self.limits  # a bad settable limit is refused now, not at the first capture
 

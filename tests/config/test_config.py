@@ -368,3 +368,21 @@ def test_engine_values_that_are_not_finite_are_refused_at_start(argv: list[str])
     with pytest.raises(ConfigError) as refused:
         serve_config(_serve_args(*argv), environ={})
     assert str(refused.value) == f"engine.{name} must be a finite number, got {float(argv[1])!r}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--retention-interval-seconds", "1e10"], "RetentionConfig.interval_seconds must be at"),
+        (["--snapshot-interval-seconds", "1e10"], "engine.snapshot_interval_seconds must be at"),
+        (["--backup-interval-seconds", "1e10"], "engine.backup_interval_seconds must be at"),
+    ],
+)
+def test_job_intervals_a_thread_cannot_wait_are_refused_at_start(
+    argv: list[str], words: str
+) -> None:
+    """Each was taken (an interval of centuries, to run a job practically never): the job's
+    thread died at once with an OverflowError traceback on stderr."""
+    with pytest.raises(ConfigError) as refused:
+        serve_config(_serve_args(*argv), environ={})
+    assert words in str(refused.value)
