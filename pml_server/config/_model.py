@@ -146,6 +146,8 @@ class ServerConfig:
         for name in ("tenant_burst", "tenant_max_in_flight", "max_streams"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"server.{name} must be >= 1")
+        if self.otlp_pending_spans < 0:
+            raise ValueError("server.otlp_pending_spans must be >= 0")
         port = self.listen.rsplit(":", 1)[-1]
         if port.lstrip("-").isdigit() and not 0 <= int(port) <= 65535:
             # gRPC binds the port modulo 65536 (`:99999` listened on 34463, `:-5` on 65531)
@@ -272,8 +274,9 @@ class EngineConfig:
         for name in ("failure_log_size", "pool_size", "embedding_cache_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"engine.{name} must be >= 1")
-        if self.view_cache_size < 0:
-            raise ValueError("engine.view_cache_size must be >= 0")
+        for name in ("view_cache_size", "recent_values_per_param"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"engine.{name} must be >= 0")
         if self.snapshot_interval_seconds < 0 or self.request_id_ttl_days <= 0:
             raise ValueError("engine.snapshot_interval_seconds >= 0, request_id_ttl_days > 0")
         # a job's thread waits its interval: a longer one killed it with an OverflowError

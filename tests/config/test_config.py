@@ -332,6 +332,8 @@ def test_pml_serve_config_starts_a_server_with_the_files_settings(tmp_path: Path
         (["--tenant-rate", "10", "--tenant-burst", "0"], "server.tenant_burst must be >= 1"),
         (["--tenant-max-in-flight", "0"], "server.tenant_max_in_flight must be >= 1"),
         (["--max-streams", "0"], "server.max_streams must be >= 1"),
+        (["--otlp-pending-spans", "-1"], "server.otlp_pending_spans must be >= 0"),
+        (["--recent-values-per-param", "-1"], "engine.recent_values_per_param must be >= 0"),
     ],
 )
 def test_server_values_grpc_cannot_use_are_refused_at_start(argv: list[str], words: str) -> None:
@@ -340,7 +342,8 @@ def test_server_values_grpc_cannot_use_are_refused_at_start(argv: list[str], wor
     nan` made SIGTERM fail before the store was closed, a negative idle time closed every
     stream 50 ms after it went quiet; a metrics port past 65535 was an OverflowError
     traceback, a burst of 0 refused every call for ever, a NaN rate failed naming no setting,
-    and 0 for a limit with a computed default was silently that default."""
+    and 0 for a limit with a computed default was silently that default; a negative count of
+    held spans or recent values was taken as none, and said so nowhere."""
     with pytest.raises(ConfigError) as refused:
         serve_config(_serve_args(*argv), environ={})
     assert words in str(refused.value)
