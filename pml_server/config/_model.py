@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,20 @@ class ServerConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"server.{name} must be a finite number > 0")
+        # Each was taken: a metrics port past 65535 was an OverflowError traceback at start, a
+        # burst of 0 (or below) refused every call of every tenant for ever ("retry after the
+        # delay"), a NaN or negative rate failed naming no setting, and 0 for the limits below
+        # was silently their default.
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"server.metrics_port: port {self.metrics_port} is not 0..65535")
+        rate = self.tenant_rate
+        if rate is not None and not (math.isfinite(rate) and rate > 0):
+            raise ValueError("server.tenant_rate must be a finite number > 0")
+        for name in ("tenant_burst", "tenant_max_in_flight", "max_streams"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"server.{name} must be >= 1")
+        if self.otlp_pending_spans < 0:
+            raise ValueError("server.otlp_pending_spans must be >= 0")
         port = self.listen.rsplit(":", 1)[-1]
         if port.lstrip("-").isdigit() and not 0 <= int(port) <= 65535:
             # gRPC binds the port modulo 65536 (`:99999` listened on 34463, `:-5` on 65531)
@@ -248,15 +263,26 @@ class EngineConfig:
             raise ValueError(f"durability must be sync or fast, got {self.durability!r}")
         if self.vector_index not in ("hnsw", "exact"):
             raise ValueError(f"vector_index must be hnsw or exact, got {self.vector_index!r}")
+        # NaN or infinity was taken and failed later: a session's second step (int() of the
+        # idle time) and every retention run (of the request id TTL) were INTERNAL errors.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"engine.{f.name} must be a finite number, got {value!r}")
         if self.session_idle_seconds <= 0:
             raise ValueError("engine.session_idle_seconds must be > 0")
         for name in ("failure_log_size", "pool_size", "embedding_cache_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"engine.{name} must be >= 1")
-        if self.view_cache_size < 0:
-            raise ValueError("engine.view_cache_size must be >= 0")
+        for name in ("view_cache_size", "recent_values_per_param"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"engine.{name} must be >= 0")
         if self.snapshot_interval_seconds < 0 or self.request_id_ttl_days <= 0:
             raise ValueError("engine.snapshot_interval_seconds >= 0, request_id_ttl_days > 0")
+        # a job's thread waits its interval: a longer one killed it with an OverflowError
+        for name in ("snapshot_interval_seconds", "backup_interval_seconds"):
+            if getattr(self, name) > threading.TIMEOUT_MAX:
+                raise ValueError(f"engine.{name} must be at most {threading.TIMEOUT_MAX:g}")
         self._check_backups()
         _ = self.limits  # a bad settable limit is refused now, not at the first capture
 

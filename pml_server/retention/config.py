@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, fields
 
 
@@ -44,3 +45,8 @@ class RetentionConfig:
             raise ValueError("RetentionConfig.prior_successes + prior_failures must be > 0")
         if self.interval_seconds <= 0:
             raise ValueError("RetentionConfig.interval_seconds must be > 0")
+        # the job's thread waits this long: a longer wait killed it with an OverflowError
+        if self.interval_seconds > threading.TIMEOUT_MAX:
+            raise ValueError(
+                f"RetentionConfig.interval_seconds must be at most {threading.TIMEOUT_MAX:g}"
+            )

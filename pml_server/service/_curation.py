@@ -141,15 +141,24 @@ def ungroup_pattern(state: EngineState, tenant: str, pattern_id: str) -> str:
 
 
 def set_marks(
-    state: EngineState, tenant: str, pattern_id: str, flagged: bool, superseded_by: str
+    state: EngineState,
+    tenant: str,
+    pattern_id: str,
+    flagged: bool,
+    superseded_by: str,
+    flag_holds: Callable[[PatternRecord], bool] | None = None,
 ) -> bool:
-    """Rewrite a pattern's retention marks; True when they changed."""
+    """Rewrite a pattern's retention marks; True when they changed. With `flag_holds`, a flag
+    is set only if it answers True for the pattern as it is once its lock is held (as
+    `delete_pattern`'s `still_wanted`)."""
     repo = state.repo
     found = repo.patterns.pattern(tenant, pattern_id)
     if found is None:
         return False
     with state.locks.pattern.lock_for(tenant, found.code_hash):
         pattern = repo.patterns.pattern(tenant, pattern_id)
+        if pattern is not None and flagged and flag_holds is not None:
+            flagged = flag_holds(pattern)
         if pattern is None or (
             pattern.flagged_for_removal == flagged and pattern.superseded_by == superseded_by
         ):
@@ -187,7 +196,16 @@ def run_retention(state: EngineState, tenant: str, apply: bool) -> RetentionRepo
                 counters.success, counters.failure, config
             )
 
-        kept: set[str] = set()
+        kept: set[str] = set()  # removals and flags no longer holding under the lock
+
+        def flag_holds(pattern: PatternRecord) -> bool:
+            # decided again as a removal is (docs/ranking.md, Retention): a flag hides the
+            # pattern from Suggest until the next run
+            if not still_failing(pattern):
+                kept.add(pattern.id)
+                return False
+            return True
+
         for views in groups.values():
             for view in views:
                 if view.id in removed:
@@ -196,8 +214,8 @@ def run_retention(state: EngineState, tenant: str, apply: bool) -> RetentionRepo
                             kept.add(view.id)
                 else:
                     marks = (view.id in flagged, superseded.get(view.id, ""))
-                    set_marks(state, tenant, view.id, *marks)
-        if kept:  # the report says what was done: a pattern kept is no longer removed
-            removal = RetentionAction.REMOVED
-            entries = [e for e in entries if not (e.pattern_id in kept and e.action is removal)]
+                    set_marks(state, tenant, view.id, *marks, flag_holds)
+        if kept:  # the report says what was done: a pattern kept is not removed nor flagged
+            undone = (RetentionAction.REMOVED, RetentionAction.REMOVAL_CANDIDATE)
+            entries = [e for e in entries if not (e.pattern_id in kept and e.action in undone)]
     return RetentionReport(dry_run=not apply, entries=tuple(entries), ran_at_ms=now)

@@ -155,6 +155,11 @@ def context_weights(
         counts += state.repo.sessions.transitions_from(
             tenant, capability_id, LIMITS.transitions_read.bound
         )
+    if counts:
+        # a deleted capability is no next step: its rows stay, but w is relative to the most
+        # likely step that can still follow (docs/ranking.md, Sessions, "The signal")
+        kept = state.repo.capabilities.kept(tenant, sorted({c for c, _, _ in counts}))
+        counts = [t for t in counts if t[0] in kept]
     index = state.indexes.get(tenant)
     if tools and index is not None:
         counts += index.ranks.followers(tools, LIMITS.workflows_read.bound)

@@ -160,10 +160,11 @@ class EngineState:
         self.companion_filler = CompanionFiller(companion) if companion is not None else None
         self.clock = clock
         defaults = DEFAULT_THRESHOLDS[embedder.family]
+        duplicate, group = config.intent_duplicate_threshold, config.capability_group_threshold
         self.rules = CaptureRules(
-            thresholds=SimilarityThresholds(
-                intent_duplicate=config.intent_duplicate_threshold or defaults.intent_duplicate,
-                capability_group=config.capability_group_threshold or defaults.capability_group,
+            thresholds=SimilarityThresholds(  # None: the calibrated value (0 is a threshold)
+                intent_duplicate=defaults.intent_duplicate if duplicate is None else duplicate,
+                capability_group=defaults.capability_group if group is None else group,
             ),
             limits=CaptureLimits(
                 fields=config.limits, recent_values_per_param=config.recent_values_per_param

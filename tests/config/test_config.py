@@ -223,6 +223,10 @@ def test_a_ranking_table_replaces_values_of_the_chosen_embedders_defaults(tmp_pa
         ("[engine]\nmax_code_bytes = 0\n", r"max_code_bytes\) must be >= 1, got 0"),
         ('[engine]\nstore = "postgresql://u:pw@h/db"\n', r"engine\.store carries a password"),
         ("[server\n", r"not valid TOML"),
+        (
+            "[engine]\nsession_idle_seconds = inf\n",
+            r"engine\.session_idle_seconds must be a finite number, got inf",
+        ),
     ],
 )
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -322,13 +326,66 @@ def test_pml_serve_config_starts_a_server_with_the_files_settings(tmp_path: Path
         (["--grace-seconds", "-1"], "server.grace_seconds must be a finite number >= 0"),
         (["--stream-idle-seconds", "-1"], "server.stream_idle_seconds must be a finite number"),
         (["--keepalive-time-ms", "0"], "server.keepalive_time_ms must be 1.."),
+        (["--metrics-port", "99999"], "server.metrics_port: port 99999 is not 0..65535"),
+        (["--tenant-rate", "nan"], "server.tenant_rate must be a finite number > 0"),
+        (["--tenant-rate", "-1"], "server.tenant_rate must be a finite number > 0"),
+        (["--tenant-rate", "10", "--tenant-burst", "0"], "server.tenant_burst must be >= 1"),
+        (["--tenant-max-in-flight", "0"], "server.tenant_max_in_flight must be >= 1"),
+        (["--max-streams", "0"], "server.max_streams must be >= 1"),
+        (["--otlp-pending-spans", "-1"], "server.otlp_pending_spans must be >= 0"),
+        (["--recent-values-per-param", "-1"], "engine.recent_values_per_param must be >= 0"),
     ],
 )
 def test_server_values_grpc_cannot_use_are_refused_at_start(argv: list[str], words: str) -> None:
     """Each was taken: a port past 65535 (or negative) was bound modulo 65536 (`:99999` on
     34463), a huge message limit was an OverflowError traceback from grpc, `grace_seconds =
     nan` made SIGTERM fail before the store was closed, a negative idle time closed every
-    stream 50 ms after it went quiet."""
+    stream 50 ms after it went quiet; a metrics port past 65535 was an OverflowError
+    traceback, a burst of 0 refused every call for ever, a NaN rate failed naming no setting,
+    and 0 for a limit with a computed default was silently that default; a negative count of
+    held spans or recent values was taken as none, and said so nowhere."""
+    with pytest.raises(ConfigError) as refused:
+        serve_config(_serve_args(*argv), environ={})
+    assert words in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--session-idle-seconds", "inf"],
+        ["--session-idle-seconds", "nan"],
+        ["--request-id-ttl-days", "inf"],
+        ["--request-id-ttl-days", "nan"],
+        ["--snapshot-interval-seconds", "nan"],
+        ["--backup-interval-seconds", "inf"],
+        ["--intent-duplicate-threshold", "nan"],
+        ["--capability-group-threshold", "inf"],
+    ],
+)
+def test_engine_values_that_are_not_finite_are_refused_at_start(argv: list[str]) -> None:
+    """Each was taken: `session_idle_seconds = inf` (a session that never goes idle) made the
+    second step of every session an INTERNAL error, `request_id_ttl_days = inf` (keep the
+    answers for ever) every retention run, on demand or in the background; `nan` did the same
+    or silently turned a job off."""
+    name = argv[0].removeprefix("--").replace("-", "_")
+    with pytest.raises(ConfigError) as refused:
+        serve_config(_serve_args(*argv), environ={})
+    assert str(refused.value) == f"engine.{name} must be a finite number, got {float(argv[1])!r}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--retention-interval-seconds", "1e10"], "RetentionConfig.interval_seconds must be at"),
+        (["--snapshot-interval-seconds", "1e10"], "engine.snapshot_interval_seconds must be at"),
+        (["--backup-interval-seconds", "1e10"], "engine.backup_interval_seconds must be at"),
+    ],
+)
+def test_job_intervals_a_thread_cannot_wait_are_refused_at_start(
+    argv: list[str], words: str
+) -> None:
+    """Each was taken (an interval of centuries, to run a job practically never): the job's
+    thread died at once with an OverflowError traceback on stderr."""
     with pytest.raises(ConfigError) as refused:
         serve_config(_serve_args(*argv), environ={})
     assert words in str(refused.value)

@@ -248,6 +248,19 @@ def test_rule5_same_tools_unrelated_intent_is_another_capability(engine: Engine)
     assert a.capability_id != b.capability_id
 
 
+def test_rule5_a_threshold_of_zero_is_taken_not_the_default(tmp_path: Path) -> None:
+    """`capability_group_threshold = 0` (join a capability of the same tools unless the
+    intents point apart) was read as unset: the calibrated 0.5 decided instead, and these
+    intents (cosine 0.25 with the hashing embedder) were two capabilities."""
+    engine = open_engine(tmp_path, capability_group_threshold=0.0)
+    try:
+        a = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS, code="a()"))
+        b = engine.record("t", make_record("r2", "Write the CSV file", JSON_TOOLS, code="b()"))
+        assert a.capability_id == b.capability_id
+    finally:
+        engine.close()
+
+
 def test_rule6_repeated_request_id_returns_the_first_result(engine: Engine) -> None:
     record = make_record("same-id", "Read JSON file", JSON_TOOLS)
     first = engine.record("t", record)

@@ -22,14 +22,14 @@ TOOLS = ["flaky_tool"]
 
 
 @pytest.fixture(params=["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def engine_of(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Engine]]:
+def engine_of(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Engine]]:
     opened: list[Engine] = []
 
-    def make() -> Engine:
+    def make(retention: RetentionConfig = AUTO) -> Engine:
         store: dict[str, Any] = {}
         if request.param == "postgresql":
             store["store"] = request.getfixturevalue("postgres_dsn")
-        engine = open_engine(tmp_path / f"e{len(opened)}", retention=AUTO, **store)
+        engine = open_engine(tmp_path / f"e{len(opened)}", retention=retention, **store)
         opened.append(engine)
         return engine
 
@@ -71,6 +71,34 @@ def test_a_success_after_the_evaluation_keeps_the_pattern(
     assert removed == {b}
     kept = engine.get_pattern("t", a)
     assert (kept.success_count, kept.failure_count) == (3, 9)
+
+
+def test_a_success_after_the_evaluation_keeps_the_pattern_unflagged(
+    engine_of: Callable[..., Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without auto-removal the same race would flag `a`, hiding a pattern that had recovered
+    from every Suggest until the next run: the flag is decided again under the pattern's lock,
+    as a removal is (docs/ranking.md, Retention). `a` stays unflagged and is not reported a
+    removal candidate; `b` (unchanged) is flagged."""
+    engine = engine_of(RetentionConfig())
+    a = _at_the_edge(engine, "t", "a")
+    b = _at_the_edge(engine, "t", "b")
+    evaluated = _curation.views_by_capability
+
+    def evaluate_then_capture(*args: Any) -> Any:
+        views = evaluated(*args)
+        engine.record("t", make_record("a-late", "run a", TOOLS, code="a()"))
+        return views
+
+    monkeypatch.setattr(_curation, "views_by_capability", evaluate_then_capture)
+    report = engine.run_retention("t", apply=True)
+    candidates = {
+        e.pattern_id for e in report.entries if e.action is RetentionAction.REMOVAL_CANDIDATE
+    }
+    assert candidates == {b}
+    assert engine.get_pattern("t", b).flagged_for_removal
+    kept = engine.get_pattern("t", a)
+    assert (kept.success_count, kept.failure_count, kept.flagged_for_removal) == (3, 9, False)
 
 
 def test_concurrent_captures_never_lose_a_pattern_that_recovered(

@@ -176,6 +176,27 @@ def test_what_usually_comes_next(engine_of: EngineOf) -> None:
         engine.suggest(T, SuggestQuery("", context=SuggestContext()))
 
 
+def test_a_deleted_next_step_no_longer_weighs_on_the_others(engine_of: EngineOf) -> None:
+    """w(c) is relative to the most likely next step (docs/ranking.md, Sessions): once the
+    capability that usually followed is deleted, the step that follows now is weighed against
+    the steps that still exist. Its transitions' rows stayed the scale: `tail`, seen once
+    after `ls`, kept w = 1/(6 + 2) instead of 1/(1 + 2) until the deleted step's counts aged
+    away (90 days and more)."""
+    engine = engine_of()
+    cap = _capabilities(engine)
+    for s in range(6):
+        _step(engine, f"a{s}", "ls", 1)
+        _step(engine, f"a{s}", "read", 2)
+    engine.delete_capability(T, cap["read"])
+    _step(engine, "b", "ls", 1)
+    _step(engine, "b", "tail", 2)
+    query = SuggestQuery("", context=SuggestContext(previous_tools=("list_dir",)))
+    result = engine.suggest(T, query)
+    assert result == oracle.rank_suggestions(engine._state, T, query)
+    got = [(s.capability_id, round(s.score.transition, 6)) for s in result.suggestions]
+    assert got == [(cap["tail"], round(1 / 3, 6))]
+
+
 def test_the_transition_lifts_the_usual_next_step_on_both_paths(engine_of: EngineOf) -> None:
     engine = engine_of()
     cap = _capabilities(engine)

@@ -32,6 +32,12 @@ class CapabilityRows:
         raw = self.store.get(CF_CAPABILITIES, tenant_key(tenant, capability_id))
         return None if raw is None else CapabilityRecord.from_json(raw)
 
+    def kept(self, tenant: str, capability_ids: Sequence[str]) -> set[str]:
+        """Those of `capability_ids` that still exist (one multi-get)."""
+        keys = [tenant_key(tenant, c) for c in capability_ids]
+        found = self.store.get_many(CF_CAPABILITIES, keys)
+        return {c for c, raw in zip(capability_ids, found, strict=True) if raw is not None}
+
     def put_capability(self, tenant: str, record: CapabilityRecord) -> list[Op]:
         link = tenant_key(tenant, tools_digest(record.tools), record.id)
         return [
