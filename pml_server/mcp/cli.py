@@ -70,8 +70,17 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         listen = (host, int(port_text))
-    # Imported only now: the SDK takes seconds to import.
-    from pml_server.mcp._serve import run_http, run_stdio
+    # Imported only now: the SDK takes seconds to import. It is an extra of the wheel.
+    try:
+        from pml_server.mcp._serve import run_http, run_stdio
+    except ModuleNotFoundError as err:
+        if err.name is None or err.name.partition(".")[0] != "mcp":
+            raise
+        print(
+            "pml mcp: the MCP SDK is not installed: pip install 'pml-server[mcp]'",
+            file=sys.stderr,
+        )
+        return 2
     from pml_server.mcp._upstream import Upstream, UpstreamOptions
 
     upstream = Upstream(

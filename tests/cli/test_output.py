@@ -487,3 +487,18 @@ def test_a_keys_file_that_fails_to_load_keeps_the_keys_in_force(
     assert server.keys_watcher is not None
     assert not server.keys_watcher.reload("SIGHUP")
     assert _key_works(target, key)
+
+
+def test_pml_mcp_without_the_sdk_is_one_line() -> None:
+    """A wheel installed without its `mcp` extra: `pml mcp` says what to install, exit 2,
+    not a ModuleNotFoundError traceback."""
+    script = (
+        "import sys; sys.modules['mcp'] = None\n"
+        "from pml_server.cli import main\n"
+        "main(['mcp', '--server', '127.0.0.1:1'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "pml mcp: the MCP SDK is not installed: pip install 'pml-server[mcp]'\n"
