@@ -79,8 +79,8 @@ def best_pattern(patterns: Sequence[PatternView]) -> PatternView:
 
 def capability_view(record: CapabilityRecord, members: Sequence[PatternView]) -> CapabilityView:
     # The first distinct texts in member order. Kept in a dict (ordered, hashed): looked up in
-    # a list, every text was compared with every one before it, and a capability of 12,000
-    # intents took a second of the server's CPU per GetCapability or listing page.
+    # a list, each text would be compared with every one before it, and a capability of 12,000
+    # intents would take a second of the server's CPU per GetCapability or listing page.
     texts: dict[str, None] = {}
     for member in members:
         for intent in member.intents:

@@ -3,10 +3,10 @@ of its broken sequences (docs/capture.md, "OTLP traces", Text that is not UTF-8)
 
 Protobuf's parser refuses a whole message for one `string` field that is not valid UTF-8, and
 nothing on the way need check it: the Collector's OTLP receiver does not, and passes such bytes
-on. One HTTP span's URL with a Latin-1 byte then refused the whole Export, and every run in
+on. One HTTP span's URL with a Latin-1 byte would refuse the whole Export, and every run in
 it, with INVALID_ARGUMENT (which an exporter drops, never retries). So a message the parser
 refuses is walked once, its strings made valid as a UTF-8 decoder does, and parsed again;
-bytes that are not protobuf are refused as before."""
+bytes that are not protobuf are still refused."""
 
 from __future__ import annotations
 
