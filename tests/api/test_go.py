@@ -25,17 +25,7 @@ def test_go_client_records_streams_and_suggests() -> None:
     if go is None:
         pytest.fail("Go is needed for the Go client test (no `go` on PATH); install Go 1.26+")
     env = {**os.environ, "PML_BIN": str(Path(sys.executable).parent / "pml")}
-    # The module's dependencies, exactly as go.sum pins them.
-    subprocess.run([go, "mod", "download"], cwd=GO_CLIENT, env=env, check=True, timeout=600)
-    done = subprocess.run(
-        [go, "test", "-count=1", "./..."],
-        cwd=GO_CLIENT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    done = _go_test(go, env, "./...")
     assert "ok  \tpml/clients/go" in done.stdout
 
 
@@ -63,9 +53,18 @@ def test_go_upload_resends_what_the_server_acknowledged_as_unavailable(
         "PML_REFUSING_FIRST_BATCH": f"127.0.0.1:{refusing.port}",
         "PML_NEVER_READY": f"127.0.0.1:{start(engine=never_ready).port}",
     }
+    done = _go_test(go, env, "-v", "-run", f"^({'|'.join(names)})$", ".")
+    for name in names:
+        assert f"--- PASS: {name}" in done.stdout  # run, not skipped
+    assert refused == [1]  # the server did acknowledge a batch UNAVAILABLE
+
+
+def _go_test(go: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`go test -count=1 ARGS` in the Go client, its dependencies downloaded first exactly as
+    go.sum pins them; asserts it passed."""
     subprocess.run([go, "mod", "download"], cwd=GO_CLIENT, env=env, check=True, timeout=600)
     done = subprocess.run(
-        [go, "test", "-count=1", "-v", "-run", f"^({'|'.join(names)})$", "."],
+        [go, "test", "-count=1", *args],
         cwd=GO_CLIENT,
         env=env,
         capture_output=True,
@@ -73,6 +72,4 @@ def test_go_upload_resends_what_the_server_acknowledged_as_unavailable(
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    for name in names:
-        assert f"--- PASS: {name}" in done.stdout  # run, not skipped
-    assert refused == [1]  # the server did acknowledge a batch UNAVAILABLE
+    return done

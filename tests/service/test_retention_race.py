@@ -50,14 +50,8 @@ def _at_the_edge(engine: Engine, tenant: str, name: str) -> str:
     return first.pattern_id
 
 
-def test_a_success_after_the_evaluation_keeps_the_pattern(
-    engine_of: Callable[[], Engine], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Deterministic: a success of pattern `a` (3 of 12, 25%) lands between retention's
-    evaluation and its deletions; `a` is kept and not reported removed, `b` (unchanged) goes."""
-    engine = engine_of()
-    a = _at_the_edge(engine, "t", "a")
-    b = _at_the_edge(engine, "t", "b")
+def _succeed_after_the_evaluation(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next retention run's evaluation is followed at once by a success of pattern `a`."""
     evaluated = _curation.views_by_capability
 
     def evaluate_then_capture(*args: Any) -> Any:
@@ -66,6 +60,17 @@ def test_a_success_after_the_evaluation_keeps_the_pattern(
         return views
 
     monkeypatch.setattr(_curation, "views_by_capability", evaluate_then_capture)
+
+
+def test_a_success_after_the_evaluation_keeps_the_pattern(
+    engine_of: Callable[[], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deterministic: a success of pattern `a` (3 of 12, 25%) lands between retention's
+    evaluation and its deletions; `a` is kept and not reported removed, `b` (unchanged) goes."""
+    engine = engine_of()
+    a = _at_the_edge(engine, "t", "a")
+    b = _at_the_edge(engine, "t", "b")
+    _succeed_after_the_evaluation(engine, monkeypatch)
     report = engine.run_retention("t", apply=True)
     removed = {e.pattern_id for e in report.entries if e.action is RetentionAction.REMOVED}
     assert removed == {b}
@@ -83,14 +88,7 @@ def test_a_success_after_the_evaluation_keeps_the_pattern_unflagged(
     engine = engine_of(RetentionConfig())
     a = _at_the_edge(engine, "t", "a")
     b = _at_the_edge(engine, "t", "b")
-    evaluated = _curation.views_by_capability
-
-    def evaluate_then_capture(*args: Any) -> Any:
-        views = evaluated(*args)
-        engine.record("t", make_record("a-late", "run a", TOOLS, code="a()"))
-        return views
-
-    monkeypatch.setattr(_curation, "views_by_capability", evaluate_then_capture)
+    _succeed_after_the_evaluation(engine, monkeypatch)
     report = engine.run_retention("t", apply=True)
     candidates = {
         e.pattern_id for e in report.entries if e.action is RetentionAction.REMOVAL_CANDIDATE
