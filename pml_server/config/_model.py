@@ -134,10 +134,9 @@ class ServerConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"server.{name} must be a finite number > 0")
-        # Each was taken: a metrics port past 65535 was an OverflowError traceback at start, a
-        # burst of 0 (or below) refused every call of every tenant for ever ("retry after the
-        # delay"), a NaN or negative rate failed naming no setting, and 0 for the limits below
-        # was silently their default.
+        # Refused here, naming the setting: a metrics port past 65535 cannot be bound, a burst
+        # of 0 would refuse every call for ever, a NaN or negative rate has no meaning, and 0
+        # for the limits below would read as "unset" further on.
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"server.metrics_port: port {self.metrics_port} is not 0..65535")
         rate = self.tenant_rate
@@ -263,8 +262,8 @@ class EngineConfig:
             raise ValueError(f"durability must be sync or fast, got {self.durability!r}")
         if self.vector_index not in ("hnsw", "exact"):
             raise ValueError(f"vector_index must be hnsw or exact, got {self.vector_index!r}")
-        # NaN or infinity was taken and failed later: a session's second step (int() of the
-        # idle time) and every retention run (of the request id TTL) were INTERNAL errors.
+        # NaN or infinity cannot be used later (a session's idle time and the request id TTL
+        # are turned into integers), so it is refused here, naming the setting.
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
@@ -279,7 +278,7 @@ class EngineConfig:
                 raise ValueError(f"engine.{name} must be >= 0")
         if self.snapshot_interval_seconds < 0 or self.request_id_ttl_days <= 0:
             raise ValueError("engine.snapshot_interval_seconds >= 0, request_id_ttl_days > 0")
-        # a job's thread waits its interval: a longer one killed it with an OverflowError
+        # a job's thread waits its interval, and a wait longer than this raises OverflowError
         for name in ("snapshot_interval_seconds", "backup_interval_seconds"):
             if getattr(self, name) > threading.TIMEOUT_MAX:
                 raise ValueError(f"engine.{name} must be at most {threading.TIMEOUT_MAX:g}")
