@@ -211,8 +211,8 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         sent = Counter(s.trace_id for s in spans)
         loaded, settling = _read_held(pending, tenant, [*sent, *settled], spans)
         # A settling root sent again (an exporter retrying its Export) is that root seen twice:
-        # mapped now, with only the calls that arrived so far, its run was captured short and
-        # the calls after them ignored (docs/capture.md, "A root span that arrives first").
+        # mapped now, with only the calls that arrived so far, its run would be captured short
+        # and the calls after them ignored (docs/capture.md, "A root span that arrives first").
         again = len(spans)
         spans = [s for s in spans if (s.trace_id, s.span_id) not in settling]
         again -= len(spans)

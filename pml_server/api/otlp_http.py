@@ -105,7 +105,7 @@ def from_json(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
     fields ignored (OTLP specification, "JSON Protobuf Encoding")."""
     try:
         # A lone surrogate escape (`"\\ud83d"`, a string cut inside an emoji) becomes U+FFFD:
-        # kept, no protobuf string can hold it and the whole Export was refused 400
+        # kept, no protobuf string can hold it and the whole Export would be refused 400
         # (docs/connect.md, "OTLP traces in").
         data = without_lone_surrogates(json.loads(body), body)
     except (ValueError, RecursionError) as err:
