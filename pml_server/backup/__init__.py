@@ -2,7 +2,23 @@
 complete or not at all, the newest few kept. A backup's directory is a data directory:
 `pml serve --data-dir` on it (or on a copy) serves what it holds."""
 
-from pml_server.backup._dir import BACKUP_PREFIX, MANIFEST_NAME, Backup, BackupDir
+from pml_server.backup._dir import (
+    BACKUP_PREFIX,
+    MANIFEST_NAME,
+    STORE_ID_NAME,
+    Backup,
+    BackupDir,
+    store_id,
+)
 from pml_server.backup._job import BackupJob, BackupStatus
 
-__all__ = ["BACKUP_PREFIX", "MANIFEST_NAME", "Backup", "BackupDir", "BackupJob", "BackupStatus"]
+__all__ = [
+    "BACKUP_PREFIX",
+    "MANIFEST_NAME",
+    "STORE_ID_NAME",
+    "Backup",
+    "BackupDir",
+    "BackupJob",
+    "BackupStatus",
+    "store_id",
+]

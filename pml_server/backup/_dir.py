@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,6 +19,9 @@ MANIFEST_NAME = "pml-backup.json"
 _PARTIAL_PREFIX = ".partial-"
 # Sorts as it reads: the names' order is the backups' order.
 _STAMP = "%Y-%m-%dT%H-%M-%S.%fZ"
+# In the data directory, beside (not in) the store: a checkpoint does not copy it, so a server
+# started on a restored copy is a store of its own (docs/storage.md, "Backups and restore").
+STORE_ID_NAME = "pml-store-id"
 
 
 @dataclass(frozen=True)
@@ -32,14 +36,44 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class BackupDir:
-    """Backups under `root`, at most `keep` of them after each `take`."""
+def store_id(data_dir: Path) -> str:
+    """The id naming this data directory's backups in their manifests, made on first use."""
+    path = data_dir / STORE_ID_NAME
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    made = uuid.uuid4().hex
+    partial = data_dir / (_PARTIAL_PREFIX + STORE_ID_NAME)
+    partial.write_text(made + "\n")
+    _fsync(partial)
+    os.rename(partial, path)
+    _fsync(data_dir)
+    return made
 
-    def __init__(self, root: Path, keep: int, clock: Callable[[], datetime] = _utc_now) -> None:
+
+class BackupDir:
+    """Backups under `root`; after each `take`, at most `keep` of those of the store `store_id`.
+    Other stores' backups in the same root are listed but never pruned (docs/storage.md,
+    "Backups and restore"). A backup whose manifest names no store (an earlier pml wrote none)
+    is this store's when it names `data_dir`."""
+
+    def __init__(
+        self,
+        root: Path,
+        keep: int,
+        store_id: str,
+        data_dir: str | None = None,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
         if keep < 1:
             raise ValueError("keep must be >= 1")
+        if not store_id:
+            raise ValueError("store_id must not be empty")
         self.root = root
         self.keep = keep
+        self.store_id = store_id
+        self._data_dir = data_dir
         self._clock = clock
 
     def take(self, checkpoint: Callable[[Path], int], about: Mapping[str, object]) -> Backup:
@@ -58,7 +92,12 @@ class BackupDir:
         started = time.monotonic()
         try:
             sequence = checkpoint(partial)
-            manifest = {"created_at": created_at.isoformat(), "sequence": sequence, **about}
+            manifest = {
+                "created_at": created_at.isoformat(),
+                "sequence": sequence,
+                **about,
+                "store_id": self.store_id,
+            }
             (partial / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
             _fsync_tree(partial)
             os.rename(partial, final)
@@ -77,12 +116,27 @@ class BackupDir:
         ]
         return sorted(found, key=lambda path: path.name)
 
+    def own(self) -> list[Path]:
+        """The whole backups of this store, oldest first."""
+        return [path for path in self.complete() if self._is_own(path)]
+
     def prune(self) -> list[Path]:
-        """Remove all but the newest `keep` backups; the removed ones."""
-        removed = self.complete()[: -self.keep]
+        """Remove all but the newest `keep` backups of this store; the removed ones."""
+        removed = self.own()[: -self.keep]
         for path in removed:
             shutil.rmtree(path)
         return removed
+
+    def _is_own(self, path: Path) -> bool:
+        try:
+            manifest = json.loads((path / MANIFEST_NAME).read_text())
+        except (OSError, ValueError):  # unreadable: not provably ours, so never removed
+            return False
+        if not isinstance(manifest, dict):
+            return False
+        if "store_id" in manifest:
+            return bool(manifest["store_id"] == self.store_id)
+        return self._data_dir is not None and manifest.get("data_dir") == self._data_dir
 
 
 def _fsync_tree(directory: Path) -> None:

@@ -247,7 +247,9 @@ class EngineConfig:
     backup_interval_seconds: float = setting(
         0.0, "with backup_dir: a backup this often (0: only on SIGUSR2)"
     )
-    backup_keep: int = setting(7, "with backup_dir: the newest backups kept, older ones deleted")
+    backup_keep: int = setting(
+        7, "with backup_dir: this store's newest backups kept, its older ones deleted"
+    )
     # None: the calibrated defaults of the embedder family (pml_server/ranking/config.py); a
     # `[engine.ranking]` table replaces some of them.
     ranking: RankingConfig | None = None

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 
 from pml_server import __version__
-from pml_server.backup import BackupDir, BackupJob
+from pml_server.backup import BackupDir, BackupJob, store_id
 from pml_server.domain.errors import UnavailableError
 from pml_server.service._curation import run_retention
 from pml_server.service._heap import release_free_memory
@@ -149,13 +149,16 @@ def _backup_job(state: EngineState) -> BackupJob | None:
     config = state.config
     if config.backup_dir is None:
         return None
+    data_dir = str(config.data_dir)
     about = {
         "pml_version": __version__,
         "schema_version": SCHEMA_VERSION,
         "embedding_model": state.embedder.model_id,
-        "data_dir": str(config.data_dir),
+        "data_dir": data_dir,
     }
-    backups = BackupDir(config.backup_dir, config.backup_keep)
+    backups = BackupDir(
+        config.backup_dir, config.backup_keep, store_id(config.data_dir), data_dir=data_dir
+    )
     return BackupJob(backups, state.store.checkpoint, about, config.backup_interval_seconds)
 
 

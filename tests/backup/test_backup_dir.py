@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pml_server.backup import MANIFEST_NAME, BackupDir, BackupJob
+from pml_server.backup import MANIFEST_NAME, STORE_ID_NAME, BackupDir, BackupJob, store_id
 
 
 def _clock(start: datetime) -> Iterator[datetime]:
@@ -34,7 +34,7 @@ def _copy_of(content: str) -> Callable[[Path], int]:
 def test_backups_are_whole_named_in_time_order_and_pruned_to_keep(tmp_path: Path) -> None:
     # across a year's end, a month's end and a day's: the names still sort by time
     times = _clock(datetime(2026, 12, 31, 23, 59, 58, tzinfo=UTC))
-    backups = BackupDir(tmp_path / "backups", keep=2, clock=lambda: next(times))
+    backups = BackupDir(tmp_path / "backups", keep=2, store_id="a", clock=lambda: next(times))
     taken = [backups.take(_copy_of(str(i)), {"about": i}) for i in range(4)]
     removed = backups.prune()
     assert removed == [taken[0].path, taken[1].path]
@@ -43,7 +43,12 @@ def test_backups_are_whole_named_in_time_order_and_pruned_to_keep(tmp_path: Path
     newest = taken[3]
     assert (newest.path / "data").read_text() == "3"
     manifest = json.loads((newest.path / MANIFEST_NAME).read_text())
-    assert manifest == {"created_at": newest.created_at.isoformat(), "sequence": 42, "about": 3}
+    assert manifest == {
+        "created_at": newest.created_at.isoformat(),
+        "sequence": 42,
+        "about": 3,
+        "store_id": "a",
+    }
     assert newest.sequence == 42
 
 
@@ -51,7 +56,7 @@ def test_a_failed_checkpoint_leaves_nothing_and_a_crash_leftover_is_never_listed
     tmp_path: Path,
 ) -> None:
     root = tmp_path / "backups"
-    backups = BackupDir(root, keep=3)
+    backups = BackupDir(root, keep=3, store_id="a")
 
     def breaks_halfway(path: Path) -> int:
         path.mkdir()
@@ -72,16 +77,54 @@ def test_a_failed_checkpoint_leaves_nothing_and_a_crash_leftover_is_never_listed
 
 def test_two_backups_in_one_clock_reading_are_refused_not_merged(tmp_path: Path) -> None:
     moment = datetime(2026, 6, 1, tzinfo=UTC)
-    backups = BackupDir(tmp_path, keep=5, clock=lambda: moment)
+    backups = BackupDir(tmp_path, keep=5, store_id="a", clock=lambda: moment)
     first = backups.take(_copy_of("first"), {})
     with pytest.raises(FileExistsError):
         backups.take(_copy_of("second"), {})
     assert (first.path / "data").read_text() == "first"
 
 
+def test_stores_sharing_a_backup_root_each_keep_their_own_newest(tmp_path: Path) -> None:
+    # two servers (two replicas, or a test server beside production) with one --backup-dir:
+    # each keeps its own newest `keep`, and never removes the other's
+    root = tmp_path / "backups"
+    times = _clock(datetime(2026, 3, 1, tzinfo=UTC))
+    first = BackupDir(root, keep=2, store_id="a", clock=lambda: next(times))
+    second = BackupDir(root, keep=2, store_id="b", clock=lambda: next(times))
+    taken: dict[str, list[Path]] = {"a": [], "b": []}
+    for i in range(3):
+        for backups in (first, second):
+            taken[backups.store_id].append(backups.take(_copy_of(str(i)), {}).path)
+            backups.prune()
+    assert first.own() == taken["a"][1:]
+    assert second.own() == taken["b"][1:]
+    assert backups.complete() == sorted(taken["a"][1:] + taken["b"][1:])
+    # a backup of an earlier pml names no store: its data directory tells whose it is
+    legacy = root / "pml-backup-2026-01-01T00-00-00.000000Z"
+    legacy.mkdir()
+    (legacy / MANIFEST_NAME).write_text(json.dumps({"data_dir": "/srv/a", "sequence": 1}))
+    assert BackupDir(root, keep=2, store_id="b", data_dir="/srv/b").prune() == []
+    assert BackupDir(root, keep=2, store_id="a", data_dir="/srv/a").prune() == [legacy]
+
+
+def test_a_data_directory_keeps_its_store_id_and_a_copy_of_a_backup_gets_its_own(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    made = store_id(data)
+    assert len(made) == 32
+    assert store_id(data) == made  # after a restart too: read from the file
+    assert (data / STORE_ID_NAME).read_text().strip() == made
+    # a restore copies a backup, which holds the checkpoint only: a store of its own
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    assert store_id(restored) != made
+
+
 def test_keep_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="keep"):
-        BackupDir(tmp_path, keep=0)
+        BackupDir(tmp_path, keep=0, store_id="a")
 
 
 def test_the_job_counts_failures_goes_on_and_stops_when_asked(
@@ -98,7 +141,9 @@ def test_the_job_counts_failures_goes_on_and_stops_when_asked(
         finally:
             done.release()
 
-    job = BackupJob(BackupDir(tmp_path / "b", keep=1), checkpoint, {}, interval_seconds=0)
+    job = BackupJob(
+        BackupDir(tmp_path / "b", keep=1, store_id="a"), checkpoint, {}, interval_seconds=0
+    )
     stop = threading.Event()
     thread = threading.Thread(target=job.run, args=(stop,))
     thread.start()
@@ -117,4 +162,4 @@ def test_the_job_counts_failures_goes_on_and_stops_when_asked(
     assert (status.taken, status.failed) == (1, 1)
     assert status.last_success_unix is not None
     assert any("backup failed: [Errno 13] Permission denied" in r.message for r in caplog.records)
-    assert len(BackupDir(tmp_path / "b", keep=1).complete()) == 1
+    assert len(BackupDir(tmp_path / "b", keep=1, store_id="a").complete()) == 1

@@ -5,6 +5,7 @@ is logged and the server serves on."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pml_server.backup import BackupDir
+from pml_server.backup import MANIFEST_NAME, STORE_ID_NAME, BackupDir
 from pml_server.client import PmlClient, PmlClientError, make_record
 from testing.server_process import ServerProcess
 
@@ -61,14 +62,16 @@ def test_sigusr2_backup_under_writes_serves_every_write_acknowledged_before_it(
         _wait_for(lambda: len(acknowledged) >= 200, "200 acknowledged captures")
         before = len(acknowledged)
         os.kill(_pid(process), signal.SIGUSR2)
-        _wait_for(lambda: BackupDir(root, keep=2).complete(), "backup")
+        _wait_for(lambda: BackupDir(root, keep=2, store_id="lister").complete(), "backup")
         _wait_for(lambda: len(acknowledged) >= before + 50, "captures after the backup")
     finally:
         stop.set()
         thread.join(60)
         process.terminate()
     assert errors == []
-    [backup] = BackupDir(root, keep=2).complete()
+    [backup] = BackupDir(root, keep=2, store_id="lister").complete()
+    manifest = json.loads((backup / MANIFEST_NAME).read_text())
+    assert manifest["store_id"] == (tmp_path / "data" / STORE_ID_NAME).read_text().strip()
 
     restored = tmp_path / "restored"
     shutil.copytree(backup, restored)
@@ -95,7 +98,7 @@ def test_scheduled_backups_keep_the_newest_and_sigusr2_never_stops_a_server(
     )
     scheduled.start()
     try:
-        backups = BackupDir(root, keep=2)
+        backups = BackupDir(root, keep=2, store_id="lister")
         seen: set[Path] = set()
 
         def three_taken() -> bool:
