@@ -52,6 +52,25 @@ def _stale(pattern: PatternView, config: RetentionConfig, now_ms: int) -> Retent
     return RetentionEntry(pattern.id, RetentionAction.STALE, reason)
 
 
+def supersede_holds(
+    counts: tuple[int, int], best_counts: tuple[int, int], config: RetentionConfig
+) -> bool:
+    """The superseded rule on (successes, failures): the better pattern has at least
+    `superseded_min_tries` tries and a success estimate higher by at least `superseded_margin`.
+    Retention applies it when it evaluates the tenant, and again to both patterns' current
+    counters under the marked pattern's lock (docs/ranking.md, Retention)."""
+    best_successes, best_failures = best_counts
+    if max(best_successes, 0) + max(best_failures, 0) < config.superseded_min_tries:
+        return False
+    estimate = _core.beta_mean(*counts, config.prior_successes, config.prior_failures)
+    best = _core.beta_mean(*best_counts, config.prior_successes, config.prior_failures)
+    return bool(best - estimate >= config.superseded_margin)
+
+
+def _counts(pattern: PatternView) -> tuple[int, int]:
+    return pattern.success_count, pattern.failure_count
+
+
 def _superseded(
     patterns: Sequence[PatternView], config: RetentionConfig
 ) -> dict[str, RetentionEntry]:
@@ -67,7 +86,7 @@ def _superseded(
         if pattern.id == best.id:
             continue
         estimate = _estimate(pattern, config)
-        if best_estimate - estimate >= config.superseded_margin:
+        if supersede_holds(_counts(pattern), _counts(best), config):
             reason = (
                 f"success estimate {estimate:.2f} vs {best_estimate:.2f} of pattern {best.id} "
                 f"({_tries(best)} tries); margin >= {config.superseded_margin:.2f}"

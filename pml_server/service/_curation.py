@@ -12,7 +12,7 @@ from dataclasses import replace
 from pml_server.domain.errors import NotFoundError
 from pml_server.domain.model import RetentionAction, RetentionReport
 from pml_server.domain.records import CapabilityRecord, PatternRecord
-from pml_server.retention import evaluate, removal_holds
+from pml_server.retention import evaluate, removal_holds, supersede_holds
 from pml_server.service._arguments import check_tenant
 from pml_server.service._idempotency import prune_request_ids
 from pml_server.service._reads import views_by_capability
@@ -147,10 +147,12 @@ def set_marks(
     flagged: bool,
     superseded_by: str,
     flag_holds: Callable[[PatternRecord], bool] | None = None,
+    superseded_holds: Callable[[PatternRecord, str], bool] | None = None,
 ) -> bool:
     """Rewrite a pattern's retention marks; True when they changed. With `flag_holds`, a flag
     is set only if it answers True for the pattern as it is once its lock is held (as
-    `delete_pattern`'s `still_wanted`)."""
+    `delete_pattern`'s `still_wanted`); with `superseded_holds`, likewise the superseded mark
+    (given the better pattern's id)."""
     repo = state.repo
     found = repo.patterns.pattern(tenant, pattern_id)
     if found is None:
@@ -159,6 +161,8 @@ def set_marks(
         pattern = repo.patterns.pattern(tenant, pattern_id)
         if pattern is not None and flagged and flag_holds is not None:
             flagged = flag_holds(pattern)
+        if pattern is not None and superseded_by and superseded_holds is not None:
+            superseded_by = superseded_by if superseded_holds(pattern, superseded_by) else ""
         if pattern is None or (
             pattern.flagged_for_removal == flagged and pattern.superseded_by == superseded_by
         ):
@@ -197,12 +201,29 @@ def run_retention(state: EngineState, tenant: str, apply: bool) -> RetentionRepo
             )
 
         kept: set[str] = set()  # removals and flags no longer holding under the lock
+        unmarked: set[str] = set()  # superseded marks no longer holding under the lock
 
         def flag_holds(pattern: PatternRecord) -> bool:
             # decided again as a removal is (docs/ranking.md, Retention): a flag hides the
             # pattern from Suggest until the next run
             if not still_failing(pattern):
                 kept.add(pattern.id)
+                return False
+            return True
+
+        def still_superseded(pattern: PatternRecord, best_id: str) -> bool:
+            # decided again as a flag is (docs/ranking.md, Retention): the mark lowers the
+            # pattern's score in every Suggest until the next run
+            counters = state.repo.patterns.counters(tenant, pattern.id)
+            best = state.repo.patterns.counters(tenant, best_id)
+            if (
+                counters is None
+                or best is None
+                or not supersede_holds(
+                    (counters.success, counters.failure), (best.success, best.failure), config
+                )
+            ):
+                unmarked.add(pattern.id)
                 return False
             return True
 
@@ -214,8 +235,14 @@ def run_retention(state: EngineState, tenant: str, apply: bool) -> RetentionRepo
                             kept.add(view.id)
                 else:
                     marks = (view.id in flagged, superseded.get(view.id, ""))
-                    set_marks(state, tenant, view.id, *marks, flag_holds)
-        if kept:  # the report says what was done: a pattern kept is not removed nor flagged
-            undone = (RetentionAction.REMOVED, RetentionAction.REMOVAL_CANDIDATE)
-            entries = [e for e in entries if not (e.pattern_id in kept and e.action in undone)]
+                    set_marks(state, tenant, view.id, *marks, flag_holds, still_superseded)
+        # the report says what was done: a pattern kept is not removed nor flagged, one
+        # unmarked not superseded
+        undone = (RetentionAction.REMOVED, RetentionAction.REMOVAL_CANDIDATE)
+        entries = [
+            e
+            for e in entries
+            if not (e.pattern_id in kept and e.action in undone)
+            and not (e.pattern_id in unmarked and e.action is RetentionAction.SUPERSEDED)
+        ]
     return RetentionReport(dry_run=not apply, entries=tuple(entries), ran_at_ms=now)

@@ -138,3 +138,50 @@ def test_concurrent_captures_never_lose_a_pattern_that_recovered(
         if successes / (successes + 9) >= AUTO.min_success_rate:
             wrong.append(pattern_id)
     assert wrong == [], (wrong, deletions)
+
+
+def test_successes_after_the_evaluation_leave_the_pattern_unmarked_superseded(
+    engine_of: Callable[..., Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within one capability, `best` (10 of 10) beats `worse` (1 of 3) by 0.92 - 0.40 of
+    success estimate: evaluated alone, `worse` is superseded. Ten successes of `worse` land
+    between the evaluation and the marks (11 of 13: 0.79, within the 0.15 margin): the mark,
+    which lowers `worse` in every Suggest until the next run, is decided again under the
+    pattern's lock (docs/ranking.md, Retention), so `worse` stays unmarked and the report does
+    not list it superseded."""
+    engine = engine_of(RetentionConfig())
+    tools = ["deploy_tool"]
+
+    def capture(name: str, i: int, failed: bool = False) -> str:
+        record = make_record(
+            f"{name}-{i}",
+            "deploy the service",
+            tools,
+            code=f"{name}()",
+            failed=set(tools) if failed else None,
+        )
+        return engine.record("t", record).pattern_id
+
+    best, *_ = [capture("best", i) for i in range(10)]
+    worse, *_ = [capture("worse", i, failed=i > 0) for i in range(3)]
+    assert (
+        engine.get_pattern("t", worse).capability_id == engine.get_pattern("t", best).capability_id
+    )
+    assert [
+        e.superseded_by
+        for e in engine.run_retention("t", apply=False).entries
+        if e.action is RetentionAction.SUPERSEDED
+    ] == [best]
+    evaluated = _curation.views_by_capability
+
+    def evaluate_then_capture(*args: Any) -> Any:
+        views = evaluated(*args)
+        for i in range(3, 13):
+            capture("worse", i)
+        return views
+
+    monkeypatch.setattr(_curation, "views_by_capability", evaluate_then_capture)
+    report = engine.run_retention("t", apply=True)
+    assert [e for e in report.entries if e.action is RetentionAction.SUPERSEDED] == []
+    marked = engine.get_pattern("t", worse)
+    assert (marked.success_count, marked.failure_count, marked.superseded_by) == (11, 2, "")
