@@ -11,8 +11,9 @@ are written together or not at all, and a replayed request id teaches nothing tw
 
 A tenant keeps at most `max_sessions` sessions: every `max_sessions / 8` sessions a process
 starts for a tenant, it sweeps them (`sweep`): idle ones are dropped, then the least recently
-used beyond the bound. Between sweeps a tenant holds at most the bound plus what the processes
-sharing the store started since their last sweep.
+used beyond the bound, `SWEEP_CHUNK` to a write that deletes a row only if still as scanned.
+Between sweeps a tenant holds at most the bound plus what the processes sharing the store
+started since their last sweep.
 """
 
 from __future__ import annotations
@@ -69,24 +70,26 @@ def sweep_if_due(state: EngineState, tenant: str) -> None:
         sweep(state, tenant)
 
 
+# Session rows one write of a sweep deletes: a capture that sweeps a tenant at its bound pays a
+# few writes, not one a session (docs/ranking.md, Sessions).
+SWEEP_CHUNK = 1024
+
+
 def sweep(state: EngineState, tenant: str) -> int:
     """Drop the tenant's idle sessions, then the least recently used beyond `max_sessions`;
-    how many were dropped. Each under its session's lock and only if no capture refreshed it
-    since the scan (that capture's step is kept, so the next one follows it)."""
+    how many were dropped. `SWEEP_CHUNK` rows to a write, each only if no capture rewrote it
+    since the scan (the store compares it in the write: that capture's step is kept, so the
+    next one follows it)."""
     repo = state.repo
     now = state.clock()
     rows = sorted(repo.sessions.session_rows(tenant), key=lambda row: row[1], reverse=True)
     bound = state.rules.limits.fields.sessions.bound
     limit = idle_ms(state)
-    dropped = 0
-    for n, (key, ms) in enumerate(rows):
-        if n < bound and now - ms <= limit:
-            continue
-        with state.locks.session.lock_for(tenant, key.hex()):
-            if repo.sessions.session_ms(key) == ms:
-                state.store.write([repo.sessions.delete_session(key)])
-                dropped += 1
-    return dropped
+    going = [row for n, row in enumerate(rows) if n >= bound or now - row[1] > limit]
+    return sum(
+        repo.sessions.delete_unchanged(going[start : start + SWEEP_CHUNK])
+        for start in range(0, len(going), SWEEP_CHUNK)
+    )
 
 
 def check_context(context: SuggestContext) -> None:

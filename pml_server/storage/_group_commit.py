@@ -98,6 +98,26 @@ class GroupCommitWriter:
 
     def _submit(self, ops: Sequence[Op], eager: bool) -> WriteTicket:
         """`submit`; an `eager` batch ends any hold of the writer (`writes_held`)."""
+        with self._wakeup:
+            return self._submit_locked(ops, eager)
+
+    def submit_decided(self, decide: Callable[[], Sequence[Op]]) -> tuple[WriteTicket, int]:
+        """Submit the batch `decide()` returns (and its length), `decide` called under the
+        store's lock in the section that submits it: every write is submitted under that lock,
+        so what `decide` reads is what the batch is written over (a compare-and-delete)."""
+        with self._wakeup:
+            self.check_open()
+            ops = decide()
+            if not ops:
+                ticket = WriteTicket()
+                ticket._finish()
+                return ticket, 0
+            return self._submit_locked(ops, eager=True), len(ops)
+
+    def _submit_locked(self, ops: Sequence[Op], eager: bool) -> WriteTicket:
+        """`_submit`, the store's lock held. `fast` writes too (rocksdict holds the GIL through
+        a write anyway), so that `submit_decided` sees no write land between its reads and its
+        own."""
         ticket = WriteTicket()
         if self._thread is None:
             self.check_open()
@@ -107,24 +127,22 @@ class GroupCommitWriter:
             except Exception as error:  # rocksdict raises plain Exception on I/O errors
                 self._failed = error
                 raise StoreClosedError(f"write failed: {error}") from error
-            with self._wakeup:  # after the write: see the store's get_many
-                for cf, key, _ in ops:
-                    self._drop(cf, key)
+            for cf, key, _ in ops:  # after the write: see the store's get_many
+                self._drop(cf, key)
             ticket._finish()
             return ticket
-        with self._wakeup:
-            self.check_open()
-            seq = self._next_seq
-            self._next_seq += 1
-            for cf, key, value in ops:
-                self._overlay[cf][key] = (seq, value)
-                self._drop(cf, key)
-            # The writer waits for the queue's first write; with writes queued it is writing,
-            # or holding back held ones, which the first eager write ends.
-            if not self._queue or (eager and not self._eager):
-                self._wakeup.notify()
-            self._eager += eager
-            self._queue.append((seq, ops, ticket, eager))
+        self.check_open()
+        seq = self._next_seq
+        self._next_seq += 1
+        for cf, key, value in ops:
+            self._overlay[cf][key] = (seq, value)
+            self._drop(cf, key)
+        # The writer waits for the queue's first write; with writes queued it is writing,
+        # or holding back held ones, which the first eager write ends.
+        if not self._queue or (eager and not self._eager):
+            self._wakeup.notify()
+        self._eager += eager
+        self._queue.append((seq, ops, ticket, eager))
         return ticket
 
     @contextlib.contextmanager

@@ -372,6 +372,28 @@ class Store:
     def write(self, ops: Sequence[Op]) -> None:
         self._writer.write(ops)
 
+    def delete_unchanged(self, cf: str, rows: Sequence[tuple[bytes, bytes]]) -> int:
+        """See `seam.BatchWrites.delete_unchanged`: compared and queued under the store's lock,
+        which every write is queued under."""
+        family = self._family(cf)
+
+        def decide() -> list[Op]:
+            overlay = self._writer.pending(cf)
+            missing = [key for key, _ in rows if key not in overlay]
+            # a multi-get (rocksdict types its result as "Any | None": one value per key)
+            stored: list[bytes | None] = (family.get([*missing]) or []) if missing else []
+            found = dict(zip(missing, stored, strict=True))
+            ops: list[Op] = []
+            for key, value in rows:
+                pending = overlay.get(key)
+                if (pending[1] if pending is not None else found.get(key)) == value:
+                    ops.append((cf, key, None))
+            return ops
+
+        ticket, deleted = self._writer.submit_decided(decide)
+        ticket.wait()
+        return deleted
+
     def writes_held(self) -> AbstractContextManager[None]:
         """The block's submits are written together once it ends (see
         `GroupCommitWriter.writes_held`)."""

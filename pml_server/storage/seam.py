@@ -125,6 +125,12 @@ class BatchWrites(Protocol):
 
     def write(self, ops: Sequence[Op]) -> None: ...
 
+    def delete_unchanged(self, cf: str, rows: Sequence[tuple[bytes, bytes]]) -> int:
+        """Delete, in one durable write, the key of each (key, value) row whose stored value
+        is still that value; how many were deleted. A write of one of those keys by anyone
+        else lands wholly before the comparison (the key is kept) or after the deletion."""
+        ...
+
     def writes_held(self) -> AbstractContextManager[None]:
         """A block whose submits the store may write together once it ends (a batch's
         captures); nothing inside waits for its own tickets."""

@@ -113,7 +113,7 @@ def test_a_tenant_keeps_a_bounded_number_of_sessions(engine_of: EngineOf) -> Non
         _step(engine, f"s{s:02d}", "ls", 1)
         kept = engine._state.repo.sessions.session_rows(T)
         assert len(kept) <= 8 + 8 // 8
-    newest = {key for key, _ in engine._state.repo.sessions.session_rows(T)}
+    newest = {key for key, _, _ in engine._state.repo.sessions.session_rows(T)}
     assert session_key(T, "s39") in newest
     assert session_key(T, "s00") not in newest
 
@@ -246,7 +246,7 @@ def test_sweep_drops_idle_sessions(engine_of: EngineOf) -> None:
     clock.now_ms += 61_000
     _step(engine, "new", "ls", 1)
     assert _sessions.sweep(engine._state, T) == 1
-    assert [k for k, _ in engine._state.repo.sessions.session_rows(T)] == [session_key(T, "new")]
+    assert [k for k, _, _ in engine._state.repo.sessions.session_rows(T)] == [session_key(T, "new")]
 
 
 def test_the_sweep_keeps_a_session_a_capture_refreshed_after_its_scan(
@@ -262,7 +262,7 @@ def test_the_sweep_keeps_a_session_a_capture_refreshed_after_its_scan(
     sessions = engine._state.repo.sessions
     scan = sessions.session_rows
 
-    def scan_then_capture(tenant: str) -> list[tuple[bytes, int]]:
+    def scan_then_capture(tenant: str) -> list[tuple[bytes, int, bytes]]:
         rows = scan(tenant)
         _step(engine, "s", "read", 2)  # between the scan and the delete
         return rows
@@ -274,6 +274,38 @@ def test_the_sweep_keeps_a_session_a_capture_refreshed_after_its_scan(
     _step(engine, "s", "tail", 3)
     assert sessions.transition(T, cap["read"], cap["tail"]) is not None
     assert sessions.transition(T, cap["ls"], cap["read"]) is None  # idle: followed nothing
+
+
+def test_a_sweep_deletes_its_sessions_a_chunk_to_a_write(
+    engine_of: EngineOf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A capture that sweeps a tenant pays one store write per `SWEEP_CHUNK` sessions dropped,
+    not one per session: 2,000 idle sessions and 1,000 recent ones over a bound of 100 drop
+    2,900 (the idle, then the least recently used) in 3 writes, and keep the 100 newest."""
+    clock = Clock()
+    engine = engine_of(clock, session_idle_seconds=60.0, max_sessions=100)
+    store = engine._state.store
+    now = clock.now_ms
+
+    def row(ms: int) -> bytes:
+        return json_form.dumps({"capability": "c", "ms": ms})
+
+    store.write([(CF_SESSIONS, session_key(T, f"idle{i}"), row(now - 61_000)) for i in range(2000)])
+    store.write([(CF_SESSIONS, session_key(T, f"s{i}"), row(now - i)) for i in range(1000)])
+    writes: list[str] = []
+    for name in ("write", "submit", "delete_unchanged"):
+        method = getattr(store, name)
+
+        def counted(*args: Any, _name: str = name, _method: Any = method) -> Any:
+            writes.append(_name)
+            return _method(*args)
+
+        monkeypatch.setattr(store, name, counted)
+    assert _sessions.sweep(engine._state, T) == 2900
+    assert writes == ["delete_unchanged"] * 3
+    monkeypatch.undo()
+    kept = {key for key, _, _ in engine._state.repo.sessions.session_rows(T)}
+    assert kept == {session_key(T, f"s{i}") for i in range(100)}
 
 
 @pytest.mark.parametrize(

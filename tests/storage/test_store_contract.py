@@ -21,6 +21,7 @@ from pml_server.storage.keys import (
     CF_OPLOG,
     CF_PATTERNS,
     CF_REQUESTS,
+    CF_SESSIONS,
     tenant_key,
     tenant_prefix,
 )
@@ -132,6 +133,35 @@ def test_counter_read_modify_write_under_the_lock_is_exact(opener: Opener) -> No
     assert raw is not None
     assert PatternCounters.from_json(raw).usage == 200
     assert repository_for(store).patterns.counter_ceilings("t") == (200, 200)
+
+
+def _deletes_only_unchanged_rows(store: StoreBackend) -> None:
+    a, b, c, d = (tenant_key("t", k) for k in "abcd")
+    store.write([(CF_SESSIONS, a, b"1"), (CF_SESSIONS, b, b"1"), (CF_SESSIONS, c, b"1")])
+    rewritten = store.submit([(CF_SESSIONS, b, b"2")])  # maybe still queued: compared too
+    rows = [(a, b"1"), (b, b"1"), (c, b"0"), (d, b"1")]
+    assert store.delete_unchanged(CF_SESSIONS, rows) == 1
+    rewritten.wait()
+    assert store.delete_unchanged(CF_SESSIONS, []) == 0
+    assert store.get_many(CF_SESSIONS, [a, b, c, d]) == [None, b"2", b"1", None]
+
+
+def test_delete_unchanged_deletes_only_the_rows_still_as_given(opener: Opener) -> None:
+    """A sweep's compare-and-delete (docs/ranking.md, Sessions): a row rewritten since it was
+    read, or read with another value, is kept; one never stored is no deletion; it survives a
+    reopen."""
+    store = opener()
+    _deletes_only_unchanged_rows(store)
+    store.close()
+    assert opener().get(CF_SESSIONS, tenant_key("t", "a")) is None
+
+
+def test_delete_unchanged_with_fast_durability(tmp_path: Path) -> None:
+    store = Store(tmp_path / "db", "fast")  # writes in the caller's thread, not group-committed
+    try:
+        _deletes_only_unchanged_rows(store)
+    finally:
+        store.close()
 
 
 def test_a_newer_schema_is_refused_rocksdb(tmp_path: Path) -> None:

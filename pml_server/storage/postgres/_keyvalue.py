@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import psycopg
+
 from pml_server.storage.keys import (
     CF_COUNTERS,
     CF_HASHES,
@@ -195,4 +197,17 @@ def write_family(conn: Connection, cf: str, rows: list[tuple[bytes, bytes | None
         f"INSERT INTO {table} (key, value) {source}"
         f" ON CONFLICT (key) DO UPDATE SET value = excluded.value{followed}".encode(),
         (keys[0], values[0]) if one else (keys, values),
+    )
+
+
+def delete_unchanged(
+    conn: Connection, cf: str, rows: Sequence[tuple[bytes, bytes]]
+) -> psycopg.Cursor[tuple[Any, ...]]:
+    """Delete each row's key whose value is still the row's (the cursor's rowcount says how
+    many), in key order."""
+    ordered = sorted(rows)
+    return conn.execute(
+        f"DELETE FROM {table_of(cf)} AS t USING unnest(%s::bytea[], %s::bytea[]) AS d(k, v) "
+        "WHERE t.key = d.k AND t.value = d.v",
+        ([k for k, _ in ordered], [v for _, v in ordered]),
     )

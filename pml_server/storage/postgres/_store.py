@@ -40,6 +40,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -181,6 +182,26 @@ class PostgresStore:
 
     def write(self, ops: Sequence[Op]) -> None:
         self.submit(ops).wait()
+
+    def delete_unchanged(self, cf: str, rows: Sequence[tuple[bytes, bytes]]) -> int:
+        """See `seam.BatchWrites.delete_unchanged`: one DELETE comparing each row's value (a
+        concurrent writer's row lock makes it wait, then compare the committed value)."""
+        if self._closed:
+            raise StoreClosedError("store is closed")
+        if not rows:
+            return 0
+        deleted: list[psycopg.Cursor[tuple[Any, ...]]] = []
+
+        def statements(conn: Connection) -> None:
+            deleted.append(_keyvalue.delete_unchanged(conn, cf, rows))
+
+        ops: list[Op] = [(cf, key, None) for key, _ in rows]
+        try:
+            self.transactions.commit(statements)
+        finally:
+            for watcher in self._commit_watchers:
+                watcher(ops)
+        return deleted[0].rowcount
 
     def writes_held(self) -> AbstractContextManager[None]:
         """Nothing to hold: every submit commits its own transaction before returning."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 from pml_server.domain import json_form
 from pml_server.storage.keys import (
@@ -13,7 +14,7 @@ from pml_server.storage.keys import (
     tenant_key,
     tenant_prefix,
 )
-from pml_server.storage.seam import KeyValueReads, Op
+from pml_server.storage.seam import Op, StoreBackend
 
 _DIGEST_CHARS = 32
 _HEX = b"0123456789abcdef"
@@ -28,7 +29,7 @@ def session_key(tenant: str, session_id: str) -> bytes:
 
 
 class SessionRows:
-    def __init__(self, store: KeyValueReads) -> None:
+    def __init__(self, store: StoreBackend) -> None:
         self.store = store
 
     def session_step(self, tenant: str, session_id: str) -> tuple[str, int] | None:
@@ -46,15 +47,14 @@ class SessionRows:
     def key(self, tenant: str, session_id: str) -> bytes:
         return session_key(tenant, session_id)
 
-    def session_ms(self, key: bytes) -> int | None:
-        """The time in ms of the last step kept under a session row's `key`, if kept."""
-        raw = self.store.get(CF_SESSIONS, key)
-        return None if raw is None else int(json_form.loads(raw)["ms"])
-
-    def session_rows(self, tenant: str) -> list[tuple[bytes, int]]:
-        """(key, last step time) of every session kept for the tenant."""
+    def session_rows(self, tenant: str) -> list[tuple[bytes, int, bytes]]:
+        """(key, last step time, stored row) of every session kept for the tenant."""
         rows = self.store.scan(CF_SESSIONS, tenant_prefix(tenant))
-        return [(key, int(json_form.loads(raw)["ms"])) for key, raw in rows]
+        return [(key, int(json_form.loads(raw)["ms"]), raw) for key, raw in rows]
+
+    def delete_unchanged(self, rows: Sequence[tuple[bytes, int, bytes]]) -> int:
+        """Delete, in one write, the `session_rows` rows still as they were read; how many."""
+        return self.store.delete_unchanged(CF_SESSIONS, [(key, raw) for key, _, raw in rows])
 
     def rows_keyed_by_id(self) -> list[Op]:
         """The deletion of every session row of any tenant still keyed by its raw id (an older
@@ -66,9 +66,6 @@ class SessionRows:
             if len(rest) != _DIGEST_CHARS or rest.strip(_HEX):
                 ops.append((CF_SESSIONS, key, None))
         return ops
-
-    def delete_session(self, key: bytes) -> Op:
-        return (CF_SESSIONS, key, None)
 
     def transition(self, tenant: str, previous: str, following: str) -> tuple[int, int] | None:
         """(count, last time in ms) of `previous` -> `following`, if ever seen."""
