@@ -96,6 +96,23 @@ class OplogFollower:
             self._refresh_ranks()
             return applied
 
+    def catch_up_tenant(self, tenant: str, timeout: float) -> bool:
+        """Apply the tenant's committed entries after its cursor: its index then holds every
+        intent committed before the call, as a capture's grouping needs (docs/capture.md,
+        "Grouping a new pattern when the index settles it"). False, nothing applied, when
+        another catch-up held the follower for `timeout` seconds (the caller reads the store:
+        a capture waiting here holds a pooled connection the other catch-up may need)."""
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        try:
+            while entries := self._oplog.entries(tenant, self._cursors.get(tenant, 0), _BATCH):
+                self._apply(tenant, entries)
+                self._cursors[tenant] = entries[-1][0]
+                self._applied += len(entries)
+        finally:
+            self._lock.release()
+        return True
+
     def _refresh_ranks(self) -> None:
         """Pattern records before counters: a new pattern's counters find its row."""
         if self._since is None:

@@ -8,7 +8,7 @@ from pml_server import _core
 from pml_server.capture.dedup import choose_capability
 from pml_server.domain.vectors import Vector
 from pml_server.search import TenantSearchIndex, best_score
-from pml_server.service._near import closest_candidates
+from pml_server.service._near import closest_candidates, index_is_current
 from pml_server.service._state import EngineState
 from pml_server.service._writes import apply_staged_adds
 from pml_server.storage.repo import Repository
@@ -29,14 +29,16 @@ def capability_for_new_pattern(
     same_tools = state.repo.capabilities.capabilities_with_tools(tenant, signature)
     threshold = state.rules.thresholds.capability_group
     if len(same_tools) <= MAX_GROUP_CANDIDATES:
+        # a shared store's index is brought up to date first, else every intent is read
+        current = index_is_current(state, tenant)
         decided, contenders = (
-            (False, same_tools)
-            if state.store.shared
-            else decide_by_index(state, tenant, same_tools, vector, threshold)
+            decide_by_index(state, tenant, same_tools, vector, threshold)
+            if current
+            else (False, same_tools)
         )
         if decided:
             return contenders[0] if contenders else None
-        candidates = capability_vectors(state, tenant, contenders, vector, threshold)
+        candidates = capability_vectors(state, tenant, contenders, vector, threshold, current)
         return choose_capability(candidates, vector, threshold)
     apply_staged_adds(state, tenant)  # the earlier records of a batch are candidates too
     return nearest_allowed_capability(
@@ -78,7 +80,12 @@ def decide_by_index(
 
 
 def capability_vectors(
-    state: EngineState, tenant: str, capability_ids: list[str], vector: Vector, threshold: float
+    state: EngineState,
+    tenant: str,
+    capability_ids: list[str],
+    vector: Vector,
+    threshold: float,
+    index_current: bool,
 ) -> list[tuple[str, list[Vector]]]:
     """For each capability, the vectors of its intents among which lies its closest to
     `vector` when that one is within `threshold` (`_near`): the exact comparison (few
@@ -87,7 +94,9 @@ def capability_vectors(
     for capability_id in capability_ids:
         capability = state.repo.capabilities.capability(tenant, capability_id)
         if capability is not None:
-            near = closest_candidates(state, tenant, capability.pattern_ids, vector, threshold)
+            near = closest_candidates(
+                state, tenant, capability.pattern_ids, vector, threshold, index_current
+            )
             candidates.append((capability_id, [i.vector for i in near]))
     return candidates
 

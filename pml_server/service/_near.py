@@ -26,13 +26,17 @@ def closest_candidates(
     pattern_ids: Sequence[str],
     vector: Vector,
     threshold: float,
+    index_current: bool = False,
 ) -> list[IntentRecord]:
     """Stored intents of `pattern_ids`, in the store's order, among which lies the one of all
     their intents closest to `vector`, whenever that one is within `threshold`. A shared
-    store reads them all: other replicas' intents reach this replica's index late."""
+    store reads them all (other replicas' intents reach this replica's index late) unless
+    `index_current`: the caller brought the tenant's index up to date (`index_is_current`)."""
     index = state.indexes.for_tenant(tenant)
     wanted = (
-        None if state.store.shared else index.closest_candidates(pattern_ids, vector, threshold)
+        None
+        if state.store.shared and not index_current
+        else index.closest_candidates(pattern_ids, vector, threshold)
     )
     if wanted is None:
         return [
@@ -41,3 +45,17 @@ def closest_candidates(
             for i in state.repo.intents.of_pattern(tenant, pattern_id)
         ]
     return [i for i in state.repo.intents.intents_by_id(tenant, wanted) if i is not None]
+
+
+# How long a capture waits for the follower's own catch-up to end before it reads the store.
+FOLLOWER_WAIT_SECONDS = 1.0
+
+
+def index_is_current(state: EngineState, tenant: str) -> bool:
+    """Whether the tenant's vector index holds every intent committed so far: always over the
+    embedded store (the engine indexes each write as it commits it); over a shared store once
+    the follower applied the tenant's op log up to now (`OplogFollower.catch_up_tenant`)."""
+    if not state.store.shared:
+        return True
+    follower = state.follower
+    return follower is not None and follower.catch_up_tenant(tenant, FOLLOWER_WAIT_SECONDS)

@@ -8,12 +8,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine
+from pml_server.storage.keys import CF_INTENTS
 from testing.ranking_oracle import path as oracle
 from tests.support import Clock, make_record, open_engine
 
@@ -383,3 +385,37 @@ def test_available_tools_retrieve_among_permitted_patterns_across_replicas(
     finally:
         a.close()
         b.close()
+
+
+def test_a_new_pattern_joins_a_crowded_capability_of_another_replica_reading_few_intents(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/capture.md, "Grouping a new pattern when the index settles it", over a shared store.
+    A records 100 patterns of one request (code written anew each run: their intents tie)
+    while B's follower is held back; B's new pattern still joins their capability (B's index
+    is brought up to date from the op log under the group lock), and the next one reads fewer
+    than 10 stored intents (every tied intent before: 101)."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # B's follower thread applies nothing
+
+    def run(n: int) -> Any:
+        return make_record(f"r{n}", "Read JSON file", JSON_TOOLS, code=f"f{n}()")
+
+    crowded = {a.record("t", run(n)).capability_id for n in range(100)}
+    assert len(crowded) == 1
+    assert b.record("t", run(100)).capability_id in crowded
+    store = b._state.store
+    read: list[int] = []
+    for name in ("scan", "get_many"):
+        method = getattr(store, name)
+
+        def counted(cf: str, *args: Any, _method: Any = method, **kwargs: Any) -> Any:
+            rows = _method(cf, *args, **kwargs)
+            read.extend([len(rows)] if cf == CF_INTENTS else [])
+            return rows
+
+        monkeypatch.setattr(store, name, counted)
+    assert b.record("t", run(101)).capability_id in crowded
+    assert sum(read) < 10
