@@ -204,10 +204,12 @@ def delete_unchanged(
     conn: Connection, cf: str, rows: Sequence[tuple[bytes, bytes]]
 ) -> psycopg.Cursor[tuple[Any, ...]]:
     """Delete each row's key whose value is still the row's (the cursor's rowcount says how
-    many), in key order."""
-    ordered = sorted(rows)
+    many). The rows are locked in key order first, so two replicas' sweeps never deadlock."""
+    table = table_of(cf)
     return conn.execute(
-        f"DELETE FROM {table_of(cf)} AS t USING unnest(%s::bytea[], %s::bytea[]) AS d(k, v) "
-        "WHERE t.key = d.k AND t.value = d.v",
-        ([k for k, _ in ordered], [v for _, v in ordered]),
+        f"WITH locked AS (SELECT key, value FROM {table} WHERE key = ANY(%s)"
+        " ORDER BY key FOR UPDATE)"
+        f" DELETE FROM {table} AS t USING locked, unnest(%s::bytea[], %s::bytea[]) AS d(k, v)"
+        " WHERE t.key = locked.key AND locked.key = d.k AND locked.value = d.v",
+        ([k for k, _ in rows], [k for k, _ in rows], [v for _, v in rows]),
     )
