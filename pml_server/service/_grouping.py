@@ -41,6 +41,8 @@ def capability_for_new_pattern(
         candidates = capability_vectors(state, tenant, contenders, vector, threshold, current)
         return choose_capability(candidates, vector, threshold)
     apply_staged_adds(state, tenant)  # the earlier records of a batch are candidates too
+    # other replicas' intents too (a shared store's index is otherwise behind by the lag)
+    index_is_current(state, tenant)
     return nearest_allowed_capability(
         state.repo,
         tenant,

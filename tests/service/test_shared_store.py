@@ -419,3 +419,22 @@ def test_a_new_pattern_joins_a_crowded_capability_of_another_replica_reading_few
         monkeypatch.setattr(store, name, counted)
     assert b.record("t", run(101)).capability_id in crowded
     assert sum(read) < 10
+
+
+def test_a_new_pattern_finds_its_capability_among_many_another_replica_wrote_just_before(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over 64 capabilities of one tool signature the grouping asks the vector index for the
+    nearest intents: B's index is brought up to date first, so with B's follower held back
+    B's new pattern still joins the capability A just made for the same request."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # B's follower thread applies nothing
+
+    def run(n: int, intent: str) -> Any:
+        return make_record(f"r{n}", intent, JSON_TOOLS, code=f"f{n}()")
+
+    made = [a.record("t", run(n, f"job{n} q{n * 7} z{n * 13}")).capability_id for n in range(70)]
+    assert len(set(made)) == 70
+    assert b.record("t", run(70, "job69 q483 z897")).capability_id == made[69]
