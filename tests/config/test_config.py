@@ -88,6 +88,34 @@ def test_the_examples_commented_ranking_values_are_minilms_defaults() -> None:
     }
 
 
+def test_each_server_and_engine_key_of_the_example_is_under_its_own_help() -> None:
+    """Each [server] and [engine] key of pml.example.toml has the setting's help (its first
+    words) in the comment just above it, so a reader learns what the key does. Before, the
+    otlp_pending_spans comment stood above otlp_http_listen's, and otlp_pending_seconds had
+    none."""
+    helps = {
+        (table, f.name): f.metadata["help"]
+        for table in ("server", "engine")
+        for f in dataclasses.fields(TABLES[table])
+        if "help" in f.metadata
+    }
+    table, comment, misplaced = "", [], []
+    for line in EXAMPLE.read_text().splitlines():
+        header = re.fullmatch(r"\[([a-z.]+)\]", line)
+        key = re.fullmatch(r"#?\s*([a-z_]+) = .+", line)
+        if header or not line.strip():
+            table, comment = header.group(1) if header else table, []
+        elif key:
+            if (table, key.group(1)) in helps:
+                said = " ".join(c for c in comment if not c.startswith("(default")).split()
+                if said[:3] != helps[table, key.group(1)].split()[:3]:
+                    misplaced.append(f"{table}.{key.group(1)}: {' '.join(said[:6])}")
+            comment = []
+        else:
+            comment.append(line.removeprefix("# "))
+    assert misplaced == []
+
+
 def test_every_setting_of_server_and_engine_is_a_flag_in_the_help() -> None:
     text = subprocess.run(
         [str(Path(sys.executable).parent / "pml"), "serve", "--help"],
