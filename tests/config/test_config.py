@@ -88,6 +88,27 @@ def test_the_examples_commented_ranking_values_are_minilms_defaults() -> None:
     }
 
 
+def test_the_operations_pages_config_file_is_taken_as_its_comment_says(tmp_path: Path) -> None:
+    """docs/operations.md's TOML example, with the command its first line gives: every key
+    known, each value taken, the --listen flag over [server] listen."""
+    page = (EXAMPLE.parent / "docs" / "operations.md").read_text()
+    found = re.search(r"^```toml\n# (pml serve [^\n]*?)  .*?\n(.*?)^```", page, re.M | re.S)
+    assert found, "docs/operations.md lost its TOML example"
+    command, text = found.groups()
+    argv = command.split()[1:]
+    argv[argv.index("pml.toml")] = str(_write(tmp_path, text))
+    config = serve_config(cli.build_parser().parse_args(argv), environ={})
+    assert config.server.listen == "0.0.0.0:50051"
+    assert (config.server.keys_file, config.server.metrics_port) == (Path("keys.json"), 9464)
+    assert config.engine.data_dir == Path("/var/lib/pml")
+    assert (config.engine.max_code_bytes, config.engine.snapshot_interval_seconds) == (131072, 120)
+    assert (config.engine.retention.interval_seconds, config.engine.retention.auto_remove) == (
+        600,
+        False,
+    )
+    assert config.engine.ranking == dataclasses.replace(default_ranking("minilm"), min_success=0.6)
+
+
 def test_each_server_and_engine_key_of_the_example_is_under_its_own_help() -> None:
     """Each [server] and [engine] key of pml.example.toml has the setting's help (its first
     words) in the comment just above it, so a reader learns what the key does. Before, the
