@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from pml_server import __version__
 from pml_server.backup import BackupStatus
 from pml_server.domain.model import EmbeddingUsage
 from pml_server.replication import FollowerLag
@@ -55,6 +56,10 @@ class Metrics:
             "limit not counted)",
             ["status"],
             registry=self.registry,
+        )
+        # docs/operations.md, "Metrics and alerts": two versions serving one store.
+        Info("pml_version", "The running pml version", registry=self.registry).info(
+            {"version": __version__}
         )
         self._http: Any = None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -44,6 +45,7 @@ EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_NOT_TAKEN = 4
+EXIT_OUTPUT_CLOSED = 128 + signal.SIGPIPE  # docs/cli.md, exit codes
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
@@ -80,9 +82,25 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich would exit 1 (the code of a refused call): `run` says which it is instead.
+        raise BrokenPipeError
+
+
 def _console() -> Console:
     # Made per command, so the width follows the terminal (or $COLUMNS) at call time.
-    return Console()
+    return _Console()
+
+
+def output_closed() -> int:
+    """The reader of stdout went away (`pml list | head -1`): nothing more is said, to anyone,
+    and the exit code says so, as a program that SIGPIPE ended (docs/cli.md, exit codes).
+    stdout now writes to /dev/null, so the interpreter's last flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OUTPUT_CLOSED
 
 
 def _as_json(message: Message) -> Any:
@@ -531,7 +549,11 @@ def _fail(args: argparse.Namespace, code: int, error: dict[str, Any]) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run one client command; its exit code."""
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a closed pipe shows at the latest here
+        return code
+    except BrokenPipeError:
+        return output_closed()
     except InputError as err:
         return _fail(args, EXIT_USAGE, {"message": str(err)})
     except OSError as err:  # the TLS files given to the client
@@ -549,4 +571,13 @@ def run(args: argparse.Namespace) -> int:
         return _fail(args, EXIT_UNREACHABLE if unreachable else EXIT_REFUSED, error)
 
 
-__all__ = ["COMMANDS", "EXIT_NOT_TAKEN", "EXIT_REFUSED", "EXIT_UNREACHABLE", "EXIT_USAGE", "run"]
+__all__ = [
+    "COMMANDS",
+    "EXIT_NOT_TAKEN",
+    "EXIT_OUTPUT_CLOSED",
+    "EXIT_REFUSED",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "output_closed",
+    "run",
+]

@@ -28,7 +28,9 @@ EXIT_CODES = """exit codes:
   4  done, but not everything was taken: `record` was rejected (tool failures),
      or `import` had rejected or refused records
   130, 143  `import` stopped by SIGINT (Ctrl-C) or SIGTERM: its summary says
-     what the server acknowledged (stored) before it stopped"""
+     what the server acknowledged (stored) before it stopped
+  141  the reader of the output went away (piped into `head`), as SIGPIPE ends
+     a program"""
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -321,6 +323,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _keys(args: argparse.Namespace) -> int:
     from pml_server.api.security.auth import Role, add_key, list_keys, revoke_key
+    from pml_server.cli._commands import output_closed
 
     try:
         if args.keys_action == "add":
@@ -340,6 +343,9 @@ def _keys(args: argparse.Namespace) -> int:
         else:
             e = revoke_key(args.keys_file, args.id)
             print(f"revoked {e.id} ({e.tenant}, {e.role}); a running server drops it within 1 s")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return output_closed()
     except (OSError, ValueError, KeyError) as err:
         print(f"pml keys: error: {err}", file=sys.stderr)
         return 2

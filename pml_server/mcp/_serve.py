@@ -202,9 +202,14 @@ def security_settings(
     else:
         hosts = [f"{bracketed}:{port}", bracketed]
         origins = [f"http://{bracketed}:{port}", f"https://{bracketed}:{port}"]
+    # docs/mcp.md, "HTTP front": a Host header leaves out its scheme's default port, so
+    # `pml.example:443` is also sent as `pml.example` (clients of https://pml.example/mcp).
+    for allowed in allowed_hosts:
+        name, _, given_port = allowed.rpartition(":")
+        hosts += [allowed, name] if name and given_port in ("80", "443") else [allowed]
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=hosts + allowed_hosts,
+        allowed_hosts=hosts,
         allowed_origins=origins + allowed_origins,
     )
 

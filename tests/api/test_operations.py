@@ -154,6 +154,18 @@ def test_metrics_count_requests_and_captures(start: StartServer) -> None:
     assert 'pml_request_seconds_count{method="RecordExecution"} 2.0' in text
 
 
+def test_metrics_name_the_running_version(start: StartServer) -> None:
+    """docs/operations.md's alert on two versions serving one store reads `pml_version_info`;
+    before, /metrics had no such series (the alert could never fire)."""
+    from pml_server import __version__
+
+    server = start(metrics_port=0)
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        text = reply.read().decode()
+    assert f'pml_version_info{{version="{__version__}"}} 1.0' in text.splitlines()
+
+
 def test_failed_calls_are_logged_as_json(
     start: StartServer, caplog: pytest.LogCaptureFixture
 ) -> None:

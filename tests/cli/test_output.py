@@ -98,6 +98,43 @@ def test_suggest_in_a_pipe_fits_80_columns(server: RunningServer, client: PmlCli
     assert "\x1b[" not in done.stdout  # no colour codes in a pipe
 
 
+def test_a_reader_that_went_away_is_exit_141_and_no_error(
+    server: RunningServer, client: PmlClient, tmp_path: Path
+) -> None:
+    """`pml list | head -1`: head exits once it has its line, so pml writes into a pipe nobody
+    reads. Before: rich's text exited 1 (a refused call, by the exit codes), `--json` exited 2
+    (bad usage) with `{"error": {"message": ": Broken pipe"}}`, `keys list` 2 with
+    `pml keys: error: [Errno 32] Broken pipe`. Now each ends quietly with 141 (128 + SIGPIPE,
+    as the shell reports for a program SIGPIPE ended). The pipe's read end is closed before pml
+    starts, so its first write already finds no reader."""
+    _record_three(client)
+    keys = tmp_path / "keys.json"
+    add = [PML, "keys", "add", "--keys-file", str(keys), "--tenant", "a"]
+    subprocess.run(add, check=True, stdout=subprocess.DEVNULL)
+    target = ["--server", f"127.0.0.1:{server.port}"]
+    for argv in (
+        ["list", *target],
+        ["list", "--json", *target],
+        ["suggest", "Load JSON data", *target],
+        ["stats", "--json", *target],
+        ["keys", "list", "--keys-file", str(keys)],
+    ):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            done = subprocess.run(
+                [PML, *argv],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        finally:
+            os.close(write_end)
+        assert (done.returncode, done.stderr) == (141, ""), argv
+
+
 def test_empty_answers_are_said_in_words(run: Run, client: PmlClient) -> None:
     out, _ = run("suggest", "Read JSON file")
     assert "no suggestions" in out

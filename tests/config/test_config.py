@@ -88,6 +88,55 @@ def test_the_examples_commented_ranking_values_are_minilms_defaults() -> None:
     }
 
 
+def test_the_operations_pages_config_file_is_taken_as_its_comment_says(tmp_path: Path) -> None:
+    """docs/operations.md's TOML example, with the command its first line gives: every key
+    known, each value taken, the --listen flag over [server] listen."""
+    page = (EXAMPLE.parent / "docs" / "operations.md").read_text()
+    found = re.search(r"^```toml\n# (pml serve [^\n]*?)  .*?\n(.*?)^```", page, re.M | re.S)
+    assert found, "docs/operations.md lost its TOML example"
+    command, text = found.groups()
+    argv = command.split()[1:]
+    argv[argv.index("pml.toml")] = str(_write(tmp_path, text))
+    config = serve_config(cli.build_parser().parse_args(argv), environ={})
+    assert config.server.listen == "0.0.0.0:50051"
+    assert (config.server.keys_file, config.server.metrics_port) == (Path("keys.json"), 9464)
+    assert config.engine.data_dir == Path("/var/lib/pml")
+    assert (config.engine.max_code_bytes, config.engine.snapshot_interval_seconds) == (131072, 120)
+    assert (config.engine.retention.interval_seconds, config.engine.retention.auto_remove) == (
+        600,
+        False,
+    )
+    assert config.engine.ranking == dataclasses.replace(default_ranking("minilm"), min_success=0.6)
+
+
+def test_each_server_and_engine_key_of_the_example_is_under_its_own_help() -> None:
+    """Each [server] and [engine] key of pml.example.toml has the setting's help (its first
+    words) in the comment just above it, so a reader learns what the key does. Before, the
+    otlp_pending_spans comment stood above otlp_http_listen's, and otlp_pending_seconds had
+    none."""
+    helps = {
+        (table, f.name): f.metadata["help"]
+        for table in ("server", "engine")
+        for f in dataclasses.fields(TABLES[table])
+        if "help" in f.metadata
+    }
+    table, comment, misplaced = "", [], []
+    for line in EXAMPLE.read_text().splitlines():
+        header = re.fullmatch(r"\[([a-z.]+)\]", line)
+        key = re.fullmatch(r"#?\s*([a-z_]+) = .+", line)
+        if header or not line.strip():
+            table, comment = header.group(1) if header else table, []
+        elif key:
+            if (table, key.group(1)) in helps:
+                said = " ".join(c for c in comment if not c.startswith("(default")).split()
+                if said[:3] != helps[table, key.group(1)].split()[:3]:
+                    misplaced.append(f"{table}.{key.group(1)}: {' '.join(said[:6])}")
+            comment = []
+        else:
+            comment.append(line.removeprefix("# "))
+    assert misplaced == []
+
+
 def test_every_setting_of_server_and_engine_is_a_flag_in_the_help() -> None:
     text = subprocess.run(
         [str(Path(sys.executable).parent / "pml"), "serve", "--help"],

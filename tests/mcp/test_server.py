@@ -311,6 +311,29 @@ def test_http_refuses_foreign_host_and_origin(server: RunningServer) -> None:
         assert local.status_code != 403
 
 
+def test_http_allowed_host_with_its_default_port_takes_the_host_as_clients_send_it(
+    server: RunningServer,
+) -> None:
+    """`--allowed-host pml.example:443`, as `pml mcp --help` shows it, behind a TLS front at
+    https://pml.example/mcp: every client (httpx, curl, a browser) and a proxy passing the
+    Host on send `Host: pml.example`, the default port left out (RFC 9110, 7.2). Before, that
+    was 421 for every request; the name alone is now taken for :443 and :80, and nothing
+    else is."""
+    extra = ["--allowed-host", "pml.example:443", "--allowed-host", "plain.example:80"]
+    extra += ["--allowed-host", "any.example:*"]
+    with (
+        _http_mcp(f"127.0.0.1:{server.port}", *extra) as url,
+        httpx2.Client(timeout=10) as http,
+    ):
+        accepted = ["pml.example", "pml.example:443", "plain.example", "plain.example:80"]
+        for host in [*accepted, "any.example:8443"]:
+            taken = http.post(url, json=LIST_TOOLS, headers={**JSON_HEADERS, "Host": host})
+            assert taken.status_code == 200, (host, taken.text)
+        for host in ("pml.example:8443", "plain.example:443", "evil.example", "any.example"):
+            refused = http.post(url, json=LIST_TOOLS, headers={**JSON_HEADERS, "Host": host})
+            assert refused.status_code == 421, host
+
+
 def test_http_refuses_non_loopback_without_flag() -> None:
     done = subprocess.run(
         _pml_mcp("--transport", "http", "--listen", "0.0.0.0:0"),
