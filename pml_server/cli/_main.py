@@ -79,6 +79,12 @@ def _client_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-ca", type=Path, help="CA that signed the server certificate")
     p.add_argument("--tls-cert", type=Path, help="client certificate (mutual TLS)")
     p.add_argument("--tls-key", type=Path, help="client key (mutual TLS)")
+
+
+def _client_command_flags(p: argparse.ArgumentParser) -> None:
+    """A command that prints pml's replies: the connection's flags and `--json` (not `pml
+    mcp`'s, whose output is the MCP protocol)."""
+    _client_flags(p)
     p.add_argument(
         "--json",
         action="store_true",
@@ -164,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
             epilog=EXIT_CODES,
             formatter_class=_HelpFormatter,
         )
-        _client_flags(sub)
+        _client_command_flags(sub)
         return sub
 
     rec = client("record", "record one execution (from flags or a JSON file)")

@@ -378,3 +378,14 @@ def test_suggest_tools_listed_with_spaces_after_the_commas(run: object) -> None:
         assert [s["pattern"]["tools_used"] for s in reply["suggestions"]] == [
             ["read_file", "parse_json"]
         ], tools
+
+
+def test_json_is_a_flag_of_the_commands_that_print_replies_not_of_mcp(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`pml mcp` speaks the MCP protocol on stdout: a `--json` it took would do nothing."""
+    assert cli.build_parser().parse_args(["list", "--json"]).json is True
+    with pytest.raises(SystemExit) as done:
+        cli.build_parser().parse_args(["mcp", "--json"])
+    assert done.value.code == 2
+    assert "unrecognized arguments: --json" in capsys.readouterr().err
