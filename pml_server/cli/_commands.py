@@ -546,6 +546,10 @@ def _fail(args: argparse.Namespace, code: int, error: dict[str, Any]) -> int:
     return code
 
 
+def _tls_without_certificate(args: argparse.Namespace) -> bool:
+    return bool(args.tls or args.tls_ca) and args.tls_cert is None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one client command; its exit code."""
     try:
@@ -564,6 +568,13 @@ def run(args: argparse.Namespace) -> int:
         if unreachable and err.retry_delay_seconds is None:
             target = args.server
             error["message"] = f"no pml server answered at {target} ({err.message})"
+            if _tls_without_certificate(args):
+                # a server asking for client certificates closes the handshake: gRPC says
+                # only "Socket closed" (docs/operations.md, "Tenants, keys and TLS")
+                error["message"] += (
+                    "; a server that asks for a client certificate (mutual TLS) closes the"
+                    " connection: pass --tls-cert and --tls-key"
+                )
         if err.violations:
             error["violations"] = [{"field": f, "description": d} for f, d in err.violations]
         if err.retry_delay_seconds is not None:

@@ -21,6 +21,7 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from pml_server import cli
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.config import config_of
 from tests.conftest import StartServer
@@ -260,7 +261,9 @@ def test_tls(start: StartServer, pki: Path) -> None:
     assert err.value.code is grpc.StatusCode.UNAVAILABLE
 
 
-def test_mutual_tls_requires_a_client_certificate(start: StartServer, pki: Path) -> None:
+def test_mutual_tls_requires_a_client_certificate(
+    start: StartServer, pki: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     server = start(
         tls_cert=pki / "server.pem", tls_key=pki / "server.key", tls_client_ca=pki / "ca.pem"
     )
@@ -278,6 +281,11 @@ def test_mutual_tls_requires_a_client_certificate(start: StartServer, pki: Path)
     ):
         anonymous.stats()
     assert err.value.code is grpc.StatusCode.UNAVAILABLE
+    # the CLI without one: gRPC says only "Socket closed", so the message names what is missing
+    with pytest.raises(SystemExit) as exit_code:
+        cli.main(["stats", "--server", target, "--tls-ca", str(pki / "ca.pem")])
+    assert exit_code.value.code == 3
+    assert "pass --tls-cert and --tls-key" in capsys.readouterr().err
 
 
 def test_otlp_http_takes_the_grpc_ports_certificate_and_client_ca(
