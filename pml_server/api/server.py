@@ -7,6 +7,7 @@ from __future__ import annotations
 import faulthandler
 import gc
 import logging
+import os
 import signal
 import sys
 import threading
@@ -381,6 +382,18 @@ def _report_ready(running: RunningServer) -> None:
         running._stopped.wait(_READY_POLL_SECONDS)
 
 
+def _announce(line: str) -> None:
+    """A line on stdout for whoever started the server; a reader that went away (a script
+    that read the port and closed its pipe) does not stop the server: stdout then goes to
+    /dev/null."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def serve_forever(whole: Config, engine: EngineProtocol | None = None) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
     running = start_server(whole, engine)
@@ -407,12 +420,12 @@ def serve_forever(whole: Config, engine: EngineProtocol | None = None) -> None:
         from pml_server.storage.postgres import describe
 
         where = f"postgresql://{describe(whole.engine.store)} (shared store)"
-    print(f"pml listening on {config.listen} (port {running.port}), data in {where}", flush=True)
+    _announce(f"pml listening on {config.listen} (port {running.port}), data in {where}")
     if running.otlp_http is not None:
         host = config.otlp_http_listen.rpartition(":")[0] if config.otlp_http_listen else ""
         scheme = "https" if config.tls_cert is not None else "http"
         url = f"{scheme}://{host}:{running.otlp_http.port}/v1/traces"
-        print(f"OTLP/HTTP traces on {url}", flush=True)
+        _announce(f"OTLP/HTTP traces on {url}")
     log.info("signal %d: draining", stop_signal.wait())
     # A shutdown that hangs past the drain is a bug, but SIGTERM must still end the process:
     # then every thread's traceback goes to stderr (where it hung) and the exit code is 1.

@@ -384,3 +384,39 @@ def test_pml_serve_dumps_every_threads_traceback_on_sigusr1(tmp_path: Path) -> N
     assert proc.returncode == 0, stderr[-5000:]
     assert "Current thread" in stderr, stderr[-5000:]
     assert "serve_forever" in stderr, stderr[-5000:]
+
+
+def test_pml_serve_keeps_serving_when_the_reader_of_its_stdout_is_gone(tmp_path: Path) -> None:
+    """A script that starts `pml serve` and closes its end of the pipe before the "listening"
+    line: the print met a broken pipe, and the server ended with exit 2 before serving."""
+    import os
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    pml = Path(sys.executable).parent / "pml"
+    argv = [str(pml), "serve", "--listen", f"127.0.0.1:{port}", "--embedder", "hashing"]
+    proc = subprocess.Popen(
+        [*argv, "--data-dir", str(tmp_path / "d")],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(write_end)
+    try:
+        with PmlClient(f"127.0.0.1:{port}", timeout=5) as client:
+            for _ in range(600):
+                if proc.poll() is not None:
+                    break
+                try:
+                    assert client.stats().patterns == 0
+                    break
+                except PmlClientError:
+                    threading.Event().wait(0.1)
+        assert proc.poll() is None, "pml serve ended"
+    finally:
+        stderr = stop_pml_serve(proc)
+    assert proc.returncode == 0, stderr
