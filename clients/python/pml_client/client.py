@@ -141,20 +141,32 @@ def make_record(
     )
 
 
+_MAX_KEY_CHARS = 1024
+
+
 def _header_key(api_key: str) -> str:
     """`api_key` as it can travel in the `authorization` header: without the whitespace around
     it (a key read from a file keeps its newline), and only printable ASCII. Any other
     character made every call fail INTERNAL "Invalid metadata" (a control character) or raise
     UnicodeEncodeError from inside grpc (a byte that is not UTF-8 in a command-line argument).
-    Now it is refused before any call, INVALID_ARGUMENT naming `api_key` (a PmlClientError, as
-    every other refusal), without the key itself (a secret)."""
+    So is a key longer than `_MAX_KEY_CHARS` (`pml keys add` prints 47 characters): past gRPC's
+    metadata limit (8 KiB) every call would fail on the header, not on the key. Either is refused
+    before any call, INVALID_ARGUMENT naming `api_key` (a PmlClientError, as every other
+    refusal), without the key itself (a secret)."""
     key = api_key.strip()
     bad = next((ch for ch in key if not " " <= ch <= "~"), None)
+    description = None
     if bad is not None:
         description = (
             f"holds {bad.encode('utf-8', 'backslashreplace')!r} at position {key.index(bad)}: "
             "a key is printable ASCII (as `pml keys add` prints it)"
         )
+    elif len(key) > _MAX_KEY_CHARS:
+        description = (
+            f"is {len(key)} characters; a key is at most {_MAX_KEY_CHARS} "
+            "(`pml keys add` prints 47)"
+        )
+    if description is not None:
         raise PmlClientError(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"api_key {description}",
