@@ -10,7 +10,7 @@ from google.protobuf import json_format
 
 from pml_server import cli
 from pml_server.api.server import RunningServer
-from pml_server.client import make_record
+from pml_server.client import PmlClient, make_record
 from pml_server.config import serve_config
 
 READ = 'const d = await mcp.read_file({path: "a.json"}); return await mcp.parse_json(d)'
@@ -66,7 +66,8 @@ def test_record_reports_rejection_and_failures_list_it(run: object) -> None:
         "--code",
         "await mcp.gmail_send({})",
         "--failed-tool",
-        "gmail_send:not connected",
+        "gmail_send",
+        "not connected",
         "--request-id",
         "mail-1",
         expect=4,
@@ -76,6 +77,26 @@ def test_record_reports_rejection_and_failures_list_it(run: object) -> None:
     out = run("failures")
     assert "gmail_send" in out
     assert "mail-1" in out
+
+
+def test_record_failed_tool_takes_a_namespaced_tool_and_an_error_with_colons(
+    run: object, server: RunningServer
+) -> None:
+    """`--failed-tool TOOL ERROR`: two values, so a tool name with colons (a namespace, a URL)
+    and an error with colons arrive whole (one `TOOL:ERROR` value was cut at its first colon:
+    tool `github`, error `create_issue:rate limited: ...`)."""
+    assert callable(run)
+    failed = [
+        ("github:create_issue", "rate limited: retry in 5s"),
+        ("https://tools.local:8080/send", "HTTP 503: unavailable"),
+    ]
+    argv = ["record", "--intent", "Open an issue", "--code", "await mcp.github.create_issue({})"]
+    for tool, error in failed:
+        argv += ["--failed-tool", tool, error]
+    assert "rejected" in run(*argv, "--request-id", "issue-1", expect=4)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        found = client.list_failures().failures
+    assert sorted((f.tool, f.error) for f in found if f.request_id == "issue-1") == sorted(failed)
 
 
 def test_record_from_json_file(run: object, tmp_path: Path) -> None:

@@ -220,7 +220,8 @@ def test_refused_rejected_and_unreachable_exit_codes(run: Run) -> None:
         "--code",
         "await mcp.gmail_send({})",
         "--failed-tool",
-        "gmail_send:not connected",
+        "gmail_send",
+        "not connected",
         expect=4,
     )
     assert "rejected" in out
