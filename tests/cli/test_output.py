@@ -255,6 +255,43 @@ def test_serve_on_a_data_dir_in_use_is_one_line(
     assert "in use by another pml process" in line
 
 
+@pytest.mark.parametrize(
+    ("flags", "what"),
+    [
+        (["serve", "--listen", "127.0.0.1:{port}"], ""),
+        (
+            ["serve", "--listen", "127.0.0.1:0", "--otlp-http-listen", "127.0.0.1:{port}"],
+            "the OTLP/HTTP address ",
+        ),
+        (["serve", "--listen", "127.0.0.1:0", "--metrics-port", "{port}"], "the metrics address "),
+        (["mcp", "--transport", "http", "--listen", "127.0.0.1:{port}"], ""),
+    ],
+)
+def test_a_port_in_use_is_one_line_naming_address_and_cause(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], flags: list[str], what: str
+) -> None:
+    """Each port `pml serve` and `pml mcp` listen on: one line, the address and the cause, exit 2
+    (the gRPC port printed gRPC's own log line first, then `could not bind` without a cause; the
+    MCP port `[Errno 98] Address already in use` without the address)."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        argv = [f.format(port=port) for f in flags]
+        if argv[0] == "serve":
+            argv += ["--data-dir", str(tmp_path / "data"), "--embedder", "hashing"]
+        with pytest.raises(SystemExit) as done:
+            cli.main(argv)
+    assert done.value.code == 2
+    line = _one_line(capfd.readouterr().err)
+    assert line == (
+        f"pml {argv[0]}{': error' if argv[0] == 'serve' else ''}: could not bind {what}"
+        f"127.0.0.1:{port}: the port is already in use (another process listens on it)"
+    )
+
+
 @pytest.mark.model
 def test_serve_on_a_store_of_another_model_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
