@@ -334,6 +334,18 @@ class PmlClient:
         request = pml_pb2.ListPatternsRequest(page_size=page_size, page_token=page_token)
         return self._call(self._stub.ListPatterns, request, pml_pb2.ListPatternsResponse)
 
+    def list_pattern_intents(
+        self, pattern: str, page_size: int = 0, page_token: str = ""
+    ) -> pml_pb2.ListPatternIntentsResponse:
+        """One page of a pattern's intents (`patterns/{id}`), oldest first; `get_pattern`
+        holds only those that fit its answer."""
+        request = pml_pb2.ListPatternIntentsRequest(
+            parent=pattern, page_size=page_size, page_token=page_token
+        )
+        return self._call(
+            self._stub.ListPatternIntents, request, pml_pb2.ListPatternIntentsResponse
+        )
+
     def list_capabilities(
         self, page_size: int = 0, page_token: str = ""
     ) -> pml_pb2.ListCapabilitiesResponse:
@@ -351,6 +363,17 @@ class PmlClient:
         while True:
             page = self.list_patterns(page_size, token)
             yield from page.patterns
+            token = page.next_page_token
+            if not token:
+                return
+
+    def iter_pattern_intents(
+        self, pattern: str, page_size: int = 1000
+    ) -> Iterator[resources_pb2.Intent]:
+        token = ""
+        while True:
+            page = self.list_pattern_intents(pattern, page_size, token)
+            yield from page.intents
             token = page.next_page_token
             if not token:
                 return
