@@ -527,6 +527,66 @@ def test_a_keys_file_that_fails_to_load_keeps_the_keys_in_force(
     assert _key_works(target, key)
 
 
+_MALFORMED_KEYS_FILES = {
+    "[]": "not a keys file: an object with a `keys` list",
+    '{"keys": {"a": 1}}': "not a keys file: an object with a `keys` list",
+    '{"keys": ["pml_x"]}': "keys[0] is not an object",
+    '{"keys": [{"tenant": "acme", "role": "write"}]}': "keys[0] has no sha256",
+    '{"keys": [{"sha256": "' + "a" * 64 + '", "tenant": "acme"}]}': "keys[0] has no role",
+    '{"keys": [{"sha256": "' + "a" * 64 + '", "tenant": "acme", "role": "boss"}]}': (
+        "keys[0].role: unknown role 'boss'"
+    ),
+    "{bad": "not JSON",
+}
+
+
+@pytest.mark.parametrize("text", list(_MALFORMED_KEYS_FILES))
+def test_a_malformed_keys_file_is_one_line_naming_it_everywhere(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], text: str
+) -> None:
+    """A keys file of the wrong shape (a list, an entry without its hash or role): `pml serve`
+    and `pml keys list` ended in a traceback (AttributeError, KeyError, TypeError) or said only
+    `'sha256'`, and `pml keys add` appended a key to a file no server could load. Each now says
+    which file and which entry, exit 2, and the file is left as it was."""
+    path = tmp_path / "keys.json"
+    path.write_text(text)
+    why = _MALFORMED_KEYS_FILES[text]
+    serve = ["serve", "--data-dir", str(tmp_path / "d"), "--embedder", "hashing"]
+    for argv in (
+        [*serve, "--listen", "127.0.0.1:0", "--keys-file", str(path)],
+        ["keys", "list", "--keys-file", str(path)],
+        ["keys", "add", "--keys-file", str(path), "--tenant", "acme"],
+        ["keys", "revoke", "--keys-file", str(path), "aaaaaaaa"],
+    ):
+        with pytest.raises(SystemExit) as done:
+            cli.main(argv)
+        assert done.value.code == 2, argv
+        line = _one_line(capfd.readouterr().err)
+        assert line.startswith(f"pml {argv[0]}: error: {path}: {why}"), (argv, line)
+    assert path.read_text() == text
+
+
+def test_a_keys_file_of_the_wrong_shape_keeps_the_keys_in_force(
+    start: StartServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The watcher caught a reload's KeyError and TypeError but not the AttributeError of a
+    file that holds a list: its thread died, and no later change of the file (a revocation)
+    was ever applied."""
+    path = tmp_path / "keys.json"
+    key = _keys("add", "--keys-file", str(path), "--tenant", "acme", capsys=capsys).split()[-1]
+    server = start(keys_file=path)
+    caplog.set_level(logging.ERROR, logger="pml.keys")
+    good = path.read_text()
+    path.write_text("[]")
+    assert eventually(lambda: "keys file not reloaded (file changed)" in caplog.text)
+    assert _key_works(f"127.0.0.1:{server.port}", key)
+    path.write_text(good.replace('"keys": [', '"keys": [], "old": ['))  # the key revoked
+    assert eventually(lambda: not _key_works(f"127.0.0.1:{server.port}", key))
+
+
 def test_pml_mcp_without_the_sdk_is_one_line() -> None:
     """A wheel installed without its `mcp` extra: `pml mcp` says what to install, exit 2,
     not a ModuleNotFoundError traceback."""
