@@ -9,6 +9,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from pml_server import cli
 from pml_server._proto.pml.v1 import resources_pb2 as r
 from pml_server.api.admission import budget
 from pml_server.api.server import RunningServer
@@ -240,7 +241,11 @@ def test_a_failure_log_of_long_errors_pages_within_a_default_clients_limit(
 
 
 def test_a_pattern_of_many_long_intents_is_read_within_a_default_clients_limit(
-    client: PmlClient, channel: grpc.Channel
+    client: PmlClient,
+    channel: grpc.Channel,
+    server: RunningServer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """1100 distinct intents of 4,000 characters on one pattern (storage keeps every one):
     GetPattern answered them all, 4.5 MB, and a client with gRPC's default 4 MiB receive limit
@@ -276,6 +281,11 @@ def test_a_pattern_of_many_long_intents_is_read_within_a_default_clients_limit(
     assert {i.text for i in listed} == texts
     assert {i.id for i in got.intents} <= {i.id for i in listed}
     assert [i.text for i in client.iter_pattern_intents(name)] == [i.text for i in listed]
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as shown:
+        cli.main(["show", name, "--server", f"127.0.0.1:{server.port}"])
+    assert shown.value.code == 0
+    assert f"{len(got.intents)} of 1100 shown" in capsys.readouterr().out
 
 
 def test_list_pattern_intents_refuses_what_it_cannot_list(client: PmlClient) -> None:
