@@ -33,6 +33,19 @@ def is_loopback(listen: str) -> bool:
     return is_loopback_host(listen.rsplit(":", 1)[0])
 
 
+def listen_problem(listen: str) -> str | None:
+    """Why `listen` is no `host:port` (None: it is one). gRPC took `127.0.0.1` without a port
+    as port 443, and bound a port past 65535 modulo 65536 (`:99999` on 34463, `:-5` on 65531)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or (":" in host and not (host[0] == "[" and host[-1] == "]")):
+        return f"{listen!r} is no host:port (an IPv6 host in brackets: [::1]:50051)"
+    if not (port.lstrip("-").isascii() and port.lstrip("-").isdigit()):
+        return f"port {port!r} is not a number 0..65535"
+    if not 0 <= int(port) <= 65535:
+        return f"port {port} is not 0..65535"
+    return None
+
+
 def bind_error(address: str, cause: BaseException | None, what: str = "") -> OSError:
     """The error of a listen address that could not be bound: `could not bind {what}{address}`
     and the cause, in words (an errno's, or the error's own)."""

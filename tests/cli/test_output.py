@@ -292,6 +292,25 @@ def test_a_port_in_use_is_one_line_naming_address_and_cause(
     )
 
 
+@pytest.mark.parametrize(
+    ("listen", "why"),
+    [
+        ("127.0.0.1:99999", "port 99999 is not 0..65535"),
+        ("127.0.0.1:²", "port '²' is not a number 0..65535"),
+        ("127.0.0.1", "'127.0.0.1' is no host:port"),
+    ],
+)
+def test_mcp_http_listen_that_is_no_address_is_one_line(
+    capfd: pytest.CaptureFixture[str], listen: str, why: str
+) -> None:
+    """`:99999` was an OverflowError traceback from `bind`, and a digit that is no ASCII digit
+    a ValueError traceback."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["mcp", "--transport", "http", "--listen", listen])
+    assert done.value.code == 2
+    assert _one_line(capfd.readouterr().err).startswith(f"pml mcp: --listen: {why}")
+
+
 @pytest.mark.model
 def test_serve_on_a_store_of_another_model_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
