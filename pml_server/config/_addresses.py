@@ -59,9 +59,10 @@ def bind_error(address: str, cause: BaseException | None, what: str = "") -> OSE
 
 
 def bind_problem(listen: str) -> OSError | None:
-    """Why `host:port` cannot be bound now, tried with a socket that is closed at once (gRPC
-    says only that it failed, and logs its own line first); None when it can, or when the
-    address is no `host:port` the socket can try (the real binder then says why)."""
+    """Why `host:port` cannot be bound now, tried with sockets closed at once (gRPC says only
+    that it failed, and logs its own line first): as gRPC, each address the host resolves to,
+    and it can when one can. None when it can, or when the address is no `host:port` a socket
+    can try (the real binder then says why)."""
     host, _, port = listen.rpartition(":")
     try:
         found = socket.getaddrinfo(
@@ -69,11 +70,14 @@ def bind_problem(listen: str) -> OSError | None:
         )
     except (OSError, ValueError):
         return None
-    family, kind, proto, _, address = found[0]
-    with socket.socket(family, kind, proto) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC and uvicorn bind
-        try:
-            sock.bind(address)
-        except OSError as err:
-            return err
-    return None
+    first: OSError | None = None
+    for family, kind, proto, _, address in found:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC and uvicorn
+            try:
+                sock.bind(address)
+            except OSError as err:
+                first = first or err
+                continue
+        return None
+    return first
