@@ -261,6 +261,26 @@ def test_keys_add_prints_a_key_and_stores_only_its_hash(
     assert key not in path.read_text()
 
 
+def test_concurrent_keys_add_and_revoke_lose_no_key(tmp_path: Path) -> None:
+    """Provisioning in parallel (`pml keys add ... &` per tenant): each read the file, added its
+    key and replaced the file through one shared temporary name, so adds failed
+    (FileNotFoundError on the temporary file) or a printed key was dropped by another's
+    replace and never worked. Each change holds a lock on the file's directory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pml_server.api.security.auth import Role, add_key, hash_key, read_keys_file, revoke_key
+
+    path = tmp_path / "keys.json"
+    doomed = [add_key(path, "old", Role.READ) for _ in range(8)]
+    with ThreadPoolExecutor(16) as pool:
+        added = list(pool.map(lambda i: add_key(path, f"t{i}", Role.WRITE), range(48)))
+        list(pool.map(lambda key: revoke_key(path, key), doomed))
+    stored = read_keys_file(path)
+    assert set(stored) == {hash_key(k) for k in added}
+    assert sorted(c.tenant for c in stored.values()) == sorted(f"t{i}" for i in range(48))
+    assert [p.name for p in tmp_path.iterdir()] == ["keys.json"]
+
+
 def test_every_serve_flag_reaches_the_server_config() -> None:
     """A serve flag that is parsed but never passed on would be silently ignored."""
     args = cli.build_parser().parse_args(

@@ -12,12 +12,14 @@ File format (`pml keys add` writes it)::
 from __future__ import annotations
 
 import enum
+import fcntl
 import hashlib
 import json
 import os
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,18 +205,17 @@ def list_keys(path: Path) -> list[KeyEntry]:
 def revoke_key(path: Path, key_id: str) -> KeyEntry:
     """Remove the one key whose hash starts with `key_id` (from `pml keys list`, or the hash of
     the key itself); ValueError if none or several match."""
-    data = _keys_data(path)
     wanted = key_id.strip().lower()
     if wanted.startswith("pml_"):
         wanted = hash_key(key_id.strip())
     if len(wanted) < 6:
         raise ValueError(f"key id {key_id!r} is too short: give at least 6 characters")
-    matches = [k for k in data["keys"] if str(k["sha256"]).startswith(wanted)]
-    if len(matches) != 1:
-        found = "no key" if not matches else f"{len(matches)} keys"
-        raise ValueError(f"{found} in {path} with id {key_id!r}")
-    data["keys"].remove(matches[0])
-    _write_keys(path, data)
+    with _changing(path) as data:
+        matches = [k for k in data["keys"] if str(k["sha256"]).startswith(wanted)]
+        if len(matches) != 1:
+            found = "no key" if not matches else f"{len(matches)} keys"
+            raise ValueError(f"{found} in {path} with id {key_id!r}")
+        data["keys"].remove(matches[0])
     return _entry(matches[0])
 
 
@@ -227,12 +228,31 @@ def _entry(item: dict[str, str]) -> KeyEntry:
     )
 
 
-def _write_keys(path: Path, data: object) -> None:
-    # Atomic replace: a server watching the file never reads half of it.
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.chmod(tmp, 0o600)
-    tmp.replace(path)
+@contextmanager
+def _changing(path: Path) -> Iterator[dict[str, Any]]:
+    """The keys file's data, to change in place; written back when the block ends. Changes are
+    serialized by an exclusive lock on the file's directory (as the page-token secret's): two
+    `pml keys add` at once each read the file, and the second replace dropped the first's key
+    after it was printed. The write is atomic and durable (temporary file fsynced, renamed,
+    directory fsynced): a server watching the file never reads half of it, and a printed key
+    survives a power cut."""
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(dir_fd, fcntl.LOCK_EX)
+        data = _keys_data(path)
+        yield data
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, (json.dumps(data, indent=2) + "\n").encode())
+            os.fchmod(fd, 0o600)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)  # releases the lock
 
 
 def add_key(path: Path, tenant: str, role: Role, label: str = "") -> str:
@@ -240,10 +260,9 @@ def add_key(path: Path, tenant: str, role: Role, label: str = "") -> str:
     once; it cannot be recovered from the file)."""
     if not TENANT_NAME.fullmatch(tenant):
         raise ValueError(f"tenant {tenant!r}: use {TENANT_NAME_RULE}")
-    data = _keys_data(path)
     key = "pml_" + secrets.token_urlsafe(32)
-    data["keys"].append(
-        {"sha256": hash_key(key), "tenant": tenant, "role": role.name.lower(), "label": label}
-    )
-    _write_keys(path, data)
+    with _changing(path) as data:
+        data["keys"].append(
+            {"sha256": hash_key(key), "tenant": tenant, "role": role.name.lower(), "label": label}
+        )
     return key
