@@ -336,6 +336,7 @@ func safeToRepeat(method string, request any) bool {
 	switch method {
 	case pmlv1.PmlService_GetServerInfo_FullMethodName, pmlv1.PmlService_Suggest_FullMethodName,
 		pmlv1.PmlService_GetPattern_FullMethodName, pmlv1.PmlService_ListPatterns_FullMethodName,
+		pmlv1.PmlService_ListPatternIntents_FullMethodName,
 		pmlv1.PmlService_GetCapability_FullMethodName, pmlv1.PmlService_ListCapabilities_FullMethodName,
 		pmlv1.PmlService_ListFailures_FullMethodName, pmlv1.PmlService_GetStats_FullMethodName:
 		return true

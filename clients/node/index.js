@@ -55,8 +55,8 @@ const CUT = new Set([grpc.status.CANCELLED, grpc.status.DEADLINE_EXCEEDED]);
 
 const DEFAULT_RETRIES = 3;
 const READS = new Set([
-  "GetServerInfo", "Suggest", "GetPattern", "ListPatterns", "GetCapability", "ListCapabilities",
-  "ListFailures", "GetStats",
+  "GetServerInfo", "Suggest", "GetPattern", "ListPatterns", "ListPatternIntents", "GetCapability",
+  "ListCapabilities", "ListFailures", "GetStats",
 ]);
 
 /** Whether a unary call may be sent again: a delete or an applied retention may not. */

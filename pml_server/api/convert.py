@@ -266,8 +266,8 @@ def fill_pattern(out: resources_pb2.Pattern, view: model.PatternView) -> None:
     out.mean_duration_ms = view.mean_duration_ms
     out.capability = name(CAPABILITIES, view.capability_id)
     for i in view.intents:
-        intent = out.intents.add(id=i.id, text=i.text, hit_count=i.hit_count)
-        _set_ts(intent.last_seen_time, i.last_seen_ms)
+        _fill_intent(out.intents.add(), i)
+    out.intent_count = len(view.intents)
     out.flagged_for_removal = view.flagged_for_removal
     out.superseded_by = name(PATTERNS, view.superseded_by)
     out.tool_mismatch_count = view.tool_mismatch_count
@@ -280,6 +280,42 @@ def fill_pattern(out: resources_pb2.Pattern, view: model.PatternView) -> None:
             arg.parameters.extend(a.parameters)
             for source_step, path in a.sources:
                 arg.sources.add(step=source_step, path=path)
+
+
+def _fill_intent(out: resources_pb2.Intent, view: model.IntentView) -> None:
+    out.id, out.text, out.hit_count = view.id, view.text, view.hit_count
+    _set_ts(out.last_seen_time, view.last_seen_ms)
+
+
+def got_pattern(view: model.PatternView) -> resources_pb2.Pattern:
+    """A pattern as GetPattern answers it: whole, but for the intents that do not fit."""
+    out = pattern(view)
+    budget.fit_intents(out)
+    return out
+
+
+def intent(view: model.IntentView) -> resources_pb2.Intent:
+    out = resources_pb2.Intent()
+    _fill_intent(out, view)
+    return out
+
+
+def intent_page(
+    view: model.PatternView, after: str, size: int
+) -> tuple[list[resources_pb2.Intent], str]:
+    """A ListPatternIntents page: `view`'s intents in id order (oldest first) after the intent
+    id `after` ("" first), at most `size`, ending early past the answer's byte budget as
+    `pattern_page`; and the cursor after the last one kept ("" at the end)."""
+    ordered = sorted((i for i in view.intents if i.id > after), key=lambda i: i.id)
+    kept: list[resources_pb2.Intent] = []
+    used = 0
+    for i in ordered[:size]:
+        out = intent(i)
+        if not budget.fits(used, out.ByteSize(), len(kept)):
+            return kept, kept[-1].id
+        kept.append(out)
+        used += out.ByteSize()
+    return kept, (kept[-1].id if len(ordered) > size else "")
 
 
 def capability(view: model.CapabilityView) -> resources_pb2.Capability:

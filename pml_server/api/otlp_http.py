@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from pml_server.api.errors import retry_after_seconds, status_code_for, to_rpc_status
+from pml_server.config import bind_error
 from pml_server.domain.errors import (
     FieldViolation,
     InvalidArgumentError,
@@ -364,7 +365,7 @@ class OtlpHttpServer:
             sock.listen(128)
         except (OSError, ValueError) as err:
             sock.close()
-            raise OSError(f"could not bind the OTLP/HTTP address {listen}: {err}") from None
+            raise bind_error(listen, err, "the OTLP/HTTP address ") from None
         self._sock = sock
         self.port: int = sock.getsockname()[1]
         self._app = OtlpHttpApp(export, max_bytes, on_answer=on_answer)

@@ -36,7 +36,7 @@ from pml_server.api.security.auth import KeyStore
 from pml_server.api.security.key_reload import KeysFileWatcher
 from pml_server.api.security.page_tokens import PageTokens, load_or_create_secret
 from pml_server.api.servicer import PmlServicer, ServiceDeps
-from pml_server.config import Config, ServerConfig, is_loopback
+from pml_server.config import Config, ServerConfig, bind_error, bind_problem, is_loopback
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
 from pml_server.storage import SCHEMA_VERSION
@@ -252,14 +252,18 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
     reflection.enable_server_reflection(
         (SERVICE_NAME, OTLP_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    cause: RuntimeError | None = None
-    try:
-        if credentials is None:
-            port = server.add_insecure_port(config.listen)
-        else:
-            port = server.add_secure_port(config.listen, credentials)
-    except RuntimeError as err:  # grpcio raises instead of returning 0 on some versions
-        port, cause = 0, err
+    # An address that cannot be bound is found first, so the error names its cause instead of
+    # gRPC's log line and "could not bind" (and asked again if gRPC refuses it after all).
+    cause: BaseException | None = bind_problem(config.listen)
+    port = 0
+    if cause is None:
+        try:
+            if credentials is None:
+                port = server.add_insecure_port(config.listen)
+            else:
+                port = server.add_secure_port(config.listen, credentials)
+        except RuntimeError as err:  # grpcio raises instead of returning 0 on some versions
+            cause = err
 
     def abandon() -> None:
         """Let go of what this start opened, before it raises."""
@@ -270,7 +274,7 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
 
     if port == 0:
         abandon()
-        raise OSError(f"could not bind {config.listen}") from cause
+        raise bind_error(config.listen, bind_problem(config.listen) or cause) from None
     otlp_http = None
     if config.otlp_http_listen is not None:
         try:
@@ -286,7 +290,14 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
             raise
     metrics_port = None
     if config.metrics_port is not None:
-        metrics_port = metrics.serve(config.metrics_port, config.metrics_host)
+        try:
+            metrics_port = metrics.serve(config.metrics_port, config.metrics_host)
+        except OSError as err:
+            if otlp_http is not None:
+                otlp_http.stop()
+            abandon()
+            address = f"{config.metrics_host}:{config.metrics_port}"
+            raise bind_error(address, err, "the metrics address ") from None
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     server.start()

@@ -157,7 +157,21 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
         with self._call(context, Role.READ) as caller:
             pattern_id = validate.resource_id(request.name, convert.PATTERNS)
             view = self._engine.get_pattern(caller.tenant, pattern_id)
-            return pml_pb2.GetPatternResponse(pattern=convert.pattern(view))
+            return pml_pb2.GetPatternResponse(pattern=convert.got_pattern(view))
+
+    def ListPatternIntents(
+        self, request: pml_pb2.ListPatternIntentsRequest, context: grpc.ServicerContext
+    ) -> pml_pb2.ListPatternIntentsResponse:
+        with self._call(context, Role.READ) as caller:
+            pattern_id = validate.resource_id(request.parent, convert.PATTERNS, "parent")
+            kind = f"intents/{pattern_id}"  # a token of one pattern's listing fits no other
+            page = self._page(caller, kind, request.page_size, request.page_token)
+            view = self._engine.get_pattern(caller.tenant, pattern_id)
+            intents, cursor = convert.intent_page(view, page.cursor, page.page_size)
+            return pml_pb2.ListPatternIntentsResponse(
+                intents=intents,
+                next_page_token=self._d.tokens.encode(caller.tenant, kind, cursor),
+            )
 
     def ListPatterns(
         self, request: pml_pb2.ListPatternsRequest, context: grpc.ServicerContext

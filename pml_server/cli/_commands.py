@@ -157,10 +157,7 @@ def record(args: argparse.Namespace) -> int:
         code = _read_text(args.code_file) if args.code_file else args.code
         if args.intent is None or code is None:
             raise InputError("give --intent and --code (or --code-file), or --file")
-        failed = []
-        for item in args.failed_tool:
-            tool, _, error = item.partition(":")
-            failed.append((tool, error or "failed"))
+        failed = [(tool, error or "failed") for tool, error in args.failed_tool]
         rec = make_record(
             args.intent,
             code,

@@ -182,12 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument(
         "--tool", action="append", default=[], help="a succeeded tool call, in order (repeat)"
     )
+    # Two values, not one `TOOL:ERROR`: a tool name may hold any character, colons included
+    # (`github:create_issue`, a URL: docs/capture.md, rule 4), and so may an error.
     rec.add_argument(
         "--failed-tool",
         action="append",
         default=[],
-        metavar="TOOL:ERROR",
-        help="a failed tool call, after the succeeded ones (repeat)",
+        nargs=2,
+        metavar=("TOOL", "ERROR"),
+        help="a failed tool call and its error, after the succeeded ones (repeat); two "
+        "values, as `--failed-tool github:create_issue 'rate limited: retry'`",
     )
     rec.add_argument(
         "--request-id",

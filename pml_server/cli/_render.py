@@ -372,6 +372,8 @@ def pattern_detail(console: Console, p: resources_pb2.Pattern) -> None:
         table.add_row(key, value)
     for i in p.intents:
         table.add_row("intent", f"{i.text} (x{i.hit_count})")
+    if len(p.intents) < p.intent_count:  # GetPattern's answer holds those that fit
+        table.add_row("intents", f"{len(p.intents)} of {p.intent_count} shown (most hits first)")
     for param in p.parameters:
         table.add_row(f"param {param.name}", ", ".join(param.recent_values_json[:5]))
     for step in p.steps:

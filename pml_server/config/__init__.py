@@ -10,7 +10,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pml_server.config._addresses import is_loopback, is_loopback_host
+from pml_server.config._addresses import (
+    bind_error,
+    bind_problem,
+    is_loopback,
+    is_loopback_host,
+    listen_problem,
+)
 from pml_server.config._flags import add_serve_flags, settings_from_args
 from pml_server.config._model import (
     DEFAULT_DATA_DIR,
@@ -61,9 +67,12 @@ __all__ = [
     "EngineConfig",
     "ServerConfig",
     "add_serve_flags",
+    "bind_error",
+    "bind_problem",
     "config_of",
     "is_loopback",
     "is_loopback_host",
+    "listen_problem",
     "read_file",
     "serve_config",
 ]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from pml_server.config._addresses import listen_problem
 from pml_server.domain.limits import LIMITS, Limits
 from pml_server.ranking.config import RankingConfig
 from pml_server.retention import RetentionConfig
@@ -147,14 +148,10 @@ class ServerConfig:
                 raise ValueError(f"server.{name} must be >= 1")
         if self.otlp_pending_spans < 0:
             raise ValueError("server.otlp_pending_spans must be >= 0")
-        port = self.listen.rsplit(":", 1)[-1]
-        if port.lstrip("-").isdigit() and not 0 <= int(port) <= 65535:
-            # gRPC binds the port modulo 65536 (`:99999` listened on 34463, `:-5` on 65531)
-            raise ValueError(f"server.listen: port {port} is not 0..65535")
-        if self.otlp_http_listen is not None:
-            port = self.otlp_http_listen.rsplit(":", 1)[-1]
-            if port.lstrip("-").isdigit() and not 0 <= int(port) <= 65535:
-                raise ValueError(f"server.otlp_http_listen: port {port} is not 0..65535")
+        for name in ("listen", "otlp_http_listen"):
+            value = getattr(self, name)
+            if value is not None and (problem := listen_problem(value)) is not None:
+                raise ValueError(f"server.{name}: {problem}")
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@ HTTP front), in this order:
    anything else, a key included, is looked at.
 2. `GET` on the endpoint: 405. The server is stateless and sends nothing unasked, so an event
    stream would only hold a connection open forever.
-3. The bearer key: a missing or unknown one (or one that is not printable ASCII, which no key
-   is) gets 401 with `WWW-Authenticate: Bearer`, as HTTP clients expect, instead of a session
-   whose every tool call fails. pml stays the judge: the key is checked with GetServerInfo
-   (remembered for a minute when valid; a refused key is not kept), and every tool call still
-   sends it, so a key revoked meanwhile fails there.
+3. The bearer key: a missing or unknown one (or one that is not printable ASCII or is longer
+   than 1024 characters, which no key is) gets 401 with `WWW-Authenticate: Bearer`, as HTTP
+   clients expect, instead of a session whose every tool call fails. pml stays the judge: the
+   key is checked with GetServerInfo (remembered for a minute when valid; a refused key is not
+   kept), and every tool call still sends it, so a key revoked meanwhile fails there.
 4. A JSON-RPC message whose `id` is neither a string nor an integer: -32600 Invalid Request
    (the SDK would take it for a notification and answer 202 with nothing); so is JSON that is
    not one JSON-RPC message (a batch, no or another `jsonrpc`, a `method` that is no string),

@@ -25,7 +25,7 @@ from mcp_types import (
 from pydantic import ValidationError
 
 from pml_server import __version__
-from pml_server.config import is_loopback_host
+from pml_server.config import bind_error, is_loopback_host
 from pml_server.mcp import _resources as resources
 from pml_server.mcp._http_auth import BearerCheck
 from pml_server.mcp._stdio import serve_stdio
@@ -228,7 +228,12 @@ def run_http(
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        shown = f"[{host}]" if ":" in host else host
+        raise bind_error(f"{shown}:{port}", err) from None
     # Listening before the address is printed: a client that connects while uvicorn is still
     # starting waits in the backlog instead of being refused.
     sock.listen(128)

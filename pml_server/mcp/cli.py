@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from pml_server.config import is_loopback_host
+from pml_server.config import is_loopback_host, listen_problem
 
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8765"
 
@@ -57,11 +57,11 @@ def add_parser(
 def run(args: argparse.Namespace) -> int:
     listen: tuple[str, int] | None = None
     if args.transport == "http":
-        host, sep, port_text = args.listen.rpartition(":")
-        host = host.strip("[]")
-        if not sep or not port_text.isdigit():
-            print(f"pml mcp: --listen {args.listen!r}: use host:port", file=sys.stderr)
+        if (problem := listen_problem(args.listen)) is not None:
+            print(f"pml mcp: --listen: {problem}", file=sys.stderr)
             return 2
+        host, _, port_text = args.listen.rpartition(":")
+        host = host.strip("[]")
         if not is_loopback_host(host) and not args.allow_remote:
             print(
                 f"pml mcp: refusing to listen on {args.listen}: pass --allow-remote to accept "

@@ -326,7 +326,7 @@ def test_a_non_loopback_address_without_keys_is_refused(start: StartServer) -> N
 
 
 def test_an_address_that_cannot_be_bound_is_named(start: StartServer) -> None:
-    with pytest.raises(OSError, match="OTLP/HTTP address localhost:http-port"):
+    with pytest.raises(ValueError, match="otlp_http_listen: port 'http-port' is not a number"):
         start(otlp_http_listen="localhost:http-port")
     with pytest.raises(ValueError, match="otlp_http_listen: port 70000"):
         start(otlp_http_listen="127.0.0.1:70000")

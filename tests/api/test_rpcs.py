@@ -9,6 +9,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from pml_server import cli
 from pml_server._proto.pml.v1 import resources_pb2 as r
 from pml_server.api.admission import budget
 from pml_server.api.server import RunningServer
@@ -237,6 +238,80 @@ def test_a_failure_log_of_long_errors_pages_within_a_default_clients_limit(
     seen = [f.request_id for page in pages for f in page.failures]
     assert len(pages) >= 2
     assert len(seen) == len(set(seen)) == 300
+
+
+def test_a_pattern_of_many_long_intents_is_read_within_a_default_clients_limit(
+    client: PmlClient,
+    channel: grpc.Channel,
+    server: RunningServer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1100 distinct intents of 4,000 characters on one pattern (storage keeps every one):
+    GetPattern answered them all, 4.5 MB, and a client with gRPC's default 4 MiB receive limit
+    got RESOURCE_EXHAUSTED, never the pattern. Now it answers those of most hits that fit, with
+    `intent_count` and `truncated`, and ListPatternIntents pages through each intent once."""
+    import random
+
+    from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
+
+    rng = random.Random(7)
+    texts = set()
+    for _ in range(1100):
+        intent = " ".join(f"w{rng.randrange(10**9)}" for _ in range(400))[:4000]
+        texts.add(intent)
+        saved = client.record(make_record(intent, READ_JSON, tools=["read_file", "parse_json"]))
+    name = saved.pattern
+    stub = pml_pb2_grpc.PmlServiceStub(channel)  # gRPC's default limits
+    got = stub.GetPattern(pml_pb2.GetPatternRequest(name=name), timeout=30).pattern
+    assert got.intent_count == 1100
+    assert 0 < len(got.intents) < 1100
+    assert got.truncated
+    assert got.usage_count == 1100  # the rest of the pattern is whole
+    assert got.original_code == READ_JSON
+    pages = _every_page(
+        lambda token: stub.ListPatternIntents(
+            pml_pb2.ListPatternIntentsRequest(parent=name, page_size=1000, page_token=token),
+            timeout=30,
+        )
+    )
+    assert len(pages) >= 2
+    listed = [i for page in pages for i in page.intents]
+    assert len({i.id for i in listed}) == len(listed) == 1100
+    assert {i.text for i in listed} == texts
+    assert {i.id for i in got.intents} <= {i.id for i in listed}
+    assert [i.text for i in client.iter_pattern_intents(name)] == [i.text for i in listed]
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as shown:
+        cli.main(["show", name, "--server", f"127.0.0.1:{server.port}"])
+    assert shown.value.code == 0
+    assert f"{len(got.intents)} of 1100 shown" in capsys.readouterr().out
+
+
+def test_list_pattern_intents_refuses_what_it_cannot_list(client: PmlClient) -> None:
+    first, write = _seed(client)
+    page = client.list_pattern_intents(first.pattern)
+    assert [i.text for i in page.intents] == ["Read JSON file"]
+    assert page.next_page_token == ""
+    whole = client.get_pattern(first.pattern)
+    assert (whole.intent_count, whole.truncated) == (1, False)
+    for parent, field in (("capabilities/x", "parent"), ("", "parent")):
+        with pytest.raises(PmlClientError) as refused:
+            client.list_pattern_intents(parent)
+        assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT
+        assert field in dict(refused.value.violations)
+    with pytest.raises(PmlClientError) as missing:
+        client.list_pattern_intents("patterns/nope")
+    assert missing.value.code is grpc.StatusCode.NOT_FOUND
+    for i in range(3):
+        client.record(make_record(f"Load the JSON data {i} q{i * 7919}", READ_JSON))
+    token = client.list_pattern_intents(first.pattern, page_size=1).next_page_token
+    assert token
+    # A token of one pattern's intents is no token for another's listing.
+    with pytest.raises(PmlClientError) as foreign:
+        client.list_pattern_intents(write.pattern, page_token=token)
+    assert foreign.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert "page_token" in dict(foreign.value.violations)
 
 
 def test_capabilities_of_long_intents_page_within_a_default_clients_limit(

@@ -10,7 +10,7 @@ from google.protobuf import json_format
 
 from pml_server import cli
 from pml_server.api.server import RunningServer
-from pml_server.client import make_record
+from pml_server.client import PmlClient, make_record
 from pml_server.config import serve_config
 
 READ = 'const d = await mcp.read_file({path: "a.json"}); return await mcp.parse_json(d)'
@@ -66,7 +66,8 @@ def test_record_reports_rejection_and_failures_list_it(run: object) -> None:
         "--code",
         "await mcp.gmail_send({})",
         "--failed-tool",
-        "gmail_send:not connected",
+        "gmail_send",
+        "not connected",
         "--request-id",
         "mail-1",
         expect=4,
@@ -76,6 +77,26 @@ def test_record_reports_rejection_and_failures_list_it(run: object) -> None:
     out = run("failures")
     assert "gmail_send" in out
     assert "mail-1" in out
+
+
+def test_record_failed_tool_takes_a_namespaced_tool_and_an_error_with_colons(
+    run: object, server: RunningServer
+) -> None:
+    """`--failed-tool TOOL ERROR`: two values, so a tool name with colons (a namespace, a URL)
+    and an error with colons arrive whole (one `TOOL:ERROR` value was cut at its first colon:
+    tool `github`, error `create_issue:rate limited: ...`)."""
+    assert callable(run)
+    failed = [
+        ("github:create_issue", "rate limited: retry in 5s"),
+        ("https://tools.local:8080/send", "HTTP 503: unavailable"),
+    ]
+    argv = ["record", "--intent", "Open an issue", "--code", "await mcp.github.create_issue({})"]
+    for tool, error in failed:
+        argv += ["--failed-tool", tool, error]
+    assert "rejected" in run(*argv, "--request-id", "issue-1", expect=4)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        found = client.list_failures().failures
+    assert sorted((f.tool, f.error) for f in found if f.request_id == "issue-1") == sorted(failed)
 
 
 def test_record_from_json_file(run: object, tmp_path: Path) -> None:
@@ -238,6 +259,26 @@ def test_keys_add_prints_a_key_and_stores_only_its_hash(
     stored = json.loads(path.read_text())["keys"]
     assert [(k["tenant"], k["role"]) for k in stored] == [("acme", "read")]
     assert key not in path.read_text()
+
+
+def test_concurrent_keys_add_and_revoke_lose_no_key(tmp_path: Path) -> None:
+    """Provisioning in parallel (`pml keys add ... &` per tenant): each read the file, added its
+    key and replaced the file through one shared temporary name, so adds failed
+    (FileNotFoundError on the temporary file) or a printed key was dropped by another's
+    replace and never worked. Each change holds a lock on the file's directory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pml_server.api.security.auth import Role, add_key, hash_key, read_keys_file, revoke_key
+
+    path = tmp_path / "keys.json"
+    doomed = [add_key(path, "old", Role.READ) for _ in range(8)]
+    with ThreadPoolExecutor(16) as pool:
+        added = list(pool.map(lambda i: add_key(path, f"t{i}", Role.WRITE), range(48)))
+        list(pool.map(lambda key: revoke_key(path, key), doomed))
+    stored = read_keys_file(path)
+    assert set(stored) == {hash_key(k) for k in added}
+    assert sorted(c.tenant for c in stored.values()) == sorted(f"t{i}" for i in range(48))
+    assert [p.name for p in tmp_path.iterdir()] == ["keys.json"]
 
 
 def test_every_serve_flag_reaches_the_server_config() -> None:

@@ -257,7 +257,8 @@ def test_refused_rejected_and_unreachable_exit_codes(run: Run) -> None:
         "--code",
         "await mcp.gmail_send({})",
         "--failed-tool",
-        "gmail_send:not connected",
+        "gmail_send",
+        "not connected",
         expect=4,
     )
     assert "rejected" in out
@@ -289,6 +290,62 @@ def test_serve_on_a_data_dir_in_use_is_one_line(
     line = _one_line(capsys.readouterr().err)
     assert line.startswith("pml serve: error:")
     assert "in use by another pml process" in line
+
+
+@pytest.mark.parametrize(
+    ("flags", "what"),
+    [
+        (["serve", "--listen", "127.0.0.1:{port}"], ""),
+        (
+            ["serve", "--listen", "127.0.0.1:0", "--otlp-http-listen", "127.0.0.1:{port}"],
+            "the OTLP/HTTP address ",
+        ),
+        (["serve", "--listen", "127.0.0.1:0", "--metrics-port", "{port}"], "the metrics address "),
+        (["mcp", "--transport", "http", "--listen", "127.0.0.1:{port}"], ""),
+    ],
+)
+def test_a_port_in_use_is_one_line_naming_address_and_cause(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], flags: list[str], what: str
+) -> None:
+    """Each port `pml serve` and `pml mcp` listen on: one line, the address and the cause, exit 2
+    (the gRPC port printed gRPC's own log line first, then `could not bind` without a cause; the
+    MCP port `[Errno 98] Address already in use` without the address)."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        argv = [f.format(port=port) for f in flags]
+        if argv[0] == "serve":
+            argv += ["--data-dir", str(tmp_path / "data"), "--embedder", "hashing"]
+        with pytest.raises(SystemExit) as done:
+            cli.main(argv)
+    assert done.value.code == 2
+    line = _one_line(capfd.readouterr().err)
+    assert line == (
+        f"pml {argv[0]}{': error' if argv[0] == 'serve' else ''}: could not bind {what}"
+        f"127.0.0.1:{port}: the port is already in use (another process listens on it)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("listen", "why"),
+    [
+        ("127.0.0.1:99999", "port 99999 is not 0..65535"),
+        ("127.0.0.1:²", "port '²' is not a number 0..65535"),
+        ("127.0.0.1", "'127.0.0.1' is no host:port"),
+    ],
+)
+def test_mcp_http_listen_that_is_no_address_is_one_line(
+    capfd: pytest.CaptureFixture[str], listen: str, why: str
+) -> None:
+    """`:99999` was an OverflowError traceback from `bind`, and a digit that is no ASCII digit
+    a ValueError traceback."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["mcp", "--transport", "http", "--listen", listen])
+    assert done.value.code == 2
+    assert _one_line(capfd.readouterr().err).startswith(f"pml mcp: --listen: {why}")
 
 
 @pytest.mark.model
@@ -524,6 +581,66 @@ def test_a_keys_file_that_fails_to_load_keeps_the_keys_in_force(
     assert server.keys_watcher is not None
     assert not server.keys_watcher.reload("SIGHUP")
     assert _key_works(target, key)
+
+
+_MALFORMED_KEYS_FILES = {
+    "[]": "not a keys file: an object with a `keys` list",
+    '{"keys": {"a": 1}}': "not a keys file: an object with a `keys` list",
+    '{"keys": ["pml_x"]}': "keys[0] is not an object",
+    '{"keys": [{"tenant": "acme", "role": "write"}]}': "keys[0] has no sha256",
+    '{"keys": [{"sha256": "' + "a" * 64 + '", "tenant": "acme"}]}': "keys[0] has no role",
+    '{"keys": [{"sha256": "' + "a" * 64 + '", "tenant": "acme", "role": "boss"}]}': (
+        "keys[0].role: unknown role 'boss'"
+    ),
+    "{bad": "not JSON",
+}
+
+
+@pytest.mark.parametrize("text", list(_MALFORMED_KEYS_FILES))
+def test_a_malformed_keys_file_is_one_line_naming_it_everywhere(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], text: str
+) -> None:
+    """A keys file of the wrong shape (a list, an entry without its hash or role): `pml serve`
+    and `pml keys list` ended in a traceback (AttributeError, KeyError, TypeError) or said only
+    `'sha256'`, and `pml keys add` appended a key to a file no server could load. Each now says
+    which file and which entry, exit 2, and the file is left as it was."""
+    path = tmp_path / "keys.json"
+    path.write_text(text)
+    why = _MALFORMED_KEYS_FILES[text]
+    serve = ["serve", "--data-dir", str(tmp_path / "d"), "--embedder", "hashing"]
+    for argv in (
+        [*serve, "--listen", "127.0.0.1:0", "--keys-file", str(path)],
+        ["keys", "list", "--keys-file", str(path)],
+        ["keys", "add", "--keys-file", str(path), "--tenant", "acme"],
+        ["keys", "revoke", "--keys-file", str(path), "aaaaaaaa"],
+    ):
+        with pytest.raises(SystemExit) as done:
+            cli.main(argv)
+        assert done.value.code == 2, argv
+        line = _one_line(capfd.readouterr().err)
+        assert line.startswith(f"pml {argv[0]}: error: {path}: {why}"), (argv, line)
+    assert path.read_text() == text
+
+
+def test_a_keys_file_of_the_wrong_shape_keeps_the_keys_in_force(
+    start: StartServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The watcher caught a reload's KeyError and TypeError but not the AttributeError of a
+    file that holds a list: its thread died, and no later change of the file (a revocation)
+    was ever applied."""
+    path = tmp_path / "keys.json"
+    key = _keys("add", "--keys-file", str(path), "--tenant", "acme", capsys=capsys).split()[-1]
+    server = start(keys_file=path)
+    caplog.set_level(logging.ERROR, logger="pml.keys")
+    good = path.read_text()
+    path.write_text("[]")
+    assert eventually(lambda: "keys file not reloaded (file changed)" in caplog.text)
+    assert _key_works(f"127.0.0.1:{server.port}", key)
+    path.write_text(good.replace('"keys": [', '"keys": [], "old": ['))  # the key revoked
+    assert eventually(lambda: not _key_works(f"127.0.0.1:{server.port}", key))
 
 
 def test_pml_mcp_without_the_sdk_is_one_line() -> None:

@@ -182,6 +182,8 @@ def _flag_values(
             value = 0.5 if found != 0.5 else 0.25
         elif action.type is Path:
             value = Path(f"given-{action.dest}")
+        elif action.dest.endswith("listen"):  # a host:port
+            value = f"given-{action.dest}:7"
         else:
             value = f"given-{action.dest}"
         argv += [flag, str(value)]
@@ -370,6 +372,10 @@ def test_pml_serve_config_starts_a_server_with_the_files_settings(tmp_path: Path
     [
         (["--listen", "127.0.0.1:99999"], "server.listen: port 99999 is not 0..65535"),
         (["--listen", "127.0.0.1:-5"], "server.listen: port -5 is not 0..65535"),
+        (["--listen", "127.0.0.1"], "server.listen: '127.0.0.1' is no host:port"),
+        (["--listen", "127.0.0.1:"], "server.listen: port '' is not a number 0..65535"),
+        (["--listen", "::1:50051"], "'::1:50051' is no host:port (an IPv6 host in brackets"),
+        (["--otlp-http-listen", "127.0.0.1:abc"], "server.otlp_http_listen: port 'abc' is not"),
         (["--max-message-bytes", "99999999999"], "server.max_message_bytes must be at most"),
         (["--grace-seconds", "nan"], "server.grace_seconds must be a finite number >= 0"),
         (["--grace-seconds", "-1"], "server.grace_seconds must be a finite number >= 0"),
@@ -392,7 +398,9 @@ def test_server_values_grpc_cannot_use_are_refused_at_start(argv: list[str], wor
     stream 50 ms after it went quiet; a metrics port past 65535 was an OverflowError
     traceback, a burst of 0 refused every call for ever, a NaN rate failed naming no setting,
     and 0 for a limit with a computed default was silently that default; a negative count of
-    held spans or recent values was taken as none, and said so nowhere."""
+    held spans or recent values was taken as none, and said so nowhere. A listen address
+    without a port was bound on 443, and a port that is no number ended in gRPC's log line or
+    `invalid literal for int()`."""
     with pytest.raises(ConfigError) as refused:
         serve_config(_serve_args(*argv), environ={})
     assert words in str(refused.value)

@@ -300,6 +300,25 @@ def test_http_a_key_no_pml_takes_is_refused_at_the_http_level(
         assert listed.status_code == 200, listed.text
 
 
+def test_http_a_key_too_long_for_grpc_metadata_is_refused_as_unknown(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """A printable key over gRPC's metadata limit (8 KiB) is no pml key either: 401 as an
+    unknown key, never forwarded (gRPC's refusal of the metadata is no refusal of the key: the
+    request went through to a session whose every call failed)."""
+    keys_file, found = keys
+    server = start(keys_file=keys_file)
+    good = found["acme-read"]
+    with _http_mcp(f"127.0.0.1:{server.port}") as url, httpx2.Client(timeout=10) as http:
+        for key in (good + "x" * 1000, "pml_" + "a" * 20_000):
+            headers = {**JSON_HEADERS, "Authorization": f"Bearer {key}"}
+            refused = http.post(url, json=LIST_TOOLS, headers=headers)
+            assert refused.status_code == 401, refused.text[:500]
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+            assert "api_key" in refused.json()["error_description"]
+            assert key not in refused.text  # a secret is never echoed
+
+
 def test_http_refuses_foreign_host_and_origin(server: RunningServer) -> None:
     body, headers = LIST_TOOLS, JSON_HEADERS
     with _http_mcp(f"127.0.0.1:{server.port}") as url, httpx2.Client(timeout=10) as http:

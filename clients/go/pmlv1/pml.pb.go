@@ -1280,6 +1280,126 @@ func (x *ListPatternsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// ListPatternIntentsRequest asks for one page of a pattern's intents, oldest first.
+type ListPatternIntentsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// (Required) The pattern, `patterns/{pattern}`.
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// (Optional) 1..1000; 0 means 50. A page may hold fewer (its answer is kept under 4 MiB);
+	// only an empty `next_page_token` means the end.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// (Optional) `next_page_token` of the previous page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPatternIntentsRequest) Reset() {
+	*x = ListPatternIntentsRequest{}
+	mi := &file_pml_v1_pml_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPatternIntentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPatternIntentsRequest) ProtoMessage() {}
+
+func (x *ListPatternIntentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pml_v1_pml_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPatternIntentsRequest.ProtoReflect.Descriptor instead.
+func (*ListPatternIntentsRequest) Descriptor() ([]byte, []int) {
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListPatternIntentsRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *ListPatternIntentsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListPatternIntentsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListPatternIntentsResponse is one page of a pattern's intents.
+type ListPatternIntentsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// (Output only) The intents, oldest first.
+	Intents []*Intent `protobuf:"bytes,1,rep,name=intents,proto3" json:"intents,omitempty"`
+	// (Output only) Token of the next page; empty at the end.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPatternIntentsResponse) Reset() {
+	*x = ListPatternIntentsResponse{}
+	mi := &file_pml_v1_pml_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPatternIntentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPatternIntentsResponse) ProtoMessage() {}
+
+func (x *ListPatternIntentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pml_v1_pml_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPatternIntentsResponse.ProtoReflect.Descriptor instead.
+func (*ListPatternIntentsResponse) Descriptor() ([]byte, []int) {
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListPatternIntentsResponse) GetIntents() []*Intent {
+	if x != nil {
+		return x.Intents
+	}
+	return nil
+}
+
+func (x *ListPatternIntentsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // DeletePatternRequest names a pattern to delete.
 type DeletePatternRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1291,7 +1411,7 @@ type DeletePatternRequest struct {
 
 func (x *DeletePatternRequest) Reset() {
 	*x = DeletePatternRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[17]
+	mi := &file_pml_v1_pml_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1423,7 @@ func (x *DeletePatternRequest) String() string {
 func (*DeletePatternRequest) ProtoMessage() {}
 
 func (x *DeletePatternRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[17]
+	mi := &file_pml_v1_pml_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1436,7 @@ func (x *DeletePatternRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePatternRequest.ProtoReflect.Descriptor instead.
 func (*DeletePatternRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{17}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeletePatternRequest) GetName() string {
@@ -1335,7 +1455,7 @@ type DeletePatternResponse struct {
 
 func (x *DeletePatternResponse) Reset() {
 	*x = DeletePatternResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[18]
+	mi := &file_pml_v1_pml_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1467,7 @@ func (x *DeletePatternResponse) String() string {
 func (*DeletePatternResponse) ProtoMessage() {}
 
 func (x *DeletePatternResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[18]
+	mi := &file_pml_v1_pml_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1480,7 @@ func (x *DeletePatternResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePatternResponse.ProtoReflect.Descriptor instead.
 func (*DeletePatternResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{18}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{20}
 }
 
 // GetCapabilityRequest names a capability.
@@ -1374,7 +1494,7 @@ type GetCapabilityRequest struct {
 
 func (x *GetCapabilityRequest) Reset() {
 	*x = GetCapabilityRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[19]
+	mi := &file_pml_v1_pml_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1506,7 @@ func (x *GetCapabilityRequest) String() string {
 func (*GetCapabilityRequest) ProtoMessage() {}
 
 func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[19]
+	mi := &file_pml_v1_pml_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1519,7 @@ func (x *GetCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{19}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetCapabilityRequest) GetName() string {
@@ -1420,7 +1540,7 @@ type GetCapabilityResponse struct {
 
 func (x *GetCapabilityResponse) Reset() {
 	*x = GetCapabilityResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[20]
+	mi := &file_pml_v1_pml_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1552,7 @@ func (x *GetCapabilityResponse) String() string {
 func (*GetCapabilityResponse) ProtoMessage() {}
 
 func (x *GetCapabilityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[20]
+	mi := &file_pml_v1_pml_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1565,7 @@ func (x *GetCapabilityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilityResponse.ProtoReflect.Descriptor instead.
 func (*GetCapabilityResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{20}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetCapabilityResponse) GetCapability() *Capability {
@@ -1468,7 +1588,7 @@ type ListCapabilitiesRequest struct {
 
 func (x *ListCapabilitiesRequest) Reset() {
 	*x = ListCapabilitiesRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[21]
+	mi := &file_pml_v1_pml_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1600,7 @@ func (x *ListCapabilitiesRequest) String() string {
 func (*ListCapabilitiesRequest) ProtoMessage() {}
 
 func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[21]
+	mi := &file_pml_v1_pml_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1613,7 @@ func (x *ListCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{21}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListCapabilitiesRequest) GetPageSize() int32 {
@@ -1523,7 +1643,7 @@ type ListCapabilitiesResponse struct {
 
 func (x *ListCapabilitiesResponse) Reset() {
 	*x = ListCapabilitiesResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[22]
+	mi := &file_pml_v1_pml_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1655,7 @@ func (x *ListCapabilitiesResponse) String() string {
 func (*ListCapabilitiesResponse) ProtoMessage() {}
 
 func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[22]
+	mi := &file_pml_v1_pml_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1668,7 @@ func (x *ListCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{22}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListCapabilitiesResponse) GetCapabilities() []*Capability {
@@ -1576,7 +1696,7 @@ type DeleteCapabilityRequest struct {
 
 func (x *DeleteCapabilityRequest) Reset() {
 	*x = DeleteCapabilityRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[23]
+	mi := &file_pml_v1_pml_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1708,7 @@ func (x *DeleteCapabilityRequest) String() string {
 func (*DeleteCapabilityRequest) ProtoMessage() {}
 
 func (x *DeleteCapabilityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[23]
+	mi := &file_pml_v1_pml_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1721,7 @@ func (x *DeleteCapabilityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCapabilityRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCapabilityRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{23}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteCapabilityRequest) GetName() string {
@@ -1620,7 +1740,7 @@ type DeleteCapabilityResponse struct {
 
 func (x *DeleteCapabilityResponse) Reset() {
 	*x = DeleteCapabilityResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[24]
+	mi := &file_pml_v1_pml_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1752,7 @@ func (x *DeleteCapabilityResponse) String() string {
 func (*DeleteCapabilityResponse) ProtoMessage() {}
 
 func (x *DeleteCapabilityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[24]
+	mi := &file_pml_v1_pml_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1765,7 @@ func (x *DeleteCapabilityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCapabilityResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCapabilityResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{24}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{26}
 }
 
 // ListFailuresRequest asks for one page of the failure log.
@@ -1661,7 +1781,7 @@ type ListFailuresRequest struct {
 
 func (x *ListFailuresRequest) Reset() {
 	*x = ListFailuresRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[25]
+	mi := &file_pml_v1_pml_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1793,7 @@ func (x *ListFailuresRequest) String() string {
 func (*ListFailuresRequest) ProtoMessage() {}
 
 func (x *ListFailuresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[25]
+	mi := &file_pml_v1_pml_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1806,7 @@ func (x *ListFailuresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailuresRequest.ProtoReflect.Descriptor instead.
 func (*ListFailuresRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{25}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListFailuresRequest) GetPageSize() int32 {
@@ -1716,7 +1836,7 @@ type ListFailuresResponse struct {
 
 func (x *ListFailuresResponse) Reset() {
 	*x = ListFailuresResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[26]
+	mi := &file_pml_v1_pml_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1848,7 @@ func (x *ListFailuresResponse) String() string {
 func (*ListFailuresResponse) ProtoMessage() {}
 
 func (x *ListFailuresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[26]
+	mi := &file_pml_v1_pml_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1861,7 @@ func (x *ListFailuresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFailuresResponse.ProtoReflect.Descriptor instead.
 func (*ListFailuresResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{26}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListFailuresResponse) GetFailures() []*Failure {
@@ -1769,7 +1889,7 @@ type RunRetentionRequest struct {
 
 func (x *RunRetentionRequest) Reset() {
 	*x = RunRetentionRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[27]
+	mi := &file_pml_v1_pml_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1901,7 @@ func (x *RunRetentionRequest) String() string {
 func (*RunRetentionRequest) ProtoMessage() {}
 
 func (x *RunRetentionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[27]
+	mi := &file_pml_v1_pml_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1914,7 @@ func (x *RunRetentionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRetentionRequest.ProtoReflect.Descriptor instead.
 func (*RunRetentionRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{27}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RunRetentionRequest) GetApply() bool {
@@ -1825,7 +1945,7 @@ type RunRetentionResponse struct {
 
 func (x *RunRetentionResponse) Reset() {
 	*x = RunRetentionResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[28]
+	mi := &file_pml_v1_pml_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1957,7 @@ func (x *RunRetentionResponse) String() string {
 func (*RunRetentionResponse) ProtoMessage() {}
 
 func (x *RunRetentionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[28]
+	mi := &file_pml_v1_pml_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1970,7 @@ func (x *RunRetentionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRetentionResponse.ProtoReflect.Descriptor instead.
 func (*RunRetentionResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{28}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RunRetentionResponse) GetDryRun() bool {
@@ -1897,7 +2017,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_pml_v1_pml_proto_msgTypes[29]
+	mi := &file_pml_v1_pml_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2029,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[29]
+	mi := &file_pml_v1_pml_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2042,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{29}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{31}
 }
 
 // GetStatsResponse counts the tenant's data.
@@ -1946,7 +2066,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_pml_v1_pml_proto_msgTypes[30]
+	mi := &file_pml_v1_pml_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2078,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pml_v1_pml_proto_msgTypes[30]
+	mi := &file_pml_v1_pml_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2091,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_pml_v1_pml_proto_rawDescGZIP(), []int{30}
+	return file_pml_v1_pml_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetStatsResponse) GetPatterns() int64 {
@@ -2110,6 +2230,14 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"k\n" +
 	"\x14ListPatternsResponse\x12+\n" +
 	"\bpatterns\x18\x01 \x03(\v2\x0f.pml.v1.PatternR\bpatterns\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"o\n" +
+	"\x19ListPatternIntentsRequest\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"n\n" +
+	"\x1aListPatternIntentsResponse\x12(\n" +
+	"\aintents\x18\x01 \x03(\v2\x0e.pml.v1.IntentR\aintents\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"*\n" +
 	"\x14DeletePatternRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
@@ -2154,7 +2282,7 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"executions\x18\x04 \x01(\x03R\n" +
 	"executions\x12\x1a\n" +
 	"\brejected\x18\x05 \x01(\x03R\brejected\x12'\n" +
-	"\x0ffailures_logged\x18\x06 \x01(\x03R\x0efailuresLogged2\xe8\a\n" +
+	"\x0ffailures_logged\x18\x06 \x01(\x03R\x0efailuresLogged2\xc5\b\n" +
 	"\n" +
 	"PmlService\x12L\n" +
 	"\rGetServerInfo\x12\x1c.pml.v1.GetServerInfoRequest\x1a\x1d.pml.v1.GetServerInfoResponse\x12R\n" +
@@ -2162,7 +2290,8 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\fStreamTraces\x12\x1b.pml.v1.StreamTracesRequest\x1a\x1c.pml.v1.StreamTracesResponse(\x010\x01\x12:\n" +
 	"\aSuggest\x12\x16.pml.v1.SuggestRequest\x1a\x17.pml.v1.SuggestResponse\x12C\n" +
 	"\n" +
-	"GetPattern\x12\x19.pml.v1.GetPatternRequest\x1a\x1a.pml.v1.GetPatternResponse\x12I\n" +
+	"GetPattern\x12\x19.pml.v1.GetPatternRequest\x1a\x1a.pml.v1.GetPatternResponse\x12[\n" +
+	"\x12ListPatternIntents\x12!.pml.v1.ListPatternIntentsRequest\x1a\".pml.v1.ListPatternIntentsResponse\x12I\n" +
 	"\fListPatterns\x12\x1b.pml.v1.ListPatternsRequest\x1a\x1c.pml.v1.ListPatternsResponse\x12L\n" +
 	"\rDeletePattern\x12\x1c.pml.v1.DeletePatternRequest\x1a\x1d.pml.v1.DeletePatternResponse\x12L\n" +
 	"\rGetCapability\x12\x1c.pml.v1.GetCapabilityRequest\x1a\x1d.pml.v1.GetCapabilityResponse\x12U\n" +
@@ -2184,110 +2313,116 @@ func file_pml_v1_pml_proto_rawDescGZIP() []byte {
 	return file_pml_v1_pml_proto_rawDescData
 }
 
-var file_pml_v1_pml_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_pml_v1_pml_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_pml_v1_pml_proto_goTypes = []any{
-	(*GetServerInfoRequest)(nil),     // 0: pml.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil),    // 1: pml.v1.GetServerInfoResponse
-	(*RecordExecutionRequest)(nil),   // 2: pml.v1.RecordExecutionRequest
-	(*RecordExecutionResponse)(nil),  // 3: pml.v1.RecordExecutionResponse
-	(*ExecutionStarted)(nil),         // 4: pml.v1.ExecutionStarted
-	(*ToolCallFinished)(nil),         // 5: pml.v1.ToolCallFinished
-	(*ExecutionFinished)(nil),        // 6: pml.v1.ExecutionFinished
-	(*StreamTracesRequest)(nil),      // 7: pml.v1.StreamTracesRequest
-	(*StreamTracesResponse)(nil),     // 8: pml.v1.StreamTracesResponse
-	(*SuggestRequest)(nil),           // 9: pml.v1.SuggestRequest
-	(*SuggestContext)(nil),           // 10: pml.v1.SuggestContext
-	(*AvailableTools)(nil),           // 11: pml.v1.AvailableTools
-	(*SuggestResponse)(nil),          // 12: pml.v1.SuggestResponse
-	(*GetPatternRequest)(nil),        // 13: pml.v1.GetPatternRequest
-	(*GetPatternResponse)(nil),       // 14: pml.v1.GetPatternResponse
-	(*ListPatternsRequest)(nil),      // 15: pml.v1.ListPatternsRequest
-	(*ListPatternsResponse)(nil),     // 16: pml.v1.ListPatternsResponse
-	(*DeletePatternRequest)(nil),     // 17: pml.v1.DeletePatternRequest
-	(*DeletePatternResponse)(nil),    // 18: pml.v1.DeletePatternResponse
-	(*GetCapabilityRequest)(nil),     // 19: pml.v1.GetCapabilityRequest
-	(*GetCapabilityResponse)(nil),    // 20: pml.v1.GetCapabilityResponse
-	(*ListCapabilitiesRequest)(nil),  // 21: pml.v1.ListCapabilitiesRequest
-	(*ListCapabilitiesResponse)(nil), // 22: pml.v1.ListCapabilitiesResponse
-	(*DeleteCapabilityRequest)(nil),  // 23: pml.v1.DeleteCapabilityRequest
-	(*DeleteCapabilityResponse)(nil), // 24: pml.v1.DeleteCapabilityResponse
-	(*ListFailuresRequest)(nil),      // 25: pml.v1.ListFailuresRequest
-	(*ListFailuresResponse)(nil),     // 26: pml.v1.ListFailuresResponse
-	(*RunRetentionRequest)(nil),      // 27: pml.v1.RunRetentionRequest
-	(*RunRetentionResponse)(nil),     // 28: pml.v1.RunRetentionResponse
-	(*GetStatsRequest)(nil),          // 29: pml.v1.GetStatsRequest
-	(*GetStatsResponse)(nil),         // 30: pml.v1.GetStatsResponse
-	(*ExecutionRecord)(nil),          // 31: pml.v1.ExecutionRecord
-	(*CaptureResult)(nil),            // 32: pml.v1.CaptureResult
-	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
-	(*ToolCall)(nil),                 // 34: pml.v1.ToolCall
-	(ExecutionStatus)(0),             // 35: pml.v1.ExecutionStatus
-	(*status.Status)(nil),            // 36: google.rpc.Status
-	(*Suggestion)(nil),               // 37: pml.v1.Suggestion
-	(*FilteredCandidate)(nil),        // 38: pml.v1.FilteredCandidate
-	(*Plan)(nil),                     // 39: pml.v1.Plan
-	(*Pattern)(nil),                  // 40: pml.v1.Pattern
-	(*Capability)(nil),               // 41: pml.v1.Capability
-	(*Failure)(nil),                  // 42: pml.v1.Failure
-	(*RetentionEntry)(nil),           // 43: pml.v1.RetentionEntry
+	(*GetServerInfoRequest)(nil),       // 0: pml.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil),      // 1: pml.v1.GetServerInfoResponse
+	(*RecordExecutionRequest)(nil),     // 2: pml.v1.RecordExecutionRequest
+	(*RecordExecutionResponse)(nil),    // 3: pml.v1.RecordExecutionResponse
+	(*ExecutionStarted)(nil),           // 4: pml.v1.ExecutionStarted
+	(*ToolCallFinished)(nil),           // 5: pml.v1.ToolCallFinished
+	(*ExecutionFinished)(nil),          // 6: pml.v1.ExecutionFinished
+	(*StreamTracesRequest)(nil),        // 7: pml.v1.StreamTracesRequest
+	(*StreamTracesResponse)(nil),       // 8: pml.v1.StreamTracesResponse
+	(*SuggestRequest)(nil),             // 9: pml.v1.SuggestRequest
+	(*SuggestContext)(nil),             // 10: pml.v1.SuggestContext
+	(*AvailableTools)(nil),             // 11: pml.v1.AvailableTools
+	(*SuggestResponse)(nil),            // 12: pml.v1.SuggestResponse
+	(*GetPatternRequest)(nil),          // 13: pml.v1.GetPatternRequest
+	(*GetPatternResponse)(nil),         // 14: pml.v1.GetPatternResponse
+	(*ListPatternsRequest)(nil),        // 15: pml.v1.ListPatternsRequest
+	(*ListPatternsResponse)(nil),       // 16: pml.v1.ListPatternsResponse
+	(*ListPatternIntentsRequest)(nil),  // 17: pml.v1.ListPatternIntentsRequest
+	(*ListPatternIntentsResponse)(nil), // 18: pml.v1.ListPatternIntentsResponse
+	(*DeletePatternRequest)(nil),       // 19: pml.v1.DeletePatternRequest
+	(*DeletePatternResponse)(nil),      // 20: pml.v1.DeletePatternResponse
+	(*GetCapabilityRequest)(nil),       // 21: pml.v1.GetCapabilityRequest
+	(*GetCapabilityResponse)(nil),      // 22: pml.v1.GetCapabilityResponse
+	(*ListCapabilitiesRequest)(nil),    // 23: pml.v1.ListCapabilitiesRequest
+	(*ListCapabilitiesResponse)(nil),   // 24: pml.v1.ListCapabilitiesResponse
+	(*DeleteCapabilityRequest)(nil),    // 25: pml.v1.DeleteCapabilityRequest
+	(*DeleteCapabilityResponse)(nil),   // 26: pml.v1.DeleteCapabilityResponse
+	(*ListFailuresRequest)(nil),        // 27: pml.v1.ListFailuresRequest
+	(*ListFailuresResponse)(nil),       // 28: pml.v1.ListFailuresResponse
+	(*RunRetentionRequest)(nil),        // 29: pml.v1.RunRetentionRequest
+	(*RunRetentionResponse)(nil),       // 30: pml.v1.RunRetentionResponse
+	(*GetStatsRequest)(nil),            // 31: pml.v1.GetStatsRequest
+	(*GetStatsResponse)(nil),           // 32: pml.v1.GetStatsResponse
+	(*ExecutionRecord)(nil),            // 33: pml.v1.ExecutionRecord
+	(*CaptureResult)(nil),              // 34: pml.v1.CaptureResult
+	(*timestamppb.Timestamp)(nil),      // 35: google.protobuf.Timestamp
+	(*ToolCall)(nil),                   // 36: pml.v1.ToolCall
+	(ExecutionStatus)(0),               // 37: pml.v1.ExecutionStatus
+	(*status.Status)(nil),              // 38: google.rpc.Status
+	(*Suggestion)(nil),                 // 39: pml.v1.Suggestion
+	(*FilteredCandidate)(nil),          // 40: pml.v1.FilteredCandidate
+	(*Plan)(nil),                       // 41: pml.v1.Plan
+	(*Pattern)(nil),                    // 42: pml.v1.Pattern
+	(*Intent)(nil),                     // 43: pml.v1.Intent
+	(*Capability)(nil),                 // 44: pml.v1.Capability
+	(*Failure)(nil),                    // 45: pml.v1.Failure
+	(*RetentionEntry)(nil),             // 46: pml.v1.RetentionEntry
 }
 var file_pml_v1_pml_proto_depIdxs = []int32{
-	31, // 0: pml.v1.RecordExecutionRequest.record:type_name -> pml.v1.ExecutionRecord
-	32, // 1: pml.v1.RecordExecutionResponse.result:type_name -> pml.v1.CaptureResult
-	33, // 2: pml.v1.ExecutionStarted.start_time:type_name -> google.protobuf.Timestamp
-	34, // 3: pml.v1.ToolCallFinished.tool_call:type_name -> pml.v1.ToolCall
-	35, // 4: pml.v1.ExecutionFinished.status:type_name -> pml.v1.ExecutionStatus
-	31, // 5: pml.v1.StreamTracesRequest.record:type_name -> pml.v1.ExecutionRecord
+	33, // 0: pml.v1.RecordExecutionRequest.record:type_name -> pml.v1.ExecutionRecord
+	34, // 1: pml.v1.RecordExecutionResponse.result:type_name -> pml.v1.CaptureResult
+	35, // 2: pml.v1.ExecutionStarted.start_time:type_name -> google.protobuf.Timestamp
+	36, // 3: pml.v1.ToolCallFinished.tool_call:type_name -> pml.v1.ToolCall
+	37, // 4: pml.v1.ExecutionFinished.status:type_name -> pml.v1.ExecutionStatus
+	33, // 5: pml.v1.StreamTracesRequest.record:type_name -> pml.v1.ExecutionRecord
 	4,  // 6: pml.v1.StreamTracesRequest.started:type_name -> pml.v1.ExecutionStarted
 	5,  // 7: pml.v1.StreamTracesRequest.tool_call_finished:type_name -> pml.v1.ToolCallFinished
 	6,  // 8: pml.v1.StreamTracesRequest.finished:type_name -> pml.v1.ExecutionFinished
 	7,  // 9: pml.v1.StreamTracesRequest.batch:type_name -> pml.v1.StreamTracesRequest
-	32, // 10: pml.v1.StreamTracesResponse.result:type_name -> pml.v1.CaptureResult
-	36, // 11: pml.v1.StreamTracesResponse.error:type_name -> google.rpc.Status
+	34, // 10: pml.v1.StreamTracesResponse.result:type_name -> pml.v1.CaptureResult
+	38, // 11: pml.v1.StreamTracesResponse.error:type_name -> google.rpc.Status
 	8,  // 12: pml.v1.StreamTracesResponse.batch:type_name -> pml.v1.StreamTracesResponse
 	11, // 13: pml.v1.SuggestRequest.available_tools:type_name -> pml.v1.AvailableTools
 	10, // 14: pml.v1.SuggestRequest.context:type_name -> pml.v1.SuggestContext
-	37, // 15: pml.v1.SuggestResponse.suggestions:type_name -> pml.v1.Suggestion
-	38, // 16: pml.v1.SuggestResponse.filtered:type_name -> pml.v1.FilteredCandidate
-	39, // 17: pml.v1.SuggestResponse.plans:type_name -> pml.v1.Plan
-	40, // 18: pml.v1.GetPatternResponse.pattern:type_name -> pml.v1.Pattern
-	40, // 19: pml.v1.ListPatternsResponse.patterns:type_name -> pml.v1.Pattern
-	41, // 20: pml.v1.GetCapabilityResponse.capability:type_name -> pml.v1.Capability
-	41, // 21: pml.v1.ListCapabilitiesResponse.capabilities:type_name -> pml.v1.Capability
-	42, // 22: pml.v1.ListFailuresResponse.failures:type_name -> pml.v1.Failure
-	43, // 23: pml.v1.RunRetentionResponse.entries:type_name -> pml.v1.RetentionEntry
-	33, // 24: pml.v1.RunRetentionResponse.run_time:type_name -> google.protobuf.Timestamp
-	0,  // 25: pml.v1.PmlService.GetServerInfo:input_type -> pml.v1.GetServerInfoRequest
-	2,  // 26: pml.v1.PmlService.RecordExecution:input_type -> pml.v1.RecordExecutionRequest
-	7,  // 27: pml.v1.PmlService.StreamTraces:input_type -> pml.v1.StreamTracesRequest
-	9,  // 28: pml.v1.PmlService.Suggest:input_type -> pml.v1.SuggestRequest
-	13, // 29: pml.v1.PmlService.GetPattern:input_type -> pml.v1.GetPatternRequest
-	15, // 30: pml.v1.PmlService.ListPatterns:input_type -> pml.v1.ListPatternsRequest
-	17, // 31: pml.v1.PmlService.DeletePattern:input_type -> pml.v1.DeletePatternRequest
-	19, // 32: pml.v1.PmlService.GetCapability:input_type -> pml.v1.GetCapabilityRequest
-	21, // 33: pml.v1.PmlService.ListCapabilities:input_type -> pml.v1.ListCapabilitiesRequest
-	23, // 34: pml.v1.PmlService.DeleteCapability:input_type -> pml.v1.DeleteCapabilityRequest
-	25, // 35: pml.v1.PmlService.ListFailures:input_type -> pml.v1.ListFailuresRequest
-	27, // 36: pml.v1.PmlService.RunRetention:input_type -> pml.v1.RunRetentionRequest
-	29, // 37: pml.v1.PmlService.GetStats:input_type -> pml.v1.GetStatsRequest
-	1,  // 38: pml.v1.PmlService.GetServerInfo:output_type -> pml.v1.GetServerInfoResponse
-	3,  // 39: pml.v1.PmlService.RecordExecution:output_type -> pml.v1.RecordExecutionResponse
-	8,  // 40: pml.v1.PmlService.StreamTraces:output_type -> pml.v1.StreamTracesResponse
-	12, // 41: pml.v1.PmlService.Suggest:output_type -> pml.v1.SuggestResponse
-	14, // 42: pml.v1.PmlService.GetPattern:output_type -> pml.v1.GetPatternResponse
-	16, // 43: pml.v1.PmlService.ListPatterns:output_type -> pml.v1.ListPatternsResponse
-	18, // 44: pml.v1.PmlService.DeletePattern:output_type -> pml.v1.DeletePatternResponse
-	20, // 45: pml.v1.PmlService.GetCapability:output_type -> pml.v1.GetCapabilityResponse
-	22, // 46: pml.v1.PmlService.ListCapabilities:output_type -> pml.v1.ListCapabilitiesResponse
-	24, // 47: pml.v1.PmlService.DeleteCapability:output_type -> pml.v1.DeleteCapabilityResponse
-	26, // 48: pml.v1.PmlService.ListFailures:output_type -> pml.v1.ListFailuresResponse
-	28, // 49: pml.v1.PmlService.RunRetention:output_type -> pml.v1.RunRetentionResponse
-	30, // 50: pml.v1.PmlService.GetStats:output_type -> pml.v1.GetStatsResponse
-	38, // [38:51] is the sub-list for method output_type
-	25, // [25:38] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	39, // 15: pml.v1.SuggestResponse.suggestions:type_name -> pml.v1.Suggestion
+	40, // 16: pml.v1.SuggestResponse.filtered:type_name -> pml.v1.FilteredCandidate
+	41, // 17: pml.v1.SuggestResponse.plans:type_name -> pml.v1.Plan
+	42, // 18: pml.v1.GetPatternResponse.pattern:type_name -> pml.v1.Pattern
+	42, // 19: pml.v1.ListPatternsResponse.patterns:type_name -> pml.v1.Pattern
+	43, // 20: pml.v1.ListPatternIntentsResponse.intents:type_name -> pml.v1.Intent
+	44, // 21: pml.v1.GetCapabilityResponse.capability:type_name -> pml.v1.Capability
+	44, // 22: pml.v1.ListCapabilitiesResponse.capabilities:type_name -> pml.v1.Capability
+	45, // 23: pml.v1.ListFailuresResponse.failures:type_name -> pml.v1.Failure
+	46, // 24: pml.v1.RunRetentionResponse.entries:type_name -> pml.v1.RetentionEntry
+	35, // 25: pml.v1.RunRetentionResponse.run_time:type_name -> google.protobuf.Timestamp
+	0,  // 26: pml.v1.PmlService.GetServerInfo:input_type -> pml.v1.GetServerInfoRequest
+	2,  // 27: pml.v1.PmlService.RecordExecution:input_type -> pml.v1.RecordExecutionRequest
+	7,  // 28: pml.v1.PmlService.StreamTraces:input_type -> pml.v1.StreamTracesRequest
+	9,  // 29: pml.v1.PmlService.Suggest:input_type -> pml.v1.SuggestRequest
+	13, // 30: pml.v1.PmlService.GetPattern:input_type -> pml.v1.GetPatternRequest
+	17, // 31: pml.v1.PmlService.ListPatternIntents:input_type -> pml.v1.ListPatternIntentsRequest
+	15, // 32: pml.v1.PmlService.ListPatterns:input_type -> pml.v1.ListPatternsRequest
+	19, // 33: pml.v1.PmlService.DeletePattern:input_type -> pml.v1.DeletePatternRequest
+	21, // 34: pml.v1.PmlService.GetCapability:input_type -> pml.v1.GetCapabilityRequest
+	23, // 35: pml.v1.PmlService.ListCapabilities:input_type -> pml.v1.ListCapabilitiesRequest
+	25, // 36: pml.v1.PmlService.DeleteCapability:input_type -> pml.v1.DeleteCapabilityRequest
+	27, // 37: pml.v1.PmlService.ListFailures:input_type -> pml.v1.ListFailuresRequest
+	29, // 38: pml.v1.PmlService.RunRetention:input_type -> pml.v1.RunRetentionRequest
+	31, // 39: pml.v1.PmlService.GetStats:input_type -> pml.v1.GetStatsRequest
+	1,  // 40: pml.v1.PmlService.GetServerInfo:output_type -> pml.v1.GetServerInfoResponse
+	3,  // 41: pml.v1.PmlService.RecordExecution:output_type -> pml.v1.RecordExecutionResponse
+	8,  // 42: pml.v1.PmlService.StreamTraces:output_type -> pml.v1.StreamTracesResponse
+	12, // 43: pml.v1.PmlService.Suggest:output_type -> pml.v1.SuggestResponse
+	14, // 44: pml.v1.PmlService.GetPattern:output_type -> pml.v1.GetPatternResponse
+	18, // 45: pml.v1.PmlService.ListPatternIntents:output_type -> pml.v1.ListPatternIntentsResponse
+	16, // 46: pml.v1.PmlService.ListPatterns:output_type -> pml.v1.ListPatternsResponse
+	20, // 47: pml.v1.PmlService.DeletePattern:output_type -> pml.v1.DeletePatternResponse
+	22, // 48: pml.v1.PmlService.GetCapability:output_type -> pml.v1.GetCapabilityResponse
+	24, // 49: pml.v1.PmlService.ListCapabilities:output_type -> pml.v1.ListCapabilitiesResponse
+	26, // 50: pml.v1.PmlService.DeleteCapability:output_type -> pml.v1.DeleteCapabilityResponse
+	28, // 51: pml.v1.PmlService.ListFailures:output_type -> pml.v1.ListFailuresResponse
+	30, // 52: pml.v1.PmlService.RunRetention:output_type -> pml.v1.RunRetentionResponse
+	32, // 53: pml.v1.PmlService.GetStats:output_type -> pml.v1.GetStatsResponse
+	40, // [40:54] is the sub-list for method output_type
+	26, // [26:40] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_pml_v1_pml_proto_init() }
@@ -2313,7 +2448,7 @@ func file_pml_v1_pml_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pml_v1_pml_proto_rawDesc), len(file_pml_v1_pml_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,19 +19,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PmlService_GetServerInfo_FullMethodName    = "/pml.v1.PmlService/GetServerInfo"
-	PmlService_RecordExecution_FullMethodName  = "/pml.v1.PmlService/RecordExecution"
-	PmlService_StreamTraces_FullMethodName     = "/pml.v1.PmlService/StreamTraces"
-	PmlService_Suggest_FullMethodName          = "/pml.v1.PmlService/Suggest"
-	PmlService_GetPattern_FullMethodName       = "/pml.v1.PmlService/GetPattern"
-	PmlService_ListPatterns_FullMethodName     = "/pml.v1.PmlService/ListPatterns"
-	PmlService_DeletePattern_FullMethodName    = "/pml.v1.PmlService/DeletePattern"
-	PmlService_GetCapability_FullMethodName    = "/pml.v1.PmlService/GetCapability"
-	PmlService_ListCapabilities_FullMethodName = "/pml.v1.PmlService/ListCapabilities"
-	PmlService_DeleteCapability_FullMethodName = "/pml.v1.PmlService/DeleteCapability"
-	PmlService_ListFailures_FullMethodName     = "/pml.v1.PmlService/ListFailures"
-	PmlService_RunRetention_FullMethodName     = "/pml.v1.PmlService/RunRetention"
-	PmlService_GetStats_FullMethodName         = "/pml.v1.PmlService/GetStats"
+	PmlService_GetServerInfo_FullMethodName      = "/pml.v1.PmlService/GetServerInfo"
+	PmlService_RecordExecution_FullMethodName    = "/pml.v1.PmlService/RecordExecution"
+	PmlService_StreamTraces_FullMethodName       = "/pml.v1.PmlService/StreamTraces"
+	PmlService_Suggest_FullMethodName            = "/pml.v1.PmlService/Suggest"
+	PmlService_GetPattern_FullMethodName         = "/pml.v1.PmlService/GetPattern"
+	PmlService_ListPatternIntents_FullMethodName = "/pml.v1.PmlService/ListPatternIntents"
+	PmlService_ListPatterns_FullMethodName       = "/pml.v1.PmlService/ListPatterns"
+	PmlService_DeletePattern_FullMethodName      = "/pml.v1.PmlService/DeletePattern"
+	PmlService_GetCapability_FullMethodName      = "/pml.v1.PmlService/GetCapability"
+	PmlService_ListCapabilities_FullMethodName   = "/pml.v1.PmlService/ListCapabilities"
+	PmlService_DeleteCapability_FullMethodName   = "/pml.v1.PmlService/DeleteCapability"
+	PmlService_ListFailures_FullMethodName       = "/pml.v1.PmlService/ListFailures"
+	PmlService_RunRetention_FullMethodName       = "/pml.v1.PmlService/RunRetention"
+	PmlService_GetStats_FullMethodName           = "/pml.v1.PmlService/GetStats"
 )
 
 // PmlServiceClient is the client API for PmlService service.
@@ -54,8 +55,11 @@ type PmlServiceClient interface {
 	StreamTraces(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamTracesRequest, StreamTracesResponse], error)
 	// Suggest ranks the capabilities that fit an intent. Role: read.
 	Suggest(ctx context.Context, in *SuggestRequest, opts ...grpc.CallOption) (*SuggestResponse, error)
-	// GetPattern returns one pattern. Role: read.
+	// GetPattern returns one pattern, with the intents of most hits that fit the answer
+	// (`Pattern.intent_count` says how many it has). Role: read.
 	GetPattern(ctx context.Context, in *GetPatternRequest, opts ...grpc.CallOption) (*GetPatternResponse, error)
+	// ListPatternIntents pages through every intent of a pattern. Role: read.
+	ListPatternIntents(ctx context.Context, in *ListPatternIntentsRequest, opts ...grpc.CallOption) (*ListPatternIntentsResponse, error)
 	// ListPatterns pages through the tenant's patterns. Role: read.
 	ListPatterns(ctx context.Context, in *ListPatternsRequest, opts ...grpc.CallOption) (*ListPatternsResponse, error)
 	// DeletePattern removes a pattern from store and index at once. Role: admin.
@@ -129,6 +133,16 @@ func (c *pmlServiceClient) GetPattern(ctx context.Context, in *GetPatternRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetPatternResponse)
 	err := c.cc.Invoke(ctx, PmlService_GetPattern_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pmlServiceClient) ListPatternIntents(ctx context.Context, in *ListPatternIntentsRequest, opts ...grpc.CallOption) (*ListPatternIntentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPatternIntentsResponse)
+	err := c.cc.Invoke(ctx, PmlService_ListPatternIntents_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -235,8 +249,11 @@ type PmlServiceServer interface {
 	StreamTraces(grpc.BidiStreamingServer[StreamTracesRequest, StreamTracesResponse]) error
 	// Suggest ranks the capabilities that fit an intent. Role: read.
 	Suggest(context.Context, *SuggestRequest) (*SuggestResponse, error)
-	// GetPattern returns one pattern. Role: read.
+	// GetPattern returns one pattern, with the intents of most hits that fit the answer
+	// (`Pattern.intent_count` says how many it has). Role: read.
 	GetPattern(context.Context, *GetPatternRequest) (*GetPatternResponse, error)
+	// ListPatternIntents pages through every intent of a pattern. Role: read.
+	ListPatternIntents(context.Context, *ListPatternIntentsRequest) (*ListPatternIntentsResponse, error)
 	// ListPatterns pages through the tenant's patterns. Role: read.
 	ListPatterns(context.Context, *ListPatternsRequest) (*ListPatternsResponse, error)
 	// DeletePattern removes a pattern from store and index at once. Role: admin.
@@ -277,6 +294,9 @@ func (UnimplementedPmlServiceServer) Suggest(context.Context, *SuggestRequest) (
 }
 func (UnimplementedPmlServiceServer) GetPattern(context.Context, *GetPatternRequest) (*GetPatternResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPattern not implemented")
+}
+func (UnimplementedPmlServiceServer) ListPatternIntents(context.Context, *ListPatternIntentsRequest) (*ListPatternIntentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPatternIntents not implemented")
 }
 func (UnimplementedPmlServiceServer) ListPatterns(context.Context, *ListPatternsRequest) (*ListPatternsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPatterns not implemented")
@@ -398,6 +418,24 @@ func _PmlService_GetPattern_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(PmlServiceServer).GetPattern(ctx, req.(*GetPatternRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PmlService_ListPatternIntents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPatternIntentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PmlServiceServer).ListPatternIntents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PmlService_ListPatternIntents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PmlServiceServer).ListPatternIntents(ctx, req.(*ListPatternIntentsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -568,6 +606,10 @@ var PmlService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPattern",
 			Handler:    _PmlService_GetPattern_Handler,
+		},
+		{
+			MethodName: "ListPatternIntents",
+			Handler:    _PmlService_ListPatternIntents_Handler,
 		},
 		{
 			MethodName: "ListPatterns",

@@ -829,7 +829,9 @@ type Pattern struct {
 	MeanDurationMs float64 `protobuf:"fixed64,14,opt,name=mean_duration_ms,json=meanDurationMs,proto3" json:"mean_duration_ms,omitempty"`
 	// (Output only) Resource name of its capability, `capabilities/{capability}`.
 	Capability string `protobuf:"bytes,15,opt,name=capability,proto3" json:"capability,omitempty"`
-	// (Output only) Intents that led to it.
+	// (Output only) Intents that led to it, most hits first. GetPattern returns the first ones
+	// that fit its answer (at most 1000; `truncated` when some are left out), a trimmed Suggest
+	// or list copy the first 16; ListPatternIntents pages through all of them.
 	Intents []*Intent `protobuf:"bytes,16,rep,name=intents,proto3" json:"intents,omitempty"`
 	// (Output only) Flagged by retention as a removal candidate.
 	FlaggedForRemoval bool `protobuf:"varint,17,opt,name=flagged_for_removal,json=flaggedForRemoval,proto3" json:"flagged_for_removal,omitempty"`
@@ -838,12 +840,14 @@ type Pattern struct {
 	// (Output only) How many captures saw the code's tools disagree with the recorded ones.
 	ToolMismatchCount int64 `protobuf:"varint,19,opt,name=tool_mismatch_count,json=toolMismatchCount,proto3" json:"tool_mismatch_count,omitempty"`
 	// (Output only) True when this copy was trimmed to fit a Suggest or list answer's byte
-	// budget: `original_code` and `template` cut short, fewer recent values and intents.
-	// GetPattern always returns the whole pattern.
+	// budget: `original_code` and `template` cut short, fewer recent values and intents. On
+	// GetPattern, only intents are ever left out (fewer than `intent_count`).
 	Truncated bool `protobuf:"varint,20,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	// (Output only) One step per tool call, in the order of `tools_used`, with its arguments and
 	// the data flow between steps (docs/normalization.md, Steps). Derived from `original_code`.
-	Steps         []*Step `protobuf:"bytes,21,rep,name=steps,proto3" json:"steps,omitempty"`
+	Steps []*Step `protobuf:"bytes,21,rep,name=steps,proto3" json:"steps,omitempty"`
+	// (Output only) How many intents the pattern has (`intents` may hold fewer).
+	IntentCount   int64 `protobuf:"varint,22,opt,name=intent_count,json=intentCount,proto3" json:"intent_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1023,6 +1027,13 @@ func (x *Pattern) GetSteps() []*Step {
 		return x.Steps
 	}
 	return nil
+}
+
+func (x *Pattern) GetIntentCount() int64 {
+	if x != nil {
+		return x.IntentCount
+	}
+	return 0
 }
 
 // Step is one tool call of a pattern. Steps whose `depends_on` do not connect them can run in
@@ -2207,7 +2218,7 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tjson_type\x18\x02 \x01(\tR\bjsonType\x12\x16\n" +
 	"\x06secret\x18\x03 \x01(\bR\x06secret\x12,\n" +
-	"\x12recent_values_json\x18\x04 \x03(\tR\x10recentValuesJson\"\xc2\x06\n" +
+	"\x12recent_values_json\x18\x04 \x03(\tR\x10recentValuesJson\"\xe5\x06\n" +
 	"\aPattern\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tcode_hash\x18\x02 \x01(\tR\bcodeHash\x12\x1a\n" +
@@ -2237,7 +2248,8 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\rsuperseded_by\x18\x12 \x01(\tR\fsupersededBy\x12.\n" +
 	"\x13tool_mismatch_count\x18\x13 \x01(\x03R\x11toolMismatchCount\x12\x1c\n" +
 	"\ttruncated\x18\x14 \x01(\bR\ttruncated\x12\"\n" +
-	"\x05steps\x18\x15 \x03(\v2\f.pml.v1.StepR\x05steps\"\xa2\x01\n" +
+	"\x05steps\x18\x15 \x03(\v2\f.pml.v1.StepR\x05steps\x12!\n" +
+	"\fintent_count\x18\x16 \x01(\x03R\vintentCount\"\xa2\x01\n" +
 	"\x04Step\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x122\n" +

@@ -141,20 +141,32 @@ def make_record(
     )
 
 
+_MAX_KEY_CHARS = 1024
+
+
 def _header_key(api_key: str) -> str:
     """`api_key` as it can travel in the `authorization` header: without the whitespace around
     it (a key read from a file keeps its newline), and only printable ASCII. Any other
     character made every call fail INTERNAL "Invalid metadata" (a control character) or raise
     UnicodeEncodeError from inside grpc (a byte that is not UTF-8 in a command-line argument).
-    Now it is refused before any call, INVALID_ARGUMENT naming `api_key` (a PmlClientError, as
-    every other refusal), without the key itself (a secret)."""
+    So is a key longer than `_MAX_KEY_CHARS` (`pml keys add` prints 47 characters): past gRPC's
+    metadata limit (8 KiB) every call would fail on the header, not on the key. Either is refused
+    before any call, INVALID_ARGUMENT naming `api_key` (a PmlClientError, as every other
+    refusal), without the key itself (a secret)."""
     key = api_key.strip()
     bad = next((ch for ch in key if not " " <= ch <= "~"), None)
+    description = None
     if bad is not None:
         description = (
             f"holds {bad.encode('utf-8', 'backslashreplace')!r} at position {key.index(bad)}: "
             "a key is printable ASCII (as `pml keys add` prints it)"
         )
+    elif len(key) > _MAX_KEY_CHARS:
+        description = (
+            f"is {len(key)} characters; a key is at most {_MAX_KEY_CHARS} "
+            "(`pml keys add` prints 47)"
+        )
+    if description is not None:
         raise PmlClientError(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"api_key {description}",
@@ -322,6 +334,18 @@ class PmlClient:
         request = pml_pb2.ListPatternsRequest(page_size=page_size, page_token=page_token)
         return self._call(self._stub.ListPatterns, request, pml_pb2.ListPatternsResponse)
 
+    def list_pattern_intents(
+        self, pattern: str, page_size: int = 0, page_token: str = ""
+    ) -> pml_pb2.ListPatternIntentsResponse:
+        """One page of a pattern's intents (`patterns/{id}`), oldest first; `get_pattern`
+        holds only those that fit its answer."""
+        request = pml_pb2.ListPatternIntentsRequest(
+            parent=pattern, page_size=page_size, page_token=page_token
+        )
+        return self._call(
+            self._stub.ListPatternIntents, request, pml_pb2.ListPatternIntentsResponse
+        )
+
     def list_capabilities(
         self, page_size: int = 0, page_token: str = ""
     ) -> pml_pb2.ListCapabilitiesResponse:
@@ -339,6 +363,17 @@ class PmlClient:
         while True:
             page = self.list_patterns(page_size, token)
             yield from page.patterns
+            token = page.next_page_token
+            if not token:
+                return
+
+    def iter_pattern_intents(
+        self, pattern: str, page_size: int = 1000
+    ) -> Iterator[resources_pb2.Intent]:
+        token = ""
+        while True:
+            page = self.list_pattern_intents(pattern, page_size, token)
+            yield from page.intents
             token = page.next_page_token
             if not token:
                 return

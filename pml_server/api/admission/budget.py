@@ -5,6 +5,8 @@ template cut, fewer recent values and intents, `truncated` set; GetPattern retur
 and a listing page stops early at `RESPONSE_BYTES` with a page token for the rest (AIP-158: a
 page may be shorter than asked; only an empty token ends the listing). A RunRetention answer
 lists at most `RETENTION_ENTRIES` actions within `RESPONSE_BYTES`, with their total count.
+GetPattern returns the whole pattern but for its intents: the first `GOT_INTENTS` that fit
+`RESPONSE_BYTES` (a pattern may hold any number; ListPatternIntents pages through them).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ TRIMMED_VALUE_CHARS = 256  # each recent value kept in a trimmed pattern
 TRIMMED_INTENTS = 16
 RESPONSE_BYTES = LIMITS.answer.bound  # a whole Suggest or list answer
 RETENTION_ENTRIES = LIMITS.retention_entries.bound  # entries of a RunRetention answer
+GOT_INTENTS = LIMITS.page_size.bound  # intents of a GetPattern answer, as a listing page's
 
 
 def trim_pattern(out: resources_pb2.Pattern) -> None:
@@ -42,6 +45,23 @@ def trim_pattern(out: resources_pb2.Pattern) -> None:
     if out.ByteSize() > PATTERN_BYTES:  # parameters and schema alone (bounded by the normalizer)
         del out.parameters[:]
         out.parameter_schema_json = ""
+
+
+def fit_intents(out: resources_pb2.Pattern) -> None:
+    """Keep the first intents of `out` (GetPattern's) that fit `RESPONSE_BYTES` with the rest
+    of the pattern, at most `GOT_INTENTS`; `truncated` when any is left out."""
+    intents = list(out.intents[:GOT_INTENTS])
+    del out.intents[:]
+    used = out.ByteSize()
+    kept = []
+    for intent in intents:
+        used += intent.ByteSize() + 8  # its tag and length in the pattern, at most
+        if used > RESPONSE_BYTES:
+            break
+        kept.append(intent)
+    out.intents.extend(kept)
+    if len(kept) < out.intent_count:
+        out.truncated = True
 
 
 def fits(used_bytes: int, item_bytes: int, count: int) -> bool:

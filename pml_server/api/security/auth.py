@@ -12,14 +12,17 @@ File format (`pml keys add` writes it)::
 from __future__ import annotations
 
 import enum
+import fcntl
 import hashlib
 import json
 import os
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pml_server.domain.errors import PermissionDeniedError, UnauthenticatedError
 from pml_server.domain.limits import TENANT_NAME, TENANT_NAME_RULE
@@ -139,21 +142,47 @@ def _presented_key(metadata: Sequence[tuple[str, str | bytes]]) -> str | None:
 
 
 def read_keys_file(path: Path) -> dict[str, Caller]:
-    """The keys of a keys file by hash; ValueError naming the entry for a bad one."""
+    """The keys of a keys file by hash; ValueError naming the file and the entry for a bad one."""
+    entries: dict[str, Caller] = {}
+    for item in _keys_data(path)["keys"]:
+        entries[str(item["sha256"]).lower()] = Caller(
+            tenant=str(item["tenant"]), role=Role.parse(str(item["role"]))
+        )
+    return entries
+
+
+def _keys_data(path: Path) -> dict[str, Any]:
+    """A keys file's JSON, checked whole before anything reads or writes it (the server, its
+    reloads and `pml keys` alike): an object whose `keys` is a list of objects, each with a
+    SHA-256 hex `sha256`, a valid `tenant` and a `role`; ValueError naming the file and the
+    entry otherwise. A missing file holds no keys."""
+    if not path.exists():
+        return {"keys": []}
     try:
-        data = json.loads(path.read_text())
+        data: Any = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not JSON ({err})") from None
-    entries: dict[str, Caller] = {}
-    for i, item in enumerate(data.get("keys", [])):
-        digest = str(item["sha256"]).lower()
-        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a keys file: an object with a `keys` list")
+    keys = data.setdefault("keys", [])
+    if not isinstance(keys, list):
+        raise ValueError(f"{path}: not a keys file: an object with a `keys` list")
+    for i, item in enumerate(keys):
+        if not isinstance(item, dict):
+            raise ValueError(f"{path}: keys[{i}] is not an object")
+        for field in ("sha256", "tenant", "role"):
+            if field not in item:
+                raise ValueError(f"{path}: keys[{i}] has no {field}")
+        if not re.fullmatch(r"[0-9a-f]{64}", str(item["sha256"]).lower()):
             raise ValueError(f"{path}: keys[{i}].sha256 is not a SHA-256 hex digest")
         tenant = str(item["tenant"])
         if not TENANT_NAME.fullmatch(tenant):
             raise ValueError(f"{path}: keys[{i}].tenant {tenant!r} is not a valid tenant")
-        entries[digest] = Caller(tenant=tenant, role=Role.parse(str(item["role"])))
-    return entries
+        try:
+            Role.parse(str(item["role"]))
+        except ValueError as err:
+            raise ValueError(f"{path}: keys[{i}].role: {err}") from None
+    return data
 
 
 @dataclass(frozen=True)
@@ -170,25 +199,23 @@ KEY_ID_LENGTH = 12
 
 
 def list_keys(path: Path) -> list[KeyEntry]:
-    data = json.loads(path.read_text()) if path.exists() else {"keys": []}
-    return [_entry(k) for k in data.get("keys", [])]
+    return [_entry(k) for k in _keys_data(path)["keys"]]
 
 
 def revoke_key(path: Path, key_id: str) -> KeyEntry:
     """Remove the one key whose hash starts with `key_id` (from `pml keys list`, or the hash of
     the key itself); ValueError if none or several match."""
-    data = json.loads(path.read_text()) if path.exists() else {"keys": []}
     wanted = key_id.strip().lower()
     if wanted.startswith("pml_"):
         wanted = hash_key(key_id.strip())
     if len(wanted) < 6:
         raise ValueError(f"key id {key_id!r} is too short: give at least 6 characters")
-    matches = [k for k in data["keys"] if str(k["sha256"]).startswith(wanted)]
-    if len(matches) != 1:
-        found = "no key" if not matches else f"{len(matches)} keys"
-        raise ValueError(f"{found} in {path} with id {key_id!r}")
-    data["keys"].remove(matches[0])
-    _write_keys(path, data)
+    with _changing(path) as data:
+        matches = [k for k in data["keys"] if str(k["sha256"]).startswith(wanted)]
+        if len(matches) != 1:
+            found = "no key" if not matches else f"{len(matches)} keys"
+            raise ValueError(f"{found} in {path} with id {key_id!r}")
+        data["keys"].remove(matches[0])
     return _entry(matches[0])
 
 
@@ -201,12 +228,31 @@ def _entry(item: dict[str, str]) -> KeyEntry:
     )
 
 
-def _write_keys(path: Path, data: object) -> None:
-    # Atomic replace: a server watching the file never reads half of it.
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.chmod(tmp, 0o600)
-    tmp.replace(path)
+@contextmanager
+def _changing(path: Path) -> Iterator[dict[str, Any]]:
+    """The keys file's data, to change in place; written back when the block ends. Changes are
+    serialized by an exclusive lock on the file's directory (as the page-token secret's): two
+    `pml keys add` at once each read the file, and the second replace dropped the first's key
+    after it was printed. The write is atomic and durable (temporary file fsynced, renamed,
+    directory fsynced): a server watching the file never reads half of it, and a printed key
+    survives a power cut."""
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(dir_fd, fcntl.LOCK_EX)
+        data = _keys_data(path)
+        yield data
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, (json.dumps(data, indent=2) + "\n").encode())
+            os.fchmod(fd, 0o600)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)  # releases the lock
 
 
 def add_key(path: Path, tenant: str, role: Role, label: str = "") -> str:
@@ -214,10 +260,9 @@ def add_key(path: Path, tenant: str, role: Role, label: str = "") -> str:
     once; it cannot be recovered from the file)."""
     if not TENANT_NAME.fullmatch(tenant):
         raise ValueError(f"tenant {tenant!r}: use {TENANT_NAME_RULE}")
-    data = json.loads(path.read_text()) if path.exists() else {"keys": []}
     key = "pml_" + secrets.token_urlsafe(32)
-    data["keys"].append(
-        {"sha256": hash_key(key), "tenant": tenant, "role": role.name.lower(), "label": label}
-    )
-    _write_keys(path, data)
+    with _changing(path) as data:
+        data["keys"].append(
+            {"sha256": hash_key(key), "tenant": tenant, "role": role.name.lower(), "label": label}
+        )
     return key

@@ -65,6 +65,11 @@ class PmlServiceStub:
                 request_serializer=pml_dot_v1_dot_pml__pb2.GetPatternRequest.SerializeToString,
                 response_deserializer=pml_dot_v1_dot_pml__pb2.GetPatternResponse.FromString,
                 _registered_method=True)
+        self.ListPatternIntents = channel.unary_unary(
+                '/pml.v1.PmlService/ListPatternIntents',
+                request_serializer=pml_dot_v1_dot_pml__pb2.ListPatternIntentsRequest.SerializeToString,
+                response_deserializer=pml_dot_v1_dot_pml__pb2.ListPatternIntentsResponse.FromString,
+                _registered_method=True)
         self.ListPatterns = channel.unary_unary(
                 '/pml.v1.PmlService/ListPatterns',
                 request_serializer=pml_dot_v1_dot_pml__pb2.ListPatternsRequest.SerializeToString,
@@ -146,7 +151,15 @@ class PmlServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetPattern(self, request, context):
-        """GetPattern returns one pattern. Role: read.
+        """GetPattern returns one pattern, with the intents of most hits that fit the answer
+        (`Pattern.intent_count` says how many it has). Role: read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPatternIntents(self, request, context):
+        """ListPatternIntents pages through every intent of a pattern. Role: read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -235,6 +248,11 @@ def add_PmlServiceServicer_to_server(servicer, server):
                     servicer.GetPattern,
                     request_deserializer=pml_dot_v1_dot_pml__pb2.GetPatternRequest.FromString,
                     response_serializer=pml_dot_v1_dot_pml__pb2.GetPatternResponse.SerializeToString,
+            ),
+            'ListPatternIntents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPatternIntents,
+                    request_deserializer=pml_dot_v1_dot_pml__pb2.ListPatternIntentsRequest.FromString,
+                    response_serializer=pml_dot_v1_dot_pml__pb2.ListPatternIntentsResponse.SerializeToString,
             ),
             'ListPatterns': grpc.unary_unary_rpc_method_handler(
                     servicer.ListPatterns,
@@ -418,6 +436,33 @@ class PmlService:
             '/pml.v1.PmlService/GetPattern',
             pml_dot_v1_dot_pml__pb2.GetPatternRequest.SerializeToString,
             pml_dot_v1_dot_pml__pb2.GetPatternResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPatternIntents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pml.v1.PmlService/ListPatternIntents',
+            pml_dot_v1_dot_pml__pb2.ListPatternIntentsRequest.SerializeToString,
+            pml_dot_v1_dot_pml__pb2.ListPatternIntentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

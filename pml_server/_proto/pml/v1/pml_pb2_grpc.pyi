@@ -50,7 +50,11 @@ class PmlServiceStub:
     Suggest: _grpc.UnaryUnaryMultiCallable[_pml_pb2.SuggestRequest, _pml_pb2.SuggestResponse]
     """Suggest ranks the capabilities that fit an intent. Role: read."""
     GetPattern: _grpc.UnaryUnaryMultiCallable[_pml_pb2.GetPatternRequest, _pml_pb2.GetPatternResponse]
-    """GetPattern returns one pattern. Role: read."""
+    """GetPattern returns one pattern, with the intents of most hits that fit the answer
+    (`Pattern.intent_count` says how many it has). Role: read.
+    """
+    ListPatternIntents: _grpc.UnaryUnaryMultiCallable[_pml_pb2.ListPatternIntentsRequest, _pml_pb2.ListPatternIntentsResponse]
+    """ListPatternIntents pages through every intent of a pattern. Role: read."""
     ListPatterns: _grpc.UnaryUnaryMultiCallable[_pml_pb2.ListPatternsRequest, _pml_pb2.ListPatternsResponse]
     """ListPatterns pages through the tenant's patterns. Role: read."""
     DeletePattern: _grpc.UnaryUnaryMultiCallable[_pml_pb2.DeletePatternRequest, _pml_pb2.DeletePatternResponse]
@@ -90,7 +94,11 @@ class PmlServiceAsyncStub(PmlServiceStub):
     Suggest: _aio.UnaryUnaryMultiCallable[_pml_pb2.SuggestRequest, _pml_pb2.SuggestResponse]  # type: ignore[assignment]
     """Suggest ranks the capabilities that fit an intent. Role: read."""
     GetPattern: _aio.UnaryUnaryMultiCallable[_pml_pb2.GetPatternRequest, _pml_pb2.GetPatternResponse]  # type: ignore[assignment]
-    """GetPattern returns one pattern. Role: read."""
+    """GetPattern returns one pattern, with the intents of most hits that fit the answer
+    (`Pattern.intent_count` says how many it has). Role: read.
+    """
+    ListPatternIntents: _aio.UnaryUnaryMultiCallable[_pml_pb2.ListPatternIntentsRequest, _pml_pb2.ListPatternIntentsResponse]  # type: ignore[assignment]
+    """ListPatternIntents pages through every intent of a pattern. Role: read."""
     ListPatterns: _aio.UnaryUnaryMultiCallable[_pml_pb2.ListPatternsRequest, _pml_pb2.ListPatternsResponse]  # type: ignore[assignment]
     """ListPatterns pages through the tenant's patterns. Role: read."""
     DeletePattern: _aio.UnaryUnaryMultiCallable[_pml_pb2.DeletePatternRequest, _pml_pb2.DeletePatternResponse]  # type: ignore[assignment]
@@ -157,7 +165,17 @@ class PmlServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pml_pb2.GetPatternRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pml_pb2.GetPatternResponse, _abc.Awaitable[_pml_pb2.GetPatternResponse]]:
-        """GetPattern returns one pattern. Role: read."""
+        """GetPattern returns one pattern, with the intents of most hits that fit the answer
+        (`Pattern.intent_count` says how many it has). Role: read.
+        """
+
+    @_abc_1.abstractmethod
+    def ListPatternIntents(
+        self,
+        request: _pml_pb2.ListPatternIntentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pml_pb2.ListPatternIntentsResponse, _abc.Awaitable[_pml_pb2.ListPatternIntentsResponse]]:
+        """ListPatternIntents pages through every intent of a pattern. Role: read."""
 
     @_abc_1.abstractmethod
     def ListPatterns(

@@ -667,6 +667,66 @@ class ListPatternsResponse(_message.Message):
 Global___ListPatternsResponse: _TypeAlias = ListPatternsResponse  # noqa: Y015
 
 @_typing.final
+class ListPatternIntentsRequest(_message.Message):
+    """ListPatternIntentsRequest asks for one page of a pattern's intents, oldest first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """(Required) The pattern, `patterns/{pattern}`."""
+    page_size: _builtins.int
+    """(Optional) 1..1000; 0 means 50. A page may hold fewer (its answer is kept under 4 MiB);
+    only an empty `next_page_token` means the end.
+    """
+    page_token: _builtins.str
+    """(Optional) `next_page_token` of the previous page."""
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPatternIntentsRequest: _TypeAlias = ListPatternIntentsRequest  # noqa: Y015
+
+@_typing.final
+class ListPatternIntentsResponse(_message.Message):
+    """ListPatternIntentsResponse is one page of a pattern's intents."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INTENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """(Output only) Token of the next page; empty at the end."""
+    @_builtins.property
+    def intents(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.Intent]:
+        """(Output only) The intents, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        intents: _abc.Iterable[_resources_pb2.Intent] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["intents", b"intents", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPatternIntentsResponse: _TypeAlias = ListPatternIntentsResponse  # noqa: Y015
+
+@_typing.final
 class DeletePatternRequest(_message.Message):
     """DeletePatternRequest names a pattern to delete."""
 

@@ -411,6 +411,7 @@ class Pattern(_message.Message):
     TOOL_MISMATCH_COUNT_FIELD_NUMBER: _builtins.int
     TRUNCATED_FIELD_NUMBER: _builtins.int
     STEPS_FIELD_NUMBER: _builtins.int
+    INTENT_COUNT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """(Output only) Resource name, `patterns/{pattern}`."""
     code_hash: _builtins.str
@@ -441,9 +442,11 @@ class Pattern(_message.Message):
     """(Output only) How many captures saw the code's tools disagree with the recorded ones."""
     truncated: _builtins.bool
     """(Output only) True when this copy was trimmed to fit a Suggest or list answer's byte
-    budget: `original_code` and `template` cut short, fewer recent values and intents.
-    GetPattern always returns the whole pattern.
+    budget: `original_code` and `template` cut short, fewer recent values and intents. On
+    GetPattern, only intents are ever left out (fewer than `intent_count`).
     """
+    intent_count: _builtins.int
+    """(Output only) How many intents the pattern has (`intents` may hold fewer)."""
     @_builtins.property
     def tools_used(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """(Output only) Tools in call order."""
@@ -462,7 +465,10 @@ class Pattern(_message.Message):
 
     @_builtins.property
     def intents(self) -> _containers.RepeatedCompositeFieldContainer[Global___Intent]:
-        """(Output only) Intents that led to it."""
+        """(Output only) Intents that led to it, most hits first. GetPattern returns the first ones
+        that fit its answer (at most 1000; `truncated` when some are left out), a trimmed Suggest
+        or list copy the first 16; ListPatternIntents pages through all of them.
+        """
 
     @_builtins.property
     def steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___Step]:
@@ -494,10 +500,11 @@ class Pattern(_message.Message):
         tool_mismatch_count: _builtins.int = ...,
         truncated: _builtins.bool = ...,
         steps: _abc.Iterable[Global___Step] | None = ...,
+        intent_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "last_used_time", b"last_used_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capability", b"capability", "code_hash", b"code_hash", "create_time", b"create_time", "failure_count", b"failure_count", "flagged_for_removal", b"flagged_for_removal", "intents", b"intents", "language", b"language", "last_used_time", b"last_used_time", "mean_duration_ms", b"mean_duration_ms", "name", b"name", "original_code", b"original_code", "parameter_schema_json", b"parameter_schema_json", "parameters", b"parameters", "steps", b"steps", "success_count", b"success_count", "superseded_by", b"superseded_by", "template", b"template", "tool_mismatch_count", b"tool_mismatch_count", "tools_used", b"tools_used", "truncated", b"truncated", "usage_count", b"usage_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capability", b"capability", "code_hash", b"code_hash", "create_time", b"create_time", "failure_count", b"failure_count", "flagged_for_removal", b"flagged_for_removal", "intent_count", b"intent_count", "intents", b"intents", "language", b"language", "last_used_time", b"last_used_time", "mean_duration_ms", b"mean_duration_ms", "name", b"name", "original_code", b"original_code", "parameter_schema_json", b"parameter_schema_json", "parameters", b"parameters", "steps", b"steps", "success_count", b"success_count", "superseded_by", b"superseded_by", "template", b"template", "tool_mismatch_count", b"tool_mismatch_count", "tools_used", b"tools_used", "truncated", b"truncated", "usage_count", b"usage_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
