@@ -20,6 +20,9 @@ _OUTCOMES: dict[int, Outcome] = {
 }
 
 
+# A pattern as an agent reads it: its most frequent intents say what it is for; the rest
+# (up to a thousand from GetPattern) would only fill the agent's context (docs/mcp.md, Protocol).
+PATTERN_INTENTS = 20
 _JSON_TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
 
 
@@ -104,7 +107,11 @@ class PatternOut(BaseModel):
     usage_count: int
     success_count: int
     failure_count: int
-    intents: list[str] = Field(description="intent texts that led to this pattern")
+    intents: list[str] = Field(
+        description="intent texts that led to this pattern, the most frequent first (at most "
+        f"{PATTERN_INTENTS})"
+    )
+    intent_count: int = Field(description="how many distinct intents led to it")
     steps: list[StepOut] = Field(description="one per tool call, with its data flow")
 
 
@@ -240,7 +247,8 @@ def pattern(p: resources_pb2.Pattern) -> PatternOut:
         usage_count=p.usage_count,
         success_count=p.success_count,
         failure_count=p.failure_count,
-        intents=[i.text for i in p.intents],
+        intents=[i.text for i in p.intents[:PATTERN_INTENTS]],
+        intent_count=max(p.intent_count, len(p.intents)),
         steps=steps(p),
     )
 

@@ -665,3 +665,41 @@ def test_first_call_after_a_long_pml_outage_succeeds(tmp_path: Path) -> None:
         _run(_stdio(target), body)
     finally:
         stop_pml_serve(proc)
+
+
+def test_get_pattern_gives_the_most_frequent_intents_and_how_many(server: RunningServer) -> None:
+    """GetPattern answers up to a thousand intents; the MCP tool hands an agent the 20 most
+    frequent and the count, not all of them."""
+    from pml_server.client import make_record
+    from pml_server.mcp._models import PATTERN_INTENTS
+
+    words = [
+        "amber",
+        "basalt",
+        "cobalt",
+        "dune",
+        "ember",
+        "fjord",
+        "garnet",
+        "harbor",
+        "indigo",
+        "jasper",
+        "kelp",
+        "lagoon",
+    ]
+    code = 'await mcp.read_file({path: "a.json"})'
+    with PmlClient(f"127.0.0.1:{server.port}") as grpc_client:
+        intents = [f"{a} {b} report" for a in words for b in words[:3] if a != b]
+        for text in intents:
+            saved = grpc_client.record(make_record(text, code, tools=["read_file"]))
+        pattern = saved.pattern
+        count = grpc_client.get_pattern(pattern).intent_count
+    assert count > PATTERN_INTENTS
+
+    async def body(client: Client) -> None:
+        got = await client.call_tool("get_pattern", {"name": pattern})
+        assert not got.is_error, _text(got)
+        assert len(got.structured_content["intents"]) == PATTERN_INTENTS
+        assert got.structured_content["intent_count"] == count
+
+    _run(_stdio(f"127.0.0.1:{server.port}"), body)
