@@ -60,6 +60,15 @@ def _int32(text: str) -> int:
     return value
 
 
+def _suggestions(text: str) -> int:
+    """`-k`: 0 (the server's default) up to Suggest's bound; the server would name the value
+    by its request field, `page_size`, which the command line does not have."""
+    value = int(text)
+    if not 0 <= value <= LIMITS.suggestions.bound:
+        raise argparse.ArgumentTypeError(f"{text} is not in 0..{LIMITS.suggestions.bound}")
+    return value
+
+
 def _positive(text: str) -> int:
     """`--limit`: how many items to print, at least 1 (0 printed one item, a negative number
     was sent on as a page size the server refused, naming a field the command line has not)."""
@@ -226,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sug.add_argument(
         "-k",
-        type=_int32,
+        type=_suggestions,
         default=0,
         help=f"how many, 1..{LIMITS.suggestions.bound} (0: the server's 5)",
     )

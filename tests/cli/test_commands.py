@@ -179,8 +179,9 @@ def test_errors_name_the_field(run: object) -> None:
     out = run("record", "--intent", " ", "--code", "x", "--tool", "t", expect=1)
     assert "INVALID_ARGUMENT" in out
     assert "record.intent" in out
-    out = run("suggest", "x", "-k", "500", expect=1)
-    assert "page_size" in out
+    # -k beyond Suggest's bound: named as the command line has it, not as `page_size`
+    out = run("suggest", "x", "-k", "500", expect=2)
+    assert "argument -k: 500 is not in 0..100" in out
 
 
 @pytest.mark.parametrize("flag", ["-k", "--plans"])
