@@ -356,8 +356,10 @@ def _keys(args: argparse.Namespace) -> int:
             elif not entries:
                 print(f"no keys in {args.keys_file}")
             else:
-                for e in entries:
-                    label = f"  {e.label}" if e.label else ""
+                from pml_server.cli._render import one_line
+
+                for e in entries:  # a label is free text: one line, no terminal escape
+                    label = f"  {one_line(e.label)}" if e.label else ""
                     print(f"{e.id}  {e.tenant}  {e.role}{label}")
         else:
             e = revoke_key(args.keys_file, args.id)

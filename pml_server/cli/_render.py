@@ -28,6 +28,12 @@ _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c no
 _M = TypeVar("_M", bound=Message)
 
 
+def one_line(text: str) -> str:
+    """`text` escaped for a listing of one item a line: no control character, newline and tab
+    included."""
+    return text.translate(_CONTROL).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def printable(message: _M) -> _M:
     """A copy of `message` whose text fields hold no control character (but newline and tab):
     a tool name, an intent or a key in the code is an agent's input, and an escape sequence in

@@ -262,6 +262,20 @@ def test_keys_add_prints_a_key_and_stores_only_its_hash(
     assert key not in path.read_text()
 
 
+def test_keys_list_prints_a_label_on_its_line_without_terminal_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "keys.json"
+    label = "ci\nfake-id  other  admin\x1b[2J"
+    argv = ["keys", "add", "--keys-file", str(path), "--tenant", "acme", "--label", label]
+    for args in (argv, ["keys", "list", "--keys-file", str(path)]):
+        with pytest.raises(SystemExit) as done:
+            cli.main(args)
+        assert done.value.code == 0
+    listed = capsys.readouterr().out.strip().splitlines()[-1]
+    assert listed.endswith("  acme  write  ci\\nfake-id  other  admin\\x1b[2J")
+
+
 def test_concurrent_keys_add_and_revoke_lose_no_key(tmp_path: Path) -> None:
     """Provisioning in parallel (`pml keys add ... &` per tenant): each read the file, added its
     key and replaced the file through one shared temporary name, so adds failed
