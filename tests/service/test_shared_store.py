@@ -438,3 +438,48 @@ def test_a_new_pattern_finds_its_capability_among_many_another_replica_wrote_jus
     made = [a.record("t", run(n, f"job{n} q{n * 7} z{n * 13}")).capability_id for n in range(70)]
     assert len(set(made)) == 70
     assert b.record("t", run(70, "job69 q483 z897")).capability_id == made[69]
+
+
+def test_a_near_duplicate_of_another_replicas_intent_is_found_reading_few_intents(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/capture.md, rule 5's near-duplicate, over a shared store. A gives one pattern 60
+    distinct intents while B's follower is held back; B's run of that pattern with one of A's
+    intents bumps A's mapping (B's index is brought up to date from the op log under the
+    pattern lock), reading fewer than 30 stored intents (all 60 before)."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # B's follower thread applies nothing
+    words = [f"w{n}x{n * 7}q" for n in range(60)]
+    for n, word in enumerate(words):
+        a.record("t", make_record(f"a{n}", f"{word} {word}z {word}y", JSON_TOOLS))
+    [pattern] = a.list_patterns("t", PageRequest()).items
+    assert len(pattern.intents) == 60
+    store = b._state.store
+    read: list[int] = []
+    for name in ("scan", "get_many"):
+        method = getattr(store, name)
+
+        def counted(cf: str, *args: Any, _method: Any = method, **kwargs: Any) -> Any:
+            rows = _method(cf, *args, **kwargs)
+            read.extend([len(rows)] if cf == CF_INTENTS else [])
+            return rows
+
+        monkeypatch.setattr(store, name, counted)
+    with_pattern = store.kv.pattern_for_hash
+
+    def counted_with_pattern(*args: Any) -> Any:
+        found = with_pattern(*args)
+        read.append(len(found[2]))
+        return found
+
+    monkeypatch.setattr(store.kv, "pattern_for_hash", counted_with_pattern)
+    word = words[30]
+    assert b.record("t", make_record("b1", f"{word} {word}z {word}y", JSON_TOOLS)).pattern_id == (
+        pattern.id
+    )
+    assert sum(read) < 30  # 60 before: every intent came with the pattern's record
+    [after] = b.list_patterns("t", PageRequest()).items
+    assert len(after.intents) == 60  # bumped, no new intent
+    assert sorted(i.hit_count for i in after.intents)[-1] == 2
