@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
@@ -483,3 +484,61 @@ def test_a_near_duplicate_of_another_replicas_intent_is_found_reading_few_intent
     [after] = b.list_patterns("t", PageRequest()).items
     assert len(after.intents) == 60  # bumped, no new intent
     assert sorted(i.hit_count for i in after.intents)[-1] == 2
+
+
+def test_a_replica_cut_off_longer_than_the_op_log_is_kept_rebuilds_what_it_missed(
+    replicas: Callable[[str], Engine],
+    postgres_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """docs/storage.md, "Op log gaps". B's follower applies nothing while A records patterns
+    of two tenants and deletes one B had indexed; their entries age past `OPLOG_KEEP` and a
+    third replica's start trims them; A records one more of tenant t. When B's follower
+    resumes (Suggests running on B meanwhile) it cannot apply what was trimmed: it rebuilds
+    both tenants' indexes from the store, so B suggests A's new patterns and no longer the
+    deleted one, and follows the op log from there on."""
+    a, b = replicas("a"), replicas("b")
+    gone = a.record("t", make_record("r1", "Send the weekly mail", MAIL_TOOLS))
+    assert eventually(lambda: suggested(b, "t", "Send the weekly mail") == [gone.pattern_id])
+    follower = b._state.follower
+    assert follower is not None
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # B cut off from the store
+    saved = a.record("t", make_record("r2", "Read JSON file", JSON_TOOLS))
+    other = a.record("u", make_record("r2", "Read JSON file", JSON_TOOLS))
+    a.delete_pattern("t", gone.pattern_id)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pml_oplog SET written_at = written_at - interval '2 days'")
+    replicas("c")  # its start trims the op log
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pml_oplog").fetchone() == (0,)
+    after = a.record("t", make_record("r3", "Compose a mail", MAIL_TOOLS))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def suggest_meanwhile() -> None:
+        while not stop.is_set():
+            try:
+                suggested(b, "t", "Read JSON file")
+            except BaseException as error:  # reported below
+                errors.append(error)
+                return
+
+    reader = threading.Thread(target=suggest_meanwhile)
+    reader.start()
+    try:
+        monkeypatch.undo()  # B reconnects
+        assert eventually(lambda: suggested(b, "t", "Read JSON file") == [saved.pattern_id])
+        assert eventually(lambda: suggested(b, "u", "Read JSON file") == [other.pattern_id])
+    finally:
+        stop.set()
+        reader.join()
+    assert errors == []
+    assert suggested(b, "t", "Compose a mail") == [after.pattern_id]
+    assert suggested(b, "t", "Send the weekly mail") in ([], [after.pattern_id])
+    assert gone.pattern_id not in suggested(b, "t", "Send the weekly mail")
+    assert follower.rebuilds == 2
+    assert "trimmed before this replica applied them" in caplog.text
+    latest = a.record("u", make_record("r4", "Compose a mail", MAIL_TOOLS))
+    assert eventually(lambda: suggested(b, "u", "Compose a mail") == [latest.pattern_id])
+    assert follower.rebuilds == 2

@@ -20,7 +20,9 @@ from pml_server.storage.postgres._schema import FOLLOWED_FAMILIES, table_of
 from pml_server.storage.postgres._transactions import Connection, Transactions
 
 # Op log entries older than this are trimmed at start: a replica restarting later rebuilds from
-# its snapshot and the intents table, which the restore reads anyway.
+# its snapshot and the intents table, which the restore reads anyway; a running replica whose
+# follower finds entries trimmed before it applied them rebuilds that tenant's indexes
+# (docs/storage.md, "Op log gaps").
 OPLOG_KEEP = "1 day"
 
 
