@@ -110,10 +110,14 @@ class OplogFollower:
         if not self._lock.acquire(timeout=timeout):
             return False
         try:
-            while entries := self._oplog.entries(tenant, cursor := self.cursor(tenant), _BATCH):
-                if entries[0][0] > cursor + 1:
+            while True:
+                cursor = self.cursor(tenant)
+                head, entries = self._oplog.head_and_entries(tenant, cursor, _BATCH)
+                if head > cursor and (not entries or entries[0][0] > cursor + 1):
                     self._rebuild_after_gap(tenant, cursor)
                     continue
+                if not entries:
+                    break
                 self._apply(tenant, entries)
                 self._cursors[tenant] = entries[-1][0]
                 self._applied += len(entries)

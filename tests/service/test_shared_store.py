@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from pml_server.domain.errors import NotFoundError
 from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine
@@ -537,8 +538,31 @@ def test_a_replica_cut_off_longer_than_the_op_log_is_kept_rebuilds_what_it_misse
     assert suggested(b, "t", "Compose a mail") == [after.pattern_id]
     assert suggested(b, "t", "Send the weekly mail") in ([], [after.pattern_id])
     assert gone.pattern_id not in suggested(b, "t", "Send the weekly mail")
+    with pytest.raises(NotFoundError):
+        b.get_pattern("t", gone.pattern_id)
     assert follower.rebuilds == 2
     assert "trimmed before this replica applied them" in caplog.text
     latest = a.record("u", make_record("r4", "Compose a mail", MAIL_TOOLS))
     assert eventually(lambda: suggested(b, "u", "Compose a mail") == [latest.pattern_id])
     assert follower.rebuilds == 2
+
+
+def test_a_capture_on_a_replica_cut_off_longer_than_the_op_log_is_kept_groups_right(
+    replicas: Callable[[str], Engine], postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, "Op log gaps", met by a capture's catch-up (grouping brings the index
+    up to date under the group lock): A's capability was recorded while B's follower applied
+    nothing, and its entries were trimmed since; B's new pattern of it still joins it (the
+    catch-up finds the gap and rebuilds the tenant's indexes, where the cursor alone found
+    nothing to apply and grouped from an index without A's intents)."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # B cut off from the store
+    first = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS, code="f1()"))
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pml_oplog SET written_at = written_at - interval '2 days'")
+    replicas("c")  # its start trims the op log
+    joined = b.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, code="f2()"))
+    assert joined.capability_id == first.capability_id
+    assert follower.rebuilds == 1
