@@ -18,12 +18,16 @@ __all__ = ["FollowerLag", "OplogFollower", "follower_for"]
 
 
 def follower_for(
-    store: StoreBackend, repo: Repository, index_for: Callable[[str], TenantSearchIndex]
+    store: StoreBackend,
+    repo: Repository,
+    index_for: Callable[[str], TenantSearchIndex],
+    rebuild: Callable[[str], None],
 ) -> OplogFollower:
-    """The follower of a shared store's op log (imports the PostgreSQL driver)."""
+    """The follower of a shared store's op log (imports the PostgreSQL driver); `rebuild`
+    installs a tenant's indexes rebuilt from the store (after a gap in the op log)."""
     from pml_server.replication._follower import OplogFollower
     from pml_server.storage.postgres import PostgresStore, SharedRepository
 
     assert isinstance(store, PostgresStore)
     assert isinstance(repo, SharedRepository)
-    return OplogFollower(store.oplog, repo, index_for)
+    return OplogFollower(store.oplog, repo, index_for, rebuild)

@@ -54,11 +54,14 @@ class OplogFollower:
         oplog: OpLog,
         repo: SharedRepository,
         index_for: Callable[[str], TenantSearchIndex],
+        rebuild: Callable[[str], None],
         poll_seconds: float = DEFAULT_POLL_SECONDS,
     ) -> None:
         self._oplog = oplog
         self._repo = repo
         self._index_for = index_for
+        self._rebuild = rebuild  # installs a tenant's indexes rebuilt from the store
+        self.rebuilds = 0  # tenants rebuilt after a gap in the op log
         self._poll_seconds = poll_seconds
         self._cursors: dict[str, int] = {}
         self._lags: deque[float] = deque(maxlen=_LAG_WINDOW)
@@ -86,8 +89,10 @@ class OplogFollower:
             for tenant, head in heads.items():
                 while (cursor := self._cursors.get(tenant, 0)) < head:
                     entries = self._oplog.entries(tenant, cursor, _BATCH)
-                    if not entries:
-                        break
+                    if not entries or entries[0][0] > cursor + 1:
+                        self._rebuild_after_gap(tenant, cursor)
+                        self._behind = max(0, self._behind - (head - cursor))
+                        continue
                     self._apply(tenant, entries)
                     self._cursors[tenant] = entries[-1][0]
                     applied += len(entries)
@@ -105,13 +110,39 @@ class OplogFollower:
         if not self._lock.acquire(timeout=timeout):
             return False
         try:
-            while entries := self._oplog.entries(tenant, self._cursors.get(tenant, 0), _BATCH):
+            while True:
+                cursor = self.cursor(tenant)
+                head, entries = self._oplog.head_and_entries(tenant, cursor, _BATCH)
+                if head > cursor and (not entries or entries[0][0] > cursor + 1):
+                    self._rebuild_after_gap(tenant, cursor)
+                    continue
+                if not entries:
+                    break
                 self._apply(tenant, entries)
                 self._cursors[tenant] = entries[-1][0]
                 self._applied += len(entries)
         finally:
             self._lock.release()
         return True
+
+    def _rebuild_after_gap(self, tenant: str, cursor: int) -> None:
+        """The tenant's entries after `cursor` are trimmed (`_oplog.trim`: this follower was
+        cut off from the store longer than `OPLOG_KEEP`): applying the rest would leave the
+        index without what they added (or with what they removed). Its indexes are rebuilt
+        from the store instead, as at open, and installed (Suggests holding the old ones finish
+        on them); the cursor moves to the head read in the same snapshot, so what commits
+        during the rebuild is applied after it (docs/storage.md, "Op log gaps")."""
+        log.warning(
+            "op log follower: tenant %r's entries after %d were trimmed before this replica "
+            "applied them; rebuilding its indexes from the store",
+            tenant,
+            cursor,
+        )
+        with self._repo.consistent_reads():
+            head = self._oplog.heads().get(tenant, cursor)
+            self._rebuild(tenant)
+        self._cursors[tenant] = max(head, cursor)
+        self.rebuilds += 1
 
     def _refresh_ranks(self) -> None:
         """Pattern records before counters: a new pattern's counters find its row."""

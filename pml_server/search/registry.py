@@ -41,6 +41,11 @@ class TenantIndexes:
         with self._lock:
             return list(self._indexes)
 
+    def replace(self, tenant: str, index: TenantSearchIndex) -> None:
+        """Install a tenant's rebuilt index: calls holding the old one finish on it."""
+        with self._lock:
+            self._indexes[tenant] = index
+
     def replace_all(self, indexes: dict[str, TenantSearchIndex]) -> None:
         """Install the indexes restored at open."""
         with self._lock:

@@ -56,7 +56,7 @@ from pml_server.service._idempotency import (
     replay_answer,
     reused_id_error,
 )
-from pml_server.service._near import closest_candidates
+from pml_server.service._near import closest_candidates, index_is_current
 from pml_server.service._state import EngineState, no_words_error, usable
 from pml_server.service._writes import (
     Change,
@@ -461,9 +461,14 @@ def _near_duplicate_intent(
     state: EngineState, tenant: str, pattern_id: str, vector: Vector
 ) -> IntentRecord | None:
     """Rule 5: the pattern's intent closest to `vector` (the oldest of equals) if within the
-    near-duplicate threshold (`_near`: read from the few candidates, not all its intents)."""
+    near-duplicate threshold (`_near`: read from the few candidates, not all its intents; on
+    a shared store once the tenant's index is brought up to date, unless the pattern's few
+    intents came with its record: docs/capture.md, "Rule 5 on a shared store")."""
     threshold = state.rules.thresholds.intent_duplicate
-    intents = closest_candidates(state, tenant, [pattern_id], vector, threshold)
+    intents = state.repo.intents.of_pattern_if_few(tenant, pattern_id)
+    if intents is None:
+        current = index_is_current(state, tenant)
+        intents = closest_candidates(state, tenant, [pattern_id], vector, threshold, current)
     found = near_duplicate([i.vector for i in intents], vector, threshold)
     return None if found is None else intents[found]
 

@@ -42,6 +42,18 @@ def restore_indexes(
     return indexes
 
 
+def rebuilt_index(
+    repo: Repository, tenant: str, kind: str, dim: int, companion_dim: int = 0
+) -> TenantSearchIndex:
+    """One tenant's index from its stored intents alone, as `restore_indexes` rebuilds a stale
+    one (its ranking table is the caller's to fill)."""
+    index = TenantSearchIndex(kind, dim, companion_dim=companion_dim)
+    _add_intents(
+        index, repo.intents.tenant_stored_intents(tenant), repo.patterns.pattern_tools(tenant)
+    )
+    return index
+
+
 def _add_intents(
     index: TenantSearchIndex, stored: Iterable[bytes], tools_of: dict[str, tuple[str, ...]]
 ) -> int:

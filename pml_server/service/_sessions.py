@@ -19,6 +19,7 @@ started since their last sweep.
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from pml_server.capture.rules import tool_signature
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
@@ -27,6 +28,8 @@ from pml_server.domain.model import SuggestContext
 from pml_server.ranking.transitions import transition_weights
 from pml_server.service._state import EngineState
 from pml_server.service._writes import Change
+
+log = logging.getLogger(__name__)
 
 
 def idle_ms(state: EngineState) -> int:
@@ -64,10 +67,15 @@ def follow(
 
 def sweep_if_due(state: EngineState, tenant: str) -> None:
     """`sweep` once this process started `max_sessions / 8` sessions of the tenant since the
-    last one (called after a capture's locks are released)."""
+    last one (called after a capture's locks are released, its write committed). A sweep
+    that fails is logged, never the capture's error: the capture is stored, and the next
+    sweep drops what this one left."""
     bound = state.rules.limits.fields.sessions.bound
     if state.new_sessions.sweep_due(tenant, max(1, bound // 8)):
-        sweep(state, tenant)
+        try:
+            sweep(state, tenant)
+        except Exception as error:  # housekeeping: the committed capture stands
+            log.warning("session sweep of tenant %r failed: %s", tenant, error)
 
 
 # Session rows one write of a sweep deletes: a capture that sweeps a tenant at its bound pays a

@@ -28,6 +28,8 @@ from pml_server.ranking import RankingConfig, default_ranking
 from pml_server.search import TenantIndexes
 from pml_server.service._call_groups import CallGroups
 from pml_server.service._companion import CompanionFiller
+from pml_server.service._restore import rebuilt_index
+from pml_server.service._suggest_core import fill_rank_tables
 from pml_server.service._views import ViewCache
 from pml_server.storage import StoreBackend, repository_for
 from pml_server.storage.seam import IdAllocator
@@ -197,7 +199,18 @@ class EngineState:
         if store.shared:
             from pml_server.replication import follower_for
 
-            self.follower = follower_for(store, self.repo, self.indexes.for_tenant)
+            self.follower = follower_for(
+                store, self.repo, self.indexes.for_tenant, self.rebuild_indexes
+            )
+
+    def rebuild_indexes(self, tenant: str) -> None:
+        """Rebuild the tenant's indexes (vectors, lexical, ranking table) from the store and
+        install them, as at open (`_restore`, `fill_rank_tables`)."""
+        index = rebuilt_index(
+            self.repo, tenant, self.indexes.kind, self.indexes.dim, self.indexes.companion_dim
+        )
+        fill_rank_tables(self.repo, {tenant: index})
+        self.indexes.replace(tenant, index)
 
     @property
     def store(self) -> StoreBackend:

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from pml_server.domain import json_form
@@ -365,3 +366,35 @@ def test_stored_workflows_teach_what_follows_a_step(engine_of: EngineOf) -> None
     weights = {s.capability_id: s.score.transition for s in lifted.suggestions}
     assert weights[cap["tail"]] == 1.0 + 0.25 * 3 / (3 + 2)
     assert weights[cap["read"]] == 1.0 + 0.25 * 3 / (3 + 2)
+
+
+@pytest.mark.postgres
+def test_a_sweep_that_fails_never_fails_the_capture_that_ran_it(
+    postgres_dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sweep is housekeeping after a committed capture (docs/ranking.md, Sessions): when
+    PostgreSQL refuses its delete (here a trigger raising on every delete of a session row),
+    the capture still answers its result, the failure is logged, and later captures go on."""
+    clock = Clock()
+    engine = open_engine(tmp_path / "e", clock, store=postgres_dsn, max_sessions=8)
+    try:
+        cap = _capabilities(engine)
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(
+                "CREATE FUNCTION pml_test_refuse() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$ BEGIN RAISE EXCEPTION 'sessions are not to be deleted'; END $$"
+            )
+            conn.execute(
+                "CREATE TRIGGER pml_test_refuse BEFORE DELETE ON pml_sessions"
+                " FOR EACH ROW EXECUTE FUNCTION pml_test_refuse()"
+            )
+        for s in range(12):  # every new session is due a sweep (max_sessions / 8 = 1)
+            clock.now_ms += 1
+            assert _step(engine, f"s{s:02d}", "ls", 1) == cap["ls"]
+        repo = engine._state.repo
+        assert len(repo.sessions.session_rows(T)) == 12  # the sweeps deleted nothing
+        assert repo.sessions.session_step(T, "s11")[0] == cap["ls"]  # type: ignore[index]
+        assert "session sweep" in caplog.text
+        assert "sessions are not to be deleted" in caplog.text
+    finally:
+        engine.close()

@@ -10,8 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
+from pml_server.domain.errors import NotFoundError
 from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine
@@ -438,3 +440,129 @@ def test_a_new_pattern_finds_its_capability_among_many_another_replica_wrote_jus
     made = [a.record("t", run(n, f"job{n} q{n * 7} z{n * 13}")).capability_id for n in range(70)]
     assert len(set(made)) == 70
     assert b.record("t", run(70, "job69 q483 z897")).capability_id == made[69]
+
+
+def test_a_near_duplicate_of_another_replicas_intent_is_found_reading_few_intents(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/capture.md, rule 5's near-duplicate, over a shared store. A gives one pattern 60
+    distinct intents while B's follower is held back; B's run of that pattern with one of A's
+    intents bumps A's mapping (B's index is brought up to date from the op log under the
+    pattern lock), reading fewer than 30 stored intents (all 60 before)."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # B's follower thread applies nothing
+    words = [f"w{n}x{n * 7}q" for n in range(60)]
+    for n, word in enumerate(words):
+        a.record("t", make_record(f"a{n}", f"{word} {word}z {word}y", JSON_TOOLS))
+    [pattern] = a.list_patterns("t", PageRequest()).items
+    assert len(pattern.intents) == 60
+    store = b._state.store
+    read: list[int] = []
+    for name in ("scan", "get_many"):
+        method = getattr(store, name)
+
+        def counted(cf: str, *args: Any, _method: Any = method, **kwargs: Any) -> Any:
+            rows = _method(cf, *args, **kwargs)
+            read.extend([len(rows)] if cf == CF_INTENTS else [])
+            return rows
+
+        monkeypatch.setattr(store, name, counted)
+    with_pattern = store.kv.pattern_for_hash
+
+    def counted_with_pattern(*args: Any) -> Any:
+        found = with_pattern(*args)
+        read.append(len(found[2]))
+        return found
+
+    monkeypatch.setattr(store.kv, "pattern_for_hash", counted_with_pattern)
+    word = words[30]
+    assert b.record("t", make_record("b1", f"{word} {word}z {word}y", JSON_TOOLS)).pattern_id == (
+        pattern.id
+    )
+    assert sum(read) < 30  # 60 before: every intent came with the pattern's record
+    [after] = b.list_patterns("t", PageRequest()).items
+    assert len(after.intents) == 60  # bumped, no new intent
+    assert sorted(i.hit_count for i in after.intents)[-1] == 2
+
+
+def test_a_replica_cut_off_longer_than_the_op_log_is_kept_rebuilds_what_it_missed(
+    replicas: Callable[[str], Engine],
+    postgres_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """docs/storage.md, "Op log gaps". B's follower applies nothing while A records patterns
+    of two tenants and deletes one B had indexed; their entries age past `OPLOG_KEEP` and a
+    third replica's start trims them; A records one more of tenant t. When B's follower
+    resumes (Suggests running on B meanwhile) it cannot apply what was trimmed: it rebuilds
+    both tenants' indexes from the store, so B suggests A's new patterns and no longer the
+    deleted one, and follows the op log from there on."""
+    a, b = replicas("a"), replicas("b")
+    gone = a.record("t", make_record("r1", "Send the weekly mail", MAIL_TOOLS))
+    assert eventually(lambda: suggested(b, "t", "Send the weekly mail") == [gone.pattern_id])
+    follower = b._state.follower
+    assert follower is not None
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # B cut off from the store
+    saved = a.record("t", make_record("r2", "Read JSON file", JSON_TOOLS))
+    other = a.record("u", make_record("r2", "Read JSON file", JSON_TOOLS))
+    a.delete_pattern("t", gone.pattern_id)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pml_oplog SET written_at = written_at - interval '2 days'")
+    replicas("c")  # its start trims the op log
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pml_oplog").fetchone() == (0,)
+    after = a.record("t", make_record("r3", "Compose a mail", MAIL_TOOLS))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def suggest_meanwhile() -> None:
+        while not stop.is_set():
+            try:
+                suggested(b, "t", "Read JSON file")
+            except BaseException as error:  # reported below
+                errors.append(error)
+                return
+
+    reader = threading.Thread(target=suggest_meanwhile)
+    reader.start()
+    try:
+        monkeypatch.undo()  # B reconnects
+        assert eventually(lambda: suggested(b, "t", "Read JSON file") == [saved.pattern_id])
+        assert eventually(lambda: suggested(b, "u", "Read JSON file") == [other.pattern_id])
+    finally:
+        stop.set()
+        reader.join()
+    assert errors == []
+    assert suggested(b, "t", "Compose a mail") == [after.pattern_id]
+    assert suggested(b, "t", "Send the weekly mail") in ([], [after.pattern_id])
+    assert gone.pattern_id not in suggested(b, "t", "Send the weekly mail")
+    with pytest.raises(NotFoundError):
+        b.get_pattern("t", gone.pattern_id)
+    assert follower.rebuilds == 2
+    assert "trimmed before this replica applied them" in caplog.text
+    latest = a.record("u", make_record("r4", "Compose a mail", MAIL_TOOLS))
+    assert eventually(lambda: suggested(b, "u", "Compose a mail") == [latest.pattern_id])
+    assert follower.rebuilds == 2
+
+
+def test_a_capture_on_a_replica_cut_off_longer_than_the_op_log_is_kept_groups_right(
+    replicas: Callable[[str], Engine], postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, "Op log gaps", met by a capture's catch-up (grouping brings the index
+    up to date under the group lock): A's capability was recorded while B's follower applied
+    nothing, and its entries were trimmed since; B's new pattern of it still joins it (the
+    catch-up finds the gap and rebuilds the tenant's indexes, where the cursor alone found
+    nothing to apply and grouped from an index without A's intents)."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # B cut off from the store
+    first = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS, code="f1()"))
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE pml_oplog SET written_at = written_at - interval '2 days'")
+    replicas("c")  # its start trims the op log
+    joined = b.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, code="f2()"))
+    assert joined.capability_id == first.capability_id
+    assert follower.rebuilds == 1

@@ -123,19 +123,28 @@ class KeyValues:
         found = {bytes(k): bytes(v) for k, v in values}
         return [found_pairs.get(k) for k in keys], [found.get(k) for k in values_of]
 
-    def pattern_for_hash(self, prefix: bytes, code_hash_key: bytes) -> tuple[Any, ...]:
-        """(pattern, counters, [intents in key order]) bytes of the pattern a code hash names,
-        in one query (three lookups and a scan in the embedded store); `prefix` is the tenant's
-        key prefix. (None, None, []) when the hash names none."""
+    def pattern_for_hash(
+        self, prefix: bytes, code_hash_key: bytes, intents_limit: int
+    ) -> tuple[Any, ...]:
+        """(pattern, counters, [its first `intents_limit` intents in key order]) bytes of the
+        pattern a code hash names, in one query (three lookups and a scan in the embedded
+        store); `prefix` is the tenant's key prefix. (None, None, []) when the hash names none."""
         row = self._db.row(
-            f"SELECT p.value, c.value, (SELECT coalesce(array_agg(i.value ORDER BY i.key), '{{}}')"
-            f" FROM {table_of(CF_INTENTS)} i WHERE i.key >= %(prefix)s || h.value || %(sep)s"
-            " AND i.key < %(prefix)s || h.value || %(end)s)"
+            "SELECT p.value, c.value, (SELECT coalesce(array_agg(i.value ORDER BY i.key), '{}')"
+            f" FROM (SELECT key, value FROM {table_of(CF_INTENTS)}"
+            " WHERE key >= %(prefix)s || h.value || %(sep)s"
+            " AND key < %(prefix)s || h.value || %(end)s ORDER BY key LIMIT %(limit)s) i)"
             f" FROM {table_of(CF_HASHES)} h"
             f" LEFT JOIN {table_of(CF_PATTERNS)} p ON p.key = %(prefix)s || h.value"
             f" LEFT JOIN {table_of(CF_COUNTERS)} c ON c.key = %(prefix)s || h.value"
             " WHERE h.key = %(hash)s",
-            {"prefix": prefix, "hash": code_hash_key, "sep": b"\x00", "end": b"\x01"},
+            {
+                "prefix": prefix,
+                "hash": code_hash_key,
+                "sep": b"\x00",
+                "end": b"\x01",
+                "limit": intents_limit,
+            },
         )
         if row is None:
             return None, None, []

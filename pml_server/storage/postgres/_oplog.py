@@ -20,7 +20,9 @@ from pml_server.storage.postgres._schema import FOLLOWED_FAMILIES, table_of
 from pml_server.storage.postgres._transactions import Connection, Transactions
 
 # Op log entries older than this are trimmed at start: a replica restarting later rebuilds from
-# its snapshot and the intents table, which the restore reads anyway.
+# its snapshot and the intents table, which the restore reads anyway; a running replica whose
+# follower finds entries trimmed before it applied them rebuilds that tenant's indexes
+# (docs/storage.md, "Op log gaps").
 OPLOG_KEEP = "1 day"
 
 
@@ -83,6 +85,25 @@ class OpLog:
             (tenant, after, limit),
         )
         return [(int(s), json_form.loads(bytes(op)), float(age)) for s, op, age in rows]
+
+    def head_and_entries(
+        self, tenant: str, after: int, limit: int = 1000
+    ) -> tuple[int, list[tuple[int, dict[str, Any], float]]]:
+        """The tenant's head (0 before its first entry) and `entries` after `after`, in one
+        statement: a gap (entries trimmed after `after`) shows even when none is left."""
+        rows = self._db.rows(
+            "SELECT h.seq, o.seq, o.op, extract(epoch FROM clock_timestamp() - o.written_at)"
+            " FROM pml_oplog_head h LEFT JOIN LATERAL (SELECT seq, op, written_at FROM pml_oplog"
+            " WHERE tenant = h.tenant AND seq > %s ORDER BY seq LIMIT %s) o ON true"
+            " WHERE h.tenant = %s ORDER BY o.seq",
+            (after, limit, tenant),
+        )
+        entries = [
+            (int(s), json_form.loads(bytes(op)), float(age))
+            for _, s, op, age in rows
+            if s is not None
+        ]
+        return (int(rows[0][0]) if rows else 0), entries
 
     def all(self) -> list[tuple[int, dict[str, Any]]]:
         rows = self._db.rows("SELECT seq, op FROM pml_oplog ORDER BY tenant, seq")

@@ -103,6 +103,12 @@ class SharedMeta(MetaRows):
         return (CF_INDEX_SNAPSHOT, tenant.encode(), u64(seq) + data)
 
 
+# A capture's pattern read brings the pattern's intents along when it has at most this many:
+# rule 5 then compares with them all at no further round trip; a pattern of more asks the
+# index, brought up to date first (docs/capture.md, "Rule 5 on a shared store").
+PREFETCHED_INTENTS = 16
+
+
 class SharedPatterns(PatternRows):
     def __init__(self, store: PostgresStore, prefetched: threading.local) -> None:
         super().__init__(store)
@@ -113,10 +119,10 @@ class SharedPatterns(PatternRows):
         self, tenant: str, code_hash: str
     ) -> tuple[PatternRecord | None, PatternCounters | None]:
         """As `PatternRows.pattern_for_hash`, in one query that also reads the pattern's
-        intents: the capture holding the pattern's lock asks for them next
-        (`SharedIntents.of_pattern`)."""
+        intents when it has at most `PREFETCHED_INTENTS`: the capture holding the pattern's
+        lock asks for them next (`SharedIntents.of_pattern_if_few`)."""
         pattern, counters, intents = self.shared_store.kv.pattern_for_hash(
-            tenant_prefix(tenant), tenant_key(tenant, code_hash)
+            tenant_prefix(tenant), tenant_key(tenant, code_hash), PREFETCHED_INTENTS + 1
         )
         record = None if pattern is None else decode_pattern(pattern)
         within = self.shared_store.transactions.current()
@@ -142,17 +148,22 @@ class SharedIntents(IntentRows):
         self.shared_store = store
         self._prefetched = prefetched  # set by `SharedPatterns.pattern_for_hash`
 
-    def of_pattern(self, tenant: str, pattern_id: str) -> list[IntentRecord]:
+    def of_pattern_if_few(self, tenant: str, pattern_id: str) -> list[IntentRecord] | None:
         """The intents `pattern_for_hash` read with the pattern, once, in the same thread and
-        the same write transaction (its locks held since, so still current); else read now."""
+        the same write transaction (its locks held since, so still current), if that was all
+        of them (at most `PREFETCHED_INTENTS`); else None."""
         prefetched = getattr(self._prefetched, "intents", None)
         self._prefetched.intents = None
         if prefetched is not None:
             within, of_tenant, of_pattern, intents = prefetched
             current = self.shared_store.transactions.current()
-            if current is within and (of_tenant, of_pattern) == (tenant, pattern_id):
+            if (
+                current is within
+                and (of_tenant, of_pattern) == (tenant, pattern_id)
+                and len(intents) <= PREFETCHED_INTENTS
+            ):
                 return [decode_intent(raw) for raw in intents]
-        return super().of_pattern(tenant, pattern_id)
+        return None
 
 
 class SharedLogs(LogRows):

@@ -19,6 +19,11 @@ class IntentRows:
         rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""))
         return [decode_intent(v) for _, v in rows]
 
+    def of_pattern_if_few(self, tenant: str, pattern_id: str) -> list[IntentRecord] | None:
+        """Every intent of the pattern if the store read them already with it and they are
+        few (a shared store, `SharedIntents`); else None: ask the index which to read."""
+        return None
+
     def intents_by_id(
         self, tenant: str, wanted: Sequence[tuple[str, int]]
     ) -> list[IntentRecord | None]:
