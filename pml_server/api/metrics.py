@@ -174,3 +174,8 @@ class _FollowerCollector(Collector):
         yield CounterMetricFamily(
             "pml_follower_applied_entries", "Op log entries applied", value=lag.applied
         )
+        yield CounterMetricFamily(
+            "pml_follower_rebuilds",
+            "Tenants whose indexes were rebuilt from the store after a gap in the op log",
+            value=lag.rebuilds,
+        )

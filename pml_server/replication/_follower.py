@@ -192,12 +192,12 @@ class OplogFollower:
     def lag(self) -> FollowerLag:
         values = sorted(self._lags)
         if not values:
-            return FollowerLag(self._applied, 0.0, 0.0, self._behind)
+            return FollowerLag(self._applied, 0.0, 0.0, self._behind, self.rebuilds)
 
         def at(q: float) -> float:
             return values[min(len(values) - 1, int(q * len(values)))]
 
-        return FollowerLag(self._applied, at(0.5), at(0.99), self._behind)
+        return FollowerLag(self._applied, at(0.5), at(0.99), self._behind, self.rebuilds)
 
     def run(self, stop: threading.Event) -> None:
         """Follow until `stop` is set: LISTEN wake-ups, a bounded poll when none comes, and

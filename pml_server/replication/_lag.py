@@ -14,3 +14,4 @@ class FollowerLag:
     p50: float
     p99: float
     behind: int  # entries committed but not yet applied, at the last poll
+    rebuilds: int = 0  # tenants rebuilt from the store after a gap in the op log

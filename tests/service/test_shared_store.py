@@ -541,6 +541,9 @@ def test_a_replica_cut_off_longer_than_the_op_log_is_kept_rebuilds_what_it_misse
     with pytest.raises(NotFoundError):
         b.get_pattern("t", gone.pattern_id)
     assert follower.rebuilds == 2
+    lag = b.admin.follower_lag()  # what /metrics reads (pml_follower_rebuilds_total)
+    assert lag is not None
+    assert lag.rebuilds == 2
     assert "trimmed before this replica applied them" in caplog.text
     latest = a.record("u", make_record("r4", "Compose a mail", MAIL_TOOLS))
     assert eventually(lambda: suggested(b, "u", "Compose a mail") == [latest.pattern_id])
