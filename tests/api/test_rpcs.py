@@ -55,6 +55,62 @@ def test_record_saves_then_counts(client: PmlClient) -> None:
     assert client.get_pattern(first.pattern).usage_count == 2
 
 
+def test_python_fstrings_without_a_field_are_values_like_any_string(client: PmlClient) -> None:
+    """`f"a.json"` is the string `a.json` (docs/normalization.md, Parameters): two runs with
+    other values are one pattern with a parameter, as with `"a.json"`; an f-string with a
+    replacement field is code, so other expressions in it are other patterns."""
+
+    def run(code: str) -> r.CaptureResult:
+        return client.record(make_record("Read the file", code, language="python"))
+
+    first = run("data = await mcp.read_file(path=f'a.json')")
+    again = run('data = await mcp.read_file(path=F"b.json")')
+    plain = run("data = await mcp.read_file(path='c.json')")
+    assert (first.outcome, again.outcome, plain.outcome) == (
+        r.CAPTURE_OUTCOME_SAVED,
+        r.CAPTURE_OUTCOME_COUNTED,
+        r.CAPTURE_OUTCOME_COUNTED,
+    )
+    assert first.pattern == again.pattern == plain.pattern
+    stored = client.get_pattern(first.pattern)
+    assert stored.template == "data = await mcp.read_file(path=$PATH)"
+    assert [p.name for p in stored.parameters] == ["$PATH"]
+    field = run("data = await mcp.read_file(path=f'{name}.json')")
+    other = run("data = await mcp.read_file(path=f'{other}.json')")
+    assert field.pattern != other.pattern != first.pattern != field.pattern
+    assert (
+        client.get_pattern(field.pattern).template
+        == "data = await mcp.read_file(path=f'{name}.json')"
+    )
+
+
+@pytest.mark.parametrize("command", ["mysql", "/usr/bin/mariadb", "sudo mysqldump --opt"])
+def test_a_mysql_password_attached_to_p_is_never_stored(client: PmlClient, command: str) -> None:
+    """mysql and its tools take the password attached to `-p` (`-pSECRET`): like
+    `--password SECRET`, it is a secret parameter (docs/normalization.md, Secrets), in neither
+    the stored template nor the original code, and two runs with other passwords are one
+    pattern. `-p` of other commands (`mkdir -p`, `ssh -p 22`) is no password."""
+    passwords = ["Tr0ub4dor-horse-42x", "an0ther!secret-9"]
+    results = []
+    for password in passwords:
+        code = f"{command} -h db -u root -p{password} shop < dump.sql && mkdir -p out"
+        results.append(client.record(make_record("Load the dump", code, language="bash")))
+    outcomes = [(x.outcome, x.pattern) for x in results]
+    assert outcomes == [
+        (r.CAPTURE_OUTCOME_SAVED, results[0].pattern),
+        (r.CAPTURE_OUTCOME_COUNTED, results[0].pattern),
+    ]
+    stored = client.get_pattern(results[0].pattern)
+    for password in passwords:
+        assert password not in stored.template + stored.original_code
+        assert password not in str(stored)
+    assert f"{command} -h db -u root -p" in stored.original_code
+    plain = "mkdir -p out && ssh -p 2222 host && mysql -p shop && grep -pqx f"
+    kept = client.get_pattern(client.record(make_record("Other", plain, language="bash")).pattern)
+    assert kept.original_code == plain
+    assert [p.secret for p in kept.parameters] == [False] * len(kept.parameters)
+
+
 def test_repeated_request_id_counts_once(client: PmlClient) -> None:
     first, _ = _seed(client)
     replay = client.record(

@@ -332,6 +332,8 @@ def test_a_credential_written_as_a_shell_writes_it_is_a_secret_parameter() -> No
         f"tool --password '{PASSWORD} x' -v": ("$PASSWORD", "tool --password $PASSWORD -v"),
         f"curl -u bob:{PASSWORD} https://x": ("$USER", "curl -u $USER https://x"),
         f"curl --user=bob:{PASSWORD} https://x": ("$USER", "curl --user=$USER https://x"),
+        f"mysql -u root -p{PASSWORD} shop": ("$PASSWORD", "mysql -u root -p$PASSWORD shop"),
+        f"mariadb-dump -p'{PASSWORD}' shop": ("$PASSWORD", "mariadb-dump -p$PASSWORD shop"),
     }
     for code, (name, template) in lines.items():
         for language in ("bash", "sh", "powershell"):
@@ -347,6 +349,8 @@ def test_a_credential_written_as_a_shell_writes_it_is_a_secret_parameter() -> No
         "curl -u bob https://x",
         "ls -la && echo done > out.txt",
         "x == password",
+        "mkdir -p out && mysql -p shop && ssh -p host",
+        "mysql -u root; mkdir -pv out | grep -pq x",
     ]
     for code in plain:
         result = _core.normalize(code, "bash")

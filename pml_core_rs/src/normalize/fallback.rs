@@ -82,11 +82,17 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
             continue;
         }
         while shell_secrets.next_if(|s| s.start < token.start).is_some() {}
-        if let Some(secret) = shell_secrets.next_if(|s| s.start == token.start) {
+        if let Some(secret) = shell_secrets.next_if(|s| s.start < token.end) {
+            // a value attached to its flag (`-pSECRET`) starts inside the flag's word
+            if secret.start > token.start {
+                canon.token(&code.as_bytes()[token.start..secret.start]);
+            }
             inside_until = secret.end;
             let written = &code[secret.start..secret.end];
             let value = match token.kind {
-                Kind::Str if token.end == secret.end => decode_string(written, &style),
+                Kind::Str if (token.start, token.end) == (secret.start, secret.end) => {
+                    decode_string(written, &style)
+                }
                 _ => None,
             }
             .unwrap_or_else(|| written.to_owned());
@@ -254,6 +260,69 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
                 flag.to_owned()
             },
         });
+    }
+    let attached = mysql_attached_passwords(tokens, code);
+    if !attached.is_empty() {
+        found.extend(attached);
+        found.sort_by_key(|s| s.start);
+        let mut end = 0;
+        found.retain(|s| {
+            let apart = s.start >= end;
+            end = end.max(s.end);
+            apart
+        });
+    }
+    found
+}
+
+/// Commands that take a password attached to `-p` (`mysql -pSECRET`): the MySQL and MariaDB
+/// clients and tools (`mysqldump`, `mariadb-dump`, ...), read from the command's words.
+const ATTACHED_PASSWORD_COMMANDS: &[&str] = &["mysql", "mariadb"];
+
+/// The passwords attached to `-p` in a command of MySQL's or MariaDB's (`mysql -u root -pSECRET
+/// db`, `mysqldump -p'pw'`), named `password`; `-p` alone (mysql prompts) and `-p` of any other
+/// command (`mkdir -p`, `ssh -p 22`) are none. A command runs to `;`, `&`, `|`, a parenthesis
+/// or a line's end; one pass over the tokens.
+fn mysql_attached_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    let mut in_mysql = false;
+    for (i, token) in tokens.iter().enumerate() {
+        let text = &code[token.start..token.end];
+        let line_break = i > 0 && bytes[tokens[i - 1].end..token.start].contains(&b'\n');
+        if line_break || matches!(text, ";" | "&" | "|" | "(" | ")") {
+            in_mysql = false;
+        }
+        if token.kind == Kind::Word {
+            // a command's name, not an assignment's (`MYSQL_HOST=db psql -p5432`)
+            let assigned = tokens
+                .get(i + 1)
+                .is_some_and(|n| n.start == token.end && &code[n.start..n.end] == "=");
+            let lower = text.to_ascii_lowercase();
+            in_mysql |= !assigned
+                && ATTACHED_PASSWORD_COMMANDS
+                    .iter()
+                    .any(|c| lower.starts_with(c));
+            continue;
+        }
+        // `-p` at a word's start, with its value attached
+        let word_start = token.start == 0 || matches!(bytes[token.start - 1], b' ' | b'\t');
+        let Some(p) = tokens.get(i + 1) else { continue };
+        if !in_mysql || text != "-" || !word_start || p.start != token.end {
+            continue;
+        }
+        if p.kind != Kind::Word || !code[p.start..p.end].starts_with('p') {
+            continue;
+        }
+        let at = p.start + 1;
+        let quoted = (p.end == at).then(|| tokens.get(i + 2)).flatten();
+        if let Some(end) = shell_value_end(quoted, bytes, at) {
+            found.push(ShellSecret {
+                start: at,
+                end,
+                name: "password".to_owned(),
+            });
+        }
     }
     found
 }
