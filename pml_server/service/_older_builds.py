@@ -5,7 +5,8 @@ and every rewrite is idempotent):
 - `rekey_tool_names`, before the server is ready: an older build read the tool named in an
   argument (`session.call_tool("get_weather", ...)`, `client.callTool({name: ...})`) as a
   parameter, so such code hashed alike for two tools (docs/normalization.md, Tool calls), and
-  an f-string without a field (`f"a.json"`) and mysql's password attached to `-p` as code. A
+  an f-string without a field (`f"a.json"`) and a password given to a command's short flag
+  (`mysql -pSECRET`, `sshpass -p SECRET`) as code. A
   pattern whose stored (redacted) code now gives another template moves to today's hash, so
   the next run of its code finds it.
 - `rename_placeholders`, while serving: an older build named a placeholder after a credential
@@ -34,8 +35,12 @@ _PAGE = 1_000
 # Every code a rule since reads differently holds one of these (lower case), other patterns are
 # not normalized again: the tool-name rule's (a tool caller ends in `tool`; a dispatch through
 # `mcp` or `tools` is `call`, `callTool`, `call_tool` or `invoke`), an f-string without a
-# field (docs/normalization.md, Parameters) and mysql's `-pSECRET` (Secrets).
-_REKEY_MARKERS = ("tool", "call", "invoke", "f'", 'f"', "mysql", "mariadb")
+# field (docs/normalization.md, Parameters) and a command's password flag (Secrets:
+# `mysql -pSECRET`, `sshpass -p`, `docker login -p`, `mongosh -p`, `redis-cli -a`).
+_REKEY_MARKERS = (
+    *("tool", "call", "invoke", "f'", 'f"'),
+    *("mysql", "mariadb", "sshpass", "mongo", "redis", "login"),
+)
 
 
 def rekey_tool_names(state: EngineState, stop: threading.Event) -> int:

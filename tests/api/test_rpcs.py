@@ -84,16 +84,29 @@ def test_python_fstrings_without_a_field_are_values_like_any_string(client: PmlC
     )
 
 
-@pytest.mark.parametrize("command", ["mysql", "/usr/bin/mariadb", "sudo mysqldump --opt"])
-def test_a_mysql_password_attached_to_p_is_never_stored(client: PmlClient, command: str) -> None:
-    """mysql and its tools take the password attached to `-p` (`-pSECRET`): like
-    `--password SECRET`, it is a secret parameter (docs/normalization.md, Secrets), in neither
-    the stored template nor the original code, and two runs with other passwords are one
-    pattern. `-p` of other commands (`mkdir -p`, `ssh -p 22`) is no password."""
+@pytest.mark.parametrize(
+    "command",
+    [
+        "mysql -h db -u root -p{}",
+        "/usr/bin/mariadb -p'{}'",
+        "sudo mysqldump --opt -p{}",
+        "sshpass -p {} ssh deploy@h",
+        "docker login -u bob -p {} registry.io",
+        "redis-cli -a {}",
+    ],
+)
+def test_a_password_given_to_a_commands_short_flag_is_never_stored(
+    client: PmlClient, command: str
+) -> None:
+    """mysql and its tools take the password attached to `-p` (`-pSECRET`), sshpass and
+    `docker login` after `-p`, redis-cli after `-a`: like `--password SECRET`, it is a secret
+    parameter (docs/normalization.md, Secrets), in neither the stored template nor the
+    original code, and two runs with other passwords are one pattern. The flag of other
+    commands (`mkdir -p`, `ssh -p 22`) is no password."""
     passwords = ["Tr0ub4dor-horse-42x", "an0ther!secret-9"]
     results = []
     for password in passwords:
-        code = f"{command} -h db -u root -p{password} shop < dump.sql && mkdir -p out"
+        code = f"{command.format(password)} shop < dump.sql && mkdir -p out"
         results.append(client.record(make_record("Load the dump", code, language="bash")))
     outcomes = [(x.outcome, x.pattern) for x in results]
     assert outcomes == [
@@ -104,8 +117,9 @@ def test_a_mysql_password_attached_to_p_is_never_stored(client: PmlClient, comma
     for password in passwords:
         assert password not in stored.template + stored.original_code
         assert password not in str(stored)
-    assert f"{command} -h db -u root -p" in stored.original_code
-    plain = "mkdir -p out && ssh -p 2222 host && mysql -p shop && grep -pqx f"
+    assert command.split("{}")[0].rstrip("'") in stored.original_code
+    assert "$PASSWORD" in stored.template
+    plain = "mkdir -p out && ssh -p 2222 host && mysql -p shop && grep -pqx f && docker run -p w i"
     kept = client.get_pattern(client.record(make_record("Other", plain, language="bash")).pattern)
     assert kept.original_code == plain
     assert [p.secret for p in kept.parameters] == [False] * len(kept.parameters)

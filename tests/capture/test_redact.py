@@ -334,6 +334,10 @@ def test_a_credential_written_as_a_shell_writes_it_is_a_secret_parameter() -> No
         f"curl --user=bob:{PASSWORD} https://x": ("$USER", "curl --user=$USER https://x"),
         f"mysql -u root -p{PASSWORD} shop": ("$PASSWORD", "mysql -u root -p$PASSWORD shop"),
         f"mariadb-dump -p'{PASSWORD}' shop": ("$PASSWORD", "mariadb-dump -p$PASSWORD shop"),
+        f"sshpass -p {PASSWORD} ssh u@h": ("$PASSWORD", "sshpass -p $PASSWORD ssh u@h"),
+        f"docker login -u bob -p {PASSWORD} r.io": ("$PASSWORD", "login -u bob -p $PASSWORD r.io"),
+        f"mongosh -u bob -p '{PASSWORD}' db": ("$PASSWORD", "mongosh -u bob -p $PASSWORD db"),
+        f"redis-cli -h r -a {PASSWORD} ping": ("$PASSWORD", "redis-cli -h r -a $PASSWORD ping"),
     }
     for code, (name, template) in lines.items():
         for language in ("bash", "sh", "powershell"):
@@ -351,6 +355,8 @@ def test_a_credential_written_as_a_shell_writes_it_is_a_secret_parameter() -> No
         "x == password",
         "mkdir -p out && mysql -p shop && ssh -p host",
         "mysql -u root; mkdir -pv out | grep -pq x",
+        "docker run -p http -d img && docker ps -a",
+        "sshpass -p $PW ssh u@h",
     ]
     for code in plain:
         result = _core.normalize(code, "bash")

@@ -1,7 +1,7 @@
 """An older build read a Python f-string without a replacement field (`f"a.json"`) as code, and
-left mysql's password attached to `-p` (`mysql -pSECRET`) in shell code as code too: each run
-with another value was another pattern, and the password was stored (docs/normalization.md,
-Parameters and Secrets). Opening such a store moves each such pattern to today's hash once, so
+a password given to a command's short flag (`mysql -pSECRET`, `sshpass -p SECRET`) in shell
+code as code too: each run with another value was another pattern, and the password was
+stored (docs/normalization.md, Parameters and Secrets). Opening such a store moves each such pattern to today's hash once, so
 the next run of its code finds it, and the rename pass takes the password out of every stored
 form; on the embedded RocksDB store and on the shared PostgreSQL store."""
 
@@ -35,6 +35,11 @@ CASES = {
         "bash",
         f"mysql -h db -u root -p{SECRET.lower()} shop < dump.sql",
         "mysql -h db -u root -panother-one shop < dump.sql",
+    ),
+    "sshpass": (
+        "bash",
+        f"sshpass -p {SECRET.lower()} ssh deploy@h uptime",
+        "sshpass -p another-one ssh deploy@h uptime",
     ),
 }
 
@@ -84,7 +89,7 @@ def test_an_older_builds_literal_read_as_code_moves_to_todays_hash_once(
     first = engine.record(T, _record("r1", language, code))
     assert first.new_pattern
     today = _plant_old_build(engine, first.pattern_id, code)
-    if case == "mysql":
+    if case != "fstring":
         assert _stored_rows_holding(engine, SECRET, dsn)  # the older build's store
     engine.close()
 
@@ -99,7 +104,7 @@ def test_an_older_builds_literal_read_as_code_moves_to_todays_hash_once(
         assert _stored_rows_holding(engine, SECRET, dsn) == []
         view = engine.get_pattern(T, first.pattern_id)
         assert view.code_hash == today
-        assert [p.name for p in view.params] == ["$PASSWORD" if case == "mysql" else "$PATH"]
+        assert [p.name for p in view.params] == ["$PATH" if case == "fstring" else "$PASSWORD"]
         again = engine.record(T, _record("r2", language, other))
         assert (again.pattern_id, again.new_pattern) == (first.pattern_id, False)
     finally:

@@ -261,7 +261,7 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
             },
         });
     }
-    let attached = mysql_attached_passwords(tokens, code);
+    let attached = command_passwords(tokens, code);
     if !attached.is_empty() {
         found.extend(attached);
         found.sort_by_key(|s| s.start);
@@ -275,23 +275,36 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
     found
 }
 
-/// Commands that take a password attached to `-p` (`mysql -pSECRET`): the MySQL and MariaDB
-/// clients and tools (`mysqldump`, `mariadb-dump`, ...), read from the command's words.
-const ATTACHED_PASSWORD_COMMANDS: &[&str] = &["mysql", "mariadb"];
+/// Commands whose one-letter flag takes a password (`mysql -pSECRET`, `sshpass -p SECRET`):
+/// the command (a word it starts with: `mysqldump`, `mariadb-dump` and `mongosh` too), the
+/// word that must follow it ("" for none: `docker login`, not `docker run -p 8080:80`), the
+/// flag's letter, and whether the value may follow after a space (mysql's `-p` alone prompts,
+/// and the word after it is the database).
+const PASSWORD_FLAGS: &[(&str, &str, char, bool)] = &[
+    ("mysql", "", 'p', false),
+    ("mariadb", "", 'p', false),
+    ("sshpass", "", 'p', true),
+    ("mongo", "", 'p', true),
+    ("redis", "", 'a', true),
+    ("docker", "login", 'p', true),
+    ("podman", "login", 'p', true),
+];
 
-/// The passwords attached to `-p` in a command of MySQL's or MariaDB's (`mysql -u root -pSECRET
-/// db`, `mysqldump -p'pw'`), named `password`; `-p` alone (mysql prompts) and `-p` of any other
-/// command (`mkdir -p`, `ssh -p 22`) are none. A command runs to `;`, `&`, `|`, a parenthesis
-/// or a line's end; one pass over the tokens.
-fn mysql_attached_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
+/// The passwords given to such a flag (`PASSWORD_FLAGS`), attached (`-pSECRET`, `-p'pw'`) or,
+/// where the command takes it so, after a space (`-p SECRET`), named `password`; the flag of
+/// any other command (`mkdir -p`, `ssh -p 22`) is none. A command runs to `;`, `&`, `|`, a
+/// parenthesis or a line's end; one pass over the tokens.
+fn command_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
     let bytes = code.as_bytes();
     let mut found = Vec::new();
-    let mut in_mysql = false;
+    // the entries of `PASSWORD_FLAGS` whose command the current one is, and whether each
+    // has had its following word
+    let mut command: Vec<(usize, bool)> = Vec::new();
     for (i, token) in tokens.iter().enumerate() {
         let text = &code[token.start..token.end];
         let line_break = i > 0 && bytes[tokens[i - 1].end..token.start].contains(&b'\n');
         if line_break || matches!(text, ";" | "&" | "|" | "(" | ")") {
-            in_mysql = false;
+            command.clear();
         }
         if token.kind == Kind::Word {
             // a command's name, not an assignment's (`MYSQL_HOST=db psql -p5432`)
@@ -299,29 +312,52 @@ fn mysql_attached_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
                 .get(i + 1)
                 .is_some_and(|n| n.start == token.end && &code[n.start..n.end] == "=");
             let lower = text.to_ascii_lowercase();
-            in_mysql |= !assigned
-                && ATTACHED_PASSWORD_COMMANDS
-                    .iter()
-                    .any(|c| lower.starts_with(c));
+            for (entry, &(name, then, _, _)) in PASSWORD_FLAGS.iter().enumerate() {
+                if !assigned && lower.starts_with(name) {
+                    command.push((entry, then.is_empty()));
+                } else if then == lower {
+                    for (e, ready) in command.iter_mut() {
+                        *ready |= *e == entry;
+                    }
+                }
+            }
             continue;
         }
-        // `-p` at a word's start, with its value attached
+        // a flag at a word's start: `-`, then its letter and maybe the value, in one word
         let word_start = token.start == 0 || matches!(bytes[token.start - 1], b' ' | b'\t');
-        let Some(p) = tokens.get(i + 1) else { continue };
-        if !in_mysql || text != "-" || !word_start || p.start != token.end {
+        let Some(letter) = tokens.get(i + 1) else {
+            continue;
+        };
+        if command.is_empty() || text != "-" || !word_start || letter.start != token.end {
             continue;
         }
-        if p.kind != Kind::Word || !code[p.start..p.end].starts_with('p') {
+        let flagged = &code[letter.start..letter.end];
+        let Some(&(entry, _)) = command.iter().find(|&&(entry, ready)| {
+            ready && letter.kind == Kind::Word && flagged.starts_with(PASSWORD_FLAGS[entry].2)
+        }) else {
             continue;
-        }
-        let at = p.start + 1;
-        let quoted = (p.end == at).then(|| tokens.get(i + 2)).flatten();
-        if let Some(end) = shell_value_end(quoted, bytes, at) {
-            found.push(ShellSecret {
-                start: at,
-                end,
-                name: "password".to_owned(),
-            });
+        };
+        let at = letter.start + 1;
+        let next = tokens.get(i + 2);
+        let value = if letter.end > at || next.is_some_and(|n| n.start == at) {
+            Some((at, next.filter(|n| n.start == at)))
+        } else {
+            // `-p SECRET`: the next word, where the command takes its value so
+            next.filter(|n| {
+                PASSWORD_FLAGS[entry].3
+                    && n.start > at
+                    && bytes[at..n.start].iter().all(|&b| b == b' ' || b == b'\t')
+            })
+            .map(|n| (n.start, Some(n)))
+        };
+        if let Some((at, quoted)) = value {
+            if let Some(end) = shell_value_end(quoted, bytes, at) {
+                found.push(ShellSecret {
+                    start: at,
+                    end,
+                    name: "password".to_owned(),
+                });
+            }
         }
     }
     found
