@@ -125,6 +125,33 @@ def test_a_password_given_to_a_commands_short_flag_is_never_stored(
     assert [p.secret for p in kept.parameters] == [False] * len(kept.parameters)
 
 
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", 'subprocess.run("sshpass -p {} ssh deploy@h uptime", shell=True)'),
+        ("python", 'os.system("mysql -u root -p{} shop < dump.sql")'),
+        ("javascript", 'execSync("curl -u bob:{} https://api.internal/v1")'),
+        ("python", 'subprocess.run(["bash", "-c", "tool --token {} run"])'),
+    ],
+)
+def test_a_shell_command_in_a_string_keeps_its_password_out_of_the_store(
+    client: PmlClient, language: str, code: str
+) -> None:
+    """Agent code runs shell commands from a string (`subprocess.run("...")`): a credential the
+    command line writes as a shell does (docs/normalization.md, Secrets) makes the string a
+    secret parameter, so the password is in no stored form, recent values included."""
+    passwords = ["Tr0ub4dor-horse-42x", "an0ther-secret-9"]
+    results = [
+        client.record(make_record("Run the command", code.format(p), language=language))
+        for p in passwords
+    ]
+    assert results[1].pattern == results[0].pattern
+    stored = client.get_pattern(results[0].pattern)
+    for password in passwords:
+        assert password not in str(stored)
+    assert [p.secret for p in stored.parameters][-1]
+
+
 def test_repeated_request_id_counts_once(client: PmlClient) -> None:
     first, _ = _seed(client)
     replay = client.record(

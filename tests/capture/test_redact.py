@@ -364,3 +364,20 @@ def test_a_credential_written_as_a_shell_writes_it_is_a_secret_parameter() -> No
         assert result.template == code
     # Parsed languages are not read this way: there `password=pw` names a variable.
     assert _core.normalize("login(password=pw)", "python").params == []
+
+
+def test_a_string_holding_a_shell_credential_is_a_secret_parameter() -> None:
+    """A command line in a string (`subprocess.run("...")`) that writes a credential as a shell
+    does is a secret value (docs/normalization.md, Secrets); other command lines are not."""
+    for value in (
+        f"sshpass -p {PASSWORD} ssh h",
+        f"PGPASSWORD={PASSWORD} psql",
+        f"tool --api-key {PASSWORD}",
+        f"mysql -p{PASSWORD} db",
+    ):
+        result = _core.normalize(f"run({json.dumps(value)})", "python")
+        assert [p.secret for p in result.params] == [True], value
+        assert PASSWORD not in _stored_forms(result), value
+    for value in ("mkdir -p out", "--output=out.txt", "a=b c=d", "curl -u bob https://x", "x-y"):
+        result = _core.normalize(f"run({json.dumps(value)})", "python")
+        assert [p.secret for p in result.params] == [False], value

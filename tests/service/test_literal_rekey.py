@@ -1,9 +1,10 @@
 """An older build read a Python f-string without a replacement field (`f"a.json"`) as code, and
 a password given to a command's short flag (`mysql -pSECRET`, `sshpass -p SECRET`) in shell
 code as code too: each run with another value was another pattern, and the password was
-stored (docs/normalization.md, Parameters and Secrets). Opening such a store moves each such pattern to today's hash once, so
-the next run of its code finds it, and the rename pass takes the password out of every stored
-form; on the embedded RocksDB store and on the shared PostgreSQL store."""
+stored (docs/normalization.md, Parameters and Secrets). Opening such a store moves each such
+pattern to today's hash once, so the next run of its code finds it, and the rename pass takes
+the password out of every stored form; on the embedded RocksDB store and on the shared
+PostgreSQL store."""
 
 from __future__ import annotations
 
@@ -107,5 +108,47 @@ def test_an_older_builds_literal_read_as_code_moves_to_todays_hash_once(
         assert [p.name for p in view.params] == ["$PATH" if case == "fstring" else "$PASSWORD"]
         again = engine.record(T, _record("r2", language, other))
         assert (again.pattern_id, again.new_pattern) == (first.pattern_id, False)
+    finally:
+        engine.close()
+
+
+def test_an_older_builds_shell_command_string_loses_its_password_at_open(tmp_path: Path) -> None:
+    """A string holding a command line with a credential (`subprocess.run("sshpass -p ...")`)
+    was a plain parameter: its value was kept in the stored code and the recent values. The
+    rename pass makes it secret and drops both (docs/storage.md, Migrations)."""
+    code = f'subprocess.run("sshpass -p {SECRET.lower()} ssh deploy@h uptime", shell=True)'
+    engine = open_engine(tmp_path / "e")
+    first = engine.record(T, _record("r1", "python", code))
+    repo = engine._state.repo
+    pattern = repo.patterns.pattern(T, first.pattern_id)
+    counters = repo.patterns.counters(T, first.pattern_id)
+    assert pattern is not None
+    assert counters is not None
+    assert [p.secret for p in pattern.params] == [True]
+    old = replace(
+        pattern,
+        original_code=code,
+        params=tuple(replace(p, secret=False) for p in pattern.params),
+    )
+    recent = {pattern.params[0].name: [f'"{code}"']}
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, old),
+            repo.patterns.put_counters(
+                T, first.pattern_id, replace(counters, recent_values=recent)
+            ),
+            (CF_META, PLACEHOLDERS_KEY, None),
+            (CF_META, b"placeholders_renamed/3", b"1"),
+        ]
+    )
+    assert _stored_rows_holding(engine, SECRET, None)
+    engine.close()
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        engine.admin.wait_placeholders_renamed(60)
+        assert _stored_rows_holding(engine, SECRET, None) == []
+        view = engine.get_pattern(T, first.pattern_id)
+        assert [p.secret for p in view.params] == [True]
     finally:
         engine.close()

@@ -193,6 +193,17 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     }
 }
 
+/// Whether a string is a command line that writes a credential as a shell does (`"sshpass -p
+/// pw ssh h"`, `"curl -u bob:pw ..."`): code runs such strings (`subprocess.run`, `execSync`),
+/// so the string is a secret value (docs/normalization.md, Secrets). Linear in the string.
+pub(super) fn holds_shell_secret(value: &str) -> bool {
+    // every shape names its credential with a flag or an assignment
+    if !value.contains(['-', '=']) {
+        return false;
+    }
+    !shell_secret_values(&lex(value, &style(None)), value).is_empty()
+}
+
 /// A credential's value in shell-like code: its byte range (a quoted value with its quotes)
 /// and the name that says it is one.
 struct ShellSecret {
