@@ -286,6 +286,10 @@ class RankTable:
         """(capability id, count, last use in ms) of each capability a stored workflow showed
         following a step whose tools are `previous` (in call order), from at most `limit`
         workflows, those with the most successes (docs/ranking.md, Sessions, "Workflows")."""
+    def step_capabilities(self, previous: list[str]) -> list[str]:
+        """The capabilities standing for a step whose tools are `previous` (in call order):
+        those whose tools are the step's, each with or without its server's namespace, else
+        (several tools) those of its last tool alone; sorted (docs/ranking.md, Sessions)."""
     def permitted(
         self,
         params: RankParams,

@@ -168,6 +168,12 @@ class RankTable:
         shape of a session's transitions, from at most `limit` workflows."""
         return self._core.followers(list(previous), limit)
 
+    def step_capabilities(self, previous: Sequence[str]) -> list[str]:
+        """The capabilities standing for a step whose tools are `previous`, in call order:
+        those with its tools, each with or without its server's namespace (`same_tool`), else
+        (several tools) those of its last tool alone (docs/ranking.md, Sessions)."""
+        return self._core.step_capabilities(list(previous))
+
     def permitted(
         self, settings: FilterSettings, config: RankingConfig
     ) -> tuple[list[str], list[int]] | None:

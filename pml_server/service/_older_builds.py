@@ -4,7 +4,9 @@ row marking the store done (a close before the end writes no marker; the next op
 and every rewrite is idempotent):
 - `rekey_tool_names`, before the server is ready: an older build read the tool named in an
   argument (`session.call_tool("get_weather", ...)`, `client.callTool({name: ...})`) as a
-  parameter, so such code hashed alike for two tools (docs/normalization.md, Tool calls). A
+  parameter, so such code hashed alike for two tools (docs/normalization.md, Tool calls), and
+  an f-string without a field (`f"a.json"`) and a password given to a command's short flag
+  (`mysql -pSECRET`, `sshpass -p SECRET`) as code. A
   pattern whose stored (redacted) code now gives another template moves to today's hash, so
   the next run of its code finds it.
 - `rename_placeholders`, while serving: an older build named a placeholder after a credential
@@ -30,10 +32,15 @@ from pml_server.storage.keys import CF_PATTERNS, split_tenant
 from pml_server.storage.seam import Op
 
 _PAGE = 1_000
-# Every code the tool-name rule reads differently holds one of these (a tool caller ends in
-# `tool`; a dispatch through `mcp` or `tools` is `call`, `callTool`, `call_tool` or `invoke`):
-# other patterns are not normalized again.
-_TOOL_NAME_MARKERS = ("tool", "call", "invoke")
+# Every code a rule since reads differently holds one of these (lower case), other patterns are
+# not normalized again: the tool-name rule's (a tool caller ends in `tool`; a dispatch through
+# `mcp` or `tools` is `call`, `callTool`, `call_tool` or `invoke`), an f-string without a
+# field (docs/normalization.md, Parameters) and a command's password flag (Secrets:
+# `mysql -pSECRET`, `sshpass -p`, `docker login -p`, `mongosh -p`, `redis-cli -a`).
+_REKEY_MARKERS = (
+    *("tool", "call", "invoke", "f'", 'f"'),
+    *("mysql", "mariadb", "sshpass", "mongo", "redis", "login"),
+)
 
 
 def rekey_tool_names(state: EngineState, stop: threading.Event) -> int:
@@ -84,7 +91,7 @@ def _normalized_again(state: EngineState, found: PatternRecord) -> NormalizedCod
 
 def _rekey_one(state: EngineState, tenant: str, found: PatternRecord) -> int:
     code = found.original_code.lower()
-    if not any(marker in code for marker in _TOOL_NAME_MARKERS):
+    if not any(marker in code for marker in _REKEY_MARKERS):
         return 0
     normalized = _normalized_again(state, found)
     # Another template is what the rule changes; a hash alone that differs (the stored code is

@@ -137,11 +137,11 @@ def previous_step(
             return [], ()
         return [record.capability_id], tool_signature(record.tools_used)
     if context.previous_tools:
+        # a tool named with or without its server's namespace, as `available_tools` are read
+        # (docs/ranking.md, Context filters); a tenant with nothing indexed has no capability
         tools = tuple(context.previous_tools)
-        found = repo.capabilities.capabilities_with_tools(tenant, tool_signature(tools))
-        if not found and len(tools) > 1:
-            found = repo.capabilities.capabilities_with_tools(tenant, (tools[-1],))
-        return found, tools
+        index = state.indexes.get(tenant)
+        return ([] if index is None else index.ranks.step_capabilities(tools)), tools
     if context.session_id:
         step = repo.sessions.session_step(tenant, context.session_id)
         if step is not None and state.clock() - step[1] <= idle_ms(state):

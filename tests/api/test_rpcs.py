@@ -56,6 +56,103 @@ def test_record_saves_then_counts(client: PmlClient) -> None:
     assert client.get_pattern(first.pattern).usage_count == 2
 
 
+def test_python_fstrings_without_a_field_are_values_like_any_string(client: PmlClient) -> None:
+    """`f"a.json"` is the string `a.json` (docs/normalization.md, Parameters): two runs with
+    other values are one pattern with a parameter, as with `"a.json"`; an f-string with a
+    replacement field is code, so other expressions in it are other patterns."""
+
+    def run(code: str) -> r.CaptureResult:
+        return client.record(make_record("Read the file", code, language="python"))
+
+    first = run("data = await mcp.read_file(path=f'a.json')")
+    again = run('data = await mcp.read_file(path=F"b.json")')
+    plain = run("data = await mcp.read_file(path='c.json')")
+    assert (first.outcome, again.outcome, plain.outcome) == (
+        r.CAPTURE_OUTCOME_SAVED,
+        r.CAPTURE_OUTCOME_COUNTED,
+        r.CAPTURE_OUTCOME_COUNTED,
+    )
+    assert first.pattern == again.pattern == plain.pattern
+    stored = client.get_pattern(first.pattern)
+    assert stored.template == "data = await mcp.read_file(path=$PATH)"
+    assert [p.name for p in stored.parameters] == ["$PATH"]
+    field = run("data = await mcp.read_file(path=f'{name}.json')")
+    other = run("data = await mcp.read_file(path=f'{other}.json')")
+    assert field.pattern != other.pattern != first.pattern != field.pattern
+    assert (
+        client.get_pattern(field.pattern).template
+        == "data = await mcp.read_file(path=f'{name}.json')"
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "mysql -h db -u root -p{}",
+        "/usr/bin/mariadb -p'{}'",
+        "sudo mysqldump --opt -p{}",
+        "sshpass -p {} ssh deploy@h",
+        "docker login -u bob -p {} registry.io",
+        "redis-cli -a {}",
+    ],
+)
+def test_a_password_given_to_a_commands_short_flag_is_never_stored(
+    client: PmlClient, command: str
+) -> None:
+    """mysql and its tools take the password attached to `-p` (`-pSECRET`), sshpass and
+    `docker login` after `-p`, redis-cli after `-a`: like `--password SECRET`, it is a secret
+    parameter (docs/normalization.md, Secrets), in neither the stored template nor the
+    original code, and two runs with other passwords are one pattern. The flag of other
+    commands (`mkdir -p`, `ssh -p 22`) is no password."""
+    passwords = ["Tr0ub4dor-horse-42x", "an0ther!secret-9"]
+    results = []
+    for password in passwords:
+        code = f"{command.format(password)} shop < dump.sql && mkdir -p out"
+        results.append(client.record(make_record("Load the dump", code, language="bash")))
+    outcomes = [(x.outcome, x.pattern) for x in results]
+    assert outcomes == [
+        (r.CAPTURE_OUTCOME_SAVED, results[0].pattern),
+        (r.CAPTURE_OUTCOME_COUNTED, results[0].pattern),
+    ]
+    stored = client.get_pattern(results[0].pattern)
+    for password in passwords:
+        assert password not in stored.template + stored.original_code
+        assert password not in str(stored)
+    assert command.split("{}")[0].rstrip("'") in stored.original_code
+    assert "$PASSWORD" in stored.template
+    plain = "mkdir -p out && ssh -p 2222 host && mysql -p shop && grep -pqx f && docker run -p w i"
+    kept = client.get_pattern(client.record(make_record("Other", plain, language="bash")).pattern)
+    assert kept.original_code == plain
+    assert [p.secret for p in kept.parameters] == [False] * len(kept.parameters)
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", 'subprocess.run("sshpass -p {} ssh deploy@h uptime", shell=True)'),
+        ("python", 'os.system("mysql -u root -p{} shop < dump.sql")'),
+        ("javascript", 'execSync("curl -u bob:{} https://api.internal/v1")'),
+        ("python", 'subprocess.run(["bash", "-c", "tool --token {} run"])'),
+    ],
+)
+def test_a_shell_command_in_a_string_keeps_its_password_out_of_the_store(
+    client: PmlClient, language: str, code: str
+) -> None:
+    """Agent code runs shell commands from a string (`subprocess.run("...")`): a credential the
+    command line writes as a shell does (docs/normalization.md, Secrets) makes the string a
+    secret parameter, so the password is in no stored form, recent values included."""
+    passwords = ["Tr0ub4dor-horse-42x", "an0ther-secret-9"]
+    results = [
+        client.record(make_record("Run the command", code.format(p), language=language))
+        for p in passwords
+    ]
+    assert results[1].pattern == results[0].pattern
+    stored = client.get_pattern(results[0].pattern)
+    for password in passwords:
+        assert password not in str(stored)
+    assert [p.secret for p in stored.parameters][-1]
+
+
 def test_repeated_request_id_counts_once(client: PmlClient) -> None:
     first, _ = _seed(client)
     replay = client.record(

@@ -11,6 +11,7 @@ import pytest
 
 from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server._proto.pml.v1.pml_pb2 import StreamTracesRequest as Req
+from pml_server._proto.pml.v1.resources_pb2 import CAPTURE_OUTCOME_SAVED
 from pml_server.api.security.auth import SINGLE_TENANT
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.service import Engine
@@ -159,3 +160,57 @@ def test_a_session_id_holding_a_password_is_never_stored(start: StartServer) -> 
     stored = engine._state.repo.store.scan(CF_SESSIONS, b"")
     assert stored, "the sessions' rows are where the scan looks"
     assert not [key for key, value in stored if password.encode() in key + value]
+
+
+NS_LIST = "await mcp.fs.list_dir({path: '.'})"
+NS_READ = "await mcp.fs.read_file({path: 'a.json'})"
+
+
+@pytest.mark.parametrize(
+    "previous", ["fs:list_dir", "list_dir", "mcp__fs__list_dir", "fs/list_dir"]
+)
+def test_previous_tools_name_a_step_with_or_without_its_namespace(
+    client: PmlClient, previous: str
+) -> None:
+    """`previous_tools` names a tool as `available_tools` does: with or without its server's
+    namespace (docs/ranking.md, Context filters, `same_tool`). Sessions recorded
+    `fs:list_dir` then `fs:read_file`; an agent naming its step `list_dir` (or Claude Code's
+    `mcp__fs__list_dir`) still hears what usually comes next."""
+    for n in range(3):
+        session = f"ns-{n}"
+        client.record(
+            make_record("List the folder", NS_LIST, tools=["fs:list_dir"], session_id=session)
+        )
+        client.record(
+            make_record("Read the JSON file", NS_READ, tools=["fs:read_file"], session_id=session)
+        )
+    following = client.suggest("", previous_tools=[previous]).suggestions
+    assert [list(s.pattern.tools_used) for s in following] == [["fs:read_file"]]
+    assert following[0].score.transition == pytest.approx(3 / 5)
+    # another server's tool of that name is another step
+    assert not client.suggest("", previous_tools=["git:list_dir"]).suggestions
+
+
+@pytest.mark.parametrize(
+    ("namespace", "previous"),
+    [("fs", "list_dir"), ("", "fs.list_dir"), ("fs", "mcp__fs__list_dir")],
+)
+def test_a_workflow_teaches_its_next_step_whatever_the_namespace(
+    client: PmlClient, namespace: str, previous: str
+) -> None:
+    """A stored workflow (no session) teaches what follows its first tool (docs/ranking.md,
+    Sessions, "Workflows"), to a `previous_tools` naming that tool with or without its
+    server's namespace, the other way round too (a bare stored name is any server's)."""
+    call = f"mcp.{namespace}." if namespace else "mcp."
+    name = f"{namespace}:" if namespace else ""
+    flow = f"await {call}list_dir({{path: '.'}}); await {call}read_file({{path: 'a.json'}})"
+    tools = [f"{name}list_dir", f"{name}read_file"]
+    read = f"await {call}read_file({{path: 'a.json'}})"
+    for intent, code, calls in (
+        ("List then read", flow, tools),
+        ("Read the JSON", read, tools[1:]),
+    ):
+        result = client.record(make_record(intent, code, tools=calls))
+        assert (result.outcome, result.tool_mismatch) == (CAPTURE_OUTCOME_SAVED, False)
+    following = client.suggest("", previous_tools=[previous]).suggestions
+    assert [list(s.pattern.tools_used) for s in following] == [tools[1:]]

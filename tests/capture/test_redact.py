@@ -332,6 +332,12 @@ def test_a_credential_written_as_a_shell_writes_it_is_a_secret_parameter() -> No
         f"tool --password '{PASSWORD} x' -v": ("$PASSWORD", "tool --password $PASSWORD -v"),
         f"curl -u bob:{PASSWORD} https://x": ("$USER", "curl -u $USER https://x"),
         f"curl --user=bob:{PASSWORD} https://x": ("$USER", "curl --user=$USER https://x"),
+        f"mysql -u root -p{PASSWORD} shop": ("$PASSWORD", "mysql -u root -p$PASSWORD shop"),
+        f"mariadb-dump -p'{PASSWORD}' shop": ("$PASSWORD", "mariadb-dump -p$PASSWORD shop"),
+        f"sshpass -p {PASSWORD} ssh u@h": ("$PASSWORD", "sshpass -p $PASSWORD ssh u@h"),
+        f"docker login -u bob -p {PASSWORD} r.io": ("$PASSWORD", "login -u bob -p $PASSWORD r.io"),
+        f"mongosh -u bob -p '{PASSWORD}' db": ("$PASSWORD", "mongosh -u bob -p $PASSWORD db"),
+        f"redis-cli -h r -a {PASSWORD} ping": ("$PASSWORD", "redis-cli -h r -a $PASSWORD ping"),
     }
     for code, (name, template) in lines.items():
         for language in ("bash", "sh", "powershell"):
@@ -347,6 +353,10 @@ def test_a_credential_written_as_a_shell_writes_it_is_a_secret_parameter() -> No
         "curl -u bob https://x",
         "ls -la && echo done > out.txt",
         "x == password",
+        "mkdir -p out && mysql -p shop && ssh -p host",
+        "mysql -u root; mkdir -pv out | grep -pq x",
+        "docker run -p http -d img && docker ps -a",
+        "sshpass -p $PW ssh u@h",
     ]
     for code in plain:
         result = _core.normalize(code, "bash")
@@ -354,3 +364,20 @@ def test_a_credential_written_as_a_shell_writes_it_is_a_secret_parameter() -> No
         assert result.template == code
     # Parsed languages are not read this way: there `password=pw` names a variable.
     assert _core.normalize("login(password=pw)", "python").params == []
+
+
+def test_a_string_holding_a_shell_credential_is_a_secret_parameter() -> None:
+    """A command line in a string (`subprocess.run("...")`) that writes a credential as a shell
+    does is a secret value (docs/normalization.md, Secrets); other command lines are not."""
+    for value in (
+        f"sshpass -p {PASSWORD} ssh h",
+        f"PGPASSWORD={PASSWORD} psql",
+        f"tool --api-key {PASSWORD}",
+        f"mysql -p{PASSWORD} db",
+    ):
+        result = _core.normalize(f"run({json.dumps(value)})", "python")
+        assert [p.secret for p in result.params] == [True], value
+        assert PASSWORD not in _stored_forms(result), value
+    for value in ("mkdir -p out", "--output=out.txt", "a=b c=d", "curl -u bob https://x", "x-y"):
+        result = _core.normalize(f"run({json.dumps(value)})", "python")
+        assert [p.secret for p in result.params] == [False], value

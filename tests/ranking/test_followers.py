@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pml_server.capture.rules import same_tool
 from pml_server.ranking.table import RankTable
 
-TOOLS = ["a", "b", "c", "d", "e"]
+# `a` is also spelled with two servers' namespaces: one tool, or two (`same_tool`)
+TOOLS = ["a", "b", "c", "d", "e", "x:a", "y:a"]
 
 
 @dataclass(frozen=True)
@@ -67,11 +69,15 @@ def _reference(rows: list[Pattern], previous: list[str], limit: int) -> list[tup
     """The rule read plainly (docs/ranking.md, Sessions, "Workflows")."""
     live = sorted((p for p in rows if not p.removed and not p.flagged), key=lambda p: p.id)
     last = previous[-1]
-    workflows = [p for p in live if p.successes > 0 and last in p.sequence[:-1]]
+
+    def at(p: Pattern) -> int:  # where the step's last tool is first run, -1 if never
+        return next((i for i, t in enumerate(p.sequence) if same_tool(t, last)), -1)
+
+    workflows = [p for p in live if p.successes > 0 and 0 <= at(p) < len(p.sequence) - 1]
     workflows.sort(key=lambda p: (-p.successes, p.id))
     out = []
     for w in workflows[:limit]:
-        rest = w.sequence[w.sequence.index(last) + 1 :]
+        rest = w.sequence[at(w) + 1 :]
         taught: list[str] = []
         for tools in [rest[:1], rest] if len(rest) > 1 else [rest]:
             for p in live:
@@ -84,7 +90,7 @@ def _reference(rows: list[Pattern], previous: list[str], limit: int) -> list[tup
 @settings(deadline=None, max_examples=300)
 @given(
     patterns,
-    st.lists(st.sampled_from([*TOOLS, "never"]), min_size=1, max_size=3),
+    st.lists(st.sampled_from([*TOOLS, "never", "mcp__x__a", "z:a"]), min_size=1, max_size=3),
     st.integers(0, 6),
 )
 def test_followers_read_the_rule(rows: list[Pattern], previous: list[str], limit: int) -> None:

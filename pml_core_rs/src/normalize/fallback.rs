@@ -82,11 +82,17 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
             continue;
         }
         while shell_secrets.next_if(|s| s.start < token.start).is_some() {}
-        if let Some(secret) = shell_secrets.next_if(|s| s.start == token.start) {
+        if let Some(secret) = shell_secrets.next_if(|s| s.start < token.end) {
+            // a value attached to its flag (`-pSECRET`) starts inside the flag's word
+            if secret.start > token.start {
+                canon.token(&code.as_bytes()[token.start..secret.start]);
+            }
             inside_until = secret.end;
             let written = &code[secret.start..secret.end];
             let value = match token.kind {
-                Kind::Str if token.end == secret.end => decode_string(written, &style),
+                Kind::Str if (token.start, token.end) == (secret.start, secret.end) => {
+                    decode_string(written, &style)
+                }
                 _ => None,
             }
             .unwrap_or_else(|| written.to_owned());
@@ -187,6 +193,17 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     }
 }
 
+/// Whether a string is a command line that writes a credential as a shell does (`"sshpass -p
+/// pw ssh h"`, `"curl -u bob:pw ..."`): code runs such strings (`subprocess.run`, `execSync`),
+/// so the string is a secret value (docs/normalization.md, Secrets). Linear in the string.
+pub(super) fn holds_shell_secret(value: &str) -> bool {
+    // every shape names its credential with a flag or an assignment
+    if !value.contains(['-', '=']) {
+        return false;
+    }
+    !shell_secret_values(&lex(value, &style(None)), value).is_empty()
+}
+
 /// A credential's value in shell-like code: its byte range (a quoted value with its quotes)
 /// and the name that says it is one.
 struct ShellSecret {
@@ -254,6 +271,105 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
                 flag.to_owned()
             },
         });
+    }
+    let attached = command_passwords(tokens, code);
+    if !attached.is_empty() {
+        found.extend(attached);
+        found.sort_by_key(|s| s.start);
+        let mut end = 0;
+        found.retain(|s| {
+            let apart = s.start >= end;
+            end = end.max(s.end);
+            apart
+        });
+    }
+    found
+}
+
+/// Commands whose one-letter flag takes a password (`mysql -pSECRET`, `sshpass -p SECRET`):
+/// the command (a word it starts with: `mysqldump`, `mariadb-dump` and `mongosh` too), the
+/// word that must follow it ("" for none: `docker login`, not `docker run -p 8080:80`), the
+/// flag's letter, and whether the value may follow after a space (mysql's `-p` alone prompts,
+/// and the word after it is the database).
+const PASSWORD_FLAGS: &[(&str, &str, char, bool)] = &[
+    ("mysql", "", 'p', false),
+    ("mariadb", "", 'p', false),
+    ("sshpass", "", 'p', true),
+    ("mongo", "", 'p', true),
+    ("redis", "", 'a', true),
+    ("docker", "login", 'p', true),
+    ("podman", "login", 'p', true),
+];
+
+/// The passwords given to such a flag (`PASSWORD_FLAGS`), attached (`-pSECRET`, `-p'pw'`) or,
+/// where the command takes it so, after a space (`-p SECRET`), named `password`; the flag of
+/// any other command (`mkdir -p`, `ssh -p 22`) is none. A command runs to `;`, `&`, `|`, a
+/// parenthesis or a line's end; one pass over the tokens.
+fn command_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    // the entries of `PASSWORD_FLAGS` whose command the current one is, and whether each
+    // has had its following word
+    let mut command: Vec<(usize, bool)> = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let text = &code[token.start..token.end];
+        let line_break = i > 0 && bytes[tokens[i - 1].end..token.start].contains(&b'\n');
+        if line_break || matches!(text, ";" | "&" | "|" | "(" | ")") {
+            command.clear();
+        }
+        if token.kind == Kind::Word {
+            // a command's name, not an assignment's (`MYSQL_HOST=db psql -p5432`)
+            let assigned = tokens
+                .get(i + 1)
+                .is_some_and(|n| n.start == token.end && &code[n.start..n.end] == "=");
+            let lower = text.to_ascii_lowercase();
+            for (entry, &(name, then, _, _)) in PASSWORD_FLAGS.iter().enumerate() {
+                if !assigned && lower.starts_with(name) {
+                    command.push((entry, then.is_empty()));
+                } else if then == lower {
+                    for (e, ready) in command.iter_mut() {
+                        *ready |= *e == entry;
+                    }
+                }
+            }
+            continue;
+        }
+        // a flag at a word's start: `-`, then its letter and maybe the value, in one word
+        let word_start = token.start == 0 || matches!(bytes[token.start - 1], b' ' | b'\t');
+        let Some(letter) = tokens.get(i + 1) else {
+            continue;
+        };
+        if command.is_empty() || text != "-" || !word_start || letter.start != token.end {
+            continue;
+        }
+        let flagged = &code[letter.start..letter.end];
+        let Some(&(entry, _)) = command.iter().find(|&&(entry, ready)| {
+            ready && letter.kind == Kind::Word && flagged.starts_with(PASSWORD_FLAGS[entry].2)
+        }) else {
+            continue;
+        };
+        let at = letter.start + 1;
+        let next = tokens.get(i + 2);
+        let value = if letter.end > at || next.is_some_and(|n| n.start == at) {
+            Some((at, next.filter(|n| n.start == at)))
+        } else {
+            // `-p SECRET`: the next word, where the command takes its value so
+            next.filter(|n| {
+                PASSWORD_FLAGS[entry].3
+                    && n.start > at
+                    && bytes[at..n.start].iter().all(|&b| b == b' ' || b == b'\t')
+            })
+            .map(|n| (n.start, Some(n)))
+        };
+        if let Some((at, quoted)) = value {
+            if let Some(end) = shell_value_end(quoted, bytes, at) {
+                found.push(ShellSecret {
+                    start: at,
+                    end,
+                    name: "password".to_owned(),
+                });
+            }
+        }
     }
     found
 }

@@ -132,15 +132,25 @@ fn take_hex(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, count: usize) 
     Some(value)
 }
 
-/// Decode a Python string literal with its prefix and quotes. `None` for byte strings,
-/// f-strings/t-strings and escapes we do not decode exactly (`\N{...}`).
+/// Decode a Python string literal with its prefix and quotes. An f-string without a
+/// replacement field is the string it spells (`f"a.json"`, `f"{{x}}"` is `{x}`: docs/
+/// normalization.md, Parameters). `None` for byte strings, t-strings, f-strings with a field and
+/// escapes we do not decode exactly (`\N{...}`).
 pub fn decode_py_string(raw: &str) -> Option<String> {
     let prefix_len = raw.find(['"', '\'']).filter(|&i| i <= 3)?;
     let prefix = raw[..prefix_len].to_ascii_lowercase();
-    if prefix.chars().any(|c| !matches!(c, 'r' | 'u')) {
+    if prefix.chars().any(|c| !matches!(c, 'r' | 'u' | 'f')) {
         return None;
     }
     let raw_mode = prefix.contains('r');
+    if prefix.contains('f') {
+        return decode_py_string(&format!(
+            "{}{}",
+            prefix.replace('f', ""),
+            &raw[prefix_len..]
+        ))
+        .and_then(|s| without_field(&s));
+    }
     let rest = &raw[prefix_len..];
     let quote = if rest.starts_with("\"\"\"") || rest.starts_with("'''") {
         &rest[..3]
@@ -202,6 +212,20 @@ pub fn decode_py_string(raw: &str) -> Option<String> {
             }
         };
         out.push(char::from_u32(code)?);
+    }
+    Some(out)
+}
+
+/// The text of a decoded f-string body with no replacement field: `{{` and `}}` are braces,
+/// any other brace opens or closes a field (None).
+fn without_field(body: &str) -> Option<String> {
+    let mut out = String::with_capacity(body.len());
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        if matches!(c, '{' | '}') && chars.next() != Some(c) {
+            return None;
+        }
+        out.push(c);
     }
     Some(out)
 }
@@ -281,6 +305,13 @@ mod tests {
         assert_eq!(decode_py_string("u'x'").as_deref(), Some("x"));
         assert_eq!(decode_py_string("b'x'"), None);
         assert_eq!(decode_py_string("f'{x}'"), None);
+        assert_eq!(decode_py_string("f'a.json'").as_deref(), Some("a.json"));
+        assert_eq!(
+            decode_py_string(r#"Rf"C:\{{d}}""#).as_deref(),
+            Some("C:\\{d}")
+        );
+        assert_eq!(decode_py_string("f'a}'"), None);
+        assert_eq!(decode_py_string("t'a'"), None);
         assert_eq!(decode_py_string(r#""\N{BULLET}""#), None);
     }
 

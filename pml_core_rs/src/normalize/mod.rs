@@ -129,7 +129,7 @@ impl RawParam {
             || self
                 .string_value
                 .as_deref()
-                .is_some_and(secrets::is_secret_value)
+                .is_some_and(|v| secrets::is_secret_value(v) || fallback::holds_shell_secret(v))
     }
 }
 

@@ -311,6 +311,13 @@ impl PyRankTable {
         }))
     }
 
+    /// The capabilities standing for a step whose tools are `previous`, in call order
+    /// (`ranking::step_capabilities`).
+    fn step_capabilities(&self, py: Python<'_>, previous: Vec<String>) -> Vec<String> {
+        let previous: Vec<&str> = previous.iter().map(String::as_str).collect();
+        py.detach(|| ranking::step_capabilities(&self.inner.read(), &previous))
+    }
+
     /// The patterns the context filters permit, as (pattern ids, their intents), or None
     /// when they permit every rankable pattern (`ranking::permitted`).
     #[pyo3(signature = (params, *, min_success, include_flagged, available_tools, tags))]

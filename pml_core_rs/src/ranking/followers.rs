@@ -9,6 +9,7 @@
 use rustc_hash::FxHashMap;
 
 use super::table::{NameId, RankTable};
+use crate::tool_names::same_tool;
 
 /// A capability that followed the previous step in a workflow: its id, that workflow's
 /// successes and its last use.
@@ -19,22 +20,72 @@ pub struct Follower {
     pub last_used_ms: i64,
 }
 
-/// The followers of a step whose tools are `previous` (in the order it called them), taught
-/// by at most `limit` workflows (those with the most successes; ties by pattern id). A step
-/// whose last tool no pattern calls has none. One pass over the rows calling that tool, and
-/// for each set of tools taught, one look-up of the rows with exactly those tools.
-pub fn followers(table: &RankTable, previous: &[&str], limit: usize) -> Vec<Follower> {
-    let Some(last) = previous.last().and_then(|t| table.name_id(t)) else {
+/// The rows calling a tool named `tool`, with or without its server's namespace (the stored
+/// names `tool_names::same_tool` matches, as `available_tools` are read), each once, and
+/// those names' ids.
+fn rows_calling_named(table: &RankTable, tool: &str) -> (Vec<u32>, Vec<NameId>) {
+    let ids = table.tool_ids(&[tool.to_owned()]);
+    let mut rows: Vec<u32> = ids.iter().flat_map(|&id| table.rows_calling(id)).collect();
+    rows.sort_unstable();
+    rows.dedup();
+    (rows, ids)
+}
+
+/// The capabilities standing for a step whose tools are `previous` (in call order): those of
+/// the patterns whose grouping signature is the step's (its tools, consecutive repeats
+/// collapsed), each tool with or without its server's namespace (`tool_names::same_tool`),
+/// else, for a step of several tools, those whose only tool is its last; each once, sorted.
+/// One pass over the rows calling the last tool.
+pub fn step_capabilities(table: &RankTable, previous: &[&str]) -> Vec<String> {
+    let Some(&last) = previous.last() else {
         return Vec::new();
     };
+    let mut signature = previous.to_vec();
+    signature.dedup();
+    let (rows, _) = rows_calling_named(table, last);
+    let with_signature = |wanted: &[&str]| -> Vec<String> {
+        let mut found: Vec<String> = rows
+            .iter()
+            .map(|&slot| table.row(slot))
+            .filter(|row| {
+                row.signature.len() == wanted.len()
+                    && row
+                        .signature
+                        .iter()
+                        .zip(wanted)
+                        .all(|(&id, name)| same_tool(table.name(id), name))
+            })
+            .filter_map(|row| row.capability.as_deref().map(str::to_owned))
+            .collect();
+        found.sort_unstable();
+        found.dedup();
+        found
+    };
+    let found = with_signature(&signature);
+    if found.is_empty() && previous.len() > 1 {
+        return with_signature(&[last]);
+    }
+    found
+}
+
+/// The followers of a step whose tools are `previous` (in the order it called them), taught
+/// by at most `limit` workflows (those with the most successes; ties by pattern id). Its last
+/// tool is a stored one with or without its server's namespace (`tool_names::same_tool`); a
+/// step whose last tool no pattern calls has none. One pass over the rows calling that tool,
+/// and for each set of tools taught, one look-up of the rows with exactly those tools.
+pub fn followers(table: &RankTable, previous: &[&str], limit: usize) -> Vec<Follower> {
+    let Some(&last) = previous.last() else {
+        return Vec::new();
+    };
+    let (rows, last) = rows_calling_named(table, last);
     // (fewest successes last, then pattern id): the order workflows are kept in
     type Kept<'t> = (std::cmp::Reverse<i64>, &'t str, u32, usize);
-    let mut workflows: Vec<Kept<'_>> = table
-        .rows_calling(last)
+    let mut workflows: Vec<Kept<'_>> = rows
+        .into_iter()
         .filter_map(|slot| {
             let row = table.row(slot);
             let usable = row.is_rankable() && !row.flagged && row.counts.successes > 0;
-            let at = row.sequence.iter().position(|&t| t == last)?;
+            let at = row.sequence.iter().position(|t| last.contains(t))?;
             let key = std::cmp::Reverse(row.counts.successes);
             (usable && at + 1 < row.sequence.len()).then_some((key, &*row.pattern_id, slot, at + 1))
         })

@@ -30,6 +30,9 @@ pub struct Row {
     /// The same tools in the order the pattern first runs each (docs/ranking.md, Steps,
     /// "Order of the steps").
     pub sequence: Box<[NameId]>,
+    /// The grouping signature (`capture.rules.tool_signature`): the tools in call order,
+    /// consecutive repeats collapsed; the patterns of one capability share it.
+    pub signature: Box<[NameId]>,
     pub flagged: bool,
     /// From the counters record (with `counts.superseded` from the pattern record).
     pub counts: Counts,
@@ -317,12 +320,15 @@ impl RankTable {
                 sequence.push(id);
             }
         }
+        let mut signature: Vec<NameId> = tools.iter().map(|t| self.intern(t)).collect();
+        signature.dedup();
         let mut sorted = sequence.clone();
         sorted.sort_unstable();
         let slot = self.slot_for(pattern_id);
         self.retool(slot, sorted.into_boxed_slice());
         let row = &mut self.rows[slot as usize];
         row.sequence = sequence.into_boxed_slice();
+        row.signature = signature.into_boxed_slice();
         row.capability = Some(capability_id.into());
         row.flagged = flagged;
         row.counts.superseded = superseded;
@@ -362,6 +368,7 @@ impl RankTable {
         self.retool(slot, Box::default());
         let row = &mut self.rows[slot as usize];
         row.capability = None;
+        row.signature = Box::default();
         row.flagged = false;
         row.counts = Counts::default();
         row.tags = Box::default();
@@ -642,7 +649,7 @@ impl RankTable {
                 std::mem::size_of::<Row>()
                     + r.pattern_id.len()
                     + r.capability.as_ref().map_or(0, |c| c.len())
-                    + 4 * (r.tools.len() + r.sequence.len() + r.tags.len())
+                    + 4 * (r.tools.len() + r.sequence.len() + r.signature.len() + r.tags.len())
                     + 8 * r.intents.capacity()
             })
             .sum();
