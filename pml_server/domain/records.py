@@ -8,13 +8,13 @@ rewrites a template of up to 256 KiB.
 from __future__ import annotations
 
 import base64
-import functools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from pml_server.domain import json_form, yielding
+from pml_server.domain.lru import BytesMemo
 from pml_server.domain.vectors import Vector
 
 
@@ -150,13 +150,11 @@ class IntentRecord:
 # Suggest reads every intent of each candidate pattern; decoding the JSON and base64 vector was
 # most of its time. Keyed by the exact stored bytes, a cached record can never be stale (changed
 # bytes are another key), and sharing it is safe: the record is frozen, its vector read-only.
-INTENT_DECODE_CACHE_SIZE = 16_384
+# Bounded by the bytes it holds (docs/operations.md, "Limits, keepalive and shutdown").
+INTENT_DECODE_CACHE_BYTES = 64 * 1024 * 1024
 
-
-@functools.lru_cache(maxsize=INTENT_DECODE_CACHE_SIZE)
-def decode_intent(raw: bytes) -> IntentRecord:
-    """`IntentRecord.from_json(raw)`, memoized on the stored bytes."""
-    return IntentRecord.from_json(raw)
+# `IntentRecord.from_json(raw)`, memoized on the stored bytes.
+decode_intent = BytesMemo(IntentRecord.from_json, INTENT_DECODE_CACHE_BYTES)
 
 
 @dataclass(frozen=True)

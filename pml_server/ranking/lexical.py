@@ -78,8 +78,26 @@ _stemmer.maxCacheSize = 0  # `_stem` caches; two caches would only cost memory
 _stem_lock = threading.Lock()  # a Stemmer object is not thread-safe (its own documentation)
 
 
-@lru_cache(maxsize=65_536)
+# Words and tokens longer than this are split and stemmed every time, never cached: a request's
+# text is the client's (a Suggest's intent, 4,096 characters), and one made of a single long
+# made-up word each time kept about 12 KB in the two caches below, up to 670 MB once they were
+# full. Within it, the caches hold at most about 35 MB (docs/operations.md, "Limits, keepalive
+# and shutdown").
+CACHED_WORD_CHARS = 64
+
+
 def _stem(word: str) -> str:
+    if len(word) > CACHED_WORD_CHARS:
+        return _stem_word(word)
+    return _cached_stem(word)
+
+
+@lru_cache(maxsize=65_536)
+def _cached_stem(word: str) -> str:
+    return _stem_word(word)
+
+
+def _stem_word(word: str) -> str:
     with _stem_lock:
         return str(_stemmer.stemWord(word))
 
@@ -103,11 +121,21 @@ def query_terms(text: str) -> list[str]:
     return list(dict.fromkeys(tokenize(text)))
 
 
-@lru_cache(maxsize=32_768)
 def _token_terms(token: str) -> tuple[str, ...]:
     """The terms of one word-like token: the same words recur across intents (rebuilding the
     index of 100k intents at open spends a fifth of its time here), so each is split, lowered
-    and stemmed once."""
+    and stemmed once (up to `CACHED_WORD_CHARS` long)."""
+    if len(token) > CACHED_WORD_CHARS:
+        return _split_token(token)
+    return _cached_token_terms(token)
+
+
+@lru_cache(maxsize=32_768)
+def _cached_token_terms(token: str) -> tuple[str, ...]:
+    return _split_token(token)
+
+
+def _split_token(token: str) -> tuple[str, ...]:
     terms: list[str] = []
     parts = [p for piece in _SEPARATORS.split(token) for p in _split_camel(piece)]
     for part in parts:

@@ -9,7 +9,6 @@ a bytes object's hash, and a dict compares identity first.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +16,8 @@ import numpy as np
 
 from pml_server.capture.steps import pattern_steps
 from pml_server.domain import json_form, yielding
+from pml_server.domain.limits import MIB
+from pml_server.domain.lru import BytesMemo
 from pml_server.domain.model import IntentView, ParamView, PatternView
 from pml_server.domain.records import (
     CapabilityRecord,
@@ -25,20 +26,15 @@ from pml_server.domain.records import (
     PatternRecord,
 )
 
-DECODE_CACHE_SIZE = 16_384
+# What each cache of decoded records holds at most, estimated (`BytesMemo`; docs/operations.md,
+# "Limits, keepalive and shutdown").
+DECODE_CACHE_BYTES = 64 * MIB
 # Records above this size (templates go up to 256 KiB) are decoded every time: they are rare,
-# and caching them would let the cache grow to gigabytes.
+# and caching them would only push the common ones out.
 DECODE_CACHE_MAX_BYTES = 8_192
 
-
-@functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
-def _pattern(raw: bytes) -> PatternRecord:
-    return PatternRecord.from_json(raw)
-
-
-@functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
-def _counters(raw: bytes) -> PatternCounters:
-    return PatternCounters.from_json(raw)
+_pattern = BytesMemo(PatternRecord.from_json, DECODE_CACHE_BYTES)
+_counters = BytesMemo(PatternCounters.from_json, DECODE_CACHE_BYTES)
 
 
 def decode_pattern(raw: bytes) -> PatternRecord:
@@ -68,11 +64,9 @@ def intent_without_vector(raw: bytes) -> IntentRecord:
     return IntentRecord(vector=_NO_VECTOR, **data)
 
 
-@functools.lru_cache(maxsize=DECODE_CACHE_SIZE)
-def decode_intent_for_view(raw: bytes) -> IntentRecord:
-    """`intent_without_vector`, memoized: what a view shows. Shared between callers like the
-    other decoded records (frozen)."""
-    return intent_without_vector(raw)
+# `intent_without_vector`, memoized: what a view shows. Shared between callers like the other
+# decoded records (frozen).
+decode_intent_for_view = BytesMemo(intent_without_vector, DECODE_CACHE_BYTES)
 
 
 def _intent_order(intent: dict[str, Any]) -> tuple[int, int]:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+import random
 import re
+import string
 import threading
+import tracemalloc
 
 import pytest
 import Stemmer
@@ -13,7 +17,7 @@ from snowballstemmer.english_stemmer import EnglishStemmer
 
 from benches.harness import devset
 from pml_server.ranking import LexicalIndex, tokenize
-from pml_server.ranking.lexical import _stem
+from pml_server.ranking.lexical import CACHED_WORD_CHARS, _stem, query_terms
 
 
 def test_tokenize_stems_drops_stop_words_and_keeps_compound_names() -> None:
@@ -294,3 +298,26 @@ def test_renumbering_the_documents_changes_no_answer_or_score_bit(
         each.remove_terms("p0", ["read", "file"])
     for q in [*queries, ["json", "mail"], ["read", "file"]]:
         assert core.search(q, 50) == plain.search(q, 50)
+
+
+def test_long_made_up_words_are_not_kept_by_the_tokenizer() -> None:
+    """A Suggest's intent is the client's: one long made-up word a request used to stay in the
+    token and stem caches (about 12 KB each, up to 670 MB once full). Words past
+    `CACHED_WORD_CHARS` are split and stemmed every time, with the same terms."""
+    rng = random.Random(7)
+    words = ["".join(rng.choices(string.ascii_lowercase, k=4000)) for _ in range(1000)]
+    expected = [_python_stem(words[0])]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for word in words:
+            query_terms(word)
+        gc.collect()
+        retained = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert retained < 1_000_000, f"{retained} bytes kept after 1000 distinct long words"
+    assert query_terms(words[0]) == expected
+    short = "x" * CACHED_WORD_CHARS
+    assert query_terms(short) == query_terms(short) == [_python_stem(short)]

@@ -3,8 +3,10 @@ links between parts."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
+import tracemalloc
 from dataclasses import replace
 
 import numpy as np
@@ -600,6 +602,30 @@ def test_step_descriptions_come_from_the_intent_parts_holding_each_steps_values(
     words = plans.content_words
     assert words("downtown") <= hotel
     assert forecast == frozenset()
+
+
+def test_step_descriptions_kept_between_requests_stay_within_their_bytes() -> None:
+    """A pattern's code (up to 256 KiB) is the client's: the descriptions kept between requests
+    are bounded by the bytes of what they are read from, not by a count of patterns (4,096 of
+    them could keep a gigabyte of code alive). 400 patterns of 200 KiB of code each, read as
+    if from the store (the views dropped after each request), keep at most the bound."""
+    bound = 32 * 1024 * 1024
+    call = 'const r1 = await mcp.find_hotel({city: "Paris"});\n'
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(400):
+            code = call + f"// {n} " + "x" * (200 * 1024)
+            hotel = _described("big", ("find_hotel",), code, "a hotel in Paris please")
+            (words,) = plans.step_descriptions(hotel.pattern)
+            assert plans.content_words("Paris hotel") <= words
+        del code, hotel
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= bound, f"{held} bytes held after 400 patterns of 200 KiB; the bound is {bound}"
 
 
 def test_a_part_prefers_the_step_its_stored_intents_describe(

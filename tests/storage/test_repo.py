@@ -3,9 +3,11 @@ modes, schema version, reopening. Real RocksDB in tmp_path."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import struct
 import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -241,3 +243,24 @@ def test_pattern_tools_reads_each_tenants_patterns_tools(tmp_path: Path) -> None
     assert repo.patterns.pattern_tools("t2") == {"pat_a": ("gmail_send",)}
     assert repo.patterns.pattern_tools("t3") == {}
     store.close()
+
+
+def test_long_tool_signatures_are_digested_without_being_kept() -> None:
+    """Tool names are the clients' (256 characters, 256 calls a record): the digests memoized
+    for repeated signatures keep no large one alive (4,096 of the largest kept over 300 MB),
+    and a signature's digest is the same whether memoized or not."""
+    first = [f"0_{i}_" + "t" * 240 for i in range(64)]
+    expected = hashlib.sha256("\x1f".join(first).encode()).hexdigest()[:32]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(300):  # about 20 KB of names each, dropped by the caller after use
+            tools_digest([f"{n}_{i}_" + "t" * 240 for i in range(64)])
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 200_000, f"{held} bytes kept by 300 long signatures"
+    assert tools_digest(first) == expected
+    assert tools_digest(("read_file", "parse_csv")) == tools_digest(["read_file", "parse_csv"])

@@ -5,9 +5,11 @@ factors a part's match on a hit is weighed by."""
 from __future__ import annotations
 
 import re
+import sys
+import threading
 from collections.abc import Sequence
-from functools import lru_cache
 
+from pml_server.domain.lru import Lru
 from pml_server.domain.model import PatternView
 from pml_server.ranking.plans._parts import COVER_MATCH, PartHit, split_request
 from pml_server.ranking.plans._words import content_words, text_words, tool_words
@@ -109,7 +111,12 @@ DESCRIBED_WEIGHT = 0.3  # share of a part's match from how well its step's descr
 DESCRIBED_NAMES = 0.4  # a step no tool name names runs when its description fits this share
 DESCRIBED_INTENTS = 8  # a pattern's first intents read for its steps' descriptions
 DESCRIBED_VALUE_CHARS = 3  # a step's literal values shorter than this locate nothing
-_DESCRIPTIONS_KEPT = 4096  # patterns whose step descriptions are kept between requests
+# Step descriptions kept between requests, by the estimated bytes of what they are read from
+# and hold: a pattern's code (up to 256 KiB) and intents are the clients', and 4,096 patterns
+# counted by entries could keep a gigabyte of code alive (docs/operations.md, "Limits,
+# keepalive and shutdown").
+_DESCRIPTIONS_BYTES = 32 * 1024 * 1024
+_WORD_BYTES = 64  # a description word and its set slot
 _LITERAL = re.compile(
     r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'|(?<![\w$.])(\d+(?:\.\d+)?)(?!\w)"
 )
@@ -144,10 +151,31 @@ def step_descriptions(pattern: PatternView) -> tuple[frozenset[str], ...]:
     parts describing it. Kept for later requests, by what it is read from (code, tools and the
     intents read)."""
     intents = tuple(i.text for i in pattern.intents[:DESCRIBED_INTENTS])
-    return _step_descriptions(pattern.original_code, tuple(pattern.tools_used), intents)
+    key = (pattern.original_code, tuple(pattern.tools_used), intents)
+    with _descriptions_lock:
+        found = _descriptions.get(key)
+    if found is None:
+        found = _step_descriptions(*key)
+        with _descriptions_lock:
+            _descriptions.put(key, found)
+    return found
 
 
-@lru_cache(maxsize=_DESCRIPTIONS_KEPT)
+_DescriptionKey = tuple[str, tuple[str, ...], tuple[str, ...]]
+
+
+def _description_bytes(key: _DescriptionKey, words: tuple[frozenset[str], ...]) -> int:
+    code, tools, intents = key
+    texts = sum(sys.getsizeof(t) for t in (code, *tools, *intents))
+    return texts + _WORD_BYTES * sum(len(w) for w in words) + sys.getsizeof(words)
+
+
+_descriptions: Lru[_DescriptionKey, tuple[frozenset[str], ...]] = Lru(
+    _DESCRIPTIONS_BYTES, weigh=_description_bytes
+)
+_descriptions_lock = threading.Lock()
+
+
 def _step_descriptions(
     code: str, tools: tuple[str, ...], intents: tuple[str, ...]
 ) -> tuple[frozenset[str], ...]:

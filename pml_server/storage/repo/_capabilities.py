@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import sys
 from collections.abc import Sequence
 
 from pml_server.domain.records import CapabilityRecord
@@ -14,13 +15,25 @@ from pml_server.storage.seam import KeyValueReads, Op
 
 
 def tools_digest(tools: Sequence[str]) -> str:
+    if sum(map(sys.getsizeof, tools)) > _MEMO_SIGNATURE_BYTES:
+        return _digest(tuple(tools))
     return _digest_of(tuple(tools))
+
+
+# Signatures memoized are at most this large (their names' str objects): tool names are the
+# clients' (256 characters, 256 calls a record), and 4,096 of the largest kept over 300 MB
+# alive; within it, about 20 MB (docs/operations.md, "Limits, keepalive and shutdown").
+_MEMO_SIGNATURE_BYTES = 4096
 
 
 # A new pattern needs its signature's digest three times (group lock, grouping scan, link key);
 # signatures repeat, and a hash object costs more than the lookup.
 @functools.lru_cache(maxsize=4096)
 def _digest_of(tools: tuple[str, ...]) -> str:
+    return _digest(tools)
+
+
+def _digest(tools: tuple[str, ...]) -> str:
     return hashlib.sha256("\x1f".join(tools).encode()).hexdigest()[:32]
 
 
