@@ -389,6 +389,21 @@ def test_available_tools_retrieve_among_permitted_patterns_across_replicas(
         b.close()
 
 
+def _count_intent_reads(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of stored intents each of `store`'s scans and multi-gets reads from now on."""
+    read: list[int] = []
+    for name in ("scan", "get_many"):
+        method = getattr(store, name)
+
+        def counted(cf: str, *args: Any, _method: Any = method, **kwargs: Any) -> Any:
+            rows = _method(cf, *args, **kwargs)
+            read.extend([len(rows)] if cf == CF_INTENTS else [])
+            return rows
+
+        monkeypatch.setattr(store, name, counted)
+    return read
+
+
 def test_a_new_pattern_joins_a_crowded_capability_of_another_replica_reading_few_intents(
     replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -409,16 +424,7 @@ def test_a_new_pattern_joins_a_crowded_capability_of_another_replica_reading_few
     assert len(crowded) == 1
     assert b.record("t", run(100)).capability_id in crowded
     store = b._state.store
-    read: list[int] = []
-    for name in ("scan", "get_many"):
-        method = getattr(store, name)
-
-        def counted(cf: str, *args: Any, _method: Any = method, **kwargs: Any) -> Any:
-            rows = _method(cf, *args, **kwargs)
-            read.extend([len(rows)] if cf == CF_INTENTS else [])
-            return rows
-
-        monkeypatch.setattr(store, name, counted)
+    read = _count_intent_reads(store, monkeypatch)
     assert b.record("t", run(101)).capability_id in crowded
     assert sum(read) < 10
 
@@ -459,16 +465,7 @@ def test_a_near_duplicate_of_another_replicas_intent_is_found_reading_few_intent
     [pattern] = a.list_patterns("t", PageRequest()).items
     assert len(pattern.intents) == 60
     store = b._state.store
-    read: list[int] = []
-    for name in ("scan", "get_many"):
-        method = getattr(store, name)
-
-        def counted(cf: str, *args: Any, _method: Any = method, **kwargs: Any) -> Any:
-            rows = _method(cf, *args, **kwargs)
-            read.extend([len(rows)] if cf == CF_INTENTS else [])
-            return rows
-
-        monkeypatch.setattr(store, name, counted)
+    read = _count_intent_reads(store, monkeypatch)
     with_pattern = store.kv.pattern_for_hash
 
     def counted_with_pattern(*args: Any) -> Any:
