@@ -153,6 +153,42 @@ def test_a_shell_command_in_a_string_keeps_its_password_out_of_the_store(
     assert [p.secret for p in stored.parameters][-1]
 
 
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", 'r = mcp.login(token=f"{prefix}{}")'),
+        ("python", 'r = mcp.login(password=f"{user}:{}")'),
+        ("javascript", "const r = await mcp.login({token: `${prefix}{}`})"),
+        ("typescript", "const password = `${user}:{}`; await mcp.login({password})"),
+    ],
+)
+def test_an_interpolated_credential_keeps_its_literal_text_out_of_the_store(
+    client: PmlClient, language: str, code: str
+) -> None:
+    """An f-string or template string given as a credential keeps its interpolations and none
+    of its literal text in the stored template, code or parameters (docs/normalization.md,
+    Secrets)."""
+    secret = "s3cr3tvalue99-horse"
+    result = client.record(
+        make_record("Log in", code.replace("{}", secret), tools=["login"], language=language)
+    )
+    stored = client.get_pattern(result.pattern)
+    assert secret not in str(stored)
+    assert "[REDACTED]" in stored.template
+    assert "[REDACTED]" in stored.original_code
+    assert "{user}" in stored.original_code or "{prefix}" in stored.original_code
+
+
+def test_a_uid_and_gid_given_to_docker_run_is_no_secret(client: PmlClient) -> None:
+    """`docker run -u 1000:1000` gives a uid and a gid, not a user and a password: kept as
+    written; `curl -u bob:pw` stays a secret (docs/normalization.md, Secrets)."""
+    code = "docker run -u 1000:1000 -v /data:/data img && curl -u bob:Tr0ub4dor-42x https://x"
+    stored = client.get_pattern(client.record(make_record("Run", code, language="bash")).pattern)
+    assert "docker run -u 1000:1000" in stored.original_code
+    assert "Tr0ub4dor-42x" not in str(stored)
+    assert [p.name for p in stored.parameters if p.secret] == ["$USER"]
+
+
 def test_repeated_request_id_counts_once(client: PmlClient) -> None:
     first, _ = _seed(client)
     replay = client.record(

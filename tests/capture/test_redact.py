@@ -366,6 +366,46 @@ def test_a_credential_written_as_a_shell_writes_it_is_a_secret_parameter() -> No
     assert _core.normalize("login(password=pw)", "python").params == []
 
 
+def test_an_interpolated_string_given_as_a_credential_keeps_no_literal_text() -> None:
+    """An f-string or template string that is a credential's value by its name keeps its
+    interpolations, but none of its literal text, in any stored form (docs/normalization.md,
+    Secrets); one given to no credential is code as written."""
+    cases = [
+        ("python", f'client.login(token=f"{{prefix}}{PASSWORD}")', 'token=f"{prefix}[REDACTED]"'),
+        ("python", f'login(password=f"{{user}}:{PASSWORD}")', 'password=f"{user}[REDACTED]"'),
+        ("javascript", f"login({{token: `${{prefix}}{PASSWORD}`}})", "`${prefix}[REDACTED]`"),
+        ("typescript", f"const password = `${{user}}:{PASSWORD}`", "`${user}[REDACTED]`"),
+    ]
+    for language, code, kept in cases:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, result.fallback_reason
+        assert PASSWORD not in _stored_forms(result), (language, code)
+        assert kept in result.template, result.template
+        assert kept in result.redacted_code, result.redacted_code
+    for language, code in [
+        ("python", f'mcp.read_file(path=f"{{root}}/{PASSWORD}.json")'),
+        ("javascript", f"mcp.read_file({{path: `${{root}}/{PASSWORD}.json`}})"),
+    ]:
+        result = _core.normalize(code, language)
+        assert (result.template, result.redacted_code) == (code, code)
+
+
+def test_a_uid_and_gid_after_u_is_no_password() -> None:
+    """`-u user:password` is a credential only for a command that takes one so (curl, wget):
+    `docker run -u 1000:1000` gives a uid and a gid, kept as written (docs/normalization.md,
+    Secrets)."""
+    for code in ("docker run -u 1000:1000 img", "podman run --user=1000:1000 img ls"):
+        result = _core.normalize(code, "bash")
+        assert not [p for p in result.params if p.secret], code
+        assert result.redacted_code == code
+        run = _core.normalize(f"run({json.dumps(code)})", "python")
+        assert [p.secret for p in run.params] == [False], code
+    for code in (f"curl -u bob:{PASSWORD} https://x", f"sudo wget --user=bob:{PASSWORD} x"):
+        result = _core.normalize(code, "bash")
+        assert [(p.name, p.secret) for p in result.params if p.secret] == [("$USER", True)]
+        assert PASSWORD not in _stored_forms(result), code
+
+
 def test_a_string_holding_a_shell_credential_is_a_secret_parameter() -> None:
     """A command line in a string (`subprocess.run("...")`) that writes a credential as a shell
     does is a secret value (docs/normalization.md, Secrets); other command lines are not."""

@@ -212,3 +212,43 @@ def test_an_older_builds_shell_credential_is_redacted_once_at_open(tmp_path: Pat
         assert [(p.name, p.secret) for p in view.params] == [("$API_KEY", True)]
     finally:
         engine.close()
+
+
+FSTRING_SECRET = "HUNTER2STABLE"
+FSTRING_CODE = f'r = await mcp.login(user=name, token=f"{{prefix}}-{FSTRING_SECRET.lower()}")'
+
+
+def test_an_older_builds_interpolated_credential_is_redacted_once_at_open(tmp_path: Path) -> None:
+    """An older build kept the literal text of an f-string given as a credential
+    (`token=f"{prefix}..."`) in the template and the stored code, and marked its store
+    `placeholders_renamed/4`; the next open rewrites the pattern as today's capture stores it,
+    under the same hash (docs/storage.md, Migrations)."""
+    engine = open_engine(tmp_path / "e")
+    assert engine.admin.wait_placeholders_renamed(60) == 0
+    record = replace(make_record("r1", INTENT, ["login"], code=FSTRING_CODE), language="python")
+    pattern_id = engine.record(T, record).pattern_id
+    assert _stored_rows_holding(engine, FSTRING_SECRET, None) == []  # today's capture keeps none
+    repo = engine._state.repo
+    pattern = repo.patterns.pattern(T, pattern_id)
+    assert pattern is not None
+    assert 'token=f"{prefix}[REDACTED]"' in pattern.template
+    old = replace(pattern, original_code=FSTRING_CODE, template=FSTRING_CODE)
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, old),
+            (CF_META, PLACEHOLDERS_KEY, None),
+            (CF_META, b"placeholders_renamed/4", b"1"),  # the marker that build wrote
+        ]
+    )
+    assert _stored_rows_holding(engine, FSTRING_SECRET, None)
+    engine.close()
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        assert engine.admin.wait_placeholders_renamed(60) == 1
+        assert _stored_rows_holding(engine, FSTRING_SECRET, None) == []
+        view = engine.get_pattern(T, pattern_id)
+        assert view.template == pattern.template
+        assert view.code_hash == pattern.code_hash
+    finally:
+        engine.close()

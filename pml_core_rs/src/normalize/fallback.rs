@@ -112,6 +112,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                 context: Some(secret.name),
                 overflow,
                 named_credential: true,
+                fragment: false,
             });
             continue;
         }
@@ -173,6 +174,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                     context: context_name(&tokens, i, code, &style),
                     overflow,
                     named_credential: false,
+                    fragment: false,
                 };
                 if !overflow || raw.is_secret() {
                     params.push(raw);
@@ -219,13 +221,27 @@ const MAX_SHELL_NAME: usize = 64;
 /// The values of credentials written as a shell writes them, in order: an assignment or a
 /// flag's `NAME=value` (`PGPASSWORD=pw ./run`, `export API_TOKEN=pw`, `--api-key=pw`), a flag
 /// followed by its value (`--password pw`, `--token "pw"`), and a user with a password after
-/// `-u` or `--user` (`curl -u bob:pw`), where the name is a credential's (`is_secret_name`).
-/// A value that starts with `$`, `(` or a backquote is computed, not written, and is left.
+/// `-u` or `--user` of a command that takes them so (`USER_PASSWORD_COMMANDS`: `curl -u
+/// bob:pw`), where the name is a credential's (`is_secret_name`). A value that starts with
+/// `$`, `(` or a backquote is computed, not written, and is left.
 fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
     let bytes = code.as_bytes();
     let mut found: Vec<ShellSecret> = Vec::new();
+    // whether the current command (to `;`, `&`, `|`, a parenthesis or a line's end) has named
+    // one of `USER_PASSWORD_COMMANDS`, as `command_passwords` reads commands
+    let mut user_command = false;
     for (i, token) in tokens.iter().enumerate() {
         let text = &code[token.start..token.end];
+        let line_break = i > 0 && bytes[tokens[i - 1].end..token.start].contains(&b'\n');
+        if line_break || matches!(text, ";" | "&" | "|" | "(" | ")") {
+            user_command = false;
+        }
+        if token.kind == Kind::Word && !user_command {
+            user_command = USER_PASSWORD_COMMANDS.iter().any(|name| {
+                text.get(..name.len())
+                    .is_some_and(|start| start.eq_ignore_ascii_case(name))
+            });
+        }
         let (name_end, value_at) = if text == "=" {
             (token.start, token.end)
         } else if let Some(next) = tokens.get(i + 1).filter(|next| {
@@ -249,7 +265,7 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
         let Some(upper) = super::naming::upper_snake(flag) else {
             continue;
         };
-        let user = matches!(flag, "u" | "user");
+        let user = user_command && matches!(flag, "u" | "user");
         if !user && !super::secrets::is_secret_name(&upper) {
             continue;
         }
@@ -285,6 +301,11 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
     }
     found
 }
+
+/// Commands whose `-u`/`--user` takes `user:password` (curl's `-u bob:pw`, wget's
+/// `--user=bob:pw`); any other command's is a user alone or a uid:gid (`docker run -u
+/// 1000:1000`, `sudo -u bob`).
+const USER_PASSWORD_COMMANDS: &[&str] = &["curl", "wget"];
 
 /// Commands whose one-letter flag takes a password (`mysql -pSECRET`, `sshpass -p SECRET`):
 /// the command (a word it starts with: `mysqldump`, `mariadb-dump` and `mongosh` too), the

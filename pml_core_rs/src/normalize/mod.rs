@@ -100,6 +100,10 @@ pub(crate) struct RawParam {
     /// left side of a default (`process.env.API_TOKEN || "..."`) (docs/normalization.md,
     /// Secrets). It flags the parameter without naming it.
     pub named_credential: bool,
+    /// The literal text of an interpolated string that is a credential's value
+    /// (`f"{prefix}..."`): always `overflow`, redacted as `[REDACTED]` inside the string's
+    /// quotes (docs/normalization.md, Secrets).
+    pub fragment: bool,
 }
 
 impl RawParam {
@@ -316,7 +320,9 @@ fn assemble(
         let literal_text = &code[raw.start..raw.end];
         template.push_str(gap);
         redacted.push_str(gap);
-        let shown = if secret {
+        let shown = if raw.fragment {
+            "[REDACTED]".into()
+        } else if secret {
             redacted_literal(literal_text)
         } else {
             literal_text.into()

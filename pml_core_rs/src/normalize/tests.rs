@@ -394,6 +394,87 @@ fn secrets_are_redacted_in_the_code_and_past_the_cap() {
     assert_eq!(plain.redacted_code, "await mcp.read_file({path: 'a.json'})");
 }
 
+#[test]
+fn an_interpolated_string_given_as_a_credential_keeps_no_literal_text() {
+    for (code, language, stored) in [
+        (
+            r#"client.login(token=f"{prefix}s3cr3tvalue99")"#,
+            "python",
+            r#"client.login(token=f"{prefix}[REDACTED]")"#,
+        ),
+        (
+            r#"login(password=f"{user}:hunter2pass")"#,
+            "python",
+            r#"login(password=f"{user}[REDACTED]")"#,
+        ),
+        (
+            "login({token: `${prefix}s3cr3tvalue99`})",
+            "js",
+            "login({token: `${prefix}[REDACTED]`})",
+        ),
+        (
+            "const password = `${user}:hunter2\\npass`",
+            "ts",
+            "const password = `${user}[REDACTED]`",
+        ),
+        (
+            r#"h = os.getenv("API_TOKEN", f"tok-{n}-s3cr3tvalue99")"#,
+            "python",
+            r#"h = os.getenv("API_TOKEN", f"[REDACTED]{n}[REDACTED]")"#,
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(n.parse_ok, "{code}: {}", n.fallback_reason);
+        assert_eq!(n.redacted_code, stored, "{code}");
+        let template = stored.replace("\"API_TOKEN\"", "$GETENV_ARG0");
+        assert_eq!(n.template, template, "{code}");
+        // the stored code read again is the same code, redacted alike
+        assert_eq!(norm(stored, language).redacted_code, stored);
+    }
+    // Not a credential's value: code, as written.
+    for (code, language) in [
+        (
+            r#"mcp.read_file(path=f"{root}/s3cr3tvalue99.json")"#,
+            "python",
+        ),
+        ("mcp.read_file({path: `${root}/s3cr3tvalue99.json`})", "js"),
+    ] {
+        assert_eq!(norm(code, language).redacted_code, code);
+    }
+}
+
+#[test]
+fn only_a_command_that_takes_user_colon_password_has_one_after_u() {
+    for code in [
+        "curl -u bob:pw https://x",
+        "wget --user=bob:pw https://x",
+        "sudo curl --user bob:pw x",
+    ] {
+        let n = norm(code, "bash");
+        assert_eq!(
+            n.params
+                .iter()
+                .map(|p| (p.name.as_str(), p.secret))
+                .collect::<Vec<_>>(),
+            [("$USER", true)],
+            "{code}"
+        );
+        assert!(!n.redacted_code.contains("bob:pw"), "{code}");
+    }
+    for code in [
+        "docker run -u 1000:1000 img",
+        "podman run --user=1000:1000 img",
+        "docker run -u 0:0 img && curl https://x",
+        "curl https://x; docker exec -u 1000:1000 c ls",
+    ] {
+        let n = norm(code, "bash");
+        assert!(n.params.iter().all(|p| !p.secret), "{code}: {:?}", n.params);
+        assert_eq!(n.redacted_code, code);
+    }
+    let run = norm(r#"run("docker run -u 1000:1000 img")"#, "python");
+    assert!(!run.params[0].secret);
+}
+
 // ---- steps (docs/normalization.md, Steps) ---------------------------------------------------
 
 fn edges(code: &str, language: &str) -> Vec<(usize, usize)> {

@@ -315,6 +315,9 @@ struct Walker<'a, 't> {
     /// literal's index in `params`.
     assigned_literals: HashMap<&'a str, usize>,
     frames: Vec<Frame<'t>>,
+    /// The frame index of an interpolated string that is a credential's value, while inside
+    /// it: its literal text is a secret (docs/normalization.md, Secrets).
+    credential_string: Option<usize>,
 }
 
 pub fn walk<'a>(
@@ -338,6 +341,7 @@ pub fn walk<'a>(
         code_literals: HashSet::new(),
         assigned_literals: HashMap::new(),
         frames: Vec::new(),
+        credential_string: None,
     };
     let mut cursor = tree.walk();
     'outer: loop {
@@ -423,6 +427,18 @@ impl<'a, 't> Walker<'a, 't> {
             self.literal(node, field, named_index, candidate);
             return Ok(false);
         }
+        if self
+            .credential_string
+            .is_some_and(|at| at + 1 == self.frames.len())
+        {
+            self.credential_fragment(node, kind);
+        } else if matches!(kind, "string" | "template_string") && self.credential_string.is_none() {
+            // Not a candidate, so interpolated: `f"{prefix}..."`, `${prefix}...`.
+            let field = self.grammar.field_name(cursor);
+            if self.is_credential_value(field, named_index) {
+                self.credential_string = Some(self.frames.len());
+            }
+        }
         match kind {
             "identifier" => {
                 let field = self.grammar.field_name(cursor);
@@ -467,6 +483,9 @@ impl<'a, 't> Walker<'a, 't> {
 
     fn exit(&mut self) {
         if let Some(frame) = self.frames.pop() {
+            if self.credential_string == Some(self.frames.len()) {
+                self.credential_string = None;
+            }
             if let Some(at) = frame.trailing_semicolon {
                 self.canon.truncate(at);
             }
@@ -604,6 +623,7 @@ impl<'a, 't> Walker<'a, 't> {
                     context: self.context_name(field, named_index),
                     overflow: true,
                     named_credential: self.named_credential(field, named_index),
+                    fragment: false,
                 };
                 if raw.is_secret() {
                     self.params.push(raw);
@@ -639,6 +659,7 @@ impl<'a, 't> Walker<'a, 't> {
             context,
             overflow,
             named_credential: self.named_credential(field, named_index),
+            fragment: false,
         };
         if !overflow || raw.is_secret() {
             if let Some(variable) = self.assigned_variable(field) {
@@ -646,6 +667,54 @@ impl<'a, 't> Walker<'a, 't> {
             }
             self.params.push(raw);
         }
+    }
+
+    /// Whether a value in this position is a credential's by the rule a literal's is
+    /// (`RawParam::is_secret` without a value: its context name or `named_credential`).
+    fn is_credential_value(&mut self, field: Option<&'static str>, named_index: usize) -> bool {
+        RawParam {
+            start: 0,
+            end: 0,
+            json_type: JsonType::String,
+            value_json: String::new(),
+            string_value: None,
+            context: self.context_name(field, named_index),
+            overflow: true,
+            named_credential: self.named_credential(field, named_index),
+            fragment: false,
+        }
+        .is_secret()
+    }
+
+    /// A child of an interpolated string that is a credential's value: its literal text
+    /// (adjacent pieces as one) is listed as a secret fragment, so the template and the
+    /// redacted code write `f"{prefix}[REDACTED]"`; the interpolations stay code, so the
+    /// stored code keeps its data flow (docs/normalization.md, Secrets). The text is still
+    /// hashed as code, so the string hashes as it did before.
+    fn credential_fragment(&mut self, node: Node<'t>, kind: &str) {
+        if !matches!(
+            kind,
+            "string_content" | "string_fragment" | "escape_sequence"
+        ) {
+            return;
+        }
+        if let Some(last) = self.params.last_mut() {
+            if last.fragment && last.end == node.start_byte() {
+                last.end = node.end_byte();
+                return;
+            }
+        }
+        self.params.push(RawParam {
+            start: node.start_byte(),
+            end: node.end_byte(),
+            json_type: JsonType::String,
+            value_json: String::new(),
+            string_value: None,
+            context: None,
+            overflow: true,
+            named_credential: true,
+            fragment: true,
+        });
     }
 
     /// The variable a literal is assigned to whole (`const pw = "..."`, `pw = "..."`).
