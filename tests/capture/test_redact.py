@@ -369,7 +369,8 @@ def test_a_credential_written_as_a_shell_writes_it_is_a_secret_parameter() -> No
 def test_an_interpolated_string_given_as_a_credential_keeps_no_literal_text() -> None:
     """An f-string or template string that is a credential's value by its name keeps its
     interpolations, but none of its literal text, in any stored form (docs/normalization.md,
-    Secrets); one given to no credential is code as written."""
+    Secrets), but an auth scheme or one separator; one given to no credential is code as
+    written."""
     cases = [
         ("python", f'client.login(token=f"{{prefix}}{PASSWORD}")', 'token=f"{prefix}[REDACTED]"'),
         ("python", f'login(password=f"{{user}}:{PASSWORD}")', 'password=f"{user}[REDACTED]"'),
@@ -385,6 +386,10 @@ def test_an_interpolated_string_given_as_a_credential_keeps_no_literal_text() ->
     for language, code in [
         ("python", f'mcp.read_file(path=f"{{root}}/{PASSWORD}.json")'),
         ("javascript", f"mcp.read_file({{path: `${{root}}/{PASSWORD}.json`}})"),
+        # an auth scheme or one separator holds no secret
+        ("python", 'requests.get(u, headers={"Authorization": f"Bearer {token}"})'),
+        ("javascript", "fetch(u, {headers: {Authorization: `Basic ${basic}`}})"),
+        ("python", 'login(credentials=f"{user}:{pw}")'),
     ]:
         result = _core.normalize(code, language)
         assert (result.template, result.redacted_code) == (code, code)

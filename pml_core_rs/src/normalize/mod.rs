@@ -321,7 +321,7 @@ fn assemble(
         template.push_str(gap);
         redacted.push_str(gap);
         let shown = if raw.fragment {
-            "[REDACTED]".into()
+            redacted_fragment(literal_text)
         } else if secret {
             redacted_literal(literal_text)
         } else {
@@ -395,6 +395,22 @@ fn redacted_literal(literal_text: &str) -> std::borrow::Cow<'static, str> {
     {
         Some(quote) => format!("{prefix}{quote}[REDACTED]{quote}").into(),
         None => REDACTED_LITERAL.into(),
+    }
+}
+
+/// What the literal text of an interpolated string given as a credential becomes
+/// (`tree.rs`, `credential_fragment`): `[REDACTED]`, but an HTTP auth scheme (`f"Bearer
+/// {token}"`) or one separator (`f"{user}:{pw}"`) holds no secret and stays, so the stored
+/// code still sends what the run did (docs/normalization.md, Secrets).
+fn redacted_fragment(text: &str) -> std::borrow::Cow<'_, str> {
+    let scheme = ["Bearer ", "Basic ", "Token "]
+        .iter()
+        .any(|scheme| text.eq_ignore_ascii_case(scheme));
+    let separator = text.len() == 1 && text.bytes().all(|b| b" :-_./@,;=".contains(&b));
+    if scheme || separator {
+        text.into()
+    } else {
+        "[REDACTED]".into()
     }
 }
 

@@ -431,6 +431,24 @@ fn an_interpolated_string_given_as_a_credential_keeps_no_literal_text() {
         // the stored code read again is the same code, redacted alike
         assert_eq!(norm(stored, language).redacted_code, stored);
     }
+    // An auth scheme or one separator holds no secret: kept.
+    for (code, language) in [
+        (
+            r#"get(u, headers={"Authorization": f"Bearer {token}"})"#,
+            "python",
+        ),
+        (
+            "fetch(u, {headers: {Authorization: `Basic ${basic}`}})",
+            "js",
+        ),
+        (r#"login(credentials=f"{user}:{pw}")"#, "python"),
+    ] {
+        assert_eq!(norm(code, language).redacted_code, code);
+    }
+    assert_eq!(
+        norm(r#"h = {"Authorization": f"Bearer abc123{x}"}"#, "python").redacted_code,
+        r#"h = {"Authorization": f"[REDACTED]{x}"}"#
+    );
     // Not a credential's value: code, as written.
     for (code, language) in [
         (
