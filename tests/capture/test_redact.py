@@ -395,6 +395,21 @@ def test_an_interpolated_string_given_as_a_credential_keeps_no_literal_text() ->
         assert (result.template, result.redacted_code) == (code, code)
 
 
+def test_a_prefixed_python_string_in_code_no_parser_reads_is_named_by_its_context() -> None:
+    """Python code with a syntax error goes to the fallback tokenizer, which reads a string's
+    prefix (`f"..."`, `b"..."`, `rb"..."`) as a word of its own: the string is still named by
+    its context, so a credential there is a secret (docs/normalization.md, Secrets)."""
+    for prefix in ("f", "b", "r", "rb"):
+        code = f'login(user="bob", password={prefix}"{PASSWORD}"\nx = ('
+        result = _core.normalize(code, "python")
+        assert not result.parse_ok
+        assert [(p.name, p.secret) for p in result.params] == [
+            ("$USER", False),
+            ("$PASSWORD", True),
+        ]
+        assert PASSWORD not in _stored_forms(result), code
+
+
 def test_a_uid_and_gid_after_u_is_no_password() -> None:
     """`-u user:password` is a credential only for a command that takes one so (curl, wget):
     `docker run -u 1000:1000` gives a uid and a gid, kept as written (docs/normalization.md,

@@ -541,8 +541,21 @@ fn named_at(tokens: &[Token], paren: usize, code: &str) -> Option<(String, usize
 
 /// `key: lit`, `key = lit` (not `==`), `"key": lit`, or `callee(lit` (first argument).
 fn context_name(tokens: &[Token], i: usize, code: &str, style: &Style) -> Option<String> {
-    let prev = |back: usize| i.checked_sub(back).and_then(|j| tokens.get(j));
     let text = |t: &Token| &code[t.start..t.end];
+    // A Python string's prefix (`f"..."`, `b"..."`, `rb"..."`) is lexed as a word of its own:
+    // the string's context is read before it, so `password=f"..."` is named as the parsed
+    // path names it (docs/normalization.md, Secrets).
+    let prefixed = style.python
+        && i.checked_sub(1)
+            .and_then(|j| tokens.get(j))
+            .is_some_and(|p| {
+                p.kind == Kind::Word
+                    && p.end == tokens[i].start
+                    && p.end - p.start <= 2
+                    && text(p).bytes().all(|b| b"bBfFrRuU".contains(&b))
+            });
+    let i = if prefixed { i - 1 } else { i };
+    let prev = |back: usize| i.checked_sub(back).and_then(|j| tokens.get(j));
     let sep = prev(1)?;
     let key = prev(2)?;
     match text(sep) {

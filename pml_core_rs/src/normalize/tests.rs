@@ -462,6 +462,21 @@ fn an_interpolated_string_given_as_a_credential_keeps_no_literal_text() {
 }
 
 #[test]
+fn a_prefixed_python_string_in_the_fallback_is_named_by_its_context() {
+    for prefix in ["f", "b", "r", "rb", "Fr", "u"] {
+        let code = format!("login(password={prefix}\"hunter2pass\", n=1\nx = (");
+        let n = norm(&code, "python");
+        assert!(!n.parse_ok);
+        assert_eq!(n.params[0].name, "$PASSWORD", "{code}");
+        assert!(n.params[0].secret, "{code}");
+        assert!(!n.redacted_code.contains("hunter2pass"), "{code}");
+    }
+    // not a prefix: a name before a string
+    let n = norm("login(password=x\"a.json\"\ny = (", "python");
+    assert_eq!(n.params[0].name, "$STR");
+}
+
+#[test]
 fn only_a_command_that_takes_user_colon_password_has_one_after_u() {
     for code in [
         "curl -u bob:pw https://x",
