@@ -9,7 +9,9 @@ Two notes, each with its reason in words:
   `write_file` alone). The embedders score "Load a JSON file" against "Write JSON file" about
   0.78: no `min_match` separates it from a paraphrase without losing paraphrases.
 - **weak**: the match is below `WEAK_MATCH`, the level under which a shown suggestion was
-  more often wrong than right on the development set (docs/ranking.md, Weak matches)."""
+  more often wrong than right on the development set (docs/ranking.md, Weak matches). Not for
+  a request without words (what usually comes next, docs/ranking.md, Sessions): its match is 0
+  by construction, and the suggestion was chosen by the agent's previous step."""
 
 from __future__ import annotations
 
@@ -95,7 +97,7 @@ def cautions(intent: str, tools: Sequence[str], match: float) -> list[Caution]:
                     f"the request {kind} ({verb!r}); its tools only {does} ({which})",
                 )
             )
-    if match < WEAK_MATCH:
+    if match < WEAK_MATCH and intent.strip():
         found.append(
             Caution(
                 "weak",

@@ -52,3 +52,10 @@ def test_a_weak_match_says_so_with_its_value() -> None:
     assert f"weak match {WEAK_MATCH - 0.08:.2f}" in found[0].reason
     both = cautions("Load a JSON file", ["write_file"], 0.2)
     assert [c.kind for c in both] == ["contradicts", "weak"]
+
+
+@pytest.mark.parametrize("intent", ["", "   "])
+def test_a_request_without_words_gets_no_weak_caution(intent: str) -> None:
+    # "What usually comes next" (an empty intent and the previous step) matches nothing by
+    # construction: calling its answer a weak match would say the stored intents disagree
+    assert cautions(intent, ["tail_file"], 0.0) == []
