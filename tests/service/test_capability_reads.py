@@ -7,6 +7,7 @@ with a capability pages through every member."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from tests.support import code_for, make_record, open_engine
 TOOLS = ["read_file"]
 MEMBERS = 3000
 BATCH = 64
+UP_A = "const r = await mcp.upload();\nconsole.log(r.a);"
+UP_B = "const r = await mcp.upload();\nconsole.log(r.b);"
 
 
 def _code(n: int) -> str:
@@ -177,5 +180,33 @@ def test_a_capability_of_repeated_intents_reads_a_bounded_number_of_them(
         assert sorted(view.intents) == ["Open the file", "Read the file"]
         assert view.pattern_count == 600
         assert read[CF_INTENTS] <= MAX_CAPABILITY_INTENT_READS
+    finally:
+        engine.close()
+
+
+def test_the_best_pattern_is_the_first_by_counters_not_flagged_for_removal(
+    tmp_path: Path,
+) -> None:
+    """A pattern flagged for removal that then succeeds often ranks first by its counters, yet
+    is not the capability's best pattern while flagged; it is still named (after the best)."""
+    engine = open_engine(tmp_path)
+    try:
+        flaky = engine.record("t", make_record("a0", "Flaky upload", ["upload"], code=UP_A))
+        for i in range(11):
+            failed = make_record(f"a{i + 1}", "Flaky upload", ["upload"], failed={"upload"})
+            engine.record("t", replace(failed, code=UP_A))
+        engine.run_retention("t", apply=True)
+        assert engine.get_pattern("t", flaky.pattern_id).flagged_for_removal
+        steady = engine.record("t", make_record("b0", "Flaky upload", ["upload"], code=UP_B))
+        assert steady.new_pattern
+        assert steady.capability_id == flaky.capability_id
+        for i in range(100):
+            engine.record("t", make_record(f"c{i}", "Flaky upload", ["upload"], code=UP_A))
+        flagged = engine.get_pattern("t", flaky.pattern_id)
+        assert flagged.flagged_for_removal
+        assert (flagged.success_count + 1) / (flagged.usage_count + 2) > 2 / 3  # steady's rate
+        view = engine.get_capability("t", flaky.capability_id)
+        assert view.best_pattern_id == steady.pattern_id
+        assert view.pattern_ids == (steady.pattern_id, flaky.pattern_id)
     finally:
         engine.close()
