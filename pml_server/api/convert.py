@@ -329,6 +329,7 @@ def capability(view: model.CapabilityView) -> resources_pb2.Capability:
         success_count=view.success_count,
         failure_count=view.failure_count,
         last_used_time=_ts(view.last_used_ms),
+        pattern_count=view.pattern_count,
     )
 
 

@@ -177,13 +177,22 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
         self, request: pml_pb2.ListPatternsRequest, context: grpc.ServicerContext
     ) -> pml_pb2.ListPatternsResponse:
         with self._call(context, Role.READ) as caller:
+            capability_id = (
+                validate.resource_id(request.capability, convert.CAPABILITIES, "capability")
+                if request.capability
+                else ""
+            )
+            # a token of one capability's listing fits no other listing
+            kind = f"patterns/{capability_id}" if capability_id else "patterns"
             page = self._engine.list_patterns(
-                caller.tenant, self._page(caller, "patterns", request.page_size, request.page_token)
+                caller.tenant,
+                self._page(caller, kind, request.page_size, request.page_token),
+                capability_id,
             )
             patterns, cursor = convert.pattern_page(page.items, page.next_cursor)
             return pml_pb2.ListPatternsResponse(
                 patterns=patterns,
-                next_page_token=self._d.tokens.encode(caller.tenant, "patterns", cursor),
+                next_page_token=self._d.tokens.encode(caller.tenant, kind, cursor),
             )
 
     def DeletePattern(

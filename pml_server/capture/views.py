@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from pml_server.capture.steps import pattern_steps
 from pml_server.domain import yielding
@@ -14,7 +14,11 @@ from pml_server.domain.records import (
     PatternRecord,
 )
 
+# What a Capability answers of its members (docs/api.md, Capabilities): at most this many intent
+# texts and pattern names, read from at most this many intent rows.
 MAX_CAPABILITY_INTENTS = 50
+MAX_CAPABILITY_PATTERNS = 100
+MAX_CAPABILITY_INTENT_READS = 10 * MAX_CAPABILITY_INTENTS
 
 
 def pattern_view(
@@ -65,36 +69,42 @@ def _param_views(record: PatternRecord, counters: PatternCounters) -> tuple[Para
     return tuple(views)
 
 
-def best_pattern(patterns: Sequence[PatternView]) -> PatternView:
-    """The member a capability is represented by: best smoothed success rate, then usage.
-    Patterns flagged for removal or superseded come last."""
+def ranked_members(members: Sequence[tuple[str, PatternCounters]]) -> list[str]:
+    """A capability's members (pattern id, counters), best first by their counters alone:
+    smoothed success rate, then usage, then id (docs/api.md, Capabilities)."""
 
-    def key(p: PatternView) -> tuple[bool, float, int, str]:
-        demoted = p.flagged_for_removal or bool(p.superseded_by)
-        rate = (p.success_count + 1) / (p.usage_count + 2)
-        return (not demoted, rate, p.usage_count, p.id)
+    def key(member: tuple[str, PatternCounters]) -> tuple[float, int, str]:
+        pattern_id, c = member
+        return ((c.success + 1) / (c.usage + 2), c.usage, pattern_id)
 
-    return max(patterns, key=key)
+    return [pattern_id for pattern_id, _ in sorted(members, key=key, reverse=True)]
 
 
-def capability_view(record: CapabilityRecord, members: Sequence[PatternView]) -> CapabilityView:
-    # The first distinct texts in member order. Kept in a dict (ordered, hashed): looked up in
-    # a list, each text would be compared with every one before it, and a capability of 12,000
-    # intents would take a second of the server's CPU per GetCapability or listing page.
+def capability_view(
+    record: CapabilityRecord,
+    members: Sequence[tuple[str, PatternCounters]],
+    listed: Sequence[str],
+    intents: Iterable[str],
+) -> CapabilityView:
+    """The API's view of a capability (docs/api.md, Capabilities): the sums over every member's
+    counters, the `listed` pattern ids (its best first) and the first `MAX_CAPABILITY_INTENTS`
+    distinct texts of `intents`, which is read no further."""
+    # Kept in a dict (ordered, hashed): looked up in a list, each text would be compared with
+    # every one before it, a time quadratic in the intents read.
     texts: dict[str, None] = {}
-    for member in members:
-        for intent in member.intents:
-            if len(texts) == MAX_CAPABILITY_INTENTS:
-                break
-            texts.setdefault(intent.text)
+    for text in intents:
+        texts.setdefault(text)
+        if len(texts) == MAX_CAPABILITY_INTENTS:
+            break
     return CapabilityView(
         id=record.id,
         tools=record.tools,
-        pattern_ids=tuple(m.id for m in members),
-        best_pattern_id=best_pattern(members).id if members else "",
+        pattern_ids=tuple(listed),
+        pattern_count=len(members),
+        best_pattern_id=listed[0] if listed else "",
         intents=tuple(texts),
-        usage_count=sum(m.usage_count for m in members),
-        success_count=sum(m.success_count for m in members),
-        failure_count=sum(m.failure_count for m in members),
-        last_used_ms=max((m.last_used_ms for m in members), default=0),
+        usage_count=sum(c.usage for _, c in members),
+        success_count=sum(c.success for _, c in members),
+        failure_count=sum(c.failure for _, c in members),
+        last_used_ms=max((c.last_used_ms for _, c in members), default=0),
     )

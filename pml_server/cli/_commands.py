@@ -423,7 +423,8 @@ def list_items(args: argparse.Namespace) -> int:
                 render.capabilities(_console(), [render.printable(c) for c in caps])
         else:
             pats = []
-            for p in client.iter_patterns():
+            capability = _capability_name(args.capability) if args.capability else ""
+            for p in client.iter_patterns(capability=capability):
                 pats.append(p)
                 if len(pats) >= args.limit:
                     break
@@ -432,6 +433,11 @@ def list_items(args: argparse.Namespace) -> int:
             else:
                 render.patterns(_console(), [render.printable(p) for p in pats])
     return EXIT_OK
+
+
+def _capability_name(name: str) -> str:
+    """--capability of `pml list`: `capabilities/ID` or a bare id as the listings print it."""
+    return name if "/" in name else f"capabilities/{name}"
 
 
 def _resource_name(name: str) -> str:

@@ -291,6 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     lst = client("list", "list patterns (or capabilities)")
     lst.add_argument("--capabilities", action="store_true", help="list capabilities instead")
+    lst.add_argument(
+        "--capability",
+        metavar="NAME",
+        default="",
+        help="only the patterns of this capability (capabilities/ID or cap_...)",
+    )
     lst.add_argument("--limit", type=_positive, default=100, help="at most this many")
 
     show = client("show", "show a pattern or capability")

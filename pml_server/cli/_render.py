@@ -333,7 +333,7 @@ def capabilities(console: Console, items: list[resources_pb2.Capability]) -> Non
         (
             _short(c.name),
             " > ".join(c.tools),
-            str(len(c.patterns)),
+            str(c.pattern_count),
             _rate(c.success_count, c.usage_count),
             _when(c.last_used_time),
             "; ".join(c.intents[:3]),
@@ -417,7 +417,10 @@ def capability_detail(console: Console, c: resources_pb2.Capability) -> None:
     table = _detail_table(c.name)
     table.add_row("tools", " > ".join(c.tools))
     table.add_row("best pattern", c.best_pattern)
-    table.add_row("patterns", "\n".join(c.patterns))
+    shown = "\n".join(c.patterns)
+    if c.pattern_count > len(c.patterns):  # the best ones: `pml list --capability` lists all
+        shown += f"\n... {c.pattern_count} in all (pml list --capability {c.name})"
+    table.add_row("patterns", shown)
     table.add_row("success", _rate(c.success_count, c.usage_count))
     table.add_row("last used", _when(c.last_used_time))
     table.add_row("intents", "\n".join(c.intents))

@@ -49,7 +49,12 @@ class EngineProtocol(Protocol):
     def get_capability(self, tenant: str, capability_id: str) -> CapabilityView:
         """Raises NotFoundError."""
 
-    def list_patterns(self, tenant: str, page: PageRequest) -> Page[PatternView]: ...
+    def list_patterns(
+        self, tenant: str, page: PageRequest, capability_id: str = ""
+    ) -> Page[PatternView]:
+        """The tenant's patterns by id, or only those of `capability_id` (NotFoundError
+        without it)."""
+        ...
 
     def list_capabilities(self, tenant: str, page: PageRequest) -> Page[CapabilityView]: ...
 

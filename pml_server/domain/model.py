@@ -148,7 +148,8 @@ class PatternView:
 class CapabilityView:
     id: str
     tools: tuple[str, ...]
-    pattern_ids: tuple[str, ...]
+    pattern_ids: tuple[str, ...]  # at most MAX_CAPABILITY_PATTERNS, the best first
+    pattern_count: int  # every member
     best_pattern_id: str
     intents: tuple[str, ...]
     usage_count: int

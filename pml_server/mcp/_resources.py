@@ -99,6 +99,7 @@ def _capability_json(c: resources_pb2.Capability, best: resources_pb2.Pattern) -
         "tools": list(c.tools),
         "intents": list(c.intents),
         "patterns": list(c.patterns),
+        "pattern_count": c.pattern_count,
         "usage_count": c.usage_count,
         "success_count": c.success_count,
         "failure_count": c.failure_count,

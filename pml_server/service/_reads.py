@@ -3,9 +3,17 @@ are built of (a pattern whose counters are gone, i.e. deleted meanwhile, has no 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from pml_server.capture.views import capability_view, pattern_view
+from pml_server.capture.views import (
+    MAX_CAPABILITY_INTENT_READS,
+    MAX_CAPABILITY_INTENTS,
+    MAX_CAPABILITY_PATTERNS,
+    capability_view,
+    pattern_view,
+    ranked_members,
+)
 from pml_server.domain import yielding
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError, NotFoundError
 from pml_server.domain.limits import LIMITS
@@ -36,13 +44,20 @@ def get_capability(repo: Repository, tenant: str, capability_id: str) -> Capabil
     record = repo.capabilities.capability(tenant, capability_id)
     if record is None:
         raise NotFoundError(f"capability {capability_id!r} not found")
-    return capability_view(record, capability_members(repo, tenant, record))
+    return capability_summary(repo, tenant, record)
 
 
-def list_patterns(repo: Repository, tenant: str, page: PageRequest) -> Page[PatternView]:
+def list_patterns(
+    repo: Repository, tenant: str, page: PageRequest, capability_id: str = ""
+) -> Page[PatternView]:
+    """The tenant's patterns by id, or only those of `capability_id` (docs/api.md,
+    Capabilities): then only the page's members are read, and NotFoundError without it."""
     check_tenant(tenant)
     check_page(page)
-    records, cursor = repo.patterns.patterns_page(tenant, page.cursor, page.page_size)
+    if capability_id:
+        records, cursor = _members_page(repo, tenant, capability_id, page)
+    else:
+        records, cursor = repo.patterns.patterns_page(tenant, page.cursor, page.page_size)
     views: list[PatternView] = []
     code_chars = 0
     for n, record in enumerate(records):
@@ -57,11 +72,35 @@ def list_patterns(repo: Repository, tenant: str, page: PageRequest) -> Page[Patt
     return Page(tuple(views), cursor)
 
 
+def _members_page(
+    repo: Repository, tenant: str, capability_id: str, page: PageRequest
+) -> tuple[list[PatternRecord], str]:
+    """The records of a capability's members after the cursor, by id, at most a page; and the
+    cursor after the last one when more follow ("" at the end)."""
+    capability = repo.capabilities.capability(tenant, capability_id)
+    if capability is None:
+        raise NotFoundError(f"capability {capability_id!r} not found")
+    after = sorted(p for p in capability.pattern_ids if p > page.cursor)
+    wanted = after[: page.page_size]
+    records = [r for r in repo.patterns.patterns_by_id(tenant, wanted) if r is not None]
+    return records, (wanted[-1] if len(after) > page.page_size else "")
+
+
 def list_capabilities(repo: Repository, tenant: str, page: PageRequest) -> Page[CapabilityView]:
     check_tenant(tenant)
     check_page(page)
     records, cursor = repo.capabilities.capabilities_page(tenant, page.cursor, page.page_size)
-    views = [capability_view(r, capability_members(repo, tenant, r)) for r in records]
+    views: list[CapabilityView] = []
+    members = 0
+    for n, record in enumerate(records):
+        yielding.checkpoint()
+        # Each capability reads every member's counters (docs/api.md, Capabilities): a page
+        # reads at most CAPABILITY_PAGE_MEMBERS past its first capability, then ends early
+        # (AIP-158).
+        members += len(record.pattern_ids)
+        if n and members > CAPABILITY_PAGE_MEMBERS:
+            return Page(tuple(views), records[n - 1].id)
+        views.append(capability_summary(repo, tenant, record))
     return Page(tuple(views), cursor)
 
 
@@ -129,16 +168,61 @@ def stored_pattern_view(repo: Repository, tenant: str, record: PatternRecord) ->
     return pattern_view(record, counters, repo.intents.of_pattern(tenant, record.id))
 
 
-def capability_members(
-    repo: Repository, tenant: str, record: CapabilityRecord
-) -> list[PatternView]:
-    views = []
-    for pattern_id in record.pattern_ids:
-        pattern = repo.patterns.pattern(tenant, pattern_id)
-        view = stored_pattern_view(repo, tenant, pattern) if pattern else None
-        if view is not None:
-            views.append(view)
-    return views
+# The member patterns a ListCapabilities page reads past its first capability (docs/api.md,
+# Capabilities): a page of 1000 capabilities of thousands of patterns each would read millions.
+CAPABILITY_PAGE_MEMBERS = 20_000
+
+# Pattern records read at a time while looking for the best member not flagged or superseded.
+_BEST_READ_CHUNK = 8
+
+
+def capability_summary(repo: Repository, tenant: str, record: CapabilityRecord) -> CapabilityView:
+    """A capability's view at a bounded cost (docs/api.md, Capabilities): every member's
+    counters (small rows, one multi-get), the records of its members best first by counters
+    until one is neither flagged for removal nor superseded, and the first intents of its
+    listed patterns, read only until the view has its MAX_CAPABILITY_INTENTS texts (at most
+    MAX_CAPABILITY_INTENT_READS rows)."""
+    ids = record.pattern_ids
+    counters = repo.patterns.counters_by_id(tenant, ids)
+    # a pattern whose counters are gone was deleted meanwhile: not a member
+    members = [(p, c) for p, c in zip(ids, counters, strict=True) if c is not None]
+    ranked = ranked_members(members)
+    best = _best_member(repo, tenant, ranked)
+    listed = [best, *(p for p in ranked if p != best)] if best else []
+    listed = listed[:MAX_CAPABILITY_PATTERNS]
+    return capability_view(record, members, listed, _intent_texts(repo, tenant, listed))
+
+
+def _best_member(repo: Repository, tenant: str, ranked: list[str]) -> str:
+    """The first of `ranked` (best first by counters) neither flagged for removal nor
+    superseded, else the first of them all ("" when none is stored)."""
+    first = ""
+    for start in range(0, len(ranked), _BEST_READ_CHUNK):
+        yielding.checkpoint()
+        chunk = ranked[start : start + _BEST_READ_CHUNK]
+        for pattern in repo.patterns.patterns_by_id(tenant, chunk):
+            if pattern is None:
+                continue
+            if not (pattern.flagged_for_removal or pattern.superseded_by):
+                return pattern.id
+            first = first or pattern.id
+    return first
+
+
+def _intent_texts(repo: Repository, tenant: str, listed: list[str]) -> Iterator[str]:
+    """The texts of the listed patterns' intents, each pattern's oldest first, read one
+    pattern at a time as the view asks, at most MAX_CAPABILITY_INTENT_READS rows in all."""
+    left = MAX_CAPABILITY_INTENT_READS
+    for pattern_id in listed:
+        if left <= 0:
+            return
+        yielding.checkpoint()
+        intents = repo.intents.first_of_pattern(
+            tenant, pattern_id, min(left, MAX_CAPABILITY_INTENTS)
+        )
+        left -= len(intents)
+        for intent in intents:
+            yield intent.text
 
 
 def views_by_capability(repo: Repository, tenant: str) -> dict[str, list[PatternView]]:

@@ -166,8 +166,10 @@ class Engine:
     def get_capability(self, tenant: str, capability_id: str) -> CapabilityView:
         return _reads.get_capability(self._state.repo, tenant, capability_id)
 
-    def list_patterns(self, tenant: str, page: PageRequest) -> Page[PatternView]:
-        return _reads.list_patterns(self._state.repo, tenant, page)
+    def list_patterns(
+        self, tenant: str, page: PageRequest, capability_id: str = ""
+    ) -> Page[PatternView]:
+        return _reads.list_patterns(self._state.repo, tenant, page, capability_id)
 
     def list_capabilities(self, tenant: str, page: PageRequest) -> Page[CapabilityView]:
         return _reads.list_capabilities(self._state.repo, tenant, page)

@@ -447,6 +447,38 @@ def test_list_pattern_intents_refuses_what_it_cannot_list(client: PmlClient) -> 
     assert "page_token" in dict(foreign.value.violations)
 
 
+def test_list_patterns_of_a_capability(client: PmlClient) -> None:
+    """ListPatterns with `capability` pages through that capability's patterns only, by id
+    (docs/api.md, Capabilities); GetCapability counts them all in `pattern_count`."""
+    read, write = _seed(client)
+    for i in range(2):
+        code = READ_JSON + f"; d.f{i}"
+        tools = ["read_file", "parse_json"]
+        client.record(make_record("Read JSON file", code, tools=tools, request_id=f"v{i}"))
+    capability = client.get_capability(read.capability)
+    assert capability.pattern_count == 3
+    members = [p.name for p in client.iter_patterns(page_size=1, capability=read.capability)]
+    assert members == sorted(capability.patterns)
+    assert write.pattern not in members
+    assert [p.name for p in client.iter_patterns(capability=write.capability)] == [write.pattern]
+    for bad in ("patterns/x", "capabilities/"):
+        with pytest.raises(PmlClientError) as refused:
+            client.list_patterns(capability=bad)
+        assert refused.value.code is grpc.StatusCode.INVALID_ARGUMENT
+        assert "capability" in dict(refused.value.violations)
+    with pytest.raises(PmlClientError) as missing:
+        client.list_patterns(capability="capabilities/nope")
+    assert missing.value.code is grpc.StatusCode.NOT_FOUND
+    # A token of one capability's listing is no token for another listing.
+    token = client.list_patterns(page_size=1, capability=read.capability).next_page_token
+    assert token
+    for other in (write.capability, ""):
+        with pytest.raises(PmlClientError) as foreign:
+            client.list_patterns(page_token=token, capability=other)
+        assert foreign.value.code is grpc.StatusCode.INVALID_ARGUMENT
+        assert "page_token" in dict(foreign.value.violations)
+
+
 def test_capabilities_of_long_intents_page_within_a_default_clients_limit(
     client: PmlClient, channel: grpc.Channel
 ) -> None:

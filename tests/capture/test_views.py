@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from pml_server.capture.views import MAX_CAPABILITY_INTENTS, capability_view
-from pml_server.domain.model import IntentView, PatternView
-from pml_server.domain.records import CapabilityRecord
+from pml_server.domain.records import CapabilityRecord, PatternCounters
 
 
 class _CountedText(str):
@@ -19,42 +18,23 @@ class _CountedText(str):
     __hash__ = str.__hash__
 
 
-def _member(pattern_id: str, texts: list[str]) -> PatternView:
-    return PatternView(
-        id=pattern_id,
-        code_hash="",
-        template="",
-        original_code="",
-        language="typescript",
-        tools_used=("read_file",),
-        params=(),
-        parameter_schema_json="{}",
-        usage_count=1,
-        success_count=1,
-        failure_count=0,
-        first_seen_ms=1,
-        last_used_ms=1,
-        mean_duration_ms=0.0,
-        capability_id="cap",
-        intents=tuple(IntentView(f"{pattern_id}-{n}", t, 1, 1) for n, t in enumerate(texts)),
-    )
-
-
 def test_a_capability_lists_its_first_distinct_intents_at_a_cost_linear_in_its_intents() -> None:
-    """A capability's view names its first `MAX_CAPABILITY_INTENTS` distinct intent texts, in
-    member order. Finding them compared every text with every distinct one before it: a
-    capability with thousands of intents cost GetCapability and each listing page a time
-    quadratic in them."""
+    """A capability's view names the first `MAX_CAPABILITY_INTENTS` distinct texts of the
+    intents it is given, in order, and takes no more of them (docs/api.md, Capabilities).
+    Finding them compared every text with every distinct one before it: a capability with
+    thousands of intents cost GetCapability and each listing page a time quadratic in them."""
     per_member = 1500
-    members = [
-        _member(f"pat_{m}", [_CountedText(f"read file {m * 7 + n}") for n in range(per_member)])
-        for m in range(3)
-    ]
-    # repeated texts across members (m * 7 + n overlaps) are listed once
-    expected = list(dict.fromkeys(i.text for p in members for i in p.intents))
-    record = CapabilityRecord("cap", ("read_file",), tuple(p.id for p in members), 1)
+    texts = [_CountedText(f"read file {m * 7 + n}") for m in range(3) for n in range(per_member)]
+    # repeated texts (m * 7 + n overlaps) are listed once
+    expected = list(dict.fromkeys(texts))
+    given = iter(texts)
+    members = [(f"pat_{m}", PatternCounters(usage=m + 1, success=m)) for m in range(3)]
+    record = CapabilityRecord("cap", ("read_file",), tuple(p for p, _ in members), 1)
     _CountedText.compared = 0
-    view = capability_view(record, members)
+    view = capability_view(record, members, ["pat_2", "pat_1"], given)
     assert list(view.intents) == expected[:MAX_CAPABILITY_INTENTS]
-    assert view.pattern_ids == ("pat_0", "pat_1", "pat_2")
+    assert next(given) == texts[MAX_CAPABILITY_INTENTS]  # read no further
+    assert view.pattern_ids == ("pat_2", "pat_1")
+    assert (view.best_pattern_id, view.pattern_count) == ("pat_2", 3)
+    assert (view.usage_count, view.success_count) == (6, 3)
     assert _CountedText.compared <= 3 * per_member

@@ -211,6 +211,33 @@ def test_show_and_delete_take_a_bare_capability_id_as_the_listings_print_it(run:
     assert "no patterns stored yet" in run("list")
 
 
+def test_list_with_a_capability_lists_its_patterns_and_show_counts_them(run: object) -> None:
+    """`pml list --capability` lists every pattern of one capability (a bare id as the listings
+    print it, or its resource name); `pml show` and `pml list --capabilities` count its
+    patterns from `pattern_count` (the answer names at most 100 of them)."""
+    assert callable(run)
+    for i in range(3):
+        code = READ + f"; d.f{i}"
+        run("record", "--intent", "Read JSON file", "--code", code, "--tool", "read_file")
+    out = run("record", "--intent", "Send mail", "--code", "await mcp.send()", "--tool", "send")
+    other = next(w for w in out.split() if w.startswith("pat_"))
+    capability = json.loads(run("show", "--json", f"capabilities/{_capability_of(run)}"))
+    assert capability["pattern_count"] == 3
+    for name in (capability["name"], capability["name"].removeprefix("capabilities/")):
+        listed = json.loads(run("list", "--json", "--capability", name))["patterns"]
+        assert sorted(p["name"] for p in listed) == sorted(capability["patterns"])
+    assert other not in run("list", "--capability", capability["name"])
+
+
+def _capability_of(run: object) -> str:
+    """The id of the capability of `read_file` (bare)."""
+    assert callable(run)
+    listed = json.loads(run("list", "--capabilities", "--json"))["capabilities"]
+    return next(c["name"] for c in listed if c["tools"] == ["read_file"]).removeprefix(
+        "capabilities/"
+    )
+
+
 @pytest.mark.parametrize("command", ["list", "failures"])
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_a_limit_below_one_is_a_usage_error(run: object, command: str, value: str) -> None:

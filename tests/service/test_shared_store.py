@@ -19,7 +19,7 @@ from pml_server.ranking import RankingConfig
 from pml_server.service import Engine
 from pml_server.storage.keys import CF_INTENTS
 from testing.ranking_oracle import path as oracle
-from tests.support import Clock, make_record, open_engine
+from tests.support import Clock, code_for, make_record, open_engine
 
 JSON_TOOLS = ["fs.read", "json.parse"]
 MAIL_TOOLS = ["mail.compose", "mail.send"]
@@ -566,3 +566,39 @@ def test_a_capture_on_a_replica_cut_off_longer_than_the_op_log_is_kept_groups_ri
     joined = b.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, code="f2()"))
     assert joined.capability_id == first.capability_id
     assert follower.rebuilds == 1
+
+
+def test_a_crowded_capability_of_another_replica_is_answered_bounded_and_exact(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/api.md, Capabilities, over a shared store: A records 300 patterns of one capability;
+    B's GetCapability counts them all and sums every run, names at most 100 and reads at most
+    the 50 intents its texts need (every member's intents before); B's ListPatterns with the
+    capability pages through all 300."""
+    a, b = replicas("a"), replicas("b")
+    tools = ["fs.read"]
+    records = [
+        make_record(f"r{n}", f"Read file {n}", tools, code=f"{code_for(tools)}\nr0.f{n};")
+        for n in range(300)
+    ]
+    capabilities = set()
+    for start in range(0, len(records), 64):
+        for result in a.record_many("t", records[start : start + 64]):
+            assert not isinstance(result, Exception)
+            capabilities.add(result.capability_id)
+    (capability_id,) = capabilities
+    assert eventually(lambda: b.stats("t").patterns == 300)
+    read = _count_intent_reads(b._state.repo.store, monkeypatch)
+    view = b.get_capability("t", capability_id)
+    assert (view.pattern_count, view.usage_count, view.success_count) == (300, 300, 300)
+    assert len(view.pattern_ids) == 100
+    assert len(view.intents) == 50
+    assert sum(read) <= 50
+    seen: list[str] = []
+    cursor = ""
+    while True:
+        page = b.list_patterns("t", PageRequest(page_size=128, cursor=cursor), capability_id)
+        seen += [p.id for p in page.items]
+        if not (cursor := page.next_cursor):
+            break
+    assert len(set(seen)) == 300

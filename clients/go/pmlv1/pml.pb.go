@@ -1176,7 +1176,10 @@ type ListPatternsRequest struct {
 	// only an empty `next_page_token` means the end.
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// (Optional) `next_page_token` of the previous page.
-	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// (Optional) A capability, `capabilities/{capability}`: only its patterns, by id (every
+	// page must name the same one). Empty: every pattern.
+	Capability    string `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1221,6 +1224,13 @@ func (x *ListPatternsRequest) GetPageSize() int32 {
 func (x *ListPatternsRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListPatternsRequest) GetCapability() string {
+	if x != nil {
+		return x.Capability
 	}
 	return ""
 }
@@ -2223,11 +2233,14 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\x11GetPatternRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"?\n" +
 	"\x12GetPatternResponse\x12)\n" +
-	"\apattern\x18\x01 \x01(\v2\x0f.pml.v1.PatternR\apattern\"Q\n" +
+	"\apattern\x18\x01 \x01(\v2\x0f.pml.v1.PatternR\apattern\"q\n" +
 	"\x13ListPatternsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"k\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x03 \x01(\tR\n" +
+	"capability\"k\n" +
 	"\x14ListPatternsResponse\x12+\n" +
 	"\bpatterns\x18\x01 \x03(\v2\x0f.pml.v1.PatternR\bpatterns\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"o\n" +

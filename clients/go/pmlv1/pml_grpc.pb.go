@@ -60,7 +60,7 @@ type PmlServiceClient interface {
 	GetPattern(ctx context.Context, in *GetPatternRequest, opts ...grpc.CallOption) (*GetPatternResponse, error)
 	// ListPatternIntents pages through every intent of a pattern. Role: read.
 	ListPatternIntents(ctx context.Context, in *ListPatternIntentsRequest, opts ...grpc.CallOption) (*ListPatternIntentsResponse, error)
-	// ListPatterns pages through the tenant's patterns. Role: read.
+	// ListPatterns pages through the tenant's patterns, or one capability's. Role: read.
 	ListPatterns(ctx context.Context, in *ListPatternsRequest, opts ...grpc.CallOption) (*ListPatternsResponse, error)
 	// DeletePattern removes a pattern from store and index at once. Role: admin.
 	DeletePattern(ctx context.Context, in *DeletePatternRequest, opts ...grpc.CallOption) (*DeletePatternResponse, error)
@@ -254,7 +254,7 @@ type PmlServiceServer interface {
 	GetPattern(context.Context, *GetPatternRequest) (*GetPatternResponse, error)
 	// ListPatternIntents pages through every intent of a pattern. Role: read.
 	ListPatternIntents(context.Context, *ListPatternIntentsRequest) (*ListPatternIntentsResponse, error)
-	// ListPatterns pages through the tenant's patterns. Role: read.
+	// ListPatterns pages through the tenant's patterns, or one capability's. Role: read.
 	ListPatterns(context.Context, *ListPatternsRequest) (*ListPatternsResponse, error)
 	// DeletePattern removes a pattern from store and index at once. Role: admin.
 	DeletePattern(context.Context, *DeletePatternRequest) (*DeletePatternResponse, error)

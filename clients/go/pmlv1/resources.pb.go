@@ -1257,11 +1257,13 @@ type Capability struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// (Output only) Tools in call order.
 	Tools []string `protobuf:"bytes,2,rep,name=tools,proto3" json:"tools,omitempty"`
-	// (Output only) Resource names of its patterns.
+	// (Output only) Resource names of up to 100 of its patterns: the best first, then by smoothed
+	// success rate, usage and id. ListPatterns with `capability` set lists them all.
 	Patterns []string `protobuf:"bytes,3,rep,name=patterns,proto3" json:"patterns,omitempty"`
 	// (Output only) Resource name of its best pattern.
 	BestPattern string `protobuf:"bytes,4,opt,name=best_pattern,json=bestPattern,proto3" json:"best_pattern,omitempty"`
-	// (Output only) Intent texts of its patterns.
+	// (Output only) Up to 50 distinct intent texts of the patterns in `patterns`, in that order,
+	// each pattern's oldest first.
 	Intents []string `protobuf:"bytes,5,rep,name=intents,proto3" json:"intents,omitempty"`
 	// (Output only) Runs counted over its patterns.
 	UsageCount int64 `protobuf:"varint,6,opt,name=usage_count,json=usageCount,proto3" json:"usage_count,omitempty"`
@@ -1270,7 +1272,9 @@ type Capability struct {
 	// (Output only) Failed tries over its patterns.
 	FailureCount int64 `protobuf:"varint,8,opt,name=failure_count,json=failureCount,proto3" json:"failure_count,omitempty"`
 	// (Output only) When any of its patterns was last used.
-	LastUsedTime  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_used_time,json=lastUsedTime,proto3" json:"last_used_time,omitempty"`
+	LastUsedTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_used_time,json=lastUsedTime,proto3" json:"last_used_time,omitempty"`
+	// (Output only) How many patterns it has (`patterns` names at most 100 of them).
+	PatternCount  int32 `protobuf:"varint,10,opt,name=pattern_count,json=patternCount,proto3" json:"pattern_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1366,6 +1370,13 @@ func (x *Capability) GetLastUsedTime() *timestamppb.Timestamp {
 		return x.LastUsedTime
 	}
 	return nil
+}
+
+func (x *Capability) GetPatternCount() int32 {
+	if x != nil {
+		return x.PatternCount
+	}
+	return 0
 }
 
 // ScoreParts is a suggestion's score broken into the parts of the ranking formula.
@@ -2274,7 +2285,7 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"StepSource\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x05R\x04step\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"\xbc\x02\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\xe1\x02\n" +
 	"\n" +
 	"Capability\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -2286,7 +2297,9 @@ const file_pml_v1_resources_proto_rawDesc = "" +
 	"usageCount\x12#\n" +
 	"\rsuccess_count\x18\a \x01(\x03R\fsuccessCount\x12#\n" +
 	"\rfailure_count\x18\b \x01(\x03R\ffailureCount\x12@\n" +
-	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"\xd0\x02\n" +
+	"\x0elast_used_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\x12#\n" +
+	"\rpattern_count\x18\n" +
+	" \x01(\x05R\fpatternCount\"\xd0\x02\n" +
 	"\n" +
 	"ScoreParts\x12\x14\n" +
 	"\x05match\x18\x01 \x01(\x01R\x05match\x12\x1a\n" +

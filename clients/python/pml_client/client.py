@@ -329,9 +329,13 @@ class PmlClient:
         return reply.capability
 
     def list_patterns(
-        self, page_size: int = 0, page_token: str = ""
+        self, page_size: int = 0, page_token: str = "", capability: str = ""
     ) -> pml_pb2.ListPatternsResponse:
-        request = pml_pb2.ListPatternsRequest(page_size=page_size, page_token=page_token)
+        """One page of patterns by id: the tenant's, or with `capability`
+        (`capabilities/{id}`) only its members (`get_capability` names at most 100)."""
+        request = pml_pb2.ListPatternsRequest(
+            page_size=page_size, page_token=page_token, capability=capability
+        )
         return self._call(self._stub.ListPatterns, request, pml_pb2.ListPatternsResponse)
 
     def list_pattern_intents(
@@ -358,10 +362,12 @@ class PmlClient:
         request = pml_pb2.ListFailuresRequest(page_size=page_size, page_token=page_token)
         return self._call(self._stub.ListFailures, request, pml_pb2.ListFailuresResponse)
 
-    def iter_patterns(self, page_size: int = 100) -> Iterator[resources_pb2.Pattern]:
+    def iter_patterns(
+        self, page_size: int = 100, capability: str = ""
+    ) -> Iterator[resources_pb2.Pattern]:
         token = ""
         while True:
-            page = self.list_patterns(page_size, token)
+            page = self.list_patterns(page_size, token, capability)
             yield from page.patterns
             token = page.next_page_token
             if not token:

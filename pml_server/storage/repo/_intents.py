@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 
 from pml_server.domain.records import IntentRecord, decode_intent
+from pml_server.storage.codec import decode_intent_for_view
 from pml_server.storage.keys import CF_INTENTS, split_tenant, tenant_key, tenant_prefix, u64
 from pml_server.storage.seam import KeyValueReads, Op
 
@@ -18,6 +19,12 @@ class IntentRows:
     def of_pattern(self, tenant: str, pattern_id: str) -> list[IntentRecord]:
         rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""))
         return [decode_intent(v) for _, v in rows]
+
+    def first_of_pattern(self, tenant: str, pattern_id: str, limit: int) -> list[IntentRecord]:
+        """The pattern's first `limit` intents in id order (oldest first), without their
+        vectors: what a capability's view shows of its patterns' intents."""
+        rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""), limit=limit)
+        return [decode_intent_for_view(v) for _, v in rows]
 
     def of_pattern_if_few(self, tenant: str, pattern_id: str) -> list[IntentRecord] | None:
         """Every intent of the pattern if the store read them already with it and they are

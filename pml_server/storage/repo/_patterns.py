@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 from pml_server.domain import json_form
 from pml_server.domain.records import PatternCounters, PatternRecord
-from pml_server.storage.codec import decode_pattern, encode_pattern
+from pml_server.storage.codec import decode_counters_shared, decode_pattern, encode_pattern
 from pml_server.storage.keys import CF_COUNTERS, CF_HASHES, CF_PATTERNS, tenant_key, tenant_prefix
 from pml_server.storage.seam import KeyValueReads, Op
 
@@ -41,6 +42,15 @@ class PatternRows:
         raw = self.store.get(CF_PATTERNS, tenant_key(tenant, pattern_id))
         return None if raw is None else decode_pattern(raw)
 
+    def patterns_by_id(self, tenant: str, pattern_ids: Sequence[str]) -> list[PatternRecord | None]:
+        """The records of these patterns, in order, None where gone: one multi-get. Shared
+        between readers (frozen)."""
+        keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
+        return [
+            None if raw is None else decode_pattern(raw)
+            for raw in self.store.get_many(CF_PATTERNS, keys)
+        ]
+
     def put_pattern(self, tenant: str, record: PatternRecord) -> Op:
         return (CF_PATTERNS, tenant_key(tenant, record.id), encode_pattern(record))
 
@@ -71,6 +81,17 @@ class PatternRows:
     def counters(self, tenant: str, pattern_id: str) -> PatternCounters | None:
         raw = self.store.get(CF_COUNTERS, tenant_key(tenant, pattern_id))
         return None if raw is None else PatternCounters.from_json(raw)
+
+    def counters_by_id(
+        self, tenant: str, pattern_ids: Sequence[str]
+    ) -> list[PatternCounters | None]:
+        """The counters of these patterns, in order, None where gone: one multi-get. Shared
+        with other readers: never mutate them."""
+        keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
+        return [
+            None if raw is None else decode_counters_shared(raw)
+            for raw in self.store.get_many(CF_COUNTERS, keys)
+        ]
 
     def counter_ceilings(self, tenant: str) -> tuple[int, int]:
         """(successes, usage) at least as high as those of any pattern of `tenant`, now or

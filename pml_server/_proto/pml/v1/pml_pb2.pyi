@@ -618,21 +618,27 @@ class ListPatternsRequest(_message.Message):
 
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    CAPABILITY_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """(Optional) 1..1000; 0 means 50. A page may hold fewer (its answer is kept under 4 MiB);
     only an empty `next_page_token` means the end.
     """
     page_token: _builtins.str
     """(Optional) `next_page_token` of the previous page."""
+    capability: _builtins.str
+    """(Optional) A capability, `capabilities/{capability}`: only its patterns, by id (every
+    page must name the same one). Empty: every pattern.
+    """
     def __init__(
         self,
         *,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        capability: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capability", b"capability", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -166,7 +166,7 @@ class PmlServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListPatterns(self, request, context):
-        """ListPatterns pages through the tenant's patterns. Role: read.
+        """ListPatterns pages through the tenant's patterns, or one capability's. Role: read.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -668,6 +668,7 @@ class Capability(_message.Message):
     SUCCESS_COUNT_FIELD_NUMBER: _builtins.int
     FAILURE_COUNT_FIELD_NUMBER: _builtins.int
     LAST_USED_TIME_FIELD_NUMBER: _builtins.int
+    PATTERN_COUNT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """(Output only) Resource name, `capabilities/{capability}`."""
     best_pattern: _builtins.str
@@ -678,17 +679,23 @@ class Capability(_message.Message):
     """(Output only) Successful runs over its patterns."""
     failure_count: _builtins.int
     """(Output only) Failed tries over its patterns."""
+    pattern_count: _builtins.int
+    """(Output only) How many patterns it has (`patterns` names at most 100 of them)."""
     @_builtins.property
     def tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """(Output only) Tools in call order."""
 
     @_builtins.property
     def patterns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """(Output only) Resource names of its patterns."""
+        """(Output only) Resource names of up to 100 of its patterns: the best first, then by smoothed
+        success rate, usage and id. ListPatterns with `capability` set lists them all.
+        """
 
     @_builtins.property
     def intents(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """(Output only) Intent texts of its patterns."""
+        """(Output only) Up to 50 distinct intent texts of the patterns in `patterns`, in that order,
+        each pattern's oldest first.
+        """
 
     @_builtins.property
     def last_used_time(self) -> _timestamp_pb2.Timestamp:
@@ -706,10 +713,11 @@ class Capability(_message.Message):
         success_count: _builtins.int = ...,
         failure_count: _builtins.int = ...,
         last_used_time: _timestamp_pb2.Timestamp | None = ...,
+        pattern_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_used_time", b"last_used_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["best_pattern", b"best_pattern", "failure_count", b"failure_count", "intents", b"intents", "last_used_time", b"last_used_time", "name", b"name", "patterns", b"patterns", "success_count", b"success_count", "tools", b"tools", "usage_count", b"usage_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["best_pattern", b"best_pattern", "failure_count", b"failure_count", "intents", b"intents", "last_used_time", b"last_used_time", "name", b"name", "pattern_count", b"pattern_count", "patterns", b"patterns", "success_count", b"success_count", "tools", b"tools", "usage_count", b"usage_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

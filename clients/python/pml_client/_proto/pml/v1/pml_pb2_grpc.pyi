@@ -56,7 +56,7 @@ class PmlServiceStub:
     ListPatternIntents: _grpc.UnaryUnaryMultiCallable[_pml_pb2.ListPatternIntentsRequest, _pml_pb2.ListPatternIntentsResponse]
     """ListPatternIntents pages through every intent of a pattern. Role: read."""
     ListPatterns: _grpc.UnaryUnaryMultiCallable[_pml_pb2.ListPatternsRequest, _pml_pb2.ListPatternsResponse]
-    """ListPatterns pages through the tenant's patterns. Role: read."""
+    """ListPatterns pages through the tenant's patterns, or one capability's. Role: read."""
     DeletePattern: _grpc.UnaryUnaryMultiCallable[_pml_pb2.DeletePatternRequest, _pml_pb2.DeletePatternResponse]
     """DeletePattern removes a pattern from store and index at once. Role: admin."""
     GetCapability: _grpc.UnaryUnaryMultiCallable[_pml_pb2.GetCapabilityRequest, _pml_pb2.GetCapabilityResponse]
@@ -100,7 +100,7 @@ class PmlServiceAsyncStub(PmlServiceStub):
     ListPatternIntents: _aio.UnaryUnaryMultiCallable[_pml_pb2.ListPatternIntentsRequest, _pml_pb2.ListPatternIntentsResponse]  # type: ignore[assignment]
     """ListPatternIntents pages through every intent of a pattern. Role: read."""
     ListPatterns: _aio.UnaryUnaryMultiCallable[_pml_pb2.ListPatternsRequest, _pml_pb2.ListPatternsResponse]  # type: ignore[assignment]
-    """ListPatterns pages through the tenant's patterns. Role: read."""
+    """ListPatterns pages through the tenant's patterns, or one capability's. Role: read."""
     DeletePattern: _aio.UnaryUnaryMultiCallable[_pml_pb2.DeletePatternRequest, _pml_pb2.DeletePatternResponse]  # type: ignore[assignment]
     """DeletePattern removes a pattern from store and index at once. Role: admin."""
     GetCapability: _aio.UnaryUnaryMultiCallable[_pml_pb2.GetCapabilityRequest, _pml_pb2.GetCapabilityResponse]  # type: ignore[assignment]
@@ -183,7 +183,7 @@ class PmlServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pml_pb2.ListPatternsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pml_pb2.ListPatternsResponse, _abc.Awaitable[_pml_pb2.ListPatternsResponse]]:
-        """ListPatterns pages through the tenant's patterns. Role: read."""
+        """ListPatterns pages through the tenant's patterns, or one capability's. Role: read."""
 
     @_abc_1.abstractmethod
     def DeletePattern(
