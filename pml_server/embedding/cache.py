@@ -2,28 +2,45 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Sequence
 
 import numpy as np
 
-from pml_server.domain.lru import Lru
+from pml_server.domain.lru import ENTRY_BYTES, Lru
 from pml_server.domain.vectors import Matrix, Vector
 from pml_server.embedding.base import Embedder, EmbedderWrapper, SpanPools
 
 SPAN_CACHE = 1024  # requests whose span pools are kept (each a few kB)
+# The defaults of `engine.embedding_cache_size` and `engine.embedding_cache_bytes`.
+CACHE_ENTRIES = 10_000
+CACHE_BYTES = 32 * 1024 * 1024
+# What an entry holds besides its text: the (model, text) key, the vector (a float32 array of
+# its own, never a view that would keep its batch's whole matrix alive) and its place in the
+# LRU (docs/configuration.md, embedding_cache_bytes).
+_KEY_BYTES = sys.getsizeof(("", ""))
+_VECTOR_HEADER = sys.getsizeof(np.zeros(0, np.float32))
+
+
+def _entry_bytes(key: tuple[str, str], vector: Vector) -> int:
+    return ENTRY_BYTES + _KEY_BYTES + sys.getsizeof(key[1]) + _VECTOR_HEADER + vector.nbytes
 
 
 class CachedEmbedder(EmbedderWrapper):
-    """Wraps an Embedder with a bounded LRU cache; same interface. A text another caller is
+    """Wraps an Embedder with an LRU cache bounded both in entries (`capacity`) and in the bytes
+    they hold (`capacity_bytes`: a text of 4,096 characters takes up to 16 KB, so entries alone
+    bound nothing); same interface. A text another caller is
     embedding at the moment is waited for, not embedded twice: a stream embeds its next
     batch ahead (`Engine.embed_ahead`) while the batch before it is written, and the
     capture of that next batch may ask for the same texts before the model is done."""
 
-    def __init__(self, inner: Embedder, capacity: int = 10_000) -> None:
+    def __init__(
+        self, inner: Embedder, capacity: int = CACHE_ENTRIES, capacity_bytes: int = CACHE_BYTES
+    ) -> None:
         super().__init__(inner)
         self._capacity = capacity
-        self._cache: Lru[tuple[str, str], Vector] = Lru(capacity)
+        self._cache: Lru[tuple[str, str], Vector] = Lru(capacity_bytes, weigh=_entry_bytes)
         self._spans: Lru[tuple[str, str, tuple[tuple[int, int], ...]], SpanPools] = Lru(
             max(1, min(capacity, SPAN_CACHE))
         )
@@ -36,6 +53,29 @@ class CachedEmbedder(EmbedderWrapper):
     @property
     def capacity(self) -> int:
         return self._capacity
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self._cache.bound
+
+    @property
+    def weight(self) -> int:
+        """The bytes its vectors and texts hold, counted as `_entry_bytes` does."""
+        with self._lock:
+            return self._cache.weight
+
+    def holds(self, texts: Sequence[str]) -> bool:
+        """Whether the vectors of `texts` all fit in the cache at once (a stream embeds its
+        next batch ahead only when they do: `service/_capture.py`, `embed_ahead`)."""
+        vector = _VECTOR_HEADER + 4 * self.dim
+        size = sum(ENTRY_BYTES + _KEY_BYTES + sys.getsizeof(t) + vector for t in texts)
+        return len(texts) <= self._capacity and size <= self.capacity_bytes
+
+    def _keep(self, model: str, text: str, vector: Vector) -> None:
+        """Cache a copy of `vector`, then evict past the count; the caller holds the lock."""
+        self._cache.put((model, text), np.array(vector, dtype=np.float32))
+        while len(self._cache) > self._capacity:
+            self._cache.pop(next(iter(self._cache)))
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         model = self._inner.model_id
@@ -83,7 +123,7 @@ class CachedEmbedder(EmbedderWrapper):
         if pools is not None:
             with self._lock:
                 self._spans.put(key, pools)
-                self._cache.put((self._inner.model_id, text), pools.vector)
+                self._keep(self._inner.model_id, text, pools.vector)
         return pools
 
     def _embed_claimed(self, model: str, claimed: list[str]) -> dict[str, Vector]:
@@ -95,7 +135,7 @@ class CachedEmbedder(EmbedderWrapper):
             computed = dict(zip(claimed, self._inner.embed(claimed), strict=True))
             with self._lock:
                 for text, vector in computed.items():
-                    self._cache.put((model, text), vector)
+                    self._keep(model, text, vector)
             return computed
         finally:
             with self._lock:
