@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -12,7 +13,10 @@ from pml_server.domain.lru import ENTRY_BYTES, Lru
 from pml_server.domain.vectors import Matrix, Vector
 from pml_server.embedding.base import Embedder, EmbedderWrapper, SpanPools
 
-SPAN_CACHE = 1024  # requests whose span pools are kept (each a few kB)
+# Requests whose span pools are kept, by the bytes they hold (`_span_bytes`; at most
+# `embedding_cache_bytes` too): a short request's about 14 kB, the longest's about 45 kB.
+# Counted by entries (1,024), the longest requests could hold 46 MB.
+SPAN_CACHE_BYTES = 16 * 1024 * 1024
 # The defaults of `engine.embedding_cache_size` and `engine.embedding_cache_bytes`.
 CACHE_ENTRIES = 10_000
 CACHE_BYTES = 32 * 1024 * 1024
@@ -25,6 +29,20 @@ _VECTOR_HEADER = sys.getsizeof(np.zeros(0, np.float32))
 
 def _entry_bytes(key: tuple[str, str], vector: Vector) -> int:
     return ENTRY_BYTES + _KEY_BYTES + sys.getsizeof(key[1]) + _VECTOR_HEADER + vector.nbytes
+
+
+_SpanKey = tuple[str, str, tuple[tuple[int, int], ...]]
+_SPAN_BYTES = sys.getsizeof((0, 0)) + 2 * sys.getsizeof(2**40)  # a span and its two offsets
+
+
+def _span_bytes(key: _SpanKey, pools: SpanPools) -> int:
+    """An entry of the span cache: its key (the text, the spans), the pools' arrays (each with
+    the header of the array it may be a row of), the record and its place in the LRU."""
+    _model, text, spans = key
+    arrays = sum(2 * _VECTOR_HEADER + a.nbytes for a in (pools.vector, pools.mean, pools.spans))
+    record = sys.getsizeof(pools) + sys.getsizeof(vars(pools)) + sys.getsizeof(pools.found)
+    keys = sys.getsizeof(key) + sys.getsizeof(text) + sys.getsizeof(spans)
+    return ENTRY_BYTES + keys + _SPAN_BYTES * len(spans) + arrays + record
 
 
 class CachedEmbedder(EmbedderWrapper):
@@ -41,8 +59,8 @@ class CachedEmbedder(EmbedderWrapper):
         super().__init__(inner)
         self._capacity = capacity
         self._cache: Lru[tuple[str, str], Vector] = Lru(capacity_bytes, weigh=_entry_bytes)
-        self._spans: Lru[tuple[str, str, tuple[tuple[int, int], ...]], SpanPools] = Lru(
-            max(1, min(capacity, SPAN_CACHE))
+        self._spans: Lru[_SpanKey, SpanPools] = Lru(
+            min(capacity_bytes, SPAN_CACHE_BYTES), weigh=_span_bytes
         )
         self._lock = threading.Lock()
         # (model, text) -> set once its vector is cached (or its embedding failed)
@@ -74,8 +92,7 @@ class CachedEmbedder(EmbedderWrapper):
     def _keep(self, model: str, text: str, vector: Vector) -> None:
         """Cache a copy of `vector`, then evict past the count; the caller holds the lock."""
         self._cache.put((model, text), np.array(vector, dtype=np.float32))
-        while len(self._cache) > self._capacity:
-            self._cache.pop(next(iter(self._cache)))
+        _trim(self._cache, self._capacity)
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         model = self._inner.model_id
@@ -112,7 +129,7 @@ class CachedEmbedder(EmbedderWrapper):
 
     def embed_spans(self, text: str, spans: Sequence[tuple[int, int]]) -> SpanPools | None:
         """The model's run of `text` pooled over `spans`, cached by (model, text, spans) in a
-        smaller cache of its own (`SPAN_CACHE` entries at most); its vector is also cached like
+        smaller cache of its own (`SPAN_CACHE_BYTES` at most); its vector is also cached like
         `embed`'s."""
         key = (self._inner.model_id, text, tuple(spans))
         with self._lock:
@@ -123,6 +140,7 @@ class CachedEmbedder(EmbedderWrapper):
         if pools is not None:
             with self._lock:
                 self._spans.put(key, pools)
+                _trim(self._spans, self._capacity)
                 self._keep(self._inner.model_id, text, pools.vector)
         return pools
 
@@ -141,3 +159,9 @@ class CachedEmbedder(EmbedderWrapper):
             with self._lock:
                 for text in claimed:
                     self._computing.pop((model, text)).set()
+
+
+def _trim(cache: Lru[Any, Any], count: int) -> None:
+    """Evict the least recently used entries past `count`."""
+    while len(cache) > count:
+        cache.pop(next(iter(cache)))
