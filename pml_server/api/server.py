@@ -7,7 +7,6 @@ from __future__ import annotations
 import faulthandler
 import gc
 import logging
-import os
 import signal
 import sys
 import threading
@@ -39,6 +38,7 @@ from pml_server.api.servicer import PmlServicer, ServiceDeps
 from pml_server.config import Config, ServerConfig, bind_error, bind_problem, is_loopback
 from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
+from pml_server.domain.stdout import stdout_to_devnull
 from pml_server.storage import SCHEMA_VERSION
 from pml_server.storage.pending_spans import PendingSpans
 
@@ -400,9 +400,7 @@ def _announce(line: str) -> None:
     try:
         print(line, flush=True)
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        stdout_to_devnull()
 
 
 def serve_forever(whole: Config, engine: EngineProtocol | None = None) -> None:

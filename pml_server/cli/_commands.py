@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import time
@@ -39,6 +38,7 @@ from pml_server.cli import _render as render
 from pml_server.cli._record_json import parse_execution_record
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.domain.limits import LIMITS
+from pml_server.domain.stdout import stdout_to_devnull
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -97,9 +97,7 @@ def output_closed() -> int:
     """The reader of stdout went away (`pml list | head -1`): nothing more is said, to anyone,
     and the exit code says so, as a program that SIGPIPE ended (docs/cli.md, exit codes).
     stdout now writes to /dev/null, so the interpreter's last flush cannot fail again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    stdout_to_devnull()
     return EXIT_OUTPUT_CLOSED
 
 

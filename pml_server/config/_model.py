@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pml_server.config._addresses import listen_problem
-from pml_server.domain.limits import LIMITS, Limits
+from pml_server.domain.limits import LIMITS, MIB, Limits
 from pml_server.ranking.config import RankingConfig
 from pml_server.retention import RetentionConfig
 
@@ -220,6 +220,12 @@ class EngineConfig:
     )
     recent_values_per_param: int = setting(5, "recent argument values kept per parameter")
     embedding_cache_size: int = setting(10_000, "embedded texts cached (per model)")
+    embedding_cache_bytes: int = setting(
+        32 * MIB,
+        "bytes the embedded texts cached hold at most (per model: the texts, their vectors and "
+        "the entries; a text of 4,096 characters takes 6 to 18 KB); the cache keeps at most "
+        "embedding_cache_size texts within this",
+    )
     retention_in_background: bool = setting(
         True,
         "apply the retention policy (flag, deprioritize; delete only with auto_remove) to every "
@@ -269,7 +275,12 @@ class EngineConfig:
                 raise ValueError(f"engine.{f.name} must be a finite number, got {value!r}")
         if self.session_idle_seconds <= 0:
             raise ValueError("engine.session_idle_seconds must be > 0")
-        for name in ("failure_log_size", "pool_size", "embedding_cache_size"):
+        for name in (
+            "failure_log_size",
+            "pool_size",
+            "embedding_cache_size",
+            "embedding_cache_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"engine.{name} must be >= 1")
         for name in ("view_cache_size", "recent_values_per_param"):

@@ -99,18 +99,47 @@ class Lru(Generic[K, V]):
         self._weight = 0
 
 
-# What a memoized decoded record holds besides its key, estimated from the key: its strings
-# (JSON text decodes to at most about as many bytes, UTF-8 to UCS-2 included) plus its objects.
-_DECODED_PER_BYTE = 1
-_DECODED_OVERHEAD = 1024
+# What one entry of an `Lru` holds besides its key and value objects: its slot and node in the
+# OrderedDict, the (value, weight) tuple and the weight; tracemalloc measured at most 204 bytes
+# (the dict's table is largest right after it grows), and the allocator rounds each object up
+# to 16 bytes besides (docs/reliability.md, "Caches bounded in bytes").
+ENTRY_BYTES = 320
+# What a bytes object holds besides its bytes (`sys.getsizeof(b"")`).
+BYTES_HEADER = 33
+
+# What a record decoded from JSON holds, estimated from the JSON text (docs/reliability.md,
+# "Caches bounded in bytes"): its text again (a string's characters take at most the bytes of
+# their UTF-8), an object per string (a str's header, 49 to 74 bytes, and its slot in a list or
+# dict), per list or object (a list, a dict, a dataclass and its __dict__), and the record's.
+# Counted from the text, not from the decoded objects: walking them cost 3 to 10 times the
+# decoding itself.
+_DECODED_PER_STRING = 80
+_DECODED_PER_CONTAINER = 96
+_DECODED_RECORD = 128
+
+
+def decoded_bytes(raw: bytes) -> int:
+    """An upper estimate of the memory the record `raw` (JSON) decodes to, for every shape a
+    client can make: one-character strings decode to ten times their stored bytes."""
+    # Quotes but the escaped ones; a backslash before a quote may be the end of an escaped
+    # backslash instead (`"C:\\"`), so those are counted back: never fewer strings than there are.
+    quotes = raw.count(b'"') - raw.count(b'\\"') + raw.count(b'\\\\"')
+    strings = quotes // 2
+    containers = raw.count(b"[") + raw.count(b"{")
+    return (
+        len(raw)
+        + _DECODED_PER_STRING * strings
+        + _DECODED_PER_CONTAINER * containers
+        + _DECODED_RECORD
+    )
 
 
 class BytesMemo(Generic[V]):
     """`decode(raw)` memoized on the stored bytes, least recently used first out, bounded by
-    an estimate of the bytes it holds (each key, and its decoded record: about as large again
-    plus its objects), not by a count: the records are the clients' text (an intent of 4,096
-    characters, a pattern's code), and 16,384 of them held 280 MB to 550 MB where short ones
-    hold 70 MB. Keyed by the exact bytes, a record can never be stale; the records are shared
+    an estimate of the bytes it holds (each key, its decoded record: `decoded_bytes`, and the
+    entry), not by a count: the records are the clients' text (an intent of 4,096 characters, a
+    pattern's code), and 16,384 of them held 280 MB to 550 MB where short ones hold 70 MB.
+    Keyed by the exact bytes, a record can never be stale; the records are shared
     between callers (frozen). Thread-safe: decoders run on every request thread (docs/operations.md,
     "Limits, keepalive and shutdown")."""
 
@@ -143,4 +172,4 @@ class BytesMemo(Generic[V]):
 
 
 def _memo_weight(raw: bytes, _value: object) -> int:
-    return (1 + _DECODED_PER_BYTE) * len(raw) + _DECODED_OVERHEAD
+    return ENTRY_BYTES + BYTES_HEADER + len(raw) + decoded_bytes(raw)

@@ -2,30 +2,65 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from pml_server.domain.lru import Lru
+from pml_server.domain.lru import ENTRY_BYTES, Lru
 from pml_server.domain.vectors import Matrix, Vector
 from pml_server.embedding.base import Embedder, EmbedderWrapper, SpanPools
 
-SPAN_CACHE = 1024  # requests whose span pools are kept (each a few kB)
+# Requests whose span pools are kept, by the bytes they hold (`_span_bytes`; at most
+# `embedding_cache_bytes` too): a short request's about 14 kB, the longest's about 45 kB.
+# Counted by entries (1,024), the longest requests could hold 46 MB.
+SPAN_CACHE_BYTES = 16 * 1024 * 1024
+# The defaults of `engine.embedding_cache_size` and `engine.embedding_cache_bytes`.
+CACHE_ENTRIES = 10_000
+CACHE_BYTES = 32 * 1024 * 1024
+# What an entry holds besides its text: the (model, text) key, the vector (a float32 array of
+# its own, never a view that would keep its batch's whole matrix alive) and its place in the
+# LRU (docs/configuration.md, embedding_cache_bytes).
+_KEY_BYTES = sys.getsizeof(("", ""))
+_VECTOR_HEADER = sys.getsizeof(np.zeros(0, np.float32))
+
+
+def _entry_bytes(key: tuple[str, str], vector: Vector) -> int:
+    return ENTRY_BYTES + _KEY_BYTES + sys.getsizeof(key[1]) + _VECTOR_HEADER + vector.nbytes
+
+
+_SpanKey = tuple[str, str, tuple[tuple[int, int], ...]]
+_SPAN_BYTES = sys.getsizeof((0, 0)) + 2 * sys.getsizeof(2**40)  # a span and its two offsets
+
+
+def _span_bytes(key: _SpanKey, pools: SpanPools) -> int:
+    """An entry of the span cache: its key (the text, the spans), the pools' arrays (each with
+    the header of the array it may be a row of), the record and its place in the LRU."""
+    _model, text, spans = key
+    arrays = sum(2 * _VECTOR_HEADER + a.nbytes for a in (pools.vector, pools.mean, pools.spans))
+    record = sys.getsizeof(pools) + sys.getsizeof(vars(pools)) + sys.getsizeof(pools.found)
+    keys = sys.getsizeof(key) + sys.getsizeof(text) + sys.getsizeof(spans)
+    return ENTRY_BYTES + keys + _SPAN_BYTES * len(spans) + arrays + record
 
 
 class CachedEmbedder(EmbedderWrapper):
-    """Wraps an Embedder with a bounded LRU cache; same interface. A text another caller is
+    """Wraps an Embedder with an LRU cache bounded both in entries (`capacity`) and in the bytes
+    they hold (`capacity_bytes`: a text of 4,096 characters takes up to 16 KB, so entries alone
+    bound nothing); same interface. A text another caller is
     embedding at the moment is waited for, not embedded twice: a stream embeds its next
     batch ahead (`Engine.embed_ahead`) while the batch before it is written, and the
     capture of that next batch may ask for the same texts before the model is done."""
 
-    def __init__(self, inner: Embedder, capacity: int = 10_000) -> None:
+    def __init__(
+        self, inner: Embedder, capacity: int = CACHE_ENTRIES, capacity_bytes: int = CACHE_BYTES
+    ) -> None:
         super().__init__(inner)
         self._capacity = capacity
-        self._cache: Lru[tuple[str, str], Vector] = Lru(capacity)
-        self._spans: Lru[tuple[str, str, tuple[tuple[int, int], ...]], SpanPools] = Lru(
-            max(1, min(capacity, SPAN_CACHE))
+        self._cache: Lru[tuple[str, str], Vector] = Lru(capacity_bytes, weigh=_entry_bytes)
+        self._spans: Lru[_SpanKey, SpanPools] = Lru(
+            min(capacity_bytes, SPAN_CACHE_BYTES), weigh=_span_bytes
         )
         self._lock = threading.Lock()
         # (model, text) -> set once its vector is cached (or its embedding failed)
@@ -36,6 +71,28 @@ class CachedEmbedder(EmbedderWrapper):
     @property
     def capacity(self) -> int:
         return self._capacity
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self._cache.bound
+
+    @property
+    def weight(self) -> int:
+        """The bytes its vectors and texts hold, counted as `_entry_bytes` does."""
+        with self._lock:
+            return self._cache.weight
+
+    def holds(self, texts: Sequence[str]) -> bool:
+        """Whether the vectors of `texts` all fit in the cache at once (a stream embeds its
+        next batch ahead only when they do: `service/_capture.py`, `embed_ahead`)."""
+        vector = _VECTOR_HEADER + 4 * self.dim
+        size = sum(ENTRY_BYTES + _KEY_BYTES + sys.getsizeof(t) + vector for t in texts)
+        return len(texts) <= self._capacity and size <= self.capacity_bytes
+
+    def _keep(self, model: str, text: str, vector: Vector) -> None:
+        """Cache a copy of `vector`, then evict past the count; the caller holds the lock."""
+        self._cache.put((model, text), np.array(vector, dtype=np.float32))
+        _trim(self._cache, self._capacity)
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         model = self._inner.model_id
@@ -72,7 +129,7 @@ class CachedEmbedder(EmbedderWrapper):
 
     def embed_spans(self, text: str, spans: Sequence[tuple[int, int]]) -> SpanPools | None:
         """The model's run of `text` pooled over `spans`, cached by (model, text, spans) in a
-        smaller cache of its own (`SPAN_CACHE` entries at most); its vector is also cached like
+        smaller cache of its own (`SPAN_CACHE_BYTES` at most); its vector is also cached like
         `embed`'s."""
         key = (self._inner.model_id, text, tuple(spans))
         with self._lock:
@@ -83,7 +140,8 @@ class CachedEmbedder(EmbedderWrapper):
         if pools is not None:
             with self._lock:
                 self._spans.put(key, pools)
-                self._cache.put((self._inner.model_id, text), pools.vector)
+                _trim(self._spans, self._capacity)
+                self._keep(self._inner.model_id, text, pools.vector)
         return pools
 
     def _embed_claimed(self, model: str, claimed: list[str]) -> dict[str, Vector]:
@@ -95,9 +153,15 @@ class CachedEmbedder(EmbedderWrapper):
             computed = dict(zip(claimed, self._inner.embed(claimed), strict=True))
             with self._lock:
                 for text, vector in computed.items():
-                    self._cache.put((model, text), vector)
+                    self._keep(model, text, vector)
             return computed
         finally:
             with self._lock:
                 for text in claimed:
                     self._computing.pop((model, text)).set()
+
+
+def _trim(cache: Lru[Any, Any], count: int) -> None:
+    """Evict the least recently used entries past `count`."""
+    while len(cache) > count:
+        cache.pop(next(iter(cache)))

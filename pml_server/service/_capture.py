@@ -276,7 +276,7 @@ def embed_ahead(state: EngineState, tenant: str, records: Sequence[ExecutionReco
     resent stream costs the model nothing): its own embedding call then finds them, or waits
     for them if the model is still at it. A failure is left for that call to meet."""
     embedder = state.embedder
-    if not isinstance(embedder, CachedEmbedder) or embedder.capacity < len(records):
+    if not isinstance(embedder, CachedEmbedder):
         return  # nowhere to keep the vectors until the capture asks: it would embed twice
     wanted = [
         r for r in records if r.intent_embedding is None and r.intent.strip() and run_succeeded(r)
@@ -287,7 +287,7 @@ def embed_ahead(state: EngineState, tenant: str, records: Sequence[ExecutionReco
         check_tenant(tenant)
         applied = state.repo.requests.request_results(tenant, [r.request_id for r in wanted])
         texts = [r.intent for r, prior in zip(wanted, applied, strict=True) if prior is None]
-        if texts:
+        if texts and embedder.holds(texts):  # else evicted before the capture asks for them
             embedder.embed(texts)
 
 

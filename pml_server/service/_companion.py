@@ -71,7 +71,10 @@ def make_companion(config: EngineConfig) -> CachedEmbedder | None:
     if config.cross_lingual == "none" or config.embedder == "hashing":
         return None
     return make_companion_embedder(
-        config.cross_lingual, config.embedder, config.embedding_cache_size
+        config.cross_lingual,
+        config.embedder,
+        config.embedding_cache_size,
+        config.embedding_cache_bytes,
     )
 
 

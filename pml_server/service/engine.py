@@ -63,7 +63,9 @@ class Engine:
     def open(
         cls, config: EngineConfig, clock: Clock | None = None, normalizer: Normalizer = normalize
     ) -> Engine:
-        embedder = make_embedder(config.embedder, config.embedding_cache_size)
+        embedder = make_embedder(
+            config.embedder, config.embedding_cache_size, config.embedding_cache_bytes
+        )
         companion = make_companion(config)
         store = open_store(config.store, config.data_dir, config.durability, config.pool_size)
         try:

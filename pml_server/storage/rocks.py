@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import struct
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -31,7 +32,7 @@ from rocksdict import (
 )
 
 from pml_server.domain.errors import FailedPreconditionError
-from pml_server.domain.lru import Lru
+from pml_server.domain.lru import BYTES_HEADER, ENTRY_BYTES, Lru
 from pml_server.storage._group_commit import GroupCommitWriter
 from pml_server.storage.keys import (
     CF_COUNTERS,
@@ -77,14 +78,22 @@ READ_CACHE_BYTES = 32 * 1024 * 1024
 _READ_CACHE_MAX_VALUE = 16 * 1024  # large templates are rare: read them from RocksDB
 
 
+# What an entry of `_ReadCache` holds besides its key's and value's bytes: their two bytes
+# objects, the (column family, key) tuple, and the entry in the LRU (docs/reliability.md,
+# "Caches bounded in bytes"); a new pattern's counters are about 240 bytes.
+_READ_ENTRY_BYTES = ENTRY_BYTES + 2 * BYTES_HEADER + sys.getsizeof(("", b""))
+
+
+def _read_entry_weight(cf_key: tuple[str, bytes], value: bytes) -> int:
+    return _READ_ENTRY_BYTES + len(cf_key[1]) + len(value)
+
+
 class _ReadCache:
-    """Least-recently-used copy of stored values, bounded in bytes (`domain.lru.Lru`). Not
-    thread-safe: the store uses it under its lock only."""
+    """Least-recently-used copy of stored values, bounded in the bytes they hold
+    (`domain.lru.Lru`). Not thread-safe: the store uses it under its lock only."""
 
     def __init__(self, budget: int) -> None:
-        self._values: Lru[tuple[str, bytes], bytes] = Lru(
-            budget, weigh=lambda cf_key, value: len(cf_key[1]) + len(value)
-        )
+        self._values: Lru[tuple[str, bytes], bytes] = Lru(budget, weigh=_read_entry_weight)
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         return self._values.get((cf, key))

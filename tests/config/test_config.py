@@ -389,6 +389,7 @@ def test_pml_serve_config_starts_a_server_with_the_files_settings(tmp_path: Path
         (["--max-streams", "0"], "server.max_streams must be >= 1"),
         (["--otlp-pending-spans", "-1"], "server.otlp_pending_spans must be >= 0"),
         (["--recent-values-per-param", "-1"], "engine.recent_values_per_param must be >= 0"),
+        (["--embedding-cache-bytes", "0"], "engine.embedding_cache_bytes must be >= 1"),
     ],
 )
 def test_server_values_grpc_cannot_use_are_refused_at_start(argv: list[str], words: str) -> None:

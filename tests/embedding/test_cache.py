@@ -4,12 +4,17 @@ model failure never leaves a waiter hanging."""
 
 from __future__ import annotations
 
+import gc
+import sys
 import threading
-from collections.abc import Sequence
+import tracemalloc
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pytest
 
+from pml_server.domain.limits import LIMITS
+from pml_server.domain.lru import ENTRY_BYTES
 from pml_server.domain.vectors import Matrix
 from pml_server.embedding import CachedEmbedder, HashingEmbedder
 from pml_server.embedding.minilm import MiniLMEmbedder
@@ -108,3 +113,58 @@ def test_minilm_vectors_embedded_ahead_equal_one_text_calls() -> None:
     ahead.join(30)
     for text, vector in zip(texts, together, strict=True):
         assert np.array_equal(vector, model.embed([text])[0])
+
+
+def test_the_cache_holds_at_most_its_bytes_of_the_longest_texts() -> None:
+    """Texts of the longest intents (4,096 characters outside the Basic Multilingual Plane, 4
+    bytes each in memory): counted by entries, the default 10,000 of them held about 190 MB;
+    counted in bytes (the text, the vector, the entry), the cache holds at most its bound."""
+    cached = CachedEmbedder(HashingEmbedder())
+    bound = cached.capacity_bytes
+
+    def batches() -> Iterator[list[str]]:  # as many texts as it has entries
+        for start in range(0, cached.capacity, 64):
+            texts = [f"{n} " + "\U0001f600" * LIMITS.intent.bound for n in range(start, start + 64)]
+            yield [t[: LIMITS.intent.bound] for t in texts]
+
+    for texts in batches():  # the hashing model's own cache of features, filled beforehand
+        HashingEmbedder().embed(texts)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for texts in batches():
+            cached.embed(texts)
+        del texts
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= bound, f"{held} bytes held; the bound is {bound}"
+    assert cached.weight <= bound
+
+
+def test_an_entry_counts_its_text_its_vector_and_its_place() -> None:
+    """What each entry counts, and eviction by bytes before the count is reached."""
+    short, long = "parse json", "x" * 1000
+    one = CachedEmbedder(HashingEmbedder(), capacity=100, capacity_bytes=1 << 30)
+    one.embed([short])
+    vector_bytes = sys.getsizeof(np.zeros(HashingEmbedder().dim, np.float32))
+    entry = ENTRY_BYTES + sys.getsizeof(("", "")) + sys.getsizeof(short) + vector_bytes
+    assert one.weight == entry
+    one.embed([long])
+    assert one.weight == 2 * entry + sys.getsizeof(long) - sys.getsizeof(short)
+    # room for three short entries: a fourth evicts the least recently used, the count unused
+    small = CachedEmbedder(HashingEmbedder(), capacity=100, capacity_bytes=3 * entry + 10)
+    small.embed(["read a", "read b", "read c"])
+    small.embed(["read a"])  # now the most recently used
+    small.embed(["read d"])
+    assert small.misses == 4
+    small.embed(["read a", "read c", "read d"])
+    assert small.misses == 4  # all three kept
+    small.embed(["read b"])  # evicted
+    assert small.misses == 5
+    # what a stream may embed ahead of its capture: only what the cache keeps until then
+    assert small.holds(["read a", "read b", "read c"])
+    assert not small.holds(["read a", "read b", "read c", "read d"])
+    assert not CachedEmbedder(HashingEmbedder(), capacity=2).holds(["read a", "read b", "c"])

@@ -3,11 +3,16 @@ states pooled over character spans; the text's vector is exactly `embed`'s."""
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 import numpy as np
 import pytest
 
+from pml_server.domain.limits import LIMITS
 from pml_server.embedding import make_embedder
 from pml_server.embedding.minilm import MiniLMEmbedder
+from pml_server.ranking.plans import MAX_REQUEST_PARTS
 
 TEXT = "Search for the movie Mulholland Drive. Then send an email to my colleague."
 SPANS = [(0, 37), (44, 74), (500, 600)]
@@ -52,3 +57,26 @@ def test_a_model_without_token_states_has_no_spans() -> None:
     embedder = make_embedder("hashing")
     assert embedder.embed_spans(TEXT, SPANS) is None
     assert embedder.usage().runs == 0
+
+
+def test_the_span_cache_holds_at_most_its_bytes_of_the_longest_requests() -> None:
+    """Requests of the longest intents (4,096 characters outside the Basic Multilingual Plane)
+    cut into the most parts: the span pools kept, counted in bytes (the text, the spans, the
+    arrays, the entry), stay within the bound, with the vectors cached beside them."""
+    bound = 512 * 1024
+    embedder = make_embedder("minilm", cache_bytes=bound)
+    spans = [(n * 600, n * 600 + 500) for n in range(MAX_REQUEST_PARTS)]
+    embedder.embed_spans(TEXT, spans)  # the model's own first-run allocations
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(40):  # past the bound twice over
+            text = f"{n} " + "\U0001f600" * LIMITS.intent.bound
+            assert embedder.embed_spans(text[: LIMITS.intent.bound], spans) is not None
+        del text
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= 2 * bound, f"{held} bytes held; the two caches' bound is {2 * bound}"

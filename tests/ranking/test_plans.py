@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pml_server.domain.lru import Lru
 from pml_server.domain.model import IntentView, ParamView, PatternView, ScoreParts, Suggestion
 from pml_server.ranking import plans
 from pml_server.ranking.plans import (
@@ -626,6 +627,35 @@ def test_step_descriptions_kept_between_requests_stay_within_their_bytes() -> No
     finally:
         tracemalloc.stop()
     assert held <= bound, f"{held} bytes held after 400 patterns of 200 KiB; the bound is {bound}"
+
+
+def test_step_descriptions_of_many_steps_stay_within_their_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Patterns of many short steps: what an entry holds besides its texts (a set per step, the
+    key's tuples, its place in the LRU) is counted too, so the descriptions kept stay within
+    their bound (a smaller one here, the same accounting). Counting the texts and words only,
+    64-step patterns held 2.8 times the bound."""
+    bound = 1024 * 1024
+    monkeypatch.setattr(_steps, "_descriptions", Lru(bound, weigh=_steps._description_bytes))
+    tools = tuple(f"step_{i}" for i in range(64))
+
+    def described(n: int) -> Suggestion:
+        code = "\n".join(f'await mcp.{t}({{city: "Paris{n}"}});' for t in tools)
+        return _described("many", tools, code, f"a hotel in Paris{n} please")
+
+    plans.step_descriptions(described(0).pattern)  # the regular expressions' own cache
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(1, 300):  # past the bound twice over even counted the old way
+            assert len(plans.step_descriptions(described(n).pattern)) == len(tools)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= bound, f"{held} bytes held; the bound is {bound}"
 
 
 def test_a_part_prefers_the_step_its_stored_intents_describe(

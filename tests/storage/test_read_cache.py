@@ -3,14 +3,17 @@ memory. Real RocksDB in tmp_path, both durability modes."""
 
 from __future__ import annotations
 
+import gc
 import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
+from pml_server.domain.records import PatternCounters
 from pml_server.storage import Store
 from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, CF_PATTERNS
-from pml_server.storage.rocks import _ReadCache
+from pml_server.storage.rocks import _read_entry_weight, _ReadCache
 
 
 @pytest.mark.parametrize("durability", ["sync", "fast"])
@@ -84,9 +87,12 @@ def test_readers_never_see_a_value_older_than_an_acknowledged_write(
 
 
 def test_cache_stays_within_its_byte_budget() -> None:
-    cache = _ReadCache(budget=1000)
+    # an entry counts its key's and value's bytes and what holding them costs besides
+    one = _read_entry_weight((CF_PATTERNS, b"k000"), b"x" * 96)
+    assert one == 100 + 320 + 2 * 33 + 56  # the LRU's entry, two bytes objects, the key tuple
+    cache = _ReadCache(budget=10 * one)
     for i in range(100):
-        cache.put(CF_PATTERNS, f"k{i:03}".encode(), b"x" * 96)  # 100 bytes each with the key
+        cache.put(CF_PATTERNS, f"k{i:03}".encode(), b"x" * 96)
     kept = [i for i in range(100) if cache.get(CF_PATTERNS, f"k{i:03}".encode()) is not None]
     assert kept == list(range(90, 100))  # the ten most recent
     cache.get(CF_PATTERNS, b"k090")  # touched: now the most recently used
@@ -95,6 +101,30 @@ def test_cache_stays_within_its_byte_budget() -> None:
     assert cache.get(CF_PATTERNS, b"k091") is None  # the least recently used went
     cache.put(CF_PATTERNS, b"huge", b"z" * 100_000)  # larger than any value worth caching
     assert cache.get(CF_PATTERNS, b"huge") is None
+
+
+def test_cache_holds_at_most_its_budget_of_short_values() -> None:
+    """Counted in bytes, the cache must hold no more than its budget: each entry's key and value
+    objects and its place in the cache cost about 300 bytes besides their bytes, as much as a
+    new pattern's counters (about 240 bytes) and more than twice the budget when uncounted."""
+    budget = 4 * 1024 * 1024
+    counters = PatternCounters(1, 1, 0, 1_700_000_000_000, 5.0, 1, 0, {"$P0": ['"a.json"']})
+    value = counters.to_json()
+    cache = _ReadCache(budget)
+    count = 2 * budget // len(value)  # past the budget twice over, whatever it counts
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(count):  # keys and values as a store read hands them out
+            cache.put(
+                CF_COUNTERS, bytes(bytearray(b"\x00\x02t1pat_%016x" % n)), bytes(bytearray(value))
+            )
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= budget, f"{held} bytes held for a budget of {budget}"
 
 
 @pytest.mark.parametrize("durability", ["sync", "fast"])

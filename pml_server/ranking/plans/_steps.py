@@ -9,7 +9,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from pml_server.domain.lru import Lru
+from pml_server.domain.lru import ENTRY_BYTES, Lru
 from pml_server.domain.model import PatternView
 from pml_server.ranking.plans._parts import COVER_MATCH, PartHit, split_request
 from pml_server.ranking.plans._words import content_words, text_words, tool_words
@@ -116,7 +116,6 @@ DESCRIBED_VALUE_CHARS = 3  # a step's literal values shorter than this locate no
 # counted by entries could keep a gigabyte of code alive (docs/operations.md, "Limits,
 # keepalive and shutdown").
 _DESCRIPTIONS_BYTES = 32 * 1024 * 1024
-_WORD_BYTES = 64  # a description word and its set slot
 _LITERAL = re.compile(
     r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'|(?<![\w$.])(\d+(?:\.\d+)?)(?!\w)"
 )
@@ -165,9 +164,13 @@ _DescriptionKey = tuple[str, tuple[str, ...], tuple[str, ...]]
 
 
 def _description_bytes(key: _DescriptionKey, words: tuple[frozenset[str], ...]) -> int:
+    """Every object an entry holds: its key's texts and tuples, each step's set and its words
+    (counted in each set they are in), and its place in the LRU (docs/reliability.md, "Caches
+    bounded in bytes"); the sets alone, 216 bytes each when empty, were uncounted."""
     code, tools, intents = key
-    texts = sum(sys.getsizeof(t) for t in (code, *tools, *intents))
-    return texts + _WORD_BYTES * sum(len(w) for w in words) + sys.getsizeof(words)
+    objects = (key, tools, intents, code, *tools, *intents, words, *words)
+    held = sum(sys.getsizeof(o) for o in objects)
+    return ENTRY_BYTES + held + sum(sys.getsizeof(w) for step in words for w in step)
 
 
 _descriptions: Lru[_DescriptionKey, tuple[frozenset[str], ...]] = Lru(
