@@ -140,7 +140,10 @@ def test_the_cache_holds_at_most_its_bytes_of_the_longest_texts() -> None:
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert held <= bound, f"{held} bytes held; the bound is {bound}"
+    # The texts dominate both figures, so the count is within 1% of what is held: 5% of slack
+    # for what the interpreter allocates on its own during the run (counted by entries, the
+    # same texts held about 5.7 times the bound).
+    assert held <= bound * 1.05, f"{held} bytes held; the bound is {bound}"
     assert cached.weight <= bound
 
 
