@@ -611,20 +611,11 @@ impl<'a, 't> Walker<'a, 't> {
             if !is_code {
                 // What cannot be decoded exactly (a byte string, `\N{...}`, BigInt) stays code,
                 // but a credential must not stay in the code (docs/normalization.md, Secrets).
-                let raw = RawParam {
-                    start: node.start_byte(),
-                    end: node.end_byte(),
-                    json_type: match candidate {
-                        Candidate::Str => JsonType::String,
-                        Candidate::Num { .. } => JsonType::Integer,
-                    },
-                    value_json: String::new(),
-                    string_value: None,
-                    context: self.context_name(field, named_index),
-                    overflow: true,
-                    named_credential: self.named_credential(field, named_index),
-                    fragment: false,
+                let json_type = match candidate {
+                    Candidate::Str => JsonType::String,
+                    Candidate::Num { .. } => JsonType::Integer,
                 };
+                let raw = self.code_param(node.byte_range(), json_type, field, named_index);
                 if raw.is_secret() {
                     self.params.push(raw);
                 }
@@ -669,13 +660,20 @@ impl<'a, 't> Walker<'a, 't> {
         }
     }
 
-    /// Whether a value in this position is a credential's by the rule a literal's is
-    /// (`RawParam::is_secret` without a value: its context name or `named_credential`).
-    fn is_credential_value(&mut self, field: Option<&'static str>, named_index: usize) -> bool {
+    /// A value at `span` in this position that stays code, without a value of its own: listed
+    /// only when `RawParam::is_secret` says its position makes it a credential's (its context
+    /// name or `named_credential`), so that it is redacted (docs/normalization.md, Secrets).
+    fn code_param(
+        &mut self,
+        span: std::ops::Range<usize>,
+        json_type: JsonType,
+        field: Option<&'static str>,
+        named_index: usize,
+    ) -> RawParam {
         RawParam {
-            start: 0,
-            end: 0,
-            json_type: JsonType::String,
+            start: span.start,
+            end: span.end,
+            json_type,
             value_json: String::new(),
             string_value: None,
             context: self.context_name(field, named_index),
@@ -683,7 +681,13 @@ impl<'a, 't> Walker<'a, 't> {
             named_credential: self.named_credential(field, named_index),
             fragment: false,
         }
-        .is_secret()
+    }
+
+    /// Whether a value in this position is a credential's by the rule a literal's is
+    /// (`code_param`).
+    fn is_credential_value(&mut self, field: Option<&'static str>, named_index: usize) -> bool {
+        self.code_param(0..0, JsonType::String, field, named_index)
+            .is_secret()
     }
 
     /// A child of an interpolated string that is a credential's value: its literal text
