@@ -395,6 +395,48 @@ def test_an_interpolated_string_given_as_a_credential_keeps_no_literal_text() ->
         assert (result.template, result.redacted_code) == (code, code)
 
 
+def test_a_literal_piece_of_a_value_given_as_a_credential_is_secret() -> None:
+    """A credential given as a value joined of pieces (`"..." + suffix`, `("..." "...")`, a
+    conditional's branch) or through a variable holding an interpolated string (`pw =
+    f"{p}..."`) stands in no stored form; the stored code still parses and keeps its names and
+    the hash its placeholders (docs/normalization.md, Secrets)."""
+    cases = [
+        ("python", f'login(password="{PASSWORD}" + suffix)', 'password="[REDACTED]" + suffix'),
+        ("python", f'login(password=("{PASSWORD}" "x9"))', '("[REDACTED]" "[REDACTED]")'),
+        ("python", f'pw = f"{{p}}{PASSWORD}"\nlogin(password=pw)', 'pw = f"{p}[REDACTED]"'),
+        ("python", f'pw = "{PASSWORD}" + s\nlogin(password=pw)', 'pw = "[REDACTED]" + s'),
+        ("python", f'login(token=(a if c else "{PASSWORD}"))', '(a if c else "[REDACTED]")'),
+        ("typescript", f'await mcp.login({{password: "{PASSWORD}" + s}})', '"[REDACTED]" + s'),
+        ("javascript", f"await mcp.login({{password: p + '{PASSWORD}'}})", 'p + "[REDACTED]"'),
+        (
+            "typescript",
+            f"const pw = `${{p}}{PASSWORD}`; await mcp.login({{password: pw}})",
+            "`${p}[REDACTED]`",
+        ),
+    ]
+    for language, code, kept in cases:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, result.fallback_reason
+        assert PASSWORD not in _stored_forms(result), (language, code)
+        assert kept in result.redacted_code, result.redacted_code
+        again = _core.normalize(result.redacted_code, language)
+        assert again.parse_ok
+        assert again.redacted_code == result.redacted_code
+        other = _core.normalize(code.replace(PASSWORD, "another-one"), language)
+        if "`" not in code and 'f"' not in code:  # an interpolated string's text is code
+            assert other.code_hash == result.code_hash, code
+    for language, code in [
+        ("python", 'x = "hello" + suffix'),
+        ("python", 'requests.get(u, headers={"Authorization": "Bearer " + token})'),
+        ("python", 'login(auth=user + ":" + pw)'),
+        ("python", 'p = f"{root}/a.json"\nmcp.read_file(path=p)'),
+        ("typescript", 'await mcp.read({path: "a/" + name})'),
+    ]:
+        result = _core.normalize(code, language)
+        assert result.redacted_code == code
+        assert not [p for p in result.params if p.secret], code
+
+
 def test_a_prefixed_python_string_in_code_no_parser_reads_is_named_by_its_context() -> None:
     """Python code with a syntax error goes to the fallback tokenizer, which reads a string's
     prefix (`f"..."`, `b"..."`, `rb"..."`) as a word of its own: the string is still named by

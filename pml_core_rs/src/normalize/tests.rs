@@ -461,6 +461,155 @@ fn an_interpolated_string_given_as_a_credential_keeps_no_literal_text() {
     }
 }
 
+/// Code giving a credential named `name` as a value joined of pieces, one of them the literal
+/// `value` (docs/normalization.md, Secrets), by language.
+fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
+    let mut shapes = vec![
+        (format!("login({name}=\"{value}\" + suffix)"), "python"),
+        (format!("login({name}=prefix + '{value}')"), "python"),
+        (format!("login({name}=(\"{value}\" \"x9\"))"), "python"),
+        (format!("login({name}=(\"{value}\" if a else b))"), "python"),
+        (format!("login({name}=f\"{{p}}{value}\" + s)"), "python"),
+        (
+            format!("pw = \"{value}\" + suffix\nlogin({name}=pw)"),
+            "python",
+        ),
+        (
+            format!("pw = f\"{{p}}{value}\"\nlogin({name}=pw)"),
+            "python",
+        ),
+        (
+            format!("os.getenv(\"DB_PASSWORD\", \"{value}\" + x)"),
+            "python",
+        ),
+    ];
+    for language in ["js", "ts"] {
+        shapes.extend([
+            (
+                format!("await mcp.login({{{name}: \"{value}\" + suffix}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: p + '{value}' + s}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: (a ? \"{value}\" : b)}})"),
+                language,
+            ),
+            (
+                format!("const pw = `${{p}}{value}`; await mcp.login({{{name}: pw}})"),
+                language,
+            ),
+            (
+                format!("let pw = \"{value}\" + s; await mcp.login({{{name}: pw}})"),
+                language,
+            ),
+        ]);
+    }
+    shapes
+}
+
+/// Where `value` stands in what a pattern stores of `n`: its template, its stored code or a
+/// parameter's value not flagged secret.
+fn stored_holds(n: &Normalized, value: &str) -> bool {
+    n.template.contains(value)
+        || n.redacted_code.contains(value)
+        || n.params
+            .iter()
+            .any(|p| !p.secret && p.value_json.contains(value))
+}
+
+#[test]
+fn a_literal_piece_of_a_credential_is_a_secret() {
+    for (code, language) in joined_credentials("password", "hunter2secret") {
+        let n = norm(&code, language);
+        assert!(n.parse_ok, "{code}: {}", n.fallback_reason);
+        assert!(!stored_holds(&n, "hunter2secret"), "{code}: {n:?}");
+        // the stored code parses and reads again as itself, redacted alike
+        let again = norm(&n.redacted_code, language);
+        assert!(again.parse_ok, "{}", n.redacted_code);
+        assert_eq!(again.redacted_code, n.redacted_code);
+        assert_eq!(again.template, n.template, "{code}");
+    }
+    assert_eq!(
+        norm("login(password=\"hunter2secret\" + suffix)", "python").redacted_code,
+        "login(password=\"[REDACTED]\" + suffix)"
+    );
+    assert_eq!(
+        norm("pw = f\"{p}hunter2secret\"\nlogin(password=pw)", "python").template,
+        "pw = f\"{p}[REDACTED]\"\nlogin(password=pw)"
+    );
+    // The placeholder keeps its name (names are not hashed), the hash its literal markers.
+    let n = norm(
+        "await mcp.login({password: \"hunter2secret\" + suffix})",
+        "ts",
+    );
+    assert_eq!(n.template, "await mcp.login({password: $STR + suffix})");
+    assert!(n.params[0].secret);
+    same(
+        "await mcp.login({password: \"hunter2secret\" + suffix})",
+        "await mcp.login({password: \"other\" + suffix})",
+        "ts",
+    );
+}
+
+#[test]
+fn a_piece_of_a_value_not_given_as_a_credential_stays() {
+    for (code, language) in [
+        ("x = \"hello\" + suffix", "python"),
+        ("print(\"token: \" + tok)", "python"),
+        (
+            "get(u, headers={\"Authorization\": \"Bearer \" + token})",
+            "python",
+        ),
+        ("login(auth=user + \":\" + pw)", "python"),
+        ("pw = f\"{root}/a.json\"\nread(path=pw)", "python"),
+        ("r = (\"a.json\" if a else b)", "python"),
+        ("fetch(u, {headers: {Authorization: 'Basic ' + b}})", "js"),
+        (
+            "const p = `${root}/a.json`; await mcp.read({path: p})",
+            "ts",
+        ),
+        ("const t = a ? \"x\" : \"y\"; read({path: c ? t : d})", "ts"),
+        ("login({password: (secret ? \"yes\" : \"no\") && pw})", "js"),
+    ] {
+        let n = norm(code, language);
+        assert!(n.parse_ok, "{code}");
+        assert_eq!(n.redacted_code, code);
+        assert!(n.params.iter().all(|p| !p.secret), "{code}: {:?}", n.params);
+    }
+    // the condition of a conditional is no piece of its value
+    let n = norm(
+        "login(password=(\"a\" if \"on\" in m else \"b\"))",
+        "python",
+    );
+    let flags: Vec<(&str, bool)> = n
+        .params
+        .iter()
+        .map(|p| (p.value_json.as_str(), p.secret))
+        .collect();
+    assert_eq!(flags, [("\"a\"", true), ("\"on\"", false), ("\"b\"", true)]);
+}
+
+proptest::proptest! {
+    /// Any literal piece of a value joined of pieces, given as a credential, never stands in
+    /// what a pattern stores (docs/normalization.md, Secrets).
+    #[test]
+    fn any_literal_piece_of_a_credential_never_stands_in_the_stored_code(
+        value in "[a-z]{3}[0-9]{2}[a-zA-Z]{3,12}",
+        name in proptest::sample::select(vec![
+            "password", "api_key", "token", "Authorization", "client_secret", "db_passwd",
+        ]),
+    ) {
+        for (code, language) in joined_credentials(name, &value) {
+            let n = norm(&code, language);
+            proptest::prop_assert!(n.parse_ok, "{}", code);
+            proptest::prop_assert!(!stored_holds(&n, &value), "{}: {:?}", code, n);
+        }
+    }
+}
+
 #[test]
 fn a_prefixed_python_string_in_the_fallback_is_named_by_its_context() {
     for prefix in ["f", "b", "r", "rb", "Fr", "u"] {
