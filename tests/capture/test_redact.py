@@ -483,3 +483,27 @@ def test_a_string_holding_a_shell_credential_is_a_secret_parameter() -> None:
     for value in ("mkdir -p out", "--output=out.txt", "a=b c=d", "curl -u bob https://x", "x-y"):
         result = _core.normalize(f"run({json.dumps(value)})", "python")
         assert [p.secret for p in result.params] == [False], value
+
+
+def test_a_password_echoed_into_a_command_reading_it_from_its_input_is_secret() -> None:
+    """`echo pw | docker login --password-stdin` (and `printf '%s' pw |`, podman, helm, oras,
+    `gh auth login --with-token`) writes a password as surely as `-p pw`: in a string code runs
+    it makes the string secret, in shell code the password is redacted where it stands
+    (docs/normalization.md, Secrets); an echo into another command is kept."""
+    for line in (
+        f"echo {PASSWORD} | docker login -u bob --password-stdin",
+        f"printf '%s' {PASSWORD} | helm registry login r --password-stdin",
+        f"echo -n '{PASSWORD}' | podman login -u bob --password-stdin quay.io",
+        f"printf {PASSWORD} | oras login -u bob --password-stdin r",
+        f"echo {PASSWORD} | gh auth login --with-token",
+    ):
+        run = _core.normalize(f"subprocess.run({json.dumps(line)}, shell=True)", "python")
+        assert [p.secret for p in run.params] == [True], line
+        assert PASSWORD not in _stored_forms(run), line
+        shell = _core.normalize(line, "bash")
+        assert PASSWORD not in _stored_forms(shell), line
+        assert '"[REDACTED]" |' in shell.redacted_code, shell.redacted_code
+    for line in ("echo hello | grep h", 'echo "$PW" | docker login --password-stdin'):
+        run = _core.normalize(f"subprocess.run({json.dumps(line)}, shell=True)", "python")
+        assert [p.secret for p in run.params] == [False], line
+        assert _core.normalize(line, "bash").redacted_code == line

@@ -626,6 +626,81 @@ fn a_prefixed_python_string_in_the_fallback_is_named_by_its_context() {
 }
 
 #[test]
+fn a_password_echoed_into_a_command_reading_it_from_its_input_is_a_secret() {
+    let (before, after) = (
+        "echo hunter2secret",
+        "| docker login -u bob --password-stdin",
+    );
+    for (code, stored) in [
+        (
+            format!("{before} {after}"),
+            format!("echo \"[REDACTED]\" {after}"),
+        ),
+        (
+            "printf '%s' hunter2secret | helm registry login r --password-stdin".to_owned(),
+            "printf '%s' \"[REDACTED]\" | helm registry login r --password-stdin".to_owned(),
+        ),
+        (
+            "printf hunter2secret | oras login -u bob --password-stdin".to_owned(),
+            "printf \"[REDACTED]\" | oras login -u bob --password-stdin".to_owned(),
+        ),
+        (
+            "echo -n 'hunter2secret' | podman login --password-stdin".to_owned(),
+            "echo -n \"[REDACTED]\" | podman login --password-stdin".to_owned(),
+        ),
+        (
+            "echo hunter2-se!cret | \\\n  gh auth login --with-token".to_owned(),
+            "echo \"[REDACTED]\" | \\\n  gh auth login --with-token".to_owned(),
+        ),
+    ] {
+        let n = norm(&code, "bash");
+        assert_eq!(n.redacted_code, stored, "{code}");
+        assert!(!n.template.contains("hunter2"), "{code}");
+        assert!(
+            n.params
+                .iter()
+                .all(|p| p.secret || p.value_json == "\"%s\""),
+            "{code}"
+        );
+        for language in ["python", "js"] {
+            let run = norm(&format!("run({})", serde_json::json!(code)), language);
+            assert_eq!(
+                run.params.iter().map(|p| p.secret).collect::<Vec<_>>(),
+                [true]
+            );
+            assert!(!run.redacted_code.contains("hunter2"), "{code}");
+        }
+    }
+    // A bare word stays code, hashed as before (another password is another pattern); a
+    // quoted one was a parameter, and is a secret one.
+    let hash = |code: &str| norm(code, "bash").code_hash;
+    let login = "| docker login --password-stdin";
+    assert_ne!(
+        hash(&format!("echo a1 {login}")),
+        hash(&format!("echo b2 {login}"))
+    );
+    assert_eq!(
+        hash(&format!("echo 'a1' {login}")),
+        hash(&format!("echo 'b2' {login}"))
+    );
+    for code in [
+        "echo hello | grep h",
+        "echo \"$PW\" | docker login --password-stdin",
+        "printf '%s\\n' $(cat pw.txt) | docker login --password-stdin",
+        "echo hello || docker login --password-stdin",
+        "echo hello; docker login --password-stdin < pw.txt",
+        "echo hello\ndocker login --password-stdin < pw.txt",
+        "cat pw.txt | docker login --password-stdin",
+    ] {
+        let n = norm(code, "bash");
+        assert_eq!(n.redacted_code, code);
+        assert!(n.params.iter().all(|p| !p.secret), "{code}");
+        let run = norm(&format!("run({})", serde_json::json!(code)), "python");
+        assert!(!run.params[0].secret, "{code}");
+    }
+}
+
+#[test]
 fn only_a_command_that_takes_user_colon_password_has_one_after_u() {
     for code in [
         "curl -u bob:pw https://x",
