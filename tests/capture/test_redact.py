@@ -437,6 +437,25 @@ def test_a_literal_piece_of_a_value_given_as_a_credential_is_secret() -> None:
         assert not [p for p in result.params if p.secret], code
 
 
+def test_a_literal_piece_of_a_credential_in_code_no_parser_reads_is_secret() -> None:
+    """Code with a syntax error goes to the fallback tokenizer, which reads a value given as a
+    credential to its end: each literal piece of it is a secret, a call's argument in it and
+    the next argument are not (docs/normalization.md, Fallback)."""
+    for language, code in [
+        ("python", f'login(password=("{PASSWORD}" "x9"), user="bob"\nx = ('),
+        ("python", f'login(password=p + "{PASSWORD}", user="bob"\nx = ('),
+        ("typescript", f'await mcp.login({{password: "a" + "{PASSWORD}", user: "bob"'),
+    ]:
+        result = _core.normalize(code, language)
+        assert not result.parse_ok
+        assert PASSWORD not in _stored_forms(result), code
+        assert [p.secret for p in result.params if p.name == "$USER"] == [False]
+    code = 'login(password=get("db_name"), n="a" + "b"\nx = ('
+    result = _core.normalize(code, "python")
+    assert result.redacted_code == code
+    assert not [p for p in result.params if p.secret]
+
+
 def test_a_prefixed_python_string_in_code_no_parser_reads_is_named_by_its_context() -> None:
     """Python code with a syntax error goes to the fallback tokenizer, which reads a string's
     prefix (`f"..."`, `b"..."`, `rb"..."`) as a word of its own: the string is still named by

@@ -93,10 +93,12 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     let mut shell_secrets = shell_secrets.into_iter().peekable();
     let mut inside_until = 0usize; // the end of the shell secret the loop is inside
     let mut listed_until = 0usize; // the end of the stdin password listed whole
+    let mut credential = CredentialValue::default();
     for (i, token) in tokens.iter().enumerate() {
         if token.start < inside_until {
             continue;
         }
+        let piece = lang.is_some() && credential.piece(&tokens, i, code, &style);
         // the token is the stdin password whole: its parameter, if it is one, is a secret
         let mut stdin_password = false;
         while stdin_secrets.next_if(|s| s.start < token.start).is_some() {}
@@ -204,6 +206,8 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                         canonical::TAG_NUMBER_PARAM
                     });
                 }
+                // a piece holding no secret (`user + ":" + pw`) stays, as in the parsed path
+                let piece = piece && !string_value.as_deref().is_some_and(super::holds_no_secret);
                 let raw = RawParam {
                     start: token.start,
                     end: token.end,
@@ -212,7 +216,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                     string_value,
                     context: context_name(&tokens, i, code, &style),
                     overflow,
-                    named_credential: stdin_password,
+                    named_credential: stdin_password || piece,
                     fragment: false,
                 };
                 // a literal inside a stdin password listed whole is redacted with it
@@ -232,6 +236,70 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
         params,
         tool_calls,
         steps: None,
+    }
+}
+
+/// The value given as a credential that the fallback is inside, as the parsed path reads one
+/// (docs/normalization.md, Secrets): after `name=`, `name:` or `name(` whose name is a
+/// credential's, up to a `,`, `;`, `:`, line break or closing bracket outside its own brackets.
+/// Each literal in it outside a call's brackets is a piece of it (`password="..." + x`,
+/// `password=("..." "...")`), so a secret; one passed to a call (`password=get("db")`) is not.
+#[derive(Default)]
+struct CredentialValue {
+    /// Inside one.
+    inside: bool,
+    /// The brackets opened in it: whether each is a grouping `(` (not a call's, a list's or an
+    /// object's).
+    brackets: Vec<bool>,
+    /// How many of `brackets` are no grouping.
+    calls: usize,
+}
+
+impl CredentialValue {
+    /// Read token `i`; whether it is a piece of a credential's value (`CredentialValue`).
+    fn piece(&mut self, tokens: &[Token], i: usize, code: &str, style: &Style) -> bool {
+        let text = |t: &Token| &code[t.start..t.end];
+        let token = &tokens[i];
+        let t = text(token);
+        let mut piece = false;
+        if self.inside {
+            let line_break =
+                i > 0 && code.as_bytes()[tokens[i - 1].end..token.start].contains(&b'\n');
+            if self.brackets.is_empty()
+                && (line_break || matches!(t, "," | ";" | ":" | ")" | "]" | "}"))
+            {
+                self.inside = false;
+            } else {
+                match t {
+                    "(" | "[" | "{" => {
+                        // `f(`, `x[`, `a)(`: a call or a subscript, not a grouping
+                        let grouping = t == "("
+                            && !i.checked_sub(1).is_some_and(|p| {
+                                tokens[p].kind == Kind::Word
+                                    || matches!(text(&tokens[p]), ")" | "]")
+                            });
+                        self.calls += usize::from(!grouping);
+                        self.brackets.push(grouping);
+                    }
+                    ")" | "]" | "}" => {
+                        if self.brackets.pop() == Some(false) {
+                            self.calls -= 1;
+                        }
+                    }
+                    _ => piece = self.calls == 0,
+                }
+            }
+        }
+        // not a comparison's `==`
+        let compares = t == "=" && tokens.get(i + 1).is_some_and(|n| text(n) == "=");
+        if !self.inside && matches!(t, "=" | ":" | "(") && !compares && i + 1 < tokens.len() {
+            self.inside = context_name(tokens, i + 1, code, style)
+                .and_then(|name| super::naming::upper_snake(&name))
+                .is_some_and(|name| super::secrets::is_secret_name(&name));
+            self.brackets.clear();
+            self.calls = 0;
+        }
+        piece
     }
 }
 

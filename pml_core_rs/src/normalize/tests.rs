@@ -701,6 +701,66 @@ fn a_password_echoed_into_a_command_reading_it_from_its_input_is_a_secret() {
 }
 
 #[test]
+fn a_literal_piece_of_a_credential_in_the_fallback_is_a_secret() {
+    // code the parser rejects: the fallback reads the value given as a credential
+    for (code, language) in [
+        ("login(password=(\"hunter2\" \"secretpw\")", "python"),
+        (
+            "login(password=\"x\" + \"hunter2secret\", user=\"bob\"",
+            "python",
+        ),
+        ("login(password=p + \"hunter2secret\", n=1\nx = (", "python"),
+        (
+            "login(password=(\n  \"hunter2\"\n  \"secretpw\"\n), user=\"bob\"\ny = (",
+            "python",
+        ),
+        ("set_password(\"a\" + \"hunter2secret\")\ny = (", "python"),
+        (
+            "await mcp.login({password: \"a\" + \"hunter2secret\", user: \"bob\"",
+            "ts",
+        ),
+        (
+            "await mcp.login({password: p + `${x}hunter2secret`, user: \"bob\"",
+            "js",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(!n.parse_ok, "{code}");
+        assert!(!stored_holds(&n, "hunter2"), "{code}: {n:?}");
+        assert!(!stored_holds(&n, "secretpw"), "{code}: {n:?}");
+        let flags: Vec<(&str, bool)> = n
+            .params
+            .iter()
+            .filter(|p| p.name == "$USER")
+            .map(|p| (p.value_json.as_str(), p.secret))
+            .collect();
+        assert!(flags.iter().all(|(_, secret)| !secret), "{code}: {flags:?}");
+    }
+    // the hash keeps its placeholders: another password is the same pattern
+    let hash = |code: &str| norm(code, "python").code_hash;
+    assert_eq!(
+        hash("login(password=(\"a1\" \"b2\")"),
+        hash("login(password=(\"c3\" \"d4\")")
+    );
+    for (code, language) in [
+        ("x = \"hello\" + \"world\"\ny = (", "python"),
+        ("print(\"token: \" + \"abc\")\ny = (", "python"),
+        (
+            "login(password=f(x, \"db_name\"), n=\"a\" + \"b\"\ny = (",
+            "python",
+        ),
+        ("login(auth=user + \":\" + pw, n=1\ny = (", "python"),
+        ("if password == \"x\": y = \"a\" + \"b\"\nz = (", "python"),
+        ("f({path: \"a/\" + name, n: 1", "js"),
+    ] {
+        let n = norm(code, language);
+        assert!(!n.parse_ok, "{code}");
+        assert_eq!(n.redacted_code, code);
+        assert!(n.params.iter().all(|p| !p.secret), "{code}: {:?}", n.params);
+    }
+}
+
+#[test]
 fn only_a_command_that_takes_user_colon_password_has_one_after_u() {
     for code in [
         "curl -u bob:pw https://x",
