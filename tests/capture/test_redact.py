@@ -395,6 +395,67 @@ def test_an_interpolated_string_given_as_a_credential_keeps_no_literal_text() ->
         assert (result.template, result.redacted_code) == (code, code)
 
 
+def test_a_literal_piece_of_a_value_given_as_a_credential_is_secret() -> None:
+    """A credential given as a value joined of pieces (`"..." + suffix`, `("..." "...")`, a
+    conditional's branch) or through a variable holding an interpolated string (`pw =
+    f"{p}..."`) stands in no stored form; the stored code still parses and keeps its names and
+    the hash its placeholders (docs/normalization.md, Secrets)."""
+    cases = [
+        ("python", f'login(password="{PASSWORD}" + suffix)', 'password="[REDACTED]" + suffix'),
+        ("python", f'login(password=("{PASSWORD}" "x9"))', '("[REDACTED]" "[REDACTED]")'),
+        ("python", f'pw = f"{{p}}{PASSWORD}"\nlogin(password=pw)', 'pw = f"{p}[REDACTED]"'),
+        ("python", f'pw = "{PASSWORD}" + s\nlogin(password=pw)', 'pw = "[REDACTED]" + s'),
+        ("python", f'login(token=(a if c else "{PASSWORD}"))', '(a if c else "[REDACTED]")'),
+        ("typescript", f'await mcp.login({{password: "{PASSWORD}" + s}})', '"[REDACTED]" + s'),
+        ("javascript", f"await mcp.login({{password: p + '{PASSWORD}'}})", 'p + "[REDACTED]"'),
+        (
+            "typescript",
+            f"const pw = `${{p}}{PASSWORD}`; await mcp.login({{password: pw}})",
+            "`${p}[REDACTED]`",
+        ),
+    ]
+    for language, code, kept in cases:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, result.fallback_reason
+        assert PASSWORD not in _stored_forms(result), (language, code)
+        assert kept in result.redacted_code, result.redacted_code
+        again = _core.normalize(result.redacted_code, language)
+        assert again.parse_ok
+        assert again.redacted_code == result.redacted_code
+        other = _core.normalize(code.replace(PASSWORD, "another-one"), language)
+        if "`" not in code and 'f"' not in code:  # an interpolated string's text is code
+            assert other.code_hash == result.code_hash, code
+    for language, code in [
+        ("python", 'x = "hello" + suffix'),
+        ("python", 'requests.get(u, headers={"Authorization": "Bearer " + token})'),
+        ("python", 'login(auth=user + ":" + pw)'),
+        ("python", 'p = f"{root}/a.json"\nmcp.read_file(path=p)'),
+        ("typescript", 'await mcp.read({path: "a/" + name})'),
+    ]:
+        result = _core.normalize(code, language)
+        assert result.redacted_code == code
+        assert not [p for p in result.params if p.secret], code
+
+
+def test_a_literal_piece_of_a_credential_in_code_no_parser_reads_is_secret() -> None:
+    """Code with a syntax error goes to the fallback tokenizer, which reads a value given as a
+    credential to its end: each literal piece of it is a secret, a call's argument in it and
+    the next argument are not (docs/normalization.md, Fallback)."""
+    for language, code in [
+        ("python", f'login(password=("{PASSWORD}" "x9"), user="bob"\nx = ('),
+        ("python", f'login(password=p + "{PASSWORD}", user="bob"\nx = ('),
+        ("typescript", f'await mcp.login({{password: "a" + "{PASSWORD}", user: "bob"'),
+    ]:
+        result = _core.normalize(code, language)
+        assert not result.parse_ok
+        assert PASSWORD not in _stored_forms(result), code
+        assert [p.secret for p in result.params if p.name == "$USER"] == [False]
+    code = 'login(password=get("db_name"), n="a" + "b"\nx = ('
+    result = _core.normalize(code, "python")
+    assert result.redacted_code == code
+    assert not [p for p in result.params if p.secret]
+
+
 def test_a_prefixed_python_string_in_code_no_parser_reads_is_named_by_its_context() -> None:
     """Python code with a syntax error goes to the fallback tokenizer, which reads a string's
     prefix (`f"..."`, `b"..."`, `rb"..."`) as a word of its own: the string is still named by
@@ -441,3 +502,27 @@ def test_a_string_holding_a_shell_credential_is_a_secret_parameter() -> None:
     for value in ("mkdir -p out", "--output=out.txt", "a=b c=d", "curl -u bob https://x", "x-y"):
         result = _core.normalize(f"run({json.dumps(value)})", "python")
         assert [p.secret for p in result.params] == [False], value
+
+
+def test_a_password_echoed_into_a_command_reading_it_from_its_input_is_secret() -> None:
+    """`echo pw | docker login --password-stdin` (and `printf '%s' pw |`, podman, helm, oras,
+    `gh auth login --with-token`) writes a password as surely as `-p pw`: in a string code runs
+    it makes the string secret, in shell code the password is redacted where it stands
+    (docs/normalization.md, Secrets); an echo into another command is kept."""
+    for line in (
+        f"echo {PASSWORD} | docker login -u bob --password-stdin",
+        f"printf '%s' {PASSWORD} | helm registry login r --password-stdin",
+        f"echo -n '{PASSWORD}' | podman login -u bob --password-stdin quay.io",
+        f"printf {PASSWORD} | oras login -u bob --password-stdin r",
+        f"echo {PASSWORD} | gh auth login --with-token",
+    ):
+        run = _core.normalize(f"subprocess.run({json.dumps(line)}, shell=True)", "python")
+        assert [p.secret for p in run.params] == [True], line
+        assert PASSWORD not in _stored_forms(run), line
+        shell = _core.normalize(line, "bash")
+        assert PASSWORD not in _stored_forms(shell), line
+        assert '"[REDACTED]" |' in shell.redacted_code, shell.redacted_code
+    for line in ("echo hello | grep h", 'echo "$PW" | docker login --password-stdin'):
+        run = _core.normalize(f"subprocess.run({json.dumps(line)}, shell=True)", "python")
+        assert [p.secret for p in run.params] == [False], line
+        assert _core.normalize(line, "bash").redacted_code == line

@@ -75,11 +75,52 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     } else {
         Vec::new()
     };
+    // A password a command reads from its input (`echo pw | docker login --password-stdin`) is
+    // listed as a secret that stays code: hashed as before, redacted (`stdin_passwords`).
+    let mut stdin_secrets = match lang {
+        None => stdin_passwords(&tokens, code)
+            .into_iter()
+            .filter(|s| {
+                !shell_secrets
+                    .iter()
+                    .any(|t| t.start < s.end && s.start < t.end)
+            })
+            .collect(),
+        Some(_) => Vec::new(),
+    }
+    .into_iter()
+    .peekable();
     let mut shell_secrets = shell_secrets.into_iter().peekable();
     let mut inside_until = 0usize; // the end of the shell secret the loop is inside
+    let mut listed_until = 0usize; // the end of the stdin password listed whole
+    let mut credential = CredentialValue::default();
     for (i, token) in tokens.iter().enumerate() {
         if token.start < inside_until {
             continue;
+        }
+        let piece = lang.is_some() && credential.piece(&tokens, i, code, &style);
+        // the token is the stdin password whole: its parameter, if it is one, is a secret
+        let mut stdin_password = false;
+        while stdin_secrets.next_if(|s| s.start < token.start).is_some() {}
+        if let Some(secret) = stdin_secrets.next_if(|s| s.start < token.end) {
+            let whole = (secret.start, secret.end) == (token.start, token.end)
+                && matches!(token.kind, Kind::Str | Kind::Number);
+            if whole {
+                stdin_password = true;
+            } else {
+                listed_until = secret.end;
+                params.push(RawParam {
+                    start: secret.start,
+                    end: secret.end,
+                    json_type: JsonType::String,
+                    value_json: String::new(),
+                    string_value: None,
+                    context: Some(secret.name),
+                    overflow: true,
+                    named_credential: true,
+                    fragment: false,
+                });
+            }
         }
         while shell_secrets.next_if(|s| s.start < token.start).is_some() {}
         if let Some(secret) = shell_secrets.next_if(|s| s.start < token.end) {
@@ -165,6 +206,8 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                         canonical::TAG_NUMBER_PARAM
                     });
                 }
+                // a piece holding no secret (`user + ":" + pw`) stays, as in the parsed path
+                let piece = piece && !string_value.as_deref().is_some_and(super::holds_no_secret);
                 let raw = RawParam {
                     start: token.start,
                     end: token.end,
@@ -173,10 +216,11 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                     string_value,
                     context: context_name(&tokens, i, code, &style),
                     overflow,
-                    named_credential: false,
+                    named_credential: stdin_password || piece,
                     fragment: false,
                 };
-                if !overflow || raw.is_secret() {
+                // a literal inside a stdin password listed whole is redacted with it
+                if (!overflow || raw.is_secret()) && token.start >= listed_until {
                     params.push(raw);
                 }
             }
@@ -195,6 +239,70 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     }
 }
 
+/// The value given as a credential that the fallback is inside, as the parsed path reads one
+/// (docs/normalization.md, Secrets): after `name=`, `name:` or `name(` whose name is a
+/// credential's, up to a `,`, `;`, `:`, line break or closing bracket outside its own brackets.
+/// Each literal in it outside a call's brackets is a piece of it (`password="..." + x`,
+/// `password=("..." "...")`), so a secret; one passed to a call (`password=get("db")`) is not.
+#[derive(Default)]
+struct CredentialValue {
+    /// Inside one.
+    inside: bool,
+    /// The brackets opened in it: whether each is a grouping `(` (not a call's, a list's or an
+    /// object's).
+    brackets: Vec<bool>,
+    /// How many of `brackets` are no grouping.
+    calls: usize,
+}
+
+impl CredentialValue {
+    /// Read token `i`; whether it is a piece of a credential's value (`CredentialValue`).
+    fn piece(&mut self, tokens: &[Token], i: usize, code: &str, style: &Style) -> bool {
+        let text = |t: &Token| &code[t.start..t.end];
+        let token = &tokens[i];
+        let t = text(token);
+        let mut piece = false;
+        if self.inside {
+            let line_break =
+                i > 0 && code.as_bytes()[tokens[i - 1].end..token.start].contains(&b'\n');
+            if self.brackets.is_empty()
+                && (line_break || matches!(t, "," | ";" | ":" | ")" | "]" | "}"))
+            {
+                self.inside = false;
+            } else {
+                match t {
+                    "(" | "[" | "{" => {
+                        // `f(`, `x[`, `a)(`: a call or a subscript, not a grouping
+                        let grouping = t == "("
+                            && !i.checked_sub(1).is_some_and(|p| {
+                                tokens[p].kind == Kind::Word
+                                    || matches!(text(&tokens[p]), ")" | "]")
+                            });
+                        self.calls += usize::from(!grouping);
+                        self.brackets.push(grouping);
+                    }
+                    ")" | "]" | "}" => {
+                        if self.brackets.pop() == Some(false) {
+                            self.calls -= 1;
+                        }
+                    }
+                    _ => piece = self.calls == 0,
+                }
+            }
+        }
+        // not a comparison's `==`
+        let compares = t == "=" && tokens.get(i + 1).is_some_and(|n| text(n) == "=");
+        if !self.inside && matches!(t, "=" | ":" | "(") && !compares && i + 1 < tokens.len() {
+            self.inside = context_name(tokens, i + 1, code, style)
+                .and_then(|name| super::naming::upper_snake(&name))
+                .is_some_and(|name| super::secrets::is_secret_name(&name));
+            self.brackets.clear();
+            self.calls = 0;
+        }
+        piece
+    }
+}
+
 /// Whether a string is a command line that writes a credential as a shell does (`"sshpass -p
 /// pw ssh h"`, `"curl -u bob:pw ..."`): code runs such strings (`subprocess.run`, `execSync`),
 /// so the string is a secret value (docs/normalization.md, Secrets). Linear in the string.
@@ -203,7 +311,104 @@ pub(super) fn holds_shell_secret(value: &str) -> bool {
     if !value.contains(['-', '=']) {
         return false;
     }
-    !shell_secret_values(&lex(value, &style(None)), value).is_empty()
+    let tokens = lex(value, &style(None));
+    !shell_secret_values(&tokens, value).is_empty() || !stdin_passwords(&tokens, value).is_empty()
+}
+
+/// Flags that make a command read a credential from its standard input: `docker`, `podman`,
+/// `helm registry`, `oras`, `skopeo` and `buildah login --password-stdin`, `gh auth login
+/// --with-token`.
+const STDIN_PASSWORD_FLAGS: &[&str] = &["--password-stdin", "--with-token"];
+
+/// Commands that write their arguments to their output.
+const ECHO_COMMANDS: &[&str] = &["echo", "printf"];
+
+/// The passwords written by `echo` or `printf` into a pipe to a command that reads one from
+/// its input (`STDIN_PASSWORD_FLAGS`): `echo pw | docker login -u bob --password-stdin`,
+/// `printf '%s' pw | helm registry login r --password-stdin`, named `password`. Every word
+/// after `echo`, every one after `printf`'s format (its format when it has no other); a flag
+/// (`-n`) and a computed value (`$PW`, `"$PW"`, `$(...)`, a backquote) are none. A command runs
+/// to `;`, `&`, `|`, a parenthesis or a line's end (not one escaped by `\`); one pass over the
+/// tokens (docs/normalization.md, Secrets).
+fn stdin_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
+    let bytes = code.as_bytes();
+    let text = |t: &Token| &code[t.start..t.end];
+    let mut found = Vec::new();
+    // the words written by the command piped into the current one, if it is an echo
+    let mut written: Vec<ShellSecret> = Vec::new();
+    // the current command: its echo's words so far (None when it is no echo), and whether it
+    // is printf, reads a password from its input, and was piped into by an echo
+    let mut words: Option<Vec<ShellSecret>> = None;
+    let (mut printf, mut reads_password, mut command_start) = (false, false, true);
+    let mut end_command = |words: &mut Option<Vec<ShellSecret>>,
+                           written: &mut Vec<ShellSecret>,
+                           printf: bool,
+                           reads_password: bool,
+                           piped: bool| {
+        if reads_password {
+            found.append(written);
+        }
+        written.clear();
+        if let (true, Some(mut words)) = (piped, words.take()) {
+            if printf && words.len() > 1 {
+                words.remove(0); // the format
+            }
+            *written = words;
+        }
+        *words = None;
+    };
+    for (i, token) in tokens.iter().enumerate() {
+        let gap = i.checked_sub(1).map(|p| &bytes[tokens[p].end..token.start]);
+        let escaped = i > 0 && text(&tokens[i - 1]) == "\\";
+        if gap.is_some_and(|g| g.contains(&b'\n')) && !escaped {
+            end_command(&mut words, &mut written, printf, reads_password, false);
+            (reads_password, command_start) = (false, true);
+        }
+        let t = text(token);
+        if matches!(t, ";" | "&" | "|" | "(" | ")") {
+            // `a | b` pipes; `a || b` does not
+            let pipe = t == "|"
+                && !tokens.get(i + 1).is_some_and(|n| text(n) == "|")
+                && !(i > 0 && text(&tokens[i - 1]) == "|");
+            end_command(&mut words, &mut written, printf, reads_password, pipe);
+            (reads_password, command_start) = (false, true);
+            continue;
+        }
+        let word_start = token.start == 0 || bytes[token.start - 1].is_ascii_whitespace();
+        if command_start {
+            command_start = false;
+            let name = t.to_ascii_lowercase();
+            printf = name == "printf";
+            words =
+                (token.kind == Kind::Word && ECHO_COMMANDS.contains(&name.as_str())).then(Vec::new);
+            continue;
+        }
+        if !word_start {
+            continue;
+        }
+        if t == "-" {
+            let end = word_end(bytes, token.start, |b| {
+                matches!(b, b';' | b'&' | b'|' | b'(' | b')')
+            });
+            reads_password |= STDIN_PASSWORD_FLAGS.contains(&&code[token.start..end]);
+        }
+        let Some(words) = words.as_mut() else {
+            continue;
+        };
+        let Some(end) = shell_value_end(Some(token), bytes, token.start) else {
+            continue;
+        };
+        let inner = code[token.start..end].trim_start_matches(['"', '\'']);
+        if !inner.starts_with(['$', '`']) {
+            words.push(ShellSecret {
+                start: token.start,
+                end,
+                name: "password".to_owned(),
+            });
+        }
+    }
+    end_command(&mut words, &mut written, printf, reads_password, false);
+    found
 }
 
 /// A credential's value in shell-like code: its byte range (a quoted value with its quotes)

@@ -403,15 +403,22 @@ fn redacted_literal(literal_text: &str) -> std::borrow::Cow<'static, str> {
 /// {token}"`) or one separator (`f"{user}:{pw}"`) holds no secret and stays, so the stored
 /// code still sends what the run did (docs/normalization.md, Secrets).
 fn redacted_fragment(text: &str) -> std::borrow::Cow<'_, str> {
-    let scheme = ["Bearer ", "Basic ", "Token "]
-        .iter()
-        .any(|scheme| text.eq_ignore_ascii_case(scheme));
-    let separator = text.len() == 1 && text.bytes().all(|b| b" :-_./@,;=".contains(&b));
-    if scheme || separator {
+    if holds_no_secret(text) {
         text.into()
     } else {
         "[REDACTED]".into()
     }
+}
+
+/// Whether a piece of a credential's value holds no secret: an HTTP auth scheme (`Bearer `)
+/// or one separator (`:`), as the text of `f"Bearer {token}"` or the `":"` of `user + ":" +
+/// pw` (docs/normalization.md, Secrets).
+pub(crate) fn holds_no_secret(text: &str) -> bool {
+    let scheme = ["Bearer ", "Basic ", "Token "]
+        .iter()
+        .any(|scheme| text.eq_ignore_ascii_case(scheme));
+    let separator = text.len() == 1 && text.bytes().all(|b| b" :-_./@,;=".contains(&b));
+    scheme || separator
 }
 
 /// Give the steps' parameters their placeholder names; a literal that stayed code (past

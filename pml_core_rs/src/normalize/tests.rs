@@ -461,6 +461,155 @@ fn an_interpolated_string_given_as_a_credential_keeps_no_literal_text() {
     }
 }
 
+/// Code giving a credential named `name` as a value joined of pieces, one of them the literal
+/// `value` (docs/normalization.md, Secrets), by language.
+fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
+    let mut shapes = vec![
+        (format!("login({name}=\"{value}\" + suffix)"), "python"),
+        (format!("login({name}=prefix + '{value}')"), "python"),
+        (format!("login({name}=(\"{value}\" \"x9\"))"), "python"),
+        (format!("login({name}=(\"{value}\" if a else b))"), "python"),
+        (format!("login({name}=f\"{{p}}{value}\" + s)"), "python"),
+        (
+            format!("pw = \"{value}\" + suffix\nlogin({name}=pw)"),
+            "python",
+        ),
+        (
+            format!("pw = f\"{{p}}{value}\"\nlogin({name}=pw)"),
+            "python",
+        ),
+        (
+            format!("os.getenv(\"DB_PASSWORD\", \"{value}\" + x)"),
+            "python",
+        ),
+    ];
+    for language in ["js", "ts"] {
+        shapes.extend([
+            (
+                format!("await mcp.login({{{name}: \"{value}\" + suffix}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: p + '{value}' + s}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: (a ? \"{value}\" : b)}})"),
+                language,
+            ),
+            (
+                format!("const pw = `${{p}}{value}`; await mcp.login({{{name}: pw}})"),
+                language,
+            ),
+            (
+                format!("let pw = \"{value}\" + s; await mcp.login({{{name}: pw}})"),
+                language,
+            ),
+        ]);
+    }
+    shapes
+}
+
+/// Where `value` stands in what a pattern stores of `n`: its template, its stored code or a
+/// parameter's value not flagged secret.
+fn stored_holds(n: &Normalized, value: &str) -> bool {
+    n.template.contains(value)
+        || n.redacted_code.contains(value)
+        || n.params
+            .iter()
+            .any(|p| !p.secret && p.value_json.contains(value))
+}
+
+#[test]
+fn a_literal_piece_of_a_credential_is_a_secret() {
+    for (code, language) in joined_credentials("password", "hunter2secret") {
+        let n = norm(&code, language);
+        assert!(n.parse_ok, "{code}: {}", n.fallback_reason);
+        assert!(!stored_holds(&n, "hunter2secret"), "{code}: {n:?}");
+        // the stored code parses and reads again as itself, redacted alike
+        let again = norm(&n.redacted_code, language);
+        assert!(again.parse_ok, "{}", n.redacted_code);
+        assert_eq!(again.redacted_code, n.redacted_code);
+        assert_eq!(again.template, n.template, "{code}");
+    }
+    assert_eq!(
+        norm("login(password=\"hunter2secret\" + suffix)", "python").redacted_code,
+        "login(password=\"[REDACTED]\" + suffix)"
+    );
+    assert_eq!(
+        norm("pw = f\"{p}hunter2secret\"\nlogin(password=pw)", "python").template,
+        "pw = f\"{p}[REDACTED]\"\nlogin(password=pw)"
+    );
+    // The placeholder keeps its name (names are not hashed), the hash its literal markers.
+    let n = norm(
+        "await mcp.login({password: \"hunter2secret\" + suffix})",
+        "ts",
+    );
+    assert_eq!(n.template, "await mcp.login({password: $STR + suffix})");
+    assert!(n.params[0].secret);
+    same(
+        "await mcp.login({password: \"hunter2secret\" + suffix})",
+        "await mcp.login({password: \"other\" + suffix})",
+        "ts",
+    );
+}
+
+#[test]
+fn a_piece_of_a_value_not_given_as_a_credential_stays() {
+    for (code, language) in [
+        ("x = \"hello\" + suffix", "python"),
+        ("print(\"token: \" + tok)", "python"),
+        (
+            "get(u, headers={\"Authorization\": \"Bearer \" + token})",
+            "python",
+        ),
+        ("login(auth=user + \":\" + pw)", "python"),
+        ("pw = f\"{root}/a.json\"\nread(path=pw)", "python"),
+        ("r = (\"a.json\" if a else b)", "python"),
+        ("fetch(u, {headers: {Authorization: 'Basic ' + b}})", "js"),
+        (
+            "const p = `${root}/a.json`; await mcp.read({path: p})",
+            "ts",
+        ),
+        ("const t = a ? \"x\" : \"y\"; read({path: c ? t : d})", "ts"),
+        ("login({password: (secret ? \"yes\" : \"no\") && pw})", "js"),
+    ] {
+        let n = norm(code, language);
+        assert!(n.parse_ok, "{code}");
+        assert_eq!(n.redacted_code, code);
+        assert!(n.params.iter().all(|p| !p.secret), "{code}: {:?}", n.params);
+    }
+    // the condition of a conditional is no piece of its value
+    let n = norm(
+        "login(password=(\"a\" if \"on\" in m else \"b\"))",
+        "python",
+    );
+    let flags: Vec<(&str, bool)> = n
+        .params
+        .iter()
+        .map(|p| (p.value_json.as_str(), p.secret))
+        .collect();
+    assert_eq!(flags, [("\"a\"", true), ("\"on\"", false), ("\"b\"", true)]);
+}
+
+proptest::proptest! {
+    /// Any literal piece of a value joined of pieces, given as a credential, never stands in
+    /// what a pattern stores (docs/normalization.md, Secrets).
+    #[test]
+    fn any_literal_piece_of_a_credential_never_stands_in_the_stored_code(
+        value in "[a-z]{3}[0-9]{2}[a-zA-Z]{3,12}",
+        name in proptest::sample::select(vec![
+            "password", "api_key", "token", "Authorization", "client_secret", "db_passwd",
+        ]),
+    ) {
+        for (code, language) in joined_credentials(name, &value) {
+            let n = norm(&code, language);
+            proptest::prop_assert!(n.parse_ok, "{}", code);
+            proptest::prop_assert!(!stored_holds(&n, &value), "{}: {:?}", code, n);
+        }
+    }
+}
+
 #[test]
 fn a_prefixed_python_string_in_the_fallback_is_named_by_its_context() {
     for prefix in ["f", "b", "r", "rb", "Fr", "u"] {
@@ -474,6 +623,141 @@ fn a_prefixed_python_string_in_the_fallback_is_named_by_its_context() {
     // not a prefix: a name before a string
     let n = norm("login(password=x\"a.json\"\ny = (", "python");
     assert_eq!(n.params[0].name, "$STR");
+}
+
+#[test]
+fn a_password_echoed_into_a_command_reading_it_from_its_input_is_a_secret() {
+    let (before, after) = (
+        "echo hunter2secret",
+        "| docker login -u bob --password-stdin",
+    );
+    for (code, stored) in [
+        (
+            format!("{before} {after}"),
+            format!("echo \"[REDACTED]\" {after}"),
+        ),
+        (
+            "printf '%s' hunter2secret | helm registry login r --password-stdin".to_owned(),
+            "printf '%s' \"[REDACTED]\" | helm registry login r --password-stdin".to_owned(),
+        ),
+        (
+            "printf hunter2secret | oras login -u bob --password-stdin".to_owned(),
+            "printf \"[REDACTED]\" | oras login -u bob --password-stdin".to_owned(),
+        ),
+        (
+            "echo -n 'hunter2secret' | podman login --password-stdin".to_owned(),
+            "echo -n \"[REDACTED]\" | podman login --password-stdin".to_owned(),
+        ),
+        (
+            "echo hunter2-se!cret | \\\n  gh auth login --with-token".to_owned(),
+            "echo \"[REDACTED]\" | \\\n  gh auth login --with-token".to_owned(),
+        ),
+    ] {
+        let n = norm(&code, "bash");
+        assert_eq!(n.redacted_code, stored, "{code}");
+        assert!(!n.template.contains("hunter2"), "{code}");
+        assert!(
+            n.params
+                .iter()
+                .all(|p| p.secret || p.value_json == "\"%s\""),
+            "{code}"
+        );
+        for language in ["python", "js"] {
+            let run = norm(&format!("run({})", serde_json::json!(code)), language);
+            assert_eq!(
+                run.params.iter().map(|p| p.secret).collect::<Vec<_>>(),
+                [true]
+            );
+            assert!(!run.redacted_code.contains("hunter2"), "{code}");
+        }
+    }
+    // A bare word stays code, hashed as before (another password is another pattern); a
+    // quoted one was a parameter, and is a secret one.
+    let hash = |code: &str| norm(code, "bash").code_hash;
+    let login = "| docker login --password-stdin";
+    assert_ne!(
+        hash(&format!("echo a1 {login}")),
+        hash(&format!("echo b2 {login}"))
+    );
+    assert_eq!(
+        hash(&format!("echo 'a1' {login}")),
+        hash(&format!("echo 'b2' {login}"))
+    );
+    for code in [
+        "echo hello | grep h",
+        "echo \"$PW\" | docker login --password-stdin",
+        "printf '%s\\n' $(cat pw.txt) | docker login --password-stdin",
+        "echo hello || docker login --password-stdin",
+        "echo hello; docker login --password-stdin < pw.txt",
+        "echo hello\ndocker login --password-stdin < pw.txt",
+        "cat pw.txt | docker login --password-stdin",
+    ] {
+        let n = norm(code, "bash");
+        assert_eq!(n.redacted_code, code);
+        assert!(n.params.iter().all(|p| !p.secret), "{code}");
+        let run = norm(&format!("run({})", serde_json::json!(code)), "python");
+        assert!(!run.params[0].secret, "{code}");
+    }
+}
+
+#[test]
+fn a_literal_piece_of_a_credential_in_the_fallback_is_a_secret() {
+    // code the parser rejects: the fallback reads the value given as a credential
+    for (code, language) in [
+        ("login(password=(\"hunter2\" \"secretpw\")", "python"),
+        (
+            "login(password=\"x\" + \"hunter2secret\", user=\"bob\"",
+            "python",
+        ),
+        ("login(password=p + \"hunter2secret\", n=1\nx = (", "python"),
+        (
+            "login(password=(\n  \"hunter2\"\n  \"secretpw\"\n), user=\"bob\"\ny = (",
+            "python",
+        ),
+        ("set_password(\"a\" + \"hunter2secret\")\ny = (", "python"),
+        (
+            "await mcp.login({password: \"a\" + \"hunter2secret\", user: \"bob\"",
+            "ts",
+        ),
+        (
+            "await mcp.login({password: p + `${x}hunter2secret`, user: \"bob\"",
+            "js",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(!n.parse_ok, "{code}");
+        assert!(!stored_holds(&n, "hunter2"), "{code}: {n:?}");
+        assert!(!stored_holds(&n, "secretpw"), "{code}: {n:?}");
+        let flags: Vec<(&str, bool)> = n
+            .params
+            .iter()
+            .filter(|p| p.name == "$USER")
+            .map(|p| (p.value_json.as_str(), p.secret))
+            .collect();
+        assert!(flags.iter().all(|(_, secret)| !secret), "{code}: {flags:?}");
+    }
+    // the hash keeps its placeholders: another password is the same pattern
+    let hash = |code: &str| norm(code, "python").code_hash;
+    assert_eq!(
+        hash("login(password=(\"a1\" \"b2\")"),
+        hash("login(password=(\"c3\" \"d4\")")
+    );
+    for (code, language) in [
+        ("x = \"hello\" + \"world\"\ny = (", "python"),
+        ("print(\"token: \" + \"abc\")\ny = (", "python"),
+        (
+            "login(password=f(x, \"db_name\"), n=\"a\" + \"b\"\ny = (",
+            "python",
+        ),
+        ("login(auth=user + \":\" + pw, n=1\ny = (", "python"),
+        ("if password == \"x\": y = \"a\" + \"b\"\nz = (", "python"),
+        ("f({path: \"a/\" + name, n: 1", "js"),
+    ] {
+        let n = norm(code, language);
+        assert!(!n.parse_ok, "{code}");
+        assert_eq!(n.redacted_code, code);
+        assert!(n.params.iter().all(|p| !p.secret), "{code}: {:?}", n.params);
+    }
 }
 
 #[test]

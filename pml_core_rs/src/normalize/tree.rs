@@ -22,6 +22,16 @@ pub const TOOL_ROOTS: &[&str] = &["mcp", "tools"];
 pub const DISPATCH_METHODS: &[&str] = &["call", "callTool", "call_tool", "invoke"];
 /// Literal containers `context_name` looks through: their items take the container's name.
 const ARRAY_KINDS: &[&str] = &["array", "list", "tuple", "set"];
+/// Expressions whose value is made of some of their children's (`joined_by`): a credential
+/// given as one gives each of those as a credential (docs/normalization.md, Secrets).
+const JOIN_KINDS: &[&str] = &[
+    "parenthesized_expression",
+    "concatenated_string",
+    "binary_expression",
+    "binary_operator",
+    "ternary_expression",
+    "conditional_expression",
+];
 /// Longest member chain read for a tool name (`mcp.server.tool` is 2).
 pub(crate) const MAX_CHAIN: usize = 8;
 
@@ -282,7 +292,7 @@ struct Frame<'t> {
     /// `node.kind()`, cached.
     kind: &'static str,
     /// The node's field in its parent; only kept for arrays (`context_name` looks through
-    /// them to the field they fill), `None` otherwise.
+    /// them to the field they fill) and `JOIN_KINDS`, `None` otherwise.
     field: Option<&'static str>,
     /// This node's index among its parent's named, non-comment children.
     named_index: usize,
@@ -311,13 +321,19 @@ struct Walker<'a, 't> {
     tool_calls: Vec<String>,
     /// Start bytes of string literals that are code, not parameters (tool and module names).
     code_literals: HashSet<usize>,
-    /// Variables assigned a parameter literal, by name (scopes ignored): the latest
-    /// literal's index in `params`.
-    assigned_literals: HashMap<&'a str, usize>,
+    /// Variables assigned a parameter literal, or a value joined of literals and interpolated
+    /// strings' text (`pw = "a" + x`, `pw = f"{p}a"`), by name (scopes ignored): the latest
+    /// assignment's start byte and its pieces' indexes in `params`.
+    assigned_literals: HashMap<&'a str, (usize, Vec<usize>)>,
     frames: Vec<Frame<'t>>,
     /// The frame index of an interpolated string that is a credential's value, while inside
-    /// it: its literal text is a secret (docs/normalization.md, Secrets).
+    /// it: its literal text is a secret (docs/normalization.md, Secrets). Also set for one
+    /// assigned to a variable, with `string_variable`.
     credential_string: Option<usize>,
+    /// The variable (and its assignment's start byte) the string `credential_string` marks is
+    /// assigned to, when only a later use of the variable may make its text a credential's:
+    /// its fragments are listed unflagged, and dropped after the walk if none was.
+    string_variable: Option<(&'a str, usize)>,
 }
 
 pub fn walk<'a>(
@@ -342,6 +358,7 @@ pub fn walk<'a>(
         assigned_literals: HashMap::new(),
         frames: Vec::new(),
         credential_string: None,
+        string_variable: None,
     };
     let mut cursor = tree.walk();
     'outer: loop {
@@ -369,6 +386,8 @@ pub fn walk<'a>(
         walker.exit();
     }
     walker.canon.resolve_names(&walker.bound);
+    // The text of an interpolated string assigned to a variable never given as a credential.
+    walker.params.retain(|p| !p.fragment || p.named_credential);
     Ok(TreeResult {
         params: walker.params,
         tool_calls: walker.tool_calls,
@@ -437,6 +456,10 @@ impl<'a, 't> Walker<'a, 't> {
             let field = self.grammar.field_name(cursor);
             if self.is_credential_value(field, named_index) {
                 self.credential_string = Some(self.frames.len());
+            } else if let Some(variable) = self.assigned_variable(field, named_index) {
+                // `pw = f"{p}..."`: a secret if `pw` is given as a credential later.
+                self.credential_string = Some(self.frames.len());
+                self.string_variable = Some(variable);
             }
         }
         match kind {
@@ -469,8 +492,7 @@ impl<'a, 't> Walker<'a, 't> {
         self.frames.push(Frame {
             node,
             kind,
-            field: ARRAY_KINDS
-                .contains(&kind)
+            field: (ARRAY_KINDS.contains(&kind) || JOIN_KINDS.contains(&kind))
                 .then(|| self.grammar.field_name(cursor))
                 .flatten(),
             named_index,
@@ -485,6 +507,7 @@ impl<'a, 't> Walker<'a, 't> {
         if let Some(frame) = self.frames.pop() {
             if self.credential_string == Some(self.frames.len()) {
                 self.credential_string = None;
+                self.string_variable = None;
             }
             if let Some(at) = frame.trailing_semicolon {
                 self.canon.truncate(at);
@@ -611,20 +634,11 @@ impl<'a, 't> Walker<'a, 't> {
             if !is_code {
                 // What cannot be decoded exactly (a byte string, `\N{...}`, BigInt) stays code,
                 // but a credential must not stay in the code (docs/normalization.md, Secrets).
-                let raw = RawParam {
-                    start: node.start_byte(),
-                    end: node.end_byte(),
-                    json_type: match candidate {
-                        Candidate::Str => JsonType::String,
-                        Candidate::Num { .. } => JsonType::Integer,
-                    },
-                    value_json: String::new(),
-                    string_value: None,
-                    context: self.context_name(field, named_index),
-                    overflow: true,
-                    named_credential: self.named_credential(field, named_index),
-                    fragment: false,
+                let json_type = match candidate {
+                    Candidate::Str => JsonType::String,
+                    Candidate::Num { .. } => JsonType::Integer,
                 };
+                let raw = self.code_param(node.byte_range(), json_type, field, named_index);
                 if raw.is_secret() {
                     self.params.push(raw);
                 }
@@ -650,6 +664,8 @@ impl<'a, 't> Walker<'a, 't> {
             ),
             _ => (value, None),
         };
+        let named_credential =
+            self.credential_position(field, named_index, string_value.as_deref());
         let raw = RawParam {
             start: node.start_byte(),
             end: node.end_byte(),
@@ -658,32 +674,118 @@ impl<'a, 't> Walker<'a, 't> {
             string_value,
             context,
             overflow,
-            named_credential: self.named_credential(field, named_index),
+            named_credential,
             fragment: false,
         };
         if !overflow || raw.is_secret() {
-            if let Some(variable) = self.assigned_variable(field) {
-                self.assigned_literals.insert(variable, self.params.len());
+            if let Some(variable) = self.assigned_variable(field, named_index) {
+                self.remember_assigned(variable, self.params.len());
             }
             self.params.push(raw);
         }
     }
 
-    /// Whether a value in this position is a credential's by the rule a literal's is
-    /// (`RawParam::is_secret` without a value: its context name or `named_credential`).
-    fn is_credential_value(&mut self, field: Option<&'static str>, named_index: usize) -> bool {
+    /// Whether this position names a value as a credential without its context name doing
+    /// so (`RawParam::named_credential`): a sibling names it (`named_credential`), or it is a
+    /// piece of a value joined of pieces (`joined_position`: `"..." + x`, `("..." "...")`, `a
+    /// if c else "..."`) given where its own would be a credential's; a piece holding no
+    /// secret (`super::holds_no_secret`: `"Bearer " + token`, `user + ":" + pw`) stays.
+    fn credential_position(
+        &mut self,
+        field: Option<&'static str>,
+        named_index: usize,
+        value: Option<&str>,
+    ) -> bool {
+        if self.named_credential(field, named_index) {
+            return true;
+        }
+        let Some((level, field, index)) = self.joined_position(field, named_index) else {
+            return false;
+        };
+        !value.is_some_and(super::holds_no_secret)
+            && (self
+                .context_name_at(level, field, index)
+                .and_then(|context| naming::upper_snake(&context))
+                .is_some_and(|context| secrets::is_secret_name(&context))
+                || self.named_credential_at(level, field, index))
+    }
+
+    /// Whether the child of `frame` at `field` / `named_index` is a piece of its value: any
+    /// child of a parenthesized expression or of Python's implicit join (`"a" "b"`), an
+    /// operand of `+`, a branch (not the condition) of a conditional.
+    fn joined_by(
+        &self,
+        frame: &Frame<'t>,
+        field: Option<&'static str>,
+        named_index: usize,
+    ) -> bool {
+        match frame.kind {
+            "parenthesized_expression" | "concatenated_string" => true,
+            "binary_expression" | "binary_operator" => self
+                .grammar
+                .child(frame.node, "operator")
+                .is_some_and(|op| self.grammar.kind(op) == "+"),
+            "ternary_expression" => matches!(field, Some("consequence" | "alternative")),
+            // `a if c else b`: no fields; the condition is the second named child
+            "conditional_expression" => named_index != 1,
+            _ => false,
+        }
+    }
+
+    /// The position of the outermost value a child in this position is a piece of
+    /// (`joined_by`): the frame level its parent is at (`frames[level - 1]`), its field and
+    /// its index there. None when the child is no piece.
+    fn joined_position(
+        &self,
+        field: Option<&'static str>,
+        named_index: usize,
+    ) -> Option<(usize, Option<&'static str>, usize)> {
+        let (mut level, mut field, mut index) = (self.frames.len(), field, named_index);
+        while level > 0 && self.joined_by(&self.frames[level - 1], field, index) {
+            let frame = &self.frames[level - 1];
+            (field, index) = (frame.field, frame.named_index);
+            level -= 1;
+        }
+        (level < self.frames.len()).then_some((level, field, index))
+    }
+
+    /// List `self.params[index]` as a piece of what `variable` was last assigned.
+    fn remember_assigned(&mut self, (variable, at): (&'a str, usize), index: usize) {
+        let pieces = self.assigned_literals.entry(variable).or_default();
+        if pieces.0 != at {
+            *pieces = (at, Vec::new());
+        }
+        pieces.1.push(index);
+    }
+
+    /// A value at `span` in this position that stays code, without a value of its own: listed
+    /// only when `RawParam::is_secret` says its position makes it a credential's (its context
+    /// name or `named_credential`), so that it is redacted (docs/normalization.md, Secrets).
+    fn code_param(
+        &mut self,
+        span: std::ops::Range<usize>,
+        json_type: JsonType,
+        field: Option<&'static str>,
+        named_index: usize,
+    ) -> RawParam {
         RawParam {
-            start: 0,
-            end: 0,
-            json_type: JsonType::String,
+            start: span.start,
+            end: span.end,
+            json_type,
             value_json: String::new(),
             string_value: None,
             context: self.context_name(field, named_index),
             overflow: true,
-            named_credential: self.named_credential(field, named_index),
+            named_credential: self.credential_position(field, named_index, None),
             fragment: false,
         }
-        .is_secret()
+    }
+
+    /// Whether a value in this position is a credential's by the rule a literal's is
+    /// (`code_param`).
+    fn is_credential_value(&mut self, field: Option<&'static str>, named_index: usize) -> bool {
+        self.code_param(0..0, JsonType::String, field, named_index)
+            .is_secret()
     }
 
     /// A child of an interpolated string that is a credential's value: its literal text
@@ -704,6 +806,9 @@ impl<'a, 't> Walker<'a, 't> {
                 return;
             }
         }
+        if let Some(variable) = self.string_variable {
+            self.remember_assigned(variable, self.params.len());
+        }
         self.params.push(RawParam {
             start: node.start_byte(),
             end: node.end_byte(),
@@ -712,14 +817,23 @@ impl<'a, 't> Walker<'a, 't> {
             string_value: None,
             context: None,
             overflow: true,
-            named_credential: true,
+            named_credential: self.string_variable.is_none(),
             fragment: true,
         });
     }
 
-    /// The variable a literal is assigned to whole (`const pw = "..."`, `pw = "..."`).
-    fn assigned_variable(&self, field: Option<&'static str>) -> Option<&'a str> {
-        let parent = self.frames.last()?;
+    /// The variable a literal is assigned to, whole or as a piece (`joined_position`: `const
+    /// pw = "..."`, `pw = "..." + x`), and the assignment's start byte.
+    fn assigned_variable(
+        &self,
+        field: Option<&'static str>,
+        named_index: usize,
+    ) -> Option<(&'a str, usize)> {
+        let (level, field) = match self.joined_position(field, named_index) {
+            Some((level, field, _)) => (level, field),
+            None => (self.frames.len(), field),
+        };
+        let parent = &self.frames[level.checked_sub(1)?];
         let target = match (parent.kind, field) {
             ("variable_declarator", Some("value")) => self.grammar.child(parent.node, "name"),
             ("assignment_expression" | "assignment", Some("right")) => {
@@ -727,7 +841,8 @@ impl<'a, 't> Walker<'a, 't> {
             }
             _ => None,
         }?;
-        (self.grammar.kind(target) == "identifier").then(|| self.text(target))
+        (self.grammar.kind(target) == "identifier")
+            .then(|| (self.text(target), parent.node.start_byte()))
     }
 
     /// A literal that stays code: strings hash by their decoded value, so quote style and
@@ -748,16 +863,16 @@ impl<'a, 't> Walker<'a, 't> {
 
     fn identifier(&mut self, node: Node<'t>, field: Option<&'static str>, named_index: usize) {
         let name = self.text(node);
-        if let Some(&index) = self.assigned_literals.get(name) {
-            // A variable holding a literal, passed where a credential goes (`pw = "..."` then
-            // `login(password=pw)`): the literal is a secret (docs/normalization.md, Secrets).
-            let named = self
-                .context_name(field, named_index)
-                .and_then(|context| naming::upper_snake(&context))
-                .is_some_and(|context| secrets::is_secret_name(&context));
-            if named {
-                if let Some(raw) = self.params.get_mut(index) {
-                    raw.named_credential = true;
+        if let Some((_, pieces)) = self.assigned_literals.get(name) {
+            // A variable holding a literal (or pieces of one: `pw = "..." + x`, `pw =
+            // f"{p}..."`), passed where a credential goes (`login(password=pw)`): the
+            // literal is a secret (docs/normalization.md, Secrets).
+            let pieces = pieces.clone();
+            if self.is_credential_value(field, named_index) {
+                for index in pieces {
+                    if let Some(raw) = self.params.get_mut(index) {
+                        raw.named_credential = true;
+                    }
                 }
             }
         }
@@ -807,9 +922,19 @@ impl<'a, 't> Walker<'a, 't> {
     /// The name a literal's context gives it: object key, keyword argument, assigned
     /// variable or default parameter, else callee and position. Arrays are looked through.
     fn context_name(&self, field: Option<&'static str>, named_index: usize) -> Option<String> {
+        self.context_name_at(self.frames.len(), field, named_index)
+    }
+
+    /// `context_name` of a child of `frames[level - 1]`.
+    fn context_name_at(
+        &self,
+        level: usize,
+        field: Option<&'static str>,
+        named_index: usize,
+    ) -> Option<String> {
         let mut field = field;
         let mut index = named_index;
-        let mut level = self.frames.len();
+        let mut level = level;
         while level > 0 {
             let frame = &self.frames[level - 1];
             if !ARRAY_KINDS.contains(&frame.kind) {
@@ -880,7 +1005,17 @@ impl<'t> Walker<'_, 't> {
     /// credential's name, or given after a credential with `||`, `??` or `or`. Only the one
     /// sibling is read, so the cost per literal is constant.
     fn named_credential(&mut self, field: Option<&'static str>, named_index: usize) -> bool {
-        let Some(parent) = self.frames.last() else {
+        self.named_credential_at(self.frames.len(), field, named_index)
+    }
+
+    /// `named_credential` of a child of `frames[level - 1]`.
+    fn named_credential_at(
+        &mut self,
+        level: usize,
+        field: Option<&'static str>,
+        named_index: usize,
+    ) -> bool {
+        let Some(parent) = level.checked_sub(1).and_then(|at| self.frames.get(at)) else {
             return false;
         };
         let (node, kind) = (parent.node, parent.kind);
@@ -901,8 +1036,7 @@ impl<'t> Walker<'_, 't> {
                     .child(node, "name")
                     .is_some_and(|name| self.text(name) == "default") =>
             {
-                let n = self.frames.len();
-                match self.frames.get(n.wrapping_sub(2)) {
+                match self.frames.get(level.wrapping_sub(2)) {
                     Some(list) if list.kind == "argument_list" => list
                         .node
                         .named_children(&mut self.scratch)
