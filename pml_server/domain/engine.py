@@ -15,6 +15,7 @@ from pml_server.domain.model import (
     EmbeddingUsage,
     ExecutionRecord,
     FailureEntry,
+    IntentView,
     Page,
     PageRequest,
     PatternView,
@@ -44,7 +45,10 @@ class EngineProtocol(Protocol):
     def suggest(self, tenant: str, query: SuggestQuery) -> SuggestResult: ...
 
     def get_pattern(self, tenant: str, pattern_id: str) -> PatternView:
-        """Raises NotFoundError."""
+        """The pattern with its shown intents (domain/shown_intents.py). Raises NotFoundError."""
+
+    def pattern_intents(self, tenant: str, pattern_id: str, page: PageRequest) -> Page[IntentView]:
+        """A page of the pattern's intents in id order. Raises NotFoundError."""
 
     def get_capability(self, tenant: str, capability_id: str) -> CapabilityView:
         """Raises NotFoundError."""

@@ -32,6 +32,7 @@ from pml_server.domain.model import (
     EmbeddingUsage,
     ExecutionRecord,
     FailureEntry,
+    IntentView,
     Page,
     PageRequest,
     PatternView,
@@ -162,6 +163,9 @@ class Engine:
 
     def get_pattern(self, tenant: str, pattern_id: str) -> PatternView:
         return _reads.get_pattern(self._state.repo, tenant, pattern_id)
+
+    def pattern_intents(self, tenant: str, pattern_id: str, page: PageRequest) -> Page[IntentView]:
+        return _reads.pattern_intents(self._state.repo, tenant, pattern_id, page)
 
     def get_capability(self, tenant: str, capability_id: str) -> CapabilityView:
         return _reads.get_capability(self._state.repo, tenant, capability_id)

@@ -306,7 +306,9 @@ def test_a_replica_suggests_from_its_view_cache_without_a_database_read(
     def no_database(*_: object) -> object:
         raise AssertionError("Suggest read the database")
 
-    monkeypatch.setattr(a._state.repo.shared_store.kv, "pairs_and_values", no_database)
+    kv = a._state.repo.shared_store.kv
+    for read in ("get_pairs", "get_many", "scan"):
+        monkeypatch.setattr(kv, read, no_database)
     assert _views(a, "t", "Read JSON file") == first
 
 
