@@ -19,12 +19,14 @@ then every call that needs them raises UnavailableError.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
 
 from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig
+from pml_server.domain.engine import IntentPages
 from pml_server.domain.errors import FailedPreconditionError, UnavailableError
 from pml_server.domain.model import (
     CapabilityView,
@@ -32,7 +34,6 @@ from pml_server.domain.model import (
     EmbeddingUsage,
     ExecutionRecord,
     FailureEntry,
-    IntentView,
     Page,
     PageRequest,
     PatternView,
@@ -101,6 +102,8 @@ class Engine:
         # What operators, the server's signals and metrics, tests and benches call beyond the
         # API's `EngineProtocol` (service/_admin.py).
         self.admin = EngineAdmin(state, self._jobs)
+        # ListPatternIntents' pages (`EngineProtocol.pattern_intents`)
+        self.pattern_intents: IntentPages = functools.partial(_reads.pattern_intents, state.repo)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -163,9 +166,6 @@ class Engine:
 
     def get_pattern(self, tenant: str, pattern_id: str) -> PatternView:
         return _reads.get_pattern(self._state.repo, tenant, pattern_id)
-
-    def pattern_intents(self, tenant: str, pattern_id: str, page: PageRequest) -> Page[IntentView]:
-        return _reads.pattern_intents(self._state.repo, tenant, pattern_id, page)
 
     def get_capability(self, tenant: str, capability_id: str) -> CapabilityView:
         return _reads.get_capability(self._state.repo, tenant, capability_id)
