@@ -304,7 +304,7 @@ class RankTable:
     def __len__(self) -> int: ...
 
 _Parts = tuple[float, float, float, float, float, float, float, float, float, float, float]
-_Ranked = tuple[str, str, _Parts, list[int]]
+_Ranked = tuple[str, str, _Parts]
 _Filtered = tuple[str, str, str, str, _Parts]
 
 def rank_query(
@@ -339,8 +339,8 @@ def rank_query(
     documents, each retrieved pattern's best cosine over all its intents, the formula, the
     filters (flagged, available_tools, tags, min_match, min_success), grouping by capability
     and the top `k`, as (pattern id, capability id, (match, semantic, lexical, success
-    estimate, usage, recency, superseded penalty, total, reliability, steps, transition),
-    intent ids), best first. `words`: the request's analysed words in the order of their
+    estimate, usage, recency, superseded penalty, total, reliability, steps, transition)),
+    best first. `words`: the request's analysed words in the order of their
     first use, for the step fit (docs/ranking.md, Steps); `ordered`: the request states the
     order of its steps, for the order fit ("Order of the steps"). `transitions`: the session
     signal's factor by capability id, multiplied into the total of that capability's patterns

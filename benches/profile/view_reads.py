@@ -58,8 +58,7 @@ def _time(store: rocks.Store, queries: list[Query]) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.thread_time()
     for query in queries:
         patterns = [p for _, p, _ in query]
-        wanted = [(p, i) for _, p, ids in query for i in ids]
-        rows = repo.views.view_rows(query[0][0], patterns, wanted)
+        rows = repo.views.view_rows(query[0][0], patterns)
         if rows is None or any(r is None for r in rows.patterns):
             raise RuntimeError("a pattern of the store was not found")
     return time.perf_counter() - wall, time.thread_time() - cpu

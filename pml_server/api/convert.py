@@ -267,7 +267,7 @@ def fill_pattern(out: resources_pb2.Pattern, view: model.PatternView) -> None:
     out.capability = name(CAPABILITIES, view.capability_id)
     for i in view.intents:
         _fill_intent(out.intents.add(), i)
-    out.intent_count = len(view.intents)
+    out.intent_count = view.intent_count
     out.flagged_for_removal = view.flagged_for_removal
     out.superseded_by = name(PATTERNS, view.superseded_by)
     out.tool_mismatch_count = view.tool_mismatch_count
@@ -301,21 +301,20 @@ def intent(view: model.IntentView) -> resources_pb2.Intent:
 
 
 def intent_page(
-    view: model.PatternView, after: str, size: int
+    intents: Sequence[model.IntentView], cursor: str
 ) -> tuple[list[resources_pb2.Intent], str]:
-    """A ListPatternIntents page: `view`'s intents in id order (oldest first) after the intent
-    id `after` ("" first), at most `size`, ending early past the answer's byte budget as
-    `pattern_page`; and the cursor after the last one kept ("" at the end)."""
-    ordered = sorted((i for i in view.intents if i.id > after), key=lambda i: i.id)
+    """A ListPatternIntents page of `intents` (the engine's page, `cursor` after it), ending
+    early past the answer's byte budget as `pattern_page`; and the cursor after the last one
+    kept ("" at the end)."""
     kept: list[resources_pb2.Intent] = []
     used = 0
-    for i in ordered[:size]:
+    for i in intents:
         out = intent(i)
         if not budget.fits(used, out.ByteSize(), len(kept)):
             return kept, kept[-1].id
         kept.append(out)
         used += out.ByteSize()
-    return kept, (kept[-1].id if len(ordered) > size else "")
+    return kept, cursor
 
 
 def capability(view: model.CapabilityView) -> resources_pb2.Capability:

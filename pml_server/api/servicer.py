@@ -166,8 +166,8 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
             pattern_id = validate.resource_id(request.parent, convert.PATTERNS, "parent")
             kind = f"intents/{pattern_id}"  # a token of one pattern's listing fits no other
             page = self._page(caller, kind, request.page_size, request.page_token)
-            view = self._engine.get_pattern(caller.tenant, pattern_id)
-            intents, cursor = convert.intent_page(view, page.cursor, page.page_size)
+            found = self._engine.pattern_intents(caller.tenant, pattern_id, page)
+            intents, cursor = convert.intent_page(found.items, found.next_cursor)
             return pml_pb2.ListPatternIntentsResponse(
                 intents=intents,
                 next_page_token=self._d.tokens.encode(caller.tenant, kind, cursor),

@@ -27,10 +27,12 @@ def pattern_view(
     intents: Sequence[IntentRecord],
     *,
     with_params: bool = True,
+    intent_count: int | None = None,
 ) -> PatternView:
     """The API's view of a pattern. Without params (and given no intents) it is the cheap view
     ranking needs, completed for the few patterns an answer shows; only the full view carries
-    the steps (derived from the stored code, docs/normalization.md, Steps)."""
+    the steps (derived from the stored code, docs/normalization.md, Steps). `intent_count`:
+    how many intents the pattern has when `intents` are only those shown (default: all)."""
     ordered = sorted(intents, key=lambda i: (-i.hit_count, i.id))
     return PatternView(
         id=record.id,
@@ -57,6 +59,7 @@ def pattern_view(
             if with_params
             else ()
         ),
+        intent_count=len(intents) if intent_count is None else intent_count,
     )
 
 

@@ -6,7 +6,7 @@ The API layer depends only on this Protocol, the model types and the error tree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from pml_server.domain.model import (
@@ -15,6 +15,7 @@ from pml_server.domain.model import (
     EmbeddingUsage,
     ExecutionRecord,
     FailureEntry,
+    IntentView,
     Page,
     PageRequest,
     PatternView,
@@ -24,8 +25,14 @@ from pml_server.domain.model import (
     SuggestResult,
 )
 
+# (tenant, pattern id, page) -> a page of the pattern's intents in id order, read alone (not the
+# whole pattern). Raises NotFoundError.
+IntentPages = Callable[[str, str, PageRequest], Page[IntentView]]
+
 
 class EngineProtocol(Protocol):
+    pattern_intents: IntentPages
+
     def record(self, tenant: str, record: ExecutionRecord) -> CaptureResult:
         """Capture one execution (rules of the eager-learning spec). Idempotent per request id."""
 
@@ -44,7 +51,7 @@ class EngineProtocol(Protocol):
     def suggest(self, tenant: str, query: SuggestQuery) -> SuggestResult: ...
 
     def get_pattern(self, tenant: str, pattern_id: str) -> PatternView:
-        """Raises NotFoundError."""
+        """The pattern with its shown intents (domain/shown_intents.py). Raises NotFoundError."""
 
     def get_capability(self, tenant: str, capability_id: str) -> CapabilityView:
         """Raises NotFoundError."""

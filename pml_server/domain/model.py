@@ -142,6 +142,9 @@ class PatternView:
     superseded_by: str = ""  # pattern id of the pattern that beats this one, if any
     tool_mismatch_count: int = 0
     steps: tuple[StepView, ...] = ()
+    # How many intents the pattern has (`intents` shows the most hit ones, at most
+    # `shown_intents.SHOWN_INTENTS` when read for Suggest or GetPattern).
+    intent_count: int = 0
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,10 @@ class PatternCounters:
     recent_values: dict[str, list[str]] = field(default_factory=dict)
     failure_signatures: list[FailureSignature] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)  # execution tags seen, sorted, bounded
+    # How many intents the pattern has and the [id, hit count] of those a view shows, best
+    # first (domain/shown_intents.py); None in a row an older build wrote.
+    intent_count: int | None = None
+    top_intents: list[list[int]] | None = None
 
     @property
     def mean_duration_ms(self) -> float:
@@ -102,6 +106,8 @@ class PatternCounters:
             "recent_values": self.recent_values,
             "failure_signatures": [vars(s) for s in self.failure_signatures],
             "tags": self.tags,
+            "intent_count": self.intent_count,
+            "top_intents": self.top_intents,
         }
         return json_form.dumps(data)
 

@@ -106,7 +106,6 @@ class CoreSuggestion(NamedTuple):
     pattern_id: str
     capability_id: str
     score: ScoreParts
-    intent_ids: tuple[int, ...]
 
 
 class RankTable:
@@ -338,13 +337,13 @@ _Parts = tuple[float, float, float, float, float, float, float, float, float, fl
 
 
 def _answer(
-    ranked: list[tuple[str, str, _Parts, list[int]]],
+    ranked: list[tuple[str, str, _Parts]],
     filtered: list[tuple[str, str, str, str, _Parts]],
 ) -> tuple[list[CoreSuggestion], list[FilteredCandidate]]:
     return (
         [
-            CoreSuggestion(pattern_id, capability_id, ScoreParts(*parts), tuple(intents))
-            for pattern_id, capability_id, parts, intents in ranked
+            CoreSuggestion(pattern_id, capability_id, ScoreParts(*parts))
+            for pattern_id, capability_id, parts in ranked
         ],
         [
             FilteredCandidate(capability_id, pattern_id, rule, detail, ScoreParts(*parts))

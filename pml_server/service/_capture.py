@@ -30,6 +30,7 @@ from pml_server.capture.rules import (
     validate_record,
 )
 from pml_server.capture.schema import redact_turned_secret, widened
+from pml_server.domain import shown_intents
 from pml_server.domain.errors import (
     AlreadyExistsError,
     FieldViolation,
@@ -434,13 +435,13 @@ def _capture_locked(
     if wider is not None:
         counted = redact_turned_secret(pattern, wider, counted)
         change.put_pattern(repo.patterns.put_pattern(tenant, wider), wider)
-    change.put_counters(
-        repo.patterns.put_counters(tenant, pattern.id, counted), pattern.id, counted
-    )
+    if shown_intents.shown_ids(counted) is None:  # written by an older build
+        counted = shown_intents.summarized(counted, repo.intents.of_pattern(tenant, pattern.id))
     old = _near_duplicate_intent(state, tenant, pattern.id, vector)
     if old is not None:  # rule 5: bump the existing mapping, no new vector
         bumped = replace(old, hit_count=old.hit_count + 1, last_seen_ms=now)
         change.ops.append(repo.intents.put_intent(tenant, bumped))
+        counted = shown_intents.counted(counted, bumped.id, bumped.hit_count, added=False)
     else:
         intent = new_intent(state, pattern.id, execution.intent, vector, now)
         change.ops += [
@@ -449,6 +450,10 @@ def _capture_locked(
         ]
         change.index_adds.append((intent, pattern.tools_used))
         change.count("intents")
+        counted = shown_intents.counted(counted, intent.id, intent.hit_count, added=True)
+    change.put_counters(
+        repo.patterns.put_counters(tenant, pattern.id, counted), pattern.id, counted
+    )
     return CaptureResult(
         CaptureOutcome.COUNTED,
         pattern_id=pattern.id,
@@ -518,6 +523,7 @@ def _insert_pattern(
         PatternCounters(), execution, values, mismatch, now, state.rules.limits
     )
     intent = new_intent(state, pattern_id, execution.intent, vector, now)
+    counters = shown_intents.summarized(counters, [intent])
     change.put_pattern(repo.patterns.put_pattern(tenant, pattern), pattern)
     change.put_counters(
         repo.patterns.put_counters(tenant, pattern_id, counters), pattern_id, counters

@@ -20,6 +20,7 @@ from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import (
     CapabilityView,
     FailureEntry,
+    IntentView,
     Page,
     PageRequest,
     PatternView,
@@ -31,12 +32,44 @@ from pml_server.storage.repo import Repository
 
 
 def get_pattern(repo: Repository, tenant: str, pattern_id: str) -> PatternView:
+    """The pattern with the intents a view shows and how many it has (domain/shown_intents.py;
+    ListPatternIntents pages through all of them), read from the store now."""
     check_tenant(tenant)
-    record = repo.patterns.pattern(tenant, pattern_id)
-    view = stored_pattern_view(repo, tenant, record) if record else None
-    if view is None:
+    [found] = repo.views.read_shown_views(tenant, [pattern_id])
+    if found is None:
         raise NotFoundError(f"pattern {pattern_id!r} not found")
-    return view
+    return pattern_view(
+        found.record, found.counters, found.intents, intent_count=found.intent_count
+    )
+
+
+def pattern_intents(
+    repo: Repository, tenant: str, pattern_id: str, page: PageRequest
+) -> Page[IntentView]:
+    """A page of the pattern's intents in id order (oldest first) after the intent id
+    `page.cursor` ("" first): one range scan of at most `page_size + 1` rows, whatever the
+    pattern holds. The cursor is the last intent's id when more follow."""
+    check_tenant(tenant)
+    check_page(page)
+    after = _intent_cursor(page.cursor)
+    if repo.patterns.counters(tenant, pattern_id) is None:
+        raise NotFoundError(f"pattern {pattern_id!r} not found")
+    rows = repo.views.intents_page(tenant, pattern_id, after, page.page_size + 1)
+    shown = tuple(
+        IntentView(i.str_id, i.text, i.hit_count, i.last_seen_ms) for i in rows[: page.page_size]
+    )
+    return Page(shown, shown[-1].id if len(rows) > page.page_size else "")
+
+
+def _intent_cursor(cursor: str) -> int | None:
+    """The intent id a ListPatternIntents cursor names ("int_" and 16 hex digits), None for
+    the first page."""
+    if not cursor:
+        return None
+    digits = cursor.removeprefix("int_")
+    if len(digits) != 16 or not all(c in "0123456789abcdef" for c in digits):
+        raise InvalidArgumentError(FieldViolation("page_token", "not a cursor this server issued"))
+    return int(digits, 16)
 
 
 def get_capability(repo: Repository, tenant: str, capability_id: str) -> CapabilityView:

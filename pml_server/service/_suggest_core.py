@@ -23,7 +23,6 @@ from pml_server.domain.model import (
     SuggestQuery,
     SuggestResult,
 )
-from pml_server.domain.records import IntentRecord
 from pml_server.domain.vectors import Vector
 from pml_server.ranking import (
     CoreSuggestion,
@@ -95,17 +94,15 @@ def with_views(
     filtered: list[FilteredCandidate],
 ) -> SuggestResult:
     """The core's suggestions with their views: only those `views` does not hold are read
-    from the store (their records, counters and intents). A pattern deleted since the core
-    ranked it is dropped rather than shown half-read. The views show the stored counters,
-    which a capture may have raised since the ranking."""
+    from the store (their records, counters and shown intents: domain/shown_intents.py). A
+    pattern deleted since the core ranked it is dropped rather than shown half-read. The views
+    show the stored counters, which a capture may have raised since the ranking."""
     if not ranked:
         return SuggestResult((), filtered=tuple(filtered))
     shown: list[PatternView | None] = (
-        [None] * len(ranked)
-        if views is None
-        else [views.get(tenant, r.pattern_id, r.intent_ids) for r in ranked]
+        [None] * len(ranked) if views is None else [views.get(tenant, r.pattern_id) for r in ranked]
     )
-    missing = [r for r, view in zip(ranked, shown, strict=True) if view is None]
+    missing = [r.pattern_id for r, view in zip(ranked, shown, strict=True) if view is None]
     if missing:
         token = 0 if views is None else views.token()  # before the store is read
         read = _read_views(repo, tenant, missing)
@@ -113,7 +110,7 @@ def with_views(
             if view is None and (view := read.get(suggestion.pattern_id)) is not None:
                 shown[n] = view
                 if views is not None:
-                    views.fill(tenant, suggestion.pattern_id, suggestion.intent_ids, view, token)
+                    views.fill(tenant, suggestion.pattern_id, view, token)
     suggestions = []
     for suggestion, view in zip(ranked, shown, strict=True):
         yielding.checkpoint()
@@ -122,46 +119,33 @@ def with_views(
     return SuggestResult(suggestions=tuple(suggestions), filtered=tuple(filtered))
 
 
-def _read_views(
-    repo: Repository, tenant: str, ranked: list[CoreSuggestion]
-) -> dict[str, PatternView]:
+def _read_views(repo: Repository, tenant: str, pattern_ids: list[str]) -> dict[str, PatternView]:
     """The full views of these patterns from the store, by pattern id: none for a pattern
-    deleted since the ranking or left without any of its linked intents."""
-    pattern_ids = [r.pattern_id for r in ranked]
-    wanted = [(r.pattern_id, i) for r in ranked for i in r.intent_ids]
-    rows = repo.views.view_rows(tenant, pattern_ids, wanted)
+    deleted since the ranking."""
+    rows = repo.views.view_rows(tenant, pattern_ids)
     if rows is None:
-        return _read_decoded_views(repo, tenant, ranked, wanted)
+        return _read_decoded_views(repo, tenant, pattern_ids)
     out = {}
-    first = 0  # each pattern's intents are a run of `wanted`
-    for suggestion, pattern, counters in zip(ranked, rows.patterns, rows.counters, strict=True):
+    for pattern_id, pattern, counters, intents, count in zip(
+        pattern_ids, rows.patterns, rows.counters, rows.intents, rows.intent_counts, strict=True
+    ):
         yielding.checkpoint()
-        end = first + len(suggestion.intent_ids)
-        intents = [raw for raw in rows.intents[first:end] if raw is not None]
-        first = end
         if pattern is not None and counters is not None and intents:
-            out[suggestion.pattern_id] = stored_view(pattern, counters, intents)
+            out[pattern_id] = stored_view(pattern, counters, intents, count)
     return out
 
 
 def _read_decoded_views(
-    repo: Repository,
-    tenant: str,
-    ranked: list[CoreSuggestion],
-    wanted: list[tuple[str, int]],
+    repo: Repository, tenant: str, pattern_ids: list[str]
 ) -> dict[str, PatternView]:
     """`_read_views` over a repository that hands out decoded records (`view_rows` is None)."""
-    found, views = repo.views.patterns_and_intent_views(
-        tenant, [r.pattern_id for r in ranked], wanted
-    )
-    intents: dict[str, list[IntentRecord]] = {}
-    for intent in views:
-        if intent is not None:
-            intents.setdefault(intent.pattern_id, []).append(intent)
     out = {}
-    for suggestion, stored in zip(ranked, found, strict=True):
+    for pattern_id, found in zip(
+        pattern_ids, repo.views.shown_views(tenant, pattern_ids), strict=True
+    ):
         yielding.checkpoint()
-        if stored is not None and (shown := intents.get(suggestion.pattern_id)):
-            record, counters = stored
-            out[suggestion.pattern_id] = pattern_view(record, counters, shown)
+        if found is not None and found.intents:
+            out[pattern_id] = pattern_view(
+                found.record, found.counters, found.intents, intent_count=found.intent_count
+            )
     return out

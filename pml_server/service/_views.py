@@ -9,9 +9,9 @@ bounded in bytes.
 Exactness: every change of a pattern's record, counters or intents is written by
 `_writes.commit`, which calls `invalidate` once the batch is in the store (readable at once).
 A reader takes a `token` before it reads the store and may `fill` only if nothing invalidated
-that pattern since: a view read before a write can never be cached after it. A view is keyed
-by the intent ids the ranking table linked to the pattern when it was read (the table links
-an intent after its row is stored, in a separate step): a lookup with other ids misses.
+that pattern since: a view read before a write can never be cached after it. A view shows
+the intents its pattern's counters name (domain/shown_intents.py), and every capture that
+adds or bumps an intent rewrites the counters in the same batch.
 
 Only for a store this process alone writes: over a shared store other replicas write rows
 this cache would not hear of (the engine then has none).
@@ -56,9 +56,9 @@ class ViewCache:
     def __init__(self, budget: int = VIEW_CACHE_BYTES, max_view: int = VIEW_MAX_BYTES) -> None:
         self._max_view = max_view
         self._lock = threading.Lock()
-        # key -> (the linked intent ids it was read for, the view, its estimated bytes)
-        self._views: Lru[Key, tuple[tuple[int, ...], PatternView, int]] = Lru(
-            budget, weigh=lambda _key, entry: entry[2]
+        # key -> (the view, its estimated bytes)
+        self._views: Lru[Key, tuple[PatternView, int]] = Lru(
+            budget, weigh=lambda _key, entry: entry[1]
         )
         self._writes = 0  # invalidations so far: what a token counts
         # key -> its latest invalidation, the oldest forgotten first
@@ -79,23 +79,20 @@ class ViewCache:
         with self._lock:
             return self._writes
 
-    def get(self, tenant: str, pattern_id: str, intent_ids: tuple[int, ...]) -> PatternView | None:
-        """The cached view of the pattern read for these linked intents, if any."""
-        key = (tenant, pattern_id)
+    def get(self, tenant: str, pattern_id: str) -> PatternView | None:
+        """The cached view of the pattern, if any."""
         with self._lock:
-            entry = self._views.peek(key)
-            if entry is None or entry[0] != intent_ids:
+            entry = self._views.get((tenant, pattern_id))  # now the most recently used
+            if entry is None:
                 self.misses += 1
                 return None
-            self._views.get(key)  # now the most recently used
             self.hits += 1
-            return entry[1]
+            return entry[0]
 
     def fill(
         self,
         tenant: str,
         pattern_id: str,
-        intent_ids: tuple[int, ...],
         view: PatternView,
         token: int,
     ) -> bool:
@@ -108,7 +105,7 @@ class ViewCache:
         with self._lock:
             if token < self._forgotten or (self._written.peek(key) or 0) > token:
                 return False
-            self._views.put(key, (intent_ids, view, size))
+            self._views.put(key, (view, size))
             return True
 
     def invalidate(self, written: Iterable[Key]) -> None:

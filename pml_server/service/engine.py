@@ -19,12 +19,14 @@ then every call that needs them raises UnavailableError.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
 
 from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig
+from pml_server.domain.engine import IntentPages
 from pml_server.domain.errors import FailedPreconditionError, UnavailableError
 from pml_server.domain.model import (
     CapabilityView,
@@ -102,6 +104,8 @@ class Engine:
         # What operators, the server's signals and metrics, tests and benches call beyond the
         # API's `EngineProtocol` (service/_admin.py).
         self.admin = EngineAdmin(state, self._jobs)
+        # ListPatternIntents' pages (`EngineProtocol.pattern_intents`)
+        self.pattern_intents: IntentPages = functools.partial(_reads.pattern_intents, state.repo)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 

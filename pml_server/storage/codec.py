@@ -73,9 +73,12 @@ def _intent_order(intent: dict[str, Any]) -> tuple[int, int]:
     return -intent["hit_count"], intent["id"]
 
 
-def stored_view(pattern: bytes, counters: bytes, intents: Sequence[bytes]) -> PatternView:
-    """The view `capture.views.pattern_view` builds of the decoded record, counters and intents
-    (tests hold the two equal), straight from their stored JSON: a Suggest shows views of
+def stored_view(
+    pattern: bytes, counters: bytes, intents: Sequence[bytes], intent_count: int
+) -> PatternView:
+    """The view `capture.views.pattern_view` builds of the decoded record, counters and the
+    shown intents of `intent_count` (tests hold the two equal), straight from their stored
+    JSON: a Suggest shows views of
     patterns it has not shown lately, and the three records, their parameter specs and the
     intent records it would build first were half of such a view's cost."""
     p = json_form.loads(pattern)
@@ -114,6 +117,7 @@ def stored_view(pattern: bytes, counters: bytes, intents: Sequence[bytes]) -> Pa
         superseded_by=p.get("superseded_by", ""),
         tool_mismatch_count=c.get("mismatch_count", 0),
         steps=pattern_steps(p["id"], p["code_hash"], p["original_code"], p["language"]),
+        intent_count=intent_count,
     )
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from pml_server.capture.views import pattern_view
 from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import SuggestQuery, SuggestResult
-from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
+from pml_server.domain.records import PatternCounters, PatternRecord
+from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.domain.vectors import Vector
 from pml_server.ranking import RankingConfig, RequestParts, resolve_settings
 from pml_server.ranking.table import STEP_NEIGHBOURS
@@ -133,22 +134,18 @@ class Retrieved:
         return candidates
 
     def complete(self, result: SuggestResult) -> SuggestResult:
-        """`result` with each suggestion's full view (its intent mappings included). A pattern
-        deleted since retrieval is dropped rather than shown without its intents."""
-        wanted = [
-            (s.pattern.id, intent_id)
-            for s in result.suggestions
-            for intent_id in self.intent_ids.get(s.pattern.id, ())
-        ]
-        found: dict[str, list[IntentRecord]] = {}
-        for intent in self.repo.views.intent_views_by_id(self.tenant, wanted):
-            if intent is not None:  # None: removed since the index answered
-                found.setdefault(intent.pattern_id, []).append(intent)
+        """`result` with each suggestion's full view: its intents of most hits (then oldest),
+        at most `SHOWN_INTENTS`, and how many it has, from every stored intent of the pattern
+        (not from the counters' summary the service reads). A pattern deleted since retrieval
+        is dropped rather than shown without its intents."""
         suggestions = []
         for suggestion in result.suggestions:
             record, counters = self.sources[suggestion.pattern.id]
-            if intents := found.get(record.id):
-                view = pattern_view(record, counters, intents)
+            if every := self.repo.intents.of_pattern(self.tenant, record.id):
+                every.sort(key=lambda i: (-i.hit_count, i.id))
+                view = pattern_view(
+                    record, counters, every[:SHOWN_INTENTS], intent_count=len(every)
+                )
                 suggestions.append(replace(suggestion, pattern=view))
         return replace(result, suggestions=tuple(suggestions))
 

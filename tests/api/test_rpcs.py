@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import pytest
@@ -15,6 +15,7 @@ from pml_server.api.admission import budget
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.retention import RetentionConfig
+from pml_server.storage.keys import CF_INTENTS
 from tests.conftest import StartServer
 
 READ_JSON = "const d = await mcp.read_file({path: 'a.json'}); return mcp.parse_json(d)"
@@ -419,6 +420,33 @@ def test_a_pattern_of_many_long_intents_is_read_within_a_default_clients_limit(
         cli.main(["show", name, "--server", f"127.0.0.1:{server.port}"])
     assert shown.value.code == 0
     assert f"{len(got.intents)} of 1100 shown" in capsys.readouterr().out
+
+
+def test_a_list_pattern_intents_page_reads_only_its_rows(
+    client: PmlClient, server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pattern of 80 intents: a page of 10 read all 80 stored intents (the whole pattern was
+    read, then cut); now one range scan of 11 rows (the page and whether more follow), and the
+    pages still list each intent once, oldest first."""
+    for n in range(80):
+        saved = client.record(make_record(f"load w{n}x{n * 7}q now w{n}z", READ_JSON))
+    store = server.engine._state.store  # type: ignore[attr-defined]
+    read: list[int] = []
+    for name in ("scan", "get_many"):
+        method = getattr(store, name)
+
+        def counted(cf: str, *args: object, _method: Any = method, **kwargs: object) -> Any:
+            rows = _method(cf, *args, **kwargs)
+            read.extend([len(rows)] if cf == CF_INTENTS else [])
+            return rows
+
+        monkeypatch.setattr(store, name, counted)
+    page = client.list_pattern_intents(saved.pattern, page_size=10)
+    assert len(page.intents) == 10
+    assert sum(read) <= 11
+    listed = [i.id for i in client.iter_pattern_intents(saved.pattern)]
+    assert listed == sorted(set(listed))
+    assert len(listed) == 80
 
 
 def test_list_pattern_intents_refuses_what_it_cannot_list(client: PmlClient) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from pml_server.domain.errors import NotFoundError
 from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
+from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine
 from pml_server.storage.keys import CF_INTENTS
@@ -306,7 +307,9 @@ def test_a_replica_suggests_from_its_view_cache_without_a_database_read(
     def no_database(*_: object) -> object:
         raise AssertionError("Suggest read the database")
 
-    monkeypatch.setattr(a._state.repo.shared_store.kv, "pairs_and_values", no_database)
+    kv = a._state.repo.shared_store.kv
+    for read in ("get_pairs", "get_many", "scan"):
+        monkeypatch.setattr(kv, read, no_database)
     assert _views(a, "t", "Read JSON file") == first
 
 
@@ -602,3 +605,39 @@ def test_a_crowded_capability_of_another_replica_is_answered_bounded_and_exact(
         if not (cursor := page.next_cursor):
             break
     assert len(set(seen)) == 300
+
+
+def test_a_replica_shows_a_pattern_of_many_intents_as_the_other_reading_few(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/capture.md, "The intents a view shows", over a shared store: A gives one pattern 60
+    distinct intents, some hit again; B's Suggest and GetPattern show the same 32 of most hits
+    and `intent_count` as A's, reading at most 32 stored intents (all 60 before), and a
+    ListPatternIntents page reads its own rows only."""
+    a, b = replicas("a"), replicas("b")
+    words = [f"w{n}x{n * 7}q" for n in range(60)]
+    for n, word in enumerate(words):
+        a.record("t", make_record(f"a{n}", f"{word} {word}z {word}y", JSON_TOOLS))
+    for n in range(59, 0, -9):
+        a.record("t", make_record(f"again{n}", f"{words[n]} {words[n]}z {words[n]}y", JSON_TOOLS))
+    [pattern] = a.list_patterns("t", PageRequest()).items
+    assert eventually(lambda: b.get_pattern("t", pattern.id).usage_count == 67)
+    read = _count_intent_reads(b._state.store, monkeypatch)
+    got = b.get_pattern("t", pattern.id)
+    assert sum(read) <= SHOWN_INTENTS
+    assert got == a.get_pattern("t", pattern.id)
+    assert got.intent_count == 60
+    assert len(got.intents) == SHOWN_INTENTS
+    assert got.intents[0].hit_count == 2
+    read.clear()
+    query = f"{words[5]} {words[5]}z {words[5]}y"
+    assert eventually(lambda: suggested(b, "t", query) == [pattern.id])
+    read.clear()
+    [shown] = b.suggest("t", SuggestQuery(query)).suggestions
+    assert sum(read) <= SHOWN_INTENTS
+    assert shown.pattern == got
+    read.clear()
+    page = b.pattern_intents("t", pattern.id, PageRequest(page_size=10))
+    assert sum(read) <= 11
+    assert [i.id for i in page.items] == sorted(i.id for i in page.items)
+    assert page.next_cursor == page.items[-1].id

@@ -1,8 +1,8 @@
 """The views Suggest keeps between calls (`service._views`) are never stale: after every kind of
 write (a capture counting a run, a failure, a new intent, tags, retention marks, ungrouping,
 deletion, retention) the cached answer equals the one read from the store, on a real engine.
-And the cache's own rules: a fill read before an invalidation is refused, a lookup for other
-intent ids misses, the bytes stay bounded."""
+And the cache's own rules: a fill read before an invalidation is refused, the bytes stay
+bounded."""
 
 from __future__ import annotations
 
@@ -147,44 +147,37 @@ def test_a_fill_read_before_an_invalidation_is_refused() -> None:
     cache = ViewCache()
     token = cache.token()  # a reader starts reading the store
     cache.invalidate([("t", "p")])  # a writer's batch lands meanwhile
-    assert not cache.fill("t", "p", (1,), _view("p"), token)
-    assert cache.get("t", "p", (1,)) is None
+    assert not cache.fill("t", "p", _view("p"), token)
+    assert cache.get("t", "p") is None
     # other patterns (and the same id of another tenant) may still be filled
-    assert cache.fill("t", "q", (2,), _view("q"), token)
-    assert cache.fill("u", "p", (1,), _view("p"), token)
+    assert cache.fill("t", "q", _view("q"), token)
+    assert cache.fill("u", "p", _view("p"), token)
     # read after the invalidation: kept
-    assert cache.fill("t", "p", (1,), _view("p"), cache.token())
-    assert cache.get("t", "p", (1,)) == _view("p")
+    assert cache.fill("t", "p", _view("p"), cache.token())
+    assert cache.get("t", "p") == _view("p")
     cache.invalidate([("t", "p")])
-    assert cache.get("t", "p", (1,)) is None
-    assert cache.get("u", "p", (1,)) == _view("p")  # tenant isolation
+    assert cache.get("t", "p") is None
+    assert cache.get("u", "p") == _view("p")  # tenant isolation
 
 
 def test_a_fill_older_than_what_the_cache_remembers_is_refused() -> None:
     cache = ViewCache()
     token = cache.token()
     cache.invalidate([("t", f"p{i}") for i in range(5000)])  # more than it remembers
-    assert not cache.fill("t", "unrelated", (1,), _view("unrelated"), token)
-    assert cache.fill("t", "unrelated", (1,), _view("unrelated"), cache.token())
-
-
-def test_a_lookup_for_other_intents_misses() -> None:
-    cache = ViewCache()
-    assert cache.fill("t", "p", (1, 2), _view("p"), cache.token())
-    assert cache.get("t", "p", (1,)) is None  # the table links other intents now
-    assert cache.get("t", "p", (1, 2)) == _view("p")
+    assert not cache.fill("t", "unrelated", _view("unrelated"), token)
+    assert cache.fill("t", "unrelated", _view("unrelated"), cache.token())
 
 
 def test_the_cache_stays_within_its_bytes() -> None:
     size = view_bytes(_view("p0"))
     cache = ViewCache(budget=10 * size, max_view=2 * size)
     for i in range(50):
-        cache.fill("t", f"p{i}", (i,), _view(f"p{i}"), cache.token())
+        cache.fill("t", f"p{i}", _view(f"p{i}"), cache.token())
     assert len(cache) == 10
     assert cache.used_bytes <= 10 * size
-    assert cache.get("t", "p49", (49,)) is not None
-    assert cache.get("t", "p0", (0,)) is None
-    assert not cache.fill("t", "big", (1,), _view("big", "y" * (3 * size)), cache.token())
+    assert cache.get("t", "p49") is not None
+    assert cache.get("t", "p0") is None
+    assert not cache.fill("t", "big", _view("big", "y" * (3 * size)), cache.token())
 
 
 def test_listing_is_not_affected(tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def test_stored_view_is_pattern_view_of_the_decoded_records(
         PatternCounters.from_json(counters),
         [intent_without_vector(raw) for raw in intents],
     )
-    assert stored_view(pattern, counters, intents) == expected
+    assert stored_view(pattern, counters, intents, len(intents)) == expected
 
 
 def test_stored_view_reads_counters_written_before_their_later_fields() -> None:
@@ -96,4 +96,4 @@ def test_stored_view_reads_counters_written_before_their_later_fields() -> None:
     expected = pattern_view(
         record, PatternCounters.from_json(old_counters), [intent_without_vector(intent)]
     )
-    assert stored_view(record.to_json(), old_counters, [intent]) == expected
+    assert stored_view(record.to_json(), old_counters, [intent], 1) == expected

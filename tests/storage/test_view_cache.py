@@ -1,6 +1,5 @@
 """A replica's cache of pattern views (`storage.postgres._views`): what a read begun before a
-drop of its pattern found is never kept, a view lacking an intent the index asks for is a
-miss, and the cache stays within its bound."""
+drop of its pattern found is never kept, and the cache stays within its bound."""
 
 from __future__ import annotations
 
@@ -17,8 +16,8 @@ def _view(pattern_id: str, usage: int, intent_ids: tuple[int, ...] = (1,)) -> Ca
         first_seen_ms=0,
     )  # fmt: skip
     no_vector = np.zeros(0, dtype=np.float32)
-    intents = {i: IntentRecord(i, pattern_id, "text", 1, 0, "m", no_vector) for i in intent_ids}
-    return CachedView(record, PatternCounters(usage=usage), intents)
+    intents = [IntentRecord(i, pattern_id, "text", 1, 0, "m", no_vector) for i in intent_ids]
+    return CachedView(record, PatternCounters(usage=usage), intents, len(intents))
 
 
 def test_a_read_begun_before_a_drop_of_its_pattern_is_not_kept() -> None:
@@ -26,35 +25,26 @@ def test_a_read_begun_before_a_drop_of_its_pattern_is_not_kept() -> None:
     began = cache.generation()
     cache.drop([("t", "p")])  # a commit of this replica, or the follower, meanwhile
     cache.keep(began, [(("t", "p"), _view("p", 1)), (("t", "q"), _view("q", 1))])
-    assert cache.get(("t", "p"), [1]) is None  # possibly read before the write: not kept
-    assert cache.get(("t", "q"), [1]) is not None  # not dropped since: kept
+    assert cache.get(("t", "p")) is None  # possibly read before the write: not kept
+    assert cache.get(("t", "q")) is not None  # not dropped since: kept
     after = cache.generation()
     cache.keep(after, [(("t", "p"), _view("p", 2))])  # read after the drop: kept
-    found = cache.get(("t", "p"), [1])
+    found = cache.get(("t", "p"))
     assert found is not None
     assert found.counters.usage == 2
     cache.drop([("t", "p")])
-    assert cache.get(("t", "p"), [1]) is None
-
-
-def test_a_view_without_an_intent_the_index_holds_is_a_miss() -> None:
-    cache = ReplicaViewCache(10)
-    cache.keep(cache.generation(), [(("t", "p"), _view("p", 1, (1, 2)))])
-    assert cache.get(("t", "p"), [1, 2]) is not None
-    assert cache.get(("t", "p"), [2]) is not None
-    assert cache.get(("t", "p"), [1, 3]) is None  # intent 3 indexed since: read again
-    assert cache.get(("u", "p"), [1]) is None  # another tenant's pattern of the same id
+    assert cache.get(("t", "p")) is None
 
 
 def test_the_cache_keeps_at_most_its_size_least_recently_used_out() -> None:
     cache = ReplicaViewCache(2)
     cache.keep(cache.generation(), [(("t", "a"), _view("a", 1)), (("t", "b"), _view("b", 1))])
-    assert cache.get(("t", "a"), [1]) is not None  # a is now the most recently used
+    assert cache.get(("t", "a")) is not None  # a is now the most recently used
     cache.keep(cache.generation(), [(("t", "c"), _view("c", 1))])
     assert len(cache) == 2
-    assert cache.get(("t", "b"), [1]) is None
-    assert cache.get(("t", "a"), [1]) is not None
-    assert ReplicaViewCache(0).get(("t", "a"), [1]) is None
+    assert cache.get(("t", "b")) is None
+    assert cache.get(("t", "a")) is not None
+    assert ReplicaViewCache(0).get(("t", "a")) is None
 
 
 def test_past_its_bound_of_drop_stamps_every_read_begun_before_is_refused() -> None:
@@ -62,6 +52,6 @@ def test_past_its_bound_of_drop_stamps_every_read_begun_before_is_refused() -> N
     began = cache.generation()
     cache.drop([("t", "a"), ("t", "b"), ("t", "c")])  # more stamps than the bound: cleared
     cache.keep(began, [(("t", "d"), _view("d", 1))])
-    assert cache.get(("t", "d"), [1]) is None
+    assert cache.get(("t", "d")) is None
     cache.keep(cache.generation(), [(("t", "d"), _view("d", 1))])
-    assert cache.get(("t", "d"), [1]) is not None
+    assert cache.get(("t", "d")) is not None

@@ -347,7 +347,7 @@ impl PyRankTable {
 }
 
 type PartsTuple = (f64, f64, f64, f64, f64, f64, f64, f64, f64, f64, f64);
-type RankedTuple = (String, String, PartsTuple, Vec<u64>);
+type RankedTuple = (String, String, PartsTuple);
 /// (pattern id, capability id, rule, detail, score parts) of a candidate `explain` lists.
 type FilteredTuple = (String, String, &'static str, String, PartsTuple);
 
@@ -375,7 +375,7 @@ fn ranking_tuples(ranking: ranking::Ranking) -> (Vec<RankedTuple>, Vec<FilteredT
         .into_iter()
         .map(|r| {
             let parts = parts_tuple(&r.parts);
-            (r.pattern_id, r.capability_id, parts, r.intent_ids)
+            (r.pattern_id, r.capability_id, parts)
         })
         .collect();
     let filtered = ranking
@@ -396,7 +396,7 @@ fn ranking_tuples(ranking: ranking::Ranking) -> (Vec<RankedTuple>, Vec<FilteredT
 }
 
 /// One Suggest query ranked in the core (`ranking::query`), the GIL released throughout:
-/// (the top `k` as (pattern id, capability id, score parts, intent ids), the candidates
+/// (the top `k` as (pattern id, capability id, score parts), the candidates
 /// `explain` lists as (pattern id, capability id, rule, detail, score parts); empty without
 /// it). Score parts: `parts_tuple`. `words`: the request's analysed words in the order of
 /// their first use (`ranking.plans.text_words_in_order`), for the step fit; `ordered`: the

@@ -56,13 +56,13 @@ impl Filters {
     }
 }
 
-/// One suggestion: its pattern, capability, score parts and the intents the index holds.
+/// One suggestion: its pattern, capability and score parts (the view, with the intents it
+/// shows, is read afterwards: docs/capture.md, The intents a view shows).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ranked {
     pub pattern_id: String,
     pub capability_id: String,
     pub parts: ScoreParts,
-    pub intent_ids: Vec<u64>,
 }
 
 /// What retrieval found before the table is read.
@@ -410,7 +410,6 @@ fn order(
                         pattern_id: candidate.pattern_id.to_owned(),
                         capability_id: candidate.capability.to_owned(),
                         parts: candidate.parts,
-                        intent_ids: table.row(candidate.slot).intents.clone(),
                     });
                 } else if explain {
                     beyond.push(candidate);

@@ -170,7 +170,7 @@ fn a_query_groups_by_capability_and_orders_by_total() {
         Some(all[1].parts.semantic),
         super::formula::pattern_semantic(&mut [cosine(0.7, 0.7), cosine(0.95, 0.05)])
     );
-    assert_eq!(all[1].intent_ids, vec![3, 5]);
+    assert_eq!(f.0.intents_of("p3"), [3, 5]);
     assert!(all.windows(2).all(|w| w[0].parts.total >= w[1].parts.total));
     let mut f = f;
     f.0.set_pattern("p1", "c1", &strings(&["tool_a"]), &[], true, false); // p2 shows for c1

@@ -5,8 +5,9 @@ template cut, fewer recent values and intents, `truncated` set; GetPattern retur
 and a listing page stops early at `RESPONSE_BYTES` with a page token for the rest (AIP-158: a
 page may be shorter than asked; only an empty token ends the listing). A RunRetention answer
 lists at most `RETENTION_ENTRIES` actions within `RESPONSE_BYTES`, with their total count.
-GetPattern returns the whole pattern but for its intents: the first `GOT_INTENTS` that fit
-`RESPONSE_BYTES` (a pattern may hold any number; ListPatternIntents pages through them).
+GetPattern returns the whole pattern but for its intents: of those the engine shows
+(domain/shown_intents.py), the first `GOT_INTENTS` that fit `RESPONSE_BYTES` (a pattern may
+hold any number; ListPatternIntents pages through them).
 """
 
 from __future__ import annotations

@@ -101,28 +101,6 @@ class KeyValues:
         found = {bytes(k): (bytes(a), bytes(b)) for k, a, b in rows}
         return [found.get(key) for key in keys]
 
-    def pairs_and_values(
-        self, first: str, second: str, keys: Sequence[bytes], cf: str, values_of: Sequence[bytes]
-    ) -> tuple[list[tuple[bytes, bytes] | None], list[bytes | None]]:
-        """`get_pairs(first, second, keys)` and `get_many(cf, values_of)` in one round trip
-        (two statements in one pipeline)."""
-        pairs, values = self._db.rows_pipelined(
-            [
-                (
-                    f"SELECT a.key, a.value, b.value FROM {table_of(first)} a"
-                    f" JOIN {table_of(second)} b ON b.key = a.key WHERE a.key = ANY(%s)",
-                    (list(keys),),
-                ),
-                (
-                    f"SELECT key, value FROM {table_of(cf)} WHERE key = ANY(%s)",
-                    (list(values_of),),
-                ),
-            ]
-        )
-        found_pairs = {bytes(k): (bytes(a), bytes(b)) for k, a, b in pairs}
-        found = {bytes(k): bytes(v) for k, v in values}
-        return [found_pairs.get(k) for k in keys], [found.get(k) for k in values_of]
-
     def pattern_for_hash(
         self, prefix: bytes, code_hash_key: bytes, intents_limit: int
     ) -> tuple[Any, ...]:

@@ -24,7 +24,6 @@ from pml_server.domain.records import (
 )
 from pml_server.storage.codec import (
     decode_counters_shared,
-    decode_intent_for_view,
     decode_pattern,
 )
 from pml_server.storage.keys import (
@@ -38,13 +37,14 @@ from pml_server.storage.keys import (
 )
 from pml_server.storage.postgres._store import PostgresStore
 from pml_server.storage.postgres._tenant_rows import CF_INDEX_SNAPSHOT, CF_STATS_DELTA
-from pml_server.storage.postgres._views import CachedView, PatternKey, ReplicaViewCache
+from pml_server.storage.postgres._views import PatternKey, ReplicaViewCache
 from pml_server.storage.repo import (
     IntentRows,
     LogRows,
     MetaRows,
     PatternRows,
     Repository,
+    ShownView,
     ViewReads,
     ViewRows,
 )
@@ -205,54 +205,24 @@ class SharedViews(ViewReads):
             for pair in self.shared_store.kv.get_pairs(CF_PATTERNS, CF_COUNTERS, keys)
         ]
 
-    def view_rows(
-        self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
-    ) -> ViewRows | None:
-        """None: this replica's views come decoded from its cache (`patterns_and_intent_views`)."""
+    def view_rows(self, tenant: str, pattern_ids: Sequence[str]) -> ViewRows | None:
+        """None: this replica's views come decoded from its cache (`shown_views`)."""
         return None
 
-    def patterns_and_intent_views(
-        self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
-    ) -> tuple[list[tuple[PatternRecord, PatternCounters] | None], list[IntentRecord | None]]:
-        """As `ViewReads.patterns_and_intent_views`: from this replica's cache (`_views`), and
-        what it lacks in one round trip (then cached)."""
-        intents_of: dict[str, list[int]] = {}
-        for pattern_id, intent_id in wanted:
-            intents_of.setdefault(pattern_id, []).append(intent_id)
-        views: dict[str, CachedView] = {}
+    def shown_views(self, tenant: str, pattern_ids: Sequence[str]) -> list[ShownView | None]:
+        """As `ViewReads.shown_views`: from this replica's cache (`_views`), and what it
+        lacks in two round trips (records with counters, then the intents they name), then
+        cached."""
+        views: dict[str, ShownView] = {}
         for pattern_id in pattern_ids:
-            view = self._views.get((tenant, pattern_id), intents_of.get(pattern_id, ()))
+            view = self._views.get((tenant, pattern_id))
             if view is not None:
                 views[pattern_id] = view
         missing = [p for p in pattern_ids if p not in views]
         if missing:
             began_at = self._views.generation()
-            read = self._read_views(tenant, missing, [w for w in wanted if w[0] not in views])
-            self._views.keep(began_at, (((tenant, p), v) for p, v in read.items()))
-            views.update(read)
-        pairs = [(v.record, v.counters) if (v := views.get(p)) else None for p in pattern_ids]
-        return pairs, [v.intents.get(i) if (v := views.get(p)) else None for p, i in wanted]
-
-    def _read_views(
-        self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
-    ) -> dict[str, CachedView]:
-        """The stored views of `pattern_ids` (with the `wanted` intents), in one round trip."""
-        keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
-        intent_keys = [tenant_key(tenant, p, u64(i)) for p, i in wanted]
-        pairs, raw_intents = self.shared_store.kv.pairs_and_values(
-            CF_PATTERNS, CF_COUNTERS, keys, CF_INTENTS, intent_keys
-        )
-        intents: dict[str, dict[int, IntentRecord]] = {}
-        for raw in raw_intents:
-            if raw is not None:
-                intent = decode_intent_for_view(raw)
-                intents.setdefault(intent.pattern_id, {})[intent.id] = intent
-        return {
-            pattern_id: CachedView(
-                decode_pattern(pair[0]),
-                decode_counters_shared(pair[1]),
-                intents.get(pattern_id, {}),
-            )
-            for pattern_id, pair in zip(pattern_ids, pairs, strict=True)
-            if pair is not None
-        }
+            read = self.read_shown_views(tenant, missing)
+            fresh = {p: v for p, v in zip(missing, read, strict=True) if v is not None}
+            self._views.keep(began_at, (((tenant, p), v) for p, v in fresh.items()))
+            views.update(fresh)
+        return [views.get(p) for p in pattern_ids]

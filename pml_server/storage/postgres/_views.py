@@ -1,6 +1,6 @@
 """A replica's cache of the pattern views Suggest shows: each pattern's record, counters and
-intents (without vectors), so a Suggest ranked in the core answers without a database round
-trip once its patterns have been read.
+shown intents (without vectors, domain/shown_intents.py), so a Suggest ranked in the core
+answers without a database round trip once its patterns have been read.
 
 Freshness. An entry is dropped when this replica commits a batch writing the pattern's record,
 counters or intents (`PostgresStore.watch_commits`, before the capture is answered: a replica
@@ -18,20 +18,13 @@ the same way (past the bound they are cleared and every read begun before is ref
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from pml_server.domain.lru import Lru
-from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
+from pml_server.storage.repo import ShownView
 
 PatternKey = tuple[str, str]  # (tenant, pattern id)
-
-
-@dataclass(frozen=True)
-class CachedView:
-    record: PatternRecord
-    counters: PatternCounters
-    intents: dict[int, IntentRecord]  # by intent id
+CachedView = ShownView
 
 
 class ReplicaViewCache:
@@ -51,12 +44,9 @@ class ReplicaViewCache:
         with self._lock:
             return self._generation
 
-    def get(self, key: PatternKey, intent_ids: Sequence[int]) -> CachedView | None:
-        """The pattern's view when it is cached with every one of `intent_ids`."""
+    def get(self, key: PatternKey) -> CachedView | None:
+        """The pattern's view when it is cached."""
         with self._lock:
-            found = self._entries.peek(key)
-            if found is None or any(i not in found.intents for i in intent_ids):
-                return None
             return self._entries.get(key)
 
     def keep(self, began_at: int, views: Iterable[tuple[PatternKey, CachedView]]) -> None:

@@ -30,7 +30,13 @@ from pml_server.storage.repo._meta import MetaRows
 from pml_server.storage.repo._patterns import PatternRows
 from pml_server.storage.repo._requests import RequestRows
 from pml_server.storage.repo._sessions import SessionRows
-from pml_server.storage.repo._views import ViewReads, ViewRows, counter_rank_row, pattern_rank_row
+from pml_server.storage.repo._views import (
+    ShownView,
+    ViewReads,
+    ViewRows,
+    counter_rank_row,
+    pattern_rank_row,
+)
 from pml_server.storage.seam import StoreBackend
 
 __all__ = [
@@ -42,6 +48,7 @@ __all__ = [
     "Repository",
     "RequestRows",
     "SessionRows",
+    "ShownView",
     "ViewReads",
     "ViewRows",
     "counter_rank_row",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
-from pml_server.domain import json_form
+from pml_server.domain import json_form, shown_intents
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.storage.codec import decode_counters_shared, decode_intent_for_view, decode_pattern
 from pml_server.storage.keys import (
@@ -20,6 +20,8 @@ from pml_server.storage.keys import (
 )
 from pml_server.storage.seam import KeyValueReads, Op
 
+_LAST_ID = 2**64 - 1  # the largest u64 intent id
+
 # The families a pattern's view is read from (`patterns_written`).
 _VIEW_FAMILIES = frozenset({CF_PATTERNS, CF_COUNTERS, CF_INTENTS})
 
@@ -29,7 +31,18 @@ class ViewRows(NamedTuple):
 
     patterns: list[bytes | None]
     counters: list[bytes | None]
-    intents: list[bytes | None]
+    intents: list[list[bytes]]  # each pattern's shown intents (domain/shown_intents.py)
+    intent_counts: list[int]  # how many intents each pattern has
+
+
+class ShownView(NamedTuple):
+    """A pattern as a view shows it: record, counters (shared: never mutate them), the shown
+    intents without their vectors, best first, and how many intents it has."""
+
+    record: PatternRecord
+    counters: PatternCounters
+    intents: list[IntentRecord]
+    intent_count: int
 
 
 class ViewReads:
@@ -63,30 +76,91 @@ class ViewReads:
             for raw in self.store.get_many(CF_INTENTS, keys)
         ]
 
-    def patterns_and_intent_views(
-        self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
-    ) -> tuple[list[tuple[PatternRecord, PatternCounters] | None], list[IntentRecord | None]]:
-        """`patterns_with_counters` and `intent_views_by_id` (a shared store: in one round
-        trip)."""
-        return self.patterns_with_counters(tenant, pattern_ids), self.intent_views_by_id(
-            tenant, wanted
-        )
+    def shown_intent_rows(
+        self,
+        tenant: str,
+        pattern_ids: Sequence[str],
+        counters: Sequence[PatternCounters | None],
+    ) -> tuple[list[list[bytes]], list[int]]:
+        """(the stored bytes of each pattern's shown intents, best first; how many intents it
+        has), by its `counters` (None: none read): one multi-get of the few intents the
+        counters name (domain/shown_intents.py), never all of them; a pattern whose counters
+        an older build wrote is read whole, once per view, until its next capture."""
+        keys: list[bytes] = []
+        runs: list[tuple[int, int] | list[bytes]] = []
+        counts: list[int] = []
+        for pattern_id, counted in zip(pattern_ids, counters, strict=True):
+            ids = None if counted is None else shown_intents.shown_ids(counted)
+            if counted is None:
+                runs.append([])
+                counts.append(0)
+            elif ids is None:
+                prefix = intent_prefix(tenant, pattern_id)
+                every = [raw for _, raw in self.store.scan(CF_INTENTS, prefix)]
+                every.sort(key=lambda raw: _view_order(decode_intent_for_view(raw)))
+                runs.append(every[: shown_intents.SHOWN_INTENTS])
+                counts.append(len(every))
+            else:
+                runs.append((len(keys), len(keys) + len(ids)))
+                keys += [tenant_key(tenant, pattern_id, u64(i)) for i in ids]
+                counts.append(counted.intent_count or 0)
+        found = self.store.get_many(CF_INTENTS, keys) if keys else []
+        rows = [
+            run if isinstance(run, list) else [raw for raw in found[run[0] : run[1]] if raw]
+            for run in runs
+        ]
+        return rows, counts
 
-    def view_rows(
-        self, tenant: str, pattern_ids: Sequence[str], wanted: Sequence[tuple[str, int]]
-    ) -> ViewRows | None:
-        """The stored bytes of these patterns' records and counters and of the `wanted`
-        (pattern id, intent id) intents, in order, None where gone: three multi-gets, nothing
-        decoded (`codec.stored_view` makes the views). None from a repository that keeps
-        decoded views of its own (a shared store's replica cache): then
-        `patterns_and_intent_views`."""
+    def view_rows(self, tenant: str, pattern_ids: Sequence[str]) -> ViewRows | None:
+        """The stored bytes of these patterns' records, counters and shown intents, in order,
+        None where gone: three multi-gets, the counters decoded (memoized) to name the
+        intents (`codec.stored_view` makes the views). None from a repository that keeps
+        decoded views of its own (a shared store's replica cache): then `shown_views`."""
         keys = [tenant_key(tenant, pattern_id) for pattern_id in pattern_ids]
-        intent_keys = [tenant_key(tenant, p, u64(i)) for p, i in wanted]
-        return ViewRows(
-            self.store.get_many(CF_PATTERNS, keys),
-            self.store.get_many(CF_COUNTERS, keys),
-            self.store.get_many(CF_INTENTS, intent_keys),
+        patterns = self.store.get_many(CF_PATTERNS, keys)
+        counters = self.store.get_many(CF_COUNTERS, keys)
+        decoded = [None if raw is None else decode_counters_shared(raw) for raw in counters]
+        intents, counts = self.shown_intent_rows(tenant, pattern_ids, decoded)
+        return ViewRows(patterns, counters, intents, counts)
+
+    def shown_views(self, tenant: str, pattern_ids: Sequence[str]) -> list[ShownView | None]:
+        """What a Suggest shows of these patterns, decoded, None where deleted (a shared
+        store: from its replica's cache)."""
+        return self.read_shown_views(tenant, pattern_ids)
+
+    def read_shown_views(self, tenant: str, pattern_ids: Sequence[str]) -> list[ShownView | None]:
+        """`shown_views` read from the store now (GetPattern: never from a cache)."""
+        found = self.patterns_with_counters(tenant, pattern_ids)
+        return self.shown_of(tenant, pattern_ids, found)
+
+    def shown_of(
+        self,
+        tenant: str,
+        pattern_ids: Sequence[str],
+        found: Sequence[tuple[PatternRecord, PatternCounters] | None],
+    ) -> list[ShownView | None]:
+        """The `ShownView`s of these patterns' (record, counters), their shown intents read."""
+        rows, counts = self.shown_intent_rows(
+            tenant, pattern_ids, [None if pair is None else pair[1] for pair in found]
         )
+        return [
+            None
+            if pair is None
+            else ShownView(pair[0], pair[1], [decode_intent_for_view(r) for r in raw], count)
+            for pair, raw, count in zip(found, rows, counts, strict=True)
+        ]
+
+    def intents_page(
+        self, tenant: str, pattern_id: str, after: int | None, limit: int
+    ) -> list[IntentRecord]:
+        """At most `limit` of the pattern's intents after the intent id `after` (None: from
+        the first), in id order, without their vectors: one range scan of that many rows."""
+        prefix = intent_prefix(tenant, pattern_id)
+        if after is not None and after >= _LAST_ID:
+            return []
+        start = prefix if after is None else tenant_key(tenant, pattern_id, u64(after + 1))
+        rows = self.store.scan(CF_INTENTS, prefix, start=start, limit=limit)
+        return [decode_intent_for_view(raw) for _, raw in rows]
 
     def patterns_written(self, ops: Sequence[Op]) -> set[tuple[str, str]]:
         """(tenant, pattern id) of each pattern whose record, counters or intents `ops` write
@@ -110,6 +184,15 @@ class ViewReads:
         record: the ranking table's counters part, streamed (before anything writes only)."""
         for key, raw in self.store.scan_stored(CF_COUNTERS, tenant_prefix(tenant)):
             yield counter_rank_row(split_tenant(key)[1].decode(), raw)
+
+
+def intent_prefix(tenant: str, pattern_id: str) -> bytes:
+    """The prefix of a pattern's intent keys."""
+    return tenant_key(tenant, pattern_id, b"")
+
+
+def _view_order(intent: IntentRecord) -> tuple[int, int]:
+    return -intent.hit_count, intent.id
 
 
 def pattern_rank_row(raw: bytes) -> tuple[str, str, list[str], bool, bool]:
