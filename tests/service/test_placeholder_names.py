@@ -307,7 +307,9 @@ def test_an_older_builds_joined_credential_is_redacted_once_at_open(tmp_path: Pa
 
 
 FORMATTED_SECRET = "HUNTER2FORMATTED"
-FORMATTED_CODE = f'r = await mcp.login(user=name, password="".join(["{FORMATTED_SECRET.lower()}", x]))'
+FORMATTED_CODE = (
+    f'r = await mcp.login(user=name, password="".join(["{FORMATTED_SECRET.lower()}", x]))'
+)
 
 
 def test_an_older_builds_formatted_credential_is_redacted_once_at_open(tmp_path: Path) -> None:
