@@ -456,6 +456,43 @@ def test_a_literal_piece_of_a_credential_in_code_no_parser_reads_is_secret() -> 
     assert not [p for p in result.params if p.secret]
 
 
+def test_a_literal_formatted_or_joined_into_a_credential_is_secret() -> None:
+    """A literal formatted or joined into a credential's value (`%`, `.format`, `.join`,
+    `.concat`, `String.raw`), in place or through a variable, is a secret; the hash is the one
+    another password gives, and a format string or separator holding no secret stays
+    (docs/normalization.md, Secrets)."""
+    pw = PASSWORD.lower()
+    for language, code in [
+        ("python", f'login(password="{pw}%s" % x)'),
+        ("python", f'login(password="{pw}{{}}".format(x))'),
+        ("python", f'login(password="".join(["{pw}", x]))'),
+        ("python", f'login(password="-".join(("{pw}", "secret")))'),
+        ("python", f'pw = "{pw}%s" % x\nlogin(password=pw)'),
+        ("javascript", f'await mcp.login({{password: "{pw}".concat(x)}})'),
+        ("javascript", f'await mcp.login({{password: ["{pw}", x].join("")}})'),
+        ("typescript", f"await mcp.login({{password: String.raw`{pw}${{x}}`}})"),
+        # code the parser rejects: a variable assigned a literal, given as a credential
+        ("python", f'pw = "{pw}"\nlogin(password=pw'),
+    ]:
+        result = _core.normalize(code, language)
+        assert pw not in _stored_forms(result).lower(), code
+        assert not [p for p in result.params if pw in p.value_json and not p.secret], code
+        if "${" not in code:  # an interpolated string's text hashes as code, as an f-string's
+            other = _core.normalize(code.replace(pw, "other"), language)
+            assert other.code_hash == result.code_hash, code
+        again = _core.normalize(result.redacted_code, language)
+        assert again.parse_ok == result.parse_ok, code
+        assert again.redacted_code == result.redacted_code, code
+    for code in (
+        'print("%s" % x)',
+        'print(", ".join(names))',
+        'h = {"Authorization": "Bearer {}".format(tok)}',
+    ):
+        result = _core.normalize(code, "python")
+        assert result.redacted_code == code
+        assert not [p for p in result.params if p.secret]
+
+
 def test_a_prefixed_python_string_in_code_no_parser_reads_is_named_by_its_context() -> None:
     """Python code with a syntax error goes to the fallback tokenizer, which reads a string's
     prefix (`f"..."`, `b"..."`, `rb"..."`) as a word of its own: the string is still named by

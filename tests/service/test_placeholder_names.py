@@ -304,3 +304,59 @@ def test_an_older_builds_joined_credential_is_redacted_once_at_open(tmp_path: Pa
         assert [(p.name, p.secret) for p in view.params] == [("$STR", True)]
     finally:
         engine.close()
+
+
+FORMATTED_SECRET = "HUNTER2FORMATTED"
+FORMATTED_CODE = (
+    f'r = await mcp.login(user=name, password="".join(["{FORMATTED_SECRET.lower()}", x]))'
+)
+
+
+def test_an_older_builds_formatted_credential_is_redacted_once_at_open(tmp_path: Path) -> None:
+    """An older build kept a literal joined or formatted into a credential's value
+    (`password="".join(["...", x])`) as a parameter not flagged secret, in the stored code and
+    the parameter's recent values, and marked its store `placeholders_renamed/6`; the next
+    open rewrites the pattern as today's capture stores it, under the same hash (docs/
+    storage.md, Migrations)."""
+    engine = open_engine(tmp_path / "e")
+    assert engine.admin.wait_placeholders_renamed(60) == 0
+    record = replace(make_record("r1", INTENT, ["login"], code=FORMATTED_CODE), language="python")
+    pattern_id = engine.record(T, record).pattern_id
+    assert _stored_rows_holding(engine, FORMATTED_SECRET, None) == []
+    repo = engine._state.repo
+    pattern = repo.patterns.pattern(T, pattern_id)
+    counters = repo.patterns.counters(T, pattern_id)
+    assert pattern is not None
+    assert counters is not None
+    assert 'password="".join(["[REDACTED]", x])' in pattern.original_code
+    secret_names = [p.name for p in pattern.params if p.secret]
+    assert len(secret_names) == 1
+    # as the older build wrote it: the code as run, the item no secret, its value kept
+    old = replace(
+        pattern,
+        original_code=FORMATTED_CODE,
+        params=tuple(replace(p, secret=False) for p in pattern.params),
+        parameter_schema_json=pattern.parameter_schema_json.replace(',"writeOnly":true', ""),
+    )
+    recent = {secret_names[0]: [f'"{FORMATTED_SECRET.lower()}"']}
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, old),
+            repo.patterns.put_counters(T, pattern_id, replace(counters, recent_values=recent)),
+            (CF_META, PLACEHOLDERS_KEY, None),
+            (CF_META, b"placeholders_renamed/6", b"1"),  # the marker that build wrote
+        ]
+    )
+    assert _stored_rows_holding(engine, FORMATTED_SECRET, None)
+    engine.close()
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        assert engine.admin.wait_placeholders_renamed(60) == 1
+        assert _stored_rows_holding(engine, FORMATTED_SECRET, None) == []
+        view = engine.get_pattern(T, pattern_id)
+        assert view.template == pattern.template
+        assert view.code_hash == pattern.code_hash
+        assert [p.name for p in view.params if p.secret] == secret_names
+    finally:
+        engine.close()

@@ -4,6 +4,7 @@
 //! comments are dropped, everything else hashes as written. No variable renaming.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use super::canonical::{self, Canonical};
 use super::language::Lang;
@@ -62,7 +63,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     let tokens = lex(code, &style);
     let text = |t: &Token| &code[t.start..t.end];
     let mut canon = Canonical::new(NORMALIZER_VERSION, language, "tokens", code.len());
-    let mut params = Vec::new();
+    let mut params: Vec<RawParam> = Vec::new();
     let mut param_count = 0usize;
     let mut tool_calls = Vec::new();
     let mut code_strings: Vec<usize> = Vec::new(); // token indexes of tool-name strings
@@ -94,11 +95,19 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     let mut inside_until = 0usize; // the end of the shell secret the loop is inside
     let mut listed_until = 0usize; // the end of the stdin password listed whole
     let mut credential = CredentialValue::default();
+    // The literal each variable was last assigned (`pw = "..."`): a secret once the variable
+    // is given as a credential (`login(password=pw`), as in the parsed path.
+    let mut assigned: HashMap<&str, usize> = HashMap::new();
     for (i, token) in tokens.iter().enumerate() {
         if token.start < inside_until {
             continue;
         }
         let piece = lang.is_some() && credential.piece(&tokens, i, code, &style);
+        if piece && token.kind == Kind::Word {
+            if let Some(raw) = assigned.get(text(token)).and_then(|&at| params.get_mut(at)) {
+                raw.named_credential = true;
+            }
+        }
         // the token is the stdin password whole: its parameter, if it is one, is a secret
         let mut stdin_password = false;
         while stdin_secrets.next_if(|s| s.start < token.start).is_some() {}
@@ -221,6 +230,9 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                 };
                 // a literal inside a stdin password listed whole is redacted with it
                 if (!overflow || raw.is_secret()) && token.start >= listed_until {
+                    if let Some(variable) = lang.and(assigned_variable(&tokens, i, code)) {
+                        assigned.insert(variable, params.len());
+                    }
                     params.push(raw);
                 }
             }
@@ -237,6 +249,19 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
         tool_calls,
         steps: None,
     }
+}
+
+/// The variable the literal at token `i` is assigned whole to (`pw = "..."`, `const pw =
+/// "...";`): the literal ends its statement (a line break, `;` or the end follows). Constant
+/// cost.
+fn assigned_variable<'c>(tokens: &[Token], i: usize, code: &'c str) -> Option<&'c str> {
+    let text = |t: &Token| &code[t.start..t.end];
+    let equals = &tokens[i.checked_sub(1)?];
+    let name = &tokens[i.checked_sub(2)?];
+    let ends = tokens.get(i + 1).map_or(true, |next| {
+        text(next) == ";" || code.as_bytes()[tokens[i].end..next.start].contains(&b'\n')
+    });
+    (text(equals) == "=" && name.kind == Kind::Word && ends).then(|| text(name))
 }
 
 /// The value given as a credential that the fallback is inside, as the parsed path reads one

@@ -385,6 +385,10 @@ fn redacted_literal(literal_text: &str) -> std::borrow::Cow<'static, str> {
         .bytes()
         .take_while(u8::is_ascii_alphabetic)
         .count();
+    if literal_text.starts_with('`') {
+        // a template stays one: `` String.raw`[REDACTED]` `` still reads as a tagged template
+        return "`[REDACTED]`".into();
+    }
     let (prefix, rest) = literal_text.split_at(prefix_len);
     if !prefix.bytes().any(|b| b.eq_ignore_ascii_case(&b'b')) {
         return REDACTED_LITERAL.into();
@@ -410,15 +414,53 @@ fn redacted_fragment(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// Whether a piece of a credential's value holds no secret: an HTTP auth scheme (`Bearer `)
-/// or one separator (`:`), as the text of `f"Bearer {token}"` or the `":"` of `user + ":" +
-/// pw` (docs/normalization.md, Secrets).
+/// Whether a piece of a credential's value holds no secret: nothing, an HTTP auth scheme
+/// (`Bearer `) or one separator (`:`), as the text of `f"Bearer {token}"` or the `":"` of
+/// `user + ":" + pw`, once its format fields are left out (`"Bearer {}"`, `"%s:%s"`, the
+/// `""` of `"".join(...)`; docs/normalization.md, Secrets).
 pub(crate) fn holds_no_secret(text: &str) -> bool {
+    let text = without_format_fields(text);
     let scheme = ["Bearer ", "Basic ", "Token "]
         .iter()
         .any(|scheme| text.eq_ignore_ascii_case(scheme));
     let separator = text.len() == 1 && text.bytes().all(|b| b" :-_./@,;=".contains(&b));
-    scheme || separator
+    text.is_empty() || scheme || separator
+}
+
+/// `text` without its `{...}` and `%s` / `%(name)s` format fields, in one pass.
+fn without_format_fields(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(['{', '%']) {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let field = if tail.starts_with('{') {
+            tail.find('}').map(|end| end + 1)
+        } else {
+            let mut end = 1;
+            if tail[end..].starts_with('(') {
+                end += tail[end..].find(')').map_or(tail.len(), |close| close + 1);
+            }
+            end += tail.get(end..).map_or(0, |t| {
+                t.len()
+                    - t.trim_start_matches(|c: char| "-#0 +.123456789".contains(c))
+                        .len()
+            });
+            tail.get(end..)
+                .and_then(|t| t.chars().next())
+                .filter(char::is_ascii_alphabetic)
+                .map(|_| end + 1)
+        };
+        match field {
+            Some(len) => rest = &tail[len..],
+            None => {
+                out.push_str(&tail[..1]);
+                rest = &tail[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Give the steps' parameters their placeholder names; a literal that stayed code (past

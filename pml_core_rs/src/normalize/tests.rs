@@ -482,6 +482,36 @@ fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
             format!("os.getenv(\"DB_PASSWORD\", \"{value}\" + x)"),
             "python",
         ),
+        (format!("login({name}=\"{value}%s\" % x)"), "python"),
+        (
+            format!("login({name}=\"%s%s\" % (\"{value}\", x))"),
+            "python",
+        ),
+        (format!("login({name}=\"{value}{{}}\".format(x))"), "python"),
+        (
+            format!("login({name}=\"{{}}{{p}}\".format(\"{value}\", p=x))"),
+            "python",
+        ),
+        (
+            format!("login({name}=\"{{}}{{p}}\".format(x, p=\"{value}\"))"),
+            "python",
+        ),
+        (
+            format!("login({name}=\"\".join([\"{value}\", x]))"),
+            "python",
+        ),
+        (
+            format!("login({name}=\"-\".join((\"{value}\", \"x9\")))"),
+            "python",
+        ),
+        (
+            format!("pw = \"{value}%s\" % x\nlogin({name}=pw)"),
+            "python",
+        ),
+        (
+            format!("pw = \"\".join([\"{value}\", x])\nlogin({name}=pw)"),
+            "python",
+        ),
     ];
     for language in ["js", "ts"] {
         shapes.extend([
@@ -503,6 +533,30 @@ fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
             ),
             (
                 format!("let pw = \"{value}\" + s; await mcp.login({{{name}: pw}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: \"{value}\".concat(x)}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: \"a\".concat(\"{value}\", x)}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: [\"{value}\", x].join(\"\")}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: String.raw`{value}${{x}}`}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: String.raw`{value}`}})"),
+                language,
+            ),
+            (
+                format!("const pw = [\"{value}\", x].join(\"-\"); await mcp.login({{{name}: pw}})"),
                 language,
             ),
         ]);
@@ -551,6 +605,47 @@ fn a_literal_piece_of_a_credential_is_a_secret() {
         "await mcp.login({password: \"hunter2secret\" + suffix})",
         "await mcp.login({password: \"other\" + suffix})",
         "ts",
+    );
+}
+
+#[test]
+fn a_format_string_or_separator_holding_no_secret_stays() {
+    for (code, language, stored) in [
+        ("print(\"%s\" % x)", "python", "print(\"%s\" % x)"),
+        (
+            "print(\", \".join(names))",
+            "python",
+            "print(\", \".join(names))",
+        ),
+        (
+            "h = {\"Authorization\": \"Bearer {}\".format(tok)}",
+            "python",
+            "h = {\"Authorization\": \"Bearer {}\".format(tok)}",
+        ),
+        (
+            "login(password=\"%s:%s\" % (u, p))",
+            "python",
+            "login(password=\"%s:%s\" % (u, p))",
+        ),
+        (
+            "pw = \"\".join([\"hunter2secret\", x])\nlogin(password=pw)",
+            "python",
+            "pw = \"\".join([\"[REDACTED]\", x])\nlogin(password=pw)",
+        ),
+        (
+            "await mcp.login({password: [a, b].join(\":\")})",
+            "js",
+            "await mcp.login({password: [a, b].join(\":\")})",
+        ),
+        ("x = n % 7", "python", "x = n % 7"),
+    ] {
+        assert_eq!(norm(code, language).redacted_code, stored, "{code}");
+    }
+    // the formatted shapes hash as before: their literals were placeholders already
+    same(
+        "login(password=\"hunter2{}\".format(x))",
+        "login(password=\"other{}\".format(x))",
+        "python",
     );
 }
 
@@ -721,6 +816,12 @@ fn a_literal_piece_of_a_credential_in_the_fallback_is_a_secret() {
         ),
         (
             "await mcp.login({password: p + `${x}hunter2secret`, user: \"bob\"",
+            "js",
+        ),
+        // a variable assigned a literal, given as a credential later
+        ("pw = \"hunter2secretpw\"\nlogin(password=pw", "python"),
+        (
+            "const pw = \"hunter2secretpw\";\nawait mcp.login({password: pw, user: \"bob\"",
             "js",
         ),
     ] {

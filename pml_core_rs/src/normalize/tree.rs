@@ -31,6 +31,14 @@ const JOIN_KINDS: &[&str] = &[
     "binary_operator",
     "ternary_expression",
     "conditional_expression",
+    // formatting calls (`format_call`) and their callee and arguments
+    "call",
+    "call_expression",
+    "attribute",
+    "member_expression",
+    "argument_list",
+    "arguments",
+    "keyword_argument",
 ];
 /// Longest member chain read for a tool name (`mcp.server.tool` is 2).
 pub(crate) const MAX_CHAIN: usize = 8;
@@ -678,8 +686,17 @@ impl<'a, 't> Walker<'a, 't> {
             fragment: false,
         };
         if !overflow || raw.is_secret() {
+            // a piece holding no secret (`pw = "".join([...])`) stays when `pw` is given as
+            // a credential, as it does given in place
+            let no_secret = self.joined_position(field, named_index).is_some()
+                && raw
+                    .string_value
+                    .as_deref()
+                    .is_some_and(super::holds_no_secret);
             if let Some(variable) = self.assigned_variable(field, named_index) {
-                self.remember_assigned(variable, self.params.len());
+                if !no_secret {
+                    self.remember_assigned(variable, self.params.len());
+                }
             }
             self.params.push(raw);
         }
@@ -710,24 +727,94 @@ impl<'a, 't> Walker<'a, 't> {
                 || self.named_credential_at(level, field, index))
     }
 
-    /// Whether the child of `frame` at `field` / `named_index` is a piece of its value: any
-    /// child of a parenthesized expression or of Python's implicit join (`"a" "b"`), an
-    /// operand of `+`, a branch (not the condition) of a conditional.
-    fn joined_by(
-        &self,
-        frame: &Frame<'t>,
-        field: Option<&'static str>,
-        named_index: usize,
-    ) -> bool {
+    /// Whether the child of `frames[level - 1]` at `field` / `named_index` is a piece of its
+    /// value: any child of a parenthesized expression or of Python's implicit join (`"a"
+    /// "b"`), an operand of `+`, a branch (not the condition) of a conditional, the format
+    /// string and arguments of Python's `%` formatting, and the string, callee, arguments and
+    /// joined items of a formatting call (`format_call`: `"...".format(x)`, `"".join([...])`,
+    /// `"...".concat(x)`, `[...].join("")`, `` String.raw`...` ``).
+    fn joined_by(&self, level: usize, field: Option<&'static str>, named_index: usize) -> bool {
+        let frame = &self.frames[level - 1];
+        let grammar = self.grammar;
+        let format_call = |at: usize| {
+            at.checked_sub(1)
+                .and_then(|at| self.frames.get(at))
+                .is_some_and(|call| self.format_call(call.node))
+        };
         match frame.kind {
             "parenthesized_expression" | "concatenated_string" => true,
-            "binary_expression" | "binary_operator" => self
-                .grammar
+            "binary_expression" | "binary_operator" => grammar
                 .child(frame.node, "operator")
-                .is_some_and(|op| self.grammar.kind(op) == "+"),
+                .is_some_and(|op| match grammar.kind(op) {
+                    "+" => true,
+                    // `"...%s" % x`: only a string formats; `n % 7` is arithmetic
+                    "%" => grammar.child(frame.node, "left").is_some_and(|left| {
+                        matches!(grammar.kind(left), "string" | "concatenated_string")
+                    }),
+                    _ => false,
+                }),
             "ternary_expression" => matches!(field, Some("consequence" | "alternative")),
             // `a if c else b`: no fields; the condition is the second named child
             "conditional_expression" => named_index != 1,
+            "call" | "call_expression" => {
+                matches!(field, Some("function" | "arguments")) && self.format_call(frame.node)
+            }
+            "attribute" | "member_expression" => {
+                field == Some("object") && frame.field == Some("function") && format_call(level - 1)
+            }
+            "argument_list" | "arguments" => format_call(level - 1),
+            "keyword_argument" => {
+                field == Some("value")
+                    && level >= 2
+                    && matches!(self.frames[level - 2].kind, "argument_list")
+                    && format_call(level - 2)
+            }
+            // the items of an array that is itself a piece of a formatting call or of `%`:
+            // `"".join(["...", x])`, `["...", x].join("")`, `"%s%s" % ("...", x)`
+            kind if ARRAY_KINDS.contains(&kind) => {
+                level >= 2
+                    && matches!(
+                        self.frames[level - 2].kind,
+                        "argument_list" | "arguments" | "member_expression" | "binary_operator"
+                    )
+                    && self.joined_by(level - 1, frame.field, frame.named_index)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `call` builds a string of its receiver and arguments: Python's
+    /// `"...".format(...)` and `"sep".join(...)` on a string, JS's `"...".concat(...)` on a
+    /// string, `[...].join(...)` on an array and `` String.raw`...` ``. Constant cost.
+    fn format_call(&self, call: Node<'t>) -> bool {
+        let grammar = self.grammar;
+        let Some(function) = grammar.child(call, "function") else {
+            return false;
+        };
+        let (method, object) = match grammar.kind(function) {
+            "attribute" => (
+                grammar.child(function, "attribute"),
+                grammar.child(function, "object"),
+            ),
+            "member_expression" => (
+                grammar.child(function, "property"),
+                grammar.child(function, "object"),
+            ),
+            _ => return false,
+        };
+        let (Some(method), Some(object)) = (method, object) else {
+            return false;
+        };
+        let object_kind = grammar.kind(object);
+        let string = matches!(
+            object_kind,
+            "string" | "concatenated_string" | "template_string"
+        );
+        match (self.text(method), self.lang.is_python()) {
+            ("format" | "join", true) => string,
+            ("concat", false) => string,
+            ("join", false) => object_kind == "array",
+            ("raw", false) => object_kind == "identifier" && self.text(object) == "String",
             _ => false,
         }
     }
@@ -741,7 +828,7 @@ impl<'a, 't> Walker<'a, 't> {
         named_index: usize,
     ) -> Option<(usize, Option<&'static str>, usize)> {
         let (mut level, mut field, mut index) = (self.frames.len(), field, named_index);
-        while level > 0 && self.joined_by(&self.frames[level - 1], field, index) {
+        while level > 0 && self.joined_by(level, field, index) {
             let frame = &self.frames[level - 1];
             (field, index) = (frame.field, frame.named_index);
             level -= 1;
