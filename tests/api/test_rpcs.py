@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
 import pytest
@@ -15,7 +15,7 @@ from pml_server.api.admission import budget
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.retention import RetentionConfig
-from pml_server.storage.keys import CF_INTENTS
+from testing.store_reads import intents_read
 from tests.conftest import StartServer
 
 READ_JSON = "const d = await mcp.read_file({path: 'a.json'}); return mcp.parse_json(d)"
@@ -431,16 +431,7 @@ def test_a_list_pattern_intents_page_reads_only_its_rows(
     for n in range(80):
         saved = client.record(make_record(f"load w{n}x{n * 7}q now w{n}z", READ_JSON))
     store = server.engine._state.store  # type: ignore[attr-defined]
-    read: list[int] = []
-    for name in ("scan", "get_many"):
-        method = getattr(store, name)
-
-        def counted(cf: str, *args: object, _method: Any = method, **kwargs: object) -> Any:
-            rows = _method(cf, *args, **kwargs)
-            read.extend([len(rows)] if cf == CF_INTENTS else [])
-            return rows
-
-        monkeypatch.setattr(store, name, counted)
+    read = intents_read(store, monkeypatch)
     page = client.list_pattern_intents(saved.pattern, page_size=10)
     assert len(page.intents) == 10
     assert sum(read) <= 11

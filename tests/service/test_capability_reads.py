@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,7 @@ from pml_server.domain.errors import NotFoundError
 from pml_server.domain.model import PageRequest
 from pml_server.service import Engine, _reads
 from pml_server.storage.keys import CF_INTENTS, CF_PATTERNS
+from testing.store_reads import rows_read
 from tests.support import code_for, make_record, open_engine
 
 TOOLS = ["read_file"]
@@ -60,24 +60,6 @@ def record_crowded_capability(engine: Engine, members: int = MEMBERS) -> tuple[s
     return capabilities.pop(), failed
 
 
-def _count_reads(store: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """The rows of each column family `store`'s scans, gets and multi-gets read from now on."""
-    read: dict[str, int] = {}
-    for name in ("scan", "get_many", "get"):
-        method = getattr(store, name)
-
-        def counted(
-            cf: str, *args: Any, _method: Any = method, _name: str = name, **kw: Any
-        ) -> Any:
-            rows = _method(cf, *args, **kw)
-            got = (rows is not None) if _name == "get" else len(rows)
-            read[cf] = read.get(cf, 0) + int(got)
-            return rows
-
-        monkeypatch.setattr(store, name, counted)
-    return read
-
-
 @pytest.fixture
 def crowded(tmp_path: Path) -> Iterator[tuple[Engine, str, str]]:
     engine = open_engine(tmp_path)
@@ -93,7 +75,7 @@ def test_a_crowded_capability_answers_a_bounded_view_with_exact_sums(
     ran once and succeeded but the last, which failed once), counts 3,000, sums every member's
     counters, and reads at most the intents its 50 texts need and few pattern records."""
     engine, capability_id, failed = crowded
-    read = _count_reads(engine._state.repo.store, monkeypatch)
+    read = rows_read(engine._state.repo.store, monkeypatch)
     view = engine.get_capability("t", capability_id)
     assert read.get(CF_INTENTS, 0) <= MAX_CAPABILITY_INTENTS  # 6,000 before
     assert read.get(CF_PATTERNS, 0) <= 8  # 3,000 before
@@ -114,7 +96,7 @@ def test_list_patterns_of_a_capability_pages_through_every_member_reading_only_t
     """Every member of the 3,000 once, by id, each page reading only its own patterns' rows; an
     unknown capability is NOT_FOUND."""
     engine, capability_id, _ = crowded
-    read = _count_reads(engine._state.repo.store, monkeypatch)
+    read = rows_read(engine._state.repo.store, monkeypatch)
     first = engine.list_patterns("t", PageRequest(page_size=500), capability_id)
     assert len(first.items) == 500
     assert read[CF_PATTERNS] == 500
@@ -175,7 +157,7 @@ def test_a_capability_of_repeated_intents_reads_a_bounded_number_of_them(
         capability_id = engine.get_pattern(
             "t", engine.record("t", records[0]).pattern_id
         ).capability_id
-        read = _count_reads(engine._state.repo.store, monkeypatch)
+        read = rows_read(engine._state.repo.store, monkeypatch)
         view = engine.get_capability("t", capability_id)
         assert sorted(view.intents) == ["Open the file", "Read the file"]
         assert view.pattern_count == 600

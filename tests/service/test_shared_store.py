@@ -18,8 +18,8 @@ from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
 from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine
-from pml_server.storage.keys import CF_INTENTS
 from testing.ranking_oracle import path as oracle
+from testing.store_reads import intents_read
 from tests.support import Clock, code_for, make_record, open_engine
 
 JSON_TOOLS = ["fs.read", "json.parse"]
@@ -392,21 +392,6 @@ def test_available_tools_retrieve_among_permitted_patterns_across_replicas(
         b.close()
 
 
-def _count_intent_reads(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The number of stored intents each of `store`'s scans and multi-gets reads from now on."""
-    read: list[int] = []
-    for name in ("scan", "get_many"):
-        method = getattr(store, name)
-
-        def counted(cf: str, *args: Any, _method: Any = method, **kwargs: Any) -> Any:
-            rows = _method(cf, *args, **kwargs)
-            read.extend([len(rows)] if cf == CF_INTENTS else [])
-            return rows
-
-        monkeypatch.setattr(store, name, counted)
-    return read
-
-
 def test_a_new_pattern_joins_a_crowded_capability_of_another_replica_reading_few_intents(
     replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -427,7 +412,7 @@ def test_a_new_pattern_joins_a_crowded_capability_of_another_replica_reading_few
     assert len(crowded) == 1
     assert b.record("t", run(100)).capability_id in crowded
     store = b._state.store
-    read = _count_intent_reads(store, monkeypatch)
+    read = intents_read(store, monkeypatch)
     assert b.record("t", run(101)).capability_id in crowded
     assert sum(read) < 10
 
@@ -468,7 +453,7 @@ def test_a_near_duplicate_of_another_replicas_intent_is_found_reading_few_intent
     [pattern] = a.list_patterns("t", PageRequest()).items
     assert len(pattern.intents) == 60
     store = b._state.store
-    read = _count_intent_reads(store, monkeypatch)
+    read = intents_read(store, monkeypatch)
     with_pattern = store.kv.pattern_for_hash
 
     def counted_with_pattern(*args: Any) -> Any:
@@ -591,7 +576,7 @@ def test_a_crowded_capability_of_another_replica_is_answered_bounded_and_exact(
             capabilities.add(result.capability_id)
     (capability_id,) = capabilities
     assert eventually(lambda: b.stats("t").patterns == 300)
-    read = _count_intent_reads(b._state.repo.store, monkeypatch)
+    read = intents_read(b._state.repo.store, monkeypatch)
     view = b.get_capability("t", capability_id)
     assert (view.pattern_count, view.usage_count, view.success_count) == (300, 300, 300)
     assert len(view.pattern_ids) == 100
@@ -622,7 +607,7 @@ def test_a_replica_shows_a_pattern_of_many_intents_as_the_other_reading_few(
         a.record("t", make_record(f"again{n}", f"{words[n]} {words[n]}z {words[n]}y", JSON_TOOLS))
     [pattern] = a.list_patterns("t", PageRequest()).items
     assert eventually(lambda: b.get_pattern("t", pattern.id).usage_count == 67)
-    read = _count_intent_reads(b._state.store, monkeypatch)
+    read = intents_read(b._state.store, monkeypatch)
     got = b.get_pattern("t", pattern.id)
     assert sum(read) <= SHOWN_INTENTS
     assert got == a.get_pattern("t", pattern.id)

@@ -8,7 +8,6 @@ summary) are still answered right, and their pattern's next capture writes the s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,7 +15,8 @@ from pml_server.domain.model import IntentView, PageRequest, PatternView, Sugges
 from pml_server.domain.records import PatternCounters
 from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.service import Engine
-from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, tenant_key
+from pml_server.storage.keys import CF_COUNTERS, tenant_key
+from testing.store_reads import intents_read
 from tests.support import Clock, make_record, open_engine
 
 TOOLS = ["read_file", "parse_csv"]
@@ -38,22 +38,6 @@ def _fill(engine: Engine, count: int) -> str:
         for again in range(1 + n % 3):
             engine.record("t", make_record(f"again{n}-{again}", _word(n), TOOLS))
     return saved
-
-
-def _count_intent_reads(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The number of stored intents each of the store's scans and multi-gets reads from now."""
-    store = engine._state.store
-    read: list[int] = []
-    for name in ("scan", "get_many"):
-        method = getattr(store, name)
-
-        def counted(cf: str, *args: Any, _method: Any = method, **kwargs: Any) -> Any:
-            rows = _method(cf, *args, **kwargs)
-            read.extend([len(rows)] if cf == CF_INTENTS else [])
-            return rows
-
-        monkeypatch.setattr(store, name, counted)
-    return read
 
 
 def _every_intent(engine: Engine, pattern_id: str) -> list[IntentView]:
@@ -91,7 +75,7 @@ def test_suggest_and_get_pattern_read_few_intents_of_a_pattern_of_many(
     assert count == MANY
     assert shown[0].hit_count > 1  # hits decide the order, not ids
 
-    read = _count_intent_reads(engine, monkeypatch)
+    read = intents_read(engine._state.store, monkeypatch)
     got = engine.get_pattern("t", pattern_id)
     assert sum(read) <= SHOWN_INTENTS  # MANY before
     assert (list(got.intents), got.intent_count) == (shown, MANY)
@@ -152,7 +136,7 @@ def test_counters_of_an_older_build_are_answered_and_then_summarized(
     assert _suggested(engine, pattern_id) == got
 
     engine.record("t", make_record("next", _word(59), TOOLS))  # a bump
-    read = _count_intent_reads(engine, monkeypatch)
+    read = intents_read(engine._state.store, monkeypatch)
     got = engine.get_pattern("t", pattern_id)
     assert sum(read) <= SHOWN_INTENTS
     assert (list(got.intents), got.intent_count) == _shown_as_stored(engine, pattern_id)
