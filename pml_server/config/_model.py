@@ -170,7 +170,8 @@ class EngineConfig:
     view_cache_size: int = setting(
         10_000,
         "patterns whose views (record, counters, intents) a replica keeps in memory for "
-        "Suggest (with store; 0: read them from the database every time)",
+        "Suggest, and at most 128 MiB of them (with store; 0: read them from the database "
+        "every time)",
     )
     embedder: str = setting(
         "minilm",

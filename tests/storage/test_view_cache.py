@@ -1,12 +1,27 @@
 """A replica's cache of pattern views (`storage.postgres._views`): what a read begun before a
-drop of its pattern found is never kept, and the cache stays within its bound."""
+drop of its pattern found is never kept, and the cache stays within its bounds: a count of
+patterns, and bytes (docs/reliability.md, "Caches bounded in bytes")."""
 
 from __future__ import annotations
 
-import numpy as np
+import gc
+import sys
+import tracemalloc
+from dataclasses import replace
 
+import numpy as np
+import pytest
+
+from pml_server.domain.limits import LIMITS
+from pml_server.domain.lru import ENTRY_BYTES, decoded_bytes
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
-from pml_server.storage.postgres._views import CachedView, ReplicaViewCache
+from pml_server.domain.shown_intents import SHOWN_INTENTS
+from pml_server.storage.postgres._views import (
+    VIEW_CACHE_BYTES,
+    CachedView,
+    ReplicaViewCache,
+    view_weight,
+)
 
 
 def _view(pattern_id: str, usage: int, intent_ids: tuple[int, ...] = (1,)) -> CachedView:
@@ -55,3 +70,90 @@ def test_past_its_bound_of_drop_stamps_every_read_begun_before_is_refused() -> N
     assert cache.get(("t", "d")) is None
     cache.keep(cache.generation(), [(("t", "d"), _view("d", 1))])
     assert cache.get(("t", "d")) is not None
+
+
+def test_each_view_is_weighed_by_its_records_intents_and_entry() -> None:
+    """The cache counts each view's `view_weight` (stored bytes through `decoded_bytes`, the
+    code and intent texts in memory, the objects and the entry), and gives it back on a drop."""
+    view = _view("p", 1, (1, 2, 3))
+    record, counters = view.record, view.counters
+    expected = ENTRY_BYTES + 320 + len("t") + len("p") + 8 * 3
+    without_code = replace(record, template="", original_code="")
+    expected += decoded_bytes(without_code.to_json()) + decoded_bytes(counters.to_json())
+    expected += sys.getsizeof("t") + sys.getsizeof("c")  # the code: template and original
+    expected += sum(decoded_bytes(i.to_json()) + sys.getsizeof(i.text) for i in view.intents)
+    assert view_weight(("t", "p"), view) == expected
+    cache = ReplicaViewCache(10)
+    cache.keep(cache.generation(), [(("t", "p"), view), (("t", "q"), _view("q", 1))])
+    assert cache.weight == expected + view_weight(("t", "q"), _view("q", 1))
+    cache.drop([("t", "p")])
+    assert cache.weight == view_weight(("t", "q"), _view("q", 1))
+
+
+def test_past_its_bytes_the_least_recently_used_views_go_first() -> None:
+    weight = view_weight(("t", "a"), _view("a", 1))
+    cache = ReplicaViewCache(100, bound_bytes=3 * weight)
+    for name in "abc":
+        cache.keep(cache.generation(), [(("t", name), _view(name, 1))])
+    assert cache.get(("t", "a")) is not None  # a is now the most recently used
+    cache.keep(cache.generation(), [(("t", "d"), _view("d", 1))])
+    assert len(cache) == 3  # far below the count bound: the bytes evicted b
+    assert cache.get(("t", "b")) is None
+    assert all(cache.get(("t", n)) is not None for n in "acd")
+    assert cache.weight <= 3 * weight
+    # a view heavier than the whole bound is not kept, and pushes nothing out
+    heavy = _view("e", 1, tuple(range(40)))
+    cache.keep(cache.generation(), [(("t", "e"), heavy)])
+    assert cache.get(("t", "e")) is None
+    assert len(cache) == 3
+
+
+def _longest_view(n: int, code: str) -> CachedView:
+    """A view of the longest code (template and original code alike) and its shown intents of
+    the longest text, each string distinct (none shared between views)."""
+    code = f"{n}{code}"[: LIMITS.code.bound]
+    record = PatternRecord(
+        id=f"pat_{n}", code_hash="h", template=code, original_code=code[::-1],
+        language="typescript", tools_used=("a",), params=(), parameter_schema_json="{}",
+        capability_id="cap", first_seen_ms=0,
+    )  # fmt: skip
+    no_vector = np.zeros(0, dtype=np.float32)
+    intents = [
+        IntentRecord(i, f"pat_{n}", f"{n} {i} {code}"[: LIMITS.intent.bound], 1, 0, "m", no_vector)
+        for i in range(SHOWN_INTENTS)
+    ]
+    return CachedView(record, PatternCounters(usage=n), intents, len(intents))
+
+
+# The code a client can send most of: ASCII (one byte a character in memory and stored), and
+# ASCII with one character beyond the BMP (four bytes a character in memory, one stored).
+_CODES = {
+    "ascii": "const r = await mcp.read_file({path: 'a.json'}); " * 6_000,
+    "ascii and one emoji": "\U0001f600" + "const r = await mcp.read_file({path: 'a'}); " * 6_000,
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_CODES))
+def test_the_cache_holds_at_most_its_bytes_of_views_of_the_longest_code(shape: str) -> None:
+    """Views of the longest code and intents, past the bound twice over: tracemalloc sees the
+    cache hold less than 90% of its bound (counted by entries only, 10,000 such views would
+    hold gigabytes)."""
+    bound = VIEW_CACHE_BYTES
+    cache = ReplicaViewCache(10_000)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        count = 0
+        while count * view_weight(("t", "pat_0"), _longest_view(0, _CODES[shape])) < 2 * bound:
+            view = _longest_view(count, _CODES[shape])
+            cache.keep(cache.generation(), [(("t", view.record.id), view)])
+            count += 1
+        del view
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= 0.9 * bound, f"{held} bytes held by {len(cache)} views; the bound is {bound}"
+    assert 0 < len(cache) < count
+    assert cache.weight <= bound
