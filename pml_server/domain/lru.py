@@ -13,6 +13,7 @@ it decides from it, so a second lock here would only cost. The standard library'
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
@@ -118,6 +119,20 @@ _DECODED_PER_CONTAINER = 96
 _DECODED_RECORD = 128
 
 
+# UTF-8 lead bytes (or JSON escapes) of a character outside the Basic Multilingual Plane, and
+# of one past Latin-1: Python keeps every character of a string holding one in 4 and 2 bytes.
+_ASTRAL = re.compile(rb"[\xf0-\xf4]|\\u[dD][89abAB]")
+_WIDE = re.compile(rb"[\xc4-\xef]|\\u(?!00)")
+
+
+def _char_width(raw: bytes) -> int:
+    """The most bytes a character of `raw`'s strings may take decoded (every character of a
+    string takes as many as its widest one), over the 1 or more each takes stored."""
+    if raw.isascii() and b"\\u" not in raw:
+        return 1
+    return 4 if _ASTRAL.search(raw) else 2 if _WIDE.search(raw) else 1
+
+
 def decoded_bytes(raw: bytes) -> int:
     """An upper estimate of the memory the record `raw` (JSON) decodes to, for every shape a
     client can make: one-character strings decode to ten times their stored bytes."""
@@ -127,7 +142,7 @@ def decoded_bytes(raw: bytes) -> int:
     strings = quotes // 2
     containers = raw.count(b"[") + raw.count(b"{")
     return (
-        len(raw)
+        len(raw) * _char_width(raw)
         + _DECODED_PER_STRING * strings
         + _DECODED_PER_CONTAINER * containers
         + _DECODED_RECORD

@@ -132,6 +132,12 @@ _CODE = 'const r = await mcp.read_file({path: "a.json"});\nif (!r.ok) console.lo
 _SHAPES = {
     "pattern": (PatternRecord.from_json, _pattern(2, _CODE)),
     "pattern of 256 parameters": (PatternRecord.from_json, _pattern(256, "")),
+    # one character outside the Basic Multilingual Plane makes Python keep every character of
+    # its string in 4 bytes: the code's 8 KiB stored hold about 32 KiB decoded, twice
+    "pattern of ASCII code and one emoji": (
+        PatternRecord.from_json,
+        _pattern(2, "x" * 4000 + "\U0001f600"),
+    ),
     # each string's closing quote follows an escaped backslash, not an escaped quote
     "pattern of tools ending in a backslash": (PatternRecord.from_json, _pattern(256, "", "\\")),
     "counters": (
