@@ -76,13 +76,16 @@ def store_contents(engine: Engine) -> dict[str, Any]:
             for pid in capability.pattern_ids
             if (p := repo.patterns.pattern(TENANT, pid)) is not None
         )
+        stored = repo.intents.of_pattern(TENANT, pattern.id)
         intents = sorted(
-            (i.text, i.hit_count, i.model_id, tuple(float(x) for x in i.vector))
-            for i in repo.intents.of_pattern(TENANT, pattern.id)
+            (i.text, i.hit_count, i.model_id, tuple(float(x) for x in i.vector)) for i in stored
         )
+        # the shown intents are named by id: by their texts instead
+        text_of = {i.id: i.text for i in stored}
+        shown = [[text_of.get(i, i), hits] for i, hits in counters.top_intents or []]
         patterns[pattern.code_hash] = {
             "pattern": _timeless(pattern, "id", "capability_id"),
-            "counters": _timeless(counters),
+            "counters": {**_timeless(counters), "top_intents": shown},
             "intents": intents,
             "capability": (capability.tools, members),
             "hash_row": repo.patterns.pattern_id_for_hash(TENANT, pattern.code_hash) == pattern.id,

@@ -210,8 +210,9 @@ def check_after_restart(
             got = (pattern.usage_count, pattern.success_count, pattern.failure_count)
             assert got == (ok + bad, ok, bad), f"pattern {p} counters {got} != sent {ok}, {bad}"
             executions += ok + bad
-            intents += [(name, i.text) for i in pattern.intents]
-            texts_of[name] = [i.text for i in pattern.intents]
+            texts_of[name] = _every_intent(stub, name)  # GetPattern shows the most hit only
+            assert len(texts_of[name]) == pattern.intent_count, name
+            intents += [(name, text) for text in texts_of[name]]
         doomed_runs = len(ledger.deleted)
         stats = stub.GetStats(pml_pb2.GetStatsRequest(), timeout=30)
         assert stats.executions == executions + doomed_runs, (
@@ -237,6 +238,20 @@ def _semantic_of(text: str, pattern_texts: list[str]) -> float:
     """The semantic part Suggest gives a pattern for `text` (the server's hashing embedder)."""
     vectors = _EMBEDDER.embed([text, *pattern_texts])
     return pattern_semantic(float(vectors[0] @ row) for row in vectors[1:])
+
+
+def _every_intent(stub: pml_pb2_grpc.PmlServiceStub, name: str) -> list[str]:
+    """The texts of every intent of the pattern `name`, paged through (ListPatternIntents)."""
+    texts: list[str] = []
+    token = ""
+    while True:
+        page = stub.ListPatternIntents(
+            pml_pb2.ListPatternIntentsRequest(parent=name, page_size=1000, page_token=token),
+            timeout=30,
+        )
+        texts += [i.text for i in page.intents]
+        if not (token := page.next_page_token):
+            return texts
 
 
 def _suggested(stub: pml_pb2_grpc.PmlServiceStub, text: str) -> dict[str, float]:
