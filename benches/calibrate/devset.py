@@ -6,7 +6,8 @@
 offline over lexical_weight x lexical_half_score x usage_weight and prints served hit@1 / MRR
 per cell (no failures in the set, so reliability is 1 throughout). With `--check`, after the
 choice: the usage-weight row on the held-apart `check` queries and on the multi-tool requests
-too. docs/ranking.md has the tables and the choice.
+too. docs/ranking.md, Quality on the development set, has the choice; the tables are in
+docs/history/ranking-experiments.md, Usage weight and Replays of the fusion on the tune queries.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ so a change to `pml_server/ranking/plans/` is measured in seconds: the bench's c
     .venv/bin/python -m benches.calibrate.plans_misses collect [--cache PATH]
     .venv/bin/python -m benches.calibrate.plans_misses report [--cache PATH] [--show N] [--held]
 
-`--held` also prints the held-apart compose figures (kept off while tuning: docs/ranking.md,
-Plans, "Which figures were seen while tuning").
+`--held` also prints the held-apart compose figures (kept off while tuning:
+docs/history/ranking-experiments.md, Plans, "Which figures were seen while tuning").
 """
 
 from __future__ import annotations
