@@ -20,6 +20,11 @@ from pml_server.service._state import EngineState
 from pml_server.service._writes import Change, audit, await_durable, commit, oplog
 from pml_server.storage.repo import Repository, tools_digest
 
+# The intent rows deleting a pattern reads at a time (docs/ranking.md, Retention): a
+# pattern keeps every distinct intent, and each must go with it, so its deletion reads them
+# all, a page of keys at a time, never decoded (their vectors unread).
+REMOVAL_READ = 256
+
 
 def delete_pattern(
     state: EngineState,
@@ -77,17 +82,17 @@ def pattern_removal(
     go (their vectors leave the index), the tenant's counts drop, and the capability loses
     the member, or goes too when the pattern was its last."""
     change = Change()
-    intents = repo.intents.of_pattern(tenant, pattern.id)
+    intent_ids = list(repo.intents.ids_of_pattern(tenant, pattern.id, REMOVAL_READ))
     change.ops += [
         repo.patterns.delete_pattern(tenant, pattern.id),
         repo.patterns.delete_hash(tenant, pattern.code_hash),
         repo.patterns.delete_counters(tenant, pattern.id),
-        *(repo.intents.delete_intent(tenant, i) for i in intents),
+        *(repo.intents.delete_intent(tenant, pattern.id, i) for i in intent_ids),
     ]
-    change.index_removes = [i.id for i in intents]
+    change.index_removes = intent_ids
     change.rank_removes = [pattern.id]
     change.count("patterns", -1)
-    change.count("intents", -len(intents))
+    change.count("intents", -len(intent_ids))
     if capability is not None:
         members = tuple(p for p in capability.pattern_ids if p != pattern.id)
         if members:

@@ -8,7 +8,14 @@ from collections.abc import Iterator, Sequence
 
 from pml_server.domain.records import IntentRecord, decode_intent
 from pml_server.storage.codec import decode_intent_for_view
-from pml_server.storage.keys import CF_INTENTS, split_tenant, tenant_key, tenant_prefix, u64
+from pml_server.storage.keys import (
+    CF_INTENTS,
+    from_u64,
+    split_tenant,
+    tenant_key,
+    tenant_prefix,
+    u64,
+)
 from pml_server.storage.seam import KeyValueReads, Op
 
 
@@ -25,6 +32,19 @@ class IntentRows:
         vectors: what a capability's view shows of its patterns' intents."""
         rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""), limit=limit)
         return [decode_intent_for_view(v) for _, v in rows]
+
+    def ids_of_pattern(self, tenant: str, pattern_id: str, read: int) -> Iterator[int]:
+        """The ids of the pattern's intents in id order, read `read` rows at a time (range
+        scans from the last id read), taken from their keys: nothing decoded."""
+        prefix = tenant_key(tenant, pattern_id, b"")
+        start = prefix
+        while True:
+            rows = self.store.scan(CF_INTENTS, prefix, start=start, limit=read)
+            for key, _ in rows:
+                yield from_u64(key[len(prefix) :])
+            if len(rows) < read:
+                return
+            start = rows[-1][0] + b"\x00"
 
     def of_pattern_if_few(self, tenant: str, pattern_id: str) -> list[IntentRecord] | None:
         """Every intent of the pattern if the store read them already with it and they are
@@ -46,8 +66,8 @@ class IntentRows:
         key = tenant_key(tenant, intent.pattern_id, u64(intent.id))
         return (CF_INTENTS, key, intent.to_json())
 
-    def delete_intent(self, tenant: str, intent: IntentRecord) -> Op:
-        return (CF_INTENTS, tenant_key(tenant, intent.pattern_id, u64(intent.id)), None)
+    def delete_intent(self, tenant: str, pattern_id: str, intent_id: int) -> Op:
+        return (CF_INTENTS, tenant_key(tenant, pattern_id, u64(intent_id)), None)
 
     def stored_intents(self) -> Iterator[tuple[str, Iterator[bytes]]]:
         """(tenant, its intents' stored bytes) for every tenant, streamed in key order (a
