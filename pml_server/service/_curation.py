@@ -20,11 +20,6 @@ from pml_server.service._state import EngineState
 from pml_server.service._writes import Change, audit, await_durable, commit, oplog
 from pml_server.storage.repo import Repository, tools_digest
 
-# The intent rows deleting a pattern reads at a time (docs/ranking.md, Retention): a
-# pattern keeps every distinct intent, and each must go with it, so its deletion reads them
-# all, a page of keys at a time, never decoded (their vectors unread).
-REMOVAL_READ = 256
-
 
 def delete_pattern(
     state: EngineState,
@@ -82,7 +77,9 @@ def pattern_removal(
     go (their vectors leave the index), the tenant's counts drop, and the capability loses
     the member, or goes too when the pattern was its last."""
     change = Change()
-    intent_ids = list(repo.intents.ids_of_pattern(tenant, pattern.id, REMOVAL_READ))
+    # every intent goes with its pattern: all are read, a page at a time, none decoded
+    # (docs/ranking.md, Retention)
+    intent_ids = list(repo.intents.ids_of_pattern(tenant, pattern.id))
     change.ops += [
         repo.patterns.delete_pattern(tenant, pattern.id),
         repo.patterns.delete_hash(tenant, pattern.code_hash),

@@ -22,8 +22,8 @@ from pml_server.domain.records import PatternCounters
 from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.retention import RetentionConfig
 from pml_server.service import Engine
-from pml_server.service._curation import REMOVAL_READ
 from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, tenant_key
+from pml_server.storage.repo._intents import WHOLE_PATTERN_READ
 from testing.store_reads import intents_read
 from tests.support import Clock, code_for, make_record, open_engine
 
@@ -179,7 +179,7 @@ def test_retention_evaluates_without_intents_and_deletes_them_in_bounded_reads(
 ) -> None:
     """Retention decides from counters alone: evaluating a tenant reads no intent (every
     intent of every pattern before). Removing a pattern of MANY intents must delete each one,
-    so it reads them all, in range scans of at most `REMOVAL_READ` rows (one scan of MANY
+    so it reads them all, in range scans of at most `WHOLE_PATTERN_READ` rows (one scan of MANY
     before); afterwards none is stored, counted or found by Suggest."""
     config = RetentionConfig(min_tries=1, min_success_rate=1.0, auto_remove=True)
     engine = open_engine(tmp_path, Clock(), retention_in_background=False, retention=config)
@@ -195,7 +195,7 @@ def test_retention_evaluates_without_intents_and_deletes_them_in_bounded_reads(
     report = engine.run_retention("t", apply=True)
     assert [e.pattern_id for e in report.entries] == [pattern_id]
     assert sum(read) == MANY
-    assert max(read) <= REMOVAL_READ  # [MANY] before
+    assert max(read) <= WHOLE_PATTERN_READ  # [MANY] before
     assert engine._state.store.scan(CF_INTENTS, b"") == []
     assert engine.stats("t").intents == 0
     assert not engine.suggest("t", SuggestQuery(_word(5), k=1)).suggestions

@@ -18,6 +18,11 @@ from pml_server.storage.keys import (
 )
 from pml_server.storage.seam import KeyValueReads, Op
 
+# The rows a read of every intent of one pattern takes at a time (deleting it, summarizing
+# its shown intents): a pattern keeps every distinct intent, so each read is a range scan of
+# at most this many from the last key read (docs/capture.md, The intents a view shows).
+WHOLE_PATTERN_READ = 256
+
 
 class IntentRows:
     def __init__(self, store: KeyValueReads) -> None:
@@ -33,16 +38,30 @@ class IntentRows:
         rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""), limit=limit)
         return [decode_intent_for_view(v) for _, v in rows]
 
-    def ids_of_pattern(self, tenant: str, pattern_id: str, read: int) -> Iterator[int]:
-        """The ids of the pattern's intents in id order, read `read` rows at a time (range
-        scans from the last id read), taken from their keys: nothing decoded."""
+    def ids_of_pattern(self, tenant: str, pattern_id: str) -> Iterator[int]:
+        """The ids of the pattern's intents in id order, read `WHOLE_PATTERN_READ` rows at a
+        time, taken from their keys: nothing decoded."""
         prefix = tenant_key(tenant, pattern_id, b"")
-        start = prefix
-        while True:
-            rows = self.store.scan(CF_INTENTS, prefix, start=start, limit=read)
+        for rows in self._pages(prefix):
             for key, _ in rows:
                 yield from_u64(key[len(prefix) :])
-            if len(rows) < read:
+
+    def views_of_pattern(self, tenant: str, pattern_id: str) -> Iterator[IntentRecord]:
+        """The pattern's intents in id order without their vectors, read `WHOLE_PATTERN_READ`
+        rows at a time."""
+        for rows in self._pages(tenant_key(tenant, pattern_id, b"")):
+            for _, raw in rows:
+                yield decode_intent_for_view(raw)
+
+    def _pages(self, prefix: bytes) -> Iterator[list[tuple[bytes, bytes]]]:
+        """The rows under `prefix` in key order, each page one range scan of at most
+        `WHOLE_PATTERN_READ` rows from the last key read."""
+        start = prefix
+        while True:
+            rows = self.store.scan(CF_INTENTS, prefix, start=start, limit=WHOLE_PATTERN_READ)
+            if rows:
+                yield rows
+            if len(rows) < WHOLE_PATTERN_READ:
                 return
             start = rows[-1][0] + b"\x00"
 
