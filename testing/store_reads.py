@@ -1,6 +1,6 @@
 """What a store reads, counted for tests that pin a bounded read (a call must read few rows
-however many are stored): each scan, get and multi-get of the store is wrapped for the rest of
-the test."""
+however many are stored): each scan, get and multi-get of the store, and a shared store's
+joined read of views (its intents), is wrapped for the rest of the test."""
 
 from __future__ import annotations
 
@@ -24,6 +24,16 @@ def _watch(store: Any, monkeypatch: pytest.MonkeyPatch, seen: Callable[[str, int
             return rows
 
         monkeypatch.setattr(store, name, counted)
+    kv = getattr(store, "kv", None)  # a shared store's joined read of views, one query
+    if kv is not None:
+        joined = kv.shown_view_rows
+
+        def shown_view_rows(keys: Any) -> Any:
+            rows = joined(keys)
+            seen(CF_INTENTS, sum(len(row[2] or ()) for row in rows if row is not None))
+            return rows
+
+        monkeypatch.setattr(kv, "shown_view_rows", shown_view_rows)
 
 
 def rows_read(store: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:

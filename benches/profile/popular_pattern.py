@@ -79,7 +79,7 @@ def main(argv: list[str]) -> list[float]:
 
     def report(engine: Engine) -> str:
         page = engine.list_patterns("t", PageRequest(page_size=10))
-        return f"patterns {len(page.items)}, intents {[len(p.intents) for p in page.items]}"
+        return f"patterns {len(page.items)}, intents {[p.intent_count for p in page.items]}"
 
     return cpu_by_step(records(intents), step, batch, "intents", report)
 

@@ -143,7 +143,7 @@ class PatternView:
     tool_mismatch_count: int = 0
     steps: tuple[StepView, ...] = ()
     # How many intents the pattern has (`intents` shows the most hit ones, at most
-    # `shown_intents.SHOWN_INTENTS` when read for Suggest or GetPattern).
+    # `shown_intents.SHOWN_INTENTS` when read for Suggest, GetPattern or ListPatterns).
     intent_count: int = 0
 
 

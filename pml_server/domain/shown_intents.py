@@ -7,13 +7,15 @@ every capture of the pattern rewrites anyway, hold the intent count and the [id,
 the shown ones, best first, and a view reads those few intent rows. Kept exactly: a capture
 adds one intent (hit count 1) or raises one intent's count by one, and intents leave only with
 their pattern, so the only intent whose place can change is that one (`counted`). A counters
-row an older build wrote has neither (None): its pattern's next capture, and meanwhile each
-view of it, derives them from all its intents (`summary`).
+row an older build wrote has neither (None): the first open's pass over such rows
+(service/_older_builds.py) or the pattern's next capture, whichever comes first, and meanwhile
+each view of it, derives them from all its intents (`summary`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from pml_server.domain.records import IntentRecord, PatternCounters
@@ -26,10 +28,18 @@ def _order(pair: list[int]) -> tuple[int, int]:
 
 
 def summary(intents: Iterable[IntentRecord]) -> tuple[int, list[list[int]]]:
-    """(how many, [id, hit count] of the shown ones, best first) of all a pattern's intents."""
-    pairs = [[i.id, i.hit_count] for i in intents]
-    pairs.sort(key=_order)
-    return len(pairs), pairs[:SHOWN_INTENTS]
+    """(how many, [id, hit count] of the shown ones, best first) of all a pattern's intents,
+    taken one at a time: what it holds is the shown ones, however many `intents` yields."""
+    count = 0
+
+    def pairs() -> Iterator[list[int]]:
+        nonlocal count
+        for intent in intents:
+            count += 1
+            yield [intent.id, intent.hit_count]
+
+    top = heapq.nsmallest(SHOWN_INTENTS, pairs(), key=_order)
+    return count, top
 
 
 def summarized(counters: PatternCounters, intents: Iterable[IntentRecord]) -> PatternCounters:

@@ -70,6 +70,17 @@ class EngineAdmin:
             raise jobs.placeholders_error
         return jobs.placeholders_renamed
 
+    def wait_intents_summarized(self, timeout: float | None = None) -> int:
+        """Until the open's summarizing of an older build's counters is over (tests,
+        benches): how many it rewrote; raises what made it fail (the next open retries).
+        docs/capture.md, The intents a view shows."""
+        jobs = self._jobs
+        if not jobs.summaries_done.wait(timeout):
+            raise TimeoutError("the summarizing of an older build's counters is still running")
+        if jobs.summaries_error is not None:
+            raise jobs.summaries_error
+        return jobs.intents_summarized
+
     def audit_log(self, tenant: str) -> list[dict[str, Any]]:
         """Every retention action and deletion of the tenant, oldest first."""
         return _reads.audit_log(self._state.repo, tenant)

@@ -436,7 +436,9 @@ def _capture_locked(
         counted = redact_turned_secret(pattern, wider, counted)
         change.put_pattern(repo.patterns.put_pattern(tenant, wider), wider)
     if shown_intents.shown_ids(counted) is None:  # written by an older build
-        counted = shown_intents.summarized(counted, repo.intents.of_pattern(tenant, pattern.id))
+        counted = shown_intents.summarized(
+            counted, repo.intents.views_of_pattern(tenant, pattern.id)
+        )
     old = _near_duplicate_intent(state, tenant, pattern.id, vector)
     if old is not None:  # rule 5: bump the existing mapping, no new vector
         bumped = replace(old, hit_count=old.hit_count + 1, last_seen_ms=now)

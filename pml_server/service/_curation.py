@@ -77,17 +77,19 @@ def pattern_removal(
     go (their vectors leave the index), the tenant's counts drop, and the capability loses
     the member, or goes too when the pattern was its last."""
     change = Change()
-    intents = repo.intents.of_pattern(tenant, pattern.id)
+    # every intent goes with its pattern: all are read, a page at a time, none decoded
+    # (docs/ranking.md, Retention)
+    intent_ids = list(repo.intents.ids_of_pattern(tenant, pattern.id))
     change.ops += [
         repo.patterns.delete_pattern(tenant, pattern.id),
         repo.patterns.delete_hash(tenant, pattern.code_hash),
         repo.patterns.delete_counters(tenant, pattern.id),
-        *(repo.intents.delete_intent(tenant, i) for i in intents),
+        *(repo.intents.delete_intent(tenant, pattern.id, i) for i in intent_ids),
     ]
-    change.index_removes = [i.id for i in intents]
+    change.index_removes = intent_ids
     change.rank_removes = [pattern.id]
     change.count("patterns", -1)
-    change.count("intents", -len(intents))
+    change.count("intents", -len(intent_ids))
     if capability is not None:
         members = tuple(p for p in capability.pattern_ids if p != pattern.id)
         if members:

@@ -1,6 +1,7 @@
 """The engine's background jobs: restoring the search indexes at open, snapshotting them while
 running (and at close), applying the retention table on an interval, and once per store
-re-keying (before ready) and renaming (while serving) what an older build's normalizer left."""
+re-keying (before ready) and renaming (while serving) what an older build's normalizer left,
+then summarizing the shown intents its counters lack (while serving)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from pml_server.backup import BackupDir, BackupJob, store_id
 from pml_server.domain.errors import UnavailableError
 from pml_server.service._curation import run_retention
 from pml_server.service._heap import release_free_memory
-from pml_server.service._older_builds import rekey_tool_names, rename_placeholders
+from pml_server.service._older_builds import (
+    rekey_tool_names,
+    rename_placeholders,
+    summarize_intents,
+)
 from pml_server.service._restore import restore_indexes
 from pml_server.service._state import EngineState
 from pml_server.service._suggest_core import fill_rank_tables
@@ -33,6 +38,10 @@ class BackgroundJobs:
         self.placeholders_done = threading.Event()
         self.placeholders_renamed = 0
         self.placeholders_error: Exception | None = None
+        # the summaries written into an older build's counters (service/_older_builds.py)
+        self.summaries_done = threading.Event()
+        self.intents_summarized = 0
+        self.summaries_error: Exception | None = None
         # patterns moved to today's hash at open (service/_older_builds.py)
         self.patterns_rekeyed = 0
 
@@ -110,6 +119,15 @@ class BackgroundJobs:
             self.placeholders_error = error
         finally:
             self.placeholders_done.set()
+        try:
+            # once per store, while serving: each rewrite holds only its pattern's lock
+            # (docs/capture.md, The intents a view shows)
+            self.intents_summarized = summarize_intents(state, self._stop)
+        except Exception as error:  # retried at the next open: the marker is not written
+            log.exception("summarizing an older build's counters failed; next open retries")
+            self.summaries_error = error
+        finally:
+            self.summaries_done.set()
 
     def _snapshot_loop(self) -> None:
         interval = self._state.config.snapshot_interval_seconds

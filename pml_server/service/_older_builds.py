@@ -1,7 +1,7 @@
-"""What an older build's normalizer left in a store, brought to today's once per store
-(docs/storage.md, Migrations), each pattern rewritten under its lock and audited, then a meta
-row marking the store done (a close before the end writes no marker; the next open resumes,
-and every rewrite is idempotent):
+"""What an older build left in a store, brought to today's once per store (docs/storage.md,
+Migrations), each pattern rewritten under its lock, then a meta row marking the store done (a
+close or failure before the end writes no marker; the next open resumes, and every rewrite is
+idempotent). Two passes over what its normalizer left, each rewrite audited:
 - `rekey_tool_names`, before the server is ready: an older build read the tool named in an
   argument (`session.call_tool("get_weather", ...)`, `client.callTool({name: ...})`) as a
   parameter, so such code hashed alike for two tools (docs/normalization.md, Tool calls), and
@@ -13,7 +13,12 @@ and every rewrite is idempotent):
   in an object key (docs/normalization.md, Placeholder names). A pattern whose template,
   parameters or schema differ from what today's normalizer derives is rewritten.
 Both derive the template, parameters, schema and counters' value names again with
-`capture.placeholders.renamed`."""
+`capture.placeholders.renamed`. And one over its counters, not audited (what a pattern shows
+does not change):
+- `summarize_intents`, while serving: an older build's counters lack the intent count and
+  shown intents (domain/shown_intents.py), so every view of such a pattern read all its
+  intents until its next capture. Their summary is written from the pattern's intents, read
+  `WHOLE_PATTERN_READ` at a time; the counters are scanned a page at a time."""
 
 from __future__ import annotations
 
@@ -24,11 +29,12 @@ from dataclasses import replace
 from pml_server.capture.normalize import NormalizedCode
 from pml_server.capture.placeholders import renamed
 from pml_server.capture.schema import without_values_of
+from pml_server.domain import shown_intents
 from pml_server.domain.errors import InvalidArgumentError
 from pml_server.domain.records import PatternCounters, PatternRecord
 from pml_server.service._state import EngineState
 from pml_server.service._writes import Change, audit, await_durable, commit
-from pml_server.storage.keys import CF_PATTERNS, split_tenant
+from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, split_tenant
 from pml_server.storage.seam import Op
 
 _PAGE = 1_000
@@ -64,6 +70,59 @@ def rename_placeholders(state: EngineState, stop: threading.Event) -> int:
     if not stop.is_set():
         state.store.write([state.repo.meta.put_placeholders_renamed()])
     return rewritten
+
+
+def summarize_intents(state: EngineState, stop: threading.Event) -> int:
+    """Write the shown intents' summary into every pattern's counters lacking it; returns
+    how many."""
+    if state.repo.meta.intents_summarized():
+        return 0
+    written = sum(
+        _summarize_one(state, tenant, pattern_id)
+        for tenant, pattern_id in _unsummarized(state, stop)
+    )
+    if not stop.is_set():
+        state.store.write([state.repo.meta.put_intents_summarized()])
+    return written
+
+
+def _unsummarized(state: EngineState, stop: threading.Event) -> Iterator[tuple[str, str]]:
+    """(tenant, pattern id) of every stored counters row without the summary, a page at a
+    time, until `stop` is set."""
+    start: bytes | None = None
+    while True:
+        rows = state.store.scan(CF_COUNTERS, b"", start=start, limit=_PAGE)
+        for key, raw in rows:
+            if stop.is_set():
+                return
+            if shown_intents.shown_ids(PatternCounters.from_json(raw)) is None:
+                tenant, pattern_id = split_tenant(key)
+                yield tenant, pattern_id.decode()
+        if len(rows) < _PAGE:
+            return
+        start = rows[-1][0] + b"\x00"
+
+
+def _summarize_one(state: EngineState, tenant: str, pattern_id: str) -> int:
+    repo = state.repo
+    while True:
+        found = repo.patterns.pattern(tenant, pattern_id)
+        if found is None:
+            return 0  # deleted meanwhile
+        with state.locks.pattern.lock_for(tenant, found.code_hash):
+            pattern = repo.patterns.pattern(tenant, pattern_id)
+            if pattern is not None and pattern.code_hash != found.code_hash:
+                continue  # moved to another hash meanwhile: its lock is another
+            counters = repo.patterns.counters(tenant, pattern_id)
+            if pattern is None or counters is None or shown_intents.shown_ids(counters) is not None:
+                return 0  # deleted, or captured meanwhile (the capture summarized it)
+            every = repo.intents.views_of_pattern(tenant, pattern_id)
+            summarized = shown_intents.summarized(counters, every)
+            change = Change()
+            op = repo.patterns.put_counters(tenant, pattern_id, summarized)
+            change.put_counters(op, pattern_id, summarized)
+            await_durable(commit(state, tenant, change))
+            return 1
 
 
 def _every_pattern(

@@ -3,7 +3,7 @@ are built of (a pattern whose counters are gone, i.e. deleted meanwhile, has no 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pml_server.capture.views import (
@@ -91,18 +91,15 @@ def list_patterns(
         records, cursor = _members_page(repo, tenant, capability_id, page)
     else:
         records, cursor = repo.patterns.patterns_page(tenant, page.cursor, page.page_size)
-    views: list[PatternView] = []
+    # Each view's steps are read from its code (docs/normalization.md, Steps): a page reads
+    # at most an answer's bytes of code past its first pattern, then ends early (AIP-158).
     code_chars = 0
     for n, record in enumerate(records):
-        yielding.checkpoint()
-        # Each view's steps are read from its code (docs/normalization.md, Steps): a page reads
-        # at most an answer's bytes of code past its first pattern, then ends early (AIP-158).
         code_chars += len(record.original_code)
         if n and code_chars > LIMITS.answer.bound:
-            return Page(tuple(views), records[n - 1].id)
-        if (view := stored_pattern_view(repo, tenant, record)) is not None:
-            views.append(view)
-    return Page(tuple(views), cursor)
+            records, cursor = records[:n], records[n - 1].id
+            break
+    return Page(tuple(stored_pattern_views(repo, tenant, records)), cursor)
 
 
 def _members_page(
@@ -194,11 +191,28 @@ def audit_log(repo: Repository, tenant: str) -> list[dict[str, Any]]:
     return repo.logs.audit_log(tenant)
 
 
-def stored_pattern_view(repo: Repository, tenant: str, record: PatternRecord) -> PatternView | None:
-    counters = repo.patterns.counters(tenant, record.id)
-    if counters is None:
-        return None
-    return pattern_view(record, counters, repo.intents.of_pattern(tenant, record.id))
+def stored_pattern_views(
+    repo: Repository, tenant: str, records: Sequence[PatternRecord]
+) -> list[PatternView]:
+    """The views of these patterns as GetPattern shows them (their shown intents and how many
+    they have, domain/shown_intents.py), in order, but for those deleted meanwhile: one
+    multi-get of their counters and one of the intents those name, never all their intents."""
+    ids = [record.id for record in records]
+    counters = repo.patterns.counters_by_id(tenant, ids)
+    found = [
+        None if counted is None else (record, counted)
+        for record, counted in zip(records, counters, strict=True)
+    ]
+    views = []
+    for shown in repo.views.shown_of(tenant, ids, found):
+        yielding.checkpoint()
+        if shown is not None:
+            views.append(
+                pattern_view(
+                    shown.record, shown.counters, shown.intents, intent_count=shown.intent_count
+                )
+            )
+    return views
 
 
 # The member patterns a ListCapabilities page reads past its first capability (docs/api.md,
@@ -259,19 +273,15 @@ def _intent_texts(repo: Repository, tenant: str, listed: list[str]) -> Iterator[
 
 
 def views_by_capability(repo: Repository, tenant: str) -> dict[str, list[PatternView]]:
-    """Every pattern's view of the tenant, grouped by capability (what retention evaluates)."""
+    """Every pattern's view of the tenant, grouped by capability (what retention evaluates):
+    its record and counters only. Retention decides from counters (docs/ranking.md,
+    Retention), so no view reads an intent nor the parameters (256 a pattern)."""
     groups: dict[str, list[PatternView]] = {}
     for pattern in repo.patterns.all_patterns(tenant):
         yielding.checkpoint()
         counters = repo.patterns.counters(tenant, pattern.id)
-        # retention reads counters, intents and marks, never the parameters (256 a pattern)
-        view = (
-            None
-            if counters is None
-            else pattern_view(
-                pattern, counters, repo.intents.of_pattern(tenant, pattern.id), with_params=False
-            )
-        )
-        if view is not None:
+        if counters is not None:
+            count = counters.intent_count
+            view = pattern_view(pattern, counters, (), with_params=False, intent_count=count)
             groups.setdefault(pattern.capability_id, []).append(view)
     return groups

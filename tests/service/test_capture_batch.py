@@ -105,7 +105,7 @@ def _ranked(engine: Engine, query: SuggestQuery) -> list[tuple[str, float]]:
 def _patterns(engine: Engine) -> list[tuple[object, ...]]:
     page = engine.list_patterns("t", PageRequest(page_size=100))
     return sorted(
-        (p.template, p.usage_count, p.success_count, p.failure_count, len(p.intents))
+        (p.template, p.usage_count, p.success_count, p.failure_count, p.intent_count)
         for p in page.items
     )
 

@@ -49,10 +49,23 @@ def _rule(engine: Engine, intents: list[str]) -> list[tuple[str, int]]:
     return sorted(kept)
 
 
+def _every_intent(engine: Engine, pattern_id: str) -> list[tuple[str, int]]:
+    """(text, hit count) of every intent of the pattern (a listing shows 32: ListPatternIntents
+    pages through them all)."""
+    found: list[tuple[str, int]] = []
+    cursor = ""
+    while True:
+        page = engine.pattern_intents("t", pattern_id, PageRequest(page_size=100, cursor=cursor))
+        found += [(i.text, i.hit_count) for i in page.items]
+        cursor = page.next_cursor
+        if not cursor:
+            return sorted(found)
+
+
 def _mappings(engine: Engine) -> list[tuple[str, int]]:
     page = engine.list_patterns("t", PageRequest(page_size=10))
     assert len(page.items) == 1
-    return sorted((i.text, i.hit_count) for i in page.items[0].intents)
+    return _every_intent(engine, page.items[0].id)
 
 
 def _records(intents: list[str]) -> list[ExecutionRecord]:
@@ -199,10 +212,7 @@ def _capture_all(
 
 def _mappings_by_pattern(engine: Engine) -> list[tuple[object, ...]]:
     page = engine.list_patterns("t", PageRequest(page_size=100))
-    return sorted(
-        (p.id, p.capability_id, tuple(sorted((i.text, i.hit_count) for i in p.intents)))
-        for p in page.items
-    )
+    return sorted((p.id, p.capability_id, tuple(_every_intent(engine, p.id))) for p in page.items)
 
 
 @settings(

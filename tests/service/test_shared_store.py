@@ -15,9 +15,11 @@ import pytest
 
 from pml_server.domain.errors import NotFoundError
 from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
+from pml_server.domain.records import PatternCounters
 from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine
+from pml_server.storage.keys import CF_COUNTERS, tenant_key
 from testing.ranking_oracle import path as oracle
 from testing.store_reads import intents_read
 from tests.support import Clock, code_for, make_record, open_engine
@@ -308,7 +310,7 @@ def test_a_replica_suggests_from_its_view_cache_without_a_database_read(
         raise AssertionError("Suggest read the database")
 
     kv = a._state.repo.shared_store.kv
-    for read in ("get_pairs", "get_many", "scan"):
+    for read in ("get_pairs", "get_many", "scan", "shown_view_rows"):
         monkeypatch.setattr(kv, read, no_database)
     assert _views(a, "t", "Read JSON file") == first
 
@@ -451,7 +453,7 @@ def test_a_near_duplicate_of_another_replicas_intent_is_found_reading_few_intent
     for n, word in enumerate(words):
         a.record("t", make_record(f"a{n}", f"{word} {word}z {word}y", JSON_TOOLS))
     [pattern] = a.list_patterns("t", PageRequest()).items
-    assert len(pattern.intents) == 60
+    assert pattern.intent_count == 60
     store = b._state.store
     read = intents_read(store, monkeypatch)
     with_pattern = store.kv.pattern_for_hash
@@ -468,8 +470,8 @@ def test_a_near_duplicate_of_another_replicas_intent_is_found_reading_few_intent
     )
     assert sum(read) < 30  # 60 before: every intent came with the pattern's record
     [after] = b.list_patterns("t", PageRequest()).items
-    assert len(after.intents) == 60  # bumped, no new intent
-    assert sorted(i.hit_count for i in after.intents)[-1] == 2
+    assert after.intent_count == 60  # bumped, no new intent
+    assert after.intents[0].hit_count == 2  # the most hit shown first
 
 
 def test_a_replica_cut_off_longer_than_the_op_log_is_kept_rebuilds_what_it_missed(
@@ -626,3 +628,65 @@ def test_a_replica_shows_a_pattern_of_many_intents_as_the_other_reading_few(
     assert sum(read) <= 11
     assert [i.id for i in page.items] == sorted(i.id for i in page.items)
     assert page.next_cursor == page.items[-1].id
+
+
+def test_a_replica_reads_a_view_its_cache_lacks_in_one_query(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Replicas: a pattern's view this replica has not cached (its record,
+    counters and the intents they name) is one query (two before: the record and counters,
+    then the intents), as GetPattern's read is; what it shows is what the other replica shows.
+    Counters an older build wrote take a second query, for their intents, and show the same."""
+    a, b = replicas("a"), replicas("b")
+    for n in range(40):
+        word = f"w{n}x{n * 7}q"
+        a.record("t", make_record(f"a{n}", f"{word} {word}z {word}y", JSON_TOOLS))
+    a.record("t", make_record("a-again", "w3x21q w3x21qz w3x21qy", JSON_TOOLS))
+    [pattern] = a.list_patterns("t", PageRequest()).items
+    expected = a.get_pattern("t", pattern.id)
+    assert (expected.intent_count, expected.intents[0].hit_count) == (40, 2)
+    assert eventually(lambda: b.get_pattern("t", pattern.id).usage_count == 41)
+
+    queries: list[object] = []
+    transactions = b._state.repo.shared_store.transactions
+    rows = transactions.rows
+
+    def counted(query: Any, params: Any = ()) -> Any:
+        queries.append(query)
+        return rows(query, params)
+
+    monkeypatch.setattr(transactions, "rows", counted)
+    assert b.get_pattern("t", pattern.id) == expected
+    assert len(queries) == 1  # 2 before
+    views = b._state.repo.views
+    queries.clear()
+    [missed] = views.shown_views("t", [pattern.id])
+    assert len(queries) == 1  # 2 before
+    assert missed is not None
+    assert [i.id for i in missed.intents] == [int(i.id[4:], 16) for i in expected.intents]
+    queries.clear()
+    assert views.shown_views("t", [pattern.id]) == [missed]  # now cached
+    assert queries == []
+
+    # counters holding a NUL, escaped (a tag's): PostgreSQL refuses them as JSON text
+    a.record("t", make_record("a-nul", "w3x21q w3x21qz w3x21qy", JSON_TOOLS, tags=("x\x00y",)))
+    raw = b._state.store.get(CF_COUNTERS, tenant_key("t", pattern.id))
+    assert raw is not None
+    assert b"\\u0000" in raw
+    expected = a.get_pattern("t", pattern.id)
+    assert eventually(lambda: b.get_pattern("t", pattern.id).usage_count == 42)
+    queries.clear()
+    assert b.get_pattern("t", pattern.id) == expected
+    assert len(queries) == 1
+
+    # an older build's counters: no summary to name the intents
+    store = b._state.store
+    key = tenant_key("t", pattern.id)
+    raw = store.get(CF_COUNTERS, key)
+    assert raw is not None
+    stripped = raw.replace(b',"intent_count":', b',"x":').split(b',"x":')[0] + b"}"
+    assert PatternCounters.from_json(stripped).top_intents is None
+    store.write([(CF_COUNTERS, key, stripped)])
+    queries.clear()
+    assert b.get_pattern("t", pattern.id) == expected
+    assert len(queries) == 2

@@ -11,13 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from pml_server.domain.model import IntentView, PageRequest, PatternView, SuggestQuery
+from pml_server.domain.model import (
+    IntentView,
+    PageRequest,
+    PatternView,
+    RetentionAction,
+    SuggestQuery,
+)
 from pml_server.domain.records import PatternCounters
 from pml_server.domain.shown_intents import SHOWN_INTENTS
+from pml_server.retention import RetentionConfig
 from pml_server.service import Engine
-from pml_server.storage.keys import CF_COUNTERS, tenant_key
+from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, tenant_key
+from pml_server.storage.repo._intents import WHOLE_PATTERN_READ
 from testing.store_reads import intents_read
-from tests.support import Clock, make_record, open_engine
+from tests.support import Clock, code_for, make_record, open_engine
 
 TOOLS = ["read_file", "parse_csv"]
 MANY = 300
@@ -140,4 +148,55 @@ def test_counters_of_an_older_build_are_answered_and_then_summarized(
     got = engine.get_pattern("t", pattern_id)
     assert sum(read) <= SHOWN_INTENTS
     assert (list(got.intents), got.intent_count) == _shown_as_stored(engine, pattern_id)
+    engine.close()
+
+
+def test_list_patterns_reads_few_intents_of_patterns_of_many(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ListPatterns page shows each pattern as GetPattern does (its shown intents and how
+    many it has), reading only the shown intents: a page of two patterns of MANY intents read
+    2 * MANY intent rows before."""
+    engine = open_engine(tmp_path, Clock(), retention_in_background=False)
+    crowded = {_fill(engine, MANY)}
+    for n in range(MANY):
+        record = make_record(f"other{n}", _word(n), ["wc"], code=code_for(["wc"], "b.txt"))
+        crowded.add(engine.record("t", record).pattern_id)
+    assert len(crowded) == 2
+
+    read = intents_read(engine._state.store, monkeypatch)
+    page = engine.list_patterns("t", PageRequest(page_size=10))
+    assert sum(read) <= 2 * SHOWN_INTENTS  # 2 * MANY before
+    read.clear()
+    got = [engine.get_pattern("t", p) for p in sorted(crowded)]
+    assert list(page.items) == got
+    assert [p.intent_count for p in page.items] == [MANY, MANY]
+    engine.close()
+
+
+def test_retention_evaluates_without_intents_and_deletes_them_in_bounded_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention decides from counters alone: evaluating a tenant reads no intent (every
+    intent of every pattern before). Removing a pattern of MANY intents must delete each one,
+    so it reads them all, in range scans of at most `WHOLE_PATTERN_READ` rows (one scan of MANY
+    before); afterwards none is stored, counted or found by Suggest."""
+    config = RetentionConfig(min_tries=1, min_success_rate=1.0, auto_remove=True)
+    engine = open_engine(tmp_path, Clock(), retention_in_background=False, retention=config)
+    pattern_id = _fill(engine, MANY)
+    failed = make_record("failed", _word(3), TOOLS, failed={TOOLS[0]})
+    assert engine.record("t", failed).pattern_id == pattern_id
+
+    read = intents_read(engine._state.store, monkeypatch)
+    report = engine.run_retention("t", apply=False)
+    assert [e.action for e in report.entries] == [RetentionAction.REMOVED]
+    assert read == []  # [MANY] before
+
+    report = engine.run_retention("t", apply=True)
+    assert [e.pattern_id for e in report.entries] == [pattern_id]
+    assert sum(read) == MANY
+    assert max(read) <= WHOLE_PATTERN_READ  # [MANY] before
+    assert engine._state.store.scan(CF_INTENTS, b"") == []
+    assert engine.stats("t").intents == 0
+    assert not engine.suggest("t", SuggestQuery(_word(5), k=1)).suggestions
     engine.close()

@@ -829,9 +829,9 @@ type Pattern struct {
 	MeanDurationMs float64 `protobuf:"fixed64,14,opt,name=mean_duration_ms,json=meanDurationMs,proto3" json:"mean_duration_ms,omitempty"`
 	// (Output only) Resource name of its capability, `capabilities/{capability}`.
 	Capability string `protobuf:"bytes,15,opt,name=capability,proto3" json:"capability,omitempty"`
-	// (Output only) Intents that led to it, most hits first. Suggest and GetPattern return the
-	// 32 of most hits (GetPattern: `truncated` when some are left out), a trimmed Suggest or
-	// list copy the first 16; ListPatternIntents pages through all of them.
+	// (Output only) Intents that led to it, most hits first. Suggest, GetPattern and
+	// ListPatterns return the 32 of most hits (GetPattern: `truncated` when some are left out),
+	// a trimmed Suggest or list copy the first 16; ListPatternIntents pages through all of them.
 	Intents []*Intent `protobuf:"bytes,16,rep,name=intents,proto3" json:"intents,omitempty"`
 	// (Output only) Flagged by retention as a removal candidate.
 	FlaggedForRemoval bool `protobuf:"varint,17,opt,name=flagged_for_removal,json=flaggedForRemoval,proto3" json:"flagged_for_removal,omitempty"`

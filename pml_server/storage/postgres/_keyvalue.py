@@ -25,6 +25,10 @@ from pml_server.storage.postgres._schema import FOLLOWED_FAMILIES, table_of
 from pml_server.storage.postgres._transactions import Connection, Transactions
 
 _SCAN_PAGE = 2000
+# The counters' `top_intents` array in their compact JSON (`json_form.dumps`): a key no other
+# object of the counters has (theirs are field names and parameter names, `$...`), and a
+# string's quote is escaped, so no value matches; null (an older build's) does not either.
+_TOP_INTENTS = r'"top_intents":(\[[-0-9,\[\] ]*\])'
 
 
 class KeyValues:
@@ -99,6 +103,37 @@ class KeyValues:
             (list(keys),),
         )
         found = {bytes(k): (bytes(a), bytes(b)) for k, a, b in rows}
+        return [found.get(key) for key in keys]
+
+    def shown_view_rows(
+        self, keys: Sequence[bytes]
+    ) -> list[tuple[bytes, bytes, list[bytes] | None] | None]:
+        """(record, counters, the intents its counters name best first) of each pattern key,
+        None where the record or counters are missing, in one query where the embedded store
+        reads them in three multi-gets (domain/shown_intents.py). The intents are None where
+        the counters predate the summary (an older build's: the caller reads them otherwise);
+        an intent they name that is gone is left out. Only the counters' `top_intents` (digits,
+        commas and brackets) is read as JSON in SQL: PostgreSQL refuses the whole row's
+        (`json` too) once a recent value holds an escaped NUL."""
+        if not keys:
+            return []
+        rows = self._db.rows(
+            "SELECT p.key, p.value, c.value, s.intents"
+            f" FROM {table_of(CF_PATTERNS)} p JOIN {table_of(CF_COUNTERS)} c ON c.key = p.key"
+            " CROSS JOIN LATERAL"
+            " (SELECT substring(convert_from(c.value, 'UTF8') from %(top)s)::json AS top) j"
+            " LEFT JOIN LATERAL (SELECT coalesce(array_agg(i.value ORDER BY t.n), '{}') AS"
+            " intents FROM json_array_elements(j.top) WITH ORDINALITY AS t(pair, n)"
+            f" JOIN {table_of(CF_INTENTS)} i"
+            " ON i.key = p.key || %(sep)s || int8send((t.pair ->> 0)::bigint)) s"
+            " ON j.top IS NOT NULL"
+            " WHERE p.key = ANY(%(keys)s)",
+            {"keys": list(keys), "sep": b"\x00", "top": _TOP_INTENTS},
+        )
+        found = {
+            bytes(k): (bytes(p), bytes(c), None if i is None else [bytes(v) for v in i])
+            for k, p, c, i in rows
+        }
         return [found.get(key) for key in keys]
 
     def pattern_for_hash(

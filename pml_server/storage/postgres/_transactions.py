@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,18 +191,6 @@ class Transactions:
                 tx.send_pending()
                 cursor = conn.execute(query, params)
             return cursor.fetchall()
-
-    def rows_pipelined(
-        self, queries: Sequence[tuple[str | bytes, Any]]
-    ) -> list[list[tuple[Any, ...]]]:
-        """The rows of each read, all sent in one pipeline (one round trip)."""
-        with self._reading() as conn:
-            tx = self.current()
-            with conn.pipeline():
-                if tx is not None:
-                    tx.send_pending()
-                cursors = [conn.execute(query, params) for query, params in queries]
-            return [cursor.fetchall() for cursor in cursors]
 
     def row(self, query: str | bytes, params: Any = ()) -> tuple[Any, ...] | None:
         rows = self.rows(query, params)

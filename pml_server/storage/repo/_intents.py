@@ -8,8 +8,20 @@ from collections.abc import Iterator, Sequence
 
 from pml_server.domain.records import IntentRecord, decode_intent
 from pml_server.storage.codec import decode_intent_for_view
-from pml_server.storage.keys import CF_INTENTS, split_tenant, tenant_key, tenant_prefix, u64
+from pml_server.storage.keys import (
+    CF_INTENTS,
+    from_u64,
+    split_tenant,
+    tenant_key,
+    tenant_prefix,
+    u64,
+)
 from pml_server.storage.seam import KeyValueReads, Op
+
+# The rows a read of every intent of one pattern takes at a time (deleting it, summarizing
+# its shown intents): a pattern keeps every distinct intent, so each read is a range scan of
+# at most this many from the last key read (docs/capture.md, The intents a view shows).
+WHOLE_PATTERN_READ = 256
 
 
 class IntentRows:
@@ -25,6 +37,33 @@ class IntentRows:
         vectors: what a capability's view shows of its patterns' intents."""
         rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""), limit=limit)
         return [decode_intent_for_view(v) for _, v in rows]
+
+    def ids_of_pattern(self, tenant: str, pattern_id: str) -> Iterator[int]:
+        """The ids of the pattern's intents in id order, read `WHOLE_PATTERN_READ` rows at a
+        time, taken from their keys: nothing decoded."""
+        prefix = tenant_key(tenant, pattern_id, b"")
+        for rows in self._pages(prefix):
+            for key, _ in rows:
+                yield from_u64(key[len(prefix) :])
+
+    def views_of_pattern(self, tenant: str, pattern_id: str) -> Iterator[IntentRecord]:
+        """The pattern's intents in id order without their vectors, read `WHOLE_PATTERN_READ`
+        rows at a time."""
+        for rows in self._pages(tenant_key(tenant, pattern_id, b"")):
+            for _, raw in rows:
+                yield decode_intent_for_view(raw)
+
+    def _pages(self, prefix: bytes) -> Iterator[list[tuple[bytes, bytes]]]:
+        """The rows under `prefix` in key order, each page one range scan of at most
+        `WHOLE_PATTERN_READ` rows from the last key read."""
+        start = prefix
+        while True:
+            rows = self.store.scan(CF_INTENTS, prefix, start=start, limit=WHOLE_PATTERN_READ)
+            if rows:
+                yield rows
+            if len(rows) < WHOLE_PATTERN_READ:
+                return
+            start = rows[-1][0] + b"\x00"
 
     def of_pattern_if_few(self, tenant: str, pattern_id: str) -> list[IntentRecord] | None:
         """Every intent of the pattern if the store read them already with it and they are
@@ -46,8 +85,8 @@ class IntentRows:
         key = tenant_key(tenant, intent.pattern_id, u64(intent.id))
         return (CF_INTENTS, key, intent.to_json())
 
-    def delete_intent(self, tenant: str, intent: IntentRecord) -> Op:
-        return (CF_INTENTS, tenant_key(tenant, intent.pattern_id, u64(intent.id)), None)
+    def delete_intent(self, tenant: str, pattern_id: str, intent_id: int) -> Op:
+        return (CF_INTENTS, tenant_key(tenant, pattern_id, u64(intent_id)), None)
 
     def stored_intents(self) -> Iterator[tuple[str, Iterator[bytes]]]:
         """(tenant, its intents' stored bytes) for every tenant, streamed in key order (a

@@ -19,6 +19,8 @@ _PLACEHOLDERS_KEY = b"placeholders_renamed/7"
 # Versioned too: a store marked by an earlier version of the re-key (`tool_names_read`: tool
 # names only) runs it once more, for the literals read since (docs/storage.md, Migrations).
 _TOOL_NAMES_KEY = b"tool_names_read/2"
+# Every pattern's counters hold its shown intents' summary (domain/shown_intents.py).
+_INTENTS_SUMMARIZED_KEY = b"intents_summarized/1"
 
 
 class MetaRows:
@@ -47,6 +49,14 @@ class MetaRows:
 
     def put_tool_names_read(self) -> Op:
         return (CF_META, _TOOL_NAMES_KEY, b"1")
+
+    def intents_summarized(self) -> bool:
+        """Whether every stored pattern's counters hold its intent count and shown intents
+        (docs/capture.md, The intents a view shows)."""
+        return self.store.get(CF_META, _INTENTS_SUMMARIZED_KEY) is not None
+
+    def put_intents_summarized(self) -> Op:
+        return (CF_META, _INTENTS_SUMMARIZED_KEY, b"1")
 
     def allocator_mark(self, name: str) -> int:
         raw = self.store.get(CF_META, _ALLOCATOR_KEY + name.encode())

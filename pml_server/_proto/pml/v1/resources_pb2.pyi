@@ -465,9 +465,9 @@ class Pattern(_message.Message):
 
     @_builtins.property
     def intents(self) -> _containers.RepeatedCompositeFieldContainer[Global___Intent]:
-        """(Output only) Intents that led to it, most hits first. Suggest and GetPattern return the
-        32 of most hits (GetPattern: `truncated` when some are left out), a trimmed Suggest or
-        list copy the first 16; ListPatternIntents pages through all of them.
+        """(Output only) Intents that led to it, most hits first. Suggest, GetPattern and
+        ListPatterns return the 32 of most hits (GetPattern: `truncated` when some are left out),
+        a trimmed Suggest or list copy the first 16; ListPatternIntents pages through all of them.
         """
 
     @_builtins.property
