@@ -7,9 +7,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 
 import numpy as np
+
+
+def run_timed(targets: Sequence[Callable[[], object]]) -> float:
+    """Each of `targets` on a thread of its own, all started at once; the seconds until all
+    have ended."""
+    threads = [threading.Thread(target=target) for target in targets]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start
 
 
 class Load:
@@ -49,13 +62,7 @@ class Load:
     def run(self, caller: Callable[[int], None]) -> dict[str, float]:
         """`caller(n)` on a thread of its own for each caller, all at once; the summary of what
         they kept once all have ended."""
-        threads = [threading.Thread(target=caller, args=(n,)) for n in range(len(self.latencies))]
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - start
+        elapsed = run_timed([partial(caller, n) for n in range(len(self.latencies))])
         flat = np.array([x for per in self.latencies for x in per]) * 1000.0
         count = len(flat)
         return {
