@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from benches.common import Row, best_of
 from benches.harness import devset_workload, embedding_quality, model_alone
+from benches.harness.closed_loop import run_timed
 from pml_server.config import EngineConfig
 from pml_server.domain.model import ExecutionRecord, ToolCall
 from pml_server.embedding import CachedEmbedder
@@ -54,13 +55,7 @@ def _captures_per_second(durability: str, threads: int, records: list[ExecutionR
             for record in mine:
                 engine.record("t", record)
 
-        workers = [threading.Thread(target=worker, args=(mine,)) for mine in share]
-        start = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        elapsed = time.perf_counter() - start
+        elapsed = run_timed([partial(worker, mine) for mine in share])
         engine.close()
     return len(records) / elapsed
 

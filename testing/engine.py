@@ -5,6 +5,7 @@ real RocksDB, ready)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from pml_server.api.server import open_engine as open_served_engine
@@ -84,6 +85,15 @@ def make_record(
         duration_ms=duration_ms,
         tags=tags,
     )
+
+
+def record_memory(engine: Engine, tenant: str, memory: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """A run of each (intent, tool) of `memory`, recorded for `tenant` as request `r{n}`; the
+    capability id each tool's run joined, by tool."""
+    return {
+        tool: engine.record(tenant, make_record(f"r{n}", intent, [tool])).capability_id
+        for n, (intent, tool) in enumerate(memory)
+    }
 
 
 def stored_record(normalized: NormalizedCode, tools: tuple[str, ...] = ("call",)) -> PatternRecord:

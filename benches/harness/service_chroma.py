@@ -15,13 +15,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
-import time
+from functools import partial
 from typing import Any
 
-import numpy as np
-
 from benches.harness import service_workload as work
+from benches.harness.closed_loop import Load
 
 COLLECTION = "bench"
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
@@ -76,55 +74,26 @@ def run(
         (shared or _client(target)).get_collection(COLLECTION, embedding_function=None)
         for _ in range(concurrency)
     ]
-    latencies: list[list[float]] = [[] for _ in range(concurrency)]
-    errors = [0] * concurrency
-    cursor = iter(range(max_requests))
-    lock = threading.Lock()
-    deadline = time.perf_counter() + seconds
+    load = Load(concurrency, seconds, range(max_requests))
 
-    def take() -> int | None:
-        if time.perf_counter() >= deadline:
-            return None
-        with lock:
-            return next(cursor, None)
+    def send(collection: Any, k: int) -> None:
+        if op == "query":
+            collection.query(query_embeddings=vectors[k : k + 1], n_results=5)
+        else:
+            i = offset + k
+            collection.upsert(
+                ids=[f"e{i}"],
+                embeddings=vectors[k : k + 1],
+                documents=[work.intent_text(i)],
+                metadatas=[_metadata(i)],
+            )
 
     def caller(n: int) -> None:
-        collection = collections[n]
-        while (k := take()) is not None:
-            start = time.perf_counter()
-            try:
-                if op == "query":
-                    collection.query(query_embeddings=vectors[k : k + 1], n_results=5)
-                else:
-                    i = offset + k
-                    collection.upsert(
-                        ids=[f"e{i}"],
-                        embeddings=vectors[k : k + 1],
-                        documents=[work.intent_text(i)],
-                        metadatas=[_metadata(i)],
-                    )
-            except Exception:  # the summary counts failures; the caller raises on zero successes
-                errors[n] += 1
-                continue
-            latencies[n].append(time.perf_counter() - start)
+        # the summary counts failures; the caller raises on zero successes
+        while (k := load.take()) is not None:
+            load.timed(n, partial(send, collections[n], k))
 
-    threads = [threading.Thread(target=caller, args=(n,)) for n in range(concurrency)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
-    flat = np.array([x for per in latencies for x in per]) * 1000.0
-    count = len(flat)
-    return {
-        "count": count,
-        "errors": sum(errors),
-        "elapsed": elapsed,
-        "qps": count / elapsed if elapsed > 0 else 0.0,
-        "p50_ms": float(np.percentile(flat, 50)) if count else float("nan"),
-        "p99_ms": float(np.percentile(flat, 99)) if count else float("nan"),
-    }
+    return load.run(caller)
 
 
 def main(argv: list[str]) -> None:

@@ -27,15 +27,14 @@ import json
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from benches.harness import service_workload as work
+from benches.harness.closed_loop import Load
 
 TABLE = "bench"
 K = 5
@@ -137,47 +136,17 @@ def run(
     else:
         raise ValueError(f"unknown target {target!r}")
     call(0)  # warm: the first query opens files and builds caches on both sides
-    latencies: list[list[float]] = [[] for _ in range(concurrency)]
-    errors = [0] * concurrency
-    cursor = iter(range(1, max_requests))
-    lock = threading.Lock()
-    deadline = time.perf_counter() + seconds
-
-    def take() -> int | None:
-        if time.perf_counter() >= deadline:
-            return None
-        with lock:
-            return next(cursor, None)
+    load = Load(concurrency, seconds, range(1, max_requests))
 
     def caller(n: int) -> None:
-        while (k := take()) is not None:
-            start = time.perf_counter()
-            try:
-                call(k)
-            except Exception:  # counted; the suite raises on zero successes
-                errors[n] += 1
-                continue
-            latencies[n].append(time.perf_counter() - start)
+        # failures counted; the suite raises on zero successes
+        while (k := load.take()) is not None:
+            load.timed(n, partial(call, k))
 
-    threads = [threading.Thread(target=caller, args=(n,)) for n in range(concurrency)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
+    summary = load.run(caller)
     if engine is not None:
         engine.close()
-    flat = np.array([x for per in latencies for x in per]) * 1000.0
-    count = len(flat)
-    return {
-        "count": count,
-        "errors": sum(errors),
-        "elapsed": elapsed,
-        "qps": count / elapsed if elapsed > 0 else 0.0,
-        "p50_ms": float(np.percentile(flat, 50)) if count else float("nan"),
-        "p99_ms": float(np.percentile(flat, 99)) if count else float("nan"),
-    }
+    return summary
 
 
 def memory(path: str, count: int) -> dict[str, float]:

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 
 import grpc
-import numpy as np
 
 from benches.harness import service_workload as work
+from benches.harness.closed_loop import Load
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.client import UPLOAD_BATCH, batched_messages
 
@@ -81,40 +81,22 @@ def run(
     for extra in stream_channels:
         grpc.channel_ready_future(extra).result(timeout=30)
     stream_stubs = [pml_pb2_grpc.PmlServiceStub(extra) for extra in stream_channels]
-    latencies: list[list[float]] = [[] for _ in range(concurrency)]
-    errors = [0] * concurrency
-    done = [0] * concurrency
-    cursor = iter(range(len(requests)))
-    cursor_lock = threading.Lock()
-    deadline = time.perf_counter() + seconds
-
-    def take() -> int | None:
-        if time.perf_counter() >= deadline:
-            return None
-        with cursor_lock:
-            return next(cursor, None)
+    load = Load(concurrency, seconds, range(len(requests)))
 
     def unary_caller(n: int) -> None:
         call = stub.Suggest if op == "suggest" else stub.RecordExecution
-        while (k := take()) is not None:
+        while (k := load.take()) is not None:
             request = requests[k]
             if op == "record":
                 request = pml_pb2.RecordExecutionRequest(record=request)
-            start = time.perf_counter()
-            try:
-                call(request, timeout=30)
-            except grpc.RpcError:
-                errors[n] += 1
-                continue
-            latencies[n].append(time.perf_counter() - start)
-            done[n] += 1
+            load.timed(n, partial(call, request, timeout=30), grpc.RpcError)
 
     def stream_caller(n: int) -> None:
         sent: dict[str, float] = {}
 
         def messages() -> Iterator[pml_pb2.StreamTracesRequest]:
             seq = 0
-            while (k := take()) is not None:
+            while (k := load.take()) is not None:
                 seq += 1
                 execution_id = f"s{n}-{k}"
                 sent[execution_id] = time.perf_counter()
@@ -129,34 +111,17 @@ def run(
             for message in stream_stubs[n].StreamTraces(sending, timeout=seconds + 60):
                 for ack in message.batch or (message,):
                     if ack.HasField("error"):
-                        errors[n] += 1
+                        load.errors[n] += 1
                         continue
-                    latencies[n].append(time.perf_counter() - sent.pop(ack.execution_id))
-                    done[n] += 1
+                    load.latencies[n].append(time.perf_counter() - sent.pop(ack.execution_id))
         except grpc.RpcError:
-            errors[n] += 1
+            load.errors[n] += 1
 
-    worker = stream_caller if op.startswith("stream") else unary_caller
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(concurrency)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
+    summary = load.run(stream_caller if op.startswith("stream") else unary_caller)
     channel.close()
     for extra in stream_channels:
         extra.close()
-    all_latencies = np.array([x for per in latencies for x in per]) * 1000.0
-    count = sum(done)
-    return {
-        "count": count,
-        "errors": sum(errors),
-        "elapsed": elapsed,
-        "qps": count / elapsed if elapsed > 0 else 0.0,
-        "p50_ms": float(np.percentile(all_latencies, 50)) if count else float("nan"),
-        "p99_ms": float(np.percentile(all_latencies, 99)) if count else float("nan"),
-    }
+    return summary
 
 
 def main(argv: list[str]) -> None:

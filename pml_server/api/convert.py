@@ -306,15 +306,7 @@ def intent_page(
     """A ListPatternIntents page of `intents` (the engine's page, `cursor` after it), ending
     early past the answer's byte budget as `pattern_page`; and the cursor after the last one
     kept ("" at the end)."""
-    kept: list[resources_pb2.Intent] = []
-    used = 0
-    for i in intents:
-        out = intent(i)
-        if not budget.fits(used, out.ByteSize(), len(kept)):
-            return kept, kept[-1].id
-        kept.append(out)
-        used += out.ByteSize()
-    return kept, cursor
+    return _budgeted_page(intents, cursor, intent)
 
 
 def capability(view: model.CapabilityView) -> resources_pb2.Capability:
@@ -376,7 +368,7 @@ def capability_page(
     return _budgeted_page(views, next_cursor, capability)
 
 
-_View = TypeVar("_View", model.PatternView, model.CapabilityView)
+_View = TypeVar("_View", model.PatternView, model.CapabilityView, model.IntentView)
 _Message = TypeVar("_Message", bound=Message)
 
 

@@ -6,10 +6,11 @@ Every method raises domain errors only; `interceptor.ApiInterceptor` turns them 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import grpc
 
@@ -26,6 +27,18 @@ from pml_server.domain import model
 from pml_server.domain.engine import EngineProtocol
 from pml_server.domain.errors import UnauthenticatedError, UnavailableError
 from pml_server.domain.limits import Limits
+
+_Item = TypeVar("_Item")
+_Message = TypeVar("_Message")
+
+
+class _ListRequest(Protocol):
+    """What every List* request has: the page asked for."""
+
+    @property
+    def page_size(self) -> int: ...
+    @property
+    def page_token(self) -> str: ...
 
 
 @dataclass
@@ -84,9 +97,23 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
             self._d.on_capture(result)
         return result
 
-    def _page(self, caller: Caller, kind: str, size: int, token: str) -> model.PageRequest:
-        cursor = self._d.tokens.decode(caller.tenant, kind, token)
-        return model.PageRequest(page_size=validate.page_size(size), cursor=cursor)
+    def _listing(
+        self,
+        caller: Caller,
+        kind: str,
+        request: _ListRequest,
+        fetch: Callable[[model.PageRequest], model.Page[_Item]],
+        to_proto: Callable[[Sequence[_Item], str], tuple[list[_Message], str]],
+    ) -> tuple[list[_Message], str]:
+        """One page of a listing and the token of the next: the request's token is decoded and
+        the next one encoded under the same `kind` (a token of one listing fits no other), the
+        engine's page (`fetch`) turned into messages and the cursor after the last one kept."""
+        cursor = self._d.tokens.decode(caller.tenant, kind, request.page_token)
+        page = fetch(
+            model.PageRequest(page_size=validate.page_size(request.page_size), cursor=cursor)
+        )
+        messages, after = to_proto(page.items, page.next_cursor)
+        return messages, self._d.tokens.encode(caller.tenant, kind, after)
 
     # ---- RPCs --------------------------------------------------------------------------------
 
@@ -164,14 +191,14 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
     ) -> pml_pb2.ListPatternIntentsResponse:
         with self._call(context, Role.READ) as caller:
             pattern_id = validate.resource_id(request.parent, convert.PATTERNS, "parent")
-            kind = f"intents/{pattern_id}"  # a token of one pattern's listing fits no other
-            page = self._page(caller, kind, request.page_size, request.page_token)
-            found = self._engine.pattern_intents(caller.tenant, pattern_id, page)
-            intents, cursor = convert.intent_page(found.items, found.next_cursor)
-            return pml_pb2.ListPatternIntentsResponse(
-                intents=intents,
-                next_page_token=self._d.tokens.encode(caller.tenant, kind, cursor),
+            intents, token = self._listing(
+                caller,
+                f"intents/{pattern_id}",  # a token of one pattern's listing fits no other
+                request,
+                lambda page: self._engine.pattern_intents(caller.tenant, pattern_id, page),
+                convert.intent_page,
             )
+            return pml_pb2.ListPatternIntentsResponse(intents=intents, next_page_token=token)
 
     def ListPatterns(
         self, request: pml_pb2.ListPatternsRequest, context: grpc.ServicerContext
@@ -182,18 +209,15 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
                 if request.capability
                 else ""
             )
-            # a token of one capability's listing fits no other listing
-            kind = f"patterns/{capability_id}" if capability_id else "patterns"
-            page = self._engine.list_patterns(
-                caller.tenant,
-                self._page(caller, kind, request.page_size, request.page_token),
-                capability_id,
+            patterns, token = self._listing(
+                caller,
+                # a token of one capability's listing fits no other listing
+                f"patterns/{capability_id}" if capability_id else "patterns",
+                request,
+                lambda page: self._engine.list_patterns(caller.tenant, page, capability_id),
+                convert.pattern_page,
             )
-            patterns, cursor = convert.pattern_page(page.items, page.next_cursor)
-            return pml_pb2.ListPatternsResponse(
-                patterns=patterns,
-                next_page_token=self._d.tokens.encode(caller.tenant, kind, cursor),
-            )
+            return pml_pb2.ListPatternsResponse(patterns=patterns, next_page_token=token)
 
     def DeletePattern(
         self, request: pml_pb2.DeletePatternRequest, context: grpc.ServicerContext
@@ -216,14 +240,15 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
         self, request: pml_pb2.ListCapabilitiesRequest, context: grpc.ServicerContext
     ) -> pml_pb2.ListCapabilitiesResponse:
         with self._call(context, Role.READ) as caller:
-            page = self._engine.list_capabilities(
-                caller.tenant,
-                self._page(caller, "capabilities", request.page_size, request.page_token),
+            capabilities, token = self._listing(
+                caller,
+                "capabilities",
+                request,
+                lambda page: self._engine.list_capabilities(caller.tenant, page),
+                convert.capability_page,
             )
-            capabilities, cursor = convert.capability_page(page.items, page.next_cursor)
             return pml_pb2.ListCapabilitiesResponse(
-                capabilities=capabilities,
-                next_page_token=self._d.tokens.encode(caller.tenant, "capabilities", cursor),
+                capabilities=capabilities, next_page_token=token
             )
 
     def DeleteCapability(
@@ -239,13 +264,14 @@ class PmlServicer(pml_pb2_grpc.PmlServiceServicer):
         self, request: pml_pb2.ListFailuresRequest, context: grpc.ServicerContext
     ) -> pml_pb2.ListFailuresResponse:
         with self._call(context, Role.READ) as caller:
-            page = self._engine.list_failures(
-                caller.tenant, self._page(caller, "failures", request.page_size, request.page_token)
+            failures, token = self._listing(
+                caller,
+                "failures",
+                request,
+                lambda page: self._engine.list_failures(caller.tenant, page),
+                lambda items, cursor: ([convert.failure(f) for f in items], cursor),
             )
-            return pml_pb2.ListFailuresResponse(
-                failures=[convert.failure(f) for f in page.items],
-                next_page_token=self._d.tokens.encode(caller.tenant, "failures", page.next_cursor),
-            )
+            return pml_pb2.ListFailuresResponse(failures=failures, next_page_token=token)
 
     def RunRetention(
         self, request: pml_pb2.RunRetentionRequest, context: grpc.ServicerContext

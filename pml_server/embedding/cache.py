@@ -27,8 +27,13 @@ _KEY_BYTES = sys.getsizeof(("", ""))
 _VECTOR_HEADER = sys.getsizeof(np.zeros(0, np.float32))
 
 
+def _text_entry_bytes(text: str, vector_bytes: int) -> int:
+    """An entry of the vector cache for `text` whose vector's data takes `vector_bytes`."""
+    return ENTRY_BYTES + _KEY_BYTES + sys.getsizeof(text) + _VECTOR_HEADER + vector_bytes
+
+
 def _entry_bytes(key: tuple[str, str], vector: Vector) -> int:
-    return ENTRY_BYTES + _KEY_BYTES + sys.getsizeof(key[1]) + _VECTOR_HEADER + vector.nbytes
+    return _text_entry_bytes(key[1], vector.nbytes)
 
 
 _SpanKey = tuple[str, str, tuple[tuple[int, int], ...]]
@@ -85,8 +90,8 @@ class CachedEmbedder(EmbedderWrapper):
     def holds(self, texts: Sequence[str]) -> bool:
         """Whether the vectors of `texts` all fit in the cache at once (a stream embeds its
         next batch ahead only when they do: `service/_capture.py`, `embed_ahead`)."""
-        vector = _VECTOR_HEADER + 4 * self.dim
-        size = sum(ENTRY_BYTES + _KEY_BYTES + sys.getsizeof(t) + vector for t in texts)
+        vector = np.dtype(np.float32).itemsize * self.dim  # as `_keep` copies it
+        size = sum(_text_entry_bytes(t, vector) for t in texts)
         return len(texts) <= self._capacity and size <= self.capacity_bytes
 
     def _keep(self, model: str, text: str, vector: Vector) -> None:

@@ -33,12 +33,8 @@ def delete_pattern(
     start). Returns whether it was deleted."""
     check_tenant(tenant)
     repo = state.repo
-    found = repo.patterns.pattern(tenant, pattern_id)
-    if found is None:
-        raise NotFoundError(f"pattern {pattern_id!r} not found")
     with contextlib.ExitStack() as held:
-        held.enter_context(state.locks.pattern.lock_for(tenant, found.code_hash))
-        pattern = repo.patterns.pattern(tenant, pattern_id)
+        pattern = _locked_pattern(state, tenant, pattern_id, held)
         if pattern is None:
             raise NotFoundError(f"pattern {pattern_id!r} not found")
         if still_wanted is not None and not still_wanted(pattern):
@@ -54,6 +50,19 @@ def delete_pattern(
         ticket = commit(state, tenant, change)
     await_durable(ticket)
     return True
+
+
+def _locked_pattern(
+    state: EngineState, tenant: str, pattern_id: str, held: contextlib.ExitStack
+) -> PatternRecord | None:
+    """The pattern as it is once its lock is held (entered on `held`, until the caller's change
+    has committed): a capture that changed it has committed by then, and no other can start.
+    None when it was deleted meanwhile; NotFoundError when there was no such pattern."""
+    found = state.repo.patterns.pattern(tenant, pattern_id)
+    if found is None:
+        raise NotFoundError(f"pattern {pattern_id!r} not found")
+    held.enter_context(state.locks.pattern.lock_for(tenant, found.code_hash))
+    return state.repo.patterns.pattern(tenant, pattern_id)
 
 
 def delete_capability(state: EngineState, tenant: str, capability_id: str) -> None:
@@ -107,12 +116,8 @@ def ungroup_pattern(state: EngineState, tenant: str, pattern_id: str) -> str:
     (nothing is deleted). Returns the pattern's capability id afterwards."""
     check_tenant(tenant)
     repo = state.repo
-    found = repo.patterns.pattern(tenant, pattern_id)
-    if found is None:
-        raise NotFoundError(f"pattern {pattern_id!r} not found")
     with contextlib.ExitStack() as held:
-        held.enter_context(state.locks.pattern.lock_for(tenant, found.code_hash))
-        pattern = repo.patterns.pattern(tenant, pattern_id)
+        pattern = _locked_pattern(state, tenant, pattern_id, held)
         capability = (
             repo.capabilities.capability(tenant, pattern.capability_id) if pattern else None
         )

@@ -34,6 +34,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
+from testing.otlp_spans import recorded, run_with_arguments
 from tests.conftest import StartServer
 from tests.support import eventually
 
@@ -96,15 +97,6 @@ def _exporting(port: int, api_key: str | None = None) -> AbstractContextManager[
     headers = {"authorization": f"Bearer {api_key}"} if api_key else None
     exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{port}", insecure=True, headers=headers)
     return exporting_to(exporter, "test-agent")
-
-
-def _recorded(make: object) -> list[ReadableSpan]:
-    """Finished spans of `make(tracer)`, kept in memory (to export them by hand)."""
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    make(provider.get_tracer("tests"))  # type: ignore[operator]
-    return list(memory.get_finished_spans())
 
 
 def _spans_counter(server: RunningServer, result: str) -> float:
@@ -176,7 +168,7 @@ def test_calls_keep_start_order_and_failures_follow_all_or_nothing(
 
 
 def test_reexported_spans_count_nothing_twice(server: RunningServer, client: PmlClient) -> None:
-    spans = _recorded(
+    spans = recorded(
         lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
     )
     exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
@@ -194,23 +186,10 @@ def test_reexported_spans_count_nothing_twice(server: RunningServer, client: Pml
 def test_a_bad_span_is_rejected_alone(server: RunningServer, client: PmlClient) -> None:
     def runs(tracer: Tracer) -> None:
         _agent_run(tracer, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
-        with (
-            tracer.start_as_current_span(
-                "invoke_agent broken", attributes={"gen_ai.operation.name": "invoke_agent"}
-            ),
-            tracer.start_as_current_span(
-                "execute_tool read_file",
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": "read_file",
-                    "gen_ai.tool.call.arguments": "{not json",
-                },
-            ) as bad,
-        ):
-            bad_ref.append(f"{bad.get_span_context().span_id:016x}")
+        bad_ref.append(run_with_arguments(tracer, "invoke_agent broken", "{not json"))
 
     bad_ref: list[str] = []
-    request = encode_spans(_recorded(runs))
+    request = encode_spans(recorded(runs))
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         reply = trace_service_pb2_grpc.TraceServiceStub(channel).Export(request)
     assert reply.partial_success.rejected_spans == 2  # the broken agent span and its tool span
@@ -231,22 +210,9 @@ def test_deeply_nested_arguments_reject_their_execution_alone(
 
     def runs(tracer: Tracer) -> None:
         _agent_run(tracer, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
-        with (
-            tracer.start_as_current_span(
-                "invoke_agent deep", attributes={"gen_ai.operation.name": "invoke_agent"}
-            ),
-            tracer.start_as_current_span(
-                "execute_tool read_file",
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": "read_file",
-                    "gen_ai.tool.call.arguments": '{"a": ' + "[" * depth + "]" * depth + "}",
-                },
-            ),
-        ):
-            pass
+        run_with_arguments(tracer, "invoke_agent deep", '{"a": ' + "[" * depth + "]" * depth + "}")
 
-    request = encode_spans(_recorded(runs))
+    request = encode_spans(recorded(runs))
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         reply = trace_service_pb2_grpc.TraceServiceStub(channel).Export(request)
     assert reply.partial_success.rejected_spans == 2
@@ -281,7 +247,7 @@ def test_mcp_client_spans_under_a_root_without_agent(
                 ):
                     mcp_server_side(tracer, tool)
 
-    spans = _recorded(run)
+    spans = recorded(run)
     exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
     try:
         assert exporter.export(spans) is SpanExportResult.SUCCESS
@@ -301,7 +267,7 @@ def test_otlp_uses_the_keys_tenant(start: StartServer, keys: tuple[Path, dict[st
     def run(tracer: Tracer) -> None:
         _agent_run(tracer, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
 
-    spans = _recorded(run)
+    spans = recorded(run)
     for key, expected in (
         (None, SpanExportResult.FAILURE),
         ("acme-read", SpanExportResult.FAILURE),
@@ -358,7 +324,7 @@ def test_strings_that_are_not_utf8_do_not_refuse_the_export(
     be UTF-8, but the Collector's OTLP receiver passes such bytes on). Before: the parser
     refused the whole Export with INVALID_ARGUMENT, which exporters drop, and the run in it was
     lost. Now each broken sequence reads as U+FFFD and the run is captured."""
-    spans = _recorded(
+    spans = recorded(
         lambda t: _agent_run(t, None, [("read_file", {"path": "a.json"}, None)], "cafe agent")
     )
     raw = encode_spans(spans).SerializeToString()
@@ -400,7 +366,7 @@ def test_readme_walkthrough_spans_become_a_suggestion(
 def test_a_draining_server_answers_unavailable_and_keeps_nothing_half_done(
     server: RunningServer, client: PmlClient
 ) -> None:
-    spans = _recorded(
+    spans = recorded(
         lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
     )
     server.servicer.draining.set()
@@ -569,7 +535,7 @@ def test_values_json_cannot_carry_never_fail_the_export(
 
     exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
     try:
-        assert exporter.export(_recorded(runs)) is SpanExportResult.SUCCESS
+        assert exporter.export(recorded(runs)) is SpanExportResult.SUCCESS
     finally:
         exporter.shutdown()
     patterns = {p.tools_used[0]: p for p in client.iter_patterns()}
@@ -584,7 +550,7 @@ def _bytes_in_arguments() -> tuple[ExportTraceServiceRequest, ExportTraceService
     its agent span)."""
     from opentelemetry.proto.common.v1 import common_pb2
 
-    spans = _recorded(
+    spans = recorded(
         lambda t: _agent_run(t, "Fetch a blob", [("fetch", {"path": "placeholder"}, None)])
     )
     head, root = encode_spans(spans[:-1]), encode_spans(spans[-1:])
@@ -604,7 +570,7 @@ def test_structured_bytes_arguments_reject_their_execution_alone(
     cannot make a kvlist, so sent by hand). Before: TypeError writing the arguments as JSON, the
     whole Export INTERNAL, sent whole or held for its root."""
     valid = encode_spans(
-        _recorded(
+        recorded(
             lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
         )
     )
@@ -649,7 +615,7 @@ def test_a_held_call_failed_by_an_int_error_type_is_a_failure(
         ):
             pass
 
-    spans = _recorded(run)  # in end order: the tool span, then the agent span
+    spans = recorded(run)  # in end order: the tool span, then the agent span
     exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
     try:
         for part in (spans[:1], spans[1:]):
@@ -713,7 +679,7 @@ def test_a_retried_export_of_a_split_runs_root_is_not_a_rejection(
     root with the second call alone, a different execution under the run's request id,
     answered as rejected (`rejected_spans` 2, counted); now answered as the capture it
     repeats."""
-    spans = _recorded(
+    spans = recorded(
         lambda t: _agent_run(
             t,
             "Read JSON file",
@@ -765,7 +731,7 @@ def test_a_tool_error_on_the_mcp_client_span_fails_the_call(
             client_span.set_attribute("error.type", "tool_error")
             client_span.set_status(Status(StatusCode.ERROR, "no such file"))
 
-    spans = _recorded(run)  # end order: the MCP client span, execute_tool, invoke_agent
+    spans = recorded(run)  # end order: the MCP client span, execute_tool, invoke_agent
     exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
     try:
         for part in (spans[:2], spans[2:]) if split else (spans,):
@@ -797,7 +763,7 @@ def test_a_run_whose_spans_overflowed_the_hold_is_rejected_not_captured_short(
             reply = stub.Export(encode_spans(spans), timeout=30)
             return reply.partial_success  # type: ignore[no-any-return]
 
-    spans = [s for s in _recorded(run) if s.name != "GET /health"]  # 4 calls, then the root
+    spans = [s for s in recorded(run) if s.name != "GET /health"]  # 4 calls, then the root
     assert "2 spans held" in export(spans[:2]).error_message
     refused = export(spans[2:3])
     assert refused.rejected_spans == 1
@@ -807,7 +773,7 @@ def test_a_run_whose_spans_overflowed_the_hold_is_rejected_not_captured_short(
     assert "incomplete, not captured" in last.error_message
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         assert list(client.iter_patterns()) == []
-        spans = [s for s in _recorded(run) if s.name != "GET /health"]
+        spans = [s for s in recorded(run) if s.name != "GET /health"]
         assert "1 spans held" in export(spans[:1]).error_message
         assert export(spans[1:]).rejected_spans == 0
         (pattern,) = client.iter_patterns()
@@ -825,7 +791,7 @@ def test_a_run_whose_held_spans_expired_is_rejected_not_captured_short(
     tools = ["read_file", "parse_json", "write_file"]
     spans = [
         s
-        for s in _recorded(
+        for s in recorded(
             lambda t: _agent_run(t, "Sum a file", [(tool, {"n": 1}, None) for tool in tools])
         )
         if s.name != "GET /health"
@@ -860,7 +826,7 @@ def test_huge_arguments_of_held_calls_are_not_held(
         calls = [("write_file", {"path": f"f{n}", "content": content}, None) for n in range(8)]
         _agent_run(tracer, "Write the files", calls)
 
-    spans = _recorded(run)  # end order: the calls, then the agent span
+    spans = recorded(run)  # end order: the calls, then the agent span
     exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
 
     def stored() -> int:
@@ -886,7 +852,7 @@ def test_huge_arguments_of_held_calls_are_not_held(
 def _root_first(tools: list[str]) -> list[ReadableSpan]:
     """A run's spans in the order an exporter sending each span alone over concurrent requests
     may deliver them: the `invoke_agent` root first, then its calls."""
-    spans = _recorded(
+    spans = recorded(
         lambda t: _agent_run(t, "Sum a file", [(tool, {"n": 1}, None) for tool in tools])
     )  # end order: the HTTP span, the calls, the agent span
     return spans[-1:] + spans[:-1]
@@ -945,7 +911,7 @@ def test_a_root_first_run_whose_step_span_comes_before_its_calls_is_captured_who
                     pass
 
     server = start(otlp_settle_seconds=0.5)
-    first, second, step, root = _recorded(run)  # (in end order)
+    first, second, step, root = recorded(run)  # (in end order)
     replies = _export_each(server.port, [root, step, first, second])
     assert all(r.rejected_spans == 0 for r in replies)
     with PmlClient(f"127.0.0.1:{server.port}") as client:
@@ -980,7 +946,7 @@ def test_a_turn_that_called_no_tool_is_let_go_after_the_settle_window(
     """An `invoke_agent` span with no call (a chat-only turn) is held for the window, then
     ignored and deleted: nothing is captured and nothing stays held."""
     server = start(otlp_settle_seconds=0.3)
-    spans = _recorded(lambda t: _agent_run(t, "Say hello", []))
+    spans = recorded(lambda t: _agent_run(t, "Say hello", []))
     root = [s for s in spans if s.name.startswith("invoke_agent")]
     (reply,) = _export_each(server.port, root)
     assert "held 0.3 s" in reply.error_message
@@ -1021,7 +987,7 @@ def test_a_batch_export_of_whole_runs_holds_nothing(
 
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         reply = trace_service_pb2_grpc.TraceServiceStub(channel).Export(
-            encode_spans(_recorded(runs))
+            encode_spans(recorded(runs))
         )
     assert "held" not in reply.partial_success.error_message
     assert _spans_counter(server, "held") == 0
@@ -1036,7 +1002,7 @@ def test_settling_roots_count_against_the_hold_bound(start: StartServer) -> None
     ones have settled."""
     server = start(otlp_settle_seconds=0.3, otlp_pending_spans=2)
     roots = [
-        [s for s in _recorded(lambda t: _agent_run(t, "Say hello", [])) if s.parent is None]
+        [s for s in recorded(lambda t: _agent_run(t, "Say hello", [])) if s.parent is None]
         for _ in range(4)
     ]  # four traces
     replies = _export_each(server.port, [r[0] for r in roots[:3]])

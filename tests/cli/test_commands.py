@@ -16,23 +16,6 @@ from pml_server.config import serve_config
 READ = 'const d = await mcp.read_file({path: "a.json"}); return await mcp.parse_json(d)'
 
 
-@pytest.fixture
-def run(
-    server: RunningServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> object:
-    monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.setenv("PML_SERVER", f"127.0.0.1:{server.port}")
-
-    def _run(*argv: str, expect: int = 0) -> str:
-        with pytest.raises(SystemExit) as done:
-            cli.main(list(argv))
-        out = capsys.readouterr()
-        assert done.value.code == expect, out.out + out.err
-        return out.out + out.err
-
-    return _run
-
-
 def test_walkthrough_record_three_suggest_and_see_score_parts(run: object) -> None:
     assert callable(run)
     for i, intent in enumerate(["Read JSON file", "Parse JSON from disk", "Load JSON data"]):

@@ -15,26 +15,8 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
-from pml_server import cli
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, make_record
-
-
-@pytest.fixture
-def run(
-    server: RunningServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> object:
-    monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.setenv("PML_SERVER", f"127.0.0.1:{server.port}")
-
-    def _run(*argv: str, expect: int = 0) -> str:
-        with pytest.raises(SystemExit) as done:
-            cli.main(list(argv))
-        out = capsys.readouterr()
-        assert done.value.code == expect, out.out + out.err
-        return out.out + out.err
-
-    return _run
 
 
 def _line(i: int, request_id: str | None = None) -> str:

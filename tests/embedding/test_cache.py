@@ -4,10 +4,8 @@ model failure never leaves a waiter hanging."""
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
-import tracemalloc
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -18,6 +16,7 @@ from pml_server.domain.lru import ENTRY_BYTES
 from pml_server.domain.vectors import Matrix
 from pml_server.embedding import CachedEmbedder, HashingEmbedder
 from pml_server.embedding.minilm import MiniLMEmbedder
+from testing.memory import memory_held
 
 
 class GatedModel:
@@ -129,21 +128,14 @@ def test_the_cache_holds_at_most_its_bytes_of_the_longest_texts() -> None:
 
     for texts in batches():  # the hashing model's own cache of features, filled beforehand
         HashingEmbedder().embed(texts)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+    with memory_held() as held:
         for texts in batches():
             cached.embed(texts)
         del texts
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
     # The texts dominate both figures, so the count is within 1% of what is held: 5% of slack
     # for what the interpreter allocates on its own during the run (counted by entries, the
     # same texts held about 5.7 times the bound).
-    assert held <= bound * 1.05, f"{held} bytes held; the bound is {bound}"
+    assert held.nbytes <= bound * 1.05, f"{held.nbytes} bytes held; the bound is {bound}"
     assert cached.weight <= bound
 
 

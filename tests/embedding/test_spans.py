@@ -3,9 +3,6 @@ states pooled over character spans; the text's vector is exactly `embed`'s."""
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
-
 import numpy as np
 import pytest
 
@@ -13,6 +10,7 @@ from pml_server.domain.limits import LIMITS
 from pml_server.embedding import make_embedder
 from pml_server.embedding.minilm import MiniLMEmbedder
 from pml_server.ranking.plans import MAX_REQUEST_PARTS
+from testing.memory import memory_held
 
 TEXT = "Search for the movie Mulholland Drive. Then send an email to my colleague."
 SPANS = [(0, 37), (44, 74), (500, 600)]
@@ -67,16 +65,11 @@ def test_the_span_cache_holds_at_most_its_bytes_of_the_longest_requests() -> Non
     embedder = make_embedder("minilm", cache_bytes=bound)
     spans = [(n * 600, n * 600 + 500) for n in range(MAX_REQUEST_PARTS)]
     embedder.embed_spans(TEXT, spans)  # the model's own first-run allocations
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+    with memory_held() as held:
         for n in range(40):  # past the bound twice over
             text = f"{n} " + "\U0001f600" * LIMITS.intent.bound
             assert embedder.embed_spans(text[: LIMITS.intent.bound], spans) is not None
         del text
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert held <= 2 * bound, f"{held} bytes held; the two caches' bound is {2 * bound}"
+    assert held.nbytes <= 2 * bound, (
+        f"{held.nbytes} bytes held; the two caches' bound is {2 * bound}"
+    )

@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
-from tests.mcp.test_clients_giving_up import INITIALIZE, _listening_url, _stdio_logged
+from tests.mcp.test_clients_giving_up import INITIALIZE, _http_mcp_logged, _stdio_logged
 from tests.mcp.test_server import (
     JSON_HEADERS,
     PYTHONPATH,
@@ -226,36 +226,17 @@ def test_http_answers_bodies_that_are_no_message_in_one_sentence(
         ('"ping"', -32600, None, "a JSON object"),
     ]
     log = tmp_path / "mcp.log"
-    with (
-        log.open("w") as stderr,
-        subprocess.Popen(
-            [
-                *_pml_mcp("--server", f"127.0.0.1:{server.port}"),
-                *("--transport", "http", "--listen", "127.0.0.1:0"),
-            ],
-            cwd=ROOT,
-            stderr=stderr,
-            env={"PYTHONPATH": PYTHONPATH},
-        ) as proc,
-    ):
-        try:
-            url = _listening_url(log, proc)
-            with httpx2.Client(timeout=30) as http:
-                for body, code, request_id, needle in cases:
-                    r = http.post(url, content=body.encode(), headers=JSON_HEADERS)
-                    assert r.status_code == 400, (body[:80], r.status_code, r.text[:300])
-                    error = r.json()["error"]
-                    assert (r.json()["id"], error["code"]) == (request_id, code), r.text[:300]
-                    assert needle in error["message"], error
-                    assert "pydantic" not in error["message"]
-                    assert "\n" not in error["message"]
-                alive = http.post(
-                    url, content=call % '"arguments":{"intent":"x"}', headers=JSON_HEADERS
-                )
-                assert alive.status_code == 200
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+    with _http_mcp_logged(server, log) as url, httpx2.Client(timeout=30) as http:
+        for body, code, request_id, needle in cases:
+            r = http.post(url, content=body.encode(), headers=JSON_HEADERS)
+            assert r.status_code == 400, (body[:80], r.status_code, r.text[:300])
+            error = r.json()["error"]
+            assert (r.json()["id"], error["code"]) == (request_id, code), r.text[:300]
+            assert needle in error["message"], error
+            assert "pydantic" not in error["message"]
+            assert "\n" not in error["message"]
+        alive = http.post(url, content=call % '"arguments":{"intent":"x"}', headers=JSON_HEADERS)
+        assert alive.status_code == 200
     assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
 
 

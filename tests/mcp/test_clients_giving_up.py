@@ -11,7 +11,8 @@ import socket
 import subprocess
 import tempfile
 import time
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -225,6 +226,30 @@ def test_http_clients_hanging_up_cost_no_traceback_and_count_once(
     stalled the whole front), the front goes on answering, and each abandoned record, resent
     with its request id, counts once."""
     log = tmp_path / "mcp.log"
+    with _http_mcp_logged(server, log) as url:
+        ids = [f"hung-up-{i}" for i in range(10)]
+        for i, request_id in enumerate(ids):
+            arguments = _record_args(request_id=request_id)
+            _hang_up(url, _call(i, "record_execution", arguments))
+        with httpx2.Client(timeout=60) as http:
+            for i, request_id in enumerate(ids):
+                call = _call(100 + i, "record_execution", _record_args(request_id=request_id))
+                answer = http.post(url, json=call, headers=JSON_HEADERS).json()
+                assert answer["result"]["isError"] is False, answer
+            pattern = answer["result"]["structuredContent"]["pattern"]
+            got = http.post(
+                url, json=_call(200, "get_pattern", {"name": pattern}), headers=JSON_HEADERS
+            ).json()
+        assert got["result"]["structuredContent"]["usage_count"] == len(ids), got
+    text = log.read_text()
+    assert "Traceback" not in text, text[-4000:]
+    assert "ERROR" not in text, text[-4000:]
+
+
+@contextmanager
+def _http_mcp_logged(server: RunningServer, log: Path) -> Iterator[str]:
+    """`pml mcp --transport http` in front of `server` on a free loopback port, its stderr
+    written to `log` (read while it runs); yields its URL, and stops it at the end."""
     with (
         log.open("w") as stderr,
         subprocess.Popen(
@@ -238,27 +263,10 @@ def test_http_clients_hanging_up_cost_no_traceback_and_count_once(
         ) as proc,
     ):
         try:
-            url = _listening_url(log, proc)
-            ids = [f"hung-up-{i}" for i in range(10)]
-            for i, request_id in enumerate(ids):
-                arguments = _record_args(request_id=request_id)
-                _hang_up(url, _call(i, "record_execution", arguments))
-            with httpx2.Client(timeout=60) as http:
-                for i, request_id in enumerate(ids):
-                    call = _call(100 + i, "record_execution", _record_args(request_id=request_id))
-                    answer = http.post(url, json=call, headers=JSON_HEADERS).json()
-                    assert answer["result"]["isError"] is False, answer
-                pattern = answer["result"]["structuredContent"]["pattern"]
-                got = http.post(
-                    url, json=_call(200, "get_pattern", {"name": pattern}), headers=JSON_HEADERS
-                ).json()
-            assert got["result"]["structuredContent"]["usage_count"] == len(ids), got
+            yield _listening_url(log, proc)
         finally:
             proc.terminate()
             proc.wait(timeout=60)
-    text = log.read_text()
-    assert "Traceback" not in text, text[-4000:]
-    assert "ERROR" not in text, text[-4000:]
 
 
 def _listening_url(log: Path, proc: subprocess.Popen[bytes]) -> str:

@@ -47,23 +47,8 @@ def _stdio(server: str, *extra: str) -> Client:
 @contextmanager
 def _http_mcp(server: str, *extra: str) -> Iterator[str]:
     """`pml mcp --transport http` on a free loopback port; yields its URL."""
-    proc = subprocess.Popen(
-        _pml_mcp("--server", server, "--transport", "http", "--listen", "127.0.0.1:0", *extra),
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": PYTHONPATH},
-    )
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
-        assert "listening on" in line, line
-        yield line.rsplit(" ", 1)[-1].strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        if proc.stderr is not None:
-            proc.stderr.close()
+    with _http_mcp_proc(server, *extra) as (url, _pid):
+        yield url
 
 
 def _http_client(url: str, api_key: str | None = None) -> Client:
@@ -482,7 +467,8 @@ def _fds(pid: int) -> int:
 
 @contextmanager
 def _http_mcp_proc(server: str, *extra: str) -> Iterator[tuple[str, int]]:
-    """Like `_http_mcp`, also yielding the process id (to count its descriptors)."""
+    """`pml mcp --transport http` on a free loopback port; yields its URL and process id (to
+    count its descriptors)."""
     proc = subprocess.Popen(
         _pml_mcp("--server", server, "--transport", "http", "--listen", "127.0.0.1:0", *extra),
         cwd=ROOT,

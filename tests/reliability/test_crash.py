@@ -7,7 +7,6 @@ in agreement with the store, deleted patterns gone."""
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -28,36 +27,22 @@ def test_sigkill_during_concurrent_captures_loses_nothing(tmp_path: Path) -> Non
     server = ServerProcess(data, "--durability", "sync")
     server.start()
     names = workload.seed(server.target, ledger, rng)
-    totals = {
-        "cycles": 0,
-        "acked": 0,
-        "acked_found": 0,
-        "in_flight_resent": 0,
-        "intents_checked": 0,
-        "deleted_checked": 0,
-    }
-    try:
-        for cycle in range(CYCLES):
-            workload.doom_one(server.target, ledger, cycle)
-            acked_before = set(ledger.acked)
-            writers = workload.Writers(server.target, ledger, cycle, CLIENTS)
-            time.sleep(rng.uniform(0.3, 2.0))
-            server.kill()
-            writers.join()
-            new_acked = ledger.acked - acked_before
-            server = ServerProcess(
-                data, "--durability", "fast" if cycle % 2 else "sync", log_path=server.log_path
-            )
-            server.start()
-            figures = workload.check_after_restart(server.target, ledger, names, new_acked, rng)
-            totals["cycles"] += 1
-            totals["acked"] += len(new_acked)
-            totals["acked_found"] += figures.acked_present
-            totals["in_flight_resent"] += figures.in_flight_resent
-            totals["intents_checked"] += figures.intents_checked
-            totals["deleted_checked"] = figures.deleted_checked
-    finally:
+
+    def crash(cycle: int) -> None:
         server.kill()
+        server.flags = ("--durability", "fast" if cycle % 2 else "sync")
+
+    totals = workload.interrupted_rounds(
+        server,
+        ledger,
+        names,
+        rng,
+        rounds=CYCLES,
+        rounds_key="cycles",
+        clients=CLIENTS,
+        pause=(0.3, 2.0),
+        cut=crash,
+    )
     totals["sent_total"] = len(ledger.sent)
     summary = report("crash_sigkill", totals)
     assert totals["cycles"] == CYCLES, summary

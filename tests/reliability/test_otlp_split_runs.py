@@ -21,11 +21,11 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from pml_server.client import PmlClient
+from testing.otlp_spans import recorded, run_with_arguments
 from testing.server_process import ServerProcess
 from tests.support import eventually
 
@@ -82,14 +82,8 @@ def _run(tracer: Tracer, n: int, failing: bool, pause: float = 0.0) -> None:
 
 
 def _recorded_runs(failing: list[bool]) -> list[list[ReadableSpan]]:
-    runs = []
-    for n, fails in enumerate(failing):
-        memory = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(memory))
-        _run(provider.get_tracer("tests"), n, fails)
-        runs.append(list(memory.get_finished_spans()))  # in end order: the agent span last
-    return runs
+    # in end order: the agent span last
+    return [recorded(lambda t, n=n, f=f: _run(t, n, f)) for n, f in enumerate(failing)]
 
 
 def _split(spans: list[ReadableSpan], exports: int) -> list[list[ReadableSpan]]:
@@ -287,25 +281,11 @@ def test_a_deeply_nested_held_span_rejects_its_run_alone(tmp_path: Path) -> None
     run's tool spans; when both roots arrive in one Export, that run alone is rejected
     (partial success naming why) and the other is captured."""
     depth = 100_000
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("tests")
-    with (
-        tracer.start_as_current_span(
-            "invoke_agent deep", attributes={"gen_ai.operation.name": "invoke_agent"}
-        ),
-        tracer.start_as_current_span(
-            "execute_tool read_file",
-            attributes={
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": "read_file",
-                "gen_ai.tool.call.arguments": '{"a": ' + "[" * depth + "]" * depth + "}",
-            },
-        ),
-    ):
-        pass
-    deep = list(memory.get_finished_spans())
+    deep = recorded(
+        lambda t: run_with_arguments(
+            t, "invoke_agent deep", '{"a": ' + "[" * depth + "]" * depth + "}"
+        )
+    )
     (good,) = _recorded_runs([False])
     process = ServerProcess(tmp_path / "data")
     process.start()
@@ -332,32 +312,34 @@ def test_held_spans_store_no_secret(tmp_path: Path) -> None:
     secret = "sk-live-" + secrets.token_hex(12)
     password = "Tr0ub4dor&3-horse-" + secrets.token_hex(4)
     marker = "marker" + secrets.token_hex(5)
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("tests")
-    messages = json.dumps([{"role": "user", "content": f"call the api with {secret}"}])
-    with (
-        tracer.start_as_current_span(
-            "invoke_agent api-agent",
-            attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.input.messages": messages},
-        ),
-        tracer.start_as_current_span(
-            "execute_tool call_api",
-            attributes={
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": "call_api",
-                "gen_ai.tool.call.arguments": json.dumps({"apiKey": secret, "note": marker}),
-                "url.full": f"https://admin:{password}@api.internal/v1?key={secret}",
-                "http.request.header.authorization": [f"Bearer {secret}"],
-                "gen_ai.tool.call.result": f"token {secret} accepted",
-                "error.type": f"401 for {secret}",
-            },
-        ) as span,
-    ):
-        span.add_event("exception", {"exception.message": f"rejected {secret} {password}"})
-        span.set_status(Status(StatusCode.ERROR, f"denied postgresql://a:{password}@db/x"))
-    run = list(memory.get_finished_spans())
+
+    def make(tracer: Tracer) -> None:
+        messages = json.dumps([{"role": "user", "content": f"call the api with {secret}"}])
+        with (
+            tracer.start_as_current_span(
+                "invoke_agent api-agent",
+                attributes={
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.input.messages": messages,
+                },
+            ),
+            tracer.start_as_current_span(
+                "execute_tool call_api",
+                attributes={
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "call_api",
+                    "gen_ai.tool.call.arguments": json.dumps({"apiKey": secret, "note": marker}),
+                    "url.full": f"https://admin:{password}@api.internal/v1?key={secret}",
+                    "http.request.header.authorization": [f"Bearer {secret}"],
+                    "gen_ai.tool.call.result": f"token {secret} accepted",
+                    "error.type": f"401 for {secret}",
+                },
+            ) as span,
+        ):
+            span.add_event("exception", {"exception.message": f"rejected {secret} {password}"})
+            span.set_status(Status(StatusCode.ERROR, f"denied postgresql://a:{password}@db/x"))
+
+    run = recorded(make)
     data = tmp_path / "data"
     process = ServerProcess(data, "--durability", "sync")
     process.start()

@@ -55,33 +55,17 @@ def test_sync_mode_loses_no_acknowledged_write_on_power_loss(
     server = ServerProcess(data, "--durability", "sync", log_path=tmp_path / "server.log")
     server.start()
     names = workload.seed(server.target, ledger, rng)
-    totals = {
-        "power_cuts": 0,
-        "acked": 0,
-        "acked_found": 0,
-        "in_flight_resent": 0,
-        "intents_checked": 0,
-        "deleted_checked": 0,
-    }
-    try:
-        for cut in range(SYNC_CUTS):
-            workload.doom_one(server.target, ledger, cut)
-            acked_before = set(ledger.acked)
-            running = workload.Writers(server.target, ledger, cut, CLIENTS)
-            time.sleep(rng.uniform(0.5, 2.0))
-            _power_cut(server, mount)
-            running.join()
-            server.start()
-            new_acked = ledger.acked - acked_before
-            figures = workload.check_after_restart(server.target, ledger, names, new_acked, rng)
-            totals["power_cuts"] += 1
-            totals["acked"] += len(new_acked)
-            totals["acked_found"] += figures.acked_present
-            totals["in_flight_resent"] += figures.in_flight_resent
-            totals["intents_checked"] += figures.intents_checked
-            totals["deleted_checked"] = figures.deleted_checked
-    finally:
-        server.kill()
+    totals = workload.interrupted_rounds(
+        server,
+        ledger,
+        names,
+        rng,
+        rounds=SYNC_CUTS,
+        rounds_key="power_cuts",
+        clients=CLIENTS,
+        pause=(0.5, 2.0),
+        cut=lambda _: _power_cut(server, mount),
+    )
     summary = report("power_loss_sync", totals)
     assert totals["power_cuts"] == SYNC_CUTS, summary
     assert totals["acked_found"] == totals["acked"] > SYNC_CUTS, summary

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -25,6 +27,7 @@ from pml_server._core import HNSW_SCORE_ERROR
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_server.embedding import make_embedder
 from testing.ranking_oracle import pattern_semantic
+from testing.server_process import ServerProcess
 
 _EMBEDDER = make_embedder("hashing")  # what testing/server_process.py serves with
 
@@ -264,3 +267,44 @@ def _suggested(stub: pml_pb2_grpc.PmlServiceStub, text: str) -> dict[str, float]
     for f in reply.filtered:
         found.setdefault(f.pattern, f.score.semantic)
     return found
+
+
+def interrupted_rounds(
+    server: ServerProcess,
+    ledger: Ledger,
+    names: dict[int, str],
+    rng: random.Random,
+    *,
+    rounds: int,
+    rounds_key: str,
+    clients: int,
+    pause: tuple[float, float],
+    cut: Callable[[int], None],
+) -> dict[str, int]:
+    """`rounds` times over a seeded server: a pattern doomed, `clients` writers recording for a
+    pause drawn from `pause`, `cut(round)` stops the server while they write (it may change
+    `server.flags` for the restart), the writers stopped, the server started again and
+    `check_after_restart` run over what the round acknowledged. The figures summed, the rounds
+    run counted under `rounds_key`; the server is killed at the end, whatever happens."""
+    totals = {rounds_key: 0, "acked": 0, "acked_found": 0, "in_flight_resent": 0}
+    totals |= {"intents_checked": 0, "deleted_checked": 0}
+    try:
+        for n in range(rounds):
+            doom_one(server.target, ledger, n)
+            acked_before = set(ledger.acked)
+            writers = Writers(server.target, ledger, n, clients)
+            time.sleep(rng.uniform(*pause))
+            cut(n)
+            writers.join()
+            server.start()
+            new_acked = ledger.acked - acked_before
+            figures = check_after_restart(server.target, ledger, names, new_acked, rng)
+            totals[rounds_key] += 1
+            totals["acked"] += len(new_acked)
+            totals["acked_found"] += figures.acked_present
+            totals["in_flight_resent"] += figures.in_flight_resent
+            totals["intents_checked"] += figures.intents_checked
+            totals["deleted_checked"] = figures.deleted_checked  # every round checks them all
+    finally:
+        server.kill()
+    return totals

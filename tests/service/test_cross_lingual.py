@@ -13,6 +13,7 @@ from pml_server.domain.errors import FailedPreconditionError
 from pml_server.domain.model import SuggestQuery
 from pml_server.embedding import make_embedder
 from pml_server.service import Engine
+from testing.engine import record_memory
 from testing.ranking_oracle import path as oracle
 from tests.service._companion_profiles import assert_profiles_move_the_step_factor
 from tests.support import make_record, open_engine
@@ -35,19 +36,10 @@ REQUESTS = [
 ]
 
 
-def fill(engine: Engine) -> dict[str, str]:
-    """tool -> capability id"""
-    return {
-        tool: engine.record("t", make_record(f"r{n}", intent, [tool])).capability_id
-        for n, (intent, tool) in enumerate(MEMORY)
-    }
-
-
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, dict[str, str]]]:
     engine = open_engine(tmp_path_factory.mktemp("store"), embedder="minilm")
-    caps = fill(engine)
-    yield engine, caps
+    yield engine, record_memory(engine, "t", MEMORY)
     engine.close()
 
 
@@ -91,7 +83,7 @@ def test_a_client_vector_is_the_primary_models_whatever_the_language(
 
 def test_the_companion_is_rebuilt_at_open_and_follows_deletions(tmp_path: Path) -> None:
     engine = open_engine(tmp_path, embedder="minilm")
-    caps = fill(engine)
+    caps = record_memory(engine, "t", MEMORY)
     engine.close()
     engine = open_engine(tmp_path, embedder="minilm")
     try:
@@ -112,7 +104,7 @@ def test_the_companion_is_rebuilt_at_open_and_follows_deletions(tmp_path: Path) 
 def test_without_the_companion_other_languages_use_the_english_model(tmp_path: Path) -> None:
     engine = open_engine(tmp_path, embedder="minilm", cross_lingual="none")
     try:
-        fill(engine)
+        record_memory(engine, "t", MEMORY)
         text = "给我的老板发一封邮件"  # "send an email to my boss"
         top = engine.suggest("t", SuggestQuery(text, k=1, min_match=0.0)).suggestions[0]
         intent = top.pattern.intents[0].text
@@ -186,7 +178,7 @@ def test_the_companion_stores_nothing_so_its_setting_can_change(tmp_path: Path) 
     """Only the primary model's id is stored and checked at open (its vectors are stored); the
     companion's are recomputed, so a store opens with any `cross_lingual`."""
     engine = open_engine(tmp_path, embedder="minilm", cross_lingual="use")
-    caps = fill(engine)
+    caps = record_memory(engine, "t", MEMORY)
     engine.close()
     engine = open_engine(tmp_path, embedder="minilm", cross_lingual="none")
     try:

@@ -12,6 +12,7 @@ import pytest
 from pml_server.domain.model import SuggestQuery
 from pml_server.embedding import make_companion_embedder, make_embedder
 from pml_server.service import Engine
+from testing.engine import record_memory
 from testing.ranking_oracle import path as oracle
 from tests.service._companion_profiles import assert_profiles_move_the_step_factor
 from tests.support import make_record, open_engine
@@ -34,19 +35,10 @@ REQUESTS = [
 ]
 
 
-def fill(engine: Engine) -> dict[str, str]:
-    """tool -> capability id"""
-    return {
-        tool: engine.record("t", make_record(f"r{n}", intent, [tool])).capability_id
-        for n, (intent, tool) in enumerate(MEMORY)
-    }
-
-
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, dict[str, str]]]:
     engine = open_engine(tmp_path_factory.mktemp("store"), embedder="minilm")
-    caps = fill(engine)
-    yield engine, caps
+    yield engine, record_memory(engine, "t", MEMORY)
     engine.close()
 
 
@@ -129,7 +121,7 @@ def test_an_intent_in_another_language_starts_the_companion_and_deletion_ends_th
 
 def test_the_reverse_survives_a_restart(tmp_path: Path) -> None:
     engine = open_engine(tmp_path, embedder="minilm")
-    caps = fill(engine)
+    caps = record_memory(engine, "t", MEMORY)
     engine.close()
     engine = open_engine(tmp_path, embedder="minilm")
     try:
@@ -148,7 +140,7 @@ def test_the_reverse_survives_a_restart(tmp_path: Path) -> None:
 def test_without_the_companion_the_reverse_is_the_english_models(tmp_path: Path) -> None:
     engine = open_engine(tmp_path, embedder="minilm", cross_lingual="none")
     try:
-        fill(engine)
+        record_memory(engine, "t", MEMORY)
         index = engine._state.indexes.get("t")
         assert index is not None
         assert index.companion is None
@@ -204,10 +196,7 @@ def test_the_agents_tools_restrict_the_reverse_too(filled: tuple[Engine, dict[st
 def test_a_tenant_recorded_only_in_other_languages(tmp_path: Path) -> None:
     engine = open_engine(tmp_path, embedder="minilm")
     try:
-        caps = {
-            tool: engine.record("t", make_record(f"r{n}", intent, [tool])).capability_id
-            for n, (intent, tool) in enumerate(MEMORY[:4])
-        }
+        caps = record_memory(engine, "t", MEMORY[:4])
         for request_text, tool in REQUESTS[:4]:
             for explain in (False, True):
                 query = SuggestQuery(request_text, k=2, explain=explain)

@@ -5,9 +5,6 @@ long ones held about 550 MB in the two intent caches."""
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
-
 import numpy as np
 import pytest
 
@@ -22,6 +19,7 @@ from pml_server.domain.records import (
     PatternRecord,
 )
 from pml_server.storage import codec
+from testing.memory import memory_held
 
 _CJK = "".join(chr(c) for c in range(0x4E00, 0x4E00 + LIMITS.intent.bound))
 
@@ -44,20 +42,15 @@ def test_the_intent_caches_hold_at_most_their_bytes_of_the_longest_intents() -> 
     bound = sum(m.bound for m in memos)
     # enough distinct intents to pass both bounds twice over
     count = 2 * bound // (2 * len(_long_intent(0))) + 1
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+    with memory_held() as held:
         for n in range(count):
             raw = _long_intent(10_000_000 + n)
             assert records.decode_intent(raw).id == 10_000_000 + n
             assert codec.decode_intent_for_view(raw).pattern_id == "pat_1"
         del raw
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert held <= bound, f"{held} bytes held after {count} intents; the bound is {bound}"
+    assert held.nbytes <= bound, (
+        f"{held.nbytes} bytes held after {count} intents; the bound is {bound}"
+    )
     assert all(m.weight <= m.bound for m in memos)
 
 
@@ -71,18 +64,11 @@ def test_the_estimate_covers_what_a_decoded_record_really_holds() -> None:
             _as_read(IntentRecord(n, "pat_1", f"{n}{text}", 3, 0, "m", vector).to_json())
             for n in range(200)
         ]
-        gc.collect()
-        tracemalloc.start()
-        try:
-            before = tracemalloc.get_traced_memory()[0]
+        with memory_held() as held:
             for raw in raws:
                 memo(raw)
-            gc.collect()
-            held = tracemalloc.get_traced_memory()[0] - before
-        finally:
-            tracemalloc.stop()
         keys = sum(len(raw) for raw in raws)  # allocated before tracing began, held as keys
-        assert held + keys <= memo.weight, (text[:20], held + keys, memo.weight)
+        assert held.nbytes + keys <= memo.weight, (text[:20], held.nbytes + keys, memo.weight)
         assert memo(raws[0]) is memo(raws[0])  # shared, decoded once
 
 
@@ -167,17 +153,10 @@ def test_each_kind_of_record_weighs_at_least_what_it_holds(shape: str) -> None:
     record, its own bookkeeping) is at least what tracemalloc sees it keep for them."""
     decode, raw = _SHAPES[shape]
     memo = BytesMemo(decode, 1 << 40)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+    with memory_held() as held:
         for n in range(300):
             memo(_distinct(raw, n))
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert held <= memo.weight, (shape, held, memo.weight)
+    assert held.nbytes <= memo.weight, (shape, held.nbytes, memo.weight)
 
 
 def test_the_counters_cache_holds_at_most_its_bytes_of_the_most_crowded_counters() -> None:
@@ -186,17 +165,12 @@ def test_the_counters_cache_holds_at_most_its_bytes_of_the_most_crowded_counters
     raw = _counters_of_tiny_values(0x4E00)
     bound = codec.DECODE_CACHE_BYTES
     count = 2 * bound // (2 * len(raw)) + 1  # past the bound twice over, whatever it counts
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+    with memory_held() as held:
         for n in range(count):
             assert codec.decode_counters_shared(_distinct(raw, n)).usage == 1 + n
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert held <= bound, f"{held} bytes held after {count} counters; the bound is {bound}"
+    assert held.nbytes <= bound, (
+        f"{held.nbytes} bytes held after {count} counters; the bound is {bound}"
+    )
 
 
 def test_strings_are_counted_by_their_quotes_escaped_or_not() -> None:

@@ -4,9 +4,7 @@ patterns, and bytes (docs/reliability.md, "Caches bounded in bytes")."""
 
 from __future__ import annotations
 
-import gc
 import sys
-import tracemalloc
 from dataclasses import replace
 
 import numpy as np
@@ -22,6 +20,7 @@ from pml_server.storage.postgres._views import (
     ReplicaViewCache,
     view_weight,
 )
+from testing.memory import memory_held
 
 
 def _view(pattern_id: str, usage: int, intent_ids: tuple[int, ...] = (1,)) -> CachedView:
@@ -140,20 +139,15 @@ def test_the_cache_holds_at_most_its_bytes_of_views_of_the_longest_code(shape: s
     hold gigabytes)."""
     bound = VIEW_CACHE_BYTES
     cache = ReplicaViewCache(10_000)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+    with memory_held() as held:
         count = 0
         while count * view_weight(("t", "pat_0"), _longest_view(0, _CODES[shape])) < 2 * bound:
             view = _longest_view(count, _CODES[shape])
             cache.keep(cache.generation(), [(("t", view.record.id), view)])
             count += 1
         del view
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert held <= 0.9 * bound, f"{held} bytes held by {len(cache)} views; the bound is {bound}"
+    assert held.nbytes <= 0.9 * bound, (
+        f"{held.nbytes} bytes held by {len(cache)} views; the bound is {bound}"
+    )
     assert 0 < len(cache) < count
     assert cache.weight <= bound

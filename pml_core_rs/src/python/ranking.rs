@@ -45,27 +45,13 @@ impl PyRankParams {
         step_coverage_weight: f64,
         step_order_weight: f64,
     ) -> PyResult<Self> {
-        let inner = ranking::Params {
-            semantic_weight,
-            lexical_weight,
-            lexical_half_score,
-            prior_successes,
-            prior_failures,
-            expected_success_rate,
-            reliability_prior_strength,
-            usage_weight,
-            usage_saturation,
-            recency_full_days,
-            recency_half_life_days,
-            recency_floor,
-            superseded_penalty,
-            step_weight,
-            step_profile_weight,
-            step_coverage_weight,
-            step_order_weight,
-            step_gate,
-        };
-        let values = [
+        // Each parameter named once: the struct and the array checked for finiteness.
+        macro_rules! params_and_values {
+            ($($field:ident),* $(,)?) => {
+                (ranking::Params { $($field),* }, [$($field),*])
+            };
+        }
+        let (inner, values) = params_and_values!(
             semantic_weight,
             lexical_weight,
             lexical_half_score,
@@ -84,7 +70,7 @@ impl PyRankParams {
             step_gate,
             step_coverage_weight,
             step_order_weight,
-        ];
+        );
         if values.iter().any(|v| !v.is_finite()) {
             return Err(invalid_arg("params", "every parameter must be finite"));
         }
@@ -94,20 +80,16 @@ impl PyRankParams {
                 "expected_success_rate must be in (0, 1]",
             ));
         }
-        if !(0.0..=1.0).contains(&step_weight) {
-            return Err(invalid_arg("step_weight", "must be in [0, 1]"));
-        }
-        if !(0.0..=1.0).contains(&step_profile_weight) {
-            return Err(invalid_arg("step_profile_weight", "must be in [0, 1]"));
-        }
-        if !(0.0..=1.0).contains(&step_coverage_weight) {
-            return Err(invalid_arg("step_coverage_weight", "must be in [0, 1]"));
-        }
-        if !(0.0..=1.0).contains(&step_order_weight) {
-            return Err(invalid_arg("step_order_weight", "must be in [0, 1]"));
-        }
-        if !(0.0..=1.0).contains(&step_gate) {
-            return Err(invalid_arg("step_gate", "must be in [0, 1]"));
+        for (field, value) in [
+            ("step_weight", step_weight),
+            ("step_profile_weight", step_profile_weight),
+            ("step_coverage_weight", step_coverage_weight),
+            ("step_order_weight", step_order_weight),
+            ("step_gate", step_gate),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(invalid_arg(field, "must be in [0, 1]"));
+            }
         }
         Ok(PyRankParams { inner })
     }
