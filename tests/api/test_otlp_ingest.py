@@ -1046,3 +1046,41 @@ def test_settling_roots_count_against_the_hold_bound(start: StartServer) -> None
     assert eventually(lambda: _spans_counter(server, "ignored") == 3, 20)  # settled, let go
     (reply,) = _export_each(server.port, roots[3])
     assert "held" in reply.error_message
+
+
+def _conversation_run(
+    tracer: Tracer, intent: str, tool: str, on_agent: str | None, on_call: str | None
+) -> None:
+    """One agent run calling `tool` once, `gen_ai.conversation.id` set on its agent span and
+    on its call span as given (None: not set there)."""
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.input.messages": _messages(intent)}
+    call = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.arguments": json.dumps({"path": "."}),
+    }
+    if on_agent is not None:
+        agent["gen_ai.conversation.id"] = on_agent
+    if on_call is not None:
+        call["gen_ai.conversation.id"] = on_call
+    with (
+        tracer.start_as_current_span("invoke_agent a", attributes=agent),
+        tracer.start_as_current_span(f"execute_tool {tool}", attributes=call),
+    ):
+        pass
+
+
+def test_a_conversation_id_on_the_calls_only_is_the_runs_session(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """An instrumentation that sets `gen_ai.conversation.id` on its tool-call spans and not on
+    the agent's: each turn of the conversation is its own trace, so the trace id would make
+    every turn a session of one step. The run's conversation id is its agent span's, else its
+    first call's (docs/ranking.md, Sessions)."""
+    for conversation in ("conv-a", "conv-b"):
+        for intent, tool in (("List the folder", "list_dir"), ("Read JSON file", "read_file")):
+            with _exporting(server.port) as tracer:  # one trace a turn
+                _conversation_run(tracer, intent, tool, None, conversation)
+    following = client.suggest("", previous_tools=["list_dir"]).suggestions
+    assert [list(s.pattern.tools_used) for s in following] == [["read_file"]]
+    assert following[0].score.transition == pytest.approx(2 / 4)
