@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping, Set
 
 from pml_server.capture.rules import tool_signature
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
@@ -175,3 +176,33 @@ def context_weights(
     if tools and index is not None:
         counts += index.ranks.followers(tools, LIMITS.workflows_read.bound)
     return transition_weights(counts, state.ranking, now)
+
+
+def next_patterns(
+    state: EngineState,
+    tenant: str,
+    weights: Mapping[str, float],
+    allowed: Set[str] | None,
+    explain: bool,
+) -> list[str]:
+    """The patterns "what usually comes next" ranks (docs/ranking.md, Sessions): those of the
+    capabilities that follow the step, the most likely first, whole capabilities until
+    `transitions_read` patterns that `allowed` permits (None: the context filters permit
+    all). Only permitted ones count, so a busy capability of tools not offered does not use
+    the bound up; with `explain` also those of the first capabilities until the bound,
+    permitted or not, so the answer lists what the filters removed (Context filters)."""
+    bound = LIMITS.transitions_read.bound
+    kept: list[str] = []
+    shown: list[str] = []
+    shows = explain and allowed is not None
+    for capability_id in sorted(weights, key=lambda c: (-weights[c], c)):
+        if len(kept) >= bound and (not shows or len(shown) >= bound):
+            break
+        capability = state.repo.capabilities.capability(tenant, capability_id)
+        if capability is None:
+            continue  # deleted since
+        if len(kept) < bound:
+            kept += [p for p in capability.pattern_ids if allowed is None or p in allowed]
+        if shows and len(shown) < bound:
+            shown += capability.pattern_ids
+    return list(dict.fromkeys(kept + shown))

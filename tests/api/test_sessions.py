@@ -214,3 +214,40 @@ def test_a_workflow_teaches_its_next_step_whatever_the_namespace(
         assert (result.outcome, result.tool_mismatch) == (CAPTURE_OUTCOME_SAVED, False)
     following = client.suggest("", previous_tools=[previous]).suggestions
     assert [list(s.pattern.tools_used) for s in following] == [tools[1:]]
+
+
+WRITE = "await mcp.write_file({path: 'a.json'})"
+
+
+def test_what_comes_next_with_offered_tools_reaches_past_a_busy_capability(
+    client: PmlClient,
+) -> None:
+    """What usually comes next, with `available_tools`: the usual next step is a capability of
+    over 1024 patterns (code variants) of a tool not offered, the next usual one uses an
+    offered tool. Before: the patterns of the most likely capabilities were read up to 1024
+    and filtered after, so the busy capability used up the bound and the answer was empty
+    although an offered follower exists. Now only the permitted patterns count (docs/ranking.md,
+    Sessions, "What usually comes next")."""
+    codes = ("await mcp.read_file({k" + str(n) + ": 'a.json'})" for n in range(1030))
+    variants = [make_record("Read the JSON file", c, tools=["read_file"]) for c in codes]
+    report = client.upload(variants)
+    saved = [a.result.outcome for a in report.acks.values()]
+    assert saved == [CAPTURE_OUTCOME_SAVED] * len(variants)
+    for n in range(3):
+        _session(client, f"reads-{n}")  # list_dir -> read_file, three times
+    client.record(make_record("List the folder", LIST, tools=["list_dir"], session_id="writes"))
+    write = make_record("Write the JSON file", WRITE, tools=["write_file"], session_id="writes")
+    client.record(write)
+    everything = client.suggest("", previous_tools=["list_dir"], k=100).suggestions
+    assert {s.pattern.tools_used[0] for s in everything} == {"read_file"}
+    offered = client.suggest("", previous_tools=["list_dir"], available_tools=["write_file"])
+    assert [list(s.pattern.tools_used) for s in offered.suggestions] == [["write_file"]]
+    # with explain: the same answer, and what the offered tools removed is listed
+    explained = client.suggest(
+        "", previous_tools=["list_dir"], available_tools=["write_file"], explain=True
+    )
+    assert [s.pattern.name for s in explained.suggestions] == [
+        s.pattern.name for s in offered.suggestions
+    ]
+    assert explained.filtered
+    assert {f.rule for f in explained.filtered} == {"available_tools"}
