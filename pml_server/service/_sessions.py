@@ -162,11 +162,17 @@ def context_weights(
         return {}
     check_context(context)
     capabilities, tools = previous_step(state, tenant, context)
-    counts = []
+    counts: list[tuple[str, int, int]] = []
+    # at most `transitions_read` rows in all, however many capabilities stand for the step
+    # (a tool that thousands run alone), each read counting one at least: its seek
+    # (docs/ranking.md, Sessions, "The signal")
+    budget = LIMITS.transitions_read.bound
     for capability_id in capabilities:
-        counts += state.repo.sessions.transitions_from(
-            tenant, capability_id, LIMITS.transitions_read.bound
-        )
+        if budget <= 0:
+            break
+        rows = state.repo.sessions.transitions_from(tenant, capability_id, budget)
+        counts += rows
+        budget -= max(1, len(rows))
     if counts:
         # a deleted capability is no next step: its rows stay, but w is relative to the most
         # likely step that can still follow (docs/ranking.md, Sessions, "The signal")

@@ -13,9 +13,11 @@ from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server._proto.pml.v1.pml_pb2 import StreamTracesRequest as Req
 from pml_server._proto.pml.v1.resources_pb2 import CAPTURE_OUTCOME_SAVED
 from pml_server.api.security.auth import SINGLE_TENANT
+from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.service import Engine
-from pml_server.storage.keys import CF_SESSIONS
+from pml_server.storage.keys import CF_SESSIONS, CF_TRANSITIONS
+from testing.store_reads import rows_read
 from tests.conftest import StartServer
 
 LIST = "await mcp.list_dir({path: '.'})"
@@ -251,3 +253,33 @@ def test_what_comes_next_with_offered_tools_reaches_past_a_busy_capability(
     ]
     assert explained.filtered
     assert {f.rule for f in explained.filtered} == {"available_tools"}
+
+
+def test_a_step_of_many_capabilities_reads_a_bounded_number_of_transitions(
+    server: RunningServer, client: PmlClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`previous_tools` naming a tool that over 1024 capabilities run alone (an agent's
+    `search`, asked about many things), each followed once by reading a file. Before: every
+    one of those capabilities' transitions was read, 1,091 rows here, one scan each, growing
+    with the memory. Now at most `transitions_read` (1024) in all, a capability with none
+    counting one (docs/ranking.md, Sessions, "The signal"); the usual next step is still
+    found."""
+    records = []
+    for n in range(1100):
+        topic = " ".join(f"w{n}x{k}q" for k in range(4))  # intents not alike: each its own
+        search = "await mcp.search({q" + str(n) + ": 'x'})"
+        records += [
+            make_record(f"search {topic}", search, tools=["search"], session_id=f"s{n}"),
+            make_record("Read the JSON file", READ, tools=["read_file"], session_id=f"s{n}"),
+        ]
+    report = client.upload(records)
+    searches = {a.result.capability for a in report.acks.values()} - {
+        report.acks[records[1].request_id].result.capability
+    }
+    assert len(searches) > 1024
+    engine = server.engine
+    assert isinstance(engine, Engine)
+    read = rows_read(engine._state.repo.store, monkeypatch)
+    following = client.suggest("", previous_tools=["search"]).suggestions
+    assert [list(s.pattern.tools_used) for s in following] == [["read_file"]]
+    assert 0 < read.get(CF_TRANSITIONS, 0) <= 1024
