@@ -179,9 +179,10 @@ def context_weights(
         kept = state.repo.capabilities.kept(tenant, sorted({c for c, _, _ in counts}))
         counts = [t for t in counts if t[0] in kept]
     index = state.indexes.get(tenant)
+    taught = []
     if tools and index is not None:
-        counts += index.ranks.followers(tools, LIMITS.workflows_read.bound)
-    return transition_weights(counts, state.ranking, now)
+        taught = index.ranks.followers(tools, LIMITS.workflows_read.bound)
+    return transition_weights(counts, state.ranking, now, taught)
 
 
 def next_patterns(
