@@ -195,14 +195,16 @@ def next_patterns(
     """The patterns "what usually comes next" ranks (docs/ranking.md, Sessions): those of the
     capabilities that follow the step, the most likely first, whole capabilities until
     `transitions_read` patterns that `allowed` permits (None: the context filters permit
-    all). Only permitted ones count, so a busy capability of tools not offered does not use
-    the bound up; with `explain` also those of the first capabilities until the bound,
-    permitted or not, so the answer lists what the filters removed (Context filters)."""
+    all), reading at most as many capabilities. Only permitted ones count, so a busy
+    capability of tools not offered does not use the bound up; with `explain` also those of
+    the first capabilities until the bound, permitted or not, so the answer lists what the
+    filters removed (Context filters)."""
     bound = LIMITS.transitions_read.bound
     kept: list[str] = []
     shown: list[str] = []
     shows = explain and allowed is not None
-    for capability_id in sorted(weights, key=lambda c: (-weights[c], c)):
+    ranked = sorted(weights, key=lambda c: (-weights[c], c))
+    for capability_id in ranked[:bound]:
         if len(kept) >= bound and (not shows or len(shown) >= bound):
             break
         capability = state.repo.capabilities.capability(tenant, capability_id)

@@ -16,7 +16,7 @@ from pml_server.api.security.auth import SINGLE_TENANT
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.service import Engine
-from pml_server.storage.keys import CF_SESSIONS, CF_TRANSITIONS
+from pml_server.storage.keys import CF_CAPABILITIES, CF_SESSIONS, CF_TRANSITIONS
 from testing.store_reads import rows_read
 from tests.conftest import StartServer
 
@@ -283,3 +283,31 @@ def test_a_step_of_many_capabilities_reads_a_bounded_number_of_transitions(
     following = client.suggest("", previous_tools=["search"]).suggestions
     assert [list(s.pattern.tools_used) for s in following] == [["read_file"]]
     assert 0 < read.get(CF_TRANSITIONS, 0) <= 1024
+
+
+def test_what_comes_next_reads_a_bounded_number_of_capabilities(
+    server: RunningServer, client: PmlClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workflow that lists a folder then searches teaches every capability that runs
+    `search` alone (here over 1024) to follow `list_dir`; offered `read_file` only, none is
+    permitted. What comes next reads at most 1024 capabilities' records looking for permitted
+    patterns (docs/ranking.md, Sessions, "What usually comes next"), not every one."""
+    records = [
+        make_record(
+            "search " + " ".join(f"w{n}x{k}q" for k in range(4)),
+            "await mcp.search({q" + str(n) + ": 'x'})",
+            tools=["search"],
+        )
+        for n in range(1100)
+    ]
+    flow = "await mcp.list_dir({path: '.'}); await mcp.search({q: 'x'})"
+    records.append(make_record("List then search", flow, tools=["list_dir", "search"]))
+    report = client.upload(records)
+    assert len({a.result.capability for a in report.acks.values()}) > 1025
+    assert len(client.suggest("", previous_tools=["list_dir"], k=5).suggestions) == 5
+    engine = server.engine
+    assert isinstance(engine, Engine)
+    read = rows_read(engine._state.repo.store, monkeypatch)
+    offered = client.suggest("", previous_tools=["list_dir"], available_tools=["read_file"])
+    assert not offered.suggestions
+    assert read.get(CF_CAPABILITIES, 0) <= 1024
