@@ -282,10 +282,13 @@ class RankTable:
     def intents_of(self, pattern_id: str) -> list[int]:
         """The intents linked to a pattern, in link order (empty if none)."""
     def memory_bytes(self) -> int: ...
-    def followers(self, previous: list[str], limit: int) -> list[tuple[str, int, int]]:
-        """(capability id, count, last use in ms) of each capability a stored workflow showed
-        following a step whose tools are `previous` (in call order), from at most `limit`
-        workflows, those with the most successes (docs/ranking.md, Sessions, "Workflows")."""
+    def followers(
+        self, previous: list[str], limit: int
+    ) -> list[tuple[list[str], list[tuple[int, int]]]]:
+        """Each set of tools a stored workflow showed following a step whose tools are
+        `previous` (in call order): (its capability ids, the (successes, last use in ms) of each
+        workflow that taught it), from at most `limit` workflows, those with the most successes
+        (docs/ranking.md, Sessions, "Workflows")."""
     def step_capabilities(self, previous: list[str]) -> list[str]:
         """The capabilities standing for a step whose tools are `previous` (in call order):
         those whose tools are the step's, each with or without its server's namespace, else

@@ -19,7 +19,8 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from pml_server.capture.normalize import prepare_captures
-from pml_server.domain.limits import LIMITS
+from pml_server.domain.limits import LIMITS, session_id_problem
+from pml_server.domain.sessions import digest_stand_in
 from pml_server.otel import _attributes as attr
 from pml_server.otel._code import LANGUAGE, call_line
 from pml_server.otel._mapping import HELD_TOO_LARGE, SETTLING
@@ -167,7 +168,11 @@ def held_forms(spans: Sequence[trace_pb2.Span]) -> list[trace_pb2.Span]:
         )
         for key, text, sent in zip(keys, redacted[2:], texts[2:], strict=True):
             if key == attr.CONVERSATION_ID and text != sent:
-                continue  # a session id holding a secret: the run's trace id stands in for it
+                # a conversation id redaction would change (a secret, or merely long and
+                # random, as OpenAI's `conv_...`): held as a digest naming the same session
+                text = digest_stand_in(sent) if session_id_problem(sent) is None else ""
+                if not text:
+                    continue  # unusable as a session id: the mapping reads the trace id
             out.attributes.append(
                 common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=text))
             )

@@ -387,7 +387,7 @@ def _execution(
         tags=(TAG, f"intent:{source}"),
         span_count=own + len(calls),
         span=execution.ref,
-        session_id=_session_id(execution),
+        session_id=_session_id(execution, calls),
         failed=attr.failure(execution.proto, execution.attrs) is not None,
         trace_id=execution.proto.trace_id,
         span_id=execution.proto.span_id,
@@ -395,11 +395,13 @@ def _execution(
     )
 
 
-def _session_id(execution: _Span) -> str:
+def _session_id(execution: _Span, calls: list[_Span]) -> str:
     """The session a run belongs to (docs/ranking.md, Sessions): its `gen_ai.conversation.id`
-    when that is a usable session id, else its trace id (hex): the runs of one trace are one
-    agent's consecutive steps."""
-    conversation = execution.attrs.get(attr.CONVERSATION_ID)
-    if isinstance(conversation, str) and session_id_problem(conversation) is None:
-        return conversation
+    when that is a usable session id, its execution span's, else its first call's (in start
+    order) that has one (an instrumentation may set it on the tool spans alone), else its
+    trace id (hex): the runs of one trace are one agent's consecutive steps."""
+    for span in (execution, *calls):
+        conversation = span.attrs.get(attr.CONVERSATION_ID)
+        if isinstance(conversation, str) and session_id_problem(conversation) is None:
+            return conversation
     return execution.proto.trace_id.hex()

@@ -49,6 +49,11 @@ _FORMULA_FIELDS = (
 assert set(_FORMULA_FIELDS) <= {f.name for f in fields(RankingConfig)}
 
 
+# A set of tools stored workflows taught to follow a step (docs/ranking.md, Sessions,
+# "Workflows"): its capability ids, and the (successes, last use in ms) of each workflow.
+Taught = tuple[list[str], list[tuple[int, int]]]
+
+
 @dataclass(frozen=True)
 class RankRequest:
     """One Suggest query as the core ranks it: the request's vector and words, each index asked
@@ -161,10 +166,11 @@ class RankTable:
     def memory_bytes(self) -> int:
         return self._core.memory_bytes()
 
-    def followers(self, previous: Sequence[str], limit: int) -> list[tuple[str, int, int]]:
+    def followers(self, previous: Sequence[str], limit: int) -> list[Taught]:
         """What stored workflows teach follows a step whose tools are `previous`, in call order
-        (docs/ranking.md, Sessions, "Workflows"): (capability id, count, last use in ms), the
-        shape of a session's transitions, from at most `limit` workflows."""
+        (docs/ranking.md, Sessions, "Workflows"), from at most `limit` workflows: each set of
+        tools taught, its capability ids with the (successes, last use in ms) of each workflow
+        that taught it (a session transition's count and time)."""
         return self._core.followers(list(previous), limit)
 
     def step_capabilities(self, previous: Sequence[str]) -> list[str]:

@@ -22,16 +22,21 @@ from collections.abc import Iterable, Mapping
 
 from pml_server import _core
 from pml_server.ranking.config import RankingConfig
-from pml_server.ranking.table import core_params
+from pml_server.ranking.table import Taught, core_params
 
 Transition = tuple[str, int, int]  # (next capability id, count, last seen ms)
 
 
 def transition_weights(
-    transitions: Iterable[Transition], config: RankingConfig, now_ms: int
+    transitions: Iterable[Transition],
+    config: RankingConfig,
+    now_ms: int,
+    taught: Iterable[Taught] = (),
 ) -> dict[str, float]:
     """w(c) of every capability that followed the previous step (summed over repeated ids:
-    a previous step standing for several capabilities)."""
+    a previous step standing for several capabilities), and of those stored workflows
+    `taught` (`RankTable.followers`: each workflow counts for every capability of its set,
+    as a transition to each would)."""
     aged: dict[str, float] = {}
     params = core_params(config)
     for capability_id, count, last_ms in transitions:
@@ -39,6 +44,15 @@ def transition_weights(
             # the formula's recency factor, the core's (docs/ranking.md, Sessions)
             weight = count * _core.recency_factor(last_ms, now_ms, params)
             aged[capability_id] = aged.get(capability_id, 0.0) + weight
+    for capabilities, workflows in taught:
+        weight = sum(
+            count * _core.recency_factor(last_ms, now_ms, params)
+            for count, last_ms in workflows
+            if count > 0
+        )
+        if weight > 0:
+            for capability_id in capabilities:
+                aged[capability_id] = aged.get(capability_id, 0.0) + weight
     if not aged:
         return {}
     scale = max(aged.values()) + config.transition_smoothing

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping, Set
 
 from pml_server.capture.rules import tool_signature
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
@@ -161,17 +162,56 @@ def context_weights(
         return {}
     check_context(context)
     capabilities, tools = previous_step(state, tenant, context)
-    counts = []
+    counts: list[tuple[str, int, int]] = []
+    # at most `transitions_read` rows in all, however many capabilities stand for the step
+    # (a tool that thousands run alone), each read counting one at least: its seek
+    # (docs/ranking.md, Sessions, "The signal")
+    budget = LIMITS.transitions_read.bound
     for capability_id in capabilities:
-        counts += state.repo.sessions.transitions_from(
-            tenant, capability_id, LIMITS.transitions_read.bound
-        )
+        if budget <= 0:
+            break
+        rows = state.repo.sessions.transitions_from(tenant, capability_id, budget)
+        counts += rows
+        budget -= max(1, len(rows))
     if counts:
         # a deleted capability is no next step: its rows stay, but w is relative to the most
         # likely step that can still follow (docs/ranking.md, Sessions, "The signal")
         kept = state.repo.capabilities.kept(tenant, sorted({c for c, _, _ in counts}))
         counts = [t for t in counts if t[0] in kept]
     index = state.indexes.get(tenant)
+    taught = []
     if tools and index is not None:
-        counts += index.ranks.followers(tools, LIMITS.workflows_read.bound)
-    return transition_weights(counts, state.ranking, now)
+        taught = index.ranks.followers(tools, LIMITS.workflows_read.bound)
+    return transition_weights(counts, state.ranking, now, taught)
+
+
+def next_patterns(
+    state: EngineState,
+    tenant: str,
+    weights: Mapping[str, float],
+    allowed: Set[str] | None,
+    explain: bool,
+) -> list[str]:
+    """The patterns "what usually comes next" ranks (docs/ranking.md, Sessions): those of the
+    capabilities that follow the step, the most likely first, whole capabilities until
+    `transitions_read` patterns that `allowed` permits (None: the context filters permit
+    all), reading at most as many capabilities. Only permitted ones count, so a busy
+    capability of tools not offered does not use the bound up; with `explain` also those of
+    the first capabilities until the bound, permitted or not, so the answer lists what the
+    filters removed (Context filters)."""
+    bound = LIMITS.transitions_read.bound
+    kept: list[str] = []
+    shown: list[str] = []
+    shows = explain and allowed is not None
+    ranked = sorted(weights, key=lambda c: (-weights[c], c))
+    for capability_id in ranked[:bound]:
+        if len(kept) >= bound and (not shows or len(shown) >= bound):
+            break
+        capability = state.repo.capabilities.capability(tenant, capability_id)
+        if capability is None:
+            continue  # deleted since
+        if len(kept) < bound:
+            kept += [p for p in capability.pattern_ids if allowed is None or p in allowed]
+        if shows and len(shown) < bound:
+            shown += capability.pattern_ids
+    return list(dict.fromkeys(kept + shown))

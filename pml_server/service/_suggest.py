@@ -324,14 +324,9 @@ def suggest_next(state: EngineState, tenant: str, query: SuggestQuery) -> Sugges
         return SuggestResult(())
     now = state.clock()
     weights = sessions.context_weights(state, tenant, query.context, now)
-    pattern_ids: list[str] = []
-    for capability_id in sorted(weights, key=lambda c: (-weights[c], c)):
-        capability = state.repo.capabilities.capability(tenant, capability_id)
-        if capability is None:
-            continue  # deleted since
-        pattern_ids += capability.pattern_ids
-        if len(pattern_ids) >= LIMITS.transitions_read.bound:
-            break  # bounded like the transitions read
+    permitted = index.ranks.permitted(settings, state.ranking) if weights else None
+    allowed = None if permitted is None else frozenset(permitted[0])
+    pattern_ids = sessions.next_patterns(state, tenant, weights, allowed, query.explain)
     ranked, filtered = index.ranks.rank_next(
         pattern_ids, weights, query.k, settings, state.ranking, now, query.explain
     )

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pml_server.capture.views import pattern_view
-from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import SuggestQuery, SuggestResult
 from pml_server.domain.records import PatternCounters, PatternRecord
 from pml_server.domain.shown_intents import SHOWN_INTENTS
@@ -79,14 +78,10 @@ def suggest_next(state: EngineState, tenant: str, query: SuggestQuery) -> Sugges
         return SuggestResult(())
     now = state.clock()
     weights = sessions.context_weights(state, tenant, query.context, now)
-    retrievals = []
-    for capability_id in sorted(weights, key=lambda c: (-weights[c], c)):
-        capability = state.repo.capabilities.capability(tenant, capability_id)
-        if capability is None:
-            continue  # deleted since
-        retrievals += [Retrieval(p, 0.0, 0.0) for p in capability.pattern_ids]
-        if len(retrievals) >= LIMITS.transitions_read.bound:
-            break  # bounded like the transitions read
+    permitted = index.permitted(resolve_settings(query, state.ranking), state.ranking)
+    allowed = None if permitted is None else frozenset(permitted[0])
+    chosen = sessions.next_patterns(state, tenant, weights, allowed, query.explain)
+    retrievals = [Retrieval(p, 0.0, 0.0) for p in chosen]
     intents = {r.pattern_id: tuple(index.intents_of(r.pattern_id)) for r in retrievals}
     found = Retrieved(state.repo, tenant, retrievals, intents)
     with state.repo.consistent_reads():

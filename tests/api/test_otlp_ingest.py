@@ -1012,3 +1012,70 @@ def test_settling_roots_count_against_the_hold_bound(start: StartServer) -> None
     assert eventually(lambda: _spans_counter(server, "ignored") == 3, 20)  # settled, let go
     (reply,) = _export_each(server.port, roots[3])
     assert "held" in reply.error_message
+
+
+def _conversation_run(
+    tracer: Tracer, intent: str, tool: str, on_agent: str | None, on_call: str | None
+) -> None:
+    """One agent run calling `tool` once, `gen_ai.conversation.id` set on its agent span and
+    on its call span as given (None: not set there)."""
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.input.messages": _messages(intent)}
+    call = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.arguments": json.dumps({"path": "."}),
+    }
+    if on_agent is not None:
+        agent["gen_ai.conversation.id"] = on_agent
+    if on_call is not None:
+        call["gen_ai.conversation.id"] = on_call
+    with (
+        tracer.start_as_current_span("invoke_agent a", attributes=agent),
+        tracer.start_as_current_span(f"execute_tool {tool}", attributes=call),
+    ):
+        pass
+
+
+def test_a_conversation_id_on_the_calls_only_is_the_runs_session(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """An instrumentation that sets `gen_ai.conversation.id` on its tool-call spans and not on
+    the agent's: each turn of the conversation is its own trace, so the trace id would make
+    every turn a session of one step. The run's conversation id is its agent span's, else its
+    first call's (docs/ranking.md, Sessions)."""
+    for conversation in ("conv-a", "conv-b"):
+        for intent, tool in (("List the folder", "list_dir"), ("Read JSON file", "read_file")):
+            with _exporting(server.port) as tracer:  # one trace a turn
+                _conversation_run(tracer, intent, tool, None, conversation)
+    following = client.suggest("", previous_tools=["list_dir"]).suggestions
+    assert [list(s.pattern.tools_used) for s in following] == [["read_file"]]
+    assert following[0].score.transition == pytest.approx(2 / 4)
+
+
+# A conversation id as OpenAI's Conversations API names them: credential-shaped to redaction
+# (long, random), so a held span may not keep it as it is.
+OPENAI_CONVERSATION = "conv_689667905b048191b4740501625afd940c7533ace33a2dab"
+
+
+def test_a_run_split_over_several_exports_keeps_its_conversation(start: StartServer) -> None:
+    """Two turns of one conversation, the first exported whole, the second span by span with
+    its root first (held settling, then captured from its held form). Before: the held root
+    dropped a conversation id that redaction would change, and the second turn became a
+    session of its own (its trace id): nothing was learned. Now the held root keeps a digest
+    of it, which names the same session (docs/capture.md, What a held span keeps)."""
+    server = start(otlp_settle_seconds=0.5)
+    first = _recorded(
+        lambda t: _conversation_run(t, "List the folder", "list_dir", OPENAI_CONVERSATION, None)
+    )
+    second = _recorded(
+        lambda t: _conversation_run(t, "Read JSON file", "read_file", OPENAI_CONVERSATION, None)
+    )
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        assert stub.Export(encode_spans(first), timeout=30).partial_success.rejected_spans == 0
+    replies = _export_each(server.port, second[-1:] + second[:-1])
+    assert "1 invoke_agent spans with no tool call held" in replies[0].error_message
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert eventually(lambda: len(list(client.iter_patterns())) == 2, 20)
+        following = client.suggest("", previous_tools=["list_dir"]).suggestions
+        assert [list(s.pattern.tools_used) for s in following] == [["read_file"]]

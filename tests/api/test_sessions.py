@@ -13,9 +13,11 @@ from pml_server._proto.pml.v1 import pml_pb2, resources_pb2
 from pml_server._proto.pml.v1.pml_pb2 import StreamTracesRequest as Req
 from pml_server._proto.pml.v1.resources_pb2 import CAPTURE_OUTCOME_SAVED
 from pml_server.api.security.auth import SINGLE_TENANT
+from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.service import Engine
-from pml_server.storage.keys import CF_SESSIONS
+from pml_server.storage.keys import CF_CAPABILITIES, CF_SESSIONS, CF_TRANSITIONS
+from testing.store_reads import rows_read
 from tests.conftest import StartServer
 
 LIST = "await mcp.list_dir({path: '.'})"
@@ -214,3 +216,98 @@ def test_a_workflow_teaches_its_next_step_whatever_the_namespace(
         assert (result.outcome, result.tool_mismatch) == (CAPTURE_OUTCOME_SAVED, False)
     following = client.suggest("", previous_tools=[previous]).suggestions
     assert [list(s.pattern.tools_used) for s in following] == [tools[1:]]
+
+
+WRITE = "await mcp.write_file({path: 'a.json'})"
+
+
+def test_what_comes_next_with_offered_tools_reaches_past_a_busy_capability(
+    client: PmlClient,
+) -> None:
+    """What usually comes next, with `available_tools`: the usual next step is a capability of
+    over 1024 patterns (code variants) of a tool not offered, the next usual one uses an
+    offered tool. Before: the patterns of the most likely capabilities were read up to 1024
+    and filtered after, so the busy capability used up the bound and the answer was empty
+    although an offered follower exists. Now only the permitted patterns count (docs/ranking.md,
+    Sessions, "What usually comes next")."""
+    codes = ("await mcp.read_file({k" + str(n) + ": 'a.json'})" for n in range(1030))
+    variants = [make_record("Read the JSON file", c, tools=["read_file"]) for c in codes]
+    report = client.upload(variants)
+    saved = [a.result.outcome for a in report.acks.values()]
+    assert saved == [CAPTURE_OUTCOME_SAVED] * len(variants)
+    for n in range(3):
+        _session(client, f"reads-{n}")  # list_dir -> read_file, three times
+    client.record(make_record("List the folder", LIST, tools=["list_dir"], session_id="writes"))
+    write = make_record("Write the JSON file", WRITE, tools=["write_file"], session_id="writes")
+    client.record(write)
+    everything = client.suggest("", previous_tools=["list_dir"], k=100).suggestions
+    assert {s.pattern.tools_used[0] for s in everything} == {"read_file"}
+    offered = client.suggest("", previous_tools=["list_dir"], available_tools=["write_file"])
+    assert [list(s.pattern.tools_used) for s in offered.suggestions] == [["write_file"]]
+    # with explain: the same answer, and what the offered tools removed is listed
+    explained = client.suggest(
+        "", previous_tools=["list_dir"], available_tools=["write_file"], explain=True
+    )
+    assert [s.pattern.name for s in explained.suggestions] == [
+        s.pattern.name for s in offered.suggestions
+    ]
+    assert explained.filtered
+    assert {f.rule for f in explained.filtered} == {"available_tools"}
+
+
+def test_a_step_of_many_capabilities_reads_a_bounded_number_of_transitions(
+    server: RunningServer, client: PmlClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`previous_tools` naming a tool that over 1024 capabilities run alone (an agent's
+    `search`, asked about many things), each followed once by reading a file. Before: every
+    one of those capabilities' transitions was read, 1,091 rows here, one scan each, growing
+    with the memory. Now at most `transitions_read` (1024) in all, a capability with none
+    counting one (docs/ranking.md, Sessions, "The signal"); the usual next step is still
+    found."""
+    records = []
+    for n in range(1100):
+        topic = " ".join(f"w{n}x{k}q" for k in range(4))  # intents not alike: each its own
+        search = "await mcp.search({q" + str(n) + ": 'x'})"
+        records += [
+            make_record(f"search {topic}", search, tools=["search"], session_id=f"s{n}"),
+            make_record("Read the JSON file", READ, tools=["read_file"], session_id=f"s{n}"),
+        ]
+    report = client.upload(records)
+    searches = {a.result.capability for a in report.acks.values()} - {
+        report.acks[records[1].request_id].result.capability
+    }
+    assert len(searches) > 1024
+    engine = server.engine
+    assert isinstance(engine, Engine)
+    read = rows_read(engine._state.repo.store, monkeypatch)
+    following = client.suggest("", previous_tools=["search"]).suggestions
+    assert [list(s.pattern.tools_used) for s in following] == [["read_file"]]
+    assert 0 < read.get(CF_TRANSITIONS, 0) <= 1024
+
+
+def test_what_comes_next_reads_a_bounded_number_of_capabilities(
+    server: RunningServer, client: PmlClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workflow that lists a folder then searches teaches every capability that runs
+    `search` alone (here over 1024) to follow `list_dir`; offered `read_file` only, none is
+    permitted. What comes next reads at most 1024 capabilities' records looking for permitted
+    patterns (docs/ranking.md, Sessions, "What usually comes next"), not every one."""
+    records = [
+        make_record(
+            "search " + " ".join(f"w{n}x{k}q" for k in range(4)),
+            "await mcp.search({q" + str(n) + ": 'x'})",
+            tools=["search"],
+        )
+        for n in range(1100)
+    ]
+    flow = "await mcp.list_dir({path: '.'}); await mcp.search({q: 'x'})"
+    records.append(make_record("List then search", flow, tools=["list_dir", "search"]))
+    report = client.upload(records)
+    assert len({a.result.capability for a in report.acks.values()}) > 1025
+    assert len(client.suggest("", previous_tools=["list_dir"], k=5).suggestions) == 5
+    engine = server.engine
+    assert isinstance(engine, Engine)
+    read = rows_read(engine._state.repo.store, monkeypatch)
+    offered = client.suggest("", previous_tools=["list_dir"], available_tools=["read_file"])
+    assert not offered.suggestions
+    assert read.get(CF_CAPABILITIES, 0) <= 1024

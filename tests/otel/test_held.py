@@ -9,7 +9,9 @@ import json
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from pml_server.domain.sessions import digest_stand_in
 from pml_server.otel import held_forms, map_spans
+from pml_server.storage.repo._sessions import session_key
 from tests.otel.test_mapping import _agent, _span, _tool
 
 ERROR = trace_pb2.Status.STATUS_CODE_ERROR
@@ -62,9 +64,32 @@ def test_a_held_span_keeps_no_secret_and_nothing_unread() -> None:
         "gen_ai.operation.name",
         "gen_ai.tool.name",
         "gen_ai.tool.call.arguments",
+        "gen_ai.conversation.id",
         "error.type",
     }
     assert json.loads(kept["gen_ai.tool.call.arguments"]) == {"apiKey": "[REDACTED]", "note": "n"}
+    # the conversation id as a digest naming the same session row, never the id
+    stand_in = kept["gen_ai.conversation.id"]
+    assert stand_in == digest_stand_in(f"token {secret}")
+    assert session_key("t", stand_in) == session_key("t", f"token {secret}")
+
+
+def test_a_held_run_keeps_its_conversation_as_its_session() -> None:
+    """A conversation id redaction would change (long and random, as OpenAI's `conv_...`), on
+    a held root or a held call: the run maps to the session the id names, not to its trace
+    (docs/capture.md, What a held span keeps)."""
+    conversation = "conv_689667905b048191b4740501625afd940c7533ace33a2dab"
+    cases = (
+        ([_agent(1, gen_ai__conversation__id=conversation)], [_tool(2, 1, "read", 5)]),
+        ([_agent(1)], [_tool(2, 1, "read", 5, gen_ai__conversation__id=conversation)]),
+    )
+    for roots, calls in cases:
+        (sent,) = map_spans([*roots, *calls]).executions
+        assert sent.session_id == conversation
+        assert conversation not in str(held_forms([*roots, *calls]))
+        for spans in ([*held_forms(roots), *calls], [*roots, *held_forms(calls)]):
+            (held,) = map_spans(spans).executions
+            assert session_key("t", held.session_id) == session_key("t", conversation)
 
 
 def test_arguments_the_mapping_rejects_are_rejected_from_the_held_form_too() -> None:

@@ -193,6 +193,22 @@ def test_session_is_the_conversation_id_else_the_trace() -> None:
         assert [e.session_id for e in batch.executions] == [expected]
 
 
+def test_session_of_a_run_whose_calls_carry_the_conversation_id() -> None:
+    """The agent span's conversation id first, else the first call's in start order that is
+    usable (docs/ranking.md, Sessions)."""
+    conv = "gen_ai__conversation__id"
+    for agent, calls, expected in (
+        ({}, [{}, {conv: "conv-late"}], "conv-late"),
+        ({}, [{conv: "a\nb"}, {conv: "conv-2"}], "conv-2"),
+        ({conv: "conv-run"}, [{conv: "conv-call"}, {}], "conv-run"),
+        ({}, [{}, {}], TRACE.hex()),
+    ):
+        spans = [_agent(1, **agent)]
+        spans += [_tool(2 + n, 1, f"tool_{n}", 5 + n, **c) for n, c in enumerate(calls)]
+        batch = map_spans(spans[::-1])
+        assert [e.session_id for e in batch.executions] == [expected]
+
+
 def _with(span: trace_pb2.Span, key: str, value: common_pb2.AnyValue) -> trace_pb2.Span:
     span.attributes.append(common_pb2.KeyValue(key=key, value=value))
     return span

@@ -9,17 +9,21 @@ limit is made tiny here so that shortlist holds few of them)."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pml_server.domain.model import PageRequest, SuggestQuery, SuggestResult
+from pml_server.capture.rules import same_tool
+from pml_server.domain.model import PageRequest, SuggestContext, SuggestQuery, SuggestResult
 from pml_server.ranking import RankingConfig, resolve_settings
+from pml_server.ranking.plans import split_request
 from pml_server.ranking.table import STEP_NEIGHBOURS
-from pml_server.service import Engine
-from testing.ranking_oracle import Retrieval, pattern_semantic, rank_lazily
+from pml_server.ranking.transitions import transition_factors
+from pml_server.service import Engine, _sessions
+from testing.ranking_oracle import Retrieval, pattern_semantic, rank_lazily, rank_next
 from testing.ranking_oracle import path as oracle
 from testing.ranking_oracle.path import Retrieved
 from tests.support import Clock, make_record, open_engine
@@ -41,9 +45,15 @@ TAGS = ["prod", "beta"]
 TINY_FETCH = RankingConfig(overfetch=1)
 
 
-def _full_ranking(engine: Engine, tenant: str, query: SuggestQuery) -> SuggestResult:
+def _full_ranking(
+    engine: Engine,
+    tenant: str,
+    query: SuggestQuery,
+    transitions: Mapping[str, float] | None = None,
+) -> SuggestResult:
     """The reference: every stored pattern scored (each intent's exact cosine, its document's
-    BM25), then `rank` with the query's filters (rank_lazily with ceiling 1 is `rank`)."""
+    BM25), then `rank` with the query's filters (rank_lazily with the ceiling of every factor
+    is `rank`) and the session signal's `transitions` factors."""
     state = engine._state
     index = state.indexes.get(tenant)
     if index is None:  # nothing stored (a first record that failed is rejected)
@@ -75,7 +85,16 @@ def _full_ranking(engine: Engine, tenant: str, query: SuggestQuery) -> SuggestRe
         if ids
     ]
     found = Retrieved(state.repo, tenant, retrievals, intents_of)
-    result = rank_lazily(query, found.retrievals, found.load, state.ranking, state.clock())
+    ceiling = max([1.0, *(transitions or {}).values()])
+    result = rank_lazily(
+        query,
+        found.retrievals,
+        found.load,
+        state.ranking,
+        state.clock(),
+        ceiling,
+        transitions=transitions,
+    )
     return found.complete(replace(result, filtered=()))
 
 
@@ -185,3 +204,128 @@ def test_an_offered_tool_is_the_stored_one_under_or_without_its_namespace(tmp_pa
             answer = engine.suggest("t", replace(query, available_tools=offered, explain=explain))
             assert [s.pattern.tools_used for s in answer.suggestions] == tools, offered
     engine.close()
+
+
+def _next_ranking(engine: Engine, tenant: str, query: SuggestQuery) -> SuggestResult:
+    """The reference of "what usually comes next": every pattern of every capability that
+    followed the step (no bound: these memories are small), ranked by the oracle's
+    `rank_next` with the query's filters."""
+    state = engine._state
+    index = state.indexes.get(tenant)
+    if index is None:
+        return SuggestResult(())
+    weights = _sessions.context_weights(state, tenant, query.context, state.clock())
+    retrievals = []
+    for capability_id in weights:
+        capability = state.repo.capabilities.capability(tenant, capability_id)
+        if capability is not None:
+            retrievals += [Retrieval(p, 0.0, 0.0) for p in capability.pattern_ids]
+    intents = {r.pattern_id: tuple(index.intents_of(r.pattern_id)) for r in retrievals}
+    found = Retrieved(state.repo, tenant, retrievals, intents)
+    result = rank_next(query, found.load(retrievals), weights, state.ranking, state.clock())
+    return found.complete(replace(result, filtered=()))
+
+
+SESSIONS = ["s1", "s2"]
+session_records = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+        st.lists(st.sampled_from(TOOLS), min_size=1, max_size=3, unique=True),
+        st.booleans(),  # failed
+        st.integers(0, 30),  # path
+        st.sampled_from(["", *SESSIONS]),
+    ),
+    min_size=1,
+    max_size=40,
+)
+contexts = st.one_of(
+    st.builds(SuggestContext, session_id=st.sampled_from([*SESSIONS, "unknown"])),
+    st.builds(
+        SuggestContext,
+        previous_tools=st.lists(st.sampled_from(TOOLS), min_size=1, max_size=2).map(tuple),
+    ),
+)
+# a request of two sentences asks for plans too (docs/ranking.md, Plans)
+one_part = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join)
+intents = st.one_of(
+    st.just(""),
+    one_part,
+    one_part,
+    st.tuples(
+        st.lists(st.sampled_from(WORDS), min_size=2, max_size=3),
+        st.lists(st.sampled_from(WORDS), min_size=2, max_size=3),
+    ).map(lambda pair: f"{' '.join(pair[0])} the file. Then {' '.join(pair[1])} the report."),
+)
+context_queries = st.lists(
+    st.builds(
+        SuggestQuery,
+        intent=intents,
+        k=st.integers(1, 4),
+        min_match=st.just(0.0),
+        min_success=st.sampled_from([None, 0.0, 0.6]),
+        available_tools=st.one_of(
+            st.none(), st.lists(st.sampled_from(TOOLS), max_size=4, unique=True).map(tuple)
+        ),
+        context=contexts,
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=session_records, queries=context_queries)
+def test_with_a_context_the_answer_is_the_full_ranking_filtered(
+    records: list[tuple[list[str], list[str], bool, int, str]],
+    queries: list[SuggestQuery],
+) -> None:
+    """The property above with sessions (docs/ranking.md, Sessions) and plans: a context's
+    transitions lift the full ranking as they lift the answer; with an empty intent the
+    answer is what usually comes next over every follower, filtered; every plan part runs
+    offered tools only."""
+    with tempfile.TemporaryDirectory() as where:
+        engine = open_engine(Path(where), Clock(), ranking=TINY_FETCH)
+        try:
+            for n, (words, tools, failed, path, session) in enumerate(records):
+                record = make_record(
+                    f"r{n}",
+                    " ".join(words),
+                    tools,
+                    failed={tools[0]} if failed else None,
+                    path=f"f{path}.json",
+                )
+                engine.record("t", replace(record, session_id=session))
+            state = engine._state
+            for query in queries:
+                index = state.indexes.get("t")
+                settings = resolve_settings(query, state.ranking)
+                restricted = index is None or index.permitted(settings, TINY_FETCH) is not None
+                core = engine.suggest("t", query)
+                explained = engine.suggest("t", replace(query, explain=True))
+                assert _key(explained) == _key(core), query
+                if len(split_request(query.intent)) > 1:
+                    # its parts weigh in the step factor, which the references do not read
+                    # (docs/ranking.md, Steps, "Request parts' coverage"): the plans only
+                    _check_plans(core, query)
+                    continue
+                python = oracle.rank_suggestions(state, "t", replace(query, explain=True))
+                assert _key(python) == _key(core), query
+                if not query.intent.strip():
+                    assert _key(core) == _key(_next_ranking(engine, "t", query)), query
+                elif restricted:
+                    weights = _sessions.context_weights(state, "t", query.context, state.clock())
+                    factors = transition_factors(weights, state.ranking)
+                    expected = _full_ranking(engine, "t", query, factors)
+                    assert _key(core) == _key(expected), query
+        finally:
+            engine.close()
+
+
+def _check_plans(result: SuggestResult, query: SuggestQuery) -> None:
+    """Every plan part runs offered tools only (docs/ranking.md, Plans: a part is ranked with
+    the request's filters)."""
+    if query.available_tools is None:
+        return
+    for plan in result.plans:
+        for tool in plan.tools:
+            assert any(same_tool(tool, o) for o in query.available_tools), (query, plan)

@@ -274,21 +274,23 @@ impl PyRankTable {
         self.inner.read().memory_bytes()
     }
 
-    /// (capability id, count, last use in ms) of each capability a workflow showed following
-    /// a step whose tools are `previous`, from at most `limit` workflows (`ranking::followers`).
+    /// Each set of tools the workflows showed following a step whose tools are `previous`:
+    /// (its capability ids, the (successes, last use in ms) of each workflow that taught it),
+    /// from at most `limit` workflows (`ranking::followers`).
+    #[allow(clippy::type_complexity)]
     fn followers(
         &self,
         py: Python<'_>,
         previous: Vec<String>,
         limit: i64,
-    ) -> PyResult<Vec<(String, i64, i64)>> {
+    ) -> PyResult<Vec<(Vec<String>, Vec<(i64, i64)>)>> {
         let limit = count_arg("limit", limit)?;
         let previous: Vec<&str> = previous.iter().map(String::as_str).collect();
         Ok(py.detach(|| {
             let table = self.inner.read();
             ranking::followers(&table, &previous, limit)
                 .into_iter()
-                .map(|f| (f.capability, f.count, f.last_used_ms))
+                .map(|t| (t.capabilities, t.workflows))
                 .collect()
         }))
     }

@@ -11,13 +11,15 @@ use rustc_hash::FxHashMap;
 use super::table::{NameId, RankTable};
 use crate::tool_names::same_tool;
 
-/// A capability that followed the previous step in a workflow: its id, that workflow's
-/// successes and its last use.
+/// A set of tools the workflows taught to follow the previous step: the capabilities whose
+/// tools are exactly it, and the (successes, last use in ms) of each workflow that taught it.
+/// Grouped by set, not one row per capability and workflow: a set that thousands of
+/// capabilities run (an agent's `search`) taught by 256 workflows is one group of its
+/// capabilities and 256 counts, not 256 times the capabilities.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Follower {
-    pub capability: String,
-    pub count: i64,
-    pub last_used_ms: i64,
+pub struct Taught {
+    pub capabilities: Vec<String>,
+    pub workflows: Vec<(i64, i64)>,
 }
 
 /// The rows calling a tool named `tool`, with or without its server's namespace (the stored
@@ -68,12 +70,14 @@ pub fn step_capabilities(table: &RankTable, previous: &[&str]) -> Vec<String> {
     found
 }
 
-/// The followers of a step whose tools are `previous` (in the order it called them), taught
-/// by at most `limit` workflows (those with the most successes; ties by pattern id). Its last
-/// tool is a stored one with or without its server's namespace (`tool_names::same_tool`); a
-/// step whose last tool no pattern calls has none. One pass over the rows calling that tool,
-/// and for each set of tools taught, one look-up of the rows with exactly those tools.
-pub fn followers(table: &RankTable, previous: &[&str], limit: usize) -> Vec<Follower> {
+/// What follows a step whose tools are `previous` (in the order it called them), taught by
+/// at most `limit` workflows (those with the most successes; ties by pattern id): each set of
+/// tools taught, in the order first taught, with its capabilities and the workflows that
+/// taught it. Its last tool is a stored one with or without its server's namespace
+/// (`tool_names::same_tool`); a step whose last tool no pattern calls has none. One pass over
+/// the rows calling that tool, and for each set of tools taught, one look-up of the rows with
+/// exactly those tools. A capability's tools are one set, so it is in one group at most.
+pub fn followers(table: &RankTable, previous: &[&str], limit: usize) -> Vec<Taught> {
     let Some(&last) = previous.last() else {
         return Vec::new();
     };
@@ -95,12 +99,11 @@ pub fn followers(table: &RankTable, previous: &[&str], limit: usize) -> Vec<Foll
         workflows.truncate(limit);
     }
     workflows.sort_unstable();
-    let mut with_tools: FxHashMap<Box<[NameId]>, Vec<&str>> = FxHashMap::default();
-    let mut out = Vec::new();
+    let mut group_of: FxHashMap<Box<[NameId]>, usize> = FxHashMap::default();
+    let mut out: Vec<Taught> = Vec::new();
     for (_, _, slot, next) in workflows {
         let row = table.row(slot);
         let rest = &row.sequence[next..];
-        let mut taught: Vec<&str> = Vec::new();
         let sets = if rest.len() > 1 {
             vec![&rest[..1], rest]
         } else {
@@ -109,21 +112,20 @@ pub fn followers(table: &RankTable, previous: &[&str], limit: usize) -> Vec<Foll
         for tools in sets {
             let mut set: Box<[NameId]> = tools.into();
             set.sort_unstable();
-            let found = with_tools
-                .entry(set)
-                .or_insert_with_key(|set| capabilities_with(table, set));
-            for &capability in found.iter() {
-                if !taught.contains(&capability) {
-                    taught.push(capability);
-                }
-            }
+            let group = *group_of.entry(set).or_insert_with_key(|set| {
+                let capabilities = capabilities_with(table, set);
+                out.push(Taught {
+                    capabilities: capabilities.into_iter().map(str::to_owned).collect(),
+                    workflows: Vec::new(),
+                });
+                out.len() - 1
+            });
+            out[group]
+                .workflows
+                .push((row.counts.successes, row.counts.last_used_ms));
         }
-        out.extend(taught.into_iter().map(|capability| Follower {
-            capability: capability.to_owned(),
-            count: row.counts.successes,
-            last_used_ms: row.counts.last_used_ms,
-        }));
     }
+    out.retain(|taught| !taught.capabilities.is_empty());
     out
 }
 

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 from pml_server.domain import json_form
+from pml_server.domain.sessions import DIGEST_CHARS, session_digest
 from pml_server.storage.keys import (
     CF_SESSIONS,
     CF_TRANSITIONS,
@@ -16,7 +16,6 @@ from pml_server.storage.keys import (
 )
 from pml_server.storage.seam import Op, StoreBackend
 
-_DIGEST_CHARS = 32
 _HEX = b"0123456789abcdef"
 
 
@@ -24,8 +23,7 @@ def session_key(tenant: str, session_id: str) -> bytes:
     """The key of a session's row: a digest of its id, never the id (docs/ranking.md,
     Sessions: a client may name a session with a token or a URL holding a password, and the id
     is only ever looked up, never listed)."""
-    digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
-    return tenant_key(tenant, digest[:_DIGEST_CHARS])
+    return tenant_key(tenant, session_digest(session_id))
 
 
 class SessionRows:
@@ -63,7 +61,7 @@ class SessionRows:
         ops: list[Op] = []
         for key, _ in self.store.scan(CF_SESSIONS, b""):
             rest = split_tenant(key)[1]
-            if len(rest) != _DIGEST_CHARS or rest.strip(_HEX):
+            if len(rest) != DIGEST_CHARS or rest.strip(_HEX):
                 ops.append((CF_SESSIONS, key, None))
         return ops
 
