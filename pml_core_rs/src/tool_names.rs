@@ -53,6 +53,41 @@ pub fn same_tool(a: &str, b: &str) -> bool {
     !short.is_empty() && long[long.len() - short.len()..] == short[..]
 }
 
+/// Which of `names` (index, name) are the same tool as one of `offered` (`same_tool`), each
+/// answered by hash look-ups of its segments' suffixes rather than compared with every offered
+/// name: a thousand offered names against ten thousand stored ones that all end in the same
+/// segment is one pass over each (docs/ranking.md, Context filters).
+pub fn same_tool_as_any<'n>(
+    offered: &[String],
+    names: impl IntoIterator<Item = (usize, &'n str)>,
+) -> Vec<usize> {
+    use std::collections::HashSet;
+    let exact: HashSet<&str> = offered.iter().map(String::as_str).collect();
+    let segs: Vec<Vec<&str>> = offered
+        .iter()
+        .map(|t| segments(t))
+        .filter(|s| !s.is_empty())
+        .collect();
+    // an offered name as long as or shorter than a stored one is a suffix of its segments;
+    // a longer one ends with all of them
+    let whole: HashSet<&[&str]> = segs.iter().map(Vec::as_slice).collect();
+    let ends: HashSet<&[&str]> = segs
+        .iter()
+        .flat_map(|s| (0..s.len()).map(move |i| &s[i..]))
+        .collect();
+    names
+        .into_iter()
+        .filter(|&(_, name)| {
+            let s = segments(name);
+            exact.contains(name)
+                || (!s.is_empty()
+                    && (ends.contains(s.as_slice())
+                        || (1..s.len()).any(|i| whole.contains(&s[i..]))))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,5 +115,22 @@ mod tests {
         }
         assert_eq!(tool_part("mcp__github__create_issue"), Some("create_issue"));
         assert_eq!(segments("a___b"), vec!["a", "_b"]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn same_tool_as_any_is_same_tool_with_any(
+            offered in proptest::collection::vec("(mcp|[ab]{0,2})([:/.]|__)?([ab]{0,2})([:/.]|__)?[ab_]{0,3}", 0..6),
+            names in proptest::collection::vec("(mcp|[ab]{0,2})([:/.]|__)?([ab]{0,2})([:/.]|__)?[ab_]{0,3}", 0..8),
+        ) {
+            let pairwise: Vec<usize> = names
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| offered.iter().any(|t| same_tool(t, n)))
+                .map(|(i, _)| i)
+                .collect();
+            let indexed = same_tool_as_any(&offered, names.iter().map(String::as_str).enumerate());
+            proptest::prop_assert_eq!(indexed, pairwise);
+        }
     }
 }

@@ -9,7 +9,7 @@
 //! are kept in their rows instead, so a deleted capability leaves nothing behind. Rows of
 //! deleted patterns are freed and their slots reused.
 
-use crate::tool_names::{same_tool, tool_part};
+use crate::tool_names::{same_tool_as_any, tool_part};
 use std::collections::{HashMap, HashSet};
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -204,22 +204,22 @@ impl RankTable {
     pub fn tool_ids(&self, tools: &[String]) -> Vec<NameId> {
         let mut ids: Vec<NameId> = tools.iter().filter_map(|t| self.name_id(t)).collect();
         let exact: HashSet<NameId> = ids.iter().copied().collect();
-        // one tool has one last segment: only offered names with a stored name's are compared
-        let mut by_part: HashMap<&str, Vec<&str>> = HashMap::new();
-        for tool in tools {
-            if let Some(part) = tool_part(tool) {
-                by_part.entry(part).or_default().push(tool);
-            }
-        }
-        for (id, (name, part)) in self.names.iter().zip(&self.parts).enumerate() {
-            if exact.contains(&(id as NameId)) {
-                continue;
-            }
-            let offered = by_part.get(part.as_ref());
-            if offered.is_some_and(|offered| offered.iter().any(|t| same_tool(t, name))) {
-                ids.push(id as NameId);
-            }
-        }
+        // one tool has one last segment: only stored names ending in an offered one's are asked
+        let parts: HashSet<&str> = tools.iter().filter_map(|t| tool_part(t)).collect();
+        let asked = self
+            .names
+            .iter()
+            .zip(&self.parts)
+            .enumerate()
+            .filter(|&(id, (_, part))| {
+                !exact.contains(&(id as NameId)) && parts.contains(part.as_ref())
+            })
+            .map(|(id, (name, _))| (id, name.as_ref()));
+        ids.extend(
+            same_tool_as_any(tools, asked)
+                .into_iter()
+                .map(|id| id as NameId),
+        );
         ids
     }
 
