@@ -42,6 +42,7 @@ async def _refusals_name_the_argument(client: Client) -> None:
         ("suggest", {"intent": "x", "available_tools": ["a"] * 2000}, "available_tools: "),
         ("suggest", {"intent": "x", "previous_tools": [""]}, "previous_tools.0: "),
         ("suggest", {"intent": ""}, "intent: "),
+        ("suggest", {"intent": "x", "session_id": "a\x00"}, "session_id: "),
         (
             "record_execution",
             _record_args(tool_calls=[{"tool": "read_file", "arguments": {"a": "x" * 70000}}]),
