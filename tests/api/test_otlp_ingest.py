@@ -1064,10 +1064,10 @@ def test_a_run_split_over_several_exports_keeps_its_conversation(start: StartSer
     session of its own (its trace id): nothing was learned. Now the held root keeps a digest
     of it, which names the same session (docs/capture.md, What a held span keeps)."""
     server = start(otlp_settle_seconds=0.5)
-    first = _recorded(
+    first = recorded(
         lambda t: _conversation_run(t, "List the folder", "list_dir", OPENAI_CONVERSATION, None)
     )
-    second = _recorded(
+    second = recorded(
         lambda t: _conversation_run(t, "Read JSON file", "read_file", OPENAI_CONVERSATION, None)
     )
     with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
