@@ -124,12 +124,19 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                 assigned.insert(variable, Vec::new());
             }
         }
-        if piece && token.kind == Kind::Word {
-            // flagged once: a later use finds none left, so uses cost no more than pieces
-            let pieces = assigned.get_mut(text(token)).map(std::mem::take);
-            for at in pieces.into_iter().flatten() {
-                if let Some(raw) = params.get_mut(at) {
-                    raw.named_credential = true;
+        if piece && matches!(token.kind, Kind::Word | Kind::Str) {
+            // a variable given as a piece, itself or interpolated (`f"{pw}..."`, `${pw}`)
+            let names = match token.kind {
+                Kind::Word => vec![text(token)],
+                _ => interpolated_names(&tokens, i, code, &style),
+            };
+            for name in names {
+                // flagged once: a later use finds none left, so uses cost no more than pieces
+                let pieces = assigned.get_mut(name).map(std::mem::take);
+                for at in pieces.into_iter().flatten() {
+                    if let Some(raw) = params.get_mut(at) {
+                        raw.named_credential = true;
+                    }
                 }
             }
         }
@@ -351,7 +358,11 @@ impl ValuePieces {
                     tokens[p].kind == Kind::Word || matches!(text(&tokens[p]), ")" | "]")
                 });
                 let joins = match t {
-                    "(" => !applied || formatting_call_at(tokens, i, code),
+                    "(" => {
+                        !applied
+                            || formatting_call_at(tokens, i, code)
+                            || encoding_call_at(tokens, i, code)
+                    }
                     // a list whose items a formatting call joins (`"".join([`, `[...].join(`),
                     // or that is the value (`parts = [...]`, later `"".join(parts)`)
                     "[" => {
@@ -416,6 +427,66 @@ fn assignment_at<'c>(tokens: &[Token], i: usize, code: &'c str) -> Option<&'c st
     (starts(i - 1) || declared && starts(i - 2)).then(|| text(name))
 }
 
+/// The names an interpolated string token `i` reads: the identifiers in the `{...}` of a
+/// Python f-string (`f"{pw}..."`: its prefix is the word before it) or the `${...}` of a JS
+/// template string, not after a `.` (`{a.b}` reads `a`). Linear in the string.
+fn interpolated_names<'c>(
+    tokens: &[Token],
+    i: usize,
+    code: &'c str,
+    style: &Style,
+) -> Vec<&'c str> {
+    let token = &tokens[i];
+    let raw = &code[token.start..token.end];
+    let formatted = if style.python {
+        i.checked_sub(1).map(|p| &tokens[p]).is_some_and(|p| {
+            p.kind == Kind::Word
+                && p.end == token.start
+                && p.end - p.start <= 2
+                && code[p.start..p.end].contains(['f', 'F'])
+        })
+    } else {
+        raw.starts_with('`')
+    };
+    if !formatted {
+        return Vec::new();
+    }
+    let bytes = raw.as_bytes();
+    let mut names = Vec::new();
+    let mut depth = 0usize;
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let b = bytes[at];
+        let opens = if style.python {
+            b == b'{' && bytes.get(at + 1) != Some(&b'{')
+        } else {
+            b == b'{' && at > 0 && bytes[at - 1] == b'$'
+        };
+        if b == b'{' && style.python && bytes.get(at + 1) == Some(&b'{') && depth == 0 {
+            at += 2; // `{{` is a brace written, not an interpolation
+            continue;
+        }
+        if opens || (depth > 0 && b == b'{') {
+            depth += 1;
+        } else if b == b'}' && depth > 0 {
+            depth -= 1;
+        } else if depth > 0 && (b.is_ascii_alphabetic() || b == b'_' || b == b'$') {
+            let start = at;
+            while at < bytes.len()
+                && (bytes[at].is_ascii_alphanumeric() || matches!(bytes[at], b'_' | b'$'))
+            {
+                at += 1;
+            }
+            if start == 0 || bytes[start - 1] != b'.' {
+                names.push(&raw[start..at]);
+            }
+            continue;
+        }
+        at += 1;
+    }
+    names
+}
+
 /// Methods that build a string of their receiver and arguments: `"...{}".format(x)`,
 /// `"".join([...])`, `"...".concat(x)`, `[...].join("")`, `fmt.replace("{}", x)`.
 const FORMATTING_METHODS: &[&str] = &["format", "join", "concat", "replace"];
@@ -428,6 +499,23 @@ fn formatting_call_at(tokens: &[Token], paren: usize, code: &str) -> bool {
         && text(paren) == Some("(")
         && text(paren - 2) == Some(".")
         && text(paren - 1).is_some_and(|m| FORMATTING_METHODS.contains(&m))
+}
+
+/// Whether token `paren` is the `(` of a call that encodes its argument into its value
+/// (`str(`, `b64encode(`, `btoa(`, `Buffer.from(`; as the parsed path's `encoding_call`).
+/// Constant cost.
+fn encoding_call_at(tokens: &[Token], paren: usize, code: &str) -> bool {
+    let text = |i: usize| tokens.get(i).map(|t| &code[t.start..t.end]);
+    let Some(callee) = paren.checked_sub(1).and_then(text) else {
+        return false;
+    };
+    let method = paren >= 2 && text(paren - 2) == Some(".");
+    match callee {
+        "str" | "bytes" | "btoa" | "encodeURIComponent" => !method,
+        "b64encode" | "urlsafe_b64encode" | "standard_b64encode" => true,
+        "from" => method && paren >= 3 && text(paren - 3) == Some("Buffer"),
+        _ => false,
+    }
 }
 
 /// For each token, the index of the bracket that closes it when it opens one (`(`, `[`,

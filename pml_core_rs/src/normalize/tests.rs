@@ -547,6 +547,14 @@ fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
             format!("login({name}=\"{value}\".encode(\"utf-8\"))"),
             "python",
         ),
+        (
+            format!(
+                "pw = \"{value}\"\nget(u, headers={{\"{name}\": \"Basic \" + \
+                 base64.b64encode(f\"{{u}}:{{pw}}\".encode()).decode()}})"
+            ),
+            "python",
+        ),
+        (format!("pw = \"{value}\"\nlogin({name}=str(pw))"), "python"),
     ];
     for language in ["js", "ts"] {
         shapes.extend([
@@ -616,6 +624,12 @@ fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
             ),
             (
                 format!("const pw = \"{value}\"; await mcp.login({{{name}: pw.trim()}})"),
+                language,
+            ),
+            (
+                format!(
+                    "const pw = \"{value}\"; await mcp.login({{{name}: \"Basic \" + btoa(`${{u}}:${{pw}}`)}})"
+                ),
                 language,
             ),
         ]);
@@ -739,6 +753,8 @@ fn a_piece_of_a_value_not_given_as_a_credential_stays() {
         ("login({password: (secret ? \"yes\" : \"no\") && pw})", "js"),
         // a text method's arguments are no piece of its value, another call's neither
         ("login(password=pw.encode(\"utf-8\"))", "python"),
+        ("login(password=bytes(pw, \"utf-8\"))", "python"),
+        ("login({password: Buffer.from(pw, \"utf8\")})", "js"),
         ("x = path.join(d, \"token.json\")\nlogin(token=x)", "python"),
         ("login({token: path.join(d, \"tok.json\")})", "js"),
     ] {
@@ -978,6 +994,10 @@ fn fallback_joined_credentials(name: &str, value: &str) -> Vec<(String, &'static
             format!("parts = [\"{value}\", x]\nclient.login({name}=\"\".join(parts)\n"),
             "python",
         ),
+        (
+            format!("pw = \"{value}\"\nclient.login({name}=f\"{{pw}}x\"\n"),
+            "python",
+        ),
     ];
     for language in ["js", "ts"] {
         shapes.extend([
@@ -1007,6 +1027,10 @@ fn fallback_joined_credentials(name: &str, value: &str) -> Vec<(String, &'static
             ),
             (
                 format!("const parts = [\"{value}\", x];\nlogin({{{name}: parts.join(\"\")}};\n"),
+                language,
+            ),
+            (
+                format!("const f = \"{value}\";\nlogin({{{name}: `${{f}}x`}};\n"),
                 language,
             ),
         ]);

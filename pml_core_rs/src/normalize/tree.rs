@@ -776,13 +776,19 @@ impl<'a, 't> Walker<'a, 't> {
             "conditional_expression" => named_index != 1,
             "call" | "call_expression" => match field {
                 Some("function") => self.format_call(frame.node) || self.text_call(frame.node),
-                Some("arguments") => self.format_call(frame.node),
+                Some("arguments") => self.format_call(frame.node) || self.encoding_call(frame.node),
                 _ => false,
             },
             "attribute" | "member_expression" => {
                 field == Some("object") && frame.field == Some("function") && text_call(level - 1)
             }
-            "argument_list" | "arguments" => format_call(level - 1),
+            // the first argument of an encoding call (`b64encode(f"{u}:{pw}".encode())`)
+            "argument_list" | "arguments" => {
+                format_call(level - 1)
+                    || (named_index == 0
+                        && level >= 2
+                        && self.encoding_call(self.frames[level - 2].node))
+            }
             "keyword_argument" => {
                 field == Some("value")
                     && level >= 2
@@ -845,6 +851,37 @@ impl<'a, 't> Walker<'a, 't> {
             ("join", true) => string && (!variable || one_argument()),
             ("join", false) => object_kind == "array" || (variable && one_argument()),
             ("raw", false) => variable && self.text(object) == "String",
+            _ => false,
+        }
+    }
+
+    /// Whether `call` encodes its first argument into the value it returns, so that a
+    /// credential given so is the argument's (`str(pw)`, `bytes(pw, "utf-8")`,
+    /// `base64.b64encode(...)`, `btoa(...)`, `Buffer.from(...)`, `encodeURIComponent(...)`):
+    /// its first argument is a piece of its value, the others are not. Constant cost.
+    fn encoding_call(&self, call: Node<'t>) -> bool {
+        let grammar = self.grammar;
+        let Some(function) = grammar.child(call, "function") else {
+            return false;
+        };
+        match grammar.kind(function) {
+            "identifier" => matches!(
+                self.text(function),
+                "str" | "bytes" | "btoa" | "encodeURIComponent"
+            ),
+            "attribute" | "member_expression" => {
+                let field = if grammar.kind(function) == "attribute" {
+                    "attribute"
+                } else {
+                    "property"
+                };
+                let method = grammar.child(function, field).map(|m| self.text(m));
+                let object = grammar.child(function, "object").map(|o| self.text(o));
+                matches!(
+                    method,
+                    Some("b64encode" | "urlsafe_b64encode" | "standard_b64encode")
+                ) || (method == Some("from") && object == Some("Buffer"))
+            }
             _ => false,
         }
     }
