@@ -252,8 +252,15 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                 // a piece holding no secret (`user + ":" + pw`) stays, as in the parsed path
                 let no_secret = string_value.as_deref().is_some_and(super::holds_no_secret);
                 // the string a formatting call formats or joins with (`password="".join(`) is
-                // a piece of the value, not the value its context names, as in the parsed path
-                let receiver = formatting_call_at(&tokens, i + 3, code);
+                // a piece of the value, not the value its context names, as in the parsed path,
+                // and so is a piece of a credential's value that holds no secret followed by
+                // more of it (`"Authorization": "Bearer " + tok`, `password="%s" % x`)
+                let continued = tokens.get(i + 1).is_some_and(|next| {
+                    !matches!(text(next), "," | ";" | ")" | "]" | "}")
+                        && !code.as_bytes()[token.end..next.start].contains(&b'\n')
+                });
+                let receiver =
+                    formatting_call_at(&tokens, i + 3, code) || (piece && no_secret && continued);
                 let raw = RawParam {
                     start: token.start,
                     end: token.end,

@@ -1087,6 +1087,14 @@ fn a_separator_or_format_of_a_credential_in_the_fallback_stays() {
             "const f = [\"a.json\", x].join(\"/\");\nread({path: f};\n",
             "js",
         ),
+        // a piece that holds no secret, given as a credential, stays too
+        ("login(password=\"\" + x\n", "python"),
+        ("h = {\"Authorization\": \"Bearer \" + tok\n", "python"),
+        (
+            "fetch(u, {headers: {Authorization: \"Bearer \" + tok}\n",
+            "js",
+        ),
+        ("login(password=\"%s\" % x\n", "python"),
     ] {
         let n = norm(code, language);
         assert!(!n.parse_ok, "{code}");
