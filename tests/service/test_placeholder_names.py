@@ -5,12 +5,14 @@ store and on the shared PostgreSQL store."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from pml_server import _core
 from pml_server.domain.model import SuggestQuery
 from pml_server.domain.records import FailureSignature
 from pml_server.service import Engine
@@ -358,5 +360,125 @@ def test_an_older_builds_formatted_credential_is_redacted_once_at_open(tmp_path:
         assert view.template == pattern.template
         assert view.code_hash == pattern.code_hash
         assert [p.name for p in view.params if p.secret] == secret_names
+    finally:
+        engine.close()
+
+
+VARIABLE_SECRET = "HUNTER2VARIABLE"
+VARIABLE_CODE = (
+    f'fmt = "{VARIABLE_SECRET.lower()}{{}}"\nr = await mcp.login(user=name, password=fmt.format(x))'
+)
+
+
+def test_an_older_builds_credential_format_in_a_variable_is_redacted_once_at_open(
+    tmp_path: Path,
+) -> None:
+    """An older build kept a literal assigned to a variable that a formatting call formats
+    into a credential's value (`fmt = "...{}"` then `password=fmt.format(x)`) as a parameter
+    not flagged secret, in the stored code and the parameter's recent values, and marked its
+    store `placeholders_renamed/7`; the next open rewrites the pattern as today's capture
+    stores it, under the same hash (docs/storage.md, Migrations)."""
+    engine = open_engine(tmp_path / "e")
+    assert engine.admin.wait_placeholders_renamed(60) == 0
+    record = replace(make_record("r1", INTENT, ["login"], code=VARIABLE_CODE), language="python")
+    pattern_id = engine.record(T, record).pattern_id
+    assert _stored_rows_holding(engine, VARIABLE_SECRET, None) == []
+    repo = engine._state.repo
+    pattern = repo.patterns.pattern(T, pattern_id)
+    counters = repo.patterns.counters(T, pattern_id)
+    assert pattern is not None
+    assert counters is not None
+    assert 'fmt = "[REDACTED]"' in pattern.original_code
+    assert [(p.name, p.secret) for p in pattern.params] == [("$FMT", True)]
+    # as the older build wrote it: the code as run, the literal no secret, its value kept
+    old = replace(
+        pattern,
+        original_code=VARIABLE_CODE,
+        params=tuple(replace(p, secret=False) for p in pattern.params),
+        parameter_schema_json=pattern.parameter_schema_json.replace(',"writeOnly":true', ""),
+    )
+    recent = {"$FMT": [f'"{VARIABLE_SECRET.lower()}{{}}"']}
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, old),
+            repo.patterns.put_counters(T, pattern_id, replace(counters, recent_values=recent)),
+            (CF_META, PLACEHOLDERS_KEY, None),
+            (CF_META, b"placeholders_renamed/7", b"1"),  # the marker that build wrote
+        ]
+    )
+    assert _stored_rows_holding(engine, VARIABLE_SECRET, None)
+    engine.close()
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        assert engine.admin.wait_placeholders_renamed(60) == 1
+        assert _stored_rows_holding(engine, VARIABLE_SECRET, None) == []
+        view = engine.get_pattern(T, pattern_id)
+        assert view.template == pattern.template
+        assert view.code_hash == pattern.code_hash
+        assert [(p.name, p.secret) for p in view.params] == [("$FMT", True)]
+    finally:
+        engine.close()
+
+
+REGISTRY_CODE = "echo hunter2stdin | docker login -u bob --password-stdin quay.io"
+OLD_STDIN = "$PASSWORD_STDIN"  # the name an older build gave the registry
+
+
+def test_an_older_builds_registry_after_password_stdin_is_renamed_once_at_open(
+    tmp_path: Path,
+) -> None:
+    """An older build read the registry after `--password-stdin` (a flag that takes no value)
+    as a credential: `"[REDACTED]"` in the stored code, `$PASSWORD_STDIN` in the template, and
+    marked its store `placeholders_renamed/7`. Today the registry is kept; it is a parameter
+    as it was, so the code hashes as before: the next open names the pattern's placeholder as
+    today's capture does, and a run of the code finds the pattern (docs/normalization.md,
+    Secrets; docs/storage.md, Migrations)."""
+    engine = open_engine(tmp_path / "e")
+    assert engine.admin.wait_placeholders_renamed(60) == 0
+    record = replace(make_record("r1", INTENT, ["docker"], code=REGISTRY_CODE), language="bash")
+    pattern_id = engine.record(T, record).pattern_id
+    assert _stored_rows_holding(engine, "HUNTER2STDIN", None) == []
+    repo = engine._state.repo
+    pattern = repo.patterns.pattern(T, pattern_id)
+    assert pattern is not None
+    assert pattern.original_code == (
+        'echo "[REDACTED]" | docker login -u bob --password-stdin quay.io'
+    )
+    assert pattern.template.endswith("--password-stdin $STR")
+    assert [(p.name, p.secret) for p in pattern.params] == [("$STR", False)]
+    # as the older build wrote it: the registry redacted, named and flagged as a credential
+    schema = json.loads(pattern.parameter_schema_json)
+    schema["properties"] = {OLD_STDIN: {**schema["properties"]["$STR"], "writeOnly": True}}
+    schema["required"] = [OLD_STDIN]
+    old = replace(
+        pattern,
+        original_code=pattern.original_code.replace("quay.io", '"[REDACTED]"'),
+        template=pattern.template.replace("$STR", OLD_STDIN),
+        params=(replace(pattern.params[0], name=OLD_STDIN, secret=True),),
+        parameter_schema_json=json.dumps(schema, sort_keys=True, separators=(",", ":")),
+    )
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, old),
+            (CF_META, PLACEHOLDERS_KEY, None),
+            (CF_META, b"placeholders_renamed/7", b"1"),  # the marker that build wrote
+        ]
+    )
+    engine.close()
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        assert engine.admin.wait_placeholders_renamed(60) == 1
+        view = engine.get_pattern(T, pattern_id)
+        # as today's normalizer reads the stored code (the echoed password is a quoted
+        # "[REDACTED]" there, a parameter of its own), the registry no credential's
+        assert view.template == _core.normalize(old.original_code, "bash").template
+        assert view.template.endswith("--password-stdin $STR_2")
+        assert OLD_STDIN not in view.template
+        assert view.code_hash == pattern.code_hash
+        assert [(p.name, p.secret) for p in view.params] == [("$STR", True), ("$STR_2", False)]
+        again = replace(make_record("r2", INTENT, ["docker"], code=REGISTRY_CODE), language="bash")
+        assert engine.record(T, again).pattern_id == pattern_id
     finally:
         engine.close()

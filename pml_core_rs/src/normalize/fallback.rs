@@ -84,7 +84,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
             .filter(|s| {
                 !shell_secrets
                     .iter()
-                    .any(|t| t.start < s.end && s.start < t.end)
+                    .any(|t| t.secret && t.start < s.end && s.start < t.end)
             })
             .collect(),
         Some(_) => Vec::new(),
@@ -94,18 +94,50 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     let mut shell_secrets = shell_secrets.into_iter().peekable();
     let mut inside_until = 0usize; // the end of the shell secret the loop is inside
     let mut listed_until = 0usize; // the end of the stdin password listed whole
-    let mut credential = CredentialValue::default();
-    // The literal each variable was last assigned (`pw = "..."`): a secret once the variable
-    // is given as a credential (`login(password=pw`), as in the parsed path.
-    let mut assigned: HashMap<&str, usize> = HashMap::new();
+    let closes = if lang.is_some() {
+        closing_brackets(&tokens, code)
+    } else {
+        Vec::new()
+    };
+    let mut credential = ValuePieces::default();
+    // The value a variable is being assigned (`pw = "..." + x`), and the literals each
+    // variable was last assigned, whole or as pieces: secrets once the variable is given as a
+    // credential (`login(password=pw`), as in the parsed path.
+    let mut assignment = ValuePieces::default();
+    let mut assigning: Option<&str> = None;
+    let mut assigned: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, token) in tokens.iter().enumerate() {
         if token.start < inside_until {
             continue;
         }
-        let piece = lang.is_some() && credential.piece(&tokens, i, code, &style);
-        if piece && token.kind == Kind::Word {
-            if let Some(raw) = assigned.get(text(token)).and_then(|&at| params.get_mut(at)) {
-                raw.named_credential = true;
+        let piece = lang.is_some() && credential.piece(&tokens, i, code, &closes);
+        if lang.is_some() && !credential.inside && names_credential_value(&tokens, i, code, &style)
+        {
+            credential.start();
+        }
+        let assigned_piece = lang.is_some() && assignment.piece(&tokens, i, code, &closes);
+        if !assignment.inside {
+            assigning = None;
+            if let Some(variable) = lang.and(assignment_at(&tokens, i, code)) {
+                assignment.start();
+                assigning = Some(variable);
+                assigned.insert(variable, Vec::new());
+            }
+        }
+        if piece && matches!(token.kind, Kind::Word | Kind::Str) {
+            // a variable given as a piece, itself or interpolated (`f"{pw}..."`, `${pw}`)
+            let names = match token.kind {
+                Kind::Word => vec![text(token)],
+                _ => interpolated_names(&tokens, i, code, &style),
+            };
+            for name in names {
+                // flagged once: a later use finds none left, so uses cost no more than pieces
+                let pieces = assigned.get_mut(name).map(std::mem::take);
+                for at in pieces.into_iter().flatten() {
+                    if let Some(raw) = params.get_mut(at) {
+                        raw.named_credential = true;
+                    }
+                }
             }
         }
         // the token is the stdin password whole: its parameter, if it is one, is a secret
@@ -159,9 +191,11 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                 json_type: JsonType::String,
                 value_json: serde_json::Value::String(value.clone()).to_string(),
                 string_value: Some(value),
-                context: Some(secret.name),
+                // the word after a flag that takes no value (`--password-stdin quay.io`) is
+                // a parameter as it was, but no credential's (`takes_no_value`)
+                context: secret.secret.then_some(secret.name),
                 overflow,
-                named_credential: true,
+                named_credential: secret.secret || stdin_password,
                 fragment: false,
             });
             continue;
@@ -216,22 +250,38 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                     });
                 }
                 // a piece holding no secret (`user + ":" + pw`) stays, as in the parsed path
-                let piece = piece && !string_value.as_deref().is_some_and(super::holds_no_secret);
+                let no_secret = string_value.as_deref().is_some_and(super::holds_no_secret);
+                // the string a formatting call formats or joins with (`password="".join(`) is
+                // a piece of the value, not the value its context names, as in the parsed path,
+                // and so is a piece of a credential's value that holds no secret followed by
+                // more of it (`"Authorization": "Bearer " + tok`, `password="%s" % x`)
+                let continued = tokens.get(i + 1).is_some_and(|next| {
+                    !matches!(text(next), "," | ";" | ")" | "]" | "}")
+                        && !code.as_bytes()[token.end..next.start].contains(&b'\n')
+                });
+                let receiver =
+                    formatting_call_at(&tokens, i + 3, code) || (piece && no_secret && continued);
                 let raw = RawParam {
                     start: token.start,
                     end: token.end,
                     json_type,
                     value_json,
                     string_value,
-                    context: context_name(&tokens, i, code, &style),
+                    context: context_name(&tokens, i, code, &style).filter(|_| !receiver),
                     overflow,
-                    named_credential: stdin_password || piece,
+                    named_credential: stdin_password || (piece && !no_secret),
                     fragment: false,
                 };
                 // a literal inside a stdin password listed whole is redacted with it
                 if (!overflow || raw.is_secret()) && token.start >= listed_until {
-                    if let Some(variable) = lang.and(assigned_variable(&tokens, i, code)) {
-                        assigned.insert(variable, params.len());
+                    let whole = lang.and(assigned_variable(&tokens, i, code));
+                    let variable = whole.or(assigning.filter(|_| assigned_piece && !no_secret));
+                    if let Some(variable) = variable {
+                        let pieces = assigned.entry(variable).or_default();
+                        if whole.is_some() {
+                            pieces.clear();
+                        }
+                        pieces.push(params.len());
                     }
                     params.push(raw);
                 }
@@ -264,68 +314,234 @@ fn assigned_variable<'c>(tokens: &[Token], i: usize, code: &'c str) -> Option<&'
     (text(equals) == "=" && name.kind == Kind::Word && ends).then(|| text(name))
 }
 
-/// The value given as a credential that the fallback is inside, as the parsed path reads one
-/// (docs/normalization.md, Secrets): after `name=`, `name:` or `name(` whose name is a
-/// credential's, up to a `,`, `;`, `:`, line break or closing bracket outside its own brackets.
-/// Each literal in it outside a call's brackets is a piece of it (`password="..." + x`,
-/// `password=("..." "...")`), so a secret; one passed to a call (`password=get("db")`) is not.
+/// The value the fallback is inside, read as the parsed path reads a value joined of pieces
+/// (docs/normalization.md, Secrets): a value given as a credential (after `name=`, `name:` or
+/// `name(` whose name is a credential's, `names_credential_value`) or assigned to a variable
+/// (`pw = ...`, `assignment_at`), up to a `,`, `;`, `:`, line break or closing bracket
+/// outside its own brackets. Each literal or name in it outside a call's brackets is a piece
+/// of it (`password="..." + x`, `password=("..." "...")`), and so is one in the brackets of a
+/// formatting call (`formatting_call_at`: `"".join(["...", x])`, `"...{}".format(x)`,
+/// `["...", x].join("")`); one passed to another call (`password=get("db")`) is not.
 #[derive(Default)]
-struct CredentialValue {
+struct ValuePieces {
     /// Inside one.
     inside: bool,
-    /// The brackets opened in it: whether each is a grouping `(` (not a call's, a list's or an
-    /// object's).
+    /// The brackets opened in it: whether each joins its items into the value (a grouping
+    /// `(`, a formatting call's, a list it joins), or not (another call's, a subscript, an
+    /// object).
     brackets: Vec<bool>,
-    /// How many of `brackets` are no grouping.
+    /// How many of `brackets` do not join.
     calls: usize,
 }
 
-impl CredentialValue {
-    /// Read token `i`; whether it is a piece of a credential's value (`CredentialValue`).
-    fn piece(&mut self, tokens: &[Token], i: usize, code: &str, style: &Style) -> bool {
+impl ValuePieces {
+    /// A value starts after the token just read.
+    fn start(&mut self) {
+        self.inside = true;
+        self.brackets.clear();
+        self.calls = 0;
+    }
+
+    /// Read token `i` (`closes`: `closing_brackets`); whether it is a piece of the value this
+    /// is inside. Constant cost.
+    fn piece(&mut self, tokens: &[Token], i: usize, code: &str, closes: &[usize]) -> bool {
+        if !self.inside {
+            return false;
+        }
         let text = |t: &Token| &code[t.start..t.end];
         let token = &tokens[i];
         let t = text(token);
-        let mut piece = false;
-        if self.inside {
-            let line_break =
-                i > 0 && code.as_bytes()[tokens[i - 1].end..token.start].contains(&b'\n');
-            if self.brackets.is_empty()
-                && (line_break || matches!(t, "," | ";" | ":" | ")" | "]" | "}"))
+        let line_break = i > 0 && code.as_bytes()[tokens[i - 1].end..token.start].contains(&b'\n');
+        if self.brackets.is_empty()
+            && (line_break || matches!(t, "," | ";" | ":" | ")" | "]" | "}"))
+        {
+            self.inside = false;
+            return false;
+        }
+        match t {
+            "(" | "[" | "{" => {
+                // `f(`, `x[`, `a)(`: a call or a subscript, not a grouping
+                let applied = i.checked_sub(1).is_some_and(|p| {
+                    tokens[p].kind == Kind::Word || matches!(text(&tokens[p]), ")" | "]")
+                });
+                let joins = match t {
+                    "(" => {
+                        !applied
+                            || formatting_call_at(tokens, i, code)
+                            || encoding_call_at(tokens, i, code)
+                    }
+                    // a list whose items a formatting call joins (`"".join([`, `[...].join(`),
+                    // or that is the value (`parts = [...]`, later `"".join(parts)`)
+                    "[" => {
+                        !applied
+                            && (self.brackets.is_empty()
+                                || i.checked_sub(1).is_some_and(|p| text(&tokens[p]) == "(")
+                                    && self.brackets.last() == Some(&true)
+                                || closes.get(i).is_some_and(|&close| {
+                                    formatting_call_at(tokens, close + 3, code)
+                                }))
+                    }
+                    _ => false,
+                };
+                self.calls += usize::from(!joins);
+                self.brackets.push(joins);
+                false
+            }
+            ")" | "]" | "}" => {
+                if self.brackets.pop() == Some(false) {
+                    self.calls -= 1;
+                }
+                false
+            }
+            _ => self.calls == 0,
+        }
+    }
+}
+
+/// Whether a value given as a credential starts after token `i`: `i` is `=` (not `==`), `:`
+/// or `(` after a credential's name (`password=`, `"api_key":`, `set_password(`).
+fn names_credential_value(tokens: &[Token], i: usize, code: &str, style: &Style) -> bool {
+    let text = |t: &Token| &code[t.start..t.end];
+    let t = text(&tokens[i]);
+    // not a comparison's `==`
+    let compares = t == "=" && tokens.get(i + 1).is_some_and(|n| text(n) == "=");
+    matches!(t, "=" | ":" | "(")
+        && !compares
+        && i + 1 < tokens.len()
+        && context_name(tokens, i + 1, code, style)
+            .and_then(|name| super::naming::upper_snake(&name))
+            .is_some_and(|name| super::secrets::is_secret_name(&name))
+}
+
+/// The variable a statement assigns when token `i` is its `=` (`pw = ...`, `const pw = ...`):
+/// a name at the start of a statement (after a line break, `;`, a brace, `const`, `let` or
+/// `var`), not a keyword argument (`f(pw=...`) nor a comparison. Constant cost.
+fn assignment_at<'c>(tokens: &[Token], i: usize, code: &'c str) -> Option<&'c str> {
+    let text = |t: &Token| &code[t.start..t.end];
+    if text(&tokens[i]) != "=" || tokens.get(i + 1).is_some_and(|n| text(n) == "=") {
+        return None;
+    }
+    let name = &tokens[i.checked_sub(1)?];
+    if name.kind != Kind::Word {
+        return None;
+    }
+    let starts = |at: usize| {
+        at == 0
+            || code.as_bytes()[tokens[at - 1].end..tokens[at].start].contains(&b'\n')
+            || matches!(text(&tokens[at - 1]), ";" | "{" | "}")
+    };
+    let declared = i >= 2 && matches!(text(&tokens[i - 2]), "const" | "let" | "var");
+    (starts(i - 1) || declared && starts(i - 2)).then(|| text(name))
+}
+
+/// The names an interpolated string token `i` reads: the identifiers in the `{...}` of a
+/// Python f-string (`f"{pw}..."`: its prefix is the word before it) or the `${...}` of a JS
+/// template string, not after a `.` (`{a.b}` reads `a`). Linear in the string.
+fn interpolated_names<'c>(
+    tokens: &[Token],
+    i: usize,
+    code: &'c str,
+    style: &Style,
+) -> Vec<&'c str> {
+    let token = &tokens[i];
+    let raw = &code[token.start..token.end];
+    let formatted = if style.python {
+        i.checked_sub(1).map(|p| &tokens[p]).is_some_and(|p| {
+            p.kind == Kind::Word
+                && p.end == token.start
+                && p.end - p.start <= 2
+                && code[p.start..p.end].contains(['f', 'F'])
+        })
+    } else {
+        raw.starts_with('`')
+    };
+    if !formatted {
+        return Vec::new();
+    }
+    let bytes = raw.as_bytes();
+    let mut names = Vec::new();
+    let mut depth = 0usize;
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let b = bytes[at];
+        let opens = if style.python {
+            b == b'{' && bytes.get(at + 1) != Some(&b'{')
+        } else {
+            b == b'{' && at > 0 && bytes[at - 1] == b'$'
+        };
+        if b == b'{' && style.python && bytes.get(at + 1) == Some(&b'{') && depth == 0 {
+            at += 2; // `{{` is a brace written, not an interpolation
+            continue;
+        }
+        if opens || (depth > 0 && b == b'{') {
+            depth += 1;
+        } else if b == b'}' && depth > 0 {
+            depth -= 1;
+        } else if depth > 0 && (b.is_ascii_alphabetic() || b == b'_' || b == b'$') {
+            let start = at;
+            while at < bytes.len()
+                && (bytes[at].is_ascii_alphanumeric() || matches!(bytes[at], b'_' | b'$'))
             {
-                self.inside = false;
-            } else {
-                match t {
-                    "(" | "[" | "{" => {
-                        // `f(`, `x[`, `a)(`: a call or a subscript, not a grouping
-                        let grouping = t == "("
-                            && !i.checked_sub(1).is_some_and(|p| {
-                                tokens[p].kind == Kind::Word
-                                    || matches!(text(&tokens[p]), ")" | "]")
-                            });
-                        self.calls += usize::from(!grouping);
-                        self.brackets.push(grouping);
-                    }
-                    ")" | "]" | "}" => {
-                        if self.brackets.pop() == Some(false) {
-                            self.calls -= 1;
-                        }
-                    }
-                    _ => piece = self.calls == 0,
+                at += 1;
+            }
+            if start == 0 || bytes[start - 1] != b'.' {
+                names.push(&raw[start..at]);
+            }
+            continue;
+        }
+        at += 1;
+    }
+    names
+}
+
+/// Methods that build a string of their receiver and arguments: `"...{}".format(x)`,
+/// `"".join([...])`, `"...".concat(x)`, `[...].join("")`, `fmt.replace("{}", x)`.
+const FORMATTING_METHODS: &[&str] = &["format", "join", "concat", "replace"];
+
+/// Whether token `paren` is the `(` of a formatting call (`.format(`, `.join(`...;
+/// `FORMATTING_METHODS`). Constant cost.
+fn formatting_call_at(tokens: &[Token], paren: usize, code: &str) -> bool {
+    let text = |i: usize| tokens.get(i).map(|t| &code[t.start..t.end]);
+    paren >= 2
+        && text(paren) == Some("(")
+        && text(paren - 2) == Some(".")
+        && text(paren - 1).is_some_and(|m| FORMATTING_METHODS.contains(&m))
+}
+
+/// Whether token `paren` is the `(` of a call that encodes its argument into its value
+/// (`str(`, `b64encode(`, `btoa(`, `Buffer.from(`; as the parsed path's `encoding_call`).
+/// Constant cost.
+fn encoding_call_at(tokens: &[Token], paren: usize, code: &str) -> bool {
+    let text = |i: usize| tokens.get(i).map(|t| &code[t.start..t.end]);
+    let Some(callee) = paren.checked_sub(1).and_then(text) else {
+        return false;
+    };
+    let method = paren >= 2 && text(paren - 2) == Some(".");
+    match callee {
+        "str" | "bytes" | "btoa" | "encodeURIComponent" => !method,
+        "b64encode" | "urlsafe_b64encode" | "standard_b64encode" => true,
+        "from" => method && paren >= 3 && text(paren - 3) == Some("Buffer"),
+        _ => false,
+    }
+}
+
+/// For each token, the index of the bracket that closes it when it opens one (`(`, `[`,
+/// `{`), else `usize::MAX`; one pass.
+fn closing_brackets(tokens: &[Token], code: &str) -> Vec<usize> {
+    let mut closes = vec![usize::MAX; tokens.len()];
+    let mut open: Vec<usize> = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        match &code[token.start..token.end] {
+            "(" | "[" | "{" => open.push(i),
+            ")" | "]" | "}" => {
+                if let Some(at) = open.pop() {
+                    closes[at] = i;
                 }
             }
+            _ => {}
         }
-        // not a comparison's `==`
-        let compares = t == "=" && tokens.get(i + 1).is_some_and(|n| text(n) == "=");
-        if !self.inside && matches!(t, "=" | ":" | "(") && !compares && i + 1 < tokens.len() {
-            self.inside = context_name(tokens, i + 1, code, style)
-                .and_then(|name| super::naming::upper_snake(&name))
-                .is_some_and(|name| super::secrets::is_secret_name(&name));
-            self.brackets.clear();
-            self.calls = 0;
-        }
-        piece
     }
+    closes
 }
 
 /// Whether a string is a command line that writes a credential as a shell does (`"sshpass -p
@@ -337,19 +553,40 @@ pub(super) fn holds_shell_secret(value: &str) -> bool {
         return false;
     }
     let tokens = lex(value, &style(None));
-    !shell_secret_values(&tokens, value).is_empty() || !stdin_passwords(&tokens, value).is_empty()
+    shell_secret_values(&tokens, value).iter().any(|s| s.secret)
+        || !stdin_passwords(&tokens, value).is_empty()
 }
 
-/// Flags that make a command read a credential from its standard input: `docker`, `podman`,
-/// `helm registry`, `oras`, `skopeo` and `buildah login --password-stdin`, `gh auth login
-/// --with-token`.
-const STDIN_PASSWORD_FLAGS: &[&str] = &["--password-stdin", "--with-token"];
+/// Whether a flag as written (`--password-stdin`, `--token-stdin=true`) makes a command read a
+/// credential from its standard input: `docker`, `podman`, `helm registry`, `oras`, `skopeo`
+/// and `buildah login --password-stdin`, `gh auth login --with-token`, any credential's flag
+/// ending in `-stdin` (`takes_no_value`).
+fn reads_credential_from_stdin(flag: &str) -> bool {
+    let name = flag.split('=').next().unwrap_or(flag);
+    let bare = name.trim_start_matches('-');
+    bare.len() < name.len()
+        && super::naming::upper_snake(bare).is_some_and(|upper| {
+            super::secrets::is_secret_name(&upper)
+                && (upper == "WITH_TOKEN" || upper.ends_with("_STDIN"))
+        })
+}
+
+/// Whether a flag named as a credential (its name in UPPER_SNAKE, dashes dropped) takes no
+/// value, so that the word after it is no credential: it reads one from the standard input
+/// (`--password-stdin`, `--token-stdin`, `--with-token`; the word after it is a registry or a
+/// host) or says there is none or where to ask for one (`--no-password`, `--ask-password`,
+/// `--password-prompt`).
+fn takes_no_value(upper: &str) -> bool {
+    upper == "WITH_TOKEN"
+        || ["_STDIN", "_PROMPT"].iter().any(|end| upper.ends_with(end))
+        || ["NO_", "ASK_"].iter().any(|start| upper.starts_with(start))
+}
 
 /// Commands that write their arguments to their output.
 const ECHO_COMMANDS: &[&str] = &["echo", "printf"];
 
 /// The passwords written by `echo` or `printf` into a pipe to a command that reads one from
-/// its input (`STDIN_PASSWORD_FLAGS`): `echo pw | docker login -u bob --password-stdin`,
+/// its input (`reads_credential_from_stdin`): `echo pw | docker login -u bob --password-stdin`,
 /// `printf '%s' pw | helm registry login r --password-stdin`, named `password`. Every word
 /// after `echo`, every one after `printf`'s format (its format when it has no other); a flag
 /// (`-n`) and a computed value (`$PW`, `"$PW"`, `$(...)`, a backquote) are none. A command runs
@@ -415,7 +652,7 @@ fn stdin_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
             let end = word_end(bytes, token.start, |b| {
                 matches!(b, b';' | b'&' | b'|' | b'(' | b')')
             });
-            reads_password |= STDIN_PASSWORD_FLAGS.contains(&&code[token.start..end]);
+            reads_password |= reads_credential_from_stdin(&code[token.start..end]);
         }
         let Some(words) = words.as_mut() else {
             continue;
@@ -429,6 +666,7 @@ fn stdin_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
                 start: token.start,
                 end,
                 name: "password".to_owned(),
+                secret: true,
             });
         }
     }
@@ -437,11 +675,13 @@ fn stdin_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
 }
 
 /// A credential's value in shell-like code: its byte range (a quoted value with its quotes)
-/// and the name that says it is one.
+/// and the name that says it is one; or, not `secret`, the word after a credential's flag that
+/// takes no value (`takes_no_value`).
 struct ShellSecret {
     start: usize,
     end: usize,
     name: String,
+    secret: bool,
 }
 
 /// The longest name (with its dashes) read before `=` or a value: a credential's name is short,
@@ -453,7 +693,10 @@ const MAX_SHELL_NAME: usize = 64;
 /// followed by its value (`--password pw`, `--token "pw"`), and a user with a password after
 /// `-u` or `--user` of a command that takes them so (`USER_PASSWORD_COMMANDS`: `curl -u
 /// bob:pw`), where the name is a credential's (`is_secret_name`). A value that starts with
-/// `$`, `(` or a backquote is computed, not written, and is left.
+/// `$`, `(` or a backquote is computed, not written, and is left. The word after a flag
+/// that takes no value (`takes_no_value`: `--password-stdin quay.io`) is listed too, not
+/// secret: such a word was read as a credential's value before, and stays a parameter, so
+/// the code hashes as it did (docs/normalization.md, Secrets).
 fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
     let bytes = code.as_bytes();
     let mut found: Vec<ShellSecret> = Vec::new();
@@ -516,6 +759,7 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
             } else {
                 flag.to_owned()
             },
+            secret: user || flag.len() == name.len() || !takes_no_value(&upper),
         });
     }
     let attached = command_passwords(tokens, code);
@@ -618,6 +862,7 @@ fn command_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
                     start: at,
                     end,
                     name: "password".to_owned(),
+                    secret: true,
                 });
             }
         }

@@ -512,6 +512,49 @@ fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
             format!("pw = \"\".join([\"{value}\", x])\nlogin({name}=pw)"),
             "python",
         ),
+        // a variable holding the format string, the separator or the list a formatting
+        // call formats or joins
+        (
+            format!("fmt = \"{value}{{}}\"\nlogin({name}=fmt.format(x))"),
+            "python",
+        ),
+        (
+            format!("fmt = \"{value}%s\"\nlogin({name}=fmt % x)"),
+            "python",
+        ),
+        (
+            format!("fmt = \"{value}{{}}\"\nlogin({name}=fmt.replace(\"{{}}\", x))"),
+            "python",
+        ),
+        (
+            format!("sep = \"{value}\"\nlogin({name}=sep.join([a, b]))"),
+            "python",
+        ),
+        (
+            format!("parts = [\"{value}\", x]\nlogin({name}=\"\".join(parts))"),
+            "python",
+        ),
+        // a variable interpolated, or its text stripped or encoded
+        (
+            format!("pw = \"{value}\"\nlogin({name}=f\"{{pw}}x\")"),
+            "python",
+        ),
+        (
+            format!("pw = \"{value}\"\nlogin({name}=pw.strip())"),
+            "python",
+        ),
+        (
+            format!("login({name}=\"{value}\".encode(\"utf-8\"))"),
+            "python",
+        ),
+        (
+            format!(
+                "pw = \"{value}\"\nget(u, headers={{\"{name}\": \"Basic \" + \
+                 base64.b64encode(f\"{{u}}:{{pw}}\".encode()).decode()}})"
+            ),
+            "python",
+        ),
+        (format!("pw = \"{value}\"\nlogin({name}=str(pw))"), "python"),
     ];
     for language in ["js", "ts"] {
         shapes.extend([
@@ -557,6 +600,36 @@ fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
             ),
             (
                 format!("const pw = [\"{value}\", x].join(\"-\"); await mcp.login({{{name}: pw}})"),
+                language,
+            ),
+            (
+                format!("const f = \"{value}\"; await mcp.login({{{name}: f.concat(x)}})"),
+                language,
+            ),
+            (
+                format!(
+                    "const f = \"{value}{{}}\"; await mcp.login({{{name}: f.replace(\"{{}}\", x)}})"
+                ),
+                language,
+            ),
+            (
+                format!(
+                    "const parts = [\"{value}\", x]; await mcp.login({{{name}: parts.join(\"\")}})"
+                ),
+                language,
+            ),
+            (
+                format!("const pw = \"{value}\"; await mcp.login({{{name}: `${{pw}}x`}})"),
+                language,
+            ),
+            (
+                format!("const pw = \"{value}\"; await mcp.login({{{name}: pw.trim()}})"),
+                language,
+            ),
+            (
+                format!(
+                    "const pw = \"{value}\"; await mcp.login({{{name}: \"Basic \" + btoa(`${{u}}:${{pw}}`)}})"
+                ),
                 language,
             ),
         ]);
@@ -638,6 +711,16 @@ fn a_format_string_or_separator_holding_no_secret_stays() {
             "await mcp.login({password: [a, b].join(\":\")})",
         ),
         ("x = n % 7", "python", "x = n % 7"),
+        (
+            "pw = \"hunter2secret\"\nget(u, headers={\"Authorization\": f\"Bearer {pw}\"})",
+            "python",
+            "pw = \"[REDACTED]\"\nget(u, headers={\"Authorization\": f\"Bearer {pw}\"})",
+        ),
+        (
+            "const t = \"hunter2secret\";\nfetch(u, {headers: {Authorization: `Bearer ${t}`}});",
+            "js",
+            "const t = \"[REDACTED]\";\nfetch(u, {headers: {Authorization: `Bearer ${t}`}});",
+        ),
     ] {
         assert_eq!(norm(code, language).redacted_code, stored, "{code}");
     }
@@ -668,6 +751,12 @@ fn a_piece_of_a_value_not_given_as_a_credential_stays() {
         ),
         ("const t = a ? \"x\" : \"y\"; read({path: c ? t : d})", "ts"),
         ("login({password: (secret ? \"yes\" : \"no\") && pw})", "js"),
+        // a text method's arguments are no piece of its value, another call's neither
+        ("login(password=pw.encode(\"utf-8\"))", "python"),
+        ("login(password=bytes(pw, \"utf-8\"))", "python"),
+        ("login({password: Buffer.from(pw, \"utf8\")})", "js"),
+        ("x = path.join(d, \"token.json\")\nlogin(token=x)", "python"),
+        ("login({token: path.join(d, \"tok.json\")})", "js"),
     ] {
         let n = norm(code, language);
         assert!(n.parse_ok, "{code}");
@@ -859,6 +948,226 @@ fn a_literal_piece_of_a_credential_in_the_fallback_is_a_secret() {
         assert_eq!(n.redacted_code, code);
         assert!(n.params.iter().all(|p| !p.secret), "{code}: {:?}", n.params);
     }
+}
+
+/// Code the parser rejects (a `)` or `}` missing) giving a credential named `name` as a value
+/// joined of pieces, one of them the literal `value`, in place or through a variable.
+fn fallback_joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
+    let mut shapes = vec![
+        (
+            format!("pw = \"\".join([\"{value}\", x])\nclient.login({name}=pw\n"),
+            "python",
+        ),
+        (
+            format!("pw = \"{value}\" + x\nclient.login({name}=pw\n"),
+            "python",
+        ),
+        (
+            format!("pw = (\n  \"{value}\"\n  + x\n)\nclient.login({name}=pw\n"),
+            "python",
+        ),
+        (
+            format!("client.login({name}=\"\".join([\"{value}\", x])\n"),
+            "python",
+        ),
+        (
+            format!("client.login({name}=\"{value}{{}}\".format(x)\n"),
+            "python",
+        ),
+        (
+            format!("client.login({name}=\"{{}}{{}}\".format(\"{value}\", x)\n"),
+            "python",
+        ),
+        (
+            format!("fmt = \"{value}{{}}\"\nclient.login({name}=fmt.format(x)\n"),
+            "python",
+        ),
+        (
+            format!("fmt = \"{value}%s\"\nclient.login({name}=fmt % x\n"),
+            "python",
+        ),
+        (
+            format!("pw = \"%s%s\" % (\"{value}\", x)\nclient.login({name}=pw\n"),
+            "python",
+        ),
+        (
+            format!("parts = [\"{value}\", x]\nclient.login({name}=\"\".join(parts)\n"),
+            "python",
+        ),
+        (
+            format!("pw = \"{value}\"\nclient.login({name}=f\"{{pw}}x\"\n"),
+            "python",
+        ),
+    ];
+    for language in ["js", "ts"] {
+        shapes.extend([
+            (
+                format!("const f = \"{value}\";\nlogin({{{name}: f.concat(x)}};\n"),
+                language,
+            ),
+            (
+                format!("const f = \"{value}\";\nlogin({{{name}: f + x}};\n"),
+                language,
+            ),
+            (
+                format!("let pw = \"{value}\" + s;\nlogin({{{name}: pw}};\n"),
+                language,
+            ),
+            (
+                format!("const f = [\"{value}\", x].join(\"\");\nlogin({{{name}: f}};\n"),
+                language,
+            ),
+            (
+                format!("login({{{name}: [\"{value}\", x].join(\"\")}};\n"),
+                language,
+            ),
+            (
+                format!("login({{{name}: \"\".concat(\"{value}\", x)}};\n"),
+                language,
+            ),
+            (
+                format!("const parts = [\"{value}\", x];\nlogin({{{name}: parts.join(\"\")}};\n"),
+                language,
+            ),
+            (
+                format!("const f = \"{value}\";\nlogin({{{name}: `${{f}}x`}};\n"),
+                language,
+            ),
+        ]);
+    }
+    shapes
+}
+
+proptest::proptest! {
+    /// In code the parser rejects too, a literal piece of a value given as a credential, in
+    /// place or through a variable, never stands in what a pattern stores
+    /// (docs/normalization.md, Secrets and Fallback).
+    #[test]
+    fn any_literal_piece_of_a_credential_in_the_fallback_never_stands_in_the_stored_code(
+        value in "[a-z]{3}[0-9]{2}[a-zA-Z]{3,12}",
+        name in proptest::sample::select(vec![
+            "password", "api_key", "token", "Authorization", "client_secret", "db_passwd",
+        ]),
+    ) {
+        for (code, language) in fallback_joined_credentials(name, &value) {
+            let n = norm(&code, language);
+            proptest::prop_assert!(!n.parse_ok, "{}", code);
+            proptest::prop_assert!(!stored_holds(&n, &value), "{}: {:?}", code, n);
+        }
+    }
+}
+
+#[test]
+fn a_separator_or_format_of_a_credential_in_the_fallback_stays() {
+    // the separator a credential is joined with holds no secret: kept, the item redacted
+    for (code, stored) in [
+        (
+            "client.login(password=\"\".join([\"hunter2hunter2\", x])\n",
+            "client.login(password=\"\".join([\"[REDACTED]\", x])\n",
+        ),
+        (
+            "pw = \"-\".join([\"hunter2hunter2\", x])\nclient.login(password=pw\n",
+            "pw = \"-\".join([\"[REDACTED]\", x])\nclient.login(password=pw\n",
+        ),
+        (
+            "client.login(password=\"{}{}\".format(\"hunter2hunter2\", x)\n",
+            "client.login(password=\"{}{}\".format(\"[REDACTED]\", x)\n",
+        ),
+    ] {
+        let n = norm(code, "python");
+        assert!(!n.parse_ok, "{code}");
+        assert_eq!(n.redacted_code, stored, "{code}");
+    }
+    // a value not given as a credential, or passed to another call, stays
+    for (code, language) in [
+        ("pw = \"\".join([\"a.json\", x])\nread(path=pw\n", "python"),
+        ("login(password=get(\"db\", \"x\".join(y)), n=1\n", "python"),
+        ("f(user=\"bob\", n=\"-\".join([\"a\", b])\ny = (", "python"),
+        (
+            "const f = [\"a.json\", x].join(\"/\");\nread({path: f};\n",
+            "js",
+        ),
+        // a piece that holds no secret, given as a credential, stays too
+        ("login(password=\"\" + x\n", "python"),
+        ("h = {\"Authorization\": \"Bearer \" + tok\n", "python"),
+        (
+            "fetch(u, {headers: {Authorization: \"Bearer \" + tok}\n",
+            "js",
+        ),
+        ("login(password=\"%s\" % x\n", "python"),
+    ] {
+        let n = norm(code, language);
+        assert!(!n.parse_ok, "{code}");
+        assert_eq!(n.redacted_code, code);
+        assert!(n.params.iter().all(|p| !p.secret), "{code}: {:?}", n.params);
+    }
+    // the pieces were placeholders already: the hash is as before
+    let hash = |code: &str| norm(code, "python").code_hash;
+    assert_eq!(
+        hash("pw = \"a1\" + x\nclient.login(password=pw\n"),
+        hash("pw = \"b2\" + x\nclient.login(password=pw\n")
+    );
+}
+
+#[test]
+fn the_word_after_a_credential_flag_that_takes_no_value_is_no_credential() {
+    for (code, stored) in [
+        (
+            "echo s3cretPassw0rd | docker login --username bob --password-stdin quay.io",
+            "echo \"[REDACTED]\" | docker login --username bob --password-stdin quay.io",
+        ),
+        (
+            "docker login --username bob --password-stdin quay.io < pw.txt",
+            "docker login --username bob --password-stdin quay.io < pw.txt",
+        ),
+        (
+            "cat tok.txt | gh auth login --with-token --hostname ghe.example.com",
+            "cat tok.txt | gh auth login --with-token --hostname ghe.example.com",
+        ),
+        (
+            "echo s3cretPassw0rd | mytool login --token-stdin registry.example.com",
+            "echo \"[REDACTED]\" | mytool login --token-stdin registry.example.com",
+        ),
+        (
+            "echo s3cretPassw0rd | docker login --password-stdin=true quay.io",
+            "echo \"[REDACTED]\" | docker login --password-stdin=true quay.io",
+        ),
+        ("psql --no-password db1", "psql --no-password db1"),
+        // a flag that takes one still gives a credential
+        (
+            "mytool --password s3cretPassw0rd --password-stdin quay.io",
+            "mytool --password \"[REDACTED]\" --password-stdin quay.io",
+        ),
+    ] {
+        let n = norm(code, "bash");
+        assert_eq!(n.redacted_code, stored, "{code}");
+        assert!(!n.template.contains("s3cret"), "{code}");
+        // a command line in a string is no secret for the word after such a flag either
+        let run = norm(&format!("run({})", serde_json::json!(code)), "python");
+        let echoed = code.contains("s3cret");
+        assert_eq!(run.params[0].secret, echoed, "{code}");
+    }
+    // The word stays a parameter, as it was, so the code hashes as before: a registry alike
+    // another, and alike the code an older build stored (`"[REDACTED]"` in its place).
+    let n = norm("docker login -u bob --password-stdin quay.io", "bash");
+    assert_eq!(n.template, "docker login -u bob --password-stdin $STR");
+    assert_eq!(
+        n.params
+            .iter()
+            .map(|p| (p.value_json.as_str(), p.secret))
+            .collect::<Vec<_>>(),
+        [("\"quay.io\"", false)]
+    );
+    let older = norm(
+        "docker login -u bob --password-stdin \"[REDACTED]\"",
+        "bash",
+    );
+    assert_eq!(older.code_hash, n.code_hash);
+    assert_eq!(older.template, n.template);
+    assert_eq!(
+        norm("docker login -u bob --password-stdin ghcr.io", "bash").code_hash,
+        n.code_hash
+    );
 }
 
 #[test]

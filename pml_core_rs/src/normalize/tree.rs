@@ -39,6 +39,11 @@ const JOIN_KINDS: &[&str] = &[
     "argument_list",
     "arguments",
     "keyword_argument",
+    // interpolated strings and their interpolations (`f"{pw}..."`, `` `${pw}...` ``)
+    "string",
+    "template_string",
+    "interpolation",
+    "template_substitution",
 ];
 /// Longest member chain read for a tool name (`mcp.server.tool` is 2).
 pub(crate) const MAX_CHAIN: usize = 8;
@@ -729,10 +734,12 @@ impl<'a, 't> Walker<'a, 't> {
 
     /// Whether the child of `frames[level - 1]` at `field` / `named_index` is a piece of its
     /// value: any child of a parenthesized expression or of Python's implicit join (`"a"
-    /// "b"`), an operand of `+`, a branch (not the condition) of a conditional, the format
+    /// "b"`), the expression of an interpolation (`f"{pw}..."`, `` `${pw}...` ``), an operand
+    /// of `+`, a branch (not the condition) of a conditional, the format
     /// string and arguments of Python's `%` formatting, and the string, callee, arguments and
     /// joined items of a formatting call (`format_call`: `"...".format(x)`, `"".join([...])`,
-    /// `"...".concat(x)`, `[...].join("")`, `` String.raw`...` ``).
+    /// `"...".concat(x)`, `[...].join("")`, `` String.raw`...` ``), and the receiver of a
+    /// text method (`text_call`: `pw.strip()`, `pw.trim()`).
     fn joined_by(&self, level: usize, field: Option<&'static str>, named_index: usize) -> bool {
         let frame = &self.frames[level - 1];
         let grammar = self.grammar;
@@ -741,28 +748,47 @@ impl<'a, 't> Walker<'a, 't> {
                 .and_then(|at| self.frames.get(at))
                 .is_some_and(|call| self.format_call(call.node))
         };
+        let text_call = |at: usize| {
+            at.checked_sub(1)
+                .and_then(|at| self.frames.get(at))
+                .is_some_and(|call| self.format_call(call.node) || self.text_call(call.node))
+        };
         match frame.kind {
             "parenthesized_expression" | "concatenated_string" => true,
+            // an interpolated string is made of its text and its interpolations' values
+            "string" | "template_string" | "interpolation" | "template_substitution" => true,
             "binary_expression" | "binary_operator" => grammar
                 .child(frame.node, "operator")
                 .is_some_and(|op| match grammar.kind(op) {
                     "+" => true,
-                    // `"...%s" % x`: only a string formats; `n % 7` is arithmetic
+                    // `"...%s" % x`, `fmt % x`: only a string (or a variable, which may
+                    // hold one) formats; `n % 7` of numbers is arithmetic
                     "%" => grammar.child(frame.node, "left").is_some_and(|left| {
-                        matches!(grammar.kind(left), "string" | "concatenated_string")
+                        matches!(
+                            grammar.kind(left),
+                            "string" | "concatenated_string" | "identifier"
+                        )
                     }),
                     _ => false,
                 }),
             "ternary_expression" => matches!(field, Some("consequence" | "alternative")),
             // `a if c else b`: no fields; the condition is the second named child
             "conditional_expression" => named_index != 1,
-            "call" | "call_expression" => {
-                matches!(field, Some("function" | "arguments")) && self.format_call(frame.node)
-            }
+            "call" | "call_expression" => match field {
+                Some("function") => self.format_call(frame.node) || self.text_call(frame.node),
+                Some("arguments") => self.format_call(frame.node) || self.encoding_call(frame.node),
+                _ => false,
+            },
             "attribute" | "member_expression" => {
-                field == Some("object") && frame.field == Some("function") && format_call(level - 1)
+                field == Some("object") && frame.field == Some("function") && text_call(level - 1)
             }
-            "argument_list" | "arguments" => format_call(level - 1),
+            // the first argument of an encoding call (`b64encode(f"{u}:{pw}".encode())`)
+            "argument_list" | "arguments" => {
+                format_call(level - 1)
+                    || (named_index == 0
+                        && level >= 2
+                        && self.encoding_call(self.frames[level - 2].node))
+            }
             "keyword_argument" => {
                 field == Some("value")
                     && level >= 2
@@ -784,8 +810,11 @@ impl<'a, 't> Walker<'a, 't> {
     }
 
     /// Whether `call` builds a string of its receiver and arguments: Python's
-    /// `"...".format(...)` and `"sep".join(...)` on a string, JS's `"...".concat(...)` on a
-    /// string, `[...].join(...)` on an array and `` String.raw`...` ``. Constant cost.
+    /// `"...".format(...)`, `"sep".join(...)` and `"...".replace(...)` on a string, JS's
+    /// `"...".concat(...)` and `"...".replace(...)` on a string, `[...].join(...)` on an array
+    /// and `` String.raw`...` ``; each also on a variable, which may hold the string or the
+    /// array (`fmt.format(x)`, `f.concat(x)`, `parts.join("")`; a `join` of one argument at most,
+    /// not `path.join(dir, "a.json")`). Constant cost.
     fn format_call(&self, call: Node<'t>) -> bool {
         let grammar = self.grammar;
         let Some(function) = grammar.child(call, "function") else {
@@ -806,17 +835,90 @@ impl<'a, 't> Walker<'a, 't> {
             return false;
         };
         let object_kind = grammar.kind(object);
-        let string = matches!(
-            object_kind,
-            "string" | "concatenated_string" | "template_string"
-        );
+        let variable = object_kind == "identifier";
+        let string = variable
+            || matches!(
+                object_kind,
+                "string" | "concatenated_string" | "template_string"
+            );
+        let one_argument = || {
+            grammar
+                .child(call, "arguments")
+                .is_some_and(|args| args.named_child_count() <= 1)
+        };
         match (self.text(method), self.lang.is_python()) {
-            ("format" | "join", true) => string,
-            ("concat", false) => string,
-            ("join", false) => object_kind == "array",
-            ("raw", false) => object_kind == "identifier" && self.text(object) == "String",
+            ("format" | "replace", true) | ("concat" | "replace", false) => string,
+            ("join", true) => string && (!variable || one_argument()),
+            ("join", false) => object_kind == "array" || (variable && one_argument()),
+            ("raw", false) => variable && self.text(object) == "String",
             _ => false,
         }
+    }
+
+    /// Whether `call` encodes its first argument into the value it returns, so that a
+    /// credential given so is the argument's (`str(pw)`, `bytes(pw, "utf-8")`,
+    /// `base64.b64encode(...)`, `btoa(...)`, `Buffer.from(...)`, `encodeURIComponent(...)`):
+    /// its first argument is a piece of its value, the others are not. Constant cost.
+    fn encoding_call(&self, call: Node<'t>) -> bool {
+        let grammar = self.grammar;
+        let Some(function) = grammar.child(call, "function") else {
+            return false;
+        };
+        match grammar.kind(function) {
+            "identifier" => matches!(
+                self.text(function),
+                "str" | "bytes" | "btoa" | "encodeURIComponent"
+            ),
+            "attribute" | "member_expression" => {
+                let field = if grammar.kind(function) == "attribute" {
+                    "attribute"
+                } else {
+                    "property"
+                };
+                let method = grammar.child(function, field).map(|m| self.text(m));
+                let object = grammar.child(function, "object").map(|o| self.text(o));
+                matches!(
+                    method,
+                    Some("b64encode" | "urlsafe_b64encode" | "standard_b64encode")
+                ) || (method == Some("from") && object == Some("Buffer"))
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `call` returns its receiver's text changed only in case, ends or encoding
+    /// (`pw.strip()`, `pw.encode("utf-8")`, `pw.trim()`): its receiver is a piece of its value,
+    /// its arguments are not. Constant cost.
+    fn text_call(&self, call: Node<'t>) -> bool {
+        let grammar = self.grammar;
+        let Some(function) = grammar.child(call, "function") else {
+            return false;
+        };
+        let method = match grammar.kind(function) {
+            "attribute" => grammar.child(function, "attribute"),
+            "member_expression" => grammar.child(function, "property"),
+            _ => None,
+        };
+        let Some(method) = method else {
+            return false;
+        };
+        let python_methods: &[&str] = &[
+            "strip", "lstrip", "rstrip", "lower", "upper", "encode", "decode",
+        ];
+        let js_methods: &[&str] = &[
+            "trim",
+            "trimStart",
+            "trimEnd",
+            "toLowerCase",
+            "toUpperCase",
+            "toString",
+        ];
+        let methods = if self.lang.is_python() {
+            python_methods
+        } else {
+            js_methods
+        };
+        methods.contains(&self.text(method))
     }
 
     /// The position of the outermost value a child in this position is a piece of
@@ -910,16 +1012,21 @@ impl<'a, 't> Walker<'a, 't> {
     }
 
     /// The variable a literal is assigned to, whole or as a piece (`joined_position`: `const
-    /// pw = "..."`, `pw = "..." + x`), and the assignment's start byte.
+    /// pw = "..."`, `pw = "..." + x`) or an item of a list (`parts = ["...", x]`, which a
+    /// formatting call may join: `"".join(parts)`), and the assignment's start byte.
     fn assigned_variable(
         &self,
         field: Option<&'static str>,
         named_index: usize,
     ) -> Option<(&'a str, usize)> {
-        let (level, field) = match self.joined_position(field, named_index) {
+        let (mut level, mut field) = match self.joined_position(field, named_index) {
             Some((level, field, _)) => (level, field),
             None => (self.frames.len(), field),
         };
+        while level > 0 && ARRAY_KINDS.contains(&self.frames[level - 1].kind) {
+            field = self.frames[level - 1].field;
+            level -= 1;
+        }
         let parent = &self.frames[level.checked_sub(1)?];
         let target = match (parent.kind, field) {
             ("variable_declarator", Some("value")) => self.grammar.child(parent.node, "name"),
@@ -950,16 +1057,23 @@ impl<'a, 't> Walker<'a, 't> {
 
     fn identifier(&mut self, node: Node<'t>, field: Option<&'static str>, named_index: usize) {
         let name = self.text(node);
-        if let Some((_, pieces)) = self.assigned_literals.get(name) {
+        let holds_pieces = self
+            .assigned_literals
+            .get(name)
+            .is_some_and(|(_, pieces)| !pieces.is_empty());
+        if holds_pieces && self.is_credential_value(field, named_index) {
             // A variable holding a literal (or pieces of one: `pw = "..." + x`, `pw =
-            // f"{p}..."`), passed where a credential goes (`login(password=pw)`): the
-            // literal is a secret (docs/normalization.md, Secrets).
-            let pieces = pieces.clone();
-            if self.is_credential_value(field, named_index) {
-                for index in pieces {
-                    if let Some(raw) = self.params.get_mut(index) {
-                        raw.named_credential = true;
-                    }
+            // f"{p}..."`, `parts = ["...", x]`), passed where a credential goes
+            // (`login(password=pw)`): the literal is a secret (docs/normalization.md,
+            // Secrets). Flagged once: a later use finds none left, so that uses cost no more
+            // than pieces, however many of each.
+            let pieces = self
+                .assigned_literals
+                .get_mut(name)
+                .map(|(_, pieces)| std::mem::take(pieces));
+            for index in pieces.into_iter().flatten() {
+                if let Some(raw) = self.params.get_mut(index) {
+                    raw.named_credential = true;
                 }
             }
         }
