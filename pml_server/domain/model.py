@@ -300,6 +300,18 @@ class RetentionAction(Enum):
     SUPERSEDED = "superseded"
 
 
+@dataclass(frozen=True, slots=True)
+class RetentionRow:
+    """What retention evaluates of a pattern: its ids and the counters the policy reads, read
+    without its code (docs/ranking.md, Retention)."""
+
+    id: str
+    capability_id: str
+    success_count: int
+    failure_count: int
+    last_used_ms: int
+
+
 @dataclass(frozen=True)
 class RetentionEntry:
     pattern_id: str

@@ -4,21 +4,39 @@ entries (flags, removals, superseded links) and writes them to the audit log."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from pml_server import _core
-from pml_server.domain.model import PatternView, RetentionAction, RetentionEntry
+from pml_server.domain.model import RetentionAction, RetentionEntry
 from pml_server.ranking import DAY_MS
 from pml_server.retention.config import RetentionConfig
 
 
-def _estimate(pattern: PatternView, config: RetentionConfig) -> float:
+class Evaluated(Protocol):
+    """What the policy reads of a pattern: a `RetentionRow` (what a run reads) or a
+    `PatternView`."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def success_count(self) -> int: ...
+
+    @property
+    def failure_count(self) -> int: ...
+
+    @property
+    def last_used_ms(self) -> int: ...
+
+
+def _estimate(pattern: Evaluated, config: RetentionConfig) -> float:
     # The ranking's success estimate (same Beta posterior mean, the core's).
     return _core.beta_mean(
         pattern.success_count, pattern.failure_count, config.prior_successes, config.prior_failures
     )
 
 
-def _tries(pattern: PatternView) -> int:
+def _tries(pattern: Evaluated) -> int:
     return max(pattern.success_count, 0) + max(pattern.failure_count, 0)
 
 
@@ -31,7 +49,7 @@ def removal_holds(successes: int, failures: int, config: RetentionConfig) -> boo
     return tries >= config.min_tries and successes / tries < config.min_success_rate
 
 
-def _removal(pattern: PatternView, config: RetentionConfig) -> RetentionEntry | None:
+def _removal(pattern: Evaluated, config: RetentionConfig) -> RetentionEntry | None:
     if not removal_holds(pattern.success_count, pattern.failure_count, config):
         return None
     tries = _tries(pattern)
@@ -44,7 +62,7 @@ def _removal(pattern: PatternView, config: RetentionConfig) -> RetentionEntry | 
     return RetentionEntry(pattern.id, action, reason)
 
 
-def _stale(pattern: PatternView, config: RetentionConfig, now_ms: int) -> RetentionEntry | None:
+def _stale(pattern: Evaluated, config: RetentionConfig, now_ms: int) -> RetentionEntry | None:
     unused_days = (now_ms - pattern.last_used_ms) / DAY_MS
     if unused_days < config.stale_after_days:
         return None
@@ -67,12 +85,12 @@ def supersede_holds(
     return bool(best - estimate >= config.superseded_margin)
 
 
-def _counts(pattern: PatternView) -> tuple[int, int]:
+def _counts(pattern: Evaluated) -> tuple[int, int]:
     return pattern.success_count, pattern.failure_count
 
 
 def _superseded(
-    patterns: Sequence[PatternView], config: RetentionConfig
+    patterns: Sequence[Evaluated], config: RetentionConfig
 ) -> dict[str, RetentionEntry]:
     """Within one capability, every pattern clearly beaten by the capability's best proven
     pattern. Comparing with the single best avoids chains (A by B by C)."""
@@ -98,7 +116,7 @@ def _superseded(
 
 
 def evaluate(
-    capabilities: Mapping[str, Sequence[PatternView]],
+    capabilities: Mapping[str, Sequence[Evaluated]],
     config: RetentionConfig,
     now_ms: int,
 ) -> list[RetentionEntry]:

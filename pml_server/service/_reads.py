@@ -24,6 +24,7 @@ from pml_server.domain.model import (
     Page,
     PageRequest,
     PatternView,
+    RetentionRow,
     Stats,
 )
 from pml_server.domain.records import CapabilityRecord, PatternRecord
@@ -272,16 +273,11 @@ def _intent_texts(repo: Repository, tenant: str, listed: list[str]) -> Iterator[
             yield intent.text
 
 
-def views_by_capability(repo: Repository, tenant: str) -> dict[str, list[PatternView]]:
-    """Every pattern's view of the tenant, grouped by capability (what retention evaluates):
-    its record and counters only. Retention decides from counters (docs/ranking.md,
-    Retention), so no view reads an intent nor the parameters (256 a pattern)."""
-    groups: dict[str, list[PatternView]] = {}
-    for pattern in repo.patterns.all_patterns(tenant):
+def views_by_capability(repo: Repository, tenant: str) -> dict[str, list[RetentionRow]]:
+    """What retention evaluates: each pattern's `RetentionRow` (ids and counters, no code, no
+    intent), grouped by capability, in pattern id order (docs/ranking.md, Retention)."""
+    groups: dict[str, list[RetentionRow]] = {}
+    for row in repo.patterns.retention_rows(tenant):
         yielding.checkpoint()
-        counters = repo.patterns.counters(tenant, pattern.id)
-        if counters is not None:
-            count = counters.intent_count
-            view = pattern_view(pattern, counters, (), with_params=False, intent_count=count)
-            groups.setdefault(pattern.capability_id, []).append(view)
+        groups.setdefault(row.capability_id, []).append(row)
     return groups

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pml_server.domain.records import CapabilityRecord, ParamSpec, PatternRecord
+from pml_server.domain.model import RetentionRow
+from pml_server.domain.records import CapabilityRecord, ParamSpec, PatternCounters, PatternRecord
 from pml_server.storage import SCHEMA_VERSION, SchemaVersionError, Store
 from pml_server.storage.codec import encode_capability, encode_pattern
 from pml_server.storage.keys import (
@@ -26,6 +27,7 @@ from pml_server.storage.keys import (
     tenant_prefix,
 )
 from pml_server.storage.repo import Repository, tools_digest
+from pml_server.storage.repo._patterns import RETENTION_PAGE
 from pml_server.storage.rocks import StoreClosedError
 
 
@@ -264,3 +266,48 @@ def test_long_tool_signatures_are_digested_without_being_kept() -> None:
     assert held < 200_000, f"{held} bytes kept by 300 long signatures"
     assert tools_digest(first) == expected
     assert tools_digest(("read_file", "parse_csv")) == tools_digest(["read_file", "parse_csv"])
+
+
+@pytest.mark.parametrize("count", [2 * RETENTION_PAGE, 2 * RETENTION_PAGE + 1])
+def test_retention_rows_reads_every_pattern_with_counters_a_page_at_a_time(
+    tmp_path: Path, count: int
+) -> None:
+    """Every pattern of the tenant, in id order across pages (a last page full or not), with
+    the counters the policy reads; none of another tenant, none whose counters are gone. It
+    reads writes still pending (the last pattern's), which `scan_stored` refuses."""
+    store = Store(tmp_path, "sync")  # a writer thread: a held submit stays pending
+    repo = Repository(store)
+
+    def pattern(n: int) -> PatternRecord:
+        return PatternRecord(
+            id=f"pat_{n:04d}",
+            code_hash=f"sha256:{n}",
+            template="t",
+            original_code="c",
+            language="javascript",
+            tools_used=(),
+            params=(),
+            parameter_schema_json="{}",
+            capability_id=f"cap_{n % 3}",
+            first_seen_ms=1,
+        )
+
+    ops = [repo.patterns.put_pattern("t2", pattern(0))]
+    ops.append(repo.patterns.put_counters("t2", "pat_0000", PatternCounters(1, 1, 0, 5)))
+    for n in range(count):
+        ops.append(repo.patterns.put_pattern("t1", pattern(n)))
+        if n != 7:  # pat_0007 lost its counters (deleted meanwhile)
+            ops.append(
+                repo.patterns.put_counters("t1", f"pat_{n:04d}", PatternCounters(n, n, 1, n))
+            )
+    store.write(ops[:-2])
+    with store.writes_held():  # the last pattern's writes stay pending in the block
+        store.submit(ops[-2:])
+        with pytest.raises(RuntimeError, match="pending"):
+            list(store.scan_stored(CF_PATTERNS, tenant_prefix("t1")))
+        rows = list(repo.patterns.retention_rows("t1"))
+    expected = [RetentionRow(f"pat_{n:04d}", f"cap_{n % 3}", n, 1, n) for n in range(count)]
+    assert rows == [row for row in expected if row.id != "pat_0007"]
+    assert list(repo.patterns.retention_rows("t2")) == [RetentionRow("pat_0000", "cap_0", 1, 0, 5)]
+    assert list(repo.patterns.retention_rows("t3")) == []
+    store.close()

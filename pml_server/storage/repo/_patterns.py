@@ -4,13 +4,19 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from pml_server.domain import json_form
+from pml_server.domain.model import RetentionRow
 from pml_server.domain.records import PatternCounters, PatternRecord
 from pml_server.storage.codec import decode_counters_shared, decode_pattern, encode_pattern
 from pml_server.storage.keys import CF_COUNTERS, CF_HASHES, CF_PATTERNS, tenant_key, tenant_prefix
 from pml_server.storage.seam import KeyValueReads, Op
+
+# Pattern records a retention run holds at once (`retention_rows`), each up to about twice the
+# code limit (template and original code): 16 MiB at the default 256 KiB, a few hundred KB
+# for patterns of a few KB.
+RETENTION_PAGE = 32
 
 
 class PatternRows:
@@ -78,6 +84,39 @@ class PatternRows:
             tools[data["id"]] = tuple(data["tools_used"])
         return tools
 
+    def retention_rows(self, tenant: str) -> Iterator[RetentionRow]:
+        """Each pattern's `RetentionRow`, in pattern id order: the records a page of
+        `RETENTION_PAGE` at a time, each decoded only while its row is built, and the page's
+        counters in one multi-get (not the shared decode cache: a run reads every pattern once).
+        A pattern whose counters are gone (deleted meanwhile) has no row. Safe while writes are
+        pending, unlike `scan_stored`."""
+        prefix = tenant_prefix(tenant)
+        start: bytes | None = None
+        while True:
+            page = self.store.scan(CF_PATTERNS, prefix, start=start, limit=RETENTION_PAGE)
+            if not page:
+                return
+            ids = [_pattern_ids(raw) for _, raw in page]
+            keys = [key for key, _ in page]
+            start = keys[-1] + b"\x00"
+            full = len(page) == RETENTION_PAGE
+            del page  # the records' bytes, code and all, go before the counters are read
+            for (pattern_id, capability_id), raw_counters in zip(
+                ids, self.store.get_many(CF_COUNTERS, keys), strict=True
+            ):
+                if raw_counters is None:
+                    continue
+                counts = json_form.loads(raw_counters)
+                yield RetentionRow(
+                    pattern_id,
+                    capability_id,
+                    counts["success"],
+                    counts["failure"],
+                    counts["last_used_ms"],
+                )
+            if not full:
+                return
+
     def counters(self, tenant: str, pattern_id: str) -> PatternCounters | None:
         raw = self.store.get(CF_COUNTERS, tenant_key(tenant, pattern_id))
         return None if raw is None else PatternCounters.from_json(raw)
@@ -104,6 +143,12 @@ class PatternRows:
 
     def delete_counters(self, tenant: str, pattern_id: str) -> Op:
         return (CF_COUNTERS, tenant_key(tenant, pattern_id), None)
+
+
+def _pattern_ids(raw: bytes) -> tuple[str, str]:
+    """(id, capability id) of a stored pattern record, its code decoded and dropped at once."""
+    data = json_form.loads(raw)
+    return data["id"], data["capability_id"]
 
 
 class _CounterCeilings:
