@@ -482,3 +482,58 @@ def test_an_older_builds_registry_after_password_stdin_is_renamed_once_at_open(
         assert engine.record(T, again).pattern_id == pattern_id
     finally:
         engine.close()
+
+
+SLICED_SECRET = "HUNTER2SLICED"
+SLICED_CODE = (
+    f'pw = "{SLICED_SECRET.lower()}"\nr = await mcp.login(user=name, password=pw[:8].strip())'
+)
+
+
+def test_an_older_builds_sliced_credential_is_redacted_once_at_open(tmp_path: Path) -> None:
+    """An older build kept a literal assigned to a variable that is sliced or subscripted into a
+    credential's value (`pw = "..."` then `password=pw[:8]`) as a parameter not flagged
+    secret, in the stored code and the parameter's recent values, and marked its store
+    `placeholders_renamed/8`; the next open rewrites the pattern as today's capture stores it,
+    under the same hash (docs/storage.md, Migrations)."""
+    engine = open_engine(tmp_path / "e")
+    assert engine.admin.wait_placeholders_renamed(60) == 0
+    record = replace(make_record("r1", INTENT, ["login"], code=SLICED_CODE), language="python")
+    pattern_id = engine.record(T, record).pattern_id
+    assert _stored_rows_holding(engine, SLICED_SECRET, None) == []
+    repo = engine._state.repo
+    pattern = repo.patterns.pattern(T, pattern_id)
+    counters = repo.patterns.counters(T, pattern_id)
+    assert pattern is not None
+    assert counters is not None
+    assert 'pw = "[REDACTED]"' in pattern.original_code
+    assert [(p.name, p.secret) for p in pattern.params] == [("$PW", True), ("$NUM", False)]
+    # as the older build wrote it: the code as run, the literal no secret, its value kept
+    old = replace(
+        pattern,
+        original_code=SLICED_CODE,
+        params=tuple(replace(p, secret=False) for p in pattern.params),
+        parameter_schema_json=pattern.parameter_schema_json.replace(',"writeOnly":true', ""),
+    )
+    recent = {"$PW": [f'"{SLICED_SECRET.lower()}"'], "$NUM": ["8"]}
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, old),
+            repo.patterns.put_counters(T, pattern_id, replace(counters, recent_values=recent)),
+            (CF_META, PLACEHOLDERS_KEY, None),
+            (CF_META, b"placeholders_renamed/8", b"1"),  # the marker that build wrote
+        ]
+    )
+    assert _stored_rows_holding(engine, SLICED_SECRET, None)
+    engine.close()
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        assert engine.admin.wait_placeholders_renamed(60) == 1
+        assert _stored_rows_holding(engine, SLICED_SECRET, None) == []
+        view = engine.get_pattern(T, pattern_id)
+        assert view.template == pattern.template
+        assert view.code_hash == pattern.code_hash
+        assert [(p.name, p.secret) for p in view.params] == [("$PW", True), ("$NUM", False)]
+    finally:
+        engine.close()

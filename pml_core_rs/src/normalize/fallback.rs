@@ -192,8 +192,9 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                 value_json: serde_json::Value::String(value.clone()).to_string(),
                 string_value: Some(value),
                 // the word after a flag that takes no value (`--password-stdin quay.io`) is
-                // a parameter as it was, but no credential's (`takes_no_value`)
-                context: secret.secret.then_some(secret.name),
+                // a parameter as it was, but no credential's (`takes_no_value`); a
+                // credential's path keeps its name, as any other value
+                context: secret.named.then_some(secret.name),
                 overflow,
                 named_credential: secret.secret || stdin_password,
                 fragment: false,
@@ -666,6 +667,7 @@ fn stdin_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
                 start: token.start,
                 end,
                 name: "password".to_owned(),
+                named: true,
                 secret: true,
             });
         }
@@ -675,12 +677,14 @@ fn stdin_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
 }
 
 /// A credential's value in shell-like code: its byte range (a quoted value with its quotes)
-/// and the name that says it is one; or, not `secret`, the word after a credential's flag that
-/// takes no value (`takes_no_value`).
+/// and the name that says it is one; or, not `secret`, a credential's path (`--password-file
+/// PATH`, `named`) or the word after a credential's flag that takes no value (`takes_no_value`,
+/// not `named`).
 struct ShellSecret {
     start: usize,
     end: usize,
     name: String,
+    named: bool,
     secret: bool,
 }
 
@@ -701,19 +705,38 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
     let bytes = code.as_bytes();
     let mut found: Vec<ShellSecret> = Vec::new();
     // whether the current command (to `;`, `&`, `|`, a parenthesis or a line's end) has named
-    // one of `USER_PASSWORD_COMMANDS`, as `command_passwords` reads commands
-    let mut user_command = false;
+    // one of `USER_PASSWORD_COMMANDS`, as `command_passwords` reads commands; whether its name
+    // (its first word that is no assignment's) is yet to come, and is one of
+    // `PROMPTING_PASSWORD_COMMANDS`
+    let (mut user_command, mut name_to_come, mut prompting) = (false, true, false);
+    let starts = |word: &str, name: &str| {
+        word.get(..name.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(name))
+    };
     for (i, token) in tokens.iter().enumerate() {
         let text = &code[token.start..token.end];
         let line_break = i > 0 && bytes[tokens[i - 1].end..token.start].contains(&b'\n');
         if line_break || matches!(text, ";" | "&" | "|" | "(" | ")") {
-            user_command = false;
+            (user_command, name_to_come, prompting) = (false, true, false);
         }
         if token.kind == Kind::Word && !user_command {
-            user_command = USER_PASSWORD_COMMANDS.iter().any(|name| {
-                text.get(..name.len())
-                    .is_some_and(|start| start.eq_ignore_ascii_case(name))
-            });
+            user_command = USER_PASSWORD_COMMANDS.iter().any(|name| starts(text, name));
+        }
+        if token.kind == Kind::Word && name_to_come {
+            // `PGPASSWORD=pw psql ...`: an assignment and its value are no command's name
+            let attached_eq = |t: Option<&Token>| t.is_some_and(|t| &code[t.start..t.end] == "=");
+            let assigns = attached_eq(tokens.get(i + 1).filter(|n| n.start == token.end))
+                || attached_eq(
+                    i.checked_sub(1)
+                        .map(|p| &tokens[p])
+                        .filter(|p| p.end == token.start),
+                );
+            if !assigns {
+                name_to_come = false;
+                prompting = PROMPTING_PASSWORD_COMMANDS
+                    .iter()
+                    .any(|name| starts(text, name));
+            }
         }
         let (name_end, value_at) = if text == "=" {
             (token.start, token.end)
@@ -739,7 +762,7 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
             continue;
         };
         let user = user_command && matches!(flag, "u" | "user");
-        if !user && !super::secrets::is_secret_name(&upper) {
+        if !user && !super::secrets::names_a_credential(&upper) {
             continue;
         }
         if found.last().is_some_and(|s| s.end > value_at) {
@@ -751,6 +774,11 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
         if user && !code[value_at..end].contains(':') {
             continue; // `-u name` alone: a user, no password
         }
+        // a credential's path (`--password-file PATH`) is a parameter named as any other
+        // value; the word after a flag that takes no value is one, unnamed (`$STR`)
+        let path = super::secrets::names_a_path(&upper);
+        let no_value = flag.len() < name.len()
+            && (takes_no_value(&upper) || (prompting && text != "=" && upper == "PASSWORD"));
         found.push(ShellSecret {
             start: value_at,
             end,
@@ -759,7 +787,8 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
             } else {
                 flag.to_owned()
             },
-            secret: user || flag.len() == name.len() || !takes_no_value(&upper),
+            named: user || !no_value,
+            secret: user || !(path || no_value),
         });
     }
     let attached = command_passwords(tokens, code);
@@ -775,6 +804,28 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
     }
     found
 }
+
+/// Commands whose `--password` written alone (not `--password=pw`) takes no value but asks
+/// for the password (a word each command's name starts with: PostgreSQL's clients, whose
+/// `--password` is a switch, `pg_dumpall` too; MySQL's and MariaDB's, whose `--password` takes
+/// one only after `=`, `mysqldump` and `mariadb-dump` too): the word after it (`psql --password
+/// mydb`, the database) is no credential. Only the command's name counts (`./run --db psql
+/// --password pw` gives one).
+const PROMPTING_PASSWORD_COMMANDS: &[&str] = &[
+    "psql",
+    "pg_dump",
+    "pg_restore",
+    "pg_basebackup",
+    "createdb",
+    "createuser",
+    "dropdb",
+    "dropuser",
+    "vacuumdb",
+    "reindexdb",
+    "clusterdb",
+    "mysql",
+    "mariadb",
+];
 
 /// Commands whose `-u`/`--user` takes `user:password` (curl's `-u bob:pw`, wget's
 /// `--user=bob:pw`); any other command's is a user alone or a uid:gid (`docker run -u
@@ -862,6 +913,7 @@ fn command_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
                     start: at,
                     end,
                     name: "password".to_owned(),
+                    named: true,
                     secret: true,
                 });
             }

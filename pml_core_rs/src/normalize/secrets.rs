@@ -64,8 +64,28 @@ const TOKEN_PREFIXES: &[(&str, usize)] = &[
 ];
 
 /// Whether a context name (already UPPER_SNAKE, without `$`) says its value is a credential:
-/// `password`, `apiKey`, `auth_token`, `client_secret`... but not `max_tokens` or `author`.
+/// `password`, `apiKey`, `auth_token`, `client_secret`... but not `max_tokens` or `author`,
+/// nor a credential's path (`names_a_path`: `password_file`, `--token-file`).
 pub fn is_secret_name(upper_snake: &str) -> bool {
+    names_a_credential(upper_snake) && !names_a_path(upper_snake)
+}
+
+/// Last words of a name that say its value is where a credential is kept, not the credential
+/// (`PASSWORD_FILE`, `TOKEN_PATH`, `--secret-file`): a path is no secret
+/// (docs/normalization.md, Secrets).
+const PATH_WORDS: &[&str] = &["FILE", "FILENAME", "PATH", "DIR"];
+
+/// Whether a name's last word is one of `PATH_WORDS`.
+pub fn names_a_path(upper_snake: &str) -> bool {
+    upper_snake
+        .rsplit('_')
+        .find(|w| !w.is_empty())
+        .is_some_and(|last| PATH_WORDS.contains(&last))
+}
+
+/// Whether a name holds a credential's words (`SECRET_WORDS`, `SECRET_ENDINGS`), its path's
+/// too (`PASSWORD_FILE`).
+pub fn names_a_credential(upper_snake: &str) -> bool {
     // Allocation-free: this runs for every parameter. A secret matches when the name's words,
     // from some word on, start with the secret's words.
     let mut from = upper_snake.split('_').filter(|w| !w.is_empty());
@@ -516,6 +536,7 @@ mod tests {
             "PGPASSWORD",
             "DBPASSWD",
             "MYSQL_PWD",
+            "PASSWORD_FILE_CONTENT",
         ] {
             assert!(is_secret_name(name), "{name}");
         }
@@ -527,6 +548,11 @@ mod tests {
             "LIMIT",
             "TOKENIZER",
             "PWD",
+            "PASSWORD_FILE",
+            "TOKEN_PATH",
+            "SECRET_FILE",
+            "POSTGRES_PASSWORD_FILE",
+            "CLIENT_SECRET_FILENAME",
         ] {
             assert!(!is_secret_name(name), "{name}");
         }

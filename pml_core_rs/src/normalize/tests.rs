@@ -555,6 +555,14 @@ fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
             "python",
         ),
         (format!("pw = \"{value}\"\nlogin({name}=str(pw))"), "python"),
+        // a part of it: subscripted or sliced
+        (format!("pw = \"{value}\"\nlogin({name}=pw[:8])"), "python"),
+        (format!("pw = \"{value}\"\nlogin({name}=pw[0])"), "python"),
+        (
+            format!("pw = \"{value}\"\nlogin({name}=pw[1:8].strip())"),
+            "python",
+        ),
+        (format!("login({name}=\"{value}\"[:8])"), "python"),
     ];
     for language in ["js", "ts"] {
         shapes.extend([
@@ -624,6 +632,26 @@ fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
             ),
             (
                 format!("const pw = \"{value}\"; await mcp.login({{{name}: pw.trim()}})"),
+                language,
+            ),
+            (
+                format!("const pw = \"{value}\"; await mcp.login({{{name}: pw.slice(0, 8)}})"),
+                language,
+            ),
+            (
+                format!("const pw = \"{value}\"; await mcp.login({{{name}: pw.substring(1)}})"),
+                language,
+            ),
+            (
+                format!("const pw = \"{value}\"; await mcp.login({{{name}: pw.substr(0, 8)}})"),
+                language,
+            ),
+            (
+                format!("const pw = \"{value}\"; await mcp.login({{{name}: pw[0]}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: \"{value}\".charAt(0)}})"),
                 language,
             ),
             (
@@ -998,6 +1026,11 @@ fn fallback_joined_credentials(name: &str, value: &str) -> Vec<(String, &'static
             format!("pw = \"{value}\"\nclient.login({name}=f\"{{pw}}x\"\n"),
             "python",
         ),
+        (
+            format!("pw = \"{value}\"\nclient.login({name}=pw[:8]\n"),
+            "python",
+        ),
+        (format!("client.login({name}=\"{value}\"[:8]\n"), "python"),
     ];
     for language in ["js", "ts"] {
         shapes.extend([
@@ -1031,6 +1064,14 @@ fn fallback_joined_credentials(name: &str, value: &str) -> Vec<(String, &'static
             ),
             (
                 format!("const f = \"{value}\";\nlogin({{{name}: `${{f}}x`}};\n"),
+                language,
+            ),
+            (
+                format!("const pw = \"{value}\";\nlogin({{{name}: pw.slice(0, 8)}};\n"),
+                language,
+            ),
+            (
+                format!("const pw = \"{value}\";\nlogin({{{name}: pw[0]}};\n"),
                 language,
             ),
         ]);
@@ -1107,6 +1148,129 @@ fn a_separator_or_format_of_a_credential_in_the_fallback_stays() {
         hash("pw = \"a1\" + x\nclient.login(password=pw\n"),
         hash("pw = \"b2\" + x\nclient.login(password=pw\n")
     );
+}
+
+#[test]
+fn the_word_after_a_password_switch_of_a_command_that_prompts_is_no_credential() {
+    for (code, stored) in [
+        (
+            "psql --host db --password mydb",
+            "psql --host db --password mydb",
+        ),
+        (
+            "PGPASSWORD=s3cretPassw0rd psql -U bob --password mydb -c 'select 1'",
+            "PGPASSWORD=\"[REDACTED]\" psql -U bob --password mydb -c 'select 1'",
+        ),
+        (
+            "pg_dumpall --password -f out.sql",
+            "pg_dumpall --password -f out.sql",
+        ),
+        (
+            "mysql -u root --password mydb",
+            "mysql -u root --password mydb",
+        ),
+        (
+            "mysqldump --password db1 > out.sql",
+            "mysqldump --password db1 > out.sql",
+        ),
+        ("mysql -p mydb", "mysql -p mydb"),
+        // a value after `=` or attached is one, and any other command's `--password` takes one
+        (
+            "mysql --password=s3cretPassw0rd mydb",
+            "mysql --password=\"[REDACTED]\" mydb",
+        ),
+        ("mysql -ps3cretPassw0rd mydb", "mysql -p\"[REDACTED]\" mydb"),
+        (
+            "psql mydb; mytool --password s3cretPassw0rd",
+            "psql mydb; mytool --password \"[REDACTED]\"",
+        ),
+        (
+            "./run --db psql --password s3cretPassw0rd",
+            "./run --db psql --password \"[REDACTED]\"",
+        ),
+    ] {
+        let n = norm(code, "bash");
+        assert_eq!(n.redacted_code, stored, "{code}");
+        assert!(!n.template.contains("s3cret"), "{code}");
+        let run = norm(&format!("run({})", serde_json::json!(code)), "python");
+        assert_eq!(run.params[0].secret, code.contains("s3cret"), "{code}");
+    }
+    // the database stays a parameter, as it was, so the code hashes as before
+    let n = norm("psql --host db --password mydb", "bash");
+    assert_eq!(n.template, "psql --host db --password $STR");
+    let older = norm("psql --host db --password \"[REDACTED]\"", "bash");
+    assert_eq!(older.code_hash, n.code_hash);
+}
+
+#[test]
+fn a_credentials_path_is_no_credential() {
+    for (code, language, stored, name) in [
+        (
+            "app --password-file /etc/pw.txt run",
+            "bash",
+            "app --password-file /etc/pw.txt run",
+            "$PASSWORD_FILE",
+        ),
+        (
+            "app --token-file=/run/tok",
+            "bash",
+            "app --token-file=/run/tok",
+            "$TOKEN_FILE",
+        ),
+        (
+            "app --secret-file 's.json'",
+            "bash",
+            "app --secret-file 's.json'",
+            "$SECRET_FILE",
+        ),
+        (
+            "docker run -e POSTGRES_PASSWORD_FILE=/run/secrets/pg postgres",
+            "bash",
+            "docker run -e POSTGRES_PASSWORD_FILE=/run/secrets/pg postgres",
+            "$POSTGRES_PASSWORD_FILE",
+        ),
+        (
+            "client.login(password_file=\"/etc/pw.txt\")",
+            "python",
+            "client.login(password_file=\"/etc/pw.txt\")",
+            "$PASSWORD_FILE",
+        ),
+        (
+            "await mcp.login({tokenPath: \"/run/tok\"})",
+            "js",
+            "await mcp.login({tokenPath: \"/run/tok\"})",
+            "$TOKEN_PATH",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert_eq!(n.redacted_code, stored, "{code}");
+        assert_eq!(
+            n.params
+                .iter()
+                .map(|p| (p.name.as_str(), p.secret))
+                .collect::<Vec<_>>(),
+            [(name, false)],
+            "{code}"
+        );
+    }
+    // a credential given inline is one, and so is a credential-shaped value given as a path
+    for (code, stored) in [
+        (
+            "app --password s3cretPassw0rd --password-file /etc/pw.txt",
+            "app --password \"[REDACTED]\" --password-file /etc/pw.txt",
+        ),
+        (
+            "app --token-file ghp_0123456789abcdefghijklmnopqrstuvwxyz",
+            "app --token-file \"[REDACTED]\"",
+        ),
+    ] {
+        assert_eq!(norm(code, "bash").redacted_code, stored, "{code}");
+    }
+    // the path stays a parameter, as it was, so the code hashes as before
+    let n = norm("app --password-file /etc/pw.txt", "bash");
+    let older = norm("app --password-file \"[REDACTED]\"", "bash");
+    assert_eq!(older.code_hash, n.code_hash);
+    assert_eq!(older.template, n.template);
 }
 
 #[test]

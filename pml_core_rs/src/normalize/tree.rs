@@ -39,6 +39,9 @@ const JOIN_KINDS: &[&str] = &[
     "argument_list",
     "arguments",
     "keyword_argument",
+    // a subscript or slice of a value (`pw[:8]`, `pw[0]`)
+    "subscript",
+    "subscript_expression",
     // interpolated strings and their interpolations (`f"{pw}..."`, `` `${pw}...` ``)
     "string",
     "template_string",
@@ -738,8 +741,9 @@ impl<'a, 't> Walker<'a, 't> {
     /// of `+`, a branch (not the condition) of a conditional, the format
     /// string and arguments of Python's `%` formatting, and the string, callee, arguments and
     /// joined items of a formatting call (`format_call`: `"...".format(x)`, `"".join([...])`,
-    /// `"...".concat(x)`, `[...].join("")`, `` String.raw`...` ``), and the receiver of a
-    /// text method (`text_call`: `pw.strip()`, `pw.trim()`).
+    /// `"...".concat(x)`, `[...].join("")`, `` String.raw`...` ``), the receiver of a
+    /// text method (`text_call`: `pw.strip()`, `pw.trim()`, `pw.slice(0, 8)`), and the value
+    /// subscripted or sliced (`pw[:8]`, `pw[0]`).
     fn joined_by(&self, level: usize, field: Option<&'static str>, named_index: usize) -> bool {
         let frame = &self.frames[level - 1];
         let grammar = self.grammar;
@@ -772,6 +776,10 @@ impl<'a, 't> Walker<'a, 't> {
                     _ => false,
                 }),
             "ternary_expression" => matches!(field, Some("consequence" | "alternative")),
+            // a subscript or slice of a value is a piece of it (`pw[:8]`, `pw[0]`); its index
+            // is not
+            "subscript" => field == Some("value"),
+            "subscript_expression" => field == Some("object"),
             // `a if c else b`: no fields; the condition is the second named child
             "conditional_expression" => named_index != 1,
             "call" | "call_expression" => match field {
@@ -886,9 +894,9 @@ impl<'a, 't> Walker<'a, 't> {
         }
     }
 
-    /// Whether `call` returns its receiver's text changed only in case, ends or encoding
-    /// (`pw.strip()`, `pw.encode("utf-8")`, `pw.trim()`): its receiver is a piece of its value,
-    /// its arguments are not. Constant cost.
+    /// Whether `call` returns its receiver's text changed only in case, ends or encoding, or a
+    /// part of it (`pw.strip()`, `pw.encode("utf-8")`, `pw.trim()`, `pw.slice(0, 8)`): its
+    /// receiver is a piece of its value, its arguments are not. Constant cost.
     fn text_call(&self, call: Node<'t>) -> bool {
         let grammar = self.grammar;
         let Some(function) = grammar.child(call, "function") else {
@@ -912,6 +920,11 @@ impl<'a, 't> Walker<'a, 't> {
             "toLowerCase",
             "toUpperCase",
             "toString",
+            "slice",
+            "substring",
+            "substr",
+            "charAt",
+            "at",
         ];
         let methods = if self.lang.is_python() {
             python_methods
