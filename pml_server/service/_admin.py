@@ -63,23 +63,13 @@ class EngineAdmin:
         """Until the open's renaming of an older build's placeholder names is over (tests,
         benches): how many patterns it rewrote; raises what made it fail (the next open
         retries). docs/normalization.md, Placeholder names."""
-        jobs = self._jobs
-        if not jobs.placeholders_done.wait(timeout):
-            raise TimeoutError("the placeholder renaming is still running")
-        if jobs.placeholders_error is not None:
-            raise jobs.placeholders_error
-        return jobs.placeholders_renamed
+        return self._jobs.placeholders.wait(timeout)
 
     def wait_intents_summarized(self, timeout: float | None = None) -> int:
         """Until the open's summarizing of an older build's counters is over (tests,
         benches): how many it rewrote; raises what made it fail (the next open retries).
         docs/capture.md, The intents a view shows."""
-        jobs = self._jobs
-        if not jobs.summaries_done.wait(timeout):
-            raise TimeoutError("the summarizing of an older build's counters is still running")
-        if jobs.summaries_error is not None:
-            raise jobs.summaries_error
-        return jobs.intents_summarized
+        return self._jobs.summaries.wait(timeout)
 
     def audit_log(self, tenant: str) -> list[dict[str, Any]]:
         """Every retention action and deletion of the tenant, oldest first."""

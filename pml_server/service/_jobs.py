@@ -28,20 +28,50 @@ from pml_server.storage.seam import Op
 log = logging.getLogger(__name__)
 
 
+class OpenPass:
+    """A pass an open runs once per store over an older build's rows, while serving: how many
+    rows it rewrote once over, or what made it fail (no marker is written, so the next open
+    retries; docs/storage.md, Migrations)."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._done = threading.Event()
+        self._count = 0
+        self._error: BaseException | None = None
+
+    def run(self, body: Callable[[], int]) -> None:
+        try:
+            self._count = body()
+        except Exception as error:
+            log.exception("%s failed; next open retries", self._what)
+            self._error = error
+        finally:
+            self._done.set()
+
+    def failed(self, error: BaseException) -> None:
+        """The open failed before the pass could run."""
+        self._error = error
+        self._done.set()
+
+    def wait(self, timeout: float | None) -> int:
+        """Until the pass is over: how many rows it rewrote; raises what made it fail."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"{self._what} is still running")
+        if self._error is not None:
+            raise self._error
+        return self._count
+
+
 class BackgroundJobs:
     def __init__(self, state: EngineState) -> None:
         self._state = state
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.backups = _backup_job(state)
-        # the renaming of an older build's placeholder names (service/_older_builds.py)
-        self.placeholders_done = threading.Event()
-        self.placeholders_renamed = 0
-        self.placeholders_error: Exception | None = None
-        # the summaries written into an older build's counters (service/_older_builds.py)
-        self.summaries_done = threading.Event()
-        self.intents_summarized = 0
-        self.summaries_error: Exception | None = None
+        # the passes over an older build's rows an open runs while serving
+        # (service/_older_builds.py)
+        self.placeholders = OpenPass("renaming an older build's placeholder names")
+        self.summaries = OpenPass("summarizing an older build's counters")
         # patterns moved to today's hash at open (service/_older_builds.py)
         self.patterns_rekeyed = 0
 
@@ -109,25 +139,13 @@ class BackgroundJobs:
             state.readiness.set_ready()
         except BaseException as error:  # reported by wait_ready; is_ready stays False
             state.readiness.set_failed(error)
+            self.placeholders.failed(error)  # never run: their waiters hear why
+            self.summaries.failed(error)
             return
-        try:
-            # once per store, while serving: each rewrite holds only its pattern's lock
-            # (docs/normalization.md, Placeholder names)
-            self.placeholders_renamed = rename_placeholders(state, self._stop)
-        except Exception as error:  # retried at the next open: the marker is not written
-            log.exception("renaming an older build's placeholder names failed; next open retries")
-            self.placeholders_error = error
-        finally:
-            self.placeholders_done.set()
-        try:
-            # once per store, while serving: each rewrite holds only its pattern's lock
-            # (docs/capture.md, The intents a view shows)
-            self.intents_summarized = summarize_intents(state, self._stop)
-        except Exception as error:  # retried at the next open: the marker is not written
-            log.exception("summarizing an older build's counters failed; next open retries")
-            self.summaries_error = error
-        finally:
-            self.summaries_done.set()
+        # once per store, while serving: each rewrite holds only its pattern's lock
+        # (docs/normalization.md, Placeholder names; docs/capture.md, The intents a view shows)
+        self.placeholders.run(lambda: rename_placeholders(state, self._stop))
+        self.summaries.run(lambda: summarize_intents(state, self._stop))
 
     def _snapshot_loop(self) -> None:
         interval = self._state.config.snapshot_interval_seconds

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from pml_server.config import EngineConfig
 from pml_server.domain.errors import UnavailableError
 from pml_server.domain.model import IntentView, PageRequest
 from pml_server.domain.records import PatternCounters
@@ -21,7 +22,7 @@ from pml_server.storage.keys import CF_COUNTERS, CF_META, tenant_key
 from pml_server.storage.repo._intents import WHOLE_PATTERN_READ
 from pml_server.storage.repo._meta import _INTENTS_SUMMARIZED_KEY as SUMMARIZED_KEY
 from testing.store_reads import intents_read
-from tests.support import code_for, make_record, open_engine
+from tests.support import Clock, code_for, make_record, open_engine
 
 T = "t"
 MANY = 300
@@ -130,5 +131,35 @@ def test_an_older_builds_counters_are_summarized_once_at_open_and_resume_after_a
         assert _older_builds.summarize_intents(engine._state, threading.Event()) == 2
         assert sum(read) == MANY + 40
         assert max(read) <= WHOLE_PATTERN_READ
+    finally:
+        engine.close()
+
+
+class IndexesUnreadableError(OSError):
+    pass
+
+
+def test_an_open_that_fails_before_its_passes_says_why_to_their_waiters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open whose index restore fails never runs the passes over an older build's rows:
+    waiting for either raises what made the open fail (before: each wait ran out its timeout
+    and said the pass was still running)."""
+    broken = IndexesUnreadableError("the indexes could not be read")
+
+    def fail(*_: Any, **__: Any) -> None:
+        raise broken
+
+    monkeypatch.setattr("pml_server.service._jobs.restore_indexes", fail)
+    engine = Engine.open(EngineConfig(data_dir=tmp_path / "e", embedder="hashing"), Clock())
+    try:
+        with pytest.raises(IndexesUnreadableError):
+            engine.admin.wait_ready(30)
+        with pytest.raises(IndexesUnreadableError) as renaming:
+            engine.admin.wait_placeholders_renamed(30)
+        with pytest.raises(IndexesUnreadableError) as summarizing:
+            engine.admin.wait_intents_summarized(30)
+        assert renaming.value is broken
+        assert summarizing.value is broken
     finally:
         engine.close()

@@ -256,167 +256,89 @@ def test_an_older_builds_interpolated_credential_is_redacted_once_at_open(tmp_pa
         engine.close()
 
 
-JOINED_SECRET = "HUNTER2JOINED"
-JOINED_CODE = f'r = await mcp.login(user=name, password="{JOINED_SECRET.lower()}" + suffix)'
+# Credentials an older build kept as parameters not flagged secret, each with the marker
+# that build wrote and what today's capture stores in its place.
+OLDER_SECRETS = [
+    pytest.param(  # a literal piece of the value (`password="..." + suffix`)
+        "HUNTER2JOINED",
+        'r = await mcp.login(user=name, password="hunter2joined" + suffix)',
+        5,
+        'password="[REDACTED]" + suffix',
+        id="joined",
+    ),
+    pytest.param(  # joined or formatted into the value (`"".join(["...", x])`)
+        "HUNTER2FORMATTED",
+        'r = await mcp.login(user=name, password="".join(["hunter2formatted", x]))',
+        6,
+        'password="".join(["[REDACTED]", x])',
+        id="formatted",
+    ),
+    pytest.param(  # a variable a formatting call formats into the value (`fmt.format(x)`)
+        "HUNTER2VARIABLE",
+        'fmt = "hunter2variable{}"\nr = await mcp.login(user=name, password=fmt.format(x))',
+        7,
+        'fmt = "[REDACTED]"',
+        id="variable",
+    ),
+    pytest.param(  # a variable sliced or subscripted into the value (`pw[:8]`)
+        "HUNTER2SLICED",
+        'pw = "hunter2sliced"\nr = await mcp.login(user=name, password=pw[:8].strip())',
+        8,
+        'pw = "[REDACTED]"',
+        id="sliced",
+    ),
+]
 
 
-def test_an_older_builds_joined_credential_is_redacted_once_at_open(tmp_path: Path) -> None:
-    """An older build kept a literal piece of a credential's value (`password="..." + suffix`)
-    as a parameter not flagged secret, in the stored code and the parameter's recent values,
-    and marked its store `placeholders_renamed/5`; the next open rewrites the pattern as
-    today's capture stores it, under the same hash (docs/storage.md, Migrations)."""
-    engine = open_engine(tmp_path / "e")
-    assert engine.admin.wait_placeholders_renamed(60) == 0
-    record = replace(make_record("r1", INTENT, ["login"], code=JOINED_CODE), language="python")
-    pattern_id = engine.record(T, record).pattern_id
-    assert _stored_rows_holding(engine, JOINED_SECRET, None) == []  # today's capture keeps none
-    repo = engine._state.repo
-    pattern = repo.patterns.pattern(T, pattern_id)
-    counters = repo.patterns.counters(T, pattern_id)
-    assert pattern is not None
-    assert counters is not None
-    assert 'password="[REDACTED]" + suffix' in pattern.original_code
-    assert [(p.name, p.secret) for p in pattern.params] == [("$STR", True)]
-    # as the older build wrote it: the code as run, the piece no secret, its value kept
-    old = replace(
-        pattern,
-        original_code=JOINED_CODE,
-        params=tuple(replace(p, secret=False) for p in pattern.params),
-        parameter_schema_json=pattern.parameter_schema_json.replace(',"writeOnly":true', ""),
-    )
-    recent = {"$STR": [f'"{JOINED_SECRET.lower()}"']}
-    engine._state.store.write(
-        [
-            repo.patterns.put_pattern(T, old),
-            repo.patterns.put_counters(T, pattern_id, replace(counters, recent_values=recent)),
-            (CF_META, PLACEHOLDERS_KEY, None),
-            (CF_META, b"placeholders_renamed/5", b"1"),  # the marker that build wrote
-        ]
-    )
-    assert _stored_rows_holding(engine, JOINED_SECRET, None)
-    engine.close()
-
-    engine = open_engine(tmp_path / "e")
-    try:
-        assert engine.admin.wait_placeholders_renamed(60) == 1
-        assert _stored_rows_holding(engine, JOINED_SECRET, None) == []
-        view = engine.get_pattern(T, pattern_id)
-        assert view.template == pattern.template
-        assert view.code_hash == pattern.code_hash
-        assert [(p.name, p.secret) for p in view.params] == [("$STR", True)]
-    finally:
-        engine.close()
-
-
-FORMATTED_SECRET = "HUNTER2FORMATTED"
-FORMATTED_CODE = (
-    f'r = await mcp.login(user=name, password="".join(["{FORMATTED_SECRET.lower()}", x]))'
-)
-
-
-def test_an_older_builds_formatted_credential_is_redacted_once_at_open(tmp_path: Path) -> None:
-    """An older build kept a literal joined or formatted into a credential's value
-    (`password="".join(["...", x])`) as a parameter not flagged secret, in the stored code and
-    the parameter's recent values, and marked its store `placeholders_renamed/6`; the next
-    open rewrites the pattern as today's capture stores it, under the same hash (docs/
-    storage.md, Migrations)."""
-    engine = open_engine(tmp_path / "e")
-    assert engine.admin.wait_placeholders_renamed(60) == 0
-    record = replace(make_record("r1", INTENT, ["login"], code=FORMATTED_CODE), language="python")
-    pattern_id = engine.record(T, record).pattern_id
-    assert _stored_rows_holding(engine, FORMATTED_SECRET, None) == []
-    repo = engine._state.repo
-    pattern = repo.patterns.pattern(T, pattern_id)
-    counters = repo.patterns.counters(T, pattern_id)
-    assert pattern is not None
-    assert counters is not None
-    assert 'password="".join(["[REDACTED]", x])' in pattern.original_code
-    secret_names = [p.name for p in pattern.params if p.secret]
-    assert len(secret_names) == 1
-    # as the older build wrote it: the code as run, the item no secret, its value kept
-    old = replace(
-        pattern,
-        original_code=FORMATTED_CODE,
-        params=tuple(replace(p, secret=False) for p in pattern.params),
-        parameter_schema_json=pattern.parameter_schema_json.replace(',"writeOnly":true', ""),
-    )
-    recent = {secret_names[0]: [f'"{FORMATTED_SECRET.lower()}"']}
-    engine._state.store.write(
-        [
-            repo.patterns.put_pattern(T, old),
-            repo.patterns.put_counters(T, pattern_id, replace(counters, recent_values=recent)),
-            (CF_META, PLACEHOLDERS_KEY, None),
-            (CF_META, b"placeholders_renamed/6", b"1"),  # the marker that build wrote
-        ]
-    )
-    assert _stored_rows_holding(engine, FORMATTED_SECRET, None)
-    engine.close()
-
-    engine = open_engine(tmp_path / "e")
-    try:
-        assert engine.admin.wait_placeholders_renamed(60) == 1
-        assert _stored_rows_holding(engine, FORMATTED_SECRET, None) == []
-        view = engine.get_pattern(T, pattern_id)
-        assert view.template == pattern.template
-        assert view.code_hash == pattern.code_hash
-        assert [p.name for p in view.params if p.secret] == secret_names
-    finally:
-        engine.close()
-
-
-VARIABLE_SECRET = "HUNTER2VARIABLE"
-VARIABLE_CODE = (
-    f'fmt = "{VARIABLE_SECRET.lower()}{{}}"\nr = await mcp.login(user=name, password=fmt.format(x))'
-)
-
-
-def test_an_older_builds_credential_format_in_a_variable_is_redacted_once_at_open(
-    tmp_path: Path,
+@pytest.mark.parametrize(("secret", "code", "marker", "stored"), OLDER_SECRETS)
+def test_an_older_builds_credential_is_redacted_once_at_open(
+    tmp_path: Path, secret: str, code: str, marker: int, stored: str
 ) -> None:
-    """An older build kept a literal assigned to a variable that a formatting call formats
-    into a credential's value (`fmt = "...{}"` then `password=fmt.format(x)`) as a parameter
-    not flagged secret, in the stored code and the parameter's recent values, and marked its
-    store `placeholders_renamed/7`; the next open rewrites the pattern as today's capture
+    """An older build kept a literal of a credential's value as a parameter not flagged secret,
+    in the stored code and the parameter's recent values, and marked its store
+    `placeholders_renamed/<marker>`; the next open rewrites the pattern as today's capture
     stores it, under the same hash (docs/storage.md, Migrations)."""
     engine = open_engine(tmp_path / "e")
     assert engine.admin.wait_placeholders_renamed(60) == 0
-    record = replace(make_record("r1", INTENT, ["login"], code=VARIABLE_CODE), language="python")
+    record = replace(make_record("r1", INTENT, ["login"], code=code), language="python")
     pattern_id = engine.record(T, record).pattern_id
-    assert _stored_rows_holding(engine, VARIABLE_SECRET, None) == []
+    assert _stored_rows_holding(engine, secret, None) == []  # today's capture keeps none
     repo = engine._state.repo
     pattern = repo.patterns.pattern(T, pattern_id)
     counters = repo.patterns.counters(T, pattern_id)
     assert pattern is not None
     assert counters is not None
-    assert 'fmt = "[REDACTED]"' in pattern.original_code
-    assert [(p.name, p.secret) for p in pattern.params] == [("$FMT", True)]
+    assert stored in pattern.original_code
+    params = [(p.name, p.secret) for p in pattern.params]
+    secret_names = [name for name, is_secret in params if is_secret]
+    assert len(secret_names) == 1
     # as the older build wrote it: the code as run, the literal no secret, its value kept
     old = replace(
         pattern,
-        original_code=VARIABLE_CODE,
+        original_code=code,
         params=tuple(replace(p, secret=False) for p in pattern.params),
         parameter_schema_json=pattern.parameter_schema_json.replace(',"writeOnly":true', ""),
     )
-    recent = {"$FMT": [f'"{VARIABLE_SECRET.lower()}{{}}"']}
+    recent = {secret_names[0]: [f'"{secret.lower()}"']}
     engine._state.store.write(
         [
             repo.patterns.put_pattern(T, old),
             repo.patterns.put_counters(T, pattern_id, replace(counters, recent_values=recent)),
             (CF_META, PLACEHOLDERS_KEY, None),
-            (CF_META, b"placeholders_renamed/7", b"1"),  # the marker that build wrote
+            (CF_META, f"placeholders_renamed/{marker}".encode(), b"1"),  # that build's marker
         ]
     )
-    assert _stored_rows_holding(engine, VARIABLE_SECRET, None)
+    assert _stored_rows_holding(engine, secret, None)
     engine.close()
 
     engine = open_engine(tmp_path / "e")
     try:
         assert engine.admin.wait_placeholders_renamed(60) == 1
-        assert _stored_rows_holding(engine, VARIABLE_SECRET, None) == []
+        assert _stored_rows_holding(engine, secret, None) == []
         view = engine.get_pattern(T, pattern_id)
         assert view.template == pattern.template
         assert view.code_hash == pattern.code_hash
-        assert [(p.name, p.secret) for p in view.params] == [("$FMT", True)]
+        assert [(p.name, p.secret) for p in view.params] == params
     finally:
         engine.close()
 
@@ -480,60 +402,5 @@ def test_an_older_builds_registry_after_password_stdin_is_renamed_once_at_open(
         assert [(p.name, p.secret) for p in view.params] == [("$STR", True), ("$STR_2", False)]
         again = replace(make_record("r2", INTENT, ["docker"], code=REGISTRY_CODE), language="bash")
         assert engine.record(T, again).pattern_id == pattern_id
-    finally:
-        engine.close()
-
-
-SLICED_SECRET = "HUNTER2SLICED"
-SLICED_CODE = (
-    f'pw = "{SLICED_SECRET.lower()}"\nr = await mcp.login(user=name, password=pw[:8].strip())'
-)
-
-
-def test_an_older_builds_sliced_credential_is_redacted_once_at_open(tmp_path: Path) -> None:
-    """An older build kept a literal assigned to a variable that is sliced or subscripted into a
-    credential's value (`pw = "..."` then `password=pw[:8]`) as a parameter not flagged
-    secret, in the stored code and the parameter's recent values, and marked its store
-    `placeholders_renamed/8`; the next open rewrites the pattern as today's capture stores it,
-    under the same hash (docs/storage.md, Migrations)."""
-    engine = open_engine(tmp_path / "e")
-    assert engine.admin.wait_placeholders_renamed(60) == 0
-    record = replace(make_record("r1", INTENT, ["login"], code=SLICED_CODE), language="python")
-    pattern_id = engine.record(T, record).pattern_id
-    assert _stored_rows_holding(engine, SLICED_SECRET, None) == []
-    repo = engine._state.repo
-    pattern = repo.patterns.pattern(T, pattern_id)
-    counters = repo.patterns.counters(T, pattern_id)
-    assert pattern is not None
-    assert counters is not None
-    assert 'pw = "[REDACTED]"' in pattern.original_code
-    assert [(p.name, p.secret) for p in pattern.params] == [("$PW", True), ("$NUM", False)]
-    # as the older build wrote it: the code as run, the literal no secret, its value kept
-    old = replace(
-        pattern,
-        original_code=SLICED_CODE,
-        params=tuple(replace(p, secret=False) for p in pattern.params),
-        parameter_schema_json=pattern.parameter_schema_json.replace(',"writeOnly":true', ""),
-    )
-    recent = {"$PW": [f'"{SLICED_SECRET.lower()}"'], "$NUM": ["8"]}
-    engine._state.store.write(
-        [
-            repo.patterns.put_pattern(T, old),
-            repo.patterns.put_counters(T, pattern_id, replace(counters, recent_values=recent)),
-            (CF_META, PLACEHOLDERS_KEY, None),
-            (CF_META, b"placeholders_renamed/8", b"1"),  # the marker that build wrote
-        ]
-    )
-    assert _stored_rows_holding(engine, SLICED_SECRET, None)
-    engine.close()
-
-    engine = open_engine(tmp_path / "e")
-    try:
-        assert engine.admin.wait_placeholders_renamed(60) == 1
-        assert _stored_rows_holding(engine, SLICED_SECRET, None) == []
-        view = engine.get_pattern(T, pattern_id)
-        assert view.template == pattern.template
-        assert view.code_hash == pattern.code_hash
-        assert [(p.name, p.secret) for p in view.params] == [("$PW", True), ("$NUM", False)]
     finally:
         engine.close()
