@@ -379,7 +379,10 @@ impl ValuePieces {
                                 || i.checked_sub(1).is_some_and(|p| text(&tokens[p]) == "(")
                                     && self.brackets.last() == Some(&true)
                                 || closes.get(i).is_some_and(|&close| {
-                                    formatting_call_at(tokens, close + 3, code)
+                                    // an unclosed `[` has no close (usize::MAX)
+                                    close.checked_add(3).is_some_and(|after| {
+                                        formatting_call_at(tokens, after, code)
+                                    })
                                 }))
                     }
                     _ => false,

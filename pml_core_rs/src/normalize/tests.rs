@@ -202,6 +202,23 @@ fn secrets_flagged() {
 }
 
 #[test]
+fn an_unclosed_bracket_in_a_value_the_fallback_reads_is_no_panic() {
+    // an unclosed `[` has no closing bracket (usize::MAX in `closing_brackets`): the list
+    // test added 3 to it (found by tests/fuzz_normalize.rs in a debug build)
+    for code in [
+        " a\u{10d8e}={[",
+        "``{a=\"\"\"a{_\n___________`[",
+        "password = [",
+        "pw = [\"x\"",
+    ] {
+        for lang in ["python", "js", "ts", "bash"] {
+            let normalized = norm(code, lang);
+            assert!(!normalized.code_hash.is_empty(), "{code:?} {lang}");
+        }
+    }
+}
+
+#[test]
 fn fallback_paths() {
     let broken = norm("const x = await mcp.read_file({path: 'a'", "js");
     assert!(!broken.parse_ok);
