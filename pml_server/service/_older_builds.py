@@ -87,20 +87,12 @@ def summarize_intents(state: EngineState, stop: threading.Event) -> int:
 
 
 def _unsummarized(state: EngineState, stop: threading.Event) -> Iterator[tuple[str, str]]:
-    """(tenant, pattern id) of every stored counters row without the summary, a page at a
-    time, until `stop` is set."""
-    start: bytes | None = None
-    while True:
-        rows = state.store.scan(CF_COUNTERS, b"", start=start, limit=_PAGE)
-        for key, raw in rows:
-            if stop.is_set():
-                return
-            if shown_intents.shown_ids(PatternCounters.from_json(raw)) is None:
-                tenant, pattern_id = split_tenant(key)
-                yield tenant, pattern_id.decode()
-        if len(rows) < _PAGE:
-            return
-        start = rows[-1][0] + b"\x00"
+    """(tenant, pattern id) of every stored counters row without the summary, until `stop`
+    is set."""
+    for key, raw in _every_row(state, CF_COUNTERS, stop):
+        if shown_intents.shown_ids(PatternCounters.from_json(raw)) is None:
+            tenant, pattern_id = split_tenant(key)
+            yield tenant, pattern_id.decode()
 
 
 def _summarize_one(state: EngineState, tenant: str, pattern_id: str) -> int:
@@ -128,14 +120,23 @@ def _summarize_one(state: EngineState, tenant: str, pattern_id: str) -> int:
 def _every_pattern(
     state: EngineState, stop: threading.Event
 ) -> Iterator[tuple[str, PatternRecord]]:
-    """Every stored pattern of every tenant, a page at a time, until `stop` is set."""
+    """Every stored pattern of every tenant, until `stop` is set."""
+    for key, raw in _every_row(state, CF_PATTERNS, stop):
+        yield split_tenant(key)[0], PatternRecord.from_json(raw)
+
+
+def _every_row(
+    state: EngineState, family: str, stop: threading.Event
+) -> Iterator[tuple[bytes, bytes]]:
+    """Every row of a key-value family, every tenant's, a page at a time, until `stop` is
+    set."""
     start: bytes | None = None
     while True:
-        rows = state.store.scan(CF_PATTERNS, b"", start=start, limit=_PAGE)
-        for key, raw in rows:
+        rows = state.store.scan(family, b"", start=start, limit=_PAGE)
+        for row in rows:
             if stop.is_set():
                 return
-            yield split_tenant(key)[0], PatternRecord.from_json(raw)
+            yield row
         if len(rows) < _PAGE:
             return
         start = rows[-1][0] + b"\x00"
