@@ -5,20 +5,26 @@ complete or not at all, the newest few kept. A backup's directory is a data dire
 from pml_server.backup._dir import (
     BACKUP_PREFIX,
     MANIFEST_NAME,
+    RESTORED_NAME,
     STORE_ID_NAME,
     Backup,
     BackupDir,
+    DamagedBackupError,
     store_id,
+    verify_restored,
 )
 from pml_server.backup._job import BackupJob, BackupStatus
 
 __all__ = [
     "BACKUP_PREFIX",
     "MANIFEST_NAME",
+    "RESTORED_NAME",
     "STORE_ID_NAME",
     "Backup",
     "BackupDir",
     "BackupJob",
     "BackupStatus",
+    "DamagedBackupError",
     "store_id",
+    "verify_restored",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -22,6 +24,15 @@ _STAMP = "%Y-%m-%dT%H-%M-%S.%fZ"
 # In the data directory, beside (not in) the store: a checkpoint does not copy it, so a server
 # started on a restored copy is a store of its own (docs/storage.md, "Backups and restore").
 STORE_ID_NAME = "pml-store-id"
+# What a restored copy's manifest is renamed to once its files were checked, before the first
+# open writes into the store (docs/storage.md, "Backups and restore").
+RESTORED_NAME = "pml-restored-from.json"
+_HASH_CHUNK = 1 << 20
+
+
+class DamagedBackupError(OSError):
+    """A restored copy of a backup whose files are not those the backup wrote: one is missing,
+    shorter or longer, or its bytes changed."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,7 @@ class BackupDir:
                 "sequence": sequence,
                 **about,
                 "store_id": self.store_id,
+                "files": _file_digests(partial),
             }
             (partial / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
             _fsync_tree(partial)
@@ -137,6 +149,66 @@ class BackupDir:
         if "store_id" in manifest:
             return bool(manifest["store_id"] == self.store_id)
         return self._data_dir is not None and manifest.get("data_dir") == self._data_dir
+
+
+def _file_digests(directory: Path) -> dict[str, dict[str, object]]:
+    """Each file of the checkpoint: its size and SHA-256, which the first open of a restored copy
+    checks (`verify_restored`)."""
+    return {
+        path.name: {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+        for path in sorted(directory.iterdir())
+        if path.is_file()
+    }
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_restored(data_dir: Path) -> None:
+    """Before a store is opened in `data_dir`: when it is a copy of a backup never served yet
+    (its manifest is there), check every file the manifest lists, then rename the manifest to
+    `RESTORED_NAME` (from the first open on, the store's files change). RocksDB opens a copy
+    with a truncated MANIFEST or WAL file as a store holding less, or nothing, and deletes the
+    table files the truncated MANIFEST no longer names: DamagedBackupError naming the file
+    instead, before anything is written. A manifest of an earlier pml lists no files: nothing
+    to check."""
+    manifest_path = data_dir / MANIFEST_NAME
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as err:
+        raise DamagedBackupError(f"backup manifest {manifest_path} is unreadable: {err}") from err
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if files is None:
+        return
+    for name, expected in sorted(files.items()):
+        path = data_dir / name
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise DamagedBackupError(
+                f"backup file {path} is missing (the backup's manifest lists it): restore "
+                "from a whole copy of the backup"
+            ) from None
+        if size != expected["bytes"] or _sha256(path) != expected["sha256"]:
+            what = (
+                f"has {size} bytes, the backup wrote {expected['bytes']}"
+                if size != expected["bytes"]
+                else "has other bytes than the backup wrote (SHA-256 differs)"
+            )
+            raise DamagedBackupError(
+                f"backup file {path} {what}: restore from a whole copy of the backup, or "
+                "from another backup"
+            )
+    with contextlib.suppress(FileNotFoundError):  # a server starting beside: one renames it
+        os.rename(manifest_path, data_dir / RESTORED_NAME)
+    _fsync(data_dir)
 
 
 def _fsync_tree(directory: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pml_server.backup import verify_restored
 from pml_server.storage.repo import Repository
 from pml_server.storage.rocks import SCHEMA_VERSION, SchemaVersionError, Store, StoreInUseError
 from pml_server.storage.seam import StoreBackend
@@ -34,6 +35,9 @@ def open_store(store: str | None, data_dir: Path, durability: str, pool_size: in
         from pml_server.storage.postgres import PostgresStore
 
         return PostgresStore(store, pool_size)
+    # a copy of a backup is checked whole before RocksDB opens it (docs/storage.md, Backups
+    # and restore)
+    verify_restored(data_dir)
     return Store(data_dir, durability)
 
 

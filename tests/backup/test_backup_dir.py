@@ -4,6 +4,7 @@ backup; a failed backup is counted and logged, and the job goes on."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -48,6 +49,8 @@ def test_backups_are_whole_named_in_time_order_and_pruned_to_keep(tmp_path: Path
         "sequence": 42,
         "about": 3,
         "store_id": "a",
+        # what the first open of a restored copy checks (tests/backup/test_backups_served.py)
+        "files": {"data": {"bytes": 1, "sha256": hashlib.sha256(b"3").hexdigest()}},
     }
     assert newest.sequence == 42
 

@@ -1,7 +1,7 @@
 """Backups of a running `pml serve` (a real process, RocksDB on disk): SIGUSR2 takes one while
 writers go on, a copy of it serves every write acknowledged before the signal, the schedule
 takes them on its own and keeps the newest `--backup-keep`; without `--backup-dir`, SIGUSR2
-is logged and the server serves on."""
+is logged and the server serves on; a copy with a damaged file is refused, naming it."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pml_server.backup import MANIFEST_NAME, STORE_ID_NAME, BackupDir
+from pml_server.backup import MANIFEST_NAME, RESTORED_NAME, STORE_ID_NAME, BackupDir
 from pml_server.client import PmlClient, PmlClientError, make_record
 from testing.server_process import ServerProcess
 
@@ -122,3 +124,71 @@ def test_scheduled_backups_keep_the_newest_and_sigusr2_never_stops_a_server(
             client.record(make_record("after the signal", "await mcp.x()", tools=["x"]))
     finally:
         assert plain.terminate() == 0
+
+
+def _backup_of_captures(tmp_path: Path, count: int) -> Path:
+    root = tmp_path / "backups"
+    process = ServerProcess(tmp_path / "data", "--backup-dir", str(root))
+    process.start()
+    try:
+        with PmlClient(process.target, timeout=30) as client:
+            for i in range(count):
+                client.record(make_record(f"task {i}", f"await mcp.t{i}()", tools=[f"t{i}"]))
+        os.kill(_pid(process), signal.SIGUSR2)
+        _wait_for(lambda: BackupDir(root, keep=1, store_id="lister").complete(), "backup")
+    finally:
+        process.terminate()
+    [backup] = BackupDir(root, keep=1, store_id="lister").complete()
+    return backup
+
+
+def _serve_refused(data_dir: Path) -> str:
+    """`pml serve` on `data_dir`: its one-line error (the test fails if it serves)."""
+    args = [sys.executable, "-m", "pml_server.cli", "serve", "--data-dir", str(data_dir)]
+    args += ["--embedder", "hashing", "--listen", "127.0.0.1:0"]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as served:
+        raise AssertionError(f"served {data_dir} instead of refusing it") from served
+    assert done.returncode == 2, done.stderr
+    return done.stderr.strip()
+
+
+def test_a_restored_copy_with_a_damaged_file_is_refused_naming_it(tmp_path: Path) -> None:
+    # RocksDB opened a copy whose MANIFEST was cut short as an empty store (no error), deleted
+    # the table files the cut MANIFEST no longer named, and pml served it: every capture gone
+    backup = _backup_of_captures(tmp_path, 40)
+    cut = tmp_path / "cut"
+    shutil.copytree(backup, cut)
+    [rocks_manifest] = cut.glob("MANIFEST-*")
+    whole = rocks_manifest.read_bytes()
+    rocks_manifest.write_bytes(whole[: len(whole) // 2])
+    files = {path.name for path in cut.iterdir()}
+    error = _serve_refused(cut)
+    assert error.startswith("pml serve: error: backup file")
+    assert f"{rocks_manifest} has {len(whole) // 2} bytes, the backup wrote {len(whole)}" in error
+    # RocksDB never opened it: every file is still there, the MANIFEST as it was
+    assert files <= {path.name for path in cut.iterdir()}
+    assert rocks_manifest.read_bytes() == whole[: len(whole) // 2]
+
+    flipped = tmp_path / "flipped"
+    shutil.copytree(backup, flipped)
+    table = max(flipped.glob("*.sst"), key=lambda path: path.stat().st_size)
+    data = bytearray(table.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    table.write_bytes(bytes(data))
+    assert f"{table} has other bytes than the backup wrote" in _serve_refused(flipped)
+
+    restored = tmp_path / "restored"
+    shutil.copytree(backup, restored)
+    for start in range(2):  # checked once, then served as any data directory
+        served = ServerProcess(restored)
+        served.start()
+        try:
+            with PmlClient(served.target, timeout=30) as client:
+                assert client.stats().executions == 40 + start
+                client.record(make_record(f"after {start}", "await mcp.y()", tools=["y"]))
+        finally:
+            assert served.terminate() == 0
+        assert not (restored / MANIFEST_NAME).exists()
+        assert (restored / RESTORED_NAME).is_file()
