@@ -28,6 +28,8 @@ STORE_ID_NAME = "pml-store-id"
 # open writes into the store (docs/storage.md, "Backups and restore").
 RESTORED_NAME = "pml-restored-from.json"
 _HASH_CHUNK = 1 << 20
+# The files of a RocksDB store, beside which a restored copy must be alone.
+_STORE_FILES = ("*.sst", "*.log", "*.blob", "MANIFEST-*", "IDENTITY")
 
 
 class DamagedBackupError(OSError):
@@ -187,6 +189,19 @@ def verify_restored(data_dir: Path) -> None:
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if files is None:
         return
+    # RocksDB's files of a store that was there before the copy: it would open the backup's
+    # MANIFEST and drop them, or replay a WAL of theirs into the restored store
+    before = sorted(
+        path.name
+        for pattern in _STORE_FILES
+        for path in data_dir.glob(pattern)
+        if path.name not in files
+    )
+    if before:
+        raise DamagedBackupError(
+            f"{data_dir} held a store before the backup was copied into it ({', '.join(before)} "
+            "are not the backup's): copy the backup into a new, empty directory"
+        )
     for name, expected in sorted(files.items()):
         path = data_dir / name
         try:

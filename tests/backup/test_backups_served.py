@@ -192,3 +192,20 @@ def test_a_restored_copy_with_a_damaged_file_is_refused_naming_it(tmp_path: Path
             assert served.terminate() == 0
         assert not (restored / MANIFEST_NAME).exists()
         assert (restored / RESTORED_NAME).is_file()
+
+
+def test_a_backup_copied_over_a_store_is_refused_not_mixed_with_it(tmp_path: Path) -> None:
+    # copied over a store that had crashed, the backup was served and the store's 20 captures
+    # (in its WAL, which RocksDB dropped) were gone without a word
+    backup = _backup_of_captures(tmp_path, 10)
+    live = ServerProcess(tmp_path / "live")
+    live.start()
+    with PmlClient(live.target, timeout=30) as client:
+        for i in range(20):
+            client.record(make_record(f"live {i}", f"await mcp.l{i}()", tools=[f"l{i}"]))
+    live.kill()
+    subprocess.run(["cp", "-a", f"{backup}/.", str(tmp_path / "live")], check=True)
+    error = _serve_refused(tmp_path / "live")
+    assert "held a store before the backup was copied into it" in error
+    assert "IDENTITY" in error
+    assert (tmp_path / "live" / MANIFEST_NAME).is_file()  # refused, not marked as checked
