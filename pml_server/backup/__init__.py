@@ -9,7 +9,7 @@ from pml_server.backup._dir import (
     STORE_ID_NAME,
     Backup,
     BackupDir,
-    DamagedBackupError,
+    RestoreRefusedError,
     store_id,
     verify_restored,
 )
@@ -24,7 +24,7 @@ __all__ = [
     "BackupDir",
     "BackupJob",
     "BackupStatus",
-    "DamagedBackupError",
+    "RestoreRefusedError",
     "store_id",
     "verify_restored",
 ]

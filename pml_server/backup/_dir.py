@@ -32,9 +32,10 @@ _HASH_CHUNK = 1 << 20
 _STORE_FILES = ("*.sst", "*.log", "*.blob", "MANIFEST-*", "IDENTITY")
 
 
-class DamagedBackupError(OSError):
-    """A restored copy of a backup whose files are not those the backup wrote: one is missing,
-    shorter or longer, or its bytes changed."""
+class RestoreRefusedError(OSError):
+    """A restored copy of a backup whose files are not those the backup wrote (one is missing,
+    shorter or longer, or its bytes changed), made over another store, or copied into the data
+    directory rather than as it."""
 
 
 @dataclass(frozen=True)
@@ -176,16 +177,26 @@ def verify_restored(data_dir: Path) -> None:
     (its manifest is there), check every file the manifest lists, then rename the manifest to
     `RESTORED_NAME` (from the first open on, the store's files change). RocksDB opens a copy
     with a truncated MANIFEST or WAL file as a store holding less, or nothing, and deletes the
-    table files the truncated MANIFEST no longer names: DamagedBackupError naming the file
+    table files the truncated MANIFEST no longer names: RestoreRefusedError naming the file
     instead, before anything is written. A manifest of an earlier pml lists no files: nothing
     to check."""
+    # pml never makes a backup inside a data directory (`--backup-dir` there is refused): one
+    # copied in whole would leave the store it was meant to replace served, or a new empty one
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for inside in sorted(data_dir.iterdir()):
+            if (inside / MANIFEST_NAME).is_file():
+                raise RestoreRefusedError(
+                    f"{inside} is a backup copied into the data directory {data_dir}: the "
+                    f"store is its contents (cp -a {inside}/. NEW_DIR, or serve a copy of it "
+                    "as --data-dir)"
+                )
     manifest_path = data_dir / MANIFEST_NAME
     try:
         manifest = json.loads(manifest_path.read_text())
     except FileNotFoundError:
         return
     except (OSError, ValueError) as err:
-        raise DamagedBackupError(f"backup manifest {manifest_path} is unreadable: {err}") from err
+        raise RestoreRefusedError(f"backup manifest {manifest_path} is unreadable: {err}") from err
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if files is None:
         return
@@ -198,7 +209,7 @@ def verify_restored(data_dir: Path) -> None:
         if path.name not in files
     )
     if before:
-        raise DamagedBackupError(
+        raise RestoreRefusedError(
             f"{data_dir} held a store before the backup was copied into it ({', '.join(before)} "
             "are not the backup's): copy the backup into a new, empty directory"
         )
@@ -207,7 +218,7 @@ def verify_restored(data_dir: Path) -> None:
         try:
             size = path.stat().st_size
         except FileNotFoundError:
-            raise DamagedBackupError(
+            raise RestoreRefusedError(
                 f"backup file {path} is missing (the backup's manifest lists it): restore "
                 "from a whole copy of the backup"
             ) from None
@@ -217,7 +228,7 @@ def verify_restored(data_dir: Path) -> None:
                 if size != expected["bytes"]
                 else "has other bytes than the backup wrote (SHA-256 differs)"
             )
-            raise DamagedBackupError(
+            raise RestoreRefusedError(
                 f"backup file {path} {what}: restore from a whole copy of the backup, or "
                 "from another backup"
             )

@@ -209,3 +209,17 @@ def test_a_backup_copied_over_a_store_is_refused_not_mixed_with_it(tmp_path: Pat
     assert "held a store before the backup was copied into it" in error
     assert "IDENTITY" in error
     assert (tmp_path / "live" / MANIFEST_NAME).is_file()  # refused, not marked as checked
+
+
+def test_a_backup_copied_into_a_data_directory_is_refused_not_served_empty(
+    tmp_path: Path,
+) -> None:
+    # `cp -a BACKUP restored` into an existing `restored` nests the backup: the server made a
+    # new empty store beside it and served that, 0 of 10 captures, without a word
+    backup = _backup_of_captures(tmp_path, 10)
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    subprocess.run(["cp", "-a", str(backup), str(restored)], check=True)
+    error = _serve_refused(restored)
+    assert f"{restored / backup.name} is a backup copied into the data directory" in error
+    assert not (restored / "CURRENT").exists()  # no store made there
