@@ -172,6 +172,18 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _well_formed(files: object) -> bool:
+    return isinstance(files, dict) and all(
+        isinstance(name, str)
+        and name == Path(name).name
+        and name not in ("", ".", "..")
+        and isinstance(entry, dict)
+        and isinstance(entry.get("bytes"), int)
+        and isinstance(entry.get("sha256"), str)
+        for name, entry in files.items()
+    )
+
+
 def verify_restored(data_dir: Path) -> None:
     """Before a store is opened in `data_dir`: when it is a copy of a backup never served yet
     (its manifest is there), check every file the manifest lists, then rename the manifest to
@@ -200,6 +212,11 @@ def verify_restored(data_dir: Path) -> None:
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if files is None:
         return
+    if not _well_formed(files):
+        raise RestoreRefusedError(
+            f"backup manifest {manifest_path} is unreadable: its files are not a list of names "
+            "with their bytes and sha256"
+        )
     # RocksDB's files of a store that was there before the copy: it would open the backup's
     # MANIFEST and drop them, or replay a WAL of theirs into the restored store
     before = sorted(

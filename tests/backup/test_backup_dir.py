@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from pml_server.backup import MANIFEST_NAME, STORE_ID_NAME, BackupDir, BackupJob, store_id
+from pml_server.backup import (
+    MANIFEST_NAME,
+    STORE_ID_NAME,
+    BackupDir,
+    BackupJob,
+    RestoreRefusedError,
+    store_id,
+    verify_restored,
+)
 
 
 def _clock(start: datetime) -> Iterator[datetime]:
@@ -166,3 +174,27 @@ def test_the_job_counts_failures_goes_on_and_stops_when_asked(
     assert status.last_success_unix is not None
     assert any("backup failed: [Errno 13] Permission denied" in r.message for r in caplog.records)
     assert len(BackupDir(tmp_path / "b", keep=1, store_id="a").complete()) == 1
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        [],
+        {"data": 7},
+        {"data": {"bytes": "1", "sha256": "00"}},
+        {"../data": {"bytes": 1, "sha256": "00"}},
+    ],
+)
+def test_a_restored_copy_whose_manifest_lists_files_wrongly_is_refused(
+    tmp_path: Path, files: object
+) -> None:
+    """Edited by hand or damaged: refused with one line naming the manifest, never a traceback
+    (an unexpected shape raised TypeError or KeyError out of `pml serve`)."""
+    backups = BackupDir(tmp_path / "backups", keep=1, store_id="a")
+    copy = backups.take(_copy_of("x"), {}).path
+    manifest = json.loads((copy / MANIFEST_NAME).read_text())
+    verify_restored(copy)  # whole: checked and marked
+    assert not (copy / MANIFEST_NAME).exists()
+    (copy / MANIFEST_NAME).write_text(json.dumps({**manifest, "files": files}))
+    with pytest.raises(RestoreRefusedError, match=f"backup manifest {copy / MANIFEST_NAME}"):
+        verify_restored(copy)
