@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pml_server.backup import MANIFEST_NAME, RESTORED_NAME, STORE_ID_NAME, BackupDir
-from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.client import ExecutionRecord, PmlClient, PmlClientError, make_record
 from testing.server_process import ServerProcess
 
 
@@ -223,3 +223,76 @@ def test_a_backup_copied_into_a_data_directory_is_refused_not_served_empty(
     error = _serve_refused(restored)
     assert f"{restored / backup.name} is a backup copied into the data directory" in error
     assert not (restored / "CURRENT").exists()  # no store made there
+
+
+def test_a_backup_under_4_writers_of_shared_patterns_keeps_counters_exact(tmp_path: Path) -> None:
+    """Four clients count the same 5 patterns (successes and failures) while SIGUSR2 takes a
+    backup: the restored copy answers every capture acknowledged before the signal as a
+    replay, and its counters agree with its executions (each capture is one atomic batch)."""
+    root = tmp_path / "backups"
+    process = ServerProcess(tmp_path / "data", "--backup-dir", str(root))
+    process.start()
+    acknowledged: list[tuple[float, str]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list[Exception] = []
+
+    def record_of(request_id: str, i: int) -> ExecutionRecord:
+        # every third run of a pattern fails its tool
+        tool, fails = f"s{i % 5}", i % 3 == 0
+        return make_record(
+            f"shared task {i % 5}",
+            f"await mcp.{tool}()",
+            tools=[] if fails else [tool],
+            failed_tools=[(tool, "boom")] if fails else [],
+            request_id=request_id,
+        )
+
+    def writer(k: int) -> None:
+        with PmlClient(process.target, timeout=30) as client:
+            i = 0
+            while not stop.is_set():
+                request_id = f"w{k}-{i}"
+                try:
+                    client.record(record_of(request_id, i))
+                except PmlClientError as err:
+                    errors.append(err)
+                    return
+                with lock:
+                    acknowledged.append((time.monotonic(), request_id))
+                i += 1
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        _wait_for(lambda: len(acknowledged) >= 300, "300 acknowledged captures")
+        signalled = time.monotonic()
+        os.kill(_pid(process), signal.SIGUSR2)
+        _wait_for(lambda: BackupDir(root, keep=1, store_id="lister").complete(), "backup")
+        _wait_for(lambda: len(acknowledged) >= 400, "captures after the backup")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+        process.terminate()
+    assert errors == []
+    before = [request_id for at, request_id in acknowledged if at < signalled]
+    [backup] = BackupDir(root, keep=1, store_id="lister").complete()
+    restored = tmp_path / "restored"
+    shutil.copytree(backup, restored)
+    served = ServerProcess(restored)
+    served.start()
+    try:
+        with PmlClient(served.target, timeout=30) as client:
+            executions = client.stats().executions
+            patterns = list(client.iter_patterns())
+            assert sum(p.usage_count for p in patterns) == executions
+            for pattern in patterns:
+                assert pattern.success_count + pattern.failure_count == pattern.usage_count
+            for request_id in before:
+                i = int(request_id.split("-")[1])
+                assert client.record(record_of(request_id, i)).replayed, request_id
+            assert client.stats().executions == executions  # replays count nothing
+    finally:
+        served.terminate()
