@@ -288,3 +288,22 @@ def test_names_bound_past_the_snippets_budget_of_sources_read_as_unknown() -> No
     # A call's output read where it is made is no name: still read.
     assert v["sources"] == [{"step": 2, "path": ""}]
     assert steps[1]["depends_on"] == [2]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path"),
+    [
+        ("{x = 5}", ".x"),
+        ("{y: x = 5}", ".y"),
+        ("[x = 5]", "[0]"),
+        ("{data: {x = 5}}", ".data.x"),
+    ],
+)
+def test_a_destructured_name_with_a_default_still_reads_its_step(pattern: str, path: str) -> None:
+    """`const {x = 5} = r` binds `x` to `r.x` (or 5 when it is undefined): before, a default
+    made the name unknown and the edge from `r`'s step was lost (docs/normalization.md,
+    Steps)."""
+    code = f"const r = await mcp.a({{}});\nconst {pattern} = r;\nawait mcp.b({{v: x}});"
+    steps = _steps(code, "js")
+    assert steps[1]["depends_on"] == [0]
+    assert steps[1]["arguments"][0]["sources"] == [{"step": 0, "path": path}]

@@ -148,6 +148,12 @@ CASES: list[tuple[str, str, str]] = [
         "js",
         "let x = await mcp.b({});\n" + "x = [x.a, x.b];\n" * 7 + "await mcp.c({v: x});",
     ),
+    (
+        "destructuring_with_defaults",
+        "js",
+        "const {a = 1, b: {c = 2}, d: [e = 3]} = await mcp.x({});\n"
+        "await mcp.y({p: a, q: c, r: e});",
+    ),
     ("unparsed", "js", "const r = await mcp.a({x: 1}; mcp.b(r)"),
     ("unparsed_subscript", "js", 'const r = await mcp["get-weather"]({city: "Paris"}; mcp.b(r)'),
 ]

@@ -438,6 +438,14 @@ impl<'a, 't> Reader<'a, 't> {
                             let key = self.text(child);
                             self.keep(key, at, at_path(&format!(".{key}")));
                         }
+                        // `{x = 5}`: `x` is `.x`, or its default when that is undefined.
+                        "object_assignment_pattern" => {
+                            if let Some(left) = self.grammar.child(child, "left") {
+                                let key = self.text(left);
+                                let inner = at_path(&format!(".{key}"));
+                                self.bind(left, at, &inner, String::new(), depth + 1);
+                            }
+                        }
                         "pair_pattern" => {
                             let key = self.grammar.child(child, "key").map(|k| self.key_text(k));
                             if let (Some(key), Some(value)) =
@@ -463,9 +471,11 @@ impl<'a, 't> Reader<'a, 't> {
                     self.bind(child, at, &inner, String::new(), depth + 1);
                 }
             }
+            // `[x = 5]`, `{y: x = 5}`: the name is what the position holds, or its default
+            // (a parameter's default: what the caller passes, unknown as the parameter).
             "assignment_pattern" | "object_assignment_pattern" => {
                 if let Some(left) = self.grammar.child(pattern, "left") {
-                    self.bind(left, at, &Binding::Other, String::new(), depth + 1);
+                    self.bind(left, at, &at_path(""), String::new(), depth + 1);
                 }
             }
             // Parameter lists and anything else: every name in them is unknown from here on.
