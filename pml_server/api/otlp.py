@@ -440,14 +440,20 @@ def _read_held(
     pending: PendingSpans, tenant: str, trace_ids: list[bytes], spans: list[trace_pb2.Span]
 ) -> tuple[set[tuple[bytes, bytes]], set[tuple[bytes, bytes]]]:
     """Append to `spans` the spans held for `trace_ids` (but settling roots whose calls may
-    still come: they stay held, and their calls wait beside them); returns their keys, and the
-    keys of the roots left settling."""
+    still come: they stay held, and their calls wait beside them; and spans `spans` brings
+    again, an exporter's retry, mapped from what was sent: the held form differs, and two
+    different spans of one id reject their run, `map_spans`); returns their keys, and the keys
+    of the roots left settling."""
     loaded: set[tuple[bytes, bytes]] = set()
     settling: set[tuple[bytes, bytes]] = set()
+    sent = {(s.trace_id, s.span_id) for s in spans}
     for trace_id in pending.traces_held(tenant, list(dict.fromkeys(trace_ids))):
         for held_span in pending.load(tenant, trace_id):
             if pending.settling(held_span):
                 settling.add((trace_id, held_span.span_id))
+                continue
+            if (trace_id, held_span.span_id) in sent:
+                loaded.add((trace_id, held_span.span_id))
                 continue
             proto = trace_pb2.Span()
             proto.ParseFromString(held_span.data)

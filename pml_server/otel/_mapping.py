@@ -15,6 +15,8 @@ traces").
   may come in later requests (the server holds it a short while: docs/capture.md, "Runs split
   over several Exports").
 - A malformed span rejects its execution (every span of it), never the rest of the request.
+- A span id that comes twice in a request is one span seen twice when both copies are equal
+  (ignored), and malformed when they differ: which one the run made is not known.
 """
 
 from __future__ import annotations
@@ -145,6 +147,7 @@ def map_spans(
     batch = MappedBatch()
     traces: dict[bytes, dict[bytes, _Span]] = {}
     lost: dict[bytes, tuple[trace_pb2.Span, set[bytes]]] = {}
+    conflicts: dict[bytes, set[bytes]] = {}  # per trace: span ids sent with different content
     for proto in spans:
         if proto.span_id == INCOMPLETE_SPAN_ID and (links := incomplete_links(proto)):
             if proto.trace_id in lost:  # held, and remembered in memory: one marker
@@ -160,19 +163,37 @@ def map_spans(
         ):
             # All-zero ids are invalid (W3C trace context); a zero span id would also be held
             # under the key of its trace's marker of lost spans.
-            ref = f"{proto.trace_id.hex()}/{proto.span_id.hex()}"
             reason = "trace_id must be 16 bytes, span_id 8, neither all zero"
-            batch.rejections.append(Rejection(ref, reason, 1))
+            batch.rejections.append(Rejection(_ref(proto), reason, 1))
+            continue
+        trace = traces.setdefault(proto.trace_id, {})
+        if (earlier := trace.get(proto.span_id)) is not None:
+            if earlier.proto == proto:  # the same span twice (an Export merged with its retry)
+                batch.ignored_spans += 1
+            else:  # kept out of its run, which is rejected (`_map_trace`), and counted there
+                conflicts.setdefault(proto.trace_id, set()).add(proto.span_id)
+                reason = "sent twice with different content: which one the run made is unknown"
+                batch.rejections.append(Rejection(_ref(proto), reason, 1))
             continue
         attrs = attr.attributes(proto)
-        span = _Span(proto, attrs, attr.is_agent(attrs), attr.tool_name(proto, attrs))
-        traces.setdefault(proto.trace_id, {})[proto.span_id] = span
+        trace[proto.span_id] = _Span(
+            proto, attrs, attr.is_agent(attrs), attr.tool_name(proto, attrs)
+        )
     for trace_id, trace in traces.items():
         marker, links = lost.get(trace_id, (None, set()))
-        _map_trace(trace, batch, max_intent_chars, links)
+        twice = conflicts.get(trace_id, set())
+        _map_trace(trace, batch, max_intent_chars, links, twice)
         if marker is not None:  # kept: other runs of the trace may have lost spans too
             batch.waiting.setdefault(trace_id, []).append(marker)
+        if waiting := [s for s in batch.waiting.get(trace_id, ()) if s.span_id in twice]:
+            # Its run is not in this request: a marker rejects it when its root arrives.
+            parents = {s.parent_span_id for s in waiting if s.parent_span_id}
+            batch.waiting[trace_id].append(incomplete_marker(trace_id, twice | parents))
     return batch
+
+
+def _ref(proto: trace_pb2.Span) -> str:
+    return f"{proto.trace_id.hex()}/{proto.span_id.hex()}"
 
 
 def incomplete_marker(trace_id: bytes, links: set[bytes]) -> trace_pb2.Span:
@@ -202,10 +223,15 @@ def incomplete_links(span: trace_pb2.Span) -> set[bytes]:
 
 
 def _map_trace(
-    trace: dict[bytes, _Span], batch: MappedBatch, max_intent_chars: int, lost: set[bytes]
+    trace: dict[bytes, _Span],
+    batch: MappedBatch,
+    max_intent_chars: int,
+    lost: set[bytes],
+    twice: set[bytes],
 ) -> None:
     """Map one trace's spans; `lost`: the links of spans of it refused earlier (a run above
-    one of them is incomplete: rejected)."""
+    one of them is incomplete: rejected); `twice`: its span ids sent twice with different
+    content (a run they belong to is rejected)."""
     has_agent = any(s.is_agent for s in trace.values())
 
     def is_execution(s: _Span) -> bool:
@@ -292,14 +318,19 @@ def _map_trace(
         settled = batch.settled.setdefault(next(iter(trace.values())).proto.trace_id, set())
         settled.update(mapped)
         settled.update(sid for sid in trace if sid not in calls_of and resolve(sid)[0] in mapped)
-    incomplete: set[bytes] = set()
-    if lost:
-        incomplete = {exec_id for exec_id in mapped if exec_id in lost}
-        incomplete.update(
+
+    def runs_of(ids: set[bytes]) -> set[bytes]:
+        """The mapped runs `ids` are (or are below)."""
+        runs = {exec_id for exec_id in mapped if exec_id in ids}
+        runs.update(
             exec_id
-            for sid in lost
+            for sid in ids
             if sid in trace and sid not in calls_of and (exec_id := resolve(sid)[0]) in mapped
         )
+        return runs
+
+    incomplete = runs_of(lost) if lost else set()
+    ambiguous = runs_of(twice) if twice else set()
     for exec_id, calls in calls_of.items():
         execution = trace[exec_id]
         own = 0 if execution.tool is not None else 1
@@ -308,12 +339,22 @@ def _map_trace(
             if execution.is_agent and execution.tool is None:
                 batch.idle.setdefault(execution.proto.trace_id, []).append(execution.proto)
             continue
+        if exec_id in ambiguous:
+            batch.rejections.append(
+                Rejection(
+                    execution.ref,
+                    "a span of this run was sent twice with different content: not captured",
+                    own + len(calls),
+                )
+            )
+            continue
         if exec_id in incomplete:
             batch.rejections.append(
                 Rejection(
                     execution.ref,
-                    "spans of this run were refused or expired while held "
-                    "(otlp_pending_spans, otlp_pending_seconds): it is incomplete, not captured",
+                    "spans of this run were refused earlier (past otlp_pending_spans or "
+                    "otlp_pending_seconds while held, or sent twice with different content): "
+                    "it is incomplete, not captured",
                     own + len(calls),
                 )
             )

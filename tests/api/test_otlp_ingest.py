@@ -1079,3 +1079,105 @@ def test_a_run_split_over_several_exports_keeps_its_conversation(start: StartSer
         assert eventually(lambda: len(list(client.iter_patterns())) == 2, 20)
         following = client.suggest("", previous_tools=["list_dir"]).suggestions
         assert [list(s.pattern.tools_used) for s in following] == [["read_file"]]
+
+
+def _copy_run(tools: list[str]) -> ExportTraceServiceRequest:
+    """One Export of a whole run (root, its calls and an HTTP span), as the SDK encodes it."""
+    return encode_spans(
+        recorded(lambda t: _agent_run(t, "Copy a file", [(tool, {"n": 1}, None) for tool in tools]))
+    )
+
+
+def test_the_same_spans_twice_in_one_export_count_once(server: RunningServer) -> None:
+    """A collector that merges an Export with its retry sends every span twice in one request.
+    Before: the copies vanished from the counts (neither mapped, ignored nor rejected). Now
+    each copy is a span seen twice, ignored and counted, and the run is captured once."""
+    request = _copy_run(["read_file", "write_file"])
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans.extend(list(spans))
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        answer = stub.Export(request, timeout=30).partial_success
+    assert answer.rejected_spans == 0
+    assert _spans_counter(server, "mapped") == 3
+    assert _spans_counter(server, "ignored") == 1 + 4  # the HTTP span; the 4 copies
+    assert "5 spans ignored" in answer.error_message
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        [pattern] = client.iter_patterns()
+    assert list(pattern.tools_used) == ["read_file", "write_file"]
+    assert pattern.usage_count == 1
+
+
+def test_a_span_id_sent_twice_with_other_content_rejects_its_run(server: RunningServer) -> None:
+    """Two different spans under one id (two processes whose seeded `random` made the same
+    ids, their spans merged by a collector). Before: the later one silently replaced the
+    earlier, and the run was captured as a success of one call though it made two. Now the
+    run is rejected, its spans and the copy counted as rejected, and nothing is stored."""
+    request = _copy_run(["read_file"])
+    spans = request.resource_spans[0].scope_spans[0].spans
+    [call] = [s for s in spans if s.name == "execute_tool read_file"]
+    other = type(call)()
+    other.CopyFrom(call)
+    for kv in other.attributes:
+        if kv.key == "gen_ai.tool.name":
+            kv.value.string_value = "delete_file"
+    spans.append(other)
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        answer = stub.Export(request, timeout=30).partial_success
+    assert answer.rejected_spans == 3  # the root, its call, and the other span of that id
+    assert f"{call.span_id.hex()}: sent twice with different content" in answer.error_message
+    assert _spans_counter(server, "mapped") == 0
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert list(client.iter_patterns()) == []
+
+
+def test_calls_held_and_sent_again_with_their_root_are_captured_once(
+    server: RunningServer,
+) -> None:
+    """An exporter retrying the Export of calls pml holds, now with their root: the calls
+    arrive both held and sent. They are one call each, never a conflict; the run is captured
+    once with both calls."""
+    request = _copy_run(["read_file", "write_file"])
+    spans = list(request.resource_spans[0].scope_spans[0].spans)
+    calls = [s for s in spans if s.name.startswith("execute_tool")]
+    first = ExportTraceServiceRequest()
+    first.resource_spans.add().scope_spans.add().spans.extend(calls)
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        assert "2 spans held" in stub.Export(first, timeout=30).partial_success.error_message
+        answer = stub.Export(request, timeout=30).partial_success
+    assert answer.rejected_spans == 0
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        [pattern] = client.iter_patterns()
+    assert list(pattern.tools_used) == ["read_file", "write_file"]
+    assert pattern.usage_count == 1
+
+
+def test_a_held_span_id_sent_twice_with_other_content_rejects_its_run_later(
+    server: RunningServer,
+) -> None:
+    """The same as above with the run's root still to come: the calls are held with a marker
+    of the conflict, and the root arriving later rejects the run (before: captured with
+    whichever copy came last)."""
+    request = _copy_run(["read_file"])
+    spans = list(request.resource_spans[0].scope_spans[0].spans)
+    [call] = [s for s in spans if s.name == "execute_tool read_file"]
+    [root] = [s for s in spans if s.name.startswith("invoke_agent")]
+    other = type(call)()
+    other.CopyFrom(call)
+    other.name = "execute_tool delete_file"
+    for kv in other.attributes:
+        if kv.key == "gen_ai.tool.name":
+            kv.value.string_value = "delete_file"
+    calls, last = ExportTraceServiceRequest(), ExportTraceServiceRequest()
+    calls.resource_spans.add().scope_spans.add().spans.extend([call, other])
+    last.resource_spans.add().scope_spans.add().spans.extend([root])
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        assert stub.Export(calls, timeout=30).partial_success.rejected_spans == 1
+        answer = stub.Export(last, timeout=30).partial_success
+    assert answer.rejected_spans == 2
+    assert "sent twice with different content" in answer.error_message
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert list(client.iter_patterns()) == []

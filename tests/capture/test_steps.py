@@ -218,3 +218,92 @@ def test_an_awaited_typescript_call_with_type_arguments_is_a_step() -> None:
         steps = _steps(code, language)
         assert [s["depends_on"] for s in steps] == [[], [0], [0]]
         assert steps[1]["arguments"][0]["sources"] == [{"step": 0, "path": "[0].id"}]
+
+
+@pytest.mark.parametrize(
+    ("language", "line"),
+    [
+        ("js", "x = [x.a, x.b];"),
+        ("js", "x = `${x.a}${x.b}`;"),
+        ("python", "x = x.a + x.b"),
+    ],
+)
+def test_a_name_read_twice_in_its_own_rebinding_lists_a_bounded_set_of_sources(
+    language: str, line: str
+) -> None:
+    """`x = [x.a, x.b]` written n times makes `x` read 2^n paths of step 0: listed in full, 24
+    such lines (400 bytes of code) took 10 GB and minutes to read on every Suggest returning the
+    pattern. An argument's sources are bounded (docs/normalization.md, Steps): at most 64
+    paths, each at most 256 bytes, and past them one source per further step, so every edge
+    is still read."""
+    lines = "\n".join([line] * 16)
+    first = "x = mcp.b()" if language == "python" else "let x = await mcp.b({});"
+    last = "mcp.c(v=x, w=y)" if language == "python" else "await mcp.c({v: x, w: y});"
+    second = "y = mcp.d()" if language == "python" else "const y = await mcp.d({});"
+    steps = _steps("\n".join([first, second, lines, last]), language)
+    assert [s["tool"] for s in steps] == ["b", "d", "c"]
+    assert steps[2]["depends_on"] == [0, 1]
+    v, w = steps[2]["arguments"]
+    assert v["kind"] == "reference"
+    assert 1 <= len(v["sources"]) <= 64
+    assert {s["step"] for s in v["sources"]} == {0}
+    assert all(len(s["path"]) <= 256 for s in v["sources"])
+    assert w["sources"] == [{"step": 1, "path": ""}]
+
+
+def test_a_path_built_up_over_many_bindings_is_cut_at_a_bounded_length() -> None:
+    """`x = x.abc...` over thousands of lines gave a path of megabytes per binding (4 GB to
+    read 2 MB of code); a source's path now stops before the segment that would take it past
+    256 bytes: what it names is still where the value is read from."""
+    code = (
+        "let x = await mcp.b({});\n"
+        + "x = x.abcdefgh.ijklmnop;\n" * 200
+        + 'await mcp.c({v: x, w: x["k"]});'
+    )
+    steps = _steps(code, "js")
+    v, w = steps[1]["arguments"]
+    for argument in (v, w):
+        [source] = argument["sources"]
+        assert source["step"] == 0
+        assert 0 < len(source["path"]) <= 256
+        assert source["path"].startswith(".abcdefgh.ijklmnop.abcdefgh")
+
+
+def test_names_bound_past_the_snippets_budget_of_sources_read_as_unknown() -> None:
+    """Each binding of a name read by many paths held its own copy of them all: 1 MB of
+    `x = [x.a, x.b, x.c, x.d]` held 4 GB. The sources a snippet's names read and bind are
+    bounded in all (65,536, docs/normalization.md, Steps); past it a name reads as unknown,
+    what code whose flow cannot be read gives."""
+    code = (
+        "let x = await mcp.b({});\n"
+        + "x = [x.a, x.b];\n" * 6
+        + "".join(f"const y{i} = [x, x];\n" for i in range(1000))
+        + "await mcp.c({v: await mcp.d({}), w: y999});"
+    )
+    steps = _steps(code, "js")
+    assert [s["tool"] for s in steps] == ["b", "c", "d"]
+    v, w = steps[1]["arguments"]
+    assert w["kind"] == "unknown"
+    assert w["sources"] == []
+    # A call's output read where it is made is no name: still read.
+    assert v["sources"] == [{"step": 2, "path": ""}]
+    assert steps[1]["depends_on"] == [2]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path"),
+    [
+        ("{x = 5}", ".x"),
+        ("{y: x = 5}", ".y"),
+        ("[x = 5]", "[0]"),
+        ("{data: {x = 5}}", ".data.x"),
+    ],
+)
+def test_a_destructured_name_with_a_default_still_reads_its_step(pattern: str, path: str) -> None:
+    """`const {x = 5} = r` binds `x` to `r.x` (or 5 when it is undefined): before, a default
+    made the name unknown and the edge from `r`'s step was lost (docs/normalization.md,
+    Steps)."""
+    code = f"const r = await mcp.a({{}});\nconst {pattern} = r;\nawait mcp.b({{v: x}});"
+    steps = _steps(code, "js")
+    assert steps[1]["depends_on"] == [0]
+    assert steps[1]["arguments"][0]["sources"] == [{"step": 0, "path": path}]

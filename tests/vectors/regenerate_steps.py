@@ -120,6 +120,40 @@ CASES: list[tuple[str, str, str]] = [
         'const r = await client.callTool({name: "get-weather", arguments: {city: "Paris"}});\n'
         "await callMCPTool('google_drive__get_document', {id: r.structuredContent.id});",
     ),
+    (
+        "nested_chain",
+        "js",
+        "await mcp.a({v: await mcp.b({v: await mcp.c({v: 1})})});",
+    ),
+    (
+        "reassigned_inside_own_call",
+        "js",
+        "let r = await mcp.a({});\nr = await mcp.b({x: await mcp.c({y: r})});\n"
+        "await mcp.d({z: r});",
+    ),
+    (
+        "while_loop_reads_earlier",
+        "js",
+        "const r = await mcp.list({});\nlet page = r.next;\n"
+        "while (page) { const p = await mcp.page({cursor: page, q: r.query}); page = p.next; }",
+    ),
+    (
+        "python_walrus_and_comprehension",
+        "py",
+        "if (r := mcp.list()):\n    out = [mcp.get(id=i) for i in r.items]\n"
+        "    mcp.send(v=out, n=r.total)\n",
+    ),
+    (
+        "rebinding_reads_itself_twice",
+        "js",
+        "let x = await mcp.b({});\n" + "x = [x.a, x.b];\n" * 7 + "await mcp.c({v: x});",
+    ),
+    (
+        "destructuring_with_defaults",
+        "js",
+        "const {a = 1, b: {c = 2}, d: [e = 3]} = await mcp.x({});\n"
+        "await mcp.y({p: a, q: c, r: e});",
+    ),
     ("unparsed", "js", "const r = await mcp.a({x: 1}; mcp.b(r)"),
     ("unparsed_subscript", "js", 'const r = await mcp["get-weather"]({city: "Paris"}; mcp.b(r)'),
 ]

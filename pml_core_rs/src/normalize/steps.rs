@@ -7,7 +7,8 @@
 //! Code whose flow cannot be read (loops, callbacks) keeps its steps, in call order, with
 //! `flow_known == false`; what cannot be resolved is `Unknown`, never an error. Costs are
 //! bounded: at most `MAX_STEPS` steps, `MAX_STEP_ARGUMENTS` arguments per step and
-//! `MAX_ARGUMENT_NODES` syntax nodes read per argument.
+//! `MAX_ARGUMENT_NODES` syntax nodes read per argument, `MAX_SOURCE_PATHS` sources listed with
+//! their paths (then one per further step) and `MAX_PATH_BYTES` of a path.
 
 use std::collections::HashMap;
 
@@ -24,6 +25,18 @@ pub const MAX_STEPS: usize = 256;
 pub const MAX_STEP_ARGUMENTS: usize = 64;
 /// Most syntax nodes read to classify one argument; past it the argument is `Unknown`.
 pub const MAX_ARGUMENT_NODES: usize = 512;
+/// Most (step, path) sources an argument or a binding lists; past it a source is listed only
+/// for a step not listed yet, so every edge is kept. Without it `x = [x.a, x.b]` written n
+/// times read 2^n paths (docs/normalization.md, Steps).
+pub const MAX_SOURCE_PATHS: usize = 64;
+/// Longest path a source names; a path stops before the segment that would pass it (what it
+/// names still holds the value read). Without it a path grew by a binding's whole path at every
+/// rebinding (`x = x.a.b`), quadratic in the code.
+pub const MAX_PATH_BYTES: usize = 256;
+/// Most sources one snippet's names may read and bind in all (each a copy of a path): past it
+/// a name read reads as unknown. Without it every rebinding of a name read by many paths
+/// (`x = [x.a, x.b, x.c]` over 1 MB) held its own copies of them all, gigabytes in total.
+pub const MAX_SNIPPET_SOURCES: usize = 65_536;
 
 /// What an argument's value is made of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,24 +141,47 @@ enum Binding {
 const MAX_ELEMENTS: usize = 64;
 
 impl Binding {
-    /// This binding with `path` appended to every step source's path; a sequence becomes what
-    /// it reads as a whole (an element's own path is not known past a non-constant segment).
-    fn at_path(&self, path: &str) -> Binding {
+    /// This binding with `segments` appended to every step source's path (`join_path`); a
+    /// sequence becomes what it reads as a whole (an element's own path is not known past a
+    /// non-constant segment).
+    fn at_path(&self, segments: &[String]) -> Binding {
         match self {
-            Binding::Steps(sources) => Binding::Steps(
-                sources
-                    .iter()
-                    .map(|s| StepSource {
-                        step: s.step,
-                        path: format!("{}{path}", s.path),
-                    })
-                    .collect(),
-            ),
-            Binding::Elements { .. } if path.is_empty() => self.clone(),
-            Binding::Elements { whole, .. } => whole.at_path(path),
+            Binding::Steps(sources) => {
+                let mut found = Found::default();
+                for s in sources {
+                    found.add_source(s.step, join_path(&s.path, segments));
+                }
+                Binding::Steps(found.sources)
+            }
+            Binding::Elements { .. } if segments.iter().all(|s| s.is_empty()) => self.clone(),
+            Binding::Elements { whole, .. } => whole.at_path(segments),
             other => other.clone(),
         }
     }
+
+    /// How many sources (and placeholders) it holds: what reading or binding it copies.
+    fn size(&self) -> usize {
+        match self {
+            Binding::Steps(sources) => sources.len(),
+            Binding::Params(params) => params.len(),
+            Binding::Other => 0,
+            Binding::Elements { whole, items } => {
+                whole.size() + items.iter().map(Binding::size).sum::<usize>()
+            }
+        }
+    }
+}
+
+/// `base` followed by as many of `segments` as fit in `MAX_PATH_BYTES`.
+fn join_path(base: &str, segments: &[String]) -> String {
+    let mut path = base.to_owned();
+    for segment in segments {
+        if path.len() + segment.len() > MAX_PATH_BYTES {
+            break;
+        }
+        path.push_str(segment);
+    }
+    path
 }
 
 #[derive(Default)]
@@ -156,6 +192,27 @@ struct Found {
 }
 
 impl Found {
+    /// Add a source read, unless listed already; past `MAX_SOURCE_PATHS` only a source of a
+    /// step not listed yet.
+    fn add_source(&mut self, step: usize, path: String) {
+        let listed = self
+            .sources
+            .iter()
+            .any(|s| s.step == step && s.path == path);
+        let step_listed = || self.sources.iter().any(|s| s.step == step);
+        if listed || (self.sources.len() >= MAX_SOURCE_PATHS && step_listed()) {
+            return;
+        }
+        self.sources.push(StepSource { step, path });
+    }
+
+    /// Add a placeholder read, unless listed already.
+    fn add_param(&mut self, index: usize) {
+        if !self.params.contains(&index) {
+            self.params.push(index);
+        }
+    }
+
     fn kind(&self) -> ArgKind {
         if !self.sources.is_empty() {
             ArgKind::Reference
@@ -180,6 +237,8 @@ struct Reader<'a, 't> {
     /// Bindings of each name, in the order they take effect: (position, value).
     bindings: HashMap<&'a str, Vec<(usize, Binding)>>,
     budget: usize,
+    /// What is left of `MAX_SNIPPET_SOURCES`.
+    sources_left: usize,
     _tree: std::marker::PhantomData<&'t ()>,
 }
 
@@ -247,6 +306,7 @@ pub(crate) fn read_steps(
             .collect(),
         bindings: HashMap::new(),
         budget: 0,
+        sources_left: MAX_SNIPPET_SOURCES,
         _tree: std::marker::PhantomData,
     };
     // Bindings take effect where their statement ends; each value is read against the
@@ -360,15 +420,14 @@ impl<'a, 't> Reader<'a, 't> {
         if depth > 16 {
             return;
         }
-        let at_path = |suffix: &str| binding.at_path(&format!("{path}{suffix}"));
+        let at_path = |suffix: &str| binding.at_path(&[format!("{path}{suffix}")]);
         let kind = self.kind(pattern);
         let mut cursor = pattern.walk();
         let children: Vec<Node<'t>> = pattern.named_children(&mut cursor).collect();
         match kind {
             "identifier" | "shorthand_property_identifier_pattern" => {
                 let name = self.text(pattern);
-                let value = at_path("");
-                self.bindings.entry(name).or_default().push((at, value));
+                self.keep(name, at, at_path(""));
             }
             // `obj.x = ...` binds no name.
             "member_expression" | "subscript_expression" | "attribute" | "subscript" => {}
@@ -377,8 +436,15 @@ impl<'a, 't> Reader<'a, 't> {
                     match self.kind(child) {
                         "shorthand_property_identifier_pattern" => {
                             let key = self.text(child);
-                            let value = at_path(&format!(".{key}"));
-                            self.bindings.entry(key).or_default().push((at, value));
+                            self.keep(key, at, at_path(&format!(".{key}")));
+                        }
+                        // `{x = 5}`: `x` is `.x`, or its default when that is undefined.
+                        "object_assignment_pattern" => {
+                            if let Some(left) = self.grammar.child(child, "left") {
+                                let key = self.text(left);
+                                let inner = at_path(&format!(".{key}"));
+                                self.bind(left, at, &inner, String::new(), depth + 1);
+                            }
                         }
                         "pair_pattern" => {
                             let key = self.grammar.child(child, "key").map(|k| self.key_text(k));
@@ -405,9 +471,11 @@ impl<'a, 't> Reader<'a, 't> {
                     self.bind(child, at, &inner, String::new(), depth + 1);
                 }
             }
+            // `[x = 5]`, `{y: x = 5}`: the name is what the position holds, or its default
+            // (a parameter's default: what the caller passes, unknown as the parameter).
             "assignment_pattern" | "object_assignment_pattern" => {
                 if let Some(left) = self.grammar.child(pattern, "left") {
-                    self.bind(left, at, &Binding::Other, String::new(), depth + 1);
+                    self.bind(left, at, &at_path(""), String::new(), depth + 1);
                 }
             }
             // Parameter lists and anything else: every name in them is unknown from here on.
@@ -435,6 +503,18 @@ impl<'a, 't> Reader<'a, 't> {
                 }
             }
         }
+    }
+
+    /// Bind `name` to `value` from `at`, or to something unknown past `MAX_SNIPPET_SOURCES`.
+    fn keep(&mut self, name: &'a str, at: usize, value: Binding) {
+        let size = value.size();
+        let value = if size <= self.sources_left {
+            self.sources_left -= size;
+            value
+        } else {
+            Binding::Other
+        };
+        self.bindings.entry(name).or_default().push((at, value));
     }
 
     /// An object key or subscript as written: identifiers as is, strings decoded.
@@ -595,17 +675,11 @@ impl<'a, 't> Reader<'a, 't> {
                     }
                     None => found.unknown = true,
                 }
-                let kind = found.kind();
-                let mut params = std::mem::take(&mut found.params);
-                dedup_keep_order(&mut params);
-                let mut sources = found.sources;
-                let mut seen = std::collections::HashSet::new();
-                sources.retain(|s| seen.insert((s.step, s.path.clone())));
                 RawArgument {
                     name,
-                    kind,
-                    params,
-                    sources,
+                    kind: found.kind(),
+                    params: found.params,
+                    sources: found.sources,
                 }
             })
             .collect()
@@ -623,7 +697,7 @@ impl<'a, 't> Reader<'a, 't> {
         }
         if let Some(&(end, index)) = self.params.get(&node.start_byte()) {
             if end == node.end_byte() {
-                found.params.push(index);
+                found.add_param(index);
                 return;
             }
         }
@@ -634,10 +708,7 @@ impl<'a, 't> Reader<'a, 't> {
             }
             "call_expression" | "call" => {
                 if let Some(&step) = self.calls.get(&node.start_byte()) {
-                    found.sources.push(StepSource {
-                        step,
-                        path: String::new(),
-                    });
+                    found.add_source(step, String::new());
                 } else {
                     self.read_children(node, at, found, depth);
                 }
@@ -710,7 +781,7 @@ impl<'a, 't> Reader<'a, 't> {
 
     /// What `name` reads at `at`, followed by `segments` (`[".a", "[0]"]`): a constant
     /// index first into a sequence bound element by element takes that element.
-    fn read_name(&self, name: &str, at: usize, segments: &[String], found: &mut Found) {
+    fn read_name(&mut self, name: &str, at: usize, segments: &[String], found: &mut Found) {
         let Some(mut binding) = self.lookup(name, at) else {
             match name {
                 "undefined" | "None" | "True" | "False" | "NaN" | "Infinity" => {}
@@ -732,13 +803,27 @@ impl<'a, 't> Reader<'a, 't> {
                 None => break,
             }
         }
-        let read = match binding.at_path(&rest.concat()) {
-            Binding::Elements { whole, .. } => *whole,
+        let read = match binding {
+            Binding::Elements { whole, .. } => whole.as_ref(),
             other => other,
         };
+        if read.size() > self.sources_left {
+            found.unknown = true;
+            return;
+        }
+        let read = read.at_path(rest);
+        self.sources_left -= read.size();
         match read {
-            Binding::Steps(sources) => found.sources.extend(sources),
-            Binding::Params(params) => found.params.extend(params),
+            Binding::Steps(sources) => {
+                for s in sources {
+                    found.add_source(s.step, s.path);
+                }
+            }
+            Binding::Params(params) => {
+                for index in params {
+                    found.add_param(index);
+                }
+            }
             Binding::Other | Binding::Elements { .. } => found.unknown = true,
         }
     }
@@ -809,10 +894,7 @@ impl<'a, 't> Reader<'a, 't> {
         match self.kind(current) {
             "identifier" => self.read_name(self.text(current), at, &segments, found),
             "call_expression" | "call" => match self.calls.get(&current.start_byte()) {
-                Some(&step) => found.sources.push(StepSource {
-                    step,
-                    path: segments.concat(),
-                }),
+                Some(&step) => found.add_source(step, join_path("", &segments)),
                 None => return false,
             },
             _ => return false,
@@ -843,9 +925,4 @@ fn deferred_scope(kind: &str, parent_kind: &str) -> bool {
         }
         _ => false,
     }
-}
-
-fn dedup_keep_order(values: &mut Vec<usize>) {
-    let mut seen = std::collections::HashSet::new();
-    values.retain(|v| seen.insert(*v));
 }
