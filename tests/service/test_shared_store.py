@@ -18,10 +18,10 @@ from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
 from pml_server.domain.records import PatternCounters
 from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.ranking import RankingConfig
-from pml_server.service import Engine
-from pml_server.storage.keys import CF_COUNTERS, tenant_key
+from pml_server.service import Engine, _near
+from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, tenant_key
 from testing.ranking_oracle import path as oracle
-from testing.store_reads import intents_read
+from testing.store_reads import intents_read, rows_read
 from tests.support import Clock, code_for, make_record, open_engine
 
 JSON_TOOLS = ["fs.read", "json.parse"]
@@ -472,6 +472,57 @@ def test_a_near_duplicate_of_another_replicas_intent_is_found_reading_few_intent
     [after] = b.list_patterns("t", PageRequest()).items
     assert after.intent_count == 60  # bumped, no new intent
     assert after.intents[0].hit_count == 2  # the most hit shown first
+
+
+def _lagging(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`engine`'s index lags the store: its follower applies nothing, and a capture's own
+    catch-up finds the follower held (the case `_near.index_is_current` answers False)."""
+    follower = engine._state.follower
+    assert follower is not None
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)
+    monkeypatch.setattr(follower, "catch_up_tenant", lambda tenant, timeout: False)
+
+
+@pytest.mark.parametrize("intents", [3, 20])
+def test_a_near_duplicate_on_a_lagging_replica_is_found_as_before(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch, intents: int
+) -> None:
+    """docs/capture.md, "Rule 5 on a shared store": B's index holds none of A's intents and
+    cannot be brought up to date; a store of fewer than `LAGGING_READ` intents is read whole,
+    so B's run with one of A's intents bumps it, as when every intent was read."""
+    a, b = replicas("a"), replicas("b")
+    _lagging(b, monkeypatch)
+    words = [f"w{n}x{n * 7}q" for n in range(intents)]
+    for n, word in enumerate(words):
+        a.record("t", make_record(f"a{n}", f"{word} {word}z {word}y", JSON_TOOLS))
+    word = words[-1]
+    b.record("t", make_record("b1", f"{word} {word}z {word}y", JSON_TOOLS))
+    [after] = b.list_patterns("t", PageRequest()).items
+    assert after.intent_count == intents  # bumped, no new intent
+    assert after.intents[0].hit_count == 2
+
+
+@pytest.mark.parametrize("new_pattern", [False, True], ids=["rule-5", "grouping"])
+def test_a_capture_on_a_lagging_replica_reads_a_bounded_number_of_intents(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch, new_pattern: bool
+) -> None:
+    """B's index lags and cannot catch up: its rule 5 check of a pattern of 40 intents, and the
+    grouping of a new pattern among capabilities of 40 patterns, read at most `LAGGING_READ`
+    stored intents (set to 8 here) and the index's candidates (none: it holds none of A's),
+    not every intent of the patterns compared (40 before: the cost grew with the tenant's
+    intents)."""
+    a, b = replicas("a"), replicas("b")
+    _lagging(b, monkeypatch)
+    monkeypatch.setattr(_near, "LAGGING_READ", 8)
+    words = [f"w{n}x{n * 7}q" for n in range(40)]
+    for n, word in enumerate(words):
+        code = f"f{n}()" if new_pattern else None
+        a.record("t", make_record(f"a{n}", f"{word} {word}z {word}y", JSON_TOOLS, code=code))
+    read = rows_read(b._state.store, monkeypatch)
+    code = "g()" if new_pattern else None
+    result = b.record("t", make_record("b1", "read a file", JSON_TOOLS, code=code))
+    assert result.outcome == (CaptureOutcome.SAVED if new_pattern else CaptureOutcome.COUNTED)
+    assert read.get(CF_INTENTS, 0) <= 8
 
 
 def test_a_replica_cut_off_longer_than_the_op_log_is_kept_rebuilds_what_it_missed(

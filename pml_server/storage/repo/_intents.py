@@ -28,8 +28,11 @@ class IntentRows:
     def __init__(self, store: KeyValueReads) -> None:
         self.store = store
 
-    def of_pattern(self, tenant: str, pattern_id: str) -> list[IntentRecord]:
-        rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""))
+    def of_pattern(
+        self, tenant: str, pattern_id: str, limit: int | None = None
+    ) -> list[IntentRecord]:
+        """The pattern's intents in id order, with their vectors (the first `limit` of them)."""
+        rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""), limit=limit)
         return [decode_intent(v) for _, v in rows]
 
     def first_of_pattern(self, tenant: str, pattern_id: str, limit: int) -> list[IntentRecord]:
