@@ -198,14 +198,8 @@ def stored_pattern_views(
     """The views of these patterns as GetPattern shows them (their shown intents and how many
     they have, domain/shown_intents.py), in order, but for those deleted meanwhile: one
     multi-get of their counters and one of the intents those name, never all their intents."""
-    ids = [record.id for record in records]
-    counters = repo.patterns.counters_by_id(tenant, ids)
-    found = [
-        None if counted is None else (record, counted)
-        for record, counted in zip(records, counters, strict=True)
-    ]
     views = []
-    for shown in repo.views.shown_of(tenant, ids, found):
+    for shown in repo.views.views_of_records(tenant, records):
         yielding.checkpoint()
         if shown is not None:
             views.append(

@@ -315,6 +315,42 @@ def test_a_replica_suggests_from_its_view_cache_without_a_database_read(
     assert _views(a, "t", "Read JSON file") == first
 
 
+def _queries(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The statements `engine`'s shared store reads with from now on in this thread (not its
+    follower's), one entry a round trip."""
+    db = engine._state.store.kv._db
+    rows = db.rows
+    sent: list[str] = []
+    caller = threading.get_ident()
+
+    def counted(query: Any, params: Any = ()) -> Any:
+        if threading.get_ident() == caller:
+            sent.append(str(query))
+        return rows(query, params)
+
+    monkeypatch.setattr(db, "rows", counted)
+    return sent
+
+
+def test_list_patterns_reads_a_page_in_two_round_trips(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ListPatterns over a shared store: the page of records, then their counters and shown
+    intents in one joined query (docs/storage.md, The shared store). Three before: the
+    counters and the intents they name were two multi-gets. The views are those GetPattern
+    shows."""
+    a = replicas("a")
+    for n in range(5):
+        a.record("t", make_record(f"r{n}", f"Read JSON file {n}", JSON_TOOLS, code=f"f{n}()"))
+    a.record("t", make_record("r5", "Read the JSON file", JSON_TOOLS, code="f0()"))
+    sent = _queries(a, monkeypatch)
+    page = a.list_patterns("t", PageRequest(page_size=10))
+    assert len(sent) == 2
+    assert len(page.items) == 5
+    assert list(page.items) == [a.get_pattern("t", p.id) for p in page.items]
+    assert sorted(len(p.intents) for p in page.items) == [1, 1, 1, 1, 2]
+
+
 def test_a_replica_suggests_its_own_writes_at_once_through_its_view_cache(
     replicas: Callable[[str], Engine],
 ) -> None:

@@ -106,11 +106,12 @@ class KeyValues:
         return [found.get(key) for key in keys]
 
     def shown_view_rows(
-        self, keys: Sequence[bytes]
+        self, keys: Sequence[bytes], records: bool = True
     ) -> list[tuple[bytes, bytes, list[bytes] | None] | None]:
         """(record, counters, the intents its counters name best first) of each pattern key,
         None where the record or counters are missing, in one query where the embedded store
-        reads them in three multi-gets (domain/shown_intents.py). The intents are None where
+        reads them in three multi-gets (domain/shown_intents.py); the record is b"" unless
+        `records` (a caller that holds them: not sent twice). The intents are None where
         the counters predate the summary (an older build's: the caller reads them otherwise);
         an intent they name that is gone is left out. Only the counters' `top_intents` (digits,
         commas and brackets) is read as JSON in SQL: PostgreSQL refuses the whole row's
@@ -118,7 +119,7 @@ class KeyValues:
         if not keys:
             return []
         rows = self._db.rows(
-            "SELECT p.key, p.value, c.value, s.intents"
+            "SELECT p.key, " + ("p.value" if records else "''::bytea") + ", c.value, s.intents"
             f" FROM {table_of(CF_PATTERNS)} p JOIN {table_of(CF_COUNTERS)} c ON c.key = p.key"
             " CROSS JOIN LATERAL"
             " (SELECT substring(convert_from(c.value, 'UTF8') from %(top)s)::json AS top) j"

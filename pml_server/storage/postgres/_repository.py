@@ -215,6 +215,31 @@ class SharedViews(ViewReads):
             None if row is None else (decode_pattern(row[0]), decode_counters_shared(row[1]))
             for row in rows
         ]
+        return self._shown(tenant, pattern_ids, rows, found)
+
+    def views_of_records(
+        self, tenant: str, records: Sequence[PatternRecord]
+    ) -> list[ShownView | None]:
+        """As `ViewReads.views_of_records`, in one query (`KeyValues.shown_view_rows` without
+        the records, which the caller holds) where the embedded store makes two multi-gets."""
+        ids = [record.id for record in records]
+        keys = [tenant_key(tenant, pattern_id) for pattern_id in ids]
+        rows = self.shared_store.kv.shown_view_rows(keys, records=False)
+        found = [
+            None if row is None else (record, decode_counters_shared(row[1]))
+            for record, row in zip(records, rows, strict=True)
+        ]
+        return self._shown(tenant, ids, rows, found)
+
+    def _shown(
+        self,
+        tenant: str,
+        pattern_ids: Sequence[str],
+        rows: Sequence[tuple[bytes, bytes, list[bytes] | None] | None],
+        found: Sequence[tuple[PatternRecord, PatternCounters] | None],
+    ) -> list[ShownView | None]:
+        """The views of `shown_view_rows`' `rows` of these patterns, `found` their (record,
+        counters) decoded."""
         views = [
             None
             if row is None or pair is None
