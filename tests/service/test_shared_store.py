@@ -20,6 +20,7 @@ from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine, _near
 from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, tenant_key
+from pml_server.storage.repo import IntentRows
 from testing.ranking_oracle import path as oracle
 from testing.store_reads import intents_read, rows_read
 from tests.support import Clock, code_for, make_record, open_engine
@@ -349,6 +350,29 @@ def test_list_patterns_reads_a_page_in_two_round_trips(
     assert len(page.items) == 5
     assert list(page.items) == [a.get_pattern("t", p.id) for p in page.items]
     assert sorted(len(p.intents) for p in page.items) == [1, 1, 1, 1, 2]
+
+
+def test_get_capability_reads_its_patterns_intents_in_one_round_trip(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GetCapability over a shared store: the capability, its members' counters, the best
+    member's record, then the first intents of the patterns it lists in one query (docs/api.md,
+    Capabilities). Before: a round trip per listed pattern until the view had its texts (43
+    statements here, the patterns' intents nearly all one text). The texts are those the
+    reads a pattern at a time give."""
+    a = replicas("a")
+    for n in range(40):
+        a.record("t", make_record(f"r{n}", "Read JSON file", JSON_TOOLS, code=f"f{n}()"))
+    a.record("t", make_record("r40", "Open the JSON file", JSON_TOOLS, code="f3()"))
+    [capability] = a.list_capabilities("t", PageRequest()).items
+    sent = _queries(a, monkeypatch)
+    view = a.get_capability("t", capability.id)
+    assert len(sent) == 4
+    assert view.pattern_count == 40
+    repo = a._state.repo
+    one_at_a_time = IntentRows.first_of_patterns(repo.intents, "t", view.pattern_ids, 50, 500)
+    assert view.intents == tuple(dict.fromkeys(i.text for i in one_at_a_time))
+    assert set(view.intents) == {"Read JSON file", "Open the JSON file"}
 
 
 def test_a_replica_suggests_its_own_writes_at_once_through_its_view_cache(

@@ -137,6 +137,28 @@ class KeyValues:
         }
         return [found.get(key) for key in keys]
 
+    def first_of_prefixes(
+        self, cf: str, prefixes: Sequence[bytes], each: int, total: int
+    ) -> list[bytes]:
+        """The values of the first `each` rows under each prefix in key order, prefix by
+        prefix, at most `total` in all: one query where a scan a prefix takes a round trip
+        each. Each prefix ends in a key separator (`tenant_key(..., b"")`), so it has an end."""
+        if not prefixes or total <= 0:
+            return []
+        rows = self._db.rows(
+            "SELECT r.value FROM unnest(%(prefixes)s::bytea[], %(ends)s::bytea[])"
+            " WITH ORDINALITY AS p(prefix, upper, n) CROSS JOIN LATERAL"
+            f" (SELECT key, value FROM {table_of(cf)} WHERE key >= p.prefix AND key < p.upper"
+            " ORDER BY key LIMIT %(each)s) r ORDER BY p.n, r.key LIMIT %(total)s",
+            {
+                "prefixes": list(prefixes),
+                "ends": [prefix_end(prefix) for prefix in prefixes],
+                "each": each,
+                "total": total,
+            },
+        )
+        return [bytes(value) for (value,) in rows]
+
     def pattern_for_hash(
         self, prefix: bytes, code_hash_key: bytes, intents_limit: int
     ) -> tuple[Any, ...]:
