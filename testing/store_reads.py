@@ -28,8 +28,8 @@ def _watch(store: Any, monkeypatch: pytest.MonkeyPatch, seen: Callable[[str, int
     if kv is not None:
         joined = kv.shown_view_rows
 
-        def shown_view_rows(keys: Any) -> Any:
-            rows = joined(keys)
+        def shown_view_rows(keys: Any, *args: Any, **kw: Any) -> Any:
+            rows = joined(keys, *args, **kw)
             seen(CF_INTENTS, sum(len(row[2] or ()) for row in rows if row is not None))
             return rows
 

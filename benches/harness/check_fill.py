@@ -32,6 +32,7 @@ from pml_server.domain.model import SuggestQuery
 from pml_server.service import Engine
 from pml_server.storage import keys
 from pml_server.storage.repo import Repository
+from testing.store_rows import all_patterns
 
 QUERIES = 20
 # every column family (the list the store opens)
@@ -66,7 +67,7 @@ def store_contents(engine: Engine) -> dict[str, Any]:
     state = engine._state  # reading every row: the repository, not the API
     repo = state.repo
     patterns = {}
-    for pattern in repo.patterns.all_patterns(TENANT):
+    for pattern in all_patterns(repo, TENANT):
         counters = repo.patterns.counters(TENANT, pattern.id)
         capability = repo.capabilities.capability(TENANT, pattern.capability_id)
         if capability is None or counters is None:

@@ -216,12 +216,15 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         again = len(spans)
         spans = [s for s in spans if (s.trace_id, s.span_id) not in settling]
         again -= len(spans)
+        conversations: dict[bytes, frozenset[str]] = {}
         for trace_id in {s.trace_id for s in spans}:
             known = pending.mapped(tenant, trace_id)
             lost = (known.lost if known is not None else set()) | expiry_links.get(trace_id, set())
             if lost:
                 spans.append(incomplete_marker(trace_id, lost))
-        batch = map_spans(spans, self._d.limits.intent.bound)
+            if known is not None and known.conversations:
+                conversations[trace_id] = known.conversations
+        batch = map_spans(spans, self._d.limits.intent.bound, conversations)
         del spans
         # A span between a root held settling and calls still to come (an agent's step span
         # arriving before its calls) is held with them, else the calls never reach the root
@@ -302,7 +305,8 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         recorded = self._capture(tenant, executions, rejections, captured) + replayed
         for trace_id, settled in batch.settled.items():
             runs = {e.span_id: e.call_ids for e in captured if e.trace_id == trace_id}
-            pending.remember(tenant, trace_id, settled, runs)
+            named = batch.conversations.get(trace_id, frozenset())
+            pending.remember(tenant, trace_id, settled, runs, named)
         return recorded
 
     def _hold_waiting(

@@ -30,6 +30,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from pml_server.domain.limits import LIMITS, session_id_problem
+from pml_server.domain.sessions import digest_stand_in
 from pml_server.otel import _attributes as attr
 from pml_server.otel._code import LANGUAGE, synthesize
 
@@ -109,6 +110,9 @@ class MappedBatch:
     # root held settling: the server holds them then (docs/capture.md, "A root span that
     # arrives first").
     unlinked: dict[bytes, list[trace_pb2.Span]] = field(default_factory=dict)
+    # Per trace with a run mapped: the conversations its runs' spans name (`named`), for a
+    # later Export of the trace (`map_spans`, `conversations`).
+    conversations: dict[bytes, frozenset[str]] = field(default_factory=dict)
 
     @property
     def rejected_spans(self) -> int:
@@ -142,8 +146,13 @@ def flatten(request: Any) -> Iterable[trace_pb2.Span]:
 
 
 def map_spans(
-    spans: Iterable[trace_pb2.Span], max_intent_chars: int = LIMITS.intent.bound
+    spans: Iterable[trace_pb2.Span],
+    max_intent_chars: int = LIMITS.intent.bound,
+    conversations: dict[bytes, frozenset[str]] | None = None,
 ) -> MappedBatch:
+    """Map `spans`; `conversations`: per trace, the conversations its runs mapped in earlier
+    Exports named (`MappedBatch.conversations`), so a run naming none is in the one its trace
+    named (docs/ranking.md, Sessions)."""
     batch = MappedBatch()
     traces: dict[bytes, dict[bytes, _Span]] = {}
     lost: dict[bytes, tuple[trace_pb2.Span, set[bytes]]] = {}
@@ -182,7 +191,8 @@ def map_spans(
     for trace_id, trace in traces.items():
         marker, links = lost.get(trace_id, (None, set()))
         twice = conflicts.get(trace_id, set())
-        _map_trace(trace, batch, max_intent_chars, links, twice)
+        named_before = conversations.get(trace_id, frozenset()) if conversations else frozenset()
+        _map_trace(trace, batch, max_intent_chars, links, twice, named_before)
         if marker is not None:  # kept: other runs of the trace may have lost spans too
             batch.waiting.setdefault(trace_id, []).append(marker)
         if waiting := [s for s in batch.waiting.get(trace_id, ()) if s.span_id in twice]:
@@ -228,10 +238,12 @@ def _map_trace(
     max_intent_chars: int,
     lost: set[bytes],
     twice: set[bytes],
+    earlier: frozenset[str],
 ) -> None:
     """Map one trace's spans; `lost`: the links of spans of it refused earlier (a run above
     one of them is incomplete: rejected); `twice`: its span ids sent twice with different
-    content (a run they belong to is rejected)."""
+    content (a run they belong to is rejected); `earlier`: the conversations its runs mapped
+    before named."""
     has_agent = any(s.is_agent for s in trace.values())
 
     def is_execution(s: _Span) -> bool:
@@ -318,6 +330,10 @@ def _map_trace(
         settled = batch.settled.setdefault(next(iter(trace.values())).proto.trace_id, set())
         settled.update(mapped)
         settled.update(sid for sid in trace if sid not in calls_of and resolve(sid)[0] in mapped)
+    named: frozenset[str] = frozenset()
+    if mapped:
+        named = _named(trace.values(), earlier)
+        batch.conversations[next(iter(trace.values())).proto.trace_id] = named
 
     def runs_of(ids: set[bytes]) -> set[bytes]:
         """The mapped runs `ids` are (or are below)."""
@@ -361,7 +377,7 @@ def _map_trace(
             continue
         try:
             batch.executions.append(
-                _execution(execution, calls, own, max_intent_chars, nested_failures)
+                _execution(execution, calls, own, max_intent_chars, nested_failures, named)
             )
         except _BadSpanError as bad:
             batch.rejections.append(Rejection(bad.span.ref, bad.reason, own + len(calls)))
@@ -392,6 +408,7 @@ def _execution(
     own: int,
     max_intent_chars: int,
     nested_failures: dict[bytes, str],
+    named: frozenset[str],
 ) -> MappedExecution:
     calls.sort(key=lambda s: (s.proto.start_time_unix_nano, s.proto.span_id))
     mapped: list[MappedCall] = []
@@ -428,7 +445,7 @@ def _execution(
         tags=(TAG, f"intent:{source}"),
         span_count=own + len(calls),
         span=execution.ref,
-        session_id=_session_id(execution, calls),
+        session_id=_session_id(execution, calls, named),
         failed=attr.failure(execution.proto, execution.attrs) is not None,
         trace_id=execution.proto.trace_id,
         span_id=execution.proto.span_id,
@@ -436,13 +453,38 @@ def _execution(
     )
 
 
-def _session_id(execution: _Span, calls: list[_Span]) -> str:
+def _conversation(span: _Span) -> str | None:
+    """The span's `gen_ai.conversation.id` when it is a usable session id."""
+    conversation = span.attrs.get(attr.CONVERSATION_ID)
+    if isinstance(conversation, str) and session_id_problem(conversation) is None:
+        return conversation
+    return None
+
+
+def _named(spans: Iterable[_Span], earlier: frozenset[str]) -> frozenset[str]:
+    """The conversations a trace's runs name: those of its agent and tool-call spans, and
+    `earlier` (its runs mapped in earlier Exports), each as the stand-in naming its session
+    (`digest_stand_in`: an id and a held span's stand-in of it are one conversation). Two are
+    enough to tell that the trace names more than one."""
+    named = set(earlier)
+    for span in spans:
+        if len(named) > 1:
+            break
+        if (span.is_agent or span.tool is not None) and (found := _conversation(span)):
+            named.add(digest_stand_in(found))
+    return frozenset(sorted(named)[:2])
+
+
+def _session_id(execution: _Span, calls: list[_Span], named: frozenset[str]) -> str:
     """The session a run belongs to (docs/ranking.md, Sessions): its `gen_ai.conversation.id`
     when that is a usable session id, its execution span's, else its first call's (in start
-    order) that has one (an instrumentation may set it on the tool spans alone), else its
-    trace id (hex): the runs of one trace are one agent's consecutive steps."""
+    order) that has one (an instrumentation may set it on the tool spans alone), else the
+    conversation its trace's runs name when they name one (`named`: a run of an agent that
+    sets it on some runs only), else its trace id (hex): the runs of one trace are one
+    agent's consecutive steps."""
     for span in (execution, *calls):
-        conversation = span.attrs.get(attr.CONVERSATION_ID)
-        if isinstance(conversation, str) and session_id_problem(conversation) is None:
+        if conversation := _conversation(span):
             return conversation
+    if len(named) == 1:
+        return next(iter(named))
     return execution.proto.trace_id.hex()

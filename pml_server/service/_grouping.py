@@ -8,7 +8,7 @@ from pml_server import _core
 from pml_server.capture.dedup import choose_capability
 from pml_server.domain.vectors import Vector
 from pml_server.search import TenantSearchIndex, best_score
-from pml_server.service._near import closest_candidates, index_is_current
+from pml_server.service._near import closest_candidates_of, index_is_current
 from pml_server.service._state import EngineState
 from pml_server.service._writes import apply_staged_adds
 from pml_server.storage.repo import Repository
@@ -92,15 +92,18 @@ def capability_vectors(
     """For each capability, the vectors of its intents among which lies its closest to
     `vector` when that one is within `threshold` (`_near`): the exact comparison (few
     capabilities) without reading every intent of a crowded capability."""
-    candidates = []
-    for capability_id in capability_ids:
-        capability = state.repo.capabilities.capability(tenant, capability_id)
-        if capability is not None:
-            near = closest_candidates(
-                state, tenant, capability.pattern_ids, vector, threshold, index_current
-            )
-            candidates.append((capability_id, [i.vector for i in near]))
-    return candidates
+    found = [
+        (capability_id, capability.pattern_ids)
+        for capability_id in capability_ids
+        if (capability := state.repo.capabilities.capability(tenant, capability_id)) is not None
+    ]
+    near = closest_candidates_of(
+        state, tenant, [ids for _, ids in found], vector, threshold, index_current
+    )
+    return [
+        (capability_id, [i.vector for i in intents])
+        for (capability_id, _), intents in zip(found, near, strict=True)
+    ]
 
 
 def nearest_allowed_capability(

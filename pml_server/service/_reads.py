@@ -198,14 +198,8 @@ def stored_pattern_views(
     """The views of these patterns as GetPattern shows them (their shown intents and how many
     they have, domain/shown_intents.py), in order, but for those deleted meanwhile: one
     multi-get of their counters and one of the intents those name, never all their intents."""
-    ids = [record.id for record in records]
-    counters = repo.patterns.counters_by_id(tenant, ids)
-    found = [
-        None if counted is None else (record, counted)
-        for record, counted in zip(records, counters, strict=True)
-    ]
     views = []
-    for shown in repo.views.shown_of(tenant, ids, found):
+    for shown in repo.views.views_of_records(tenant, records):
         yielding.checkpoint()
         if shown is not None:
             views.append(
@@ -258,19 +252,15 @@ def _best_member(repo: Repository, tenant: str, ranked: list[str]) -> str:
 
 
 def _intent_texts(repo: Repository, tenant: str, listed: list[str]) -> Iterator[str]:
-    """The texts of the listed patterns' intents, each pattern's oldest first, read one
-    pattern at a time as the view asks, at most MAX_CAPABILITY_INTENT_READS rows in all."""
-    left = MAX_CAPABILITY_INTENT_READS
-    for pattern_id in listed:
-        if left <= 0:
-            return
+    """The texts of the listed patterns' intents, each pattern's oldest first (at most
+    MAX_CAPABILITY_INTENTS of each), at most MAX_CAPABILITY_INTENT_READS rows in all, read as
+    the view asks (`IntentRows.first_of_patterns`)."""
+    intents = repo.intents.first_of_patterns(
+        tenant, listed, MAX_CAPABILITY_INTENTS, MAX_CAPABILITY_INTENT_READS
+    )
+    for intent in intents:
         yielding.checkpoint()
-        intents = repo.intents.first_of_pattern(
-            tenant, pattern_id, min(left, MAX_CAPABILITY_INTENTS)
-        )
-        left -= len(intents)
-        for intent in intents:
-            yield intent.text
+        yield intent.text
 
 
 def views_by_capability(repo: Repository, tenant: str) -> dict[str, list[RetentionRow]]:

@@ -79,6 +79,9 @@ class MappedTrace:
     runs: dict[bytes, frozenset[bytes]] = field(default_factory=dict)
     # Links of spans refused (`otlp_pending_spans`) when no marker could be held for them.
     lost: set[bytes] = field(default_factory=set)
+    # The conversations its runs named (at most two, as stand-ins: `otel._mapping._named`),
+    # for its runs mapped later (docs/ranking.md, Sessions).
+    conversations: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -283,11 +286,17 @@ class PendingSpans:
         return traces.get(trace_id)
 
     def remember(
-        self, tenant: str, trace_id: bytes, spans: set[bytes], runs: dict[bytes, frozenset[bytes]]
+        self,
+        tenant: str,
+        trace_id: bytes,
+        spans: set[bytes],
+        runs: dict[bytes, frozenset[bytes]],
+        conversations: frozenset[str] = frozenset(),
     ) -> None:
         """Remember runs of `trace_id` just mapped (`spans`: at or below their execution spans;
-        `runs`: each execution span's call spans). Called under the tenant's lock."""
-        self._remember(tenant, trace_id, spans, runs, set())
+        `runs`: each execution span's call spans; `conversations`: those the trace's runs
+        named, which include those remembered before). Called under the tenant's lock."""
+        self._remember(tenant, trace_id, spans, runs, set(), conversations)
 
     def remember_lost(self, tenant: str, trace_id: bytes, links: set[bytes]) -> None:
         """Remember that spans of `trace_id` were refused and no marker could be held for
@@ -302,6 +311,7 @@ class PendingSpans:
         spans: set[bytes],
         runs: dict[bytes, frozenset[bytes]],
         lost: set[bytes],
+        conversations: frozenset[str] = frozenset(),
     ) -> None:
         traces, count = self._mapped_of(tenant)
         known = traces.pop(trace_id, None) or MappedTrace(0)
@@ -309,6 +319,7 @@ class PendingSpans:
         count[0] -= len(known.spans) + len(known.lost)
         known.spans |= spans
         known.lost |= lost
+        known.conversations = frozenset(sorted(known.conversations | conversations)[:2])
         for span_id, calls in runs.items():  # a part sent again adds nothing
             known.runs[span_id] = known.runs.get(span_id, frozenset()) | calls
         traces[trace_id] = known  # the most recent last

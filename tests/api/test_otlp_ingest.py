@@ -1181,3 +1181,91 @@ def test_a_held_span_id_sent_twice_with_other_content_rejects_its_run_later(
     assert "sent twice with different content" in answer.error_message
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         assert list(client.iter_patterns()) == []
+
+
+def _two_runs(
+    tracer: Tracer, first: str | None, second: str | None, *, on_call: bool = False
+) -> None:
+    """One trace of two agent runs under a workflow span (not an agent's): `list_dir`, then
+    `read_file`, each run's `gen_ai.conversation.id` as given (None: not set), on its agent
+    span or (`on_call`) on its call span."""
+    with tracer.start_as_current_span("workflow"):
+        for intent, tool, conversation in (
+            ("List the folder", "list_dir", first),
+            ("Read JSON file", "read_file", second),
+        ):
+            if on_call:
+                _conversation_run(tracer, intent, tool, None, conversation)
+            else:
+                _conversation_run(tracer, intent, tool, conversation, None)
+
+
+def _follows_list_dir(client: PmlClient) -> list[list[str]]:
+    """The capabilities the sessions learned to follow `list_dir`."""
+    following = client.suggest("", previous_tools=["list_dir"]).suggestions
+    return [list(s.pattern.tools_used) for s in following]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "on_call"),
+    [("conv-a", None, False), (None, "conv-a", False), ("conv-a", None, True)],
+    ids=["first-run-names-it", "second-run-names-it", "on-a-call"],
+)
+def test_runs_of_a_trace_that_names_one_conversation_are_in_it(
+    server: RunningServer, client: PmlClient, first: str | None, second: str | None, on_call: bool
+) -> None:
+    """Two runs of one trace, one of them carrying `gen_ai.conversation.id`. Before: the other
+    run fell back to its trace id, so the two were two sessions and nothing was learned. A
+    trace whose runs name one conversation is that conversation (docs/ranking.md, Sessions)."""
+    with _exporting(server.port) as tracer:
+        _two_runs(tracer, first, second, on_call=on_call)
+    # The later turn of the same conversation, its own trace, follows the trace's last step.
+    with _exporting(server.port) as tracer:
+        _conversation_run(tracer, "Write the file", "write_file", "conv-a", None)
+    assert _follows_list_dir(client) == [["read_file"]]
+    following = client.suggest("", previous_tools=["read_file"]).suggestions
+    assert [list(s.pattern.tools_used) for s in following] == [["write_file"]]
+
+
+def test_two_conversations_in_one_trace_stay_apart(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """A trace whose runs name two conversations: each run stays in its own (a run naming
+    none would be in its trace's session, which neither is)."""
+    with _exporting(server.port) as tracer:
+        _two_runs(tracer, "conv-a", "conv-b")
+    assert len(list(client.iter_patterns())) == 2
+    assert _follows_list_dir(client) == []
+
+
+def test_a_trace_whose_conversation_came_in_an_earlier_export_keeps_it(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """The trace's first run, with its conversation id, in one Export; its second run, naming
+    none, in the next (a batch processor flushing between them). The second run is in the
+    conversation the first named, as when both come in one Export."""
+    spans = recorded(lambda t: _two_runs(t, "conv-a", None))
+    first_run = [s for s in spans if s.name != "workflow" and "read_file" not in s.name][:2]
+    rest = [s for s in spans if s not in first_run]
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        for part in (first_run, rest):
+            assert stub.Export(encode_spans(part), timeout=30).partial_success.rejected_spans == 0
+    with _exporting(server.port) as tracer:
+        _conversation_run(tracer, "Write the file", "write_file", "conv-a", None)
+    assert _follows_list_dir(client) == [["read_file"]]
+    following = client.suggest("", previous_tools=["read_file"]).suggestions
+    assert [list(s.pattern.tools_used) for s in following] == [["write_file"]]
+
+
+def test_a_split_run_whose_conversation_id_comes_in_the_second_export_is_in_it(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """A run's call, with no conversation id, in one Export (held: its root has not ended); its
+    agent span, naming the conversation, in the next. The run is in that conversation."""
+    with _exporting(server.port) as tracer:
+        _conversation_run(tracer, "List the folder", "list_dir", "conv-a", None)
+    spans = recorded(lambda t: _conversation_run(t, "Read JSON file", "read_file", "conv-a", None))
+    replies = _export_each(server.port, spans)
+    assert "held until their run's invoke_agent" in replies[0].error_message
+    assert _follows_list_dir(client) == [["read_file"]]

@@ -18,10 +18,11 @@ from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
 from pml_server.domain.records import PatternCounters
 from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.ranking import RankingConfig
-from pml_server.service import Engine
-from pml_server.storage.keys import CF_COUNTERS, tenant_key
+from pml_server.service import Engine, _near
+from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, tenant_key
+from pml_server.storage.repo import IntentRows
 from testing.ranking_oracle import path as oracle
-from testing.store_reads import intents_read
+from testing.store_reads import intents_read, rows_read
 from tests.support import Clock, code_for, make_record, open_engine
 
 JSON_TOOLS = ["fs.read", "json.parse"]
@@ -315,6 +316,65 @@ def test_a_replica_suggests_from_its_view_cache_without_a_database_read(
     assert _views(a, "t", "Read JSON file") == first
 
 
+def _queries(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The statements `engine`'s shared store reads with from now on in this thread (not its
+    follower's), one entry a round trip."""
+    db = engine._state.store.kv._db
+    rows = db.rows
+    sent: list[str] = []
+    caller = threading.get_ident()
+
+    def counted(query: Any, params: Any = ()) -> Any:
+        if threading.get_ident() == caller:
+            sent.append(str(query))
+        return rows(query, params)
+
+    monkeypatch.setattr(db, "rows", counted)
+    return sent
+
+
+def test_list_patterns_reads_a_page_in_two_round_trips(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ListPatterns over a shared store: the page of records, then their counters and shown
+    intents in one joined query (docs/storage.md, The shared store). Three before: the
+    counters and the intents they name were two multi-gets. The views are those GetPattern
+    shows."""
+    a = replicas("a")
+    for n in range(5):
+        a.record("t", make_record(f"r{n}", f"Read JSON file {n}", JSON_TOOLS, code=f"f{n}()"))
+    a.record("t", make_record("r5", "Read the JSON file", JSON_TOOLS, code="f0()"))
+    sent = _queries(a, monkeypatch)
+    page = a.list_patterns("t", PageRequest(page_size=10))
+    assert len(sent) == 2
+    assert len(page.items) == 5
+    assert list(page.items) == [a.get_pattern("t", p.id) for p in page.items]
+    assert sorted(len(p.intents) for p in page.items) == [1, 1, 1, 1, 2]
+
+
+def test_get_capability_reads_its_patterns_intents_in_one_round_trip(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GetCapability over a shared store: the capability, its members' counters, the best
+    member's record, then the first intents of the patterns it lists in one query (docs/api.md,
+    Capabilities). Before: a round trip per listed pattern until the view had its texts (43
+    statements here, the patterns' intents nearly all one text). The texts are those the
+    reads a pattern at a time give."""
+    a = replicas("a")
+    for n in range(40):
+        a.record("t", make_record(f"r{n}", "Read JSON file", JSON_TOOLS, code=f"f{n}()"))
+    a.record("t", make_record("r40", "Open the JSON file", JSON_TOOLS, code="f3()"))
+    [capability] = a.list_capabilities("t", PageRequest()).items
+    sent = _queries(a, monkeypatch)
+    view = a.get_capability("t", capability.id)
+    assert len(sent) == 4
+    assert view.pattern_count == 40
+    repo = a._state.repo
+    one_at_a_time = IntentRows.first_of_patterns(repo.intents, "t", view.pattern_ids, 50, 500)
+    assert view.intents == tuple(dict.fromkeys(i.text for i in one_at_a_time))
+    assert set(view.intents) == {"Read JSON file", "Open the JSON file"}
+
+
 def test_a_replica_suggests_its_own_writes_at_once_through_its_view_cache(
     replicas: Callable[[str], Engine],
 ) -> None:
@@ -472,6 +532,57 @@ def test_a_near_duplicate_of_another_replicas_intent_is_found_reading_few_intent
     [after] = b.list_patterns("t", PageRequest()).items
     assert after.intent_count == 60  # bumped, no new intent
     assert after.intents[0].hit_count == 2  # the most hit shown first
+
+
+def _lagging(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`engine`'s index lags the store: its follower applies nothing, and a capture's own
+    catch-up finds the follower held (the case `_near.index_is_current` answers False)."""
+    follower = engine._state.follower
+    assert follower is not None
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)
+    monkeypatch.setattr(follower, "catch_up_tenant", lambda tenant, timeout: False)
+
+
+@pytest.mark.parametrize("intents", [3, 20])
+def test_a_near_duplicate_on_a_lagging_replica_is_found_as_before(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch, intents: int
+) -> None:
+    """docs/capture.md, "Rule 5 on a shared store": B's index holds none of A's intents and
+    cannot be brought up to date; a store of fewer than `LAGGING_READ` intents is read whole,
+    so B's run with one of A's intents bumps it, as when every intent was read."""
+    a, b = replicas("a"), replicas("b")
+    _lagging(b, monkeypatch)
+    words = [f"w{n}x{n * 7}q" for n in range(intents)]
+    for n, word in enumerate(words):
+        a.record("t", make_record(f"a{n}", f"{word} {word}z {word}y", JSON_TOOLS))
+    word = words[-1]
+    b.record("t", make_record("b1", f"{word} {word}z {word}y", JSON_TOOLS))
+    [after] = b.list_patterns("t", PageRequest()).items
+    assert after.intent_count == intents  # bumped, no new intent
+    assert after.intents[0].hit_count == 2
+
+
+@pytest.mark.parametrize("new_pattern", [False, True], ids=["rule-5", "grouping"])
+def test_a_capture_on_a_lagging_replica_reads_a_bounded_number_of_intents(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch, new_pattern: bool
+) -> None:
+    """B's index lags and cannot catch up: its rule 5 check of a pattern of 40 intents, and the
+    grouping of a new pattern among capabilities of 40 patterns, read at most `LAGGING_READ`
+    stored intents (set to 8 here) and the index's candidates (none: it holds none of A's),
+    not every intent of the patterns compared (40 before: the cost grew with the tenant's
+    intents)."""
+    a, b = replicas("a"), replicas("b")
+    _lagging(b, monkeypatch)
+    monkeypatch.setattr(_near, "LAGGING_READ", 8)
+    words = [f"w{n}x{n * 7}q" for n in range(40)]
+    for n, word in enumerate(words):
+        code = f"f{n}()" if new_pattern else None
+        a.record("t", make_record(f"a{n}", f"{word} {word}z {word}y", JSON_TOOLS, code=code))
+    read = rows_read(b._state.store, monkeypatch)
+    code = "g()" if new_pattern else None
+    result = b.record("t", make_record("b1", "read a file", JSON_TOOLS, code=code))
+    assert result.outcome == (CaptureOutcome.SAVED if new_pattern else CaptureOutcome.COUNTED)
+    assert read.get(CF_INTENTS, 0) <= 8
 
 
 def test_a_replica_cut_off_longer_than_the_op_log_is_kept_rebuilds_what_it_missed(

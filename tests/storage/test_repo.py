@@ -29,6 +29,7 @@ from pml_server.storage.keys import (
 from pml_server.storage.repo import Repository, tools_digest
 from pml_server.storage.repo._patterns import RETENTION_PAGE
 from pml_server.storage.rocks import StoreClosedError
+from testing.store_rows import all_patterns
 
 
 @given(st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=20), st.text(max_size=10))
@@ -239,7 +240,7 @@ def test_pattern_tools_reads_each_tenants_patterns_tools(tmp_path: Path) -> None
         ]
     )
     assert repo.patterns.pattern_tools("t1") == {
-        p.id: p.tools_used for p in repo.patterns.all_patterns("t1")
+        p.id: p.tools_used for p in all_patterns(repo, "t1")
     }
     assert repo.patterns.pattern_tools("t1") == {"pat_a": ("read_file", "parse_json"), "pat_b": ()}
     assert repo.patterns.pattern_tools("t2") == {"pat_a": ("gmail_send",)}
@@ -311,3 +312,14 @@ def test_retention_rows_reads_every_pattern_with_counters_a_page_at_a_time(
     assert list(repo.patterns.retention_rows("t2")) == [RetentionRow("pat_0000", "cap_0", 1, 0, 5)]
     assert list(repo.patterns.retention_rows("t3")) == []
     store.close()
+
+
+def test_the_repository_has_no_read_of_every_pattern_record_at_once() -> None:
+    """A tenant's pattern records are read a page at a time or streamed (docs/storage.md, The
+    key-value layout): the read that built every one in memory at once lives in
+    `testing/store_rows.py`, for tests and benches, so nothing in the server can call it."""
+    from pml_server.storage.repo._patterns import PatternRows
+
+    assert not hasattr(PatternRows, "all_patterns")
+    sources = Path(__file__).resolve().parents[2] / "pml_server"
+    assert not [p for p in sources.rglob("*.py") if "all_patterns" in p.read_text()]

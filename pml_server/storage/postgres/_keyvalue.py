@@ -106,11 +106,12 @@ class KeyValues:
         return [found.get(key) for key in keys]
 
     def shown_view_rows(
-        self, keys: Sequence[bytes]
+        self, keys: Sequence[bytes], records: bool = True
     ) -> list[tuple[bytes, bytes, list[bytes] | None] | None]:
         """(record, counters, the intents its counters name best first) of each pattern key,
         None where the record or counters are missing, in one query where the embedded store
-        reads them in three multi-gets (domain/shown_intents.py). The intents are None where
+        reads them in three multi-gets (domain/shown_intents.py); the record is b"" unless
+        `records` (a caller that holds them: not sent twice). The intents are None where
         the counters predate the summary (an older build's: the caller reads them otherwise);
         an intent they name that is gone is left out. Only the counters' `top_intents` (digits,
         commas and brackets) is read as JSON in SQL: PostgreSQL refuses the whole row's
@@ -118,7 +119,7 @@ class KeyValues:
         if not keys:
             return []
         rows = self._db.rows(
-            "SELECT p.key, p.value, c.value, s.intents"
+            "SELECT p.key, " + ("p.value" if records else "''::bytea") + ", c.value, s.intents"
             f" FROM {table_of(CF_PATTERNS)} p JOIN {table_of(CF_COUNTERS)} c ON c.key = p.key"
             " CROSS JOIN LATERAL"
             " (SELECT substring(convert_from(c.value, 'UTF8') from %(top)s)::json AS top) j"
@@ -135,6 +136,28 @@ class KeyValues:
             for k, p, c, i in rows
         }
         return [found.get(key) for key in keys]
+
+    def first_of_prefixes(
+        self, cf: str, prefixes: Sequence[bytes], each: int, total: int
+    ) -> list[bytes]:
+        """The values of the first `each` rows under each prefix in key order, prefix by
+        prefix, at most `total` in all: one query where a scan a prefix takes a round trip
+        each. Each prefix ends in a key separator (`tenant_key(..., b"")`), so it has an end."""
+        if not prefixes or total <= 0:
+            return []
+        rows = self._db.rows(
+            "SELECT r.value FROM unnest(%(prefixes)s::bytea[], %(ends)s::bytea[])"
+            " WITH ORDINALITY AS p(prefix, upper, n) CROSS JOIN LATERAL"
+            f" (SELECT key, value FROM {table_of(cf)} WHERE key >= p.prefix AND key < p.upper"
+            " ORDER BY key LIMIT %(each)s) r ORDER BY p.n, r.key LIMIT %(total)s",
+            {
+                "prefixes": list(prefixes),
+                "ends": [prefix_end(prefix) for prefix in prefixes],
+                "each": each,
+                "total": total,
+            },
+        )
+        return [bytes(value) for (value,) in rows]
 
     def pattern_for_hash(
         self, prefix: bytes, code_hash_key: bytes, intents_limit: int

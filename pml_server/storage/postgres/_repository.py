@@ -10,7 +10,7 @@ along), `SharedLogs` (the op log in SQL) and `SharedViews` (this replica's cache
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -166,6 +166,16 @@ class SharedIntents(IntentRows):
                 return [decode_intent(raw) for raw in intents]
         return None
 
+    def first_of_patterns(
+        self, tenant: str, pattern_ids: Sequence[str], each: int, total: int
+    ) -> Iterator[IntentRecord]:
+        """As `IntentRows.first_of_patterns`, in one query (a range scan a pattern on the
+        server) where a read a pattern at a time took a round trip each: the same rows, those
+        the caller would not ask for included (at most `total`)."""
+        prefixes = [tenant_key(tenant, pattern_id, b"") for pattern_id in pattern_ids]
+        rows = self.shared_store.kv.first_of_prefixes(CF_INTENTS, prefixes, each, total)
+        return (decode_intent_for_view(raw) for raw in rows)
+
 
 class SharedLogs(LogRows):
     def __init__(self, store: PostgresStore) -> None:
@@ -215,6 +225,31 @@ class SharedViews(ViewReads):
             None if row is None else (decode_pattern(row[0]), decode_counters_shared(row[1]))
             for row in rows
         ]
+        return self._shown(tenant, pattern_ids, rows, found)
+
+    def views_of_records(
+        self, tenant: str, records: Sequence[PatternRecord]
+    ) -> list[ShownView | None]:
+        """As `ViewReads.views_of_records`, in one query (`KeyValues.shown_view_rows` without
+        the records, which the caller holds) where the embedded store makes two multi-gets."""
+        ids = [record.id for record in records]
+        keys = [tenant_key(tenant, pattern_id) for pattern_id in ids]
+        rows = self.shared_store.kv.shown_view_rows(keys, records=False)
+        found = [
+            None if row is None else (record, decode_counters_shared(row[1]))
+            for record, row in zip(records, rows, strict=True)
+        ]
+        return self._shown(tenant, ids, rows, found)
+
+    def _shown(
+        self,
+        tenant: str,
+        pattern_ids: Sequence[str],
+        rows: Sequence[tuple[bytes, bytes, list[bytes] | None] | None],
+        found: Sequence[tuple[PatternRecord, PatternCounters] | None],
+    ) -> list[ShownView | None]:
+        """The views of `shown_view_rows`' `rows` of these patterns, `found` their (record,
+        counters) decoded."""
         views = [
             None
             if row is None or pair is None

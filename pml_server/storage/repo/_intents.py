@@ -28,8 +28,11 @@ class IntentRows:
     def __init__(self, store: KeyValueReads) -> None:
         self.store = store
 
-    def of_pattern(self, tenant: str, pattern_id: str) -> list[IntentRecord]:
-        rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""))
+    def of_pattern(
+        self, tenant: str, pattern_id: str, limit: int | None = None
+    ) -> list[IntentRecord]:
+        """The pattern's intents in id order, with their vectors (the first `limit` of them)."""
+        rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""), limit=limit)
         return [decode_intent(v) for _, v in rows]
 
     def first_of_pattern(self, tenant: str, pattern_id: str, limit: int) -> list[IntentRecord]:
@@ -37,6 +40,20 @@ class IntentRows:
         vectors: what a capability's view shows of its patterns' intents."""
         rows = self.store.scan(CF_INTENTS, tenant_key(tenant, pattern_id, b""), limit=limit)
         return [decode_intent_for_view(v) for _, v in rows]
+
+    def first_of_patterns(
+        self, tenant: str, pattern_ids: Sequence[str], each: int, total: int
+    ) -> Iterator[IntentRecord]:
+        """Each pattern's first `each` intents in id order, pattern by pattern, at most `total`
+        in all, without their vectors: read a pattern at a time as the caller asks (a local
+        range scan each; a shared store reads them in one query, `SharedIntents`)."""
+        left = total
+        for pattern_id in pattern_ids:
+            if left <= 0:
+                return
+            intents = self.first_of_pattern(tenant, pattern_id, min(left, each))
+            left -= len(intents)
+            yield from intents
 
     def ids_of_pattern(self, tenant: str, pattern_id: str) -> Iterator[int]:
         """The ids of the pattern's intents in id order, read `WHOLE_PATTERN_READ` rows at a

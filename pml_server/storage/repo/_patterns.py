@@ -70,14 +70,10 @@ class PatternRows:
         records = [PatternRecord.from_json(v) for _, v in rows[:size]]
         return records, (records[-1].id if len(rows) > size else "")
 
-    def all_patterns(self, tenant: str) -> list[PatternRecord]:
-        rows = self.store.scan(CF_PATTERNS, tenant_prefix(tenant))
-        return [PatternRecord.from_json(v) for _, v in rows]
-
     def pattern_tools(self, tenant: str) -> dict[str, tuple[str, ...]]:
         """Each stored pattern's tools, by pattern id: what rebuilding the lexical index needs.
-        Streamed, and only these two fields are kept (`all_patterns` builds every record: a
-        sixth of a 100k open). Before anything writes only (`Store.scan_stored`)."""
+        Streamed, and only these two fields are kept (building every record was a sixth of a
+        100k open). Before anything writes only (`Store.scan_stored`)."""
         tools: dict[str, tuple[str, ...]] = {}
         for _, raw in self.store.scan_stored(CF_PATTERNS, tenant_prefix(tenant)):
             data = json_form.loads(raw)

@@ -133,6 +133,23 @@ class ViewReads:
         found = self.patterns_with_counters(tenant, pattern_ids)
         return self.shown_of(tenant, pattern_ids, found)
 
+    def views_of_records(
+        self, tenant: str, records: Sequence[PatternRecord]
+    ) -> list[ShownView | None]:
+        """The `ShownView`s of these pattern records (read already), None where deleted
+        meanwhile (no counters): a multi-get of their counters and one of the intents those
+        name."""
+        ids = [record.id for record in records]
+        counters = [
+            None if raw is None else decode_counters_shared(raw)
+            for raw in self.store.get_many(CF_COUNTERS, [tenant_key(tenant, p) for p in ids])
+        ]
+        found = [
+            None if counted is None else (record, counted)
+            for record, counted in zip(records, counters, strict=True)
+        ]
+        return self.shown_of(tenant, ids, found)
+
     def shown_of(
         self,
         tenant: str,
