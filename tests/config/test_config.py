@@ -184,6 +184,8 @@ def _flag_values(
             value = Path(f"given-{action.dest}")
         elif action.dest.endswith("listen"):  # a host:port
             value = f"given-{action.dest}:7"
+        elif action.dest.endswith("store"):  # a DSN
+            value = "postgresql://given/db"
         else:
             value = f"given-{action.dest}"
         argv += [flag, str(value)]
@@ -447,3 +449,23 @@ def test_job_intervals_a_thread_cannot_wait_are_refused_at_start(
     with pytest.raises(ConfigError) as refused:
         serve_config(_serve_args(*argv), environ={})
     assert words in str(refused.value)
+
+
+@pytest.mark.parametrize("where", ["file", "PML_STORE", "flag"])
+def test_a_store_that_is_no_dsn_is_named_where_it_was_given(tmp_path: Path, where: str) -> None:
+    """A `store` that is no postgresql:// DSN names the layer that gave it: the file's key, the
+    variable or the flag (before: always `--store must be a postgresql:// DSN`, from the
+    engine's open, for a value that came from `$PML_STORE` or the file)."""
+    path = _write(tmp_path, '[engine]\nstore = "mysql://db/pml"\n' if where == "file" else "")
+    argv = ["--config", str(path), "--data-dir", str(tmp_path / "data")]
+    argv += ["--store", "sqlite:pml.db"] if where == "flag" else []
+    env = {"PML_STORE": "postgres-db.internal/pml"} if where == "PML_STORE" else {}
+    expected = {
+        "file": f"{path}: engine.store must be a postgresql:// DSN",
+        "PML_STORE": "PML_STORE must be a postgresql:// DSN",
+        "flag": "--store must be a postgresql:// DSN",
+    }[where]
+    with pytest.raises(ConfigError) as caught:
+        serve_config(_serve_args(*argv), environ=env)
+    assert str(caught.value).startswith(expected), caught.value
+    assert "\n" not in str(caught.value)
