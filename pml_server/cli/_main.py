@@ -11,7 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pml_server.config import DEFAULT_LISTEN, ConfigError, add_serve_flags, serve_config
+from pml_server.config import (
+    DEFAULT_LISTEN,
+    ConfigError,
+    add_serve_flags,
+    listen_problem,
+    serve_config,
+)
 from pml_server.domain.limits import LIMITS
 
 Handler = Callable[[argparse.Namespace], int]
@@ -324,15 +330,32 @@ def build_parser() -> argparse.ArgumentParser:
 def client_environment(args: argparse.Namespace) -> argparse.Namespace:
     """The one place every client command (`pml suggest`, `record`, `import`, `mcp`...) reads
     its environment: `--server` defaults to $PML_SERVER, then to the default address; `--api-key`
-    to $PML_API_KEY. Resolved after parsing, so `--help` never prints a key."""
+    to $PML_API_KEY. Resolved after parsing, so `--help` never prints a key. An address is
+    taken without the spaces around it (a variable read from a file keeps its newline); one
+    that is no host:port raises UsageError naming where it was given (gRPC tried `:99999` as
+    port 34463 and `localhost` alone as port 443, and the command said no server answered)."""
     if hasattr(args, "server"):
-        args.server = args.server or os.environ.get("PML_SERVER") or DEFAULT_LISTEN
+        given = "--server" if args.server else "$PML_SERVER"
+        args.server = (args.server or os.environ.get("PML_SERVER") or "").strip()
+        if not args.server:
+            args.server = DEFAULT_LISTEN
+        elif (problem := listen_problem(args.server)) is not None:
+            raise UsageError(f"{given}: {problem}")
         args.api_key = args.api_key or os.environ.get("PML_API_KEY") or None
     return args
 
 
+class UsageError(Exception):
+    """A flag or variable no command can run with (exit 2, one line)."""
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = client_environment(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    try:
+        client_environment(args)
+    except UsageError as err:
+        print(f"pml {args.command}: error: {err}", file=sys.stderr)
+        sys.exit(2)
     if args.command == "serve":
         sys.exit(_serve(args))
     if args.command == "keys":

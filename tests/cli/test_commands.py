@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from pml_server import cli
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, make_record
 from pml_server.config import serve_config
+from tests.mcp.test_server import PYTHONPATH
 
 READ = 'const d = await mcp.read_file({path: "a.json"}); return await mcp.parse_json(d)'
 
@@ -248,6 +252,56 @@ def test_an_api_key_that_cannot_be_sent_is_a_usage_error(
         assert "api_key" in out
         assert "Traceback" not in out
         assert "INTERNAL" not in out
+
+
+_BAD_SERVERS = [
+    ("127.0.0.1:99999", "port 99999 is not 0..65535"),
+    ("127.0.0.1:abc", "port 'abc' is not a number 0..65535"),
+    (
+        "http://127.0.0.1:50051",
+        "'http://127.0.0.1:50051' is no host:port (an IPv6 host in brackets: [::1]:50051)",
+    ),
+    ("localhost", "'localhost' is no host:port (an IPv6 host in brackets: [::1]:50051)"),
+]
+
+
+@pytest.mark.parametrize(("value", "said"), _BAD_SERVERS)
+def test_a_server_address_that_is_no_host_port_is_a_usage_error(
+    run: object, monkeypatch: pytest.MonkeyPatch, value: str, said: str
+) -> None:
+    """`--server` or `$PML_SERVER` that is no host:port is exit 2 naming where it was given
+    (before: exit 3, "no pml server answered", after the client's retries; `:99999` was tried
+    as port 34463, `localhost` alone as port 443)."""
+    assert callable(run)
+    assert run("stats", "--server", value, expect=2) == f"pml stats: error: --server: {said}\n"
+    monkeypatch.setenv("PML_SERVER", value)
+    assert run("stats", expect=2) == f"pml stats: error: $PML_SERVER: {said}\n"
+
+
+@pytest.mark.parametrize(("value", "said"), _BAD_SERVERS[:2])
+def test_pml_mcp_with_a_server_address_that_is_no_host_port_does_not_start(
+    value: str, said: str
+) -> None:
+    """(Before: `pml mcp` started, and each tool call failed "pml is unavailable".)"""
+    done = subprocess.run(
+        [sys.executable, "-m", "pml_server.cli", "mcp", "--server", value],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": PYTHONPATH},
+    )
+    assert (done.returncode, done.stderr) == (2, f"pml mcp: error: --server: {said}\n")
+
+
+def test_a_server_address_with_spaces_around_it_still_works(
+    run: object, monkeypatch: pytest.MonkeyPatch, server: RunningServer
+) -> None:
+    """A `$PML_SERVER` read from a file with its newline, or pasted with a space, is the
+    address (a leading space was "no pml server answered")."""
+    assert callable(run)
+    monkeypatch.setenv("PML_SERVER", f" 127.0.0.1:{server.port}\n")
+    assert "patterns" in run("stats")
 
 
 def test_an_api_key_read_with_its_newline_still_works(
