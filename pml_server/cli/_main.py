@@ -96,6 +96,27 @@ def _client_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-key", type=Path, help="client key (mutual TLS)")
 
 
+# The client parameter each TLS flag of `_client_flags` sets: a refusal naming the parameter
+# is said naming the flag.
+_TLS_FLAGS = {
+    "root_certificates": "--tls-ca",
+    "client_cert": "--tls-cert",
+    "client_key": "--tls-key",
+}
+
+
+def client_refusal(message: str, violations: list[tuple[str, str]]) -> str:
+    """What to print of a client refusal made before any call (a PmlClientError's message and
+    violations): a TLS parameter's is said with its flag."""
+    if len(violations) != 1 or violations[0][0] not in _TLS_FLAGS:
+        return message
+    name, description = violations[0]
+    if description.startswith("needs "):
+        wanted, _, rest = description.removeprefix("needs ").partition(":")
+        description = f"needs {_TLS_FLAGS.get(wanted, wanted)}:{rest}"
+    return f"{_TLS_FLAGS[name]} {description}"
+
+
 def _client_command_flags(p: argparse.ArgumentParser) -> None:
     """A command that prints pml's replies: the connection's flags and `--json` (not `pml
     mcp`'s, whose output is the MCP protocol)."""

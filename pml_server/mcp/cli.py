@@ -94,10 +94,16 @@ def run(args: argparse.Namespace) -> int:
             key_hint="" if listen else "give pml mcp --api-key KEY or set PML_API_KEY",
         )
     )
+    from pml_server.cli._main import client_refusal
+    from pml_server.client import PmlClientError
+
     try:
         upstream.check_tls_files()
     except OSError as err:  # as the other client commands say it
         print(f"pml mcp: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        return 2
+    except PmlClientError as err:
+        print(f"pml mcp: error: {client_refusal(err.message, err.violations)}", file=sys.stderr)
         return 2
     if listen is None:
         run_stdio(upstream)

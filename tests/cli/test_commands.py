@@ -15,6 +15,7 @@ from pml_server import cli
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, make_record
 from pml_server.config import serve_config
+from tests.api.test_operations import pki  # noqa: F401  (the throwaway CA fixture)
 from tests.mcp.test_server import PYTHONPATH
 
 READ = 'const d = await mcp.read_file({path: "a.json"}); return await mcp.parse_json(d)'
@@ -292,6 +293,46 @@ def test_pml_mcp_with_a_server_address_that_is_no_host_port_does_not_start(
         env={**os.environ, "PYTHONPATH": PYTHONPATH},
     )
     assert (done.returncode, done.stderr) == (2, f"pml mcp: error: --server: {said}\n")
+
+
+@pytest.mark.parametrize("command", ["stats", "mcp"])
+def test_tls_files_that_cannot_make_a_channel_are_usage_errors(
+    pki: Path,  # noqa: F811
+    tmp_path: Path,
+    command: str,
+) -> None:
+    """A client certificate without its key killed the process: a failed check inside gRPC,
+    SIGABRT and a stack dump (exit 134), `pml mcp` too; a key without its certificate was
+    ignored (plain TCP); a CA file with no certificate in it was exit 3, "no pml server
+    answered ... Failed to create security handshaker". Each is now exit 2, one line naming
+    the flag (and the file)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a certificate\n")
+    cert, key = pki / "client.pem", pki / "client.key"
+    cases = [
+        (["--tls-cert", str(cert)], "--tls-cert needs --tls-key: mutual TLS takes both"),
+        (["--tls-key", str(key)], "--tls-key needs --tls-cert: mutual TLS takes both"),
+        (["--tls-ca", str(notes)], f"--tls-ca {notes}: no PEM certificate in it"),
+        (
+            ["--tls-cert", str(notes), "--tls-key", str(key)],
+            f"--tls-cert {notes}: no PEM certificate in it",
+        ),
+        (
+            ["--tls-cert", str(cert), "--tls-key", str(notes)],
+            f"--tls-key {notes}: no PEM private key in it",
+        ),
+    ]
+    for flags, said in cases:
+        argv = [command, "--server", "127.0.0.1:1", *flags]
+        done = subprocess.run(
+            [sys.executable, "-m", "pml_server.cli", *argv],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": PYTHONPATH},
+        )
+        assert (done.returncode, done.stderr) == (2, f"pml {command}: error: {said}\n"), flags
 
 
 def test_a_server_address_with_spaces_around_it_still_works(

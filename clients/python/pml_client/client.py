@@ -184,6 +184,49 @@ class UploadReport:
     reconnects: int = 0
 
 
+_PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
+# PKCS#8, and the RSA and EC forms OpenSSL writes.
+_PEM_KEYS = tuple(f"-----BEGIN {kind}PRIVATE KEY-----".encode() for kind in ("", "RSA ", "EC "))
+
+
+def _tls_files(
+    root_certificates: Path | None, client_cert: Path | None, client_key: Path | None
+) -> dict[str, bytes | None]:
+    """The TLS files read and checked before gRPC sees them. A certificate without its key
+    aborted the process (a failed check inside gRPC: SIGABRT); a key without its certificate
+    was ignored; a file with no PEM certificate (or key) failed every call UNAVAILABLE
+    "Failed to create security handshaker", as if no server answered. Each is refused
+    INVALID_ARGUMENT naming the parameter (an unreadable file raises OSError, naming it)."""
+    if (client_cert is None) != (client_key is None):
+        given, missing = (
+            ("client_cert", "client_key") if client_key is None else ("client_key", "client_cert")
+        )
+        raise PmlClientError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{given} needs {missing}: mutual TLS takes both",
+            [(given, f"needs {missing}: mutual TLS takes both")],
+        )
+    read: dict[str, bytes | None] = {}
+    for name, path, markers, what in (
+        ("root_certificates", root_certificates, (_PEM_CERTIFICATE,), "certificate"),
+        ("client_cert", client_cert, (_PEM_CERTIFICATE,), "certificate"),
+        ("client_key", client_key, _PEM_KEYS, "private key"),
+    ):
+        data = path.read_bytes() if path is not None else None
+        if path is not None and data is not None and not any(m in data for m in markers):
+            raise PmlClientError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{name} {path}: no PEM {what} in it",
+                [(name, f"{path}: no PEM {what} in it")],
+            )
+        read[name] = data
+    return {
+        "root_certificates": read["root_certificates"],
+        "certificate_chain": read["client_cert"],
+        "private_key": read["client_key"],
+    }
+
+
 class PmlClient:
     def __init__(
         self,
@@ -200,11 +243,9 @@ class PmlClient:
         # checked before a channel exists: a bad key leaves nothing to close
         self._metadata = (("authorization", f"Bearer {_header_key(api_key)}"),) if api_key else ()
         options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-        if tls or root_certificates or client_cert:
+        if tls or root_certificates or client_cert or client_key:
             creds = grpc.ssl_channel_credentials(
-                root_certificates=root_certificates.read_bytes() if root_certificates else None,
-                private_key=client_key.read_bytes() if client_key else None,
-                certificate_chain=client_cert.read_bytes() if client_cert else None,
+                **_tls_files(root_certificates, client_cert, client_key)
             )
             self._channel = grpc.secure_channel(target, creds, options=options)
         else:
