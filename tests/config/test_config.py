@@ -277,6 +277,19 @@ def test_a_ranking_table_replaces_values_of_the_chosen_embedders_defaults(tmp_pa
         ('[engine]\nstore = "postgresql://u:pw@h/db"\n', r"engine\.store carries a password"),
         ("[server\n", r"not valid TOML"),
         (
+            "[engine]\nintent_duplicate_threshold = 85\n",
+            r"engine\.intent_duplicate_threshold must be a cosine, -1 to 1, got 85",
+        ),
+        (
+            "[engine]\ncapability_group_threshold = -1.5\n",
+            r"engine\.capability_group_threshold must be a cosine, -1 to 1, got -1\.5",
+        ),
+        ("[engine]\nrequest_id_ttl_days = 0\n", r"^engine\.request_id_ttl_days must be > 0$"),
+        (
+            "[engine]\nsnapshot_interval_seconds = -1\n",
+            r"^engine\.snapshot_interval_seconds must be >= 0$",
+        ),
+        (
             "[engine]\nsession_idle_seconds = inf\n",
             r"engine\.session_idle_seconds must be a finite number, got inf",
         ),
