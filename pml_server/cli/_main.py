@@ -57,10 +57,19 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 _INT32 = 2**31 - 1
 
 
+def _integer(text: str) -> int:
+    """An integer flag's value; argparse said a value that is none by the name of the parsing
+    function (`invalid _suggestions value: 'abc'`)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
 def _int32(text: str) -> int:
     """A count sent in an int32 request field (`page_size`, `plan_size`): the server names a
     value out of its own range; one no int32 holds cannot even be sent."""
-    value = int(text)
+    value = _integer(text)
     if not -_INT32 - 1 <= value <= _INT32:
         raise argparse.ArgumentTypeError(f"{text} is not a 32-bit integer")
     return value
@@ -69,7 +78,7 @@ def _int32(text: str) -> int:
 def _suggestions(text: str) -> int:
     """`-k`: 0 (the server's default) up to Suggest's bound; the server would name the value
     by its request field, `page_size`, which the command line does not have."""
-    value = int(text)
+    value = _integer(text)
     if not 0 <= value <= LIMITS.suggestions.bound:
         raise argparse.ArgumentTypeError(f"{text} is not in 0..{LIMITS.suggestions.bound}")
     return value
@@ -78,7 +87,7 @@ def _suggestions(text: str) -> int:
 def _positive(text: str) -> int:
     """`--limit`: how many items to print, at least 1 (0 printed one item, a negative number
     was sent on as a page size the server refused, naming a field the command line has not)."""
-    value = int(text)
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a count >= 1")
     return value

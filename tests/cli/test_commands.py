@@ -172,6 +172,23 @@ def test_errors_name_the_field(run: object) -> None:
     assert "argument -k: 500 is not in 0..100" in out
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("suggest", "x", "-k"),
+        ("suggest", "x", "--plans"),
+        ("list", "--limit"),
+        ("failures", "--limit"),
+    ],
+)
+def test_a_count_that_is_no_integer_is_said_in_words(run: object, argv: tuple[str, ...]) -> None:
+    """(Before: `argument -k: invalid _suggestions value: 'abc'`, the name of the parsing
+    function, `_int32` or `_positive`, for the type.)"""
+    assert callable(run)
+    out = run(*argv, "abc", expect=2)
+    assert out.splitlines()[-1].endswith(f"error: argument {argv[-1]}: 'abc' is not an integer")
+
+
 @pytest.mark.parametrize("flag", ["-k", "--plans"])
 @pytest.mark.parametrize("value", ["99999999999", "-2147483649"])
 def test_a_number_beyond_the_field_is_a_usage_error(run: object, flag: str, value: str) -> None:
