@@ -527,3 +527,37 @@ def test_stdio_reads_no_more_of_a_line_than_the_limit(server: RunningServer) -> 
     assert answers[0]["error"]["code"] == -32600, answers[0]
     assert answers[1] == {"jsonrpc": "2.0", "id": 10, "result": {}}
     assert peak - before < size, (before, peak)
+
+
+def test_errors_echo_at_most_the_start_of_a_long_name(server: RunningServer) -> None:
+    """An unknown tool, prompt or resource, or a capability id, 100,000 characters long: its
+    error echoes the start of it and its length (before: the whole of it, into the agent's
+    context, once more in the error's `data` for a resource)."""
+    long = "a" * 100_000
+
+    async def body(client: Client) -> None:
+        tool = await client.call_tool(long, {})
+        assert tool.is_error
+        assert _text(tool) == f"Unknown tool: {'a' * 64}... (100000 characters)"
+        refusals = []
+        with pytest.raises(MCPError) as prompt:
+            await client.get_prompt(long, {})
+        refusals.append((prompt.value, f"unknown prompt: {'a' * 64}... (100000 characters)"))
+        for uri, said in [
+            ("x://" + long, f"Unknown resource: x://{'a' * 60}... (100004 characters)"),
+            (
+                "pml://capabilities/" + long[:10_000],
+                f"no capability '{'a' * 64}... (10000 characters)': use pml://capabilities/{{id}}",
+            ),
+        ]:
+            with pytest.raises(MCPError) as read:
+                await client.read_resource(uri)
+            refusals.append((read.value, said))
+        for err, said in refusals:
+            assert err.code == -32602
+            assert str(err) == said
+            assert len(json.dumps(err.error.data)) < 200, err.error.data
+        alive = await client.call_tool("suggest", {"intent": "x"})
+        assert not alive.is_error
+
+    _run(_stdio(f"127.0.0.1:{server.port}"), body)
