@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     from pml_server.client import PmlClientError
 
     try:
-        upstream.check_tls_files()
+        # Over HTTP each request's bearer key is checked as it comes (`_http_auth`).
+        upstream.check_client(args.api_key if listen is None else None)
     except OSError as err:  # as the other client commands say it
         print(f"pml mcp: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
         return 2
