@@ -305,8 +305,10 @@ class EngineConfig:
         _ = self.limits  # a bad settable limit is refused now, not at the first capture
 
     def _check_backups(self) -> None:
-        if self.backup_keep < 1 or self.backup_interval_seconds < 0:
-            raise ValueError("engine.backup_keep must be >= 1, backup_interval_seconds >= 0")
+        if self.backup_keep < 1:
+            raise ValueError("engine.backup_keep must be >= 1")
+        if self.backup_interval_seconds < 0:
+            raise ValueError("engine.backup_interval_seconds must be >= 0")
         if self.backup_dir is None:
             return
         if self.store:

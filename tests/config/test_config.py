@@ -217,6 +217,7 @@ def test_every_serve_flag_lands_in_its_setting() -> None:
         (["--data-dir", "d"], "must be outside data_dir"),
         (["--data-dir", "d/.."], "must be outside data_dir"),
         (["--backup-keep", "0"], "engine.backup_keep must be >= 1"),
+        (["--backup-interval-seconds", "-1"], "engine.backup_interval_seconds must be >= 0"),
     ],
 )
 def test_backups_refused_where_they_cannot_work(argv: list[str], words: str) -> None:
