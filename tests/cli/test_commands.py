@@ -87,6 +87,19 @@ def test_record_failed_tool_takes_a_namespaced_tool_and_an_error_with_colons(
     assert sorted((f.tool, f.error) for f in found if f.request_id == "issue-1") == sorted(failed)
 
 
+def test_a_record_over_the_servers_message_limit_is_not_sent(run: object, tmp_path: Path) -> None:
+    """10 MB of code: the call went out and gRPC answered `RESOURCE_EXHAUSTED: SERVER: Received
+    message larger than max (10000093 vs. 8388608)`; now the client says it did not send it,
+    how big it is and the server's limit, as `pml import` does for such a record."""
+    assert callable(run)
+    code = tmp_path / "big.ts"
+    code.write_text("x" * 10_000_000)
+    out = run("record", "--intent", "Read a file", "--code-file", str(code), expect=1)
+    assert "not sent: the record is 1000" in out, out
+    assert "over the server's --max-message-bytes of 8388608" in out, out
+    assert "Received message larger than max" not in out
+
+
 def test_record_from_json_file(run: object, tmp_path: Path) -> None:
     assert callable(run)
     rec = make_record(

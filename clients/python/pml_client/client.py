@@ -88,6 +88,11 @@ def _refused_here(
     return pml_pb2.StreamTracesResponse(execution_id=execution_id, error=status)
 
 
+# A record up to this size is sent without asking the server its message limit, so only a large
+# record costs the one extra call (a server set to take less than this answers in gRPC's words).
+_ASK_LIMIT_BYTES = 64 * 1024
+
+
 def _too_big(execution_id: str, size: int, max_bytes: int) -> pml_pb2.StreamTracesResponse:
     return _refused_here(
         execution_id,
@@ -306,9 +311,20 @@ class PmlClient:
         )
 
     def record(self, record: ExecutionRecord) -> CaptureResult:
+        """A record over the server's message limit is not sent: PmlClientError
+        RESOURCE_EXHAUSTED naming `record`, its size and the limit, as `upload` answers for it
+        (the call answered only gRPC's "Received message larger than max"). The server is
+        asked its limit once, and only for a record of more than `_ASK_LIMIT_BYTES`."""
+        request = pml_pb2.RecordExecutionRequest(record=record)
+        size = request.ByteSize()
+        if size > _ASK_LIMIT_BYTES:
+            _, max_bytes = self._server_stream_limits()
+            if max_bytes and size > max_bytes:
+                refused = _too_big(record.request_id, size, max_bytes).error
+                raise PmlClientError.from_status(refused)
         reply = self._call(
             self._stub.RecordExecution,
-            pml_pb2.RecordExecutionRequest(record=record),
+            request,
             pml_pb2.RecordExecutionResponse,
             safe=bool(record.request_id),  # the request id makes a resend apply once
         )
