@@ -8,6 +8,7 @@ import faulthandler
 import gc
 import logging
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -104,12 +105,44 @@ def _credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
         return None
     if config.tls_cert is None or config.tls_key is None:
         raise ValueError("TLS needs both --tls-cert and --tls-key")
+    _check_tls_files(config.tls_cert, config.tls_key, config.tls_client_ca)
     client_ca = config.tls_client_ca.read_bytes() if config.tls_client_ca else None
     return grpc.ssl_server_credentials(
         [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())],
         root_certificates=client_ca,
         require_client_auth=client_ca is not None,
     )
+
+
+def _check_tls_files(cert: Path, key: Path, client_ca: Path | None) -> None:
+    """ValueError naming the flag and the file that cannot serve TLS: gRPC only logged "Invalid
+    cert chain file" and failed the bind, so the start said "could not bind" (the OTLP/HTTP
+    port takes the same files: `_tls`)."""
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key), ("--tls-client-ca", client_ca)):
+        if path is None:
+            continue
+        try:
+            text = path.read_text(encoding="ascii", errors="replace")
+        except OSError as err:
+            raise ValueError(f"{flag} {path}: cannot read it: {err.strerror or err}") from None
+        if flag != "--tls-key" and "-----BEGIN CERTIFICATE-----" not in text:
+            raise ValueError(f"{flag} {path}: no PEM certificate")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert, key)
+    except ssl.SSLError as err:
+        reason = (err.reason or str(err)).lower().replace("_", " ")
+        raise ValueError(
+            f"--tls-key {key}: not the private key of --tls-cert {cert} ({reason})"
+        ) from None
+    if client_ca is not None:
+        try:
+            context.load_verify_locations(client_ca)
+        except ssl.SSLError as err:
+            reason = (err.reason or str(err)).lower().replace("_", " ")
+            raise ValueError(
+                f"--tls-client-ca {client_ca}: no PEM certificate ({reason})"
+            ) from None
 
 
 def _tls(config: ServerConfig) -> Tls | None:

@@ -121,8 +121,10 @@ def _client(args: argparse.Namespace) -> PmlClient:
             client_cert=args.tls_cert,
             client_key=args.tls_key,
         )
-    except PmlClientError as err:  # an API key that cannot be sent (--api-key, $PML_API_KEY)
-        raise InputError(err.message) from None
+    except PmlClientError as err:  # an API key that cannot be sent, TLS files that cannot serve
+        from pml_server.cli._main import client_refusal
+
+        raise InputError(client_refusal(err.message, err.violations)) from None
 
 
 def _read_text(path: Path) -> str:

@@ -11,7 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pml_server.config import DEFAULT_LISTEN, ConfigError, add_serve_flags, serve_config
+from pml_server.config import (
+    DEFAULT_LISTEN,
+    ConfigError,
+    add_serve_flags,
+    listen_problem,
+    serve_config,
+)
 from pml_server.domain.limits import LIMITS
 
 Handler = Callable[[argparse.Namespace], int]
@@ -51,10 +57,19 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 _INT32 = 2**31 - 1
 
 
+def _integer(text: str) -> int:
+    """An integer flag's value; argparse said a value that is none by the name of the parsing
+    function (`invalid _suggestions value: 'abc'`)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
 def _int32(text: str) -> int:
     """A count sent in an int32 request field (`page_size`, `plan_size`): the server names a
     value out of its own range; one no int32 holds cannot even be sent."""
-    value = int(text)
+    value = _integer(text)
     if not -_INT32 - 1 <= value <= _INT32:
         raise argparse.ArgumentTypeError(f"{text} is not a 32-bit integer")
     return value
@@ -63,7 +78,7 @@ def _int32(text: str) -> int:
 def _suggestions(text: str) -> int:
     """`-k`: 0 (the server's default) up to Suggest's bound; the server would name the value
     by its request field, `page_size`, which the command line does not have."""
-    value = int(text)
+    value = _integer(text)
     if not 0 <= value <= LIMITS.suggestions.bound:
         raise argparse.ArgumentTypeError(f"{text} is not in 0..{LIMITS.suggestions.bound}")
     return value
@@ -72,7 +87,7 @@ def _suggestions(text: str) -> int:
 def _positive(text: str) -> int:
     """`--limit`: how many items to print, at least 1 (0 printed one item, a negative number
     was sent on as a page size the server refused, naming a field the command line has not)."""
-    value = int(text)
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a count >= 1")
     return value
@@ -88,6 +103,27 @@ def _client_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-ca", type=Path, help="CA that signed the server certificate")
     p.add_argument("--tls-cert", type=Path, help="client certificate (mutual TLS)")
     p.add_argument("--tls-key", type=Path, help="client key (mutual TLS)")
+
+
+# The client parameter each TLS flag of `_client_flags` sets: a refusal naming the parameter
+# is said naming the flag.
+_TLS_FLAGS = {
+    "root_certificates": "--tls-ca",
+    "client_cert": "--tls-cert",
+    "client_key": "--tls-key",
+}
+
+
+def client_refusal(message: str, violations: list[tuple[str, str]]) -> str:
+    """What to print of a client refusal made before any call (a PmlClientError's message and
+    violations): a TLS parameter's is said with its flag."""
+    if len(violations) != 1 or violations[0][0] not in _TLS_FLAGS:
+        return message
+    name, description = violations[0]
+    if description.startswith("needs "):
+        wanted, _, rest = description.removeprefix("needs ").partition(":")
+        description = f"needs {_TLS_FLAGS.get(wanted, wanted)}:{rest}"
+    return f"{_TLS_FLAGS[name]} {description}"
 
 
 def _client_command_flags(p: argparse.ArgumentParser) -> None:
@@ -324,15 +360,32 @@ def build_parser() -> argparse.ArgumentParser:
 def client_environment(args: argparse.Namespace) -> argparse.Namespace:
     """The one place every client command (`pml suggest`, `record`, `import`, `mcp`...) reads
     its environment: `--server` defaults to $PML_SERVER, then to the default address; `--api-key`
-    to $PML_API_KEY. Resolved after parsing, so `--help` never prints a key."""
+    to $PML_API_KEY. Resolved after parsing, so `--help` never prints a key. An address is
+    taken without the spaces around it (a variable read from a file keeps its newline); one
+    that is no host:port raises UsageError naming where it was given (gRPC tried `:99999` as
+    port 34463 and `localhost` alone as port 443, and the command said no server answered)."""
     if hasattr(args, "server"):
-        args.server = args.server or os.environ.get("PML_SERVER") or DEFAULT_LISTEN
+        given = "--server" if args.server else "$PML_SERVER"
+        args.server = (args.server or os.environ.get("PML_SERVER") or "").strip()
+        if not args.server:
+            args.server = DEFAULT_LISTEN
+        elif (problem := listen_problem(args.server)) is not None:
+            raise UsageError(f"{given}: {problem}")
         args.api_key = args.api_key or os.environ.get("PML_API_KEY") or None
     return args
 
 
+class UsageError(Exception):
+    """A flag or variable no command can run with (exit 2, one line)."""
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = client_environment(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    try:
+        client_environment(args)
+    except UsageError as err:
+        print(f"pml {args.command}: error: {err}", file=sys.stderr)
+        sys.exit(2)
     if args.command == "serve":
         sys.exit(_serve(args))
     if args.command == "keys":

@@ -38,19 +38,27 @@ def serve_config(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
     path: Path | None = getattr(args, "config", None)
     from_file = read_file(path) if path is not None else {}
     from_flags = settings_from_args(args)
-    _refuse_password(from_file, f"{path}: engine.store")
-    _refuse_password(from_flags, "--store")
     from_env: Settings = {"engine": {"store": environ[STORE_ENV]}} if environ.get(STORE_ENV) else {}
+    _check_store(from_file, f"{path}: engine.store")
+    _check_store(from_env, STORE_ENV)
+    _check_store(from_flags, "--store")
     return build(merge(from_file, from_env, from_flags))
 
 
-def _refuse_password(settings: Settings, where: str) -> None:
+def _check_store(settings: Settings, where: str) -> None:
+    """A layer's `store`, refused naming the layer that gave it: one that is no DSN (the
+    engine's open could only say `--store`), or a DSN with a password outside the variable."""
     store = settings.get("engine", {}).get("store")
     if not store:
         return
+    from pml_server.storage import is_shared_dsn
     from pml_server.storage.postgres import has_password
 
-    if has_password(store):
+    if not is_shared_dsn(store):
+        raise ConfigError(
+            f"{where} must be a postgresql:// DSN (none: the embedded RocksDB in data_dir)"
+        )
+    if where != STORE_ENV and has_password(store):
         raise ConfigError(
             f"{where} carries a password, which others can read: set {STORE_ENV} "
             "(or PGPASSWORD, ~/.pgpass) instead"

@@ -287,8 +287,16 @@ class EngineConfig:
         for name in ("view_cache_size", "recent_values_per_param"):
             if getattr(self, name) < 0:
                 raise ValueError(f"engine.{name} must be >= 0")
-        if self.snapshot_interval_seconds < 0 or self.request_id_ttl_days <= 0:
-            raise ValueError("engine.snapshot_interval_seconds >= 0, request_id_ttl_days > 0")
+        if self.snapshot_interval_seconds < 0:
+            raise ValueError("engine.snapshot_interval_seconds must be >= 0")
+        if self.request_id_ttl_days <= 0:
+            raise ValueError("engine.request_id_ttl_days must be > 0")
+        # A threshold on a cosine: past 1 it never holds, under -1 always (85, meant as 0.85,
+        # was taken without a word).
+        for name in ("intent_duplicate_threshold", "capability_group_threshold"):
+            value = getattr(self, name)
+            if value is not None and not -1 <= value <= 1:
+                raise ValueError(f"engine.{name} must be a cosine, -1 to 1, got {value:g}")
         # a job's thread waits its interval, and a wait longer than this raises OverflowError
         for name in ("snapshot_interval_seconds", "backup_interval_seconds"):
             if getattr(self, name) > threading.TIMEOUT_MAX:
@@ -297,8 +305,10 @@ class EngineConfig:
         _ = self.limits  # a bad settable limit is refused now, not at the first capture
 
     def _check_backups(self) -> None:
-        if self.backup_keep < 1 or self.backup_interval_seconds < 0:
-            raise ValueError("engine.backup_keep must be >= 1, backup_interval_seconds >= 0")
+        if self.backup_keep < 1:
+            raise ValueError("engine.backup_keep must be >= 1")
+        if self.backup_interval_seconds < 0:
+            raise ValueError("engine.backup_interval_seconds must be >= 0")
         if self.backup_dir is None:
             return
         if self.store:

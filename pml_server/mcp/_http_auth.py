@@ -15,7 +15,8 @@ HTTP front), in this order:
    not one JSON-RPC message (a batch, no or another `jsonrpc`, a `method` that is no string),
    in one sentence (the SDK answered -32602 with pydantic's dump of it, input echoed).
 5. A request whose client hung up before its body was read: dropped, nothing ran (the SDK
-   would log an error with its traceback for each; docs/reliability.md, Clients that give up)."""
+   would log an error with its traceback for each; docs/reliability.md, Clients that give up).
+   A body over the message limit (`_message_limit`) is 413 with -32600, read no further."""
 
 from __future__ import annotations
 
@@ -28,8 +29,6 @@ import anyio.to_thread
 import grpc
 import pydantic_core
 from mcp.server.transport_security import (
-    DEFAULT_MAX_REQUEST_BODY_SIZE,
-    RequestBodyLimitMiddleware,
     TransportSecurityMiddleware,
     TransportSecuritySettings,
 )
@@ -38,6 +37,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 
 from pml_server.client import PmlClientError
+from pml_server.mcp._message_limit import MAX_MESSAGE_BYTES, TOO_LARGE
 from pml_server.mcp._upstream import Upstream
 
 Scope = MutableMapping[str, Any]
@@ -138,10 +138,6 @@ class BearerCheck:
         self._security = TransportSecurityMiddleware(security)
         self._path = path
         self._valid_until: dict[str | None, float] = {}
-        self._inspect_post = RequestBodyLimitMiddleware(
-            self._check_messages,
-            DEFAULT_MAX_REQUEST_BODY_SIZE,
-        )
 
     def _refusal(self, key: str | None) -> str | None:
         """Why pml refuses `key` (None: accepted, or pml could not say; the tool calls will)."""
@@ -181,22 +177,38 @@ class BearerCheck:
             await _respond(send, 401, body, [(b"www-authenticate", b'Bearer realm="pml"')])
             return
         if method == "POST":
-            await self._inspect_post(scope, receive, send)
+            await self._check_messages(scope, receive, send)
             return
         await self._app(scope, receive, send)
 
     async def _check_messages(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The body (bounded by the limit in front) is read whole, checked, then replayed."""
-        first = await receive()
-        if first["type"] == "http.disconnect":
-            return  # nobody is left to answer, and nothing ran
-        body = first.get("body", b"") if first["type"] == "http.request" else b""
-        if first["type"] == "http.request" and not first.get("more_body", False):
-            invalid = _invalid_request(body)
-            if invalid is not None:
-                await _respond(send, 400, _rpc_error(INVALID_REQUEST, invalid[1], invalid[0]))
+        """The body, read whole up to the limit (`_message_limit`), checked, then replayed."""
+        declared = Request(scope).headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_MESSAGE_BYTES:
+            await _respond(send, 413, _rpc_error(INVALID_REQUEST, TOO_LARGE))
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client hung up: nobody is left to answer, and nothing ran
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_MESSAGE_BYTES:
+                # As the SDK's own limit (413), but JSON-RPC, which the SDK's client reports
+                # (it reported a plain-text 413 as "Server returned an error response").
+                await _respond(send, 413, _rpc_error(INVALID_REQUEST, TOO_LARGE))
                 return
-        replayed = [first]
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        invalid = _invalid_request(body)
+        if invalid is not None:
+            await _respond(send, 400, _rpc_error(INVALID_REQUEST, invalid[1], invalid[0]))
+            return
+        replayed: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
         async def replay() -> Message:
             return replayed.pop() if replayed else await receive()

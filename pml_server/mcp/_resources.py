@@ -33,6 +33,7 @@ from pml_server.client import PmlClient, PmlClientError
 from pml_server.domain.caution import cautions
 from pml_server.domain.limits import LIMITS
 from pml_server.mcp import _models as models
+from pml_server.mcp._message_limit import shown
 from pml_server.mcp._tools import _api_key
 from pml_server.mcp._upstream import Upstream
 
@@ -157,7 +158,7 @@ def register(server: MCPServer, upstream: Upstream) -> None:
     )
     async def capability(id: str, ctx: Context) -> str:
         if not id or "/" in id or len(id) > LIMITS.resource_id.bound:
-            raise ResourceNotFoundError(f"no capability {id!r}: use {URI_PREFIX}{{id}}")
+            raise ResourceNotFoundError(f"no capability {shown(id)!r}: use {URI_PREFIX}{{id}}")
 
         def read(client: PmlClient) -> str:
             found = client.get_capability(f"capabilities/{id}")
@@ -170,7 +171,7 @@ def register(server: MCPServer, upstream: Upstream) -> None:
             # either: the caller's mistake, as an unknown id is (docs/mcp.md, Resources and
             # prompt). A refused API key keeps its own error.
             if err.code is grpc.StatusCode.NOT_FOUND or "name" in dict(err.violations):
-                raise ResourceNotFoundError(f"no capability {id!r}") from None
+                raise ResourceNotFoundError(f"no capability {shown(id)!r}") from None
             raise ResourceError(upstream.describe(err)) from None
         return text
 

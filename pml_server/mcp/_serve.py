@@ -21,6 +21,8 @@ from mcp_types import (
     InputRequiredResult,
     ListResourcesResult,
     PaginatedRequestParams,
+    ReadResourceRequestParams,
+    ReadResourceResult,
 )
 from pydantic import ValidationError
 
@@ -28,6 +30,7 @@ from pml_server import __version__
 from pml_server.config import bind_error, is_loopback_host
 from pml_server.mcp import _resources as resources
 from pml_server.mcp._http_auth import BearerCheck
+from pml_server.mcp._message_limit import shown
 from pml_server.mcp._stdio import serve_stdio
 from pml_server.mcp._tools import register
 from pml_server.mcp._upstream import Upstream
@@ -96,6 +99,20 @@ class PmlMCPServer(MCPServer):
         context = Context(request_context=ctx, mcp_server=self)
         return await resources.list_capabilities(self.upstream, context, params)
 
+    async def _handle_read_resource(
+        self, ctx: ServerRequestContext[Any], params: ReadResourceRequestParams
+    ) -> ReadResourceResult | InputRequiredResult:
+        """An unknown resource's error echoes the start of its URI (`shown`), in its message
+        and its `data`, not the whole of it."""
+        try:
+            return await super()._handle_read_resource(ctx, params)
+        except MCPError as err:
+            if not isinstance(err.error.data, dict) or "uri" not in err.error.data:
+                raise
+            message = err.error.message.replace(str(params.uri), shown(str(params.uri)))
+            data = {**err.error.data, "uri": shown(str(params.uri))}
+            raise MCPError(err.error.code, message, data=data) from None
+
     async def get_prompt(
         self,
         name: str,
@@ -106,7 +123,7 @@ class PmlMCPServer(MCPServer):
         sentence naming it, as a tool's is (the SDK answers error code 0)."""
         prompt = self._prompt_manager.get_prompt(name)
         if prompt is None:
-            raise MCPError(INVALID_PARAMS, f"unknown prompt: {name}")
+            raise MCPError(INVALID_PARAMS, f"unknown prompt: {shown(name)}")
         # A missing argument, as pydantic says it of a tool's (the SDK answered error code 0
         # and logged a traceback).
         given = arguments or {}
@@ -132,16 +149,16 @@ class PmlMCPServer(MCPServer):
         unavailable ...`) comes without the SDK's `Error executing tool NAME: ` in front, as an
         argument error does (docs/mcp.md, Protocol). A crash keeps the SDK's generic text."""
         tool = self._tool_manager.get_tool(name)
-        if tool is not None:
-            known = tool.parameters.get("properties", {})
-            extra = [key for key in arguments or {} if key not in known]
-            if extra:
-                # A misspelt argument (`limit` for `k`, `min_sucess`) was dropped without a
-                # word: the call ran as if it had not been given.
-                # (Bounded: the first few names, each cut short.)
-                shown = [f"{key[:64]}: extra inputs are not permitted" for key in extra[:5]]
-                more = f"; and {len(extra) - 5} more" if len(extra) > 5 else ""
-                raise ToolError(f"invalid argument: {'; '.join(shown)}{more}")
+        if tool is None:
+            raise ToolError(f"Unknown tool: {shown(name)}")
+        known = tool.parameters.get("properties", {})
+        extra = [key for key in arguments or {} if key not in known]
+        if extra:
+            # A misspelt argument (`limit` for `k`, `min_sucess`) was dropped without a word:
+            # the call ran as if it had not been given. (Bounded: the first few names.)
+            said = [f"{key[:64]}: extra inputs are not permitted" for key in extra[:5]]
+            more = f"; and {len(extra) - 5} more" if len(extra) > 5 else ""
+            raise ToolError(f"invalid argument: {'; '.join(said)}{more}")
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError:

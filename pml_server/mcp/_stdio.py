@@ -8,7 +8,9 @@ on such a line waited for ever. Here each gets a JSON-RPC error under the reques
 in the line even when the line does not parse: -32700 Parse error for a line that is not
 JSON (or not UTF-8), -32600 Invalid Request for JSON that is not a message; under id null
 when the id cannot be found. A notification (no id) that is JSON is not answered, as JSON-RPC
-says; nor is a blank line."""
+says; nor is a blank line. A line over the message limit (`_message_limit`) is read no further
+than the limit (the rest is read and dropped) and always answered, -32600 under the id found in
+what was read, else null: whether it was a notification cannot be told from its start."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
 from pydantic import ValidationError
 
+from pml_server.mcp._message_limit import MAX_MESSAGE_BYTES, TOO_LARGE
+
 # Where a JSON string or a bracket starts, and the rest of a string from after its opening
 # quote (escapes included, whatever they encode; possessive, so each character is read once):
 # the top-level members of a line are found without parsing it, so one the parser refuses
@@ -35,6 +39,11 @@ _STARTS = re.compile(r'["{}\[\]]')
 _STRING_REST = re.compile(r'[^"\\]*+(?:\\.[^"\\]*+)*+"', re.S)
 _COLON = re.compile(r"\s*:\s*")
 _DECODER = json.JSONDecoder()
+_DRAIN_BYTES = 64 * 1024  # what is read at a time of the rest of a line over the limit
+
+
+class _Oversized(str):
+    """The start of a line over the message limit (what was kept of it)."""
 
 
 class _RecordingStdin(io.TextIOWrapper):
@@ -45,10 +54,20 @@ class _RecordingStdin(io.TextIOWrapper):
 
     def __init__(self, buffer: BinaryIO, lines: deque[str]) -> None:
         super().__init__(buffer, encoding="utf-8", errors="surrogateescape")
+        self._raw = buffer  # read directly: only `readline` is ever called
         self._lines = lines
 
     def readline(self, size: int = -1, /) -> str:  # type: ignore[override]  # as typeshed's own
-        line = super().readline(size)
+        """One line, from the bytes (so the bound is in bytes): at most the limit of it is held.
+        A longer one is kept as `_Oversized` and the SDK is given a line it cannot parse, so
+        it is answered (`answer_for`)."""
+        raw = self._raw.readline(MAX_MESSAGE_BYTES + 1)
+        if len(raw) > MAX_MESSAGE_BYTES and not raw.endswith(b"\n"):
+            while (rest := self._raw.readline(_DRAIN_BYTES)) and not rest.endswith(b"\n"):
+                pass
+            self._lines.append(_Oversized(raw.decode("utf-8", "surrogateescape")))
+            return "\n"
+        line = raw.decode("utf-8", "surrogateescape")
         if line:
             self._lines.append(line)
         return line
@@ -99,14 +118,16 @@ def _encodable(text: str) -> bool:
 def answer_for(line: str, err: Exception) -> JSONRPCError | None:
     """The error answering a line the SDK could not read as a message (None: no answer)."""
     text = line.strip()
-    if not text:
+    if not text and not isinstance(line, _Oversized):
         return None
     has_id, found = _top_level_id(text)
     request_id = found if isinstance(found, str | int) and not isinstance(found, bool) else None
     if isinstance(request_id, str) and not _encodable(request_id):
         request_id = None  # an id that is not text cannot be answered under
     errors = err.errors(include_url=False) if isinstance(err, ValidationError) else []
-    if errors and errors[0]["type"] == "string_unicode":
+    if isinstance(line, _Oversized):
+        error = ErrorData(code=INVALID_REQUEST, message=TOO_LARGE)
+    elif errors and errors[0]["type"] == "string_unicode":
         error = ErrorData(code=PARSE_ERROR, message="Parse error: the line is not valid UTF-8")
     elif errors and errors[0]["type"] == "json_invalid":
         reason = str(errors[0]["msg"]).removeprefix("Invalid JSON: ")

@@ -76,10 +76,11 @@ class Upstream:
             timeout=o.timeout,
         )
 
-    def check_tls_files(self) -> None:
-        """Read the TLS files given (a client made and closed): one that cannot be read raises
-        OSError naming it, at start, rather than failing every call without a reason."""
-        self._new_client(None).close()
+    def check_client(self, api_key: str | None) -> None:
+        """Make and close a client with the TLS files given and `api_key` (over stdio the
+        process's key): a file that cannot be read raises OSError naming it, a file or key
+        that cannot be used PmlClientError, at start, rather than failing every call."""
+        self._new_client(api_key).close()
 
     def _acquire(self, api_key: str | None) -> _Channel:
         with self._lock:

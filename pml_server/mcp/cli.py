@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 
 from pml_server.config import is_loopback_host, listen_problem
 
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8765"
+# The endpoint path as clients send it: the SDK's router asserted a leading / (a traceback), and
+# a space, `?` or `#` made a path no request line carries as such.
+_URL_PATH = re.compile(r"/[!-~]*")  # printable ASCII, no space
 
 
 def add_parser(
@@ -57,6 +61,13 @@ def add_parser(
 def run(args: argparse.Namespace) -> int:
     listen: tuple[str, int] | None = None
     if args.transport == "http":
+        if not _URL_PATH.fullmatch(args.path) or "?" in args.path or "#" in args.path:
+            print(
+                f"pml mcp: --path: {args.path!r} is no URL path: it starts with / and holds no "
+                "space, ? or # (e.g. /mcp)",
+                file=sys.stderr,
+            )
+            return 2
         if (problem := listen_problem(args.listen)) is not None:
             print(f"pml mcp: --listen: {problem}", file=sys.stderr)
             return 2
@@ -94,10 +105,17 @@ def run(args: argparse.Namespace) -> int:
             key_hint="" if listen else "give pml mcp --api-key KEY or set PML_API_KEY",
         )
     )
+    from pml_server.cli._main import client_refusal
+    from pml_server.client import PmlClientError
+
     try:
-        upstream.check_tls_files()
+        # Over HTTP each request's bearer key is checked as it comes (`_http_auth`).
+        upstream.check_client(args.api_key if listen is None else None)
     except OSError as err:  # as the other client commands say it
         print(f"pml mcp: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        return 2
+    except PmlClientError as err:
+        print(f"pml mcp: error: {client_refusal(err.message, err.violations)}", file=sys.stderr)
         return 2
     if listen is None:
         run_stdio(upstream)

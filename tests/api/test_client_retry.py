@@ -80,9 +80,11 @@ def test_a_key_that_cannot_be_a_header_is_refused_naming_api_key(key: str) -> No
 
 def test_a_message_over_the_size_limit_is_not_sent_again(start: StartServer) -> None:
     """RESOURCE_EXHAUSTED without RetryInfo is the server's message size limit: the client sent
-    the same too-big record `retries` more times (4 x 100 kB here; 4 x 9 MB against a default
-    server), each refused the same way. A quota's refusal (RetryInfo) is still retried."""
-    server = start(max_message_bytes=64 * 1024)
+    the same too-big record `retries` more times (4 x 50 kB here; 4 x 9 MB against a default
+    server), each refused the same way. A quota's refusal (RetryInfo) is still retried. (A
+    record over 64 KiB is checked against the server's limit before it is sent: this one is
+    under that, so it reaches the server.)"""
+    server = start(max_message_bytes=32 * 1024)
     with PmlClient(f"127.0.0.1:{server.port}", retries=3) as client:
         sent = 0
         record_execution = client._stub.RecordExecution
@@ -94,7 +96,7 @@ def test_a_message_over_the_size_limit_is_not_sent_again(start: StartServer) -> 
 
         client._stub.RecordExecution = counted
         with pytest.raises(PmlClientError) as err:
-            client.record(make_record("big", "x" * 100_000, tools=["t"]))
+            client.record(make_record("big", "x" * 50_000, tools=["t"]))
     assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert err.value.retry_delay_seconds is None
     assert sent == 1

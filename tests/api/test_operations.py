@@ -420,3 +420,51 @@ def test_pml_serve_keeps_serving_when_the_reader_of_its_stdout_is_gone(tmp_path:
     finally:
         stderr = stop_pml_serve(proc)
     assert proc.returncode == 0, stderr
+
+
+def test_tls_files_that_are_no_certificate_or_key_are_named(
+    start: StartServer, pki: Path, tmp_path: Path
+) -> None:
+    """A certificate file that is no PEM certificate, a key that is not the certificate's, a
+    client CA that holds no certificate, a file that cannot be read: each refused naming the
+    flag and the file (before: gRPC logged "Invalid cert chain file" and the start failed with
+    "could not bind 127.0.0.1:0: Failed to bind to address", naming neither)."""
+    text = tmp_path / "notes.txt"
+    text.write_text("not a certificate\n")
+    cert, key = pki / "server.pem", pki / "server.key"
+    cases = [
+        ({"tls_cert": text, "tls_key": key}, f"--tls-cert {text}: no PEM certificate"),
+        ({"tls_cert": cert, "tls_key": text}, f"--tls-key {text}: not the private key of"),
+        (
+            {"tls_cert": cert, "tls_key": pki / "client.key"},
+            f"--tls-key {pki / 'client.key'}: not the private key of --tls-cert {cert} (key "
+            "values mismatch)",
+        ),
+        (
+            {"tls_cert": cert, "tls_key": key, "tls_client_ca": text},
+            f"--tls-client-ca {text}: no PEM certificate",
+        ),
+        (
+            {"tls_cert": tmp_path / "gone.pem", "tls_key": key},
+            f"--tls-cert {tmp_path / 'gone.pem'}: cannot read it: No such file or directory",
+        ),
+    ]
+    for files, said in cases:
+        with pytest.raises(ValueError, match=r"^--tls-") as refused:
+            start(**files)
+        assert str(refused.value).startswith(said), refused.value
+        assert "\n" not in str(refused.value)
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "pml"),
+            *("serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")),
+            *("--embedder", "hashing", "--tls-cert", str(text), "--tls-key", str(key)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"pml serve: error: --tls-cert {text}: no PEM certificate\n",
+    )

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,8 @@ from pml_server import cli
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, make_record
 from pml_server.config import serve_config
+from tests.api.test_operations import pki  # noqa: F401  (the throwaway CA fixture)
+from tests.mcp.test_server import PYTHONPATH
 
 READ = 'const d = await mcp.read_file({path: "a.json"}); return await mcp.parse_json(d)'
 
@@ -80,6 +85,19 @@ def test_record_failed_tool_takes_a_namespaced_tool_and_an_error_with_colons(
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         found = client.list_failures().failures
     assert sorted((f.tool, f.error) for f in found if f.request_id == "issue-1") == sorted(failed)
+
+
+def test_a_record_over_the_servers_message_limit_is_not_sent(run: object, tmp_path: Path) -> None:
+    """10 MB of code: the call went out and gRPC answered `RESOURCE_EXHAUSTED: SERVER: Received
+    message larger than max (10000093 vs. 8388608)`; now the client says it did not send it,
+    how big it is and the server's limit, as `pml import` does for such a record."""
+    assert callable(run)
+    code = tmp_path / "big.ts"
+    code.write_text("x" * 10_000_000)
+    out = run("record", "--intent", "Read a file", "--code-file", str(code), expect=1)
+    assert "not sent: the record is 1000" in out, out
+    assert "over the server's --max-message-bytes of 8388608" in out, out
+    assert "Received message larger than max" not in out
 
 
 def test_record_from_json_file(run: object, tmp_path: Path) -> None:
@@ -167,6 +185,23 @@ def test_errors_name_the_field(run: object) -> None:
     assert "argument -k: 500 is not in 0..100" in out
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("suggest", "x", "-k"),
+        ("suggest", "x", "--plans"),
+        ("list", "--limit"),
+        ("failures", "--limit"),
+    ],
+)
+def test_a_count_that_is_no_integer_is_said_in_words(run: object, argv: tuple[str, ...]) -> None:
+    """(Before: `argument -k: invalid _suggestions value: 'abc'`, the name of the parsing
+    function, `_int32` or `_positive`, for the type.)"""
+    assert callable(run)
+    out = run(*argv, "abc", expect=2)
+    assert out.splitlines()[-1].endswith(f"error: argument {argv[-1]}: 'abc' is not an integer")
+
+
 @pytest.mark.parametrize("flag", ["-k", "--plans"])
 @pytest.mark.parametrize("value", ["99999999999", "-2147483649"])
 def test_a_number_beyond_the_field_is_a_usage_error(run: object, flag: str, value: str) -> None:
@@ -248,6 +283,96 @@ def test_an_api_key_that_cannot_be_sent_is_a_usage_error(
         assert "api_key" in out
         assert "Traceback" not in out
         assert "INTERNAL" not in out
+
+
+_BAD_SERVERS = [
+    ("127.0.0.1:99999", "port 99999 is not 0..65535"),
+    ("127.0.0.1:abc", "port 'abc' is not a number 0..65535"),
+    (
+        "http://127.0.0.1:50051",
+        "'http://127.0.0.1:50051' is no host:port (an IPv6 host in brackets: [::1]:50051)",
+    ),
+    ("localhost", "'localhost' is no host:port (an IPv6 host in brackets: [::1]:50051)"),
+]
+
+
+@pytest.mark.parametrize(("value", "said"), _BAD_SERVERS)
+def test_a_server_address_that_is_no_host_port_is_a_usage_error(
+    run: object, monkeypatch: pytest.MonkeyPatch, value: str, said: str
+) -> None:
+    """`--server` or `$PML_SERVER` that is no host:port is exit 2 naming where it was given
+    (before: exit 3, "no pml server answered", after the client's retries; `:99999` was tried
+    as port 34463, `localhost` alone as port 443)."""
+    assert callable(run)
+    assert run("stats", "--server", value, expect=2) == f"pml stats: error: --server: {said}\n"
+    monkeypatch.setenv("PML_SERVER", value)
+    assert run("stats", expect=2) == f"pml stats: error: $PML_SERVER: {said}\n"
+
+
+@pytest.mark.parametrize(("value", "said"), _BAD_SERVERS[:2])
+def test_pml_mcp_with_a_server_address_that_is_no_host_port_does_not_start(
+    value: str, said: str
+) -> None:
+    """(Before: `pml mcp` started, and each tool call failed "pml is unavailable".)"""
+    done = subprocess.run(
+        [sys.executable, "-m", "pml_server.cli", "mcp", "--server", value],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": PYTHONPATH},
+    )
+    assert (done.returncode, done.stderr) == (2, f"pml mcp: error: --server: {said}\n")
+
+
+@pytest.mark.parametrize("command", ["stats", "mcp"])
+def test_tls_files_that_cannot_make_a_channel_are_usage_errors(
+    pki: Path,  # noqa: F811
+    tmp_path: Path,
+    command: str,
+) -> None:
+    """A client certificate without its key killed the process: a failed check inside gRPC,
+    SIGABRT and a stack dump (exit 134), `pml mcp` too; a key without its certificate was
+    ignored (plain TCP); a CA file with no certificate in it was exit 3, "no pml server
+    answered ... Failed to create security handshaker". Each is now exit 2, one line naming
+    the flag (and the file)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a certificate\n")
+    cert, key = pki / "client.pem", pki / "client.key"
+    cases = [
+        (["--tls-cert", str(cert)], "--tls-cert needs --tls-key: mutual TLS takes both"),
+        (["--tls-key", str(key)], "--tls-key needs --tls-cert: mutual TLS takes both"),
+        (["--tls-ca", str(notes)], f"--tls-ca {notes}: no PEM certificate in it"),
+        (
+            ["--tls-cert", str(notes), "--tls-key", str(key)],
+            f"--tls-cert {notes}: no PEM certificate in it",
+        ),
+        (
+            ["--tls-cert", str(cert), "--tls-key", str(notes)],
+            f"--tls-key {notes}: no PEM private key in it",
+        ),
+    ]
+    for flags, said in cases:
+        argv = [command, "--server", "127.0.0.1:1", *flags]
+        done = subprocess.run(
+            [sys.executable, "-m", "pml_server.cli", *argv],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": PYTHONPATH},
+        )
+        assert (done.returncode, done.stderr) == (2, f"pml {command}: error: {said}\n"), flags
+
+
+def test_a_server_address_with_spaces_around_it_still_works(
+    run: object, monkeypatch: pytest.MonkeyPatch, server: RunningServer
+) -> None:
+    """A `$PML_SERVER` read from a file with its newline, or pasted with a space, is the
+    address (a leading space was "no pml server answered")."""
+    assert callable(run)
+    monkeypatch.setenv("PML_SERVER", f" 127.0.0.1:{server.port}\n")
+    assert "patterns" in run("stats")
 
 
 def test_an_api_key_read_with_its_newline_still_works(

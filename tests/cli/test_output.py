@@ -348,6 +348,21 @@ def test_mcp_http_listen_that_is_no_address_is_one_line(
     assert _one_line(capfd.readouterr().err).startswith(f"pml mcp: --listen: {why}")
 
 
+@pytest.mark.parametrize("path", ["", "mcp", "/a b", "/mcp?x=1", "/mcp#top"])
+def test_mcp_http_path_that_is_no_url_path_is_one_line(
+    capfd: pytest.CaptureFixture[str], path: str
+) -> None:
+    """`--path mcp` (or empty) was an AssertionError traceback from the SDK's router, exit 1;
+    `/a b` served at a path no client sends as such."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["mcp", "--transport", "http", "--listen", "127.0.0.1:0", "--path", path])
+    assert done.value.code == 2
+    assert capfd.readouterr().err == (
+        f"pml mcp: --path: {path!r} is no URL path: it starts with / and holds no space, "
+        "? or # (e.g. /mcp)\n"
+    )
+
+
 @pytest.mark.model
 def test_serve_on_a_store_of_another_model_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

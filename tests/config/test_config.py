@@ -184,6 +184,8 @@ def _flag_values(
             value = Path(f"given-{action.dest}")
         elif action.dest.endswith("listen"):  # a host:port
             value = f"given-{action.dest}:7"
+        elif action.dest.endswith("store"):  # a DSN
+            value = "postgresql://given/db"
         else:
             value = f"given-{action.dest}"
         argv += [flag, str(value)]
@@ -215,6 +217,7 @@ def test_every_serve_flag_lands_in_its_setting() -> None:
         (["--data-dir", "d"], "must be outside data_dir"),
         (["--data-dir", "d/.."], "must be outside data_dir"),
         (["--backup-keep", "0"], "engine.backup_keep must be >= 1"),
+        (["--backup-interval-seconds", "-1"], "engine.backup_interval_seconds must be >= 0"),
     ],
 )
 def test_backups_refused_where_they_cannot_work(argv: list[str], words: str) -> None:
@@ -274,6 +277,19 @@ def test_a_ranking_table_replaces_values_of_the_chosen_embedders_defaults(tmp_pa
         ("[engine]\nmax_code_bytes = 0\n", r"max_code_bytes\) must be >= 1, got 0"),
         ('[engine]\nstore = "postgresql://u:pw@h/db"\n', r"engine\.store carries a password"),
         ("[server\n", r"not valid TOML"),
+        (
+            "[engine]\nintent_duplicate_threshold = 85\n",
+            r"engine\.intent_duplicate_threshold must be a cosine, -1 to 1, got 85",
+        ),
+        (
+            "[engine]\ncapability_group_threshold = -1.5\n",
+            r"engine\.capability_group_threshold must be a cosine, -1 to 1, got -1\.5",
+        ),
+        ("[engine]\nrequest_id_ttl_days = 0\n", r"^engine\.request_id_ttl_days must be > 0$"),
+        (
+            "[engine]\nsnapshot_interval_seconds = -1\n",
+            r"^engine\.snapshot_interval_seconds must be >= 0$",
+        ),
         (
             "[engine]\nsession_idle_seconds = inf\n",
             r"engine\.session_idle_seconds must be a finite number, got inf",
@@ -447,3 +463,23 @@ def test_job_intervals_a_thread_cannot_wait_are_refused_at_start(
     with pytest.raises(ConfigError) as refused:
         serve_config(_serve_args(*argv), environ={})
     assert words in str(refused.value)
+
+
+@pytest.mark.parametrize("where", ["file", "PML_STORE", "flag"])
+def test_a_store_that_is_no_dsn_is_named_where_it_was_given(tmp_path: Path, where: str) -> None:
+    """A `store` that is no postgresql:// DSN names the layer that gave it: the file's key, the
+    variable or the flag (before: always `--store must be a postgresql:// DSN`, from the
+    engine's open, for a value that came from `$PML_STORE` or the file)."""
+    path = _write(tmp_path, '[engine]\nstore = "mysql://db/pml"\n' if where == "file" else "")
+    argv = ["--config", str(path), "--data-dir", str(tmp_path / "data")]
+    argv += ["--store", "sqlite:pml.db"] if where == "flag" else []
+    env = {"PML_STORE": "postgres-db.internal/pml"} if where == "PML_STORE" else {}
+    expected = {
+        "file": f"{path}: engine.store must be a postgresql:// DSN",
+        "PML_STORE": "PML_STORE must be a postgresql:// DSN",
+        "flag": "--store must be a postgresql:// DSN",
+    }[where]
+    with pytest.raises(ConfigError) as caught:
+        serve_config(_serve_args(*argv), environ=env)
+    assert str(caught.value).startswith(expected), caught.value
+    assert "\n" not in str(caught.value)

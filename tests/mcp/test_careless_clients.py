@@ -24,6 +24,7 @@ from tests.mcp.test_server import (
     JSON_HEADERS,
     PYTHONPATH,
     ROOT,
+    _http_client,
     _http_mcp,
     _pml_mcp,
     _record_args,
@@ -465,3 +466,98 @@ def test_nan_and_infinity_are_refused_by_name(server: RunningServer) -> None:
         assert result["content"][0]["text"].startswith(expected), result
     with PmlClient(f"127.0.0.1:{server.port}") as client:
         assert client.stats().executions == 0  # nothing was stored
+
+
+def _peak_rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        line = next(x for x in status if x.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_a_message_over_the_limit_is_one_sentence_over_both_transports(
+    server: RunningServer,
+) -> None:
+    """A tool call of 10 MB of code, through the SDK's client: over stdio the line reached pml,
+    which answered a gRPC error naming nothing (`resource_exhausted: ... Received message
+    larger than max`); over HTTP the SDK's 413 came as plain text, which its client reports as
+    "Server returned an error response". Both now answer -32600 naming the limit (docs/mcp.md,
+    Protocol), and the session goes on."""
+
+    async def body(client: Client) -> None:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("record_execution", _record_args(code="x" * 10_000_000))
+        assert refused.value.code == -32600, refused.value
+        assert str(refused.value) == (
+            "Invalid Request: the message is over 4194304 bytes, the most pml mcp reads"
+        )
+        done = await client.call_tool("record_execution", _record_args())
+        assert not done.is_error, _text(done)
+
+    _run(_stdio(f"127.0.0.1:{server.port}"), body)
+    with _http_mcp(f"127.0.0.1:{server.port}") as url:
+        _run(_http_client(url), body)
+
+
+def test_stdio_reads_no_more_of_a_line_than_the_limit(server: RunningServer) -> None:
+    """A 64 MiB line over stdio is answered under its id, and the process never holds it: the
+    whole line was read, parsed and sent on (a 200 MB one took `pml mcp` from 85 MB to
+    1.4 GB); now at most the limit of it is kept, the rest is read and dropped."""
+    size = 64 * 1024 * 1024
+    line = b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"a":"' + b"x" * size + b'"}}'
+    with subprocess.Popen(
+        _pml_mcp("--server", f"127.0.0.1:{server.port}"),
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={"PYTHONPATH": PYTHONPATH},
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(b"\n".join(_HANDSHAKE) + b"\n")
+        proc.stdin.flush()
+        assert b'"id":0' in proc.stdout.readline()
+        before = _peak_rss_bytes(proc.pid)
+        proc.stdin.write(line + b'\n{"jsonrpc":"2.0","id":10,"method":"ping"}\n')
+        proc.stdin.flush()
+        answers = [json.loads(proc.stdout.readline()) for _ in range(2)]
+        peak = _peak_rss_bytes(proc.pid)
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert answers[0]["id"] == 9
+    assert answers[0]["error"]["code"] == -32600, answers[0]
+    assert answers[1] == {"jsonrpc": "2.0", "id": 10, "result": {}}
+    assert peak - before < size, (before, peak)
+
+
+def test_errors_echo_at_most_the_start_of_a_long_name(server: RunningServer) -> None:
+    """An unknown tool, prompt or resource, or a capability id, 100,000 characters long: its
+    error echoes the start of it and its length (before: the whole of it, into the agent's
+    context, once more in the error's `data` for a resource)."""
+    long = "a" * 100_000
+
+    async def body(client: Client) -> None:
+        tool = await client.call_tool(long, {})
+        assert tool.is_error
+        assert _text(tool) == f"Unknown tool: {'a' * 64}... (100000 characters)"
+        refusals = []
+        with pytest.raises(MCPError) as prompt:
+            await client.get_prompt(long, {})
+        refusals.append((prompt.value, f"unknown prompt: {'a' * 64}... (100000 characters)"))
+        for uri, said in [
+            ("x://" + long, f"Unknown resource: x://{'a' * 60}... (100004 characters)"),
+            (
+                "pml://capabilities/" + long[:10_000],
+                f"no capability '{'a' * 64}... (10000 characters)': use pml://capabilities/{{id}}",
+            ),
+        ]:
+            with pytest.raises(MCPError) as read:
+                await client.read_resource(uri)
+            refusals.append((read.value, said))
+        for err, said in refusals:
+            assert err.code == -32602
+            assert str(err) == said
+            assert len(json.dumps(err.error.data)) < 200, err.error.data
+        alive = await client.call_tool("suggest", {"intent": "x"})
+        assert not alive.is_error
+
+    _run(_stdio(f"127.0.0.1:{server.port}"), body)

@@ -371,6 +371,30 @@ def test_a_tls_file_it_cannot_read_stops_pml_mcp_at_start(tmp_path: Path, transp
     assert done.stderr == f"pml mcp: {missing}: No such file or directory\n"
 
 
+@pytest.mark.parametrize("given", ["--api-key", "PML_API_KEY"])
+def test_an_api_key_that_cannot_be_sent_stops_pml_mcp_stdio_at_start(given: str) -> None:
+    """Over stdio the key is the process's: one that cannot be sent (a control character)
+    stops `pml mcp` at start, as it stops the other client commands (before: it served, and
+    every tool call failed `invalid argument: api_key: ...`, an argument no tool has)."""
+    key = "bad\x01key"
+    argv = ["--api-key", key] if given == "--api-key" else []
+    env = {"PML_API_KEY": key} if given == "PML_API_KEY" else {}
+    done = subprocess.run(
+        _pml_mcp("--server", "127.0.0.1:1", *argv),
+        cwd=ROOT,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": PYTHONPATH, **env},
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        "pml mcp: error: api_key holds b'\\x01' at position 3: a key is printable ASCII (as "
+        "`pml keys add` prints it)\n",
+    )
+
+
 def test_stdio_uses_its_api_key(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:
     keys_file, found = keys
     server = start(keys_file=keys_file)

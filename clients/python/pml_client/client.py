@@ -88,6 +88,11 @@ def _refused_here(
     return pml_pb2.StreamTracesResponse(execution_id=execution_id, error=status)
 
 
+# A record up to this size is sent without asking the server its message limit, so only a large
+# record costs the one extra call (a server set to take less than this answers in gRPC's words).
+_ASK_LIMIT_BYTES = 64 * 1024
+
+
 def _too_big(execution_id: str, size: int, max_bytes: int) -> pml_pb2.StreamTracesResponse:
     return _refused_here(
         execution_id,
@@ -184,6 +189,49 @@ class UploadReport:
     reconnects: int = 0
 
 
+_PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
+# PKCS#8, and the RSA and EC forms OpenSSL writes.
+_PEM_KEYS = tuple(f"-----BEGIN {kind}PRIVATE KEY-----".encode() for kind in ("", "RSA ", "EC "))
+
+
+def _tls_files(
+    root_certificates: Path | None, client_cert: Path | None, client_key: Path | None
+) -> dict[str, bytes | None]:
+    """The TLS files read and checked before gRPC sees them. A certificate without its key
+    aborted the process (a failed check inside gRPC: SIGABRT); a key without its certificate
+    was ignored; a file with no PEM certificate (or key) failed every call UNAVAILABLE
+    "Failed to create security handshaker", as if no server answered. Each is refused
+    INVALID_ARGUMENT naming the parameter (an unreadable file raises OSError, naming it)."""
+    if (client_cert is None) != (client_key is None):
+        given, missing = (
+            ("client_cert", "client_key") if client_key is None else ("client_key", "client_cert")
+        )
+        raise PmlClientError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{given} needs {missing}: mutual TLS takes both",
+            [(given, f"needs {missing}: mutual TLS takes both")],
+        )
+    read: dict[str, bytes | None] = {}
+    for name, path, markers, what in (
+        ("root_certificates", root_certificates, (_PEM_CERTIFICATE,), "certificate"),
+        ("client_cert", client_cert, (_PEM_CERTIFICATE,), "certificate"),
+        ("client_key", client_key, _PEM_KEYS, "private key"),
+    ):
+        data = path.read_bytes() if path is not None else None
+        if path is not None and data is not None and not any(m in data for m in markers):
+            raise PmlClientError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{name} {path}: no PEM {what} in it",
+                [(name, f"{path}: no PEM {what} in it")],
+            )
+        read[name] = data
+    return {
+        "root_certificates": read["root_certificates"],
+        "certificate_chain": read["client_cert"],
+        "private_key": read["client_key"],
+    }
+
+
 class PmlClient:
     def __init__(
         self,
@@ -200,11 +248,9 @@ class PmlClient:
         # checked before a channel exists: a bad key leaves nothing to close
         self._metadata = (("authorization", f"Bearer {_header_key(api_key)}"),) if api_key else ()
         options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-        if tls or root_certificates or client_cert:
+        if tls or root_certificates or client_cert or client_key:
             creds = grpc.ssl_channel_credentials(
-                root_certificates=root_certificates.read_bytes() if root_certificates else None,
-                private_key=client_key.read_bytes() if client_key else None,
-                certificate_chain=client_cert.read_bytes() if client_cert else None,
+                **_tls_files(root_certificates, client_cert, client_key)
             )
             self._channel = grpc.secure_channel(target, creds, options=options)
         else:
@@ -265,9 +311,20 @@ class PmlClient:
         )
 
     def record(self, record: ExecutionRecord) -> CaptureResult:
+        """A record over the server's message limit is not sent: PmlClientError
+        RESOURCE_EXHAUSTED naming `record`, its size and the limit, as `upload` answers for it
+        (the call answered only gRPC's "Received message larger than max"). The server is
+        asked its limit once, and only for a record of more than `_ASK_LIMIT_BYTES`."""
+        request = pml_pb2.RecordExecutionRequest(record=record)
+        size = request.ByteSize()
+        if size > _ASK_LIMIT_BYTES:
+            _, max_bytes = self._server_stream_limits()
+            if max_bytes and size > max_bytes:
+                refused = _too_big(record.request_id, size, max_bytes).error
+                raise PmlClientError.from_status(refused)
         reply = self._call(
             self._stub.RecordExecution,
-            pml_pb2.RecordExecutionRequest(record=record),
+            request,
             pml_pb2.RecordExecutionResponse,
             safe=bool(record.request_id),  # the request id makes a resend apply once
         )
