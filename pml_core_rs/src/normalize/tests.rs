@@ -1220,6 +1220,62 @@ fn the_word_after_a_password_switch_of_a_command_that_prompts_is_no_credential()
 }
 
 #[test]
+fn a_prompting_command_is_named_past_the_commands_that_run_it() {
+    // `sudo`, `env`, `nice`... run the command written after them: its name is that one's
+    for code in [
+        "sudo psql --password mydb",
+        "sudo -u postgres psql --password mydb",
+        "sudo -Eu postgres /usr/bin/psql --password mydb",
+        "sudo --user postgres psql --password mydb",
+        "sudo --user=postgres -i psql --password mydb",
+        "env X=1 psql --password mydb",
+        "env -u HOME PGHOST=db psql --password mydb",
+        "time psql --password mydb",
+        "nice -n 5 psql --password mydb",
+        "nohup nice psql --password mydb &",
+        "exec psql --password mydb",
+        "command psql --password mydb",
+        "doas -u postgres psql --password mydb",
+        "timeout 30 pg_dump --password mydb",
+        "timeout -s KILL 30 pg_dump --password mydb",
+        "ls | xargs -n 1 psql --password mydb",
+        "sudo mysql --password mydb",
+    ] {
+        let n = norm(code, "bash");
+        assert_eq!(n.redacted_code, code, "{code}");
+        assert!(n.params.iter().all(|p| !p.secret), "{code}: {:?}", n.params);
+    }
+    // a wrapper's value or words are no command's name; any other command's `--password`
+    // takes a value
+    for (code, stored) in [
+        (
+            "sudo -u psql ./run --password s3cretPassw0rd",
+            "sudo -u psql ./run --password \"[REDACTED]\"",
+        ),
+        (
+            "timeout psql ./run --password s3cretPassw0rd",
+            "timeout psql ./run --password \"[REDACTED]\"",
+        ),
+        (
+            "sudo ./run --db psql --password s3cretPassw0rd",
+            "sudo ./run --db psql --password \"[REDACTED]\"",
+        ),
+        (
+            "env psql=1 ./run --password s3cretPassw0rd",
+            "env psql=1 ./run --password \"[REDACTED]\"",
+        ),
+        (
+            "sudo psql mydb; sudo mytool --password s3cretPassw0rd",
+            "sudo psql mydb; sudo mytool --password \"[REDACTED]\"",
+        ),
+    ] {
+        let n = norm(code, "bash");
+        assert_eq!(n.redacted_code, stored, "{code}");
+        assert!(n.params.iter().any(|p| p.secret), "{code}");
+    }
+}
+
+#[test]
 fn a_credentials_path_is_no_credential() {
     for (code, language, stored, name) in [
         (
