@@ -287,6 +287,13 @@ OLDER_SECRETS = [
         'pw = "[REDACTED]"',
         id="sliced",
     ),
+    pytest.param(  # read from a map written in place, interpolated (`f"{ {...}['k'] }"`)
+        "HUNTER2MAPREAD",
+        "r = await mcp.login(user=name, password=f\"{ {'k': 'hunter2mapread'}['k'] }\")",
+        9,
+        "{'k': \"[REDACTED]\"}['k']",
+        id="map_read",
+    ),
 ]
 
 

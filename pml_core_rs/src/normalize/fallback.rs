@@ -361,9 +361,9 @@ impl ValuePieces {
         }
         match t {
             "(" | "[" | "{" => {
-                // `f(`, `x[`, `a)(`: a call or a subscript, not a grouping
+                // `f(`, `x[`, `a)(`, `{...}[`: a call or a subscript, not a grouping
                 let applied = i.checked_sub(1).is_some_and(|p| {
-                    tokens[p].kind == Kind::Word || matches!(text(&tokens[p]), ")" | "]")
+                    tokens[p].kind == Kind::Word || matches!(text(&tokens[p]), ")" | "]" | "}")
                 });
                 let joins = match t {
                     "(" => {
@@ -385,7 +385,16 @@ impl ValuePieces {
                                     })
                                 }))
                     }
-                    _ => false,
+                    // a map read where it stands (`{"k": "..."}["k"]`, `{k: "..."}.k`): the
+                    // value read is a piece, whichever it is
+                    _ => {
+                        !applied
+                            && closes.get(i).is_some_and(|&close| {
+                                tokens
+                                    .get(close.saturating_add(1))
+                                    .is_some_and(|next| matches!(text(next), "[" | "."))
+                            })
+                    }
                 };
                 self.calls += usize::from(!joins);
                 self.brackets.push(joins);
@@ -1341,30 +1350,128 @@ fn is_non_ascii_space(code: &str, at: usize) -> bool {
 }
 
 /// End (exclusive) of the string literal opening at `start`, or `None` if unterminated.
-/// Python triple-quoted strings span lines; other quotes stop at a line break.
+/// Python triple-quoted strings span lines; other quotes stop at a line break, a JS template
+/// does not. An interpolated string (a JS template, a Python f-string) runs past its
+/// interpolations, whatever they hold (`` `${ `${a}` }` ``, `f"{ {"k": v}["k"] }"`): an
+/// interpolation is code, whose braces and strings, nested to any depth, do not end it, so
+/// a string inside one is no string of its own (docs/normalization.md, Fallback). One pass;
+/// the nesting is held in a list, not in calls.
 fn string_end(bytes: &[u8], start: usize, style: &Style) -> Option<usize> {
-    let quote = bytes[start];
-    let triple = style.python && bytes[start..].starts_with(&[quote, quote, quote]);
-    let multiline = triple || quote == b'`';
-    let mut i = start + if triple { 3 } else { 1 };
+    let mut open = vec![Quoted::at(bytes, start, style)];
+    let mut i = start + open[0].opener();
     while i < bytes.len() {
         let b = bytes[i];
-        if b == b'\\' {
-            i += 2;
-            continue;
-        }
-        if b == b'\n' && !multiline {
-            return None;
-        }
-        if b == quote {
-            if !triple {
-                return Some(i + 1);
+        match open.last_mut() {
+            Some(Quoted::Text {
+                quote,
+                triple,
+                interpolates,
+            }) => {
+                let (quote, triple, interpolates) = (*quote, *triple, *interpolates);
+                if b == b'\\' {
+                    i += 2;
+                    continue;
+                }
+                if b == b'\n' && !triple && quote != b'`' {
+                    return None;
+                }
+                let closes = if triple {
+                    bytes[i..].starts_with(&[quote; 3])
+                } else {
+                    b == quote
+                };
+                if closes {
+                    open.pop();
+                    i += if triple { 3 } else { 1 };
+                    if open.is_empty() {
+                        return Some(i);
+                    }
+                    continue;
+                }
+                if interpolates {
+                    if quote == b'`' && b == b'$' && bytes.get(i + 1) == Some(&b'{') {
+                        open.push(Quoted::Code { braces: 0 });
+                        i += 2;
+                        continue;
+                    }
+                    if quote != b'`' && b == b'{' {
+                        if bytes.get(i + 1) == Some(&b'{') {
+                            i += 2; // `{{` is a brace of the text
+                            continue;
+                        }
+                        open.push(Quoted::Code { braces: 0 });
+                    }
+                }
             }
-            if bytes[i..].starts_with(&[quote, quote, quote]) {
-                return Some(i + 3);
-            }
+            Some(Quoted::Code { braces }) => match b {
+                b'{' => *braces += 1,
+                b'}' if *braces == 0 => {
+                    open.pop();
+                }
+                b'}' => *braces -= 1,
+                b'"' | b'\'' => {
+                    let quoted = Quoted::at(bytes, i, style);
+                    i += quoted.opener();
+                    open.push(quoted);
+                    continue;
+                }
+                b'`' if !style.python => {
+                    open.push(Quoted::at(bytes, i, style));
+                }
+                _ => {}
+            },
+            None => return None,
         }
         i += 1;
     }
     None
+}
+
+/// A string being read by `string_end`, or an interpolation's code inside one.
+enum Quoted {
+    Text {
+        quote: u8,
+        triple: bool,
+        /// a JS template's `${...}` or a Python f-string's (or t-string's) `{...}`
+        interpolates: bool,
+    },
+    Code {
+        /// the braces opened in the code and not yet closed
+        braces: usize,
+    },
+}
+
+impl Quoted {
+    /// The string whose quote is at `at` (a Python one with the prefix before it).
+    fn at(bytes: &[u8], at: usize, style: &Style) -> Quoted {
+        let quote = bytes[at];
+        let triple = style.python && bytes[at..].starts_with(&[quote; 3]);
+        // a prefix is a word of at most two letters (`f`, `rf`), not a name's end (`elif"`)
+        let letters = bytes[..at]
+            .iter()
+            .rev()
+            .take(3)
+            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_')
+            .count();
+        let prefix = &bytes[at - letters..at];
+        let interpolates = quote == b'`'
+            || (style.python
+                && letters <= 2
+                && prefix
+                    .iter()
+                    .any(|b| matches!(b, b'f' | b'F' | b't' | b'T')));
+        Quoted::Text {
+            quote,
+            triple,
+            interpolates,
+        }
+    }
+
+    /// How many bytes its opening quote takes.
+    fn opener(&self) -> usize {
+        match self {
+            Quoted::Text { triple: true, .. } => 3,
+            _ => 1,
+        }
+    }
 }

@@ -580,6 +580,22 @@ fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
             "python",
         ),
         (format!("login({name}=\"{value}\"[:8])"), "python"),
+        // an item or a value read from a list or a map written in place, or one interpolated
+        // whole, to any depth
+        (format!("login({name}=(\"{value}\",)[0])"), "python"),
+        (
+            format!("login({name}={{\"k\": \"{value}\"}}[\"k\"])"),
+            "python",
+        ),
+        (
+            format!("login({name}=f\"{{ {{'k': '{value}'}}['k'] }}\")"),
+            "python",
+        ),
+        (
+            format!("login({name}=f\"pre{{ {{'k': {{'j': '{value}'}}}}['k']['j'] }}\")"),
+            "python",
+        ),
+        (format!("login({name}=f\"{{ ['{value}'] }}\")"), "python"),
     ];
     for language in ["js", "ts"] {
         shapes.extend([
@@ -669,6 +685,18 @@ fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
             ),
             (
                 format!("await mcp.login({{{name}: \"{value}\".charAt(0)}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: `${{ {{a: \"{value}\"}}.a }}`}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: `${{ `${{ [\"{value}\"][0] }}` }}`}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: {{a: {{b: \"{value}\"}}}}.a.b}})"),
                 language,
             ),
             (
@@ -837,6 +865,69 @@ proptest::proptest! {
             proptest::prop_assert!(!stored_holds(&n, &value), "{}: {:?}", code, n);
         }
     }
+}
+
+#[test]
+fn a_credential_read_from_a_list_or_map_or_interpolated_deeper_in_the_fallback_is_redacted() {
+    for (code, language) in [
+        ("login(password=(\"hunter2secret\",)[0]", "python"),
+        ("login(password={\"k\": \"hunter2secret\"}[\"k\"]", "python"),
+        ("login({password: [\"hunter2secret\"][0]", "js"),
+        ("login({password: {a: \"hunter2secret\"}.a", "js"),
+        // an interpolation's strings and templates, nested, are its string's
+        (
+            "login(password=f\"postgres://bob:{ {'k': 'hunter2secret'}['k'] }@db\"",
+            "python",
+        ),
+        (
+            "login(password=f\"{ {\"k\": \"hunter2secret\"}[\"k\"] }\"",
+            "python",
+        ),
+        (
+            "login(password=f\"{os.getenv(\"X\", \"hunter2secret\")}\"",
+            "python",
+        ),
+        ("login({password: `${ {a: \"hunter2secret\"}.a }`", "js"),
+        (
+            "login({password: `${ `${ {a: \"hunter2secret\"}.a }` }`",
+            "js",
+        ),
+        (
+            "login({password: `a${ `b${ \"}\" + `${\"hunter2secret\"}` }` }`",
+            "js",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(!n.parse_ok, "{code}");
+        assert!(!stored_holds(&n, "hunter2secret"), "{code}: {n:?}");
+    }
+    // the key read is no credential: it stays
+    let n = norm("login(password={\"k\": \"hunter2secret\"}[\"k\"]", "python");
+    assert_eq!(
+        n.redacted_code,
+        "login(password={\"k\": \"[REDACTED]\"}[\"k\"]"
+    );
+    // an f-string prefix is a word of its own, and `{{` is a brace of the text
+    for (code, stored) in [
+        (
+            "elif\"x\" in y: login(password=\"hunter2secret\"",
+            "elif\"x\" in y: login(password=\"[REDACTED]\"",
+        ),
+        (
+            "x = f\"a{{\" + \"b\"; login(password=\"hunter2secret\"",
+            "x = f\"a{{\" + \"b\"; login(password=\"[REDACTED]\"",
+        ),
+    ] {
+        assert_eq!(norm(code, "python").redacted_code, stored, "{code}");
+    }
+    // nesting to any depth costs a pass, with no call per level
+    let deep = format!(
+        "login({{password: {}\"hunter2secret\"{}",
+        "`${".repeat(50_000),
+        "}`".repeat(50_000)
+    );
+    let n = norm(&deep, "js");
+    assert!(!n.redacted_code.contains("hunter2secret"));
 }
 
 #[test]

@@ -22,6 +22,10 @@ pub const TOOL_ROOTS: &[&str] = &["mcp", "tools"];
 pub const DISPATCH_METHODS: &[&str] = &["call", "callTool", "call_tool", "invoke"];
 /// Literal containers `context_name` looks through: their items take the container's name.
 const ARRAY_KINDS: &[&str] = &["array", "list", "tuple", "set"];
+/// Maps written in place, whose values a subscript or a property reads (`{"k": v}["k"]`).
+const MAP_KINDS: &[&str] = &["dictionary", "object"];
+/// Lists and maps written in place, in which a list or a map read may be nested.
+const CONTAINER_KINDS: &[&str] = &["array", "list", "tuple", "set", "dictionary", "object"];
 /// Expressions whose value is made of some of their children's (`joined_by`): a credential
 /// given as one gives each of those as a credential (docs/normalization.md, Secrets).
 const JOIN_KINDS: &[&str] = &[
@@ -508,9 +512,11 @@ impl<'a, 't> Walker<'a, 't> {
         self.frames.push(Frame {
             node,
             kind,
-            field: (ARRAY_KINDS.contains(&kind) || JOIN_KINDS.contains(&kind))
-                .then(|| self.grammar.field_name(cursor))
-                .flatten(),
+            field: (ARRAY_KINDS.contains(&kind)
+                || MAP_KINDS.contains(&kind)
+                || JOIN_KINDS.contains(&kind))
+            .then(|| self.grammar.field_name(cursor))
+            .flatten(),
             named_index,
             named_seen: 0,
             sorted,
@@ -787,8 +793,15 @@ impl<'a, 't> Walker<'a, 't> {
                 Some("arguments") => self.format_call(frame.node) || self.encoding_call(frame.node),
                 _ => false,
             },
+            // the receiver of a text method; a value whose property is read (`{k: "..."}.k`,
+            // `{a: {b: "..."}}.a.b`), not the receiver of any other method
             "attribute" | "member_expression" => {
-                field == Some("object") && frame.field == Some("function") && text_call(level - 1)
+                field == Some("object")
+                    && if frame.field == Some("function") {
+                        text_call(level - 1)
+                    } else {
+                        true
+                    }
             }
             // the first argument of an encoding call (`b64encode(f"{u}:{pw}".encode())`)
             "argument_list" | "arguments" => {
@@ -804,13 +817,35 @@ impl<'a, 't> Walker<'a, 't> {
                     && format_call(level - 2)
             }
             // the items of an array that is itself a piece of a formatting call or of `%`:
-            // `"".join(["...", x])`, `["...", x].join("")`, `"%s%s" % ("...", x)`
-            kind if ARRAY_KINDS.contains(&kind) => {
+            // `"".join(["...", x])`, `["...", x].join("")`, `"%s%s" % ("...", x)`; the items
+            // and values of a list or a map read where it stands (`["...", x][0]`, `{"k":
+            // "..."}["k"]`, `{k: "..."}.k`): whichever the read gives is a piece; and those
+            // of one interpolated whole, whose text is theirs (`f"{['...']}"`); and so on for
+            // one nested in such a list or map (`{"k": {"j": "..."}}["k"]["j"]`)
+            kind if ARRAY_KINDS.contains(&kind) || MAP_KINDS.contains(&kind) => {
                 level >= 2
-                    && matches!(
-                        self.frames[level - 2].kind,
-                        "argument_list" | "arguments" | "member_expression" | "binary_operator"
-                    )
+                    && (ARRAY_KINDS.contains(&kind)
+                        && matches!(
+                            self.frames[level - 2].kind,
+                            "argument_list" | "arguments" | "member_expression" | "binary_operator"
+                        )
+                        || matches!(
+                            self.frames[level - 2].kind,
+                            "subscript"
+                                | "subscript_expression"
+                                | "attribute"
+                                | "member_expression"
+                                | "interpolation"
+                                | "template_substitution"
+                                | "pair"
+                        )
+                        || CONTAINER_KINDS.contains(&self.frames[level - 2].kind))
+                    && self.joined_by(level - 1, frame.field, frame.named_index)
+            }
+            "pair" => {
+                field == Some("value")
+                    && level >= 2
+                    && MAP_KINDS.contains(&self.frames[level - 2].kind)
                     && self.joined_by(level - 1, frame.field, frame.named_index)
             }
             _ => false,
