@@ -931,6 +931,58 @@ fn a_credential_read_from_a_list_or_map_or_interpolated_deeper_in_the_fallback_i
 }
 
 #[test]
+fn a_list_read_by_a_literal_index_as_a_credential_gives_that_item_alone() {
+    for (code, language, stored) in [
+        (
+            "parts = [\"alice\", \"hunter2secret\"]\nclient.login(user=parts[0], password=parts[1])",
+            "python",
+            "parts = [\"alice\", \"[REDACTED]\"]\nclient.login(user=parts[0], password=parts[1])",
+        ),
+        (
+            "parts = (\"alice\", \"hunter2secret\")\nclient.login(password=parts[1].strip())",
+            "python",
+            "parts = (\"alice\", \"[REDACTED]\")\nclient.login(password=parts[1].strip())",
+        ),
+        (
+            "const parts = [\"alice\", \"hunter2secret\"]; login({user: parts[0], password: parts[1]})",
+            "js",
+            "const parts = [\"alice\", \"[REDACTED]\"]; login({user: parts[0], password: parts[1]})",
+        ),
+        // any other read may take any item: all are redacted
+        (
+            "parts = [\"alice\", \"hunter2secret\"]\nclient.login(user=parts[0], password=parts[i])",
+            "python",
+            "parts = [\"[REDACTED]\", \"[REDACTED]\"]\nclient.login(user=parts[0], password=parts[i])",
+        ),
+        (
+            "parts = [\"alice\", \"hunter2secret\"]\nclient.login(password=parts[-1])",
+            "python",
+            "parts = [\"[REDACTED]\", \"[REDACTED]\"]\nclient.login(password=parts[-1])",
+        ),
+        (
+            "parts = [\"alice\", \"hunter2secret\"]\nclient.login(password=\"\".join(parts))",
+            "python",
+            "parts = [\"[REDACTED]\", \"[REDACTED]\"]\nclient.login(password=\"\".join(parts))",
+        ),
+        // each read given as one gives its item; a piece of an item goes with every read
+        (
+            "p = [\"hunter2a\", \"hunter2secret\"]\nlogin(password=p[1])\nlogin(password=p[0])",
+            "python",
+            "p = [\"[REDACTED]\", \"[REDACTED]\"]\nlogin(password=p[1])\nlogin(password=p[0])",
+        ),
+        (
+            "p = [\"alice\", \"x\" + \"hunter2secret\"]\nlogin(password=p[0])",
+            "python",
+            "p = [\"[REDACTED]\", \"[REDACTED]\" + \"[REDACTED]\"]\nlogin(password=p[0])",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(n.parse_ok, "{code}");
+        assert_eq!(n.redacted_code, stored, "{code}");
+    }
+}
+
+#[test]
 fn a_prefixed_python_string_in_the_fallback_is_named_by_its_context() {
     for prefix in ["f", "b", "r", "rb", "Fr", "u"] {
         let code = format!("login(password={prefix}\"hunter2pass\", n=1\nx = (");

@@ -324,6 +324,17 @@ struct Frame<'t> {
     trailing_semicolon: Option<usize>,
 }
 
+/// The literals a variable was last assigned (`Walker::assigned_literals`): the assignment's
+/// start byte, and the indexes in `params` of its pieces, those of a list's items by the
+/// item's index (`parts = ["a", "b"]`), so that `parts[1]` given as a credential flags "b"
+/// alone.
+#[derive(Default)]
+struct Assigned {
+    at: usize,
+    any: Vec<usize>,
+    items: HashMap<usize, Vec<usize>>,
+}
+
 struct Walker<'a, 't> {
     code: &'a str,
     lang: Lang,
@@ -344,7 +355,7 @@ struct Walker<'a, 't> {
     /// Variables assigned a parameter literal, or a value joined of literals and interpolated
     /// strings' text (`pw = "a" + x`, `pw = f"{p}a"`), by name (scopes ignored): the latest
     /// assignment's start byte and its pieces' indexes in `params`.
-    assigned_literals: HashMap<&'a str, (usize, Vec<usize>)>,
+    assigned_literals: HashMap<&'a str, Assigned>,
     frames: Vec<Frame<'t>>,
     /// The frame index of an interpolated string that is a credential's value, while inside
     /// it: its literal text is a secret (docs/normalization.md, Secrets). Also set for one
@@ -709,7 +720,8 @@ impl<'a, 't> Walker<'a, 't> {
                     .is_some_and(super::holds_no_secret);
             if let Some(variable) = self.assigned_variable(field, named_index) {
                 if !no_secret {
-                    self.remember_assigned(variable, self.params.len());
+                    let item = self.assigned_item(field, named_index);
+                    self.remember_assigned(variable, item, self.params.len());
                 }
             }
             self.params.push(raw);
@@ -986,13 +998,61 @@ impl<'a, 't> Walker<'a, 't> {
         (level < self.frames.len()).then_some((level, field, index))
     }
 
-    /// List `self.params[index]` as a piece of what `variable` was last assigned.
-    fn remember_assigned(&mut self, (variable, at): (&'a str, usize), index: usize) {
+    /// List `self.params[index]` as a piece of what `variable` was last assigned, the item
+    /// of a list at `item` when it is one (`assigned_item`).
+    fn remember_assigned(
+        &mut self,
+        (variable, at): (&'a str, usize),
+        item: Option<usize>,
+        index: usize,
+    ) {
         let pieces = self.assigned_literals.entry(variable).or_default();
-        if pieces.0 != at {
-            *pieces = (at, Vec::new());
+        if pieces.at != at {
+            *pieces = Assigned {
+                at,
+                ..Assigned::default()
+            };
         }
-        pieces.1.push(index);
+        match item {
+            Some(item) => pieces.items.entry(item).or_default().push(index),
+            None => pieces.any.push(index),
+        }
+    }
+
+    /// The index of the item a literal in this position is of a list assigned whole to a
+    /// variable (`parts = ["...", x]`: 0), which a subscript by that index reads alone
+    /// (`parts[0]`); None for any other piece.
+    fn assigned_item(&self, field: Option<&'static str>, named_index: usize) -> Option<usize> {
+        let n = self.frames.len();
+        let list = self.frames.get(n.checked_sub(1)?)?;
+        let assignment = self.frames.get(n.checked_sub(2)?)?;
+        let whole = matches!(
+            (assignment.kind, list.field),
+            ("variable_declarator", Some("value"))
+                | ("assignment_expression" | "assignment", Some("right"))
+        );
+        (ARRAY_KINDS.contains(&list.kind)
+            && whole
+            && field.is_none()
+            && self.joined_position(field, named_index).is_none())
+        .then_some(named_index)
+    }
+
+    /// The item a variable in this position is read at, when a subscript reads it by a
+    /// literal index (`parts[1]`); None for any other read, which may take any item
+    /// (`parts[i]`, `parts[-1]`, `parts`, `"".join(parts)`).
+    fn read_item(&self, field: Option<&'static str>) -> Option<usize> {
+        let parent = self.frames.last()?;
+        let index = match (parent.kind, field) {
+            ("subscript", Some("value")) => self.grammar.child(parent.node, "subscript"),
+            ("subscript_expression", Some("object")) => self.grammar.child(parent.node, "index"),
+            _ => None,
+        }?;
+        let digits = self.text(index);
+        (matches!(self.grammar.kind(index), "integer" | "number")
+            && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
     }
 
     /// A value at `span` in this position that stays code, without a value of its own: listed
@@ -1044,7 +1104,7 @@ impl<'a, 't> Walker<'a, 't> {
             }
         }
         if let Some(variable) = self.string_variable {
-            self.remember_assigned(variable, self.params.len());
+            self.remember_assigned(variable, None, self.params.len());
         }
         self.params.push(RawParam {
             start: node.start_byte(),
@@ -1108,17 +1168,23 @@ impl<'a, 't> Walker<'a, 't> {
         let holds_pieces = self
             .assigned_literals
             .get(name)
-            .is_some_and(|(_, pieces)| !pieces.is_empty());
+            .is_some_and(|pieces| !pieces.any.is_empty() || !pieces.items.is_empty());
         if holds_pieces && self.is_credential_value(field, named_index) {
             // A variable holding a literal (or pieces of one: `pw = "..." + x`, `pw =
             // f"{p}..."`, `parts = ["...", x]`), passed where a credential goes
             // (`login(password=pw)`): the literal is a secret (docs/normalization.md,
-            // Secrets). Flagged once: a later use finds none left, so that uses cost no more
+            // Secrets); of a list read by a literal index (`password=parts[1]`), that item
+            // alone. Flagged once: a later use finds none left, so that uses cost no more
             // than pieces, however many of each.
-            let pieces = self
-                .assigned_literals
-                .get_mut(name)
-                .map(|(_, pieces)| std::mem::take(pieces));
+            let item = self.read_item(field);
+            let pieces = self.assigned_literals.get_mut(name).map(|pieces| {
+                let mut taken = std::mem::take(&mut pieces.any);
+                match item {
+                    Some(item) => taken.extend(pieces.items.remove(&item).unwrap_or_default()),
+                    None => taken.extend(pieces.items.drain().flat_map(|(_, p)| p)),
+                }
+                taken
+            });
             for index in pieces.into_iter().flatten() {
                 if let Some(raw) = self.params.get_mut(index) {
                     raw.named_credential = true;
