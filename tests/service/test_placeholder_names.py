@@ -294,6 +294,13 @@ OLDER_SECRETS = [
         "{'k': \"[REDACTED]\"}['k']",
         id="map_read",
     ),
+    pytest.param(  # interpolated where a URL's password goes (`f"pg://bob:{pw}@db"`)
+        "HUNTER2URLPASS",
+        'db_pass = "hunter2urlpass"\nr = await mcp.connect(dsn=f"postgresql://bob:{db_pass}@db/x")',
+        9,
+        'db_pass = "[REDACTED]"',
+        id="url_password",
+    ),
 ]
 
 

@@ -369,7 +369,8 @@ const AUTH_SCHEMES: &[&str] = &["basic", "bearer", "token", "digest", "negotiate
 /// capture.md, Secrets). A quoted value runs to its closing quote past escaped ones (`\"`),
 /// or to the text's end when it is cut off there; any other to the next whitespace or one of
 /// `,;}]&"'<>\`, and past the word after it when it is an HTTP authentication scheme
-/// (`AUTH_SCHEMES`); a list or an object (`"password": {...}`) is none, and so is `name::x`.
+/// (`AUTH_SCHEMES`); a list or an object (`"password": {...}`) is none, and so are `name::x`
+/// and a `:` after a space (`a ? token : b`).
 /// Free text only. Linear: the value is scanned only after a credential's name.
 fn secret_field_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     let quote = matches!(bytes[at], b'"' | b'\'').then_some(bytes[at]);
@@ -392,7 +393,7 @@ fn secret_field_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
         i += 1;
     }
     let blank = |b: &u8| matches!(b, b' ' | b'\t');
-    i += bytes[i..].iter().take_while(|b| blank(b)).count();
+    // the `:` right after the name (`a ? token : b` is no field)
     if bytes.get(i) != Some(&b':') || bytes.get(i + 1) == Some(&b':') {
         return None;
     }

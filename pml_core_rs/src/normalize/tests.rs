@@ -983,6 +983,48 @@ fn a_list_read_by_a_literal_index_as_a_credential_gives_that_item_alone() {
 }
 
 #[test]
+fn a_value_interpolated_where_a_urls_password_goes_is_a_secret() {
+    for (code, language, stored) in [
+        (
+            "db_pass = \"hunter2secret\"\nurl = f\"postgresql://bob:{db_pass}@db/x\"",
+            "python",
+            "db_pass = \"[REDACTED]\"\nurl = f\"postgresql://[REDACTED]@db/x\"",
+        ),
+        (
+            "url = f\"postgresql://bob:{'hunter2secret'}@db/x\"",
+            "python",
+            "url = f\"postgresql://bob:{\"[REDACTED]\"}@db/x\"",
+        ),
+        (
+            "u = \"bob\"\np = \"hunter2secret\"\nurl = f\"postgresql://{u}:{p}@db/x\"",
+            "python",
+            "u = \"bob\"\np = \"[REDACTED]\"\nurl = f\"postgresql://[REDACTED]@db/x\"",
+        ),
+        (
+            "const p = \"hunter2secret\"; const url = `https://${u}:${p}@h/x`",
+            "js",
+            "const p = \"[REDACTED]\"; const url = `https://[REDACTED]@h/x`",
+        ),
+        // a user, a host or a port is none
+        (
+            "const h = \"db.internal\"; const url = `https://bob@${h}/x`",
+            "js",
+            "const h = \"db.internal\"; const url = `https://bob@${h}/x`",
+        ),
+        (
+            "port = \"5432\"\nurl = f\"postgresql://db:{port}/x\"",
+            "python",
+            "port = \"5432\"\nurl = f\"postgresql://db:{port}/x\"",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(n.parse_ok, "{code}");
+        assert_eq!(n.redacted_code, stored, "{code}");
+        assert!(!stored_holds(&n, "hunter2secret"), "{code}: {n:?}");
+    }
+}
+
+#[test]
 fn a_prefixed_python_string_in_the_fallback_is_named_by_its_context() {
     for prefix in ["f", "b", "r", "rb", "Fr", "u"] {
         let code = format!("login(password={prefix}\"hunter2pass\", n=1\nx = (");

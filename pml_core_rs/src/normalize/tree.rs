@@ -1334,6 +1334,9 @@ impl<'t> Walker<'_, 't> {
             return false;
         };
         let (node, kind) = (parent.node, parent.kind);
+        if matches!(kind, "interpolation" | "template_substitution") {
+            return self.url_password_interpolation(node);
+        }
         let grammar = self.grammar;
         let namer = match (kind, field) {
             // A list of names (`["Authorization", "Content-Type"]`) is no pair: two elements.
@@ -1372,6 +1375,51 @@ impl<'t> Walker<'_, 't> {
         namer.is_some_and(|namer| {
             !self.code_literals.contains(&namer.start_byte()) && self.names_credential(namer)
         })
+    }
+
+    /// Whether an interpolation stands where a URL's password is written: the string's text
+    /// just before it opens a user-info with a user (`f"postgresql://bob:{pw}@db"`,
+    /// `` `https://${u}:${pw}@h` `` too, whose text before is `:`) and the text just after
+    /// closes it (`@`, before any `/`, `?`, `#` or space): what it gives is the password
+    /// (docs/normalization.md, Secrets). Reads the two texts beside it, each at most once per
+    /// interpolation.
+    fn url_password_interpolation(&self, interpolation: Node<'t>) -> bool {
+        let text_of = |node: Option<Node<'t>>| {
+            node.filter(|n| {
+                matches!(
+                    self.grammar.kind(*n),
+                    "string_content" | "string_fragment" | "escape_sequence"
+                )
+            })
+            .map(|n| self.text(n))
+        };
+        let Some(after) = text_of(interpolation.next_sibling()) else {
+            return false;
+        };
+        let closes = after
+            .bytes()
+            .find(|b| matches!(b, b'@' | b'/' | b'?' | b'#') || b.is_ascii_whitespace())
+            == Some(b'@');
+        if !closes {
+            return false;
+        }
+        let before = text_of(interpolation.prev_sibling()).unwrap_or("");
+        // `scheme://user:` in the text before, or a `:` alone after a user interpolated
+        let authority = before.rfind("://").map_or(before, |at| &before[at + 3..]);
+        let opened = before.contains("://")
+            && authority.contains(':')
+            && !authority.contains(['/', '?', '#', '@', ' ']);
+        opened
+            || (before == ":"
+                && interpolation
+                    .prev_sibling()
+                    .and_then(|t| t.prev_sibling())
+                    .is_some_and(|user| {
+                        matches!(
+                            self.grammar.kind(user),
+                            "interpolation" | "template_substitution"
+                        )
+                    }))
     }
 
     /// Whether `node` is a credential's name: a string such as `"DB_PASSWORD"` or
