@@ -15,6 +15,7 @@ from pml_server.api.admission import budget
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.retention import RetentionConfig
+from pml_server.storage.keys import COLUMN_FAMILIES
 from testing.store_reads import intents_read
 from tests.conftest import StartServer
 
@@ -178,6 +179,35 @@ def test_an_interpolated_credential_keeps_its_literal_text_out_of_the_store(
     assert "[REDACTED]" in stored.template
     assert "[REDACTED]" in stored.original_code
     assert "{user}" in stored.original_code or "{prefix}" in stored.original_code
+
+
+def test_a_credential_written_as_a_field_in_free_text_reaches_no_stored_row(
+    client: PmlClient, server: RunningServer
+) -> None:
+    """A credential the code never holds (`password=pw`) but the intent, a tool's arguments or
+    its error write as a field (`password: ...`, `{"password": "..."}`, `{'api_key': '...'}`,
+    `Authorization: Basic ...`) is in no stored row of the server's store
+    (docs/capture.md, Secrets)."""
+    secret = "Tr0ub4dor-field-42x"
+    record = make_record(
+        f"log in to the portal, password: {secret}",
+        "r = await mcp.login(user=name, password=pw)",
+        language="python",
+        tools=["login"],
+        failed_tools=[
+            ("login", f"rejected {{'api_key': '{secret}'}}, Authorization: Basic {secret}")
+        ],
+        arguments_json=f'{{"user": "bob", "password": "{secret}"}}',
+    )
+    client.record(record)
+    store = server.engine._state.store  # type: ignore[attr-defined]
+    held = [
+        cf
+        for cf in COLUMN_FAMILIES
+        for key, value in store.scan(cf, b"")
+        if secret.encode() in key or secret.encode() in value
+    ]
+    assert held == []
 
 
 def test_a_uid_and_gid_given_to_docker_run_is_no_secret(client: PmlClient) -> None:

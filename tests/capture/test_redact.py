@@ -5,6 +5,7 @@ every free text with what the normalizer flagged) and the record it gives back
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from pml_server import _core
 from pml_server.capture.normalize import normalize, prepare_captures
@@ -76,6 +77,8 @@ def test_redacted_record_puts_every_redacted_text_back() -> None:
 
 def test_a_record_with_nothing_to_hide_is_returned_as_is() -> None:
     record = _record(code="await mcp.pay({note: 'ok'});", secret="plain")
+    # an `apiKey` field's value is a credential's whatever its shape: a note is not
+    record = replace(record, tool_calls=(ToolCall("pay", arguments_json='{"note": "plain"}'),))
     (result,) = prepare_captures([(record.code, record.language, record_texts(record))])
     assert not isinstance(result, Exception)
     normalized, texts = result
@@ -563,3 +566,38 @@ def test_a_password_echoed_into_a_command_reading_it_from_its_input_is_secret() 
         run = _core.normalize(f"subprocess.run({json.dumps(line)}, shell=True)", "python")
         assert [p.secret for p in run.params] == [False], line
         assert _core.normalize(line, "bash").redacted_code == line
+
+
+def test_a_credential_written_as_a_field_is_redacted_from_free_text() -> None:
+    """A credential a tool's arguments, an error or a trace write as a field, as JSON, YAML, a
+    Python dict or an HTTP header writes it (`"password": "..."`, `client_secret: ...`,
+    `Authorization: Basic ...`), loses its value, whatever its shape; the name stays, and a
+    field no credential's name names stays whole (docs/capture.md, Secrets)."""
+    code = "r = await mcp.login(user=name, password=pw)"  # the value never appears in the code
+    args = json.dumps({"user": "bob", "password": PASSWORD, "headers": {"X-Api-Key": PASSWORD}})
+    record = ExecutionRecord(
+        request_id="r1",
+        intent=f"log in, password: {PASSWORD}",
+        code=code,
+        language="python",
+        tool_calls=(
+            ToolCall("login", arguments_json=args, ok=False, error=f"{{'api_key': '{PASSWORD}'}}"),
+        ),
+        trace=f"Authorization: Basic {PASSWORD}\nclient_secret: {PASSWORD}".encode(),
+    )
+    (prepared,) = prepare_captures([(record.code, record.language, record_texts(record))])
+    assert not isinstance(prepared, Exception)
+    stored = redacted_record(record, prepared[0], prepared[1])
+    call = stored.tool_calls[0]
+    assert PASSWORD not in stored.intent + call.arguments_json + call.error
+    assert PASSWORD.encode() not in stored.trace
+    assert json.loads(call.arguments_json) == {
+        "user": "bob",
+        "password": "[REDACTED]",
+        "headers": {"X-Api-Key": "[REDACTED]"},
+    }
+    assert stored.trace == b"Authorization: [REDACTED]\nclient_secret: [REDACTED]"
+    kept = ['{"max_tokens": 5, "author": "ann"}', "Password::new()", 'note: "password reset"']
+    (plain,) = prepare_captures([("x = 1", "python", kept)])
+    assert not isinstance(plain, Exception)
+    assert plain[1] == kept

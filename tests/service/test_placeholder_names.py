@@ -287,6 +287,20 @@ OLDER_SECRETS = [
         'pw = "[REDACTED]"',
         id="sliced",
     ),
+    pytest.param(  # read from a map written in place, interpolated (`f"{ {...}['k'] }"`)
+        "HUNTER2MAPREAD",
+        "r = await mcp.login(user=name, password=f\"{ {'k': 'hunter2mapread'}['k'] }\")",
+        9,
+        "{'k': \"[REDACTED]\"}['k']",
+        id="map_read",
+    ),
+    pytest.param(  # interpolated where a URL's password goes (`f"pg://bob:{pw}@db"`)
+        "HUNTER2URLPASS",
+        'db_pass = "hunter2urlpass"\nr = await mcp.connect(dsn=f"postgresql://bob:{db_pass}@db/x")',
+        9,
+        'db_pass = "[REDACTED]"',
+        id="url_password",
+    ),
 ]
 
 
@@ -343,48 +357,69 @@ def test_an_older_builds_credential_is_redacted_once_at_open(
         engine.close()
 
 
-REGISTRY_CODE = "echo hunter2stdin | docker login -u bob --password-stdin quay.io"
-OLD_STDIN = "$PASSWORD_STDIN"  # the name an older build gave the registry
+# (code, the word an older build read as a credential, the name it gave it, the marker it
+# wrote, the parameters once the pass has run)
+NO_CREDENTIAL_WORDS = [
+    (
+        "echo hunter2stdin | docker login -u bob --password-stdin quay.io",
+        "quay.io",
+        "$PASSWORD_STDIN",
+        b"placeholders_renamed/7",
+        [("$STR", True), ("$STR_2", False)],
+    ),
+    (
+        "sudo -u postgres psql --password mydb",
+        "mydb",
+        "$PASSWORD",
+        b"placeholders_renamed/9",
+        [("$STR", True)],  # the older build's "[REDACTED]" stays, and so does its flag
+    ),
+]
 
 
-def test_an_older_builds_registry_after_password_stdin_is_renamed_once_at_open(
+@pytest.mark.parametrize(("code", "word", "old_name", "marker", "params"), NO_CREDENTIAL_WORDS)
+def test_an_older_builds_word_after_a_flag_that_takes_none_is_renamed_once_at_open(
     tmp_path: Path,
+    code: str,
+    word: str,
+    old_name: str,
+    marker: bytes,
+    params: list[tuple[str, bool]],
 ) -> None:
-    """An older build read the registry after `--password-stdin` (a flag that takes no value)
-    as a credential: `"[REDACTED]"` in the stored code, `$PASSWORD_STDIN` in the template, and
-    marked its store `placeholders_renamed/7`. Today the registry is kept; it is a parameter
-    as it was, so the code hashes as before: the next open names the pattern's placeholder as
-    today's capture does, and a run of the code finds the pattern (docs/normalization.md,
-    Secrets; docs/storage.md, Migrations)."""
+    """An older build read the word after a credential's flag that takes no value as a
+    credential: the registry after `--password-stdin`, the database after `--password` of
+    `psql` run by `sudo`; `"[REDACTED]"` in the stored code, named and flagged so in the
+    template, and marked its store. Today the word is kept; it is a parameter as it was, so
+    the code hashes as before: the next open names the pattern's placeholder as today's
+    capture does, and a run of the code finds the pattern (docs/normalization.md, Secrets;
+    docs/storage.md, Migrations)."""
     engine = open_engine(tmp_path / "e")
     assert engine.admin.wait_placeholders_renamed(60) == 0
-    record = replace(make_record("r1", INTENT, ["docker"], code=REGISTRY_CODE), language="bash")
+    record = replace(make_record("r1", INTENT, ["docker"], code=code), language="bash")
     pattern_id = engine.record(T, record).pattern_id
     assert _stored_rows_holding(engine, "HUNTER2STDIN", None) == []
     repo = engine._state.repo
     pattern = repo.patterns.pattern(T, pattern_id)
     assert pattern is not None
-    assert pattern.original_code == (
-        'echo "[REDACTED]" | docker login -u bob --password-stdin quay.io'
-    )
-    assert pattern.template.endswith("--password-stdin $STR")
-    assert [(p.name, p.secret) for p in pattern.params] == [("$STR", False)]
-    # as the older build wrote it: the registry redacted, named and flagged as a credential
+    assert pattern.original_code == code.replace("hunter2stdin", '"[REDACTED]"')
+    assert pattern.template.endswith(" $STR")
+    assert (pattern.params[-1].name, pattern.params[-1].secret) == ("$STR", False)
+    # as the older build wrote it: the word redacted, named and flagged as a credential
     schema = json.loads(pattern.parameter_schema_json)
-    schema["properties"] = {OLD_STDIN: {**schema["properties"]["$STR"], "writeOnly": True}}
-    schema["required"] = [OLD_STDIN]
+    schema["properties"] = {old_name: {**schema["properties"]["$STR"], "writeOnly": True}}
+    schema["required"] = [old_name]
     old = replace(
         pattern,
-        original_code=pattern.original_code.replace("quay.io", '"[REDACTED]"'),
-        template=pattern.template.replace("$STR", OLD_STDIN),
-        params=(replace(pattern.params[0], name=OLD_STDIN, secret=True),),
+        original_code=pattern.original_code.replace(word, '"[REDACTED]"'),
+        template=pattern.template.replace("$STR", old_name),
+        params=(replace(pattern.params[0], name=old_name, secret=True),),
         parameter_schema_json=json.dumps(schema, sort_keys=True, separators=(",", ":")),
     )
     engine._state.store.write(
         [
             repo.patterns.put_pattern(T, old),
             (CF_META, PLACEHOLDERS_KEY, None),
-            (CF_META, b"placeholders_renamed/7", b"1"),  # the marker that build wrote
+            (CF_META, marker, b"1"),  # the marker that build wrote
         ]
     )
     engine.close()
@@ -393,14 +428,13 @@ def test_an_older_builds_registry_after_password_stdin_is_renamed_once_at_open(
     try:
         assert engine.admin.wait_placeholders_renamed(60) == 1
         view = engine.get_pattern(T, pattern_id)
-        # as today's normalizer reads the stored code (the echoed password is a quoted
-        # "[REDACTED]" there, a parameter of its own), the registry no credential's
+        # as today's normalizer reads the stored code (an echoed password is a quoted
+        # "[REDACTED]" there, a parameter of its own), the word no credential's
         assert view.template == _core.normalize(old.original_code, "bash").template
-        assert view.template.endswith("--password-stdin $STR_2")
-        assert OLD_STDIN not in view.template
+        assert old_name not in view.template
         assert view.code_hash == pattern.code_hash
-        assert [(p.name, p.secret) for p in view.params] == [("$STR", True), ("$STR_2", False)]
-        again = replace(make_record("r2", INTENT, ["docker"], code=REGISTRY_CODE), language="bash")
+        assert [(p.name, p.secret) for p in view.params] == params
+        again = replace(make_record("r2", INTENT, ["docker"], code=code), language="bash")
         assert engine.record(T, again).pattern_id == pattern_id
     finally:
         engine.close()

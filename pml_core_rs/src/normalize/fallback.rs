@@ -361,9 +361,9 @@ impl ValuePieces {
         }
         match t {
             "(" | "[" | "{" => {
-                // `f(`, `x[`, `a)(`: a call or a subscript, not a grouping
+                // `f(`, `x[`, `a)(`, `{...}[`: a call or a subscript, not a grouping
                 let applied = i.checked_sub(1).is_some_and(|p| {
-                    tokens[p].kind == Kind::Word || matches!(text(&tokens[p]), ")" | "]")
+                    tokens[p].kind == Kind::Word || matches!(text(&tokens[p]), ")" | "]" | "}")
                 });
                 let joins = match t {
                     "(" => {
@@ -385,7 +385,16 @@ impl ValuePieces {
                                     })
                                 }))
                     }
-                    _ => false,
+                    // a map read where it stands (`{"k": "..."}["k"]`, `{k: "..."}.k`): the
+                    // value read is a piece, whichever it is
+                    _ => {
+                        !applied
+                            && closes.get(i).is_some_and(|&close| {
+                                tokens
+                                    .get(close.saturating_add(1))
+                                    .is_some_and(|next| matches!(text(next), "[" | "."))
+                            })
+                    }
                 };
                 self.calls += usize::from(!joins);
                 self.brackets.push(joins);
@@ -708,10 +717,11 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
     let bytes = code.as_bytes();
     let mut found: Vec<ShellSecret> = Vec::new();
     // whether the current command (to `;`, `&`, `|`, a parenthesis or a line's end) has named
-    // one of `USER_PASSWORD_COMMANDS`, as `command_passwords` reads commands; whether its name
-    // (its first word that is no assignment's) is yet to come, and is one of
+    // one of `USER_PASSWORD_COMMANDS`, as `command_passwords` reads commands; and its name
+    // (past assignments and wrappers: `CommandName`), whether one of
     // `PROMPTING_PASSWORD_COMMANDS`
-    let (mut user_command, mut name_to_come, mut prompting) = (false, true, false);
+    let mut user_command = false;
+    let mut command = CommandName::default();
     let starts = |word: &str, name: &str| {
         word.get(..name.len())
             .is_some_and(|start| start.eq_ignore_ascii_case(name))
@@ -720,27 +730,18 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
         let text = &code[token.start..token.end];
         let line_break = i > 0 && bytes[tokens[i - 1].end..token.start].contains(&b'\n');
         if line_break || matches!(text, ";" | "&" | "|" | "(" | ")") {
-            (user_command, name_to_come, prompting) = (false, true, false);
+            user_command = false;
+            command = CommandName::default();
         }
         if token.kind == Kind::Word && !user_command {
             user_command = USER_PASSWORD_COMMANDS.iter().any(|name| starts(text, name));
         }
-        if token.kind == Kind::Word && name_to_come {
-            // `PGPASSWORD=pw psql ...`: an assignment and its value are no command's name
-            let attached_eq = |t: Option<&Token>| t.is_some_and(|t| &code[t.start..t.end] == "=");
-            let assigns = attached_eq(tokens.get(i + 1).filter(|n| n.start == token.end))
-                || attached_eq(
-                    i.checked_sub(1)
-                        .map(|p| &tokens[p])
-                        .filter(|p| p.end == token.start),
-                );
-            if !assigns {
-                name_to_come = false;
-                prompting = PROMPTING_PASSWORD_COMMANDS
-                    .iter()
-                    .any(|name| starts(text, name));
-            }
-        }
+        command.read(token, bytes);
+        let prompting = command.name.is_some_and(|(start, end)| {
+            PROMPTING_PASSWORD_COMMANDS
+                .iter()
+                .any(|name| starts(&code[start..end], name))
+        });
         let (name_end, value_at) = if text == "=" {
             (token.start, token.end)
         } else if let Some(next) = tokens.get(i + 1).filter(|next| {
@@ -806,6 +807,151 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
         });
     }
     found
+}
+
+/// Commands that run the command written after them, with their own flags before it (`sudo
+/// -u postgres psql`, `env X=1 psql`, `nice -n 5 psql`, `timeout 30 psql`): each one's name,
+/// its short flags that take the next word as their value (a value may be attached:
+/// `-upostgres`), its long ones (`--user postgres`; `--user=postgres` is one word), and how
+/// many words it takes before the command (`timeout`'s duration). A flag misread either way
+/// only makes a later word the command's name, which at worst redacts the word after
+/// `--password` (docs/normalization.md, Secrets).
+const COMMAND_WRAPPERS: &[(&str, &str, &[&str], usize)] = &[
+    (
+        "sudo",
+        "CDghpRrTtUu",
+        &[
+            "chdir",
+            "chroot",
+            "close-from",
+            "command-timeout",
+            "group",
+            "host",
+            "other-user",
+            "prompt",
+            "role",
+            "type",
+            "user",
+        ],
+        0,
+    ),
+    ("doas", "Cu", &[], 0),
+    ("env", "Cu", &["chdir", "unset"], 0),
+    ("time", "fo", &["format", "output"], 0),
+    ("nice", "n", &["adjustment"], 0),
+    ("ionice", "cnp", &["class", "classdata", "pid"], 0),
+    ("stdbuf", "eio", &["error", "input", "output"], 0),
+    ("nohup", "", &[], 0),
+    ("exec", "a", &[], 0),
+    ("command", "", &[], 0),
+    ("builtin", "", &[], 0),
+    (
+        "xargs",
+        "adEILnPs",
+        &[
+            "arg-file",
+            "delimiter",
+            "eof",
+            "max-args",
+            "max-chars",
+            "max-lines",
+            "max-procs",
+            "process-slot-var",
+            "replace",
+        ],
+        0,
+    ),
+    ("timeout", "ks", &["kill-after", "signal"], 1),
+];
+
+/// The name of a shell command, read one word at a time: its first word that is no
+/// assignment (`PGPASSWORD=pw psql`) and no wrapper's (`COMMAND_WRAPPERS`: `sudo -u postgres
+/// psql`), as written, path and all, its byte range cut to the part after the last `/`
+/// (`/usr/bin/psql`). A word runs to a space or one of `;&|()<>`; each byte is read once.
+#[derive(Default)]
+struct CommandName {
+    /// the name's byte range, once read
+    name: Option<(usize, usize)>,
+    /// the wrapper the words so far are under (an index into `COMMAND_WRAPPERS`)
+    wrapper: Option<usize>,
+    /// whether the next word is the value of a wrapper's flag
+    flag_value: bool,
+    /// the wrapper's words still to come before the command
+    skip: usize,
+    /// the end of the last word read
+    read_to: usize,
+}
+
+impl CommandName {
+    fn read(&mut self, token: &Token, bytes: &[u8]) {
+        if self.name.is_some() || token.kind == Kind::Punct || token.start < self.read_to {
+            return;
+        }
+        let apart = |b: u8| {
+            b.is_ascii_whitespace() || matches!(b, b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>')
+        };
+        let start = bytes[..token.start]
+            .iter()
+            .rposition(|&b| apart(b))
+            .map_or(0, |at| at + 1);
+        let end = bytes[token.end..]
+            .iter()
+            .position(|&b| apart(b))
+            .map_or(bytes.len(), |n| token.end + n);
+        self.read_to = end;
+        let word = &bytes[start..end];
+        let assigns = word.iter().position(|&b| b == b'=').is_some_and(|eq| {
+            eq > 0
+                && !word[0].is_ascii_digit()
+                && word[..eq]
+                    .iter()
+                    .all(|&b| b.is_ascii_alphanumeric() || b == b'_')
+        });
+        if assigns {
+            return;
+        }
+        if let Some(wrapper) = self.wrapper.map(|w| COMMAND_WRAPPERS[w]) {
+            if let Some(flag) = word.strip_prefix(b"-") {
+                self.flag_value = Self::takes_next_word(flag, wrapper.1, wrapper.2);
+                return;
+            }
+            if self.flag_value {
+                self.flag_value = false;
+                return;
+            }
+            if self.skip > 0 {
+                self.skip -= 1;
+                return;
+            }
+        }
+        let base = word
+            .iter()
+            .rposition(|&b| b == b'/')
+            .map_or(start, |at| start + at + 1);
+        match COMMAND_WRAPPERS
+            .iter()
+            .position(|w| w.0.as_bytes() == &bytes[base..end])
+        {
+            Some(wrapper) => {
+                self.wrapper = Some(wrapper);
+                self.skip = COMMAND_WRAPPERS[wrapper].3;
+            }
+            None => self.name = Some((base, end)),
+        }
+    }
+
+    /// Whether a wrapper's flag as written (without its first `-`) takes the next word as its
+    /// value: a long one named so, with no `=`, or a cluster of short ones whose first that
+    /// takes a value is its last letter (`-Eu postgres`, not `-upostgres`).
+    fn takes_next_word(flag: &[u8], short: &str, long: &[&str]) -> bool {
+        match flag.strip_prefix(b"-") {
+            Some(long_flag) => long.iter().any(|name| name.as_bytes() == long_flag),
+            None => flag
+                .iter()
+                .position(|&b| short.as_bytes().contains(&b))
+                .is_some_and(|at| at + 1 == flag.len()),
+        }
+    }
 }
 
 /// Commands whose `--password` written alone (not `--password=pw`) takes no value but asks
@@ -1204,30 +1350,128 @@ fn is_non_ascii_space(code: &str, at: usize) -> bool {
 }
 
 /// End (exclusive) of the string literal opening at `start`, or `None` if unterminated.
-/// Python triple-quoted strings span lines; other quotes stop at a line break.
+/// Python triple-quoted strings span lines; other quotes stop at a line break, a JS template
+/// does not. An interpolated string (a JS template, a Python f-string) runs past its
+/// interpolations, whatever they hold (`` `${ `${a}` }` ``, `f"{ {"k": v}["k"] }"`): an
+/// interpolation is code, whose braces and strings, nested to any depth, do not end it, so
+/// a string inside one is no string of its own (docs/normalization.md, Fallback). One pass;
+/// the nesting is held in a list, not in calls.
 fn string_end(bytes: &[u8], start: usize, style: &Style) -> Option<usize> {
-    let quote = bytes[start];
-    let triple = style.python && bytes[start..].starts_with(&[quote, quote, quote]);
-    let multiline = triple || quote == b'`';
-    let mut i = start + if triple { 3 } else { 1 };
+    let mut open = vec![Quoted::at(bytes, start, style)];
+    let mut i = start + open[0].opener();
     while i < bytes.len() {
         let b = bytes[i];
-        if b == b'\\' {
-            i += 2;
-            continue;
-        }
-        if b == b'\n' && !multiline {
-            return None;
-        }
-        if b == quote {
-            if !triple {
-                return Some(i + 1);
+        match open.last_mut() {
+            Some(Quoted::Text {
+                quote,
+                triple,
+                interpolates,
+            }) => {
+                let (quote, triple, interpolates) = (*quote, *triple, *interpolates);
+                if b == b'\\' {
+                    i += 2;
+                    continue;
+                }
+                if b == b'\n' && !triple && quote != b'`' {
+                    return None;
+                }
+                let closes = if triple {
+                    bytes[i..].starts_with(&[quote; 3])
+                } else {
+                    b == quote
+                };
+                if closes {
+                    open.pop();
+                    i += if triple { 3 } else { 1 };
+                    if open.is_empty() {
+                        return Some(i);
+                    }
+                    continue;
+                }
+                if interpolates {
+                    if quote == b'`' && b == b'$' && bytes.get(i + 1) == Some(&b'{') {
+                        open.push(Quoted::Code { braces: 0 });
+                        i += 2;
+                        continue;
+                    }
+                    if quote != b'`' && b == b'{' {
+                        if bytes.get(i + 1) == Some(&b'{') {
+                            i += 2; // `{{` is a brace of the text
+                            continue;
+                        }
+                        open.push(Quoted::Code { braces: 0 });
+                    }
+                }
             }
-            if bytes[i..].starts_with(&[quote, quote, quote]) {
-                return Some(i + 3);
-            }
+            Some(Quoted::Code { braces }) => match b {
+                b'{' => *braces += 1,
+                b'}' if *braces == 0 => {
+                    open.pop();
+                }
+                b'}' => *braces -= 1,
+                b'"' | b'\'' => {
+                    let quoted = Quoted::at(bytes, i, style);
+                    i += quoted.opener();
+                    open.push(quoted);
+                    continue;
+                }
+                b'`' if !style.python => {
+                    open.push(Quoted::at(bytes, i, style));
+                }
+                _ => {}
+            },
+            None => return None,
         }
         i += 1;
     }
     None
+}
+
+/// A string being read by `string_end`, or an interpolation's code inside one.
+enum Quoted {
+    Text {
+        quote: u8,
+        triple: bool,
+        /// a JS template's `${...}` or a Python f-string's (or t-string's) `{...}`
+        interpolates: bool,
+    },
+    Code {
+        /// the braces opened in the code and not yet closed
+        braces: usize,
+    },
+}
+
+impl Quoted {
+    /// The string whose quote is at `at` (a Python one with the prefix before it).
+    fn at(bytes: &[u8], at: usize, style: &Style) -> Quoted {
+        let quote = bytes[at];
+        let triple = style.python && bytes[at..].starts_with(&[quote; 3]);
+        // a prefix is a word of at most two letters (`f`, `rf`), not a name's end (`elif"`)
+        let letters = bytes[..at]
+            .iter()
+            .rev()
+            .take(3)
+            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_')
+            .count();
+        let prefix = &bytes[at - letters..at];
+        let interpolates = quote == b'`'
+            || (style.python
+                && letters <= 2
+                && prefix
+                    .iter()
+                    .any(|b| matches!(b, b'f' | b'F' | b't' | b'T')));
+        Quoted::Text {
+            quote,
+            triple,
+            interpolates,
+        }
+    }
+
+    /// How many bytes its opening quote takes.
+    fn opener(&self) -> usize {
+        match self {
+            Quoted::Text { triple: true, .. } => 3,
+            _ => 1,
+        }
+    }
 }

@@ -359,6 +359,84 @@ fn secret_pair_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     (end > start).then_some((start, end))
 }
 
+/// HTTP authentication schemes: the word after one is the credential (`Basic dXNl...`).
+const AUTH_SCHEMES: &[&str] = &["basic", "bearer", "token", "digest", "negotiate", "apikey"];
+
+/// The byte range of the value of the field whose name starts at `at` (its opening quote,
+/// when quoted) when the name says it is a credential (`is_secret_name`), written with `:`
+/// as JSON, YAML, a Python dict or an HTTP header writes it: `"password": "pw"`, `{'api_key':
+/// 'pw'}`, `client_secret: pw`, `X-Api-Key: pw`, `Authorization: Basic dXNl...` (docs/
+/// capture.md, Secrets). A quoted value runs to its closing quote past escaped ones (`\"`),
+/// or to the text's end when it is cut off there; any other to the next whitespace or one of
+/// `,;}]&"'<>\`, and past the word after it when it is an HTTP authentication scheme
+/// (`AUTH_SCHEMES`); a list or an object (`"password": {...}`) is none, and so are `name::x`
+/// and a `:` after a space (`a ? token : b`).
+/// Free text only. Linear: the value is scanned only after a credential's name.
+fn secret_field_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    let quote = matches!(bytes[at], b'"' | b'\'').then_some(bytes[at]);
+    let name_start = at + usize::from(quote.is_some());
+    if quote.is_none() && at > 0 && is_name_byte(bytes[at - 1]) {
+        return None;
+    }
+    let name_len = bytes[name_start..]
+        .iter()
+        .position(|&b| !is_name_byte(b))
+        .unwrap_or(bytes.len() - name_start);
+    let mut i = name_start + name_len;
+    if name_len == 0 || name_len > 64 {
+        return None;
+    }
+    if let Some(quote) = quote {
+        if bytes.get(i) != Some(&quote) {
+            return None;
+        }
+        i += 1;
+    }
+    let blank = |b: &u8| matches!(b, b' ' | b'\t');
+    // the `:` right after the name (`a ? token : b` is no field)
+    if bytes.get(i) != Some(&b':') || bytes.get(i + 1) == Some(&b':') {
+        return None;
+    }
+    // The name is ASCII by construction.
+    let name = std::str::from_utf8(&bytes[name_start..name_start + name_len]).ok()?;
+    if !upper_snake(name).is_some_and(|n| is_secret_name(&n)) {
+        return None;
+    }
+    i += 1;
+    i += bytes[i..].iter().take_while(|b| blank(b)).count();
+    let (start, end) = match bytes.get(i)? {
+        &q @ (b'"' | b'\'') => {
+            let start = i + 1;
+            let mut end = start;
+            while end < bytes.len() && bytes[end] != q {
+                end += if bytes[end] == b'\\' { 2 } else { 1 };
+            }
+            (start, end.min(bytes.len()))
+        }
+        b'{' | b'[' => return None,
+        _ => {
+            let stop = |b: u8| {
+                matches!(
+                    b,
+                    b',' | b';' | b'}' | b']' | b'&' | b'"' | b'\'' | b'<' | b'>' | b'\\'
+                )
+            };
+            let end = word_end(bytes, i, stop);
+            let scheme = AUTH_SCHEMES
+                .iter()
+                .any(|s| bytes[i..end].eq_ignore_ascii_case(s.as_bytes()));
+            let after = end + bytes[end..].iter().take_while(|b| blank(b)).count();
+            let credential_end = word_end(bytes, after, stop);
+            if scheme && credential_end > after {
+                (i, credential_end)
+            } else {
+                (i, end)
+            }
+        }
+    };
+    (end > start).then_some((start, end))
+}
+
 /// Whether `value` holds a `name=value` pair named as a credential (`password=...`).
 fn has_secret_pair(value: &str) -> bool {
     let bytes = value.as_bytes();
@@ -388,9 +466,10 @@ fn is_token_byte(b: u8) -> bool {
 /// `text` with every credential-shaped token replaced by `[REDACTED]`: a token (a run of
 /// `[A-Za-z0-9+/=_.-]`, trailing dots dropped) that `is_secret_value` flags, the token after
 /// `Bearer ` or `Basic `, a URL's user-info when it has a password (`scheme://[REDACTED]@host`),
-/// the value of a query parameter named as a credential (`?access_token=[REDACTED]`),
-/// and a whole PEM block (`-----BEGIN` to the `-----` after `-----END`).
-/// For free text that no parser reads: error messages, arguments, traces, comments. Linear in
+/// the value of a query parameter named as a credential (`?access_token=[REDACTED]`), the
+/// value of a `name=value` pair or of a field (`"password": "..."`, `X-Api-Key: ...`:
+/// `secret_field_value_at`) named as one, and a whole PEM block (`-----BEGIN` to the `-----`
+/// after `-----END`). For free text that no parser reads: error messages, arguments, traces, comments. Linear in
 /// the text; borrowed when nothing is found.
 pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
     redact(text, Some(is_secret_value), true)
@@ -458,6 +537,13 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
         }
         if pairs && is_name_byte(bytes[i]) {
             if let Some((from, to)) = secret_pair_value_at(bytes, i) {
+                redact(&mut out, &mut copied, from, to);
+                i = to;
+                continue;
+            }
+        }
+        if pairs && (is_name_byte(bytes[i]) || matches!(bytes[i], b'"' | b'\'')) {
+            if let Some((from, to)) = secret_field_value_at(bytes, i) {
                 redact(&mut out, &mut copied, from, to);
                 i = to;
                 continue;
@@ -605,6 +691,37 @@ mod tests {
         );
         let pem = "x -----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY----- y";
         assert_eq!(redact_text(pem), "x [REDACTED] y");
+    }
+
+    #[test]
+    fn free_text_loses_the_value_of_a_field_named_as_a_credential() {
+        for (text, redacted) in [
+            (r#"{"password": "pw1"}"#, r#"{"password": "[REDACTED]"}"#),
+            (r#"{"password":"p\"w, x"}"#, r#"{"password":"[REDACTED]"}"#),
+            ("{'api_key': 'pw1'}", "{'api_key': '[REDACTED]'}"),
+            (
+                "client_secret: pw1\nnext: 1",
+                "client_secret: [REDACTED]\nnext: 1",
+            ),
+            ("X-Api-Key: pw1, more", "X-Api-Key: [REDACTED], more"),
+            ("Authorization: Basic dXNl", "Authorization: [REDACTED]"),
+            ("authorization: bearer abc x", "authorization: [REDACTED] x"),
+            (r#"{"token": "cut off"#, r#"{"token": "[REDACTED]"#),
+            // kept: no credential's name, a structure, a path, a name's `::`
+            (r#"{"max_tokens": 5}"#, r#"{"max_tokens": 5}"#),
+            (r#"{"password": {"a": 1}}"#, r#"{"password": {"a": 1}}"#),
+            ("password_file: /etc/pw", "password_file: /etc/pw"),
+            ("Password::new()", "Password::new()"),
+            ("password:", "password:"),
+        ] {
+            assert_eq!(redact_text(text), redacted, "{text}");
+        }
+        // names and code are not read so
+        assert_eq!(redact_url_credentials("password: pw1"), "password: pw1");
+        assert_eq!(redact_code("password: pw1"), "password: pw1");
+        // linear: a long run of cut-off fields costs one pass
+        let many = r#"{"token": "x"#.repeat(20_000);
+        assert!(redact_text(&many).starts_with(r#"{"token": "[REDACTED]"#));
     }
 
     #[test]

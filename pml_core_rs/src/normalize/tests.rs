@@ -580,6 +580,22 @@ fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
             "python",
         ),
         (format!("login({name}=\"{value}\"[:8])"), "python"),
+        // an item or a value read from a list or a map written in place, or one interpolated
+        // whole, to any depth
+        (format!("login({name}=(\"{value}\",)[0])"), "python"),
+        (
+            format!("login({name}={{\"k\": \"{value}\"}}[\"k\"])"),
+            "python",
+        ),
+        (
+            format!("login({name}=f\"{{ {{'k': '{value}'}}['k'] }}\")"),
+            "python",
+        ),
+        (
+            format!("login({name}=f\"pre{{ {{'k': {{'j': '{value}'}}}}['k']['j'] }}\")"),
+            "python",
+        ),
+        (format!("login({name}=f\"{{ ['{value}'] }}\")"), "python"),
     ];
     for language in ["js", "ts"] {
         shapes.extend([
@@ -669,6 +685,18 @@ fn joined_credentials(name: &str, value: &str) -> Vec<(String, &'static str)> {
             ),
             (
                 format!("await mcp.login({{{name}: \"{value}\".charAt(0)}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: `${{ {{a: \"{value}\"}}.a }}`}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: `${{ `${{ [\"{value}\"][0] }}` }}`}})"),
+                language,
+            ),
+            (
+                format!("await mcp.login({{{name}: {{a: {{b: \"{value}\"}}}}.a.b}})"),
                 language,
             ),
             (
@@ -836,6 +864,163 @@ proptest::proptest! {
             proptest::prop_assert!(n.parse_ok, "{}", code);
             proptest::prop_assert!(!stored_holds(&n, &value), "{}: {:?}", code, n);
         }
+    }
+}
+
+#[test]
+fn a_credential_read_from_a_list_or_map_or_interpolated_deeper_in_the_fallback_is_redacted() {
+    for (code, language) in [
+        ("login(password=(\"hunter2secret\",)[0]", "python"),
+        ("login(password={\"k\": \"hunter2secret\"}[\"k\"]", "python"),
+        ("login({password: [\"hunter2secret\"][0]", "js"),
+        ("login({password: {a: \"hunter2secret\"}.a", "js"),
+        // an interpolation's strings and templates, nested, are its string's
+        (
+            "login(password=f\"postgres://bob:{ {'k': 'hunter2secret'}['k'] }@db\"",
+            "python",
+        ),
+        (
+            "login(password=f\"{ {\"k\": \"hunter2secret\"}[\"k\"] }\"",
+            "python",
+        ),
+        (
+            "login(password=f\"{os.getenv(\"X\", \"hunter2secret\")}\"",
+            "python",
+        ),
+        ("login({password: `${ {a: \"hunter2secret\"}.a }`", "js"),
+        (
+            "login({password: `${ `${ {a: \"hunter2secret\"}.a }` }`",
+            "js",
+        ),
+        (
+            "login({password: `a${ `b${ \"}\" + `${\"hunter2secret\"}` }` }`",
+            "js",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(!n.parse_ok, "{code}");
+        assert!(!stored_holds(&n, "hunter2secret"), "{code}: {n:?}");
+    }
+    // the key read is no credential: it stays
+    let n = norm("login(password={\"k\": \"hunter2secret\"}[\"k\"]", "python");
+    assert_eq!(
+        n.redacted_code,
+        "login(password={\"k\": \"[REDACTED]\"}[\"k\"]"
+    );
+    // an f-string prefix is a word of its own, and `{{` is a brace of the text
+    for (code, stored) in [
+        (
+            "elif\"x\" in y: login(password=\"hunter2secret\"",
+            "elif\"x\" in y: login(password=\"[REDACTED]\"",
+        ),
+        (
+            "x = f\"a{{\" + \"b\"; login(password=\"hunter2secret\"",
+            "x = f\"a{{\" + \"b\"; login(password=\"[REDACTED]\"",
+        ),
+    ] {
+        assert_eq!(norm(code, "python").redacted_code, stored, "{code}");
+    }
+    // nesting to any depth costs a pass, with no call per level
+    let deep = format!(
+        "login({{password: {}\"hunter2secret\"{}",
+        "`${".repeat(50_000),
+        "}`".repeat(50_000)
+    );
+    let n = norm(&deep, "js");
+    assert!(!n.redacted_code.contains("hunter2secret"));
+}
+
+#[test]
+fn a_list_read_by_a_literal_index_as_a_credential_gives_that_item_alone() {
+    for (code, language, stored) in [
+        (
+            "parts = [\"alice\", \"hunter2secret\"]\nclient.login(user=parts[0], password=parts[1])",
+            "python",
+            "parts = [\"alice\", \"[REDACTED]\"]\nclient.login(user=parts[0], password=parts[1])",
+        ),
+        (
+            "parts = (\"alice\", \"hunter2secret\")\nclient.login(password=parts[1].strip())",
+            "python",
+            "parts = (\"alice\", \"[REDACTED]\")\nclient.login(password=parts[1].strip())",
+        ),
+        (
+            "const parts = [\"alice\", \"hunter2secret\"]; login({user: parts[0], password: parts[1]})",
+            "js",
+            "const parts = [\"alice\", \"[REDACTED]\"]; login({user: parts[0], password: parts[1]})",
+        ),
+        // any other read may take any item: all are redacted
+        (
+            "parts = [\"alice\", \"hunter2secret\"]\nclient.login(user=parts[0], password=parts[i])",
+            "python",
+            "parts = [\"[REDACTED]\", \"[REDACTED]\"]\nclient.login(user=parts[0], password=parts[i])",
+        ),
+        (
+            "parts = [\"alice\", \"hunter2secret\"]\nclient.login(password=parts[-1])",
+            "python",
+            "parts = [\"[REDACTED]\", \"[REDACTED]\"]\nclient.login(password=parts[-1])",
+        ),
+        (
+            "parts = [\"alice\", \"hunter2secret\"]\nclient.login(password=\"\".join(parts))",
+            "python",
+            "parts = [\"[REDACTED]\", \"[REDACTED]\"]\nclient.login(password=\"\".join(parts))",
+        ),
+        // each read given as one gives its item; a piece of an item goes with every read
+        (
+            "p = [\"hunter2a\", \"hunter2secret\"]\nlogin(password=p[1])\nlogin(password=p[0])",
+            "python",
+            "p = [\"[REDACTED]\", \"[REDACTED]\"]\nlogin(password=p[1])\nlogin(password=p[0])",
+        ),
+        (
+            "p = [\"alice\", \"x\" + \"hunter2secret\"]\nlogin(password=p[0])",
+            "python",
+            "p = [\"[REDACTED]\", \"[REDACTED]\" + \"[REDACTED]\"]\nlogin(password=p[0])",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(n.parse_ok, "{code}");
+        assert_eq!(n.redacted_code, stored, "{code}");
+    }
+}
+
+#[test]
+fn a_value_interpolated_where_a_urls_password_goes_is_a_secret() {
+    for (code, language, stored) in [
+        (
+            "db_pass = \"hunter2secret\"\nurl = f\"postgresql://bob:{db_pass}@db/x\"",
+            "python",
+            "db_pass = \"[REDACTED]\"\nurl = f\"postgresql://[REDACTED]@db/x\"",
+        ),
+        (
+            "url = f\"postgresql://bob:{'hunter2secret'}@db/x\"",
+            "python",
+            "url = f\"postgresql://bob:{\"[REDACTED]\"}@db/x\"",
+        ),
+        (
+            "u = \"bob\"\np = \"hunter2secret\"\nurl = f\"postgresql://{u}:{p}@db/x\"",
+            "python",
+            "u = \"bob\"\np = \"[REDACTED]\"\nurl = f\"postgresql://[REDACTED]@db/x\"",
+        ),
+        (
+            "const p = \"hunter2secret\"; const url = `https://${u}:${p}@h/x`",
+            "js",
+            "const p = \"[REDACTED]\"; const url = `https://[REDACTED]@h/x`",
+        ),
+        // a user, a host or a port is none
+        (
+            "const h = \"db.internal\"; const url = `https://bob@${h}/x`",
+            "js",
+            "const h = \"db.internal\"; const url = `https://bob@${h}/x`",
+        ),
+        (
+            "port = \"5432\"\nurl = f\"postgresql://db:{port}/x\"",
+            "python",
+            "port = \"5432\"\nurl = f\"postgresql://db:{port}/x\"",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(n.parse_ok, "{code}");
+        assert_eq!(n.redacted_code, stored, "{code}");
+        assert!(!stored_holds(&n, "hunter2secret"), "{code}: {n:?}");
     }
 }
 
@@ -1217,6 +1402,62 @@ fn the_word_after_a_password_switch_of_a_command_that_prompts_is_no_credential()
     assert_eq!(n.template, "psql --host db --password $STR");
     let older = norm("psql --host db --password \"[REDACTED]\"", "bash");
     assert_eq!(older.code_hash, n.code_hash);
+}
+
+#[test]
+fn a_prompting_command_is_named_past_the_commands_that_run_it() {
+    // `sudo`, `env`, `nice`... run the command written after them: its name is that one's
+    for code in [
+        "sudo psql --password mydb",
+        "sudo -u postgres psql --password mydb",
+        "sudo -Eu postgres /usr/bin/psql --password mydb",
+        "sudo --user postgres psql --password mydb",
+        "sudo --user=postgres -i psql --password mydb",
+        "env X=1 psql --password mydb",
+        "env -u HOME PGHOST=db psql --password mydb",
+        "time psql --password mydb",
+        "nice -n 5 psql --password mydb",
+        "nohup nice psql --password mydb &",
+        "exec psql --password mydb",
+        "command psql --password mydb",
+        "doas -u postgres psql --password mydb",
+        "timeout 30 pg_dump --password mydb",
+        "timeout -s KILL 30 pg_dump --password mydb",
+        "ls | xargs -n 1 psql --password mydb",
+        "sudo mysql --password mydb",
+    ] {
+        let n = norm(code, "bash");
+        assert_eq!(n.redacted_code, code, "{code}");
+        assert!(n.params.iter().all(|p| !p.secret), "{code}: {:?}", n.params);
+    }
+    // a wrapper's value or words are no command's name; any other command's `--password`
+    // takes a value
+    for (code, stored) in [
+        (
+            "sudo -u psql ./run --password s3cretPassw0rd",
+            "sudo -u psql ./run --password \"[REDACTED]\"",
+        ),
+        (
+            "timeout psql ./run --password s3cretPassw0rd",
+            "timeout psql ./run --password \"[REDACTED]\"",
+        ),
+        (
+            "sudo ./run --db psql --password s3cretPassw0rd",
+            "sudo ./run --db psql --password \"[REDACTED]\"",
+        ),
+        (
+            "env psql=1 ./run --password s3cretPassw0rd",
+            "env psql=1 ./run --password \"[REDACTED]\"",
+        ),
+        (
+            "sudo psql mydb; sudo mytool --password s3cretPassw0rd",
+            "sudo psql mydb; sudo mytool --password \"[REDACTED]\"",
+        ),
+    ] {
+        let n = norm(code, "bash");
+        assert_eq!(n.redacted_code, stored, "{code}");
+        assert!(n.params.iter().any(|p| p.secret), "{code}");
+    }
 }
 
 #[test]

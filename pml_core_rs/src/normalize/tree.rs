@@ -22,6 +22,10 @@ pub const TOOL_ROOTS: &[&str] = &["mcp", "tools"];
 pub const DISPATCH_METHODS: &[&str] = &["call", "callTool", "call_tool", "invoke"];
 /// Literal containers `context_name` looks through: their items take the container's name.
 const ARRAY_KINDS: &[&str] = &["array", "list", "tuple", "set"];
+/// Maps written in place, whose values a subscript or a property reads (`{"k": v}["k"]`).
+const MAP_KINDS: &[&str] = &["dictionary", "object"];
+/// Lists and maps written in place, in which a list or a map read may be nested.
+const CONTAINER_KINDS: &[&str] = &["array", "list", "tuple", "set", "dictionary", "object"];
 /// Expressions whose value is made of some of their children's (`joined_by`): a credential
 /// given as one gives each of those as a credential (docs/normalization.md, Secrets).
 const JOIN_KINDS: &[&str] = &[
@@ -320,6 +324,17 @@ struct Frame<'t> {
     trailing_semicolon: Option<usize>,
 }
 
+/// The literals a variable was last assigned (`Walker::assigned_literals`): the assignment's
+/// start byte, and the indexes in `params` of its pieces, those of a list's items by the
+/// item's index (`parts = ["a", "b"]`), so that `parts[1]` given as a credential flags "b"
+/// alone.
+#[derive(Default)]
+struct Assigned {
+    at: usize,
+    any: Vec<usize>,
+    items: HashMap<usize, Vec<usize>>,
+}
+
 struct Walker<'a, 't> {
     code: &'a str,
     lang: Lang,
@@ -340,7 +355,7 @@ struct Walker<'a, 't> {
     /// Variables assigned a parameter literal, or a value joined of literals and interpolated
     /// strings' text (`pw = "a" + x`, `pw = f"{p}a"`), by name (scopes ignored): the latest
     /// assignment's start byte and its pieces' indexes in `params`.
-    assigned_literals: HashMap<&'a str, (usize, Vec<usize>)>,
+    assigned_literals: HashMap<&'a str, Assigned>,
     frames: Vec<Frame<'t>>,
     /// The frame index of an interpolated string that is a credential's value, while inside
     /// it: its literal text is a secret (docs/normalization.md, Secrets). Also set for one
@@ -508,9 +523,11 @@ impl<'a, 't> Walker<'a, 't> {
         self.frames.push(Frame {
             node,
             kind,
-            field: (ARRAY_KINDS.contains(&kind) || JOIN_KINDS.contains(&kind))
-                .then(|| self.grammar.field_name(cursor))
-                .flatten(),
+            field: (ARRAY_KINDS.contains(&kind)
+                || MAP_KINDS.contains(&kind)
+                || JOIN_KINDS.contains(&kind))
+            .then(|| self.grammar.field_name(cursor))
+            .flatten(),
             named_index,
             named_seen: 0,
             sorted,
@@ -703,7 +720,8 @@ impl<'a, 't> Walker<'a, 't> {
                     .is_some_and(super::holds_no_secret);
             if let Some(variable) = self.assigned_variable(field, named_index) {
                 if !no_secret {
-                    self.remember_assigned(variable, self.params.len());
+                    let item = self.assigned_item(field, named_index);
+                    self.remember_assigned(variable, item, self.params.len());
                 }
             }
             self.params.push(raw);
@@ -787,8 +805,15 @@ impl<'a, 't> Walker<'a, 't> {
                 Some("arguments") => self.format_call(frame.node) || self.encoding_call(frame.node),
                 _ => false,
             },
+            // the receiver of a text method; a value whose property is read (`{k: "..."}.k`,
+            // `{a: {b: "..."}}.a.b`), not the receiver of any other method
             "attribute" | "member_expression" => {
-                field == Some("object") && frame.field == Some("function") && text_call(level - 1)
+                field == Some("object")
+                    && if frame.field == Some("function") {
+                        text_call(level - 1)
+                    } else {
+                        true
+                    }
             }
             // the first argument of an encoding call (`b64encode(f"{u}:{pw}".encode())`)
             "argument_list" | "arguments" => {
@@ -804,13 +829,35 @@ impl<'a, 't> Walker<'a, 't> {
                     && format_call(level - 2)
             }
             // the items of an array that is itself a piece of a formatting call or of `%`:
-            // `"".join(["...", x])`, `["...", x].join("")`, `"%s%s" % ("...", x)`
-            kind if ARRAY_KINDS.contains(&kind) => {
+            // `"".join(["...", x])`, `["...", x].join("")`, `"%s%s" % ("...", x)`; the items
+            // and values of a list or a map read where it stands (`["...", x][0]`, `{"k":
+            // "..."}["k"]`, `{k: "..."}.k`): whichever the read gives is a piece; and those
+            // of one interpolated whole, whose text is theirs (`f"{['...']}"`); and so on for
+            // one nested in such a list or map (`{"k": {"j": "..."}}["k"]["j"]`)
+            kind if ARRAY_KINDS.contains(&kind) || MAP_KINDS.contains(&kind) => {
                 level >= 2
-                    && matches!(
-                        self.frames[level - 2].kind,
-                        "argument_list" | "arguments" | "member_expression" | "binary_operator"
-                    )
+                    && (ARRAY_KINDS.contains(&kind)
+                        && matches!(
+                            self.frames[level - 2].kind,
+                            "argument_list" | "arguments" | "member_expression" | "binary_operator"
+                        )
+                        || matches!(
+                            self.frames[level - 2].kind,
+                            "subscript"
+                                | "subscript_expression"
+                                | "attribute"
+                                | "member_expression"
+                                | "interpolation"
+                                | "template_substitution"
+                                | "pair"
+                        )
+                        || CONTAINER_KINDS.contains(&self.frames[level - 2].kind))
+                    && self.joined_by(level - 1, frame.field, frame.named_index)
+            }
+            "pair" => {
+                field == Some("value")
+                    && level >= 2
+                    && MAP_KINDS.contains(&self.frames[level - 2].kind)
                     && self.joined_by(level - 1, frame.field, frame.named_index)
             }
             _ => false,
@@ -951,13 +998,61 @@ impl<'a, 't> Walker<'a, 't> {
         (level < self.frames.len()).then_some((level, field, index))
     }
 
-    /// List `self.params[index]` as a piece of what `variable` was last assigned.
-    fn remember_assigned(&mut self, (variable, at): (&'a str, usize), index: usize) {
+    /// List `self.params[index]` as a piece of what `variable` was last assigned, the item
+    /// of a list at `item` when it is one (`assigned_item`).
+    fn remember_assigned(
+        &mut self,
+        (variable, at): (&'a str, usize),
+        item: Option<usize>,
+        index: usize,
+    ) {
         let pieces = self.assigned_literals.entry(variable).or_default();
-        if pieces.0 != at {
-            *pieces = (at, Vec::new());
+        if pieces.at != at {
+            *pieces = Assigned {
+                at,
+                ..Assigned::default()
+            };
         }
-        pieces.1.push(index);
+        match item {
+            Some(item) => pieces.items.entry(item).or_default().push(index),
+            None => pieces.any.push(index),
+        }
+    }
+
+    /// The index of the item a literal in this position is of a list assigned whole to a
+    /// variable (`parts = ["...", x]`: 0), which a subscript by that index reads alone
+    /// (`parts[0]`); None for any other piece.
+    fn assigned_item(&self, field: Option<&'static str>, named_index: usize) -> Option<usize> {
+        let n = self.frames.len();
+        let list = self.frames.get(n.checked_sub(1)?)?;
+        let assignment = self.frames.get(n.checked_sub(2)?)?;
+        let whole = matches!(
+            (assignment.kind, list.field),
+            ("variable_declarator", Some("value"))
+                | ("assignment_expression" | "assignment", Some("right"))
+        );
+        (ARRAY_KINDS.contains(&list.kind)
+            && whole
+            && field.is_none()
+            && self.joined_position(field, named_index).is_none())
+        .then_some(named_index)
+    }
+
+    /// The item a variable in this position is read at, when a subscript reads it by a
+    /// literal index (`parts[1]`); None for any other read, which may take any item
+    /// (`parts[i]`, `parts[-1]`, `parts`, `"".join(parts)`).
+    fn read_item(&self, field: Option<&'static str>) -> Option<usize> {
+        let parent = self.frames.last()?;
+        let index = match (parent.kind, field) {
+            ("subscript", Some("value")) => self.grammar.child(parent.node, "subscript"),
+            ("subscript_expression", Some("object")) => self.grammar.child(parent.node, "index"),
+            _ => None,
+        }?;
+        let digits = self.text(index);
+        (matches!(self.grammar.kind(index), "integer" | "number")
+            && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
     }
 
     /// A value at `span` in this position that stays code, without a value of its own: listed
@@ -1009,7 +1104,7 @@ impl<'a, 't> Walker<'a, 't> {
             }
         }
         if let Some(variable) = self.string_variable {
-            self.remember_assigned(variable, self.params.len());
+            self.remember_assigned(variable, None, self.params.len());
         }
         self.params.push(RawParam {
             start: node.start_byte(),
@@ -1073,17 +1168,23 @@ impl<'a, 't> Walker<'a, 't> {
         let holds_pieces = self
             .assigned_literals
             .get(name)
-            .is_some_and(|(_, pieces)| !pieces.is_empty());
+            .is_some_and(|pieces| !pieces.any.is_empty() || !pieces.items.is_empty());
         if holds_pieces && self.is_credential_value(field, named_index) {
             // A variable holding a literal (or pieces of one: `pw = "..." + x`, `pw =
             // f"{p}..."`, `parts = ["...", x]`), passed where a credential goes
             // (`login(password=pw)`): the literal is a secret (docs/normalization.md,
-            // Secrets). Flagged once: a later use finds none left, so that uses cost no more
+            // Secrets); of a list read by a literal index (`password=parts[1]`), that item
+            // alone. Flagged once: a later use finds none left, so that uses cost no more
             // than pieces, however many of each.
-            let pieces = self
-                .assigned_literals
-                .get_mut(name)
-                .map(|(_, pieces)| std::mem::take(pieces));
+            let item = self.read_item(field);
+            let pieces = self.assigned_literals.get_mut(name).map(|pieces| {
+                let mut taken = std::mem::take(&mut pieces.any);
+                match item {
+                    Some(item) => taken.extend(pieces.items.remove(&item).unwrap_or_default()),
+                    None => taken.extend(pieces.items.drain().flat_map(|(_, p)| p)),
+                }
+                taken
+            });
             for index in pieces.into_iter().flatten() {
                 if let Some(raw) = self.params.get_mut(index) {
                     raw.named_credential = true;
@@ -1233,6 +1334,9 @@ impl<'t> Walker<'_, 't> {
             return false;
         };
         let (node, kind) = (parent.node, parent.kind);
+        if matches!(kind, "interpolation" | "template_substitution") {
+            return self.url_password_interpolation(node);
+        }
         let grammar = self.grammar;
         let namer = match (kind, field) {
             // A list of names (`["Authorization", "Content-Type"]`) is no pair: two elements.
@@ -1271,6 +1375,51 @@ impl<'t> Walker<'_, 't> {
         namer.is_some_and(|namer| {
             !self.code_literals.contains(&namer.start_byte()) && self.names_credential(namer)
         })
+    }
+
+    /// Whether an interpolation stands where a URL's password is written: the string's text
+    /// just before it opens a user-info with a user (`f"postgresql://bob:{pw}@db"`,
+    /// `` `https://${u}:${pw}@h` `` too, whose text before is `:`) and the text just after
+    /// closes it (`@`, before any `/`, `?`, `#` or space): what it gives is the password
+    /// (docs/normalization.md, Secrets). Reads the two texts beside it, each at most once per
+    /// interpolation.
+    fn url_password_interpolation(&self, interpolation: Node<'t>) -> bool {
+        let text_of = |node: Option<Node<'t>>| {
+            node.filter(|n| {
+                matches!(
+                    self.grammar.kind(*n),
+                    "string_content" | "string_fragment" | "escape_sequence"
+                )
+            })
+            .map(|n| self.text(n))
+        };
+        let Some(after) = text_of(interpolation.next_sibling()) else {
+            return false;
+        };
+        let closes = after
+            .bytes()
+            .find(|b| matches!(b, b'@' | b'/' | b'?' | b'#') || b.is_ascii_whitespace())
+            == Some(b'@');
+        if !closes {
+            return false;
+        }
+        let before = text_of(interpolation.prev_sibling()).unwrap_or("");
+        // `scheme://user:` in the text before, or a `:` alone after a user interpolated
+        let authority = before.rfind("://").map_or(before, |at| &before[at + 3..]);
+        let opened = before.contains("://")
+            && authority.contains(':')
+            && !authority.contains(['/', '?', '#', '@', ' ']);
+        opened
+            || (before == ":"
+                && interpolation
+                    .prev_sibling()
+                    .and_then(|t| t.prev_sibling())
+                    .is_some_and(|user| {
+                        matches!(
+                            self.grammar.kind(user),
+                            "interpolation" | "template_substitution"
+                        )
+                    }))
     }
 
     /// Whether `node` is a credential's name: a string such as `"DB_PASSWORD"` or
