@@ -277,7 +277,28 @@ fn userinfo_at(bytes: &[u8], start: usize) -> Option<(usize, usize)> {
         })
         .map_or(bytes.len(), |n| start + n);
     let at = start + bytes[start..end].iter().rposition(|&b| b == b'@')?;
-    (at > start && bytes[start..at].contains(&b':')).then_some((start, at))
+    let colon = start + bytes[start..at].iter().position(|&b| b == b':')?;
+    (at > start && !names_a_value_given_later(&bytes[colon + 1..at])).then_some((start, at))
+}
+
+/// Whether a URL's password as written is only a reference to a value the code supplies:
+/// an interpolation or format field of a name (`{pw}`, `{}`, `{cfg.db_password}`,
+/// `${pw}`, `%s`, `%(pw)s`), as in `f"pg://bob:{pw}@db"`. Such a password holds no
+/// secret, and redacting it would cut the reference out of the stored code. Anything else
+/// (a literal, an index, a call) is a password (docs/normalization.md, Secrets).
+fn names_a_value_given_later(password: &[u8]) -> bool {
+    let name = |inner: &[u8]| {
+        inner
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.'))
+    };
+    match password {
+        [b'$', b'{', inner @ .., b'}'] => !inner.is_empty() && name(inner),
+        [b'{', inner @ .., b'}'] => name(inner),
+        [b'%', b's'] => true,
+        [b'%', b'(', inner @ .., b')', b's'] => !inner.is_empty() && name(inner),
+        _ => false,
+    }
 }
 
 /// The byte range of the value of the query parameter starting at `at` (a `?` or `&`) when its
@@ -732,6 +753,31 @@ mod tests {
         assert!(out.contains("calculateMonthlyAverage2024x"), "{out}");
         assert!(!out.contains("ghp_"), "{out}");
         assert!(redact_text("q8Zr3VxT0pLk2WmN7sYb4HdJ9fGc").contains("[REDACTED]"));
+    }
+
+    #[test]
+    fn a_url_password_that_only_refers_to_a_value_is_kept() {
+        for code in [
+            "connect(f\"pg://bob:{pw}@db/x\")",
+            "connect(`pg://bob:${cfg.db_password}@db/x`)",
+            "\"pg://bob:{}@db/x\".format(pw)",
+            "\"pg://%s:%s@db\" % (u, pw)",
+            "\"pg://bob:%(pw)s@db\" % args",
+        ] {
+            assert_eq!(redact_code(code), code, "{code}");
+            assert_eq!(redact_text(code), code, "{code}");
+        }
+        // A literal, an index or a call where the password goes is redacted as before.
+        for (code, gone) in [
+            ("f\"pg://bob:hunter2@db/{name}\"", "hunter2"),
+            ("f\"pg://bob:{pw[0]}@db\"", "pw[0]"),
+            ("`pg://bob:${get()}x@db`", "get()x"),
+            ("\"pg://bob:{pw}2@db\"", "{pw}2"),
+        ] {
+            assert!(!redact_code(code).contains(gone), "{code}");
+        }
+        assert!(is_secret_value("pg://bob:hunter2@db"));
+        assert!(!is_secret_value("pg://bob:{pw}@db"));
     }
 
     #[test]

@@ -984,11 +984,13 @@ fn a_list_read_by_a_literal_index_as_a_credential_gives_that_item_alone() {
 
 #[test]
 fn a_value_interpolated_where_a_urls_password_goes_is_a_secret() {
+    // The literal is redacted where it is written; the URL keeps its references
+    // (`secrets.rs`, `names_a_value_given_later`), so the stored code still reads them.
     for (code, language, stored) in [
         (
             "db_pass = \"hunter2secret\"\nurl = f\"postgresql://bob:{db_pass}@db/x\"",
             "python",
-            "db_pass = \"[REDACTED]\"\nurl = f\"postgresql://[REDACTED]@db/x\"",
+            "db_pass = \"[REDACTED]\"\nurl = f\"postgresql://bob:{db_pass}@db/x\"",
         ),
         (
             "url = f\"postgresql://bob:{'hunter2secret'}@db/x\"",
@@ -998,12 +1000,12 @@ fn a_value_interpolated_where_a_urls_password_goes_is_a_secret() {
         (
             "u = \"bob\"\np = \"hunter2secret\"\nurl = f\"postgresql://{u}:{p}@db/x\"",
             "python",
-            "u = \"bob\"\np = \"[REDACTED]\"\nurl = f\"postgresql://[REDACTED]@db/x\"",
+            "u = \"bob\"\np = \"[REDACTED]\"\nurl = f\"postgresql://{u}:{p}@db/x\"",
         ),
         (
             "const p = \"hunter2secret\"; const url = `https://${u}:${p}@h/x`",
             "js",
-            "const p = \"[REDACTED]\"; const url = `https://[REDACTED]@h/x`",
+            "const p = \"[REDACTED]\"; const url = `https://${u}:${p}@h/x`",
         ),
         // a user, a host or a port is none
         (
