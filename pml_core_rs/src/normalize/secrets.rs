@@ -281,6 +281,44 @@ fn userinfo_at(bytes: &[u8], start: usize) -> Option<(usize, usize)> {
     (at > start && !names_a_value_given_later(&bytes[colon + 1..at])).then_some((start, at))
 }
 
+/// Whether `text` writes a URL whose password is a format field or an interpolation of a
+/// name (`"pg://bob:%s@db"`, `"pg://bob:{}@db"`): the value formatted into it there is the
+/// password (`tree.rs`, `url_password_piece`).
+pub fn formats_a_url_password(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    while let Some(found) = text[from..].find("://") {
+        let start = from + found + 3;
+        let end = bytes[start..]
+            .iter()
+            .position(|&b| {
+                matches!(b, b'/' | b'?' | b'#' | b'"' | b'\'' | b'`') || b.is_ascii_whitespace()
+            })
+            .map_or(bytes.len(), |n| start + n);
+        if let Some(at) = bytes[start..end].iter().rposition(|&b| b == b'@') {
+            let info = &bytes[start..start + at];
+            if let Some(colon) = info.iter().position(|&b| b == b':') {
+                if names_a_value_given_later(&info[colon + 1..]) {
+                    return true;
+                }
+            }
+        }
+        from = start;
+    }
+    false
+}
+
+/// Whether `text` ends in a URL's authority opened up to its password (`"pg://bob:"`): what
+/// is joined next is the password (`tree.rs`, `url_password_piece`).
+pub fn opens_a_url_password(text: &str) -> bool {
+    text.rfind("://").is_some_and(|at| {
+        let authority = &text[at + 3..];
+        authority.contains(':')
+            && !authority.contains(['/', '?', '#', '@'])
+            && !authority.bytes().any(|b| b.is_ascii_whitespace())
+    })
+}
+
 /// Whether a URL's password as written is only a reference to a value the code supplies:
 /// an interpolation or format field of a name (`{pw}`, `{}`, `{cfg.db_password}`,
 /// `${pw}`, `%s`, `%(pw)s`), as in `f"pg://bob:{pw}@db"`. Such a password holds no

@@ -983,6 +983,55 @@ fn a_list_read_by_a_literal_index_as_a_credential_gives_that_item_alone() {
 }
 
 #[test]
+fn a_literal_joined_where_a_urls_password_goes_is_a_secret() {
+    for (code, language, stored) in [
+        (
+            "c = connect(\"pg://bob:\" + \"hunter2secret\" + \"@db/x\")",
+            "python",
+            "c = connect(\"pg://bob:\" + \"[REDACTED]\" + \"@db/x\")",
+        ),
+        (
+            "c = connect(\"pg://bob:%s@db/x\" % \"hunter2secret\")",
+            "python",
+            "c = connect(\"pg://bob:%s@db/x\" % \"[REDACTED]\")",
+        ),
+        (
+            "c = connect(\"pg://bob:{}@db/x\".format(\"hunter2secret\"))",
+            "python",
+            "c = connect(\"pg://bob:{}@db/x\".format(\"[REDACTED]\"))",
+        ),
+        (
+            "const c = connect(\"pg://bob:\" + \"hunter2secret\" + \"@db/x\");",
+            "js",
+            "const c = connect(\"pg://bob:\" + \"[REDACTED]\" + \"@db/x\");",
+        ),
+        (
+            "const c = connect([\"pg://bob:\", \"hunter2secret\", \"@db/x\"].join(\"\"));",
+            "js",
+            "const c = connect([\"pg://bob:\", \"[REDACTED]\", \"@db/x\"].join(\"\"));",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(n.parse_ok, "{code}");
+        assert_eq!(n.redacted_code, stored, "{code}");
+        assert!(!stored_holds(&n, "hunter2secret"), "{code}: {n:?}");
+    }
+    // No password position: the pieces stay (a host, a path, a variable's password).
+    for (code, language) in [
+        ("url = \"https://\" + \"example.com\" + \"/a\"", "python"),
+        (
+            "c = connect(\"pg://bob:\" + pw + \"@db/\" + \"mytable\")",
+            "python",
+        ),
+        ("url = f\"pg://bob:{pw}@db/\" + \"mytable\"", "python"),
+        ("x = \"a:%s\" % \"b\"", "python"),
+    ] {
+        let n = norm(code, language);
+        assert_eq!(n.redacted_code, code, "{code}");
+    }
+}
+
+#[test]
 fn a_value_interpolated_where_a_urls_password_goes_is_a_secret() {
     // The literal is redacted where it is written; the URL keeps its references
     // (`secrets.rs`, `names_a_value_given_later`), so the stored code still reads them.

@@ -698,7 +698,8 @@ impl<'a, 't> Walker<'a, 't> {
             _ => (value, None),
         };
         let named_credential =
-            self.credential_position(field, named_index, string_value.as_deref());
+            self.credential_position(field, named_index, string_value.as_deref())
+                || self.url_password_piece(field, named_index, node);
         let raw = RawParam {
             start: node.start_byte(),
             end: node.end_byte(),
@@ -751,6 +752,94 @@ impl<'a, 't> Walker<'a, 't> {
                 .and_then(|context| naming::upper_snake(&context))
                 .is_some_and(|context| secrets::is_secret_name(&context))
                 || self.named_credential_at(level, field, index))
+    }
+
+    /// Whether a string literal is joined into a URL where its password goes, in a value
+    /// joined from pieces (`joined_by`): after a piece that opens the URL's authority up to
+    /// its password and before one that closes it with `@` (`"pg://bob:" + "..." + "@db"`,
+    /// `["pg://bob:", "...", "@db"].join("")`), or as an argument of a format string whose
+    /// URL has a format field for a password (`"pg://bob:%s@db" % "..."`,
+    /// `"pg://bob:{}@db".format("...")`: every literal argument, erring towards the secret).
+    /// Reads at most `URL_PIECES` string literals of the joined value.
+    fn url_password_piece(
+        &self,
+        field: Option<&'static str>,
+        named_index: usize,
+        literal: Node<'t>,
+    ) -> bool {
+        const URL_PIECES: usize = 64;
+        let Some((level, _, _)) = self.joined_position(field, named_index) else {
+            return false;
+        };
+        let Some(root) = self.frames.get(level).map(|f| f.node) else {
+            return false;
+        };
+        let decode = |n: Node<'t>| {
+            let text = self.text(n);
+            if self.lang.is_python() {
+                literal::decode_py_string(text)
+            } else {
+                literal::decode_js_string(text)
+            }
+        };
+        let mut strings: Vec<Node<'t>> = Vec::new();
+        let mut cursor = root.walk();
+        let mut visited = 0usize;
+        'walk: loop {
+            let node = cursor.node();
+            visited += 1;
+            let is_string = self.grammar.kind(node) == "string";
+            if is_string {
+                strings.push(node);
+            }
+            if strings.len() > URL_PIECES || visited > 16 * URL_PIECES {
+                return false;
+            }
+            if !is_string && cursor.goto_first_child() {
+                continue;
+            }
+            while !cursor.goto_next_sibling() {
+                if !cursor.goto_parent() || cursor.node() == root {
+                    break 'walk;
+                }
+            }
+        }
+        let Some(at) = strings
+            .iter()
+            .position(|s| s.start_byte() == literal.start_byte())
+        else {
+            return false;
+        };
+        let Some(text) = decode(literal) else {
+            return false;
+        };
+        if text.contains("://") {
+            return false;
+        }
+        let before = at.checked_sub(1).and_then(|i| decode(strings[i]));
+        let after = strings.get(at + 1).and_then(|&n| decode(n));
+        let closes = |next: &str| {
+            next.bytes()
+                .find(|b| matches!(b, b'@' | b'/' | b'?' | b'#') || b.is_ascii_whitespace())
+                == Some(b'@')
+        };
+        let joined_between = before.as_deref().is_some_and(secrets::opens_a_url_password)
+            && !text.contains(['@', '/'])
+            && after.as_deref().is_some_and(closes);
+        let formatting = match self.grammar.kind(root) {
+            "binary_operator" | "binary_expression" => self
+                .grammar
+                .child(root, "operator")
+                .is_some_and(|op| self.grammar.kind(op) == "%"),
+            "call" | "call_expression" => self.format_call(root),
+            _ => false,
+        };
+        joined_between
+            || (formatting
+                && strings[..at]
+                    .iter()
+                    .filter_map(|&s| decode(s))
+                    .any(|s| secrets::formats_a_url_password(&s)))
     }
 
     /// Whether the child of `frames[level - 1]` at `field` / `named_index` is a piece of its
