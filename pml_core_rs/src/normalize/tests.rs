@@ -983,6 +983,31 @@ fn a_list_read_by_a_literal_index_as_a_credential_gives_that_item_alone() {
 }
 
 #[test]
+fn a_value_named_by_its_maps_name_is_a_secret() {
+    for (code, language) in [
+        (
+            "await mcp.deploy({env: [{name: \"DB_PASSWORD\", value: \"hunter2secret\"}]})",
+            "js",
+        ),
+        (
+            "mcp.deploy(env=[{\"name\": \"API_TOKEN\", \"value\": \"hunter2secret\"}])",
+            "python",
+        ),
+        (
+            "await mcp.http({headers: [{key: \"Authorization\", value: \"hunter2secret\"}]})",
+            "js",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(n.parse_ok, "{code}");
+        assert!(!stored_holds(&n, "hunter2secret"), "{code}: {n:?}");
+    }
+    // A name that is no credential's: the value stays.
+    let code = "await mcp.deploy({env: [{name: \"LOG_LEVEL\", value: \"debug\"}]})";
+    assert!(norm(code, "js").redacted_code.contains("debug"));
+}
+
+#[test]
 fn a_literal_joined_where_a_urls_password_goes_is_a_secret() {
     for (code, language, stored) in [
         (

@@ -1451,6 +1451,26 @@ impl<'t> Walker<'_, 't> {
                     _ => None,
                 }
             }
+            // `{name: "DB_PASSWORD", value: "..."}` (a Kubernetes env entry, a header or a
+            // secret given as a name and a value): the `value` of a map whose `name` or `key`
+            // is a credential's name.
+            ("pair", Some("value")) if self.keyed(node, &["value", "Value"]) => {
+                match self.frames.get(level.wrapping_sub(2)) {
+                    Some(map) if matches!(map.kind, "object" | "dictionary") => {
+                        let mut cursor = map.node.walk();
+                        let pairs: Vec<Node<'t>> = map
+                            .node
+                            .named_children(&mut cursor)
+                            .filter(|c| grammar.kind(*c) == "pair")
+                            .collect();
+                        pairs
+                            .into_iter()
+                            .find(|p| self.keyed(*p, &["name", "Name", "key", "Key"]))
+                            .and_then(|p| grammar.child(p, "value"))
+                    }
+                    _ => None,
+                }
+            }
             ("assignment_expression" | "assignment", Some("right")) => grammar
                 .child(node, "left")
                 .filter(|left| matches!(grammar.kind(*left), "subscript_expression" | "subscript")),
@@ -1463,6 +1483,18 @@ impl<'t> Walker<'_, 't> {
         // A tool's or module's name is no credential's name (`call_tool("get_token", ...)`).
         namer.is_some_and(|namer| {
             !self.code_literals.contains(&namer.start_byte()) && self.names_credential(namer)
+        })
+    }
+
+    /// Whether the pair's key is one of `keys`, written as a name or a string.
+    fn keyed(&self, pair: Node<'t>, keys: &[&str]) -> bool {
+        self.grammar.child(pair, "key").is_some_and(|key| {
+            let text = self.text(key);
+            let bare = text
+                .strip_prefix(['"', '\''])
+                .and_then(|t| t.strip_suffix(['"', '\'']))
+                .unwrap_or(text);
+            keys.contains(&bare)
         })
     }
 
