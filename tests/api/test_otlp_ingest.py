@@ -1219,7 +1219,12 @@ def test_runs_of_a_trace_that_names_one_conversation_are_in_it(
     trace whose runs name one conversation is that conversation (docs/ranking.md, Sessions)."""
     with _exporting(server.port) as tracer:
         _two_runs(tracer, first, second, on_call=on_call)
-    # The later turn of the same conversation, its own trace, follows the trace's last step.
+    _assert_a_later_turn_of_conv_a_follows(server, client)
+
+
+def _assert_a_later_turn_of_conv_a_follows(server: RunningServer, client: PmlClient) -> None:
+    """The trace's runs are in conversation `conv-a`: `read_file` follows `list_dir`, and a
+    later turn of `conv-a`, its own trace, follows the trace's last step."""
     with _exporting(server.port) as tracer:
         _conversation_run(tracer, "Write the file", "write_file", "conv-a", None)
     assert _follows_list_dir(client) == [["read_file"]]
@@ -1251,11 +1256,7 @@ def test_a_trace_whose_conversation_came_in_an_earlier_export_keeps_it(
         stub = trace_service_pb2_grpc.TraceServiceStub(channel)
         for part in (first_run, rest):
             assert stub.Export(encode_spans(part), timeout=30).partial_success.rejected_spans == 0
-    with _exporting(server.port) as tracer:
-        _conversation_run(tracer, "Write the file", "write_file", "conv-a", None)
-    assert _follows_list_dir(client) == [["read_file"]]
-    following = client.suggest("", previous_tools=["read_file"]).suggestions
-    assert [list(s.pattern.tools_used) for s in following] == [["write_file"]]
+    _assert_a_later_turn_of_conv_a_follows(server, client)
 
 
 def test_a_split_run_whose_conversation_id_comes_in_the_second_export_is_in_it(
