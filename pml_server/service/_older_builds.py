@@ -13,8 +13,9 @@ idempotent). Two passes over what its normalizer left, each rewrite audited:
   in an object key (docs/normalization.md, Placeholder names). A pattern whose template,
   parameters or schema differ from what today's normalizer derives is rewritten.
 Both derive the template, parameters, schema and counters' value names again with
-`capture.placeholders.renamed`. And one over its counters, not audited (what a pattern shows
-does not change):
+`capture.placeholders.renamed`, and end, on a store that held any pattern, by rewriting the
+store's files (`erase_overwritten`), so that an older build's secret does not stay on disk.
+And one over its counters, not audited (what a pattern shows does not change):
 - `summarize_intents`, while serving: an older build's counters lack the intent count and
   shown intents (domain/shown_intents.py), so every view of such a pattern read all its
   intents until its next capture. Their summary is written from the pattern's intents, read
@@ -54,8 +55,12 @@ def rekey_tool_names(state: EngineState, stop: threading.Event) -> int:
     how many moved."""
     if state.repo.meta.tool_names_read():
         return 0
-    moved = sum(_rekey_one(state, tenant, found) for tenant, found in _every_pattern(state, stop))
+    read = moved = 0
+    for tenant, found in _every_pattern(state, stop):
+        read += 1
+        moved += _rekey_one(state, tenant, found)
     if not stop.is_set():
+        _erase_older_bytes(state, read)
         state.store.write([state.repo.meta.put_tool_names_read()])
     return moved
 
@@ -64,12 +69,23 @@ def rename_placeholders(state: EngineState, stop: threading.Event) -> int:
     """Rewrite every pattern whose placeholder names are stale; returns how many."""
     if state.repo.meta.placeholders_renamed():
         return 0
-    rewritten = sum(
-        _rename_one(state, tenant, found) for tenant, found in _every_pattern(state, stop)
-    )
+    read = rewritten = 0
+    for tenant, found in _every_pattern(state, stop):
+        read += 1
+        rewritten += _rename_one(state, tenant, found)
     if not stop.is_set():
+        _erase_older_bytes(state, read)
         state.store.write([state.repo.meta.put_placeholders_renamed()])
     return rewritten
+
+
+def _erase_older_bytes(state: EngineState, patterns_read: int) -> None:
+    """A pass that may have rewritten an older build's secret ends by rewriting the store's
+    files, so that the secret's old bytes do not stay on disk (docs/storage.md, Migrations).
+    Whenever the pass read a pattern, not only when this run rewrote one: a run stopped between
+    its rewrites and its marker rewrites nothing the next time, but the bytes are still there."""
+    if patterns_read:
+        state.store.erase_overwritten()
 
 
 def summarize_intents(state: EngineState, stop: threading.Event) -> int:

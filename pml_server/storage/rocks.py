@@ -24,8 +24,10 @@ from pathlib import Path
 
 from rocksdict import (
     BlockBasedOptions,
+    BottommostLevelCompaction,
     Cache,
     Checkpoint,
+    CompactOptions,
     Options,
     Rdict,
     ReadOptions,
@@ -198,6 +200,21 @@ class Store:
         sequence = int(self._db.latest_sequence_number())
         Checkpoint(self._db).create_checkpoint(str(dest))
         return sequence
+
+    def erase_overwritten(self) -> None:
+        """Rewrite the store's table files so that no value overwritten or deleted before the
+        call stays on disk (docs/storage.md, Migrations): each family's memtable is flushed,
+        then its whole range compacted down to the last level, that level too. Writes go on
+        meanwhile (the compaction is not exclusive); a checkpoint taken before keeps its own
+        hard links to the old files."""
+        self._writer.check_open()
+        options = CompactOptions()
+        options.set_exclusive_manual_compaction(False)
+        options.set_bottommost_level_compaction(BottommostLevelCompaction.force_optimized())
+        for name in COLUMN_FAMILIES:
+            family = self._family(name)
+            family.flush(True)
+            family.compact_range(None, None, options)
 
     def locks(self, name: str, stripes: int) -> LocalLocks:
         return LocalLocks(stripes)

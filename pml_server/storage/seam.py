@@ -167,4 +167,9 @@ class StoreBackend(KeyValueReads, BatchWrites, Coordination, Protocol):
         Only a store in one data directory has one (the shared store refuses)."""
         ...
 
+    def erase_overwritten(self) -> None:
+        """Rewrite the store's files so that no value overwritten or deleted before the call
+        stays on disk, where the store can (the embedded one; docs/storage.md, Migrations)."""
+        ...
+
     def close(self) -> None: ...

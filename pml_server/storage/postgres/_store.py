@@ -213,6 +213,11 @@ class PostgresStore:
             "base backup), not by pml"
         )
 
+    def erase_overwritten(self) -> None:
+        """Nothing: PostgreSQL keeps a row's dead versions in the table's files until VACUUM
+        FULL rewrites them, which takes an exclusive lock on every replica's reads; pml leaves
+        that to the operator (docs/storage.md, Migrations)."""
+
     def close(self) -> None:
         if self._closed:
             return
