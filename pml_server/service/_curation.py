@@ -31,6 +31,24 @@ def delete_pattern(
     """Delete a pattern; with `still_wanted`, only if it answers True for the pattern as it is
     once its lock is held (a capture that changed it has committed by then, and no other can
     start). Returns whether it was deleted."""
+    return _remove_pattern(state, tenant, pattern_id, reason, still_wanted) is not None
+
+
+def delete_pattern_from_disk(state: EngineState, tenant: str, pattern_id: str, reason: str) -> None:
+    """A user's deletion: the pattern goes, and its rows' bytes leave the store's files before
+    this returns (docs/storage.md, Data left on disk)."""
+    state.store.erase_overwritten(_remove_pattern(state, tenant, pattern_id, reason))
+
+
+def _remove_pattern(
+    state: EngineState,
+    tenant: str,
+    pattern_id: str,
+    reason: str,
+    still_wanted: Callable[[PatternRecord], bool] | None = None,
+) -> list[tuple[str, bytes]] | None:
+    """`delete_pattern`'s work; the (family, key) of every row it deleted, None when it
+    deleted nothing."""
     check_tenant(tenant)
     repo = state.repo
     with contextlib.ExitStack() as held:
@@ -38,7 +56,7 @@ def delete_pattern(
         if pattern is None:
             raise NotFoundError(f"pattern {pattern_id!r} not found")
         if still_wanted is not None and not still_wanted(pattern):
-            return False
+            return None
         capability = repo.capabilities.capability(tenant, pattern.capability_id)
         if capability is not None:
             held.enter_context(state.locks.group.lock_for(tenant, tools_digest(capability.tools)))
@@ -49,7 +67,7 @@ def delete_pattern(
         audit(state, tenant, change, entry)
         ticket = commit(state, tenant, change)
     await_durable(ticket)
-    return True
+    return [(cf, key) for cf, key, value in change.ops if value is None]
 
 
 def _locked_pattern(
@@ -66,13 +84,19 @@ def _locked_pattern(
 
 
 def delete_capability(state: EngineState, tenant: str, capability_id: str) -> None:
+    """A user's deletion of a capability: each of its patterns, then their rows' bytes leave
+    the store's files, in one rewrite (docs/storage.md, Data left on disk)."""
     check_tenant(tenant)
     capability = state.repo.capabilities.capability(tenant, capability_id)
     if capability is None:
         raise NotFoundError(f"capability {capability_id!r} not found")
+    deleted: list[tuple[str, bytes]] = []
     for pattern_id in capability.pattern_ids:
         with contextlib.suppress(NotFoundError):
-            delete_pattern(state, tenant, pattern_id, f"capability {capability_id} deleted")
+            reason = f"capability {capability_id} deleted"
+            deleted += _remove_pattern(state, tenant, pattern_id, reason) or []
+    if deleted:
+        state.store.erase_overwritten(deleted)
 
 
 def pattern_removal(

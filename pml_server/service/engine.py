@@ -189,7 +189,7 @@ class Engine:
     # ---- curation ----------------------------------------------------------------------------
 
     def delete_pattern(self, tenant: str, pattern_id: str, reason: str = "manual") -> None:
-        _curation.delete_pattern(self._state, tenant, pattern_id, reason)
+        _curation.delete_pattern_from_disk(self._state, tenant, pattern_id, reason)
 
     def delete_capability(self, tenant: str, capability_id: str) -> None:
         _curation.delete_capability(self._state, tenant, capability_id)

@@ -201,20 +201,30 @@ class Store:
         Checkpoint(self._db).create_checkpoint(str(dest))
         return sequence
 
-    def erase_overwritten(self) -> None:
+    def erase_overwritten(self, keys: Sequence[tuple[str, bytes]] | None = None) -> None:
         """Rewrite the store's table files so that no value overwritten or deleted before the
-        call stays on disk (docs/storage.md, Migrations): each family's memtable is flushed,
-        then its whole range compacted down to the last level, that level too. Writes go on
-        meanwhile (the compaction is not exclusive); a checkpoint taken before keeps its own
-        hard links to the old files."""
+        call stays on disk (docs/storage.md, Data left on disk): every family's memtable is
+        flushed (a write-ahead log file goes once no family's memtable needs it), then each
+        family's whole range, or with `keys` ((family, key) of the rows deleted) only the range
+        from their least to their greatest key, compacted down to the last level, that level
+        too. Writes go on meanwhile (the compaction is not exclusive); a checkpoint taken
+        before keeps its own hard links to the old files."""
         self._writer.check_open()
+        for name in COLUMN_FAMILIES:
+            self._family(name).flush(True)
+        ranges: dict[str, tuple[bytes | None, bytes | None]]
+        if keys is None:
+            ranges = dict.fromkeys(COLUMN_FAMILIES, (None, None))
+        else:
+            by_family: dict[str, list[bytes]] = {}
+            for cf, key in keys:
+                by_family.setdefault(cf, []).append(key)
+            ranges = {cf: (min(k), max(k) + b"\x00") for cf, k in by_family.items()}
         options = CompactOptions()
         options.set_exclusive_manual_compaction(False)
         options.set_bottommost_level_compaction(BottommostLevelCompaction.force_optimized())
-        for name in COLUMN_FAMILIES:
-            family = self._family(name)
-            family.flush(True)
-            family.compact_range(None, None, options)
+        for cf, (begin, end) in ranges.items():
+            self._family(cf).compact_range(begin, end, options)
 
     def locks(self, name: str, stripes: int) -> LocalLocks:
         return LocalLocks(stripes)

@@ -167,9 +167,10 @@ class StoreBackend(KeyValueReads, BatchWrites, Coordination, Protocol):
         Only a store in one data directory has one (the shared store refuses)."""
         ...
 
-    def erase_overwritten(self) -> None:
+    def erase_overwritten(self, keys: Sequence[tuple[str, bytes]] | None = None) -> None:
         """Rewrite the store's files so that no value overwritten or deleted before the call
-        stays on disk, where the store can (the embedded one; docs/storage.md, Migrations)."""
+        stays on disk, where the store can (the embedded one; docs/storage.md, Data left on
+        disk): all of them, or those holding the given (family, key) rows' range."""
         ...
 
     def close(self) -> None: ...

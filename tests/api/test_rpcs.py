@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 import grpc
@@ -292,6 +293,52 @@ def test_get_list_delete_capability(client: PmlClient) -> None:
     assert err.value.code is grpc.StatusCode.NOT_FOUND
     with pytest.raises(PmlClientError):
         client.get_pattern(read.pattern)
+
+
+def _files_holding(data_dir: Path, text: str) -> list[str]:
+    """The files under `data_dir` whose bytes hold `text` (any case)."""
+    wanted = text.upper().encode()
+    return sorted(
+        str(path.relative_to(data_dir))
+        for path in data_dir.rglob("*")
+        if path.is_file() and wanted in path.read_bytes().upper()
+    )
+
+
+@pytest.mark.parametrize("what", ["pattern", "capability"])
+def test_a_deleted_pattern_leaves_the_stores_files_before_the_answer(
+    what: str, client: PmlClient, data_dir: Path
+) -> None:
+    """A user's DeletePattern or DeleteCapability answers once the pattern's code, intents and
+    recent values are in no file of the data directory (the write-ahead log and RocksDB's
+    table files held them: docs/storage.md, Data left on disk); what was not deleted stays."""
+    gone, kept = "zqxjkvb-framboise-ledger", "wvtplmq-myrtille-ledger"
+    deleted = client.record(
+        make_record(
+            f"open the {gone} of Mme Dupont",
+            f"await mcp.read_ledger({{owner: 'Mme Dupont', path: '{gone}.json'}})",
+            tools=["read_ledger"],
+        )
+    )
+    other = client.record(
+        make_record(
+            f"open the {kept}",
+            f"await mcp.read_ledger({{path: '{kept}.json', year: 2024}})",
+            tools=["read_ledger"],
+        )
+    )
+    assert other.pattern != deleted.pattern
+    assert _files_holding(data_dir, gone)  # in the write-ahead log, at least
+    if what == "pattern":
+        client.delete_pattern(deleted.pattern)
+    else:
+        client.delete_capability(deleted.capability)
+    assert _files_holding(data_dir, gone) == []
+    if what == "pattern" or other.capability != deleted.capability:
+        assert _files_holding(data_dir, kept)
+        assert client.get_pattern(other.pattern).usage_count == 1
+    else:
+        assert _files_holding(data_dir, kept) == []
 
 
 def test_pages_cover_everything_once(client: PmlClient) -> None:

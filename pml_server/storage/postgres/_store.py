@@ -213,10 +213,10 @@ class PostgresStore:
             "base backup), not by pml"
         )
 
-    def erase_overwritten(self) -> None:
+    def erase_overwritten(self, keys: Sequence[tuple[str, bytes]] | None = None) -> None:
         """Nothing: PostgreSQL keeps a row's dead versions in the table's files until VACUUM
         FULL rewrites them, which takes an exclusive lock on every replica's reads; pml leaves
-        that to the operator (docs/storage.md, Migrations)."""
+        that to the operator (docs/storage.md, Data left on disk)."""
 
     def close(self) -> None:
         if self._closed:
