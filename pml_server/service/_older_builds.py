@@ -45,9 +45,12 @@ _PAGE = 1_000
 # field (docs/normalization.md, Parameters) and a command's password flag (Secrets:
 # `mysql -pSECRET`, `sshpass -p`, `docker login -p`, `mongosh -p`, `redis-cli -a`).
 _REKEY_MARKERS = (
-    *("tool", "call", "invoke", "f'", 'f"'),
+    *("tool", "call", "invoke", "f'", 'f"', "${"),
     *("mysql", "mariadb", "sshpass", "mongo", "redis", "login"),
 )
+# What stands for a redacted credential in a stored code (quoted, or inside a string or a
+# template): a stored code without it is the code as run.
+_REDACTED = "[REDACTED]"
 
 
 def rekey_tool_names(state: EngineState, stop: threading.Event) -> int:
@@ -170,11 +173,14 @@ def _rekey_one(state: EngineState, tenant: str, found: PatternRecord) -> int:
     if not any(marker in code for marker in _REKEY_MARKERS):
         return 0
     normalized = _normalized_again(state, found)
-    # Another template is what the rule changes; a hash alone that differs (the stored code is
-    # the redacted one) is no reason to move a pattern its runs still find.
-    if normalized is None or normalized.template == found.template:
+    if normalized is None or normalized.code_hash == found.code_hash:
         return 0
-    if normalized.code_hash == found.code_hash:
+    # A stored code with nothing redacted is the code as run: today's hash of it is what its
+    # runs hash to now, so a hash that differs moves it even when the template does not (an
+    # older build's rename pass wrote today's template under the former hash). A redacted
+    # code's hash may differ from its runs' (a credential read as code is a literal now): it
+    # moves only when today's rules give another template.
+    if normalized.template == found.template and _REDACTED in found.original_code:
         return 0
     repo = state.repo
     with state.locks.pattern.lock_for(tenant, found.code_hash):

@@ -112,6 +112,65 @@ def test_an_older_builds_literal_read_as_code_moves_to_todays_hash_once(
         engine.close()
 
 
+# Code the parser rejects (the call is not closed) whose string nests in an interpolation: an
+# older build's lexer ended the outer string at the inner one's quote, so the inner literal was
+# read as code and hashed with it (docs/normalization.md, Fallback).
+NESTED = {
+    "template": (
+        "javascript",
+        'const r = await mcp.get({q: `${ a ? `x` : "y" }`, n: 1}',
+        'const r = await mcp.get({q: `${ a ? `x` : "y" }`, n: 2}',
+    ),
+    "fstring": (
+        "python",
+        "r = await mcp.get(q=f\"{d['k']} and {d[\"j\"]}\", path='a.json'",
+        "r = await mcp.get(q=f\"{d['k']} and {d[\"j\"]}\", path='b.json'",
+    ),
+}
+
+
+@pytest.mark.parametrize("renamed_before", [False, True], ids=["as-written", "renamed-before"])
+@pytest.mark.parametrize("case", sorted(NESTED))
+def test_rejected_code_with_a_string_nested_in_an_interpolation_moves_to_todays_hash(
+    case: str, renamed_before: bool, tmp_path: Path
+) -> None:
+    """The older build's pattern of such code is keyed by another hash; with
+    `renamed_before`, an earlier build's rename pass already wrote today's template under that
+    hash (its runs then made a second pattern). Opening the store moves it to today's hash, so
+    the next run of its code counts on it."""
+    language, code, other = NESTED[case]
+    engine = open_engine(tmp_path / "e")
+    first = engine.record(T, _record("r1", language, code))
+    repo = engine._state.repo
+    pattern = repo.patterns.pattern(T, first.pattern_id)
+    assert pattern is not None
+    today = pattern.code_hash
+    older = pattern if renamed_before else replace(pattern, template=code, params=())
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, replace(older, code_hash=OLD_HASH)),
+            repo.patterns.delete_hash(T, today),
+            repo.patterns.put_hash(T, OLD_HASH, first.pattern_id),
+            (CF_META, TOOL_NAMES_KEY, None),
+            (CF_META, b"tool_names_read/2", b"1"),
+            *([] if renamed_before else [(CF_META, PLACEHOLDERS_KEY, None)]),
+        ]
+    )
+    engine.close()
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        engine.admin.wait_placeholders_renamed(60)
+        repo = engine._state.repo
+        assert repo.patterns.pattern_id_for_hash(T, today) == first.pattern_id
+        assert repo.patterns.pattern_id_for_hash(T, OLD_HASH) is None
+        again = engine.record(T, _record("r2", language, other))
+        assert (again.pattern_id, again.new_pattern) == (first.pattern_id, False)
+        assert engine.get_pattern(T, first.pattern_id).usage_count == 2
+    finally:
+        engine.close()
+
+
 def test_an_older_builds_shell_command_string_loses_its_password_at_open(tmp_path: Path) -> None:
     """A string holding a command line with a credential (`subprocess.run("sshpass -p ...")`)
     was a plain parameter: its value was kept in the stored code and the recent values. The

@@ -18,7 +18,7 @@ _SNAPSHOT_KEY = b"snapshot/"
 _PLACEHOLDERS_KEY = b"placeholders_renamed/10"
 # Versioned too: a store marked by an earlier version of the re-key (`tool_names_read`: tool
 # names only) runs it once more, for the literals read since (docs/storage.md, Migrations).
-_TOOL_NAMES_KEY = b"tool_names_read/2"
+_TOOL_NAMES_KEY = b"tool_names_read/3"
 # Every pattern's counters hold its shown intents' summary (domain/shown_intents.py).
 _INTENTS_SUMMARIZED_KEY = b"intents_summarized/1"
 
