@@ -106,6 +106,29 @@ def _bounded_violations(
     return kept, len(violations) - len(kept)
 
 
+# Refusals of what the caller sent: their messages may quote it (a pattern name, a request id),
+# the caller's own to read in the answer, but no log's to keep (docs/operations.md, Secrets
+# outside the store).
+_QUOTING_THE_REQUEST = (
+    domain.InvalidArgumentError,
+    domain.NotFoundError,
+    domain.AlreadyExistsError,
+)
+_FIELDS_LOGGED = 20
+
+
+def logged_detail(exc: BaseException) -> dict[str, object]:
+    """What the log line of a refused call says of `exc`: the fields an INVALID_ARGUMENT names
+    (never their descriptions), nothing more of another refusal of the request, and the message
+    of a refusal the server made of its own state (draining, a quota, the store unavailable)."""
+    if isinstance(exc, domain.InvalidArgumentError):
+        fields = [_clip(v.field, MAX_VIOLATION_CHARS) for v in exc.violations[:_FIELDS_LOGGED]]
+        return {"fields": fields, "invalid_fields": len(exc.violations)}
+    if isinstance(exc, _QUOTING_THE_REQUEST):
+        return {}
+    return {"error": _clip(str(exc), 500)}
+
+
 def to_rpc_status(exc: BaseException) -> status_pb2.Status:
     """The `google.rpc.Status` for `exc`, with rich details where they help the caller; small
     enough to fit any client's trailers (`MAX_STATUS_MESSAGE_BYTES`, `MAX_DETAILS_BYTES`)."""

@@ -148,10 +148,8 @@ class ApiInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             self._metrics.rejections.labels(code.name).inc()
             if _is_quota_refusal(exc):
                 return
-            log.info(
-                "rpc failed",
-                extra={"method": method, "code": code.name, "error": str(exc)[:500]},
-            )
+            detail = errors.logged_detail(exc)
+            log.info("rpc failed", extra={"method": method, "code": code.name, **detail})
 
     def _unary(self, inner: Behavior, method: str) -> Behavior:
         def behavior(request: Any, context: grpc.ServicerContext) -> Any:

@@ -47,17 +47,21 @@ def serve_config(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
 
 def _check_store(settings: Settings, where: str) -> None:
     """A layer's `store`, refused naming the layer that gave it: one that is no DSN (the
-    engine's open could only say `--store`), or a DSN with a password outside the variable."""
+    engine's open could only say `--store`), one libpq cannot read (its open failed with a
+    traceback quoting the part it could not read, a password too), or a DSN with a password
+    outside the variable."""
     store = settings.get("engine", {}).get("store")
     if not store:
         return
     from pml_server.storage import is_shared_dsn
-    from pml_server.storage.postgres import has_password
+    from pml_server.storage.postgres import has_password, problem
 
     if not is_shared_dsn(store):
         raise ConfigError(
             f"{where} must be a postgresql:// DSN (none: the embedded RocksDB in data_dir)"
         )
+    if (why := problem(store)) is not None:
+        raise ConfigError(f"{where} is no DSN libpq reads: {why}")
     if where != STORE_ENV and has_password(store):
         raise ConfigError(
             f"{where} carries a password, which others can read: set {STORE_ENV} "

@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from pml_server.capture.normalize import NormalizedCode
 from pml_server.capture.placeholders import renamed
+from pml_server.capture.redact import redacted_name
 from pml_server.capture.schema import without_values_of
 from pml_server.domain import shown_intents
 from pml_server.domain.errors import InvalidArgumentError
@@ -224,13 +225,16 @@ def _today(
 ) -> tuple[PatternRecord, PatternCounters | None] | None:
     """`pattern` and `counters` as today's normalizer writes them, None when nothing differs:
     the placeholder names (`renamed`), the stored code redacted by today's rules (a URL query's
-    `access_token=` value was kept before), and no value kept of a parameter now secret."""
+    `access_token=` value was kept before), the tools the code calls without a URL's
+    credentials (docs/normalization.md, Tool calls), and no value kept of a parameter now
+    secret."""
     now = renamed(pattern, counters, normalized)
     code = normalized.redacted_code or pattern.original_code
-    if now is None and code == pattern.original_code:
+    tools = tuple(redacted_name(tool) for tool in pattern.code_tools)
+    if now is None and code == pattern.original_code and tools == pattern.code_tools:
         return None
     record, new_counters = now or (pattern, counters)
-    record = replace(record, original_code=code)
+    record = replace(record, original_code=code, code_tools=tools)
     if new_counters is not None:
         new_counters = without_values_of(new_counters, {p.name for p in record.params if p.secret})
     return record, new_counters

@@ -3,6 +3,8 @@ A client mistake never comes back UNKNOWN or INTERNAL."""
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server._proto.pml.v1 import resources_pb2 as r
+from pml_server.api.logs import JsonFormatter
 from pml_server.api.security.page_tokens import PageTokens
 from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.config import config_of
@@ -232,6 +235,32 @@ def test_not_found(client: PmlClient) -> None:
     _fails(lambda: client.get_capability("capabilities/nope"), grpc.StatusCode.NOT_FOUND)
     _fails(lambda: client.delete_pattern("patterns/nope"), grpc.StatusCode.NOT_FOUND)
     _fails(lambda: client.delete_capability("capabilities/nope"), grpc.StatusCode.NOT_FOUND)
+
+
+def test_a_refusal_quotes_the_request_to_the_caller_never_to_the_log(
+    client: PmlClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refusal's message may quote what the caller sent (a bad name, an unknown id, a reused
+    request id): the caller's own, in the answer. The log line of the refusal (`rpc failed`)
+    quoted it too, so a secret a caller put there was written to the server's log. The line
+    names the method, the code and the invalid fields only (docs/operations.md, Secrets
+    outside the store)."""
+    secret = "sk-live-ab12cd34ef56ab12cd34ef56"
+    caplog.set_level(logging.INFO, logger="pml")
+    bad = _fails(
+        lambda: client.get_pattern(f"patterns/{secret}/x"), grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert secret in bad.message
+    _fails(lambda: client.get_pattern(f"patterns/{secret}"), grpc.StatusCode.NOT_FOUND)
+    client.record(make_record("Read JSON file", OK_CODE, tools=["read_file"], request_id=secret))
+    again = make_record("Read a file", OK_CODE, tools=["read_file"], request_id=secret)
+    _fails(lambda: client.record(again), grpc.StatusCode.ALREADY_EXISTS)
+    lines = [JsonFormatter().format(r) for r in caplog.records if r.getMessage() == "rpc failed"]
+    assert [json.loads(line)["code"] for line in lines] == [
+        "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS"
+    ]  # fmt: skip
+    assert not [line for line in lines if secret in line]
+    assert json.loads(lines[0])["fields"] == ["name"]
 
 
 def test_unauthenticated_and_permission_denied(

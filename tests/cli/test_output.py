@@ -535,6 +535,23 @@ def test_keys_list_revoke_and_the_server_follows_the_file(
     assert "no key" in capsys.readouterr().err
 
 
+def test_revoking_a_key_given_itself_never_prints_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`pml keys revoke` takes the key itself too; once it was revoked, revoking it again
+    said `no key in keys.json with id 'pml_...'`: the key printed on stderr, where CI logs
+    and terminal scrollback keep it. The error says "the key given" instead."""
+    path = tmp_path / "keys.json"
+    key = _keys("add", "--keys-file", str(path), "--tenant", "acme", capsys=capsys).split()[-1]
+    assert "revoked" in _keys("revoke", "--keys-file", str(path), key, capsys=capsys)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["keys", "revoke", "--keys-file", str(path), key])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert key not in err
+    assert f"no key in {path} with the key given" in err
+
+
 @pytest.mark.slow
 def test_serve_reloads_the_keys_file_on_sighup(tmp_path: Path) -> None:
     path = tmp_path / "keys.json"

@@ -483,3 +483,31 @@ def test_a_store_that_is_no_dsn_is_named_where_it_was_given(tmp_path: Path, wher
         serve_config(_serve_args(*argv), environ=env)
     assert str(caught.value).startswith(expected), caught.value
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://bob:Tr0ub%zzPW77x@127.0.0.1:1/db",  # a password libpq cannot decode
+        "postgresql://bob:Tr0ubPW77x@127.0.0.1:1/db?Tr0ubPW77x=1",  # an unknown parameter
+    ],
+)
+def test_a_dsn_libpq_cannot_read_is_refused_without_quoting_it(
+    tmp_path: Path,
+    dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A `PML_STORE` libpq cannot read passed the checks and failed the store's open with a
+    traceback ending in libpq's message, which quotes the part it could not read: here the
+    password (`invalid percent-encoded token: "Tr0ub%zzPW77x"`). It is one line naming the
+    variable, quoting none of it (docs/operations.md, Secrets outside the store)."""
+    monkeypatch.setenv("PML_STORE", dsn)
+    argv = ["serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")]
+    with pytest.raises(SystemExit) as done:
+        cli.main([*argv, "--embedder", "hashing"])
+    err = capfd.readouterr().err
+    assert "Tr0ub" not in err
+    assert done.value.code == 2
+    assert err.startswith("pml serve: error: PML_STORE is no DSN libpq reads: invalid "), err
+    assert err.count("\n") == 1

@@ -489,6 +489,41 @@ def test_a_url_password_in_a_tool_name_or_tag_is_stored_nowhere(tmp_path: Path) 
     assert any(b"https://[REDACTED]@tools.internal/" in a for a in answers)
 
 
+def test_a_url_password_in_a_tool_name_the_code_calls_is_stored_nowhere(tmp_path: Path) -> None:
+    """The tools the code calls by name (`mcp["https://admin:PASSWORD@host/..."](...)`, or an
+    OTLP tool span named so, whose run's code is written that way) were stored as read
+    (`code_tools`), the password with them, while the code and the template had it redacted;
+    and the run was flagged `tool_mismatch` against its own redacted tool. Now the names read
+    from the code lose a URL's credentials as the run's tools do."""
+    secret = "Tr0ub&3-" + secrets.token_hex(4)
+    marker = "mk" + secrets.token_hex(4)
+    tool = f"https://admin:{secret}@tools.internal/{marker}"
+    data = tmp_path / "data"
+    process = ServerProcess(data, "--durability", "sync")
+    process.start()
+    try:
+        with grpc.insecure_channel(process.target) as channel:
+            stub = pml_pb2_grpc.PmlServiceStub(channel)
+            record = resources_pb2.ExecutionRecord(
+                request_id="called", intent="call the internal tool",
+                code=f'await mcp["{tool}"]({{q: 1}})', language="javascript",
+                tool_calls=[resources_pb2.ToolCall(tool=tool, ok=True)],
+            )  # fmt: skip
+            reply = stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=record))
+    finally:
+        process.kill()
+    found_secret = found_marker = 0
+    for path in data.rglob("*"):
+        if path.is_file():
+            raw = path.read_bytes()
+            found_secret += raw.count(secret.encode())
+            found_marker += raw.count(marker.encode())
+    assert found_marker > 0
+    assert found_secret == 0
+    assert reply.result.new_pattern
+    assert not reply.result.tool_mismatch
+
+
 # ---- streams and unary calls ------------------------------------------------------------------
 
 

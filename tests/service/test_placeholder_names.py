@@ -471,3 +471,45 @@ def test_an_older_builds_word_after_a_flag_that_takes_none_is_renamed_once_at_op
         assert engine.record(T, again).pattern_id == pattern_id
     finally:
         engine.close()
+
+
+TOOL_SECRET = "HUNTER2TOOLS"
+TOOL_CODE = f'await mcp["https://admin:{TOOL_SECRET.lower()}@tools.internal/rows"]({{q: 1}})'
+
+
+def test_an_older_builds_url_password_in_a_tool_the_code_calls_is_redacted_once_at_open(
+    tmp_path: Path,
+) -> None:
+    """An older build stored the tools the code calls as read (`code_tools`), a URL's password
+    with them, though the code and the template had it redacted, and marked its store
+    `placeholders_renamed/10`; the next open redacts them as today's capture does
+    (docs/normalization.md, Tool calls; docs/storage.md, Migrations)."""
+    engine = open_engine(tmp_path / "e")
+    assert engine.admin.wait_placeholders_renamed(60) == 0
+    tool = f"https://admin:{TOOL_SECRET.lower()}@tools.internal/rows"
+    pattern_id = engine.record(T, make_record("r1", INTENT, [tool], code=TOOL_CODE)).pattern_id
+    assert _stored_rows_holding(engine, TOOL_SECRET, None) == []  # today's capture keeps none
+    repo = engine._state.repo
+    pattern = repo.patterns.pattern(T, pattern_id)
+    assert pattern is not None
+    assert pattern.code_tools == ("https://[REDACTED]@tools.internal/rows",)
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, replace(pattern, code_tools=(tool,))),
+            (CF_META, PLACEHOLDERS_KEY, None),
+            (CF_META, b"placeholders_renamed/10", b"1"),  # the marker that build wrote
+        ]
+    )
+    assert _stored_rows_holding(engine, TOOL_SECRET, None) == ["patterns"]
+    engine.close()
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        assert engine.admin.wait_placeholders_renamed(60) == 1
+        assert _stored_rows_holding(engine, TOOL_SECRET, None) == []
+        stored = engine._state.repo.patterns.pattern(T, pattern_id)
+        assert stored is not None
+        assert stored.code_tools == pattern.code_tools
+        assert stored.template == pattern.template
+    finally:
+        engine.close()

@@ -358,16 +358,23 @@ fn assemble(
     template.push_str(&code[byte_at..]);
     redacted.push_str(&code[byte_at..]);
     let schema_json = schema::infer_schema(&params, &formats);
+    // A tool named by a URL keeps no credential of it, as the template and the redacted code
+    // keep none (docs/normalization.md, Tool calls).
+    let tool_calls: Vec<String> = extracted
+        .tool_calls
+        .iter()
+        .map(|tool| secrets::redact_url_credentials(tool).into_owned())
+        .collect();
     let steps = match extracted.steps {
         Some(raw_steps) => name_steps(raw_steps, &placeholder),
-        None => steps::unread_steps(&extracted.tool_calls),
+        None => steps::unread_steps(&tool_calls),
     };
     Normalized {
         language,
         template: secrets::redact_code(&template).into_owned(),
         code_hash: extracted.code_hash,
         params,
-        tool_calls: extracted.tool_calls,
+        tool_calls,
         parse_ok: fallback_reason.is_empty(),
         fallback_reason,
         schema_json,
@@ -471,7 +478,7 @@ fn name_steps(raw_steps: Vec<steps::RawStep>, placeholder: &[Option<String>]) ->
     raw_steps
         .into_iter()
         .map(|raw| Step {
-            tool: raw.tool,
+            tool: secrets::redact_url_credentials(&raw.tool).into_owned(),
             arguments: raw
                 .arguments
                 .into_iter()

@@ -177,6 +177,38 @@ fn tool_calls_in_source_order() {
 }
 
 #[test]
+fn a_tool_named_by_a_url_keeps_no_password() {
+    // The template and the redacted code drop the password; the tool names read from the code
+    // kept it, and capture stores them (`code_tools`).
+    let shapes = [
+        (
+            "await mcp[\"https://admin:Tr0ubPW77x@tools.internal/q\"]({q: 1})",
+            "js",
+        ),
+        (
+            "await session.call_tool(\"pg://admin:Tr0ubPW77x@db/q\", {\"q\": 1})\n",
+            "py",
+        ),
+        (
+            "await mcp[\"https://admin:Tr0ubPW77x@tools.internal/q\"]({q: 1}) (((",
+            "js",
+        ),
+    ];
+    for (code, language) in shapes {
+        let n = norm(code, language);
+        assert_eq!(n.tool_calls.len(), 1, "{code}");
+        assert!(
+            n.tool_calls[0].contains("[REDACTED]@"),
+            "{:?}",
+            n.tool_calls
+        );
+        for text in n.tool_calls.iter().chain(n.steps.iter().map(|s| &s.tool)) {
+            assert!(!text.contains("Tr0ubPW77x"), "{code}: {text}");
+        }
+    }
+}
+
+#[test]
 fn secrets_flagged() {
     let n = norm(
         "mcp.http({url: 'https://a.io', apiKey: 'abc', auth: 'ghp_0123456789abcdefghijklmnopqrstuvwxyz', note: 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl'})",

@@ -206,15 +206,18 @@ def revoke_key(path: Path, key_id: str) -> KeyEntry:
     """Remove the one key whose hash starts with `key_id` (from `pml keys list`, or the hash of
     the key itself); ValueError if none or several match."""
     wanted = key_id.strip().lower()
+    # A key given itself is never repeated in an error (docs/operations.md, Secrets outside
+    # the store): it would be printed, and kept in whatever keeps the terminal's output.
+    shown = f"id {key_id!r}"
     if wanted.startswith("pml_"):
-        wanted = hash_key(key_id.strip())
+        wanted, shown = hash_key(key_id.strip()), "the key given"
     if len(wanted) < 6:
         raise ValueError(f"key id {key_id!r} is too short: give at least 6 characters")
     with _changing(path) as data:
         matches = [k for k in data["keys"] if str(k["sha256"]).startswith(wanted)]
         if len(matches) != 1:
             found = "no key" if not matches else f"{len(matches)} keys"
-            raise ValueError(f"{found} in {path} with id {key_id!r}")
+            raise ValueError(f"{found} in {path} with {shown}")
         data["keys"].remove(matches[0])
     return _entry(matches[0])
 

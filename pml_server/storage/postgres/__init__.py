@@ -1,6 +1,6 @@
 """The shared store of several pml replicas: PostgreSQL through psycopg 3 and its pool."""
 
-from pml_server.storage.postgres._dsn import describe, has_password
+from pml_server.storage.postgres._dsn import describe, has_password, problem
 from pml_server.storage.postgres._repository import SharedRepository
 from pml_server.storage.postgres._schema import SCHEMA_VERSION, SchemaVersionError
 from pml_server.storage.postgres._store import PostgresStore, StoreUnreachableError
@@ -15,4 +15,5 @@ __all__ = [
     "StoreUnreachableError",
     "describe",
     "has_password",
+    "problem",
 ]
