@@ -392,3 +392,31 @@ def test_nested_fan_outs_over_a_long_snippet_read_a_bounded_set_of_sources() -> 
             [{"step": 0, "path": ".items[*].subs[*].id"}],
             [{"step": 0, "path": ".items[*].id"}],
         ]
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        (
+            "js",
+            "const rs = await Promise.all([mcp.a({}), mcp.b({})]);\n"
+            "for (const r of rs) { await mcp.c({v: r.id}); }",
+        ),
+        ("python", "rs = await asyncio.gather(mcp.a(), mcp.b())\nfor r in rs:\n    mcp.c(v=r.id)"),
+        (
+            "js",
+            "const rs = [await mcp.a({}), await mcp.b({})];\nrs.forEach(r => mcp.c({v: r.id}));",
+        ),
+    ],
+)
+def test_a_loop_over_calls_written_side_by_side_takes_each_call_whole(
+    language: str, code: str
+) -> None:
+    """Iterating a sequence written element by element gives each element's own output, not a
+    part of it: `r.id` reads `.id` of step 0 and of step 1 (docs/normalization.md, Steps)."""
+    steps = _steps(code, language)
+    assert steps[2]["depends_on"] == [0, 1]
+    assert steps[2]["arguments"][0]["sources"] == [
+        {"step": 0, "path": ".id"},
+        {"step": 1, "path": ".id"},
+    ]

@@ -962,7 +962,8 @@ impl<'a, 't> Reader<'a, 't> {
 
     /// What a loop's or a callback's variable holds: one element of `value`, `[*]` after
     /// what it reads (`for (const i of r.items)` and `r.items.filter(f).map(i => ...)` read
-    /// `.items[*]`), or one of the values of a sequence written out (`for (const x of [a, b])`).
+    /// `.items[*]`), or one of the values of a sequence written out (`for (const x of [a, b])`,
+    /// a name bound to one: `Binding::Elements`).
     fn element_binding(&mut self, value: Node<'t>) -> Binding {
         let mut node = value;
         while matches!(
@@ -972,6 +973,15 @@ impl<'a, 't> Reader<'a, 't> {
             match node.named_child(0) {
                 Some(inner) => node = inner,
                 None => break,
+            }
+        }
+        // A name bound element by element (`const rs = await Promise.all([...])`) holds
+        // those elements: each one is what an element reads, not a part of it.
+        if self.kind(node) == "identifier" {
+            if let Some(Binding::Elements { whole, .. }) =
+                self.lookup(self.text(node), value.start_byte())
+            {
+                return whole.as_ref().clone();
             }
         }
         let whole = self.value_binding(value);
