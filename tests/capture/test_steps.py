@@ -307,3 +307,116 @@ def test_a_destructured_name_with_a_default_still_reads_its_step(pattern: str, p
     steps = _steps(code, "js")
     assert steps[1]["depends_on"] == [0]
     assert steps[1]["arguments"][0]["sources"] == [{"step": 0, "path": path}]
+
+
+FAN_OUT = [
+    ("js", "const xs = await Promise.all(r.items.map(i => mcp.get({id: i.id})));", ".items[*].id"),
+    ("js", "for (const i of r.items) { await mcp.get({id: i.id}); }", ".items[*].id"),
+    ("js", "r.items.forEach(i => mcp.get({id: i.id}));", ".items[*].id"),
+    ("js", "r.items.forEach(function (i) { mcp.get({id: i.id}); });", ".items[*].id"),
+    ("js", "r.items.map(({id}) => mcp.get({id}));", ".items[*].id"),
+    ("js", "r.items.filter(i => i.ok).map(i => mcp.get({id: i.id}));", ".items[*].id"),
+    ("js", "await Promise.all(Object.keys(r.x).map(k => mcp.get({id: k})));", ".x[*]"),
+    ("js", "for (const k in r.x) { await mcp.get({id: k}); }", ".x"),
+    ("ts", "r.items.map((i: Item) => mcp.get({id: i.id}));", ".items[*].id"),
+    ("python", 'xs = [await mcp.get(id=i["id"]) for i in r["items"]]', '["items"][*]["id"]'),
+    ("python", 'for i in r["items"]:\n    mcp.get(id=i["id"])', '["items"][*]["id"]'),
+    ("python", 'xs = map(lambda i: mcp.get(id=i["id"]), r["items"])', '["items"][*]["id"]'),
+    (
+        "python",
+        'xs = await asyncio.gather(*[mcp.get(id=i["id"]) for i in r["items"]])',
+        '["items"][*]["id"]',
+    ),
+    ("python", 'xs = sorted(r["items"], key=lambda i: mcp.get(id=i))', '["items"][*]'),
+]
+
+
+@pytest.mark.parametrize(("language", "line", "path"), FAN_OUT)
+def test_a_call_per_element_of_a_steps_output_depends_on_that_step(
+    language: str, line: str, path: str
+) -> None:
+    """A call made for each element of step 0's output (a loop, a comprehension, a callback
+    given to `map`/`forEach`/`filter`, Python's `map` and `sorted(key=...)`) reads that output:
+    the edge from step 0 is there, its path names the data (`.items[*].id`), and the step may
+    run several times (docs/normalization.md, Steps). Before, the element was an unknown loop
+    variable and the step read as independent of the call it iterates over."""
+    first = "r = await mcp.list()" if language == "python" else "const r = await mcp.list({});"
+    steps = _steps(f"{first}\n{line}", language)
+    assert [s["tool"] for s in steps] == ["list", "get"]
+    assert steps[1]["depends_on"] == [0]
+    assert steps[1]["arguments"][0]["sources"] == [{"step": 0, "path": path}]
+    assert not steps[1]["flow_known"]
+
+
+@pytest.mark.parametrize(
+    ("language", "value", "path"),
+    [
+        ("js", "r.items.map(i => i.id)", ".items"),
+        ("js", "r.name.toUpperCase()", ".name"),
+        ("js", "r.items.filter(i => i.ok).map(i => i.id)", ".items"),
+        ("js", "r.items?.map(i => i.id)", ".items"),
+        ("js", "r.items.length", ".items.length"),
+        ("python", 'r["name"].upper()', '["name"]'),
+        ("python", "r.items()", ""),
+        ("python", 'sorted(r["items"], key=lambda i: i["rank"])', '["items"]'),
+    ],
+)
+def test_a_methods_name_is_never_a_path(language: str, value: str, path: str) -> None:
+    """A value computed by a method called on a step's output reads what the method is called
+    on: `r.items.map(f)` read `.items.map`, `r.name.toUpperCase()` `.name.toUpperCase`, paths
+    naming no data (docs/normalization.md, Steps)."""
+    code = (
+        f"r = await mcp.list()\nmcp.put(v={value})"
+        if language == "python"
+        else f"const r = await mcp.list({{}});\nawait mcp.put({{v: {value}}});"
+    )
+    steps = _steps(code, language)
+    assert steps[1]["depends_on"] == [0]
+    assert steps[1]["arguments"][0]["sources"] == [{"step": 0, "path": path}]
+    assert steps[1]["flow_known"]
+
+
+def test_nested_fan_outs_over_a_long_snippet_read_a_bounded_set_of_sources() -> None:
+    """Loops and callbacks nested over one output, 2,000 of them in a snippet: each step lists
+    its one edge with a bounded path, and only the first 256 calls are steps."""
+    body = "".join(
+        f"for (const a{n} of r.items) {{\n"
+        f"  a{n}.subs.map(b => mcp.get({{id: b.id, p: a{n}.id}}));\n}}\n"
+        for n in range(2000)
+    )
+    steps = _steps("const r = await mcp.list({});\n" + body, "js")
+    assert len(steps) == 256
+    for step in steps[1:]:
+        assert step["depends_on"] == [0]
+        assert [s["sources"] for s in step["arguments"]] == [
+            [{"step": 0, "path": ".items[*].subs[*].id"}],
+            [{"step": 0, "path": ".items[*].id"}],
+        ]
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        (
+            "js",
+            "const rs = await Promise.all([mcp.a({}), mcp.b({})]);\n"
+            "for (const r of rs) { await mcp.c({v: r.id}); }",
+        ),
+        ("python", "rs = await asyncio.gather(mcp.a(), mcp.b())\nfor r in rs:\n    mcp.c(v=r.id)"),
+        (
+            "js",
+            "const rs = [await mcp.a({}), await mcp.b({})];\nrs.forEach(r => mcp.c({v: r.id}));",
+        ),
+    ],
+)
+def test_a_loop_over_calls_written_side_by_side_takes_each_call_whole(
+    language: str, code: str
+) -> None:
+    """Iterating a sequence written element by element gives each element's own output, not a
+    part of it: `r.id` reads `.id` of step 0 and of step 1 (docs/normalization.md, Steps)."""
+    steps = _steps(code, language)
+    assert steps[2]["depends_on"] == [0, 1]
+    assert steps[2]["arguments"][0]["sources"] == [
+        {"step": 0, "path": ".id"},
+        {"step": 1, "path": ".id"},
+    ]

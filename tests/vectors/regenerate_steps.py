@@ -154,6 +154,29 @@ CASES: list[tuple[str, str, str]] = [
         "const {a = 1, b: {c = 2}, d: [e = 3]} = await mcp.x({});\n"
         "await mcp.y({p: a, q: c, r: e});",
     ),
+    (
+        "fan_out_over_a_field",
+        "js",
+        "const r = await mcp.list({});\n"
+        "const xs = await Promise.all(r.items.map(i => mcp.get({id: i.id})));\n"
+        "r.items.filter(i => i.ok).forEach(({id}) => mcp.tag({id}));\n"
+        "await Promise.all(Object.keys(r.byName).map(k => mcp.find({name: k})));",
+    ),
+    (
+        "method_on_a_field_reads_the_field",
+        "js",
+        "const r = await mcp.list({});\n"
+        "await mcp.put({ids: r.items.map(i => i.id), n: r.items.length, "
+        "s: r.name.toUpperCase()});",
+    ),
+    (
+        "python_fan_out_over_a_field",
+        "py",
+        'r = await mcp.list()\nxs = [await mcp.get(id=i["id"]) for i in r["items"]]\n'
+        'ys = await asyncio.gather(*[mcp.tag(id=i["id"]) for i in r["items"]])\n'
+        'zs = map(lambda i: mcp.find(name=i), r["names"])\n'
+        'mcp.put(s=r["title"].upper(), keys=sorted(r["items"], key=lambda i: i["rank"]))\n',
+    ),
     ("unparsed", "js", "const r = await mcp.a({x: 1}; mcp.b(r)"),
     ("unparsed_subscript", "js", 'const r = await mcp["get-weather"]({city: "Paris"}; mcp.b(r)'),
 ]

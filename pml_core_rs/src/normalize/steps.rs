@@ -255,9 +255,9 @@ pub(crate) fn read_steps(
     let grammar = lang.tables();
     // (call, tool, deferred): deferred inside a loop or a callback (see `deferred_scope`).
     let mut calls: Vec<(Node<'_>, ToolCall<'_>, bool)> = Vec::new();
-    let mut sites: Vec<(usize, Node<'_>, Option<Node<'_>>)> = Vec::new(); // (position, pattern, value)
-                                                                          // Per ancestor of the cursor's node: its kind and whether its children are deferred. Kept
-                                                                          // by the walk itself, because `Node::parent` rescans siblings (quadratic on long code).
+    let mut sites: Vec<Site<'_>> = Vec::new();
+    // Per ancestor of the cursor's node: its kind and whether its children are deferred. Kept
+    // by the walk itself, because `Node::parent` rescans siblings (quadratic on long code).
     let mut scopes: Vec<(&'static str, bool)> = Vec::new();
     let mut cursor = tree.walk();
     // Pre-order walk, the order the tree walk records tool calls in.
@@ -311,9 +311,16 @@ pub(crate) fn read_steps(
     };
     // Bindings take effect where their statement ends; each value is read against the
     // bindings before it, so they are resolved in that order.
-    sites.sort_by_key(|site| site.0);
-    for (position, pattern, value) in sites {
+    sites.sort_by_key(|site| site.position);
+    for Site {
+        position,
+        pattern,
+        value,
+        each,
+    } in sites
+    {
         let binding = match value {
+            Some(value) if each => reader.element_binding(value),
             Some(value) => {
                 let whole = reader.value_binding(value);
                 match reader.elements(value) {
@@ -359,41 +366,196 @@ fn decode_string(lang: Lang, raw: &str) -> Option<String> {
     }
 }
 
+/// Where a name gets bound: from `position` on, the names of `pattern` hold `value` (unknown
+/// without one), or with `each` one element of it at a time (a loop's or a callback's
+/// variable).
+struct Site<'t> {
+    position: usize,
+    pattern: Node<'t>,
+    value: Option<Node<'t>>,
+    each: bool,
+}
+
 /// Record where names get bound: declarations and assignments (with their value), loop
-/// variables and function parameters (bound to something unknown where they are introduced).
+/// variables (each element of what they iterate: `for (const i of r.items)`, `for i in xs`,
+/// a comprehension's `for`), the first parameter of a function passed to a method
+/// (`r.items.map(i => ...)`, each element of the receiver) or, in Python, to a function with
+/// one other positional argument (`map(lambda i: ..., xs)`), and the other function parameters
+/// (bound to something unknown where they are introduced).
 fn binding_sites<'t>(
     grammar: &'static Grammar,
     lang: Lang,
     node: Node<'t>,
     kind: &str,
-    sites: &mut Vec<(usize, Node<'t>, Option<Node<'t>>)>,
+    sites: &mut Vec<Site<'t>>,
 ) {
-    let with_value = |name: &str, value: &str, sites: &mut Vec<_>| {
+    let with_value = |name: &str, value: &str, sites: &mut Vec<Site<'t>>| {
         if let Some(pattern) = grammar.child(node, name) {
-            sites.push((node.end_byte(), pattern, grammar.child(node, value)));
+            sites.push(Site {
+                position: node.end_byte(),
+                pattern,
+                value: grammar.child(node, value),
+                each: false,
+            });
         }
     };
-    let unknown = |name: &str, sites: &mut Vec<_>| {
-        if let Some(pattern) = grammar.child(node, name) {
-            sites.push((node.start_byte(), pattern, None));
+    let unknown = |pattern: Option<Node<'t>>, sites: &mut Vec<Site<'t>>| {
+        if let Some(pattern) = pattern {
+            sites.push(Site {
+                position: node.start_byte(),
+                pattern,
+                value: None,
+                each: false,
+            });
+        }
+    };
+    // `for x in/of value`: from the loop's start, `x` is each element of `value`.
+    let each = |pattern: Option<Node<'t>>, at: usize, sites: &mut Vec<Site<'t>>| {
+        if let Some(pattern) = pattern {
+            sites.push(Site {
+                position: at,
+                pattern,
+                value: grammar.child(node, "right"),
+                each: true,
+            });
         }
     };
     if lang.is_python() {
         match kind {
             "assignment" => with_value("left", "right", sites),
             "named_expression" => with_value("name", "value", sites),
-            "for_statement" | "for_in_clause" => unknown("left", sites),
-            "parameters" | "lambda_parameters" => sites.push((node.start_byte(), node, None)),
+            "for_statement" => each(grammar.child(node, "left"), node.start_byte(), sites),
+            // A comprehension's body comes before its `for`: its variables hold from the
+            // comprehension's start.
+            "list_comprehension"
+            | "set_comprehension"
+            | "dictionary_comprehension"
+            | "generator_expression" => {
+                let mut cursor = node.walk();
+                for clause in node.named_children(&mut cursor) {
+                    if grammar.kind(clause) == "for_in_clause" {
+                        sites.push(Site {
+                            position: node.start_byte(),
+                            pattern: match grammar.child(clause, "left") {
+                                Some(left) => left,
+                                None => continue,
+                            },
+                            value: grammar.child(clause, "right"),
+                            each: true,
+                        });
+                    }
+                }
+            }
+            "parameters" | "lambda_parameters" => unknown(Some(node), sites),
+            "call" => callback_sites(grammar, lang, node, sites),
             _ => {}
         }
     } else {
         match kind {
             "variable_declarator" => with_value("name", "value", sites),
             "assignment_expression" => with_value("left", "right", sites),
-            "for_in_statement" => unknown("left", sites),
-            "formal_parameters" => sites.push((node.start_byte(), node, None)),
-            "arrow_function" | "catch_clause" => unknown("parameter", sites),
+            // `for (k in o)` takes o's keys: derived from `o`, no element of it.
+            "for_in_statement" => {
+                let keys = grammar
+                    .child(node, "operator")
+                    .is_some_and(|op| op.kind() == "in");
+                let left = grammar.child(node, "left");
+                if keys {
+                    if let Some(pattern) = left {
+                        sites.push(Site {
+                            position: node.start_byte(),
+                            pattern,
+                            value: grammar.child(node, "right"),
+                            each: false,
+                        });
+                    }
+                } else {
+                    each(left, node.start_byte(), sites);
+                }
+            }
+            "formal_parameters" => unknown(Some(node), sites),
+            "arrow_function" | "catch_clause" => unknown(grammar.child(node, "parameter"), sites),
+            "call_expression" => callback_sites(grammar, lang, node, sites),
             _ => {}
+        }
+    }
+}
+
+/// The first parameter of each function passed to the call `node` takes each element of what
+/// the call iterates: a method's receiver (`r.items.map(i => ...)`, `xs.forEach(...)`), or in
+/// Python the call's one other positional argument (`map(lambda i: ..., xs)`). Its site is
+/// placed at the parameter's end, after the function's own sites (every parameter unknown).
+fn callback_sites<'t>(
+    grammar: &'static Grammar,
+    lang: Lang,
+    node: Node<'t>,
+    sites: &mut Vec<Site<'t>>,
+) {
+    let (Some(function), Some(arguments)) = (
+        grammar.child(node, "function"),
+        grammar.child(node, "arguments"),
+    ) else {
+        return;
+    };
+    let is_function = |n: Node<'_>| {
+        matches!(
+            grammar.kind(n),
+            "arrow_function" | "function_expression" | "function" | "lambda"
+        )
+    };
+    let mut cursor = arguments.walk();
+    // A function passed by keyword (`sorted(xs, key=lambda i: ...)`) is passed too.
+    let args: Vec<Node<'t>> = arguments
+        .named_children(&mut cursor)
+        .filter(|c| !c.is_extra())
+        .map(|c| match grammar.kind(c) {
+            "keyword_argument" => grammar
+                .child(c, "value")
+                .filter(|v| is_function(*v))
+                .unwrap_or(c),
+            _ => c,
+        })
+        .collect();
+    if !args.iter().any(|a| is_function(*a)) {
+        return;
+    }
+    let iterated = match grammar.kind(function) {
+        "member_expression" | "attribute" => grammar.child(function, "object"),
+        "identifier" if lang.is_python() => {
+            let mut others = args
+                .iter()
+                .filter(|a| !is_function(**a) && grammar.kind(**a) != "keyword_argument");
+            match (others.next(), others.next()) {
+                (Some(one), None) => Some(*one),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    let Some(iterated) = iterated else {
+        return;
+    };
+    for callback in args.into_iter().filter(|a| is_function(*a)) {
+        let first = match grammar.child(callback, "parameter") {
+            Some(single) => Some(single),
+            None => grammar.child(callback, "parameters").and_then(|list| {
+                let mut c = list.walk();
+                let first = list.named_children(&mut c).find(|p| !p.is_extra());
+                first
+            }),
+        };
+        let pattern = first.and_then(|p| match grammar.kind(p) {
+            "required_parameter" | "optional_parameter" => grammar.child(p, "pattern"),
+            "identifier" | "object_pattern" | "array_pattern" => Some(p),
+            _ => None,
+        });
+        if let Some(pattern) = pattern {
+            sites.push(Site {
+                position: pattern.end_byte(),
+                pattern,
+                value: Some(iterated),
+                each: true,
+            });
         }
     }
 }
@@ -710,7 +872,7 @@ impl<'a, 't> Reader<'a, 't> {
                 if let Some(&step) = self.calls.get(&node.start_byte()) {
                     found.add_source(step, String::new());
                 } else {
-                    self.read_children(node, at, found, depth);
+                    self.read_call(node, at, found, depth);
                 }
             }
             "member_expression" | "attribute" | "subscript_expression" | "subscript" => {
@@ -762,12 +924,70 @@ impl<'a, 't> Reader<'a, 't> {
                     found.unknown = true;
                 }
             }
+            // A comprehension's `for i in xs` reads `xs`; `i` is bound, not read.
+            "for_in_clause" => {
+                if let Some(right) = self.grammar.child(node, "right") {
+                    self.read(right, at, found, depth + 1);
+                }
+            }
             "pair" | "keyword_argument" => {
                 if let Some(value) = self.grammar.child(node, "value") {
                     self.read(value, at, found, depth + 1);
                 }
             }
             _ => self.read_children(node, at, found, depth),
+        }
+    }
+
+    /// A call that is no step reads its arguments and, for a method (`r.items.map(f)`,
+    /// `r["name"].upper()`), the value it is called on: a method's name is no data, so a path
+    /// never names one (docs/normalization.md, Steps).
+    fn read_call(&mut self, node: Node<'t>, at: usize, found: &mut Found, depth: usize) {
+        let function = self.grammar.child(node, "function");
+        let receiver = function.and_then(|f| match self.kind(f) {
+            "member_expression" | "attribute" => self.grammar.child(f, "object"),
+            _ => None,
+        });
+        let mut cursor = node.walk();
+        let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+        for child in children {
+            match receiver {
+                Some(receiver) if Some(child) == function => {
+                    self.read(receiver, at, found, depth + 1)
+                }
+                _ => self.read(child, at, found, depth + 1),
+            }
+        }
+    }
+
+    /// What a loop's or a callback's variable holds: one element of `value`, `[*]` after
+    /// what it reads (`for (const i of r.items)` and `r.items.filter(f).map(i => ...)` read
+    /// `.items[*]`), or one of the values of a sequence written out (`for (const x of [a, b])`,
+    /// a name bound to one: `Binding::Elements`).
+    fn element_binding(&mut self, value: Node<'t>) -> Binding {
+        let mut node = value;
+        while matches!(
+            self.kind(node),
+            "await_expression" | "await" | "parenthesized_expression"
+        ) {
+            match node.named_child(0) {
+                Some(inner) => node = inner,
+                None => break,
+            }
+        }
+        // A name bound element by element (`const rs = await Promise.all([...])`) holds
+        // those elements: each one is what an element reads, not a part of it.
+        if self.kind(node) == "identifier" {
+            if let Some(Binding::Elements { whole, .. }) =
+                self.lookup(self.text(node), value.start_byte())
+            {
+                return whole.as_ref().clone();
+            }
+        }
+        let whole = self.value_binding(value);
+        match self.kind(node) {
+            "array" | "list" | "tuple" | "expression_list" | "set" => whole,
+            _ => whole.at_path(&["[*]".to_owned()]),
         }
     }
 
@@ -921,7 +1141,10 @@ fn deferred_scope(kind: &str, parent_kind: &str) -> bool {
         | "set_comprehension"
         | "generator_expression" => true,
         "arrow_function" | "function_expression" | "function" | "lambda" => {
-            matches!(parent_kind, "arguments" | "argument_list")
+            matches!(
+                parent_kind,
+                "arguments" | "argument_list" | "keyword_argument"
+            )
         }
         _ => false,
     }

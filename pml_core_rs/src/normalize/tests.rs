@@ -1807,7 +1807,16 @@ fn unreadable_flow_degrades_never_fails() {
     assert_eq!(n.tool_calls, vec!["list", "get", "put"]);
     assert!(n.steps[0].flow_known);
     assert!(!n.steps[1].flow_known && !n.steps[2].flow_known);
-    assert_eq!(n.steps[1].arguments[0].kind, ArgKind::Unknown);
+    // The loop variable is each element of what it iterates: step 0's `.items`.
+    assert_eq!(n.steps[1].arguments[0].kind, ArgKind::Reference);
+    assert_eq!(n.steps[1].arguments[0].sources[0].path, ".items[*].id");
+    assert_eq!(n.steps[2].depends_on, vec![0]);
+    // Iterating what no step gives: unknown.
+    let free = norm(
+        "for (const it of items) { await mcp.get({id: it.id}); }",
+        "js",
+    );
+    assert_eq!(free.steps[0].arguments[0].kind, ArgKind::Unknown);
     // Unparsable code: the tools in call order, nothing else.
     let broken = norm("const r = await mcp.a({x: 1}; mcp.b(r)", "js");
     assert!(!broken.parse_ok);
