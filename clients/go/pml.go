@@ -99,7 +99,18 @@ func Dial(target string, opts Options) (*Client, error) {
 	return &Client{conn: conn, api: pmlv1.NewPmlServiceClient(conn), timeout: timeout}, nil
 }
 
+// transportCredentials refuses, naming the option, what would fail later or quietly: a
+// KeyFile without its CertFile dialled in plaintext, a CertFile without its KeyFile said
+// "open : no such file or directory" (clients/go/README.md, TLS options).
 func transportCredentials(opts Options) (credentials.TransportCredentials, error) {
+	if (opts.CertFile == "") != (opts.KeyFile == "") {
+		given, missing := "CertFile", "KeyFile"
+		if opts.CertFile == "" {
+			given, missing = missing, given
+		}
+		return nil, fmt.Errorf("pml: Options.%s given without Options.%s: "+
+			"mutual TLS needs the client certificate and its key", given, missing)
+	}
 	if !opts.TLS && opts.CAFile == "" && opts.CertFile == "" {
 		return insecure.NewCredentials(), nil
 	}
@@ -107,18 +118,18 @@ func transportCredentials(opts Options) (credentials.TransportCredentials, error
 	if opts.CAFile != "" {
 		pem, err := os.ReadFile(opts.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("pml: CA file: %w", err)
+			return nil, fmt.Errorf("pml: Options.CAFile: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("pml: CA file %s holds no PEM certificate", opts.CAFile)
+			return nil, fmt.Errorf("pml: Options.CAFile %s holds no PEM certificate", opts.CAFile)
 		}
 		config.RootCAs = pool
 	}
-	if opts.CertFile != "" || opts.KeyFile != "" {
+	if opts.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("pml: client certificate: %w", err)
+			return nil, fmt.Errorf("pml: Options.CertFile, Options.KeyFile: %w", err)
 		}
 		config.Certificates = []tls.Certificate{cert}
 	}
