@@ -216,7 +216,10 @@ export interface ClientOptions {
   apiKey?: string;
   /** TLS with the system roots (or caFile). */
   tls?: boolean;
+  /** PEM CA of the server certificate; implies TLS. */
   caFile?: string;
+  /** Client certificate and key (PEM) for mutual TLS, both or neither (the constructor throws
+   * naming the one given alone); imply TLS. */
   certFile?: string;
   keyFile?: string;
   /** Deadline of each unary call (default 30000). */

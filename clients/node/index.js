@@ -116,6 +116,41 @@ function newRecord(intent, code, language = "typescript", toolCalls = []) {
   return { request_id: crypto.randomUUID(), intent, code, language, tool_calls: toolCalls };
 }
 
+/**
+ * The channel's credentials, refusing at construction, naming the option, what would fail
+ * later or quietly (clients/node/README.md): a keyFile without its certFile connected in
+ * plaintext; a certFile without its keyFile, a caFile that cannot be read or holds no PEM
+ * certificate said neither which option nor which file.
+ */
+function channelCredentials(tls, caFile, certFile, keyFile) {
+  if (Boolean(certFile) !== Boolean(keyFile)) {
+    const [given, missing] = certFile ? ["certFile", "keyFile"] : ["keyFile", "certFile"];
+    throw new Error(`pml: ${given} given without ${missing}: mutual TLS needs the client certificate and its key`);
+  }
+  if (!tls && !caFile && !certFile) return grpc.credentials.createInsecure();
+  const ca = caFile ? tlsFile("caFile", caFile) : null;
+  if (ca && !ca.includes("-----BEGIN CERTIFICATE-----")) {
+    throw new Error(`pml: caFile ${caFile} holds no PEM certificate`);
+  }
+  const key = keyFile ? tlsFile("keyFile", keyFile) : null;
+  const cert = certFile ? tlsFile("certFile", certFile) : null;
+  try {
+    return grpc.credentials.createSsl(ca, key, cert);
+  } catch (err) {
+    throw new Error(`pml: certFile ${certFile}, keyFile ${keyFile}: ${err.message}`);
+  }
+}
+
+/** A TLS option's file; an error names the option and the file. */
+function tlsFile(option, file) {
+  try {
+    return fs.readFileSync(file);
+  } catch (err) {
+    // "ENOENT: no such file or directory, open '/x'": the file is named once, before
+    throw new Error(`pml: ${option} ${file} cannot be read: ${err.message.split(", ")[0]}`);
+  }
+}
+
 class PmlClient {
   /**
    * @param {string} target host:port
@@ -127,16 +162,7 @@ class PmlClient {
       maxRetries = DEFAULT_RETRIES,
     } = options;
     this._maxRetries = maxRetries;
-    let creds;
-    if (tls || caFile || certFile) {
-      creds = grpc.credentials.createSsl(
-        caFile ? fs.readFileSync(caFile) : null,
-        keyFile ? fs.readFileSync(keyFile) : null,
-        certFile ? fs.readFileSync(certFile) : null,
-      );
-    } else {
-      creds = grpc.credentials.createInsecure();
-    }
+    const creds = channelCredentials(tls, caFile, certFile, keyFile);
     this.raw = new (api().service)(target, creds, { "grpc.max_receive_message_length": 64 << 20 });
     this._apiKey = apiKey;
     this._timeoutMs = timeoutMs;

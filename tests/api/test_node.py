@@ -233,3 +233,30 @@ def test_upload_waits_out_a_quota_that_refused_its_stream(
         "pml_requests_total", {"method": "StreamTraces", "code": "RESOURCE_EXHAUSTED"}
     )
     assert refused == 1  # the server did refuse the first stream
+
+
+def test_tls_options_it_cannot_use_are_refused_naming_the_option(
+    node_client: Path, tmp_path: Path
+) -> None:
+    """A keyFile without its certFile connected in plaintext; the other bad TLS options said
+    neither which option nor which file (`ENOENT: ...`, `Certificate chain must be given with
+    accompanying private key`), or nothing (a caFile that is no PEM)."""
+    (tmp_path / "not.pem").write_text("not a certificate")
+    done = _node(node_client, "test/tls_options.js", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    pair = said.pop("pairNotPem")
+    assert pair.startswith(
+        f"pml: certFile {tmp_path / 'not.pem'}, keyFile {tmp_path / 'not.pem'}: "
+    )
+    mutual = "mutual TLS needs the client certificate and its key"
+    assert said == {
+        "keyAlone": f"pml: keyFile given without certFile: {mutual}",
+        "certAlone": f"pml: certFile given without keyFile: {mutual}",
+        "keyAloneWithTls": f"pml: keyFile given without certFile: {mutual}",
+        "caMissing": f"pml: caFile {tmp_path / 'missing.pem'} cannot be read: "
+        "ENOENT: no such file or directory",
+        "caDirectory": f"pml: caFile {tmp_path} cannot be read: "
+        "EISDIR: illegal operation on a directory",
+        "caNotPem": f"pml: caFile {tmp_path / 'not.pem'} holds no PEM certificate",
+    }
