@@ -244,6 +244,8 @@ export declare class PmlClient {
    * an error that waiting may cure (UNAVAILABLE, RESOURCE_EXHAUSTED with RetryInfo: not
    * captured), the records are resent (after `backoffMs`, never before RetryInfo) up to
    * `maxReconnects` (default 5) times; then such an error is the record's acknowledgement.
+   * Each stream waits for the connection at most `timeoutMs` (then UNAVAILABLE, as a stream
+   * broken).
    */
   upload(
     records: ExecutionRecord[],

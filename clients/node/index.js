@@ -165,6 +165,7 @@ class PmlClient {
     const creds = channelCredentials(tls, caFile, certFile, keyFile);
     this.raw = new (api().service)(target, creds, { "grpc.max_receive_message_length": 64 << 20 });
     this._apiKey = apiKey;
+    this._target = target;
     this._timeoutMs = timeoutMs;
   }
 
@@ -233,16 +234,22 @@ class PmlClient {
    * INVALID_ARGUMENT, nothing sent).
    */
   async upload(records, { maxReconnects = 5, onAck } = {}) {
+    if (!Array.isArray(records)) throw invalidArgument("records: an array of ExecutionRecords (nothing was sent)");
+    records.forEach((r, i) => {
+      if (r === null || typeof r !== "object") {
+        throw invalidArgument(`records[${i}] is ${r === null ? "null" : typeof r}, not an ExecutionRecord (nothing was sent)`);
+      }
+    });
     for (const r of records) if (!r.request_id) r.request_id = crypto.randomUUID();
     // Acknowledgements are keyed by request id: two records under one id would share one
     // answer, and the second could go unsent behind the first's. Nothing is sent then.
     const first = new Map();
     records.forEach((r, i) => {
       if (first.has(r.request_id)) {
-        const message =
+        throw invalidArgument(
           `records[${i}].request_id ${JSON.stringify(r.request_id)} repeats records[${first.get(r.request_id)}]'s: ` +
-          "give each record its own request id (nothing was sent)";
-        throw Object.assign(new Error(message), { code: grpc.status.INVALID_ARGUMENT, details: message });
+            "give each record its own request id (nothing was sent)",
+        );
       }
       first.set(r.request_id, i);
     });
@@ -293,6 +300,8 @@ class PmlClient {
         }
         report.reconnects++;
       }
+      last = await this._connected();
+      if (last) continue;
       last = await new Promise((resolve) => {
         // waitForReady: after a broken connection the new stream waits for the reconnect
         // instead of failing at once and using up the reconnects.
@@ -318,6 +327,19 @@ class PmlClient {
     }
   }
 
+  /** null once the channel is connected, or UNAVAILABLE when it is not within `timeoutMs`: a
+   * stream that waits for the connection (waitForReady) has no deadline, so an upload to a
+   * server that is down waited forever (clients/node/README.md). */
+  _connected() {
+    return new Promise((resolve) => {
+      this.raw.waitForReady(Date.now() + this._timeoutMs, (err) => {
+        if (!err) return resolve(null);
+        const message = `no connection to ${this._target} within ${this._timeoutMs} ms (${err.message})`;
+        resolve(Object.assign(new Error(message), { code: grpc.status.UNAVAILABLE, details: message }));
+      });
+    });
+  }
+
   /** The server's largest request message (GetServerInfo); 0 when unknown. */
   async _maxMessageBytes() {
     try {
@@ -330,6 +352,11 @@ class PmlClient {
   close() {
     this.raw.close();
   }
+}
+
+/** A refused argument, as the server refuses one: code INVALID_ARGUMENT, its message. */
+function invalidArgument(message) {
+  return Object.assign(new Error(message), { code: grpc.status.INVALID_ARGUMENT, details: message });
 }
 
 /** The acknowledgement of a record held back for being over the server's message limit. */

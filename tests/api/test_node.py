@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -260,3 +261,39 @@ def test_tls_options_it_cannot_use_are_refused_naming_the_option(
         "EISDIR: illegal operation on a directory",
         "caNotPem": f"pml: caFile {tmp_path / 'not.pem'} holds no PEM certificate",
     }
+
+
+def test_upload_to_a_server_that_is_down_gives_up_unavailable(node_client: Path) -> None:
+    """Nothing listens: each stream waits for the connection at most timeoutMs, and the upload
+    rejects UNAVAILABLE naming the address once the reconnects run out (it waited forever:
+    this test's subprocess timed out)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        target = f"127.0.0.1:{s.getsockname()[1]}"  # closed again: nothing listens there
+    done = _node(node_client, "test/upload_server_down.js", target)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["code"] == grpc.StatusCode.UNAVAILABLE.value[0]
+    assert said["message"].startswith(f"no connection to {target} within 500 ms")
+
+
+def test_upload_refuses_records_that_are_not_records(
+    node_client: Path, server: RunningServer
+) -> None:
+    """A null among the records, a number, a string: INVALID_ARGUMENT naming it, nothing sent
+    (a null threw `Cannot read properties of null (reading 'request_id')`)."""
+    done = _node(node_client, "test/upload_not_records.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert json.loads(done.stdout) == [
+        {
+            "code": invalid,
+            "message": "records[1] is null, not an ExecutionRecord (nothing was sent)",
+        },
+        {
+            "code": invalid,
+            "message": "records[0] is number, not an ExecutionRecord (nothing was sent)",
+        },
+        {"code": invalid, "message": "records: an array of ExecutionRecords (nothing was sent)"},
+        {"executions": 0},
+    ]
