@@ -22,6 +22,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -192,11 +193,18 @@ type UploadReport struct {
 // the server's RetryInfo delay (on the stream's error or those acknowledgements); once the
 // reconnects run out, that error is the record's acknowledgement. Request ids (a random UUID for a record without one, kept
 // across reconnects) make each apply exactly once. The records' request ids are filled in
-// place; two records under one request id are refused (InvalidArgument, nothing sent).
+// place; two records under one request id, or a nil record, are refused (InvalidArgument,
+// nothing sent). Each stream waits for the connection at most Options.Timeout.
 func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, opts UploadOptions) (*UploadReport, error) {
 	maxReconnects := opts.MaxReconnects
 	if maxReconnects == 0 {
 		maxReconnects = 5
+	}
+	for i, r := range records {
+		if r == nil { // it panicked, setting the request id of nil
+			return nil, status.Errorf(codes.InvalidArgument,
+				"records[%d] is nil, not an ExecutionRecord (nothing was sent)", i)
+		}
 	}
 	for _, r := range records {
 		if r.GetRequestId() == "" {
@@ -416,6 +424,9 @@ func (c *Client) streamOnce(
 	resend map[string]*pmlv1.StreamTracesResponse,
 	onAck func(*pmlv1.StreamTracesResponse),
 ) error {
+	if err := c.connected(ctx); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// WaitForReady: after a broken connection, the new stream waits for the reconnect
@@ -460,6 +471,29 @@ func (c *Client) streamOnce(
 		report.Acks[id] = ack
 		if onAck != nil {
 			onAck(ack)
+		}
+	}
+}
+
+// connected waits for the connection at most the client's Timeout: a stream that waits for it
+// (WaitForReady) is bounded by ctx alone, so an Upload to a server that is down, given a ctx
+// without a deadline, never returned (clients/go/README.md). UNAVAILABLE when it is not made:
+// a broken stream, which Upload opens again until its reconnects run out.
+func (c *Client) connected(ctx context.Context) error {
+	wait, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	c.conn.Connect()
+	for {
+		state := c.conn.GetState()
+		if state == connectivity.Ready {
+			return nil
+		}
+		if !c.conn.WaitForStateChange(wait, state) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return status.Errorf(codes.Unavailable, "pml: no connection to %s within %v (%s)",
+				c.conn.Target(), c.timeout, state)
 		}
 	}
 }
