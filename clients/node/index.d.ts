@@ -222,7 +222,7 @@ export interface ClientOptions {
    * naming the one given alone); imply TLS. */
   certFile?: string;
   keyFile?: string;
-  /** Deadline of each unary call (default 30000). */
+  /** Deadline of each unary call (default 30000); a number above 0, or the constructor throws. */
   timeoutMs?: number;
   /** Retries of a unary call safe to repeat on UNAVAILABLE, or RESOURCE_EXHAUSTED with RetryInfo
    * (a quota; a message over the size limit is never sent again) (default 3; 0: none). */

@@ -161,6 +161,15 @@ class PmlClient {
       apiKey = process.env.PML_API_KEY, tls = false, caFile, certFile, keyFile, timeoutMs = 30000,
       maxRetries = DEFAULT_RETRIES,
     } = options;
+    // A timeout that is no positive number failed every call (DEADLINE_EXCEEDED at once, or
+    // grpc-js's "deadline must be a number or Date"); a maxRetries that is no integer was
+    // taken as none (clients/node/README.md).
+    if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
+      throw new TypeError(`pml: timeoutMs ${JSON.stringify(timeoutMs)}: a number of milliseconds above 0`);
+    }
+    if (!Number.isInteger(maxRetries) || maxRetries < 0) {
+      throw new TypeError(`pml: maxRetries ${JSON.stringify(maxRetries)}: an integer from 0 (0: none)`);
+    }
     this._maxRetries = maxRetries;
     const creds = channelCredentials(tls, caFile, certFile, keyFile);
     this.raw = new (api().service)(target, creds, { "grpc.max_receive_message_length": 64 << 20 });
@@ -182,6 +191,13 @@ class PmlClient {
    * message over the server's size limit, never sent again), never sooner than that delay.
    */
   async call(method, request) {
+    const rpcs = api().service.service;
+    const rpc = Object.hasOwn(rpcs, method) ? rpcs[method] : undefined;
+    if (!rpc || rpc.requestStream || rpc.responseStream) {
+      // it threw "this.raw[method] is not a function", or called a stream as if unary
+      const which = rpc ? `${method} is a stream (upload(), or pml.raw.${method})` : `no RPC ${JSON.stringify(method)}`;
+      throw new TypeError(`pml: call: ${which}: a unary RPC of pml.v1.PmlService`);
+    }
     for (let attempt = 0; ; attempt++) {
       try {
         return await this._callOnce(method, request);
@@ -302,19 +318,28 @@ class PmlClient {
       }
       last = await this._connected();
       if (last) continue;
+      let thrown = null;
       last = await new Promise((resolve) => {
         // waitForReady: after a broken connection the new stream waits for the reconnect
         // instead of failing at once and using up the reconnects.
         const call = this.raw.StreamTraces(this._metadata({ waitForReady: true }));
         call.on("data", (ack) => {
           const id = ack.execution_id;
+          if (thrown) return;
           if (ack.error && !report.acks.has(id) && worthResending(statusDetails(ack.error))) {
             resend.set(id, ack);
             return;
           }
           resend.delete(id);
           report.acks.set(id, ack);
-          if (onAck) onAck(ack);
+          try {
+            if (onAck) onAck(ack);
+          } catch (err) {
+            // thrown inside grpc-js's event: an uncaught exception that ended the process,
+            // while the upload went on. It ends the stream and rejects the upload instead.
+            thrown = { err };
+            call.cancel();
+          }
         });
         call.on("error", resolve);
         call.on("end", () => resolve(null));
@@ -324,6 +349,7 @@ class PmlClient {
         }
         call.end();
       });
+      if (thrown) throw thrown.err;
     }
   }
 

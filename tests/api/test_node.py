@@ -297,3 +297,25 @@ def test_upload_refuses_records_that_are_not_records(
         {"code": invalid, "message": "records: an array of ExecutionRecords (nothing was sent)"},
         {"executions": 0},
     ]
+
+
+def test_bad_arguments_are_refused_naming_them(node_client: Path, server: RunningServer) -> None:
+    """A timeoutMs that is no positive number failed every call (DEADLINE_EXCEEDED at once, or
+    grpc-js's `deadline must be a number or Date`), a maxRetries of text was taken as none,
+    `call` of an unknown name threw `this.raw[method] is not a function`, and an onAck that
+    threw was an uncaught exception (the end of a Node process) while the upload resolved."""
+    done = _node(node_client, "test/bad_arguments.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    unary = "a unary RPC of pml.v1.PmlService"
+    assert json.loads(done.stdout) == {
+        "timeoutZero": "pml: timeoutMs 0: a number of milliseconds above 0",
+        "timeoutText": 'pml: timeoutMs "5000": a number of milliseconds above 0',
+        "retriesText": 'pml: maxRetries "3": an integer from 0 (0: none)',
+        "retriesNegative": "pml: maxRetries -1: an integer from 0 (0: none)",
+        "Nope": f'pml: call: no RPC "Nope": {unary}',
+        "StreamTraces": "pml: call: StreamTraces is a stream (upload(), or "
+        f"pml.raw.StreamTraces): {unary}",
+        "constructor": f'pml: call: no RPC "constructor": {unary}',
+        "onAck": "onAck failed",
+        "uncaught": None,
+    }
