@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -71,8 +72,13 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 
 func (bearer) RequireTransportSecurity() bool { return false }
 
-// Dial connects to target ("host:port"). The connection is made lazily, on the first call.
+// Dial connects to target ("host:port"; empty: an error). The connection is made lazily, on
+// the first call.
 func Dial(target string, opts Options) (*Client, error) {
+	if strings.TrimSpace(target) == "" {
+		// it dialled, and every call failed UNAVAILABLE after its retries ("missing address")
+		return nil, errors.New(`pml: Dial: the target is empty: give "host:port"`)
+	}
 	creds, err := transportCredentials(opts)
 	if err != nil {
 		return nil, err

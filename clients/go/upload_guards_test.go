@@ -64,3 +64,18 @@ func TestUploadToAServerThatIsDownGivesUpUnavailable(t *testing.T) {
 		t.Fatal("Upload to a server that is down had not returned after 60 s")
 	}
 }
+
+// An empty target is refused by Dial (it dialled, and every call failed UNAVAILABLE after its
+// retries: "missing address").
+func TestDialRefusesAnEmptyTarget(t *testing.T) {
+	for _, target := range []string{"", "  "} {
+		client, err := pml.Dial(target, pml.Options{})
+		if err == nil {
+			client.Close()
+			t.Fatalf("Dial(%q) took it", target)
+		}
+		if err.Error() != `pml: Dial: the target is empty: give "host:port"` {
+			t.Fatalf("Dial(%q): %v", target, err)
+		}
+	}
+}
