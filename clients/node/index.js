@@ -250,6 +250,13 @@ class PmlClient {
    * INVALID_ARGUMENT, nothing sent).
    */
   async upload(records, { maxReconnects = 5, onAck } = {}) {
+    // a maxReconnects of text compared false with every count: reconnects without end
+    if (!Number.isInteger(maxReconnects) || maxReconnects < 0) {
+      throw new TypeError(`pml: upload: maxReconnects ${JSON.stringify(maxReconnects)}: an integer from 0 (0: none)`);
+    }
+    if (onAck !== undefined && typeof onAck !== "function") {
+      throw new TypeError(`pml: upload: onAck is ${typeof onAck}, not a function`);
+    }
     if (!Array.isArray(records)) throw invalidArgument("records: an array of ExecutionRecords (nothing was sent)");
     records.forEach((r, i) => {
       if (r === null || typeof r !== "object") {

@@ -302,8 +302,9 @@ def test_upload_refuses_records_that_are_not_records(
 def test_bad_arguments_are_refused_naming_them(node_client: Path, server: RunningServer) -> None:
     """A timeoutMs that is no positive number failed every call (DEADLINE_EXCEEDED at once, or
     grpc-js's `deadline must be a number or Date`), a maxRetries of text was taken as none,
-    `call` of an unknown name threw `this.raw[method] is not a function`, and an onAck that
-    threw was an uncaught exception (the end of a Node process) while the upload resolved."""
+    `call` of an unknown name threw `this.raw[method] is not a function`, an upload's
+    maxReconnects of text reconnected without end, and an onAck that threw was an uncaught
+    exception (the end of a Node process) while the upload resolved."""
     done = _node(node_client, "test/bad_arguments.js", f"127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
     unary = "a unary RPC of pml.v1.PmlService"
@@ -316,6 +317,8 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
         "StreamTraces": "pml: call: StreamTraces is a stream (upload(), or "
         f"pml.raw.StreamTraces): {unary}",
         "constructor": f'pml: call: no RPC "constructor": {unary}',
+        "reconnectsText": 'pml: upload: maxReconnects "5": an integer from 0 (0: none)',
+        "onAckNotAFunction": "pml: upload: onAck is string, not a function",
         "onAck": "onAck failed",
         "uncaught": None,
     }

@@ -30,6 +30,15 @@ async function main(target) {
       out[method] = err.message;
     }
   }
+  const uploads = { reconnectsText: { maxReconnects: "5" }, onAckNotAFunction: { onAck: "log" } };
+  for (const [name, given] of Object.entries(uploads)) {
+    try {
+      await pml.upload([newRecord("Read JSON file", "x", "typescript")], given);
+      out[name] = "resolved";
+    } catch (err) {
+      out[name] = err.message;
+    }
+  }
   let uncaught = null;
   process.on("uncaughtException", (err) => {
     uncaught = err.message;
