@@ -17,11 +17,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -70,8 +72,13 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 
 func (bearer) RequireTransportSecurity() bool { return false }
 
-// Dial connects to target ("host:port"). The connection is made lazily, on the first call.
+// Dial connects to target ("host:port"; empty: an error). The connection is made lazily, on
+// the first call.
 func Dial(target string, opts Options) (*Client, error) {
+	if strings.TrimSpace(target) == "" {
+		// it dialled, and every call failed UNAVAILABLE after its retries ("missing address")
+		return nil, errors.New(`pml: Dial: the target is empty: give "host:port"`)
+	}
 	creds, err := transportCredentials(opts)
 	if err != nil {
 		return nil, err
@@ -99,7 +106,18 @@ func Dial(target string, opts Options) (*Client, error) {
 	return &Client{conn: conn, api: pmlv1.NewPmlServiceClient(conn), timeout: timeout}, nil
 }
 
+// transportCredentials refuses, naming the option, what would fail later or quietly: a
+// KeyFile without its CertFile dialled in plaintext, a CertFile without its KeyFile said
+// "open : no such file or directory" (clients/go/README.md, TLS options).
 func transportCredentials(opts Options) (credentials.TransportCredentials, error) {
+	if (opts.CertFile == "") != (opts.KeyFile == "") {
+		given, missing := "CertFile", "KeyFile"
+		if opts.CertFile == "" {
+			given, missing = missing, given
+		}
+		return nil, fmt.Errorf("pml: Options.%s given without Options.%s: "+
+			"mutual TLS needs the client certificate and its key", given, missing)
+	}
 	if !opts.TLS && opts.CAFile == "" && opts.CertFile == "" {
 		return insecure.NewCredentials(), nil
 	}
@@ -107,18 +125,18 @@ func transportCredentials(opts Options) (credentials.TransportCredentials, error
 	if opts.CAFile != "" {
 		pem, err := os.ReadFile(opts.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("pml: CA file: %w", err)
+			return nil, fmt.Errorf("pml: Options.CAFile: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("pml: CA file %s holds no PEM certificate", opts.CAFile)
+			return nil, fmt.Errorf("pml: Options.CAFile %s holds no PEM certificate", opts.CAFile)
 		}
 		config.RootCAs = pool
 	}
-	if opts.CertFile != "" || opts.KeyFile != "" {
+	if opts.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("pml: client certificate: %w", err)
+			return nil, fmt.Errorf("pml: Options.CertFile, Options.KeyFile: %w", err)
 		}
 		config.Certificates = []tls.Certificate{cert}
 	}
@@ -181,11 +199,18 @@ type UploadReport struct {
 // the server's RetryInfo delay (on the stream's error or those acknowledgements); once the
 // reconnects run out, that error is the record's acknowledgement. Request ids (a random UUID for a record without one, kept
 // across reconnects) make each apply exactly once. The records' request ids are filled in
-// place; two records under one request id are refused (InvalidArgument, nothing sent).
+// place; two records under one request id, or a nil record, are refused (InvalidArgument,
+// nothing sent). Each stream waits for the connection at most Options.Timeout.
 func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, opts UploadOptions) (*UploadReport, error) {
 	maxReconnects := opts.MaxReconnects
 	if maxReconnects == 0 {
 		maxReconnects = 5
+	}
+	for i, r := range records {
+		if r == nil { // it panicked, setting the request id of nil
+			return nil, status.Errorf(codes.InvalidArgument,
+				"records[%d] is nil, not an ExecutionRecord (nothing was sent)", i)
+		}
 	}
 	for _, r := range records {
 		if r.GetRequestId() == "" {
@@ -405,6 +430,9 @@ func (c *Client) streamOnce(
 	resend map[string]*pmlv1.StreamTracesResponse,
 	onAck func(*pmlv1.StreamTracesResponse),
 ) error {
+	if err := c.connected(ctx); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// WaitForReady: after a broken connection, the new stream waits for the reconnect
@@ -449,6 +477,29 @@ func (c *Client) streamOnce(
 		report.Acks[id] = ack
 		if onAck != nil {
 			onAck(ack)
+		}
+	}
+}
+
+// connected waits for the connection at most the client's Timeout: a stream that waits for it
+// (WaitForReady) is bounded by ctx alone, so an Upload to a server that is down, given a ctx
+// without a deadline, never returned (clients/go/README.md). UNAVAILABLE when it is not made:
+// a broken stream, which Upload opens again until its reconnects run out.
+func (c *Client) connected(ctx context.Context) error {
+	wait, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	c.conn.Connect()
+	for {
+		state := c.conn.GetState()
+		if state == connectivity.Ready {
+			return nil
+		}
+		if !c.conn.WaitForStateChange(wait, state) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return status.Errorf(codes.Unavailable, "pml: no connection to %s within %v (%s)",
+				c.conn.Target(), c.timeout, state)
 		}
 	}
 }

@@ -216,10 +216,13 @@ export interface ClientOptions {
   apiKey?: string;
   /** TLS with the system roots (or caFile). */
   tls?: boolean;
+  /** PEM CA of the server certificate; implies TLS. */
   caFile?: string;
+  /** Client certificate and key (PEM) for mutual TLS, both or neither (the constructor throws
+   * naming the one given alone); imply TLS. */
   certFile?: string;
   keyFile?: string;
-  /** Deadline of each unary call (default 30000). */
+  /** Deadline of each unary call (default 30000); a number above 0, or the constructor throws. */
   timeoutMs?: number;
   /** Retries of a unary call safe to repeat on UNAVAILABLE, or RESOURCE_EXHAUSTED with RetryInfo
    * (a quota; a message over the size limit is never sent again) (default 3; 0: none). */
@@ -241,6 +244,8 @@ export declare class PmlClient {
    * an error that waiting may cure (UNAVAILABLE, RESOURCE_EXHAUSTED with RetryInfo: not
    * captured), the records are resent (after `backoffMs`, never before RetryInfo) up to
    * `maxReconnects` (default 5) times; then such an error is the record's acknowledgement.
+   * Each stream waits for the connection at most `timeoutMs` (then UNAVAILABLE, as a stream
+   * broken).
    */
   upload(
     records: ExecutionRecord[],

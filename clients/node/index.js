@@ -116,6 +116,41 @@ function newRecord(intent, code, language = "typescript", toolCalls = []) {
   return { request_id: crypto.randomUUID(), intent, code, language, tool_calls: toolCalls };
 }
 
+/**
+ * The channel's credentials, refusing at construction, naming the option, what would fail
+ * later or quietly (clients/node/README.md): a keyFile without its certFile connected in
+ * plaintext; a certFile without its keyFile, a caFile that cannot be read or holds no PEM
+ * certificate said neither which option nor which file.
+ */
+function channelCredentials(tls, caFile, certFile, keyFile) {
+  if (Boolean(certFile) !== Boolean(keyFile)) {
+    const [given, missing] = certFile ? ["certFile", "keyFile"] : ["keyFile", "certFile"];
+    throw new Error(`pml: ${given} given without ${missing}: mutual TLS needs the client certificate and its key`);
+  }
+  if (!tls && !caFile && !certFile) return grpc.credentials.createInsecure();
+  const ca = caFile ? tlsFile("caFile", caFile) : null;
+  if (ca && !ca.includes("-----BEGIN CERTIFICATE-----")) {
+    throw new Error(`pml: caFile ${caFile} holds no PEM certificate`);
+  }
+  const key = keyFile ? tlsFile("keyFile", keyFile) : null;
+  const cert = certFile ? tlsFile("certFile", certFile) : null;
+  try {
+    return grpc.credentials.createSsl(ca, key, cert);
+  } catch (err) {
+    throw new Error(`pml: certFile ${certFile}, keyFile ${keyFile}: ${err.message}`);
+  }
+}
+
+/** A TLS option's file; an error names the option and the file. */
+function tlsFile(option, file) {
+  try {
+    return fs.readFileSync(file);
+  } catch (err) {
+    // "ENOENT: no such file or directory, open '/x'": the file is named once, before
+    throw new Error(`pml: ${option} ${file} cannot be read: ${err.message.split(", ")[0]}`);
+  }
+}
+
 class PmlClient {
   /**
    * @param {string} target host:port
@@ -126,19 +161,20 @@ class PmlClient {
       apiKey = process.env.PML_API_KEY, tls = false, caFile, certFile, keyFile, timeoutMs = 30000,
       maxRetries = DEFAULT_RETRIES,
     } = options;
-    this._maxRetries = maxRetries;
-    let creds;
-    if (tls || caFile || certFile) {
-      creds = grpc.credentials.createSsl(
-        caFile ? fs.readFileSync(caFile) : null,
-        keyFile ? fs.readFileSync(keyFile) : null,
-        certFile ? fs.readFileSync(certFile) : null,
-      );
-    } else {
-      creds = grpc.credentials.createInsecure();
+    // A timeout that is no positive number failed every call (DEADLINE_EXCEEDED at once, or
+    // grpc-js's "deadline must be a number or Date"); a maxRetries that is no integer was
+    // taken as none (clients/node/README.md).
+    if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
+      throw new TypeError(`pml: timeoutMs ${JSON.stringify(timeoutMs)}: a number of milliseconds above 0`);
     }
+    if (!Number.isInteger(maxRetries) || maxRetries < 0) {
+      throw new TypeError(`pml: maxRetries ${JSON.stringify(maxRetries)}: an integer from 0 (0: none)`);
+    }
+    this._maxRetries = maxRetries;
+    const creds = channelCredentials(tls, caFile, certFile, keyFile);
     this.raw = new (api().service)(target, creds, { "grpc.max_receive_message_length": 64 << 20 });
     this._apiKey = apiKey;
+    this._target = target;
     this._timeoutMs = timeoutMs;
   }
 
@@ -155,6 +191,13 @@ class PmlClient {
    * message over the server's size limit, never sent again), never sooner than that delay.
    */
   async call(method, request) {
+    const rpcs = api().service.service;
+    const rpc = Object.hasOwn(rpcs, method) ? rpcs[method] : undefined;
+    if (!rpc || rpc.requestStream || rpc.responseStream) {
+      // it threw "this.raw[method] is not a function", or called a stream as if unary
+      const which = rpc ? `${method} is a stream (upload(), or pml.raw.${method})` : `no RPC ${JSON.stringify(method)}`;
+      throw new TypeError(`pml: call: ${which}: a unary RPC of pml.v1.PmlService`);
+    }
     for (let attempt = 0; ; attempt++) {
       try {
         return await this._callOnce(method, request);
@@ -207,16 +250,29 @@ class PmlClient {
    * INVALID_ARGUMENT, nothing sent).
    */
   async upload(records, { maxReconnects = 5, onAck } = {}) {
+    // a maxReconnects of text compared false with every count: reconnects without end
+    if (!Number.isInteger(maxReconnects) || maxReconnects < 0) {
+      throw new TypeError(`pml: upload: maxReconnects ${JSON.stringify(maxReconnects)}: an integer from 0 (0: none)`);
+    }
+    if (onAck !== undefined && typeof onAck !== "function") {
+      throw new TypeError(`pml: upload: onAck is ${typeof onAck}, not a function`);
+    }
+    if (!Array.isArray(records)) throw invalidArgument("records: an array of ExecutionRecords (nothing was sent)");
+    records.forEach((r, i) => {
+      if (r === null || typeof r !== "object") {
+        throw invalidArgument(`records[${i}] is ${r === null ? "null" : typeof r}, not an ExecutionRecord (nothing was sent)`);
+      }
+    });
     for (const r of records) if (!r.request_id) r.request_id = crypto.randomUUID();
     // Acknowledgements are keyed by request id: two records under one id would share one
     // answer, and the second could go unsent behind the first's. Nothing is sent then.
     const first = new Map();
     records.forEach((r, i) => {
       if (first.has(r.request_id)) {
-        const message =
+        throw invalidArgument(
           `records[${i}].request_id ${JSON.stringify(r.request_id)} repeats records[${first.get(r.request_id)}]'s: ` +
-          "give each record its own request id (nothing was sent)";
-        throw Object.assign(new Error(message), { code: grpc.status.INVALID_ARGUMENT, details: message });
+            "give each record its own request id (nothing was sent)",
+        );
       }
       first.set(r.request_id, i);
     });
@@ -267,19 +323,30 @@ class PmlClient {
         }
         report.reconnects++;
       }
+      last = await this._connected();
+      if (last) continue;
+      let thrown = null;
       last = await new Promise((resolve) => {
         // waitForReady: after a broken connection the new stream waits for the reconnect
         // instead of failing at once and using up the reconnects.
         const call = this.raw.StreamTraces(this._metadata({ waitForReady: true }));
         call.on("data", (ack) => {
           const id = ack.execution_id;
+          if (thrown) return;
           if (ack.error && !report.acks.has(id) && worthResending(statusDetails(ack.error))) {
             resend.set(id, ack);
             return;
           }
           resend.delete(id);
           report.acks.set(id, ack);
-          if (onAck) onAck(ack);
+          try {
+            if (onAck) onAck(ack);
+          } catch (err) {
+            // thrown inside grpc-js's event: an uncaught exception that ended the process,
+            // while the upload went on. It ends the stream and rejects the upload instead.
+            thrown = { err };
+            call.cancel();
+          }
         });
         call.on("error", resolve);
         call.on("end", () => resolve(null));
@@ -289,7 +356,21 @@ class PmlClient {
         }
         call.end();
       });
+      if (thrown) throw thrown.err;
     }
+  }
+
+  /** null once the channel is connected, or UNAVAILABLE when it is not within `timeoutMs`: a
+   * stream that waits for the connection (waitForReady) has no deadline, so an upload to a
+   * server that is down waited forever (clients/node/README.md). */
+  _connected() {
+    return new Promise((resolve) => {
+      this.raw.waitForReady(Date.now() + this._timeoutMs, (err) => {
+        if (!err) return resolve(null);
+        const message = `no connection to ${this._target} within ${this._timeoutMs} ms (${err.message})`;
+        resolve(Object.assign(new Error(message), { code: grpc.status.UNAVAILABLE, details: message }));
+      });
+    });
   }
 
   /** The server's largest request message (GetServerInfo); 0 when unknown. */
@@ -304,6 +385,11 @@ class PmlClient {
   close() {
     this.raw.close();
   }
+}
+
+/** A refused argument, as the server refuses one: code INVALID_ARGUMENT, its message. */
+function invalidArgument(message) {
+  return Object.assign(new Error(message), { code: grpc.status.INVALID_ARGUMENT, details: message });
 }
 
 /** The acknowledgement of a record held back for being over the server's message limit. */

@@ -208,10 +208,19 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
             )
     credentials = _credentials(config)
     _make_data_dir(whole.engine.data_dir)
-    secret_file = config.page_token_secret_file or whole.engine.data_dir / "page-token.key"
-    tokens = PageTokens(load_or_create_secret(secret_file))
+    opened = engine is None
     if engine is None:
         engine = open_engine(whole)
+    # After the store is open: a restored copy of a backup is checked before anything is
+    # written into its directory, and one refused must be left as it was (docs/storage.md,
+    # Backups and restore); the secret was written into it first.
+    secret_file = config.page_token_secret_file or whole.engine.data_dir / "page-token.key"
+    try:
+        tokens = PageTokens(load_or_create_secret(secret_file))
+    except BaseException:
+        if opened:
+            engine.close()
+        raise
     metrics = Metrics()
     metrics.watch_embedding(engine.embedding_usage)
     # The real engine's operator part (`service/_admin.py`); an engine a test builds may have

@@ -53,8 +53,9 @@ class ServerConfig:
     )
     page_token_secret_file: Path | None = setting(
         None,
-        "key that signs page tokens; replicas of one shared store must use the same file, or a "
-        "page token from one is refused by another",
+        "key that signs page tokens: 32 random bytes, created (mode 0600) when missing, a "
+        "file of another size refused; replicas of one shared store must use the same file, "
+        "or a page token from one is refused by another",
         default_text="<data-dir>/page-token.key",
     )
     metrics_port: int | None = setting(None, "serve Prometheus /metrics on this port")

@@ -9,13 +9,14 @@ from typing import Any
 
 import anyio
 import uvicorn
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_PARAMS,
+    METHOD_NOT_FOUND,
     CallToolResult,
     GetPromptResult,
     InputRequiredResult,
@@ -85,6 +86,23 @@ async def name_bad_params(ctx: ServerRequestContext[Any], call_next: CallNext) -
             message = f"invalid request: {ctx.method} before initialize: initialize first"
             raise MCPError(INVALID_PARAMS, message) from None
         raise
+
+
+def refuse_unserved(server: MCPServer) -> ServerMiddleware[Any]:
+    """A method pml does not serve (`completion/complete`, `logging/setLevel`,
+    `resources/subscribe`: capabilities it does not advertise) is -32601 Method not found
+    whatever its params (docs/mcp.md, Protocol). The SDK validated a spec method's params
+    first, so one sent with params missing or malformed answered -32602 as if it were
+    served."""
+
+    async def middleware(ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        if ctx.request_id is None or ctx.method == "initialize":  # a notification; the handshake
+            return await call_next(ctx)
+        if server._lowlevel_server.get_request_handler(ctx.method) is None:
+            raise MCPError(METHOD_NOT_FOUND, "Method not found", data=ctx.method)
+        return await call_next(ctx)
+
+    return middleware
 
 
 class PmlMCPServer(MCPServer):
@@ -177,7 +195,7 @@ def build_server(upstream: Upstream) -> MCPServer:
         "pml", instructions=_INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
     server.upstream = upstream
-    server.middleware.append(name_bad_params)
+    server.middleware.extend([refuse_unserved(server), name_bad_params])
     register(server, upstream)
     resources.register(server, upstream)
     for tool in server._tool_manager.list_tools():

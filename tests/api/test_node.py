@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -233,3 +234,91 @@ def test_upload_waits_out_a_quota_that_refused_its_stream(
         "pml_requests_total", {"method": "StreamTraces", "code": "RESOURCE_EXHAUSTED"}
     )
     assert refused == 1  # the server did refuse the first stream
+
+
+def test_tls_options_it_cannot_use_are_refused_naming_the_option(
+    node_client: Path, tmp_path: Path
+) -> None:
+    """A keyFile without its certFile connected in plaintext; the other bad TLS options said
+    neither which option nor which file (`ENOENT: ...`, `Certificate chain must be given with
+    accompanying private key`), or nothing (a caFile that is no PEM)."""
+    (tmp_path / "not.pem").write_text("not a certificate")
+    done = _node(node_client, "test/tls_options.js", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    pair = said.pop("pairNotPem")
+    assert pair.startswith(
+        f"pml: certFile {tmp_path / 'not.pem'}, keyFile {tmp_path / 'not.pem'}: "
+    )
+    mutual = "mutual TLS needs the client certificate and its key"
+    assert said == {
+        "keyAlone": f"pml: keyFile given without certFile: {mutual}",
+        "certAlone": f"pml: certFile given without keyFile: {mutual}",
+        "keyAloneWithTls": f"pml: keyFile given without certFile: {mutual}",
+        "caMissing": f"pml: caFile {tmp_path / 'missing.pem'} cannot be read: "
+        "ENOENT: no such file or directory",
+        "caDirectory": f"pml: caFile {tmp_path} cannot be read: "
+        "EISDIR: illegal operation on a directory",
+        "caNotPem": f"pml: caFile {tmp_path / 'not.pem'} holds no PEM certificate",
+    }
+
+
+def test_upload_to_a_server_that_is_down_gives_up_unavailable(node_client: Path) -> None:
+    """Nothing listens: each stream waits for the connection at most timeoutMs, and the upload
+    rejects UNAVAILABLE naming the address once the reconnects run out (it waited forever:
+    this test's subprocess timed out)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        target = f"127.0.0.1:{s.getsockname()[1]}"  # closed again: nothing listens there
+    done = _node(node_client, "test/upload_server_down.js", target)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["code"] == grpc.StatusCode.UNAVAILABLE.value[0]
+    assert said["message"].startswith(f"no connection to {target} within 500 ms")
+
+
+def test_upload_refuses_records_that_are_not_records(
+    node_client: Path, server: RunningServer
+) -> None:
+    """A null among the records, a number, a string: INVALID_ARGUMENT naming it, nothing sent
+    (a null threw `Cannot read properties of null (reading 'request_id')`)."""
+    done = _node(node_client, "test/upload_not_records.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert json.loads(done.stdout) == [
+        {
+            "code": invalid,
+            "message": "records[1] is null, not an ExecutionRecord (nothing was sent)",
+        },
+        {
+            "code": invalid,
+            "message": "records[0] is number, not an ExecutionRecord (nothing was sent)",
+        },
+        {"code": invalid, "message": "records: an array of ExecutionRecords (nothing was sent)"},
+        {"executions": 0},
+    ]
+
+
+def test_bad_arguments_are_refused_naming_them(node_client: Path, server: RunningServer) -> None:
+    """A timeoutMs that is no positive number failed every call (DEADLINE_EXCEEDED at once, or
+    grpc-js's `deadline must be a number or Date`), a maxRetries of text was taken as none,
+    `call` of an unknown name threw `this.raw[method] is not a function`, an upload's
+    maxReconnects of text reconnected without end, and an onAck that threw was an uncaught
+    exception (the end of a Node process) while the upload resolved."""
+    done = _node(node_client, "test/bad_arguments.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    unary = "a unary RPC of pml.v1.PmlService"
+    assert json.loads(done.stdout) == {
+        "timeoutZero": "pml: timeoutMs 0: a number of milliseconds above 0",
+        "timeoutText": 'pml: timeoutMs "5000": a number of milliseconds above 0',
+        "retriesText": 'pml: maxRetries "3": an integer from 0 (0: none)',
+        "retriesNegative": "pml: maxRetries -1: an integer from 0 (0: none)",
+        "Nope": f'pml: call: no RPC "Nope": {unary}',
+        "StreamTraces": "pml: call: StreamTraces is a stream (upload(), or "
+        f"pml.raw.StreamTraces): {unary}",
+        "constructor": f'pml: call: no RPC "constructor": {unary}',
+        "reconnectsText": 'pml: upload: maxReconnects "5": an integer from 0 (0: none)',
+        "onAckNotAFunction": "pml: upload: onAck is string, not a function",
+        "onAck": "onAck failed",
+        "uncaught": None,
+    }

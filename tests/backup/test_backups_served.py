@@ -296,3 +296,25 @@ def test_a_backup_under_4_writers_of_shared_patterns_keeps_counters_exact(tmp_pa
             assert client.stats().executions == executions  # replays count nothing
     finally:
         served.terminate()
+
+
+def test_a_restored_copy_refused_at_start_is_left_as_it_was(tmp_path: Path) -> None:
+    """`pml serve` on a copy of a backup that fails its check stops naming it, and writes
+    nothing into it: the page-token secret was created there before the check."""
+    copy = tmp_path / "restored"
+    copy.mkdir()
+    (copy / MANIFEST_NAME).write_text("{cut")
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "pml"),
+            *("serve", "--listen", "127.0.0.1:0", "--data-dir", str(copy)),
+            *("--embedder", "hashing"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"pml serve: error: backup manifest {copy / MANIFEST_NAME}")
+    assert sorted(p.name for p in copy.iterdir()) == [MANIFEST_NAME]

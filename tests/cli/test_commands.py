@@ -411,6 +411,24 @@ def test_keys_list_prints_a_label_on_its_line_without_terminal_escapes(
     assert listed.endswith("  acme  write  ci\\nfake-id  other  admin\\x1b[2J")
 
 
+@pytest.mark.parametrize(
+    "action", [["list"], ["list", "--json"], ["revoke", "3f9a1c0d2b7e"]], ids=" ".join
+)
+def test_keys_list_or_revoke_of_a_missing_file_is_an_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: list[str]
+) -> None:
+    """A misspelt --keys-file is exit 2 naming the file (docs/cli.md, Exit codes), not "no
+    keys in ..." and exit 0; nothing is created. `keys add` creates the file, as before."""
+    path = tmp_path / "kyes.json"
+    with pytest.raises(SystemExit) as done:
+        cli.main(["keys", action[0], "--keys-file", str(path), *action[1:]])
+    assert done.value.code == 2
+    said = capsys.readouterr()
+    assert said.err == f"pml keys: error: {path}: no such keys file (`pml keys add` creates one)\n"
+    assert said.out == ""
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_concurrent_keys_add_and_revoke_lose_no_key(tmp_path: Path) -> None:
     """Provisioning in parallel (`pml keys add ... &` per tenant): each read the file, added its
     key and replaced the file through one shared temporary name, so adds failed

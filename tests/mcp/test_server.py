@@ -16,6 +16,8 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import METHOD_NOT_FOUND, EmptyResult, PromptReference, Request
 
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
@@ -599,6 +601,21 @@ async def _protocol_details(client: Client) -> None:
     assert caps.resources is not None
     assert caps.logging is None
     assert caps.completions is None
+    # A method behind a capability not advertised is -32601 Method not found, whatever its
+    # params (docs/mcp.md, Protocol): an argument without its value was -32602 as if served.
+    with pytest.raises(MCPError) as refused:
+        await client.complete(PromptReference(name="suggest"), {"name": "task", "value": "x"})
+    assert (refused.value.error.code, refused.value.error.data) == (-32601, "completion/complete")
+    ref = {"type": "ref/prompt", "name": "suggest"}
+    for method, params in [
+        ("completion/complete", {"ref": ref, "argument": {"name": "task"}}),
+        ("completion/complete", {}),
+        ("logging/setLevel", {"level": "loud"}),
+    ]:
+        request = Request[dict[str, Any], str](method=method, params=params)
+        with pytest.raises(MCPError) as refused:
+            await client.session.send_request(request, EmptyResult)
+        assert (refused.value.error.code, refused.value.error.data) == (-32601, method)
     bad_k = await client.call_tool("suggest", {"intent": "x", "k": 0})
     text = _text(bad_k)
     assert bad_k.is_error
@@ -623,6 +640,19 @@ def test_protocol_details_through_the_sdk(server: RunningServer) -> None:
             headers=JSON_HEADERS,
         )
         assert r.json()["error"]["code"] in (-32601, -32602)
+        for method, params in [
+            ("completion/complete", {}),
+            ("logging/setLevel", {"level": 3}),
+            ("resources/subscribe", {}),
+        ]:
+            r = httpx2.post(
+                url, json={**LIST_TOOLS, "method": method, "params": params}, headers=JSON_HEADERS
+            )
+            assert r.json()["error"] == {
+                "code": METHOD_NOT_FOUND,
+                "message": "Method not found",
+                "data": method,
+            }
 
 
 def test_first_call_after_pml_restarts_succeeds(tmp_path: Path) -> None:

@@ -142,22 +142,27 @@ def _presented_key(metadata: Sequence[tuple[str, str | bytes]]) -> str | None:
 
 
 def read_keys_file(path: Path) -> dict[str, Caller]:
-    """The keys of a keys file by hash; ValueError naming the file and the entry for a bad one."""
+    """The keys of a keys file by hash; ValueError naming the file and the entry for a bad one.
+    A missing file holds no keys (the server's, not `pml keys list`'s)."""
     entries: dict[str, Caller] = {}
-    for item in _keys_data(path)["keys"]:
+    for item in _keys_data(path, missing_ok=True)["keys"]:
         entries[str(item["sha256"]).lower()] = Caller(
             tenant=str(item["tenant"]), role=Role.parse(str(item["role"]))
         )
     return entries
 
 
-def _keys_data(path: Path) -> dict[str, Any]:
+def _keys_data(path: Path, *, missing_ok: bool) -> dict[str, Any]:
     """A keys file's JSON, checked whole before anything reads or writes it (the server, its
     reloads and `pml keys` alike): an object whose `keys` is a list of objects, each with a
     SHA-256 hex `sha256`, a valid `tenant` and a `role`; ValueError naming the file and the
-    entry otherwise. A missing file holds no keys."""
+    entry otherwise. A missing file holds no keys where `missing_ok` (`pml keys add` creates
+    it); elsewhere it is a ValueError naming it: `pml keys list` or `revoke` of a misspelt path
+    said "no keys" and exited 0 (docs/cli.md, Exit codes)."""
     if not path.exists():
-        return {"keys": []}
+        if missing_ok:
+            return {"keys": []}
+        raise ValueError(f"{path}: no such keys file (`pml keys add` creates one)")
     try:
         data: Any = json.loads(path.read_text())
     except json.JSONDecodeError as err:
@@ -199,7 +204,7 @@ KEY_ID_LENGTH = 12
 
 
 def list_keys(path: Path) -> list[KeyEntry]:
-    return [_entry(k) for k in _keys_data(path)["keys"]]
+    return [_entry(k) for k in _keys_data(path, missing_ok=False)["keys"]]
 
 
 def revoke_key(path: Path, key_id: str) -> KeyEntry:
@@ -213,7 +218,7 @@ def revoke_key(path: Path, key_id: str) -> KeyEntry:
         wanted, shown = hash_key(key_id.strip()), "the key given"
     if len(wanted) < 6:
         raise ValueError(f"key id {key_id!r} is too short: give at least 6 characters")
-    with _changing(path) as data:
+    with _changing(path, create=False) as data:
         matches = [k for k in data["keys"] if str(k["sha256"]).startswith(wanted)]
         if len(matches) != 1:
             found = "no key" if not matches else f"{len(matches)} keys"
@@ -232,7 +237,7 @@ def _entry(item: dict[str, str]) -> KeyEntry:
 
 
 @contextmanager
-def _changing(path: Path) -> Iterator[dict[str, Any]]:
+def _changing(path: Path, *, create: bool) -> Iterator[dict[str, Any]]:
     """The keys file's data, to change in place; written back when the block ends. Changes are
     serialized by an exclusive lock on the file's directory (as the page-token secret's): two
     `pml keys add` at once each read the file, and the second replace dropped the first's key
@@ -242,7 +247,7 @@ def _changing(path: Path) -> Iterator[dict[str, Any]]:
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         fcntl.flock(dir_fd, fcntl.LOCK_EX)
-        data = _keys_data(path)
+        data = _keys_data(path, missing_ok=create)
         yield data
         tmp = path.with_suffix(path.suffix + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -264,7 +269,7 @@ def add_key(path: Path, tenant: str, role: Role, label: str = "") -> str:
     if not TENANT_NAME.fullmatch(tenant):
         raise ValueError(f"tenant {tenant!r}: use {TENANT_NAME_RULE}")
     key = "pml_" + secrets.token_urlsafe(32)
-    with _changing(path) as data:
+    with _changing(path, create=True) as data:
         data["keys"].append(
             {"sha256": hash_key(key), "tenant": tenant, "role": role.name.lower(), "label": label}
         )

@@ -33,9 +33,13 @@ _SECRET_BYTES = 32
 
 
 def load_or_create_secret(path: Path) -> bytes:
-    """The HMAC key of page tokens, created on first use. Written to a temporary file, fsynced,
-    renamed, and the directory fsynced: a power cut must not leave an empty key (every token
-    would then be forgeable). A short file (such a cut before this fix) is replaced.
+    """The HMAC key of page tokens, 32 random bytes, created (mode 0600, its directory too if
+    missing) on first use (docs/configuration.md, page_token_secret_file). Written to a
+    temporary file, fsynced, renamed, and the directory fsynced: a power cut must not leave an
+    empty key (every token would then be forgeable). An empty file (such a cut before the
+    writes were atomic) is replaced; a file of any other size is no key pml wrote (one an
+    operator made, `openssl rand -hex 32`): ValueError naming it, never overwritten (it was
+    replaced by a random key, so replicas given copies of it each signed with their own).
 
     Replicas started together share the file: creation holds an exclusive lock on the directory,
     so exactly one process writes the key and every other one reads that same key."""
@@ -69,7 +73,16 @@ def _read_secret(path: Path) -> bytes | None:
         secret = path.read_bytes()
     except FileNotFoundError:
         return None
-    return secret if len(secret) == _SECRET_BYTES else None
+    if not secret:
+        return None
+    if len(secret) != _SECRET_BYTES:
+        raise ValueError(
+            f"page-token secret {path}: {len(secret)} bytes, not the {_SECRET_BYTES} random bytes "
+            "of a key pml writes: give --page-token-secret-file a file of "
+            f"{_SECRET_BYTES} bytes (`head -c {_SECRET_BYTES} /dev/urandom`), or remove this one "
+            "for pml to create it"
+        )
+    return secret
 
 
 class PageTokens:

@@ -1,0 +1,81 @@
+package pml_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pml "pml/clients/go"
+	"pml/clients/go/pmlv1"
+)
+
+// A nil among the records is refused InvalidArgument naming it, before anything is sent (it
+// panicked: a nil pointer dereference, setting its request id).
+func TestUploadRefusesANilRecord(t *testing.T) {
+	c, err := pml.Dial("127.0.0.1:1", pml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	records := []*pmlv1.ExecutionRecord{pml.NewRecord("Read JSON file", "x", "typescript"), nil}
+	_, err = c.Upload(context.Background(), records, pml.UploadOptions{})
+	if status.Code(err) != codes.InvalidArgument ||
+		status.Convert(err).Message() != "records[1] is nil, not an ExecutionRecord (nothing was sent)" {
+		t.Fatalf("Upload with a nil record: %v", err)
+	}
+}
+
+// Nothing listens: each stream waits for the connection at most Options.Timeout, and Upload
+// returns UNAVAILABLE naming the address once the reconnects run out, even under a context
+// without a deadline (it waited forever).
+func TestUploadToAServerThatIsDownGivesUpUnavailable(t *testing.T) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := listener.Addr().String()
+	listener.Close() // nothing listens there now
+	c, err := pml.Dial(target, pml.Options{Timeout: 500 * time.Millisecond, MaxRetries: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() {
+		records := []*pmlv1.ExecutionRecord{pml.NewRecord("Read JSON file", "x", "typescript")}
+		report, err := c.Upload(context.Background(), records, pml.UploadOptions{MaxReconnects: 1})
+		if err == nil {
+			t.Errorf("Upload to nothing: %d acks, no error", len(report.Acks))
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if status.Code(err) != codes.Unavailable ||
+			!strings.HasPrefix(status.Convert(err).Message(), "pml: no connection to "+target+" within 500ms") {
+			t.Fatalf("Upload to nothing: %v", err)
+		}
+	case <-time.After(60 * time.Second): // a guard against the hang, not a measure
+		t.Fatal("Upload to a server that is down had not returned after 60 s")
+	}
+}
+
+// An empty target is refused by Dial (it dialled, and every call failed UNAVAILABLE after its
+// retries: "missing address").
+func TestDialRefusesAnEmptyTarget(t *testing.T) {
+	for _, target := range []string{"", "  "} {
+		client, err := pml.Dial(target, pml.Options{})
+		if err == nil {
+			client.Close()
+			t.Fatalf("Dial(%q) took it", target)
+		}
+		if err.Error() != `pml: Dial: the target is empty: give "host:port"` {
+			t.Fatalf("Dial(%q): %v", target, err)
+		}
+	}
+}

@@ -1,0 +1,62 @@
+// Run by tests/api/test_node.py: bad arguments are refused naming them, and an onAck that
+// throws rejects the upload instead of ending the process. Prints {case: message}.
+// Usage: node test/bad_arguments.js HOST:PORT
+"use strict";
+
+const { PmlClient, newRecord } = require("..");
+
+async function main(target) {
+  const out = {};
+  const options = {
+    timeoutZero: { timeoutMs: 0 },
+    timeoutText: { timeoutMs: "5000" },
+    retriesText: { maxRetries: "3" },
+    retriesNegative: { maxRetries: -1 },
+  };
+  for (const [name, given] of Object.entries(options)) {
+    try {
+      new PmlClient(target, given).close();
+      out[name] = "took";
+    } catch (err) {
+      out[name] = err.message;
+    }
+  }
+  const pml = new PmlClient(target);
+  for (const method of ["Nope", "StreamTraces", "constructor"]) {
+    try {
+      await pml.call(method, {});
+      out[method] = "called";
+    } catch (err) {
+      out[method] = err.message;
+    }
+  }
+  const uploads = { reconnectsText: { maxReconnects: "5" }, onAckNotAFunction: { onAck: "log" } };
+  for (const [name, given] of Object.entries(uploads)) {
+    try {
+      await pml.upload([newRecord("Read JSON file", "x", "typescript")], given);
+      out[name] = "resolved";
+    } catch (err) {
+      out[name] = err.message;
+    }
+  }
+  let uncaught = null;
+  process.on("uncaughtException", (err) => {
+    uncaught = err.message;
+  });
+  const records = [newRecord("Read JSON file", "x", "typescript")];
+  try {
+    await pml.upload(records, {
+      onAck: () => {
+        throw new Error("onAck failed");
+      },
+    });
+    out.onAck = "resolved";
+  } catch (err) {
+    out.onAck = err.message;
+  }
+  out.uncaught = uncaught;
+  pml.close();
+  console.log(JSON.stringify(out));
+}
+
+main(process.argv[2]);
