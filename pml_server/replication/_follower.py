@@ -17,7 +17,9 @@ written by transactions its last snapshot did not see, with the keys of the inte
 written so (`OpLog.changes`, one statement; counting takes no op log entry, so
 captures never queue on the head row for it). A row is read as it is now, so one read late
 (before this replica's own later write) is set right by the next. The same feed, and the op
-log's removals, drop the changed patterns from the repository's cache of views.
+log's removals, drop the changed patterns from the repository's cache of views, but for the
+rows of this replica's own commits (each dropped its views once committed:
+`SharedViews.forget_changed`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from pml_server.search import TenantSearchIndex
 from pml_server.storage.keys import CF_PATTERNS, split_tenant
 from pml_server.storage.postgres import SharedRepository
 from pml_server.storage.postgres._oplog import OpLog
-from pml_server.storage.postgres._repository import viewed_pattern
 from pml_server.storage.repo import counter_rank_row, pattern_rank_row
 
 log = logging.getLogger(__name__)
@@ -155,10 +156,8 @@ class OplogFollower:
         for key, raw in changes.counters:
             tenant, rest = split_tenant(key)
             self._index_for(tenant).ranks.set_counters(*counter_rank_row(rest.decode(), raw))
-        changed = [*changes.patterns, *changes.counters]
-        keys = [key for key, _ in changed] + changes.intent_keys
-        if keys:
-            self._repo.views.forget_views({viewed_pattern(key) for key in keys})
+        # this replica's own commits dropped their views already
+        self._repo.views.forget_changed(changes.written, changes.snapshot)
 
     def _apply(self, tenant: str, entries: Sequence[tuple[int, dict[str, Any], float]]) -> None:
         index = self._index_for(tenant)

@@ -304,11 +304,6 @@ def test_a_replica_suggests_from_its_view_cache_without_a_database_read(
     database for it: the read of views is made to fail, and the answer is the same."""
     a = replicas("a")
     saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
-    follower = a._state.follower
-    assert follower is not None
-    # Settled first: the follower reading this write from the change feed drops its view
-    # (as another replica's write would), which would send the next Suggest to the database.
-    follower.catch_up()
     first = _views(a, "t", "Read JSON file")
     assert first == [(saved.pattern_id, 1, [1])]
 
@@ -390,6 +385,52 @@ def test_a_replica_suggests_its_own_writes_at_once_through_its_view_cache(
     assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 2, [2])]
     a.record("t", make_record("r3", "Fetch the config document", JSON_TOOLS))  # a new one
     assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 3, [1, 2])]
+
+
+def _shown_view_reads(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The patterns of each read of views (record, counters, shown intents) from now on."""
+    kv = engine._state.store.kv
+    read = kv.shown_view_rows
+    reads: list[int] = []
+
+    def counted(keys: Any, *args: Any, **kw: Any) -> Any:
+        reads.append(len(keys))
+        return read(keys, *args, **kw)
+
+    monkeypatch.setattr(kv, "shown_view_rows", counted)
+    return reads
+
+
+def test_the_follower_leaves_the_views_of_the_replicas_own_writes_cached(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Replicas: a replica's commit drops the views it wrote; its follower,
+    meeting those rows in the change feed, leaves the view read since cached (it dropped it a
+    second time, so the next Suggest read the pattern again). Another replica's write to the
+    same pattern is still dropped."""
+    a, b = replicas("a"), replicas("b")
+    follower = a._state.follower
+    assert follower is not None
+    catch_up = follower.catch_up
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # its thread's catch-ups pause
+    with follower._lock:  # one under way ends first
+        pass
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    read = _shown_view_reads(a, monkeypatch)
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 1, [1])]
+    assert len(read) == 1  # the commit dropped its view
+    catch_up()  # meets a's own write in the change feed
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 1, [1])]
+    assert len(read) == 1  # still cached (2 before)
+    a.record("t", make_record("r2", "Read JSON file", JSON_TOOLS))
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 2, [2])]
+    catch_up()
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 2, [2])]
+    assert len(read) == 2  # one read for the second commit, none for the feed
+    b.record("t", make_record("r3", "Read JSON file", JSON_TOOLS))  # another replica's
+    catch_up()
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 3, [3])]
+    assert len(read) == 3
 
 
 def test_another_replicas_writes_reach_the_view_cache_within_the_follower_lag(

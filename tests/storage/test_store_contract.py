@@ -16,6 +16,7 @@ from pml_server.storage import SchemaVersionError as RocksSchemaVersionError
 from pml_server.storage import Store, StoreBackend, repository_for
 from pml_server.storage.keys import (
     CF_COUNTERS,
+    CF_HASHES,
     CF_INTENTS,
     CF_META,
     CF_OPLOG,
@@ -413,21 +414,31 @@ def test_changes_read_patterns_counters_and_rewritten_intents_in_one_snapshot(
     changes = store.oplog.changes(since)
     assert [k for k, _ in changes.patterns] == [tenant_key("t", "p")]
     assert [k for k, _ in changes.counters] == [tenant_key("t", "p")]
-    assert changes.intent_keys == [intent]
+    [writer] = {xid for _, xid in changes.written}  # one transaction wrote the three
+    assert sorted(k for k, _ in changes.written) == sorted([tenant_key("t", "p")] * 2 + [intent])
     quiet = store.oplog.changes(changes.snapshot)
-    assert (quiet.patterns, quiet.counters, quiet.intent_keys) == ([], [], [])
+    assert (quiet.patterns, quiet.counters, quiet.written) == ([], [], [])
     store.write([(CF_INTENTS, intent, b'{"hit_count": 2}')])  # only the intent row
     rewritten = store.oplog.changes(quiet.snapshot)
-    assert (rewritten.patterns, rewritten.counters, rewritten.intent_keys) == ([], [], [intent])
+    assert (rewritten.patterns, rewritten.counters) == ([], [])
+    [(key, again)] = rewritten.written
+    assert (key, again > writer) == (intent, True)
     store.close()
 
 
 def test_a_commit_drops_what_it_wrote_from_the_view_cache_before_submit_returns(
     postgres_dsn: str,
 ) -> None:
+    """The watcher hears each batch once committed, with the transaction the follower's
+    change feed then reads its rows with (None for a batch writing no stamped row)."""
     store = PostgresStore(postgres_dsn)
-    seen: list[list[tuple[str, bytes]]] = []
-    store.watch_commits(lambda ops: seen.append([(cf, key) for cf, key, _ in ops]))
+    since = store.oplog.changed_rows(CF_PATTERNS, None)[1]
+    seen: list[tuple[list[tuple[str, bytes]], int | None]] = []
+    store.watch_commits(lambda ops, xid: seen.append(([(cf, key) for cf, key, _ in ops], xid)))
     store.write([(CF_COUNTERS, tenant_key("t", "p"), PatternCounters(usage=1).to_json())])
-    assert seen == [[(CF_COUNTERS, tenant_key("t", "p"))]]
+    [(written, xid)] = seen
+    assert written == [(CF_COUNTERS, tenant_key("t", "p"))]
+    assert store.oplog.changes(since).written == [(tenant_key("t", "p"), xid)]
+    store.write([(CF_HASHES, tenant_key("t", "h"), b"p")])
+    assert seen[1] == ([(CF_HASHES, tenant_key("t", "h"))], None)
     store.close()

@@ -9,7 +9,7 @@ start (`trim`), never when a replica snapshots (another replica may still need t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,12 +28,25 @@ OPLOG_KEEP = "1 day"
 
 @dataclass
 class Changes:
-    """What `OpLog.changes` read: rows changed since a snapshot, and its own."""
+    """What `OpLog.changes` read: rows changed since a snapshot, and its own. `written`: the
+    key of every row read (pattern records, counters, intents) with the transaction that
+    wrote it, so a replica tells its own commits from other replicas' (docs/storage.md,
+    Replicas)."""
 
     snapshot: str
     patterns: list[tuple[bytes, bytes]] = field(default_factory=list)
     counters: list[tuple[bytes, bytes]] = field(default_factory=list)
-    intent_keys: list[bytes] = field(default_factory=list)
+    written: list[tuple[bytes, int]] = field(default_factory=list)
+
+
+def committed_before(snapshot: str) -> Callable[[int], bool]:
+    """Whether a committed transaction's id is visible in `snapshot` (`pg_current_snapshot()`
+    text, `xmin:xmax:xip,...`), as `pg_visible_in_snapshot` answers: below xmax and not in
+    progress then. A row it wrote is never read again by `changes` since that snapshot."""
+    _, xmax, running = snapshot.split(":")
+    bound = int(xmax)
+    in_progress = {int(x) for x in running.split(",") if x}
+    return lambda xid: xid < bound and xid not in in_progress
 
 
 def trim(conn: Connection) -> None:
@@ -143,27 +156,30 @@ class OpLog:
 
     def changes(self, since: str) -> Changes:
         """Every pattern record and counters row, and the key of every intent row, written by
-        transactions not visible in the snapshot `since` (see `changed_rows`), read in one
-        statement: the three share the snapshot returned with them."""
+        transactions not visible in the snapshot `since` (see `changed_rows`), each with the
+        transaction that wrote it, read in one statement: the three share the snapshot
+        returned with them."""
         changed = (
             "changed_xid >= pg_snapshot_xmin(%(since)s::pg_snapshot)"
             " AND NOT pg_visible_in_snapshot(changed_xid, %(since)s::pg_snapshot)"
         )
+        writer = "changed_xid::text::bigint"
         rows = self._db.rows(
-            f"SELECT 0, key, value FROM {table_of(CF_PATTERNS)} WHERE {changed}"
-            f" UNION ALL SELECT 1, key, value FROM {table_of(CF_COUNTERS)} WHERE {changed}"
-            f" UNION ALL SELECT 2, key, NULL FROM {table_of(CF_INTENTS)} WHERE {changed}"
-            " UNION ALL SELECT 3, NULL, convert_to(pg_current_snapshot()::text, 'UTF8')",
+            f"SELECT 0, key, value, {writer} FROM {table_of(CF_PATTERNS)} WHERE {changed}"
+            f" UNION ALL SELECT 1, key, value, {writer} FROM {table_of(CF_COUNTERS)}"
+            f" WHERE {changed}"
+            f" UNION ALL SELECT 2, key, NULL, {writer} FROM {table_of(CF_INTENTS)} WHERE {changed}"
+            " UNION ALL SELECT 3, NULL, convert_to(pg_current_snapshot()::text, 'UTF8'), 0",
             {"since": since},
         )
         found = Changes("")
-        for kind, key, value in rows:
+        for kind, key, value, xid in rows:
+            if kind == 3:
+                found.snapshot = bytes(value).decode()
+                continue
             if kind == 0:
                 found.patterns.append((bytes(key), bytes(value)))
             elif kind == 1:
                 found.counters.append((bytes(key), bytes(value)))
-            elif kind == 2:
-                found.intent_keys.append(bytes(key))
-            else:
-                found.snapshot = bytes(value).decode()
+            found.written.append((bytes(key), int(xid)))
         return found
