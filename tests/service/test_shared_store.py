@@ -20,6 +20,7 @@ from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine, _near
 from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, tenant_key
+from pml_server.storage.postgres import _store
 from pml_server.storage.repo import IntentRows
 from testing.ranking_oracle import path as oracle
 from testing.store_reads import intents_read, rows_read
@@ -431,6 +432,48 @@ def test_the_follower_leaves_the_views_of_the_replicas_own_writes_cached(
     catch_up()
     assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 3, [3])]
     assert len(read) == 3
+
+
+def test_a_count_committed_after_a_later_one_reaches_the_followers(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Replicas: the change feed is read by transaction snapshot, not by an
+    id greater than the last seen. A's count of p is held open after its statements ran (the
+    server has its rows, uncommitted), B's count of q (another tenant: no row in common)
+    commits, C's follower reads it; then A commits: C's follower reads A's count too (its
+    view of p shows it; the ranking table follows the same rows)."""
+    a, b, c = replicas("a"), replicas("b"), replicas("c")
+    p = a.record("t", make_record("p1", "Read JSON file", JSON_TOOLS))
+    q = b.record("u", make_record("q1", "Send the weekly mail", MAIL_TOOLS))
+    assert eventually(lambda: _views(c, "t", "Read JSON file") == [(p.pattern_id, 1, [1])])
+    assert eventually(lambda: _views(c, "u", "Send the weekly mail") == [(q.pattern_id, 1, [1])])
+    statements = _store._apply
+    ran, release = threading.Event(), threading.Event()
+
+    def held(conn: Any, ops: Any) -> None:
+        statements(conn, ops)
+        if threading.current_thread().name == "held":
+            with conn.pipeline() as pipeline:
+                pipeline.sync()  # the statements ran on the server
+            ran.set()
+            release.wait(WAIT_SECONDS)
+
+    monkeypatch.setattr(_store, "_apply", held)
+    holder = threading.Thread(
+        target=lambda: a.record("t", make_record("p2", "Read JSON file", JSON_TOOLS)),
+        name="held",
+    )
+    holder.start()
+    try:
+        assert ran.wait(WAIT_SECONDS)
+        b.record("u", make_record("q2", "Send the weekly mail", MAIL_TOOLS))
+        expected_q = [(q.pattern_id, 2, [2])]
+        assert eventually(lambda: _views(c, "u", "Send the weekly mail") == expected_q)
+        assert _views(c, "t", "Read JSON file") == [(p.pattern_id, 1, [1])]
+    finally:
+        release.set()
+        holder.join()
+    assert eventually(lambda: _views(c, "t", "Read JSON file") == [(p.pattern_id, 2, [2])])
 
 
 def test_another_replicas_writes_reach_the_view_cache_within_the_follower_lag(

@@ -5,6 +5,7 @@ the shared store promises: exactness across several stores ("replicas") on one d
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -32,6 +33,7 @@ from pml_server.storage.postgres import (
     SchemaVersionError,
     SharedRepository,
     StoreUnreachableError,
+    _oplog,
 )
 from pml_server.storage.postgres._schema import MIGRATIONS
 from pml_server.storage.seam import Locks, RequestAlreadyAppliedError
@@ -326,6 +328,48 @@ def test_op_log_sequences_follow_commit_order(postgres_dsn: str) -> None:
     assert follower.oplog.heads() == {"t": 400}
     for store in (*stores, follower):
         store.close()
+
+
+def _waiting_on_a_lock(store: PostgresStore) -> bool:
+    row = store.transactions.row(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND datname = current_database()"
+    )
+    return row is not None and row[0] > 0
+
+
+@pytest.mark.parametrize("tenant_is_new", [False, True], ids=["head-row", "first-entry"])
+def test_an_op_log_entry_still_uncommitted_is_never_passed_by_a_later_one(
+    postgres_dsn: str, tenant_is_new: bool
+) -> None:
+    """docs/storage.md, The op log: the classic defect of a feed read `seq > cursor` (a
+    sequence value taken at insert, visible only at commit, so a later value committed first
+    is read and the earlier one never is) cannot happen here. A transaction is held open after
+    appending its entry; another replica's append of the same tenant waits for it (the head
+    row), so a follower reading meanwhile sees neither, and both in order once it commits."""
+    store, follower = PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)
+    if not tenant_is_new:
+        store.write([(CF_OPLOG, b"", json_form.dumps({"tenant": "t", "op": "add", "ids": [0]}))])
+    base = 0 if tenant_is_new else 1
+    first = json_form.dumps({"tenant": "t", "op": "add", "ids": [1]})
+    second = json_form.dumps({"tenant": "t", "op": "add", "ids": [2]})
+    writer = threading.Thread(target=lambda: store.write([(CF_OPLOG, b"", second)]))
+    with psycopg.connect(postgres_dsn) as held:  # a transaction, open until commit()
+        _oplog.append(held, [first])
+        writer.start()
+        deadline = time.monotonic() + 15
+        while not _waiting_on_a_lock(follower) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _waiting_on_a_lock(follower)  # the later append waits for the first's commit
+        assert follower.oplog.heads().get("t", 0) == base
+        assert follower.oplog.entries("t", base) == []
+        held.commit()
+    writer.join()
+    assert follower.oplog.heads() == {"t": base + 2}
+    entries = follower.oplog.entries("t", base)
+    assert [(seq, op["ids"]) for seq, op, _ in entries] == [(base + 1, [1]), (base + 2, [2])]
+    for opened in (store, follower):
+        opened.close()
 
 
 def test_a_replica_behind_never_replaces_a_newer_index_snapshot(postgres_dsn: str) -> None:
