@@ -90,7 +90,7 @@ class OplogFollower:
             for tenant, head in heads.items():
                 while (cursor := self._cursors.get(tenant, 0)) < head:
                     entries = self._oplog.entries(tenant, cursor, _BATCH)
-                    if not entries or entries[0][0] > cursor + 1:
+                    if not _follows(cursor, entries):
                         self._rebuild_after_gap(tenant, cursor)
                         self._behind = max(0, self._behind - (head - cursor))
                         continue
@@ -114,7 +114,7 @@ class OplogFollower:
             while True:
                 cursor = self.cursor(tenant)
                 head, entries = self._oplog.head_and_entries(tenant, cursor, _BATCH)
-                if head > cursor and (not entries or entries[0][0] > cursor + 1):
+                if head > cursor and not _follows(cursor, entries):
                     self._rebuild_after_gap(tenant, cursor)
                     continue
                 if not entries:
@@ -217,6 +217,15 @@ class OplogFollower:
                 if listener is not None:
                     with contextlib.suppress(psycopg.Error):
                         listener.close()
+
+
+def _follows(cursor: int, entries: Sequence[tuple[int, Any, float]]) -> bool:
+    """Whether `entries` (read in sequence order after `cursor`) are the very next ones, with
+    none missing: sequences are contiguous per tenant, so any other answer is a gap (entries
+    trimmed, `_rebuild_after_gap`). Not only the first: `written_at` is the server's wall
+    clock, which can step back, so a trim by age can take an entry and keep the one before it
+    (docs/storage.md, "Op log gaps")."""
+    return bool(entries) and entries[-1][0] == cursor + len(entries)
 
 
 def wait_caught_up(follower: OplogFollower, timeout: float) -> bool:

@@ -737,6 +737,41 @@ def test_a_replica_cut_off_longer_than_the_op_log_is_kept_rebuilds_what_it_misse
     assert follower.rebuilds == 2
 
 
+def test_a_replica_behind_notices_an_op_log_entry_trimmed_between_two_kept(
+    replicas: Callable[[str], Engine], postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, "Op log gaps": `written_at` is the server's wall clock, which can step
+    back, so an entry can be older than the one before it, and a trim by age take it and keep
+    its neighbours. B's follower, behind, then read the entries after its cursor starting at
+    `cursor + 1`, applied them, and never had the trimmed one's intent (only a first entry
+    past `cursor + 1` counted as a gap): it now rebuilds the tenant."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # B behind from here on
+    with follower._lock:  # a catch-up under way ends first
+        pass
+    saved = [
+        a.record("t", make_record(f"r{n}", intent, JSON_TOOLS, code=f"f{n}()"))
+        for n, intent in enumerate(["Read JSON file", "Send the weekly mail", "Fetch a page"])
+    ]
+    cursor = follower.cursor("t")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pml_oplog SET written_at = written_at - interval '2 days'"
+            " WHERE tenant = 't' AND seq = %s",
+            (cursor + 2,),
+        )
+    replicas("c")  # its start trims the op log: the middle entry only
+    monkeypatch.undo()
+    assert eventually(lambda: follower.catch_up() >= 0 and follower.lag().behind == 0)
+    for record, intent in zip(
+        saved, ["Read JSON file", "Send the weekly mail", "Fetch a page"], strict=True
+    ):
+        assert suggested(b, "t", intent)[:1] == [record.pattern_id]
+    assert follower.rebuilds == 1
+
+
 def test_a_capture_on_a_replica_cut_off_longer_than_the_op_log_is_kept_groups_right(
     replicas: Callable[[str], Engine], postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
