@@ -14,7 +14,7 @@ follower meets them again and skips them.
 The ranking tables (pattern records and counters, what Suggest ranks in the core without
 reading the store) follow another feed: every catch-up reads the pattern and counters rows
 written by transactions its last snapshot did not see, with the keys of the intent rows
-written so (`OpLog.changes`, one statement; counting takes no op log entry, so
+written so (`OpLog.changes`, one statement a page; counting takes no op log entry, so
 captures never queue on the head row for it). A row is read as it is now, so one read late
 (before this replica's own later write) is set right by the next. The same feed, and the op
 log's removals, drop the changed patterns from the repository's cache of views, but for the
@@ -149,15 +149,18 @@ class OplogFollower:
         """Pattern records before counters: a new pattern's counters find its row."""
         if self._since is None:
             return
-        changes = self._oplog.changes(self._since)
-        self._since = changes.snapshot
-        for key, raw in changes.patterns:
-            self._index_for(split_tenant(key)[0]).ranks.set_pattern(*pattern_rank_row(raw))
-        for key, raw in changes.counters:
-            tenant, rest = split_tenant(key)
-            self._index_for(tenant).ranks.set_counters(*counter_rank_row(rest.decode(), raw))
-        # this replica's own commits dropped their views already
-        self._repo.views.forget_changed(changes.written, changes.snapshot)
+        snapshot = self._since
+        for page in self._oplog.changes(self._since):  # bounded pages, one snapshot to go on
+            for key, raw in page.patterns:
+                self._index_for(split_tenant(key)[0]).ranks.set_pattern(*pattern_rank_row(raw))
+            for key, raw in page.counters:
+                tenant, rest = split_tenant(key)
+                self._index_for(tenant).ranks.set_counters(*counter_rank_row(rest.decode(), raw))
+            # this replica's own commits dropped their views already
+            self._repo.views.forget_changed(page.written)
+            snapshot = page.snapshot
+        self._since = snapshot
+        self._repo.views.followed_to(snapshot)
 
     def _apply(self, tenant: str, entries: Sequence[tuple[int, dict[str, Any], float]]) -> None:
         index = self._index_for(tenant)

@@ -15,7 +15,7 @@ import pytest
 
 from pml_server.domain.errors import NotFoundError
 from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
-from pml_server.domain.records import PatternCounters
+from pml_server.domain.records import PatternCounters, PatternRecord
 from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine, _near
@@ -474,6 +474,55 @@ def test_a_count_committed_after_a_later_one_reaches_the_followers(
         release.set()
         holder.join()
     assert eventually(lambda: _views(c, "t", "Read JSON file") == [(p.pattern_id, 2, [2])])
+
+
+def test_a_follower_far_behind_reads_what_changed_meanwhile_a_bounded_page_at_a_time(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Replicas: B's follower is paused while 300 pattern records and 3,000
+    counters rows change (a replica cut off for a while); its catch-up read every one in one
+    statement (3,301 rows, each record with its code: unbounded by anything but the time it
+    was behind). Now no statement returns more than a page of each family, and every view B
+    had cached of those patterns is dropped, those of the last pages too."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    catch_up = follower.catch_up
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # its thread's catch-ups pause
+    with follower._lock:  # one under way ends first
+        pass
+    repo = a._state.repo
+    ids = [f"p{n:04}" for n in range(3000)]
+
+    def write(usage: int) -> None:
+        ops = [repo.patterns.put_counters("t", p, PatternCounters(usage=usage)) for p in ids]
+        for p in ids[:300]:
+            record = PatternRecord(
+                id=p, code_hash=p, template="f()", original_code="f()", language="python",
+                tools_used=("fs.read",), params=(), parameter_schema_json="{}",
+                capability_id="cap", first_seen_ms=0,
+            )  # fmt: skip
+            ops.append(repo.patterns.put_pattern("t", record))
+        a._state.store.write(ops)
+
+    write(1)
+    catch_up()
+    views = b._state.repo.views
+    assert all(v is not None for v in views.shown_views("t", ids[:300]))  # now cached
+    write(2)
+    returned: list[int] = []
+    transactions = b._state.store.transactions
+    rows = transactions.rows
+
+    def counted(query: Any, params: Any = ()) -> Any:
+        found = rows(query, params)
+        returned.append(len(found))
+        return found
+
+    monkeypatch.setattr(transactions, "rows", counted)
+    catch_up()
+    assert max(returned) <= 100 + 1000 + 1  # a page of records and of counters, the snapshot
+    assert [v.counters.usage for v in views.shown_views("t", ids[:300]) if v] == [2] * 300
 
 
 def test_another_replicas_writes_reach_the_view_cache_within_the_follower_lag(

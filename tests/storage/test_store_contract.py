@@ -35,6 +35,7 @@ from pml_server.storage.postgres import (
     StoreUnreachableError,
     _oplog,
 )
+from pml_server.storage.postgres._oplog import Changes
 from pml_server.storage.postgres._schema import MIGRATIONS
 from pml_server.storage.seam import Locks, RequestAlreadyAppliedError
 from testing.postgres_cluster import free_port
@@ -439,6 +440,52 @@ def test_changed_rows_never_skip_a_commit_whatever_the_commit_order(postgres_dsn
     store.close()
 
 
+def _changes(store: PostgresStore, since: str) -> Changes:
+    """Every page of `OpLog.changes` in one."""
+    pages = list(store.oplog.changes(since))
+    assert len({page.snapshot for page in pages}) == 1
+    whole = Changes(pages[0].snapshot)
+    for page in pages:
+        whole.patterns += page.patterns
+        whole.counters += page.counters
+        whole.written += page.written
+    return whole
+
+
+def test_changes_are_read_a_bounded_page_at_a_time_every_row_once(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Replicas: a follower far behind reads the rows changed meanwhile a
+    page at a time (pages of 3 here), each once, all pages carrying the first one's snapshot;
+    a row rewritten between two pages by a transaction the snapshot does not see is read by
+    the next `changes`."""
+    monkeypatch.setitem(_oplog.CHANGES_PAGE, CF_COUNTERS, 3)
+    monkeypatch.setitem(_oplog.CHANGES_PAGE, CF_INTENTS, 3)
+    store = PostgresStore(postgres_dsn)
+    since = store.oplog.changed_rows(CF_PATTERNS, None)[1]
+    counters = [tenant_key("t", f"p{n}") for n in range(8)]
+    intents = [tenant_key("t", "p0", n.to_bytes(8, "big")) for n in range(4)]
+    for n, key in enumerate(counters):  # 8 transactions, one row each
+        store.write([(CF_COUNTERS, key, PatternCounters(usage=n).to_json())])
+    store.write([(CF_INTENTS, key, b"{}") for key in intents])  # 4 rows of one transaction
+    pages = store.oplog.changes(since)
+    first = next(pages)
+    assert [k for k, _ in first.counters] == counters[:3]
+    assert [k for k, _ in first.written if k in intents] == intents[:3]
+    store.write([(CF_COUNTERS, counters[5], PatternCounters(usage=50).to_json())])
+    rest = list(pages)
+    assert max(len(page.written) for page in rest) <= 3
+    read = [(k, PatternCounters.from_json(v).usage) for p in [first, *rest] for k, v in p.counters]
+    assert read == [(k, n) for n, k in enumerate(counters) if n != 5] + [(counters[5], 50)]
+    assert sorted(k for p in [first, *rest] for k, _ in p.written if k in intents) == intents
+    assert {page.snapshot for page in rest} == {first.snapshot}
+    again = _changes(store, first.snapshot)
+    assert [(k, PatternCounters.from_json(v).usage) for k, v in again.counters] == [
+        (counters[5], 50)
+    ]
+    store.close()
+
+
 def test_changes_read_patterns_counters_and_rewritten_intents_in_one_snapshot(
     postgres_dsn: str,
 ) -> None:
@@ -455,15 +502,15 @@ def test_changes_read_patterns_counters_and_rewritten_intents_in_one_snapshot(
             (CF_INTENTS, intent, b'{"hit_count": 1}'),
         ]
     )
-    changes = store.oplog.changes(since)
+    changes = _changes(store, since)
     assert [k for k, _ in changes.patterns] == [tenant_key("t", "p")]
     assert [k for k, _ in changes.counters] == [tenant_key("t", "p")]
     [writer] = {xid for _, xid in changes.written}  # one transaction wrote the three
     assert sorted(k for k, _ in changes.written) == sorted([tenant_key("t", "p")] * 2 + [intent])
-    quiet = store.oplog.changes(changes.snapshot)
+    quiet = _changes(store, changes.snapshot)
     assert (quiet.patterns, quiet.counters, quiet.written) == ([], [], [])
     store.write([(CF_INTENTS, intent, b'{"hit_count": 2}')])  # only the intent row
-    rewritten = store.oplog.changes(quiet.snapshot)
+    rewritten = _changes(store, quiet.snapshot)
     assert (rewritten.patterns, rewritten.counters) == ([], [])
     [(key, again)] = rewritten.written
     assert (key, again > writer) == (intent, True)
@@ -482,7 +529,7 @@ def test_a_commit_drops_what_it_wrote_from_the_view_cache_before_submit_returns(
     store.write([(CF_COUNTERS, tenant_key("t", "p"), PatternCounters(usage=1).to_json())])
     [(written, xid)] = seen
     assert written == [(CF_COUNTERS, tenant_key("t", "p"))]
-    assert store.oplog.changes(since).written == [(tenant_key("t", "p"), xid)]
+    assert _changes(store, since).written == [(tenant_key("t", "p"), xid)]
     store.write([(CF_HASHES, tenant_key("t", "h"), b"p")])
     assert seen[1] == ([(CF_HASHES, tenant_key("t", "h"))], None)
     store.close()

@@ -9,7 +9,7 @@ start (`trim`), never when a replica snapshots (another replica may still need t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,32 +154,67 @@ class OpLog:
         snapshot, keys, values = row
         return [(bytes(k), bytes(v)) for k, v in zip(keys, values, strict=True)], str(snapshot)
 
-    def changes(self, since: str) -> Changes:
+    def changes(self, since: str) -> Iterator[Changes]:
         """Every pattern record and counters row, and the key of every intent row, written by
         transactions not visible in the snapshot `since` (see `changed_rows`), each with the
-        transaction that wrote it, read in one statement: the three share the snapshot
-        returned with them."""
-        changed = (
-            "changed_xid >= pg_snapshot_xmin(%(since)s::pg_snapshot)"
-            " AND NOT pg_visible_in_snapshot(changed_xid, %(since)s::pg_snapshot)"
+        transaction that wrote it, a page at a time (`CHANGES_PAGE` rows of a family; a
+        follower far behind would otherwise hold every row changed meanwhile at once). The
+        first page is one statement with each family's first rows and the snapshot it saw,
+        which every page carries: the one to follow from. A family's further pages are read
+        after its last row (by writing transaction, then key) in statements of their own,
+        each in a later snapshot: a row rewritten meanwhile is read there or, by a transaction
+        not yet visible in the first one, by the next `changes`."""
+        first = " UNION ALL ".join(
+            _page_of(kind, cf, after=False) for kind, cf in enumerate(_CHANGED_FAMILIES)
         )
-        writer = "changed_xid::text::bigint"
         rows = self._db.rows(
-            f"SELECT 0, key, value, {writer} FROM {table_of(CF_PATTERNS)} WHERE {changed}"
-            f" UNION ALL SELECT 1, key, value, {writer} FROM {table_of(CF_COUNTERS)}"
-            f" WHERE {changed}"
-            f" UNION ALL SELECT 2, key, NULL, {writer} FROM {table_of(CF_INTENTS)} WHERE {changed}"
-            " UNION ALL SELECT 3, NULL, convert_to(pg_current_snapshot()::text, 'UTF8'), 0",
+            f"{first} UNION ALL SELECT 3, NULL, convert_to(pg_current_snapshot()::text, 'UTF8'), 0",
             {"since": since},
         )
-        found = Changes("")
-        for kind, key, value, xid in rows:
-            if kind == 3:
-                found.snapshot = bytes(value).decode()
-                continue
-            if kind == 0:
-                found.patterns.append((bytes(key), bytes(value)))
-            elif kind == 1:
-                found.counters.append((bytes(key), bytes(value)))
-            found.written.append((bytes(key), int(xid)))
-        return found
+        snapshot = next(bytes(value).decode() for kind, _, value, _ in rows if kind == 3)
+        page = _changes_page(snapshot, [row for row in rows if row[0] != 3])
+        yield page
+        for kind, cf in enumerate(_CHANGED_FAMILIES):
+            read = [row for row in rows if row[0] == kind]
+            while len(read) == CHANGES_PAGE[cf]:
+                _, key, _, xid = read[-1]
+                read = self._db.rows(
+                    _page_of(kind, cf, after=True), {"since": since, "xid": xid, "key": key}
+                )
+                yield _changes_page(snapshot, read)
+
+
+# Rows of a family one statement of `OpLog.changes` reads at most: a pattern record holds up to
+# two 256 KiB codes (docs/reliability.md), a counters row a few KiB, an intent only its key.
+CHANGES_PAGE = {CF_PATTERNS: 100, CF_COUNTERS: 1000, CF_INTENTS: 1000}
+_CHANGED_FAMILIES = (CF_PATTERNS, CF_COUNTERS, CF_INTENTS)
+
+
+def _page_of(kind: int, cf: str, after: bool) -> str:
+    """A page of the rows of `cf` written by transactions not visible in `since`, in order of
+    their writer then key, after (`xid`, `key`) if `after`."""
+    value = "NULL::bytea" if cf == CF_INTENTS else "value"
+    where = (
+        "changed_xid >= pg_snapshot_xmin(%(since)s::pg_snapshot)"
+        " AND NOT pg_visible_in_snapshot(changed_xid, %(since)s::pg_snapshot)"
+    )
+    if after:
+        where += (
+            " AND changed_xid >= %(xid)s::text::xid8"
+            " AND (changed_xid, key) > (%(xid)s::text::xid8, %(key)s)"
+        )
+    return (
+        f"(SELECT {kind}, key, {value}, changed_xid::text::bigint FROM {table_of(cf)}"
+        f" WHERE {where} ORDER BY changed_xid, key LIMIT {CHANGES_PAGE[cf]})"
+    )
+
+
+def _changes_page(snapshot: str, rows: Sequence[tuple[Any, ...]]) -> Changes:
+    page = Changes(snapshot)
+    for kind, key, value, xid in rows:
+        if kind == 0:
+            page.patterns.append((bytes(key), bytes(value)))
+        elif kind == 1:
+            page.counters.append((bytes(key), bytes(value)))
+        page.written.append((bytes(key), int(xid)))
+    return page

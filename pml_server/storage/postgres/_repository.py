@@ -207,14 +207,16 @@ class SharedViews(ViewReads):
         """Drop these patterns' cached views (another replica changed them)."""
         self._views.drop(patterns)
 
-    def forget_changed(self, written: Sequence[tuple[bytes, int]], snapshot: str) -> None:
+    def forget_changed(self, written: Sequence[tuple[bytes, int]]) -> None:
         """Drop the views of the pattern, counters and intent rows the follower read as
         changed since its last snapshot (`OpLog.changes`: each key with the transaction that
-        wrote it), but for this replica's own commits, dropped when they committed; `snapshot`
-        is the one the follower reads from next."""
-        self._views.drop_changed(
-            ((viewed_pattern(key), xid) for key, xid in written), committed_before(snapshot)
-        )
+        wrote it), but for this replica's own commits, dropped when they committed."""
+        self._views.drop_changed((viewed_pattern(key), xid) for key, xid in written)
+
+    def followed_to(self, snapshot: str) -> None:
+        """The follower's change feed goes on from `snapshot`: this replica's commits visible
+        in it are never met again, and forgotten."""
+        self._views.forget_commits(committed_before(snapshot))
 
     def patterns_with_counters(
         self, tenant: str, pattern_ids: Sequence[str]

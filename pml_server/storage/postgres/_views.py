@@ -122,18 +122,19 @@ class ReplicaViewCache:
                 self._dropped_at.clear()
                 self._floor = self._generation
 
-    def drop_changed(
-        self, written: Iterable[tuple[PatternKey, int]], seen: Callable[[int], bool]
-    ) -> None:
+    def drop_changed(self, written: Iterable[tuple[PatternKey, int]]) -> None:
         """Drop the patterns of rows the follower read as changed, each with the transaction
-        that wrote it, but for those this replica committed (dropped at their commit); `seen`
-        tells the transactions the follower's feed will not return again (visible in the
-        snapshot it goes on from), forgotten here."""
+        that wrote it, but for those this replica committed (dropped at their commit)."""
         with self._lock:
             others = {key for key, xid in written if xid not in self._own_commits}
-            self._own_commits = {xid for xid in self._own_commits if not seen(xid)}
         if others:
             self.drop(others)
+
+    def forget_commits(self, seen: Callable[[int], bool]) -> None:
+        """Forget this replica's commits the follower's feed will not return again (`seen`:
+        visible in the snapshot it goes on from)."""
+        with self._lock:
+            self._own_commits = {xid for xid in self._own_commits if not seen(xid)}
 
     def __len__(self) -> int:
         with self._lock:
