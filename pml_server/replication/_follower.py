@@ -174,9 +174,20 @@ class OplogFollower:
                 gone = {p for i in op["ids"] if (p := index.pattern_of(i)) is not None}
                 self._repo.views.forget_views((tenant, p) for p in gone)
                 index.remove(op["ids"])
+                self._forget_deleted(tenant, index, gone)
         self._add(tenant, index, pending)
         now_lags = [age for _, _, age in entries]
         self._lags.extend(now_lags)
+
+    def _forget_deleted(self, tenant: str, index: TenantSearchIndex, patterns: set[str]) -> None:
+        """Take the patterns another replica deleted out of the ranking table: those of
+        `patterns` left without an indexed intent and whose record is gone (one query). Their
+        rows stayed (no feed row tells a deletion), one a deleted pattern until a restart."""
+        empty = [p for p in patterns if not index.intents_of(p)]
+        present = self._oplog.patterns_present(tenant, empty)
+        for pattern_id in empty:
+            if pattern_id not in present:
+                index.ranks.remove_pattern(pattern_id)
 
     def _add(self, tenant: str, index: TenantSearchIndex, intent_ids: list[int]) -> None:
         fresh = [i for i in intent_ids if not index.ann.contains(i)]

@@ -84,6 +84,28 @@ def test_a_deletion_on_one_replica_leaves_the_others_suggestions(
     assert eventually(lambda: suggested(a, "t", "Read JSON file") == [])
 
 
+def test_a_pattern_deleted_on_one_replica_leaves_the_others_ranking_table(
+    replicas: Callable[[str], Engine],
+) -> None:
+    """docs/storage.md, Replicas: B's follower applies A's deletion of a pattern and takes
+    its row out of B's ranking table, as A's own deletion does in A's (it stayed in B's until
+    a restart: one row a pattern another replica deleted); the others stay."""
+    a, b = replicas("a"), replicas("b")
+    saved = [
+        a.record("t", make_record(f"r{n}", intent, JSON_TOOLS, code=f"f{n}()"))
+        for n, intent in enumerate(["Read JSON file", "Send the weekly mail", "Fetch a page"])
+    ]
+    ranks = b._state.indexes.for_tenant("t").ranks
+    assert eventually(lambda: len(ranks) == 3)
+    a.delete_pattern("t", saved[1].pattern_id)
+    assert eventually(
+        lambda: suggested(b, "t", "Send the weekly mail")[:1] != [saved[1].pattern_id]
+    )
+    assert eventually(lambda: len(ranks) == 2)
+    assert len(a._state.indexes.for_tenant("t").ranks) == 2
+    assert suggested(b, "t", "Fetch a page")[:1] == [saved[2].pattern_id]
+
+
 def test_a_run_counted_on_one_replica_reaches_the_others_suggest(
     replicas: Callable[[str], Engine],
 ) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pml_server.domain import json_form
-from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, CF_PATTERNS
+from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, CF_PATTERNS, split_tenant, tenant_key
 from pml_server.storage.postgres._notifier import listen
 from pml_server.storage.postgres._schema import FOLLOWED_FAMILIES, table_of
 from pml_server.storage.postgres._transactions import Connection, Transactions
@@ -131,6 +131,16 @@ class OpLog:
             (tenant, list(intent_ids)),
         )
         return [bytes(r[0]) for r in rows]
+
+    def patterns_present(self, tenant: str, pattern_ids: Sequence[str]) -> set[str]:
+        """Which of the tenant's `pattern_ids` have a record stored (their keys alone)."""
+        if not pattern_ids:
+            return set()
+        rows = self._db.rows(
+            f"SELECT key FROM {table_of(CF_PATTERNS)} WHERE key = ANY(%s)",
+            ([tenant_key(tenant, p) for p in pattern_ids],),
+        )
+        return {split_tenant(bytes(key))[1].decode() for (key,) in rows}
 
     def changed_rows(self, cf: str, since: str | None) -> tuple[list[tuple[bytes, bytes]], str]:
         """(rows of `cf` written by transactions not visible in the snapshot `since`, the
