@@ -40,7 +40,7 @@ from pml_server.replication._lag import FollowerLag
 from pml_server.search import TenantSearchIndex
 from pml_server.storage.keys import CF_PATTERNS, split_tenant
 from pml_server.storage.postgres import SharedRepository
-from pml_server.storage.postgres._oplog import OpLog
+from pml_server.storage.postgres._oplog import CHANGES_PAGE, OpLog
 from pml_server.storage.repo import counter_rank_row, pattern_rank_row
 
 log = logging.getLogger(__name__)
@@ -195,10 +195,13 @@ class OplogFollower:
             return
         intents = [IntentRecord.from_json(raw) for raw in self._oplog.intents_by_id(tenant, fresh)]
         tools: dict[str, tuple[str, ...]] = {}
-        for intent in intents:
-            if intent.pattern_id not in tools:
-                pattern = self._repo.patterns.pattern(tenant, intent.pattern_id)
-                tools[intent.pattern_id] = pattern.tools_used if pattern is not None else ()
+        patterns = list(dict.fromkeys(intent.pattern_id for intent in intents))
+        for start in range(0, len(patterns), CHANGES_PAGE[CF_PATTERNS]):  # a page a statement
+            ids = patterns[start : start + CHANGES_PAGE[CF_PATTERNS]]
+            for pattern_id, record in zip(
+                ids, self._repo.patterns.patterns_by_id(tenant, ids), strict=True
+            ):
+                tools[pattern_id] = record.tools_used if record is not None else ()
         if intents:
             index.add_many([(i, tools[i.pattern_id]) for i in intents])
 

@@ -84,6 +84,31 @@ def test_a_deletion_on_one_replica_leaves_the_others_suggestions(
     assert eventually(lambda: suggested(a, "t", "Read JSON file") == [])
 
 
+def test_a_follower_behind_reads_the_tools_of_many_new_patterns_in_one_query(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Replicas: B's follower, paused while A records 40 new patterns,
+    applies their op log entries reading the patterns' records (their tools) in one query, not
+    one a pattern (40 round trips one after another before); B then suggests each."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    catch_up = follower.catch_up
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # its thread's catch-ups pause
+    with follower._lock:  # one under way ends first
+        pass
+    intents = [f"w{n}x{n * 7}q task" for n in range(40)]
+    saved = [
+        a.record("t", make_record(f"r{n}", intent, JSON_TOOLS, code=f"f{n}()"))
+        for n, intent in enumerate(intents)
+    ]
+    sent = _queries(b, monkeypatch)
+    catch_up()
+    assert len(sent) <= 6  # heads, entries, intents, records, changes (44 before)
+    for record, intent in zip(saved, intents, strict=True):
+        assert suggested(b, "t", intent)[:1] == [record.pattern_id]
+
+
 def test_a_pattern_deleted_on_one_replica_leaves_the_others_ranking_table(
     replicas: Callable[[str], Engine],
 ) -> None:
