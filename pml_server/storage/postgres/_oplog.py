@@ -26,6 +26,18 @@ from pml_server.storage.postgres._transactions import Connection, Transactions
 OPLOG_KEEP = "1 day"
 
 
+# Rows written by a transaction not visible in the snapshot `since`: one at or past its xmax,
+# or one in progress then (its xip). The same rows as `changed_xid >= xmin AND NOT
+# pg_visible_in_snapshot(...)` (an id below xmin was visible), but read by index from xmax
+# and at the few in-progress ids: from xmin, every poll walked every row written since the
+# oldest transaction open then (one left open for hours, and each poll read all the rows
+# written meanwhile; docs/storage.md, Replicas).
+CHANGED_SINCE = (
+    "changed_xid >= pg_snapshot_xmax(%(since)s::pg_snapshot)"
+    " OR changed_xid = ANY(ARRAY(SELECT pg_snapshot_xip(%(since)s::pg_snapshot)))"
+)
+
+
 @dataclass
 class Changes:
     """What `OpLog.changes` read: rows changed since a snapshot, and its own. `written`: the
@@ -156,8 +168,7 @@ class OpLog:
         row = self._db.row(
             "SELECT pg_current_snapshot()::text, coalesce(array_agg(key), '{}'),"
             f" coalesce(array_agg(value), '{{}}') FROM {table_of(cf)}"
-            " WHERE changed_xid >= pg_snapshot_xmin(%(since)s::pg_snapshot)"
-            " AND NOT pg_visible_in_snapshot(changed_xid, %(since)s::pg_snapshot)",
+            f" WHERE {CHANGED_SINCE}",
             {"since": since},
         )
         assert row is not None
@@ -204,10 +215,7 @@ def _page_of(kind: int, cf: str, after: bool) -> str:
     """A page of the rows of `cf` written by transactions not visible in `since`, in order of
     their writer then key, after (`xid`, `key`) if `after`."""
     value = "NULL::bytea" if cf == CF_INTENTS else "value"
-    where = (
-        "changed_xid >= pg_snapshot_xmin(%(since)s::pg_snapshot)"
-        " AND NOT pg_visible_in_snapshot(changed_xid, %(since)s::pg_snapshot)"
-    )
+    where = f"({CHANGED_SINCE})"
     if after:
         where += (
             " AND changed_xid >= %(xid)s::text::xid8"
