@@ -29,9 +29,8 @@ OPLOG_KEEP = "1 day"
 # Rows written by a transaction not visible in the snapshot `since`: one at or past its xmax,
 # or one in progress then (its xip). The same rows as `changed_xid >= xmin AND NOT
 # pg_visible_in_snapshot(...)` (an id below xmin was visible), but read by index from xmax
-# and at the few in-progress ids: from xmin, every poll walked every row written since the
-# oldest transaction open then (one left open for hours, and each poll read all the rows
-# written meanwhile; docs/storage.md, Replicas).
+# and at the few in-progress ids: read from xmin, every poll walked every row written since
+# the oldest transaction then open began (docs/storage.md, Replicas).
 CHANGED_SINCE = (
     "changed_xid >= pg_snapshot_xmax(%(since)s::pg_snapshot)"
     " OR changed_xid = ANY(ARRAY(SELECT pg_snapshot_xip(%(since)s::pg_snapshot)))"
