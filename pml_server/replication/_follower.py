@@ -14,10 +14,12 @@ follower meets them again and skips them.
 The ranking tables (pattern records and counters, what Suggest ranks in the core without
 reading the store) follow another feed: every catch-up reads the pattern and counters rows
 written by transactions its last snapshot did not see, with the keys of the intent rows
-written so (`OpLog.changes`, one statement; counting takes no op log entry, so
+written so (`OpLog.changes`, one statement a page; counting takes no op log entry, so
 captures never queue on the head row for it). A row is read as it is now, so one read late
 (before this replica's own later write) is set right by the next. The same feed, and the op
-log's removals, drop the changed patterns from the repository's cache of views.
+log's removals, drop the changed patterns from the repository's cache of views, but for the
+rows of this replica's own commits (each dropped its views once committed:
+`SharedViews.forget_changed`).
 """
 
 from __future__ import annotations
@@ -38,8 +40,7 @@ from pml_server.replication._lag import FollowerLag
 from pml_server.search import TenantSearchIndex
 from pml_server.storage.keys import CF_PATTERNS, split_tenant
 from pml_server.storage.postgres import SharedRepository
-from pml_server.storage.postgres._oplog import OpLog
-from pml_server.storage.postgres._repository import viewed_pattern
+from pml_server.storage.postgres._oplog import CHANGES_PAGE, OpLog
 from pml_server.storage.repo import counter_rank_row, pattern_rank_row
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class OplogFollower:
             for tenant, head in heads.items():
                 while (cursor := self._cursors.get(tenant, 0)) < head:
                     entries = self._oplog.entries(tenant, cursor, _BATCH)
-                    if not entries or entries[0][0] > cursor + 1:
+                    if not _follows(cursor, entries):
                         self._rebuild_after_gap(tenant, cursor)
                         self._behind = max(0, self._behind - (head - cursor))
                         continue
@@ -113,7 +114,7 @@ class OplogFollower:
             while True:
                 cursor = self.cursor(tenant)
                 head, entries = self._oplog.head_and_entries(tenant, cursor, _BATCH)
-                if head > cursor and (not entries or entries[0][0] > cursor + 1):
+                if head > cursor and not _follows(cursor, entries):
                     self._rebuild_after_gap(tenant, cursor)
                     continue
                 if not entries:
@@ -148,17 +149,18 @@ class OplogFollower:
         """Pattern records before counters: a new pattern's counters find its row."""
         if self._since is None:
             return
-        changes = self._oplog.changes(self._since)
-        self._since = changes.snapshot
-        for key, raw in changes.patterns:
-            self._index_for(split_tenant(key)[0]).ranks.set_pattern(*pattern_rank_row(raw))
-        for key, raw in changes.counters:
-            tenant, rest = split_tenant(key)
-            self._index_for(tenant).ranks.set_counters(*counter_rank_row(rest.decode(), raw))
-        changed = [*changes.patterns, *changes.counters]
-        keys = [key for key, _ in changed] + changes.intent_keys
-        if keys:
-            self._repo.views.forget_views({viewed_pattern(key) for key in keys})
+        snapshot = self._since
+        for page in self._oplog.changes(self._since):  # bounded pages, one snapshot to go on
+            for key, raw in page.patterns:
+                self._index_for(split_tenant(key)[0]).ranks.set_pattern(*pattern_rank_row(raw))
+            for key, raw in page.counters:
+                tenant, rest = split_tenant(key)
+                self._index_for(tenant).ranks.set_counters(*counter_rank_row(rest.decode(), raw))
+            # this replica's own commits dropped their views already
+            self._repo.views.forget_changed(page.written)
+            snapshot = page.snapshot
+        self._since = snapshot
+        self._repo.views.followed_to(snapshot)
 
     def _apply(self, tenant: str, entries: Sequence[tuple[int, dict[str, Any], float]]) -> None:
         index = self._index_for(tenant)
@@ -172,9 +174,20 @@ class OplogFollower:
                 gone = {p for i in op["ids"] if (p := index.pattern_of(i)) is not None}
                 self._repo.views.forget_views((tenant, p) for p in gone)
                 index.remove(op["ids"])
+                self._forget_deleted(tenant, index, gone)
         self._add(tenant, index, pending)
         now_lags = [age for _, _, age in entries]
         self._lags.extend(now_lags)
+
+    def _forget_deleted(self, tenant: str, index: TenantSearchIndex, patterns: set[str]) -> None:
+        """Take the patterns another replica deleted out of the ranking table: those of
+        `patterns` left without an indexed intent and whose record is gone (one query). Their
+        rows stayed (no feed row tells a deletion), one a deleted pattern until a restart."""
+        empty = [p for p in patterns if not index.intents_of(p)]
+        present = self._oplog.patterns_present(tenant, empty)
+        for pattern_id in empty:
+            if pattern_id not in present:
+                index.ranks.remove_pattern(pattern_id)
 
     def _add(self, tenant: str, index: TenantSearchIndex, intent_ids: list[int]) -> None:
         fresh = [i for i in intent_ids if not index.ann.contains(i)]
@@ -182,10 +195,13 @@ class OplogFollower:
             return
         intents = [IntentRecord.from_json(raw) for raw in self._oplog.intents_by_id(tenant, fresh)]
         tools: dict[str, tuple[str, ...]] = {}
-        for intent in intents:
-            if intent.pattern_id not in tools:
-                pattern = self._repo.patterns.pattern(tenant, intent.pattern_id)
-                tools[intent.pattern_id] = pattern.tools_used if pattern is not None else ()
+        patterns = list(dict.fromkeys(intent.pattern_id for intent in intents))
+        for start in range(0, len(patterns), CHANGES_PAGE[CF_PATTERNS]):  # a page a statement
+            ids = patterns[start : start + CHANGES_PAGE[CF_PATTERNS]]
+            for pattern_id, record in zip(
+                ids, self._repo.patterns.patterns_by_id(tenant, ids), strict=True
+            ):
+                tools[pattern_id] = record.tools_used if record is not None else ()
         if intents:
             index.add_many([(i, tools[i.pattern_id]) for i in intents])
 
@@ -218,6 +234,15 @@ class OplogFollower:
                 if listener is not None:
                     with contextlib.suppress(psycopg.Error):
                         listener.close()
+
+
+def _follows(cursor: int, entries: Sequence[tuple[int, Any, float]]) -> bool:
+    """Whether `entries` (read in sequence order after `cursor`) are the very next ones, with
+    none missing: sequences are contiguous per tenant, so any other answer is a gap (entries
+    trimmed, `_rebuild_after_gap`). Not only the first: `written_at` is the server's wall
+    clock, which can step back, so a trim by age can take an entry and keep the one before it
+    (docs/storage.md, "Op log gaps")."""
+    return bool(entries) and entries[-1][0] == cursor + len(entries)
 
 
 def wait_caught_up(follower: OplogFollower, timeout: float) -> bool:

@@ -121,6 +121,58 @@ def test_a_capture_on_one_replica_is_suggested_by_the_other(
         assert suggestion.pattern.usage_count == 1
 
 
+def test_8_writers_through_2_servers_count_one_pattern_exactly(
+    spawn: list[Replica], tmp_path: Path, postgres_dsn: str
+) -> None:
+    """docs/storage.md, A capture is one transaction: 8 threads capture one pattern through
+    two real servers (4 each; a fifth of the runs fail, and intents count the successes; half
+    the runs give a second intent text), with Suggests on both caching its view meanwhile.
+    Both servers then show the exact counts, in GetPattern (read from the database) and in
+    Suggest (their view caches)."""
+    servers = [start(spawn, tmp_path, postgres_dsn), start(spawn, tmp_path, postgres_dsn)]
+    code = 'await mcp.read_json({path: "a.json"})'
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        try:
+            with servers[w % 2].client() as client:
+                for i in range(25):
+                    intent = "Read a JSON file" if i % 2 else "Load the JSON document"
+                    failed = [("read_json", "boom")] if i % 5 == 4 else []
+                    tools = [] if failed else ["read_json"]
+                    client.record(
+                        make_record(intent, code, tools=tools, failed_tools=failed,
+                                    request_id=f"w{w}-{i}")
+                    )  # fmt: skip
+                    client.suggest("Read a JSON file")
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    for server in servers:
+        with server.client() as client:
+            [name] = usage_by_pattern(client)
+            pattern = client.get_pattern(name)
+            assert (pattern.usage_count, pattern.success_count) == (200, 160)
+            assert sorted(i.hit_count for i in pattern.intents) == [80, 80]
+            assert client.stats().executions == 200
+
+            def shown() -> tuple[int, int, list[int]]:
+                [s] = client.suggest("Read a JSON file").suggestions
+                hits = sorted(i.hit_count for i in s.pattern.intents)
+                return s.pattern.usage_count, s.pattern.success_count, hits
+
+            deadline = time.monotonic() + WAIT_SECONDS
+            while shown() != (200, 160, [80, 80]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert shown() == (200, 160, [80, 80])
+
+
 @pytest.mark.slow
 def test_sigkill_of_a_replica_loses_no_acknowledged_write(
     spawn: list[Replica],

@@ -15,11 +15,12 @@ import pytest
 
 from pml_server.domain.errors import NotFoundError
 from pml_server.domain.model import CaptureOutcome, PageRequest, SuggestQuery
-from pml_server.domain.records import PatternCounters
+from pml_server.domain.records import PatternCounters, PatternRecord
 from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine, _near
 from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, tenant_key
+from pml_server.storage.postgres import _store
 from pml_server.storage.repo import IntentRows
 from testing.ranking_oracle import path as oracle
 from testing.store_reads import intents_read, rows_read
@@ -81,6 +82,53 @@ def test_a_deletion_on_one_replica_leaves_the_others_suggestions(
     b.delete_pattern("t", saved.pattern_id)
     assert suggested(b, "t", "Read JSON file") == []
     assert eventually(lambda: suggested(a, "t", "Read JSON file") == [])
+
+
+def test_a_follower_behind_reads_the_tools_of_many_new_patterns_in_one_query(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Replicas: B's follower, paused while A records 40 new patterns,
+    applies their op log entries reading the patterns' records (their tools) in one query, not
+    one a pattern (40 round trips one after another before); B then suggests each."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    catch_up = follower.catch_up
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # its thread's catch-ups pause
+    with follower._lock:  # one under way ends first
+        pass
+    intents = [f"w{n}x{n * 7}q task" for n in range(40)]
+    saved = [
+        a.record("t", make_record(f"r{n}", intent, JSON_TOOLS, code=f"f{n}()"))
+        for n, intent in enumerate(intents)
+    ]
+    sent = _queries(b, monkeypatch)
+    catch_up()
+    assert len(sent) <= 6  # heads, entries, intents, records, changes (44 before)
+    for record, intent in zip(saved, intents, strict=True):
+        assert suggested(b, "t", intent)[:1] == [record.pattern_id]
+
+
+def test_a_pattern_deleted_on_one_replica_leaves_the_others_ranking_table(
+    replicas: Callable[[str], Engine],
+) -> None:
+    """docs/storage.md, Replicas: B's follower applies A's deletion of a pattern and takes
+    its row out of B's ranking table, as A's own deletion does in A's (it stayed in B's until
+    a restart: one row a pattern another replica deleted); the others stay."""
+    a, b = replicas("a"), replicas("b")
+    saved = [
+        a.record("t", make_record(f"r{n}", intent, JSON_TOOLS, code=f"f{n}()"))
+        for n, intent in enumerate(["Read JSON file", "Send the weekly mail", "Fetch a page"])
+    ]
+    ranks = b._state.indexes.for_tenant("t").ranks
+    assert eventually(lambda: len(ranks) == 3)
+    a.delete_pattern("t", saved[1].pattern_id)
+    assert eventually(
+        lambda: suggested(b, "t", "Send the weekly mail")[:1] != [saved[1].pattern_id]
+    )
+    assert eventually(lambda: len(ranks) == 2)
+    assert len(a._state.indexes.for_tenant("t").ranks) == 2
+    assert suggested(b, "t", "Fetch a page")[:1] == [saved[2].pattern_id]
 
 
 def test_a_run_counted_on_one_replica_reaches_the_others_suggest(
@@ -304,11 +352,6 @@ def test_a_replica_suggests_from_its_view_cache_without_a_database_read(
     database for it: the read of views is made to fail, and the answer is the same."""
     a = replicas("a")
     saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
-    follower = a._state.follower
-    assert follower is not None
-    # Settled first: the follower reading this write from the change feed drops its view
-    # (as another replica's write would), which would send the next Suggest to the database.
-    follower.catch_up()
     first = _views(a, "t", "Read JSON file")
     assert first == [(saved.pattern_id, 1, [1])]
 
@@ -390,6 +433,143 @@ def test_a_replica_suggests_its_own_writes_at_once_through_its_view_cache(
     assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 2, [2])]
     a.record("t", make_record("r3", "Fetch the config document", JSON_TOOLS))  # a new one
     assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 3, [1, 2])]
+
+
+def _shown_view_reads(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The patterns of each read of views (record, counters, shown intents) from now on."""
+    kv = engine._state.store.kv
+    read = kv.shown_view_rows
+    reads: list[int] = []
+
+    def counted(keys: Any, *args: Any, **kw: Any) -> Any:
+        reads.append(len(keys))
+        return read(keys, *args, **kw)
+
+    monkeypatch.setattr(kv, "shown_view_rows", counted)
+    return reads
+
+
+def test_the_follower_leaves_the_views_of_the_replicas_own_writes_cached(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Replicas: a replica's commit drops the views it wrote; its follower,
+    meeting those rows in the change feed, leaves the view read since cached (it dropped it a
+    second time, so the next Suggest read the pattern again). Another replica's write to the
+    same pattern is still dropped."""
+    a, b = replicas("a"), replicas("b")
+    follower = a._state.follower
+    assert follower is not None
+    catch_up = follower.catch_up
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # its thread's catch-ups pause
+    with follower._lock:  # one under way ends first
+        pass
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    read = _shown_view_reads(a, monkeypatch)
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 1, [1])]
+    assert len(read) == 1  # the commit dropped its view
+    catch_up()  # meets a's own write in the change feed
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 1, [1])]
+    assert len(read) == 1  # still cached (2 before)
+    a.record("t", make_record("r2", "Read JSON file", JSON_TOOLS))
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 2, [2])]
+    catch_up()
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 2, [2])]
+    assert len(read) == 2  # one read for the second commit, none for the feed
+    b.record("t", make_record("r3", "Read JSON file", JSON_TOOLS))  # another replica's
+    catch_up()
+    assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 3, [3])]
+    assert len(read) == 3
+
+
+def test_a_count_committed_after_a_later_one_reaches_the_followers(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Replicas: the change feed is read by transaction snapshot, not by an
+    id greater than the last seen. A's count of p is held open after its statements ran (the
+    server has its rows, uncommitted), B's count of q (another tenant: no row in common)
+    commits, C's follower reads it; then A commits: C's follower reads A's count too (its
+    view of p shows it; the ranking table follows the same rows)."""
+    a, b, c = replicas("a"), replicas("b"), replicas("c")
+    p = a.record("t", make_record("p1", "Read JSON file", JSON_TOOLS))
+    q = b.record("u", make_record("q1", "Send the weekly mail", MAIL_TOOLS))
+    assert eventually(lambda: _views(c, "t", "Read JSON file") == [(p.pattern_id, 1, [1])])
+    assert eventually(lambda: _views(c, "u", "Send the weekly mail") == [(q.pattern_id, 1, [1])])
+    statements = _store._apply
+    ran, release = threading.Event(), threading.Event()
+
+    def held(conn: Any, ops: Any) -> None:
+        statements(conn, ops)
+        if threading.current_thread().name == "held":
+            with conn.pipeline() as pipeline:
+                pipeline.sync()  # the statements ran on the server
+            ran.set()
+            release.wait(WAIT_SECONDS)
+
+    monkeypatch.setattr(_store, "_apply", held)
+    holder = threading.Thread(
+        target=lambda: a.record("t", make_record("p2", "Read JSON file", JSON_TOOLS)),
+        name="held",
+    )
+    holder.start()
+    try:
+        assert ran.wait(WAIT_SECONDS)
+        b.record("u", make_record("q2", "Send the weekly mail", MAIL_TOOLS))
+        expected_q = [(q.pattern_id, 2, [2])]
+        assert eventually(lambda: _views(c, "u", "Send the weekly mail") == expected_q)
+        assert _views(c, "t", "Read JSON file") == [(p.pattern_id, 1, [1])]
+    finally:
+        release.set()
+        holder.join()
+    assert eventually(lambda: _views(c, "t", "Read JSON file") == [(p.pattern_id, 2, [2])])
+
+
+def test_a_follower_far_behind_reads_what_changed_meanwhile_a_bounded_page_at_a_time(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Replicas: B's follower is paused while 300 pattern records and 3,000
+    counters rows change (a replica cut off for a while); its catch-up read every one in one
+    statement (3,301 rows, each record with its code: unbounded by anything but the time it
+    was behind). Now no statement returns more than a page of each family, and every view B
+    had cached of those patterns is dropped, those of the last pages too."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    catch_up = follower.catch_up
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # its thread's catch-ups pause
+    with follower._lock:  # one under way ends first
+        pass
+    repo = a._state.repo
+    ids = [f"p{n:04}" for n in range(3000)]
+
+    def write(usage: int) -> None:
+        ops = [repo.patterns.put_counters("t", p, PatternCounters(usage=usage)) for p in ids]
+        for p in ids[:300]:
+            record = PatternRecord(
+                id=p, code_hash=p, template="f()", original_code="f()", language="python",
+                tools_used=("fs.read",), params=(), parameter_schema_json="{}",
+                capability_id="cap", first_seen_ms=0,
+            )  # fmt: skip
+            ops.append(repo.patterns.put_pattern("t", record))
+        a._state.store.write(ops)
+
+    write(1)
+    catch_up()
+    views = b._state.repo.views
+    assert all(v is not None for v in views.shown_views("t", ids[:300]))  # now cached
+    write(2)
+    returned: list[int] = []
+    transactions = b._state.store.transactions
+    rows = transactions.rows
+
+    def counted(query: Any, params: Any = ()) -> Any:
+        found = rows(query, params)
+        returned.append(len(found))
+        return found
+
+    monkeypatch.setattr(transactions, "rows", counted)
+    catch_up()
+    assert max(returned) <= 100 + 1000 + 1  # a page of records and of counters, the snapshot
+    assert [v.counters.usage for v in views.shown_views("t", ids[:300]) if v] == [2] * 300
 
 
 def test_another_replicas_writes_reach_the_view_cache_within_the_follower_lag(
@@ -651,6 +831,41 @@ def test_a_replica_cut_off_longer_than_the_op_log_is_kept_rebuilds_what_it_misse
     latest = a.record("u", make_record("r4", "Compose a mail", MAIL_TOOLS))
     assert eventually(lambda: suggested(b, "u", "Compose a mail") == [latest.pattern_id])
     assert follower.rebuilds == 2
+
+
+def test_a_replica_behind_notices_an_op_log_entry_trimmed_between_two_kept(
+    replicas: Callable[[str], Engine], postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, "Op log gaps": `written_at` is the server's wall clock, which can step
+    back, so an entry can be older than the one before it, and a trim by age take it and keep
+    its neighbours. B's follower, behind, then read the entries after its cursor starting at
+    `cursor + 1`, applied them, and never had the trimmed one's intent (only a first entry
+    past `cursor + 1` counted as a gap): it now rebuilds the tenant."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # B behind from here on
+    with follower._lock:  # a catch-up under way ends first
+        pass
+    saved = [
+        a.record("t", make_record(f"r{n}", intent, JSON_TOOLS, code=f"f{n}()"))
+        for n, intent in enumerate(["Read JSON file", "Send the weekly mail", "Fetch a page"])
+    ]
+    cursor = follower.cursor("t")
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE pml_oplog SET written_at = written_at - interval '2 days'"
+            " WHERE tenant = 't' AND seq = %s",
+            (cursor + 2,),
+        )
+    replicas("c")  # its start trims the op log: the middle entry only
+    monkeypatch.undo()
+    assert eventually(lambda: follower.catch_up() >= 0 and follower.lag().behind == 0)
+    for record, intent in zip(
+        saved, ["Read JSON file", "Send the weekly mail", "Fetch a page"], strict=True
+    ):
+        assert suggested(b, "t", intent)[:1] == [record.pattern_id]
+    assert follower.rebuilds == 1
 
 
 def test_a_capture_on_a_replica_cut_off_longer_than_the_op_log_is_kept_groups_right(

@@ -5,6 +5,7 @@ the shared store promises: exactness across several stores ("replicas") on one d
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -16,6 +17,7 @@ from pml_server.storage import SchemaVersionError as RocksSchemaVersionError
 from pml_server.storage import Store, StoreBackend, repository_for
 from pml_server.storage.keys import (
     CF_COUNTERS,
+    CF_HASHES,
     CF_INTENTS,
     CF_META,
     CF_OPLOG,
@@ -31,7 +33,9 @@ from pml_server.storage.postgres import (
     SchemaVersionError,
     SharedRepository,
     StoreUnreachableError,
+    _oplog,
 )
+from pml_server.storage.postgres._oplog import Changes
 from pml_server.storage.postgres._schema import MIGRATIONS
 from pml_server.storage.seam import Locks, RequestAlreadyAppliedError
 from testing.postgres_cluster import free_port
@@ -327,6 +331,48 @@ def test_op_log_sequences_follow_commit_order(postgres_dsn: str) -> None:
         store.close()
 
 
+def _waiting_on_a_lock(store: PostgresStore) -> bool:
+    row = store.transactions.row(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND datname = current_database()"
+    )
+    return row is not None and row[0] > 0
+
+
+@pytest.mark.parametrize("tenant_is_new", [False, True], ids=["head-row", "first-entry"])
+def test_an_op_log_entry_still_uncommitted_is_never_passed_by_a_later_one(
+    postgres_dsn: str, tenant_is_new: bool
+) -> None:
+    """docs/storage.md, The op log: the classic defect of a feed read `seq > cursor` (a
+    sequence value taken at insert, visible only at commit, so a later value committed first
+    is read and the earlier one never is) cannot happen here. A transaction is held open after
+    appending its entry; another replica's append of the same tenant waits for it (the head
+    row), so a follower reading meanwhile sees neither, and both in order once it commits."""
+    store, follower = PostgresStore(postgres_dsn), PostgresStore(postgres_dsn)
+    if not tenant_is_new:
+        store.write([(CF_OPLOG, b"", json_form.dumps({"tenant": "t", "op": "add", "ids": [0]}))])
+    base = 0 if tenant_is_new else 1
+    first = json_form.dumps({"tenant": "t", "op": "add", "ids": [1]})
+    second = json_form.dumps({"tenant": "t", "op": "add", "ids": [2]})
+    writer = threading.Thread(target=lambda: store.write([(CF_OPLOG, b"", second)]))
+    with psycopg.connect(postgres_dsn) as held:  # a transaction, open until commit()
+        _oplog.append(held, [first])
+        writer.start()
+        deadline = time.monotonic() + 15
+        while not _waiting_on_a_lock(follower) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _waiting_on_a_lock(follower)  # the later append waits for the first's commit
+        assert follower.oplog.heads().get("t", 0) == base
+        assert follower.oplog.entries("t", base) == []
+        held.commit()
+    writer.join()
+    assert follower.oplog.heads() == {"t": base + 2}
+    entries = follower.oplog.entries("t", base)
+    assert [(seq, op["ids"]) for seq, op, _ in entries] == [(base + 1, [1]), (base + 2, [2])]
+    for opened in (store, follower):
+        opened.close()
+
+
 def test_a_replica_behind_never_replaces_a_newer_index_snapshot(postgres_dsn: str) -> None:
     """Each replica snapshots its own index; the stored one is that of the replica which had
     applied the most of the op log, whichever wrote last (it was last-writer-wins)."""
@@ -394,6 +440,80 @@ def test_changed_rows_never_skip_a_commit_whatever_the_commit_order(postgres_dsn
     store.close()
 
 
+def _changes(store: PostgresStore, since: str) -> Changes:
+    """Every page of `OpLog.changes` in one."""
+    pages = list(store.oplog.changes(since))
+    assert len({page.snapshot for page in pages}) == 1
+    whole = Changes(pages[0].snapshot)
+    for page in pages:
+        whole.patterns += page.patterns
+        whole.counters += page.counters
+        whole.written += page.written
+    return whole
+
+
+def test_changes_are_read_a_bounded_page_at_a_time_every_row_once(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Replicas: a follower far behind reads the rows changed meanwhile a
+    page at a time (pages of 3 here), each once, all pages carrying the first one's snapshot;
+    a row rewritten between two pages by a transaction the snapshot does not see is read by
+    the next `changes`."""
+    monkeypatch.setitem(_oplog.CHANGES_PAGE, CF_COUNTERS, 3)
+    monkeypatch.setitem(_oplog.CHANGES_PAGE, CF_INTENTS, 3)
+    store = PostgresStore(postgres_dsn)
+    since = store.oplog.changed_rows(CF_PATTERNS, None)[1]
+    counters = [tenant_key("t", f"p{n}") for n in range(8)]
+    intents = [tenant_key("t", "p0", n.to_bytes(8, "big")) for n in range(4)]
+    for n, key in enumerate(counters):  # 8 transactions, one row each
+        store.write([(CF_COUNTERS, key, PatternCounters(usage=n).to_json())])
+    store.write([(CF_INTENTS, key, b"{}") for key in intents])  # 4 rows of one transaction
+    pages = store.oplog.changes(since)
+    first = next(pages)
+    assert [k for k, _ in first.counters] == counters[:3]
+    assert [k for k, _ in first.written if k in intents] == intents[:3]
+    store.write([(CF_COUNTERS, counters[5], PatternCounters(usage=50).to_json())])
+    rest = list(pages)
+    assert max(len(page.written) for page in rest) <= 3
+    read = [(k, PatternCounters.from_json(v).usage) for p in [first, *rest] for k, v in p.counters]
+    assert read == [(k, n) for n, k in enumerate(counters) if n != 5] + [(counters[5], 50)]
+    assert sorted(k for p in [first, *rest] for k, _ in p.written if k in intents) == intents
+    assert {page.snapshot for page in rest} == {first.snapshot}
+    again = _changes(store, first.snapshot)
+    assert [(k, PatternCounters.from_json(v).usage) for k, v in again.counters] == [
+        (counters[5], 50)
+    ]
+    store.close()
+
+
+def test_a_poll_of_changes_reads_few_blocks_while_a_transaction_stays_open(
+    postgres_dsn: str,
+) -> None:
+    """docs/storage.md, Replicas: a transaction left open (here one that wrote a row, so it
+    holds an id) keeps every later snapshot's xmin at its id. A poll of the change feed read
+    every row written since from xmin (all 10,000 below: the counters table's every block,
+    each poll); it reads from the snapshot's xmax and at the ids in progress then, a few
+    blocks however many rows were written since that transaction began."""
+    store = PostgresStore(postgres_dsn)
+    counted = PatternCounters(usage=1).to_json()
+    with psycopg.connect(postgres_dsn) as held:  # open until the end
+        held.execute("INSERT INTO pml_counters (key, value) VALUES ('held', '{}')")
+        for batch in range(100):
+            keys = [tenant_key("t", f"p{batch}-{n}") for n in range(100)]
+            store.write([(CF_COUNTERS, key, counted) for key in keys])
+        since = store.oplog.changed_rows(CF_PATTERNS, None)[1]
+        assert _changes(store, since).written == []
+        page = _oplog._page_of(1, CF_COUNTERS, after=False)
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            [[[plan]]] = conn.execute(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {page}".encode(), {"since": since}
+            ).fetchall()
+        top = plan["Plan"]
+        assert top["Shared Hit Blocks"] + top["Shared Read Blocks"] <= 20  # 339 before
+        held.rollback()
+    store.close()
+
+
 def test_changes_read_patterns_counters_and_rewritten_intents_in_one_snapshot(
     postgres_dsn: str,
 ) -> None:
@@ -410,24 +530,34 @@ def test_changes_read_patterns_counters_and_rewritten_intents_in_one_snapshot(
             (CF_INTENTS, intent, b'{"hit_count": 1}'),
         ]
     )
-    changes = store.oplog.changes(since)
+    changes = _changes(store, since)
     assert [k for k, _ in changes.patterns] == [tenant_key("t", "p")]
     assert [k for k, _ in changes.counters] == [tenant_key("t", "p")]
-    assert changes.intent_keys == [intent]
-    quiet = store.oplog.changes(changes.snapshot)
-    assert (quiet.patterns, quiet.counters, quiet.intent_keys) == ([], [], [])
+    [writer] = {xid for _, xid in changes.written}  # one transaction wrote the three
+    assert sorted(k for k, _ in changes.written) == sorted([tenant_key("t", "p")] * 2 + [intent])
+    quiet = _changes(store, changes.snapshot)
+    assert (quiet.patterns, quiet.counters, quiet.written) == ([], [], [])
     store.write([(CF_INTENTS, intent, b'{"hit_count": 2}')])  # only the intent row
-    rewritten = store.oplog.changes(quiet.snapshot)
-    assert (rewritten.patterns, rewritten.counters, rewritten.intent_keys) == ([], [], [intent])
+    rewritten = _changes(store, quiet.snapshot)
+    assert (rewritten.patterns, rewritten.counters) == ([], [])
+    [(key, again)] = rewritten.written
+    assert (key, again > writer) == (intent, True)
     store.close()
 
 
 def test_a_commit_drops_what_it_wrote_from_the_view_cache_before_submit_returns(
     postgres_dsn: str,
 ) -> None:
+    """The watcher hears each batch once committed, with the transaction the follower's
+    change feed then reads its rows with (None for a batch writing no stamped row)."""
     store = PostgresStore(postgres_dsn)
-    seen: list[list[tuple[str, bytes]]] = []
-    store.watch_commits(lambda ops: seen.append([(cf, key) for cf, key, _ in ops]))
+    since = store.oplog.changed_rows(CF_PATTERNS, None)[1]
+    seen: list[tuple[list[tuple[str, bytes]], int | None]] = []
+    store.watch_commits(lambda ops, xid: seen.append(([(cf, key) for cf, key, _ in ops], xid)))
     store.write([(CF_COUNTERS, tenant_key("t", "p"), PatternCounters(usage=1).to_json())])
-    assert seen == [[(CF_COUNTERS, tenant_key("t", "p"))]]
+    [(written, xid)] = seen
+    assert written == [(CF_COUNTERS, tenant_key("t", "p"))]
+    assert _changes(store, since).written == [(tenant_key("t", "p"), xid)]
+    store.write([(CF_HASHES, tenant_key("t", "h"), b"p")])
+    assert seen[1] == ([(CF_HASHES, tenant_key("t", "h"))], None)
     store.close()

@@ -14,7 +14,9 @@ from pml_server.domain.limits import LIMITS
 from pml_server.domain.lru import ENTRY_BYTES, decoded_bytes
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.domain.shown_intents import SHOWN_INTENTS
+from pml_server.storage.postgres._oplog import committed_before
 from pml_server.storage.postgres._views import (
+    OWN_COMMITS_KEPT,
     VIEW_CACHE_BYTES,
     CachedView,
     ReplicaViewCache,
@@ -48,6 +50,35 @@ def test_a_read_begun_before_a_drop_of_its_pattern_is_not_kept() -> None:
     assert found.counters.usage == 2
     cache.drop([("t", "p")])
     assert cache.get(("t", "p")) is None
+
+
+def test_the_follower_drops_other_replicas_rows_and_leaves_this_ones_commits() -> None:
+    """docs/storage.md, Replicas: rows the follower reads as changed drop their patterns'
+    views, but for this replica's own commits (each dropped its views once committed); an own
+    commit the feed will not return again (visible in the snapshot it goes on from) is
+    forgotten, and past `OWN_COMMITS_KEPT` unmet ones the rest are dropped as others'."""
+    cache = ReplicaViewCache(10)
+    cache.drop([("t", "own")], committed_by=105)
+    fresh = cache.generation()
+    cache.keep(fresh, [(("t", name), _view(name, 1)) for name in ("own", "other", "late")])
+    seen = committed_before("104:110:104,107")
+    assert (seen(105), seen(107), seen(110)) == (True, False, False)
+    cache.drop_changed([(("t", "own"), 105), (("t", "other"), 106)])
+    assert cache.get(("t", "own")) is not None
+    assert cache.get(("t", "other")) is None
+    cache.forget_commits(committed_before("104:110:104,105"))  # 105 in progress then: kept
+    cache.drop_changed([(("t", "own"), 105)])
+    assert cache.get(("t", "own")) is not None
+    # 105 is visible in the snapshot the feed goes on from: forgotten, as the feed never
+    # returns it again (were it returned, it would now be dropped)
+    cache.forget_commits(seen)
+    cache.drop_changed([(("t", "late"), 105)])
+    assert cache.get(("t", "late")) is None
+    for xid in range(OWN_COMMITS_KEPT + 1):
+        cache.drop([("t", "x")], committed_by=1000 + xid)
+    cache.keep(cache.generation(), [(("t", "own"), _view("own", 2))])
+    cache.drop_changed([(("t", "own"), 1000 + OWN_COMMITS_KEPT)])
+    assert cache.get(("t", "own")) is None  # not kept: dropped as another replica's
 
 
 def test_the_cache_keeps_at_most_its_size_least_recently_used_out() -> None:

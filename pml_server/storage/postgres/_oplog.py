@@ -9,12 +9,12 @@ start (`trim`), never when a replica snapshots (another replica may still need t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pml_server.domain import json_form
-from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, CF_PATTERNS
+from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, CF_PATTERNS, split_tenant, tenant_key
 from pml_server.storage.postgres._notifier import listen
 from pml_server.storage.postgres._schema import FOLLOWED_FAMILIES, table_of
 from pml_server.storage.postgres._transactions import Connection, Transactions
@@ -26,14 +26,38 @@ from pml_server.storage.postgres._transactions import Connection, Transactions
 OPLOG_KEEP = "1 day"
 
 
+# Rows written by a transaction not visible in the snapshot `since`: one at or past its xmax,
+# or one in progress then (its xip). The same rows as `changed_xid >= xmin AND NOT
+# pg_visible_in_snapshot(...)` (an id below xmin was visible), but read by index from xmax
+# and at the few in-progress ids: read from xmin, every poll walked every row written since
+# the oldest transaction then open began (docs/storage.md, Replicas).
+CHANGED_SINCE = (
+    "changed_xid >= pg_snapshot_xmax(%(since)s::pg_snapshot)"
+    " OR changed_xid = ANY(ARRAY(SELECT pg_snapshot_xip(%(since)s::pg_snapshot)))"
+)
+
+
 @dataclass
 class Changes:
-    """What `OpLog.changes` read: rows changed since a snapshot, and its own."""
+    """What `OpLog.changes` read: rows changed since a snapshot, and its own. `written`: the
+    key of every row read (pattern records, counters, intents) with the transaction that
+    wrote it, so a replica tells its own commits from other replicas' (docs/storage.md,
+    Replicas)."""
 
     snapshot: str
     patterns: list[tuple[bytes, bytes]] = field(default_factory=list)
     counters: list[tuple[bytes, bytes]] = field(default_factory=list)
-    intent_keys: list[bytes] = field(default_factory=list)
+    written: list[tuple[bytes, int]] = field(default_factory=list)
+
+
+def committed_before(snapshot: str) -> Callable[[int], bool]:
+    """Whether a committed transaction's id is visible in `snapshot` (`pg_current_snapshot()`
+    text, `xmin:xmax:xip,...`), as `pg_visible_in_snapshot` answers: below xmax and not in
+    progress then. A row it wrote is never read again by `changes` since that snapshot."""
+    _, xmax, running = snapshot.split(":")
+    bound = int(xmax)
+    in_progress = {int(x) for x in running.split(",") if x}
+    return lambda xid: xid < bound and xid not in in_progress
 
 
 def trim(conn: Connection) -> None:
@@ -119,6 +143,16 @@ class OpLog:
         )
         return [bytes(r[0]) for r in rows]
 
+    def patterns_present(self, tenant: str, pattern_ids: Sequence[str]) -> set[str]:
+        """Which of the tenant's `pattern_ids` have a record stored (their keys alone)."""
+        if not pattern_ids:
+            return set()
+        rows = self._db.rows(
+            f"SELECT key FROM {table_of(CF_PATTERNS)} WHERE key = ANY(%s)",
+            ([tenant_key(tenant, p) for p in pattern_ids],),
+        )
+        return {split_tenant(bytes(key))[1].decode() for (key,) in rows}
+
     def changed_rows(self, cf: str, since: str | None) -> tuple[list[tuple[bytes, bytes]], str]:
         """(rows of `cf` written by transactions not visible in the snapshot `since`, the
         snapshot this read saw): following with the returned snapshot never skips a commit,
@@ -133,37 +167,71 @@ class OpLog:
         row = self._db.row(
             "SELECT pg_current_snapshot()::text, coalesce(array_agg(key), '{}'),"
             f" coalesce(array_agg(value), '{{}}') FROM {table_of(cf)}"
-            " WHERE changed_xid >= pg_snapshot_xmin(%(since)s::pg_snapshot)"
-            " AND NOT pg_visible_in_snapshot(changed_xid, %(since)s::pg_snapshot)",
+            f" WHERE {CHANGED_SINCE}",
             {"since": since},
         )
         assert row is not None
         snapshot, keys, values = row
         return [(bytes(k), bytes(v)) for k, v in zip(keys, values, strict=True)], str(snapshot)
 
-    def changes(self, since: str) -> Changes:
+    def changes(self, since: str) -> Iterator[Changes]:
         """Every pattern record and counters row, and the key of every intent row, written by
-        transactions not visible in the snapshot `since` (see `changed_rows`), read in one
-        statement: the three share the snapshot returned with them."""
-        changed = (
-            "changed_xid >= pg_snapshot_xmin(%(since)s::pg_snapshot)"
-            " AND NOT pg_visible_in_snapshot(changed_xid, %(since)s::pg_snapshot)"
+        transactions not visible in the snapshot `since` (see `changed_rows`), each with the
+        transaction that wrote it, a page at a time (`CHANGES_PAGE` rows of a family; a
+        follower far behind would otherwise hold every row changed meanwhile at once). The
+        first page is one statement with each family's first rows and the snapshot it saw,
+        which every page carries: the one to follow from. A family's further pages are read
+        after its last row (by writing transaction, then key) in statements of their own,
+        each in a later snapshot: a row rewritten meanwhile is read there or, by a transaction
+        not yet visible in the first one, by the next `changes`."""
+        first = " UNION ALL ".join(
+            _page_of(kind, cf, after=False) for kind, cf in enumerate(_CHANGED_FAMILIES)
         )
         rows = self._db.rows(
-            f"SELECT 0, key, value FROM {table_of(CF_PATTERNS)} WHERE {changed}"
-            f" UNION ALL SELECT 1, key, value FROM {table_of(CF_COUNTERS)} WHERE {changed}"
-            f" UNION ALL SELECT 2, key, NULL FROM {table_of(CF_INTENTS)} WHERE {changed}"
-            " UNION ALL SELECT 3, NULL, convert_to(pg_current_snapshot()::text, 'UTF8')",
+            f"{first} UNION ALL SELECT 3, NULL, convert_to(pg_current_snapshot()::text, 'UTF8'), 0",
             {"since": since},
         )
-        found = Changes("")
-        for kind, key, value in rows:
-            if kind == 0:
-                found.patterns.append((bytes(key), bytes(value)))
-            elif kind == 1:
-                found.counters.append((bytes(key), bytes(value)))
-            elif kind == 2:
-                found.intent_keys.append(bytes(key))
-            else:
-                found.snapshot = bytes(value).decode()
-        return found
+        snapshot = next(bytes(value).decode() for kind, _, value, _ in rows if kind == 3)
+        page = _changes_page(snapshot, [row for row in rows if row[0] != 3])
+        yield page
+        for kind, cf in enumerate(_CHANGED_FAMILIES):
+            read = [row for row in rows if row[0] == kind]
+            while len(read) == CHANGES_PAGE[cf]:
+                _, key, _, xid = read[-1]
+                read = self._db.rows(
+                    _page_of(kind, cf, after=True), {"since": since, "xid": xid, "key": key}
+                )
+                yield _changes_page(snapshot, read)
+
+
+# Rows of a family one statement of `OpLog.changes` reads at most: a pattern record holds up to
+# two 256 KiB codes (docs/reliability.md), a counters row a few KiB, an intent only its key.
+CHANGES_PAGE = {CF_PATTERNS: 100, CF_COUNTERS: 1000, CF_INTENTS: 1000}
+_CHANGED_FAMILIES = (CF_PATTERNS, CF_COUNTERS, CF_INTENTS)
+
+
+def _page_of(kind: int, cf: str, after: bool) -> str:
+    """A page of the rows of `cf` written by transactions not visible in `since`, in order of
+    their writer then key, after (`xid`, `key`) if `after`."""
+    value = "NULL::bytea" if cf == CF_INTENTS else "value"
+    where = f"({CHANGED_SINCE})"
+    if after:
+        where += (
+            " AND changed_xid >= %(xid)s::text::xid8"
+            " AND (changed_xid, key) > (%(xid)s::text::xid8, %(key)s)"
+        )
+    return (
+        f"(SELECT {kind}, key, {value}, changed_xid::text::bigint FROM {table_of(cf)}"
+        f" WHERE {where} ORDER BY changed_xid, key LIMIT {CHANGES_PAGE[cf]})"
+    )
+
+
+def _changes_page(snapshot: str, rows: Sequence[tuple[Any, ...]]) -> Changes:
+    page = Changes(snapshot)
+    for kind, key, value, xid in rows:
+        if kind == 0:
+            page.patterns.append((bytes(key), bytes(value)))
+        elif kind == 1:
+            page.counters.append((bytes(key), bytes(value)))
+        page.written.append((bytes(key), int(xid)))
+    return page

@@ -36,6 +36,7 @@ from pml_server.storage.keys import (
     tenant_prefix,
     u64,
 )
+from pml_server.storage.postgres._oplog import committed_before
 from pml_server.storage.postgres._store import PostgresStore
 from pml_server.storage.postgres._tenant_rows import CF_INDEX_SNAPSHOT, CF_STATS_DELTA
 from pml_server.storage.postgres._views import PatternKey, ReplicaViewCache
@@ -197,14 +198,25 @@ class SharedViews(ViewReads):
         self._views = ReplicaViewCache(view_cache_size)
         store.watch_commits(self._forget_written)
 
-    def _forget_written(self, ops: Sequence[Op]) -> None:
+    def _forget_written(self, ops: Sequence[Op], committed_by: int | None) -> None:
         written = {viewed_pattern(key) for cf, key, _ in ops if cf in _VIEWED_FAMILIES}
         if written:
-            self._views.drop(written)
+            self._views.drop(written, committed_by)
 
     def forget_views(self, patterns: Iterable[PatternKey]) -> None:
         """Drop these patterns' cached views (another replica changed them)."""
         self._views.drop(patterns)
+
+    def forget_changed(self, written: Sequence[tuple[bytes, int]]) -> None:
+        """Drop the views of the pattern, counters and intent rows the follower read as
+        changed since its last snapshot (`OpLog.changes`: each key with the transaction that
+        wrote it), but for this replica's own commits, dropped when they committed."""
+        self._views.drop_changed((viewed_pattern(key), xid) for key, xid in written)
+
+    def followed_to(self, snapshot: str) -> None:
+        """The follower's change feed goes on from `snapshot`: this replica's commits visible
+        in it are never met again, and forgotten."""
+        self._views.forget_commits(committed_before(snapshot))
 
     def patterns_with_counters(
         self, tenant: str, pattern_ids: Sequence[str]

@@ -51,6 +51,8 @@ SEQUENCE_STEP = 1024  # ids a replica takes from a sequence at once
 # (by backend pid) rarely share one.
 ROW_STRIPES = 64
 FOLLOWED_FAMILIES = (CF_PATTERNS, CF_COUNTERS)
+# The families whose rows carry the id of the transaction that last wrote them (`changed_xid`)
+STAMPED_FAMILIES = (*FOLLOWED_FAMILIES, CF_INTENTS)
 _VERSION_4_FAMILIES = (CF_SESSIONS, CF_TRANSITIONS)
 
 

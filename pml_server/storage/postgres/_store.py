@@ -51,7 +51,7 @@ from pml_server.storage.postgres._dsn import describe, has_password, scrub
 from pml_server.storage.postgres._keyvalue import KeyValues
 from pml_server.storage.postgres._notifier import Notifier
 from pml_server.storage.postgres._oplog import OpLog
-from pml_server.storage.postgres._schema import migrate, table_of
+from pml_server.storage.postgres._schema import STAMPED_FAMILIES, migrate, table_of
 from pml_server.storage.postgres._tenant_rows import (
     CF_INDEX_SNAPSHOT,
     CF_STATS_DELTA,
@@ -108,7 +108,7 @@ class PostgresStore:
         self.tenant_rows = TenantRows(self.transactions)
         self._notifier = Notifier(self.transactions.connect)
         self._closed = False
-        self._commit_watchers: list[Callable[[Sequence[Op]], None]] = []
+        self._commit_watchers: list[Callable[[Sequence[Op], int | None], None]] = []
 
     @property
     def location(self) -> str:
@@ -148,10 +148,12 @@ class PostgresStore:
 
     # ---- writes ------------------------------------------------------------------------------
 
-    def watch_commits(self, watcher: Callable[[Sequence[Op]], None]) -> None:
+    def watch_commits(self, watcher: Callable[[Sequence[Op], int | None], None]) -> None:
         """Call `watcher` with every batch `submit` was given, once its commit is over (done,
         refused or of unknown outcome) and before `submit` returns (a cache of this replica's
-        drops what it wrote before the caller is answered)."""
+        drops what it wrote before the caller is answered), and the id of the transaction
+        that committed it when it did and wrote rows stamped with it (`changed_xid`, what the
+        follower's change feed reads them with), else None."""
         self._commit_watchers.append(watcher)
 
     def submit(self, ops: Sequence[Op]) -> WriteTicket:
@@ -159,23 +161,39 @@ class PostgresStore:
         before returning: the ticket is already durable."""
         if self._closed:
             raise StoreClosedError("store is closed")
+        committed: list[int] = []
         try:
-            return self._submit(ops)
+            return self._submit(ops, committed)
         finally:
+            xid = committed[0] if committed else None
             for watcher in self._commit_watchers:
-                watcher(ops)
+                watcher(ops, xid)
 
-    def _submit(self, ops: Sequence[Op]) -> WriteTicket:
+    def _submit(self, ops: Sequence[Op], committed: list[int]) -> WriteTicket:
         """The request id row is a plain INSERT: a duplicate aborts the whole transaction
-        (UniqueViolation), which is what makes the batch exactly-once."""
+        (UniqueViolation), which is what makes the batch exactly-once. `committed` receives
+        the transaction's id once it committed, when it wrote stamped rows (in the same
+        round trip: the SELECT goes in the commit's pipeline)."""
+        stamped = any(cf in STAMPED_FAMILIES and value is not None for cf, _, value in ops)
+        xid: list[psycopg.Cursor[tuple[Any, ...]]] = []
+
+        def statements(conn: Connection) -> None:
+            _apply(conn, ops)
+            if stamped:
+                xid.append(conn.execute("SELECT pg_current_xact_id()::text::bigint"))
+
         try:
-            self.transactions.commit(lambda conn: _apply(conn, ops))
+            self.transactions.commit(statements)
         except psycopg.errors.UniqueViolation as error:
             if error.diag.table_name != table_of(CF_REQUESTS):
                 raise
             key = next(k for cf, k, v in ops if cf == CF_REQUESTS and v is not None)
             stored = self.get(CF_REQUESTS, key)  # committed by the writer this one waited for
             raise RequestAlreadyAppliedError(stored or b"") from None
+        if xid:
+            row = xid[0].fetchone()
+            assert row is not None
+            committed.append(int(row[0]))
         if any(cf == CF_OPLOG and value is not None for cf, _, value in ops):
             self._notifier.wake()
         return finished_ticket()
@@ -200,7 +218,7 @@ class PostgresStore:
             self.transactions.commit(statements)
         finally:
             for watcher in self._commit_watchers:
-                watcher(ops)
+                watcher(ops, None)  # deletions only: no stamped row
         return deleted[0].rowcount
 
     def writes_held(self) -> AbstractContextManager[None]:

@@ -6,7 +6,10 @@ Freshness. An entry is dropped when this replica commits a batch writing the pat
 counters or intents (`PostgresStore.watch_commits`, before the capture is answered: a replica
 reads its own writes at once), and when the op log follower reads what other replicas wrote
 (pattern, counters and intent rows changed since its last snapshot, intents removed by the op
-log): another replica's write shows here within the follower's lag. A fill races with drops: a
+log): another replica's write shows here within the follower's lag. The follower meets this
+replica's own commits in that feed too: their rows are left alone (`drop_changed`), since the
+commit dropped them once visible and a view read since is current (dropped again, the next
+Suggest of the pattern read it again). A fill races with drops: a
 read that began before a drop of its pattern may have read the row as it was, so it is not
 kept (each drop advances a generation and stamps the pattern with it; a fill keeps only
 patterns not stamped after the generation its read began at).
@@ -14,14 +17,16 @@ patterns not stamped after the generation its read began at).
 Bounded: at most `size` patterns and `VIEW_CACHE_BYTES` of them (`view_weight`: a pattern's
 code goes up to 256 KiB, its shown intents up to 4,096 characters each), least recently used
 first out (docs/reliability.md, "Caches bounded in bytes"); the drop stamps are bounded by
-`size` (past it they are cleared and every read begun before is refused).
+`size` (past it they are cleared and every read begun before is refused), the ids of this
+replica's commits the follower has not met yet by `OWN_COMMITS_KEPT` (past it they are
+forgotten, and the follower drops their rows as another replica's).
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from pml_server.domain.limits import MIB
@@ -38,6 +43,9 @@ CachedView = ShownView
 VIEW_CACHE_BYTES = 128 * MIB
 # The key's tuple and its two strings' headers, the view's tuple and its list of intents.
 _VIEW_OBJECTS = 320
+# This replica's commits the follower has not met in its change feed yet (a follower cut off
+# from the database meets none): forgotten past this many.
+OWN_COMMITS_KEPT = 65_536
 
 
 def view_weight(key: PatternKey, view: CachedView) -> int:
@@ -70,6 +78,8 @@ class ReplicaViewCache:
         self._dropped_at: dict[PatternKey, int] = {}
         self._generation = 0
         self._floor = 0  # reads begun before this generation are not kept
+        # ids of this replica's transactions whose writes `drop` dropped once committed
+        self._own_commits: set[int] = set()
         self._lock = threading.Lock()
 
     def generation(self) -> int:
@@ -98,8 +108,12 @@ class ReplicaViewCache:
                 while len(self._entries) > self._size:
                     self._entries.pop(next(iter(self._entries)))
 
-    def drop(self, keys: Iterable[PatternKey]) -> None:
+    def drop(self, keys: Iterable[PatternKey], committed_by: int | None = None) -> None:
+        """Drop these patterns' views; `committed_by`: this replica's transaction that wrote
+        them and has committed (its rows in the follower's feed are then left alone)."""
         with self._lock:
+            if committed_by is not None and len(self._own_commits) < OWN_COMMITS_KEPT:
+                self._own_commits.add(committed_by)
             self._generation += 1
             for key in keys:
                 self._entries.pop(key)
@@ -107,6 +121,20 @@ class ReplicaViewCache:
             if len(self._dropped_at) > self._size:
                 self._dropped_at.clear()
                 self._floor = self._generation
+
+    def drop_changed(self, written: Iterable[tuple[PatternKey, int]]) -> None:
+        """Drop the patterns of rows the follower read as changed, each with the transaction
+        that wrote it, but for those this replica committed (dropped at their commit)."""
+        with self._lock:
+            others = {key for key, xid in written if xid not in self._own_commits}
+        if others:
+            self.drop(others)
+
+    def forget_commits(self, seen: Callable[[int], bool]) -> None:
+        """Forget this replica's commits the follower's feed will not return again (`seen`:
+        visible in the snapshot it goes on from)."""
+        with self._lock:
+            self._own_commits = {xid for xid in self._own_commits if not seen(xid)}
 
     def __len__(self) -> int:
         with self._lock:
