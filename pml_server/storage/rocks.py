@@ -175,8 +175,9 @@ class Store:
         self._read_cache = _ReadCache(READ_CACHE_BYTES)
         self._fills: list[_Fill] = []  # get_many calls reading RocksDB outside the lock now
         try:
-            self.schema_version = self._check_schema()
+            self.schema_version = _stored_schema(self._db, self._cf[CF_META], path)
         except SchemaVersionError:
+            self._close_families()
             raise
         except Exception as err:  # the first read of the store: a corrupted table file
             self._close_families(after_error=True)
@@ -234,23 +235,6 @@ class Store:
         from pml_server.storage.repo import Repository
 
         return BlockAllocator(Repository(self), name)
-
-    def _check_schema(self) -> int:
-        meta = self._cf[CF_META]
-        raw = meta.get(_META_SCHEMA_KEY)
-        if raw is None:
-            raw = self._db.get(_META_SCHEMA_KEY)  # stores created before column families existed
-        if raw is None:
-            meta.put(_META_SCHEMA_KEY, struct.pack(">I", SCHEMA_VERSION))
-            return SCHEMA_VERSION
-        found = int(struct.unpack(">I", raw)[0])
-        if found > SCHEMA_VERSION:
-            self._close_families()
-            raise SchemaVersionError(
-                f"store at {self.path} has schema version {found}; this pml knows up to "
-                f"{SCHEMA_VERSION}: upgrade pml to open it"
-            )
-        return found
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -460,6 +444,24 @@ class Store:
                     handle.close()
             else:
                 handle.close()
+
+
+def _stored_schema(db: Rdict, meta: Rdict, path: Path) -> int:
+    """The store's schema version, written on first use; SchemaVersionError when a newer pml
+    wrote it."""
+    raw = meta.get(_META_SCHEMA_KEY)
+    if raw is None:
+        raw = db.get(_META_SCHEMA_KEY)  # stores created before column families existed
+    if raw is None:
+        meta.put(_META_SCHEMA_KEY, struct.pack(">I", SCHEMA_VERSION))
+        return SCHEMA_VERSION
+    found = int(struct.unpack(">I", raw)[0])
+    if found > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"store at {path} has schema version {found}; this pml knows up to "
+            f"{SCHEMA_VERSION}: upgrade pml to open it"
+        )
+    return found
 
 
 def _open_error(path: Path, err: Exception) -> StoreOpenError:

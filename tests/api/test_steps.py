@@ -56,7 +56,10 @@ def test_get_pattern_and_suggest_show_steps(client: PmlClient) -> None:
     assert detail.steps[0].arguments[0].parameters == ["$QUERY"]
 
 
-def test_unreadable_flow_keeps_steps_in_call_order(client: PmlClient) -> None:
+def test_a_call_per_element_keeps_call_order_and_reads_one_element(client: PmlClient) -> None:
+    """A call in a loop runs an unknown number of times (its flow is not known: steps keep call
+    order), and its argument reads one element of what the loop walks (docs/normalization.md,
+    Steps)."""
     code = (
         "const r = await mcp.list_items({});\n"
         "for (const it of r.items) { await mcp.get_item({id: it.id}); }"
@@ -64,6 +67,14 @@ def test_unreadable_flow_keeps_steps_in_call_order(client: PmlClient) -> None:
     saved = client.record(make_record("fetch all items", code, tools=["list_items", "get_item"]))
     steps = client.get_pattern(saved.pattern).steps
     assert [(s.tool, s.flow_known) for s in steps] == [("list_items", True), ("get_item", False)]
+    assert steps[1].arguments[0].kind == r.StepArgument.KIND_REFERENCE
+    assert [(x.step, x.path) for x in steps[1].arguments[0].sources] == [(0, ".items[*].id")]
+
+
+def test_an_argument_no_step_gives_is_unknown(client: PmlClient) -> None:
+    code = "const r = await mcp.list_items({});\nawait mcp.get_item({...opts});"
+    saved = client.record(make_record("fetch an item", code, tools=["list_items", "get_item"]))
+    steps = client.get_pattern(saved.pattern).steps
     assert steps[1].arguments[0].kind == r.StepArgument.KIND_UNKNOWN
 
 

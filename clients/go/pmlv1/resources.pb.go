@@ -204,7 +204,7 @@ const (
 	StepArgument_KIND_LITERAL StepArgument_Kind = 2
 	// Reads the output of earlier steps (`sources`).
 	StepArgument_KIND_REFERENCE StepArgument_Kind = 3
-	// Not readable statically (a free or loop variable, a callback, a spread).
+	// Not readable statically (a free variable, a spread, a value no step gives).
 	StepArgument_KIND_UNKNOWN StepArgument_Kind = 4
 )
 

@@ -576,7 +576,7 @@ class StepArgument(_message.Message):
         KIND_REFERENCE: StepArgument._Kind.ValueType  # 3
         """Reads the output of earlier steps (`sources`)."""
         KIND_UNKNOWN: StepArgument._Kind.ValueType  # 4
-        """Not readable statically (a free or loop variable, a callback, a spread)."""
+        """Not readable statically (a free variable, a spread, a value no step gives)."""
 
     class Kind(_Kind, metaclass=_KindEnumTypeWrapper):
         """Where the value of an argument comes from."""
@@ -589,7 +589,7 @@ class StepArgument(_message.Message):
     KIND_REFERENCE: StepArgument.Kind.ValueType  # 3
     """Reads the output of earlier steps (`sources`)."""
     KIND_UNKNOWN: StepArgument.Kind.ValueType  # 4
-    """Not readable statically (a free or loop variable, a callback, a spread)."""
+    """Not readable statically (a free variable, a spread, a value no step gives)."""
 
     NAME_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
