@@ -301,6 +301,13 @@ OLDER_SECRETS = [
         'db_pass = "[REDACTED]"',
         id="url_password",
     ),
+    pytest.param(  # named by a short word as its name's last (`db_pass=...`)
+        "HUNTER2SHORTNAME",
+        'r = await mcp.login(user=name, db_pass="hunter2shortname")',
+        10,
+        'db_pass="[REDACTED]"',
+        id="short_name",
+    ),
 ]
 
 
