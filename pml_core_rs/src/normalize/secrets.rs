@@ -582,9 +582,13 @@ fn cookie_values_at(bytes: &[u8], at: usize) -> Option<(Vec<(usize, usize)>, usi
     if at > 0 && is_name_byte(bytes[at - 1]) {
         return None;
     }
-    let rest = &bytes[at..];
-    let set = rest.len() >= 11 && rest[..11].eq_ignore_ascii_case(b"set-cookie:");
-    if !set && !(rest.len() >= 7 && rest[..7].eq_ignore_ascii_case(b"cookie:")) {
+    let starts = |name: &[u8]| {
+        bytes
+            .get(at..at + name.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(name))
+    };
+    let set = starts(b"set-cookie:");
+    if !set && !starts(b"cookie:") {
         return None;
     }
     let start = at + if set { 11 } else { 7 };
@@ -649,8 +653,10 @@ fn is_token_byte(b: u8) -> bool {
 /// `Bearer ` or `Basic `, a URL's user-info when it has a password (`scheme://[REDACTED]@host`),
 /// the value of a query parameter named as a credential (`?access_token=[REDACTED]`), the
 /// value of a `name=value` pair or of a field (`"password": "..."`, `X-Api-Key: ...`:
-/// `secret_field_value_at`) named as one, and a whole PEM block (`-----BEGIN` to the `-----`
-/// after `-----END`). For free text that no parser reads: error messages, arguments, traces, comments. Linear in
+/// `secret_field_value_at`) named as one, the `value` after a `name` naming one
+/// (`named_value_after`), every cookie of a `Cookie:` header (`cookie_values_at`), a
+/// credential a command line writes as a shell does (`fallback.rs`, `shell_secret_ranges`),
+/// and a whole PEM block (`-----BEGIN` to the `-----` after `-----END`). For free text that no parser reads: error messages, arguments, traces, comments. Linear in
 /// the text; borrowed when nothing is found.
 pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
     let shell = super::fallback::shell_secret_ranges(text);
