@@ -1387,8 +1387,8 @@ fn context_name(tokens: &[Token], i: usize, code: &str, style: &Style) -> Option
 fn lex(code: &str, style: &Style) -> Vec<Token> {
     let bytes = code.as_bytes();
     let mut tokens = Vec::new();
-    // for `"` and `'`: where a plain string of that quote was last found unclosed
-    let mut unclosed_until = [0usize; 2];
+    // for each `Quoted::memo_slot`: where a string of that kind was last found unclosed
+    let mut unclosed_until = [0usize; 6];
     let mut i = 0usize;
     while i < bytes.len() {
         let c = bytes[i];
@@ -1405,20 +1405,20 @@ fn lex(code: &str, style: &Style) -> Vec<Token> {
                 .position(|w| w == b"*/")
                 .map_or(rest.len(), |p| p + 4);
         } else if c == b'"' || c == b'\'' || (style.backticks && c == b'`') {
-            // A plain string (no interpolation, not triple) whose quote comes before where one
-            // of the same quote was found unclosed is unclosed too: the scan from the first
-            // read this quote as escaped and went on from the byte after it, where this scan
-            // would start. So each byte is scanned once for each quote (docs/normalization.md,
-            // Fallback), not once for each quote before it (`"\"\"\"...` was quadratic).
-            let plain = (c != b'`' && Quoted::at(bytes, i, style).is_plain())
-                .then_some(usize::from(c == b'\''));
-            let end = match plain {
-                Some(q) if i < unclosed_until[q] => None,
+            // A string (not triple) whose quote comes before where one of the same quote and
+            // kind was found unclosed, by a scan that never entered an interpolation, is
+            // unclosed too: that scan read this quote as escaped and went on from the byte
+            // after it, where this scan would start, in the same state. So each byte is
+            // scanned once for each kind of quote (docs/normalization.md, Fallback), not once
+            // for each quote before it (`"\"\"\"...`, `` `\`\`\`... `` were quadratic).
+            let kind = Quoted::at(bytes, i, style).memo_slot();
+            let end = match kind {
+                Some(k) if i < unclosed_until[k] => None,
                 _ => match string_end(bytes, i, style) {
                     Ok(end) => Some(end),
-                    Err(stop) => {
-                        if let Some(q) = plain {
-                            unclosed_until[q] = stop;
+                    Err((stop, entered_code)) => {
+                        if let Some(k) = kind.filter(|_| !entered_code) {
+                            unclosed_until[k] = stop;
                         }
                         None
                     }
@@ -1509,8 +1509,10 @@ fn is_non_ascii_space(code: &str, at: usize) -> bool {
 /// interpolation is code, whose braces and strings, nested to any depth, do not end it, so
 /// a string inside one is no string of its own (docs/normalization.md, Fallback). One pass;
 /// the nesting is held in a list, not in calls.
-fn string_end(bytes: &[u8], start: usize, style: &Style) -> Result<usize, usize> {
+fn string_end(bytes: &[u8], start: usize, style: &Style) -> Result<usize, (usize, bool)> {
     let mut open = vec![Quoted::at(bytes, start, style)];
+    // whether an interpolation was entered: a scan that was is not `lex`'s to reuse
+    let mut entered_code = false;
     let mut i = start + open[0].opener();
     while i < bytes.len() {
         let b = bytes[i];
@@ -1526,7 +1528,7 @@ fn string_end(bytes: &[u8], start: usize, style: &Style) -> Result<usize, usize>
                     continue;
                 }
                 if b == b'\n' && !triple && quote != b'`' {
-                    return Err(i);
+                    return Err((i, entered_code));
                 }
                 let closes = if triple {
                     bytes[i..].starts_with(&[quote; 3])
@@ -1543,6 +1545,7 @@ fn string_end(bytes: &[u8], start: usize, style: &Style) -> Result<usize, usize>
                 }
                 if interpolates {
                     if quote == b'`' && b == b'$' && bytes.get(i + 1) == Some(&b'{') {
+                        entered_code = true;
                         open.push(Quoted::Code { braces: 0 });
                         i += 2;
                         continue;
@@ -1552,6 +1555,7 @@ fn string_end(bytes: &[u8], start: usize, style: &Style) -> Result<usize, usize>
                             i += 2; // `{{` is a brace of the text
                             continue;
                         }
+                        entered_code = true;
                         open.push(Quoted::Code { braces: 0 });
                     }
                 }
@@ -1573,11 +1577,11 @@ fn string_end(bytes: &[u8], start: usize, style: &Style) -> Result<usize, usize>
                 }
                 _ => {}
             },
-            None => return Err(i),
+            None => return Err((i, entered_code)),
         }
         i += 1;
     }
-    Err(bytes.len())
+    Err((bytes.len(), entered_code))
 }
 
 /// A string being read by `string_end`, or an interpolation's code inside one.
@@ -1620,16 +1624,24 @@ impl Quoted {
         }
     }
 
-    /// A string with no interpolation that is not triple-quoted.
-    fn is_plain(&self) -> bool {
-        matches!(
-            self,
+    /// For a string that is not triple-quoted, a slot of its own for its quote and whether it
+    /// interpolates (`lex`'s memo of unclosed strings).
+    fn memo_slot(&self) -> Option<usize> {
+        match *self {
             Quoted::Text {
+                quote,
                 triple: false,
-                interpolates: false,
-                ..
+                interpolates,
+            } => {
+                let q = match quote {
+                    b'"' => 0,
+                    b'\'' => 1,
+                    _ => 2,
+                };
+                Some(q * 2 + usize::from(interpolates))
             }
-        )
+            _ => None,
+        }
     }
 
     /// How many bytes its opening quote takes.

@@ -2010,4 +2010,8 @@ fn an_unclosed_string_of_escaped_quotes_in_the_fallback_costs_one_pass() {
     assert!(!n.parse_ok);
     let code = format!("x = '{}", "\\'".repeat(1 << 19));
     assert!(!norm(&code, "python").parse_ok);
+    let code = format!("x = f\"{}", "\\\"".repeat(1 << 19));
+    assert!(!norm(&code, "python").parse_ok);
+    let code = format!("x = (`{}", "\\`".repeat(1 << 19));
+    assert!(!norm(&code, "js").parse_ok);
 }
