@@ -116,9 +116,7 @@ proptest! {
             3 => format!("curl -u bob:{secret} https://x"),
             4 => format!("sshpass -p '{secret}' ssh h"),
             5 => format!("deploy --pass {secret}"),
-            // `echo` must start its command (a line, or after `;`, `|`, `(`): after a
-            // `:` of prose it is an argument of `:` (docs/normalization.md, Secrets)
-            6 => format!("\necho {secret} | docker login -u bob --password-stdin r"),
+            6 => format!("echo {secret} | docker login -u bob --password-stdin r"),
             7 => format!("Cookie: a=1; sid={secret}; b=2\n"),
             8 => format!("Set-Cookie: sid={secret}; Path=/\n"),
             9 => format!("{{\"name\": \"DB_PASSWORD\", \"value\": \"{secret}\"}}"),

@@ -79,7 +79,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     // A password a command reads from its input (`echo pw | docker login --password-stdin`) is
     // listed as a secret that stays code: hashed as before, redacted (`stdin_passwords`).
     let mut stdin_secrets = match lang {
-        None => stdin_passwords(&tokens, code)
+        None => stdin_passwords(&tokens, code, false)
             .into_iter()
             .filter(|s| {
                 !shell_secrets
@@ -653,7 +653,7 @@ pub(super) fn holds_shell_secret(value: &str) -> bool {
     }
     let tokens = lex(value, &style(None));
     shell_secret_values(&tokens, value).iter().any(|s| s.secret)
-        || !stdin_passwords(&tokens, value).is_empty()
+        || !stdin_passwords(&tokens, value, false).is_empty()
 }
 
 /// The byte ranges of the credentials free text writes as a shell writes them, in order and
@@ -662,7 +662,8 @@ pub(super) fn holds_shell_secret(value: &str) -> bool {
 /// SECRET`, `echo SECRET | docker login --password-stdin`), read by the shell rules code is
 /// read by (`shell_secret_values`, `stdin_passwords`); a quoted value's range is inside its
 /// quotes. Free text has no comments and no backquoted strings (a `#` or a `//` is prose, a
-/// backquote marks code in Markdown). Linear in the text (docs/normalization.md, Secrets).
+/// backquote marks code in Markdown), and a command starts after `: ` and at a backquote too.
+/// Linear in the text (docs/normalization.md, Secrets).
 pub(super) fn shell_secret_ranges(text: &str) -> Vec<(usize, usize)> {
     if !text.contains(['-', '=']) {
         return Vec::new();
@@ -673,12 +674,36 @@ pub(super) fn shell_secret_ranges(text: &str) -> Vec<(usize, usize)> {
         backticks: false,
         python: false,
     };
-    let tokens = lex(text, &prose);
+    // A command also starts after a `: ` of prose (`failed: echo ... | docker login`) and
+    // inside backquotes (Markdown's code): each is read as a `;`, byte for byte, so the
+    // ranges found are the text's.
+    let bounded: Vec<u8> = text
+        .bytes()
+        .enumerate()
+        .map(|(i, b)| {
+            let colon = b == b':'
+                && text
+                    .as_bytes()
+                    .get(i + 1)
+                    .is_some_and(|n| matches!(n, b' ' | b'\t'));
+            if colon || b == b'`' {
+                b';'
+            } else {
+                b
+            }
+        })
+        .collect();
+    // Only ASCII bytes were replaced by ASCII: still UTF-8.
+    let Ok(commands) = String::from_utf8(bounded) else {
+        return Vec::new();
+    };
+    let tokens = lex(&commands, &prose);
+    let text = commands.as_str();
     let bytes = text.as_bytes();
     let mut found: Vec<(usize, usize)> = shell_secret_values(&tokens, text)
         .into_iter()
         .filter(|s| s.secret)
-        .chain(stdin_passwords(&tokens, text))
+        .chain(stdin_passwords(&tokens, text, true))
         .map(|s| {
             let quoted = s.end - s.start >= 2
                 && matches!(bytes[s.start], b'"' | b'\'')
@@ -735,8 +760,9 @@ const ECHO_COMMANDS: &[&str] = &["echo", "printf"];
 /// after `echo`, every one after `printf`'s format (its format when it has no other); a flag
 /// (`-n`) and a computed value (`$PW`, `"$PW"`, `$(...)`, a backquote) are none. A command runs
 /// to `;`, `&`, `|`, a parenthesis or a line's end (not one escaped by `\`); one pass over the
-/// tokens (docs/normalization.md, Secrets).
-fn stdin_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
+/// tokens (docs/normalization.md, Secrets). In `prose` (free text), an echo starts a command
+/// after any word too.
+fn stdin_passwords(tokens: &[Token], code: &str, prose: bool) -> Vec<ShellSecret> {
     let bytes = code.as_bytes();
     let text = |t: &Token| &code[t.start..t.end];
     let mut found = Vec::new();
@@ -781,7 +807,12 @@ fn stdin_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
             continue;
         }
         let word_start = token.start == 0 || bytes[token.start - 1].is_ascii_whitespace();
-        if command_start {
+        // in prose an echo may follow any word (`tried echo ... | docker login ...`)
+        let prose_echo = prose
+            && word_start
+            && token.kind == Kind::Word
+            && ECHO_COMMANDS.iter().any(|e| t.eq_ignore_ascii_case(e));
+        if command_start || prose_echo {
             command_start = false;
             let name = t.to_ascii_lowercase();
             printf = name == "printf";

@@ -995,6 +995,14 @@ mod tests {
                 "echo [REDACTED] | docker login -u bob --password-stdin quay.io",
             ),
             (
+                "failed: echo hunter2x | docker login --password-stdin r (`echo pw2x | oras login --password-stdin r`)",
+                "failed: echo [REDACTED] | docker login --password-stdin r (`echo [REDACTED] | oras login --password-stdin r`)",
+            ),
+            (
+                "tried echo hunter2x | docker login --password-stdin r",
+                "tried echo [REDACTED] | docker login --password-stdin r",
+            ),
+            (
                 r#"{"cmd": "psql \"postgresql://bob:hunter2x@h/db\""}"#,
                 r#"{"cmd": "psql \"postgresql://[REDACTED]@h/db\""}"#,
             ),
