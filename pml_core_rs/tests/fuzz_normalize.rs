@@ -3,7 +3,7 @@
 //! never fail below the size limit, be deterministic, report spans and JSON that hold together,
 //! and give one hash to code that differs only in its literal values.
 
-use pml_core_rs::normalize::{normalize, MAX_INPUT_BYTES};
+use pml_core_rs::normalize::{normalize, redact_text, MAX_INPUT_BYTES};
 use pml_core_rs::CoreError;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -99,6 +99,33 @@ proptest! {
     #[test]
     fn mutated_golden_snippets((code, language) in mutated()) {
         assert_well_formed(&code, &language);
+    }
+
+    #[test]
+    fn free_text_keeps_no_credential_a_marker_names(
+        secret in "[A-Za-z0-9][A-Za-z0-9_.+]{5,23}",
+        before in "[a-z ,.:]{0,40}",
+        after in "[a-z ,.:]{0,40}",
+        shape in 0..12usize,
+    ) {
+        // the free-text shapes of docs/normalization.md, Secrets, anywhere in prose
+        let written = match shape {
+            0 => format!("pass={secret}"),
+            1 => format!("db_pwd: {secret}"),
+            2 => format!("mysql -u bob -p{secret} db"),
+            3 => format!("curl -u bob:{secret} https://x"),
+            4 => format!("sshpass -p '{secret}' ssh h"),
+            5 => format!("deploy --pass {secret}"),
+            6 => format!("echo {secret} | docker login -u bob --password-stdin r"),
+            7 => format!("Cookie: a=1; sid={secret}; b=2\n"),
+            8 => format!("Set-Cookie: sid={secret}; Path=/\n"),
+            9 => format!("{{\"name\": \"DB_PASSWORD\", \"value\": \"{secret}\"}}"),
+            10 => format!("- name: API_TOKEN\n  value: {secret}\n"),
+            _ => format!("{{\"Key\": \"Authorization\", \"Value\": \"{secret}\"}}"),
+        };
+        let text = format!("{before} {written} {after}");
+        let out = redact_text(&text);
+        prop_assert!(!out.contains(secret.as_str()), "{text:?} -> {out:?}");
     }
 
     #[test]

@@ -211,6 +211,45 @@ def test_a_credential_written_as_a_field_in_free_text_reaches_no_stored_row(
     assert held == []
 
 
+@pytest.mark.parametrize(
+    ("intent", "error"),
+    [
+        ("connect, pwd: {}", ""),
+        ("connect", 'rejected {{"args": "db_pass={} host=db"}}'),
+        ("connect", "mysql -u bob -p{} db: access denied"),
+        ("connect", "`curl -u bob:{} https://x` exited 22"),
+        ("connect", "sshpass -p '{}' ssh h: exit 5"),
+        ("connect", "deploy --pass {}: unknown host"),
+        ("connect", "401 for Cookie: a=1; session={}"),
+        ("connect", 'bad env [{{"name": "DB_PASSWORD", "value": "{}"}}]'),
+        ("connect", "bad env:\n- name: API_TOKEN\n  value: {}\n"),
+    ],
+)
+def test_a_credential_a_command_line_or_a_sibling_names_in_free_text_reaches_no_stored_row(
+    client: PmlClient, server: RunningServer, intent: str, error: str
+) -> None:
+    """A credential the intent or a tool's error writes after a short name (`pwd:`,
+    `db_pass=`), in a command line (`mysql -pSECRET`, `curl -u bob:SECRET`, `sshpass -p`,
+    `--pass`), in a `Cookie:` header after the first cookie, or as the `value` of an entry
+    whose `name` is a credential's, is in no stored row (docs/normalization.md, Secrets)."""
+    secret = "hunter2hunter"  # short, low entropy: no token rule flags it alone
+    record = make_record(
+        intent.format(secret),
+        "r = await mcp.login(user=name)",
+        language="python",
+        failed_tools=[("login", error.format(secret) or "refused")],
+    )
+    client.record(record)
+    store = server.engine._state.store  # type: ignore[attr-defined]
+    held = [
+        cf
+        for cf in COLUMN_FAMILIES
+        for key, value in store.scan(cf, b"")
+        if secret.encode() in key or secret.encode() in value
+    ]
+    assert held == []
+
+
 def test_a_uid_and_gid_given_to_docker_run_is_no_secret(client: PmlClient) -> None:
     """`docker run -u 1000:1000` gives a uid and a gid, not a user and a password: kept as
     written; `curl -u bob:pw` stays a secret (docs/normalization.md, Secrets)."""

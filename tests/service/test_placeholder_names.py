@@ -334,6 +334,13 @@ OLDER_SECRETS = [
         'db_pass = "[REDACTED]"',
         id="url_password",
     ),
+    pytest.param(  # named by a short word as its name's last (`db_pass=...`)
+        "HUNTER2SHORTNAME",
+        'r = await mcp.login(user=name, db_pass="hunter2shortname")',
+        11,  # the marker of the build before this rule (docs/storage.md, Migrations)
+        'db_pass="[REDACTED]"',
+        id="short_name",
+    ),
 ]
 
 

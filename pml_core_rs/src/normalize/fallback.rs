@@ -79,7 +79,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     // A password a command reads from its input (`echo pw | docker login --password-stdin`) is
     // listed as a secret that stays code: hashed as before, redacted (`stdin_passwords`).
     let mut stdin_secrets = match lang {
-        None => stdin_passwords(&tokens, code)
+        None => stdin_passwords(&tokens, code, false)
             .into_iter()
             .filter(|s| {
                 !shell_secrets
@@ -106,6 +106,9 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
     let mut assignment = ValuePieces::default();
     let mut assigning: Option<&str> = None;
     let mut assigned: HashMap<&str, Vec<usize>> = HashMap::new();
+    // whether each variable's pieces are the items of a list written whole (`is_flat_list`),
+    // read once for each assignment
+    let mut flat: HashMap<&str, bool> = HashMap::new();
     for (i, token) in tokens.iter().enumerate() {
         if token.start < inside_until {
             continue;
@@ -122,6 +125,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                 assignment.start();
                 assigning = Some(variable);
                 assigned.insert(variable, Vec::new());
+                flat.remove(variable);
             }
         }
         if piece && matches!(token.kind, Kind::Word | Kind::Str) {
@@ -130,12 +134,41 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                 Kind::Word => vec![text(token)],
                 _ => interpolated_names(&tokens, i, code, &style),
             };
+            // a list's item read by a literal index (`parts[1]`): that item alone
+            let index = match token.kind {
+                Kind::Word => literal_index(&tokens, i, code, &style),
+                _ => None,
+            };
             for name in names {
-                // flagged once: a later use finds none left, so uses cost no more than pieces
-                let pieces = assigned.get_mut(name).map(std::mem::take);
-                for at in pieces.into_iter().flatten() {
-                    if let Some(raw) = params.get_mut(at) {
-                        raw.named_credential = true;
+                let Some(pieces) = assigned.get_mut(name) else {
+                    continue;
+                };
+                let item = index.and_then(|index| {
+                    let listed = *flat
+                        .entry(name)
+                        .or_insert_with(|| is_flat_list(pieces, &params, code));
+                    let len = isize::try_from(pieces.len()).ok()?;
+                    let at = if index < 0 { len + index } else { index };
+                    listed.then_some(usize::try_from(at).ok()?)
+                });
+                match item {
+                    Some(at) => {
+                        // the other items stay for a later use
+                        if let Some(piece) = pieces.get_mut(at) {
+                            if let Some(raw) = params.get_mut(*piece) {
+                                raw.named_credential = true;
+                            }
+                            *piece = usize::MAX;
+                        }
+                    }
+                    None => {
+                        // flagged once: a later use finds none left, so uses cost no more
+                        // than pieces
+                        for at in std::mem::take(pieces) {
+                            if let Some(raw) = params.get_mut(at) {
+                                raw.named_credential = true;
+                            }
+                        }
                     }
                 }
             }
@@ -283,6 +316,7 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                             pieces.clear();
                         }
                         pieces.push(params.len());
+                        flat.remove(variable);
                     }
                     params.push(raw);
                 }
@@ -300,6 +334,58 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
         tool_calls,
         steps: None,
     }
+}
+
+/// The literal index the name at token `i` is read by (`parts[1]`; in Python `parts[-1]`
+/// too, counted from the end), if any. Constant cost.
+fn literal_index(tokens: &[Token], i: usize, code: &str, style: &Style) -> Option<isize> {
+    let text = |at: usize| tokens.get(at).map(|t| &code[t.start..t.end]);
+    if text(i + 1)? != "[" {
+        return None;
+    }
+    let negative = style.python && text(i + 2)? == "-";
+    let number = i + 2 + usize::from(negative);
+    let digits = text(number)?;
+    if tokens[number].kind != Kind::Number
+        || !digits.bytes().all(|b| b.is_ascii_digit())
+        || text(number + 1)? != "]"
+    {
+        return None;
+    }
+    let index: isize = digits.parse().ok()?;
+    Some(if negative { -index } else { index })
+}
+
+/// Whether the literals a variable was assigned (`pieces`, indexes into `params`) are the
+/// items of one list written whole, in order, and nothing else (`parts = ["alice", "pw"]`),
+/// so that a literal index names one of them; a list with any other item (`[user, "pw"]`),
+/// pieces joined (`"a" + "b"`) or a list inside one are not. Linear in the list's text.
+fn is_flat_list(pieces: &[usize], params: &[RawParam], code: &str) -> bool {
+    let trimmed = |from: usize, to: usize| code[from..to].trim();
+    let Some(spans) = pieces
+        .iter()
+        .map(|&at| params.get(at).map(|p| (p.start, p.end)))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return false;
+    };
+    let (Some(first), Some(last)) = (spans.first(), spans.last()) else {
+        return false;
+    };
+    let opens = code[..first.0].trim_end();
+    let opened = opens
+        .strip_suffix('[')
+        .is_some_and(|before| before.trim_end().ends_with('='));
+    let closes = code[last.1..].trim_start();
+    let closed = closes.starts_with(']')
+        || closes
+            .strip_prefix(',')
+            .is_some_and(|rest| rest.trim_start().starts_with(']'));
+    opened
+        && closed
+        && spans
+            .windows(2)
+            .all(|w| w[0].1 <= w[1].0 && trimmed(w[0].1, w[1].0) == ",")
 }
 
 /// The variable the literal at token `i` is assigned whole to (`pw = "..."`, `const pw =
@@ -567,7 +653,77 @@ pub(super) fn holds_shell_secret(value: &str) -> bool {
     }
     let tokens = lex(value, &style(None));
     shell_secret_values(&tokens, value).iter().any(|s| s.secret)
-        || !stdin_passwords(&tokens, value).is_empty()
+        || !stdin_passwords(&tokens, value, false).is_empty()
+}
+
+/// The byte ranges of the credentials free text writes as a shell writes them, in order and
+/// apart: a command line quoted in an argument's value or a tool's error (`mysql -u bob
+/// -pSECRET db`, `curl -u bob:SECRET https://h`, `sshpass -p SECRET ssh h`, `--password
+/// SECRET`, `echo SECRET | docker login --password-stdin`), read by the shell rules code is
+/// read by (`shell_secret_values`, `stdin_passwords`); a quoted value's range is inside its
+/// quotes. Free text has no comments and no backquoted strings (a `#` or a `//` is prose, a
+/// backquote marks code in Markdown), and a command starts after `: ` and at a backquote too.
+/// Linear in the text (docs/normalization.md, Secrets).
+pub(super) fn shell_secret_ranges(text: &str) -> Vec<(usize, usize)> {
+    if !text.contains(['-', '=']) {
+        return Vec::new();
+    }
+    let prose = Style {
+        hash_comments: false,
+        slash_comments: false,
+        backticks: false,
+        python: false,
+    };
+    // A command also starts after a `: ` of prose (`failed: echo ... | docker login`) and
+    // inside backquotes (Markdown's code): each is read as a `;`, byte for byte, so the
+    // ranges found are the text's.
+    let bounded: Vec<u8> = text
+        .bytes()
+        .enumerate()
+        .map(|(i, b)| {
+            let colon = b == b':'
+                && text
+                    .as_bytes()
+                    .get(i + 1)
+                    .is_some_and(|n| matches!(n, b' ' | b'\t'));
+            if colon || b == b'`' {
+                b';'
+            } else {
+                b
+            }
+        })
+        .collect();
+    // Only ASCII bytes were replaced by ASCII: still UTF-8.
+    let Ok(commands) = String::from_utf8(bounded) else {
+        return Vec::new();
+    };
+    let tokens = lex(&commands, &prose);
+    let text = commands.as_str();
+    let bytes = text.as_bytes();
+    let mut found: Vec<(usize, usize)> = shell_secret_values(&tokens, text)
+        .into_iter()
+        .filter(|s| s.secret)
+        .chain(stdin_passwords(&tokens, text, true))
+        .map(|s| {
+            let quoted = s.end - s.start >= 2
+                && matches!(bytes[s.start], b'"' | b'\'')
+                && bytes[s.end - 1] == bytes[s.start];
+            if quoted {
+                (s.start + 1, s.end - 1)
+            } else {
+                (s.start, s.end)
+            }
+        })
+        .filter(|(start, end)| end > start)
+        .collect();
+    found.sort_unstable();
+    let mut end = 0;
+    found.retain(|&(s, e)| {
+        let apart = s >= end;
+        end = end.max(e);
+        apart
+    });
+    found
 }
 
 /// Whether a flag as written (`--password-stdin`, `--token-stdin=true`) makes a command read a
@@ -604,8 +760,9 @@ const ECHO_COMMANDS: &[&str] = &["echo", "printf"];
 /// after `echo`, every one after `printf`'s format (its format when it has no other); a flag
 /// (`-n`) and a computed value (`$PW`, `"$PW"`, `$(...)`, a backquote) are none. A command runs
 /// to `;`, `&`, `|`, a parenthesis or a line's end (not one escaped by `\`); one pass over the
-/// tokens (docs/normalization.md, Secrets).
-fn stdin_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
+/// tokens (docs/normalization.md, Secrets). In `prose` (free text), an echo starts a command
+/// after any word too.
+fn stdin_passwords(tokens: &[Token], code: &str, prose: bool) -> Vec<ShellSecret> {
     let bytes = code.as_bytes();
     let text = |t: &Token| &code[t.start..t.end];
     let mut found = Vec::new();
@@ -650,7 +807,12 @@ fn stdin_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
             continue;
         }
         let word_start = token.start == 0 || bytes[token.start - 1].is_ascii_whitespace();
-        if command_start {
+        // in prose an echo may follow any word (`tried echo ... | docker login ...`)
+        let prose_echo = prose
+            && word_start
+            && token.kind == Kind::Word
+            && ECHO_COMMANDS.iter().any(|e| t.eq_ignore_ascii_case(e));
+        if command_start || prose_echo {
             command_start = false;
             let name = t.to_ascii_lowercase();
             printf = name == "printf";
@@ -780,7 +942,8 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
         }
         // a credential's path (`--password-file PATH`) is a parameter named as any other
         // value; the word after a flag that takes no value is one, unnamed (`$STR`)
-        let path = super::secrets::names_a_path(&upper);
+        let path = super::secrets::names_a_path(&upper)
+            || super::secrets::is_path_value(&upper, &bytes[value_at..end]);
         let no_value = flag.len() < name.len()
             && (takes_no_value(&upper) || (prompting && text != "=" && upper == "PASSWORD"));
         found.push(ShellSecret {
@@ -1255,6 +1418,8 @@ fn context_name(tokens: &[Token], i: usize, code: &str, style: &Style) -> Option
 fn lex(code: &str, style: &Style) -> Vec<Token> {
     let bytes = code.as_bytes();
     let mut tokens = Vec::new();
+    // for each `Quoted::memo_slot`: where a string of that kind was last found unclosed
+    let mut unclosed_until = [0usize; 6];
     let mut i = 0usize;
     while i < bytes.len() {
         let c = bytes[i];
@@ -1271,7 +1436,26 @@ fn lex(code: &str, style: &Style) -> Vec<Token> {
                 .position(|w| w == b"*/")
                 .map_or(rest.len(), |p| p + 4);
         } else if c == b'"' || c == b'\'' || (style.backticks && c == b'`') {
-            match string_end(bytes, i, style) {
+            // A string (not triple) whose quote comes before where one of the same quote and
+            // kind was found unclosed, by a scan that never entered an interpolation, is
+            // unclosed too: that scan read this quote as escaped and went on from the byte
+            // after it, where this scan would start, in the same state. So each byte is
+            // scanned once for each kind of quote (docs/normalization.md, Fallback), not once
+            // for each quote before it (`"\"\"\"...`, `` `\`\`\`... `` were quadratic).
+            let kind = Quoted::at(bytes, i, style).memo_slot();
+            let end = match kind {
+                Some(k) if i < unclosed_until[k] => None,
+                _ => match string_end(bytes, i, style) {
+                    Ok(end) => Some(end),
+                    Err((stop, entered_code)) => {
+                        if let Some(k) = kind.filter(|_| !entered_code) {
+                            unclosed_until[k] = stop;
+                        }
+                        None
+                    }
+                },
+            };
+            match end {
                 Some(end) => {
                     tokens.push(Token {
                         kind: Kind::Str,
@@ -1356,8 +1540,10 @@ fn is_non_ascii_space(code: &str, at: usize) -> bool {
 /// interpolation is code, whose braces and strings, nested to any depth, do not end it, so
 /// a string inside one is no string of its own (docs/normalization.md, Fallback). One pass;
 /// the nesting is held in a list, not in calls.
-fn string_end(bytes: &[u8], start: usize, style: &Style) -> Option<usize> {
+fn string_end(bytes: &[u8], start: usize, style: &Style) -> Result<usize, (usize, bool)> {
     let mut open = vec![Quoted::at(bytes, start, style)];
+    // whether an interpolation was entered: a scan that was is not `lex`'s to reuse
+    let mut entered_code = false;
     let mut i = start + open[0].opener();
     while i < bytes.len() {
         let b = bytes[i];
@@ -1373,7 +1559,7 @@ fn string_end(bytes: &[u8], start: usize, style: &Style) -> Option<usize> {
                     continue;
                 }
                 if b == b'\n' && !triple && quote != b'`' {
-                    return None;
+                    return Err((i, entered_code));
                 }
                 let closes = if triple {
                     bytes[i..].starts_with(&[quote; 3])
@@ -1384,12 +1570,13 @@ fn string_end(bytes: &[u8], start: usize, style: &Style) -> Option<usize> {
                     open.pop();
                     i += if triple { 3 } else { 1 };
                     if open.is_empty() {
-                        return Some(i);
+                        return Ok(i);
                     }
                     continue;
                 }
                 if interpolates {
                     if quote == b'`' && b == b'$' && bytes.get(i + 1) == Some(&b'{') {
+                        entered_code = true;
                         open.push(Quoted::Code { braces: 0 });
                         i += 2;
                         continue;
@@ -1399,6 +1586,7 @@ fn string_end(bytes: &[u8], start: usize, style: &Style) -> Option<usize> {
                             i += 2; // `{{` is a brace of the text
                             continue;
                         }
+                        entered_code = true;
                         open.push(Quoted::Code { braces: 0 });
                     }
                 }
@@ -1420,11 +1608,11 @@ fn string_end(bytes: &[u8], start: usize, style: &Style) -> Option<usize> {
                 }
                 _ => {}
             },
-            None => return None,
+            None => return Err((i, entered_code)),
         }
         i += 1;
     }
-    None
+    Err((bytes.len(), entered_code))
 }
 
 /// A string being read by `string_end`, or an interpolation's code inside one.
@@ -1464,6 +1652,26 @@ impl Quoted {
             quote,
             triple,
             interpolates,
+        }
+    }
+
+    /// For a string that is not triple-quoted, a slot of its own for its quote and whether it
+    /// interpolates (`lex`'s memo of unclosed strings).
+    fn memo_slot(&self) -> Option<usize> {
+        match *self {
+            Quoted::Text {
+                quote,
+                triple: false,
+                interpolates,
+            } => {
+                let q = match quote {
+                    b'"' => 0,
+                    b'\'' => 1,
+                    _ => 2,
+                };
+                Some(q * 2 + usize::from(interpolates))
+            }
+            _ => None,
         }
     }
 

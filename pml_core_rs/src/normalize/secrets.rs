@@ -25,12 +25,17 @@ const SECRET_WORDS: &[&[&str]] = &[
     &["SECRET", "KEY"],
     &["SIGNING", "KEY"],
     &["CLIENT", "SECRET"],
-    &["MYSQL", "PWD"],
 ];
 
 /// Endings of one word of a name that mark it as a credential's too: `PGPASSWORD`,
 /// `DBPASSWD` (an environment variable's name often runs its words together).
 const SECRET_ENDINGS: &[&str] = &["PASSWORD", "PASSWD", "PASSPHRASE"];
+
+/// Short words that name a credential only as a name's last word: `DB_PASS`, `--pass`,
+/// `MYSQL_PWD`, `"pwd"`, an ODBC string's `Pwd=` (a password), but not `PASS_RATE` or
+/// `PASS_COUNT`. A value of the bare name `PWD` that is a path (`PWD=/home/bob`, the shell's
+/// working directory in an environment dump) is kept in free text (`is_path_value`).
+const SECRET_LAST_WORDS: &[&str] = &["PASS", "PWD"];
 
 /// Well-known credential prefixes and the minimum total length that makes them a token.
 const TOKEN_PREFIXES: &[(&str, usize)] = &[
@@ -94,7 +99,9 @@ pub fn names_a_credential(upper_snake: &str) -> bool {
         let Some(word) = from.next() else {
             return false;
         };
-        if SECRET_ENDINGS.iter().any(|end| word.ends_with(end)) {
+        if SECRET_ENDINGS.iter().any(|end| word.ends_with(end))
+            || (SECRET_LAST_WORDS.contains(&word) && from.clone().next().is_none())
+        {
             return true;
         }
         let matches_here = SECRET_WORDS.iter().any(|secret| {
@@ -397,8 +404,8 @@ fn secret_pair_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     }
     // The name first: a value is scanned only for a credential's name, so the cost stays
     // linear in the text (the name is ASCII by construction).
-    let name = std::str::from_utf8(&bytes[at..eq]).ok()?;
-    if !upper_snake(name).is_some_and(|n| is_secret_name(&n)) {
+    let name = upper_snake(std::str::from_utf8(&bytes[at..eq]).ok()?)?;
+    if !is_secret_name(&name) {
         return None;
     }
     let (start, end) = match bytes.get(eq + 1) {
@@ -415,7 +422,15 @@ fn secret_pair_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
             (start, end)
         }
     };
-    (end > start).then_some((start, end))
+    (end > start && !is_path_value(&name, &bytes[start..end])).then_some((start, end))
+}
+
+/// Whether the value of a credential's name is the working directory a shell names `PWD`
+/// (`PWD=/home/bob` in an environment dump), not a password: the bare name `PWD` with a
+/// value that starts as a path does (`/`, `~/`, `./`), in free text and in a shell's code.
+pub(super) fn is_path_value(upper_snake: &str, value: &[u8]) -> bool {
+    upper_snake == "PWD"
+        && (value.starts_with(b"/") || value.starts_with(b"~/") || value.starts_with(b"./"))
 }
 
 /// HTTP authentication schemes: the word after one is the credential (`Basic dXNl...`).
@@ -432,6 +447,18 @@ const AUTH_SCHEMES: &[&str] = &["basic", "bearer", "token", "digest", "negotiate
 /// and a `:` after a space (`a ? token : b`).
 /// Free text only. Linear: the value is scanned only after a credential's name.
 fn secret_field_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    let (name, value_at) = field_at(bytes, at)?;
+    if !is_secret_name(&name) {
+        return None;
+    }
+    let (start, end) = field_value(bytes, value_at)?;
+    (!is_path_value(&name, &bytes[start..end])).then_some((start, end))
+}
+
+/// The name (UPPER_SNAKE) of the field whose name starts at `at` (its opening quote, when
+/// quoted), and where its value starts (past the `:` and blanks), as `secret_field_value_at`
+/// reads a field. Constant cost: a name is at most 64 bytes, its value is not read.
+fn field_at(bytes: &[u8], at: usize) -> Option<(String, usize)> {
     let quote = matches!(bytes[at], b'"' | b'\'').then_some(bytes[at]);
     let name_start = at + usize::from(quote.is_some());
     if quote.is_none() && at > 0 && is_name_byte(bytes[at - 1]) {
@@ -439,6 +466,7 @@ fn secret_field_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     }
     let name_len = bytes[name_start..]
         .iter()
+        .take(65)
         .position(|&b| !is_name_byte(b))
         .unwrap_or(bytes.len() - name_start);
     let mut i = name_start + name_len;
@@ -451,18 +479,24 @@ fn secret_field_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
         }
         i += 1;
     }
-    let blank = |b: &u8| matches!(b, b' ' | b'\t');
     // the `:` right after the name (`a ? token : b` is no field)
     if bytes.get(i) != Some(&b':') || bytes.get(i + 1) == Some(&b':') {
         return None;
     }
     // The name is ASCII by construction.
-    let name = std::str::from_utf8(&bytes[name_start..name_start + name_len]).ok()?;
-    if !upper_snake(name).is_some_and(|n| is_secret_name(&n)) {
-        return None;
-    }
+    let name = upper_snake(std::str::from_utf8(&bytes[name_start..name_start + name_len]).ok()?)?;
     i += 1;
     i += bytes[i..].iter().take_while(|b| blank(b)).count();
+    Some((name, i))
+}
+
+fn blank(b: &u8) -> bool {
+    matches!(b, b' ' | b'\t')
+}
+
+/// The byte range of a field's value starting at `i`, as `secret_field_value_at` describes
+/// it; None for a list, an object or nothing.
+fn field_value(bytes: &[u8], i: usize) -> Option<(usize, usize)> {
     let (start, end) = match bytes.get(i)? {
         &q @ (b'"' | b'\'') => {
             let start = i + 1;
@@ -496,6 +530,98 @@ fn secret_field_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     (end > start).then_some((start, end))
 }
 
+/// The longest credential's name `named_value_after` reads as a field's value.
+const MAX_NAMED_VALUE: usize = 64;
+
+/// How far after a field naming a credential (`"name": "DB_PASSWORD"`) its sibling `value`
+/// field may start: an entry of a Kubernetes `env` list, an ECS task's `environment`, a
+/// tag's `Key`/`Value` is short.
+const NAMED_VALUE_WINDOW: usize = 256;
+
+/// Where the value of the field whose name starts at `at` ends when the field is a `name` or
+/// a `key` and its value names a credential (`{"name": "DB_PASSWORD", ...}`, `- name:
+/// API_TOKEN`, `{"Key": "Authorization", ...}`): the `value` field after it is then that
+/// credential's (docs/normalization.md, Secrets). Constant cost: such a value is at most
+/// `MAX_NAMED_VALUE` bytes.
+fn named_value_after(bytes: &[u8], at: usize) -> Option<usize> {
+    let (name, i) = field_at(bytes, at)?;
+    if name != "NAME" && name != "KEY" {
+        return None;
+    }
+    let quote = matches!(bytes.get(i)?, b'"' | b'\'').then_some(bytes[i]);
+    let start = i + usize::from(quote.is_some());
+    let len = bytes[start..]
+        .iter()
+        .take(MAX_NAMED_VALUE + 1)
+        .position(|&b| !is_name_byte(b))
+        .unwrap_or(bytes.len() - start);
+    let end = start + len;
+    if len == 0 || len > MAX_NAMED_VALUE || quote.is_some_and(|q| bytes.get(end) != Some(&q)) {
+        return None;
+    }
+    let value = upper_snake(std::str::from_utf8(&bytes[start..end]).ok()?)?;
+    is_secret_name(&value).then_some(end)
+}
+
+/// The value of the `value` field whose name starts at `at`.
+fn value_field_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    let (name, i) = field_at(bytes, at)?;
+    if name != "VALUE" {
+        return None;
+    }
+    field_value(bytes, i)
+}
+
+/// The values of the cookies of a `Cookie:` or `Set-Cookie:` header whose name starts at
+/// `at`, and the end of its line. Every cookie a client sends is taken for a credential (a
+/// session's cookie has no name that says so: `PHPSESSID`, `connect.sid`, `_gh_sess`, `a`),
+/// erring towards the secret; of a `Set-Cookie:` header, the cookie's value, not its
+/// attributes (`Path=/`, `HttpOnly`). A cookie's name stays (docs/capture.md, Secrets).
+/// Linear in the line.
+fn cookie_values_at(bytes: &[u8], at: usize) -> Option<(Vec<(usize, usize)>, usize)> {
+    if at > 0 && is_name_byte(bytes[at - 1]) {
+        return None;
+    }
+    let starts = |name: &[u8]| {
+        bytes
+            .get(at..at + name.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(name))
+    };
+    let set = starts(b"set-cookie:");
+    if !set && !starts(b"cookie:") {
+        return None;
+    }
+    let start = at + if set { 11 } else { 7 };
+    let end = bytes[start..]
+        .iter()
+        .position(|&b| matches!(b, b'\n' | b'\r'))
+        .map_or(bytes.len(), |n| start + n);
+    let mut values = Vec::new();
+    let mut from = start;
+    while from < end {
+        let part_end = bytes[from..end]
+            .iter()
+            .position(|&b| b == b';')
+            .map_or(end, |n| from + n);
+        if let Some(eq) = bytes[from..part_end].iter().position(|&b| b == b'=') {
+            let value_start = from + eq + 1;
+            let value_end = value_start
+                + bytes[value_start..part_end]
+                    .iter()
+                    .rposition(|b| !b.is_ascii_whitespace())
+                    .map_or(0, |n| n + 1);
+            if value_end > value_start {
+                values.push((value_start, value_end));
+            }
+        }
+        if set {
+            break;
+        }
+        from = part_end + 1;
+    }
+    Some((values, end))
+}
+
 /// Whether `value` holds a `name=value` pair named as a credential (`password=...`).
 fn has_secret_pair(value: &str) -> bool {
     let bytes = value.as_bytes();
@@ -527,11 +653,25 @@ fn is_token_byte(b: u8) -> bool {
 /// `Bearer ` or `Basic `, a URL's user-info when it has a password (`scheme://[REDACTED]@host`),
 /// the value of a query parameter named as a credential (`?access_token=[REDACTED]`), the
 /// value of a `name=value` pair or of a field (`"password": "..."`, `X-Api-Key: ...`:
-/// `secret_field_value_at`) named as one, and a whole PEM block (`-----BEGIN` to the `-----`
-/// after `-----END`). For free text that no parser reads: error messages, arguments, traces, comments. Linear in
+/// `secret_field_value_at`) named as one, the `value` after a `name` naming one
+/// (`named_value_after`), every cookie of a `Cookie:` header (`cookie_values_at`), a
+/// credential a command line writes as a shell does (`fallback.rs`, `shell_secret_ranges`),
+/// and a whole PEM block (`-----BEGIN` to the `-----` after `-----END`). For free text that no parser reads: error messages, arguments, traces, comments. Linear in
 /// the text; borrowed when nothing is found.
 pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
-    redact(text, Some(is_secret_value), true)
+    let shell = super::fallback::shell_secret_ranges(text);
+    if shell.is_empty() {
+        return redact(text, Some(is_secret_value), true);
+    }
+    let mut cut = String::with_capacity(text.len());
+    let mut copied = 0;
+    for (start, end) in shell {
+        cut.push_str(&text[copied..start]);
+        cut.push_str(REDACTED_TOKEN);
+        copied = end;
+    }
+    cut.push_str(&text[copied..]);
+    std::borrow::Cow::Owned(redact(&cut, Some(is_secret_value), true).into_owned())
 }
 
 /// `redact_text`'s URL rules alone, for a name (a tool's, a tag): a URL's user-info when it has
@@ -558,6 +698,8 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
     let mut out: Option<String> = None;
     let mut copied = 0usize; // bytes of `text` already in `out`
     let mut i = 0usize;
+    // before this, a `value` field is a credential's, named by a `name` field before it
+    let mut named_until = 0usize;
     let redact = |out: &mut Option<String>, copied: &mut usize, from: usize, to: usize| {
         let buf = out.get_or_insert_with(|| String::with_capacity(text.len()));
         buf.push_str(&text[*copied..from]);
@@ -601,11 +743,33 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
                 continue;
             }
         }
+        if pairs && is_name_byte(bytes[i]) {
+            if let Some((values, end)) = cookie_values_at(bytes, i) {
+                for (from, to) in values {
+                    redact(&mut out, &mut copied, from, to);
+                }
+                i = end;
+                continue;
+            }
+        }
         if pairs && (is_name_byte(bytes[i]) || matches!(bytes[i], b'"' | b'\'')) {
             if let Some((from, to)) = secret_field_value_at(bytes, i) {
                 redact(&mut out, &mut copied, from, to);
                 i = to;
                 continue;
+            }
+            if let Some(end) = named_value_after(bytes, i) {
+                named_until = end + NAMED_VALUE_WINDOW;
+                i = end;
+                continue;
+            }
+            if i < named_until {
+                if let Some((from, to)) = value_field_at(bytes, i) {
+                    named_until = 0;
+                    redact(&mut out, &mut copied, from, to);
+                    i = to;
+                    continue;
+                }
             }
         }
         if !is_token_byte(bytes[i]) {
@@ -682,6 +846,9 @@ mod tests {
             "DBPASSWD",
             "MYSQL_PWD",
             "PASSWORD_FILE_CONTENT",
+            "PASS",
+            "DB_PASS",
+            "PWD",
         ] {
             assert!(is_secret_name(name), "{name}");
         }
@@ -692,7 +859,9 @@ mod tests {
             "KEY",
             "LIMIT",
             "TOKENIZER",
-            "PWD",
+            "PASS_RATE",
+            "BYPASS",
+            "OLDPWD",
             "PASSWORD_FILE",
             "TOKEN_PATH",
             "SECRET_FILE",
@@ -781,6 +950,160 @@ mod tests {
         // linear: a long run of cut-off fields costs one pass
         let many = r#"{"token": "x"#.repeat(20_000);
         assert!(redact_text(&many).starts_with(r#"{"token": "[REDACTED]"#));
+    }
+
+    #[test]
+    fn free_text_loses_a_password_named_by_a_short_word() {
+        for (text, redacted) in [
+            ("pass=hunter2x", "pass=[REDACTED]"),
+            ("pwd: hunter2x", "pwd: [REDACTED]"),
+            ("db_pass=hunter2x ok", "db_pass=[REDACTED] ok"),
+            (r#"{"pwd": "hunter2x"}"#, r#"{"pwd": "[REDACTED]"}"#),
+            (
+                "Driver=x;Uid=bob;Pwd=hunter2x;",
+                "Driver=x;Uid=bob;Pwd=[REDACTED];",
+            ),
+            ("MYSQL_PWD=hunter2x", "MYSQL_PWD=[REDACTED]"),
+            // kept: the word not last, the shell's working directory
+            ("pass_rate: 0.95, bypass: 1", "pass_rate: 0.95, bypass: 1"),
+            ("PWD=/home/bob/x OLDPWD=/tmp", "PWD=/home/bob/x OLDPWD=/tmp"),
+            (r#"{"pwd": "/srv/app"}"#, r#"{"pwd": "/srv/app"}"#),
+        ] {
+            assert_eq!(redact_text(text), redacted, "{text}");
+        }
+    }
+
+    #[test]
+    fn free_text_loses_a_credential_a_quoted_command_line_writes() {
+        for (text, redacted) in [
+            (
+                "mysql -u bob -phunter2x db: access denied",
+                "mysql -u bob -p[REDACTED] db: access denied",
+            ),
+            (
+                "ran `curl -u bob:hunter2x https://x`: 401",
+                "ran `curl -u [REDACTED] https://x`: 401",
+            ),
+            (
+                "sshpass -p 'hunter2x' ssh h # exit 5",
+                "sshpass -p '[REDACTED]' ssh h # exit 5",
+            ),
+            ("run --pass hunter2x now", "run --pass [REDACTED] now"),
+            ("--password hunter2x", "--password [REDACTED]"),
+            (
+                "echo hunter2x | docker login -u bob --password-stdin quay.io",
+                "echo [REDACTED] | docker login -u bob --password-stdin quay.io",
+            ),
+            (
+                "failed: echo hunter2x | docker login --password-stdin r (`echo pw2x | oras login --password-stdin r`)",
+                "failed: echo [REDACTED] | docker login --password-stdin r (`echo [REDACTED] | oras login --password-stdin r`)",
+            ),
+            (
+                "tried echo hunter2x | docker login --password-stdin r",
+                "tried echo [REDACTED] | docker login --password-stdin r",
+            ),
+            (
+                r#"{"cmd": "psql \"postgresql://bob:hunter2x@h/db\""}"#,
+                r#"{"cmd": "psql \"postgresql://[REDACTED]@h/db\""}"#,
+            ),
+        ] {
+            assert_eq!(redact_text(text), redacted, "{text}");
+        }
+        for kept in [
+            "mkdir -p build && ssh -p 22 h",
+            "docker run -u 1000:1000 -p 8080:80 img",
+            "psql --password mydb",
+            "use --password-stdin quay.io",
+            "the -p flag of mysql",
+        ] {
+            assert!(
+                matches!(redact_text(kept), std::borrow::Cow::Borrowed(_)),
+                "{kept}: {}",
+                redact_text(kept)
+            );
+        }
+    }
+
+    #[test]
+    fn free_text_loses_every_cookie_a_header_sends() {
+        for (text, redacted) in [
+            (
+                "Cookie: a=1; session=s3cret; csrftoken=t0ken\nHost: h",
+                "Cookie: a=[REDACTED]; session=[REDACTED]; csrftoken=[REDACTED]\nHost: h",
+            ),
+            (
+                "set-cookie: sid=s3cret; Path=/; HttpOnly",
+                "set-cookie: sid=[REDACTED]; Path=/; HttpOnly",
+            ),
+            ("cookie: a=1;b=2 ", "cookie: a=[REDACTED];b=[REDACTED] "),
+        ] {
+            assert_eq!(redact_text(text), redacted, "{text}");
+        }
+        assert_eq!(redact_text("a cookie: none"), "a cookie: none");
+    }
+
+    #[test]
+    fn free_text_loses_a_value_named_by_its_sibling_field() {
+        for (text, redacted) in [
+            (
+                r#"[{"name": "LOG_LEVEL", "value": "debug"}, {"name": "DB_PASSWORD", "value": "hunter2x"}]"#,
+                r#"[{"name": "LOG_LEVEL", "value": "debug"}, {"name": "DB_PASSWORD", "value": "[REDACTED]"}]"#,
+            ),
+            (
+                "env:\n- name: API_TOKEN\n  value: abc123\n- name: MODE\n  value: fast",
+                "env:\n- name: API_TOKEN\n  value: [REDACTED]\n- name: MODE\n  value: fast",
+            ),
+            (
+                r#"{"Key": "Authorization", "Value": "tok123"}"#,
+                r#"{"Key": "Authorization", "Value": "[REDACTED]"}"#,
+            ),
+            // out of reach: the value before its name (free text is read once, forwards)
+            (
+                r#"{"value": "hunter2x", "name": "DB_PASSWORD"}"#,
+                r#"{"value": "hunter2x", "name": "DB_PASSWORD"}"#,
+            ),
+        ] {
+            assert_eq!(redact_text(text), redacted, "{text}");
+        }
+        // the sibling must follow closely
+        let far = format!(
+            r#"{{"name": "API_TOKEN", "note": "{}", "value": "v1"}}"#,
+            "x".repeat(NAMED_VALUE_WINDOW)
+        );
+        assert_eq!(redact_text(&far), far);
+    }
+
+    #[test]
+    fn a_password_in_prose_needs_a_marker() {
+        // `:`, `=`, a flag or a header marks a value; prose ("is", "use ... to") does not, and
+        // is kept: "password is incorrect" reads the same (docs/normalization.md, Secrets)
+        for kept in ["my password is hunter2", "use hunter2 to log in"] {
+            assert_eq!(redact_text(kept), kept);
+        }
+        assert_eq!(
+            redact_text("my password: hunter2"),
+            "my password: [REDACTED]"
+        );
+    }
+
+    #[test]
+    fn free_text_rules_are_linear_on_hostile_text() {
+        // each shape repeated to about 1 MB: one pass each (no timing assert; a quadratic
+        // scan would not finish in a test's time)
+        for unit in [
+            "\\\"",
+            "\"\\",
+            "'\\'\\",
+            "- name: API_TOKEN value: ",
+            "Cookie: a=1; ",
+            "mysql -p",
+            "--password ",
+            "echo x | ",
+            "{\"name\": \"TOKEN\", ",
+        ] {
+            let text = format!("\"{}", unit.repeat((1 << 20) / unit.len()));
+            let _ = redact_text(&text);
+        }
     }
 
     #[test]

@@ -1994,3 +1994,65 @@ fn tool_callers_are_a_verb_then_tool() {
         assert!(!is_tool_caller(name), "{name}");
     }
 }
+
+#[test]
+fn a_list_item_read_by_a_literal_index_in_the_fallback_is_the_only_secret() {
+    for (code, language, stored) in [
+        (
+            "parts = [\"alice\", \"hunter2secret\"]\nlogin(password=parts[1]",
+            "python",
+            "parts = [\"alice\", \"[REDACTED]\"]\nlogin(password=parts[1]",
+        ),
+        (
+            "parts = ['alice', 'hunter2secret', ]\nlogin(user=parts[0], password=parts[-1]",
+            "python",
+            "parts = ['alice', \"[REDACTED]\", ]\nlogin(user=parts[0], password=parts[-1]",
+        ),
+        (
+            "const parts = [\"alice\", \"hunter2secret\"];\nlogin({password: parts[1]",
+            "js",
+            "const parts = [\"alice\", \"[REDACTED]\"];\nlogin({password: parts[1]",
+        ),
+        // a non-literal index, a list with another item, a negative index in JS: every item
+        (
+            "parts = [\"alice\", \"hunter2secret\"]\nlogin(password=parts[i]",
+            "python",
+            "parts = [\"[REDACTED]\", \"[REDACTED]\"]\nlogin(password=parts[i]",
+        ),
+        (
+            "parts = [\"alice\", u, \"hunter2secret\"]\nlogin(password=parts[2]",
+            "python",
+            "parts = [\"[REDACTED]\", u, \"[REDACTED]\"]\nlogin(password=parts[2]",
+        ),
+        (
+            "const parts = [\"alice\", \"hunter2secret\"];\nlogin({password: parts[-1]",
+            "js",
+            "const parts = [\"[REDACTED]\", \"[REDACTED]\"];\nlogin({password: parts[-1]",
+        ),
+        // two items read: both
+        (
+            "p = [\"alice\", \"hunter2secret\", \"x\"]\nlogin(password=p[1], token=p[2]",
+            "python",
+            "p = [\"alice\", \"[REDACTED]\", \"[REDACTED]\"]\nlogin(password=p[1], token=p[2]",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(!n.parse_ok, "{code}");
+        assert_eq!(n.redacted_code, stored, "{code}");
+    }
+}
+
+#[test]
+fn an_unclosed_string_of_escaped_quotes_in_the_fallback_costs_one_pass() {
+    // `"\"\"\"...`: each quote opens a string the same line leaves unclosed; read once each,
+    // not once for every quote before it (no timing assert: the quadratic scan took minutes)
+    let code = format!("\"{}", "\\\"".repeat(1 << 19));
+    let n = norm(&code, "sh");
+    assert!(!n.parse_ok);
+    let code = format!("x = '{}", "\\'".repeat(1 << 19));
+    assert!(!norm(&code, "python").parse_ok);
+    let code = format!("x = f\"{}", "\\\"".repeat(1 << 19));
+    assert!(!norm(&code, "python").parse_ok);
+    let code = format!("x = (`{}", "\\`".repeat(1 << 19));
+    assert!(!norm(&code, "js").parse_ok);
+}
