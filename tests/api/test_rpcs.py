@@ -182,6 +182,17 @@ def test_an_interpolated_credential_keeps_its_literal_text_out_of_the_store(
     assert "{user}" in stored.original_code or "{prefix}" in stored.original_code
 
 
+def _families_holding(server: RunningServer, secret: str) -> list[str]:
+    """The server's store families with a row (key or value) holding `secret`."""
+    store = server.engine._state.store  # type: ignore[attr-defined]
+    return [
+        cf
+        for cf in COLUMN_FAMILIES
+        for key, value in store.scan(cf, b"")
+        if secret.encode() in key or secret.encode() in value
+    ]
+
+
 def test_a_credential_written_as_a_field_in_free_text_reaches_no_stored_row(
     client: PmlClient, server: RunningServer
 ) -> None:
@@ -201,14 +212,7 @@ def test_a_credential_written_as_a_field_in_free_text_reaches_no_stored_row(
         arguments_json=f'{{"user": "bob", "password": "{secret}"}}',
     )
     client.record(record)
-    store = server.engine._state.store  # type: ignore[attr-defined]
-    held = [
-        cf
-        for cf in COLUMN_FAMILIES
-        for key, value in store.scan(cf, b"")
-        if secret.encode() in key or secret.encode() in value
-    ]
-    assert held == []
+    assert _families_holding(server, secret) == []
 
 
 @pytest.mark.parametrize(
@@ -240,14 +244,7 @@ def test_a_credential_a_command_line_or_a_sibling_names_in_free_text_reaches_no_
         failed_tools=[("login", error.format(secret) or "refused")],
     )
     client.record(record)
-    store = server.engine._state.store  # type: ignore[attr-defined]
-    held = [
-        cf
-        for cf in COLUMN_FAMILIES
-        for key, value in store.scan(cf, b"")
-        if secret.encode() in key or secret.encode() in value
-    ]
-    assert held == []
+    assert _families_holding(server, secret) == []
 
 
 def test_a_uid_and_gid_given_to_docker_run_is_no_secret(client: PmlClient) -> None:

@@ -91,12 +91,7 @@ def test_a_follower_behind_reads_the_tools_of_many_new_patterns_in_one_query(
     applies their op log entries reading the patterns' records (their tools) in one query, not
     one a pattern (40 round trips one after another before); B then suggests each."""
     a, b = replicas("a"), replicas("b")
-    follower = b._state.follower
-    assert follower is not None
-    catch_up = follower.catch_up
-    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # its thread's catch-ups pause
-    with follower._lock:  # one under way ends first
-        pass
+    catch_up = _paused(b, monkeypatch)
     intents = [f"w{n}x{n * 7}q task" for n in range(40)]
     saved = [
         a.record("t", make_record(f"r{n}", intent, JSON_TOOLS, code=f"f{n}()"))
@@ -457,12 +452,7 @@ def test_the_follower_leaves_the_views_of_the_replicas_own_writes_cached(
     second time, so the next Suggest read the pattern again). Another replica's write to the
     same pattern is still dropped."""
     a, b = replicas("a"), replicas("b")
-    follower = a._state.follower
-    assert follower is not None
-    catch_up = follower.catch_up
-    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # its thread's catch-ups pause
-    with follower._lock:  # one under way ends first
-        pass
+    catch_up = _paused(a, monkeypatch)
     saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
     read = _shown_view_reads(a, monkeypatch)
     assert _views(a, "t", "Read JSON file") == [(saved.pattern_id, 1, [1])]
@@ -532,12 +522,7 @@ def test_a_follower_far_behind_reads_what_changed_meanwhile_a_bounded_page_at_a_
     was behind). Now no statement returns more than a page of each family, and every view B
     had cached of those patterns is dropped, those of the last pages too."""
     a, b = replicas("a"), replicas("b")
-    follower = b._state.follower
-    assert follower is not None
-    catch_up = follower.catch_up
-    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # its thread's catch-ups pause
-    with follower._lock:  # one under way ends first
-        pass
+    catch_up = _paused(b, monkeypatch)
     repo = a._state.repo
     ids = [f"p{n:04}" for n in range(3000)]
 
@@ -717,6 +702,18 @@ def test_a_near_duplicate_of_another_replicas_intent_is_found_reading_few_intent
     [after] = b.list_patterns("t", PageRequest()).items
     assert after.intent_count == 60  # bumped, no new intent
     assert after.intents[0].hit_count == 2  # the most hit shown first
+
+
+def _paused(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Pause `engine`'s follower thread (its catch-ups apply nothing; one under way ends
+    first); returns the real catch-up, for the test to call when it chooses."""
+    follower = engine._state.follower
+    assert follower is not None
+    catch_up = follower.catch_up
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)
+    with follower._lock:
+        pass
+    return catch_up
 
 
 def _lagging(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
