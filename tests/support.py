@@ -40,6 +40,17 @@ __all__ = [
 ]
 
 
+def files_holding(data_dir: Path, text: str) -> list[str]:
+    """The files under `data_dir` whose bytes hold `text` (any case): what a store left on
+    disk, its write-ahead log and table files included."""
+    wanted = text.upper().encode()
+    return sorted(
+        str(path.relative_to(data_dir))
+        for path in data_dir.rglob("*")
+        if path.is_file() and wanted in path.read_bytes().upper()
+    )
+
+
 def eventually(check: Callable[[], object], seconds: float = 10.0) -> bool:
     """Poll `check()` until it is true (then True) or `seconds` pass (then False): for what a
     server does in its own time (a settle thread, a keys file watcher)."""

@@ -91,9 +91,9 @@ def delete_capability(state: EngineState, tenant: str, capability_id: str) -> No
     if capability is None:
         raise NotFoundError(f"capability {capability_id!r} not found")
     deleted: list[tuple[str, bytes]] = []
+    reason = f"capability {capability_id} deleted"
     for pattern_id in capability.pattern_ids:
         with contextlib.suppress(NotFoundError):
-            reason = f"capability {capability_id} deleted"
             deleted += _remove_pattern(state, tenant, pattern_id, reason) or []
     if deleted:
         state.store.erase_overwritten(deleted)

@@ -30,6 +30,7 @@ from dataclasses import replace
 from pml_server.capture.normalize import NormalizedCode
 from pml_server.capture.placeholders import renamed
 from pml_server.capture.redact import redacted_name
+from pml_server.capture.rules import REDACTED
 from pml_server.capture.schema import without_values_of
 from pml_server.domain import shown_intents
 from pml_server.domain.errors import InvalidArgumentError
@@ -49,9 +50,9 @@ _REKEY_MARKERS = (
     *("tool", "call", "invoke", "f'", 'f"', "${"),
     *("mysql", "mariadb", "sshpass", "mongo", "redis", "login"),
 )
-# What stands for a redacted credential in a stored code (quoted, or inside a string or a
-# template): a stored code without it is the code as run.
-_REDACTED = "[REDACTED]"
+# What stands for a redacted credential in a stored code, quoted or inside a string or a
+# template: a stored code without it is the code as run.
+_REDACTED = REDACTED.strip('"')
 
 
 def rekey_tool_names(state: EngineState, stop: threading.Event) -> int:

@@ -19,6 +19,7 @@ from pml_server.retention import RetentionConfig
 from pml_server.storage.keys import COLUMN_FAMILIES
 from testing.store_reads import intents_read
 from tests.conftest import StartServer
+from tests.support import files_holding
 
 READ_JSON = "const d = await mcp.read_file({path: 'a.json'}); return mcp.parse_json(d)"
 WRITE_JSON = "await mcp.write_file({path: 'o.json', data: JSON.stringify(x)})"
@@ -331,16 +332,6 @@ def test_get_list_delete_capability(client: PmlClient) -> None:
         client.get_pattern(read.pattern)
 
 
-def _files_holding(data_dir: Path, text: str) -> list[str]:
-    """The files under `data_dir` whose bytes hold `text` (any case)."""
-    wanted = text.upper().encode()
-    return sorted(
-        str(path.relative_to(data_dir))
-        for path in data_dir.rglob("*")
-        if path.is_file() and wanted in path.read_bytes().upper()
-    )
-
-
 @pytest.mark.parametrize("what", ["pattern", "capability"])
 def test_a_deleted_pattern_leaves_the_stores_files_before_the_answer(
     what: str, client: PmlClient, data_dir: Path
@@ -364,17 +355,17 @@ def test_a_deleted_pattern_leaves_the_stores_files_before_the_answer(
         )
     )
     assert other.pattern != deleted.pattern
-    assert _files_holding(data_dir, gone)  # in the write-ahead log, at least
+    assert files_holding(data_dir, gone)  # in the write-ahead log, at least
     if what == "pattern":
         client.delete_pattern(deleted.pattern)
     else:
         client.delete_capability(deleted.capability)
-    assert _files_holding(data_dir, gone) == []
+    assert files_holding(data_dir, gone) == []
     if what == "pattern" or other.capability != deleted.capability:
-        assert _files_holding(data_dir, kept)
+        assert files_holding(data_dir, kept)
         assert client.get_pattern(other.pattern).usage_count == 1
     else:
-        assert _files_holding(data_dir, kept) == []
+        assert files_holding(data_dir, kept) == []
 
 
 def test_pages_cover_everything_once(client: PmlClient) -> None:

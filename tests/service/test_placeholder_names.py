@@ -18,7 +18,7 @@ from pml_server.domain.records import FailureSignature
 from pml_server.service import Engine
 from pml_server.storage.keys import CF_META, COLUMN_FAMILIES
 from pml_server.storage.repo._meta import _PLACEHOLDERS_KEY as PLACEHOLDERS_KEY
-from tests.support import make_record, open_engine
+from tests.support import files_holding, make_record, open_engine
 
 T = "t"
 SECRET = "HUNTER2PW"
@@ -130,16 +130,6 @@ def test_an_older_builds_secret_placeholder_names_are_renamed_once_at_open(
         engine.close()
 
 
-def _files_holding(data_dir: Path, secret: str) -> list[str]:
-    """The files under `data_dir` whose bytes hold `secret` (any case)."""
-    wanted = secret.encode()
-    return sorted(
-        str(path.relative_to(data_dir))
-        for path in data_dir.rglob("*")
-        if path.is_file() and wanted in path.read_bytes().upper()
-    )
-
-
 def test_an_older_builds_secret_leaves_the_embedded_stores_files(tmp_path: Path) -> None:
     """Rewriting a row leaves its older value in RocksDB's table files until a compaction
     rewrites them: the pass ends by rewriting them, so the older build's secret is gone from
@@ -149,18 +139,18 @@ def test_an_older_builds_secret_leaves_the_embedded_stores_files(tmp_path: Path)
     pattern_id = engine.record(T, make_record("r1", INTENT, ["query_db"], code=CODE)).pattern_id
     _plant_old_names(engine, pattern_id)
     engine.close()
-    assert _files_holding(tmp_path / "e", SECRET)  # the older build's store, on disk
+    assert files_holding(tmp_path / "e", SECRET)  # the older build's store, on disk
 
     engine = open_engine(tmp_path / "e")
     try:
         assert engine.admin.wait_placeholders_renamed(60) == 1
         assert _stored_rows_holding(engine, SECRET, None) == []
-        assert _files_holding(tmp_path / "e", SECRET) == []  # while serving, not only at close
+        assert files_holding(tmp_path / "e", SECRET) == []  # while serving, not only at close
         found = engine.suggest(T, SuggestQuery(intent=INTENT))
         assert [s.pattern.id for s in found.suggestions] == [pattern_id]
     finally:
         engine.close()
-    assert _files_holding(tmp_path / "e", SECRET) == []
+    assert files_holding(tmp_path / "e", SECRET) == []
 
 
 TOKEN = "QTOK7F3A9C2E"
