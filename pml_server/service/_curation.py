@@ -37,7 +37,9 @@ def delete_pattern(
 def delete_pattern_from_disk(state: EngineState, tenant: str, pattern_id: str, reason: str) -> None:
     """A user's deletion: the pattern goes, and its rows' bytes leave the store's files before
     this returns (docs/storage.md, Data left on disk)."""
-    state.store.erase_overwritten(_remove_pattern(state, tenant, pattern_id, reason))
+    state.store.erase_overwritten(
+        _remove_pattern(state, tenant, pattern_id, reason, users_deletion=True)
+    )
 
 
 def _remove_pattern(
@@ -46,9 +48,12 @@ def _remove_pattern(
     pattern_id: str,
     reason: str,
     still_wanted: Callable[[PatternRecord], bool] | None = None,
+    *,
+    users_deletion: bool = False,
 ) -> list[tuple[str, bytes]] | None:
-    """`delete_pattern`'s work; the (family, key) of every row it deleted, None when it
-    deleted nothing."""
+    """`delete_pattern`'s work; the (family, key) of every row it deleted or erased, None when
+    it deleted nothing. A user's deletion also erases the failure log's entries of the
+    pattern's runs; retention's keeps them (docs/storage.md, Data left on disk)."""
     check_tenant(tenant)
     repo = state.repo
     with contextlib.ExitStack() as held:
@@ -62,12 +67,14 @@ def _remove_pattern(
             held.enter_context(state.locks.group.lock_for(tenant, tools_digest(capability.tools)))
             capability = repo.capabilities.capability(tenant, pattern.capability_id)
         change = pattern_removal(repo, tenant, pattern, capability)
+        if users_deletion:
+            change.erase_failures_of = (pattern.id, pattern.code_hash)
         change.ops.append(oplog(state, tenant, "remove", change.index_removes))
         entry = {"action": "deleted", "pattern_id": pattern_id, "reason": reason}
         audit(state, tenant, change, entry)
         ticket = commit(state, tenant, change)
     await_durable(ticket)
-    return [(cf, key) for cf, key, value in change.ops if value is None]
+    return [(cf, key) for cf, key, value in change.ops if value is None] + change.erased
 
 
 def _locked_pattern(
@@ -94,7 +101,7 @@ def delete_capability(state: EngineState, tenant: str, capability_id: str) -> No
     reason = f"capability {capability_id} deleted"
     for pattern_id in capability.pattern_ids:
         with contextlib.suppress(NotFoundError):
-            deleted += _remove_pattern(state, tenant, pattern_id, reason) or []
+            deleted += _remove_pattern(state, tenant, pattern_id, reason, users_deletion=True) or []
     if deleted:
         state.store.erase_overwritten(deleted)
 

@@ -43,6 +43,10 @@ class Change:
     ops: list[Op] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    # A user's deletion: (pattern id, code hash) whose failure log entries are erased, and
+    # the keys that erased (for `Store.erase_overwritten`).
+    erase_failures_of: tuple[str, str] | None = None
+    erased: list[tuple[str, bytes]] = field(default_factory=list)
     index_adds: list[tuple[IntentRecord, tuple[str, ...]]] = field(default_factory=list)
     index_removes: list[int] = field(default_factory=list)
     # The ranking table's updates (`TenantSearchIndex.ranks`): pattern records and counters
@@ -99,7 +103,7 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
     the whole batch); otherwise they are applied at once."""
     repo = state.repo
     log_size = state.config.failure_log_size
-    if state.store.shared and not change.failures:
+    if state.store.shared and not change.failures and change.erase_failures_of is None:
         # The store adds the stats deltas in SQL and nothing here reads stats: no tenant lock,
         # so this replica's captures of one tenant commit (and wait for the WAL flush) together.
         if change.stats:
@@ -123,6 +127,9 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
                 for key in repo.logs.oldest_failure_keys(tenant, excess):
                     change.ops.append(repo.logs.delete_failure(key))
             change.count("failures_logged", logged)
+        if change.erase_failures_of is not None:
+            # under the lock that trims the log: an entry trimmed meanwhile is not put back
+            _erase_failures(state, tenant, change, *change.erase_failures_of)
         if change.stats:
             values = {k: getattr(stats, k) + v for k, v in change.stats.items()}
             stats = replace(stats, **values)
@@ -131,6 +138,17 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
         state.submitted_stats[tenant] = stats
     _apply_to_indexes(state, tenant, change)
     return ticket
+
+
+def _erase_failures(
+    state: EngineState, tenant: str, change: Change, pattern_id: str, code_hash: str
+) -> None:
+    """A user's deletion of a pattern: the failure log's entries of its runs are erased
+    (docs/storage.md, Data left on disk)."""
+    logs = state.repo.logs
+    erased = [logs.erase_failure(key) for key in logs.failures_of(tenant, pattern_id, code_hash)]
+    change.ops += erased
+    change.erased += [(cf, key) for cf, key, _ in erased]
 
 
 def _apply_to_indexes(state: EngineState, tenant: str, change: Change) -> None:

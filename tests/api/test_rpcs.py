@@ -368,6 +368,56 @@ def test_a_deleted_pattern_leaves_the_stores_files_before_the_answer(
         assert files_holding(data_dir, kept) == []
 
 
+def _failures_by_page(client: PmlClient, page_size: int) -> list[tuple[str, str]]:
+    listed, token = [], ""
+    while True:
+        page = client.list_failures(page_size=page_size, page_token=token)
+        listed += [(f.request_id, f.error) for f in page.failures]
+        token = page.next_page_token
+        if not token:
+            return listed
+
+
+def test_a_users_deletion_erases_the_failure_log_entries_of_its_runs(
+    client: PmlClient, data_dir: Path
+) -> None:
+    """The failure log kept a deleted pattern's failed runs (their intent and tool error) in
+    its listing and in the store's files. A user's deletion erases them, and its code's
+    rejected first tries; the other entries stay, in order, on every page size; the count of
+    failures logged does not change (docs/storage.md, Data left on disk). The tool errors stay
+    in the requests' idempotency answers until they expire (the same doc)."""
+    gone, kept = "qzvnx-groseille", "kwpmr-airelle"
+    code = "await mcp.post_invoice({id: 7})"
+
+    def run(request_id: str, marker: str, code: str, error: str = "") -> r.CaptureResult:
+        tool = code.split("(")[0].removeprefix("await mcp.")
+        failed = [(tool, error)] if error else []
+        return client.record(
+            make_record(
+                f"post the {marker} invoice",
+                code,
+                tools=[] if error else [tool],
+                failed_tools=failed,
+                request_id=request_id,
+            )
+        )
+
+    run("k1", kept, "await mcp.void_invoice({id: 8})", error="502 from billing")
+    run("g1", gone, code, error="502 from billing")  # a rejected first try of the code
+    deleted = run("g2", gone, code)
+    run("k2", kept, "await mcp.void_invoice({id: 8})", error="502 from billing")
+    run("g3", gone, code, error="502 from billing")  # a failed try of the pattern
+    run("k3", kept, "await mcp.mail_invoice({id: 9})", error="502 from billing")
+    assert [i for i, _ in _failures_by_page(client, 10)] == ["k3", "g3", "k2", "g1", "k1"]
+    logged = client.stats().failures_logged
+    client.delete_pattern(deleted.pattern)
+    for size in (1, 2, 10):
+        assert [i for i, _ in _failures_by_page(client, size)] == ["k3", "k2", "k1"]
+    assert client.stats().failures_logged == logged
+    assert files_holding(data_dir, gone) == []
+    assert files_holding(data_dir, kept)
+
+
 def test_pages_cover_everything_once(client: PmlClient) -> None:
     made = {
         client.record(make_record(f"task {i}", f"await mcp.t{i}({{}})", tools=[f"t{i}"])).pattern

@@ -594,6 +594,23 @@ def test_a_request_id_resent_after_its_pattern_was_deleted_writes_nothing(
     assert suggested(b, "t", "Read JSON file") == []
 
 
+def test_a_deletion_on_one_replica_erases_the_failures_another_logged(
+    replicas: Callable[[str], Engine],
+) -> None:
+    """A user's deletion erases the failure log's entries of the pattern's runs, whichever
+    replica logged them; the other entries and the count of failures logged stay."""
+    a, b = replicas("a"), replicas("b")
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    a.record("t", make_record("r2", "Read JSON file", JSON_TOOLS, failed={"json.parse"}))
+    b.record("t", make_record("r3", "Send the mail", MAIL_TOOLS, failed={"mail.send"}))
+    assert [f.request_id for f in a.list_failures("t", PageRequest()).items] == ["r3", "r2"]
+    b.delete_pattern("t", saved.pattern_id)
+    for engine in (a, b):
+        listed = engine.list_failures("t", PageRequest(page_size=1))
+        assert ([f.request_id for f in listed.items], listed.next_cursor) == (["r3"], "")
+    assert a.stats("t").failures_logged == 2
+
+
 def test_available_tools_retrieve_among_permitted_patterns_across_replicas(
     postgres_dsn: str, tmp_path: Path
 ) -> None:

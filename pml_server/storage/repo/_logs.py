@@ -17,6 +17,11 @@ from pml_server.storage.keys import (
 )
 from pml_server.storage.seam import KeyValueReads, Op
 
+# What an erased failure log entry holds: nothing of the run.
+_ERASED = json_form.dumps({"erased": True})
+# Failure log entries read at a time when looking for a pattern's.
+_SCAN_PAGE = 256
+
 
 class LogRows:
     def __init__(self, store: KeyValueReads) -> None:
@@ -31,15 +36,50 @@ class LogRows:
     def delete_failure(self, key: bytes) -> Op:
         return (CF_FAILURES, key, None)
 
+    def failures_of(self, tenant: str, pattern_id: str, code_hash: str) -> list[bytes]:
+        """The keys of the entries of a pattern's failed runs and of its code's rejected first
+        tries. Reads the tenant's whole log (its size bounds it), `_SCAN_PAGE` entries at a
+        time: an entry holds up to 20 KiB."""
+        found: list[bytes] = []
+        start: bytes | None = None
+        while True:
+            rows = self.store.scan(
+                CF_FAILURES, tenant_prefix(tenant), start=start, limit=_SCAN_PAGE
+            )
+            for key, raw in rows:
+                entry = json_form.loads(raw)
+                if entry.get("pattern_id") == pattern_id or (
+                    not entry.get("pattern_id") and entry.get("code_hash") == code_hash
+                ):
+                    found.append(key)
+            if len(rows) < _SCAN_PAGE:
+                return found
+            start = rows[-1][0] + b"\x00"
+
+    def erase_failure(self, key: bytes) -> Op:
+        """The entry overwritten in place with `_ERASED`: its run's intent and error go, while
+        the log keeps its length, which its bound counts from a running total."""
+        return (CF_FAILURES, key, _ERASED)
+
     def failures_page(
         self, tenant: str, before: int | None, size: int
     ) -> tuple[list[tuple[int, dict[str, Any]]], int | None]:
-        """Newest first; `before` is the exclusive sequence bound returned by the previous page."""
+        """Newest first, erased entries skipped; `before` is the exclusive sequence bound
+        returned by the previous page."""
         prefix = tenant_prefix(tenant)
         start = tenant_key(tenant, u64(before)) if before is not None else None
-        rows = self.store.scan(CF_FAILURES, prefix, start=start, limit=size + 1, reverse=True)
-        page = [(from_u64(k[len(prefix) :]), json_form.loads(v)) for k, v in rows[:size]]
-        return page, (page[-1][0] if len(rows) > size else None)
+        page: list[tuple[int, dict[str, Any]]] = []
+        while True:
+            rows = self.store.scan(CF_FAILURES, prefix, start=start, limit=size + 1, reverse=True)
+            for key, raw in rows:
+                if raw == _ERASED:
+                    continue
+                if len(page) == size:
+                    return page, page[-1][0]
+                page.append((from_u64(key[len(prefix) :]), json_form.loads(raw)))
+            if len(rows) <= size:
+                return page, None
+            start = rows[-1][0]  # exclusive: the reverse scan's start is after this key
 
     def put_oplog(self, seq: int, op: dict[str, Any]) -> Op:
         return (CF_OPLOG, u64(seq), json_form.dumps(op))
