@@ -57,7 +57,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+# Raised whenever this build writes rows an older build cannot read, so that the older build
+# refuses the store at open instead of failing on its reads (docs/storage.md, Migrations).
+# 1: up to 2026-12-06; 2: failure log entries erased in place, and every row field added
+# since 1 (an older build's readers take no field they do not know).
+SCHEMA_VERSION = 2
 _META_SCHEMA_KEY = b"meta/schema_version"
 DURABILITY_MODES = ("sync", "fast")
 
@@ -447,21 +451,21 @@ class Store:
 
 
 def _stored_schema(db: Rdict, meta: Rdict, path: Path) -> int:
-    """The store's schema version, written on first use; SchemaVersionError when a newer pml
-    wrote it."""
+    """The store's schema version, written on first use and raised to this build's at open
+    (before anything it writes); SchemaVersionError when a newer pml wrote it."""
     raw = meta.get(_META_SCHEMA_KEY)
     if raw is None:
         raw = db.get(_META_SCHEMA_KEY)  # stores created before column families existed
-    if raw is None:
-        meta.put(_META_SCHEMA_KEY, struct.pack(">I", SCHEMA_VERSION))
-        return SCHEMA_VERSION
-    found = int(struct.unpack(">I", raw)[0])
+    found = 0 if raw is None else int(struct.unpack(">I", raw)[0])
     if found > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"store at {path} has schema version {found}; this pml knows up to "
-            f"{SCHEMA_VERSION}: upgrade pml to open it"
+            f"{SCHEMA_VERSION}: upgrade pml to open it, or restore a backup taken by this "
+            "version of pml"
         )
-    return found
+    if found < SCHEMA_VERSION:
+        meta.put(_META_SCHEMA_KEY, struct.pack(">I", SCHEMA_VERSION))
+    return SCHEMA_VERSION
 
 
 def _open_error(path: Path, err: Exception) -> StoreOpenError:

@@ -175,6 +175,21 @@ def test_newer_schema_is_refused_with_a_clear_message(tmp_path: Path) -> None:
         Store(tmp_path, "fast")
 
 
+def test_an_older_schema_is_raised_at_open_so_older_builds_refuse_the_store(
+    tmp_path: Path,
+) -> None:
+    """A store an older build wrote (schema 1) is marked with this build's version when this
+    build opens it, before anything it writes: an older build then refuses it at open ("upgrade
+    pml") instead of failing on the rows it cannot read (docs/storage.md, Migrations)."""
+    store = Store(tmp_path, "fast")
+    store.write([(CF_META, b"meta/schema_version", struct.pack(">I", 1))])
+    store.close()
+    store = Store(tmp_path, "fast")
+    assert store.schema_version == SCHEMA_VERSION > 1
+    assert store.get(CF_META, b"meta/schema_version") == struct.pack(">I", SCHEMA_VERSION)
+    store.close()
+
+
 @pytest.mark.parametrize(
     "params",
     [(), (ParamSpec("PATH", "string", False), ParamSpec("TOKEN", "string", True))],

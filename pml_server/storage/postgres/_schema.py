@@ -36,7 +36,7 @@ from pml_server.storage.keys import (
 )
 from pml_server.storage.seam import StoreClosedError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _MIGRATION_LOCK = 0x706D6C5F736368  # "pml_sch": one migration at a time per database
 STATS_COLUMNS = (
     "executions",
@@ -133,6 +133,9 @@ MIGRATIONS: dict[int, list[str]] = {
     2: _version_2(),
     3: _version_3(),
     4: _version_4(),
+    # No statement: rows an older build cannot read (the RocksDB store's version 2, storage/
+    # rocks.py SCHEMA_VERSION), so that an older build refuses the database at start.
+    5: [],
 }
 
 
@@ -153,7 +156,8 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], where: str) -> int:
         if found > SCHEMA_VERSION:
             raise SchemaVersionError(
                 f"the database at {where} has schema version {found}; this pml knows up to "
-                f"{SCHEMA_VERSION}: upgrade pml to use it"
+                f"{SCHEMA_VERSION}: upgrade pml to use it, or restore a backup taken by this "
+                "version of pml"
             )
         for version in range(found + 1, SCHEMA_VERSION + 1):
             with conn.transaction():
