@@ -45,7 +45,8 @@ type Options struct {
 	CertFile, KeyFile string
 	// ServerName overrides the name checked in the server certificate.
 	ServerName string
-	// Timeout bounds each unary call (default 30 s).
+	// Timeout bounds each unary call whose context has no deadline, retries included (default
+	// 30 s; docs/api.md, Deadlines and retries).
 	Timeout time.Duration
 	// MaxRetries is how often a unary call safe to repeat (a read, a record with a request id,
 	// a dry-run retention) is retried on UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
@@ -87,10 +88,14 @@ func Dial(target string, opts Options) (*Client, error) {
 	if retries == 0 {
 		retries = DefaultRetries
 	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
 	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
-		grpc.WithChainUnaryInterceptor(retryInterceptor(retries)),
+		grpc.WithChainUnaryInterceptor(retryInterceptor(retries, timeout)),
 	}
 	if opts.APIKey != "" {
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer(opts.APIKey)))
@@ -98,10 +103,6 @@ func Dial(target string, opts Options) (*Client, error) {
 	conn, err := grpc.NewClient(target, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("pml: dial %s: %w", target, err)
-	}
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
 	}
 	return &Client{conn: conn, api: pmlv1.NewPmlServiceClient(conn), timeout: timeout}, nil
 }
@@ -149,18 +150,9 @@ func (c *Client) Close() error { return c.conn.Close() }
 // API is the generated stub, for the RPCs the wrapper does not cover.
 func (c *Client) API() pmlv1.PmlServiceClient { return c.api }
 
-func (c *Client) unaryContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, has := ctx.Deadline(); has {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, c.timeout)
-}
-
 // Record captures one execution. A rejected capture is not an error: look at the outcome and
 // the tool failures of the result.
 func (c *Client) Record(ctx context.Context, record *pmlv1.ExecutionRecord) (*pmlv1.CaptureResult, error) {
-	ctx, cancel := c.unaryContext(ctx)
-	defer cancel()
 	reply, err := c.api.RecordExecution(ctx, &pmlv1.RecordExecutionRequest{Record: record})
 	if err != nil {
 		return nil, err
@@ -170,8 +162,6 @@ func (c *Client) Record(ctx context.Context, record *pmlv1.ExecutionRecord) (*pm
 
 // Suggest ranks the capabilities that fit request.Intent.
 func (c *Client) Suggest(ctx context.Context, request *pmlv1.SuggestRequest) (*pmlv1.SuggestResponse, error) {
-	ctx, cancel := c.unaryContext(ctx)
-	defer cancel()
 	return c.api.Suggest(ctx, request)
 }
 
@@ -324,8 +314,6 @@ func worthResending(refusal *status.Status) bool {
 // maxMessageBytes is the server's largest request message (GetServerInfo), 0 when it does not
 // say (an older server) or cannot be asked (Upload then meets the same error).
 func (c *Client) maxMessageBytes(ctx context.Context) int {
-	ctx, cancel := c.unaryContext(ctx)
-	defer cancel()
 	info, err := c.api.GetServerInfo(ctx, &pmlv1.GetServerInfoRequest{})
 	if err != nil {
 		return 0
@@ -388,9 +376,16 @@ func Backoff(attempt int, serverDelay time.Duration) time.Duration {
 	return max(ceiling/2+jitter, serverDelay)
 }
 
-func retryInterceptor(maxRetries int) grpc.UnaryClientInterceptor {
+func retryInterceptor(maxRetries int, timeout time.Duration) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		// The timeout bounds the whole call, retries included, API()'s calls too (they had
+		// none under a context without a deadline): docs/api.md, Deadlines and retries.
+		if _, has := ctx.Deadline(); !has {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
 			// RESOURCE_EXHAUSTED without RetryInfo is the message size limit: no wait cures it.
@@ -399,7 +394,11 @@ func retryInterceptor(maxRetries int) grpc.UnaryClientInterceptor {
 				return err
 			}
 			delay, _ := RetryDelay(err)
-			timer := time.NewTimer(Backoff(attempt, delay))
+			wait := Backoff(attempt, delay)
+			if deadline, _ := ctx.Deadline(); time.Until(deadline) <= wait {
+				return err // the wait would outlast the call: its last error, at once
+			}
+			timer := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 				timer.Stop()

@@ -555,6 +555,28 @@ func TestWithoutRetriesTheRefusalCarriesTheDelay(t *testing.T) {
 	}
 }
 
+// TestARetryWhoseWaitOutlastsTheTimeoutIsNotMade: the quota's RetryInfo says 1 s, the timeout
+// is 500 ms. API()'s calls had no timeout under a context without a deadline, and the retry
+// waited the second and succeeded; now Options.Timeout bounds them, retries included, and the
+// refusal is the answer at once, with its delay (docs/api.md, Deadlines and retries).
+func TestARetryWhoseWaitOutlastsTheTimeoutIsNotMade(t *testing.T) {
+	target, key := rateLimited(t)
+	client, err := pml.Dial(target, pml.Options{APIKey: key, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	if _, err := client.API().GetStats(ctx, &pmlv1.GetStatsRequest{}); err != nil {
+		t.Fatal(err) // the one token
+	}
+	_, err = client.API().GetStats(ctx, &pmlv1.GetStatsRequest{})
+	delay, ok := pml.RetryDelay(err)
+	if status.Code(err) != codes.ResourceExhausted || !ok || delay != time.Second {
+		t.Fatalf("want RESOURCE_EXHAUSTED with RetryInfo 1s at once, got %v", err)
+	}
+}
+
 // TestAMessageOverTheSizeLimitIsNotSentAgain: RESOURCE_EXHAUSTED without RetryInfo is the
 // server's --max-message-bytes, which no wait cures; the same record was sent MaxRetries more
 // times at full size. A quota's refusal (with RetryInfo) is still retried.
@@ -567,7 +589,7 @@ func TestAMessageOverTheSizeLimitIsNotSentAgain(t *testing.T) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries), counted))
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries, 30*time.Second), counted))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -229,27 +229,49 @@ export interface ClientOptions {
   maxRetries?: number;
 }
 
+/** Options of one call. */
+export interface CallOptions {
+  /** Aborting it cancels the call in flight and its retries. */
+  signal?: AbortSignal;
+}
+
+/** What a call aborted by its signal rejects with (`code`: grpc status CANCELLED). */
+export interface AbortError extends Error {
+  name: "AbortError";
+  code: 1;
+  details: string;
+  cause: unknown;
+}
+
 export declare class PmlClient {
   constructor(target: string, options?: ClientOptions);
   /** The generated service client (@grpc/grpc-js), for the RPCs not wrapped here. */
   readonly raw: Client;
-  /** Any unary RPC by its proto name, e.g. call("GetStats", {}); retried when safe to repeat. */
-  call<Reply = unknown>(method: string, request: object): Promise<Reply>;
-  record(record: ExecutionRecord): Promise<CaptureResult>;
-  suggest(request: SuggestRequest | string): Promise<SuggestResponse>;
-  getPattern(name: string): Promise<Pattern>;
-  stats(): Promise<GetStatsResponse>;
+  /**
+   * Any unary RPC by its proto name, e.g. call("GetStats", {}); retried when safe to repeat.
+   * `timeoutMs` bounds the whole call, retries included; `options.signal` cancels it (and its
+   * retries): it rejects with an AbortError whose `code` is CANCELLED.
+   */
+  call<Reply = unknown>(method: string, request: object, options?: CallOptions): Promise<Reply>;
+  record(record: ExecutionRecord, options?: CallOptions): Promise<CaptureResult>;
+  suggest(request: SuggestRequest | string, options?: CallOptions): Promise<SuggestResponse>;
+  getPattern(name: string, options?: CallOptions): Promise<Pattern>;
+  stats(options?: CallOptions): Promise<GetStatsResponse>;
   /**
    * Upload over StreamTraces: after a broken stream, and for what the server acknowledged with
    * an error that waiting may cure (UNAVAILABLE, RESOURCE_EXHAUSTED with RetryInfo: not
    * captured), the records are resent (after `backoffMs`, never before RetryInfo) up to
    * `maxReconnects` (default 5) times; then such an error is the record's acknowledgement.
    * Each stream waits for the connection at most `timeoutMs` (then UNAVAILABLE, as a stream
-   * broken).
+   * broken). `signal` cancels the stream and any reconnect (an AbortError, code CANCELLED).
    */
   upload(
     records: ExecutionRecord[],
-    options?: { maxReconnects?: number; onAck?: (ack: StreamTracesResponse) => void },
+    options?: {
+      maxReconnects?: number;
+      onAck?: (ack: StreamTracesResponse) => void;
+      signal?: AbortSignal;
+    },
   ): Promise<UploadReport>;
   close(): void;
 }

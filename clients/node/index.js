@@ -111,6 +111,56 @@ function worthResending(details) {
   return details.code === "RESOURCE_EXHAUSTED" && details.retryDelayMs !== null;
 }
 
+/**
+ * The `signal` of a call's options: undefined, or an AbortSignal (anything else is refused
+ * naming it, before any call: a signal that is not one would be ignored, the call never
+ * cancelled). `what` names the method.
+ */
+function signalOf(what, options) {
+  if (options === undefined || options === null) return undefined;
+  if (typeof options !== "object") {
+    throw new TypeError(`pml: ${what}: options is ${typeof options}, not an object ({ signal })`);
+  }
+  const { signal } = options;
+  if (signal === undefined) return undefined;
+  if (signal === null || typeof signal !== "object" || typeof signal.aborted !== "boolean" ||
+      typeof signal.addEventListener !== "function") {
+    throw new TypeError(`pml: ${what}: signal is ${signal === null ? "null" : typeof signal}, not an AbortSignal`);
+  }
+  return signal;
+}
+
+/**
+ * What a call aborted by its `signal` rejects with: the standard AbortError shape (name
+ * "AbortError", the signal's reason as `cause`) in the client's error tree, where `code` is
+ * the gRPC status: CANCELLED, as grpc-js says of a call cancelled (clients/node/README.md).
+ */
+function abortError(signal) {
+  const message = "pml: the call was aborted by its signal";
+  const err = new Error(message, { cause: signal.reason });
+  return Object.assign(err, { name: "AbortError", code: grpc.status.CANCELLED, details: message });
+}
+
+/** `promise`, or an abortError as soon as `signal` aborts (what `promise` does then is
+ * dropped). */
+function abortable(promise, signal) {
+  if (!signal) return promise;
+  if (signal.aborted) return Promise.reject(abortError(signal));
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(abortError(signal));
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
+function sleep(ms, signal) {
+  let timer;
+  const slept = new Promise((resolve) => {
+    timer = setTimeout(resolve, ms);
+  });
+  return abortable(slept, signal).finally(() => clearTimeout(timer));
+}
+
 /** An ExecutionRecord with a fresh request id; calls are {tool, ok, error?, arguments_json?}. */
 function newRecord(intent, code, language = "typescript", toolCalls = []) {
   return { request_id: crypto.randomUUID(), intent, code, language, tool_calls: toolCalls };
@@ -189,8 +239,13 @@ class PmlClient {
    * record with a request id, a retention dry run) is retried up to `maxRetries` times on
    * UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota; without it, a
    * message over the server's size limit, never sent again), never sooner than that delay.
+   * `timeoutMs` bounds the whole call, retries included (docs/api.md, Deadlines and retries):
+   * each attempt's deadline is what remains, and a retry whose wait would outlast it is not
+   * made (the last error rejects). `options.signal` (an AbortSignal) cancels the call in flight
+   * and any retry: it rejects with `abortError`.
    */
-  async call(method, request) {
+  async call(method, request, options) {
+    const signal = signalOf(`call ${method}`, options);
     const rpcs = api().service.service;
     const rpc = Object.hasOwn(rpcs, method) ? rpcs[method] : undefined;
     if (!rpc || rpc.requestStream || rpc.responseStream) {
@@ -198,43 +253,52 @@ class PmlClient {
       const which = rpc ? `${method} is a stream (upload(), or pml.raw.${method})` : `no RPC ${JSON.stringify(method)}`;
       throw new TypeError(`pml: call: ${which}: a unary RPC of pml.v1.PmlService`);
     }
+    const deadline = Date.now() + this._timeoutMs;
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this._callOnce(method, request);
+        return await this._callOnce(method, request, deadline, signal);
       } catch (err) {
+        if (err.name === "AbortError") throw err;
         const details = errorDetails(err);
         if (attempt >= this._maxRetries || !worthResending(details) || !safeToRepeat(method, request)) {
           throw err;
         }
-        await new Promise((r) => setTimeout(r, backoffMs(attempt, details.retryDelayMs)));
+        const wait = backoffMs(attempt, details.retryDelayMs);
+        if (Date.now() + wait >= deadline) throw err;
+        await sleep(wait, signal);
       }
     }
   }
 
-  _callOnce(method, request) {
+  _callOnce(method, request, deadline, signal) {
+    if (signal && signal.aborted) return Promise.reject(abortError(signal));
     return new Promise((resolve, reject) => {
-      this.raw[method](request, this._metadata(), { deadline: Date.now() + this._timeoutMs }, (err, reply) =>
-        err ? reject(err) : resolve(reply),
-      );
+      const onAbort = () => call.cancel(); // grpc-js then answers CANCELLED
+      const call = this.raw[method](request, this._metadata(), { deadline }, (err, reply) => {
+        if (signal) signal.removeEventListener("abort", onAbort);
+        if (err) reject(signal && signal.aborted ? abortError(signal) : err);
+        else resolve(reply);
+      });
+      if (signal) signal.addEventListener("abort", onAbort, { once: true });
     });
   }
 
   /** RecordExecution; resolves to the CaptureResult (a rejection is an outcome, not an error). */
-  async record(record) {
-    return (await this.call("RecordExecution", { record })).result;
+  async record(record, options) {
+    return (await this.call("RecordExecution", { record }, options)).result;
   }
 
   /** Suggest; `request` is a SuggestRequest ({intent, page_size, ...}) or just the intent. */
-  suggest(request) {
-    return this.call("Suggest", typeof request === "string" ? { intent: request } : request);
+  suggest(request, options) {
+    return this.call("Suggest", typeof request === "string" ? { intent: request } : request, options);
   }
 
-  getPattern(name) {
-    return this.call("GetPattern", { name }).then((r) => r.pattern);
+  getPattern(name, options) {
+    return this.call("GetPattern", { name }, options).then((r) => r.pattern);
   }
 
-  stats() {
-    return this.call("GetStats", {});
+  stats(options) {
+    return this.call("GetStats", {}, options);
   }
 
   /**
@@ -247,9 +311,12 @@ class PmlClient {
    * the reconnects run out, that error is the record's acknowledgement. Request ids
    * (a fresh UUID for a record without one, kept across reconnects) make the resend apply
    * exactly once. Two records under one request id are refused (an error with code
-   * INVALID_ARGUMENT, nothing sent).
+   * INVALID_ARGUMENT, nothing sent). `signal` (an AbortSignal) cancels the stream in flight and
+   * any reconnect: the upload rejects with `abortError` (what was acknowledged is captured).
    */
-  async upload(records, { maxReconnects = 5, onAck } = {}) {
+  async upload(records, options = {}) {
+    const signal = signalOf("upload", options);
+    const { maxReconnects = 5, onAck } = options || {};
     // a maxReconnects of text compared false with every count: reconnects without end
     if (!Number.isInteger(maxReconnects) || maxReconnects < 0) {
       throw new TypeError(`pml: upload: maxReconnects ${JSON.stringify(maxReconnects)}: an integer from 0 (0: none)`);
@@ -279,7 +346,7 @@ class PmlClient {
     const report = { acks: new Map(), reconnects: 0 };
     // A record whose message is over the server's limit would end the whole stream in
     // RESOURCE_EXHAUSTED: it is answered here, alone, and never sent.
-    const limit = await this._maxMessageBytes();
+    const limit = await this._maxMessageBytes(signal);
     if (limit > 0) {
       const serialize = api().service.service.StreamTraces.requestSerialize;
       for (const r of records) {
@@ -319,17 +386,23 @@ class PmlClient {
           // not before the server's RetryInfo delay
           let delayMs = (broken && broken.retryDelayMs) || 0;
           for (const ack of resend.values()) delayMs = Math.max(delayMs, statusDetails(ack.error).retryDelayMs || 0);
-          await new Promise((r) => setTimeout(r, backoffMs(report.reconnects, delayMs)));
+          await sleep(backoffMs(report.reconnects, delayMs), signal);
         }
         report.reconnects++;
       }
-      last = await this._connected();
+      last = await abortable(this._connected(), signal);
       if (last) continue;
       let thrown = null;
+      const onAbort = () => {
+        thrown = { err: abortError(signal) };
+        call.cancel();
+      };
+      let call;
       last = await new Promise((resolve) => {
         // waitForReady: after a broken connection the new stream waits for the reconnect
         // instead of failing at once and using up the reconnects.
-        const call = this.raw.StreamTraces(this._metadata({ waitForReady: true }));
+        call = this.raw.StreamTraces(this._metadata({ waitForReady: true }));
+        if (signal) signal.addEventListener("abort", onAbort, { once: true });
         call.on("data", (ack) => {
           const id = ack.execution_id;
           if (thrown) return;
@@ -356,6 +429,8 @@ class PmlClient {
         }
         call.end();
       });
+      if (signal) signal.removeEventListener("abort", onAbort);
+      if (!thrown && signal && signal.aborted) thrown = { err: abortError(signal) };
       if (thrown) throw thrown.err;
     }
   }
@@ -374,10 +449,11 @@ class PmlClient {
   }
 
   /** The server's largest request message (GetServerInfo); 0 when unknown. */
-  async _maxMessageBytes() {
+  async _maxMessageBytes(signal) {
     try {
-      return Number((await this.call("GetServerInfo", {})).max_message_bytes || 0);
-    } catch {
+      return Number((await this.call("GetServerInfo", {}, { signal })).max_message_bytes || 0);
+    } catch (err) {
+      if (err.name === "AbortError") throw err;
       return 0; // the upload meets the same error
     }
   }

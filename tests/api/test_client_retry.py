@@ -12,7 +12,7 @@ from pml_client import PmlClient, PmlClientError, make_record
 
 from pml_server.config import config_of
 from tests.conftest import StartServer
-from tests.support import open_engine, refusing_its_first_batch
+from tests.support import open_engine, refusing_its_first_batch, slow_to_refuse_stats
 
 
 def _refused(server: object, method: str) -> float:
@@ -65,6 +65,39 @@ def test_a_call_unsafe_to_repeat_is_not_retried(
             acme.delete_pattern("patterns/none")
     assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert _refused(server, "DeletePattern") == 1
+
+
+def test_the_timeout_bounds_the_whole_call_retries_included(
+    start: StartServer, data_dir: Path
+) -> None:
+    """The server answers UNAVAILABLE (retryable, RetryInfo 1 s) after 1.2 s; the timeout is
+    2.8 s. Each retry had a fresh 2.8 s: four attempts, 7.8 s, and the call ended UNAVAILABLE.
+    Now the retry, sent at 2.2 s, gets what remains (0.6 s) and the call ends
+    DEADLINE_EXCEEDED within the 2.8 s (docs/api.md, Deadlines and retries)."""
+    engine, calls = slow_to_refuse_stats(data_dir, 1.2)
+    server = start(engine=engine)
+    client = PmlClient(f"127.0.0.1:{server.port}", timeout=2.8, retries=3)
+    with client, pytest.raises(PmlClientError) as err:
+        client.stats()
+    assert (err.value.code, calls) == (grpc.StatusCode.DEADLINE_EXCEEDED, [2])
+
+
+def test_a_retry_whose_wait_outlasts_the_timeout_is_not_made(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """The quota's RetryInfo says 1 s, the timeout is 0.5 s: the client slept the second and
+    sent the call again (a 0.5 s call lasting over 1 s); now the refusal is the answer, at
+    once, carrying the delay."""
+    path, found = keys
+    server = start(keys_file=path, tenant_rate=1.0, tenant_burst=1)
+    target = f"127.0.0.1:{server.port}"
+    with PmlClient(target, api_key=found["acme-write"], timeout=0.5, retries=3) as acme:
+        acme.stats()  # the one token
+        with pytest.raises(PmlClientError) as err:
+            acme.stats()
+    assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert err.value.retry_delay_seconds == pytest.approx(1.0)
+    assert _refused(server, "GetStats") == 1
 
 
 @pytest.mark.parametrize("key", ["s3cr3t\nkey", "s3cr3t\udcff", "s3cr3t\u00e9"])

@@ -17,7 +17,7 @@ import pytest
 from pml_server.api.server import RunningServer
 from pml_server.config import config_of
 from tests.conftest import StartServer
-from tests.support import npm_ci, open_engine, refusing_its_first_batch
+from tests.support import npm_ci, open_engine, refusing_its_first_batch, slow_to_refuse_stats
 
 NODE_CLIENT = Path(__file__).resolve().parents[2] / "clients" / "node"
 
@@ -322,3 +322,55 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
         "onAck": "onAck failed",
         "uncaught": None,
     }
+
+
+def test_the_timeout_bounds_the_whole_call_retries_included(
+    node_client: Path, start: StartServer, data_dir: Path
+) -> None:
+    """As the Python and Go clients: GetStats answers UNAVAILABLE (RetryInfo 1 s) after 1.2 s,
+    timeoutMs is 2800. Each retry had a fresh 2800 ms: four attempts, 7.8 s, UNAVAILABLE. Now
+    the retry gets what remains and the call rejects DEADLINE_EXCEEDED (docs/api.md, Deadlines
+    and retries)."""
+    engine, calls = slow_to_refuse_stats(data_dir, 1.2)
+    server = start(engine=engine)
+    done = _node(node_client, "test/deadline.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"code": grpc.StatusCode.DEADLINE_EXCEEDED.value[0]}
+    assert calls == [2]
+
+
+def test_an_abort_signal_cancels_the_call_and_its_retries(
+    node_client: Path, start: StartServer, data_dir: Path
+) -> None:
+    """`signal` (an AbortSignal) on a call or an upload: there was none, so a caller could not
+    stop a call short of its timeout, retries included. Aborted in flight or while waiting to
+    retry, the call rejects with an AbortError (code CANCELLED, the reason as its cause) and is
+    not sent again; aborted already, nothing is sent."""
+    engine, calls = slow_to_refuse_stats(data_dir, 2.0)
+    server = start(engine=engine)
+    done = _node(node_client, "test/abort.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    cancelled = grpc.StatusCode.CANCELLED.value[0]
+
+    def aborted(cause: str) -> dict[str, object]:
+        return {"name": "AbortError", "code": cancelled, "detailsCode": "CANCELLED", "cause": cause}
+
+    assert said == {
+        "inFlight": aborted("in flight"),
+        "waiting": aborted("waiting"),
+        "before": aborted("before"),
+        "uploadBefore": aborted("before"),
+        "notASignal": "TypeError: pml: call GetStats: signal is string, not an AbortSignal",
+        "notOptions": "TypeError: pml: call GetStats: options is number, "
+        "not an object ({ signal })",
+    }
+    assert calls == [2]  # one attempt each for the two calls that were sent, no retry
+    methods = {
+        sample.labels["method"]
+        for metric in server.metrics.registry.collect()
+        if metric.name == "pml_requests"
+        for sample in metric.samples
+    }
+    assert "GetServerInfo" in methods
+    assert "StreamTraces" not in methods

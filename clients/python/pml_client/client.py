@@ -276,16 +276,23 @@ class PmlClient:
         a resend apply once) is retried up to `retries` times on UNAVAILABLE and on
         RESOURCE_EXHAUSTED with the server's RetryInfo (`worth_retrying`: a quota, not a size
         limit), after `backoff_seconds` (never sooner than that RetryInfo); any other failure,
-        or the last one, raises PmlClientError."""
+        or the last one, raises PmlClientError. `timeout` bounds the whole call, retries
+        included (docs/api.md, Deadlines and retries): each attempt's deadline is what remains
+        of it, and a retry whose wait would outlast it is not made (the last failure raises)."""
+        deadline = time.monotonic() + self._timeout
         attempt = 0
         while True:
             try:
-                reply = method(request, timeout=self._timeout, metadata=self._metadata)
+                remaining = deadline - time.monotonic()
+                reply = method(request, timeout=remaining, metadata=self._metadata)
             except grpc.RpcError as err:
                 failure = PmlClientError.from_rpc_error(err)
                 if not (safe and worth_retrying(failure) and attempt < self._retries):
                     raise failure from None
-                time.sleep(backoff_seconds(attempt, failure.retry_delay_seconds))
+                wait = backoff_seconds(attempt, failure.retry_delay_seconds)
+                if time.monotonic() + wait >= deadline:
+                    raise failure from None
+                time.sleep(wait)
                 attempt += 1
                 continue
             assert isinstance(reply, reply_type)
