@@ -201,12 +201,63 @@ function tlsFile(option, file) {
   }
 }
 
+const MAX_KEY_CHARS = 1024;
+
+/**
+ * `apiKey` as it can travel in the `authorization` header: a string, without the whitespace
+ * around it (a key read from a file keeps its newline), printable ASCII, at most
+ * MAX_KEY_CHARS (`pml keys add` prints 47; past gRPC's 8 KiB of metadata every call fails on
+ * the header). A control or non-ASCII character failed every call with grpc-js's `Metadata
+ * string value "Bearer <the key>" contains illegal characters`, the secret in the message; a
+ * key that is no string was sent as "Bearer [object Object]". Each is refused by the
+ * constructor naming `apiKey`, never echoing the key (clients/node/README.md).
+ */
+function headerKey(apiKey) {
+  if (typeof apiKey !== "string") {
+    throw new TypeError(`pml: apiKey is ${apiKey === null ? "null" : typeof apiKey}, not a string`);
+  }
+  const key = apiKey.trim();
+  const chars = [...key];
+  const bad = chars.findIndex((ch) => !(ch >= " " && ch <= "~"));
+  if (bad >= 0) {
+    const code = chars[bad].codePointAt(0);
+    throw new TypeError(
+      `pml: apiKey holds U+${code.toString(16).toUpperCase().padStart(4, "0")} at position ${bad}: ` +
+        "a key is printable ASCII (as `pml keys add` prints it)",
+    );
+  }
+  if (key.length > MAX_KEY_CHARS) {
+    throw new TypeError(`pml: apiKey is ${key.length} characters; a key is at most ${MAX_KEY_CHARS} (\`pml keys add\` prints 47)`);
+  }
+  return key;
+}
+
+/** Each option that is given must be of its type: refused naming it (`caFile: 5` read file
+ * descriptor 5; `tls: "no"` turned TLS on; options that were no object were ignored). */
+function checkOptions(target, options) {
+  if (typeof target !== "string" || target.trim() === "") {
+    throw new TypeError(`pml: target ${JSON.stringify(target) ?? String(target)}: give "host:port"`);
+  }
+  if (options === null || typeof options !== "object" || Array.isArray(options)) {
+    throw new TypeError(`pml: options is ${options === null ? "null" : Array.isArray(options) ? "an array" : typeof options}, not an object`);
+  }
+  for (const name of ["caFile", "certFile", "keyFile"]) {
+    if (options[name] !== undefined && (typeof options[name] !== "string" || options[name] === "")) {
+      throw new TypeError(`pml: ${name} ${JSON.stringify(options[name])}: a file path`);
+    }
+  }
+  if (options.tls !== undefined && typeof options.tls !== "boolean") {
+    throw new TypeError(`pml: tls ${JSON.stringify(options.tls)}: true or false`);
+  }
+}
+
 class PmlClient {
   /**
    * @param {string} target host:port
    * @param {object} [options] apiKey, tls, caFile, certFile, keyFile, timeoutMs (default 30000)
    */
   constructor(target, options = {}) {
+    checkOptions(target, options);
     const {
       apiKey = process.env.PML_API_KEY, tls = false, caFile, certFile, keyFile, timeoutMs = 30000,
       maxRetries = DEFAULT_RETRIES,
@@ -221,9 +272,11 @@ class PmlClient {
       throw new TypeError(`pml: maxRetries ${JSON.stringify(maxRetries)}: an integer from 0 (0: none)`);
     }
     this._maxRetries = maxRetries;
+    // checked before the channel exists: a bad key leaves nothing to close; an empty one (an
+    // empty PML_API_KEY) is no key
+    this._apiKey = apiKey === undefined || apiKey === "" ? undefined : headerKey(apiKey);
     const creds = channelCredentials(tls, caFile, certFile, keyFile);
     this.raw = new (api().service)(target, creds, { "grpc.max_receive_message_length": 64 << 20 });
-    this._apiKey = apiKey;
     this._target = target;
     this._timeoutMs = timeoutMs;
   }

@@ -304,15 +304,33 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
     grpc-js's `deadline must be a number or Date`), a maxRetries of text was taken as none,
     `call` of an unknown name threw `this.raw[method] is not a function`, an upload's
     maxReconnects of text reconnected without end, and an onAck that threw was an uncaught
-    exception (the end of a Node process) while the upload resolved."""
+    exception (the end of a Node process) while the upload resolved. An API key with a newline
+    or a non-ASCII character failed every call with grpc-js's `Metadata string value "Bearer
+    <the key>" contains illegal characters` (the secret in the message), one that is no string
+    went as "Bearer 5"; `tls: "no"` turned TLS on, `caFile: 5` read file descriptor 5, options
+    that were no object were ignored (null threw `Cannot read properties of null`), an empty
+    target said `Could not parse target name ""`."""
     done = _node(node_client, "test/bad_arguments.js", f"127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
+    assert "s3cr3t" not in done.stdout  # a key refused is never echoed
     unary = "a unary RPC of pml.v1.PmlService"
+    ascii_key = "a key is printable ASCII (as `pml keys add` prints it)"
     assert json.loads(done.stdout) == {
         "timeoutZero": "pml: timeoutMs 0: a number of milliseconds above 0",
         "timeoutText": 'pml: timeoutMs "5000": a number of milliseconds above 0',
         "retriesText": 'pml: maxRetries "3": an integer from 0 (0: none)',
         "retriesNegative": "pml: maxRetries -1: an integer from 0 (0: none)",
+        "keyNewline": f"pml: apiKey holds U+000A at position 6: {ascii_key}",
+        "keyNotAscii": f"pml: apiKey holds U+00E9 at position 6: {ascii_key}",
+        "keyNotString": "pml: apiKey is number, not a string",
+        "keyTooLong": "pml: apiKey is 1200 characters; a key is at most 1024 "
+        "(`pml keys add` prints 47)",
+        "tlsText": 'pml: tls "no": true or false',
+        "caFileNumber": "pml: caFile 5: a file path",
+        "optionsText": "pml: options is string, not an object",
+        "optionsNull": "pml: options is null, not an object",
+        "targetEmpty": 'pml: target "": give "host:port"',
+        "targetNumber": 'pml: target 50051: give "host:port"',
         "Nope": f'pml: call: no RPC "Nope": {unary}',
         "StreamTraces": "pml: call: StreamTraces is a stream (upload(), or "
         f"pml.raw.StreamTraces): {unary}",

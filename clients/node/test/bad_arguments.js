@@ -12,6 +12,14 @@ async function main(target) {
     timeoutText: { timeoutMs: "5000" },
     retriesText: { maxRetries: "3" },
     retriesNegative: { maxRetries: -1 },
+    keyNewline: { apiKey: "s3cr3t\nkey" },
+    keyNotAscii: { apiKey: "s3cr3t\u00e9" },
+    keyNotString: { apiKey: 5 },
+    keyTooLong: { apiKey: "s3cr3t".repeat(200) },
+    tlsText: { tls: "no" },
+    caFileNumber: { caFile: 5 },
+    optionsText: "fast",
+    optionsNull: null,
   };
   for (const [name, given] of Object.entries(options)) {
     try {
@@ -21,6 +29,16 @@ async function main(target) {
       out[name] = err.message;
     }
   }
+  for (const [name, given] of Object.entries({ targetEmpty: "", targetNumber: 50051 })) {
+    try {
+      new PmlClient(given).close();
+      out[name] = "took";
+    } catch (err) {
+      out[name] = err.message;
+    }
+  }
+  // the whitespace around a key (a key file's newline) is no part of it
+  new PmlClient(target, { apiKey: " s3cr3t\n" }).close();
   const pml = new PmlClient(target);
   for (const method of ["Nope", "StreamTraces", "constructor"]) {
     try {
