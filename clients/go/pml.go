@@ -80,6 +80,10 @@ func Dial(target string, opts Options) (*Client, error) {
 		// it dialled, and every call failed UNAVAILABLE after its retries ("missing address")
 		return nil, errors.New(`pml: Dial: the target is empty: give "host:port"`)
 	}
+	key, err := headerKey(opts.APIKey)
+	if err != nil {
+		return nil, err
+	}
 	creds, err := transportCredentials(opts)
 	if err != nil {
 		return nil, err
@@ -97,14 +101,38 @@ func Dial(target string, opts Options) (*Client, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
 		grpc.WithChainUnaryInterceptor(retryInterceptor(retries, timeout)),
 	}
-	if opts.APIKey != "" {
-		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer(opts.APIKey)))
+	if key != "" {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer(key)))
 	}
 	conn, err := grpc.NewClient(target, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("pml: dial %s: %w", target, err)
 	}
 	return &Client{conn: conn, api: pmlv1.NewPmlServiceClient(conn), timeout: timeout}, nil
+}
+
+// maxKeyChars bounds an API key: `pml keys add` prints 47 characters, and past gRPC's 8 KiB of
+// metadata every call would fail on the header, not on the key.
+const maxKeyChars = 1024
+
+// headerKey is the API key as it can travel in the `authorization` header: without the
+// whitespace around it (a key read from a file keeps its newline), printable ASCII, at most
+// maxKeyChars. Any other character failed every call INTERNAL "header key "authorization"
+// contains value with non-printable ASCII characters"; Dial refuses it naming Options.APIKey,
+// never echoing the key (a secret), as the Python and Node clients do.
+func headerKey(apiKey string) (string, error) {
+	key := strings.TrimSpace(apiKey)
+	for i, r := range []rune(key) {
+		if r < ' ' || r > '~' {
+			return "", fmt.Errorf("pml: Options.APIKey holds %U at position %d: "+
+				"a key is printable ASCII (as `pml keys add` prints it)", r, i)
+		}
+	}
+	if n := len(key); n > maxKeyChars {
+		return "", fmt.Errorf("pml: Options.APIKey is %d characters; a key is at most %d "+
+			"(`pml keys add` prints 47)", n, maxKeyChars)
+	}
+	return key, nil
 }
 
 // transportCredentials refuses, naming the option, what would fail later or quietly: a
