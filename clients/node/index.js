@@ -306,6 +306,20 @@ class PmlClient {
       const which = rpc ? `${method} is a stream (upload(), or pml.raw.${method})` : `no RPC ${JSON.stringify(method)}`;
       throw new TypeError(`pml: call: ${which}: a unary RPC of pml.v1.PmlService`);
     }
+    // A request that does not serialize failed INTERNAL "Request message serialization
+    // failure", and only once a connection was up (UNAVAILABLE while none was); a string or a
+    // number as the request was sent as an empty one. Refused here, nothing sent, naming the
+    // field as protobufjs does (`.pml.v1.SuggestRequest.tags: array expected`).
+    if (request === undefined || request === null) request = {};
+    if (typeof request !== "object" || Array.isArray(request)) {
+      const kind = Array.isArray(request) ? "an array" : typeof request;
+      throw invalidArgument(`${method}: the request is ${kind}, not a ${rpc.path.split("/")[2]}Request object (nothing was sent)`);
+    }
+    try {
+      rpc.requestSerialize(request);
+    } catch (err) {
+      throw invalidArgument(`${method}: the request does not serialize: ${err.message} (nothing was sent)`);
+    }
     const deadline = Date.now() + this._timeoutMs;
     for (let attempt = 0; ; attempt++) {
       try {

@@ -309,12 +309,15 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
     <the key>" contains illegal characters` (the secret in the message), one that is no string
     went as "Bearer 5"; `tls: "no"` turned TLS on, `caFile: 5` read file descriptor 5, options
     that were no object were ignored (null threw `Cannot read properties of null`), an empty
-    target said `Could not parse target name ""`."""
+    target said `Could not parse target name ""`. A request that does not serialize failed
+    INTERNAL "Request message serialization failure" once connected (a string was sent as an
+    empty request): INVALID_ARGUMENT naming the field, nothing sent."""
     done = _node(node_client, "test/bad_arguments.js", f"127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
     assert "s3cr3t" not in done.stdout  # a key refused is never echoed
     unary = "a unary RPC of pml.v1.PmlService"
     ascii_key = "a key is printable ASCII (as `pml keys add` prints it)"
+    invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert json.loads(done.stdout) == {
         "timeoutZero": "pml: timeoutMs 0: a number of milliseconds above 0",
         "timeoutText": 'pml: timeoutMs "5000": a number of milliseconds above 0',
@@ -335,6 +338,14 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
         "StreamTraces": "pml: call: StreamTraces is a stream (upload(), or "
         f"pml.raw.StreamTraces): {unary}",
         "constructor": f'pml: call: no RPC "constructor": {unary}',
+        "requestText": f"{invalid} GetStats: the request is string, not a GetStatsRequest "
+        "object (nothing was sent)",
+        "suggestNumber": f"{invalid} Suggest: the request is number, not a SuggestRequest "
+        "object (nothing was sent)",
+        "suggestTagsText": f"{invalid} Suggest: the request does not serialize: "
+        ".pml.v1.SuggestRequest.tags: array expected (nothing was sent)",
+        "recordText": f"{invalid} RecordExecution: the request does not serialize: "
+        ".pml.v1.RecordExecutionRequest.record: object expected (nothing was sent)",
         "reconnectsText": 'pml: upload: maxReconnects "5": an integer from 0 (0: none)',
         "onAckNotAFunction": "pml: upload: onAck is string, not a function",
         "onAck": "onAck failed",

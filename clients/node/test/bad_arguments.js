@@ -48,6 +48,20 @@ async function main(target) {
       out[method] = err.message;
     }
   }
+  const requests = {
+    requestText: () => pml.call("GetStats", "x"),
+    suggestNumber: () => pml.suggest(5),
+    suggestTagsText: () => pml.suggest({ intent: "Load JSON", tags: "io" }),
+    recordText: () => pml.record("x"),
+  };
+  for (const [name, send] of Object.entries(requests)) {
+    try {
+      await send();
+      out[name] = "resolved";
+    } catch (err) {
+      out[name] = `${err.code} ${err.message}`;
+    }
+  }
   const uploads = { reconnectsText: { maxReconnects: "5" }, onAckNotAFunction: { onAck: "log" } };
   for (const [name, given] of Object.entries(uploads)) {
     try {
