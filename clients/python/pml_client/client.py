@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 import uuid
 from collections import deque
@@ -248,6 +249,41 @@ def _header_key(api_key: str) -> str:
             [("api_key", description)],
         )
     return key
+
+
+class _Silence:
+    """Cancels a stream once the server has said nothing for `seconds` while `waiting()` (an
+    execution sent and not answered): a server that stops answering (a frozen process, a
+    connection dead without a reset) held an upload for ever, streams having no deadline
+    (docs/api.md, Deadlines and retries). `heard()` restarts the count: on each message, and
+    when an execution is sent while none was waiting."""
+
+    def __init__(self, seconds: float, waiting: Callable[[], bool]) -> None:
+        self.seconds = seconds
+        self.fired = False
+        self._waiting = waiting
+        self._last = time.monotonic()
+        self._done = threading.Event()
+
+    def heard(self) -> None:
+        self._last = time.monotonic()
+
+    def watch(self, call: grpc.Future) -> None:
+        done = self._done = threading.Event()  # this stream's: `stop` ends its watch alone
+
+        def run() -> None:
+            while not done.wait(min(self.seconds / 4, 1.0)):
+                if self._waiting() and time.monotonic() - self._last >= self.seconds:
+                    self.fired = True
+                    call.cancel()
+                    return
+
+        self.fired = False
+        self.heard()
+        threading.Thread(target=run, name="pml-upload-silence", daemon=True).start()
+
+    def stop(self) -> None:
+        self._done.set()
 
 
 @dataclass
@@ -673,6 +709,8 @@ class PmlClient:
         # captured, so they stay unacknowledged and the next stream resends them. Each one's
         # error is kept: it is the answer if the reconnects run out.
         resend: dict[str, tuple[PmlClientError, pml_pb2.StreamTracesResponse]] = {}
+        # sent on this stream, not answered yet (those in `resend` wait for the next one)
+        silence = _Silence(self._timeout, lambda: len(unacked) > len(resend))
 
         def from_source() -> Iterator[tuple[str, ExecutionRecord]]:
             # `next` by hand, not `yield from`: a stream that breaks leaves this generator to
@@ -711,6 +749,8 @@ class PmlClient:
                     # record it cannot take.
                     held_back.append(_too_big(eid, message.ByteSize(), max_bytes))
                     continue
+                if len(unacked) <= len(resend):
+                    silence.heard()  # the first execution waiting since the last answer
                 unacked[eid] = record
                 sequence += 1
                 yield message
@@ -739,7 +779,10 @@ class PmlClient:
 
         while True:
             try:
-                for message in self._stub.StreamTraces(requests(), metadata=self._metadata):
+                call = self._stub.StreamTraces(requests(), metadata=self._metadata)
+                silence.watch(call)
+                for message in call:
+                    silence.heard()
                     answer_held_back()
                     for ack in message.batch or (message,):
                         eid = ack.execution_id
@@ -773,7 +816,13 @@ class PmlClient:
                 report.reconnects += 1
             except grpc.RpcError as err:
                 failure = PmlClientError.from_rpc_error(err)
-                retryable = worth_retrying(failure) or err.code() in (
+                if silence.fired:  # cancelled here: say why
+                    failure = PmlClientError(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"no answer from the server within {silence.seconds} s "
+                        f"({len(unacked) - len(resend)} executions waiting)",
+                    )
+                retryable = worth_retrying(failure) or failure.code in (
                     grpc.StatusCode.CANCELLED,
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                 )
@@ -783,3 +832,5 @@ class PmlClient:
                 # server restarting within a second must not see every attempt fail at once.
                 time.sleep(backoff_seconds(report.reconnects, failure.retry_delay_seconds))
                 report.reconnects += 1
+            finally:
+                silence.stop()
