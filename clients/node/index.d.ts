@@ -263,7 +263,8 @@ export declare class PmlClient {
    * captured), the records are resent (after `backoffMs`, never before RetryInfo) up to
    * `maxReconnects` (default 5) times; then such an error is the record's acknowledgement.
    * Each stream waits for the connection at most `timeoutMs` (then UNAVAILABLE, as a stream
-   * broken). `signal` cancels the stream and any reconnect (an AbortError, code CANCELLED).
+   * broken), and is cancelled as broken once the server says nothing for `timeoutMs` while
+   * records wait (out of reconnects: DEADLINE_EXCEEDED). `signal` cancels the stream and any reconnect (an AbortError, code CANCELLED).
    */
   upload(
     records: ExecutionRecord[],

@@ -465,6 +465,19 @@ class PmlClient {
         call.cancel();
       };
       let call;
+      // Executions sent on this stream and not answered: once the server has said nothing for
+      // timeoutMs while one waits (a frozen server, a dead connection: the upload waited for
+      // ever), the stream is cancelled as broken (docs/api.md, Deadlines and retries).
+      const waiting = new Set(todo.map((r) => r.request_id));
+      let silent = false;
+      let silence = null;
+      const listen = () => {
+        clearTimeout(silence);
+        silence = waiting.size === 0 ? null : setTimeout(() => {
+          silent = true;
+          call.cancel();
+        }, this._timeoutMs);
+      };
       last = await new Promise((resolve) => {
         // waitForReady: after a broken connection the new stream waits for the reconnect
         // instead of failing at once and using up the reconnects.
@@ -472,6 +485,8 @@ class PmlClient {
         if (signal) signal.addEventListener("abort", onAbort, { once: true });
         call.on("data", (ack) => {
           const id = ack.execution_id;
+          waiting.delete(id);
+          listen();
           if (thrown) return;
           if (ack.error && !report.acks.has(id) && worthResending(statusDetails(ack.error))) {
             resend.set(id, ack);
@@ -495,7 +510,13 @@ class PmlClient {
           call.write({ execution_id: r.request_id, sequence, record: r });
         }
         call.end();
+        listen();
       });
+      clearTimeout(silence);
+      if (silent && !thrown) {
+        const message = `no answer from the server within ${this._timeoutMs} ms (${waiting.size} executions waiting)`;
+        last = Object.assign(new Error(message), { code: grpc.status.DEADLINE_EXCEEDED, details: message });
+      }
       if (signal) signal.removeEventListener("abort", onAbort);
       if (!thrown && signal && signal.aborted) thrown = { err: abortError(signal) };
       if (thrown) throw thrown.err;

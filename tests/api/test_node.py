@@ -6,7 +6,9 @@ types compile."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -17,7 +19,14 @@ import pytest
 from pml_server.api.server import RunningServer
 from pml_server.config import config_of
 from tests.conftest import StartServer
-from tests.support import npm_ci, open_engine, refusing_its_first_batch, slow_to_refuse_stats
+from tests.support import (
+    npm_ci,
+    open_engine,
+    refusing_its_first_batch,
+    slow_to_refuse_stats,
+    spawn_pml_serve,
+    stop_pml_serve,
+)
 
 NODE_CLIENT = Path(__file__).resolve().parents[2] / "clients" / "node"
 
@@ -403,3 +412,25 @@ def test_an_abort_signal_cancels_the_call_and_its_retries(
     }
     assert "GetServerInfo" in methods
     assert "StreamTraces" not in methods
+
+
+def test_upload_to_a_server_that_stopped_answering_gives_up(
+    node_client: Path, tmp_path: Path
+) -> None:
+    """As the Python and Go clients: a server frozen (SIGSTOP) once connected left the upload
+    waiting for ever (a stream has no deadline; this test's subprocess timed out). Each stream
+    the server leaves unanswered for timeoutMs is cancelled as broken; out of reconnects, the
+    upload rejects DEADLINE_EXCEEDED saying so (docs/api.md, Deadlines and retries)."""
+    proc, target = spawn_pml_serve(
+        "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path), "--embedder", "hashing"
+    )
+    try:
+        done = _node(node_client, "test/upload_frozen.js", target, str(proc.pid))
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        stop_pml_serve(proc)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "code": grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+        "message": "no answer from the server within 1000 ms (1 executions waiting)",
+    }

@@ -1,0 +1,27 @@
+// Run by tests/api/test_node.py with a `pml serve` and its pid: once connected, the server is
+// frozen (SIGSTOP); the upload cancels each stream the server leaves unanswered for timeoutMs
+// and rejects DEADLINE_EXCEEDED once the reconnects run out (it waited for ever). Prints
+// {code, message}. Usage: node test/upload_frozen.js HOST:PORT PID
+"use strict";
+
+const { PmlClient, newRecord } = require("..");
+
+async function main(target, pid) {
+  const pml = new PmlClient(target, { timeoutMs: 1000 });
+  const out = {};
+  await pml.stats(); // connected
+  process.kill(Number(pid), "SIGSTOP");
+  try {
+    await pml.upload([newRecord("Read JSON file", "x", "typescript")], { maxReconnects: 1 });
+    out.code = "resolved";
+  } catch (err) {
+    out.code = err.code;
+    out.message = err.message;
+  } finally {
+    process.kill(Number(pid), "SIGCONT");
+    pml.close();
+  }
+  console.log(JSON.stringify(out));
+}
+
+main(process.argv[2], process.argv[3]);
