@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -468,6 +469,17 @@ func (c *Client) streamOnce(
 	if err != nil {
 		return err
 	}
+	// Executions sent on this stream and not answered: once the server has said nothing for
+	// Timeout while one waits (a frozen server, a dead connection: Upload waited for ever under
+	// a ctx without a deadline), the stream is cancelled as broken (docs/api.md, Deadlines and
+	// retries).
+	waiting := len(todo)
+	var silent atomic.Bool
+	silence := time.AfterFunc(c.timeout, func() {
+		silent.Store(true)
+		cancel()
+	})
+	defer silence.Stop()
 	first := *sequence + 1
 	*sequence += uint64(len(todo))
 	sent := make(chan error, 1)
@@ -492,7 +504,15 @@ func (c *Client) streamOnce(
 			return <-sent
 		}
 		if err != nil {
+			if silent.Load() && ctx.Err() != nil {
+				return status.Errorf(codes.DeadlineExceeded,
+					"pml: no answer from the server within %v (%d executions waiting)", c.timeout, waiting)
+			}
 			return err
+		}
+		silence.Stop()
+		if waiting--; waiting > 0 {
+			silence.Reset(c.timeout)
 		}
 		id := ack.GetExecutionId()
 		if _, done := report.Acks[id]; !done && ack.GetError() != nil &&
