@@ -1,5 +1,6 @@
 // Run by tests/api/test_node.py against a server whose GetStats answers UNAVAILABLE (RetryInfo
-// 1 s) after 2 s: an AbortSignal cancels a call in flight, a call waiting to retry, a call and
+// 1 s) after 2 s, and captures a stream's records after 2 s: an AbortSignal cancels a call in
+// flight, a call waiting to retry, an upload's stream in flight, a call and
 // an upload whose signal is aborted already (nothing sent), each rejecting with an AbortError
 // whose code is CANCELLED; a signal that is no AbortSignal is refused naming it.
 // Prints {case: {name, code, detailsCode, cause}}. Usage: node test/abort.js HOST:PORT
@@ -30,6 +31,9 @@ async function main(target) {
   const waiting = new AbortController();
   setTimeout(() => waiting.abort(new Error("waiting")), 2500); // the answer came at 2 s
   out.waiting = await outcome(pml.stats({ signal: waiting.signal }));
+  const streaming = new AbortController();
+  setTimeout(() => streaming.abort(new Error("streaming")), 500); // the server acks at 2 s
+  out.streaming = await outcome(pml.upload([newRecord("Read JSON file", "x", "typescript")], { signal: streaming.signal }));
   const before = AbortSignal.abort(new Error("before"));
   out.before = await outcome(pml.stats({ signal: before }));
   out.uploadBefore = await outcome(pml.upload([newRecord("Read JSON file", "x", "typescript")], { signal: before }));

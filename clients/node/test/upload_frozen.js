@@ -1,7 +1,7 @@
 // Run by tests/api/test_node.py with a `pml serve` and its pid: once connected, the server is
 // frozen (SIGSTOP); the upload cancels each stream the server leaves unanswered for timeoutMs
-// and rejects DEADLINE_EXCEEDED once the reconnects run out (it waited for ever). Prints
-// {code, message}. Usage: node test/upload_frozen.js HOST:PORT PID
+// and rejects DEADLINE_EXCEEDED once the reconnects run out (it waited for ever); an upload
+// whose signal aborts meanwhile rejects with an AbortError. Prints {code, message, aborted}. Usage: node test/upload_frozen.js HOST:PORT PID
 "use strict";
 
 const { PmlClient, newRecord } = require("..");
@@ -17,7 +17,18 @@ async function main(target, pid) {
   } catch (err) {
     out.code = err.code;
     out.message = err.message;
+  }
+  // aborted while it waits for the frozen server (before its timeout, 5 s, is up)
+  const patient = new PmlClient(target, { timeoutMs: 5000 });
+  const stop = new AbortController();
+  setTimeout(() => stop.abort(new Error("enough")), 300);
+  try {
+    await patient.upload([newRecord("Read JSON file", "y", "typescript")], { signal: stop.signal });
+    out.aborted = "resolved";
+  } catch (err) {
+    out.aborted = `${err.name} ${err.code} ${err.cause && err.cause.message}`;
   } finally {
+    patient.close();
     process.kill(Number(pid), "SIGCONT");
     pml.close();
   }
