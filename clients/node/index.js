@@ -201,7 +201,14 @@ function tlsFile(option, file) {
   }
 }
 
+/** A refused option's value as given: JSON, but a number as itself (Infinity, NaN). */
+function shown(value) {
+  return typeof value === "number" ? String(value) : JSON.stringify(value) ?? String(value);
+}
+
 const MAX_KEY_CHARS = 1024;
+// The longest timeout, as Node's timers take it (docs/api.md, Deadlines and retries).
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 
 /**
  * `apiKey` as it can travel in the `authorization` header: a string, without the whitespace
@@ -265,11 +272,15 @@ class PmlClient {
     // A timeout that is no positive number failed every call (DEADLINE_EXCEEDED at once, or
     // grpc-js's "deadline must be a number or Date"); a maxRetries that is no integer was
     // taken as none (clients/node/README.md).
-    if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
-      throw new TypeError(`pml: timeoutMs ${JSON.stringify(timeoutMs)}: a number of milliseconds above 0`);
+    // Over MAX_TIMEOUT_MS, Node's timers fire at once (the upload's silence cancelled every
+    // stream) and grpc-js threw "Deadline is too far in the future" uncaught, ending the process.
+    if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !(timeoutMs <= MAX_TIMEOUT_MS)) {
+      throw new TypeError(
+        `pml: timeoutMs ${shown(timeoutMs)}: a number of milliseconds above 0, at most ${MAX_TIMEOUT_MS} (24.8 days)`,
+      );
     }
     if (!Number.isInteger(maxRetries) || maxRetries < 0) {
-      throw new TypeError(`pml: maxRetries ${JSON.stringify(maxRetries)}: an integer from 0 (0: none)`);
+      throw new TypeError(`pml: maxRetries ${shown(maxRetries)}: an integer from 0 (0: none)`);
     }
     this._maxRetries = maxRetries;
     // checked before the channel exists: a bad key leaves nothing to close; an empty one (an

@@ -56,6 +56,8 @@ def test_a_constructor_argument_of_the_wrong_type_is_refused_naming_it(
         ({"timeout": 0}, "timeout"),  # every call DEADLINE_EXCEEDED
         ({"timeout": -1.0}, "timeout"),
         ({"timeout": float("nan")}, "timeout"),
+        ({"timeout": 1e10}, "timeout"),  # every call DEADLINE_EXCEEDED at once
+        ({"timeout": float("inf")}, "timeout"),
         ({"retries": -1}, "retries"),  # taken as none
     ],
 )

@@ -325,14 +325,18 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
     INTERNAL "Request message serialization failure" once connected (a string was sent as an
     empty request): INVALID_ARGUMENT naming the field, nothing sent."""
     done = _node(node_client, "test/bad_arguments.js", f"127.0.0.1:{server.port}")
+    # (a timeoutMs of 1e300 threw "Deadline is too far in the future" uncaught from grpc-js)
     assert done.returncode == 0, done.stderr
     assert "s3cr3t" not in done.stdout  # a key refused is never echoed
     unary = "a unary RPC of pml.v1.PmlService"
     ascii_key = "a key is printable ASCII (as `pml keys add` prints it)"
     invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    ms = "a number of milliseconds above 0, at most 2147483647 (24.8 days)"
     assert json.loads(done.stdout) == {
-        "timeoutZero": "pml: timeoutMs 0: a number of milliseconds above 0",
-        "timeoutText": 'pml: timeoutMs "5000": a number of milliseconds above 0',
+        "timeoutZero": f"pml: timeoutMs 0: {ms}",
+        "timeoutText": f'pml: timeoutMs "5000": {ms}',
+        "timeoutHuge": f"pml: timeoutMs 1e+300: {ms}",
+        "timeoutInfinite": f"pml: timeoutMs Infinity: {ms}",
         "retriesText": 'pml: maxRetries "3": an integer from 0 (0: none)',
         "retriesNegative": "pml: maxRetries -1: an integer from 0 (0: none)",
         "keyNewline": f"pml: apiKey holds U+000A at position 6: {ascii_key}",

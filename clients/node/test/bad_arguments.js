@@ -10,6 +10,8 @@ async function main(target) {
   const options = {
     timeoutZero: { timeoutMs: 0 },
     timeoutText: { timeoutMs: "5000" },
+    timeoutHuge: { timeoutMs: 1e300 },
+    timeoutInfinite: { timeoutMs: Infinity },
     retriesText: { maxRetries: "3" },
     retriesNegative: { maxRetries: -1 },
     keyNewline: { apiKey: "s3cr3t\nkey" },

@@ -11,7 +11,6 @@ from its `google.rpc.RetryInfo`.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -218,6 +217,9 @@ def make_record(
 
 
 _MAX_KEY_CHARS = 1024
+# The longest timeout, the Node client's too (docs/api.md, Deadlines and retries): from about
+# 1e10 s gRPC's deadline overflows and every call failed DEADLINE_EXCEEDED at once.
+MAX_TIMEOUT_SECONDS = 2_147_483.647
 
 
 def _header_key(api_key: str) -> str:
@@ -364,9 +366,13 @@ class PmlClient:
         if (
             isinstance(timeout, bool)
             or not isinstance(timeout, int | float)
-            or not (0 < timeout < math.inf)
+            or not (0 < timeout <= MAX_TIMEOUT_SECONDS)
         ):
-            raise _refused("timeout", f"is {timeout!r}: a number of seconds above 0")
+            raise _refused(
+                "timeout",
+                f"is {timeout!r}: a number of seconds above 0, at most {MAX_TIMEOUT_SECONDS} "
+                "(24.8 days)",
+            )
         _count("retries", retries)
         if not isinstance(tls, bool):
             raise _refused("tls", f"is {tls!r}: True or False")
