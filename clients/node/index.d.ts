@@ -212,7 +212,8 @@ export interface UploadReport {
 }
 
 export interface ClientOptions {
-  /** Sent as `authorization: Bearer <key>`; default: $PML_API_KEY. */
+  /** Sent as `authorization: Bearer <key>`; default: $PML_API_KEY. Printable ASCII, at most 1024
+   * characters once the whitespace around it is dropped, or the constructor throws. */
   apiKey?: string;
   /** TLS with the system roots (or caFile). */
   tls?: boolean;
@@ -222,7 +223,9 @@ export interface ClientOptions {
    * naming the one given alone); imply TLS. */
   certFile?: string;
   keyFile?: string;
-  /** Deadline of each unary call (default 30000); a number above 0, or the constructor throws. */
+  /** Deadline of each unary call, retries included (default 30000), and the longest an upload's
+   * stream waits for the connection or for an answer; a number above 0, at most 2147483647
+   * (24.8 days), or the constructor throws. */
   timeoutMs?: number;
   /** Retries of a unary call safe to repeat on UNAVAILABLE, or RESOURCE_EXHAUSTED with RetryInfo
    * (a quota; a message over the size limit is never sent again) (default 3; 0: none). */
