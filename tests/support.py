@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pml_server.config import config_of
-from pml_server.domain.errors import PmlError
+from pml_server.domain.errors import PmlError, UnavailableError
 from pml_server.domain.model import CaptureResult, ExecutionRecord, PatternView
 from pml_server.ranking import DAY_MS
 from pml_server.service import Engine
@@ -35,6 +35,7 @@ __all__ = [
     "open_engine",
     "pattern",
     "refusing_its_first_batch",
+    "slow_to_refuse_stats",
     "spawn_pml_serve",
     "stop_pml_serve",
 ]
@@ -85,6 +86,22 @@ def refusing_its_first_batch(data_dir: Path) -> tuple[Engine, list[int]]:
 
     engine.record_many = first_batch_before_ready  # type: ignore[method-assign]
     return engine, refused
+
+
+def slow_to_refuse_stats(data_dir: Path, seconds: float) -> tuple[Engine, list[int]]:
+    """An engine whose GetStats answers UNAVAILABLE (a retryable refusal) only after `seconds`:
+    a server too slow for the client's timeout, whose every answer invites a retry. The list
+    counts the GetStats calls it saw."""
+    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
+    calls = [0]
+
+    def slow_refusal(tenant: str) -> object:
+        calls[0] += 1
+        time.sleep(seconds)
+        raise UnavailableError("busy: try again")
+
+    engine.stats = slow_refusal  # type: ignore[assignment,method-assign]
+    return engine, calls
 
 
 def npm_ci(folder: Path, why: str, *installed: Path, timeout: float = 300) -> None:

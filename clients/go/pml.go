@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -45,7 +46,8 @@ type Options struct {
 	CertFile, KeyFile string
 	// ServerName overrides the name checked in the server certificate.
 	ServerName string
-	// Timeout bounds each unary call (default 30 s).
+	// Timeout bounds each unary call whose context has no deadline, retries included (default
+	// 30 s; docs/api.md, Deadlines and retries).
 	Timeout time.Duration
 	// MaxRetries is how often a unary call safe to repeat (a read, a record with a request id,
 	// a dry-run retention) is retried on UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
@@ -79,6 +81,10 @@ func Dial(target string, opts Options) (*Client, error) {
 		// it dialled, and every call failed UNAVAILABLE after its retries ("missing address")
 		return nil, errors.New(`pml: Dial: the target is empty: give "host:port"`)
 	}
+	key, err := headerKey(opts.APIKey)
+	if err != nil {
+		return nil, err
+	}
 	creds, err := transportCredentials(opts)
 	if err != nil {
 		return nil, err
@@ -87,23 +93,47 @@ func Dial(target string, opts Options) (*Client, error) {
 	if retries == 0 {
 		retries = DefaultRetries
 	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
 	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
-		grpc.WithChainUnaryInterceptor(retryInterceptor(retries)),
+		grpc.WithChainUnaryInterceptor(retryInterceptor(retries, timeout)),
 	}
-	if opts.APIKey != "" {
-		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer(opts.APIKey)))
+	if key != "" {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer(key)))
 	}
 	conn, err := grpc.NewClient(target, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("pml: dial %s: %w", target, err)
 	}
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
-	}
 	return &Client{conn: conn, api: pmlv1.NewPmlServiceClient(conn), timeout: timeout}, nil
+}
+
+// maxKeyChars bounds an API key: `pml keys add` prints 47 characters, and past gRPC's 8 KiB of
+// metadata every call would fail on the header, not on the key.
+const maxKeyChars = 1024
+
+// headerKey is the API key as it can travel in the `authorization` header: without the
+// whitespace around it (a key read from a file keeps its newline), printable ASCII, at most
+// maxKeyChars. Any other character failed every call INTERNAL "header key "authorization"
+// contains value with non-printable ASCII characters"; Dial refuses it naming Options.APIKey,
+// never echoing the key (a secret), as the Python and Node clients do.
+func headerKey(apiKey string) (string, error) {
+	key := strings.TrimSpace(apiKey)
+	for i, r := range []rune(key) {
+		if r < ' ' || r > '~' {
+			return "", fmt.Errorf("pml: Options.APIKey holds %U at position %d: "+
+				"a key is printable ASCII (as `pml keys add` prints it)", r, i)
+		}
+	}
+	if n := len(key); n > maxKeyChars {
+		return "", fmt.Errorf("pml: Options.APIKey is %d characters; a key is at most %d "+
+			"(`pml keys add` prints 47)", n, maxKeyChars)
+	}
+	return key, nil
 }
 
 // transportCredentials refuses, naming the option, what would fail later or quietly: a
@@ -149,18 +179,9 @@ func (c *Client) Close() error { return c.conn.Close() }
 // API is the generated stub, for the RPCs the wrapper does not cover.
 func (c *Client) API() pmlv1.PmlServiceClient { return c.api }
 
-func (c *Client) unaryContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, has := ctx.Deadline(); has {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, c.timeout)
-}
-
 // Record captures one execution. A rejected capture is not an error: look at the outcome and
 // the tool failures of the result.
 func (c *Client) Record(ctx context.Context, record *pmlv1.ExecutionRecord) (*pmlv1.CaptureResult, error) {
-	ctx, cancel := c.unaryContext(ctx)
-	defer cancel()
 	reply, err := c.api.RecordExecution(ctx, &pmlv1.RecordExecutionRequest{Record: record})
 	if err != nil {
 		return nil, err
@@ -170,8 +191,6 @@ func (c *Client) Record(ctx context.Context, record *pmlv1.ExecutionRecord) (*pm
 
 // Suggest ranks the capabilities that fit request.Intent.
 func (c *Client) Suggest(ctx context.Context, request *pmlv1.SuggestRequest) (*pmlv1.SuggestResponse, error) {
-	ctx, cancel := c.unaryContext(ctx)
-	defer cancel()
 	return c.api.Suggest(ctx, request)
 }
 
@@ -324,8 +343,6 @@ func worthResending(refusal *status.Status) bool {
 // maxMessageBytes is the server's largest request message (GetServerInfo), 0 when it does not
 // say (an older server) or cannot be asked (Upload then meets the same error).
 func (c *Client) maxMessageBytes(ctx context.Context) int {
-	ctx, cancel := c.unaryContext(ctx)
-	defer cancel()
 	info, err := c.api.GetServerInfo(ctx, &pmlv1.GetServerInfoRequest{})
 	if err != nil {
 		return 0
@@ -388,9 +405,16 @@ func Backoff(attempt int, serverDelay time.Duration) time.Duration {
 	return max(ceiling/2+jitter, serverDelay)
 }
 
-func retryInterceptor(maxRetries int) grpc.UnaryClientInterceptor {
+func retryInterceptor(maxRetries int, timeout time.Duration) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		// The timeout bounds the whole call, retries included, API()'s calls too (they had
+		// none under a context without a deadline): docs/api.md, Deadlines and retries.
+		if _, has := ctx.Deadline(); !has {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
 			// RESOURCE_EXHAUSTED without RetryInfo is the message size limit: no wait cures it.
@@ -399,7 +423,11 @@ func retryInterceptor(maxRetries int) grpc.UnaryClientInterceptor {
 				return err
 			}
 			delay, _ := RetryDelay(err)
-			timer := time.NewTimer(Backoff(attempt, delay))
+			wait := Backoff(attempt, delay)
+			if deadline, _ := ctx.Deadline(); time.Until(deadline) <= wait {
+				return err // the wait would outlast the call: its last error, at once
+			}
+			timer := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 				timer.Stop()
@@ -441,6 +469,17 @@ func (c *Client) streamOnce(
 	if err != nil {
 		return err
 	}
+	// Executions sent on this stream and not answered: once the server has said nothing for
+	// Timeout while one waits (a frozen server, a dead connection: Upload waited for ever under
+	// a ctx without a deadline), the stream is cancelled as broken (docs/api.md, Deadlines and
+	// retries).
+	waiting := len(todo)
+	var silent atomic.Bool
+	silence := time.AfterFunc(c.timeout, func() {
+		silent.Store(true)
+		cancel()
+	})
+	defer silence.Stop()
 	first := *sequence + 1
 	*sequence += uint64(len(todo))
 	sent := make(chan error, 1)
@@ -465,7 +504,15 @@ func (c *Client) streamOnce(
 			return <-sent
 		}
 		if err != nil {
+			if silent.Load() && ctx.Err() != nil {
+				return status.Errorf(codes.DeadlineExceeded,
+					"pml: no answer from the server within %v (%d executions waiting)", c.timeout, waiting)
+			}
 			return err
+		}
+		silence.Stop()
+		if waiting--; waiting > 0 {
+			silence.Reset(c.timeout)
 		}
 		id := ack.GetExecutionId()
 		if _, done := report.Acks[id]; !done && ack.GetError() != nil &&

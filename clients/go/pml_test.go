@@ -49,6 +49,13 @@ var listening = regexp.MustCompile(`\(port (\d+)\)`)
 // directory and waits until its health says SERVING. It is stopped with SIGTERM at cleanup.
 func startServer(t *testing.T, extra ...string) string {
 	t.Helper()
+	target, _ := startServerProcess(t, extra...)
+	return target
+}
+
+// startServerProcess is startServer, with the server's process.
+func startServerProcess(t *testing.T, extra ...string) (string, *os.Process) {
+	t.Helper()
 	args := append([]string{
 		"serve", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"),
 		"--embedder", "hashing", "--log-level", "warning", "--grace-seconds", "2",
@@ -88,7 +95,7 @@ func startServer(t *testing.T, extra ...string) string {
 	}
 	target := "127.0.0.1:" + port
 	waitServing(t, target)
-	return target
+	return target, cmd.Process
 }
 
 func waitServing(t *testing.T, target string) {
@@ -555,6 +562,28 @@ func TestWithoutRetriesTheRefusalCarriesTheDelay(t *testing.T) {
 	}
 }
 
+// TestARetryWhoseWaitOutlastsTheTimeoutIsNotMade: the quota's RetryInfo says 1 s, the timeout
+// is 500 ms. API()'s calls had no timeout under a context without a deadline, and the retry
+// waited the second and succeeded; now Options.Timeout bounds them, retries included, and the
+// refusal is the answer at once, with its delay (docs/api.md, Deadlines and retries).
+func TestARetryWhoseWaitOutlastsTheTimeoutIsNotMade(t *testing.T) {
+	target, key := rateLimited(t)
+	client, err := pml.Dial(target, pml.Options{APIKey: key, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	if _, err := client.API().GetStats(ctx, &pmlv1.GetStatsRequest{}); err != nil {
+		t.Fatal(err) // the one token
+	}
+	_, err = client.API().GetStats(ctx, &pmlv1.GetStatsRequest{})
+	delay, ok := pml.RetryDelay(err)
+	if status.Code(err) != codes.ResourceExhausted || !ok || delay != time.Second {
+		t.Fatalf("want RESOURCE_EXHAUSTED with RetryInfo 1s at once, got %v", err)
+	}
+}
+
 // TestAMessageOverTheSizeLimitIsNotSentAgain: RESOURCE_EXHAUSTED without RetryInfo is the
 // server's --max-message-bytes, which no wait cures; the same record was sent MaxRetries more
 // times at full size. A quota's refusal (with RetryInfo) is still retried.
@@ -567,7 +596,7 @@ func TestAMessageOverTheSizeLimitIsNotSentAgain(t *testing.T) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries), counted))
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries, 30*time.Second), counted))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,5 +641,40 @@ func TestUploadWaitsOutAQuotaThatRefusedItsStream(t *testing.T) {
 		if ack := report.Acks[r.GetRequestId()]; ack == nil || ack.GetResult() == nil {
 			t.Fatalf("records[%d] not captured: %v", i, ack)
 		}
+	}
+}
+
+// TestUploadToAServerThatStoppedAnsweringGivesUp: a server frozen (SIGSTOP) once connected left
+// Upload waiting for ever under a ctx without a deadline (a stream has none). Each stream the
+// server leaves unanswered for Options.Timeout is cancelled as broken; out of reconnects,
+// Upload returns DEADLINE_EXCEEDED saying so (docs/api.md, Deadlines and retries).
+func TestUploadToAServerThatStoppedAnsweringGivesUp(t *testing.T) {
+	target, server := startServerProcess(t)
+	client, err := pml.Dial(target, pml.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if _, err := client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{}); err != nil {
+		t.Fatal(err) // connected
+	}
+	if err := server.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = server.Signal(syscall.SIGCONT) }() // the cleanup's SIGTERM needs it running
+	done := make(chan error, 1)
+	go func() {
+		_, err := client.Upload(context.Background(), []*pmlv1.ExecutionRecord{readRecord("Read JSON file", "a.json")},
+			pml.UploadOptions{MaxReconnects: 1})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		want := "pml: no answer from the server within 1s (1 executions waiting)"
+		if status.Code(err) != codes.DeadlineExceeded || status.Convert(err).Message() != want {
+			t.Fatalf("Upload to a frozen server: %v", err)
+		}
+	case <-time.After(60 * time.Second): // a guard against the hang, not a measure
+		t.Fatal("Upload to a frozen server had not returned after 60 s")
 	}
 }

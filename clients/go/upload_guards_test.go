@@ -79,3 +79,29 @@ func TestDialRefusesAnEmptyTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestDialRefusesAKeyThatCannotBeAHeader: a key with a newline (a key file's, around it, is
+// dropped) or a non-ASCII character failed every call INTERNAL "header key "authorization"
+// contains value with non-printable ASCII characters"; Dial refuses it naming the option,
+// never echoing the key.
+func TestDialRefusesAKeyThatCannotBeAHeader(t *testing.T) {
+	for key, want := range map[string]string{
+		"s3cr3t\nkey":             "pml: Options.APIKey holds U+000A at position 6: ",
+		"s3cr3t\u00e9":            "pml: Options.APIKey holds U+00E9 at position 6: ",
+		strings.Repeat("k", 2000): "pml: Options.APIKey is 2000 characters; a key is at most 1024",
+	} {
+		client, err := pml.Dial("127.0.0.1:1", pml.Options{APIKey: key})
+		if err == nil {
+			client.Close()
+			t.Fatalf("%.12q: dialled", key)
+		}
+		if !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "s3cr3t") {
+			t.Fatalf("%.12q: %v", key, err)
+		}
+	}
+	client, err := pml.Dial("127.0.0.1:1", pml.Options{APIKey: " s3cr3t\n"})
+	if err != nil {
+		t.Fatalf("a key with a newline around it: %v", err)
+	}
+	client.Close()
+}

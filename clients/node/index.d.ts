@@ -212,7 +212,8 @@ export interface UploadReport {
 }
 
 export interface ClientOptions {
-  /** Sent as `authorization: Bearer <key>`; default: $PML_API_KEY. */
+  /** Sent as `authorization: Bearer <key>`; default: $PML_API_KEY. Printable ASCII, at most 1024
+   * characters once the whitespace around it is dropped, or the constructor throws. */
   apiKey?: string;
   /** TLS with the system roots (or caFile). */
   tls?: boolean;
@@ -222,34 +223,59 @@ export interface ClientOptions {
    * naming the one given alone); imply TLS. */
   certFile?: string;
   keyFile?: string;
-  /** Deadline of each unary call (default 30000); a number above 0, or the constructor throws. */
+  /** Deadline of each unary call, retries included (default 30000), and the longest an upload's
+   * stream waits for the connection or for an answer; a number above 0, at most 2147483647
+   * (24.8 days), or the constructor throws. */
   timeoutMs?: number;
   /** Retries of a unary call safe to repeat on UNAVAILABLE, or RESOURCE_EXHAUSTED with RetryInfo
    * (a quota; a message over the size limit is never sent again) (default 3; 0: none). */
   maxRetries?: number;
 }
 
+/** Options of one call. */
+export interface CallOptions {
+  /** Aborting it cancels the call in flight and its retries. */
+  signal?: AbortSignal;
+}
+
+/** What a call aborted by its signal rejects with (`code`: grpc status CANCELLED). */
+export interface AbortError extends Error {
+  name: "AbortError";
+  code: 1;
+  details: string;
+  cause: unknown;
+}
+
 export declare class PmlClient {
   constructor(target: string, options?: ClientOptions);
   /** The generated service client (@grpc/grpc-js), for the RPCs not wrapped here. */
   readonly raw: Client;
-  /** Any unary RPC by its proto name, e.g. call("GetStats", {}); retried when safe to repeat. */
-  call<Reply = unknown>(method: string, request: object): Promise<Reply>;
-  record(record: ExecutionRecord): Promise<CaptureResult>;
-  suggest(request: SuggestRequest | string): Promise<SuggestResponse>;
-  getPattern(name: string): Promise<Pattern>;
-  stats(): Promise<GetStatsResponse>;
+  /**
+   * Any unary RPC by its proto name, e.g. call("GetStats", {}); retried when safe to repeat.
+   * `timeoutMs` bounds the whole call, retries included; `options.signal` cancels it (and its
+   * retries): it rejects with an AbortError whose `code` is CANCELLED.
+   */
+  call<Reply = unknown>(method: string, request: object, options?: CallOptions): Promise<Reply>;
+  record(record: ExecutionRecord, options?: CallOptions): Promise<CaptureResult>;
+  suggest(request: SuggestRequest | string, options?: CallOptions): Promise<SuggestResponse>;
+  getPattern(name: string, options?: CallOptions): Promise<Pattern>;
+  stats(options?: CallOptions): Promise<GetStatsResponse>;
   /**
    * Upload over StreamTraces: after a broken stream, and for what the server acknowledged with
    * an error that waiting may cure (UNAVAILABLE, RESOURCE_EXHAUSTED with RetryInfo: not
    * captured), the records are resent (after `backoffMs`, never before RetryInfo) up to
    * `maxReconnects` (default 5) times; then such an error is the record's acknowledgement.
    * Each stream waits for the connection at most `timeoutMs` (then UNAVAILABLE, as a stream
-   * broken).
+   * broken), and is cancelled as broken once the server says nothing for `timeoutMs` while
+   * records wait (out of reconnects: DEADLINE_EXCEEDED). `signal` cancels the stream and any reconnect (an AbortError, code CANCELLED).
    */
   upload(
     records: ExecutionRecord[],
-    options?: { maxReconnects?: number; onAck?: (ack: StreamTracesResponse) => void },
+    options?: {
+      maxReconnects?: number;
+      onAck?: (ack: StreamTracesResponse) => void;
+      signal?: AbortSignal;
+    },
   ): Promise<UploadReport>;
   close(): void;
 }

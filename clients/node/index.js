@@ -111,6 +111,56 @@ function worthResending(details) {
   return details.code === "RESOURCE_EXHAUSTED" && details.retryDelayMs !== null;
 }
 
+/**
+ * The `signal` of a call's options: undefined, or an AbortSignal (anything else is refused
+ * naming it, before any call: a signal that is not one would be ignored, the call never
+ * cancelled). `what` names the method.
+ */
+function signalOf(what, options) {
+  if (options === undefined || options === null) return undefined;
+  if (typeof options !== "object") {
+    throw new TypeError(`pml: ${what}: options is ${typeof options}, not an object ({ signal })`);
+  }
+  const { signal } = options;
+  if (signal === undefined) return undefined;
+  if (signal === null || typeof signal !== "object" || typeof signal.aborted !== "boolean" ||
+      typeof signal.addEventListener !== "function") {
+    throw new TypeError(`pml: ${what}: signal is ${signal === null ? "null" : typeof signal}, not an AbortSignal`);
+  }
+  return signal;
+}
+
+/**
+ * What a call aborted by its `signal` rejects with: the standard AbortError shape (name
+ * "AbortError", the signal's reason as `cause`) in the client's error tree, where `code` is
+ * the gRPC status: CANCELLED, as grpc-js says of a call cancelled (clients/node/README.md).
+ */
+function abortError(signal) {
+  const message = "pml: the call was aborted by its signal";
+  const err = new Error(message, { cause: signal.reason });
+  return Object.assign(err, { name: "AbortError", code: grpc.status.CANCELLED, details: message });
+}
+
+/** `promise`, or an abortError as soon as `signal` aborts (what `promise` does then is
+ * dropped). */
+function abortable(promise, signal) {
+  if (!signal) return promise;
+  if (signal.aborted) return Promise.reject(abortError(signal));
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(abortError(signal));
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
+function sleep(ms, signal) {
+  let timer;
+  const slept = new Promise((resolve) => {
+    timer = setTimeout(resolve, ms);
+  });
+  return abortable(slept, signal).finally(() => clearTimeout(timer));
+}
+
 /** An ExecutionRecord with a fresh request id; calls are {tool, ok, error?, arguments_json?}. */
 function newRecord(intent, code, language = "typescript", toolCalls = []) {
   return { request_id: crypto.randomUUID(), intent, code, language, tool_calls: toolCalls };
@@ -151,12 +201,70 @@ function tlsFile(option, file) {
   }
 }
 
+/** A refused option's value as given: JSON, but a number as itself (Infinity, NaN). */
+function shown(value) {
+  return typeof value === "number" ? String(value) : JSON.stringify(value) ?? String(value);
+}
+
+const MAX_KEY_CHARS = 1024;
+// The longest timeout, as Node's timers take it (docs/api.md, Deadlines and retries).
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
+/**
+ * `apiKey` as it can travel in the `authorization` header: a string, without the whitespace
+ * around it (a key read from a file keeps its newline), printable ASCII, at most
+ * MAX_KEY_CHARS (`pml keys add` prints 47; past gRPC's 8 KiB of metadata every call fails on
+ * the header). A control or non-ASCII character failed every call with grpc-js's `Metadata
+ * string value "Bearer <the key>" contains illegal characters`, the secret in the message; a
+ * key that is no string was sent as "Bearer [object Object]". Each is refused by the
+ * constructor naming `apiKey`, never echoing the key (clients/node/README.md).
+ */
+function headerKey(apiKey) {
+  if (typeof apiKey !== "string") {
+    throw new TypeError(`pml: apiKey is ${apiKey === null ? "null" : typeof apiKey}, not a string`);
+  }
+  const key = apiKey.trim();
+  const chars = [...key];
+  const bad = chars.findIndex((ch) => !(ch >= " " && ch <= "~"));
+  if (bad >= 0) {
+    const code = chars[bad].codePointAt(0);
+    throw new TypeError(
+      `pml: apiKey holds U+${code.toString(16).toUpperCase().padStart(4, "0")} at position ${bad}: ` +
+        "a key is printable ASCII (as `pml keys add` prints it)",
+    );
+  }
+  if (key.length > MAX_KEY_CHARS) {
+    throw new TypeError(`pml: apiKey is ${key.length} characters; a key is at most ${MAX_KEY_CHARS} (\`pml keys add\` prints 47)`);
+  }
+  return key;
+}
+
+/** Each option that is given must be of its type: refused naming it (`caFile: 5` read file
+ * descriptor 5; `tls: "no"` turned TLS on; options that were no object were ignored). */
+function checkOptions(target, options) {
+  if (typeof target !== "string" || target.trim() === "") {
+    throw new TypeError(`pml: target ${JSON.stringify(target) ?? String(target)}: give "host:port"`);
+  }
+  if (options === null || typeof options !== "object" || Array.isArray(options)) {
+    throw new TypeError(`pml: options is ${options === null ? "null" : Array.isArray(options) ? "an array" : typeof options}, not an object`);
+  }
+  for (const name of ["caFile", "certFile", "keyFile"]) {
+    if (options[name] !== undefined && (typeof options[name] !== "string" || options[name] === "")) {
+      throw new TypeError(`pml: ${name} ${JSON.stringify(options[name])}: a file path`);
+    }
+  }
+  if (options.tls !== undefined && typeof options.tls !== "boolean") {
+    throw new TypeError(`pml: tls ${JSON.stringify(options.tls)}: true or false`);
+  }
+}
+
 class PmlClient {
   /**
    * @param {string} target host:port
    * @param {object} [options] apiKey, tls, caFile, certFile, keyFile, timeoutMs (default 30000)
    */
   constructor(target, options = {}) {
+    checkOptions(target, options);
     const {
       apiKey = process.env.PML_API_KEY, tls = false, caFile, certFile, keyFile, timeoutMs = 30000,
       maxRetries = DEFAULT_RETRIES,
@@ -164,16 +272,22 @@ class PmlClient {
     // A timeout that is no positive number failed every call (DEADLINE_EXCEEDED at once, or
     // grpc-js's "deadline must be a number or Date"); a maxRetries that is no integer was
     // taken as none (clients/node/README.md).
-    if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
-      throw new TypeError(`pml: timeoutMs ${JSON.stringify(timeoutMs)}: a number of milliseconds above 0`);
+    // Over MAX_TIMEOUT_MS, Node's timers fire at once (the upload's silence cancelled every
+    // stream) and grpc-js threw "Deadline is too far in the future" uncaught, ending the process.
+    if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !(timeoutMs <= MAX_TIMEOUT_MS)) {
+      throw new TypeError(
+        `pml: timeoutMs ${shown(timeoutMs)}: a number of milliseconds above 0, at most ${MAX_TIMEOUT_MS} (24.8 days)`,
+      );
     }
     if (!Number.isInteger(maxRetries) || maxRetries < 0) {
-      throw new TypeError(`pml: maxRetries ${JSON.stringify(maxRetries)}: an integer from 0 (0: none)`);
+      throw new TypeError(`pml: maxRetries ${shown(maxRetries)}: an integer from 0 (0: none)`);
     }
     this._maxRetries = maxRetries;
+    // checked before the channel exists: a bad key leaves nothing to close; an empty one (an
+    // empty PML_API_KEY) is no key
+    this._apiKey = apiKey === undefined || apiKey === "" ? undefined : headerKey(apiKey);
     const creds = channelCredentials(tls, caFile, certFile, keyFile);
     this.raw = new (api().service)(target, creds, { "grpc.max_receive_message_length": 64 << 20 });
-    this._apiKey = apiKey;
     this._target = target;
     this._timeoutMs = timeoutMs;
   }
@@ -189,8 +303,13 @@ class PmlClient {
    * record with a request id, a retention dry run) is retried up to `maxRetries` times on
    * UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota; without it, a
    * message over the server's size limit, never sent again), never sooner than that delay.
+   * `timeoutMs` bounds the whole call, retries included (docs/api.md, Deadlines and retries):
+   * each attempt's deadline is what remains, and a retry whose wait would outlast it is not
+   * made (the last error rejects). `options.signal` (an AbortSignal) cancels the call in flight
+   * and any retry: it rejects with `abortError`.
    */
-  async call(method, request) {
+  async call(method, request, options) {
+    const signal = signalOf(`call ${method}`, options);
     const rpcs = api().service.service;
     const rpc = Object.hasOwn(rpcs, method) ? rpcs[method] : undefined;
     if (!rpc || rpc.requestStream || rpc.responseStream) {
@@ -198,43 +317,66 @@ class PmlClient {
       const which = rpc ? `${method} is a stream (upload(), or pml.raw.${method})` : `no RPC ${JSON.stringify(method)}`;
       throw new TypeError(`pml: call: ${which}: a unary RPC of pml.v1.PmlService`);
     }
+    // A request that does not serialize failed INTERNAL "Request message serialization
+    // failure", and only once a connection was up (UNAVAILABLE while none was); a string or a
+    // number as the request was sent as an empty one. Refused here, nothing sent, naming the
+    // field as protobufjs does (`.pml.v1.SuggestRequest.tags: array expected`).
+    if (request === undefined || request === null) request = {};
+    if (typeof request !== "object" || Array.isArray(request)) {
+      const kind = Array.isArray(request) ? "an array" : typeof request;
+      throw invalidArgument(`${method}: the request is ${kind}, not a ${rpc.path.split("/")[2]}Request object (nothing was sent)`);
+    }
+    try {
+      rpc.requestSerialize(request);
+    } catch (err) {
+      throw invalidArgument(`${method}: the request does not serialize: ${err.message} (nothing was sent)`);
+    }
+    const deadline = Date.now() + this._timeoutMs;
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this._callOnce(method, request);
+        return await this._callOnce(method, request, deadline, signal);
       } catch (err) {
+        if (err.name === "AbortError") throw err;
         const details = errorDetails(err);
         if (attempt >= this._maxRetries || !worthResending(details) || !safeToRepeat(method, request)) {
           throw err;
         }
-        await new Promise((r) => setTimeout(r, backoffMs(attempt, details.retryDelayMs)));
+        const wait = backoffMs(attempt, details.retryDelayMs);
+        if (Date.now() + wait >= deadline) throw err;
+        await sleep(wait, signal);
       }
     }
   }
 
-  _callOnce(method, request) {
+  _callOnce(method, request, deadline, signal) {
+    if (signal && signal.aborted) return Promise.reject(abortError(signal));
     return new Promise((resolve, reject) => {
-      this.raw[method](request, this._metadata(), { deadline: Date.now() + this._timeoutMs }, (err, reply) =>
-        err ? reject(err) : resolve(reply),
-      );
+      const onAbort = () => call.cancel(); // grpc-js then answers CANCELLED
+      const call = this.raw[method](request, this._metadata(), { deadline }, (err, reply) => {
+        if (signal) signal.removeEventListener("abort", onAbort);
+        if (err) reject(signal && signal.aborted ? abortError(signal) : err);
+        else resolve(reply);
+      });
+      if (signal) signal.addEventListener("abort", onAbort, { once: true });
     });
   }
 
   /** RecordExecution; resolves to the CaptureResult (a rejection is an outcome, not an error). */
-  async record(record) {
-    return (await this.call("RecordExecution", { record })).result;
+  async record(record, options) {
+    return (await this.call("RecordExecution", { record }, options)).result;
   }
 
   /** Suggest; `request` is a SuggestRequest ({intent, page_size, ...}) or just the intent. */
-  suggest(request) {
-    return this.call("Suggest", typeof request === "string" ? { intent: request } : request);
+  suggest(request, options) {
+    return this.call("Suggest", typeof request === "string" ? { intent: request } : request, options);
   }
 
-  getPattern(name) {
-    return this.call("GetPattern", { name }).then((r) => r.pattern);
+  getPattern(name, options) {
+    return this.call("GetPattern", { name }, options).then((r) => r.pattern);
   }
 
-  stats() {
-    return this.call("GetStats", {});
+  stats(options) {
+    return this.call("GetStats", {}, options);
   }
 
   /**
@@ -247,9 +389,12 @@ class PmlClient {
    * the reconnects run out, that error is the record's acknowledgement. Request ids
    * (a fresh UUID for a record without one, kept across reconnects) make the resend apply
    * exactly once. Two records under one request id are refused (an error with code
-   * INVALID_ARGUMENT, nothing sent).
+   * INVALID_ARGUMENT, nothing sent). `signal` (an AbortSignal) cancels the stream in flight and
+   * any reconnect: the upload rejects with `abortError` (what was acknowledged is captured).
    */
-  async upload(records, { maxReconnects = 5, onAck } = {}) {
+  async upload(records, options = {}) {
+    const signal = signalOf("upload", options);
+    const { maxReconnects = 5, onAck } = options || {};
     // a maxReconnects of text compared false with every count: reconnects without end
     if (!Number.isInteger(maxReconnects) || maxReconnects < 0) {
       throw new TypeError(`pml: upload: maxReconnects ${JSON.stringify(maxReconnects)}: an integer from 0 (0: none)`);
@@ -279,7 +424,7 @@ class PmlClient {
     const report = { acks: new Map(), reconnects: 0 };
     // A record whose message is over the server's limit would end the whole stream in
     // RESOURCE_EXHAUSTED: it is answered here, alone, and never sent.
-    const limit = await this._maxMessageBytes();
+    const limit = await this._maxMessageBytes(signal);
     if (limit > 0) {
       const serialize = api().service.service.StreamTraces.requestSerialize;
       for (const r of records) {
@@ -319,19 +464,40 @@ class PmlClient {
           // not before the server's RetryInfo delay
           let delayMs = (broken && broken.retryDelayMs) || 0;
           for (const ack of resend.values()) delayMs = Math.max(delayMs, statusDetails(ack.error).retryDelayMs || 0);
-          await new Promise((r) => setTimeout(r, backoffMs(report.reconnects, delayMs)));
+          await sleep(backoffMs(report.reconnects, delayMs), signal);
         }
         report.reconnects++;
       }
-      last = await this._connected();
+      last = await abortable(this._connected(), signal);
       if (last) continue;
       let thrown = null;
+      const onAbort = () => {
+        thrown = { err: abortError(signal) };
+        call.cancel();
+      };
+      let call;
+      // Executions sent on this stream and not answered: once the server has said nothing for
+      // timeoutMs while one waits (a frozen server, a dead connection: the upload waited for
+      // ever), the stream is cancelled as broken (docs/api.md, Deadlines and retries).
+      const waiting = new Set(todo.map((r) => r.request_id));
+      let silent = false;
+      let silence = null;
+      const listen = () => {
+        clearTimeout(silence);
+        silence = waiting.size === 0 ? null : setTimeout(() => {
+          silent = true;
+          call.cancel();
+        }, this._timeoutMs);
+      };
       last = await new Promise((resolve) => {
         // waitForReady: after a broken connection the new stream waits for the reconnect
         // instead of failing at once and using up the reconnects.
-        const call = this.raw.StreamTraces(this._metadata({ waitForReady: true }));
+        call = this.raw.StreamTraces(this._metadata({ waitForReady: true }));
+        if (signal) signal.addEventListener("abort", onAbort, { once: true });
         call.on("data", (ack) => {
           const id = ack.execution_id;
+          waiting.delete(id);
+          listen();
           if (thrown) return;
           if (ack.error && !report.acks.has(id) && worthResending(statusDetails(ack.error))) {
             resend.set(id, ack);
@@ -355,7 +521,15 @@ class PmlClient {
           call.write({ execution_id: r.request_id, sequence, record: r });
         }
         call.end();
+        listen();
       });
+      clearTimeout(silence);
+      if (silent && !thrown) {
+        const message = `no answer from the server within ${this._timeoutMs} ms (${waiting.size} executions waiting)`;
+        last = Object.assign(new Error(message), { code: grpc.status.DEADLINE_EXCEEDED, details: message });
+      }
+      if (signal) signal.removeEventListener("abort", onAbort);
+      if (!thrown && signal && signal.aborted) thrown = { err: abortError(signal) };
       if (thrown) throw thrown.err;
     }
   }
@@ -374,10 +548,11 @@ class PmlClient {
   }
 
   /** The server's largest request message (GetServerInfo); 0 when unknown. */
-  async _maxMessageBytes() {
+  async _maxMessageBytes(signal) {
     try {
-      return Number((await this.call("GetServerInfo", {})).max_message_bytes || 0);
-    } catch {
+      return Number((await this.call("GetServerInfo", {}, { signal })).max_message_bytes || 0);
+    } catch (err) {
+      if (err.name === "AbortError") throw err;
       return 0; // the upload meets the same error
     }
   }

@@ -4,6 +4,9 @@ never retries a call that is not (docs/operations.md, Quotas)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from pathlib import Path
 
 import grpc
@@ -12,7 +15,13 @@ from pml_client import PmlClient, PmlClientError, make_record
 
 from pml_server.config import config_of
 from tests.conftest import StartServer
-from tests.support import open_engine, refusing_its_first_batch
+from tests.support import (
+    open_engine,
+    refusing_its_first_batch,
+    slow_to_refuse_stats,
+    spawn_pml_serve,
+    stop_pml_serve,
+)
 
 
 def _refused(server: object, method: str) -> float:
@@ -65,6 +74,39 @@ def test_a_call_unsafe_to_repeat_is_not_retried(
             acme.delete_pattern("patterns/none")
     assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert _refused(server, "DeletePattern") == 1
+
+
+def test_the_timeout_bounds_the_whole_call_retries_included(
+    start: StartServer, data_dir: Path
+) -> None:
+    """The server answers UNAVAILABLE (retryable, RetryInfo 1 s) after 1.2 s; the timeout is
+    2.8 s. Each retry had a fresh 2.8 s: four attempts, 7.8 s, and the call ended UNAVAILABLE.
+    Now the retry, sent at 2.2 s, gets what remains (0.6 s) and the call ends
+    DEADLINE_EXCEEDED within the 2.8 s (docs/api.md, Deadlines and retries)."""
+    engine, calls = slow_to_refuse_stats(data_dir, 1.2)
+    server = start(engine=engine)
+    client = PmlClient(f"127.0.0.1:{server.port}", timeout=2.8, retries=3)
+    with client, pytest.raises(PmlClientError) as err:
+        client.stats()
+    assert (err.value.code, calls) == (grpc.StatusCode.DEADLINE_EXCEEDED, [2])
+
+
+def test_a_retry_whose_wait_outlasts_the_timeout_is_not_made(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """The quota's RetryInfo says 1 s, the timeout is 0.5 s: the client slept the second and
+    sent the call again (a 0.5 s call lasting over 1 s); now the refusal is the answer, at
+    once, carrying the delay."""
+    path, found = keys
+    server = start(keys_file=path, tenant_rate=1.0, tenant_burst=1)
+    target = f"127.0.0.1:{server.port}"
+    with PmlClient(target, api_key=found["acme-write"], timeout=0.5, retries=3) as acme:
+        acme.stats()  # the one token
+        with pytest.raises(PmlClientError) as err:
+            acme.stats()
+    assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert err.value.retry_delay_seconds == pytest.approx(1.0)
+    assert _refused(server, "GetStats") == 1
 
 
 @pytest.mark.parametrize("key", ["s3cr3t\nkey", "s3cr3t\udcff", "s3cr3t\u00e9"])
@@ -140,3 +182,43 @@ def test_an_upload_out_of_reconnects_answers_with_the_servers_error(
     assert set(report.acks) == {r.request_id for r in records}
     assert {a.error.code for a in report.acks.values()} == {grpc.StatusCode.UNAVAILABLE.value[0]}
     assert all("catching up" in a.error.message for a in report.acks.values())
+
+
+def test_an_upload_to_a_server_that_stopped_answering_gives_up(tmp_path: Path) -> None:
+    """A server frozen (SIGSTOP) after the connection is up: a stream has no deadline, so the
+    upload waited for ever for its acknowledgements. Now each stream is cancelled once the
+    server has said nothing for `timeout` while executions wait, and resent (request ids
+    apply it once); once the reconnects run out the upload raises DEADLINE_EXCEEDED saying
+    so. Resumed, the server captures the record once, sent again (docs/api.md, Deadlines and
+    retries)."""
+    proc, target = spawn_pml_serve(
+        "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path), "--embedder", "hashing"
+    )
+    outcome: list[object] = []
+    record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+    try:
+        with PmlClient(target, timeout=1.0) as client:
+            assert client.stats().executions == 0  # connected
+            os.kill(proc.pid, signal.SIGSTOP)
+
+            def upload() -> None:
+                try:
+                    outcome.append(client.upload([record], max_reconnects=1))
+                except PmlClientError as err:
+                    outcome.append(err)
+
+            uploading = threading.Thread(target=upload, daemon=True)
+            uploading.start()
+            uploading.join(60)  # a guard against the hang, not a measure
+            os.kill(proc.pid, signal.SIGCONT)
+            uploading.join(60)
+            assert len(outcome) == 1, "the upload to a frozen server had not returned in 60 s"
+            err = outcome[0]
+            assert isinstance(err, PmlClientError), err
+            assert err.code is grpc.StatusCode.DEADLINE_EXCEEDED
+            assert err.message == "no answer from the server within 1.0 s (1 executions waiting)"
+            assert client.upload([record]).acks[record.request_id].HasField("result")
+            assert client.stats().executions == 1  # captured once, however often it was sent
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        stop_pml_serve(proc)

@@ -6,9 +6,13 @@ types compile."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -16,8 +20,16 @@ import pytest
 
 from pml_server.api.server import RunningServer
 from pml_server.config import config_of
+from pml_server.domain.model import ExecutionRecord
 from tests.conftest import StartServer
-from tests.support import npm_ci, open_engine, refusing_its_first_batch
+from tests.support import (
+    npm_ci,
+    open_engine,
+    refusing_its_first_batch,
+    slow_to_refuse_stats,
+    spawn_pml_serve,
+    stop_pml_serve,
+)
 
 NODE_CLIENT = Path(__file__).resolve().parents[2] / "clients" / "node"
 
@@ -304,21 +316,132 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
     grpc-js's `deadline must be a number or Date`), a maxRetries of text was taken as none,
     `call` of an unknown name threw `this.raw[method] is not a function`, an upload's
     maxReconnects of text reconnected without end, and an onAck that threw was an uncaught
-    exception (the end of a Node process) while the upload resolved."""
+    exception (the end of a Node process) while the upload resolved. An API key with a newline
+    or a non-ASCII character failed every call with grpc-js's `Metadata string value "Bearer
+    <the key>" contains illegal characters` (the secret in the message), one that is no string
+    went as "Bearer 5"; `tls: "no"` turned TLS on, `caFile: 5` read file descriptor 5, options
+    that were no object were ignored (null threw `Cannot read properties of null`), an empty
+    target said `Could not parse target name ""`. A request that does not serialize failed
+    INTERNAL "Request message serialization failure" once connected (a string was sent as an
+    empty request): INVALID_ARGUMENT naming the field, nothing sent."""
     done = _node(node_client, "test/bad_arguments.js", f"127.0.0.1:{server.port}")
+    # (a timeoutMs of 1e300 threw "Deadline is too far in the future" uncaught from grpc-js)
     assert done.returncode == 0, done.stderr
+    assert "s3cr3t" not in done.stdout  # a key refused is never echoed
     unary = "a unary RPC of pml.v1.PmlService"
+    ascii_key = "a key is printable ASCII (as `pml keys add` prints it)"
+    invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    ms = "a number of milliseconds above 0, at most 2147483647 (24.8 days)"
     assert json.loads(done.stdout) == {
-        "timeoutZero": "pml: timeoutMs 0: a number of milliseconds above 0",
-        "timeoutText": 'pml: timeoutMs "5000": a number of milliseconds above 0',
+        "timeoutZero": f"pml: timeoutMs 0: {ms}",
+        "timeoutText": f'pml: timeoutMs "5000": {ms}',
+        "timeoutHuge": f"pml: timeoutMs 1e+300: {ms}",
+        "timeoutInfinite": f"pml: timeoutMs Infinity: {ms}",
         "retriesText": 'pml: maxRetries "3": an integer from 0 (0: none)',
         "retriesNegative": "pml: maxRetries -1: an integer from 0 (0: none)",
+        "keyNewline": f"pml: apiKey holds U+000A at position 6: {ascii_key}",
+        "keyNotAscii": f"pml: apiKey holds U+00E9 at position 6: {ascii_key}",
+        "keyNotString": "pml: apiKey is number, not a string",
+        "keyTooLong": "pml: apiKey is 1200 characters; a key is at most 1024 "
+        "(`pml keys add` prints 47)",
+        "tlsText": 'pml: tls "no": true or false',
+        "caFileNumber": "pml: caFile 5: a file path",
+        "optionsText": "pml: options is string, not an object",
+        "optionsNull": "pml: options is null, not an object",
+        "targetEmpty": 'pml: target "": give "host:port"',
+        "targetNumber": 'pml: target 50051: give "host:port"',
         "Nope": f'pml: call: no RPC "Nope": {unary}',
         "StreamTraces": "pml: call: StreamTraces is a stream (upload(), or "
         f"pml.raw.StreamTraces): {unary}",
         "constructor": f'pml: call: no RPC "constructor": {unary}',
+        "requestText": f"{invalid} GetStats: the request is string, not a GetStatsRequest "
+        "object (nothing was sent)",
+        "suggestNumber": f"{invalid} Suggest: the request is number, not a SuggestRequest "
+        "object (nothing was sent)",
+        "suggestTagsText": f"{invalid} Suggest: the request does not serialize: "
+        ".pml.v1.SuggestRequest.tags: array expected (nothing was sent)",
+        "recordText": f"{invalid} RecordExecution: the request does not serialize: "
+        ".pml.v1.RecordExecutionRequest.record: object expected (nothing was sent)",
         "reconnectsText": 'pml: upload: maxReconnects "5": an integer from 0 (0: none)',
         "onAckNotAFunction": "pml: upload: onAck is string, not a function",
         "onAck": "onAck failed",
         "uncaught": None,
+    }
+
+
+def test_the_timeout_bounds_the_whole_call_retries_included(
+    node_client: Path, start: StartServer, data_dir: Path
+) -> None:
+    """As the Python and Go clients: GetStats answers UNAVAILABLE (RetryInfo 1 s) after 1.2 s,
+    timeoutMs is 2800. Each retry had a fresh 2800 ms: four attempts, 7.8 s, UNAVAILABLE. Now
+    the retry gets what remains and the call rejects DEADLINE_EXCEEDED (docs/api.md, Deadlines
+    and retries)."""
+    engine, calls = slow_to_refuse_stats(data_dir, 1.2)
+    server = start(engine=engine)
+    done = _node(node_client, "test/deadline.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"code": grpc.StatusCode.DEADLINE_EXCEEDED.value[0]}
+    assert calls == [2]
+
+
+def test_an_abort_signal_cancels_the_call_and_its_retries(
+    node_client: Path, start: StartServer, data_dir: Path
+) -> None:
+    """`signal` (an AbortSignal) on a call or an upload: there was none, so a caller could not
+    stop a call short of its timeout, retries included. Aborted in flight or while waiting to
+    retry, the call rejects with an AbortError (code CANCELLED, the reason as its cause) and is
+    not sent again; aborted already, nothing is sent."""
+    engine, calls = slow_to_refuse_stats(data_dir, 2.0)
+    record_many = engine.record_many
+    batches = [0]
+
+    def slow_record_many(tenant: str, records: Sequence[ExecutionRecord]) -> list[object]:
+        batches[0] += 1
+        time.sleep(2.0)
+        return list(record_many(tenant, records))
+
+    engine.record_many = slow_record_many  # type: ignore[assignment,method-assign]
+    server = start(engine=engine)
+    done = _node(node_client, "test/abort.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    cancelled = grpc.StatusCode.CANCELLED.value[0]
+
+    def aborted(cause: str) -> dict[str, object]:
+        return {"name": "AbortError", "code": cancelled, "detailsCode": "CANCELLED", "cause": cause}
+
+    assert said == {
+        "inFlight": aborted("in flight"),
+        "waiting": aborted("waiting"),
+        "streaming": aborted("streaming"),
+        "before": aborted("before"),
+        "uploadBefore": aborted("before"),
+        "notASignal": "TypeError: pml: call GetStats: signal is string, not an AbortSignal",
+        "notOptions": "TypeError: pml: call GetStats: options is number, "
+        "not an object ({ signal })",
+    }
+    assert calls == [2]  # one attempt each for the two calls that were sent, no retry
+    assert batches == [1]  # the upload aborted in flight: the one aborted already sent none
+
+
+def test_upload_to_a_server_that_stopped_answering_gives_up(
+    node_client: Path, tmp_path: Path
+) -> None:
+    """As the Python and Go clients: a server frozen (SIGSTOP) once connected left the upload
+    waiting for ever (a stream has no deadline; this test's subprocess timed out). Each stream
+    the server leaves unanswered for timeoutMs is cancelled as broken; out of reconnects, the
+    upload rejects DEADLINE_EXCEEDED saying so (docs/api.md, Deadlines and retries)."""
+    proc, target = spawn_pml_serve(
+        "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path), "--embedder", "hashing"
+    )
+    try:
+        done = _node(node_client, "test/upload_frozen.js", target, str(proc.pid))
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        stop_pml_serve(proc)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "code": grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+        "message": "no answer from the server within 1000 ms (1 executions waiting)",
+        "aborted": f"AbortError {grpc.StatusCode.CANCELLED.value[0]} enough",
     }

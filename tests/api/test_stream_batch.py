@@ -169,8 +169,9 @@ def test_upload_in_batches_acknowledges_each_record_once(client: PmlClient, batc
     report = client.upload(records, batch=batch)
     assert len(report.acks) == 40
     assert all(ack.HasField("result") for ack in report.acks.values())
-    with pytest.raises(ValueError, match="batch"):
+    with pytest.raises(PmlClientError) as err:
         client.upload(records, batch=0)
+    assert [field for field, _ in err.value.violations] == ["batch"]
 
 
 @pytest.mark.parametrize("batch", [1, 16])

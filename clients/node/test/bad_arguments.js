@@ -10,8 +10,18 @@ async function main(target) {
   const options = {
     timeoutZero: { timeoutMs: 0 },
     timeoutText: { timeoutMs: "5000" },
+    timeoutHuge: { timeoutMs: 1e300 },
+    timeoutInfinite: { timeoutMs: Infinity },
     retriesText: { maxRetries: "3" },
     retriesNegative: { maxRetries: -1 },
+    keyNewline: { apiKey: "s3cr3t\nkey" },
+    keyNotAscii: { apiKey: "s3cr3t\u00e9" },
+    keyNotString: { apiKey: 5 },
+    keyTooLong: { apiKey: "s3cr3t".repeat(200) },
+    tlsText: { tls: "no" },
+    caFileNumber: { caFile: 5 },
+    optionsText: "fast",
+    optionsNull: null,
   };
   for (const [name, given] of Object.entries(options)) {
     try {
@@ -21,6 +31,16 @@ async function main(target) {
       out[name] = err.message;
     }
   }
+  for (const [name, given] of Object.entries({ targetEmpty: "", targetNumber: 50051 })) {
+    try {
+      new PmlClient(given).close();
+      out[name] = "took";
+    } catch (err) {
+      out[name] = err.message;
+    }
+  }
+  // the whitespace around a key (a key file's newline) is no part of it
+  new PmlClient(target, { apiKey: " s3cr3t\n" }).close();
   const pml = new PmlClient(target);
   for (const method of ["Nope", "StreamTraces", "constructor"]) {
     try {
@@ -28,6 +48,20 @@ async function main(target) {
       out[method] = "called";
     } catch (err) {
       out[method] = err.message;
+    }
+  }
+  const requests = {
+    requestText: () => pml.call("GetStats", "x"),
+    suggestNumber: () => pml.suggest(5),
+    suggestTagsText: () => pml.suggest({ intent: "Load JSON", tags: "io" }),
+    recordText: () => pml.record("x"),
+  };
+  for (const [name, send] of Object.entries(requests)) {
+    try {
+      await send();
+      out[name] = "resolved";
+    } catch (err) {
+      out[name] = `${err.code} ${err.message}`;
     }
   }
   const uploads = { reconnectsText: { maxReconnects: "5" }, onAckNotAFunction: { onAck: "log" } };

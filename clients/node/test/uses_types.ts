@@ -1,7 +1,7 @@
 // Compiled by `npm run typecheck` (tests/test_api_node.py): the package's types as a TypeScript
 // user sees them through its `exports`. Misuse is marked with @ts-expect-error, so a type that
 // became `any` fails the check too.
-import { PmlClient, newRecord, errorDetails, type CaptureResult, type SuggestResponse } from "pml-client";
+import { PmlClient, newRecord, errorDetails, type AbortError, type CaptureResult, type SuggestResponse } from "pml-client";
 
 async function use(pml: PmlClient): Promise<number> {
   const result: CaptureResult = await pml.record(
@@ -22,8 +22,15 @@ async function use(pml: PmlClient): Promise<number> {
     await pml.suggest("");
   } catch (err) {
     const fields: string[] = errorDetails(err as Error).fieldViolations.map((v) => v.field);
+    if ((err as Error).name === "AbortError") void (err as AbortError).cause;
     void fields;
   }
+  // a signal cancels a call and an upload; an abort rejects with an AbortError
+  const stop = new AbortController();
+  await pml.stats({ signal: stop.signal });
+  await pml.upload([], { signal: stop.signal });
+  // @ts-expect-error: a signal is an AbortSignal
+  await pml.suggest("Load JSON data", { signal: "stop" });
   // @ts-expect-error: a record needs its code
   newRecord("intent");
   // @ts-expect-error: usage counts are numbers

@@ -11,6 +11,8 @@ from its `google.rpc.RetryInfo`.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 import uuid
 from collections import deque
@@ -119,6 +121,65 @@ def _in_flight(execution_id: str) -> pml_pb2.StreamTracesResponse:
     )
 
 
+def _refused(name: str, description: str) -> PmlClientError:
+    """A bad argument, refused before any call as the server refuses a bad field:
+    INVALID_ARGUMENT with a BadRequest violation naming it."""
+    return PmlClientError(
+        grpc.StatusCode.INVALID_ARGUMENT, f"{name} {description}", [(name, description)]
+    )
+
+
+def _kind(value: object) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise _refused(name, f"is {_kind(value)}, not a str")
+    return value
+
+
+def _texts(name: str, value: object) -> list[str]:
+    """A sequence of strings. A lone string was taken as one: tags="io" sent the tags "i" and
+    "o", tools="read_file" recorded nine tool calls."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise _refused(name, f"is {_kind(value)}, not a sequence of str (one: [{value!r}])")
+    items = list(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise _refused(f"{name}[{i}]", f"is {_kind(item)}, not a str")
+    return items
+
+
+def _count(name: str, value: object, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _refused(name, f"is {value!r}: an int from {minimum}")
+    return value
+
+
+# A request field's type only: its range is the server's to check (one place).
+def _int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _refused(name, f"is {_kind(value)} {value!r}, not an int")
+    return value
+
+
+def _number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _refused(name, f"is {_kind(value)} {value!r}, not a number")
+    return float(value)
+
+
+def _path(name: str, value: object) -> Path | None:
+    if value is None or isinstance(value, Path):
+        return value
+    if isinstance(value, str) and value:
+        return Path(value)
+    if isinstance(value, os.PathLike):
+        return Path(value)
+    raise _refused(name, f"is {_kind(value)} {value!r}: a file path")
+
+
 def make_record(
     intent: str,
     code: str,
@@ -133,7 +194,16 @@ def make_record(
     """A record whose tool calls are `tools` (succeeded) then `failed_tools` (name, error).
     Without `request_id` a fresh UUID is used (retry with the same record to stay idempotent).
     `session_id`: the agent session it belongs to (the server learns which step follows which)."""
-    calls = [resources_pb2.ToolCall(tool=t, ok=True, arguments_json=arguments_json) for t in tools]
+    calls = [
+        resources_pb2.ToolCall(tool=t, ok=True, arguments_json=arguments_json)
+        for t in _texts("tools", tools)
+    ]
+    if isinstance(failed_tools, (str, bytes)) or not isinstance(failed_tools, Iterable):
+        raise _refused("failed_tools", f"is {_kind(failed_tools)}, not (tool, error) pairs")
+    for i, pair in enumerate(failed_tools := list(failed_tools)):
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            raise _refused(f"failed_tools[{i}]", f"is {pair!r}, not a (tool, error) pair")
+        _texts(f"failed_tools[{i}]", pair)
     calls += [resources_pb2.ToolCall(tool=t, ok=False, error=e) for t, e in failed_tools]
     return ExecutionRecord(
         request_id=request_id or str(uuid.uuid4()),
@@ -147,6 +217,9 @@ def make_record(
 
 
 _MAX_KEY_CHARS = 1024
+# The longest timeout, the Node client's too (docs/api.md, Deadlines and retries): from about
+# 1e10 s gRPC's deadline overflows and every call failed DEADLINE_EXCEEDED at once.
+MAX_TIMEOUT_SECONDS = 2_147_483.647
 
 
 def _header_key(api_key: str) -> str:
@@ -178,6 +251,41 @@ def _header_key(api_key: str) -> str:
             [("api_key", description)],
         )
     return key
+
+
+class _Silence:
+    """Cancels a stream once the server has said nothing for `seconds` while `waiting()` (an
+    execution sent and not answered): a server that stops answering (a frozen process, a
+    connection dead without a reset) held an upload for ever, streams having no deadline
+    (docs/api.md, Deadlines and retries). `heard()` restarts the count: on each message, and
+    when an execution is sent while none was waiting."""
+
+    def __init__(self, seconds: float, waiting: Callable[[], bool]) -> None:
+        self.seconds = seconds
+        self.fired = False
+        self._waiting = waiting
+        self._last = time.monotonic()
+        self._done = threading.Event()
+
+    def heard(self) -> None:
+        self._last = time.monotonic()
+
+    def watch(self, call: grpc.Future) -> None:
+        done = self._done = threading.Event()  # this stream's: `stop` ends its watch alone
+
+        def run() -> None:
+            while not done.wait(min(self.seconds / 4, 1.0)):
+                if self._waiting() and time.monotonic() - self._last >= self.seconds:
+                    self.fired = True
+                    call.cancel()
+                    return
+
+        self.fired = False
+        self.heard()
+        threading.Thread(target=run, name="pml-upload-silence", daemon=True).start()
+
+    def stop(self) -> None:
+        self._done.set()
 
 
 @dataclass
@@ -245,8 +353,32 @@ class PmlClient:
         timeout: float = 30.0,
         retries: int = DEFAULT_RETRIES,
     ) -> None:
-        # checked before a channel exists: a bad key leaves nothing to close
+        # Checked before a channel exists (a bad argument leaves nothing to close), naming the
+        # argument: a target that is no str raised AttributeError from grpc, an empty one
+        # UNKNOWN "the target uri is not valid"; a timeout of 0, below or NaN failed every call
+        # DEADLINE_EXCEEDED, of text TypeError at the first call; retries of text TypeError at
+        # the first failure; an api_key or a TLS file path that is no str AttributeError.
+        if not _text("target", target).strip():
+            raise _refused("target", 'is empty: give "host:port"')
+        if api_key is not None:
+            _text("api_key", api_key)
         self._metadata = (("authorization", f"Bearer {_header_key(api_key)}"),) if api_key else ()
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not (0 < timeout <= MAX_TIMEOUT_SECONDS)
+        ):
+            raise _refused(
+                "timeout",
+                f"is {timeout!r}: a number of seconds above 0, at most {MAX_TIMEOUT_SECONDS} "
+                "(24.8 days)",
+            )
+        _count("retries", retries)
+        if not isinstance(tls, bool):
+            raise _refused("tls", f"is {tls!r}: True or False")
+        root_certificates = _path("root_certificates", root_certificates)
+        client_cert = _path("client_cert", client_cert)
+        client_key = _path("client_key", client_key)
         options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
         if tls or root_certificates or client_cert or client_key:
             creds = grpc.ssl_channel_credentials(
@@ -276,16 +408,23 @@ class PmlClient:
         a resend apply once) is retried up to `retries` times on UNAVAILABLE and on
         RESOURCE_EXHAUSTED with the server's RetryInfo (`worth_retrying`: a quota, not a size
         limit), after `backoff_seconds` (never sooner than that RetryInfo); any other failure,
-        or the last one, raises PmlClientError."""
+        or the last one, raises PmlClientError. `timeout` bounds the whole call, retries
+        included (docs/api.md, Deadlines and retries): each attempt's deadline is what remains
+        of it, and a retry whose wait would outlast it is not made (the last failure raises)."""
+        deadline = time.monotonic() + self._timeout
         attempt = 0
         while True:
             try:
-                reply = method(request, timeout=self._timeout, metadata=self._metadata)
+                remaining = deadline - time.monotonic()
+                reply = method(request, timeout=remaining, metadata=self._metadata)
             except grpc.RpcError as err:
                 failure = PmlClientError.from_rpc_error(err)
                 if not (safe and worth_retrying(failure) and attempt < self._retries):
                     raise failure from None
-                time.sleep(backoff_seconds(attempt, failure.retry_delay_seconds))
+                wait = backoff_seconds(attempt, failure.retry_delay_seconds)
+                if time.monotonic() + wait >= deadline:
+                    raise failure from None
+                time.sleep(wait)
                 attempt += 1
                 continue
             assert isinstance(reply, reply_type)
@@ -315,6 +454,8 @@ class PmlClient:
         RESOURCE_EXHAUSTED naming `record`, its size and the limit, as `upload` answers for it
         (the call answered only gRPC's "Received message larger than max"). The server is
         asked its limit once, and only for a record of more than `_ASK_LIMIT_BYTES`."""
+        if not isinstance(record, ExecutionRecord):
+            raise _refused("record", f"is {_kind(record)}, not an ExecutionRecord (make_record)")
         request = pml_pb2.RecordExecutionRequest(record=record)
         size = request.ByteSize()
         if size > _ASK_LIMIT_BYTES:
@@ -351,36 +492,38 @@ class PmlClient:
         `previous_patterns`, `previous_tools`: what the agent just did (`SuggestContext`); with
         one of them `intent` may be empty: the capabilities that usually come next."""
         request = pml_pb2.SuggestRequest(
-            intent=intent,
-            page_size=k,
-            tags=list(tags),
+            intent=_text("intent", intent),
+            page_size=_int("k", k),
+            tags=_texts("tags", tags),
             include_flagged=include_flagged,
             explain=explain,
             intent_embedding=list(intent_embedding),
         )
         if min_match is not None:
-            request.min_match = min_match
+            request.min_match = _number("min_match", min_match)
         if min_success is not None:
-            request.min_success = min_success
+            request.min_success = _number("min_success", min_success)
         if available_tools is not None:
-            request.available_tools.tools.extend(available_tools)
+            request.available_tools.tools.extend(_texts("available_tools", available_tools))
         if plan_size is not None:
-            request.plan_size = plan_size
+            request.plan_size = _int("plan_size", plan_size)
         if session_id or previous_patterns or previous_tools:
-            request.context.session_id = session_id
-            request.context.previous_patterns.extend(previous_patterns)
-            request.context.previous_tools.extend(previous_tools)
+            request.context.session_id = _text("session_id", session_id)
+            request.context.previous_patterns.extend(_texts("previous_patterns", previous_patterns))
+            request.context.previous_tools.extend(_texts("previous_tools", previous_tools))
         return self._call(self._stub.Suggest, request, pml_pb2.SuggestResponse)
 
     def get_pattern(self, name: str) -> resources_pb2.Pattern:
         return self._call(
-            self._stub.GetPattern, pml_pb2.GetPatternRequest(name=name), pml_pb2.GetPatternResponse
+            self._stub.GetPattern,
+            pml_pb2.GetPatternRequest(name=_text("name", name)),
+            pml_pb2.GetPatternResponse,
         ).pattern
 
     def get_capability(self, name: str) -> resources_pb2.Capability:
         reply = self._call(
             self._stub.GetCapability,
-            pml_pb2.GetCapabilityRequest(name=name),
+            pml_pb2.GetCapabilityRequest(name=_text("name", name)),
             pml_pb2.GetCapabilityResponse,
         )
         return reply.capability
@@ -453,7 +596,7 @@ class PmlClient:
     def delete_pattern(self, name: str) -> None:
         self._call(
             self._stub.DeletePattern,
-            pml_pb2.DeletePatternRequest(name=name),
+            pml_pb2.DeletePatternRequest(name=_text("name", name)),
             pml_pb2.DeletePatternResponse,
             safe=False,  # a resend after a lost reply would answer NOT_FOUND
         )
@@ -461,7 +604,7 @@ class PmlClient:
     def delete_capability(self, name: str) -> None:
         self._call(
             self._stub.DeleteCapability,
-            pml_pb2.DeleteCapabilityRequest(name=name),
+            pml_pb2.DeleteCapabilityRequest(name=_text("name", name)),
             pml_pb2.DeleteCapabilityResponse,
             safe=False,
         )
@@ -522,8 +665,17 @@ class PmlClient:
         server as soon as it exists) pass `batch=1`."""
         # A record without a request id gets a fresh one, kept across reconnects of this upload
         # (a fixed default such as its index would collide with other uploads).
+        if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
+            raise _refused("records", f"is {_kind(records)}, not ExecutionRecords")
+
+        def pairs() -> Iterator[tuple[str, ExecutionRecord]]:
+            for i, r in enumerate(records):
+                if not isinstance(r, ExecutionRecord):  # raised once what was sent is answered
+                    raise _refused(f"records[{i}]", f"is {_kind(r)}, not an ExecutionRecord")
+                yield r.request_id or str(uuid.uuid4()), r
+
         return self.upload_pairs(
-            ((r.request_id or str(uuid.uuid4()), r) for r in records),
+            pairs(),
             max_reconnects=max_reconnects,
             on_ack=on_ack,
             batch=batch,
@@ -544,8 +696,8 @@ class PmlClient:
         is called once per execution id, whatever the reconnects (once more for a repeated
         one); `keep_acks=False` leaves `report.acks` empty (a big file's acks need not all be
         held)."""
-        if batch < 1:
-            raise ValueError("batch must be >= 1")
+        _count("batch", batch, 1)
+        _count("max_reconnects", max_reconnects)
         report = UploadReport()
         source = iter(items)
         unacked: dict[str, ExecutionRecord] = {}  # sent, not acknowledged (insertion order)
@@ -563,6 +715,8 @@ class PmlClient:
         # captured, so they stay unacknowledged and the next stream resends them. Each one's
         # error is kept: it is the answer if the reconnects run out.
         resend: dict[str, tuple[PmlClientError, pml_pb2.StreamTracesResponse]] = {}
+        # sent on this stream, not answered yet (those in `resend` wait for the next one)
+        silence = _Silence(self._timeout, lambda: len(unacked) > len(resend))
 
         def from_source() -> Iterator[tuple[str, ExecutionRecord]]:
             # `next` by hand, not `yield from`: a stream that breaks leaves this generator to
@@ -601,6 +755,8 @@ class PmlClient:
                     # record it cannot take.
                     held_back.append(_too_big(eid, message.ByteSize(), max_bytes))
                     continue
+                if len(unacked) <= len(resend):
+                    silence.heard()  # the first execution waiting since the last answer
                 unacked[eid] = record
                 sequence += 1
                 yield message
@@ -629,7 +785,10 @@ class PmlClient:
 
         while True:
             try:
-                for message in self._stub.StreamTraces(requests(), metadata=self._metadata):
+                call = self._stub.StreamTraces(requests(), metadata=self._metadata)
+                silence.watch(call)
+                for message in call:
+                    silence.heard()
                     answer_held_back()
                     for ack in message.batch or (message,):
                         eid = ack.execution_id
@@ -663,7 +822,13 @@ class PmlClient:
                 report.reconnects += 1
             except grpc.RpcError as err:
                 failure = PmlClientError.from_rpc_error(err)
-                retryable = worth_retrying(failure) or err.code() in (
+                if silence.fired:  # cancelled here: say why
+                    failure = PmlClientError(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"no answer from the server within {silence.seconds} s "
+                        f"({len(unacked) - len(resend)} executions waiting)",
+                    )
+                retryable = worth_retrying(failure) or failure.code in (
                     grpc.StatusCode.CANCELLED,
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                 )
@@ -673,3 +838,5 @@ class PmlClient:
                 # server restarting within a second must not see every attempt fail at once.
                 time.sleep(backoff_seconds(report.reconnects, failure.retry_delay_seconds))
                 report.reconnects += 1
+            finally:
+                silence.stop()

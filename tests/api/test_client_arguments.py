@@ -1,0 +1,120 @@
+"""The typed client (pml-client) refuses a bad argument before any call, naming it: a
+PmlClientError INVALID_ARGUMENT whose violation is that argument, as the server refuses a bad
+field. The client here points at a port nothing listens on, without retries: an argument that
+reached the network would answer UNAVAILABLE instead."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+from pml_client import PmlClient, PmlClientError, make_record
+
+
+@pytest.fixture(scope="module")
+def nowhere() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"  # closed again: nothing listens there
+
+
+def _client(target: str, **kwargs: object) -> Callable[[], object]:
+    return lambda: PmlClient(target, **kwargs).stats()  # type: ignore[arg-type]
+
+
+# (argument named, what was said before: the call that shows it)
+CONSTRUCTOR = {
+    "target": (5, "AttributeError from grpc"),
+    "api_key": (5, "AttributeError"),
+    "timeout": ("5", "TypeError at the first call"),
+    "retries": ("3", "TypeError at the first failure"),
+    "tls": ("no", "TLS turned on"),
+    "root_certificates": (5, "AttributeError"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONSTRUCTOR))
+def test_a_constructor_argument_of_the_wrong_type_is_refused_naming_it(
+    nowhere: str, name: str
+) -> None:
+    value, _before = CONSTRUCTOR[name]
+    kwargs: dict[str, object] = {name: value} if name != "target" else {}
+    target = value if name == "target" else nowhere
+    with pytest.raises(PmlClientError) as err:
+        _client(target, **kwargs)()  # type: ignore[arg-type]
+    assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert [field for field, _ in err.value.violations] == [name]
+
+
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        ({"target": ""}, "target"),  # UNKNOWN "the target uri is not valid"
+        ({"timeout": 0}, "timeout"),  # every call DEADLINE_EXCEEDED
+        ({"timeout": -1.0}, "timeout"),
+        ({"timeout": float("nan")}, "timeout"),
+        ({"timeout": 1e10}, "timeout"),  # every call DEADLINE_EXCEEDED at once
+        ({"timeout": float("inf")}, "timeout"),
+        ({"retries": -1}, "retries"),  # taken as none
+    ],
+)
+def test_a_constructor_argument_out_of_range_is_refused_naming_it(
+    nowhere: str, given: dict[str, object], field: str
+) -> None:
+    target = given.pop("target", nowhere)
+    with pytest.raises(PmlClientError) as err:
+        _client(target, **{"retries": 0, **given})()  # type: ignore[arg-type]
+    assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert [f for f, _ in err.value.violations] == [field]
+
+
+def test_a_tls_file_may_be_given_as_a_str(nowhere: str, tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("not a certificate")
+    with pytest.raises(PmlClientError) as err:
+        PmlClient(nowhere, root_certificates=str(tmp_path / "ca.pem"))  # type: ignore[arg-type]
+    assert err.value.violations[0][0] == "root_certificates"  # read, and found no PEM in it
+
+
+CALLS: dict[str, Callable[[PmlClient], object]] = {
+    # a lone str was taken as a sequence of one-character tags / tools
+    "tags": lambda c: c.suggest("Load JSON", tags="io"),
+    "available_tools": lambda c: c.suggest("x", available_tools="read_file"),
+    "previous_tools": lambda c: c.suggest("", previous_tools="list_dir"),
+    "tags[1]": lambda c: c.suggest("x", tags=["a", 5]),  # type: ignore[list-item]
+    # protobuf's TypeError, naming nothing ("bad argument type for built-in operation")
+    "intent": lambda c: c.suggest(5),  # type: ignore[arg-type]
+    "k": lambda c: c.suggest("x", k="3"),  # type: ignore[arg-type]
+    "min_match": lambda c: c.suggest("x", min_match="0.5"),  # type: ignore[arg-type]
+    "name": lambda c: c.get_pattern(5),  # type: ignore[arg-type]
+    # AttributeError: 'NoneType' object has no attribute 'request_id'
+    "record": lambda c: c.record(None),  # type: ignore[arg-type]
+    # sent one record per character, after a call to the server
+    "records": lambda c: c.upload("abc"),  # type: ignore[arg-type]
+    "batch": lambda c: c.upload([], batch="3"),  # type: ignore[arg-type]
+    "max_reconnects": lambda c: c.upload([], max_reconnects="3"),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("field", sorted(CALLS))
+def test_a_call_argument_of_the_wrong_type_is_refused_naming_it(nowhere: str, field: str) -> None:
+    with PmlClient(nowhere, retries=0) as client, pytest.raises(PmlClientError) as err:
+        CALLS[field](client)
+    assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert [f for f, _ in err.value.violations] == [field]
+
+
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        ({"tools": "read_file"}, "tools"),  # nine tool calls: r, e, a, d, ...
+        ({"failed_tools": [("t", 5)]}, "failed_tools[0][1]"),
+        ({"failed_tools": "t"}, "failed_tools"),
+    ],
+)
+def test_make_record_refuses_a_lone_str_for_its_tools(given: dict[str, object], field: str) -> None:
+    with pytest.raises(PmlClientError) as err:
+        make_record("Read JSON", "await mcp.read_file({})", **given)  # type: ignore[arg-type]
+    assert [f for f, _ in err.value.violations] == [field]
