@@ -9,6 +9,7 @@ import asyncio
 import gzip
 import json
 import shutil
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -26,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.trace import Tracer
 
+from pml_server.api import otlp_http
 from pml_server.api.otlp_http import PROTOBUF, OtlpHttpApp, from_json
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
@@ -349,6 +351,36 @@ def test_an_export_of_too_many_empty_groups_is_413(
     status, _, answer = _post(server, _bodies_with_groups(bound)[content_type], headers)
     assert status == 200, answer
     assert [p.usage_count for p in client.iter_patterns()] == [1]
+
+
+def test_connections_that_never_finish_a_request_are_closed(
+    start: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uvicorn reads a request's head and body with no deadline: 64 connections that sent half
+    a request line (or a head and half its body) held every connection slot for as long as they
+    stayed open, and every Export was answered 503. Now such a connection is closed once it has
+    not sent its whole request in `_REQUEST_SECONDS` (1 s here), and Exports are taken again."""
+    monkeypatch.setattr(otlp_http, "_REQUEST_SECONDS", 1.0)
+    server = start(otlp_http_listen="127.0.0.1:0")
+    assert server.otlp_http is not None
+    stalled = []
+    for i in range(otlp_http._MAX_CONNECTIONS + 2):
+        sock = socket.create_connection(("127.0.0.1", server.otlp_http.port), timeout=30)
+        head = b"POST /v1/traces HTTP/1.1\r\nHost: pml\r\n"
+        if i % 2:
+            head += b"Content-Type: application/x-protobuf\r\nContent-Length: 100\r\n\r\nab"
+        sock.sendall(head)
+        stalled.append(sock)
+    body = ExportTraceServiceRequest().SerializeToString()
+    headers = {"Content-Type": "application/x-protobuf"}
+    try:
+        assert eventually(lambda: _post(server, body, headers)[0] == 200)
+        for sock in stalled:  # each closed by the server (those past the limit after a 503)
+            answer = b"".join(iter(lambda sock=sock: sock.recv(4096), b""))
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 503 "), answer
+    finally:
+        for sock in stalled:
+            sock.close()
 
 
 def test_keys_apply_as_on_grpc(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:
