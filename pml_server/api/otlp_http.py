@@ -27,9 +27,9 @@ import uvicorn
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from pml_server.api.errors import retry_after_seconds, status_code_for, to_rpc_status
+from pml_server.api.http_deadline import DeadlinedH11
 from pml_server.api.otlp import refuse_past_bounds
 from pml_server.config import bind_error
 from pml_server.domain.errors import (
@@ -49,11 +49,6 @@ JSON = "application/json"
 # captured); uvicorn answers 503 past `_MAX_CONNECTIONS` open connections and requests.
 _WORKERS = 4
 _MAX_CONNECTIONS = 64
-# A request's head and body arrive within this many seconds of its connection opening or of the
-# previous answer on it (at least 280 KB/s for the largest body), or the connection is closed:
-# uvicorn reads them with no deadline, and 64 connections that never finished their request
-# line held every slot, each Export answered 503 for as long as they stayed.
-_REQUEST_SECONDS = 30.0
 
 Export = Callable[
     [trace_service_pb2.ExportTraceServiceRequest, Sequence[tuple[str, str | bytes]]],
@@ -271,38 +266,6 @@ def answer(
     return Answer(200, content_type, payload)
 
 
-class _DeadlinedH11(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol closing a connection whose client has not sent its whole
-    request `_REQUEST_SECONDS` after the connection opened or after the previous answer; a
-    request whose Export is being answered is never cut."""
-
-    _deadline: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)  # type: ignore[arg-type]
-        self._arm()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-        super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-        self._deadline = self.loop.call_later(_REQUEST_SECONDS, self._expire)
-
-    def _expire(self) -> None:
-        cycle = self.cycle
-        waiting_on_client = cycle is None or cycle.response_complete or cycle.more_body
-        if waiting_on_client and not self.transport.is_closing():
-            self.transport.close()
-
-
 class OtlpHttpApp:
     """The ASGI application: only `POST /v1/traces`; bodies over `max_bytes` (before or after
     gzip) are refused 413 without being read whole. Exports run on a small thread pool."""
@@ -434,7 +397,7 @@ class OtlpHttpServer:
         config = uvicorn.Config(
             self._app,
             lifespan="off",
-            http=_DeadlinedH11,
+            http=DeadlinedH11,  # stalled clients hold no connection slot for long
             log_level="warning",
             access_log=False,
             limit_concurrency=_MAX_CONNECTIONS,

@@ -27,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.trace import Tracer
 
-from pml_server.api import otlp_http
+from pml_server.api import http_deadline, otlp_http
 from pml_server.api.otlp_http import PROTOBUF, OtlpHttpApp, from_json
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
@@ -359,8 +359,9 @@ def test_connections_that_never_finish_a_request_are_closed(
     """uvicorn reads a request's head and body with no deadline: 64 connections that sent half
     a request line (or a head and half its body) held every connection slot for as long as they
     stayed open, and every Export was answered 503. Now such a connection is closed once it has
-    not sent its whole request in `_REQUEST_SECONDS` (1 s here), and Exports are taken again."""
-    monkeypatch.setattr(otlp_http, "_REQUEST_SECONDS", 1.0)
+    not sent its whole request in `http_deadline.REQUEST_SECONDS` (1 s here), and Exports are
+    taken again."""
+    monkeypatch.setattr(http_deadline, "REQUEST_SECONDS", 1.0)
     server = start(otlp_http_listen="127.0.0.1:0")
     assert server.otlp_http is not None
     stalled = []
