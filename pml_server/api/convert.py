@@ -52,7 +52,7 @@ def _ts(ms: int) -> timestamp_pb2.Timestamp:
 
 
 # 9999-12-31T23:59:59.999Z, the last instant a Timestamp may hold.
-_LAST_TIMESTAMP_MS = 253_402_300_799_999
+_LAST_TIMESTAMP_MS = validate.LAST_SECOND * 1000 + 999
 
 
 def _set_ts(ts: timestamp_pb2.Timestamp, ms: int) -> None:
@@ -93,6 +93,7 @@ def tool_call(
     msg: resources_pb2.ToolCall, field: str, out: Violations, limits: Limits
 ) -> model.ToolCall:
     validate.check_tool_call(out, field, msg.tool, msg.arguments_json, msg.error, limits)
+    validate.check_timestamp(out, f"{field}.start_time", msg.start_time)
     if not math.isfinite(msg.duration_ms) or msg.duration_ms < 0:
         out.add(f"{field}.duration_ms", "must be a finite number >= 0")
     return model.ToolCall(
@@ -136,6 +137,7 @@ def execution_record(
     trace_excess = limits.trace.excess(msg.trace)
     if trace_excess is not None:
         out.add(f"{field}.trace", trace_excess)
+    validate.check_timestamp(out, f"{field}.start_time", msg.start_time)
     if not math.isfinite(msg.duration_ms) or msg.duration_ms < 0:
         out.add(f"{field}.duration_ms", "must be a finite number >= 0")
     check_status(out, f"{field}.status", msg.status)

@@ -28,6 +28,7 @@ from pml_server.domain.errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
+from pml_server.domain.limits import Limits
 from pml_server.otel import (
     INCOMPLETE_SPAN_ID,
     MappedBatch,
@@ -84,6 +85,22 @@ def _record(execution: MappedExecution) -> resources_pb2.ExecutionRecord:
     )
 
 
+def refuse_past_bounds(limits: Limits, groups: int = 0, spans: int = 0) -> None:
+    """RESOURCE_EXHAUSTED (413 on OTLP/HTTP) for an Export of more resource_spans and
+    scope_spans entries together (`groups`) or spans than the limits table allows, checked
+    before anything is mapped (docs/connect.md, "OTLP traces in")."""
+    if (too_many := limits.otlp_groups.excess(range(groups))) is not None:
+        raise ResourceExhaustedError(
+            f"this Export's resource_spans and scope_spans entries {too_many}: group the "
+            "spans of one resource and scope in one entry, or export in smaller batches"
+        )
+    if (too_many := limits.otlp_spans.excess(range(spans))) is not None:
+        raise ResourceExhaustedError(
+            f"this Export's spans {too_many}: export in smaller batches (the "
+            "OpenTelemetry SDK's batch span processor sends 512 by default)"
+        )
+
+
 def _violations(err: InvalidArgumentError | AlreadyExistsError) -> str:
     if isinstance(err, AlreadyExistsError):
         return str(err)
@@ -121,12 +138,13 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         if self._draining.is_set():
             raise UnavailableError("the server is shutting down; retry on another instance")
         caller = self._d.keys.require(metadata, Role.WRITE)
-        spans = sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
-        if (too_many := self._d.limits.otlp_spans.excess(range(spans))) is not None:
-            raise ResourceExhaustedError(
-                f"this Export's spans {too_many}: export in smaller batches (the "
-                "OpenTelemetry SDK's batch span processor sends 512 by default)"
-            )
+        resources = request.resource_spans
+        groups = len(resources)
+        if groups <= self._d.limits.otlp_groups.bound:  # (else refused without a count)
+            groups += sum(len(r.scope_spans) for r in resources)
+        refuse_past_bounds(self._d.limits, groups=groups)
+        spans = sum(len(s.spans) for r in resources for s in r.scope_spans)
+        refuse_past_bounds(self._d.limits, groups=groups, spans=spans)
         with self._d.quotas.hold(caller.tenant):
             if self._pending is None:
                 batch = map_spans(flatten(request), self._d.limits.intent.bound)

@@ -29,12 +29,15 @@ from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from pml_server.api.errors import retry_after_seconds, status_code_for, to_rpc_status
+from pml_server.api.http_deadline import DeadlinedH11
+from pml_server.api.otlp import refuse_past_bounds
 from pml_server.config import bind_error
 from pml_server.domain.errors import (
     FieldViolation,
     InvalidArgumentError,
     ResourceExhaustedError,
 )
+from pml_server.domain.limits import LIMITS
 from pml_server.otel import parse_export, without_lone_surrogates
 
 log = logging.getLogger(__name__)
@@ -114,13 +117,20 @@ def from_json(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
         raise _invalid("body", f"not JSON ({message})") from None
     if not isinstance(data, dict):
         raise _invalid("body", "must be a JSON object (ExportTraceServiceRequest)")
+    groups = spans = 0  # counted as read: too many are refused before the protobuf mapping
     for r, resource in enumerate(_each(data, "resourceSpans", "resource_spans")):
         if not isinstance(resource, dict):
             raise _invalid(f"resourceSpans[{r}]", "must be an object")
+        groups += 1
+        refuse_past_bounds(LIMITS, groups, spans)
         for s, scope in enumerate(_each(resource, "scopeSpans", "scope_spans")):
             if not isinstance(scope, dict):
                 raise _invalid(f"resourceSpans[{r}].scopeSpans[{s}]", "must be an object")
-            for i, span in enumerate(_each(scope, "spans")):
+            groups += 1
+            scope_spans = _each(scope, "spans")
+            spans += len(scope_spans)
+            refuse_past_bounds(LIMITS, groups, spans)
+            for i, span in enumerate(scope_spans):
                 where = f"resourceSpans[{r}].scopeSpans[{s}].spans[{i}]"
                 if not isinstance(span, dict):
                     raise _invalid(where, "must be an object")
@@ -144,7 +154,14 @@ def _inflate(body: bytes, max_bytes: int) -> bytes:
     that are not a member refused."""
     out = bytearray()
     rest = body
+    members = 0
     while True:
+        members += 1
+        if members > (limit := LIMITS.gzip_members).bound:
+            raise ResourceExhaustedError(
+                f"{limit.field}: more than {limit.bound} gzip members (the limit): compress "
+                "the Export as one member"
+            )
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
             out += inflater.decompress(rest, max_bytes + 1 - len(out))
@@ -380,6 +397,7 @@ class OtlpHttpServer:
         config = uvicorn.Config(
             self._app,
             lifespan="off",
+            http=DeadlinedH11,  # stalled clients hold no connection slot for long
             log_level="warning",
             access_log=False,
             limit_concurrency=_MAX_CONNECTIONS,

@@ -280,6 +280,7 @@ def _check_started(
     validate.check_embedding(out, "started.intent_embedding", started.intent_embedding, dim)
     validate.check_tags(out, "started.tags", started.tags, limits)
     validate.check_session_id(out, "started.session_id", started.session_id)
+    validate.check_timestamp(out, "started.start_time", started.start_time)
     return InvalidArgumentError(out.items) if out.items else None
 
 

@@ -9,6 +9,8 @@ import json
 import math
 from collections.abc import Sequence
 
+from google.protobuf import timestamp_pb2
+
 from pml_server._proto.pml.v1 import pml_pb2
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 from pml_server.domain.limits import LIMITS, Limit, Limits, session_id_problem
@@ -91,6 +93,21 @@ def check_available_tools(out: Violations, tools: Sequence[str], limits: Limits)
         return
     for i, tool in enumerate(tools):
         check_text(out, f"{limit.field}[{i}]", tool, limits.tool, required=True)
+
+
+# The seconds a `google.protobuf.Timestamp` may hold: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+FIRST_SECOND, LAST_SECOND = -62_135_596_800, 253_402_300_799
+
+
+def check_timestamp(out: Violations, field: str, ts: timestamp_pb2.Timestamp) -> None:
+    """A Timestamp in its documented range, nanos 0..999,999,999: proto3 keeps any numbers a
+    client sends, and one out of range (nanos -1, seconds 2^62) was taken without a word."""
+    if not (FIRST_SECOND <= ts.seconds <= LAST_SECOND and 0 <= ts.nanos <= 999_999_999):
+        out.add(
+            field,
+            f"is not a valid Timestamp (seconds {ts.seconds}, nanos {ts.nanos}): seconds "
+            f"{FIRST_SECOND}..{LAST_SECOND} (years 1 to 9999), nanos 0..999999999",
+        )
 
 
 def check_code(out: Violations, field: str, code: str, limits: Limits) -> None:

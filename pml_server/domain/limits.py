@@ -107,6 +107,14 @@ class Limits:
     # (about 9 KB of memory a span), so an Export of 40k spans took 360 MB. The OTel SDK's batch
     # processor sends at most 512 a request by default.
     otlp_spans: Limit = Limit("resource_spans", 8192, "items")
+    # Its resource_spans and scope_spans entries, counted together: room for every span of the
+    # largest Export in a resource and a scope of its own. Unbounded, 2M empty entries (an
+    # 8 MiB message, `{},` each in OTLP/JSON) took 16 s to read before any span was counted.
+    otlp_groups: Limit = Limit("resource_spans", 2 * 8192, "items")
+    # Members of one gzip OTLP/HTTP body (RFC 1952: members in a row are one stream; an
+    # exporter sends one, `cat a.gz b.gz` a few): each starts a new inflater on a copy of the
+    # rest of the body, so unbounded, a 4 MB body of 200k empty members took 29 s.
+    gzip_members: Limit = Limit("body", 64, "items")
     # ---- answers (api/admission/budget.py): no answer fails because of another record's size ----
     answer_pattern: Limit = Limit("patterns[]", 64 * KIB, "bytes")  # then trimmed
     answer: Limit = Limit("patterns", 4 * MIB, "bytes")  # gRPC's default receive limit

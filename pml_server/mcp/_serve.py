@@ -28,6 +28,7 @@ from mcp_types import (
 from pydantic import ValidationError
 
 from pml_server import __version__
+from pml_server.api.http_deadline import DeadlinedH11
 from pml_server.config import bind_error, is_loopback_host
 from pml_server.mcp import _resources as resources
 from pml_server.mcp._http_auth import BearerCheck
@@ -284,7 +285,10 @@ def run_http(
     shown = f"[{host}]" if ":" in host else host
     print(f"pml mcp listening on http://{shown}:{bound}{path}", file=sys.stderr, flush=True)
     config = uvicorn.Config(
-        BearerCheck(app, upstream, security, path), log_level="warning", lifespan="on"
+        BearerCheck(app, upstream, security, path),
+        log_level="warning",
+        lifespan="on",
+        http=DeadlinedH11,  # stalled clients hold no descriptor for long
     )
     try:
         uvicorn.Server(config).run(sockets=[sock])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
 from pml_server._proto.pml.v1 import resources_pb2 as r
@@ -130,6 +131,29 @@ def test_an_unknown_execution_status_is_refused(client: PmlClient, channel: grpc
     (ack,) = pml_pb2_grpc.PmlServiceStub(channel).StreamTraces(iter(messages), timeout=30)
     assert ack.HasField("error"), ack
     assert "finished.status" in ack.error.message
+    assert client.stats().executions == 0
+
+
+@pytest.mark.parametrize(
+    ("seconds", "nanos"), [(0, -1), (0, 1_000_000_000), (2**62, 0), (-62_135_596_801, 0)]
+)
+def test_a_timestamp_out_of_range_is_refused_by_name(
+    client: PmlClient, channel: grpc.Channel, seconds: int, nanos: int
+) -> None:
+    """A Timestamp outside its range (nanos -1, seconds 2^62, before year 1) was taken without a
+    word, on a record, a tool call and a live execution alike; each is refused naming it."""
+    bad = Timestamp(seconds=seconds, nanos=nanos)
+    record = make_record("read a file", OK_CODE, tools=["read_file"])
+    record.start_time.CopyFrom(bad)
+    record.tool_calls[0].start_time.CopyFrom(bad)
+    err = _fails(lambda: client.record(record), grpc.StatusCode.INVALID_ARGUMENT)
+    assert _fields(err) == {"record.start_time", "record.tool_calls[0].start_time"}
+    started = pml_pb2.ExecutionStarted(
+        intent="read a file", code=OK_CODE, language="typescript", start_time=bad
+    )
+    message = pml_pb2.StreamTracesRequest(execution_id="live", sequence=1, started=started)
+    (ack,) = pml_pb2_grpc.PmlServiceStub(channel).StreamTraces(iter([message]), timeout=30)
+    assert ack.error.message.startswith("started.start_time: is not a valid Timestamp"), ack
     assert client.stats().executions == 0
 
 

@@ -9,6 +9,7 @@ import asyncio
 import gzip
 import json
 import shutil
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -23,11 +24,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.trace import Tracer
 
-from pml_server.api.otlp_http import OtlpHttpApp, from_json
+from pml_server.api import http_deadline, otlp_http
+from pml_server.api.otlp_http import PROTOBUF, OtlpHttpApp, from_json
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
+from pml_server.domain.limits import LIMITS
 from tests.api.test_otlp_ingest import exporting_to
 from tests.conftest import StartServer
 from tests.support import eventually, npm_ci
@@ -291,6 +295,93 @@ def test_every_member_of_a_gzip_body_is_read(server: RunningServer, client: PmlC
     status, _, answer = _post(server, gzip.compress(first.SerializeToString()) + b"junk", headers)
     assert status == 400
     assert _status(answer).message.startswith("body: not gzip")
+
+
+def test_a_gzip_body_of_too_many_members_is_413_naming_the_body(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """Each gzip member was inflated from a copy of the rest of the body: a 4 MB body of 200k
+    empty members held an Export thread for 29 s. Members past `limits.gzip_members` are
+    refused 413 before being read; a body of exactly that many is still captured whole."""
+    run = from_json(json.dumps(_json_run("c3" * 16, "Convert the picture")).encode())
+    bound = LIMITS.gzip_members.bound
+    empties = [gzip.compress(b"") for _ in range(bound)]
+    headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
+    body = b"".join(empties) + gzip.compress(run.SerializeToString())
+    status, _, answer = _post(server, body, headers)
+    assert status == 413, answer
+    assert _status(answer).message.startswith(f"body: more than {bound} gzip members")
+    assert list(client.iter_patterns()) == []
+    status, _, answer = _post(
+        server, b"".join(empties[1:]) + gzip.compress(run.SerializeToString()), headers
+    )
+    assert status == 200, answer
+    [pattern] = list(client.iter_patterns())
+    assert pattern.usage_count == 1
+
+
+def _bodies_with_groups(groups: int) -> dict[str, bytes]:
+    """One run's Export, as OTLP/JSON and as protobuf, padded with empty resource_spans
+    entries of one empty scope_spans each to `groups` entries of both kinds together."""
+    run = _json_run("d4" * 16, "Convert the picture")
+    padding = (groups - 2) // 2
+    as_json = dict(run, resourceSpans=run["resourceSpans"] + [{"scopeSpans": [{}]}] * padding)
+    request = from_json(json.dumps(run).encode())
+    empty = ResourceSpans(scope_spans=[ScopeSpans()])
+    request.resource_spans.extend([empty] * padding)
+    return {"application/json": json.dumps(as_json).encode(), PROTOBUF: request.SerializeToString()}
+
+
+@pytest.mark.parametrize("content_type", ["application/json", PROTOBUF])
+def test_an_export_of_too_many_empty_groups_is_413(
+    server: RunningServer, client: PmlClient, content_type: str
+) -> None:
+    """Empty resource_spans and scope_spans entries count toward `limits.otlp_groups`, not
+    only spans: 2M `{}` entries in an 8 MiB OTLP/JSON body took 16 s to read and answered
+    200. Past the bound they are refused 413 before they are mapped; one resource and one
+    scope per span of the largest Export are still taken."""
+    bound = LIMITS.otlp_groups.bound
+    headers = {"Content-Type": content_type}
+    status, _, answer = _post(server, _bodies_with_groups(bound + 2)[content_type], headers)
+    assert status == 413, answer
+    as_json = content_type != PROTOBUF
+    message = json.loads(answer)["message"] if as_json else _status(answer).message
+    assert message.startswith("this Export's resource_spans and scope_spans entries"), message
+    assert list(client.iter_patterns()) == []
+    status, _, answer = _post(server, _bodies_with_groups(bound)[content_type], headers)
+    assert status == 200, answer
+    assert [p.usage_count for p in client.iter_patterns()] == [1]
+
+
+def test_connections_that_never_finish_a_request_are_closed(
+    start: StartServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uvicorn reads a request's head and body with no deadline: 64 connections that sent half
+    a request line (or a head and half its body) held every connection slot for as long as they
+    stayed open, and every Export was answered 503. Now such a connection is closed once it has
+    not sent its whole request in `http_deadline.REQUEST_SECONDS` (1 s here), and Exports are
+    taken again."""
+    monkeypatch.setattr(http_deadline, "REQUEST_SECONDS", 1.0)
+    server = start(otlp_http_listen="127.0.0.1:0")
+    assert server.otlp_http is not None
+    stalled = []
+    for i in range(otlp_http._MAX_CONNECTIONS + 2):
+        sock = socket.create_connection(("127.0.0.1", server.otlp_http.port), timeout=30)
+        head = b"POST /v1/traces HTTP/1.1\r\nHost: pml\r\n"
+        if i % 2:
+            head += b"Content-Type: application/x-protobuf\r\nContent-Length: 100\r\n\r\nab"
+        sock.sendall(head)
+        stalled.append(sock)
+    body = ExportTraceServiceRequest().SerializeToString()
+    headers = {"Content-Type": "application/x-protobuf"}
+    try:
+        assert eventually(lambda: _post(server, body, headers)[0] == 200)
+        for sock in stalled:  # each closed by the server (those past the limit after a 503)
+            answer = b"".join(iter(lambda sock=sock: sock.recv(4096), b""))
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 503 "), answer
+    finally:
+        for sock in stalled:
+            sock.close()
 
 
 def test_keys_apply_as_on_grpc(start: StartServer, keys: tuple[Path, dict[str, str]]) -> None:
