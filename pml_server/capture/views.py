@@ -55,7 +55,13 @@ def pattern_view(
         superseded_by=record.superseded_by,
         tool_mismatch_count=counters.mismatch_count,
         steps=(
-            pattern_steps(record.id, record.code_hash, record.original_code, record.language)
+            pattern_steps(
+                record.id,
+                record.code_hash,
+                record.original_code,
+                record.language,
+                record.steps_json,
+            )
             if with_params
             else ()
         ),

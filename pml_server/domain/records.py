@@ -41,6 +41,9 @@ class PatternRecord:
     parse_ok: bool = True
     flagged_for_removal: bool = False
     superseded_by: str = ""
+    # The steps read from `original_code` when the pattern was made and the rules they were
+    # read under, as JSON (capture/steps.py; "": none stored, read on a view).
+    steps_json: str = ""
 
     def to_json(self) -> bytes:
         return json_form.dumps(asdict(self))

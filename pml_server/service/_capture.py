@@ -30,6 +30,7 @@ from pml_server.capture.rules import (
     validate_record,
 )
 from pml_server.capture.schema import redact_turned_secret, widened
+from pml_server.capture.steps import stored_steps
 from pml_server.domain import shown_intents
 from pml_server.domain.errors import (
     AlreadyExistsError,
@@ -494,6 +495,9 @@ def _insert_pattern(
     repo = state.repo
     used = tools_used(execution)
     signature = tool_signature(used)
+    # read once, here, so that no view reads them again from the code; before the group lock,
+    # which other new patterns of the signature wait for (docs/normalization.md, Steps)
+    steps = stored_steps(execution.code, normalized.language)
     # Held until the batch is submitted, so two new patterns of one signature never both
     # create a capability.
     held.enter_context(state.locks.group.lock_for(tenant, tools_digest(signature)))
@@ -519,6 +523,7 @@ def _insert_pattern(
         first_seen_ms=now,
         code_tools=normalized.tool_calls,
         parse_ok=normalized.parse_ok,
+        steps_json=steps,
     )
     values = redacted_values(normalized.params)
     counters = count_success(

@@ -252,6 +252,7 @@ def _rewrite(
     """Write `record` (and `counters`, when given) with `ops`, audited, and wait until durable;
     the caller holds the pattern's lock."""
     repo = state.repo
+    record = replace(record, steps_json="")  # read again from the code
     change = Change()
     change.put_pattern(repo.patterns.put_pattern(tenant, record), record)
     if counters is not None:

@@ -116,7 +116,13 @@ def stored_view(
         flagged_for_removal=p.get("flagged_for_removal", False),
         superseded_by=p.get("superseded_by", ""),
         tool_mismatch_count=c.get("mismatch_count", 0),
-        steps=pattern_steps(p["id"], p["code_hash"], p["original_code"], p["language"]),
+        steps=pattern_steps(
+            p["id"],
+            p["code_hash"],
+            p["original_code"],
+            p["language"],
+            p.get("steps_json", ""),
+        ),
         intent_count=intent_count,
     )
 

@@ -3,6 +3,7 @@ tests over generated programs whose data flow is known by construction."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pml_server import _core
+from pml_server.capture.steps import STEPS_RULES, pattern_steps, step_views, stored_steps
 
 VECTORS_PATH = Path(__file__).resolve().parents[1] / "vectors" / "steps.json"
 VECTORS: list[dict[str, Any]] = json.loads(VECTORS_PATH.read_text(encoding="utf-8"))["vectors"]
@@ -420,3 +422,38 @@ def test_a_loop_over_calls_written_side_by_side_takes_each_call_whole(
         {"step": 0, "path": ".id"},
         {"step": 1, "path": ".id"},
     ]
+
+
+# ---- stored steps ------------------------------------------------------------------------------
+
+# The digest of tests/vectors/steps.json under each `STEPS_RULES`: the vectors change when the
+# core reads steps differently, and steps stored under the former rules must then be read
+# again from their code (raise `STEPS_RULES`, then record the new digest here).
+VECTORS_UNDER_RULES = {1: "447ae7b3a05b92fd8cac718e8f48306c6f6f08c1056d9b6daab435d89deb8944"}
+
+
+def test_the_steps_rules_change_with_the_golden_vectors() -> None:
+    digest = hashlib.sha256(VECTORS_PATH.read_bytes()).hexdigest()
+    assert VECTORS_UNDER_RULES.get(STEPS_RULES) == digest, (
+        "tests/vectors/steps.json changed: raise capture/steps.py STEPS_RULES and record "
+        f"{digest} under it here"
+    )
+
+
+@pytest.mark.parametrize("vector", VECTORS, ids=[v["name"] for v in VECTORS])
+def test_stored_steps_read_back_as_the_code_gives_them(vector: dict[str, Any]) -> None:
+    """A new pattern stores its steps; read back (with no code to read them from: the stored
+    ones are what is shown), they are those its code gives."""
+    code, language = vector["code"], vector["language"]
+    stored = stored_steps(code, language)
+    read = pattern_steps(f"stored-{vector['name']}", "h", "", language, stored)
+    assert read == step_views(_core.normalize(code, language).steps)
+
+
+def test_steps_stored_under_other_rules_are_read_again_from_the_code() -> None:
+    code = "const a = await mcp.read_file({path: 'a.json'});\nawait mcp.parse_json({text: a});"
+    rules, steps = json.loads(stored_steps("await mcp.send_mail({to: 'x'});", "javascript"))
+    older = json.dumps([rules - 1, steps])
+    read = pattern_steps("rules-older", "h", code, "javascript", older)
+    assert [s.tool for s in read] == ["read_file", "parse_json"]
+    assert read[1].depends_on == (0,)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from pml_server import _core
+from pml_server.capture.steps import STEPS_RULES, step_views
 from pml_server.domain.errors import AlreadyExistsError, InvalidArgumentError
 from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import (
@@ -196,6 +198,25 @@ def test_rule3_runs_of_two_tools_through_an_sdk_client_are_two_patterns(engine: 
     assert [(s.tool, [a.name for a in s.arguments]) for s in pattern.steps] == [
         ("get_weather", ["city"])
     ]
+
+
+def test_rule3_a_new_pattern_stores_the_steps_its_code_gives(tmp_path: Path) -> None:
+    """The steps are read from the pattern's code once, when it is made, and stored with it
+    (docs/normalization.md, Steps): a reopened store shows them as the code gives them."""
+    code = "const a = await mcp.read_file({path: 'a.json'});\nawait mcp.parse_json({text: a.body});"
+    engine = open_engine(tmp_path)
+    saved = engine.record(
+        "t", make_record("r1", "Parse a file", ["read_file", "parse_json"], code=code)
+    )
+    record = engine._state.repo.patterns.pattern("t", saved.pattern_id)
+    assert record is not None
+    assert json.loads(record.steps_json)[0] == STEPS_RULES
+    engine.close()
+    engine = open_engine(tmp_path)
+    shown = engine.get_pattern("t", saved.pattern_id).steps
+    engine.close()
+    assert shown == step_views(_core.normalize(record.original_code, "javascript").steps)
+    assert [s.depends_on for s in shown] == [(), (0,)]
 
 
 def test_rule5_near_duplicate_intent_bumps_the_mapping(engine: Engine) -> None:

@@ -33,6 +33,7 @@ ROWS = {
         "parameter_schema_json": None,
         "params": [{"json_type": None, "name": None, "secret": None}],
         "parse_ok": None,
+        "steps_json": None,
         "superseded_by": None,
         "template": None,
         "tools_used": [None],
