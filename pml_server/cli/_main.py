@@ -15,6 +15,7 @@ from pml_server.config import (
     DEFAULT_LISTEN,
     ConfigError,
     add_serve_flags,
+    check_keys_file,
     listen_problem,
     serve_config,
 )
@@ -438,6 +439,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         config = serve_config(args)
+        check_keys_file(config, args)
     except ConfigError as err:
         print(f"pml serve: error: {err}", file=sys.stderr)
         return 2

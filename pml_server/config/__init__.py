@@ -45,6 +45,25 @@ def serve_config(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
     return build(merge(from_file, from_env, from_flags))
 
 
+def check_keys_file(config: Config, args: argparse.Namespace) -> None:
+    """The keys file `pml serve` will load, read before anything opens, so that one it cannot
+    load (missing: the server refused every call; malformed) stops it naming the flag or the
+    config key that gave it (exit 2). Reading is the server's own (`read_keys_file`)."""
+    keys_file = config.server.keys_file
+    if keys_file is None:
+        return
+    from pml_server.api.security.auth import read_keys_file
+
+    flag_given = "keys_file" in settings_from_args(args).get("server", {})
+    where = "--keys-file" if flag_given else f"{getattr(args, 'config', None)}: server.keys_file"
+    try:
+        read_keys_file(keys_file, given=where)
+    except OSError as err:
+        raise ConfigError(f"{keys_file}: cannot read it ({where}): {err.strerror or err}") from None
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
 def _check_store(settings: Settings, where: str) -> None:
     """A layer's `store`, refused naming the layer that gave it: one that is no DSN (the
     engine's open could only say `--store`), one libpq cannot read (its open failed with a
@@ -81,6 +100,7 @@ __all__ = [
     "add_serve_flags",
     "bind_error",
     "bind_problem",
+    "check_keys_file",
     "config_of",
     "is_loopback",
     "is_loopback_host",

@@ -424,7 +424,10 @@ def test_keys_list_or_revoke_of_a_missing_file_is_an_error_naming_it(
         cli.main(["keys", action[0], "--keys-file", str(path), *action[1:]])
     assert done.value.code == 2
     said = capsys.readouterr()
-    assert said.err == f"pml keys: error: {path}: no such keys file (`pml keys add` creates one)\n"
+    assert said.err == (
+        f"pml keys: error: {path}: no such keys file; "
+        f"`pml keys add --keys-file {path} --tenant NAME` creates one\n"
+    )
     assert said.out == ""
     assert list(tmp_path.iterdir()) == []
 

@@ -615,6 +615,63 @@ def test_a_keys_file_that_fails_to_load_keeps_the_keys_in_force(
     assert _key_works(target, key)
 
 
+def test_pml_serve_refuses_a_keys_file_that_does_not_exist(
+    tmp_path: Path, start: StartServer
+) -> None:
+    """A misspelt --keys-file started a server with no key at all, which refused every call.
+    It is refused at start, exit 2, one line naming the flag or the config key that gave it
+    and the command that creates the file; nothing is created."""
+    missing = tmp_path / "kyes.json"
+    config = tmp_path / "pml.toml"
+    config.write_text(f'[server]\nkeys_file = "{missing}"\n')
+    serve = ["serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")]
+    for argv, given in (
+        ([*serve, "--keys-file", str(missing)], "--keys-file"),
+        ([*serve, "--config", str(config)], f"{config}: server.keys_file"),
+    ):
+        # A process: one that starts serves until stopped (it did, with no key).
+        try:
+            done = subprocess.run(
+                [PML, *argv, "--embedder", "hashing"], capture_output=True, text=True, timeout=60
+            )
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"pml serve started: {argv}") from None
+        assert done.returncode == 2, argv
+        assert done.stderr == (
+            f"pml serve: error: {missing}: no such keys file ({given}); "
+            f"`pml keys add --keys-file {missing} --tenant NAME` creates one\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pml.toml"]
+    with pytest.raises(ValueError, match="no such keys file"):
+        start(keys_file=missing)
+
+
+def test_a_keys_file_deleted_while_serving_keeps_the_keys_in_force(
+    start: StartServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A keys file removed under a running server was reloaded as no keys: every call was
+    refused from then on. It is a reload error like any other: logged, the keys stay, and
+    the file put back is read again."""
+    path = tmp_path / "keys.json"
+    key = _keys("add", "--keys-file", str(path), "--tenant", "acme", capsys=capsys).split()[-1]
+    server = start(keys_file=path)
+    target = f"127.0.0.1:{server.port}"
+    caplog.set_level(logging.INFO, logger="pml.keys")
+    kept = path.read_text()
+    path.unlink()
+    assert eventually(lambda: "keys file not reloaded (file changed)" in caplog.text)
+    assert "no such keys file" in caplog.text
+    assert _key_works(target, key)
+    assert server.keys_watcher is not None
+    assert not server.keys_watcher.reload("SIGHUP")
+    assert _key_works(target, key)
+    path.write_text(kept.replace('"keys": [', '"keys": [], "old": ['))  # back, key revoked
+    assert eventually(lambda: not _key_works(target, key))
+
+
 _MALFORMED_KEYS_FILES = {
     "[]": "not a keys file: an object with a `keys` list",
     '{"keys": {"a": 1}}': "not a keys file: an object with a `keys` list",
