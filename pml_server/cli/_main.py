@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pml_server.config import (
     DEFAULT_LISTEN,
@@ -192,8 +192,16 @@ def _keys_parsers(commands: Any) -> None:
     revoke.add_argument("id", help="the key's id from `keys list` (or the key itself)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A flag it cannot take is one line naming it, exit 2 (docs/cli.md, Exit codes): argparse
+    printed the whole usage first, 30 lines for `pml serve`, burying the error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pml",
         description="pml: procedural memory for agents",
         epilog=EXIT_CODES,

@@ -285,10 +285,13 @@ def test_a_ranking_table_replaces_values_of_the_chosen_embedders_defaults(tmp_pa
             "[engine]\ncapability_group_threshold = -1.5\n",
             r"engine\.capability_group_threshold must be a cosine, -1 to 1, got -1\.5",
         ),
-        ("[engine]\nrequest_id_ttl_days = 0\n", r"^engine\.request_id_ttl_days must be > 0$"),
+        (
+            "[engine]\nrequest_id_ttl_days = 0\n",
+            r"pml\.toml: engine\.request_id_ttl_days must be > 0$",
+        ),
         (
             "[engine]\nsnapshot_interval_seconds = -1\n",
-            r"^engine\.snapshot_interval_seconds must be >= 0$",
+            r"pml\.toml: engine\.snapshot_interval_seconds must be >= 0$",
         ),
         (
             "[engine]\nsession_idle_seconds = inf\n",
@@ -468,11 +471,13 @@ def test_engine_values_that_are_not_finite_are_refused_at_start(argv: list[str])
     """Each was taken: `session_idle_seconds = inf` (a session that never goes idle) made the
     second step of every session an INTERNAL error, `request_id_ttl_days = inf` (keep the
     answers for ever) every retention run, on demand or in the background; `nan` did the same
-    or silently turned a job off."""
+    or silently turned a job off. The error leads with the flag that gave the value."""
     name = argv[0].removeprefix("--").replace("-", "_")
     with pytest.raises(ConfigError) as refused:
         serve_config(_serve_args(*argv), environ={})
-    assert str(refused.value) == f"engine.{name} must be a finite number, got {float(argv[1])!r}"
+    assert str(refused.value) == (
+        f"{argv[0]}: engine.{name} must be a finite number, got {float(argv[1])!r}"
+    )
 
 
 @pytest.mark.parametrize(
