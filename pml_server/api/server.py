@@ -218,6 +218,13 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
     secret_file = config.page_token_secret_file or whole.engine.data_dir / "page-token.key"
     try:
         tokens = PageTokens(load_or_create_secret(secret_file))
+    except OSError as err:  # a directory, a file under a file: one line naming the flag
+        if opened:
+            engine.close()
+        raise ValueError(
+            f"--page-token-secret-file {secret_file}: cannot read or create it: "
+            f"{err.strerror or err}"
+        ) from None
     except BaseException:
         if opened:
             engine.close()

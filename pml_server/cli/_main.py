@@ -435,7 +435,12 @@ def _keys(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         return output_closed()
-    except (OSError, ValueError, KeyError) as err:
+    except OSError as err:  # a directory, a folder that does not exist: the flag named
+        print(
+            f"pml keys: error: --keys-file {args.keys_file}: {err.strerror or err}", file=sys.stderr
+        )
+        return 2
+    except (ValueError, KeyError) as err:
         print(f"pml keys: error: {err}", file=sys.stderr)
         return 2
     return 0

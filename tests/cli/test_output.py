@@ -672,6 +672,51 @@ def test_a_keys_file_deleted_while_serving_keeps_the_keys_in_force(
     assert eventually(lambda: not _key_works(target, key))
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (
+            ["serve", "--page-token-secret-file", "{dir}"],
+            "pml serve: error: --page-token-secret-file {dir}: cannot read or create it: "
+            "Is a directory",
+        ),
+        (
+            ["serve", "--backup-dir", "{file}/backups"],
+            "pml serve: error: --backup-dir {file}/backups cannot be the backup directory: it, "
+            "or a folder above it, is a file",
+        ),
+        (
+            ["keys", "add", "--tenant", "acme", "--keys-file", "{dir}"],
+            "pml keys: error: --keys-file {dir}: Is a directory",
+        ),
+        (
+            ["keys", "add", "--tenant", "acme", "--keys-file", "{dir}/none/keys.json"],
+            "pml keys: error: --keys-file {dir}/none/keys.json: No such file or directory",
+        ),
+    ],
+    ids=["secret-dir", "backup-under-file", "keys-dir", "keys-no-folder"],
+)
+def test_a_path_that_cannot_be_what_its_flag_says_is_one_line_naming_the_flag(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    """A directory given as the page-token secret or the keys file, a folder that does not
+    exist, said only `[Errno 21] Is a directory: '...'`; a backup dir under a file started the
+    server, and every backup failed. Each is one line naming the flag, exit 2."""
+    folder, file = tmp_path / "folder", tmp_path / "file"
+    folder.mkdir()
+    file.write_text("x")
+    argv = [f.format(dir=folder, file=file) for f in flags]
+    if argv[0] == "serve":
+        argv += ["--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d"), "--embedder"]
+        argv += ["hashing"]
+    try:  # a process: one that starts serves until stopped
+        done = subprocess.run([PML, *argv], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"pml started: {argv}") from None
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == said.format(dir=folder, file=file) + "\n"
+
+
 _MALFORMED_KEYS_FILES = {
     "[]": "not a keys file: an object with a `keys` list",
     '{"keys": {"a": 1}}': "not a keys file: an object with a `keys` list",
