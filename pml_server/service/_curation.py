@@ -56,7 +56,8 @@ def _erase_deleted(
     disk); UNAVAILABLE would have a retry answered NOT_FOUND."""
     try:
         state.store.erase_overwritten(deleted)
-        state.store.write(state.repo.meta.erased([deletion]))
+        # Not waited for: lost, the next open only erases once more.
+        state.store.submit(state.repo.meta.erased([deletion]))
     except StoreClosedError:
         log.warning("store closed during a deletion's erase: the next open erases its rows")
 

@@ -595,3 +595,17 @@ def test_a_deletion_racing_close_is_done_and_its_bytes_leave_the_disk_by_the_nex
     finally:
         reopened.close()  # after its open's erase (the loader thread is joined)
     assert files_holding(data, secret) == []
+
+
+def test_a_deletion_erased_before_close_leaves_no_erase_for_the_next_open(tmp_path: Path) -> None:
+    """The erase-pending row a deletion commits goes once its rows are erased: an open that
+    found it would rewrite the whole store again."""
+    engine = open_engine(tmp_path / "data")
+    saved = engine.record("t", make_record("r0", "Read JSON file", ["fs.read"]))
+    engine.delete_pattern("t", saved.pattern_id)
+    engine.close()
+    engine = open_engine(tmp_path / "data")
+    try:
+        assert engine._state.repo.meta.erases_pending() == []
+    finally:
+        engine.close()
