@@ -28,7 +28,7 @@ from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.retention import RetentionConfig
 from pml_server.storage import SCHEMA_VERSION, Store
 from tests.conftest import StartServer
-from tests.support import eventually, open_engine, stop_pml_serve
+from tests.support import eventually, open_engine, spawn_pml_serve, stop_pml_serve
 
 READ = 'const d = await mcp.read_file({path: "FILE"}); return await mcp.parse_json(d)'
 PML = str(Path(sys.executable).parent / "pml")
@@ -594,6 +594,29 @@ def test_serve_reloads_the_keys_file_on_sighup(tmp_path: Path) -> None:
     finally:
         err = stop_pml_serve(proc)
     assert "keys file reloaded (SIGHUP)" in err
+
+
+def test_sighup_to_a_single_tenant_server_is_logged_and_it_goes_on_serving(
+    tmp_path: Path,
+) -> None:
+    """SIGHUP (logrotate sends one) to a server started without a keys file ended it: the
+    reload asserted a keys file path, the AssertionError came out of the signal handler, and
+    `pml serve` exited 1 with a traceback, without draining. It is logged; the server serves."""
+    proc, target = spawn_pml_serve(
+        "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"), "--embedder", "hashing"
+    )
+    try:
+        assert eventually(lambda: _key_works(target, ""), 30)
+        proc.send_signal(signal.SIGHUP)
+        assert eventually(lambda: proc.poll() is None and _key_works(target, ""))
+        with PmlClient(target) as c:
+            c.record(make_record("Read JSON file", "await mcp.read_file({path: 'a'})"))
+        assert proc.poll() is None
+    finally:
+        err = stop_pml_serve(proc)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "no keys file to reload (SIGHUP)" in err
 
 
 def test_a_keys_file_that_fails_to_load_keeps_the_keys_in_force(
