@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -20,6 +20,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from pml_server.domain import errors as domain
+from pml_server.domain.errors import clipped, logged_error
 
 log = logging.getLogger(__name__)
 
@@ -69,23 +70,6 @@ def _encoded_size(text: str) -> int:
     return sum(1 if 0x20 <= b <= 0x7E and b != 0x25 else 3 for b in text.encode())
 
 
-def _clip(text: str, limit: int, size: Callable[[str], int] = len) -> str:
-    """`text` cut (with a trailing "...") so that `size` of it is at most `limit`."""
-    # Every character costs at least 1: a longer text never fits, and its first `limit`
-    # characters hold the answer (a request may have put megabytes in it).
-    if len(text) <= limit and size(text) <= limit:
-        return text
-    text = text[:limit]
-    low, high = 0, len(text)
-    while low < high:  # the longest prefix that fits with the marker
-        mid = (low + high + 1) // 2
-        if size(text[:mid] + "...") <= limit:
-            low = mid
-        else:
-            high = mid - 1
-    return text[:low] + "..."
-
-
 def _bounded_violations(
     violations: Sequence[domain.FieldViolation],
 ) -> tuple[list[error_details_pb2.BadRequest.FieldViolation], int]:
@@ -95,8 +79,8 @@ def _bounded_violations(
     size = 0
     for v in violations:
         item = error_details_pb2.BadRequest.FieldViolation(
-            field=_clip(v.field, MAX_VIOLATION_CHARS),
-            description=_clip(v.description, MAX_VIOLATION_CHARS),
+            field=clipped(v.field, MAX_VIOLATION_CHARS),
+            description=clipped(v.description, MAX_VIOLATION_CHARS),
         )
         cost = item.ByteSize() + 4  # its tag and length in the BadRequest
         if kept and size + cost > MAX_DETAILS_BYTES:
@@ -122,11 +106,11 @@ def logged_detail(exc: BaseException) -> dict[str, object]:
     (never their descriptions), nothing more of another refusal of the request, and the message
     of a refusal the server made of its own state (draining, a quota, the store unavailable)."""
     if isinstance(exc, domain.InvalidArgumentError):
-        fields = [_clip(v.field, MAX_VIOLATION_CHARS) for v in exc.violations[:_FIELDS_LOGGED]]
+        fields = [clipped(v.field, MAX_VIOLATION_CHARS) for v in exc.violations[:_FIELDS_LOGGED]]
         return {"fields": fields, "invalid_fields": len(exc.violations)}
     if isinstance(exc, _QUOTING_THE_REQUEST):
         return {}
-    return {"error": _clip(str(exc), 500)}
+    return {"error": logged_error(exc)}
 
 
 def to_rpc_status(exc: BaseException) -> status_pb2.Status:
@@ -143,7 +127,7 @@ def to_rpc_status(exc: BaseException) -> status_pb2.Status:
         if left_out:
             message = "; ".join(f"{v.field}: {v.description}" for v in kept)
             tail = f"; and {left_out} more invalid fields"
-    message = _clip(message, MAX_STATUS_MESSAGE_BYTES - len(tail), _encoded_size) + tail
+    message = clipped(message, MAX_STATUS_MESSAGE_BYTES - len(tail), _encoded_size) + tail
     status = status_pb2.Status(code=code.value[0], message=message)
     if detail is not None:
         _pack(status, detail)

@@ -179,3 +179,13 @@ class _FollowerCollector(Collector):
             "Tenants whose indexes were rebuilt from the store after a gap in the op log",
             value=lag.rebuilds,
         )
+        yield CounterMetricFamily(
+            "pml_follower_errors",
+            "Op log catch-ups that failed (the database unreachable, an entry it cannot read)",
+            value=lag.errors,
+        )
+        yield GaugeMetricFamily(
+            "pml_follower_stalled",
+            "1 while the follower no longer applies the op log (health is NOT_SERVING)",
+            value=int(lag.stalled is not None),
+        )

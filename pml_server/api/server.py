@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pml_pb2.DESCRIPTOR.services_by_name["PmlService"].full_name
 _READY_POLL_SECONDS = 0.2
+_FOLLOWER_WATCH_SECONDS = 0.5  # how often health looks at a replica's follower
 SWITCH_INTERVAL_SECONDS = 0.0002
 
 
@@ -217,6 +218,13 @@ def start_server(whole: Config, engine: EngineProtocol | None = None) -> Running
     secret_file = config.page_token_secret_file or whole.engine.data_dir / "page-token.key"
     try:
         tokens = PageTokens(load_or_create_secret(secret_file))
+    except OSError as err:  # a directory, a file under a file: one line naming the flag
+        if opened:
+            engine.close()
+        raise ValueError(
+            f"--page-token-secret-file {secret_file}: cannot read or create it: "
+            f"{err.strerror or err}"
+        ) from None
     except BaseException:
         if opened:
             engine.close()
@@ -424,15 +432,30 @@ def _freeze_loaded_heap() -> None:
 
 
 def _report_ready(running: RunningServer) -> None:
-    """Health says SERVING only once the vector index has caught up with the store."""
+    """Health says SERVING only once the vector index has caught up with the store; then, on a
+    replica of a shared store, NOT_SERVING while its op log follower is stalled (its indexes
+    no longer follow the store: docs/storage.md, Replicas), SERVING again once it follows."""
     while not running._stopped.is_set():
         if running.engine.is_ready():
             _freeze_loaded_heap()
-            if not running._stopped.is_set():
-                for name in ("", SERVICE_NAME):
-                    running.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-            return
+            break
         running._stopped.wait(_READY_POLL_SECONDS)
+    follower_lag = getattr(getattr(running.engine, "admin", None), "follower_lag", None)
+    shown: int | None = None
+    while not running._stopped.is_set():
+        lag = follower_lag() if follower_lag is not None else None
+        status = (
+            health_pb2.HealthCheckResponse.NOT_SERVING
+            if lag is not None and lag.stalled is not None
+            else health_pb2.HealthCheckResponse.SERVING
+        )
+        if status != shown:
+            for name in ("", SERVICE_NAME):
+                running.health.set(name, status)  # ignored once draining
+            shown = status
+        if follower_lag is None:
+            return
+        running._stopped.wait(_FOLLOWER_WATCH_SECONDS)
 
 
 def _announce(line: str) -> None:

@@ -84,6 +84,13 @@ class BackupDir:
             raise ValueError("keep must be >= 1")
         if not store_id:
             raise ValueError("store_id must not be empty")
+        try:  # at start: a path that cannot be a directory failed every backup, told in logs
+            root.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ValueError(
+                f"--backup-dir {root} cannot be the backup directory: it, or a folder above "
+                "it, is a file"
+            ) from None
         self.root = root
         self.keep = keep
         self.store_id = store_id

@@ -9,12 +9,13 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pml_server.config import (
     DEFAULT_LISTEN,
     ConfigError,
     add_serve_flags,
+    check_keys_file,
     listen_problem,
     serve_config,
 )
@@ -191,8 +192,16 @@ def _keys_parsers(commands: Any) -> None:
     revoke.add_argument("id", help="the key's id from `keys list` (or the key itself)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A flag it cannot take is one line naming it, exit 2 (docs/cli.md, Exit codes): argparse
+    printed the whole usage first, 30 lines for `pml serve`, burying the error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pml",
         description="pml: procedural memory for agents",
         epilog=EXIT_CODES,
@@ -426,7 +435,12 @@ def _keys(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         return output_closed()
-    except (OSError, ValueError, KeyError) as err:
+    except OSError as err:  # a directory, a folder that does not exist: the flag named
+        print(
+            f"pml keys: error: --keys-file {args.keys_file}: {err.strerror or err}", file=sys.stderr
+        )
+        return 2
+    except (ValueError, KeyError) as err:
         print(f"pml keys: error: {err}", file=sys.stderr)
         return 2
     return 0
@@ -438,6 +452,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         config = serve_config(args)
+        check_keys_file(config, args)
     except ConfigError as err:
         print(f"pml serve: error: {err}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ engine `config.engine`, and both check requests against `config.engine.limits`."
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,7 +18,7 @@ from pml_server.config._addresses import (
     is_loopback_host,
     listen_problem,
 )
-from pml_server.config._flags import add_serve_flags, settings_from_args
+from pml_server.config._flags import add_serve_flags, flag_name, settings_from_args
 from pml_server.config._model import (
     DEFAULT_DATA_DIR,
     DEFAULT_LISTEN,
@@ -42,7 +43,44 @@ def serve_config(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
     _check_store(from_file, f"{path}: engine.store")
     _check_store(from_env, STORE_ENV)
     _check_store(from_flags, "--store")
-    return build(merge(from_file, from_env, from_flags))
+    try:
+        return build(merge(from_file, from_env, from_flags))
+    except ConfigError as err:
+        raise ConfigError(_named(str(err), from_flags, from_file, path)) from None
+
+
+def _named(message: str, from_flags: Settings, from_file: Settings, path: Path | None) -> str:
+    """A value a section refused, its message led by where the value came from: the flag
+    (`--max-workers: server.max_workers must be >= 1`), else the file."""
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            named = f"{section}.{f.name}" in message or message.startswith(f"{f.name} ")
+            if not named:
+                continue
+            if f.name in from_flags.get(section, {}):
+                return f"{flag_name(section, f)}: {message}"
+            if path is not None and f.name in from_file.get(section, {}):
+                return f"{path}: {message}"
+    return message
+
+
+def check_keys_file(config: Config, args: argparse.Namespace) -> None:
+    """The keys file `pml serve` will load, read before anything opens, so that one it cannot
+    load (missing: the server refused every call; malformed) stops it naming the flag or the
+    config key that gave it (exit 2). Reading is the server's own (`read_keys_file`)."""
+    keys_file = config.server.keys_file
+    if keys_file is None:
+        return
+    from pml_server.api.security.auth import read_keys_file
+
+    flag_given = "keys_file" in settings_from_args(args).get("server", {})
+    where = "--keys-file" if flag_given else f"{getattr(args, 'config', None)}: server.keys_file"
+    try:
+        read_keys_file(keys_file, given=where)
+    except OSError as err:
+        raise ConfigError(f"{keys_file}: cannot read it ({where}): {err.strerror or err}") from None
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _check_store(settings: Settings, where: str) -> None:
@@ -81,6 +119,7 @@ __all__ = [
     "add_serve_flags",
     "bind_error",
     "bind_problem",
+    "check_keys_file",
     "config_of",
     "is_loopback",
     "is_loopback_host",

@@ -73,10 +73,21 @@ def _without_none(hint: Any) -> Any:
 _TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
+def _toml_type(value: Any) -> str:
+    """What a TOML value is, named without the value: a wrong-typed one may still be a secret
+    (a DSN with its password written as a table), and the error goes to a terminal and logs."""
+    if isinstance(value, bool):
+        return "a boolean"
+    for kind, name in ((dict, "a table"), (list, "an array"), (int, "an integer")):
+        if isinstance(value, kind):
+            return name
+    return {float: "a float", str: "a string"}.get(type(value), "a date or time")
+
+
 def _scalar(path: Path, where: str, value: Any, kind: Any) -> Any:
     def wrong() -> ConfigError:
         expected = "a path (string)" if kind is Path else _TYPE_NAMES.get(kind, str(kind))
-        return ConfigError(f"{path}: {where} must be {expected}, got {value!r}")
+        return ConfigError(f"{path}: {where} must be {expected}, got {_toml_type(value)}")
 
     if kind is bool:
         if not isinstance(value, bool):

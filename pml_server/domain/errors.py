@@ -3,7 +3,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+# The most of an error's message a log line keeps: a message may quote what a request or a
+# stored row held (megabytes of it), and logs are kept (docs/operations.md, Secrets outside
+# the store).
+LOGGED_ERROR_CHARS = 500
+
+
+def clipped(text: str, limit: int, size: Callable[[str], int] = len) -> str:
+    """`text` cut (with a trailing "...") so that `size` of it is at most `limit`."""
+    # Every character costs at least 1: a longer text never fits, and its first `limit`
+    # characters hold the answer (a request may have put megabytes in it).
+    if len(text) <= limit and size(text) <= limit:
+        return text
+    text = text[:limit]
+    low, high = 0, len(text)
+    while low < high:  # the longest prefix that fits with the marker
+        mid = (low + high + 1) // 2
+        if size(text[:mid] + "...") <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return text[:low] + "..."
+
+
+def logged_error(exc: BaseException) -> str:
+    """What a log line says of an error's message: clipped."""
+    return clipped(str(exc), LOGGED_ERROR_CHARS)
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,8 @@ def refuse_unserved(server: MCPServer) -> ServerMiddleware[Any]:
         if ctx.request_id is None or ctx.method == "initialize":  # a notification; the handshake
             return await call_next(ctx)
         if server._lowlevel_server.get_request_handler(ctx.method) is None:
-            raise MCPError(METHOD_NOT_FOUND, "Method not found", data=ctx.method)
+            # The method echoed as every name a caller sent is: clipped (`shown`).
+            raise MCPError(METHOD_NOT_FOUND, "Method not found", data=shown(ctx.method))
         return await call_next(ctx)
 
     return middleware

@@ -34,7 +34,7 @@ from typing import Any
 
 import psycopg
 
-from pml_server.domain.errors import UnavailableError
+from pml_server.domain.errors import UnavailableError, logged_error
 from pml_server.domain.records import IntentRecord
 from pml_server.replication._lag import FollowerLag
 from pml_server.search import TenantSearchIndex
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 DEFAULT_POLL_SECONDS = 0.5
 _LAG_WINDOW = 4096  # recent entries the lag percentiles are taken over
 _BATCH = 1000
+MAX_BACKOFF_SECONDS = 30.0
 
 
 class OplogFollower:
@@ -71,6 +72,8 @@ class OplogFollower:
         self._lock = threading.Lock()  # one catch-up at a time
         # the snapshot the last read of changed rows saw (None: not begun)
         self._since: str | None = None
+        self._errors = 0  # catch-ups of `run` that failed
+        self._stalled: str | None = None  # the error `run` is stuck on, other than the database's
 
     def begin(self) -> None:
         """Start from the current heads (call before restoring the indexes)."""
@@ -208,32 +211,66 @@ class OplogFollower:
     def lag(self) -> FollowerLag:
         values = sorted(self._lags)
         if not values:
-            return FollowerLag(self._applied, 0.0, 0.0, self._behind, self.rebuilds)
+            return FollowerLag(
+                self._applied, 0.0, 0.0, self._behind, self.rebuilds, self._errors, self._stalled
+            )
 
         def at(q: float) -> float:
             return values[min(len(values) - 1, int(q * len(values)))]
 
-        return FollowerLag(self._applied, at(0.5), at(0.99), self._behind, self.rebuilds)
+        return FollowerLag(
+            self._applied,
+            at(0.5),
+            at(0.99),
+            self._behind,
+            self.rebuilds,
+            self._errors,
+            self._stalled,
+        )
 
     def run(self, stop: threading.Event) -> None:
         """Follow until `stop` is set: LISTEN wake-ups, a bounded poll when none comes, and
-        reconnection (with the poll interval as back-off) when the database goes away."""
+        reconnection when the database goes away. Any error is survived: logged (its message
+        clipped), counted (`FollowerLag.errors`), and retried after a back-off that doubles
+        from the poll interval up to `MAX_BACKOFF_SECONDS` while errors repeat. An error that
+        is not the database's (an op log entry this build cannot read) marks the follower
+        stalled until a catch-up succeeds: the replica's health says NOT_SERVING meanwhile,
+        as its indexes no longer follow the store (docs/storage.md, Replicas)."""
+        failures = 0
         while not stop.is_set():
             listener: psycopg.Connection[tuple[Any, ...]] | None = None
             try:
                 listener = self._oplog.listen()
                 self.catch_up()  # entries committed before LISTEN took effect
+                failures, self._stalled = 0, None
                 while not stop.is_set():
                     for _ in listener.notifies(timeout=self._poll_seconds, stop_after=1):
                         pass
                     self.catch_up()
-            except (psycopg.Error, UnavailableError) as error:
-                log.warning("op log follower: %s; retrying", error)
-                stop.wait(self._poll_seconds)
+            except Exception as error:  # any error: the thread must go on
+                failures += 1
+                self._errors += 1
+                backoff = min(self._poll_seconds * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
+                detail = f"{type(error).__name__}: {logged_error(error)}"
+                if isinstance(error, psycopg.Error | UnavailableError):
+                    log.warning("op log follower: %s; retrying in %.1f s", detail, backoff)
+                else:
+                    self._stalled = detail
+                    log.error(
+                        "op log follower stalled: %s; this replica's indexes no longer follow "
+                        "the store; retrying in %.1f s",
+                        detail,
+                        backoff,
+                    )
+                stop.wait(backoff)
             finally:
                 if listener is not None:
                     with contextlib.suppress(psycopg.Error):
                         listener.close()
+
+    def stalled(self) -> str | None:
+        """Why the follower no longer applies the op log (None: it follows)."""
+        return self._stalled
 
 
 def _follows(cursor: int, entries: Sequence[tuple[int, Any, float]]) -> bool:

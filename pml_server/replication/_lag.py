@@ -15,3 +15,6 @@ class FollowerLag:
     p99: float
     behind: int  # entries committed but not yet applied, at the last poll
     rebuilds: int = 0  # tenants rebuilt from the store after a gap in the op log
+    errors: int = 0  # catch-ups that failed (the database gone, an entry it cannot read)
+    # why the follower no longer applies the op log (an error not the database's), else None
+    stalled: str | None = None

@@ -5,6 +5,7 @@ capability's group lock (the capture lock order without the request id)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import replace
@@ -19,6 +20,9 @@ from pml_server.service._reads import views_by_capability
 from pml_server.service._state import EngineState
 from pml_server.service._writes import Change, audit, await_durable, commit, oplog
 from pml_server.storage.repo import Repository, tools_digest
+from pml_server.storage.seam import StoreClosedError
+
+log = logging.getLogger(__name__)
 
 
 def delete_pattern(
@@ -37,9 +41,35 @@ def delete_pattern(
 def delete_pattern_from_disk(state: EngineState, tenant: str, pattern_id: str, reason: str) -> None:
     """A user's deletion: the pattern goes, and its rows' bytes leave the store's files before
     this returns (docs/storage.md, Data left on disk)."""
-    state.store.erase_overwritten(
-        _remove_pattern(state, tenant, pattern_id, reason, users_deletion=True)
+    deletion = secrets.token_hex(8).encode()
+    _erase_deleted(
+        state, _remove_pattern(state, tenant, pattern_id, reason, deletion=deletion), deletion
     )
+
+
+def _erase_deleted(
+    state: EngineState, deleted: list[tuple[str, bytes]] | None, deletion: bytes
+) -> None:
+    """Erase the bytes of a committed deletion's rows, then its erase-pending row. A store
+    closed meanwhile (the server stopping) leaves the row: the deletion is committed and
+    durable, so it is answered done, and the next open erases (docs/storage.md, Data left on
+    disk); UNAVAILABLE would have a retry answered NOT_FOUND."""
+    try:
+        state.store.erase_overwritten(deleted)
+        # Not waited for: lost, the next open only erases once more.
+        state.store.submit(state.repo.meta.erased([deletion]))
+    except StoreClosedError:
+        log.warning("store closed during a deletion's erase: the next open erases its rows")
+
+
+def erase_left_deletions(state: EngineState) -> None:
+    """At open: erase the rows of deletions whose erase a close cut short (the whole store:
+    their keys are not kept), then forget them."""
+    left = state.repo.meta.erases_pending()
+    if left:
+        state.store.erase_overwritten()
+        state.store.write(state.repo.meta.erased(left))
+        log.info("erased the rows of %d deletions a close left on disk", len(left))
 
 
 def _remove_pattern(
@@ -48,11 +78,11 @@ def _remove_pattern(
     pattern_id: str,
     reason: str,
     still_wanted: Callable[[PatternRecord], bool] | None = None,
-    *,
-    users_deletion: bool = False,
+    deletion: bytes | None = None,
 ) -> list[tuple[str, bytes]] | None:
     """`delete_pattern`'s work; the (family, key) of every row it deleted or erased, None when
-    it deleted nothing. A user's deletion also erases the failure log's entries of the
+    it deleted nothing. `deletion`: a user's deletion, whose erase-pending row is committed
+    with it (`_erase_deleted`), and which also erases the failure log's entries of the
     pattern's runs; retention's keeps them (docs/storage.md, Data left on disk)."""
     check_tenant(tenant)
     repo = state.repo
@@ -67,11 +97,13 @@ def _remove_pattern(
             held.enter_context(state.locks.group.lock_for(tenant, tools_digest(capability.tools)))
             capability = repo.capabilities.capability(tenant, pattern.capability_id)
         change = pattern_removal(repo, tenant, pattern, capability)
-        if users_deletion:
+        if deletion is not None:
             change.erase_failures_of = (pattern.id, pattern.code_hash)
         change.ops.append(oplog(state, tenant, "remove", change.index_removes))
         entry = {"action": "deleted", "pattern_id": pattern_id, "reason": reason}
         audit(state, tenant, change, entry)
+        if deletion is not None:
+            change.ops.append(state.repo.meta.put_erase_pending(deletion))
         ticket = commit(state, tenant, change)
     await_durable(ticket)
     return [(cf, key) for cf, key, value in change.ops if value is None] + change.erased
@@ -99,11 +131,12 @@ def delete_capability(state: EngineState, tenant: str, capability_id: str) -> No
         raise NotFoundError(f"capability {capability_id!r} not found")
     deleted: list[tuple[str, bytes]] = []
     reason = f"capability {capability_id} deleted"
+    deletion = secrets.token_hex(8).encode()
     for pattern_id in capability.pattern_ids:
         with contextlib.suppress(NotFoundError):
-            deleted += _remove_pattern(state, tenant, pattern_id, reason, users_deletion=True) or []
+            deleted += _remove_pattern(state, tenant, pattern_id, reason, deletion=deletion) or []
     if deleted:
-        state.store.erase_overwritten(deleted)
+        _erase_deleted(state, deleted, deletion)
 
 
 def pattern_removal(

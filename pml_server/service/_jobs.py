@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pml_server import __version__
 from pml_server.backup import BackupDir, BackupJob, store_id
 from pml_server.domain.errors import UnavailableError
-from pml_server.service._curation import run_retention
+from pml_server.service._curation import erase_left_deletions, run_retention
 from pml_server.service._heap import release_free_memory
 from pml_server.service._older_builds import (
     rekey_tool_names,
@@ -142,6 +142,10 @@ class BackgroundJobs:
             self.placeholders.failed(error)  # never run: their waiters hear why
             self.summaries.failed(error)
             return
+        try:
+            erase_left_deletions(state)
+        except Exception:  # the rows stay marked: the next open tries again
+            log.exception("erasing the rows of deletions a close left on disk failed")
         # once per store, while serving: each rewrite holds only its pattern's lock
         # (docs/normalization.md, Placeholder names; docs/capture.md, The intents a view shows)
         self.placeholders.run(lambda: rename_placeholders(state, self._stop))

@@ -176,6 +176,10 @@ class Store:
         self._cf = {name: self._db.get_column_family(name) for name in COLUMN_FAMILIES}
         # Guards the writer's overlay and the read cache together (see get_many).
         self._lock = threading.Lock()
+        # Held by an erase for its whole flush and compaction, and by `close` before it closes
+        # the families: closing them under a running compaction failed ("Already borrowed")
+        # and left the database open, its LOCK held.
+        self._erasing = threading.Lock()
         self._read_cache = _ReadCache(READ_CACHE_BYTES)
         self._fills: list[_Fill] = []  # get_many calls reading RocksDB outside the lock now
         try:
@@ -213,23 +217,25 @@ class Store:
         family's whole range, or with `keys` ((family, key) of the rows deleted) only the range
         from their least to their greatest key, compacted down to the last level, that level
         too. Writes go on meanwhile (the compaction is not exclusive); a checkpoint taken
-        before keeps its own hard links to the old files."""
-        self._writer.check_open()
-        for name in COLUMN_FAMILIES:
-            self._family(name).flush(True)
-        ranges: dict[str, tuple[bytes | None, bytes | None]]
-        if keys is None:
-            ranges = dict.fromkeys(COLUMN_FAMILIES, (None, None))
-        else:
-            by_family: dict[str, list[bytes]] = {}
-            for cf, key in keys:
-                by_family.setdefault(cf, []).append(key)
-            ranges = {cf: (min(k), max(k) + b"\x00") for cf, k in by_family.items()}
-        options = CompactOptions()
-        options.set_exclusive_manual_compaction(False)
-        options.set_bottommost_level_compaction(BottommostLevelCompaction.force_optimized())
-        for cf, (begin, end) in ranges.items():
-            self._family(cf).compact_range(begin, end, options)
+        before keeps its own hard links to the old files. A `close` waits for an erase begun;
+        one begun after it raises StoreClosedError."""
+        with self._erasing:
+            self._writer.check_open()
+            for name in COLUMN_FAMILIES:
+                self._family(name).flush(True)
+            ranges: dict[str, tuple[bytes | None, bytes | None]]
+            if keys is None:
+                ranges = dict.fromkeys(COLUMN_FAMILIES, (None, None))
+            else:
+                by_family: dict[str, list[bytes]] = {}
+                for cf, key in keys:
+                    by_family.setdefault(cf, []).append(key)
+                ranges = {cf: (min(k), max(k) + b"\x00") for cf, k in by_family.items()}
+            options = CompactOptions()
+            options.set_exclusive_manual_compaction(False)
+            options.set_bottommost_level_compaction(BottommostLevelCompaction.force_optimized())
+            for cf, (begin, end) in ranges.items():
+                self._family(cf).compact_range(begin, end, options)
 
     def locks(self, name: str, stripes: int) -> LocalLocks:
         return LocalLocks(stripes)
@@ -426,14 +432,15 @@ class Store:
     def close(self) -> None:
         if not self._writer.close():  # writes everything queued first
             return
-        try:
-            self._db.flush()
-            failed = False
-        except Exception as err:  # a full disk: the WAL holds every acknowledged write, and the
-            # next open replays it (docs/storage.md, The embedded store (RocksDB))
-            log.error("store at %s not flushed at close: %s", self.path, err)
-            failed = True
-        self._close_families(after_error=failed)
+        with self._erasing:  # an erase begun ends first
+            try:
+                self._db.flush()
+                failed = False
+            except Exception as err:  # a full disk: the WAL holds every acknowledged write, and
+                # the next open replays it (docs/storage.md, The embedded store (RocksDB))
+                log.error("store at %s not flushed at close: %s", self.path, err)
+                failed = True
+            self._close_families(after_error=failed)
         self._read_cache.clear()
 
     def _close_families(self, after_error: bool = False) -> None:

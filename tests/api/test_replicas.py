@@ -7,6 +7,7 @@ start is a clear error that names the host, never the password."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -20,10 +21,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import psycopg
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from pml_server.client import PmlClient, PmlClientError, make_record
 from testing.postgres_cluster import PostgresCluster, free_port
+from tests.conftest import StartServer
+from tests.support import eventually, open_engine
+from tests.support import make_record as engine_record
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_SECONDS = 30.0
@@ -324,3 +330,61 @@ def test_the_store_comes_from_the_flag_or_pml_store(monkeypatch: pytest.MonkeyPa
     assert serve_config(flagged).engine.store == "postgresql://other/db"
     monkeypatch.delenv("PML_STORE")
     assert serve_config(cli.build_parser().parse_args(["serve"])).engine.store is None
+
+
+def test_a_follower_that_meets_an_entry_it_cannot_read_survives_and_health_says_so(
+    start: StartServer,
+    postgres_dsn: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An op log entry this build cannot read (written straight into PostgreSQL: a newer
+    build's, a damaged row) ended the follower's thread with nothing logged but its traceback:
+    the replica went on serving stale data, SERVING. The follower now survives any error: it
+    logs it (clipped), counts it, backs off, and health says NOT_SERVING while it is stalled;
+    the entry removed, it rebuilds what it missed and health says SERVING again."""
+    server = start(store=postgres_dsn)
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+
+        def status() -> int:
+            return check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
+
+        assert eventually(lambda: status() == health_pb2.HealthCheckResponse.SERVING)
+        other = open_engine(tmp_path / "other", store=postgres_dsn)
+        try:
+            other.record("default", engine_record("r1", "Read JSON file", ["fs.read"]))
+            caplog.set_level(logging.WARNING, logger="pml_server.replication._follower")
+            with psycopg.connect(postgres_dsn, autocommit=True) as db:
+                row = db.execute("SELECT seq FROM pml_oplog_head WHERE tenant = 'default'")
+                (head,) = row.fetchone() or (0,)
+                db.execute(
+                    "INSERT INTO pml_oplog (tenant, seq, op) VALUES ('default', %s, %s)",
+                    (head + 1, b"\xff" + b"x" * 1_000_000),
+                )
+                db.execute(
+                    "UPDATE pml_oplog_head SET seq = %s WHERE tenant = 'default'", (head + 1,)
+                )
+            assert eventually(lambda: status() == health_pb2.HealthCheckResponse.NOT_SERVING)
+            lag = server.engine.admin.follower_lag()  # type: ignore[attr-defined]
+            assert lag.errors >= 1
+            assert lag.stalled is not None
+            assert "UnicodeDecodeError" in lag.stalled
+            stalled = [r.getMessage() for r in caplog.records if "follower stalled" in r.msg]
+            assert stalled
+            assert max(len(line) for line in stalled) < 1000
+            with psycopg.connect(postgres_dsn, autocommit=True) as db:
+                db.execute(
+                    "DELETE FROM pml_oplog WHERE tenant = 'default' AND seq = %s", (head + 1,)
+                )
+            assert eventually(lambda: status() == health_pb2.HealthCheckResponse.SERVING, 60)
+            saved = other.record("default", engine_record("r2", "Send the mail", ["mail.send"]))
+            with PmlClient(f"127.0.0.1:{server.port}") as client:
+
+                def suggested() -> list[str]:
+                    answer = client.suggest("Send the mail").suggestions
+                    return [s.pattern.name.rsplit("/", 1)[-1] for s in answer]
+
+                assert eventually(lambda: saved.pattern_id in suggested())
+        finally:
+            other.close()

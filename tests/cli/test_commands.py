@@ -199,7 +199,10 @@ def test_a_count_that_is_no_integer_is_said_in_words(run: object, argv: tuple[st
     function, `_int32` or `_positive`, for the type.)"""
     assert callable(run)
     out = run(*argv, "abc", expect=2)
-    assert out.splitlines()[-1].endswith(f"error: argument {argv[-1]}: 'abc' is not an integer")
+    assert out.splitlines() == [
+        f"pml {argv[0]}: error: argument {argv[-1]}: 'abc' is not an integer "
+        f"(`pml {argv[0]} --help` lists the flags)"
+    ]
 
 
 @pytest.mark.parametrize("flag", ["-k", "--plans"])
@@ -424,7 +427,10 @@ def test_keys_list_or_revoke_of_a_missing_file_is_an_error_naming_it(
         cli.main(["keys", action[0], "--keys-file", str(path), *action[1:]])
     assert done.value.code == 2
     said = capsys.readouterr()
-    assert said.err == f"pml keys: error: {path}: no such keys file (`pml keys add` creates one)\n"
+    assert said.err == (
+        f"pml keys: error: {path}: no such keys file; "
+        f"`pml keys add --keys-file {path} --tenant NAME` creates one\n"
+    )
     assert said.out == ""
     assert list(tmp_path.iterdir()) == []
 
@@ -598,3 +604,27 @@ def test_json_is_a_flag_of_the_commands_that_print_replies_not_of_mcp(
         cli.build_parser().parse_args(["mcp", "--json"])
     assert done.value.code == 2
     assert "unrecognized arguments: --json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["serve", "--max-workers", "abc"], "pml serve: error: argument --max-workers: invalid"),
+        (["serve", "--log-level", "loud"], "pml serve: error: argument --log-level: invalid"),
+        (["keys", "add", "--tenant", "a"], "pml keys add: error: the following arguments are"),
+        (["stats", "--bogus"], "pml: error: unrecognized arguments: --bogus"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else "",
+)
+def test_a_flag_the_cli_cannot_take_is_one_line_naming_it(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    """argparse printed the whole usage before its error, 30 lines for `pml serve`: the line
+    naming the flag came last. It is one line, exit 2, pointing at --help."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(said)
+    assert err.count("\n") == 1
+    assert err.endswith("--help` lists the flags)\n")

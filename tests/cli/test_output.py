@@ -28,7 +28,7 @@ from pml_server.client import PmlClient, PmlClientError, make_record
 from pml_server.retention import RetentionConfig
 from pml_server.storage import SCHEMA_VERSION, Store
 from tests.conftest import StartServer
-from tests.support import eventually, open_engine, stop_pml_serve
+from tests.support import eventually, open_engine, spawn_pml_serve, stop_pml_serve
 
 READ = 'const d = await mcp.read_file({path: "FILE"}); return await mcp.parse_json(d)'
 PML = str(Path(sys.executable).parent / "pml")
@@ -596,6 +596,29 @@ def test_serve_reloads_the_keys_file_on_sighup(tmp_path: Path) -> None:
     assert "keys file reloaded (SIGHUP)" in err
 
 
+def test_sighup_to_a_single_tenant_server_is_logged_and_it_goes_on_serving(
+    tmp_path: Path,
+) -> None:
+    """SIGHUP (logrotate sends one) to a server started without a keys file ended it: the
+    reload asserted a keys file path, the AssertionError came out of the signal handler, and
+    `pml serve` exited 1 with a traceback, without draining. It is logged; the server serves."""
+    proc, target = spawn_pml_serve(
+        "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data"), "--embedder", "hashing"
+    )
+    try:
+        assert eventually(lambda: _key_works(target, ""), 30)
+        proc.send_signal(signal.SIGHUP)
+        assert eventually(lambda: proc.poll() is None and _key_works(target, ""))
+        with PmlClient(target) as c:
+            c.record(make_record("Read JSON file", "await mcp.read_file({path: 'a'})"))
+        assert proc.poll() is None
+    finally:
+        err = stop_pml_serve(proc)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "no keys file to reload (SIGHUP)" in err
+
+
 def test_a_keys_file_that_fails_to_load_keeps_the_keys_in_force(
     start: StartServer,
     tmp_path: Path,
@@ -613,6 +636,108 @@ def test_a_keys_file_that_fails_to_load_keeps_the_keys_in_force(
     assert server.keys_watcher is not None
     assert not server.keys_watcher.reload("SIGHUP")
     assert _key_works(target, key)
+
+
+def test_pml_serve_refuses_a_keys_file_that_does_not_exist(
+    tmp_path: Path, start: StartServer
+) -> None:
+    """A misspelt --keys-file started a server with no key at all, which refused every call.
+    It is refused at start, exit 2, one line naming the flag or the config key that gave it
+    and the command that creates the file; nothing is created."""
+    missing = tmp_path / "kyes.json"
+    config = tmp_path / "pml.toml"
+    config.write_text(f'[server]\nkeys_file = "{missing}"\n')
+    serve = ["serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")]
+    for argv, given in (
+        ([*serve, "--keys-file", str(missing)], "--keys-file"),
+        ([*serve, "--config", str(config)], f"{config}: server.keys_file"),
+    ):
+        # A process: one that starts serves until stopped (it did, with no key).
+        try:
+            done = subprocess.run(
+                [PML, *argv, "--embedder", "hashing"], capture_output=True, text=True, timeout=60
+            )
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"pml serve started: {argv}") from None
+        assert done.returncode == 2, argv
+        assert done.stderr == (
+            f"pml serve: error: {missing}: no such keys file ({given}); "
+            f"`pml keys add --keys-file {missing} --tenant NAME` creates one\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pml.toml"]
+    with pytest.raises(ValueError, match="no such keys file"):
+        start(keys_file=missing)
+
+
+def test_a_keys_file_deleted_while_serving_keeps_the_keys_in_force(
+    start: StartServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A keys file removed under a running server was reloaded as no keys: every call was
+    refused from then on. It is a reload error like any other: logged, the keys stay, and
+    the file put back is read again."""
+    path = tmp_path / "keys.json"
+    key = _keys("add", "--keys-file", str(path), "--tenant", "acme", capsys=capsys).split()[-1]
+    server = start(keys_file=path)
+    target = f"127.0.0.1:{server.port}"
+    caplog.set_level(logging.INFO, logger="pml.keys")
+    kept = path.read_text()
+    path.unlink()
+    assert eventually(lambda: "keys file not reloaded (file changed)" in caplog.text)
+    assert "no such keys file" in caplog.text
+    assert _key_works(target, key)
+    assert server.keys_watcher is not None
+    assert not server.keys_watcher.reload("SIGHUP")
+    assert _key_works(target, key)
+    path.write_text(kept.replace('"keys": [', '"keys": [], "old": ['))  # back, key revoked
+    assert eventually(lambda: not _key_works(target, key))
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (
+            ["serve", "--page-token-secret-file", "{dir}"],
+            "pml serve: error: --page-token-secret-file {dir}: cannot read or create it: "
+            "Is a directory",
+        ),
+        (
+            ["serve", "--backup-dir", "{file}/backups"],
+            "pml serve: error: --backup-dir {file}/backups cannot be the backup directory: it, "
+            "or a folder above it, is a file",
+        ),
+        (
+            ["keys", "add", "--tenant", "acme", "--keys-file", "{dir}"],
+            "pml keys: error: --keys-file {dir}: Is a directory",
+        ),
+        (
+            ["keys", "add", "--tenant", "acme", "--keys-file", "{dir}/none/keys.json"],
+            "pml keys: error: --keys-file {dir}/none/keys.json: No such file or directory",
+        ),
+    ],
+    ids=["secret-dir", "backup-under-file", "keys-dir", "keys-no-folder"],
+)
+def test_a_path_that_cannot_be_what_its_flag_says_is_one_line_naming_the_flag(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    """A directory given as the page-token secret or the keys file, a folder that does not
+    exist, said only `[Errno 21] Is a directory: '...'`; a backup dir under a file started the
+    server, and every backup failed. Each is one line naming the flag, exit 2."""
+    folder, file = tmp_path / "folder", tmp_path / "file"
+    folder.mkdir()
+    file.write_text("x")
+    argv = [f.format(dir=folder, file=file) for f in flags]
+    if argv[0] == "serve":
+        argv += ["--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d"), "--embedder"]
+        argv += ["hashing"]
+    try:  # a process: one that starts serves until stopped
+        done = subprocess.run([PML, *argv], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"pml started: {argv}") from None
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == said.format(dir=folder, file=file) + "\n"
 
 
 _MALFORMED_KEYS_FILES = {

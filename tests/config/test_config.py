@@ -264,7 +264,7 @@ def test_a_ranking_table_replaces_values_of_the_chosen_embedders_defaults(tmp_pa
             "[server]\nlisten_port = 1\n",
             r"unknown key server\.listen_port .*did you mean server\.listen",
         ),
-        ("[engine]\nembedder = 3\n", r"engine\.embedder must be a string, got 3"),
+        ("[engine]\nembedder = 3\n", r"engine\.embedder must be a string, got an integer$"),
         ("[engine]\nmax_code_bytes = 1.5\n", r"engine\.max_code_bytes must be an integer"),
         (
             "[engine]\nretention_in_background = 1\n",
@@ -285,10 +285,13 @@ def test_a_ranking_table_replaces_values_of_the_chosen_embedders_defaults(tmp_pa
             "[engine]\ncapability_group_threshold = -1.5\n",
             r"engine\.capability_group_threshold must be a cosine, -1 to 1, got -1\.5",
         ),
-        ("[engine]\nrequest_id_ttl_days = 0\n", r"^engine\.request_id_ttl_days must be > 0$"),
+        (
+            "[engine]\nrequest_id_ttl_days = 0\n",
+            r"pml\.toml: engine\.request_id_ttl_days must be > 0$",
+        ),
         (
             "[engine]\nsnapshot_interval_seconds = -1\n",
-            r"^engine\.snapshot_interval_seconds must be >= 0$",
+            r"pml\.toml: engine\.snapshot_interval_seconds must be >= 0$",
         ),
         (
             "[engine]\nsession_idle_seconds = inf\n",
@@ -301,6 +304,34 @@ def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, messag
     with pytest.raises(ConfigError, match=message) as caught:
         serve_config(_serve_args("--config", str(path)), environ={})
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[engine]\nstore = {dsn = "postgresql://u:s3cret@h/db"}\n',
+            "engine.store must be a string, got a table",
+        ),
+        ('[engine]\nstore = ["postgresql://u:s3cret@h/db"]\n', "must be a string, got an array"),
+        ('[server]\ntls_key = {pem = "s3cret"}\n', "tls_key must be a path (string), got a table"),
+        ('[server]\nkeys_file = ["s3cret"]\n', "keys_file must be a path (string), got an array"),
+        ("[server]\npage_token_secret_file = 53237 \n", "must be a path (string), got an integer"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_named_by_its_type_never_echoed(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """A DSN with its password written as a table or an array by mistake was echoed whole in
+    the error, which goes to a terminal and to logs. The key and the type are named; no value
+    of the wrong type is repeated."""
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        serve_config(_serve_args("--config", str(path)), environ={})
+    said = str(caught.value)
+    assert said == f"{path}: {message}" or said.endswith(message), said
+    assert "s3cret" not in said
+    assert "53237" not in said
 
 
 def test_pml_serve_exits_2_with_one_line_for_a_bad_file(tmp_path: Path) -> None:
@@ -440,11 +471,13 @@ def test_engine_values_that_are_not_finite_are_refused_at_start(argv: list[str])
     """Each was taken: `session_idle_seconds = inf` (a session that never goes idle) made the
     second step of every session an INTERNAL error, `request_id_ttl_days = inf` (keep the
     answers for ever) every retention run, on demand or in the background; `nan` did the same
-    or silently turned a job off."""
+    or silently turned a job off. The error leads with the flag that gave the value."""
     name = argv[0].removeprefix("--").replace("-", "_")
     with pytest.raises(ConfigError) as refused:
         serve_config(_serve_args(*argv), environ={})
-    assert str(refused.value) == f"engine.{name} must be a finite number, got {float(argv[1])!r}"
+    assert str(refused.value) == (
+        f"{argv[0]}: engine.{name} must be a finite number, got {float(argv[1])!r}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -655,6 +655,21 @@ def test_protocol_details_through_the_sdk(server: RunningServer) -> None:
             }
 
 
+def test_an_unserved_methods_name_is_echoed_clipped(server: RunningServer) -> None:
+    """A 1 MB JSON-RPC method name came back whole in -32601's `data`, into the agent's
+    context; it is clipped as every name a caller sends is (its start and its length)."""
+    method = "completion/" + "x" * 1_000_000
+    with _http_mcp(f"127.0.0.1:{server.port}") as url:
+        r = httpx2.post(
+            url, json={**LIST_TOOLS, "method": method, "params": {}}, headers=JSON_HEADERS
+        )
+    assert r.json()["error"] == {
+        "code": METHOD_NOT_FOUND,
+        "message": "Method not found",
+        "data": f"{method[:64]}... ({len(method)} characters)",
+    }
+
+
 def test_first_call_after_pml_restarts_succeeds(tmp_path: Path) -> None:
     from tests.support import spawn_pml_serve, stop_pml_serve
 

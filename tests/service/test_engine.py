@@ -21,7 +21,8 @@ from pml_server.domain.limits import LIMITS
 from pml_server.domain.model import PageRequest, RetentionAction, SuggestQuery
 from pml_server.retention import RetentionConfig
 from pml_server.service import Engine
-from tests.support import Clock, eventually, make_record, open_engine
+from pml_server.storage.seam import StoreClosedError
+from tests.support import Clock, eventually, files_holding, make_record, open_engine
 
 JSON_TOOLS = ["read_file", "parse_json"]
 
@@ -548,3 +549,63 @@ def test_minilm_suggest_finds_a_paraphrase(tmp_path: Path) -> None:
     assert result.suggestions[0].capability_id == json_cap
     assert result.suggestions[0].score.semantic > 0.6
     engine.close()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.001, 0.005, 0.02])
+def test_a_deletion_racing_close_is_done_and_its_bytes_leave_the_disk_by_the_next_open(
+    tmp_path: Path, delay: float
+) -> None:
+    """A close while a DeletePattern erased its rows' bytes (a server stopping): closing the
+    store's families under the running compaction failed ("Already borrowed"), leaving the
+    store open and locked; an erase begun after the close answered UNAVAILABLE for a deletion
+    already committed (a retry: NOT_FOUND). The close now waits for an erase begun; one cut
+    short is answered done, and the next open erases what it left. UNAVAILABLE is left for a
+    close before the deletion committed."""
+    data = tmp_path / "data"
+    secret = "qzv_deleted_path_racing_close"
+    engine = open_engine(data)
+    doomed = engine.record(
+        "t", make_record("r0", "Read JSON file", ["fs.read"], path=f"{secret}.json")
+    ).pattern_id
+    for i in range(1, 40):
+        engine.record("t", make_record(f"r{i}", f"Send mail {i}", [f"mail.send{i}"]))
+    engine.close()  # the pattern's rows in a table file, where only a compaction erases them
+    engine = open_engine(data)
+    failed: list[BaseException] = []
+
+    def delete() -> None:
+        try:
+            engine.delete_pattern("t", doomed)
+        except BaseException as err:
+            failed.append(err)
+
+    deleting = threading.Thread(target=delete)
+    deleting.start()
+    threading.Event().wait(delay)
+    engine.close()
+    deleting.join()
+    reopened = open_engine(data)  # the close released the store
+    try:
+        if failed:  # closed before the deletion committed: UNAVAILABLE, and nothing deleted
+            assert [type(err) for err in failed] == [StoreClosedError]
+            assert reopened.get_pattern("t", doomed).id == doomed
+            return
+        with pytest.raises(NotFoundError):
+            reopened.get_pattern("t", doomed)
+    finally:
+        reopened.close()  # after its open's erase (the loader thread is joined)
+    assert files_holding(data, secret) == []
+
+
+def test_a_deletion_erased_before_close_leaves_no_erase_for_the_next_open(tmp_path: Path) -> None:
+    """The erase-pending row a deletion commits goes once its rows are erased: an open that
+    found it would rewrite the whole store again."""
+    engine = open_engine(tmp_path / "data")
+    saved = engine.record("t", make_record("r0", "Read JSON file", ["fs.read"]))
+    engine.delete_pattern("t", saved.pattern_id)
+    engine.close()
+    engine = open_engine(tmp_path / "data")
+    try:
+        assert engine._state.repo.meta.erases_pending() == []
+    finally:
+        engine.close()

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -141,28 +142,35 @@ def _presented_key(metadata: Sequence[tuple[str, str | bytes]]) -> str | None:
     return None
 
 
-def read_keys_file(path: Path) -> dict[str, Caller]:
-    """The keys of a keys file by hash; ValueError naming the file and the entry for a bad one.
-    A missing file holds no keys (the server's, not `pml keys list`'s)."""
+def read_keys_file(path: Path, given: str = "") -> dict[str, Caller]:
+    """The keys of a keys file by hash; ValueError naming the file and the entry for a bad one,
+    and for a missing file (`given`: the flag or key that named it). The server neither starts
+    with nor reloads to a missing file: it would refuse every call (docs/operations.md,
+    Tenants, keys and TLS)."""
     entries: dict[str, Caller] = {}
-    for item in _keys_data(path, missing_ok=True)["keys"]:
+    for item in _keys_data(path, missing_ok=False, given=given)["keys"]:
         entries[str(item["sha256"]).lower()] = Caller(
             tenant=str(item["tenant"]), role=Role.parse(str(item["role"]))
         )
     return entries
 
 
-def _keys_data(path: Path, *, missing_ok: bool) -> dict[str, Any]:
+def _keys_data(path: Path, *, missing_ok: bool, given: str = "") -> dict[str, Any]:
     """A keys file's JSON, checked whole before anything reads or writes it (the server, its
     reloads and `pml keys` alike): an object whose `keys` is a list of objects, each with a
     SHA-256 hex `sha256`, a valid `tenant` and a `role`; ValueError naming the file and the
     entry otherwise. A missing file holds no keys where `missing_ok` (`pml keys add` creates
-    it); elsewhere it is a ValueError naming it: `pml keys list` or `revoke` of a misspelt path
-    said "no keys" and exited 0 (docs/cli.md, Exit codes)."""
+    it); elsewhere it is a ValueError naming it, `given` (the flag or key that named it) and
+    the command that creates it: `pml keys list` or `revoke` of a misspelt path said "no keys"
+    and exited 0 (docs/cli.md, Exit codes)."""
     if not path.exists():
         if missing_ok:
             return {"keys": []}
-        raise ValueError(f"{path}: no such keys file (`pml keys add` creates one)")
+        named = f" ({given})" if given else ""
+        raise ValueError(
+            f"{path}: no such keys file{named}; "
+            f"`pml keys add --keys-file {shlex.quote(str(path))} --tenant NAME` creates one"
+        )
     try:
         data: Any = json.loads(path.read_text())
     except json.JSONDecodeError as err:

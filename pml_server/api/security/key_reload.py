@@ -41,7 +41,12 @@ class KeysFileWatcher:
         self._thread.start()
 
     def reload(self, reason: str) -> bool:
-        """Reload now; True when the new keys are in force."""
+        """Reload now; True when the new keys are in force. Without a keys file (single
+        tenant) there is nothing to reload: a SIGHUP (logrotate sends one) is logged, and the
+        server goes on."""
+        if self._store.path is None:
+            log.info("no keys file to reload (%s): the server is single-tenant", reason)
+            return False
         with self._lock:
             self._seen = _signature(self._store)
             try:

@@ -3,7 +3,7 @@ stats and each tenant's vector index snapshot."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pml_server.domain.records import TenantStats
 from pml_server.storage.keys import CF_META, from_u64, tenant_prefix, u64
@@ -21,6 +21,10 @@ _PLACEHOLDERS_KEY = b"placeholders_renamed/12"
 _TOOL_NAMES_KEY = b"tool_names_read/3"
 # Every pattern's counters hold its shown intents' summary (domain/shown_intents.py).
 _INTENTS_SUMMARIZED_KEY = b"intents_summarized/1"
+# A user's deletion whose rows' bytes may still be in the store's files: written with the
+# deletion, removed once they are erased; an open erases what one left (docs/storage.md, Data
+# left on disk).
+_ERASE_PENDING_KEY = b"erase_pending/"
 
 
 class MetaRows:
@@ -83,3 +87,14 @@ class MetaRows:
 
     def put_snapshot(self, tenant: str, seq: int, data: bytes) -> Op:
         return (CF_META, _SNAPSHOT_KEY + tenant_prefix(tenant), u64(seq) + data)
+
+    def put_erase_pending(self, deletion: bytes) -> Op:
+        return (CF_META, _ERASE_PENDING_KEY + deletion, b"1")
+
+    def erased(self, deletions: Sequence[bytes]) -> list[Op]:
+        return [(CF_META, _ERASE_PENDING_KEY + d, None) for d in deletions]
+
+    def erases_pending(self) -> list[bytes]:
+        """The deletions whose rows' bytes may still be on disk (read at open)."""
+        prefix = _ERASE_PENDING_KEY
+        return [key[len(prefix) :] for key, _ in self.store.scan(CF_META, prefix)]
