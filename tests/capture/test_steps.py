@@ -349,22 +349,23 @@ def test_a_call_per_element_of_a_steps_output_depends_on_that_step(
 
 
 @pytest.mark.parametrize(
-    ("language", "value", "path"),
+    ("language", "value", "paths"),
     [
-        ("js", "r.items.map(i => i.id)", ".items"),
-        ("js", "r.name.toUpperCase()", ".name"),
-        ("js", "r.items.filter(i => i.ok).map(i => i.id)", ".items"),
-        ("js", "r.items?.map(i => i.id)", ".items"),
-        ("js", "r.items.length", ".items.length"),
-        ("python", 'r["name"].upper()', '["name"]'),
-        ("python", "r.items()", ""),
-        ("python", 'sorted(r["items"], key=lambda i: i["rank"])', '["items"]'),
+        ("js", "r.items.map(i => i.id)", [".items", ".items[*].id"]),
+        ("js", "r.name.toUpperCase()", [".name"]),
+        ("js", "r.items.filter(i => i.ok).map(i => i.id)", [".items", ".items[*].id"]),
+        ("js", "r.items?.map(i => i.id)", [".items", ".items[*].id"]),
+        ("js", "r.items.length", [".items.length"]),
+        ("python", 'r["name"].upper()', ['["name"]']),
+        ("python", "r.items()", [""]),
+        ("python", 'sorted(r["items"], key=lambda i: i["rank"])', ['["items"]']),
     ],
 )
-def test_a_methods_name_is_never_a_path(language: str, value: str, path: str) -> None:
+def test_a_methods_name_is_never_a_path(language: str, value: str, paths: list[str]) -> None:
     """A value computed by a method called on a step's output reads what the method is called
     on: `r.items.map(f)` read `.items.map`, `r.name.toUpperCase()` `.name.toUpperCase`, paths
-    naming no data (docs/normalization.md, Steps)."""
+    naming no data; and what a function given to it returns (`.items[*].id`), unless the method
+    only tests or orders (`filter`, `key=`) (docs/normalization.md, Steps)."""
     code = (
         f"r = await mcp.list()\nmcp.put(v={value})"
         if language == "python"
@@ -372,7 +373,7 @@ def test_a_methods_name_is_never_a_path(language: str, value: str, path: str) ->
     )
     steps = _steps(code, language)
     assert steps[1]["depends_on"] == [0]
-    assert steps[1]["arguments"][0]["sources"] == [{"step": 0, "path": path}]
+    assert steps[1]["arguments"][0]["sources"] == [{"step": 0, "path": p} for p in paths]
     assert steps[1]["flow_known"]
 
 
