@@ -55,7 +55,8 @@ Program = tuple[str, str, set[tuple[int, int]], list[list[str]], list[str]]
 @st.composite
 def programs(draw: st.DrawFn) -> Program:
     """A program of n calls, each argument a literal or a reference to an earlier result in
-    one of the written forms; returns (code, language, edges, kinds per step, tools)."""
+    one of the written forms (through a function returning it, or with the name bound again
+    in a function before); returns (code, language, edges, kinds per step, tools)."""
     python = draw(st.booleans())
     n = draw(st.integers(min_value=1, max_value=7))
     edges: set[tuple[int, int]] = set()
@@ -70,7 +71,11 @@ def programs(draw: st.DrawFn) -> Program:
             if i > 0 and draw(st.booleans()):
                 src = draw(st.integers(min_value=0, max_value=i - 1))
                 field = draw(FIELDS)
-                form = draw(st.sampled_from(["whole", "dot", "key", "template", "alias"]))
+                form = draw(
+                    st.sampled_from(
+                        ["whole", "dot", "key", "template", "alias", "returned", "shadowed"]
+                    )
+                )
                 if form == "dot" and " " in field:
                     form = "key"
                 value = {
@@ -79,7 +84,16 @@ def programs(draw: st.DrawFn) -> Program:
                     "key": f'r{src}["{field}"]',
                     "template": f'f"x {{r{src}}} y"' if python else f"`x ${{r{src}}} y`",
                     "alias": f"a{i}_{key}",
+                    # what a function returns; the name bound again inside a function only
+                    "returned": f"(lambda: r{src})()" if python else f"(() => r{src})()",
+                    "shadowed": f"r{src}",
                 }[form]
+                if form == "shadowed":
+                    lines.append(
+                        f"def h{i}_{key}(r{src}):\n    r{src} = 1"
+                        if python
+                        else f"function h{i}_{key}(r{src}) {{ const r{src} = 1; }}"
+                    )
                 if form == "alias":
                     lines.append(
                         f"a{i}_{key} = r{src}" if python else f"const a{i}_{key} = r{src};"

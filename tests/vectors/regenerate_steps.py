@@ -182,7 +182,8 @@ CASES: list[tuple[str, str, str]] = [
         "js",
         "const ids = await mcp.list({});\n"
         "await mcp.put({f: await Promise.all(ids.map(async (i) => {\n"
-        "  const r = await mcp.get({id: i});\n  return r.body;\n})), g: xs.map(x => mcp.tag({x}))});",
+        "  const r = await mcp.get({id: i});\n  return r.body;\n})), "
+        "g: xs.map(x => mcp.tag({x}))});",
     ),
     (
         "python_calls_in_a_comprehension_or_lambda_given_to_a_call",
