@@ -1110,7 +1110,10 @@ impl<'a, 't> Reader<'a, 't> {
                 .map(|n| self.text(n))?;
                 let arguments = self.grammar.child(node, "arguments")?;
                 match name {
-                    "all" if self.text(function) == "Promise.all" => {
+                    // `allSettled` wraps each output (`{status, value}`): still one per call.
+                    "all" | "allSettled"
+                        if matches!(self.text(function), "Promise.all" | "Promise.allSettled") =>
+                    {
                         let mut cursor = arguments.walk();
                         let mut args = arguments
                             .named_children(&mut cursor)

@@ -2277,3 +2277,11 @@ fn a_name_bound_in_many_functions_reads_in_bounded_time() {
     assert!(n.parse_ok);
     assert_eq!(n.steps[1].arguments[0].kind, ArgKind::Unknown);
 }
+
+#[test]
+fn each_settled_result_reads_its_own_call() {
+    // Before, `results[0]` read both calls: a false edge from `b`.
+    let code = "const results = await Promise.allSettled([mcp.a(), mcp.b()]);\n\
+        await mcp.c({x: results[0].value});";
+    assert_eq!(edges(code, "js"), vec![(0, 2)]);
+}
