@@ -118,6 +118,19 @@ def test_a_request_of_many_short_sentences_reads_each_word_once(
     assert read[0] <= 4 * len(text)
 
 
+@pytest.mark.timeout(120)
+def test_a_long_whitespace_run_is_read_once() -> None:
+    """A run of spaces is matched from its start only: trying every position inside it read
+    the run again each time (a 4,096-character intent of spaces took 3 s to split, 100,000
+    spaces hours; no timing assert beyond the generous timeout)."""
+    run = " " * 100_000
+    assert split_request(f"a{run}b") == (f"a{run}b",)
+    parts = split_request(f"find the movie Alien by its title{run}and send its cast list to Ann")
+    assert parts == ("find the movie Alien by its title", "send its cast list to Ann")
+    parts = split_request(f"Find the movie Alien.{run}Then send the cast to Ann.")
+    assert parts == ("Find the movie Alien", "send the cast to Ann")
+
+
 def test_an_opening_statement_counts_less_in_coverage() -> None:
     parts, weights = split_request_weighted(
         "I am working on a film project for school. Please find the movie Alien. "
