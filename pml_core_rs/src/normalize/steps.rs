@@ -50,7 +50,8 @@ pub enum ArgKind {
     Literal,
     /// Uses the output of at least one earlier step.
     Reference,
-    /// Anything else: free variables, loop variables, callbacks, spreads.
+    /// Anything else: free variables, loop variables over no step, functions returning no
+    /// step output, spreads.
     Unknown,
 }
 
@@ -299,7 +300,7 @@ struct Reader<'a, 't> {
     params: HashMap<usize, (usize, usize)>,
     /// Bindings of each name, sorted by the position they take effect from.
     bindings: HashMap<&'a str, Vec<Entry>>,
-    /// The scope of the site being bound (`Site::scope_end`, `Site::branch`).
+    /// The scope of the site being bound (`Site::scope_end`, `Site::branches`).
     site_scope: (Option<usize>, Vec<(usize, usize)>),
     budget: usize,
     /// What is left of `MAX_SNIPPET_SOURCES`.
