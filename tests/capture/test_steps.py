@@ -57,7 +57,8 @@ Program = tuple[str, str, set[tuple[int, int]], list[list[str]], list[str]]
 @st.composite
 def programs(draw: st.DrawFn) -> Program:
     """A program of n calls, each argument a literal or a reference to an earlier result in
-    one of the written forms; returns (code, language, edges, kinds per step, tools)."""
+    one of the written forms (through a function returning it, or with the name bound again
+    in a function before); returns (code, language, edges, kinds per step, tools)."""
     python = draw(st.booleans())
     n = draw(st.integers(min_value=1, max_value=7))
     edges: set[tuple[int, int]] = set()
@@ -72,7 +73,11 @@ def programs(draw: st.DrawFn) -> Program:
             if i > 0 and draw(st.booleans()):
                 src = draw(st.integers(min_value=0, max_value=i - 1))
                 field = draw(FIELDS)
-                form = draw(st.sampled_from(["whole", "dot", "key", "template", "alias"]))
+                form = draw(
+                    st.sampled_from(
+                        ["whole", "dot", "key", "template", "alias", "returned", "shadowed"]
+                    )
+                )
                 if form == "dot" and " " in field:
                     form = "key"
                 value = {
@@ -81,7 +86,16 @@ def programs(draw: st.DrawFn) -> Program:
                     "key": f'r{src}["{field}"]',
                     "template": f'f"x {{r{src}}} y"' if python else f"`x ${{r{src}}} y`",
                     "alias": f"a{i}_{key}",
+                    # what a function returns; the name bound again inside a function only
+                    "returned": f"(lambda: r{src})()" if python else f"(() => r{src})()",
+                    "shadowed": f"r{src}",
                 }[form]
+                if form == "shadowed":
+                    lines.append(
+                        f"def h{i}_{key}(r{src}):\n    r{src} = 1"
+                        if python
+                        else f"function h{i}_{key}(r{src}) {{ const r{src} = 1; }}"
+                    )
                 if form == "alias":
                     lines.append(
                         f"a{i}_{key} = r{src}" if python else f"const a{i}_{key} = r{src};"
@@ -351,22 +365,23 @@ def test_a_call_per_element_of_a_steps_output_depends_on_that_step(
 
 
 @pytest.mark.parametrize(
-    ("language", "value", "path"),
+    ("language", "value", "paths"),
     [
-        ("js", "r.items.map(i => i.id)", ".items"),
-        ("js", "r.name.toUpperCase()", ".name"),
-        ("js", "r.items.filter(i => i.ok).map(i => i.id)", ".items"),
-        ("js", "r.items?.map(i => i.id)", ".items"),
-        ("js", "r.items.length", ".items.length"),
-        ("python", 'r["name"].upper()', '["name"]'),
-        ("python", "r.items()", ""),
-        ("python", 'sorted(r["items"], key=lambda i: i["rank"])', '["items"]'),
+        ("js", "r.items.map(i => i.id)", [".items", ".items[*].id"]),
+        ("js", "r.name.toUpperCase()", [".name"]),
+        ("js", "r.items.filter(i => i.ok).map(i => i.id)", [".items", ".items[*].id"]),
+        ("js", "r.items?.map(i => i.id)", [".items", ".items[*].id"]),
+        ("js", "r.items.length", [".items.length"]),
+        ("python", 'r["name"].upper()', ['["name"]']),
+        ("python", "r.items()", [""]),
+        ("python", 'sorted(r["items"], key=lambda i: i["rank"])', ['["items"]']),
     ],
 )
-def test_a_methods_name_is_never_a_path(language: str, value: str, path: str) -> None:
+def test_a_methods_name_is_never_a_path(language: str, value: str, paths: list[str]) -> None:
     """A value computed by a method called on a step's output reads what the method is called
     on: `r.items.map(f)` read `.items.map`, `r.name.toUpperCase()` `.name.toUpperCase`, paths
-    naming no data (docs/normalization.md, Steps)."""
+    naming no data; and what a function given to it returns (`.items[*].id`), unless the method
+    only tests or orders (`filter`, `key=`) (docs/normalization.md, Steps)."""
     code = (
         f"r = await mcp.list()\nmcp.put(v={value})"
         if language == "python"
@@ -374,7 +389,7 @@ def test_a_methods_name_is_never_a_path(language: str, value: str, path: str) ->
     )
     steps = _steps(code, language)
     assert steps[1]["depends_on"] == [0]
-    assert steps[1]["arguments"][0]["sources"] == [{"step": 0, "path": path}]
+    assert steps[1]["arguments"][0]["sources"] == [{"step": 0, "path": p} for p in paths]
     assert steps[1]["flow_known"]
 
 

@@ -7,6 +7,7 @@ import gc
 import itertools
 import json
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pml_server.domain.limits import LIMITS
 from pml_server.domain.lru import Lru
 from pml_server.domain.model import IntentView, ParamView, PatternView, ScoreParts, Suggestion
 from pml_server.ranking import plans
@@ -84,6 +86,49 @@ def test_split_request_is_bounded() -> None:
     # sentences that only repeat the one before join it (`_restates`): fewer parts still
     repeated = ". ".join(f"do step number {n} now" for n in range(50))
     assert 1 <= len(split_request(repeated)) <= MAX_REQUEST_PARTS
+
+
+@pytest.mark.parametrize(
+    "sentence", ["read files. ", "search movie. send mail. ", "Please provide the data. "]
+)
+def test_a_request_of_many_short_sentences_reads_each_word_once(
+    monkeypatch: pytest.MonkeyPatch, sentence: str
+) -> None:
+    """The longest intent (4,096 characters) of some 340 short sentences: each piece's words
+    are read once, not again at every piece joining a growing part (that cost 0.4 s a split,
+    quadratic in the request; no timing assert: the characters read are counted)."""
+    from pml_server.ranking.plans import _parts
+
+    read = [0]
+
+    def counting(real: Callable[[str], object]) -> Callable[[str], object]:
+        def wrapper(text: str) -> object:
+            read[0] += len(text)
+            return real(text)
+
+        return wrapper
+
+    monkeypatch.setattr(_parts, "_words", counting(_parts._words))
+    monkeypatch.setattr(_parts, "content_words", counting(_parts.content_words))
+    text = (sentence * 400)[: LIMITS.intent.bound]
+    parts, _, spans = _parts.split_request_spans(text)
+    assert 1 <= len(parts) <= MAX_REQUEST_PARTS
+    assert spans[0][0] == 0
+    assert spans[-1][1] >= len(text) - 2
+    assert read[0] <= 4 * len(text)
+
+
+@pytest.mark.timeout(120)
+def test_a_long_whitespace_run_is_read_once() -> None:
+    """A run of spaces is matched from its start only: trying every position inside it read
+    the run again each time (a 4,096-character intent of spaces took 3 s to split, 100,000
+    spaces hours; no timing assert beyond the generous timeout)."""
+    run = " " * 100_000
+    assert split_request(f"a{run}b") == (f"a{run}b",)
+    parts = split_request(f"find the movie Alien by its title{run}and send its cast list to Ann")
+    assert parts == ("find the movie Alien by its title", "send its cast list to Ann")
+    parts = split_request(f"Find the movie Alien.{run}Then send the cast to Ann.")
+    assert parts == ("Find the movie Alien", "send the cast to Ann")
 
 
 def test_an_opening_statement_counts_less_in_coverage() -> None:

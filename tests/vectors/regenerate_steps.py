@@ -177,6 +177,33 @@ CASES: list[tuple[str, str, str]] = [
         'zs = map(lambda i: mcp.find(name=i), r["names"])\n'
         'mcp.put(s=r["title"].upper(), keys=sorted(r["items"], key=lambda i: i["rank"]))\n',
     ),
+    (
+        "calls_in_a_callback_given_to_a_call",
+        "js",
+        "const ids = await mcp.list({});\n"
+        "await mcp.put({f: await Promise.all(ids.map(async (i) => {\n"
+        "  const r = await mcp.get({id: i});\n  return r.body;\n})), "
+        "g: xs.map(x => mcp.tag({x}))});",
+    ),
+    (
+        "python_calls_in_a_comprehension_or_lambda_given_to_a_call",
+        "py",
+        "mcp.put(f=[mcp.get(id=i) for i in xs], g=list(map(lambda x: mcp.tag(x=x), xs)))",
+    ),
+    (
+        "a_helpers_return_and_its_own_names",
+        "js",
+        "const r = await mcp.a({});\n"
+        "async function load(id) { const r = await mcp.b({id}); return r.data; }\n"
+        "const d = await load(1);\nawait mcp.c({x: r, y: d});",
+    ),
+    (
+        "assigned_in_a_branch_or_added_to",
+        "py",
+        "r = mcp.a()\nif r['partial']:\n    r = mcp.b(page=2)\nout = []\n"
+        "for i in xs:\n    out.append(mcp.get(id=i))\nfirst, *rest = mcp.c()\n"
+        "mcp.put(x=r, y=out, z=rest)",
+    ),
     ("unparsed", "js", "const r = await mcp.a({x: 1}; mcp.b(r)"),
     ("unparsed_subscript", "js", 'const r = await mcp["get-weather"]({city: "Paris"}; mcp.b(r)'),
 ]

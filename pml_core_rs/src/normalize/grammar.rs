@@ -15,6 +15,7 @@ const LOOKED_UP_FIELDS: &[&str] = &[
     "argument",
     "arguments",
     "attribute",
+    "body",
     "function",
     "key",
     "kind",

@@ -3,7 +3,10 @@
 //! parameter (a literal taken out as a placeholder, directly or through a variable), a literal
 //! that stayed code, a reference to earlier steps' outputs (`r1`, `r1.field`, `r1["x"]`, a
 //! template string, a variable assigned from a call or from another reference), or unknown.
-//! Scopes are ignored, as in `bindings`: a name's latest binding before a use is its value.
+//! A name's value is its latest binding before a use that is still in scope there: a
+//! declaration holds to the end of its block (`let`, `const`) or function (`var`, parameters,
+//! Python), an assignment as far as what it replaces; one made in a branch (`if`, a loop, a
+//! function...) holds, past the branch, with what the name held before it.
 //! Code whose flow cannot be read (loops, callbacks) keeps its steps, in call order, with
 //! `flow_known == false`; what cannot be resolved is `Unknown`, never an error. Costs are
 //! bounded: at most `MAX_STEPS` steps, `MAX_STEP_ARGUMENTS` arguments per step and
@@ -47,7 +50,8 @@ pub enum ArgKind {
     Literal,
     /// Uses the output of at least one earlier step.
     Reference,
-    /// Anything else: free variables, loop variables, callbacks, spreads.
+    /// Anything else: free variables, loop variables over no step, functions returning no
+    /// step output, spreads.
     Unknown,
 }
 
@@ -135,6 +139,66 @@ enum Binding {
         whole: Box<Binding>,
         items: Vec<Binding>,
     },
+}
+
+/// A name's binding from `position` to `end` (its scope's end).
+struct Entry {
+    position: usize,
+    end: usize,
+    binding: Binding,
+    /// Made for the end of a branch: what the name held before it or was given in it.
+    joined: bool,
+}
+
+/// Insert into `list` (sorted by position) after every entry at the same position, but before
+/// the joined ones there: what a branch ends with is read past it.
+fn insert_entry(
+    list: &mut Vec<Entry>,
+    position: usize,
+    end: usize,
+    binding: Binding,
+    joined: bool,
+) {
+    let at = list.partition_point(|e| {
+        e.position < position || (e.position == position && (joined || !e.joined))
+    });
+    list.insert(
+        at,
+        Entry {
+            position,
+            end,
+            binding,
+            joined,
+        },
+    );
+}
+
+/// What a name holds when it may hold `a` or `b` (or both: `xs.push(v)`).
+fn union(a: &Binding, b: &Binding) -> Binding {
+    fn add(binding: &Binding, found: &mut Found) {
+        match binding {
+            Binding::Steps(sources) => {
+                for s in sources {
+                    found.add_source(s.step, s.path.clone());
+                }
+            }
+            Binding::Params(params) => {
+                for &p in params {
+                    found.add_param(p);
+                }
+            }
+            Binding::Other => found.unknown = true,
+            Binding::Elements { whole, .. } => add(whole, found),
+        }
+    }
+    let mut found = Found::default();
+    add(a, &mut found);
+    add(b, &mut found);
+    match found.kind() {
+        ArgKind::Reference => Binding::Steps(found.sources),
+        ArgKind::Parameter => Binding::Params(found.params),
+        _ => Binding::Other,
+    }
 }
 
 /// Most elements of a sequence bound element by element; a longer one is bound as a whole.
@@ -234,8 +298,10 @@ struct Reader<'a, 't> {
     calls: HashMap<usize, usize>,
     /// Raw parameters by start byte: (end byte, index).
     params: HashMap<usize, (usize, usize)>,
-    /// Bindings of each name, in the order they take effect: (position, value).
-    bindings: HashMap<&'a str, Vec<(usize, Binding)>>,
+    /// Bindings of each name, sorted by the position they take effect from.
+    bindings: HashMap<&'a str, Vec<Entry>>,
+    /// The scope of the site being bound (`Site::scope_end`, `Site::branches`).
+    site_scope: (Option<usize>, Vec<(usize, usize)>),
     budget: usize,
     /// What is left of `MAX_SNIPPET_SOURCES`.
     sources_left: usize,
@@ -259,20 +325,27 @@ pub(crate) fn read_steps(
     // Per ancestor of the cursor's node: its kind and whether its children are deferred. Kept
     // by the walk itself, because `Node::parent` rescans siblings (quadratic on long code).
     let mut scopes: Vec<(&'static str, bool)> = Vec::new();
+    // The ancestors themselves, for the scopes of the names bound (`binding_sites`).
+    let mut ancestors: Vec<Node<'_>> = Vec::new();
     let mut cursor = tree.walk();
     // Pre-order walk, the order the tree walk records tool calls in.
     'outer: loop {
         let node = cursor.node();
         let kind = grammar.kind(node);
         let (parent_kind, inherited) = scopes.last().copied().unwrap_or(("", false));
+        let mut is_tool = false;
         if matches!(kind, "call_expression" | "call") {
             if let Some(found) = tool_call(grammar, code, lang, node) {
                 calls.push((node, found, inherited));
+                is_tool = true;
             }
         }
-        binding_sites(grammar, lang, node, kind, &mut sites);
+        if !is_tool {
+            binding_sites(grammar, code, lang, node, kind, &ancestors, &mut sites);
+        }
         if cursor.goto_first_child() {
             scopes.push((kind, inherited || deferred_scope(kind, parent_kind)));
+            ancestors.push(node);
             continue;
         }
         loop {
@@ -283,6 +356,7 @@ pub(crate) fn read_steps(
                 break 'outer;
             }
             scopes.pop();
+            ancestors.pop();
         }
     }
     if calls.len() != tool_calls.len() || calls.iter().zip(tool_calls).any(|(c, t)| &c.1.tool != t)
@@ -305,6 +379,7 @@ pub(crate) fn read_steps(
             .map(|(i, &(start, end))| (start, (end, i)))
             .collect(),
         bindings: HashMap::new(),
+        site_scope: (None, Vec::new()),
         budget: 0,
         sources_left: MAX_SNIPPET_SOURCES,
         _tree: std::marker::PhantomData,
@@ -316,11 +391,21 @@ pub(crate) fn read_steps(
         position,
         pattern,
         value,
-        each,
+        how,
+        scope_end,
+        branches,
     } in sites
     {
         let binding = match value {
-            Some(value) if each => reader.element_binding(value),
+            Some(value) if how == How::Each => reader.element_binding(value),
+            // `xs.push(v)`, `o.k = v`, `s += v`: what the name held and what is added.
+            Some(value) if how == How::Add => {
+                let added = reader.value_binding(value);
+                match reader.lookup(reader.text(pattern), position) {
+                    Some(held) => union(held, &added),
+                    None => added,
+                }
+            }
             Some(value) => {
                 let whole = reader.value_binding(value);
                 match reader.elements(value) {
@@ -336,6 +421,7 @@ pub(crate) fn read_steps(
             }
             None => Binding::Other,
         };
+        reader.site_scope = (scope_end, branches);
         reader.bind(pattern, position, &binding, String::new(), 0);
     }
     let mut steps = Vec::with_capacity(calls.len());
@@ -367,66 +453,267 @@ fn decode_string(lang: Lang, raw: &str) -> Option<String> {
 }
 
 /// Where a name gets bound: from `position` on, the names of `pattern` hold `value` (unknown
-/// without one), or with `each` one element of it at a time (a loop's or a callback's
-/// variable).
+/// without one), one element of it at a time (`How::Each`: a loop's or a callback's
+/// variable), or what they held and `value` too (`How::Add`: `pattern` is then one name).
 struct Site<'t> {
     position: usize,
     pattern: Node<'t>,
     value: Option<Node<'t>>,
-    each: bool,
+    how: How,
+    /// Where the names stop being visible (their block or function ends); `None` for an
+    /// assignment, which holds as far as the binding it replaces (the whole snippet if none).
+    scope_end: Option<usize>,
+    /// The branches (`if`, loop, `try`, `switch`, conditional expression; in JS a function
+    /// too) the site is in, up to its function, innermost first, at most `MAX_BRANCHES`:
+    /// (start, end) bytes.
+    branches: Vec<(usize, usize)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum How {
+    Value,
+    Each,
+    Add,
+}
+
+/// Methods that add their arguments to the value they are called on.
+const ADDING_METHODS: &[&str] = &[
+    "push",
+    "unshift",
+    "append",
+    "appendleft",
+    "extend",
+    "insert",
+    "add",
+    "update",
+    "set",
+    "setdefault",
+];
+
+/// Most bindings of a name passed over, out of scope, to find the one a use reads; past it
+/// the name reads as unknown. Without it a use after n functions that each bind the name
+/// locally passed over all n, quadratic in the code.
+const MAX_SCOPE_SKIPS: usize = 256;
+
+/// Where the names a function's body binds stop being visible: the innermost function's end.
+fn function_end(grammar: &Grammar, ancestors: &[Node<'_>]) -> usize {
+    ancestors
+        .iter()
+        .rev()
+        .find(|a| is_function(grammar.kind(**a)))
+        .map_or(usize::MAX, |a| a.end_byte())
+}
+
+/// Where a JS `let`, `const` or function declaration stops being visible: its block's end.
+fn block_end(grammar: &Grammar, ancestors: &[Node<'_>]) -> usize {
+    ancestors
+        .iter()
+        .rev()
+        .find(|a| {
+            let kind = grammar.kind(**a);
+            is_function(kind)
+                || matches!(
+                    kind,
+                    "statement_block"
+                        | "for_statement"
+                        | "for_in_statement"
+                        | "switch_body"
+                        | "class_body"
+                )
+        })
+        .map_or(usize::MAX, |a| a.end_byte())
+}
+
+/// Most branches around an assignment its name is joined past (`Site::branches`).
+const MAX_BRANCHES: usize = 8;
+
+/// The branches an assignment is in (`Site::branches`): a function ends the search, and in JS
+/// is one (an assignment there may run later or never).
+fn branches(grammar: &Grammar, lang: Lang, ancestors: &[Node<'_>]) -> Vec<(usize, usize)> {
+    let mut found = Vec::new();
+    for a in ancestors.iter().rev() {
+        if found.len() == MAX_BRANCHES {
+            break;
+        }
+        let kind = grammar.kind(*a);
+        if is_function(kind) {
+            if !lang.is_python() {
+                found.push((a.start_byte(), a.end_byte()));
+            }
+            break;
+        }
+        if matches!(
+            kind,
+            "if_statement"
+                | "switch_statement"
+                | "match_statement"
+                | "try_statement"
+                | "for_statement"
+                | "for_in_statement"
+                | "while_statement"
+                | "do_statement"
+                | "ternary_expression"
+                | "conditional_expression"
+        ) {
+            found.push((a.start_byte(), a.end_byte()));
+        }
+    }
+    found
+}
+
+/// The name a member or subscript chain starts at (`o` of `o.a[0]`), if it starts at one.
+fn base_name<'t>(grammar: &Grammar, node: Node<'t>) -> Option<Node<'t>> {
+    let mut current = node;
+    for _ in 0..64 {
+        current = match grammar.kind(current) {
+            "identifier" => return Some(current),
+            "member_expression" | "subscript_expression" | "attribute" => {
+                grammar.child(current, "object")?
+            }
+            "subscript" => grammar.child(current, "value")?,
+            "parenthesized_expression" | "non_null_expression" => current.named_child(0)?,
+            _ => return None,
+        };
+    }
+    None
 }
 
 /// Record where names get bound: declarations and assignments (with their value), loop
 /// variables (each element of what they iterate: `for (const i of r.items)`, `for i in xs`,
 /// a comprehension's `for`), the first parameter of a function passed to a method
 /// (`r.items.map(i => ...)`, each element of the receiver) or, in Python, to a function with
-/// one other positional argument (`map(lambda i: ..., xs)`), and the other function parameters
-/// (bound to something unknown where they are introduced).
+/// one other positional argument (`map(lambda i: ..., xs)`), the other function parameters
+/// (bound to something unknown where they are introduced), function declarations, and what
+/// adds to a name's value (`s += v`, `o.k = v`, `xs.push(v)`). `ancestors` are `node`'s.
 fn binding_sites<'t>(
     grammar: &'static Grammar,
+    code: &str,
     lang: Lang,
     node: Node<'t>,
     kind: &str,
+    ancestors: &[Node<'t>],
     sites: &mut Vec<Site<'t>>,
 ) {
-    let with_value = |name: &str, value: &str, sites: &mut Vec<Site<'t>>| {
-        if let Some(pattern) = grammar.child(node, name) {
-            sites.push(Site {
-                position: node.end_byte(),
-                pattern,
-                value: grammar.child(node, value),
-                each: false,
-            });
+    let python = lang.is_python();
+    let site = |position: usize,
+                pattern: Node<'t>,
+                value: Option<Node<'t>>,
+                how: How,
+                scope_end: Option<usize>,
+                sites: &mut Vec<Site<'t>>| {
+        let branches = match scope_end {
+            // A declaration is new where it is made; an assignment may replace what was bound
+            // before a branch (in Python, any assignment but a function's first).
+            Some(_) if !python => Vec::new(),
+            _ if how == How::Each => Vec::new(),
+            _ => branches(grammar, lang, ancestors),
+        };
+        sites.push(Site {
+            position,
+            pattern,
+            value,
+            how,
+            scope_end,
+            branches,
+        });
+    };
+    // A Python name assigned is local to its function; a JS one holds as far as what it
+    // replaces.
+    let assigned = || python.then(|| function_end(grammar, ancestors));
+    // `left = right`, `left += right`: a name or a pattern takes the value, a member or a
+    // subscript adds it to the name it starts at.
+    let assignment = |add: bool, sites: &mut Vec<Site<'t>>| {
+        let (Some(left), right) = (grammar.child(node, "left"), grammar.child(node, "right"))
+        else {
+            return;
+        };
+        match grammar.kind(left) {
+            "member_expression" | "subscript_expression" | "attribute" | "subscript" => {
+                if let Some(name) = base_name(grammar, left) {
+                    site(node.end_byte(), name, right, How::Add, None, sites);
+                }
+            }
+            _ if add => site(node.end_byte(), left, right, How::Add, assigned(), sites),
+            _ => site(node.end_byte(), left, right, How::Value, assigned(), sites),
         }
     };
-    let unknown = |pattern: Option<Node<'t>>, sites: &mut Vec<Site<'t>>| {
+    // Parameters, unknown from where they are introduced to the end of their function.
+    let unknown = |pattern: Option<Node<'t>>, scope_end: usize, sites: &mut Vec<Site<'t>>| {
         if let Some(pattern) = pattern {
-            sites.push(Site {
-                position: node.start_byte(),
+            site(
+                node.start_byte(),
                 pattern,
-                value: None,
-                each: false,
-            });
+                None,
+                How::Value,
+                Some(scope_end),
+                sites,
+            );
+        }
+    };
+    let parent_end = ancestors.last().map_or(usize::MAX, |a| a.end_byte());
+    // `function f() {...}`, `def f(): ...`: from its end, `f` is the function (a call of it
+    // reads what it returns).
+    let function_site = |scope_end: usize, sites: &mut Vec<Site<'t>>| {
+        if let Some(pattern) = grammar.child(node, "name") {
+            site(
+                node.end_byte(),
+                pattern,
+                Some(node),
+                How::Value,
+                Some(scope_end),
+                sites,
+            );
         }
     };
     // `for x in/of value`: from the loop's start, `x` is each element of `value`.
-    let each = |pattern: Option<Node<'t>>, at: usize, sites: &mut Vec<Site<'t>>| {
+    let each = |pattern: Option<Node<'t>>, scope_end: usize, sites: &mut Vec<Site<'t>>| {
         if let Some(pattern) = pattern {
-            sites.push(Site {
-                position: at,
+            let value = grammar.child(node, "right");
+            site(
+                node.start_byte(),
                 pattern,
-                value: grammar.child(node, "right"),
-                each: true,
-            });
+                value,
+                How::Each,
+                Some(scope_end),
+                sites,
+            );
         }
     };
-    if lang.is_python() {
+    // `xs.push(v)`, `d.update(v)`: adds the call's arguments to `xs`.
+    if matches!(kind, "call_expression" | "call") {
+        let function = grammar.child(node, "function");
+        let method = function.and_then(|f| match grammar.kind(f) {
+            "member_expression" => grammar.child(f, "property"),
+            "attribute" => grammar.child(f, "attribute"),
+            _ => None,
+        });
+        let receiver = function
+            .and_then(|f| grammar.child(f, "object"))
+            .and_then(|o| base_name(grammar, o));
+        if let (Some(method), Some(receiver)) = (method, receiver) {
+            if ADDING_METHODS.contains(&&code[method.byte_range()]) {
+                let arguments = grammar.child(node, "arguments");
+                site(node.end_byte(), receiver, arguments, How::Add, None, sites);
+            }
+        }
+    }
+    if python {
         match kind {
-            "assignment" => with_value("left", "right", sites),
-            "named_expression" => with_value("name", "value", sites),
-            "for_statement" => each(grammar.child(node, "left"), node.start_byte(), sites),
+            "assignment" => assignment(false, sites),
+            "augmented_assignment" => assignment(true, sites),
+            "named_expression" => {
+                if let Some(name) = grammar.child(node, "name") {
+                    let value = grammar.child(node, "value");
+                    site(node.end_byte(), name, value, How::Value, assigned(), sites);
+                }
+            }
+            "for_statement" => each(
+                grammar.child(node, "left"),
+                function_end(grammar, ancestors),
+                sites,
+            ),
             // A comprehension's body comes before its `for`: its variables hold from the
-            // comprehension's start.
+            // comprehension's start to its end.
             "list_comprehension"
             | "set_comprehension"
             | "dictionary_comprehension"
@@ -434,26 +721,49 @@ fn binding_sites<'t>(
                 let mut cursor = node.walk();
                 for clause in node.named_children(&mut cursor) {
                     if grammar.kind(clause) == "for_in_clause" {
-                        sites.push(Site {
-                            position: node.start_byte(),
-                            pattern: match grammar.child(clause, "left") {
-                                Some(left) => left,
-                                None => continue,
-                            },
-                            value: grammar.child(clause, "right"),
-                            each: true,
-                        });
+                        if let Some(left) = grammar.child(clause, "left") {
+                            site(
+                                node.start_byte(),
+                                left,
+                                grammar.child(clause, "right"),
+                                How::Each,
+                                Some(node.end_byte()),
+                                sites,
+                            );
+                        }
                     }
                 }
             }
-            "parameters" | "lambda_parameters" => unknown(Some(node), sites),
+            "parameters" | "lambda_parameters" => unknown(Some(node), parent_end, sites),
+            "function_definition" => function_site(function_end(grammar, ancestors), sites),
             "call" => callback_sites(grammar, lang, node, sites),
             _ => {}
         }
     } else {
         match kind {
-            "variable_declarator" => with_value("name", "value", sites),
-            "assignment_expression" => with_value("left", "right", sites),
+            "variable_declarator" => {
+                let var = ancestors
+                    .last()
+                    .is_some_and(|a| grammar.kind(*a) == "variable_declaration");
+                let scope_end = if var {
+                    function_end(grammar, ancestors)
+                } else {
+                    block_end(grammar, ancestors)
+                };
+                if let Some(name) = grammar.child(node, "name") {
+                    let value = grammar.child(node, "value");
+                    site(
+                        node.end_byte(),
+                        name,
+                        value,
+                        How::Value,
+                        Some(scope_end),
+                        sites,
+                    );
+                }
+            }
+            "assignment_expression" => assignment(false, sites),
+            "augmented_assignment_expression" => assignment(true, sites),
             // `for (k in o)` takes o's keys: derived from `o`, no element of it.
             "for_in_statement" => {
                 let keys = grammar
@@ -462,19 +772,27 @@ fn binding_sites<'t>(
                 let left = grammar.child(node, "left");
                 if keys {
                     if let Some(pattern) = left {
-                        sites.push(Site {
-                            position: node.start_byte(),
+                        let value = grammar.child(node, "right");
+                        site(
+                            node.start_byte(),
                             pattern,
-                            value: grammar.child(node, "right"),
-                            each: false,
-                        });
+                            value,
+                            How::Value,
+                            Some(node.end_byte()),
+                            sites,
+                        );
                     }
                 } else {
-                    each(left, node.start_byte(), sites);
+                    each(left, node.end_byte(), sites);
                 }
             }
-            "formal_parameters" => unknown(Some(node), sites),
-            "arrow_function" | "catch_clause" => unknown(grammar.child(node, "parameter"), sites),
+            "formal_parameters" => unknown(Some(node), parent_end, sites),
+            "function_declaration" | "generator_function_declaration" => {
+                function_site(block_end(grammar, ancestors), sites)
+            }
+            "arrow_function" | "catch_clause" => {
+                unknown(grammar.child(node, "parameter"), node.end_byte(), sites)
+            }
             "call_expression" => callback_sites(grammar, lang, node, sites),
             _ => {}
         }
@@ -554,7 +872,9 @@ fn callback_sites<'t>(
                 position: pattern.end_byte(),
                 pattern,
                 value: Some(iterated),
-                each: true,
+                how: How::Each,
+                scope_end: Some(callback.end_byte()),
+                branches: Vec::new(),
             });
         }
     }
@@ -617,6 +937,10 @@ impl<'a, 't> Reader<'a, 't> {
                                 self.bind(value, at, &inner, String::new(), depth + 1);
                             }
                         }
+                        // `{a, ...rest}`: the other keys, read from the whole value.
+                        "rest_pattern" => {
+                            self.bind(child, at, &at_path(""), String::new(), depth + 1)
+                        }
                         _ => self.bind(child, at, &Binding::Other, String::new(), depth + 1),
                     }
                 }
@@ -624,6 +948,11 @@ impl<'a, 't> Reader<'a, 't> {
             "array_pattern" | "pattern_list" | "tuple_pattern" | "list_pattern" => {
                 for (i, child) in children.into_iter().enumerate() {
                     let inner = match binding {
+                        // `[a, ...rest]`, `a, *rest = ...`: the other elements, read from the
+                        // whole value.
+                        _ if matches!(self.kind(child), "rest_pattern" | "list_splat_pattern") => {
+                            at_path("")
+                        }
                         // Element by element: a name past the last element holds nothing read.
                         Binding::Elements { items, .. } if path.is_empty() => {
                             items.get(i).cloned().unwrap_or(Binding::Other)
@@ -638,6 +967,11 @@ impl<'a, 't> Reader<'a, 't> {
             "assignment_pattern" | "object_assignment_pattern" => {
                 if let Some(left) = self.grammar.child(pattern, "left") {
                     self.bind(left, at, &at_path(""), String::new(), depth + 1);
+                }
+            }
+            "rest_pattern" | "list_splat_pattern" => {
+                for child in children {
+                    self.bind(child, at, binding, path.clone(), depth + 1);
                 }
             }
             // Parameter lists and anything else: every name in them is unknown from here on.
@@ -667,16 +1001,67 @@ impl<'a, 't> Reader<'a, 't> {
         }
     }
 
-    /// Bind `name` to `value` from `at`, or to something unknown past `MAX_SNIPPET_SOURCES`.
+    /// Bind `name` to `value` from `at` to the end of the site's scope (`site_scope`), or to
+    /// something unknown past `MAX_SNIPPET_SOURCES`. In a branch, when the name was bound
+    /// before it and the binding outlives it, the name holds past the branch what it held
+    /// before or what the branch gives it (`Entry::joined`).
     fn keep(&mut self, name: &'a str, at: usize, value: Binding) {
+        let value = self.counted(value);
+        let end = match self.site_scope.0 {
+            Some(end) => end,
+            None => self.entry(name, at).map_or(usize::MAX, |e| e.end),
+        };
+        let branches = std::mem::take(&mut self.site_scope.1);
+        insert_entry(
+            self.bindings.entry(name).or_default(),
+            at,
+            end,
+            value.clone(),
+            false,
+        );
+        for &(start, branch_end) in &branches {
+            if end <= branch_end {
+                continue;
+            }
+            let list = self.bindings.entry(name).or_default();
+            let from = list.partition_point(|e| e.position < branch_end);
+            let to = list.partition_point(|e| e.position <= branch_end);
+            let joined = (from..to).find(|&i| list[i].joined);
+            let before = match joined {
+                Some(i) => Some(&list[i].binding),
+                None => {
+                    let upto = list.partition_point(|e| e.position < start);
+                    list[..upto]
+                        .iter()
+                        .rev()
+                        .take(MAX_SCOPE_SKIPS)
+                        .find(|e| start < e.end)
+                        .map(|e| &e.binding)
+                }
+            };
+            let Some(before) = before else {
+                continue;
+            };
+            let merged = union(before, &value);
+            let merged = self.counted(merged);
+            let list = self.bindings.entry(name).or_default();
+            match joined {
+                Some(i) => list[i].binding = merged,
+                None => insert_entry(list, branch_end, end, merged, true),
+            }
+        }
+        self.site_scope.1 = branches;
+    }
+
+    /// `value`, counted against `MAX_SNIPPET_SOURCES`: unknown past it.
+    fn counted(&mut self, value: Binding) -> Binding {
         let size = value.size();
-        let value = if size <= self.sources_left {
+        if size <= self.sources_left {
             self.sources_left -= size;
             value
         } else {
             Binding::Other
-        };
-        self.bindings.entry(name).or_default().push((at, value));
+        }
     }
 
     /// An object key or subscript as written: identifiers as is, strings decoded.
@@ -726,7 +1111,10 @@ impl<'a, 't> Reader<'a, 't> {
                 .map(|n| self.text(n))?;
                 let arguments = self.grammar.child(node, "arguments")?;
                 match name {
-                    "all" if self.text(function) == "Promise.all" => {
+                    // `allSettled` wraps each output (`{status, value}`): still one per call.
+                    "all" | "allSettled"
+                        if matches!(self.text(function), "Promise.all" | "Promise.allSettled") =>
+                    {
                         let mut cursor = arguments.walk();
                         let mut args = arguments
                             .named_children(&mut cursor)
@@ -758,11 +1146,19 @@ impl<'a, 't> Reader<'a, 't> {
     }
 
     fn lookup(&self, name: &str, at: usize) -> Option<&Binding> {
+        self.entry(name, at).map(|e| &e.binding)
+    }
+
+    /// The binding of `name` a use at `at` reads: the latest before it still in scope there,
+    /// passing over at most `MAX_SCOPE_SKIPS` out of scope.
+    fn entry(&self, name: &str, at: usize) -> Option<&Entry> {
         let list = self.bindings.get(name)?;
-        list.iter()
+        let upto = list.partition_point(|e| e.position <= at);
+        list[..upto]
+            .iter()
             .rev()
-            .find(|(position, _)| *position <= at)
-            .map(|(_, b)| b)
+            .take(MAX_SCOPE_SKIPS)
+            .find(|e| at < e.end)
     }
 
     /// The arguments of a tool call, from where `which` says they are (`tree::tool_call`): an
@@ -894,8 +1290,18 @@ impl<'a, 't> Reader<'a, 't> {
                     }
                 }
             }
-            "arrow_function" | "function_expression" | "function" | "lambda" => {
+            // A function is what it returns to whoever calls it: `xs.map(i => mcp.b({id: i}))`
+            // given to a call reads step b's output (docs/normalization.md, Steps).
+            "arrow_function"
+            | "function_expression"
+            | "function"
+            | "lambda"
+            | "function_declaration"
+            | "generator_function_declaration"
+            | "generator_function"
+            | "function_definition" => {
                 found.unknown = true;
+                self.read_returns(node, found, depth);
             }
             // A spread passes keys not written here: unknown, and a reference if it reads a step.
             "spread_element" | "list_splat" | "dictionary_splat" => {
@@ -939,6 +1345,44 @@ impl<'a, 't> Reader<'a, 't> {
         }
     }
 
+    /// What the function `function` returns: its expression body, or the value of each
+    /// `return` in its body (not in a function nested there), each read where it is written.
+    /// The body's nodes walked count against the argument's budget.
+    fn read_returns(&mut self, function: Node<'t>, found: &mut Found, depth: usize) {
+        let Some(body) = self.grammar.child(function, "body") else {
+            return;
+        };
+        if !matches!(self.kind(body), "statement_block" | "block") {
+            self.read(body, body.start_byte(), found, depth + 1);
+            return;
+        }
+        let mut returned: Vec<Node<'t>> = Vec::new();
+        let mut stack = vec![body];
+        while let Some(node) = stack.pop() {
+            if self.budget == 0 {
+                found.unknown = true;
+                return;
+            }
+            self.budget -= 1;
+            let mut cursor = node.walk();
+            for child in node.named_children(&mut cursor) {
+                match self.kind(child) {
+                    "return_statement" => {
+                        let mut c = child.walk();
+                        let value = child.named_children(&mut c).find(|n| !n.is_extra());
+                        returned.extend(value);
+                    }
+                    kind if is_function(kind) || kind.starts_with("class") => {}
+                    _ => stack.push(child),
+                }
+            }
+        }
+        returned.sort_by_key(|n| n.start_byte());
+        for value in returned {
+            self.read(value, value.start_byte(), found, depth + 1);
+        }
+    }
+
     /// A call that is no step reads its arguments and, for a method (`r.items.map(f)`,
     /// `r["name"].upper()`), the value it is called on: a method's name is no data, so a path
     /// never names one (docs/normalization.md, Steps).
@@ -948,12 +1392,41 @@ impl<'a, 't> Reader<'a, 't> {
             "member_expression" | "attribute" => self.grammar.child(f, "object"),
             _ => None,
         });
+        let name = function.and_then(|f| match self.kind(f) {
+            "member_expression" => self.grammar.child(f, "property"),
+            "attribute" => self.grammar.child(f, "attribute"),
+            "identifier" => Some(f),
+            _ => None,
+        });
+        let tests = name.is_some_and(|n| TESTING_CALLS.contains(&self.text(n)));
         let mut cursor = node.walk();
         let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
         for child in children {
             match receiver {
                 Some(receiver) if Some(child) == function => {
                     self.read(receiver, at, found, depth + 1)
+                }
+                _ if self.kind(child) == "arguments" || self.kind(child) == "argument_list" => {
+                    let mut c = child.walk();
+                    let arguments: Vec<Node<'t>> = child.named_children(&mut c).collect();
+                    for argument in arguments {
+                        // A function given to a call that only tests or orders the values
+                        // (`filter`, `sort`, `key=`) returns no data of the result.
+                        let value = match self.kind(argument) {
+                            "keyword_argument" => self.grammar.child(argument, "value"),
+                            _ => Some(argument),
+                        };
+                        let keyed = self.kind(argument) == "keyword_argument"
+                            && self
+                                .grammar
+                                .child(argument, "name")
+                                .is_some_and(|n| self.text(n) == "key");
+                        if value.is_some_and(|v| is_function(self.kind(v))) && (tests || keyed) {
+                            found.unknown = true;
+                        } else {
+                            self.read(argument, at, found, depth + 1);
+                        }
+                    }
                 }
                 _ => self.read(child, at, found, depth + 1),
             }
@@ -1125,6 +1598,41 @@ impl<'a, 't> Reader<'a, 't> {
         }
         true
     }
+}
+
+/// Calls whose function arguments test or order values (their results hold the values
+/// tested, not what the functions return): JS array methods, Python `filter`, `sorted`, `min`,
+/// `max` (and any `key=` function).
+const TESTING_CALLS: &[&str] = &[
+    "filter",
+    "find",
+    "findIndex",
+    "findLast",
+    "findLastIndex",
+    "some",
+    "every",
+    "sort",
+    "toSorted",
+    "forEach",
+    "sorted",
+    "min",
+    "max",
+];
+
+/// Whether a `kind` node is a function (an expression or a declaration).
+fn is_function(kind: &str) -> bool {
+    matches!(
+        kind,
+        "arrow_function"
+            | "function_expression"
+            | "function"
+            | "lambda"
+            | "function_declaration"
+            | "generator_function_declaration"
+            | "generator_function"
+            | "function_definition"
+            | "method_definition"
+    )
 }
 
 /// Whether the children of a `kind` node (child of a `parent_kind` node) run in a loop or a

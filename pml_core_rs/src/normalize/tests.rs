@@ -2056,3 +2056,232 @@ fn an_unclosed_string_of_escaped_quotes_in_the_fallback_costs_one_pass() {
     let code = format!("x = (`{}", "\\`".repeat(1 << 19));
     assert!(!norm(&code, "js").parse_ok);
 }
+
+/// (argument name, sources as (step, path)) of step `index`.
+fn sources_of(code: &str, language: &str, index: usize) -> Vec<(String, Vec<(usize, String)>)> {
+    norm(code, language).steps[index]
+        .arguments
+        .iter()
+        .map(|a| {
+            let sources = a.sources.iter().map(|s| (s.step, s.path.clone())).collect();
+            (a.name.clone(), sources)
+        })
+        .collect()
+}
+
+#[test]
+fn a_call_in_a_function_given_to_a_call_feeds_the_outer_step() {
+    // The outer call consumes what the callback returns: the inner calls' outputs
+    // (docs/normalization.md, Steps). Before, the callback read as unknown and no edge.
+    for (code, language) in [
+        ("await mcp.a({f: xs.map(i => mcp.b({id: i}))})", "js"),
+        (
+            "await mcp.a({f: await Promise.all(xs.map(async (i) => await mcp.b({id: i})))})",
+            "js",
+        ),
+        (
+            "await mcp.a(Promise.all(xs.map(function (i) { return mcp.b({id: i}); })))",
+            "ts",
+        ),
+        ("mcp.a(f=[mcp.b(id=i) for i in xs])", "python"),
+        ("mcp.a(f=list(map(lambda i: mcp.b(id=i), xs)))", "python"),
+    ] {
+        assert_eq!(edges(code, language), vec![(1, 0)], "{code}");
+        let n = norm(code, language);
+        assert!(n.steps[0].flow_known && !n.steps[1].flow_known, "{code}");
+    }
+    // A block body returns what its `return`s give, read where they are written.
+    let code = "const ys = await Promise.all(xs.map(async (i) => {\n\
+        const r = await mcp.b({id: i});\n  return r.body;\n}));\nawait mcp.a({ys});";
+    assert_eq!(
+        sources_of(code, "js", 1),
+        [("ys".into(), vec![(0, ".body".into())])]
+    );
+    // A call the callback makes but does not return feeds nothing; nor does a test or an order.
+    for code in [
+        "await mcp.a({f: xs.map(i => { mcp.b({id: i}); return i; })})",
+        "await mcp.a({f: xs.filter(i => mcp.b({id: i}))})",
+        "await mcp.a({f: xs.map(i => { const g = () => mcp.b({}); return i; })})",
+    ] {
+        assert!(edges(code, "js").is_empty(), "{code}");
+    }
+    assert!(edges("mcp.a(f=sorted(xs, key=lambda i: mcp.b(id=i)))", "python").is_empty());
+}
+
+#[test]
+fn a_local_functions_result_reads_what_it_returns() {
+    let js = "async function main() { const r1 = await mcp.a(); return r1.id; }\n\
+        const z = await main();\nawait mcp.b({z});";
+    assert_eq!(
+        sources_of(js, "js", 1),
+        [("z".into(), vec![(0, ".id".into())])]
+    );
+    let py = "def helper():\n    r = mcp.a()\n    return r['x']\nmcp.b(x=helper())";
+    assert_eq!(
+        sources_of(py, "python", 1),
+        [("x".into(), vec![(0, "[\"x\"]".into())])]
+    );
+}
+
+#[test]
+fn a_name_bound_in_a_function_or_block_stays_there() {
+    // Before, scopes were ignored: the inner `r` hid the outer one from `b`, which read step 1
+    // (no data flows from it) and not step 0.
+    for (code, language) in [
+        (
+            "const r = await mcp.a(); async function f() { const r = await mcp.c(); }\n\
+             await mcp.b({x: r});",
+            "js",
+        ),
+        (
+            "const r = await mcp.a(); { let r = await mcp.c(); }\nawait mcp.b({x: r});",
+            "js",
+        ),
+        (
+            "const r = await mcp.a(); const f = (r) => 1; mcp.c({});\nawait mcp.b({x: r});",
+            "js",
+        ),
+        (
+            "r = mcp.a()\ndef f():\n    r = mcp.c()\n    return 1\nmcp.b(x=r)",
+            "python",
+        ),
+        ("r = mcp.a()\nf = lambda r: mcp.c()\nmcp.b(x=r)", "python"),
+    ] {
+        assert_eq!(edges(code, language), vec![(0, 2)], "{code}");
+    }
+    // A JS assignment without a declaration changes the outer name (in a function, maybe).
+    let code = "let r = await mcp.a(); function f() { r = mcp.c(); }\nawait mcp.b({x: r});";
+    assert_eq!(edges(code, "js"), vec![(0, 2), (1, 2)]);
+}
+
+#[test]
+fn a_name_assigned_in_a_branch_holds_either_value_past_it() {
+    for (code, language, want) in [
+        (
+            "let r = await mcp.a(); if (c) { r = await mcp.b(); }\nawait mcp.c({x: r});",
+            "js",
+            vec![(0, 2), (1, 2)],
+        ),
+        (
+            "let r = await mcp.a(); if (c) { r = await mcp.b(); } else { r = await mcp.d(); }\n\
+             await mcp.c({x: r});",
+            "js",
+            vec![(0, 3), (1, 3), (2, 3)],
+        ),
+        (
+            "let r = await mcp.a();\nif (x) { r = await mcp.b(); if (y) { r = await mcp.d(); } }\n\
+             await mcp.c({x: r});",
+            "js",
+            vec![(0, 3), (1, 3), (2, 3)],
+        ),
+        (
+            "r = mcp.a()\nif c:\n    r = mcp.b()\nmcp.c(x=r)",
+            "python",
+            vec![(0, 2), (1, 2)],
+        ),
+        (
+            "r = None\nif c:\n    r = mcp.b()\nelse:\n    r = mcp.d()\nmcp.c(x=r)",
+            "python",
+            vec![(0, 2), (1, 2)],
+        ),
+        (
+            "r = mcp.a()\nfor i in xs:\n    r = mcp.b(prev=i)\nmcp.c(x=r)",
+            "python",
+            vec![(0, 2), (1, 2)],
+        ),
+    ] {
+        assert_eq!(edges(code, language), want, "{code}");
+    }
+    // Inside the branch, after the assignment, only the new value; a name declared in the
+    // branch is its own, and an unconditional reassignment replaces.
+    let code = "let r = await mcp.a(); if (c) { r = await mcp.b(); await mcp.d({r}); }";
+    assert_eq!(edges(code, "js"), vec![(1, 2)]);
+    let code = "let r = await mcp.a(); if (x) { let r = await mcp.b(); r = await mcp.d(); }\n\
+        await mcp.c({x: r});";
+    assert_eq!(edges(code, "js"), vec![(0, 3)]);
+    let code = "let r = await mcp.a({});\nr = await mcp.b({});\nawait mcp.c({y: r});";
+    assert_eq!(edges(code, "js"), vec![(1, 2)]);
+}
+
+#[test]
+fn what_is_added_to_a_name_is_read_with_it() {
+    for (code, language) in [
+        (
+            "const r = await mcp.a(); let s = \"\"; s += r.text; await mcp.b({s});",
+            "js",
+        ),
+        (
+            "const r = await mcp.a(); const o = {}; o.x = r.id; await mcp.b({o});",
+            "js",
+        ),
+        (
+            "const r = await mcp.a(); const o = {}; o[\"k\"].v = r; await mcp.b({o});",
+            "js",
+        ),
+        (
+            "const r = await mcp.a(); const out = []; out.push(r.id); await mcp.b({out});",
+            "js",
+        ),
+        ("r = mcp.a()\ns = ''\ns += r['t']\nmcp.b(x=s)", "python"),
+        ("r = mcp.a()\nd = {}\nd['k'] = r['v']\nmcp.b(x=d)", "python"),
+        (
+            "r = mcp.a()\nout = []\nout.append(r)\nmcp.b(x=out)",
+            "python",
+        ),
+        ("r = mcp.a()\nd = {}\nd.update(r)\nmcp.b(x=d)", "python"),
+    ] {
+        assert_eq!(edges(code, language), vec![(0, 1)], "{code}");
+    }
+    // Calls per element collected in a loop: the send reads each.
+    let code =
+        "results = []\nfor x in xs:\n    results.append(mcp.get(id=x))\nmcp.send(data=results)";
+    assert_eq!(edges(code, "python"), vec![(0, 1)]);
+    // A tool call is no adding method of the name it is called on.
+    let code = "await mcp.add({a: 1}); await mcp.b({m: mcp});";
+    assert!(edges(code, "js").is_empty());
+}
+
+#[test]
+fn a_rest_pattern_reads_the_whole_value() {
+    for (code, language) in [
+        (
+            "const {id, ...rest} = await mcp.a(); await mcp.b({rest});",
+            "js",
+        ),
+        (
+            "const [first, ...others] = await mcp.a(); await mcp.b({others});",
+            "js",
+        ),
+        ("first, *rest = mcp.a()\nmcp.b(x=rest)", "python"),
+    ] {
+        assert_eq!(
+            sources_of(code, language, 1)[0].1,
+            vec![(0, String::new())],
+            "{code}"
+        );
+    }
+}
+
+#[test]
+fn a_name_bound_in_many_functions_reads_in_bounded_time() {
+    // 50,000 functions each binding `r`, then 50,000 uses of the outer `r`: each use passes
+    // over at most MAX_SCOPE_SKIPS bindings out of scope, then reads unknown (no timing assert).
+    let mut code = String::from("const r = await mcp.a();\n");
+    for _ in 0..50_000 {
+        code.push_str("function f() { const r = 1; }\n");
+    }
+    for _ in 0..200 {
+        code.push_str("await mcp.b({x: r});\n");
+    }
+    let n = norm(&code, "js");
+    assert!(n.parse_ok);
+    assert_eq!(n.steps[1].arguments[0].kind, ArgKind::Unknown);
+}
+
+#[test]
+fn each_settled_result_reads_its_own_call() {
+    // Before, `results[0]` read both calls: a false edge from `b`.
+    let code = "const results = await Promise.allSettled([mcp.a(), mcp.b()]);\n\
+        await mcp.c({x: results[0].value});";
+    assert_eq!(edges(code, "js"), vec![(0, 2)]);
+}
