@@ -708,10 +708,11 @@ pub(super) fn shell_secret_ranges(text: &str) -> Vec<(usize, usize)> {
             let quoted = s.end - s.start >= 2
                 && matches!(bytes[s.start], b'"' | b'\'')
                 && bytes[s.end - 1] == bytes[s.start];
+            // a user before its password stays (`curl -u bob:[REDACTED]`)
             if quoted {
-                (s.start + 1, s.end - 1)
+                (s.start + s.user_len.max(1), s.end - 1)
             } else {
-                (s.start, s.end)
+                (s.start + s.user_len, s.end)
             }
         })
         .filter(|(start, end)| end > start)
@@ -843,6 +844,7 @@ fn stdin_passwords(tokens: &[Token], code: &str, prose: bool) -> Vec<ShellSecret
                 name: "password".to_owned(),
                 named: true,
                 secret: true,
+                user_len: 0,
             });
         }
     }
@@ -860,6 +862,10 @@ struct ShellSecret {
     name: String,
     named: bool,
     secret: bool,
+    /// the bytes at the value's start that are no secret: a user and its `:` before a
+    /// password (`bob:` of `curl -u bob:pw`), kept in free text (`shell_secret_ranges`); in
+    /// code the value is one parameter, user and all
+    user_len: usize,
 }
 
 /// The longest name (with its dashes) read before `=` or a value: a credential's name is short,
@@ -937,9 +943,13 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
         let Some(end) = shell_value_end(tokens.get(i + 1), bytes, value_at) else {
             continue;
         };
-        if user && !code[value_at..end].contains(':') {
-            continue; // `-u name` alone: a user, no password
-        }
+        // `-u name` alone is a user, no password (curl asks for one); `-u name:pw` gives
+        // the password after the user's first `:`
+        let user_len = match code[value_at..end].find(':') {
+            Some(colon) if user => colon + 1,
+            None if user => continue,
+            _ => 0,
+        };
         // a credential's path (`--password-file PATH`) is a parameter named as any other
         // value; the word after a flag that takes no value is one, unnamed (`$STR`)
         let path = super::secrets::names_a_path(&upper)
@@ -956,6 +966,7 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
             },
             named: user || !no_value,
             secret: user || !(path || no_value),
+            user_len,
         });
     }
     let attached = command_passwords(tokens, code);
@@ -1227,6 +1238,7 @@ fn command_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
                     name: "password".to_owned(),
                     named: true,
                     secret: true,
+                    user_len: 0,
                 });
             }
         }
