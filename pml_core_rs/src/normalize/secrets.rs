@@ -118,7 +118,10 @@ pub fn names_a_credential(upper_snake: &str) -> bool {
 
 /// Whether a string value looks like a credential by itself.
 pub fn is_secret_value(value: &str) -> bool {
-    is_credential_shaped(value) || has_secret_pair(value) || is_high_entropy_token(value.trim())
+    is_credential_shaped(value)
+        || has_secret_pair(value)
+        || has_secret_field(value)
+        || is_high_entropy_token(value.trim())
 }
 
 /// A known credential prefix, a JWT or a URL with a password (`scheme://user:pass@host`): the
@@ -633,6 +636,27 @@ fn has_secret_pair(value: &str) -> bool {
     })
 }
 
+/// Whether `value` holds a field named as a credential, as free text's field rule reads one
+/// (`secret_field_value_at`), with a value written there: a JSON body in a string
+/// (`'{"password": "..."}'`), a header line (`"X-Api-Key: ..."`, `"Cookie: sid=..."`). A value
+/// that only refers to one the code supplies (`%s`, `{}`, `{pw}`, `${pw}`, `$PW`) or is an
+/// HTTP authentication scheme alone (`"Authorization: Bearer "`, joined to a token) is none
+/// (docs/normalization.md, Secrets). Linear: a value is scanned only after a credential's name.
+fn has_secret_field(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    (0..bytes.len()).any(|i| {
+        let starts = matches!(bytes[i], b'"' | b'\'')
+            || (is_name_byte(bytes[i]) && (i == 0 || !is_name_byte(bytes[i - 1])));
+        starts
+            && secret_field_value_at(bytes, i).is_some_and(|(start, end)| {
+                let written = &bytes[start..end];
+                !names_a_value_given_later(written)
+                    && !written.starts_with(b"$")
+                    && !AUTH_SCHEMES.iter().any(|s| written.eq_ignore_ascii_case(s.as_bytes()))
+            })
+    })
+}
+
 /// Whether `value` holds a query parameter named as a credential (`?api_key=...`).
 fn has_secret_query(value: &str) -> bool {
     let bytes = value.as_bytes();
@@ -984,6 +1008,39 @@ mod tests {
         ] {
             assert!(!is_secret_value(value), "{value}");
         }
+    }
+
+    #[test]
+    fn a_string_holding_a_field_named_as_a_credential_is_a_secret() {
+        for value in [
+            r#"{"user": "bob", "password": "hunter2x"}"#,
+            r#"{'api_key':'hunter2x'}"#,
+            "X-Api-Key: hunter2x",
+            "Cookie: session=hunter2x",
+            "Authorization: token hunter2x",
+            "client_secret: hunter2x\nscope: all",
+        ] {
+            assert!(is_secret_value(value), "{value}");
+        }
+        // kept: a prompt, a format string, an interpolation, a scheme joined to a token, a
+        // structure, no credential's name, a path
+        for value in [
+            "Password: ",
+            "token: %s",
+            "token: {}",
+            "Authorization: Bearer ",
+            "Authorization: ${TOKEN}",
+            "X-Api-Key: $API_KEY",
+            r#"{"password": {"min": 8}}"#,
+            r#"{"max_tokens": 512, "author": "bob"}"#,
+            "password_file: /etc/pw",
+            "Content-Type: application/json",
+        ] {
+            assert!(!is_secret_value(value), "{value}");
+        }
+        // linear: a megabyte of fields that name a credential but give no value
+        let many = "password: {".repeat(1 << 16);
+        assert!(!is_secret_value(&many));
     }
 
     #[test]
