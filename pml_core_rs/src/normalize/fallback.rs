@@ -1591,10 +1591,14 @@ fn string_end(
                 if closes {
                     open.pop();
                     i += if triple { 3 } else { 1 };
-                    scanned.closed(opened.pop(), i);
+                    let string = opened.pop();
                     if open.is_empty() {
+                        // `lex` reads on after this string: none of its quotes is read again,
+                        // so a closed string (most code's) costs no entry
+                        scanned.pending.clear();
                         return Ok(i);
                     }
+                    scanned.closed(string, i);
                     continue;
                 }
                 if interpolates {

@@ -652,7 +652,9 @@ fn has_secret_field(value: &str) -> bool {
                 let written = &bytes[start..end];
                 !names_a_value_given_later(written)
                     && !written.starts_with(b"$")
-                    && !AUTH_SCHEMES.iter().any(|s| written.eq_ignore_ascii_case(s.as_bytes()))
+                    && !AUTH_SCHEMES
+                        .iter()
+                        .any(|s| written.eq_ignore_ascii_case(s.as_bytes()))
             })
     })
 }
