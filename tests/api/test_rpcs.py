@@ -228,6 +228,8 @@ def test_a_credential_written_as_a_field_in_free_text_reaches_no_stored_row(
         ("connect", "401 for Cookie: a=1; session={}"),
         ("connect", 'bad env [{{"name": "DB_PASSWORD", "value": "{}"}}]'),
         ("connect", "bad env:\n- name: API_TOKEN\n  value: {}\n"),
+        ("connect", 'bad env [{{"value": "{}", "name": "DB_PASSWORD"}}]'),
+        ("connect", "bad env:\n- value: {}\n  name: API_TOKEN\n"),
     ],
 )
 def test_a_credential_a_command_line_or_a_sibling_names_in_free_text_reaches_no_stored_row(
@@ -236,7 +238,8 @@ def test_a_credential_a_command_line_or_a_sibling_names_in_free_text_reaches_no_
     """A credential the intent or a tool's error writes after a short name (`pwd:`,
     `db_pass=`), in a command line (`mysql -pSECRET`, `curl -u bob:SECRET`, `sshpass -p`,
     `--pass`), in a `Cookie:` header after the first cookie, or as the `value` of an entry
-    whose `name` is a credential's, is in no stored row (docs/normalization.md, Secrets)."""
+    whose `name` is a credential's, before or after it, is in no stored row
+    (docs/normalization.md, Secrets)."""
     secret = "hunter2hunter"  # short, low entropy: no token rule flags it alone
     record = make_record(
         intent.format(secret),
@@ -245,6 +248,27 @@ def test_a_credential_a_command_line_or_a_sibling_names_in_free_text_reaches_no_
         failed_tools=[("login", error.format(secret) or "refused")],
     )
     client.record(record)
+    assert _families_holding(server, secret) == []
+
+
+def test_a_curl_users_password_leaves_the_failure_log_but_the_user_stays(
+    client: PmlClient, server: RunningServer
+) -> None:
+    """`curl -u bob:SECRET` in a tool's error loses the password, not the user; `curl -u bob`
+    (curl asks for the password) keeps the user (docs/normalization.md, Secrets)."""
+    secret = "hunter2hunter2"
+    client.record(
+        make_record(
+            "connect",
+            "r = await mcp.login(user=name)",
+            language="python",
+            failed_tools=[("login", f"`curl -u bob:{secret} https://x` then `curl -u ann h`")],
+            request_id="curl-1",
+        )
+    )
+    assert [f.error for f in client.list_failures().failures] == [
+        "`curl -u bob:[REDACTED] https://x` then `curl -u ann h`"
+    ]
     assert _families_holding(server, secret) == []
 
 

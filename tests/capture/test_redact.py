@@ -527,6 +527,25 @@ def test_a_uid_and_gid_after_u_is_no_password() -> None:
         assert PASSWORD not in _stored_forms(result), code
 
 
+def test_a_string_holding_a_field_named_as_a_credential_is_a_secret_parameter() -> None:
+    """A JSON body or a header line in a string (`data='{"password": "..."}'`, `curl -H
+    "X-Api-Key: ..."`) writes a credential as free text's field rule reads one: the string is a
+    secret value, in parsed code and in shell code (docs/normalization.md, Secrets); a prompt,
+    a format string and a header naming no credential are not."""
+    for code, language in (
+        (f'r = requests.post(u, data=\'{{"user": "bob", "password": "{PASSWORD}"}}\')', "python"),
+        (f'fetch(u, {{method: "POST", body: \'{{"api_key":"{PASSWORD}"}}\'}})', "javascript"),
+        (f'curl -H "X-Api-Key: {PASSWORD}" https://x', "bash"),
+        (f"curl -H 'Cookie: session={PASSWORD}' https://x", "bash"),
+    ):
+        result = _core.normalize(code, language)
+        assert [p.secret for p in result.params if PASSWORD in p.value_json] == [True], code
+        assert PASSWORD not in _stored_forms(result), code
+    for value in ("Password: ", "token: %s", "Authorization: Bearer ", "Content-Type: text/x"):
+        result = _core.normalize(f"print({json.dumps(value)})", "python")
+        assert [p.secret for p in result.params] == [False], value
+
+
 def test_a_string_holding_a_shell_credential_is_a_secret_parameter() -> None:
     """A command line in a string (`subprocess.run("...")`) that writes a credential as a shell
     does is a secret value (docs/normalization.md, Secrets); other command lines are not."""

@@ -331,6 +331,13 @@ OLDER_SECRETS = [
         'db_pass="[REDACTED]"',
         id="short_name",
     ),
+    pytest.param(  # a field named as a credential in a string (a JSON body, a header line)
+        "HUNTER2JSONBODY",
+        'r = await mcp.post(url=u, data=\'{"user": "bob", "password": "hunter2jsonbody"}\')',
+        12,  # the marker of the build before this rule (docs/storage.md, Migrations)
+        'data="[REDACTED]"',
+        id="field_in_string",
+    ),
 ]
 
 

@@ -708,10 +708,11 @@ pub(super) fn shell_secret_ranges(text: &str) -> Vec<(usize, usize)> {
             let quoted = s.end - s.start >= 2
                 && matches!(bytes[s.start], b'"' | b'\'')
                 && bytes[s.end - 1] == bytes[s.start];
+            // a user before its password stays (`curl -u bob:[REDACTED]`)
             if quoted {
-                (s.start + 1, s.end - 1)
+                (s.start + s.user_len.max(1), s.end - 1)
             } else {
-                (s.start, s.end)
+                (s.start + s.user_len, s.end)
             }
         })
         .filter(|(start, end)| end > start)
@@ -843,6 +844,7 @@ fn stdin_passwords(tokens: &[Token], code: &str, prose: bool) -> Vec<ShellSecret
                 name: "password".to_owned(),
                 named: true,
                 secret: true,
+                user_len: 0,
             });
         }
     }
@@ -860,6 +862,10 @@ struct ShellSecret {
     name: String,
     named: bool,
     secret: bool,
+    /// the bytes at the value's start that are no secret: a user and its `:` before a
+    /// password (`bob:` of `curl -u bob:pw`), kept in free text (`shell_secret_ranges`); in
+    /// code the value is one parameter, user and all
+    user_len: usize,
 }
 
 /// The longest name (with its dashes) read before `=` or a value: a credential's name is short,
@@ -937,9 +943,13 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
         let Some(end) = shell_value_end(tokens.get(i + 1), bytes, value_at) else {
             continue;
         };
-        if user && !code[value_at..end].contains(':') {
-            continue; // `-u name` alone: a user, no password
-        }
+        // `-u name` alone is a user, no password (curl asks for one); `-u name:pw` gives
+        // the password after the user's first `:`
+        let user_len = match code[value_at..end].find(':') {
+            Some(colon) if user => colon + 1,
+            None if user => continue,
+            _ => 0,
+        };
         // a credential's path (`--password-file PATH`) is a parameter named as any other
         // value; the word after a flag that takes no value is one, unnamed (`$STR`)
         let path = super::secrets::names_a_path(&upper)
@@ -956,6 +966,7 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
             },
             named: user || !no_value,
             secret: user || !(path || no_value),
+            user_len,
         });
     }
     let attached = command_passwords(tokens, code);
@@ -1227,6 +1238,7 @@ fn command_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
                     name: "password".to_owned(),
                     named: true,
                     secret: true,
+                    user_len: 0,
                 });
             }
         }
@@ -1418,8 +1430,7 @@ fn context_name(tokens: &[Token], i: usize, code: &str, style: &Style) -> Option
 fn lex(code: &str, style: &Style) -> Vec<Token> {
     let bytes = code.as_bytes();
     let mut tokens = Vec::new();
-    // for each `Quoted::memo_slot`: where a string of that kind was last found unclosed
-    let mut unclosed_until = [0usize; 6];
+    let mut scanned = Scanned::default();
     let mut i = 0usize;
     while i < bytes.len() {
         let c = bytes[i];
@@ -1436,26 +1447,11 @@ fn lex(code: &str, style: &Style) -> Vec<Token> {
                 .position(|w| w == b"*/")
                 .map_or(rest.len(), |p| p + 4);
         } else if c == b'"' || c == b'\'' || (style.backticks && c == b'`') {
-            // A string (not triple) whose quote comes before where one of the same quote and
-            // kind was found unclosed, by a scan that never entered an interpolation, is
-            // unclosed too: that scan read this quote as escaped and went on from the byte
-            // after it, where this scan would start, in the same state. So each byte is
-            // scanned once for each kind of quote (docs/normalization.md, Fallback), not once
-            // for each quote before it (`"\"\"\"...`, `` `\`\`\`... `` were quadratic).
-            let kind = Quoted::at(bytes, i, style).memo_slot();
-            let end = match kind {
-                Some(k) if i < unclosed_until[k] => None,
-                _ => match string_end(bytes, i, style) {
-                    Ok(end) => Some(end),
-                    Err((stop, entered_code)) => {
-                        if let Some(k) = kind.filter(|_| !entered_code) {
-                            unclosed_until[k] = stop;
-                        }
-                        None
-                    }
-                },
-            };
-            match end {
+            // An unclosed string is one byte of punctuation, and the next quote is read
+            // again: `scanned` keeps each string's end found by the scans before, so that each
+            // byte is scanned a bounded number of times, not once for each quote before it
+            // (docs/normalization.md, Fallback; `Scanned`).
+            match string_end(bytes, i, style, &mut scanned).ok() {
                 Some(end) => {
                     tokens.push(Token {
                         kind: Kind::Str,
@@ -1533,33 +1529,59 @@ fn is_non_ascii_space(code: &str, at: usize) -> bool {
     code.is_char_boundary(at) && code[at..].chars().next().is_some_and(char::is_whitespace)
 }
 
-/// End (exclusive) of the string literal opening at `start`, or `None` if unterminated.
-/// Python triple-quoted strings span lines; other quotes stop at a line break, a JS template
-/// does not. An interpolated string (a JS template, a Python f-string) runs past its
+/// End (exclusive) of the string literal opening at `start`, or where the scan found it
+/// unclosed. Python triple-quoted strings span lines; other quotes stop at a line break, a JS
+/// template does not. An interpolated string (a JS template, a Python f-string) runs past its
 /// interpolations, whatever they hold (`` `${ `${a}` }` ``, `f"{ {"k": v}["k"] }"`): an
 /// interpolation is code, whose braces and strings, nested to any depth, do not end it, so
 /// a string inside one is no string of its own (docs/normalization.md, Fallback). One pass;
-/// the nesting is held in a list, not in calls.
-fn string_end(bytes: &[u8], start: usize, style: &Style) -> Result<usize, (usize, bool)> {
+/// the nesting is held in a list, not in calls. What the scan learns of the strings it reads
+/// is kept in `scanned`, and what it finds there is not read again.
+fn string_end(
+    bytes: &[u8],
+    start: usize,
+    style: &Style,
+    scanned: &mut Scanned,
+) -> Result<usize, usize> {
+    #[cfg(test)]
+    if FRESH_SCANS.with(std::cell::Cell::get) {
+        scanned.ends.clear(); // each scan on its own, as before `Scanned` (tests only)
+    }
+    if let Some(&known) = scanned.ends.get(&start) {
+        return known;
+    }
     let mut open = vec![Quoted::at(bytes, start, style)];
-    // whether an interpolation was entered: a scan that was is not `lex`'s to reuse
-    let mut entered_code = false;
+    // for each of `open`: where it opened, and how many of `scanned.pending` were there
+    let mut opened = vec![(start, 0usize)];
+    scanned.pending.clear();
     let mut i = start + open[0].opener();
     while i < bytes.len() {
+        #[cfg(test)]
+        SCAN_STEPS.with(|steps| steps.set(steps.get() + 1));
         let b = bytes[i];
         match open.last_mut() {
-            Some(Quoted::Text {
+            Some(&mut Quoted::Text {
                 quote,
                 triple,
                 interpolates,
             }) => {
-                let (quote, triple, interpolates) = (*quote, *triple, *interpolates);
+                // The quotes just read as text (escaped: `\"`, `` \` ``; in a triple string,
+                // `\"""`) open a string of this one's kind that ends where this one does: a
+                // scan from them reads what this one reads from here, in the same state.
+                let opener = if triple { 3 } else { 1 };
+                if let Some(at) = i.checked_sub(opener).filter(|&at| at > start) {
+                    if bytes[at..i].iter().all(|&q| q == quote)
+                        && Quoted::at(bytes, at, style).same(quote, triple, interpolates)
+                    {
+                        scanned.pending.push(at);
+                    }
+                }
                 if b == b'\\' {
                     i += 2;
                     continue;
                 }
                 if b == b'\n' && !triple && quote != b'`' {
-                    return Err((i, entered_code));
+                    return Err(scanned.unclosed(&opened, i));
                 }
                 let closes = if triple {
                     bytes[i..].starts_with(&[quote; 3])
@@ -1569,15 +1591,20 @@ fn string_end(bytes: &[u8], start: usize, style: &Style) -> Result<usize, (usize
                 if closes {
                     open.pop();
                     i += if triple { 3 } else { 1 };
+                    let string = opened.pop();
                     if open.is_empty() {
+                        // `lex` reads on after this string: none of its quotes is read again,
+                        // so a closed string (most code's) costs no entry
+                        scanned.pending.clear();
                         return Ok(i);
                     }
+                    scanned.closed(string, i);
                     continue;
                 }
                 if interpolates {
                     if quote == b'`' && b == b'$' && bytes.get(i + 1) == Some(&b'{') {
-                        entered_code = true;
                         open.push(Quoted::Code { braces: 0 });
+                        opened.push((usize::MAX, scanned.pending.len()));
                         i += 2;
                         continue;
                     }
@@ -1586,8 +1613,8 @@ fn string_end(bytes: &[u8], start: usize, style: &Style) -> Result<usize, (usize
                             i += 2; // `{{` is a brace of the text
                             continue;
                         }
-                        entered_code = true;
                         open.push(Quoted::Code { braces: 0 });
+                        opened.push((usize::MAX, scanned.pending.len()));
                     }
                 }
             }
@@ -1595,24 +1622,81 @@ fn string_end(bytes: &[u8], start: usize, style: &Style) -> Result<usize, (usize
                 b'{' => *braces += 1,
                 b'}' if *braces == 0 => {
                     open.pop();
+                    opened.pop();
                 }
                 b'}' => *braces -= 1,
-                b'"' | b'\'' => {
+                b'"' | b'\'' | b'`' if b != b'`' || !style.python => {
+                    // a string inside the code: its end, when a scan before found it
+                    match scanned.ends.get(&i) {
+                        Some(&Ok(end)) => {
+                            i = end;
+                            continue;
+                        }
+                        Some(&Err(stop)) => return Err(scanned.unclosed(&opened, stop)),
+                        None => {}
+                    }
                     let quoted = Quoted::at(bytes, i, style);
+                    opened.push((i, scanned.pending.len()));
                     i += quoted.opener();
                     open.push(quoted);
                     continue;
                 }
-                b'`' if !style.python => {
-                    open.push(Quoted::at(bytes, i, style));
-                }
                 _ => {}
             },
-            None => return Err((i, entered_code)),
+            None => return Err(scanned.unclosed(&opened, i)),
         }
         i += 1;
     }
-    Err((bytes.len(), entered_code))
+    Err(scanned.unclosed(&opened, bytes.len()))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The bytes `string_end` has read on this thread (tests only: linearity).
+    static SCAN_STEPS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Whether `string_end` forgets what scans before found (tests only: the same tokens).
+    static FRESH_SCANS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// What `lex`'s scans (`string_end`) found of the strings they read, by the position of each
+/// string's quote: its end, or where it was found unclosed. A scan from a quote a scan before
+/// read as a string's opener, or as an escaped quote of the same string's kind (`"\"\"\"`,
+/// `` `${a}\`${b}\`... ``), would read the same bytes in the same state, so its result is
+/// known; each such string is scanned once, which keeps `lex` linear on unclosed strings,
+/// interpolated or not (`` `${`${`${... ``, `f"{f"{f"{...`; docs/normalization.md, Fallback).
+#[derive(Default)]
+struct Scanned {
+    ends: HashMap<usize, Result<usize, usize>>,
+    /// escaped quotes of the strings being read, each string's after those of the string
+    /// it is in (`opened` holds where each string's start)
+    pending: Vec<usize>,
+}
+
+impl Scanned {
+    /// The string `opened` (its quote, and where its escaped quotes start in `pending`) closed
+    /// before `end`.
+    fn closed(&mut self, opened: Option<(usize, usize)>, end: usize) {
+        let Some((at, from)) = opened else {
+            return;
+        };
+        self.ends.insert(at, Ok(end));
+        for escaped in self.pending.drain(from..) {
+            self.ends.insert(escaped, Ok(end));
+        }
+    }
+
+    /// Every string being read (`opened`) is unclosed, found so at `stop`; returns `stop`.
+    fn unclosed(&mut self, opened: &[(usize, usize)], stop: usize) -> usize {
+        for &(at, _) in opened {
+            if at != usize::MAX {
+                self.ends.insert(at, Err(stop));
+            }
+        }
+        for escaped in self.pending.drain(..) {
+            self.ends.insert(escaped, Err(stop));
+        }
+        stop
+    }
 }
 
 /// A string being read by `string_end`, or an interpolation's code inside one.
@@ -1655,24 +1739,10 @@ impl Quoted {
         }
     }
 
-    /// For a string that is not triple-quoted, a slot of its own for its quote and whether it
-    /// interpolates (`lex`'s memo of unclosed strings).
-    fn memo_slot(&self) -> Option<usize> {
-        match *self {
-            Quoted::Text {
-                quote,
-                triple: false,
-                interpolates,
-            } => {
-                let q = match quote {
-                    b'"' => 0,
-                    b'\'' => 1,
-                    _ => 2,
-                };
-                Some(q * 2 + usize::from(interpolates))
-            }
-            _ => None,
-        }
+    /// Whether this is a string of that quote, triple or not, interpolating or not.
+    fn same(&self, quote: u8, triple: bool, interpolates: bool) -> bool {
+        matches!(*self, Quoted::Text { quote: q, triple: t, interpolates: i }
+            if (q, t, i) == (quote, triple, interpolates))
     }
 
     /// How many bytes its opening quote takes.
@@ -1680,6 +1750,83 @@ impl Quoted {
         match self {
             Quoted::Text { triple: true, .. } => 3,
             _ => 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes `string_end` reads to lex `code`, and its tokens; each scan on its own with
+    /// `fresh`.
+    fn lexed(code: &str, style: &Style, fresh: bool) -> (usize, Vec<(usize, usize, bool)>) {
+        FRESH_SCANS.with(|f| f.set(fresh));
+        SCAN_STEPS.with(|steps| steps.set(0));
+        let tokens = lex(code, style)
+            .iter()
+            .map(|t| (t.start, t.end, t.kind == Kind::Str))
+            .collect();
+        FRESH_SCANS.with(|f| f.set(false));
+        (SCAN_STEPS.with(std::cell::Cell::get), tokens)
+    }
+
+    const STYLES: [Option<Lang>; 3] = [Some(Lang::Python), Some(Lang::JavaScript), None];
+
+    #[test]
+    fn unclosed_interpolated_strings_are_scanned_in_linear_steps() {
+        // about 1 MB each: every quote opens a string left unclosed after entering an
+        // interpolation, read once for each quote before it without `Scanned` (200 KB of
+        // `` `${ `` took 14 s, of `f"{` 58 s): here a bounded number of steps per byte
+        for (unit, lang) in [
+            ("`${", None),
+            ("`${", Some(Lang::JavaScript)),
+            ("`${\"", None),
+            ("`${{", Some(Lang::JavaScript)),
+            ("`${}\\`", Some(Lang::JavaScript)),
+            ("`${'`", Some(Lang::JavaScript)),
+            ("f\"{", Some(Lang::Python)),
+            ("f\"{'", Some(Lang::Python)),
+            ("f'{f\"{", Some(Lang::Python)),
+            ("f\"{}\\\"", Some(Lang::Python)),
+            ("\"\\\"", Some(Lang::Python)),
+            ("f\"\"\"{", Some(Lang::Python)),
+        ] {
+            let code = unit.repeat((1 << 20) / unit.len());
+            let (steps, _) = lexed(&code, &style(lang), false);
+            assert!(steps <= 4 * code.len(), "{unit:?}: {steps} steps");
+        }
+    }
+
+    #[test]
+    fn every_short_repeated_unit_lexes_alike_in_linear_steps() {
+        // every unit of up to 4 bytes of quotes, braces, escapes, prefixes and breaks: the
+        // same tokens as scans that forget each other, and a bounded number of steps per byte
+        // (a quadratic scan reads about a hundred times more at 2 KB)
+        let alphabet = ["`", "$", "{", "}", "\\", "\"", "'", "f", "\n", "a"];
+        let mut units = vec![String::new()];
+        for _ in 0..4 {
+            let longer: Vec<String> = units
+                .iter()
+                .flat_map(|u| alphabet.iter().map(move |a| format!("{u}{a}")))
+                .collect();
+            units.extend(longer);
+        }
+        units.sort();
+        units.dedup();
+        for lang in STYLES {
+            let style = style(lang);
+            for unit in units.iter().filter(|u| !u.is_empty()) {
+                let short = unit.repeat(48 / unit.len());
+                assert_eq!(
+                    lexed(&short, &style, false).1,
+                    lexed(&short, &style, true).1,
+                    "{unit:?}"
+                );
+                let long = unit.repeat(2048 / unit.len());
+                let (steps, _) = lexed(&long, &style, false);
+                assert!(steps <= 8 * long.len(), "{unit:?} {lang:?}: {steps} steps");
+            }
         }
     }
 }

@@ -118,7 +118,10 @@ pub fn names_a_credential(upper_snake: &str) -> bool {
 
 /// Whether a string value looks like a credential by itself.
 pub fn is_secret_value(value: &str) -> bool {
-    is_credential_shaped(value) || has_secret_pair(value) || is_high_entropy_token(value.trim())
+    is_credential_shaped(value)
+        || has_secret_pair(value)
+        || has_secret_field(value)
+        || is_high_entropy_token(value.trim())
 }
 
 /// A known credential prefix, a JWT or a URL with a password (`scheme://user:pass@host`): the
@@ -530,7 +533,7 @@ fn field_value(bytes: &[u8], i: usize) -> Option<(usize, usize)> {
     (end > start).then_some((start, end))
 }
 
-/// The longest credential's name `named_value_after` reads as a field's value.
+/// The longest credential's name `name_field_at` reads as a field's value.
 const MAX_NAMED_VALUE: usize = 64;
 
 /// How far after a field naming a credential (`"name": "DB_PASSWORD"`) its sibling `value`
@@ -539,11 +542,12 @@ const MAX_NAMED_VALUE: usize = 64;
 const NAMED_VALUE_WINDOW: usize = 256;
 
 /// Where the value of the field whose name starts at `at` ends when the field is a `name` or
-/// a `key` and its value names a credential (`{"name": "DB_PASSWORD", ...}`, `- name:
-/// API_TOKEN`, `{"Key": "Authorization", ...}`): the `value` field after it is then that
-/// credential's (docs/normalization.md, Secrets). Constant cost: such a value is at most
+/// a `key` whose value is a name (`{"name": "DB_PASSWORD", ...}`, `- name: API_TOKEN`,
+/// `{"Key": "Authorization", ...}`, `"name": "LOG_LEVEL"`), and whether that name is a
+/// credential's: the `value` field beside it is then that credential's (`redact`, which pairs
+/// them; docs/normalization.md, Secrets). Constant cost: such a value is at most
 /// `MAX_NAMED_VALUE` bytes.
-fn named_value_after(bytes: &[u8], at: usize) -> Option<usize> {
+fn name_field_at(bytes: &[u8], at: usize) -> Option<(usize, bool)> {
     let (name, i) = field_at(bytes, at)?;
     if name != "NAME" && name != "KEY" {
         return None;
@@ -560,7 +564,7 @@ fn named_value_after(bytes: &[u8], at: usize) -> Option<usize> {
         return None;
     }
     let value = upper_snake(std::str::from_utf8(&bytes[start..end]).ok()?)?;
-    is_secret_name(&value).then_some(end)
+    Some((end, is_secret_name(&value)))
 }
 
 /// The value of the `value` field whose name starts at `at`.
@@ -632,6 +636,29 @@ fn has_secret_pair(value: &str) -> bool {
     })
 }
 
+/// Whether `value` holds a field named as a credential, as free text's field rule reads one
+/// (`secret_field_value_at`), with a value written there: a JSON body in a string
+/// (`'{"password": "..."}'`), a header line (`"X-Api-Key: ..."`, `"Cookie: sid=..."`). A value
+/// that only refers to one the code supplies (`%s`, `{}`, `{pw}`, `${pw}`, `$PW`) or is an
+/// HTTP authentication scheme alone (`"Authorization: Bearer "`, joined to a token) is none
+/// (docs/normalization.md, Secrets). Linear: a value is scanned only after a credential's name.
+fn has_secret_field(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    (0..bytes.len()).any(|i| {
+        let starts = matches!(bytes[i], b'"' | b'\'')
+            || (is_name_byte(bytes[i]) && (i == 0 || !is_name_byte(bytes[i - 1])));
+        starts
+            && secret_field_value_at(bytes, i).is_some_and(|(start, end)| {
+                let written = &bytes[start..end];
+                !names_a_value_given_later(written)
+                    && !written.starts_with(b"$")
+                    && !AUTH_SCHEMES
+                        .iter()
+                        .any(|s| written.eq_ignore_ascii_case(s.as_bytes()))
+            })
+    })
+}
+
 /// Whether `value` holds a query parameter named as a credential (`?api_key=...`).
 fn has_secret_query(value: &str) -> bool {
     let bytes = value.as_bytes();
@@ -654,7 +681,7 @@ fn is_token_byte(b: u8) -> bool {
 /// the value of a query parameter named as a credential (`?access_token=[REDACTED]`), the
 /// value of a `name=value` pair or of a field (`"password": "..."`, `X-Api-Key: ...`:
 /// `secret_field_value_at`) named as one, the `value` after a `name` naming one
-/// (`named_value_after`), every cookie of a `Cookie:` header (`cookie_values_at`), a
+/// (`Siblings`), every cookie of a `Cookie:` header (`cookie_values_at`), a
 /// credential a command line writes as a shell does (`fallback.rs`, `shell_secret_ranges`),
 /// and a whole PEM block (`-----BEGIN` to the `-----` after `-----END`). For free text that no parser reads: error messages, arguments, traces, comments. Linear in
 /// the text; borrowed when nothing is found.
@@ -695,23 +722,17 @@ pub fn redact_code(code: &str) -> std::borrow::Cow<'_, str> {
 /// pairs named as credentials (`secret_pair_value_at`).
 fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::borrow::Cow<'_, str> {
     let bytes = text.as_bytes();
-    let mut out: Option<String> = None;
-    let mut copied = 0usize; // bytes of `text` already in `out`
+    // the byte ranges to redact, in order but for a `value` redacted once its `name` after it
+    // is read (`Siblings`)
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
     let mut i = 0usize;
-    // before this, a `value` field is a credential's, named by a `name` field before it
-    let mut named_until = 0usize;
-    let redact = |out: &mut Option<String>, copied: &mut usize, from: usize, to: usize| {
-        let buf = out.get_or_insert_with(|| String::with_capacity(text.len()));
-        buf.push_str(&text[*copied..from]);
-        buf.push_str(REDACTED_TOKEN);
-        *copied = to;
-    };
+    let mut siblings = Siblings::default();
     while i < bytes.len() {
         if bytes[i] == b':' && bytes[i..].starts_with(b"://") {
             // A URL's user-info may hold any character (`admin:Tr0ub4dor&3-horse`): it is
             // replaced whole, before the token rules split it.
             if let Some((from, to)) = userinfo_at(bytes, i + 3) {
-                redact(&mut out, &mut copied, from, to);
+                ranges.push((from, to));
                 i = to;
                 continue;
             }
@@ -720,7 +741,7 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
             // A query parameter named as a credential (`?access_token=...`): its value, whatever
             // its shape (docs/capture.md, Secrets).
             if let Some((from, to)) = secret_query_value_at(bytes, i) {
-                redact(&mut out, &mut copied, from, to);
+                ranges.push((from, to));
                 i = to;
                 continue;
             }
@@ -731,14 +752,14 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
         };
         if bytes[i] == b'-' && bytes[i..].starts_with(b"-----BEGIN") {
             if let Some(end) = pem_end(text, i) {
-                redact(&mut out, &mut copied, i, end);
+                ranges.push((i, end));
                 i = end;
                 continue;
             }
         }
         if pairs && is_name_byte(bytes[i]) {
             if let Some((from, to)) = secret_pair_value_at(bytes, i) {
-                redact(&mut out, &mut copied, from, to);
+                ranges.push((from, to));
                 i = to;
                 continue;
             }
@@ -746,7 +767,7 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
         if pairs && is_name_byte(bytes[i]) {
             if let Some((values, end)) = cookie_values_at(bytes, i) {
                 for (from, to) in values {
-                    redact(&mut out, &mut copied, from, to);
+                    ranges.push((from, to));
                 }
                 i = end;
                 continue;
@@ -754,23 +775,28 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
         }
         if pairs && (is_name_byte(bytes[i]) || matches!(bytes[i], b'"' | b'\'')) {
             if let Some((from, to)) = secret_field_value_at(bytes, i) {
-                redact(&mut out, &mut copied, from, to);
+                ranges.push((from, to));
                 i = to;
                 continue;
             }
-            if let Some(end) = named_value_after(bytes, i) {
-                named_until = end + NAMED_VALUE_WINDOW;
-                i = end;
-                continue;
-            }
-            if i < named_until {
-                if let Some((from, to)) = value_field_at(bytes, i) {
-                    named_until = 0;
-                    redact(&mut out, &mut copied, from, to);
-                    i = to;
+            if let Some((end, secret)) = name_field_at(bytes, i) {
+                if let Some((from, to)) = siblings.name(i, end, secret) {
+                    ranges.push((from, to));
+                }
+                // a credential's name is no credential; any other is read on as text
+                if secret {
+                    i = end;
                     continue;
                 }
             }
+            if let Some((from, to)) = siblings.value(bytes, i) {
+                ranges.push((from, to));
+                i = to;
+                continue;
+            }
+        }
+        if pairs {
+            siblings.bound(bytes, i);
         }
         if !is_token_byte(bytes[i]) {
             i += 1;
@@ -791,14 +817,94 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
                 .any(|scheme| bytes[..start].ends_with(scheme))
         };
         if (token.len() >= 8 && after_scheme()) || flagged(token) {
-            redact(&mut out, &mut copied, start, end);
+            ranges.push((start, end));
         }
     }
-    match out {
-        None => std::borrow::Cow::Borrowed(text),
-        Some(mut buf) => {
-            buf.push_str(&text[copied..]);
-            std::borrow::Cow::Owned(buf)
+    if ranges.is_empty() {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    // a `value` redacted after its `name` may hold ranges found inside it: merged into it
+    ranges.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0usize; // bytes of `text` already in `out`
+    for (from, to) in ranges {
+        if to <= copied {
+            continue;
+        }
+        if from >= copied {
+            out.push_str(&text[copied..from]);
+            out.push_str(REDACTED_TOKEN);
+        }
+        copied = to;
+    }
+    out.push_str(&text[copied..]);
+    std::borrow::Cow::Owned(out)
+}
+
+/// The pairing of `name` (or `key`) fields with `value` fields in free text, in either order
+/// (`{"name": "DB_PASSWORD", "value": "..."}`, `{"value": "...", "name": "DB_PASSWORD"}`,
+/// `- value: ...` then `name: API_TOKEN`): a `value` is its credential's when the `name` field
+/// next to it, within `NAMED_VALUE_WINDOW` bytes before or after it, names one (`name_field_at`).
+/// A `name` read first takes the next `value`; a `value` read first, the next `name`. An
+/// object's brace and a YAML list item's `- ` end an entry: a `value` waiting for its `name`,
+/// and a `name` that names no credential, are dropped there (a credential's `name` is not, so
+/// `{"name": "TOKEN", "meta": {...}, "value": "..."}` is read; docs/normalization.md,
+/// Secrets). Constant cost for each field but the value it scans, and a `value` field is not
+/// looked for inside another's value.
+#[derive(Default)]
+struct Siblings {
+    /// a `name` read and not yet paired: until where its `value` may start, and whether it
+    /// names a credential
+    name: Option<(usize, bool)>,
+    /// a `value` read and not yet paired: its range, to redact if its `name` names a credential
+    value: Option<(usize, usize)>,
+    /// the end of the last `value` field read
+    read_to: usize,
+}
+
+impl Siblings {
+    /// A `name` field starts at `at` and its value ends at `end`: the range of the `value`
+    /// before it to redact, if it names a credential and one waits for it.
+    fn name(&mut self, at: usize, end: usize, secret: bool) -> Option<(usize, usize)> {
+        match self.value.take() {
+            Some((from, to)) if at <= to + NAMED_VALUE_WINDOW => secret.then_some((from, to)),
+            _ => {
+                self.name = Some((end + NAMED_VALUE_WINDOW, secret));
+                None
+            }
+        }
+    }
+
+    /// The range to redact of a `value` field starting at `at`, if a `name` before it named a
+    /// credential; one read first waits for its `name`.
+    fn value(&mut self, bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+        if at < self.read_to {
+            return None;
+        }
+        let (from, to) = value_field_at(bytes, at)?;
+        self.read_to = to;
+        match self.name.take() {
+            Some((until, secret)) if at < until => secret.then_some((from, to)),
+            _ => {
+                self.value = Some((from, to));
+                None
+            }
+        }
+    }
+
+    /// Byte `at` of the text is read: an entry ends at a brace or a YAML list item's `- `
+    /// that starts a line. Linear: the blanks before a `- ` are read once.
+    fn bound(&mut self, bytes: &[u8], at: usize) {
+        let item = bytes[at] == b'-'
+            && bytes.get(at + 1) == Some(&b' ')
+            && bytes[..at]
+                .iter()
+                .rev()
+                .find(|b| !blank(b))
+                .map_or(true, |&b| b == b'\n');
+        if matches!(bytes[at], b'{' | b'}') || item {
+            self.value = None;
+            self.name = self.name.filter(|&(_, secret)| secret);
         }
     }
 }
@@ -907,6 +1013,39 @@ mod tests {
     }
 
     #[test]
+    fn a_string_holding_a_field_named_as_a_credential_is_a_secret() {
+        for value in [
+            r#"{"user": "bob", "password": "hunter2x"}"#,
+            r#"{'api_key':'hunter2x'}"#,
+            "X-Api-Key: hunter2x",
+            "Cookie: session=hunter2x",
+            "Authorization: token hunter2x",
+            "client_secret: hunter2x\nscope: all",
+        ] {
+            assert!(is_secret_value(value), "{value}");
+        }
+        // kept: a prompt, a format string, an interpolation, a scheme joined to a token, a
+        // structure, no credential's name, a path
+        for value in [
+            "Password: ",
+            "token: %s",
+            "token: {}",
+            "Authorization: Bearer ",
+            "Authorization: ${TOKEN}",
+            "X-Api-Key: $API_KEY",
+            r#"{"password": {"min": 8}}"#,
+            r#"{"max_tokens": 512, "author": "bob"}"#,
+            "password_file: /etc/pw",
+            "Content-Type: application/json",
+        ] {
+            assert!(!is_secret_value(value), "{value}");
+        }
+        // linear: a megabyte of fields that name a credential but give no value
+        let many = "password: {".repeat(1 << 16);
+        assert!(!is_secret_value(&many));
+    }
+
+    #[test]
     fn free_text_is_redacted_token_by_token() {
         let key = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e";
         let text = format!("auth failed for key {key}. retry; header Bearer abcdefgh12345 ok");
@@ -980,10 +1119,16 @@ mod tests {
                 "mysql -u bob -phunter2x db: access denied",
                 "mysql -u bob -p[REDACTED] db: access denied",
             ),
+            // the user stays, the password goes
             (
-                "ran `curl -u bob:hunter2x https://x`: 401",
-                "ran `curl -u [REDACTED] https://x`: 401",
+                "ran `curl -u bob:hunter2hunter2 https://x`: 401",
+                "ran `curl -u bob:[REDACTED] https://x`: 401",
             ),
+            (
+                "curl -u 'bob:hunter2 x' https://x; wget --user=ann:pw2x h",
+                "curl -u 'bob:[REDACTED]' https://x; wget --user=ann:[REDACTED] h",
+            ),
+            ("curl --user :hunter2x h", "curl --user :[REDACTED] h"),
             (
                 "sshpass -p 'hunter2x' ssh h # exit 5",
                 "sshpass -p '[REDACTED]' ssh h # exit 5",
@@ -1013,6 +1158,8 @@ mod tests {
             "mkdir -p build && ssh -p 22 h",
             "docker run -u 1000:1000 -p 8080:80 img",
             "psql --password mydb",
+            "curl -u bob https://x",
+            "curl -u bob: https://x",
             "use --password-stdin quay.io",
             "the -p flag of mysql",
         ] {
@@ -1057,17 +1204,61 @@ mod tests {
                 r#"{"Key": "Authorization", "Value": "tok123"}"#,
                 r#"{"Key": "Authorization", "Value": "[REDACTED]"}"#,
             ),
-            // out of reach: the value before its name (free text is read once, forwards)
+            // the value before its name, in JSON and in YAML
             (
-                r#"{"value": "hunter2x", "name": "DB_PASSWORD"}"#,
-                r#"{"value": "hunter2x", "name": "DB_PASSWORD"}"#,
+                r#"{"value": "hunter2hunter2", "name": "DB_PASSWORD"}"#,
+                r#"{"value": "[REDACTED]", "name": "DB_PASSWORD"}"#,
+            ),
+            (
+                "- value: x\n  name: API_TOKEN",
+                "- value: [REDACTED]\n  name: API_TOKEN",
+            ),
+            (
+                r#"[{"value": "debug", "name": "LOG_LEVEL"}, {"value": "s3cret", "name": "DB_PASSWORD"}]"#,
+                r#"[{"value": "debug", "name": "LOG_LEVEL"}, {"value": "[REDACTED]", "name": "DB_PASSWORD"}]"#,
+            ),
+            (
+                "- value: debug\n  name: MODE\n- value: s3cret\n  key: X-Api-Key\n",
+                "- value: debug\n  name: MODE\n- value: [REDACTED]\n  key: X-Api-Key\n",
+            ),
+            // a value holding a token, redacted whole once
+            (
+                r#"{"Value": "sk-proj-abcdefghijklmnopqrstuvwx y", "Key": "Authorization"}"#,
+                r#"{"Value": "[REDACTED]", "Key": "Authorization"}"#,
+            ),
+            // each value is its own name's, whichever comes first
+            (
+                r#"[{"name": "MODE", "value": "fast"}, {"value": "s3cret", "name": "TOKEN"}, {"name": "LOG", "value": "debug"}]"#,
+                r#"[{"name": "MODE", "value": "fast"}, {"value": "[REDACTED]", "name": "TOKEN"}, {"name": "LOG", "value": "debug"}]"#,
+            ),
+            (
+                "name: MODE value: fast name: TOKEN value: s3cret",
+                "name: MODE value: fast name: TOKEN value: [REDACTED]",
+            ),
+            (
+                r#"[{"name": "TOKEN"}, {"value": "v", "name": "MODE"}, {"value": "s3cret", "name": "PASSWORD"}]"#,
+                r#"[{"name": "TOKEN"}, {"value": "[REDACTED]", "name": "MODE"}, {"value": "[REDACTED]", "name": "PASSWORD"}]"#,
+            ),
+            (
+                r#"{"name": "TOKEN", "meta": {"a": 1}, "value": "s3cret"}"#,
+                r#"{"name": "TOKEN", "meta": {"a": 1}, "value": "[REDACTED]"}"#,
+            ),
+            // kept: a value in another entry than its name's
+            (
+                r#"[{"value": "v"}, {"name": "TOKEN", "value": "s3cret"}]"#,
+                r#"[{"value": "v"}, {"name": "TOKEN", "value": "[REDACTED]"}]"#,
             ),
         ] {
             assert_eq!(redact_text(text), redacted, "{text}");
         }
-        // the sibling must follow closely
+        // the sibling must follow or precede closely
         let far = format!(
             r#"{{"name": "API_TOKEN", "note": "{}", "value": "v1"}}"#,
+            "x".repeat(NAMED_VALUE_WINDOW)
+        );
+        assert_eq!(redact_text(&far), far);
+        let far = format!(
+            r#"{{"value": "v1", "note": "{}", "name": "API_TOKEN"}}"#,
             "x".repeat(NAMED_VALUE_WINDOW)
         );
         assert_eq!(redact_text(&far), far);
@@ -1100,6 +1291,11 @@ mod tests {
             "--password ",
             "echo x | ",
             "{\"name\": \"TOKEN\", ",
+            "{\"value\": \"x\", ",
+            "value:",
+            "value: '",
+            "- value: x\n  name: TOKEN\n",
+            "   - ",
         ] {
             let text = format!("\"{}", unit.repeat((1 << 20) / unit.len()));
             let _ = redact_text(&text);
