@@ -1292,14 +1292,7 @@ impl<'a, 't> Reader<'a, 't> {
             }
             // A function is what it returns to whoever calls it: `xs.map(i => mcp.b({id: i}))`
             // given to a call reads step b's output (docs/normalization.md, Steps).
-            "arrow_function"
-            | "function_expression"
-            | "function"
-            | "lambda"
-            | "function_declaration"
-            | "generator_function_declaration"
-            | "generator_function"
-            | "function_definition" => {
+            _ if is_function(kind) && kind != "method_definition" => {
                 found.unknown = true;
                 self.read_returns(node, found, depth);
             }
