@@ -293,6 +293,13 @@ class RankTable:
         """The capabilities standing for a step whose tools are `previous` (in call order):
         those whose tools are the step's, each with or without its server's namespace, else
         (several tools) those of its last tool alone; sorted (docs/ranking.md, Sessions)."""
+    def step_profile(
+        self, previous: list[str], ann: HnswIndex, companion: bool = False
+    ) -> list[float] | None:
+        """The previous step's vector for a follow-up request: the mean of the profiles of the
+        tools it ran (`previous`, each with or without its server's namespace) in `ann`'s space
+        (`companion`: the cross-lingual companion's), unit length, brought up to date first;
+        None when none of them has one (docs/ranking.md, Sessions, "Follow-up requests")."""
     def permitted(
         self,
         params: RankParams,

@@ -82,7 +82,7 @@ def split_of(query: DevQuery) -> str:
 class Server:
     """`pml serve` in its own process on a free loopback port, default settings."""
 
-    def __init__(self, data_dir: Path, embedder: str) -> None:
+    def __init__(self, data_dir: Path, embedder: str, extra: Sequence[str] = ()) -> None:
         cmd = [
             sys.executable,
             "-m",
@@ -98,6 +98,7 @@ class Server:
             "fast",
             "--log-level",
             "warning",
+            *extra,
         ]
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)

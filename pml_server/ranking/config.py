@@ -70,6 +70,15 @@ class RankingConfig:
     # context, so a request without one ranks exactly as before.
     transition_weight: float = 0.25
     transition_smoothing: float = 2.0
+    # Follow-up requests (docs/ranking.md, Sessions, "Follow-up requests"): with a context
+    # naming the previous step, a request whose first suggestion matches below
+    # follow_up_below is read again with that step's tools' profiles added to its vector at
+    # follow_up_weight; that reading answers when its first suggestion matches by more than
+    # follow_up_margin over the first of the request read alone. A follow_up_weight of 0 turns
+    # it off.
+    follow_up_weight: float = 1.0
+    follow_up_below: float = 0.65
+    follow_up_margin: float = 0.05
     # How many candidates the engine should retrieve per requested suggestion from each index
     # before grouping (several patterns share a capability); the largest k is a request limit
     # (`pml_server.domain.limits.LIMITS.suggestions`).
@@ -94,6 +103,9 @@ class RankingConfig:
             "step_order_weight",
             "step_gate",
             "transition_weight",
+            "follow_up_weight",
+            "follow_up_below",
+            "follow_up_margin",
         )
         for name in unit:
             value = getattr(self, name)
@@ -138,7 +150,13 @@ FAMILY_DEFAULTS: dict[str, RankingConfig] = {
     # gave multi-tool ones (docs/ranking.md, Steps, "Tool profiles"): off, and so is the
     # request parts' coverage, which reads them
     "hashing": RankingConfig(
-        semantic_weight=0.5, min_match=0.15, step_profile_weight=0.0, step_coverage_weight=0.0
+        semantic_weight=0.5,
+        min_match=0.15,
+        step_profile_weight=0.0,
+        step_coverage_weight=0.0,
+        # ... and a request's vector of hashed words plus a tool profile of them reads words
+        # the request never said: follow-up requests are read alone
+        follow_up_weight=0.0,
     ),
 }
 

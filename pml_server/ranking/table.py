@@ -16,6 +16,7 @@ import numpy as np
 
 from pml_server import _core
 from pml_server.domain.model import FilteredCandidate, ScoreParts
+from pml_server.domain.vectors import Vector
 from pml_server.ranking.config import RankingConfig
 from pml_server.ranking.lexical import LexicalIndex, query_terms
 from pml_server.ranking.plans import states_order, text_words_in_order, tool_words
@@ -178,6 +179,15 @@ class RankTable:
         those with its tools, each with or without its server's namespace (`same_tool`), else
         (several tools) those of its last tool alone (docs/ranking.md, Sessions)."""
         return self._core.step_capabilities(list(previous))
+
+    def step_profile(
+        self, previous: Sequence[str], ann: _core.HnswIndex, companion: bool = False
+    ) -> Vector | None:
+        """The previous step's vector for a follow-up request (docs/ranking.md, Sessions,
+        "Follow-up requests"): the mean of its tools' profiles in `ann`'s space, unit length;
+        None when none of its tools has one."""
+        found = self._core.step_profile(list(previous), ann, companion)
+        return None if found is None else np.asarray(found, dtype=np.float32)
 
     def permitted(
         self, settings: FilterSettings, config: RankingConfig

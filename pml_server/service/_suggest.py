@@ -44,7 +44,12 @@ from pml_server.service._suggest_core import suggest_in_core, with_views
 def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
     """The ranked suggestions (`rank_suggestions`), the request's parts weighing in the step
     factor, and, when no one of the capabilities the memory holds covers the request, plans
-    composed of several (docs/ranking.md, Steps, "Request parts' coverage"; Plans)."""
+    composed of several (docs/ranking.md, Steps, "Request parts' coverage"; Plans); a request
+    that says too little alone is read with the agent's previous step (`as_follow_up`)."""
+    return as_follow_up(state, tenant, query, _suggest_alone(state, tenant, query))
+
+
+def _suggest_alone(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
     # the parts weigh in the ranking when the server embeds the request (its one model run
     # gives their vectors); a client's vector ranks alike with plans on or off
     ranks_parts = query.intent_embedding is None
@@ -103,6 +108,54 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
         request_parts, hits, query.plan_size, weights=weights, whole=whole, pooled=pooled
     )
     return replace(result, plans=composed.plans)
+
+
+def as_follow_up(
+    state: EngineState, tenant: str, query: SuggestQuery, alone: SuggestResult
+) -> SuggestResult:
+    """`alone`, the request ranked by itself, or the request read as a follow-up of the
+    agent's previous step (docs/ranking.md, Sessions, "Follow-up requests"): with a context
+    naming that step and no suggestion of `alone` matching at `follow_up_below` or more, the
+    request's vector plus `follow_up_weight` times the mean of the step's tools' profiles,
+    ranked alike (no plans); that reading answers when its first suggestion's match is more
+    than `follow_up_margin` above the first of `alone` (or `alone` is empty). A request
+    answered in the companion's space (another language) is read alone."""
+    ranking = state.ranking
+    context = query.context
+    best_alone = alone.suggestions[0].score.match if alone.suggestions else 0.0
+    if (
+        ranking.follow_up_weight <= 0
+        or best_alone >= ranking.follow_up_below
+        or context is None
+        or not context.names_a_step()
+        or not query.intent.strip()
+    ):
+        return alone
+    index = state.indexes.get(tenant)
+    if (
+        index is None
+        or _companion.applies(state.companion, query)
+        or _companion.mixes(state.companion, index, query)
+    ):
+        return alone
+    _, tools = sessions.previous_step(state, tenant, context)
+    step = index.step_profile(tools) if tools else None
+    if step is None:
+        return alone
+    vector = np.asarray(query_vector(state, query), dtype=np.float32)
+    mixed = vector / np.linalg.norm(vector) + ranking.follow_up_weight * step
+    norm = float(np.linalg.norm(mixed))
+    if not norm > 0.0:  # the request points exactly away from the step
+        return alone
+    read_vector = CheckedVector((mixed / norm).astype(np.float32))
+    read = rank_suggestions(
+        state, tenant, replace(query, intent_embedding=read_vector, plan_size=0)
+    )
+    if read.suggestions and read.suggestions[0].score.match > best_alone + (
+        ranking.follow_up_margin
+    ):
+        return read
+    return alone
 
 
 def request_part_vectors(

@@ -302,6 +302,28 @@ impl PyRankTable {
         py.detach(|| ranking::step_capabilities(&self.inner.read(), &previous))
     }
 
+    /// The previous step's vector for a follow-up request (`ranking::step_profile`): the mean
+    /// of its tools' profiles in `ann`'s space (`companion`: the cross-lingual companion's,
+    /// whose profiles are kept apart), brought up to date first; None when no tool has one.
+    #[pyo3(signature = (previous, ann, companion = false))]
+    fn step_profile(
+        &self,
+        py: Python<'_>,
+        previous: Vec<String>,
+        ann: &PyHnswIndex,
+        companion: bool,
+    ) -> Option<Vec<f32>> {
+        let space = if companion {
+            ranking::ProfileSpace::Companion
+        } else {
+            ranking::ProfileSpace::Primary
+        };
+        py.detach(|| {
+            refresh_stale_profiles(&self.inner, ann, space);
+            ranking::step_profile(&self.inner.read(), &previous, space)
+        })
+    }
+
     /// The patterns the context filters permit, as (pattern ids, their intents), or None
     /// when they permit every rankable pattern (`ranking::permitted`).
     #[pyo3(signature = (params, *, min_success, include_flagged, available_tools, tags))]
@@ -609,14 +631,25 @@ fn refresh_profiles(
     params: &ranking::Params,
     space: ranking::ProfileSpace,
 ) {
+    // the profiles are read by their factor and by the request parts' coverage
+    // (docs/ranking.md, Steps, "Request parts' coverage")
+    if params.step_profile_weight > 0.0 || params.step_coverage_weight > 0.0 {
+        refresh_stale_profiles(table, ann, space);
+    }
+}
+
+/// Bring the table's tool profiles of `space` up to date from `ann` if a write made them
+/// stale (`refresh_profiles` when a query reads them; `step_profile` always).
+fn refresh_stale_profiles(
+    table: &Recovering<ranking::RankTable>,
+    ann: &PyHnswIndex,
+    space: ranking::ProfileSpace,
+) {
     let stale = |t: &ranking::RankTable| match space {
         ranking::ProfileSpace::Primary => t.profiles_stale(),
         ranking::ProfileSpace::Companion => t.companion_profiles_stale(),
     };
-    // the profiles are read by their factor and by the request parts' coverage
-    // (docs/ranking.md, Steps, "Request parts' coverage")
-    let read = params.step_profile_weight > 0.0 || params.step_coverage_weight > 0.0;
-    if !read || !stale(&table.read()) {
+    if !stale(&table.read()) {
         return;
     }
     let mut table = table.write();

@@ -8,7 +8,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::table::{NameId, RankTable};
+use super::table::{NameId, ProfileSpace, RankTable};
 use crate::tool_names::same_tool;
 
 /// A set of tools the workflows taught to follow the previous step: the capabilities whose
@@ -68,6 +68,38 @@ pub fn step_capabilities(table: &RankTable, previous: &[&str]) -> Vec<String> {
         return with_signature(&[last]);
     }
     found
+}
+
+/// The previous step's place among the requests (docs/ranking.md, Sessions, "Follow-up
+/// requests"): the mean of the profiles in `space` of the tools it ran (`previous`, each with
+/// or without its server's namespace, `tool_names::same_tool`; a name met twice counts once),
+/// unit length; None when none of them has a profile there. The profiles must be up to date
+/// (`RankTable::refresh_profiles`).
+pub fn step_profile(
+    table: &RankTable,
+    previous: &[String],
+    space: ProfileSpace,
+) -> Option<Vec<f32>> {
+    let mut ids = table.tool_ids(previous);
+    ids.sort_unstable();
+    ids.dedup();
+    let mut sum: Vec<f64> = Vec::new();
+    for id in ids {
+        let Some(profile) = table.profile_in(space, id) else {
+            continue;
+        };
+        if sum.is_empty() {
+            sum = vec![0.0; profile.len()];
+        }
+        for (s, &p) in sum.iter_mut().zip(profile) {
+            *s += f64::from(p);
+        }
+    }
+    let norm = sum.iter().map(|s| s * s).sum::<f64>().sqrt();
+    if !(norm.is_finite() && norm > 0.0) {
+        return None;
+    }
+    Some(sum.iter().map(|s| (s / norm) as f32).collect())
 }
 
 /// What follows a step whose tools are `previous` (in the order it called them), taught by
@@ -148,4 +180,60 @@ fn capabilities_with<'t>(table: &'t RankTable, tools: &[NameId]) -> Vec<&'t str>
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two tools' patterns, each intent's vector one axis (intent `i` on axis `i % 3`).
+    fn table() -> RankTable {
+        let mut table = RankTable::new();
+        for (id, pattern, tool) in [(0u64, "p0", "read"), (1, "p0", "read"), (2, "p1", "write")] {
+            table.link_intent(id, pattern);
+            table.set_pattern(pattern, "c", &[tool.to_owned()], &[], false, false);
+        }
+        table.refresh_profiles_with(3, |id, acc| {
+            acc[(id % 3) as usize] += 1.0;
+            true
+        });
+        table
+    }
+
+    fn names(tools: &[&str]) -> Vec<String> {
+        tools.iter().map(|t| (*t).to_owned()).collect()
+    }
+
+    /// The previous step's vector is its tool's profile, or the unit mean of its tools'
+    /// profiles, a tool named twice counting once; None when no tool has a profile
+    /// (docs/ranking.md, Sessions, "Follow-up requests").
+    #[test]
+    fn a_steps_profile_is_the_unit_mean_of_its_tools_profiles() {
+        let table = table();
+        let read = step_profile(&table, &names(&["read"]), ProfileSpace::Primary).unwrap();
+        let h = std::f32::consts::FRAC_1_SQRT_2;
+        assert!((read[0] - h).abs() < 1e-6 && (read[1] - h).abs() < 1e-6 && read[2] == 0.0);
+        let both = step_profile(&table, &names(&["read", "write"]), ProfileSpace::Primary);
+        let twice = step_profile(
+            &table,
+            &names(&["read", "write", "read"]),
+            ProfileSpace::Primary,
+        );
+        assert_eq!(both, twice);
+        let both = both.unwrap();
+        let norm: f32 = both.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-6);
+        // (h, h, 0) + (0, 0, 1), normalized: each axis of `read` weighs h / sqrt(2)
+        assert!((both[2] - h).abs() < 1e-6 && (both[0] - 0.5).abs() < 1e-6);
+        assert_eq!(
+            step_profile(&table, &names(&["delete"]), ProfileSpace::Primary),
+            None
+        );
+        assert_eq!(step_profile(&table, &[], ProfileSpace::Primary), None);
+        // the companion's profiles were never summed
+        assert_eq!(
+            step_profile(&table, &names(&["read"]), ProfileSpace::Companion),
+            None
+        );
+    }
 }

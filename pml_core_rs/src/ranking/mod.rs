@@ -11,7 +11,7 @@ pub mod space;
 pub mod steps;
 pub mod table;
 
-pub use followers::{followers, step_capabilities, Taught};
+pub use followers::{followers, step_capabilities, step_profile, Taught};
 pub use formula::{gated_step, score, step_gate, Counts, Params, ScoreParts};
 pub use permitted::{permitted, restricts, retrieve_explained, retrieve_for, Permitted};
 pub use query::{

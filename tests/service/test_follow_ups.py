@@ -1,0 +1,126 @@
+"""Follow-up requests (docs/ranking.md, Sessions, "Follow-up requests"): a request that says too
+little alone ("what about 50 GBP?") is read again with the agent's previous step, and that
+reading answers only when its first suggestion matches clearly better than the request's own."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pml_server.domain.model import SuggestContext, SuggestQuery, SuggestResult
+from pml_server.ranking import RankingConfig
+from pml_server.ranking.config import default_ranking
+from pml_server.service import Engine
+from tests.support import make_record, open_engine
+
+T = "t"
+MEMORY = (
+    ("convert 100 USD to EUR", ["convert_currency"]),
+    ("convert 20 euros into yen", ["convert_currency"]),
+    ("weather forecast for London", ["get_weather"]),
+    ("book a hotel room in Rome", ["book_hotel"]),
+)
+
+
+def _engine(where: Path, embedder: str = "hashing", weight: float | None = None) -> Engine:
+    ranking = default_ranking(embedder)
+    # the hashing family reads follow-ups alone by default: asked here for its mechanics
+    ranking = replace(ranking, follow_up_weight=1.0 if weight is None else weight)
+    engine = open_engine(where, embedder=embedder, ranking=ranking)
+    for n, (intent, tools) in enumerate(MEMORY):
+        engine.record(T, replace(make_record(f"m{n}", intent, tools), session_id=f"s{n}"))
+    return engine
+
+
+def _stored(engine: Engine, n: int) -> tuple[str, str]:
+    """(capability, pattern) of MEMORY[n] (recording it again only counts a use)."""
+    intent, tools = MEMORY[n]
+    result = engine.record(T, make_record(f"again{n}", intent, tools))
+    return result.capability_id, result.pattern_id
+
+
+def _tools(engine: Engine, result: SuggestResult) -> list[tuple[str, ...]]:
+    return [engine.get_capability(T, s.capability_id).tools for s in result.suggestions]
+
+
+def _ask(text: str, **context: object) -> SuggestQuery:
+    return SuggestQuery(text, context=SuggestContext(**context) if context else None)  # type: ignore[arg-type]
+
+
+def test_a_request_that_says_too_little_is_read_with_the_previous_step(tmp_path: Path) -> None:
+    engine = _engine(tmp_path / "read")
+    alone = _engine(tmp_path / "alone", weight=0.0)
+    try:
+        follow_up = "what about 50 GBP?"
+        # alone it names nothing the memory holds: nothing passes `min_match`
+        assert engine.suggest(T, _ask(follow_up)).suggestions == ()
+        assert alone.suggest(T, _ask(follow_up, previous_tools=("convert_currency",))) == (
+            SuggestResult(())
+        )
+        convert, pattern = _stored(engine, 1)
+        # every way of naming the previous step: its tools, its pattern, its session
+        for context in (
+            {"previous_tools": ("convert_currency",)},
+            {"previous_patterns": (f"patterns/{pattern}",)},
+            {"session_id": "s1"},
+        ):
+            got = engine.suggest(T, _ask(follow_up, **context))
+            assert [s.capability_id for s in got.suggestions][:1] == [convert], context
+            assert got.plans == ()
+        # the same words after another step read as that step's follow-up
+        hotel = engine.suggest(T, _ask("and for two nights?", previous_tools=("book_hotel",)))
+        assert _tools(engine, hotel)[:1] == [("book_hotel",)]
+    finally:
+        engine.close()
+        alone.close()
+
+
+def test_a_request_that_says_enough_keeps_its_own_answer(tmp_path: Path) -> None:
+    """A whole request after an unrelated step is answered as if read alone, score for score:
+    the reading with the step does not match it clearly better."""
+    engine = _engine(tmp_path / "read")
+    alone = _engine(tmp_path / "alone", weight=0.0)
+    try:
+        for text, previous in (
+            ("weather forecast for Paris", "convert_currency"),
+            ("book a hotel room in Madrid", "get_weather"),
+            ("convert 100 USD to GBP", "book_hotel"),
+        ):
+            query = _ask(text, previous_tools=(previous,))
+            got, own = engine.suggest(T, query), alone.suggest(T, query)
+            # (capability ids are random: each engine's own)
+            assert _tools(engine, got) == _tools(alone, own)
+            assert [s.score for s in got.suggestions] == [s.score for s in own.suggestions]
+            assert _tools(engine, got)[0] != (previous,)
+        # a previous step whose tool the memory never ran has no place to read the request in
+        unknown = _ask("what about 50 GBP?", previous_tools=("send_email",))
+        assert engine.suggest(T, unknown).suggestions == ()
+        assert alone.suggest(T, unknown).suggestions == ()
+    finally:
+        engine.close()
+        alone.close()
+
+
+def test_the_weight_and_margin_are_checked() -> None:
+    for name in ("follow_up_weight", "follow_up_below", "follow_up_margin"):
+        with pytest.raises(ValueError, match=name):
+            RankingConfig(**{name: 1.5})  # type: ignore[arg-type]
+
+
+@pytest.mark.model
+def test_follow_ups_with_the_model(tmp_path: Path) -> None:
+    """With MiniLM and its defaults: the follow-up finds the previous step's capability, which
+    the request alone does not."""
+    engine = _engine(tmp_path / "read", "minilm", weight=default_ranking("minilm").follow_up_weight)
+    try:
+        follow_up = "what about 50 GBP?"
+        alone = engine.suggest(T, _ask(follow_up))
+        assert _tools(engine, alone)[:1] != [("convert_currency",)]
+        got = engine.suggest(T, _ask(follow_up, previous_tools=("convert_currency",)))
+        assert _tools(engine, got)[:1] == [("convert_currency",)]
+        whole = engine.suggest(T, _ask("book a hotel room in Madrid", session_id="s0"))
+        assert _tools(engine, whole)[:1] == [("book_hotel",)]
+    finally:
+        engine.close()
