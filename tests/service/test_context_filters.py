@@ -42,7 +42,9 @@ TOOLS = [
 ]
 TAGS = ["prod", "beta"]
 # One hit of each index per suggestion asked: the unrestricted shortlist is tiny.
-TINY_FETCH = RankingConfig(overfetch=1)
+# the follow-up reading is a second ranking above the one these references model
+# (docs/ranking.md, Sessions, "Follow-up requests"; tests/service/test_follow_ups.py)
+TINY_FETCH = RankingConfig(overfetch=1, follow_up_weight=0.0)
 
 
 def _full_ranking(
