@@ -415,6 +415,7 @@ def suggest_response(result: model.SuggestResult) -> pml_pb2.SuggestResponse:
         )
         if f.score is not None:
             _fill_score(filtered.score, f.score)
+    reply.read_as_follow_up = result.read_as_follow_up
     for plan in result.plans:
         item_plan = reply.plans.add()
         _fill_plan(item_plan, plan)

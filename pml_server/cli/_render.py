@@ -172,6 +172,12 @@ def suggestions(
             + ("" if explain else " (--explain shows what the filters removed)")
         )
     else:
+        if reply.read_as_follow_up:
+            console.print(
+                "[dim]the request said too little alone: read with the previous step "
+                "(docs/ranking.md, Sessions, Follow-up requests)[/]",
+                highlight=False,
+            )
         _suggestion_listing(console, reply, intent)
     if explain:
         _filtered(console, reply)

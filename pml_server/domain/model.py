@@ -280,6 +280,8 @@ class SuggestResult:
     suggestions: tuple[Suggestion, ...]
     filtered: tuple[FilteredCandidate, ...] = ()
     plans: tuple[Plan, ...] = ()
+    # read with the agent's previous step (docs/ranking.md, Sessions, "Follow-up requests")
+    read_as_follow_up: bool = False
 
 
 @dataclass(frozen=True)

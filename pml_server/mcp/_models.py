@@ -171,6 +171,10 @@ class SuggestOut(BaseModel):
         default_factory=list,
         description="best first; empty when one capability covers the request",
     )
+    read_as_follow_up: bool = Field(
+        default=False,
+        description="the intent said too little alone and was read with the previous step",
+    )
 
 
 class ToolFailureOut(BaseModel):

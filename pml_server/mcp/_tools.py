@@ -124,6 +124,7 @@ def register(server: MCPServer, upstream: Upstream) -> None:
         return models.SuggestOut(
             capabilities=[models.suggestion(s, intent) for s in reply.suggestions],
             plans=[models.plan(p) for p in reply.plans],
+            read_as_follow_up=reply.read_as_follow_up,
         )
 
     @server.tool(

@@ -176,12 +176,6 @@ class TenantSearchIndex:
         """The indexed intents of a pattern (empty if none)."""
         return self.ranks.intents_of(pattern_id)
 
-    def step_profile(self, previous: Sequence[str]) -> Vector | None:
-        """The previous step's vector for a follow-up request: the mean of its tools' profiles
-        (`RankTable.step_profile`; docs/ranking.md, Sessions, "Follow-up requests")."""
-        with self._read_lock:
-            return self.ranks.step_profile(previous, self.ann)
-
     def rank(self, request: RankRequest) -> list[CoreSuggestion]:
         """The top `k` for the request ranked in the core (`RankTable.rank`)."""
         return self.ranks.rank(self.ann, self.lexical, request)

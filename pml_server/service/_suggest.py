@@ -139,7 +139,7 @@ def as_follow_up(
     ):
         return alone
     _, tools = sessions.previous_step(state, tenant, context)
-    step = index.step_profile(tools) if tools else None
+    step = index.ranks.step_profile(tools, index.ann) if tools else None
     if step is None:
         return alone
     vector = np.asarray(query_vector(state, query), dtype=np.float32)
@@ -154,7 +154,7 @@ def as_follow_up(
     if read.suggestions and read.suggestions[0].score.match > best_alone + (
         ranking.follow_up_margin
     ):
-        return read
+        return replace(read, read_as_follow_up=True)
     return alone
 
 

@@ -428,7 +428,11 @@ def test_stdio_over_mutual_tls(start: StartServer, pki: Path) -> None:  # noqa: 
     async def works(client: Client) -> None:
         result = await client.call_tool("suggest", {"intent": "Read JSON file"})
         assert not result.is_error, _text(result)
-        assert result.structured_content == {"capabilities": [], "plans": []}
+        assert result.structured_content == {
+            "capabilities": [],
+            "plans": [],
+            "read_as_follow_up": False,
+        }
 
     async def refused(client: Client) -> None:
         result = await client.call_tool("suggest", {"intent": "Read JSON file"})

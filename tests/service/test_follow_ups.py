@@ -69,6 +69,7 @@ def test_a_request_that_says_too_little_is_read_with_the_previous_step(tmp_path:
             got = engine.suggest(T, _ask(follow_up, **context))
             assert [s.capability_id for s in got.suggestions][:1] == [convert], context
             assert got.plans == ()
+            assert got.read_as_follow_up
         # the same words after another step read as that step's follow-up
         hotel = engine.suggest(T, _ask("and for two nights?", previous_tools=("book_hotel",)))
         assert _tools(engine, hotel)[:1] == [("book_hotel",)]
@@ -94,6 +95,7 @@ def test_a_request_that_says_enough_keeps_its_own_answer(tmp_path: Path) -> None
             assert _tools(engine, got) == _tools(alone, own)
             assert [s.score for s in got.suggestions] == [s.score for s in own.suggestions]
             assert _tools(engine, got)[0] != (previous,)
+            assert not got.read_as_follow_up
         # a previous step whose tool the memory never ran has no place to read the request in
         unknown = _ask("what about 50 GBP?", previous_tools=("send_email",))
         assert engine.suggest(T, unknown).suggestions == ()

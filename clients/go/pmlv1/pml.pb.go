@@ -1021,9 +1021,13 @@ type SuggestResponse struct {
 	Filtered []*FilteredCandidate `protobuf:"bytes,2,rep,name=filtered,proto3" json:"filtered,omitempty"`
 	// (Output only) Best first: combinations of 2 to 4 stored capabilities that together cover
 	// the request better than any one suggestion; empty when one capability covers it.
-	Plans         []*Plan `protobuf:"bytes,3,rep,name=plans,proto3" json:"plans,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Plans []*Plan `protobuf:"bytes,3,rep,name=plans,proto3" json:"plans,omitempty"`
+	// (Output only) The request said too little alone and was read with the agent's previous
+	// step (`context`): the suggestions' `match` is against that reading (docs/ranking.md,
+	// Sessions, "Follow-up requests").
+	ReadAsFollowUp bool `protobuf:"varint,4,opt,name=read_as_follow_up,json=readAsFollowUp,proto3" json:"read_as_follow_up,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SuggestResponse) Reset() {
@@ -1075,6 +1079,13 @@ func (x *SuggestResponse) GetPlans() []*Plan {
 		return x.Plans
 	}
 	return nil
+}
+
+func (x *SuggestResponse) GetReadAsFollowUp() bool {
+	if x != nil {
+		return x.ReadAsFollowUp
+	}
+	return false
 }
 
 // GetPatternRequest names a pattern.
@@ -2225,11 +2236,12 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\x11previous_patterns\x18\x02 \x03(\tR\x10previousPatterns\x12%\n" +
 	"\x0eprevious_tools\x18\x03 \x03(\tR\rpreviousTools\"&\n" +
 	"\x0eAvailableTools\x12\x14\n" +
-	"\x05tools\x18\x01 \x03(\tR\x05tools\"\xa2\x01\n" +
+	"\x05tools\x18\x01 \x03(\tR\x05tools\"\xcd\x01\n" +
 	"\x0fSuggestResponse\x124\n" +
 	"\vsuggestions\x18\x01 \x03(\v2\x12.pml.v1.SuggestionR\vsuggestions\x125\n" +
 	"\bfiltered\x18\x02 \x03(\v2\x19.pml.v1.FilteredCandidateR\bfiltered\x12\"\n" +
-	"\x05plans\x18\x03 \x03(\v2\f.pml.v1.PlanR\x05plans\"'\n" +
+	"\x05plans\x18\x03 \x03(\v2\f.pml.v1.PlanR\x05plans\x12)\n" +
+	"\x11read_as_follow_up\x18\x04 \x01(\bR\x0ereadAsFollowUp\"'\n" +
 	"\x11GetPatternRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"?\n" +
 	"\x12GetPatternResponse\x12)\n" +

@@ -535,6 +535,12 @@ class SuggestResponse(_message.Message):
     SUGGESTIONS_FIELD_NUMBER: _builtins.int
     FILTERED_FIELD_NUMBER: _builtins.int
     PLANS_FIELD_NUMBER: _builtins.int
+    READ_AS_FOLLOW_UP_FIELD_NUMBER: _builtins.int
+    read_as_follow_up: _builtins.bool
+    """(Output only) The request said too little alone and was read with the agent's previous
+    step (`context`): the suggestions' `match` is against that reading (docs/ranking.md,
+    Sessions, "Follow-up requests").
+    """
     @_builtins.property
     def suggestions(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.Suggestion]:
         """(Output only) Best first."""
@@ -555,10 +561,11 @@ class SuggestResponse(_message.Message):
         suggestions: _abc.Iterable[_resources_pb2.Suggestion] | None = ...,
         filtered: _abc.Iterable[_resources_pb2.FilteredCandidate] | None = ...,
         plans: _abc.Iterable[_resources_pb2.Plan] | None = ...,
+        read_as_follow_up: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filtered", b"filtered", "plans", b"plans", "suggestions", b"suggestions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filtered", b"filtered", "plans", b"plans", "read_as_follow_up", b"read_as_follow_up", "suggestions", b"suggestions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -27,7 +27,7 @@ from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 from pml_client._proto.pml.v1 import resources_pb2 as pml_dot_v1_dot_resources__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10pml/v1/pml.proto\x12\x06pml.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\x1a\x16pml/v1/resources.proto\"\x16\n\x14GetServerInfoRequest\"\xcf\x01\n\x15GetServerInfoResponse\x12\x16\n\x0eserver_version\x18\x01 \x01(\t\x12\x14\n\x0c\x63ore_version\x18\x02 \x01(\t\x12\x16\n\x0eschema_version\x18\x03 \x01(\r\x12\x1b\n\x13\x65mbedding_dimension\x18\x04 \x01(\r\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x1a\n\x12stream_batch_limit\x18\x07 \x01(\r\x12\x19\n\x11max_message_bytes\x18\x08 \x01(\r\"A\n\x16RecordExecutionRequest\x12\'\n\x06record\x18\x01 \x01(\x0b\x32\x17.pml.v1.ExecutionRecord\"@\n\x17RecordExecutionResponse\x12%\n\x06result\x18\x01 \x01(\x0b\x32\x15.pml.v1.CaptureResult\"\xc2\x01\n\x10\x45xecutionStarted\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06intent\x18\x02 \x01(\t\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x10\n\x08language\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10intent_embedding\x18\x06 \x03(\x02\x12\x0c\n\x04tags\x18\x07 \x03(\t\x12\x12\n\nsession_id\x18\x08 \x01(\t\"7\n\x10ToolCallFinished\x12#\n\ttool_call\x18\x01 \x01(\x0b\x32\x10.pml.v1.ToolCall\"`\n\x11\x45xecutionFinished\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.pml.v1.ExecutionStatus\x12\x13\n\x0b\x64uration_ms\x18\x02 \x01(\x01\x12\r\n\x05trace\x18\x03 \x01(\x0c\"\xb1\x02\n\x13StreamTracesRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12)\n\x06record\x18\x03 \x01(\x0b\x32\x17.pml.v1.ExecutionRecordH\x00\x12+\n\x07started\x18\x04 \x01(\x0b\x32\x18.pml.v1.ExecutionStartedH\x00\x12\x36\n\x12tool_call_finished\x18\x05 \x01(\x0b\x32\x18.pml.v1.ToolCallFinishedH\x00\x12-\n\x08\x66inished\x18\x06 \x01(\x0b\x32\x19.pml.v1.ExecutionFinishedH\x00\x12*\n\x05\x62\x61tch\x18\x07 \x03(\x0b\x32\x1b.pml.v1.StreamTracesRequestB\x07\n\x05\x65vent\"\xc4\x01\n\x14StreamTracesResponse\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\'\n\x06result\x18\x03 \x01(\x0b\x32\x15.pml.v1.CaptureResultH\x00\x12#\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x12+\n\x05\x62\x61tch\x18\x05 \x03(\x0b\x32\x1c.pml.v1.StreamTracesResponseB\t\n\x07outcome\"\xd5\x02\n\x0eSuggestRequest\x12\x0e\n\x06intent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x18\n\x10intent_embedding\x18\x03 \x03(\x02\x12\x16\n\tmin_match\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x18\n\x0bmin_success\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x17\n\x0finclude_flagged\x18\x06 \x01(\x08\x12/\n\x0f\x61vailable_tools\x18\x07 \x01(\x0b\x32\x16.pml.v1.AvailableTools\x12\x0c\n\x04tags\x18\x08 \x03(\t\x12\x0f\n\x07\x65xplain\x18\t \x01(\x08\x12\x16\n\tplan_size\x18\x0b \x01(\x05H\x02\x88\x01\x01\x12\'\n\x07\x63ontext\x18\n \x01(\x0b\x32\x16.pml.v1.SuggestContextB\x0c\n\n_min_matchB\x0e\n\x0c_min_successB\x0c\n\n_plan_size\"W\n\x0eSuggestContext\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x19\n\x11previous_patterns\x18\x02 \x03(\t\x12\x16\n\x0eprevious_tools\x18\x03 \x03(\t\"\x1f\n\x0e\x41vailableTools\x12\r\n\x05tools\x18\x01 \x03(\t\"\x84\x01\n\x0fSuggestResponse\x12\'\n\x0bsuggestions\x18\x01 \x03(\x0b\x32\x12.pml.v1.Suggestion\x12+\n\x08\x66iltered\x18\x02 \x03(\x0b\x32\x19.pml.v1.FilteredCandidate\x12\x1b\n\x05plans\x18\x03 \x03(\x0b\x32\x0c.pml.v1.Plan\"!\n\x11GetPatternRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"6\n\x12GetPatternResponse\x12 \n\x07pattern\x18\x01 \x01(\x0b\x32\x0f.pml.v1.Pattern\"P\n\x13ListPatternsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x12\n\ncapability\x18\x03 \x01(\t\"R\n\x14ListPatternsResponse\x12!\n\x08patterns\x18\x01 \x03(\x0b\x32\x0f.pml.v1.Pattern\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"R\n\x19ListPatternIntentsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"V\n\x1aListPatternIntentsResponse\x12\x1f\n\x07intents\x18\x01 \x03(\x0b\x32\x0e.pml.v1.Intent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x14\x44\x65letePatternRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15\x44\x65letePatternResponse\"$\n\x14GetCapabilityRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x15GetCapabilityResponse\x12&\n\ncapability\x18\x01 \x01(\x0b\x32\x12.pml.v1.Capability\"@\n\x17ListCapabilitiesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x18ListCapabilitiesResponse\x12(\n\x0c\x63\x61pabilities\x18\x01 \x03(\x0b\x32\x12.pml.v1.Capability\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x17\x44\x65leteCapabilityRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x1a\n\x18\x44\x65leteCapabilityResponse\"<\n\x13ListFailuresRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"R\n\x14ListFailuresResponse\x12!\n\x08\x66\x61ilures\x18\x01 \x03(\x0b\x32\x0f.pml.v1.Failure\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x13RunRetentionRequest\x12\r\n\x05\x61pply\x18\x01 \x01(\x08\"\xa8\x01\n\x14RunRetentionResponse\x12\x0f\n\x07\x64ry_run\x18\x01 \x01(\x08\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.pml.v1.RetentionEntry\x12,\n\x08run_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rtotal_actions\x18\x04 \x01(\x03\x12\x11\n\ttruncated\x18\x05 \x01(\x08\"\x11\n\x0fGetStatsRequest\"\x8a\x01\n\x10GetStatsResponse\x12\x10\n\x08patterns\x18\x01 \x01(\x03\x12\x14\n\x0c\x63\x61pabilities\x18\x02 \x01(\x03\x12\x0f\n\x07intents\x18\x03 \x01(\x03\x12\x12\n\nexecutions\x18\x04 \x01(\x03\x12\x10\n\x08rejected\x18\x05 \x01(\x03\x12\x17\n\x0f\x66\x61ilures_logged\x18\x06 \x01(\x03\x32\xc5\x08\n\nPmlService\x12L\n\rGetServerInfo\x12\x1c.pml.v1.GetServerInfoRequest\x1a\x1d.pml.v1.GetServerInfoResponse\x12R\n\x0fRecordExecution\x12\x1e.pml.v1.RecordExecutionRequest\x1a\x1f.pml.v1.RecordExecutionResponse\x12M\n\x0cStreamTraces\x12\x1b.pml.v1.StreamTracesRequest\x1a\x1c.pml.v1.StreamTracesResponse(\x01\x30\x01\x12:\n\x07Suggest\x12\x16.pml.v1.SuggestRequest\x1a\x17.pml.v1.SuggestResponse\x12\x43\n\nGetPattern\x12\x19.pml.v1.GetPatternRequest\x1a\x1a.pml.v1.GetPatternResponse\x12[\n\x12ListPatternIntents\x12!.pml.v1.ListPatternIntentsRequest\x1a\".pml.v1.ListPatternIntentsResponse\x12I\n\x0cListPatterns\x12\x1b.pml.v1.ListPatternsRequest\x1a\x1c.pml.v1.ListPatternsResponse\x12L\n\rDeletePattern\x12\x1c.pml.v1.DeletePatternRequest\x1a\x1d.pml.v1.DeletePatternResponse\x12L\n\rGetCapability\x12\x1c.pml.v1.GetCapabilityRequest\x1a\x1d.pml.v1.GetCapabilityResponse\x12U\n\x10ListCapabilities\x12\x1f.pml.v1.ListCapabilitiesRequest\x1a .pml.v1.ListCapabilitiesResponse\x12U\n\x10\x44\x65leteCapability\x12\x1f.pml.v1.DeleteCapabilityRequest\x1a .pml.v1.DeleteCapabilityResponse\x12I\n\x0cListFailures\x12\x1b.pml.v1.ListFailuresRequest\x1a\x1c.pml.v1.ListFailuresResponse\x12I\n\x0cRunRetention\x12\x1b.pml.v1.RunRetentionRequest\x1a\x1c.pml.v1.RunRetentionResponse\x12=\n\x08GetStats\x12\x17.pml.v1.GetStatsRequest\x1a\x18.pml.v1.GetStatsResponseB\x1cZ\x1apml/clients/go/pmlv1;pmlv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10pml/v1/pml.proto\x12\x06pml.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\x1a\x16pml/v1/resources.proto\"\x16\n\x14GetServerInfoRequest\"\xcf\x01\n\x15GetServerInfoResponse\x12\x16\n\x0eserver_version\x18\x01 \x01(\t\x12\x14\n\x0c\x63ore_version\x18\x02 \x01(\t\x12\x16\n\x0eschema_version\x18\x03 \x01(\r\x12\x1b\n\x13\x65mbedding_dimension\x18\x04 \x01(\r\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x1a\n\x12stream_batch_limit\x18\x07 \x01(\r\x12\x19\n\x11max_message_bytes\x18\x08 \x01(\r\"A\n\x16RecordExecutionRequest\x12\'\n\x06record\x18\x01 \x01(\x0b\x32\x17.pml.v1.ExecutionRecord\"@\n\x17RecordExecutionResponse\x12%\n\x06result\x18\x01 \x01(\x0b\x32\x15.pml.v1.CaptureResult\"\xc2\x01\n\x10\x45xecutionStarted\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06intent\x18\x02 \x01(\t\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x10\n\x08language\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10intent_embedding\x18\x06 \x03(\x02\x12\x0c\n\x04tags\x18\x07 \x03(\t\x12\x12\n\nsession_id\x18\x08 \x01(\t\"7\n\x10ToolCallFinished\x12#\n\ttool_call\x18\x01 \x01(\x0b\x32\x10.pml.v1.ToolCall\"`\n\x11\x45xecutionFinished\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.pml.v1.ExecutionStatus\x12\x13\n\x0b\x64uration_ms\x18\x02 \x01(\x01\x12\r\n\x05trace\x18\x03 \x01(\x0c\"\xb1\x02\n\x13StreamTracesRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12)\n\x06record\x18\x03 \x01(\x0b\x32\x17.pml.v1.ExecutionRecordH\x00\x12+\n\x07started\x18\x04 \x01(\x0b\x32\x18.pml.v1.ExecutionStartedH\x00\x12\x36\n\x12tool_call_finished\x18\x05 \x01(\x0b\x32\x18.pml.v1.ToolCallFinishedH\x00\x12-\n\x08\x66inished\x18\x06 \x01(\x0b\x32\x19.pml.v1.ExecutionFinishedH\x00\x12*\n\x05\x62\x61tch\x18\x07 \x03(\x0b\x32\x1b.pml.v1.StreamTracesRequestB\x07\n\x05\x65vent\"\xc4\x01\n\x14StreamTracesResponse\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\'\n\x06result\x18\x03 \x01(\x0b\x32\x15.pml.v1.CaptureResultH\x00\x12#\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x12+\n\x05\x62\x61tch\x18\x05 \x03(\x0b\x32\x1c.pml.v1.StreamTracesResponseB\t\n\x07outcome\"\xd5\x02\n\x0eSuggestRequest\x12\x0e\n\x06intent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x18\n\x10intent_embedding\x18\x03 \x03(\x02\x12\x16\n\tmin_match\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x18\n\x0bmin_success\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x17\n\x0finclude_flagged\x18\x06 \x01(\x08\x12/\n\x0f\x61vailable_tools\x18\x07 \x01(\x0b\x32\x16.pml.v1.AvailableTools\x12\x0c\n\x04tags\x18\x08 \x03(\t\x12\x0f\n\x07\x65xplain\x18\t \x01(\x08\x12\x16\n\tplan_size\x18\x0b \x01(\x05H\x02\x88\x01\x01\x12\'\n\x07\x63ontext\x18\n \x01(\x0b\x32\x16.pml.v1.SuggestContextB\x0c\n\n_min_matchB\x0e\n\x0c_min_successB\x0c\n\n_plan_size\"W\n\x0eSuggestContext\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x19\n\x11previous_patterns\x18\x02 \x03(\t\x12\x16\n\x0eprevious_tools\x18\x03 \x03(\t\"\x1f\n\x0e\x41vailableTools\x12\r\n\x05tools\x18\x01 \x03(\t\"\x9f\x01\n\x0fSuggestResponse\x12\'\n\x0bsuggestions\x18\x01 \x03(\x0b\x32\x12.pml.v1.Suggestion\x12+\n\x08\x66iltered\x18\x02 \x03(\x0b\x32\x19.pml.v1.FilteredCandidate\x12\x1b\n\x05plans\x18\x03 \x03(\x0b\x32\x0c.pml.v1.Plan\x12\x19\n\x11read_as_follow_up\x18\x04 \x01(\x08\"!\n\x11GetPatternRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"6\n\x12GetPatternResponse\x12 \n\x07pattern\x18\x01 \x01(\x0b\x32\x0f.pml.v1.Pattern\"P\n\x13ListPatternsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x12\n\ncapability\x18\x03 \x01(\t\"R\n\x14ListPatternsResponse\x12!\n\x08patterns\x18\x01 \x03(\x0b\x32\x0f.pml.v1.Pattern\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"R\n\x19ListPatternIntentsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"V\n\x1aListPatternIntentsResponse\x12\x1f\n\x07intents\x18\x01 \x03(\x0b\x32\x0e.pml.v1.Intent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x14\x44\x65letePatternRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x17\n\x15\x44\x65letePatternResponse\"$\n\x14GetCapabilityRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x15GetCapabilityResponse\x12&\n\ncapability\x18\x01 \x01(\x0b\x32\x12.pml.v1.Capability\"@\n\x17ListCapabilitiesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x18ListCapabilitiesResponse\x12(\n\x0c\x63\x61pabilities\x18\x01 \x03(\x0b\x32\x12.pml.v1.Capability\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\'\n\x17\x44\x65leteCapabilityRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x1a\n\x18\x44\x65leteCapabilityResponse\"<\n\x13ListFailuresRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"R\n\x14ListFailuresResponse\x12!\n\x08\x66\x61ilures\x18\x01 \x03(\x0b\x32\x0f.pml.v1.Failure\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x13RunRetentionRequest\x12\r\n\x05\x61pply\x18\x01 \x01(\x08\"\xa8\x01\n\x14RunRetentionResponse\x12\x0f\n\x07\x64ry_run\x18\x01 \x01(\x08\x12\'\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x16.pml.v1.RetentionEntry\x12,\n\x08run_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rtotal_actions\x18\x04 \x01(\x03\x12\x11\n\ttruncated\x18\x05 \x01(\x08\"\x11\n\x0fGetStatsRequest\"\x8a\x01\n\x10GetStatsResponse\x12\x10\n\x08patterns\x18\x01 \x01(\x03\x12\x14\n\x0c\x63\x61pabilities\x18\x02 \x01(\x03\x12\x0f\n\x07intents\x18\x03 \x01(\x03\x12\x12\n\nexecutions\x18\x04 \x01(\x03\x12\x10\n\x08rejected\x18\x05 \x01(\x03\x12\x17\n\x0f\x66\x61ilures_logged\x18\x06 \x01(\x03\x32\xc5\x08\n\nPmlService\x12L\n\rGetServerInfo\x12\x1c.pml.v1.GetServerInfoRequest\x1a\x1d.pml.v1.GetServerInfoResponse\x12R\n\x0fRecordExecution\x12\x1e.pml.v1.RecordExecutionRequest\x1a\x1f.pml.v1.RecordExecutionResponse\x12M\n\x0cStreamTraces\x12\x1b.pml.v1.StreamTracesRequest\x1a\x1c.pml.v1.StreamTracesResponse(\x01\x30\x01\x12:\n\x07Suggest\x12\x16.pml.v1.SuggestRequest\x1a\x17.pml.v1.SuggestResponse\x12\x43\n\nGetPattern\x12\x19.pml.v1.GetPatternRequest\x1a\x1a.pml.v1.GetPatternResponse\x12[\n\x12ListPatternIntents\x12!.pml.v1.ListPatternIntentsRequest\x1a\".pml.v1.ListPatternIntentsResponse\x12I\n\x0cListPatterns\x12\x1b.pml.v1.ListPatternsRequest\x1a\x1c.pml.v1.ListPatternsResponse\x12L\n\rDeletePattern\x12\x1c.pml.v1.DeletePatternRequest\x1a\x1d.pml.v1.DeletePatternResponse\x12L\n\rGetCapability\x12\x1c.pml.v1.GetCapabilityRequest\x1a\x1d.pml.v1.GetCapabilityResponse\x12U\n\x10ListCapabilities\x12\x1f.pml.v1.ListCapabilitiesRequest\x1a .pml.v1.ListCapabilitiesResponse\x12U\n\x10\x44\x65leteCapability\x12\x1f.pml.v1.DeleteCapabilityRequest\x1a .pml.v1.DeleteCapabilityResponse\x12I\n\x0cListFailures\x12\x1b.pml.v1.ListFailuresRequest\x1a\x1c.pml.v1.ListFailuresResponse\x12I\n\x0cRunRetention\x12\x1b.pml.v1.RunRetentionRequest\x1a\x1c.pml.v1.RunRetentionResponse\x12=\n\x08GetStats\x12\x17.pml.v1.GetStatsRequest\x1a\x18.pml.v1.GetStatsResponseB\x1cZ\x1apml/clients/go/pmlv1;pmlv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -60,47 +60,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_AVAILABLETOOLS']._serialized_start=1769
   _globals['_AVAILABLETOOLS']._serialized_end=1800
   _globals['_SUGGESTRESPONSE']._serialized_start=1803
-  _globals['_SUGGESTRESPONSE']._serialized_end=1935
-  _globals['_GETPATTERNREQUEST']._serialized_start=1937
-  _globals['_GETPATTERNREQUEST']._serialized_end=1970
-  _globals['_GETPATTERNRESPONSE']._serialized_start=1972
-  _globals['_GETPATTERNRESPONSE']._serialized_end=2026
-  _globals['_LISTPATTERNSREQUEST']._serialized_start=2028
-  _globals['_LISTPATTERNSREQUEST']._serialized_end=2108
-  _globals['_LISTPATTERNSRESPONSE']._serialized_start=2110
-  _globals['_LISTPATTERNSRESPONSE']._serialized_end=2192
-  _globals['_LISTPATTERNINTENTSREQUEST']._serialized_start=2194
-  _globals['_LISTPATTERNINTENTSREQUEST']._serialized_end=2276
-  _globals['_LISTPATTERNINTENTSRESPONSE']._serialized_start=2278
-  _globals['_LISTPATTERNINTENTSRESPONSE']._serialized_end=2364
-  _globals['_DELETEPATTERNREQUEST']._serialized_start=2366
-  _globals['_DELETEPATTERNREQUEST']._serialized_end=2402
-  _globals['_DELETEPATTERNRESPONSE']._serialized_start=2404
-  _globals['_DELETEPATTERNRESPONSE']._serialized_end=2427
-  _globals['_GETCAPABILITYREQUEST']._serialized_start=2429
-  _globals['_GETCAPABILITYREQUEST']._serialized_end=2465
-  _globals['_GETCAPABILITYRESPONSE']._serialized_start=2467
-  _globals['_GETCAPABILITYRESPONSE']._serialized_end=2530
-  _globals['_LISTCAPABILITIESREQUEST']._serialized_start=2532
-  _globals['_LISTCAPABILITIESREQUEST']._serialized_end=2596
-  _globals['_LISTCAPABILITIESRESPONSE']._serialized_start=2598
-  _globals['_LISTCAPABILITIESRESPONSE']._serialized_end=2691
-  _globals['_DELETECAPABILITYREQUEST']._serialized_start=2693
-  _globals['_DELETECAPABILITYREQUEST']._serialized_end=2732
-  _globals['_DELETECAPABILITYRESPONSE']._serialized_start=2734
-  _globals['_DELETECAPABILITYRESPONSE']._serialized_end=2760
-  _globals['_LISTFAILURESREQUEST']._serialized_start=2762
-  _globals['_LISTFAILURESREQUEST']._serialized_end=2822
-  _globals['_LISTFAILURESRESPONSE']._serialized_start=2824
-  _globals['_LISTFAILURESRESPONSE']._serialized_end=2906
-  _globals['_RUNRETENTIONREQUEST']._serialized_start=2908
-  _globals['_RUNRETENTIONREQUEST']._serialized_end=2944
-  _globals['_RUNRETENTIONRESPONSE']._serialized_start=2947
-  _globals['_RUNRETENTIONRESPONSE']._serialized_end=3115
-  _globals['_GETSTATSREQUEST']._serialized_start=3117
-  _globals['_GETSTATSREQUEST']._serialized_end=3134
-  _globals['_GETSTATSRESPONSE']._serialized_start=3137
-  _globals['_GETSTATSRESPONSE']._serialized_end=3275
-  _globals['_PMLSERVICE']._serialized_start=3278
-  _globals['_PMLSERVICE']._serialized_end=4371
+  _globals['_SUGGESTRESPONSE']._serialized_end=1962
+  _globals['_GETPATTERNREQUEST']._serialized_start=1964
+  _globals['_GETPATTERNREQUEST']._serialized_end=1997
+  _globals['_GETPATTERNRESPONSE']._serialized_start=1999
+  _globals['_GETPATTERNRESPONSE']._serialized_end=2053
+  _globals['_LISTPATTERNSREQUEST']._serialized_start=2055
+  _globals['_LISTPATTERNSREQUEST']._serialized_end=2135
+  _globals['_LISTPATTERNSRESPONSE']._serialized_start=2137
+  _globals['_LISTPATTERNSRESPONSE']._serialized_end=2219
+  _globals['_LISTPATTERNINTENTSREQUEST']._serialized_start=2221
+  _globals['_LISTPATTERNINTENTSREQUEST']._serialized_end=2303
+  _globals['_LISTPATTERNINTENTSRESPONSE']._serialized_start=2305
+  _globals['_LISTPATTERNINTENTSRESPONSE']._serialized_end=2391
+  _globals['_DELETEPATTERNREQUEST']._serialized_start=2393
+  _globals['_DELETEPATTERNREQUEST']._serialized_end=2429
+  _globals['_DELETEPATTERNRESPONSE']._serialized_start=2431
+  _globals['_DELETEPATTERNRESPONSE']._serialized_end=2454
+  _globals['_GETCAPABILITYREQUEST']._serialized_start=2456
+  _globals['_GETCAPABILITYREQUEST']._serialized_end=2492
+  _globals['_GETCAPABILITYRESPONSE']._serialized_start=2494
+  _globals['_GETCAPABILITYRESPONSE']._serialized_end=2557
+  _globals['_LISTCAPABILITIESREQUEST']._serialized_start=2559
+  _globals['_LISTCAPABILITIESREQUEST']._serialized_end=2623
+  _globals['_LISTCAPABILITIESRESPONSE']._serialized_start=2625
+  _globals['_LISTCAPABILITIESRESPONSE']._serialized_end=2718
+  _globals['_DELETECAPABILITYREQUEST']._serialized_start=2720
+  _globals['_DELETECAPABILITYREQUEST']._serialized_end=2759
+  _globals['_DELETECAPABILITYRESPONSE']._serialized_start=2761
+  _globals['_DELETECAPABILITYRESPONSE']._serialized_end=2787
+  _globals['_LISTFAILURESREQUEST']._serialized_start=2789
+  _globals['_LISTFAILURESREQUEST']._serialized_end=2849
+  _globals['_LISTFAILURESRESPONSE']._serialized_start=2851
+  _globals['_LISTFAILURESRESPONSE']._serialized_end=2933
+  _globals['_RUNRETENTIONREQUEST']._serialized_start=2935
+  _globals['_RUNRETENTIONREQUEST']._serialized_end=2971
+  _globals['_RUNRETENTIONRESPONSE']._serialized_start=2974
+  _globals['_RUNRETENTIONRESPONSE']._serialized_end=3142
+  _globals['_GETSTATSREQUEST']._serialized_start=3144
+  _globals['_GETSTATSREQUEST']._serialized_end=3161
+  _globals['_GETSTATSRESPONSE']._serialized_start=3164
+  _globals['_GETSTATSRESPONSE']._serialized_end=3302
+  _globals['_PMLSERVICE']._serialized_start=3305
+  _globals['_PMLSERVICE']._serialized_end=4398
 # @@protoc_insertion_point(module_scope)
