@@ -115,16 +115,21 @@ _TLS_FLAGS = {
 }
 
 
-def client_refusal(message: str, violations: list[tuple[str, str]]) -> str:
+def client_refusal(
+    args: argparse.Namespace, message: str, violations: list[tuple[str, str]]
+) -> str:
     """What to print of a client refusal made before any call (a PmlClientError's message and
-    violations): a TLS parameter's is said with its flag."""
-    if len(violations) != 1 or violations[0][0] not in _TLS_FLAGS:
+    violations): a TLS parameter's is said with its flag, the API key's with what the user
+    set (`--api-key` or `$PML_API_KEY`, as `client_environment` read it), never the client's
+    parameter name."""
+    flags = {**_TLS_FLAGS, "api_key": getattr(args, "api_key_given", "--api-key")}
+    if len(violations) != 1 or violations[0][0] not in flags:
         return message
     name, description = violations[0]
     if description.startswith("needs "):
         wanted, _, rest = description.removeprefix("needs ").partition(":")
-        description = f"needs {_TLS_FLAGS.get(wanted, wanted)}:{rest}"
-    return f"{_TLS_FLAGS[name]} {description}"
+        description = f"needs {flags.get(wanted, wanted)}:{rest}"
+    return f"{flags[name]} {description}"
 
 
 def _client_command_flags(p: argparse.ArgumentParser) -> None:
@@ -380,6 +385,7 @@ def client_environment(args: argparse.Namespace) -> argparse.Namespace:
             args.server = DEFAULT_LISTEN
         elif (problem := listen_problem(args.server)) is not None:
             raise UsageError(f"{given}: {problem}")
+        args.api_key_given = "--api-key" if args.api_key else "$PML_API_KEY"
         args.api_key = args.api_key or os.environ.get("PML_API_KEY") or None
     return args
 
