@@ -85,9 +85,10 @@ def _suggestions(text: str) -> int:
     return value
 
 
-def _positive(text: str) -> int:
-    """`--limit`: how many items to print, at least 1 (0 printed one item, a negative number
-    was sent on as a page size the server refused, naming a field the command line has not)."""
+def positive_count(text: str) -> int:
+    """A count of at least 1: `--limit`, how many items to print (0 printed one item, a
+    negative number was sent on as a page size the server refused, naming a field the command
+    line has not); `pml mcp --max-tool-calls`."""
     value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a count >= 1")
@@ -347,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="only the patterns of this capability (capabilities/ID or cap_...)",
     )
-    lst.add_argument("--limit", type=_positive, default=100, help="at most this many")
+    lst.add_argument("--limit", type=positive_count, default=100, help="at most this many")
 
     show = client("show", "show a pattern or capability")
     bare = "patterns/ID, capabilities/ID, or a bare id as pml list prints it (pat_... or cap_...)"
@@ -357,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     fails = client("failures", "the failure log, newest first")
     fails.add_argument(
         "--limit",
-        type=_positive,
+        type=positive_count,
         default=50,
         help=f"at most this many (1..{LIMITS.page_size.bound})",
     )

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 
 from pml_server.config import is_loopback_host, listen_problem
+from pml_server.domain.limits import LIMITS
 
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8765"
 # The endpoint path as clients send it: the SDK's router asserted a leading / (a traceback), and
@@ -19,6 +20,8 @@ def add_parser(
     commands: argparse._SubParsersAction,  # type: ignore[type-arg]
     client_flags: Callable[[argparse.ArgumentParser], None],
 ) -> None:
+    from pml_server.cli._main import positive_count  # registered by it: imported by now
+
     p = commands.add_parser(
         "mcp",
         help="serve MCP (stdio or Streamable HTTP) in front of a pml server",
@@ -39,6 +42,13 @@ def add_parser(
         help=f"host:port for --transport http (default {DEFAULT_HTTP_LISTEN}; port 0: any)",
     )
     p.add_argument("--path", default="/mcp", help="HTTP endpoint path (default /mcp)")
+    p.add_argument(
+        "--max-tool-calls",
+        type=positive_count,
+        default=LIMITS.tool_calls.bound,
+        help="most tool calls a record_execution takes, refused before they are read: the pml "
+        f"server's --max-tool-calls (default {LIMITS.tool_calls.bound}, as the server's)",
+    )
     p.add_argument(
         "--allowed-host",
         action="append",
@@ -94,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             key_hint="" if listen else "give pml mcp --api-key KEY or set PML_API_KEY",
+            max_tool_calls=args.max_tool_calls,
         )
     )
     from pml_server.cli._main import client_refusal
