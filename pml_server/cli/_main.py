@@ -18,6 +18,7 @@ from pml_server.config import (
     check_keys_file,
     listen_problem,
     serve_config,
+    store_given,
 )
 from pml_server.domain.limits import LIMITS
 
@@ -469,6 +470,12 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         serve_forever(config)
     except (ValueError, OSError, FailedPreconditionError) as err:  # e.g. a store of another model
-        print(f"pml serve: error: {err}", file=sys.stderr)
+        message = str(err)
+        if config.engine.store is not None:
+            from pml_server.storage.postgres import StoreUnreachableError
+
+            if isinstance(err, StoreUnreachableError):  # a login refused, no database there
+                message = f"{store_given(args)}: {message}"
+        print(f"pml serve: error: {message}", file=sys.stderr)
         return 2
     return 0
