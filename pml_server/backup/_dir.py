@@ -210,6 +210,12 @@ def verify_restored(data_dir: Path) -> None:
                     "as --data-dir)"
                 )
     manifest_path = data_dir / MANIFEST_NAME
+    # a backup served in place stops being one: its manifest renamed, its files written
+    if data_dir.name.startswith(BACKUP_PREFIX) and manifest_path.is_file():
+        raise RestoreRefusedError(
+            f"--data-dir {data_dir} is a backup: restore it first, as a copy in a new "
+            f"directory (cp -a {data_dir} NEW_DIR), and serve the copy"
+        )
     try:
         manifest = json.loads(manifest_path.read_text())
     except FileNotFoundError:

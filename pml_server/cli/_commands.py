@@ -124,7 +124,7 @@ def _client(args: argparse.Namespace) -> PmlClient:
     except PmlClientError as err:  # an API key that cannot be sent, TLS files that cannot serve
         from pml_server.cli._main import client_refusal
 
-        raise InputError(client_refusal(err.message, err.violations)) from None
+        raise InputError(client_refusal(args, err.message, err.violations)) from None
 
 
 def _read_text(path: Path) -> str:

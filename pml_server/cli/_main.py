@@ -18,6 +18,7 @@ from pml_server.config import (
     check_keys_file,
     listen_problem,
     serve_config,
+    store_given,
 )
 from pml_server.domain.limits import LIMITS
 
@@ -85,9 +86,10 @@ def _suggestions(text: str) -> int:
     return value
 
 
-def _positive(text: str) -> int:
-    """`--limit`: how many items to print, at least 1 (0 printed one item, a negative number
-    was sent on as a page size the server refused, naming a field the command line has not)."""
+def positive_count(text: str) -> int:
+    """A count of at least 1: `--limit`, how many items to print (0 printed one item, a
+    negative number was sent on as a page size the server refused, naming a field the command
+    line has not); `pml mcp --max-tool-calls`."""
     value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a count >= 1")
@@ -115,16 +117,21 @@ _TLS_FLAGS = {
 }
 
 
-def client_refusal(message: str, violations: list[tuple[str, str]]) -> str:
+def client_refusal(
+    args: argparse.Namespace, message: str, violations: list[tuple[str, str]]
+) -> str:
     """What to print of a client refusal made before any call (a PmlClientError's message and
-    violations): a TLS parameter's is said with its flag."""
-    if len(violations) != 1 or violations[0][0] not in _TLS_FLAGS:
+    violations): a TLS parameter's is said with its flag, the API key's with what the user
+    set (`--api-key` or `$PML_API_KEY`, as `client_environment` read it), never the client's
+    parameter name."""
+    flags = {**_TLS_FLAGS, "api_key": getattr(args, "api_key_given", "--api-key")}
+    if len(violations) != 1 or violations[0][0] not in flags:
         return message
     name, description = violations[0]
     if description.startswith("needs "):
         wanted, _, rest = description.removeprefix("needs ").partition(":")
-        description = f"needs {_TLS_FLAGS.get(wanted, wanted)}:{rest}"
-    return f"{_TLS_FLAGS[name]} {description}"
+        description = f"needs {flags.get(wanted, wanted)}:{rest}"
+    return f"{flags[name]} {description}"
 
 
 def _client_command_flags(p: argparse.ArgumentParser) -> None:
@@ -342,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="only the patterns of this capability (capabilities/ID or cap_...)",
     )
-    lst.add_argument("--limit", type=_positive, default=100, help="at most this many")
+    lst.add_argument("--limit", type=positive_count, default=100, help="at most this many")
 
     show = client("show", "show a pattern or capability")
     bare = "patterns/ID, capabilities/ID, or a bare id as pml list prints it (pat_... or cap_...)"
@@ -352,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     fails = client("failures", "the failure log, newest first")
     fails.add_argument(
         "--limit",
-        type=_positive,
+        type=positive_count,
         default=50,
         help=f"at most this many (1..{LIMITS.page_size.bound})",
     )
@@ -380,6 +387,7 @@ def client_environment(args: argparse.Namespace) -> argparse.Namespace:
             args.server = DEFAULT_LISTEN
         elif (problem := listen_problem(args.server)) is not None:
             raise UsageError(f"{given}: {problem}")
+        args.api_key_given = "--api-key" if args.api_key else "$PML_API_KEY"
         args.api_key = args.api_key or os.environ.get("PML_API_KEY") or None
     return args
 
@@ -462,6 +470,12 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         serve_forever(config)
     except (ValueError, OSError, FailedPreconditionError) as err:  # e.g. a store of another model
-        print(f"pml serve: error: {err}", file=sys.stderr)
+        message = str(err)
+        if config.engine.store is not None:
+            from pml_server.storage.postgres import StoreUnreachableError
+
+            if isinstance(err, StoreUnreachableError):  # a login refused, no database there
+                message = f"{store_given(args)}: {message}"
+        print(f"pml serve: error: {message}", file=sys.stderr)
         return 2
     return 0

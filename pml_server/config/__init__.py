@@ -49,6 +49,16 @@ def serve_config(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
         raise ConfigError(_named(str(err), from_flags, from_file, path)) from None
 
 
+def store_given(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> str:
+    """The setting that gave `pml serve` its store, as `serve_config` layers them (the flag,
+    then `$PML_STORE`, then the config file): what an error about the store names."""
+    if settings_from_args(args).get("engine", {}).get("store"):
+        return "--store"
+    if environ.get(STORE_ENV):
+        return STORE_ENV
+    return f"{getattr(args, 'config', None)}: engine.store"
+
+
 def _named(message: str, from_flags: Settings, from_file: Settings, path: Path | None) -> str:
     """A value a section refused, its message led by where the value came from: the flag
     (`--max-workers: server.max_workers must be >= 1`), else the file."""
@@ -126,4 +136,5 @@ __all__ = [
     "listen_problem",
     "read_file",
     "serve_config",
+    "store_given",
 ]

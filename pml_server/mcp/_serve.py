@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from pml_server import __version__
 from pml_server.api.http_deadline import DeadlinedH11
 from pml_server.config import bind_error, is_loopback_host
+from pml_server.domain.limits import LIMITS
 from pml_server.mcp import _resources as resources
 from pml_server.mcp._http_auth import BearerCheck
 from pml_server.mcp._message_limit import shown
@@ -179,6 +180,13 @@ class PmlMCPServer(MCPServer):
             said = [f"{key[:64]}: extra inputs are not permitted" for key in extra[:5]]
             more = f"; and {len(extra) - 5} more" if len(extra) > 5 else ""
             raise ToolError(f"invalid argument: {'; '.join(said)}{more}")
+        calls = (arguments or {}).get("tool_calls") if name == "record_execution" else None
+        if isinstance(calls, list) and self.upstream is not None:
+            # Counted before each is read (docs/mcp.md, Protocol): pydantic read every one of
+            # 100,000 calls, about 3 s, before pml refused them for their number.
+            limit = LIMITS.with_bounds(tool_calls=self.upstream.options.max_tool_calls)
+            if (excess := limit.tool_calls.excess(calls)) is not None:
+                raise ToolError(f"invalid argument: tool_calls: {excess}")
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError:

@@ -16,6 +16,7 @@ import grpc
 from mcp.server.mcpserver.exceptions import ToolError
 
 from pml_server.client import PmlClient, PmlClientError
+from pml_server.domain.limits import LIMITS
 
 T = TypeVar("T")
 # Distinct keys seen over HTTP, each with its channel; past this many the least recently used
@@ -46,6 +47,9 @@ class UpstreamOptions:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     timeout: float = 30.0
+    # The most tool calls a record_execution takes: the pml server's `--max-tool-calls`
+    # (checked before the calls are read: `_serve.PmlMCPServer.call_tool`).
+    max_tool_calls: int = LIMITS.tool_calls.bound
     # What to do about a key pml refuses, said with the refusal: over stdio the key is this
     # process's (`--api-key`, `PML_API_KEY`), not a header the MCP client sends.
     key_hint: str = ""

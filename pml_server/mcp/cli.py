@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 
 from pml_server.config import is_loopback_host, listen_problem
+from pml_server.domain.limits import LIMITS
 
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8765"
 # The endpoint path as clients send it: the SDK's router asserted a leading / (a traceback), and
@@ -19,6 +20,8 @@ def add_parser(
     commands: argparse._SubParsersAction,  # type: ignore[type-arg]
     client_flags: Callable[[argparse.ArgumentParser], None],
 ) -> None:
+    from pml_server.cli._main import positive_count  # registered by it: imported by now
+
     p = commands.add_parser(
         "mcp",
         help="serve MCP (stdio or Streamable HTTP) in front of a pml server",
@@ -39,6 +42,13 @@ def add_parser(
         help=f"host:port for --transport http (default {DEFAULT_HTTP_LISTEN}; port 0: any)",
     )
     p.add_argument("--path", default="/mcp", help="HTTP endpoint path (default /mcp)")
+    p.add_argument(
+        "--max-tool-calls",
+        type=positive_count,
+        default=LIMITS.tool_calls.bound,
+        help="most tool calls a record_execution takes, refused before they are read: the pml "
+        f"server's --max-tool-calls (default {LIMITS.tool_calls.bound}, as the server's)",
+    )
     p.add_argument(
         "--allowed-host",
         action="append",
@@ -62,24 +72,19 @@ def run(args: argparse.Namespace) -> int:
     listen: tuple[str, int] | None = None
     if args.transport == "http":
         if not _URL_PATH.fullmatch(args.path) or "?" in args.path or "#" in args.path:
-            print(
-                f"pml mcp: --path: {args.path!r} is no URL path: it starts with / and holds no "
-                "space, ? or # (e.g. /mcp)",
-                file=sys.stderr,
+            return _refused(
+                f"--path: {args.path!r} is no URL path: it starts with / and holds no "
+                "space, ? or # (e.g. /mcp)"
             )
-            return 2
         if (problem := listen_problem(args.listen)) is not None:
-            print(f"pml mcp: --listen: {problem}", file=sys.stderr)
-            return 2
+            return _refused(f"--listen: {problem}")
         host, _, port_text = args.listen.rpartition(":")
         host = host.strip("[]")
         if not is_loopback_host(host) and not args.allow_remote:
-            print(
-                f"pml mcp: refusing to listen on {args.listen}: pass --allow-remote to accept "
-                "connections from other machines",
-                file=sys.stderr,
+            return _refused(
+                f"refusing to listen on {args.listen}: pass --allow-remote to accept "
+                "connections from other machines"
             )
-            return 2
         listen = (host, int(port_text))
     # Imported only now: the SDK takes seconds to import. It is an extra of the wheel.
     try:
@@ -87,11 +92,7 @@ def run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as err:
         if err.name is None or err.name.partition(".")[0] != "mcp":
             raise
-        print(
-            "pml mcp: the MCP SDK is not installed: pip install 'pml-server[mcp]'",
-            file=sys.stderr,
-        )
-        return 2
+        return _refused("the MCP SDK is not installed: pip install 'pml-server[mcp]'")
     from pml_server.mcp._upstream import Upstream, UpstreamOptions
 
     upstream = Upstream(
@@ -103,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             tls_cert=args.tls_cert,
             tls_key=args.tls_key,
             key_hint="" if listen else "give pml mcp --api-key KEY or set PML_API_KEY",
+            max_tool_calls=args.max_tool_calls,
         )
     )
     from pml_server.cli._main import client_refusal
@@ -112,11 +114,9 @@ def run(args: argparse.Namespace) -> int:
         # Over HTTP each request's bearer key is checked as it comes (`_http_auth`).
         upstream.check_client(args.api_key if listen is None else None)
     except OSError as err:  # as the other client commands say it
-        print(f"pml mcp: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
-        return 2
+        return _refused(f"{err.filename or ''}: {err.strerror or err}")
     except PmlClientError as err:
-        print(f"pml mcp: error: {client_refusal(err.message, err.violations)}", file=sys.stderr)
-        return 2
+        return _refused(client_refusal(args, err.message, err.violations))
     if listen is None:
         run_stdio(upstream)
         return 0
@@ -129,6 +129,12 @@ def run(args: argparse.Namespace) -> int:
             allowed_origins=args.allowed_origin,
         )
     except OSError as err:
-        print(f"pml mcp: {err}", file=sys.stderr)
-        return 2
+        return _refused(str(err))
     return 0
+
+
+def _refused(message: str) -> int:
+    """How `pml mcp` stops on an error: one line, `pml mcp: error: ...`, as every pml command
+    says one (docs/cli.md, Output); exit 2."""
+    print(f"pml mcp: error: {message}", file=sys.stderr)
+    return 2

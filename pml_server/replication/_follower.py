@@ -74,6 +74,7 @@ class OplogFollower:
         self._since: str | None = None
         self._errors = 0  # catch-ups of `run` that failed
         self._stalled: str | None = None  # the error `run` is stuck on, other than the database's
+        self._thread: threading.Thread | None = None  # the thread in `run`, once it started
 
     def begin(self) -> None:
         """Start from the current heads (call before restoring the indexes)."""
@@ -103,6 +104,7 @@ class OplogFollower:
                     self._behind = max(0, self._behind - len(entries))
             self._applied += applied
             self._refresh_ranks()
+            self._stalled = None  # every tenant's entries read and applied
             return applied
 
     def catch_up_tenant(self, tenant: str, timeout: float) -> bool:
@@ -110,8 +112,10 @@ class OplogFollower:
         intent committed before the call, as a capture's grouping needs (docs/capture.md,
         "Grouping a new pattern when the index settles it"). False, nothing applied, when
         another catch-up held the follower for `timeout` seconds (the caller reads the store:
-        a capture waiting here holds a pooled connection the other catch-up may need)."""
-        if not self._lock.acquire(timeout=timeout):
+        a capture waiting here holds a pooled connection the other catch-up may need).
+        False too while the follower is stalled, and when this catch-up meets what stalls it
+        (`_failed`): the capture reads the store, and the follower's thread retries."""
+        if self._stalled is not None or not self._lock.acquire(timeout=timeout):
             return False
         try:
             while True:
@@ -125,9 +129,32 @@ class OplogFollower:
                 self._apply(tenant, entries)
                 self._cursors[tenant] = entries[-1][0]
                 self._applied += len(entries)
+        except (psycopg.Error, UnavailableError):
+            raise  # the database's: the capture answers UNAVAILABLE
+        except Exception as error:
+            self._failed(error, "the capture reads the store")
+            return False
         finally:
             self._lock.release()
         return True
+
+    def _failed(self, error: Exception, then: str) -> None:
+        """One decision for a catch-up that failed, by the follower's thread or a capture's
+        (docs/storage.md, Replicas): counted (`FollowerLag.errors`) and logged, its message
+        clipped; an error not the database's (an op log entry this build cannot read) marks
+        the follower stalled, the entry left where it is, until a whole catch-up succeeds.
+        `then` says what happens next."""
+        self._errors += 1
+        detail = f"{type(error).__name__}: {logged_error(error)}"
+        if isinstance(error, psycopg.Error | UnavailableError):
+            log.warning("op log follower: %s; %s", detail, then)
+            return
+        self._stalled = detail
+        log.error(
+            "op log follower stalled: %s; this replica's indexes no longer follow the store; %s",
+            detail,
+            then,
+        )
 
     def _rebuild_after_gap(self, tenant: str, cursor: int) -> None:
         """The tenant's entries after `cursor` are trimmed (`_oplog.trim`: this follower was
@@ -212,7 +239,7 @@ class OplogFollower:
         values = sorted(self._lags)
         if not values:
             return FollowerLag(
-                self._applied, 0.0, 0.0, self._behind, self.rebuilds, self._errors, self._stalled
+                self._applied, 0.0, 0.0, self._behind, self.rebuilds, self._errors, self.stalled()
             )
 
         def at(q: float) -> float:
@@ -225,7 +252,7 @@ class OplogFollower:
             self._behind,
             self.rebuilds,
             self._errors,
-            self._stalled,
+            self.stalled(),
         )
 
     def run(self, stop: threading.Event) -> None:
@@ -236,32 +263,22 @@ class OplogFollower:
         is not the database's (an op log entry this build cannot read) marks the follower
         stalled until a catch-up succeeds: the replica's health says NOT_SERVING meanwhile,
         as its indexes no longer follow the store (docs/storage.md, Replicas)."""
+        self._thread = threading.current_thread()
         failures = 0
         while not stop.is_set():
             listener: psycopg.Connection[tuple[Any, ...]] | None = None
             try:
                 listener = self._oplog.listen()
                 self.catch_up()  # entries committed before LISTEN took effect
-                failures, self._stalled = 0, None
+                failures = 0
                 while not stop.is_set():
                     for _ in listener.notifies(timeout=self._poll_seconds, stop_after=1):
                         pass
                     self.catch_up()
             except Exception as error:  # any error: the thread must go on
                 failures += 1
-                self._errors += 1
                 backoff = min(self._poll_seconds * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
-                detail = f"{type(error).__name__}: {logged_error(error)}"
-                if isinstance(error, psycopg.Error | UnavailableError):
-                    log.warning("op log follower: %s; retrying in %.1f s", detail, backoff)
-                else:
-                    self._stalled = detail
-                    log.error(
-                        "op log follower stalled: %s; this replica's indexes no longer follow "
-                        "the store; retrying in %.1f s",
-                        detail,
-                        backoff,
-                    )
+                self._failed(error, f"retrying in {backoff:.1f} s")
                 stop.wait(backoff)
             finally:
                 if listener is not None:
@@ -269,7 +286,12 @@ class OplogFollower:
                         listener.close()
 
     def stalled(self) -> str | None:
-        """Why the follower no longer applies the op log (None: it follows)."""
+        """Why the follower no longer applies the op log (None: it follows): an error it is
+        stuck on, or its thread no longer alive, whatever ended it (a BaseException `run`
+        does not survive, the engine closed): docs/storage.md, Replicas."""
+        thread = self._thread
+        if thread is not None and not thread.is_alive():
+            return f"its thread {thread.name!r} ended; this replica no longer follows the store"
         return self._stalled
 
 

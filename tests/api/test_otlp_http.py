@@ -277,6 +277,20 @@ def test_too_large_bodies_are_413_before_or_after_gzip(start: StartServer) -> No
     assert "inflates past" in _status(answer).message
 
 
+def test_a_body_far_over_the_limit_is_413_to_a_client_that_sends_it_whole_first(
+    server: RunningServer,
+) -> None:
+    """urllib (http.client) sends a whole body before it reads an answer: the server answered
+    413 after the first 8 MiB of 20 and closed with the rest unread, so the client's send was
+    reset (`ConnectionResetError`) and the 413 never read. The rest is now read and dropped
+    (up to `DRAIN_BYTES`), then answered."""
+    body = b"\x0a" * (20 * 1024 * 1024)
+    status, _, answer = _post(server, body, {"Content-Type": "application/x-protobuf"})
+    assert status == 413
+    assert _status(answer).message.startswith("the body is over 8388608 bytes")
+    assert len(body) < 8388608 + otlp_http.DRAIN_BYTES
+
+
 def test_every_member_of_a_gzip_body_is_read(server: RunningServer, client: PmlClient) -> None:
     """A gzip body of two members (RFC 1952: members in a row are one stream, as
     `cat a.gz b.gz` makes), each an Export's protobuf bytes (which join as one message).

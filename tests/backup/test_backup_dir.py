@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -191,7 +192,8 @@ def test_a_restored_copy_whose_manifest_lists_files_wrongly_is_refused(
     """Edited by hand or damaged: refused with one line naming the manifest, never a traceback
     (an unexpected shape raised TypeError or KeyError out of `pml serve`)."""
     backups = BackupDir(tmp_path / "backups", keep=1, store_id="a")
-    copy = backups.take(_copy_of("x"), {}).path
+    copy = tmp_path / "restored"  # a backup is served as a copy (a backup itself is refused)
+    shutil.copytree(backups.take(_copy_of("x"), {}).path, copy)
     manifest = json.loads((copy / MANIFEST_NAME).read_text())
     verify_restored(copy)  # whole: checked and marked
     assert not (copy / MANIFEST_NAME).exists()

@@ -318,3 +318,16 @@ def test_a_restored_copy_refused_at_start_is_left_as_it_was(tmp_path: Path) -> N
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"pml serve: error: backup manifest {copy / MANIFEST_NAME}")
     assert sorted(p.name for p in copy.iterdir()) == [MANIFEST_NAME]
+
+
+def test_serving_a_backup_itself_is_refused_and_leaves_it_a_backup(tmp_path: Path) -> None:
+    # `pml serve --data-dir BACKUP_DIR/pml-backup-...` served the backup in place: its
+    # manifest renamed (no longer listed, restorable or pruned) and its files written
+    backup = _backup_of_captures(tmp_path, 10)
+    files = {path.name: path.stat().st_size for path in backup.iterdir()}
+    error = _serve_refused(backup)
+    assert error.startswith(f"pml serve: error: --data-dir {backup} is a backup")
+    assert "cp -a" in error
+    assert "\n" not in error
+    assert {path.name: path.stat().st_size for path in backup.iterdir()} == files
+    assert BackupDir(backup.parent, keep=1, store_id="lister").complete() == [backup]

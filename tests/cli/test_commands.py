@@ -277,13 +277,17 @@ def test_an_api_key_that_cannot_be_sent_is_a_usage_error(
 ) -> None:
     """A control character in the key was INTERNAL "Invalid metadata" (exit 1, as if the
     server refused), a byte that is not UTF-8 (`k\\xff` on the command line) a traceback
-    from inside grpc; now both are exit 2 naming api_key, and never print the key."""
+    from inside grpc; now both are exit 2 naming what the user set (`--api-key`, or
+    `$PML_API_KEY`: the client's `api_key` it was, a name the user never wrote), and never
+    print the key."""
     assert callable(run)
-    for argv in (("--api-key", key), ()):
+    for argv, given in ((("--api-key", key), "--api-key"), ((), "$PML_API_KEY")):
         if not argv:
             monkeypatch.setenv("PML_API_KEY", key)
         out = run("stats", *argv, expect=2)
-        assert "api_key" in out
+        assert f"pml stats: error: {given} holds " in out
+        assert "api_key" not in out
+        assert key not in out
         assert "Traceback" not in out
         assert "INTERNAL" not in out
 

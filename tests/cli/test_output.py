@@ -324,7 +324,7 @@ def test_a_port_in_use_is_one_line_naming_address_and_cause(
     assert done.value.code == 2
     line = _one_line(capfd.readouterr().err)
     assert line == (
-        f"pml {argv[0]}{': error' if argv[0] == 'serve' else ''}: could not bind {what}"
+        f"pml {argv[0]}: error: could not bind {what}"
         f"127.0.0.1:{port}: the port is already in use (another process listens on it)"
     )
 
@@ -345,7 +345,7 @@ def test_mcp_http_listen_that_is_no_address_is_one_line(
     with pytest.raises(SystemExit) as done:
         cli.main(["mcp", "--transport", "http", "--listen", listen])
     assert done.value.code == 2
-    assert _one_line(capfd.readouterr().err).startswith(f"pml mcp: --listen: {why}")
+    assert _one_line(capfd.readouterr().err).startswith(f"pml mcp: error: --listen: {why}")
 
 
 @pytest.mark.parametrize("path", ["", "mcp", "/a b", "/mcp?x=1", "/mcp#top"])
@@ -358,8 +358,20 @@ def test_mcp_http_path_that_is_no_url_path_is_one_line(
         cli.main(["mcp", "--transport", "http", "--listen", "127.0.0.1:0", "--path", path])
     assert done.value.code == 2
     assert capfd.readouterr().err == (
-        f"pml mcp: --path: {path!r} is no URL path: it starts with / and holds no space, "
+        f"pml mcp: error: --path: {path!r} is no URL path: it starts with / and holds no space, "
         "? or # (e.g. /mcp)\n"
+    )
+
+
+def test_every_pml_mcp_error_carries_the_error_prefix(capfd: pytest.CaptureFixture[str]) -> None:
+    """docs/cli.md, Output: an error is one line, `pml CMD: error: ...`; `pml mcp`'s lacked the
+    `error:` (here a remote --listen refused; a port taken, a bad --listen or --path, a TLS
+    file missing: their tests)."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["mcp", "--transport", "http", "--listen", "10.1.2.3:80"])
+    assert done.value.code == 2
+    assert _one_line(capfd.readouterr().err).startswith(
+        "pml mcp: error: refusing to listen on 10.1.2.3:80: pass --allow-remote"
     )
 
 
@@ -812,4 +824,6 @@ def test_pml_mcp_without_the_sdk_is_one_line() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 2, done.stderr
-    assert done.stderr == "pml mcp: the MCP SDK is not installed: pip install 'pml-server[mcp]'\n"
+    assert done.stderr == (
+        "pml mcp: error: the MCP SDK is not installed: pip install 'pml-server[mcp]'\n"
+    )

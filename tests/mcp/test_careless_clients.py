@@ -561,3 +561,34 @@ def test_errors_echo_at_most_the_start_of_a_long_name(server: RunningServer) -> 
         assert not alive.is_error
 
     _run(_stdio(f"127.0.0.1:{server.port}"), body)
+
+
+async def _too_many_tool_calls_are_refused_by_their_number(client: Client) -> None:
+    # a bad call far in: validated item by item, it was named first (pydantic read all 100,000
+    # calls, about 3 s of `pml mcp`'s CPU, before pml refused them for their number)
+    calls: list[dict[str, Any]] = [{"tool": "read_file"}] * 100_000
+    calls[60_000] = {"tool": ""}
+    result = await client.call_tool("record_execution", _record_args(tool_calls=calls))
+    assert result.is_error
+    assert _text(result) == "invalid argument: tool_calls: is 100000 items; the limit is 256 items"
+
+
+def test_too_many_tool_calls_are_refused_by_their_number_before_each_is_read(
+    server: RunningServer,
+) -> None:
+    _run(_stdio(f"127.0.0.1:{server.port}"), _too_many_tool_calls_are_refused_by_their_number)
+
+
+async def _three_tool_calls_over_a_limit_of_two(client: Client) -> None:
+    calls = [{"tool": "read_file"}] * 3
+    result = await client.call_tool("record_execution", _record_args(tool_calls=calls))
+    assert result.is_error
+    assert _text(result) == "invalid argument: tool_calls: is 3 items; the limit is 2 items"
+    result = await client.call_tool("record_execution", _record_args(tool_calls=calls[:2]))
+    assert not result.is_error, _text(result)
+
+
+def test_pml_mcp_takes_the_servers_max_tool_calls(server: RunningServer) -> None:
+    """`pml mcp --max-tool-calls`, set as the server's `--max-tool-calls` (256 by default)."""
+    target = f"127.0.0.1:{server.port}"
+    _run(_stdio(target, "--max-tool-calls", "2"), _three_tool_calls_over_a_limit_of_two)

@@ -370,7 +370,7 @@ def test_a_tls_file_it_cannot_read_stops_pml_mcp_at_start(tmp_path: Path, transp
         env={**os.environ, "PYTHONPATH": PYTHONPATH},
     )
     assert done.returncode == 2, done.stderr
-    assert done.stderr == f"pml mcp: {missing}: No such file or directory\n"
+    assert done.stderr == f"pml mcp: error: {missing}: No such file or directory\n"
 
 
 @pytest.mark.parametrize("given", ["--api-key", "PML_API_KEY"])
@@ -390,9 +390,10 @@ def test_an_api_key_that_cannot_be_sent_stops_pml_mcp_stdio_at_start(given: str)
         timeout=60,
         env={**os.environ, "PYTHONPATH": PYTHONPATH, **env},
     )
+    named = given if given == "--api-key" else f"${given}"
     assert (done.returncode, done.stderr) == (
         2,
-        "pml mcp: error: api_key holds b'\\x01' at position 3: a key is printable ASCII (as "
+        f"pml mcp: error: {named} holds b'\\x01' at position 3: a key is printable ASCII (as "
         "`pml keys add` prints it)\n",
     )
 

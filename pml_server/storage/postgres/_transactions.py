@@ -92,6 +92,14 @@ class Transactions:
         return psycopg.connect(self._dsn, **CONNECTION_OPTIONS)
 
     def unavailable(self, error: BaseException) -> str:
+        """What a call refused for `error` says; every connection failure passes here. A
+        connection lost (the database restarted, the network cut) is seldom lost alone: the
+        pool's idle connections are tested and the broken ones replaced now, so that the
+        calls after this one do not each meet one (after a restart, a pool of 6 refused 6
+        calls in a row; docs/storage.md, The shared store)."""
+        if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
+            with contextlib.suppress(Exception):  # the refusal is said whatever the test finds
+                self._pool.check()
         return f"the database at {self.where} is unavailable: {scrub(str(error), self._dsn)}"
 
     # ---- this thread's transaction -----------------------------------------------------------

@@ -1,0 +1,115 @@
+"""The op log follower of a replica over a shared PostgreSQL store (real throwaway cluster,
+real engines, hashing embedder): what it does with an op log entry this build cannot read,
+on every path that applies the op log, and how health learns that it no longer follows."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pml_server.domain.model import CaptureOutcome
+from pml_server.service import Engine
+from tests.support import Clock, make_record, open_engine
+
+JSON_TOOLS = ["fs.read", "json.parse"]
+
+
+@pytest.fixture
+def replicas(postgres_dsn: str, tmp_path: Path) -> Iterator[Callable[[str], Engine]]:
+    opened: list[Engine] = []
+    clock = Clock()
+
+    def replica(name: str) -> Engine:
+        engine = open_engine(tmp_path / name, clock, store=postgres_dsn)
+        opened.append(engine)
+        return engine
+
+    yield replica
+    for engine in opened:
+        engine.close()
+
+
+def _bad_entry(dsn: str, tenant: str) -> int:
+    """An op log entry this build cannot decode, written straight into PostgreSQL after the
+    tenant's head (a damaged row, a newer build's); its sequence."""
+    with psycopg.connect(dsn, autocommit=True) as db:
+        row = db.execute("SELECT seq FROM pml_oplog_head WHERE tenant = %s", (tenant,))
+        (head,) = row.fetchone() or (0,)
+        db.execute(
+            "INSERT INTO pml_oplog (tenant, seq, op) VALUES (%s, %s, %s)",
+            (tenant, head + 1, b"\xff" + b"x" * 100_000),
+        )
+        db.execute("UPDATE pml_oplog_head SET seq = %s WHERE tenant = %s", (head + 1, tenant))
+    return int(head + 1)
+
+
+def test_a_capture_meeting_an_entry_it_cannot_read_succeeds_and_marks_the_follower_stalled(
+    replicas: Callable[[str], Engine],
+    postgres_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A capture's own catch-up (`catch_up_tenant`, before grouping a new pattern) raised
+    the entry's UnicodeDecodeError out of the capture (UNKNOWN to a client). It now does what
+    the follower's thread does with the same entry (docs/storage.md, Replicas): logs it
+    clipped, counts it, marks the follower stalled (health NOT_SERVING); the capture reads
+    the store instead, as when the follower is busy. The entry removed, the next catch-up
+    applies the rest and the follower is no longer stalled."""
+    a, b = replicas("a"), replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    catch_up = follower.catch_up
+    monkeypatch.setattr(follower, "catch_up", lambda: 0)  # the thread applies nothing now
+    with follower._lock:  # a catch-up under way ends first
+        pass
+    a.record("t", make_record("a1", "Read JSON file", JSON_TOOLS, code="f()"))
+    seq = _bad_entry(postgres_dsn, "t")
+    caplog.set_level(logging.WARNING, logger="pml_server.replication._follower")
+    result = b.record("t", make_record("b1", "Parse the JSON text", JSON_TOOLS, code="g()"))
+    assert result.outcome == CaptureOutcome.SAVED
+    lag = b.admin.follower_lag()
+    assert lag is not None
+    assert lag.stalled is not None
+    assert "UnicodeDecodeError" in lag.stalled
+    assert lag.errors >= 1
+    stalled = [r.getMessage() for r in caplog.records if "follower stalled" in r.msg]
+    assert stalled
+    assert max(len(line) for line in stalled) < 1000
+    with psycopg.connect(postgres_dsn, autocommit=True) as db:
+        db.execute("DELETE FROM pml_oplog WHERE tenant = 't' AND seq = %s", (seq,))
+    catch_up()
+    lag = b.admin.follower_lag()
+    assert lag is not None
+    assert lag.stalled is None
+
+
+# the SystemExit ends the thread unhandled, as it would in production
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_follower_thread_ended_by_a_base_exception_is_reported_stalled(
+    replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follower's thread survives any Exception, but not a BaseException (SystemExit
+    here: KeyboardInterrupt, GeneratorExit, a cancellation); the thread ended, the replica
+    went on SERVING stale indexes, as only the errors it caught marked it stalled. Whether
+    it follows is now read from the thread itself (`is_alive`), whatever ended it."""
+    b = replicas("b")
+    follower = b._state.follower
+    assert follower is not None
+    [thread] = [t for t in threading.enumerate() if t.name == "pml-follower"]
+    assert follower.lag().stalled is None
+
+    def ended() -> int:
+        raise SystemExit("ended inside the follower")
+
+    monkeypatch.setattr(follower, "catch_up", ended)
+    thread.join(15)
+    assert not thread.is_alive()
+    lag = b.admin.follower_lag()
+    assert lag is not None
+    assert lag.stalled is not None
+    assert "pml-follower" in lag.stalled
