@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -222,3 +223,46 @@ def test_an_upload_to_a_server_that_stopped_answering_gives_up(tmp_path: Path) -
     finally:
         os.kill(proc.pid, signal.SIGCONT)
         stop_pml_serve(proc)
+
+
+class _SlowServerInfo:
+    """A server's dependencies whose GetServerInfo answers after `seconds` (it reads
+    `schema_version`); everything else as they are."""
+
+    def __init__(self, deps: object, seconds: float) -> None:
+        self._deps = deps
+        self._seconds = seconds
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._deps, name)
+
+    @property
+    def schema_version(self) -> object:
+        time.sleep(self._seconds)
+        return self._deps.schema_version  # type: ignore[attr-defined]
+
+
+def test_the_timeout_bounds_a_large_record_its_limit_probe_included(
+    start: StartServer, data_dir: Path
+) -> None:
+    """A record over 64 KiB first asks the server its message limit (GetServerInfo). The probe
+    had its own full timeout, then the record another: here the probe answers after 1.5 s and
+    the capture takes 1 s, each within the 2 s timeout, so a 2 s call took 2.5 s and
+    succeeded. Now the probe spends from the call's deadline and the record gets what remains
+    (0.5 s): DEADLINE_EXCEEDED (docs/api.md, Deadlines and retries)."""
+    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
+    record_one = engine.record
+
+    def slow_record(*args: object, **kwargs: object) -> object:
+        time.sleep(1.0)
+        return record_one(*args, **kwargs)  # type: ignore[arg-type]
+
+    engine.record = slow_record  # type: ignore[assignment,method-assign]
+    server = start(engine=engine)
+    server.servicer._d = _SlowServerInfo(server.servicer._d, 1.5)  # type: ignore[assignment]
+    big = make_record("Read a big file", "await mcp.read_file({path: 'a'})\n" + "//" * 40_000)
+    with PmlClient(f"127.0.0.1:{server.port}", timeout=2.0) as client, pytest.raises(
+        PmlClientError
+    ) as err:
+        client.record(big)
+    assert err.value.code is grpc.StatusCode.DEADLINE_EXCEEDED

@@ -402,7 +402,13 @@ class PmlClient:
         self.close()
 
     def _call(
-        self, method: Callable[..., Any], request: Any, reply_type: type[R], *, safe: bool = True
+        self,
+        method: Callable[..., Any],
+        request: Any,
+        reply_type: type[R],
+        *,
+        safe: bool = True,
+        deadline: float | None = None,
     ) -> R:
         """One unary call. A call `safe` to repeat (a read, or a record whose request id makes
         a resend apply once) is retried up to `retries` times on UNAVAILABLE and on
@@ -410,12 +416,20 @@ class PmlClient:
         limit), after `backoff_seconds` (never sooner than that RetryInfo); any other failure,
         or the last one, raises PmlClientError. `timeout` bounds the whole call, retries
         included (docs/api.md, Deadlines and retries): each attempt's deadline is what remains
-        of it, and a retry whose wait would outlast it is not made (the last failure raises)."""
-        deadline = time.monotonic() + self._timeout
+        of it, and a retry whose wait would outlast it is not made (the last failure raises).
+        `deadline` (`time.monotonic()`): the deadline of a call this one is part of (`record`'s
+        limit probe spends from the record's)."""
+        if deadline is None:
+            deadline = time.monotonic() + self._timeout
         attempt = 0
         while True:
             try:
                 remaining = deadline - time.monotonic()
+                if remaining <= 0:  # spent before this attempt (gRPC would wait to say so)
+                    raise PmlClientError(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"no time left of the call's timeout of {self._timeout} s",
+                    )
                 reply = method(request, timeout=remaining, metadata=self._metadata)
             except grpc.RpcError as err:
                 failure = PmlClientError.from_rpc_error(err)
@@ -432,13 +446,19 @@ class PmlClient:
 
     # ---- unary calls ---------------------------------------------------------------------------
 
-    def _server_stream_limits(self) -> tuple[int, int]:
+    def _server_stream_limits(self, deadline: float | None = None) -> tuple[int, int]:
         """How many messages the server takes in one batch (1: none, as a server older than
         batches answers) and its largest request message in bytes (0: not said), asked once
-        per client; unknown (1, 0 this time) if the ask fails."""
+        per client (within `deadline`, that of the call asking); unknown (1, 0 this time) if
+        the ask fails."""
         if self._stream_limits is None:
             try:
-                info = self.server_info()
+                info = self._call(
+                    self._stub.GetServerInfo,
+                    pml_pb2.GetServerInfoRequest(),
+                    pml_pb2.GetServerInfoResponse,
+                    deadline=deadline,
+                )
             except PmlClientError:
                 return 1, 0  # the upload meets the same error and retries; ask again then
             self._stream_limits = (max(1, info.stream_batch_limit), info.max_message_bytes)
@@ -453,13 +473,15 @@ class PmlClient:
         """A record over the server's message limit is not sent: PmlClientError
         RESOURCE_EXHAUSTED naming `record`, its size and the limit, as `upload` answers for it
         (the call answered only gRPC's "Received message larger than max"). The server is
-        asked its limit once, and only for a record of more than `_ASK_LIMIT_BYTES`."""
+        asked its limit once, and only for a record of more than `_ASK_LIMIT_BYTES`, within
+        the call's timeout (docs/api.md, Deadlines and retries)."""
         if not isinstance(record, ExecutionRecord):
             raise _refused("record", f"is {_kind(record)}, not an ExecutionRecord (make_record)")
+        deadline = time.monotonic() + self._timeout
         request = pml_pb2.RecordExecutionRequest(record=record)
         size = request.ByteSize()
         if size > _ASK_LIMIT_BYTES:
-            _, max_bytes = self._server_stream_limits()
+            _, max_bytes = self._server_stream_limits(deadline)
             if max_bytes and size > max_bytes:
                 refused = _too_big(record.request_id, size, max_bytes).error
                 raise PmlClientError.from_status(refused)
@@ -468,6 +490,7 @@ class PmlClient:
             request,
             pml_pb2.RecordExecutionResponse,
             safe=bool(record.request_id),  # the request id makes a resend apply once
+            deadline=deadline,
         )
         return reply.result
 
