@@ -8,11 +8,13 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 from pml_client import PmlClient, PmlClientError, make_record
+from pml_client._proto.pml.v1 import pml_pb2
 
 from pml_server.config import config_of
 from tests.conftest import StartServer
@@ -261,8 +263,62 @@ def test_the_timeout_bounds_a_large_record_its_limit_probe_included(
     server = start(engine=engine)
     server.servicer._d = _SlowServerInfo(server.servicer._d, 1.5)  # type: ignore[assignment]
     big = make_record("Read a big file", "await mcp.read_file({path: 'a'})\n" + "//" * 40_000)
-    with PmlClient(f"127.0.0.1:{server.port}", timeout=2.0) as client, pytest.raises(
-        PmlClientError
-    ) as err:
+    with (
+        PmlClient(f"127.0.0.1:{server.port}", timeout=2.0) as client,
+        pytest.raises(PmlClientError) as err,
+    ):
         client.record(big)
     assert err.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_a_raw_stream_to_a_server_that_stopped_answering_gives_up(tmp_path: Path) -> None:
+    """`stream()` to a server frozen (SIGSTOP) once connected waited for ever for its
+    acknowledgement (a stream has no deadline; `upload` had the watch, not `stream`). Now it
+    is cancelled once the server has said nothing for `timeout` while an execution it was
+    sent waits, and raises DEADLINE_EXCEEDED saying so (docs/api.md, Deadlines and retries).
+    A live execution left open waits for nothing: its silence is no failure."""
+    proc, target = spawn_pml_serve(
+        "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path), "--embedder", "hashing"
+    )
+    outcome: list[object] = []
+    record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+    message = pml_pb2.StreamTracesRequest(execution_id="e1", sequence=1, record=record)
+    try:
+        with PmlClient(target, timeout=1.0) as client:
+            # connected, and a live execution started and left open past the timeout: not
+            # cancelled (nothing waits for an answer)
+            def open_one() -> Iterator[pml_pb2.StreamTracesRequest]:
+                yield pml_pb2.StreamTracesRequest(
+                    execution_id="live",
+                    sequence=1,
+                    started=pml_pb2.ExecutionStarted(
+                        intent="Read JSON", code="x", language="typescript"
+                    ),
+                )
+                time.sleep(2.5)
+
+            acks = list(client.stream(open_one()))  # answered once the stream closes
+            assert [(a.execution_id, a.error.details[0].type_url[-10:]) for a in acks] == [
+                ("live", "BadRequest")
+            ]
+            os.kill(proc.pid, signal.SIGSTOP)
+
+            def stream() -> None:
+                try:
+                    outcome.append(list(client.stream([message])))
+                except PmlClientError as err:
+                    outcome.append(err)
+
+            streaming = threading.Thread(target=stream, daemon=True)
+            streaming.start()
+            streaming.join(60)  # a guard against the hang, not a measure
+            os.kill(proc.pid, signal.SIGCONT)
+            streaming.join(60)
+            assert len(outcome) == 1, "the stream to a frozen server had not returned in 60 s"
+            err = outcome[0]
+            assert isinstance(err, PmlClientError), err
+            assert err.code is grpc.StatusCode.DEADLINE_EXCEEDED
+            assert err.message == "no answer from the server within 1.0 s (1 executions waiting)"
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        stop_pml_serve(proc)

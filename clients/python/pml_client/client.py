@@ -256,9 +256,9 @@ def _header_key(api_key: str) -> str:
 class _Silence:
     """Cancels a stream once the server has said nothing for `seconds` while `waiting()` (an
     execution sent and not answered): a server that stops answering (a frozen process, a
-    connection dead without a reset) held an upload for ever, streams having no deadline
-    (docs/api.md, Deadlines and retries). `heard()` restarts the count: on each message, and
-    when an execution is sent while none was waiting."""
+    connection dead without a reset) held an upload or a `stream()` for ever, streams having
+    no deadline (docs/api.md, Deadlines and retries). `heard()` restarts the count: on each
+    message, and when an execution is sent while none was waiting."""
 
     def __init__(self, seconds: float, waiting: Callable[[], bool]) -> None:
         self.seconds = seconds
@@ -282,7 +282,7 @@ class _Silence:
 
         self.fired = False
         self.heard()
-        threading.Thread(target=run, name="pml-upload-silence", daemon=True).start()
+        threading.Thread(target=run, name="pml-stream-silence", daemon=True).start()
 
     def stop(self) -> None:
         self._done.set()
@@ -651,20 +651,53 @@ class PmlClient:
         """Raw StreamTraces: send `requests`, yield acknowledgements as they come (those the
         server batched one by one). An exception from `requests` ends the sending; once the
         acknowledgements of what was sent are yielded, it is raised as itself (gRPC, iterating
-        them in its own thread, would only say UNKNOWN "Exception iterating requests!")."""
+        them in its own thread, would only say UNKNOWN "Exception iterating requests!").
+
+        The stream is cancelled once the server has said nothing for `timeout` while an
+        execution it was sent complete (a `record`, a `finished`) waits for its
+        acknowledgement: DEADLINE_EXCEEDED, as `upload`'s (docs/api.md, Deadlines and
+        retries); a live execution left open waits for nothing, and the time the caller holds
+        an acknowledgement is not the server's silence."""
         failed: list[Exception] = []
+        waiting: set[str] = set()  # completed executions sent, not acknowledged
+        holding = threading.Event()  # the caller has an acknowledgement in hand
+        silence = _Silence(self._timeout, lambda: bool(waiting) and not holding.is_set())
 
         def sent() -> Iterator[pml_pb2.StreamTracesRequest]:
             try:
-                yield from requests
+                for message in requests:
+                    if isinstance(message, pml_pb2.StreamTracesRequest):
+                        for one in message.batch or (message,):
+                            if one.WhichOneof("event") in ("record", "finished"):
+                                if not waiting:
+                                    silence.heard()  # the first waiting since the last answer
+                                waiting.add(one.execution_id)
+                    yield message
             except Exception as err:
                 failed.append(err)
 
+        call = self._stub.StreamTraces(sent(), metadata=self._metadata)
+        silence.watch(call)
         try:
-            for ack in self._stub.StreamTraces(sent(), metadata=self._metadata):
-                yield from ack.batch or (ack,)
+            for message in call:
+                silence.heard()
+                for ack in message.batch or (message,):
+                    waiting.discard(ack.execution_id)
+                    holding.set()
+                    yield ack
+                    holding.clear()
+                    silence.heard()
         except grpc.RpcError as err:
+            if silence.fired:  # cancelled here: say why
+                raise PmlClientError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"no answer from the server within {silence.seconds} s "
+                    f"({len(waiting)} executions waiting)",
+                ) from None
             raise PmlClientError.from_rpc_error(err) from None
+        finally:
+            silence.stop()
+            call.cancel()  # a no-op once ended; a caller that stops iterating ends the stream
         if failed:
             raise failed[0]
 
