@@ -250,7 +250,11 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 	report := &UploadReport{Acks: make(map[string]*pmlv1.StreamTracesResponse, len(records))}
 	// A record whose message is over the server's limit would end the whole stream in
 	// RESOURCE_EXHAUSTED: it is answered here, alone, and never sent.
-	if limit := c.maxMessageBytes(ctx); limit > 0 {
+	limit, err := c.maxMessageBytes(ctx)
+	if err != nil {
+		return report, err
+	}
+	if limit > 0 {
 		for _, r := range records {
 			msg := &pmlv1.StreamTracesRequest{
 				ExecutionId: r.GetRequestId(),
@@ -323,6 +327,9 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 			report.Reconnects++
 		}
 		last = c.streamOnce(ctx, todo, &sequence, report, resend, opts.OnAck)
+		if refused := certificateFailure(last); refused != nil {
+			return report, refused
+		}
 	}
 }
 
@@ -341,13 +348,17 @@ func worthResending(refusal *status.Status) bool {
 }
 
 // maxMessageBytes is the server's largest request message (GetServerInfo), 0 when it does not
-// say (an older server) or cannot be asked (Upload then meets the same error).
-func (c *Client) maxMessageBytes(ctx context.Context) int {
+// say (an older server) or cannot be asked (Upload then meets the same error); an error only
+// when that cannot change (certificateFailure: the streams would meet it MaxReconnects times).
+func (c *Client) maxMessageBytes(ctx context.Context) (int, error) {
 	info, err := c.api.GetServerInfo(ctx, &pmlv1.GetServerInfoRequest{})
-	if err != nil {
-		return 0
+	if refused := certificateFailure(err); refused != nil {
+		return 0, refused
 	}
-	return int(info.GetMaxMessageBytes())
+	if err != nil {
+		return 0, nil
+	}
+	return int(info.GetMaxMessageBytes()), nil
 }
 
 func tooBig(executionID string, size, limit int) *pmlv1.StreamTracesResponse {
@@ -417,6 +428,9 @@ func retryInterceptor(maxRetries int, timeout time.Duration) grpc.UnaryClientInt
 		}
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
+			if refused := certificateFailure(err); refused != nil {
+				return refused // no retry cures it
+			}
 			// RESOURCE_EXHAUSTED without RetryInfo is the message size limit: no wait cures it.
 			if err == nil || attempt >= maxRetries || !safeToRepeat(method, req) ||
 				!worthResending(status.Convert(err)) {
@@ -436,6 +450,23 @@ func retryInterceptor(maxRetries int, timeout time.Duration) grpc.UnaryClientInt
 			}
 		}
 	}
+}
+
+// certificateFailure is err said again when it is a failure to verify the server's TLS
+// certificate (a CA that did not sign it, a name it does not hold, an expired one), nil
+// otherwise. gRPC says UNAVAILABLE, as of a server down: each unary call was tried MaxRetries
+// more times and Upload reconnected until its reconnects ran out, never saying why. No wait
+// cures it: it is never retried, and names the option (docs/api.md, Deadlines and retries).
+func certificateFailure(err error) error {
+	refusal, ok := status.FromError(err)
+	if err == nil || !ok || refusal.Code() != codes.Unavailable ||
+		!strings.Contains(refusal.Message(), "tls: failed to verify certificate") {
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, "pml: TLS: the server's certificate was not verified "+
+		"(%s): Options.CAFile must be the PEM of the CA that signed it (without it, the system's "+
+		"roots are used), and the certificate must hold the target's host (or Options.ServerName); "+
+		"not retried", refusal.Message())
 }
 
 // retryable says whether a broken stream is opened again: cut (CANCELLED, DEADLINE_EXCEEDED),

@@ -3,6 +3,7 @@ package pml_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -94,13 +97,17 @@ func startServerProcess(t *testing.T, extra ...string) (string, *os.Process) {
 		t.Fatal("pml serve did not start within 60 s")
 	}
 	target := "127.0.0.1:" + port
-	waitServing(t, target)
+	creds := insecure.NewCredentials()
+	if slices.Contains(extra, "--tls-cert") { // its health, whoever signed its certificate
+		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a test's own server
+	}
+	waitServing(t, target, creds)
 	return target, cmd.Process
 }
 
-func waitServing(t *testing.T, target string) {
+func waitServing(t *testing.T, target string, creds credentials.TransportCredentials) {
 	t.Helper()
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
