@@ -111,6 +111,28 @@ function worthResending(details) {
   return details.code === "RESOURCE_EXHAUSTED" && details.retryDelayMs !== null;
 }
 
+// grpc-js's words (Node's TLS) for a server certificate the client did not verify: a CA that
+// did not sign it, a name it does not hold, one expired or not yet valid.
+const CERTIFICATE_FAILURE =
+  /unable to verify|unable to get (local )?issuer|self[- ]signed certificate|certificate (has expired|is not yet valid|signature failure)|ERR_TLS_CERT_ALTNAME_INVALID|Hostname\/IP does not match/;
+
+/**
+ * `err` said again when it is a failure to verify the server's TLS certificate, null otherwise.
+ * grpc-js says UNAVAILABLE, as of a server down: each call was tried maxRetries more times and
+ * an upload waited for the connection timeoutMs on each of its reconnects, never saying why.
+ * No wait cures it: it is never retried, and names caFile (docs/api.md, Deadlines and retries).
+ */
+function certificateFailure(err) {
+  if (!err || err.code !== grpc.status.UNAVAILABLE || !CERTIFICATE_FAILURE.test(err.details || "")) {
+    return null;
+  }
+  const message =
+    `pml: TLS: the server's certificate was not verified (${err.details}): caFile must be the PEM of ` +
+    "the CA that signed it (without it, the system's roots are used), and the certificate must " +
+    "hold the target's host; not retried";
+  return Object.assign(new Error(message, { cause: err }), { code: grpc.status.UNAVAILABLE, details: message, metadata: err.metadata });
+}
+
 /**
  * The `signal` of a call's options: undefined, or an AbortSignal (anything else is refused
  * naming it, before any call: a signal that is not one would be ignored, the call never
@@ -337,6 +359,8 @@ class PmlClient {
         return await this._callOnce(method, request, deadline, signal);
       } catch (err) {
         if (err.name === "AbortError") throw err;
+        const refused = certificateFailure(err);
+        if (refused) throw refused; // no retry cures it
         const details = errorDetails(err);
         if (attempt >= this._maxRetries || !worthResending(details) || !safeToRepeat(method, request)) {
           throw err;
@@ -552,7 +576,8 @@ class PmlClient {
     try {
       return Number((await this.call("GetServerInfo", {}, { signal })).max_message_bytes || 0);
     } catch (err) {
-      if (err.name === "AbortError") throw err;
+      // the streams would meet a certificate failure maxReconnects times: said at once
+      if (err.name === "AbortError" || certificateFailure(err)) throw err;
       return 0; // the upload meets the same error
     }
   }

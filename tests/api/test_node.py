@@ -21,6 +21,7 @@ import pytest
 from pml_server.api.server import RunningServer
 from pml_server.config import config_of
 from pml_server.domain.model import ExecutionRecord
+from tests.api.test_operations import pki  # noqa: F401  (the throwaway CA fixture)
 from tests.conftest import StartServer
 from tests.support import (
     npm_ci,
@@ -445,3 +446,25 @@ def test_upload_to_a_server_that_stopped_answering_gives_up(
         "message": "no answer from the server within 1000 ms (1 executions waiting)",
         "aborted": f"AbortError {grpc.StatusCode.CANCELLED.value[0]} enough",
     }
+
+
+def test_a_certificate_the_ca_did_not_sign_is_never_retried(
+    node_client: Path,
+    start: StartServer,
+    pki: Path,  # noqa: F811
+) -> None:
+    """A server whose certificate `caFile` did not sign: grpc-js says UNAVAILABLE, as of a
+    server down, so the call was tried maxRetries more times, and the upload waited timeoutMs
+    for the connection on each reconnect, then said only "no connection ... within". A
+    certificate failure is permanent: one attempt, an error naming TLS and caFile, the upload's
+    at once (docs/api.md, Deadlines and retries)."""
+    server = start(tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    target = f"127.0.0.1:{server.port}"
+    done = _node(node_client, "test/tls_wrong_ca.js", target, str(pki / "other.pem"))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["stats"]["attempts"] == 1
+    for call in ("stats", "upload"):
+        assert out[call]["code"] == "UNAVAILABLE"
+        assert out[call]["message"].startswith("pml: TLS: the server's certificate was not verified")
+        assert "caFile must be the PEM of the CA that signed it" in out[call]["message"]

@@ -197,24 +197,15 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate."""
+    """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate; and
+    other.pem, a CA that signed neither."""
     d = tmp_path_factory.mktemp("pki")
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=pml-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        cwd=d,
-    )
+    for ca, name in (("ca", "pml-ca"), ("other", "other-ca")):
+        _openssl(
+            *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", f"/CN={name}", "-keyout", f"{ca}.key", "-out", f"{ca}.pem"),
+            cwd=d,
+        )
     (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for name in ("server", "client"):
         _openssl(
@@ -262,22 +253,17 @@ def test_tls(start: StartServer, pki: Path) -> None:
 
 
 def test_a_certificate_the_ca_did_not_sign_is_never_retried(
-    start: StartServer, pki: Path, tmp_path: Path
+    start: StartServer, pki: Path
 ) -> None:
     """A server whose certificate `root_certificates` did not sign: gRPC says UNAVAILABLE, as
     of a server down, so each call was tried `retries` more times (4 handshakes) and an upload
     reconnected until out of reconnects, saying only "failed to connect to all addresses". A
     certificate failure is permanent: one attempt, a CertificateError naming
     `root_certificates` (docs/api.md, Deadlines and retries)."""
-    _openssl(
-        *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
-        *("-subj", "/CN=other-ca", "-keyout", "other.key", "-out", "other.pem"),
-        cwd=tmp_path,
-    )
     server = start(tls_cert=pki / "server.pem", tls_key=pki / "server.key")
     record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
     with PmlClient(
-        f"127.0.0.1:{server.port}", root_certificates=tmp_path / "other.pem", retries=3
+        f"127.0.0.1:{server.port}", root_certificates=pki / "other.pem", retries=3
     ) as client:
         sent = 0
         get_stats = client._stub.GetStats
