@@ -252,9 +252,7 @@ def test_tls(start: StartServer, pki: Path) -> None:
     assert err.value.code is grpc.StatusCode.UNAVAILABLE
 
 
-def test_a_certificate_the_ca_did_not_sign_is_never_retried(
-    start: StartServer, pki: Path
-) -> None:
+def test_a_certificate_the_ca_did_not_sign_is_never_retried(start: StartServer, pki: Path) -> None:
     """A server whose certificate `root_certificates` did not sign: gRPC says UNAVAILABLE, as
     of a server down, so each call was tried `retries` more times (4 handshakes) and an upload
     reconnected until out of reconnects, saying only "failed to connect to all addresses". A
