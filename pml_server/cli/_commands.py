@@ -292,8 +292,10 @@ def import_file(args: argparse.Namespace) -> int:
                 # now, so it is counted as replayed only.
                 outcomes["replayed"] += 1
             else:
-                name = resources_pb2.CaptureOutcome.Name(ack.result.outcome)
-                outcomes[name.removeprefix("CAPTURE_OUTCOME_").lower()] += 1
+                name = render.enum_label(
+                    resources_pb2.CaptureOutcome.Name, ack.result.outcome, "CAPTURE_OUTCOME_"
+                )
+                outcomes[name.lower()] += 1
             progress.advance(task)
 
         interrupted: int | None = None  # the signal that stopped the upload

@@ -12,8 +12,9 @@ import pytest
 from google.protobuf import json_format
 
 from pml_server import cli
+from pml_server.api import convert
 from pml_server.api.server import RunningServer
-from pml_server.client import PmlClient, make_record
+from pml_server.client import PmlClient, make_record, resources_pb2
 from pml_server.config import serve_config
 from tests.api.test_operations import pki  # noqa: F401  (the throwaway CA fixture)
 from tests.mcp.test_server import PYTHONPATH
@@ -628,3 +629,26 @@ def test_a_flag_the_cli_cannot_take_is_one_line_naming_it(
     assert err.startswith(said)
     assert err.count("\n") == 1
     assert err.endswith("--help` lists the flags)\n")
+
+
+def test_an_outcome_a_newer_server_added_is_shown_as_its_number(
+    run: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server newer than the CLI answers a CaptureOutcome it does not know (here 7): `pml
+    record` and `pml import` died on ValueError ("Enum CaptureOutcome has no name defined for
+    value 7") after the server had captured the record. The outcome is said as its number."""
+    assert callable(run)
+    known = convert.capture_result
+
+    def newer(result: object) -> resources_pb2.CaptureResult:
+        reply = known(result)  # type: ignore[arg-type]
+        reply.outcome = 7  # type: ignore[assignment]
+        return reply
+
+    monkeypatch.setattr(convert, "capture_result", newer)
+    out = run("record", "--intent", "Read JSON", "--code", READ, "--tool", "read_file")
+    assert out.startswith("7  pattern ")
+    record = make_record("Read JSON", READ, tools=["read_file"], request_id="imp-new")
+    path = tmp_path / "records.jsonl"
+    path.write_text(json_format.MessageToJson(record, indent=None) + "\n")
+    assert "1 7" in run("import", str(path))
