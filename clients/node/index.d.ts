@@ -282,6 +282,7 @@ export declare class PmlClient {
       signal?: AbortSignal;
     },
   ): Promise<UploadReport>;
+  /** Once more does nothing; later calls reject CANCELLED "pml: the client is closed". */
   close(): void;
 }
 

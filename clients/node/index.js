@@ -332,6 +332,7 @@ class PmlClient {
    */
   async call(method, request, options) {
     const signal = signalOf(`call ${method}`, options);
+    this._open();
     const rpcs = api().service.service;
     const rpc = Object.hasOwn(rpcs, method) ? rpcs[method] : undefined;
     if (!rpc || rpc.requestStream || rpc.responseStream) {
@@ -418,6 +419,7 @@ class PmlClient {
    */
   async upload(records, options = {}) {
     const signal = signalOf("upload", options);
+    this._open();
     const { maxReconnects = 5, onAck } = options || {};
     // a maxReconnects of text compared false with every count: reconnects without end
     if (!Number.isInteger(maxReconnects) || maxReconnects < 0) {
@@ -492,6 +494,7 @@ class PmlClient {
         }
         report.reconnects++;
       }
+      this._open(); // closed during the upload: not one more stream
       last = await abortable(this._connected(), signal);
       if (last) continue;
       let thrown = null;
@@ -582,8 +585,23 @@ class PmlClient {
     }
   }
 
+  /** Closes the channel; once more does nothing. Every later call rejects at once (`_open`). */
   close() {
+    this._closed = true;
     this.raw.close();
+  }
+
+  /**
+   * Throws, once close() was called, CANCELLED "pml: the client is closed" (the code Go's gRPC
+   * gives a call on a closed connection): a call rejected with grpc-js's "Channel has been shut
+   * down" and no code, and an upload still sent its records on the closed channel
+   * (clients/node/README.md).
+   */
+  _open() {
+    if (this._closed) {
+      const message = "pml: the client is closed (close() was called): nothing was sent";
+      throw Object.assign(new Error(message), { code: grpc.status.CANCELLED, details: message });
+    }
   }
 }
 

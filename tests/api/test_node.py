@@ -468,3 +468,20 @@ def test_a_certificate_the_ca_did_not_sign_is_never_retried(
         assert out[call]["code"] == "UNAVAILABLE"
         assert out[call]["message"].startswith("pml: TLS: the server's certificate was not")
         assert "caFile must be the PEM of the CA that signed it" in out[call]["message"]
+
+
+def test_a_closed_client_refuses_every_call_sending_nothing(
+    node_client: Path, server: RunningServer
+) -> None:
+    """After close() (twice: no error), a call rejected with grpc-js's "Channel has been shut
+    down" and no code, and upload() still sent its record and resolved as if captured. Each
+    now rejects CANCELLED, "pml: the client is closed", and nothing reaches the server."""
+    done = _node(node_client, "test/closed.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    for call in ("stats", "record", "upload"):
+        assert out[call] == {
+            "code": "CANCELLED",
+            "message": "pml: the client is closed (close() was called): nothing was sent",
+        }, call
+    assert out["executions"] == 0
