@@ -176,6 +176,16 @@ func transportCredentials(opts Options) (credentials.TransportCredentials, error
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
+// open is nil, or once Close was called Canceled "pml: the client is closed" (gRPC's code for
+// a call on a closed connection): Upload on a closed client waited Options.Timeout for a
+// connection on each of its reconnects, then said UNAVAILABLE "no connection ... (SHUTDOWN)".
+func (c *Client) open() error {
+	if c.conn.GetState() == connectivity.Shutdown {
+		return status.Error(codes.Canceled, "pml: the client is closed (Close was called): nothing was sent")
+	}
+	return nil
+}
+
 // API is the generated stub, for the RPCs the wrapper does not cover.
 func (c *Client) API() pmlv1.PmlServiceClient { return c.api }
 
@@ -248,6 +258,9 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 		first[r.GetRequestId()] = i
 	}
 	report := &UploadReport{Acks: make(map[string]*pmlv1.StreamTracesResponse, len(records))}
+	if err := c.open(); err != nil {
+		return report, err
+	}
 	// A record whose message is over the server's limit would end the whole stream in
 	// RESOURCE_EXHAUSTED: it is answered here, alone, and never sent.
 	limit, err := c.maxMessageBytes(ctx)
@@ -325,6 +338,9 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 				}
 			}
 			report.Reconnects++
+		}
+		if err := c.open(); err != nil { // closed during the upload: not one more stream
+			return report, err
 		}
 		last = c.streamOnce(ctx, todo, &sequence, report, resend, opts.OnAck)
 		if refused := certificateFailure(last); refused != nil {

@@ -105,3 +105,26 @@ func TestDialRefusesAKeyThatCannotBeAHeader(t *testing.T) {
 	}
 	client.Close()
 }
+
+// TestUploadOnAClosedClientSendsNothing: Upload after Close waited Options.Timeout for a
+// connection on each reconnect, then returned UNAVAILABLE "no connection ... (SHUTDOWN)". It
+// returns at once, Canceled "pml: the client is closed", without a reconnect.
+func TestUploadOnAClosedClientSendsNothing(t *testing.T) {
+	target := startServer(t)
+	client, err := pml.Dial(target, pml.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{}); err != nil {
+		t.Fatal(err) // connected
+	}
+	if err := client.Close(); err != nil {
+		t.Fatal(err)
+	}
+	report, err := client.Upload(context.Background(),
+		[]*pmlv1.ExecutionRecord{readRecord("Read JSON file", "a.json")}, pml.UploadOptions{MaxReconnects: 2})
+	want := "pml: the client is closed (Close was called): nothing was sent"
+	if status.Code(err) != codes.Canceled || status.Convert(err).Message() != want || report.Reconnects != 0 {
+		t.Fatalf("Upload on a closed client: %v after %d reconnects", err, report.Reconnects)
+	}
+}
