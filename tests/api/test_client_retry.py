@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -322,3 +322,31 @@ def test_a_raw_stream_to_a_server_that_stopped_answering_gives_up(tmp_path: Path
     finally:
         os.kill(proc.pid, signal.SIGCONT)
         stop_pml_serve(proc)
+
+
+def test_a_closed_client_refuses_every_call_sending_nothing(start: StartServer) -> None:
+    """After close() (twice: no error) a call raised grpc's ValueError "Cannot invoke RPC on
+    closed channel!", which no `except PmlClientError` caught. Each now raises PmlClientError
+    CANCELLED, "the client is closed", and nothing reaches the server."""
+    server = start()
+    target = f"127.0.0.1:{server.port}"
+    record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+    client = PmlClient(target)
+    client.stats()  # connected
+    client.close()
+    client.close()
+    calls: dict[str, Callable[[], object]] = {
+        "stats": client.stats,
+        "record": lambda: client.record(record),
+        "upload": lambda: client.upload([record]),
+        "stream": lambda: list(client.stream([])),
+    }
+    for name, call in calls.items():
+        with pytest.raises(PmlClientError) as err:
+            call()
+        assert (err.value.code, err.value.message) == (
+            grpc.StatusCode.CANCELLED,
+            "the client is closed (close() was called): nothing was sent",
+        ), name
+    with PmlClient(target) as fresh:
+        assert fresh.stats().executions == 0

@@ -391,9 +391,23 @@ class PmlClient:
         self._timeout = timeout
         self._retries = retries
         self._stream_limits: tuple[int, int] | None = None  # `_server_stream_limits`, once known
+        self._closed = False
 
     def close(self) -> None:
+        """Closes the channel; once more does nothing. Every later call raises `_open`'s
+        error."""
+        self._closed = True
         self._channel.close()
+
+    def _open(self) -> None:
+        """Raises, once `close` was called, PmlClientError CANCELLED "the client is closed"
+        (the code Go's gRPC gives a call on a closed connection): grpc raised ValueError
+        "Cannot invoke RPC on closed channel!", which no `except PmlClientError` caught."""
+        if self._closed:
+            raise PmlClientError(
+                grpc.StatusCode.CANCELLED,
+                "the client is closed (close() was called): nothing was sent",
+            )
 
     def __enter__(self) -> PmlClient:
         return self
@@ -419,6 +433,7 @@ class PmlClient:
         of it, and a retry whose wait would outlast it is not made (the last failure raises).
         `deadline` (`time.monotonic()`): the deadline of a call this one is part of (`record`'s
         limit probe spends from the record's)."""
+        self._open()
         if deadline is None:
             deadline = time.monotonic() + self._timeout
         attempt = 0
@@ -658,6 +673,7 @@ class PmlClient:
         acknowledgement: DEADLINE_EXCEEDED, as `upload`'s (docs/api.md, Deadlines and
         retries); a live execution left open waits for nothing, and the time the caller holds
         an acknowledgement is not the server's silence."""
+        self._open()
         failed: list[Exception] = []
         waiting: set[str] = set()  # completed executions sent, not acknowledged
         holding = threading.Event()  # the caller has an acknowledgement in hand
@@ -754,6 +770,7 @@ class PmlClient:
         held)."""
         _count("batch", batch, 1)
         _count("max_reconnects", max_reconnects)
+        self._open()
         report = UploadReport()
         source = iter(items)
         unacked: dict[str, ExecutionRecord] = {}  # sent, not acknowledged (insertion order)
@@ -841,6 +858,7 @@ class PmlClient:
 
         while True:
             try:
+                self._open()  # closed during the upload: not one more stream
                 call = self._stub.StreamTraces(requests(), metadata=self._metadata)
                 silence.watch(call)
                 for message in call:
