@@ -19,17 +19,23 @@ DEFAULT_RETRIES = 3
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 
+# grpcio's refusal of a call over the server's `--max-concurrent-rpcs`, made before any
+# handler runs, so without RetryInfo: a busy server, not a size limit (docs/api.md, Deadlines
+# and retries). Nothing of the call was done.
+CONCURRENCY_REFUSAL = "Concurrent RPC limit exceeded!"
+
+
 def worth_retrying(failure: PmlClientError) -> bool:
     """Waiting may help: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a
-    quota). RESOURCE_EXHAUSTED without it is a size limit (a message over the server's
-    `--max-message-bytes`): the same request fails the same way, so it is not sent again (it
-    was, `retries` times, megabytes each)."""
+    quota) or grpcio's `CONCURRENCY_REFUSAL`. RESOURCE_EXHAUSTED without either is a size
+    limit (a message over the server's `--max-message-bytes`): the same request fails the same
+    way, so it is not sent again (it was, `retries` times, megabytes each)."""
     if isinstance(failure, CertificateError):
         return False
     if failure.code is grpc.StatusCode.UNAVAILABLE:
         return True
     return failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED and (
-        failure.retry_delay_seconds is not None
+        failure.retry_delay_seconds is not None or failure.message == CONCURRENCY_REFUSAL
     )
 
 
