@@ -103,12 +103,19 @@ function readDetails(details, out) {
   return out;
 }
 
+// grpcio's refusal of a call over the server's --max-concurrent-rpcs, made before any handler
+// runs, so without RetryInfo: a busy server, not a size limit (docs/api.md, Deadlines and
+// retries). Nothing of the call was done.
+const CONCURRENCY_REFUSAL = "Concurrent RPC limit exceeded!";
+
 /** Whether a unary call refused, or an execution acknowledged, with this error was refused
- * for a while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota;
- * without it, a size limit that the same message meets again). */
+ * for a while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota)
+ * or grpcio's CONCURRENCY_REFUSAL (without either, a size limit that the same message meets
+ * again). */
 function worthResending(details) {
   if (details.code === "UNAVAILABLE") return true;
-  return details.code === "RESOURCE_EXHAUSTED" && details.retryDelayMs !== null;
+  return details.code === "RESOURCE_EXHAUSTED" &&
+    (details.retryDelayMs !== null || details.message === CONCURRENCY_REFUSAL);
 }
 
 // grpc-js's words (Node's TLS) for a server certificate the client did not verify: a CA that

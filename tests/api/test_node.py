@@ -485,3 +485,19 @@ def test_a_closed_client_refuses_every_call_sending_nothing(
             "message": "pml: the client is closed (close() was called): nothing was sent",
         }, call
     assert out["executions"] == 0
+
+
+def test_a_call_refused_by_the_concurrency_limit_is_retried(
+    node_client: Path, start: StartServer
+) -> None:
+    """As the Python client (tests/api/admission/test_quotas.py): grpcio's "Concurrent RPC
+    limit exceeded!" (no RetryInfo) was taken for a size limit and never retried, so a
+    Promise.all of 300 records lost those over the server's 256. It is retried now."""
+    server = start(max_concurrent_rpcs=2)
+    done = _node(node_client, "test/concurrency_limit.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "outcome": "CAPTURE_OUTCOME_SAVED",
+        "attempts": 2,
+        "executions": 3,
+    }
