@@ -349,16 +349,22 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 	}
 }
 
+// concurrencyRefusal is grpcio's refusal of a call over the server's --max-concurrent-rpcs,
+// made before any handler runs, so without RetryInfo: a busy server, not a size limit
+// (docs/api.md, Deadlines and retries). Nothing of the call was done.
+const concurrencyRefusal = "Concurrent RPC limit exceeded!"
+
 // worthResending says whether a unary call refused, or an execution acknowledged, with this
 // error was refused for a while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
-// RetryInfo (a quota; without it, a size limit that the same message meets again).
+// RetryInfo (a quota) or grpcio's concurrencyRefusal (without either, a size limit that the
+// same message meets again).
 func worthResending(refusal *status.Status) bool {
 	switch refusal.Code() {
 	case codes.Unavailable:
 		return true
 	case codes.ResourceExhausted:
 		_, ok := RetryDelay(refusal.Err())
-		return ok
+		return ok || refusal.Message() == concurrencyRefusal
 	}
 	return false
 }

@@ -623,6 +623,63 @@ func TestAMessageOverTheSizeLimitIsNotSentAgain(t *testing.T) {
 	}
 }
 
+// TestACallRefusedByTheConcurrencyLimitIsRetried: grpcio refuses a call over
+// --max-concurrent-rpcs RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded!" before any handler,
+// without RetryInfo, which was taken for a size limit and never retried: many calls at once
+// lost those over the limit. Two streams hold both slots for the first attempt and end before
+// the second, which is answered.
+func TestACallRefusedByTheConcurrencyLimitIsRetried(t *testing.T) {
+	target := startServer(t, "--max-concurrent-rpcs", "2")
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var holders []pmlv1.PmlService_StreamTracesClient
+	for i := range 2 {
+		stream, err := pmlv1.NewPmlServiceClient(conn).StreamTraces(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("s%d", i)
+		hold := pml.NewRecord("hold "+name, "await mcp.hold_"+name+"()", "typescript", pml.OK("hold"))
+		if err := stream.Send(&pmlv1.StreamTracesRequest{ExecutionId: name, Sequence: 1,
+			Event: &pmlv1.StreamTracesRequest_Record{Record: hold}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil { // acknowledged: the call holds its slot
+			t.Fatal(err)
+		}
+		holders = append(holders, stream)
+	}
+	attempts := 0
+	releaseOnSecond := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if attempts++; attempts == 2 {
+			for _, stream := range holders {
+				_ = stream.CloseSend()
+				for _, err := stream.Recv(); err == nil; _, err = stream.Recv() {
+				}
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	retrying, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries, 30*time.Second), releaseOnSecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer retrying.Close()
+	reply, err := pmlv1.NewPmlServiceClient(retrying).RecordExecution(context.Background(),
+		&pmlv1.RecordExecutionRequest{Record: readRecord("Read JSON file", "a.json")})
+	if err != nil || attempts != 2 {
+		t.Fatalf("a record refused by the concurrency limit: %v after %d attempts", err, attempts)
+	}
+	if reply.GetResult().GetOutcome() != pmlv1.CaptureOutcome_CAPTURE_OUTCOME_SAVED {
+		t.Fatalf("not captured: %v", reply)
+	}
+}
+
 // TestUploadWaitsOutAQuotaThatRefusedItsStream: a stream refused RESOURCE_EXHAUSTED with
 // RetryInfo (the tenant's call rate, here one a second, spent on GetServerInfo) is opened again
 // once that delay has passed, as the Python client does: Upload gave up at once, or (had it
