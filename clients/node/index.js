@@ -436,9 +436,16 @@ class PmlClient {
       throw new TypeError(`pml: upload: onAck is ${typeof onAck}, not a function`);
     }
     if (!Array.isArray(records)) throw invalidArgument("records: an array of ExecutionRecords (nothing was sent)");
+    const serialize = api().service.service.StreamTraces.requestSerialize;
     records.forEach((r, i) => {
       if (r === null || typeof r !== "object") {
         throw invalidArgument(`records[${i}] is ${r === null ? "null" : typeof r}, not an ExecutionRecord (nothing was sent)`);
+      }
+      try {
+        // thrown from the stream's write, it left the records before it sent on an open stream
+        serialize({ execution_id: "", sequence: 0, record: r });
+      } catch (err) {
+        throw invalidArgument(`records[${i}] does not serialize: ${err.message} (nothing was sent)`);
       }
     });
     for (const r of records) if (!r.request_id) r.request_id = crypto.randomUUID();
@@ -459,7 +466,6 @@ class PmlClient {
     // RESOURCE_EXHAUSTED: it is answered here, alone, and never sent.
     const limit = await this._maxMessageBytes(signal);
     if (limit > 0) {
-      const serialize = api().service.service.StreamTraces.requestSerialize;
       for (const r of records) {
         const size = serialize({ execution_id: r.request_id, sequence: records.length, record: r }).length;
         if (size > limit) {

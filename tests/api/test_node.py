@@ -293,8 +293,10 @@ def test_upload_to_a_server_that_is_down_gives_up_unavailable(node_client: Path)
 def test_upload_refuses_records_that_are_not_records(
     node_client: Path, server: RunningServer
 ) -> None:
-    """A null among the records, a number, a string: INVALID_ARGUMENT naming it, nothing sent
-    (a null threw `Cannot read properties of null (reading 'request_id')`)."""
+    """A null among the records, a number, a string, a record that does not serialize:
+    INVALID_ARGUMENT naming it, nothing sent (a null threw `Cannot read properties of null
+    (reading 'request_id')`; the record threw protobufjs's error with no code, naming no
+    record, the records before it written on a stream left open)."""
     done = _node(node_client, "test/upload_not_records.js", f"127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
     invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
@@ -308,6 +310,11 @@ def test_upload_refuses_records_that_are_not_records(
             "message": "records[0] is number, not an ExecutionRecord (nothing was sent)",
         },
         {"code": invalid, "message": "records: an array of ExecutionRecords (nothing was sent)"},
+        {
+            "code": invalid,
+            "message": "records[1] does not serialize: .pml.v1.ExecutionRecord.tool_calls: "
+            "array expected (nothing was sent)",
+        },
         {"executions": 0},
     ]
 
