@@ -11,6 +11,7 @@ from its `google.rpc.RetryInfo`.
 
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 import time
@@ -165,9 +166,22 @@ def _int(name: str, value: object) -> int:
 
 
 def _number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's too
         raise _refused(name, f"is {_kind(value)} {value!r}, not a number")
     return float(value)
+
+
+def _numbers(name: str, value: object) -> list[float]:
+    """A sequence of numbers (an embedding)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise _refused(name, f"is {_kind(value)}, not a sequence of numbers")
+    return [_number(f"{name}[{i}]", item) for i, item in enumerate(value)]
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _refused(name, f"is {_kind(value)} {value!r}: True or False")
+    return value
 
 
 def _path(name: str, value: object) -> Path | None:
@@ -194,6 +208,7 @@ def make_record(
     """A record whose tool calls are `tools` (succeeded) then `failed_tools` (name, error).
     Without `request_id` a fresh UUID is used (retry with the same record to stay idempotent).
     `session_id`: the agent session it belongs to (the server learns which step follows which)."""
+    _text("arguments_json", arguments_json)
     calls = [
         resources_pb2.ToolCall(tool=t, ok=True, arguments_json=arguments_json)
         for t in _texts("tools", tools)
@@ -206,13 +221,13 @@ def make_record(
         _texts(f"failed_tools[{i}]", pair)
     calls += [resources_pb2.ToolCall(tool=t, ok=False, error=e) for t, e in failed_tools]
     return ExecutionRecord(
-        request_id=request_id or str(uuid.uuid4()),
-        intent=intent,
-        code=code,
-        language=language,
+        request_id=_text("request_id", request_id) or str(uuid.uuid4()),
+        intent=_text("intent", intent),
+        code=_text("code", code),  # None made a record without code
+        language=_text("language", language),
         tool_calls=calls,
-        duration_ms=duration_ms,
-        session_id=session_id,
+        duration_ms=_number("duration_ms", duration_ms),
+        session_id=_text("session_id", session_id),
     )
 
 
@@ -533,9 +548,9 @@ class PmlClient:
             intent=_text("intent", intent),
             page_size=_int("k", k),
             tags=_texts("tags", tags),
-            include_flagged=include_flagged,
-            explain=explain,
-            intent_embedding=list(intent_embedding),
+            include_flagged=_flag("include_flagged", include_flagged),
+            explain=_flag("explain", explain),
+            intent_embedding=_numbers("intent_embedding", intent_embedding),
         )
         if min_match is not None:
             request.min_match = _number("min_match", min_match)
@@ -572,7 +587,9 @@ class PmlClient:
         """One page of patterns by id: the tenant's, or with `capability`
         (`capabilities/{id}`) only its members (`get_capability` names at most 100)."""
         request = pml_pb2.ListPatternsRequest(
-            page_size=page_size, page_token=page_token, capability=capability
+            page_size=_int("page_size", page_size),
+            page_token=_text("page_token", page_token),
+            capability=_text("capability", capability),
         )
         return self._call(self._stub.ListPatterns, request, pml_pb2.ListPatternsResponse)
 
@@ -582,7 +599,9 @@ class PmlClient:
         """One page of a pattern's intents (`patterns/{id}`), oldest first; `get_pattern`
         holds only those that fit its answer."""
         request = pml_pb2.ListPatternIntentsRequest(
-            parent=pattern, page_size=page_size, page_token=page_token
+            parent=_text("pattern", pattern),
+            page_size=_int("page_size", page_size),
+            page_token=_text("page_token", page_token),
         )
         return self._call(
             self._stub.ListPatternIntents, request, pml_pb2.ListPatternIntentsResponse
@@ -591,13 +610,17 @@ class PmlClient:
     def list_capabilities(
         self, page_size: int = 0, page_token: str = ""
     ) -> pml_pb2.ListCapabilitiesResponse:
-        request = pml_pb2.ListCapabilitiesRequest(page_size=page_size, page_token=page_token)
+        request = pml_pb2.ListCapabilitiesRequest(
+            page_size=_int("page_size", page_size), page_token=_text("page_token", page_token)
+        )
         return self._call(self._stub.ListCapabilities, request, pml_pb2.ListCapabilitiesResponse)
 
     def list_failures(
         self, page_size: int = 0, page_token: str = ""
     ) -> pml_pb2.ListFailuresResponse:
-        request = pml_pb2.ListFailuresRequest(page_size=page_size, page_token=page_token)
+        request = pml_pb2.ListFailuresRequest(
+            page_size=_int("page_size", page_size), page_token=_text("page_token", page_token)
+        )
         return self._call(self._stub.ListFailures, request, pml_pb2.ListFailuresResponse)
 
     def iter_patterns(
@@ -650,7 +673,7 @@ class PmlClient:
     def run_retention(self, apply: bool = False) -> pml_pb2.RunRetentionResponse:
         return self._call(
             self._stub.RunRetention,
-            pml_pb2.RunRetentionRequest(apply=apply),
+            pml_pb2.RunRetentionRequest(apply=_flag("apply", apply)),
             pml_pb2.RunRetentionResponse,
             safe=not apply,  # a dry run only reads
         )
@@ -770,6 +793,10 @@ class PmlClient:
         held)."""
         _count("batch", batch, 1)
         _count("max_reconnects", max_reconnects)
+        _flag("keep_acks", keep_acks)
+        if on_ack is not None and not callable(on_ack):
+            # called at the first acknowledgement, once records were captured: TypeError then
+            raise _refused("on_ack", f"is {_kind(on_ack)}, not a callable (or None)")
         self._open()
         report = UploadReport()
         source = iter(items)
