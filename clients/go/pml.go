@@ -47,7 +47,7 @@ type Options struct {
 	// ServerName overrides the name checked in the server certificate.
 	ServerName string
 	// Timeout bounds each unary call whose context has no deadline, retries included (default
-	// 30 s; docs/api.md, Deadlines and retries).
+	// 30 s; negative: refused by Dial; docs/api.md, Deadlines and retries).
 	Timeout time.Duration
 	// MaxRetries is how often a unary call safe to repeat (a read, a record with a request id,
 	// a dry-run retention) is retried on UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
@@ -81,6 +81,9 @@ func Dial(target string, opts Options) (*Client, error) {
 		// it dialled, and every call failed UNAVAILABLE after its retries ("missing address")
 		return nil, errors.New(`pml: Dial: the target is empty: give "host:port"`)
 	}
+	if opts.Timeout < 0 { // it was taken as the default without a word
+		return nil, fmt.Errorf("pml: Options.Timeout is %v: a duration above 0 (0: the default, 30s)", opts.Timeout)
+	}
 	key, err := headerKey(opts.APIKey)
 	if err != nil {
 		return nil, err
@@ -94,7 +97,7 @@ func Dial(target string, opts Options) (*Client, error) {
 		retries = DefaultRetries
 	}
 	timeout := opts.Timeout
-	if timeout <= 0 {
+	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
 	dialOpts := []grpc.DialOption{

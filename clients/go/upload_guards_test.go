@@ -128,3 +128,22 @@ func TestUploadOnAClosedClientSendsNothing(t *testing.T) {
 		t.Fatalf("Upload on a closed client: %v after %d reconnects", err, report.Reconnects)
 	}
 }
+
+// TestDialRefusesANegativeTimeout: a negative Options.Timeout was taken as the default 30 s
+// without a word (as the Python and Node clients refuse a timeout that is not above 0); zero
+// is the default.
+func TestDialRefusesANegativeTimeout(t *testing.T) {
+	client, err := pml.Dial("127.0.0.1:1", pml.Options{Timeout: -time.Second})
+	if err == nil {
+		client.Close()
+		t.Fatal("Dial took a timeout of -1s")
+	}
+	if err.Error() != "pml: Options.Timeout is -1s: a duration above 0 (0: the default, 30s)" {
+		t.Fatalf("Dial with a timeout of -1s: %v", err)
+	}
+	client, err = pml.Dial("127.0.0.1:1", pml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Close()
+}
