@@ -17,6 +17,7 @@ from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, make_record, resources_pb2
 from pml_server.config import serve_config
 from tests.api.test_operations import pki  # noqa: F401  (the throwaway CA fixture)
+from tests.conftest import StartServer
 from tests.mcp.test_server import PYTHONPATH
 
 READ = 'const d = await mcp.read_file({path: "a.json"}); return await mcp.parse_json(d)'
@@ -327,6 +328,26 @@ def test_pml_mcp_with_a_server_address_that_is_no_host_port_does_not_start(
         env={**os.environ, "PYTHONPATH": PYTHONPATH},
     )
     assert (done.returncode, done.stderr) == (2, f"pml mcp: error: --server: {said}\n")
+
+
+def test_a_server_certificate_the_ca_did_not_sign_is_said_naming_tls_ca(
+    start: StartServer,
+    pki: Path,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--tls-ca` that did not sign the server's certificate said "no pml server answered
+    ... (...CERTIFICATE_VERIFY_FAILED...)" and advised --tls-cert and --tls-key (a mutual TLS
+    server's "Socket closed"), after retrying the handshake three times. One attempt now, and
+    the message says the certificate was not verified, naming --tls-ca."""
+    server = start(tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    target = f"127.0.0.1:{server.port}"
+    with pytest.raises(SystemExit) as done:
+        cli.main(["stats", "--server", target, "--tls-ca", str(pki / "other.pem")])
+    assert done.value.code == 3  # cli._commands.EXIT_UNREACHABLE, as any UNAVAILABLE
+    said = capsys.readouterr().err
+    assert said.startswith("pml stats: error: UNAVAILABLE: TLS: the server's certificate was not")
+    assert "--tls-ca must be the PEM of the CA that signed it" in said
+    assert "--tls-cert" not in said
 
 
 @pytest.mark.parametrize("command", ["stats", "mcp"])

@@ -110,10 +110,13 @@ class CertificateError(PmlClientError):
     message names `root_certificates` (docs/api.md, Deadlines and retries)."""
 
     def __init__(self, grpc_message: str) -> None:
-        super().__init__(
-            grpc.StatusCode.UNAVAILABLE,
-            "TLS: the server's certificate was not verified "
-            f"({grpc_message}): root_certificates must be the PEM of the CA that signed it "
-            "(without it, the system's roots are used), and the certificate must hold the "
-            "target's host; not retried",
+        self.grpc_message = grpc_message
+        super().__init__(grpc.StatusCode.UNAVAILABLE, self.saying("root_certificates"))
+
+    def saying(self, ca_option: str) -> str:
+        """The message, naming the CA option as the caller knows it (the CLI: `--tls-ca`)."""
+        return (
+            f"TLS: the server's certificate was not verified ({self.grpc_message}): "
+            f"{ca_option} must be the PEM of the CA that signed it (without it, the system's "
+            "roots are used), and the certificate must hold the target's host; not retried"
         )
