@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,9 +59,11 @@ type Options struct {
 
 // Client is a connection to one pml server. It is safe for concurrent use.
 type Client struct {
-	conn    *grpc.ClientConn
-	api     pmlv1.PmlServiceClient
-	timeout time.Duration
+	conn     *grpc.ClientConn
+	api      pmlv1.PmlServiceClient
+	timeout  time.Duration
+	closing  sync.Once
+	closeErr error
 }
 
 // bearer puts the API key on every call. It allows plaintext because a single-tenant server on
@@ -176,8 +179,12 @@ func transportCredentials(opts Options) (credentials.TransportCredentials, error
 	return credentials.NewTLS(config), nil
 }
 
-// Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the connection; once more it does nothing (it returned gRPC's Canceled "the
+// client connection is closing", as if a call had failed).
+func (c *Client) Close() error {
+	c.closing.Do(func() { c.closeErr = c.conn.Close() })
+	return c.closeErr
+}
 
 // open is nil, or once Close was called Canceled "pml: the client is closed" (gRPC's code for
 // a call on a closed connection): Upload on a closed client waited Options.Timeout for a
