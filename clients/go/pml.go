@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,7 +48,7 @@ type Options struct {
 	// ServerName overrides the name checked in the server certificate.
 	ServerName string
 	// Timeout bounds each unary call whose context has no deadline, retries included (default
-	// 30 s; docs/api.md, Deadlines and retries).
+	// 30 s; negative: refused by Dial; docs/api.md, Deadlines and retries).
 	Timeout time.Duration
 	// MaxRetries is how often a unary call safe to repeat (a read, a record with a request id,
 	// a dry-run retention) is retried on UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
@@ -58,9 +59,11 @@ type Options struct {
 
 // Client is a connection to one pml server. It is safe for concurrent use.
 type Client struct {
-	conn    *grpc.ClientConn
-	api     pmlv1.PmlServiceClient
-	timeout time.Duration
+	conn     *grpc.ClientConn
+	api      pmlv1.PmlServiceClient
+	timeout  time.Duration
+	closing  sync.Once
+	closeErr error
 }
 
 // bearer puts the API key on every call. It allows plaintext because a single-tenant server on
@@ -81,6 +84,9 @@ func Dial(target string, opts Options) (*Client, error) {
 		// it dialled, and every call failed UNAVAILABLE after its retries ("missing address")
 		return nil, errors.New(`pml: Dial: the target is empty: give "host:port"`)
 	}
+	if opts.Timeout < 0 { // it was taken as the default without a word
+		return nil, fmt.Errorf("pml: Options.Timeout is %v: a duration above 0 (0: the default, 30s)", opts.Timeout)
+	}
 	key, err := headerKey(opts.APIKey)
 	if err != nil {
 		return nil, err
@@ -94,7 +100,7 @@ func Dial(target string, opts Options) (*Client, error) {
 		retries = DefaultRetries
 	}
 	timeout := opts.Timeout
-	if timeout <= 0 {
+	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
 	dialOpts := []grpc.DialOption{
@@ -173,8 +179,22 @@ func transportCredentials(opts Options) (credentials.TransportCredentials, error
 	return credentials.NewTLS(config), nil
 }
 
-// Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the connection; once more it does nothing (it returned gRPC's Canceled "the
+// client connection is closing", as if a call had failed).
+func (c *Client) Close() error {
+	c.closing.Do(func() { c.closeErr = c.conn.Close() })
+	return c.closeErr
+}
+
+// open is nil, or once Close was called Canceled "pml: the client is closed" (gRPC's code for
+// a call on a closed connection): Upload on a closed client waited Options.Timeout for a
+// connection on each of its reconnects, then said UNAVAILABLE "no connection ... (SHUTDOWN)".
+func (c *Client) open() error {
+	if c.conn.GetState() == connectivity.Shutdown {
+		return status.Error(codes.Canceled, "pml: the client is closed (Close was called): nothing was sent")
+	}
+	return nil
+}
 
 // API is the generated stub, for the RPCs the wrapper does not cover.
 func (c *Client) API() pmlv1.PmlServiceClient { return c.api }
@@ -248,9 +268,16 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 		first[r.GetRequestId()] = i
 	}
 	report := &UploadReport{Acks: make(map[string]*pmlv1.StreamTracesResponse, len(records))}
+	if err := c.open(); err != nil {
+		return report, err
+	}
 	// A record whose message is over the server's limit would end the whole stream in
 	// RESOURCE_EXHAUSTED: it is answered here, alone, and never sent.
-	if limit := c.maxMessageBytes(ctx); limit > 0 {
+	limit, err := c.maxMessageBytes(ctx)
+	if err != nil {
+		return report, err
+	}
+	if limit > 0 {
 		for _, r := range records {
 			msg := &pmlv1.StreamTracesRequest{
 				ExecutionId: r.GetRequestId(),
@@ -322,32 +349,48 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 			}
 			report.Reconnects++
 		}
+		if err := c.open(); err != nil { // closed during the upload: not one more stream
+			return report, err
+		}
 		last = c.streamOnce(ctx, todo, &sequence, report, resend, opts.OnAck)
+		if refused := certificateFailure(last); refused != nil {
+			return report, refused
+		}
 	}
 }
 
+// concurrencyRefusal is grpcio's refusal of a call over the server's --max-concurrent-rpcs,
+// made before any handler runs, so without RetryInfo: a busy server, not a size limit
+// (docs/api.md, Deadlines and retries). Nothing of the call was done.
+const concurrencyRefusal = "Concurrent RPC limit exceeded!"
+
 // worthResending says whether a unary call refused, or an execution acknowledged, with this
 // error was refused for a while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
-// RetryInfo (a quota; without it, a size limit that the same message meets again).
+// RetryInfo (a quota) or grpcio's concurrencyRefusal (without either, a size limit that the
+// same message meets again).
 func worthResending(refusal *status.Status) bool {
 	switch refusal.Code() {
 	case codes.Unavailable:
 		return true
 	case codes.ResourceExhausted:
 		_, ok := RetryDelay(refusal.Err())
-		return ok
+		return ok || refusal.Message() == concurrencyRefusal
 	}
 	return false
 }
 
 // maxMessageBytes is the server's largest request message (GetServerInfo), 0 when it does not
-// say (an older server) or cannot be asked (Upload then meets the same error).
-func (c *Client) maxMessageBytes(ctx context.Context) int {
+// say (an older server) or cannot be asked (Upload then meets the same error); an error only
+// when that cannot change (certificateFailure: the streams would meet it MaxReconnects times).
+func (c *Client) maxMessageBytes(ctx context.Context) (int, error) {
 	info, err := c.api.GetServerInfo(ctx, &pmlv1.GetServerInfoRequest{})
-	if err != nil {
-		return 0
+	if refused := certificateFailure(err); refused != nil {
+		return 0, refused
 	}
-	return int(info.GetMaxMessageBytes())
+	if err != nil {
+		return 0, nil
+	}
+	return int(info.GetMaxMessageBytes()), nil
 }
 
 func tooBig(executionID string, size, limit int) *pmlv1.StreamTracesResponse {
@@ -417,6 +460,9 @@ func retryInterceptor(maxRetries int, timeout time.Duration) grpc.UnaryClientInt
 		}
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
+			if refused := certificateFailure(err); refused != nil {
+				return refused // no retry cures it
+			}
 			// RESOURCE_EXHAUSTED without RetryInfo is the message size limit: no wait cures it.
 			if err == nil || attempt >= maxRetries || !safeToRepeat(method, req) ||
 				!worthResending(status.Convert(err)) {
@@ -436,6 +482,23 @@ func retryInterceptor(maxRetries int, timeout time.Duration) grpc.UnaryClientInt
 			}
 		}
 	}
+}
+
+// certificateFailure is err said again when it is a failure to verify the server's TLS
+// certificate (a CA that did not sign it, a name it does not hold, an expired one), nil
+// otherwise. gRPC says UNAVAILABLE, as of a server down: each unary call was tried MaxRetries
+// more times and Upload reconnected until its reconnects ran out, never saying why. No wait
+// cures it: it is never retried, and names the option (docs/api.md, Deadlines and retries).
+func certificateFailure(err error) error {
+	refusal, ok := status.FromError(err)
+	if err == nil || !ok || refusal.Code() != codes.Unavailable ||
+		!strings.Contains(refusal.Message(), "tls: failed to verify certificate") {
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, "pml: TLS: the server's certificate was not verified "+
+		"(%s): Options.CAFile must be the PEM of the CA that signed it (without it, the system's "+
+		"roots are used), and the certificate must hold the target's host (or Options.ServerName); "+
+		"not retried", refusal.Message())
 }
 
 // retryable says whether a broken stream is opened again: cut (CANCELLED, DEADLINE_EXCEEDED),

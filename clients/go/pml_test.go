@@ -3,6 +3,7 @@ package pml_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -94,13 +97,17 @@ func startServerProcess(t *testing.T, extra ...string) (string, *os.Process) {
 		t.Fatal("pml serve did not start within 60 s")
 	}
 	target := "127.0.0.1:" + port
-	waitServing(t, target)
+	creds := insecure.NewCredentials()
+	if slices.Contains(extra, "--tls-cert") { // its health, whoever signed its certificate
+		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a test's own server
+	}
+	waitServing(t, target, creds)
 	return target, cmd.Process
 }
 
-func waitServing(t *testing.T, target string) {
+func waitServing(t *testing.T, target string, creds credentials.TransportCredentials) {
 	t.Helper()
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -613,6 +620,63 @@ func TestAMessageOverTheSizeLimitIsNotSentAgain(t *testing.T) {
 	}
 	if sent != 1 {
 		t.Fatalf("the record over the limit was sent %d times, want 1", sent)
+	}
+}
+
+// TestACallRefusedByTheConcurrencyLimitIsRetried: grpcio refuses a call over
+// --max-concurrent-rpcs RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded!" before any handler,
+// without RetryInfo, which was taken for a size limit and never retried: many calls at once
+// lost those over the limit. Two streams hold both slots for the first attempt and end before
+// the second, which is answered.
+func TestACallRefusedByTheConcurrencyLimitIsRetried(t *testing.T) {
+	target := startServer(t, "--max-concurrent-rpcs", "2")
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var holders []pmlv1.PmlService_StreamTracesClient
+	for i := range 2 {
+		stream, err := pmlv1.NewPmlServiceClient(conn).StreamTraces(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("s%d", i)
+		hold := pml.NewRecord("hold "+name, "await mcp.hold_"+name+"()", "typescript", pml.OK("hold"))
+		if err := stream.Send(&pmlv1.StreamTracesRequest{ExecutionId: name, Sequence: 1,
+			Event: &pmlv1.StreamTracesRequest_Record{Record: hold}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil { // acknowledged: the call holds its slot
+			t.Fatal(err)
+		}
+		holders = append(holders, stream)
+	}
+	attempts := 0
+	releaseOnSecond := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if attempts++; attempts == 2 {
+			for _, stream := range holders {
+				_ = stream.CloseSend()
+				for _, err := stream.Recv(); err == nil; _, err = stream.Recv() {
+				}
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	retrying, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries, 30*time.Second), releaseOnSecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer retrying.Close()
+	reply, err := pmlv1.NewPmlServiceClient(retrying).RecordExecution(context.Background(),
+		&pmlv1.RecordExecutionRequest{Record: readRecord("Read JSON file", "a.json")})
+	if err != nil || attempts != 2 {
+		t.Fatalf("a record refused by the concurrency limit: %v after %d attempts", err, attempts)
+	}
+	if reply.GetResult().GetOutcome() != pmlv1.CaptureOutcome_CAPTURE_OUTCOME_SAVED {
+		t.Fatalf("not captured: %v", reply)
 	}
 }
 

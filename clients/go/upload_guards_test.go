@@ -105,3 +105,47 @@ func TestDialRefusesAKeyThatCannotBeAHeader(t *testing.T) {
 	}
 	client.Close()
 }
+
+// TestUploadOnAClosedClientSendsNothing: Close twice is no error; Upload after Close waited Options.Timeout for a
+// connection on each reconnect, then returned UNAVAILABLE "no connection ... (SHUTDOWN)". It
+// returns at once, Canceled "pml: the client is closed", without a reconnect.
+func TestUploadOnAClosedClientSendsNothing(t *testing.T) {
+	target := startServer(t)
+	client, err := pml.Dial(target, pml.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{}); err != nil {
+		t.Fatal(err) // connected
+	}
+	for range 2 { // the second Close returned Canceled "the client connection is closing"
+		if err := client.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	report, err := client.Upload(context.Background(),
+		[]*pmlv1.ExecutionRecord{readRecord("Read JSON file", "a.json")}, pml.UploadOptions{MaxReconnects: 2})
+	want := "pml: the client is closed (Close was called): nothing was sent"
+	if status.Code(err) != codes.Canceled || status.Convert(err).Message() != want || report.Reconnects != 0 {
+		t.Fatalf("Upload on a closed client: %v after %d reconnects", err, report.Reconnects)
+	}
+}
+
+// TestDialRefusesANegativeTimeout: a negative Options.Timeout was taken as the default 30 s
+// without a word (as the Python and Node clients refuse a timeout that is not above 0); zero
+// is the default.
+func TestDialRefusesANegativeTimeout(t *testing.T) {
+	client, err := pml.Dial("127.0.0.1:1", pml.Options{Timeout: -time.Second})
+	if err == nil {
+		client.Close()
+		t.Fatal("Dial took a timeout of -1s")
+	}
+	if err.Error() != "pml: Options.Timeout is -1s: a duration above 0 (0: the default, 30s)" {
+		t.Fatalf("Dial with a timeout of -1s: %v", err)
+	}
+	client, err = pml.Dial("127.0.0.1:1", pml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Close()
+}

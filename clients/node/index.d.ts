@@ -3,15 +3,20 @@
 // longs: Number).
 import type { Client, ServiceError } from "@grpc/grpc-js";
 
+// An enum is its value's name, or its number when the package does not know it (a value a
+// newer server added): kept, as the Python client keeps the int and Go the numeric value, not
+// dropped, so a type of names alone let code take a number for a name (README).
 export type CaptureOutcome =
   | "CAPTURE_OUTCOME_UNSPECIFIED"
   | "CAPTURE_OUTCOME_SAVED"
   | "CAPTURE_OUTCOME_COUNTED"
-  | "CAPTURE_OUTCOME_REJECTED";
+  | "CAPTURE_OUTCOME_REJECTED"
+  | number;
 export type ExecutionStatus =
   | "EXECUTION_STATUS_UNSPECIFIED"
   | "EXECUTION_STATUS_SUCCESS"
-  | "EXECUTION_STATUS_FAILURE";
+  | "EXECUTION_STATUS_FAILURE"
+  | number;
 
 export interface Timestamp {
   seconds: number;
@@ -277,6 +282,7 @@ export declare class PmlClient {
       signal?: AbortSignal;
     },
   ): Promise<UploadReport>;
+  /** Once more does nothing; later calls reject CANCELLED "pml: the client is closed". */
   close(): void;
 }
 

@@ -103,12 +103,41 @@ function readDetails(details, out) {
   return out;
 }
 
+// grpcio's refusal of a call over the server's --max-concurrent-rpcs, made before any handler
+// runs, so without RetryInfo: a busy server, not a size limit (docs/api.md, Deadlines and
+// retries). Nothing of the call was done.
+const CONCURRENCY_REFUSAL = "Concurrent RPC limit exceeded!";
+
 /** Whether a unary call refused, or an execution acknowledged, with this error was refused
- * for a while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota;
- * without it, a size limit that the same message meets again). */
+ * for a while only: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota)
+ * or grpcio's CONCURRENCY_REFUSAL (without either, a size limit that the same message meets
+ * again). */
 function worthResending(details) {
   if (details.code === "UNAVAILABLE") return true;
-  return details.code === "RESOURCE_EXHAUSTED" && details.retryDelayMs !== null;
+  return details.code === "RESOURCE_EXHAUSTED" &&
+    (details.retryDelayMs !== null || details.message === CONCURRENCY_REFUSAL);
+}
+
+// grpc-js's words (Node's TLS) for a server certificate the client did not verify: a CA that
+// did not sign it, a name it does not hold, one expired or not yet valid.
+const CERTIFICATE_FAILURE =
+  /unable to verify|unable to get (local )?issuer|self[- ]signed certificate|certificate (has expired|is not yet valid|signature failure)|ERR_TLS_CERT_ALTNAME_INVALID|Hostname\/IP does not match/;
+
+/**
+ * `err` said again when it is a failure to verify the server's TLS certificate, null otherwise.
+ * grpc-js says UNAVAILABLE, as of a server down: each call was tried maxRetries more times and
+ * an upload waited for the connection timeoutMs on each of its reconnects, never saying why.
+ * No wait cures it: it is never retried, and names caFile (docs/api.md, Deadlines and retries).
+ */
+function certificateFailure(err) {
+  if (!err || err.code !== grpc.status.UNAVAILABLE || !CERTIFICATE_FAILURE.test(err.details || "")) {
+    return null;
+  }
+  const message =
+    `pml: TLS: the server's certificate was not verified (${err.details}): caFile must be the PEM of ` +
+    "the CA that signed it (without it, the system's roots are used), and the certificate must " +
+    "hold the target's host; not retried";
+  return Object.assign(new Error(message, { cause: err }), { code: grpc.status.UNAVAILABLE, details: message, metadata: err.metadata });
 }
 
 /**
@@ -310,6 +339,7 @@ class PmlClient {
    */
   async call(method, request, options) {
     const signal = signalOf(`call ${method}`, options);
+    this._open();
     const rpcs = api().service.service;
     const rpc = Object.hasOwn(rpcs, method) ? rpcs[method] : undefined;
     if (!rpc || rpc.requestStream || rpc.responseStream) {
@@ -337,6 +367,8 @@ class PmlClient {
         return await this._callOnce(method, request, deadline, signal);
       } catch (err) {
         if (err.name === "AbortError") throw err;
+        const refused = certificateFailure(err);
+        if (refused) throw refused; // no retry cures it
         const details = errorDetails(err);
         if (attempt >= this._maxRetries || !worthResending(details) || !safeToRepeat(method, request)) {
           throw err;
@@ -394,6 +426,7 @@ class PmlClient {
    */
   async upload(records, options = {}) {
     const signal = signalOf("upload", options);
+    this._open();
     const { maxReconnects = 5, onAck } = options || {};
     // a maxReconnects of text compared false with every count: reconnects without end
     if (!Number.isInteger(maxReconnects) || maxReconnects < 0) {
@@ -403,9 +436,16 @@ class PmlClient {
       throw new TypeError(`pml: upload: onAck is ${typeof onAck}, not a function`);
     }
     if (!Array.isArray(records)) throw invalidArgument("records: an array of ExecutionRecords (nothing was sent)");
+    const serialize = api().service.service.StreamTraces.requestSerialize;
     records.forEach((r, i) => {
       if (r === null || typeof r !== "object") {
         throw invalidArgument(`records[${i}] is ${r === null ? "null" : typeof r}, not an ExecutionRecord (nothing was sent)`);
+      }
+      try {
+        // thrown from the stream's write, it left the records before it sent on an open stream
+        serialize({ execution_id: "", sequence: 0, record: r });
+      } catch (err) {
+        throw invalidArgument(`records[${i}] does not serialize: ${err.message} (nothing was sent)`);
       }
     });
     for (const r of records) if (!r.request_id) r.request_id = crypto.randomUUID();
@@ -426,7 +466,6 @@ class PmlClient {
     // RESOURCE_EXHAUSTED: it is answered here, alone, and never sent.
     const limit = await this._maxMessageBytes(signal);
     if (limit > 0) {
-      const serialize = api().service.service.StreamTraces.requestSerialize;
       for (const r of records) {
         const size = serialize({ execution_id: r.request_id, sequence: records.length, record: r }).length;
         if (size > limit) {
@@ -468,6 +507,7 @@ class PmlClient {
         }
         report.reconnects++;
       }
+      this._open(); // closed during the upload: not one more stream
       last = await abortable(this._connected(), signal);
       if (last) continue;
       let thrown = null;
@@ -552,13 +592,29 @@ class PmlClient {
     try {
       return Number((await this.call("GetServerInfo", {}, { signal })).max_message_bytes || 0);
     } catch (err) {
-      if (err.name === "AbortError") throw err;
+      // the streams would meet a certificate failure maxReconnects times: said at once
+      if (err.name === "AbortError" || certificateFailure(err)) throw err;
       return 0; // the upload meets the same error
     }
   }
 
+  /** Closes the channel; once more does nothing. Every later call rejects at once (`_open`). */
   close() {
+    this._closed = true;
     this.raw.close();
+  }
+
+  /**
+   * Throws, once close() was called, CANCELLED "pml: the client is closed" (the code Go's gRPC
+   * gives a call on a closed connection): a call rejected with grpc-js's "Channel has been shut
+   * down" and no code, and an upload still sent its records on the closed channel
+   * (clients/node/README.md).
+   */
+  _open() {
+    if (this._closed) {
+      const message = "pml: the client is closed (close() was called): nothing was sent";
+      throw Object.assign(new Error(message), { code: grpc.status.CANCELLED, details: message });
+    }
   }
 }
 

@@ -36,7 +36,7 @@ from rich.progress import (
 
 from pml_server.cli import _render as render
 from pml_server.cli._record_json import parse_execution_record
-from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.client import CertificateError, PmlClient, PmlClientError, make_record
 from pml_server.domain.limits import LIMITS
 from pml_server.domain.stdout import stdout_to_devnull
 
@@ -292,8 +292,10 @@ def import_file(args: argparse.Namespace) -> int:
                 # now, so it is counted as replayed only.
                 outcomes["replayed"] += 1
             else:
-                name = resources_pb2.CaptureOutcome.Name(ack.result.outcome)
-                outcomes[name.removeprefix("CAPTURE_OUTCOME_").lower()] += 1
+                name = render.enum_label(
+                    resources_pb2.CaptureOutcome.Name, ack.result.outcome, "CAPTURE_OUTCOME_"
+                )
+                outcomes[name.lower()] += 1
             progress.advance(task)
 
         interrupted: int | None = None  # the signal that stopped the upload
@@ -568,7 +570,9 @@ def run(args: argparse.Namespace) -> int:
     except PmlClientError as err:
         unreachable = err.code in _UNREACHABLE
         error: dict[str, Any] = {"status": err.code.name, "message": err.message}
-        if unreachable and err.retry_delay_seconds is None:
+        if isinstance(err, CertificateError):  # a server answered: its certificate is refused
+            error["message"] = err.saying("--tls-ca")
+        elif unreachable and err.retry_delay_seconds is None:
             target = args.server
             error["message"] = f"no pml server answered at {target} ({err.message})"
             if _tls_without_certificate(args):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from google.protobuf import timestamp_pb2
@@ -116,10 +116,23 @@ def _block(console: Console, heading: Text, fields: list[tuple[str, str]]) -> No
             console.print(Text(indent + line), soft_wrap=True)
 
 
+_EnumValue = TypeVar("_EnumValue", bound=int)
+
+
+def enum_label(name_of: Callable[[_EnumValue], str], value: _EnumValue, prefix: str) -> str:
+    """`value`'s name (`name_of`: an enum's `Name`) without `prefix`; a value a newer server
+    added, which this build has no name for, as its number (`Name` raised ValueError: the
+    command died after the server had done what it asked)."""
+    try:
+        return name_of(value).removeprefix(prefix)
+    except ValueError:
+        return str(value)
+
+
 def capture(console: Console, result: resources_pb2.CaptureResult) -> None:
-    outcome = resources_pb2.CaptureOutcome.Name(result.outcome).removeprefix("CAPTURE_OUTCOME_")
+    outcome = enum_label(resources_pb2.CaptureOutcome.Name, result.outcome, "CAPTURE_OUTCOME_")
     style = {"SAVED": "green", "COUNTED": "cyan", "REJECTED": "red"}.get(outcome, "")
-    console.print(f"[{style}]{outcome.lower()}[/]", end="")
+    console.print(Text(outcome.lower(), style=style), end="")  # "[]7[/]" was a MarkupError
     if result.pattern:
         console.print(f"  pattern {_short(result.pattern)}  capability {_short(result.capability)}")
     else:
@@ -452,7 +465,7 @@ def retention(console: Console, reply: pml_pb2.RunRetentionResponse) -> None:
         return
     rows = []
     for e in reply.entries:
-        action = resources_pb2.RetentionAction.Name(e.action).removeprefix("RETENTION_ACTION_")
+        action = enum_label(resources_pb2.RetentionAction.Name, e.action, "RETENTION_ACTION_")
         rows.append((_short(e.pattern), action.lower(), e.reason, _short(e.superseded_by) or "-"))
     _listing(console, title, ("pattern", "action", "reason", "superseded by"), rows)
     if reply.truncated:  # the answer lists the first actions only (proto: RunRetentionResponse)

@@ -95,6 +95,20 @@ CALLS: dict[str, Callable[[PmlClient], object]] = {
     "records": lambda c: c.upload("abc"),  # type: ignore[arg-type]
     "batch": lambda c: c.upload([], batch="3"),  # type: ignore[arg-type]
     "max_reconnects": lambda c: c.upload([], max_reconnects="3"),  # type: ignore[arg-type]
+    # protobuf's TypeError naming nothing ("must be real number, not str", "'str' object
+    # cannot be interpreted as an integer", "bad argument type for built-in operation")
+    "intent_embedding": lambda c: c.suggest("x", intent_embedding="abc"),  # type: ignore[arg-type]
+    "intent_embedding[1]": lambda c: c.suggest("x", intent_embedding=[0.5, "1"]),  # type: ignore[list-item]
+    "include_flagged": lambda c: c.suggest("x", include_flagged="no"),  # type: ignore[arg-type]
+    "explain": lambda c: c.suggest("x", explain="yes"),  # type: ignore[arg-type]
+    "page_size": lambda c: c.list_patterns(page_size="5"),  # type: ignore[arg-type]
+    "page_token": lambda c: c.list_capabilities(page_token=5),  # type: ignore[arg-type]
+    "capability": lambda c: c.list_patterns(capability=5),  # type: ignore[arg-type]
+    "pattern": lambda c: c.list_pattern_intents(5),  # type: ignore[arg-type]
+    "apply": lambda c: c.run_retention(apply="yes"),  # type: ignore[arg-type]
+    # called on the first acknowledgement, once the records were captured: TypeError then
+    "on_ack": lambda c: c.upload([], on_ack=5),  # type: ignore[arg-type]
+    "keep_acks": lambda c: c.upload_pairs([], keep_acks="no"),  # type: ignore[arg-type]
 }
 
 
@@ -112,9 +126,17 @@ def test_a_call_argument_of_the_wrong_type_is_refused_naming_it(nowhere: str, fi
         ({"tools": "read_file"}, "tools"),  # nine tool calls: r, e, a, d, ...
         ({"failed_tools": [("t", 5)]}, "failed_tools[0][1]"),
         ({"failed_tools": "t"}, "failed_tools"),
+        # protobuf's TypeError naming nothing, or (code=None) a record with no code
+        ({"intent": 5}, "intent"),
+        ({"code": None}, "code"),
+        ({"language": 5}, "language"),
+        ({"request_id": 5}, "request_id"),
+        ({"duration_ms": "5"}, "duration_ms"),
+        ({"arguments_json": {}}, "arguments_json"),
+        ({"session_id": 5}, "session_id"),
     ],
 )
 def test_make_record_refuses_a_lone_str_for_its_tools(given: dict[str, object], field: str) -> None:
     with pytest.raises(PmlClientError) as err:
-        make_record("Read JSON", "await mcp.read_file({})", **given)  # type: ignore[arg-type]
+        make_record(**{"intent": "Read JSON", "code": "await mcp.read_file({})", **given})  # type: ignore[arg-type]
     assert [f for f, _ in err.value.violations] == [field]

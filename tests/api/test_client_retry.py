@@ -7,11 +7,14 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 from pml_client import PmlClient, PmlClientError, make_record
+from pml_client._proto.pml.v1 import pml_pb2
 
 from pml_server.config import config_of
 from tests.conftest import StartServer
@@ -222,3 +225,128 @@ def test_an_upload_to_a_server_that_stopped_answering_gives_up(tmp_path: Path) -
     finally:
         os.kill(proc.pid, signal.SIGCONT)
         stop_pml_serve(proc)
+
+
+class _SlowServerInfo:
+    """A server's dependencies whose GetServerInfo answers after `seconds` (it reads
+    `schema_version`); everything else as they are."""
+
+    def __init__(self, deps: object, seconds: float) -> None:
+        self._deps = deps
+        self._seconds = seconds
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._deps, name)
+
+    @property
+    def schema_version(self) -> object:
+        time.sleep(self._seconds)
+        return self._deps.schema_version  # type: ignore[attr-defined]
+
+
+def test_the_timeout_bounds_a_large_record_its_limit_probe_included(
+    start: StartServer, data_dir: Path
+) -> None:
+    """A record over 64 KiB first asks the server its message limit (GetServerInfo). The probe
+    had its own full timeout, then the record another: here the probe answers after 1.5 s and
+    the capture takes 1 s, each within the 2 s timeout, so a 2 s call took 2.5 s and
+    succeeded. Now the probe spends from the call's deadline and the record gets what remains
+    (0.5 s): DEADLINE_EXCEEDED (docs/api.md, Deadlines and retries)."""
+    engine = open_engine(config_of(data_dir=data_dir, embedder="hashing"))
+    record_one = engine.record
+
+    def slow_record(*args: object, **kwargs: object) -> object:
+        time.sleep(1.0)
+        return record_one(*args, **kwargs)  # type: ignore[arg-type]
+
+    engine.record = slow_record  # type: ignore[assignment,method-assign]
+    server = start(engine=engine)
+    server.servicer._d = _SlowServerInfo(server.servicer._d, 1.5)  # type: ignore[assignment]
+    big = make_record("Read a big file", "await mcp.read_file({path: 'a'})\n" + "//" * 40_000)
+    with (
+        PmlClient(f"127.0.0.1:{server.port}", timeout=2.0) as client,
+        pytest.raises(PmlClientError) as err,
+    ):
+        client.record(big)
+    assert err.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_a_raw_stream_to_a_server_that_stopped_answering_gives_up(tmp_path: Path) -> None:
+    """`stream()` to a server frozen (SIGSTOP) once connected waited for ever for its
+    acknowledgement (a stream has no deadline; `upload` had the watch, not `stream`). Now it
+    is cancelled once the server has said nothing for `timeout` while an execution it was
+    sent waits, and raises DEADLINE_EXCEEDED saying so (docs/api.md, Deadlines and retries).
+    A live execution left open waits for nothing: its silence is no failure."""
+    proc, target = spawn_pml_serve(
+        "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path), "--embedder", "hashing"
+    )
+    outcome: list[object] = []
+    record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+    message = pml_pb2.StreamTracesRequest(execution_id="e1", sequence=1, record=record)
+    try:
+        with PmlClient(target, timeout=1.0) as client:
+            # connected, and a live execution started and left open past the timeout: not
+            # cancelled (nothing waits for an answer)
+            def open_one() -> Iterator[pml_pb2.StreamTracesRequest]:
+                yield pml_pb2.StreamTracesRequest(
+                    execution_id="live",
+                    sequence=1,
+                    started=pml_pb2.ExecutionStarted(
+                        intent="Read JSON", code="x", language="typescript"
+                    ),
+                )
+                time.sleep(2.5)
+
+            acks = list(client.stream(open_one()))  # answered once the stream closes
+            assert [(a.execution_id, a.error.details[0].type_url[-10:]) for a in acks] == [
+                ("live", "BadRequest")
+            ]
+            os.kill(proc.pid, signal.SIGSTOP)
+
+            def stream() -> None:
+                try:
+                    outcome.append(list(client.stream([message])))
+                except PmlClientError as err:
+                    outcome.append(err)
+
+            streaming = threading.Thread(target=stream, daemon=True)
+            streaming.start()
+            streaming.join(60)  # a guard against the hang, not a measure
+            os.kill(proc.pid, signal.SIGCONT)
+            streaming.join(60)
+            assert len(outcome) == 1, "the stream to a frozen server had not returned in 60 s"
+            err = outcome[0]
+            assert isinstance(err, PmlClientError), err
+            assert err.code is grpc.StatusCode.DEADLINE_EXCEEDED
+            assert err.message == "no answer from the server within 1.0 s (1 executions waiting)"
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        stop_pml_serve(proc)
+
+
+def test_a_closed_client_refuses_every_call_sending_nothing(start: StartServer) -> None:
+    """After close() (twice: no error) a call raised grpc's ValueError "Cannot invoke RPC on
+    closed channel!", which no `except PmlClientError` caught. Each now raises PmlClientError
+    CANCELLED, "the client is closed", and nothing reaches the server."""
+    server = start()
+    target = f"127.0.0.1:{server.port}"
+    record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+    client = PmlClient(target)
+    client.stats()  # connected
+    client.close()
+    client.close()
+    calls: dict[str, Callable[[], object]] = {
+        "stats": client.stats,
+        "record": lambda: client.record(record),
+        "upload": lambda: client.upload([record]),
+        "stream": lambda: list(client.stream([])),
+    }
+    for name, call in calls.items():
+        with pytest.raises(PmlClientError) as err:
+            call()
+        assert (err.value.code, err.value.message) == (
+            grpc.StatusCode.CANCELLED,
+            "the client is closed (close() was called): nothing was sent",
+        ), name
+    with PmlClient(target) as fresh:
+        assert fresh.stats().executions == 0

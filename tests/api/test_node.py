@@ -21,6 +21,7 @@ import pytest
 from pml_server.api.server import RunningServer
 from pml_server.config import config_of
 from pml_server.domain.model import ExecutionRecord
+from tests.api.test_operations import pki  # noqa: F401  (the throwaway CA fixture)
 from tests.conftest import StartServer
 from tests.support import (
     npm_ci,
@@ -292,8 +293,10 @@ def test_upload_to_a_server_that_is_down_gives_up_unavailable(node_client: Path)
 def test_upload_refuses_records_that_are_not_records(
     node_client: Path, server: RunningServer
 ) -> None:
-    """A null among the records, a number, a string: INVALID_ARGUMENT naming it, nothing sent
-    (a null threw `Cannot read properties of null (reading 'request_id')`)."""
+    """A null among the records, a number, a string, a record that does not serialize:
+    INVALID_ARGUMENT naming it, nothing sent (a null threw `Cannot read properties of null
+    (reading 'request_id')`; the record threw protobufjs's error with no code, naming no
+    record, the records before it written on a stream left open)."""
     done = _node(node_client, "test/upload_not_records.js", f"127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
     invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
@@ -307,6 +310,11 @@ def test_upload_refuses_records_that_are_not_records(
             "message": "records[0] is number, not an ExecutionRecord (nothing was sent)",
         },
         {"code": invalid, "message": "records: an array of ExecutionRecords (nothing was sent)"},
+        {
+            "code": invalid,
+            "message": "records[1] does not serialize: .pml.v1.ExecutionRecord.tool_calls: "
+            "array expected (nothing was sent)",
+        },
         {"executions": 0},
     ]
 
@@ -444,4 +452,59 @@ def test_upload_to_a_server_that_stopped_answering_gives_up(
         "code": grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
         "message": "no answer from the server within 1000 ms (1 executions waiting)",
         "aborted": f"AbortError {grpc.StatusCode.CANCELLED.value[0]} enough",
+    }
+
+
+def test_a_certificate_the_ca_did_not_sign_is_never_retried(
+    node_client: Path,
+    start: StartServer,
+    pki: Path,  # noqa: F811
+) -> None:
+    """A server whose certificate `caFile` did not sign: grpc-js says UNAVAILABLE, as of a
+    server down, so the call was tried maxRetries more times, and the upload waited timeoutMs
+    for the connection on each reconnect, then said only "no connection ... within". A
+    certificate failure is permanent: one attempt, an error naming TLS and caFile, the upload's
+    at once (docs/api.md, Deadlines and retries)."""
+    server = start(tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    target = f"127.0.0.1:{server.port}"
+    done = _node(node_client, "test/tls_wrong_ca.js", target, str(pki / "other.pem"))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["stats"]["attempts"] == 1
+    for call in ("stats", "upload"):
+        assert out[call]["code"] == "UNAVAILABLE"
+        assert out[call]["message"].startswith("pml: TLS: the server's certificate was not")
+        assert "caFile must be the PEM of the CA that signed it" in out[call]["message"]
+
+
+def test_a_closed_client_refuses_every_call_sending_nothing(
+    node_client: Path, server: RunningServer
+) -> None:
+    """After close() (twice: no error), a call rejected with grpc-js's "Channel has been shut
+    down" and no code, and upload() still sent its record and resolved as if captured. Each
+    now rejects CANCELLED, "pml: the client is closed", and nothing reaches the server."""
+    done = _node(node_client, "test/closed.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    for call in ("stats", "record", "upload"):
+        assert out[call] == {
+            "code": "CANCELLED",
+            "message": "pml: the client is closed (close() was called): nothing was sent",
+        }, call
+    assert out["executions"] == 0
+
+
+def test_a_call_refused_by_the_concurrency_limit_is_retried(
+    node_client: Path, start: StartServer
+) -> None:
+    """As the Python client (tests/api/admission/test_quotas.py): grpcio's "Concurrent RPC
+    limit exceeded!" (no RetryInfo) was taken for a size limit and never retried, so a
+    Promise.all of 300 records lost those over the server's 256. It is retried now."""
+    server = start(max_concurrent_rpcs=2)
+    done = _node(node_client, "test/concurrency_limit.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "outcome": "CAPTURE_OUTCOME_SAVED",
+        "attempts": 2,
+        "executions": 3,
     }

@@ -22,7 +22,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from pml_server import cli
-from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.client import CertificateError, PmlClient, PmlClientError, make_record
 from pml_server.config import config_of
 from tests.conftest import StartServer
 from tests.support import open_engine, spawn_pml_serve, stop_pml_serve
@@ -197,24 +197,15 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate."""
+    """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate; and
+    other.pem, a CA that signed neither."""
     d = tmp_path_factory.mktemp("pki")
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=pml-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        cwd=d,
-    )
+    for ca, name in (("ca", "pml-ca"), ("other", "other-ca")):
+        _openssl(
+            *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", f"/CN={name}", "-keyout", f"{ca}.key", "-out", f"{ca}.pem"),
+            cwd=d,
+        )
     (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for name in ("server", "client"):
         _openssl(
@@ -259,6 +250,37 @@ def test_tls(start: StartServer, pki: Path) -> None:
     with PmlClient(target, timeout=3) as plaintext, pytest.raises(PmlClientError) as err:
         plaintext.stats()
     assert err.value.code is grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_certificate_the_ca_did_not_sign_is_never_retried(start: StartServer, pki: Path) -> None:
+    """A server whose certificate `root_certificates` did not sign: gRPC says UNAVAILABLE, as
+    of a server down, so each call was tried `retries` more times (4 handshakes) and an upload
+    reconnected until out of reconnects, saying only "failed to connect to all addresses". A
+    certificate failure is permanent: one attempt, a CertificateError naming
+    `root_certificates` (docs/api.md, Deadlines and retries)."""
+    server = start(tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+    with PmlClient(
+        f"127.0.0.1:{server.port}", root_certificates=pki / "other.pem", retries=3
+    ) as client:
+        sent = 0
+        get_stats = client._stub.GetStats
+
+        def counted(*args: object, **kwargs: object) -> object:
+            nonlocal sent
+            sent += 1
+            return get_stats(*args, **kwargs)
+
+        client._stub.GetStats = counted
+        with pytest.raises(CertificateError) as err:
+            client.stats()
+        with pytest.raises(CertificateError) as upload_err:
+            client.upload([record], max_reconnects=3)
+    assert sent == 1
+    assert err.value.code is grpc.StatusCode.UNAVAILABLE
+    assert err.value.message.startswith("TLS: the server's certificate was not verified (")
+    assert "root_certificates must be the PEM of the CA that signed it" in err.value.message
+    assert "CERTIFICATE_VERIFY_FAILED" in upload_err.value.message
 
 
 def test_mutual_tls_requires_a_client_certificate(

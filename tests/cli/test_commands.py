@@ -12,10 +12,12 @@ import pytest
 from google.protobuf import json_format
 
 from pml_server import cli
+from pml_server.api import convert
 from pml_server.api.server import RunningServer
-from pml_server.client import PmlClient, make_record
+from pml_server.client import PmlClient, make_record, resources_pb2
 from pml_server.config import serve_config
 from tests.api.test_operations import pki  # noqa: F401  (the throwaway CA fixture)
+from tests.conftest import StartServer
 from tests.mcp.test_server import PYTHONPATH
 
 READ = 'const d = await mcp.read_file({path: "a.json"}); return await mcp.parse_json(d)'
@@ -332,6 +334,26 @@ def test_pml_mcp_with_a_server_address_that_is_no_host_port_does_not_start(
     assert (done.returncode, done.stderr) == (2, f"pml mcp: error: --server: {said}\n")
 
 
+def test_a_server_certificate_the_ca_did_not_sign_is_said_naming_tls_ca(
+    start: StartServer,
+    pki: Path,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--tls-ca` that did not sign the server's certificate said "no pml server answered
+    ... (...CERTIFICATE_VERIFY_FAILED...)" and advised --tls-cert and --tls-key (a mutual TLS
+    server's "Socket closed"), after retrying the handshake three times. One attempt now, and
+    the message says the certificate was not verified, naming --tls-ca."""
+    server = start(tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    target = f"127.0.0.1:{server.port}"
+    with pytest.raises(SystemExit) as done:
+        cli.main(["stats", "--server", target, "--tls-ca", str(pki / "other.pem")])
+    assert done.value.code == 3  # cli._commands.EXIT_UNREACHABLE, as any UNAVAILABLE
+    said = capsys.readouterr().err
+    assert said.startswith("pml stats: error: UNAVAILABLE: TLS: the server's certificate was not")
+    assert "--tls-ca must be the PEM of the CA that signed it" in said
+    assert "--tls-cert" not in said
+
+
 @pytest.mark.parametrize("command", ["stats", "mcp"])
 def test_tls_files_that_cannot_make_a_channel_are_usage_errors(
     pki: Path,  # noqa: F811
@@ -632,3 +654,26 @@ def test_a_flag_the_cli_cannot_take_is_one_line_naming_it(
     assert err.startswith(said)
     assert err.count("\n") == 1
     assert err.endswith("--help` lists the flags)\n")
+
+
+def test_an_outcome_a_newer_server_added_is_shown_as_its_number(
+    run: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server newer than the CLI answers a CaptureOutcome it does not know (here 7): `pml
+    record` and `pml import` died on ValueError ("Enum CaptureOutcome has no name defined for
+    value 7") after the server had captured the record. The outcome is said as its number."""
+    assert callable(run)
+    known = convert.capture_result
+
+    def newer(result: object) -> resources_pb2.CaptureResult:
+        reply = known(result)  # type: ignore[arg-type]
+        reply.outcome = 7  # type: ignore[assignment]
+        return reply
+
+    monkeypatch.setattr(convert, "capture_result", newer)
+    out = run("record", "--intent", "Read JSON", "--code", READ, "--tool", "read_file")
+    assert out.startswith("7  pattern ")
+    record = make_record("Read JSON", READ, tools=["read_file"], request_id="imp-new")
+    path = tmp_path / "records.jsonl"
+    path.write_text(json_format.MessageToJson(record, indent=None) + "\n")
+    assert "1 7" in run("import", str(path))

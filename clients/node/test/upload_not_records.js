@@ -1,6 +1,7 @@
 // Run by tests/api/test_node.py: records that are no array, or hold something that is no
-// ExecutionRecord, are refused INVALID_ARGUMENT naming it before anything is sent (a null
-// threw "Cannot read properties of null"). Prints [{code, message}] per case.
+// ExecutionRecord (or none that serializes), are refused INVALID_ARGUMENT naming it before
+// anything is sent (a null threw "Cannot read properties of null"). Prints [{code, message}]
+// per case.
 // Usage: node test/upload_not_records.js HOST:PORT
 "use strict";
 
@@ -9,7 +10,16 @@ const { PmlClient, newRecord } = require("..");
 async function main(target) {
   const pml = new PmlClient(target);
   const out = [];
-  for (const records of [[newRecord("Read JSON file", "x", "typescript"), null], [7], "records"]) {
+  // a record that does not serialize, after one that does: it threw protobufjs's error, no
+  // code, naming no record, with the first already written on a stream left open
+  const unserializable = { ...newRecord("Read JSON file", "x", "typescript"), tool_calls: "read_file" };
+  const cases = [
+    [newRecord("Read JSON file", "x", "typescript"), null],
+    [7],
+    "records",
+    [newRecord("Read JSON file", "x", "typescript"), unserializable],
+  ];
+  for (const records of cases) {
     try {
       await pml.upload(records);
       out.push({ code: "resolved" });

@@ -1,7 +1,7 @@
 // Compiled by `npm run typecheck` (tests/test_api_node.py): the package's types as a TypeScript
 // user sees them through its `exports`. Misuse is marked with @ts-expect-error, so a type that
 // became `any` fails the check too.
-import { PmlClient, newRecord, errorDetails, type AbortError, type CaptureResult, type SuggestResponse } from "pml-client";
+import { PmlClient, newRecord, errorDetails, type AbortError, type CaptureOutcome, type CaptureResult, type ExecutionStatus, type SuggestResponse } from "pml-client";
 
 async function use(pml: PmlClient): Promise<number> {
   const result: CaptureResult = await pml.record(
@@ -9,8 +9,15 @@ async function use(pml: PmlClient): Promise<number> {
       { tool: "read_file", ok: true },
     ]),
   );
-  const outcome: "CAPTURE_OUTCOME_SAVED" | "CAPTURE_OUTCOME_COUNTED" | "CAPTURE_OUTCOME_REJECTED" | "CAPTURE_OUTCOME_UNSPECIFIED" =
+  const outcome: "CAPTURE_OUTCOME_SAVED" | "CAPTURE_OUTCOME_COUNTED" | "CAPTURE_OUTCOME_REJECTED" | "CAPTURE_OUTCOME_UNSPECIFIED" | number =
     result.outcome;
+  // An outcome a newer server added comes as its number (README): code that takes every
+  // outcome for a name does not compile, and a number is one.
+  // @ts-expect-error: an enum may be a number
+  const named: string = result.outcome;
+  const newer: CaptureOutcome = 7;
+  const status: ExecutionStatus | undefined = 3;
+  void named, newer, status;
   const reply: SuggestResponse = await pml.suggest({ intent: "Load JSON data", page_size: 3 });
   const report = await pml.upload([], { onAck: (ack) => ack.execution_id.length });
   // sessions (docs/ranking.md, Sessions): a record's session, a Suggest's context

@@ -11,7 +11,13 @@ from pml_client.client import (
     batched_messages,
     make_record,
 )
-from pml_client.errors import DEFAULT_RETRIES, RETRYABLE, PmlClientError, backoff_seconds
+from pml_client.errors import (
+    DEFAULT_RETRIES,
+    RETRYABLE,
+    CertificateError,
+    PmlClientError,
+    backoff_seconds,
+)
 
 __all__ = [
     "DEFAULT_RETRIES",
@@ -19,6 +25,7 @@ __all__ = [
     "UPLOAD_BATCH",
     "UPLOAD_BATCH_BYTES",
     "CaptureResult",
+    "CertificateError",
     "ExecutionRecord",
     "PmlClient",
     "PmlClientError",

@@ -11,6 +11,7 @@ from its `google.rpc.RetryInfo`.
 
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 import time
@@ -165,9 +166,22 @@ def _int(name: str, value: object) -> int:
 
 
 def _number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's too
         raise _refused(name, f"is {_kind(value)} {value!r}, not a number")
     return float(value)
+
+
+def _numbers(name: str, value: object) -> list[float]:
+    """A sequence of numbers (an embedding)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise _refused(name, f"is {_kind(value)}, not a sequence of numbers")
+    return [_number(f"{name}[{i}]", item) for i, item in enumerate(value)]
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _refused(name, f"is {_kind(value)} {value!r}: True or False")
+    return value
 
 
 def _path(name: str, value: object) -> Path | None:
@@ -194,6 +208,7 @@ def make_record(
     """A record whose tool calls are `tools` (succeeded) then `failed_tools` (name, error).
     Without `request_id` a fresh UUID is used (retry with the same record to stay idempotent).
     `session_id`: the agent session it belongs to (the server learns which step follows which)."""
+    _text("arguments_json", arguments_json)
     calls = [
         resources_pb2.ToolCall(tool=t, ok=True, arguments_json=arguments_json)
         for t in _texts("tools", tools)
@@ -206,13 +221,13 @@ def make_record(
         _texts(f"failed_tools[{i}]", pair)
     calls += [resources_pb2.ToolCall(tool=t, ok=False, error=e) for t, e in failed_tools]
     return ExecutionRecord(
-        request_id=request_id or str(uuid.uuid4()),
-        intent=intent,
-        code=code,
-        language=language,
+        request_id=_text("request_id", request_id) or str(uuid.uuid4()),
+        intent=_text("intent", intent),
+        code=_text("code", code),  # None made a record without code
+        language=_text("language", language),
         tool_calls=calls,
-        duration_ms=duration_ms,
-        session_id=session_id,
+        duration_ms=_number("duration_ms", duration_ms),
+        session_id=_text("session_id", session_id),
     )
 
 
@@ -256,9 +271,9 @@ def _header_key(api_key: str) -> str:
 class _Silence:
     """Cancels a stream once the server has said nothing for `seconds` while `waiting()` (an
     execution sent and not answered): a server that stops answering (a frozen process, a
-    connection dead without a reset) held an upload for ever, streams having no deadline
-    (docs/api.md, Deadlines and retries). `heard()` restarts the count: on each message, and
-    when an execution is sent while none was waiting."""
+    connection dead without a reset) held an upload or a `stream()` for ever, streams having
+    no deadline (docs/api.md, Deadlines and retries). `heard()` restarts the count: on each
+    message, and when an execution is sent while none was waiting."""
 
     def __init__(self, seconds: float, waiting: Callable[[], bool]) -> None:
         self.seconds = seconds
@@ -282,7 +297,7 @@ class _Silence:
 
         self.fired = False
         self.heard()
-        threading.Thread(target=run, name="pml-upload-silence", daemon=True).start()
+        threading.Thread(target=run, name="pml-stream-silence", daemon=True).start()
 
     def stop(self) -> None:
         self._done.set()
@@ -391,9 +406,23 @@ class PmlClient:
         self._timeout = timeout
         self._retries = retries
         self._stream_limits: tuple[int, int] | None = None  # `_server_stream_limits`, once known
+        self._closed = False
 
     def close(self) -> None:
+        """Closes the channel; once more does nothing. Every later call raises `_open`'s
+        error."""
+        self._closed = True
         self._channel.close()
+
+    def _open(self) -> None:
+        """Raises, once `close` was called, PmlClientError CANCELLED "the client is closed"
+        (the code Go's gRPC gives a call on a closed connection): grpc raised ValueError
+        "Cannot invoke RPC on closed channel!", which no `except PmlClientError` caught."""
+        if self._closed:
+            raise PmlClientError(
+                grpc.StatusCode.CANCELLED,
+                "the client is closed (close() was called): nothing was sent",
+            )
 
     def __enter__(self) -> PmlClient:
         return self
@@ -402,7 +431,13 @@ class PmlClient:
         self.close()
 
     def _call(
-        self, method: Callable[..., Any], request: Any, reply_type: type[R], *, safe: bool = True
+        self,
+        method: Callable[..., Any],
+        request: Any,
+        reply_type: type[R],
+        *,
+        safe: bool = True,
+        deadline: float | None = None,
     ) -> R:
         """One unary call. A call `safe` to repeat (a read, or a record whose request id makes
         a resend apply once) is retried up to `retries` times on UNAVAILABLE and on
@@ -410,12 +445,21 @@ class PmlClient:
         limit), after `backoff_seconds` (never sooner than that RetryInfo); any other failure,
         or the last one, raises PmlClientError. `timeout` bounds the whole call, retries
         included (docs/api.md, Deadlines and retries): each attempt's deadline is what remains
-        of it, and a retry whose wait would outlast it is not made (the last failure raises)."""
-        deadline = time.monotonic() + self._timeout
+        of it, and a retry whose wait would outlast it is not made (the last failure raises).
+        `deadline` (`time.monotonic()`): the deadline of a call this one is part of (`record`'s
+        limit probe spends from the record's)."""
+        self._open()
+        if deadline is None:
+            deadline = time.monotonic() + self._timeout
         attempt = 0
         while True:
             try:
                 remaining = deadline - time.monotonic()
+                if remaining <= 0:  # spent before this attempt (gRPC would wait to say so)
+                    raise PmlClientError(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"no time left of the call's timeout of {self._timeout} s",
+                    )
                 reply = method(request, timeout=remaining, metadata=self._metadata)
             except grpc.RpcError as err:
                 failure = PmlClientError.from_rpc_error(err)
@@ -432,13 +476,19 @@ class PmlClient:
 
     # ---- unary calls ---------------------------------------------------------------------------
 
-    def _server_stream_limits(self) -> tuple[int, int]:
+    def _server_stream_limits(self, deadline: float | None = None) -> tuple[int, int]:
         """How many messages the server takes in one batch (1: none, as a server older than
         batches answers) and its largest request message in bytes (0: not said), asked once
-        per client; unknown (1, 0 this time) if the ask fails."""
+        per client (within `deadline`, that of the call asking); unknown (1, 0 this time) if
+        the ask fails."""
         if self._stream_limits is None:
             try:
-                info = self.server_info()
+                info = self._call(
+                    self._stub.GetServerInfo,
+                    pml_pb2.GetServerInfoRequest(),
+                    pml_pb2.GetServerInfoResponse,
+                    deadline=deadline,
+                )
             except PmlClientError:
                 return 1, 0  # the upload meets the same error and retries; ask again then
             self._stream_limits = (max(1, info.stream_batch_limit), info.max_message_bytes)
@@ -453,13 +503,15 @@ class PmlClient:
         """A record over the server's message limit is not sent: PmlClientError
         RESOURCE_EXHAUSTED naming `record`, its size and the limit, as `upload` answers for it
         (the call answered only gRPC's "Received message larger than max"). The server is
-        asked its limit once, and only for a record of more than `_ASK_LIMIT_BYTES`."""
+        asked its limit once, and only for a record of more than `_ASK_LIMIT_BYTES`, within
+        the call's timeout (docs/api.md, Deadlines and retries)."""
         if not isinstance(record, ExecutionRecord):
             raise _refused("record", f"is {_kind(record)}, not an ExecutionRecord (make_record)")
+        deadline = time.monotonic() + self._timeout
         request = pml_pb2.RecordExecutionRequest(record=record)
         size = request.ByteSize()
         if size > _ASK_LIMIT_BYTES:
-            _, max_bytes = self._server_stream_limits()
+            _, max_bytes = self._server_stream_limits(deadline)
             if max_bytes and size > max_bytes:
                 refused = _too_big(record.request_id, size, max_bytes).error
                 raise PmlClientError.from_status(refused)
@@ -468,6 +520,7 @@ class PmlClient:
             request,
             pml_pb2.RecordExecutionResponse,
             safe=bool(record.request_id),  # the request id makes a resend apply once
+            deadline=deadline,
         )
         return reply.result
 
@@ -495,9 +548,9 @@ class PmlClient:
             intent=_text("intent", intent),
             page_size=_int("k", k),
             tags=_texts("tags", tags),
-            include_flagged=include_flagged,
-            explain=explain,
-            intent_embedding=list(intent_embedding),
+            include_flagged=_flag("include_flagged", include_flagged),
+            explain=_flag("explain", explain),
+            intent_embedding=_numbers("intent_embedding", intent_embedding),
         )
         if min_match is not None:
             request.min_match = _number("min_match", min_match)
@@ -534,7 +587,9 @@ class PmlClient:
         """One page of patterns by id: the tenant's, or with `capability`
         (`capabilities/{id}`) only its members (`get_capability` names at most 100)."""
         request = pml_pb2.ListPatternsRequest(
-            page_size=page_size, page_token=page_token, capability=capability
+            page_size=_int("page_size", page_size),
+            page_token=_text("page_token", page_token),
+            capability=_text("capability", capability),
         )
         return self._call(self._stub.ListPatterns, request, pml_pb2.ListPatternsResponse)
 
@@ -544,7 +599,9 @@ class PmlClient:
         """One page of a pattern's intents (`patterns/{id}`), oldest first; `get_pattern`
         holds only those that fit its answer."""
         request = pml_pb2.ListPatternIntentsRequest(
-            parent=pattern, page_size=page_size, page_token=page_token
+            parent=_text("pattern", pattern),
+            page_size=_int("page_size", page_size),
+            page_token=_text("page_token", page_token),
         )
         return self._call(
             self._stub.ListPatternIntents, request, pml_pb2.ListPatternIntentsResponse
@@ -553,13 +610,17 @@ class PmlClient:
     def list_capabilities(
         self, page_size: int = 0, page_token: str = ""
     ) -> pml_pb2.ListCapabilitiesResponse:
-        request = pml_pb2.ListCapabilitiesRequest(page_size=page_size, page_token=page_token)
+        request = pml_pb2.ListCapabilitiesRequest(
+            page_size=_int("page_size", page_size), page_token=_text("page_token", page_token)
+        )
         return self._call(self._stub.ListCapabilities, request, pml_pb2.ListCapabilitiesResponse)
 
     def list_failures(
         self, page_size: int = 0, page_token: str = ""
     ) -> pml_pb2.ListFailuresResponse:
-        request = pml_pb2.ListFailuresRequest(page_size=page_size, page_token=page_token)
+        request = pml_pb2.ListFailuresRequest(
+            page_size=_int("page_size", page_size), page_token=_text("page_token", page_token)
+        )
         return self._call(self._stub.ListFailures, request, pml_pb2.ListFailuresResponse)
 
     def iter_patterns(
@@ -612,7 +673,7 @@ class PmlClient:
     def run_retention(self, apply: bool = False) -> pml_pb2.RunRetentionResponse:
         return self._call(
             self._stub.RunRetention,
-            pml_pb2.RunRetentionRequest(apply=apply),
+            pml_pb2.RunRetentionRequest(apply=_flag("apply", apply)),
             pml_pb2.RunRetentionResponse,
             safe=not apply,  # a dry run only reads
         )
@@ -628,20 +689,54 @@ class PmlClient:
         """Raw StreamTraces: send `requests`, yield acknowledgements as they come (those the
         server batched one by one). An exception from `requests` ends the sending; once the
         acknowledgements of what was sent are yielded, it is raised as itself (gRPC, iterating
-        them in its own thread, would only say UNKNOWN "Exception iterating requests!")."""
+        them in its own thread, would only say UNKNOWN "Exception iterating requests!").
+
+        The stream is cancelled once the server has said nothing for `timeout` while an
+        execution it was sent complete (a `record`, a `finished`) waits for its
+        acknowledgement: DEADLINE_EXCEEDED, as `upload`'s (docs/api.md, Deadlines and
+        retries); a live execution left open waits for nothing, and the time the caller holds
+        an acknowledgement is not the server's silence."""
+        self._open()
         failed: list[Exception] = []
+        waiting: set[str] = set()  # completed executions sent, not acknowledged
+        holding = threading.Event()  # the caller has an acknowledgement in hand
+        silence = _Silence(self._timeout, lambda: bool(waiting) and not holding.is_set())
 
         def sent() -> Iterator[pml_pb2.StreamTracesRequest]:
             try:
-                yield from requests
+                for message in requests:
+                    if isinstance(message, pml_pb2.StreamTracesRequest):
+                        for one in message.batch or (message,):
+                            if one.WhichOneof("event") in ("record", "finished"):
+                                if not waiting:
+                                    silence.heard()  # the first waiting since the last answer
+                                waiting.add(one.execution_id)
+                    yield message
             except Exception as err:
                 failed.append(err)
 
+        call = self._stub.StreamTraces(sent(), metadata=self._metadata)
+        silence.watch(call)
         try:
-            for ack in self._stub.StreamTraces(sent(), metadata=self._metadata):
-                yield from ack.batch or (ack,)
+            for message in call:
+                silence.heard()
+                for ack in message.batch or (message,):
+                    waiting.discard(ack.execution_id)
+                    holding.set()
+                    yield ack
+                    holding.clear()
+                    silence.heard()
         except grpc.RpcError as err:
+            if silence.fired:  # cancelled here: say why
+                raise PmlClientError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"no answer from the server within {silence.seconds} s "
+                    f"({len(waiting)} executions waiting)",
+                ) from None
             raise PmlClientError.from_rpc_error(err) from None
+        finally:
+            silence.stop()
+            call.cancel()  # a no-op once ended; a caller that stops iterating ends the stream
         if failed:
             raise failed[0]
 
@@ -698,6 +793,11 @@ class PmlClient:
         held)."""
         _count("batch", batch, 1)
         _count("max_reconnects", max_reconnects)
+        _flag("keep_acks", keep_acks)
+        if on_ack is not None and not callable(on_ack):
+            # called at the first acknowledgement, once records were captured: TypeError then
+            raise _refused("on_ack", f"is {_kind(on_ack)}, not a callable (or None)")
+        self._open()
         report = UploadReport()
         source = iter(items)
         unacked: dict[str, ExecutionRecord] = {}  # sent, not acknowledged (insertion order)
@@ -785,6 +885,7 @@ class PmlClient:
 
         while True:
             try:
+                self._open()  # closed during the upload: not one more stream
                 call = self._stub.StreamTraces(requests(), metadata=self._metadata)
                 silence.watch(call)
                 for message in call:

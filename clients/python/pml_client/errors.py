@@ -19,15 +19,23 @@ DEFAULT_RETRIES = 3
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 
+# grpcio's refusal of a call over the server's `--max-concurrent-rpcs`, made before any
+# handler runs, so without RetryInfo: a busy server, not a size limit (docs/api.md, Deadlines
+# and retries). Nothing of the call was done.
+CONCURRENCY_REFUSAL = "Concurrent RPC limit exceeded!"
+
+
 def worth_retrying(failure: PmlClientError) -> bool:
     """Waiting may help: UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a
-    quota). RESOURCE_EXHAUSTED without it is a size limit (a message over the server's
-    `--max-message-bytes`): the same request fails the same way, so it is not sent again (it
-    was, `retries` times, megabytes each)."""
+    quota) or grpcio's `CONCURRENCY_REFUSAL`. RESOURCE_EXHAUSTED without either is a size
+    limit (a message over the server's `--max-message-bytes`): the same request fails the same
+    way, so it is not sent again (it was, `retries` times, megabytes each)."""
+    if isinstance(failure, CertificateError):
+        return False
     if failure.code is grpc.StatusCode.UNAVAILABLE:
         return True
     return failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED and (
-        failure.retry_delay_seconds is not None
+        failure.retry_delay_seconds is not None or failure.message == CONCURRENCY_REFUSAL
     )
 
 
@@ -56,7 +64,12 @@ class PmlClientError(Exception):
 
     @classmethod
     def from_rpc_error(cls, err: grpc.RpcError) -> PmlClientError:
-        return cls._with_details(err.code(), err.details() or "", rpc_status.from_call(err))
+        message = err.details() or ""
+        if err.code() is grpc.StatusCode.UNAVAILABLE and any(
+            words in message for words in _CERTIFICATE_FAILURES
+        ):
+            return CertificateError(message)
+        return cls._with_details(err.code(), message, rpc_status.from_call(err))
 
     @classmethod
     def from_status(cls, status: status_pb2.Status) -> PmlClientError:
@@ -84,3 +97,26 @@ class PmlClientError(Exception):
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+# gRPC's words (BoringSSL's) for a server certificate the client did not verify: a CA that did
+# not sign it, a name it does not hold.
+_CERTIFICATE_FAILURES = ("CERTIFICATE_VERIFY_FAILED", "Hostname Verification Check failed")
+
+
+class CertificateError(PmlClientError):
+    """The server's TLS certificate was not verified. gRPC says UNAVAILABLE, as of a server
+    down: each call was tried `retries` more times and an upload reconnected until out of
+    reconnects, never saying why. No wait cures it: `worth_retrying` is False, and the
+    message names `root_certificates` (docs/api.md, Deadlines and retries)."""
+
+    def __init__(self, grpc_message: str) -> None:
+        self.grpc_message = grpc_message
+        super().__init__(grpc.StatusCode.UNAVAILABLE, self.saying("root_certificates"))
+
+    def saying(self, ca_option: str) -> str:
+        """The message, naming the CA option as the caller knows it (the CLI: `--tls-ca`)."""
+        return (
+            f"TLS: the server's certificate was not verified ({self.grpc_message}): "
+            f"{ca_option} must be the PEM of the CA that signed it (without it, the system's "
+            "roots are used), and the certificate must hold the target's host; not retried"
+        )

@@ -24,7 +24,7 @@ from pml_server.api.admission.quotas import (
 from pml_server.api.admission.refusal import RefusalPool
 from pml_server.api.errors import PUSHBACK_TRAILER
 from pml_server.api.security.auth import KeyStore, Role
-from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.client import PmlClient, PmlClientError, make_record, resources_pb2
 from pml_server.domain.errors import ResourceExhaustedError
 from tests.conftest import StartServer
 
@@ -128,6 +128,35 @@ def test_server_wide_concurrency_limit(start: StartServer) -> None:
     server = start(max_concurrent_rpcs=2)
     with PmlClient(f"127.0.0.1:{server.port}", retries=0) as client, _streams_held(client):
         _exhausted(client.stats)
+
+
+def test_a_call_refused_by_the_concurrency_limit_is_retried(start: StartServer) -> None:
+    """grpcio refuses a call over `--max-concurrent-rpcs` RESOURCE_EXHAUSTED "Concurrent RPC
+    limit exceeded!" before any handler, so without RetryInfo: the client took it for a size
+    limit and never retried, so 300 records sent at once by one client lost those over the
+    limit. It is a busy server: retried like UNAVAILABLE. The first attempt is refused (the
+    two slots held); the slots are given back before the second, which is answered."""
+    server = start(max_concurrent_rpcs=2)
+    record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+    with PmlClient(f"127.0.0.1:{server.port}", retries=3) as client:
+        release = threading.Event()
+        holders = [_open_stream(client, release, f"s{i}") for i in range(2)]
+        attempts = 0
+        record_execution = client._stub.RecordExecution
+
+        def second_after_release(*args: object, **kwargs: object) -> object:
+            nonlocal attempts
+            attempts += 1
+            if attempts == 2:
+                release.set()
+                for t in holders:
+                    t.join(10)
+            return record_execution(*args, **kwargs)
+
+        client._stub.RecordExecution = second_after_release
+        assert client.record(record).outcome == resources_pb2.CAPTURE_OUTCOME_SAVED
+        assert attempts == 2
+        assert client.stats().executions == 3  # the two holders' and this one
 
 
 def test_refusal_is_peeked_without_the_lock() -> None:

@@ -1,0 +1,149 @@
+package pml_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	pml "pml/clients/go"
+	"pml/clients/go/pmlv1"
+)
+
+// writePEM writes one PEM block of kind to dir/name and returns its path.
+func writePEM(t *testing.T, dir, name, kind string, der []byte) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// testCA is a throwaway certificate authority.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	file string
+}
+
+func newTestCA(t *testing.T, dir, name string) testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testCA{cert: cert, key: key, file: writePEM(t, dir, name+".pem", "CERTIFICATE", der)}
+}
+
+// serverPair is a certificate for 127.0.0.1 signed by ca, and its key: the files' paths.
+func (ca testCA) serverPair(t *testing.T, dir string) (string, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "server"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:     []string{"localhost"},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, template, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writePEM(t, dir, "server.pem", "CERTIFICATE", der), writePEM(t, dir, "server.key", "PRIVATE KEY", keyDER)
+}
+
+// TestACertificateTheCADidNotSignIsNeverRetried: a server whose certificate Options.CAFile did
+// not sign failed each call UNAVAILABLE ("authentication handshake failed: tls: failed to
+// verify certificate ...") after MaxRetries more handshakes, and Upload reconnected
+// MaxReconnects times, as if the server were down. A certificate failure is permanent: one
+// attempt, and the error says it is the TLS certificate, naming Options.CAFile.
+func TestACertificateTheCADidNotSignIsNeverRetried(t *testing.T) {
+	dir := t.TempDir()
+	signer, other := newTestCA(t, dir, "signer"), newTestCA(t, dir, "other")
+	certFile, keyFile := signer.serverPair(t, dir)
+	target := startServer(t, "--tls-cert", certFile, "--tls-key", keyFile)
+
+	pool := x509.NewCertPool()
+	pool.AddCert(other.cert)
+	sent := 0
+	counted := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		sent++
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	conn, err := grpc.NewClient(target,
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})),
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries, 30*time.Second), counted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = pmlv1.NewPmlServiceClient(conn).GetStats(context.Background(), &pmlv1.GetStatsRequest{})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "Options.CAFile") {
+		t.Fatalf("GetStats with the wrong CA: %v", err)
+	}
+	if sent != 1 {
+		t.Fatalf("a certificate failure was tried %d times, want 1", sent)
+	}
+
+	client, err := pml.Dial(target, pml.Options{CAFile: other.file, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	_, err = client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{})
+	if err == nil || !strings.Contains(err.Error(), "TLS") ||
+		!strings.Contains(err.Error(), "Options.CAFile") {
+		t.Fatalf("Stats with the wrong CA: %v", err)
+	}
+	report, err := client.Upload(context.Background(),
+		[]*pmlv1.ExecutionRecord{readRecord("Read JSON file", "a.json")}, pml.UploadOptions{MaxReconnects: 3})
+	if !strings.Contains(err.Error(), "Options.CAFile") || report.Reconnects != 0 {
+		t.Fatalf("Upload with the wrong CA: %v after %d reconnects", err, report.Reconnects)
+	}
+}
