@@ -15,10 +15,11 @@ from pml_server.domain.model import RetentionAction, RetentionReport
 from pml_server.domain.records import CapabilityRecord, PatternRecord
 from pml_server.retention import evaluate, removal_holds, supersede_holds
 from pml_server.service._arguments import check_tenant
-from pml_server.service._idempotency import prune_request_ids
+from pml_server.service._idempotency import erase_answers, prune_request_ids
 from pml_server.service._reads import views_by_capability
 from pml_server.service._state import EngineState
 from pml_server.service._writes import Change, audit, await_durable, commit, oplog
+from pml_server.storage.keys import CF_REQUESTS
 from pml_server.storage.repo import Repository, tools_digest
 from pml_server.storage.seam import StoreClosedError
 
@@ -99,6 +100,9 @@ def _remove_pattern(
         change = pattern_removal(repo, tenant, pattern, capability)
         if deletion is not None:
             change.erase_failures_of = (pattern.id, pattern.code_hash)
+            answers = erase_answers(state, tenant, pattern.id, pattern.code_hash)
+            change.ops += answers
+            change.erased += [(CF_REQUESTS, key) for _, key, _ in answers]
         change.ops.append(oplog(state, tenant, "remove", change.index_removes))
         entry = {"action": "deleted", "pattern_id": pattern_id, "reason": reason}
         audit(state, tenant, change, entry)

@@ -1108,3 +1108,27 @@ def test_the_failure_log_keeps_its_bound_under_deletions_and_failures_on_two_rep
     finally:
         a.close()
         b.close()
+
+
+def test_a_deletion_on_one_replica_erases_the_tool_errors_of_answers_another_stored(
+    replicas: Callable[[str], Engine], postgres_dsn: str
+) -> None:
+    """docs/storage.md, Data left on disk: the stored answers of a deleted pattern's runs lose
+    their tool errors, whichever replica stored them (an UPDATE of the rows: the family's
+    INSERT would refuse the request id); a resent id is answered `replayed` without them."""
+    a, b = replicas("a"), replicas("b")
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    failed = make_record("r2", "Read JSON file", JSON_TOOLS, failed={"json.parse"})
+    assert a.record("t", failed).tool_failures
+    other = b.record("t", make_record("r3", "Send the mail", MAIL_TOOLS, failed={"mail.send"}))
+    b.delete_pattern("t", saved.pattern_id)
+    with psycopg.connect(postgres_dsn) as conn:
+        rows = dict(conn.execute("SELECT key, value FROM pml_requests").fetchall())
+    answers = {bytes(k)[-2:].decode(): bytes(v) for k, v in rows.items()}
+    assert sorted(answers) == ["r1", "r2", "r3"]
+    assert b"json.parse" not in answers["r2"]
+    assert b"mail.send" in answers["r3"]
+    again = a.record("t", failed)
+    assert (again.replayed, again.pattern_id, again.tool_failures) == (True, "", ())
+    mail = make_record("r3", "Send the mail", MAIL_TOOLS, failed={"mail.send"})
+    assert b.record("t", mail).tool_failures == other.tool_failures
