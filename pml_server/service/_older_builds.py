@@ -33,12 +33,12 @@ from pml_server.capture.placeholders import renamed
 from pml_server.capture.redact import redacted_name
 from pml_server.capture.rules import REDACTED, merged_counters
 from pml_server.capture.schema import without_values_of
-from pml_server.domain import shown_intents
+from pml_server.domain import json_form, shown_intents
 from pml_server.domain.errors import InvalidArgumentError
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.service._state import EngineState
 from pml_server.service._writes import Change, audit, await_durable, commit, oplog
-from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, split_tenant
+from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, CF_SESSIONS, split_tenant
 from pml_server.storage.repo import tools_digest
 from pml_server.storage.seam import Op
 
@@ -266,7 +266,9 @@ def _merge_into(
         ]
         change.rank_removes.append(duplicate.id)
         change.count("patterns", -1)
-        _leave_capability(state, tenant, duplicate, change, held)
+        gone = _leave_capability(state, tenant, duplicate, change, held)
+        if gone is not None and gone != survivor.capability_id:
+            _repoint_plans(state, tenant, gone, survivor.capability_id, change, held)
         if removed:
             change.ops.append(oplog(state, tenant, "remove", removed))
             change.index_removes = removed
@@ -286,25 +288,60 @@ def _leave_capability(
     pattern: PatternRecord,
     change: Change,
     held: contextlib.ExitStack,
-) -> None:
-    """`pattern` leaves its capability, which goes when it was its last member; its group
-    lock is entered on `held` (until the caller's change has committed)."""
+) -> str | None:
+    """`pattern` leaves its capability, which goes when it was its last member (its id is
+    returned then); its group lock is entered on `held` (until the caller's change has
+    committed)."""
     repo = state.repo
     capability = repo.capabilities.capability(tenant, pattern.capability_id)
     if capability is None:
-        return
+        return None
     held.enter_context(state.locks.group.lock_for(tenant, tools_digest(capability.tools)))
     capability = repo.capabilities.capability(tenant, pattern.capability_id)
     if capability is None:
-        return
+        return None
     members = tuple(p for p in capability.pattern_ids if p != pattern.id)
     if members:
         change.ops += repo.capabilities.put_capability(
             tenant, replace(capability, pattern_ids=members)
         )
-    else:
-        change.ops += repo.capabilities.delete_capability(tenant, capability)
-        change.count("capabilities", -1)
+        return None
+    change.ops += repo.capabilities.delete_capability(tenant, capability)
+    change.count("capabilities", -1)
+    return capability.id
+
+
+def _repoint_plans(
+    state: EngineState,
+    tenant: str,
+    gone: str,
+    to: str,
+    change: Change,
+    held: contextlib.ExitStack,
+) -> None:
+    """The sessions' last steps and the transitions naming capability `gone` name `to`
+    instead (a transition's count added to one `to` already has), under their locks, entered
+    on `held` in the capture's order (sessions, then transitions). Reads the tenant's
+    sessions and transitions once (a merge is a one-time pass of an upgrade)."""
+    sessions = state.repo.sessions
+    for key, _, raw in sessions.session_rows(tenant):
+        step = json_form.loads(raw)
+        if step.get("capability") == gone:
+            held.enter_context(state.locks.session.lock_for(tenant, key.hex()))
+            change.ops.append((CF_SESSIONS, key, json_form.dumps({**step, "capability": to})))
+    moved: dict[tuple[str, str], tuple[int, int]] = {}
+    for previous, following, count, ms in sessions.transitions_naming(tenant, gone):
+        held.enter_context(state.locks.transition.lock_for(tenant, previous, following))
+        change.ops.append(sessions.delete_transition(tenant, previous, following))
+        pair = (to if previous == gone else previous, to if following == gone else following)
+        had = moved.get(pair, (0, 0))
+        moved[pair] = (had[0] + count, max(had[1], ms))
+    for pair, (count, ms) in moved.items():  # a pair names `to`: none is one of those deleted
+        held.enter_context(state.locks.transition.lock_for(tenant, *pair))
+        kept = sessions.transition(tenant, *pair)
+        if kept is not None:
+            count, ms = count + kept[0], max(ms, kept[1])
+        change.ops.append(sessions.put_transition(tenant, *pair, count, ms))
 
 
 def _rename_one(state: EngineState, tenant: str, found: PatternRecord) -> int:

@@ -177,3 +177,44 @@ def test_a_pattern_an_older_build_duplicated_merges_into_todays(
         assert [s.pattern.id for s in found.suggestions] == [kept.pattern_id]
     finally:
         engine.close()
+
+
+def test_a_merged_duplicates_plans_move_to_the_survivors_capability(tmp_path: Path) -> None:
+    """docs/storage.md, Migrations: the duplicate was alone in its capability, which goes with
+    the merge; the transitions into it and a session's last step on it name the survivor's
+    capability instead (they named a capability that no longer existed)."""
+    engine = open_engine(tmp_path / "e")
+    first = engine.record(T, replace(_run("r0", "open the mailbox", "mail()"), session_id="s1"))
+    older = engine.record(T, replace(_run("r1", OLD_LEDGER, FSTRING_B), session_id="s1"))
+    repo = engine._state.repo
+    duplicate = repo.patterns.pattern(T, older.pattern_id)
+    assert duplicate is not None
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, replace(duplicate, code_hash=OLD_HASH)),
+            repo.patterns.delete_hash(T, duplicate.code_hash),
+            repo.patterns.put_hash(T, OLD_HASH, duplicate.id),
+            (CF_META, TOOL_NAMES_KEY, None),
+        ]
+    )
+    kept = engine.record(T, _run("r2", "zq unrelated words xv", FSTRING_A))
+    engine.record(T, replace(_run("r3", "open the mailbox", "mail()"), session_id="s2"))
+    engine.record(T, replace(_run("r4", "zq unrelated words xv", FSTRING_A), session_id="s2"))
+    assert kept.capability_id != older.capability_id  # two capabilities
+    sessions = repo.sessions
+    assert sessions.transition(T, first.capability_id, older.capability_id) is not None
+    engine.close()
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        sessions = engine._state.repo.sessions
+        assert engine._state.repo.capabilities.capability(T, older.capability_id) is None
+        assert sessions.transition(T, first.capability_id, older.capability_id) is None
+        found = sessions.transition(T, first.capability_id, kept.capability_id)
+        assert found is not None
+        assert found[0] == 2  # one of each
+        step = sessions.session_step(T, "s1")
+        assert step is not None
+        assert step[0] == kept.capability_id
+    finally:
+        engine.close()
