@@ -232,3 +232,44 @@ def count_failed_try(
         last_used_ms=now_ms,
         failure_signatures=signatures[: limits.failure_signatures_per_pattern],
     )
+
+
+def merged_counters(
+    kept: PatternCounters, merged: PatternCounters, limits: CaptureLimits
+) -> PatternCounters:
+    """The counters of a pattern `merged` into the pattern `kept` (two patterns an older build
+    made of one code: docs/storage.md, Migrations): counts summed, the latest use, each
+    placeholder's recent values and the failure signatures of both, the more recently used
+    pattern's first, bounded as a capture bounds them, and the tags of both. The intent
+    summary is the caller's (it depends on the intents merged)."""
+    newer, older = (merged, kept) if merged.last_used_ms > kept.last_used_ms else (kept, merged)
+    recent: dict[str, list[str]] = {}
+    for name in {*newer.recent_values, *older.recent_values}:
+        values = [*newer.recent_values.get(name, []), *older.recent_values.get(name, [])]
+        recent[name] = list(dict.fromkeys(values))[: limits.recent_values_per_param]
+    signatures: dict[str, FailureSignature] = {}
+    for signature in (*newer.failure_signatures, *older.failure_signatures):
+        seen = signatures.get(signature.signature)
+        signatures[signature.signature] = (
+            signature
+            if seen is None
+            else replace(
+                seen,
+                count=seen.count + signature.count,
+                last_ms=max(seen.last_ms, signature.last_ms),
+            )
+        )
+    ordered = sorted(signatures.values(), key=lambda s: -s.last_ms)
+    return replace(
+        kept,
+        usage=kept.usage + merged.usage,
+        success=kept.success + merged.success,
+        failure=kept.failure + merged.failure,
+        last_used_ms=newer.last_used_ms,
+        duration_sum_ms=min(kept.duration_sum_ms + merged.duration_sum_ms, sys.float_info.max),
+        duration_runs=kept.duration_runs + merged.duration_runs,
+        mismatch_count=kept.mismatch_count + merged.mismatch_count,
+        recent_values=recent,
+        failure_signatures=ordered[: limits.failure_signatures_per_pattern],
+        tags=pattern_tags(kept.tags, merged.tags),
+    )

@@ -15,12 +15,13 @@ from pml_server.domain.model import RetentionAction, RetentionReport
 from pml_server.domain.records import CapabilityRecord, PatternRecord
 from pml_server.retention import evaluate, removal_holds, supersede_holds
 from pml_server.service._arguments import check_tenant
-from pml_server.service._idempotency import prune_request_ids
+from pml_server.service._idempotency import erase_answers, prune_request_ids
 from pml_server.service._reads import views_by_capability
 from pml_server.service._state import EngineState
 from pml_server.service._writes import Change, audit, await_durable, commit, oplog
+from pml_server.storage.keys import CF_REQUESTS
 from pml_server.storage.repo import Repository, tools_digest
-from pml_server.storage.seam import StoreClosedError
+from pml_server.storage.seam import StoreClosedError, WriteTicket
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +32,16 @@ def delete_pattern(
     pattern_id: str,
     reason: str,
     still_wanted: Callable[[PatternRecord], bool] | None = None,
+    tickets: list[WriteTicket] | None = None,
 ) -> bool:
     """Delete a pattern; with `still_wanted`, only if it answers True for the pattern as it is
     once its lock is held (a capture that changed it has committed by then, and no other can
-    start). Returns whether it was deleted."""
-    return _remove_pattern(state, tenant, pattern_id, reason, still_wanted) is not None
+    start). Returns whether it was deleted. With `tickets`, the write is not waited for: its
+    ticket is added there (a retention page's, `run_retention`)."""
+    return (
+        _remove_pattern(state, tenant, pattern_id, reason, still_wanted, tickets=tickets)
+        is not None
+    )
 
 
 def delete_pattern_from_disk(state: EngineState, tenant: str, pattern_id: str, reason: str) -> None:
@@ -79,6 +85,7 @@ def _remove_pattern(
     reason: str,
     still_wanted: Callable[[PatternRecord], bool] | None = None,
     deletion: bytes | None = None,
+    tickets: list[WriteTicket] | None = None,
 ) -> list[tuple[str, bytes]] | None:
     """`delete_pattern`'s work; the (family, key) of every row it deleted or erased, None when
     it deleted nothing. `deletion`: a user's deletion, whose erase-pending row is committed
@@ -99,14 +106,25 @@ def _remove_pattern(
         change = pattern_removal(repo, tenant, pattern, capability)
         if deletion is not None:
             change.erase_failures_of = (pattern.id, pattern.code_hash)
+            answers = erase_answers(state, tenant, pattern.id, pattern.code_hash)
+            change.ops += answers
+            change.erased += [(CF_REQUESTS, key) for _, key, _ in answers]
         change.ops.append(oplog(state, tenant, "remove", change.index_removes))
         entry = {"action": "deleted", "pattern_id": pattern_id, "reason": reason}
         audit(state, tenant, change, entry)
         if deletion is not None:
             change.ops.append(state.repo.meta.put_erase_pending(deletion))
         ticket = commit(state, tenant, change)
-    await_durable(ticket)
+    _settle(ticket, tickets)
     return [(cf, key) for cf, key, value in change.ops if value is None] + change.erased
+
+
+def _settle(ticket: WriteTicket, tickets: list[WriteTicket] | None) -> None:
+    """Wait for `ticket`, or add it to `tickets` (the caller waits for them all)."""
+    if tickets is None:
+        await_durable(ticket)
+    else:
+        tickets.append(ticket)
 
 
 def _locked_pattern(
@@ -219,6 +237,7 @@ def set_marks(
     superseded_by: str,
     flag_holds: Callable[[PatternRecord], bool] | None = None,
     superseded_holds: Callable[[PatternRecord, str], bool] | None = None,
+    tickets: list[WriteTicket] | None = None,
 ) -> bool:
     """Rewrite a pattern's retention marks; True when they changed. With `flag_holds`, a flag
     is set only if it answers True for the pattern as it is once its lock is held (as
@@ -244,7 +263,7 @@ def set_marks(
         entry = {"action": "marked", "pattern_id": pattern_id, "flagged": flagged}
         audit(state, tenant, change, {**entry, "superseded_by": superseded_by})
         ticket = commit(state, tenant, change)
-    await_durable(ticket)
+    _settle(ticket, tickets)
     return True
 
 
@@ -298,15 +317,31 @@ def run_retention(state: EngineState, tenant: str, apply: bool) -> RetentionRepo
                 return False
             return True
 
-        for views in groups.values():
-            for view in views:
-                if view.id in removed:
-                    with contextlib.suppress(NotFoundError):
-                        if not delete_pattern(state, tenant, view.id, "retention", still_failing):
-                            kept.add(view.id)
-                else:
-                    marks = (view.id in flagged, superseded.get(view.id, ""))
-                    set_marks(state, tenant, view.id, *marks, flag_holds, still_superseded)
+        def apply_to(view_id: str, tickets: list[WriteTicket]) -> None:
+            if view_id in removed:
+                with contextlib.suppress(NotFoundError):
+                    if not delete_pattern(
+                        state, tenant, view_id, "retention", still_failing, tickets
+                    ):
+                        kept.add(view_id)
+            else:
+                marks = (view_id in flagged, superseded.get(view_id, ""))
+                set_marks(state, tenant, view_id, *marks, flag_holds, still_superseded, tickets)
+
+        # In pages of a capture batch's size: each pattern's change is committed under its
+        # own locks, released at once, and a page's writes reach the disk together (one fsync
+        # a page, not one a pattern; docs/ranking.md, Retention).
+        page = state.rules.limits.fields.capture_batch.bound
+        ids = [view.id for views in groups.values() for view in views]
+        for at in range(0, len(ids), page):
+            tickets: list[WriteTicket] = []
+            try:
+                with state.store.writes_held():
+                    for view_id in ids[at : at + page]:
+                        apply_to(view_id, tickets)
+            finally:
+                for ticket in tickets:
+                    await_durable(ticket)
         # the report says what was done: a pattern kept is not removed nor flagged, one
         # unmarked not superseded
         undone = (RetentionAction.REMOVED, RetentionAction.REMOVAL_CANDIDATE)

@@ -17,6 +17,7 @@ from pml_server.domain import json_form
 from pml_server.domain.errors import AlreadyExistsError
 from pml_server.domain.model import CaptureOutcome, CaptureResult, ExecutionRecord, ToolFailure
 from pml_server.service._state import EngineState
+from pml_server.storage.seam import Op
 
 # Request ids read, and forgotten in one write batch, at a time when pruning.
 PRUNE_BATCH = 1000
@@ -74,6 +75,28 @@ def replay_answer(
     if result.pattern_id and state.repo.patterns.pattern(tenant, result.pattern_id) is None:
         return replace(result, pattern_id="", capability_id="", new_pattern=False)
     return result
+
+
+def erased_answer(raw: bytes) -> bytes:
+    """A stored answer once the user deleted the pattern it named (or whose code it
+    rejected): no pattern, capability nor tool error; its time, digest and outcome stay, so
+    the request id is still answered `replayed` (and refused for another execution) until it
+    expires (docs/storage.md, Data left on disk)."""
+    data = json_form.loads(raw)
+    data.update(pattern_id="", capability_id="", new_pattern=False, tool_failures=[])
+    return json_form.dumps(data)
+
+
+def erase_answers(state: EngineState, tenant: str, pattern_id: str, code_hash: str) -> list[Op]:
+    """The rewrites erasing the stored answers of a deleted pattern's runs and of its code's
+    rejected first tries (those the failure log still names). The caller holds the pattern's
+    lock: every capture of the pattern (they take it too) has stored its answer, and none can
+    start."""
+    requests, logs = state.repo.requests, state.repo.logs
+    found = requests.answers_of(
+        tenant, pattern_id, lambda: logs.rejected_request_ids(tenant, code_hash)
+    )
+    return [requests.rewrite_request(key, erased_answer(raw)) for key, raw in found]
 
 
 def reused_id_error(request_id: str) -> AlreadyExistsError:

@@ -23,6 +23,7 @@ And one over its counters, not audited (what a pattern shows does not change):
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -30,14 +31,15 @@ from dataclasses import replace
 from pml_server.capture.normalize import NormalizedCode
 from pml_server.capture.placeholders import renamed
 from pml_server.capture.redact import redacted_name
-from pml_server.capture.rules import REDACTED
+from pml_server.capture.rules import REDACTED, merged_counters
 from pml_server.capture.schema import without_values_of
-from pml_server.domain import shown_intents
+from pml_server.domain import json_form, shown_intents
 from pml_server.domain.errors import InvalidArgumentError
-from pml_server.domain.records import PatternCounters, PatternRecord
+from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.service._state import EngineState
-from pml_server.service._writes import Change, audit, await_durable, commit
-from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, split_tenant
+from pml_server.service._writes import Change, audit, await_durable, commit, oplog
+from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, CF_SESSIONS, split_tenant
+from pml_server.storage.repo import tools_digest
 from pml_server.storage.seam import Op
 
 _PAGE = 1_000
@@ -189,8 +191,9 @@ def _rekey_one(state: EngineState, tenant: str, found: PatternRecord) -> int:
         pattern = repo.patterns.pattern(tenant, found.id)
         if pattern is None or pattern.code_hash != found.code_hash:
             return 0
-        if repo.patterns.pattern_id_for_hash(tenant, normalized.code_hash) is not None:
-            return 0  # a pattern already holds the new hash: it is the one runs find
+        holder = repo.patterns.pattern_id_for_hash(tenant, normalized.code_hash)
+        if holder is not None:  # the pattern runs find now: this one merges into it
+            return _merge_into(state, tenant, pattern, holder, normalized)
         counters = repo.patterns.counters(tenant, pattern.id)
         record, new_counters = renamed(pattern, counters, normalized) or (pattern, None)
         record = replace(record, code_hash=normalized.code_hash)
@@ -201,6 +204,144 @@ def _rekey_one(state: EngineState, tenant: str, found: PatternRecord) -> int:
         entry = {"action": "rekeyed", "code_hash": record.code_hash}
         _rewrite(state, tenant, record, new_counters, keys, {**entry, "former": found.code_hash})
     return 1
+
+
+def _merge_into(
+    state: EngineState,
+    tenant: str,
+    duplicate: PatternRecord,
+    survivor_id: str,
+    normalized: NormalizedCode,
+) -> int:
+    """Merge `duplicate` (its lock held) into the pattern holding today's hash of its code
+    (docs/storage.md, Migrations): counters summed (`rules.merged_counters`), its intents
+    moved (new ids; one of the same text adds its hits to the survivor's), and its
+    capability left (deleted when it was the last member); then it goes, audited
+    (`merged`). Returns 1 when merged."""
+    repo = state.repo
+    with contextlib.ExitStack() as held:
+        held.enter_context(state.locks.pattern.lock_for(tenant, normalized.code_hash))
+        survivor = repo.patterns.pattern(tenant, survivor_id)
+        kept = repo.patterns.counters(tenant, survivor_id)
+        if survivor is None or kept is None or survivor.code_hash != normalized.code_hash:
+            return 0
+        counters = repo.patterns.counters(tenant, duplicate.id) or PatternCounters()
+        renamed_now = renamed(duplicate, counters, normalized)
+        if renamed_now is not None and renamed_now[1] is not None:
+            counters = renamed_now[1]  # its values under today's placeholder names
+        change = Change()
+        theirs = {i.text: i for i in repo.intents.of_pattern(tenant, survivor_id)}
+        added: list[IntentRecord] = []
+        removed: list[int] = []
+        for intent in repo.intents.of_pattern(tenant, duplicate.id):
+            change.ops.append(repo.intents.delete_intent(tenant, duplicate.id, intent.id))
+            removed.append(intent.id)
+            same = theirs.get(intent.text)
+            if same is not None:
+                theirs[intent.text] = replace(
+                    same,
+                    hit_count=same.hit_count + intent.hit_count,
+                    last_seen_ms=max(same.last_seen_ms, intent.last_seen_ms),
+                )
+                change.ops.append(repo.intents.put_intent(tenant, theirs[intent.text]))
+                change.count("intents", -1)
+            else:
+                moved = replace(intent, id=state.ids.intent.next(), pattern_id=survivor_id)
+                change.ops.append(repo.intents.put_intent(tenant, moved))
+                added.append(moved)
+        merged = shown_intents.summarized(
+            merged_counters(kept, counters, state.rules.limits), [*theirs.values(), *added]
+        )
+        change.put_counters(
+            repo.patterns.put_counters(tenant, survivor_id, merged), survivor_id, merged
+        )
+        first_seen = min(survivor.first_seen_ms, duplicate.first_seen_ms)
+        if first_seen != survivor.first_seen_ms:
+            older = replace(survivor, first_seen_ms=first_seen)
+            change.put_pattern(repo.patterns.put_pattern(tenant, older), older)
+        change.ops += [
+            repo.patterns.delete_pattern(tenant, duplicate.id),
+            repo.patterns.delete_counters(tenant, duplicate.id),
+            repo.patterns.delete_hash(tenant, duplicate.code_hash),
+        ]
+        change.rank_removes.append(duplicate.id)
+        change.count("patterns", -1)
+        gone = _leave_capability(state, tenant, duplicate, change, held)
+        if gone is not None and gone != survivor.capability_id:
+            _repoint_plans(state, tenant, gone, survivor.capability_id, change, held)
+        if removed:
+            change.ops.append(oplog(state, tenant, "remove", removed))
+            change.index_removes = removed
+        if added:
+            change.ops.append(oplog(state, tenant, "add", [i.id for i in added]))
+            change.index_adds = [(i, survivor.tools_used) for i in added]
+        entry = {"action": "merged", "pattern_id": duplicate.id, "into": survivor_id}
+        audit(state, tenant, change, {**entry, "former": duplicate.code_hash})
+        ticket = commit(state, tenant, change)
+    await_durable(ticket)
+    return 1
+
+
+def _leave_capability(
+    state: EngineState,
+    tenant: str,
+    pattern: PatternRecord,
+    change: Change,
+    held: contextlib.ExitStack,
+) -> str | None:
+    """`pattern` leaves its capability, which goes when it was its last member (its id is
+    returned then); its group lock is entered on `held` (until the caller's change has
+    committed)."""
+    repo = state.repo
+    capability = repo.capabilities.capability(tenant, pattern.capability_id)
+    if capability is None:
+        return None
+    held.enter_context(state.locks.group.lock_for(tenant, tools_digest(capability.tools)))
+    capability = repo.capabilities.capability(tenant, pattern.capability_id)
+    if capability is None:
+        return None
+    members = tuple(p for p in capability.pattern_ids if p != pattern.id)
+    if members:
+        change.ops += repo.capabilities.put_capability(
+            tenant, replace(capability, pattern_ids=members)
+        )
+        return None
+    change.ops += repo.capabilities.delete_capability(tenant, capability)
+    change.count("capabilities", -1)
+    return capability.id
+
+
+def _repoint_plans(
+    state: EngineState,
+    tenant: str,
+    gone: str,
+    to: str,
+    change: Change,
+    held: contextlib.ExitStack,
+) -> None:
+    """The sessions' last steps and the transitions naming capability `gone` name `to`
+    instead (a transition's count added to one `to` already has), under their locks, entered
+    on `held` in the capture's order (sessions, then transitions). Reads the tenant's
+    sessions and transitions once (a merge is a one-time pass of an upgrade)."""
+    sessions = state.repo.sessions
+    for key, _, raw in sessions.session_rows(tenant):
+        step = json_form.loads(raw)
+        if step.get("capability") == gone:
+            held.enter_context(state.locks.session.lock_for(tenant, key.hex()))
+            change.ops.append((CF_SESSIONS, key, json_form.dumps({**step, "capability": to})))
+    moved: dict[tuple[str, str], tuple[int, int]] = {}
+    for previous, following, count, ms in sessions.transitions_naming(tenant, gone):
+        held.enter_context(state.locks.transition.lock_for(tenant, previous, following))
+        change.ops.append(sessions.delete_transition(tenant, previous, following))
+        pair = (to if previous == gone else previous, to if following == gone else following)
+        had = moved.get(pair, (0, 0))
+        moved[pair] = (had[0] + count, max(had[1], ms))
+    for pair, (count, ms) in moved.items():  # a pair names `to`: none is one of those deleted
+        held.enter_context(state.locks.transition.lock_for(tenant, *pair))
+        kept = sessions.transition(tenant, *pair)
+        if kept is not None:
+            count, ms = count + kept[0], max(ms, kept[1])
+        change.ops.append(sessions.put_transition(tenant, *pair, count, ms))
 
 
 def _rename_one(state: EngineState, tenant: str, found: PatternRecord) -> int:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pml_server.capture.dedup import DEFAULT_THRESHOLDS, SimilarityThresholds
-from pml_server.capture.locks import KeyedLocks, StripedLocks
+from pml_server.capture.locks import KeyedLocks
 from pml_server.capture.normalize import NormalizedCode
 from pml_server.capture.rules import CaptureLimits
 from pml_server.config import EngineConfig
@@ -53,9 +53,11 @@ class Locks:
     """Striped locks, always taken in this order: request id (idempotency), code hash (a
     pattern's counters), tool signature (capability grouping, only when a capture creates a
     pattern), session and transition (a successful capture with a session id), tenant (stats
-    and failure log). With a shared store the pattern and group locks
-    also lock other replicas out (database advisory locks, `StoreBackend.locks`); request ids
-    are made exactly-once by the store itself and tenant counts are SQL deltas."""
+    and failure log). With a shared store the pattern, group and tenant locks also lock other
+    replicas out (database advisory locks, `StoreBackend.locks`); request ids are made
+    exactly-once by the store itself and tenant counts are SQL deltas, so a shared store's
+    commit takes the tenant lock only to log or erase failures (docs/storage.md, The failure
+    log on a shared store)."""
 
     pattern: SeamLocks
     group: SeamLocks
@@ -63,8 +65,8 @@ class Locks:
     # (docs/ranking.md, Sessions; `_sessions.follow`).
     session: SeamLocks
     transition: SeamLocks
+    tenant: SeamLocks
     request: KeyedLocks = field(default_factory=KeyedLocks)
-    tenant: StripedLocks = field(default_factory=lambda: StripedLocks(64))
 
 
 class Readiness:
@@ -178,6 +180,7 @@ class EngineState:
             group=store.locks("group", 256),
             session=store.locks("session", 256),
             transition=store.locks("transition", 256),
+            tenant=store.locks("tenant", 64),
         )
         self.new_sessions = SessionStarts()
         # Each tenant's stats as this engine last submitted them. Only `_writes.commit` writes

@@ -111,6 +111,9 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
         ticket = state.store.submit(change.ops)
         _apply_to_indexes(state, tenant, change)
         return ticket
+    # On a shared store the tenant lock is also held against other replicas until the batch
+    # commits: the log's bound is counted from `failures_logged`, and an erasure rewrites
+    # entries a trim may remove (docs/storage.md, The failure log on a shared store).
     with state.locks.tenant.lock_for(tenant):
         stats = state.submitted_stats.get(tenant)
         # A shared store adds the deltas in SQL; its stats are read again only where the

@@ -14,7 +14,9 @@ previous value is still on its way to disk.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 import struct
 import sys
 import threading
@@ -23,6 +25,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from rocksdict import (
+    AccessType,
     BlockBasedOptions,
     BottommostLevelCompaction,
     Cache,
@@ -63,6 +66,9 @@ log = logging.getLogger(__name__)
 # since 1 (an older build's readers take no field they do not know).
 SCHEMA_VERSION = 2
 _META_SCHEMA_KEY = b"meta/schema_version"
+# The table files the store held at its last clean close, beside RocksDB's own files (JSON; an
+# open checks its MANIFEST still lists them, then removes it: `_check_tables_kept`).
+_TABLES_FILE = "pml-tables.json"
 DURABILITY_MODES = ("sync", "fast")
 
 
@@ -163,6 +169,8 @@ class Store:
         options.create_if_missing(True)
         options.create_missing_column_families(True)
         families = {name: family_options() for name in COLUMN_FAMILIES}
+        self._families = families
+        _check_tables_kept(path, families)
         try:
             self._db = Rdict(str(path), options, column_families=families)
         except Exception as err:  # rocksdict raises a bare Exception carrying RocksDB's status
@@ -441,6 +449,8 @@ class Store:
                 log.error("store at %s not flushed at close: %s", self.path, err)
                 failed = True
             self._close_families(after_error=failed)
+        if not failed:
+            _write_tables_kept(self.path, self._families)
         self._read_cache.clear()
 
     def _close_families(self, after_error: bool = False) -> None:
@@ -473,6 +483,71 @@ def _stored_schema(db: Rdict, meta: Rdict, path: Path) -> int:
     if found < SCHEMA_VERSION:
         meta.put(_META_SCHEMA_KEY, struct.pack(">I", SCHEMA_VERSION))
     return SCHEMA_VERSION
+
+
+def _live_tables(path: Path, families: dict[str, Options]) -> set[str]:
+    """The table files the MANIFEST of the closed store at `path` lists, read with a read-only
+    open (which deletes nothing)."""
+    probe = Rdict(
+        str(path),
+        Options(raw_mode=True),
+        column_families=families,
+        access_type=AccessType.read_only(),
+    )
+    try:
+        return {str(f["name"]).lstrip("/") for f in probe.live_files()}
+    finally:
+        probe.close()
+
+
+def _write_tables_kept(path: Path, families: dict[str, Options]) -> None:
+    """Name, at a clean close, the table files the closed store holds (read once every
+    background job has ended; docs/storage.md, Opening): the next open checks that its
+    MANIFEST still lists them. Written aside, then renamed."""
+    part = path / (_TABLES_FILE + ".part")
+    try:
+        tables = sorted(_live_tables(path, families))
+        with open(part, "w", encoding="utf-8") as out:
+            json.dump(tables, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(part, path / _TABLES_FILE)
+    except Exception as err:  # a full disk (rocksdict raises a bare Exception): the next
+        # open checks nothing
+        log.warning("store at %s: its table files not listed at close: %s", path, err)
+
+
+def _check_tables_kept(path: Path, families: dict[str, Options]) -> None:
+    """Refuse a store whose MANIFEST no longer lists a table file it held at its last clean
+    close (a truncated or damaged MANIFEST): RocksDB opens such a store as it was before
+    those tables (empty, or older) without a word, and deletes their files. Read with a
+    read-only open, which deletes nothing; the list is removed before the store opens
+    (a later crash leaves none, and the next open checks nothing)."""
+    listed = path / _TABLES_FILE
+    if not listed.exists():
+        return
+    try:
+        tables = [str(t) for t in json.loads(listed.read_text(encoding="utf-8"))]
+    except (OSError, ValueError):
+        tables = []  # unreadable: nothing to check against
+    if tables:
+        try:
+            live = _live_tables(path, families)
+        except Exception as err:
+            if "/LOCK:" in str(err):
+                raise StoreInUseError(
+                    f"{path} is in use by another pml process (RocksDB holds its LOCK file)"
+                ) from err
+            raise _open_error(path, err) from err
+        lost = [t for t in tables if t not in live]
+        if lost:
+            raise StoreOpenError(
+                f"cannot open the store at {path}: its MANIFEST no longer lists the table "
+                f"files {', '.join(lost[:5])}{' ...' if len(lost) > 5 else ''} it held at its "
+                "last close (a truncated or damaged MANIFEST; opening it would drop their "
+                "rows). Restore it from a backup, or use another data directory"
+            )
+    listed.unlink()
 
 
 def _open_error(path: Path, err: Exception) -> StoreOpenError:

@@ -74,12 +74,14 @@ def finished_ticket() -> WriteTicket:
 
 class LocalLocks:
     """In-process striped locks (a key picks one of `stripes` by hash): what the embedded
-    store's `locks` are, and the in-process half of the shared store's."""
+    store's `locks` are, and the in-process half of the shared store's. Reentrant: a thread
+    holding two keys' locks (an older build's duplicate merged into its survivor,
+    `service/_older_builds.py`) may find both on one stripe."""
 
     def __init__(self, stripes: int) -> None:
-        self._locks = [threading.Lock() for _ in range(stripes)]
+        self._locks = [threading.RLock() for _ in range(stripes)]
 
-    def lock_for(self, *key: str) -> threading.Lock:
+    def lock_for(self, *key: str) -> threading.RLock:
         return self._locks[zlib.crc32("\x1f".join(key).encode()) % len(self._locks)]
 
 

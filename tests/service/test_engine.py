@@ -3,6 +3,7 @@ deletion, retention, model checks and the derived indexes."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import resource
 import threading
@@ -12,13 +13,20 @@ import pytest
 
 from pml_server.config import EngineConfig
 from pml_server.domain.errors import (
+    AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     UnavailableError,
 )
 from pml_server.domain.limits import LIMITS
-from pml_server.domain.model import PageRequest, RetentionAction, SuggestQuery
+from pml_server.domain.model import (
+    CaptureOutcome,
+    ExecutionRecord,
+    PageRequest,
+    RetentionAction,
+    SuggestQuery,
+)
 from pml_server.retention import RetentionConfig
 from pml_server.service import Engine
 from pml_server.storage.seam import StoreClosedError
@@ -607,5 +615,53 @@ def test_a_deletion_erased_before_close_leaves_no_erase_for_the_next_open(tmp_pa
     engine = open_engine(tmp_path / "data")
     try:
         assert engine._state.repo.meta.erases_pending() == []
+    finally:
+        engine.close()
+
+
+def _failing(
+    request_id: str, path: str, error: str, tools: list[str] = JSON_TOOLS
+) -> ExecutionRecord:
+    """A failed run of `tools` on `path` whose last tool answered `error`."""
+    record = make_record(request_id, "Read JSON file", tools, path=path, failed={tools[-1]})
+    calls = tuple(c if c.ok else dataclasses.replace(c, error=error) for c in record.tool_calls)
+    return dataclasses.replace(record, tool_calls=calls)
+
+
+def test_a_users_deletion_erases_the_tool_errors_its_runs_stored_answers_hold(
+    tmp_path: Path,
+) -> None:
+    """docs/storage.md, Data left on disk: the stored idempotency answers of a deleted
+    pattern's failed runs, and of its code's rejected first try, held their tool errors until
+    they expired (a week by default). The deletion rewrites them: no file of the data
+    directory holds the errors once it answers; a resent id is still answered `replayed`
+    (without pattern nor tool errors), and refused for another execution."""
+    data = tmp_path / "data"
+    engine = open_engine(data)
+    try:
+        code = "a.json"
+        rejected = engine.record("t", _failing("r0", code, "qzv_first_try_error"))
+        assert rejected.outcome is CaptureOutcome.REJECTED
+        saved = engine.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+        failed = engine.record("t", _failing("r2", code, "qzv_failed_run_error"))
+        assert failed.pattern_id == saved.pattern_id
+        assert failed.tool_failures
+        other = engine.record("t", _failing("r3", "b.json", "qzv_other_error", ["send_mail"]))
+        engine.close()  # the answers in a table file, where only a compaction erases them
+        engine = open_engine(data)
+        engine.delete_pattern("t", saved.pattern_id)
+        assert files_holding(data, "qzv_failed_run_error") == []
+        assert files_holding(data, "qzv_first_try_error") == []
+        for request_id, execution in [
+            ("r0", _failing("r0", code, "qzv_first_try_error")),
+            ("r2", _failing("r2", code, "qzv_failed_run_error")),
+        ]:
+            again = engine.record("t", execution)
+            assert (again.replayed, again.pattern_id, again.tool_failures) == (True, "", ())
+            with pytest.raises(AlreadyExistsError, match="request_id"):
+                engine.record("t", make_record(request_id, "Send mail", ["mail.send"]))
+        kept = engine.record("t", _failing("r3", "b.json", "qzv_other_error", ["send_mail"]))
+        assert kept.replayed
+        assert kept.tool_failures == other.tool_failures
     finally:
         engine.close()

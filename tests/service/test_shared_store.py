@@ -19,7 +19,7 @@ from pml_server.domain.records import PatternCounters, PatternRecord
 from pml_server.domain.shown_intents import SHOWN_INTENTS
 from pml_server.ranking import RankingConfig
 from pml_server.service import Engine, _near
-from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, tenant_key
+from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, prefix_end, tenant_key, tenant_prefix
 from pml_server.storage.postgres import _store
 from pml_server.storage.repo import IntentRows
 from testing.ranking_oracle import path as oracle
@@ -1035,3 +1035,100 @@ def test_a_replica_reads_a_view_its_cache_lacks_in_one_query(
     queries.clear()
     assert b.get_pattern("t", pattern.id) == expected
     assert len(queries) == 2
+
+
+LOG_BOUND = 4
+
+
+def _failure_rows(dsn: str, tenant: str) -> int:
+    prefix = tenant_prefix(tenant)
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pml_failures WHERE key >= %s AND key < %s",
+            (prefix, prefix_end(prefix)),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _logging_failures(engine: Engine, tag: str, stop: threading.Event) -> threading.Thread:
+    """A thread that captures failed runs of new patterns through `engine` until `stop`."""
+
+    def work() -> None:
+        n = 0
+        while not stop.is_set():
+            code = f"send_{tag}{n}()"
+            engine.record(
+                "t",
+                make_record(f"{tag}{n}", "Send it", MAIL_TOOLS, code=code, failed={"mail.send"}),
+            )
+            n += 1
+
+    return threading.Thread(target=work)
+
+
+def test_the_failure_log_keeps_its_bound_under_deletions_and_failures_on_two_replicas(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """docs/storage.md, Data left on disk: a deletion on replica A erases the failure log's
+    entries of its pattern while replica B's failed runs trim the oldest, and both replicas
+    log failures at once: the log never holds more than `failure_log_size` rows (an erasure
+    put back an entry the trim had just removed, and two replicas' trims removed the same
+    oldest entry, each a row over the bound)."""
+    clock = Clock()
+    a = open_engine(tmp_path / "a", clock, store=postgres_dsn, failure_log_size=LOG_BOUND)
+    b = open_engine(tmp_path / "b", clock, store=postgres_dsn, failure_log_size=LOG_BOUND)
+    try:
+        worst = 0
+        for round_ in range(12):
+            code = f"read_{round_}()"
+            saved = a.record(
+                "t", make_record(f"p{round_}", "Read JSON file", JSON_TOOLS, code=code)
+            )
+            for n in range(LOG_BOUND):
+                failed = make_record(
+                    f"p{round_}-{n}", "Read JSON file", JSON_TOOLS, code=code, failed={"json.parse"}
+                )
+                a.record("t", failed)
+            stop = threading.Event()
+            loggers = [_logging_failures(b, f"b{round_}-", stop)]
+            if round_ % 2:  # odd rounds: A logs failures too
+                loggers.append(_logging_failures(a, f"a{round_}-", stop))
+            for thread in loggers:
+                thread.start()
+            a.delete_pattern("t", saved.pattern_id)
+            time.sleep(0.05)
+            stop.set()
+            for thread in loggers:
+                thread.join()
+            worst = max(worst, _failure_rows(postgres_dsn, "t"))
+        assert worst <= LOG_BOUND
+        listed = a.list_failures("t", PageRequest(page_size=100)).items
+        assert 0 < len(listed) <= LOG_BOUND
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_deletion_on_one_replica_erases_the_tool_errors_of_answers_another_stored(
+    replicas: Callable[[str], Engine], postgres_dsn: str
+) -> None:
+    """docs/storage.md, Data left on disk: the stored answers of a deleted pattern's runs lose
+    their tool errors, whichever replica stored them (an UPDATE of the rows: the family's
+    INSERT would refuse the request id); a resent id is answered `replayed` without them."""
+    a, b = replicas("a"), replicas("b")
+    saved = a.record("t", make_record("r1", "Read JSON file", JSON_TOOLS))
+    failed = make_record("r2", "Read JSON file", JSON_TOOLS, failed={"json.parse"})
+    assert a.record("t", failed).tool_failures
+    other = b.record("t", make_record("r3", "Send the mail", MAIL_TOOLS, failed={"mail.send"}))
+    b.delete_pattern("t", saved.pattern_id)
+    with psycopg.connect(postgres_dsn) as conn:
+        rows = dict(conn.execute("SELECT key, value FROM pml_requests").fetchall())
+    answers = {bytes(k)[-2:].decode(): bytes(v) for k, v in rows.items()}
+    assert sorted(answers) == ["r1", "r2", "r3"]
+    assert b"json.parse" not in answers["r2"]
+    assert b"mail.send" in answers["r3"]
+    again = a.record("t", failed)
+    assert (again.replayed, again.pattern_id, again.tool_failures) == (True, "", ())
+    mail = make_record("r3", "Send the mail", MAIL_TOOLS, failed={"mail.send"})
+    assert b.record("t", mail).tool_failures == other.tool_failures

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pml_server.domain.model import SuggestQuery
+from pml_server.domain.model import ExecutionRecord, SuggestQuery
 from pml_server.domain.records import ParamSpec
 from pml_server.service import Engine
 from pml_server.storage.keys import CF_META
@@ -100,5 +100,121 @@ def test_an_older_builds_patterns_of_named_tools_move_to_todays_hash_once(
     try:
         assert engine._state.repo.meta.tool_names_read()
         assert _rekeyed(engine) == [first.pattern_id]
+    finally:
+        engine.close()
+
+
+FSTRING_A = 'data = read_file(f"ledger_a.json")'
+FSTRING_B = 'data = read_file(f"ledger_b.json")'
+LEDGER = "read the ledger file"
+OLD_LEDGER = "load the old ledger"
+
+
+def _run(request_id: str, intent: str, code: str, failed: bool = False) -> ExecutionRecord:
+    record = make_record(
+        request_id, intent, ["read_file"], code=code, failed={"read_file"} if failed else None
+    )
+    return replace(record, language="python")
+
+
+@pytest.mark.parametrize(
+    "store", ["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_a_pattern_an_older_build_duplicated_merges_into_todays(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """docs/storage.md, Migrations: an older build read an f-string without a field as code, so
+    each value was a pattern of its own. Today both values hash alike: the open moves the first
+    to today's hash, and the second, finding it held, merges into it (it was left apart with
+    its runs, and the next run of its code counted in the other). Counts are summed, the
+    intents are the union of both (the same text's hits added), the duplicate leaves its
+    capability, and its hash row goes."""
+    dsn = request.getfixturevalue("postgres_dsn") if store == "postgresql" else None
+    overrides = {"store": dsn} if dsn else {}
+    engine = open_engine(tmp_path / "e", **overrides)
+    older = engine.record(T, _run("r1", OLD_LEDGER, FSTRING_B))
+    engine.record(T, _run("r11", LEDGER, FSTRING_B))
+    engine.record(T, _run("r12", LEDGER, FSTRING_B, failed=True))
+    engine.record(T, _run("r13", LEDGER, FSTRING_B))
+    repo = engine._state.repo
+    duplicate = repo.patterns.pattern(T, older.pattern_id)
+    assert duplicate is not None
+    today = duplicate.code_hash
+    # the older build's rows: keyed by a hash of its own (its f-string was code), no marker
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, replace(duplicate, code_hash=OLD_HASH)),
+            repo.patterns.delete_hash(T, today),
+            repo.patterns.put_hash(T, OLD_HASH, duplicate.id),
+            (CF_META, TOOL_NAMES_KEY, None),
+        ]
+    )
+    kept = engine.record(T, _run("r2", LEDGER, FSTRING_A))
+    assert kept.new_pattern  # today's hash was free: the older build's second pattern
+    engine.record(T, _run("r3", LEDGER, FSTRING_A))
+    before = engine.stats(T)
+    assert before.patterns == 2
+    engine.close()
+
+    engine = open_engine(tmp_path / "e", **overrides)
+    try:
+        repo = engine._state.repo
+        assert repo.patterns.pattern(T, duplicate.id) is None
+        assert repo.patterns.pattern_id_for_hash(T, OLD_HASH) is None
+        assert repo.patterns.pattern_id_for_hash(T, today) == kept.pattern_id
+        view = engine.get_pattern(T, kept.pattern_id)
+        assert (view.usage_count, view.success_count, view.failure_count) == (6, 5, 1)
+        hits = {i.text: i.hit_count for i in repo.intents.of_pattern(T, kept.pattern_id)}
+        assert hits == {LEDGER: 4, OLD_LEDGER: 1}
+        stats = engine.stats(T)
+        assert (stats.patterns, stats.intents, stats.executions) == (1, 2, before.executions)
+        assert stats.capabilities == 1
+        merged = [e for e in engine.admin.audit_log(T) if e["action"] == "merged"]
+        assert [(e["pattern_id"], e["into"]) for e in merged] == [(duplicate.id, kept.pattern_id)]
+        again = engine.record(T, _run("r4", OLD_LEDGER, FSTRING_B))
+        assert (again.pattern_id, again.new_pattern) == (kept.pattern_id, False)
+        found = engine.suggest(T, SuggestQuery(intent=OLD_LEDGER))
+        assert [s.pattern.id for s in found.suggestions] == [kept.pattern_id]
+    finally:
+        engine.close()
+
+
+def test_a_merged_duplicates_plans_move_to_the_survivors_capability(tmp_path: Path) -> None:
+    """docs/storage.md, Migrations: the duplicate was alone in its capability, which goes with
+    the merge; the transitions into it and a session's last step on it name the survivor's
+    capability instead (they named a capability that no longer existed)."""
+    engine = open_engine(tmp_path / "e")
+    first = engine.record(T, replace(_run("r0", "open the mailbox", "mail()"), session_id="s1"))
+    older = engine.record(T, replace(_run("r1", OLD_LEDGER, FSTRING_B), session_id="s1"))
+    repo = engine._state.repo
+    duplicate = repo.patterns.pattern(T, older.pattern_id)
+    assert duplicate is not None
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, replace(duplicate, code_hash=OLD_HASH)),
+            repo.patterns.delete_hash(T, duplicate.code_hash),
+            repo.patterns.put_hash(T, OLD_HASH, duplicate.id),
+            (CF_META, TOOL_NAMES_KEY, None),
+        ]
+    )
+    kept = engine.record(T, _run("r2", "zq unrelated words xv", FSTRING_A))
+    engine.record(T, replace(_run("r3", "open the mailbox", "mail()"), session_id="s2"))
+    engine.record(T, replace(_run("r4", "zq unrelated words xv", FSTRING_A), session_id="s2"))
+    assert kept.capability_id != older.capability_id  # two capabilities
+    sessions = repo.sessions
+    assert sessions.transition(T, first.capability_id, older.capability_id) is not None
+    engine.close()
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        sessions = engine._state.repo.sessions
+        assert engine._state.repo.capabilities.capability(T, older.capability_id) is None
+        assert sessions.transition(T, first.capability_id, older.capability_id) is None
+        found = sessions.transition(T, first.capability_id, kept.capability_id)
+        assert found is not None
+        assert found[0] == 2  # one of each
+        step = sessions.session_step(T, "s1")
+        assert step is not None
+        assert step[0] == kept.capability_id
     finally:
         engine.close()

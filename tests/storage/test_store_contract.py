@@ -36,7 +36,7 @@ from pml_server.storage.postgres import (
     _oplog,
 )
 from pml_server.storage.postgres._oplog import Changes
-from pml_server.storage.postgres._schema import MIGRATIONS
+from pml_server.storage.postgres._schema import MIGRATIONS, SchemaMismatchError
 from pml_server.storage.seam import Locks, RequestAlreadyAppliedError
 from testing.postgres_cluster import free_port
 from tests.storage.conftest import Opener
@@ -187,6 +187,30 @@ def test_a_newer_schema_is_refused_postgresql(postgres_dsn: str) -> None:
         conn.execute("INSERT INTO pml_schema_migrations (version) VALUES (99)")
     with pytest.raises(SchemaVersionError, match="schema version 99"):
         PostgresStore(postgres_dsn)
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_a_migration_half_applied_outside_pml_is_refused_naming_it(
+    postgres_dsn: str, version: int
+) -> None:
+    """A version is one transaction, so only a change outside pml (a partial restore, DDL run
+    by hand) leaves part of it without its row in pml_schema_migrations: the start failed on
+    the raw DuplicateTable or DuplicateColumn (a traceback, not a line naming the database).
+    It is refused naming both versions and the object; nothing is changed, so restoring the
+    row lets it open."""
+    PostgresStore(postgres_dsn).close()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM pml_schema_migrations WHERE version >= %s", (version,))
+    with pytest.raises(SchemaMismatchError, match=f"records schema version {version - 1}") as err:
+        PostgresStore(postgres_dsn)
+    assert f"part of version {version}" in str(err.value)
+    assert "already exists" in str(err.value)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT max(version) FROM pml_schema_migrations").fetchall()
+        assert rows == [(version - 1,)]
+        for v in range(version, SCHEMA_VERSION + 1):
+            conn.execute("INSERT INTO pml_schema_migrations (version) VALUES (%s)", (v,))
+    PostgresStore(postgres_dsn).close()
 
 
 def test_migrations_apply_once_and_reopen(postgres_dsn: str) -> None:

@@ -25,6 +25,9 @@ from pml_server.storage.postgres._schema import FOLLOWED_FAMILIES, table_of
 from pml_server.storage.postgres._transactions import Connection, Transactions
 
 _SCAN_PAGE = 2000
+# Pseudo-family of stored answers rewritten in place (`SharedRequests.rewrite_request`): an
+# UPDATE, where the family's rows are a plain INSERT (`insert_requests_first`).
+CF_REQUEST_REWRITE = "requests_rewrite"
 # The counters' `top_intents` array in their compact JSON (`json_form.dumps`): a key no other
 # object of the counters has (theirs are field names and parameter names, `$...`), and a
 # string's quote is escaped, so no value matches; null (an older build's) does not either.
@@ -200,6 +203,17 @@ def insert_requests_first(conn: Connection, rows: list[tuple[bytes, bytes | None
             conn.execute(
                 f"INSERT INTO {table_of(CF_REQUESTS)} (key, value) VALUES (%s, %s)", (key, value)
             )
+
+
+def rewrite_requests(conn: Connection, rows: list[tuple[bytes, bytes]]) -> None:
+    """Stored answers rewritten in place, those still there only: an answer expired meanwhile
+    (another replica's prune) is not put back."""
+    if rows:
+        conn.execute(
+            f"UPDATE {table_of(CF_REQUESTS)} AS t SET value = r.v"
+            " FROM unnest(%s::bytea[], %s::bytea[]) AS r(k, v) WHERE t.key = r.k",
+            ([k for k, _ in rows], [v for _, v in rows]),
+        )
 
 
 def delete_requests(conn: Connection, keys: list[bytes]) -> None:

@@ -143,6 +143,15 @@ class SchemaVersionError(FailedPreconditionError):
     """The database was migrated by a newer pml than this one."""
 
 
+class SchemaMismatchError(FailedPreconditionError):
+    """The database holds part of a schema version its migrations table does not record (a
+    migration is one transaction: only a change outside pml leaves one half applied)."""
+
+
+def _first_line(error: psycopg.Error) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
 def migrate(conn: psycopg.Connection[tuple[object, ...]], where: str) -> int:
     """Bring the schema up to `SCHEMA_VERSION`; the version found (after migrating)."""
     conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
@@ -160,10 +169,20 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], where: str) -> int:
                 "version of pml"
             )
         for version in range(found + 1, SCHEMA_VERSION + 1):
-            with conn.transaction():
-                for statement in MIGRATIONS[version]:
-                    conn.execute(statement.encode())
-                conn.execute("INSERT INTO pml_schema_migrations (version) VALUES (%s)", (version,))
+            try:
+                with conn.transaction():
+                    for statement in MIGRATIONS[version]:
+                        conn.execute(statement.encode())
+                    conn.execute(
+                        "INSERT INTO pml_schema_migrations (version) VALUES (%s)", (version,)
+                    )
+            except psycopg.ProgrammingError as error:  # an object there, or missing
+                raise SchemaMismatchError(
+                    f"the database at {where} records schema version {version - 1} but "
+                    f"already holds part of version {version} ({_first_line(error)}): it was "
+                    "changed outside pml (a partial restore, or statements run by hand). "
+                    "Restore it from a backup, or use another database"
+                ) from None
         return max(found, SCHEMA_VERSION)
     except psycopg.OperationalError as error:
         raise StoreClosedError(f"migrating the database at {where} failed: {error}") from error

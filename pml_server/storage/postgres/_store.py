@@ -252,8 +252,12 @@ def _apply(conn: Connection, ops: Sequence[Op]) -> None:
     deltas: dict[str, dict[str, int]] = {}
     ceilings: dict[str, tuple[int, int]] = {}
     snapshots: list[tuple[str, int, bytes]] = []
+    rewrites: list[tuple[bytes, bytes]] = []
     for cf, key, value in ops:
-        if cf == CF_OPLOG:
+        if cf == _keyvalue.CF_REQUEST_REWRITE:
+            assert value is not None
+            rewrites.append((key, value))
+        elif cf == CF_OPLOG:
             if value is not None:  # deletions: the store trims the log itself
                 oplog.append(value)
         elif cf == CF_INDEX_SNAPSHOT:
@@ -277,6 +281,7 @@ def _apply(conn: Connection, ops: Sequence[Op]) -> None:
     for cf in sorted({cf for cf, _ in final} - {CF_REQUESTS}):
         rows = [(k, v) for (family, k), v in final.items() if family == cf]
         _keyvalue.write_family(conn, cf, rows)
+    _keyvalue.rewrite_requests(conn, rewrites)
     _keyvalue.delete_requests(
         conn, [k for (cf, k), v in final.items() if cf == CF_REQUESTS and v is None]
     )

@@ -268,7 +268,7 @@ class _SharedLock:
     """One `lock_for` result: the in-process stripe, then the advisory lock in this thread's
     transaction (see the module docstring)."""
 
-    def __init__(self, transactions: Transactions, local: threading.Lock, key: int) -> None:
+    def __init__(self, transactions: Transactions, local: threading.RLock, key: int) -> None:
         self._transactions = transactions
         self._local = local
         self._key = key

@@ -56,6 +56,25 @@ class LogRows:
                 return found
             start = rows[-1][0] + b"\x00"
 
+    def rejected_request_ids(self, tenant: str, code_hash: str) -> set[str]:
+        """The request ids of the entries of a code's rejected first tries (no pattern), read
+        as `failures_of` reads the log."""
+        found: set[str] = set()
+        start: bytes | None = None
+        while True:
+            rows = self.store.scan(
+                CF_FAILURES, tenant_prefix(tenant), start=start, limit=_SCAN_PAGE
+            )
+            for _, raw in rows:
+                if raw == _ERASED:
+                    continue
+                entry = json_form.loads(raw)
+                if not entry.get("pattern_id") and entry.get("code_hash") == code_hash:
+                    found.add(str(entry.get("request_id", "")))
+            if len(rows) < _SCAN_PAGE:
+                return found
+            start = rows[-1][0] + b"\x00"
+
     def erase_failure(self, key: bytes) -> Op:
         """The entry overwritten in place with `_ERASED`: its run's intent and error go, while
         the log keeps its length, which its bound counts from a running total."""

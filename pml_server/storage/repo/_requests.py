@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-from pml_server.storage.keys import CF_REQUESTS, tenant_key, tenant_prefix
+from pml_server.domain import json_form
+from pml_server.storage.keys import CF_REQUESTS, split_tenant, tenant_key, tenant_prefix
 from pml_server.storage.seam import KeyValueReads, Op
+
+# Answers read at a time when looking for a deleted pattern's.
+_SCAN_PAGE = 1000
 
 
 class RequestRows:
@@ -30,3 +34,34 @@ class RequestRows:
 
     def delete_request(self, key: bytes) -> Op:
         return (CF_REQUESTS, key, None)
+
+    def rewrite_request(self, key: bytes, result: bytes) -> Op:
+        """A stored answer rewritten in place (a user's deletion erasing what it held). The
+        shared store writes it only if the row is still there, so a rewrite racing the
+        answer's expiry never puts it back."""
+        return (CF_REQUESTS, key, result)
+
+    def answers_of(
+        self, tenant: str, pattern_id: str, request_ids: Callable[[], set[str]]
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """The (key, answer) rows of the tenant that name `pattern_id`, or whose request id is
+        in `request_ids()` (read once, if any answer names no pattern). Reads every answer of
+        the tenant, `_SCAN_PAGE` at a time; only those holding the pattern id's bytes (in
+        their compact JSON) or naming no pattern are decoded."""
+        named = json_form.dumps({"pattern_id": pattern_id})[1:-1]
+        unnamed = json_form.dumps({"pattern_id": ""})[1:-1]
+        wanted: set[str] | None = None
+        start: bytes | None = None
+        while True:
+            rows = self.request_rows(tenant, start=start, limit=_SCAN_PAGE)
+            for key, raw in rows:
+                if named in raw and json_form.loads(raw).get("pattern_id") == pattern_id:
+                    yield key, raw
+                elif unnamed in raw:
+                    if wanted is None:
+                        wanted = request_ids()
+                    if split_tenant(key)[1].decode() in wanted:
+                        yield key, raw
+            if len(rows) < _SCAN_PAGE:
+                return
+            start = rows[-1][0] + b"\x00"

@@ -17,6 +17,7 @@ from pml_server.storage.keys import (
 from pml_server.storage.seam import Op, StoreBackend
 
 _HEX = b"0123456789abcdef"
+_PAGE = 1000  # transitions read at a time when looking for a capability's
 
 
 def session_key(tenant: str, session_id: str) -> bytes:
@@ -89,3 +90,25 @@ class SessionRows:
             data = json_form.loads(raw)
             out.append((key[len(prefix) :].decode(), int(data["count"]), int(data["ms"])))
         return out
+
+    def delete_transition(self, tenant: str, previous: str, following: str) -> Op:
+        return (CF_TRANSITIONS, tenant_key(tenant, previous, following), None)
+
+    def transitions_naming(
+        self, tenant: str, capability_id: str
+    ) -> list[tuple[str, str, int, int]]:
+        """(previous, following, count, last time in ms) of every transition of the tenant
+        into or out of `capability_id`: all of the tenant's are read, a page at a time."""
+        prefix = tenant_prefix(tenant)
+        found: list[tuple[str, str, int, int]] = []
+        start: bytes | None = None
+        while True:
+            rows = self.store.scan(CF_TRANSITIONS, prefix, start=start, limit=_PAGE)
+            for key, raw in rows:
+                previous, following = (p.decode() for p in key[len(prefix) :].split(b"\x00", 1))
+                if capability_id in (previous, following):
+                    data = json_form.loads(raw)
+                    found.append((previous, following, int(data["count"]), int(data["ms"])))
+            if len(rows) < _PAGE:
+                return found
+            start = rows[-1][0] + b"\x00"
