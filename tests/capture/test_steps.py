@@ -504,3 +504,11 @@ def test_steps_stored_under_other_rules_are_read_again_from_the_code() -> None:
     read = pattern_steps("rules-older", "h", code, "javascript", older)
     assert [s.tool for s in read] == ["read_file", "parse_json"]
     assert read[1].depends_on == (0,)
+
+
+def test_a_name_rebound_by_with_as_reads_no_step() -> None:
+    """`with open(p) as r:` rebinds `r`: it no longer reads step a (a wrong edge before)."""
+    code = "r = mcp.a()\nwith open(p) as r:\n    pass\nmcp.b(v=r)"
+    steps = _core.normalize(code, "python").steps
+    assert list(steps[1].depends_on) == []
+    assert steps[1].arguments[0].kind == "unknown"

@@ -918,6 +918,13 @@ fn binding_sites<'t>(
                 }
             }
             "parameters" | "lambda_parameters" => unknown(Some(node), parent_end, sites),
+            // `with open(p) as r:`, `except E as r:`: `r` is what the statement gives, no
+            // step's output (before, `r` still read the step it was bound to).
+            "as_pattern" => {
+                if let Some(alias) = grammar.child(node, "alias") {
+                    site(node.end_byte(), alias, None, How::Value, assigned(), sites);
+                }
+            }
             "function_definition" => function_site(function_end(grammar, ancestors), sites),
             "call" => callback_sites(grammar, code, lang, node, sites),
             _ => {}

@@ -2506,3 +2506,12 @@ fn a_long_chain_of_clauses_keeps_every_edge_past_it_and_none_into_a_later_clause
     js.push_str("}\nawait mcp.c({v: r});");
     assert_eq!(edges(&js, "js").len(), 101);
 }
+
+#[test]
+fn a_name_rebound_by_with_as_reads_no_step() {
+    // Before, `r` still read step a after `with open(p) as r:` rebound it (a wrong edge).
+    let code = "r = mcp.a()\nwith open(p) as r:\n    mcp.b(v=r)\nmcp.c(v=r)";
+    assert!(edges(code, "python").is_empty(), "{code}");
+    let code = "r = mcp.a()\nwith open(p) as f:\n    mcp.b(v=r)";
+    assert_eq!(edges(code, "python"), vec![(0, 1)]);
+}
