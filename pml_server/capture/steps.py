@@ -1,6 +1,7 @@
 """A pattern's steps and data flow (docs/normalization.md, Steps): read from its stored
 `original_code` by the Rust normalizer once, when the pattern is made, and stored with it under
-`STEPS_RULES`; a pattern stored without them, or under other rules, has them read again when a
+`STEPS_RULES`; a pattern stored without them, or under other rules, has them stored again by
+the open's pass (service/_older_builds.py `read_steps_again`), and until then read again when a
 view is built for an answer. A pattern's code never changes, so the result is cached by
 pattern id and hash.
 """
@@ -23,7 +24,7 @@ _lock = threading.Lock()
 # How the core reads steps: raised with every change to what it reads from a code (the golden
 # vectors of tests/vectors/steps.json change with it, and tests/capture/test_steps.py holds
 # their digest to this number), so that steps stored under other rules are read again.
-STEPS_RULES = 1
+STEPS_RULES = 2
 
 
 def step_views(steps: list[_core.Step]) -> tuple[StepView, ...]:
@@ -64,6 +65,11 @@ def stored_steps(code: str, language: str) -> str:
         for s in steps
     ]
     return json_form.dumps([STEPS_RULES, rows]).decode()
+
+
+def stored_under_today(stored: str) -> bool:
+    """Whether `stored` (`stored_steps`) holds steps read under today's `STEPS_RULES`."""
+    return bool(stored) and json_form.loads(stored.encode())[0] == STEPS_RULES
 
 
 def _decoded(stored: str) -> tuple[StepView, ...] | None:

@@ -71,6 +71,12 @@ class EngineAdmin:
         docs/capture.md, The intents a view shows."""
         return self._jobs.summaries.wait(timeout)
 
+    def wait_steps_read(self, timeout: float | None = None) -> int:
+        """Until the open's storing of the steps of patterns stored under other steps rules is
+        over (tests, benches): how many it rewrote; raises what made it fail (the next open
+        retries). docs/normalization.md, Steps."""
+        return self._jobs.steps.wait(timeout)
+
     def audit_log(self, tenant: str) -> list[dict[str, Any]]:
         """Every retention action and deletion of the tenant, oldest first."""
         return _reads.audit_log(self._state.repo, tenant)

@@ -1,7 +1,8 @@
 """The engine's background jobs: restoring the search indexes at open, snapshotting them while
 running (and at close), applying the retention table on an interval, and once per store
 re-keying (before ready) and renaming (while serving) what an older build's normalizer left,
-then summarizing the shown intents its counters lack (while serving)."""
+then summarizing the shown intents its counters lack and storing again the steps of patterns
+stored under other steps rules (while serving)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pml_server.domain.errors import UnavailableError
 from pml_server.service._curation import erase_left_deletions, run_retention
 from pml_server.service._heap import release_free_memory
 from pml_server.service._older_builds import (
+    read_steps_again,
     rekey_tool_names,
     rename_placeholders,
     summarize_intents,
@@ -72,6 +74,7 @@ class BackgroundJobs:
         # (service/_older_builds.py)
         self.placeholders = OpenPass("renaming an older build's placeholder names")
         self.summaries = OpenPass("summarizing an older build's counters")
+        self.steps = OpenPass("storing the steps of patterns stored under other steps rules")
         # patterns moved to today's hash at open (service/_older_builds.py)
         self.patterns_rekeyed = 0
 
@@ -141,6 +144,7 @@ class BackgroundJobs:
             state.readiness.set_failed(error)
             self.placeholders.failed(error)  # never run: their waiters hear why
             self.summaries.failed(error)
+            self.steps.failed(error)
             return
         try:
             erase_left_deletions(state)
@@ -150,6 +154,8 @@ class BackgroundJobs:
         # (docs/normalization.md, Placeholder names; docs/capture.md, The intents a view shows)
         self.placeholders.run(lambda: rename_placeholders(state, self._stop))
         self.summaries.run(lambda: summarize_intents(state, self._stop))
+        # after the renaming, whose rewrites store steps too (docs/normalization.md, Steps)
+        self.steps.run(lambda: read_steps_again(state, self._stop))
 
     def _snapshot_loop(self) -> None:
         interval = self._state.config.snapshot_interval_seconds

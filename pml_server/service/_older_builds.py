@@ -19,7 +19,12 @@ And one over its counters, not audited (what a pattern shows does not change):
 - `summarize_intents`, while serving: an older build's counters lack the intent count and
   shown intents (domain/shown_intents.py), so every view of such a pattern read all its
   intents until its next capture. Their summary is written from the pattern's intents, read
-  `WHOLE_PATTERN_READ` at a time; the counters are scanned a page at a time."""
+  `WHOLE_PATTERN_READ` at a time; the counters are scanned a page at a time.
+And one over the patterns' steps, not audited (they are what a view reads from the code):
+- `read_steps_again`, while serving, once per `STEPS_RULES`: a pattern stored without steps or
+  under other rules had them read from its code at every first view after a start
+  (docs/normalization.md, Steps). They are stored again, each under the pattern's lock (the
+  one a capture takes); the patterns are scanned a page at a time."""
 
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from pml_server.capture.placeholders import renamed
 from pml_server.capture.redact import redacted_name
 from pml_server.capture.rules import REDACTED, merged_counters
 from pml_server.capture.schema import without_values_of
+from pml_server.capture.steps import STEPS_RULES, stored_steps, stored_under_today
 from pml_server.domain import json_form, shown_intents
 from pml_server.domain.errors import InvalidArgumentError
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
@@ -107,6 +113,41 @@ def summarize_intents(state: EngineState, stop: threading.Event) -> int:
     if not stop.is_set():
         state.store.write([state.repo.meta.put_intents_summarized()])
     return written
+
+
+def read_steps_again(state: EngineState, stop: threading.Event) -> int:
+    """Store again the steps of every pattern stored without them or under other
+    `STEPS_RULES`; returns how many."""
+    if state.repo.meta.steps_read(STEPS_RULES):
+        return 0
+    rewritten = sum(
+        _read_steps_of(state, tenant, found) for tenant, found in _every_pattern(state, stop)
+    )
+    if not stop.is_set():
+        state.store.write([state.repo.meta.put_steps_read(STEPS_RULES)])
+    return rewritten
+
+
+def _read_steps_of(state: EngineState, tenant: str, found: PatternRecord) -> int:
+    if stored_under_today(found.steps_json):
+        return 0
+    steps = stored_steps(found.original_code, found.language)  # outside the lock: a parse
+    if not steps:
+        return 0  # the stored code no longer normalizes (a smaller limit): left as it is
+    repo = state.repo
+    with state.locks.pattern.lock_for(tenant, found.code_hash):
+        pattern = repo.patterns.pattern(tenant, found.id)
+        if pattern is None or pattern.code_hash != found.code_hash:
+            return 0  # deleted or moved meanwhile
+        if stored_under_today(pattern.steps_json):
+            return 0
+        if (pattern.original_code, pattern.language) != (found.original_code, found.language):
+            steps = stored_steps(pattern.original_code, pattern.language)  # rewritten meanwhile
+        record = replace(pattern, steps_json=steps)
+        change = Change()
+        change.put_pattern(repo.patterns.put_pattern(tenant, record), record)
+        await_durable(commit(state, tenant, change))
+    return 1
 
 
 def _unsummarized(state: EngineState, stop: threading.Event) -> Iterator[tuple[str, str]]:
@@ -393,7 +434,7 @@ def _rewrite(
     """Write `record` (and `counters`, when given) with `ops`, audited, and wait until durable;
     the caller holds the pattern's lock."""
     repo = state.repo
-    record = replace(record, steps_json="")  # read again from the code
+    record = replace(record, steps_json=stored_steps(record.original_code, record.language))
     change = Change()
     change.put_pattern(repo.patterns.put_pattern(tenant, record), record)
     if counters is not None:

@@ -439,12 +439,44 @@ def test_a_loop_over_calls_written_side_by_side_takes_each_call_whole(
     ]
 
 
+PROMISES_BRANCHES_GLOBALS = [
+    # a promise is no list: `then`'s function takes the value itself (`[*].x` or the whole
+    # output before)
+    ("javascript", "const n = await mcp.a({q: 'x'}).then(r => r.x);\nawait mcp.b({v: n});", ".x"),
+    ("javascript", "const n = await mcp.a({q: 'x'}).then(({x}) => x);\nawait mcp.b({v: n});", ".x"),
+    (
+        "javascript",
+        "const p = mcp.a({q: 'x'});\nconst n = await p.then(r => r.x);\nawait mcp.b({v: n});",
+        ".x",
+    ),
+    # `else` runs instead of the `if` that assigned: what the name held before (step 1 before)
+    ("python", "r = mcp.a(q='x')\nif c:\n    r = mcp.z(q='y')\nelse:\n    mcp.b(v=r)", ""),
+    # a `global` assigned in a function is the module's name (no edge before)
+    ("python", "r = None\ndef f():\n    global r\n    r = mcp.a(q='x')\nf()\nmcp.b(v=r)", ""),
+]
+
+
+@pytest.mark.parametrize(("language", "code", "path"), PROMISES_BRANCHES_GLOBALS)
+def test_a_promise_a_later_clause_and_a_global_read_the_value_they_hold(
+    language: str, code: str, path: str
+) -> None:
+    steps = _core.normalize(code, language).steps
+    assert steps[0].tool == "a"
+    read = steps[-1]
+    assert read.tool == "b"
+    assert list(read.depends_on) == [0]
+    assert [list(a.sources) for a in read.arguments] == [[(0, path)]]
+
+
 # ---- stored steps ------------------------------------------------------------------------------
 
 # The digest of tests/vectors/steps.json under each `STEPS_RULES`: the vectors change when the
 # core reads steps differently, and steps stored under the former rules must then be read
 # again from their code (raise `STEPS_RULES`, then record the new digest here).
-VECTORS_UNDER_RULES = {1: "bbae2d46ed151a9f6d87fa4300881dc766a3e0031df89acceaba0490e83ee09e"}
+VECTORS_UNDER_RULES = {
+    1: "bbae2d46ed151a9f6d87fa4300881dc766a3e0031df89acceaba0490e83ee09e",
+    2: "a8bbfefc0f9d163396b8ba97005fc2048ae218277d3b11749c0f4e19b565f8f6",
+}
 
 
 def test_the_steps_rules_change_with_the_golden_vectors() -> None:
@@ -472,3 +504,11 @@ def test_steps_stored_under_other_rules_are_read_again_from_the_code() -> None:
     read = pattern_steps("rules-older", "h", code, "javascript", older)
     assert [s.tool for s in read] == ["read_file", "parse_json"]
     assert read[1].depends_on == (0,)
+
+
+def test_a_name_rebound_by_with_as_reads_no_step() -> None:
+    """`with open(p) as r:` rebinds `r`: it no longer reads step a (a wrong edge before)."""
+    code = "r = mcp.a()\nwith open(p) as r:\n    pass\nmcp.b(v=r)"
+    steps = _core.normalize(code, "python").steps
+    assert list(steps[1].depends_on) == []
+    assert steps[1].arguments[0].kind == "unknown"

@@ -206,6 +206,29 @@ CASES: list[tuple[str, str, str]] = [
     ),
     ("unparsed", "js", "const r = await mcp.a({x: 1}; mcp.b(r)"),
     ("unparsed_subscript", "js", 'const r = await mcp["get-weather"]({city: "Paris"}; mcp.b(r)'),
+    (
+        "promise_then_reads_the_value",
+        "js",
+        'const n = await mcp.search({q: "x"}).then(({total}) => total);\n'
+        "const d = await mcp.get({id: 1}).then(r => r.body);\n"
+        "await mcp.report({n, d});",
+    ),
+    (
+        "else_reads_what_the_name_held_before_the_if",
+        "python",
+        'r = mcp.search(q="x")\nif c:\n    r = mcp.retry(q="y")\nelse:\n    mcp.log(v=r)\n'
+        "mcp.send(v=r)",
+    ),
+    (
+        "except_reads_either_value",
+        "python",
+        'r = mcp.search(q="x")\ntry:\n    r = mcp.retry(q="y")\nexcept E:\n    mcp.log(v=r)',
+    ),
+    (
+        "global_assigned_in_a_function",
+        "python",
+        'r = None\ndef load():\n    global r\n    r = mcp.search(q="x")\nload()\nmcp.send(v=r)',
+    ),
 ]
 
 

@@ -148,6 +148,8 @@ struct Entry {
     binding: Binding,
     /// Made for the end of a branch: what the name held before it or was given in it.
     joined: bool,
+    /// Made for the start of a clause after the one a name was assigned in (`Restore`).
+    restore: bool,
 }
 
 /// Insert into `list` (sorted by position) after every entry at the same position, but before
@@ -158,6 +160,7 @@ fn insert_entry(
     end: usize,
     binding: Binding,
     joined: bool,
+    restore: bool,
 ) {
     let at = list.partition_point(|e| {
         e.position < position || (e.position == position && (joined || !e.joined))
@@ -169,6 +172,7 @@ fn insert_entry(
             end,
             binding,
             joined,
+            restore,
         },
     );
 }
@@ -294,17 +298,21 @@ struct Reader<'a, 't> {
     code: &'a str,
     lang: Lang,
     grammar: &'static Grammar,
-    /// Tool calls by start byte: their step index.
-    calls: HashMap<usize, usize>,
+    /// Tool calls by (start, end) byte: their step index. The end too, because a method
+    /// called on a call's output (`mcp.a().then(f)`) starts where the call does.
+    calls: HashMap<(usize, usize), usize>,
     /// Raw parameters by start byte: (end byte, index).
     params: HashMap<usize, (usize, usize)>,
     /// Bindings of each name, sorted by the position they take effect from.
     bindings: HashMap<&'a str, Vec<Entry>>,
     /// The scope of the site being bound (`Site::scope_end`, `Site::branches`).
-    site_scope: (Option<usize>, Vec<(usize, usize)>),
+    site_scope: (Option<usize>, Branches),
     budget: usize,
     /// What is left of `MAX_SNIPPET_SOURCES`.
     sources_left: usize,
+    /// The start of the clause after each clause or consequence ((start, end) bytes), in the
+    /// statement they are in (`CLAUSES`).
+    next_clauses: HashMap<(usize, usize), usize>,
     _tree: std::marker::PhantomData<&'t ()>,
 }
 
@@ -327,6 +335,10 @@ pub(crate) fn read_steps(
     let mut scopes: Vec<(&'static str, bool)> = Vec::new();
     // The ancestors themselves, for the scopes of the names bound (`binding_sites`).
     let mut ancestors: Vec<Node<'_>> = Vec::new();
+    let mut declared: Declared = HashMap::new();
+    let mut next_clauses: HashMap<(usize, usize), usize> = HashMap::new();
+    // Per level of the walk, the last named node seen there: what a clause follows.
+    let mut previous: Vec<Option<Node<'_>>> = vec![None];
     let mut cursor = tree.walk();
     // Pre-order walk, the order the tree walk records tool calls in.
     'outer: loop {
@@ -341,11 +353,21 @@ pub(crate) fn read_steps(
             }
         }
         if !is_tool {
-            binding_sites(grammar, code, lang, node, kind, &ancestors, &mut sites);
+            declare(grammar, code, node, &ancestors, &mut declared);
+            binding_sites(grammar, code, lang, node, &ancestors, &declared, &mut sites);
+        }
+        if node.is_named() && !node.is_extra() {
+            if let (true, Some(Some(before))) = (CLAUSES.contains(&kind), previous.last()) {
+                next_clauses.insert((before.start_byte(), before.end_byte()), node.start_byte());
+            }
+            if let Some(last) = previous.last_mut() {
+                *last = Some(node);
+            }
         }
         if cursor.goto_first_child() {
             scopes.push((kind, inherited || deferred_scope(kind, parent_kind)));
             ancestors.push(node);
+            previous.push(None);
             continue;
         }
         loop {
@@ -357,6 +379,7 @@ pub(crate) fn read_steps(
             }
             scopes.pop();
             ancestors.pop();
+            previous.pop();
         }
     }
     if calls.len() != tool_calls.len() || calls.iter().zip(tool_calls).any(|(c, t)| &c.1.tool != t)
@@ -371,7 +394,7 @@ pub(crate) fn read_steps(
         calls: calls
             .iter()
             .enumerate()
-            .map(|(i, (node, _, _))| (node.start_byte(), i))
+            .map(|(i, (node, _, _))| ((node.start_byte(), node.end_byte()), i))
             .collect(),
         params: param_spans
             .iter()
@@ -379,9 +402,10 @@ pub(crate) fn read_steps(
             .map(|(i, &(start, end))| (start, (end, i)))
             .collect(),
         bindings: HashMap::new(),
-        site_scope: (None, Vec::new()),
+        site_scope: (None, Branches::default()),
         budget: 0,
         sources_left: MAX_SNIPPET_SOURCES,
+        next_clauses,
         _tree: std::marker::PhantomData,
     };
     // Bindings take effect where their statement ends; each value is read against the
@@ -464,9 +488,8 @@ struct Site<'t> {
     /// assignment, which holds as far as the binding it replaces (the whole snippet if none).
     scope_end: Option<usize>,
     /// The branches (`if`, loop, `try`, `switch`, conditional expression; in JS a function
-    /// too) the site is in, up to its function, innermost first, at most `MAX_BRANCHES`:
-    /// (start, end) bytes.
-    branches: Vec<(usize, usize)>,
+    /// too) the site is in, up to its function, and the clauses after its own.
+    branches: Branches,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -524,23 +547,83 @@ fn block_end(grammar: &Grammar, ancestors: &[Node<'_>]) -> usize {
         .map_or(usize::MAX, |a| a.end_byte())
 }
 
-/// Most branches around an assignment its name is joined past (`Site::branches`).
-const MAX_BRANCHES: usize = 8;
+/// Most branches around an assignment its name is joined past (`Site::branches`); an
+/// assignment in more binds its names to something unknown (`Branches::too_deep`): joined
+/// past only some of them, a clause after its own could read it (docs/normalization.md,
+/// Steps).
+const MAX_BRANCHES: usize = 32;
 
-/// The branches an assignment is in (`Site::branches`): a function ends the search, and in JS
-/// is one (an assignment there may run later or never).
-fn branches(grammar: &Grammar, lang: Lang, ancestors: &[Node<'_>]) -> Vec<(usize, usize)> {
-    let mut found = Vec::new();
-    for a in ancestors.iter().rev() {
-        if found.len() == MAX_BRANCHES {
-            break;
-        }
+/// The branches an assignment is in, innermost first (`Site::branches`).
+#[derive(Clone, Default)]
+pub(crate) struct Branches {
+    /// (start, end) bytes of each branch: past its end the name holds what it held before the
+    /// branch or what the branch gave it.
+    joins: Vec<(usize, usize)>,
+    /// The clause after the one the assignment is in, of an `if` (`else`, `elif`), a `try`
+    /// (`except`, `catch`, `finally`), a JS `switch` or a Python `match`.
+    restores: Vec<Restore>,
+    /// In more than `MAX_BRANCHES` branches.
+    too_deep: bool,
+}
+
+/// From the start of the clause after `clause` (its (start, end) bytes; recorded by the walk:
+/// `Reader::next_clauses`) the name holds again what it held before `before` (the statement's
+/// start: `else` runs instead of `if`), with what the assignment gave (`with_value`: a `try`
+/// clause may run after it, a `switch` case falls through; `before` is then the start of the
+/// assignment's own clause).
+#[derive(Clone, Copy)]
+struct Restore {
+    before: usize,
+    clause: (usize, usize),
+    with_value: bool,
+}
+
+/// The branches an assignment (at `node`) is in (`Site::branches`): a function ends the
+/// search, and in JS is one (an assignment there may run later or never); `cross` functions
+/// are crossed as branches (a Python `global` or `nonlocal` name).
+fn branches(
+    grammar: &Grammar,
+    lang: Lang,
+    node: Node<'_>,
+    ancestors: &[Node<'_>],
+    mut cross: usize,
+) -> Branches {
+    let mut found = Branches::default();
+    for (i, a) in ancestors.iter().enumerate().rev() {
         let kind = grammar.kind(*a);
+        let full = found.joins.len() == MAX_BRANCHES;
         if is_function(kind) {
-            if !lang.is_python() {
-                found.push((a.start_byte(), a.end_byte()));
+            if !lang.is_python() || cross > 0 {
+                if full {
+                    found.too_deep = true;
+                    break;
+                }
+                found.joins.push((a.start_byte(), a.end_byte()));
             }
-            break;
+            if cross == 0 {
+                break;
+            }
+            cross -= 1;
+            continue;
+        }
+        // The clause of `a` the assignment is in, and the statement of `a` when `a` is one.
+        let clause = ancestors.get(i + 1).copied().unwrap_or(node);
+        let statement = i.checked_sub(2).and_then(|p| ancestors.get(p)).copied();
+        let restore = match kind {
+            "if_statement" if grammar.child(*a, "condition") != Some(clause) => {
+                Some((a.start_byte(), clause, false))
+            }
+            "try_statement" => Some((clause.start_byte(), clause, true)),
+            "switch_case" | "switch_default" => Some((a.start_byte(), *a, true)),
+            "case_clause" => statement.map(|m| (m.start_byte(), *a, false)),
+            _ => None,
+        };
+        if let Some((before, clause, with_value)) = restore {
+            found.restores.push(Restore {
+                before,
+                clause: (clause.start_byte(), clause.end_byte()),
+                with_value,
+            });
         }
         if matches!(
             kind,
@@ -555,11 +638,29 @@ fn branches(grammar: &Grammar, lang: Lang, ancestors: &[Node<'_>]) -> Vec<(usize
                 | "ternary_expression"
                 | "conditional_expression"
         ) {
-            found.push((a.start_byte(), a.end_byte()));
+            if full {
+                found.too_deep = true;
+                break;
+            }
+            found.joins.push((a.start_byte(), a.end_byte()));
         }
     }
     found
 }
+
+/// Clauses that follow another in their statement: from where one starts, a name assigned in
+/// an earlier clause may not have been (`Restore`).
+const CLAUSES: &[&str] = &[
+    "else_clause",
+    "elif_clause",
+    "except_clause",
+    "except_group_clause",
+    "catch_clause",
+    "finally_clause",
+    "switch_case",
+    "switch_default",
+    "case_clause",
+];
 
 /// The name a member or subscript chain starts at (`o` of `o.a[0]`), if it starts at one.
 fn base_name<'t>(grammar: &Grammar, node: Node<'t>) -> Option<Node<'t>> {
@@ -578,6 +679,76 @@ fn base_name<'t>(grammar: &Grammar, node: Node<'t>) -> Option<Node<'t>> {
     None
 }
 
+/// Python names declared `global` (true) or `nonlocal` (false), by the start byte of the
+/// function declaring them.
+type Declared<'a> = HashMap<(usize, &'a str), bool>;
+
+/// Most `global` and `nonlocal` names recorded per snippet (`Declared`); past it a name
+/// declared so is local to its function (what it is given there reads as unknown past it:
+/// `bind` of a name whose scope is cut).
+const MAX_DECLARED: usize = 4096;
+
+/// Record the names a `global` or `nonlocal` statement (`node`) declares.
+fn declare<'a>(
+    grammar: &Grammar,
+    code: &'a str,
+    node: Node<'_>,
+    ancestors: &[Node<'_>],
+    declared: &mut Declared<'a>,
+) {
+    let global = match grammar.kind(node) {
+        "global_statement" => true,
+        "nonlocal_statement" => false,
+        _ => return,
+    };
+    let Some(function) = ancestors
+        .iter()
+        .rev()
+        .find(|a| is_function(grammar.kind(**a)))
+    else {
+        return;
+    };
+    let mut cursor = node.walk();
+    for name in node.named_children(&mut cursor) {
+        if declared.len() < MAX_DECLARED && grammar.kind(name) == "identifier" {
+            declared.insert((function.start_byte(), &code[name.byte_range()]), global);
+        }
+    }
+}
+
+/// Where a Python assignment (`node`) to a name declared `global` or `nonlocal` in its
+/// function holds (the module's end, or the enclosing function's) and how many functions it
+/// is made across (each a branch: it may run later, or never).
+fn declared_scope(
+    grammar: &Grammar,
+    code: &str,
+    node: Node<'_>,
+    kind: &str,
+    ancestors: &[Node<'_>],
+    declared: &Declared,
+) -> Option<(usize, usize)> {
+    let target = match kind {
+        "assignment" | "augmented_assignment" => grammar.child(node, "left")?,
+        "named_expression" => grammar.child(node, "name")?,
+        _ => return None,
+    };
+    if grammar.kind(target) != "identifier" {
+        return None;
+    }
+    let mut functions = ancestors
+        .iter()
+        .rev()
+        .filter(|a| is_function(grammar.kind(**a)));
+    let function = functions.next()?;
+    let global = *declared.get(&(function.start_byte(), &code[target.byte_range()]))?;
+    if global {
+        Some((usize::MAX, usize::MAX))
+    } else {
+        // `nonlocal`: the enclosing function's name (a function in a function always has one).
+        Some((functions.next().map_or(usize::MAX, |f| f.end_byte()), 1))
+    }
+}
+
 /// Record where names get bound: declarations and assignments (with their value), loop
 /// variables (each element of what they iterate: `for (const i of r.items)`, `for i in xs`,
 /// a comprehension's `for`), the first parameter of a function passed to a method
@@ -590,11 +761,20 @@ fn binding_sites<'t>(
     code: &str,
     lang: Lang,
     node: Node<'t>,
-    kind: &str,
     ancestors: &[Node<'t>],
+    declared: &Declared,
     sites: &mut Vec<Site<'t>>,
 ) {
+    let kind = grammar.kind(node);
     let python = lang.is_python();
+    // A Python name declared `global` or `nonlocal` in its function: assigned there, it is the
+    // module's or the enclosing function's (`declared_scope`).
+    let outer = if python {
+        declared_scope(grammar, code, node, kind, ancestors, declared)
+    } else {
+        None
+    };
+    let cross = outer.map_or(0, |(_, cross)| cross);
     let site = |position: usize,
                 pattern: Node<'t>,
                 value: Option<Node<'t>>,
@@ -604,9 +784,9 @@ fn binding_sites<'t>(
         let branches = match scope_end {
             // A declaration is new where it is made; an assignment may replace what was bound
             // before a branch (in Python, any assignment but a function's first).
-            Some(_) if !python => Vec::new(),
-            _ if how == How::Each => Vec::new(),
-            _ => branches(grammar, lang, ancestors),
+            Some(_) if !python => Branches::default(),
+            _ if how == How::Each => Branches::default(),
+            _ => branches(grammar, lang, node, ancestors, cross),
         };
         sites.push(Site {
             position,
@@ -619,7 +799,10 @@ fn binding_sites<'t>(
     };
     // A Python name assigned is local to its function; a JS one holds as far as what it
     // replaces.
-    let assigned = || python.then(|| function_end(grammar, ancestors));
+    let assigned = || match outer {
+        Some((end, _)) => Some(end),
+        None => python.then(|| function_end(grammar, ancestors)),
+    };
     // `left = right`, `left += right`: a name or a pattern takes the value, a member or a
     // subscript adds it to the name it starts at.
     let assignment = |add: bool, sites: &mut Vec<Site<'t>>| {
@@ -735,8 +918,15 @@ fn binding_sites<'t>(
                 }
             }
             "parameters" | "lambda_parameters" => unknown(Some(node), parent_end, sites),
+            // `with open(p) as r:`, `except E as r:`: `r` is what the statement gives, no
+            // step's output (before, `r` still read the step it was bound to).
+            "as_pattern" => {
+                if let Some(alias) = grammar.child(node, "alias") {
+                    site(node.end_byte(), alias, None, How::Value, assigned(), sites);
+                }
+            }
             "function_definition" => function_site(function_end(grammar, ancestors), sites),
-            "call" => callback_sites(grammar, lang, node, sites),
+            "call" => callback_sites(grammar, code, lang, node, sites),
             _ => {}
         }
     } else {
@@ -793,7 +983,7 @@ fn binding_sites<'t>(
             "arrow_function" | "catch_clause" => {
                 unknown(grammar.child(node, "parameter"), node.end_byte(), sites)
             }
-            "call_expression" => callback_sites(grammar, lang, node, sites),
+            "call_expression" => callback_sites(grammar, code, lang, node, sites),
             _ => {}
         }
     }
@@ -805,6 +995,7 @@ fn binding_sites<'t>(
 /// placed at the parameter's end, after the function's own sites (every parameter unknown).
 fn callback_sites<'t>(
     grammar: &'static Grammar,
+    code: &str,
     lang: Lang,
     node: Node<'t>,
     sites: &mut Vec<Site<'t>>,
@@ -853,7 +1044,17 @@ fn callback_sites<'t>(
     let Some(iterated) = iterated else {
         return;
     };
-    for callback in args.into_iter().filter(|a| is_function(*a)) {
+    // A promise's `then(f)` gives `f` the value itself, its rejection handlers (`then`'s
+    // second function, `catch`) an error: no output (docs/normalization.md, Steps).
+    let promise = match promise_method(grammar, code, lang, function) {
+        Some("then") => true,
+        Some(_) => return,
+        None => false,
+    };
+    for (i, callback) in args.into_iter().enumerate() {
+        if !is_function(callback) || (promise && i > 0) {
+            continue;
+        }
         let first = match grammar.child(callback, "parameter") {
             Some(single) => Some(single),
             None => grammar.child(callback, "parameters").and_then(|list| {
@@ -872,9 +1073,9 @@ fn callback_sites<'t>(
                 position: pattern.end_byte(),
                 pattern,
                 value: Some(iterated),
-                how: How::Each,
+                how: if promise { How::Value } else { How::Each },
                 scope_end: Some(callback.end_byte()),
-                branches: Vec::new(),
+                branches: Branches::default(),
             });
         }
     }
@@ -1006,20 +1207,63 @@ impl<'a, 't> Reader<'a, 't> {
     /// before it and the binding outlives it, the name holds past the branch what it held
     /// before or what the branch gives it (`Entry::joined`).
     fn keep(&mut self, name: &'a str, at: usize, value: Binding) {
-        let value = self.counted(value);
+        let branches = std::mem::take(&mut self.site_scope.1);
+        // Joined past only some of its branches, a clause after its own could read it.
+        let value = if branches.too_deep {
+            Binding::Other
+        } else {
+            self.counted(value)
+        };
         let end = match self.site_scope.0 {
             Some(end) => end,
             None => self.entry(name, at).map_or(usize::MAX, |e| e.end),
         };
-        let branches = std::mem::take(&mut self.site_scope.1);
         insert_entry(
             self.bindings.entry(name).or_default(),
             at,
             end,
             value.clone(),
             false,
+            false,
         );
-        for &(start, branch_end) in &branches {
+        // The next clause (`else`, `except`, the next `case`) holds what the name held before
+        // the statement (or the clause), and what the assignment gave when it may run after.
+        for restore in &branches.restores {
+            let Some(&at) = self.next_clauses.get(&restore.clause) else {
+                continue;
+            };
+            if end <= at {
+                continue;
+            }
+            let list = self.bindings.entry(name).or_default();
+            let upto = list.partition_point(|e| e.position < restore.before);
+            let held = list[..upto]
+                .iter()
+                .rev()
+                .take(MAX_SCOPE_SKIPS)
+                .find(|e| restore.before < e.end)
+                .map_or(Binding::Other, |e| e.binding.clone());
+            let held = if restore.with_value {
+                union(&held, &value)
+            } else {
+                held
+            };
+            let list = self.bindings.entry(name).or_default();
+            let from = list.partition_point(|e| e.position < at);
+            let to = list.partition_point(|e| e.position <= at);
+            let same = (from..to).find(|&i| list[i].restore);
+            let held = match same {
+                Some(i) => union(&list[i].binding, &held),
+                None => held,
+            };
+            let held = self.counted(held);
+            let list = self.bindings.entry(name).or_default();
+            match same {
+                Some(i) => list[i].binding = held,
+                None => insert_entry(list, at, end, held, false, true),
+            }
+        }
+        for &(start, branch_end) in &branches.joins {
             if end <= branch_end {
                 continue;
             }
@@ -1047,7 +1291,7 @@ impl<'a, 't> Reader<'a, 't> {
             let list = self.bindings.entry(name).or_default();
             match joined {
                 Some(i) => list[i].binding = merged,
-                None => insert_entry(list, branch_end, end, merged, true),
+                None => insert_entry(list, branch_end, end, merged, true, false),
             }
         }
         self.site_scope.1 = branches;
@@ -1265,7 +1509,7 @@ impl<'a, 't> Reader<'a, 't> {
                 self.read_name(self.text(node), at, &[], found);
             }
             "call_expression" | "call" => {
-                if let Some(&step) = self.calls.get(&node.start_byte()) {
+                if let Some(&step) = self.calls.get(&(node.start_byte(), node.end_byte())) {
                     found.add_source(step, String::new());
                 } else {
                     self.read_call(node, at, found, depth);
@@ -1392,10 +1636,24 @@ impl<'a, 't> Reader<'a, 't> {
             _ => None,
         });
         let tests = name.is_some_and(|n| TESTING_CALLS.contains(&self.text(n)));
+        // `p.then(f)` is what `f` returns (given `p`'s value: `callback_sites`), not `p`.
+        let then = function.is_some_and(|f| {
+            promise_method(self.grammar, self.code, self.lang, f) == Some("then")
+                && self
+                    .grammar
+                    .child(node, "arguments")
+                    .and_then(|a| {
+                        let mut c = a.walk();
+                        let first = a.named_children(&mut c).find(|n| !n.is_extra());
+                        first
+                    })
+                    .is_some_and(|first| is_function(self.kind(first)))
+        });
         let mut cursor = node.walk();
         let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
         for child in children {
             match receiver {
+                Some(_) if then && Some(child) == function => {}
                 Some(receiver) if Some(child) == function => {
                     self.read(receiver, at, found, depth + 1)
                 }
@@ -1579,10 +1837,12 @@ impl<'a, 't> Reader<'a, 't> {
         segments.reverse();
         match self.kind(current) {
             "identifier" => self.read_name(self.text(current), at, &segments, found),
-            "call_expression" | "call" => match self.calls.get(&current.start_byte()) {
-                Some(&step) => found.add_source(step, join_path("", &segments)),
-                None => return false,
-            },
+            "call_expression" | "call" => {
+                match self.calls.get(&(current.start_byte(), current.end_byte())) {
+                    Some(&step) => found.add_source(step, join_path("", &segments)),
+                    None => return false,
+                }
+            }
             _ => return false,
         }
         // A computed index reads its own names too (`r2[r1.key]`).
@@ -1607,10 +1867,27 @@ const TESTING_CALLS: &[&str] = &[
     "sort",
     "toSorted",
     "forEach",
+    "finally",
     "sorted",
     "min",
     "max",
 ];
+
+/// The JS promise method (`then`, `catch`, `finally`) `function` names (`p.then`), if any.
+fn promise_method(
+    grammar: &Grammar,
+    code: &str,
+    lang: Lang,
+    function: Node<'_>,
+) -> Option<&'static str> {
+    if lang.is_python() || grammar.kind(function) != "member_expression" {
+        return None;
+    }
+    let property = grammar.child(function, "property")?;
+    ["then", "catch", "finally"]
+        .into_iter()
+        .find(|m| *m == &code[property.byte_range()])
+}
 
 /// Whether a `kind` node is a function (an expression or a declaration).
 fn is_function(kind: &str) -> bool {

@@ -2339,3 +2339,179 @@ fn a_megabyte_of_ordinary_code_parses_within_the_budget() {
     assert!(normalize(&js, "javascript").expect("js").parse_ok);
     assert!(normalize(&py, "python").expect("python").parse_ok);
 }
+
+#[test]
+fn a_promise_callback_reads_the_promised_value_not_its_elements() {
+    // `.then(f)` gives `f` the call's output itself (no list: `[*]` was read before) and is
+    // what `f` returns; before, `mcp.a().then(...)` started where the call does and read as
+    // the whole output of step 0.
+    for code in [
+        "const n = await mcp.a({q: \"x\"}).then(r => r.x);\nawait mcp.b({v: n});",
+        "const n = await mcp.a({q: \"x\"}).then(({x}) => x);\nawait mcp.b({v: n});",
+        "const p = mcp.a({q: \"x\"});\nconst n = await p.then(r => r.x);\nawait mcp.b({v: n});",
+        "const n = await mcp.a({}).then(function (r) { return r.x; });\nawait mcp.b({v: n});",
+        "const n = await mcp.a({}).then(r => r).then(d => d.x);\nawait mcp.b({v: n});",
+        "const n = await mcp.a({}).then(r => r.x).finally(() => done());\nawait mcp.b({v: n});",
+    ] {
+        assert_eq!(
+            sources_of(code, "js", 1),
+            [("v".into(), vec![(0, ".x".into())])],
+            "{code}"
+        );
+    }
+    // A call in the callback reads the value; a rejection handler's error is no output.
+    let code = "await mcp.a({}).then(r => mcp.b({id: r.id}));";
+    assert_eq!(
+        sources_of(code, "js", 1),
+        [("id".into(), vec![(0, ".id".into())])]
+    );
+    let code = "await mcp.a({}).catch(e => mcp.b({m: e.message}));";
+    assert!(edges(code, "js").is_empty(), "{code}");
+    // A method call on a tool call's result is not the tool call: its callback is read.
+    let code = "await mcp.c({ids: mcp.a({}).items.map(i => mcp.b({id: i.id}))});";
+    assert_eq!(edges(code, "js"), vec![(1, 0), (2, 0), (1, 2)]);
+}
+
+#[test]
+fn a_python_global_or_nonlocal_assigned_in_a_function_is_the_outer_name() {
+    // Before, the assignment was local to the function: `b` read the module's `None`
+    // (unknown) or its earlier step, never step `a`.
+    for (code, want) in [
+        (
+            "r = None\ndef load():\n    global r\n    r = mcp.a(q='x')\nload()\nmcp.b(v=r)",
+            vec![(0, 1)],
+        ),
+        // It may run or not: the earlier value too.
+        (
+            "r = mcp.z()\ndef load():\n    global r\n    r = mcp.a(q='x')\nload()\nmcp.b(v=r)",
+            vec![(0, 2), (1, 2)],
+        ),
+        (
+            "def outer():\n    r = mcp.z()\n    def inner():\n        nonlocal r\n        r = mcp.a()\n    \
+             inner()\n    return mcp.b(v=r)",
+            vec![(0, 2), (1, 2)],
+        ),
+        // Without the declaration, the function's own name.
+        (
+            "r = mcp.z()\ndef load():\n    r = mcp.a(q='x')\nload()\nmcp.b(v=r)",
+            vec![(0, 2)],
+        ),
+        // A nested function's own `r` is not the declared one.
+        (
+            "r = mcp.z()\ndef f():\n    global r\n    def g():\n        r = mcp.a()\nmcp.b(v=r)",
+            vec![(0, 2)],
+        ),
+    ] {
+        assert_eq!(edges(code, "python"), want, "{code}");
+    }
+}
+
+#[test]
+fn a_clause_after_the_one_a_name_is_assigned_in_reads_what_it_held_before() {
+    // `else` runs instead of `if`: before, it read the `if`'s assignment (a wrong edge).
+    for (code, language, want) in [
+        (
+            "r = mcp.a(q='x')\nif c:\n    r = mcp.b(q='y')\nelse:\n    mcp.c(v=r)",
+            "python",
+            vec![(0, 2)],
+        ),
+        (
+            "r = mcp.a()\nif c:\n    r = mcp.b()\nelif d:\n    mcp.c(v=r)\nelse:\n    mcp.d(v=r)",
+            "python",
+            vec![(0, 2), (0, 3)],
+        ),
+        (
+            "let r = await mcp.a({q: \"x\"});\n\
+             if (c) { r = await mcp.b({q: \"y\"}); } else { await mcp.c({v: r}); }",
+            "js",
+            vec![(0, 2)],
+        ),
+        (
+            "let r = await mcp.a({});\n\
+             if (c) { r = await mcp.b({}); } else if (d) { await mcp.c({v: r}); }",
+            "js",
+            vec![(0, 2)],
+        ),
+        (
+            "r = mcp.a()\nmatch x:\n    case 1:\n        r = mcp.b()\n    case _:\n        mcp.c(v=r)",
+            "python",
+            vec![(0, 2)],
+        ),
+        // A handler may run after the body assigned: either value.
+        (
+            "r = mcp.a()\ntry:\n    r = mcp.b()\nexcept E:\n    mcp.c(v=r)",
+            "python",
+            vec![(0, 2), (1, 2)],
+        ),
+        (
+            "let r = await mcp.a({});\ntry { r = await mcp.b({}); } catch (e) { await mcp.c({v: r}); }",
+            "js",
+            vec![(0, 2), (1, 2)],
+        ),
+        // A case may fall through: either value.
+        (
+            "let r = await mcp.a({});\nswitch (x) { case 1: r = await mcp.b({}); case 2: await mcp.c({v: r}); }",
+            "js",
+            vec![(0, 2), (1, 2)],
+        ),
+        // Past the statement, either value, as before.
+        (
+            "r = mcp.a()\nif c:\n    r = mcp.b()\nelse:\n    mcp.c(v=r)\nmcp.d(v=r)",
+            "python",
+            vec![(0, 2), (0, 3), (1, 3)],
+        ),
+    ] {
+        assert_eq!(edges(code, language), want, "{code}");
+    }
+}
+
+#[test]
+fn an_assignment_in_more_branches_than_the_cap_reads_as_unknown_never_wrong() {
+    // Up to the cap every branch is joined; past it the value assigned is unknown: the
+    // clauses after the assignment's past the cap (the outer `else`) are not looked for.
+    let nested = |n: usize, outer_else: bool| {
+        let mut code = String::from("let r = await mcp.a({});\nif (c) {\n");
+        code.push_str(&"if (c) {\n".repeat(n - 1));
+        code.push_str("r = await mcp.b({});\n");
+        code.push_str(&"}\n".repeat(n));
+        if outer_else {
+            code.push_str("else { await mcp.d({v: r}); }\n");
+        }
+        code.push_str("await mcp.c({v: r});");
+        code
+    };
+    assert_eq!(edges(&nested(9, false), "js"), vec![(0, 2), (1, 2)]);
+    assert_eq!(edges(&nested(32, true), "js"), vec![(0, 2), (0, 3), (1, 3)]);
+    // Past the cap the assignment's value is dropped: what the name held before stays.
+    assert_eq!(edges(&nested(40, true), "js"), vec![(0, 2), (0, 3)]);
+}
+
+#[test]
+fn a_long_chain_of_clauses_keeps_every_edge_past_it_and_none_into_a_later_clause() {
+    // 100 `elif`s or `case`s each assigning: past the statement every value; in the final
+    // `else`, only what the name held before it (the clauses are found by the walk, not by
+    // looking through the statement's children for each assignment).
+    let mut py = String::from("r = mcp.a()\nif c0:\n    r = mcp.b()\n");
+    for i in 1..100 {
+        py.push_str(&format!("elif c{i}:\n    r = mcp.b()\n"));
+    }
+    py.push_str("else:\n    mcp.d(v=r)\nmcp.c(v=r)\n");
+    let all = edges(&py, "python");
+    assert!(all.contains(&(0, 101)) && all.iter().filter(|e| e.1 == 101).count() == 1);
+    assert_eq!(all.iter().filter(|e| e.1 == 102).count(), 101);
+    let mut js = String::from("let r = await mcp.a({});\nswitch (x) {\n");
+    for i in 0..100 {
+        js.push_str(&format!("case {i}: r = await mcp.b({{}}); break;\n"));
+    }
+    js.push_str("}\nawait mcp.c({v: r});");
+    assert_eq!(edges(&js, "js").len(), 101);
+}
+
+#[test]
+fn a_name_rebound_by_with_as_reads_no_step() {
+    // Before, `r` still read step a after `with open(p) as r:` rebound it (a wrong edge).
+    let code = "r = mcp.a()\nwith open(p) as r:\n    mcp.b(v=r)\nmcp.c(v=r)";
+    assert!(edges(code, "python").is_empty(), "{code}");
+    let code = "r = mcp.a()\nwith open(p) as f:\n    mcp.b(v=r)";
+    assert_eq!(edges(code, "python"), vec![(0, 1)]);
+}

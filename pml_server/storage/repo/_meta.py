@@ -21,6 +21,9 @@ _PLACEHOLDERS_KEY = b"placeholders_renamed/13"
 _TOOL_NAMES_KEY = b"tool_names_read/3"
 # Every pattern's counters hold its shown intents' summary (domain/shown_intents.py).
 _INTENTS_SUMMARIZED_KEY = b"intents_summarized/1"
+# Every pattern's stored steps are read under the steps rules the key ends with
+# (capture/steps.py STEPS_RULES; docs/normalization.md, Steps).
+_STEPS_READ_KEY = b"steps_read/"
 # A user's deletion whose rows' bytes may still be in the store's files: written with the
 # deletion, removed once they are erased; an open erases what one left (docs/storage.md, Data
 # left on disk).
@@ -61,6 +64,14 @@ class MetaRows:
 
     def put_intents_summarized(self) -> Op:
         return (CF_META, _INTENTS_SUMMARIZED_KEY, b"1")
+
+    def steps_read(self, rules: int) -> bool:
+        """Whether every stored pattern's steps are stored under the steps rules `rules`
+        (docs/normalization.md, Steps)."""
+        return self.store.get(CF_META, _STEPS_READ_KEY + str(rules).encode()) is not None
+
+    def put_steps_read(self, rules: int) -> Op:
+        return (CF_META, _STEPS_READ_KEY + str(rules).encode(), b"1")
 
     def allocator_mark(self, name: str) -> int:
         raw = self.store.get(CF_META, _ALLOCATOR_KEY + name.encode())
