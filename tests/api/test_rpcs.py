@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -783,4 +784,28 @@ def test_a_credential_in_a_tagged_or_interpolated_template_reaches_no_stored_row
     record = make_record("Query the users", code.replace("{}", secret, 1), language=language)
     result = client.record(record)
     assert "[REDACTED]" in client.get_pattern(result.pattern).original_code
+    assert _families_holding(server, secret) == []
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"command": "sshpass -p {} ssh deploy@h"},
+        {"argv": ["mysql", "-u", "root", "-p{}"], "cmd": "mysql -u root -p{} db"},
+        {"content": "machine h\nlogin bob\npassword {}\n"},
+        {"command": "aws configure set aws_secret_access_key {}"},
+    ],
+)
+def test_a_credential_in_a_command_or_a_netrc_in_a_tools_arguments_reaches_no_stored_row(
+    client: PmlClient, server: RunningServer, arguments: dict[str, object]
+) -> None:
+    """A tool's arguments are JSON: a command line in a string value (a shell tool's
+    `command`) and a `.netrc` written with escaped line breaks keep their passwords out of
+    every stored row (docs/normalization.md, Secrets)."""
+    secret = "hunter2corral"
+    written = json.dumps(arguments).replace("{}", secret)
+    record = make_record(
+        "Run the deploy", "await mcp.bash({command: cmd})", tools=["bash"], arguments_json=written
+    )
+    client.record(record)
     assert _families_holding(server, secret) == []

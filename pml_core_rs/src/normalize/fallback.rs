@@ -665,7 +665,7 @@ pub(super) fn holds_shell_secret(value: &str) -> bool {
 /// backquote marks code in Markdown), and a command starts after `: ` and at a backquote too.
 /// Linear in the text (docs/normalization.md, Secrets).
 pub(super) fn shell_secret_ranges(text: &str) -> Vec<(usize, usize)> {
-    if !text.contains(['-', '=']) {
+    if !text.contains(['-', '=']) && !text.contains(" set ") {
         return Vec::new();
     }
     let prose = Style {
@@ -674,13 +674,25 @@ pub(super) fn shell_secret_ranges(text: &str) -> Vec<(usize, usize)> {
         backticks: false,
         python: false,
     };
-    // A command also starts after a `: ` of prose (`failed: echo ... | docker login`) and
-    // inside backquotes (Markdown's code): each is read as a `;`, byte for byte, so the
-    // ranges found are the text's.
+    // A command also starts after a `: ` of prose (`failed: echo ... | docker login`), inside
+    // backquotes (Markdown's code) and inside a JSON string (`{"cmd": "sshpass -p ... ssh
+    // h"}`, a tool's arguments): each such `:`, backquote and JSON string's quote is read as
+    // a `;`, byte for byte, so the ranges found are the text's.
+    let raw = text.as_bytes();
+    let json_quote = |i: usize| {
+        let before = raw[..i].trim_ascii_end();
+        let after = raw[i + 1..].trim_ascii_start();
+        (i == 0 || raw[i - 1] != b'\\')
+            && (matches!(before.last(), Some(b':' | b'[' | b',' | b'{'))
+                || matches!(after.first(), None | Some(b':' | b',' | b'}' | b']')))
+    };
     let bounded: Vec<u8> = text
         .bytes()
         .enumerate()
         .map(|(i, b)| {
+            if b == b'"' && json_quote(i) {
+                return b';';
+            }
             let colon = b == b':'
                 && text
                     .as_bytes()

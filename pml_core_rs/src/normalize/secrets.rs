@@ -131,9 +131,28 @@ pub fn is_secret_value(value: &str) -> bool {
 /// Whether `value` holds a `.netrc` or `.pgpass` entry's password (`password_file_entry_at`).
 fn has_password_file_entry(value: &str) -> bool {
     let bytes = value.as_bytes();
-    (0..bytes.len()).any(|i| {
-        (i == 0 || !is_entry_byte(bytes[i - 1])) && password_file_entry_at(bytes, i).is_some()
-    })
+    (0..bytes.len()).any(|i| entry_starts(bytes, i) && password_file_entry_at(bytes, i).is_some())
+}
+
+/// Whether a word of a credentials file's entry starts at `i`: after a blank, a quote or such,
+/// or an escaped line break or tab (`\n`, as JSON writes a file's lines).
+fn entry_starts(bytes: &[u8], i: usize) -> bool {
+    is_entry_byte(bytes[i])
+        && (i == 0
+            || !is_entry_byte(bytes[i - 1])
+            || (i >= 2 && bytes[i - 2] == b'\\' && matches!(bytes[i - 1], b'n' | b't' | b'r')))
+}
+
+/// The length of the blanks at the start of `bytes`, escaped ones (`\n`, `\t`) included.
+fn blanks_at(bytes: &[u8]) -> usize {
+    let mut k = 0;
+    loop {
+        match bytes.get(k..) {
+            Some([b, ..]) if b.is_ascii_whitespace() => k += 1,
+            Some([b'\\', b'n' | b't' | b'r', ..]) => k += 2,
+            _ => return k,
+        }
+    }
 }
 
 fn is_entry_byte(b: u8) -> bool {
@@ -161,10 +180,7 @@ fn password_file_entry_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
             .unwrap_or(bytes.len() - at);
     let word = &bytes[at..end];
     if word == b"password" || word == b"passwd" {
-        let blanks = bytes[end..]
-            .iter()
-            .take_while(|b| b.is_ascii_whitespace())
-            .count();
+        let blanks = blanks_at(&bytes[end..]);
         let start = end + blanks;
         let value_end = start
             + bytes[start..]
@@ -175,8 +191,8 @@ fn password_file_entry_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
         let entry = [&b"machine"[..], &b"default"[..]].iter().any(|key| {
             before.windows(key.len() + 1).enumerate().any(|(k, w)| {
                 w.starts_with(key)
-                    && w[key.len()].is_ascii_whitespace()
-                    && (k == 0 || !is_entry_byte(before[k - 1]))
+                    && (w[key.len()].is_ascii_whitespace() || w[key.len()] == b'\\')
+                    && (k == 0 || entry_starts(before, k))
             })
         });
         return (blanks > 0 && value_end > start && entry).then_some((start, value_end));
@@ -917,8 +933,14 @@ fn redact(
                 continue;
             }
         }
-        if fields && is_entry_byte(bytes[i]) && (i == 0 || !is_entry_byte(bytes[i - 1])) {
-            if let Some((from, to)) = password_file_entry_at(bytes, i) {
+        // a word after an escaped line break (`\npassword ...`) starts past its `n`
+        let escaped = i >= 1
+            && bytes[i - 1] == b'\\'
+            && matches!(bytes[i], b'n' | b't' | b'r')
+            && i + 1 < bytes.len();
+        let entry = if escaped { i + 1 } else { i };
+        if fields && entry_starts(bytes, entry) {
+            if let Some((from, to)) = password_file_entry_at(bytes, entry) {
                 ranges.push((from, to));
                 i = to;
                 continue;

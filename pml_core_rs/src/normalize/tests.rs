@@ -520,6 +520,23 @@ fn a_netrc_or_pgpass_entry_in_a_string_or_free_text_keeps_no_password() {
             "{\"pgpass\": \"db:5432:app:bob:hunter2pass\"}",
             "{\"pgpass\": \"db:5432:app:bob:[REDACTED]\"}",
         ),
+        (
+            r#"{"netrc": "machine h\nlogin bob\npassword hunter2pass\n"}"#,
+            r#"{"netrc": "machine h\nlogin bob\npassword [REDACTED]\n"}"#,
+        ),
+        // a command in a JSON string (a tool's arguments), and one with no `-` or `=`
+        (
+            r#"{"cmd": "sshpass -p hunter2pass ssh h", "n": 1}"#,
+            r#"{"cmd": "sshpass -p [REDACTED] ssh h", "n": 1}"#,
+        ),
+        (
+            r#"["mysql -phunter2pass db"]"#,
+            r#"["mysql -p[REDACTED] db"]"#,
+        ),
+        (
+            "failed: aws configure set aws_secret_access_key hunter2pass",
+            "failed: aws configure set aws_secret_access_key [REDACTED]",
+        ),
     ] {
         assert_eq!(redact_text(text), redacted, "{text}");
     }
