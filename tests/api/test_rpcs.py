@@ -791,7 +791,7 @@ def test_a_credential_in_a_tagged_or_interpolated_template_reaches_no_stored_row
     "arguments",
     [
         {"command": "sshpass -p {} ssh deploy@h"},
-        {"argv": ["mysql", "-u", "root", "-p{}"], "cmd": "mysql -u root -p{} db"},
+        {"cmd": "mysql -u root -p{} db", "n": 1},
         {"content": "machine h\nlogin bob\npassword {}\n"},
         {"command": "aws configure set aws_secret_access_key {}"},
     ],
@@ -799,13 +799,17 @@ def test_a_credential_in_a_tagged_or_interpolated_template_reaches_no_stored_row
 def test_a_credential_in_a_command_or_a_netrc_in_a_tools_arguments_reaches_no_stored_row(
     client: PmlClient, server: RunningServer, arguments: dict[str, object]
 ) -> None:
-    """A tool's arguments are JSON: a command line in a string value (a shell tool's
-    `command`) and a `.netrc` written with escaped line breaks keep their passwords out of
-    every stored row (docs/normalization.md, Secrets)."""
+    """A tool's arguments are JSON, and its error often quotes them: a command line in a
+    string value (a shell tool's `command`) and a `.netrc` written with escaped line breaks
+    keep their passwords out of every stored row, the failure log's included
+    (docs/normalization.md, Secrets)."""
     secret = "hunter2corral"
     written = json.dumps(arguments).replace("{}", secret)
     record = make_record(
-        "Run the deploy", "await mcp.bash({command: cmd})", tools=["bash"], arguments_json=written
+        "Run the deploy",
+        "await mcp.bash({command: cmd})",
+        failed_tools=[("bash", f"exit 1 for {written}")],
+        arguments_json=written,
     )
     client.record(record)
     assert _families_holding(server, secret) == []
