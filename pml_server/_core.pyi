@@ -48,7 +48,7 @@ __all__ = [
     "rank_next",
     "rank_query",
     "recency_factor",
-    "redact_url_credentials",
+    "redact_name",
     "same_tool",
     "sha256_tagged",
 ]
@@ -526,13 +526,15 @@ def normalize(code: str, language: str, *, with_steps: bool = True) -> Normalize
     code use the deterministic token-level fallback. Raises InputTooLargeError over
     NORMALIZE_MAX_INPUT_BYTES and CoreArgumentError for a str with lone surrogates."""
 
-def redact_url_credentials(name: str) -> str:
-    """`name` (a tool's, a tag) with only its URL credentials redacted, as `prepare_captures`
-    writes them in free text: a URL's user-info with a password (`scheme://[REDACTED]@host`;
-    `ssh://git@host` is kept) and the value of a query parameter named as a credential
-    (`?access_token=[REDACTED]`). No other rule: a name that merely looks random (a commit
-    hash) is kept. GIL released; `name` itself when there is nothing to redact (a name with a
-    lone surrogate that has one comes back with its surrogates replaced by U+FFFD)."""
+def redact_name(name: str) -> str:
+    """`name` (a tool's, a tag, an identifier a caller gives) with its credentials redacted by
+    the rules for names, as `prepare_captures` writes them in free text: a URL's user-info with
+    a password (`scheme://[REDACTED]@host`; `ssh://git@host` is kept), the value of a query
+    parameter or a `name=value` pair named as a credential (`?access_token=[REDACTED]`,
+    `password=[REDACTED]`) and a token with a credential's shape (a known prefix, a JWT, a
+    `Bearer` token, a PEM block). Not the entropy rule: a name that merely looks random (a
+    commit hash) is kept. GIL released; `name` itself when there is nothing to redact (a name
+    with a lone surrogate that has one comes back with its surrogates replaced by U+FFFD)."""
 
 def parse_only(code: str, language: str) -> bool:
     """Parse with the same parser as `normalize` and do nothing else (benchmark baseline; GIL

@@ -115,16 +115,12 @@ def execution_record(
 ) -> model.ExecutionRecord:
     """A validated domain record; raises InvalidArgumentError listing every bad field."""
     out = Violations()
-    validate.check_text(
-        out,
-        f"{field}.request_id",
-        msg.request_id or default_request_id,
-        limits.request_id,
-        required=True,
+    validate.check_request_id(
+        out, f"{field}.request_id", msg.request_id or default_request_id, required=True
     )
     validate.check_intent(out, f"{field}.intent", msg.intent, limits)
     validate.check_code(out, f"{field}.code", msg.code, limits)
-    validate.check_text(out, f"{field}.language", msg.language, limits.language, True)
+    validate.check_language(out, f"{field}.language", msg.language)
     too_many_calls = limits.tool_calls.excess(msg.tool_calls)
     if too_many_calls is not None:
         out.add(f"{field}.tool_calls", too_many_calls)

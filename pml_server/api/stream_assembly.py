@@ -273,10 +273,10 @@ def _check_started(
     from pml_server.api import validate
 
     out = Violations()
-    validate.check_text(out, "started.request_id", started.request_id, limits.request_id)
+    validate.check_request_id(out, "started.request_id", started.request_id, required=False)
     validate.check_intent(out, "started.intent", started.intent, limits)
     validate.check_code(out, "started.code", started.code, limits)
-    validate.check_text(out, "started.language", started.language, limits.language, True)
+    validate.check_language(out, "started.language", started.language)
     validate.check_embedding(out, "started.intent_embedding", started.intent_embedding, dim)
     validate.check_tags(out, "started.tags", started.tags, limits)
     validate.check_session_id(out, "started.session_id", started.session_id)

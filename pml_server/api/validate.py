@@ -13,7 +13,14 @@ from google.protobuf import timestamp_pb2
 
 from pml_server._proto.pml.v1 import pml_pb2
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
-from pml_server.domain.limits import LIMITS, Limit, Limits, session_id_problem
+from pml_server.domain.limits import (
+    LIMITS,
+    Limit,
+    Limits,
+    language_problem,
+    request_id_problem,
+    session_id_problem,
+)
 from pml_server.domain.vectors import CheckedVector, check_vector
 
 DEFAULT_PAGE_SIZE = 50
@@ -50,6 +57,23 @@ def check_intent(out: Violations, field: str, intent: str, limits: Limits) -> No
     if intent.strip() and not any(ch.isalnum() for ch in intent):
         # Nothing to embed or match: the hashing embedder would give a zero vector.
         out.add(field, "must contain at least one letter or digit")
+
+
+def check_request_id(out: Violations, field: str, request_id: str, required: bool) -> None:
+    """A request id (empty: none, refused when `required`): `request_id_problem`."""
+    if not request_id:
+        if required:
+            out.add(field, "must not be empty")
+    elif (problem := request_id_problem(request_id)) is not None:
+        out.add(field, problem)
+
+
+def check_language(out: Violations, field: str, language: str) -> None:
+    """A record's language: required, `language_problem`."""
+    if not language.strip():
+        out.add(field, "must not be empty")
+    elif (problem := language_problem(language)) is not None:
+        out.add(field, problem)
 
 
 def check_session_id(out: Violations, field: str, session_id: str) -> None:

@@ -36,7 +36,7 @@ def redacted_name(name: str) -> str:
     commit hash in a tag, `tool_a8f9e0b1...`), which is still the name filters and grouping
     compare. A URL credential is never part of a name, and was stored as given: in `tools_used`
     (and every answer naming the tool) and in the pattern's tags."""
-    return _core.redact_url_credentials(name)
+    return _core.redact_name(name)
 
 
 def redacted_record(

@@ -18,7 +18,14 @@ from dataclasses import dataclass, field, replace
 from pml_server import _core
 from pml_server.capture.normalize import NormalizedCode, NormalizedParam
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
-from pml_server.domain.limits import LIMITS, Limit, Limits, session_id_problem
+from pml_server.domain.limits import (
+    LIMITS,
+    Limit,
+    Limits,
+    language_problem,
+    request_id_problem,
+    session_id_problem,
+)
 from pml_server.domain.model import ExecutionRecord, ExecutionStatus, ToolFailure
 from pml_server.domain.records import FailureSignature, PatternCounters
 
@@ -53,6 +60,15 @@ def validate_record(record: ExecutionRecord, limits: CaptureLimits) -> None:
     check("intent", record.intent, table.intent)
     check("code", record.code, table.code)
     check("language", record.language, table.language)
+    # Every transport's record passes here (gRPC, streams, MCP through gRPC, OTLP): the shape
+    # and "no credential" rules of docs/api.md, Requests.
+    for name, value, problem_of in (
+        ("request_id", record.request_id, request_id_problem),
+        ("language", record.language, language_problem),
+    ):
+        already = any(v.field == name for v in bad)
+        if value.strip() and not already and (problem := problem_of(value)) is not None:
+            bad.append(FieldViolation(name, problem))
     if (too_many := table.tool_calls.excess(record.tool_calls)) is not None:
         bad.append(FieldViolation("tool_calls", too_many))
     for i, call in enumerate(record.tool_calls[: table.tool_calls.bound]):

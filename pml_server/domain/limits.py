@@ -161,6 +161,41 @@ TENANT_NAME_RULE = (
 )
 
 
+# A language as a record names it: a short token of letters and digits, then `_ . + # -`
+# (`python`, `ts`, `c++`, `c#`, `objective-c`); `LIMITS.language` long (docs/api.md, Requests).
+LANGUAGE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.+#-]{{0,{LIMITS.language.bound - 1}}}")
+
+
+def request_id_problem(request_id: str) -> str | None:
+    """Why a (non-empty) request id is refused, or None: at most `LIMITS.request_id` long,
+    printable ASCII without spaces (it is a stored key and compared as given), and no
+    credential (`_core.redact_name` would change it): a request id cannot be redacted without
+    breaking the idempotency it gives, so one holding a credential is refused, never stored
+    (docs/api.md, Requests)."""
+    if (excess := LIMITS.request_id.excess(request_id)) is not None:
+        return excess
+    if not all("!" <= ch <= "~" for ch in request_id):
+        return "must be printable ASCII without spaces or control characters"
+    if _core.redact_name(request_id) != request_id:
+        return "must not hold a credential (a token, a password or a URL's user-info)"
+    return None
+
+
+def language_problem(language: str) -> str | None:
+    """Why a (non-empty) language is refused, or None: `LANGUAGE_NAME` (`python`, `c++`) and no
+    credential's shape (docs/api.md, Requests)."""
+    if (excess := LIMITS.language.excess(language)) is not None:
+        return excess
+    if LANGUAGE_NAME.fullmatch(language) is None:
+        return (
+            "must be a language's name: a letter or digit, then letters, digits, "
+            "'_', '.', '+', '#', '-'"
+        )
+    if _core.redact_name(language) != language:
+        return "must not hold a credential"
+    return None
+
+
 def session_id_problem(session_id: str) -> str | None:
     """Why a (non-empty) session id is refused, or None: at most `LIMITS.session_id` long, not
     blank, no control characters (it is part of a stored key; docs/ranking.md, Sessions)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -698,3 +699,117 @@ def test_capabilities_of_long_intents_page_within_a_default_clients_limit(
     seen = [c.name for page in pages for c in page.capabilities]
     assert len(pages) >= 2
     assert len(seen) == len(set(seen)) == client.stats().capabilities
+
+
+GITHUB_TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("request_id", GITHUB_TOKEN, "credential"),
+        ("request_id", "password=hunter2", "credential"),
+        ("request_id", "run\n1", "printable ASCII"),
+        ("request_id", "run\x001", "printable ASCII"),
+        ("request_id", "run 1", "printable ASCII"),
+        ("language", "AKIAIOSFODNN7EXAMPLE", "credential"),
+        ("language", "python\n", "language's name"),
+        ("language", "type script", "language's name"),
+    ],
+)
+def test_a_request_id_or_language_holding_a_credential_or_a_control_character_is_refused(
+    client: PmlClient, server: RunningServer, field: str, value: str, problem: str
+) -> None:
+    """A request id cannot be redacted without breaking idempotency, and a language is a short
+    name: a credential-shaped one, control characters or spaces are refused naming the field
+    (docs/api.md, Requests), and nothing of the value is stored."""
+    record = make_record("Read JSON file", READ_JSON, tools=["read_file", "parse_json"])
+    setattr(record, field, value)
+    with pytest.raises(PmlClientError) as refused:
+        client.record(record)
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [f for f, d in refused.value.violations if problem in d] == [f"record.{field}"]
+    assert client.stats().executions == 0
+
+
+def test_a_request_id_a_language_and_a_tag_of_ordinary_shapes_are_taken(
+    client: PmlClient,
+) -> None:
+    """What callers send today stays valid: a UUID, an `otel:` id, a ULID, `c++`, `c#`."""
+    for request_id, language in [
+        ("3f1c2a9e-8d7b-4c6a-9e5f-1a2b3c4d5e6f", "typescript"),
+        ("otel:0af7651916cd43dd8448eb211c80319c:b7ad6b7169203331", "python"),
+        ("01ARZ3NDEKTSV4RRFFQ69G5FAV", "c++"),
+        ("job-42/step.3", "c#"),
+    ]:
+        record = make_record("Read JSON file", READ_JSON, tools=["read_file", "parse_json"])
+        record.request_id, record.language = request_id, language
+        record.tags.append("commit:a94a8fe5ccb19ba61c4c0873d391e987982fbbd3")
+        client.record(record)
+    assert client.stats().executions == 4
+
+
+def test_a_credential_in_a_tag_or_a_tool_name_reaches_no_stored_row(
+    client: PmlClient, server: RunningServer
+) -> None:
+    """Tags and tool names are redacted by the rules for names (a credential's shape, a pair
+    named as one, a URL's password): `password=hunter2` and a GitHub token as a tag or a tool
+    are stored redacted (docs/capture.md, Secrets)."""
+    secret = "hunter2corral"
+    record = make_record(
+        "Read JSON file", "await mcp.read_file({path: 'a.json'})", tools=[GITHUB_TOKEN]
+    )
+    record.tags.extend([f"password={secret}", GITHUB_TOKEN])
+    client.record(record)
+    assert _families_holding(server, "password=[REDACTED]") != []
+    assert _families_holding(server, secret) == []
+    assert _families_holding(server, GITHUB_TOKEN) == []
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("javascript", "const q = sql`SELECT ${a} FROM u WHERE password={}`; await mcp.q({q})"),
+        ("typescript", 'const q = gql`{ login(user: ${u}, token: "{}") }`; await mcp.q({q})'),
+        ("javascript", 'const t = "{}";\nconst q = sql`WHERE password=${t}`; await mcp.q({q})'),
+        ("python", 'q = f"{h} host=db password={}"\nawait mcp.q(q=q)'),
+    ],
+)
+def test_a_credential_in_a_tagged_or_interpolated_template_reaches_no_stored_row(
+    client: PmlClient, server: RunningServer, language: str, code: str
+) -> None:
+    """A template string's literal text holding a credential, or a variable interpolated where
+    a credential's value goes, is stored redacted (docs/normalization.md, Secrets)."""
+    secret = "hunter2corral"
+    record = make_record("Query the users", code.replace("{}", secret, 1), language=language)
+    result = client.record(record)
+    assert "[REDACTED]" in client.get_pattern(result.pattern).original_code
+    assert _families_holding(server, secret) == []
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"command": "sshpass -p {} ssh deploy@h"},
+        {"cmd": "mysql -u root -p{} db", "n": 1},
+        {"content": "machine h\nlogin bob\npassword {}\n"},
+        {"command": "aws configure set aws_secret_access_key {}"},
+    ],
+)
+def test_a_credential_in_a_command_or_a_netrc_in_a_tools_arguments_reaches_no_stored_row(
+    client: PmlClient, server: RunningServer, arguments: dict[str, object]
+) -> None:
+    """A tool's arguments are JSON, and its error often quotes them: a command line in a
+    string value (a shell tool's `command`) and a `.netrc` written with escaped line breaks
+    keep their passwords out of every stored row, the failure log's included
+    (docs/normalization.md, Secrets)."""
+    secret = "hunter2corral"
+    written = json.dumps(arguments).replace("{}", secret)
+    record = make_record(
+        "Run the deploy",
+        "await mcp.bash({command: cmd})",
+        failed_tools=[("bash", f"exit 1 for {written}")],
+        arguments_json=written,
+    )
+    client.record(record)
+    assert _families_holding(server, secret) == []

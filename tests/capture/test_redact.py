@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
+
 from pml_server import _core
-from pml_server.capture.normalize import normalize, prepare_captures
+from pml_server.capture.normalize import NormalizedCode, normalize, prepare_captures
 from pml_server.capture.redact import record_texts, redacted_record
 from pml_server.domain.errors import InputTooLargeError
 from pml_server.domain.model import ExecutionRecord, ToolCall
@@ -137,10 +139,17 @@ def test_a_url_password_quoted_bare_in_a_text_is_redacted_there_too() -> None:
     assert redacted.tool_calls[0].error == "rejected for [REDACTED]"
 
 
-def test_names_lose_only_a_url_password() -> None:
-    """A tool name or tag is a name, not free text: only a URL's password goes (the core's URL
-    rule: user-info to the last `@`), never a name that merely looks random."""
+def test_names_lose_a_credential_never_a_random_looking_word() -> None:
+    """A tool name or tag is a name, not free text: a URL's password (the core's URL rule:
+    user-info to the last `@`), a pair named as a credential and a credential's shape go,
+    never a name that merely looks random (docs/capture.md, Secrets)."""
     from pml_server.capture.redact import redacted_name
+
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    assert redacted_name("password=hunter2") == "password=[REDACTED]"
+    assert redacted_name(token) == "[REDACTED]"
+    assert redacted_name(f"gh:{token}") == "gh:[REDACTED]"
+    assert redacted_name("auth:login") == "auth:login"
 
     assert redacted_name("https://admin:p@ss@tools.internal/x") == (
         "https://[REDACTED]@tools.internal/x"
@@ -620,3 +629,91 @@ def test_a_credential_written_as_a_field_is_redacted_from_free_text() -> None:
     (plain,) = prepare_captures([("x = 1", "python", kept)])
     assert not isinstance(plain, Exception)
     assert plain[1] == kept
+
+
+def test_a_hex_digest_in_free_text_is_kept_unless_a_credentials_word_names_it() -> None:
+    """A commit or a checksum in an intent or a tool's output is no secret: kept; the same hex
+    after `token`, `secret` or `api key` is a credential: redacted (docs/capture.md, Secrets)."""
+    commit = "3f2a9c8e1b7d4f6a0c5e2b9d8a7f6e5d4c3b2a19"
+    sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+    kept = [
+        f"deploy commit {commit} to prod",
+        f"sha256 of the file is {sha256}",
+        f"sha256:{sha256}",
+    ]
+    named = [f"token {commit}", f"the api key is {commit}", f"secret: {sha256}"]
+    prepared = prepare_captures([("x = 1", "python", kept + named)])[0]
+    assert not isinstance(prepared, Exception)
+    texts = prepared[1]
+    assert texts[: len(kept)] == kept
+    assert all("[REDACTED]" in t and commit not in t and sha256 not in t for t in texts[3:])
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("javascript", "const q = sql`SELECT ${a} FROM u WHERE password={}`;"),
+        ("typescript", 'const q = gql`{ login(user: ${u}, token: "{}") }`;'),
+        ("javascript", "const q = html`<b>${name}</b> password={}`;"),
+        ("javascript", 'const t = "{}";\nconst q = sql`WHERE password=${t}`;'),
+        ("javascript", 'const t = "{}";\nconst q = gql`{ login(token: "${t}") }`;'),
+        ("python", 'q = f"{h} host=db password={}"'),
+        ("python", 'x = "{}"\nq = f"host=db password={x}"'),
+    ],
+)
+def test_a_tagged_or_interpolated_template_keeps_no_credential(language: str, code: str) -> None:
+    """A template string (tagged or not) or an f-string: a piece of its text holding a
+    credential, or a variable interpolated where a credential's value goes, leaves the stored
+    code, the template and every parameter (docs/normalization.md, Secrets)."""
+    secret = "hunter2corral"
+    result = normalize(code.replace("{}", secret, 1), language)
+    assert result.parse_ok
+    assert secret not in _stored_forms_of(result)
+    assert "[REDACTED]" in result.redacted_code
+
+
+def _stored_forms_of(result: NormalizedCode) -> str:
+    return " ".join(
+        [
+            result.template,
+            result.redacted_code,
+            result.schema_json,
+            *(p.value_json for p in result.params if not p.secret),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", 'open(n, "w").write("machine h login bob password {}")'),
+        ("python", 'open(p, "w").write("db.internal:5432:app:bob:{}")'),
+        ("python", 'import smtplib\ns = smtplib.SMTP(h)\ns.login("bob@x.com", "{}")'),
+        ("python", 'import ftplib\nftplib.FTP(h).login(user, "{}")'),
+        ("python", 'import imaplib\nm = imaplib.IMAP4_SSL(h)\nm.login("bob", "{}")'),
+        ("python", 'import psycopg\npsycopg.connect(host=h, password="{}")'),
+        ("bash", "aws configure set aws_secret_access_key {}"),
+        ("bash", "gh auth login --with-token <<< {}"),
+        ("bash", "htpasswd -b /etc/htpasswd bob {}"),
+        ("bash", "openssl enc -aes-256-cbc -k {} -in a -out b"),
+        ("bash", "openssl enc -aes-256-cbc -pass pass:{} -in a"),
+        ("bash", "openssl genrsa -aes256 -passout pass:{} 2048"),
+        ("bash", "sshpass -p {} ssh h"),
+        ("bash", "mysql -u root -p{} db"),
+        ("bash", "PGPASSWORD={} psql -h db"),
+    ],
+)
+def test_a_password_a_command_or_a_credentials_file_takes_is_redacted(
+    language: str, code: str
+) -> None:
+    """A `.netrc` or `.pgpass` entry in a string, a login call's positional password, and the
+    passwords shell commands take by flag, position or here-string: in no stored form of the
+    code, nor in a text quoting the code (docs/normalization.md, Secrets)."""
+    secret = "hunter2corral"
+    written = code.replace("{}", secret)
+    prepared = prepare_captures([(written, language, [f"ran: {written}"])])[0]
+    assert not isinstance(prepared, Exception)
+    result, texts = prepared
+    assert secret not in _stored_forms_of(result)
+    if language == "bash" or "machine" in code or "5432" in code:
+        assert secret not in texts[0]

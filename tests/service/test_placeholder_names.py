@@ -338,6 +338,13 @@ OLDER_SECRETS = [
         'data="[REDACTED]"',
         id="field_in_string",
     ),
+    pytest.param(  # interpolated where a credential's value goes (`f"password={x}"`)
+        "HUNTER2TEMPLATE",
+        'x = "hunter2template"\nr = await mcp.query(q=f"host=db password={x}")',
+        13,  # the marker of the build before this rule (docs/storage.md, Migrations)
+        'x = "[REDACTED]"',
+        id="template_value",
+    ),
 ]
 
 

@@ -665,7 +665,7 @@ pub(super) fn holds_shell_secret(value: &str) -> bool {
 /// backquote marks code in Markdown), and a command starts after `: ` and at a backquote too.
 /// Linear in the text (docs/normalization.md, Secrets).
 pub(super) fn shell_secret_ranges(text: &str) -> Vec<(usize, usize)> {
-    if !text.contains(['-', '=']) {
+    if !text.contains(['-', '=']) && !text.contains(" set ") {
         return Vec::new();
     }
     let prose = Style {
@@ -674,13 +674,25 @@ pub(super) fn shell_secret_ranges(text: &str) -> Vec<(usize, usize)> {
         backticks: false,
         python: false,
     };
-    // A command also starts after a `: ` of prose (`failed: echo ... | docker login`) and
-    // inside backquotes (Markdown's code): each is read as a `;`, byte for byte, so the
-    // ranges found are the text's.
+    // A command also starts after a `: ` of prose (`failed: echo ... | docker login`), inside
+    // backquotes (Markdown's code) and inside a JSON string (`{"cmd": "sshpass -p ... ssh
+    // h"}`, a tool's arguments): each such `:`, backquote and JSON string's quote is read as
+    // a `;`, byte for byte, so the ranges found are the text's.
+    let raw = text.as_bytes();
+    let json_quote = |i: usize| {
+        let before = raw[..i].trim_ascii_end();
+        let after = raw[i + 1..].trim_ascii_start();
+        (i == 0 || raw[i - 1] != b'\\')
+            && (matches!(before.last(), Some(b':' | b'[' | b',' | b'{'))
+                || matches!(after.first(), None | Some(b':' | b',' | b'}' | b']')))
+    };
     let bounded: Vec<u8> = text
         .bytes()
         .enumerate()
         .map(|(i, b)| {
+            if b == b'"' && json_quote(i) {
+                return b';';
+            }
             let colon = b == b':'
                 && text
                     .as_bytes()
@@ -755,8 +767,9 @@ fn takes_no_value(upper: &str) -> bool {
 /// Commands that write their arguments to their output.
 const ECHO_COMMANDS: &[&str] = &["echo", "printf"];
 
-/// The passwords written by `echo` or `printf` into a pipe to a command that reads one from
-/// its input (`reads_credential_from_stdin`): `echo pw | docker login -u bob --password-stdin`,
+/// The passwords written by `echo` or `printf` into a pipe, or given by a here-string (`<<<
+/// pw`), to a command that reads one from its input (`reads_credential_from_stdin`): `echo pw
+/// | docker login -u bob --password-stdin`, `gh auth login --with-token <<< pw`,
 /// `printf '%s' pw | helm registry login r --password-stdin`, named `password`. Every word
 /// after `echo`, every one after `printf`'s format (its format when it has no other); a flag
 /// (`-n`) and a computed value (`$PW`, `"$PW"`, `$(...)`, a backquote) are none. A command runs
@@ -772,16 +785,21 @@ fn stdin_passwords(tokens: &[Token], code: &str, prose: bool) -> Vec<ShellSecret
     // the current command: its echo's words so far (None when it is no echo), and whether it
     // is printf, reads a password from its input, and was piped into by an echo
     let mut words: Option<Vec<ShellSecret>> = None;
+    // the word a here-string (`<<< pw`) gives the current command's input
+    let mut here: Vec<ShellSecret> = Vec::new();
     let (mut printf, mut reads_password, mut command_start) = (false, false, true);
     let mut end_command = |words: &mut Option<Vec<ShellSecret>>,
                            written: &mut Vec<ShellSecret>,
+                           here: &mut Vec<ShellSecret>,
                            printf: bool,
                            reads_password: bool,
                            piped: bool| {
         if reads_password {
             found.append(written);
+            found.append(here);
         }
         written.clear();
+        here.clear();
         if let (true, Some(mut words)) = (piped, words.take()) {
             if printf && words.len() > 1 {
                 words.remove(0); // the format
@@ -794,7 +812,14 @@ fn stdin_passwords(tokens: &[Token], code: &str, prose: bool) -> Vec<ShellSecret
         let gap = i.checked_sub(1).map(|p| &bytes[tokens[p].end..token.start]);
         let escaped = i > 0 && text(&tokens[i - 1]) == "\\";
         if gap.is_some_and(|g| g.contains(&b'\n')) && !escaped {
-            end_command(&mut words, &mut written, printf, reads_password, false);
+            end_command(
+                &mut words,
+                &mut written,
+                &mut here,
+                printf,
+                reads_password,
+                false,
+            );
             (reads_password, command_start) = (false, true);
         }
         let t = text(token);
@@ -803,7 +828,14 @@ fn stdin_passwords(tokens: &[Token], code: &str, prose: bool) -> Vec<ShellSecret
             let pipe = t == "|"
                 && !tokens.get(i + 1).is_some_and(|n| text(n) == "|")
                 && !(i > 0 && text(&tokens[i - 1]) == "|");
-            end_command(&mut words, &mut written, printf, reads_password, pipe);
+            end_command(
+                &mut words,
+                &mut written,
+                &mut here,
+                printf,
+                reads_password,
+                pipe,
+            );
             (reads_password, command_start) = (false, true);
             continue;
         }
@@ -819,6 +851,20 @@ fn stdin_passwords(tokens: &[Token], code: &str, prose: bool) -> Vec<ShellSecret
             printf = name == "printf";
             words =
                 (token.kind == Kind::Word && ECHO_COMMANDS.contains(&name.as_str())).then(Vec::new);
+            continue;
+        }
+        if t != "<" && bytes[..token.start].trim_ascii_end().ends_with(b"<<<") {
+            // `gh auth login --with-token <<< pw`: the word is the command's input
+            if let Some(end) = shell_value_end(Some(token), bytes, token.start) {
+                here.push(ShellSecret {
+                    start: token.start,
+                    end,
+                    name: "password".to_owned(),
+                    named: true,
+                    secret: true,
+                    user_len: 0,
+                });
+            }
             continue;
         }
         if !word_start {
@@ -848,7 +894,14 @@ fn stdin_passwords(tokens: &[Token], code: &str, prose: bool) -> Vec<ShellSecret
             });
         }
     }
-    end_command(&mut words, &mut written, printf, reads_password, false);
+    end_command(
+        &mut words,
+        &mut written,
+        &mut here,
+        printf,
+        reads_password,
+        false,
+    );
     found
 }
 
@@ -969,7 +1022,8 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
             user_len,
         });
     }
-    let attached = command_passwords(tokens, code);
+    let mut attached = command_passwords(tokens, code);
+    attached.extend(positional_passwords(tokens, code));
     if !attached.is_empty() {
         found.extend(attached);
         found.sort_by_key(|s| s.start);
@@ -1168,6 +1222,8 @@ const PASSWORD_FLAGS: &[(&str, &str, char, bool)] = &[
     ("redis", "", 'a', true),
     ("docker", "login", 'p', true),
     ("podman", "login", 'p', true),
+    // `openssl enc -k pw`: only the flag alone (`-kfile path` names a file)
+    ("openssl", "", 'k', true),
 ];
 
 /// The passwords given to such a flag (`PASSWORD_FLAGS`), attached (`-pSECRET`, `-p'pw'`) or,
@@ -1213,7 +1269,10 @@ fn command_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
         }
         let flagged = &code[letter.start..letter.end];
         let Some(&(entry, _)) = command.iter().find(|&&(entry, ready)| {
-            ready && letter.kind == Kind::Word && flagged.starts_with(PASSWORD_FLAGS[entry].2)
+            let (name, _, flag, _) = PASSWORD_FLAGS[entry];
+            // openssl's flags are words (`-kfile`, `-keyform`): its `-k` is the flag alone
+            let whole = name != "openssl" || flagged.len() == flag.len_utf8();
+            ready && letter.kind == Kind::Word && flagged.starts_with(flag) && whole
         }) else {
             continue;
         };
@@ -1244,6 +1303,95 @@ fn command_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
         }
     }
     found
+}
+
+/// The passwords commands take as a positional word, named `password`: the value after a
+/// `config` or `configure` command's `set` and a key that names a credential (`aws configure
+/// set aws_secret_access_key pw`, `npm config set _authToken pw`), and `htpasswd`'s password
+/// in batch mode (`-b`: `htpasswd -b file user pw`, `htpasswd -nb user pw`). A command runs to
+/// `;`, `&`, `|`, a parenthesis or a line's end; one pass over the tokens
+/// (docs/normalization.md, Secrets).
+fn positional_passwords(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    // the tokens that start the current command's words
+    let mut words: Vec<usize> = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let text = &code[token.start..token.end];
+        let line_break = i > 0 && bytes[tokens[i - 1].end..token.start].contains(&b'\n');
+        if line_break || matches!(text, ";" | "&" | "|" | "(" | ")") {
+            positional_in(&words, tokens, code, &mut found);
+            words.clear();
+            if !line_break {
+                continue;
+            }
+        }
+        if token.start == 0 || bytes[token.start - 1].is_ascii_whitespace() || words.is_empty() {
+            words.push(i);
+        }
+    }
+    positional_in(&words, tokens, code, &mut found);
+    found
+}
+
+/// `positional_passwords` of one command, whose words start at `words`.
+fn positional_in(words: &[usize], tokens: &[Token], code: &str, found: &mut Vec<ShellSecret>) {
+    let bytes = code.as_bytes();
+    let word = |k: usize| {
+        let start = tokens[words[k]].start;
+        &code[start..word_end(bytes, start, |b| {
+            matches!(b, b';' | b'&' | b'|' | b'(' | b')')
+        })]
+    };
+    let mut password_at = |k: usize| {
+        let token = &tokens[words[k]];
+        if let Some(end) = shell_value_end(Some(token), bytes, token.start) {
+            found.push(ShellSecret {
+                start: token.start,
+                end,
+                name: "password".to_owned(),
+                named: true,
+                secret: true,
+                user_len: 0,
+            });
+        }
+    };
+    let Some(first) = words.first().map(|_| word(0)) else {
+        return;
+    };
+    let command = first.rsplit('/').next().unwrap_or(first);
+    if command == "htpasswd" {
+        let flags: Vec<&str> = (1..words.len())
+            .map(word)
+            .filter(|w| w.starts_with('-'))
+            .collect();
+        if flags
+            .iter()
+            .any(|f| !f.starts_with("--") && f.contains('b'))
+        {
+            let display = flags
+                .iter()
+                .any(|f| !f.starts_with("--") && f.contains('n'));
+            let positional: Vec<usize> = (1..words.len())
+                .filter(|&k| !word(k).starts_with('-'))
+                .collect();
+            if let Some(&k) = positional.get(if display { 1 } else { 2 }) {
+                password_at(k);
+            }
+        }
+        return;
+    }
+    let configures = (0..words.len()).find(|&k| matches!(word(k), "config" | "configure"));
+    if let Some(at) = configures {
+        if let Some(set) = (at + 1..words.len()).find(|&k| word(k) == "set") {
+            let named = set + 2 < words.len()
+                && super::naming::upper_snake(word(set + 1))
+                    .is_some_and(|n| super::secrets::is_secret_name(&n));
+            if named {
+                password_at(set + 2);
+            }
+        }
+    }
 }
 
 /// The run of `[A-Za-z0-9_.-]` ending at `end`, at most `MAX_SHELL_NAME` long and at the start

@@ -25,7 +25,7 @@ use crate::error::{CoreError, CoreResult};
 pub use language::{resolve as resolve_language, Lang, LanguageChoice};
 pub use literal::JsonType;
 pub use prepare::{prepare, prepare_many, CaptureInput, Prepared, MIN_SECRET_CHARS};
-pub use secrets::{redact_text, redact_url_credentials};
+pub use secrets::{redact_name, redact_text};
 pub use steps::{
     ArgKind, Step, StepArgument, StepSource, MAX_ARGUMENT_NODES, MAX_STEPS, MAX_STEP_ARGUMENTS,
 };
@@ -363,7 +363,7 @@ fn assemble(
     let tool_calls: Vec<String> = extracted
         .tool_calls
         .iter()
-        .map(|tool| secrets::redact_url_credentials(tool).into_owned())
+        .map(|tool| secrets::redact_name(tool).into_owned())
         .collect();
     let steps = match extracted.steps {
         Some(raw_steps) => name_steps(raw_steps, &placeholder),
@@ -478,7 +478,7 @@ fn name_steps(raw_steps: Vec<steps::RawStep>, placeholder: &[Option<String>]) ->
     raw_steps
         .into_iter()
         .map(|raw| Step {
-            tool: secrets::redact_url_credentials(&raw.tool).into_owned(),
+            tool: secrets::redact_name(&raw.tool).into_owned(),
             arguments: raw
                 .arguments
                 .into_iter()

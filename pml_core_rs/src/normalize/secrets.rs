@@ -25,6 +25,9 @@ const SECRET_WORDS: &[&[&str]] = &[
     &["SECRET", "KEY"],
     &["SIGNING", "KEY"],
     &["CLIENT", "SECRET"],
+    // openssl's password sources: `-passin pass:...`, `-passout pass:...`
+    &["PASSIN"],
+    &["PASSOUT"],
 ];
 
 /// Endings of one word of a name that mark it as a credential's too: `PGPASSWORD`,
@@ -121,7 +124,106 @@ pub fn is_secret_value(value: &str) -> bool {
     is_credential_shaped(value)
         || has_secret_pair(value)
         || has_secret_field(value)
+        || has_password_file_entry(value)
         || is_high_entropy_token(value.trim())
+}
+
+/// Whether `value` holds a `.netrc` or `.pgpass` entry's password (`password_file_entry_at`).
+fn has_password_file_entry(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    (0..bytes.len()).any(|i| entry_starts(bytes, i) && password_file_entry_at(bytes, i).is_some())
+}
+
+/// Whether a word of a credentials file's entry starts at `i`: after a blank, a quote or such,
+/// or an escaped line break or tab (`\n`, as JSON writes a file's lines).
+fn entry_starts(bytes: &[u8], i: usize) -> bool {
+    is_entry_byte(bytes[i])
+        && (i == 0
+            || !is_entry_byte(bytes[i - 1])
+            || (i >= 2 && bytes[i - 2] == b'\\' && matches!(bytes[i - 1], b'n' | b't' | b'r')))
+}
+
+/// The length of the blanks at the start of `bytes`, escaped ones (`\n`, `\t`) included.
+fn blanks_at(bytes: &[u8]) -> usize {
+    let mut k = 0;
+    loop {
+        match bytes.get(k..) {
+            Some([b, ..]) if b.is_ascii_whitespace() => k += 1,
+            Some([b'\\', b'n' | b't' | b'r', ..]) => k += 2,
+            _ => return k,
+        }
+    }
+}
+
+fn is_entry_byte(b: u8) -> bool {
+    !(b.is_ascii_whitespace()
+        || matches!(
+            b,
+            b'"' | b'\'' | b'`' | b',' | b'{' | b'}' | b'[' | b']' | b'\\'
+        ))
+}
+
+/// How far before a `.netrc` entry's `password` its `machine` or `default` may be.
+const NETRC_WINDOW: usize = 256;
+
+/// The byte range of the password of a credentials file's entry starting at `at` (the start
+/// of a word): a `.netrc` entry's, the word after `password` when `machine` or `default`
+/// starts a word within `NETRC_WINDOW` bytes before it (`machine h login bob password pw`),
+/// or a `.pgpass` line's, the last of five `:`-separated fields whose second is a port or `*`
+/// (`db.internal:5432:app:bob:pw`). Constant cost but for the value scanned
+/// (docs/capture.md, Secrets).
+fn password_file_entry_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    let end = at
+        + bytes[at..]
+            .iter()
+            .position(|&b| !is_entry_byte(b))
+            .unwrap_or(bytes.len() - at);
+    let word = &bytes[at..end];
+    if word == b"password" || word == b"passwd" {
+        let blanks = blanks_at(&bytes[end..]);
+        let start = end + blanks;
+        let value_end = start
+            + bytes[start..]
+                .iter()
+                .position(|&b| !is_entry_byte(b))
+                .unwrap_or(bytes.len() - start);
+        let before = &bytes[at.saturating_sub(NETRC_WINDOW)..at];
+        let entry = [&b"machine"[..], &b"default"[..]].iter().any(|key| {
+            before.windows(key.len() + 1).enumerate().any(|(k, w)| {
+                w.starts_with(key)
+                    && (w[key.len()].is_ascii_whitespace() || w[key.len()] == b'\\')
+                    && (k == 0 || entry_starts(before, k))
+            })
+        });
+        return (blanks > 0 && value_end > start && entry).then_some((start, value_end));
+    }
+    // `.pgpass`: host:port:database:user:password (`\:` escapes a colon)
+    let mut fields = [0usize; 5];
+    let mut count = 1;
+    let mut k = at;
+    while k < end {
+        if word[k - at] == b'\\' {
+            k += 2;
+            continue;
+        }
+        if word[k - at] == b':' {
+            if count == 5 {
+                return None;
+            }
+            fields[count] = k + 1;
+            count += 1;
+        }
+        k += 1;
+    }
+    let port = bytes.get(fields[1]..fields[2].checked_sub(1)?)?;
+    let nonempty = |from: usize, to: usize| to > from;
+    (count == 5
+        && fields[1] > at + 1
+        && (port == b"*" || (!port.is_empty() && port.iter().all(u8::is_ascii_digit)))
+        && nonempty(fields[2], fields[3] - 1)
+        && nonempty(fields[3], fields[4] - 1)
+        && end > fields[4])
+        .then_some((fields[4], end))
 }
 
 /// A known credential prefix, a JWT or a URL with a password (`scheme://user:pass@host`): the
@@ -668,6 +770,42 @@ fn has_secret_query(value: &str) -> bool {
         .any(|(i, &b)| matches!(b, b'?' | b'&') && secret_query_value_at(bytes, i).is_some())
 }
 
+/// Whether `text` ends where a credential's value starts, so what is written next (an
+/// interpolation) is one: a name that names a credential (`is_secret_name`), then `=` (spaces
+/// around it allowed: SQL's `password = `) or `:` right after the name or its closing quote (a
+/// field's: `"token": `, `token:`; not `a ? token : b`), then maybe an opening quote or an
+/// HTTP auth scheme (`password='`, `Authorization: Bearer `). Reads at most the name's bytes.
+pub fn opens_a_secret_value(text: &str) -> bool {
+    let mut t = text.trim_end_matches([' ', '\t']);
+    if let Some(scheme_at) = t.rfind(' ') {
+        if AUTH_SCHEMES
+            .iter()
+            .any(|s| t[scheme_at + 1..].eq_ignore_ascii_case(s))
+        {
+            t = t[..scheme_at].trim_end_matches([' ', '\t']);
+        }
+    }
+    let t = t
+        .strip_suffix(['"', '\''])
+        .unwrap_or(t)
+        .trim_end_matches([' ', '\t']);
+    let t = if let Some(t) = t.strip_suffix('=') {
+        t.trim_end_matches([' ', '\t'])
+    } else if let Some(t) = t.strip_suffix(':') {
+        t.strip_suffix(['"', '\'']).unwrap_or(t)
+    } else {
+        return false;
+    };
+    let name_len = t.bytes().rev().take_while(|&b| is_name_byte(b)).count();
+    let name = &t[t.len() - name_len..];
+    name_len > 0
+        && name_len <= MAX_VALUE_NAME
+        && upper_snake(name).is_some_and(|n| is_secret_name(&n))
+}
+
+/// The longest name `opens_a_secret_value` reads.
+const MAX_VALUE_NAME: usize = 64;
+
 /// What a credential-shaped token of free text becomes.
 pub const REDACTED_TOKEN: &str = "[REDACTED]";
 
@@ -688,7 +826,7 @@ fn is_token_byte(b: u8) -> bool {
 pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
     let shell = super::fallback::shell_secret_ranges(text);
     if shell.is_empty() {
-        return redact(text, Some(is_secret_value), true);
+        return redact(text, Some(is_secret_value), Rules::Text);
     }
     let mut cut = String::with_capacity(text.len());
     let mut copied = 0;
@@ -698,29 +836,51 @@ pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
         copied = end;
     }
     cut.push_str(&text[copied..]);
-    std::borrow::Cow::Owned(redact(&cut, Some(is_secret_value), true).into_owned())
+    std::borrow::Cow::Owned(redact(&cut, Some(is_secret_value), Rules::Text).into_owned())
 }
 
-/// `redact_text`'s URL rules alone, for a name (a tool's, a tag): a URL's user-info when it has
-/// a password (`scheme://[REDACTED]@host`) and the value of a query parameter named as a
-/// credential (`?access_token=[REDACTED]`), written as `redact_text` writes them. No other rule:
-/// a name that merely looks random (a commit hash, `tool_a8f9e0b1...`) is still the name that
-/// filters and grouping compare. Borrowed when nothing is found.
-pub fn redact_url_credentials(name: &str) -> std::borrow::Cow<'_, str> {
-    redact(name, None, false)
+/// `redact_text`'s rules for a name or an identifier a caller gives (a tool's name, a tag; a
+/// request id or a language holding one is refused instead): a URL's user-info when it has a
+/// password (`scheme://[REDACTED]@host`), the value of a query parameter or of a `name=value`
+/// pair named as a credential (`?access_token=[REDACTED]`, `password=[REDACTED]`), and a token
+/// with a credential's shape (a known prefix, a JWT, a `Bearer` token, a PEM block), written as
+/// `redact_text` writes them. Not the entropy rule: a name that merely looks random (a commit
+/// hash, `tool_a8f9e0b1...`) is still the name that filters and grouping compare; nor the
+/// field rule (`auth:login` is a tool's name). Borrowed when nothing is found
+/// (docs/capture.md, Secrets).
+pub fn redact_name(name: &str) -> std::borrow::Cow<'_, str> {
+    redact(name, Some(is_credential_shaped), Rules::Name)
 }
 
 /// `redact_text` for code (a template, the stored code): only credential prefixes, JWTs,
 /// `Bearer`/`Basic` tokens and PEM blocks, never the entropy rule, so that identifiers stay.
 /// Secret string literals are handled by the normalizer itself (they are parameters).
 pub fn redact_code(code: &str) -> std::borrow::Cow<'_, str> {
-    redact(code, Some(is_credential_shaped), false)
+    redact(code, Some(is_credential_shaped), Rules::Code)
+}
+
+/// Which of the rules that read a name before a value `redact` applies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rules {
+    /// none (code: a parser reads its `name=value` as a keyword argument)
+    Code,
+    /// `name=value` pairs only (a name or an identifier: `auth:login` is no field)
+    Name,
+    /// pairs, fields, cookies, `name`/`value` siblings, and a hex digest kept unless a
+    /// credential's word comes before it (free text)
+    Text,
 }
 
 /// `text` with its URL credentials redacted, and with `flagged`, its PEM blocks, `Bearer` or
-/// `Basic` tokens and the tokens `flagged` flags too; with `pairs`, the values of `name=value`
-/// pairs named as credentials (`secret_pair_value_at`).
-fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::borrow::Cow<'_, str> {
+/// `Basic` tokens and the tokens `flagged` flags too; by `rules`, the values of `name=value`
+/// pairs named as credentials (`secret_pair_value_at`) and the rest of free text's rules.
+fn redact(
+    text: &str,
+    flagged: Option<fn(&str) -> bool>,
+    rules: Rules,
+) -> std::borrow::Cow<'_, str> {
+    let pairs = rules != Rules::Code;
+    let fields = rules == Rules::Text;
     let bytes = text.as_bytes();
     // the byte ranges to redact, in order but for a `value` redacted once its `name` after it
     // is read (`Siblings`)
@@ -764,7 +924,7 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
                 continue;
             }
         }
-        if pairs && is_name_byte(bytes[i]) {
+        if fields && is_name_byte(bytes[i]) {
             if let Some((values, end)) = cookie_values_at(bytes, i) {
                 for (from, to) in values {
                     ranges.push((from, to));
@@ -773,7 +933,20 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
                 continue;
             }
         }
-        if pairs && (is_name_byte(bytes[i]) || matches!(bytes[i], b'"' | b'\'')) {
+        // a word after an escaped line break (`\npassword ...`) starts past its `n`
+        let escaped = i >= 1
+            && bytes[i - 1] == b'\\'
+            && matches!(bytes[i], b'n' | b't' | b'r')
+            && i + 1 < bytes.len();
+        let entry = if escaped { i + 1 } else { i };
+        if fields && entry_starts(bytes, entry) {
+            if let Some((from, to)) = password_file_entry_at(bytes, entry) {
+                ranges.push((from, to));
+                i = to;
+                continue;
+            }
+        }
+        if fields && (is_name_byte(bytes[i]) || matches!(bytes[i], b'"' | b'\'')) {
             if let Some((from, to)) = secret_field_value_at(bytes, i) {
                 ranges.push((from, to));
                 i = to;
@@ -795,7 +968,7 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
                 continue;
             }
         }
-        if pairs {
+        if fields {
             siblings.bound(bytes, i);
         }
         if !is_token_byte(bytes[i]) {
@@ -816,7 +989,9 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
                 .iter()
                 .any(|scheme| bytes[..start].ends_with(scheme))
         };
-        if (token.len() >= 8 && after_scheme()) || flagged(token) {
+        if (token.len() >= 8 && after_scheme())
+            || (flagged(token) && !(fields && is_unnamed_digest(text, start, token)))
+        {
             ranges.push((start, end));
         }
     }
@@ -839,6 +1014,40 @@ fn redact(text: &str, flagged: Option<fn(&str) -> bool>, pairs: bool) -> std::bo
     }
     out.push_str(&text[copied..]);
     std::borrow::Cow::Owned(out)
+}
+
+/// The lengths of the hex digests free text quotes: MD5, SHA-1 (a git commit), SHA-224,
+/// SHA-256, SHA-384, SHA-512.
+const DIGEST_LENGTHS: &[usize] = &[32, 40, 56, 64, 96, 128];
+
+/// How far back, on its line, a word naming a credential makes a hex digest one.
+const DIGEST_NAME_WINDOW: usize = 48;
+
+/// Whether `token` (at byte `start` of `text`) is a hex digest no credential's word names, so
+/// free text keeps it: a commit (`deployed 3f2a9c...`), a checksum (`sha256:9f86d0...`), also
+/// as a pair's value (`commit=3f2a...`). Its letters are all lower or all upper case, its
+/// length a digest's (`DIGEST_LENGTHS`), and none of the words before it on its line, within
+/// `DIGEST_NAME_WINDOW` bytes, names a credential (`token 3f2a...`, `the api key is 3f2a...`
+/// are redacted; a hex key is a credential when something says so; docs/capture.md, Secrets).
+fn is_unnamed_digest(text: &str, start: usize, token: &str) -> bool {
+    let (name, digest) = token.rsplit_once('=').unwrap_or(("", token));
+    let hex = DIGEST_LENGTHS.contains(&digest.len())
+        && digest.bytes().all(|b| b.is_ascii_hexdigit())
+        && !(digest.bytes().any(|b| b.is_ascii_lowercase())
+            && digest.bytes().any(|b| b.is_ascii_uppercase()));
+    if !hex || !name.bytes().all(is_name_byte) {
+        return false;
+    }
+    let bytes = text.as_bytes();
+    let end = start + name.len();
+    let mut from = end.saturating_sub(DIGEST_NAME_WINDOW);
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    if let Some(line) = bytes[from..end].iter().rposition(|&b| b == b'\n') {
+        from += line + 1;
+    }
+    !upper_snake(&text[from..end]).is_some_and(|words| names_a_credential(&words))
 }
 
 /// The pairing of `name` (or `key`) fields with `value` fields in free text, in either order
@@ -1084,7 +1293,7 @@ mod tests {
             assert_eq!(redact_text(text), redacted, "{text}");
         }
         // names and code are not read so
-        assert_eq!(redact_url_credentials("password: pw1"), "password: pw1");
+        assert_eq!(redact_name("password: pw1"), "password: pw1");
         assert_eq!(redact_code("password: pw1"), "password: pw1");
         // linear: a long run of cut-off fields costs one pass
         let many = r#"{"token": "x"#.repeat(20_000);
@@ -1405,8 +1614,8 @@ mod tests {
     }
 
     #[test]
-    fn names_lose_only_url_credentials() {
-        let redacted = |name| redact_url_credentials(name).into_owned();
+    fn names_lose_credentials_but_not_random_looking_words() {
+        let redacted = |name| redact_name(name).into_owned();
         assert_eq!(
             redacted("https://admin:p@ss@tools.internal/x"),
             "https://[REDACTED]@tools.internal/x"
@@ -1428,22 +1637,32 @@ mod tests {
             redacted("café://üser:mötdepässe@hôte/ß?jeton=1&secret=clé€"),
             "café://[REDACTED]@hôte/ß?jeton=1&secret=[REDACTED]"
         );
-        // What free text would lose but a name keeps: random-looking tokens, key prefixes
-        // (a tool may be named so), `Bearer` and PEM text.
+        // A credential's shape and a pair named as one: a secret is never stored, whatever
+        // field carries it.
+        for (name, expected) in [
+            ("ghp_0123456789abcdefghijklmnopqrstuvwxyz", "[REDACTED]"),
+            ("aws:AKIAIOSFODNN7EXAMPLE", "aws:[REDACTED]"),
+            ("Bearer abcdefgh12345", "Bearer [REDACTED]"),
+            ("password=hunter2", "password=[REDACTED]"),
+            ("-----BEGIN X-----\nMIIB\n-----END X-----", "[REDACTED]"),
+        ] {
+            assert_eq!(redacted(name), expected, "{name}");
+        }
+        // What free text would lose but a name keeps: random-looking tokens and hashes (the
+        // entropy rule), a field's `name:` (a tool's namespace: `auth:login`).
         for kept in [
             "ssh://git@github.com/a/b",
             "https://host:8080/x?page=2&max_tokens=5",
             "gmail:get",
+            "auth:login",
+            "token:refresh",
             "tool_a8f9e0b1c2d3e4f5a6b7c8d9",
             "commit:a94a8fe5ccb19ba61c4c0873d391e987982fbbd3",
             "q8Zr3VxT0pLk2WmN7sYb4HdJ9fGc",
-            "ghp_0123456789abcdefghijklmnopqrstuvwxyz",
-            "Bearer abcdefgh12345",
-            "-----BEGIN X-----\nMIIB\n-----END X-----",
             "",
         ] {
             assert!(
-                matches!(redact_url_credentials(kept), std::borrow::Cow::Borrowed(_)),
+                matches!(redact_name(kept), std::borrow::Cow::Borrowed(_)),
                 "{kept}"
             );
         }
@@ -1453,7 +1672,72 @@ mod tests {
             "connect pg://admin:Tr0ub4dor&3-horse@db.internal:5432/prod.",
             "GET https://h/x?page=2&access_token=tok_123&q=1 and ?token=t2",
         ] {
-            assert_eq!(redact_url_credentials(text), redact_text(text), "{text}");
+            assert_eq!(redact_name(text), redact_text(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_hex_digest_is_kept_unless_a_credentials_word_names_it() {
+        let commit = "3f2a9c8e1b7d4f6a0c5e2b9d8a7f6e5d4c3b2a19";
+        let sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        for kept in [
+            format!("deployed commit {commit} to prod"),
+            format!("sha256 of the file is {sha256}"),
+            format!("sha256:{sha256}"),
+            format!("commit={commit}"),
+            format!("git checkout {}", commit.to_uppercase()),
+            format!("the token was rotated\nthen deployed {commit}"),
+        ] {
+            assert_eq!(redact_text(&kept), kept.as_str(), "{kept}");
+        }
+        for (text, redacted) in [
+            (format!("token {commit}"), "token [REDACTED]"),
+            (
+                format!("the api key is {commit}"),
+                "the api key is [REDACTED]",
+            ),
+            (format!("secret: {sha256}"), "secret: [REDACTED]"),
+            (format!("api_token={commit}"), "api_token=[REDACTED]"),
+            (
+                format!("access key id {sha256}"),
+                "access key id [REDACTED]",
+            ),
+        ] {
+            assert_eq!(redact_text(&text), redacted, "{text}");
+        }
+        // not a digest: mixed case, another length, other letters
+        for token in [
+            "3F2a9c8e1b7d4f6a0c5e2b9d8a7f6e5d4c3b2a19",
+            "3f2a9c8e1b7d4f6a0c5e2b9d8a7f6e5d4c3b2a1",
+            "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY",
+        ] {
+            assert_eq!(redact_text(&format!("commit {token}")), "commit [REDACTED]");
+        }
+    }
+
+    #[test]
+    fn a_text_opens_a_secret_value_where_a_credentials_name_and_its_separator_end_it() {
+        for opens in [
+            "SELECT 1 WHERE password=",
+            "password = '",
+            "{\"token\": \"",
+            "login(token: \"",
+            "api_key:",
+            "Authorization: Bearer ",
+            "host=db PGPASSWORD=",
+        ] {
+            assert!(opens_a_secret_value(opens), "{opens}");
+        }
+        for not in [
+            "a ? token : ",
+            "password",
+            "max_tokens=",
+            "password_file=",
+            "user=",
+            "the password is ",
+            "",
+        ] {
+            assert!(!opens_a_secret_value(not), "{not}");
         }
     }
 

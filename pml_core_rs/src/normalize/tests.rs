@@ -444,6 +444,177 @@ fn secrets_are_redacted_in_the_code_and_past_the_cap() {
 }
 
 #[test]
+fn a_password_a_command_or_a_login_call_takes_by_position_is_a_secret() {
+    for (code, language) in [
+        (
+            "aws configure set aws_secret_access_key hunter2pass",
+            "bash",
+        ),
+        ("npm config set _authToken hunter2pass", "bash"),
+        ("gh auth login --with-token <<< hunter2pass", "bash"),
+        ("htpasswd -b /etc/h bob hunter2pass", "bash"),
+        ("htpasswd -nb bob hunter2pass", "bash"),
+        (
+            "openssl enc -aes-256-cbc -k hunter2pass -in a -out b",
+            "bash",
+        ),
+        (
+            "openssl genrsa -aes256 -passout pass:hunter2pass 2048",
+            "bash",
+        ),
+        (
+            "import smtplib\ns = smtplib.SMTP(h)\ns.login(\"bob@x.com\", \"hunter2pass\")",
+            "python",
+        ),
+        (
+            "import ftplib\nftplib.FTP(h).login(user, \"hunter2pass\")",
+            "python",
+        ),
+        ("ftp = ftplib.FTP(h, \"bob\", \"hunter2pass\")", "python"),
+        (
+            "m = imaplib.IMAP4_SSL(h)\nm.login(\"bob\", \"hunter2pass\")",
+            "python",
+        ),
+        ("await client.login(\"bob\", \"hunter2pass\");", "js"),
+    ] {
+        let n = norm(code, language);
+        assert!(
+            !n.redacted_code.contains("hunter2pass"),
+            "{code}: {}",
+            n.redacted_code
+        );
+        assert!(!n.template.contains("hunter2pass"), "{code}");
+    }
+    // the user stays, and so do a command's other words
+    let n = norm("htpasswd -b /etc/h bob hunter2pass", "bash");
+    assert!(
+        n.redacted_code.contains("/etc/h bob"),
+        "{}",
+        n.redacted_code
+    );
+    for kept in [
+        "aws configure set region eu-west-1",
+        "openssl enc -aes-256-cbc -kfile /etc/k -in a",
+        "htpasswd -D /etc/h bob",
+    ] {
+        assert_eq!(norm(kept, "bash").redacted_code, kept);
+    }
+}
+
+#[test]
+fn a_netrc_or_pgpass_entry_in_a_string_or_free_text_keeps_no_password() {
+    for code in [
+        r#"open(n, "w").write("machine h login bob password hunter2pass")"#,
+        r#"open(p, "w").write("db.internal:5432:app:bob:hunter2pass")"#,
+        r#"open(p, "w").write("*:*:*:bob:hunter2pass")"#,
+    ] {
+        let n = norm(code, "python");
+        assert!(!n.redacted_code.contains("hunter2pass"), "{code}");
+    }
+    for (text, redacted) in [
+        (
+            "wrote machine h login bob password hunter2pass to ~/.netrc",
+            "wrote machine h login bob password [REDACTED] to ~/.netrc",
+        ),
+        (
+            "{\"pgpass\": \"db:5432:app:bob:hunter2pass\"}",
+            "{\"pgpass\": \"db:5432:app:bob:[REDACTED]\"}",
+        ),
+        (
+            r#"{"netrc": "machine h\nlogin bob\npassword hunter2pass\n"}"#,
+            r#"{"netrc": "machine h\nlogin bob\npassword [REDACTED]\n"}"#,
+        ),
+        // a command in a JSON string (a tool's arguments), and one with no `-` or `=`
+        (
+            r#"{"cmd": "sshpass -p hunter2pass ssh h", "n": 1}"#,
+            r#"{"cmd": "sshpass -p [REDACTED] ssh h", "n": 1}"#,
+        ),
+        (
+            r#"["mysql -phunter2pass db"]"#,
+            r#"["mysql -p[REDACTED] db"]"#,
+        ),
+        (
+            "failed: aws configure set aws_secret_access_key hunter2pass",
+            "failed: aws configure set aws_secret_access_key [REDACTED]",
+        ),
+    ] {
+        assert_eq!(redact_text(text), redacted, "{text}");
+    }
+    for kept in [
+        "the password is incorrect",
+        "at 12:30:45 on fe80::1:2:3",
+        "a:b:c:d:e",
+    ] {
+        assert_eq!(redact_text(kept), kept, "{kept}");
+    }
+}
+
+#[test]
+fn an_interpolated_or_tagged_string_holding_a_credential_keeps_no_copy_of_it() {
+    // A piece of literal text that holds a credential by the value rules a plain string is
+    // read by: that piece becomes `[REDACTED]`, the interpolations stay code.
+    for (code, language, stored) in [
+        (
+            "const q = sql`SELECT ${a} FROM u WHERE password=hunter2pass`;",
+            "js",
+            "const q = sql`SELECT ${a}[REDACTED]`;",
+        ),
+        (
+            "const q = gql`{ login(user: ${u}, token: \"hunter2pass\") }`;",
+            "ts",
+            "const q = gql`{ login(user: ${u}[REDACTED]`;",
+        ),
+        (
+            "const c = `mysql -u root -phunter2pass ${db}`;",
+            "js",
+            "const c = `[REDACTED]${db}`;",
+        ),
+        (
+            r#"q = f"{h} host=db password=hunter2pass""#,
+            "python",
+            r#"q = f"{h}[REDACTED]""#,
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(n.parse_ok, "{code}: {}", n.fallback_reason);
+        assert_eq!(n.redacted_code, stored, "{code}");
+        assert!(!n.template.contains("hunter2pass"), "{code}");
+    }
+    // A variable interpolated where a credential's value goes is given as one: the literal
+    // it is assigned is redacted where it is written.
+    for (code, language, stored) in [
+        (
+            "const x = \"hunter2pass\";\nconst q = sql`SELECT 1 WHERE password=${x}`;",
+            "js",
+            "const x = \"[REDACTED]\";\nconst q = sql`SELECT 1 WHERE password=${x}`;",
+        ),
+        (
+            "const t = \"hunter2pass\";\nconst q = gql`{ login(token: \"${t}\") }`;",
+            "js",
+            "const t = \"[REDACTED]\";\nconst q = gql`{ login(token: \"${t}\") }`;",
+        ),
+        (
+            "x = \"hunter2pass\"\nq = f\"host=db password={x}\"",
+            "python",
+            "x = \"[REDACTED]\"\nq = f\"host=db password={x}\"",
+        ),
+    ] {
+        assert_eq!(norm(code, language).redacted_code, stored, "{code}");
+    }
+    // Text with no credential, and a name given no value, stay.
+    for (code, language) in [
+        (
+            "const q = sql`SELECT * FROM u WHERE id=${id} AND password=${pw}`;",
+            "js",
+        ),
+        ("const s = `${a} ? token : ${b}`;", "js"),
+        (r#"q = f"{h} max_tokens=500""#, "python"),
+    ] {
+        assert_eq!(norm(code, language).redacted_code, code, "{code}");
+    }
+}
+
+#[test]
 fn an_interpolated_string_given_as_a_credential_keeps_no_literal_text() {
     for (code, language, stored) in [
         (

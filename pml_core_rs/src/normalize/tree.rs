@@ -425,6 +425,25 @@ pub fn walk<'a>(
     })
 }
 
+/// Functions that take a password by position, and its index among the arguments: the login
+/// calls of Python's standard library (`smtplib`, `imaplib`, `ftplib`, `poplib`), LDAP's
+/// simple bind, and `ftplib.FTP(host, user, passwd)` (docs/normalization.md, Secrets). A
+/// keyword argument is named already (`login(user=u, password="...")`).
+const PASSWORD_ARGUMENTS: &[(&str, usize)] = &[
+    ("login", 1),
+    ("simple_bind", 1),
+    ("simple_bind_s", 1),
+    ("pass_", 0),
+    ("FTP", 2),
+    ("FTP_TLS", 2),
+];
+
+/// Whether a piece of a string's literal text holds a credential by the value rules a plain
+/// string's value is read by (`RawParam::is_secret`).
+fn holds_a_secret(text: &str) -> bool {
+    secrets::is_secret_value(text) || super::fallback::holds_shell_secret(text)
+}
+
 enum Candidate {
     Str,
     Num { negative: bool },
@@ -482,6 +501,13 @@ impl<'a, 't> Walker<'a, 't> {
             .is_some_and(|at| at + 1 == self.frames.len())
         {
             self.credential_fragment(node, kind);
+        } else if self
+            .frames
+            .last()
+            .is_some_and(|f| matches!(f.kind, "string" | "template_string"))
+        {
+            // A piece of an interpolated string no credential's position makes one.
+            self.secret_fragment(node, kind);
         } else if matches!(kind, "string" | "template_string") && self.credential_string.is_none() {
             // Not a candidate, so interpolated: `f"{prefix}..."`, `${prefix}...`.
             let field = self.grammar.field_name(cursor);
@@ -1195,6 +1221,7 @@ impl<'a, 't> Walker<'a, 't> {
         if let Some(variable) = self.string_variable {
             self.remember_assigned(variable, None, self.params.len());
         }
+        let holds_one = holds_a_secret(self.text(node));
         self.params.push(RawParam {
             start: node.start_byte(),
             end: node.end_byte(),
@@ -1203,7 +1230,33 @@ impl<'a, 't> Walker<'a, 't> {
             string_value: None,
             context: None,
             overflow: true,
-            named_credential: self.string_variable.is_none(),
+            named_credential: self.string_variable.is_none() || holds_one,
+            fragment: true,
+        });
+    }
+
+    /// A piece of literal text of an interpolated string in no credential's position that
+    /// holds a credential by the value rules a plain string is read by (`sql`... password=pw
+    /// ${x}``, `` `${u} token: "ghp_..."` ``, `f"{h} -p pw"`): listed as a secret fragment, so
+    /// the template and the redacted code write `[REDACTED]` for that piece, as a plain string
+    /// holding one is `"[REDACTED]"` whole; the interpolations stay code
+    /// (docs/normalization.md, Secrets).
+    fn secret_fragment(&mut self, node: Node<'t>, kind: &str) {
+        if !matches!(kind, "string_content" | "string_fragment") {
+            return;
+        }
+        if !holds_a_secret(self.text(node)) {
+            return;
+        }
+        self.params.push(RawParam {
+            start: node.start_byte(),
+            end: node.end_byte(),
+            json_type: JsonType::String,
+            value_json: String::new(),
+            string_value: None,
+            context: None,
+            overflow: true,
+            named_credential: true,
             fragment: true,
         });
     }
@@ -1424,7 +1477,12 @@ impl<'t> Walker<'_, 't> {
         };
         let (node, kind) = (parent.node, parent.kind);
         if matches!(kind, "interpolation" | "template_substitution") {
-            return self.url_password_interpolation(node);
+            return self.url_password_interpolation(node) || self.secret_value_interpolation(node);
+        }
+        if matches!(kind, "arguments" | "argument_list")
+            && self.password_argument(level, named_index)
+        {
+            return true;
         }
         let grammar = self.grammar;
         let namer = match (kind, field) {
@@ -1486,6 +1544,31 @@ impl<'t> Walker<'_, 't> {
         })
     }
 
+    /// Whether the argument at `named_index` of the call of `frames[level - 2]` is where its
+    /// function takes a password by position (`PASSWORD_ARGUMENTS`: `smtp.login("bob", "...")`,
+    /// `ftplib.FTP(h, u, "...")`).
+    fn password_argument(&self, level: usize, named_index: usize) -> bool {
+        let Some(call) = level.checked_sub(2).and_then(|at| self.frames.get(at)) else {
+            return false;
+        };
+        let grammar = self.grammar;
+        let Some(function) = grammar.child(call.node, "function") else {
+            return false;
+        };
+        let callee = match grammar.kind(function) {
+            "identifier" => Some(function),
+            "member_expression" => grammar.child(function, "property"),
+            "attribute" => grammar.child(function, "attribute"),
+            _ => None,
+        };
+        callee.is_some_and(|callee| {
+            let name = self.text(callee);
+            PASSWORD_ARGUMENTS
+                .iter()
+                .any(|&(f, at)| f == name && at == named_index)
+        })
+    }
+
     /// Whether the pair's key is one of `keys`, written as a name or a string.
     fn keyed(&self, pair: Node<'t>, keys: &[&str]) -> bool {
         self.grammar.child(pair, "key").is_some_and(|key| {
@@ -1541,6 +1624,20 @@ impl<'t> Walker<'_, 't> {
                             "interpolation" | "template_substitution"
                         )
                     }))
+    }
+
+    /// Whether an interpolation stands where a credential's value is written: the string's text
+    /// just before it ends with a credential's name and `=` or `:`, maybe a quote or an HTTP
+    /// auth scheme after (`sql`... password=${pw}``, `` `{"token": "${t}"}` ``,
+    /// `f"Authorization: Bearer {t}"`; `secrets::opens_a_secret_value`), so what it gives is the
+    /// credential (docs/normalization.md, Secrets).
+    fn secret_value_interpolation(&self, interpolation: Node<'t>) -> bool {
+        interpolation.prev_sibling().is_some_and(|before| {
+            matches!(
+                self.grammar.kind(before),
+                "string_content" | "string_fragment"
+            ) && secrets::opens_a_secret_value(self.text(before))
+        })
     }
 
     /// Whether `node` is a credential's name: a string such as `"DB_PASSWORD"` or

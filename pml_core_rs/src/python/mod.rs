@@ -113,7 +113,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(normalize::normalize_code, m)?)?;
     m.add_function(wrap_pyfunction!(normalize::parse_only, m)?)?;
     m.add_function(wrap_pyfunction!(normalize::prepare_captures, m)?)?;
-    m.add_function(wrap_pyfunction!(normalize::redact_url_credentials, m)?)?;
+    m.add_function(wrap_pyfunction!(normalize::redact_name, m)?)?;
     m.add("MIN_SECRET_CHARS", crate::normalize::MIN_SECRET_CHARS)?;
     m.add("NORMALIZE_MAX_PARAMS", crate::normalize::MAX_PARAMS)?;
     Ok(())

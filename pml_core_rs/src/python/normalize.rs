@@ -1,5 +1,5 @@
 //! The pyo3 glue of normalization and hashing: `normalize`, `prepare_captures`, `parse_only`,
-//! `redact_url_credentials`, `sha256_tagged` and the classes of a normalized snippet
+//! `redact_name`, `sha256_tagged` and the classes of a normalized snippet
 //! (`Normalized`, `Param`, `Step`, `StepArgument`).
 
 use pyo3::prelude::*;
@@ -249,11 +249,12 @@ pub(super) fn prepare_captures(
     Ok(out)
 }
 
-/// `name` (a tool's, a tag) with only its URL credentials redacted (GIL released): the same
-/// object when there are none. A name with a lone surrogate (not UTF-8) is read with its
+/// `name` (a tool's, a tag, an identifier a caller gives) with its credentials redacted by
+/// the rules for names (`normalize::redact_name`; GIL released): the same object when there
+/// are none. A name with a lone surrogate (not UTF-8) is read with its
 /// surrogates replaced by U+FFFD, and given back so only when it had a credential to lose.
 #[pyfunction]
-pub(super) fn redact_url_credentials<'py>(
+pub(super) fn redact_name<'py>(
     py: Python<'py>,
     name: &Bound<'py, PyString>,
 ) -> Bound<'py, PyString> {
@@ -265,7 +266,7 @@ pub(super) fn redact_url_credentials<'py>(
             &*lossy
         }
     };
-    match py.detach(|| normalize::redact_url_credentials(text)) {
+    match py.detach(|| normalize::redact_name(text)) {
         std::borrow::Cow::Borrowed(_) => name.clone(),
         std::borrow::Cow::Owned(redacted) => PyString::new(py, &redacted),
     }
