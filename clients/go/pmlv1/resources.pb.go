@@ -348,14 +348,16 @@ func (x *ToolCall) GetDurationMs() float64 {
 type ExecutionRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// (Required) Idempotency key, unique per execution (a UUID is fine): a repeated request id
-	// returns the first result and counts nothing twice. At most 128 characters. On
-	// StreamTraces it defaults to the message's `execution_id`.
+	// returns the first result and counts nothing twice. 1 to 128 characters of printable
+	// ASCII without spaces, holding no credential (docs/api.md, Requests). On StreamTraces it
+	// defaults to the message's `execution_id`.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// (Required) What the agent was asked to do, e.g. "Process CSV file".
 	Intent string `protobuf:"bytes,2,opt,name=intent,proto3" json:"intent,omitempty"`
 	// (Required) The code that ran. Size limited by the server (default 256 KiB).
 	Code string `protobuf:"bytes,3,opt,name=code,proto3" json:"code,omitempty"`
-	// (Required) Language of `code`, e.g. `typescript` or `python`.
+	// (Required) Language of `code`, e.g. `typescript` or `python`: at most 32 letters, digits
+	// and `_ . + # -`, starting with a letter or digit (docs/api.md, Requests).
 	Language string `protobuf:"bytes,4,opt,name=language,proto3" json:"language,omitempty"`
 	// (Optional) Tool calls in the order they ran. Count limited by the server (default 256).
 	ToolCalls []*ToolCall `protobuf:"bytes,5,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`

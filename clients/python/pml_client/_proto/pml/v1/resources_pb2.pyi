@@ -174,15 +174,18 @@ class ExecutionRecord(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """(Required) Idempotency key, unique per execution (a UUID is fine): a repeated request id
-    returns the first result and counts nothing twice. At most 128 characters. On
-    StreamTraces it defaults to the message's `execution_id`.
+    returns the first result and counts nothing twice. 1 to 128 characters of printable
+    ASCII without spaces, holding no credential (docs/api.md, Requests). On StreamTraces it
+    defaults to the message's `execution_id`.
     """
     intent: _builtins.str
     """(Required) What the agent was asked to do, e.g. "Process CSV file"."""
     code: _builtins.str
     """(Required) The code that ran. Size limited by the server (default 256 KiB)."""
     language: _builtins.str
-    """(Required) Language of `code`, e.g. `typescript` or `python`."""
+    """(Required) Language of `code`, e.g. `typescript` or `python`: at most 32 letters, digits
+    and `_ . + # -`, starting with a letter or digit (docs/api.md, Requests).
+    """
     status: Global___ExecutionStatus.ValueType
     """(Optional) Overall status."""
     duration_ms: _builtins.float
