@@ -276,15 +276,21 @@ def test_a_refusal_quotes_the_request_to_the_caller_never_to_the_log(
     )
     assert secret in bad.message
     _fails(lambda: client.get_pattern(f"patterns/{secret}"), grpc.StatusCode.NOT_FOUND)
-    client.record(make_record("Read JSON file", OK_CODE, tools=["read_file"], request_id=secret))
-    again = make_record("Read a file", OK_CODE, tools=["read_file"], request_id=secret)
+    # a caller's own request id, quoted back when reused
+    own = "acme-invoice-2026-4711"
+    client.record(make_record("Read JSON file", OK_CODE, tools=["read_file"], request_id=own))
+    again = make_record("Read a file", OK_CODE, tools=["read_file"], request_id=own)
     _fails(lambda: client.record(again), grpc.StatusCode.ALREADY_EXISTS)
+    # a request id holding a credential is refused (docs/api.md, Requests)
+    leaked = make_record("Read a file", OK_CODE, tools=["read_file"], request_id=secret)
+    _fails(lambda: client.record(leaked), grpc.StatusCode.INVALID_ARGUMENT)
     lines = [JsonFormatter().format(r) for r in caplog.records if r.getMessage() == "rpc failed"]
     assert [json.loads(line)["code"] for line in lines] == [
-        "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS"
+        "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "INVALID_ARGUMENT"
     ]  # fmt: skip
-    assert not [line for line in lines if secret in line]
+    assert not [line for line in lines if secret in line or own in line]
     assert json.loads(lines[0])["fields"] == ["name"]
+    assert json.loads(lines[3])["fields"] == ["record.request_id"]
 
 
 def test_unauthenticated_and_permission_denied(
