@@ -148,9 +148,9 @@ def test_a_capability_of_repeated_intents_reads_a_bounded_number_of_them(
     engine = open_engine(tmp_path)
     try:
         records = [
-            make_record(f"r{n}-{text}", text, TOOLS, code=_code(n))
+            make_record(f"r{n}-{t}", text, TOOLS, code=_code(n))
             for n in range(600)
-            for text in ("Read the file", "Open the file")
+            for t, text in enumerate(("Read the file", "Open the file"))
         ]
         for start in range(0, len(records), BATCH):
             engine.record_many("t", records[start : start + BATCH])
