@@ -15,7 +15,11 @@ from pml_server.api.server import RunningServer, start_server
 from pml_server.client import PmlClient
 from pml_server.config import config_of
 from pml_server.domain.engine import EngineProtocol
-from tests.postgres_cluster import postgres_cluster, postgres_dsn  # noqa: F401 (fixtures)
+from tests.postgres_cluster import (  # noqa: F401 (fixtures)
+    postgres_cluster,
+    postgres_dsn,
+    replicas,
+)
 from tests.support import open_engine
 
 StartServer = Callable[..., RunningServer]

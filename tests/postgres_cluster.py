@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from pml_server.service import Engine
 from testing.postgres_cluster import PG_BIN, PostgresCluster, available
+from tests.support import Clock, open_engine
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +38,20 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 def postgres_dsn(postgres_cluster: PostgresCluster) -> str:
     """A fresh database of the session's cluster."""
     return postgres_cluster.create_database()
+
+
+@pytest.fixture
+def replicas(postgres_dsn: str, tmp_path: Path) -> Iterator[Callable[[str], Engine]]:
+    """Replicas over one fresh database, each an engine of its own directory, one clock for
+    all; closed after the test."""
+    opened: list[Engine] = []
+    clock = Clock()
+
+    def replica(name: str) -> Engine:
+        engine = open_engine(tmp_path / name, clock, store=postgres_dsn)
+        opened.append(engine)
+        return engine
+
+    yield replica
+    for engine in opened:
+        engine.close()

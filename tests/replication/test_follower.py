@@ -6,32 +6,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import psycopg
 import pytest
 
 from pml_server.domain.model import CaptureOutcome
 from pml_server.service import Engine
-from tests.support import Clock, make_record, open_engine
+from tests.support import make_record
 
 JSON_TOOLS = ["fs.read", "json.parse"]
-
-
-@pytest.fixture
-def replicas(postgres_dsn: str, tmp_path: Path) -> Iterator[Callable[[str], Engine]]:
-    opened: list[Engine] = []
-    clock = Clock()
-
-    def replica(name: str) -> Engine:
-        engine = open_engine(tmp_path / name, clock, store=postgres_dsn)
-        opened.append(engine)
-        return engine
-
-    yield replica
-    for engine in opened:
-        engine.close()
 
 
 def _bad_entry(dsn: str, tenant: str) -> int:

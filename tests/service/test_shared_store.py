@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,21 +29,6 @@ from tests.support import Clock, code_for, make_record, open_engine
 JSON_TOOLS = ["fs.read", "json.parse"]
 MAIL_TOOLS = ["mail.compose", "mail.send"]
 WAIT_SECONDS = 15.0
-
-
-@pytest.fixture
-def replicas(postgres_dsn: str, tmp_path: Path) -> Iterator[Callable[[str], Engine]]:
-    opened: list[Engine] = []
-    clock = Clock()
-
-    def replica(name: str) -> Engine:
-        engine = open_engine(tmp_path / name, clock, store=postgres_dsn)
-        opened.append(engine)
-        return engine
-
-    yield replica
-    for engine in opened:
-        engine.close()
 
 
 def suggested(engine: Engine, tenant: str, intent: str) -> list[str]:

@@ -107,6 +107,24 @@ pub(crate) struct RawParam {
 }
 
 impl RawParam {
+    /// The literal text `node` of an interpolated string listed as a secret `fragment`
+    /// (always `overflow`: it stays code), flagged `named_credential` as its caller says.
+    pub(crate) fn fragment(node: tree_sitter::Node<'_>, named_credential: bool) -> Self {
+        RawParam {
+            start: node.start_byte(),
+            end: node.end_byte(),
+            json_type: JsonType::String,
+            value_json: String::new(),
+            string_value: None,
+            context: None,
+            overflow: true,
+            named_credential,
+            fragment: true,
+        }
+    }
+}
+
+impl RawParam {
     /// The context name as UPPER_SNAKE, at most `MAX_PARAM_NAME_BYTES` long. Read from the
     /// context redacted as free text (`secrets::redact_text`): a key holding a credential (a
     /// URL with a password, an API key) names its placeholder `..._REDACTED_...`, never after

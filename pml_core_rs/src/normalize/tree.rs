@@ -1222,17 +1222,10 @@ impl<'a, 't> Walker<'a, 't> {
             self.remember_assigned(variable, None, self.params.len());
         }
         let holds_one = holds_a_secret(self.text(node));
-        self.params.push(RawParam {
-            start: node.start_byte(),
-            end: node.end_byte(),
-            json_type: JsonType::String,
-            value_json: String::new(),
-            string_value: None,
-            context: None,
-            overflow: true,
-            named_credential: self.string_variable.is_none() || holds_one,
-            fragment: true,
-        });
+        self.params.push(RawParam::fragment(
+            node,
+            self.string_variable.is_none() || holds_one,
+        ));
     }
 
     /// A piece of literal text of an interpolated string in no credential's position that
@@ -1248,17 +1241,7 @@ impl<'a, 't> Walker<'a, 't> {
         if !holds_a_secret(self.text(node)) {
             return;
         }
-        self.params.push(RawParam {
-            start: node.start_byte(),
-            end: node.end_byte(),
-            json_type: JsonType::String,
-            value_json: String::new(),
-            string_value: None,
-            context: None,
-            overflow: true,
-            named_credential: true,
-            fragment: true,
-        });
+        self.params.push(RawParam::fragment(node, true));
     }
 
     /// The variable a literal is assigned to, whole or as a piece (`joined_position`: `const
