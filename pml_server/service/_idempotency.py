@@ -99,6 +99,21 @@ def erase_answers(state: EngineState, tenant: str, pattern_id: str, code_hash: s
     return [requests.rewrite_request(key, erased_answer(raw)) for key, raw in found]
 
 
+def moved_answers(
+    state: EngineState, tenant: str, former_id: str, pattern_id: str, capability_id: str
+) -> list[Op]:
+    """The rewrites of the stored answers naming pattern `former_id`, merged into `pattern_id`
+    (of capability `capability_id`), so that a resent request id is answered with the pattern
+    that holds its run (docs/storage.md, Migrations). The caller holds both patterns' locks."""
+    requests = state.repo.requests
+    rewrites = []
+    for key, raw in requests.answers_of(tenant, former_id, set):
+        data = json_form.loads(raw)
+        data.update(pattern_id=pattern_id, capability_id=capability_id)
+        rewrites.append(requests.rewrite_request(key, json_form.dumps(data)))
+    return rewrites
+
+
 def reused_id_error(request_id: str) -> AlreadyExistsError:
     return AlreadyExistsError(
         f"request_id {request_id!r} was already used for another execution (its intent, code, "

@@ -42,6 +42,7 @@ from pml_server.capture.steps import STEPS_RULES, stored_steps, stored_under_tod
 from pml_server.domain import json_form, shown_intents
 from pml_server.domain.errors import InvalidArgumentError
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
+from pml_server.service._idempotency import moved_answers
 from pml_server.service._state import EngineState
 from pml_server.service._writes import Change, audit, await_durable, commit, oplog
 from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, CF_SESSIONS, split_tenant
@@ -257,8 +258,9 @@ def _merge_into(
     """Merge `duplicate` (its lock held) into the pattern holding today's hash of its code
     (docs/storage.md, Migrations): counters summed (`rules.merged_counters`), its intents
     moved (new ids; one of the same text adds its hits to the survivor's), and its
-    capability left (deleted when it was the last member); then it goes, audited
-    (`merged`). Returns 1 when merged."""
+    capability left (deleted when it was the last member), the stored answers and failure log
+    entries naming it (or, a rejected first try, its hash) name the survivor; then it goes,
+    audited (`merged`). Returns 1 when merged."""
     repo = state.repo
     with contextlib.ExitStack() as held:
         held.enter_context(state.locks.pattern.lock_for(tenant, normalized.code_hash))
@@ -310,6 +312,10 @@ def _merge_into(
         gone = _leave_capability(state, tenant, duplicate, change, held)
         if gone is not None and gone != survivor.capability_id:
             _repoint_plans(state, tenant, gone, survivor.capability_id, change, held)
+        change.ops += moved_answers(
+            state, tenant, duplicate.id, survivor_id, survivor.capability_id
+        )
+        change.failures_moved = (duplicate, survivor)
         if removed:
             change.ops.append(oplog(state, tenant, "remove", removed))
             change.index_removes = removed

@@ -46,6 +46,9 @@ class Change:
     # A user's deletion: (pattern id, code hash) whose failure log entries are erased, and
     # the keys that erased (for `Store.erase_overwritten`).
     erase_failures_of: tuple[str, str] | None = None
+    # A merge (service/_older_builds.py): the failure log entries naming the duplicate, by its
+    # id or (a rejected first try) by its code hash, name (id, hash) of the survivor instead.
+    failures_moved: tuple[PatternRecord, PatternRecord] | None = None
     erased: list[tuple[str, bytes]] = field(default_factory=list)
     index_adds: list[tuple[IntentRecord, tuple[str, ...]]] = field(default_factory=list)
     index_removes: list[int] = field(default_factory=list)
@@ -103,7 +106,8 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
     the whole batch); otherwise they are applied at once."""
     repo = state.repo
     log_size = state.config.failure_log_size
-    if state.store.shared and not change.failures and change.erase_failures_of is None:
+    rewrites_log = change.erase_failures_of is not None or change.failures_moved is not None
+    if state.store.shared and not change.failures and not rewrites_log:
         # The store adds the stats deltas in SQL and nothing here reads stats: no tenant lock,
         # so this replica's captures of one tenant commit (and wait for the WAL flush) together.
         if change.stats:
@@ -133,6 +137,8 @@ def commit(state: EngineState, tenant: str, change: Change) -> WriteTicket:
         if change.erase_failures_of is not None:
             # under the lock that trims the log: an entry trimmed meanwhile is not put back
             _erase_failures(state, tenant, change, *change.erase_failures_of)
+        if change.failures_moved is not None:  # likewise
+            _move_failures(state, tenant, change, *change.failures_moved)
         if change.stats:
             values = {k: getattr(stats, k) + v for k, v in change.stats.items()}
             stats = replace(stats, **values)
@@ -152,6 +158,20 @@ def _erase_failures(
     erased = [logs.erase_failure(key) for key in logs.failures_of(tenant, pattern_id, code_hash)]
     change.ops += erased
     change.erased += [(cf, key) for cf, key, _ in erased]
+
+
+def _move_failures(
+    state: EngineState, tenant: str, change: Change, former: PatternRecord, now: PatternRecord
+) -> None:
+    """A merge: the failure log's entries of `former`'s runs and of its code's rejected first
+    tries name `now` (its id, its hash), so that a listing names a pattern that exists and a
+    deletion of `now` erases them (docs/storage.md, Migrations)."""
+    logs = state.repo.logs
+    for key, entry in logs.entries_of(tenant, former.id, former.code_hash):
+        moved = {**entry, "code_hash": now.code_hash}
+        if entry.get("pattern_id"):
+            moved["pattern_id"] = now.id
+        change.ops.append(logs.rewrite_failure(key, moved))
 
 
 def _apply_to_indexes(state: EngineState, tenant: str, change: Change) -> None:

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pml_server.domain.model import ExecutionRecord, SuggestQuery
+from pml_server.domain import json_form
+from pml_server.domain.model import ExecutionRecord, PageRequest, SuggestQuery
 from pml_server.domain.records import ParamSpec
 from pml_server.service import Engine
-from pml_server.storage.keys import CF_META
+from pml_server.storage.keys import CF_FAILURES, CF_META, tenant_prefix
 from pml_server.storage.repo._meta import _TOOL_NAMES_KEY as TOOL_NAMES_KEY
 from tests.support import make_record, open_engine
 
@@ -216,5 +217,68 @@ def test_a_merged_duplicates_plans_move_to_the_survivors_capability(tmp_path: Pa
         step = sessions.session_step(T, "s1")
         assert step is not None
         assert step[0] == kept.capability_id
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "store", ["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_a_merged_duplicates_answers_and_failures_name_the_survivor(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """docs/storage.md, Migrations: the stored answers of the duplicate's runs and the failure
+    log's entries of its runs (and of its code's rejected first tries, under the hash the older
+    build gave it) name the survivor after the merge: a resent request id is answered with a
+    pattern that exists, and deleting the survivor erases every entry of the runs it holds."""
+    dsn = request.getfixturevalue("postgres_dsn") if store == "postgresql" else None
+    overrides = {"store": dsn} if dsn else {}
+    engine = open_engine(tmp_path / "e", **overrides)
+    rejected = engine.record(T, _run("r0", OLD_LEDGER, FSTRING_B, failed=True))
+    assert not rejected.pattern_id  # a failed first try stores no pattern
+    older = engine.record(T, _run("r1", OLD_LEDGER, FSTRING_B))
+    engine.record(T, _run("r12", LEDGER, FSTRING_B, failed=True))
+    repo = engine._state.repo
+    duplicate = repo.patterns.pattern(T, older.pattern_id)
+    assert duplicate is not None
+    today = duplicate.code_hash
+    # the older build's rows: the pattern and its failure log entries under its own hash
+    logged = engine._state.store.scan(CF_FAILURES, tenant_prefix(T))
+    assert len(logged) == 2
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, replace(duplicate, code_hash=OLD_HASH)),
+            repo.patterns.delete_hash(T, today),
+            repo.patterns.put_hash(T, OLD_HASH, duplicate.id),
+            (CF_META, TOOL_NAMES_KEY, None),
+            *(
+                (CF_FAILURES, key, json_form.dumps({**json_form.loads(raw), "code_hash": OLD_HASH}))
+                for key, raw in logged
+            ),
+        ]
+    )
+    kept = engine.record(T, _run("r2", LEDGER, FSTRING_A))
+    assert kept.new_pattern
+    engine.close()
+
+    engine = open_engine(tmp_path / "e", **overrides)
+    try:
+        assert engine._state.repo.patterns.pattern(T, duplicate.id) is None
+        for request_id, failed in (("r1", False), ("r12", True)):
+            again = engine.record(
+                T, _run(request_id, LEDGER if failed else OLD_LEDGER, FSTRING_B, failed)
+            )
+            assert again.replayed
+            assert (again.pattern_id, again.capability_id) == (kept.pattern_id, kept.capability_id)
+            assert engine.get_pattern(T, again.pattern_id).id == kept.pattern_id
+        failures = engine.list_failures(T, PageRequest()).items
+        assert {(f.request_id, f.pattern_id, f.code_hash) for f in failures} == {
+            ("r0", "", today),
+            ("r12", kept.pattern_id, today),
+        }
+        engine.delete_pattern(T, kept.pattern_id)
+        assert engine.list_failures(T, PageRequest()).items == ()
+        again = engine.record(T, _run("r12", LEDGER, FSTRING_B, failed=True))
+        assert (again.replayed, again.pattern_id, again.tool_failures) == (True, "", ())
     finally:
         engine.close()

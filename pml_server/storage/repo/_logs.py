@@ -38,20 +38,29 @@ class LogRows:
 
     def failures_of(self, tenant: str, pattern_id: str, code_hash: str) -> list[bytes]:
         """The keys of the entries of a pattern's failed runs and of its code's rejected first
-        tries. Reads the tenant's whole log (its size bounds it), `_SCAN_PAGE` entries at a
-        time: an entry holds up to 20 KiB."""
-        found: list[bytes] = []
+        tries (`entries_of`)."""
+        return [key for key, _ in self.entries_of(tenant, pattern_id, code_hash)]
+
+    def entries_of(
+        self, tenant: str, pattern_id: str, code_hash: str
+    ) -> list[tuple[bytes, dict[str, Any]]]:
+        """The (key, entry) of a pattern's failed runs and of its code's rejected first tries.
+        Reads the tenant's whole log (its size bounds it), `_SCAN_PAGE` entries at a time: an
+        entry holds up to 20 KiB."""
+        found: list[tuple[bytes, dict[str, Any]]] = []
         start: bytes | None = None
         while True:
             rows = self.store.scan(
                 CF_FAILURES, tenant_prefix(tenant), start=start, limit=_SCAN_PAGE
             )
             for key, raw in rows:
+                if raw == _ERASED:
+                    continue
                 entry = json_form.loads(raw)
                 if entry.get("pattern_id") == pattern_id or (
                     not entry.get("pattern_id") and entry.get("code_hash") == code_hash
                 ):
-                    found.append(key)
+                    found.append((key, entry))
             if len(rows) < _SCAN_PAGE:
                 return found
             start = rows[-1][0] + b"\x00"
@@ -74,6 +83,11 @@ class LogRows:
             if len(rows) < _SCAN_PAGE:
                 return found
             start = rows[-1][0] + b"\x00"
+
+    def rewrite_failure(self, key: bytes, entry: dict[str, Any]) -> Op:
+        """The entry rewritten in place (a merge naming its survivor); the caller holds the
+        tenant lock that trims the log, so a trimmed entry is not put back."""
+        return (CF_FAILURES, key, json_form.dumps(entry))
 
     def erase_failure(self, key: bytes) -> Op:
         """The entry overwritten in place with `_ERASED`: its run's intent and error go, while
