@@ -101,8 +101,14 @@ class HnswIndex:
         batch is validated first: wrong shape, zero or non-finite rows raise
         CoreArgumentError naming the field and nothing is added. With `threads` > 1 the
         searches of a batch of new ids run on that many threads (1..=64; the GIL is released)."""
-    def remove(self, ids: NDArray[np.uint64]) -> int:
-        """Remove ids; returns how many were present."""
+    def remove(self, ids: NDArray[np.uint64], *, compact: bool = True) -> int:
+        """Remove ids; returns how many were present. With `compact`, a graph then worn by
+        its tombstones is compacted before this returns, on a copy: searches and writes wait
+        only for the copy and the swap (the GIL is released); without, the caller compacts
+        later (`compact_if_worn`)."""
+    def compact_if_worn(self) -> bool:
+        """Compact (on a copy, as `remove`) when tombstones make up a third of the graph;
+        returns whether it did (False too while another compaction runs)."""
     def contains(self, id: int) -> bool: ...
     def __contains__(self, id: int, /) -> bool: ...
     def search(

@@ -204,6 +204,7 @@ class OplogFollower:
                 gone = {p for i in op["ids"] if (p := index.pattern_of(i)) is not None}
                 self._repo.views.forget_views((tenant, p) for p in gone)
                 index.remove(op["ids"])
+                index.compact_if_worn()
                 self._forget_deleted(tenant, index, gone)
         self._add(tenant, index, pending)
         now_lags = [age for _, _, age in entries]

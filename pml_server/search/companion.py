@@ -148,7 +148,8 @@ class CompanionIndex:
                 self._foreign.discard(i)
             present = [i for i in intent_ids if self.vectors.contains(i)]
             if present:
-                self.vectors.remove(np.array(present, dtype=np.uint64))
+                # compacted by the caller once its lock is released (`TenantSearchIndex.remove`)
+                self.vectors.remove(np.array(present, dtype=np.uint64), compact=False)
 
 
 class _TenantReads:

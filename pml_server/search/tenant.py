@@ -124,13 +124,24 @@ class TenantSearchIndex:
         return sorted(near, key=lambda named: (order[named[0]], named[1]))
 
     def remove(self, intent_ids: Sequence[int]) -> None:
+        """The intents leave the index. Their tombstones stay until `compact_if_worn`, which
+        the caller runs once its locks are released (`service._writes.compact_index`)."""
         with self._write_lock:
             if intent_ids:
-                self.ann.remove(np.array(list(intent_ids), dtype=np.uint64))
+                self.ann.remove(np.array(list(intent_ids), dtype=np.uint64), compact=False)
                 self.saves.changed()
                 if self.companion is not None:
                     self.companion.remove(intent_ids)
             self._documents.remove(intent_ids)
+
+    def compact_if_worn(self) -> bool:
+        """Compact the vector indexes that tombstones wear, each on a copy: no lock of this
+        index is held meanwhile, so searches and writes go on (docs/ranking.md, Retention).
+        Returns whether one was compacted."""
+        compacted = self.ann.compact_if_worn()
+        if self.companion is not None:
+            compacted = self.companion.vectors.compact_if_worn() or compacted
+        return compacted
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
         with self._read_lock:

@@ -18,7 +18,14 @@ from pml_server.service._arguments import check_tenant
 from pml_server.service._idempotency import erase_answers, prune_request_ids
 from pml_server.service._reads import views_by_capability
 from pml_server.service._state import EngineState
-from pml_server.service._writes import Change, audit, await_durable, commit, oplog
+from pml_server.service._writes import (
+    Change,
+    audit,
+    await_durable,
+    commit,
+    compact_index,
+    oplog,
+)
 from pml_server.storage.keys import CF_REQUESTS
 from pml_server.storage.repo import Repository, tools_digest
 from pml_server.storage.seam import StoreClosedError, WriteTicket
@@ -115,6 +122,7 @@ def _remove_pattern(
         if deletion is not None:
             change.ops.append(state.repo.meta.put_erase_pending(deletion))
         ticket = commit(state, tenant, change)
+    compact_index(state, tenant)
     _settle(ticket, tickets)
     return [(cf, key) for cf, key, value in change.ops if value is None] + change.erased
 

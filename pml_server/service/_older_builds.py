@@ -44,7 +44,14 @@ from pml_server.domain.errors import InvalidArgumentError
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord
 from pml_server.service._idempotency import moved_answers
 from pml_server.service._state import EngineState
-from pml_server.service._writes import Change, audit, await_durable, commit, oplog
+from pml_server.service._writes import (
+    Change,
+    audit,
+    await_durable,
+    commit,
+    compact_index,
+    oplog,
+)
 from pml_server.storage.keys import CF_COUNTERS, CF_PATTERNS, CF_SESSIONS, split_tenant
 from pml_server.storage.repo import tools_digest
 from pml_server.storage.seam import Op
@@ -325,6 +332,8 @@ def _merge_into(
         entry = {"action": "merged", "pattern_id": duplicate.id, "into": survivor_id}
         audit(state, tenant, change, {**entry, "former": duplicate.code_hash})
         ticket = commit(state, tenant, change)
+    if removed:
+        compact_index(state, tenant)
     await_durable(ticket)
     return 1
 

@@ -194,6 +194,13 @@ def _apply_to_indexes(state: EngineState, tenant: str, change: Change) -> None:
             index.add(intent, tools)
 
 
+def compact_index(state: EngineState, tenant: str) -> None:
+    """After a change that removed intents, once the caller's locks are released: the tenant's
+    vector indexes are compacted when their tombstones wear them, on a copy, so that no capture
+    (which may wait for those locks) waits for a compaction (docs/ranking.md, Retention)."""
+    state.indexes.for_tenant(tenant).compact_if_worn()
+
+
 def apply_rank_changes(table: RankTable, change: Change) -> None:
     """The ranking table's side of a submitted change (the pattern's lock is held)."""
     for record in change.rank_patterns:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -235,3 +237,41 @@ def test_list_inputs_are_converted() -> None:
     assert got.tolist() == [5]
     got, _ = index.search(unit(np.array([0.1, 0.9, 0.0], np.float32)), 1, allow=[5])  # type: ignore[arg-type]
     assert got.tolist() == [5]
+
+
+def test_a_compaction_on_a_copy_keeps_the_writes_made_meanwhile() -> None:
+    """docs/ranking.md, Retention: a compaction works on a copy with no lock held, then
+    replays on it what was written meanwhile. Removals (each compacting what they wore) race
+    adds and re-adds on another thread; afterwards the index holds exactly the ids last added
+    and not removed, each under its last vector."""
+    vectors, _ = dataset(3000, 1, 32, seed=3)
+    index = HnswIndex(32)
+    index.add(np.arange(2000, dtype=np.uint64), vectors[:2000])
+    done = threading.Event()
+
+    def write() -> None:
+        for at in range(2000, 3000, 50):  # new ids, and ids 0..49 re-added each time
+            index.add(np.arange(at, at + 50, dtype=np.uint64), vectors[at : at + 50])
+            index.add(np.arange(50, dtype=np.uint64), -vectors[at : at + 50])
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    removed = np.arange(100, 1900, dtype=np.uint64)
+    compacted = 0
+    for chunk in np.array_split(removed, 60):
+        index.remove(chunk, compact=False)
+        compacted += index.compact_if_worn()
+    writer.join()
+    assert done.is_set()
+    assert compacted
+    index.compact()
+    live = [i for i in range(3000) if not 100 <= i < 1900]
+    assert len(index) == len(live)
+    assert all(index.contains(i) for i in live)
+    assert not any(index.contains(int(i)) for i in removed)
+    last = {i: vectors[i] for i in live}
+    last.update({i: -vectors[2950 + i] for i in range(50)})  # the last re-add
+    for i in live[::7]:
+        got, scores = index.search(last[i], 1)
+        assert (int(got[0]), float(scores[0])) == (i, pytest.approx(1.0, abs=HNSW_SCORE_ERROR))

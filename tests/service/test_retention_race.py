@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pml_server.domain.model import RetentionAction
+from pml_server.domain.model import RetentionAction, SuggestQuery
 from pml_server.retention import RetentionConfig
 from pml_server.service import Engine, _curation
 from tests.support import make_record, open_engine
@@ -225,5 +225,70 @@ def test_an_applied_run_writes_its_removals_a_page_at_a_time(
         assert len(groups) <= 8  # 3 pages, and what the rest of the run writes
         stats = engine.stats("t")
         assert (stats.patterns, stats.capabilities, stats.intents) == (0, 0, 0)
+    finally:
+        engine.close()
+
+
+class _WatchedIndex:
+    """The tenant's real vector index, each removal and compaction noted with whether the
+    index's write lock or any pattern, capability or tenant lock was held at the call."""
+
+    def __init__(self, engine: Engine, real: Any) -> None:
+        self._engine, self._real = engine, real
+        self.calls: list[tuple[str, bool, bool]] = []  # (call, compacts, a lock was held)
+
+    def _held(self) -> bool:
+        state = self._engine._state
+        index = state.indexes.for_tenant("t")
+        stripes = [
+            *state.locks.pattern._locks,  # type: ignore[attr-defined]
+            *state.locks.group._locks,  # type: ignore[attr-defined]
+            *state.locks.tenant._locks,  # type: ignore[attr-defined]
+        ]
+        return index._write_lock.locked() or any(s._is_owned() for s in stripes)
+
+    def remove(self, ids: Any, *, compact: bool = True) -> int:
+        self.calls.append(("remove", compact, self._held()))
+        return int(self._real.remove(ids, compact=compact))
+
+    def compact_if_worn(self) -> bool:
+        compacted = bool(self._real.compact_if_worn())
+        self.calls.append(("compact_if_worn", compacted, self._held()))
+        return compacted
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def test_a_run_compacts_the_vector_index_with_no_lock_held(tmp_path: Path) -> None:
+    """docs/ranking.md, Retention: removing a third of the tenant's intents compacts its vector
+    index (seconds for 20k intents). It ran inside a removal, under the index's write lock and
+    the pattern's and capability's locks, so a capture waiting on any of them (a search of the
+    index, a capture of that capability) waited 2 to 8 s. Now a removal leaves tombstones under
+    the locks, and the compaction runs once they are released, on a copy."""
+    fail_once = RetentionConfig(min_tries=1, min_success_rate=1.0, auto_remove=True)
+    engine = open_engine(tmp_path / "e", retention=fail_once)
+    try:
+        for failed in (set(), {"flaky_tool"}):
+            records = [
+                make_record(f"r{i}-{len(failed)}", f"p{i}", TOOLS, code=f"p{i}()", failed=failed)
+                for i in range(60)
+            ]
+            engine.record_many("t", records)
+        engine.record("t", make_record("kept", "send the report", ["mail"], code="mail()"))
+        index = engine._state.indexes.for_tenant("t")
+        watched = _WatchedIndex(engine, index.ann)
+        index.ann = watched  # type: ignore[assignment]
+        report = engine.run_retention("t", apply=True)
+        assert sum(e.action is RetentionAction.REMOVED for e in report.entries) == 60
+        removals = [c for c in watched.calls if c[0] == "remove"]
+        assert len(removals) == 60
+        assert not any(compacts for _, compacts, _ in removals)  # tombstones only
+        compactions = [c for c in watched.calls if c[0] == "compact_if_worn" and c[1]]
+        assert compactions  # 60 of 61 intents gone: worn at the 16th removal at the latest
+        assert not any(c[2] for c in watched.calls if c[0] == "compact_if_worn")
+        index.ann = watched._real  # the ranking's core call takes the index itself
+        found = engine.suggest("t", SuggestQuery(intent="send the report"))
+        assert [s.pattern.original_code for s in found.suggestions][:1] == ["mail()"]
     finally:
         engine.close()

@@ -6,7 +6,7 @@
 //! as direct links), then the tombstones are dropped and the slots renumbered. That costs a few
 //! distance computations per affected link, far less than rebuilding, and frees the memory.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::graph::{Graph, Scored, NO_NODE};
 use super::{insert, HnswIndex};
@@ -19,6 +19,16 @@ const WORN_MIN: usize = 16;
 impl HnswIndex {
     /// Remove the given ids; returns how many were present. Unknown ids are ignored.
     pub fn remove(&mut self, ids: &[u64]) -> usize {
+        let removed = self.remove_keeping_tombstones(ids);
+        if removed > 0 {
+            self.compact_if_worn();
+        }
+        removed
+    }
+
+    /// `remove` without compacting: a caller that must not hold the index for a compaction
+    /// compacts a copy instead (`is_worn`, `compact`, `catch_up`).
+    pub fn remove_keeping_tombstones(&mut self, ids: &[u64]) -> usize {
         let mut removed = 0;
         for id in ids {
             if let Some(slot) = self.slot_of.remove(id) {
@@ -27,17 +37,41 @@ impl HnswIndex {
                 removed += 1;
             }
         }
-        if removed > 0 {
-            self.compact_if_worn();
-        }
         removed
     }
 
-    pub(super) fn compact_if_worn(&mut self) {
+    /// Whether tombstones make up enough of the graph to compact it.
+    pub fn is_worn(&self) -> bool {
         let dead = self.graph.deleted_count;
-        if dead >= WORN_MIN && dead as f64 >= WORN_FRACTION * self.graph.slots() as f64 {
+        dead >= WORN_MIN && dead as f64 >= WORN_FRACTION * self.graph.slots() as f64
+    }
+
+    pub(super) fn compact_if_worn(&mut self) {
+        if self.is_worn() {
             self.compact();
         }
+    }
+
+    /// Bring this index, a copy of `live` compacted aside, up to `live`: every id of
+    /// `touched` (those `live`'s writes changed since the copy, in order) ends as `live` holds
+    /// it (gone, or its vector), and the search settings are `live`'s.
+    pub fn catch_up(&mut self, live: &HnswIndex, touched: &[u64]) {
+        let mut seen = FxHashSet::default();
+        for &id in touched {
+            if !seen.insert(id) {
+                continue;
+            }
+            self.remove_keeping_tombstones(&[id]);
+            if let Some(&slot) = live.slot_of.get(&id) {
+                let row = live.graph.widened(slot); // f16 -> f32 -> f16 keeps every bit
+                self.add_normalized(&[id], &row)
+                    .expect("a row of an index of the same dimension");
+            }
+        }
+        self.ef_construction = live.ef_construction;
+        self.ef_search = live.ef_search;
+        self.exact = live.exact;
+        self.rng = live.rng;
     }
 
     /// Drop every tombstone from the graph, repairing the links that went through them.

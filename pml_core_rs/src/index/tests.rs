@@ -426,3 +426,46 @@ fn version_1_bytes(index: &HnswIndex) -> Vec<u8> {
     out.extend_from_slice(&digest);
     out
 }
+
+#[test]
+fn a_copy_compacted_aside_catches_up_with_the_writes_made_meanwhile() {
+    let (mut live, data, ids) = build(600, 16);
+    let gone: Vec<u64> = ids.iter().copied().filter(|id| id % 2 == 0).collect();
+    assert_eq!(live.remove_keeping_tombstones(&gone), gone.len());
+    assert!(live.is_worn());
+    assert_eq!(live.tombstones(), gone.len()); // left for the caller to compact
+    let mut copy = live.clone();
+    // meanwhile: one id removed, one added, one re-added with another vector
+    let (removed, replaced) = (ids[2], ids[4]); // both kept above
+    live.remove_keeping_tombstones(&[removed]);
+    let extra = clustered(2, 16, 2, 11);
+    live.add(&[9_999, replaced], &extra).unwrap();
+    live.set_ef_search(77).unwrap();
+    copy.compact();
+    assert_eq!(copy.tombstones(), 0);
+    copy.catch_up(&live, &[removed, 9_999, replaced]);
+    assert_eq!(copy.len(), live.len());
+    assert!(!copy.contains(removed) && copy.contains(9_999) && copy.contains(replaced));
+    assert_eq!(copy.ef_search(), 77);
+    for (row, id) in [(0, 9_999u64), (1, replaced)] {
+        let found = copy
+            .search(&extra[row * 16..(row + 1) * 16], 1, None, None)
+            .unwrap();
+        assert_eq!(found[0].id, id);
+        assert!(found[0].score > 0.999);
+    }
+    for (row, &id) in ids
+        .iter()
+        .enumerate()
+        .filter(|(_, id)| live.contains(**id))
+        .take(50)
+    {
+        if id == replaced {
+            continue;
+        }
+        let found = copy
+            .search(&data[row * 16..(row + 1) * 16], 1, None, None)
+            .unwrap();
+        assert_eq!(found[0].id, id);
+    }
+}

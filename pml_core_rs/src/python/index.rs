@@ -1,6 +1,8 @@
 //! The pyo3 glue of the HNSW index: the `HnswIndex` class.
 
 use numpy::{IntoPyArray, PyArray1};
+use std::sync::{Mutex, MutexGuard};
+
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
@@ -23,9 +25,71 @@ const MAX_INSERT_THREADS: usize = 64;
 
 /// Python handle of an HNSW index: searches share a read lock and run in parallel without the
 /// GIL; writes take the write lock. The GIL is released around every call that does work.
+///
+/// A compaction (docs/ranking.md, Retention) holds no lock while it works: it copies the index
+/// under the read lock, compacts the copy, then, under the write lock, replays on it the ids
+/// written meanwhile (`journal`) and puts it in place. A search or write waits for a copy or
+/// a swap, never for the compaction itself.
 #[pyclass(name = "HnswIndex", module = "pml_server._core", frozen)]
 pub(super) struct PyHnswIndex {
     pub(super) inner: Recovering<index::HnswIndex>,
+    /// While a compaction works on a copy: the ids written since the copy, in order.
+    journal: Mutex<Option<Vec<u64>>>,
+}
+
+/// Ends a compaction's journal however the compaction ends (a panic included).
+struct JournalOpen<'a>(&'a Mutex<Option<Vec<u64>>>);
+
+impl Drop for JournalOpen<'_> {
+    fn drop(&mut self) {
+        *lock(self.0) = None;
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl PyHnswIndex {
+    fn of(inner: index::HnswIndex) -> Self {
+        PyHnswIndex {
+            inner: Recovering::new(inner),
+            journal: Mutex::new(None),
+        }
+    }
+
+    /// Note `ids` as written, while the caller holds the write lock.
+    fn written(&self, ids: &[u64]) {
+        if let Some(journal) = lock(&self.journal).as_mut() {
+            journal.extend_from_slice(ids);
+        }
+    }
+
+    /// Compact a copy and put it in place (see the type); `only_if_worn`: only when
+    /// tombstones make up enough of the graph. Returns whether it compacted. One compaction
+    /// at a time: a call while another runs returns false.
+    fn compact_aside(&self, only_if_worn: bool) -> bool {
+        let (mut copy, _open) = {
+            let live = self.inner.read();
+            let mut journal = lock(&self.journal);
+            let wanted = if only_if_worn {
+                live.is_worn()
+            } else {
+                live.tombstones() > 0
+            };
+            if journal.is_some() || !wanted {
+                return false;
+            }
+            *journal = Some(Vec::new());
+            (live.clone(), JournalOpen(&self.journal))
+        };
+        copy.compact();
+        let mut live = self.inner.write();
+        let touched = lock(&self.journal).take().unwrap_or_default();
+        copy.catch_up(&live, &touched);
+        *live = copy;
+        true
+    }
 }
 
 #[pymethods]
@@ -39,9 +103,7 @@ impl PyHnswIndex {
             ef_search: count_arg("ef_search", ef_search)?,
         };
         let inner = index::HnswIndex::new(count_arg("dim", dim)?, params).map_err(PyErr::from)?;
-        Ok(PyHnswIndex {
-            inner: Recovering::new(inner),
-        })
+        Ok(PyHnswIndex::of(inner))
     }
 
     #[getter]
@@ -133,18 +195,37 @@ impl PyHnswIndex {
                 .chunks(ADD_ROWS_PER_LOCK)
                 .zip(rows.chunks(ADD_ROWS_PER_LOCK * dim))
             {
-                self.inner
-                    .write()
-                    .add_normalized_parallel(id_chunk, row_chunk, threads)?;
+                let mut live = self.inner.write();
+                self.written(id_chunk);
+                live.add_normalized_parallel(id_chunk, row_chunk, threads)?;
             }
             Ok::<(), crate::error::CoreError>(())
         })
         .map_err(PyErr::from)
     }
 
-    fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<usize> {
+    /// Remove ids; returns how many were present. With `compact`, a graph then worn by its
+    /// tombstones is compacted aside (`compact_aside`) before this returns; without, the
+    /// caller compacts later (`compact_if_worn`).
+    #[pyo3(signature = (ids, *, compact = true))]
+    fn remove(&self, py: Python<'_>, ids: &Bound<'_, PyAny>, compact: bool) -> PyResult<usize> {
         let ids = u64_vector("ids", ids)?;
-        Ok(py.detach(|| self.inner.write().remove(&ids)))
+        Ok(py.detach(|| {
+            let removed = {
+                let mut live = self.inner.write();
+                self.written(&ids);
+                live.remove_keeping_tombstones(&ids)
+            };
+            if compact && removed > 0 {
+                self.compact_aside(true);
+            }
+            removed
+        }))
+    }
+
+    /// Compact aside when tombstones make up enough of the graph; returns whether it did.
+    fn compact_if_worn(&self, py: Python<'_>) -> bool {
+        py.detach(|| self.compact_aside(true))
     }
 
     fn contains(&self, id: u64) -> bool {
@@ -212,7 +293,7 @@ impl PyHnswIndex {
 
     /// Rebuild the graph without removed nodes (also happens on its own when they pile up).
     fn compact(&self, py: Python<'_>) {
-        py.detach(|| self.inner.write().compact());
+        py.detach(|| self.compact_aside(false));
     }
 
     fn memory_bytes(&self) -> usize {
@@ -233,9 +314,7 @@ impl PyHnswIndex {
         let inner = py
             .detach(|| index::HnswIndex::from_bytes(data))
             .map_err(PyErr::from)?;
-        Ok(PyHnswIndex {
-            inner: Recovering::new(inner),
-        })
+        Ok(PyHnswIndex::of(inner))
     }
 
     fn __repr__(&self) -> String {
