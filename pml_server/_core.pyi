@@ -131,7 +131,8 @@ class HnswIndex:
     ) -> list[tuple[NDArray[np.uint64], NDArray[np.float32]]]:
         """`search` for each row of `queries` (n, dim), split over `num_threads` threads."""
     def compact(self) -> None:
-        """Rebuild the graph without removed nodes, releasing their memory."""
+        """Rebuild the graph without removed nodes, releasing their memory; on a copy, as
+        `remove` compacts (nothing while another compaction runs)."""
     def memory_bytes(self) -> int: ...
     def __len__(self) -> int: ...
     def to_bytes(self) -> bytes:

@@ -291,7 +291,8 @@ impl PyHnswIndex {
         PyList::new(py, items)
     }
 
-    /// Rebuild the graph without removed nodes (also happens on its own when they pile up).
+    /// Rebuild the graph without removed nodes (also happens on its own when they pile up), on
+    /// a copy (`compact_aside`; nothing while another compaction runs).
     fn compact(&self, py: Python<'_>) {
         py.detach(|| self.compact_aside(false));
     }
