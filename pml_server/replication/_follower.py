@@ -38,6 +38,7 @@ from pml_server.domain.errors import UnavailableError, logged_error
 from pml_server.domain.records import IntentRecord
 from pml_server.replication._lag import FollowerLag
 from pml_server.search import TenantSearchIndex
+from pml_server.search.tenant import compact_worn
 from pml_server.storage.keys import CF_PATTERNS, split_tenant
 from pml_server.storage.postgres import SharedRepository
 from pml_server.storage.postgres._oplog import CHANGES_PAGE, OpLog
@@ -204,7 +205,7 @@ class OplogFollower:
                 gone = {p for i in op["ids"] if (p := index.pattern_of(i)) is not None}
                 self._repo.views.forget_views((tenant, p) for p in gone)
                 index.remove(op["ids"])
-                index.compact_if_worn()
+                compact_worn(index)
                 self._forget_deleted(tenant, index, gone)
         self._add(tenant, index, pending)
         now_lags = [age for _, _, age in entries]

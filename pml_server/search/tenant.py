@@ -125,7 +125,7 @@ class TenantSearchIndex:
 
     def remove(self, intent_ids: Sequence[int]) -> None:
         """The intents leave the index. Their tombstones stay until `compact_if_worn`, which
-        the caller runs once its locks are released (`service._writes.compact_index`)."""
+        the caller runs once its locks are released (`compact_worn`)."""
         with self._write_lock:
             if intent_ids:
                 self.ann.remove(np.array(list(intent_ids), dtype=np.uint64), compact=False)
@@ -133,15 +133,6 @@ class TenantSearchIndex:
                 if self.companion is not None:
                     self.companion.remove(intent_ids)
             self._documents.remove(intent_ids)
-
-    def compact_if_worn(self) -> bool:
-        """Compact the vector indexes that tombstones wear, each on a copy: no lock of this
-        index is held meanwhile, so searches and writes go on (docs/ranking.md, Retention).
-        Returns whether one was compacted."""
-        compacted = self.ann.compact_if_worn()
-        if self.companion is not None:
-            compacted = self.companion.vectors.compact_if_worn() or compacted
-        return compacted
 
     def semantic(self, query: Vector, limit: int) -> list[tuple[int, float]]:
         with self._read_lock:
@@ -288,6 +279,17 @@ class _LexicalDocuments:
             self._ranks.unlink_intents([intent_id])
             if not self._ranks.intents_of(pattern_id):
                 self._lexical.remove(pattern_id)
+
+
+def compact_worn(index: TenantSearchIndex) -> bool:
+    """Compact `index`'s vector indexes that tombstones wear, each on a copy: no lock of the
+    index is held meanwhile, so searches and writes go on (docs/ranking.md, Retention). Run
+    after `TenantSearchIndex.remove`, once the caller's locks are released; returns whether
+    one was compacted."""
+    compacted = index.ann.compact_if_worn()
+    if index.companion is not None:
+        compacted = index.companion.vectors.compact_if_worn() or compacted
+    return compacted
 
 
 def best_score(index: TenantSearchIndex, pattern_ids: Sequence[str], query: Vector) -> float | None:

@@ -21,6 +21,7 @@ from pml_server.domain.model import ExecutionRecord, ToolFailure
 from pml_server.domain.records import IntentRecord, PatternCounters, PatternRecord, TenantStats
 from pml_server.domain.vectors import Vector
 from pml_server.ranking import RankTable
+from pml_server.search.tenant import compact_worn
 from pml_server.service._state import EngineState, IndexAdd
 from pml_server.storage.seam import Op, WriteTicket
 
@@ -198,7 +199,7 @@ def compact_index(state: EngineState, tenant: str) -> None:
     """After a change that removed intents, once the caller's locks are released: the tenant's
     vector indexes are compacted when their tombstones wear them, on a copy, so that no capture
     (which may wait for those locks) waits for a compaction (docs/ranking.md, Retention)."""
-    state.indexes.for_tenant(tenant).compact_if_worn()
+    compact_worn(state.indexes.for_tenant(tenant))
 
 
 def apply_rank_changes(table: RankTable, change: Change) -> None:
