@@ -24,6 +24,7 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
@@ -50,11 +51,28 @@ type Options struct {
 	// Timeout bounds each unary call whose context has no deadline, retries included (default
 	// 30 s; negative: refused by Dial; docs/api.md, Deadlines and retries).
 	Timeout time.Duration
-	// MaxRetries is how often a unary call safe to repeat (a read, a record with a request id,
-	// a dry-run retention) is retried on UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
-	// google.rpc.RetryInfo (a quota; without it, a message over the server's size limit, never
-	// sent again), waiting at least that delay (default 3; negative: never).
+	// RetryBudget is how long a unary call safe to repeat (a read, a record with a request id,
+	// a dry-run retention) keeps retrying after its first failure on UNAVAILABLE, or
+	// RESOURCE_EXHAUSTED with the server's google.rpc.RetryInfo (a quota; without it, a message
+	// over the server's size limit, never sent again), waiting Backoff and at least that delay,
+	// within the call's deadline (default DefaultRetryBudget, 5 s: longer than a server
+	// restart; negative: refused by Dial; docs/api.md, Deadlines and retries).
+	RetryBudget time.Duration
+	// MaxRetries caps how often such a call is retried (default 0: no cap, RetryBudget and the
+	// deadline bound them; negative: never).
 	MaxRetries int
+}
+
+// DefaultRetryBudget is Options.RetryBudget when it is zero, as the Python client's
+// retry_seconds and the Node client's retryBudgetMs (docs/api.md, Deadlines and retries).
+const DefaultRetryBudget = 5 * time.Second
+
+// reconnectBackoff replaces gRPC's backoff of a connection's reconnects (from 1 s by 1.6 up to
+// 120 s), while which every call fails at once with the last connect error: a call retrying
+// through a server restart kept failing for seconds after the server was back. The connection
+// reconnects from 0.1 s, at least once a second (docs/api.md, Deadlines and retries).
+var reconnectBackoff = backoff.Config{
+	BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second,
 }
 
 // Client is a connection to one pml server. It is safe for concurrent use.
@@ -95,9 +113,13 @@ func Dial(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	retries := opts.MaxRetries
-	if retries == 0 {
-		retries = DefaultRetries
+	if opts.RetryBudget < 0 {
+		return nil, fmt.Errorf("pml: Options.RetryBudget is %v: a duration from 0 (0: the default, %v)",
+			opts.RetryBudget, DefaultRetryBudget)
+	}
+	budget := opts.RetryBudget
+	if budget == 0 {
+		budget = DefaultRetryBudget
 	}
 	timeout := opts.Timeout
 	if timeout == 0 {
@@ -106,7 +128,8 @@ func Dial(target string, opts Options) (*Client, error) {
 	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
-		grpc.WithChainUnaryInterceptor(retryInterceptor(retries, timeout)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff, MinConnectTimeout: 20 * time.Second}),
+		grpc.WithChainUnaryInterceptor(retryInterceptor(opts.MaxRetries, budget, timeout)),
 	}
 	if key != "" {
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer(key)))
@@ -411,9 +434,6 @@ func tooBig(executionID string, size, limit int) *pmlv1.StreamTracesResponse {
 	}
 }
 
-// DefaultRetries is Options.MaxRetries when it is zero.
-const DefaultRetries = 3
-
 // safeToRepeat says whether a unary call may be sent again after a refusal: reads, a record
 // whose request id makes a resend apply once, a retention dry run. Deletes and an applied
 // retention are not (a resend after a lost reply would not answer as the first did).
@@ -435,12 +455,12 @@ func safeToRepeat(method string, request any) bool {
 	return false
 }
 
-// Backoff is how long to wait before retry attempt (0 first): 0.1 s doubling up to 5 s, with
+// Backoff is how long to wait before retry attempt (0 first): 0.1 s doubling up to 2 s, with
 // full jitter on its upper half, and never less than the server's RetryInfo delay.
 func Backoff(attempt int, serverDelay time.Duration) time.Duration {
 	ceiling := 100 * time.Millisecond << min(attempt, 6)
-	if ceiling > 5*time.Second {
-		ceiling = 5 * time.Second
+	if ceiling > 2*time.Second {
+		ceiling = 2 * time.Second
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -448,7 +468,22 @@ func Backoff(attempt int, serverDelay time.Duration) time.Duration {
 	return max(ceiling/2+jitter, serverDelay)
 }
 
-func retryInterceptor(maxRetries int, timeout time.Duration) grpc.UnaryClientInterceptor {
+// retryWait is how long to wait before retry attempt at now, false when no retry is to be
+// made: Backoff cut to end at retryUntil (the budget's end: the last retry is made then), never
+// less than the server's RetryInfo delay; false once the budget is spent, or when the wait would
+// end past it or at the call's deadline (docs/api.md, Deadlines and retries).
+func retryWait(attempt int, serverDelay time.Duration, now, retryUntil, deadline time.Time) (time.Duration, bool) {
+	if !now.Before(retryUntil) {
+		return 0, false
+	}
+	wait := max(min(Backoff(attempt, 0), retryUntil.Sub(now)), serverDelay)
+	if end := now.Add(wait); end.After(retryUntil) || !end.Before(deadline) {
+		return 0, false
+	}
+	return wait, true
+}
+
+func retryInterceptor(maxRetries int, budget, timeout time.Duration) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		// The timeout bounds the whole call, retries included, API()'s calls too (they had
@@ -458,20 +493,26 @@ func retryInterceptor(maxRetries int, timeout time.Duration) grpc.UnaryClientInt
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
+		var retryUntil time.Time // the budget's end, from the first failure
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
 			if refused := certificateFailure(err); refused != nil {
 				return refused // no retry cures it
 			}
 			// RESOURCE_EXHAUSTED without RetryInfo is the message size limit: no wait cures it.
-			if err == nil || attempt >= maxRetries || !safeToRepeat(method, req) ||
-				!worthResending(status.Convert(err)) {
+			if err == nil || maxRetries < 0 || (maxRetries > 0 && attempt >= maxRetries) ||
+				!safeToRepeat(method, req) || !worthResending(status.Convert(err)) {
 				return err
 			}
+			now := time.Now()
+			if retryUntil.IsZero() {
+				retryUntil = now.Add(budget)
+			}
 			delay, _ := RetryDelay(err)
-			wait := Backoff(attempt, delay)
-			if deadline, _ := ctx.Deadline(); time.Until(deadline) <= wait {
-				return err // the wait would outlast the call: its last error, at once
+			deadline, _ := ctx.Deadline()
+			wait, ok := retryWait(attempt, delay, now, retryUntil, deadline)
+			if !ok {
+				return err // the budget is spent, or the wait would outlast it or the call
 			}
 			timer := time.NewTimer(wait)
 			select {

@@ -118,7 +118,7 @@ func TestACertificateTheCADidNotSignIsNeverRetried(t *testing.T) {
 	}
 	conn, err := grpc.NewClient(target,
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})),
-		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries, 30*time.Second), counted))
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(0, pml.DefaultRetryBudget, 30*time.Second), counted))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -324,6 +324,60 @@ def test_a_raw_stream_to_a_server_that_stopped_answering_gives_up(tmp_path: Path
         stop_pml_serve(proc)
 
 
+def test_a_call_retries_through_a_server_restart_and_counts_its_record_once(
+    tmp_path: Path,
+) -> None:
+    """A rolling upgrade: `pml serve` stopped, and started again on the same port 1.5 s later
+    (it listens some 2.5 s after the stop). A record sent meanwhile was retried 3 times over
+    some 0.7 s, then failed UNAVAILABLE. Now a call safe to repeat retries for its retry
+    budget (`retry_seconds`, 5 s) within its timeout, and the channel reconnects within a
+    second of the server's return: the record is captured, once (docs/api.md, Deadlines and
+    retries)."""
+    flags = ("--data-dir", str(tmp_path), "--embedder", "hashing")
+    proc, target = spawn_pml_serve("--listen", "127.0.0.1:0", *flags)
+    procs = [proc]
+
+    def restart() -> None:
+        time.sleep(1.5)
+        procs.append(spawn_pml_serve("--listen", target, *flags)[0])
+
+    record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+    try:
+        with PmlClient(target) as client:
+            assert client.stats().executions == 0  # connected
+            stop_pml_serve(proc)
+            restarting = threading.Thread(target=restart)
+            restarting.start()
+            try:
+                result = client.record(record)  # sent while the server is down
+            finally:
+                restarting.join()
+            assert result.pattern.startswith("patterns/")
+            assert client.stats().executions == 1
+            assert client.record(record).replayed  # its resend applies once
+            assert client.stats().executions == 1
+    finally:
+        for each in procs:
+            if each.poll() is None:
+                stop_pml_serve(each)
+
+
+def test_retries_to_a_server_that_is_gone_end_with_the_retry_budget(tmp_path: Path) -> None:
+    """The retry budget, not the timeout, ends the retries of a server that does not come
+    back: UNAVAILABLE, the server's own error, well before a 60 s timeout would say
+    DEADLINE_EXCEEDED."""
+    proc, target = spawn_pml_serve(
+        "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path), "--embedder", "hashing"
+    )
+    stop_pml_serve(proc)
+    with (
+        PmlClient(target, timeout=60, retry_seconds=1.0) as client,
+        pytest.raises(PmlClientError) as err,
+    ):
+        client.stats()
+    assert err.value.code is grpc.StatusCode.UNAVAILABLE
+
+
 def test_a_closed_client_refuses_every_call_sending_nothing(start: StartServer) -> None:
     """After close() (twice: no error) a call raised grpc's ValueError "Cannot invoke RPC on
     closed channel!", which no `except PmlClientError` caught. Each now raises PmlClientError

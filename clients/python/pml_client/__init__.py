@@ -13,6 +13,7 @@ from pml_client.client import (
 )
 from pml_client.errors import (
     DEFAULT_RETRIES,
+    DEFAULT_RETRY_SECONDS,
     RETRYABLE,
     CertificateError,
     PmlClientError,
@@ -21,6 +22,7 @@ from pml_client.errors import (
 
 __all__ = [
     "DEFAULT_RETRIES",
+    "DEFAULT_RETRY_SECONDS",
     "RETRYABLE",
     "UPLOAD_BATCH",
     "UPLOAD_BATCH_BYTES",

@@ -29,8 +29,10 @@ from google.rpc import error_details_pb2, status_pb2
 from pml_client._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_client.errors import (
     DEFAULT_RETRIES,
+    DEFAULT_RETRY_SECONDS,
     PmlClientError,
     backoff_seconds,
+    retry_wait,
     worth_retrying,
 )
 
@@ -355,6 +357,16 @@ def _tls_files(
     }
 
 
+# gRPC backs off a channel's reconnects from 1 s by 1.6 up to 120 s, and while it waits every
+# call fails at once with the last connect error: a call retrying through a server restart
+# kept failing for seconds after the server was back, and past its retry budget. The channel
+# reconnects from 0.1 s, at least once a second (docs/api.md, Deadlines and retries).
+_RECONNECT_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+
 class PmlClient:
     def __init__(
         self,
@@ -366,7 +378,8 @@ class PmlClient:
         client_key: Path | None = None,
         tls: bool = False,
         timeout: float = 30.0,
-        retries: int = DEFAULT_RETRIES,
+        retries: int | None = DEFAULT_RETRIES,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> None:
         # Checked before a channel exists (a bad argument leaves nothing to close), naming the
         # argument: a target that is no str raised AttributeError from grpc, an empty one
@@ -388,13 +401,27 @@ class PmlClient:
                 f"is {timeout!r}: a number of seconds above 0, at most {MAX_TIMEOUT_SECONDS} "
                 "(24.8 days)",
             )
-        _count("retries", retries)
+        if retries is not None:
+            _count("retries", retries)
+        if (
+            isinstance(retry_seconds, bool)
+            or not isinstance(retry_seconds, int | float)
+            or not (0 <= retry_seconds <= MAX_TIMEOUT_SECONDS)
+        ):
+            raise _refused(
+                "retry_seconds",
+                f"is {retry_seconds!r}: a number of seconds from 0 (0: no retries), at most "
+                f"{MAX_TIMEOUT_SECONDS}",
+            )
         if not isinstance(tls, bool):
             raise _refused("tls", f"is {tls!r}: True or False")
         root_certificates = _path("root_certificates", root_certificates)
         client_cert = _path("client_cert", client_cert)
         client_key = _path("client_key", client_key)
-        options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        options = [
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            *_RECONNECT_OPTIONS,
+        ]
         if tls or root_certificates or client_cert or client_key:
             creds = grpc.ssl_channel_credentials(
                 **_tls_files(root_certificates, client_cert, client_key)
@@ -405,6 +432,7 @@ class PmlClient:
         self._stub = pml_pb2_grpc.PmlServiceStub(self._channel)
         self._timeout = timeout
         self._retries = retries
+        self._retry_seconds = float(retry_seconds)
         self._stream_limits: tuple[int, int] | None = None  # `_server_stream_limits`, once known
         self._closed = False
 
@@ -440,18 +468,20 @@ class PmlClient:
         deadline: float | None = None,
     ) -> R:
         """One unary call. A call `safe` to repeat (a read, or a record whose request id makes
-        a resend apply once) is retried up to `retries` times on UNAVAILABLE and on
-        RESOURCE_EXHAUSTED with the server's RetryInfo (`worth_retrying`: a quota, not a size
-        limit), after `backoff_seconds` (never sooner than that RetryInfo); any other failure,
-        or the last one, raises PmlClientError. `timeout` bounds the whole call, retries
-        included (docs/api.md, Deadlines and retries): each attempt's deadline is what remains
-        of it, and a retry whose wait would outlast it is not made (the last failure raises).
-        `deadline` (`time.monotonic()`): the deadline of a call this one is part of (`record`'s
-        limit probe spends from the record's)."""
+        a resend apply once) is retried on UNAVAILABLE and on RESOURCE_EXHAUSTED with the
+        server's RetryInfo (`worth_retrying`: a quota, not a size limit) for `retry_seconds`
+        after its first failure (at most `retries` times, when given), after `retry_wait` (the
+        backoff, never sooner than that RetryInfo); any other failure, or the last one, raises
+        PmlClientError. `timeout` bounds the whole call, retries included (docs/api.md,
+        Deadlines and retries): each attempt's deadline is what remains of it, and a retry
+        whose wait would outlast it is not made (the last failure raises). `deadline`
+        (`time.monotonic()`): the deadline of a call this one is part of (`record`'s limit
+        probe spends from the record's)."""
         self._open()
         if deadline is None:
             deadline = time.monotonic() + self._timeout
         attempt = 0
+        retry_until: float | None = None  # the retry budget's end, from the first failure
         while True:
             try:
                 remaining = deadline - time.monotonic()
@@ -463,10 +493,13 @@ class PmlClient:
                 reply = method(request, timeout=remaining, metadata=self._metadata)
             except grpc.RpcError as err:
                 failure = PmlClientError.from_rpc_error(err)
-                if not (safe and worth_retrying(failure) and attempt < self._retries):
+                if not (safe and worth_retrying(failure)) or attempt == self._retries:
                     raise failure from None
-                wait = backoff_seconds(attempt, failure.retry_delay_seconds)
-                if time.monotonic() + wait >= deadline:
+                now = time.monotonic()
+                if retry_until is None:
+                    retry_until = now + self._retry_seconds
+                wait = retry_wait(attempt, failure.retry_delay_seconds, now, retry_until, deadline)
+                if wait is None:
                     raise failure from None
                 time.sleep(wait)
                 attempt += 1

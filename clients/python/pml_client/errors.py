@@ -12,10 +12,15 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 RETRY_BASE_SECONDS = 0.1
-RETRY_MAX_SECONDS = 5.0
-# Unary calls safe to repeat are retried this many times by default on these codes: the server
-# says waiting helps (a quota, a server busy starting or stopping, a replica unreachable).
-DEFAULT_RETRIES = 3
+RETRY_MAX_SECONDS = 2.0
+# How long a unary call safe to repeat keeps retrying after its first failure on these codes
+# (the server says waiting helps: a quota, a server starting or stopping, a replica
+# unreachable), within its timeout: longer than a `pml serve` restart (a rolling upgrade,
+# 1-3 s), short enough that a server that is gone fails the call in seconds, not at its
+# timeout (docs/api.md, Deadlines and retries). The three clients share it.
+DEFAULT_RETRY_SECONDS = 5.0
+# No cap on the count by default: the retry budget and the timeout bound the retries.
+DEFAULT_RETRIES = None
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 
@@ -37,6 +42,22 @@ def worth_retrying(failure: PmlClientError) -> bool:
     return failure.code is grpc.StatusCode.RESOURCE_EXHAUSTED and (
         failure.retry_delay_seconds is not None or failure.message == CONCURRENCY_REFUSAL
     )
+
+
+def retry_wait(
+    attempt: int, server_delay: float | None, now: float, retry_until: float, deadline: float
+) -> float | None:
+    """How long to wait before retry `attempt` (0 first) at `now` (`time.monotonic()`), or
+    None when no retry is to be made: the backoff, cut to end at `retry_until` (the retry
+    budget's end: the last retry is made then), never less than the server's RetryInfo
+    `server_delay`; None once the budget is spent or when the wait would end past it or at the
+    call's `deadline` (docs/api.md, Deadlines and retries)."""
+    if now >= retry_until:
+        return None
+    wait = max(min(backoff_seconds(attempt), retry_until - now), server_delay or 0.0)
+    if now + wait > retry_until or now + wait >= deadline:
+        return None
+    return wait
 
 
 def backoff_seconds(attempt: int, server_delay: float | None = None) -> float:
