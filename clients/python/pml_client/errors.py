@@ -61,7 +61,7 @@ def retry_wait(
 
 
 def backoff_seconds(attempt: int, server_delay: float | None = None) -> float:
-    """How long to wait before retry `attempt` (0 first): 0.1 s doubling up to 5 s, with full
+    """How long to wait before retry `attempt` (0 first): 0.1 s doubling up to 2 s, with full
     jitter on its upper half, and at least the delay the server asked for in RetryInfo."""
     ceiling = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2**attempt)
     wait = ceiling / 2 + random.uniform(0, ceiling / 2)
