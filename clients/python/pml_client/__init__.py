@@ -16,6 +16,7 @@ from pml_client.errors import (
     DEFAULT_RETRY_SECONDS,
     RETRYABLE,
     CertificateError,
+    ClientCertificateError,
     PmlClientError,
     backoff_seconds,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "UPLOAD_BATCH_BYTES",
     "CaptureResult",
     "CertificateError",
+    "ClientCertificateError",
     "ExecutionRecord",
     "PmlClient",
     "PmlClientError",

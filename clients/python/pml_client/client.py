@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numbers
 import os
+import socket
+import ssl
 import threading
 import time
 import uuid
@@ -30,6 +32,7 @@ from pml_client._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_client.errors import (
     DEFAULT_RETRIES,
     DEFAULT_RETRY_SECONDS,
+    ClientCertificateError,
     PmlClientError,
     backoff_seconds,
     retry_wait,
@@ -357,6 +360,65 @@ def _tls_files(
     }
 
 
+def _host_port(target: str) -> tuple[str, int] | None:
+    """`target`'s host and port (`host:port`, `[v6]:port`, `dns:///host:port`), or None for
+    any other form (a unix socket, no port)."""
+    rest = target.removeprefix("dns:///").removeprefix("ipv4:").removeprefix("ipv6:")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not host or "/" in host:
+        return None
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+# The longest a handshake of `_asks_for_client_certificate` may take.
+_ASK_HANDSHAKE_SECONDS = 5.0
+
+
+def _asks_for_client_certificate(target: str, seconds: float) -> bool:
+    """Whether the TLS server at `target` refuses a client for want of a certificate: a
+    handshake of this client's own (the server's certificate not checked: nothing is sent over
+    it) in which the server asks for one (a CertificateRequest, seen by the ssl module's
+    message callback) and then closes the connection without a byte. A server that takes the
+    client answers HTTP/2's SETTINGS. False whatever else happens (the server is down, the
+    ssl module has no message callback)."""
+    address = _host_port(target)
+    if address is None or seconds <= 0:
+        return False
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    asked: list[bool] = []
+
+    def seen(
+        _conn: object,
+        direction: str,
+        _version: object,
+        _kind: object,
+        message: object,
+        _data: object,
+    ) -> None:
+        if direction == "read" and message == _CERTIFICATE_REQUEST:
+            asked.append(True)
+
+    setattr(context, "_msg_callback", seen)  # noqa: B010  (CPython's, not typed)
+    try:
+        with (
+            socket.create_connection(address, timeout=seconds) as raw,
+            context.wrap_socket(raw, server_hostname=address[0]) as tls,
+        ):
+            answered = tls.recv(1)
+    except (ssl.SSLEOFError, ConnectionResetError):
+        answered = b""
+    except OSError:
+        return False
+    return bool(asked) and not answered
+
+
+# TLS's handshake message type of a CertificateRequest.
+_CERTIFICATE_REQUEST = 13
+
+
 # gRPC backs off a channel's reconnects from 1 s by 1.6 up to 120 s, and while it waits every
 # call fails at once with the last connect error: a call retrying through a server restart
 # kept failing for seconds after the server was back, and past its retry budget. The channel
@@ -433,6 +495,9 @@ class PmlClient:
         self._timeout = timeout
         self._retries = retries
         self._retry_seconds = float(retry_seconds)
+        # TLS without a client certificate: a refused handshake is asked about (`_failure`)
+        self._tls_without_certificate = bool((tls or root_certificates) and client_cert is None)
+        self._target = target
         self._stream_limits: tuple[int, int] | None = None  # `_server_stream_limits`, once known
         self._closed = False
 
@@ -451,6 +516,20 @@ class PmlClient:
                 grpc.StatusCode.CANCELLED,
                 "the client is closed (close() was called): nothing was sent",
             )
+
+    def _failure(self, err: grpc.RpcError, seconds: float) -> PmlClientError:
+        """`err` as a PmlClientError; UNAVAILABLE "Socket closed" over TLS without a client
+        certificate, from a server that asks for one (a handshake of the client's own, within
+        `seconds`), as ClientCertificateError (docs/api.md, Deadlines and retries)."""
+        failure = PmlClientError.from_rpc_error(err)
+        if (
+            self._tls_without_certificate
+            and failure.code is grpc.StatusCode.UNAVAILABLE
+            and "Socket closed" in failure.message
+            and _asks_for_client_certificate(self._target, min(seconds, _ASK_HANDSHAKE_SECONDS))
+        ):
+            return ClientCertificateError(failure.message)
+        return failure
 
     def __enter__(self) -> PmlClient:
         return self
@@ -492,7 +571,7 @@ class PmlClient:
                     )
                 reply = method(request, timeout=remaining, metadata=self._metadata)
             except grpc.RpcError as err:
-                failure = PmlClientError.from_rpc_error(err)
+                failure = self._failure(err, deadline - time.monotonic())
                 if not (safe and worth_retrying(failure)) or attempt == self._retries:
                     raise failure from None
                 now = time.monotonic()
@@ -766,7 +845,7 @@ class PmlClient:
                     f"no answer from the server within {silence.seconds} s "
                     f"({len(waiting)} executions waiting)",
                 ) from None
-            raise PmlClientError.from_rpc_error(err) from None
+            raise self._failure(err, self._timeout) from None
         finally:
             silence.stop()
             call.cancel()  # a no-op once ended; a caller that stops iterating ends the stream
@@ -955,7 +1034,7 @@ class PmlClient:
                     time.sleep(backoff_seconds(report.reconnects, delay))
                 report.reconnects += 1
             except grpc.RpcError as err:
-                failure = PmlClientError.from_rpc_error(err)
+                failure = self._failure(err, self._timeout)
                 if silence.fired:  # cancelled here: say why
                     failure = PmlClientError(
                         grpc.StatusCode.DEADLINE_EXCEEDED,

@@ -35,7 +35,7 @@ def worth_retrying(failure: PmlClientError) -> bool:
     quota) or grpcio's `CONCURRENCY_REFUSAL`. RESOURCE_EXHAUSTED without either is a size
     limit (a message over the server's `--max-message-bytes`): the same request fails the same
     way, so it is not sent again (it was, `retries` times, megabytes each)."""
-    if isinstance(failure, CertificateError):
+    if isinstance(failure, (CertificateError, ClientCertificateError)):
         return False
     if failure.code is grpc.StatusCode.UNAVAILABLE:
         return True
@@ -140,4 +140,26 @@ class CertificateError(PmlClientError):
             f"TLS: the server's certificate was not verified ({self.grpc_message}): "
             f"{ca_option} must be the PEM of the CA that signed it (without it, the system's "
             "roots are used), and the certificate must hold the target's host; not retried"
+        )
+
+
+class ClientCertificateError(PmlClientError):
+    """The server asks for a client certificate (mutual TLS) and none was given: it refuses
+    the handshake, which gRPC says UNAVAILABLE "Socket closed", as of a server that went away:
+    each call was retried for its retry budget, never saying why. The client, seeing that
+    error over TLS without a certificate, makes a handshake of its own to ask
+    (`client._asks_for_client_certificate`); no wait cures it: `worth_retrying` is False, and
+    the message names `client_cert` and `client_key` (docs/api.md, Deadlines and retries)."""
+
+    def __init__(self, grpc_message: str) -> None:
+        self.grpc_message = grpc_message
+        super().__init__(grpc.StatusCode.UNAVAILABLE, self.saying("client_cert and client_key"))
+
+    def saying(self, certificate_options: str) -> str:
+        """The message, naming the options as the caller knows them (the CLI: `--tls-cert and
+        --tls-key`)."""
+        return (
+            "TLS: the server refused the handshake: it asks for a client certificate (mutual "
+            f"TLS) and none was given ({self.grpc_message}): pass {certificate_options}, a "
+            "certificate its client CA signed; not retried"
         )
