@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,6 +78,7 @@ var reconnectBackoff = backoff.Config{
 
 // Client is a connection to one pml server. It is safe for concurrent use.
 type Client struct {
+	refused  func(error) error // tlsRefusal of this connection
 	conn     *grpc.ClientConn
 	api      pmlv1.PmlServiceClient
 	timeout  time.Duration
@@ -109,10 +111,12 @@ func Dial(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	creds, err := transportCredentials(opts)
+	asked := new(atomic.Bool) // the server asked for a client certificate none was given for
+	creds, err := transportCredentials(opts, asked)
 	if err != nil {
 		return nil, err
 	}
+	refused := func(err error) error { return tlsRefusal(err, asked) }
 	if opts.RetryBudget < 0 {
 		return nil, fmt.Errorf("pml: Options.RetryBudget is %v: a duration from 0 (0: the default, %v)",
 			opts.RetryBudget, DefaultRetryBudget)
@@ -129,7 +133,7 @@ func Dial(target string, opts Options) (*Client, error) {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff, MinConnectTimeout: 20 * time.Second}),
-		grpc.WithChainUnaryInterceptor(retryInterceptor(opts.MaxRetries, budget, timeout)),
+		grpc.WithChainUnaryInterceptor(retryInterceptor(opts.MaxRetries, budget, timeout, refused)),
 	}
 	if key != "" {
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer(key)))
@@ -138,7 +142,7 @@ func Dial(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pml: dial %s: %w", target, err)
 	}
-	return &Client{conn: conn, api: pmlv1.NewPmlServiceClient(conn), timeout: timeout}, nil
+	return &Client{refused: refused, conn: conn, api: pmlv1.NewPmlServiceClient(conn), timeout: timeout}, nil
 }
 
 // maxKeyChars bounds an API key: `pml keys add` prints 47 characters, and past gRPC's 8 KiB of
@@ -168,7 +172,9 @@ func headerKey(apiKey string) (string, error) {
 // transportCredentials refuses, naming the option, what would fail later or quietly: a
 // KeyFile without its CertFile dialled in plaintext, a CertFile without its KeyFile said
 // "open : no such file or directory" (clients/go/README.md, TLS options).
-func transportCredentials(opts Options) (credentials.TransportCredentials, error) {
+//
+// Without a client certificate, a server that asks for one is noted in asked (tlsRefusal).
+func transportCredentials(opts Options, asked *atomic.Bool) (credentials.TransportCredentials, error) {
 	if (opts.CertFile == "") != (opts.KeyFile == "") {
 		given, missing := "CertFile", "KeyFile"
 		if opts.CertFile == "" {
@@ -198,6 +204,11 @@ func transportCredentials(opts Options) (credentials.TransportCredentials, error
 			return nil, fmt.Errorf("pml: Options.CertFile, Options.KeyFile: %w", err)
 		}
 		config.Certificates = []tls.Certificate{cert}
+	} else {
+		config.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			asked.Store(true)
+			return &tls.Certificate{}, nil // none is sent
+		}
 	}
 	return credentials.NewTLS(config), nil
 }
@@ -376,7 +387,7 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 			return report, err
 		}
 		last = c.streamOnce(ctx, todo, &sequence, report, resend, opts.OnAck)
-		if refused := certificateFailure(last); refused != nil {
+		if refused := c.refused(last); refused != nil {
 			return report, refused
 		}
 	}
@@ -404,10 +415,10 @@ func worthResending(refusal *status.Status) bool {
 
 // maxMessageBytes is the server's largest request message (GetServerInfo), 0 when it does not
 // say (an older server) or cannot be asked (Upload then meets the same error); an error only
-// when that cannot change (certificateFailure: the streams would meet it MaxReconnects times).
+// when that cannot change (tlsRefusal: the streams would meet it MaxReconnects times).
 func (c *Client) maxMessageBytes(ctx context.Context) (int, error) {
 	info, err := c.api.GetServerInfo(ctx, &pmlv1.GetServerInfoRequest{})
-	if refused := certificateFailure(err); refused != nil {
+	if refused := c.refused(err); refused != nil {
 		return 0, refused
 	}
 	if err != nil {
@@ -483,7 +494,12 @@ func retryWait(attempt int, serverDelay time.Duration, now, retryUntil, deadline
 	return wait, true
 }
 
-func retryInterceptor(maxRetries int, budget, timeout time.Duration) grpc.UnaryClientInterceptor {
+// retryInterceptor retries as Options say; refused (nil: certificateFailure) says which
+// errors no retry cures.
+func retryInterceptor(maxRetries int, budget, timeout time.Duration, refused func(error) error) grpc.UnaryClientInterceptor {
+	if refused == nil {
+		refused = certificateFailure
+	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		// The timeout bounds the whole call, retries included, API()'s calls too (they had
@@ -496,7 +512,7 @@ func retryInterceptor(maxRetries int, budget, timeout time.Duration) grpc.UnaryC
 		var retryUntil time.Time // the budget's end, from the first failure
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
-			if refused := certificateFailure(err); refused != nil {
+			if refused := refused(err); refused != nil {
 				return refused // no retry cures it
 			}
 			// RESOURCE_EXHAUSTED without RetryInfo is the message size limit: no wait cures it.
@@ -523,6 +539,29 @@ func retryInterceptor(maxRetries int, budget, timeout time.Duration) grpc.UnaryC
 			}
 		}
 	}
+}
+
+// tlsRefusal is err said again when no retry cures it: certificateFailure, or a server that
+// asked for a client certificate (asked) and then closed the connection: it refuses a client
+// without one once the handshake is done, without a TLS alert, so gRPC says only UNAVAILABLE
+// "error reading server preface: EOF", as of a server gone, and each call was retried for its
+// budget. It names Options.CertFile and Options.KeyFile (docs/api.md, Deadlines and retries).
+// closedWords are gRPC's for a connection the server closed just after the handshake: before
+// its HTTP/2 preface, or under the client's first write.
+var closedWords = []string{"error reading server preface", "broken pipe", "connection reset by peer"}
+
+func tlsRefusal(err error, asked *atomic.Bool) error {
+	if refused := certificateFailure(err); refused != nil {
+		return refused
+	}
+	refusal, ok := status.FromError(err)
+	if err == nil || !ok || refusal.Code() != codes.Unavailable || !asked.Load() ||
+		!slices.ContainsFunc(closedWords, func(w string) bool { return strings.Contains(refusal.Message(), w) }) {
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, "pml: TLS: the server refused the handshake: it asks "+
+		"for a client certificate (mutual TLS) and none was given (%s): set Options.CertFile and "+
+		"Options.KeyFile, a certificate its client CA signed; not retried", refusal.Message())
 }
 
 // certificateFailure is err said again when it is a failure to verify the server's TLS

@@ -101,7 +101,9 @@ func startServerProcess(t *testing.T, extra ...string) (string, *os.Process) {
 	if slices.Contains(extra, "--tls-cert") { // its health, whoever signed its certificate
 		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a test's own server
 	}
-	waitServing(t, target, creds)
+	if !slices.Contains(extra, "--tls-client-ca") { // its health needs a client certificate
+		waitServing(t, target, creds)
+	}
 	return target, cmd.Process
 }
 
@@ -603,7 +605,7 @@ func TestAMessageOverTheSizeLimitIsNotSentAgain(t *testing.T) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(0, pml.DefaultRetryBudget, 30*time.Second), counted))
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(0, pml.DefaultRetryBudget, 30*time.Second, nil), counted))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -665,7 +667,7 @@ func TestACallRefusedByTheConcurrencyLimitIsRetried(t *testing.T) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	retrying, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(0, pml.DefaultRetryBudget, 30*time.Second), releaseOnSecond))
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(0, pml.DefaultRetryBudget, 30*time.Second, nil), releaseOnSecond))
 	if err != nil {
 		t.Fatal(err)
 	}
