@@ -378,6 +378,34 @@ def test_retries_to_a_server_that_is_gone_end_with_the_retry_budget(tmp_path: Pa
     assert err.value.code is grpc.StatusCode.UNAVAILABLE
 
 
+def test_an_upload_to_a_server_that_is_gone_asks_its_limits_once_a_stream(
+    tmp_path: Path,
+) -> None:
+    """Before each stream an upload asks the server its limits (GetServerInfo); that ask was
+    retried for a whole retry budget (5 s) before each reconnect, so an upload to a server
+    that is gone took 20 s with 3 reconnects (40 s with the default 8). The reconnects are the
+    upload's retries: the ask is made once a stream (docs/api.md, Deadlines and retries)."""
+    proc, target = spawn_pml_serve(
+        "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path), "--embedder", "hashing"
+    )
+    stop_pml_serve(proc)
+    record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+    with PmlClient(target) as client:
+        asked = 0
+        get_server_info = client._stub.GetServerInfo
+
+        def counted(*args: object, **kwargs: object) -> object:
+            nonlocal asked
+            asked += 1
+            return get_server_info(*args, **kwargs)
+
+        client._stub.GetServerInfo = counted
+        with pytest.raises(PmlClientError) as err:
+            client.upload([record], max_reconnects=3)
+    assert err.value.code is grpc.StatusCode.UNAVAILABLE
+    assert asked == 4
+
+
 def test_a_closed_client_refuses_every_call_sending_nothing(start: StartServer) -> None:
     """After close() (twice: no error) a call raised grpc's ValueError "Cannot invoke RPC on
     closed channel!", which no `except PmlClientError` caught. Each now raises PmlClientError

@@ -588,10 +588,13 @@ class PmlClient:
 
     # ---- unary calls ---------------------------------------------------------------------------
 
-    def _server_stream_limits(self, deadline: float | None = None) -> tuple[int, int]:
+    def _server_stream_limits(
+        self, deadline: float | None = None, *, retry: bool = True
+    ) -> tuple[int, int]:
         """How many messages the server takes in one batch (1: none, as a server older than
         batches answers) and its largest request message in bytes (0: not said), asked once
-        per client (within `deadline`, that of the call asking); unknown (1, 0 this time) if
+        per client (within `deadline`, that of the call asking; without retries when not
+        `retry`: an upload, whose reconnects are its retries); unknown (1, 0 this time) if
         the ask fails."""
         if self._stream_limits is None:
             try:
@@ -599,6 +602,7 @@ class PmlClient:
                     self._stub.GetServerInfo,
                     pml_pb2.GetServerInfoRequest(),
                     pml_pb2.GetServerInfoResponse,
+                    safe=retry,
                     deadline=deadline,
                 )
             except PmlClientError:
@@ -975,7 +979,9 @@ class PmlClient:
             exhausted = not source_failed
 
         def requests() -> Iterator[pml_pb2.StreamTracesRequest]:
-            batch_limit, max_bytes = self._server_stream_limits()
+            # Not retried: each reconnect of an upload to a server down spent a whole retry
+            # budget (5 s) here before its stream (docs/api.md, Deadlines and retries).
+            batch_limit, max_bytes = self._server_stream_limits(retry=False)
             per_message = min(batch, batch_limit) if batch > 1 else 1
             if per_message == 1:
                 return messages(max_bytes)
