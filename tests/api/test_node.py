@@ -295,8 +295,9 @@ def test_a_call_retries_through_a_server_restart_and_counts_its_record_once(
 ) -> None:
     """As the Python client's: `pml serve` stopped, started again on the same port 1.5 s
     later; a record sent meanwhile was retried 3 times over some 0.7 s and failed UNAVAILABLE.
-    Now it retries for `retryBudgetMs` (5 s), the channel reconnecting within a second of the
-    server's return: captured, and its resend replayed (docs/api.md, Deadlines and retries)."""
+    Now it retries for `retryBudgetMs` (5 s by default, 30 s here), the channel reconnecting
+    within a second of the server's return: captured, and its resend replayed (docs/api.md,
+    Deadlines and retries)."""
     flags = ("--data-dir", str(tmp_path), "--embedder", "hashing")
     proc, target = spawn_pml_serve("--listen", "127.0.0.1:0", *flags)
     stop_pml_serve(proc)
