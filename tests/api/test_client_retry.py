@@ -406,6 +406,49 @@ def test_an_upload_to_a_server_that_is_gone_asks_its_limits_once_a_stream(
     assert asked == 4
 
 
+def test_a_raw_stream_whose_server_is_killed_says_what_was_not_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """`pml serve` killed (SIGKILL) while `stream()` sends: the caller saw only UNAVAILABLE
+    "Stream removed (Socket closed)". It now says how many executions it sent that were not
+    acknowledged, and that they may be sent again under the same request ids; every one that
+    was acknowledged is in the store after a restart (docs/api.md, Deadlines and retries)."""
+    flags = ("--data-dir", str(tmp_path), "--embedder", "hashing")
+    proc, target = spawn_pml_serve("--listen", "127.0.0.1:0", *flags)
+    messages = (
+        pml_pb2.StreamTracesRequest(
+            execution_id=f"e{i}",
+            sequence=i + 1,
+            record=make_record(f"Read file {i}", f"await mcp.read_file({{path: '{i}'}})"),
+        )
+        for i in range(5000)
+    )
+    acked: list[pml_pb2.StreamTracesResponse] = []
+
+    def read(client: PmlClient) -> None:
+        for ack in client.stream(messages):
+            acked.append(ack)
+            if len(acked) == 100:
+                proc.kill()
+                proc.communicate()  # its pipes closed
+
+    restarted = None
+    try:
+        with PmlClient(target) as client:
+            with pytest.raises(PmlClientError) as err:
+                read(client)
+            assert err.value.code is grpc.StatusCode.UNAVAILABLE
+            assert "executions sent and not acknowledged" in err.value.message
+            assert "same request ids" in err.value.message
+            restarted, _ = spawn_pml_serve("--listen", target, *flags)
+            captured = sum(a.HasField("result") for a in acked)
+            assert client.stats().executions >= captured >= 100
+    finally:
+        for each in (proc, restarted):
+            if each is not None and each.poll() is None:
+                stop_pml_serve(each)
+
+
 def test_a_closed_client_refuses_every_call_sending_nothing(start: StartServer) -> None:
     """After close() (twice: no error) a call raised grpc's ValueError "Cannot invoke RPC on
     closed channel!", which no `except PmlClientError` caught. Each now raises PmlClientError

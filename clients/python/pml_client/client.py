@@ -849,7 +849,18 @@ class PmlClient:
                     f"no answer from the server within {silence.seconds} s "
                     f"({len(waiting)} executions waiting)",
                 ) from None
-            raise self._failure(err, self._timeout) from None
+            failure = self._failure(err, self._timeout)
+            if waiting and type(failure) is PmlClientError:
+                # "Stream removed (Socket closed)" said nothing of what the caller may resend
+                failure = PmlClientError(
+                    failure.code,
+                    f"{failure.message}: the stream broke with {len(waiting)} executions sent "
+                    "and not acknowledged (each may have been captured or not: send them again "
+                    "under the same request ids, which apply once; `upload` does)",
+                    failure.violations,
+                    failure.retry_delay_seconds,
+                )
+            raise failure from None
         finally:
             silence.stop()
             call.cancel()  # a no-op once ended; a caller that stops iterating ends the stream
