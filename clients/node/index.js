@@ -7,6 +7,7 @@
 const path = require("node:path");
 const fs = require("node:fs");
 const crypto = require("node:crypto");
+const nodeTls = require("node:tls");
 const grpc = require("@grpc/grpc-js");
 const protoLoader = require("@grpc/proto-loader");
 const protobuf = require("protobufjs");
@@ -142,6 +143,71 @@ function worthResending(details) {
 // did not sign it, a name it does not hold, one expired or not yet valid.
 const CERTIFICATE_FAILURE =
   /unable to verify|unable to get (local )?issuer|self[- ]signed certificate|certificate (has expired|is not yet valid|signature failure)|ERR_TLS_CERT_ALTNAME_INVALID|Hostname\/IP does not match/;
+
+/** `target`'s host and port ("host:port", "[v6]:port", "dns:host:port"), or null. */
+function hostPort(target) {
+  const rest = String(target).replace(/^dns:(\/\/\/)?/, "");
+  const match = /^\[?([^\]/]+?)\]?:(\d+)$/.exec(rest);
+  return match ? { host: match[1], port: Number(match[2]) } : null;
+}
+
+// The longest a handshake of `asksForClientCertificate` may take.
+const ASK_HANDSHAKE_MS = 5000;
+
+/**
+ * Whether the TLS server at `target` refuses a client for want of a certificate: a handshake of
+ * this client's own (the server's certificate not checked: nothing is sent over it) in which the
+ * server asks for one (OpenSSL shares signature algorithms with a client only when the server
+ * sent a CertificateRequest: `getSharedSigalgs`), then closes the connection without a byte. A
+ * server that takes the client answers HTTP/2's SETTINGS. False whatever else happens.
+ */
+function asksForClientCertificate(target, ms) {
+  const address = hostPort(target);
+  if (!address || !(ms > 0)) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    let asked = false;
+    let answered = false;
+    const socket = nodeTls.connect({ ...address, rejectUnauthorized: false, ALPNProtocols: ["h2"] }, () => {
+      asked = socket.getSharedSigalgs().length > 0;
+    });
+    const timer = setTimeout(() => socket.destroy(), Math.min(ms, ASK_HANDSHAKE_MS));
+    socket.on("data", () => {
+      answered = true;
+      socket.destroy();
+    });
+    socket.on("error", () => {});
+    socket.on("close", () => {
+      clearTimeout(timer);
+      resolve(asked && !answered);
+    });
+  });
+}
+
+// grpc-js's words for a connection that could not be made: a server asking for a client
+// certificate closes it once the handshake is done.
+const NOT_CONNECTED = /No connection established|Connection dropped|Failed to connect/;
+
+/**
+ * `err` said again when a server that asks for a client certificate (mutual TLS) refused this
+ * client, which has none (`tlsWithoutCertificate`), null otherwise. grpc-js says UNAVAILABLE "No
+ * connection established", as of a server gone: each call was retried for its budget. The
+ * client asks the server in a handshake of its own (`asksForClientCertificate`, within `ms`); no
+ * wait cures it: it is never retried, and names certFile and keyFile (docs/api.md, Deadlines
+ * and retries).
+ */
+async function clientCertificateRefusal(err, target, tlsWithoutCertificate, ms) {
+  if (!tlsWithoutCertificate || !err || err.code !== grpc.status.UNAVAILABLE || !NOT_CONNECTED.test(err.details || "")) {
+    return null;
+  }
+  if (!(await asksForClientCertificate(target, ms))) return null;
+  const message =
+    "pml: TLS: the server refused the handshake: it asks for a client certificate (mutual TLS) " +
+    `and none was given (${err.details}): pass certFile and keyFile, a certificate its client ` +
+    "CA signed; not retried";
+  return Object.assign(new Error(message, { cause: err }), {
+    code: grpc.status.UNAVAILABLE, details: message, metadata: err.metadata, clientCertificateRequired: true,
+  });
+}
 
 /**
  * `err` said again when it is a failure to verify the server's TLS certificate, null otherwise.
@@ -342,6 +408,8 @@ class PmlClient {
     // empty PML_API_KEY) is no key
     this._apiKey = apiKey === undefined || apiKey === "" ? undefined : headerKey(apiKey);
     const creds = channelCredentials(tls, caFile, certFile, keyFile);
+    // TLS without a client certificate: a refused handshake is asked about
+    this._tlsWithoutCertificate = Boolean((tls || caFile) && !certFile);
     this.raw = new (api().service)(target, creds, {
       "grpc.max_receive_message_length": 64 << 20,
       ...RECONNECT_OPTIONS,
@@ -398,7 +466,9 @@ class PmlClient {
         return await this._callOnce(method, request, deadline, signal);
       } catch (err) {
         if (err.name === "AbortError") throw err;
-        const refused = certificateFailure(err);
+        const refused =
+          certificateFailure(err) ||
+          (await clientCertificateRefusal(err, this._target, this._tlsWithoutCertificate, deadline - Date.now()));
         if (refused) throw refused; // no retry cures it
         const details = errorDetails(err);
         if (attempt >= this._maxRetries || !worthResending(details) || !safeToRepeat(method, request)) {
@@ -626,7 +696,7 @@ class PmlClient {
       return Number((await this.call("GetServerInfo", {}, { signal })).max_message_bytes || 0);
     } catch (err) {
       // the streams would meet a certificate failure maxReconnects times: said at once
-      if (err.name === "AbortError" || certificateFailure(err)) throw err;
+      if (err.name === "AbortError" || certificateFailure(err) || err.clientCertificateRequired) throw err;
       return 0; // the upload meets the same error
     }
   }

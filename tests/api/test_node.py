@@ -507,6 +507,33 @@ def test_a_certificate_the_ca_did_not_sign_is_never_retried(
         assert "caFile must be the PEM of the CA that signed it" in out[call]["message"]
 
 
+def test_a_server_asking_for_a_client_certificate_is_never_retried(
+    node_client: Path,
+    start: StartServer,
+    pki: Path,  # noqa: F811
+) -> None:
+    """A server with a client CA (mutual TLS) closes the connection of a client without a
+    certificate once the handshake is done: grpc-js said only UNAVAILABLE "No connection
+    established", as of a server gone, and each call was retried for its budget. The client
+    asks the server in a handshake of its own, in which the server asks for a certificate: one
+    attempt, an error naming certFile and keyFile, the upload's at once (docs/api.md,
+    Deadlines and retries)."""
+    server = start(
+        tls_cert=pki / "server.pem", tls_key=pki / "server.key", tls_client_ca=pki / "ca.pem"
+    )
+    target = f"127.0.0.1:{server.port}"
+    done = _node(node_client, "test/tls_wrong_ca.js", target, str(pki / "ca.pem"))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["stats"]["attempts"] == 1
+    for call in ("stats", "upload"):
+        assert out[call]["code"] == "UNAVAILABLE"
+        assert out[call]["message"].startswith(
+            "pml: TLS: the server refused the handshake: it asks for a client certificate"
+        )
+        assert "pass certFile and keyFile" in out[call]["message"]
+
+
 def test_a_closed_client_refuses_every_call_sending_nothing(
     node_client: Path, server: RunningServer
 ) -> None:
