@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
@@ -50,15 +52,33 @@ type Options struct {
 	// Timeout bounds each unary call whose context has no deadline, retries included (default
 	// 30 s; negative: refused by Dial; docs/api.md, Deadlines and retries).
 	Timeout time.Duration
-	// MaxRetries is how often a unary call safe to repeat (a read, a record with a request id,
-	// a dry-run retention) is retried on UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
-	// google.rpc.RetryInfo (a quota; without it, a message over the server's size limit, never
-	// sent again), waiting at least that delay (default 3; negative: never).
+	// RetryBudget is how long a unary call safe to repeat (a read, a record with a request id,
+	// a dry-run retention) keeps retrying after its first failure on UNAVAILABLE, or
+	// RESOURCE_EXHAUSTED with the server's google.rpc.RetryInfo (a quota; without it, a message
+	// over the server's size limit, never sent again), waiting Backoff and at least that delay,
+	// within the call's deadline (default DefaultRetryBudget, 5 s: longer than a server
+	// restart; negative: refused by Dial; docs/api.md, Deadlines and retries).
+	RetryBudget time.Duration
+	// MaxRetries caps how often such a call is retried (default 0: no cap, RetryBudget and the
+	// deadline bound them; negative: never).
 	MaxRetries int
+}
+
+// DefaultRetryBudget is Options.RetryBudget when it is zero, as the Python client's
+// retry_seconds and the Node client's retryBudgetMs (docs/api.md, Deadlines and retries).
+const DefaultRetryBudget = 5 * time.Second
+
+// reconnectBackoff replaces gRPC's backoff of a connection's reconnects (from 1 s by 1.6 up to
+// 120 s), while which every call fails at once with the last connect error: a call retrying
+// through a server restart kept failing for seconds after the server was back. The connection
+// reconnects from 0.1 s, at least once a second (docs/api.md, Deadlines and retries).
+var reconnectBackoff = backoff.Config{
+	BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second,
 }
 
 // Client is a connection to one pml server. It is safe for concurrent use.
 type Client struct {
+	refused  func(error) error // tlsRefusal of this connection
 	conn     *grpc.ClientConn
 	api      pmlv1.PmlServiceClient
 	timeout  time.Duration
@@ -91,13 +111,19 @@ func Dial(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	creds, err := transportCredentials(opts)
+	asked := new(atomic.Bool) // the server asked for a client certificate none was given for
+	creds, err := transportCredentials(opts, asked)
 	if err != nil {
 		return nil, err
 	}
-	retries := opts.MaxRetries
-	if retries == 0 {
-		retries = DefaultRetries
+	refused := func(err error) error { return tlsRefusal(err, asked) }
+	if opts.RetryBudget < 0 {
+		return nil, fmt.Errorf("pml: Options.RetryBudget is %v: a duration from 0 (0: the default, %v)",
+			opts.RetryBudget, DefaultRetryBudget)
+	}
+	budget := opts.RetryBudget
+	if budget == 0 {
+		budget = DefaultRetryBudget
 	}
 	timeout := opts.Timeout
 	if timeout == 0 {
@@ -106,7 +132,8 @@ func Dial(target string, opts Options) (*Client, error) {
 	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
-		grpc.WithChainUnaryInterceptor(retryInterceptor(retries, timeout)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff, MinConnectTimeout: 20 * time.Second}),
+		grpc.WithChainUnaryInterceptor(retryInterceptor(opts.MaxRetries, budget, timeout, refused)),
 	}
 	if key != "" {
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer(key)))
@@ -115,7 +142,7 @@ func Dial(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pml: dial %s: %w", target, err)
 	}
-	return &Client{conn: conn, api: pmlv1.NewPmlServiceClient(conn), timeout: timeout}, nil
+	return &Client{refused: refused, conn: conn, api: pmlv1.NewPmlServiceClient(conn), timeout: timeout}, nil
 }
 
 // maxKeyChars bounds an API key: `pml keys add` prints 47 characters, and past gRPC's 8 KiB of
@@ -145,7 +172,9 @@ func headerKey(apiKey string) (string, error) {
 // transportCredentials refuses, naming the option, what would fail later or quietly: a
 // KeyFile without its CertFile dialled in plaintext, a CertFile without its KeyFile said
 // "open : no such file or directory" (clients/go/README.md, TLS options).
-func transportCredentials(opts Options) (credentials.TransportCredentials, error) {
+//
+// Without a client certificate, a server that asks for one is noted in asked (tlsRefusal).
+func transportCredentials(opts Options, asked *atomic.Bool) (credentials.TransportCredentials, error) {
 	if (opts.CertFile == "") != (opts.KeyFile == "") {
 		given, missing := "CertFile", "KeyFile"
 		if opts.CertFile == "" {
@@ -175,6 +204,11 @@ func transportCredentials(opts Options) (credentials.TransportCredentials, error
 			return nil, fmt.Errorf("pml: Options.CertFile, Options.KeyFile: %w", err)
 		}
 		config.Certificates = []tls.Certificate{cert}
+	} else {
+		config.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			asked.Store(true)
+			return &tls.Certificate{}, nil // none is sent
+		}
 	}
 	return credentials.NewTLS(config), nil
 }
@@ -353,7 +387,7 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 			return report, err
 		}
 		last = c.streamOnce(ctx, todo, &sequence, report, resend, opts.OnAck)
-		if refused := certificateFailure(last); refused != nil {
+		if refused := c.refused(last); refused != nil {
 			return report, refused
 		}
 	}
@@ -381,10 +415,10 @@ func worthResending(refusal *status.Status) bool {
 
 // maxMessageBytes is the server's largest request message (GetServerInfo), 0 when it does not
 // say (an older server) or cannot be asked (Upload then meets the same error); an error only
-// when that cannot change (certificateFailure: the streams would meet it MaxReconnects times).
+// when that cannot change (tlsRefusal: the streams would meet it MaxReconnects times).
 func (c *Client) maxMessageBytes(ctx context.Context) (int, error) {
 	info, err := c.api.GetServerInfo(ctx, &pmlv1.GetServerInfoRequest{})
-	if refused := certificateFailure(err); refused != nil {
+	if refused := c.refused(err); refused != nil {
 		return 0, refused
 	}
 	if err != nil {
@@ -411,9 +445,6 @@ func tooBig(executionID string, size, limit int) *pmlv1.StreamTracesResponse {
 	}
 }
 
-// DefaultRetries is Options.MaxRetries when it is zero.
-const DefaultRetries = 3
-
 // safeToRepeat says whether a unary call may be sent again after a refusal: reads, a record
 // whose request id makes a resend apply once, a retention dry run. Deletes and an applied
 // retention are not (a resend after a lost reply would not answer as the first did).
@@ -435,12 +466,12 @@ func safeToRepeat(method string, request any) bool {
 	return false
 }
 
-// Backoff is how long to wait before retry attempt (0 first): 0.1 s doubling up to 5 s, with
+// Backoff is how long to wait before retry attempt (0 first): 0.1 s doubling up to 2 s, with
 // full jitter on its upper half, and never less than the server's RetryInfo delay.
 func Backoff(attempt int, serverDelay time.Duration) time.Duration {
 	ceiling := 100 * time.Millisecond << min(attempt, 6)
-	if ceiling > 5*time.Second {
-		ceiling = 5 * time.Second
+	if ceiling > 2*time.Second {
+		ceiling = 2 * time.Second
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -448,7 +479,27 @@ func Backoff(attempt int, serverDelay time.Duration) time.Duration {
 	return max(ceiling/2+jitter, serverDelay)
 }
 
-func retryInterceptor(maxRetries int, timeout time.Duration) grpc.UnaryClientInterceptor {
+// retryWait is how long to wait before retry attempt at now, false when no retry is to be
+// made: Backoff cut to end at retryUntil (the budget's end: the last retry is made then), never
+// less than the server's RetryInfo delay; false once the budget is spent, or when the wait would
+// end past it or at the call's deadline (docs/api.md, Deadlines and retries).
+func retryWait(attempt int, serverDelay time.Duration, now, retryUntil, deadline time.Time) (time.Duration, bool) {
+	if !now.Before(retryUntil) {
+		return 0, false
+	}
+	wait := max(min(Backoff(attempt, 0), retryUntil.Sub(now)), serverDelay)
+	if end := now.Add(wait); end.After(retryUntil) || !end.Before(deadline) {
+		return 0, false
+	}
+	return wait, true
+}
+
+// retryInterceptor retries as Options say; refused (nil: certificateFailure) says which
+// errors no retry cures.
+func retryInterceptor(maxRetries int, budget, timeout time.Duration, refused func(error) error) grpc.UnaryClientInterceptor {
+	if refused == nil {
+		refused = certificateFailure
+	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		// The timeout bounds the whole call, retries included, API()'s calls too (they had
@@ -458,20 +509,26 @@ func retryInterceptor(maxRetries int, timeout time.Duration) grpc.UnaryClientInt
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
+		var retryUntil time.Time // the budget's end, from the first failure
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
-			if refused := certificateFailure(err); refused != nil {
+			if refused := refused(err); refused != nil {
 				return refused // no retry cures it
 			}
 			// RESOURCE_EXHAUSTED without RetryInfo is the message size limit: no wait cures it.
-			if err == nil || attempt >= maxRetries || !safeToRepeat(method, req) ||
-				!worthResending(status.Convert(err)) {
+			if err == nil || maxRetries < 0 || (maxRetries > 0 && attempt >= maxRetries) ||
+				!safeToRepeat(method, req) || !worthResending(status.Convert(err)) {
 				return err
 			}
+			now := time.Now()
+			if retryUntil.IsZero() {
+				retryUntil = now.Add(budget)
+			}
 			delay, _ := RetryDelay(err)
-			wait := Backoff(attempt, delay)
-			if deadline, _ := ctx.Deadline(); time.Until(deadline) <= wait {
-				return err // the wait would outlast the call: its last error, at once
+			deadline, _ := ctx.Deadline()
+			wait, ok := retryWait(attempt, delay, now, retryUntil, deadline)
+			if !ok {
+				return err // the budget is spent, or the wait would outlast it or the call
 			}
 			timer := time.NewTimer(wait)
 			select {
@@ -482,6 +539,29 @@ func retryInterceptor(maxRetries int, timeout time.Duration) grpc.UnaryClientInt
 			}
 		}
 	}
+}
+
+// tlsRefusal is err said again when no retry cures it: certificateFailure, or a server that
+// asked for a client certificate (asked) and then closed the connection: it refuses a client
+// without one once the handshake is done, without a TLS alert, so gRPC says only UNAVAILABLE
+// "error reading server preface: EOF", as of a server gone, and each call was retried for its
+// budget. It names Options.CertFile and Options.KeyFile (docs/api.md, Deadlines and retries).
+// closedWords are gRPC's for a connection the server closed just after the handshake: before
+// its HTTP/2 preface, or under the client's first write.
+var closedWords = []string{"error reading server preface", "broken pipe", "connection reset by peer"}
+
+func tlsRefusal(err error, asked *atomic.Bool) error {
+	if refused := certificateFailure(err); refused != nil {
+		return refused
+	}
+	refusal, ok := status.FromError(err)
+	if err == nil || !ok || refusal.Code() != codes.Unavailable || !asked.Load() ||
+		!slices.ContainsFunc(closedWords, func(w string) bool { return strings.Contains(refusal.Message(), w) }) {
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, "pml: TLS: the server refused the handshake: it asks "+
+		"for a client certificate (mutual TLS) and none was given (%s): set Options.CertFile and "+
+		"Options.KeyFile, a certificate its client CA signed; not retried", refusal.Message())
 }
 
 // certificateFailure is err said again when it is a failure to verify the server's TLS

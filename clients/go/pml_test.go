@@ -101,7 +101,9 @@ func startServerProcess(t *testing.T, extra ...string) (string, *os.Process) {
 	if slices.Contains(extra, "--tls-cert") { // its health, whoever signed its certificate
 		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a test's own server
 	}
-	waitServing(t, target, creds)
+	if !slices.Contains(extra, "--tls-client-ca") { // its health needs a client certificate
+		waitServing(t, target, creds)
+	}
 	return target, cmd.Process
 }
 
@@ -603,7 +605,7 @@ func TestAMessageOverTheSizeLimitIsNotSentAgain(t *testing.T) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries, 30*time.Second), counted))
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(0, pml.DefaultRetryBudget, 30*time.Second, nil), counted))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -665,7 +667,7 @@ func TestACallRefusedByTheConcurrencyLimitIsRetried(t *testing.T) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	retrying, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries, 30*time.Second), releaseOnSecond))
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(0, pml.DefaultRetryBudget, 30*time.Second, nil), releaseOnSecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -740,5 +742,60 @@ func TestUploadToAServerThatStoppedAnsweringGivesUp(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second): // a guard against the hang, not a measure
 		t.Fatal("Upload to a frozen server had not returned after 60 s")
+	}
+}
+
+// TestACallRetriesThroughAServerRestartAndCountsItsRecordOnce: a rolling upgrade, `pml serve`
+// stopped and started again on the same port 1.5 s later. A record sent meanwhile was retried 3
+// times over some 0.7 s and failed UNAVAILABLE; now a call safe to repeat retries for
+// Options.RetryBudget (5 s by default, 30 s here: the restart is slower on a loaded machine) and
+// the connection reconnects within a second of the server's return: the record is captured,
+// once (docs/api.md, Deadlines and retries).
+func TestACallRetriesThroughAServerRestartAndCountsItsRecordOnce(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "data")
+	target, server := startServerProcess(t, "--data-dir", dataDir)
+	client, err := pml.Dial(target, pml.Options{Timeout: time.Minute, RetryBudget: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	if _, err := client.API().GetStats(ctx, &pmlv1.GetStatsRequest{}); err != nil {
+		t.Fatal(err) // connected
+	}
+	if err := server.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	again := exec.Command(pmlCommand(t), "serve", "--listen", target, "--data-dir", dataDir,
+		"--embedder", "hashing", "--log-level", "warning")
+	again.Stderr = os.Stderr
+	started := make(chan error, 1)
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		started <- again.Start()
+	}()
+	defer func() {
+		if again.Process != nil {
+			_ = again.Process.Signal(syscall.SIGTERM)
+			_ = again.Wait()
+		}
+	}()
+	record := readRecord("Read JSON file", "a.json")
+	res, err := client.Record(ctx, record) // sent while the server is down
+	if startErr := <-started; startErr != nil {
+		t.Fatal(startErr)
+	}
+	if err != nil || res.GetPattern() == "" {
+		t.Fatalf("a record sent across a restart: %v %v", res, err)
+	}
+	if res, err = client.Record(ctx, record); err != nil || !res.GetReplayed() {
+		t.Fatalf("its resend: %v %v", res, err)
+	}
+	stats, err := client.API().GetStats(ctx, &pmlv1.GetStatsRequest{})
+	if err != nil || stats.GetExecutions() != 1 {
+		t.Fatalf("want the record counted once: %v %v", stats, err)
 	}
 }

@@ -118,7 +118,7 @@ func TestACertificateTheCADidNotSignIsNeverRetried(t *testing.T) {
 	}
 	conn, err := grpc.NewClient(target,
 		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})),
-		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(pml.DefaultRetries, 30*time.Second), counted))
+		grpc.WithChainUnaryInterceptor(pml.RetryInterceptor(0, pml.DefaultRetryBudget, 30*time.Second, nil), counted))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,5 +145,33 @@ func TestACertificateTheCADidNotSignIsNeverRetried(t *testing.T) {
 		[]*pmlv1.ExecutionRecord{readRecord("Read JSON file", "a.json")}, pml.UploadOptions{MaxReconnects: 3})
 	if !strings.Contains(err.Error(), "Options.CAFile") || report.Reconnects != 0 {
 		t.Fatalf("Upload with the wrong CA: %v after %d reconnects", err, report.Reconnects)
+	}
+}
+
+// TestAServerAskingForAClientCertificateIsNeverRetried: a server with --tls-client-ca closes
+// the connection of a client without a certificate once the handshake is done: gRPC said only
+// UNAVAILABLE "error reading server preface: EOF", as of a server gone, so each call was retried
+// for its budget and Upload reconnected MaxReconnects times. The server asked for a certificate
+// in the handshake: the error says so at once, naming Options.CertFile and Options.KeyFile.
+func TestAServerAskingForAClientCertificateIsNeverRetried(t *testing.T) {
+	dir := t.TempDir()
+	signer := newTestCA(t, dir, "signer")
+	certFile, keyFile := signer.serverPair(t, dir)
+	target := startServer(t, "--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", signer.file)
+	client, err := pml.Dial(target, pml.Options{CAFile: signer.file, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	_, err = client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{})
+	if status.Code(err) != codes.Unavailable ||
+		!strings.Contains(err.Error(), "it asks for a client certificate") ||
+		!strings.Contains(err.Error(), "Options.CertFile and Options.KeyFile") {
+		t.Fatalf("Stats without a client certificate: %v", err)
+	}
+	report, err := client.Upload(context.Background(),
+		[]*pmlv1.ExecutionRecord{readRecord("Read JSON file", "a.json")}, pml.UploadOptions{MaxReconnects: 3})
+	if err == nil || !strings.Contains(err.Error(), "Options.CertFile") || report.Reconnects != 0 {
+		t.Fatalf("Upload without a client certificate: %v after %d reconnects", err, report.Reconnects)
 	}
 }

@@ -232,8 +232,11 @@ export interface ClientOptions {
    * stream waits for the connection or for an answer; a number above 0, at most 2147483647
    * (24.8 days), or the constructor throws. */
   timeoutMs?: number;
-  /** Retries of a unary call safe to repeat on UNAVAILABLE, or RESOURCE_EXHAUSTED with RetryInfo
-   * (a quota; a message over the size limit is never sent again) (default 3; 0: none). */
+  /** How long a unary call safe to repeat keeps retrying after its first failure on
+   * UNAVAILABLE, or RESOURCE_EXHAUSTED with RetryInfo (a quota; a message over the size limit is
+   * never sent again), within `timeoutMs` (default 5000: longer than a server restart; 0: none). */
+  retryBudgetMs?: number;
+  /** Caps the count of those retries (default Infinity: the budget decides; 0: none). */
   maxRetries?: number;
 }
 

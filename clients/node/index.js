@@ -7,6 +7,7 @@
 const path = require("node:path");
 const fs = require("node:fs");
 const crypto = require("node:crypto");
+const nodeTls = require("node:tls");
 const grpc = require("@grpc/grpc-js");
 const protoLoader = require("@grpc/proto-loader");
 const protobuf = require("protobufjs");
@@ -53,7 +54,16 @@ function api() {
 // A broken stream is opened again when cut, or refused for a while only (`worthResending`).
 const CUT = new Set([grpc.status.CANCELLED, grpc.status.DEADLINE_EXCEEDED]);
 
-const DEFAULT_RETRIES = 3;
+// How long a unary call safe to repeat keeps retrying after its first failure (UNAVAILABLE, a
+// quota), within its timeout: longer than a server restart, short enough that a server that is
+// gone fails the call in seconds (docs/api.md, Deadlines and retries). No cap on the count by
+// default: the budget and the timeout bound the retries.
+const DEFAULT_RETRY_BUDGET_MS = 5000;
+const DEFAULT_RETRIES = Infinity;
+// grpc-js backs off a channel's reconnects from 1 s by 1.6 up to 120 s, and while it waits every
+// call fails at once with the last connect error: a call retrying through a server restart kept
+// failing after the server was back. The channel reconnects from 0.1 s, at least once a second.
+const RECONNECT_OPTIONS = { "grpc.initial_reconnect_backoff_ms": 100, "grpc.max_reconnect_backoff_ms": 1000 };
 const READS = new Set([
   "GetServerInfo", "Suggest", "GetPattern", "ListPatterns", "ListPatternIntents", "GetCapability",
   "ListCapabilities", "ListFailures", "GetStats",
@@ -67,11 +77,22 @@ function safeToRepeat(method, request) {
   return false;
 }
 
-/** Wait before retry `attempt` (0 first): 0.1 s doubling to 5 s, jitter on the upper half,
+/** Wait before retry `attempt` (0 first): 0.1 s doubling to 2 s, jitter on the upper half,
  * never less than the server's RetryInfo delay. */
 function backoffMs(attempt, serverDelayMs) {
-  const ceiling = Math.min(5000, 100 * 2 ** attempt);
+  const ceiling = Math.min(2000, 100 * 2 ** attempt);
   return Math.max(ceiling / 2 + Math.random() * (ceiling / 2), serverDelayMs || 0);
+}
+
+/** The wait before retry `attempt` at `now` (ms since the epoch), null when no retry is to be
+ * made: `backoffMs` cut to end at `retryUntil` (the budget's end: the last retry is made then),
+ * never less than the server's RetryInfo; null once the budget is spent, or when the wait would
+ * end past it or at the call's `deadline` (docs/api.md, Deadlines and retries). */
+function retryWaitMs(attempt, serverDelayMs, now, retryUntil, deadline) {
+  if (now >= retryUntil) return null;
+  const wait = Math.max(Math.min(backoffMs(attempt), retryUntil - now), serverDelayMs || 0);
+  if (now + wait > retryUntil || now + wait >= deadline) return null;
+  return wait;
 }
 
 /** The google.rpc.Status details of a refused call: BadRequest field violations, RetryInfo. */
@@ -122,6 +143,71 @@ function worthResending(details) {
 // did not sign it, a name it does not hold, one expired or not yet valid.
 const CERTIFICATE_FAILURE =
   /unable to verify|unable to get (local )?issuer|self[- ]signed certificate|certificate (has expired|is not yet valid|signature failure)|ERR_TLS_CERT_ALTNAME_INVALID|Hostname\/IP does not match/;
+
+/** `target`'s host and port ("host:port", "[v6]:port", "dns:host:port"), or null. */
+function hostPort(target) {
+  const rest = String(target).replace(/^dns:(\/\/\/)?/, "");
+  const match = /^\[?([^\]/]+?)\]?:(\d+)$/.exec(rest);
+  return match ? { host: match[1], port: Number(match[2]) } : null;
+}
+
+// The longest a handshake of `asksForClientCertificate` may take.
+const ASK_HANDSHAKE_MS = 5000;
+
+/**
+ * Whether the TLS server at `target` refuses a client for want of a certificate: a handshake of
+ * this client's own (the server's certificate not checked: nothing is sent over it) in which the
+ * server asks for one (OpenSSL shares signature algorithms with a client only when the server
+ * sent a CertificateRequest: `getSharedSigalgs`), then closes the connection without a byte. A
+ * server that takes the client answers HTTP/2's SETTINGS. False whatever else happens.
+ */
+function asksForClientCertificate(target, ms) {
+  const address = hostPort(target);
+  if (!address || !(ms > 0)) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    let asked = false;
+    let answered = false;
+    const socket = nodeTls.connect({ ...address, rejectUnauthorized: false, ALPNProtocols: ["h2"] }, () => {
+      asked = socket.getSharedSigalgs().length > 0;
+    });
+    const timer = setTimeout(() => socket.destroy(), Math.min(ms, ASK_HANDSHAKE_MS));
+    socket.on("data", () => {
+      answered = true;
+      socket.destroy();
+    });
+    socket.on("error", () => {});
+    socket.on("close", () => {
+      clearTimeout(timer);
+      resolve(asked && !answered);
+    });
+  });
+}
+
+// grpc-js's words for a connection that could not be made: a server asking for a client
+// certificate closes it once the handshake is done.
+const NOT_CONNECTED = /No connection established|Connection dropped|Failed to connect/;
+
+/**
+ * `err` said again when a server that asks for a client certificate (mutual TLS) refused this
+ * client, which has none (`tlsWithoutCertificate`), null otherwise. grpc-js says UNAVAILABLE "No
+ * connection established", as of a server gone: each call was retried for its budget. The
+ * client asks the server in a handshake of its own (`asksForClientCertificate`, within `ms`); no
+ * wait cures it: it is never retried, and names certFile and keyFile (docs/api.md, Deadlines
+ * and retries).
+ */
+async function clientCertificateRefusal(err, target, tlsWithoutCertificate, ms) {
+  if (!tlsWithoutCertificate || !err || err.code !== grpc.status.UNAVAILABLE || !NOT_CONNECTED.test(err.details || "")) {
+    return null;
+  }
+  if (!(await asksForClientCertificate(target, ms))) return null;
+  const message =
+    "pml: TLS: the server refused the handshake: it asks for a client certificate (mutual TLS) " +
+    `and none was given (${err.details}): pass certFile and keyFile, a certificate its client ` +
+    "CA signed; not retried";
+  return Object.assign(new Error(message, { cause: err }), {
+    code: grpc.status.UNAVAILABLE, details: message, metadata: err.metadata, clientCertificateRequired: true,
+  });
+}
 
 /**
  * `err` said again when it is a failure to verify the server's TLS certificate, null otherwise.
@@ -296,7 +382,7 @@ class PmlClient {
     checkOptions(target, options);
     const {
       apiKey = process.env.PML_API_KEY, tls = false, caFile, certFile, keyFile, timeoutMs = 30000,
-      maxRetries = DEFAULT_RETRIES,
+      maxRetries = DEFAULT_RETRIES, retryBudgetMs = DEFAULT_RETRY_BUDGET_MS,
     } = options;
     // A timeout that is no positive number failed every call (DEADLINE_EXCEEDED at once, or
     // grpc-js's "deadline must be a number or Date"); a maxRetries that is no integer was
@@ -308,15 +394,26 @@ class PmlClient {
         `pml: timeoutMs ${shown(timeoutMs)}: a number of milliseconds above 0, at most ${MAX_TIMEOUT_MS} (24.8 days)`,
       );
     }
-    if (!Number.isInteger(maxRetries) || maxRetries < 0) {
-      throw new TypeError(`pml: maxRetries ${shown(maxRetries)}: an integer from 0 (0: none)`);
+    if (!(Number.isInteger(maxRetries) || maxRetries === Infinity) || maxRetries < 0) {
+      throw new TypeError(`pml: maxRetries ${shown(maxRetries)}: an integer from 0 (0: none), or Infinity`);
+    }
+    if (typeof retryBudgetMs !== "number" || !(retryBudgetMs >= 0) || !(retryBudgetMs <= MAX_TIMEOUT_MS)) {
+      throw new TypeError(
+        `pml: retryBudgetMs ${shown(retryBudgetMs)}: a number of milliseconds from 0 (0: no retries), at most ${MAX_TIMEOUT_MS}`,
+      );
     }
     this._maxRetries = maxRetries;
+    this._retryBudgetMs = retryBudgetMs;
     // checked before the channel exists: a bad key leaves nothing to close; an empty one (an
     // empty PML_API_KEY) is no key
     this._apiKey = apiKey === undefined || apiKey === "" ? undefined : headerKey(apiKey);
     const creds = channelCredentials(tls, caFile, certFile, keyFile);
-    this.raw = new (api().service)(target, creds, { "grpc.max_receive_message_length": 64 << 20 });
+    // TLS without a client certificate: a refused handshake is asked about
+    this._tlsWithoutCertificate = Boolean((tls || caFile) && !certFile);
+    this.raw = new (api().service)(target, creds, {
+      "grpc.max_receive_message_length": 64 << 20,
+      ...RECONNECT_OPTIONS,
+    });
     this._target = target;
     this._timeoutMs = timeoutMs;
   }
@@ -329,9 +426,10 @@ class PmlClient {
 
   /**
    * Any unary RPC by its proto name, e.g. call("GetStats", {}). A call safe to repeat (a read, a
-   * record with a request id, a retention dry run) is retried up to `maxRetries` times on
-   * UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's RetryInfo (a quota; without it, a
-   * message over the server's size limit, never sent again), never sooner than that delay.
+   * record with a request id, a retention dry run) is retried for `retryBudgetMs` after its first
+   * failure (at most `maxRetries` times) on UNAVAILABLE, or RESOURCE_EXHAUSTED with the server's
+   * RetryInfo (a quota; without it, a message over the server's size limit, never sent again),
+   * never sooner than that delay.
    * `timeoutMs` bounds the whole call, retries included (docs/api.md, Deadlines and retries):
    * each attempt's deadline is what remains, and a retry whose wait would outlast it is not
    * made (the last error rejects). `options.signal` (an AbortSignal) cancels the call in flight
@@ -362,19 +460,24 @@ class PmlClient {
       throw invalidArgument(`${method}: the request does not serialize: ${err.message} (nothing was sent)`);
     }
     const deadline = Date.now() + this._timeoutMs;
+    let retryUntil = null; // the budget's end, from the first failure
     for (let attempt = 0; ; attempt++) {
       try {
         return await this._callOnce(method, request, deadline, signal);
       } catch (err) {
         if (err.name === "AbortError") throw err;
-        const refused = certificateFailure(err);
+        const refused =
+          certificateFailure(err) ||
+          (await clientCertificateRefusal(err, this._target, this._tlsWithoutCertificate, deadline - Date.now()));
         if (refused) throw refused; // no retry cures it
         const details = errorDetails(err);
         if (attempt >= this._maxRetries || !worthResending(details) || !safeToRepeat(method, request)) {
           throw err;
         }
-        const wait = backoffMs(attempt, details.retryDelayMs);
-        if (Date.now() + wait >= deadline) throw err;
+        const now = Date.now();
+        if (retryUntil === null) retryUntil = now + this._retryBudgetMs;
+        const wait = retryWaitMs(attempt, details.retryDelayMs, now, retryUntil, deadline);
+        if (wait === null) throw err;
         await sleep(wait, signal);
       }
     }
@@ -593,7 +696,7 @@ class PmlClient {
       return Number((await this.call("GetServerInfo", {}, { signal })).max_message_bytes || 0);
     } catch (err) {
       // the streams would meet a certificate failure maxReconnects times: said at once
-      if (err.name === "AbortError" || certificateFailure(err)) throw err;
+      if (err.name === "AbortError" || certificateFailure(err) || err.clientCertificateRequired) throw err;
       return 0; // the upload meets the same error
     }
   }

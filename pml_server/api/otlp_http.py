@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from pml_server.api.errors import retry_after_seconds, status_code_for, to_rpc_status
+from pml_server.api.http_body import Gone, read_body
 from pml_server.api.http_deadline import DeadlinedH11
 from pml_server.api.otlp import refuse_past_bounds
 from pml_server.config import bind_error
@@ -305,8 +306,8 @@ class OtlpHttpApp:
             )
             return
         headers: list[tuple[bytes, bytes]] = list(scope["headers"])
-        body = await _read_body(receive, self._max_bytes)
-        if body is _GONE:
+        body = await read_body(receive, self._max_bytes)  # a body over it drained first
+        if isinstance(body, Gone):
             return  # the client went away before its body ended: nothing to answer or take
         if body is None:
             too_large = ResourceExhaustedError(
@@ -320,37 +321,6 @@ class OtlpHttpApp:
             self._pool, answer, self._export, headers, body, self._max_bytes
         )
         await self._answer(send, result)
-
-
-_GONE = b"\x00gone"  # (compared by identity: no body is this object)
-# How much of a body over the limit is read and dropped before the 413 (docs/connect.md,
-# "OTLP traces in"): a client that sends its whole body before reading an answer (Python's
-# http.client, urllib) got a connection reset instead of the 413 when the server answered
-# and closed with the body unread. Past this the connection is closed without reading more.
-DRAIN_BYTES = 64 * 1024 * 1024
-
-
-async def _read_body(receive: Receive, max_bytes: int) -> bytes | None:
-    """The request's body, None once it passes `max_bytes` (the rest is read and dropped, up
-    to `DRAIN_BYTES` more), `_GONE` when the client disconnects first (a cut body is never
-    parsed)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return _GONE
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        more = message.get("more_body", False)
-        if size > max_bytes:
-            chunks.clear()
-            if not more or size > max_bytes + DRAIN_BYTES:
-                return None
-            continue
-        chunks.append(chunk)
-        if not more:
-            return b"".join(chunks)
 
 
 async def _send(send: Send, result: Answer) -> None:

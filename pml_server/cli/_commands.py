@@ -36,7 +36,13 @@ from rich.progress import (
 
 from pml_server.cli import _render as render
 from pml_server.cli._record_json import parse_execution_record
-from pml_server.client import CertificateError, PmlClient, PmlClientError, make_record
+from pml_server.client import (
+    CertificateError,
+    ClientCertificateError,
+    PmlClient,
+    PmlClientError,
+    make_record,
+)
 from pml_server.domain.limits import LIMITS
 from pml_server.domain.stdout import stdout_to_devnull
 
@@ -551,10 +557,6 @@ def _fail(args: argparse.Namespace, code: int, error: dict[str, Any]) -> int:
     return code
 
 
-def _tls_without_certificate(args: argparse.Namespace) -> bool:
-    return bool(args.tls or args.tls_ca) and args.tls_cert is None
-
-
 def run(args: argparse.Namespace) -> int:
     """Run one client command; its exit code."""
     try:
@@ -572,16 +574,10 @@ def run(args: argparse.Namespace) -> int:
         error: dict[str, Any] = {"status": err.code.name, "message": err.message}
         if isinstance(err, CertificateError):  # a server answered: its certificate is refused
             error["message"] = err.saying("--tls-ca")
+        elif isinstance(err, ClientCertificateError):  # a server asked for a certificate
+            error["message"] = err.saying("--tls-cert and --tls-key")
         elif unreachable and err.retry_delay_seconds is None:
-            target = args.server
-            error["message"] = f"no pml server answered at {target} ({err.message})"
-            if _tls_without_certificate(args):
-                # a server asking for client certificates closes the handshake: gRPC says
-                # only "Socket closed" (docs/operations.md, "Tenants, keys and TLS")
-                error["message"] += (
-                    "; a server that asks for a client certificate (mutual TLS) closes the"
-                    " connection: pass --tls-cert and --tls-key"
-                )
+            error["message"] = f"no pml server answered at {args.server} ({err.message})"
         if err.violations:
             error["violations"] = [{"field": f, "description": d} for f, d in err.violations]
         if err.retry_delay_seconds is not None:

@@ -16,7 +16,8 @@ HTTP front), in this order:
    in one sentence (the SDK answered -32602 with pydantic's dump of it, input echoed).
 5. A request whose client hung up before its body was read: dropped, nothing ran (the SDK
    would log an error with its traceback for each; docs/reliability.md, Clients that give up).
-   A body over the message limit (`_message_limit`) is 413 with -32600, read no further."""
+   A body over the message limit (`_message_limit`) is 413 with -32600, once read and
+   dropped up to `http_body.DRAIN_BYTES` (`pml_server/api/http_body.py`)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from mcp_types import jsonrpc_message_adapter
 from pydantic import ValidationError
 from starlette.requests import Request
 
+from pml_server.api.http_body import Gone, read_body
 from pml_server.client import PmlClientError
 from pml_server.mcp._message_limit import MAX_MESSAGE_BYTES, TOO_LARGE
 from pml_server.mcp._upstream import Upstream
@@ -182,28 +184,18 @@ class BearerCheck:
         await self._app(scope, receive, send)
 
     async def _check_messages(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The body, read whole up to the limit (`_message_limit`), checked, then replayed."""
-        declared = Request(scope).headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > MAX_MESSAGE_BYTES:
+        """The body, read whole up to the limit (`_message_limit`), checked, then replayed. A
+        body over it is read and dropped up to `http_body.DRAIN_BYTES` more before the 413
+        (it was answered unread, a 20 MB one: a client that sends its whole body before it
+        reads, as http.client, saw its connection reset, never the 413)."""
+        body = await read_body(receive, MAX_MESSAGE_BYTES)
+        if isinstance(body, Gone):
+            return  # the client hung up: nobody is left to answer, and nothing ran
+        if body is None:
+            # As the SDK's own limit (413), but JSON-RPC, which the SDK's client reports
+            # (it reported a plain-text 413 as "Server returned an error response").
             await _respond(send, 413, _rpc_error(INVALID_REQUEST, TOO_LARGE))
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client hung up: nobody is left to answer, and nothing ran
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > MAX_MESSAGE_BYTES:
-                # As the SDK's own limit (413), but JSON-RPC, which the SDK's client reports
-                # (it reported a plain-text 413 as "Server returned an error response").
-                await _respond(send, 413, _rpc_error(INVALID_REQUEST, TOO_LARGE))
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
         invalid = _invalid_request(body)
         if invalid is not None:
             await _respond(send, 400, _rpc_error(INVALID_REQUEST, invalid[1], invalid[0]))

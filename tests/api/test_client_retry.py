@@ -324,6 +324,131 @@ def test_a_raw_stream_to_a_server_that_stopped_answering_gives_up(tmp_path: Path
         stop_pml_serve(proc)
 
 
+def test_a_call_retries_through_a_server_restart_and_counts_its_record_once(
+    tmp_path: Path,
+) -> None:
+    """A rolling upgrade: `pml serve` stopped, and started again on the same port 1.5 s later
+    (it listens some 2.5 s after the stop). A record sent meanwhile was retried 3 times over
+    some 0.7 s, then failed UNAVAILABLE. Now a call safe to repeat retries for its retry
+    budget (`retry_seconds`: 5 s by default, 30 here, the restart being slower on a loaded
+    machine) within its timeout, and the channel reconnects within a second of the server's
+    return: the record is captured, once (docs/api.md, Deadlines and retries)."""
+    flags = ("--data-dir", str(tmp_path), "--embedder", "hashing")
+    proc, target = spawn_pml_serve("--listen", "127.0.0.1:0", *flags)
+    procs = [proc]
+
+    def restart() -> None:
+        time.sleep(1.5)
+        procs.append(spawn_pml_serve("--listen", target, *flags)[0])
+
+    record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+    try:
+        with PmlClient(target, timeout=60, retry_seconds=30) as client:
+            assert client.stats().executions == 0  # connected
+            stop_pml_serve(proc)
+            restarting = threading.Thread(target=restart)
+            restarting.start()
+            try:
+                result = client.record(record)  # sent while the server is down
+            finally:
+                restarting.join()
+            assert result.pattern.startswith("patterns/")
+            assert client.stats().executions == 1
+            assert client.record(record).replayed  # its resend applies once
+            assert client.stats().executions == 1
+    finally:
+        for each in procs:
+            if each.poll() is None:
+                stop_pml_serve(each)
+
+
+def test_retries_to_a_server_that_is_gone_end_with_the_retry_budget(tmp_path: Path) -> None:
+    """The retry budget, not the timeout, ends the retries of a server that does not come
+    back: UNAVAILABLE, the server's own error, well before a 60 s timeout would say
+    DEADLINE_EXCEEDED."""
+    proc, target = spawn_pml_serve(
+        "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path), "--embedder", "hashing"
+    )
+    stop_pml_serve(proc)
+    with (
+        PmlClient(target, timeout=60, retry_seconds=1.0) as client,
+        pytest.raises(PmlClientError) as err,
+    ):
+        client.stats()
+    assert err.value.code is grpc.StatusCode.UNAVAILABLE
+
+
+def test_an_upload_to_a_server_that_is_gone_asks_its_limits_once_a_stream(
+    tmp_path: Path,
+) -> None:
+    """Before each stream an upload asks the server its limits (GetServerInfo); that ask was
+    retried for a whole retry budget (5 s) before each reconnect, so an upload to a server
+    that is gone took 20 s with 3 reconnects (40 s with the default 8). The reconnects are the
+    upload's retries: the ask is made once a stream (docs/api.md, Deadlines and retries)."""
+    proc, target = spawn_pml_serve(
+        "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path), "--embedder", "hashing"
+    )
+    stop_pml_serve(proc)
+    record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+    with PmlClient(target) as client:
+        asked = 0
+        get_server_info = client._stub.GetServerInfo
+
+        def counted(*args: object, **kwargs: object) -> object:
+            nonlocal asked
+            asked += 1
+            return get_server_info(*args, **kwargs)
+
+        client._stub.GetServerInfo = counted
+        with pytest.raises(PmlClientError) as err:
+            client.upload([record], max_reconnects=3)
+    assert err.value.code is grpc.StatusCode.UNAVAILABLE
+    assert asked == 4
+
+
+def test_a_raw_stream_whose_server_is_killed_says_what_was_not_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """`pml serve` killed (SIGKILL) while `stream()` sends: the caller saw only UNAVAILABLE
+    "Stream removed (Socket closed)". It now says how many executions it sent that were not
+    acknowledged, and that they may be sent again under the same request ids; every one that
+    was acknowledged is in the store after a restart (docs/api.md, Deadlines and retries)."""
+    flags = ("--data-dir", str(tmp_path), "--embedder", "hashing")
+    proc, target = spawn_pml_serve("--listen", "127.0.0.1:0", *flags)
+    messages = (
+        pml_pb2.StreamTracesRequest(
+            execution_id=f"e{i}",
+            sequence=i + 1,
+            record=make_record(f"Read file {i}", f"await mcp.read_file({{path: '{i}'}})"),
+        )
+        for i in range(5000)
+    )
+    acked: list[pml_pb2.StreamTracesResponse] = []
+
+    def read(client: PmlClient) -> None:
+        for ack in client.stream(messages):
+            acked.append(ack)
+            if len(acked) == 100:
+                proc.kill()
+                proc.communicate()  # its pipes closed
+
+    restarted = None
+    try:
+        with PmlClient(target) as client:
+            with pytest.raises(PmlClientError) as err:
+                read(client)
+            assert err.value.code is grpc.StatusCode.UNAVAILABLE
+            assert "executions sent and not acknowledged" in err.value.message
+            assert "same request ids" in err.value.message
+            restarted, _ = spawn_pml_serve("--listen", target, *flags)
+            captured = sum(a.HasField("result") for a in acked)
+            assert client.stats().executions >= captured >= 100
+    finally:
+        for each in (proc, restarted):
+            if each is not None and each.poll() is None:
+                stop_pml_serve(each)
+
+
 def test_a_closed_client_refuses_every_call_sending_nothing(start: StartServer) -> None:
     """After close() (twice: no error) a call raised grpc's ValueError "Cannot invoke RPC on
     closed channel!", which no `except PmlClientError` caught. Each now raises PmlClientError

@@ -290,6 +290,36 @@ def test_upload_to_a_server_that_is_down_gives_up_unavailable(node_client: Path)
     assert said["message"].startswith(f"no connection to {target} within 500 ms")
 
 
+def test_a_call_retries_through_a_server_restart_and_counts_its_record_once(
+    node_client: Path, tmp_path: Path
+) -> None:
+    """As the Python client's: `pml serve` stopped, started again on the same port 1.5 s
+    later; a record sent meanwhile was retried 3 times over some 0.7 s and failed UNAVAILABLE.
+    Now it retries for `retryBudgetMs` (5 s by default, 30 s here), the channel reconnecting
+    within a second of the server's return: captured, and its resend replayed (docs/api.md,
+    Deadlines and retries)."""
+    flags = ("--data-dir", str(tmp_path), "--embedder", "hashing")
+    proc, target = spawn_pml_serve("--listen", "127.0.0.1:0", *flags)
+    stop_pml_serve(proc)
+    client = subprocess.Popen(
+        ["node", "test/restart.js", target],
+        cwd=node_client,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.5)
+    proc, _ = spawn_pml_serve("--listen", target, *flags)
+    try:
+        out, err = client.communicate(timeout=60)
+    finally:
+        stop_pml_serve(proc)
+    assert client.returncode == 0, err
+    said = json.loads(out)
+    assert said.get("pattern", "").startswith("patterns/"), said
+    assert (said["replayed"], said["executions"]) == (True, 1)
+
+
 def test_upload_refuses_records_that_are_not_records(
     node_client: Path, server: RunningServer
 ) -> None:
@@ -345,8 +375,8 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
         "timeoutText": f'pml: timeoutMs "5000": {ms}',
         "timeoutHuge": f"pml: timeoutMs 1e+300: {ms}",
         "timeoutInfinite": f"pml: timeoutMs Infinity: {ms}",
-        "retriesText": 'pml: maxRetries "3": an integer from 0 (0: none)',
-        "retriesNegative": "pml: maxRetries -1: an integer from 0 (0: none)",
+        "retriesText": 'pml: maxRetries "3": an integer from 0 (0: none), or Infinity',
+        "retriesNegative": "pml: maxRetries -1: an integer from 0 (0: none), or Infinity",
         "keyNewline": f"pml: apiKey holds U+000A at position 6: {ascii_key}",
         "keyNotAscii": f"pml: apiKey holds U+00E9 at position 6: {ascii_key}",
         "keyNotString": "pml: apiKey is number, not a string",
@@ -475,6 +505,33 @@ def test_a_certificate_the_ca_did_not_sign_is_never_retried(
         assert out[call]["code"] == "UNAVAILABLE"
         assert out[call]["message"].startswith("pml: TLS: the server's certificate was not")
         assert "caFile must be the PEM of the CA that signed it" in out[call]["message"]
+
+
+def test_a_server_asking_for_a_client_certificate_is_never_retried(
+    node_client: Path,
+    start: StartServer,
+    pki: Path,  # noqa: F811
+) -> None:
+    """A server with a client CA (mutual TLS) closes the connection of a client without a
+    certificate once the handshake is done: grpc-js said only UNAVAILABLE "No connection
+    established", as of a server gone, and each call was retried for its budget. The client
+    asks the server in a handshake of its own, in which the server asks for a certificate: one
+    attempt, an error naming certFile and keyFile, the upload's at once (docs/api.md,
+    Deadlines and retries)."""
+    server = start(
+        tls_cert=pki / "server.pem", tls_key=pki / "server.key", tls_client_ca=pki / "ca.pem"
+    )
+    target = f"127.0.0.1:{server.port}"
+    done = _node(node_client, "test/tls_wrong_ca.js", target, str(pki / "ca.pem"))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["stats"]["attempts"] == 1
+    for call in ("stats", "upload"):
+        assert out[call]["code"] == "UNAVAILABLE"
+        assert out[call]["message"].startswith(
+            "pml: TLS: the server refused the handshake: it asks for a client certificate"
+        )
+        assert "pass certFile and keyFile" in out[call]["message"]
 
 
 def test_a_closed_client_refuses_every_call_sending_nothing(

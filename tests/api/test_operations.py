@@ -22,7 +22,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from pml_server import cli
-from pml_server.client import CertificateError, PmlClient, PmlClientError, make_record
+from pml_server.client import (
+    CertificateError,
+    ClientCertificateError,
+    PmlClient,
+    PmlClientError,
+    make_record,
+)
 from pml_server.config import config_of
 from tests.conftest import StartServer
 from tests.support import open_engine, spawn_pml_serve, stop_pml_serve
@@ -297,17 +303,40 @@ def test_mutual_tls_requires_a_client_certificate(
         client_key=pki / "client.key",
     ) as client:
         assert client.stats().patterns == 0
-    with (
-        PmlClient(target, root_certificates=pki / "ca.pem", timeout=3) as anonymous,
-        pytest.raises(PmlClientError) as err,
-    ):
-        anonymous.stats()
+    # Without one, the server closes the handshake and gRPC says only UNAVAILABLE "Socket
+    # closed", as of a server gone: each call was retried for its retry budget and the error
+    # named nothing. Now the client asks the server (a handshake of its own, in which the
+    # server asks for a certificate): one attempt, never retried, naming the options (docs/
+    # api.md, Deadlines and retries).
+    record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
+    with PmlClient(target, root_certificates=pki / "ca.pem", timeout=30) as anonymous:
+        sent = 0
+        get_stats = anonymous._stub.GetStats
+
+        def counted(*args: object, **kwargs: object) -> object:
+            nonlocal sent
+            sent += 1
+            return get_stats(*args, **kwargs)
+
+        anonymous._stub.GetStats = counted
+        with pytest.raises(ClientCertificateError) as err:
+            anonymous.stats()
+        with pytest.raises(ClientCertificateError) as upload_err:
+            anonymous.upload([record], max_reconnects=3)
+    assert sent == 1
     assert err.value.code is grpc.StatusCode.UNAVAILABLE
-    # the CLI without one: gRPC says only "Socket closed", so the message names what is missing
+    assert err.value.message.startswith(
+        "TLS: the server refused the handshake: it asks for a client certificate"
+    )
+    assert "pass client_cert and client_key" in err.value.message
+    assert "pass client_cert and client_key" in upload_err.value.message
+    # the CLI without one names its own options
     with pytest.raises(SystemExit) as exit_code:
         cli.main(["stats", "--server", target, "--tls-ca", str(pki / "ca.pem")])
     assert exit_code.value.code == 3
-    assert "pass --tls-cert and --tls-key" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "asks for a client certificate" in said
+    assert "pass --tls-cert and --tls-key" in said
 
 
 def test_otlp_http_takes_the_grpc_ports_certificate_and_client_ca(

@@ -27,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.trace import Tracer
 
-from pml_server.api import http_deadline, otlp_http
+from pml_server.api import http_body, http_deadline, otlp_http
 from pml_server.api.otlp_http import PROTOBUF, OtlpHttpApp, from_json
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
@@ -288,7 +288,7 @@ def test_a_body_far_over_the_limit_is_413_to_a_client_that_sends_it_whole_first(
     status, _, answer = _post(server, body, {"Content-Type": "application/x-protobuf"})
     assert status == 413
     assert _status(answer).message.startswith("the body is over 8388608 bytes")
-    assert len(body) < 8388608 + otlp_http.DRAIN_BYTES
+    assert len(body) < 8388608 + http_body.DRAIN_BYTES
 
 
 def test_every_member_of_a_gzip_body_is_read(server: RunningServer, client: PmlClient) -> None:

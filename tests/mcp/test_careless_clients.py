@@ -4,6 +4,7 @@ pml server: every bad input gets an answer that names what to fix (docs/mcp.md, 
 
 from __future__ import annotations
 
+import http.client
 import json
 import select
 import socket
@@ -11,14 +12,17 @@ import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import httpx2
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from pml_server.api import http_body
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
+from pml_server.mcp._message_limit import MAX_MESSAGE_BYTES
 from tests.mcp.test_clients_giving_up import INITIALIZE, _http_mcp_logged, _stdio_logged
 from tests.mcp.test_server import (
     JSON_HEADERS,
@@ -496,6 +500,43 @@ def test_a_message_over_the_limit_is_one_sentence_over_both_transports(
     _run(_stdio(f"127.0.0.1:{server.port}"), body)
     with _http_mcp(f"127.0.0.1:{server.port}") as url:
         _run(_http_client(url), body)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_far_over_the_limit_is_413_to_a_client_that_sends_it_whole_first(
+    server: RunningServer, chunked: bool
+) -> None:
+    """http.client (urllib too) sends a whole body before it reads an answer, and says
+    `Connection: close`: a 20 MB POST was answered 413 once over the limit (at once, from its
+    Content-Length) and the connection closed with the rest unread, so the client's send was
+    reset and the 413 never read. The rest is now read and dropped, up to
+    `http_body.DRAIN_BYTES`, as OTLP/HTTP does (docs/mcp.md, Protocol)."""
+    body = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":"' + b"x" * (20 << 20) + b'"}}'
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "Connection": "close",
+    }
+    with _http_mcp(f"127.0.0.1:{server.port}") as url:
+        address = urlparse(url)
+        assert address.hostname is not None
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+        try:
+            if chunked:
+                pieces = (body[i : i + (1 << 16)] for i in range(0, len(body), 1 << 16))
+                connection.request("POST", address.path, pieces, headers, encode_chunked=True)
+            else:
+                connection.request("POST", address.path, body, headers)
+            answer = connection.getresponse()
+            status, said = answer.status, json.loads(answer.read())
+        finally:
+            connection.close()
+    assert status == 413
+    assert said["error"] == {
+        "code": -32600,
+        "message": "Invalid Request: the message is over 4194304 bytes, the most pml mcp reads",
+    }
+    assert len(body) < MAX_MESSAGE_BYTES + http_body.DRAIN_BYTES
 
 
 def test_stdio_reads_no_more_of_a_line_than_the_limit(server: RunningServer) -> None:

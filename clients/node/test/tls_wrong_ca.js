@@ -1,6 +1,7 @@
-// Run by tests/api/test_node.py: a server whose certificate the client's caFile did not sign.
-// Prints {stats: {code, message, attempts}, upload: {code, message}}: a certificate failure is
-// never retried, and says so naming caFile.
+// Run by tests/api/test_node.py: a server whose certificate the client's caFile did not sign, or
+// one that asks for a client certificate the client has none of (mutual TLS). Prints {stats:
+// {code, message, attempts}, upload: {code, message}}: either is never retried, and says so
+// naming caFile, or certFile and keyFile.
 // Usage: node test/tls_wrong_ca.js TARGET CAFILE
 "use strict";
 

@@ -13,19 +13,23 @@ from pml_client.client import (
 )
 from pml_client.errors import (
     DEFAULT_RETRIES,
+    DEFAULT_RETRY_SECONDS,
     RETRYABLE,
     CertificateError,
+    ClientCertificateError,
     PmlClientError,
     backoff_seconds,
 )
 
 __all__ = [
     "DEFAULT_RETRIES",
+    "DEFAULT_RETRY_SECONDS",
     "RETRYABLE",
     "UPLOAD_BATCH",
     "UPLOAD_BATCH_BYTES",
     "CaptureResult",
     "CertificateError",
+    "ClientCertificateError",
     "ExecutionRecord",
     "PmlClient",
     "PmlClientError",

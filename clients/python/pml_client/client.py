@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numbers
 import os
+import socket
+import ssl
 import threading
 import time
 import uuid
@@ -29,8 +31,11 @@ from google.rpc import error_details_pb2, status_pb2
 from pml_client._proto.pml.v1 import pml_pb2, pml_pb2_grpc, resources_pb2
 from pml_client.errors import (
     DEFAULT_RETRIES,
+    DEFAULT_RETRY_SECONDS,
+    ClientCertificateError,
     PmlClientError,
     backoff_seconds,
+    retry_wait,
     worth_retrying,
 )
 
@@ -355,6 +360,75 @@ def _tls_files(
     }
 
 
+def _host_port(target: str) -> tuple[str, int] | None:
+    """`target`'s host and port (`host:port`, `[v6]:port`, `dns:///host:port`), or None for
+    any other form (a unix socket, no port)."""
+    rest = target.removeprefix("dns:///").removeprefix("ipv4:").removeprefix("ipv6:")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not host or "/" in host:
+        return None
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+# The longest a handshake of `_asks_for_client_certificate` may take.
+_ASK_HANDSHAKE_SECONDS = 5.0
+
+
+def _asks_for_client_certificate(target: str, seconds: float) -> bool:
+    """Whether the TLS server at `target` refuses a client for want of a certificate: a
+    handshake of this client's own (the server's certificate not checked: nothing is sent over
+    it) in which the server asks for one (a CertificateRequest, seen by the ssl module's
+    message callback) and then closes the connection without a byte. A server that takes the
+    client answers HTTP/2's SETTINGS. False whatever else happens (the server is down, the
+    ssl module has no message callback)."""
+    address = _host_port(target)
+    if address is None or seconds <= 0:
+        return False
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    asked: list[bool] = []
+
+    def seen(
+        _conn: object,
+        direction: str,
+        _version: object,
+        _kind: object,
+        message: object,
+        _data: object,
+    ) -> None:
+        if direction == "read" and message == _CERTIFICATE_REQUEST:
+            asked.append(True)
+
+    setattr(context, "_msg_callback", seen)  # noqa: B010  (CPython's, not typed)
+    try:
+        with (
+            socket.create_connection(address, timeout=seconds) as raw,
+            context.wrap_socket(raw, server_hostname=address[0]) as tls,
+        ):
+            answered = tls.recv(1)
+    except (ssl.SSLEOFError, ConnectionResetError):
+        answered = b""
+    except OSError:
+        return False
+    return bool(asked) and not answered
+
+
+# TLS's handshake message type of a CertificateRequest.
+_CERTIFICATE_REQUEST = 13
+
+
+# gRPC backs off a channel's reconnects from 1 s by 1.6 up to 120 s, and while it waits every
+# call fails at once with the last connect error: a call retrying through a server restart
+# kept failing for seconds after the server was back, and past its retry budget. The channel
+# reconnects from 0.1 s, at least once a second (docs/api.md, Deadlines and retries).
+_RECONNECT_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+
 class PmlClient:
     def __init__(
         self,
@@ -366,7 +440,8 @@ class PmlClient:
         client_key: Path | None = None,
         tls: bool = False,
         timeout: float = 30.0,
-        retries: int = DEFAULT_RETRIES,
+        retries: int | None = DEFAULT_RETRIES,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> None:
         # Checked before a channel exists (a bad argument leaves nothing to close), naming the
         # argument: a target that is no str raised AttributeError from grpc, an empty one
@@ -388,13 +463,27 @@ class PmlClient:
                 f"is {timeout!r}: a number of seconds above 0, at most {MAX_TIMEOUT_SECONDS} "
                 "(24.8 days)",
             )
-        _count("retries", retries)
+        if retries is not None:
+            _count("retries", retries)
+        if (
+            isinstance(retry_seconds, bool)
+            or not isinstance(retry_seconds, int | float)
+            or not (0 <= retry_seconds <= MAX_TIMEOUT_SECONDS)
+        ):
+            raise _refused(
+                "retry_seconds",
+                f"is {retry_seconds!r}: a number of seconds from 0 (0: no retries), at most "
+                f"{MAX_TIMEOUT_SECONDS}",
+            )
         if not isinstance(tls, bool):
             raise _refused("tls", f"is {tls!r}: True or False")
         root_certificates = _path("root_certificates", root_certificates)
         client_cert = _path("client_cert", client_cert)
         client_key = _path("client_key", client_key)
-        options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        options = [
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            *_RECONNECT_OPTIONS,
+        ]
         if tls or root_certificates or client_cert or client_key:
             creds = grpc.ssl_channel_credentials(
                 **_tls_files(root_certificates, client_cert, client_key)
@@ -405,6 +494,10 @@ class PmlClient:
         self._stub = pml_pb2_grpc.PmlServiceStub(self._channel)
         self._timeout = timeout
         self._retries = retries
+        self._retry_seconds = float(retry_seconds)
+        # TLS without a client certificate: a refused handshake is asked about (`_failure`)
+        self._tls_without_certificate = bool((tls or root_certificates) and client_cert is None)
+        self._target = target
         self._stream_limits: tuple[int, int] | None = None  # `_server_stream_limits`, once known
         self._closed = False
 
@@ -424,6 +517,20 @@ class PmlClient:
                 "the client is closed (close() was called): nothing was sent",
             )
 
+    def _failure(self, err: grpc.RpcError, seconds: float) -> PmlClientError:
+        """`err` as a PmlClientError; UNAVAILABLE "Socket closed" over TLS without a client
+        certificate, from a server that asks for one (a handshake of the client's own, within
+        `seconds`), as ClientCertificateError (docs/api.md, Deadlines and retries)."""
+        failure = PmlClientError.from_rpc_error(err)
+        if (
+            self._tls_without_certificate
+            and failure.code is grpc.StatusCode.UNAVAILABLE
+            and "Socket closed" in failure.message
+            and _asks_for_client_certificate(self._target, min(seconds, _ASK_HANDSHAKE_SECONDS))
+        ):
+            return ClientCertificateError(failure.message)
+        return failure
+
     def __enter__(self) -> PmlClient:
         return self
 
@@ -440,18 +547,20 @@ class PmlClient:
         deadline: float | None = None,
     ) -> R:
         """One unary call. A call `safe` to repeat (a read, or a record whose request id makes
-        a resend apply once) is retried up to `retries` times on UNAVAILABLE and on
-        RESOURCE_EXHAUSTED with the server's RetryInfo (`worth_retrying`: a quota, not a size
-        limit), after `backoff_seconds` (never sooner than that RetryInfo); any other failure,
-        or the last one, raises PmlClientError. `timeout` bounds the whole call, retries
-        included (docs/api.md, Deadlines and retries): each attempt's deadline is what remains
-        of it, and a retry whose wait would outlast it is not made (the last failure raises).
-        `deadline` (`time.monotonic()`): the deadline of a call this one is part of (`record`'s
-        limit probe spends from the record's)."""
+        a resend apply once) is retried on UNAVAILABLE and on RESOURCE_EXHAUSTED with the
+        server's RetryInfo (`worth_retrying`: a quota, not a size limit) for `retry_seconds`
+        after its first failure (at most `retries` times, when given), after `retry_wait` (the
+        backoff, never sooner than that RetryInfo); any other failure, or the last one, raises
+        PmlClientError. `timeout` bounds the whole call, retries included (docs/api.md,
+        Deadlines and retries): each attempt's deadline is what remains of it, and a retry
+        whose wait would outlast it is not made (the last failure raises). `deadline`
+        (`time.monotonic()`): the deadline of a call this one is part of (`record`'s limit
+        probe spends from the record's)."""
         self._open()
         if deadline is None:
             deadline = time.monotonic() + self._timeout
         attempt = 0
+        retry_until: float | None = None  # the retry budget's end, from the first failure
         while True:
             try:
                 remaining = deadline - time.monotonic()
@@ -462,11 +571,14 @@ class PmlClient:
                     )
                 reply = method(request, timeout=remaining, metadata=self._metadata)
             except grpc.RpcError as err:
-                failure = PmlClientError.from_rpc_error(err)
-                if not (safe and worth_retrying(failure) and attempt < self._retries):
+                failure = self._failure(err, deadline - time.monotonic())
+                if not (safe and worth_retrying(failure)) or attempt == self._retries:
                     raise failure from None
-                wait = backoff_seconds(attempt, failure.retry_delay_seconds)
-                if time.monotonic() + wait >= deadline:
+                now = time.monotonic()
+                if retry_until is None:
+                    retry_until = now + self._retry_seconds
+                wait = retry_wait(attempt, failure.retry_delay_seconds, now, retry_until, deadline)
+                if wait is None:
                     raise failure from None
                 time.sleep(wait)
                 attempt += 1
@@ -476,10 +588,13 @@ class PmlClient:
 
     # ---- unary calls ---------------------------------------------------------------------------
 
-    def _server_stream_limits(self, deadline: float | None = None) -> tuple[int, int]:
+    def _server_stream_limits(
+        self, deadline: float | None = None, *, retry: bool = True
+    ) -> tuple[int, int]:
         """How many messages the server takes in one batch (1: none, as a server older than
         batches answers) and its largest request message in bytes (0: not said), asked once
-        per client (within `deadline`, that of the call asking); unknown (1, 0 this time) if
+        per client (within `deadline`, that of the call asking; without retries when not
+        `retry`: an upload, whose reconnects are its retries); unknown (1, 0 this time) if
         the ask fails."""
         if self._stream_limits is None:
             try:
@@ -487,6 +602,7 @@ class PmlClient:
                     self._stub.GetServerInfo,
                     pml_pb2.GetServerInfoRequest(),
                     pml_pb2.GetServerInfoResponse,
+                    safe=retry,
                     deadline=deadline,
                 )
             except PmlClientError:
@@ -733,7 +849,18 @@ class PmlClient:
                     f"no answer from the server within {silence.seconds} s "
                     f"({len(waiting)} executions waiting)",
                 ) from None
-            raise PmlClientError.from_rpc_error(err) from None
+            failure = self._failure(err, self._timeout)
+            if waiting and type(failure) is PmlClientError:
+                # "Stream removed (Socket closed)" said nothing of what the caller may resend
+                failure = PmlClientError(
+                    failure.code,
+                    f"{failure.message}: the stream broke with {len(waiting)} executions sent "
+                    "and not acknowledged (each may have been captured or not: send them again "
+                    "under the same request ids, which apply once; `upload` does)",
+                    failure.violations,
+                    failure.retry_delay_seconds,
+                )
+            raise failure from None
         finally:
             silence.stop()
             call.cancel()  # a no-op once ended; a caller that stops iterating ends the stream
@@ -863,7 +990,9 @@ class PmlClient:
             exhausted = not source_failed
 
         def requests() -> Iterator[pml_pb2.StreamTracesRequest]:
-            batch_limit, max_bytes = self._server_stream_limits()
+            # Not retried: each reconnect of an upload to a server down spent a whole retry
+            # budget (5 s) here before its stream (docs/api.md, Deadlines and retries).
+            batch_limit, max_bytes = self._server_stream_limits(retry=False)
             per_message = min(batch, batch_limit) if batch > 1 else 1
             if per_message == 1:
                 return messages(max_bytes)
@@ -922,7 +1051,7 @@ class PmlClient:
                     time.sleep(backoff_seconds(report.reconnects, delay))
                 report.reconnects += 1
             except grpc.RpcError as err:
-                failure = PmlClientError.from_rpc_error(err)
+                failure = self._failure(err, self._timeout)
                 if silence.fired:  # cancelled here: say why
                     failure = PmlClientError(
                         grpc.StatusCode.DEADLINE_EXCEEDED,

@@ -12,10 +12,15 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 RETRY_BASE_SECONDS = 0.1
-RETRY_MAX_SECONDS = 5.0
-# Unary calls safe to repeat are retried this many times by default on these codes: the server
-# says waiting helps (a quota, a server busy starting or stopping, a replica unreachable).
-DEFAULT_RETRIES = 3
+RETRY_MAX_SECONDS = 2.0
+# How long a unary call safe to repeat keeps retrying after its first failure on these codes
+# (the server says waiting helps: a quota, a server starting or stopping, a replica
+# unreachable), within its timeout: longer than a `pml serve` restart (a rolling upgrade,
+# 1-3 s), short enough that a server that is gone fails the call in seconds, not at its
+# timeout (docs/api.md, Deadlines and retries). The three clients share it.
+DEFAULT_RETRY_SECONDS = 5.0
+# No cap on the count by default: the retry budget and the timeout bound the retries.
+DEFAULT_RETRIES = None
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 
@@ -30,7 +35,7 @@ def worth_retrying(failure: PmlClientError) -> bool:
     quota) or grpcio's `CONCURRENCY_REFUSAL`. RESOURCE_EXHAUSTED without either is a size
     limit (a message over the server's `--max-message-bytes`): the same request fails the same
     way, so it is not sent again (it was, `retries` times, megabytes each)."""
-    if isinstance(failure, CertificateError):
+    if isinstance(failure, (CertificateError, ClientCertificateError)):
         return False
     if failure.code is grpc.StatusCode.UNAVAILABLE:
         return True
@@ -39,8 +44,24 @@ def worth_retrying(failure: PmlClientError) -> bool:
     )
 
 
+def retry_wait(
+    attempt: int, server_delay: float | None, now: float, retry_until: float, deadline: float
+) -> float | None:
+    """How long to wait before retry `attempt` (0 first) at `now` (`time.monotonic()`), or
+    None when no retry is to be made: the backoff, cut to end at `retry_until` (the retry
+    budget's end: the last retry is made then), never less than the server's RetryInfo
+    `server_delay`; None once the budget is spent or when the wait would end past it or at the
+    call's `deadline` (docs/api.md, Deadlines and retries)."""
+    if now >= retry_until:
+        return None
+    wait = max(min(backoff_seconds(attempt), retry_until - now), server_delay or 0.0)
+    if now + wait > retry_until or now + wait >= deadline:
+        return None
+    return wait
+
+
 def backoff_seconds(attempt: int, server_delay: float | None = None) -> float:
-    """How long to wait before retry `attempt` (0 first): 0.1 s doubling up to 5 s, with full
+    """How long to wait before retry `attempt` (0 first): 0.1 s doubling up to 2 s, with full
     jitter on its upper half, and at least the delay the server asked for in RetryInfo."""
     ceiling = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2**attempt)
     wait = ceiling / 2 + random.uniform(0, ceiling / 2)
@@ -119,4 +140,26 @@ class CertificateError(PmlClientError):
             f"TLS: the server's certificate was not verified ({self.grpc_message}): "
             f"{ca_option} must be the PEM of the CA that signed it (without it, the system's "
             "roots are used), and the certificate must hold the target's host; not retried"
+        )
+
+
+class ClientCertificateError(PmlClientError):
+    """The server asks for a client certificate (mutual TLS) and none was given: it refuses
+    the handshake, which gRPC says UNAVAILABLE "Socket closed", as of a server that went away:
+    each call was retried for its retry budget, never saying why. The client, seeing that
+    error over TLS without a certificate, makes a handshake of its own to ask
+    (`client._asks_for_client_certificate`); no wait cures it: `worth_retrying` is False, and
+    the message names `client_cert` and `client_key` (docs/api.md, Deadlines and retries)."""
+
+    def __init__(self, grpc_message: str) -> None:
+        self.grpc_message = grpc_message
+        super().__init__(grpc.StatusCode.UNAVAILABLE, self.saying("client_cert and client_key"))
+
+    def saying(self, certificate_options: str) -> str:
+        """The message, naming the options as the caller knows them (the CLI: `--tls-cert and
+        --tls-key`)."""
+        return (
+            "TLS: the server refused the handshake: it asks for a client certificate (mutual "
+            f"TLS) and none was given ({self.grpc_message}): pass {certificate_options}, a "
+            "certificate its client CA signed; not retried"
         )
