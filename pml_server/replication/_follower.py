@@ -40,7 +40,7 @@ from pml_server.replication._lag import FollowerLag
 from pml_server.search import TenantSearchIndex
 from pml_server.storage.keys import CF_PATTERNS, split_tenant
 from pml_server.storage.postgres import SharedRepository
-from pml_server.storage.postgres._oplog import CHANGES_PAGE, OpLog
+from pml_server.storage.postgres._oplog import CHANGES_PAGE, FeedPosition, OpLog
 from pml_server.storage.repo import counter_rank_row, pattern_rank_row
 
 log = logging.getLogger(__name__)
@@ -70,8 +70,8 @@ class OplogFollower:
         self._applied = 0
         self._behind = 0
         self._lock = threading.Lock()  # one catch-up at a time
-        # the snapshot the last read of changed rows saw (None: not begun)
-        self._since: str | None = None
+        # the position the last read of changed rows saw (None: not begun)
+        self._since: FeedPosition | None = None
         self._errors = 0  # catch-ups of `run` that failed
         self._stalled: str | None = None  # the error `run` is stuck on, other than the database's
         self._thread: threading.Thread | None = None  # the thread in `run`, once it started
@@ -79,7 +79,7 @@ class OplogFollower:
     def begin(self) -> None:
         """Start from the current heads (call before restoring the indexes)."""
         self._cursors = self._oplog.heads()
-        self._since = self._oplog.changed_rows(CF_PATTERNS, None)[1]
+        self._since = self._oplog.position()
 
     def cursor(self, tenant: str) -> int:
         """The tenant's op log position through which every entry is applied."""
@@ -179,8 +179,8 @@ class OplogFollower:
         """Pattern records before counters: a new pattern's counters find its row."""
         if self._since is None:
             return
-        snapshot = self._since
-        for page in self._oplog.changes(self._since):  # bounded pages, one snapshot to go on
+        position = self._since
+        for page in self._oplog.changes(self._since):  # bounded pages, one position to go on
             for key, raw in page.patterns:
                 self._index_for(split_tenant(key)[0]).ranks.set_pattern(*pattern_rank_row(raw))
             for key, raw in page.counters:
@@ -188,9 +188,9 @@ class OplogFollower:
                 self._index_for(tenant).ranks.set_counters(*counter_rank_row(rest.decode(), raw))
             # this replica's own commits dropped their views already
             self._repo.views.forget_changed(page.written)
-            snapshot = page.snapshot
-        self._since = snapshot
-        self._repo.views.followed_to(snapshot)
+            position = page.position
+        self._since = position
+        self._repo.views.followed_to(position.snapshot)
 
     def _apply(self, tenant: str, entries: Sequence[tuple[int, dict[str, Any], float]]) -> None:
         index = self._index_for(tenant)

@@ -6,16 +6,48 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 import pytest
 
-from pml_server.domain.model import CaptureOutcome
+from pml_server.domain.model import CaptureOutcome, SuggestQuery
 from pml_server.service import Engine
-from tests.support import make_record
+from pml_server.storage.keys import tenant_key
+from testing.postgres_cluster import PostgresCluster
+from tests.support import Clock, make_record, open_engine
 
 JSON_TOOLS = ["fs.read", "json.parse"]
+WAIT_SECONDS = 20.0
+T = TypeVar("T")
+
+
+def _eventually(check: Callable[[], bool]) -> bool:
+    """`check` held once within WAIT_SECONDS (an error of a database coming back: not yet)."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return True
+        except Exception:  # the database not back yet
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def _first_answer(call: Callable[[], T]) -> T:
+    """What `call` returns once the database answers again (UNAVAILABLE until then)."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        try:
+            return call()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _bad_entry(dsn: str, tenant: str) -> int:
@@ -97,3 +129,58 @@ def test_a_follower_thread_ended_by_a_base_exception_is_reported_stalled(
     assert lag is not None
     assert lag.stalled is not None
     assert "pml-follower" in lag.stalled
+
+
+def test_a_capture_just_after_a_postgresql_crash_reaches_the_other_replica(
+    own_postgres_cluster: PostgresCluster, tmp_path: Path
+) -> None:
+    """docs/storage.md, After a PostgreSQL crash. A transaction id whose rollback the WAL did
+    not hold yet when PostgreSQL crashed is handed out again after crash recovery. Replica B's
+    change feed had read past it (its snapshot taken after the rollback); A's first capture
+    after the restart got that id, so B's feed counted it as seen and B never ranked the
+    pattern (the op log still gave B its intents). B's position names the server's epoch now,
+    which crash recovery empties: B reads the feed again from the start and suggests it."""
+    cluster = own_postgres_cluster
+    dsn = cluster.create_database()
+    with psycopg.connect(cluster.dsn(), autocommit=True) as db:  # the WAL writer waits 10 s
+        db.execute("ALTER SYSTEM SET wal_writer_delay = '10s'")
+        db.execute("SELECT pg_reload_conf()")
+    clock = Clock()
+    a = open_engine(tmp_path / "a", clock, store=dsn)
+    b = open_engine(tmp_path / "b", clock, store=dsn)
+    try:
+        follower = b._state.follower
+        assert follower is not None
+        for attempt in range(5):  # the WAL may hold the rollback all the same: again
+            with psycopg.connect(dsn, autocommit=True) as db:
+                db.execute("BEGIN")
+                row = db.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+                db.execute("ROLLBACK")
+            assert row is not None
+            _first_answer(follower.catch_up)  # B's feed is past the rolled back id
+            cluster.stop("immediate")
+            cluster.start()
+            tools = [f"mail{attempt}.compose", f"mail{attempt}.send"]
+            intent = f"Send report {attempt} by mail"
+            record = make_record(f"r{attempt}", intent, tools)
+            pattern_id = _first_answer(lambda: a.record("t", record).pattern_id)  # noqa: B023
+            with psycopg.connect(dsn, autocommit=True) as db:
+                xid = db.execute(
+                    "SELECT changed_xid::text::bigint FROM pml_patterns WHERE key = %s",
+                    (tenant_key("t", pattern_id),),
+                ).fetchone()
+            assert xid is not None
+            if xid[0] <= row[0]:
+                break  # A's pattern was written with an id B's feed had counted as seen
+        else:
+            pytest.fail("PostgreSQL handed out no rolled back id again after 5 crashes")
+
+        def suggested() -> bool:
+            follower.catch_up()
+            shown = b.suggest("t", SuggestQuery(intent)).suggestions
+            return pattern_id in [s.pattern.id for s in shown]
+
+        assert _eventually(suggested)
+    finally:
+        a.close()
+        b.close()
