@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections import deque
@@ -47,7 +48,10 @@ log = logging.getLogger(__name__)
 DEFAULT_POLL_SECONDS = 0.5
 _LAG_WINDOW = 4096  # recent entries the lag percentiles are taken over
 _BATCH = 1000
-MAX_BACKOFF_SECONDS = 30.0
+# The longest wait before a failed catch-up is retried (docs/storage.md, Replicas): a
+# PostgreSQL restart of a second is followed within about this much more, not after a
+# back-off that doubled through it.
+MAX_BACKOFF_SECONDS = 2.0
 
 
 class OplogFollower:
@@ -258,8 +262,7 @@ class OplogFollower:
     def run(self, stop: threading.Event) -> None:
         """Follow until `stop` is set: LISTEN wake-ups, a bounded poll when none comes, and
         reconnection when the database goes away. Any error is survived: logged (its message
-        clipped), counted (`FollowerLag.errors`), and retried after a back-off that doubles
-        from the poll interval up to `MAX_BACKOFF_SECONDS` while errors repeat. An error that
+        clipped), counted (`FollowerLag.errors`), and retried after `backoff`. An error that
         is not the database's (an op log entry this build cannot read) marks the follower
         stalled until a catch-up succeeds: the replica's health says NOT_SERVING meanwhile,
         as its indexes no longer follow the store (docs/storage.md, Replicas)."""
@@ -277,9 +280,9 @@ class OplogFollower:
                     self.catch_up()
             except Exception as error:  # any error: the thread must go on
                 failures += 1
-                backoff = min(self._poll_seconds * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
-                self._failed(error, f"retrying in {backoff:.1f} s")
-                stop.wait(backoff)
+                wait = backoff(self._poll_seconds, failures)
+                self._failed(error, f"retrying in {wait:.1f} s")
+                stop.wait(wait)
             finally:
                 if listener is not None:
                     with contextlib.suppress(psycopg.Error):
@@ -293,6 +296,14 @@ class OplogFollower:
         if thread is not None and not thread.is_alive():
             return f"its thread {thread.name!r} ended; this replica no longer follows the store"
         return self._stalled
+
+
+def backoff(poll_seconds: float, failures: int) -> float:
+    """The wait after the `failures`-th failed catch-up in a row: doubling from the poll
+    interval, capped at `MAX_BACKOFF_SECONDS`, the upper half of it drawn at random so that
+    replicas cut off together do not retry in step."""
+    ceiling = min(poll_seconds * 2 ** min(failures - 1, 32), MAX_BACKOFF_SECONDS)
+    return random.uniform(ceiling / 2, ceiling)
 
 
 def _follows(cursor: int, entries: Sequence[tuple[int, Any, float]]) -> bool:

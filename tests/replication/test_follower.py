@@ -5,6 +5,7 @@ on every path that applies the op log, and how health learns that it no longer f
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -181,6 +182,48 @@ def test_a_capture_just_after_a_postgresql_crash_reaches_the_other_replica(
             return pattern_id in [s.pattern.id for s in shown]
 
         assert _eventually(suggested)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_replica_follows_again_soon_after_postgresql_comes_back(
+    own_postgres_cluster: PostgresCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/storage.md, Replicas (Errors): the follower's back-off doubled from 0.5 s through
+    a PostgreSQL outage up to 30 s, so a 5 s outage left it waiting 4 s, then 8 s, after the
+    database was back. Each wait it logs ("retrying in N s") is now at most 2 s
+    (`MAX_BACKOFF_SECONDS`); a capture on A after the restart is suggested by B without any
+    catch-up but the follower's own."""
+    cluster = own_postgres_cluster
+    dsn = cluster.create_database()
+    clock = Clock()
+    a = open_engine(tmp_path / "a", clock, store=dsn)
+    b = open_engine(tmp_path / "b", clock, store=dsn)
+    try:
+        caplog.set_level(logging.WARNING, logger="pml_server.replication._follower")
+        cluster.stop("immediate")
+        time.sleep(5)  # the outage: B's follower fails and waits, again and again
+        cluster.start()
+        record = make_record("r1", "Send the weekly report by mail", ["mail.compose", "mail.send"])
+        pattern_id = _first_answer(lambda: a.record("t", record).pattern_id)
+
+        def suggested() -> bool:
+            shown = b.suggest("t", SuggestQuery("Send the weekly report by mail")).suggestions
+            return pattern_id in [s.pattern.id for s in shown]
+
+        assert _eventually(suggested)
+        waits = [
+            float(match.group(1))
+            for r in caplog.records
+            if (match := re.search(r"retrying in ([0-9.]+) s", r.getMessage()))
+        ]
+        assert len(waits) >= 6  # A's and B's followers failed in the outage, each logged its wait
+        assert max(waits) <= 2.0  # MAX_BACKOFF_SECONDS, as docs/storage.md says
+        lag = b.admin.follower_lag()
+        assert lag is not None
+        assert lag.errors >= 3
+        assert lag.stalled is None
     finally:
         a.close()
         b.close()
