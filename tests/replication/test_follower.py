@@ -220,6 +220,9 @@ def test_a_replica_follows_again_soon_after_postgresql_comes_back(
         ]
         assert len(waits) >= 6  # A's and B's followers failed in the outage, each logged its wait
         assert max(waits) <= 2.0  # MAX_BACKOFF_SECONDS, as docs/storage.md says
+        # each failure's message one line, libpq's multi-line ones included (`logged_error`)
+        follower_says = [r.getMessage() for r in caplog.records if r.name.endswith("_follower")]
+        assert all("\n" not in message for message in follower_says)
         lag = b.admin.follower_lag()
         assert lag is not None
         assert lag.errors >= 3
