@@ -16,6 +16,7 @@ from pml_server.client import PmlClient
 from pml_server.config import config_of
 from pml_server.domain.engine import EngineProtocol
 from tests.postgres_cluster import (  # noqa: F401 (fixtures)
+    own_postgres_cluster,
     postgres_cluster,
     postgres_dsn,
     replicas,
@@ -36,7 +37,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 # and not model"`) leave it out; `make test` runs every test and installs what they need
 # (tools/system_deps.sh). A test that runs a real embedding model is marked `model` where it is
 # written (`pytest.mark.model`): what it needs is in its body, not in a fixture.
-_NEEDS_FIXTURE = {"postgres_dsn": "postgres", "postgres_cluster": "postgres", "mount": "fuse"}
+_NEEDS_FIXTURE = {
+    "postgres_dsn": "postgres",
+    "postgres_cluster": "postgres",
+    "own_postgres_cluster": "postgres",
+    "mount": "fuse",
+}
 _NEEDS_MODULE = {
     "tests/api/test_go.py": "go",
     "tests/api/test_node.py": "node",

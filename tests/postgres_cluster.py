@@ -35,6 +35,26 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 
 
 @pytest.fixture
+def own_postgres_cluster() -> Iterator[PostgresCluster]:
+    """A cluster of the test's own, for a test that stops or crashes it (the session's
+    cluster is every other test's)."""
+    if not available():
+        pytest.fail(f"PostgreSQL binaries not found in {PG_BIN}: run tools/system_deps.sh")
+    root = Path(tempfile.mkdtemp(prefix="pml-pg-"))
+    os.chmod(root, 0o755)
+    cluster = PostgresCluster(root)
+    cluster.init()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        try:
+            cluster.stop("immediate")
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
 def postgres_dsn(postgres_cluster: PostgresCluster) -> str:
     """A fresh database of the session's cluster."""
     return postgres_cluster.create_database()

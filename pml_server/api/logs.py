@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line, with the extra fields a call attached."""
+"""Structured logs: one JSON object per line, with the extra fields a call attached; or, as
+text, one line an event too (docs/operations.md, Logs)."""
 
 from __future__ import annotations
 
@@ -26,12 +27,23 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """`time level logger message`, one line an event: a line break in the message (libpq's
+    errors span lines, psycopg's pool quotes them) or in a traceback is written as `\\n`."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def configure(level: str = "info", json_format: bool = True) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if json_format:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -29,9 +29,15 @@ def clipped(text: str, limit: int, size: Callable[[str], int] = len) -> str:
     return text[:low] + "..."
 
 
+def one_line(text: str) -> str:
+    """`text` on one line: each line break (libpq's messages span several, a hint on a line
+    of its own) and the blanks around it become one space, so an event is one log line."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 def logged_error(exc: BaseException) -> str:
-    """What a log line says of an error's message: clipped."""
-    return clipped(str(exc), LOGGED_ERROR_CHARS)
+    """What a log line says of an error's message: one line, clipped."""
+    return clipped(one_line(str(exc)), LOGGED_ERROR_CHARS)
 
 
 @dataclass(frozen=True)

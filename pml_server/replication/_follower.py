@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections import deque
@@ -41,14 +42,17 @@ from pml_server.search import TenantSearchIndex
 from pml_server.search.tenant import compact_worn
 from pml_server.storage.keys import CF_PATTERNS, split_tenant
 from pml_server.storage.postgres import SharedRepository
-from pml_server.storage.postgres._oplog import CHANGES_PAGE, OpLog
+from pml_server.storage.postgres._oplog import CHANGES_PAGE, FeedPosition, OpLog
 from pml_server.storage.repo import counter_rank_row, pattern_rank_row
 
 log = logging.getLogger(__name__)
 DEFAULT_POLL_SECONDS = 0.5
 _LAG_WINDOW = 4096  # recent entries the lag percentiles are taken over
 _BATCH = 1000
-MAX_BACKOFF_SECONDS = 30.0
+# The longest wait before a failed catch-up is retried (docs/storage.md, Replicas): a
+# PostgreSQL restart of a second is followed within about this much more, not after a
+# back-off that doubled through it.
+MAX_BACKOFF_SECONDS = 2.0
 
 
 class OplogFollower:
@@ -71,8 +75,8 @@ class OplogFollower:
         self._applied = 0
         self._behind = 0
         self._lock = threading.Lock()  # one catch-up at a time
-        # the snapshot the last read of changed rows saw (None: not begun)
-        self._since: str | None = None
+        # the position the last read of changed rows saw (None: not begun)
+        self._since: FeedPosition | None = None
         self._errors = 0  # catch-ups of `run` that failed
         self._stalled: str | None = None  # the error `run` is stuck on, other than the database's
         self._thread: threading.Thread | None = None  # the thread in `run`, once it started
@@ -80,7 +84,7 @@ class OplogFollower:
     def begin(self) -> None:
         """Start from the current heads (call before restoring the indexes)."""
         self._cursors = self._oplog.heads()
-        self._since = self._oplog.changed_rows(CF_PATTERNS, None)[1]
+        self._since = self._oplog.position()
 
     def cursor(self, tenant: str) -> int:
         """The tenant's op log position through which every entry is applied."""
@@ -180,8 +184,8 @@ class OplogFollower:
         """Pattern records before counters: a new pattern's counters find its row."""
         if self._since is None:
             return
-        snapshot = self._since
-        for page in self._oplog.changes(self._since):  # bounded pages, one snapshot to go on
+        position = self._since
+        for page in self._oplog.changes(self._since):  # bounded pages, one position to go on
             for key, raw in page.patterns:
                 self._index_for(split_tenant(key)[0]).ranks.set_pattern(*pattern_rank_row(raw))
             for key, raw in page.counters:
@@ -189,9 +193,9 @@ class OplogFollower:
                 self._index_for(tenant).ranks.set_counters(*counter_rank_row(rest.decode(), raw))
             # this replica's own commits dropped their views already
             self._repo.views.forget_changed(page.written)
-            snapshot = page.snapshot
-        self._since = snapshot
-        self._repo.views.followed_to(snapshot)
+            position = page.position
+        self._since = position
+        self._repo.views.followed_to(position.snapshot)
 
     def _apply(self, tenant: str, entries: Sequence[tuple[int, dict[str, Any], float]]) -> None:
         index = self._index_for(tenant)
@@ -260,8 +264,7 @@ class OplogFollower:
     def run(self, stop: threading.Event) -> None:
         """Follow until `stop` is set: LISTEN wake-ups, a bounded poll when none comes, and
         reconnection when the database goes away. Any error is survived: logged (its message
-        clipped), counted (`FollowerLag.errors`), and retried after a back-off that doubles
-        from the poll interval up to `MAX_BACKOFF_SECONDS` while errors repeat. An error that
+        clipped), counted (`FollowerLag.errors`), and retried after `backoff`. An error that
         is not the database's (an op log entry this build cannot read) marks the follower
         stalled until a catch-up succeeds: the replica's health says NOT_SERVING meanwhile,
         as its indexes no longer follow the store (docs/storage.md, Replicas)."""
@@ -279,9 +282,9 @@ class OplogFollower:
                     self.catch_up()
             except Exception as error:  # any error: the thread must go on
                 failures += 1
-                backoff = min(self._poll_seconds * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
-                self._failed(error, f"retrying in {backoff:.1f} s")
-                stop.wait(backoff)
+                wait = backoff(self._poll_seconds, failures)
+                self._failed(error, f"retrying in {wait:.1f} s")
+                stop.wait(wait)
             finally:
                 if listener is not None:
                     with contextlib.suppress(psycopg.Error):
@@ -295,6 +298,14 @@ class OplogFollower:
         if thread is not None and not thread.is_alive():
             return f"its thread {thread.name!r} ended; this replica no longer follows the store"
         return self._stalled
+
+
+def backoff(poll_seconds: float, failures: int) -> float:
+    """The wait after the `failures`-th failed catch-up in a row: doubling from the poll
+    interval, capped at `MAX_BACKOFF_SECONDS`, the upper half of it drawn at random so that
+    replicas cut off together do not retry in step."""
+    ceiling = min(poll_seconds * 2 ** min(failures - 1, 32), MAX_BACKOFF_SECONDS)
+    return random.uniform(ceiling / 2, ceiling)
 
 
 def _follows(cursor: int, entries: Sequence[tuple[int, Any, float]]) -> bool:

@@ -69,6 +69,40 @@ def test_a_deletion_on_one_replica_leaves_the_others_suggestions(
     assert eventually(lambda: suggested(a, "t", "Read JSON file") == [])
 
 
+def test_two_replicas_deleting_one_pattern_at_once_delete_it_once(
+    replicas: Callable[[str], Engine],
+) -> None:
+    """Each of 10 patterns deleted by both replicas at the same moment: one deletion applies,
+    the other answers NOT_FOUND (never another error), and the tenant's counts drop once."""
+    a, b = replicas("a"), replicas("b")
+    a.record("t", make_record("kept", "Send the weekly mail", MAIL_TOOLS))
+    outcomes: list[str] = []
+    for n in range(10):
+        tools = [f"t{n}.read", f"t{n}.parse"]
+        pattern_id = a.record("t", make_record(f"r{n}", f"Read table {n}", tools)).pattern_id
+        barrier = threading.Barrier(2)
+
+        def delete(
+            engine: Engine, pattern_id: str = pattern_id, barrier: threading.Barrier = barrier
+        ) -> None:
+            barrier.wait()
+            try:
+                engine.delete_pattern("t", pattern_id)
+                outcomes.append("deleted")
+            except NotFoundError:
+                outcomes.append("not found")
+
+        threads = [threading.Thread(target=delete, args=(e,)) for e in (a, b)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert sorted(outcomes) == ["deleted"] * 10 + ["not found"] * 10
+    for engine in (a, b):
+        stats = engine.stats("t")
+        assert (stats.patterns, stats.intents) == (1, 1)
+
+
 def test_a_follower_behind_reads_the_tools_of_many_new_patterns_in_one_query(
     replicas: Callable[[str], Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:

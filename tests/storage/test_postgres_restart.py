@@ -3,12 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from pml_server.domain.errors import UnavailableError
@@ -16,37 +10,24 @@ from pml_server.storage.postgres import PostgresStore
 from testing.postgres_cluster import PostgresCluster
 
 
-@pytest.fixture
-def own_cluster() -> Iterator[PostgresCluster]:
-    """A cluster of its own: this test restarts it."""
-    root = Path(tempfile.mkdtemp(prefix="pml-pg-restart-"))
-    os.chmod(root, 0o755)
-    cluster = PostgresCluster(root)
-    cluster.init()
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop("immediate")
-        shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.mark.postgres
-def test_after_a_restart_one_read_finds_the_lost_connections(own_cluster: PostgresCluster) -> None:
+def test_after_a_restart_one_read_finds_the_lost_connections(
+    own_postgres_cluster: PostgresCluster,
+) -> None:
     """Each pooled connection was found broken by the call that took it: after a restart of
     under a second, 6 reads in a row were refused UNAVAILABLE (and the op log follower,
     meeting them one catch-up at a time, backed off to 8 s, so another replica's writes
     reached it 9 s late). The first loss now has the pool test its idle connections and
     replace the broken ones: one refusal."""
-    store = PostgresStore(own_cluster.create_database(), pool_size=6)
+    store = PostgresStore(own_postgres_cluster.create_database(), pool_size=6)
     try:
         pool = store.transactions._pool
         held = [pool.getconn() for _ in range(6)]  # 6 connections open, then idle
         for conn in held:
             pool.putconn(conn)
         assert store.transactions.row("SELECT 1") == (1,)
-        own_cluster.stop("immediate")
-        own_cluster.start()
+        own_postgres_cluster.stop("immediate")
+        own_postgres_cluster.start()
         refused = 0
         for _ in range(10):
             try:
@@ -56,4 +37,21 @@ def test_after_a_restart_one_read_finds_the_lost_connections(own_cluster: Postgr
                 refused += 1
         assert refused == 1
     finally:
+        store.close()
+
+
+def test_a_refusal_for_a_lost_database_is_one_line(own_postgres_cluster: PostgresCluster) -> None:
+    """libpq's messages span lines ("server closed the connection unexpectedly", then a
+    line "This probably means..."), and each went into log lines as it was: one event, several
+    lines of a log. What a refusal says is one line (`one_line`, the one place error text for
+    a log line or a refusal is formatted)."""
+    store = PostgresStore(own_postgres_cluster.create_database())
+    try:
+        own_postgres_cluster.stop("immediate")
+        with pytest.raises(UnavailableError) as refused:  # it meets the lost connection
+            store.transactions.row("SELECT 1")
+        assert "\n" not in str(refused.value)
+        assert "is unavailable" in str(refused.value)
+    finally:
+        own_postgres_cluster.start()
         store.close()

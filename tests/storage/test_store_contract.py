@@ -35,7 +35,7 @@ from pml_server.storage.postgres import (
     StoreUnreachableError,
     _oplog,
 )
-from pml_server.storage.postgres._oplog import Changes
+from pml_server.storage.postgres._oplog import Changes, FeedPosition
 from pml_server.storage.postgres._schema import MIGRATIONS, SchemaMismatchError
 from pml_server.storage.seam import Locks, RequestAlreadyAppliedError
 from testing.postgres_cluster import free_port
@@ -443,7 +443,7 @@ def test_changed_rows_never_skip_a_commit_whatever_the_commit_order(postgres_dsn
     (by the next read), once."""
     store = PostgresStore(postgres_dsn)
     counted = PatternCounters(success=1, usage=1).to_json()
-    _, since = store.oplog.changed_rows(CF_COUNTERS, None)
+    since = store.oplog.position()
     with psycopg.connect(postgres_dsn) as slow:  # a transaction, open until commit()
         slow.execute(
             "INSERT INTO pml_counters (key, value) VALUES (%s, %s)",
@@ -464,11 +464,11 @@ def test_changed_rows_never_skip_a_commit_whatever_the_commit_order(postgres_dsn
     store.close()
 
 
-def _changes(store: PostgresStore, since: str) -> Changes:
+def _changes(store: PostgresStore, since: FeedPosition) -> Changes:
     """Every page of `OpLog.changes` in one."""
     pages = list(store.oplog.changes(since))
-    assert len({page.snapshot for page in pages}) == 1
-    whole = Changes(pages[0].snapshot)
+    assert len({page.position for page in pages}) == 1
+    whole = Changes(pages[0].position)
     for page in pages:
         whole.patterns += page.patterns
         whole.counters += page.counters
@@ -486,7 +486,7 @@ def test_changes_are_read_a_bounded_page_at_a_time_every_row_once(
     monkeypatch.setitem(_oplog.CHANGES_PAGE, CF_COUNTERS, 3)
     monkeypatch.setitem(_oplog.CHANGES_PAGE, CF_INTENTS, 3)
     store = PostgresStore(postgres_dsn)
-    since = store.oplog.changed_rows(CF_PATTERNS, None)[1]
+    since = store.oplog.position()
     counters = [tenant_key("t", f"p{n}") for n in range(8)]
     intents = [tenant_key("t", "p0", n.to_bytes(8, "big")) for n in range(4)]
     for n, key in enumerate(counters):  # 8 transactions, one row each
@@ -502,8 +502,8 @@ def test_changes_are_read_a_bounded_page_at_a_time_every_row_once(
     read = [(k, PatternCounters.from_json(v).usage) for p in [first, *rest] for k, v in p.counters]
     assert read == [(k, n) for n, k in enumerate(counters) if n != 5] + [(counters[5], 50)]
     assert sorted(k for p in [first, *rest] for k, _ in p.written if k in intents) == intents
-    assert {page.snapshot for page in rest} == {first.snapshot}
-    again = _changes(store, first.snapshot)
+    assert {page.position for page in rest} == {first.position}
+    again = _changes(store, first.position)
     assert [(k, PatternCounters.from_json(v).usage) for k, v in again.counters] == [
         (counters[5], 50)
     ]
@@ -525,12 +525,13 @@ def test_a_poll_of_changes_reads_few_blocks_while_a_transaction_stays_open(
         for batch in range(100):
             keys = [tenant_key("t", f"p{batch}-{n}") for n in range(100)]
             store.write([(CF_COUNTERS, key, counted) for key in keys])
-        since = store.oplog.changed_rows(CF_PATTERNS, None)[1]
+        since = store.oplog.position()
         assert _changes(store, since).written == []
         page = _oplog._page_of(1, CF_COUNTERS, after=False)
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             [[[plan]]] = conn.execute(
-                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {page}".encode(), {"since": since}
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {page}".encode(),
+                {"since": since.snapshot},
             ).fetchall()
         top = plan["Plan"]
         assert top["Shared Hit Blocks"] + top["Shared Read Blocks"] <= 20  # 339 before
@@ -545,7 +546,7 @@ def test_changes_read_patterns_counters_and_rewritten_intents_in_one_snapshot(
     keys of the intent rows written since its last snapshot (an intent rewritten too: a
     duplicate's hit count), then nothing more until the next write."""
     store = PostgresStore(postgres_dsn)
-    since = store.oplog.changed_rows(CF_PATTERNS, None)[1]
+    since = store.oplog.position()
     intent = tenant_key("t", "p", (7).to_bytes(8, "big"))
     store.write(
         [
@@ -559,10 +560,10 @@ def test_changes_read_patterns_counters_and_rewritten_intents_in_one_snapshot(
     assert [k for k, _ in changes.counters] == [tenant_key("t", "p")]
     [writer] = {xid for _, xid in changes.written}  # one transaction wrote the three
     assert sorted(k for k, _ in changes.written) == sorted([tenant_key("t", "p")] * 2 + [intent])
-    quiet = _changes(store, changes.snapshot)
+    quiet = _changes(store, changes.position)
     assert (quiet.patterns, quiet.counters, quiet.written) == ([], [], [])
     store.write([(CF_INTENTS, intent, b'{"hit_count": 2}')])  # only the intent row
-    rewritten = _changes(store, quiet.snapshot)
+    rewritten = _changes(store, quiet.position)
     assert (rewritten.patterns, rewritten.counters) == ([], [])
     [(key, again)] = rewritten.written
     assert (key, again > writer) == (intent, True)
@@ -575,7 +576,7 @@ def test_a_commit_drops_what_it_wrote_from_the_view_cache_before_submit_returns(
     """The watcher hears each batch once committed, with the transaction the follower's
     change feed then reads its rows with (None for a batch writing no stamped row)."""
     store = PostgresStore(postgres_dsn)
-    since = store.oplog.changed_rows(CF_PATTERNS, None)[1]
+    since = store.oplog.position()
     seen: list[tuple[list[tuple[str, bytes]], int | None]] = []
     store.watch_commits(lambda ops, xid: seen.append(([(cf, key) for cf, key, _ in ops], xid)))
     store.write([(CF_COUNTERS, tenant_key("t", "p"), PatternCounters(usage=1).to_json())])

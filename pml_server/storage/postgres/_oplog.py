@@ -9,6 +9,7 @@ start (`trim`), never when a replica snapshots (another replica may still need t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,8 @@ from pml_server.storage.keys import CF_COUNTERS, CF_INTENTS, CF_PATTERNS, split_
 from pml_server.storage.postgres._notifier import listen
 from pml_server.storage.postgres._schema import FOLLOWED_FAMILIES, table_of
 from pml_server.storage.postgres._transactions import Connection, Transactions
+
+log = logging.getLogger(__name__)
 
 # Op log entries older than this are trimmed at start: a replica restarting later rebuilds from
 # its snapshot and the intents table, which the restore reads anyway; a running replica whose
@@ -37,6 +40,30 @@ CHANGED_SINCE = (
 )
 
 
+# docs/storage.md, "After a PostgreSQL crash": crash recovery hands out again the transaction
+# ids its WAL does not record (a rollback, or a commit that wrote nothing, whose record was not
+# flushed yet), so a snapshot taken before the crash can count as seen a transaction that
+# commits after it. A feed position names the server's epoch, the row of an unlogged table:
+# crash recovery empties it (a promoted standby has none); a position of no epoch or of
+# another one is read again from the start (`FROM_START`).
+_EPOCH = "(SELECT token FROM pml_feed_epoch WHERE id = 1)"
+_NEW_EPOCH = (
+    "INSERT INTO pml_feed_epoch (id, token) VALUES (1, gen_random_uuid()::text)"
+    " ON CONFLICT (id) DO NOTHING"
+)
+FROM_START = "1:1:"  # a snapshot no transaction is visible in: every row is read
+
+
+@dataclass(frozen=True)
+class FeedPosition:
+    """Where a follower's change feed goes on from: `snapshot` (`pg_current_snapshot()` text,
+    `xmin:xmax:xip,...`), taken in the server's `epoch` (None: none was set, so the next read
+    starts over)."""
+
+    snapshot: str
+    epoch: str | None
+
+
 @dataclass
 class Changes:
     """What `OpLog.changes` read: rows changed since a snapshot, and its own. `written`: the
@@ -44,7 +71,7 @@ class Changes:
     wrote it, so a replica tells its own commits from other replicas' (docs/storage.md,
     Replicas)."""
 
-    snapshot: str
+    position: FeedPosition
     patterns: list[tuple[bytes, bytes]] = field(default_factory=list)
     counters: list[tuple[bytes, bytes]] = field(default_factory=list)
     written: list[tuple[bytes, int]] = field(default_factory=list)
@@ -153,28 +180,48 @@ class OpLog:
         )
         return {split_tenant(bytes(key))[1].decode() for (key,) in rows}
 
-    def changed_rows(self, cf: str, since: str | None) -> tuple[list[tuple[bytes, bytes]], str]:
-        """(rows of `cf` written by transactions not visible in the snapshot `since`, the
-        snapshot this read saw): following with the returned snapshot never skips a commit,
-        whatever order transactions commit in (an id below the snapshot's xmin was visible to
-        it; one in progress then is read once it commits). `since` None: only the snapshot.
-        `cf` is one of the followed families (pattern records, counters)."""
-        assert cf in FOLLOWED_FAMILIES
-        if since is None:
-            row = self._db.row("SELECT pg_current_snapshot()::text")
-            assert row is not None
-            return [], str(row[0])
-        row = self._db.row(
-            "SELECT pg_current_snapshot()::text, coalesce(array_agg(key), '{}'),"
-            f" coalesce(array_agg(value), '{{}}') FROM {table_of(cf)}"
-            f" WHERE {CHANGED_SINCE}",
-            {"since": since},
-        )
-        assert row is not None
-        snapshot, keys, values = row
-        return [(bytes(k), bytes(v)) for k, v in zip(keys, values, strict=True)], str(snapshot)
+    def _new_epoch(self, since: FeedPosition | None) -> None:
+        """Set the server's epoch if it has none (before the read that starts over)."""
+        if since is not None:
+            log.warning(
+                "the change feed's position (epoch %s) is not of the database server's epoch: "
+                "it recovered from a crash or failed over since the last read; reading every "
+                "followed row again (docs/storage.md, After a PostgreSQL crash)",
+                since.epoch,
+            )
+        self._db.rows(f"{_NEW_EPOCH} RETURNING 1")
 
-    def changes(self, since: str) -> Iterator[Changes]:
+    def position(self) -> FeedPosition:
+        """The current position (at open): nothing before it is read."""
+        self._new_epoch(None)
+        row = self._db.row(f"SELECT pg_current_snapshot()::text, {_EPOCH}")
+        assert row is not None
+        return FeedPosition(str(row[0]), row[1])
+
+    def changed_rows(
+        self, cf: str, since: FeedPosition
+    ) -> tuple[list[tuple[bytes, bytes]], FeedPosition]:
+        """(rows of `cf` written by transactions not visible in the position `since`, the
+        position this read saw): following with the returned one never skips a commit,
+        whatever order transactions commit in (an id below the snapshot's xmin was visible to
+        it; one in progress then is read once it commits), nor across a crash of the server
+        (`FeedPosition`: every row is read again). `cf` is one of the followed families."""
+        assert cf in FOLLOWED_FAMILIES
+        query = (
+            f"SELECT pg_current_snapshot()::text, {_EPOCH}, coalesce(array_agg(key), '{{}}'),"
+            f" coalesce(array_agg(value), '{{}}') FROM {table_of(cf)} WHERE {CHANGED_SINCE}"
+        )
+        row = self._db.row(query, {"since": since.snapshot})
+        assert row is not None
+        if row[1] is None or row[1] != since.epoch:
+            self._new_epoch(since)
+            row = self._db.row(query, {"since": FROM_START})
+            assert row is not None
+        snapshot, epoch, keys, values = row
+        rows = [(bytes(k), bytes(v)) for k, v in zip(keys, values, strict=True)]
+        return rows, FeedPosition(str(snapshot), epoch)
+
+    def changes(self, since: FeedPosition) -> Iterator[Changes]:
         """Every pattern record and counters row, and the key of every intent row, written by
         transactions not visible in the snapshot `since` (see `changed_rows`), each with the
         transaction that wrote it, a page at a time (`CHANGES_PAGE` rows of a family; a
@@ -183,25 +230,37 @@ class OpLog:
         which every page carries: the one to follow from. A family's further pages are read
         after its last row (by writing transaction, then key) in statements of their own,
         each in a later snapshot: a row rewritten meanwhile is read there or, by a transaction
-        not yet visible in the first one, by the next `changes`."""
+        not yet visible in the first one, by the next `changes`. A position of another
+        epoch than the server's (`FeedPosition`) is read from the start."""
         first = " UNION ALL ".join(
             _page_of(kind, cf, after=False) for kind, cf in enumerate(_CHANGED_FAMILIES)
         )
-        rows = self._db.rows(
-            f"{first} UNION ALL SELECT 3, NULL, convert_to(pg_current_snapshot()::text, 'UTF8'), 0",
-            {"since": since},
+        first += (
+            f" UNION ALL SELECT 3, convert_to({_EPOCH}, 'UTF8'),"
+            " convert_to(pg_current_snapshot()::text, 'UTF8'), 0"
         )
-        snapshot = next(bytes(value).decode() for kind, _, value, _ in rows if kind == 3)
-        page = _changes_page(snapshot, [row for row in rows if row[0] != 3])
-        yield page
+        snapshot = since.snapshot
+        rows = self._db.rows(first, {"since": snapshot})
+        [(_, epoch, _, _)] = [row for row in rows if row[0] == 3]
+        if epoch is None or bytes(epoch).decode() != since.epoch:
+            self._new_epoch(since)
+            snapshot = FROM_START
+            rows = self._db.rows(first, {"since": snapshot})
+            [(_, epoch, _, _)] = [row for row in rows if row[0] == 3]
+        position = next(
+            FeedPosition(bytes(value).decode(), None if epoch is None else bytes(epoch).decode())
+            for kind, _, value, _ in rows
+            if kind == 3
+        )
+        yield _changes_page(position, [row for row in rows if row[0] != 3])
         for kind, cf in enumerate(_CHANGED_FAMILIES):
             read = [row for row in rows if row[0] == kind]
             while len(read) == CHANGES_PAGE[cf]:
                 _, key, _, xid = read[-1]
                 read = self._db.rows(
-                    _page_of(kind, cf, after=True), {"since": since, "xid": xid, "key": key}
+                    _page_of(kind, cf, after=True), {"since": snapshot, "xid": xid, "key": key}
                 )
-                yield _changes_page(snapshot, read)
+                yield _changes_page(position, read)
 
 
 # Rows of a family one statement of `OpLog.changes` reads at most: a pattern record holds up to
@@ -226,8 +285,8 @@ def _page_of(kind: int, cf: str, after: bool) -> str:
     )
 
 
-def _changes_page(snapshot: str, rows: Sequence[tuple[Any, ...]]) -> Changes:
-    page = Changes(snapshot)
+def _changes_page(position: FeedPosition, rows: Sequence[tuple[Any, ...]]) -> Changes:
+    page = Changes(position)
     for kind, key, value, xid in rows:
         if kind == 0:
             page.patterns.append((bytes(key), bytes(value)))

@@ -36,7 +36,7 @@ from pml_server.storage.keys import (
 )
 from pml_server.storage.seam import StoreClosedError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _MIGRATION_LOCK = 0x706D6C5F736368  # "pml_sch": one migration at a time per database
 STATS_COLUMNS = (
     "executions",
@@ -136,6 +136,9 @@ MIGRATIONS: dict[int, list[str]] = {
     # No statement: rows an older build cannot read (the RocksDB store's version 2, storage/
     # rocks.py SCHEMA_VERSION), so that an older build refuses the database at start.
     5: [],
+    # The server's epoch a replica's change feed position names (`_oplog.FeedPosition`):
+    # unlogged, so crash recovery empties it (docs/storage.md, After a PostgreSQL crash).
+    6: ["CREATE UNLOGGED TABLE pml_feed_epoch (id int PRIMARY KEY, token text NOT NULL)"],
 }
 
 

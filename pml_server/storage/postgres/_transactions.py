@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
-from pml_server.domain.errors import UnavailableError
+from pml_server.domain.errors import UnavailableError, one_line
 from pml_server.storage.postgres._dsn import describe, scrub
 from pml_server.storage.postgres._schema import SEQUENCE_STEP
 from pml_server.storage.seam import LocalLocks, StoreClosedError
@@ -100,7 +100,10 @@ class Transactions:
         if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
             with contextlib.suppress(Exception):  # the refusal is said whatever the test finds
                 self._pool.check()
-        return f"the database at {self.where} is unavailable: {scrub(str(error), self._dsn)}"
+        # one line: a log line quotes it whole (libpq's messages span lines)
+        return (
+            f"the database at {self.where} is unavailable: {one_line(scrub(str(error), self._dsn))}"
+        )
 
     # ---- this thread's transaction -----------------------------------------------------------
 
