@@ -15,7 +15,12 @@ from typing import TypeVar
 import grpc
 from mcp.server.mcpserver.exceptions import ToolError
 
-from pml_server.client import PmlClient, PmlClientError
+from pml_server.client import (
+    CertificateError,
+    ClientCertificateError,
+    PmlClient,
+    PmlClientError,
+)
 from pml_server.domain.limits import LIMITS
 
 T = TypeVar("T")
@@ -153,6 +158,11 @@ class Upstream:
             raise ToolError(self.describe(err)) from None
 
     def describe(self, err: PmlClientError) -> str:
+        # a TLS refusal is no outage: it names the flags that mend it, as the CLI's errors do
+        if isinstance(err, CertificateError):
+            return f"pml at {self.options.server}: {err.saying('--tls-ca')}"
+        if isinstance(err, ClientCertificateError):
+            return f"pml at {self.options.server}: {err.saying('--tls-cert and --tls-key')}"
         if err.code is grpc.StatusCode.UNAVAILABLE:
             return f"pml is unavailable at {self.options.server} (is it running?): {err.message}"
         if err.code is grpc.StatusCode.DEADLINE_EXCEEDED:

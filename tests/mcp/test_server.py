@@ -437,7 +437,10 @@ def test_stdio_over_mutual_tls(start: StartServer, pki: Path) -> None:  # noqa: 
 
     async def refused(client: Client) -> None:
         result = await client.call_tool("suggest", {"intent": "Read JSON file"})
-        _assert_tool_error(result, "pml is unavailable")
+        # a TLS refusal, not an outage: the tool error names the flags that mend it
+        _assert_tool_error(result, "asks for a client certificate")
+        _assert_tool_error(result, "pass --tls-cert and --tls-key")
+        assert "is it running" not in _text(result)
 
     _run(_stdio(target, *tls, *client_cert), works)
     _run(_stdio(target, *tls), refused)
