@@ -66,6 +66,17 @@ SHAPES: tuple[Shape, ...] = (
     Shape("credential_runs", lambda i, py: "x = '" + "password=a&@:=" * 300 + "'"),
 )
 
+# Free text of a credential's openings repeated, for the redaction of a record's texts
+# (intent, trace, errors, arguments: docs/capture.md, Secrets), and ordinary prose.
+TEXT_UNITS = ("?token=", "?next=", "-----BEGIN ", "password=", "x@y:z=w/", "https://u:p@")
+PROSE = "Fetched 12 rows from the orders table and wrote them to /tmp/out.json in 0.4 s. "
+
+
+def text_of(unit: str, size: int) -> str:
+    """`unit` repeated to `size` characters."""
+    return (unit * (size // len(unit) + 1))[:size]
+
+
 # The languages a shape is given in (`normalize`'s names); `rust` goes to the fallback.
 LANGUAGES = ("python", "javascript", "typescript", "tsx", "rust")
 

@@ -3,7 +3,9 @@ and language (docs/normalization.md, Limits and robustness): every shape of
 `testing/code_shapes.py` in every language, read as a view reads it (`with_steps=True`), best
 of 3 each in CPU time of the calling thread (the call runs there; wall time on a shared machine
 follows its load), the shape and the ordinary code timed alternately. A ratio near 1 is
-ordinary cost; a shape whose ratio grows with SIZE is superlinear.
+ordinary cost; a shape whose ratio grows with SIZE is superlinear. Then the redaction of a
+record's texts (`prepare_captures`) on each of `TEXT_UNITS` repeated to SIZE against prose of
+the same size.
 
     python -m benches.profile.normalize_shapes [SIZE_KIB ...]   # default 64
 """
@@ -14,7 +16,7 @@ import sys
 import time
 
 from pml_server import _core
-from testing.code_shapes import LANGUAGES, ORDINARY, SHAPES, build
+from testing.code_shapes import LANGUAGES, ORDINARY, PROSE, SHAPES, TEXT_UNITS, build, text_of
 
 
 def _best(code: str, language: str, rounds: int = 3) -> float:
@@ -49,6 +51,21 @@ def rows(size: int) -> list[tuple[str, str, int, float, float, str]]:
     return out
 
 
+def _redaction(text: str) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.thread_time()
+        _core.prepare_captures([("x = 1", "python", [text])])
+        best = min(best, time.thread_time() - start)
+    return best
+
+
+def text_rows(size: int) -> list[tuple[str, float, float]]:
+    """(unit, its ns/B, prose ns/B) of redacting a text of `size` characters."""
+    prose = _redaction(text_of(PROSE, size)) * 1e9 / size
+    return [(unit, _redaction(text_of(unit, size)) * 1e9 / size, prose) for unit in TEXT_UNITS]
+
+
 def main(sizes: list[int]) -> None:
     print("| KiB | language | shape | read as | ns/B | ordinary ns/B | ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -58,6 +75,15 @@ def main(sizes: list[int]) -> None:
                 f"| {size // 1024} | {language} | {name} | {read} | {per_byte:.0f} "
                 f"| {ordinary:.0f} | {per_byte / ordinary:.2f} |",
                 flush=True,
+            )
+    print()
+    print("| KiB | text of | ns/B | prose ns/B | ratio |")
+    print("| --- | --- | --- | --- | --- |")
+    for size in sizes:
+        for unit, per_byte, prose in text_rows(size):
+            print(
+                f"| {size // 1024} | `{unit}` | {per_byte:.0f} | {prose:.0f} "
+                f"| {per_byte / prose:.2f} |"
             )
 
 
