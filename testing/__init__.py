@@ -4,5 +4,6 @@ OpenTelemetry SDK and kept in memory (`otlp_spans`), a real server process (`ser
 `serve_pml`, `line_process`), a throwaway PostgreSQL cluster (`postgres_cluster`), the flood and
 expensive-tenant measurements (`flood_measure`, `cost_measure` and the load processes they
 start, `flood`, `cost_load`) and the numpy reference of the lexical index
-(`lexical_numpy_reference`, the oracle the Rust index is checked against). Both suites import
+(`lexical_numpy_reference`, the oracle the Rust index is checked against) and hostile code
+for the normalizer (`code_shapes`). Both suites import
 this package; it imports neither, and it is not shipped in the wheel."""

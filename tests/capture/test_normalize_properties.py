@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -18,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pml_server import _core
+from testing import code_shapes
 
 IDENT = st.sampled_from(["path", "limit", "query", "mode", "maxResults", "content", "url"])
 TOOLS = st.sampled_from(["read_file", "write_file", "search", "fetch", "send_email"])
@@ -259,6 +261,28 @@ def test_deep_nesting_falls_back_or_parses(code: str, language: str) -> None:
     assert n.code_hash.startswith("sha256:")
     if not n.parse_ok:
         assert n.fallback_reason
+
+
+@pytest.mark.parametrize("language", code_shapes.LANGUAGES)
+@pytest.mark.parametrize("shape", code_shapes.SHAPES, ids=lambda shape: shape.name)
+def test_hostile_shapes_give_a_result(shape: code_shapes.Shape, language: str) -> None:
+    # docs/normalization.md, Limits and robustness: chains just under the depth cap, long
+    # joined values, nesting over the caps, unterminated strings; read in a thread of 1 MiB
+    # of stack (the walks are iterative, or recurse at most 64 levels: no input's depth
+    # reaches the thread's stack)
+    code = code_shapes.build(shape, language, 32 * 1024)
+    results: list[_core.Normalized] = []
+    threading.stack_size(1024 * 1024)
+    try:
+        reader = threading.Thread(target=lambda: results.append(_core.normalize(code, language)))
+        reader.start()
+        reader.join()
+    finally:
+        threading.stack_size(0)
+    (n,) = results
+    assert n.code_hash.startswith("sha256:")
+    assert n.parse_ok or n.fallback_reason
+    assert _core.normalize(code, language).code_hash == n.code_hash
 
 
 def test_lone_surrogate_is_a_named_error() -> None:

@@ -367,12 +367,19 @@ pub fn url_passwords(text: &str) -> Vec<&str> {
             None => from = start,
         }
     }
-    for (i, &b) in bytes.iter().enumerate() {
-        if matches!(b, b'?' | b'&') {
+    // A query inside a value found is part of it, as `redact` reads it: listing each one
+    // again (`?token=?token=...`) listed a suffix of the text per `?`, quadratic in time and
+    // memory (docs/capture.md, Secrets).
+    let mut i = 0;
+    while i < bytes.len() {
+        if matches!(bytes[i], b'?' | b'&') {
             if let Some((start, end)) = secret_query_value_at(bytes, i) {
                 found.push(&text[start..end]);
+                i = end;
+                continue;
             }
         }
+        i += 1;
     }
     found
 }
@@ -469,13 +476,16 @@ fn secret_query_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     if name_len == 0 || bytes.get(eq) != Some(&b'=') {
         return None;
     }
+    // The name is ASCII by construction; read before the value, whose end may be far.
+    let name = std::str::from_utf8(&bytes[name_start..eq]).ok()?;
+    if !upper_snake(name).is_some_and(|n| is_secret_name(&n)) {
+        return None;
+    }
     let start = eq + 1;
     let end = word_end(bytes, start, |b| {
         matches!(b, b'&' | b'#' | b'"' | b'\'' | b'`' | b'<' | b'>' | b'\\')
     });
-    // The name is ASCII by construction.
-    let name = std::str::from_utf8(&bytes[name_start..eq]).ok()?;
-    (end > start && upper_snake(name).is_some_and(|n| is_secret_name(&n))).then_some((start, end))
+    (end > start).then_some((start, end))
 }
 
 pub(super) fn is_name_byte(b: u8) -> bool {
@@ -485,10 +495,24 @@ pub(super) fn is_name_byte(b: u8) -> bool {
 /// The end of the unquoted value starting at `start`: the next whitespace or byte `stop` takes,
 /// else the end of `bytes`.
 pub(super) fn word_end(bytes: &[u8], start: usize, stop: impl Fn(u8) -> bool) -> usize {
-    bytes[start..]
+    let end = bytes[start..]
         .iter()
         .position(|&b| b.is_ascii_whitespace() || stop(b))
-        .map_or(bytes.len(), |n| start + n)
+        .map_or(bytes.len(), |n| start + n);
+    #[cfg(test)]
+    scanned(end - start);
+    end
+}
+
+// Bytes read by `word_end` and `pem_end` on this thread, for the cost tests below.
+#[cfg(test)]
+thread_local! {
+    static SCANNED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+fn scanned(bytes: usize) {
+    SCANNED.with(|c| c.set(c.get() + bytes));
 }
 
 /// The byte range of the value of the `name=value` pair whose name starts at `at` when the name
@@ -887,6 +911,7 @@ fn redact(
     let mut ranges: Vec<(usize, usize)> = Vec::new();
     let mut i = 0usize;
     let mut siblings = Siblings::default();
+    let mut pem_unclosed = false;
     while i < bytes.len() {
         if bytes[i] == b':' && bytes[i..].starts_with(b"://") {
             // A URL's user-info may hold any character (`admin:Tr0ub4dor&3-horse`): it is
@@ -910,11 +935,16 @@ fn redact(
             i += 1; // URL credentials only
             continue;
         };
-        if bytes[i] == b'-' && bytes[i..].starts_with(b"-----BEGIN") {
-            if let Some(end) = pem_end(text, i) {
-                ranges.push((i, end));
-                i = end;
-                continue;
+        if !pem_unclosed && bytes[i] == b'-' && bytes[i..].starts_with(b"-----BEGIN") {
+            match pem_end(text, i) {
+                Some(end) => {
+                    ranges.push((i, end));
+                    i = end;
+                    continue;
+                }
+                // no block after this one is closed either: not looked for again, or each
+                // `-----BEGIN` of a long run would search the rest of the text
+                None => pem_unclosed = true,
             }
         }
         if pairs && is_name_byte(bytes[i]) {
@@ -1120,6 +1150,8 @@ impl Siblings {
 
 /// Where a PEM block starting at `start` ends (after the closing `-----`), if it is closed.
 fn pem_end(text: &str, start: usize) -> Option<usize> {
+    #[cfg(test)]
+    scanned(text[start..].find("-----END").unwrap_or(text.len() - start));
     let end_marker = start + text[start..].find("-----END")?;
     let after = end_marker + "-----END".len();
     let close = after + text[after..].find("-----")?;
@@ -1129,6 +1161,34 @@ fn pem_end(text: &str, start: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A long run of what opens a credential (`-----BEGIN`, `?name=`) is read once, not once
+    /// per opening to the end of the text, and a query value's inner queries are not listed
+    /// again (docs/capture.md, Secrets): bytes read, not time, the same on any machine.
+    #[test]
+    fn long_runs_of_openings_are_read_in_proportion_to_their_size() {
+        for unit in [
+            "-----BEGIN ",
+            "?next=",
+            "?token=",
+            "&password=",
+            "x@y:z=w/?q=",
+        ] {
+            let text = unit.repeat(20_000);
+            SCANNED.with(|c| c.set(0));
+            let passwords = url_passwords(&text);
+            let _ = redact_text(&text);
+            let _ = redact_name(&text);
+            let read = SCANNED.with(|c| c.get());
+            assert!(
+                read <= 8 * text.len(),
+                "{unit}: {read} bytes read of {}",
+                text.len()
+            );
+            let listed: usize = passwords.iter().map(|p| p.len()).sum();
+            assert!(listed <= text.len(), "{unit}: {listed} bytes listed");
+        }
+    }
 
     #[test]
     fn url_passwords_are_each_userinfo_password_as_written() {

@@ -285,6 +285,34 @@ fn fallback_paths() {
     );
 }
 
+/// A literal's place in the value it is joined into is read once a level, not once a
+/// literal a level: `1 + 1 + ...` just under the depth cap, and a chain of strings, cost work
+/// in proportion to their size (docs/normalization.md, Limits and robustness). Counts of
+/// work, not time: the same on any machine.
+#[test]
+fn joined_chains_cost_work_in_proportion_to_their_size() {
+    use super::tree::{JOINED_BY_CALLS, JOINED_NODES_VISITED};
+    let numbers = format!("x = 1{}\n", " + 1".repeat(1000));
+    let strings = format!("x = \"a\"{}\n", " + \"a\"".repeat(900));
+    let joined = format!("x = \"\".join([{}])\n", "\"a\", ".repeat(2000));
+    for language in ["python", "js"] {
+        for code in [&numbers, &strings, &joined] {
+            JOINED_BY_CALLS.with(|c| c.set(0));
+            JOINED_NODES_VISITED.with(|c| c.set(0));
+            let n = norm(code, language);
+            assert!(n.parse_ok, "{language}: {}", n.fallback_reason);
+            let calls = JOINED_BY_CALLS.with(|c| c.get());
+            let visited = JOINED_NODES_VISITED.with(|c| c.get());
+            assert!(
+                calls <= code.len() && visited <= code.len(),
+                "{language} {}...: {calls} joined_by calls, {visited} nodes visited for {} bytes",
+                &code[..12],
+                code.len()
+            );
+        }
+    }
+}
+
 #[test]
 fn too_large_is_an_error() {
     let big = "a".repeat(MAX_INPUT_BYTES + 1);

@@ -322,6 +322,14 @@ struct Frame<'t> {
     /// Where a `;` child was written, while it is the last child seen: a statement's final
     /// semicolon is optional formatting in JS (ASI) and Python, so it is dropped on exit.
     trailing_semicolon: Option<usize>,
+    /// `joined_by` of this node in its parent, computed on entry (the frames it reads lie
+    /// below this one and do not change while it is entered).
+    joined: bool,
+    /// Where `joined_position`'s climb from this node ends: the level, field and index of
+    /// the outermost value it is a piece of, itself when it is none. Kept per frame, a
+    /// literal's climb costs one step, not one per level of the chain it sits in (`1 + 1 +
+    /// ...` a thousand deep: docs/normalization.md, Cost).
+    joined_top: (usize, Option<&'static str>, usize),
 }
 
 /// The literals a variable was last assigned (`Walker::assigned_literals`): the assignment's
@@ -365,6 +373,8 @@ struct Walker<'a, 't> {
     /// assigned to, when only a later use of the variable may make its text a credential's:
     /// its fragments are listed unflagged, and dropped after the walk if none was.
     string_variable: Option<(&'a str, usize)>,
+    /// `joined_strings` of each joined value read so far, by node id.
+    url_pieces: HashMap<usize, Option<Vec<Node<'t>>>>,
 }
 
 pub fn walk<'a>(
@@ -390,6 +400,7 @@ pub fn walk<'a>(
         frames: Vec::new(),
         credential_string: None,
         string_variable: None,
+        url_pieces: HashMap::new(),
     };
     let mut cursor = tree.walk();
     'outer: loop {
@@ -423,6 +434,50 @@ pub fn walk<'a>(
         params: walker.params,
         tool_calls: walker.tool_calls,
     })
+}
+
+// Work counters for the cost tests (`normalize/tests.rs`): `joined_by` calls and nodes
+// visited by `joined_strings`, on this thread.
+#[cfg(test)]
+thread_local! {
+    pub(crate) static JOINED_BY_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    pub(crate) static JOINED_NODES_VISITED: std::cell::Cell<usize> =
+        const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+fn count(counter: &'static std::thread::LocalKey<std::cell::Cell<usize>>) {
+    counter.with(|c| c.set(c.get() + 1));
+}
+
+/// The string literals of a joined value (`Walker::url_password_piece`) in the order written,
+/// not looking into strings; `None` past `URL_PIECES` of them or `16 * URL_PIECES` nodes.
+fn joined_strings<'t>(grammar: &Grammar, root: Node<'t>) -> Option<Vec<Node<'t>>> {
+    const URL_PIECES: usize = 64;
+    let mut strings: Vec<Node<'t>> = Vec::new();
+    let mut cursor = root.walk();
+    let mut visited = 0usize;
+    loop {
+        let node = cursor.node();
+        visited += 1;
+        #[cfg(test)]
+        count(&JOINED_NODES_VISITED);
+        let is_string = grammar.kind(node) == "string";
+        if is_string {
+            strings.push(node);
+        }
+        if strings.len() > URL_PIECES || visited > 16 * URL_PIECES {
+            return None;
+        }
+        if !is_string && cursor.goto_first_child() {
+            continue;
+        }
+        while !cursor.goto_next_sibling() {
+            if !cursor.goto_parent() || cursor.node() == root {
+                return Some(strings);
+            }
+        }
+    }
 }
 
 /// Functions that take a password by position, and its index among the arguments: the login
@@ -546,18 +601,28 @@ impl<'a, 't> Walker<'a, 't> {
         }
         let sorted = self.reorders_children(node, kind).then(Vec::new);
         self.canon.tagged(canonical::TAG_OPEN, kind.as_bytes());
+        let field = (ARRAY_KINDS.contains(&kind)
+            || MAP_KINDS.contains(&kind)
+            || JOIN_KINDS.contains(&kind))
+        .then(|| self.grammar.field_name(cursor))
+        .flatten();
+        let level = self.frames.len();
+        let joined = level > 0 && self.joined_by(level, field, named_index);
+        let joined_top = if joined {
+            self.frames[level - 1].joined_top
+        } else {
+            (level, field, named_index)
+        };
         self.frames.push(Frame {
             node,
             kind,
-            field: (ARRAY_KINDS.contains(&kind)
-                || MAP_KINDS.contains(&kind)
-                || JOIN_KINDS.contains(&kind))
-            .then(|| self.grammar.field_name(cursor))
-            .flatten(),
+            field,
             named_index,
             named_seen: 0,
             sorted,
             trailing_semicolon: None,
+            joined,
+            joined_top,
         });
         Ok(true)
     }
@@ -786,18 +851,28 @@ impl<'a, 't> Walker<'a, 't> {
     /// `["pg://bob:", "...", "@db"].join("")`), or as an argument of a format string whose
     /// URL has a format field for a password (`"pg://bob:%s@db" % "..."`,
     /// `"pg://bob:{}@db".format("...")`: every literal argument, erring towards the secret).
-    /// Reads at most `URL_PIECES` string literals of the joined value.
+    /// Reads at most `URL_PIECES` string literals of the joined value, once per value
+    /// (`url_pieces`): every literal of a long chain reads the same list.
     fn url_password_piece(
-        &self,
+        &mut self,
         field: Option<&'static str>,
         named_index: usize,
         literal: Node<'t>,
     ) -> bool {
-        const URL_PIECES: usize = 64;
+        if self.grammar.kind(literal) != "string" {
+            return false; // a number or a template string is never among the pieces read
+        }
         let Some((level, _, _)) = self.joined_position(field, named_index) else {
             return false;
         };
         let Some(root) = self.frames.get(level).map(|f| f.node) else {
+            return false;
+        };
+        if !self.url_pieces.contains_key(&root.id()) {
+            let strings = joined_strings(self.grammar, root);
+            self.url_pieces.insert(root.id(), strings);
+        }
+        let Some(Some(strings)) = self.url_pieces.get(&root.id()) else {
             return false;
         };
         let decode = |n: Node<'t>| {
@@ -808,28 +883,6 @@ impl<'a, 't> Walker<'a, 't> {
                 literal::decode_js_string(text)
             }
         };
-        let mut strings: Vec<Node<'t>> = Vec::new();
-        let mut cursor = root.walk();
-        let mut visited = 0usize;
-        'walk: loop {
-            let node = cursor.node();
-            visited += 1;
-            let is_string = self.grammar.kind(node) == "string";
-            if is_string {
-                strings.push(node);
-            }
-            if strings.len() > URL_PIECES || visited > 16 * URL_PIECES {
-                return false;
-            }
-            if !is_string && cursor.goto_first_child() {
-                continue;
-            }
-            while !cursor.goto_next_sibling() {
-                if !cursor.goto_parent() || cursor.node() == root {
-                    break 'walk;
-                }
-            }
-        }
         let Some(at) = strings
             .iter()
             .position(|s| s.start_byte() == literal.start_byte())
@@ -878,6 +931,8 @@ impl<'a, 't> Walker<'a, 't> {
     /// text method (`text_call`: `pw.strip()`, `pw.trim()`, `pw.slice(0, 8)`), and the value
     /// subscripted or sliced (`pw[:8]`, `pw[0]`).
     fn joined_by(&self, level: usize, field: Option<&'static str>, named_index: usize) -> bool {
+        #[cfg(test)]
+        count(&JOINED_BY_CALLS);
         let frame = &self.frames[level - 1];
         let grammar = self.grammar;
         let format_call = |at: usize| {
@@ -967,13 +1022,13 @@ impl<'a, 't> Walker<'a, 't> {
                                 | "pair"
                         )
                         || CONTAINER_KINDS.contains(&self.frames[level - 2].kind))
-                    && self.joined_by(level - 1, frame.field, frame.named_index)
+                    && frame.joined
             }
             "pair" => {
                 field == Some("value")
                     && level >= 2
                     && MAP_KINDS.contains(&self.frames[level - 2].kind)
-                    && self.joined_by(level - 1, frame.field, frame.named_index)
+                    && frame.joined
             }
             _ => false,
         }
@@ -1104,13 +1159,9 @@ impl<'a, 't> Walker<'a, 't> {
         field: Option<&'static str>,
         named_index: usize,
     ) -> Option<(usize, Option<&'static str>, usize)> {
-        let (mut level, mut field, mut index) = (self.frames.len(), field, named_index);
-        while level > 0 && self.joined_by(level, field, index) {
-            let frame = &self.frames[level - 1];
-            (field, index) = (frame.field, frame.named_index);
-            level -= 1;
-        }
-        (level < self.frames.len()).then_some((level, field, index))
+        let level = self.frames.len();
+        (level > 0 && self.joined_by(level, field, named_index))
+            .then(|| self.frames[level - 1].joined_top)
     }
 
     /// List `self.params[index]` as a piece of what `variable` was last assigned, the item
