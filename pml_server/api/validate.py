@@ -20,6 +20,7 @@ from pml_server.domain.limits import (
     language_problem,
     request_id_problem,
     session_id_problem,
+    tool_name_problem,
 )
 from pml_server.domain.vectors import CheckedVector, check_vector
 
@@ -97,7 +98,7 @@ def check_context(out: Violations, msg: pml_pb2.SuggestContext, limits: Limits) 
             if limit is limits.previous_patterns:
                 check_pattern_id(out, f"{limit.field}[{i}]", value, each)
             else:
-                check_text(out, f"{limit.field}[{i}]", value, each, required=True)
+                check_tool_name(out, f"{limit.field}[{i}]", value, limits)
 
 
 def check_pattern_id(out: Violations, field: str, name: str, limit: Limit) -> None:
@@ -116,7 +117,7 @@ def check_available_tools(out: Violations, tools: Sequence[str], limits: Limits)
         out.add(limit.field, too_many)
         return
     for i, tool in enumerate(tools):
-        check_text(out, f"{limit.field}[{i}]", tool, limits.tool, required=True)
+        check_tool_name(out, f"{limit.field}[{i}]", tool, limits)
 
 
 # The seconds a `google.protobuf.Timestamp` may hold: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
@@ -158,10 +159,17 @@ def check_tags(out: Violations, field: str, tags: Sequence[str], limits: Limits)
         check_text(out, f"{field}[{i}]", tag, limits.tag, required=True)
 
 
+def check_tool_name(out: Violations, field: str, tool: str, limits: Limits) -> None:
+    """A tool name: not empty, within its limit, `tool_name_problem`."""
+    check_text(out, field, tool, limits.tool, required=True)
+    if tool.strip() and (problem := tool_name_problem(tool)) is not None:
+        out.add(field, problem)
+
+
 def check_tool_call(
     out: Violations, field: str, tool: str, arguments_json: str, error: str, limits: Limits
 ) -> None:
-    check_text(out, f"{field}.tool", tool, limits.tool, required=True)
+    check_tool_name(out, f"{field}.tool", tool, limits)
     check_text(out, f"{field}.error", error, limits.error)
     excess = limits.arguments_json.excess(arguments_json)
     if excess is not None:

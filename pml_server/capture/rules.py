@@ -25,6 +25,7 @@ from pml_server.domain.limits import (
     language_problem,
     request_id_problem,
     session_id_problem,
+    tool_name_problem,
 )
 from pml_server.domain.model import ExecutionRecord, ExecutionStatus, ToolFailure
 from pml_server.domain.records import FailureSignature, PatternCounters
@@ -72,7 +73,10 @@ def validate_record(record: ExecutionRecord, limits: CaptureLimits) -> None:
     if (too_many := table.tool_calls.excess(record.tool_calls)) is not None:
         bad.append(FieldViolation("tool_calls", too_many))
     for i, call in enumerate(record.tool_calls[: table.tool_calls.bound]):
-        check(f"tool_calls[{i}].tool", call.tool, table.tool)
+        name = f"tool_calls[{i}].tool"
+        check(name, call.tool, table.tool)
+        if call.tool.strip() and (problem := tool_name_problem(call.tool)) is not None:
+            bad.append(FieldViolation(name, problem))
         if not math.isfinite(call.duration_ms) or call.duration_ms < 0:
             bad.append(FieldViolation(f"tool_calls[{i}].duration_ms", "must be finite and >= 0"))
     if not math.isfinite(record.duration_ms) or record.duration_ms < 0:

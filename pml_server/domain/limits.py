@@ -14,6 +14,7 @@ core, never restated.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sized
 from dataclasses import dataclass, fields, replace
 from typing import Literal
@@ -193,6 +194,24 @@ def language_problem(language: str) -> str | None:
         )
     if _core.redact_name(language) != language:
         return "must not hold a credential"
+    return None
+
+
+# Characters a tool name must not hold: control characters and the invisible ones (format
+# characters such as a right-to-left override or a zero-width space, line and paragraph
+# separators), which make two names that differ look alike when shown (docs/api.md, Requests).
+_UNSEEN_CATEGORIES = frozenset(["Cc", "Cf", "Zl", "Zp"])
+
+
+def tool_name_problem(tool: str) -> str | None:
+    """Why a (non-empty) tool name is refused, or None: no control or invisible character
+    (`_UNSEEN_CATEGORIES`), named by its code point."""
+    for ch in tool:
+        if unicodedata.category(ch) in _UNSEEN_CATEGORIES:
+            return (
+                f"must not contain control or invisible characters (U+{ord(ch):04X} "
+                f"{unicodedata.name(ch, 'unnamed')})"
+            )
     return None
 
 

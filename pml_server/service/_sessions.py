@@ -24,7 +24,7 @@ from collections.abc import Mapping, Set
 
 from pml_server.capture.rules import tool_signature
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
-from pml_server.domain.limits import LIMITS, session_id_problem
+from pml_server.domain.limits import LIMITS, session_id_problem, tool_name_problem
 from pml_server.domain.model import SuggestContext
 from pml_server.ranking.transitions import transition_weights
 from pml_server.service._state import EngineState
@@ -119,6 +119,10 @@ def check_context(context: SuggestContext) -> None:
             bad.append(FieldViolation(limit.field, "must not hold an empty name"))
         elif any(each.excess(v) for v in values):
             bad.append(FieldViolation(limit.field, f"names are at most {each.bound} {each.unit}"))
+        elif name == "previous_tools" and (
+            problem := next(filter(None, map(tool_name_problem, values)), None)
+        ):
+            bad.append(FieldViolation(limit.field, problem))
     if bad:
         raise InvalidArgumentError(bad)
 

@@ -201,6 +201,25 @@ def test_a_bad_span_is_rejected_alone(server: RunningServer, client: PmlClient) 
     assert _spans_counter(server, "mapped") == 2
 
 
+def test_a_run_calling_a_tool_with_an_invisible_character_is_rejected_alone(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """The record rules of every transport (docs/api.md, Requests): a tool name holding a
+    right-to-left override is refused, its run alone; the run beside it is saved."""
+
+    def runs(tracer: Tracer) -> None:
+        _agent_run(tracer, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+        _agent_run(tracer, "Delete the file", [("delete\u202efile", {"path": "a.json"}, None)])
+
+    request = encode_spans(recorded(runs))
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        reply = trace_service_pb2_grpc.TraceServiceStub(channel).Export(request)
+    assert reply.partial_success.rejected_spans == 2
+    assert "U+202E" in reply.partial_success.error_message
+    (pattern,) = client.iter_patterns()
+    assert pattern.tools_used == ["read_file"]
+
+
 @pytest.mark.parametrize("depth", [33, 100_000])
 def test_deeply_nested_arguments_reject_their_execution_alone(
     server: RunningServer, client: PmlClient, depth: int

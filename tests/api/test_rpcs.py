@@ -732,6 +732,45 @@ def test_a_request_id_or_language_holding_a_credential_or_a_control_character_is
     assert client.stats().executions == 0
 
 
+@pytest.mark.parametrize(
+    ("tool", "shown"),
+    [
+        ("read\u202efile", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+        ("read_file\u200b", "U+200B ZERO WIDTH SPACE"),
+        ("read\x07file", "U+0007"),
+        ("read\u2028file", "U+2028 LINE SEPARATOR"),
+    ],
+)
+def test_a_tool_name_with_an_invisible_character_is_refused(
+    client: PmlClient, tool: str, shown: str
+) -> None:
+    """A tool name holding a control or invisible character (a right-to-left override, a
+    zero-width space) would show as another name: refused naming the field and the character,
+    in a record and in a Suggest's tools (docs/api.md, Requests); nothing is stored."""
+    record = make_record("Read JSON file", READ_JSON, tools=["parse_json", tool])
+    with pytest.raises(PmlClientError) as refused:
+        client.record(record)
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [f for f, d in refused.value.violations if shown in d] == ["record.tool_calls[1].tool"]
+    assert client.stats().executions == 0
+    for asked, field in (
+        ({"available_tools": ["parse_json", tool]}, "available_tools.tools[1]"),
+        ({"previous_tools": [tool]}, "context.previous_tools[0]"),
+    ):
+        with pytest.raises(PmlClientError) as refused:
+            client.suggest("Read JSON file", **asked)  # type: ignore[arg-type]
+        assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert [f for f, d in refused.value.violations if shown in d] == [field]
+
+
+def test_tool_names_in_any_script_are_taken(client: PmlClient) -> None:
+    """Only control and invisible characters are refused: names in other scripts, accents and
+    namespaces stay valid."""
+    for n, tool in enumerate(["lire_fichier_é", "読み込み", "fs:read_file", "mcp__fs__read-file"]):
+        client.record(make_record(f"Read JSON file {n}", READ_JSON, tools=[tool]))
+    assert client.stats().executions == 4
+
+
 def test_a_request_id_a_language_and_a_tag_of_ordinary_shapes_are_taken(
     client: PmlClient,
 ) -> None:
