@@ -717,3 +717,82 @@ def test_a_password_a_command_or_a_credentials_file_takes_is_redacted(
     assert secret not in _stored_forms_of(result)
     if language == "bash" or "machine" in code or "5432" in code:
         assert secret not in texts[0]
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", 'import subprocess\nsubprocess.run(["mysql", "-u", "root", "-p{}", "db"])'),
+        ("python", 'subprocess.check_call(("curl", "-sS", "-u", "bob:{}", url))'),
+        ("python", 'subprocess.run(["sshpass", "-p", "{}", "ssh", host])'),
+        ("python", 'subprocess.run(["deploy", "--api-key", "{}", "-h", "db"])'),
+        ("javascript", 'execFile("psql", ["--password={}", "-h", "db"])'),
+        ("javascript", 'spawn("sshpass", ["-p", "{}", "ssh", "deploy@h"])'),
+        ("javascript", 'spawn("curl", ["-u", "bob:{}", "https://x"])'),
+        ("typescript", 'execFileSync("mysql", [`-p{}`, "db"])'),
+    ],
+)
+def test_a_password_in_a_literal_argv_list_is_redacted(language: str, code: str) -> None:
+    """A literal list used as an argv is read by the rules of a shell's command line, each
+    item one word: the item holding a password is a secret parameter, in no stored form of the
+    code nor in a text quoting it (docs/normalization.md, Secrets)."""
+    secret = "hunter2corral"
+    written = code.replace("{}", secret)
+    prepared = prepare_captures([(written, language, [f"ran: {written}"])])[0]
+    assert not isinstance(prepared, Exception)
+    result, texts = prepared
+    assert result.parse_ok, result.fallback_reason
+    assert secret not in _stored_forms_of(result)
+    assert secret not in texts[0]
+
+
+def test_an_argv_list_without_a_credential_keeps_its_values() -> None:
+    """Ordinary argv lists and lists of words keep every item a plain parameter."""
+    for language, code in [
+        ("python", 'subprocess.run(["git", "log", "-p", "--author", "bob", "HEAD~3"])'),
+        ("python", 'subprocess.run(["pytest", "-x", "-q", "tests/test_login.py"])'),
+        ("python", 'subprocess.run(["curl", "-u", "bob", "https://example.com"])'),
+        ("javascript", 'spawn("ls", ["-la", "/tmp/passwords"])'),
+        ("javascript", 'await mcp.q({cols: ["user", "password_hash", "token_count"]})'),
+    ]:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, (code, result.fallback_reason)
+        assert not any(p.secret for p in result.params), code
+        assert "[REDACTED]" not in result.redacted_code, code
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'then call login("bob", "{}") to get in',
+        "failed: conn.login('bob@x.com', '{}') raised SMTPAuthenticationError",
+        '# ftp = ftplib.FTP("h", "bob", "{}")',
+        'ldap: c.simple_bind_s("cn=admin,dc=x", "{}")',
+    ],
+)
+def test_a_positional_password_of_a_login_call_quoted_in_free_text_is_redacted(
+    text: str,
+) -> None:
+    """A login call quoted in prose (an intent, a tool's error, a comment) loses the string
+    at the position its function takes a password; the user stays (docs/capture.md,
+    Secrets)."""
+    secret = "hunter2corral"
+    prepared = prepare_captures([("mcp.x()", "python", [text.replace("{}", secret)])])[0]
+    assert not isinstance(prepared, Exception)
+    (redacted,) = prepared[1]
+    assert secret not in redacted
+    assert "[REDACTED]" in redacted
+    assert "bob" in redacted or "admin" in redacted
+
+
+def test_a_login_call_in_free_text_without_a_literal_password_is_kept() -> None:
+    """A name, a call or a keyword argument at the password's position is no password."""
+    for text in [
+        'smtp.login("bob", password)',
+        "m.login(user, get_password())",
+        'ftplib.FTP("h", "bob")',
+        'the login("bob") helper',
+    ]:
+        prepared = prepare_captures([("mcp.x()", "python", [text])])[0]
+        assert not isinstance(prepared, Exception)
+        assert prepared[1] == [text], text

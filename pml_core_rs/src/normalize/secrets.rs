@@ -71,6 +71,20 @@ const TOKEN_PREFIXES: &[(&str, usize)] = &[
     ("-----BEGIN", 30),
 ];
 
+/// Functions that take a password by position, and its index among the arguments: the login
+/// calls of Python's standard library (`smtplib`, `imaplib`, `ftplib`, `poplib`), LDAP's
+/// simple bind, and `ftplib.FTP(host, user, passwd)` (docs/normalization.md, Secrets). A
+/// keyword argument is named already (`login(user=u, password="...")`). Code's parser reads
+/// them (`tree.rs`); free text quoting such a call too (`password_argument_at`).
+pub const PASSWORD_ARGUMENTS: &[(&str, usize)] = &[
+    ("login", 1),
+    ("simple_bind", 1),
+    ("simple_bind_s", 1),
+    ("pass_", 0),
+    ("FTP", 2),
+    ("FTP_TLS", 2),
+];
+
 /// Whether a context name (already UPPER_SNAKE, without `$`) says its value is a credential:
 /// `password`, `apiKey`, `auth_token`, `client_secret`... but not `max_tokens` or `author`,
 /// nor a credential's path (`names_a_path`: `password_file`, `--token-file`).
@@ -803,6 +817,74 @@ pub fn opens_a_secret_value(text: &str) -> bool {
         && upper_snake(name).is_some_and(|n| is_secret_name(&n))
 }
 
+/// The most bytes of a call's arguments `password_argument_at` reads in free text.
+const MAX_ARGUMENTS_SCAN: usize = 512;
+
+/// The byte range of the password (its quotes' inside) of a call quoted in free text whose
+/// name starts at `at`, when the call's function takes one by position (`PASSWORD_ARGUMENTS`:
+/// `login("bob", "pw")`, `smtp.login('bob', 'pw')`, `ftplib.FTP(h, u, "pw")`) and that
+/// argument is a quoted string; a name, a call or a keyword argument there is none (it names
+/// a value given elsewhere). Arguments split at commas outside quotes and brackets; reads at
+/// most `MAX_ARGUMENTS_SCAN` bytes of them (docs/capture.md, Secrets).
+fn password_argument_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    if at > 0 && is_name_byte(bytes[at - 1]) {
+        return None;
+    }
+    let name_end = at
+        + bytes[at..]
+            .iter()
+            .take(MAX_VALUE_NAME + 1)
+            .position(|&b| !is_name_byte(b))?;
+    if bytes.get(name_end) != Some(&b'(') {
+        return None;
+    }
+    let name = &bytes[at..name_end];
+    let function = name.rsplit(|&b| b == b'.').next()?;
+    let &(_, index) = PASSWORD_ARGUMENTS
+        .iter()
+        .find(|(f, _)| f.as_bytes() == function)?;
+    let limit = bytes.len().min(name_end + 1 + MAX_ARGUMENTS_SCAN);
+    let (mut i, mut argument, mut depth) = (name_end + 1, 0usize, 0usize);
+    let mut argument_start = i;
+    while i < limit {
+        match bytes[i] {
+            q @ (b'"' | b'\'') => {
+                let start = i + 1;
+                let mut end = start;
+                while end < limit && bytes[end] != q {
+                    end += if bytes[end] == b'\\' { 2 } else { 1 };
+                }
+                if end >= limit {
+                    return None;
+                }
+                let whole = bytes[argument_start..i].iter().all(u8::is_ascii_whitespace);
+                if depth == 0 && argument == index && whole {
+                    let closes = bytes[end + 1..limit]
+                        .iter()
+                        .find(|b| !b.is_ascii_whitespace())
+                        .is_some_and(|&b| matches!(b, b',' | b')'));
+                    return (closes && end > start).then_some((start, end));
+                }
+                i = end + 1;
+                continue;
+            }
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' if depth == 0 => return None,
+            b')' | b']' | b'}' => depth -= 1,
+            b',' if depth == 0 => {
+                argument += 1;
+                argument_start = i + 1;
+                if argument > index {
+                    return None;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
 /// The longest name `opens_a_secret_value` reads.
 const MAX_VALUE_NAME: usize = 64;
 
@@ -941,6 +1023,13 @@ fn redact(
         let entry = if escaped { i + 1 } else { i };
         if fields && entry_starts(bytes, entry) {
             if let Some((from, to)) = password_file_entry_at(bytes, entry) {
+                ranges.push((from, to));
+                i = to;
+                continue;
+            }
+        }
+        if fields && is_name_byte(bytes[i]) {
+            if let Some((from, to)) = password_argument_at(bytes, i) {
                 ranges.push((from, to));
                 i = to;
                 continue;
