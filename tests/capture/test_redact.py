@@ -796,3 +796,33 @@ def test_a_login_call_in_free_text_without_a_literal_password_is_kept() -> None:
         prepared = prepare_captures([("mcp.x()", "python", [text])])[0]
         assert not isinstance(prepared, Exception)
         assert prepared[1] == [text], text
+
+
+def test_a_netrc_entry_is_read_in_its_grammar_and_prose_about_machines_is_kept() -> None:
+    """A `.netrc` password is the word after `password` in an entry written in `.netrc`'s
+    grammar (`machine NAME` or `default`, then `login`/`account`/`port` pairs); prose holding
+    the words `machine` and `password` within 256 bytes is no entry (docs/capture.md,
+    Secrets)."""
+    secret = "hunter2corral"
+    entries = [
+        f"machine h login bob password {secret}",
+        f"machine api.github.com\n  login bob\n  account ops\n  password {secret}\n",
+        json.dumps({"content": f"machine h\nlogin bob\npassword {secret}\n"}),
+        f"default login bob password {secret}",
+    ]
+    prose = [
+        "the machine learning model asked for a password reset link",
+        "Train the machine learning model, then send the password reset email",
+        "machine h is down; by default the password policy applies",
+    ]
+    prepared = prepare_captures([("mcp.x()", "python", entries + prose)])[0]
+    assert not isinstance(prepared, Exception)
+    texts = prepared[1]
+    for entry, text in zip(entries, texts, strict=False):
+        assert secret not in text, entry
+        assert "[REDACTED]" in text, entry
+    assert texts[len(entries) :] == prose
+    for text in prose:
+        code = f"await mcp.notify({{note: {json.dumps(text)}}})"
+        result = _core.normalize(code, "javascript")
+        assert not any(p.secret for p in result.params), text

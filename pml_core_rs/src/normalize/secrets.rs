@@ -180,9 +180,59 @@ fn is_entry_byte(b: u8) -> bool {
 /// How far before a `.netrc` entry's `password` its `machine` or `default` may be.
 const NETRC_WINDOW: usize = 256;
 
+/// The keys of a `.netrc` entry that take a value, `password` aside.
+const NETRC_KEYS: &[&[u8]] = &[b"login", b"account", b"port"];
+
+/// Whether a `.netrc` entry starts at `start` and runs in its grammar to the word at `at` (a
+/// `password`): `machine NAME` or `default`, then `KEY VALUE` pairs (`NETRC_KEYS`), each word
+/// after blanks (escaped ones too: `\n`), the last one ending right before `at`. Prose that
+/// merely holds the words (`the machine learning model ... password reset`) is none. Reads at
+/// most the bytes between `start` and `at`.
+fn netrc_entry_reaches(bytes: &[u8], start: usize, at: usize) -> bool {
+    let word_end = |i: usize| {
+        i + bytes[i..at]
+            .iter()
+            .position(|&b| !is_entry_byte(b))
+            .unwrap_or(at - i)
+    };
+    let next = |i: usize| {
+        let blanks = blanks_at(&bytes[i..at]);
+        (blanks > 0).then_some(i + blanks)
+    };
+    let first = &bytes[start..word_end(start)];
+    let mut i = start + first.len();
+    if first == b"machine" {
+        let Some(host) = next(i) else { return false };
+        i = word_end(host);
+        if i == host {
+            return false;
+        }
+    } else if first != b"default" {
+        return false;
+    }
+    loop {
+        let Some(key) = next(i) else { return false };
+        if key == at {
+            return true;
+        }
+        let key_end = word_end(key);
+        if !NETRC_KEYS.contains(&&bytes[key..key_end]) {
+            return false;
+        }
+        let Some(value) = next(key_end) else {
+            return false;
+        };
+        i = word_end(value);
+        if i == value {
+            return false;
+        }
+    }
+}
+
 /// The byte range of the password of a credentials file's entry starting at `at` (the start
-/// of a word): a `.netrc` entry's, the word after `password` when `machine` or `default`
-/// starts a word within `NETRC_WINDOW` bytes before it (`machine h login bob password pw`),
+/// of a word): a `.netrc` entry's, the word after `password` when an entry in `.netrc`'s
+/// grammar starting within `NETRC_WINDOW` bytes before it runs up to it
+/// (`netrc_entry_reaches`: `machine h login bob password pw`),
 /// or a `.pgpass` line's, the last of five `:`-separated fields whose second is a port or `*`
 /// (`db.internal:5432:app:bob:pw`). Constant cost but for the value scanned
 /// (docs/capture.md, Secrets).
@@ -201,14 +251,9 @@ fn password_file_entry_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
                 .iter()
                 .position(|&b| !is_entry_byte(b))
                 .unwrap_or(bytes.len() - start);
-        let before = &bytes[at.saturating_sub(NETRC_WINDOW)..at];
-        let entry = [&b"machine"[..], &b"default"[..]].iter().any(|key| {
-            before.windows(key.len() + 1).enumerate().any(|(k, w)| {
-                w.starts_with(key)
-                    && (w[key.len()].is_ascii_whitespace() || w[key.len()] == b'\\')
-                    && (k == 0 || entry_starts(before, k))
-            })
-        });
+        let from = at.saturating_sub(NETRC_WINDOW);
+        let entry = (from..at)
+            .any(|k| (k == 0 || entry_starts(bytes, k)) && netrc_entry_reaches(bytes, k, at));
         return (blanks > 0 && value_end > start && entry).then_some((start, value_end));
     }
     // `.pgpass`: host:port:database:user:password (`\:` escapes a colon)
