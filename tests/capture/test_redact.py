@@ -826,3 +826,64 @@ def test_a_netrc_entry_is_read_in_its_grammar_and_prose_about_machines_is_kept()
         code = f"await mcp.notify({{note: {json.dumps(text)}}})"
         result = _core.normalize(code, "javascript")
         assert not any(p.secret for p in result.params), text
+
+
+@pytest.mark.parametrize(
+    ("code", "secret"),
+    [
+        # a webhook URL's path is its credential
+        (
+            'requests.post("https://hooks.slack.com/services/T0A1B2C3D/B0A1B2C3D/{}", json=m)',
+            "hunter2corral0a1b2c3d",
+        ),
+        ('requests.post("https://discord.com/api/webhooks/1234567/{}", json=m)', "hunter2corral-x"),
+        # an Azure storage connection string's account key
+        (
+            'BlobServiceClient.from_connection_string("DefaultEndpointsProtocol=https;'
+            'AccountName=acct;AccountKey={};EndpointSuffix=core.windows.net")',
+            "hunter2corral",
+        ),
+        # a signed URL's signature (Azure SAS, S3, GCS)
+        (
+            'requests.get("https://acct.blob.core.windows.net/c/b?sv=2020-08-04&sig={}")',
+            "hunter2corral",
+        ),
+        (
+            'requests.get("https://b.s3.amazonaws.com/k?X-Amz-Signature={}&X-Amz-Date=1")',
+            "hunter2corral",
+        ),
+    ],
+)
+def test_a_webhook_an_account_key_and_a_signed_urls_signature_are_redacted(
+    code: str, secret: str
+) -> None:
+    """Credential shapes a real agent writes that no name-before-value rule caught: the
+    path of a Slack or Discord webhook URL, `AccountKey=` of an Azure connection string and
+    the signature of a signed URL are in no stored form of the code nor in a text quoting it
+    (docs/capture.md, Secrets)."""
+    written = code.replace("{}", secret)
+    prepared = prepare_captures([(written, "python", [f"ran: {written}"])])[0]
+    assert not isinstance(prepared, Exception)
+    result, texts = prepared
+    assert secret not in _stored_forms_of(result)
+    assert secret not in texts[0]
+
+
+def test_a_name_describing_a_credential_keeps_its_value() -> None:
+    """A name whose last word describes a credential rather than holding it (`token_count`,
+    `token_type`, `password_length`, `auth_method`, `auth_url`, `secret_name`) and an ARN
+    naming a secret are ordinary values; a credential-shaped value under such a name is still
+    one (docs/normalization.md, Secrets)."""
+    code = (
+        'mcp.llm(prompt="hi", max_tokens=256, token_count=12, token_type="bpe",'
+        ' password_length=16, password_policy="strong", auth_method="oauth",'
+        ' auth_url="https://login.example.com/oauth2/authorize", secret_name="prod/db",'
+        ' secret_arn="arn:aws:secretsmanager:us-east-1:123:secret:prod")'
+    )
+    result = _core.normalize(code, "python")
+    assert result.parse_ok
+    assert [p.name for p in result.params if p.secret] == []
+    assert "[REDACTED]" not in result.redacted_code
+    token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    result = _core.normalize(f'mcp.q(token_type="{token}")', "python")
+    assert [p.secret for p in result.params] == [True]

@@ -23,6 +23,8 @@ const SECRET_WORDS: &[&[&str]] = &[
     &["ACCESS", "KEY"],
     &["API", "KEY"],
     &["SECRET", "KEY"],
+    // an Azure storage connection string's `AccountKey=`
+    &["ACCOUNT", "KEY"],
     &["SIGNING", "KEY"],
     &["CLIENT", "SECRET"],
     // openssl's password sources: `-passin pass:...`, `-passout pass:...`
@@ -93,9 +95,15 @@ pub fn is_secret_name(upper_snake: &str) -> bool {
 }
 
 /// Last words of a name that say its value is where a credential is kept, not the credential
-/// (`PASSWORD_FILE`, `TOKEN_PATH`, `--secret-file`): a path is no secret
+/// (`PASSWORD_FILE`, `TOKEN_PATH`, `--secret-file`): a path is no secret; or what describes
+/// one, not the credential (`TOKEN_COUNT`, `TOKEN_TYPE`, `PASSWORD_LENGTH`, `PASSWORD_POLICY`,
+/// `AUTH_METHOD`, `AUTH_URL`, `SECRET_NAME`, `SECRET_ARN`): its value is a parameter named as
+/// any other, flagged only when the value itself is one by the value rules
 /// (docs/normalization.md, Secrets).
-const PATH_WORDS: &[&str] = &["FILE", "FILENAME", "PATH", "DIR"];
+const PATH_WORDS: &[&str] = &[
+    "FILE", "FILENAME", "PATH", "DIR", "COUNT", "LENGTH", "LEN", "LIMIT", "TYPE", "KIND", "METHOD",
+    "URL", "URI", "ENDPOINT", "NAME", "ARN", "POLICY", "TTL", "VERSION", "FORMAT",
+];
 
 /// Whether a name's last word is one of `PATH_WORDS`.
 pub fn names_a_path(upper_snake: &str) -> bool {
@@ -104,6 +112,19 @@ pub fn names_a_path(upper_snake: &str) -> bool {
         .find(|w| !w.is_empty())
         .is_some_and(|last| PATH_WORDS.contains(&last))
 }
+
+/// Last words of a query parameter's name that name a credential there only: the signature of
+/// a signed URL (an Azure SAS's `sig`, S3's `X-Amz-Signature`, GCS's `X-Goog-Signature`),
+/// which grants access as a token does (`secret_query_value_at`; docs/capture.md, Secrets).
+const QUERY_SECRET_WORDS: &[&str] = &["SIG", "SIGNATURE"];
+
+/// Hosts and paths of webhook URLs whose path is their credential: anyone holding the URL may
+/// post (`is_credential_shaped`).
+const WEBHOOK_URLS: &[&str] = &[
+    "hooks.slack.com/services/",
+    "discord.com/api/webhooks/",
+    "discordapp.com/api/webhooks/",
+];
 
 /// Whether a name holds a credential's words (`SECRET_WORDS`, `SECRET_ENDINGS`), its path's
 /// too (`PASSWORD_FILE`).
@@ -289,7 +310,7 @@ fn password_file_entry_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
 /// rules that never match ordinary code (unlike the entropy rule, which a long camelCase name
 /// with a digit can pass).
 fn is_credential_shaped(value: &str) -> bool {
-    if url_userinfo(value).is_some() || has_secret_query(value) {
+    if url_userinfo(value).is_some() || has_secret_query(value) || is_webhook_url(value) {
         return true;
     }
     let value = value.trim();
@@ -308,6 +329,20 @@ fn is_credential_shaped(value: &str) -> bool {
             || value.starts_with("-----BEGIN");
     }
     is_jwt(value)
+}
+
+/// Whether `value` holds a webhook URL whose path is its credential (`WEBHOOK_URLS`), with at
+/// least 16 bytes of path after it.
+fn is_webhook_url(value: &str) -> bool {
+    WEBHOOK_URLS.iter().any(|url| {
+        value.match_indices(url).any(|(at, _)| {
+            value.as_bytes()[at + url.len()..]
+                .iter()
+                .take_while(|&&b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'-'))
+                .count()
+                >= 16
+        })
+    })
 }
 
 /// The shortest value `is_credential_shaped` can flag without a URL: a JWT's
@@ -534,7 +569,13 @@ fn secret_query_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     });
     // The name is ASCII by construction.
     let name = std::str::from_utf8(&bytes[name_start..eq]).ok()?;
-    (end > start && upper_snake(name).is_some_and(|n| is_secret_name(&n))).then_some((start, end))
+    let secret = |n: &str| {
+        is_secret_name(n)
+            || n.rsplit('_')
+                .next()
+                .is_some_and(|last| QUERY_SECRET_WORDS.contains(&last))
+    };
+    (end > start && upper_snake(name).is_some_and(|n| secret(&n))).then_some((start, end))
 }
 
 pub(super) fn is_name_byte(b: u8) -> bool {
@@ -625,7 +666,9 @@ fn secret_field_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
 fn field_at(bytes: &[u8], at: usize) -> Option<(String, usize)> {
     let quote = matches!(bytes[at], b'"' | b'\'').then_some(bytes[at]);
     let name_start = at + usize::from(quote.is_some());
-    if quote.is_none() && at > 0 && is_name_byte(bytes[at - 1]) {
+    // an unquoted name right after a `:` is a segment of an ARN or a URN
+    // (`arn:aws:secretsmanager:...:secret:prod`), no field's
+    if quote.is_none() && at > 0 && (is_name_byte(bytes[at - 1]) || bytes[at - 1] == b':') {
         return None;
     }
     let name_len = bytes[name_start..]
