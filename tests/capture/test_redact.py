@@ -887,3 +887,36 @@ def test_a_name_describing_a_credential_keeps_its_value() -> None:
     token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
     result = _core.normalize(f'mcp.q(token_type="{token}")', "python")
     assert [p.secret for p in result.params] == [True]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'requests.get(u, auth=("bob", "{}")) raised ConnectionError',
+        'HTTPBasicAuth("bob", "{}") was refused',
+        "[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = {}\n",
+        '{"content": "[prod]\\n  db_password = {}\\n"}',
+    ],
+)
+def test_a_tuple_auth_and_an_ini_line_in_free_text_lose_their_password(text: str) -> None:
+    """`auth=("bob", "...")` loses the password (it mangled the `(` and kept it), a basic
+    auth object's second argument too, and an INI or credentials file's `name = value` line
+    named as a credential its value (docs/capture.md, Secrets)."""
+    secret = "hunter2corral"
+    prepared = prepare_captures([("mcp.x()", "python", [text.replace("{}", secret)])])[0]
+    assert not isinstance(prepared, Exception)
+    (redacted,) = prepared[1]
+    assert secret not in redacted
+    assert "bob" in redacted or "_key" in redacted or "db_password" in redacted
+
+
+def test_code_quoted_in_free_text_keeps_its_computed_credentials() -> None:
+    for text in [
+        "token = None",
+        "    password = get_password()",
+        "auth=(user, pw) failed",
+        "x == token = y",
+    ]:
+        prepared = prepare_captures([("mcp.x()", "python", [text])])[0]
+        assert not isinstance(prepared, Exception)
+        assert prepared[1] == [text], text

@@ -619,6 +619,9 @@ fn secret_pair_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
             let close = bytes[start..].iter().position(|&b| b == quote)?;
             (start, start + close)
         }
+        // a user and a password (`auth=("bob", "pw")`): the second, when written there;
+        // anything else in parentheses is computed
+        Some(b'(') => quoted_argument(bytes, eq + 1, 1)?,
         _ => {
             let start = eq + 1;
             let end = word_end(bytes, start, |b| {
@@ -830,6 +833,59 @@ fn cookie_values_at(bytes: &[u8], at: usize) -> Option<(Vec<(usize, usize)>, usi
     Some((values, end))
 }
 
+/// The byte range of the value of a line `name = value` whose name, at the line's start (past
+/// blanks; after an escaped `\n` too), says it is a credential: an INI or TOML file's, a
+/// shared credentials file's (`aws_secret_access_key = ...` of `~/.aws/credentials`), an
+/// `.env` file's with blanks around `=`. The value runs to the next whitespace, quote, `;`,
+/// `#` or backslash; one with a `(` or a constant (`None`, `null`, `true`...) is code. Free text only; constant cost but the value scanned (docs/capture.md,
+/// Secrets).
+fn line_assignment_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    let mut k = at;
+    while k > 0 && matches!(bytes[k - 1], b' ' | b'\t') {
+        k -= 1;
+    }
+    let line_start = k == 0
+        || matches!(bytes[k - 1], b'\n' | b'\r')
+        || (k >= 2 && bytes[k - 2] == b'\\' && bytes[k - 1] == b'n');
+    if !line_start {
+        return None;
+    }
+    let name_len = bytes[at..]
+        .iter()
+        .take(MAX_VALUE_NAME + 1)
+        .position(|&b| !is_name_byte(b))?;
+    if name_len == 0 || name_len > MAX_VALUE_NAME {
+        return None;
+    }
+    let mut i = at + name_len;
+    i += bytes[i..].iter().take_while(|b| blank(b)).count();
+    if bytes.get(i) != Some(&b'=') || bytes.get(i + 1) == Some(&b'=') {
+        return None;
+    }
+    i += 1;
+    i += bytes[i..].iter().take_while(|b| blank(b)).count();
+    let name = upper_snake(std::str::from_utf8(&bytes[at..at + name_len]).ok()?)?;
+    if !is_secret_name(&name) {
+        return None;
+    }
+    let end = word_end(bytes, i, |b| {
+        matches!(b, b'"' | b'\'' | b'`' | b';' | b'#' | b'\\')
+    });
+    let value = &bytes[i..end];
+    // code quoted in prose (`token = None`, `password = get_password()`) holds none
+    let code = value.contains(&b'(')
+        || [
+            &b"None"[..],
+            b"null",
+            b"nil",
+            b"true",
+            b"false",
+            b"undefined",
+        ]
+        .contains(&value);
+    (end > i && !code && !is_path_value(&name, value)).then_some((i, end))
+}
+
 /// Whether `value` holds a `name=value` pair named as a credential (`password=...`).
 fn has_secret_pair(value: &str) -> bool {
     let bytes = value.as_bytes();
@@ -928,9 +984,23 @@ fn password_argument_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     }
     let name = &bytes[at..name_end];
     let function = name.rsplit(|&b| b == b'.').next()?;
-    let &(_, index) = PASSWORD_ARGUMENTS
+    let index = match PASSWORD_ARGUMENTS
         .iter()
-        .find(|(f, _)| f.as_bytes() == function)?;
+        .find(|(f, _)| f.as_bytes() == function)
+    {
+        Some(&(_, index)) => index,
+        // `HTTPBasicAuth("bob", "pw")`, `HTTPDigestAuth(...)`: a user and a password
+        None if function.ends_with(b"Auth") => 1,
+        None => return None,
+    };
+    quoted_argument(bytes, name_end, index)
+}
+
+/// The byte range (its quotes' inside) of argument `index` of the arguments opened by the `(`
+/// at `open`, when it is a quoted string whole; arguments split at commas outside quotes and
+/// brackets; reads at most `MAX_ARGUMENTS_SCAN` bytes.
+fn quoted_argument(bytes: &[u8], open: usize, index: usize) -> Option<(usize, usize)> {
+    let name_end = open;
     let limit = bytes.len().min(name_end + 1 + MAX_ARGUMENTS_SCAN);
     let (mut i, mut argument, mut depth) = (name_end + 1, 0usize, 0usize);
     let mut argument_start = i;
@@ -1118,6 +1188,13 @@ fn redact(
         }
         if fields && is_name_byte(bytes[i]) {
             if let Some((from, to)) = password_argument_at(bytes, i) {
+                ranges.push((from, to));
+                i = to;
+                continue;
+            }
+        }
+        if fields && is_name_byte(bytes[entry]) {
+            if let Some((from, to)) = line_assignment_at(bytes, entry) {
                 ranges.push((from, to));
                 i = to;
                 continue;
