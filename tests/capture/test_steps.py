@@ -476,7 +476,7 @@ def test_a_promise_a_later_clause_and_a_global_read_the_value_they_hold(
 VECTORS_UNDER_RULES = {
     1: "bbae2d46ed151a9f6d87fa4300881dc766a3e0031df89acceaba0490e83ee09e",
     2: "a8bbfefc0f9d163396b8ba97005fc2048ae218277d3b11749c0f4e19b565f8f6",
-    3: "8410b90be8a94b0d9da0a8edf8d738016adee5e384f9f2ecb07aebf9b54cd13e",
+    3: "8cd7981702e7dbc2cfe5650047e22d3a661b6463fdae4042602c858eb94e96ab",
 }
 
 
@@ -562,6 +562,25 @@ TRY_CLAUSES = [
         "r = mcp.a()\ntry:\n    x = 1\nfinally:\n    if k:\n        r = mcp.c()\nmcp.b(v=r)",
         [0, 1],
     ),
+    # `else` runs only once the body completed: what the body assigned alone
+    (
+        "python",
+        "r = mcp.a()\ntry:\n    r = mcp.c()\nexcept E:\n    pass\nelse:\n    mcp.b(v=r)",
+        [1],
+    ),
+    # ... but a `finally` after it, or a handler, may follow a raise in the body: either value
+    (
+        "python",
+        "r = mcp.a()\ntry:\n    r = mcp.c()\nexcept E:\n    pass\nelse:\n    x = 1\n"
+        "finally:\n    mcp.b(v=r)",
+        [0, 1],
+    ),
+    (
+        "python",
+        "r = mcp.a()\ntry:\n    if k:\n        r = mcp.c()\nexcept E:\n    pass\nelse:\n"
+        "    mcp.b(v=r)",
+        [0, 1],
+    ),
     # the `finally` itself may run after the body raised: it reads either value
     ("python", "r = mcp.a()\ntry:\n    r = mcp.c()\nfinally:\n    mcp.b(v=r)", [0, 1]),
 ]
@@ -572,8 +591,8 @@ def test_a_try_statement_joins_only_what_may_not_have_run(
     language: str, code: str, depends_on: list[int]
 ) -> None:
     """Past a `try`, a name holds what an assignment gave alone when it ran whenever the code
-    after does (in `finally`, or in a body no handler follows); else with what it held before
-    (docs/normalization.md, Steps)."""
+    after does (in `finally`, or in a body no handler follows), and in its `else` what the
+    body gave alone; else with what it held before (docs/normalization.md, Steps)."""
     steps = _core.normalize(code, language).steps
     assert [s.tool for s in steps][-1] == "b"
     assert list(steps[-1].depends_on) == depends_on

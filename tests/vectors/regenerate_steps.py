@@ -245,6 +245,12 @@ CASES: list[tuple[str, str, str]] = [
         'r = mcp.search(q="x")\ntry:\n    x = 1\nfinally:\n    r = mcp.retry(q="y")\nmcp.send(v=r)',
     ),
     (
+        "else_reads_what_the_body_gave",
+        "python",
+        'r = mcp.search(q="x")\ntry:\n    r = mcp.retry(q="y")\nexcept E:\n    pass\n'
+        "else:\n    mcp.send(v=r)",
+    ),
+    (
         "try_without_catch_assigns_once_done",
         "js",
         'let r = await mcp.search({q: "x"});\ntry { r = await mcp.retry({q: "y"}); } '

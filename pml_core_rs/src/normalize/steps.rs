@@ -577,6 +577,9 @@ struct Restore {
     before: usize,
     clause: (usize, usize),
     with_value: bool,
+    /// The clause after holds what the assignment gave alone: a `try`'s `else` after an
+    /// assignment in its body (`else` runs only once the body completed).
+    only_value: bool,
 }
 
 /// The branches an assignment (at `node`) is in (`Site::branches`): a function ends the
@@ -624,7 +627,14 @@ fn branches(
                 before,
                 clause: (clause.start_byte(), clause.end_byte()),
                 with_value,
+                only_value: false,
             });
+        }
+        if kind == "try_statement"
+            && found.joins.is_empty()
+            && grammar.child(*a, "body") == Some(clause)
+        {
+            found.restores.extend(else_restores(grammar, *a, clause));
         }
         if matches!(
             kind,
@@ -648,6 +658,46 @@ fn branches(
                 && try_definite(grammar, *a, clause);
             found.joins.push((a.start_byte(), a.end_byte(), definite));
         }
+    }
+    found
+}
+
+/// For an assignment in the body `body` of the `try` statement `statement`, in no branch
+/// within it: its `else` clause holds what it gave alone (the clause before `else` restores
+/// so), and a `finally` after the `else` what the name held before the body too (the body may
+/// have raised; docs/normalization.md, Steps).
+fn else_restores(grammar: &Grammar, statement: Node<'_>, body: Node<'_>) -> Vec<Restore> {
+    let mut cursor = statement.walk();
+    let clauses: Vec<Node<'_>> = statement
+        .named_children(&mut cursor)
+        .filter(|c| !c.is_extra())
+        .collect();
+    let Some(at) = clauses
+        .iter()
+        .position(|c| grammar.kind(*c) == "else_clause")
+    else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    if let Some(previous) = at.checked_sub(1).map(|p| clauses[p]) {
+        found.push(Restore {
+            before: body.start_byte(),
+            clause: (previous.start_byte(), previous.end_byte()),
+            with_value: true,
+            only_value: true,
+        });
+    }
+    if clauses
+        .get(at + 1)
+        .is_some_and(|c| grammar.kind(*c) == "finally_clause")
+    {
+        let else_clause = clauses[at];
+        found.push(Restore {
+            before: body.start_byte(),
+            clause: (else_clause.start_byte(), else_clause.end_byte()),
+            with_value: true,
+            only_value: false,
+        });
     }
     found
 }
@@ -1302,7 +1352,9 @@ impl<'a, 't> Reader<'a, 't> {
                 .take(MAX_SCOPE_SKIPS)
                 .find(|e| restore.before < e.end)
                 .map_or(Binding::Other, |e| e.binding.clone());
-            let held = if restore.with_value {
+            let held = if restore.only_value {
+                value.clone()
+            } else if restore.with_value {
                 union(&held, &value)
             } else {
                 held
@@ -1312,8 +1364,8 @@ impl<'a, 't> Reader<'a, 't> {
             let to = list.partition_point(|e| e.position <= at);
             let same = (from..to).find(|&i| list[i].restore);
             let held = match same {
-                Some(i) => union(&list[i].binding, &held),
-                None => held,
+                Some(i) if !restore.only_value => union(&list[i].binding, &held),
+                _ => held,
             };
             let held = self.counted(held);
             let list = self.bindings.entry(name).or_default();
