@@ -852,3 +852,27 @@ def test_a_credential_in_a_command_or_a_netrc_in_a_tools_arguments_reaches_no_st
     )
     client.record(record)
     assert _families_holding(server, secret) == []
+
+
+@pytest.mark.parametrize(
+    ("language", "code", "intent"),
+    [
+        ("python", 'subprocess.run(["mysql", "-u", "root", "-p{}", "db"])', "Dump the db"),
+        ("python", 'subprocess.run(["curl", "-u", "bob:{}", "https://x"])', "Fetch x"),
+        ("javascript", 'execFile("psql", ["--password={}", "-h", "db"])', "Query"),
+        ("javascript", 'spawn("sshpass", ["-p", "{}", "ssh", "deploy@h"])', "Deploy"),
+        ("python", "r = await mcp.login(user=name)", 'Log in with smtp.login("bob", "{}")'),
+    ],
+)
+def test_a_password_in_an_argv_list_or_a_quoted_login_call_reaches_no_stored_row(
+    client: PmlClient, server: RunningServer, language: str, code: str, intent: str
+) -> None:
+    """A literal list run as an argv is read as a command line, each item one word, and a
+    login call quoted in the intent keeps its positional password out: neither the pattern
+    nor the intent holds it (docs/normalization.md, Secrets)."""
+    secret = "hunter2corral"
+    record = make_record(
+        intent.replace("{}", secret), code.replace("{}", secret), language=language
+    )
+    client.record(record)
+    assert _families_holding(server, secret) == []

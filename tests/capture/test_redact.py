@@ -717,3 +717,206 @@ def test_a_password_a_command_or_a_credentials_file_takes_is_redacted(
     assert secret not in _stored_forms_of(result)
     if language == "bash" or "machine" in code or "5432" in code:
         assert secret not in texts[0]
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", 'import subprocess\nsubprocess.run(["mysql", "-u", "root", "-p{}", "db"])'),
+        ("python", 'subprocess.check_call(("curl", "-sS", "-u", "bob:{}", url))'),
+        ("python", 'subprocess.run(["sshpass", "-p", "{}", "ssh", host])'),
+        ("python", 'subprocess.run(["deploy", "--api-key", "{}", "-h", "db"])'),
+        ("javascript", 'execFile("psql", ["--password={}", "-h", "db"])'),
+        ("javascript", 'spawn("sshpass", ["-p", "{}", "ssh", "deploy@h"])'),
+        ("javascript", 'spawn("curl", ["-u", "bob:{}", "https://x"])'),
+        ("typescript", 'execFileSync("mysql", [`-p{}`, "db"])'),
+    ],
+)
+def test_a_password_in_a_literal_argv_list_is_redacted(language: str, code: str) -> None:
+    """A literal list used as an argv is read by the rules of a shell's command line, each
+    item one word: the item holding a password is a secret parameter, in no stored form of the
+    code nor in a text quoting it (docs/normalization.md, Secrets)."""
+    secret = "hunter2corral"
+    written = code.replace("{}", secret)
+    prepared = prepare_captures([(written, language, [f"ran: {written}"])])[0]
+    assert not isinstance(prepared, Exception)
+    result, texts = prepared
+    assert result.parse_ok, result.fallback_reason
+    assert secret not in _stored_forms_of(result)
+    assert secret not in texts[0]
+
+
+def test_an_argv_list_without_a_credential_keeps_its_values() -> None:
+    """Ordinary argv lists and lists of words keep every item a plain parameter."""
+    for language, code in [
+        ("python", 'subprocess.run(["git", "log", "-p", "--author", "bob", "HEAD~3"])'),
+        ("python", 'subprocess.run(["pytest", "-x", "-q", "tests/test_login.py"])'),
+        ("python", 'subprocess.run(["curl", "-u", "bob", "https://example.com"])'),
+        ("javascript", 'spawn("ls", ["-la", "/tmp/passwords"])'),
+        ("javascript", 'await mcp.q({cols: ["user", "password_hash", "token_count"]})'),
+    ]:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, (code, result.fallback_reason)
+        assert not any(p.secret for p in result.params), code
+        assert "[REDACTED]" not in result.redacted_code, code
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'then call login("bob", "{}") to get in',
+        "failed: conn.login('bob@x.com', '{}') raised SMTPAuthenticationError",
+        '# ftp = ftplib.FTP("h", "bob", "{}")',
+        'ldap: c.simple_bind_s("cn=admin,dc=x", "{}")',
+    ],
+)
+def test_a_positional_password_of_a_login_call_quoted_in_free_text_is_redacted(
+    text: str,
+) -> None:
+    """A login call quoted in prose (an intent, a tool's error, a comment) loses the string
+    at the position its function takes a password; the user stays (docs/capture.md,
+    Secrets)."""
+    secret = "hunter2corral"
+    prepared = prepare_captures([("mcp.x()", "python", [text.replace("{}", secret)])])[0]
+    assert not isinstance(prepared, Exception)
+    (redacted,) = prepared[1]
+    assert secret not in redacted
+    assert "[REDACTED]" in redacted
+    assert "bob" in redacted or "admin" in redacted
+
+
+def test_a_login_call_in_free_text_without_a_literal_password_is_kept() -> None:
+    """A name, a call or a keyword argument at the password's position is no password."""
+    for text in [
+        'smtp.login("bob", password)',
+        "m.login(user, get_password())",
+        'ftplib.FTP("h", "bob")',
+        'the login("bob") helper',
+    ]:
+        prepared = prepare_captures([("mcp.x()", "python", [text])])[0]
+        assert not isinstance(prepared, Exception)
+        assert prepared[1] == [text], text
+
+
+def test_a_netrc_entry_is_read_in_its_grammar_and_prose_about_machines_is_kept() -> None:
+    """A `.netrc` password is the word after `password` in an entry written in `.netrc`'s
+    grammar (`machine NAME` or `default`, then `login`/`account`/`port` pairs); prose holding
+    the words `machine` and `password` within 256 bytes is no entry (docs/capture.md,
+    Secrets)."""
+    secret = "hunter2corral"
+    entries = [
+        f"machine h login bob password {secret}",
+        f"machine api.github.com\n  login bob\n  account ops\n  password {secret}\n",
+        json.dumps({"content": f"machine h\nlogin bob\npassword {secret}\n"}),
+        f"default login bob password {secret}",
+    ]
+    prose = [
+        "the machine learning model asked for a password reset link",
+        "Train the machine learning model, then send the password reset email",
+        "machine h is down; by default the password policy applies",
+    ]
+    prepared = prepare_captures([("mcp.x()", "python", entries + prose)])[0]
+    assert not isinstance(prepared, Exception)
+    texts = prepared[1]
+    for entry, text in zip(entries, texts, strict=False):
+        assert secret not in text, entry
+        assert "[REDACTED]" in text, entry
+    assert texts[len(entries) :] == prose
+    for text in prose:
+        code = f"await mcp.notify({{note: {json.dumps(text)}}})"
+        result = _core.normalize(code, "javascript")
+        assert not any(p.secret for p in result.params), text
+
+
+@pytest.mark.parametrize(
+    ("code", "secret"),
+    [
+        # a webhook URL's path is its credential
+        (
+            'requests.post("https://hooks.slack.com/services/T0A1B2C3D/B0A1B2C3D/{}", json=m)',
+            "hunter2corral0a1b2c3d",
+        ),
+        ('requests.post("https://discord.com/api/webhooks/1234567/{}", json=m)', "hunter2corral-x"),
+        # an Azure storage connection string's account key
+        (
+            'BlobServiceClient.from_connection_string("DefaultEndpointsProtocol=https;'
+            'AccountName=acct;AccountKey={};EndpointSuffix=core.windows.net")',
+            "hunter2corral",
+        ),
+        # a signed URL's signature (Azure SAS, S3, GCS)
+        (
+            'requests.get("https://acct.blob.core.windows.net/c/b?sv=2020-08-04&sig={}")',
+            "hunter2corral",
+        ),
+        (
+            'requests.get("https://b.s3.amazonaws.com/k?X-Amz-Signature={}&X-Amz-Date=1")',
+            "hunter2corral",
+        ),
+    ],
+)
+def test_a_webhook_an_account_key_and_a_signed_urls_signature_are_redacted(
+    code: str, secret: str
+) -> None:
+    """Credential shapes a real agent writes that no name-before-value rule caught: the
+    path of a Slack or Discord webhook URL, `AccountKey=` of an Azure connection string and
+    the signature of a signed URL are in no stored form of the code nor in a text quoting it
+    (docs/capture.md, Secrets)."""
+    written = code.replace("{}", secret)
+    prepared = prepare_captures([(written, "python", [f"ran: {written}"])])[0]
+    assert not isinstance(prepared, Exception)
+    result, texts = prepared
+    assert secret not in _stored_forms_of(result)
+    assert secret not in texts[0]
+
+
+def test_a_name_describing_a_credential_keeps_its_value() -> None:
+    """A name whose last word describes a credential rather than holding it (`token_count`,
+    `token_type`, `password_length`, `auth_method`, `auth_url`, `secret_name`) and an ARN
+    naming a secret are ordinary values; a credential-shaped value under such a name is still
+    one (docs/normalization.md, Secrets)."""
+    code = (
+        'mcp.llm(prompt="hi", max_tokens=256, token_count=12, token_type="bpe",'
+        ' password_length=16, password_policy="strong", auth_method="oauth",'
+        ' auth_url="https://login.example.com/oauth2/authorize", secret_name="prod/db",'
+        ' secret_arn="arn:aws:secretsmanager:us-east-1:123:secret:prod")'
+    )
+    result = _core.normalize(code, "python")
+    assert result.parse_ok
+    assert [p.name for p in result.params if p.secret] == []
+    assert "[REDACTED]" not in result.redacted_code
+    token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    result = _core.normalize(f'mcp.q(token_type="{token}")', "python")
+    assert [p.secret for p in result.params] == [True]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'requests.get(u, auth=("bob", "{}")) raised ConnectionError',
+        'HTTPBasicAuth("bob", "{}") was refused',
+        "[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = {}\n",
+        '{"content": "[prod]\\n  db_password = {}\\n"}',
+    ],
+)
+def test_a_tuple_auth_and_an_ini_line_in_free_text_lose_their_password(text: str) -> None:
+    """`auth=("bob", "...")` loses the password (it mangled the `(` and kept it), a basic
+    auth object's second argument too, and an INI or credentials file's `name = value` line
+    named as a credential its value (docs/capture.md, Secrets)."""
+    secret = "hunter2corral"
+    prepared = prepare_captures([("mcp.x()", "python", [text.replace("{}", secret)])])[0]
+    assert not isinstance(prepared, Exception)
+    (redacted,) = prepared[1]
+    assert secret not in redacted
+    assert "bob" in redacted or "_key" in redacted or "db_password" in redacted
+
+
+def test_code_quoted_in_free_text_keeps_its_computed_credentials() -> None:
+    for text in [
+        "token = None",
+        "    password = get_password()",
+        "auth=(user, pw) failed",
+        "x == token = y",
+    ]:
+        prepared = prepare_captures([("mcp.x()", "python", [text])])[0]
+        assert not isinstance(prepared, Exception)
+        assert prepared[1] == [text], text

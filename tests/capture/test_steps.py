@@ -476,6 +476,7 @@ def test_a_promise_a_later_clause_and_a_global_read_the_value_they_hold(
 VECTORS_UNDER_RULES = {
     1: "bbae2d46ed151a9f6d87fa4300881dc766a3e0031df89acceaba0490e83ee09e",
     2: "a8bbfefc0f9d163396b8ba97005fc2048ae218277d3b11749c0f4e19b565f8f6",
+    3: "8cd7981702e7dbc2cfe5650047e22d3a661b6463fdae4042602c858eb94e96ab",
 }
 
 
@@ -512,3 +513,86 @@ def test_a_name_rebound_by_with_as_reads_no_step() -> None:
     steps = _core.normalize(code, "python").steps
     assert list(steps[1].depends_on) == []
     assert steps[1].arguments[0].kind == "unknown"
+
+
+@pytest.mark.parametrize(
+    "rebinding",
+    [
+        "import r",
+        "import r.sub",
+        "import json as r",
+        "from m import r",
+        "from m import x as r, y",
+        "from . import r",
+        "del r",
+        "del q, r",
+    ],
+)
+def test_a_name_rebound_by_import_or_unbound_by_del_reads_no_step(rebinding: str) -> None:
+    """`import`, `from ... import` and `del` rebind `r`: a later use no longer reads step a
+    (a false edge before; docs/normalization.md, Steps)."""
+    code = f"r = mcp.a()\nq = 1\n{rebinding}\nmcp.b(v=r)"
+    steps = _core.normalize(code, "python").steps
+    assert [s.tool for s in steps] == ["a", "b"]
+    assert list(steps[1].depends_on) == []
+    # importing another name, or deleting one, leaves `r` as it was
+    other = rebinding.replace(" r", " other").replace("r.sub", "other.sub")
+    steps = _core.normalize(f"r = mcp.a()\nq = 1\n{other}\nmcp.b(v=r)", "python").steps
+    assert list(steps[1].depends_on) == [0]
+
+
+TRY_CLAUSES = [
+    # `finally` always runs: what it assigns is what the name holds after the statement
+    ("python", "r = mcp.a()\ntry:\n    x = 1\nfinally:\n    r = mcp.c()\nmcp.b(v=r)", [1]),
+    (
+        "python",
+        "r = mcp.a()\ntry:\n    x = 1\nexcept E:\n    pass\nfinally:\n    r = 2\nmcp.b(v=r)",
+        [],
+    ),
+    # no handler: the code after runs only when the body completed
+    ("python", "r = mcp.a()\ntry:\n    r = mcp.c()\nfinally:\n    x = 1\nmcp.b(v=r)", [1]),
+    ("javascript", "let r = mcp.a();\ntry { r = mcp.c(); } finally { f(); }\nmcp.b({v: r});", [1]),
+    ("javascript", "let r = mcp.a();\ntry { f(); } finally { r = mcp.c(); }\nmcp.b({v: r});", [1]),
+    # a handler may end an exception in the body: either value
+    ("python", "r = mcp.a()\ntry:\n    r = mcp.c()\nexcept E:\n    pass\nmcp.b(v=r)", [0, 1]),
+    ("javascript", "let r = mcp.a();\ntry { r = mcp.c(); } catch (e) {}\nmcp.b({v: r});", [0, 1]),
+    # inside a branch of the `finally`, the assignment may not run
+    (
+        "python",
+        "r = mcp.a()\ntry:\n    x = 1\nfinally:\n    if k:\n        r = mcp.c()\nmcp.b(v=r)",
+        [0, 1],
+    ),
+    # `else` runs only once the body completed: what the body assigned alone
+    (
+        "python",
+        "r = mcp.a()\ntry:\n    r = mcp.c()\nexcept E:\n    pass\nelse:\n    mcp.b(v=r)",
+        [1],
+    ),
+    # ... but a `finally` after it, or a handler, may follow a raise in the body: either value
+    (
+        "python",
+        "r = mcp.a()\ntry:\n    r = mcp.c()\nexcept E:\n    pass\nelse:\n    x = 1\n"
+        "finally:\n    mcp.b(v=r)",
+        [0, 1],
+    ),
+    (
+        "python",
+        "r = mcp.a()\ntry:\n    if k:\n        r = mcp.c()\nexcept E:\n    pass\nelse:\n"
+        "    mcp.b(v=r)",
+        [0, 1],
+    ),
+    # the `finally` itself may run after the body raised: it reads either value
+    ("python", "r = mcp.a()\ntry:\n    r = mcp.c()\nfinally:\n    mcp.b(v=r)", [0, 1]),
+]
+
+
+@pytest.mark.parametrize(("language", "code", "depends_on"), TRY_CLAUSES)
+def test_a_try_statement_joins_only_what_may_not_have_run(
+    language: str, code: str, depends_on: list[int]
+) -> None:
+    """Past a `try`, a name holds what an assignment gave alone when it ran whenever the code
+    after does (in `finally`, or in a body no handler follows), and in its `else` what the
+    body gave alone; else with what it held before (docs/normalization.md, Steps)."""
+    steps = _core.normalize(code, language).steps
+    assert [s.tool for s in steps][-1] == "b"
+    assert list(steps[-1].depends_on) == depends_on

@@ -229,6 +229,33 @@ CASES: list[tuple[str, str, str]] = [
         "python",
         'r = None\ndef load():\n    global r\n    r = mcp.search(q="x")\nload()\nmcp.send(v=r)',
     ),
+    (
+        "import_rebinds_a_name",
+        "python",
+        'r = mcp.search(q="x")\nfrom json import loads as r\nmcp.send(v=r)',
+    ),
+    (
+        "del_unbinds_a_name",
+        "python",
+        'r = mcp.search(q="x")\ndel r\nmcp.send(v=r)',
+    ),
+    (
+        "finally_always_assigns",
+        "python",
+        'r = mcp.search(q="x")\ntry:\n    x = 1\nfinally:\n    r = mcp.retry(q="y")\nmcp.send(v=r)',
+    ),
+    (
+        "else_reads_what_the_body_gave",
+        "python",
+        'r = mcp.search(q="x")\ntry:\n    r = mcp.retry(q="y")\nexcept E:\n    pass\n'
+        "else:\n    mcp.send(v=r)",
+    ),
+    (
+        "try_without_catch_assigns_once_done",
+        "js",
+        'let r = await mcp.search({q: "x"});\ntry { r = await mcp.retry({q: "y"}); } '
+        "finally { done(); }\nawait mcp.send({v: r});",
+    ),
 ]
 
 

@@ -656,6 +656,56 @@ pub(super) fn holds_shell_secret(value: &str) -> bool {
         || !stdin_passwords(&tokens, value, false).is_empty()
 }
 
+/// The most items of a list `argv_secret_items` reads: an argv written out in code is short.
+pub(super) const MAX_ARGV_ITEMS: usize = 256;
+
+/// Which items of a literal list used as an argv (`subprocess.run(["mysql", "-pX", db])`,
+/// `spawn("sshpass", ["-p", "X", "ssh", h])`, the command first) hold a credential by the
+/// rules a shell command line is read by (`shell_secret_values`), each item one word: the
+/// decoded value of a string literal, `None` for any other item (a name, a call: computed,
+/// so no credential of its own). A word's blanks, quotes and shell operators are read as
+/// plain letters, so an item stays one word whatever it holds. Linear in the items' text
+/// (docs/normalization.md, Secrets).
+pub(super) fn argv_secret_items(items: &[Option<&str>]) -> Vec<bool> {
+    let mut line = String::new();
+    let mut spans = Vec::with_capacity(items.len());
+    for item in items {
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        let start = line.len();
+        match item {
+            Some(word) if !word.is_empty() => line.extend(word.chars().map(|c| {
+                let operator = matches!(
+                    c,
+                    ';' | '&' | '|' | '(' | ')' | '<' | '>' | '\'' | '"' | '`' | '$' | '#' | '\\'
+                );
+                if c.is_whitespace() || operator {
+                    '_'
+                } else {
+                    c
+                }
+            })),
+            Some(_) => line.push('_'),
+            None => line.push_str("$_"),
+        }
+        spans.push((start, line.len()));
+    }
+    let tokens = lex(&line, &style(None));
+    let secrets: Vec<(usize, usize)> = shell_secret_values(&tokens, &line)
+        .into_iter()
+        .filter(|s| s.secret)
+        .map(|s| (s.start, s.end))
+        .collect();
+    spans
+        .iter()
+        .zip(items)
+        .map(|(&(start, end), item)| {
+            item.is_some() && secrets.iter().any(|&(s, e)| s < end && start < e)
+        })
+        .collect()
+}
+
 /// The byte ranges of the credentials free text writes as a shell writes them, in order and
 /// apart: a command line quoted in an argument's value or a tool's error (`mysql -u bob
 /// -pSECRET db`, `curl -u bob:SECRET https://h`, `sshpass -p SECRET ssh h`, `--password

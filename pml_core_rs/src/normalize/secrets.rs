@@ -23,6 +23,8 @@ const SECRET_WORDS: &[&[&str]] = &[
     &["ACCESS", "KEY"],
     &["API", "KEY"],
     &["SECRET", "KEY"],
+    // an Azure storage connection string's `AccountKey=`
+    &["ACCOUNT", "KEY"],
     &["SIGNING", "KEY"],
     &["CLIENT", "SECRET"],
     // openssl's password sources: `-passin pass:...`, `-passout pass:...`
@@ -71,6 +73,20 @@ const TOKEN_PREFIXES: &[(&str, usize)] = &[
     ("-----BEGIN", 30),
 ];
 
+/// Functions that take a password by position, and its index among the arguments: the login
+/// calls of Python's standard library (`smtplib`, `imaplib`, `ftplib`, `poplib`), LDAP's
+/// simple bind, and `ftplib.FTP(host, user, passwd)` (docs/normalization.md, Secrets). A
+/// keyword argument is named already (`login(user=u, password="...")`). Code's parser reads
+/// them (`tree.rs`); free text quoting such a call too (`password_argument_at`).
+pub const PASSWORD_ARGUMENTS: &[(&str, usize)] = &[
+    ("login", 1),
+    ("simple_bind", 1),
+    ("simple_bind_s", 1),
+    ("pass_", 0),
+    ("FTP", 2),
+    ("FTP_TLS", 2),
+];
+
 /// Whether a context name (already UPPER_SNAKE, without `$`) says its value is a credential:
 /// `password`, `apiKey`, `auth_token`, `client_secret`... but not `max_tokens` or `author`,
 /// nor a credential's path (`names_a_path`: `password_file`, `--token-file`).
@@ -79,9 +95,15 @@ pub fn is_secret_name(upper_snake: &str) -> bool {
 }
 
 /// Last words of a name that say its value is where a credential is kept, not the credential
-/// (`PASSWORD_FILE`, `TOKEN_PATH`, `--secret-file`): a path is no secret
+/// (`PASSWORD_FILE`, `TOKEN_PATH`, `--secret-file`): a path is no secret; or what describes
+/// one, not the credential (`TOKEN_COUNT`, `TOKEN_TYPE`, `PASSWORD_LENGTH`, `PASSWORD_POLICY`,
+/// `AUTH_METHOD`, `AUTH_URL`, `SECRET_NAME`, `SECRET_ARN`): its value is a parameter named as
+/// any other, flagged only when the value itself is one by the value rules
 /// (docs/normalization.md, Secrets).
-const PATH_WORDS: &[&str] = &["FILE", "FILENAME", "PATH", "DIR"];
+const PATH_WORDS: &[&str] = &[
+    "FILE", "FILENAME", "PATH", "DIR", "COUNT", "LENGTH", "LEN", "LIMIT", "TYPE", "KIND", "METHOD",
+    "URL", "URI", "ENDPOINT", "NAME", "ARN", "POLICY", "TTL", "VERSION", "FORMAT",
+];
 
 /// Whether a name's last word is one of `PATH_WORDS`.
 pub fn names_a_path(upper_snake: &str) -> bool {
@@ -90,6 +112,19 @@ pub fn names_a_path(upper_snake: &str) -> bool {
         .find(|w| !w.is_empty())
         .is_some_and(|last| PATH_WORDS.contains(&last))
 }
+
+/// Last words of a query parameter's name that name a credential there only: the signature of
+/// a signed URL (an Azure SAS's `sig`, S3's `X-Amz-Signature`, GCS's `X-Goog-Signature`),
+/// which grants access as a token does (`secret_query_value_at`; docs/capture.md, Secrets).
+const QUERY_SECRET_WORDS: &[&str] = &["SIG", "SIGNATURE"];
+
+/// Hosts and paths of webhook URLs whose path is their credential: anyone holding the URL may
+/// post (`is_credential_shaped`).
+const WEBHOOK_URLS: &[&str] = &[
+    "hooks.slack.com/services/",
+    "discord.com/api/webhooks/",
+    "discordapp.com/api/webhooks/",
+];
 
 /// Whether a name holds a credential's words (`SECRET_WORDS`, `SECRET_ENDINGS`), its path's
 /// too (`PASSWORD_FILE`).
@@ -166,9 +201,59 @@ fn is_entry_byte(b: u8) -> bool {
 /// How far before a `.netrc` entry's `password` its `machine` or `default` may be.
 const NETRC_WINDOW: usize = 256;
 
+/// The keys of a `.netrc` entry that take a value, `password` aside.
+const NETRC_KEYS: &[&[u8]] = &[b"login", b"account", b"port"];
+
+/// Whether a `.netrc` entry starts at `start` and runs in its grammar to the word at `at` (a
+/// `password`): `machine NAME` or `default`, then `KEY VALUE` pairs (`NETRC_KEYS`), each word
+/// after blanks (escaped ones too: `\n`), the last one ending right before `at`. Prose that
+/// merely holds the words (`the machine learning model ... password reset`) is none. Reads at
+/// most the bytes between `start` and `at`.
+fn netrc_entry_reaches(bytes: &[u8], start: usize, at: usize) -> bool {
+    let word_end = |i: usize| {
+        i + bytes[i..at]
+            .iter()
+            .position(|&b| !is_entry_byte(b))
+            .unwrap_or(at - i)
+    };
+    let next = |i: usize| {
+        let blanks = blanks_at(&bytes[i..at]);
+        (blanks > 0).then_some(i + blanks)
+    };
+    let first = &bytes[start..word_end(start)];
+    let mut i = start + first.len();
+    if first == b"machine" {
+        let Some(host) = next(i) else { return false };
+        i = word_end(host);
+        if i == host {
+            return false;
+        }
+    } else if first != b"default" {
+        return false;
+    }
+    loop {
+        let Some(key) = next(i) else { return false };
+        if key == at {
+            return true;
+        }
+        let key_end = word_end(key);
+        if !NETRC_KEYS.contains(&&bytes[key..key_end]) {
+            return false;
+        }
+        let Some(value) = next(key_end) else {
+            return false;
+        };
+        i = word_end(value);
+        if i == value {
+            return false;
+        }
+    }
+}
+
 /// The byte range of the password of a credentials file's entry starting at `at` (the start
-/// of a word): a `.netrc` entry's, the word after `password` when `machine` or `default`
-/// starts a word within `NETRC_WINDOW` bytes before it (`machine h login bob password pw`),
+/// of a word): a `.netrc` entry's, the word after `password` when an entry in `.netrc`'s
+/// grammar starting within `NETRC_WINDOW` bytes before it runs up to it
+/// (`netrc_entry_reaches`: `machine h login bob password pw`),
 /// or a `.pgpass` line's, the last of five `:`-separated fields whose second is a port or `*`
 /// (`db.internal:5432:app:bob:pw`). Constant cost but for the value scanned
 /// (docs/capture.md, Secrets).
@@ -187,14 +272,9 @@ fn password_file_entry_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
                 .iter()
                 .position(|&b| !is_entry_byte(b))
                 .unwrap_or(bytes.len() - start);
-        let before = &bytes[at.saturating_sub(NETRC_WINDOW)..at];
-        let entry = [&b"machine"[..], &b"default"[..]].iter().any(|key| {
-            before.windows(key.len() + 1).enumerate().any(|(k, w)| {
-                w.starts_with(key)
-                    && (w[key.len()].is_ascii_whitespace() || w[key.len()] == b'\\')
-                    && (k == 0 || entry_starts(before, k))
-            })
-        });
+        let from = at.saturating_sub(NETRC_WINDOW);
+        let entry = (from..at)
+            .any(|k| (k == 0 || entry_starts(bytes, k)) && netrc_entry_reaches(bytes, k, at));
         return (blanks > 0 && value_end > start && entry).then_some((start, value_end));
     }
     // `.pgpass`: host:port:database:user:password (`\:` escapes a colon)
@@ -230,7 +310,7 @@ fn password_file_entry_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
 /// rules that never match ordinary code (unlike the entropy rule, which a long camelCase name
 /// with a digit can pass).
 fn is_credential_shaped(value: &str) -> bool {
-    if url_userinfo(value).is_some() || has_secret_query(value) {
+    if url_userinfo(value).is_some() || has_secret_query(value) || is_webhook_url(value) {
         return true;
     }
     let value = value.trim();
@@ -249,6 +329,20 @@ fn is_credential_shaped(value: &str) -> bool {
             || value.starts_with("-----BEGIN");
     }
     is_jwt(value)
+}
+
+/// Whether `value` holds a webhook URL whose path is its credential (`WEBHOOK_URLS`), with at
+/// least 16 bytes of path after it.
+fn is_webhook_url(value: &str) -> bool {
+    WEBHOOK_URLS.iter().any(|url| {
+        value.match_indices(url).any(|(at, _)| {
+            value.as_bytes()[at + url.len()..]
+                .iter()
+                .take_while(|&&b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'-'))
+                .count()
+                >= 16
+        })
+    })
 }
 
 /// The shortest value `is_credential_shaped` can flag without a URL: a JWT's
@@ -478,7 +572,13 @@ fn secret_query_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     }
     // The name is ASCII by construction; read before the value, whose end may be far.
     let name = std::str::from_utf8(&bytes[name_start..eq]).ok()?;
-    if !upper_snake(name).is_some_and(|n| is_secret_name(&n)) {
+    let secret = |n: &str| {
+        is_secret_name(n)
+            || n.rsplit('_')
+                .next()
+                .is_some_and(|last| QUERY_SECRET_WORDS.contains(&last))
+    };
+    if !upper_snake(name).is_some_and(|n| secret(&n)) {
         return None;
     }
     let start = eq + 1;
@@ -543,6 +643,9 @@ fn secret_pair_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
             let close = bytes[start..].iter().position(|&b| b == quote)?;
             (start, start + close)
         }
+        // a user and a password (`auth=("bob", "pw")`): the second, when written there;
+        // anything else in parentheses is computed
+        Some(b'(') => quoted_argument(bytes, eq + 1, 1)?,
         _ => {
             let start = eq + 1;
             let end = word_end(bytes, start, |b| {
@@ -590,7 +693,9 @@ fn secret_field_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
 fn field_at(bytes: &[u8], at: usize) -> Option<(String, usize)> {
     let quote = matches!(bytes[at], b'"' | b'\'').then_some(bytes[at]);
     let name_start = at + usize::from(quote.is_some());
-    if quote.is_none() && at > 0 && is_name_byte(bytes[at - 1]) {
+    // an unquoted name right after a `:` is a segment of an ARN or a URN
+    // (`arn:aws:secretsmanager:...:secret:prod`), no field's
+    if quote.is_none() && at > 0 && (is_name_byte(bytes[at - 1]) || bytes[at - 1] == b':') {
         return None;
     }
     let name_len = bytes[name_start..]
@@ -752,6 +857,59 @@ fn cookie_values_at(bytes: &[u8], at: usize) -> Option<(Vec<(usize, usize)>, usi
     Some((values, end))
 }
 
+/// The byte range of the value of a line `name = value` whose name, at the line's start (past
+/// blanks; after an escaped `\n` too), says it is a credential: an INI or TOML file's, a
+/// shared credentials file's (`aws_secret_access_key = ...` of `~/.aws/credentials`), an
+/// `.env` file's with blanks around `=`. The value runs to the next whitespace, quote, `;`,
+/// `#` or backslash; one with a `(` or a constant (`None`, `null`, `true`...) is code. Free text only; constant cost but the value scanned (docs/capture.md,
+/// Secrets).
+fn line_assignment_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    let mut k = at;
+    while k > 0 && matches!(bytes[k - 1], b' ' | b'\t') {
+        k -= 1;
+    }
+    let line_start = k == 0
+        || matches!(bytes[k - 1], b'\n' | b'\r')
+        || (k >= 2 && bytes[k - 2] == b'\\' && bytes[k - 1] == b'n');
+    if !line_start {
+        return None;
+    }
+    let name_len = bytes[at..]
+        .iter()
+        .take(MAX_VALUE_NAME + 1)
+        .position(|&b| !is_name_byte(b))?;
+    if name_len == 0 || name_len > MAX_VALUE_NAME {
+        return None;
+    }
+    let mut i = at + name_len;
+    i += bytes[i..].iter().take_while(|b| blank(b)).count();
+    if bytes.get(i) != Some(&b'=') || bytes.get(i + 1) == Some(&b'=') {
+        return None;
+    }
+    i += 1;
+    i += bytes[i..].iter().take_while(|b| blank(b)).count();
+    let name = upper_snake(std::str::from_utf8(&bytes[at..at + name_len]).ok()?)?;
+    if !is_secret_name(&name) {
+        return None;
+    }
+    let end = word_end(bytes, i, |b| {
+        matches!(b, b'"' | b'\'' | b'`' | b';' | b'#' | b'\\')
+    });
+    let value = &bytes[i..end];
+    // code quoted in prose (`token = None`, `password = get_password()`) holds none
+    let code = value.contains(&b'(')
+        || [
+            &b"None"[..],
+            b"null",
+            b"nil",
+            b"true",
+            b"false",
+            b"undefined",
+        ]
+        .contains(&value);
+    (end > i && !code && !is_path_value(&name, value)).then_some((i, end))
+}
+
 /// Whether `value` holds a `name=value` pair named as a credential (`password=...`).
 fn has_secret_pair(value: &str) -> bool {
     let bytes = value.as_bytes();
@@ -825,6 +983,88 @@ pub fn opens_a_secret_value(text: &str) -> bool {
     name_len > 0
         && name_len <= MAX_VALUE_NAME
         && upper_snake(name).is_some_and(|n| is_secret_name(&n))
+}
+
+/// The most bytes of a call's arguments `password_argument_at` reads in free text.
+const MAX_ARGUMENTS_SCAN: usize = 512;
+
+/// The byte range of the password (its quotes' inside) of a call quoted in free text whose
+/// name starts at `at`, when the call's function takes one by position (`PASSWORD_ARGUMENTS`:
+/// `login("bob", "pw")`, `smtp.login('bob', 'pw')`, `ftplib.FTP(h, u, "pw")`) and that
+/// argument is a quoted string; a name, a call or a keyword argument there is none (it names
+/// a value given elsewhere). Arguments split at commas outside quotes and brackets; reads at
+/// most `MAX_ARGUMENTS_SCAN` bytes of them (docs/capture.md, Secrets).
+fn password_argument_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    if at > 0 && is_name_byte(bytes[at - 1]) {
+        return None;
+    }
+    let name_end = at
+        + bytes[at..]
+            .iter()
+            .take(MAX_VALUE_NAME + 1)
+            .position(|&b| !is_name_byte(b))?;
+    if bytes.get(name_end) != Some(&b'(') {
+        return None;
+    }
+    let name = &bytes[at..name_end];
+    let function = name.rsplit(|&b| b == b'.').next()?;
+    let index = match PASSWORD_ARGUMENTS
+        .iter()
+        .find(|(f, _)| f.as_bytes() == function)
+    {
+        Some(&(_, index)) => index,
+        // `HTTPBasicAuth("bob", "pw")`, `HTTPDigestAuth(...)`: a user and a password
+        None if function.ends_with(b"Auth") => 1,
+        None => return None,
+    };
+    quoted_argument(bytes, name_end, index)
+}
+
+/// The byte range (its quotes' inside) of argument `index` of the arguments opened by the `(`
+/// at `open`, when it is a quoted string whole; arguments split at commas outside quotes and
+/// brackets; reads at most `MAX_ARGUMENTS_SCAN` bytes.
+fn quoted_argument(bytes: &[u8], open: usize, index: usize) -> Option<(usize, usize)> {
+    let name_end = open;
+    let limit = bytes.len().min(name_end + 1 + MAX_ARGUMENTS_SCAN);
+    let (mut i, mut argument, mut depth) = (name_end + 1, 0usize, 0usize);
+    let mut argument_start = i;
+    while i < limit {
+        match bytes[i] {
+            q @ (b'"' | b'\'') => {
+                let start = i + 1;
+                let mut end = start;
+                while end < limit && bytes[end] != q {
+                    end += if bytes[end] == b'\\' { 2 } else { 1 };
+                }
+                if end >= limit {
+                    return None;
+                }
+                let whole = bytes[argument_start..i].iter().all(u8::is_ascii_whitespace);
+                if depth == 0 && argument == index && whole {
+                    let closes = bytes[end + 1..limit]
+                        .iter()
+                        .find(|b| !b.is_ascii_whitespace())
+                        .is_some_and(|&b| matches!(b, b',' | b')'));
+                    return (closes && end > start).then_some((start, end));
+                }
+                i = end + 1;
+                continue;
+            }
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' if depth == 0 => return None,
+            b')' | b']' | b'}' => depth -= 1,
+            b',' if depth == 0 => {
+                argument += 1;
+                argument_start = i + 1;
+                if argument > index {
+                    return None;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// The longest name `opens_a_secret_value` reads.
@@ -971,6 +1211,20 @@ fn redact(
         let entry = if escaped { i + 1 } else { i };
         if fields && entry_starts(bytes, entry) {
             if let Some((from, to)) = password_file_entry_at(bytes, entry) {
+                ranges.push((from, to));
+                i = to;
+                continue;
+            }
+        }
+        if fields && is_name_byte(bytes[i]) {
+            if let Some((from, to)) = password_argument_at(bytes, i) {
+                ranges.push((from, to));
+                i = to;
+                continue;
+            }
+        }
+        if fields && is_name_byte(bytes[entry]) {
+            if let Some((from, to)) = line_assignment_at(bytes, entry) {
                 ranges.push((from, to));
                 i = to;
                 continue;

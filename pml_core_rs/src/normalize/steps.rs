@@ -557,8 +557,9 @@ const MAX_BRANCHES: usize = 32;
 #[derive(Clone, Default)]
 pub(crate) struct Branches {
     /// (start, end) bytes of each branch: past its end the name holds what it held before the
-    /// branch or what the branch gave it.
-    joins: Vec<(usize, usize)>,
+    /// branch or what the branch gave it; only what it gave when the assignment runs whenever
+    /// the code past the branch does (the third, `definite`: `try_definite`).
+    joins: Vec<(usize, usize, bool)>,
     /// The clause after the one the assignment is in, of an `if` (`else`, `elif`), a `try`
     /// (`except`, `catch`, `finally`), a JS `switch` or a Python `match`.
     restores: Vec<Restore>,
@@ -576,6 +577,9 @@ struct Restore {
     before: usize,
     clause: (usize, usize),
     with_value: bool,
+    /// The clause after holds what the assignment gave alone: a `try`'s `else` after an
+    /// assignment in its body (`else` runs only once the body completed).
+    only_value: bool,
 }
 
 /// The branches an assignment (at `node`) is in (`Site::branches`): a function ends the
@@ -598,7 +602,7 @@ fn branches(
                     found.too_deep = true;
                     break;
                 }
-                found.joins.push((a.start_byte(), a.end_byte()));
+                found.joins.push((a.start_byte(), a.end_byte(), false));
             }
             if cross == 0 {
                 break;
@@ -623,7 +627,14 @@ fn branches(
                 before,
                 clause: (clause.start_byte(), clause.end_byte()),
                 with_value,
+                only_value: false,
             });
+        }
+        if kind == "try_statement"
+            && found.joins.is_empty()
+            && grammar.child(*a, "body") == Some(clause)
+        {
+            found.restores.extend(else_restores(grammar, *a, clause));
         }
         if matches!(
             kind,
@@ -642,10 +653,75 @@ fn branches(
                 found.too_deep = true;
                 break;
             }
-            found.joins.push((a.start_byte(), a.end_byte()));
+            let definite = kind == "try_statement"
+                && found.joins.is_empty()
+                && try_definite(grammar, *a, clause);
+            found.joins.push((a.start_byte(), a.end_byte(), definite));
         }
     }
     found
+}
+
+/// For an assignment in the body `body` of the `try` statement `statement`, in no branch
+/// within it: its `else` clause holds what it gave alone (the clause before `else` restores
+/// so), and a `finally` after the `else` what the name held before the body too (the body may
+/// have raised; docs/normalization.md, Steps).
+fn else_restores(grammar: &Grammar, statement: Node<'_>, body: Node<'_>) -> Vec<Restore> {
+    let mut cursor = statement.walk();
+    let clauses: Vec<Node<'_>> = statement
+        .named_children(&mut cursor)
+        .filter(|c| !c.is_extra())
+        .collect();
+    let Some(at) = clauses
+        .iter()
+        .position(|c| grammar.kind(*c) == "else_clause")
+    else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    if let Some(previous) = at.checked_sub(1).map(|p| clauses[p]) {
+        found.push(Restore {
+            before: body.start_byte(),
+            clause: (previous.start_byte(), previous.end_byte()),
+            with_value: true,
+            only_value: true,
+        });
+    }
+    if clauses
+        .get(at + 1)
+        .is_some_and(|c| grammar.kind(*c) == "finally_clause")
+    {
+        let else_clause = clauses[at];
+        found.push(Restore {
+            before: body.start_byte(),
+            clause: (else_clause.start_byte(), else_clause.end_byte()),
+            with_value: true,
+            only_value: false,
+        });
+    }
+    found
+}
+
+/// Whether an assignment made in `clause` of the `try` statement `statement`, in no branch
+/// within it, has run whenever the code after the statement runs: in its `finally`, which
+/// always runs, or in its body when no `except` or `catch` clause may end an exception there
+/// (the code after runs only when the body completed). Otherwise the name holds, past the
+/// statement, what it held before too (docs/normalization.md, Steps).
+fn try_definite(grammar: &Grammar, statement: Node<'_>, clause: Node<'_>) -> bool {
+    if grammar.kind(clause) == "finally_clause" {
+        return true;
+    }
+    if grammar.child(statement, "body") != Some(clause) {
+        return false;
+    }
+    let mut cursor = statement.walk();
+    let handled = statement.named_children(&mut cursor).any(|c| {
+        matches!(
+            grammar.kind(c),
+            "except_clause" | "except_group_clause" | "catch_clause"
+        )
+    });
+    !handled
 }
 
 /// Clauses that follow another in their statement: from where one starts, a name assigned in
@@ -923,6 +999,39 @@ fn binding_sites<'t>(
             "as_pattern" => {
                 if let Some(alias) = grammar.child(node, "alias") {
                     site(node.end_byte(), alias, None, How::Value, assigned(), sites);
+                }
+            }
+            // `import r`, `import a.b` (binds `a`), `import x as r`, `from m import r`, `from
+            // m import x as r`: the name is a module or what it gives, no step's output; `del
+            // r` unbinds it. Before, `r` still read the step it was bound to
+            // (docs/normalization.md, Steps).
+            "import_statement" | "import_from_statement" => {
+                let mut cursor = node.walk();
+                let names: Vec<Node<'t>> =
+                    node.children_by_field_name("name", &mut cursor).collect();
+                for name in names {
+                    let bound = match grammar.kind(name) {
+                        "aliased_import" => grammar.child(name, "alias"),
+                        "dotted_name" => name.named_child(0),
+                        _ => None,
+                    };
+                    if let Some(bound) = bound.filter(|b| grammar.kind(*b) == "identifier") {
+                        site(node.end_byte(), bound, None, How::Value, assigned(), sites);
+                    }
+                }
+            }
+            "delete_statement" => {
+                let mut cursor = node.walk();
+                let mut targets: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+                if let [list] = targets[..] {
+                    if grammar.kind(list) == "expression_list" {
+                        targets = list.named_children(&mut cursor).collect();
+                    }
+                }
+                for target in targets {
+                    if grammar.kind(target) == "identifier" {
+                        site(node.end_byte(), target, None, How::Value, assigned(), sites);
+                    }
                 }
             }
             "function_definition" => function_site(function_end(grammar, ancestors), sites),
@@ -1243,7 +1352,9 @@ impl<'a, 't> Reader<'a, 't> {
                 .take(MAX_SCOPE_SKIPS)
                 .find(|e| restore.before < e.end)
                 .map_or(Binding::Other, |e| e.binding.clone());
-            let held = if restore.with_value {
+            let held = if restore.only_value {
+                value.clone()
+            } else if restore.with_value {
                 union(&held, &value)
             } else {
                 held
@@ -1253,8 +1364,8 @@ impl<'a, 't> Reader<'a, 't> {
             let to = list.partition_point(|e| e.position <= at);
             let same = (from..to).find(|&i| list[i].restore);
             let held = match same {
-                Some(i) => union(&list[i].binding, &held),
-                None => held,
+                Some(i) if !restore.only_value => union(&list[i].binding, &held),
+                _ => held,
             };
             let held = self.counted(held);
             let list = self.bindings.entry(name).or_default();
@@ -1263,8 +1374,20 @@ impl<'a, 't> Reader<'a, 't> {
                 None => insert_entry(list, at, end, held, false, true),
             }
         }
-        for &(start, branch_end) in &branches.joins {
+        for &(start, branch_end, definite) in &branches.joins {
             if end <= branch_end {
+                continue;
+            }
+            if definite {
+                // what the branch gave, alone: the latest assignment in it is read past it
+                let value = self.counted(value.clone());
+                let list = self.bindings.entry(name).or_default();
+                let from = list.partition_point(|e| e.position < branch_end);
+                let to = list.partition_point(|e| e.position <= branch_end);
+                match (from..to).find(|&i| list[i].joined) {
+                    Some(i) => list[i].binding = value,
+                    None => insert_entry(list, branch_end, end, value, true, false),
+                }
                 continue;
             }
             let list = self.bindings.entry(name).or_default();

@@ -9,6 +9,7 @@ use tree_sitter::{Node, Tree, TreeCursor};
 
 use super::bindings;
 use super::canonical::{self, Canonical};
+use super::fallback;
 use super::grammar::Grammar;
 use super::language::Lang;
 use super::literal::{self, JsonType};
@@ -375,6 +376,9 @@ struct Walker<'a, 't> {
     string_variable: Option<(&'a str, usize)>,
     /// `joined_strings` of each joined value read so far, by node id.
     url_pieces: HashMap<usize, Option<Vec<Node<'t>>>>,
+    /// Which items of a list read as an argv hold a credential (`argv_item_secret`), by the
+    /// list's start byte: read once per list.
+    argv_items: HashMap<usize, Vec<bool>>,
 }
 
 pub fn walk<'a>(
@@ -401,6 +405,7 @@ pub fn walk<'a>(
         credential_string: None,
         string_variable: None,
         url_pieces: HashMap::new(),
+        argv_items: HashMap::new(),
     };
     let mut cursor = tree.walk();
     'outer: loop {
@@ -479,19 +484,6 @@ fn joined_strings<'t>(grammar: &Grammar, root: Node<'t>) -> Option<Vec<Node<'t>>
         }
     }
 }
-
-/// Functions that take a password by position, and its index among the arguments: the login
-/// calls of Python's standard library (`smtplib`, `imaplib`, `ftplib`, `poplib`), LDAP's
-/// simple bind, and `ftplib.FTP(host, user, passwd)` (docs/normalization.md, Secrets). A
-/// keyword argument is named already (`login(user=u, password="...")`).
-const PASSWORD_ARGUMENTS: &[(&str, usize)] = &[
-    ("login", 1),
-    ("simple_bind", 1),
-    ("simple_bind_s", 1),
-    ("pass_", 0),
-    ("FTP", 2),
-    ("FTP_TLS", 2),
-];
 
 /// Whether a piece of a string's literal text holds a credential by the value rules a plain
 /// string's value is read by (`RawParam::is_secret`).
@@ -1518,6 +1510,9 @@ impl<'t> Walker<'_, 't> {
         {
             return true;
         }
+        if matches!(kind, "array" | "list" | "tuple") && self.argv_item_secret(level, named_index) {
+            return true;
+        }
         let grammar = self.grammar;
         let namer = match (kind, field) {
             // A list of names (`["Authorization", "Content-Type"]`) is no pair: two elements.
@@ -1597,7 +1592,7 @@ impl<'t> Walker<'_, 't> {
         };
         callee.is_some_and(|callee| {
             let name = self.text(callee);
-            PASSWORD_ARGUMENTS
+            secrets::PASSWORD_ARGUMENTS
                 .iter()
                 .any(|&(f, at)| f == name && at == named_index)
         })
@@ -1729,6 +1724,76 @@ impl<'t> Walker<'_, 't> {
             .named_children(&mut self.scratch)
             .find(|c| !c.is_extra())?;
         (self.grammar.kind(first) == "string").then_some(first)
+    }
+
+    /// Whether item `named_index` of the list `frames[level - 1]` holds a credential when the
+    /// list is read as an argv, each item one word, by the rules of a shell command line
+    /// (`fallback::argv_secret_items`: `["mysql", "-pX"]`, `["curl", "-u", "bob:X", u]`). The
+    /// list given after a string literal as a call's second argument is read after it, its
+    /// command (`spawn("sshpass", ["-p", "X"])`, `execFile("psql", [...])`); any other only
+    /// when its first item is a string literal (docs/normalization.md, Secrets).
+    fn argv_item_secret(&mut self, level: usize, named_index: usize) -> bool {
+        let Some(list) = level.checked_sub(1).and_then(|at| self.frames.get(at)) else {
+            return false;
+        };
+        let (node, list_index) = (list.node, list.named_index);
+        if let Some(items) = self.argv_items.get(&node.start_byte()) {
+            return items.get(named_index).copied().unwrap_or(false);
+        }
+        let mut children: Vec<Node<'t>> = node
+            .named_children(&mut self.scratch)
+            .filter(|c| !c.is_extra())
+            .take(fallback::MAX_ARGV_ITEMS + 1)
+            .collect();
+        let command = match level.checked_sub(2).and_then(|at| self.frames.get(at)) {
+            Some(args) if matches!(args.kind, "arguments" | "argument_list") && list_index == 1 => {
+                args.node
+                    .named_children(&mut self.scratch)
+                    .find(|c| !c.is_extra())
+            }
+            _ => None,
+        };
+        let command = command.filter(|c| self.string_value(*c).is_some());
+        let prepended = command.is_some();
+        if children.len() > fallback::MAX_ARGV_ITEMS {
+            children.clear();
+        } else if let Some(command) = command {
+            children.insert(0, command);
+        } else if children
+            .first()
+            .and_then(|c| self.string_value(*c))
+            .is_none()
+        {
+            children.clear();
+        }
+        let values: Vec<Option<String>> = children.iter().map(|c| self.string_value(*c)).collect();
+        let items: Vec<Option<&str>> = values.iter().map(Option::as_deref).collect();
+        let mut secret = fallback::argv_secret_items(&items);
+        if prepended && !secret.is_empty() {
+            secret.remove(0);
+        }
+        let found = secret.get(named_index).copied().unwrap_or(false);
+        self.argv_items.insert(node.start_byte(), secret);
+        found
+    }
+
+    /// The decoded value of a string literal without interpolations, else None.
+    fn string_value(&mut self, node: Node<'t>) -> Option<String> {
+        let text = self.text(node);
+        match self.grammar.kind(node) {
+            "string" if self.lang.is_python() => {
+                if self.has_child_kind(node, "interpolation") {
+                    None
+                } else {
+                    literal::decode_py_string(text)
+                }
+            }
+            "string" => literal::decode_js_string(text),
+            "template_string" if !self.has_child_kind(node, "template_substitution") => {
+                literal::decode_js_string(text)
+            }
+            _ => None,
+        }
     }
 
     fn has_child_kind(&mut self, node: Node<'t>, kind: &str) -> bool {
