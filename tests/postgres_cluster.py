@@ -3,8 +3,10 @@ throwaway cluster; `tools/system_deps.sh` installs postgresql-15, `make test` ca
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,8 +18,9 @@ from testing.postgres_cluster import PG_BIN, PostgresCluster, available
 from tests.support import Clock, open_engine
 
 
-@pytest.fixture(scope="session")
-def postgres_cluster() -> Iterator[PostgresCluster]:
+@contextlib.contextmanager
+def _throwaway_cluster() -> Iterator[PostgresCluster]:
+    """A cluster started in a temporary directory, stopped (if it still runs) and deleted after."""
     if not available():
         pytest.fail(f"PostgreSQL binaries not found in {PG_BIN}: run tools/system_deps.sh")
     root = Path(tempfile.mkdtemp(prefix="pml-pg-"))
@@ -29,29 +32,24 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
         yield cluster
     finally:
         try:
-            cluster.stop("immediate")
+            with contextlib.suppress(subprocess.CalledProcessError):  # a test stopped it
+                cluster.stop("immediate")
         finally:
             shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    with _throwaway_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture
 def own_postgres_cluster() -> Iterator[PostgresCluster]:
     """A cluster of the test's own, for a test that stops or crashes it (the session's
     cluster is every other test's)."""
-    if not available():
-        pytest.fail(f"PostgreSQL binaries not found in {PG_BIN}: run tools/system_deps.sh")
-    root = Path(tempfile.mkdtemp(prefix="pml-pg-"))
-    os.chmod(root, 0o755)
-    cluster = PostgresCluster(root)
-    cluster.init()
-    cluster.start()
-    try:
+    with _throwaway_cluster() as cluster:
         yield cluster
-    finally:
-        try:
-            cluster.stop("immediate")
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

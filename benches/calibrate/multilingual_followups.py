@@ -24,23 +24,15 @@ import hashlib
 import json
 import random
 import sys
-import tempfile
 from collections.abc import Sequence
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from benches.bench_followups import names
 from benches.calibrate.multilingual import LANGUAGES, PROBE
-from benches.calibrate.multilingual_misses import MORE_LANGUAGES, probe_items
-from benches.harness.devset import as_record, load
-from benches.harness.fill import record_all
-from benches.harness.quality_vectors import vectors
-from pml_server.config import EngineConfig
+from benches.calibrate.multilingual_misses import MORE_LANGUAGES, filled_engine, probe_items
+from benches.harness.devset import load
 from pml_server.domain.model import SuggestContext, SuggestQuery
 from pml_server.embedding.language import is_english
-from pml_server.ranking import RankingConfig
-from pml_server.service import Engine
 
 K = 5
 SEED = 7
@@ -79,54 +71,35 @@ def measure(
         q["id"]: rng.choice([t for t in all_tools if (t,) != tools_of[q["expected_group"]]])
         for q in items
     }
-    rows = vectors("minilm", [e.intent for e in executions])
-    records = [as_record(i, e, rows[i]) for i, e in enumerate(executions)]
     out: dict[str, dict[str, list[bool]]] = {}
-    with tempfile.TemporaryDirectory(prefix="pml-mf-") as tmp:
-        config = EngineConfig(
-            data_dir=Path(tmp),
-            embedder="minilm",
-            durability="fast",
-            ranking=replace(RankingConfig(), **ranking) if ranking else None,
-        )
-        engine = Engine.open(config)
-        try:
-            assert engine.admin.wait_ready(120)
-            groups_of: dict[str, set[str]] = {}
-            done = record_all(engine, "t", len(records), records.__getitem__, threads=1)
-            for e, result in zip(executions, done, strict=True):
-                groups_of.setdefault(result.capability_id, set()).add(e.group)
-            engine.suggest("t", SuggestQuery(items[0]["fr"], k=1, plan_size=0))
-            assert engine.admin.wait_cross_lingual(900)
+    with filled_engine(ranking) as (engine, groups_of):
 
-            def first(text: str, previous: tuple[str, ...] | None) -> tuple[str, bool]:
-                context = SuggestContext(previous_tools=previous) if previous else None
-                result = engine.suggest("t", SuggestQuery(text, k=K, plan_size=0, context=context))
-                found = result.suggestions
-                cap = found[0].capability_id if found else ""
-                return cap, result.read_as_follow_up
+        def first(text: str, previous: tuple[str, ...] | None) -> tuple[str, bool]:
+            context = SuggestContext(previous_tools=previous) if previous else None
+            result = engine.suggest("t", SuggestQuery(text, k=K, plan_size=0, context=context))
+            found = result.suggestions
+            cap = found[0].capability_id if found else ""
+            return cap, result.read_as_follow_up
 
-            for language in ("en", *languages):
-                arms = out.setdefault(language, {})
-                for q in items:
-                    right = groups_of_right(groups_of, q["expected_group"])
-                    tool = tools_of[q["expected_group"]]
-                    text = follow_up(q, language)
-                    if text is not None:
-                        cap, read = first(text, tool)
-                        arms.setdefault("follow-up, with the step", []).append(cap in right)
-                        arms.setdefault("read as follow-up", []).append(read)
-                        cap, _ = first(text, None)
-                        arms.setdefault("follow-up, no context", []).append(cap in right)
-                        arms.setdefault("follow-up read as English", []).append(is_english(text))
-                    whole = q[language]
-                    cap, read = first(whole, (other[q["id"]],))
-                    arms.setdefault("whole, after another step", []).append(cap in right)
-                    arms.setdefault("whole read as follow-up", []).append(read)
-                    cap, _ = first(whole, None)
-                    arms.setdefault("whole, no context", []).append(cap in right)
-        finally:
-            engine.close()
+        for language in ("en", *languages):
+            arms = out.setdefault(language, {})
+            for q in items:
+                right = groups_of_right(groups_of, q["expected_group"])
+                tool = tools_of[q["expected_group"]]
+                text = follow_up(q, language)
+                if text is not None:
+                    cap, read = first(text, tool)
+                    arms.setdefault("follow-up, with the step", []).append(cap in right)
+                    arms.setdefault("read as follow-up", []).append(read)
+                    cap, _ = first(text, None)
+                    arms.setdefault("follow-up, no context", []).append(cap in right)
+                    arms.setdefault("follow-up read as English", []).append(is_english(text))
+                whole = q[language]
+                cap, read = first(whole, (other[q["id"]],))
+                arms.setdefault("whole, after another step", []).append(cap in right)
+                arms.setdefault("whole read as follow-up", []).append(read)
+                cap, _ = first(whole, None)
+                arms.setdefault("whole, no context", []).append(cap in right)
     return out
 
 

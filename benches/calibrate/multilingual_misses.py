@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -57,11 +58,68 @@ def served(
     """hit@1 / hit@5 per language of the probe's requests asked of a served engine;
     `ranking`: settings changed from the default ranking's (`[engine.ranking]`);
     `languages`: those asked besides English."""
-    executions, _ = load("default")
     items = probe_items()
+    out: dict[str, tuple[float, float]] = {}
+    with filled_engine(ranking) as (engine, groups_of):
+        ranks: dict[str, list[int]] = {}
+        detail: dict[str, list[str]] = {}
+        for language in ("en", *languages):
+            ranks[language] = []
+            detail[language] = []
+            for q in items:
+                found = engine.suggest(
+                    "t", SuggestQuery(q[language], k=K, plan_size=0, explain=True)
+                ).suggestions
+                rank = next(
+                    (
+                        n
+                        for n, s in enumerate(found, 1)
+                        if q["expected_group"] in groups_of.get(s.capability_id, ())
+                    ),
+                    0,
+                )
+                ranks[language].append(rank)
+                parts = []
+                for s in [*found[:1], *(found[rank - 1 : rank] if rank > 1 else [])]:
+                    sc = s.score
+                    parts.append(
+                        f"match {sc.match:.3f} sem {sc.semantic:.3f} lex {sc.lexical:.3f}"
+                        f" steps {sc.steps:.2f} total {sc.total:.3f}"
+                    )
+                detail[language].append(" | ".join(parts))
+            hit1 = sum(r == 1 for r in ranks[language]) / len(items)
+            hit5 = sum(0 < r <= 5 for r in ranks[language]) / len(items)
+            out[language] = (hit1, hit5)
+            for part in ("tune", "check"):
+                at = [r for r, q in zip(ranks[language], items, strict=True) if q["split"] == part]
+                out[f"{language} {part}"] = (
+                    sum(r == 1 for r in at) / len(at),
+                    sum(0 < r <= 5 for r in at) / len(at),
+                )
+        if show_misses:
+            for language in languages:
+                print(f"## {language}: missed (rank > 5) but found in English")
+                for n, q in enumerate(items):
+                    r, e = ranks[language][n], ranks["en"][n]
+                    if 0 < e <= 5 and not 0 < r <= 5:
+                        guess = "en" if is_english(q[language]) else "other"
+                        print(
+                            f"  {q['split']} en rank {e}, {language} rank {r or '>10'}"
+                            f" (guess {guess}): {detail[language][n]} :: {q[language][:70]}"
+                        )
+        return out
+
+
+@contextmanager
+def filled_engine(
+    ranking: dict[str, float] | None = None,
+) -> Iterator[tuple[Engine, dict[str, set[str]]]]:
+    """An in-process engine (default settings but `ranking`: MiniLM and its USE companion,
+    RocksDB, `fast` durability) holding the dev set's executions (MiniLM's vectors from the
+    bench cache), its companion filled, and the dev-set groups of each capability."""
+    executions, _ = load("default")
     rows = vectors("minilm", [e.intent for e in executions])
     records = [as_record(i, e, rows[i]) for i, e in enumerate(executions)]
-    out: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="pml-mm-") as tmp:
         config = EngineConfig(
             data_dir=Path(tmp),
@@ -77,57 +135,9 @@ def served(
             for e, result in zip(executions, done, strict=True):
                 groups_of.setdefault(result.capability_id, set()).add(e.group)
             # the first request in another language starts the companion: wait for it
-            engine.suggest("t", SuggestQuery(items[0]["fr"], k=1, plan_size=0))
+            engine.suggest("t", SuggestQuery("Trouve des restaurants à Dallas", k=1, plan_size=0))
             assert engine.admin.wait_cross_lingual(900)
-            ranks: dict[str, list[int]] = {}
-            detail: dict[str, list[str]] = {}
-            for language in ("en", *languages):
-                ranks[language] = []
-                detail[language] = []
-                for q in items:
-                    found = engine.suggest(
-                        "t", SuggestQuery(q[language], k=K, plan_size=0, explain=True)
-                    ).suggestions
-                    rank = next(
-                        (
-                            n
-                            for n, s in enumerate(found, 1)
-                            if q["expected_group"] in groups_of.get(s.capability_id, ())
-                        ),
-                        0,
-                    )
-                    ranks[language].append(rank)
-                    parts = []
-                    for s in [*found[:1], *(found[rank - 1 : rank] if rank > 1 else [])]:
-                        sc = s.score
-                        parts.append(
-                            f"match {sc.match:.3f} sem {sc.semantic:.3f} lex {sc.lexical:.3f}"
-                            f" steps {sc.steps:.2f} total {sc.total:.3f}"
-                        )
-                    detail[language].append(" | ".join(parts))
-                hit1 = sum(r == 1 for r in ranks[language]) / len(items)
-                hit5 = sum(0 < r <= 5 for r in ranks[language]) / len(items)
-                out[language] = (hit1, hit5)
-                for part in ("tune", "check"):
-                    at = [
-                        r for r, q in zip(ranks[language], items, strict=True) if q["split"] == part
-                    ]
-                    out[f"{language} {part}"] = (
-                        sum(r == 1 for r in at) / len(at),
-                        sum(0 < r <= 5 for r in at) / len(at),
-                    )
-            if show_misses:
-                for language in languages:
-                    print(f"## {language}: missed (rank > 5) but found in English")
-                    for n, q in enumerate(items):
-                        r, e = ranks[language][n], ranks["en"][n]
-                        if 0 < e <= 5 and not 0 < r <= 5:
-                            guess = "en" if is_english(q[language]) else "other"
-                            print(
-                                f"  {q['split']} en rank {e}, {language} rank {r or '>10'}"
-                                f" (guess {guess}): {detail[language][n]} :: {q[language][:70]}"
-                            )
-            return out
+            yield engine, groups_of
         finally:
             engine.close()
 

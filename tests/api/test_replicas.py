@@ -6,15 +6,12 @@ start is a clear error that names the host, never the password."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -225,27 +222,11 @@ def test_sigkill_of_a_replica_loses_no_acknowledged_write(
         assert sum(usage_by_pattern(client).values()) == sum(counted.values())
 
 
-@pytest.fixture
-def own_cluster() -> Iterator[PostgresCluster]:
-    """A cluster of its own: this test kills it."""
-    root = Path(tempfile.mkdtemp(prefix="pml-pg-restart-"))
-    os.chmod(root, 0o755)
-    cluster = PostgresCluster(root)
-    cluster.init()
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
-            cluster.stop("immediate")
-        shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.mark.slow
 def test_postgres_restarted_under_load_gives_unavailable_and_replicas_recover(
-    spawn: list[Replica], tmp_path: Path, own_cluster: PostgresCluster
+    spawn: list[Replica], tmp_path: Path, own_postgres_cluster: PostgresCluster
 ) -> None:
-    dsn = own_cluster.create_database()
+    dsn = own_postgres_cluster.create_database()
     replicas = [start(spawn, tmp_path, dsn), start(spawn, tmp_path, dsn)]
     per_writer = 60
     codes: list[grpc.StatusCode] = []
@@ -277,9 +258,9 @@ def test_postgres_restarted_under_load_gives_unavailable_and_replicas_recover(
     for thread in threads:
         thread.start()
     assert progress.wait(60)
-    own_cluster.stop("immediate")
+    own_postgres_cluster.stop("immediate")
     time.sleep(1.0)
-    own_cluster.start()
+    own_postgres_cluster.start()
     for thread in threads:
         thread.join(180)
     assert not any(thread.is_alive() for thread in threads)
