@@ -345,6 +345,22 @@ OLDER_SECRETS = [
         'x = "[REDACTED]"',
         id="template_value",
     ),
+    pytest.param(  # a password in a literal argv list (`["mysql", "-p..."]`)
+        "HUNTER2ARGVLIST",
+        'r = subprocess.run(["mysql", "-phunter2argvlist", "db"])\n'
+        "await mcp.login(user=name, out=r)",
+        14,  # the marker of the build before this rule (docs/storage.md, Migrations)
+        '["mysql", "[REDACTED]", "db"]',
+        id="argv_list",
+    ),
+    pytest.param(  # a webhook URL, whose path is its credential
+        "HUNTER2WEBHOOKXXXXXXXX",
+        'r = await mcp.notify(url="https://hooks.slack.com/services/T0000000/B0000000/'
+        'hunter2webhookxxxxxxxx")',
+        14,
+        'url="[REDACTED]"',
+        id="webhook",
+    ),
 ]
 
 
