@@ -417,7 +417,9 @@ func worthResending(refusal *status.Status) bool {
 // say (an older server) or cannot be asked (Upload then meets the same error); an error only
 // when that cannot change (tlsRefusal: the streams would meet it MaxReconnects times).
 func (c *Client) maxMessageBytes(ctx context.Context) (int, error) {
-	info, err := c.api.GetServerInfo(ctx, &pmlv1.GetServerInfoRequest{})
+	// Asked once: the upload's streams' reconnects are its retries (a retry budget spent on
+	// this ask made an upload to a server that is gone wait seconds before its first stream).
+	info, err := c.api.GetServerInfo(context.WithValue(ctx, onceKey{}, true), &pmlv1.GetServerInfoRequest{})
 	if refused := c.refused(err); refused != nil {
 		return 0, refused
 	}
@@ -494,6 +496,9 @@ func retryWait(attempt int, serverDelay time.Duration, now, retryUntil, deadline
 	return wait, true
 }
 
+// onceKey marks the context of a call of this package's own that is made once, never retried.
+type onceKey struct{}
+
 // retryInterceptor retries as Options say; refused (nil: certificateFailure) says which
 // errors no retry cures.
 func retryInterceptor(maxRetries int, budget, timeout time.Duration, refused func(error) error) grpc.UnaryClientInterceptor {
@@ -516,7 +521,7 @@ func retryInterceptor(maxRetries int, budget, timeout time.Duration, refused fun
 				return refused // no retry cures it
 			}
 			// RESOURCE_EXHAUSTED without RetryInfo is the message size limit: no wait cures it.
-			if err == nil || maxRetries < 0 || (maxRetries > 0 && attempt >= maxRetries) ||
+			if err == nil || maxRetries < 0 || (maxRetries > 0 && attempt >= maxRetries) || ctx.Value(onceKey{}) != nil ||
 				!safeToRepeat(method, req) || !worthResending(status.Convert(err)) {
 				return err
 			}

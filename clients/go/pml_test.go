@@ -799,3 +799,53 @@ func TestACallRetriesThroughAServerRestartAndCountsItsRecordOnce(t *testing.T) {
 		t.Fatalf("want the record counted once: %v %v", stats, err)
 	}
 }
+
+// unavailable answers every call UNAVAILABLE, counting the limit asks (GetServerInfo).
+type unavailable struct {
+	pmlv1.UnimplementedPmlServiceServer
+	mu    sync.Mutex
+	asked int
+}
+
+func (u *unavailable) GetServerInfo(context.Context, *pmlv1.GetServerInfoRequest) (*pmlv1.GetServerInfoResponse, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.asked++
+	return nil, status.Error(codes.Unavailable, "down for maintenance")
+}
+
+func (u *unavailable) StreamTraces(pmlv1.PmlService_StreamTracesServer) error {
+	return status.Error(codes.Unavailable, "down for maintenance")
+}
+
+// TestAnUploadAsksTheServersLimitsOnce: Upload asks the server its largest message
+// (GetServerInfo) before its first stream; that ask was retried for a whole retry budget, so
+// an upload to a server answering UNAVAILABLE waited the budget before its first stream. The
+// streams' reconnects are the upload's retries: the ask is made once (docs/api.md, Deadlines
+// and retries).
+func TestAnUploadAsksTheServersLimitsOnce(t *testing.T) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := grpc.NewServer()
+	down := &unavailable{}
+	pmlv1.RegisterPmlServiceServer(server, down)
+	go func() { _ = server.Serve(listener) }()
+	defer server.Stop()
+	client, err := pml.Dial(listener.Addr().String(), pml.Options{RetryBudget: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	_, err = client.Upload(context.Background(), []*pmlv1.ExecutionRecord{readRecord("Read JSON file", "a.json")},
+		pml.UploadOptions{MaxReconnects: -1})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("an upload to a server answering UNAVAILABLE: %v", err)
+	}
+	down.mu.Lock()
+	defer down.mu.Unlock()
+	if down.asked != 1 {
+		t.Fatalf("the server's limits were asked %d times, want 1", down.asked)
+	}
+}

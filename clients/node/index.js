@@ -231,6 +231,9 @@ function certificateFailure(err) {
  * naming it, before any call: a signal that is not one would be ignored, the call never
  * cancelled). `what` names the method.
  */
+// An option of `call` for this module's own calls: the call is made once, never retried.
+const ONCE = Symbol("pml.once");
+
 function signalOf(what, options) {
   if (options === undefined || options === null) return undefined;
   if (typeof options !== "object") {
@@ -437,6 +440,7 @@ class PmlClient {
    */
   async call(method, request, options) {
     const signal = signalOf(`call ${method}`, options);
+    const once = Boolean(options && options[ONCE]); // `_maxMessageBytes`: never retried
     this._open();
     const rpcs = api().service.service;
     const rpc = Object.hasOwn(rpcs, method) ? rpcs[method] : undefined;
@@ -471,7 +475,7 @@ class PmlClient {
           (await clientCertificateRefusal(err, this._target, this._tlsWithoutCertificate, deadline - Date.now()));
         if (refused) throw refused; // no retry cures it
         const details = errorDetails(err);
-        if (attempt >= this._maxRetries || !worthResending(details) || !safeToRepeat(method, request)) {
+        if (once || attempt >= this._maxRetries || !worthResending(details) || !safeToRepeat(method, request)) {
           throw err;
         }
         const now = Date.now();
@@ -693,7 +697,9 @@ class PmlClient {
   /** The server's largest request message (GetServerInfo); 0 when unknown. */
   async _maxMessageBytes(signal) {
     try {
-      return Number((await this.call("GetServerInfo", {}, { signal })).max_message_bytes || 0);
+      // asked once a stream: the upload's reconnects are its retries (a retry budget spent
+      // before each reconnect made an upload to a server that is gone take seconds per stream)
+      return Number((await this.call("GetServerInfo", {}, { signal, [ONCE]: true })).max_message_bytes || 0);
     } catch (err) {
       // the streams would meet a certificate failure maxReconnects times: said at once
       if (err.name === "AbortError" || certificateFailure(err) || err.clientCertificateRequired) throw err;

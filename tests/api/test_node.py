@@ -290,6 +290,20 @@ def test_upload_to_a_server_that_is_down_gives_up_unavailable(node_client: Path)
     assert said["message"].startswith(f"no connection to {target} within 500 ms")
 
 
+def test_an_upload_to_a_server_that_is_gone_asks_its_limits_once(node_client: Path) -> None:
+    """Node asks the server's limits once an upload; that ask was retried for a whole retry
+    budget (6 asks in 2 s here) before the first stream. The streams' reconnects are the
+    upload's retries: it is asked once (docs/api.md, Deadlines and retries)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        target = f"127.0.0.1:{s.getsockname()[1]}"  # closed again: nothing listens there
+    done = _node(node_client, "test/upload_limits_asked.js", target)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["code"] == grpc.StatusCode.UNAVAILABLE.value[0]
+    assert said["asked"] == 1
+
+
 def test_a_call_retries_through_a_server_restart_and_counts_its_record_once(
     node_client: Path, tmp_path: Path
 ) -> None:
