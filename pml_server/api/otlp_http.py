@@ -39,7 +39,7 @@ from pml_server.domain.errors import (
     ResourceExhaustedError,
 )
 from pml_server.domain.limits import LIMITS
-from pml_server.otel import parse_export, without_lone_surrogates
+from pml_server.otel import CUT_DEPTH, parse_export, without_lone_surrogates
 
 log = logging.getLogger(__name__)
 
@@ -140,13 +140,44 @@ def from_json(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
                     if not isinstance(link, dict):
                         raise _invalid(f"{where}.links[{k}]", "must be an object")
                     _hex_ids_as_base64(link, f"{where}.links[{k}]")
-    request = trace_service_pb2.ExportTraceServiceRequest()
     try:
-        json_format.ParseDict(data, request, ignore_unknown_fields=True)
+        try:
+            return _parsed(data)
+        except json_format.ParseError as err:
+            if "too deep" not in str(err):
+                raise
+            # An attribute value nested past the parser's bound: cut, as in protobuf.
+            return _parsed(_without_deep_values(data, 0))
     except (json_format.ParseError, RecursionError, ValueError) as err:
         message = str(err) if not isinstance(err, RecursionError) else "nested too deep"
         raise _invalid("body", f"not an ExportTraceServiceRequest ({message[:300]})") from None
+
+
+def _parsed(data: dict[str, Any]) -> trace_service_pb2.ExportTraceServiceRequest:
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    json_format.ParseDict(data, request, ignore_unknown_fields=True)
     return request
+
+
+# The keys of an AnyValue's one value, in OTLP/JSON (camelCase) or the field names.
+_ANY_VALUE_KEYS = frozenset(
+    f"{kind}{suffix}"
+    for kind in ("string", "bool", "int", "double", "array", "kvlist", "bytes")
+    for suffix in ("Value", "_value")
+)
+
+
+def _without_deep_values(obj: Any, depth: int) -> Any:
+    """`obj`, a message `depth` deep in the Export, with every AnyValue deeper than
+    `otel._wire.CUT_DEPTH` emptied, as `parse_export` cuts them (docs/capture.md, "Values
+    nested too deep"). Only an AnyValue nests that deep, so the walk ends there."""
+    if isinstance(obj, list):
+        return [_without_deep_values(item, depth) for item in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if depth > CUT_DEPTH and not _ANY_VALUE_KEYS.isdisjoint(obj):
+        return {}
+    return {key: _without_deep_values(item, depth + 1) for key, item in obj.items()}
 
 
 def _inflate(body: bytes, max_bytes: int) -> bytes:

@@ -197,6 +197,27 @@ def test_a_protobuf_string_that_is_not_utf8_does_not_refuse_the_export(
     assert pattern.usage_count == 1
 
 
+def test_an_otlp_json_attribute_nested_past_the_parsers_bound_is_cut(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """As on the gRPC port (`test_otlp_ingest.py`): a tool span's attribute, a kvlist nested
+    40 deep (the JSON mapping refuses a message nested past 100). Before: 400 for the whole
+    Export; now the value is cut where it nests too deep and the run is captured."""
+    run = _json_run("fb" * 16, "Convert the picture")
+    deep: dict[str, object] = {"stringValue": "bottom"}
+    for _ in range(40):
+        deep = {"kvlistValue": {"values": [{"key": "k", "value": deep}]}}
+    spans = run["resourceSpans"][0]["scopeSpans"][0]["spans"]  # type: ignore[index]
+    spans[1]["attributes"].append({"key": "mcp.result", "value": deep})
+    status, _, answer = _post(
+        server, json.dumps(run).encode(), {"Content-Type": "application/json"}
+    )
+    assert status == 200, answer
+    assert json.loads(answer) == {}
+    [pattern] = list(client.iter_patterns())
+    assert pattern.usage_count == 1
+
+
 def test_a_partial_success_is_answered_in_the_request_encoding(server: RunningServer) -> None:
     run = _json_run("cd" * 16, "Convert the picture")
     spans = run["resourceSpans"][0]["scopeSpans"][0]["spans"]  # type: ignore[index]

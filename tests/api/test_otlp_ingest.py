@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -358,6 +359,55 @@ def test_strings_that_are_not_utf8_do_not_refuse_the_export(
     assert reply.partial_success.rejected_spans == 0
     (pattern,) = client.iter_patterns()
     assert [i.text for i in pattern.intents] == ["caf\ufffd agent"]
+    assert list(pattern.tools_used) == ["read_file"]
+
+
+def _nest(value: AnyValue, levels: int, kind: str) -> None:
+    """`value` made a kvlist (or array) holding one nested `levels` deep, a string inside."""
+    for _ in range(levels):
+        if kind == "kvlist":
+            inner = value.kvlist_value.values.add()
+            inner.key = "k"
+            value = inner.value
+        else:
+            value = value.array_value.values.add()
+    value.string_value = "bottom"
+
+
+@pytest.mark.parametrize("kind", ["kvlist", "array"])
+def test_an_attribute_nested_past_the_parsers_bound_is_cut_not_the_export_refused(
+    server: RunningServer, client: PmlClient, kind: str
+) -> None:
+    """One attribute of a tool span nested 10,000 deep (the parser refuses a message nested
+    past 100). Before: the whole Export was refused INVALID_ARGUMENT, which exporters drop, and
+    every run in it was lost. Now the value is cut where it nests too deep, as the mapper cuts
+    structured values, and both runs are captured (docs/capture.md, "Values nested too
+    deep")."""
+    spans = recorded(
+        lambda t: (
+            _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)]),
+            _agent_run(t, "Read the JSON file", [("read_file", {"path": "b.json"}, None)]),
+        )
+    )
+    request = encode_spans(spans)
+    tool_span = next(
+        span
+        for span in request.resource_spans[0].scope_spans[0].spans
+        if span.name == "execute_tool read_file"
+    )
+    deep = tool_span.attributes.add()
+    deep.key = "mcp.result"
+    _nest(deep.value, 10_000, kind)
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=None,
+            response_deserializer=ExportTraceServiceResponse.FromString,
+        )
+        reply = export(request.SerializeToString(), timeout=30)
+    assert reply.partial_success.rejected_spans == 0
+    (pattern,) = client.iter_patterns()
+    assert pattern.usage_count == 2
     assert list(pattern.tools_used) == ["read_file"]
 
 
