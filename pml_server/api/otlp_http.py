@@ -65,7 +65,12 @@ def _invalid(field: str, description: str) -> InvalidArgumentError:
 
 
 class _UnsupportedError(Exception):
-    """A request this endpoint does not take (415): another media type or content encoding."""
+    """A request this endpoint does not take (415): another media type or content encoding,
+    `header` naming which."""
+
+    def __init__(self, header: str, message: str) -> None:
+        super().__init__(message)
+        self.header = header
 
 
 @dataclass(frozen=True)
@@ -218,13 +223,14 @@ def decode(
     media = content_type.split(";", 1)[0].strip().lower()
     if media not in (PROTOBUF, JSON):
         raise _UnsupportedError(
-            f"Content-Type {media or '(none)'!r}: send {PROTOBUF} or {JSON} (OTLP/HTTP)"
+            "Content-Type",
+            f"{media or '(none)'!r} is not taken: send {PROTOBUF} or {JSON} (OTLP/HTTP)",
         )
     coding = encoding.strip().lower()
     if coding == "gzip":
         body = _inflate(body, max_bytes)
     elif coding not in ("", "identity"):
-        raise _UnsupportedError(f"Content-Encoding {coding!r}: send gzip or none")
+        raise _UnsupportedError("Content-Encoding", f"{coding!r} is not taken: send gzip or none")
     if media == JSON:
         return from_json(body), True
     try:
@@ -291,7 +297,9 @@ def answer(
         )
         response = export(request, metadata)
     except _UnsupportedError as err:
-        return Answer(415, "text/plain; charset=utf-8", str(err).encode())
+        # A `google.rpc.Status` body, as for every 4xx of an Export (OTLP/HTTP, "Failures").
+        status = to_rpc_status(_invalid(err.header, str(err)))
+        return Answer(415, *_encoded(status, as_json))
     except Exception as err:  # every error is answered; unexpected ones are logged (refusal)
         return refusal(err, as_json)
     content_type, payload = _encoded(response, as_json)

@@ -288,6 +288,21 @@ def test_other_media_types_methods_and_paths_are_refused(server: RunningServer) 
     assert (_answered(server, 415), _answered(server, 405), _answered(server, 404)) == (2, 1, 1)
 
 
+def test_a_415_body_is_a_status_naming_the_header(server: RunningServer) -> None:
+    """The OTLP/HTTP specification ("Failures"): the body of every 4xx answer to an Export is a
+    `google.rpc.Status`, in the request's encoding. Before: a 415 was answered in plain text."""
+    status, headers, answer = _post(server, b"x", {"Content-Type": "text/plain"})
+    assert (status, headers["content-type"]) == (415, PROTOBUF)
+    refused = _status(answer)
+    assert refused.message.startswith("Content-Type: 'text/plain' is not taken")
+    assert "application/json" in refused.message
+    status, headers, answer = _post(
+        server, b"{}", {"Content-Type": "application/json", "Content-Encoding": "br"}
+    )
+    assert (status, headers["content-type"]) == (415, "application/json")
+    assert json.loads(answer)["message"].startswith("Content-Encoding: 'br' is not taken")
+
+
 def test_too_large_bodies_are_413_before_or_after_gzip(start: StartServer) -> None:
     server = start(otlp_http_listen="127.0.0.1:0", max_message_bytes=64 * 1024)
     headers = {"Content-Type": "application/x-protobuf"}
