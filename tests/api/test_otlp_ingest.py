@@ -696,6 +696,44 @@ def test_a_held_call_failed_by_an_int_error_type_is_a_failure(
     assert _spans_counter(server, "held") == 1
 
 
+def test_a_held_call_naming_its_tool_with_a_sequence_is_rejected_as_when_sent_whole(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """`gen_ai.tool.name` set to the sequence `["read_file"]` (the SDK allows sequence
+    attributes): sent whole, the call names no tool (only a string does) and its run is
+    rejected. Before: a call held for its root kept the value as the JSON text `["read_file"]`
+    and the split run was captured with that tool."""
+
+    def run(tracer: Tracer) -> None:
+        call: dict[str, str | list[str]] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": ["read_file"],
+            "gen_ai.tool.call.arguments": json.dumps({"path": "a.json"}),
+        }
+        with (
+            tracer.start_as_current_span(
+                "invoke_agent file-agent",
+                attributes={
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.input.messages": _messages("Read JSON file"),
+                },
+            ),
+            tracer.start_as_current_span("execute_tool read_file", attributes=call),
+        ):
+            pass
+
+    whole, split = recorded(run), recorded(run)  # each in end order: tool span, agent span
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+    try:
+        for part in (whole, split[:1], split[1:]):
+            assert exporter.export(part) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    assert list(client.iter_patterns()) == []
+    assert _spans_counter(server, "held") == 1
+    assert _spans_counter(server, "rejected") == 4  # both runs, as sent whole
+
+
 def test_an_mcp_servers_own_spans_exported_after_the_run_are_never_held(
     server: RunningServer, client: PmlClient
 ) -> None:
