@@ -734,6 +734,30 @@ def test_a_held_call_naming_its_tool_with_a_sequence_is_rejected_as_when_sent_wh
     assert _spans_counter(server, "rejected") == 4  # both runs, as sent whole
 
 
+def test_a_held_call_whose_arguments_name_the_settling_mark_is_captured_with_its_run(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """A held call whose arguments hold the text `pml.otlp.settling` (the attribute key that
+    marks a settling root's held form: an agent searching pml's own code). Before: the store
+    took any held span holding those bytes for a settling root, so the call stayed out of its
+    run when the root arrived and the run was captured short, without it. Now only the
+    attribute marks a root settling."""
+    calls: list[tuple[str, dict[str, object], str | None]] = [
+        ("search_code", {"query": "pml.otlp.settling"}, None),
+        ("read_file", {"path": "a.json"}, None),
+    ]
+    spans = recorded(lambda t: _agent_run(t, "Find the settling mark", calls))
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+    try:
+        for part in (spans[:-1], spans[-1:]):  # the calls, then their root
+            assert exporter.export(part) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    (pattern,) = client.iter_patterns()
+    assert list(pattern.tools_used) == ["search_code", "read_file"]
+    assert _spans_counter(server, "mapped") == 3
+
+
 def test_an_mcp_servers_own_spans_exported_after_the_run_are_never_held(
     server: RunningServer, client: PmlClient
 ) -> None:
