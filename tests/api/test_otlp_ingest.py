@@ -35,6 +35,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
+from pml_server.otel import incomplete_marker
 from testing.otlp_spans import recorded, run_with_arguments
 from tests.conftest import StartServer
 from tests.support import eventually
@@ -756,6 +757,31 @@ def test_a_held_call_whose_arguments_name_the_settling_mark_is_captured_with_its
     (pattern,) = client.iter_patterns()
     assert list(pattern.tools_used) == ["search_code", "read_file"]
     assert _spans_counter(server, "mapped") == 3
+
+
+def test_a_sent_span_shaped_as_the_holds_marker_is_rejected_for_its_zero_id(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """A span sent with the all-zero span id and the attribute the hold's marker of lost spans
+    carries (`pml.otlp.incomplete.links`), naming a run's agent span. Before: taken for the
+    marker, it was counted nowhere (acknowledged, neither mapped, ignored nor rejected) and
+    rejected that run as incomplete. Now a sent span is never a marker: refused for its id,
+    the run beside it captured."""
+    spans = recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+    )
+    request = encode_spans(spans)
+    sent = request.resource_spans[0].scope_spans[0].spans
+    root = next(s for s in sent if s.name.startswith("invoke_agent"))
+    sent.append(incomplete_marker(root.trace_id, {root.span_id}))
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        reply = trace_service_pb2_grpc.TraceServiceStub(channel).Export(request, timeout=30)
+    assert reply.partial_success.rejected_spans == 1
+    assert "neither all zero" in reply.partial_success.error_message
+    (pattern,) = client.iter_patterns()
+    assert list(pattern.tools_used) == ["read_file"]
+    counted = sum(_spans_counter(server, r) for r in ("mapped", "ignored", "rejected"))
+    assert counted == len(sent)
 
 
 def test_an_mcp_servers_own_spans_exported_after_the_run_are_never_held(
