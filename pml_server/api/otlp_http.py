@@ -12,6 +12,7 @@ import base64
 import json
 import logging
 import math
+import re
 import socket
 import ssl
 import threading
@@ -155,7 +156,22 @@ def from_json(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
             return _parsed(_without_deep_values(data, 0))
     except (json_format.ParseError, RecursionError, ValueError) as err:
         message = str(err) if not isinstance(err, RecursionError) else "nested too deep"
-        raise _invalid("body", f"not an ExportTraceServiceRequest ({message[:300]})") from None
+        field, reason = _where(message)
+        raise _invalid(field, f"not an ExportTraceServiceRequest ({reason[:300]})") from None
+
+
+_FAILED_FIELD = re.compile(r"Failed to parse (\w+) field: ")
+
+
+def _where(message: str) -> tuple[str, str]:
+    """The field path and reason of a JSON mapping error, which nests one `Failed to parse X
+    field: ` per level: 300 characters of those hid the reason (the value refused) of a value
+    nested in an event's attributes."""
+    path = ["body"]
+    while found := _FAILED_FIELD.match(message):
+        path.append(found.group(1))
+        message = message[found.end() :]
+    return ".".join(path), message.rstrip(".")  # (one full stop a level)
 
 
 def _parsed(data: dict[str, Any]) -> trace_service_pb2.ExportTraceServiceRequest:

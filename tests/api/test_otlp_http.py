@@ -266,6 +266,25 @@ def test_a_bad_body_is_400_with_a_status_naming_the_field(
     assert field in message
 
 
+def test_a_bad_value_deep_in_otlp_json_is_named_with_its_reason(server: RunningServer) -> None:
+    """An `intValue` that is no integer inside a kvlist of an event's attributes. Before: the
+    JSON mapping's message, one `Failed to parse X field: ` per level, was cut at 300
+    characters before the reason: the answer never said what was wrong."""
+    run = _json_run("ce" * 16, "Convert the picture")
+    bad = {"kvlistValue": {"values": [{"key": "n", "value": {"intValue": "twelve"}}]}}
+    spans = run["resourceSpans"][0]["scopeSpans"][0]["spans"]  # type: ignore[index]
+    spans[1]["events"] = [{"name": "retry", "attributes": [{"key": "k", "value": bad}]}]
+    status, _, answer = _post(
+        server, json.dumps(run).encode(), {"Content-Type": "application/json"}
+    )
+    assert status == 400
+    [violation] = json.loads(answer)["details"][0]["fieldViolations"]
+    assert violation["field"] == (
+        "body.resourceSpans.scopeSpans.spans.events.attributes.value.values.value.intValue"
+    )
+    assert "'twelve'" in violation["description"]
+
+
 def _answered(server: RunningServer, status: int) -> float:
     value = server.metrics.registry.get_sample_value(
         "pml_otlp_http_requests_total", {"status": str(status)}
