@@ -29,7 +29,7 @@ from typing import Any
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from pml_server.domain.limits import LIMITS, session_id_problem
+from pml_server.domain.limits import LIMITS, intent_problem, session_id_problem
 from pml_server.domain.sessions import digest_stand_in
 from pml_server.otel import _attributes as attr
 from pml_server.otel._code import LANGUAGE, synthesize
@@ -403,9 +403,13 @@ def _intent(execution: _Span, max_chars: int) -> tuple[str, str]:
         (FROM_AGENT_NAME, execution.attrs.get(attr.AGENT_NAME)),
         (FROM_SPAN_NAME, execution.proto.name),
     ):
-        if isinstance(text, str) and text.strip():
-            return text.strip()[:max_chars], source
-    raise _BadSpanError(execution, "no intent: no user message, agent name or span name")
+        if not isinstance(text, str) or not (text := text.strip()[:max_chars]):
+            continue
+        if intent_problem(text) is None:  # (a "👍" reply: the agent's name is the intent)
+            return text, source
+    raise _BadSpanError(
+        execution, "no intent: no user message, agent name or span name with a letter or digit"
+    )
 
 
 def _execution(

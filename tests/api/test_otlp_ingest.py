@@ -314,12 +314,15 @@ def test_otlp_uses_the_keys_tenant(start: StartServer, keys: tuple[Path, dict[st
     assert requests == 1
 
 
-@pytest.mark.parametrize("intent", [None])
+@pytest.mark.parametrize("intent", [None, "\U0001f44d", "?!"])
 def test_intent_falls_back_to_the_agent_name(
     server: RunningServer, client: PmlClient, intent: str | None
 ) -> None:
+    """No user message, or one with no letter or digit (a "\U0001f44d" reply, which no intent
+    can be: before, the run was rejected for it): the agent's name is the intent."""
     with _exporting(server.port) as tracer:
         _agent_run(tracer, intent, [("read_file", {"path": "a.json"}, None)], "csv-summarizer")
+    assert _spans_counter(server, "rejected") == 0
     (pattern,) = client.iter_patterns()
     assert [i.text for i in pattern.intents] == ["csv-summarizer"]
     hits = client.suggest("csv-summarizer", tags=["intent:agent_name"]).suggestions
