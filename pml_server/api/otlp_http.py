@@ -12,6 +12,7 @@ import base64
 import json
 import logging
 import math
+import re
 import socket
 import ssl
 import threading
@@ -39,7 +40,7 @@ from pml_server.domain.errors import (
     ResourceExhaustedError,
 )
 from pml_server.domain.limits import LIMITS
-from pml_server.otel import parse_export, without_lone_surrogates
+from pml_server.otel import CUT_DEPTH, parse_export, without_lone_surrogates
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,12 @@ def _invalid(field: str, description: str) -> InvalidArgumentError:
 
 
 class _UnsupportedError(Exception):
-    """A request this endpoint does not take (415): another media type or content encoding."""
+    """A request this endpoint does not take (415): another media type or content encoding,
+    `header` naming which."""
+
+    def __init__(self, header: str, message: str) -> None:
+        super().__init__(message)
+        self.header = header
 
 
 @dataclass(frozen=True)
@@ -140,13 +146,59 @@ def from_json(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
                     if not isinstance(link, dict):
                         raise _invalid(f"{where}.links[{k}]", "must be an object")
                     _hex_ids_as_base64(link, f"{where}.links[{k}]")
-    request = trace_service_pb2.ExportTraceServiceRequest()
     try:
-        json_format.ParseDict(data, request, ignore_unknown_fields=True)
+        try:
+            return _parsed(data)
+        except json_format.ParseError as err:
+            if "too deep" not in str(err):
+                raise
+            # An attribute value nested past the parser's bound: cut, as in protobuf.
+            return _parsed(_without_deep_values(data, 0))
     except (json_format.ParseError, RecursionError, ValueError) as err:
         message = str(err) if not isinstance(err, RecursionError) else "nested too deep"
-        raise _invalid("body", f"not an ExportTraceServiceRequest ({message[:300]})") from None
+        field, reason = _where(message)
+        raise _invalid(field, f"not an ExportTraceServiceRequest ({reason[:300]})") from None
+
+
+_FAILED_FIELD = re.compile(r"Failed to parse (\w+) field: ")
+
+
+def _where(message: str) -> tuple[str, str]:
+    """The field path and reason of a JSON mapping error, which nests one `Failed to parse X
+    field: ` per level: 300 characters of those hid the reason (the value refused) of a value
+    nested in an event's attributes."""
+    path = ["body"]
+    while found := _FAILED_FIELD.match(message):
+        path.append(found.group(1))
+        message = message[found.end() :]
+    return ".".join(path), message.rstrip(".")  # (one full stop a level)
+
+
+def _parsed(data: dict[str, Any]) -> trace_service_pb2.ExportTraceServiceRequest:
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    json_format.ParseDict(data, request, ignore_unknown_fields=True)
     return request
+
+
+# The keys of an AnyValue's one value, in OTLP/JSON (camelCase) or the field names.
+_ANY_VALUE_KEYS = frozenset(
+    f"{kind}{suffix}"
+    for kind in ("string", "bool", "int", "double", "array", "kvlist", "bytes")
+    for suffix in ("Value", "_value")
+)
+
+
+def _without_deep_values(obj: Any, depth: int) -> Any:
+    """`obj`, a message `depth` deep in the Export, with every AnyValue deeper than
+    `otel._wire.CUT_DEPTH` emptied, as `parse_export` cuts them (docs/capture.md, "Values
+    nested too deep"). Only an AnyValue nests that deep, so the walk ends there."""
+    if isinstance(obj, list):
+        return [_without_deep_values(item, depth) for item in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if depth > CUT_DEPTH and not _ANY_VALUE_KEYS.isdisjoint(obj):
+        return {}
+    return {key: _without_deep_values(item, depth + 1) for key, item in obj.items()}
 
 
 def _inflate(body: bytes, max_bytes: int) -> bytes:
@@ -187,13 +239,14 @@ def decode(
     media = content_type.split(";", 1)[0].strip().lower()
     if media not in (PROTOBUF, JSON):
         raise _UnsupportedError(
-            f"Content-Type {media or '(none)'!r}: send {PROTOBUF} or {JSON} (OTLP/HTTP)"
+            "Content-Type",
+            f"{media or '(none)'!r} is not taken: send {PROTOBUF} or {JSON} (OTLP/HTTP)",
         )
     coding = encoding.strip().lower()
     if coding == "gzip":
         body = _inflate(body, max_bytes)
     elif coding not in ("", "identity"):
-        raise _UnsupportedError(f"Content-Encoding {coding!r}: send gzip or none")
+        raise _UnsupportedError("Content-Encoding", f"{coding!r} is not taken: send gzip or none")
     if media == JSON:
         return from_json(body), True
     try:
@@ -260,7 +313,9 @@ def answer(
         )
         response = export(request, metadata)
     except _UnsupportedError as err:
-        return Answer(415, "text/plain; charset=utf-8", str(err).encode())
+        # A `google.rpc.Status` body, as for every 4xx of an Export (OTLP/HTTP, "Failures").
+        status = to_rpc_status(_invalid(err.header, str(err)))
+        return Answer(415, *_encoded(status, as_json))
     except Exception as err:  # every error is answered; unexpected ones are logged (refusal)
         return refusal(err, as_json)
     content_type, payload = _encoded(response, as_json)

@@ -17,6 +17,7 @@ from pml_server.domain.limits import (
     LIMITS,
     Limit,
     Limits,
+    intent_problem,
     language_problem,
     request_id_problem,
     session_id_problem,
@@ -55,9 +56,8 @@ def check_text(
 
 def check_intent(out: Violations, field: str, intent: str, limits: Limits) -> None:
     check_text(out, field, intent, limits.intent, required=True)
-    if intent.strip() and not any(ch.isalnum() for ch in intent):
-        # Nothing to embed or match: the hashing embedder would give a zero vector.
-        out.add(field, "must contain at least one letter or digit")
+    if intent.strip() and (problem := intent_problem(intent)) is not None:
+        out.add(field, problem)
 
 
 def check_request_id(out: Violations, field: str, request_id: str, required: bool) -> None:

@@ -215,6 +215,14 @@ def tool_name_problem(tool: str) -> str | None:
     return None
 
 
+def intent_problem(intent: str) -> str | None:
+    """Why a (non-blank) intent is refused, or None: it holds no letter or digit, so nothing to
+    embed or match (the hashing embedder would give a zero vector)."""
+    if not any(ch.isalnum() for ch in intent):
+        return "must contain at least one letter or digit"
+    return None
+
+
 def session_id_problem(session_id: str) -> str | None:
     """Why a (non-empty) session id is refused, or None: at most `LIMITS.session_id` long, not
     blank, no control characters (it is part of a stored key; docs/ranking.md, Sessions)."""

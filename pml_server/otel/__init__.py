@@ -15,9 +15,10 @@ from pml_server.otel._mapping import (
     incomplete_marker,
     map_spans,
 )
-from pml_server.otel._wire import parse_export
+from pml_server.otel._wire import CUT_DEPTH, parse_export
 
 __all__ = [
+    "CUT_DEPTH",
     "INCOMPLETE_SPAN_ID",
     "SETTLING",
     "MappedBatch",

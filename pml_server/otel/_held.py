@@ -76,9 +76,12 @@ def _held_text(key: str, raw: Any, attrs: dict[str, Any]) -> str | None:
         if last is None:
             return None
         return json.dumps([{"role": "user", "content": last[:_NAME_CHARS]}], ensure_ascii=False)
-    text = _as_text(raw)
-    if text is None:
+    if not isinstance(raw, str):
+        # The mapping reads only a string as a name, an operation or a conversation: a
+        # sequence `gen_ai.tool.name` (`["read_file"]`, which the SDK allows) rejects its call
+        # when sent whole. Held as JSON text, it was captured as the tool `["read_file"]`.
         return None
+    text = raw
     if key in (attr.OPERATION, attr.MCP_METHOD):
         return text if len(text) <= _KEYWORD_CHARS else None  # (matches no constant)
     if key == attr.CONVERSATION_ID:

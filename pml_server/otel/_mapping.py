@@ -29,7 +29,7 @@ from typing import Any
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from pml_server.domain.limits import LIMITS, session_id_problem
+from pml_server.domain.limits import LIMITS, intent_problem, session_id_problem
 from pml_server.domain.sessions import digest_stand_in
 from pml_server.otel import _attributes as attr
 from pml_server.otel._code import LANGUAGE, synthesize
@@ -139,10 +139,16 @@ class _BadSpanError(ValueError):
 
 
 def flatten(request: Any) -> Iterable[trace_pb2.Span]:
-    """Every span of an `ExportTraceServiceRequest`."""
+    """Every span of an `ExportTraceServiceRequest` a client sent. One with the marker's span
+    id (all zero) comes without its attributes: a sent span is never the hold's marker of lost
+    spans (`incomplete_marker`), which was counted nowhere and rejected the runs it named; it
+    is rejected for its id."""
     for resource_spans in request.resource_spans:
         for scope_spans in resource_spans.scope_spans:
-            yield from scope_spans.spans
+            for span in scope_spans.spans:
+                if span.span_id == INCOMPLETE_SPAN_ID and span.attributes:
+                    span = trace_pb2.Span(trace_id=span.trace_id, span_id=span.span_id)
+                yield span
 
 
 def map_spans(
@@ -397,9 +403,13 @@ def _intent(execution: _Span, max_chars: int) -> tuple[str, str]:
         (FROM_AGENT_NAME, execution.attrs.get(attr.AGENT_NAME)),
         (FROM_SPAN_NAME, execution.proto.name),
     ):
-        if isinstance(text, str) and text.strip():
-            return text.strip()[:max_chars], source
-    raise _BadSpanError(execution, "no intent: no user message, agent name or span name")
+        if not isinstance(text, str) or not (text := text.strip()[:max_chars]):
+            continue
+        if intent_problem(text) is None:  # (a "👍" reply: the agent's name is the intent)
+            return text, source
+    raise _BadSpanError(
+        execution, "no intent: no user message, agent name or span name with a letter or digit"
+    )
 
 
 def _execution(

@@ -16,12 +16,18 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 # The parser's own nesting bound: deeper, the message is refused whatever its strings.
 _MAX_DEPTH = 100
+# An attribute value (AnyValue) nested this deep in the Export's messages is cut to an empty
+# value (docs/capture.md, "Values nested too deep"): the parser refuses past `_MAX_DEPTH`, and
+# only an AnyValue nests without end (kvlist in kvlist...). A cut AnyValue's parents are at
+# most this deep, under the parser's bound.
+CUT_DEPTH = 90
+_ANY_VALUE = "opentelemetry.proto.common.v1.AnyValue"
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
 
 def parse_export(raw: bytes) -> ExportTraceServiceRequest:
     """`raw` as an `ExportTraceServiceRequest`; DecodeError when it is not one even with its
-    strings made valid UTF-8."""
+    strings made valid UTF-8 and its attribute values nested too deep cut."""
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(raw)
@@ -56,9 +62,10 @@ def _encoded_varint(value: int) -> bytes:
 
 
 def _valid_strings(data: memoryview, message: Descriptor, depth: int) -> bytes | None:
-    """`data` (a `message`) with every string field, at any depth, made valid UTF-8; None when
-    `data` is not a well-formed message (groups included: OTLP has none). A view of each nested
-    message is walked, never a copy (a message nested 100 deep would be copied 100 times)."""
+    """`data` (a `message`) with every string field, at any depth, made valid UTF-8 and every
+    AnyValue deeper than `CUT_DEPTH` emptied; None when `data` is not a well-formed message
+    (groups included: OTLP has none). A view of each nested message is walked, never a copy (a
+    message nested 100 deep would be copied 100 times)."""
     if depth > _MAX_DEPTH:
         return None
     out = bytearray()
@@ -90,7 +97,16 @@ def _valid_strings(data: memoryview, message: Descriptor, depth: int) -> bytes |
             elif (
                 field is not None
                 and field.message_type is not None
-                and not view.tobytes().isascii()  # (ASCII: every string in it is UTF-8)
+                and field.message_type.full_name == _ANY_VALUE
+                and depth + 1 > CUT_DEPTH
+            ):
+                payload = b""  # an AnyValue holding no value: read as none
+            elif (
+                field is not None
+                and field.message_type is not None
+                # ASCII: every string in it is UTF-8; and too short (2 bytes a level at least)
+                # to nest an AnyValue past `CUT_DEPTH`.
+                and not (view.tobytes().isascii() and depth + len(view) // 2 < CUT_DEPTH)
             ):
                 inner = _valid_strings(view, field.message_type, depth + 1)
                 if inner is None:

@@ -39,6 +39,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.trace.v1 import trace_pb2
+
 from pml_server.storage.keys import CF_META, from_u64, split_tenant, tenant_prefix, u64
 from pml_server.storage.seam import Op, StoreBackend
 
@@ -49,10 +52,25 @@ MAPPED_SPANS = 20_000
 _TRACE_ID_BYTES = 16
 _SPAN_ID_BYTES = 8
 _MARKER_SPAN_ID = bytes(_SPAN_ID_BYTES)  # `pml_server.otel.INCOMPLETE_SPAN_ID`
-# The attribute key of a settling root's held form (`pml_server.otel.SETTLING`); held forms
-# carry only the attributes the mapping reads, so these bytes appear in no other held span.
-_SETTLING = b"pml.otlp.settling"
+# The attribute key of a settling root's held form (`pml_server.otel.SETTLING`). Held calls
+# carry texts (arguments, names) that may hold the same bytes: `_is_settling` reads the key.
+_SETTLING = "pml.otlp.settling"
+_SETTLING_BYTES = _SETTLING.encode()
 _PAGE = 512  # held spans read at once when a tenant is first seen
+
+
+def _is_settling(data: bytes) -> bool:
+    """Whether a held span's protobuf bytes are a settling root's held form: it carries the
+    `_SETTLING` attribute (docs/capture.md, "A root span that arrives first"). The bytes alone
+    were taken for it, and a held call whose arguments named them was kept out of its run."""
+    if _SETTLING_BYTES not in data:
+        return False  # (the usual held call: not parsed)
+    span = trace_pb2.Span()
+    try:
+        span.ParseFromString(data)
+    except DecodeError:
+        return False  # (not a held form: read back, the mapping refuses it)
+    return any(kv.key == _SETTLING for kv in span.attributes)
 
 
 @dataclass
@@ -135,7 +153,7 @@ class PendingSpans:
                 trace.first_ms = min(trace.first_ms, received)
                 trace.span_ids.add(span_id)
                 state.spans += 1
-                if _SETTLING in value:
+                if _is_settling(value[8:]):
                     state.settling[(trace_id, span_id)] = received
             with self._lock:
                 self._tenants[tenant] = state
@@ -170,7 +188,7 @@ class PendingSpans:
 
     def settling(self, span: HeldSpan) -> bool:
         """Whether `span` is a settling root whose calls may still arrive."""
-        return _SETTLING in span.data and span.received_ms > self._clock_ms() - self._settle_ms
+        return _is_settling(span.data) and span.received_ms > self._clock_ms() - self._settle_ms
 
     def matured(self, tenant: str) -> list[bytes]:
         """The traces of `tenant` with a settling root held longer than the window."""
@@ -276,7 +294,7 @@ class PendingSpans:
             if span_id not in trace.span_ids:
                 trace.span_ids.add(span_id)
                 state.spans += 1
-            if _SETTLING in data:
+            if _is_settling(data):
                 state.settling[(trace_id, span_id)] = now
 
     def mapped(self, tenant: str, trace_id: bytes) -> MappedTrace | None:

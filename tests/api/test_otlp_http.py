@@ -197,6 +197,27 @@ def test_a_protobuf_string_that_is_not_utf8_does_not_refuse_the_export(
     assert pattern.usage_count == 1
 
 
+def test_an_otlp_json_attribute_nested_past_the_parsers_bound_is_cut(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """As on the gRPC port (`test_otlp_ingest.py`): a tool span's attribute, a kvlist nested
+    40 deep (the JSON mapping refuses a message nested past 100). Before: 400 for the whole
+    Export; now the value is cut where it nests too deep and the run is captured."""
+    run = _json_run("fb" * 16, "Convert the picture")
+    deep: dict[str, object] = {"stringValue": "bottom"}
+    for _ in range(40):
+        deep = {"kvlistValue": {"values": [{"key": "k", "value": deep}]}}
+    spans = run["resourceSpans"][0]["scopeSpans"][0]["spans"]  # type: ignore[index]
+    spans[1]["attributes"].append({"key": "mcp.result", "value": deep})
+    status, _, answer = _post(
+        server, json.dumps(run).encode(), {"Content-Type": "application/json"}
+    )
+    assert status == 200, answer
+    assert json.loads(answer) == {}
+    [pattern] = list(client.iter_patterns())
+    assert pattern.usage_count == 1
+
+
 def test_a_partial_success_is_answered_in_the_request_encoding(server: RunningServer) -> None:
     run = _json_run("cd" * 16, "Convert the picture")
     spans = run["resourceSpans"][0]["scopeSpans"][0]["spans"]  # type: ignore[index]
@@ -245,6 +266,25 @@ def test_a_bad_body_is_400_with_a_status_naming_the_field(
     assert field in message
 
 
+def test_a_bad_value_deep_in_otlp_json_is_named_with_its_reason(server: RunningServer) -> None:
+    """An `intValue` that is no integer inside a kvlist of an event's attributes. Before: the
+    JSON mapping's message, one `Failed to parse X field: ` per level, was cut at 300
+    characters before the reason: the answer never said what was wrong."""
+    run = _json_run("ce" * 16, "Convert the picture")
+    bad = {"kvlistValue": {"values": [{"key": "n", "value": {"intValue": "twelve"}}]}}
+    spans = run["resourceSpans"][0]["scopeSpans"][0]["spans"]  # type: ignore[index]
+    spans[1]["events"] = [{"name": "retry", "attributes": [{"key": "k", "value": bad}]}]
+    status, _, answer = _post(
+        server, json.dumps(run).encode(), {"Content-Type": "application/json"}
+    )
+    assert status == 400
+    [violation] = json.loads(answer)["details"][0]["fieldViolations"]
+    assert violation["field"] == (
+        "body.resourceSpans.scopeSpans.spans.events.attributes.value.values.value.intValue"
+    )
+    assert "'twelve'" in violation["description"]
+
+
 def _answered(server: RunningServer, status: int) -> float:
     value = server.metrics.registry.get_sample_value(
         "pml_otlp_http_requests_total", {"status": str(status)}
@@ -265,6 +305,21 @@ def test_other_media_types_methods_and_paths_are_refused(server: RunningServer) 
     with err.value:
         assert err.value.code == 404
     assert (_answered(server, 415), _answered(server, 405), _answered(server, 404)) == (2, 1, 1)
+
+
+def test_a_415_body_is_a_status_naming_the_header(server: RunningServer) -> None:
+    """The OTLP/HTTP specification ("Failures"): the body of every 4xx answer to an Export is a
+    `google.rpc.Status`, in the request's encoding. Before: a 415 was answered in plain text."""
+    status, headers, answer = _post(server, b"x", {"Content-Type": "text/plain"})
+    assert (status, headers["content-type"]) == (415, PROTOBUF)
+    refused = _status(answer)
+    assert refused.message.startswith("Content-Type: 'text/plain' is not taken")
+    assert "application/json" in refused.message
+    status, headers, answer = _post(
+        server, b"{}", {"Content-Type": "application/json", "Content-Encoding": "br"}
+    )
+    assert (status, headers["content-type"]) == (415, "application/json")
+    assert json.loads(answer)["message"].startswith("Content-Encoding: 'br' is not taken")
 
 
 def test_too_large_bodies_are_413_before_or_after_gzip(start: StartServer) -> None:

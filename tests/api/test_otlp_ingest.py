@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -34,6 +35,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
+from pml_server.otel import incomplete_marker
 from testing.otlp_spans import recorded, run_with_arguments
 from tests.conftest import StartServer
 from tests.support import eventually
@@ -312,12 +314,15 @@ def test_otlp_uses_the_keys_tenant(start: StartServer, keys: tuple[Path, dict[st
     assert requests == 1
 
 
-@pytest.mark.parametrize("intent", [None])
+@pytest.mark.parametrize("intent", [None, "\U0001f44d", "?!"])
 def test_intent_falls_back_to_the_agent_name(
     server: RunningServer, client: PmlClient, intent: str | None
 ) -> None:
+    """No user message, or one with no letter or digit (a "\U0001f44d" reply, which no intent
+    can be: before, the run was rejected for it): the agent's name is the intent."""
     with _exporting(server.port) as tracer:
         _agent_run(tracer, intent, [("read_file", {"path": "a.json"}, None)], "csv-summarizer")
+    assert _spans_counter(server, "rejected") == 0
     (pattern,) = client.iter_patterns()
     assert [i.text for i in pattern.intents] == ["csv-summarizer"]
     hits = client.suggest("csv-summarizer", tags=["intent:agent_name"]).suggestions
@@ -358,6 +363,55 @@ def test_strings_that_are_not_utf8_do_not_refuse_the_export(
     assert reply.partial_success.rejected_spans == 0
     (pattern,) = client.iter_patterns()
     assert [i.text for i in pattern.intents] == ["caf\ufffd agent"]
+    assert list(pattern.tools_used) == ["read_file"]
+
+
+def _nest(value: AnyValue, levels: int, kind: str) -> None:
+    """`value` made a kvlist (or array) holding one nested `levels` deep, a string inside."""
+    for _ in range(levels):
+        if kind == "kvlist":
+            inner = value.kvlist_value.values.add()
+            inner.key = "k"
+            value = inner.value
+        else:
+            value = value.array_value.values.add()
+    value.string_value = "bottom"
+
+
+@pytest.mark.parametrize("kind", ["kvlist", "array"])
+def test_an_attribute_nested_past_the_parsers_bound_is_cut_not_the_export_refused(
+    server: RunningServer, client: PmlClient, kind: str
+) -> None:
+    """One attribute of a tool span nested 10,000 deep (the parser refuses a message nested
+    past 100). Before: the whole Export was refused INVALID_ARGUMENT, which exporters drop, and
+    every run in it was lost. Now the value is cut where it nests too deep, as the mapper cuts
+    structured values, and both runs are captured (docs/capture.md, "Values nested too
+    deep")."""
+    spans = recorded(
+        lambda t: (
+            _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)]),
+            _agent_run(t, "Read the JSON file", [("read_file", {"path": "b.json"}, None)]),
+        )
+    )
+    request = encode_spans(spans)
+    tool_span = next(
+        span
+        for span in request.resource_spans[0].scope_spans[0].spans
+        if span.name == "execute_tool read_file"
+    )
+    deep = tool_span.attributes.add()
+    deep.key = "mcp.result"
+    _nest(deep.value, 10_000, kind)
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=None,
+            response_deserializer=ExportTraceServiceResponse.FromString,
+        )
+        reply = export(request.SerializeToString(), timeout=30)
+    assert reply.partial_success.rejected_spans == 0
+    (pattern,) = client.iter_patterns()
+    assert pattern.usage_count == 2
     assert list(pattern.tools_used) == ["read_file"]
 
 
@@ -644,6 +698,93 @@ def test_a_held_call_failed_by_an_int_error_type_is_a_failure(
     assert list(client.iter_patterns()) == []
     assert [(f.tool, f.error) for f in client.list_failures().failures] == [("call_api", "500")]
     assert _spans_counter(server, "held") == 1
+
+
+def test_a_held_call_naming_its_tool_with_a_sequence_is_rejected_as_when_sent_whole(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """`gen_ai.tool.name` set to the sequence `["read_file"]` (the SDK allows sequence
+    attributes): sent whole, the call names no tool (only a string does) and its run is
+    rejected. Before: a call held for its root kept the value as the JSON text `["read_file"]`
+    and the split run was captured with that tool."""
+
+    def run(tracer: Tracer) -> None:
+        call: dict[str, str | list[str]] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": ["read_file"],
+            "gen_ai.tool.call.arguments": json.dumps({"path": "a.json"}),
+        }
+        with (
+            tracer.start_as_current_span(
+                "invoke_agent file-agent",
+                attributes={
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.input.messages": _messages("Read JSON file"),
+                },
+            ),
+            tracer.start_as_current_span("execute_tool read_file", attributes=call),
+        ):
+            pass
+
+    whole, split = recorded(run), recorded(run)  # each in end order: tool span, agent span
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+    try:
+        for part in (whole, split[:1], split[1:]):
+            assert exporter.export(part) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    assert list(client.iter_patterns()) == []
+    assert _spans_counter(server, "held") == 1
+    assert _spans_counter(server, "rejected") == 4  # both runs, as sent whole
+
+
+def test_a_held_call_whose_arguments_name_the_settling_mark_is_captured_with_its_run(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """A held call whose arguments hold the text `pml.otlp.settling` (the attribute key that
+    marks a settling root's held form: an agent searching pml's own code). Before: the store
+    took any held span holding those bytes for a settling root, so the call stayed out of its
+    run when the root arrived and the run was captured short, without it. Now only the
+    attribute marks a root settling."""
+    calls: list[tuple[str, dict[str, object], str | None]] = [
+        ("search_code", {"query": "pml.otlp.settling"}, None),
+        ("read_file", {"path": "a.json"}, None),
+    ]
+    spans = recorded(lambda t: _agent_run(t, "Find the settling mark", calls))
+    exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{server.port}", insecure=True)
+    try:
+        for part in (spans[:-1], spans[-1:]):  # the calls, then their root
+            assert exporter.export(part) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    (pattern,) = client.iter_patterns()
+    assert list(pattern.tools_used) == ["search_code", "read_file"]
+    assert _spans_counter(server, "mapped") == 3
+
+
+def test_a_sent_span_shaped_as_the_holds_marker_is_rejected_for_its_zero_id(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """A span sent with the all-zero span id and the attribute the hold's marker of lost spans
+    carries (`pml.otlp.incomplete.links`), naming a run's agent span. Before: taken for the
+    marker, it was counted nowhere (acknowledged, neither mapped, ignored nor rejected) and
+    rejected that run as incomplete. Now a sent span is never a marker: refused for its id,
+    the run beside it captured."""
+    spans = recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+    )
+    request = encode_spans(spans)
+    sent = request.resource_spans[0].scope_spans[0].spans
+    root = next(s for s in sent if s.name.startswith("invoke_agent"))
+    sent.append(incomplete_marker(root.trace_id, {root.span_id}))
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        reply = trace_service_pb2_grpc.TraceServiceStub(channel).Export(request, timeout=30)
+    assert reply.partial_success.rejected_spans == 1
+    assert "neither all zero" in reply.partial_success.error_message
+    (pattern,) = client.iter_patterns()
+    assert list(pattern.tools_used) == ["read_file"]
+    counted = sum(_spans_counter(server, r) for r in ("mapped", "ignored", "rejected"))
+    assert counted == len(sent)
 
 
 def test_an_mcp_servers_own_spans_exported_after_the_run_are_never_held(

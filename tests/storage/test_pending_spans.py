@@ -4,6 +4,9 @@ and a tenant first seen while other writes are in flight."""
 
 from __future__ import annotations
 
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
 from pml_server.otel import SETTLING
 from pml_server.storage.keys import CF_META
 from pml_server.storage.pending_spans import HeldSpan, PendingSpans
@@ -24,10 +27,16 @@ def _span(n: int) -> bytes:
     return bytes([0] * 7 + [n])
 
 
+def _settling_root() -> bytes:
+    """A settling root's held form (span 1 of `TRACE`): marked with the `SETTLING` attribute."""
+    marked = KeyValue(key=SETTLING, value=AnyValue(bool_value=True))
+    return Span(trace_id=TRACE, span_id=_span(1), attributes=[marked]).SerializeToString()
+
+
 def test_the_settling_attribute_is_the_one_the_mapping_writes() -> None:
     from pml_server.storage import pending_spans
 
-    assert SETTLING.encode() == pending_spans._SETTLING
+    assert pending_spans._SETTLING == SETTLING
 
 
 def test_a_tenant_first_seen_while_other_writes_are_queued(opener: Opener) -> None:
@@ -47,8 +56,11 @@ def test_settling_roots_mature_and_survive_a_reopen(opener: Opener) -> None:
     store = opener()
     clock = Clock()
     pending = PendingSpans(store, 100, 600.0, clock, settle_seconds=5.0)
-    root = b"\x0a\x10" + TRACE + b"\x52" + SETTLING.encode()  # (bytes: only the key matters)
-    pending.update("t", [(TRACE, _span(1), root), (TRACE, _span(2), b"\x0a\x00")], [])
+    root = _settling_root()
+    # A held call whose arguments name the mark: not a settling root (only the attribute is).
+    named = KeyValue(key="gen_ai.tool.call.arguments", value=AnyValue(string_value=SETTLING))
+    call = Span(trace_id=TRACE, span_id=_span(2), attributes=[named]).SerializeToString()
+    pending.update("t", [(TRACE, _span(1), root), (TRACE, _span(2), call)], [])
     assert pending.settling_tenants() == ["t"]
     assert pending.matured("t") == []
     (held_root, held_call) = sorted(pending.load("t", TRACE), key=lambda s: s.span_id)
@@ -100,7 +112,7 @@ def test_spans_another_replica_deleted_are_forgotten_when_read(opener: Opener) -
     clock = Clock()
     first = PendingSpans(store, 100, 600.0, clock, settle_seconds=1.0)
     second = PendingSpans(store, 100, 600.0, clock, settle_seconds=1.0)
-    root = b"\x0a\x10" + TRACE + b"\x52" + SETTLING.encode()
+    root = _settling_root()
     first.update("t", [(TRACE, _span(1), root), (TRACE, _span(2), b"\x0a\x00")], [])
     clock.ms += 1_000
     assert first.matured("t") == [TRACE]
