@@ -1,5 +1,6 @@
-"""`pml` run with a standard stream closed (`pml stats >&-`, `pml mcp <&-`) and with an empty
-`--server`: one line and exit 2, before anything is sent (docs/cli.md, Exit codes)."""
+"""`pml` run with a standard stream closed (`pml stats >&-`, `pml mcp <&-`) or an empty
+`--server`: one line and exit 2, before anything is sent (docs/cli.md, Exit codes); a refusal
+names the flag the user gave."""
 
 from __future__ import annotations
 
@@ -101,3 +102,18 @@ def test_a_usage_error_with_json_is_json(
             "[::1]:50051)"
         }
     }
+
+
+def test_a_refused_suggest_flag_is_named_as_the_flag(run: object) -> None:
+    """`--plans 11` was refused as `plan_size`, `--min-match 2` as `min_match`: request
+    fields the command line does not have. `--json` keeps the proto field names."""
+    assert callable(run)
+    said = run("suggest", "x", "--plans", "11", "--min-match", "2", expect=1)
+    assert said == (
+        "pml suggest: error: INVALID_ARGUMENT: --min-match: must be between 0 and 1; "
+        "--plans: must be 0..10 (unset means 3)\n"
+    )
+    error = json.loads(run("suggest", "x", "--plans", "11", "--json", expect=1))["error"]
+    assert error["violations"] == [
+        {"field": "plan_size", "description": "must be 0..10 (unset means 3)"}
+    ]
