@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -434,6 +435,17 @@ def _streams_needed(args: argparse.Namespace) -> set[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """`pml`: a command Ctrl-C stopped before it had its own handler (`pml serve` while it
+    opens the store, a client waiting for its answer) ends as SIGINT ends a program, 130,
+    without a traceback (docs/cli.md, Exit codes)."""
+    try:
+        _main(argv)
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")  # the shell's prompt starts on a line of its own after `^C`
+        sys.exit(128 + signal.SIGINT)
+
+
+def _main(argv: list[str] | None) -> None:
     closed = _reopen_closed_streams()
     args = build_parser().parse_args(argv)
     try:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +119,23 @@ def test_a_refused_suggest_flag_is_named_as_the_flag(run: object) -> None:
     assert error["violations"] == [
         {"field": "plan_size", "description": "must be 0..10 (unset means 3)"}
     ]
+
+
+def test_ctrl_c_while_a_command_waits_is_exit_130_without_a_traceback() -> None:
+    """Ctrl-C before a command has a handler of its own (`pml serve` opening its store, a
+    client waiting for a server that does not answer) was a KeyboardInterrupt traceback."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        port = silent.getsockname()[1]
+        child = subprocess.Popen(
+            [sys.executable, "-m", "pml_server.cli", "stats", "--server", f"127.0.0.1:{port}"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": PYTHONPATH},
+        )
+        connection, _ = silent.accept()  # the command is running and waiting for its answer
+        with connection:
+            child.send_signal(signal.SIGINT)
+            out, err = child.communicate(timeout=60)
+    assert (child.returncode, out, err) == (130, "", "\n")
