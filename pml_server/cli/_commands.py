@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import sys
 import time
@@ -557,6 +558,18 @@ def _fail(args: argparse.Namespace, code: int, error: dict[str, Any]) -> int:
     return code
 
 
+# A request field the server names in a refusal, said in text as the flag that set it:
+# `plan_size` is no name the user typed (`-k` is checked before sending). `--json` keeps the
+# proto field names, as its replies do.
+_FLAG_OF_FIELD = {
+    "suggest": {
+        "plan_size": "--plans",
+        "min_match": "--min-match",
+        "min_success": "--min-success",
+    }
+}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one client command; its exit code."""
     try:
@@ -572,14 +585,18 @@ def run(args: argparse.Namespace) -> int:
     except PmlClientError as err:
         unreachable = err.code in _UNREACHABLE
         error: dict[str, Any] = {"status": err.code.name, "message": err.message}
+        flags = {} if args.json else _FLAG_OF_FIELD.get(args.command, {})
+        violations = [(flags.get(f, f), d) for f, d in err.violations]
+        for field, flag in flags.items():  # the message is often the violations themselves
+            error["message"] = re.sub(rf"(^|; ){field}: ", rf"\g<1>{flag}: ", error["message"])
         if isinstance(err, CertificateError):  # a server answered: its certificate is refused
             error["message"] = err.saying("--tls-ca")
         elif isinstance(err, ClientCertificateError):  # a server asked for a certificate
             error["message"] = err.saying("--tls-cert and --tls-key")
         elif unreachable and err.retry_delay_seconds is None:
             error["message"] = f"no pml server answered at {args.server} ({err.message})"
-        if err.violations:
-            error["violations"] = [{"field": f, "description": d} for f, d in err.violations]
+        if violations:
+            error["violations"] = [{"field": f, "description": d} for f, d in violations]
         if err.retry_delay_seconds is not None:
             error["retry_after_seconds"] = err.retry_delay_seconds
         return _fail(args, EXIT_UNREACHABLE if unreachable else EXIT_REFUSED, error)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -381,6 +382,10 @@ def client_environment(args: argparse.Namespace) -> argparse.Namespace:
     that is no host:port raises UsageError naming where it was given (gRPC tried `:99999` as
     port 34463 and `localhost` alone as port 443, and the command said no server answered)."""
     if hasattr(args, "server"):
+        if args.server is not None and not args.server.strip():
+            # An empty `--server` (a script's unset variable, `--server "$HOST"`) is a mistake
+            # to say, not the default address; an empty $PML_SERVER is unset (docs/cli.md).
+            raise UsageError(f"--server: {args.server!r} is no host:port (it is empty)")
         given = "--server" if args.server else "$PML_SERVER"
         args.server = (args.server or os.environ.get("PML_SERVER") or "").strip()
         if not args.server:
@@ -396,12 +401,63 @@ class UsageError(Exception):
     """A flag or variable no command can run with (exit 2, one line)."""
 
 
+_STANDARD_STREAMS = ((0, "stdin", "standard input"), (1, "stdout", "standard output"))
+
+
+def _reopen_closed_streams() -> list[str]:
+    """The standard streams the caller closed (`pml stats >&-`, `pml mcp <&-`), each now open
+    on /dev/null: no file or socket pml opens later takes its number and gets its output, and
+    no print meets `None` (a traceback). Standard error is reopened unnamed: nothing to say
+    it on."""
+    closed = []
+    for fd, attribute, name in (*_STANDARD_STREAMS, (2, "stderr", "")):
+        if getattr(sys, attribute) is not None:
+            continue
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        setattr(sys, attribute, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115
+        if name:
+            closed.append(name)
+    return closed
+
+
+def _streams_needed(args: argparse.Namespace) -> set[str]:
+    """What a command cannot run without (docs/cli.md, Exit codes): every command but `pml
+    serve` prints its answer (`keys add` the only copy of a new key); `pml mcp` over stdio
+    also reads its client's requests."""
+    if args.command == "serve":
+        return set()
+    if args.command == "mcp" and args.transport != "http":
+        return {"standard input", "standard output"}
+    return {"standard output"}
+
+
 def main(argv: list[str] | None = None) -> None:
+    """`pml`: a command Ctrl-C stopped before it had its own handler (`pml serve` while it
+    opens the store, a client waiting for its answer) ends as SIGINT ends a program, 130,
+    without a traceback (docs/cli.md, Exit codes)."""
+    try:
+        _main(argv)
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")  # the shell's prompt starts on a line of its own after `^C`
+        sys.exit(128 + signal.SIGINT)
+
+
+def _main(argv: list[str] | None) -> None:
+    closed = _reopen_closed_streams()
     args = build_parser().parse_args(argv)
     try:
         client_environment(args)
+        if missing := [name for name in closed if name in _streams_needed(args)]:
+            verb, it = ("is", "it") if len(missing) == 1 else ("are", "them")
+            raise UsageError(f"{' and '.join(missing)} {verb} closed: give {it} /dev/null instead")
     except UsageError as err:
-        print(f"pml {args.command}: error: {err}", file=sys.stderr)
+        if getattr(args, "json", False):  # errors in JSON too (docs/cli.md, Output)
+            print(json.dumps({"error": {"message": str(err)}}, ensure_ascii=False), file=sys.stderr)
+        else:
+            print(f"pml {args.command}: error: {err}", file=sys.stderr)
         sys.exit(2)
     if args.command == "serve":
         sys.exit(_serve(args))

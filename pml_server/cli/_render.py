@@ -14,6 +14,7 @@ from typing import TypeVar
 from google.protobuf import timestamp_pb2
 from google.protobuf.message import Message
 from pml_client import pml_pb2, resources_pb2
+from rich.cells import cell_len, chop_cells
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
@@ -101,6 +102,25 @@ def _listing(
         _block(console, Text(row[0], style="bold"), list(zip(columns[1:], row[1:], strict=True)))
 
 
+def _wrap(value: str, room: int) -> list[str]:
+    """`value` in lines of at most `room` terminal cells: a wide character (CJK, most emoji)
+    takes two, where textwrap counts one a character, so an intent in Japanese went past the
+    width (docs/cli.md, Output fits the width it gets)."""
+    lines = textwrap.wrap(value, room, break_long_words=True, break_on_hyphens=False) or [""]
+    if all(cell_len(line) <= room for line in lines):
+        return lines
+    lines, line = [], ""
+    for word in value.split():
+        for piece in chop_cells(word, room):
+            joined = f"{line} {piece}" if line else piece
+            if cell_len(joined) <= room:
+                line = joined
+            else:
+                lines.append(line)
+                line = piece
+    return [*lines, line] if line else lines or [""]
+
+
 def _block(console: Console, heading: Text, fields: list[tuple[str, str]]) -> None:
     """A heading, then `label  value` lines indented under it; long values wrap under
     themselves. Built line by line, so no line carries padding to the right."""
@@ -109,7 +129,7 @@ def _block(console: Console, heading: Text, fields: list[tuple[str, str]]) -> No
     indent = " " * (2 + label_width + 2)
     room = max(20, console.width - len(indent))
     for label, value in fields:
-        lines = textwrap.wrap(value, room, break_long_words=True, break_on_hyphens=False) or [""]
+        lines = _wrap(value, room)
         first = Text.assemble("  ", (label.ljust(label_width), "dim"), "  ", lines[0])
         console.print(first, soft_wrap=True)
         for line in lines[1:]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf import json_format
+from rich.cells import cell_len
 
 from pml_server import cli
 from pml_server.api.admission import budget
@@ -79,6 +80,19 @@ def test_suggest_at_80_columns_stacks_and_shows_every_part(run: Run, client: Pml
     wide, _ = run("suggest", "Read JSON file", columns=200)
     header = next(line for line in wide.splitlines() if "semantic" in line)
     assert all(c in header for c in ("capability", "pattern", "tools", "success", "total"))
+
+
+@pytest.mark.parametrize("command", [["list"], ["list", "--capabilities"], ["show"]])
+def test_wide_characters_wrap_within_80_columns(
+    run: Run, client: PmlClient, command: list[str]
+) -> None:
+    """A stacked value is wrapped by terminal cells: an intent in Japanese (two cells a
+    character) went 6 columns past 80, counted as characters."""
+    intent = "読む ファイル " + "データ" * 40 + " JSON を読み込む " + "x" * 120
+    saved = client.record(make_record(intent, READ.replace("FILE", "w.json"), tools=["read_file"]))
+    out, _ = run(*command, *([saved.pattern] if command == ["show"] else []))
+    assert "読む" in out
+    assert max(cell_len(line) for line in out.splitlines()) <= 80, out
 
 
 def test_suggest_in_a_pipe_fits_80_columns(server: RunningServer, client: PmlClient) -> None:
