@@ -576,16 +576,20 @@ def test_sessions_record_and_suggest_what_comes_next(run: object) -> None:
 def test_control_characters_from_the_store_never_reach_the_terminal(
     run: object, server: RunningServer
 ) -> None:
-    """A recorded tool name or a key in the code may hold terminal escapes (an agent's input):
-    `pml show`, `suggest` and `list` print them escaped, never as control characters that would
-    rewrite the operator's terminal. `--json` escapes them already."""
+    """A recorded intent or a key in the code may hold terminal escapes (an agent's input; a
+    tool name holding one is refused: docs/api.md, Requests): `pml show`, `suggest` and `list`
+    print them escaped, never as control characters that would rewrite the operator's
+    terminal. `--json` escapes them already."""
     assert callable(run)
-    from pml_server.client import PmlClient
+    from pml_server.client import PmlClient, PmlClientError
 
-    evil = "evil\x1b[2J\x1b]0;owned\x07"
+    evil = "\x1b[2J\x1b]0;owned\x07"
     code = 'const x = await mcp.list_dir({path: "."}); await mcp.evil({"\\x1b[31mRED": x})'
     with PmlClient(f"127.0.0.1:{server.port}") as client:
-        result = client.record(make_record("Clear the screen", code, tools=["list_dir", evil]))
+        with pytest.raises(PmlClientError, match="invisible characters"):
+            client.record(make_record("Clear the screen", code, tools=["list_dir", "evil" + evil]))
+        intent = f"Clear the screen {evil}now"
+        result = client.record(make_record(intent, code, tools=["list_dir", "evil"]))
     for argv in (
         ("show", result.pattern),
         ("show", result.capability),
