@@ -134,7 +134,9 @@ def test_live_arguments_are_checked_as_they_arrive(
     assert len(acks) == 1, summary
     assert acks[0].HasField("error"), summary
     assert _ack_fields(acks[0]) == ["tool_call_finished.tool_call.arguments_json"], summary
-    assert growth < 64 << 20, summary  # buffered, 40 calls were 280 MiB
+    # buffered, 40 calls were 280 MiB; refused as they arrive, 35-51 MiB on an idle machine
+    # and 74 MiB under a loaded CI run (gRPC's receive buffers fill while the handler waits)
+    assert growth < 128 << 20, summary
 
 
 def test_a_stream_cannot_buffer_past_its_byte_budget(stub: pml_pb2_grpc.PmlServiceStub) -> None:
