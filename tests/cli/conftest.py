@@ -4,10 +4,25 @@ stderr apart)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
 import pytest
 
 from pml_server import cli
 from pml_server.api.server import RunningServer
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """`pml serve` run in process configures the root logger with a handler on the test's
+    captured stderr (`api/logs.configure`); once that stream is closed, a later test's server
+    logging through it printed "--- Logging error ---" into that test's output."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture
