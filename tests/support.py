@@ -27,8 +27,10 @@ from testing.ranking_oracle import Candidate
 __all__ = [
     "NOW_MS",
     "Clock",
+    "CountedCalls",
     "candidate",
     "code_for",
+    "count_calls",
     "eventually",
     "make_record",
     "npm_ci",
@@ -50,6 +52,32 @@ def files_holding(data_dir: Path, text: str) -> list[str]:
         for path in data_dir.rglob("*")
         if path.is_file() and wanted in path.read_bytes().upper()
     )
+
+
+class CountedCalls:
+    """How many times a client called one of its stub's methods (`count_calls`)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+def count_calls(
+    stub: object, method: str, before: Callable[[int], None] | None = None
+) -> CountedCalls:
+    """Replace `stub.method` (a client's gRPC stub) by one that counts each call, then runs
+    `before(n)` for the n-th when given, then makes the call: the attempts a client made,
+    its retries included."""
+    calls = CountedCalls()
+    real = getattr(stub, method)
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.count += 1
+        if before is not None:
+            before(calls.count)
+        return real(*args, **kwargs)
+
+    setattr(stub, method, counted)
+    return calls
 
 
 def eventually(check: Callable[[], object], seconds: float = 10.0) -> bool:

@@ -19,6 +19,7 @@ from pml_client._proto.pml.v1 import pml_pb2
 from pml_server.config import config_of
 from tests.conftest import StartServer
 from tests.support import (
+    count_calls,
     open_engine,
     refusing_its_first_batch,
     slow_to_refuse_stats,
@@ -131,20 +132,12 @@ def test_a_message_over_the_size_limit_is_not_sent_again(start: StartServer) -> 
     under that, so it reaches the server.)"""
     server = start(max_message_bytes=32 * 1024)
     with PmlClient(f"127.0.0.1:{server.port}", retries=3) as client:
-        sent = 0
-        record_execution = client._stub.RecordExecution
-
-        def counted(*args: object, **kwargs: object) -> object:
-            nonlocal sent
-            sent += 1
-            return record_execution(*args, **kwargs)
-
-        client._stub.RecordExecution = counted
+        sent = count_calls(client._stub, "RecordExecution")
         with pytest.raises(PmlClientError) as err:
             client.record(make_record("big", "x" * 50_000, tools=["t"]))
     assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert err.value.retry_delay_seconds is None
-    assert sent == 1
+    assert sent.count == 1
 
 
 def test_an_upload_resends_what_the_server_acknowledged_as_unavailable(
@@ -391,19 +384,11 @@ def test_an_upload_to_a_server_that_is_gone_asks_its_limits_once_a_stream(
     stop_pml_serve(proc)
     record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
     with PmlClient(target) as client:
-        asked = 0
-        get_server_info = client._stub.GetServerInfo
-
-        def counted(*args: object, **kwargs: object) -> object:
-            nonlocal asked
-            asked += 1
-            return get_server_info(*args, **kwargs)
-
-        client._stub.GetServerInfo = counted
+        asked = count_calls(client._stub, "GetServerInfo")
         with pytest.raises(PmlClientError) as err:
             client.upload([record], max_reconnects=3)
     assert err.value.code is grpc.StatusCode.UNAVAILABLE
-    assert asked == 4
+    assert asked.count == 4
 
 
 def test_a_raw_stream_whose_server_is_killed_says_what_was_not_acknowledged(

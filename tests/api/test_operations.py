@@ -31,7 +31,7 @@ from pml_server.client import (
 )
 from pml_server.config import config_of
 from tests.conftest import StartServer
-from tests.support import open_engine, spawn_pml_serve, stop_pml_serve
+from tests.support import count_calls, open_engine, spawn_pml_serve, stop_pml_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -269,20 +269,12 @@ def test_a_certificate_the_ca_did_not_sign_is_never_retried(start: StartServer, 
     with PmlClient(
         f"127.0.0.1:{server.port}", root_certificates=pki / "other.pem", retries=3
     ) as client:
-        sent = 0
-        get_stats = client._stub.GetStats
-
-        def counted(*args: object, **kwargs: object) -> object:
-            nonlocal sent
-            sent += 1
-            return get_stats(*args, **kwargs)
-
-        client._stub.GetStats = counted
+        sent = count_calls(client._stub, "GetStats")
         with pytest.raises(CertificateError) as err:
             client.stats()
         with pytest.raises(CertificateError) as upload_err:
             client.upload([record], max_reconnects=3)
-    assert sent == 1
+    assert sent.count == 1
     assert err.value.code is grpc.StatusCode.UNAVAILABLE
     assert err.value.message.startswith("TLS: the server's certificate was not verified (")
     assert "root_certificates must be the PEM of the CA that signed it" in err.value.message
@@ -310,20 +302,12 @@ def test_mutual_tls_requires_a_client_certificate(
     # api.md, Deadlines and retries).
     record = make_record("Read JSON", "await mcp.read_file({path: 'a'})", tools=["read_file"])
     with PmlClient(target, root_certificates=pki / "ca.pem", timeout=30) as anonymous:
-        sent = 0
-        get_stats = anonymous._stub.GetStats
-
-        def counted(*args: object, **kwargs: object) -> object:
-            nonlocal sent
-            sent += 1
-            return get_stats(*args, **kwargs)
-
-        anonymous._stub.GetStats = counted
+        sent = count_calls(anonymous._stub, "GetStats")
         with pytest.raises(ClientCertificateError) as err:
             anonymous.stats()
         with pytest.raises(ClientCertificateError) as upload_err:
             anonymous.upload([record], max_reconnects=3)
-    assert sent == 1
+    assert sent.count == 1
     assert err.value.code is grpc.StatusCode.UNAVAILABLE
     assert err.value.message.startswith(
         "TLS: the server refused the handshake: it asks for a client certificate"

@@ -27,6 +27,7 @@ from pml_server.api.security.auth import KeyStore, Role
 from pml_server.client import PmlClient, PmlClientError, make_record, resources_pb2
 from pml_server.domain.errors import ResourceExhaustedError
 from tests.conftest import StartServer
+from tests.support import count_calls
 
 
 class FakeClock:
@@ -141,21 +142,16 @@ def test_a_call_refused_by_the_concurrency_limit_is_retried(start: StartServer) 
     with PmlClient(f"127.0.0.1:{server.port}", retries=3) as client:
         release = threading.Event()
         holders = [_open_stream(client, release, f"s{i}") for i in range(2)]
-        attempts = 0
-        record_execution = client._stub.RecordExecution
 
-        def second_after_release(*args: object, **kwargs: object) -> object:
-            nonlocal attempts
-            attempts += 1
-            if attempts == 2:
+        def release_before_the_second(attempt: int) -> None:
+            if attempt == 2:
                 release.set()
                 for t in holders:
                     t.join(10)
-            return record_execution(*args, **kwargs)
 
-        client._stub.RecordExecution = second_after_release
+        attempts = count_calls(client._stub, "RecordExecution", release_before_the_second)
         assert client.record(record).outcome == resources_pb2.CAPTURE_OUTCOME_SAVED
-        assert attempts == 2
+        assert attempts.count == 2
         assert client.stats().executions == 3  # the two holders' and this one
 
 
