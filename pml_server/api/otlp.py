@@ -31,6 +31,7 @@ from pml_server.domain.errors import (
 from pml_server.domain.limits import Limits
 from pml_server.otel import (
     INCOMPLETE_SPAN_ID,
+    LATE_CALL,
     MappedBatch,
     MappedExecution,
     Rejection,
@@ -38,6 +39,7 @@ from pml_server.otel import (
     held_forms,
     incomplete_links,
     incomplete_marker,
+    late_calls,
     map_spans,
     parse_export,
     settling_forms,
@@ -101,9 +103,19 @@ def refuse_past_bounds(limits: Limits, groups: int = 0, spans: int = 0) -> None:
         )
 
 
+# Why a run whose request id was captured before with another execution is rejected: its root
+# span exported again with other calls (docs/capture.md, "Spans arriving after their run was
+# mapped"). The API's own message speaks of request ids a client chose, which an exporter did not.
+_CAPTURED_BEFORE = (
+    "this run's root span was captured before with other calls or content (a call that ended "
+    "after the root span, or the root exported again with other spans): a captured run is never "
+    "amended, so this one is not captured"
+)
+
+
 def _violations(err: InvalidArgumentError | AlreadyExistsError) -> str:
     if isinstance(err, AlreadyExistsError):
-        return str(err)
+        return _CAPTURED_BEFORE
     return "; ".join(f"{v.field}: {v.description}" for v in err.violations) or str(err)
 
 
@@ -310,12 +322,21 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         # A run already mapped from more spans than an Export sent again brings (a retry of the
         # Export with its root span, the calls held before consumed since): that run's answer
         # stands; capturing the part would be refused as another execution under its id.
+        # Sent again with calls the run was not captured with (calls that ended after the root,
+        # exported beside it by a collector's retry): the run's answer stands, and each such
+        # call is rejected as arriving after its run was mapped, never captured as a second
+        # execution under the run's id (docs/capture.md, "Spans arriving after their run was
+        # mapped").
         executions: list[MappedExecution] = []
         replayed = 0
         for execution in batch.executions:
             known = pending.mapped(tenant, execution.trace_id)
             run = known.runs.get(execution.span_id) if known is not None else None
-            if run is not None and execution.call_ids < run:
+            if run is not None and (later := execution.call_ids - run):
+                trace = execution.trace_id.hex()
+                rejections += [Rejection(f"{trace}/{c.hex()}", LATE_CALL, 1) for c in sorted(later)]
+                replayed += execution.span_count - len(later)
+            elif run is not None and execution.call_ids < run:
                 replayed += execution.span_count
             else:
                 executions.append(execution)
@@ -324,7 +345,8 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         for trace_id, settled in batch.settled.items():
             runs = {e.span_id: e.call_ids for e in captured if e.trace_id == trace_id}
             named = batch.conversations.get(trace_id, frozenset())
-            pending.remember(tenant, trace_id, settled, runs, named)
+            calls = batch.settled_calls.get(trace_id, set())
+            pending.remember(tenant, trace_id, settled, runs, named, calls)
         return recorded
 
     def _hold_waiting(
@@ -336,7 +358,8 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         rejections: list[Rejection],
     ) -> int:
         """Plan the holding of one trace's spans waiting for their execution span (and of its
-        marker of lost spans); returns how many were late (below a run already mapped)."""
+        marker of lost spans); returns how many were seen twice (below a run already mapped,
+        and no call of their own: those are rejected, `late_calls`)."""
         pending = self._pending
         assert pending is not None
         marked = [s for s in waiting if s.span_id == INCOMPLETE_SPAN_ID]
@@ -347,10 +370,17 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         late = 0
         known = pending.mapped(tenant, trace_id)
         if known is not None:
-            # Spans below a run already mapped (the MCP server's own span of a call, exported
-            # after the agent's spans): that call seen twice, never held.
+            # Spans below a run already mapped, never held: the MCP server's own span of a call,
+            # exported after the agent's spans, is that call seen twice (ignored); a call that
+            # ended after its run's root span is rejected for it (docs/capture.md, "Spans
+            # arriving after their run was mapped").
             below = _below(waiting, known.spans)
-            late = len(below)
+            spans_below = [s for s in waiting if s.span_id in below]
+            later = late_calls(spans_below, known.spans, known.calls)
+            rejections += [
+                Rejection(f"{trace_id.hex()}/{s.span_id.hex()}", LATE_CALL, 1) for s in later
+            ]
+            late = len(below) - len(later)
             waiting = [s for s in waiting if s.span_id not in below]
         new = [s for s in waiting if (trace_id, s.span_id) not in plan.loaded]
         if len(new) > plan.room:

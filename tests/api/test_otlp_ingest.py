@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
@@ -859,6 +860,81 @@ def test_a_retried_export_of_a_split_runs_root_is_not_a_rejection(
     assert _spans_counter(server, "rejected") == 0
     (pattern,) = client.iter_patterns()
     assert (list(pattern.tools_used), pattern.usage_count) == (["read_file", "parse_json"], 1)
+
+
+def _a_call_ending_after_its_root(tracer: Tracer) -> None:
+    """A run whose second call ends after the run's `invoke_agent` span (a call the agent
+    started and did not wait for): end order read_file, the agent span, parse_json."""
+    attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "file-agent"}
+    root = tracer.start_span("invoke_agent file-agent", attributes=attributes)
+    inside = trace.set_span_in_context(root)
+    calls = [
+        tracer.start_span(
+            f"execute_tool {tool}",
+            context=inside,
+            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool},
+        )
+        for tool in ("read_file", "parse_json")
+    ]
+    calls[0].end()
+    root.end()
+    calls[1].end()
+
+
+def _export(port: int, spans: list[ReadableSpan]) -> ExportTracePartialSuccess:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        return stub.Export(encode_spans(spans), timeout=30).partial_success
+
+
+@pytest.mark.parametrize("with_root", [False, True])
+def test_a_call_that_ends_after_its_captured_run_is_rejected_saying_so(
+    server: RunningServer, client: PmlClient, with_root: bool
+) -> None:
+    """The run is captured with the calls exported beside its root; a call that ended after
+    the root comes in a later Export, alone or beside the root again (a collector's retry).
+    Before: alone, it was "ignored (no GenAI tool call, or one seen twice)"; beside the root,
+    the run was rejected as another execution under a request id ("give each execution its
+    own request_id"), its two captured spans counted as rejected too. Now the late call alone
+    is rejected for what it is; the run's capture stands, never amended nor counted twice."""
+    spans = recorded(_a_call_ending_after_its_root)
+    late = f"{spans[2].context.trace_id:032x}/{spans[2].context.span_id:016x}"
+    assert _export(server.port, spans[:2]) == ExportTracePartialSuccess()
+    answer = _export(server.port, spans if with_root else spans[2:])
+    assert answer.rejected_spans == 1
+    assert answer.error_message == (
+        f"span {late}: a tool call that ended after its run's root span and arrived after pml "
+        "had mapped that run: a mapped run is never amended, so this call is not in it"
+    )
+    assert (_spans_counter(server, "rejected"), _spans_counter(server, "held")) == (1, 0)
+    (pattern,) = client.iter_patterns()
+    assert (list(pattern.tools_used), pattern.usage_count) == (["read_file"], 1)
+
+
+def test_a_root_sent_again_with_other_calls_after_a_restart_names_why_it_is_rejected(
+    start: StartServer,
+) -> None:
+    """The process that captured the run is gone (a restart, another replica): the root
+    exported again beside a call that ended after it maps to another execution under the
+    run's request id. Before: rejected with the API's message for a client's request id
+    ("give each execution its own request_id ... StreamTraces"); now the message says the
+    run's root span was captured before with other calls, and the capture stands."""
+    server = start()
+    spans = recorded(_a_call_ending_after_its_root)
+    assert _export(server.port, spans[:2]) == ExportTracePartialSuccess()
+    server.stop(grace=1.0)
+    again = start()
+    answer = _export(again.port, spans)
+    assert answer.rejected_spans == 3
+    assert "request_id" not in answer.error_message
+    assert answer.error_message.endswith(
+        ": this run's root span was captured before with other calls or content (a call that "
+        "ended after the root span, or the root exported again with other spans): a captured "
+        "run is never amended, so this one is not captured"
+    )
+    with PmlClient(f"127.0.0.1:{again.port}") as client:
+        (pattern,) = client.iter_patterns()
+        assert (list(pattern.tools_used), pattern.usage_count) == (["read_file"], 1)
 
 
 @pytest.mark.parametrize("split", [False, True])
