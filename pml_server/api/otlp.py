@@ -157,17 +157,20 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         refuse_past_bounds(self._d.limits, groups=groups)
         spans = sum(len(s.spans) for r in resources for s in r.scope_spans)
         refuse_past_bounds(self._d.limits, groups=groups, spans=spans)
+        warnings: list[str] = []  # about runs captured (a conversation id not used)
         with self._d.quotas.hold(caller.tenant):
             if self._pending is None:
                 batch = map_spans(flatten(request), self._d.limits.intent.bound)
                 rejections = list(batch.rejections)
-                recorded = self._capture(caller.tenant, batch.executions, rejections)
+                recorded = self._capture(
+                    caller.tenant, batch.executions, rejections, warnings=warnings
+                )
                 ignored = batch.ignored_spans + sum(len(w) for w in batch.waiting.values())
                 held = settling = 0
             else:
                 with self._pending.tenant_lock(caller.tenant):
                     recorded, ignored, held, settling, rejections = self._export_holding(
-                        caller.tenant, list(flatten(request))
+                        caller.tenant, list(flatten(request)), warnings=warnings
                     )
         if spans >= _TRIM_AFTER_SPANS:
             # The mapping's memory is free now but glibc keeps it in the process: hand it back
@@ -178,12 +181,14 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         self._count_spans("ignored", ignored)
         self._count_spans("rejected", rejected)
         self._count_spans("held", held + settling)
-        if not rejections and not ignored and not held and not settling:
+        if not rejections and not ignored and not held and not settling and not warnings:
             return trace_service_pb2.ExportTraceServiceResponse()
         # OTLP partial success: rejected spans are counted; spans accepted but ignored (not a
         # GenAI tool call) or held (waiting for their run's root span, or a root span for its
         # calls) are named as a warning.
         notes = [_message(rejections)] if rejections else []
+        if warnings:
+            notes.append(_shown(warnings, "runs captured with a warning"))
         if held:
             notes.append(f"{held} spans held until their run's invoke_agent (root) span arrives")
         if settling:
@@ -216,9 +221,10 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             for start in range(0, len(matured), _SETTLED_PER_TURN):
                 if self._draining.is_set():
                     return
+                warnings: list[str] = []
                 with pending.tenant_lock(tenant):
                     recorded, ignored, held, settling, rejections = self._export_holding(
-                        tenant, [], matured[start : start + _SETTLED_PER_TURN]
+                        tenant, [], matured[start : start + _SETTLED_PER_TURN], warnings
                     )
                 self._count_spans("mapped", recorded)
                 self._count_spans("ignored", ignored)
@@ -226,15 +232,25 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 self._count_spans("held", held + settling)
                 if rejections:
                     log.warning("otlp: settled runs of tenant %r: %s", tenant, _message(rejections))
+                if warnings:
+                    log.warning(
+                        "otlp: settled runs of tenant %r: %s",
+                        tenant,
+                        _shown(warnings, "runs captured with a warning"),
+                    )
 
     def _export_holding(
-        self, tenant: str, spans: list[trace_pb2.Span], settled: Sequence[bytes] = ()
+        self,
+        tenant: str,
+        spans: list[trace_pb2.Span],
+        settled: Sequence[bytes] = (),
+        warnings: list[str] | None = None,
     ) -> tuple[int, int, int, int, list[Rejection]]:
         """Map `spans` (an Export's) with the spans held for their traces and for `settled`
         (traces whose settling root's window has passed), capture what is complete, hold what
         waits for its execution span or its calls (docs/capture.md, "Runs split over several
         Exports"). Returns (spans captured, ignored, newly held, agent spans held settling,
-        rejections)."""
+        rejections); the warnings about runs captured go to `warnings`."""
         pending = self._pending
         assert pending is not None
         expiry_links = self._expire(tenant)
@@ -263,7 +279,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             batch.waiting.setdefault(trace_id, []).extend(batch.unlinked[trace_id])
             batch.ignored_spans -= len(batch.unlinked[trace_id])
         rejections = list(batch.rejections)
-        recorded = self._capture_new(tenant, batch, rejections)
+        recorded = self._capture_new(tenant, batch, rejections, warnings)
         plan = _HoldPlan(loaded, pending.room(tenant))
         late = sum(
             self._hold_waiting(tenant, trace_id, waiting, plan, rejections)
@@ -314,7 +330,13 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             )
         return expiry_links
 
-    def _capture_new(self, tenant: str, batch: MappedBatch, rejections: list[Rejection]) -> int:
+    def _capture_new(
+        self,
+        tenant: str,
+        batch: MappedBatch,
+        rejections: list[Rejection],
+        warnings: list[str] | None = None,
+    ) -> int:
         """Capture `batch`'s executions but those already captured whole, and remember the
         runs mapped; returns the spans captured (or replayed)."""
         pending = self._pending
@@ -341,7 +363,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             else:
                 executions.append(execution)
         captured: list[MappedExecution] = []
-        recorded = self._capture(tenant, executions, rejections, captured) + replayed
+        recorded = self._capture(tenant, executions, rejections, captured, warnings) + replayed
         for trace_id, settled in batch.settled.items():
             runs = {e.span_id: e.call_ids for e in captured if e.trace_id == trace_id}
             named = batch.conversations.get(trace_id, frozenset())
@@ -434,10 +456,12 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         executions: list[MappedExecution],
         rejections: list[Rejection],
         captured: list[MappedExecution] | None = None,
+        warnings: list[str] | None = None,
     ) -> int:
         """Validate and capture `executions` in batches; refused ones go to `rejections`, those
-        captured (or replayed) to `captured`. Returns the spans captured. Any other error fails
-        the call (retryable statuses)."""
+        captured (or replayed) to `captured`, and their warnings (`session_note`) to
+        `warnings`. Returns the spans captured. Any other error fails the call (retryable
+        statuses)."""
         valid: list[tuple[MappedExecution, model.ExecutionRecord]] = []
         for execution in executions:
             try:
@@ -464,6 +488,8 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                     recorded += execution.span_count
                     if captured is not None:
                         captured.append(execution)
+                    if warnings is not None and execution.session_note:
+                        warnings.append(execution.session_note)
                     if self._d.on_capture is not None:
                         self._d.on_capture(result)
         return recorded
@@ -556,9 +582,14 @@ def _below(waiting: list[trace_pb2.Span], mapped: set[bytes]) -> set[bytes]:
 
 
 def _message(rejections: list[Rejection]) -> str:
-    shown = "; ".join(f"span {r.span}: {r.reason}" for r in rejections[:_REASONS_SHOWN])
-    more = len(rejections) - _REASONS_SHOWN
-    return shown + (f"; and {more} more executions rejected" if more > 0 else "")
+    notes = [f"span {r.span}: {r.reason}" for r in rejections]
+    return _shown(notes, "executions rejected")
+
+
+def _shown(notes: list[str], what: str) -> str:
+    """The first `_REASONS_SHOWN` of `notes`, and how many more `what` there were."""
+    more = len(notes) - _REASONS_SHOWN
+    return "; ".join(notes[:_REASONS_SHOWN]) + (f"; and {more} more {what}" if more > 0 else "")
 
 
 class RunSettler:

@@ -77,6 +77,9 @@ class MappedExecution:
     span: str  # "<trace id hex>/<span id hex>" of the execution span
     # The run's `gen_ai.conversation.id`, else its trace id (docs/ranking.md, Sessions).
     session_id: str = ""
+    # Why a `gen_ai.conversation.id` of the run was not used as its session (a warning of the
+    # answer, "span <ref>: ..."), else "".
+    session_note: str = ""
     # The execution span itself failed (`error.type` set or an error status), whatever its
     # calls did: an agent that crashed or gave up after calls that succeeded.
     failed: bool = False
@@ -515,6 +518,7 @@ def _execution(
         span_count=own + len(calls),
         span=execution.ref,
         session_id=_session_id(execution, calls, named),
+        session_note=_unused_conversation(execution, calls),
         failed=attr.failure(execution.proto, execution.attrs) is not None,
         trace_id=execution.proto.trace_id,
         span_id=execution.proto.span_id,
@@ -528,6 +532,23 @@ def _conversation(span: _Span) -> str | None:
     if isinstance(conversation, str) and session_id_problem(conversation) is None:
         return conversation
     return None
+
+
+def _unused_conversation(execution: _Span, calls: list[_Span]) -> str:
+    """The warning for the first `gen_ai.conversation.id` of the run's spans that is no usable
+    session id (`session_id_problem`, the API's one check: docs/ranking.md, Sessions), else "".
+    Such an id is passed over as a missing one; the run is captured."""
+    for span in (execution, *calls):
+        conversation = span.attrs.get(attr.CONVERSATION_ID)
+        if (
+            isinstance(conversation, str)
+            and conversation
+            and (problem := session_id_problem(conversation)) is not None
+        ):
+            return (
+                f"span {span.ref}: {attr.CONVERSATION_ID} {problem}: not used as the run's session"
+            )
+    return ""
 
 
 def _named(spans: Iterable[_Span], earlier: frozenset[str]) -> frozenset[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import unicodedata
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -1286,6 +1287,29 @@ def test_a_conversation_id_on_the_calls_only_is_the_runs_session(
     following = client.suggest("", previous_tools=["list_dir"]).suggestions
     assert [list(s.pattern.tools_used) for s in following] == [["read_file"]]
     assert following[0].score.transition == pytest.approx(2 / 4)
+
+
+@pytest.mark.parametrize("unseen", ["\u202e", "\u200b", "\u2028", "\x01"])
+def test_a_conversation_id_the_api_refuses_is_not_the_runs_session_and_says_so(
+    server: RunningServer, client: PmlClient, unseen: str
+) -> None:
+    """A `gen_ai.conversation.id` holding a control or invisible character, which the API
+    refuses as a `session_id` (docs/ranking.md, Sessions): the run is captured in its trace's
+    session, and the answer names the attribute as a warning. Before: a control character was
+    passed over in silence, and an invisible one (a right-to-left override, a zero-width
+    space, a line separator) made a session the API would have refused."""
+    conversation = f"conv{unseen}-a"
+    name = unicodedata.name(unseen, "unnamed")
+    for intent, tool in (("List the folder", "list_dir"), ("Read JSON file", "read_file")):
+        spans = recorded(lambda t, i=intent, u=tool: _conversation_run(t, i, u, conversation, None))
+        root = f"{spans[-1].context.trace_id:032x}/{spans[-1].context.span_id:016x}"
+        assert _export(server.port, spans) == ExportTracePartialSuccess(
+            error_message=f"span {root}: gen_ai.conversation.id must not contain control or "
+            f"invisible characters (U+{ord(unseen):04X} {name}): not used as the run's session"
+        )
+    assert sorted(p.tools_used[0] for p in client.iter_patterns()) == ["list_dir", "read_file"]
+    # Each run is its own trace's session: no step followed another.
+    assert client.suggest("", previous_tools=["list_dir"]).suggestions == []
 
 
 # A conversation id as OpenAI's Conversations API names them: credential-shaped to redaction
