@@ -47,6 +47,9 @@ INCOMPLETE_LINKS = "pml.otlp.incomplete.links"
 SETTLING = "pml.otlp.settling"
 # `pml_server.otel._held.TOO_LARGE`: a held call whose run validation would refuse for its size.
 HELD_TOO_LARGE = "pml.otlp.held.too_large"
+# `pml_server.otel._held`: why a held span's `gen_ai.conversation.id`, not held, is no usable
+# session id (`session_id_problem`), for the warning of its run (`_unused_conversation`).
+HELD_CONVERSATION_REFUSED = "pml.otlp.held.conversation_refused"
 # Where the intent came from, kept as a tag (`intent:<source>`).
 FROM_MESSAGES = "input_messages"
 FROM_AGENT_NAME = "agent_name"
@@ -539,16 +542,26 @@ def _unused_conversation(execution: _Span, calls: list[_Span]) -> str:
     session id (`session_id_problem`, the API's one check: docs/ranking.md, Sessions), else "".
     Such an id is passed over as a missing one; the run is captured."""
     for span in (execution, *calls):
-        conversation = span.attrs.get(attr.CONVERSATION_ID)
-        if (
-            isinstance(conversation, str)
-            and conversation
-            and (problem := session_id_problem(conversation)) is not None
-        ):
+        problem = conversation_problem(span.attrs)
+        if problem is None and isinstance(held := span.attrs.get(HELD_CONVERSATION_REFUSED), str):
+            problem = held[:_PROBLEM_CHARS]
+        if problem is not None:
             return (
                 f"span {span.ref}: {attr.CONVERSATION_ID} {problem}: not used as the run's session"
             )
     return ""
+
+
+_PROBLEM_CHARS = 256  # of a held span's `HELD_CONVERSATION_REFUSED` read back
+
+
+def conversation_problem(attrs: dict[str, Any]) -> str | None:
+    """Why a span's `gen_ai.conversation.id` (a string, not empty) is no usable session id
+    (`session_id_problem`), else None."""
+    conversation = attrs.get(attr.CONVERSATION_ID)
+    if isinstance(conversation, str) and conversation:
+        return session_id_problem(conversation)
+    return None
 
 
 def _named(spans: Iterable[_Span], earlier: frozenset[str]) -> frozenset[str]:

@@ -1312,6 +1312,31 @@ def test_a_conversation_id_the_api_refuses_is_not_the_runs_session_and_says_so(
     assert client.suggest("", previous_tools=["list_dir"]).suggestions == []
 
 
+@pytest.mark.parametrize(
+    ("conversation", "problem"),
+    [
+        ("c" * 200, "is 200 characters; the limit is 128 characters"),
+        ("conv\u202e-a", "must not contain control or invisible characters (U+202E "
+                         "RIGHT-TO-LEFT OVERRIDE)"),
+    ],
+)  # fmt: skip
+def test_a_held_calls_refused_conversation_id_is_named_when_its_run_is_captured(
+    server: RunningServer, client: PmlClient, conversation: str, problem: str
+) -> None:
+    """The refused conversation id is on a call held for its root (exported first). Before:
+    the held form dropped one over 128 characters, and the run's answer said nothing, where the
+    run sent whole names it; now the held form keeps why it was refused (never the id)."""
+    spans = recorded(lambda t: _conversation_run(t, "List it", "list_dir", None, conversation))
+    call = f"{spans[0].context.trace_id:032x}/{spans[0].context.span_id:016x}"
+    assert _export(server.port, spans[:1]).rejected_spans == 0
+    assert _export(server.port, spans[1:]) == ExportTracePartialSuccess(
+        error_message=f"span {call}: gen_ai.conversation.id {problem}: not used as the run's "
+        "session"
+    )
+    (pattern,) = client.iter_patterns()
+    assert list(pattern.tools_used) == ["list_dir"]
+
+
 # A conversation id as OpenAI's Conversations API names them: credential-shaped to redaction
 # (long, random), so a held span may not keep it as it is.
 OPENAI_CONVERSATION = "conv_689667905b048191b4740501625afd940c7533ace33a2dab"
