@@ -31,6 +31,7 @@ from pml_server.domain.errors import (
 from pml_server.domain.limits import Limits
 from pml_server.otel import (
     INCOMPLETE_SPAN_ID,
+    LATE_CALL,
     MappedBatch,
     MappedExecution,
     Rejection,
@@ -38,6 +39,7 @@ from pml_server.otel import (
     held_forms,
     incomplete_links,
     incomplete_marker,
+    late_calls,
     map_spans,
     parse_export,
     settling_forms,
@@ -101,9 +103,19 @@ def refuse_past_bounds(limits: Limits, groups: int = 0, spans: int = 0) -> None:
         )
 
 
+# Why a run whose request id was captured before with another execution is rejected: its root
+# span exported again with other calls (docs/capture.md, "Spans arriving after their run was
+# mapped"). The API's own message speaks of request ids a client chose, which an exporter did not.
+_CAPTURED_BEFORE = (
+    "this run's root span was captured before with other calls or content (a call that ended "
+    "after the root span, or the root exported again with other spans): a captured run is never "
+    "amended, so this one is not captured"
+)
+
+
 def _violations(err: InvalidArgumentError | AlreadyExistsError) -> str:
     if isinstance(err, AlreadyExistsError):
-        return str(err)
+        return _CAPTURED_BEFORE
     return "; ".join(f"{v.field}: {v.description}" for v in err.violations) or str(err)
 
 
@@ -145,17 +157,20 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         refuse_past_bounds(self._d.limits, groups=groups)
         spans = sum(len(s.spans) for r in resources for s in r.scope_spans)
         refuse_past_bounds(self._d.limits, groups=groups, spans=spans)
+        warnings: list[str] = []  # about runs captured (a conversation id not used)
         with self._d.quotas.hold(caller.tenant):
             if self._pending is None:
                 batch = map_spans(flatten(request), self._d.limits.intent.bound)
                 rejections = list(batch.rejections)
-                recorded = self._capture(caller.tenant, batch.executions, rejections)
+                recorded = self._capture(
+                    caller.tenant, batch.executions, rejections, warnings=warnings
+                )
                 ignored = batch.ignored_spans + sum(len(w) for w in batch.waiting.values())
                 held = settling = 0
             else:
                 with self._pending.tenant_lock(caller.tenant):
                     recorded, ignored, held, settling, rejections = self._export_holding(
-                        caller.tenant, list(flatten(request))
+                        caller.tenant, list(flatten(request)), warnings=warnings
                     )
         if spans >= _TRIM_AFTER_SPANS:
             # The mapping's memory is free now but glibc keeps it in the process: hand it back
@@ -166,12 +181,14 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         self._count_spans("ignored", ignored)
         self._count_spans("rejected", rejected)
         self._count_spans("held", held + settling)
-        if not rejections and not ignored and not held and not settling:
+        if not rejections and not ignored and not held and not settling and not warnings:
             return trace_service_pb2.ExportTraceServiceResponse()
         # OTLP partial success: rejected spans are counted; spans accepted but ignored (not a
         # GenAI tool call) or held (waiting for their run's root span, or a root span for its
         # calls) are named as a warning.
         notes = [_message(rejections)] if rejections else []
+        if warnings:
+            notes.append(_shown(warnings, "runs captured with a warning"))
         if held:
             notes.append(f"{held} spans held until their run's invoke_agent (root) span arrives")
         if settling:
@@ -204,9 +221,10 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             for start in range(0, len(matured), _SETTLED_PER_TURN):
                 if self._draining.is_set():
                     return
+                warnings: list[str] = []
                 with pending.tenant_lock(tenant):
                     recorded, ignored, held, settling, rejections = self._export_holding(
-                        tenant, [], matured[start : start + _SETTLED_PER_TURN]
+                        tenant, [], matured[start : start + _SETTLED_PER_TURN], warnings
                     )
                 self._count_spans("mapped", recorded)
                 self._count_spans("ignored", ignored)
@@ -214,15 +232,25 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 self._count_spans("held", held + settling)
                 if rejections:
                     log.warning("otlp: settled runs of tenant %r: %s", tenant, _message(rejections))
+                if warnings:
+                    log.warning(
+                        "otlp: settled runs of tenant %r: %s",
+                        tenant,
+                        _shown(warnings, "runs captured with a warning"),
+                    )
 
     def _export_holding(
-        self, tenant: str, spans: list[trace_pb2.Span], settled: Sequence[bytes] = ()
+        self,
+        tenant: str,
+        spans: list[trace_pb2.Span],
+        settled: Sequence[bytes] = (),
+        warnings: list[str] | None = None,
     ) -> tuple[int, int, int, int, list[Rejection]]:
         """Map `spans` (an Export's) with the spans held for their traces and for `settled`
         (traces whose settling root's window has passed), capture what is complete, hold what
         waits for its execution span or its calls (docs/capture.md, "Runs split over several
         Exports"). Returns (spans captured, ignored, newly held, agent spans held settling,
-        rejections)."""
+        rejections); the warnings about runs captured go to `warnings`."""
         pending = self._pending
         assert pending is not None
         expiry_links = self._expire(tenant)
@@ -251,7 +279,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             batch.waiting.setdefault(trace_id, []).extend(batch.unlinked[trace_id])
             batch.ignored_spans -= len(batch.unlinked[trace_id])
         rejections = list(batch.rejections)
-        recorded = self._capture_new(tenant, batch, rejections)
+        recorded = self._capture_new(tenant, batch, rejections, warnings)
         plan = _HoldPlan(loaded, pending.room(tenant))
         late = sum(
             self._hold_waiting(tenant, trace_id, waiting, plan, rejections)
@@ -302,7 +330,13 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             )
         return expiry_links
 
-    def _capture_new(self, tenant: str, batch: MappedBatch, rejections: list[Rejection]) -> int:
+    def _capture_new(
+        self,
+        tenant: str,
+        batch: MappedBatch,
+        rejections: list[Rejection],
+        warnings: list[str] | None = None,
+    ) -> int:
         """Capture `batch`'s executions but those already captured whole, and remember the
         runs mapped; returns the spans captured (or replayed)."""
         pending = self._pending
@@ -310,21 +344,31 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         # A run already mapped from more spans than an Export sent again brings (a retry of the
         # Export with its root span, the calls held before consumed since): that run's answer
         # stands; capturing the part would be refused as another execution under its id.
+        # Sent again with calls the run was not captured with (calls that ended after the root,
+        # exported beside it by a collector's retry): the run's answer stands, and each such
+        # call is rejected as arriving after its run was mapped, never captured as a second
+        # execution under the run's id (docs/capture.md, "Spans arriving after their run was
+        # mapped").
         executions: list[MappedExecution] = []
         replayed = 0
         for execution in batch.executions:
             known = pending.mapped(tenant, execution.trace_id)
             run = known.runs.get(execution.span_id) if known is not None else None
-            if run is not None and execution.call_ids < run:
+            if run is not None and (later := execution.call_ids - run):
+                trace = execution.trace_id.hex()
+                rejections += [Rejection(f"{trace}/{c.hex()}", LATE_CALL, 1) for c in sorted(later)]
+                replayed += execution.span_count - len(later)
+            elif run is not None and execution.call_ids < run:
                 replayed += execution.span_count
             else:
                 executions.append(execution)
         captured: list[MappedExecution] = []
-        recorded = self._capture(tenant, executions, rejections, captured) + replayed
+        recorded = self._capture(tenant, executions, rejections, captured, warnings) + replayed
         for trace_id, settled in batch.settled.items():
             runs = {e.span_id: e.call_ids for e in captured if e.trace_id == trace_id}
             named = batch.conversations.get(trace_id, frozenset())
-            pending.remember(tenant, trace_id, settled, runs, named)
+            calls = batch.settled_calls.get(trace_id, set())
+            pending.remember(tenant, trace_id, settled, runs, named, calls)
         return recorded
 
     def _hold_waiting(
@@ -336,7 +380,8 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         rejections: list[Rejection],
     ) -> int:
         """Plan the holding of one trace's spans waiting for their execution span (and of its
-        marker of lost spans); returns how many were late (below a run already mapped)."""
+        marker of lost spans); returns how many were seen twice (below a run already mapped,
+        and no call of their own: those are rejected, `late_calls`)."""
         pending = self._pending
         assert pending is not None
         marked = [s for s in waiting if s.span_id == INCOMPLETE_SPAN_ID]
@@ -347,10 +392,17 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         late = 0
         known = pending.mapped(tenant, trace_id)
         if known is not None:
-            # Spans below a run already mapped (the MCP server's own span of a call, exported
-            # after the agent's spans): that call seen twice, never held.
+            # Spans below a run already mapped, never held: the MCP server's own span of a call,
+            # exported after the agent's spans, is that call seen twice (ignored); a call that
+            # ended after its run's root span is rejected for it (docs/capture.md, "Spans
+            # arriving after their run was mapped").
             below = _below(waiting, known.spans)
-            late = len(below)
+            spans_below = [s for s in waiting if s.span_id in below]
+            later = late_calls(spans_below, known.spans, known.calls)
+            rejections += [
+                Rejection(f"{trace_id.hex()}/{s.span_id.hex()}", LATE_CALL, 1) for s in later
+            ]
+            late = len(below) - len(later)
             waiting = [s for s in waiting if s.span_id not in below]
         new = [s for s in waiting if (trace_id, s.span_id) not in plan.loaded]
         if len(new) > plan.room:
@@ -404,10 +456,12 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         executions: list[MappedExecution],
         rejections: list[Rejection],
         captured: list[MappedExecution] | None = None,
+        warnings: list[str] | None = None,
     ) -> int:
         """Validate and capture `executions` in batches; refused ones go to `rejections`, those
-        captured (or replayed) to `captured`. Returns the spans captured. Any other error fails
-        the call (retryable statuses)."""
+        captured (or replayed) to `captured`, and their warnings (`session_note`) to
+        `warnings`. Returns the spans captured. Any other error fails the call (retryable
+        statuses)."""
         valid: list[tuple[MappedExecution, model.ExecutionRecord]] = []
         for execution in executions:
             try:
@@ -434,6 +488,8 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                     recorded += execution.span_count
                     if captured is not None:
                         captured.append(execution)
+                    if warnings is not None and execution.session_note:
+                        warnings.append(execution.session_note)
                     if self._d.on_capture is not None:
                         self._d.on_capture(result)
         return recorded
@@ -526,9 +582,14 @@ def _below(waiting: list[trace_pb2.Span], mapped: set[bytes]) -> set[bytes]:
 
 
 def _message(rejections: list[Rejection]) -> str:
-    shown = "; ".join(f"span {r.span}: {r.reason}" for r in rejections[:_REASONS_SHOWN])
-    more = len(rejections) - _REASONS_SHOWN
-    return shown + (f"; and {more} more executions rejected" if more > 0 else "")
+    notes = [f"span {r.span}: {r.reason}" for r in rejections]
+    return _shown(notes, "executions rejected")
+
+
+def _shown(notes: list[str], what: str) -> str:
+    """The first `_REASONS_SHOWN` of `notes`, and how many more `what` there were."""
+    more = len(notes) - _REASONS_SHOWN
+    return "; ".join(notes[:_REASONS_SHOWN]) + (f"; and {more} more {what}" if more > 0 else "")
 
 
 class RunSettler:

@@ -46,7 +46,11 @@ log = logging.getLogger(__name__)
 
 PATH = "/v1/traces"
 PROTOBUF = "application/x-protobuf"
+# The registered name of the same binary encoding (RFC 9996, which lists `application/x-protobuf`
+# as its deprecated alias): taken too, and answered in it (docs/connect.md, "OTLP traces in").
+PROTOBUF_REGISTERED = "application/protobuf"
 JSON = "application/json"
+_TAKEN = (PROTOBUF, PROTOBUF_REGISTERED, JSON)
 # Exports answered at once (each holds an RPC-like thread while its spans are mapped and
 # captured); uvicorn answers 503 past `_MAX_CONNECTIONS` open connections and requests.
 _WORKERS = 4
@@ -231,16 +235,30 @@ def _inflate(body: bytes, max_bytes: int) -> bytes:
             return bytes(out)
 
 
+def media_type(content_type: str) -> str:
+    """The media type a `Content-Type` value names: without its parameters (`; charset=utf-8`),
+    in lower case (media types are case-insensitive: RFC 9110, section 8.3.1)."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def answer_type(content_type: str) -> str:
+    """The media type of the answer to a request sent with `content_type`: the request's, as
+    OTLP/HTTP requires, binary protobuf (`PROTOBUF`) for a type this endpoint does not take."""
+    media = media_type(content_type)
+    return media if media in _TAKEN else PROTOBUF
+
+
 def decode(
     body: bytes, content_type: str, encoding: str, max_bytes: int
-) -> tuple[trace_service_pb2.ExportTraceServiceRequest, bool]:
-    """The request of a POST body, and whether it was JSON (the answer is in the same
-    encoding). Raises InvalidArgumentError, ResourceExhaustedError or `_UnsupportedError`."""
-    media = content_type.split(";", 1)[0].strip().lower()
-    if media not in (PROTOBUF, JSON):
+) -> trace_service_pb2.ExportTraceServiceRequest:
+    """The request of a POST body. Raises InvalidArgumentError, ResourceExhaustedError or
+    `_UnsupportedError`."""
+    media = media_type(content_type)
+    if media not in _TAKEN:
         raise _UnsupportedError(
             "Content-Type",
-            f"{media or '(none)'!r} is not taken: send {PROTOBUF} or {JSON} (OTLP/HTTP)",
+            f"{media or '(none)'!r} is not taken: send {PROTOBUF} (or {PROTOBUF_REGISTERED}) "
+            f"or {JSON} (OTLP/HTTP)",
         )
     coding = encoding.strip().lower()
     if coding == "gzip":
@@ -248,17 +266,18 @@ def decode(
     elif coding not in ("", "identity"):
         raise _UnsupportedError("Content-Encoding", f"{coding!r} is not taken: send gzip or none")
     if media == JSON:
-        return from_json(body), True
+        return from_json(body)
     try:
-        return parse_export(body), False
+        return parse_export(body)
     except (DecodeError, RecursionError):
         raise _invalid("body", "not a protobuf ExportTraceServiceRequest") from None
 
 
-def _encoded(message: Message, as_json: bool) -> tuple[str, bytes]:
-    if as_json:
+def _encoded(message: Message, media: str) -> tuple[str, bytes]:
+    """`message` as an answer of media type `media` (`answer_type`)."""
+    if media == JSON:
         return JSON, json_format.MessageToJson(message, indent=None).encode()
-    return PROTOBUF, message.SerializeToString()
+    return media, message.SerializeToString()
 
 
 def _http_status(exc: BaseException) -> int:
@@ -282,14 +301,14 @@ _HTTP_STATUS = {
 }
 
 
-def refusal(exc: BaseException, as_json: bool) -> Answer:
+def refusal(exc: BaseException, media: str) -> Answer:
     """The answer to an Export that failed: the HTTP status OTLP/HTTP names for it, the
     `google.rpc.Status` the gRPC transport would send as the body, `Retry-After` when worth
     retrying. An unexpected error is logged here and answered 500 "internal error"."""
     status = _http_status(exc)
     if status == 500:
         log.error("OTLP/HTTP Export failed", exc_info=exc)
-    content_type, body = _encoded(to_rpc_status(exc), as_json)
+    content_type, body = _encoded(to_rpc_status(exc), media)
     headers: tuple[tuple[bytes, bytes], ...] = ()
     delay = retry_after_seconds(exc)
     if status in (429, 503) and delay is not None:
@@ -306,19 +325,19 @@ def answer(
     """The whole exchange of one POST to /v1/traces, without the HTTP server."""
     metadata = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
     named = dict(metadata)
-    as_json = named.get("content-type", "").split(";", 1)[0].strip().lower() == JSON
+    media = answer_type(named.get("content-type", ""))
     try:
-        request, as_json = decode(
+        request = decode(
             body, named.get("content-type", ""), named.get("content-encoding", ""), max_bytes
         )
         response = export(request, metadata)
     except _UnsupportedError as err:
         # A `google.rpc.Status` body, as for every 4xx of an Export (OTLP/HTTP, "Failures").
         status = to_rpc_status(_invalid(err.header, str(err)))
-        return Answer(415, *_encoded(status, as_json))
+        return Answer(415, *_encoded(status, media))
     except Exception as err:  # every error is answered; unexpected ones are logged (refusal)
-        return refusal(err, as_json)
-    content_type, payload = _encoded(response, as_json)
+        return refusal(err, media)
+    content_type, payload = _encoded(response, media)
     return Answer(200, content_type, payload)
 
 
@@ -368,8 +387,8 @@ class OtlpHttpApp:
             too_large = ResourceExhaustedError(
                 f"the body is over {self._max_bytes} bytes: export in smaller batches"
             )
-            json_asked = any(k == b"content-type" and JSON.encode() in v for k, v in headers)
-            await self._answer(send, refusal(too_large, json_asked))
+            sent = next((v for k, v in headers if k.lower() == b"content-type"), b"")
+            await self._answer(send, refusal(too_large, answer_type(sent.decode("latin-1"))))
             return
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(
@@ -465,4 +484,16 @@ class OtlpHttpServer:
         self._app.close()
 
 
-__all__ = ["JSON", "PATH", "PROTOBUF", "OtlpHttpApp", "OtlpHttpServer", "Tls", "answer", "decode"]
+__all__ = [
+    "JSON",
+    "PATH",
+    "PROTOBUF",
+    "PROTOBUF_REGISTERED",
+    "OtlpHttpApp",
+    "OtlpHttpServer",
+    "Tls",
+    "answer",
+    "answer_type",
+    "decode",
+    "media_type",
+]

@@ -203,16 +203,22 @@ def language_problem(language: str) -> str | None:
 _UNSEEN_CATEGORIES = frozenset(["Cc", "Cf", "Zl", "Zp"])
 
 
-def tool_name_problem(tool: str) -> str | None:
-    """Why a (non-empty) tool name is refused, or None: no control or invisible character
-    (`_UNSEEN_CATEGORIES`), named by its code point."""
-    for ch in tool:
+def unseen_character_problem(name: str) -> str | None:
+    """Why a name a client chose is refused for its characters, or None: no control or
+    invisible character (`_UNSEEN_CATEGORIES`), named by its code point. The one rule for tool
+    names and session ids (docs/api.md, Requests)."""
+    for ch in name:
         if unicodedata.category(ch) in _UNSEEN_CATEGORIES:
             return (
                 f"must not contain control or invisible characters (U+{ord(ch):04X} "
                 f"{unicodedata.name(ch, 'unnamed')})"
             )
     return None
+
+
+def tool_name_problem(tool: str) -> str | None:
+    """Why a (non-empty) tool name is refused, or None: `unseen_character_problem`."""
+    return unseen_character_problem(tool)
 
 
 def intent_problem(intent: str) -> str | None:
@@ -225,11 +231,11 @@ def intent_problem(intent: str) -> str | None:
 
 def session_id_problem(session_id: str) -> str | None:
     """Why a (non-empty) session id is refused, or None: at most `LIMITS.session_id` long, not
-    blank, no control characters (it is part of a stored key; docs/ranking.md, Sessions)."""
+    blank, no control or invisible character (`unseen_character_problem`: two ids that look
+    alike are two sessions; docs/ranking.md, Sessions). The one check of a session id, at the
+    API edge, in the engine and for an OTLP `gen_ai.conversation.id`."""
     if (excess := LIMITS.session_id.excess(session_id)) is not None:
         return excess
     if not session_id.strip():
         return "must not be blank"
-    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in session_id):
-        return "must not contain control characters"
-    return None
+    return unseen_character_problem(session_id)

@@ -5,6 +5,7 @@ from pml_server.otel._attributes import without_lone_surrogates
 from pml_server.otel._held import held_forms, settling_forms
 from pml_server.otel._mapping import (
     INCOMPLETE_SPAN_ID,
+    LATE_CALL,
     SETTLING,
     MappedBatch,
     MappedCall,
@@ -13,6 +14,7 @@ from pml_server.otel._mapping import (
     flatten,
     incomplete_links,
     incomplete_marker,
+    late_calls,
     map_spans,
 )
 from pml_server.otel._wire import CUT_DEPTH, parse_export
@@ -20,6 +22,7 @@ from pml_server.otel._wire import CUT_DEPTH, parse_export
 __all__ = [
     "CUT_DEPTH",
     "INCOMPLETE_SPAN_ID",
+    "LATE_CALL",
     "SETTLING",
     "MappedBatch",
     "MappedCall",
@@ -29,6 +32,7 @@ __all__ = [
     "held_forms",
     "incomplete_links",
     "incomplete_marker",
+    "late_calls",
     "map_spans",
     "parse_export",
     "settling_forms",

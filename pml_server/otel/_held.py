@@ -19,11 +19,16 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from pml_server.capture.normalize import prepare_captures
-from pml_server.domain.limits import LIMITS, session_id_problem
+from pml_server.domain.limits import LIMITS
 from pml_server.domain.sessions import digest_stand_in
 from pml_server.otel import _attributes as attr
 from pml_server.otel._code import LANGUAGE, call_line
-from pml_server.otel._mapping import HELD_TOO_LARGE, SETTLING
+from pml_server.otel._mapping import (
+    HELD_CONVERSATION_REFUSED,
+    HELD_TOO_LARGE,
+    SETTLING,
+    conversation_problem,
+)
 
 # The string attributes the mapping reads, kept (redacted) in a held span.
 _TEXTS = (
@@ -84,9 +89,7 @@ def _held_text(key: str, raw: Any, attrs: dict[str, Any]) -> str | None:
     text = raw
     if key in (attr.OPERATION, attr.MCP_METHOD):
         return text if len(text) <= _KEYWORD_CHARS else None  # (matches no constant)
-    if key == attr.CONVERSATION_ID:
-        return text if LIMITS.session_id.excess(text) is None else None  # (unusable)
-    return text[:_NAME_CHARS]  # a tool or agent name
+    return text[:_NAME_CHARS]  # a tool or agent name, or a conversation id (a usable one)
 
 
 def _as_text(raw: Any) -> str | None:
@@ -127,6 +130,7 @@ def held_forms(spans: Sequence[trace_pb2.Span]) -> list[trace_pb2.Span]:
     items: list[tuple[str, str, list[str]]] = []
     fields: list[list[str]] = []  # per span: the attribute keys kept, in `texts` order
     reasons: list[str | None] = []  # per span: `_too_large`
+    refusals: list[str | None] = []  # per span: `conversation_problem`
     for span in spans:
         attrs = attr.attributes(span)
         keys: list[str] = []
@@ -135,8 +139,13 @@ def held_forms(spans: Sequence[trace_pb2.Span]) -> list[trace_pb2.Span]:
         # Export of the trace read them all back.
         too_large = _too_large(span, attrs)
         texts = [span.name[:_NAME_CHARS], "" if too_large else span.status.message]
+        # A conversation id that is no usable session id is not held, why it is not is: its
+        # run's answer names it as the run sent whole does (docs/ranking.md, Sessions).
+        refused = conversation_problem(attrs)
         for key in (*_TEXTS, attr.TOOL_ARGUMENTS):
             if too_large and key in (attr.TOOL_ARGUMENTS, attr.ERROR_TYPE):
+                continue
+            if refused and key == attr.CONVERSATION_ID:
                 continue
             text = _held_text(key, attrs.get(key), attrs)
             if text is not None:
@@ -154,9 +163,10 @@ def held_forms(spans: Sequence[trace_pb2.Span]) -> list[trace_pb2.Span]:
         items.append((code, LANGUAGE, texts))
         fields.append(keys)
         reasons.append(too_large)
+        refusals.append(refused)
     held: list[trace_pb2.Span] = []
-    for span, keys, reason, (_, _, texts), result in zip(
-        spans, fields, reasons, items, prepare_captures(items), strict=True
+    for span, keys, reason, refused, (_, _, texts), result in zip(
+        spans, fields, reasons, refusals, items, prepare_captures(items), strict=True
     ):
         # A code the core refuses (too large) still has its texts redacted by shape alone.
         redacted = result[1] if not isinstance(result, Exception) else _shape_only(texts)
@@ -173,15 +183,20 @@ def held_forms(spans: Sequence[trace_pb2.Span]) -> list[trace_pb2.Span]:
             if key == attr.CONVERSATION_ID and text != sent:
                 # a conversation id redaction would change (a secret, or merely long and
                 # random, as OpenAI's `conv_...`): held as a digest naming the same session
-                text = digest_stand_in(sent) if session_id_problem(sent) is None else ""
-                if not text:
-                    continue  # unusable as a session id: the mapping reads the trace id
+                # (a usable one: those `conversation_problem` refuses are not held)
+                text = digest_stand_in(sent)
             out.attributes.append(
                 common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=text))
             )
         if reason is not None:
             out.attributes.append(
                 common_pb2.KeyValue(key=TOO_LARGE, value=common_pb2.AnyValue(string_value=reason))
+            )
+        if refused is not None:
+            out.attributes.append(
+                common_pb2.KeyValue(
+                    key=HELD_CONVERSATION_REFUSED, value=common_pb2.AnyValue(string_value=refused)
+                )
             )
         held.append(out)
     return held

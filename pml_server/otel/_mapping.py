@@ -47,6 +47,9 @@ INCOMPLETE_LINKS = "pml.otlp.incomplete.links"
 SETTLING = "pml.otlp.settling"
 # `pml_server.otel._held.TOO_LARGE`: a held call whose run validation would refuse for its size.
 HELD_TOO_LARGE = "pml.otlp.held.too_large"
+# `pml_server.otel._held`: why a held span's `gen_ai.conversation.id`, not held, is no usable
+# session id (`session_id_problem`), for the warning of its run (`_unused_conversation`).
+HELD_CONVERSATION_REFUSED = "pml.otlp.held.conversation_refused"
 # Where the intent came from, kept as a tag (`intent:<source>`).
 FROM_MESSAGES = "input_messages"
 FROM_AGENT_NAME = "agent_name"
@@ -77,6 +80,9 @@ class MappedExecution:
     span: str  # "<trace id hex>/<span id hex>" of the execution span
     # The run's `gen_ai.conversation.id`, else its trace id (docs/ranking.md, Sessions).
     session_id: str = ""
+    # Why a `gen_ai.conversation.id` of the run was not used as its session (a warning of the
+    # answer, "span <ref>: ..."), else "".
+    session_note: str = ""
     # The execution span itself failed (`error.type` set or an error status), whatever its
     # calls did: an agent that crashed or gave up after calls that succeeded.
     failed: bool = False
@@ -103,6 +109,9 @@ class MappedBatch:
     # Per trace: the spans of the executions mapped (each execution span and every span below
     # it): a span arriving later below one of them belongs to a run already mapped.
     settled: dict[bytes, set[bytes]] = field(default_factory=dict)
+    # Per trace: the tool-call spans among `settled` (each run's calls and the calls seen twice
+    # below them): a late span below one of them is that call seen twice, not a call of its own.
+    settled_calls: dict[bytes, set[bytes]] = field(default_factory=dict)
     # Per trace: its agent spans with no tool call in this request (counted as ignored).
     idle: dict[bytes, list[trace_pb2.Span]] = field(default_factory=dict)
     # Per trace with no call waiting: its spans that are no call and have no execution span
@@ -206,6 +215,59 @@ def map_spans(
             parents = {s.parent_span_id for s in waiting if s.parent_span_id}
             batch.waiting[trace_id].append(incomplete_marker(trace_id, twice | parents))
     return batch
+
+
+# Why a tool-call span that arrives after its run was mapped is not captured (docs/capture.md,
+# "Spans arriving after their run was mapped").
+LATE_CALL = (
+    "a tool call that ended after its run's root span and arrived after pml had mapped that "
+    "run: a mapped run is never amended, so this call is not in it"
+)
+
+
+def late_calls(
+    waiting: list[trace_pb2.Span], mapped: set[bytes], mapped_calls: set[bytes]
+) -> list[trace_pb2.Span]:
+    """The spans of `waiting` (spans of one trace with no execution span above them in their
+    Export) that are tool calls of a run already mapped: a tool-call span, not itself mapped,
+    whose chain of parents reaches a span of `mapped` (spans at or below mapped execution
+    spans) through no other tool-call span and at no span of `mapped_calls` (the tool-call
+    spans among them). A tool-call span below another one is that call seen twice."""
+    by_id = {s.span_id: s for s in waiting}
+    # Per span id: whether a call just below it would be a late call (None: on the path).
+    clear: dict[bytes, bool | None] = {}
+
+    def reaches_a_run(start: bytes) -> bool:
+        path: list[bytes] = []
+        current = start
+        while current not in clear:
+            span = by_id.get(current)
+            if span is None:  # out of the waiting spans: a mapped span, or none
+                clear[current] = current in mapped and current not in mapped_calls
+                break
+            if _is_call(span):
+                clear[current] = False
+                break
+            clear[current] = None  # (a cycle ends here: not late)
+            path.append(current)
+            current = span.parent_span_id
+        answer = bool(clear[current])
+        for sid in path:
+            clear[sid] = answer
+        return answer
+
+    return [
+        s
+        for s in waiting
+        if s.span_id not in mapped
+        and s.parent_span_id
+        and _is_call(s)
+        and reaches_a_run(s.parent_span_id)
+    ]
+
+
+def _is_call(span: trace_pb2.Span) -> bool:
+    return attr.tool_name(span, attr.attributes(span)) is not None
 
 
 def _ref(proto: trace_pb2.Span) -> str:
@@ -336,6 +398,9 @@ def _map_trace(
         settled = batch.settled.setdefault(next(iter(trace.values())).proto.trace_id, set())
         settled.update(mapped)
         settled.update(sid for sid in trace if sid not in calls_of and resolve(sid)[0] in mapped)
+        batch.settled_calls.setdefault(next(iter(trace.values())).proto.trace_id, set()).update(
+            sid for sid in settled if sid in trace and trace[sid].tool is not None
+        )
     named: frozenset[str] = frozenset()
     if mapped:
         named = _named(trace.values(), earlier)
@@ -456,6 +521,7 @@ def _execution(
         span_count=own + len(calls),
         span=execution.ref,
         session_id=_session_id(execution, calls, named),
+        session_note=_unused_conversation(execution, calls),
         failed=attr.failure(execution.proto, execution.attrs) is not None,
         trace_id=execution.proto.trace_id,
         span_id=execution.proto.span_id,
@@ -468,6 +534,33 @@ def _conversation(span: _Span) -> str | None:
     conversation = span.attrs.get(attr.CONVERSATION_ID)
     if isinstance(conversation, str) and session_id_problem(conversation) is None:
         return conversation
+    return None
+
+
+def _unused_conversation(execution: _Span, calls: list[_Span]) -> str:
+    """The warning for the first `gen_ai.conversation.id` of the run's spans that is no usable
+    session id (`session_id_problem`, the API's one check: docs/ranking.md, Sessions), else "".
+    Such an id is passed over as a missing one; the run is captured."""
+    for span in (execution, *calls):
+        problem = conversation_problem(span.attrs)
+        if problem is None and isinstance(held := span.attrs.get(HELD_CONVERSATION_REFUSED), str):
+            problem = held[:_PROBLEM_CHARS]
+        if problem is not None:
+            return (
+                f"span {span.ref}: {attr.CONVERSATION_ID} {problem}: not used as the run's session"
+            )
+    return ""
+
+
+_PROBLEM_CHARS = 256  # of a held span's `HELD_CONVERSATION_REFUSED` read back
+
+
+def conversation_problem(attrs: dict[str, Any]) -> str | None:
+    """Why a span's `gen_ai.conversation.id` (a string, not empty) is no usable session id
+    (`session_id_problem`), else None."""
+    conversation = attrs.get(attr.CONVERSATION_ID)
+    if isinstance(conversation, str) and conversation:
+        return session_id_problem(conversation)
     return None
 
 

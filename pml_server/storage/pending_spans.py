@@ -20,8 +20,9 @@ Runs recently mapped are remembered (in memory, per tenant, for `max_age_seconds
 `MAPPED_SPANS` span ids, the oldest traces forgotten first): the spans of each trace at or
 below a mapped execution span, and each captured execution's call spans. A span arriving after
 its run was mapped (the MCP server's own span of a call, exported by its own process after the
-agent's Export; an Export sent again by a retry) is then known as part of that run instead of
-being held until it expires. After a restart, or on another replica, it is held as before.
+agent's Export; an Export sent again by a retry; a call that ended after its run's root span,
+rejected for it) is then known as part of that run instead of being held until it expires.
+After a restart, or on another replica, it is held as before.
 
 A root span that arrives with no call under it may have been sent before its calls (an exporter
 sending each span alone over concurrent requests): it is held **settling** for
@@ -95,6 +96,10 @@ class MappedTrace:
     at_ms: int
     spans: set[bytes] = field(default_factory=set)
     runs: dict[bytes, frozenset[bytes]] = field(default_factory=dict)
+    # The tool-call spans among `spans` (a span arriving below one is that call seen twice;
+    # one arriving below another of `spans` is a call that came after its run was mapped).
+    # A subset of `spans`: counted with them.
+    calls: set[bytes] = field(default_factory=set)
     # Links of spans refused (`otlp_pending_spans`) when no marker could be held for them.
     lost: set[bytes] = field(default_factory=set)
     # The conversations its runs named (at most two, as stand-ins: `otel._mapping._named`),
@@ -310,11 +315,13 @@ class PendingSpans:
         spans: set[bytes],
         runs: dict[bytes, frozenset[bytes]],
         conversations: frozenset[str] = frozenset(),
+        calls: Iterable[bytes] = (),
     ) -> None:
         """Remember runs of `trace_id` just mapped (`spans`: at or below their execution spans;
         `runs`: each execution span's call spans; `conversations`: those the trace's runs
-        named, which include those remembered before). Called under the tenant's lock."""
-        self._remember(tenant, trace_id, spans, runs, set(), conversations)
+        named, which include those remembered before; `calls`: the tool-call spans among
+        `spans`). Called under the tenant's lock."""
+        self._remember(tenant, trace_id, spans, runs, set(), conversations, set(calls) & spans)
 
     def remember_lost(self, tenant: str, trace_id: bytes, links: set[bytes]) -> None:
         """Remember that spans of `trace_id` were refused and no marker could be held for
@@ -330,12 +337,14 @@ class PendingSpans:
         runs: dict[bytes, frozenset[bytes]],
         lost: set[bytes],
         conversations: frozenset[str] = frozenset(),
+        calls: Iterable[bytes] = (),
     ) -> None:
         traces, count = self._mapped_of(tenant)
         known = traces.pop(trace_id, None) or MappedTrace(0)
         known.at_ms = self._clock_ms()  # kept while the trace goes on (re-inserted last)
         count[0] -= len(known.spans) + len(known.lost)
         known.spans |= spans
+        known.calls.update(calls)
         known.lost |= lost
         known.conversations = frozenset(sorted(known.conversations | conversations)[:2])
         for span_id, calls in runs.items():  # a part sent again adds nothing

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from google.rpc import status_pb2
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -28,10 +29,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.trace import Tracer
 
 from pml_server.api import http_body, http_deadline, otlp_http
-from pml_server.api.otlp_http import PROTOBUF, OtlpHttpApp, from_json
+from pml_server.api.otlp_http import PROTOBUF, PROTOBUF_REGISTERED, OtlpHttpApp, from_json
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
 from pml_server.domain.limits import LIMITS
+from testing.otlp_spans import recorded
 from tests.api.test_otlp_ingest import exporting_to
 from tests.conftest import StartServer
 from tests.support import eventually, npm_ci
@@ -320,6 +322,46 @@ def test_a_415_body_is_a_status_naming_the_header(server: RunningServer) -> None
     )
     assert (status, headers["content-type"]) == (415, "application/json")
     assert json.loads(answer)["message"].startswith("Content-Encoding: 'br' is not taken")
+
+
+def test_the_registered_protobuf_media_type_is_taken_and_answered_in_it(
+    server: RunningServer, client: PmlClient
+) -> None:
+    """`application/protobuf` is the registered name of OTLP's binary encoding (RFC 9996, which
+    lists `application/x-protobuf` as its deprecated alias). Before: refused 415."""
+    spans = recorded(lambda t: _run(t, "Read the JSON file", "read_file", {"path": "a.json"}))
+    body = encode_spans(spans).SerializeToString()
+    status, headers, answer = _post(server, body, {"Content-Type": "Application/Protobuf"})
+    assert (status, headers["content-type"]) == (200, PROTOBUF_REGISTERED)
+    assert ExportTraceServiceResponse.FromString(answer) == ExportTraceServiceResponse()
+    (pattern,) = client.iter_patterns()
+    assert pattern.template.strip() == 'await mcp.read_file({"path": $PATH});'
+    status, headers, answer = _post(server, b"\xff\x00", {"Content-Type": PROTOBUF_REGISTERED})
+    assert (status, headers["content-type"]) == (400, PROTOBUF_REGISTERED)
+    assert _status(answer).message.startswith("body: not a protobuf")
+    status, _, answer = _post(server, b"x", {"Content-Type": "application/protobuf+json"})
+    assert status == 415
+    assert all(taken in _status(answer).message for taken in (PROTOBUF, PROTOBUF_REGISTERED))
+
+
+@pytest.mark.parametrize(
+    "content_type", ["Application/JSON", "APPLICATION/JSON;charset=UTF-8", "text/plain"]
+)
+def test_a_413_is_answered_in_the_request_encoding_whatever_its_letter_case(
+    start: StartServer, content_type: str
+) -> None:
+    """Media types are case-insensitive (RFC 9110, section 8.3.1) and the answer is in the
+    request's encoding (OTLP/HTTP). Before: a body over the limit sent as `Application/JSON`
+    was answered in binary protobuf."""
+    server = start(otlp_http_listen="127.0.0.1:0", max_message_bytes=64 * 1024)
+    status, headers, answer = _post(server, b"[" * (65 * 1024), {"Content-Type": content_type})
+    assert status == 413
+    if content_type == "text/plain":  # not taken: binary protobuf, as for its 415
+        assert headers["content-type"] == PROTOBUF
+        assert _status(answer).message.startswith("the body is over 65536 bytes")
+    else:
+        assert headers["content-type"] == "application/json"
+        assert json.loads(answer)["message"].startswith("the body is over 65536 bytes")
 
 
 def test_too_large_bodies_are_413_before_or_after_gzip(start: StartServer) -> None:

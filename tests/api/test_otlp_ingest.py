@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import re
 import time
+import unicodedata
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import grpc
 import pytest
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
@@ -861,6 +863,81 @@ def test_a_retried_export_of_a_split_runs_root_is_not_a_rejection(
     assert (list(pattern.tools_used), pattern.usage_count) == (["read_file", "parse_json"], 1)
 
 
+def _a_call_ending_after_its_root(tracer: Tracer) -> None:
+    """A run whose second call ends after the run's `invoke_agent` span (a call the agent
+    started and did not wait for): end order read_file, the agent span, parse_json."""
+    attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "file-agent"}
+    root = tracer.start_span("invoke_agent file-agent", attributes=attributes)
+    inside = trace.set_span_in_context(root)
+    calls = [
+        tracer.start_span(
+            f"execute_tool {tool}",
+            context=inside,
+            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool},
+        )
+        for tool in ("read_file", "parse_json")
+    ]
+    calls[0].end()
+    root.end()
+    calls[1].end()
+
+
+def _export(port: int, spans: list[ReadableSpan]) -> ExportTracePartialSuccess:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        return stub.Export(encode_spans(spans), timeout=30).partial_success
+
+
+@pytest.mark.parametrize("with_root", [False, True])
+def test_a_call_that_ends_after_its_captured_run_is_rejected_saying_so(
+    server: RunningServer, client: PmlClient, with_root: bool
+) -> None:
+    """The run is captured with the calls exported beside its root; a call that ended after
+    the root comes in a later Export, alone or beside the root again (a collector's retry).
+    Before: alone, it was "ignored (no GenAI tool call, or one seen twice)"; beside the root,
+    the run was rejected as another execution under a request id ("give each execution its
+    own request_id"), its two captured spans counted as rejected too. Now the late call alone
+    is rejected for what it is; the run's capture stands, never amended nor counted twice."""
+    spans = recorded(_a_call_ending_after_its_root)
+    late = f"{spans[2].context.trace_id:032x}/{spans[2].context.span_id:016x}"
+    assert _export(server.port, spans[:2]) == ExportTracePartialSuccess()
+    answer = _export(server.port, spans if with_root else spans[2:])
+    assert answer.rejected_spans == 1
+    assert answer.error_message == (
+        f"span {late}: a tool call that ended after its run's root span and arrived after pml "
+        "had mapped that run: a mapped run is never amended, so this call is not in it"
+    )
+    assert (_spans_counter(server, "rejected"), _spans_counter(server, "held")) == (1, 0)
+    (pattern,) = client.iter_patterns()
+    assert (list(pattern.tools_used), pattern.usage_count) == (["read_file"], 1)
+
+
+def test_a_root_sent_again_with_other_calls_after_a_restart_names_why_it_is_rejected(
+    start: StartServer,
+) -> None:
+    """The process that captured the run is gone (a restart, another replica): the root
+    exported again beside a call that ended after it maps to another execution under the
+    run's request id. Before: rejected with the API's message for a client's request id
+    ("give each execution its own request_id ... StreamTraces"); now the message says the
+    run's root span was captured before with other calls, and the capture stands."""
+    server = start()
+    spans = recorded(_a_call_ending_after_its_root)
+    assert _export(server.port, spans[:2]) == ExportTracePartialSuccess()
+    server.stop(grace=1.0)
+    again = start()
+    answer = _export(again.port, spans)
+    assert answer.rejected_spans == 3
+    assert "request_id" not in answer.error_message
+    assert answer.error_message.endswith(
+        ": this run's root span was captured before with other calls or content (a call that "
+        "ended after the root span, or the root exported again with other spans): a captured "
+        "run is never amended, so this one is not captured"
+    )
+    with PmlClient(f"127.0.0.1:{again.port}") as client:
+        (pattern,) = client.iter_patterns()
+        assert (list(pattern.tools_used), pattern.usage_count) == (["read_file"], 1)
+
+
 @pytest.mark.parametrize("split", [False, True])
 def test_a_tool_error_on_the_mcp_client_span_fails_the_call(
     server: RunningServer, client: PmlClient, split: bool
@@ -1210,6 +1287,54 @@ def test_a_conversation_id_on_the_calls_only_is_the_runs_session(
     following = client.suggest("", previous_tools=["list_dir"]).suggestions
     assert [list(s.pattern.tools_used) for s in following] == [["read_file"]]
     assert following[0].score.transition == pytest.approx(2 / 4)
+
+
+@pytest.mark.parametrize("unseen", ["\u202e", "\u200b", "\u2028", "\x01"])
+def test_a_conversation_id_the_api_refuses_is_not_the_runs_session_and_says_so(
+    server: RunningServer, client: PmlClient, unseen: str
+) -> None:
+    """A `gen_ai.conversation.id` holding a control or invisible character, which the API
+    refuses as a `session_id` (docs/ranking.md, Sessions): the run is captured in its trace's
+    session, and the answer names the attribute as a warning. Before: a control character was
+    passed over in silence, and an invisible one (a right-to-left override, a zero-width
+    space, a line separator) made a session the API would have refused."""
+    conversation = f"conv{unseen}-a"
+    name = unicodedata.name(unseen, "unnamed")
+    for intent, tool in (("List the folder", "list_dir"), ("Read JSON file", "read_file")):
+        spans = recorded(lambda t, i=intent, u=tool: _conversation_run(t, i, u, conversation, None))
+        root = f"{spans[-1].context.trace_id:032x}/{spans[-1].context.span_id:016x}"
+        assert _export(server.port, spans) == ExportTracePartialSuccess(
+            error_message=f"span {root}: gen_ai.conversation.id must not contain control or "
+            f"invisible characters (U+{ord(unseen):04X} {name}): not used as the run's session"
+        )
+    assert sorted(p.tools_used[0] for p in client.iter_patterns()) == ["list_dir", "read_file"]
+    # Each run is its own trace's session: no step followed another.
+    assert client.suggest("", previous_tools=["list_dir"]).suggestions == []
+
+
+@pytest.mark.parametrize(
+    ("conversation", "problem"),
+    [
+        ("c" * 200, "is 200 characters; the limit is 128 characters"),
+        ("conv\u202e-a", "must not contain control or invisible characters (U+202E "
+                         "RIGHT-TO-LEFT OVERRIDE)"),
+    ],
+)  # fmt: skip
+def test_a_held_calls_refused_conversation_id_is_named_when_its_run_is_captured(
+    server: RunningServer, client: PmlClient, conversation: str, problem: str
+) -> None:
+    """The refused conversation id is on a call held for its root (exported first). Before:
+    the held form dropped one over 128 characters, and the run's answer said nothing, where the
+    run sent whole names it; now the held form keeps why it was refused (never the id)."""
+    spans = recorded(lambda t: _conversation_run(t, "List it", "list_dir", None, conversation))
+    call = f"{spans[0].context.trace_id:032x}/{spans[0].context.span_id:016x}"
+    assert _export(server.port, spans[:1]).rejected_spans == 0
+    assert _export(server.port, spans[1:]) == ExportTracePartialSuccess(
+        error_message=f"span {call}: gen_ai.conversation.id {problem}: not used as the run's "
+        "session"
+    )
+    (pattern,) = client.iter_patterns()
+    assert list(pattern.tools_used) == ["list_dir"]
 
 
 # A conversation id as OpenAI's Conversations API names them: credential-shaped to redaction

@@ -105,7 +105,10 @@ def _violations(call: object) -> set[str]:
 
 
 def test_bad_session_fields_are_named(client: PmlClient) -> None:
-    for bad in ("x" * 129, "  ", "tab\there"):
+    # An invisible character (a zero-width space, a right-to-left override, a line separator)
+    # made a session that looks like another: refused as in a tool name (before: only C0 and
+    # C1 control characters were).
+    for bad in ("x" * 129, "  ", "tab\there", "conv\u200b-1", "conv-\u202e1", "conv\u2028"):
         record = make_record("List the folder", LIST, tools=["list_dir"], session_id=bad)
         assert _violations(lambda r=record: client.record(r)) == {"record.session_id"}
         assert _violations(lambda b=bad: client.suggest("list", session_id=b)) == {

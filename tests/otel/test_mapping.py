@@ -9,7 +9,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from pml_server import _core
-from pml_server.otel import map_spans
+from pml_server.otel import late_calls, map_spans
 from pml_server.otel._code import call_line, synthesize
 
 TRACE = bytes(range(16))
@@ -323,3 +323,22 @@ def test_all_zero_ids_are_rejected() -> None:
     assert [r.reason for r in batch.rejections] == [
         "trace_id must be 16 bytes, span_id 8, neither all zero"
     ] * 2
+
+
+def test_late_calls_are_the_calls_below_a_mapped_run_through_no_other_call() -> None:
+    """A run (agent 1, step 2, call 3) was mapped; a later Export brings, with no execution
+    span: call 5 below a new step 4 below the agent (a call that ended after its root), an
+    MCP span 6 below the mapped call 3 and a span 8 below call 7 below step 2 (calls seen
+    twice: 8 is below another call), and call 9 whose parent was never seen (not below a run)."""
+    mcp = {"mcp__method__name": "tools/call", "gen_ai__tool__name": "read_file"}
+    waiting = [
+        _span(4, 1),
+        _tool(5, 4, "parse_json", 0),
+        _span(6, 3, "tools/call read_file", **mcp),
+        _tool(7, 2, "write_file", 0),
+        _span(8, 7, "tools/call write_file", **mcp),
+        _tool(9, 99, "list_dir", 0),
+    ]
+    mapped = {_sid(1), _sid(2), _sid(3)}
+    late = late_calls(waiting, mapped, mapped_calls={_sid(3)})
+    assert [s.span_id for s in late] == [_sid(5), _sid(7)]

@@ -229,7 +229,7 @@ def test_the_transition_lifts_the_usual_next_step_on_both_paths(engine_of: Engin
 def test_bad_session_ids_are_refused_naming_the_field(engine_of: EngineOf) -> None:
     engine = engine_of()
     record = make_record("r", "list the files", ["list_dir"])
-    for bad in ("x" * 129, "   ", "a\x00b"):
+    for bad in ("x" * 129, "   ", "a\x00b", "a\u200bb", "a\u202eb", "a\u2028b"):
         with pytest.raises(InvalidArgumentError) as raised:
             engine.record(T, replace(record, session_id=bad))
         assert [v.field for v in raised.value.violations] == ["session_id"]
