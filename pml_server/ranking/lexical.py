@@ -22,6 +22,14 @@ from pml_server import _core
 _WORD = re.compile(r"[^\W_]+(?:[_\-:./][^\W_]+)*")
 _SEPARATORS = re.compile(r"[_\-:./]")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+# Han, kana and hangul: scripts written without spaces between words (Hangul with spaces
+# between phrases, its particles attached), so `_WORD` takes a whole clause, and any Latin name
+# inside it, as one token. Such a run gives its overlapping character pairs instead (Lucene's
+# CJK bigrams), and the text between runs its own terms (docs/ranking.md, Lexical index).
+_CJK = re.compile(
+    "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
+    "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]+"
+)
 _STOP_WORDS = frozenset(
     [
         "a",
@@ -136,6 +144,8 @@ def _cached_token_terms(token: str) -> tuple[str, ...]:
 
 
 def _split_token(token: str) -> tuple[str, ...]:
+    if _CJK.search(token) is not None:
+        return _split_cjk(token)
     terms: list[str] = []
     parts = [p for piece in _SEPARATORS.split(token) for p in _split_camel(piece)]
     for part in parts:
@@ -149,6 +159,25 @@ def _split_token(token: str) -> tuple[str, ...]:
     if len(parts) > 1:
         terms.append(token.lower())
     return tuple(terms)
+
+
+def _split_cjk(token: str) -> tuple[str, ...]:
+    """A token holding runs of `_CJK`: each run's overlapping pairs of characters (a run of one,
+    that character), and the terms of each piece between runs (`我想把它部署到Netlify上` ->
+    我想, 想把, ..., 到, netlifi, 上)."""
+    terms: list[str] = []
+    start = 0
+    for run in _CJK.finditer(token):
+        terms += _pieces_terms(token[start : run.start()])
+        chars = run.group().lower()
+        terms += [chars] if len(chars) == 1 else [chars[i : i + 2] for i in range(len(chars) - 1)]
+        start = run.end()
+    terms += _pieces_terms(token[start:])
+    return tuple(terms)
+
+
+def _pieces_terms(text: str) -> list[str]:
+    return [t for piece in _WORD.findall(text) for t in _split_token(piece)]
 
 
 def _check_id(doc_id: str) -> None:

@@ -30,6 +30,50 @@ def test_tokenize_stems_drops_stop_words_and_keeps_compound_names() -> None:
     assert tokenize("batch123 in 2024") == ["batch", "123", "batch123", "2024"]
 
 
+def test_text_without_spaces_gives_character_pairs_and_its_latin_names_apart() -> None:
+    # Chinese and Japanese run words together, and a name typed inside such a clause was part
+    # of one token with it: "netlify" could never meet the English document naming it
+    assert tokenize("部署到Netlify上") == ["部署", "署到", "netlifi", "上"]
+    assert tokenize("用read_file读取文件") == [
+        "用",
+        "read",
+        "file",
+        "read_file",
+        "读取",
+        "取文",
+        "文件",
+    ]
+    assert tokenize("JSONファイルを読む") == [
+        "json",
+        "ファ",
+        "ァイ",
+        "イル",
+        "ルを",
+        "を読",
+        "読む",
+    ]
+    assert tokenize("JSON 파일을 읽기") == ["json", "파일", "일을", "읽기"]
+    assert tokenize("字") == ["字"]
+
+
+def test_a_request_without_spaces_meets_the_documents_sharing_its_words_and_names() -> None:
+    index = LexicalIndex()
+    index.add("deploy", "deploy a website to Netlify")
+    index.add("email", "send an email")
+    index.add("zh", "把文件上传到服务器")
+    assert [d for d, _ in index.search("帮我部署到Netlify上", 3)] == ["deploy"]
+    assert [d for d, _ in index.search("请上传这个文件", 3)] == ["zh"]
+
+
+@given(st.text(alphabet="文件读取上传字ファイル파일ab_ .", max_size=30))
+def test_each_pair_of_neighbouring_cjk_characters_is_a_term_and_nothing_else_is(text: str) -> None:
+    terms = tokenize(text)
+    runs = re.findall("[文件读取上传字ファイル파일]+", text)
+    pairs = {run[i : i + 2] for run in runs for i in range(len(run) - 1)}
+    alone = {run for run in runs if len(run) == 1}
+    assert {t for t in terms if not t.isascii()} == pairs | alone
+
+
 @given(st.text(alphabet="0123456789", min_size=1, max_size=24))
 def test_numbers_skip_the_stemmer_because_it_leaves_them_unchanged(number: str) -> None:
     # `tokenize` passes ASCII numbers through without stemming: sound only while the
