@@ -155,10 +155,10 @@ def _workflows_engine(where: Path, embedder: str = "hashing") -> Engine:
 def test_a_follow_up_that_moves_to_the_next_step_is_read_with_what_follows(
     tmp_path: Path, embedder: str
 ) -> None:
-    """"now book it" after a flight search asks for the step that usually follows it, not the
-    search again: the request is read with the profile it is nearer, the previous step's or
-    that of the steps that follow it; a follow-up that names other arguments still repeats
-    the step, though workflows show it followed by another."""
+    """A request such as "now book it" after a flight search asks for the step that usually
+    follows it, not the search again: the request is read with the profile it is nearer, the
+    previous step's or that of the steps that follow it; a follow-up that names other
+    arguments still repeats the step, though workflows show it followed by another."""
     engine = _workflows_engine(tmp_path / "read", embedder)
     try:
         got = engine.suggest(T, _ask("now book it", previous_tools=("search_flights",)))
