@@ -72,8 +72,9 @@ class RankingConfig:
     transition_smoothing: float = 2.0
     # Follow-up requests (docs/ranking.md, Sessions, "Follow-up requests"): with a context
     # naming the previous step, a request whose first suggestion matches below
-    # follow_up_below is read again with that step's tools' profiles added to its vector at
-    # follow_up_weight; that reading answers when its first suggestion matches by more than
+    # follow_up_below is read again with a place added to its vector at follow_up_weight:
+    # that step's tools' profiles, or those of the steps that usually follow it, whichever
+    # the request is nearer; that reading answers when its first suggestion matches by more than
     # follow_up_margin over the first of the request read alone. A follow_up_weight of 0 turns
     # it off.
     follow_up_weight: float = 1.0

@@ -22,15 +22,24 @@ import contextlib
 import logging
 from collections.abc import Mapping, Set
 
+import numpy as np
+from numpy.typing import NDArray
+
 from pml_server.capture.rules import tool_signature
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
 from pml_server.domain.limits import LIMITS, session_id_problem, tool_name_problem
 from pml_server.domain.model import SuggestContext
+from pml_server.domain.vectors import Vector
 from pml_server.ranking.transitions import transition_weights
+from pml_server.search import TenantSearchIndex
 from pml_server.service._state import EngineState
 from pml_server.service._writes import Change
 
 log = logging.getLogger(__name__)
+
+# the likeliest next steps whose profiles a follow-up that moves on is read with
+# (docs/ranking.md, Sessions, "Follow-up requests")
+FOLLOWING_PROFILES = 8
 
 
 def idle_ms(state: EngineState) -> int:
@@ -187,6 +196,32 @@ def context_weights(
     if tools and index is not None:
         taught = index.ranks.followers(tools, LIMITS.workflows_read.bound)
     return transition_weights(counts, state.ranking, now, taught)
+
+
+def following_profile(
+    state: EngineState, tenant: str, context: SuggestContext, index: TenantSearchIndex
+) -> Vector | None:
+    """Where the steps that usually follow the agent's previous step ask from, for a follow-up
+    that moves on ("now book it": docs/ranking.md, Sessions, "Follow-up requests"): the mean
+    of the tool profiles of the `FOLLOWING_PROFILES` capabilities most likely next (by w(c),
+    ties by id), each weighed by its w(c), unit length; None when nothing followed the step
+    or none of them has a profile."""
+    weights = context_weights(state, tenant, context, state.clock())
+    likeliest = sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:FOLLOWING_PROFILES]
+    total: NDArray[np.float64] | None = None
+    for capability_id, w in likeliest:
+        capability = state.repo.capabilities.capability(tenant, capability_id)
+        if capability is None or not w > 0.0:
+            continue
+        profile = index.ranks.step_profile(capability.tools, index.ann)
+        if profile is None:
+            continue
+        weighed = w * profile.astype(np.float64)
+        total = weighed if total is None else total + weighed
+    norm = 0.0 if total is None else float(np.linalg.norm(total))
+    if total is None or not norm > 0.0:
+        return None
+    return (total / norm).astype(np.float32)
 
 
 def next_patterns(

@@ -116,10 +116,12 @@ def as_follow_up(
     """`alone`, the request ranked by itself, or the request read as a follow-up of the
     agent's previous step (docs/ranking.md, Sessions, "Follow-up requests"): with a context
     naming that step and no suggestion of `alone` matching at `follow_up_below` or more, the
-    request's vector plus `follow_up_weight` times the mean of the step's tools' profiles,
-    ranked alike (no plans); that reading answers when its first suggestion's match is more
-    than `follow_up_margin` above the first of `alone` (or `alone` is empty). A request
-    answered in the companion's space (another language) is read alone."""
+    request's vector plus `follow_up_weight` times the profile it is nearer of two (the mean
+    of the step's tools' profiles, and that of the steps that usually follow it:
+    `sessions.following_profile`), ranked alike (no plans); that reading answers when its
+    first suggestion's match is more than `follow_up_margin` above the first of `alone` (or
+    `alone` is empty). A request answered in the companion's space (another language) is read
+    alone."""
     ranking = state.ranking
     context = query.context
     best_alone = alone.suggestions[0].score.match if alone.suggestions else 0.0
@@ -140,10 +142,17 @@ def as_follow_up(
         return alone
     _, tools = sessions.previous_step(state, tenant, context)
     step = index.ranks.step_profile(tools, index.ann) if tools else None
-    if step is None:
-        return alone
+    following = sessions.following_profile(state, tenant, context, index)
     vector = np.asarray(query_vector(state, query), dtype=np.float32)
-    mixed = vector / np.linalg.norm(vector) + ranking.follow_up_weight * step
+    vector = vector / np.linalg.norm(vector)
+    # the request leans towards the step it is nearer: the previous one, said again with other
+    # arguments, or what usually follows it, a switch ("now book it"); a tie keeps the step
+    # (docs/ranking.md, Sessions, "Follow-up requests")
+    toward = [p for p in (step, following) if p is not None]
+    if not toward:
+        return alone
+    profile = max(toward, key=lambda p: float(vector @ p))
+    mixed = vector + ranking.follow_up_weight * profile
     norm = float(np.linalg.norm(mixed))
     if not norm > 0.0:  # the request points exactly away from the step
         return alone

@@ -126,3 +126,52 @@ def test_follow_ups_with_the_model(tmp_path: Path) -> None:
         assert _tools(engine, whole)[:1] == [("book_hotel",)]
     finally:
         engine.close()
+
+
+# a memory that holds a workflow whole (search, then book) and its steps alone
+WORKFLOWS = (
+    ("find flights from Paris to Rome and book the cheapest", ["search_flights", "book_flight"]),
+    ("search flights from Paris to Rome on Friday", ["search_flights"]),
+    ("search flights to Berlin next week", ["search_flights"]),
+    ("book flight AF123 for Anna", ["book_flight"]),
+    ("book a seat on flight LH400", ["book_flight"]),
+    ("convert 100 USD to EUR", ["convert_currency"]),
+    ("convert 20 euros into yen", ["convert_currency"]),
+    ("convert 100 USD to EUR and email the result", ["convert_currency", "send_email"]),
+    ("send an email to Bob about the meeting", ["send_email"]),
+    ("book a hotel room in Rome", ["book_hotel"]),
+)
+
+
+def _workflows_engine(where: Path, embedder: str = "hashing") -> Engine:
+    ranking = replace(default_ranking(embedder), follow_up_weight=1.0)
+    engine = open_engine(where, embedder=embedder, ranking=ranking)
+    for n, (intent, tools) in enumerate(WORKFLOWS):
+        engine.record(T, make_record(f"w{n}", intent, tools))
+    return engine
+
+
+@pytest.mark.parametrize("embedder", ["hashing", pytest.param("minilm", marks=pytest.mark.model)])
+def test_a_follow_up_that_moves_to_the_next_step_is_read_with_what_follows(
+    tmp_path: Path, embedder: str
+) -> None:
+    """A request such as "now book it" after a flight search asks for the step that usually
+    follows it, not the search again: the request is read with the profile it is nearer, the
+    previous step's or that of the steps that follow it; a follow-up that names other
+    arguments still repeats the step, though workflows show it followed by another."""
+    engine = _workflows_engine(tmp_path / "read", embedder)
+    try:
+        got = engine.suggest(T, _ask("now book it", previous_tools=("search_flights",)))
+        assert _tools(engine, got)[:1] == [("book_flight",)]
+        assert got.read_as_follow_up
+        # (hashed words: a follow-up sharing a word with what follows, "about" with the email's
+        # request, would lean there; the model reads what the words mean)
+        again = engine.suggest(T, _ask("and for 50 GBP?", previous_tools=("convert_currency",)))
+        first = _tools(engine, again)[0]
+        # the step again: alone (the model), or the workflow it opens (hashed words)
+        assert first == ("convert_currency",) or (
+            embedder == "hashing" and first == ("convert_currency", "send_email")
+        )
+        assert again.read_as_follow_up
+    finally:
+        engine.close()
