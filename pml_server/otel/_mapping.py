@@ -77,7 +77,8 @@ class MappedExecution:
     tags: tuple[str, ...]
     # Spans this execution consumed (its own and its tool calls'), for the OTLP counts.
     span_count: int
-    span: str  # "<trace id hex>/<span id hex>" of the execution span
+    trace_id: bytes  # of the execution span
+    span_id: bytes
     # The run's `gen_ai.conversation.id`, else its trace id (docs/ranking.md, Sessions).
     session_id: str = ""
     # Why a `gen_ai.conversation.id` of the run was not used as its session (a warning of the
@@ -86,9 +87,12 @@ class MappedExecution:
     # The execution span itself failed (`error.type` set or an error status), whatever its
     # calls did: an agent that crashed or gave up after calls that succeeded.
     failed: bool = False
-    trace_id: bytes = b""
-    span_id: bytes = b""
     call_ids: frozenset[bytes] = frozenset()  # the span ids of its calls
+
+    @property
+    def span(self) -> str:
+        """"<trace id hex>/<span id hex>" of the execution span."""
+        return f"{self.trace_id.hex()}/{self.span_id.hex()}"
 
 
 @dataclass(frozen=True)
@@ -519,7 +523,6 @@ def _execution(
         duration_ms=_duration_ms(execution),
         tags=(TAG, f"intent:{source}"),
         span_count=own + len(calls),
-        span=execution.ref,
         session_id=_session_id(execution, calls, named),
         session_note=_unused_conversation(execution, calls),
         failed=attr.failure(execution.proto, execution.attrs) is not None,
