@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from pml_server.domain import json_form
 from pml_server.domain.model import ExecutionRecord, PageRequest, SuggestQuery
 from pml_server.domain.records import ParamSpec
 from pml_server.service import Engine
+from pml_server.storage import Store
 from pml_server.storage.keys import CF_FAILURES, CF_META, tenant_prefix
 from pml_server.storage.repo._meta import _TOOL_NAMES_KEY as TOOL_NAMES_KEY
 from tests.support import make_record, open_engine
@@ -337,5 +339,54 @@ def test_a_rekeyed_patterns_failures_and_rejected_first_tries_move_to_its_new_ha
         assert [f.request_id for f in left] == ["s0"]  # another code's stays
         again = engine.record(T, _run("r0", OLD_LEDGER, FSTRING_B, failed=True))
         assert (again.replayed, again.pattern_id, again.tool_failures) == (True, "", ())
+    finally:
+        engine.close()
+
+
+def test_the_failure_log_is_read_once_per_tenant_however_many_patterns_move(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Migrations: the entries each merge moves come from one read of the
+    tenant's failure log per pass, not one read per pattern merged (each read is the whole
+    log, up to `failure_log_size` entries of up to 20 KiB)."""
+    engine = open_engine(tmp_path / "e")
+    repo = engine._state.repo
+    planted = []
+    for i, code in enumerate(['f"ledger_b.json"', 'f"ledger_c.json"', 'f"ledger_d.json"']):
+        run = _run(f"r{i}", OLD_LEDGER, f"data = read_file({code})")
+        pattern = repo.patterns.pattern(T, engine.record(T, run).pattern_id)
+        assert pattern is not None
+        engine.record(T, _run(f"f{i}", LEDGER, f"data = read_file({code})", failed=True))
+        old = str(i) * 64
+        engine._state.store.write(
+            [
+                repo.patterns.put_pattern(T, replace(pattern, code_hash=old)),
+                repo.patterns.delete_hash(T, pattern.code_hash),
+                repo.patterns.put_hash(T, old, pattern.id),
+            ]
+        )
+        planted.append(pattern.id)
+    kept = engine.record(T, _run("k", LEDGER, FSTRING_A))
+    engine._state.store.write([(CF_META, TOOL_NAMES_KEY, None)])
+    engine.close()
+
+    reads: list[str] = []
+    scan = Store.scan
+
+    def counted(self: Store, cf: str, prefix: bytes, **kwargs: Any) -> Any:
+        if cf == CF_FAILURES:
+            reads.append(cf)
+        return scan(self, cf, prefix, **kwargs)
+
+    monkeypatch.setattr(Store, "scan", counted)
+    engine = open_engine(tmp_path / "e")
+    try:
+        merged = [e["pattern_id"] for e in engine.admin.audit_log(T) if e["action"] == "merged"]
+        assert sorted(merged) == sorted(planted)
+        assert len(reads) == 1
+        failures = engine.list_failures(T, PageRequest()).items
+        assert sorted((f.request_id, f.pattern_id) for f in failures) == [
+            (f"f{i}", kept.pattern_id) for i in range(3)
+        ]
     finally:
         engine.close()
