@@ -96,7 +96,7 @@ def erase_answers(state: EngineState, tenant: str, pattern_id: str, code_hash: s
     found = requests.answers_of(
         tenant, pattern_id, lambda: logs.rejected_request_ids(tenant, code_hash)
     )
-    return [requests.rewrite_request(key, erased_answer(raw)) for key, raw in found]
+    return [requests.rewrite_request(key, raw, erased_answer(raw)) for key, raw in found]
 
 
 def moved_answers(
@@ -110,7 +110,7 @@ def moved_answers(
     for key, raw in requests.answers_of(tenant, former_id, set):
         data = json_form.loads(raw)
         data.update(pattern_id=pattern_id, capability_id=capability_id)
-        rewrites.append(requests.rewrite_request(key, json_form.dumps(data)))
+        rewrites.append(requests.rewrite_request(key, raw, json_form.dumps(data)))
     return rewrites
 
 

@@ -77,13 +77,36 @@ def rekey_tool_names(state: EngineState, stop: threading.Event) -> int:
     if state.repo.meta.tool_names_read():
         return 0
     read = moved = 0
+    failures = _FailureKeys(state)
     for tenant, found in _every_pattern(state, stop):
         read += 1
-        moved += _rekey_one(state, tenant, found)
+        moved += _rekey_one(state, tenant, found, failures)
     if not stop.is_set():
         _erase_older_bytes(state, read)
         state.store.write([state.repo.meta.put_tool_names_read()])
     return moved
+
+
+class _FailureKeys:
+    """The failure log's entry keys a rekey or merge moves (`Change.failures_moved`), from one
+    read of a tenant's log on its first move in a pass (`LogRows.keys_by_owner`), not one per
+    pattern moved: a pattern's failed runs (by its id) and its code's rejected first tries (by
+    the hash the older build gave it). Only the current tenant's are held (the pass reads the
+    patterns in key order, a tenant's together). An entry logged after the read names
+    today's hash (a capture finds no pattern under the older one), so none is missed; each
+    key is read again under the tenant lock before it is rewritten (`_writes._move_failures`)."""
+
+    def __init__(self, state: EngineState) -> None:
+        self._logs = state.repo.logs
+        self._tenant: str | None = None
+        self._keys: tuple[dict[str, list[bytes]], dict[str, list[bytes]]] = ({}, {})
+
+    def of(self, tenant: str, pattern: PatternRecord) -> list[bytes]:
+        if tenant != self._tenant:
+            self._keys = self._logs.keys_by_owner(tenant)
+            self._tenant = tenant
+        by_pattern, by_hash = self._keys
+        return [*by_pattern.pop(pattern.id, ()), *by_hash.pop(pattern.code_hash, ())]
 
 
 def rename_placeholders(state: EngineState, stop: threading.Event) -> int:
@@ -221,7 +244,9 @@ def _normalized_again(state: EngineState, found: PatternRecord) -> NormalizedCod
         return None  # the stored code no longer normalizes (a smaller limit): left as it is
 
 
-def _rekey_one(state: EngineState, tenant: str, found: PatternRecord) -> int:
+def _rekey_one(
+    state: EngineState, tenant: str, found: PatternRecord, failures: _FailureKeys
+) -> int:
     code = found.original_code.lower()
     if not any(marker in code for marker in _REKEY_MARKERS):
         return 0
@@ -242,7 +267,7 @@ def _rekey_one(state: EngineState, tenant: str, found: PatternRecord) -> int:
             return 0
         holder = repo.patterns.pattern_id_for_hash(tenant, normalized.code_hash)
         if holder is not None:  # the pattern runs find now: this one merges into it
-            return _merge_into(state, tenant, pattern, holder, normalized)
+            return _merge_into(state, tenant, pattern, holder, normalized, failures)
         counters = repo.patterns.counters(tenant, pattern.id)
         record, new_counters = renamed(pattern, counters, normalized) or (pattern, None)
         record = replace(record, code_hash=normalized.code_hash)
@@ -251,7 +276,10 @@ def _rekey_one(state: EngineState, tenant: str, found: PatternRecord) -> int:
             repo.patterns.put_hash(tenant, record.code_hash, record.id),
         ]
         entry = {"action": "rekeyed", "code_hash": record.code_hash}
-        _rewrite(state, tenant, record, new_counters, keys, {**entry, "former": found.code_hash})
+        # its failure log entries follow it, a rejected first try's by its hash
+        moved = (failures.of(tenant, pattern), pattern, record)
+        entry = {**entry, "former": found.code_hash}
+        _rewrite(state, tenant, record, new_counters, keys, entry, failures_moved=moved)
     return 1
 
 
@@ -261,6 +289,7 @@ def _merge_into(
     duplicate: PatternRecord,
     survivor_id: str,
     normalized: NormalizedCode,
+    failures: _FailureKeys,
 ) -> int:
     """Merge `duplicate` (its lock held) into the pattern holding today's hash of its code
     (docs/storage.md, Migrations): counters summed (`rules.merged_counters`), its intents
@@ -322,7 +351,7 @@ def _merge_into(
         change.ops += moved_answers(
             state, tenant, duplicate.id, survivor_id, survivor.capability_id
         )
-        change.failures_moved = (duplicate, survivor)
+        change.failures_moved = (failures.of(tenant, duplicate), duplicate, survivor)
         if removed:
             change.ops.append(oplog(state, tenant, "remove", removed))
             change.index_removes = removed
@@ -445,12 +474,13 @@ def _rewrite(
     counters: PatternCounters | None,
     ops: list[Op],
     entry: dict[str, str],
+    failures_moved: tuple[list[bytes], PatternRecord, PatternRecord] | None = None,
 ) -> None:
     """Write `record` (and `counters`, when given) with `ops`, audited, and wait until durable;
     the caller holds the pattern's lock."""
     repo = state.repo
     record = replace(record, steps_json=stored_steps(record.original_code, record.language))
-    change = Change()
+    change = Change(failures_moved=failures_moved)
     change.put_pattern(repo.patterns.put_pattern(tenant, record), record)
     if counters is not None:
         change.put_counters(

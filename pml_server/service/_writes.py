@@ -23,6 +23,7 @@ from pml_server.domain.vectors import Vector
 from pml_server.ranking import RankTable
 from pml_server.search.tenant import compact_worn
 from pml_server.service._state import EngineState, IndexAdd
+from pml_server.storage.repo import names_pattern
 from pml_server.storage.seam import Op, WriteTicket
 
 # Pattern and capability ids only need to be unique, not secret: a generator seeded from the
@@ -47,9 +48,10 @@ class Change:
     # A user's deletion: (pattern id, code hash) whose failure log entries are erased, and
     # the keys that erased (for `Store.erase_overwritten`).
     erase_failures_of: tuple[str, str] | None = None
-    # A merge (service/_older_builds.py): the failure log entries naming the duplicate, by its
-    # id or (a rejected first try) by its code hash, name (id, hash) of the survivor instead.
-    failures_moved: tuple[PatternRecord, PatternRecord] | None = None
+    # A merge or a rekey (service/_older_builds.py): the failure log entries at these keys
+    # still naming the first pattern, by its id or (a rejected first try) by its code hash,
+    # name (id, hash) of the second instead.
+    failures_moved: tuple[list[bytes], PatternRecord, PatternRecord] | None = None
     erased: list[tuple[str, bytes]] = field(default_factory=list)
     index_adds: list[tuple[IntentRecord, tuple[str, ...]]] = field(default_factory=list)
     index_removes: list[int] = field(default_factory=list)
@@ -162,13 +164,21 @@ def _erase_failures(
 
 
 def _move_failures(
-    state: EngineState, tenant: str, change: Change, former: PatternRecord, now: PatternRecord
+    state: EngineState,
+    tenant: str,
+    change: Change,
+    keys: list[bytes],
+    former: PatternRecord,
+    now: PatternRecord,
 ) -> None:
-    """A merge: the failure log's entries of `former`'s runs and of its code's rejected first
-    tries name `now` (its id, its hash), so that a listing names a pattern that exists and a
-    deletion of `now` erases them (docs/storage.md, Migrations)."""
+    """A merge or a rekey: the failure log's entries (at `keys`, read again here) of
+    `former`'s runs and of its code's rejected first tries name `now` (its id, its hash), so
+    that a listing names a pattern that exists and a deletion of `now` erases them
+    (docs/storage.md, Migrations)."""
     logs = state.repo.logs
-    for key, entry in logs.entries_of(tenant, former.id, former.code_hash):
+    for key, entry in logs.entries_at(keys):
+        if not names_pattern(entry, former.id, former.code_hash):
+            continue
         moved = {**entry, "code_hash": now.code_hash}
         if entry.get("pattern_id"):
             moved["pattern_id"] = now.id

@@ -43,6 +43,13 @@ COLUMN_FAMILIES = (
     CF_TRANSITIONS,
 )
 
+# Pseudo-family of a stored answer rewritten in place only if it is still as read
+# (`RequestRows.rewrite_request`): its value is `rewrite_value(read, result)`. Each store writes
+# it as `result` in `requests` where the row still holds `read`, and drops it otherwise, in
+# the batch's own write (an answer pruned meanwhile is not put back; docs/storage.md, Data
+# left on disk).
+CF_REQUEST_REWRITE = "requests_rewrite"
+
 MAX_TENANT_BYTES = 0xFFFF
 
 
@@ -73,6 +80,17 @@ def u64(value: int) -> bytes:
 
 def from_u64(raw: bytes) -> int:
     return int(struct.unpack(">Q", raw)[:1][0])
+
+
+def rewrite_value(read: bytes, result: bytes) -> bytes:
+    """A `CF_REQUEST_REWRITE` op's value: the answer as read, then what it becomes."""
+    return struct.pack(">I", len(read)) + read + result
+
+
+def split_rewrite(value: bytes) -> tuple[bytes, bytes]:
+    """Inverse of `rewrite_value`: (the answer as read, what it becomes)."""
+    (length,) = struct.unpack(">I", value[:4])
+    return value[4 : 4 + length], value[4 + length :]
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

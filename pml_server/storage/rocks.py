@@ -14,6 +14,7 @@ previous value is still on its way to disk.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -43,8 +44,11 @@ from pml_server.storage.keys import (
     CF_COUNTERS,
     CF_META,
     CF_PATTERNS,
+    CF_REQUEST_REWRITE,
+    CF_REQUESTS,
     COLUMN_FAMILIES,
     prefix_end,
+    split_rewrite,
 )
 from pml_server.storage.seam import IdAllocator, LocalLocks, Op, StoreClosedError, WriteTicket
 
@@ -405,28 +409,27 @@ class Store:
     def submit(self, ops: Sequence[Op]) -> WriteTicket:
         """Queue `ops` as one atomic batch. Reads see them at once; `wait()` the ticket before
         acknowledging anything to a client."""
+        if any(cf == CF_REQUEST_REWRITE for cf, _, _ in ops):
+            requests = self._family(CF_REQUESTS)
+            decide = functools.partial(_unchanged_rewrites, self._writer, requests, ops)
+            return self._writer.submit_decided(decide)[0]
         return self._writer.submit(ops)
 
     def write(self, ops: Sequence[Op]) -> None:
-        self._writer.write(ops)
+        if any(cf == CF_REQUEST_REWRITE for cf, _, _ in ops):
+            self.submit(ops).wait()
+        else:
+            self._writer.write(ops)
 
     def delete_unchanged(self, cf: str, rows: Sequence[tuple[bytes, bytes]]) -> int:
         """See `seam.BatchWrites.delete_unchanged`: compared and queued under the store's lock,
         which every write is queued under."""
+
         family = self._family(cf)
 
         def decide() -> list[Op]:
-            overlay = self._writer.pending(cf)
-            missing = [key for key, _ in rows if key not in overlay]
-            # a multi-get (rocksdict types its result as "Any | None": one value per key)
-            stored: list[bytes | None] = (family.get([*missing]) or []) if missing else []
-            found = dict(zip(missing, stored, strict=True))
-            ops: list[Op] = []
-            for key, value in rows:
-                pending = overlay.get(key)
-                if (pending[1] if pending is not None else found.get(key)) == value:
-                    ops.append((cf, key, None))
-            return ops
+            now = _values_now(self._writer, family, cf, [key for key, _ in rows])
+            return [(cf, key, None) for key, value in rows if now[key] == value]
 
         ticket, deleted = self._writer.submit_decided(decide)
         ticket.wait()
@@ -465,6 +468,43 @@ class Store:
                     handle.close()
             else:
                 handle.close()
+
+
+def _unchanged_rewrites(writer: GroupCommitWriter, requests: Rdict, ops: Sequence[Op]) -> list[Op]:
+    """`ops` with each `CF_REQUEST_REWRITE` op a put of its answer in `requests` where the row
+    still holds the answer as read, and dropped otherwise (an answer pruned meanwhile is not
+    put back: `keys.CF_REQUEST_REWRITE`). Called under the store's lock in the section that
+    queues the batch (`submit_decided`), as `Store.delete_unchanged` decides."""
+    rewrites = {
+        key: split_rewrite(value)
+        for cf, key, value in ops
+        if cf == CF_REQUEST_REWRITE and value is not None
+    }
+    now = _values_now(writer, requests, CF_REQUESTS, list(rewrites))
+    kept: list[Op] = []
+    for cf, key, value in ops:
+        if cf != CF_REQUEST_REWRITE:
+            kept.append((cf, key, value))
+        elif now[key] == rewrites[key][0]:
+            kept.append((CF_REQUESTS, key, rewrites[key][1]))
+    return kept
+
+
+def _values_now(
+    writer: GroupCommitWriter, family: Rdict, cf: str, keys: Sequence[bytes]
+) -> dict[bytes, bytes | None]:
+    """Under the store's lock: each key's value in `family` (`cf`) as a batch queued now is
+    written over (its queued write, else the database's; None when there is none)."""
+    overlay = writer.pending(cf)
+    missing = [key for key in keys if key not in overlay]
+    # a multi-get (rocksdict types its result as "Any | None": one value per key)
+    stored: list[bytes | None] = (family.get([*missing]) or []) if missing else []
+    now = dict(zip(missing, stored, strict=True))
+    for key in keys:
+        pending = overlay.get(key)
+        if pending is not None:
+            now[key] = pending[1]
+    return now
 
 
 def _stored_schema(db: Rdict, meta: Rdict, path: Path) -> int:

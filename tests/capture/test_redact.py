@@ -746,6 +746,53 @@ def test_a_password_in_a_literal_argv_list_is_redacted(language: str, code: str)
     assert secret not in texts[0]
 
 
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", 'c = jaydebeapi.connect("org.h2.Driver", "jdbc:h2:tcp://h/~/t", ["bob", "{}"])'),
+        ("python", 'c = jaydebeapi.connect(driver, url, ("bob", "{}"), "/opt/h2.jar")'),
+        ("python", 'c = jaydebeapi.connect(driver, url, [user, "{}"])'),
+        ("python", 'c = connect("org.h2.Driver", "jdbc:h2:mem:x", ["bob", "{}"])'),
+        ("python", 'c = jaydebeapi.connect(jclassname=d, url=u, driver_args=["bob", "{}"])'),
+        ("python", 'c = jaydebeapi.connect(d, url, {{"user": "bob", "password": "{}"}})'),
+        ("javascript", 'const c = DriverManager.getConnection("jdbc:h2:mem:x", "bob", "{}");'),
+        ("javascript", 'dm.getConnection(url, "bob", "{}", (err, c) => use(c));'),
+    ],
+)
+def test_a_jdbc_password_given_by_position_or_in_a_credentials_pair_is_redacted(
+    language: str, code: str
+) -> None:
+    """jaydebeapi's `driver_args` (a `[user, password]` list, or a dict naming them) and
+    JDBC's `getConnection(url, user, password)`: the password is a secret parameter, in no
+    stored form of the code nor in a text quoting it; the user stays (docs/normalization.md,
+    Secrets)."""
+    secret = "hunter2corral"
+    written = code.replace("{}", secret).replace("{{", "{").replace("}}", "}")
+    prepared = prepare_captures([(written, language, [f"ran: {written}"])])[0]
+    assert not isinstance(prepared, Exception)
+    result, texts = prepared
+    assert result.parse_ok, result.fallback_reason
+    assert secret not in _stored_forms_of(result)
+    assert secret not in texts[0]
+    assert "bob" in result.redacted_code or "user" in result.redacted_code
+
+
+def test_a_pair_of_strings_given_to_another_call_keeps_its_values() -> None:
+    """Only jaydebeapi's `connect` (or one given a `jdbc:` URL) reads its third argument as
+    credentials, and only a pair; `getConnection`'s password is its third argument."""
+    for code in [
+        'x = mcp.f("a", "b", ["a", "b"])',
+        'db = sqlite3.connect("a.db", 5, ["a", "b"])',
+        'sock.connect(("example.com", 80))',
+        'c = jaydebeapi.connect(d, url, ["bob", "pw", "x"])',
+        'pool.getConnection("a", "b")',
+    ]:
+        result = _core.normalize(code, "python")
+        assert result.parse_ok, (code, result.fallback_reason)
+        assert not any(p.secret for p in result.params), code
+        assert "[REDACTED]" not in result.redacted_code, code
+
+
 def test_an_argv_list_without_a_credential_keeps_its_values() -> None:
     """Ordinary argv lists and lists of words keep every item a plain parameter."""
     for language, code in [

@@ -25,7 +25,7 @@ from pml_server.domain.model import (
 from pml_server.service import Engine
 from pml_server.service._idempotency import encode_result
 from pml_server.storage import Repository, Store
-from tests.support import Clock, make_record, open_engine
+from tests.support import Clock, files_holding, make_record, open_engine
 
 JSON_TOOLS = ["read_file", "parse_json"]
 
@@ -504,3 +504,32 @@ def test_a_patterns_tags_are_kept_when_later_runs_bring_more_than_it_holds(
     for tags, expected in ((others[: bound - 1], 1), ((others[-1],), 0), (("zeta",), 0)):
         query = SuggestQuery(intent="Read JSON file", tags=tags)
         assert len(engine.suggest("t", query).suggestions) == expected, tags
+
+
+def test_a_jdbc_password_in_a_credentials_pair_reaches_no_file_of_the_store(
+    tmp_path: Path,
+) -> None:
+    """`jaydebeapi.connect(driver, url, ["bob", "..."])` and JDBC's `getConnection(url, user,
+    "...")`: the password is a secret parameter, so no stored row holds it (the code, the
+    counters' recent values, the failure log, the stored answers), nor any file of the store
+    (docs/capture.md, What is never stored)."""
+    secrets = ("hunter2corral", "hunter3corral", "zebra9corral")
+    jdbc = 'c = jaydebeapi.connect("org.h2.Driver", "jdbc:h2:tcp://h/~/t", ["bob", "{}"])'
+    js = 'const c = DriverManager.getConnection("jdbc:h2:mem:x", "bob", "{}");'
+    engine = open_engine(tmp_path / "e")
+    try:
+        runs = [(jdbc, "python"), (jdbc, "python"), (js, "javascript")]
+        for i, ((code, language), secret) in enumerate(zip(runs, secrets, strict=True)):
+            run = replace(
+                make_record(f"r{i}", "open the h2 database", ["query"], code=code),
+                code=code.replace("{}", secret),
+                language=language,
+            )
+            engine.record("t", run)
+        failed = make_record("r9", "open the h2 database", ["query"], failed={"query"})
+        engine.record("t", replace(failed, code=jdbc.replace("{}", secrets[0])))
+        assert engine.stats("t").patterns == 2
+    finally:
+        engine.close()
+    for secret in secrets:
+        assert files_holding(tmp_path / "e", secret) == [], secret

@@ -361,6 +361,14 @@ OLDER_SECRETS = [
         'url="[REDACTED]"',
         id="webhook",
     ),
+    pytest.param(  # a JDBC password in jaydebeapi's `[user, password]` pair
+        "HUNTER2JDBCPAIR",
+        'c = jaydebeapi.connect("org.h2.Driver", "jdbc:h2:mem:x", ["bob", "hunter2jdbcpair"])\n'
+        "await mcp.login(user=name, out=c)",
+        15,
+        '["bob", "[REDACTED]"]',
+        id="jdbc_pair",
+    ),
 ]
 
 

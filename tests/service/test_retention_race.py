@@ -15,7 +15,7 @@ import pytest
 from pml_server.domain.model import RetentionAction, SuggestQuery
 from pml_server.retention import RetentionConfig
 from pml_server.service import Engine, _curation
-from tests.support import make_record, open_engine
+from tests.support import Clock, make_record, open_engine
 
 AUTO = RetentionConfig(auto_remove=True)
 TOOLS = ["flaky_tool"]
@@ -290,5 +290,46 @@ def test_a_run_compacts_the_vector_index_with_no_lock_held(tmp_path: Path) -> No
         index.ann = watched._real  # the ranking's core call takes the index itself
         found = engine.suggest("t", SuggestQuery(intent="send the report"))
         assert [s.pattern.original_code for s in found.suggestions][:1] == ["mail()"]
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "store", ["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_a_deletions_rewrite_puts_back_no_answer_pruned_meanwhile(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deterministic: a user's deletion reads the stored answers of the pattern's runs (to
+    erase what they hold), then retention prunes one of them (expired), then the deletion
+    commits its rewrites: the pruned answer stays gone (its request id is answered as new),
+    the one still there is erased (docs/storage.md, Data left on disk)."""
+    clock = Clock()
+    dsn = {"store": request.getfixturevalue("postgres_dsn")} if store == "postgresql" else {}
+    engine = open_engine(tmp_path / "e", clock, request_id_ttl_days=1.0, **dsn)
+    try:
+        old = engine.record("t", make_record("old", "run a", TOOLS, code="a()"))
+        clock.advance_days(1.5)
+        recent = engine.record("t", make_record("recent", "run a", TOOLS, code="a()"))
+        assert recent.pattern_id == old.pattern_id
+        read = _curation.erase_answers
+        pruned: list[int] = []
+
+        def read_then_prune(*args: Any) -> Any:
+            rewrites = read(*args)
+            assert len(rewrites) == 2  # both answers read, as they were
+            pruned.append(engine.admin.prune_request_ids("t"))  # no lock of the pattern
+            return rewrites
+
+        monkeypatch.setattr(_curation, "erase_answers", read_then_prune)
+        engine.delete_pattern("t", old.pattern_id)
+        assert pruned == [1]
+        requests = engine._state.repo.requests
+        assert requests.request_result("t", "old") is None  # not put back
+        kept = requests.request_result("t", "recent")
+        assert kept is not None
+        assert old.pattern_id.encode() not in kept  # erased
+        again = engine.record("t", make_record("old", "run a", TOOLS, code="a()"))
+        assert not again.replayed
     finally:
         engine.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from pml_server.domain import json_form
 from pml_server.domain.model import ExecutionRecord, PageRequest, SuggestQuery
 from pml_server.domain.records import ParamSpec
 from pml_server.service import Engine
+from pml_server.storage import Store
 from pml_server.storage.keys import CF_FAILURES, CF_META, tenant_prefix
 from pml_server.storage.repo._meta import _TOOL_NAMES_KEY as TOOL_NAMES_KEY
 from tests.support import make_record, open_engine
@@ -280,5 +282,111 @@ def test_a_merged_duplicates_answers_and_failures_name_the_survivor(
         assert engine.list_failures(T, PageRequest()).items == ()
         again = engine.record(T, _run("r12", LEDGER, FSTRING_B, failed=True))
         assert (again.replayed, again.pattern_id, again.tool_failures) == (True, "", ())
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "store", ["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_a_rekeyed_patterns_failures_and_rejected_first_tries_move_to_its_new_hash(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """docs/storage.md, Migrations: a pattern moved to today's hash (no other holds it) takes
+    the failure log's entries of its code's rejected first tries along, which name no pattern,
+    only the hash the older build gave it: a listing names its hash, and deleting the pattern
+    erases them (they stayed on disk under the older hash) and the answers stored for them."""
+    dsn = request.getfixturevalue("postgres_dsn") if store == "postgresql" else None
+    overrides = {"store": dsn} if dsn else {}
+    engine = open_engine(tmp_path / "e", **overrides)
+    rejected = engine.record(T, _run("r0", OLD_LEDGER, FSTRING_B, failed=True))
+    assert not rejected.pattern_id  # a failed first try stores no pattern
+    older = engine.record(T, _run("r1", OLD_LEDGER, FSTRING_B))
+    engine.record(T, _run("r12", LEDGER, FSTRING_B, failed=True))
+    engine.record(T, _run("s0", "zq unrelated words xv", "mail()", failed=True))  # another code
+    repo = engine._state.repo
+    pattern = repo.patterns.pattern(T, older.pattern_id)
+    assert pattern is not None
+    today = pattern.code_hash
+    logged = engine._state.store.scan(CF_FAILURES, tenant_prefix(T))
+    assert len(logged) == 3
+    ours = [(k, raw) for k, raw in logged if json_form.loads(raw)["code_hash"] == today]
+    engine._state.store.write(
+        [
+            repo.patterns.put_pattern(T, replace(pattern, code_hash=OLD_HASH)),
+            repo.patterns.delete_hash(T, today),
+            repo.patterns.put_hash(T, OLD_HASH, pattern.id),
+            (CF_META, TOOL_NAMES_KEY, None),
+            *(
+                (CF_FAILURES, key, json_form.dumps({**json_form.loads(raw), "code_hash": OLD_HASH}))
+                for key, raw in ours
+            ),
+        ]
+    )
+    engine.close()
+
+    engine = open_engine(tmp_path / "e", **overrides)
+    try:
+        assert _rekeyed(engine) == [pattern.id]
+        assert engine.get_pattern(T, pattern.id).code_hash == today
+        failures = engine.list_failures(T, PageRequest()).items
+        assert {(f.request_id, f.pattern_id, f.code_hash) for f in failures} >= {
+            ("r0", "", today),
+            ("r12", pattern.id, today),
+        }
+        engine.delete_pattern(T, pattern.id)
+        left = engine.list_failures(T, PageRequest()).items
+        assert [f.request_id for f in left] == ["s0"]  # another code's stays
+        again = engine.record(T, _run("r0", OLD_LEDGER, FSTRING_B, failed=True))
+        assert (again.replayed, again.pattern_id, again.tool_failures) == (True, "", ())
+    finally:
+        engine.close()
+
+
+def test_the_failure_log_is_read_once_per_tenant_however_many_patterns_move(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/storage.md, Migrations: the entries each merge moves come from one read of the
+    tenant's failure log per pass, not one read per pattern merged (each read is the whole
+    log, up to `failure_log_size` entries of up to 20 KiB)."""
+    engine = open_engine(tmp_path / "e")
+    repo = engine._state.repo
+    planted = []
+    for i, code in enumerate(['f"ledger_b.json"', 'f"ledger_c.json"', 'f"ledger_d.json"']):
+        run = _run(f"r{i}", OLD_LEDGER, f"data = read_file({code})")
+        pattern = repo.patterns.pattern(T, engine.record(T, run).pattern_id)
+        assert pattern is not None
+        engine.record(T, _run(f"f{i}", LEDGER, f"data = read_file({code})", failed=True))
+        old = str(i) * 64
+        engine._state.store.write(
+            [
+                repo.patterns.put_pattern(T, replace(pattern, code_hash=old)),
+                repo.patterns.delete_hash(T, pattern.code_hash),
+                repo.patterns.put_hash(T, old, pattern.id),
+            ]
+        )
+        planted.append(pattern.id)
+    kept = engine.record(T, _run("k", LEDGER, FSTRING_A))
+    engine._state.store.write([(CF_META, TOOL_NAMES_KEY, None)])
+    engine.close()
+
+    reads: list[str] = []
+    scan = Store.scan
+
+    def counted(self: Store, cf: str, prefix: bytes, **kwargs: Any) -> Any:
+        if cf == CF_FAILURES:
+            reads.append(cf)
+        return scan(self, cf, prefix, **kwargs)
+
+    monkeypatch.setattr(Store, "scan", counted)
+    engine = open_engine(tmp_path / "e")
+    try:
+        merged = [e["pattern_id"] for e in engine.admin.audit_log(T) if e["action"] == "merged"]
+        assert sorted(merged) == sorted(planted)
+        assert len(reads) == 1
+        failures = engine.list_failures(T, PageRequest()).items
+        assert sorted((f.request_id, f.pattern_id) for f in failures) == [
+            (f"f{i}", kept.pattern_id) for i in range(3)
+        ]
     finally:
         engine.close()

@@ -85,7 +85,15 @@ pub const PASSWORD_ARGUMENTS: &[(&str, usize)] = &[
     ("pass_", 0),
     ("FTP", 2),
     ("FTP_TLS", 2),
+    // JDBC's `DriverManager.getConnection(url, user, password)` (node-jdbc's too)
+    ("getConnection", 2),
 ];
+
+/// A JDBC connection's credentials given as a `[user, password]` list: the function, the
+/// list's index among its arguments, and its keyword (jaydebeapi's `connect(jclassname, url,
+/// driver_args)`); `tree.rs` reads its second item as a password (docs/normalization.md,
+/// Secrets).
+pub const JDBC_DRIVER_ARGS: (&str, usize, &str) = ("connect", 2, "driver_args");
 
 /// Whether a context name (already UPPER_SNAKE, without `$`) says its value is a credential:
 /// `password`, `apiKey`, `auth_token`, `client_secret`... but not `max_tokens` or `author`,

@@ -530,6 +530,63 @@ fn a_password_a_command_or_a_login_call_takes_by_position_is_a_secret() {
 }
 
 #[test]
+fn a_jdbc_password_given_by_position_or_in_a_credentials_pair_is_redacted() {
+    for (code, language) in [
+        (
+            "conn = jaydebeapi.connect(\"org.h2.Driver\", \"jdbc:h2:tcp://localhost/~/test\", [\"bob\", \"hunter2pass\"])",
+            "python",
+        ),
+        (
+            "conn = jaydebeapi.connect(d, url, (\"bob\", \"hunter2pass\"), \"/opt/h2.jar\")",
+            "python",
+        ),
+        ("conn = jaydebeapi.connect(d, url, [user, \"hunter2pass\"])", "python"),
+        (
+            "conn = connect(\"org.h2.Driver\", \"jdbc:h2:mem:x\", [\"bob\", \"hunter2pass\"])",
+            "python",
+        ),
+        (
+            "c = jaydebeapi.connect(jclassname=d, url=u, driver_args=[\"bob\", \"hunter2pass\"])",
+            "python",
+        ),
+        (
+            "const c = DriverManager.getConnection(\"jdbc:h2:mem:x\", \"bob\", \"hunter2pass\");",
+            "js",
+        ),
+        (
+            "dm.getConnection(url, \"bob\", \"hunter2pass\", (err, c) => use(c));",
+            "js",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(
+            !n.redacted_code.contains("hunter2pass"),
+            "{code}: {}",
+            n.redacted_code
+        );
+        assert!(!n.template.contains("hunter2pass"), "{code}");
+        assert!(n.params.iter().any(|p| p.secret), "{code}");
+    }
+    // the user stays; a pair given elsewhere, or to another call, is no credential
+    let n = norm(
+        "conn = jaydebeapi.connect(d, url, [\"bob\", \"hunter2pass\"])",
+        "python",
+    );
+    assert!(n.redacted_code.contains("\"bob\""), "{}", n.redacted_code);
+    for kept in [
+        "x = mcp.f(\"a\", \"b\", [\"a\", \"b\"])",
+        "db = sqlite3.connect(\"a.db\", 5, [\"a\", \"b\"])",
+        "sock.connect((\"example.com\", 80))",
+        "c = jaydebeapi.connect(d, url, [\"bob\", \"pw\", \"x\"])",
+        "pool.getConnection(\"a\", \"b\")",
+    ] {
+        let n = norm(kept, "python");
+        assert!(!n.params.iter().any(|p| p.secret), "{kept}");
+        assert!(!n.redacted_code.contains("[REDACTED]"), "{kept}");
+    }
+}
+
+#[test]
 fn a_netrc_or_pgpass_entry_in_a_string_or_free_text_keeps_no_password() {
     for code in [
         r#"open(n, "w").write("machine h login bob password hunter2pass")"#,

@@ -1510,7 +1510,10 @@ impl<'t> Walker<'_, 't> {
         {
             return true;
         }
-        if matches!(kind, "array" | "list" | "tuple") && self.argv_item_secret(level, named_index) {
+        if matches!(kind, "array" | "list" | "tuple")
+            && (self.argv_item_secret(level, named_index)
+                || self.jdbc_password_item(level, named_index))
+        {
             return true;
         }
         let grammar = self.grammar;
@@ -1596,6 +1599,71 @@ impl<'t> Walker<'_, 't> {
                 .iter()
                 .any(|&(f, at)| f == name && at == named_index)
         })
+    }
+
+    /// Whether item `named_index` of the list `frames[level - 1]` is the password of a JDBC
+    /// connection's credentials given as a `[user, password]` pair (`JDBC_DRIVER_ARGS`):
+    /// jaydebeapi's `driver_args`, its `connect`'s third argument
+    /// (`jaydebeapi.connect(driver, "jdbc:...", ["bob", "..."])`) or named (`driver_args=[...]`).
+    /// A `connect` is read so when it is `jaydebeapi`'s or its second argument is a `jdbc:`
+    /// URL; only a list of two items (docs/normalization.md, Secrets).
+    fn jdbc_password_item(&mut self, level: usize, named_index: usize) -> bool {
+        let (Some(list), Some(holder)) = (
+            level.checked_sub(1).and_then(|at| self.frames.get(at)),
+            level.checked_sub(2).and_then(|at| self.frames.get(at)),
+        ) else {
+            return false;
+        };
+        let (list_node, list_index, holder_node, holder_kind) =
+            (list.node, list.named_index, holder.node, holder.kind);
+        if named_index != 1
+            || list_node
+                .named_children(&mut self.scratch)
+                .filter(|c| !c.is_extra())
+                .count()
+                != 2
+        {
+            return false;
+        }
+        let grammar = self.grammar;
+        match holder_kind {
+            "keyword_argument" => grammar
+                .child(holder_node, "name")
+                .is_some_and(|name| self.text(name) == secrets::JDBC_DRIVER_ARGS.2),
+            "arguments" | "argument_list" if list_index == secrets::JDBC_DRIVER_ARGS.1 => {
+                let Some(call) = level.checked_sub(3).and_then(|at| self.frames.get(at)) else {
+                    return false;
+                };
+                let Some(function) = grammar.child(call.node, "function") else {
+                    return false;
+                };
+                let (callee, receiver) = match grammar.kind(function) {
+                    "identifier" => (Some(function), None),
+                    "member_expression" => (
+                        grammar.child(function, "property"),
+                        grammar.child(function, "object"),
+                    ),
+                    "attribute" => (
+                        grammar.child(function, "attribute"),
+                        grammar.child(function, "object"),
+                    ),
+                    _ => (None, None),
+                };
+                if !callee.is_some_and(|c| self.text(c) == secrets::JDBC_DRIVER_ARGS.0) {
+                    return false;
+                }
+                if receiver.is_some_and(|r| self.text(r) == "jaydebeapi") {
+                    return true;
+                }
+                let url = holder_node
+                    .named_children(&mut self.scratch)
+                    .filter(|c| !c.is_extra())
+                    .nth(1);
+                url.and_then(|u| self.string_value(u))
+                    .is_some_and(|u| u.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("jdbc:")))
+            }
+            _ => false,
+        }
     }
 
     /// Whether the pair's key is one of `keys`, written as a name or a string.

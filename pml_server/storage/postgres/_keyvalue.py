@@ -25,9 +25,6 @@ from pml_server.storage.postgres._schema import FOLLOWED_FAMILIES, table_of
 from pml_server.storage.postgres._transactions import Connection, Transactions
 
 _SCAN_PAGE = 2000
-# Pseudo-family of stored answers rewritten in place (`SharedRequests.rewrite_request`): an
-# UPDATE, where the family's rows are a plain INSERT (`insert_requests_first`).
-CF_REQUEST_REWRITE = "requests_rewrite"
 # The counters' `top_intents` array in their compact JSON (`json_form.dumps`): a key no other
 # object of the counters has (theirs are field names and parameter names, `$...`), and a
 # string's quote is escaped, so no value matches; null (an older build's) does not either.
@@ -205,14 +202,16 @@ def insert_requests_first(conn: Connection, rows: list[tuple[bytes, bytes | None
             )
 
 
-def rewrite_requests(conn: Connection, rows: list[tuple[bytes, bytes]]) -> None:
-    """Stored answers rewritten in place, those still there only: an answer expired meanwhile
-    (another replica's prune) is not put back."""
+def rewrite_requests(conn: Connection, rows: list[tuple[bytes, bytes, bytes]]) -> None:
+    """Stored answers (key, as read, new value) rewritten in place by an UPDATE (the family's
+    rows are a plain INSERT, `insert_requests_first`), those still as read only
+    (`keys.CF_REQUEST_REWRITE`): an answer expired meanwhile (a prune) is not put back."""
     if rows:
         conn.execute(
             f"UPDATE {table_of(CF_REQUESTS)} AS t SET value = r.v"
-            " FROM unnest(%s::bytea[], %s::bytea[]) AS r(k, v) WHERE t.key = r.k",
-            ([k for k, _ in rows], [v for _, v in rows]),
+            " FROM unnest(%s::bytea[], %s::bytea[], %s::bytea[]) AS r(k, old, v)"
+            " WHERE t.key = r.k AND t.value = r.old",
+            ([k for k, _, _ in rows], [o for _, o, _ in rows], [v for _, _, v in rows]),
         )
 
 

@@ -4,7 +4,7 @@ pattern views Suggest shows are cached in this replica (`_views`).
 
 `SharedRepository` is `storage.repo.Repository` with these parts in place of the embedded
 store's (the others are the same): `SharedMeta` (stats as deltas, snapshots in their own
-rows), `SharedRequests` (an answer rewritten by an UPDATE), `SharedPatterns` and
+rows), `SharedPatterns` and
 `SharedIntents` (a pattern read by its hash brings its intents along), `SharedLogs` (the op
 log in SQL) and `SharedViews` (this replica's cache of views)."""
 
@@ -37,7 +37,6 @@ from pml_server.storage.keys import (
     tenant_prefix,
     u64,
 )
-from pml_server.storage.postgres._keyvalue import CF_REQUEST_REWRITE
 from pml_server.storage.postgres._oplog import committed_before
 from pml_server.storage.postgres._store import PostgresStore
 from pml_server.storage.postgres._tenant_rows import CF_INDEX_SNAPSHOT, CF_STATS_DELTA
@@ -48,7 +47,6 @@ from pml_server.storage.repo import (
     MetaRows,
     PatternRows,
     Repository,
-    RequestRows,
     ShownView,
     ViewReads,
     ViewRows,
@@ -73,7 +71,6 @@ class SharedRepository(Repository):
         self.shared_store = store
         prefetched = threading.local()
         self.meta: SharedMeta = SharedMeta(store)
-        self.requests: SharedRequests = SharedRequests(store)
         self.patterns: SharedPatterns = SharedPatterns(store, prefetched)
         self.intents: SharedIntents = SharedIntents(store, prefetched)
         self.logs: SharedLogs = SharedLogs(store)
@@ -107,13 +104,6 @@ class SharedMeta(MetaRows):
         (the follower's cursor, read before the snapshot was taken); stored only when no
         snapshot at a later position is."""
         return (CF_INDEX_SNAPSHOT, tenant.encode(), u64(seq) + data)
-
-
-class SharedRequests(RequestRows):
-    def rewrite_request(self, key: bytes, result: bytes) -> Op:
-        """An UPDATE of the row if it is still there (the family's writes are INSERTs that
-        refuse a request id applied before)."""
-        return (CF_REQUEST_REWRITE, key, result)
 
 
 # A capture's pattern read brings the pattern's intents along when it has at most this many:

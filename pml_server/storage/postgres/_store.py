@@ -45,7 +45,14 @@ from typing import Any
 import psycopg
 
 from pml_server.domain import json_form
-from pml_server.storage.keys import CF_COUNTERS, CF_OPLOG, CF_REQUESTS, split_tenant
+from pml_server.storage.keys import (
+    CF_COUNTERS,
+    CF_OPLOG,
+    CF_REQUEST_REWRITE,
+    CF_REQUESTS,
+    split_rewrite,
+    split_tenant,
+)
 from pml_server.storage.postgres import _keyvalue, _oplog, _tenant_rows
 from pml_server.storage.postgres._dsn import describe, has_password, scrub
 from pml_server.storage.postgres._keyvalue import KeyValues
@@ -252,11 +259,11 @@ def _apply(conn: Connection, ops: Sequence[Op]) -> None:
     deltas: dict[str, dict[str, int]] = {}
     ceilings: dict[str, tuple[int, int]] = {}
     snapshots: list[tuple[str, int, bytes]] = []
-    rewrites: list[tuple[bytes, bytes]] = []
+    rewrites: list[tuple[bytes, bytes, bytes]] = []
     for cf, key, value in ops:
-        if cf == _keyvalue.CF_REQUEST_REWRITE:
+        if cf == CF_REQUEST_REWRITE:
             assert value is not None
-            rewrites.append((key, value))
+            rewrites.append((key, *split_rewrite(value)))
         elif cf == CF_OPLOG:
             if value is not None:  # deletions: the store trims the log itself
                 oplog.append(value)

@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager
 
 from pml_server.storage.repo._capabilities import CapabilityRows, tools_digest
 from pml_server.storage.repo._intents import IntentRows
-from pml_server.storage.repo._logs import LogRows
+from pml_server.storage.repo._logs import LogRows, names_pattern
 from pml_server.storage.repo._meta import MetaRows
 from pml_server.storage.repo._patterns import PatternRows
 from pml_server.storage.repo._requests import RequestRows
@@ -52,6 +52,7 @@ __all__ = [
     "ViewReads",
     "ViewRows",
     "counter_rank_row",
+    "names_pattern",
     "pattern_rank_row",
     "tools_digest",
 ]

@@ -3,6 +3,7 @@ and index restores replay) and the audit log (retention actions and deletions)."
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from pml_server.domain import json_form
@@ -21,6 +22,13 @@ from pml_server.storage.seam import KeyValueReads, Op
 _ERASED = json_form.dumps({"erased": True})
 # Failure log entries read at a time when looking for a pattern's.
 _SCAN_PAGE = 256
+
+
+def names_pattern(entry: dict[str, Any], pattern_id: str, code_hash: str) -> bool:
+    """Whether a failure log entry is one of pattern `pattern_id`'s failed runs or a rejected
+    first try (no pattern) of the code hashing to `code_hash`."""
+    named = entry.get("pattern_id")
+    return named == pattern_id if named else entry.get("code_hash") == code_hash
 
 
 class LogRows:
@@ -47,22 +55,49 @@ class LogRows:
         """The (key, entry) of a pattern's failed runs and of its code's rejected first tries.
         Reads the tenant's whole log (its size bounds it), `_SCAN_PAGE` entries at a time: an
         entry holds up to 20 KiB."""
-        found: list[tuple[bytes, dict[str, Any]]] = []
+        return [
+            (key, entry)
+            for key, entry in self._entries(tenant)
+            if names_pattern(entry, pattern_id, code_hash)
+        ]
+
+    def keys_by_owner(self, tenant: str) -> tuple[dict[str, list[bytes]], dict[str, list[bytes]]]:
+        """One read of the tenant's whole log (as `entries_of` reads it): the keys of its
+        entries by the pattern id of a failed run, and by the code hash of a rejected first
+        try (no pattern). What a pass moving many patterns' entries reads once per tenant
+        (service/_older_builds.py), its size bounded by the log's."""
+        by_pattern: dict[str, list[bytes]] = {}
+        by_hash: dict[str, list[bytes]] = {}
+        for key, entry in self._entries(tenant):
+            pattern_id = entry.get("pattern_id")
+            if pattern_id:
+                by_pattern.setdefault(str(pattern_id), []).append(key)
+            else:
+                by_hash.setdefault(str(entry.get("code_hash", "")), []).append(key)
+        return by_pattern, by_hash
+
+    def entries_at(self, keys: list[bytes]) -> list[tuple[bytes, dict[str, Any]]]:
+        """The (key, entry) still at `keys`, in one multi-get: an entry trimmed or erased
+        meanwhile is none."""
+        rows = self.store.get_many(CF_FAILURES, keys)
+        return [
+            (key, json_form.loads(raw))
+            for key, raw in zip(keys, rows, strict=True)
+            if raw is not None and raw != _ERASED
+        ]
+
+    def _entries(self, tenant: str) -> Iterator[tuple[bytes, dict[str, Any]]]:
+        """Every (key, entry) of the tenant's log not erased, `_SCAN_PAGE` at a time."""
         start: bytes | None = None
         while True:
             rows = self.store.scan(
                 CF_FAILURES, tenant_prefix(tenant), start=start, limit=_SCAN_PAGE
             )
             for key, raw in rows:
-                if raw == _ERASED:
-                    continue
-                entry = json_form.loads(raw)
-                if entry.get("pattern_id") == pattern_id or (
-                    not entry.get("pattern_id") and entry.get("code_hash") == code_hash
-                ):
-                    found.append((key, entry))
+                if raw != _ERASED:
+                    yield key, json_form.loads(raw)
             if len(rows) < _SCAN_PAGE:
-                return found
+                return
             start = rows[-1][0] + b"\x00"
 
     def rejected_request_ids(self, tenant: str, code_hash: str) -> set[str]:

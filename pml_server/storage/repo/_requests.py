@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 from pml_server.domain import json_form
-from pml_server.storage.keys import CF_REQUESTS, split_tenant, tenant_key, tenant_prefix
+from pml_server.storage.keys import (
+    CF_REQUEST_REWRITE,
+    CF_REQUESTS,
+    rewrite_value,
+    split_tenant,
+    tenant_key,
+    tenant_prefix,
+)
 from pml_server.storage.seam import KeyValueReads, Op
 
 # Answers read at a time when looking for a deleted pattern's.
@@ -35,11 +42,12 @@ class RequestRows:
     def delete_request(self, key: bytes) -> Op:
         return (CF_REQUESTS, key, None)
 
-    def rewrite_request(self, key: bytes, result: bytes) -> Op:
-        """A stored answer rewritten in place (a user's deletion erasing what it held). The
-        shared store writes it only if the row is still there, so a rewrite racing the
-        answer's expiry never puts it back."""
-        return (CF_REQUESTS, key, result)
+    def rewrite_request(self, key: bytes, read: bytes, result: bytes) -> Op:
+        """The stored answer `read` at `key` rewritten in place as `result` (a user's deletion
+        erasing what it held, a merge naming its survivor), written by the batch only if the
+        row still holds `read` (`CF_REQUEST_REWRITE`): a rewrite racing the answer's expiry
+        (`prune_request_ids`, which takes no pattern lock) never puts it back."""
+        return (CF_REQUEST_REWRITE, key, rewrite_value(read, result))
 
     def answers_of(
         self, tenant: str, pattern_id: str, request_ids: Callable[[], set[str]]
