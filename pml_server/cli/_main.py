@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from pml_server.cli._interrupt import hand_over
 from pml_server.config import (
     DEFAULT_LISTEN,
     ConfigError,
@@ -437,8 +438,10 @@ def _streams_needed(args: argparse.Namespace) -> set[str]:
 def main(argv: list[str] | None = None) -> None:
     """`pml`: a command Ctrl-C stopped before it had its own handler (`pml serve` while it
     opens the store, a client waiting for its answer) ends as SIGINT ends a program, 130,
-    without a traceback (docs/cli.md, Exit codes)."""
+    without a traceback (docs/cli.md, Exit codes); one while it was still importing was ended
+    so by `_interrupt`."""
     try:
+        hand_over()
         _main(argv)
     except KeyboardInterrupt:
         sys.stderr.write("\n")  # the shell's prompt starts on a line of its own after `^C`
