@@ -8,7 +8,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -18,6 +18,7 @@ from pml_server.config import (
     ConfigError,
     add_serve_flags,
     check_keys_file,
+    given,
     listen_problem,
     serve_config,
     store_given,
@@ -375,27 +376,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def client_environment(args: argparse.Namespace) -> argparse.Namespace:
+def client_environment(
+    args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+) -> argparse.Namespace:
     """The one place every client command (`pml suggest`, `record`, `import`, `mcp`...) reads
-    its environment: `--server` defaults to $PML_SERVER, then to the default address; `--api-key`
-    to $PML_API_KEY. Resolved after parsing, so `--help` never prints a key. An address is
-    taken without the spaces around it (a variable read from a file keeps its newline); one
-    that is no host:port raises UsageError naming where it was given (gRPC tried `:99999` as
-    port 34463 and `localhost` alone as port 443, and the command said no server answered)."""
+    its environment: `--server`, else $PML_SERVER, else the default address; `--api-key`, else
+    $PML_API_KEY, else no key, by the rule of `config.given` (a flag given empty is refused, a
+    variable set empty is unset). Resolved after parsing, so `--help` never prints a key. An
+    address that is no host:port raises UsageError naming where it was given (gRPC tried
+    `:99999` as port 34463 and `localhost` alone as port 443, and the command said no server
+    answered)."""
     if hasattr(args, "server"):
-        if args.server is not None and not args.server.strip():
-            # An empty `--server` (a script's unset variable, `--server "$HOST"`) is a mistake
-            # to say, not the default address; an empty $PML_SERVER is unset (docs/cli.md).
-            raise UsageError(f"--server: {args.server!r} is no host:port (it is empty)")
-        given = "--server" if args.server else "$PML_SERVER"
-        args.server = (args.server or os.environ.get("PML_SERVER") or "").strip()
-        if not args.server:
-            args.server = DEFAULT_LISTEN
-        elif (problem := listen_problem(args.server)) is not None:
-            raise UsageError(f"{given}: {problem}")
-        args.api_key_given = "--api-key" if args.api_key else "$PML_API_KEY"
-        args.api_key = args.api_key or os.environ.get("PML_API_KEY") or None
+        server, where = given(args.server, "--server", "PML_SERVER", _NO_SERVER, environ)
+        args.server = server or DEFAULT_LISTEN
+        if server is not None and (problem := listen_problem(server)) is not None:
+            raise UsageError(f"{_named(where)}: {problem}")
+        args.api_key, where = given(args.api_key, "--api-key", "PML_API_KEY", _NO_KEY, environ)
+        args.api_key_given = _named(where)
     return args
+
+
+_NO_SERVER = f"$PML_SERVER, else {DEFAULT_LISTEN}"
+_NO_KEY = "$PML_API_KEY, else no key (an empty PML_API_KEY is none)"
+
+
+def _named(where: str) -> str:
+    """A variable as the client commands name it, `$PML_SERVER`; a flag as it is."""
+    return where if where.startswith("--") else f"${where}"
 
 
 class UsageError(Exception):
@@ -456,7 +463,7 @@ def _main(argv: list[str] | None) -> None:
         if missing := [name for name in closed if name in _streams_needed(args)]:
             verb, it = ("is", "it") if len(missing) == 1 else ("are", "them")
             raise UsageError(f"{' and '.join(missing)} {verb} closed: give {it} /dev/null instead")
-    except UsageError as err:
+    except (UsageError, ConfigError) as err:
         if getattr(args, "json", False):  # errors in JSON too (docs/cli.md, Output)
             print(json.dumps({"error": {"message": str(err)}}, ensure_ascii=False), file=sys.stderr)
         else:

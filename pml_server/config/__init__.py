@@ -19,6 +19,7 @@ from pml_server.config._addresses import (
     listen_problem,
 )
 from pml_server.config._flags import add_serve_flags, flag_name, settings_from_args
+from pml_server.config._given import from_environment, given, not_blank
 from pml_server.config._model import (
     DEFAULT_DATA_DIR,
     DEFAULT_LISTEN,
@@ -34,12 +35,18 @@ STORE_ENV = "PML_STORE"
 
 
 def serve_config(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Config:
-    """The Config of `pml serve`: defaults, then the `--config` file, then `$PML_STORE`, then
-    the flags given. ConfigError (one line, naming the key) for anything unusable."""
+    """The Config of `pml serve`: defaults, then the `--config` file, then `$PML_STORE` (read
+    only without `--store`: `given`), then the flags given. ConfigError (one line, naming the
+    key) for anything unusable."""
     path: Path | None = getattr(args, "config", None)
     from_file = read_file(path) if path is not None else {}
     from_flags = settings_from_args(args)
-    from_env: Settings = {"engine": {"store": environ[STORE_ENV]}} if environ.get(STORE_ENV) else {}
+    store, where = _store(args, environ)
+    from_env: Settings = {}
+    if where == "--store":
+        from_flags["engine"]["store"] = store
+    elif store is not None:
+        from_env = {"engine": {"store": store}}
     _check_store(from_file, f"{path}: engine.store")
     _check_store(from_env, STORE_ENV)
     _check_store(from_flags, "--store")
@@ -52,11 +59,16 @@ def serve_config(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
 def store_given(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> str:
     """The setting that gave `pml serve` its store, as `serve_config` layers them (the flag,
     then `$PML_STORE`, then the config file): what an error about the store names."""
-    if settings_from_args(args).get("engine", {}).get("store"):
-        return "--store"
-    if environ.get(STORE_ENV):
-        return STORE_ENV
-    return f"{getattr(args, 'config', None)}: engine.store"
+    store, where = _store(args, environ)
+    return where if store is not None else f"{getattr(args, 'config', None)}: engine.store"
+
+
+def _store(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str | None, str]:
+    flag = settings_from_args(args).get("engine", {}).get("store")
+    return given(flag, "--store", STORE_ENV, _NO_STORE, environ)
+
+
+_NO_STORE = "PML_STORE, else the config file's engine.store, else the embedded RocksDB"
 
 
 def _named(message: str, from_flags: Settings, from_file: Settings, path: Path | None) -> str:
@@ -131,9 +143,12 @@ __all__ = [
     "bind_problem",
     "check_keys_file",
     "config_of",
+    "from_environment",
+    "given",
     "is_loopback",
     "is_loopback_host",
     "listen_problem",
+    "not_blank",
     "read_file",
     "serve_config",
     "store_given",
