@@ -17,9 +17,15 @@ from pml_server.config._toml import ConfigError
 def not_blank(value: str, flag: str, otherwise: str) -> str:
     """A flag's value without the spaces around it; ConfigError naming the flag if nothing is
     left. `otherwise`: what leaving the flag out gives, said in the refusal."""
-    if not value.strip():
-        raise ConfigError(f"{flag}: {value!r} is empty: leave {flag} out for {otherwise}")
+    if (problem := blank_problem(value, flag, otherwise)) is not None:
+        raise ConfigError(f"{flag}: {problem}")
     return value.strip()
+
+
+def blank_problem(value: str, flag: str, otherwise: str) -> str | None:
+    """Why a flag's value cannot be taken, if it is empty or only spaces (argparse names the
+    flag itself: `pml serve`'s flags)."""
+    return None if value.strip() else f"{value!r} is empty: leave {flag} out for {otherwise}"
 
 
 def given(
