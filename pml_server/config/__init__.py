@@ -18,7 +18,7 @@ from pml_server.config._addresses import (
     is_loopback_host,
     listen_problem,
 )
-from pml_server.config._flags import add_serve_flags, flag_name, settings_from_args
+from pml_server.config._flags import add_serve_flags, flag_name, nested_flag, settings_from_args
 from pml_server.config._given import from_environment, given, not_blank
 from pml_server.config._model import (
     DEFAULT_DATA_DIR,
@@ -73,7 +73,19 @@ _NO_STORE = "PML_STORE, else the config file's engine.store, else the embedded R
 
 def _named(message: str, from_flags: Settings, from_file: Settings, path: Path | None) -> str:
     """A value a section refused, its message led by where the value came from: the flag
-    (`--max-workers: server.max_workers must be >= 1`), else the file."""
+    (`--max-workers: server.max_workers must be >= 1`), else the file. A nested table's class
+    (`RetentionConfig.min_tries must be >= 1`) is said as the table's key."""
+    for cls_name, table in _NESTED_TABLES.items():
+        if not message.startswith(f"{cls_name}."):
+            continue
+        name = message.removeprefix(f"{cls_name}.").partition(" ")[0]
+        message = f"engine.{table}.{message.removeprefix(f'{cls_name}.')}"
+        flag = nested_flag(("engine", table, name))
+        if flag is not None and name in from_flags.get("engine", {}).get(table, {}):
+            return f"{flag}: {message}"
+        if path is not None and name in from_file.get("engine", {}).get(table, {}):
+            return f"{path}: {message}"
+        return message
     for section, cls in SECTIONS.items():
         for f in dataclasses.fields(cls):
             named = f"{section}.{f.name}" in message or message.startswith(f"{f.name} ")
@@ -84,6 +96,9 @@ def _named(message: str, from_flags: Settings, from_file: Settings, path: Path |
             if path is not None and f.name in from_file.get(section, {}):
                 return f"{path}: {message}"
     return message
+
+
+_NESTED_TABLES = {"RetentionConfig": "retention", "RankingConfig": "ranking"}
 
 
 def check_keys_file(config: Config, args: argparse.Namespace) -> None:

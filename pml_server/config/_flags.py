@@ -28,6 +28,11 @@ _NESTED_FLAGS = {
 _DEST_SEPARATOR = "__"
 
 
+def nested_flag(path: tuple[str, ...]) -> str | None:
+    """The flag of a setting of a nested table, if it has one (`--retention-interval-seconds`)."""
+    return next((flag for flag, spec in _NESTED_FLAGS.items() if spec[0] == path), None)
+
+
 def flag_name(section: str, field: dataclasses.Field[Any]) -> str:
     return str(field.metadata.get("flag") or "--" + field.name.replace("_", "-"))
 

@@ -365,6 +365,16 @@ def test_pml_serve_exits_2_with_one_line_for_a_bad_file(tmp_path: Path) -> None:
 HOSTILE_FILES = [
     (
         "pml.toml",
+        b"[engine.retention]\nmin_tries = 0\n",
+        "{path}: engine.retention.min_tries must be >= 1",
+    ),
+    (
+        "pml.toml",
+        b"[engine.ranking]\nmin_match = 5\n",
+        "{path}: engine.ranking.min_match must be in [0, 1], got 5.0",
+    ),
+    (
+        "pml.toml",
         b'[server]\nlog_level = "verbose"\n',
         "{path}: server.log_level must be one of debug, info, warning, error",
     ),
@@ -437,6 +447,20 @@ def test_a_hostile_config_file_is_one_line_and_exit_2(
         f"pml serve: error: {said.format(path=path)}\n",
     )
     assert not (tmp_path / "data").exists()
+
+
+def test_a_nested_tables_flag_refused_is_named_as_the_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A value `[engine.retention]` or `[engine.ranking]` refused was said by its Python class
+    (`RetentionConfig.interval_seconds must be > 0`), naming neither the flag nor the key."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["serve", "--retention-interval-seconds", "-1"])
+    assert (done.value.code, capsys.readouterr().err) == (
+        2,
+        "pml serve: error: --retention-interval-seconds: engine.retention.interval_seconds "
+        "must be > 0\n",
+    )
 
 
 @pytest.mark.parametrize("flag", ["--config", "--data-dir", "--keys-file", "--tls-cert"])
@@ -581,7 +605,10 @@ def test_engine_values_that_are_not_finite_are_refused_at_start(argv: list[str])
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["--retention-interval-seconds", "1e10"], "RetentionConfig.interval_seconds must be at"),
+        (
+            ["--retention-interval-seconds", "1e10"],
+            "--retention-interval-seconds: engine.retention.interval_seconds must be at",
+        ),
         (["--snapshot-interval-seconds", "1e10"], "engine.snapshot_interval_seconds must be at"),
         (["--backup-interval-seconds", "1e10"], "engine.backup_interval_seconds must be at"),
     ],
