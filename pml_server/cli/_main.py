@@ -16,6 +16,7 @@ from pml_server.cli._interrupt import hand_over
 from pml_server.config import (
     DEFAULT_LISTEN,
     ConfigError,
+    NotBlank,
     add_serve_flags,
     check_keys_file,
     given,
@@ -106,9 +107,22 @@ def _client_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--api-key", help="API key (default: $PML_API_KEY; none: single-tenant server)")
     p.add_argument("--tls", action="store_true", help="use TLS with the system roots")
-    p.add_argument("--tls-ca", type=Path, help="CA that signed the server certificate")
-    p.add_argument("--tls-cert", type=Path, help="client certificate (mutual TLS)")
-    p.add_argument("--tls-key", type=Path, help="client key (mutual TLS)")
+    # An empty path was the working directory (`.: Is a directory`, naming no flag).
+    p.add_argument(
+        "--tls-ca",
+        type=NotBlank(Path, "--tls-ca", "the system's roots"),
+        help="CA that signed the server certificate",
+    )
+    p.add_argument(
+        "--tls-cert",
+        type=NotBlank(Path, "--tls-cert", "no client certificate"),
+        help="client certificate (mutual TLS)",
+    )
+    p.add_argument(
+        "--tls-key",
+        type=NotBlank(Path, "--tls-key", "no client certificate"),
+        help="client key (mutual TLS)",
+    )
 
 
 # The client parameter each TLS flag of `_client_flags` sets: a refusal naming the parameter
@@ -187,7 +201,12 @@ def _keys_parsers(commands: Any) -> None:
         sub: argparse.ArgumentParser = actions.add_parser(
             name, help=help_text, formatter_class=_HelpFormatter
         )
-        sub.add_argument("--keys-file", type=Path, required=True, help="the keys file (JSON)")
+        sub.add_argument(
+            "--keys-file",
+            type=NotBlank(Path, "--keys-file", None),
+            required=True,
+            help="the keys file (JSON)",
+        )
         return sub
 
     add = action("add", "create a key for a tenant and print it once (only its hash is stored)")
@@ -238,10 +257,18 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     rec = client("record", "record one execution (from flags or a JSON file)")
-    rec.add_argument("--file", type=Path, help="an ExecutionRecord as proto JSON")
+    rec.add_argument(
+        "--file",
+        type=NotBlank(Path, "--file", "a record of the flags"),
+        help="an ExecutionRecord as proto JSON",
+    )
     rec.add_argument("--intent", help="what the agent was asked to do")
     rec.add_argument("--code", help="the code that ran; or --code-file")
-    rec.add_argument("--code-file", type=Path, help="read the code from this file")
+    rec.add_argument(
+        "--code-file",
+        type=NotBlank(Path, "--code-file", "--code"),
+        help="read the code from this file",
+    )
     rec.add_argument("--language", default="typescript", help="language of the code")
     rec.add_argument(
         "--tool", action="append", default=[], help="a succeeded tool call, in order (repeat)"
@@ -273,7 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     imp = client("import", "upload a JSONL file of ExecutionRecords over the stream")
-    imp.add_argument("file", type=Path, help="one ExecutionRecord in proto JSON per line")
+    imp.add_argument(
+        "file",
+        type=NotBlank(Path, "file", None),
+        help="one ExecutionRecord in proto JSON per line",
+    )
     imp.add_argument(
         "--strict",
         action="store_true",

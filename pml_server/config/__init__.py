@@ -19,7 +19,7 @@ from pml_server.config._addresses import (
     listen_problem,
 )
 from pml_server.config._flags import add_serve_flags, flag_name, nested_flag, settings_from_args
-from pml_server.config._given import from_environment, given, not_blank
+from pml_server.config._given import NotBlank, from_environment, given, not_blank
 from pml_server.config._model import (
     DEFAULT_DATA_DIR,
     DEFAULT_LISTEN,
@@ -152,6 +152,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "EngineConfig",
+    "NotBlank",
     "ServerConfig",
     "add_serve_flags",
     "bind_error",

@@ -11,7 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pml_server.config._given import blank_problem
+from pml_server.config._given import NotBlank
 from pml_server.config._model import SECTIONS
 from pml_server.config._toml import Settings, _without_none
 from pml_server.retention import RetentionConfig
@@ -40,7 +40,7 @@ def flag_name(section: str, field: dataclasses.Field[Any]) -> str:
 def add_serve_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
-        type=_NotBlank(Path, "--config", "no file: the defaults and the flags"),
+        type=NotBlank(Path, "--config", "no file: the defaults and the flags"),
         default=argparse.SUPPRESS,
         help="a TOML file of settings ([server], [engine], [engine.retention], "
         "[engine.ranking]; see pml.example.toml); flags given too override it",
@@ -90,7 +90,7 @@ def _add(
     if kind in (str, Path) and not choices and path != ("engine", "store"):
         # An empty path was the working directory (`--data-dir ""` put a store there); the
         # store's flag is read with its variable (`given`).
-        kind = _NotBlank(kind, flag, "the config file's value, else the default")
+        kind = NotBlank(kind, flag, "the config file's value, else the default")
     parser.add_argument(
         flag,
         dest=dest,
@@ -100,21 +100,6 @@ def _add(
         default=argparse.SUPPRESS,
         help=f"{text}{default} (file: {key})",
     )
-
-
-@dataclasses.dataclass(frozen=True)
-class _NotBlank:
-    """argparse's `type` for a text or path flag (`kind`): one given empty is refused naming
-    it (docs/cli.md, "Flags, variables and the config file")."""
-
-    kind: type
-    flag: str
-    otherwise: str
-
-    def __call__(self, text: str) -> Any:
-        if (problem := blank_problem(text, self.flag, self.otherwise)) is not None:
-            raise argparse.ArgumentTypeError(problem)
-        return self.kind(text)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

@@ -8,8 +8,11 @@ newline). `pml serve` layers the config file under both (`serve_config`)."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from pml_server.config._toml import ConfigError
 
@@ -22,10 +25,29 @@ def not_blank(value: str, flag: str, otherwise: str) -> str:
     return value.strip()
 
 
-def blank_problem(value: str, flag: str, otherwise: str) -> str | None:
+def blank_problem(value: str, flag: str, otherwise: str | None) -> str | None:
     """Why a flag's value cannot be taken, if it is empty or only spaces (argparse names the
-    flag itself: `pml serve`'s flags)."""
-    return None if value.strip() else f"{value!r} is empty: leave {flag} out for {otherwise}"
+    flag itself: `NotBlank`). `otherwise` None: an argument that cannot be left out."""
+    if value.strip():
+        return None
+    return f"{value!r} is empty" + (
+        "" if otherwise is None else f": leave {flag} out for {otherwise}"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class NotBlank:
+    """argparse's `type` for a text or path argument (`kind`): one given empty is refused
+    naming it, as `not_blank` refuses one (an empty path was the working directory)."""
+
+    kind: type
+    flag: str
+    otherwise: str | None
+
+    def __call__(self, text: str) -> Any:
+        if (problem := blank_problem(text, self.flag, self.otherwise)) is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return self.kind(text)
 
 
 def given(

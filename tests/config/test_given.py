@@ -150,3 +150,34 @@ def test_pml_serve_reads_no_client_variable() -> None:
     args = cli.build_parser().parse_args(["serve"])
     environ = {"PML_SERVER": "127.0.0.1:7002", "PML_API_KEY": "k"}
     assert serve_config(args, environ).server.listen == DEFAULT_LISTEN
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["stats", "--tls-ca", ""], "argument --tls-ca: '' is empty: leave --tls-ca out for "),
+        (["mcp", "--tls-cert", " "], "argument --tls-cert: ' ' is empty: leave --tls-cert out "),
+        (["suggest", "x", "--tls-key", ""], "argument --tls-key: '' is empty: leave --tls-key "),
+        (["record", "--file", ""], "argument --file: '' is empty: leave --file out for "),
+        (["record", "--code-file", ""], "argument --code-file: '' is empty: leave --code-file "),
+        (["import", ""], "argument file: '' is empty ("),
+        (["keys", "list", "--keys-file", ""], "argument --keys-file: '' is empty ("),
+        (["serve", "--data-dir", ""], "argument --data-dir: '' is empty: leave --data-dir out "),
+    ],
+)
+def test_a_path_given_empty_is_refused_naming_its_flag(
+    argv: list[str],
+    said: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An empty path was the working directory: `pml stats --tls-ca ""` said `.: Is a
+    directory`, naming no flag, `pml serve --data-dir ""` wrote its store there."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2
+    assert err.startswith(f"pml {' '.join(argv[: 2 if argv[0] == 'keys' else 1])}: error: {said}")
+    assert list(tmp_path.iterdir()) == []
