@@ -6,11 +6,11 @@ the intelligence lives at suggestion time.
 
 from __future__ import annotations
 
+# Nothing here loads a module the interpreter has not loaded by itself: this runs before the
+# `pml` command's Ctrl-C handler is set (`pml_server/cli/_interrupt.py`).
 import functools
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    __version__: str
+__version__: str  # a declaration only; the value comes from `__getattr__`
 
 __all__ = ["__version__"]
 

@@ -8,15 +8,18 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from pml_server.cli._interrupt import hand_over
 from pml_server.config import (
     DEFAULT_LISTEN,
     ConfigError,
+    NotBlank,
     add_serve_flags,
     check_keys_file,
+    given,
     listen_problem,
     serve_config,
     store_given,
@@ -104,9 +107,22 @@ def _client_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--api-key", help="API key (default: $PML_API_KEY; none: single-tenant server)")
     p.add_argument("--tls", action="store_true", help="use TLS with the system roots")
-    p.add_argument("--tls-ca", type=Path, help="CA that signed the server certificate")
-    p.add_argument("--tls-cert", type=Path, help="client certificate (mutual TLS)")
-    p.add_argument("--tls-key", type=Path, help="client key (mutual TLS)")
+    # An empty path was the working directory (`.: Is a directory`, naming no flag).
+    p.add_argument(
+        "--tls-ca",
+        type=NotBlank(Path, "--tls-ca", "the system's roots"),
+        help="CA that signed the server certificate",
+    )
+    p.add_argument(
+        "--tls-cert",
+        type=NotBlank(Path, "--tls-cert", "no client certificate"),
+        help="client certificate (mutual TLS)",
+    )
+    p.add_argument(
+        "--tls-key",
+        type=NotBlank(Path, "--tls-key", "no client certificate"),
+        help="client key (mutual TLS)",
+    )
 
 
 # The client parameter each TLS flag of `_client_flags` sets: a refusal naming the parameter
@@ -185,7 +201,12 @@ def _keys_parsers(commands: Any) -> None:
         sub: argparse.ArgumentParser = actions.add_parser(
             name, help=help_text, formatter_class=_HelpFormatter
         )
-        sub.add_argument("--keys-file", type=Path, required=True, help="the keys file (JSON)")
+        sub.add_argument(
+            "--keys-file",
+            type=NotBlank(Path, "--keys-file", None),
+            required=True,
+            help="the keys file (JSON)",
+        )
         return sub
 
     add = action("add", "create a key for a tenant and print it once (only its hash is stored)")
@@ -236,10 +257,18 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     rec = client("record", "record one execution (from flags or a JSON file)")
-    rec.add_argument("--file", type=Path, help="an ExecutionRecord as proto JSON")
+    rec.add_argument(
+        "--file",
+        type=NotBlank(Path, "--file", "a record of the flags"),
+        help="an ExecutionRecord as proto JSON",
+    )
     rec.add_argument("--intent", help="what the agent was asked to do")
     rec.add_argument("--code", help="the code that ran; or --code-file")
-    rec.add_argument("--code-file", type=Path, help="read the code from this file")
+    rec.add_argument(
+        "--code-file",
+        type=NotBlank(Path, "--code-file", "--code"),
+        help="read the code from this file",
+    )
     rec.add_argument("--language", default="typescript", help="language of the code")
     rec.add_argument(
         "--tool", action="append", default=[], help="a succeeded tool call, in order (repeat)"
@@ -271,7 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     imp = client("import", "upload a JSONL file of ExecutionRecords over the stream")
-    imp.add_argument("file", type=Path, help="one ExecutionRecord in proto JSON per line")
+    imp.add_argument(
+        "file",
+        type=NotBlank(Path, "file", None),
+        help="one ExecutionRecord in proto JSON per line",
+    )
     imp.add_argument(
         "--strict",
         action="store_true",
@@ -374,27 +407,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def client_environment(args: argparse.Namespace) -> argparse.Namespace:
+def client_environment(
+    args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+) -> argparse.Namespace:
     """The one place every client command (`pml suggest`, `record`, `import`, `mcp`...) reads
-    its environment: `--server` defaults to $PML_SERVER, then to the default address; `--api-key`
-    to $PML_API_KEY. Resolved after parsing, so `--help` never prints a key. An address is
-    taken without the spaces around it (a variable read from a file keeps its newline); one
-    that is no host:port raises UsageError naming where it was given (gRPC tried `:99999` as
-    port 34463 and `localhost` alone as port 443, and the command said no server answered)."""
+    its environment: `--server`, else $PML_SERVER, else the default address; `--api-key`, else
+    $PML_API_KEY, else no key, by the rule of `config.given` (a flag given empty is refused, a
+    variable set empty is unset). Resolved after parsing, so `--help` never prints a key. An
+    address that is no host:port raises UsageError naming where it was given (gRPC tried
+    `:99999` as port 34463 and `localhost` alone as port 443, and the command said no server
+    answered)."""
     if hasattr(args, "server"):
-        if args.server is not None and not args.server.strip():
-            # An empty `--server` (a script's unset variable, `--server "$HOST"`) is a mistake
-            # to say, not the default address; an empty $PML_SERVER is unset (docs/cli.md).
-            raise UsageError(f"--server: {args.server!r} is no host:port (it is empty)")
-        given = "--server" if args.server else "$PML_SERVER"
-        args.server = (args.server or os.environ.get("PML_SERVER") or "").strip()
-        if not args.server:
-            args.server = DEFAULT_LISTEN
-        elif (problem := listen_problem(args.server)) is not None:
-            raise UsageError(f"{given}: {problem}")
-        args.api_key_given = "--api-key" if args.api_key else "$PML_API_KEY"
-        args.api_key = args.api_key or os.environ.get("PML_API_KEY") or None
+        server, where = given(args.server, "--server", "PML_SERVER", _NO_SERVER, environ)
+        args.server = server or DEFAULT_LISTEN
+        if server is not None and (problem := listen_problem(server)) is not None:
+            raise UsageError(f"{_named(where)}: {problem}")
+        args.api_key, where = given(args.api_key, "--api-key", "PML_API_KEY", _NO_KEY, environ)
+        args.api_key_given = _named(where)
     return args
+
+
+_NO_SERVER = f"$PML_SERVER, else {DEFAULT_LISTEN}"
+_NO_KEY = "$PML_API_KEY, else no key (an empty PML_API_KEY is none)"
+
+
+def _named(where: str) -> str:
+    """A variable as the client commands name it, `$PML_SERVER`; a flag as it is."""
+    return where if where.startswith("--") else f"${where}"
 
 
 class UsageError(Exception):
@@ -437,8 +476,10 @@ def _streams_needed(args: argparse.Namespace) -> set[str]:
 def main(argv: list[str] | None = None) -> None:
     """`pml`: a command Ctrl-C stopped before it had its own handler (`pml serve` while it
     opens the store, a client waiting for its answer) ends as SIGINT ends a program, 130,
-    without a traceback (docs/cli.md, Exit codes)."""
+    without a traceback (docs/cli.md, Exit codes); one while it was still importing was ended
+    so by `_interrupt`."""
     try:
+        hand_over()
         _main(argv)
     except KeyboardInterrupt:
         sys.stderr.write("\n")  # the shell's prompt starts on a line of its own after `^C`
@@ -453,7 +494,7 @@ def _main(argv: list[str] | None) -> None:
         if missing := [name for name in closed if name in _streams_needed(args)]:
             verb, it = ("is", "it") if len(missing) == 1 else ("are", "them")
             raise UsageError(f"{' and '.join(missing)} {verb} closed: give {it} /dev/null instead")
-    except UsageError as err:
+    except (UsageError, ConfigError) as err:
         if getattr(args, "json", False):  # errors in JSON too (docs/cli.md, Output)
             print(json.dumps({"error": {"message": str(err)}}, ensure_ascii=False), file=sys.stderr)
         else:

@@ -18,7 +18,8 @@ from pml_server.config._addresses import (
     is_loopback_host,
     listen_problem,
 )
-from pml_server.config._flags import add_serve_flags, flag_name, settings_from_args
+from pml_server.config._flags import add_serve_flags, flag_name, nested_flag, settings_from_args
+from pml_server.config._given import NotBlank, from_environment, given, not_blank
 from pml_server.config._model import (
     DEFAULT_DATA_DIR,
     DEFAULT_LISTEN,
@@ -34,12 +35,18 @@ STORE_ENV = "PML_STORE"
 
 
 def serve_config(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Config:
-    """The Config of `pml serve`: defaults, then the `--config` file, then `$PML_STORE`, then
-    the flags given. ConfigError (one line, naming the key) for anything unusable."""
+    """The Config of `pml serve`: defaults, then the `--config` file, then `$PML_STORE` (read
+    only without `--store`: `given`), then the flags given. ConfigError (one line, naming the
+    key) for anything unusable."""
     path: Path | None = getattr(args, "config", None)
     from_file = read_file(path) if path is not None else {}
     from_flags = settings_from_args(args)
-    from_env: Settings = {"engine": {"store": environ[STORE_ENV]}} if environ.get(STORE_ENV) else {}
+    store, where = _store(args, environ)
+    from_env: Settings = {}
+    if where == "--store":
+        from_flags["engine"]["store"] = store
+    elif store is not None:
+        from_env = {"engine": {"store": store}}
     _check_store(from_file, f"{path}: engine.store")
     _check_store(from_env, STORE_ENV)
     _check_store(from_flags, "--store")
@@ -52,16 +59,33 @@ def serve_config(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
 def store_given(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> str:
     """The setting that gave `pml serve` its store, as `serve_config` layers them (the flag,
     then `$PML_STORE`, then the config file): what an error about the store names."""
-    if settings_from_args(args).get("engine", {}).get("store"):
-        return "--store"
-    if environ.get(STORE_ENV):
-        return STORE_ENV
-    return f"{getattr(args, 'config', None)}: engine.store"
+    store, where = _store(args, environ)
+    return where if store is not None else f"{getattr(args, 'config', None)}: engine.store"
+
+
+def _store(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str | None, str]:
+    flag = settings_from_args(args).get("engine", {}).get("store")
+    return given(flag, "--store", STORE_ENV, _NO_STORE, environ)
+
+
+_NO_STORE = "PML_STORE, else the config file's engine.store, else the embedded RocksDB"
 
 
 def _named(message: str, from_flags: Settings, from_file: Settings, path: Path | None) -> str:
     """A value a section refused, its message led by where the value came from: the flag
-    (`--max-workers: server.max_workers must be >= 1`), else the file."""
+    (`--max-workers: server.max_workers must be >= 1`), else the file. A nested table's class
+    (`RetentionConfig.min_tries must be >= 1`) is said as the table's key."""
+    for cls_name, table in _NESTED_TABLES.items():
+        if not message.startswith(f"{cls_name}."):
+            continue
+        name = message.removeprefix(f"{cls_name}.").partition(" ")[0]
+        message = f"engine.{table}.{message.removeprefix(f'{cls_name}.')}"
+        flag = nested_flag(("engine", table, name))
+        if flag is not None and name in from_flags.get("engine", {}).get(table, {}):
+            return f"{flag}: {message}"
+        if path is not None and name in from_file.get("engine", {}).get(table, {}):
+            return f"{path}: {message}"
+        return message
     for section, cls in SECTIONS.items():
         for f in dataclasses.fields(cls):
             named = f"{section}.{f.name}" in message or message.startswith(f"{f.name} ")
@@ -72,6 +96,9 @@ def _named(message: str, from_flags: Settings, from_file: Settings, path: Path |
             if path is not None and f.name in from_file.get(section, {}):
                 return f"{path}: {message}"
     return message
+
+
+_NESTED_TABLES = {"RetentionConfig": "retention", "RankingConfig": "ranking"}
 
 
 def check_keys_file(config: Config, args: argparse.Namespace) -> None:
@@ -125,15 +152,19 @@ __all__ = [
     "Config",
     "ConfigError",
     "EngineConfig",
+    "NotBlank",
     "ServerConfig",
     "add_serve_flags",
     "bind_error",
     "bind_problem",
     "check_keys_file",
     "config_of",
+    "from_environment",
+    "given",
     "is_loopback",
     "is_loopback_host",
     "listen_problem",
+    "not_blank",
     "read_file",
     "serve_config",
     "store_given",

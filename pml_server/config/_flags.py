@@ -11,6 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from pml_server.config._given import NotBlank
 from pml_server.config._model import SECTIONS
 from pml_server.config._toml import Settings, _without_none
 from pml_server.retention import RetentionConfig
@@ -27,6 +28,11 @@ _NESTED_FLAGS = {
 _DEST_SEPARATOR = "__"
 
 
+def nested_flag(path: tuple[str, ...]) -> str | None:
+    """The flag of a setting of a nested table, if it has one (`--retention-interval-seconds`)."""
+    return next((flag for flag, spec in _NESTED_FLAGS.items() if spec[0] == path), None)
+
+
 def flag_name(section: str, field: dataclasses.Field[Any]) -> str:
     return str(field.metadata.get("flag") or "--" + field.name.replace("_", "-"))
 
@@ -34,7 +40,7 @@ def flag_name(section: str, field: dataclasses.Field[Any]) -> str:
 def add_serve_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
-        type=Path,
+        type=NotBlank(Path, "--config", "no file: the defaults and the flags"),
         default=argparse.SUPPRESS,
         help="a TOML file of settings ([server], [engine], [engine.retention], "
         "[engine.ranking]; see pml.example.toml); flags given too override it",
@@ -81,6 +87,10 @@ def _add(
         )
         return
     default = "" if shown is None else f" (default: {shown})"
+    if kind in (str, Path) and not choices and path != ("engine", "store"):
+        # An empty path was the working directory (`--data-dir ""` put a store there); the
+        # store's flag is read with its variable (`given`).
+        kind = NotBlank(kind, flag, "the config file's value, else the default")
     parser.add_argument(
         flag,
         dest=dest,

@@ -27,10 +27,22 @@ class ConfigError(ValueError):
     """A configuration that cannot be used; the message is one line naming the key."""
 
 
+# A config file is a few KB (pml.example.toml, every key with its help, is under 16 KB); a
+# larger one is refused before it is parsed (`--config /dev/zero` grew by 500 MB a second).
+MAX_FILE_BYTES = 1024 * 1024
+
+
 def read_file(path: Path) -> Settings:
     """The checked settings of a TOML file; ConfigError naming the first bad key."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as file:
+            raw = file.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise ConfigError(
+                f"{path}: larger than {MAX_FILE_BYTES // 1024 // 1024} MiB: no config file is (a "
+                "file of every key is a few KB)"
+            )
+        data = tomllib.loads(raw.decode("utf-8"))
     except OSError as err:
         raise ConfigError(f"{path}: cannot read it: {err.strerror or err}") from None
     except tomllib.TOMLDecodeError as err:
@@ -42,7 +54,8 @@ def read_file(path: Path) -> Settings:
 
 def _checked(path: Path, data: dict[str, Any], cls: type, prefix: str) -> Settings:
     hints = typing.get_type_hints(cls)
-    known = [f.name for f in dataclasses.fields(cls)]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    known = list(fields)
     out: Settings = {}
     for key, value in data.items():
         where = f"{prefix}{key}"
@@ -58,6 +71,9 @@ def _checked(path: Path, data: dict[str, Any], cls: type, prefix: str) -> Settin
             out[key] = _checked(path, value, kind, f"{where}.")
         else:
             out[key] = _scalar(path, where, value, kind)
+            choices = fields[key].metadata.get("choices")
+            if choices and value not in choices:  # `log_level = "verbose"` was a traceback
+                raise ConfigError(f"{path}: {where} must be one of {', '.join(choices)}")
     return out
 
 
@@ -106,6 +122,8 @@ def _scalar(path: Path, where: str, value: Any, kind: Any) -> Any:
     if kind is str or kind is Path:
         if not isinstance(value, str):
             raise wrong()
+        if not value.strip():  # a path of "" was the working directory (`data_dir = ""`)
+            raise ConfigError(f"{path}: {where} is empty: leave it out for the default")
         return Path(value) if kind is Path else value
     raise wrong()
 

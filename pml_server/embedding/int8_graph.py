@@ -28,13 +28,15 @@ from typing import Any
 
 import onnxruntime
 
+from pml_server.config import from_environment
+
 log = logging.getLogger(__name__)
 
 RECIPE = "fold-basic+dynamic-int8-per-channel-matmul-v1"
 
 
 def _cache_dir() -> Path:
-    configured = os.environ.get("PML_MODEL_CACHE")
+    configured = from_environment("PML_MODEL_CACHE")  # empty: unset (docs/cli.md)
     return Path(configured) if configured else Path.home() / ".cache" / "pml"
 
 

@@ -84,7 +84,10 @@ def test_an_empty_server_flag_is_a_usage_error(
     with pytest.raises(SystemExit) as done:
         cli.main(["stats", "--server", value])
     assert done.value.code == 2
-    said = f"pml stats: error: --server: {value!r} is no host:port (it is empty)\n"
+    said = (
+        f"pml stats: error: --server: {value!r} is empty: leave --server out for $PML_SERVER, "
+        "else 127.0.0.1:50051\n"
+    )
     assert capsys.readouterr().err == said
 
 

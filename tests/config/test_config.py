@@ -170,17 +170,18 @@ def _flag_values(
         for part in action.dest.split("__"):
             found = getattr(found, part)
         flag = action.option_strings[0]
+        kind = getattr(action.type, "kind", action.type)  # a text or path flag: `_NotBlank`
         if isinstance(action, argparse.BooleanOptionalAction):
             argv.append(flag if not found else f"--no-{flag[2:]}")
             expected[action.dest] = not found
             continue
         if action.choices:
             value: Any = next(c for c in action.choices if c != found)
-        elif action.type is int:
+        elif kind is int:
             value = 7 if found != 7 else 9
-        elif action.type is float:
+        elif kind is float:
             value = 0.5 if found != 0.5 else 0.25
-        elif action.type is Path:
+        elif kind is Path:
             value = Path(f"given-{action.dest}")
         elif action.dest.endswith("listen"):  # a host:port
             value = f"given-{action.dest}:7"
@@ -273,7 +274,10 @@ def test_a_ranking_table_replaces_values_of_the_chosen_embedders_defaults(tmp_pa
         ("[engine.retention]\nmin_trys = 3\n", r"unknown key engine\.retention\.min_trys"),
         ("[engine]\nretention = 3\n", r"engine\.retention must be a table"),
         ("[stuff]\na = 1\n", r"unknown key stuff in the top level"),
-        ('[engine]\nembedder = "bert"\n', r"embedder must be minilm or hashing"),
+        (
+            '[engine]\nembedder = "bert"\n',
+            r"pml\.toml: engine\.embedder must be one of minilm, hashing$",
+        ),
         ("[engine]\nmax_code_bytes = 0\n", r"max_code_bytes\) must be >= 1, got 0"),
         ('[engine]\nstore = "postgresql://u:pw@h/db"\n', r"engine\.store carries a password"),
         ("[server\n", r"not valid TOML"),
@@ -355,6 +359,124 @@ def test_pml_serve_exits_2_with_one_line_for_a_bad_file(tmp_path: Path) -> None:
     )
     assert missing.returncode == 2
     assert "cannot read it" in missing.stderr
+
+
+# (what --config names, its content; what the one line says after `pml serve: error: `)
+HOSTILE_FILES = [
+    (
+        "pml.toml",
+        b"[engine.retention]\nmin_tries = 0\n",
+        "{path}: engine.retention.min_tries must be >= 1",
+    ),
+    (
+        "pml.toml",
+        b"[engine.ranking]\nmin_match = 5\n",
+        "{path}: engine.ranking.min_match must be in [0, 1], got 5.0",
+    ),
+    (
+        "pml.toml",
+        b'[server]\nlog_level = "verbose"\n',
+        "{path}: server.log_level must be one of debug, info, warning, error",
+    ),
+    (
+        "pml.toml",
+        b'[server]\nlog_format = "xml"\n',
+        "{path}: server.log_format must be one of json, text",
+    ),
+    (
+        "pml.toml",
+        b'[engine]\ndata_dir = ""\n',
+        "{path}: engine.data_dir is empty: leave it out for the default",
+    ),
+    (
+        "pml.toml",
+        b'[engine]\nstore = " "\n',
+        "{path}: engine.store is empty: leave it out for the default",
+    ),
+    (
+        "pml.toml",
+        b"#" * (1024 * 1024 + 1),
+        "{path}: larger than 1 MiB: no config file is (a file of every key is a few KB)",
+    ),
+    (
+        "/dev/zero",
+        None,
+        "{path}: larger than 1 MiB: no config file is (a file of every key is a few KB)",
+    ),
+    ("dir", None, "{path}: cannot read it: Is a directory"),
+    (
+        "pml.toml",
+        b"[server]\nmax_workers = 2\nmax_workers = 3\n",
+        "{path}: not valid TOML: Cannot overwrite a value (at line 3, column 16)",
+    ),
+    (
+        "pml.toml",
+        b"[server\nmax_workers = 2\n",
+        "{path}: not valid TOML: Expected ']' at the end "
+        "of a table declaration (at line 1, column 8)",
+    ),
+    ("pml.toml", b"\xff\xfe[server]\n", "{path}: not UTF-8 text"),
+    (
+        "pml.toml",
+        b'[server]\nlissten = "x"\n',
+        "{path}: unknown key server.lissten in [server] (did you mean server.listen?)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "said"), HOSTILE_FILES)
+def test_a_hostile_config_file_is_one_line_and_exit_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    content: bytes | None,
+    said: str,
+) -> None:
+    """A choice the flag refuses was taken from the file (`log_level = "verbose"`: a
+    ValueError traceback, exit 1; `log_format = "xml"`: served), an empty path was the working
+    directory (a store written into it), `--config /dev/zero` took memory until killed."""
+    path = Path(name) if name.startswith("/") else tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    elif name == "dir":
+        path.mkdir()
+    with pytest.raises(SystemExit) as done:
+        cli.main(["serve", "--config", str(path), "--data-dir", str(tmp_path / "data")])
+    assert (done.value.code, capsys.readouterr().err) == (
+        2,
+        f"pml serve: error: {said.format(path=path)}\n",
+    )
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_nested_tables_flag_refused_is_named_as_the_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A value `[engine.retention]` or `[engine.ranking]` refused was said by its Python class
+    (`RetentionConfig.interval_seconds must be > 0`), naming neither the flag nor the key."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["serve", "--retention-interval-seconds", "-1"])
+    assert (done.value.code, capsys.readouterr().err) == (
+        2,
+        "pml serve: error: --retention-interval-seconds: engine.retention.interval_seconds "
+        "must be > 0\n",
+    )
+
+
+@pytest.mark.parametrize("flag", ["--config", "--data-dir", "--keys-file", "--tls-cert"])
+def test_a_path_flag_given_empty_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, flag: str
+) -> None:
+    """`--data-dir ""` served a store written into the working directory; `--config ""` said
+    `.: cannot read it`, naming no flag."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["serve", flag, ""])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.startswith(
+        f"pml serve: error: argument {flag}: '' is empty: leave {flag} out for "
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_read_file_keeps_only_what_the_file_says(tmp_path: Path) -> None:
@@ -483,7 +605,10 @@ def test_engine_values_that_are_not_finite_are_refused_at_start(argv: list[str])
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["--retention-interval-seconds", "1e10"], "RetentionConfig.interval_seconds must be at"),
+        (
+            ["--retention-interval-seconds", "1e10"],
+            "--retention-interval-seconds: engine.retention.interval_seconds must be at",
+        ),
         (["--snapshot-interval-seconds", "1e10"], "engine.snapshot_interval_seconds must be at"),
         (["--backup-interval-seconds", "1e10"], "engine.backup_interval_seconds must be at"),
     ],

@@ -95,6 +95,16 @@ def test_int8_vectors_stay_close_to_the_float_graph(minilm: MiniLMEmbedder) -> N
 
 
 @pytest.mark.model
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_model_cache_variable_is_the_default_cache(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`PML_MODEL_CACHE="  "` cached the model in a directory named by two spaces under the
+    working directory: a variable set to nothing, or to spaces, is unset (docs/cli.md)."""
+    monkeypatch.setenv("PML_MODEL_CACHE", value)
+    assert int8_graph._cache_dir() == Path.home() / ".cache" / "pml"
+
+
 def test_int8_graph_is_cached_on_disk_and_a_corrupt_cache_is_rebuilt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
