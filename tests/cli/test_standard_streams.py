@@ -23,17 +23,18 @@ from tests.mcp.test_server import PYTHONPATH
 def _pml(
     *argv: str, closing: tuple[int, ...], env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """The real `pml` in a child process whose descriptors `closing` are closed, as a shell's
-    `>&-` leaves them; stderr is read unless it is one of them."""
+    """The real `pml` in a child process whose descriptors `closing` are closed, by a shell's
+    `>&-` (a `preexec_fn` would run Python in the forked child of this process, whose gRPC
+    threads' fork handlers may abort it); stderr is read unless it is one of them."""
+    closed = " ".join(f"{fd}>&-" for fd in closing)
     return subprocess.run(
-        [sys.executable, "-m", "pml_server.cli", *argv],
+        ["sh", "-c", f'exec "$@" {closed}', "sh", sys.executable, "-m", "pml_server.cli", *argv],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         timeout=120,
         env={**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})},
-        preexec_fn=lambda: [os.close(fd) for fd in closing],
     )
 
 
