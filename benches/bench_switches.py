@@ -61,7 +61,14 @@ from pml_client._proto.pml.v1 import pml_pb2, resources_pb2
 
 from benches.bench_followups import follow_up
 from benches.common import Row
-from benches.harness.devset import DEVSET, DevExecution, DevQuery, available, load
+from benches.harness.devset import (
+    DEVSET,
+    DevExecution,
+    DevQuery,
+    available,
+    load,
+    read_executions,
+)
 from benches.harness.quality_devset import Server, _fill
 from benches.harness.quality_vectors import vectors
 from pml_server.client import PmlClient
@@ -178,20 +185,7 @@ def load_set(name: str) -> tuple[list[DevExecution], dict[str, list[str]]]:
             if len(q.tools) == 1:
                 own[q.tools[0]].append(q.intent)
         return executions, dict(own)
-    executions = []
-    for line in (DEVSET / "multistep" / "executions.jsonl").read_text().splitlines():
-        d = json.loads(line)
-        executions.append(
-            DevExecution(
-                d["id"],
-                d["intent"],
-                d["code"],
-                d["language"],
-                tuple(d["tools"]),
-                d["group"],
-                d["source"],
-            )
-        )
+    executions = read_executions(DEVSET / "multistep" / "executions.jsonl")
     own = defaultdict(list)
     for e in executions:
         if len(e.tools) == 1:

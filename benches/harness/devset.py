@@ -46,10 +46,11 @@ def available(variant: str = "default") -> bool:
     return (VARIANTS[variant] / "executions.jsonl").exists()
 
 
-def load(variant: str = "default") -> tuple[list[DevExecution], list[DevQuery]]:
-    root = VARIANTS[variant]
+def read_executions(path: Path) -> list[DevExecution]:
+    """The executions of a JSON-lines file in the dev set's form (its variants', the
+    multistep set's)."""
     executions = []
-    for line in (root / "executions.jsonl").read_text().splitlines():
+    for line in path.read_text().splitlines():
         d = json.loads(line)
         executions.append(
             DevExecution(
@@ -62,6 +63,12 @@ def load(variant: str = "default") -> tuple[list[DevExecution], list[DevQuery]]:
                 d["source"],
             )
         )
+    return executions
+
+
+def load(variant: str = "default") -> tuple[list[DevExecution], list[DevQuery]]:
+    root = VARIANTS[variant]
+    executions = read_executions(root / "executions.jsonl")
     queries = []
     for line in (root / "queries.jsonl").read_text().splitlines():
         d = json.loads(line)
