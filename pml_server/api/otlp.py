@@ -32,6 +32,7 @@ from pml_server.domain.limits import Limits
 from pml_server.otel import (
     INCOMPLETE_SPAN_ID,
     LATE_CALL,
+    OWN_PREFIX,
     MappedBatch,
     MappedExecution,
     Rejection,
@@ -158,9 +159,12 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         spans = sum(len(s.spans) for r in resources for s in r.scope_spans)
         refuse_past_bounds(self._d.limits, groups=groups, spans=spans)
         warnings: list[str] = []  # about runs captured (a conversation id not used)
+        # The OTLP edge: pml's own attributes are dropped from what a client sent, before
+        # anything is mapped or held (docs/capture.md, What a held span keeps).
+        sent, marked = flatten(request)
         with self._d.quotas.hold(caller.tenant):
             if self._pending is None:
-                batch = map_spans(flatten(request), self._d.limits.intent.bound)
+                batch = map_spans(sent, self._d.limits.intent.bound)
                 rejections = list(batch.rejections)
                 recorded = self._capture(
                     caller.tenant, batch.executions, rejections, warnings=warnings
@@ -170,8 +174,9 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             else:
                 with self._pending.tenant_lock(caller.tenant):
                     recorded, ignored, held, settling, rejections = self._export_holding(
-                        caller.tenant, list(flatten(request)), warnings=warnings
+                        caller.tenant, sent, warnings=warnings
                     )
+        del sent
         if spans >= _TRIM_AFTER_SPANS:
             # The mapping's memory is free now but glibc keeps it in the process: hand it back
             # (docs/reliability.md, "OTLP Export memory").
@@ -181,7 +186,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         self._count_spans("ignored", ignored)
         self._count_spans("rejected", rejected)
         self._count_spans("held", held + settling)
-        if not rejections and not ignored and not held and not settling and not warnings:
+        if not (rejections or ignored or held or settling or warnings or marked):
             return trace_service_pb2.ExportTraceServiceResponse()
         # OTLP partial success: rejected spans are counted; spans accepted but ignored (not a
         # GenAI tool call) or held (waiting for their run's root span, or a root span for its
@@ -199,6 +204,11 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             )
         if ignored:
             notes.append(f"{ignored} spans ignored (no GenAI tool call, or one seen twice)")
+        if marked:
+            notes.append(
+                f"{marked} spans carried attributes named {OWN_PREFIX}*, which only pml sets "
+                "on the spans it holds: dropped"
+            )
         return trace_service_pb2.ExportTraceServiceResponse(
             partial_success=trace_service_pb2.ExportTracePartialSuccess(
                 rejected_spans=rejected, error_message="; ".join(notes)

@@ -6,6 +6,7 @@ from pml_server.otel._held import held_forms, settling_forms
 from pml_server.otel._mapping import (
     INCOMPLETE_SPAN_ID,
     LATE_CALL,
+    OWN_PREFIX,
     SETTLING,
     MappedBatch,
     MappedCall,
@@ -23,6 +24,7 @@ __all__ = [
     "CUT_DEPTH",
     "INCOMPLETE_SPAN_ID",
     "LATE_CALL",
+    "OWN_PREFIX",
     "SETTLING",
     "MappedBatch",
     "MappedCall",

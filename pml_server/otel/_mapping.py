@@ -38,18 +38,22 @@ TRACE_ID_BYTES = 16
 SPAN_ID_BYTES = 8
 REQUEST_ID_PREFIX = "otel:"
 TAG = "otel"
+# The namespace of the attributes pml sets on the spans it holds (`INCOMPLETE_LINKS`, `SETTLING`,
+# `HELD_TOO_LARGE`, `HELD_CONVERSATION_REFUSED`): dropped from the spans a client sends
+# (`flatten`), so only pml's held forms carry them.
+OWN_PREFIX = "pml.otlp."
 # The held marker of a trace whose waiting spans were refused (`otlp_pending_spans`): span id 0
 # (no span has it), the ids of the spans lost and of their parents as an array of bytes.
 INCOMPLETE_SPAN_ID = bytes(SPAN_ID_BYTES)
-INCOMPLETE_LINKS = "pml.otlp.incomplete.links"
+INCOMPLETE_LINKS = OWN_PREFIX + "incomplete.links"
 # The attribute marking the held form of an agent span that arrived with no call, held while
 # its calls may still arrive (`pml_server.storage.pending_spans`, "settling").
-SETTLING = "pml.otlp.settling"
+SETTLING = OWN_PREFIX + "settling"
 # `pml_server.otel._held.TOO_LARGE`: a held call whose run validation would refuse for its size.
-HELD_TOO_LARGE = "pml.otlp.held.too_large"
+HELD_TOO_LARGE = OWN_PREFIX + "held.too_large"
 # `pml_server.otel._held`: why a held span's `gen_ai.conversation.id`, not held, is no usable
 # session id (`session_id_problem`), for the warning of its run (`_unused_conversation`).
-HELD_CONVERSATION_REFUSED = "pml.otlp.held.conversation_refused"
+HELD_CONVERSATION_REFUSED = OWN_PREFIX + "held.conversation_refused"
 # Where the intent came from, kept as a tag (`intent:<source>`).
 FROM_MESSAGES = "input_messages"
 FROM_AGENT_NAME = "agent_name"
@@ -151,17 +155,26 @@ class _BadSpanError(ValueError):
         self.reason = reason
 
 
-def flatten(request: Any) -> Iterable[trace_pb2.Span]:
-    """Every span of an `ExportTraceServiceRequest` a client sent. One with the marker's span
-    id (all zero) comes without its attributes: a sent span is never the hold's marker of lost
-    spans (`incomplete_marker`), which was counted nowhere and rejected the runs it named; it
-    is rejected for its id."""
+def flatten(request: Any) -> tuple[list[trace_pb2.Span], int]:
+    """Every span of an `ExportTraceServiceRequest` a client sent, and how many of them came
+    with attributes in pml's own namespace (`OWN_PREFIX`), which are dropped: the marks pml
+    sets on the spans it holds are read only from its held forms, never from a client
+    (docs/capture.md, What a held span keeps). Sent, `pml.otlp.held.too_large` rejected its
+    run for a made-up reason, `pml.otlp.held.conversation_refused` planted a made-up warning,
+    and `pml.otlp.incomplete.links` on a span of the marker's id (all zero) rejected the runs it
+    named, that span counted nowhere; such a span is now rejected for its id."""
+    spans: list[trace_pb2.Span] = []
+    marked = 0
     for resource_spans in request.resource_spans:
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                if span.span_id == INCOMPLETE_SPAN_ID and span.attributes:
-                    span = trace_pb2.Span(trace_id=span.trace_id, span_id=span.span_id)
-                yield span
+                own = [i for i, kv in enumerate(span.attributes) if kv.key.startswith(OWN_PREFIX)]
+                if own:
+                    marked += 1
+                    for i in reversed(own):
+                        del span.attributes[i]
+                spans.append(span)
+    return spans, marked
 
 
 def map_spans(

@@ -1555,3 +1555,37 @@ def test_a_split_run_whose_conversation_id_comes_in_the_second_export_is_in_it(
     replies = _export_each(server.port, spans)
     assert "held until their run's invoke_agent" in replies[0].error_message
     assert _follows_list_dir(client) == [["read_file"]]
+
+
+@pytest.mark.parametrize(
+    ("span", "key", "claim"),
+    [
+        ("execute_tool read_file", "pml.otlp.held.too_large", "made up: too large"),
+        ("invoke_agent file-agent", "pml.otlp.held.conversation_refused", "made up warning"),
+        ("execute_tool read_file", "pml.otlp.held.conversation_refused", "made up warning"),
+    ],
+)
+def test_attributes_named_as_pmls_own_held_marks_are_dropped_from_sent_spans(
+    server: RunningServer, client: PmlClient, span: str, key: str, claim: str
+) -> None:
+    """A client sends a whole run with an attribute named as one pml sets on the held form of
+    a span (`pml.otlp.*`: docs/capture.md, What a held span keeps). Before: the mapping read
+    it as pml's own, so `pml.otlp.held.too_large` rejected the run for a made-up reason and
+    `pml.otlp.held.conversation_refused` planted a made-up warning in its answer. Now such
+    attributes are dropped at the OTLP edge: the run is captured, and the answer says that
+    attributes of pml's namespace were dropped."""
+    spans = recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+    )
+    request = encode_spans(spans)
+    sent = request.resource_spans[0].scope_spans[0].spans
+    target = next(s for s in sent if s.name == span)
+    target.attributes.add(key=key).value.string_value = claim
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        reply = trace_service_pb2_grpc.TraceServiceStub(channel).Export(request, timeout=30)
+    assert reply.partial_success.rejected_spans == 0
+    assert claim not in reply.partial_success.error_message
+    assert "1 spans carried attributes named pml.otlp.*" in reply.partial_success.error_message
+    (pattern,) = client.iter_patterns()
+    assert list(pattern.tools_used) == ["read_file"]
+    assert (_spans_counter(server, "mapped"), _spans_counter(server, "rejected")) == (2, 0)
