@@ -95,7 +95,7 @@ class MappedExecution:
 
     @property
     def span(self) -> str:
-        """"<trace id hex>/<span id hex>" of the execution span."""
+        """ "<trace id hex>/<span id hex>" of the execution span."""
         return f"{self.trace_id.hex()}/{self.span_id.hex()}"
 
 
