@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -483,26 +483,90 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 continue
             valid.append((execution, record))
         recorded = 0
+        # Runs refused as captured before with other calls, each with itself short of its
+        # calls that ended after its root (`without_late_calls`), tried once more.
+        again: list[tuple[MappedExecution, MappedExecution]] = []
+        for execution, result in self._record(tenant, valid):
+            if isinstance(result, AlreadyExistsError) and (short := execution.without_late_calls()):
+                again.append((execution, short))
+            elif isinstance(result, InvalidArgumentError | AlreadyExistsError):
+                rejections.append(
+                    Rejection(execution.span, _violations(result), execution.span_count)
+                )
+            else:
+                recorded += self._captured(execution, result, captured, warnings)
+        if again:
+            recorded += self._capture_short(tenant, again, rejections, captured, warnings)
+        return recorded
+
+    def _capture_short(
+        self,
+        tenant: str,
+        again: list[tuple[MappedExecution, MappedExecution]],
+        rejections: list[Rejection],
+        captured: list[MappedExecution] | None,
+        warnings: list[str] | None,
+    ) -> int:
+        """A root sent again with calls that ended after it, in a process that no longer
+        remembers its run (a restart, another replica): when the run short of those calls is
+        its capture (replayed), the capture stands and counts as such, and those calls alone are
+        rejected as arriving after their run was mapped, as in the process that captured it;
+        else the run is rejected whole as captured before (docs/capture.md, "Spans arriving
+        after their run was mapped"). Each span is counted once: the run's captured spans were
+        counted rejected too, beside the capture they repeat."""
+        valid: list[tuple[MappedExecution, model.ExecutionRecord]] = []
+        by_short: dict[int, MappedExecution] = {}
+        for execution, short in again:
+            try:
+                record = convert.execution_record(_record(short), "span", self._d.limits, self._dim)
+            except InvalidArgumentError:
+                rejections.append(Rejection(execution.span, _CAPTURED_BEFORE, execution.span_count))
+                continue
+            valid.append((short, record))
+            by_short[id(short)] = execution
+        recorded = 0
+        for short, result in self._record(tenant, valid):
+            execution = by_short[id(short)]
+            if isinstance(result, InvalidArgumentError | AlreadyExistsError):
+                rejections.append(Rejection(execution.span, _CAPTURED_BEFORE, execution.span_count))
+                continue
+            rejections += [Rejection(ref, LATE_CALL, 1) for ref in execution.late_refs]
+            recorded += self._captured(short, result, captured, warnings)
+        return recorded
+
+    def _record(
+        self, tenant: str, valid: list[tuple[MappedExecution, model.ExecutionRecord]]
+    ) -> Iterator[
+        tuple[MappedExecution, model.CaptureResult | InvalidArgumentError | AlreadyExistsError]
+    ]:
+        """Each of `valid` with the engine's answer, in batches; an error the call cannot
+        answer for one run (not a refusal of it) fails the call (retryable statuses)."""
         batch_size = self._d.limits.capture_batch.bound
         for start in range(0, len(valid), batch_size):
             chunk = valid[start : start + batch_size]
             results = self._d.engine.record_many(tenant, [r for _, r in chunk])
             for (execution, _), result in zip(chunk, results, strict=True):
-                if isinstance(result, InvalidArgumentError | AlreadyExistsError):
-                    rejections.append(
-                        Rejection(execution.span, _violations(result), execution.span_count)
-                    )
-                elif isinstance(result, Exception):
+                if not isinstance(
+                    result, model.CaptureResult | InvalidArgumentError | AlreadyExistsError
+                ):
                     raise result
-                else:
-                    recorded += execution.span_count
-                    if captured is not None:
-                        captured.append(execution)
-                    if warnings is not None and execution.session_note:
-                        warnings.append(execution.session_note)
-                    if self._d.on_capture is not None:
-                        self._d.on_capture(result)
-        return recorded
+                yield execution, result
+
+    def _captured(
+        self,
+        execution: MappedExecution,
+        result: model.CaptureResult,
+        captured: list[MappedExecution] | None,
+        warnings: list[str] | None,
+    ) -> int:
+        """Note `execution` captured (or replayed) as `result`; returns its spans."""
+        if captured is not None:
+            captured.append(execution)
+        if warnings is not None and execution.session_note:
+            warnings.append(execution.session_note)
+        if self._d.on_capture is not None:
+            self._d.on_capture(result)
+        return execution.span_count
 
 
 @dataclass

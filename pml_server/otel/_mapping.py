@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opentelemetry.proto.common.v1 import common_pb2
@@ -67,6 +67,10 @@ class MappedCall:
     error: str
     arguments_json: str
     duration_ms: float
+    span_id: bytes = b""
+    # It ended after its execution span did (a call the agent started and did not wait for):
+    # a call that may have been exported after its run was captured (`without_late_calls`).
+    after_root: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,32 @@ class MappedExecution:
     def span(self) -> str:
         """ "<trace id hex>/<span id hex>" of the execution span."""
         return f"{self.trace_id.hex()}/{self.span_id.hex()}"
+
+    def without_late_calls(self) -> MappedExecution | None:
+        """This run without its calls that ended after its execution span (`after_root`): what
+        an Export that brought the root before those calls ended captured. None when no call
+        ended after it, or every one did (no run is left). A root sent again with such calls,
+        in a process that no longer remembers its run (a restart, another replica), is that
+        run when this replays its capture (docs/capture.md, "Spans arriving after their run
+        was mapped")."""
+        kept = tuple(c for c in self.calls if not c.after_root)
+        if len(kept) in (0, len(self.calls)):
+            return None
+        lines = [(c.tool, json.loads(c.arguments_json)) for c in kept]
+        late = len(self.calls) - len(kept)
+        return replace(
+            self,
+            calls=kept,
+            code=synthesize(lines),
+            span_count=self.span_count - late,
+            call_ids=frozenset(c.span_id for c in kept),
+        )
+
+    @property
+    def late_refs(self) -> list[str]:
+        """The references ("<trace id hex>/<span id hex>") of the calls `without_late_calls`
+        leaves out."""
+        return [f"{self.trace_id.hex()}/{c.span_id.hex()}" for c in self.calls if c.after_root]
 
 
 @dataclass(frozen=True)
@@ -522,6 +552,8 @@ def _execution(
                 error=error or "",
                 arguments_json=json.dumps(args, sort_keys=True, ensure_ascii=False),
                 duration_ms=_duration_ms(call),
+                span_id=call.proto.span_id,
+                after_root=call.proto.end_time_unix_nano > execution.proto.end_time_unix_nano,
             )
         )
         lines.append((call.tool, args))

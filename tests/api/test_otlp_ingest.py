@@ -37,7 +37,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
-from pml_server.otel import incomplete_marker
+from pml_server.otel import LATE_CALL, incomplete_marker
 from testing.otlp_spans import recorded, run_with_arguments
 from tests.conftest import StartServer
 from tests.support import eventually
@@ -912,27 +912,68 @@ def test_a_call_that_ends_after_its_captured_run_is_rejected_saying_so(
     assert (list(pattern.tools_used), pattern.usage_count) == (["read_file"], 1)
 
 
-def test_a_root_sent_again_with_other_calls_after_a_restart_names_why_it_is_rejected(
+def test_a_root_sent_again_with_a_later_call_after_a_restart_rejects_that_call_alone(
     start: StartServer,
 ) -> None:
     """The process that captured the run is gone (a restart, another replica): the root
-    exported again beside a call that ended after it maps to another execution under the
-    run's request id. Before: rejected with the API's message for a client's request id
-    ("give each execution its own request_id ... StreamTraces"); now the message says the
-    run's root span was captured before with other calls, and the capture stands."""
+    exported again beside a call that ended after it. Before: rejected whole as captured
+    before, `rejected_spans` 3 and `pml_otlp_spans_total{result="rejected"}` 3, the root and
+    the call captured with it counted rejected beside their capture. Now the run short of the
+    call that ended after its root replays its capture: that call alone is rejected, as in the
+    process that captured the run, and the other two count as that capture."""
     server = start()
     spans = recorded(_a_call_ending_after_its_root)
+    late = f"{spans[2].context.trace_id:032x}/{spans[2].context.span_id:016x}"
     assert _export(server.port, spans[:2]) == ExportTracePartialSuccess()
     server.stop(grace=1.0)
     again = start()
     answer = _export(again.port, spans)
-    assert answer.rejected_spans == 3
+    assert answer == ExportTracePartialSuccess(
+        rejected_spans=1, error_message=f"span {late}: {LATE_CALL}"
+    )
+    assert (_spans_counter(again, "rejected"), _spans_counter(again, "mapped")) == (1, 2)
+    with PmlClient(f"127.0.0.1:{again.port}") as client:
+        (pattern,) = client.iter_patterns()
+        assert (list(pattern.tools_used), pattern.usage_count) == (["read_file"], 1)
+
+
+def test_a_root_sent_again_with_other_calls_after_a_restart_names_why_it_is_rejected(
+    start: StartServer,
+) -> None:
+    """The root exported again, after a restart, beside a call that ended before it and that
+    its run was not captured with (the root exported again with other spans): another
+    execution under the run's request id, rejected whole with a message saying the run's root
+    span was captured before with other calls (not the API's message for a client's request
+    id, "give each execution its own request_id ... StreamTraces"); the capture stands."""
+    server = start()
+    spans = recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+    )
+    root = spans[-1]
+    assert _export(server.port, spans) == ExportTracePartialSuccess(
+        error_message="1 spans ignored (no GenAI tool call, or one seen twice)"
+    )
+    server.stop(grace=1.0)
+    again = start()
+    other = recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("write_file", {"path": "b.json"}, None)])
+    )[1]  # a call that ended before the root
+    other._context = trace.SpanContext(
+        root.context.trace_id, other.context.span_id, is_remote=False
+    )
+    other._parent = root.context
+    assert root.start_time is not None
+    assert root.end_time is not None
+    other._start_time, other._end_time = root.start_time + 1, root.end_time - 1
+    answer = _export(again.port, [other, root])
+    assert answer.rejected_spans == 2
     assert "request_id" not in answer.error_message
     assert answer.error_message.endswith(
         ": this run's root span was captured before with other calls or content (a call that "
         "ended after the root span, or the root exported again with other spans): a captured "
         "run is never amended, so this one is not captured"
     )
+    assert _spans_counter(again, "rejected") == 2
     with PmlClient(f"127.0.0.1:{again.port}") as client:
         (pattern,) = client.iter_patterns()
         assert (list(pattern.tools_used), pattern.usage_count) == (["read_file"], 1)
