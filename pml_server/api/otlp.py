@@ -44,6 +44,7 @@ from pml_server.otel import (
     map_spans,
     parse_export,
     settling_forms,
+    tool_of,
 )
 from pml_server.service._heap import release_free_memory
 from pml_server.storage.pending_spans import PendingSpans
@@ -317,6 +318,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         assert self._pending is not None
         expiry_links: dict[bytes, set[bytes]] = {}
         expired = 0
+        calls: list[str] = []  # "<trace>/<span> (<tool>)" of each held call lost
         for trace_id, gone in self._pending.expire(tenant):
             links = set()
             for held_span in gone:
@@ -328,15 +330,24 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 if proto.parent_span_id:
                     links.add(proto.parent_span_id)
                 expired += 1
+                if (tool := tool_of(proto)) is not None:
+                    calls.append(
+                        f"{trace_id.hex()}/{proto.span_id.hex()} ({tool or 'no tool name'})"
+                    )
             if links:
                 expiry_links[trace_id] = links
         if expired:
+            # Held spans were acknowledged: what is lost, and why, is said here and counted
+            # once (docs/capture.md, "Runs split over several Exports").
             self._count_spans("expired", expired)
             log.warning(
-                "otlp: %d held spans of tenant %r expired before their run's root span "
-                "arrived (otlp_pending_seconds)",
+                "otlp: %d held spans of tenant %r expired, deleted after otlp_pending_seconds: "
+                "their run's root span never arrived in this process (not exported, or "
+                "captured before the calls came: after a restart or on another replica a call "
+                "that ended after its run's root is held until it expires); calls lost: %s",
                 expired,
                 tenant,
+                _shown(calls, "calls") if calls else "none (the spans linking calls)",
             )
         return expiry_links
 

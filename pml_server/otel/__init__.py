@@ -17,6 +17,7 @@ from pml_server.otel._mapping import (
     incomplete_marker,
     late_calls,
     map_spans,
+    tool_of,
 )
 from pml_server.otel._wire import CUT_DEPTH, parse_export
 
@@ -38,5 +39,6 @@ __all__ = [
     "map_spans",
     "parse_export",
     "settling_forms",
+    "tool_of",
     "without_lone_surrogates",
 ]

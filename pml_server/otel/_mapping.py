@@ -313,8 +313,14 @@ def late_calls(
     ]
 
 
+def tool_of(span: trace_pb2.Span) -> str | None:
+    """The tool a tool-call span (a sent one or a held form) calls, "" when it names none, None
+    for a span that is no tool call."""
+    return attr.tool_name(span, attr.attributes(span))
+
+
 def _is_call(span: trace_pb2.Span) -> bool:
-    return attr.tool_name(span, attr.attributes(span)) is not None
+    return tool_of(span) is not None
 
 
 def _ref(proto: trace_pb2.Span) -> str:

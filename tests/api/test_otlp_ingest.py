@@ -5,6 +5,7 @@ suggestions, failures and counters."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import unicodedata
@@ -1630,3 +1631,31 @@ def test_attributes_named_as_pmls_own_held_marks_are_dropped_from_sent_spans(
     (pattern,) = client.iter_patterns()
     assert list(pattern.tools_used) == ["read_file"]
     assert (_spans_counter(server, "mapped"), _spans_counter(server, "rejected")) == (2, 0)
+
+
+def test_an_expired_held_call_is_named_in_the_log_with_its_tool_and_why(
+    start: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a restart a call that ended after its captured run's root, sent alone, is held
+    (this process no longer remembers the run) and acknowledged, then expires after
+    `otlp_pending_seconds`. Before: the log said only how many spans of the tenant expired, not
+    which call was lost nor why. Now it names the span, its tool and why it could not be
+    captured; the `expired` counter counts it once."""
+    server = start()
+    spans = recorded(_a_call_ending_after_its_root)
+    late = f"{spans[2].context.trace_id:032x}/{spans[2].context.span_id:016x}"
+    assert _export(server.port, spans[:2]) == ExportTracePartialSuccess()
+    server.stop(grace=1.0)
+    again = start(otlp_pending_seconds=0.5)
+    caplog.set_level(logging.WARNING, logger="pml.otlp")
+    assert "1 spans held" in _export(again.port, spans[2:]).error_message
+    time.sleep(1.0)
+    other = recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+    )
+    _export(again.port, other)  # the tenant's next Export expires what is held past its age
+    (line,) = [r.getMessage() for r in caplog.records if "expired" in r.getMessage()]
+    assert f"{late} (parse_json)" in line
+    assert "root span never arrived" in line
+    assert "captured before" in line
+    assert _spans_counter(again, "expired") == 1
