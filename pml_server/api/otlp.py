@@ -55,6 +55,9 @@ SERVICE_NAME = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].ful
 _REASONS_SHOWN = 5
 # An Export this large frees enough that giving it back is worth a `malloc_trim`.
 _TRIM_AFTER_SPANS = 1024
+# The shorter runs tried for a run refused as captured before (`MappedExecution.shorter_runs`):
+# at most this many more captures per such run of an Export.
+_SHORTER_RUNS_TRIED = 4
 # Traces of settled roots mapped under one hold of a tenant's lock by the settle thread.
 _SETTLED_PER_TURN = 256
 SpanCounter = Callable[[str, int], None]
@@ -494,12 +497,14 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 continue
             valid.append((execution, record))
         recorded = 0
-        # Runs refused as captured before with other calls, each with itself short of its
-        # calls that ended after its root (`without_late_calls`), tried once more.
-        again: list[tuple[MappedExecution, MappedExecution]] = []
+        # Runs refused as captured before with other calls, and the shorter runs they may
+        # have been captured as (`shorter_runs`), tried next.
+        again: list[tuple[MappedExecution, list[MappedExecution]]] = []
         for execution, result in self._record(tenant, valid):
-            if isinstance(result, AlreadyExistsError) and (short := execution.without_late_calls()):
-                again.append((execution, short))
+            if isinstance(result, AlreadyExistsError) and (
+                shorter := execution.shorter_runs(_SHORTER_RUNS_TRIED)
+            ):
+                again.append((execution, shorter))
             elif isinstance(result, InvalidArgumentError | AlreadyExistsError):
                 rejections.append(
                     Rejection(execution.span, _violations(result), execution.span_count)
@@ -507,42 +512,55 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             else:
                 recorded += self._captured(execution, result, captured, warnings)
         if again:
-            recorded += self._capture_short(tenant, again, rejections, captured, warnings)
+            recorded += self._capture_shorter(tenant, again, rejections, captured, warnings)
         return recorded
 
-    def _capture_short(
+    def _capture_shorter(
         self,
         tenant: str,
-        again: list[tuple[MappedExecution, MappedExecution]],
+        again: list[tuple[MappedExecution, list[MappedExecution]]],
         rejections: list[Rejection],
         captured: list[MappedExecution] | None,
         warnings: list[str] | None,
     ) -> int:
         """A root sent again with calls that ended after it, in a process that no longer
-        remembers its run (a restart, another replica): when the run short of those calls is
-        its capture (replayed), the capture stands and counts as such, and those calls alone are
-        rejected as arriving after their run was mapped, as in the process that captured it;
-        else the run is rejected whole as captured before (docs/capture.md, "Spans arriving
-        after their run was mapped"). Each span is counted once: the run's captured spans were
-        counted rejected too, beside the capture they repeat."""
-        valid: list[tuple[MappedExecution, model.ExecutionRecord]] = []
-        by_short: dict[int, MappedExecution] = {}
-        for execution, short in again:
-            try:
-                record = convert.execution_record(_record(short), "span", self._d.limits, self._dim)
-            except InvalidArgumentError:
-                rejections.append(Rejection(execution.span, _CAPTURED_BEFORE, execution.span_count))
-                continue
-            valid.append((short, record))
-            by_short[id(short)] = execution
+        remembers its run (a restart, another replica), the run refused as captured before:
+        each of its shorter runs is tried in turn (a round of captures for all of them). When
+        one replays the capture, the capture stands and counts as such, and the calls it
+        leaves out alone are rejected as arriving after their run was mapped, as the process
+        that captured the run answers; when none does, the run is rejected whole as captured
+        before (docs/capture.md, "Spans arriving after their run was mapped"). Each span is
+        counted once: before, the root and the calls captured with it were counted rejected
+        too."""
         recorded = 0
-        for short, result in self._record(tenant, valid):
-            execution = by_short[id(short)]
-            if isinstance(result, InvalidArgumentError | AlreadyExistsError):
-                rejections.append(Rejection(execution.span, _CAPTURED_BEFORE, execution.span_count))
-                continue
-            rejections += [Rejection(ref, LATE_CALL, 1) for ref in execution.late_refs]
-            recorded += self._captured(short, result, captured, warnings)
+        while again:
+            valid: list[tuple[MappedExecution, model.ExecutionRecord]] = []
+            of: dict[int, tuple[MappedExecution, list[MappedExecution]]] = {}
+            for execution, shorter in again:
+                run = shorter.pop(0)
+                try:
+                    record = convert.execution_record(
+                        _record(run), "span", self._d.limits, self._dim
+                    )
+                except InvalidArgumentError:  # (fewer calls of a valid run: not expected)
+                    rejections.append(
+                        Rejection(execution.span, _CAPTURED_BEFORE, execution.span_count)
+                    )
+                    continue
+                valid.append((run, record))
+                of[id(run)] = (execution, shorter)
+            again = []
+            for run, result in self._record(tenant, valid):
+                execution, shorter = of[id(run)]
+                if not isinstance(result, InvalidArgumentError | AlreadyExistsError):
+                    rejections += [Rejection(r, LATE_CALL, 1) for r in execution.calls_beyond(run)]
+                    recorded += self._captured(run, result, captured, warnings)
+                elif shorter:
+                    again.append((execution, shorter))
+                else:
+                    rejections.append(
+                        Rejection(execution.span, _CAPTURED_BEFORE, execution.span_count)
+                    )
         return recorded
 
     def _record(

@@ -68,9 +68,7 @@ class MappedCall:
     arguments_json: str
     duration_ms: float
     span_id: bytes = b""
-    # It ended after its execution span did (a call the agent started and did not wait for):
-    # a call that may have been exported after its run was captured (`without_late_calls`).
-    after_root: bool = False
+    ended_ns: int = 0  # `end_time_unix_nano` (`MappedExecution.shorter_runs`)
 
 
 @dataclass(frozen=True)
@@ -96,37 +94,46 @@ class MappedExecution:
     # calls did: an agent that crashed or gave up after calls that succeeded.
     failed: bool = False
     call_ids: frozenset[bytes] = frozenset()  # the span ids of its calls
+    ended_ns: int = 0  # its execution span's `end_time_unix_nano`
 
     @property
     def span(self) -> str:
         """ "<trace id hex>/<span id hex>" of the execution span."""
         return f"{self.trace_id.hex()}/{self.span_id.hex()}"
 
-    def without_late_calls(self) -> MappedExecution | None:
-        """This run without its calls that ended after its execution span (`after_root`): what
-        an Export that brought the root before those calls ended captured. None when no call
-        ended after it, or every one did (no run is left). A root sent again with such calls,
-        in a process that no longer remembers its run (a restart, another replica), is that
-        run when this replays its capture (docs/capture.md, "Spans arriving after their run
-        was mapped")."""
-        kept = tuple(c for c in self.calls if not c.after_root)
-        if len(kept) in (0, len(self.calls)):
-            return None
-        lines = [(c.tool, json.loads(c.arguments_json)) for c in kept]
-        late = len(self.calls) - len(kept)
-        return replace(
-            self,
-            calls=kept,
-            code=synthesize(lines),
-            span_count=self.span_count - late,
-            call_ids=frozenset(c.span_id for c in kept),
-        )
+    def shorter_runs(self, most: int) -> list[MappedExecution]:
+        """This run as an Export that brought its root before some of its calls had ended
+        captured it: without the calls that ended after its root and after a point, the
+        latest point first (all calls but those that ended last, ...; last, none of those that
+        ended after the root), at most `most` of them; none when no call ended after the root.
+        A root sent again with a call that ended after it, in a process that no longer
+        remembers its run (a restart, another replica), is that run when one of these replays
+        its capture (docs/capture.md, "Spans arriving after their run was mapped")."""
+        ends = sorted({c.ended_ns for c in self.calls if c.ended_ns > self.ended_ns}, reverse=True)
+        runs: list[MappedExecution] = []
+        for end in ends[:most]:
+            kept = tuple(c for c in self.calls if c.ended_ns < end)
+            if not kept:
+                break
+            lines = [(c.tool, json.loads(c.arguments_json)) for c in kept]
+            runs.append(
+                replace(
+                    self,
+                    calls=kept,
+                    code=synthesize(lines),
+                    span_count=self.span_count - (len(self.calls) - len(kept)),
+                    call_ids=frozenset(c.span_id for c in kept),
+                )
+            )
+        return runs
 
-    @property
-    def late_refs(self) -> list[str]:
-        """The references ("<trace id hex>/<span id hex>") of the calls `without_late_calls`
-        leaves out."""
-        return [f"{self.trace_id.hex()}/{c.span_id.hex()}" for c in self.calls if c.after_root]
+    def calls_beyond(self, shorter: MappedExecution) -> list[str]:
+        """The references ("<trace id hex>/<span id hex>") of this run's calls that `shorter`
+        (one of `shorter_runs`) leaves out."""
+        trace = self.trace_id.hex()
+        return [
+            f"{trace}/{c.span_id.hex()}" for c in self.calls if c.span_id not in shorter.call_ids
+        ]
 
 
 @dataclass(frozen=True)
@@ -559,7 +566,7 @@ def _execution(
                 arguments_json=json.dumps(args, sort_keys=True, ensure_ascii=False),
                 duration_ms=_duration_ms(call),
                 span_id=call.proto.span_id,
-                after_root=call.proto.end_time_unix_nano > execution.proto.end_time_unix_nano,
+                ended_ns=call.proto.end_time_unix_nano,
             )
         )
         lines.append((call.tool, args))
@@ -580,6 +587,7 @@ def _execution(
         trace_id=execution.proto.trace_id,
         span_id=execution.proto.span_id,
         call_ids=frozenset(c.proto.span_id for c in calls),
+        ended_ns=execution.proto.end_time_unix_nano,
     )
 
 

@@ -913,29 +913,53 @@ def test_a_call_that_ends_after_its_captured_run_is_rejected_saying_so(
     assert (list(pattern.tools_used), pattern.usage_count) == (["read_file"], 1)
 
 
+def _calls_ending_after_their_root(tracer: Tracer) -> None:
+    """A run whose calls but the first end after its `invoke_agent` span: end order read_file,
+    the agent span, parse_json, write_file."""
+    attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "file-agent"}
+    root = tracer.start_span("invoke_agent file-agent", attributes=attributes)
+    inside = trace.set_span_in_context(root)
+    calls = [
+        tracer.start_span(
+            f"execute_tool {tool}",
+            context=inside,
+            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool},
+        )
+        for tool in ("read_file", "parse_json", "write_file")
+    ]
+    calls[0].end()
+    root.end()
+    calls[1].end()
+    calls[2].end()
+
+
+@pytest.mark.parametrize("captured", [2, 3])
 def test_a_root_sent_again_with_a_later_call_after_a_restart_rejects_that_call_alone(
-    start: StartServer,
+    start: StartServer, captured: int
 ) -> None:
     """The process that captured the run is gone (a restart, another replica): the root
-    exported again beside a call that ended after it. Before: rejected whole as captured
-    before, `rejected_spans` 3 and `pml_otlp_spans_total{result="rejected"}` 3, the root and
-    the call captured with it counted rejected beside their capture. Now the run short of the
-    call that ended after its root replays its capture: that call alone is rejected, as in the
-    process that captured the run, and the other two count as that capture."""
+    exported again beside a call that ended after it and after the Export that brought the
+    root (`captured` 3: a call that also ended after the root, in that Export, is in the run).
+    Before: rejected whole as captured before, the root and the calls captured with it
+    counted rejected beside their capture (`rejected_spans` 4 and 3). Now the run short of the
+    calls that came later replays its capture: those calls alone are rejected, as in the
+    process that captured the run, and the rest count as that capture."""
     server = start()
-    spans = recorded(_a_call_ending_after_its_root)
-    late = f"{spans[2].context.trace_id:032x}/{spans[2].context.span_id:016x}"
-    assert _export(server.port, spans[:2]) == ExportTracePartialSuccess()
+    spans = recorded(_calls_ending_after_their_root)
+    late = [f"{s.context.trace_id:032x}/{s.context.span_id:016x}" for s in spans[captured:]]
+    assert _export(server.port, spans[:captured]) == ExportTracePartialSuccess()
     server.stop(grace=1.0)
     again = start()
     answer = _export(again.port, spans)
     assert answer == ExportTracePartialSuccess(
-        rejected_spans=1, error_message=f"span {late}: {LATE_CALL}"
+        rejected_spans=len(late), error_message="; ".join(f"span {r}: {LATE_CALL}" for r in late)
     )
-    assert (_spans_counter(again, "rejected"), _spans_counter(again, "mapped")) == (1, 2)
+    assert _spans_counter(again, "rejected") == len(late)
+    assert _spans_counter(again, "mapped") == captured
     with PmlClient(f"127.0.0.1:{again.port}") as client:
         (pattern,) = client.iter_patterns()
-        assert (list(pattern.tools_used), pattern.usage_count) == (["read_file"], 1)
+    tools = ["read_file", "parse_json", "write_file"][: captured - 1]
+    assert (list(pattern.tools_used), pattern.usage_count) == (tools, 1)
 
 
 def test_a_root_sent_again_with_other_calls_after_a_restart_names_why_it_is_rejected(
