@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -32,6 +32,7 @@ from pml_server.domain.limits import Limits
 from pml_server.otel import (
     INCOMPLETE_SPAN_ID,
     LATE_CALL,
+    OWN_PREFIX,
     MappedBatch,
     MappedExecution,
     Rejection,
@@ -43,6 +44,7 @@ from pml_server.otel import (
     map_spans,
     parse_export,
     settling_forms,
+    tool_of,
 )
 from pml_server.service._heap import release_free_memory
 from pml_server.storage.pending_spans import PendingSpans
@@ -53,6 +55,9 @@ SERVICE_NAME = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].ful
 _REASONS_SHOWN = 5
 # An Export this large frees enough that giving it back is worth a `malloc_trim`.
 _TRIM_AFTER_SPANS = 1024
+# The shorter runs tried for a run refused as captured before (`MappedExecution.shorter_runs`):
+# at most this many more captures per such run of an Export.
+_SHORTER_RUNS_TRIED = 4
 # Traces of settled roots mapped under one hold of a tenant's lock by the settle thread.
 _SETTLED_PER_TURN = 256
 SpanCounter = Callable[[str, int], None]
@@ -158,9 +163,12 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         spans = sum(len(s.spans) for r in resources for s in r.scope_spans)
         refuse_past_bounds(self._d.limits, groups=groups, spans=spans)
         warnings: list[str] = []  # about runs captured (a conversation id not used)
+        # The OTLP edge: pml's own attributes are dropped from what a client sent, before
+        # anything is mapped or held (docs/capture.md, What a held span keeps).
+        sent, marked = flatten(request)
         with self._d.quotas.hold(caller.tenant):
             if self._pending is None:
-                batch = map_spans(flatten(request), self._d.limits.intent.bound)
+                batch = map_spans(sent, self._d.limits.intent.bound)
                 rejections = list(batch.rejections)
                 recorded = self._capture(
                     caller.tenant, batch.executions, rejections, warnings=warnings
@@ -170,8 +178,9 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             else:
                 with self._pending.tenant_lock(caller.tenant):
                     recorded, ignored, held, settling, rejections = self._export_holding(
-                        caller.tenant, list(flatten(request)), warnings=warnings
+                        caller.tenant, sent, warnings=warnings
                     )
+        del sent
         if spans >= _TRIM_AFTER_SPANS:
             # The mapping's memory is free now but glibc keeps it in the process: hand it back
             # (docs/reliability.md, "OTLP Export memory").
@@ -181,7 +190,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         self._count_spans("ignored", ignored)
         self._count_spans("rejected", rejected)
         self._count_spans("held", held + settling)
-        if not rejections and not ignored and not held and not settling and not warnings:
+        if not (rejections or ignored or held or settling or warnings or marked):
             return trace_service_pb2.ExportTraceServiceResponse()
         # OTLP partial success: rejected spans are counted; spans accepted but ignored (not a
         # GenAI tool call) or held (waiting for their run's root span, or a root span for its
@@ -199,6 +208,11 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
             )
         if ignored:
             notes.append(f"{ignored} spans ignored (no GenAI tool call, or one seen twice)")
+        if marked:
+            notes.append(
+                f"{marked} spans carried attributes named {OWN_PREFIX}*, which only pml sets "
+                "on the spans it holds: dropped"
+            )
         return trace_service_pb2.ExportTraceServiceResponse(
             partial_success=trace_service_pb2.ExportTracePartialSuccess(
                 rejected_spans=rejected, error_message="; ".join(notes)
@@ -307,6 +321,7 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
         assert self._pending is not None
         expiry_links: dict[bytes, set[bytes]] = {}
         expired = 0
+        calls: list[str] = []  # "<trace>/<span> (<tool>)" of each held call lost
         for trace_id, gone in self._pending.expire(tenant):
             links = set()
             for held_span in gone:
@@ -318,15 +333,24 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 if proto.parent_span_id:
                     links.add(proto.parent_span_id)
                 expired += 1
+                if (tool := tool_of(proto)) is not None:
+                    calls.append(
+                        f"{trace_id.hex()}/{proto.span_id.hex()} ({tool or 'no tool name'})"
+                    )
             if links:
                 expiry_links[trace_id] = links
         if expired:
+            # Held spans were acknowledged: what is lost, and why, is said here and counted
+            # once (docs/capture.md, "Runs split over several Exports").
             self._count_spans("expired", expired)
             log.warning(
-                "otlp: %d held spans of tenant %r expired before their run's root span "
-                "arrived (otlp_pending_seconds)",
+                "otlp: %d held spans of tenant %r expired, deleted after otlp_pending_seconds: "
+                "their run's root span never arrived in this process (not exported, or "
+                "captured before the calls came: after a restart or on another replica a call "
+                "that ended after its run's root is held until it expires); calls lost: %s",
                 expired,
                 tenant,
+                _shown(calls, "calls") if calls else "none (the spans linking calls)",
             )
         return expiry_links
 
@@ -473,26 +497,105 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 continue
             valid.append((execution, record))
         recorded = 0
+        # Runs refused as captured before with other calls, and the shorter runs they may
+        # have been captured as (`shorter_runs`), tried next.
+        again: list[tuple[MappedExecution, list[MappedExecution]]] = []
+        for execution, result in self._record(tenant, valid):
+            if isinstance(result, AlreadyExistsError) and (
+                shorter := execution.shorter_runs(_SHORTER_RUNS_TRIED)
+            ):
+                again.append((execution, shorter))
+            elif isinstance(result, InvalidArgumentError | AlreadyExistsError):
+                rejections.append(
+                    Rejection(execution.span, _violations(result), execution.span_count)
+                )
+            else:
+                recorded += self._captured(execution, result, captured, warnings)
+        if again:
+            recorded += self._capture_shorter(tenant, again, rejections, captured, warnings)
+        return recorded
+
+    def _capture_shorter(
+        self,
+        tenant: str,
+        again: list[tuple[MappedExecution, list[MappedExecution]]],
+        rejections: list[Rejection],
+        captured: list[MappedExecution] | None,
+        warnings: list[str] | None,
+    ) -> int:
+        """A root sent again with calls that ended after it, in a process that no longer
+        remembers its run (a restart, another replica), the run refused as captured before:
+        each of its shorter runs is tried in turn (a round of captures for all of them). When
+        one replays the capture, the capture stands and counts as such, and the calls it
+        leaves out alone are rejected as arriving after their run was mapped, as the process
+        that captured the run answers; when none does, the run is rejected whole as captured
+        before (docs/capture.md, "Spans arriving after their run was mapped"). Each span is
+        counted once: before, the root and the calls captured with it were counted rejected
+        too."""
+        recorded = 0
+        while again:
+            valid: list[tuple[MappedExecution, model.ExecutionRecord]] = []
+            of: dict[int, tuple[MappedExecution, list[MappedExecution]]] = {}
+            for execution, shorter in again:
+                run = shorter.pop(0)
+                try:
+                    record = convert.execution_record(
+                        _record(run), "span", self._d.limits, self._dim
+                    )
+                except InvalidArgumentError:  # (fewer calls of a valid run: not expected)
+                    rejections.append(
+                        Rejection(execution.span, _CAPTURED_BEFORE, execution.span_count)
+                    )
+                    continue
+                valid.append((run, record))
+                of[id(run)] = (execution, shorter)
+            again = []
+            for run, result in self._record(tenant, valid):
+                execution, shorter = of[id(run)]
+                if not isinstance(result, InvalidArgumentError | AlreadyExistsError):
+                    rejections += [Rejection(r, LATE_CALL, 1) for r in execution.calls_beyond(run)]
+                    recorded += self._captured(run, result, captured, warnings)
+                elif shorter:
+                    again.append((execution, shorter))
+                else:
+                    rejections.append(
+                        Rejection(execution.span, _CAPTURED_BEFORE, execution.span_count)
+                    )
+        return recorded
+
+    def _record(
+        self, tenant: str, valid: list[tuple[MappedExecution, model.ExecutionRecord]]
+    ) -> Iterator[
+        tuple[MappedExecution, model.CaptureResult | InvalidArgumentError | AlreadyExistsError]
+    ]:
+        """Each of `valid` with the engine's answer, in batches; an error the call cannot
+        answer for one run (not a refusal of it) fails the call (retryable statuses)."""
         batch_size = self._d.limits.capture_batch.bound
         for start in range(0, len(valid), batch_size):
             chunk = valid[start : start + batch_size]
             results = self._d.engine.record_many(tenant, [r for _, r in chunk])
             for (execution, _), result in zip(chunk, results, strict=True):
-                if isinstance(result, InvalidArgumentError | AlreadyExistsError):
-                    rejections.append(
-                        Rejection(execution.span, _violations(result), execution.span_count)
-                    )
-                elif isinstance(result, Exception):
+                if not isinstance(
+                    result, model.CaptureResult | InvalidArgumentError | AlreadyExistsError
+                ):
                     raise result
-                else:
-                    recorded += execution.span_count
-                    if captured is not None:
-                        captured.append(execution)
-                    if warnings is not None and execution.session_note:
-                        warnings.append(execution.session_note)
-                    if self._d.on_capture is not None:
-                        self._d.on_capture(result)
-        return recorded
+                yield execution, result
+
+    def _captured(
+        self,
+        execution: MappedExecution,
+        result: model.CaptureResult,
+        captured: list[MappedExecution] | None,
+        warnings: list[str] | None,
+    ) -> int:
+        """Note `execution` captured (or replayed) as `result`; returns its spans."""
+        if captured is not None:
+            captured.append(execution)
+        if warnings is not None and execution.session_note:
+            warnings.append(execution.session_note)
+        if self._d.on_capture is not None:
+            self._d.on_capture(result)
+        return execution.span_count
 
 
 @dataclass

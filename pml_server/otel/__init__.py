@@ -6,6 +6,7 @@ from pml_server.otel._held import held_forms, settling_forms
 from pml_server.otel._mapping import (
     INCOMPLETE_SPAN_ID,
     LATE_CALL,
+    OWN_PREFIX,
     SETTLING,
     MappedBatch,
     MappedCall,
@@ -16,6 +17,7 @@ from pml_server.otel._mapping import (
     incomplete_marker,
     late_calls,
     map_spans,
+    tool_of,
 )
 from pml_server.otel._wire import CUT_DEPTH, parse_export
 
@@ -23,6 +25,7 @@ __all__ = [
     "CUT_DEPTH",
     "INCOMPLETE_SPAN_ID",
     "LATE_CALL",
+    "OWN_PREFIX",
     "SETTLING",
     "MappedBatch",
     "MappedCall",
@@ -36,5 +39,6 @@ __all__ = [
     "map_spans",
     "parse_export",
     "settling_forms",
+    "tool_of",
     "without_lone_surrogates",
 ]

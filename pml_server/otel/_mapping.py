@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opentelemetry.proto.common.v1 import common_pb2
@@ -38,18 +38,22 @@ TRACE_ID_BYTES = 16
 SPAN_ID_BYTES = 8
 REQUEST_ID_PREFIX = "otel:"
 TAG = "otel"
+# The namespace of the attributes pml sets on the spans it holds (`INCOMPLETE_LINKS`, `SETTLING`,
+# `HELD_TOO_LARGE`, `HELD_CONVERSATION_REFUSED`): dropped from the spans a client sends
+# (`flatten`), so only pml's held forms carry them.
+OWN_PREFIX = "pml.otlp."
 # The held marker of a trace whose waiting spans were refused (`otlp_pending_spans`): span id 0
 # (no span has it), the ids of the spans lost and of their parents as an array of bytes.
 INCOMPLETE_SPAN_ID = bytes(SPAN_ID_BYTES)
-INCOMPLETE_LINKS = "pml.otlp.incomplete.links"
+INCOMPLETE_LINKS = OWN_PREFIX + "incomplete.links"
 # The attribute marking the held form of an agent span that arrived with no call, held while
 # its calls may still arrive (`pml_server.storage.pending_spans`, "settling").
-SETTLING = "pml.otlp.settling"
+SETTLING = OWN_PREFIX + "settling"
 # `pml_server.otel._held.TOO_LARGE`: a held call whose run validation would refuse for its size.
-HELD_TOO_LARGE = "pml.otlp.held.too_large"
+HELD_TOO_LARGE = OWN_PREFIX + "held.too_large"
 # `pml_server.otel._held`: why a held span's `gen_ai.conversation.id`, not held, is no usable
 # session id (`session_id_problem`), for the warning of its run (`_unused_conversation`).
-HELD_CONVERSATION_REFUSED = "pml.otlp.held.conversation_refused"
+HELD_CONVERSATION_REFUSED = OWN_PREFIX + "held.conversation_refused"
 # Where the intent came from, kept as a tag (`intent:<source>`).
 FROM_MESSAGES = "input_messages"
 FROM_AGENT_NAME = "agent_name"
@@ -63,6 +67,8 @@ class MappedCall:
     error: str
     arguments_json: str
     duration_ms: float
+    span_id: bytes = b""
+    ended_ns: int = 0  # `end_time_unix_nano` (`MappedExecution.shorter_runs`)
 
 
 @dataclass(frozen=True)
@@ -88,11 +94,46 @@ class MappedExecution:
     # calls did: an agent that crashed or gave up after calls that succeeded.
     failed: bool = False
     call_ids: frozenset[bytes] = frozenset()  # the span ids of its calls
+    ended_ns: int = 0  # its execution span's `end_time_unix_nano`
 
     @property
     def span(self) -> str:
-        """"<trace id hex>/<span id hex>" of the execution span."""
+        """ "<trace id hex>/<span id hex>" of the execution span."""
         return f"{self.trace_id.hex()}/{self.span_id.hex()}"
+
+    def shorter_runs(self, most: int) -> list[MappedExecution]:
+        """This run as an Export that brought its root before some of its calls had ended
+        captured it: without the calls that ended after its root and after a point, the
+        latest point first (all calls but those that ended last, ...; last, none of those that
+        ended after the root), at most `most` of them; none when no call ended after the root.
+        A root sent again with a call that ended after it, in a process that no longer
+        remembers its run (a restart, another replica), is that run when one of these replays
+        its capture (docs/capture.md, "Spans arriving after their run was mapped")."""
+        ends = sorted({c.ended_ns for c in self.calls if c.ended_ns > self.ended_ns}, reverse=True)
+        runs: list[MappedExecution] = []
+        for end in ends[:most]:
+            kept = tuple(c for c in self.calls if c.ended_ns < end)
+            if not kept:
+                break
+            lines = [(c.tool, json.loads(c.arguments_json)) for c in kept]
+            runs.append(
+                replace(
+                    self,
+                    calls=kept,
+                    code=synthesize(lines),
+                    span_count=self.span_count - (len(self.calls) - len(kept)),
+                    call_ids=frozenset(c.span_id for c in kept),
+                )
+            )
+        return runs
+
+    def calls_beyond(self, shorter: MappedExecution) -> list[str]:
+        """The references ("<trace id hex>/<span id hex>") of this run's calls that `shorter`
+        (one of `shorter_runs`) leaves out."""
+        trace = self.trace_id.hex()
+        return [
+            f"{trace}/{c.span_id.hex()}" for c in self.calls if c.span_id not in shorter.call_ids
+        ]
 
 
 @dataclass(frozen=True)
@@ -151,17 +192,26 @@ class _BadSpanError(ValueError):
         self.reason = reason
 
 
-def flatten(request: Any) -> Iterable[trace_pb2.Span]:
-    """Every span of an `ExportTraceServiceRequest` a client sent. One with the marker's span
-    id (all zero) comes without its attributes: a sent span is never the hold's marker of lost
-    spans (`incomplete_marker`), which was counted nowhere and rejected the runs it named; it
-    is rejected for its id."""
+def flatten(request: Any) -> tuple[list[trace_pb2.Span], int]:
+    """Every span of an `ExportTraceServiceRequest` a client sent, and how many of them came
+    with attributes in pml's own namespace (`OWN_PREFIX`), which are dropped: the marks pml
+    sets on the spans it holds are read only from its held forms, never from a client
+    (docs/capture.md, What a held span keeps). Sent, `pml.otlp.held.too_large` rejected its
+    run for a made-up reason, `pml.otlp.held.conversation_refused` planted a made-up warning,
+    and `pml.otlp.incomplete.links` on a span of the marker's id (all zero) rejected the runs it
+    named, that span counted nowhere; such a span is now rejected for its id."""
+    spans: list[trace_pb2.Span] = []
+    marked = 0
     for resource_spans in request.resource_spans:
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                if span.span_id == INCOMPLETE_SPAN_ID and span.attributes:
-                    span = trace_pb2.Span(trace_id=span.trace_id, span_id=span.span_id)
-                yield span
+                own = [i for i, kv in enumerate(span.attributes) if kv.key.startswith(OWN_PREFIX)]
+                if own:
+                    marked += 1
+                    for i in reversed(own):
+                        del span.attributes[i]
+                spans.append(span)
+    return spans, marked
 
 
 def map_spans(
@@ -270,8 +320,14 @@ def late_calls(
     ]
 
 
+def tool_of(span: trace_pb2.Span) -> str | None:
+    """The tool a tool-call span (a sent one or a held form) calls, "" when it names none, None
+    for a span that is no tool call."""
+    return attr.tool_name(span, attr.attributes(span))
+
+
 def _is_call(span: trace_pb2.Span) -> bool:
-    return attr.tool_name(span, attr.attributes(span)) is not None
+    return tool_of(span) is not None
 
 
 def _ref(proto: trace_pb2.Span) -> str:
@@ -509,6 +565,8 @@ def _execution(
                 error=error or "",
                 arguments_json=json.dumps(args, sort_keys=True, ensure_ascii=False),
                 duration_ms=_duration_ms(call),
+                span_id=call.proto.span_id,
+                ended_ns=call.proto.end_time_unix_nano,
             )
         )
         lines.append((call.tool, args))
@@ -529,6 +587,7 @@ def _execution(
         trace_id=execution.proto.trace_id,
         span_id=execution.proto.span_id,
         call_ids=frozenset(c.proto.span_id for c in calls),
+        ended_ns=execution.proto.end_time_unix_nano,
     )
 
 

@@ -5,6 +5,7 @@ suggestions, failures and counters."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import unicodedata
@@ -37,7 +38,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
-from pml_server.otel import incomplete_marker
+from pml_server.otel import LATE_CALL, incomplete_marker
 from testing.otlp_spans import recorded, run_with_arguments
 from tests.conftest import StartServer
 from tests.support import eventually
@@ -912,27 +913,92 @@ def test_a_call_that_ends_after_its_captured_run_is_rejected_saying_so(
     assert (list(pattern.tools_used), pattern.usage_count) == (["read_file"], 1)
 
 
-def test_a_root_sent_again_with_other_calls_after_a_restart_names_why_it_is_rejected(
-    start: StartServer,
+def _calls_ending_after_their_root(tracer: Tracer) -> None:
+    """A run whose calls but the first end after its `invoke_agent` span: end order read_file,
+    the agent span, parse_json, write_file."""
+    attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "file-agent"}
+    root = tracer.start_span("invoke_agent file-agent", attributes=attributes)
+    inside = trace.set_span_in_context(root)
+    calls = [
+        tracer.start_span(
+            f"execute_tool {tool}",
+            context=inside,
+            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool},
+        )
+        for tool in ("read_file", "parse_json", "write_file")
+    ]
+    calls[0].end()
+    root.end()
+    calls[1].end()
+    calls[2].end()
+
+
+@pytest.mark.parametrize("captured", [2, 3])
+def test_a_root_sent_again_with_a_later_call_after_a_restart_rejects_that_call_alone(
+    start: StartServer, captured: int
 ) -> None:
     """The process that captured the run is gone (a restart, another replica): the root
-    exported again beside a call that ended after it maps to another execution under the
-    run's request id. Before: rejected with the API's message for a client's request id
-    ("give each execution its own request_id ... StreamTraces"); now the message says the
-    run's root span was captured before with other calls, and the capture stands."""
+    exported again beside a call that ended after it and after the Export that brought the
+    root (`captured` 3: a call that also ended after the root, in that Export, is in the run).
+    Before: rejected whole as captured before, the root and the calls captured with it
+    counted rejected beside their capture (`rejected_spans` 4 and 3). Now the run short of the
+    calls that came later replays its capture: those calls alone are rejected, as in the
+    process that captured the run, and the rest count as that capture."""
     server = start()
-    spans = recorded(_a_call_ending_after_its_root)
-    assert _export(server.port, spans[:2]) == ExportTracePartialSuccess()
+    spans = recorded(_calls_ending_after_their_root)
+    late = [f"{s.context.trace_id:032x}/{s.context.span_id:016x}" for s in spans[captured:]]
+    assert _export(server.port, spans[:captured]) == ExportTracePartialSuccess()
     server.stop(grace=1.0)
     again = start()
     answer = _export(again.port, spans)
-    assert answer.rejected_spans == 3
+    assert answer == ExportTracePartialSuccess(
+        rejected_spans=len(late), error_message="; ".join(f"span {r}: {LATE_CALL}" for r in late)
+    )
+    assert _spans_counter(again, "rejected") == len(late)
+    assert _spans_counter(again, "mapped") == captured
+    with PmlClient(f"127.0.0.1:{again.port}") as client:
+        (pattern,) = client.iter_patterns()
+    tools = ["read_file", "parse_json", "write_file"][: captured - 1]
+    assert (list(pattern.tools_used), pattern.usage_count) == (tools, 1)
+
+
+def test_a_root_sent_again_with_other_calls_after_a_restart_names_why_it_is_rejected(
+    start: StartServer,
+) -> None:
+    """The root exported again, after a restart, beside a call that ended before it and that
+    its run was not captured with (the root exported again with other spans): another
+    execution under the run's request id, rejected whole with a message saying the run's root
+    span was captured before with other calls (not the API's message for a client's request
+    id, "give each execution its own request_id ... StreamTraces"); the capture stands."""
+    server = start()
+    spans = recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+    )
+    root = spans[-1]
+    assert _export(server.port, spans) == ExportTracePartialSuccess(
+        error_message="1 spans ignored (no GenAI tool call, or one seen twice)"
+    )
+    server.stop(grace=1.0)
+    again = start()
+    other = recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("write_file", {"path": "b.json"}, None)])
+    )[1]  # a call that ended before the root
+    other._context = trace.SpanContext(
+        root.context.trace_id, other.context.span_id, is_remote=False
+    )
+    other._parent = root.context
+    assert root.start_time is not None
+    assert root.end_time is not None
+    other._start_time, other._end_time = root.start_time + 1, root.end_time - 1
+    answer = _export(again.port, [other, root])
+    assert answer.rejected_spans == 2
     assert "request_id" not in answer.error_message
     assert answer.error_message.endswith(
         ": this run's root span was captured before with other calls or content (a call that "
         "ended after the root span, or the root exported again with other spans): a captured "
         "run is never amended, so this one is not captured"
     )
+    assert _spans_counter(again, "rejected") == 2
     with PmlClient(f"127.0.0.1:{again.port}") as client:
         (pattern,) = client.iter_patterns()
         assert (list(pattern.tools_used), pattern.usage_count) == (["read_file"], 1)
@@ -1555,3 +1621,65 @@ def test_a_split_run_whose_conversation_id_comes_in_the_second_export_is_in_it(
     replies = _export_each(server.port, spans)
     assert "held until their run's invoke_agent" in replies[0].error_message
     assert _follows_list_dir(client) == [["read_file"]]
+
+
+@pytest.mark.parametrize(
+    ("span", "key", "claim"),
+    [
+        ("execute_tool read_file", "pml.otlp.held.too_large", "made up: too large"),
+        ("invoke_agent file-agent", "pml.otlp.held.conversation_refused", "made up warning"),
+        ("execute_tool read_file", "pml.otlp.held.conversation_refused", "made up warning"),
+    ],
+)
+def test_attributes_named_as_pmls_own_held_marks_are_dropped_from_sent_spans(
+    server: RunningServer, client: PmlClient, span: str, key: str, claim: str
+) -> None:
+    """A client sends a whole run with an attribute named as one pml sets on the held form of
+    a span (`pml.otlp.*`: docs/capture.md, What a held span keeps). Before: the mapping read
+    it as pml's own, so `pml.otlp.held.too_large` rejected the run for a made-up reason and
+    `pml.otlp.held.conversation_refused` planted a made-up warning in its answer. Now such
+    attributes are dropped at the OTLP edge: the run is captured, and the answer says that
+    attributes of pml's namespace were dropped."""
+    spans = recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+    )
+    request = encode_spans(spans)
+    sent = request.resource_spans[0].scope_spans[0].spans
+    target = next(s for s in sent if s.name == span)
+    target.attributes.add(key=key).value.string_value = claim
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        reply = trace_service_pb2_grpc.TraceServiceStub(channel).Export(request, timeout=30)
+    assert reply.partial_success.rejected_spans == 0
+    assert claim not in reply.partial_success.error_message
+    assert "1 spans carried attributes named pml.otlp.*" in reply.partial_success.error_message
+    (pattern,) = client.iter_patterns()
+    assert list(pattern.tools_used) == ["read_file"]
+    assert (_spans_counter(server, "mapped"), _spans_counter(server, "rejected")) == (2, 0)
+
+
+def test_an_expired_held_call_is_named_in_the_log_with_its_tool_and_why(
+    start: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a restart a call that ended after its captured run's root, sent alone, is held
+    (this process no longer remembers the run) and acknowledged, then expires after
+    `otlp_pending_seconds`. Before: the log said only how many spans of the tenant expired, not
+    which call was lost nor why. Now it names the span, its tool and why it could not be
+    captured; the `expired` counter counts it once."""
+    server = start()
+    spans = recorded(_a_call_ending_after_its_root)
+    late = f"{spans[2].context.trace_id:032x}/{spans[2].context.span_id:016x}"
+    assert _export(server.port, spans[:2]) == ExportTracePartialSuccess()
+    server.stop(grace=1.0)
+    again = start(otlp_pending_seconds=0.5)
+    caplog.set_level(logging.WARNING, logger="pml.otlp")
+    assert "1 spans held" in _export(again.port, spans[2:]).error_message
+    time.sleep(1.0)
+    other = recorded(
+        lambda t: _agent_run(t, "Read JSON file", [("read_file", {"path": "a.json"}, None)])
+    )
+    _export(again.port, other)  # the tenant's next Export expires what is held past its age
+    (line,) = [r.getMessage() for r in caplog.records if "expired" in r.getMessage()]
+    assert f"{late} (parse_json)" in line
+    assert "root span never arrived" in line
+    assert "captured before" in line
+    assert _spans_counter(again, "expired") == 1

@@ -6,11 +6,19 @@ from __future__ import annotations
 
 import json
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from pml_server.domain.sessions import digest_stand_in
-from pml_server.otel import held_forms, map_spans
+from pml_server.otel import (
+    OWN_PREFIX,
+    flatten,
+    held_forms,
+    incomplete_marker,
+    map_spans,
+    settling_forms,
+)
 from pml_server.storage.repo._sessions import session_key
 from tests.otel.test_mapping import _agent, _span, _tool
 
@@ -167,3 +175,36 @@ def test_a_held_span_keeps_texts_bounded_to_what_the_mapping_reads() -> None:
     )
     (error_rejection,) = map_spans([*held[1:], _agent(1)]).rejections
     assert "is 20000 characters; the limit is 16384 characters" in error_rejection.reason
+
+
+def test_every_mark_pml_sets_on_held_forms_is_dropped_when_a_client_sends_it() -> None:
+    """The marks of held forms (a call held without its too large arguments, a refused
+    conversation id, a settling root, the marker of lost spans) are all in pml's namespace, and
+    the OTLP edge (`flatten`) drops each from spans a client sends, so only held forms read back
+    from the store carry them (docs/capture.md, What a held span keeps). A mark added outside
+    the namespace would be one a client could send."""
+    mapped = {
+        "gen_ai.operation.name",
+        "gen_ai.tool.name",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.agent.name",
+        "gen_ai.conversation.id",
+        "gen_ai.input.messages",
+        "error.type",
+        "mcp.method.name",
+    }
+    huge = _tool(2, 1, "write", 5, gen_ai__tool__call__arguments=json.dumps({"c": "y" * 70_000}))
+    refused = _tool(3, 1, "read", 6, gen_ai__conversation__id="c" * 200)
+    forms = [
+        *held_forms([huge, refused]),
+        *settling_forms([_agent(1)]),
+        incomplete_marker(huge.trace_id, {huge.span_id}),
+    ]
+    marks = {kv.key for form in forms for kv in form.attributes} - mapped
+    assert len(marks) == 4
+    assert all(mark.startswith(OWN_PREFIX) for mark in marks)
+    request = ExportTraceServiceRequest()
+    request.resource_spans.add().scope_spans.add().spans.extend(forms)
+    sent, marked = flatten(request)
+    assert marked == len(forms)
+    assert {kv.key for span in sent for kv in span.attributes} <= mapped
