@@ -75,12 +75,11 @@ class MappedCall:
 class MappedExecution:
     request_id: str
     intent: str
-    intent_source: str
     code: str
     language: str
     calls: tuple[MappedCall, ...]
     duration_ms: float
-    tags: tuple[str, ...]
+    tags: tuple[str, ...]  # the OTLP tag and `intent:<where its intent came from>`
     # Spans this execution consumed (its own and its tool calls'), for the OTLP counts.
     span_count: int
     trace_id: bytes  # of the execution span
@@ -574,7 +573,6 @@ def _execution(
     return MappedExecution(
         request_id=REQUEST_ID_PREFIX + execution.ref.replace("/", ":"),
         intent=intent,
-        intent_source=source,
         code=synthesize(lines),
         language=LANGUAGE,
         calls=tuple(mapped),

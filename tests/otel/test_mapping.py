@@ -68,7 +68,7 @@ def test_calls_in_start_order_whatever_the_export_order() -> None:
     (execution,) = map_spans(spans).executions
     assert [c.tool for c in execution.calls] == ["first", "second"]
     assert execution.intent == "x"
-    assert execution.intent_source == "agent_name"
+    assert "intent:agent_name" in execution.tags  # where its intent came from
     assert execution.request_id == f"otel:{TRACE.hex()}:{_sid(1).hex()}"
 
 
