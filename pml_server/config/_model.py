@@ -71,9 +71,7 @@ class ServerConfig:
     # 4, not 8: on 2 cores, 8 streams' batches captured at once mostly contended for the GIL
     # and the engine's locks (StreamTraces with client vectors, 8 streams: about 370/s and
     # 2.2 ms of server CPU a capture with 4 or 2, 280/s and 2.7 ms with 8; docs/capture.md).
-    capture_workers: int = setting(
-        4, f"threads that run stream captures (at most {_MAX_THREADS})"
-    )
+    capture_workers: int = setting(4, f"threads that run stream captures (at most {_MAX_THREADS})")
     stream_window: int = setting(
         64, "unacknowledged executions per stream before the server stops reading"
     )
