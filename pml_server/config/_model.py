@@ -35,6 +35,9 @@ def setting(
 
 
 _GRPC_INT_MAX = 2**31 - 1  # what gRPC's integer options hold
+# Threads of one pool (RPC, capture). Unbounded, `max_workers = 99999999999999999999` was taken:
+# and with it `max_streams` (half of it by default) and a tenant's calls in flight had no bound.
+_MAX_THREADS = 1024
 
 
 @dataclass(frozen=True)
@@ -64,11 +67,11 @@ class ServerConfig:
         8 * 1024 * 1024, "largest gRPC message received (larger: RESOURCE_EXHAUSTED)"
     )
     max_concurrent_rpcs: int = setting(256, "calls in progress before new ones are refused")
-    max_workers: int = setting(16, "RPC threads")
+    max_workers: int = setting(16, f"RPC threads (at most {_MAX_THREADS})")
     # 4, not 8: on 2 cores, 8 streams' batches captured at once mostly contended for the GIL
     # and the engine's locks (StreamTraces with client vectors, 8 streams: about 370/s and
     # 2.2 ms of server CPU a capture with 4 or 2, 280/s and 2.7 ms with 8; docs/capture.md).
-    capture_workers: int = setting(4, "threads that run stream captures")
+    capture_workers: int = setting(4, f"threads that run stream captures (at most {_MAX_THREADS})")
     stream_window: int = setting(
         64, "unacknowledged executions per stream before the server stops reading"
     )
@@ -117,6 +120,9 @@ class ServerConfig:
         for name in ("max_message_bytes", "max_concurrent_rpcs", "max_workers", "capture_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"server.{name} must be >= 1")
+        for name in ("max_workers", "capture_workers"):
+            if getattr(self, name) > _MAX_THREADS:
+                raise ValueError(f"server.{name} must be at most {_MAX_THREADS}")
         for name in ("stream_window", "max_streams_per_connection", "max_open_executions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"server.{name} must be >= 1")

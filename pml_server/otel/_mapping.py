@@ -97,7 +97,7 @@ class MappedExecution:
 
     @property
     def span(self) -> str:
-        """ "<trace id hex>/<span id hex>" of the execution span."""
+        """The execution span as "<trace id hex>/<span id hex>"."""
         return f"{self.trace_id.hex()}/{self.span_id.hex()}"
 
     def shorter_runs(self, most: int) -> list[MappedExecution]:

@@ -132,8 +132,11 @@ def query_terms(text: str) -> list[str]:
 def _token_terms(token: str) -> tuple[str, ...]:
     """The terms of one word-like token: the same words recur across intents (rebuilding the
     index of 100k intents at open spends a fifth of its time here), so each is split, lowered
-    and stemmed once (up to `CACHED_WORD_CHARS` long)."""
-    if len(token) > CACHED_WORD_CHARS:
+    and stemmed once (up to `CACHED_WORD_CHARS` long). A token holding a `_CJK` run is split
+    every time, its Latin pieces through this cache: its terms are a pair of characters each
+    (63 for 64 characters, about 6 KB kept an entry: the full cache held 190 MB, not the 35 MB
+    of docs/operations.md), and pairing characters costs no stemming."""
+    if len(token) > CACHED_WORD_CHARS or (not token.isascii() and _CJK.search(token)):
         return _split_token(token)
     return _cached_token_terms(token)
 
@@ -164,7 +167,7 @@ def _split_token(token: str) -> tuple[str, ...]:
 def _split_cjk(token: str) -> tuple[str, ...]:
     """A token holding runs of `_CJK`: each run's overlapping pairs of characters (a run of one,
     that character), and the terms of each piece between runs (`我想把它部署到Netlify上` ->
-    我想, 想把, ..., 到, netlifi, 上)."""
+    我想, 想把, ..., 署到, netlifi, 上)."""
     terms: list[str] = []
     start = 0
     for run in _CJK.finditer(token):
@@ -177,7 +180,7 @@ def _split_cjk(token: str) -> tuple[str, ...]:
 
 
 def _pieces_terms(text: str) -> list[str]:
-    return [t for piece in _WORD.findall(text) for t in _split_token(piece)]
+    return [t for piece in _WORD.findall(text) for t in _token_terms(piece)]
 
 
 def _check_id(doc_id: str) -> None:

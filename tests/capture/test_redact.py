@@ -755,6 +755,8 @@ def test_a_password_in_a_literal_argv_list_is_redacted(language: str, code: str)
         ("python", 'c = connect("org.h2.Driver", "jdbc:h2:mem:x", ["bob", "{}"])'),
         ("python", 'c = jaydebeapi.connect(jclassname=d, url=u, driver_args=["bob", "{}"])'),
         ("python", 'c = jaydebeapi.connect(d, url, {{"user": "bob", "password": "{}"}})'),
+        ("python", 'import jaydebeapi as jdb\nc = jdb.connect(d, url, ["bob", "{}"])'),
+        ("python", 'from jaydebeapi import connect\nc = connect(d, url, ["bob", "{}"])'),
         ("javascript", 'const c = DriverManager.getConnection("jdbc:h2:mem:x", "bob", "{}");'),
         ("javascript", 'dm.getConnection(url, "bob", "{}", (err, c) => use(c));'),
     ],

@@ -418,6 +418,11 @@ HOSTILE_FILES = [
     ("pml.toml", b"\xff\xfe[server]\n", "{path}: not UTF-8 text"),
     (
         "pml.toml",
+        b"[server]\nmax_workers = 99999999999999999999\n",
+        "{path}: server.max_workers must be at most 1024",
+    ),
+    (
+        "pml.toml",
         b'[server]\nlissten = "x"\n',
         "{path}: unknown key server.lissten in [server] (did you mean server.listen?)",
     ),
@@ -546,6 +551,8 @@ def test_pml_serve_config_starts_a_server_with_the_files_settings(tmp_path: Path
         (["--listen", "::1:50051"], "'::1:50051' is no host:port (an IPv6 host in brackets"),
         (["--otlp-http-listen", "127.0.0.1:abc"], "server.otlp_http_listen: port 'abc' is not"),
         (["--max-message-bytes", "99999999999"], "server.max_message_bytes must be at most"),
+        (["--max-workers", "99999999999999999999"], "server.max_workers must be at most 1024"),
+        (["--capture-workers", "1025"], "server.capture_workers must be at most 1024"),
         (["--grace-seconds", "nan"], "server.grace_seconds must be a finite number >= 0"),
         (["--grace-seconds", "-1"], "server.grace_seconds must be a finite number >= 0"),
         (["--stream-idle-seconds", "-1"], "server.stream_idle_seconds must be a finite number"),

@@ -365,3 +365,27 @@ def test_long_made_up_words_are_not_kept_by_the_tokenizer() -> None:
     assert query_terms(words[0]) == expected
     short = "x" * CACHED_WORD_CHARS
     assert query_terms(short) == query_terms(short) == [_python_stem(short)]
+
+
+def test_words_without_spaces_are_not_kept_by_the_tokenizer() -> None:
+    """A Han run gives a pair of characters a term: a 64-character one kept 63 terms (about
+    6 KB) in the token cache, so distinct Chinese intents filled it to 190 MB, past the 35 MB
+    of docs/operations.md ("Limits, keepalive and shutdown"). Such tokens are paired every
+    time, with the same terms; their Latin names are cached as any word."""
+    rng = random.Random(7)
+    han = [chr(c) for c in range(0x4E00, 0x9FFF)]
+    tokens = ["".join(rng.choices(han, k=CACHED_WORD_CHARS)) for _ in range(1000)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for token in tokens:
+            query_terms(token)
+        gc.collect()
+        retained = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert retained < 1_000_000, f"{retained} bytes kept after 1000 distinct Han tokens"
+    pairs = [tokens[0][i : i + 2] for i in range(CACHED_WORD_CHARS - 1)]
+    assert query_terms(tokens[0]) == query_terms(tokens[0]) == pairs
+    assert query_terms("部署到Netlify上") == ["部署", "署到", "netlifi", "上"]

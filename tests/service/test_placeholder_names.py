@@ -369,6 +369,15 @@ OLDER_SECRETS = [
         '["bob", "[REDACTED]"]',
         id="jdbc_pair",
     ),
+    pytest.param(  # the same pair given to jaydebeapi's `connect` imported alone
+        "HUNTER2JDBCFROM",
+        "from jaydebeapi import connect\n"
+        'c = connect("org.h2.Driver", url, ["bob", "hunter2jdbcfrom"])\n'
+        "await mcp.login(user=name, out=c)",
+        16,
+        '["bob", "[REDACTED]"]',
+        id="jdbc_pair_imported",
+    ),
 ]
 
 

@@ -94,6 +94,9 @@ pub const PASSWORD_ARGUMENTS: &[(&str, usize)] = &[
 /// driver_args)`); `tree.rs` reads its second item as a password (docs/normalization.md,
 /// Secrets).
 pub const JDBC_DRIVER_ARGS: (&str, usize, &str) = ("connect", 2, "driver_args");
+/// The module whose `connect` that is: called on it, or in a snippet naming it (`import
+/// jaydebeapi as jdb`, `from jaydebeapi import connect`).
+pub const JDBC_DRIVER_MODULE: &str = "jaydebeapi";
 
 /// Whether a context name (already UPPER_SNAKE, without `$`) says its value is a credential:
 /// `password`, `apiKey`, `auth_token`, `client_secret`... but not `max_tokens` or `author`,

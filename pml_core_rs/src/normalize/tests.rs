@@ -587,6 +587,25 @@ fn a_jdbc_password_given_by_position_or_in_a_credentials_pair_is_redacted() {
 }
 
 #[test]
+fn a_jdbc_pair_given_to_jaydebeapis_connect_under_another_name_is_redacted() {
+    // jaydebeapi imported under an alias, or its `connect` imported alone, with the URL in a
+    // variable: the password was kept (docs/normalization.md, Secrets)
+    for code in [
+        "import jaydebeapi as jdb\nconn = jdb.connect(d, url, [\"bob\", \"hunter2pass\"])",
+        "from jaydebeapi import connect\nconn = connect(d, url, [\"bob\", \"hunter2pass\"])",
+    ] {
+        let n = norm(code, "python");
+        assert!(
+            !n.redacted_code.contains("hunter2pass"),
+            "{code}: {}",
+            n.redacted_code
+        );
+        assert!(n.redacted_code.contains("\"bob\""), "{}", n.redacted_code);
+        assert!(n.params.iter().any(|p| p.secret), "{code}");
+    }
+}
+
+#[test]
 fn a_netrc_or_pgpass_entry_in_a_string_or_free_text_keeps_no_password() {
     for code in [
         r#"open(n, "w").write("machine h login bob password hunter2pass")"#,

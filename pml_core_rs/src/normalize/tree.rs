@@ -379,6 +379,9 @@ struct Walker<'a, 't> {
     /// Which items of a list read as an argv hold a credential (`argv_item_secret`), by the
     /// list's start byte: read once per list.
     argv_items: HashMap<usize, Vec<bool>>,
+    /// The snippet names `jaydebeapi` (`import jaydebeapi as jdb`, `from jaydebeapi import
+    /// connect`): its `connect` calls are jaydebeapi's (`jdbc_password_item`).
+    names_jaydebeapi: bool,
 }
 
 pub fn walk<'a>(
@@ -406,6 +409,7 @@ pub fn walk<'a>(
         string_variable: None,
         url_pieces: HashMap::new(),
         argv_items: HashMap::new(),
+        names_jaydebeapi: code.contains(secrets::JDBC_DRIVER_MODULE),
     };
     let mut cursor = tree.walk();
     'outer: loop {
@@ -1605,8 +1609,9 @@ impl<'t> Walker<'_, 't> {
     /// connection's credentials given as a `[user, password]` pair (`JDBC_DRIVER_ARGS`):
     /// jaydebeapi's `driver_args`, its `connect`'s third argument
     /// (`jaydebeapi.connect(driver, "jdbc:...", ["bob", "..."])`) or named (`driver_args=[...]`).
-    /// A `connect` is read so when it is `jaydebeapi`'s or its second argument is a `jdbc:`
-    /// URL; only a list of two items (docs/normalization.md, Secrets).
+    /// A `connect` is read so when it is `jaydebeapi`'s (called on it, or the snippet names
+    /// it: an alias, a `from` import) or its second argument is a `jdbc:` URL; only a list of
+    /// two items (docs/normalization.md, Secrets).
     fn jdbc_password_item(&mut self, level: usize, named_index: usize) -> bool {
         let (Some(list), Some(holder)) = (
             level.checked_sub(1).and_then(|at| self.frames.get(at)),
@@ -1652,7 +1657,9 @@ impl<'t> Walker<'_, 't> {
                 if !callee.is_some_and(|c| self.text(c) == secrets::JDBC_DRIVER_ARGS.0) {
                     return false;
                 }
-                if receiver.is_some_and(|r| self.text(r) == "jaydebeapi") {
+                if self.names_jaydebeapi
+                    || receiver.is_some_and(|r| self.text(r) == secrets::JDBC_DRIVER_MODULE)
+                {
                     return true;
                 }
                 let url = holder_node
