@@ -102,7 +102,7 @@ def measure(memory_language: str, request_languages: Sequence[str]) -> dict[str,
 
 
 def main(argv: Sequence[str]) -> None:
-    languages = list(argv or ("zh",))
+    languages = [language for language in argv or ("zh",) if language != "en"]  # en: always
     for memory_language in ("en", *languages):
         asked = ("en", *languages) if memory_language == "en" else ("en", memory_language)
         for language, figures in measure(memory_language, asked).items():
