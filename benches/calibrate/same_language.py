@@ -1,15 +1,17 @@
 """A tenant that records and asks in one language other than English (docs/ranking.md, Lexical
 index; benches/README.md, Same-language probe).
 
-`python -m benches.calibrate.same_language`: an in-process engine (default settings: MiniLM and
-its USE companion, RocksDB, `fast` durability) records the dev set's executions, except that
-each group of the multilingual probe (benches/data/multilingual/probe.json) holds instead one
-execution per probe request, on the group's own code, whose intent is that request in one
-language; then the dev set's other requests of those groups (116, the probe's "reverse other"
-requests) ask for them, in English and translated into Chinese
-(benches/data/multilingual/same_language.json). Printed: hit@1, hit@5 and MRR of each pairing
-of memory language and request language, the memory recorded in English first (the baseline:
-the same tenant in English) then in Chinese. About 6 minutes on an idle 2-core machine.
+`python -m benches.calibrate.same_language [LANGUAGE ...]` (default `zh`; `zh fr` for both): an
+in-process engine (default settings: MiniLM and its USE companion, RocksDB, `fast` durability)
+records the dev set's executions, except that each group of the multilingual probe
+(benches/data/multilingual/probe.json) holds instead one execution per probe request, on the
+group's own code, whose intent is that request in one language; then the dev set's other
+requests of those groups (116, the probe's "reverse other" requests) ask for them, in English and
+translated by hand (benches/data/multilingual/same_language.json). Printed: hit@1, hit@5 and MRR
+of each pairing of memory language and request language, the memory recorded in English first
+(the baseline: the same tenant in English, asked in English and in each language) then in each
+language (asked in English and in that language). About 6 minutes a memory language on an idle
+2-core machine.
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ def _figures(ranks: Sequence[int]) -> str:
     return f"hit@1 {hit1:.3f} hit@5 {hit5:.3f} MRR {mrr:.3f} ({n} requests)"
 
 
-def measure(memory_language: str) -> dict[str, str]:
-    """The figures of the requests in English and in Chinese over the memory whose probe
-    groups are recorded in `memory_language`."""
+def measure(memory_language: str, request_languages: Sequence[str]) -> dict[str, str]:
+    """The figures of the requests in each of `request_languages` ("en": the dev set's own text)
+    over the memory whose probe groups are recorded in `memory_language`."""
     items = probe()["queries"]
     executions, queries = load("default")
     probe_groups = {q["expected_group"] for q in items}
@@ -78,10 +80,10 @@ def measure(memory_language: str) -> dict[str, str]:
             engine.suggest("t", SuggestQuery("Trouve des restaurants à Dallas", k=1, plan_size=0))
             assert engine.admin.wait_cross_lingual(900)
             out = {}
-            for language in ("en", "zh"):
+            for language in request_languages:
                 ranks = []
                 for q in asked:
-                    text = q.intent if language == "en" else translated[q.id]["zh"]
+                    text = q.intent if language == "en" else translated[q.id][language]
                     found = engine.suggest("t", SuggestQuery(text, k=K, plan_size=0)).suggestions
                     ranks.append(
                         next(
@@ -100,8 +102,10 @@ def measure(memory_language: str) -> dict[str, str]:
 
 
 def main(argv: Sequence[str]) -> None:
-    for memory_language in argv or ("en", "zh"):
-        for language, figures in measure(memory_language).items():
+    languages = [language for language in argv or ("zh",) if language != "en"]  # en: always
+    for memory_language in ("en", *languages):
+        asked = ("en", *languages) if memory_language == "en" else ("en", memory_language)
+        for language, figures in measure(memory_language, asked).items():
             print(f"memory {memory_language}, requests {language}: {figures}", flush=True)
 
 

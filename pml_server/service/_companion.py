@@ -119,9 +119,12 @@ def lexical_text(text: str) -> str:
     """The words a request in another language is searched with in the lexical index: its
     accents folded (NFKD, combining marks dropped), so a word spelled as its English cognate
     but for an accent ("pódcasts", "vidéo", "música") meets the English documents' stem. English
-    documents rarely carry accents; Chinese, Japanese and Korean characters carry none."""
+    documents rarely carry accents; Chinese, Japanese and Korean characters carry none. Composed
+    again (NFC) once the marks are dropped: NFKD splits each Hangul syllable into its letters
+    (jamo), which are no marks, and a Korean request's character pairs met no Korean intent's."""
     folded = unicodedata.normalize("NFKD", text)
-    return "".join(ch for ch in folded if not unicodedata.combining(ch))
+    unmarked = "".join(ch for ch in folded if not unicodedata.combining(ch))
+    return unicodedata.normalize("NFC", unmarked)
 
 
 def request_parts(companion: CachedEmbedder, intent: str) -> RequestParts | None:

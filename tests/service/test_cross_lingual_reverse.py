@@ -174,6 +174,28 @@ def test_a_request_in_another_language_meets_english_words_with_its_accents_fold
         engine.close()
 
 
+def test_a_request_in_korean_meets_the_korean_intent_it_repeats_lexically(tmp_path: Path) -> None:
+    # a request in another language has its accents folded (`_companion.lexical_text`); NFKD
+    # alone split each Hangul syllable into its letters, whose pairs met no Korean intent's
+    from pml_server.service._companion import lexical_text
+
+    assert lexical_text("파일을 읽기") == "파일을 읽기"
+    engine = open_engine(tmp_path, embedder="minilm")
+    try:
+        engine.record("t", make_record("k", "JSON 파일을 읽기", ["read_file"]))
+        engine.record("t", make_record("m", "상사에게 이메일 보내기", ["gmail_send"]))
+        top = engine.suggest("t", SuggestQuery("JSON 파일을 읽어 줘", k=1)).suggestions[0]
+        assert top.pattern.tools_used == ("read_file",)
+        assert top.score.lexical > 0.0
+        # without "JSON", the Korean words alone meet it
+        alone = engine.suggest("t", SuggestQuery("파일을 읽기", k=2)).suggestions
+        assert [s.score.lexical > 0.0 for s in alone if s.pattern.tools_used == ("read_file",)] == [
+            True
+        ]
+    finally:
+        engine.close()
+
+
 def test_the_agents_tools_restrict_the_reverse_too(filled: tuple[Engine, dict[str, str]]) -> None:
     """With `available_tools`, the answer is the best permitted capability, whichever space
     reads its intents (docs/ranking.md, Context filters)."""
