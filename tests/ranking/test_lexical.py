@@ -351,16 +351,7 @@ def test_long_made_up_words_are_not_kept_by_the_tokenizer() -> None:
     rng = random.Random(7)
     words = ["".join(rng.choices(string.ascii_lowercase, k=4000)) for _ in range(1000)]
     expected = [_python_stem(words[0])]
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for word in words:
-            query_terms(word)
-        gc.collect()
-        retained = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    retained = _retained_by_query_terms(words)
     assert retained < 1_000_000, f"{retained} bytes kept after 1000 distinct long words"
     assert query_terms(words[0]) == expected
     short = "x" * CACHED_WORD_CHARS
@@ -375,17 +366,23 @@ def test_words_without_spaces_are_not_kept_by_the_tokenizer() -> None:
     rng = random.Random(7)
     han = [chr(c) for c in range(0x4E00, 0x9FFF)]
     tokens = ["".join(rng.choices(han, k=CACHED_WORD_CHARS)) for _ in range(1000)]
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for token in tokens:
-            query_terms(token)
-        gc.collect()
-        retained = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    retained = _retained_by_query_terms(tokens)
     assert retained < 1_000_000, f"{retained} bytes kept after 1000 distinct Han tokens"
     pairs = [tokens[0][i : i + 2] for i in range(CACHED_WORD_CHARS - 1)]
     assert query_terms(tokens[0]) == query_terms(tokens[0]) == pairs
     assert query_terms("部署到Netlify上") == ["部署", "署到", "netlifi", "上"]
+
+
+def _retained_by_query_terms(texts: list[str]) -> int:
+    """The bytes still allocated after `query_terms` read each of `texts` once: what the
+    tokenizer's caches kept of them."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for text in texts:
+            query_terms(text)
+        gc.collect()
+        return int(tracemalloc.get_traced_memory()[0] - before)
+    finally:
+        tracemalloc.stop()
