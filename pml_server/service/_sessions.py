@@ -19,6 +19,7 @@ started since their last sweep.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Mapping, Set
 
@@ -164,6 +165,32 @@ def previous_step(
     return [], ()
 
 
+class StepReading:
+    """The agent's previous step for one Suggest, read from the store at most once however many
+    rankings the request makes (alone, its plans' basis, its reading as a follow-up): the
+    capabilities and tools standing for it (`previous_step`) and w(c) of what followed it
+    (`context_weights`), each read when first asked for (docs/ranking.md, Sessions)."""
+
+    def __init__(self, state: EngineState, tenant: str, context: SuggestContext | None) -> None:
+        self._state = state
+        self._tenant = tenant
+        self._context = context
+
+    @functools.cached_property
+    def step(self) -> tuple[list[str], tuple[str, ...]]:
+        """`previous_step` (the context checked); nothing without a context naming a step."""
+        context = self._context
+        if context is None or not context.names_a_step():
+            return [], ()
+        check_context(context)
+        return previous_step(self._state, self._tenant, context)
+
+    @functools.cached_property
+    def weights(self) -> dict[str, float]:
+        """`context_weights` at the time first asked."""
+        return _weights(self._state, self._tenant, *self.step, self._state.clock())
+
+
 def context_weights(
     state: EngineState, tenant: str, context: SuggestContext | None, now: int
 ) -> dict[str, float]:
@@ -171,10 +198,18 @@ def context_weights(
     in its sessions' transitions and in the stored workflows that ran its last tool
     (docs/ranking.md, Sessions, "Workflows"); empty without a context or when nothing
     followed it."""
-    if context is None or not context.names_a_step():
+    return _weights(state, tenant, *StepReading(state, tenant, context).step, now)
+
+
+def _weights(
+    state: EngineState,
+    tenant: str,
+    capabilities: list[str],
+    tools: tuple[str, ...],
+    now: int,
+) -> dict[str, float]:
+    if not capabilities and not tools:
         return {}
-    check_context(context)
-    capabilities, tools = previous_step(state, tenant, context)
     counts: list[tuple[str, int, int]] = []
     # at most `transitions_read` rows in all, however many capabilities stand for the step
     # (a tool that thousands run alone), each read counting one at least: its seek
@@ -199,14 +234,13 @@ def context_weights(
 
 
 def following_profile(
-    state: EngineState, tenant: str, context: SuggestContext, index: TenantSearchIndex
+    state: EngineState, tenant: str, weights: Mapping[str, float], index: TenantSearchIndex
 ) -> Vector | None:
     """Where the steps that usually follow the agent's previous step ask from, for a follow-up
     that moves on ("now book it": docs/ranking.md, Sessions, "Follow-up requests"): the mean
-    of the tool profiles of the `FOLLOWING_PROFILES` capabilities most likely next (by w(c),
-    ties by id), each weighed by its w(c), unit length; None when nothing followed the step
-    or none of them has a profile."""
-    weights = context_weights(state, tenant, context, state.clock())
+    of the tool profiles of the `FOLLOWING_PROFILES` capabilities most likely next (by their
+    `weights`, w(c), ties by id), each weighed by its w(c), unit length; None when nothing
+    followed the step or none of them has a profile."""
     likeliest = sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:FOLLOWING_PROFILES]
     total: NDArray[np.float64] | None = None
     for capability_id, w in likeliest:

@@ -46,10 +46,14 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
     factor, and, when no one of the capabilities the memory holds covers the request, plans
     composed of several (docs/ranking.md, Steps, "Request parts' coverage"; Plans); a request
     that says too little alone is read with the agent's previous step (`as_follow_up`)."""
-    return as_follow_up(state, tenant, query, _suggest_alone(state, tenant, query))
+    # the previous step is read once for every ranking below (`sessions.StepReading`)
+    step = sessions.StepReading(state, tenant, query.context)
+    return as_follow_up(state, tenant, query, _suggest_alone(state, tenant, query, step), step)
 
 
-def _suggest_alone(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
+def _suggest_alone(
+    state: EngineState, tenant: str, query: SuggestQuery, step: sessions.StepReading
+) -> SuggestResult:
     # the parts weigh in the ranking when the server embeds the request (its one model run
     # gives their vectors); a client's vector ranks alike with plans on or off
     ranks_parts = query.intent_embedding is None
@@ -64,7 +68,7 @@ def _suggest_alone(state: EngineState, tenant: str, query: SuggestQuery) -> Sugg
         # a request in another language, or an English one over intents recorded in another:
         # ranked with the companion's cosines (its parts embedded by the companion: `prepare`),
         # no plan (the plans' parts are the English model's; docs/ranking.md, Other languages)
-        return rank_suggestions(state, tenant, query)
+        return rank_suggestions(state, tenant, query, step=step)
     check_tenant(tenant)
     check_query(query)
     # One model run for the request and its parts (docs/ranking.md, Plans, "Part vectors")
@@ -75,7 +79,7 @@ def _suggest_alone(state: EngineState, tenant: str, query: SuggestQuery) -> Sugg
         checked = CheckedVector(np.array(whole_vector, dtype=np.float32))
         query = replace(query, intent_embedding=checked)
     parts = request_part_vectors(request_parts, weights, vectors) if ranks_parts else None
-    result = rank_suggestions(state, tenant, query, parts=parts)
+    result = rank_suggestions(state, tenant, query, parts=parts, step=step)
     if query.plan_size == 0:
         return result
     # the second retrieval: PART_HITS candidates per request part, the same filters, ranked in
@@ -102,7 +106,7 @@ def _suggest_alone(state: EngineState, tenant: str, query: SuggestQuery) -> Sugg
     basis = result
     if state.ranking.step_profile_weight > 0:
         plain = replace(query, explain=False, plan_size=0)
-        basis = rank_suggestions(state, tenant, plain, part_ranking(state.ranking))
+        basis = rank_suggestions(state, tenant, plain, part_ranking(state.ranking), step=step)
     whole = _whole_on_parts(state, tenant, basis, request_parts, vectors)
     composed = compose(
         request_parts, hits, query.plan_size, weights=weights, whole=whole, pooled=pooled
@@ -111,7 +115,11 @@ def _suggest_alone(state: EngineState, tenant: str, query: SuggestQuery) -> Sugg
 
 
 def as_follow_up(
-    state: EngineState, tenant: str, query: SuggestQuery, alone: SuggestResult
+    state: EngineState,
+    tenant: str,
+    query: SuggestQuery,
+    alone: SuggestResult,
+    step: sessions.StepReading,
 ) -> SuggestResult:
     """`alone`, the request ranked by itself, or the request read as a follow-up of the
     agent's previous step (docs/ranking.md, Sessions, "Follow-up requests"): with a context
@@ -140,15 +148,15 @@ def as_follow_up(
         or _companion.mixes(state.companion, index, query)
     ):
         return alone
-    _, tools = sessions.previous_step(state, tenant, context)
-    step = index.ranks.step_profile(tools, index.ann) if tools else None
-    following = sessions.following_profile(state, tenant, context, index)
+    _, tools = step.step
+    own = index.ranks.step_profile(tools, index.ann) if tools else None
+    following = sessions.following_profile(state, tenant, step.weights, index)
     vector = np.asarray(query_vector(state, query), dtype=np.float32)
     vector = vector / np.linalg.norm(vector)
     # the request leans towards the step it is nearer: the previous one, said again with other
     # arguments, or what usually follows it, a switch ("now book it"); a tie keeps the step
     # (docs/ranking.md, Sessions, "Follow-up requests")
-    toward = [p for p in (step, following) if p is not None]
+    toward = [p for p in (own, following) if p is not None]
     if not toward:
         return alone
     profile = max(toward, key=lambda p: float(vector @ p))
@@ -158,7 +166,7 @@ def as_follow_up(
         return alone
     read_vector = CheckedVector((mixed / norm).astype(np.float32))
     read = rank_suggestions(
-        state, tenant, replace(query, intent_embedding=read_vector, plan_size=0)
+        state, tenant, replace(query, intent_embedding=read_vector, plan_size=0), step=step
     )
     if read.suggestions and read.suggestions[0].score.match > best_alone + (
         ranking.follow_up_margin
@@ -264,17 +272,20 @@ def rank_suggestions(
     query: SuggestQuery,
     ranking: RankingConfig | None = None,
     parts: RequestParts | None = None,
+    step: sessions.StepReading | None = None,
 ) -> SuggestResult:
     """The query ranked in the core over the tenant's ranking table (hybrid retrieval, the
     formula, filters, grouping, the top k and, with `explain`, every other candidate with its
     rule), then the suggested patterns' views (`_suggest_core`). `ranking`: the server's
-    unless given (a plan's request parts, `part_ranking`)."""
+    unless given (a plan's request parts, `part_ranking`); `step`: the query's context read
+    (read here unless given)."""
     check_tenant(tenant)
     if query.context is not None:
         sessions.check_context(query.context)
+    step = sessions.StepReading(state, tenant, query.context) if step is None else step
     if not query.intent.strip() and query.context is not None and query.context.names_a_step():
-        return suggest_next(state, tenant, query)
-    prepared = prepare(state, tenant, query, ranking, parts)
+        return suggest_next(state, tenant, query, step)
+    prepared = prepare(state, tenant, query, ranking, parts, step)
     if prepared is None:
         return SuggestResult(())
     return suggest_in_core(
@@ -315,9 +326,10 @@ def prepare(
     query: SuggestQuery,
     ranking: RankingConfig | None = None,
     parts: RequestParts | None = None,
+    step: sessions.StepReading | None = None,
 ) -> Prepared | None:
-    """The checked request ready to rank (`ranking`: the server's unless given); None when the
-    tenant holds nothing yet."""
+    """The checked request ready to rank (`ranking`: the server's unless given; `step`: the
+    query's context read, read here unless given); None when the tenant holds nothing yet."""
     check_query(query)
     state.readiness.require()
     index = state.indexes.get(tenant)
@@ -341,9 +353,8 @@ def prepare(
     )
     ranking = state.ranking if ranking is None else ranking
     # the session signal (docs/ranking.md, Sessions): {} without a context
-    factors = transition_factors(
-        sessions.context_weights(state, tenant, query.context, state.clock()), ranking
-    )
+    step = sessions.StepReading(state, tenant, query.context) if step is None else step
+    factors = transition_factors(step.weights, ranking)
     if cross_lingual:
         # another language: the companion's space, the same core call (service/_companion.py)
         text = _companion.lexical_text(query.intent)
@@ -375,7 +386,9 @@ def prepare(
     return Prepared(index, vector, query.intent, ranking, factors, parts)
 
 
-def suggest_next(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResult:
+def suggest_next(
+    state: EngineState, tenant: str, query: SuggestQuery, step: sessions.StepReading
+) -> SuggestResult:
     """A request without an intent but with a previous step: the capabilities that usually
     come next (docs/ranking.md, Sessions), ranked in the core (`RankTable.rank_next`) with
     every filter but `min_match`; empty when nothing ever followed that step."""
@@ -384,8 +397,8 @@ def suggest_next(state: EngineState, tenant: str, query: SuggestQuery) -> Sugges
     index = state.indexes.get(tenant)
     if index is None:
         return SuggestResult(())
+    weights = step.weights
     now = state.clock()
-    weights = sessions.context_weights(state, tenant, query.context, now)
     permitted = index.ranks.permitted(settings, state.ranking) if weights else None
     allowed = None if permitted is None else frozenset(permitted[0])
     pattern_ids = sessions.next_patterns(state, tenant, weights, allowed, query.explain)

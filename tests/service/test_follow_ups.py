@@ -13,7 +13,7 @@ from pml_server.domain.model import SuggestContext, SuggestQuery, SuggestResult
 from pml_server.ranking import RankingConfig
 from pml_server.ranking.config import default_ranking
 from pml_server.service import Engine
-from tests.support import make_record, open_engine
+from tests.support import count_calls, make_record, open_engine
 
 T = "t"
 MEMORY = (
@@ -175,3 +175,35 @@ def test_a_follow_up_that_moves_to_the_next_step_is_read_with_what_follows(
         assert again.read_as_follow_up
     finally:
         engine.close()
+
+
+def test_a_follow_up_reads_the_previous_step_once(tmp_path: Path) -> None:
+    """However many rankings a Suggest with a context makes (the request alone, its plans'
+    basis, its reading as a follow-up, the step again or what follows it), the previous step
+    and what followed it are read from the store once."""
+    engine = _workflows_engine(tmp_path / "read")
+    try:
+        sessions = engine._state.repo.sessions
+        for context in (
+            {"previous_tools": ("search_flights",)},
+            {"previous_patterns": (f"patterns/{_stored_workflow(engine, 1)}",)},
+        ):
+            transitions = count_calls(sessions, "transitions_from")
+            got = engine.suggest(T, _ask("now book it", **context))
+            assert got.read_as_follow_up
+            # one read per capability standing for the step: here, one
+            assert transitions.count == 1, context
+            del sessions.transitions_from  # the instance's counter: the class's method again
+        engine.record(T, replace(make_record("s", *WORKFLOWS[1]), session_id="trip"))
+        steps = count_calls(sessions, "session_step")
+        transitions = count_calls(sessions, "transitions_from")
+        engine.suggest(T, _ask("now book it and tell me the price", session_id="trip"))
+        assert (steps.count, transitions.count) == (1, 1)
+    finally:
+        engine.close()
+
+
+def _stored_workflow(engine: Engine, n: int) -> str:
+    """The pattern of WORKFLOWS[n] (recording it again only counts a use)."""
+    intent, tools = WORKFLOWS[n]
+    return engine.record(T, make_record(f"again{n}", intent, tools)).pattern_id
