@@ -7,6 +7,7 @@ refused call, an unreachable server or a bad input file."""
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import re
 import signal
@@ -198,13 +199,25 @@ def _jsonl_records(
     parses it, errors included, faster (`_record_json`: this is client CPU the server loses)."""
     with path.open("rb") as lines:
         for number, raw in enumerate(lines, 1):
+            if number == 1:  # a byte order mark, as some Windows editors write it
+                raw = raw.removeprefix(codecs.BOM_UTF8)
             if not raw.strip():
+                continue
+            if not raw.lstrip().startswith(b"{"):
+                # json_format's own words for a JSON array are Python's ("unhashable type")
+                bad(number, _NOT_AN_OBJECT)
                 continue
             try:
                 line = raw.decode("utf-8")
                 yield number, parse_execution_record(line)
             except (json_format.ParseError, UnicodeDecodeError) as err:
                 bad(number, str(err).splitlines()[0][:300])
+
+
+_NOT_AN_OBJECT = (
+    "the line is not a JSON object: a file to import holds one ExecutionRecord object a line "
+    "(JSON Lines), not an array of them nor one record over several lines"
+)
 
 
 def _nonempty_lines(path: Path) -> int:

@@ -68,6 +68,27 @@ def test_a_file_of_another_format_shows_twenty_errors_and_counts_all(
     assert _executions(server) == 0
 
 
+def test_a_byte_order_mark_is_read_past_and_an_array_is_named_for_what_it_is(
+    run: object, tmp_path: Path, server: RunningServer
+) -> None:
+    """A file saved with a UTF-8 byte order mark (as some Windows editors write it) imports;
+    a JSON array of records, or a record over several lines, is told to be one object a line,
+    not answered in Python's words ("unhashable type: 'dict'")."""
+    assert callable(run)
+    marked = tmp_path / "marked.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + (_line(0) + "\r\n" + _line(1) + "\r\n").encode())
+    out = run("import", str(marked))
+    assert "imported 2 records" in out
+    assert "2 saved" in out
+    array = tmp_path / "array.json"
+    array.write_text("[" + ", ".join([_line(2), _line(3)]) + "]\n")
+    out = " ".join(run("import", str(array), expect=2).split())
+    assert f"{array}:1: not an ExecutionRecord: the line is not a JSON object" in out
+    assert "one ExecutionRecord object a line (JSON Lines)" in out
+    assert "unhashable" not in out
+    assert _executions(server) == 2
+
+
 def test_strict_sends_nothing_when_a_line_is_bad(
     run: object, tmp_path: Path, server: RunningServer
 ) -> None:
