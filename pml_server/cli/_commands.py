@@ -135,9 +135,18 @@ def _client(args: argparse.Namespace) -> PmlClient:
         raise InputError(client_refusal(args, err.message, err.violations)) from None
 
 
+# json_format's own words for a JSON array are Python's ("unhashable type: 'dict'")
+_NOT_AN_OBJECT = "not a JSON object: a record is one JSON object (an array of them is not)"
+_NOT_A_LINE_OBJECT = (
+    "the line is not a JSON object: a file to import holds one ExecutionRecord object a line "
+    "(JSON Lines), not an array of them nor one record over several lines"
+)
+
+
 def _read_text(path: Path) -> str:
+    # UTF-8 whatever the locale; a byte order mark, as some Windows editors write it, read past
     try:
-        return path.read_text()
+        return path.read_text(encoding="utf-8-sig")
     except OSError as err:
         raise InputError(f"cannot read {path}: {err.strerror or err}") from None
     except UnicodeDecodeError as err:
@@ -145,6 +154,8 @@ def _read_text(path: Path) -> str:
 
 
 def _parse_record(text: str, where: str) -> resources_pb2.ExecutionRecord:
+    if not text.lstrip().startswith("{"):
+        raise InputError(f"{where}: not an ExecutionRecord: {_NOT_AN_OBJECT}")
     try:
         return json_format.Parse(text, resources_pb2.ExecutionRecord())
     except json_format.ParseError as err:
@@ -204,20 +215,13 @@ def _jsonl_records(
             if not raw.strip():
                 continue
             if not raw.lstrip().startswith(b"{"):
-                # json_format's own words for a JSON array are Python's ("unhashable type")
-                bad(number, _NOT_AN_OBJECT)
+                bad(number, _NOT_A_LINE_OBJECT)
                 continue
             try:
                 line = raw.decode("utf-8")
                 yield number, parse_execution_record(line)
             except (json_format.ParseError, UnicodeDecodeError) as err:
                 bad(number, str(err).splitlines()[0][:300])
-
-
-_NOT_AN_OBJECT = (
-    "the line is not a JSON object: a file to import holds one ExecutionRecord object a line "
-    "(JSON Lines), not an array of them nor one record over several lines"
-)
 
 
 def _nonempty_lines(path: Path) -> int:

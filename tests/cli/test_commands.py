@@ -113,6 +113,16 @@ def test_record_from_json_file(run: object, tmp_path: Path) -> None:
     path = tmp_path / "rec.json"
     path.write_text(json_format.MessageToJson(rec))
     assert "saved" in run("record", "--file", str(path))
+    # saved with a byte order mark (some Windows editors): the same record, read past it
+    marked = tmp_path / "marked.json"
+    marked.write_bytes(b"\xef\xbb\xbf" + json_format.MessageToJson(rec).encode())
+    assert "counted" in run("record", "--file", str(marked))
+    # an array of records is named for what it is, not in Python's words
+    array = tmp_path / "array.json"
+    array.write_text(f"[{json_format.MessageToJson(rec)}]")
+    out = " ".join(run("record", "--file", str(array), expect=2).split())
+    assert f"{array}: not an ExecutionRecord: not a JSON object" in out
+    assert "unhashable" not in out
 
 
 def test_record_from_a_json_file_takes_the_request_id_flag_or_a_fresh_one(
