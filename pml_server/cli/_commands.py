@@ -561,11 +561,12 @@ def _fail(args: argparse.Namespace, code: int, error: dict[str, Any]) -> int:
     if "status" in error:
         text = f"{error['status']}: {text}"
     # Each violation names its field, unless the message already says it (the server's message
-    # is often the violations themselves: said once, not twice).
+    # is often the violations themselves, the client's refusals too: said once, not twice).
     fields = "; ".join(
         said
         for v in error.get("violations", [])
         if (said := f"{v['field']}: {v['description']}") not in text
+        and f"{v['field']} {v['description']}" not in text
     )
     if fields:
         text += f" ({fields})"

@@ -120,6 +120,29 @@ def test_a_call_argument_of_the_wrong_type_is_refused_naming_it(nowhere: str, fi
     assert [f for f, _ in err.value.violations] == [field]
 
 
+# A str that is not Unicode text: what Python makes of bytes that are not UTF-8 in a command
+# line or a file name (surrogateescape). protobuf's encoder raised UnicodeEncodeError, naming
+# nothing, and `pml` printed its traceback.
+NOT_UNICODE: dict[str, Callable[[PmlClient], object]] = {
+    "intent": lambda c: c.suggest("read \udcff"),
+    "name": lambda c: c.delete_pattern("pat_\udcff"),
+    "available_tools[1]": lambda c: c.suggest("x", available_tools=["a", "b\udcff"]),
+    "session_id": lambda c: c.suggest("x", session_id="\udcff"),
+    "tools[0]": lambda c: c.record(make_record("x", "await mcp.a({})", tools=["a\udcff"])),
+}
+
+
+@pytest.mark.parametrize("field", sorted(NOT_UNICODE))
+def test_a_str_that_is_not_unicode_text_is_refused_naming_it(nowhere: str, field: str) -> None:
+    with PmlClient(nowhere, retries=0) as client, pytest.raises(PmlClientError) as err:
+        NOT_UNICODE[field](client)
+    assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    [(named, description)] = err.value.violations
+    assert named == field
+    assert "'\\udcff' at character" in description
+    assert "not Unicode text" in description
+
+
 @pytest.mark.parametrize(
     ("given", "field"),
     [

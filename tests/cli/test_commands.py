@@ -691,3 +691,26 @@ def test_an_outcome_a_newer_server_added_is_shown_as_its_number(
     path = tmp_path / "records.jsonl"
     path.write_text(json_format.MessageToJson(record, indent=None) + "\n")
     assert "1 7" in run("import", str(path))
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["delete", "pat_\udcff"], "name"),
+        (["show", "pat_\udcff"], "name"),
+        (["suggest", "read \udcff"], "intent"),
+        (["record", "--intent", "x", "--code", "await mcp.a({})", "--tool", "a\udcff"], "tools[0]"),
+    ],
+)
+def test_an_argument_of_bytes_that_are_not_utf8_is_refused_in_one_line(
+    run: object, argv: list[str], field: str
+) -> None:
+    """A command line holding bytes that are not UTF-8 (Python reads them as lone surrogates):
+    a traceback (protobuf's UnicodeEncodeError) before; now one line naming the argument,
+    said once."""
+    assert callable(run)
+    out = run(*argv, expect=1)
+    lines = out.strip().splitlines()
+    assert len(lines) == 1, out
+    assert f"INVALID_ARGUMENT: {field} holds" in lines[0]
+    assert lines[0].count("not Unicode text") == 1

@@ -142,7 +142,23 @@ def _kind(value: object) -> str:
 def _text(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise _refused(name, f"is {_kind(value)}, not a str")
+    if not value.isascii() and (problem := _not_unicode(value)) is not None:
+        raise _refused(name, problem)
     return value
+
+
+def _not_unicode(value: str) -> str | None:
+    """Why `value` cannot be sent (a lone surrogate: what Python makes of bytes that are not
+    UTF-8 in a command line or a file name; protobuf's encoder raised UnicodeEncodeError), or
+    None."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return (
+            f"holds {value[err.start]!r} at character {err.start}, which is not Unicode text "
+            "(bytes that are not UTF-8, from a command line or a file name?)"
+        )
+    return None
 
 
 def _texts(name: str, value: object) -> list[str]:
@@ -152,8 +168,7 @@ def _texts(name: str, value: object) -> list[str]:
         raise _refused(name, f"is {_kind(value)}, not a sequence of str (one: [{value!r}])")
     items = list(value)
     for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise _refused(f"{name}[{i}]", f"is {_kind(item)}, not a str")
+        _text(f"{name}[{i}]", item)
     return items
 
 
