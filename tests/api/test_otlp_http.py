@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import http.client
 import json
 import shutil
 import socket
@@ -29,7 +30,13 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.trace import Tracer
 
 from pml_server.api import http_body, http_deadline, otlp_http
-from pml_server.api.otlp_http import PROTOBUF, PROTOBUF_REGISTERED, OtlpHttpApp, from_json
+from pml_server.api.otlp_http import (
+    JSON,
+    PROTOBUF,
+    PROTOBUF_REGISTERED,
+    OtlpHttpApp,
+    from_json,
+)
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
 from pml_server.domain.limits import LIMITS
@@ -595,3 +602,61 @@ def test_a_body_cut_by_a_disconnect_is_never_exported() -> None:
         app.close()
     assert exported == []
     assert sent == []
+
+
+def _raw_post(
+    server: RunningServer, body: bytes, headers: list[tuple[str, str]]
+) -> tuple[int, str, bytes]:
+    """A POST whose header lines are sent as given, repeats included (urllib keeps one a name)."""
+    assert server.otlp_http is not None
+    connection = http.client.HTTPConnection("127.0.0.1", server.otlp_http.port, timeout=30)
+    try:
+        connection.putrequest("POST", "/v1/traces")
+        for name, value in [*headers, ("Content-Length", str(len(body)))]:
+            connection.putheader(name, value)
+        connection.endheaders(body)
+        response = connection.getresponse()
+        return response.status, response.getheader("content-type", ""), response.read()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("over_the_limit", [False, True])
+def test_content_type_sent_twice_with_different_types_is_400_naming_it(
+    start: StartServer, over_the_limit: bool
+) -> None:
+    """uvicorn hands every header line on (`scope["headers"]`, repeats in order). Before: the
+    413 read the first Content-Type, every other path the last, so one request was answered
+    in JSON when too large and read as protobuf otherwise. A request naming two media types
+    is now refused 400 naming `Content-Type` on every path, in binary protobuf (no type was
+    chosen); one media type sent twice (parameters or letter case apart) is that type."""
+    server = start(otlp_http_listen="127.0.0.1:0", max_message_bytes=64 * 1024)
+    run = json.dumps(_json_run("e5" * 16, "Convert the picture")).encode()
+    body = b"[" * (65 * 1024) if over_the_limit else run
+    two = [("Content-Type", "application/json"), ("Content-Type", PROTOBUF)]
+    status, content_type, answer = _raw_post(server, body, two)
+    assert (status, content_type) == (400, PROTOBUF)
+    refused = _status(answer)
+    assert refused.message.startswith("Content-Type: sent 2 times with different media types")
+    assert refused.details, "a BadRequest naming the field"
+    same = [("Content-Type", JSON), ("content-type", "Application/JSON; charset=utf-8")]
+    status, content_type, answer = _raw_post(server, body, same)
+    assert (status, content_type) == ((413, JSON) if over_the_limit else (200, JSON))
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert [p.usage_count for p in client.iter_patterns()] == ([] if over_the_limit else [1])
+
+
+def test_content_encoding_sent_twice_is_read_as_one_list(server: RunningServer) -> None:
+    """Content-Encoding is a list (RFC 9110, section 5.3: its field lines join with commas).
+    Before: only the last line was read, so a body sent with `identity` then `gzip` was
+    inflated and captured; `identity, gzip` is no coding this endpoint takes: 415 naming it."""
+    run = from_json(json.dumps(_json_run("f6" * 16, "Convert the picture")).encode())
+    body = gzip.compress(run.SerializeToString())
+    headers = [
+        ("Content-Type", PROTOBUF),
+        ("Content-Encoding", "identity"),
+        ("Content-Encoding", "gzip"),
+    ]
+    status, content_type, answer = _raw_post(server, body, headers)
+    assert (status, content_type) == (415, PROTOBUF)
+    assert _status(answer).message.startswith("Content-Encoding: 'identity, gzip' is not taken")
