@@ -205,10 +205,16 @@ def _without_deep_values(obj: Any, depth: int) -> Any:
     return {key: _without_deep_values(item, depth + 1) for key, item in obj.items()}
 
 
-def _inflate(body: bytes, max_bytes: int) -> bytes:
-    """A gzip body inflated: every member of it (RFC 1952: a gzip stream is a series of
-    members, which a reader joins; docs/connect.md, "OTLP traces in"), bytes after the last
-    that are not a member refused."""
+# The content codings taken (docs/connect.md, "OTLP traces in"): gzip (RFC 1952), and deflate,
+# which is the zlib format (RFC 1950; RFC 9110, section 8.4.1.2), what the OpenTelemetry SDKs
+# send for it. The `zlib` window bits that read each.
+_CODINGS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def _inflate(body: bytes, max_bytes: int, coding: str) -> bytes:
+    """A compressed body inflated, never past `max_bytes`. A gzip body: every member of it
+    (RFC 1952: a gzip stream is a series of members, which a reader joins), bytes after the
+    last that are not a member refused. A deflate body: its one zlib stream, nothing after it."""
     out = bytearray()
     rest = body
     members = 0
@@ -219,20 +225,22 @@ def _inflate(body: bytes, max_bytes: int) -> bytes:
                 f"{limit.field}: more than {limit.bound} gzip members (the limit): compress "
                 "the Export as one member"
             )
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        inflater = zlib.decompressobj(_CODINGS[coding])
         try:
             out += inflater.decompress(rest, max_bytes + 1 - len(out))
         except zlib.error as err:
-            raise _invalid("body", f"not gzip ({err})") from None
+            raise _invalid("body", f"not {coding} ({err})") from None
         if len(out) > max_bytes:
             raise ResourceExhaustedError(
                 f"the body inflates past {max_bytes} bytes: export in smaller batches"
             )
         if not inflater.eof:
-            raise _invalid("body", "gzip stream cut short")
+            raise _invalid("body", f"{coding} stream cut short")
         rest = inflater.unused_data
         if not rest:
             return bytes(out)
+        if coding != "gzip":
+            raise _invalid("body", f"bytes after the {coding} stream")
 
 
 def media_type(content_type: str) -> str:
@@ -293,10 +301,12 @@ def decode(
             f"or {JSON} (OTLP/HTTP)",
         )
     coding = encoding.strip().lower()
-    if coding == "gzip":
-        body = _inflate(body, max_bytes)
+    if coding in _CODINGS:
+        body = _inflate(body, max_bytes, coding)
     elif coding not in ("", "identity"):
-        raise _UnsupportedError("Content-Encoding", f"{coding!r} is not taken: send gzip or none")
+        raise _UnsupportedError(
+            "Content-Encoding", f"{coding!r} is not taken: send gzip, deflate or none"
+        )
     if media == JSON:
         return from_json(body)
     try:

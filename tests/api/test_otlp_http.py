@@ -14,6 +14,7 @@ import socket
 import subprocess
 import urllib.error
 import urllib.request
+import zlib
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -99,7 +100,9 @@ def _post(
             return err.code, dict(err.headers), err.read()
 
 
-@pytest.mark.parametrize("compression", [Compression.NoCompression, Compression.Gzip])
+@pytest.mark.parametrize(
+    "compression", [Compression.NoCompression, Compression.Gzip, Compression.Deflate]
+)
 def test_the_sdk_http_exporter_runs_become_one_pattern(
     server: RunningServer, client: PmlClient, compression: Compression
 ) -> None:
@@ -413,6 +416,29 @@ def test_every_member_of_a_gzip_body_is_read(server: RunningServer, client: PmlC
     status, _, answer = _post(server, gzip.compress(first.SerializeToString()) + b"junk", headers)
     assert status == 400
     assert _status(answer).message.startswith("body: not gzip")
+
+
+def test_a_deflate_body_is_read_and_bounded_as_gzip_is(start: StartServer) -> None:
+    """`Content-Encoding: deflate` is the zlib format (RFC 9110, section 8.4.1.2), what the
+    SDK's exporter sends with `Compression.Deflate` (`OTEL_EXPORTER_OTLP_COMPRESSION=deflate`).
+    Before: refused 415, which the exporter does not retry: every span lost. Now inflated,
+    within `max_message_bytes` as gzip is; bytes after the stream, or a body that is no
+    zlib stream, are 400 naming the body."""
+    server = start(otlp_http_listen="127.0.0.1:0", max_message_bytes=64 * 1024)
+    run = from_json(json.dumps(_json_run("a7" * 16, "Convert the picture")).encode())
+    headers = {"Content-Type": PROTOBUF, "Content-Encoding": "deflate"}
+    status, _, answer = _post(server, zlib.compress(run.SerializeToString()), headers)
+    assert status == 200, answer
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert [p.usage_count for p in client.iter_patterns()] == [1]
+    status, _, answer = _post(server, zlib.compress(b"\x00" * (1 << 20)), headers)
+    assert status == 413
+    assert "inflates past 65536 bytes" in _status(answer).message
+    status, _, answer = _post(server, zlib.compress(run.SerializeToString()) + b"junk", headers)
+    assert (status, _status(answer).message) == (400, "body: bytes after the deflate stream")
+    status, _, answer = _post(server, gzip.compress(run.SerializeToString()), headers)
+    assert status == 400
+    assert _status(answer).message.startswith("body: not deflate")
 
 
 def test_a_gzip_body_of_too_many_members_is_413_naming_the_body(
