@@ -505,7 +505,9 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 shorter := execution.shorter_runs(_SHORTER_RUNS_TRIED)
             ):
                 again.append((execution, shorter))
-            elif isinstance(result, InvalidArgumentError | AlreadyExistsError):
+            elif isinstance(result, AlreadyExistsError):
+                recorded += self._captured_before(tenant, execution, rejections, captured, warnings)
+            elif isinstance(result, InvalidArgumentError):
                 rejections.append(
                     Rejection(execution.span, _violations(result), execution.span_count)
                 )
@@ -558,10 +560,34 @@ class TraceIngestServicer(trace_service_pb2_grpc.TraceServiceServicer):
                 elif shorter:
                     again.append((execution, shorter))
                 else:
-                    rejections.append(
-                        Rejection(execution.span, _CAPTURED_BEFORE, execution.span_count)
+                    recorded += self._captured_before(
+                        tenant, execution, rejections, captured, warnings
                     )
         return recorded
+
+    def _captured_before(
+        self,
+        tenant: str,
+        execution: MappedExecution,
+        rejections: list[Rejection],
+        captured: list[MappedExecution] | None,
+        warnings: list[str] | None,
+    ) -> int:
+        """A run refused as captured before, no shorter run of it replaying the capture. When
+        every call it has ended after its root (`root_alone`: calls held after a restart or on
+        another replica, the root exported again alone) and the root's request id was
+        captured, the root is that capture and those calls alone are rejected as arriving
+        after their run was mapped, as the process that captured the run answers; else the run
+        is rejected whole (docs/capture.md, "Spans arriving after their run was mapped")."""
+        alone = execution.root_alone()
+        answer = (
+            None if alone is None else self._d.engine.captured_answer(tenant, execution.request_id)
+        )
+        if alone is None or answer is None:
+            rejections.append(Rejection(execution.span, _CAPTURED_BEFORE, execution.span_count))
+            return 0
+        rejections += [Rejection(r, LATE_CALL, 1) for r in execution.calls_beyond(alone)]
+        return self._captured(alone, answer, captured, warnings)
 
     def _record(
         self, tenant: str, valid: list[tuple[MappedExecution, model.ExecutionRecord]]

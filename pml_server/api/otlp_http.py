@@ -205,10 +205,16 @@ def _without_deep_values(obj: Any, depth: int) -> Any:
     return {key: _without_deep_values(item, depth + 1) for key, item in obj.items()}
 
 
-def _inflate(body: bytes, max_bytes: int) -> bytes:
-    """A gzip body inflated: every member of it (RFC 1952: a gzip stream is a series of
-    members, which a reader joins; docs/connect.md, "OTLP traces in"), bytes after the last
-    that are not a member refused."""
+# The content codings taken (docs/connect.md, "OTLP traces in"): gzip (RFC 1952), and deflate,
+# which is the zlib format (RFC 1950; RFC 9110, section 8.4.1.2), what the OpenTelemetry SDKs
+# send for it. The `zlib` window bits that read each.
+_CODINGS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def _inflate(body: bytes, max_bytes: int, coding: str) -> bytes:
+    """A compressed body inflated, never past `max_bytes`. A gzip body: every member of it
+    (RFC 1952: a gzip stream is a series of members, which a reader joins), bytes after the
+    last that are not a member refused. A deflate body: its one zlib stream, nothing after it."""
     out = bytearray()
     rest = body
     members = 0
@@ -219,26 +225,60 @@ def _inflate(body: bytes, max_bytes: int) -> bytes:
                 f"{limit.field}: more than {limit.bound} gzip members (the limit): compress "
                 "the Export as one member"
             )
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        inflater = zlib.decompressobj(_CODINGS[coding])
         try:
             out += inflater.decompress(rest, max_bytes + 1 - len(out))
         except zlib.error as err:
-            raise _invalid("body", f"not gzip ({err})") from None
+            raise _invalid("body", f"not {coding} ({err})") from None
         if len(out) > max_bytes:
             raise ResourceExhaustedError(
                 f"the body inflates past {max_bytes} bytes: export in smaller batches"
             )
         if not inflater.eof:
-            raise _invalid("body", "gzip stream cut short")
+            raise _invalid("body", f"{coding} stream cut short")
         rest = inflater.unused_data
         if not rest:
             return bytes(out)
+        if coding != "gzip":
+            raise _invalid("body", f"bytes after the {coding} stream")
 
 
 def media_type(content_type: str) -> str:
     """The media type a `Content-Type` value names: without its parameters (`; charset=utf-8`),
     in lower case (media types are case-insensitive: RFC 9110, section 8.3.1)."""
     return content_type.split(";", 1)[0].strip().lower()
+
+
+@dataclass(frozen=True)
+class Sent:
+    """The headers of a request that say how its body is encoded, read once for every path
+    (the 413, the 415, the Export) from the header lines uvicorn hands on in order, repeats
+    included (`scope["headers"]`; docs/connect.md, "OTLP traces in")."""
+
+    content_type: str
+    content_encoding: str
+
+
+def sent(headers: Sequence[tuple[bytes, bytes]]) -> Sent:
+    """`Content-Type` is one value (RFC 9110, section 8.3): sent more than once naming two
+    media types, the request is refused 400 naming it (InvalidArgumentError), since no reading
+    of it is the client's; repeats of one media type are that type. `Content-Encoding` is a
+    list: its lines join with ", " (RFC 9110, section 5.3), each coding read."""
+    types: list[str] = []
+    codings: list[str] = []
+    for name, value in headers:
+        key = name.lower()
+        if key == b"content-type":
+            types.append(value.decode("latin-1"))
+        elif key == b"content-encoding":
+            codings.append(value.decode("latin-1"))
+    if len({media_type(value) for value in types}) > 1:
+        raise _invalid(
+            "Content-Type",
+            f"sent {len(types)} times with different media types "
+            f"({', '.join(repr(media_type(value)) for value in types)}): send one",
+        )
+    return Sent(types[0] if types else "", ", ".join(codings))
 
 
 def answer_type(content_type: str) -> str:
@@ -261,10 +301,12 @@ def decode(
             f"or {JSON} (OTLP/HTTP)",
         )
     coding = encoding.strip().lower()
-    if coding == "gzip":
-        body = _inflate(body, max_bytes)
+    if coding in _CODINGS:
+        body = _inflate(body, max_bytes, coding)
     elif coding not in ("", "identity"):
-        raise _UnsupportedError("Content-Encoding", f"{coding!r} is not taken: send gzip or none")
+        raise _UnsupportedError(
+            "Content-Encoding", f"{coding!r} is not taken: send gzip, deflate or none"
+        )
     if media == JSON:
         return from_json(body)
     try:
@@ -316,6 +358,15 @@ def refusal(exc: BaseException, media: str) -> Answer:
     return Answer(status, content_type, body, headers)
 
 
+def _sent_or_refusal(headers: Sequence[tuple[bytes, bytes]]) -> Sent | Answer:
+    """`sent(headers)`, or the 400 refusing them: in binary protobuf, as a 415 is, since the
+    request chose no media type to answer in."""
+    try:
+        return sent(headers)
+    except InvalidArgumentError as err:
+        return refusal(err, PROTOBUF)
+
+
 def answer(
     export: Export,
     headers: Sequence[tuple[bytes, bytes]],
@@ -324,12 +375,12 @@ def answer(
 ) -> Answer:
     """The whole exchange of one POST to /v1/traces, without the HTTP server."""
     metadata = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
-    named = dict(metadata)
-    media = answer_type(named.get("content-type", ""))
+    how = _sent_or_refusal(headers)
+    if isinstance(how, Answer):
+        return how
+    media = answer_type(how.content_type)
     try:
-        request = decode(
-            body, named.get("content-type", ""), named.get("content-encoding", ""), max_bytes
-        )
+        request = decode(body, how.content_type, how.content_encoding, max_bytes)
         response = export(request, metadata)
     except _UnsupportedError as err:
         # A `google.rpc.Status` body, as for every 4xx of an Export (OTLP/HTTP, "Failures").
@@ -387,8 +438,10 @@ class OtlpHttpApp:
             too_large = ResourceExhaustedError(
                 f"the body is over {self._max_bytes} bytes: export in smaller batches"
             )
-            sent = next((v for k, v in headers if k.lower() == b"content-type"), b"")
-            await self._answer(send, refusal(too_large, answer_type(sent.decode("latin-1"))))
+            how = _sent_or_refusal(headers)
+            if not isinstance(how, Answer):
+                how = refusal(too_large, answer_type(how.content_type))
+            await self._answer(send, how)
             return
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(
@@ -491,9 +544,11 @@ __all__ = [
     "PROTOBUF_REGISTERED",
     "OtlpHttpApp",
     "OtlpHttpServer",
+    "Sent",
     "Tls",
     "answer",
     "answer_type",
     "decode",
     "media_type",
+    "sent",
 ]

@@ -28,10 +28,14 @@ from pml_server.domain.model import (
 # (tenant, pattern id, page) -> a page of the pattern's intents in id order, read alone (not the
 # whole pattern). Raises NotFoundError.
 IntentPages = Callable[[str, str, PageRequest], Page[IntentView]]
+# (tenant, request id) -> the stored answer of a capture under that request id, as replayed, or
+# None when none is remembered (a read: nothing captured or counted).
+CapturedAnswer = Callable[[str, str], CaptureResult | None]
 
 
 class EngineProtocol(Protocol):
     pattern_intents: IntentPages
+    captured_answer: CapturedAnswer
 
     def record(self, tenant: str, record: ExecutionRecord) -> CaptureResult:
         """Capture one execution (rules of the eager-learning spec). Idempotent per request id."""

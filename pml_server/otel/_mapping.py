@@ -126,9 +126,25 @@ class MappedExecution:
             )
         return runs
 
+    def root_alone(self) -> MappedExecution | None:
+        """This run without a call, when every call of it ended after its root (such calls may
+        all have come after the Export that captured the root, and held since), else None.
+        Never captured: a run whose request id was captured is that capture when only such
+        calls are left to map its root with (docs/capture.md, "Spans arriving after their run
+        was mapped")."""
+        if not self.calls or any(c.ended_ns <= self.ended_ns for c in self.calls):
+            return None
+        return replace(
+            self,
+            calls=(),
+            code="",
+            span_count=self.span_count - len(self.calls),
+            call_ids=frozenset(),
+        )
+
     def calls_beyond(self, shorter: MappedExecution) -> list[str]:
         """The references ("<trace id hex>/<span id hex>") of this run's calls that `shorter`
-        (one of `shorter_runs`) leaves out."""
+        (one of `shorter_runs`, or `root_alone`) leaves out."""
         trace = self.trace_id.hex()
         return [
             f"{trace}/{c.span_id.hex()}" for c in self.calls if c.span_id not in shorter.call_ids

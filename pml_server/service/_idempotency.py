@@ -71,6 +71,22 @@ def replay_answer(
     stored = json_form.loads(raw).get("digest")
     if stored is not None and stored != digest:
         raise reused_id_error(request_id)
+    return _told(state, tenant, raw)
+
+
+def captured_answer(state: EngineState, tenant: str, request_id: str) -> CaptureResult | None:
+    """The stored first answer to `request_id` as a replay (`replay_answer`, whatever execution
+    asks), or None when no capture of it is remembered (never applied, or forgotten past
+    `request_id_ttl_days`). OTLP reads it for a run whose root was captured before while only
+    calls that ended after the root are left to map it with (docs/capture.md, "Spans arriving
+    after their run was mapped")."""
+    raw = state.repo.requests.request_result(tenant, request_id)
+    return None if raw is None else _told(state, tenant, raw)
+
+
+def _told(state: EngineState, tenant: str, raw: bytes) -> CaptureResult:
+    """A stored answer as replayed: when its pattern has since been deleted, naming no pattern
+    (nor capability) instead of a gone one."""
     result = decode_result(raw)
     if result.pattern_id and state.repo.patterns.pattern(tenant, result.pattern_id) is None:
         return replace(result, pattern_id="", capability_id="", new_pattern=False)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from pml_server.capture.normalize import normalize
 from pml_server.config import EngineConfig
-from pml_server.domain.engine import IntentPages
+from pml_server.domain.engine import CapturedAnswer, IntentPages
 from pml_server.domain.errors import FailedPreconditionError, UnavailableError
 from pml_server.domain.model import (
     CapabilityView,
@@ -44,7 +44,7 @@ from pml_server.domain.model import (
 )
 from pml_server.embedding import CachedEmbedder, make_embedder
 from pml_server.embedding.base import Embedder, EmbedderWrapper
-from pml_server.service import _capture, _curation, _reads, _suggest
+from pml_server.service import _capture, _curation, _idempotency, _reads, _suggest
 from pml_server.service._admin import EngineAdmin
 from pml_server.service._companion import make_companion
 from pml_server.service._jobs import BackgroundJobs, write_snapshots
@@ -106,6 +106,10 @@ class Engine:
         self.admin = EngineAdmin(state, self._jobs)
         # ListPatternIntents' pages (`EngineProtocol.pattern_intents`)
         self.pattern_intents: IntentPages = functools.partial(_reads.pattern_intents, state.repo)
+        # A request id's stored capture answer (`EngineProtocol.captured_answer`)
+        self.captured_answer: CapturedAnswer = functools.partial(
+            _idempotency.captured_answer, state
+        )
 
     # ---- lifecycle ---------------------------------------------------------------------------
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import http.client
 import json
 import shutil
 import socket
 import subprocess
 import urllib.error
 import urllib.request
+import zlib
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -29,7 +31,13 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 from opentelemetry.trace import Tracer
 
 from pml_server.api import http_body, http_deadline, otlp_http
-from pml_server.api.otlp_http import PROTOBUF, PROTOBUF_REGISTERED, OtlpHttpApp, from_json
+from pml_server.api.otlp_http import (
+    JSON,
+    PROTOBUF,
+    PROTOBUF_REGISTERED,
+    OtlpHttpApp,
+    from_json,
+)
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient
 from pml_server.domain.limits import LIMITS
@@ -92,7 +100,9 @@ def _post(
             return err.code, dict(err.headers), err.read()
 
 
-@pytest.mark.parametrize("compression", [Compression.NoCompression, Compression.Gzip])
+@pytest.mark.parametrize(
+    "compression", [Compression.NoCompression, Compression.Gzip, Compression.Deflate]
+)
 def test_the_sdk_http_exporter_runs_become_one_pattern(
     server: RunningServer, client: PmlClient, compression: Compression
 ) -> None:
@@ -408,6 +418,29 @@ def test_every_member_of_a_gzip_body_is_read(server: RunningServer, client: PmlC
     assert _status(answer).message.startswith("body: not gzip")
 
 
+def test_a_deflate_body_is_read_and_bounded_as_gzip_is(start: StartServer) -> None:
+    """`Content-Encoding: deflate` is the zlib format (RFC 9110, section 8.4.1.2), what the
+    SDK's exporter sends with `Compression.Deflate` (`OTEL_EXPORTER_OTLP_COMPRESSION=deflate`).
+    Before: refused 415, which the exporter does not retry: every span lost. Now inflated,
+    within `max_message_bytes` as gzip is; bytes after the stream, or a body that is no
+    zlib stream, are 400 naming the body."""
+    server = start(otlp_http_listen="127.0.0.1:0", max_message_bytes=64 * 1024)
+    run = from_json(json.dumps(_json_run("a7" * 16, "Convert the picture")).encode())
+    headers = {"Content-Type": PROTOBUF, "Content-Encoding": "deflate"}
+    status, _, answer = _post(server, zlib.compress(run.SerializeToString()), headers)
+    assert status == 200, answer
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert [p.usage_count for p in client.iter_patterns()] == [1]
+    status, _, answer = _post(server, zlib.compress(b"\x00" * (1 << 20)), headers)
+    assert status == 413
+    assert "inflates past 65536 bytes" in _status(answer).message
+    status, _, answer = _post(server, zlib.compress(run.SerializeToString()) + b"junk", headers)
+    assert (status, _status(answer).message) == (400, "body: bytes after the deflate stream")
+    status, _, answer = _post(server, gzip.compress(run.SerializeToString()), headers)
+    assert status == 400
+    assert _status(answer).message.startswith("body: not deflate")
+
+
 def test_a_gzip_body_of_too_many_members_is_413_naming_the_body(
     server: RunningServer, client: PmlClient
 ) -> None:
@@ -595,3 +628,61 @@ def test_a_body_cut_by_a_disconnect_is_never_exported() -> None:
         app.close()
     assert exported == []
     assert sent == []
+
+
+def _raw_post(
+    server: RunningServer, body: bytes, headers: list[tuple[str, str]]
+) -> tuple[int, str, bytes]:
+    """A POST whose header lines are sent as given, repeats included (urllib keeps one a name)."""
+    assert server.otlp_http is not None
+    connection = http.client.HTTPConnection("127.0.0.1", server.otlp_http.port, timeout=30)
+    try:
+        connection.putrequest("POST", "/v1/traces")
+        for name, value in [*headers, ("Content-Length", str(len(body)))]:
+            connection.putheader(name, value)
+        connection.endheaders(body)
+        response = connection.getresponse()
+        return response.status, response.getheader("content-type", ""), response.read()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("over_the_limit", [False, True])
+def test_content_type_sent_twice_with_different_types_is_400_naming_it(
+    start: StartServer, over_the_limit: bool
+) -> None:
+    """uvicorn hands every header line on (`scope["headers"]`, repeats in order). Before: the
+    413 read the first Content-Type, every other path the last, so one request was answered
+    in JSON when too large and read as protobuf otherwise. A request naming two media types
+    is now refused 400 naming `Content-Type` on every path, in binary protobuf (no type was
+    chosen); one media type sent twice (parameters or letter case apart) is that type."""
+    server = start(otlp_http_listen="127.0.0.1:0", max_message_bytes=64 * 1024)
+    run = json.dumps(_json_run("e5" * 16, "Convert the picture")).encode()
+    body = b"[" * (65 * 1024) if over_the_limit else run
+    two = [("Content-Type", "application/json"), ("Content-Type", PROTOBUF)]
+    status, content_type, answer = _raw_post(server, body, two)
+    assert (status, content_type) == (400, PROTOBUF)
+    refused = _status(answer)
+    assert refused.message.startswith("Content-Type: sent 2 times with different media types")
+    assert refused.details, "a BadRequest naming the field"
+    same = [("Content-Type", JSON), ("content-type", "Application/JSON; charset=utf-8")]
+    status, content_type, answer = _raw_post(server, body, same)
+    assert (status, content_type) == ((413, JSON) if over_the_limit else (200, JSON))
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        assert [p.usage_count for p in client.iter_patterns()] == ([] if over_the_limit else [1])
+
+
+def test_content_encoding_sent_twice_is_read_as_one_list(server: RunningServer) -> None:
+    """Content-Encoding is a list (RFC 9110, section 5.3: its field lines join with commas).
+    Before: only the last line was read, so a body sent with `identity` then `gzip` was
+    inflated and captured; `identity, gzip` is no coding this endpoint takes: 415 naming it."""
+    run = from_json(json.dumps(_json_run("f6" * 16, "Convert the picture")).encode())
+    body = gzip.compress(run.SerializeToString())
+    headers = [
+        ("Content-Type", PROTOBUF),
+        ("Content-Encoding", "identity"),
+        ("Content-Encoding", "gzip"),
+    ]
+    status, content_type, answer = _raw_post(server, body, headers)
+    assert (status, content_type) == (415, PROTOBUF)
+    assert _status(answer).message.startswith("Content-Encoding: 'identity, gzip' is not taken")

@@ -962,6 +962,41 @@ def test_a_root_sent_again_with_a_later_call_after_a_restart_rejects_that_call_a
     assert (list(pattern.tools_used), pattern.usage_count) == (tools, 1)
 
 
+@pytest.mark.parametrize("restarts", [1, 2])
+def test_a_late_call_held_after_a_restart_is_rejected_alone_when_its_root_comes_again(
+    start: StartServer, restarts: int
+) -> None:
+    """The run is captured from its root and the call that ended before it; the process is
+    gone (a restart, another replica), then the call that ended after the root comes alone (it
+    is held: no process remembers its run) and the root is exported again alone (a retry),
+    after one more restart or not. Before: the root and the held call were rejected whole as
+    "captured before with other calls", the root counted rejected beside its capture. Now the
+    root's request id is found captured (`captured_answer`): the root counts as that capture,
+    the held call alone is rejected as arriving after its run was mapped, as the process that
+    captured the run answers, and nothing stays held."""
+    spans = recorded(_a_call_ending_after_its_root)  # read_file, the root, parse_json
+    late = f"{spans[2].context.trace_id:032x}/{spans[2].context.span_id:016x}"
+    server = start()
+    assert _export(server.port, spans[:2]) == ExportTracePartialSuccess()
+    for restart in range(restarts):
+        server.stop(grace=1.0)
+        server = start()
+        if restart == 0:
+            held = _export(server.port, spans[2:])
+            assert held.error_message.startswith("1 spans held until their run's invoke_agent")
+    answer = _export(server.port, spans[1:2])
+    assert answer == ExportTracePartialSuccess(
+        rejected_spans=1, error_message=f"span {late}: {LATE_CALL}"
+    )
+    assert (_spans_counter(server, "mapped"), _spans_counter(server, "rejected")) == (1, 1)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        (pattern,) = client.iter_patterns()
+    assert (list(pattern.tools_used), pattern.usage_count) == (["read_file"], 1)
+    # the held call was consumed: the root once more is the mapped run's seen again
+    assert _export(server.port, spans[1:2]).rejected_spans == 0
+    assert _spans_counter(server, "rejected") == 1
+
+
 def test_a_root_sent_again_with_other_calls_after_a_restart_names_why_it_is_rejected(
     start: StartServer,
 ) -> None:

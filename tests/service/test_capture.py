@@ -310,6 +310,23 @@ def test_rule6_repeated_request_id_returns_the_first_result(engine: Engine) -> N
     assert not engine.record("u", record).replayed
 
 
+def test_a_captured_request_ids_answer_is_read_without_capturing(engine: Engine) -> None:
+    """`captured_answer` (OTLP asks it for a root exported again with only calls that ended
+    after it: docs/capture.md, "Spans arriving after their run was mapped"): the stored answer
+    as a replay, whatever execution would ask; None for an id never applied or of another
+    tenant; the pattern gone, none named. Nothing is counted."""
+    assert engine.captured_answer("t", "run-1") is None
+    first = engine.record("t", make_record("run-1", "Read JSON file", JSON_TOOLS))
+    answer = engine.captured_answer("t", "run-1")
+    assert answer == replace(first, replayed=True)
+    assert engine.captured_answer("u", "run-1") is None
+    assert engine.get_pattern("t", first.pattern_id).usage_count == 1
+    engine.delete_pattern("t", first.pattern_id)
+    gone = engine.captured_answer("t", "run-1")
+    assert gone is not None
+    assert (gone.pattern_id, gone.capability_id, gone.replayed) == ("", "", True)
+
+
 def test_rule7_failure_log_is_bounded_and_paged_newest_first(tmp_path: Path) -> None:
     engine = open_engine(tmp_path, failure_log_size=5)
     for i in range(8):
