@@ -195,7 +195,8 @@ class PostgresStore:
         except psycopg.errors.UniqueViolation as error:
             if error.diag.table_name != table_of(CF_REQUESTS):
                 raise
-            key = next(k for cf, k, v in ops if cf == CF_REQUESTS and v is not None)
+            inserted = _inserted_requests(ops)
+            key = next(k for cf, k, _ in ops if cf == CF_REQUESTS and k in inserted)
             stored = self.get(CF_REQUESTS, key)  # committed by the writer this one waited for
             raise RequestAlreadyAppliedError(stored or b"") from None
         if xid:
