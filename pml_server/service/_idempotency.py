@@ -17,6 +17,7 @@ from pml_server.domain import json_form
 from pml_server.domain.errors import AlreadyExistsError
 from pml_server.domain.model import CaptureOutcome, CaptureResult, ExecutionRecord, ToolFailure
 from pml_server.service._state import EngineState
+from pml_server.storage.keys import CF_REQUESTS
 from pml_server.storage.seam import Op
 
 # Request ids read, and forgotten in one write batch, at a time when pruning.
@@ -141,17 +142,21 @@ def reused_id_error(request_id: str) -> AlreadyExistsError:
 def prune_request_ids(state: EngineState, tenant: str) -> int:
     """Forget idempotency answers older than `request_id_ttl_days`; returns how many. The
     tenant's answers are read `PRUNE_BATCH` at a time, so the memory a run takes is bounded
-    whatever their number (a week of captures at the default TTL)."""
+    whatever their number (a week of captures at the default TTL). Each is deleted only if
+    still as read (`delete_unchanged`): another prune (another replica's retention) may have
+    forgotten it meanwhile and a new capture under its id stored a new answer, which stays
+    (docs/capture.md, Idempotency)."""
     horizon = state.clock() - int(state.config.request_id_ttl_days * 86_400_000)
     repo = state.repo
     pruned = 0
     start: bytes | None = None
     while True:
         page = repo.requests.request_rows(tenant, start=start, limit=PRUNE_BATCH)
-        stale = [key for key, raw in page if json_form.loads(raw).get("time_ms", 0) < horizon]
+        stale = [
+            (key, raw) for key, raw in page if json_form.loads(raw).get("time_ms", 0) < horizon
+        ]
         if stale:
-            state.store.write([repo.requests.delete_request(key) for key in stale])
-        pruned += len(stale)
+            pruned += state.store.delete_unchanged(CF_REQUESTS, stale)
         if len(page) < PRUNE_BATCH:
             return pruned
         start = page[-1][0] + b"\x00"  # the next key after the page's last

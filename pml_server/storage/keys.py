@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Mapping, Sequence
+
+from pml_server.storage.seam import Op
 
 # Column families. Values are JSON (UTF-8) unless noted.
 CF_PATTERNS = "patterns"  # tenant|pattern_id -> pattern record (template, code, tools, flags)
@@ -47,7 +50,7 @@ COLUMN_FAMILIES = (
 # (`RequestRows.rewrite_request`): its value is `rewrite_value(read, result)`. Each store writes
 # it as `result` in `requests` where the row still holds `read`, and drops it otherwise, in
 # the batch's own write (an answer pruned meanwhile is not put back; docs/storage.md, Data
-# left on disk).
+# left on disk), by one rule: `apply_rewrites`.
 CF_REQUEST_REWRITE = "requests_rewrite"
 
 MAX_TENANT_BYTES = 0xFFFF
@@ -91,6 +94,28 @@ def split_rewrite(value: bytes) -> tuple[bytes, bytes]:
     """Inverse of `rewrite_value`: (the answer as read, what it becomes)."""
     (length,) = struct.unpack(">I", value[:4])
     return value[4 : 4 + length], value[4 + length :]
+
+
+def apply_rewrites(ops: Sequence[Op], stored: Mapping[bytes, bytes | None]) -> list[Op]:
+    """`ops` with each `CF_REQUEST_REWRITE` op made a put of its result in `requests` where the
+    row holds the answer as read, and dropped otherwise. A batch applies in order
+    (docs/storage.md, Batches apply in order): a rewrite compares with the row as the batch's
+    earlier ops left it, else as `stored` holds it, the row before the batch (None: none),
+    which has every key a rewrite names. Both stores write a batch with rewrites as this
+    returns it."""
+    now = dict(stored)
+    out: list[Op] = []
+    for cf, key, value in ops:
+        if cf == CF_REQUEST_REWRITE:
+            assert value is not None
+            read, result = split_rewrite(value)
+            if now[key] != read:
+                continue
+            cf, value = CF_REQUESTS, result
+        if cf == CF_REQUESTS:
+            now[key] = value
+        out.append((cf, key, value))
+    return out
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

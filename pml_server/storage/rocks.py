@@ -47,8 +47,8 @@ from pml_server.storage.keys import (
     CF_REQUEST_REWRITE,
     CF_REQUESTS,
     COLUMN_FAMILIES,
+    apply_rewrites,
     prefix_end,
-    split_rewrite,
 )
 from pml_server.storage.seam import IdAllocator, LocalLocks, Op, StoreClosedError, WriteTicket
 
@@ -472,22 +472,12 @@ class Store:
 
 def _unchanged_rewrites(writer: GroupCommitWriter, requests: Rdict, ops: Sequence[Op]) -> list[Op]:
     """`ops` with each `CF_REQUEST_REWRITE` op a put of its answer in `requests` where the row
-    still holds the answer as read, and dropped otherwise (an answer pruned meanwhile is not
-    put back: `keys.CF_REQUEST_REWRITE`). Called under the store's lock in the section that
-    queues the batch (`submit_decided`), as `Store.delete_unchanged` decides."""
-    rewrites = {
-        key: split_rewrite(value)
-        for cf, key, value in ops
-        if cf == CF_REQUEST_REWRITE and value is not None
-    }
-    now = _values_now(writer, requests, CF_REQUESTS, list(rewrites))
-    kept: list[Op] = []
-    for cf, key, value in ops:
-        if cf != CF_REQUEST_REWRITE:
-            kept.append((cf, key, value))
-        elif now[key] == rewrites[key][0]:
-            kept.append((CF_REQUESTS, key, rewrites[key][1]))
-    return kept
+    still holds the answer as read, and dropped otherwise (`keys.apply_rewrites`: in the
+    batch's order, over the rows as a batch queued now is written over). Called under the
+    store's lock in the section that queues the batch (`submit_decided`), as
+    `Store.delete_unchanged` decides."""
+    rewritten = list({key: None for cf, key, _ in ops if cf == CF_REQUEST_REWRITE})
+    return apply_rewrites(ops, _values_now(writer, requests, CF_REQUESTS, rewritten))
 
 
 def _values_now(

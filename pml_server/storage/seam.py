@@ -121,7 +121,8 @@ class KeyValueReads(Protocol):
 
 
 class BatchWrites(Protocol):
-    """A store's writes: atomic batches of operations."""
+    """A store's writes: atomic batches of operations, applied in order, each seeing the ones
+    before it (`keys.apply_rewrites`; docs/storage.md, Batches apply in order)."""
 
     def submit(self, ops: Sequence[Op]) -> WriteTicket: ...
 

@@ -1,6 +1,6 @@
 """Real `pml serve` replicas over one PostgreSQL database (throwaway clusters): a capture on one
 is suggested by the other; SIGKILL of a replica loses no acknowledged write while the other
-keeps serving; PostgreSQL killed and restarted under load gives UNAVAILABLE with RetryInfo
+keeps serving, and captures resent to the other under their request ids count once; PostgreSQL killed and restarted under load gives UNAVAILABLE with RetryInfo
 (never INTERNAL or UNKNOWN) and the replicas recover by themselves; a database unreachable at
 start is a clear error that names the host, never the password."""
 
@@ -220,6 +220,59 @@ def test_sigkill_of_a_replica_loses_no_acknowledged_write(
     again = start(spawn, tmp_path, postgres_dsn)
     with again.client() as client:
         assert sum(usage_by_pattern(client).values()) == sum(counted.values())
+
+
+@pytest.mark.slow
+def test_captures_resent_to_the_other_replica_after_a_sigkill_count_exactly(
+    spawn: list[Replica],
+    tmp_path: Path,
+    postgres_dsn: str,
+) -> None:
+    """A replica killed mid-capture (SIGKILL after 100 acknowledgements): each writer resends
+    the capture it was refused to the other replica, with its request id, and goes on there.
+    Every request id then counts exactly once (a capture the killed replica committed without
+    answering is replayed, not counted again); the killed replica, started again on its data
+    directory, shows the same and replays every id (a tried run: 3 captures resent)."""
+    a, b = start(spawn, tmp_path, postgres_dsn), start(spawn, tmp_path, postgres_dsn)
+    acked: set[str] = set()
+    lock = threading.Lock()
+    killed = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        try:
+            with a.client(retries=0) as on_a, b.client() as on_b:
+                for i in range(60):
+                    record = job(w, i)
+                    try:
+                        (on_b if killed.is_set() else on_a).record(record)
+                    except PmlClientError:
+                        on_b.record(record)  # the same request id, to the other replica
+                    with lock:
+                        acked.add(record.request_id)
+                        if len(acked) >= 100 and not killed.is_set():
+                            killed.set()
+                            a.proc.send_signal(signal.SIGKILL)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(180)
+    assert errors == []
+    assert killed.is_set()
+    assert len(acked) == 240
+    with b.client() as client:
+        assert sum(usage_by_pattern(client).values()) == 240
+    a.stop()
+    again = Replica(tmp_path / "replica0", postgres_dsn)  # the killed one's data directory
+    spawn.append(again)
+    with again.client() as client:
+        assert sum(usage_by_pattern(client).values()) == 240
+        assert all(client.record(job(w, i)).replayed for w in range(4) for i in range(0, 60, 7))
+        assert sum(usage_by_pattern(client).values()) == 240
 
 
 @pytest.mark.slow

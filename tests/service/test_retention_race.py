@@ -333,3 +333,49 @@ def test_a_deletions_rewrite_puts_back_no_answer_pruned_meanwhile(
         assert not again.replayed
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    "store", ["rocksdb", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_two_prunes_at_once_never_forget_an_answer_stored_between_them(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Deterministic: a prune (replica a's retention) reads an expired answer, then another
+    prune (replica b's; one engine twice on RocksDB) forgets it, and its request id, sent
+    again, is captured anew and acknowledged; then the first prune deletes what it read. The
+    new answer stays (a prune deletes only answers still as it read them, docs/capture.md,
+    Idempotency): the id sent a third time is replayed, the run counted twice, not three
+    times."""
+    clock = Clock()
+    dsn = {"store": request.getfixturevalue("postgres_dsn")} if store == "postgresql" else {}
+    a = open_engine(tmp_path / "a", clock, request_id_ttl_days=1.0, **dsn)
+    b = open_engine(tmp_path / "b", clock, request_id_ttl_days=1.0, **dsn) if dsn else a
+    try:
+        first = a.record("t", make_record("r1", "run a", TOOLS, code="a()"))
+        clock.advance_days(1.5)
+        requests = a._state.repo.requests
+        read = requests.request_rows
+        between: list[Any] = []
+
+        def read_then_prune_and_capture(*args: Any, **kwargs: Any) -> Any:
+            rows = read(*args, **kwargs)
+            if not between:
+                between.append("reading")  # the other prune (the same engine) reads too
+                between.append(b.admin.prune_request_ids("t"))
+                between.append(b.record("t", make_record("r1", "run a", TOOLS, code="a()")))
+            return rows
+
+        requests.request_rows = read_then_prune_and_capture  # type: ignore[method-assign]
+        a.admin.prune_request_ids("t")
+        requests.request_rows = read  # type: ignore[method-assign]
+        _, pruned, again = between
+        assert pruned == 1
+        assert not again.replayed  # expired and forgotten: a new execution, acknowledged
+        third = b.record("t", make_record("r1", "run a", TOOLS, code="a()"))
+        assert third.replayed
+        assert a.get_pattern("t", first.pattern_id).usage_count == 2
+    finally:
+        a.close()
+        if b is not a:
+            b.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -22,8 +23,10 @@ from pml_server.storage.keys import (
     CF_META,
     CF_OPLOG,
     CF_PATTERNS,
+    CF_REQUEST_REWRITE,
     CF_REQUESTS,
     CF_SESSIONS,
+    rewrite_value,
     tenant_key,
     tenant_prefix,
 )
@@ -37,7 +40,7 @@ from pml_server.storage.postgres import (
 )
 from pml_server.storage.postgres._oplog import Changes, FeedPosition
 from pml_server.storage.postgres._schema import MIGRATIONS, SchemaMismatchError
-from pml_server.storage.seam import Locks, RequestAlreadyAppliedError
+from pml_server.storage.seam import Locks, Op, RequestAlreadyAppliedError
 from testing.postgres_cluster import free_port
 from tests.storage.conftest import Opener
 
@@ -166,6 +169,71 @@ def test_delete_unchanged_with_fast_durability(tmp_path: Path) -> None:
         _deletes_only_unchanged_rows(store)
     finally:
         store.close()
+
+
+# One rule for a batch on both stores (docs/storage.md, Batches apply in order): each op of
+# a batch sees the ones before it; a rewrite of a stored answer (`keys.CF_REQUEST_REWRITE`)
+# compares with the key's value as the batch's earlier ops left it. Each case: the answer
+# stored before (None: none), the batch's ops on that one key, what it holds after.
+_A, _B, _C, _D = b"answer A", b"answer B", b"answer C", b"answer D"
+_Step = Callable[[bytes], Op]
+
+
+def _put(value: bytes) -> _Step:
+    return lambda key: (CF_REQUESTS, key, value)
+
+
+def _delete(key: bytes) -> Op:
+    return (CF_REQUESTS, key, None)
+
+
+def _rewrite(read: bytes, result: bytes) -> _Step:
+    return lambda key: (CF_REQUEST_REWRITE, key, rewrite_value(read, result))
+
+
+_IN_ORDER_CASES: dict[str, tuple[bytes | None, list[_Step], bytes | None]] = {
+    "put then rewrite": (None, [_put(_A), _rewrite(_A, _B)], _B),
+    "put then a rewrite read otherwise": (None, [_put(_A), _rewrite(_C, _B)], _A),
+    "rewrite then put": (None, [_rewrite(_A, _B), _put(_C)], _C),
+    "delete then rewrite": (_A, [_delete, _rewrite(_A, _B)], None),
+    "rewrite then delete": (_A, [_rewrite(_A, _B), _delete], None),
+    "two rewrites, the second of the first's": (_A, [_rewrite(_A, _B), _rewrite(_B, _C)], _C),
+    "two rewrites of the same read": (_A, [_rewrite(_A, _B), _rewrite(_A, _C)], _B),
+    "rewrite of a missing key": (None, [_rewrite(_A, _B)], None),
+    "rewrite of the stored answer": (_A, [_rewrite(_A, _B)], _B),
+    "rewrite of an answer changed since read": (_D, [_rewrite(_A, _B)], _D),
+    "delete, put, rewrite": (_A, [_delete, _put(_C), _rewrite(_C, _D)], _D),
+}
+
+
+def test_a_batch_applies_in_order_rewrites_included(opener: Opener) -> None:
+    """The same batches give the same answers on both stores, each case alone and all of
+    them in one batch (distinct keys), read back at once and after a reopen."""
+    store = opener()
+    keys = {
+        (tenant, name): tenant_key(tenant, f"req-{i}")
+        for tenant in ("alone", "together")
+        for i, name in enumerate(_IN_ORDER_CASES)
+    }
+    before: list[Op] = [
+        (CF_REQUESTS, key, _IN_ORDER_CASES[name][0])
+        for (_, name), key in keys.items()
+        if _IN_ORDER_CASES[name][0] is not None
+    ]
+    store.write(before)
+    for name, (_, steps, _) in _IN_ORDER_CASES.items():
+        store.write([step(keys["alone", name]) for step in steps])
+    together = [
+        step(keys["together", name])
+        for name, (_, steps, _) in _IN_ORDER_CASES.items()
+        for step in steps
+    ]
+    store.write(together)
+    expected = {case: _IN_ORDER_CASES[case[1]][2] for case in keys}
+    assert {case: store.get(CF_REQUESTS, key) for case, key in keys.items()} == expected
+    store.close()
+    again = opener()
+    assert {case: again.get(CF_REQUESTS, key) for case, key in keys.items()} == expected
 
 
 def test_a_newer_schema_is_refused_rocksdb(tmp_path: Path) -> None:

@@ -202,17 +202,18 @@ def insert_requests_first(conn: Connection, rows: list[tuple[bytes, bytes | None
             )
 
 
-def rewrite_requests(conn: Connection, rows: list[tuple[bytes, bytes, bytes]]) -> None:
-    """Stored answers (key, as read, new value) rewritten in place by an UPDATE (the family's
-    rows are a plain INSERT, `insert_requests_first`), those still as read only
-    (`keys.CF_REQUEST_REWRITE`): an answer expired meanwhile (a prune) is not put back."""
-    if rows:
-        conn.execute(
-            f"UPDATE {table_of(CF_REQUESTS)} AS t SET value = r.v"
-            " FROM unnest(%s::bytea[], %s::bytea[], %s::bytea[]) AS r(k, old, v)"
-            " WHERE t.key = r.k AND t.value = r.old",
-            ([k for k, _, _ in rows], [o for _, o, _ in rows], [v for _, _, v in rows]),
-        )
+def lock_requests(conn: Connection, keys: list[bytes]) -> dict[bytes, bytes | None]:
+    """The stored answers at `keys` (None: none), their rows locked until the transaction
+    ends, in key order (two replicas' batches never deadlock): what a batch's rewrites
+    compare with (`keys.apply_rewrites`); a prune's deletion waits for the batch."""
+    rows = conn.execute(
+        f"SELECT key, value FROM {table_of(CF_REQUESTS)} WHERE key = ANY(%s)"
+        " ORDER BY key FOR UPDATE",
+        (keys,),
+    ).fetchall()
+    found: dict[bytes, bytes | None] = dict.fromkeys(keys)
+    found.update((bytes(k), bytes(v)) for k, v in rows)
+    return found
 
 
 def delete_requests(conn: Connection, keys: list[bytes]) -> None:

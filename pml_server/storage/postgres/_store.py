@@ -17,7 +17,8 @@ ceilings, tenant stats) are written last, in that fixed order.
 
 Exactly-once. A batch's request id row is inserted first (a plain INSERT; a UniqueViolation):
 when another replica already recorded it, nothing is written and `RequestAlreadyAppliedError`
-carries the stored answer.
+carries the stored answer. (A batch rewriting stored answers, `keys.CF_REQUEST_REWRITE`, first
+locks and reads their rows, and writes the batch as `keys.apply_rewrites` makes it: in order.)
 
 Counts. Tenant stats arrive as deltas and are added in SQL; counter ceilings are raised with
 GREATEST in the same transaction as the counters (`_tenant_rows`). Id allocators are sequences.
@@ -50,7 +51,7 @@ from pml_server.storage.keys import (
     CF_OPLOG,
     CF_REQUEST_REWRITE,
     CF_REQUESTS,
-    split_rewrite,
+    apply_rewrites,
     split_tenant,
 )
 from pml_server.storage.postgres import _keyvalue, _oplog, _tenant_rows
@@ -194,7 +195,8 @@ class PostgresStore:
         except psycopg.errors.UniqueViolation as error:
             if error.diag.table_name != table_of(CF_REQUESTS):
                 raise
-            key = next(k for cf, k, v in ops if cf == CF_REQUESTS and v is not None)
+            inserted = _inserted_requests(ops)
+            key = next(k for cf, k, _ in ops if cf == CF_REQUESTS and k in inserted)
             stored = self.get(CF_REQUESTS, key)  # committed by the writer this one waited for
             raise RequestAlreadyAppliedError(stored or b"") from None
         if xid:
@@ -253,18 +255,20 @@ class PostgresStore:
 
 def _apply(conn: Connection, ops: Sequence[Op]) -> None:
     """Every statement of one batch, inside the caller's transaction (see the module
-    docstring for the order)."""
+    docstring for the order). A batch with rewrites of stored answers first locks and reads
+    the rows they name (`_keyvalue.lock_requests`) and writes what `keys.apply_rewrites` makes
+    of it: the batch applies in order (docs/storage.md, Batches apply in order)."""
+    inserted = _inserted_requests(ops)
+    rewritten = list({key: None for cf, key, _ in ops if cf == CF_REQUEST_REWRITE})
+    if rewritten:
+        ops = apply_rewrites(ops, _keyvalue.lock_requests(conn, rewritten))
     final: dict[tuple[str, bytes], bytes | None] = {}
     oplog: list[bytes] = []
     deltas: dict[str, dict[str, int]] = {}
     ceilings: dict[str, tuple[int, int]] = {}
     snapshots: list[tuple[str, int, bytes]] = []
-    rewrites: list[tuple[bytes, bytes, bytes]] = []
     for cf, key, value in ops:
-        if cf == CF_REQUEST_REWRITE:
-            assert value is not None
-            rewrites.append((key, *split_rewrite(value)))
-        elif cf == CF_OPLOG:
+        if cf == CF_OPLOG:
             if value is not None:  # deletions: the store trims the log itself
                 oplog.append(value)
         elif cf == CF_INDEX_SNAPSHOT:
@@ -282,16 +286,16 @@ def _apply(conn: Connection, ops: Sequence[Op]) -> None:
                 tenant = split_tenant(key)[0]
                 old = ceilings.get(tenant, (0, 0))
                 ceilings[tenant] = (max(old[0], counts["success"]), max(old[1], counts["usage"]))
-    _keyvalue.insert_requests_first(
-        conn, [(k, v) for (cf, k), v in final.items() if cf == CF_REQUESTS]
-    )
+    requests = [(k, v) for (cf, k), v in final.items() if cf == CF_REQUESTS]
+    _keyvalue.insert_requests_first(conn, [(k, v) for k, v in requests if k in inserted])
     for cf in sorted({cf for cf, _ in final} - {CF_REQUESTS}):
         rows = [(k, v) for (family, k), v in final.items() if family == cf]
         _keyvalue.write_family(conn, cf, rows)
-    _keyvalue.rewrite_requests(conn, rewrites)
-    _keyvalue.delete_requests(
-        conn, [k for (cf, k), v in final.items() if cf == CF_REQUESTS and v is None]
+    # Answers rewritten, or put back after the batch deleted them; then answers deleted.
+    _keyvalue.write_family(
+        conn, CF_REQUESTS, [(k, v) for k, v in requests if k not in inserted and v is not None]
     )
+    _keyvalue.delete_requests(conn, [k for k, v in requests if v is None])
     _oplog.append(conn, oplog)
     for tenant in sorted(ceilings):
         _tenant_rows.raise_ceilings(conn, tenant, *ceilings[tenant])
@@ -299,3 +303,18 @@ def _apply(conn: Connection, ops: Sequence[Op]) -> None:
         _tenant_rows.add_stats(conn, tenant, deltas[tenant])
     for tenant, position, data in snapshots:
         _tenant_rows.put_snapshot(conn, tenant, position, data)
+
+
+def _inserted_requests(ops: Sequence[Op]) -> set[bytes]:
+    """The `requests` keys the batch puts without deleting them first: each is a plain INSERT
+    (exactly-once: the batch is refused when the row is stored; the module docstring)."""
+    inserted: set[bytes] = set()
+    deleted: set[bytes] = set()
+    for cf, key, value in ops:
+        if cf != CF_REQUESTS:
+            continue
+        if value is None:
+            deleted.add(key)
+        elif key not in deleted:
+            inserted.add(key)
+    return inserted

@@ -39,9 +39,6 @@ class RequestRows:
         """The tenant's (key, answer) rows in key order, from key `start` on, at most `limit`."""
         return self.store.scan(CF_REQUESTS, tenant_prefix(tenant), start=start, limit=limit)
 
-    def delete_request(self, key: bytes) -> Op:
-        return (CF_REQUESTS, key, None)
-
     def rewrite_request(self, key: bytes, read: bytes, result: bytes) -> Op:
         """The stored answer `read` at `key` rewritten in place as `result` (a user's deletion
         erasing what it held, a merge naming its survivor), written by the batch only if the
