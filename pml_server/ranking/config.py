@@ -10,7 +10,9 @@ DAY_MS = 86_400_000
 # so a request for fewer answers the first suggestions of the default k, never a worse first
 # one (docs/ranking.md, Pipeline, "Retrieve").
 FETCH_MIN_SUGGESTIONS = 5
-# The bounds of the ranking's counts (docs/configuration.md, `[engine.ranking]`).
+# The bounds of the ranking's counts (docs/configuration.md, `[engine.ranking]`): unbounded, an
+# overfetch past about 10**17 / k asked the index for hits no 64-bit integer holds, and a
+# usage_saturation past 2**1024 is no float: either made every Suggest fail (INTERNAL).
 COUNT_BOUNDS = {"usage_saturation": 1_000_000_000, "overfetch": 1024}
 
 
@@ -37,7 +39,6 @@ class RankingConfig:
     # Usage, a bounded tie-break: (1 - usage_weight) + usage_weight * min(1, ln(1+n) / ln(1+sat)).
     # 0.2%: it reorders only candidates whose matches are within 0.2% (a near tie), since on
     # all-success sets use is popularity, not quality (docs/ranking.md, the dev-set replay).
-    # usage_saturation: 1 to 1,000,000,000 (past 2**1024 it is no float: every Suggest failed).
     usage_weight: float = 0.002
     usage_saturation: int = 100
     # Recency: 1.0 up to full_days unused, then halves every half_life_days, never below floor.
@@ -85,8 +86,7 @@ class RankingConfig:
     follow_up_margin: float = 0.05
     # How many candidates the engine should retrieve per requested suggestion from each index
     # before grouping (several patterns share a capability); the largest k is a request limit
-    # (`pml_server.domain.limits.LIMITS.suggestions`). 1 to 1024 (past about 10**17 times k
-    # the hits asked for were no 64-bit integer: every Suggest failed).
+    # (`pml_server.domain.limits.LIMITS.suggestions`).
     overfetch: int = 8
 
     def __post_init__(self) -> None:
