@@ -118,8 +118,8 @@ def test_ranking_counts_at_their_bounds_serve_suggestions(tmp_path: Path) -> Non
     path.write_text(
         '[server]\nlisten = "127.0.0.1:0"\n'
         f'[engine]\ndata_dir = "{tmp_path / "data"}"\nembedder = "hashing"\n'
-        f'[engine.ranking]\noverfetch = {COUNT_BOUNDS["overfetch"]}\n'
-        f'usage_saturation = {COUNT_BOUNDS["usage_saturation"]}\n'
+        f"[engine.ranking]\noverfetch = {COUNT_BOUNDS['overfetch']}\n"
+        f"usage_saturation = {COUNT_BOUNDS['usage_saturation']}\n"
     )
     proc, target = spawn_pml_serve("--config", str(path))
     try:
