@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pml_server.client import PmlClient
+from pml_server.config import read_file
 from pml_server.config._toml import FIFO_WRITER_SECONDS
 from pml_server.embedding import HashingEmbedder
 from tests.support import spawn_pml_serve, stop_pml_serve
@@ -81,7 +82,8 @@ def _late_writer(fifo: Path, text: str) -> Iterator[None]:
         try:
             time.sleep(0.5)  # the reader finds a writer with nothing written yet
             os.set_blocking(fd, True)
-            os.write(fd, text.encode())
+            if text:
+                os.write(fd, text.encode())
         finally:
             os.close(fd)
 
@@ -91,6 +93,15 @@ def _late_writer(fifo: Path, text: str) -> Iterator[None]:
         yield
     finally:
         writer.join(timeout=60)
+
+
+def test_a_fifo_whose_writer_closes_it_without_writing_is_an_empty_file(tmp_path: Path) -> None:
+    """A writer came and went without a byte (`: > fifo`): the end of an empty file, at once
+    (the defaults), not a wait for another writer."""
+    fifo = tmp_path / "pml.toml"
+    os.mkfifo(fifo)
+    with _late_writer(fifo, ""):
+        assert read_file(fifo) == {}
 
 
 def test_a_fifo_whose_writer_comes_after_the_server_opened_it_is_read(tmp_path: Path) -> None:
