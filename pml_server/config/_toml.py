@@ -58,6 +58,12 @@ def read_file(path: Path) -> Settings:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
+    except ConfigError:
+        raise
+    except ValueError as err:
+        # tomllib's own int() of an integer of more than 4300 digits: a traceback (exit 1); its
+        # advice (sys.set_int_max_str_digits) is for the program, not for the file's author
+        raise ConfigError(f"{path}: not valid TOML: {str(err).partition(';')[0]}") from None
     return _checked(path, data, Config, "")
 
 
