@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from pml_server.config._flags import _NESTED_FLAGS, flag_name  # noqa: E402
 from pml_server.config._model import EngineConfig, ServerConfig  # noqa: E402
-from pml_server.config._toml import _without_none  # noqa: E402
-from pml_server.ranking.config import RankingConfig  # noqa: E402
+from pml_server.config._toml import FIFO_WRITER_SECONDS, _without_none  # noqa: E402
+from pml_server.ranking.config import COUNT_BOUNDS, RankingConfig  # noqa: E402
 from pml_server.retention import RetentionConfig  # noqa: E402
 
 OUT = ROOT / "docs" / "configuration.md"
@@ -113,6 +113,8 @@ def rows(table: str, cls: type) -> list[tuple[str, str, str, str]]:
         else:
             flag = nested.get((*table.split("."), field.name), "")
             text = comments.get(field.name, "")
+        if table == "engine.ranking" and field.name in COUNT_BOUNDS:
+            text += f" ({field.name}: 1 to {COUNT_BOUNDS[field.name]})"
         choices = field.metadata.get("choices")
         if choices:
             text += f" (one of {', '.join(f'`{c}`' for c in choices)})"
@@ -138,9 +140,12 @@ def render() -> str:
         "closest known one), a value of the wrong type, one outside a key's choices, an empty",
         "text or path (in the file or a flag: an empty path would be the working directory), a",
         "key or table given twice or a TOML syntax error (with its line and column), a file that",
-        "cannot be read or is over 1 MiB: each is refused with one line naming it (exit 2).",
-        "[`pml.example.toml`](../pml.example.toml) lists every key with its default. A flag of a",
-        "boolean also has its `--no-` form.",
+        "cannot be read or is over 1 MiB, a count past its bound (said in its help): each is",
+        "refused with one line naming it (exit 2). `--config` may name a FIFO (`mkfifo`, or",
+        "bash's `--config <(cat pml.toml)`): it is read until its writer closes it, and refused",
+        f"if no writer has opened it within {FIFO_WRITER_SECONDS:g} s (a writer that came and has",
+        "not written yet is waited for). [`pml.example.toml`](../pml.example.toml) lists every",
+        "key with its default. A flag of a boolean also has its `--no-` form.",
         "",
     ]
     for table, cls in TABLES.items():

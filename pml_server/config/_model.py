@@ -38,6 +38,35 @@ _GRPC_INT_MAX = 2**31 - 1  # what gRPC's integer options hold
 # Threads of one pool (RPC, capture). Unbounded, `max_workers = 99999999999999999999` was taken:
 # and with it `max_streams` (half of it by default) and a tenant's calls in flight had no bound.
 _MAX_THREADS = 1024
+# Executions a stream reads ahead of their acknowledgements, each held in memory until captured
+# (a record may take MBs): unbounded, a client that sends faster than the server captures grew
+# it without limit (docs/api.md, The API: "Streams").
+_MAX_STREAM_WINDOW = 4096
+# A token bucket's size: past 2**1024 it is no float (a traceback and abort at start), and long
+# before that it lets through every call a rate would limit.
+_MAX_BURST = 1_000_000_000
+# Argument values a pattern keeps per parameter, rewritten with the pattern at each capture:
+# unbounded, every distinct value was kept (21 KB a pattern after 1,000 of them, 63 KB after
+# 3,000, and growing); an answer shows at most 64 KiB of a pattern anyway.
+_MAX_RECENT_VALUES = 1024
+# The upper bound of each count that has one; each lower bound is checked beside it
+# (docs/configuration.md shows both in the setting's help).
+UPPER_BOUNDS: dict[str, int] = {
+    "server.max_workers": _MAX_THREADS,
+    "server.capture_workers": _MAX_THREADS,
+    "server.stream_window": _MAX_STREAM_WINDOW,
+    "server.tenant_burst": _MAX_BURST,
+    "engine.recent_values_per_param": _MAX_RECENT_VALUES,
+}
+
+
+def _check_upper_bounds(section: str, config: object) -> None:
+    """ValueError naming the first count of `section` above its `UPPER_BOUNDS` entry."""
+    for key, most in UPPER_BOUNDS.items():
+        table, _, name = key.partition(".")
+        value = getattr(config, name) if table == section else None
+        if value is not None and value > most:
+            raise ValueError(f"{key} must be at most {most}")
 
 
 @dataclass(frozen=True)
@@ -73,7 +102,9 @@ class ServerConfig:
     # 2.2 ms of server CPU a capture with 4 or 2, 280/s and 2.7 ms with 8; docs/capture.md).
     capture_workers: int = setting(4, f"threads that run stream captures (at most {_MAX_THREADS})")
     stream_window: int = setting(
-        64, "unacknowledged executions per stream before the server stops reading"
+        64,
+        "unacknowledged executions per stream before the server stops reading (at most "
+        f"{_MAX_STREAM_WINDOW})",
     )
     # A settable entry of the one table of limits (`pml_server.domain.limits`).
     max_open_executions: int = setting(
@@ -109,7 +140,9 @@ class ServerConfig:
         default_text="a quarter of max_workers with a keys file, else all",
     )
     tenant_rate: float | None = setting(None, "calls per second per tenant (token bucket)")
-    tenant_burst: int | None = setting(None, "token bucket size", default_text="the rate")
+    tenant_burst: int | None = setting(
+        None, f"token bucket size (at most {_MAX_BURST})", default_text="the rate"
+    )
     keepalive_time_ms: int = setting(60_000, "ping an idle connection after this long")
     keepalive_timeout_ms: int = setting(20_000, "a ping unanswered this long closes it")
     grace_seconds: float = setting(10.0, "how long SIGTERM waits for in-flight calls")
@@ -120,9 +153,7 @@ class ServerConfig:
         for name in ("max_message_bytes", "max_concurrent_rpcs", "max_workers", "capture_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"server.{name} must be >= 1")
-        for name in ("max_workers", "capture_workers"):
-            if getattr(self, name) > _MAX_THREADS:
-                raise ValueError(f"server.{name} must be at most {_MAX_THREADS}")
+        _check_upper_bounds("server", self)
         for name in ("stream_window", "max_streams_per_connection", "max_open_executions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"server.{name} must be >= 1")
@@ -226,7 +257,9 @@ class EngineConfig:
     session_idle_seconds: float = setting(
         3600.0, "a session idle this long is over: its next step follows nothing"
     )
-    recent_values_per_param: int = setting(5, "recent argument values kept per parameter")
+    recent_values_per_param: int = setting(
+        5, f"recent argument values kept per parameter (at most {_MAX_RECENT_VALUES})"
+    )
     embedding_cache_size: int = setting(10_000, "embedded texts cached (per model)")
     embedding_cache_bytes: int = setting(
         32 * MIB,
@@ -294,6 +327,7 @@ class EngineConfig:
         for name in ("view_cache_size", "recent_values_per_param"):
             if getattr(self, name) < 0:
                 raise ValueError(f"engine.{name} must be >= 0")
+        _check_upper_bounds("engine", self)
         if self.snapshot_interval_seconds < 0:
             raise ValueError("engine.snapshot_interval_seconds must be >= 0")
         if self.request_id_ttl_days <= 0:

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import os
+import select
+import stat
+import time
 import tomllib
 import types
 import typing
@@ -32,11 +37,15 @@ class ConfigError(ValueError):
 MAX_FILE_BYTES = 1024 * 1024
 
 
+# How long `--config` naming a FIFO waits for a writer (docs/configuration.md): a named pipe
+# nothing writes to blocked `pml serve` for ever, before it had said a word.
+FIFO_WRITER_SECONDS = 10.0
+
+
 def read_file(path: Path) -> Settings:
     """The checked settings of a TOML file; ConfigError naming the first bad key."""
     try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_FILE_BYTES + 1)
+        raw = _read_bytes(path, MAX_FILE_BYTES + 1)
         if len(raw) > MAX_FILE_BYTES:
             raise ConfigError(
                 f"{path}: larger than {MAX_FILE_BYTES // 1024 // 1024} MiB: no config file is (a "
@@ -49,7 +58,63 @@ def read_file(path: Path) -> Settings:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
+    except ConfigError:
+        raise
+    except ValueError as err:
+        # tomllib's own int() of an integer of more than 4300 digits: a traceback (exit 1); its
+        # advice (sys.set_int_max_str_digits) is for the program, not for the file's author
+        raise ConfigError(f"{path}: not valid TOML: {str(err).partition(';')[0]}") from None
     return _checked(path, data, Config, "")
+
+
+def _read_bytes(path: Path, most: int) -> bytes:
+    """At most `most` bytes of `path`. A FIFO (`mkfifo`, or bash's `<(cat pml.toml)`) is opened
+    without waiting for a writer, then read until its writer closes it; with no writer within
+    `FIFO_WRITER_SECONDS`, ConfigError. Any other file is read as usual."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb", closefd=False) as file:
+                return file.read(most)
+        return _read_fifo(path, fd, most)
+    finally:
+        os.close(fd)
+
+
+def _read_fifo(path: Path, fd: int, most: int) -> bytes:
+    """A FIFO opened without blocking: its bytes until its writer closes it. A read of 0 bytes
+    before any writer came means none has opened it yet: poll() then waits for one (on Linux it
+    reports a FIFO's end only once a writer has come), `FIFO_WRITER_SECONDS` at most. A writer
+    that came and has not written yet (a read would block) is waited for as any pipe is."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + FIFO_WRITER_SECONDS
+    chunks: list[bytes] = []
+    size = 0
+    writer = False
+    while size < most:
+        try:
+            chunk = os.read(fd, min(64 * 1024, most - size))
+        except BlockingIOError:  # a writer holds it open and has written nothing yet
+            writer = True
+            poller.poll()
+            continue
+        if chunk:
+            writer = True
+            chunks.append(chunk)
+            size += len(chunk)
+            continue
+        if writer:  # its writer closed it: the end of the file
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ConfigError(
+                f"{path}: no writer on this FIFO after {FIFO_WRITER_SECONDS:g} s (write the "
+                "config into it, or give a regular file)"
+            )
+        writer = bool(poller.poll(max(1, math.ceil(left * 1000))))
+    return b"".join(chunks)
 
 
 def _checked(path: Path, data: dict[str, Any], cls: type, prefix: str) -> Settings:

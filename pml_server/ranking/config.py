@@ -10,6 +10,10 @@ DAY_MS = 86_400_000
 # so a request for fewer answers the first suggestions of the default k, never a worse first
 # one (docs/ranking.md, Pipeline, "Retrieve").
 FETCH_MIN_SUGGESTIONS = 5
+# The bounds of the ranking's counts (docs/configuration.md, `[engine.ranking]`): unbounded, an
+# overfetch past about 10**17 / k asked the index for hits no 64-bit integer holds, and a
+# usage_saturation past 2**1024 is no float: either made every Suggest fail (INTERNAL).
+COUNT_BOUNDS = {"usage_saturation": 1_000_000_000, "overfetch": 1024}
 
 
 @dataclass(frozen=True)
@@ -131,9 +135,11 @@ class RankingConfig:
                 raise ValueError(f"RankingConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         if self.prior_successes + self.prior_failures <= 0:
             raise ValueError("RankingConfig.prior_successes + prior_failures must be > 0")
-        for name in ("usage_saturation", "overfetch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"RankingConfig.{name} must be >= 1, got {getattr(self, name)!r}")
+        for name, most in COUNT_BOUNDS.items():
+            if not 1 <= getattr(self, name) <= most:
+                raise ValueError(
+                    f"RankingConfig.{name} must be 1..{most}, got {getattr(self, name)!r}"
+                )
 
     def fetch_limit(self, k: int) -> int:
         """How many hits the engine should ask each index for to fill k suggestions."""

@@ -423,6 +423,12 @@ HOSTILE_FILES = [
     ),
     (
         "pml.toml",
+        b"[server]\nmax_workers = 1" + b"0" * 5000 + b"\n",
+        "{path}: not valid TOML: Exceeds the limit (4300 digits) for integer string conversion: "
+        "value has 5001 digits",
+    ),
+    (
+        "pml.toml",
         b'[server]\nlissten = "x"\n',
         "{path}: unknown key server.lissten in [server] (did you mean server.listen?)",
     ),
@@ -439,7 +445,8 @@ def test_a_hostile_config_file_is_one_line_and_exit_2(
 ) -> None:
     """A choice the flag refuses was taken from the file (`log_level = "verbose"`: a
     ValueError traceback, exit 1; `log_format = "xml"`: served), an empty path was the working
-    directory (a store written into it), `--config /dev/zero` took memory until killed."""
+    directory (a store written into it), `--config /dev/zero` took memory until killed, an
+    integer of 5,001 digits was tomllib's ValueError traceback (exit 1)."""
     path = Path(name) if name.startswith("/") else tmp_path / name
     if content is not None:
         path.write_bytes(content)
