@@ -122,6 +122,10 @@ def _check_tls_files(cert: Path, key: Path, client_ca: Path | None) -> None:
     for flag, path in (("--tls-cert", cert), ("--tls-key", key), ("--tls-client-ca", client_ca)):
         if path is None:
             continue
+        if path.exists() and not path.is_file():
+            # a FIFO (bash's `<(...)`) is read once, and these are read several times (the
+            # OTLP/HTTP port too); one without a writer blocked the start for ever
+            raise ValueError(f"{flag} {path}: not a regular file: write it to a file first")
         try:
             text = path.read_text(encoding="ascii", errors="replace")
         except OSError as err:

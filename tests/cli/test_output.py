@@ -742,19 +742,51 @@ def test_a_keys_file_deleted_while_serving_keeps_the_keys_in_force(
             ["keys", "add", "--tenant", "acme", "--keys-file", "{dir}/none/keys.json"],
             "pml keys: error: --keys-file {dir}/none/keys.json: No such file or directory",
         ),
+        # a FIFO (`mkfifo`, bash's `<(...)`) with no writer blocked each for ever
+        (
+            ["serve", "--keys-file", "{fifo}"],
+            "pml serve: error: {fifo}: cannot read it (--keys-file): not a regular file (the "
+            "server reads a keys file again whenever it changes)",
+        ),
+        (
+            ["keys", "list", "--keys-file", "{fifo}"],
+            "pml keys: error: --keys-file {fifo}: not a regular file (the server reads a keys "
+            "file again whenever it changes)",
+        ),
+        (
+            ["serve", "--tls-cert", "{fifo}", "--tls-key", "{fifo}"],
+            "pml serve: error: --tls-cert {fifo}: not a regular file: write it to a file first",
+        ),
+        # /dev/zero as the secret grew the server by about a GB a second
+        (
+            ["serve", "--page-token-secret-file", "/dev/zero"],
+            "pml serve: error: --page-token-secret-file /dev/zero: cannot read or create it: "
+            "not a regular file (a file of 32 bytes, or a path for pml to create)",
+        ),
     ],
-    ids=["secret-dir", "backup-under-file", "keys-dir", "keys-no-folder"],
+    ids=[
+        "secret-dir",
+        "backup-under-file",
+        "keys-dir",
+        "keys-no-folder",
+        "serve-keys-fifo",
+        "keys-fifo",
+        "tls-fifo",
+        "secret-zero",
+    ],
 )
 def test_a_path_that_cannot_be_what_its_flag_says_is_one_line_naming_the_flag(
     tmp_path: Path, flags: list[str], said: str
 ) -> None:
     """A directory given as the page-token secret or the keys file, a folder that does not
     exist, said only `[Errno 21] Is a directory: '...'`; a backup dir under a file started the
-    server, and every backup failed. Each is one line naming the flag, exit 2."""
-    folder, file = tmp_path / "folder", tmp_path / "file"
+    server, and every backup failed; a FIFO as the keys file or a TLS file blocked for ever.
+    Each is one line naming the flag, exit 2."""
+    folder, file, fifo = tmp_path / "folder", tmp_path / "file", tmp_path / "fifo"
     folder.mkdir()
     file.write_text("x")
-    argv = [f.format(dir=folder, file=file) for f in flags]
+    os.mkfifo(fifo)
+    argv = [f.format(dir=folder, file=file, fifo=fifo) for f in flags]
     if argv[0] == "serve":
         argv += ["--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d"), "--embedder"]
         argv += ["hashing"]
@@ -763,7 +795,7 @@ def test_a_path_that_cannot_be_what_its_flag_says_is_one_line_naming_the_flag(
     except subprocess.TimeoutExpired:
         raise AssertionError(f"pml started: {argv}") from None
     assert done.returncode == 2, done.stderr
-    assert done.stderr == said.format(dir=folder, file=file) + "\n"
+    assert done.stderr == said.format(dir=folder, file=file, fifo=fifo) + "\n"
 
 
 _MALFORMED_KEYS_FILES = {

@@ -12,6 +12,7 @@ File format (`pml keys add` writes it)::
 from __future__ import annotations
 
 import enum
+import errno
 import fcntl
 import hashlib
 import json
@@ -171,6 +172,11 @@ def _keys_data(path: Path, *, missing_ok: bool, given: str = "") -> dict[str, An
             f"{path}: no such keys file{named}; "
             f"`pml keys add --keys-file {shlex.quote(str(path))} --tenant NAME` creates one"
         )
+    if not path.is_file() and not path.is_dir():  # a directory: read_text's IsADirectoryError
+        # a FIFO blocked the read for ever (`mkfifo`, or bash's `<(...)`, which is read once
+        # while the server reads the file again whenever it changes)
+        why = "not a regular file (the server reads a keys file again whenever it changes)"
+        raise OSError(errno.EINVAL, why, str(path))
     try:
         data: Any = json.loads(path.read_text())
     except json.JSONDecodeError as err:

@@ -9,6 +9,7 @@ The secret lives in a file (created on first start) so tokens survive a restart.
 from __future__ import annotations
 
 import base64
+import errno
 import fcntl
 import hashlib
 import hmac
@@ -69,6 +70,10 @@ def load_or_create_secret(path: Path) -> bytes:
 
 
 def _read_secret(path: Path) -> bytes | None:
+    if path.exists() and not path.is_file() and not path.is_dir():
+        # a FIFO with no writer blocked the start for ever, /dev/zero filled the memory
+        why = f"not a regular file (a file of {_SECRET_BYTES} bytes, or a path for pml to create)"
+        raise OSError(errno.EINVAL, why, str(path))
     try:
         secret = path.read_bytes()
     except FileNotFoundError:
