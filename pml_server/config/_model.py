@@ -342,6 +342,18 @@ class EngineConfig:
         for name in ("snapshot_interval_seconds", "backup_interval_seconds"):
             if getattr(self, name) > threading.TIMEOUT_MAX:
                 raise ValueError(f"engine.{name} must be at most {threading.TIMEOUT_MAX:g}")
+        # RocksDB takes UTF-8 paths: bytes that are not UTF-8 (a str with lone surrogates) said
+        # "cannot open the store ...: 'utf-8' codec can't encode ... Restore it from a backup"
+        for name in ("data_dir", "backup_dir"):
+            value = getattr(self, name)
+            if value is not None and not str(value).isascii():
+                try:
+                    str(value).encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(
+                        f"engine.{name}: the path {value} holds bytes that are not UTF-8 text; "
+                        "the store takes UTF-8 paths"
+                    ) from None
         self._check_backups()
         _ = self.limits  # a bad settable limit is refused now, not at the first capture
 

@@ -683,3 +683,26 @@ def test_a_dsn_libpq_cannot_read_is_refused_without_quoting_it(
     assert done.value.code == 2
     assert err.startswith("pml serve: error: PML_STORE is no DSN libpq reads: invalid "), err
     assert err.count("\n") == 1
+
+
+def test_a_data_dir_of_bytes_that_are_not_utf8_is_refused_before_anything_is_made(
+    tmp_path: Path,
+) -> None:
+    """`--data-dir` holding bytes that are not UTF-8 (Python reads them as lone surrogates):
+    the directory was made, then the store could not open it and the start said "Restore it
+    from a backup". Refused naming the flag, exit 2, nothing made."""
+    bad = str(tmp_path) + "/d\udcff"
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "pml"),
+            *("serve", "--listen", "127.0.0.1:0", "--embedder", "hashing", "--data-dir", bad),
+        ],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    said = done.stderr.decode("utf-8", "backslashreplace")
+    assert said.startswith("pml serve: error: --data-dir: engine.data_dir: the path ")
+    assert "holds bytes that are not UTF-8 text" in said
+    assert "Restore" not in said
+    assert list(tmp_path.iterdir()) == []
