@@ -430,6 +430,10 @@ def _garble_current(data: Path) -> None:
     (data / "CURRENT").write_text("garbage\n")
 
 
+def _remove_current(data: Path) -> None:
+    (data / "CURRENT").unlink()
+
+
 def _truncate_manifest(data: Path) -> None:
     for manifest in data.glob("MANIFEST-*"):
         with manifest.open("r+b") as f:
@@ -453,6 +457,7 @@ def _newer_schema(data: Path) -> None:
     ("damage", "reason"),
     [
         (_garble_current, "CURRENT file corrupted"),
+        (_remove_current, "it has no CURRENT file"),
         (_truncate_manifest, "MANIFEST"),
         (_garble_tables, "checksum mismatch"),
         (_newer_schema, "upgrade pml to open it"),
