@@ -174,6 +174,7 @@ class Store:
         options.create_missing_column_families(True)
         families = {name: family_options() for name in COLUMN_FAMILIES}
         self._families = families
+        _check_current(path)
         _check_tables_kept(path, families)
         try:
             self._db = Rdict(str(path), options, column_families=families)
@@ -545,6 +546,23 @@ def _write_tables_kept(path: Path, families: dict[str, Options]) -> None:
     except Exception as err:  # a full disk (rocksdict raises a bare Exception): the next
         # open checks nothing
         log.warning("store at %s: its table files not listed at close: %s", path, err)
+
+
+def _check_current(path: Path) -> None:
+    """Refuse a store whose `CURRENT` file is gone while its data files are there (a copy
+    made without it): RocksDB takes a directory without `CURRENT` for no store, writes a new
+    empty one beside the files, and its next open serves that, deleting the old table files
+    and log (docs/storage.md, Opening)."""
+    if (path / "CURRENT").exists():
+        return
+    found = sorted(f.name for pattern in ("*.sst", "*.log") for f in path.glob(pattern))
+    if found:
+        raise StoreOpenError(
+            f"cannot open the store at {path}: it has no CURRENT file but holds a store's "
+            f"files ({', '.join(found[:5])}{' ...' if len(found) > 5 else ''}); opening it "
+            "would start an empty store there and delete them. Restore it from a backup, or "
+            "use another data directory"
+        )
 
 
 def _check_tables_kept(path: Path, families: dict[str, Options]) -> None:

@@ -430,6 +430,10 @@ def _garble_current(data: Path) -> None:
     (data / "CURRENT").write_text("garbage\n")
 
 
+def _remove_current(data: Path) -> None:
+    (data / "CURRENT").unlink()
+
+
 def _truncate_manifest(data: Path) -> None:
     for manifest in data.glob("MANIFEST-*"):
         with manifest.open("r+b") as f:
@@ -453,6 +457,7 @@ def _newer_schema(data: Path) -> None:
     ("damage", "reason"),
     [
         (_garble_current, "CURRENT file corrupted"),
+        (_remove_current, "it has no CURRENT file"),
         (_truncate_manifest, "MANIFEST"),
         (_garble_tables, "checksum mismatch"),
         (_newer_schema, "upgrade pml to open it"),
@@ -808,19 +813,35 @@ _MALFORMED_KEYS_FILES = {
         "keys[0].role: unknown role 'boss'"
     ),
     "{bad": "not JSON",
+    "\udcff{}": "not UTF-8 text (byte 0: invalid start byte)",
+    "[" * 100_000 + "]" * 100_000: "not a keys file: nested too deep to read",
+    '{"keys": [{"sha256": "' + "a" * 64 + '", "tenant": 7, "role": "write"}]}': (
+        "keys[0].tenant is not a string"
+    ),
+    '{"keys": [{"sha256": "' + "a" * 64 + '", "tenant": "acme", "role": "write"}, '
+    '{"sha256": "' + "A" * 64 + '", "tenant": "beta", "role": "read"}]}': (
+        "keys[1] is the same key as keys[0] (same sha256)"
+    ),
 }
 
 
-@pytest.mark.parametrize("text", list(_MALFORMED_KEYS_FILES))
+@pytest.mark.parametrize(
+    "text",
+    list(_MALFORMED_KEYS_FILES),
+    ids=[f"{i}-{t[:24]}" for i, t in enumerate(_MALFORMED_KEYS_FILES)],
+)
 def test_a_malformed_keys_file_is_one_line_naming_it_everywhere(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], text: str
 ) -> None:
     """A keys file of the wrong shape (a list, an entry without its hash or role): `pml serve`
     and `pml keys list` ended in a traceback (AttributeError, KeyError, TypeError) or said only
     `'sha256'`, and `pml keys add` appended a key to a file no server could load. Each now says
-    which file and which entry, exit 2, and the file is left as it was."""
+    which file and which entry, exit 2, and the file is left as it was. A file that is not
+    UTF-8 said only `'utf-8' codec can't decode byte 0xff`, not which file; one nested
+    100,000 deep ended in a RecursionError traceback; a key listed twice for two tenants was
+    silently the last entry's, and a tenant written as a number was served as its digits."""
     path = tmp_path / "keys.json"
-    path.write_text(text)
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
     why = _MALFORMED_KEYS_FILES[text]
     serve = ["serve", "--data-dir", str(tmp_path / "d"), "--embedder", "hashing"]
     for argv in (
@@ -834,24 +855,26 @@ def test_a_malformed_keys_file_is_one_line_naming_it_everywhere(
         assert done.value.code == 2, argv
         line = _one_line(capfd.readouterr().err)
         assert line.startswith(f"pml {argv[0]}: error: {path}: {why}"), (argv, line)
-    assert path.read_text() == text
+    assert path.read_bytes() == text.encode("utf-8", "surrogateescape")
 
 
+@pytest.mark.parametrize("bad", ["[]", "[" * 100_000 + "]" * 100_000], ids=["list", "deep"])
 def test_a_keys_file_of_the_wrong_shape_keeps_the_keys_in_force(
     start: StartServer,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
+    bad: str,
 ) -> None:
     """The watcher caught a reload's KeyError and TypeError but not the AttributeError of a
-    file that holds a list: its thread died, and no later change of the file (a revocation)
-    was ever applied."""
+    file that holds a list, nor the RecursionError of one nested 100,000 deep: its thread
+    died, and no later change of the file (a revocation) was ever applied."""
     path = tmp_path / "keys.json"
     key = _keys("add", "--keys-file", str(path), "--tenant", "acme", capsys=capsys).split()[-1]
     server = start(keys_file=path)
     caplog.set_level(logging.ERROR, logger="pml.keys")
     good = path.read_text()
-    path.write_text("[]")
+    path.write_text(bad)
     assert eventually(lambda: "keys file not reloaded (file changed)" in caplog.text)
     assert _key_works(f"127.0.0.1:{server.port}", key)
     path.write_text(good.replace('"keys": [', '"keys": [], "old": ['))  # the key revoked

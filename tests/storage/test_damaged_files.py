@@ -81,3 +81,41 @@ def test_a_store_left_without_a_close_opens_with_every_row(tmp_path: Path) -> No
         assert len(store.scan(CF_PATTERNS, b"")) == ROWS + 1
     finally:
         store.close()
+
+
+def test_a_copy_without_its_current_file_is_refused_never_opened_empty(tmp_path: Path) -> None:
+    """A copy of a store (a backup's checkpoint) made without its CURRENT file: RocksDB took
+    the directory for no store and wrote a new empty one beside the files, failing that open
+    only for the log it found; the next open served the empty store and deleted the table
+    files and the log, every row gone. The open refuses it, naming CURRENT, and writes
+    nothing: CURRENT put back, the store opens whole."""
+    source = tmp_path / "source"
+    _filled(source)
+    store = Store(source, "sync")
+    copy = tmp_path / "copy"
+    try:
+        store.write([(CF_PATTERNS, b"q00000", b"in the log only")])
+        store.checkpoint(copy)
+    finally:
+        store.close()
+    current = (copy / "CURRENT").read_bytes()
+    (copy / "CURRENT").unlink()
+    files = sorted(p.name for p in copy.iterdir())
+    assert any(name.endswith(".sst") for name in files)
+    for _ in range(2):
+        try:
+            opened = Store(copy, "sync")
+        except StoreOpenError as err:
+            refusal = str(err)
+        else:
+            rows = len(opened.scan(CF_PATTERNS, b""))
+            opened.close()
+            raise AssertionError(f"opened without CURRENT, holding {rows} rows")
+        assert sorted(p.name for p in copy.iterdir()) == files
+        assert f"cannot open the store at {copy}: it has no CURRENT file" in refusal
+    (copy / "CURRENT").write_bytes(current)
+    store = Store(copy, "sync")
+    try:
+        assert len(store.scan(CF_PATTERNS, b"")) == ROWS + 1
+    finally:
+        store.close()

@@ -172,28 +172,43 @@ def _keys_data(path: Path, *, missing_ok: bool, given: str = "") -> dict[str, An
             f"{path}: no such keys file{named}; "
             f"`pml keys add --keys-file {shlex.quote(str(path))} --tenant NAME` creates one"
         )
-    if not path.is_file() and not path.is_dir():  # a directory: read_text's IsADirectoryError
+    if not path.is_file() and not path.is_dir():  # a directory: read_bytes' IsADirectoryError
         # a FIFO blocked the read for ever (`mkfifo`, or bash's `<(...)`, which is read once
         # while the server reads the file again whenever it changes)
         why = "not a regular file (the server reads a keys file again whenever it changes)"
         raise OSError(errno.EINVAL, why, str(path))
-    try:
-        data: Any = json.loads(path.read_text())
+    try:  # a byte order mark (an editor's) read past, as `pml import` does
+        data: Any = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not JSON ({err})") from None
+    except RecursionError:  # arrays or objects nested thousands deep: json's recursion limit
+        raise ValueError(f"{path}: not a keys file: nested too deep to read") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not a keys file: an object with a `keys` list")
     keys = data.setdefault("keys", [])
     if not isinstance(keys, list):
         raise ValueError(f"{path}: not a keys file: an object with a `keys` list")
+    seen: dict[str, int] = {}
     for i, item in enumerate(keys):
         if not isinstance(item, dict):
             raise ValueError(f"{path}: keys[{i}] is not an object")
         for field in ("sha256", "tenant", "role"):
             if field not in item:
                 raise ValueError(f"{path}: keys[{i}] has no {field}")
-        if not re.fullmatch(r"[0-9a-f]{64}", str(item["sha256"]).lower()):
+            if not isinstance(item[field], str):  # `"tenant": 7` was served as tenant "7"
+                raise ValueError(f"{path}: keys[{i}].{field} is not a string")
+        digest = item["sha256"].lower()
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
             raise ValueError(f"{path}: keys[{i}].sha256 is not a SHA-256 hex digest")
+        # one key, one tenant and role: a key listed twice was the last entry's, silently
+        if digest in seen:
+            raise ValueError(
+                f"{path}: keys[{i}] is the same key as keys[{seen[digest]}] (same sha256): "
+                "a key has one tenant and one role; remove one of them"
+            )
+        seen[digest] = i
         tenant = str(item["tenant"])
         if not TENANT_NAME.fullmatch(tenant):
             raise ValueError(f"{path}: keys[{i}].tenant {tenant!r} is not a valid tenant")
