@@ -142,6 +142,11 @@ class _BackupCollector(Collector):
         backups.add_metric(["ok"], status.taken)
         backups.add_metric(["failed"], status.failed)
         yield backups
+        yield CounterMetricFamily(
+            "pml_backup_prunes_failed",
+            "Backups written whose older backups could not be removed (--backup-keep)",
+            value=status.prunes_failed,
+        )
         if status.last_success_unix is not None:
             yield GaugeMetricFamily(
                 "pml_backup_last_success_timestamp_seconds",

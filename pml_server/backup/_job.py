@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pml_server.backup._dir import BackupDir
@@ -19,6 +19,7 @@ class BackupStatus:
     taken: int = 0
     failed: int = 0
     last_success_unix: float | None = None  # wall-clock seconds of the last whole backup
+    prunes_failed: int = 0  # backups written whose older ones could not be removed
 
 
 class BackupJob:
@@ -63,16 +64,23 @@ class BackupJob:
     def take_one(self) -> None:
         try:
             backup = self._backups.take(self._checkpoint, self._about)
-            removed = self._backups.prune()
         except Exception as err:  # disk full, permissions: the server goes on serving
             with self._lock:
-                self._status = BackupStatus(
-                    self._status.taken, self._status.failed + 1, self._status.last_success_unix
-                )
+                self._status = replace(self._status, failed=self._status.failed + 1)
             log.error("backup failed: %s", err, exc_info=err)
             return
         with self._lock:
-            self._status = BackupStatus(self._status.taken + 1, self._status.failed, time.time())
+            self._status = replace(
+                self._status, taken=self._status.taken + 1, last_success_unix=time.time()
+            )
+        try:
+            removed = self._backups.prune()
+        # the backup is whole: older ones stay (docs/operations.md, Backups and restore)
+        except Exception as err:
+            with self._lock:
+                self._status = replace(self._status, prunes_failed=self._status.prunes_failed + 1)
+            log.error("backup written, but older backups not removed: %s", err, exc_info=err)
+            removed = []
         log.info(
             "backup written",
             extra={

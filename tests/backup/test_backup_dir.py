@@ -13,12 +13,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
+from pml_server.api.metrics import Metrics
 from pml_server.backup import (
     MANIFEST_NAME,
     STORE_ID_NAME,
     BackupDir,
     BackupJob,
+    BackupStatus,
     RestoreRefusedError,
     store_id,
     verify_restored,
@@ -177,6 +180,33 @@ def test_the_job_counts_failures_goes_on_and_stops_when_asked(
     assert len(BackupDir(tmp_path / "b", keep=1, store_id="a").complete()) == 1
 
 
+def test_a_backup_written_whose_older_ones_cannot_be_removed_is_counted_as_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The backup is whole when pruning fails: it counts as taken and as the last success
+    (an alert on `pml_backup_last_success_timestamp_seconds` fired though it was written),
+    and the failed prune is counted apart; the next backup removes the older ones."""
+    times = _clock(datetime(2026, 12, 7, 8, 0, tzinfo=UTC))
+    backups = BackupDir(tmp_path / "b", keep=1, store_id="a", clock=lambda: next(times))
+    job = BackupJob(backups, _copy_of("ok"), {}, interval_seconds=0)
+    job.take_one()
+
+    def busy(path: object, *args: object, **kwargs: object) -> None:
+        raise OSError(16, "Device or resource busy")
+
+    monkeypatch.setattr("pml_server.backup._dir.shutil.rmtree", busy)
+    job.take_one()
+    status = job.status()
+    assert (status.taken, status.failed, status.prunes_failed) == (2, 0, 1)
+    assert status.last_success_unix is not None
+    assert len(backups.complete()) == 2
+    assert any("older backups not removed" in r.message for r in caplog.records)
+    monkeypatch.undo()
+    job.take_one()
+    assert (job.status().taken, job.status().prunes_failed) == (3, 1)
+    assert len(backups.complete()) == 1
+
+
 @pytest.mark.parametrize(
     "files",
     [
@@ -200,3 +230,15 @@ def test_a_restored_copy_whose_manifest_lists_files_wrongly_is_refused(
     (copy / MANIFEST_NAME).write_text(json.dumps({**manifest, "files": files}))
     with pytest.raises(RestoreRefusedError, match=f"backup manifest {copy / MANIFEST_NAME}"):
         verify_restored(copy)
+
+
+def test_the_metrics_show_backups_by_result_and_the_prunes_that_failed() -> None:
+    metrics = Metrics()
+    metrics.watch_backups(
+        lambda: BackupStatus(taken=3, failed=1, last_success_unix=1.5e9, prunes_failed=2)
+    )
+    scraped = generate_latest(metrics.registry).decode()
+    assert 'pml_backups_total{result="ok"} 3.0' in scraped
+    assert 'pml_backups_total{result="failed"} 1.0' in scraped
+    assert "pml_backup_prunes_failed_total 2.0" in scraped
+    assert "pml_backup_last_success_timestamp_seconds 1.5e+09" in scraped
