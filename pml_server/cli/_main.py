@@ -228,6 +228,20 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
 
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        """An argument that is not UTF-8 text (a byte of another encoding, which Python reads
+        as a surrogate) is refused naming it, exit 2 (docs/cli.md, Exit codes): sent, it was a
+        UnicodeEncodeError traceback. A path is not text: a file name may be any bytes. A
+        command's arguments are its own parser's to check; the API key has its own rule
+        (printable ASCII), said alike for `--api-key` and `$PML_API_KEY` (`client_refusal`)."""
+        is_path = isinstance(action.type, NotBlank) and action.type.kind is Path
+        if not is_path and action.nargs != argparse.PARSER and action.dest != "api_key":
+            from pml_client.client import text_problem  # grpc: only once there are arguments
+
+            if (problem := text_problem(arg_string)) is not None:
+                raise argparse.ArgumentError(action, problem)
+        return super()._get_value(action, arg_string)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(

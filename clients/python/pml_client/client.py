@@ -139,9 +139,34 @@ def _kind(value: object) -> str:
     return "None" if value is None else type(value).__name__
 
 
+def text_problem(text: str) -> str | None:
+    """Why `text` cannot be sent as text, or None. pml's text travels as UTF-8, and a surrogate
+    code point has none: Python reads a command-line byte that is not UTF-8 as one (0xff as
+    U+DCFF, `os.fsdecode`), and a JSON `\\ud800` escape as another. Protobuf raised
+    UnicodeEncodeError then, a traceback naming no argument. The one check, for the client's
+    arguments (`_text`) and the `pml` command line's (`pml_server/cli`)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        char = text[err.start]
+        # the byte a command line gave (surrogateescape), else the code point
+        shown = (
+            repr(char.encode("utf-8", "surrogateescape"))
+            if "\udc80" <= char <= "\udcff"
+            else f"U+{ord(char):04X}"
+        )
+        return (
+            f"holds {shown} at position {err.start}: not UTF-8 text (a byte of another "
+            "encoding, or a lone surrogate)"
+        )
+    return None
+
+
 def _text(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise _refused(name, f"is {_kind(value)}, not a str")
+    if (problem := text_problem(value)) is not None:
+        raise _refused(name, problem)
     return value
 
 
@@ -152,8 +177,7 @@ def _texts(name: str, value: object) -> list[str]:
         raise _refused(name, f"is {_kind(value)}, not a sequence of str (one: [{value!r}])")
     items = list(value)
     for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise _refused(f"{name}[{i}]", f"is {_kind(item)}, not a str")
+        _text(f"{name}[{i}]", item)
     return items
 
 
