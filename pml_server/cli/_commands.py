@@ -173,7 +173,7 @@ def record(args: argparse.Namespace) -> int:
             failed_tools=failed,
             request_id=args.request_id,
             duration_ms=args.duration_ms,
-            session_id=args.session,
+            session_id=args.session or "",
         )
     if args.session:  # also over a --file record's own
         rec.session_id = args.session
@@ -405,7 +405,7 @@ def suggest(args: argparse.Namespace) -> int:
             include_flagged=args.include_flagged,
             explain=args.explain,
             plan_size=args.plans,
-            session_id=args.session,
+            session_id=args.session or "",
             previous_patterns=args.after_pattern,
             previous_tools=args.after,
         )

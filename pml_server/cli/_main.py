@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--duration-ms", type=float, default=0.0, help="how long the execution took")
     rec.add_argument(
         "--session",
-        default="",
+        type=NotBlank(str, "--session", "no session"),
         metavar="ID",
         help="the agent session it belongs to: pml learns which step follows which "
         "(docs/ranking.md, Sessions)",
@@ -362,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     sug.add_argument("--explain", action="store_true", help="also show filtered-out candidates")
     sug.add_argument(
         "--session",
-        default="",
+        type=NotBlank(str, "--session", "no session"),
         metavar="ID",
         help="the session the agent's steps were recorded under (pml record --session): what "
         "usually follows its last step ranks higher (docs/ranking.md, Sessions)",
@@ -390,11 +390,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     lst = client("list", "list patterns (or capabilities)")
-    lst.add_argument("--capabilities", action="store_true", help="list capabilities instead")
-    lst.add_argument(
+    # one listing: `--capabilities --capability X` listed the capabilities, X dropped
+    listing = lst.add_mutually_exclusive_group()
+    listing.add_argument("--capabilities", action="store_true", help="list capabilities instead")
+    listing.add_argument(
         "--capability",
+        type=NotBlank(str, "--capability", "every pattern"),
         metavar="NAME",
-        default="",
         help="only the patterns of this capability (capabilities/ID or cap_...)",
     )
     lst.add_argument("--limit", type=positive_count, default=100, help="at most this many")

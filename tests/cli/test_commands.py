@@ -345,6 +345,34 @@ def test_a_path_argument_may_hold_any_bytes(server: RunningServer, tmp_path: Pat
     assert b"records-\xff.jsonl: 1 saved" in b" ".join(done.stdout.split())
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # listed every pattern, as if no capability was named
+        (("list", "--capability", ""), "argument --capability: '' is empty"),
+        (("list", "--capability", "  "), "argument --capability: '  ' is empty"),
+        # ranked without the session, as if none was named
+        (("suggest", "read", "--session", ""), "argument --session: '' is empty"),
+        (("record", "--intent", "r", "--code", READ, "--session", " "), "argument --session"),
+        # listed the capabilities, the capability named dropped without a word
+        (
+            ("list", "--capabilities", "--capability", "cap_x"),
+            "argument --capability: not allowed with argument --capabilities",
+        ),
+    ],
+)
+def test_a_filter_given_empty_or_beside_another_listing_is_a_usage_error(
+    run: object, argv: tuple[str, ...], said: str
+) -> None:
+    """`pml list --capability "$CAP"` with CAP unset in a script listed every pattern (exit
+    0), as `--session ""` ranked without a session: a flag given empty is refused naming it
+    (docs/cli.md, Flags, variables and the config file), before anything is sent."""
+    assert callable(run)
+    run("record", "--intent", "Read JSON file", "--code", READ, "--tool", "read_file")
+    out = run(*argv, expect=2)
+    assert said in out, out
+
+
 _BAD_SERVERS = [
     ("127.0.0.1:99999", "port 99999 is not 0..65535"),
     ("127.0.0.1:abc", "port 'abc' is not a number 0..65535"),
