@@ -649,7 +649,7 @@ def test_sessions_record_and_suggest_what_comes_next(run: object) -> None:
     out = run("suggest", "--after", "read_file")
     assert "nothing recorded ever followed that step" in out
     out = run("suggest", "read", "--session", "bad\tid", expect=1)
-    assert "context.session_id" in out
+    assert "--session: must not contain control" in out  # said as the flag
 
 
 def test_control_characters_from_the_store_never_reach_the_terminal(
