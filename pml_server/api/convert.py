@@ -388,39 +388,54 @@ def _budgeted_page(
 
 
 def suggest_response(result: model.SuggestResult) -> pml_pb2.SuggestResponse:
-    """Best first, as many as fit the answer's byte budget (the rest are the worst ranked)."""
+    """Best first, as many as fit the answer's byte budget (the rest are the worst ranked).
+    With `explain`, the filtered candidates are budgeted first (`budget.FILTERED_BYTES`, each
+    detail cut), so that an answer explaining what was removed is whole and fits a client's
+    default limit: outside the budget, long details took one past 4 MiB (docs/api.md)."""
     reply = pml_pb2.SuggestResponse()
-    used = 0
+    used = _filtered(reply, result.filtered)
     for n, s in enumerate(result.suggestions):
         # Filled in place: appending a finished item would copy it into the answer.
         item = reply.suggestions.add(capability=name(CAPABILITIES, s.capability_id))
         fill_pattern(item.pattern, s.pattern)
         budget.trim_pattern(item.pattern)
         _fill_score(item.score, s.score)
-        size = item.ByteSize()
+        size = item.ByteSize() + budget.FRAMING_BYTES
         if not budget.fits(used, size, n):
             del reply.suggestions[n:]
             break
         used += size
-    for f in result.filtered:
-        filtered = reply.filtered.add(
-            capability=name(CAPABILITIES, f.capability_id),
-            pattern=name(PATTERNS, f.pattern_id),
-            rule=f.rule,
-            detail=f.detail,
-        )
-        if f.score is not None:
-            _fill_score(filtered.score, f.score)
     reply.read_as_follow_up = result.read_as_follow_up
     for plan in result.plans:
         item_plan = reply.plans.add()
         _fill_plan(item_plan, plan)
-        size = item_plan.ByteSize()
+        size = item_plan.ByteSize() + budget.FRAMING_BYTES
         if not budget.fits(used, size, 1):  # a plan never crowds out the suggestions
             del reply.plans[len(reply.plans) - 1 :]
             break
         used += size
     return reply
+
+
+def _filtered(reply: pml_pb2.SuggestResponse, filtered: Sequence[model.FilteredCandidate]) -> int:
+    """`filtered` into `reply`, each detail cut (`budget.trim_detail`), the first ones within
+    `budget.FILTERED_BYTES`; the bytes they take."""
+    used = 0
+    for n, f in enumerate(filtered):
+        item = reply.filtered.add(
+            capability=name(CAPABILITIES, f.capability_id),
+            pattern=name(PATTERNS, f.pattern_id),
+            rule=f.rule,
+            detail=budget.trim_detail(f.detail),
+        )
+        if f.score is not None:
+            _fill_score(item.score, f.score)
+        size = item.ByteSize() + budget.FRAMING_BYTES
+        if used + size > budget.FILTERED_BYTES:
+            del reply.filtered[n:]
+            break
+        used += size
+    return used
 
 
 def _fill_plan(out: resources_pb2.Plan, plan: model.Plan) -> None:

@@ -185,7 +185,7 @@ def record(args: argparse.Namespace) -> int:
             failed_tools=failed,
             request_id=args.request_id,
             duration_ms=args.duration_ms,
-            session_id=args.session,
+            session_id=args.session or "",
         )
     if args.session:  # also over a --file record's own
         rec.session_id = args.session
@@ -422,7 +422,7 @@ def suggest(args: argparse.Namespace) -> int:
             include_flagged=args.include_flagged,
             explain=args.explain,
             plan_size=args.plans,
-            session_id=args.session,
+            session_id=args.session or "",
             previous_patterns=args.after_pattern,
             previous_tools=args.after,
         )
@@ -584,8 +584,25 @@ _FLAG_OF_FIELD = {
         "plan_size": "--plans",
         "min_match": "--min-match",
         "min_success": "--min-success",
+        "tags": "--tag",
+        "available_tools.tools": "--tools/--available-tool",  # one list, --tools' first
+        "context.session_id": "--session",
+        "context.previous_tools": "--after",
+        "context.previous_patterns": "--after-pattern",
     }
 }
+# A field the server names, an item of a repeated one by its index: `tags[1]`.
+_FIELD = re.compile(r"(?P<name>[A-Za-z_.]+)(?:\[(?P<index>\d+)\])?")
+
+
+def _as_flag(field: str, flags: dict[str, str]) -> str:
+    """`field` said as the flag that set it (`tags[1]`: `--tag #2`, the second given); a
+    field no flag sets, as the server named it."""
+    match = _FIELD.fullmatch(field)
+    if match is None or match["name"] not in flags:
+        return field
+    flag = flags[match["name"]]
+    return flag if match["index"] is None else f"{flag} #{int(match['index']) + 1}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -604,9 +621,12 @@ def run(args: argparse.Namespace) -> int:
         unreachable = err.code in _UNREACHABLE
         error: dict[str, Any] = {"status": err.code.name, "message": err.message}
         flags = {} if args.json else _FLAG_OF_FIELD.get(args.command, {})
-        violations = [(flags.get(f, f), d) for f, d in err.violations]
-        for field, flag in flags.items():  # the message is often the violations themselves
-            error["message"] = re.sub(rf"(^|; ){field}: ", rf"\g<1>{flag}: ", error["message"])
+        violations = [(_as_flag(f, flags), d) for f, d in err.violations]
+        for field, _ in err.violations:  # the message is often the violations themselves
+            said = _as_flag(field, flags).replace("\\", "\\\\")  # a replacement string
+            error["message"] = re.sub(
+                rf"(^|; ){re.escape(field)}: ", rf"\g<1>{said}: ", error["message"]
+            )
         if isinstance(err, CertificateError):  # a server answered: its certificate is refused
             error["message"] = err.saying("--tls-ca")
         elif isinstance(err, ClientCertificateError):  # a server asked for a certificate

@@ -228,6 +228,20 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
 
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        """An argument that is not UTF-8 text (a byte of another encoding, which Python reads
+        as a surrogate) is refused naming it, exit 2 (docs/cli.md, Exit codes): sent, it was a
+        UnicodeEncodeError traceback. A path is not text: a file name may be any bytes. A
+        command's arguments are its own parser's to check; the API key has its own rule
+        (printable ASCII), said alike for `--api-key` and `$PML_API_KEY` (`client_refusal`)."""
+        is_path = isinstance(action.type, NotBlank) and action.type.kind is Path
+        if not is_path and action.nargs != argparse.PARSER and action.dest != "api_key":
+            from pml_client.client import text_problem  # grpc: only once there are arguments
+
+            if (problem := text_problem(arg_string)) is not None:
+                raise argparse.ArgumentError(action, problem)
+        return super()._get_value(action, arg_string)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
@@ -293,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--duration-ms", type=float, default=0.0, help="how long the execution took")
     rec.add_argument(
         "--session",
-        default="",
+        type=NotBlank(str, "--session", "no session"),
         metavar="ID",
         help="the agent session it belongs to: pml learns which step follows which "
         "(docs/ranking.md, Sessions)",
@@ -348,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     sug.add_argument("--explain", action="store_true", help="also show filtered-out candidates")
     sug.add_argument(
         "--session",
-        default="",
+        type=NotBlank(str, "--session", "no session"),
         metavar="ID",
         help="the session the agent's steps were recorded under (pml record --session): what "
         "usually follows its last step ranks higher (docs/ranking.md, Sessions)",
@@ -376,11 +390,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     lst = client("list", "list patterns (or capabilities)")
-    lst.add_argument("--capabilities", action="store_true", help="list capabilities instead")
-    lst.add_argument(
+    # one listing: `--capabilities --capability X` listed the capabilities, X dropped
+    listing = lst.add_mutually_exclusive_group()
+    listing.add_argument("--capabilities", action="store_true", help="list capabilities instead")
+    listing.add_argument(
         "--capability",
+        type=NotBlank(str, "--capability", "every pattern"),
         metavar="NAME",
-        default="",
         help="only the patterns of this capability (capabilities/ID or cap_...)",
     )
     lst.add_argument("--limit", type=positive_count, default=100, help="at most this many")

@@ -120,29 +120,6 @@ def test_a_call_argument_of_the_wrong_type_is_refused_naming_it(nowhere: str, fi
     assert [f for f, _ in err.value.violations] == [field]
 
 
-# A str that is not Unicode text: what Python makes of bytes that are not UTF-8 in a command
-# line or a file name (surrogateescape). protobuf's encoder raised UnicodeEncodeError, naming
-# nothing, and `pml` printed its traceback.
-NOT_UNICODE: dict[str, Callable[[PmlClient], object]] = {
-    "intent": lambda c: c.suggest("read \udcff"),
-    "name": lambda c: c.delete_pattern("pat_\udcff"),
-    "available_tools[1]": lambda c: c.suggest("x", available_tools=["a", "b\udcff"]),
-    "session_id": lambda c: c.suggest("x", session_id="\udcff"),
-    "tools[0]": lambda c: c.record(make_record("x", "await mcp.a({})", tools=["a\udcff"])),
-}
-
-
-@pytest.mark.parametrize("field", sorted(NOT_UNICODE))
-def test_a_str_that_is_not_unicode_text_is_refused_naming_it(nowhere: str, field: str) -> None:
-    with PmlClient(nowhere, retries=0) as client, pytest.raises(PmlClientError) as err:
-        NOT_UNICODE[field](client)
-    assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
-    [(named, description)] = err.value.violations
-    assert named == field
-    assert "'\\udcff' at character" in description
-    assert "not Unicode text" in description
-
-
 @pytest.mark.parametrize(
     ("given", "field"),
     [
@@ -163,3 +140,48 @@ def test_make_record_refuses_a_lone_str_for_its_tools(given: dict[str, object], 
     with pytest.raises(PmlClientError) as err:
         make_record(**{"intent": "Read JSON", "code": "await mcp.read_file({})", **given})  # type: ignore[arg-type]
     assert [f for f, _ in err.value.violations] == [field]
+
+
+# A str that is not text: a command-line byte that is not UTF-8 (Python reads 0xff as U+DCFF)
+# or a lone surrogate (a JSON `\ud800` escape). Before: protobuf's UnicodeEncodeError, a
+# traceback naming no argument (`pml suggest $'\xff'`).
+NOT_TEXT: dict[str, Callable[[PmlClient], object]] = {
+    "intent": lambda c: c.suggest("Load \udcff JSON"),
+    "session_id": lambda c: c.suggest("", session_id="s\udcff"),
+    "available_tools[1]": lambda c: c.suggest("x", available_tools=["a", "b\ud800"]),
+    "tags[0]": lambda c: c.suggest("x", tags=["\udcff"]),
+    "previous_tools[0]": lambda c: c.suggest("", previous_tools=["\udcff"]),
+    "previous_patterns[0]": lambda c: c.suggest("", previous_patterns=["patterns/\udcff"]),
+    "name": lambda c: c.get_pattern("patterns/\udcff"),
+    "capability": lambda c: c.list_patterns(capability="capabilities/\udcff"),
+    "page_token": lambda c: c.list_failures(page_token="\udcff"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(NOT_TEXT))
+def test_a_call_argument_that_is_not_text_is_refused_naming_it(nowhere: str, field: str) -> None:
+    with PmlClient(nowhere, retries=0) as client, pytest.raises(PmlClientError) as err:
+        NOT_TEXT[field](client)
+    assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert [f for f, _ in err.value.violations] == [field]
+    assert "not UTF-8 text" in err.value.violations[0][1]
+
+
+@pytest.mark.parametrize(
+    ("given", "field", "said"),
+    [
+        ({"intent": "Read \udcff"}, "intent", "holds b'\\xff' at position 5"),
+        ({"code": "\udc80"}, "code", "holds b'\\x80' at position 0"),
+        ({"tools": ["read_file", "x\ud800"]}, "tools[1]", "holds U+D800 at position 1"),
+        ({"failed_tools": [("t", "err \udcff")]}, "failed_tools[0][1]", "at position 4"),
+        ({"session_id": "\udcff"}, "session_id", "holds b'\\xff' at position 0"),
+        ({"request_id": "r\udcff"}, "request_id", "at position 1"),
+    ],
+)
+def test_make_record_refuses_text_that_is_not_utf8_naming_it(
+    given: dict[str, object], field: str, said: str
+) -> None:
+    with pytest.raises(PmlClientError) as err:
+        make_record(**{"intent": "Read JSON", "code": "await mcp.read_file({})", **given})  # type: ignore[arg-type]
+    assert [f for f, _ in err.value.violations] == [field]
+    assert said in err.value.violations[0][1]

@@ -553,6 +553,38 @@ def test_a_failure_log_of_long_errors_pages_within_a_default_clients_limit(
     assert len(seen) == len(set(seen)) == 300
 
 
+def test_an_explained_suggest_is_read_within_a_default_clients_limit(start: StartServer) -> None:
+    """With `explain`, a candidate the `available_tools` filter removed comes with every tool
+    it needs that the caller cannot reach, and a pattern may call 1024 distinct tools of 256
+    characters: a quarter MB of detail each. The filtered candidates were outside the answer's
+    byte budget: 20 such patterns made a 5 MB answer even for 5 suggestions, and a client with
+    gRPC's default 4 MiB receive limit got RESOURCE_EXHAUSTED. Now each detail is cut and the
+    filtered candidates count in the budget (docs/api.md, Suggest)."""
+    from pml_server._proto.pml.v1 import pml_pb2, pml_pb2_grpc
+
+    server = start(max_tool_calls=1024, max_code_bytes=512 * 1024)
+    with PmlClient(f"127.0.0.1:{server.port}") as client:
+        for n in range(20):
+            tools = [f"sync{n}_{i}_".ljust(256, "x") for i in range(1024)]
+            code = "\n".join(f"await mcp.{t}({{}});" for t in tools)
+            intent = f"synchronize the warehouse inventory ledger {n}"
+            assert client.record(make_record(intent, code, "javascript", tools=tools)).pattern
+    request = pml_pb2.SuggestRequest(
+        intent="synchronize the warehouse inventory ledger", page_size=5, explain=True
+    )
+    request.available_tools.tools.append("read_file")
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = pml_pb2_grpc.PmlServiceStub(channel)  # gRPC's default limits
+        reply = stub.Suggest(request, timeout=60)
+    assert not reply.suggestions
+    assert len(reply.filtered) == 20
+    for filtered in reply.filtered:
+        assert filtered.rule == "available_tools"
+        assert filtered.detail.startswith("needs tools the caller cannot reach: sync")
+        assert len(filtered.detail) <= budget.TRIMMED_DETAIL_CHARS + 64
+        assert filtered.detail.endswith("more characters)")
+
+
 def test_a_pattern_of_many_long_intents_is_read_within_a_default_clients_limit(
     client: PmlClient,
     channel: grpc.Channel,

@@ -304,6 +304,85 @@ def test_an_api_key_that_cannot_be_sent_is_a_usage_error(
         assert "INTERNAL" not in out
 
 
+# Python reads a command-line byte that is not UTF-8 as a surrogate (0xff as U+DCFF): each of
+# these was a UnicodeEncodeError traceback (exit 1) from protobuf, naming no argument.
+_NOT_UTF8 = [
+    (("suggest", "Load \udcff JSON"), "argument intent: holds b'\\xff' at position 5"),
+    (("suggest", "x", "--session", "s\udcff"), "argument --session: holds b'\\xff' at position 1"),
+    (("suggest", "x", "--tools", "a,\udcff"), "argument --tools: holds b'\\xff' at position 2"),
+    (("suggest", "x", "--available-tool", "\udcc0\udcaf"), "argument --available-tool"),
+    (("suggest", "x", "--tag", "\udcff"), "argument --tag"),
+    (("suggest", "--after", "\udcff"), "argument --after"),
+    (("suggest", "--after-pattern", "\udcff"), "argument --after-pattern"),
+    (("show", "patterns/\udcff"), "argument name"),
+    (("delete", "\udcff"), "argument name"),
+    (("list", "--capability", "cap_\udcff"), "argument --capability"),
+    (("record", "--intent", "r\udcff", "--code", READ), "argument --intent"),
+    (("record", "--intent", "r", "--code", READ + "\udcff"), "argument --code"),
+    (("record", "--intent", "r", "--code", READ, "--tool", "\udcff"), "argument --tool"),
+    (("record", "--intent", "r", "--code", READ, "--session", "\udcff"), "argument --session"),
+]
+
+
+@pytest.mark.parametrize(("argv", "said"), _NOT_UTF8)
+def test_an_argument_that_is_not_utf8_is_a_usage_error_naming_it(
+    run: object, argv: tuple[str, ...], said: str
+) -> None:
+    """A byte that is not UTF-8 in a text argument is exit 2 naming the argument, where the
+    byte is and what it is (docs/cli.md, Exit codes); before, a traceback."""
+    assert callable(run)
+    out = run(*argv, expect=2)
+    assert out.startswith(f"pml {argv[0]}: error: "), out
+    assert said in out
+    assert "not UTF-8 text" in out
+    assert "Traceback" not in out
+
+
+def test_a_path_argument_may_hold_any_bytes(server: RunningServer, tmp_path: Path) -> None:
+    """A file name is bytes, not text: one that is not UTF-8 is read as named (a process of its
+    own: its output names the file, which pytest's captured stdout could not encode)."""
+    path = os.path.join(os.fsencode(tmp_path), b"records-\xff.jsonl")
+    record = make_record("Read JSON file", READ, tools=["read_file", "parse_json"])
+    with open(path, "w") as out:
+        out.write(json_format.MessageToJson(record, indent=None) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pml_server.cli", "import", path],
+        env={**os.environ, "PYTHONPATH": PYTHONPATH, "PML_SERVER": f"127.0.0.1:{server.port}"},
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"records-\xff.jsonl: 1 saved" in b" ".join(done.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # listed every pattern, as if no capability was named
+        (("list", "--capability", ""), "argument --capability: '' is empty"),
+        (("list", "--capability", "  "), "argument --capability: '  ' is empty"),
+        # ranked without the session, as if none was named
+        (("suggest", "read", "--session", ""), "argument --session: '' is empty"),
+        (("record", "--intent", "r", "--code", READ, "--session", " "), "argument --session"),
+        # listed the capabilities, the capability named dropped without a word
+        (
+            ("list", "--capabilities", "--capability", "cap_x"),
+            "argument --capability: not allowed with argument --capabilities",
+        ),
+    ],
+)
+def test_a_filter_given_empty_or_beside_another_listing_is_a_usage_error(
+    run: object, argv: tuple[str, ...], said: str
+) -> None:
+    """`pml list --capability "$CAP"` with CAP unset in a script listed every pattern (exit
+    0), as `--session ""` ranked without a session: a flag given empty is refused naming it
+    (docs/cli.md, Flags, variables and the config file), before anything is sent."""
+    assert callable(run)
+    run("record", "--intent", "Read JSON file", "--code", READ, "--tool", "read_file")
+    out = run(*argv, expect=2)
+    assert said in out, out
+
+
 _BAD_SERVERS = [
     ("127.0.0.1:99999", "port 99999 is not 0..65535"),
     ("127.0.0.1:abc", "port 'abc' is not a number 0..65535"),
@@ -580,7 +659,7 @@ def test_sessions_record_and_suggest_what_comes_next(run: object) -> None:
     out = run("suggest", "--after", "read_file")
     assert "nothing recorded ever followed that step" in out
     out = run("suggest", "read", "--session", "bad\tid", expect=1)
-    assert "context.session_id" in out
+    assert "--session: must not contain control" in out  # said as the flag
 
 
 def test_control_characters_from_the_store_never_reach_the_terminal(
@@ -691,26 +770,3 @@ def test_an_outcome_a_newer_server_added_is_shown_as_its_number(
     path = tmp_path / "records.jsonl"
     path.write_text(json_format.MessageToJson(record, indent=None) + "\n")
     assert "1 7" in run("import", str(path))
-
-
-@pytest.mark.parametrize(
-    ("argv", "field"),
-    [
-        (["delete", "pat_\udcff"], "name"),
-        (["show", "pat_\udcff"], "name"),
-        (["suggest", "read \udcff"], "intent"),
-        (["record", "--intent", "x", "--code", "await mcp.a({})", "--tool", "a\udcff"], "tools[0]"),
-    ],
-)
-def test_an_argument_of_bytes_that_are_not_utf8_is_refused_in_one_line(
-    run: object, argv: list[str], field: str
-) -> None:
-    """A command line holding bytes that are not UTF-8 (Python reads them as lone surrogates):
-    a traceback (protobuf's UnicodeEncodeError) before; now one line naming the argument,
-    said once."""
-    assert callable(run)
-    out = run(*argv, expect=1)
-    lines = out.strip().splitlines()
-    assert len(lines) == 1, out
-    assert f"INVALID_ARGUMENT: {field} holds" in lines[0]
-    assert lines[0].count("not Unicode text") == 1

@@ -125,6 +125,30 @@ def test_a_refused_suggest_flag_is_named_as_the_flag(run: object) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--tag", "io", "--tag", ""), "--tag #2: must not be empty"),
+        (("--tag", "t") * 33, "--tag: is 33 items; the limit is 32 items"),
+        (("--session", "a\x01b"), "--session: must not contain control or invisible"),
+        (("--after", "read_file", "--after", " "), "--after #2: must not be empty"),
+        (("--after-pattern", "capabilities/x"), "--after-pattern #1: must be `patterns/"),
+        (("--tools", "a,b", "--available-tool", "c\u200b"), "--tools/--available-tool #3: must"),
+    ],
+)
+def test_every_refused_suggest_flag_is_named_as_the_flag(
+    run: object, flags: tuple[str, ...], said: str
+) -> None:
+    """Refused as `tags[1]`, `context.session_id`, `context.previous_tools[1]`,
+    `available_tools.tools[2]`: request fields the command line does not have (an item of a
+    repeated flag by its place, from 1; `--tools` and `--available-tool` make one list)."""
+    assert callable(run)
+    out = run("suggest", "x", *flags, expect=1)
+    assert out.startswith(f"pml suggest: error: INVALID_ARGUMENT: {said}"), out
+    error = json.loads(run("suggest", "x", *flags, "--json", expect=1))["error"]
+    assert not error["violations"][0]["field"].startswith("-")  # --json: the proto's names
+
+
 def test_ctrl_c_while_a_command_waits_is_exit_130_without_a_traceback() -> None:
     """Ctrl-C before a command has a handler of its own (`pml serve` opening its store, a
     client waiting for a server that does not answer) was a KeyboardInterrupt traceback."""

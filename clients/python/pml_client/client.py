@@ -139,26 +139,35 @@ def _kind(value: object) -> str:
     return "None" if value is None else type(value).__name__
 
 
+def text_problem(text: str) -> str | None:
+    """Why `text` cannot be sent as text, or None. pml's text travels as UTF-8, and a surrogate
+    code point has none: Python reads a command-line byte that is not UTF-8 as one (0xff as
+    U+DCFF, `os.fsdecode`), and a JSON `\\ud800` escape as another. Protobuf raised
+    UnicodeEncodeError then, a traceback naming no argument. The one check, for the client's
+    arguments (`_text`) and the `pml` command line's (`pml_server/cli`)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        char = text[err.start]
+        # the byte a command line gave (surrogateescape), else the code point
+        shown = (
+            repr(char.encode("utf-8", "surrogateescape"))
+            if "\udc80" <= char <= "\udcff"
+            else f"U+{ord(char):04X}"
+        )
+        return (
+            f"holds {shown} at position {err.start}: not UTF-8 text (a byte of another "
+            "encoding, or a lone surrogate)"
+        )
+    return None
+
+
 def _text(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise _refused(name, f"is {_kind(value)}, not a str")
-    if not value.isascii() and (problem := _not_unicode(value)) is not None:
+    if not value.isascii() and (problem := text_problem(value)) is not None:
         raise _refused(name, problem)
     return value
-
-
-def _not_unicode(value: str) -> str | None:
-    """Why `value` cannot be sent (a lone surrogate: what Python makes of bytes that are not
-    UTF-8 in a command line or a file name; protobuf's encoder raised UnicodeEncodeError), or
-    None."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as err:
-        return (
-            f"holds {value[err.start]!r} at character {err.start}, which is not Unicode text "
-            "(bytes that are not UTF-8, from a command line or a file name?)"
-        )
-    return None
 
 
 def _texts(name: str, value: object) -> list[str]:

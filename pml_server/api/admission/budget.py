@@ -2,6 +2,8 @@
 
 A pattern in a Suggest or ListPatterns answer is trimmed past `PATTERN_BYTES` (its code and
 template cut, fewer recent values and intents, `truncated` set; GetPattern returns it whole),
+a filtered candidate's detail in an explained Suggest answer past `TRIMMED_DETAIL_CHARS` (the
+filtered candidates take at most `FILTERED_BYTES`, the suggestions the rest),
 and a listing page stops early at `RESPONSE_BYTES` with a page token for the rest (AIP-158: a
 page may be shorter than asked; only an empty token ends the listing). A RunRetention answer
 lists at most `RETENTION_ENTRIES` actions within `RESPONSE_BYTES`, with their total count.
@@ -21,6 +23,14 @@ TRIMMED_TEXT_CHARS = 8 * 1024  # `original_code` and `template` of a trimmed pat
 TRIMMED_VALUE_CHARS = 256  # each recent value kept in a trimmed pattern
 TRIMMED_INTENTS = 16
 RESPONSE_BYTES = LIMITS.answer.bound  # a whole Suggest or list answer
+# A filtered candidate's detail (`explain`): `available_tools`' names every tool the caller
+# cannot reach, up to 1024 of 256 characters for one pattern; cut, it still names the first.
+TRIMMED_DETAIL_CHARS = 1024
+# An explained answer's filtered candidates, all of them (at most a few thousand, each under
+# 1.3 KB with its detail cut), leaving room for at least the first suggestion, whole.
+FILTERED_BYTES = RESPONSE_BYTES - 2 * PATTERN_BYTES
+# What an item costs in its answer besides its own bytes: its field tag and length, at most.
+FRAMING_BYTES = 8
 RETENTION_ENTRIES = LIMITS.retention_entries.bound  # entries of a RunRetention answer
 GOT_INTENTS = LIMITS.page_size.bound  # intents of a GetPattern answer, as a listing page's
 
@@ -46,6 +56,14 @@ def trim_pattern(out: resources_pb2.Pattern) -> None:
     if out.ByteSize() > PATTERN_BYTES:  # parameters and schema alone (bounded by the normalizer)
         del out.parameters[:]
         out.parameter_schema_json = ""
+
+
+def trim_detail(detail: str) -> str:
+    """A filtered candidate's `detail`, cut past `TRIMMED_DETAIL_CHARS`, saying how much."""
+    if len(detail) <= TRIMMED_DETAIL_CHARS:
+        return detail
+    cut = len(detail) - TRIMMED_DETAIL_CHARS
+    return f"{detail[:TRIMMED_DETAIL_CHARS]}... ({cut} more characters)"
 
 
 def fit_intents(out: resources_pb2.Pattern) -> None:
