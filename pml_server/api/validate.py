@@ -20,6 +20,7 @@ from pml_server.domain.limits import (
     intent_problem,
     language_problem,
     request_id_problem,
+    resource_id_problem,
     session_id_problem,
     tool_name_problem,
 )
@@ -106,7 +107,7 @@ def check_pattern_id(out: Violations, field: str, name: str, limit: Limit) -> No
     pattern_id = name.removeprefix("patterns/")
     if (excess := limit.excess(pattern_id)) is not None:
         out.add(field, excess)
-    elif not pattern_id.strip() or "/" in pattern_id or not pattern_id.isprintable():
+    elif resource_id_problem(pattern_id) is not None:
         out.add(field, f"must be `patterns/{{pattern}}` or a pattern id, got {name!r}")
 
 
@@ -210,8 +211,7 @@ def resource_id(name: str, collection: str, field: str = "name") -> str:
     """The id in `collection/{id}`; INVALID_ARGUMENT naming `field` otherwise."""
     prefix = f"{collection}/"
     rest = name[len(prefix) :] if name.startswith(prefix) else ""
-    too_long = LIMITS.resource_id.excess(rest) is not None
-    if not rest or "/" in rest or too_long or not rest.isprintable():
+    if resource_id_problem(rest) is not None:
         raise InvalidArgumentError(
             FieldViolation(field, f"must be a resource name `{collection}/{{id}}`, got {name!r}")
         )

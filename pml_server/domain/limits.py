@@ -229,6 +229,17 @@ def intent_problem(intent: str) -> str | None:
     return None
 
 
+def resource_id_problem(resource_id: str) -> str | None:
+    """Why the {id} of a resource name (`patterns/{id}`, `capabilities/{id}`) is none, or None:
+    at most `LIMITS.resource_id` long, not blank, no `/`, printable. The one check, at the API
+    edge (a name, a Suggest context's `previous_patterns`) and in the engine."""
+    if (excess := LIMITS.resource_id.excess(resource_id)) is not None:
+        return excess
+    if not resource_id.strip() or "/" in resource_id or not resource_id.isprintable():
+        return "is no id: blank, or holding `/` or a character that does not print"
+    return None
+
+
 def session_id_problem(session_id: str) -> str | None:
     """Why a (non-empty) session id is refused, or None: at most `LIMITS.session_id` long, not
     blank, no control or invisible character (`unseen_character_problem`: two ids that look

@@ -28,7 +28,12 @@ from numpy.typing import NDArray
 
 from pml_server.capture.rules import tool_signature
 from pml_server.domain.errors import FieldViolation, InvalidArgumentError
-from pml_server.domain.limits import LIMITS, session_id_problem, tool_name_problem
+from pml_server.domain.limits import (
+    LIMITS,
+    resource_id_problem,
+    session_id_problem,
+    tool_name_problem,
+)
 from pml_server.domain.model import SuggestContext
 from pml_server.domain.vectors import Vector
 from pml_server.ranking.transitions import transition_weights
@@ -116,23 +121,22 @@ def check_context(context: SuggestContext) -> None:
     bad = []
     if context.session_id and (problem := session_id_problem(context.session_id)) is not None:
         bad.append(FieldViolation("context.session_id", problem))
-    for name, limit, each in (
-        ("previous_patterns", LIMITS.previous_patterns, LIMITS.resource_id),
-        ("previous_tools", LIMITS.previous_tools, LIMITS.tool),
-    ):
-        values = getattr(context, name)
-        if name == "previous_patterns":  # the bound is the id's, as in `patterns/{id}`
-            values = tuple(v.removeprefix("patterns/") for v in values)
-        if (too_many := limit.excess(values)) is not None:
-            bad.append(FieldViolation(limit.field, too_many))
-        elif any(not v.strip() for v in values):
-            bad.append(FieldViolation(limit.field, "must not hold an empty name"))
-        elif any(each.excess(v) for v in values):
-            bad.append(FieldViolation(limit.field, f"names are at most {each.bound} {each.unit}"))
-        elif name == "previous_tools" and (
-            problem := next(filter(None, map(tool_name_problem, values)), None)
-        ):
-            bad.append(FieldViolation(limit.field, problem))
+    # each the id of `patterns/{id}`, or that name
+    patterns = tuple(v.removeprefix("patterns/") for v in context.previous_patterns)
+    limit = LIMITS.previous_patterns
+    if (too_many := limit.excess(patterns)) is not None:
+        bad.append(FieldViolation(limit.field, too_many))
+    elif problem := next(filter(None, map(resource_id_problem, patterns)), None):
+        bad.append(FieldViolation(limit.field, problem))
+    tools, limit, tool = context.previous_tools, LIMITS.previous_tools, LIMITS.tool
+    if (too_many := limit.excess(tools)) is not None:
+        bad.append(FieldViolation(limit.field, too_many))
+    elif any(not t.strip() for t in tools):
+        bad.append(FieldViolation(limit.field, "must not hold an empty name"))
+    elif any(tool.excess(t) for t in tools):
+        bad.append(FieldViolation(limit.field, f"names are at most {tool.bound} {tool.unit}"))
+    elif problem := next(filter(None, map(tool_name_problem, tools)), None):
+        bad.append(FieldViolation(limit.field, problem))
     if bad:
         raise InvalidArgumentError(bad)
 

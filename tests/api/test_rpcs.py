@@ -16,7 +16,10 @@ from pml_server._proto.pml.v1 import resources_pb2 as r
 from pml_server.api.admission import budget
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, PmlClientError, make_record
+from pml_server.domain.errors import InvalidArgumentError
+from pml_server.domain.model import SuggestContext
 from pml_server.retention import RetentionConfig
+from pml_server.service._sessions import check_context
 from pml_server.storage.keys import COLUMN_FAMILIES
 from testing.store_reads import intents_read
 from tests.conftest import StartServer
@@ -908,3 +911,24 @@ def test_a_password_in_an_argv_list_or_a_quoted_login_call_reaches_no_stored_row
     )
     client.record(record)
     assert _families_holding(server, secret) == []
+
+
+@pytest.mark.parametrize("pattern_id", [" ", "\t", "a/b", "pat_\x07", "x" * 257])
+def test_a_pattern_id_is_read_by_one_rule_as_a_name_and_in_a_context(
+    client: PmlClient, pattern_id: str
+) -> None:
+    """The {id} of `patterns/{id}` is refused by one rule wherever it is given: a blank id was
+    NOT_FOUND as a name (GetPattern) and INVALID_ARGUMENT in a Suggest's `previous_patterns`;
+    the engine's own check (in process) took an id holding `/`."""
+    with pytest.raises(PmlClientError) as named:
+        client.get_pattern(f"patterns/{pattern_id}")
+    assert named.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [f for f, _ in named.value.violations] == ["name"]
+    with pytest.raises(PmlClientError) as asked:
+        client.suggest("Read JSON file", previous_patterns=[f"patterns/{pattern_id}"])
+    assert asked.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [f for f, _ in asked.value.violations] == ["context.previous_patterns[0]"]
+    context = SuggestContext(previous_patterns=(f"patterns/{pattern_id}",))
+    with pytest.raises(InvalidArgumentError) as engine:
+        check_context(context)
+    assert [v.field for v in engine.value.violations] == ["context.previous_patterns"]
