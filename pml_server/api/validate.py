@@ -23,6 +23,7 @@ from pml_server.domain.limits import (
     resource_id_problem,
     session_id_problem,
     tool_name_problem,
+    unseen_character_problem,
 )
 from pml_server.domain.vectors import CheckedVector, check_vector
 
@@ -158,6 +159,8 @@ def check_tags(out: Violations, field: str, tags: Sequence[str], limits: Limits)
         return
     for i, tag in enumerate(tags):
         check_text(out, f"{field}[{i}]", tag, limits.tag, required=True)
+        if (problem := unseen_character_problem(tag)) is not None:
+            out.add(f"{field}[{i}]", problem)
 
 
 def check_tool_name(out: Violations, field: str, tool: str, limits: Limits) -> None:

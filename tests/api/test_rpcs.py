@@ -932,3 +932,26 @@ def test_a_pattern_id_is_read_by_one_rule_as_a_name_and_in_a_context(
     with pytest.raises(InvalidArgumentError) as engine:
         check_context(context)
     assert [v.field for v in engine.value.violations] == ["context.previous_patterns"]
+
+
+@pytest.mark.parametrize(
+    ("tag", "shown"),
+    [("team\u200b", "U+200B ZERO WIDTH SPACE"), ("a\x1bb", "U+001B"), ("x\u202ey", "U+202E")],
+)
+def test_a_tag_with_an_invisible_character_is_refused(
+    client: PmlClient, tag: str, shown: str
+) -> None:
+    """A tag holding a control or invisible character would show as another tag (and filter
+    as none): refused naming it, in a record and in a Suggest, as a tool name is; nothing is
+    stored."""
+    record = make_record("Read JSON file", READ_JSON, tools=["read_file"])
+    record.tags.extend(["io", tag])
+    with pytest.raises(PmlClientError) as refused:
+        client.record(record)
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [f for f, d in refused.value.violations if shown in d] == ["record.tags[1]"]
+    assert client.stats().executions == 0
+    with pytest.raises(PmlClientError) as asked:
+        client.suggest("Read JSON file", tags=[tag])
+    assert asked.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [f for f, d in asked.value.violations if shown in d] == ["tags[0]"]
