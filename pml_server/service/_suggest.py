@@ -392,6 +392,14 @@ def suggest_next(
     """A request without an intent but with a previous step: the capabilities that usually
     come next (docs/ranking.md, Sessions), ranked in the core (`RankTable.rank_next`) with
     every filter but `min_match`; empty when nothing ever followed that step."""
+    if query.intent_embedding is not None:  # was ignored without a word
+        raise InvalidArgumentError(
+            FieldViolation(
+                "intent_embedding",
+                "is given without an intent: a Suggest without one asks what usually comes "
+                "next, which reads no vector",
+            )
+        )
     settings = resolve_settings(query, state.ranking)  # k and the filters, checked
     state.readiness.require()
     index = state.indexes.get(tenant)

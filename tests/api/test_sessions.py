@@ -64,6 +64,14 @@ def test_a_blank_intent_with_a_context_asks_what_comes_next(client: PmlClient) -
     assert _violations(lambda: client.suggest(" " * 5000, previous_tools=["list_dir"])) == {
         "intent"
     }
+    # a vector without an intent has nothing to read it with: it was ignored without a word
+    vector = [1.0] + [0.0] * (client.server_info().embedding_dimension - 1)
+    client.suggest("list the files", intent_embedding=vector)  # taken with an intent
+
+    def vector_alone() -> object:
+        return client.suggest("", intent_embedding=vector, previous_tools=["list_dir"])
+
+    assert _violations(vector_alone) == {"intent_embedding"}
 
 
 def _live(session: str, n: int, intent: str, code: str, tool: str) -> list[Req]:
