@@ -205,13 +205,7 @@ mod tests {
             let join = |parts: &Vec<String>| parts.join(&separator);
             let offered: Vec<String> = offered.iter().map(join).collect();
             let names: Vec<String> = names.iter().map(join).collect();
-            let pairwise: Vec<usize> = names
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| offered.iter().any(|t| same_tool(t, n)))
-                .map(|(i, _)| i)
-                .collect();
-            let indexed = same_tool_as_any(&offered, names.iter().map(String::as_str).enumerate());
+            let (indexed, pairwise) = indexed_and_pairwise(&offered, &names);
             proptest::prop_assert_eq!(indexed, pairwise);
         }
 
@@ -220,14 +214,20 @@ mod tests {
             offered in proptest::collection::vec("(mcp|[ab]{0,2})([:/.]|__)?([ab]{0,2})([:/.]|__)?[ab_]{0,3}", 0..6),
             names in proptest::collection::vec("(mcp|[ab]{0,2})([:/.]|__)?([ab]{0,2})([:/.]|__)?[ab_]{0,3}", 0..8),
         ) {
-            let pairwise: Vec<usize> = names
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| offered.iter().any(|t| same_tool(t, n)))
-                .map(|(i, _)| i)
-                .collect();
-            let indexed = same_tool_as_any(&offered, names.iter().map(String::as_str).enumerate());
+            let (indexed, pairwise) = indexed_and_pairwise(&offered, &names);
             proptest::prop_assert_eq!(indexed, pairwise);
         }
+    }
+
+    /// The names `same_tool_as_any` finds, and those `same_tool` finds pair by pair.
+    fn indexed_and_pairwise(offered: &[String], names: &[String]) -> (Vec<usize>, Vec<usize>) {
+        let pairwise = names
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| offered.iter().any(|t| same_tool(t, n)))
+            .map(|(i, _)| i)
+            .collect();
+        let indexed = same_tool_as_any(offered, names.iter().map(String::as_str).enumerate());
+        (indexed, pairwise)
     }
 }

@@ -114,10 +114,15 @@ CALLS: dict[str, Callable[[PmlClient], object]] = {
 
 @pytest.mark.parametrize("field", sorted(CALLS))
 def test_a_call_argument_of_the_wrong_type_is_refused_naming_it(nowhere: str, field: str) -> None:
+    assert [f for f, _ in _refused(nowhere, CALLS[field])] == [field]
+
+
+def _refused(nowhere: str, call: Callable[[PmlClient], object]) -> list[tuple[str, str]]:
+    """The violations of `call`'s INVALID_ARGUMENT, made before any call reached a server."""
     with PmlClient(nowhere, retries=0) as client, pytest.raises(PmlClientError) as err:
-        CALLS[field](client)
+        call(client)
     assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
-    assert [f for f, _ in err.value.violations] == [field]
+    return err.value.violations
 
 
 @pytest.mark.parametrize(
@@ -160,11 +165,9 @@ NOT_TEXT: dict[str, Callable[[PmlClient], object]] = {
 
 @pytest.mark.parametrize("field", sorted(NOT_TEXT))
 def test_a_call_argument_that_is_not_text_is_refused_naming_it(nowhere: str, field: str) -> None:
-    with PmlClient(nowhere, retries=0) as client, pytest.raises(PmlClientError) as err:
-        NOT_TEXT[field](client)
-    assert err.value.code is grpc.StatusCode.INVALID_ARGUMENT
-    assert [f for f, _ in err.value.violations] == [field]
-    assert "not UTF-8 text" in err.value.violations[0][1]
+    [(named, description)] = _refused(nowhere, NOT_TEXT[field])
+    assert named == field
+    assert "not UTF-8 text" in description
 
 
 @pytest.mark.parametrize(
