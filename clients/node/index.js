@@ -41,8 +41,14 @@ function api() {
         new protobuf.Field("retry_delay", 1, "google.protobuf.Duration"),
       ),
     );
+    // The request messages as protobufjs types, field names as the protos spell them, for
+    // `violation` (grpc-js's serializer is protobufjs's fromObject, which coerces).
+    const requests = new protobuf.Root();
+    requests.resolvePath = root.resolvePath;
+    requests.loadSync(["pml/v1/pml.proto"], { keepCase: true });
     loaded = {
       service: grpc.loadPackageDefinition(definition).pml.v1.PmlService,
+      requests,
       Status: root.lookupType("google.rpc.Status"),
       BadRequest: root.lookupType("google.rpc.BadRequest"),
       RetryInfo: root.lookupType("google.rpc.RetryInfo"),
@@ -458,6 +464,8 @@ class PmlClient {
       const kind = Array.isArray(request) ? "an array" : typeof request;
       throw invalidArgument(`${method}: the request is ${kind}, not a ${rpc.path.split("/")[2]}Request object (nothing was sent)`);
     }
+    const found = violation(api().requests.lookupType(`pml.v1.${rpc.requestType.type.name}`), request);
+    if (found) throw refusedRequest(`${method}: `, found);
     try {
       rpc.requestSerialize(request);
     } catch (err) {
@@ -548,6 +556,8 @@ class PmlClient {
       if (r === null || typeof r !== "object") {
         throw invalidArgument(`records[${i}] is ${r === null ? "null" : typeof r}, not an ExecutionRecord (nothing was sent)`);
       }
+      const found = violation(api().requests.lookupType("pml.v1.ExecutionRecord"), r, `records[${i}]`);
+      if (found) throw refusedRequest("", found);
       try {
         // thrown from the stream's write, it left the records before it sent on an open stream
         serialize({ execution_id: "", sequence: 0, record: r });
@@ -727,21 +737,140 @@ class PmlClient {
   }
 }
 
-/** A refused argument, as the server refuses one: code INVALID_ARGUMENT, its message. */
-function invalidArgument(message) {
-  return Object.assign(new Error(message), { code: grpc.status.INVALID_ARGUMENT, details: message });
+/**
+ * A refused argument, as the server refuses one: code INVALID_ARGUMENT, its message, and when
+ * `field` is given a google.rpc.BadRequest naming it (`errorDetails(err).fieldViolations`, as
+ * of a field the server refused: the Python client's contract).
+ */
+function invalidArgument(message, field, description) {
+  const err = Object.assign(new Error(message), { code: grpc.status.INVALID_ARGUMENT, details: message });
+  if (field === undefined) return err;
+  const { Status } = api();
+  const status = Status.encode(
+    Status.create({ code: grpc.status.INVALID_ARGUMENT, message, details: [badRequest([{ field, description }])] }),
+  ).finish();
+  err.metadata = new grpc.Metadata();
+  err.metadata.set("grpc-status-details-bin", Buffer.from(status));
+  return err;
+}
+
+/** A google.rpc.BadRequest of `violations` ({field, description}) as a google.protobuf.Any. */
+function badRequest(violations) {
+  const { BadRequest } = api();
+  return {
+    type_url: "type.googleapis.com/google.rpc.BadRequest",
+    value: Buffer.from(BadRequest.encode(BadRequest.create({ field_violations: violations })).finish()),
+  };
+}
+
+/** A request refused before it is sent (`violation`'s finding): its message starts with
+ * `prefix` (the method's name); the violation's field is its path ("record.tool_calls[0].ok",
+ * an upload's "records[1].intent"). */
+function refusedRequest(prefix, found) {
+  const field = found.field || "request";
+  return invalidArgument(`${prefix}${field} ${found.description} (nothing was sent)`, field, found.description);
+}
+
+const INT_RANGES = {
+  int32: [-(2 ** 31), 2 ** 31 - 1], sint32: [-(2 ** 31), 2 ** 31 - 1], sfixed32: [-(2 ** 31), 2 ** 31 - 1],
+  uint32: [0, 2 ** 32 - 1], fixed32: [0, 2 ** 32 - 1],
+  int64: [-Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER], sint64: [-Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER],
+  sfixed64: [-Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER],
+  uint64: [0, Number.MAX_SAFE_INTEGER], fixed64: [0, Number.MAX_SAFE_INTEGER],
+};
+// A UTF-16 surrogate without its pair: protobufjs writes it as bytes that are not UTF-8.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** What `value` is, for a refusal: its type, a number as itself (NaN, 2.5), never a string's
+ * text (it may be a secret). */
+function kindOf(value) {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "number") return `the number ${value}`;
+  if (typeof value === "object") {
+    const proto = Object.getPrototypeOf(value);
+    return proto && proto !== Object.prototype && proto.constructor ? `a ${proto.constructor.name}` : "an object";
+  }
+  return `a ${typeof value}`;
+}
+
+/** The violation of one scalar or enum field's value, or null. */
+function scalarViolation(field, value) {
+  const { type, resolvedType } = field;
+  if (resolvedType instanceof protobuf.Enum) {
+    const ok = typeof value === "string" ? Object.hasOwn(resolvedType.values, value)
+      : Number.isInteger(value) && Object.values(resolvedType.values).includes(value);
+    return ok ? null : `is ${typeof value === "string" ? `"${value}"` : kindOf(value)}, not a value of ${resolvedType.fullName.slice(1)} (its names: ${Object.keys(resolvedType.values).join(", ")})`;
+  }
+  if (type === "string") {
+    if (typeof value !== "string") return `is ${kindOf(value)}, not a string`;
+    const lone = LONE_SURROGATE.exec(value);
+    return lone ? `holds a lone surrogate U+${lone[0].charCodeAt(0).toString(16).toUpperCase()} at character ${lone.index}, which is not Unicode text (protobuf strings are UTF-8)` : null;
+  }
+  if (type === "bool") return typeof value === "boolean" ? null : `is ${kindOf(value)}, not a boolean`;
+  if (type === "float" || type === "double") return typeof value === "number" ? null : `is ${kindOf(value)}, not a number`;
+  if (type === "bytes") return value instanceof Uint8Array || typeof value === "string" ? null : `is ${kindOf(value)}, not bytes (a Buffer)`;
+  const [low, high] = INT_RANGES[type];
+  if (typeof value === "number" && Number.isInteger(value) && value >= low && value <= high) return null;
+  return `is ${kindOf(value)}, not an integer from ${low} to ${high} (${type})`;
+}
+
+/**
+ * The first field of `value` that is not what a `type` message holds, as {field, description}
+ * (the field's path in the request, "record.tool_calls[0].ok"), or null. grpc-js serializes a
+ * request with protobufjs's fromObject, which coerces what it is given: `include_flagged: "no"`
+ * and a tool call's `ok: "false"` were sent true, `page_size: "5"` 5, NaN and Infinity 0, 2.5 2,
+ * `intent: 5` "5", a Date as a Timestamp an empty one, a field it does not know (`pageSize`)
+ * dropped; a lone surrogate was sent as bytes that are not UTF-8, which the server refused
+ * naming only "request" (an upload's whole stream, its acknowledgements lost). Unset fields
+ * (undefined, null) are the proto's defaults (clients/node/README.md).
+ */
+function violation(type, value, path = "") {
+  const at = (name) => (path === "" ? name : `${path}.${name}`);
+  const proto = value !== null && typeof value === "object" ? Object.getPrototypeOf(value) : undefined;
+  if (proto !== Object.prototype && proto !== null) {
+    return { field: path, description: `is ${kindOf(value)}, not a ${type.fullName.slice(1)} object` };
+  }
+  for (const key of Object.keys(value)) {
+    const field = type.fields[key];
+    if (field === undefined) {
+      if (Object.hasOwn(type.oneofs || {}, key)) continue; // a oneof's name, as replies carry it
+      return { field: at(key), description: `is no field of ${type.fullName.slice(1)} (its fields: ${Object.keys(type.fields).join(", ")})` };
+    }
+    const given = value[key];
+    if (given === undefined || given === null) continue;
+    field.resolve();
+    const each = () => (field.resolvedType ? field.resolvedType.fullName.slice(1) : field.type);
+    const check = (item, name) => (field.resolvedType instanceof protobuf.Type
+      ? (item !== null && typeof item === "object" ? violation(field.resolvedType, item, name) : { field: name, description: `is ${kindOf(item)}, not a ${field.resolvedType.fullName.slice(1)} object` })
+      : ((d) => (d ? { field: name, description: d } : null))(scalarViolation(field, item)));
+    if (field.map) {
+      if (typeof given !== "object" || Array.isArray(given)) return { field: at(key), description: `is ${kindOf(given)}, not an object (a map)` };
+      for (const [k, item] of Object.entries(given)) {
+        const found = check(item, `${at(key)}[${JSON.stringify(k)}]`);
+        if (found) return found;
+      }
+    } else if (field.repeated) {
+      if (!Array.isArray(given)) {
+        return { field: at(key), description: `is ${kindOf(given)}, not an array of ${each()} (one: [value])` };
+      }
+      for (let i = 0; i < given.length; i++) {
+        const found = given[i] === undefined || given[i] === null
+          ? { field: `${at(key)}[${i}]`, description: `is ${kindOf(given[i])}, not a ${each()}` }
+          : check(given[i], `${at(key)}[${i}]`);
+        if (found) return found;
+      }
+    } else {
+      const found = check(given, at(key));
+      if (found) return found;
+    }
+  }
+  return null;
 }
 
 /** The acknowledgement of a record held back for being over the server's message limit. */
 function tooBig(executionId, size, limit) {
-  const { BadRequest } = api();
-  const violation = { field: "record", description: `${size} bytes as a message, over the server's limit of ${limit}` };
-  const details = [
-    {
-      type_url: "type.googleapis.com/google.rpc.BadRequest",
-      value: Buffer.from(BadRequest.encode(BadRequest.create({ field_violations: [violation] })).finish()),
-    },
-  ];
+  const details = [badRequest([{ field: "record", description: `${size} bytes as a message, over the server's limit of ${limit}` }])];
   const message = `not sent: the record is ${size} bytes as a message, over the server's --max-message-bytes of ${limit}`;
   return { execution_id: executionId, sequence: 0, error: { code: grpc.status.RESOURCE_EXHAUSTED, message, details }, outcome: "error" };
 }

@@ -356,11 +356,60 @@ def test_upload_refuses_records_that_are_not_records(
         {"code": invalid, "message": "records: an array of ExecutionRecords (nothing was sent)"},
         {
             "code": invalid,
-            "message": "records[1] does not serialize: .pml.v1.ExecutionRecord.tool_calls: "
-            "array expected (nothing was sent)",
+            "message": "records[1].tool_calls is a string, not an array of pml.v1.ToolCall "
+            "(one: [value]) (nothing was sent)",
         },
         {"executions": 0},
     ]
+
+
+def test_a_request_field_of_another_type_is_refused_naming_it(
+    node_client: Path, server: RunningServer
+) -> None:
+    """As the Python client (tests/api/test_client_arguments.py): grpc-js serializes with
+    protobufjs's fromObject, which coerced what it was given: `include_flagged: "no"` and a tool
+    call's `ok: "false"` were sent true, `page_size` "5", NaN, Infinity, 2.5 as 5, 0, 0, 2,
+    `intent: 5` as "5", a Date as an empty Timestamp, `pageSize` dropped. A lone surrogate was
+    sent as bytes that are not UTF-8: the server refused naming only "request", and an upload's
+    whole stream broke, the acknowledgement of the record before it lost. Each is refused
+    INVALID_ARGUMENT with a BadRequest violation naming the field, nothing sent."""
+    done = _node(node_client, "test/request_types.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said.pop("executions") == 0
+    assert {name: out["fields"] for name, out in said.items()} == {
+        "flaggedText": ["include_flagged"],
+        "intentNumber": ["intent"],
+        "pageSizeText": ["page_size"],
+        "pageSizeNaN": ["page_size"],
+        "pageSizeInfinity": ["page_size"],
+        "pageSizeFraction": ["page_size"],
+        "minMatchText": ["min_match"],
+        "toolsText": ["available_tools"],
+        "toolsArray": ["available_tools"],
+        "toolsInnerText": ["available_tools.tools"],
+        "tagNumber": ["tags[1]"],
+        "camelCase": ["pageSize"],
+        "loneSurrogate": ["intent"],
+        "previousTool": ["context.previous_tools[1]"],
+        "okText": ["record.tool_calls[0].ok"],
+        "toolNull": ["record.tool_calls[0]"],
+        "recordSurrogate": ["record.intent"],
+        "startDate": ["record.start_time"],
+        "nameNumber": ["name"],
+        "upload": ["records[1].intent"],
+        "uploadOk": ["records[0].tool_calls[0].ok"],
+    }
+    invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert {out["code"] for out in said.values()} == {invalid}
+    assert all(out["message"].endswith("(nothing was sent)") for out in said.values())
+    assert said["okText"]["message"] == (
+        "RecordExecution: record.tool_calls[0].ok is a string, not a boolean (nothing was sent)"
+    )
+    assert said["upload"]["message"] == (
+        "records[1].intent holds a lone surrogate U+D800 at character 5, which is not Unicode "
+        "text (protobuf strings are UTF-8) (nothing was sent)"
+    )
 
 
 def test_bad_arguments_are_refused_naming_them(node_client: Path, server: RunningServer) -> None:
@@ -410,10 +459,10 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
         "object (nothing was sent)",
         "suggestNumber": f"{invalid} Suggest: the request is number, not a SuggestRequest "
         "object (nothing was sent)",
-        "suggestTagsText": f"{invalid} Suggest: the request does not serialize: "
-        ".pml.v1.SuggestRequest.tags: array expected (nothing was sent)",
-        "recordText": f"{invalid} RecordExecution: the request does not serialize: "
-        ".pml.v1.RecordExecutionRequest.record: object expected (nothing was sent)",
+        "suggestTagsText": f"{invalid} Suggest: tags is a string, not an array of string "
+        "(one: [value]) (nothing was sent)",
+        "recordText": f"{invalid} RecordExecution: record is a string, not a "
+        "pml.v1.ExecutionRecord object (nothing was sent)",
         "reconnectsText": 'pml: upload: maxReconnects "5": an integer from 0 (0: none)',
         "onAckNotAFunction": "pml: upload: onAck is string, not a function",
         "onAck": "onAck failed",
