@@ -22,6 +22,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -32,6 +33,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"pml/clients/go/pmlv1"
 )
@@ -285,6 +287,11 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 				"records[%d] is nil, not an ExecutionRecord (nothing was sent)", i)
 		}
 	}
+	for i, r := range records {
+		if bad := notUTF8(r.ProtoReflect(), fmt.Sprintf("records[%d]", i)); bad != nil {
+			return nil, refusedField(*bad)
+		}
+	}
 	for _, r := range records {
 		if r.GetRequestId() == "" {
 			r.RequestId = NewRequestID()
@@ -514,6 +521,11 @@ func retryInterceptor(maxRetries int, budget, timeout time.Duration, refused fun
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
+		if m, ok := req.(proto.Message); ok {
+			if bad := notUTF8(m.ProtoReflect(), ""); bad != nil {
+				return refusedField(*bad)
+			}
+		}
 		var retryUntil time.Time // the budget's end, from the first failure
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
@@ -741,6 +753,82 @@ func NewRequestID() string {
 
 // FieldViolation is one bad field of a refused request.
 type FieldViolation struct{ Field, Description string }
+
+// notUTF8 is the first string field of m (at path, the request's field path as the server
+// names one: "record.tool_calls[0].tool") that is not UTF-8, nil when there is none. protobuf-go
+// refuses such a string when it marshals: the call failed INTERNAL "grpc: error while marshaling:
+// string field contains invalid UTF-8", naming no field, and an Upload's stream broke on it,
+// INTERNAL too (clients/go/README.md).
+func notUTF8(m protoreflect.Message, path string) *FieldViolation {
+	var found *FieldViolation
+	at := func(name string) string {
+		if path == "" {
+			return name
+		}
+		return path + "." + name
+	}
+	check := func(fd protoreflect.FieldDescriptor, v protoreflect.Value, name string) bool {
+		switch {
+		case fd.Kind() == protoreflect.StringKind:
+			if text := v.String(); !utf8.ValidString(text) {
+				found = &FieldViolation{name, invalidText(text)}
+			}
+		case fd.Message() != nil:
+			found = notUTF8(v.Message(), name)
+		}
+		return found == nil
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		name := at(string(fd.Name()))
+		switch {
+		case fd.IsList():
+			list := v.List()
+			for i := range list.Len() {
+				if !check(fd, list.Get(i), fmt.Sprintf("%s[%d]", name, i)) {
+					return false
+				}
+			}
+		case fd.IsMap():
+			v.Map().Range(func(k protoreflect.MapKey, item protoreflect.Value) bool {
+				if key := k.String(); !utf8.ValidString(key) {
+					found = &FieldViolation{name, "a key " + invalidText(key)}
+					return false
+				}
+				return check(fd.MapValue(), item, fmt.Sprintf("%s[%q]", name, k.String()))
+			})
+		default:
+			check(fd, v, name)
+		}
+		return found == nil
+	})
+	return found
+}
+
+// invalidText says where text stops being UTF-8.
+func invalidText(text string) string {
+	at := 0
+	for at < len(text) {
+		r, size := utf8.DecodeRuneInString(text[at:])
+		if r == utf8.RuneError && size <= 1 {
+			break
+		}
+		at += size
+	}
+	return fmt.Sprintf("holds the byte %#02x at byte %d, which is not UTF-8 text (protobuf strings are UTF-8)", text[at], at)
+}
+
+// refusedField is a request refused before it is sent, as the server refuses a bad field:
+// InvalidArgument with a BadRequest naming it (FieldViolations), as the Python client's.
+func refusedField(bad FieldViolation) error {
+	refusal := status.New(codes.InvalidArgument, fmt.Sprintf("%s %s (nothing was sent)", bad.Field, bad.Description))
+	detailed, err := refusal.WithDetails(&errdetails.BadRequest{
+		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: bad.Field, Description: bad.Description}},
+	})
+	if err != nil {
+		return refusal.Err()
+	}
+	return detailed.Err()
+}
 
 // FieldViolations are the google.rpc.BadRequest details of an INVALID_ARGUMENT error: every bad
 // field, by path ("record.tool_calls[2].tool").
