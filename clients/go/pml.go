@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -118,7 +119,11 @@ func Dial(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	refused := func(err error) error { return tlsRefusal(err, asked) }
+	plainTarget := "" // a plaintext client's target: a server that speaks TLS is asked about
+	if creds.Info().SecurityProtocol == "insecure" {
+		plainTarget = target
+	}
+	refused := func(err error) error { return tlsRefusal(err, asked, plainTarget) }
 	if opts.RetryBudget < 0 {
 		return nil, fmt.Errorf("pml: Options.RetryBudget is %v: a duration from 0 (0: the default, %v)",
 			opts.RetryBudget, DefaultRetryBudget)
@@ -235,10 +240,27 @@ func (c *Client) open() error {
 // API is the generated stub, for the RPCs the wrapper does not cover.
 func (c *Client) API() pmlv1.PmlServiceClient { return c.api }
 
+// askLimitBytes: a Record this big asks the server's message limit first (as the Python
+// client's record).
+const askLimitBytes = 64 * 1024
+
 // Record captures one execution. A rejected capture is not an error: look at the outcome and
-// the tool failures of the result.
+// the tool failures of the result. A record over the server's message limit is not sent:
+// ResourceExhausted with a BadRequest naming `record`, its size and the limit, as Upload
+// answers for it and as the Python client's record (gRPC said only "Received message larger
+// than max", the record sent whole); the limit is asked only for a record over askLimitBytes.
 func (c *Client) Record(ctx context.Context, record *pmlv1.ExecutionRecord) (*pmlv1.CaptureResult, error) {
-	reply, err := c.api.RecordExecution(ctx, &pmlv1.RecordExecutionRequest{Record: record})
+	request := &pmlv1.RecordExecutionRequest{Record: record}
+	if size := proto.Size(request); size > askLimitBytes {
+		limit, err := c.maxMessageBytes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if limit > 0 && size > limit {
+			return nil, status.ErrorProto(tooBig(record.GetRequestId(), size, limit).GetError())
+		}
+	}
+	reply, err := c.api.RecordExecution(ctx, request)
 	if err != nil {
 		return nil, err
 	}
@@ -558,27 +580,63 @@ func retryInterceptor(maxRetries int, budget, timeout time.Duration, refused fun
 	}
 }
 
+// closedWords are gRPC's for a connection the server closed just after the handshake: before
+// its HTTP/2 preface, or under the client's first write.
+var closedWords = []string{"error reading server preface", "broken pipe", "connection reset by peer"}
+
 // tlsRefusal is err said again when no retry cures it: certificateFailure, or a server that
 // asked for a client certificate (asked) and then closed the connection: it refuses a client
 // without one once the handshake is done, without a TLS alert, so gRPC says only UNAVAILABLE
 // "error reading server preface: EOF", as of a server gone, and each call was retried for its
 // budget. It names Options.CertFile and Options.KeyFile (docs/api.md, Deadlines and retries).
-// closedWords are gRPC's for a connection the server closed just after the handshake: before
-// its HTTP/2 preface, or under the client's first write.
-var closedWords = []string{"error reading server preface", "broken pipe", "connection reset by peer"}
-
-func tlsRefusal(err error, asked *atomic.Bool) error {
+// A plaintext client (plainTarget, its target; "" with TLS) meets a server that speaks TLS the
+// same way, "error reading server preface: EOF", each call retried for its budget and Upload
+// waiting Options.Timeout on each reconnect: a TLS handshake of the client's own (speaksTLS)
+// tells, and the error names Options.TLS and Options.CAFile.
+func tlsRefusal(err error, asked *atomic.Bool, plainTarget string) error {
 	if refused := certificateFailure(err); refused != nil {
 		return refused
 	}
 	refusal, ok := status.FromError(err)
-	if err == nil || !ok || refusal.Code() != codes.Unavailable || !asked.Load() ||
+	if err == nil || !ok || refusal.Code() != codes.Unavailable ||
 		!slices.ContainsFunc(closedWords, func(w string) bool { return strings.Contains(refusal.Message(), w) }) {
 		return nil
 	}
-	return status.Errorf(codes.Unavailable, "pml: TLS: the server refused the handshake: it asks "+
-		"for a client certificate (mutual TLS) and none was given (%s): set Options.CertFile and "+
-		"Options.KeyFile, a certificate its client CA signed; not retried", refusal.Message())
+	if asked.Load() {
+		return status.Errorf(codes.Unavailable, tlsSaid+"the server refused the handshake: it asks "+
+			"for a client certificate (mutual TLS) and none was given (%s): set Options.CertFile and "+
+			"Options.KeyFile, a certificate its client CA signed; not retried", refusal.Message())
+	}
+	if plainTarget != "" && speaksTLS(plainTarget) {
+		return status.Errorf(codes.Unavailable, tlsSaid+"the server speaks TLS and this client "+
+			"connected in plaintext (%s): set Options.TLS, or Options.CAFile (the PEM of the CA that "+
+			"signed its certificate); not retried", refusal.Message())
+	}
+	return nil
+}
+
+// tlsSaid begins this package's words for a TLS failure no retry cures: an error that begins
+// so is said already (Upload's ask of the server's limits went through the retry interceptor).
+const tlsSaid = "pml: TLS: "
+
+// speaksTLSWithin bounds speaksTLS's handshake.
+const speaksTLSWithin = 5 * time.Second
+
+// speaksTLS says whether the server at target completes a TLS handshake, its certificate not
+// checked (nothing is sent over it).
+func speaksTLS(target string) bool {
+	dialer := &tls.Dialer{
+		NetDialer: &net.Dialer{Timeout: speaksTLSWithin},
+		Config:    &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}, //nolint:gosec // only asks whether it speaks TLS
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), speaksTLSWithin)
+	defer cancel()
+	conn, err := dialer.DialContext(ctx, "tcp", strings.TrimPrefix(target, "dns:///"))
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
 }
 
 // certificateFailure is err said again when it is a failure to verify the server's TLS
@@ -586,13 +644,27 @@ func tlsRefusal(err error, asked *atomic.Bool) error {
 // otherwise. gRPC says UNAVAILABLE, as of a server down: each unary call was tried MaxRetries
 // more times and Upload reconnected until its reconnects ran out, never saying why. No wait
 // cures it: it is never retried, and names the option (docs/api.md, Deadlines and retries).
+//
+// A TLS client whose server speaks plaintext is said so too: gRPC's "tls: first record does
+// not look like a TLS handshake" was retried as a server down, and Upload said only "no
+// connection". An error said already (tlsSaid) is returned as it is: it was said twice over.
 func certificateFailure(err error) error {
 	refusal, ok := status.FromError(err)
-	if err == nil || !ok || refusal.Code() != codes.Unavailable ||
-		!strings.Contains(refusal.Message(), "tls: failed to verify certificate") {
+	if err == nil || !ok || refusal.Code() != codes.Unavailable {
 		return nil
 	}
-	return status.Errorf(codes.Unavailable, "pml: TLS: the server's certificate was not verified "+
+	if strings.HasPrefix(refusal.Message(), tlsSaid) {
+		return err
+	}
+	if strings.Contains(refusal.Message(), "tls: first record does not look like a TLS handshake") {
+		return status.Errorf(codes.Unavailable, tlsSaid+"the server does not speak TLS (%s): it "+
+			"listens in plaintext; leave Options.TLS, CAFile, CertFile and KeyFile unset (or start it "+
+			"with --tls-cert and --tls-key); not retried", refusal.Message())
+	}
+	if !strings.Contains(refusal.Message(), "tls: failed to verify certificate") {
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, tlsSaid+"the server's certificate was not verified "+
 		"(%s): Options.CAFile must be the PEM of the CA that signed it (without it, the system's "+
 		"roots are used), and the certificate must hold the target's host (or Options.ServerName); "+
 		"not retried", refusal.Message())

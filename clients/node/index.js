@@ -168,24 +168,66 @@ const ASK_HANDSHAKE_MS = 5000;
  * server that takes the client answers HTTP/2's SETTINGS. False whatever else happens.
  */
 function asksForClientCertificate(target, ms) {
+  return handshake(target, ms).then(({ asked, answered }) => asked && !answered);
+}
+
+/** A TLS handshake of this client's own with `target`, within `ms` (at most ASK_HANDSHAKE_MS),
+ * the server's certificate not checked: whether it was made (`secure`), the server asked for a
+ * client certificate (`asked`), answered HTTP/2's SETTINGS after it (`answered`). */
+function handshake(target, ms) {
   const address = hostPort(target);
-  if (!address || !(ms > 0)) return Promise.resolve(false);
+  const none = { secure: false, asked: false, answered: false };
+  if (!address || !(ms > 0)) return Promise.resolve(none);
   return new Promise((resolve) => {
-    let asked = false;
-    let answered = false;
+    const said = { ...none };
     const socket = nodeTls.connect({ ...address, rejectUnauthorized: false, ALPNProtocols: ["h2"] }, () => {
-      asked = socket.getSharedSigalgs().length > 0;
+      said.secure = true;
+      said.asked = socket.getSharedSigalgs().length > 0;
     });
     const timer = setTimeout(() => socket.destroy(), Math.min(ms, ASK_HANDSHAKE_MS));
     socket.on("data", () => {
-      answered = true;
+      said.answered = true;
       socket.destroy();
     });
     socket.on("error", () => {});
     socket.on("close", () => {
       clearTimeout(timer);
-      resolve(asked && !answered);
+      resolve(said);
     });
+  });
+}
+
+// grpc-js's words (Node's TLS) for a server that answered a TLS client in plaintext, and for
+// a connection made and then closed before HTTP/2's SETTINGS ("Failed to connect (<time>)"; a
+// port nothing listens on says ECONNREFUSED).
+const NOT_TLS = /wrong version number|packet length too long|unknown protocol/;
+const CLOSED_AT_ONCE = /Last error: Failed to connect \(/;
+
+/**
+ * `err` said again when TLS is on one side only, null otherwise: a TLS client of a plaintext
+ * server (OpenSSL's "wrong version number"), or a plaintext client (`plaintext`) of a server
+ * that completes a TLS handshake of the client's own (`handshake`, within `ms`), which closed
+ * its connection at once. grpc-js says UNAVAILABLE, as of a server down: each call was retried
+ * for its budget, and an upload waited timeoutMs on each reconnect, then said only "no
+ * connection ... within". No wait cures it: never retried, naming the options (docs/api.md,
+ * Deadlines and retries).
+ */
+async function tlsOnOneSide(err, target, plaintext, ms) {
+  if (!err || err.code !== grpc.status.UNAVAILABLE) return null;
+  let message;
+  if (!plaintext && NOT_TLS.test(err.details || "")) {
+    message =
+      `pml: TLS: the server does not speak TLS (${err.details}): it listens in plaintext; leave tls, ` +
+      "caFile, certFile and keyFile unset (or start it with --tls-cert and --tls-key); not retried";
+  } else if (plaintext && CLOSED_AT_ONCE.test(err.details || "") && (await handshake(target, ms)).secure) {
+    message =
+      `pml: TLS: the server speaks TLS and this client connected in plaintext (${err.details}): ` +
+      "pass tls: true, or caFile (the PEM of the CA that signed its certificate); not retried";
+  } else {
+    return null;
+  }
+  return Object.assign(new Error(message, { cause: err }), {
+    code: grpc.status.UNAVAILABLE, details: message, metadata: err.metadata, tlsOnOneSide: true,
   });
 }
 
@@ -330,6 +372,9 @@ function shown(value) {
   return typeof value === "number" ? String(value) : JSON.stringify(value) ?? String(value);
 }
 
+// A record() this big asks the server's message limit first (as the Python client's record).
+const ASK_LIMIT_BYTES = 64 * 1024;
+
 const MAX_KEY_CHARS = 1024;
 // The longest timeout, as Node's timers take it (docs/api.md, Deadlines and retries).
 const MAX_TIMEOUT_MS = 2 ** 31 - 1;
@@ -419,6 +464,7 @@ class PmlClient {
     const creds = channelCredentials(tls, caFile, certFile, keyFile);
     // TLS without a client certificate: a refused handshake is asked about
     this._tlsWithoutCertificate = Boolean((tls || caFile) && !certFile);
+    this._plaintext = !tls && !caFile && !certFile;
     this.raw = new (api().service)(target, creds, {
       "grpc.max_receive_message_length": 64 << 20,
       ...RECONNECT_OPTIONS,
@@ -480,7 +526,8 @@ class PmlClient {
         if (err.name === "AbortError") throw err;
         const refused =
           certificateFailure(err) ||
-          (await clientCertificateRefusal(err, this._target, this._tlsWithoutCertificate, deadline - Date.now()));
+          (await clientCertificateRefusal(err, this._target, this._tlsWithoutCertificate, deadline - Date.now())) ||
+          (await tlsOnOneSide(err, this._target, this._plaintext, deadline - Date.now()));
         if (refused) throw refused; // no retry cures it
         const details = errorDetails(err);
         if (once || attempt >= this._maxRetries || !worthResending(details) || !safeToRepeat(method, request)) {
@@ -508,9 +555,27 @@ class PmlClient {
     });
   }
 
-  /** RecordExecution; resolves to the CaptureResult (a rejection is an outcome, not an error). */
+  /**
+   * RecordExecution; resolves to the CaptureResult (a rejection is an outcome, not an error).
+   * A record over the server's message limit is not sent: it rejects RESOURCE_EXHAUSTED with a
+   * BadRequest naming `record`, its size and the limit, as `upload` answers for it and as the
+   * Python client's `record` (the call said only grpc's "Received message larger than max",
+   * the record sent whole). The server's limit is asked only for a record over ASK_LIMIT_BYTES.
+   */
   async record(record, options) {
-    return (await this.call("RecordExecution", { record }, options)).result;
+    const request = { record };
+    const rpc = api().service.service.RecordExecution;
+    const checked = record !== null && typeof record === "object" &&
+      !violation(api().requests.lookupType("pml.v1.RecordExecutionRequest"), request);
+    const size = checked ? rpc.requestSerialize(request).length : 0; // else call() refuses it
+    if (size > ASK_LIMIT_BYTES) {
+      const limit = await this._maxMessageBytes(signalOf("record", options));
+      if (limit > 0 && size > limit) {
+        const { error } = tooBig(record.request_id || "", size, limit);
+        throw statusError(error.code, error.message, error.details);
+      }
+    }
+    return (await this.call("RecordExecution", request, options)).result;
   }
 
   /** Suggest; `request` is a SuggestRequest ({intent, page_size, ...}) or just the intent. */
@@ -712,7 +777,7 @@ class PmlClient {
       return Number((await this.call("GetServerInfo", {}, { signal, [ONCE]: true })).max_message_bytes || 0);
     } catch (err) {
       // the streams would meet a certificate failure maxReconnects times: said at once
-      if (err.name === "AbortError" || certificateFailure(err) || err.clientCertificateRequired) throw err;
+      if (err.name === "AbortError" || certificateFailure(err) || err.clientCertificateRequired || err.tlsOnOneSide) throw err;
       return 0; // the upload meets the same error
     }
   }
@@ -743,15 +808,20 @@ class PmlClient {
  * of a field the server refused: the Python client's contract).
  */
 function invalidArgument(message, field, description) {
-  const err = Object.assign(new Error(message), { code: grpc.status.INVALID_ARGUMENT, details: message });
-  if (field === undefined) return err;
+  if (field === undefined) {
+    return Object.assign(new Error(message), { code: grpc.status.INVALID_ARGUMENT, details: message });
+  }
+  return statusError(grpc.status.INVALID_ARGUMENT, message, [badRequest([{ field, description }])]);
+}
+
+/** An error as grpc-js gives a refused call's: `code`, `details`, and the google.rpc.Status
+ * with `details` (Anys) in its metadata, which `errorDetails` reads. */
+function statusError(code, message, details) {
   const { Status } = api();
-  const status = Status.encode(
-    Status.create({ code: grpc.status.INVALID_ARGUMENT, message, details: [badRequest([{ field, description }])] }),
-  ).finish();
-  err.metadata = new grpc.Metadata();
-  err.metadata.set("grpc-status-details-bin", Buffer.from(status));
-  return err;
+  const status = Status.encode(Status.create({ code, message, details })).finish();
+  const metadata = new grpc.Metadata();
+  metadata.set("grpc-status-details-bin", Buffer.from(status));
+  return Object.assign(new Error(message), { code, details: message, metadata });
 }
 
 /** A google.rpc.BadRequest of `violations` ({field, description}) as a google.protobuf.Any. */

@@ -222,9 +222,18 @@ def test_a_record_over_the_size_limit_is_not_sent_again(
     done = _node(node_client, "test/unary_too_big.js", f"127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["code"] == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert summary["code"] == exhausted
     assert summary["retryDelayMs"] is None
     assert summary["sent"] == 1
+    # record() asks the limit and sends nothing, naming the record, as the Python client's (it
+    # sent the record whole for grpc's "Received message larger than max", naming no field)
+    refused = summary["record"]
+    assert (refused["sent"], refused["code"], refused["fields"]) == (0, exhausted, ["record"])
+    assert refused["message"].startswith("not sent: the record is ")
+    assert refused["message"].endswith(
+        "bytes as a message, over the server's --max-message-bytes of 65536"
+    )
 
 
 def test_upload_waits_out_a_quota_that_refused_its_stream(
@@ -595,6 +604,38 @@ def test_a_server_asking_for_a_client_certificate_is_never_retried(
             "pml: TLS: the server refused the handshake: it asks for a client certificate"
         )
         assert "pass certFile and keyFile" in out[call]["message"]
+
+
+@pytest.mark.parametrize("client_tls", [True, False])
+def test_tls_on_one_side_only_is_never_retried(
+    node_client: Path,
+    start: StartServer,
+    pki: Path,  # noqa: F811
+    client_tls: bool,
+) -> None:
+    """A client with a caFile and a server in plaintext (grpc-js: UNAVAILABLE "wrong version
+    number"), or a client without TLS and a server with it (UNAVAILABLE "No connection
+    established. Last error: Failed to connect"): as of a server down, each call was retried
+    for its budget, and the upload waited timeoutMs on each reconnect, then said only "no
+    connection ... within". One attempt, an error saying which side speaks TLS and naming the
+    options, the upload's at once (docs/api.md, Deadlines and retries)."""
+    if client_tls:
+        server = start()
+        said = "pml: TLS: the server does not speak TLS ("
+        names = "leave tls, caFile, certFile and keyFile unset"
+    else:
+        server = start(tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+        said = "pml: TLS: the server speaks TLS and this client connected in plaintext ("
+        names = "pass tls: true, or caFile"
+    ca = str(pki / "ca.pem") if client_tls else ""
+    done = _node(node_client, "test/tls_wrong_ca.js", f"127.0.0.1:{server.port}", ca)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["stats"]["attempts"] == 1
+    for call in ("stats", "upload"):
+        assert out[call]["code"] == "UNAVAILABLE"
+        assert out[call]["message"].startswith(said), out[call]
+        assert names in out[call]["message"]
 
 
 def test_a_closed_client_refuses_every_call_sending_nothing(
