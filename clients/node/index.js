@@ -282,11 +282,26 @@ function certificateFailure(err) {
 // An option of `call` for this module's own calls: the call is made once, never retried.
 const ONCE = Symbol("pml.once");
 
-function signalOf(what, options) {
+// The options each takes (index.d.ts: ClientOptions, CallOptions, upload's).
+const CLIENT_OPTIONS = ["apiKey", "tls", "caFile", "certFile", "keyFile", "timeoutMs", "retryBudgetMs", "maxRetries"];
+const CALL_OPTIONS = ["signal"];
+const UPLOAD_OPTIONS = ["maxReconnects", "onAck", "signal"];
+
+/** Throws naming the first key of `options` that is none of `allowed`: it was ignored without a
+ * word (`timeout: 1000` for timeoutMs, `api_key` for apiKey, a per-call `timeoutMs`). */
+function checkKnown(what, options, allowed) {
+  const unknown = Object.keys(options).find((key) => !allowed.includes(key));
+  if (unknown !== undefined) {
+    throw new TypeError(`pml: ${what} ${JSON.stringify(unknown)} is none of ${allowed.join(", ")}`);
+  }
+}
+
+function signalOf(what, options, allowed = CALL_OPTIONS) {
   if (options === undefined || options === null) return undefined;
   if (typeof options !== "object") {
     throw new TypeError(`pml: ${what}: options is ${typeof options}, not an object ({ signal })`);
   }
+  checkKnown(`${what}: option`, options, allowed);
   const { signal } = options;
   if (signal === undefined) return undefined;
   if (signal === null || typeof signal !== "object" || typeof signal.aborted !== "boolean" ||
@@ -417,6 +432,7 @@ function checkOptions(target, options) {
   if (options === null || typeof options !== "object" || Array.isArray(options)) {
     throw new TypeError(`pml: options is ${options === null ? "null" : Array.isArray(options) ? "an array" : typeof options}, not an object`);
   }
+  checkKnown("option", options, CLIENT_OPTIONS);
   for (const name of ["caFile", "certFile", "keyFile"]) {
     if (options[name] !== undefined && (typeof options[name] !== "string" || options[name] === "")) {
       throw new TypeError(`pml: ${name} ${JSON.stringify(options[name])}: a file path`);
@@ -508,14 +524,16 @@ class PmlClient {
     if (request === undefined || request === null) request = {};
     if (typeof request !== "object" || Array.isArray(request)) {
       const kind = Array.isArray(request) ? "an array" : typeof request;
-      throw invalidArgument(`${method}: the request is ${kind}, not a ${rpc.path.split("/")[2]}Request object (nothing was sent)`);
+      const description = `is ${kind}, not a ${rpc.path.split("/")[2]}Request object`;
+      throw invalidArgument(`${method}: the request ${description} (nothing was sent)`, "request", description);
     }
     const found = violation(api().requests.lookupType(`pml.v1.${rpc.requestType.type.name}`), request);
     if (found) throw refusedRequest(`${method}: `, found);
     try {
       rpc.requestSerialize(request);
     } catch (err) {
-      throw invalidArgument(`${method}: the request does not serialize: ${err.message} (nothing was sent)`);
+      const description = `does not serialize: ${err.message}`;
+      throw invalidArgument(`${method}: the request ${description} (nothing was sent)`, "request", description);
     }
     const deadline = Date.now() + this._timeoutMs;
     let retryUntil = null; // the budget's end, from the first failure
@@ -605,7 +623,7 @@ class PmlClient {
    * any reconnect: the upload rejects with `abortError` (what was acknowledged is captured).
    */
   async upload(records, options = {}) {
-    const signal = signalOf("upload", options);
+    const signal = signalOf("upload", options, UPLOAD_OPTIONS);
     this._open();
     const { maxReconnects = 5, onAck } = options || {};
     // a maxReconnects of text compared false with every count: reconnects without end
@@ -615,11 +633,14 @@ class PmlClient {
     if (onAck !== undefined && typeof onAck !== "function") {
       throw new TypeError(`pml: upload: onAck is ${typeof onAck}, not a function`);
     }
-    if (!Array.isArray(records)) throw invalidArgument("records: an array of ExecutionRecords (nothing was sent)");
+    if (!Array.isArray(records)) {
+      throw invalidArgument("records: an array of ExecutionRecords (nothing was sent)", "records", `is ${kindOf(records)}, not an array of ExecutionRecords`);
+    }
     const serialize = api().service.service.StreamTraces.requestSerialize;
     records.forEach((r, i) => {
       if (r === null || typeof r !== "object") {
-        throw invalidArgument(`records[${i}] is ${r === null ? "null" : typeof r}, not an ExecutionRecord (nothing was sent)`);
+        const description = `is ${r === null ? "null" : typeof r}, not an ExecutionRecord`;
+        throw invalidArgument(`records[${i}] ${description} (nothing was sent)`, `records[${i}]`, description);
       }
       const found = violation(api().requests.lookupType("pml.v1.ExecutionRecord"), r, `records[${i}]`);
       if (found) throw refusedRequest("", found);
@@ -627,7 +648,8 @@ class PmlClient {
         // thrown from the stream's write, it left the records before it sent on an open stream
         serialize({ execution_id: "", sequence: 0, record: r });
       } catch (err) {
-        throw invalidArgument(`records[${i}] does not serialize: ${err.message} (nothing was sent)`);
+        const description = `does not serialize: ${err.message}`;
+        throw invalidArgument(`records[${i}] ${description} (nothing was sent)`, `records[${i}]`, description);
       }
     });
     for (const r of records) if (!r.request_id) r.request_id = crypto.randomUUID();
@@ -636,10 +658,9 @@ class PmlClient {
     const first = new Map();
     records.forEach((r, i) => {
       if (first.has(r.request_id)) {
-        throw invalidArgument(
-          `records[${i}].request_id ${JSON.stringify(r.request_id)} repeats records[${first.get(r.request_id)}]'s: ` +
-            "give each record its own request id (nothing was sent)",
-        );
+        const description = `${JSON.stringify(r.request_id)} repeats records[${first.get(r.request_id)}]'s: ` +
+          "give each record its own request id";
+        throw invalidArgument(`records[${i}].request_id ${description} (nothing was sent)`, `records[${i}].request_id`, description);
       }
       first.set(r.request_id, i);
     });
@@ -803,14 +824,11 @@ class PmlClient {
 }
 
 /**
- * A refused argument, as the server refuses one: code INVALID_ARGUMENT, its message, and when
- * `field` is given a google.rpc.BadRequest naming it (`errorDetails(err).fieldViolations`, as
- * of a field the server refused: the Python client's contract).
+ * A refused argument, as the server refuses one: code INVALID_ARGUMENT, its message, and a
+ * google.rpc.BadRequest naming `field` (`errorDetails(err).fieldViolations`, as of a field the
+ * server refused: the Python client's contract; they had none).
  */
 function invalidArgument(message, field, description) {
-  if (field === undefined) {
-    return Object.assign(new Error(message), { code: grpc.status.INVALID_ARGUMENT, details: message });
-  }
   return statusError(grpc.status.INVALID_ARGUMENT, message, [badRequest([{ field, description }])]);
 }
 

@@ -353,20 +353,34 @@ def test_upload_refuses_records_that_are_not_records(
     done = _node(node_client, "test/upload_not_records.js", f"127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
     invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    # each names its field in a BadRequest, as the Python client's refusals (they had none)
     assert json.loads(done.stdout) == [
         {
             "code": invalid,
             "message": "records[1] is null, not an ExecutionRecord (nothing was sent)",
+            "fields": ["records[1]"],
         },
         {
             "code": invalid,
             "message": "records[0] is number, not an ExecutionRecord (nothing was sent)",
+            "fields": ["records[0]"],
         },
-        {"code": invalid, "message": "records: an array of ExecutionRecords (nothing was sent)"},
+        {
+            "code": invalid,
+            "message": "records: an array of ExecutionRecords (nothing was sent)",
+            "fields": ["records"],
+        },
         {
             "code": invalid,
             "message": "records[1].tool_calls is a string, not an array of pml.v1.ToolCall "
             "(one: [value]) (nothing was sent)",
+            "fields": ["records[1].tool_calls"],
+        },
+        {
+            "code": invalid,
+            "message": 'records[1].request_id "r1" repeats records[0]\'s: give each record its '
+            "own request id (nothing was sent)",
+            "fields": ["records[1].request_id"],
         },
         {"executions": 0},
     ]
@@ -458,6 +472,9 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
         "caFileNumber": "pml: caFile 5: a file path",
         "optionsText": "pml: options is string, not an object",
         "optionsNull": "pml: options is null, not an object",
+        # an option no client takes was ignored without a word
+        "optionTypo": 'pml: option "timeout" is none of apiKey, tls, caFile, certFile, keyFile, '
+        "timeoutMs, retryBudgetMs, maxRetries",
         "targetEmpty": 'pml: target "": give "host:port"',
         "targetNumber": 'pml: target 50051: give "host:port"',
         "Nope": f'pml: call: no RPC "Nope": {unary}',
@@ -472,7 +489,11 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
         "(one: [value]) (nothing was sent)",
         "recordText": f"{invalid} RecordExecution: record is a string, not a "
         "pml.v1.ExecutionRecord object (nothing was sent)",
+        "callOptionTimeout": 'undefined pml: call GetStats: option "timeoutMs" is none of signal',
+        "requestTextFields": ["request"],
         "reconnectsText": 'pml: upload: maxReconnects "5": an integer from 0 (0: none)',
+        "uploadOptionTypo": 'pml: upload: option "maxReconnect" is none of maxReconnects, '
+        "onAck, signal",
         "onAckNotAFunction": "pml: upload: onAck is string, not a function",
         "onAck": "onAck failed",
         "uncaught": None,

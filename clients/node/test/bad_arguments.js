@@ -3,7 +3,7 @@
 // Usage: node test/bad_arguments.js HOST:PORT
 "use strict";
 
-const { PmlClient, newRecord } = require("..");
+const { PmlClient, newRecord, errorDetails } = require("..");
 
 async function main(target) {
   const out = {};
@@ -22,6 +22,7 @@ async function main(target) {
     caFileNumber: { caFile: 5 },
     optionsText: "fast",
     optionsNull: null,
+    optionTypo: { timeout: 1000 },
   };
   for (const [name, given] of Object.entries(options)) {
     try {
@@ -55,6 +56,7 @@ async function main(target) {
     suggestNumber: () => pml.suggest(5),
     suggestTagsText: () => pml.suggest({ intent: "Load JSON", tags: "io" }),
     recordText: () => pml.record("x"),
+    callOptionTimeout: () => pml.call("GetStats", {}, { timeoutMs: 5 }),
   };
   for (const [name, send] of Object.entries(requests)) {
     try {
@@ -64,7 +66,16 @@ async function main(target) {
       out[name] = `${err.code} ${err.message}`;
     }
   }
-  const uploads = { reconnectsText: { maxReconnects: "5" }, onAckNotAFunction: { onAck: "log" } };
+  try {
+    await pml.call("GetStats", "x");
+  } catch (err) {
+    out.requestTextFields = errorDetails(err).fieldViolations.map((v) => v.field);
+  }
+  const uploads = {
+    reconnectsText: { maxReconnects: "5" },
+    onAckNotAFunction: { onAck: "log" },
+    uploadOptionTypo: { maxReconnect: 5 },
+  };
   for (const [name, given] of Object.entries(uploads)) {
     try {
       await pml.upload([newRecord("Read JSON file", "x", "typescript")], given);
