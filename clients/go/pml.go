@@ -305,8 +305,7 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 	}
 	for i, r := range records {
 		if r == nil { // it panicked, setting the request id of nil
-			return nil, status.Errorf(codes.InvalidArgument,
-				"records[%d] is nil, not an ExecutionRecord (nothing was sent)", i)
+			return nil, refusedField(FieldViolation{fmt.Sprintf("records[%d]", i), "is nil, not an ExecutionRecord"})
 		}
 	}
 	for i, r := range records {
@@ -324,9 +323,8 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 	first := make(map[string]int, len(records))
 	for i, r := range records {
 		if j, repeated := first[r.GetRequestId()]; repeated {
-			return nil, status.Errorf(codes.InvalidArgument,
-				"records[%d].request_id %q repeats records[%d]'s: give each record its own request id (nothing was sent)",
-				i, r.GetRequestId(), j)
+			return nil, refusedField(FieldViolation{fmt.Sprintf("records[%d].request_id", i),
+				fmt.Sprintf("%q repeats records[%d]'s: give each record its own request id", r.GetRequestId(), j)})
 		}
 		first[r.GetRequestId()] = i
 	}

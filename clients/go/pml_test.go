@@ -419,6 +419,9 @@ func TestUploadRefusesTwoRecordsUnderOneRequestID(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "records[1].request_id") {
 		t.Fatalf("a repeated request id: %v", err)
 	}
+	if v := pml.FieldViolations(err); len(v) != 1 || v[0].Field != "records[1].request_id" {
+		t.Fatalf("a repeated request id: violations %v", v)
+	}
 	stats, err := client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{})
 	if err != nil {
 		t.Fatal(err)

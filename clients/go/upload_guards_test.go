@@ -28,6 +28,10 @@ func TestUploadRefusesANilRecord(t *testing.T) {
 		status.Convert(err).Message() != "records[1] is nil, not an ExecutionRecord (nothing was sent)" {
 		t.Fatalf("Upload with a nil record: %v", err)
 	}
+	// named in a BadRequest, as the server's and the Python client's refusals (it had none)
+	if v := pml.FieldViolations(err); len(v) != 1 || v[0].Field != "records[1]" {
+		t.Fatalf("Upload with a nil record: violations %v", v)
+	}
 }
 
 // Nothing listens: each stream waits for the connection at most Options.Timeout, and Upload
