@@ -652,7 +652,17 @@ class PmlClient {
         throw invalidArgument(`records[${i}] ${description} (nothing was sent)`, `records[${i}]`, description);
       }
     });
-    for (const r of records) if (!r.request_id) r.request_id = crypto.randomUUID();
+    records.forEach((r, i) => {
+      if (r.request_id) return;
+      try {
+        r.request_id = crypto.randomUUID();
+      } catch {
+        // a frozen record (Object.freeze, an immutable store) threw the TypeError "Cannot add
+        // property request_id, object is not extensible", naming no record
+        const description = "is empty and cannot be set (the record is frozen): give each record its own request id, as newRecord does";
+        throw invalidArgument(`records[${i}].request_id ${description} (nothing was sent)`, `records[${i}].request_id`, description);
+      }
+    });
     // Acknowledgements are keyed by request id: two records under one id would share one
     // answer, and the second could go unsent behind the first's. Nothing is sent then.
     const first = new Map();

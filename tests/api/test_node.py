@@ -382,6 +382,12 @@ def test_upload_refuses_records_that_are_not_records(
             "own request id (nothing was sent)",
             "fields": ["records[1].request_id"],
         },
+        {  # it threw "Cannot add property request_id, object is not extensible"
+            "code": invalid,
+            "message": "records[1].request_id is empty and cannot be set (the record is frozen): "
+            "give each record its own request id, as newRecord does (nothing was sent)",
+            "fields": ["records[1].request_id"],
+        },
         {"executions": 0},
     ]
 

@@ -1,7 +1,7 @@
 // Run by tests/api/test_node.py: records that are no array, or hold something that is no
 // ExecutionRecord (or none that serializes), are refused INVALID_ARGUMENT naming it before
 // anything is sent (a null threw "Cannot read properties of null"); two records under one
-// request id too. Prints [{code, message, fields}] per case (fields: the BadRequest's).
+// request id, a frozen record without one (it cannot be given one) too. Prints [{code, message, fields}] per case (fields: the BadRequest's).
 // Usage: node test/upload_not_records.js HOST:PORT
 "use strict";
 
@@ -19,6 +19,7 @@ async function main(target) {
     "records",
     [newRecord("Read JSON file", "x", "typescript"), unserializable],
     [{ ...newRecord("Read JSON file", "x", "typescript"), request_id: "r1" }, { ...newRecord("Read JSON", "y"), request_id: "r1" }],
+    [newRecord("Read JSON file", "x", "typescript"), Object.freeze({ intent: "Read JSON", code: "y", language: "typescript" })],
   ];
   for (const records of cases) {
     try {
