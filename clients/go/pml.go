@@ -50,7 +50,8 @@ type Options struct {
 	CAFile string
 	// CertFile and KeyFile are the client certificate and key for mutual TLS; imply TLS.
 	CertFile, KeyFile string
-	// ServerName overrides the name checked in the server certificate.
+	// ServerName overrides the name checked in the server certificate (without TLS: refused
+	// by Dial).
 	ServerName string
 	// Timeout bounds each unary call whose context has no deadline, retries included (default
 	// 30 s; negative: refused by Dial; docs/api.md, Deadlines and retries).
@@ -177,8 +178,9 @@ func headerKey(apiKey string) (string, error) {
 }
 
 // transportCredentials refuses, naming the option, what would fail later or quietly: a
-// KeyFile without its CertFile dialled in plaintext, a CertFile without its KeyFile said
-// "open : no such file or directory" (clients/go/README.md, TLS options).
+// KeyFile without its CertFile, or a ServerName without TLS, dialled in plaintext, a CertFile
+// without its KeyFile said "open : no such file or directory" (clients/go/README.md, TLS
+// options).
 //
 // Without a client certificate, a server that asks for one is noted in asked (tlsRefusal).
 func transportCredentials(opts Options, asked *atomic.Bool) (credentials.TransportCredentials, error) {
@@ -191,6 +193,10 @@ func transportCredentials(opts Options, asked *atomic.Bool) (credentials.Transpo
 			"mutual TLS needs the client certificate and its key", given, missing)
 	}
 	if !opts.TLS && opts.CAFile == "" && opts.CertFile == "" {
+		if opts.ServerName != "" { // it dialled in plaintext, the name never checked
+			return nil, errors.New("pml: Options.ServerName given without TLS: it names the host the " +
+				"server's certificate must hold; set Options.TLS (or Options.CAFile)")
+		}
 		return insecure.NewCredentials(), nil
 	}
 	config := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: opts.ServerName}
