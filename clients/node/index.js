@@ -910,6 +910,8 @@ function scalarViolation(field, value) {
   if (type === "bytes") return value instanceof Uint8Array || typeof value === "string" ? null : `is ${kindOf(value)}, not bytes (a Buffer)`;
   const [low, high] = INT_RANGES[type];
   if (typeof value === "number" && Number.isInteger(value) && value >= low && value <= high) return null;
+  // a 64-bit integer may be given as its decimal text, which protobufjs reads exactly
+  if (type.endsWith("64") && typeof value === "string" && (low < 0 ? /^-?\d+$/ : /^\d+$/).test(value)) return null;
   return `is ${kindOf(value)}, not an integer from ${low} to ${high} (${type})`;
 }
 
@@ -925,8 +927,11 @@ function scalarViolation(field, value) {
  */
 function violation(type, value, path = "") {
   const at = (name) => (path === "" ? name : `${path}.${name}`);
+  // an object of a class is read by its own keys, as protobufjs reads it; one with none (a Date,
+  // a Map, a Promise), an array or a typed array was sent as an empty message
   const proto = value !== null && typeof value === "object" ? Object.getPrototypeOf(value) : undefined;
-  if (proto !== Object.prototype && proto !== null) {
+  if (proto !== Object.prototype && proto !== null &&
+      (Array.isArray(value) || Object.keys(value).length === 0 || ArrayBuffer.isView(value) || value instanceof Map || value instanceof Set)) {
     return { field: path, description: `is ${kindOf(value)}, not a ${type.fullName.slice(1)} object` };
   }
   for (const key of Object.keys(value)) {

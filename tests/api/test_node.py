@@ -405,7 +405,9 @@ def test_a_request_field_of_another_type_is_refused_naming_it(
     done = _node(node_client, "test/request_types.js", f"127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
     said = json.loads(done.stdout)
-    assert said.pop("executions") == 0
+    # an object of a class (by its own keys) and an int64 as decimal text are still taken
+    assert said.pop("took") == "CAPTURE_OUTCOME_SAVED"
+    assert said.pop("executions") == 1
     assert {name: out["fields"] for name, out in said.items()} == {
         "flaggedText": ["include_flagged"],
         "intentNumber": ["intent"],

@@ -2,7 +2,8 @@
 // that is not Unicode text, is refused INVALID_ARGUMENT naming the field (a BadRequest
 // violation, as the server's and the Python client's), nothing sent. protobufjs's fromObject,
 // which grpc-js serializes with, coerced them: `ok: "false"` was recorded true. Prints
-// {case: {code, field, message}} and the server's execution count.
+// {case: {code, fields, message}}, the outcome of a record that is taken, and the server's
+// execution count.
 // Usage: node test/request_types.js HOST:PORT
 "use strict";
 
@@ -44,6 +45,15 @@ async function main(target) {
       out[name] = { code: err.code, fields: fieldViolations.map((v) => v.field), message: err.message };
     }
   }
+  // what protobufjs reads exactly is taken: an object of a class, by its own keys; a 64-bit
+  // integer as its decimal text
+  class Step {
+    constructor() {
+      Object.assign(this, record("Read JSON", [{ tool: "read_file", ok: true }]));
+      this.start_time = { seconds: "1700000000", nanos: 5 };
+    }
+  }
+  out.took = (await pml.record(new Step())).outcome;
   out.executions = Number((await pml.stats()).executions);
   pml.close();
   console.log(JSON.stringify(out));
