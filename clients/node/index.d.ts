@@ -282,7 +282,9 @@ export declare class PmlClient {
     records: ExecutionRecord[],
     options?: {
       maxReconnects?: number;
-      onAck?: (ack: StreamTracesResponse) => void;
+      /** Sees each acknowledgement; a throw, or a rejection of the promise it returns, rejects
+       * the upload with that error. */
+      onAck?: (ack: StreamTracesResponse) => unknown;
       signal?: AbortSignal;
     },
   ): Promise<UploadReport>;

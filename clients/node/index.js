@@ -675,6 +675,21 @@ class PmlClient {
       first.set(r.request_id, i);
     });
     const report = { acks: new Map(), reconnects: 0 };
+    // What an async onAck's promises came to: one that rejected was an unhandled rejection,
+    // the end of a Node process. The upload rejects with its error once it is done.
+    const answers = [];
+    const tell = (ack) => {
+      if (!onAck) return;
+      const answer = onAck(ack);
+      if (answer !== null && typeof answer === "object" && typeof answer.then === "function") {
+        answers.push(Promise.resolve(answer).then(() => null, (err) => ({ err })));
+      }
+    };
+    const done = async () => {
+      const failed = (await Promise.all(answers)).find((a) => a !== null);
+      if (failed) throw failed.err;
+      return report;
+    };
     // A record whose message is over the server's limit would end the whole stream in
     // RESOURCE_EXHAUSTED: it is answered here, alone, and never sent.
     const limit = await this._maxMessageBytes(signal);
@@ -684,7 +699,7 @@ class PmlClient {
         if (size > limit) {
           const ack = tooBig(r.request_id, size, limit);
           report.acks.set(r.request_id, ack);
-          if (onAck) onAck(ack);
+          tell(ack);
         }
       }
     }
@@ -695,7 +710,7 @@ class PmlClient {
     const resend = new Map();
     for (let attempt = 0; ; attempt++) {
       const todo = records.filter((r) => !report.acks.has(r.request_id));
-      if (todo.length === 0) return report;
+      if (todo.length === 0) return done();
       const held = todo.filter((r) => resend.has(r.request_id)).length;
       if (attempt > 0) {
         const broken = last && errorDetails(last);
@@ -706,9 +721,9 @@ class PmlClient {
               // their errors answer them
               const ack = resend.get(r.request_id);
               report.acks.set(r.request_id, ack);
-              if (onAck) onAck(ack);
+              tell(ack);
             }
-            return report;
+            return done();
           }
           throw last || new Error(`the stream ended with ${todo.length} executions unacknowledged`);
         }
@@ -759,7 +774,7 @@ class PmlClient {
           resend.delete(id);
           report.acks.set(id, ack);
           try {
-            if (onAck) onAck(ack);
+            tell(ack);
           } catch (err) {
             // thrown inside grpc-js's event: an uncaught exception that ended the process,
             // while the upload went on. It ends the stream and rejects the upload instead.

@@ -504,6 +504,7 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
         "onAck, signal",
         "onAckNotAFunction": "pml: upload: onAck is string, not a function",
         "onAck": "onAck failed",
+        "onAckAsync": "async onAck failed",
         "uncaught": None,
     }
 

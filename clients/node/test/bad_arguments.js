@@ -99,6 +99,18 @@ async function main(target) {
   } catch (err) {
     out.onAck = err.message;
   }
+  // an async onAck that rejects: an unhandled rejection, which ended the process
+  try {
+    await pml.upload([newRecord("Read JSON file", "x", "typescript")], {
+      onAck: async () => {
+        throw new Error("async onAck failed");
+      },
+    });
+    out.onAckAsync = "resolved";
+  } catch (err) {
+    out.onAckAsync = err.message;
+  }
+  await new Promise((resolve) => setTimeout(resolve, 100)); // an unhandled rejection shows by then
   out.uncaught = uncaught;
   pml.close();
   console.log(JSON.stringify(out));
