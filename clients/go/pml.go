@@ -19,10 +19,12 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -104,9 +106,13 @@ func (bearer) RequireTransportSecurity() bool { return false }
 // Dial connects to target ("host:port"; empty: an error). The connection is made lazily, on
 // the first call.
 func Dial(target string, opts Options) (*Client, error) {
-	if strings.TrimSpace(target) == "" {
+	target = strings.TrimSpace(target) // a target read from a file keeps its newline
+	if target == "" {
 		// it dialled, and every call failed UNAVAILABLE after its retries ("missing address")
 		return nil, errors.New(`pml: Dial: the target is empty: give "host:port"`)
+	}
+	if problem := targetProblem(target); problem != "" {
+		return nil, fmt.Errorf(`pml: Dial: the target %q %s: give "host:port"`, target, problem)
 	}
 	if opts.Timeout < 0 { // it was taken as the default without a word
 		return nil, fmt.Errorf("pml: Options.Timeout is %v: a duration above 0 (0: the default, 30s)", opts.Timeout)
@@ -151,6 +157,25 @@ func Dial(target string, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("pml: dial %s: %w", target, err)
 	}
 	return &Client{refused: refused, conn: conn, api: pmlv1.NewPmlServiceClient(conn), timeout: timeout}, nil
+}
+
+// targetProblem says why target cannot be dialled, "" when it may be: a space or a control
+// character inside it, a URL's scheme, a port out of range. Each dialled, and every call failed
+// UNAVAILABLE once its retry budget was spent ("produced zero addresses", "too many colons in
+// address", "invalid port"), as of a server down (clients/go/README.md).
+func targetProblem(target string) string {
+	if strings.ContainsFunc(target, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return "holds a space or a control character"
+	}
+	if lower := strings.ToLower(target); strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://") {
+		return "is a URL (TLS is Options.TLS)"
+	}
+	if _, port, err := net.SplitHostPort(strings.TrimPrefix(target, "dns:///")); err == nil {
+		if n, err := strconv.Atoi(port); err == nil && (n < 1 || n > 65535) {
+			return fmt.Sprintf("has the port %d: a port is 1 to 65535", n)
+		}
+	}
+	return ""
 }
 
 // maxKeyChars bounds an API key: `pml keys add` prints 47 characters, and past gRPC's 8 KiB of

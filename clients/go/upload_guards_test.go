@@ -84,6 +84,37 @@ func TestDialRefusesAnEmptyTarget(t *testing.T) {
 	}
 }
 
+// A target that cannot be dialled is refused by Dial, naming it: each dialled, and every call
+// failed UNAVAILABLE once its retry budget was spent, as of a server down ("produced zero
+// addresses", "too many colons in address", "invalid port"); a newline read from a file said
+// "net/url: invalid control character in URL". The whitespace around it is dropped.
+func TestDialRefusesATargetThatCannotBeDialled(t *testing.T) {
+	cases := map[string]string{
+		" 127.0.0.1 :50051":      `pml: Dial: the target "127.0.0.1 :50051" holds a space or a control character: give "host:port"`,
+		"http://127.0.0.1:50051": `pml: Dial: the target "http://127.0.0.1:50051" is a URL (TLS is Options.TLS): give "host:port"`,
+		"127.0.0.1:99999":        `pml: Dial: the target "127.0.0.1:99999" has the port 99999: a port is 1 to 65535: give "host:port"`,
+		"dns:///localhost:0":     `pml: Dial: the target "dns:///localhost:0" has the port 0: a port is 1 to 65535: give "host:port"`,
+	}
+	for target, said := range cases {
+		client, err := pml.Dial(target, pml.Options{})
+		if err == nil {
+			client.Close()
+			t.Errorf("Dial(%q) took it", target)
+		} else if err.Error() != said {
+			t.Errorf("Dial(%q): %v", target, err)
+		}
+	}
+	server := startServer(t)
+	client, err := pml.Dial(server+"\n", pml.Options{}) // as read from a file
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if _, err := client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{}); err != nil {
+		t.Fatalf("a target with a newline around it: %v", err)
+	}
+}
+
 // TestDialRefusesAKeyThatCannotBeAHeader: a key with a newline (a key file's, around it, is
 // dropped) or a non-ASCII character failed every call INTERNAL "header key "authorization"
 // contains value with non-printable ASCII characters"; Dial refuses it naming the option,

@@ -423,12 +423,28 @@ function headerKey(apiKey) {
   return key;
 }
 
+/**
+ * Why `target` cannot be dialled, null when it may be: a space or a control character inside it,
+ * a URL's scheme, a port out of range. Each failed every call UNAVAILABLE once its retry budget
+ * was spent ("Name resolution failed", ERR_SOCKET_BAD_PORT), as of a server down; a newline
+ * threw grpc-js's "Could not parse target name" (clients/node/README.md).
+ */
+function targetProblem(target) {
+  if (/[\s\p{Cc}]/u.test(target)) return "holds a space or a control character";
+  if (/^https?:\/\//i.test(target)) return "is a URL (TLS is the tls option)";
+  const address = hostPort(target);
+  if (address && !(address.port >= 1 && address.port <= 65535)) return `has the port ${address.port}: a port is 1 to 65535`;
+  return null;
+}
+
 /** Each option that is given must be of its type: refused naming it (`caFile: 5` read file
  * descriptor 5; `tls: "no"` turned TLS on; options that were no object were ignored). */
 function checkOptions(target, options) {
   if (typeof target !== "string" || target.trim() === "") {
     throw new TypeError(`pml: target ${JSON.stringify(target) ?? String(target)}: give "host:port"`);
   }
+  const problem = targetProblem(target.trim());
+  if (problem) throw new TypeError(`pml: target ${JSON.stringify(target.trim())} ${problem}: give "host:port"`);
   if (options === null || typeof options !== "object" || Array.isArray(options)) {
     throw new TypeError(`pml: options is ${options === null ? "null" : Array.isArray(options) ? "an array" : typeof options}, not an object`);
   }
@@ -450,6 +466,7 @@ class PmlClient {
    */
   constructor(target, options = {}) {
     checkOptions(target, options);
+    target = target.trim(); // a target read from a file keeps its newline
     const {
       apiKey = process.env.PML_API_KEY, tls = false, caFile, certFile, keyFile, timeoutMs = 30000,
       maxRetries = DEFAULT_RETRIES, retryBudgetMs = DEFAULT_RETRY_BUDGET_MS,

@@ -485,6 +485,13 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
         "timeoutMs, retryBudgetMs, maxRetries",
         "targetEmpty": 'pml: target "": give "host:port"',
         "targetNumber": 'pml: target 50051: give "host:port"',
+        "targetSpace": 'pml: target "127.0.0.1 :50051" holds a space or a control character: '
+        'give "host:port"',
+        "targetUrl": 'pml: target "http://127.0.0.1:50051" is a URL (TLS is the tls option): '
+        'give "host:port"',
+        "targetPort": 'pml: target "127.0.0.1:99999" has the port 99999: a port is 1 to 65535: '
+        'give "host:port"',
+        "targetNewline": "answered",
         "Nope": f'pml: call: no RPC "Nope": {unary}',
         "StreamTraces": "pml: call: StreamTraces is a stream (upload(), or "
         f"pml.raw.StreamTraces): {unary}",

@@ -32,7 +32,15 @@ async function main(target) {
       out[name] = err.message;
     }
   }
-  for (const [name, given] of Object.entries({ targetEmpty: "", targetNumber: 50051 })) {
+  const targets = {
+    targetEmpty: "",
+    targetNumber: 50051,
+    // each failed every call UNAVAILABLE after its retry budget, as of a server down
+    targetSpace: " 127.0.0.1 :50051",
+    targetUrl: "http://127.0.0.1:50051",
+    targetPort: "127.0.0.1:99999",
+  };
+  for (const [name, given] of Object.entries(targets)) {
     try {
       new PmlClient(given).close();
       out[name] = "took";
@@ -42,6 +50,10 @@ async function main(target) {
   }
   // the whitespace around a key (a key file's newline) is no part of it
   new PmlClient(target, { apiKey: " s3cr3t\n" }).close();
+  // nor around a target: it threw grpc-js's "Could not parse target name"
+  const spaced = new PmlClient(`${target}\n`);
+  out.targetNewline = Number((await spaced.stats()).executions) >= 0 ? "answered" : "no";
+  spaced.close();
   const pml = new PmlClient(target);
   for (const method of ["Nope", "StreamTraces", "constructor"]) {
     try {
