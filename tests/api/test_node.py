@@ -397,7 +397,8 @@ def test_a_request_field_of_another_type_is_refused_naming_it(
 ) -> None:
     """As the Python client (tests/api/test_client_arguments.py): grpc-js serializes with
     protobufjs's fromObject, which coerced what it was given: `include_flagged: "no"` and a tool
-    call's `ok: "false"` were sent true, `page_size` "5", NaN, Infinity, 2.5 as 5, 0, 0, 2,
+    call's `ok: "false"` were sent true (RunRetention's `apply: "false"` applied a retention),
+    an unknown enum name as unspecified, `page_size` "5", NaN, Infinity, 2.5 as 5, 0, 0, 2,
     `intent: 5` as "5", a Date as an empty Timestamp, `pageSize` dropped. A lone surrogate was
     sent as bytes that are not UTF-8: the server refused naming only "request", and an upload's
     whole stream broke, the acknowledgement of the record before it lost. Each is refused
@@ -428,6 +429,8 @@ def test_a_request_field_of_another_type_is_refused_naming_it(
         "recordSurrogate": ["record.intent"],
         "startDate": ["record.start_time"],
         "nameNumber": ["name"],
+        "applyText": ["apply"],
+        "statusUnknown": ["record.status"],
         "upload": ["records[1].intent"],
         "uploadOk": ["records[0].tool_calls[0].ok"],
     }

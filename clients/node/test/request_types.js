@@ -32,6 +32,9 @@ async function main(target) {
     recordSurrogate: () => pml.record(record("read \udcff", [{ tool: "read_file", ok: true }])),
     startDate: () => pml.call("RecordExecution", { record: { ...record("Read JSON", []), start_time: new Date() } }),
     nameNumber: () => pml.getPattern(5),
+    // sent as apply: true, a retention applied (and deletes) when "false" was written
+    applyText: () => pml.call("RunRetention", { apply: "false" }),
+    statusUnknown: () => pml.record({ ...record("Read JSON", []), status: "DONE" }),
     upload: () => pml.upload([record("Read JSON a", []), record("read \ud800", []), record("Read JSON c", [])]),
     uploadOk: () => pml.upload([record("Read JSON a", [{ tool: "read_file", ok: 1 }])]),
   };
