@@ -529,7 +529,7 @@ func safeToRepeat(method string, request any) bool {
 // Backoff is how long to wait before retry attempt (0 first): 0.1 s doubling up to 2 s, with
 // full jitter on its upper half, and never less than the server's RetryInfo delay.
 func Backoff(attempt int, serverDelay time.Duration) time.Duration {
-	ceiling := 100 * time.Millisecond << min(attempt, 6)
+	ceiling := 100 * time.Millisecond << min(max(attempt, 0), 6) // a negative shift panicked
 	if ceiling > 2*time.Second {
 		ceiling = 2 * time.Second
 	}

@@ -184,3 +184,10 @@ func TestDialRefusesANegativeTimeout(t *testing.T) {
 	}
 	client.Close()
 }
+
+// Backoff of a negative attempt is the first attempt's (it panicked: a negative shift count).
+func TestBackoffOfANegativeAttemptIsTheFirsts(t *testing.T) {
+	if wait := pml.Backoff(-1, 0); wait < 50*time.Millisecond || wait > 100*time.Millisecond {
+		t.Fatalf("Backoff(-1, 0) = %v, want 50ms to 100ms as Backoff(0, 0)", wait)
+	}
+}
