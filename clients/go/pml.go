@@ -283,6 +283,11 @@ const askLimitBytes = 64 * 1024
 func (c *Client) Record(ctx context.Context, record *pmlv1.ExecutionRecord) (*pmlv1.CaptureResult, error) {
 	request := &pmlv1.RecordExecutionRequest{Record: record}
 	if size := proto.Size(request); size > askLimitBytes {
+		if _, has := ctx.Deadline(); !has { // the timeout bounds the ask and the record together
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.timeout)
+			defer cancel()
+		}
 		limit, err := c.maxMessageBytes(ctx)
 		if err != nil {
 			return nil, err

@@ -281,6 +281,9 @@ function certificateFailure(err) {
  */
 // An option of `call` for this module's own calls: the call is made once, never retried.
 const ONCE = Symbol("pml.once");
+// An option of `call` for this module's own calls: the deadline (ms since the epoch) of the call
+// it is part of (record's ask of the server's limit spends from the record's timeout).
+const DEADLINE = Symbol("pml.deadline");
 
 // The options each takes (index.d.ts: ClientOptions, CallOptions, upload's).
 const CLIENT_OPTIONS = ["apiKey", "tls", "caFile", "certFile", "keyFile", "timeoutMs", "retryBudgetMs", "maxRetries"];
@@ -552,7 +555,7 @@ class PmlClient {
       const description = `does not serialize: ${err.message}`;
       throw invalidArgument(`${method}: the request ${description} (nothing was sent)`, "request", description);
     }
-    const deadline = Date.now() + this._timeoutMs;
+    const deadline = (options && options[DEADLINE]) || Date.now() + this._timeoutMs;
     let retryUntil = null; // the budget's end, from the first failure
     for (let attempt = 0; ; attempt++) {
       try {
@@ -603,14 +606,14 @@ class PmlClient {
     const checked = record !== null && typeof record === "object" &&
       !violation(api().requests.lookupType("pml.v1.RecordExecutionRequest"), request);
     const size = checked ? rpc.requestSerialize(request).length : 0; // else call() refuses it
-    if (size > ASK_LIMIT_BYTES) {
-      const limit = await this._maxMessageBytes(signalOf("record", options));
-      if (limit > 0 && size > limit) {
-        const { error } = tooBig(record.request_id || "", size, limit);
-        throw statusError(error.code, error.message, error.details);
-      }
+    if (size <= ASK_LIMIT_BYTES) return (await this.call("RecordExecution", request, options)).result;
+    const deadline = Date.now() + this._timeoutMs; // the timeout bounds the ask and the record
+    const limit = await this._maxMessageBytes(signalOf("record", options), deadline);
+    if (limit > 0 && size > limit) {
+      const { error } = tooBig(record.request_id || "", size, limit);
+      throw statusError(error.code, error.message, error.details);
     }
-    return (await this.call("RecordExecution", request, options)).result;
+    return (await this.call("RecordExecution", request, { ...options, [DEADLINE]: deadline })).result;
   }
 
   /** Suggest; `request` is a SuggestRequest ({intent, page_size, ...}) or just the intent. */
@@ -833,11 +836,12 @@ class PmlClient {
   }
 
   /** The server's largest request message (GetServerInfo); 0 when unknown. */
-  async _maxMessageBytes(signal) {
+  async _maxMessageBytes(signal, deadline) {
     try {
       // asked once a stream: the upload's reconnects are its retries (a retry budget spent
       // before each reconnect made an upload to a server that is gone take seconds per stream)
-      return Number((await this.call("GetServerInfo", {}, { signal, [ONCE]: true })).max_message_bytes || 0);
+      const options = { signal, [ONCE]: true, [DEADLINE]: deadline };
+      return Number((await this.call("GetServerInfo", {}, options)).max_message_bytes || 0);
     } catch (err) {
       // the streams would meet a certificate failure maxReconnects times: said at once
       if (err.name === "AbortError" || certificateFailure(err) || err.clientCertificateRequired || err.tlsOnOneSide) throw err;
