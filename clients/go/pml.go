@@ -16,12 +16,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -32,6 +36,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"pml/clients/go/pmlv1"
 )
@@ -47,7 +52,8 @@ type Options struct {
 	CAFile string
 	// CertFile and KeyFile are the client certificate and key for mutual TLS; imply TLS.
 	CertFile, KeyFile string
-	// ServerName overrides the name checked in the server certificate.
+	// ServerName overrides the name checked in the server certificate (without TLS: refused
+	// by Dial).
 	ServerName string
 	// Timeout bounds each unary call whose context has no deadline, retries included (default
 	// 30 s; negative: refused by Dial; docs/api.md, Deadlines and retries).
@@ -100,9 +106,13 @@ func (bearer) RequireTransportSecurity() bool { return false }
 // Dial connects to target ("host:port"; empty: an error). The connection is made lazily, on
 // the first call.
 func Dial(target string, opts Options) (*Client, error) {
-	if strings.TrimSpace(target) == "" {
+	target = strings.TrimSpace(target) // a target read from a file keeps its newline
+	if target == "" {
 		// it dialled, and every call failed UNAVAILABLE after its retries ("missing address")
 		return nil, errors.New(`pml: Dial: the target is empty: give "host:port"`)
+	}
+	if problem := targetProblem(target); problem != "" {
+		return nil, fmt.Errorf(`pml: Dial: the target %q %s: give "host:port"`, target, problem)
 	}
 	if opts.Timeout < 0 { // it was taken as the default without a word
 		return nil, fmt.Errorf("pml: Options.Timeout is %v: a duration above 0 (0: the default, 30s)", opts.Timeout)
@@ -116,7 +126,11 @@ func Dial(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	refused := func(err error) error { return tlsRefusal(err, asked) }
+	plainTarget := "" // a plaintext client's target: a server that speaks TLS is asked about
+	if creds.Info().SecurityProtocol == "insecure" {
+		plainTarget = target
+	}
+	refused := func(err error) error { return tlsRefusal(err, asked, plainTarget) }
 	if opts.RetryBudget < 0 {
 		return nil, fmt.Errorf("pml: Options.RetryBudget is %v: a duration from 0 (0: the default, %v)",
 			opts.RetryBudget, DefaultRetryBudget)
@@ -145,6 +159,25 @@ func Dial(target string, opts Options) (*Client, error) {
 	return &Client{refused: refused, conn: conn, api: pmlv1.NewPmlServiceClient(conn), timeout: timeout}, nil
 }
 
+// targetProblem says why target cannot be dialled, "" when it may be: a space or a control
+// character inside it, a URL's scheme, a port out of range. Each dialled, and every call failed
+// UNAVAILABLE once its retry budget was spent ("produced zero addresses", "too many colons in
+// address", "invalid port"), as of a server down (clients/go/README.md).
+func targetProblem(target string) string {
+	if strings.ContainsFunc(target, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return "holds a space or a control character"
+	}
+	if lower := strings.ToLower(target); strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://") {
+		return "is a URL (TLS is Options.TLS)"
+	}
+	if _, port, err := net.SplitHostPort(strings.TrimPrefix(target, "dns:///")); err == nil {
+		if n, err := strconv.Atoi(port); err == nil && (n < 1 || n > 65535) {
+			return fmt.Sprintf("has the port %d: a port is 1 to 65535", n)
+		}
+	}
+	return ""
+}
+
 // maxKeyChars bounds an API key: `pml keys add` prints 47 characters, and past gRPC's 8 KiB of
 // metadata every call would fail on the header, not on the key.
 const maxKeyChars = 1024
@@ -170,8 +203,9 @@ func headerKey(apiKey string) (string, error) {
 }
 
 // transportCredentials refuses, naming the option, what would fail later or quietly: a
-// KeyFile without its CertFile dialled in plaintext, a CertFile without its KeyFile said
-// "open : no such file or directory" (clients/go/README.md, TLS options).
+// KeyFile without its CertFile, or a ServerName without TLS, dialled in plaintext, a CertFile
+// without its KeyFile said "open : no such file or directory" (clients/go/README.md, TLS
+// options).
 //
 // Without a client certificate, a server that asks for one is noted in asked (tlsRefusal).
 func transportCredentials(opts Options, asked *atomic.Bool) (credentials.TransportCredentials, error) {
@@ -184,6 +218,10 @@ func transportCredentials(opts Options, asked *atomic.Bool) (credentials.Transpo
 			"mutual TLS needs the client certificate and its key", given, missing)
 	}
 	if !opts.TLS && opts.CAFile == "" && opts.CertFile == "" {
+		if opts.ServerName != "" { // it dialled in plaintext, the name never checked
+			return nil, errors.New("pml: Options.ServerName given without TLS: it names the host the " +
+				"server's certificate must hold; set Options.TLS (or Options.CAFile)")
+		}
 		return insecure.NewCredentials(), nil
 	}
 	config := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: opts.ServerName}
@@ -233,10 +271,32 @@ func (c *Client) open() error {
 // API is the generated stub, for the RPCs the wrapper does not cover.
 func (c *Client) API() pmlv1.PmlServiceClient { return c.api }
 
+// askLimitBytes: a Record this big asks the server's message limit first (as the Python
+// client's record).
+const askLimitBytes = 64 * 1024
+
 // Record captures one execution. A rejected capture is not an error: look at the outcome and
-// the tool failures of the result.
+// the tool failures of the result. A record over the server's message limit is not sent:
+// ResourceExhausted with a BadRequest naming `record`, its size and the limit, as Upload
+// answers for it and as the Python client's record (gRPC said only "Received message larger
+// than max", the record sent whole); the limit is asked only for a record over askLimitBytes.
 func (c *Client) Record(ctx context.Context, record *pmlv1.ExecutionRecord) (*pmlv1.CaptureResult, error) {
-	reply, err := c.api.RecordExecution(ctx, &pmlv1.RecordExecutionRequest{Record: record})
+	request := &pmlv1.RecordExecutionRequest{Record: record}
+	if size := proto.Size(request); size > askLimitBytes {
+		if _, has := ctx.Deadline(); !has { // the timeout bounds the ask and the record together
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.timeout)
+			defer cancel()
+		}
+		limit, err := c.maxMessageBytes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if limit > 0 && size > limit {
+			return nil, status.ErrorProto(tooBig(record.GetRequestId(), size, limit).GetError())
+		}
+	}
+	reply, err := c.api.RecordExecution(ctx, request)
 	if err != nil {
 		return nil, err
 	}
@@ -281,8 +341,12 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 	}
 	for i, r := range records {
 		if r == nil { // it panicked, setting the request id of nil
-			return nil, status.Errorf(codes.InvalidArgument,
-				"records[%d] is nil, not an ExecutionRecord (nothing was sent)", i)
+			return nil, refusedField(FieldViolation{fmt.Sprintf("records[%d]", i), "is nil, not an ExecutionRecord"})
+		}
+	}
+	for i, r := range records {
+		if bad := notUTF8(r.ProtoReflect(), fmt.Sprintf("records[%d]", i)); bad != nil {
+			return nil, refusedField(*bad)
 		}
 	}
 	for _, r := range records {
@@ -295,9 +359,8 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 	first := make(map[string]int, len(records))
 	for i, r := range records {
 		if j, repeated := first[r.GetRequestId()]; repeated {
-			return nil, status.Errorf(codes.InvalidArgument,
-				"records[%d].request_id %q repeats records[%d]'s: give each record its own request id (nothing was sent)",
-				i, r.GetRequestId(), j)
+			return nil, refusedField(FieldViolation{fmt.Sprintf("records[%d].request_id", i),
+				fmt.Sprintf("%q repeats records[%d]'s: give each record its own request id", r.GetRequestId(), j)})
 		}
 		first[r.GetRequestId()] = i
 	}
@@ -471,7 +534,7 @@ func safeToRepeat(method string, request any) bool {
 // Backoff is how long to wait before retry attempt (0 first): 0.1 s doubling up to 2 s, with
 // full jitter on its upper half, and never less than the server's RetryInfo delay.
 func Backoff(attempt int, serverDelay time.Duration) time.Duration {
-	ceiling := 100 * time.Millisecond << min(attempt, 6)
+	ceiling := 100 * time.Millisecond << min(max(attempt, 0), 6) // a negative shift panicked
 	if ceiling > 2*time.Second {
 		ceiling = 2 * time.Second
 	}
@@ -514,6 +577,11 @@ func retryInterceptor(maxRetries int, budget, timeout time.Duration, refused fun
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
+		if m, ok := req.(proto.Message); ok {
+			if bad := notUTF8(m.ProtoReflect(), ""); bad != nil {
+				return refusedField(*bad)
+			}
+		}
 		var retryUntil time.Time // the budget's end, from the first failure
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
@@ -546,27 +614,63 @@ func retryInterceptor(maxRetries int, budget, timeout time.Duration, refused fun
 	}
 }
 
+// closedWords are gRPC's for a connection the server closed just after the handshake: before
+// its HTTP/2 preface, or under the client's first write.
+var closedWords = []string{"error reading server preface", "broken pipe", "connection reset by peer"}
+
 // tlsRefusal is err said again when no retry cures it: certificateFailure, or a server that
 // asked for a client certificate (asked) and then closed the connection: it refuses a client
 // without one once the handshake is done, without a TLS alert, so gRPC says only UNAVAILABLE
 // "error reading server preface: EOF", as of a server gone, and each call was retried for its
 // budget. It names Options.CertFile and Options.KeyFile (docs/api.md, Deadlines and retries).
-// closedWords are gRPC's for a connection the server closed just after the handshake: before
-// its HTTP/2 preface, or under the client's first write.
-var closedWords = []string{"error reading server preface", "broken pipe", "connection reset by peer"}
-
-func tlsRefusal(err error, asked *atomic.Bool) error {
+// A plaintext client (plainTarget, its target; "" with TLS) meets a server that speaks TLS the
+// same way, "error reading server preface: EOF", each call retried for its budget and Upload
+// waiting Options.Timeout on each reconnect: a TLS handshake of the client's own (speaksTLS)
+// tells, and the error names Options.TLS and Options.CAFile.
+func tlsRefusal(err error, asked *atomic.Bool, plainTarget string) error {
 	if refused := certificateFailure(err); refused != nil {
 		return refused
 	}
 	refusal, ok := status.FromError(err)
-	if err == nil || !ok || refusal.Code() != codes.Unavailable || !asked.Load() ||
+	if err == nil || !ok || refusal.Code() != codes.Unavailable ||
 		!slices.ContainsFunc(closedWords, func(w string) bool { return strings.Contains(refusal.Message(), w) }) {
 		return nil
 	}
-	return status.Errorf(codes.Unavailable, "pml: TLS: the server refused the handshake: it asks "+
-		"for a client certificate (mutual TLS) and none was given (%s): set Options.CertFile and "+
-		"Options.KeyFile, a certificate its client CA signed; not retried", refusal.Message())
+	if asked.Load() {
+		return status.Errorf(codes.Unavailable, tlsSaid+"the server refused the handshake: it asks "+
+			"for a client certificate (mutual TLS) and none was given (%s): set Options.CertFile and "+
+			"Options.KeyFile, a certificate its client CA signed; not retried", refusal.Message())
+	}
+	if plainTarget != "" && speaksTLS(plainTarget) {
+		return status.Errorf(codes.Unavailable, tlsSaid+"the server speaks TLS and this client "+
+			"connected in plaintext (%s): set Options.TLS, or Options.CAFile (the PEM of the CA that "+
+			"signed its certificate); not retried", refusal.Message())
+	}
+	return nil
+}
+
+// tlsSaid begins this package's words for a TLS failure no retry cures: an error that begins
+// so is said already (Upload's ask of the server's limits went through the retry interceptor).
+const tlsSaid = "pml: TLS: "
+
+// speaksTLSWithin bounds speaksTLS's handshake.
+const speaksTLSWithin = 5 * time.Second
+
+// speaksTLS says whether the server at target completes a TLS handshake, its certificate not
+// checked (nothing is sent over it).
+func speaksTLS(target string) bool {
+	dialer := &tls.Dialer{
+		NetDialer: &net.Dialer{Timeout: speaksTLSWithin},
+		Config:    &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}, //nolint:gosec // only asks whether it speaks TLS
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), speaksTLSWithin)
+	defer cancel()
+	conn, err := dialer.DialContext(ctx, "tcp", strings.TrimPrefix(target, "dns:///"))
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
 }
 
 // certificateFailure is err said again when it is a failure to verify the server's TLS
@@ -574,13 +678,27 @@ func tlsRefusal(err error, asked *atomic.Bool) error {
 // otherwise. gRPC says UNAVAILABLE, as of a server down: each unary call was tried MaxRetries
 // more times and Upload reconnected until its reconnects ran out, never saying why. No wait
 // cures it: it is never retried, and names the option (docs/api.md, Deadlines and retries).
+//
+// A TLS client whose server speaks plaintext is said so too: gRPC's "tls: first record does
+// not look like a TLS handshake" was retried as a server down, and Upload said only "no
+// connection". An error said already (tlsSaid) is returned as it is: it was said twice over.
 func certificateFailure(err error) error {
 	refusal, ok := status.FromError(err)
-	if err == nil || !ok || refusal.Code() != codes.Unavailable ||
-		!strings.Contains(refusal.Message(), "tls: failed to verify certificate") {
+	if err == nil || !ok || refusal.Code() != codes.Unavailable {
 		return nil
 	}
-	return status.Errorf(codes.Unavailable, "pml: TLS: the server's certificate was not verified "+
+	if strings.HasPrefix(refusal.Message(), tlsSaid) {
+		return err
+	}
+	if strings.Contains(refusal.Message(), "tls: first record does not look like a TLS handshake") {
+		return status.Errorf(codes.Unavailable, tlsSaid+"the server does not speak TLS (%s): it "+
+			"listens in plaintext; leave Options.TLS, CAFile, CertFile and KeyFile unset (or start it "+
+			"with --tls-cert and --tls-key); not retried", refusal.Message())
+	}
+	if !strings.Contains(refusal.Message(), "tls: failed to verify certificate") {
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, tlsSaid+"the server's certificate was not verified "+
 		"(%s): Options.CAFile must be the PEM of the CA that signed it (without it, the system's "+
 		"roots are used), and the certificate must hold the target's host (or Options.ServerName); "+
 		"not retried", refusal.Message())
@@ -741,6 +859,82 @@ func NewRequestID() string {
 
 // FieldViolation is one bad field of a refused request.
 type FieldViolation struct{ Field, Description string }
+
+// notUTF8 is the first string field of m (at path, the request's field path as the server
+// names one: "record.tool_calls[0].tool") that is not UTF-8, nil when there is none. protobuf-go
+// refuses such a string when it marshals: the call failed INTERNAL "grpc: error while marshaling:
+// string field contains invalid UTF-8", naming no field, and an Upload's stream broke on it,
+// INTERNAL too (clients/go/README.md).
+func notUTF8(m protoreflect.Message, path string) *FieldViolation {
+	var found *FieldViolation
+	at := func(name string) string {
+		if path == "" {
+			return name
+		}
+		return path + "." + name
+	}
+	check := func(fd protoreflect.FieldDescriptor, v protoreflect.Value, name string) bool {
+		switch {
+		case fd.Kind() == protoreflect.StringKind:
+			if text := v.String(); !utf8.ValidString(text) {
+				found = &FieldViolation{name, invalidText(text)}
+			}
+		case fd.Message() != nil:
+			found = notUTF8(v.Message(), name)
+		}
+		return found == nil
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		name := at(string(fd.Name()))
+		switch {
+		case fd.IsList():
+			list := v.List()
+			for i := range list.Len() {
+				if !check(fd, list.Get(i), fmt.Sprintf("%s[%d]", name, i)) {
+					return false
+				}
+			}
+		case fd.IsMap():
+			v.Map().Range(func(k protoreflect.MapKey, item protoreflect.Value) bool {
+				if key := k.String(); !utf8.ValidString(key) {
+					found = &FieldViolation{name, "a key " + invalidText(key)}
+					return false
+				}
+				return check(fd.MapValue(), item, fmt.Sprintf("%s[%q]", name, k.String()))
+			})
+		default:
+			check(fd, v, name)
+		}
+		return found == nil
+	})
+	return found
+}
+
+// invalidText says where text stops being UTF-8.
+func invalidText(text string) string {
+	at := 0
+	for at < len(text) {
+		r, size := utf8.DecodeRuneInString(text[at:])
+		if r == utf8.RuneError && size <= 1 {
+			break
+		}
+		at += size
+	}
+	return fmt.Sprintf("holds the byte %#02x at byte %d, which is not UTF-8 text (protobuf strings are UTF-8)", text[at], at)
+}
+
+// refusedField is a request refused before it is sent, as the server refuses a bad field:
+// InvalidArgument with a BadRequest naming it (FieldViolations), as the Python client's.
+func refusedField(bad FieldViolation) error {
+	refusal := status.New(codes.InvalidArgument, fmt.Sprintf("%s %s (nothing was sent)", bad.Field, bad.Description))
+	detailed, err := refusal.WithDetails(&errdetails.BadRequest{
+		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: bad.Field, Description: bad.Description}},
+	})
+	if err != nil {
+		return refusal.Err()
+	}
+	return detailed.Err()
+}
 
 // FieldViolations are the google.rpc.BadRequest details of an INVALID_ARGUMENT error: every bad
 // field, by path ("record.tool_calls[2].tool").

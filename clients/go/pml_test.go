@@ -419,6 +419,9 @@ func TestUploadRefusesTwoRecordsUnderOneRequestID(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "records[1].request_id") {
 		t.Fatalf("a repeated request id: %v", err)
 	}
+	if v := pml.FieldViolations(err); len(v) != 1 || v[0].Field != "records[1].request_id" {
+		t.Fatalf("a repeated request id: violations %v", v)
+	}
 	stats, err := client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -622,6 +625,34 @@ func TestAMessageOverTheSizeLimitIsNotSentAgain(t *testing.T) {
 	}
 	if sent != 1 {
 		t.Fatalf("the record over the limit was sent %d times, want 1", sent)
+	}
+}
+
+// TestRecordDoesNotSendARecordOverTheServersLimit: Record sent the record whole, and the
+// server's gRPC refused it "Received message larger than max", naming no field. It asks the
+// server's limit and refuses ResourceExhausted naming `record`, nothing sent, as Upload answers
+// for such a record and as the Python client's record.
+func TestRecordDoesNotSendARecordOverTheServersLimit(t *testing.T) {
+	target := startServer(t, "--max-message-bytes", "65536")
+	c, err := pml.Dial(target, pml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	huge := pml.NewRecord("huge", "await mcp.h()", "javascript",
+		pml.OK("h", `{"x": "`+strings.Repeat("a", 100000)+`"}`))
+	_, err = c.Record(context.Background(), huge)
+	violations := pml.FieldViolations(err)
+	if status.Code(err) != codes.ResourceExhausted || len(violations) != 1 || violations[0].Field != "record" ||
+		!strings.HasSuffix(status.Convert(err).Message(), "bytes as a message, over the server's --max-message-bytes of 65536") {
+		t.Fatalf("Record over the limit: %v %v", err, violations)
+	}
+	stats, err := c.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{})
+	if err != nil || stats.GetExecutions() != 0 {
+		t.Fatalf("stats %v, %v: nothing was to be sent", stats, err)
+	}
+	if _, err := c.Record(context.Background(), pml.NewRecord("small", "await mcp.h()", "javascript", pml.OK("h"))); err != nil {
+		t.Fatalf("a record under the limit: %v", err)
 	}
 }
 

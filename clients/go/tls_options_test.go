@@ -10,7 +10,7 @@ import (
 )
 
 // Incomplete or unreadable TLS options are refused by Dial, naming the option: a KeyFile
-// without its CertFile dialled in plaintext, without a word.
+// without its CertFile, or a ServerName without TLS, dialled in plaintext, without a word.
 func TestDialRefusesIncompleteOrUnreadableTLSOptions(t *testing.T) {
 	dir := t.TempDir()
 	unreadable := filepath.Join(dir, "ca-dir")
@@ -33,6 +33,8 @@ func TestDialRefusesIncompleteOrUnreadableTLSOptions(t *testing.T) {
 		{pml.Options{CAFile: notPEM}, "pml: Options.CAFile " + notPEM + " holds no PEM certificate"},
 		{pml.Options{CAFile: unreadable}, "pml: Options.CAFile: read " + unreadable + ": is a directory"},
 		{pml.Options{CertFile: missing, KeyFile: notPEM}, "pml: Options.CertFile, Options.KeyFile: open " + missing},
+		// it dialled in plaintext, the name never checked
+		{pml.Options{ServerName: "pml.example"}, "pml: Options.ServerName given without TLS: it names the host"},
 	}
 	for _, c := range cases {
 		client, err := pml.Dial("127.0.0.1:1", c.opts)

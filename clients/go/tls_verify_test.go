@@ -146,6 +146,52 @@ func TestACertificateTheCADidNotSignIsNeverRetried(t *testing.T) {
 	if !strings.Contains(err.Error(), "Options.CAFile") || report.Reconnects != 0 {
 		t.Fatalf("Upload with the wrong CA: %v after %d reconnects", err, report.Reconnects)
 	}
+	// said once: Upload's ask of the server's limits was said again, "pml: TLS: ... (pml: TLS: ...)"
+	if n := strings.Count(err.Error(), "pml: TLS:"); n != 1 {
+		t.Fatalf("Upload with the wrong CA said it %d times: %v", n, err)
+	}
+}
+
+// TestTLSOnOneSideOnlyIsNeverRetried: a TLS client of a plaintext server failed UNAVAILABLE
+// "tls: first record does not look like a TLS handshake", a plaintext client of a TLS server
+// UNAVAILABLE "error reading server preface: EOF", as of a server down: each call was retried
+// for its budget, and Upload waited Options.Timeout on each reconnect, then said only "no
+// connection ... within". No retry cures either: one attempt, an error saying which side
+// speaks TLS and naming the options, Upload's at once.
+func TestTLSOnOneSideOnlyIsNeverRetried(t *testing.T) {
+	dir := t.TempDir()
+	signer := newTestCA(t, dir, "signer")
+	certFile, keyFile := signer.serverPair(t, dir)
+	cases := []struct {
+		target string
+		opts   pml.Options
+		says   string
+	}{
+		{startServer(t), pml.Options{CAFile: signer.file},
+			"pml: TLS: the server does not speak TLS (connection error: desc = \"transport: authentication " +
+				"handshake failed: tls: first record does not look like a TLS handshake\"): it listens in " +
+				"plaintext; leave Options.TLS, CAFile, CertFile and KeyFile unset"},
+		{startServer(t, "--tls-cert", certFile, "--tls-key", keyFile), pml.Options{},
+			"pml: TLS: the server speaks TLS and this client connected in plaintext (connection error: " +
+				"desc = \"error reading server preface: EOF\"): set Options.TLS, or Options.CAFile"},
+	}
+	for _, c := range cases {
+		c.opts.Timeout = 20 * time.Second
+		client, err := pml.Dial(c.target, c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		_, err = client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{})
+		if status.Code(err) != codes.Unavailable || !strings.HasPrefix(status.Convert(err).Message(), c.says) {
+			t.Errorf("Stats, TLS %v: %v", c.opts.CAFile != "", err)
+		}
+		report, err := client.Upload(context.Background(),
+			[]*pmlv1.ExecutionRecord{readRecord("Read JSON file", "a.json")}, pml.UploadOptions{MaxReconnects: 3})
+		if !strings.HasPrefix(status.Convert(err).Message(), c.says) || report.Reconnects != 0 {
+			t.Errorf("Upload, TLS %v: %v after %d reconnects", c.opts.CAFile != "", err, report.Reconnects)
+		}
+	}
 }
 
 // TestAServerAskingForAClientCertificateIsNeverRetried: a server with --tls-client-ca closes

@@ -28,6 +28,10 @@ func TestUploadRefusesANilRecord(t *testing.T) {
 		status.Convert(err).Message() != "records[1] is nil, not an ExecutionRecord (nothing was sent)" {
 		t.Fatalf("Upload with a nil record: %v", err)
 	}
+	// named in a BadRequest, as the server's and the Python client's refusals (it had none)
+	if v := pml.FieldViolations(err); len(v) != 1 || v[0].Field != "records[1]" {
+		t.Fatalf("Upload with a nil record: violations %v", v)
+	}
 }
 
 // Nothing listens: each stream waits for the connection at most Options.Timeout, and Upload
@@ -77,6 +81,37 @@ func TestDialRefusesAnEmptyTarget(t *testing.T) {
 		if err.Error() != `pml: Dial: the target is empty: give "host:port"` {
 			t.Fatalf("Dial(%q): %v", target, err)
 		}
+	}
+}
+
+// A target that cannot be dialled is refused by Dial, naming it: each dialled, and every call
+// failed UNAVAILABLE once its retry budget was spent, as of a server down ("produced zero
+// addresses", "too many colons in address", "invalid port"); a newline read from a file said
+// "net/url: invalid control character in URL". The whitespace around it is dropped.
+func TestDialRefusesATargetThatCannotBeDialled(t *testing.T) {
+	cases := map[string]string{
+		" 127.0.0.1 :50051":      `pml: Dial: the target "127.0.0.1 :50051" holds a space or a control character: give "host:port"`,
+		"http://127.0.0.1:50051": `pml: Dial: the target "http://127.0.0.1:50051" is a URL (TLS is Options.TLS): give "host:port"`,
+		"127.0.0.1:99999":        `pml: Dial: the target "127.0.0.1:99999" has the port 99999: a port is 1 to 65535: give "host:port"`,
+		"dns:///localhost:0":     `pml: Dial: the target "dns:///localhost:0" has the port 0: a port is 1 to 65535: give "host:port"`,
+	}
+	for target, said := range cases {
+		client, err := pml.Dial(target, pml.Options{})
+		if err == nil {
+			client.Close()
+			t.Errorf("Dial(%q) took it", target)
+		} else if err.Error() != said {
+			t.Errorf("Dial(%q): %v", target, err)
+		}
+	}
+	server := startServer(t)
+	client, err := pml.Dial(server+"\n", pml.Options{}) // as read from a file
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if _, err := client.API().GetStats(context.Background(), &pmlv1.GetStatsRequest{}); err != nil {
+		t.Fatalf("a target with a newline around it: %v", err)
 	}
 }
 
@@ -148,4 +183,11 @@ func TestDialRefusesANegativeTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	client.Close()
+}
+
+// Backoff of a negative attempt is the first attempt's (it panicked: a negative shift count).
+func TestBackoffOfANegativeAttemptIsTheFirsts(t *testing.T) {
+	if wait := pml.Backoff(-1, 0); wait < 50*time.Millisecond || wait > 100*time.Millisecond {
+		t.Fatalf("Backoff(-1, 0) = %v, want 50ms to 100ms as Backoff(0, 0)", wait)
+	}
 }

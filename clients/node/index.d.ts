@@ -216,6 +216,7 @@ export interface UploadReport {
   reconnects: number;
 }
 
+/** Each option object takes only its own keys: another one is refused (a TypeError naming it). */
 export interface ClientOptions {
   /** Sent as `authorization: Bearer <key>`; default: $PML_API_KEY. Printable ASCII, at most 1024
    * characters once the whitespace around it is dropped, or the constructor throws. */
@@ -281,7 +282,9 @@ export declare class PmlClient {
     records: ExecutionRecord[],
     options?: {
       maxReconnects?: number;
-      onAck?: (ack: StreamTracesResponse) => void;
+      /** Sees each acknowledgement; a throw, or a rejection of the promise it returns, rejects
+       * the upload with that error. */
+      onAck?: (ack: StreamTracesResponse) => unknown;
       signal?: AbortSignal;
     },
   ): Promise<UploadReport>;

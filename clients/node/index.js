@@ -41,8 +41,14 @@ function api() {
         new protobuf.Field("retry_delay", 1, "google.protobuf.Duration"),
       ),
     );
+    // The request messages as protobufjs types, field names as the protos spell them, for
+    // `violation` (grpc-js's serializer is protobufjs's fromObject, which coerces).
+    const requests = new protobuf.Root();
+    requests.resolvePath = root.resolvePath;
+    requests.loadSync(["pml/v1/pml.proto"], { keepCase: true });
     loaded = {
       service: grpc.loadPackageDefinition(definition).pml.v1.PmlService,
+      requests,
       Status: root.lookupType("google.rpc.Status"),
       BadRequest: root.lookupType("google.rpc.BadRequest"),
       RetryInfo: root.lookupType("google.rpc.RetryInfo"),
@@ -162,24 +168,66 @@ const ASK_HANDSHAKE_MS = 5000;
  * server that takes the client answers HTTP/2's SETTINGS. False whatever else happens.
  */
 function asksForClientCertificate(target, ms) {
+  return handshake(target, ms).then(({ asked, answered }) => asked && !answered);
+}
+
+/** A TLS handshake of this client's own with `target`, within `ms` (at most ASK_HANDSHAKE_MS),
+ * the server's certificate not checked: whether it was made (`secure`), the server asked for a
+ * client certificate (`asked`), answered HTTP/2's SETTINGS after it (`answered`). */
+function handshake(target, ms) {
   const address = hostPort(target);
-  if (!address || !(ms > 0)) return Promise.resolve(false);
+  const none = { secure: false, asked: false, answered: false };
+  if (!address || !(ms > 0)) return Promise.resolve(none);
   return new Promise((resolve) => {
-    let asked = false;
-    let answered = false;
+    const said = { ...none };
     const socket = nodeTls.connect({ ...address, rejectUnauthorized: false, ALPNProtocols: ["h2"] }, () => {
-      asked = socket.getSharedSigalgs().length > 0;
+      said.secure = true;
+      said.asked = socket.getSharedSigalgs().length > 0;
     });
     const timer = setTimeout(() => socket.destroy(), Math.min(ms, ASK_HANDSHAKE_MS));
     socket.on("data", () => {
-      answered = true;
+      said.answered = true;
       socket.destroy();
     });
     socket.on("error", () => {});
     socket.on("close", () => {
       clearTimeout(timer);
-      resolve(asked && !answered);
+      resolve(said);
     });
+  });
+}
+
+// grpc-js's words (Node's TLS) for a server that answered a TLS client in plaintext, and for
+// a connection made and then closed before HTTP/2's SETTINGS ("Failed to connect (<time>)"; a
+// port nothing listens on says ECONNREFUSED).
+const NOT_TLS = /wrong version number|packet length too long|unknown protocol/;
+const CLOSED_AT_ONCE = /Last error: Failed to connect \(/;
+
+/**
+ * `err` said again when TLS is on one side only, null otherwise: a TLS client of a plaintext
+ * server (OpenSSL's "wrong version number"), or a plaintext client (`plaintext`) of a server
+ * that completes a TLS handshake of the client's own (`handshake`, within `ms`), which closed
+ * its connection at once. grpc-js says UNAVAILABLE, as of a server down: each call was retried
+ * for its budget, and an upload waited timeoutMs on each reconnect, then said only "no
+ * connection ... within". No wait cures it: never retried, naming the options (docs/api.md,
+ * Deadlines and retries).
+ */
+async function tlsOnOneSide(err, target, plaintext, ms) {
+  if (!err || err.code !== grpc.status.UNAVAILABLE) return null;
+  let message;
+  if (!plaintext && NOT_TLS.test(err.details || "")) {
+    message =
+      `pml: TLS: the server does not speak TLS (${err.details}): it listens in plaintext; leave tls, ` +
+      "caFile, certFile and keyFile unset (or start it with --tls-cert and --tls-key); not retried";
+  } else if (plaintext && CLOSED_AT_ONCE.test(err.details || "") && (await handshake(target, ms)).secure) {
+    message =
+      `pml: TLS: the server speaks TLS and this client connected in plaintext (${err.details}): ` +
+      "pass tls: true, or caFile (the PEM of the CA that signed its certificate); not retried";
+  } else {
+    return null;
+  }
+  return Object.assign(new Error(message, { cause: err }), {
+    code: grpc.status.UNAVAILABLE, details: message, metadata: err.metadata, tlsOnOneSide: true,
   });
 }
 
@@ -233,12 +281,30 @@ function certificateFailure(err) {
  */
 // An option of `call` for this module's own calls: the call is made once, never retried.
 const ONCE = Symbol("pml.once");
+// An option of `call` for this module's own calls: the deadline (ms since the epoch) of the call
+// it is part of (record's ask of the server's limit spends from the record's timeout).
+const DEADLINE = Symbol("pml.deadline");
 
-function signalOf(what, options) {
+// The options each takes (index.d.ts: ClientOptions, CallOptions, upload's).
+const CLIENT_OPTIONS = ["apiKey", "tls", "caFile", "certFile", "keyFile", "timeoutMs", "retryBudgetMs", "maxRetries"];
+const CALL_OPTIONS = ["signal"];
+const UPLOAD_OPTIONS = ["maxReconnects", "onAck", "signal"];
+
+/** Throws naming the first key of `options` that is none of `allowed`: it was ignored without a
+ * word (`timeout: 1000` for timeoutMs, `api_key` for apiKey, a per-call `timeoutMs`). */
+function checkKnown(what, options, allowed) {
+  const unknown = Object.keys(options).find((key) => !allowed.includes(key));
+  if (unknown !== undefined) {
+    throw new TypeError(`pml: ${what} ${JSON.stringify(unknown)} is none of ${allowed.join(", ")}`);
+  }
+}
+
+function signalOf(what, options, allowed = CALL_OPTIONS) {
   if (options === undefined || options === null) return undefined;
   if (typeof options !== "object") {
     throw new TypeError(`pml: ${what}: options is ${typeof options}, not an object ({ signal })`);
   }
+  checkKnown(`${what}: option`, options, allowed);
   const { signal } = options;
   if (signal === undefined) return undefined;
   if (signal === null || typeof signal !== "object" || typeof signal.aborted !== "boolean" ||
@@ -324,6 +390,9 @@ function shown(value) {
   return typeof value === "number" ? String(value) : JSON.stringify(value) ?? String(value);
 }
 
+// A record() this big asks the server's message limit first (as the Python client's record).
+const ASK_LIMIT_BYTES = 64 * 1024;
+
 const MAX_KEY_CHARS = 1024;
 // The longest timeout, as Node's timers take it (docs/api.md, Deadlines and retries).
 const MAX_TIMEOUT_MS = 2 ** 31 - 1;
@@ -357,15 +426,32 @@ function headerKey(apiKey) {
   return key;
 }
 
+/**
+ * Why `target` cannot be dialled, null when it may be: a space or a control character inside it,
+ * a URL's scheme, a port out of range. Each failed every call UNAVAILABLE once its retry budget
+ * was spent ("Name resolution failed", ERR_SOCKET_BAD_PORT), as of a server down; a newline
+ * threw grpc-js's "Could not parse target name" (clients/node/README.md).
+ */
+function targetProblem(target) {
+  if (/[\s\p{Cc}]/u.test(target)) return "holds a space or a control character";
+  if (/^https?:\/\//i.test(target)) return "is a URL (TLS is the tls option)";
+  const address = hostPort(target);
+  if (address && !(address.port >= 1 && address.port <= 65535)) return `has the port ${address.port}: a port is 1 to 65535`;
+  return null;
+}
+
 /** Each option that is given must be of its type: refused naming it (`caFile: 5` read file
  * descriptor 5; `tls: "no"` turned TLS on; options that were no object were ignored). */
 function checkOptions(target, options) {
   if (typeof target !== "string" || target.trim() === "") {
     throw new TypeError(`pml: target ${JSON.stringify(target) ?? String(target)}: give "host:port"`);
   }
+  const problem = targetProblem(target.trim());
+  if (problem) throw new TypeError(`pml: target ${JSON.stringify(target.trim())} ${problem}: give "host:port"`);
   if (options === null || typeof options !== "object" || Array.isArray(options)) {
     throw new TypeError(`pml: options is ${options === null ? "null" : Array.isArray(options) ? "an array" : typeof options}, not an object`);
   }
+  checkKnown("option", options, CLIENT_OPTIONS);
   for (const name of ["caFile", "certFile", "keyFile"]) {
     if (options[name] !== undefined && (typeof options[name] !== "string" || options[name] === "")) {
       throw new TypeError(`pml: ${name} ${JSON.stringify(options[name])}: a file path`);
@@ -383,6 +469,7 @@ class PmlClient {
    */
   constructor(target, options = {}) {
     checkOptions(target, options);
+    target = target.trim(); // a target read from a file keeps its newline
     const {
       apiKey = process.env.PML_API_KEY, tls = false, caFile, certFile, keyFile, timeoutMs = 30000,
       maxRetries = DEFAULT_RETRIES, retryBudgetMs = DEFAULT_RETRY_BUDGET_MS,
@@ -413,6 +500,7 @@ class PmlClient {
     const creds = channelCredentials(tls, caFile, certFile, keyFile);
     // TLS without a client certificate: a refused handshake is asked about
     this._tlsWithoutCertificate = Boolean((tls || caFile) && !certFile);
+    this._plaintext = !tls && !caFile && !certFile;
     this.raw = new (api().service)(target, creds, {
       "grpc.max_receive_message_length": 64 << 20,
       ...RECONNECT_OPTIONS,
@@ -456,14 +544,18 @@ class PmlClient {
     if (request === undefined || request === null) request = {};
     if (typeof request !== "object" || Array.isArray(request)) {
       const kind = Array.isArray(request) ? "an array" : typeof request;
-      throw invalidArgument(`${method}: the request is ${kind}, not a ${rpc.path.split("/")[2]}Request object (nothing was sent)`);
+      const description = `is ${kind}, not a ${rpc.path.split("/")[2]}Request object`;
+      throw invalidArgument(`${method}: the request ${description} (nothing was sent)`, "request", description);
     }
+    const found = violation(api().requests.lookupType(`pml.v1.${rpc.requestType.type.name}`), request);
+    if (found) throw refusedRequest(`${method}: `, found);
     try {
       rpc.requestSerialize(request);
     } catch (err) {
-      throw invalidArgument(`${method}: the request does not serialize: ${err.message} (nothing was sent)`);
+      const description = `does not serialize: ${err.message}`;
+      throw invalidArgument(`${method}: the request ${description} (nothing was sent)`, "request", description);
     }
-    const deadline = Date.now() + this._timeoutMs;
+    const deadline = (options && options[DEADLINE]) || Date.now() + this._timeoutMs;
     let retryUntil = null; // the budget's end, from the first failure
     for (let attempt = 0; ; attempt++) {
       try {
@@ -472,7 +564,8 @@ class PmlClient {
         if (err.name === "AbortError") throw err;
         const refused =
           certificateFailure(err) ||
-          (await clientCertificateRefusal(err, this._target, this._tlsWithoutCertificate, deadline - Date.now()));
+          (await clientCertificateRefusal(err, this._target, this._tlsWithoutCertificate, deadline - Date.now())) ||
+          (await tlsOnOneSide(err, this._target, this._plaintext, deadline - Date.now()));
         if (refused) throw refused; // no retry cures it
         const details = errorDetails(err);
         if (once || attempt >= this._maxRetries || !worthResending(details) || !safeToRepeat(method, request)) {
@@ -500,9 +593,27 @@ class PmlClient {
     });
   }
 
-  /** RecordExecution; resolves to the CaptureResult (a rejection is an outcome, not an error). */
+  /**
+   * RecordExecution; resolves to the CaptureResult (a rejection is an outcome, not an error).
+   * A record over the server's message limit is not sent: it rejects RESOURCE_EXHAUSTED with a
+   * BadRequest naming `record`, its size and the limit, as `upload` answers for it and as the
+   * Python client's `record` (the call said only grpc's "Received message larger than max",
+   * the record sent whole). The server's limit is asked only for a record over ASK_LIMIT_BYTES.
+   */
   async record(record, options) {
-    return (await this.call("RecordExecution", { record }, options)).result;
+    const request = { record };
+    const rpc = api().service.service.RecordExecution;
+    const checked = record !== null && typeof record === "object" &&
+      !violation(api().requests.lookupType("pml.v1.RecordExecutionRequest"), request);
+    const size = checked ? rpc.requestSerialize(request).length : 0; // else call() refuses it
+    if (size <= ASK_LIMIT_BYTES) return (await this.call("RecordExecution", request, options)).result;
+    const deadline = Date.now() + this._timeoutMs; // the timeout bounds the ask and the record
+    const limit = await this._maxMessageBytes(signalOf("record", options), deadline);
+    if (limit > 0 && size > limit) {
+      const { error } = tooBig(record.request_id || "", size, limit);
+      throw statusError(error.code, error.message, error.details);
+    }
+    return (await this.call("RecordExecution", request, { ...options, [DEADLINE]: deadline })).result;
   }
 
   /** Suggest; `request` is a SuggestRequest ({intent, page_size, ...}) or just the intent. */
@@ -532,7 +643,7 @@ class PmlClient {
    * any reconnect: the upload rejects with `abortError` (what was acknowledged is captured).
    */
   async upload(records, options = {}) {
-    const signal = signalOf("upload", options);
+    const signal = signalOf("upload", options, UPLOAD_OPTIONS);
     this._open();
     const { maxReconnects = 5, onAck } = options || {};
     // a maxReconnects of text compared false with every count: reconnects without end
@@ -542,33 +653,63 @@ class PmlClient {
     if (onAck !== undefined && typeof onAck !== "function") {
       throw new TypeError(`pml: upload: onAck is ${typeof onAck}, not a function`);
     }
-    if (!Array.isArray(records)) throw invalidArgument("records: an array of ExecutionRecords (nothing was sent)");
+    if (!Array.isArray(records)) {
+      throw invalidArgument("records: an array of ExecutionRecords (nothing was sent)", "records", `is ${kindOf(records)}, not an array of ExecutionRecords`);
+    }
     const serialize = api().service.service.StreamTraces.requestSerialize;
     records.forEach((r, i) => {
       if (r === null || typeof r !== "object") {
-        throw invalidArgument(`records[${i}] is ${r === null ? "null" : typeof r}, not an ExecutionRecord (nothing was sent)`);
+        const description = `is ${r === null ? "null" : typeof r}, not an ExecutionRecord`;
+        throw invalidArgument(`records[${i}] ${description} (nothing was sent)`, `records[${i}]`, description);
       }
+      const found = violation(api().requests.lookupType("pml.v1.ExecutionRecord"), r, `records[${i}]`);
+      if (found) throw refusedRequest("", found);
       try {
         // thrown from the stream's write, it left the records before it sent on an open stream
         serialize({ execution_id: "", sequence: 0, record: r });
       } catch (err) {
-        throw invalidArgument(`records[${i}] does not serialize: ${err.message} (nothing was sent)`);
+        const description = `does not serialize: ${err.message}`;
+        throw invalidArgument(`records[${i}] ${description} (nothing was sent)`, `records[${i}]`, description);
       }
     });
-    for (const r of records) if (!r.request_id) r.request_id = crypto.randomUUID();
+    records.forEach((r, i) => {
+      if (r.request_id) return;
+      try {
+        r.request_id = crypto.randomUUID();
+      } catch {
+        // a frozen record (Object.freeze, an immutable store) threw the TypeError "Cannot add
+        // property request_id, object is not extensible", naming no record
+        const description = "is empty and cannot be set (the record is frozen): give each record its own request id, as newRecord does";
+        throw invalidArgument(`records[${i}].request_id ${description} (nothing was sent)`, `records[${i}].request_id`, description);
+      }
+    });
     // Acknowledgements are keyed by request id: two records under one id would share one
     // answer, and the second could go unsent behind the first's. Nothing is sent then.
     const first = new Map();
     records.forEach((r, i) => {
       if (first.has(r.request_id)) {
-        throw invalidArgument(
-          `records[${i}].request_id ${JSON.stringify(r.request_id)} repeats records[${first.get(r.request_id)}]'s: ` +
-            "give each record its own request id (nothing was sent)",
-        );
+        const description = `${JSON.stringify(r.request_id)} repeats records[${first.get(r.request_id)}]'s: ` +
+          "give each record its own request id";
+        throw invalidArgument(`records[${i}].request_id ${description} (nothing was sent)`, `records[${i}].request_id`, description);
       }
       first.set(r.request_id, i);
     });
     const report = { acks: new Map(), reconnects: 0 };
+    // What an async onAck's promises came to: one that rejected was an unhandled rejection,
+    // the end of a Node process. The upload rejects with its error once it is done.
+    const answers = [];
+    const tell = (ack) => {
+      if (!onAck) return;
+      const answer = onAck(ack);
+      if (answer !== null && typeof answer === "object" && typeof answer.then === "function") {
+        answers.push(Promise.resolve(answer).then(() => null, (err) => ({ err })));
+      }
+    };
+    const done = async () => {
+      const failed = (await Promise.all(answers)).find((a) => a !== null);
+      if (failed) throw failed.err;
+      return report;
+    };
     // A record whose message is over the server's limit would end the whole stream in
     // RESOURCE_EXHAUSTED: it is answered here, alone, and never sent.
     const limit = await this._maxMessageBytes(signal);
@@ -578,7 +719,7 @@ class PmlClient {
         if (size > limit) {
           const ack = tooBig(r.request_id, size, limit);
           report.acks.set(r.request_id, ack);
-          if (onAck) onAck(ack);
+          tell(ack);
         }
       }
     }
@@ -589,7 +730,7 @@ class PmlClient {
     const resend = new Map();
     for (let attempt = 0; ; attempt++) {
       const todo = records.filter((r) => !report.acks.has(r.request_id));
-      if (todo.length === 0) return report;
+      if (todo.length === 0) return done();
       const held = todo.filter((r) => resend.has(r.request_id)).length;
       if (attempt > 0) {
         const broken = last && errorDetails(last);
@@ -600,9 +741,9 @@ class PmlClient {
               // their errors answer them
               const ack = resend.get(r.request_id);
               report.acks.set(r.request_id, ack);
-              if (onAck) onAck(ack);
+              tell(ack);
             }
-            return report;
+            return done();
           }
           throw last || new Error(`the stream ended with ${todo.length} executions unacknowledged`);
         }
@@ -653,7 +794,7 @@ class PmlClient {
           resend.delete(id);
           report.acks.set(id, ack);
           try {
-            if (onAck) onAck(ack);
+            tell(ack);
           } catch (err) {
             // thrown inside grpc-js's event: an uncaught exception that ended the process,
             // while the upload went on. It ends the stream and rejects the upload instead.
@@ -695,14 +836,15 @@ class PmlClient {
   }
 
   /** The server's largest request message (GetServerInfo); 0 when unknown. */
-  async _maxMessageBytes(signal) {
+  async _maxMessageBytes(signal, deadline) {
     try {
       // asked once a stream: the upload's reconnects are its retries (a retry budget spent
       // before each reconnect made an upload to a server that is gone take seconds per stream)
-      return Number((await this.call("GetServerInfo", {}, { signal, [ONCE]: true })).max_message_bytes || 0);
+      const options = { signal, [ONCE]: true, [DEADLINE]: deadline };
+      return Number((await this.call("GetServerInfo", {}, options)).max_message_bytes || 0);
     } catch (err) {
       // the streams would meet a certificate failure maxReconnects times: said at once
-      if (err.name === "AbortError" || certificateFailure(err) || err.clientCertificateRequired) throw err;
+      if (err.name === "AbortError" || certificateFailure(err) || err.clientCertificateRequired || err.tlsOnOneSide) throw err;
       return 0; // the upload meets the same error
     }
   }
@@ -727,21 +869,147 @@ class PmlClient {
   }
 }
 
-/** A refused argument, as the server refuses one: code INVALID_ARGUMENT, its message. */
-function invalidArgument(message) {
-  return Object.assign(new Error(message), { code: grpc.status.INVALID_ARGUMENT, details: message });
+/**
+ * A refused argument, as the server refuses one: code INVALID_ARGUMENT, its message, and a
+ * google.rpc.BadRequest naming `field` (`errorDetails(err).fieldViolations`, as of a field the
+ * server refused: the Python client's contract; they had none).
+ */
+function invalidArgument(message, field, description) {
+  return statusError(grpc.status.INVALID_ARGUMENT, message, [badRequest([{ field, description }])]);
+}
+
+/** An error as grpc-js gives a refused call's: `code`, `details`, and the google.rpc.Status
+ * with `details` (Anys) in its metadata, which `errorDetails` reads. */
+function statusError(code, message, details) {
+  const { Status } = api();
+  const status = Status.encode(Status.create({ code, message, details })).finish();
+  const metadata = new grpc.Metadata();
+  metadata.set("grpc-status-details-bin", Buffer.from(status));
+  return Object.assign(new Error(message), { code, details: message, metadata });
+}
+
+/** A google.rpc.BadRequest of `violations` ({field, description}) as a google.protobuf.Any. */
+function badRequest(violations) {
+  const { BadRequest } = api();
+  return {
+    type_url: "type.googleapis.com/google.rpc.BadRequest",
+    value: Buffer.from(BadRequest.encode(BadRequest.create({ field_violations: violations })).finish()),
+  };
+}
+
+/** A request refused before it is sent (`violation`'s finding): its message starts with
+ * `prefix` (the method's name); the violation's field is its path ("record.tool_calls[0].ok",
+ * an upload's "records[1].intent"). */
+function refusedRequest(prefix, found) {
+  const field = found.field || "request";
+  return invalidArgument(`${prefix}${field} ${found.description} (nothing was sent)`, field, found.description);
+}
+
+const INT_RANGES = {
+  int32: [-(2 ** 31), 2 ** 31 - 1], sint32: [-(2 ** 31), 2 ** 31 - 1], sfixed32: [-(2 ** 31), 2 ** 31 - 1],
+  uint32: [0, 2 ** 32 - 1], fixed32: [0, 2 ** 32 - 1],
+  int64: [-Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER], sint64: [-Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER],
+  sfixed64: [-Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER],
+  uint64: [0, Number.MAX_SAFE_INTEGER], fixed64: [0, Number.MAX_SAFE_INTEGER],
+};
+// A UTF-16 surrogate without its pair: protobufjs writes it as bytes that are not UTF-8.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** What `value` is, for a refusal: its type, a number as itself (NaN, 2.5), never a string's
+ * text (it may be a secret). */
+function kindOf(value) {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "number") return `the number ${value}`;
+  if (typeof value === "object") {
+    const proto = Object.getPrototypeOf(value);
+    return proto && proto !== Object.prototype && proto.constructor ? `a ${proto.constructor.name}` : "an object";
+  }
+  return `a ${typeof value}`;
+}
+
+/** The violation of one scalar or enum field's value, or null. */
+function scalarViolation(field, value) {
+  const { type, resolvedType } = field;
+  if (resolvedType instanceof protobuf.Enum) {
+    const ok = typeof value === "string" ? Object.hasOwn(resolvedType.values, value)
+      : Number.isInteger(value) && Object.values(resolvedType.values).includes(value);
+    return ok ? null : `is ${typeof value === "string" ? `"${value}"` : kindOf(value)}, not a value of ${resolvedType.fullName.slice(1)} (its names: ${Object.keys(resolvedType.values).join(", ")})`;
+  }
+  if (type === "string") {
+    if (typeof value !== "string") return `is ${kindOf(value)}, not a string`;
+    const lone = LONE_SURROGATE.exec(value);
+    return lone ? `holds a lone surrogate U+${lone[0].charCodeAt(0).toString(16).toUpperCase()} at character ${lone.index}, which is not Unicode text (protobuf strings are UTF-8)` : null;
+  }
+  if (type === "bool") return typeof value === "boolean" ? null : `is ${kindOf(value)}, not a boolean`;
+  if (type === "float" || type === "double") return typeof value === "number" ? null : `is ${kindOf(value)}, not a number`;
+  if (type === "bytes") return value instanceof Uint8Array || typeof value === "string" ? null : `is ${kindOf(value)}, not bytes (a Buffer)`;
+  const [low, high] = INT_RANGES[type];
+  if (typeof value === "number" && Number.isInteger(value) && value >= low && value <= high) return null;
+  // a 64-bit integer may be given as its decimal text, which protobufjs reads exactly
+  if (type.endsWith("64") && typeof value === "string" && (low < 0 ? /^-?\d+$/ : /^\d+$/).test(value)) return null;
+  return `is ${kindOf(value)}, not an integer from ${low} to ${high} (${type})`;
+}
+
+/**
+ * The first field of `value` that is not what a `type` message holds, as {field, description}
+ * (the field's path in the request, "record.tool_calls[0].ok"), or null. grpc-js serializes a
+ * request with protobufjs's fromObject, which coerces what it is given: `include_flagged: "no"`
+ * and a tool call's `ok: "false"` were sent true, `page_size: "5"` 5, NaN and Infinity 0, 2.5 2,
+ * `intent: 5` "5", a Date as a Timestamp an empty one, a field it does not know (`pageSize`)
+ * dropped; a lone surrogate was sent as bytes that are not UTF-8, which the server refused
+ * naming only "request" (an upload's whole stream, its acknowledgements lost). Unset fields
+ * (undefined, null) are the proto's defaults (clients/node/README.md).
+ */
+function violation(type, value, path = "") {
+  const at = (name) => (path === "" ? name : `${path}.${name}`);
+  // an object of a class is read by its own keys, as protobufjs reads it; one with none (a Date,
+  // a Map, a Promise), an array or a typed array was sent as an empty message
+  const proto = value !== null && typeof value === "object" ? Object.getPrototypeOf(value) : undefined;
+  if (proto !== Object.prototype && proto !== null &&
+      (Array.isArray(value) || Object.keys(value).length === 0 || ArrayBuffer.isView(value) || value instanceof Map || value instanceof Set)) {
+    return { field: path, description: `is ${kindOf(value)}, not a ${type.fullName.slice(1)} object` };
+  }
+  for (const key of Object.keys(value)) {
+    const field = type.fields[key];
+    if (field === undefined) {
+      if (Object.hasOwn(type.oneofs || {}, key)) continue; // a oneof's name, as replies carry it
+      return { field: at(key), description: `is no field of ${type.fullName.slice(1)} (its fields: ${Object.keys(type.fields).join(", ")})` };
+    }
+    const given = value[key];
+    if (given === undefined || given === null) continue;
+    field.resolve();
+    const each = () => (field.resolvedType ? field.resolvedType.fullName.slice(1) : field.type);
+    const check = (item, name) => (field.resolvedType instanceof protobuf.Type
+      ? (item !== null && typeof item === "object" ? violation(field.resolvedType, item, name) : { field: name, description: `is ${kindOf(item)}, not a ${field.resolvedType.fullName.slice(1)} object` })
+      : ((d) => (d ? { field: name, description: d } : null))(scalarViolation(field, item)));
+    if (field.map) {
+      if (typeof given !== "object" || Array.isArray(given)) return { field: at(key), description: `is ${kindOf(given)}, not an object (a map)` };
+      for (const [k, item] of Object.entries(given)) {
+        const found = check(item, `${at(key)}[${JSON.stringify(k)}]`);
+        if (found) return found;
+      }
+    } else if (field.repeated) {
+      if (!Array.isArray(given)) {
+        return { field: at(key), description: `is ${kindOf(given)}, not an array of ${each()} (one: [value])` };
+      }
+      for (let i = 0; i < given.length; i++) {
+        const found = given[i] === undefined || given[i] === null
+          ? { field: `${at(key)}[${i}]`, description: `is ${kindOf(given[i])}, not a ${each()}` }
+          : check(given[i], `${at(key)}[${i}]`);
+        if (found) return found;
+      }
+    } else {
+      const found = check(given, at(key));
+      if (found) return found;
+    }
+  }
+  return null;
 }
 
 /** The acknowledgement of a record held back for being over the server's message limit. */
 function tooBig(executionId, size, limit) {
-  const { BadRequest } = api();
-  const violation = { field: "record", description: `${size} bytes as a message, over the server's limit of ${limit}` };
-  const details = [
-    {
-      type_url: "type.googleapis.com/google.rpc.BadRequest",
-      value: Buffer.from(BadRequest.encode(BadRequest.create({ field_violations: [violation] })).finish()),
-    },
-  ];
+  const details = [badRequest([{ field: "record", description: `${size} bytes as a message, over the server's limit of ${limit}` }])];
   const message = `not sent: the record is ${size} bytes as a message, over the server's --max-message-bytes of ${limit}`;
   return { execution_id: executionId, sequence: 0, error: { code: grpc.status.RESOURCE_EXHAUSTED, message, details }, outcome: "error" };
 }

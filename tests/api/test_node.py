@@ -222,9 +222,18 @@ def test_a_record_over_the_size_limit_is_not_sent_again(
     done = _node(node_client, "test/unary_too_big.js", f"127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["code"] == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert summary["code"] == exhausted
     assert summary["retryDelayMs"] is None
     assert summary["sent"] == 1
+    # record() asks the limit and sends nothing, naming the record, as the Python client's (it
+    # sent the record whole for grpc's "Received message larger than max", naming no field)
+    refused = summary["record"]
+    assert (refused["sent"], refused["code"], refused["fields"]) == (0, exhausted, ["record"])
+    assert refused["message"].startswith("not sent: the record is ")
+    assert refused["message"].endswith(
+        "bytes as a message, over the server's --max-message-bytes of 65536"
+    )
 
 
 def test_upload_waits_out_a_quota_that_refused_its_stream(
@@ -344,23 +353,97 @@ def test_upload_refuses_records_that_are_not_records(
     done = _node(node_client, "test/upload_not_records.js", f"127.0.0.1:{server.port}")
     assert done.returncode == 0, done.stderr
     invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    # each names its field in a BadRequest, as the Python client's refusals (they had none)
     assert json.loads(done.stdout) == [
         {
             "code": invalid,
             "message": "records[1] is null, not an ExecutionRecord (nothing was sent)",
+            "fields": ["records[1]"],
         },
         {
             "code": invalid,
             "message": "records[0] is number, not an ExecutionRecord (nothing was sent)",
+            "fields": ["records[0]"],
         },
-        {"code": invalid, "message": "records: an array of ExecutionRecords (nothing was sent)"},
         {
             "code": invalid,
-            "message": "records[1] does not serialize: .pml.v1.ExecutionRecord.tool_calls: "
-            "array expected (nothing was sent)",
+            "message": "records: an array of ExecutionRecords (nothing was sent)",
+            "fields": ["records"],
+        },
+        {
+            "code": invalid,
+            "message": "records[1].tool_calls is a string, not an array of pml.v1.ToolCall "
+            "(one: [value]) (nothing was sent)",
+            "fields": ["records[1].tool_calls"],
+        },
+        {
+            "code": invalid,
+            "message": 'records[1].request_id "r1" repeats records[0]\'s: give each record its '
+            "own request id (nothing was sent)",
+            "fields": ["records[1].request_id"],
+        },
+        {  # it threw "Cannot add property request_id, object is not extensible"
+            "code": invalid,
+            "message": "records[1].request_id is empty and cannot be set (the record is frozen): "
+            "give each record its own request id, as newRecord does (nothing was sent)",
+            "fields": ["records[1].request_id"],
         },
         {"executions": 0},
     ]
+
+
+def test_a_request_field_of_another_type_is_refused_naming_it(
+    node_client: Path, server: RunningServer
+) -> None:
+    """As the Python client (tests/api/test_client_arguments.py): grpc-js serializes with
+    protobufjs's fromObject, which coerced what it was given: `include_flagged: "no"` and a tool
+    call's `ok: "false"` were sent true (RunRetention's `apply: "false"` applied a retention),
+    an unknown enum name as unspecified, `page_size` "5", NaN, Infinity, 2.5 as 5, 0, 0, 2,
+    `intent: 5` as "5", a Date as an empty Timestamp, `pageSize` dropped. A lone surrogate was
+    sent as bytes that are not UTF-8: the server refused naming only "request", and an upload's
+    whole stream broke, the acknowledgement of the record before it lost. Each is refused
+    INVALID_ARGUMENT with a BadRequest violation naming the field, nothing sent."""
+    done = _node(node_client, "test/request_types.js", f"127.0.0.1:{server.port}")
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    # an object of a class (by its own keys) and an int64 as decimal text are still taken
+    assert said.pop("took") == "CAPTURE_OUTCOME_SAVED"
+    assert said.pop("executions") == 1
+    assert {name: out["fields"] for name, out in said.items()} == {
+        "flaggedText": ["include_flagged"],
+        "intentNumber": ["intent"],
+        "pageSizeText": ["page_size"],
+        "pageSizeNaN": ["page_size"],
+        "pageSizeInfinity": ["page_size"],
+        "pageSizeFraction": ["page_size"],
+        "minMatchText": ["min_match"],
+        "toolsText": ["available_tools"],
+        "toolsArray": ["available_tools"],
+        "toolsInnerText": ["available_tools.tools"],
+        "tagNumber": ["tags[1]"],
+        "camelCase": ["pageSize"],
+        "loneSurrogate": ["intent"],
+        "previousTool": ["context.previous_tools[1]"],
+        "okText": ["record.tool_calls[0].ok"],
+        "toolNull": ["record.tool_calls[0]"],
+        "recordSurrogate": ["record.intent"],
+        "startDate": ["record.start_time"],
+        "nameNumber": ["name"],
+        "applyText": ["apply"],
+        "statusUnknown": ["record.status"],
+        "upload": ["records[1].intent"],
+        "uploadOk": ["records[0].tool_calls[0].ok"],
+    }
+    invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert {out["code"] for out in said.values()} == {invalid}
+    assert all(out["message"].endswith("(nothing was sent)") for out in said.values())
+    assert said["okText"]["message"] == (
+        "RecordExecution: record.tool_calls[0].ok is a string, not a boolean (nothing was sent)"
+    )
+    assert said["upload"]["message"] == (
+        "records[1].intent holds a lone surrogate U+D800 at character 5, which is not Unicode "
+        "text (protobuf strings are UTF-8) (nothing was sent)"
+    )
 
 
 def test_bad_arguments_are_refused_naming_them(node_client: Path, server: RunningServer) -> None:
@@ -400,8 +483,18 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
         "caFileNumber": "pml: caFile 5: a file path",
         "optionsText": "pml: options is string, not an object",
         "optionsNull": "pml: options is null, not an object",
+        # an option no client takes was ignored without a word
+        "optionTypo": 'pml: option "timeout" is none of apiKey, tls, caFile, certFile, keyFile, '
+        "timeoutMs, retryBudgetMs, maxRetries",
         "targetEmpty": 'pml: target "": give "host:port"',
         "targetNumber": 'pml: target 50051: give "host:port"',
+        "targetSpace": 'pml: target "127.0.0.1 :50051" holds a space or a control character: '
+        'give "host:port"',
+        "targetUrl": 'pml: target "http://127.0.0.1:50051" is a URL (TLS is the tls option): '
+        'give "host:port"',
+        "targetPort": 'pml: target "127.0.0.1:99999" has the port 99999: a port is 1 to 65535: '
+        'give "host:port"',
+        "targetNewline": "answered",
         "Nope": f'pml: call: no RPC "Nope": {unary}',
         "StreamTraces": "pml: call: StreamTraces is a stream (upload(), or "
         f"pml.raw.StreamTraces): {unary}",
@@ -410,13 +503,18 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
         "object (nothing was sent)",
         "suggestNumber": f"{invalid} Suggest: the request is number, not a SuggestRequest "
         "object (nothing was sent)",
-        "suggestTagsText": f"{invalid} Suggest: the request does not serialize: "
-        ".pml.v1.SuggestRequest.tags: array expected (nothing was sent)",
-        "recordText": f"{invalid} RecordExecution: the request does not serialize: "
-        ".pml.v1.RecordExecutionRequest.record: object expected (nothing was sent)",
+        "suggestTagsText": f"{invalid} Suggest: tags is a string, not an array of string "
+        "(one: [value]) (nothing was sent)",
+        "recordText": f"{invalid} RecordExecution: record is a string, not a "
+        "pml.v1.ExecutionRecord object (nothing was sent)",
+        "callOptionTimeout": 'undefined pml: call GetStats: option "timeoutMs" is none of signal',
+        "requestTextFields": ["request"],
         "reconnectsText": 'pml: upload: maxReconnects "5": an integer from 0 (0: none)',
+        "uploadOptionTypo": 'pml: upload: option "maxReconnect" is none of maxReconnects, '
+        "onAck, signal",
         "onAckNotAFunction": "pml: upload: onAck is string, not a function",
         "onAck": "onAck failed",
+        "onAckAsync": "async onAck failed",
         "uncaught": None,
     }
 
@@ -546,6 +644,38 @@ def test_a_server_asking_for_a_client_certificate_is_never_retried(
             "pml: TLS: the server refused the handshake: it asks for a client certificate"
         )
         assert "pass certFile and keyFile" in out[call]["message"]
+
+
+@pytest.mark.parametrize("client_tls", [True, False])
+def test_tls_on_one_side_only_is_never_retried(
+    node_client: Path,
+    start: StartServer,
+    pki: Path,  # noqa: F811
+    client_tls: bool,
+) -> None:
+    """A client with a caFile and a server in plaintext (grpc-js: UNAVAILABLE "wrong version
+    number"), or a client without TLS and a server with it (UNAVAILABLE "No connection
+    established. Last error: Failed to connect"): as of a server down, each call was retried
+    for its budget, and the upload waited timeoutMs on each reconnect, then said only "no
+    connection ... within". One attempt, an error saying which side speaks TLS and naming the
+    options, the upload's at once (docs/api.md, Deadlines and retries)."""
+    if client_tls:
+        server = start()
+        said = "pml: TLS: the server does not speak TLS ("
+        names = "leave tls, caFile, certFile and keyFile unset"
+    else:
+        server = start(tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+        said = "pml: TLS: the server speaks TLS and this client connected in plaintext ("
+        names = "pass tls: true, or caFile"
+    ca = str(pki / "ca.pem") if client_tls else ""
+    done = _node(node_client, "test/tls_wrong_ca.js", f"127.0.0.1:{server.port}", ca)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["stats"]["attempts"] == 1
+    for call in ("stats", "upload"):
+        assert out[call]["code"] == "UNAVAILABLE"
+        assert out[call]["message"].startswith(said), out[call]
+        assert names in out[call]["message"]
 
 
 def test_a_closed_client_refuses_every_call_sending_nothing(

@@ -3,7 +3,7 @@
 // Usage: node test/bad_arguments.js HOST:PORT
 "use strict";
 
-const { PmlClient, newRecord } = require("..");
+const { PmlClient, newRecord, errorDetails } = require("..");
 
 async function main(target) {
   const out = {};
@@ -22,6 +22,7 @@ async function main(target) {
     caFileNumber: { caFile: 5 },
     optionsText: "fast",
     optionsNull: null,
+    optionTypo: { timeout: 1000 },
   };
   for (const [name, given] of Object.entries(options)) {
     try {
@@ -31,7 +32,15 @@ async function main(target) {
       out[name] = err.message;
     }
   }
-  for (const [name, given] of Object.entries({ targetEmpty: "", targetNumber: 50051 })) {
+  const targets = {
+    targetEmpty: "",
+    targetNumber: 50051,
+    // each failed every call UNAVAILABLE after its retry budget, as of a server down
+    targetSpace: " 127.0.0.1 :50051",
+    targetUrl: "http://127.0.0.1:50051",
+    targetPort: "127.0.0.1:99999",
+  };
+  for (const [name, given] of Object.entries(targets)) {
     try {
       new PmlClient(given).close();
       out[name] = "took";
@@ -41,6 +50,10 @@ async function main(target) {
   }
   // the whitespace around a key (a key file's newline) is no part of it
   new PmlClient(target, { apiKey: " s3cr3t\n" }).close();
+  // nor around a target: it threw grpc-js's "Could not parse target name"
+  const spaced = new PmlClient(`${target}\n`);
+  out.targetNewline = Number((await spaced.stats()).executions) >= 0 ? "answered" : "no";
+  spaced.close();
   const pml = new PmlClient(target);
   for (const method of ["Nope", "StreamTraces", "constructor"]) {
     try {
@@ -55,6 +68,7 @@ async function main(target) {
     suggestNumber: () => pml.suggest(5),
     suggestTagsText: () => pml.suggest({ intent: "Load JSON", tags: "io" }),
     recordText: () => pml.record("x"),
+    callOptionTimeout: () => pml.call("GetStats", {}, { timeoutMs: 5 }),
   };
   for (const [name, send] of Object.entries(requests)) {
     try {
@@ -64,7 +78,16 @@ async function main(target) {
       out[name] = `${err.code} ${err.message}`;
     }
   }
-  const uploads = { reconnectsText: { maxReconnects: "5" }, onAckNotAFunction: { onAck: "log" } };
+  try {
+    await pml.call("GetStats", "x");
+  } catch (err) {
+    out.requestTextFields = errorDetails(err).fieldViolations.map((v) => v.field);
+  }
+  const uploads = {
+    reconnectsText: { maxReconnects: "5" },
+    onAckNotAFunction: { onAck: "log" },
+    uploadOptionTypo: { maxReconnect: 5 },
+  };
   for (const [name, given] of Object.entries(uploads)) {
     try {
       await pml.upload([newRecord("Read JSON file", "x", "typescript")], given);
@@ -88,6 +111,18 @@ async function main(target) {
   } catch (err) {
     out.onAck = err.message;
   }
+  // an async onAck that rejects: an unhandled rejection, which ended the process
+  try {
+    await pml.upload([newRecord("Read JSON file", "x", "typescript")], {
+      onAck: async () => {
+        throw new Error("async onAck failed");
+      },
+    });
+    out.onAckAsync = "resolved";
+  } catch (err) {
+    out.onAckAsync = err.message;
+  }
+  await new Promise((resolve) => setTimeout(resolve, 100)); // an unhandled rejection shows by then
   out.uncaught = uncaught;
   pml.close();
   console.log(JSON.stringify(out));

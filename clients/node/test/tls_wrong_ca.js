@@ -1,7 +1,8 @@
-// Run by tests/api/test_node.py: a server whose certificate the client's caFile did not sign, or
-// one that asks for a client certificate the client has none of (mutual TLS). Prints {stats:
-// {code, message, attempts}, upload: {code, message}}: either is never retried, and says so
-// naming caFile, or certFile and keyFile.
+// Run by tests/api/test_node.py: a server whose certificate the client's caFile did not sign,
+// one that asks for a client certificate the client has none of (mutual TLS), one in plaintext
+// for a client with a caFile, or one speaking TLS for a client without (CAFILE ""). Prints
+// {stats: {code, message, attempts}, upload: {code, message}}: each is never retried, and says
+// so naming the options.
 // Usage: node test/tls_wrong_ca.js TARGET CAFILE
 "use strict";
 
@@ -10,7 +11,7 @@ const { PmlClient, newRecord } = require("..");
 
 async function main() {
   const [target, caFile] = process.argv.slice(2);
-  const pml = new PmlClient(target, { caFile, timeoutMs: 5000 });
+  const pml = new PmlClient(target, { caFile: caFile || undefined, timeoutMs: 5000 });
   let attempts = 0;
   const getStats = pml.raw.GetStats.bind(pml.raw);
   pml.raw.GetStats = (...args) => {

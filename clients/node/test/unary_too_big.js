@@ -1,6 +1,8 @@
 // Run by tests/api/test_node.py against a server with --max-message-bytes 65536: a record
 // over the limit is refused RESOURCE_EXHAUSTED without RetryInfo, which no wait cures, so it is
-// sent once. Prints {sent, code, retryDelayMs}.
+// sent once by `call`; `record` does not send it, refusing it RESOURCE_EXHAUSTED naming `record`
+// (as `upload` and the Python client). Prints {sent, code, retryDelayMs, record: {sent, code,
+// fields, message}}.
 // Usage: node test/unary_too_big.js HOST:PORT
 "use strict";
 
@@ -17,12 +19,21 @@ async function main(target) {
   const big = newRecord("big", "x".repeat(100000), "typescript", [{ tool: "t", ok: true }]);
   let refused = null;
   try {
-    await pml.record(big);
+    await pml.call("RecordExecution", { record: big });
   } catch (err) {
     refused = err;
   }
+  const out = { sent, code: refused && refused.code, retryDelayMs: refused && errorDetails(refused).retryDelayMs };
+  sent = 0;
+  try {
+    await pml.record(big);
+    out.record = "sent";
+  } catch (err) {
+    const fields = errorDetails(err).fieldViolations.map((v) => v.field);
+    out.record = { sent, code: err.code, fields, message: err.message };
+  }
   pml.close();
-  return { sent, code: refused && refused.code, retryDelayMs: refused && errorDetails(refused).retryDelayMs };
+  return out;
 }
 
 main(process.argv[2]).then(

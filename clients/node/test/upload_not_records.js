@@ -1,11 +1,11 @@
 // Run by tests/api/test_node.py: records that are no array, or hold something that is no
 // ExecutionRecord (or none that serializes), are refused INVALID_ARGUMENT naming it before
-// anything is sent (a null threw "Cannot read properties of null"). Prints [{code, message}]
-// per case.
+// anything is sent (a null threw "Cannot read properties of null"); two records under one
+// request id, a frozen record without one (it cannot be given one) too. Prints [{code, message, fields}] per case (fields: the BadRequest's).
 // Usage: node test/upload_not_records.js HOST:PORT
 "use strict";
 
-const { PmlClient, newRecord } = require("..");
+const { PmlClient, newRecord, errorDetails } = require("..");
 
 async function main(target) {
   const pml = new PmlClient(target);
@@ -18,13 +18,15 @@ async function main(target) {
     [7],
     "records",
     [newRecord("Read JSON file", "x", "typescript"), unserializable],
+    [{ ...newRecord("Read JSON file", "x", "typescript"), request_id: "r1" }, { ...newRecord("Read JSON", "y"), request_id: "r1" }],
+    [newRecord("Read JSON file", "x", "typescript"), Object.freeze({ intent: "Read JSON", code: "y", language: "typescript" })],
   ];
   for (const records of cases) {
     try {
       await pml.upload(records);
       out.push({ code: "resolved" });
     } catch (err) {
-      out.push({ code: err.code, message: err.message });
+      out.push({ code: err.code, message: err.message, fields: errorDetails(err).fieldViolations.map((v) => v.field) });
     }
   }
   out.push({ executions: Number((await pml.call("GetStats", {})).executions) });
