@@ -53,6 +53,10 @@ def test_a_constructor_argument_of_the_wrong_type_is_refused_naming_it(
     ("given", "field"),
     [
         ({"target": ""}, "target"),  # UNKNOWN "the target uri is not valid"
+        # each dialled, every call retried as of a server down; 99999 dialled port 34463
+        ({"target": "127.0.0.1:99999"}, "target"),
+        ({"target": "http://127.0.0.1:50051"}, "target"),
+        ({"target": "127.0.0.1 :50051"}, "target"),
         ({"timeout": 0}, "timeout"),  # every call DEADLINE_EXCEEDED
         ({"timeout": -1.0}, "timeout"),
         ({"timeout": float("nan")}, "timeout"),

@@ -17,6 +17,7 @@ import socket
 import ssl
 import threading
 import time
+import unicodedata
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -394,6 +395,22 @@ def _host_port(target: str) -> tuple[str, int] | None:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
+def _target_problem(target: str) -> str | None:
+    """Why `target` cannot be dialled, None when it may be: a space or a control character in
+    it, a URL's scheme, a port out of range. Each was dialled, and every call retried as of a
+    server down (a port past 65535 dialled another: 99999 is 34463). The Go and Node clients'
+    rule (`targetProblem`)."""
+    if any(ch.isspace() or unicodedata.category(ch) == "Cc" for ch in target):
+        return "holds a space or a control character"
+    if target.lower().startswith(("http://", "https://")):
+        return "is a URL (TLS is tls=True)"
+    rest = target.removeprefix("dns:///")
+    _, sep, port = rest.rpartition(":")
+    if sep and port.isascii() and port.isdigit() and not 1 <= int(port) <= 65535:
+        return f"has the port {int(port)}: a port is 1 to 65535"
+    return None
+
+
 # The longest a handshake of `_asks_for_client_certificate` may take.
 _ASK_HANDSHAKE_SECONDS = 5.0
 
@@ -474,6 +491,9 @@ class PmlClient:
         # the first failure; an api_key or a TLS file path that is no str AttributeError.
         if not _text("target", target).strip():
             raise _refused("target", 'is empty: give "host:port"')
+        target = target.strip()  # a target read from a file keeps its newline
+        if (problem := _target_problem(target)) is not None:
+            raise _refused("target", f'{problem}: give "host:port"')
         if api_key is not None:
             _text("api_key", api_key)
         self._metadata = (("authorization", f"Bearer {_header_key(api_key)}"),) if api_key else ()
