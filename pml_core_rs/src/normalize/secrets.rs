@@ -1794,6 +1794,105 @@ mod tests {
     }
 
     #[test]
+    fn free_text_loses_a_field_of_json_inside_a_string_and_a_template_literals_value() {
+        for (text, redacted) in [
+            // a JSON body inside a JSON string (a tool's argument, an error quoting one)
+            (
+                r#"{"body": "{\"password\": \"hunter2pass\", \"user\": \"bob\"}"}"#,
+                r#"{"body": "{\"password\": \"[REDACTED]\", \"user\": \"bob\"}"}"#,
+            ),
+            (
+                r#"sent {\"api_key\":\"hunter2pass\"} and got 401"#,
+                r#"sent {\"api_key\":\"[REDACTED]\"} and got 401"#,
+            ),
+            // encoded twice: the value ends at its own quote, not at one escaped deeper
+            (
+                r#"{\\\"token\\\": \\\"hun\\\\\\\"ter2\\\"}"#,
+                r#"{\\\"token\\\": \\\"[REDACTED]\\\"}"#,
+            ),
+            // a template literal's value whole, interpolations and text
+            (
+                "await mcp.call({password: `${a}hunter2pass`})",
+                "await mcp.call({password: `[REDACTED]`})",
+            ),
+        ] {
+            assert_eq!(redact_text(text), redacted, "{text}");
+        }
+        for kept in [
+            r#"{\"user\": \"bob\", \"max_tokens\": 5}"#,
+            r#"{\"password_length\": 12}"#,
+            "keyboard.press(`Enter`)",
+        ] {
+            assert_eq!(redact_text(kept), kept);
+        }
+    }
+
+    #[test]
+    fn free_text_loses_a_jdbc_pairs_password() {
+        for (text, redacted) in [
+            (
+                r#"jaydebeapi.connect(d, url, ["bob", "hunter2pass"]) failed"#,
+                r#"jaydebeapi.connect(d, url, ["bob", "[REDACTED]"]) failed"#,
+            ),
+            (
+                r#"connect("org.h2.Driver", "jdbc:h2:mem:x", ("bob", 'hunter2pass'))"#,
+                r#"connect("org.h2.Driver", "jdbc:h2:mem:x", ("bob", '[REDACTED]'))"#,
+            ),
+            (
+                r#"import jaydebeapi as j; j.connect(d, u, ["bob", "hunter2pass"], jars)"#,
+                r#"import jaydebeapi as j; j.connect(d, u, ["bob", "[REDACTED]"], jars)"#,
+            ),
+            (
+                r#"connect(d, url, driver_args = ["bob", "hunter2pass"])"#,
+                r#"connect(d, url, driver_args = ["bob", "[REDACTED]"])"#,
+            ),
+        ] {
+            assert_eq!(redact_text(text), redacted, "{text}");
+        }
+        for kept in [
+            r#"sqlite3.connect("a.db", 5, ["a", "b"])"#,
+            r#"jaydebeapi.connect(d, url, ["bob", "pw", "x"])"#,
+            r#"jaydebeapi.connect(d, url, [user, pw])"#,
+            r#"sock.connect(("example.com", 80))"#,
+        ] {
+            assert_eq!(redact_text(kept), kept);
+        }
+    }
+
+    #[test]
+    fn names_lose_a_quoted_or_spaced_field_and_a_quoted_calls_password() {
+        for (name, redacted) in [
+            (
+                r#"{"password": "hunter2"}"#,
+                r#"{"password": "[REDACTED]"}"#,
+            ),
+            ("apiKey: hunter2", "apiKey: [REDACTED]"),
+            (
+                r#"jaydebeapi.connect(d, u, ["bob", "hunter2"])"#,
+                r#"jaydebeapi.connect(d, u, ["bob", "[REDACTED]"])"#,
+            ),
+            (
+                r#"smtp.login("bob", "hunter2")"#,
+                r#"smtp.login("bob", "[REDACTED]")"#,
+            ),
+        ] {
+            assert_eq!(redact_name(name), redacted, "{name}");
+        }
+        for kept in [
+            "auth:login",
+            "token:refresh",
+            "gmail:get",
+            "env: prod",
+            "tokens: 5",
+        ] {
+            assert!(
+                matches!(redact_name(kept), std::borrow::Cow::Borrowed(_)),
+                "{kept}"
+            );
+        }
+    }
+
+    #[test]
     fn free_text_loses_a_password_named_by_a_short_word() {
         for (text, redacted) in [
             ("pass=hunter2x", "pass=[REDACTED]"),
@@ -1998,6 +2097,11 @@ mod tests {
             "value: '",
             "- value: x\n  name: TOKEN\n",
             "   - ",
+            "{\\\"token\\\": \\\"",
+            "\\\\\\\"password\\\\\\\": ",
+            "jaydebeapi.connect(d, u, [\"a\", ",
+            "driver_args=[\"a\", \"",
+            "password: `",
         ] {
             let text = format!("\"{}", unit.repeat((1 << 20) / unit.len()));
             let _ = redact_text(&text);
