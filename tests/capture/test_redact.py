@@ -1056,3 +1056,34 @@ def test_ordinary_code_and_text_near_the_new_rules_keep_their_values() -> None:
     prepared = prepare_captures([("x = 1", "python", texts)])[0]
     assert not isinstance(prepared, Exception)
     assert prepared[1] == texts
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("go", 'os.Setenv("API_KEY", "{}")'),
+        ("go", 'req.Header.Set("X-Api-Key", "{}")'),
+        ("java", 'props.setProperty("password", "{}");'),
+        ("java", 'Connection c = DriverManager.getConnection(url, "bob", "{}");'),
+        ("php", '$pdo = new PDO($dsn, "bob", "{}");'),
+        ("sql", "CREATE USER bob WITH PASSWORD '{}';"),
+        ("sql", "ALTER USER bob IDENTIFIED BY '{}';"),
+        ("yaml", "environment:\n  - POSTGRES_PASSWORD: {}\n  - POSTGRES_USER: bob"),
+        ("bash", "kubectl create secret generic s --from-literal=password={}"),
+        ("python", 'requests.get(url, headers={{"Ocp-Apim-Subscription-Key": "{}"}})'),
+    ],
+)
+def test_a_credential_named_by_its_sibling_in_code_no_parser_reads_is_redacted(
+    language: str, code: str
+) -> None:
+    """Code the fallback tokenizer reads (Go, Java, PHP, SQL, YAML, shell): a value after a
+    string naming a credential, at a login call's password position, after SQL's `PASSWORD`
+    or `IDENTIFIED BY`, a YAML mapping's value, a flag's `NAME=value`: each was stored as
+    written. Now a secret parameter (docs/normalization.md, Secrets)."""
+    secret = "hunter2corral"
+    written = code.replace("{}", secret).replace("{{", "{").replace("}}", "}")
+    prepared = prepare_captures([(written, language, [])])[0]
+    assert not isinstance(prepared, Exception)
+    result, _ = prepared
+    assert secret not in _stored_forms_of(result)
+    assert any(p.secret for p in result.params)

@@ -29,6 +29,8 @@ const SECRET_WORDS: &[&[&str]] = &[
     &["HMAC", "KEY"],
     &["ENCRYPTION", "KEY"],
     &["MASTER", "KEY"],
+    // Azure API Management's `Ocp-Apim-Subscription-Key` header
+    &["SUBSCRIPTION", "KEY"],
     &["CLIENT", "SECRET"],
     // a bearer token given alone (`bearer=...`); `bearer_format` describes one (`PATH_WORDS`)
     &["BEARER"],
@@ -93,6 +95,8 @@ pub const PASSWORD_ARGUMENTS: &[(&str, usize)] = &[
     ("FTP_TLS", 2),
     // JDBC's `DriverManager.getConnection(url, user, password)` (node-jdbc's too)
     ("getConnection", 2),
+    // PHP's `new PDO($dsn, $user, $password)`
+    ("PDO", 2),
 ];
 
 /// A JDBC connection's credentials given as a `[user, password]` list: the function, the

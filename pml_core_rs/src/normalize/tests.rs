@@ -706,6 +706,55 @@ fn a_value_after_a_string_naming_a_credential_or_an_env_default_given_as_one_is_
 }
 
 #[test]
+fn a_credential_named_by_its_sibling_in_code_no_parser_reads_is_redacted() {
+    // the fallback tokenizer read none of these as a credential: the value was stored in the
+    // code, the template or a parameter's value (docs/normalization.md, Secrets)
+    for (code, language) in [
+        ("os.Setenv(\"API_KEY\", \"hunter2pass\")", "go"),
+        (
+            "req.Header.Set(\"Authorization\", \"Bearer hunter2pass\")",
+            "go",
+        ),
+        ("props.setProperty(\"password\", \"hunter2pass\");", "java"),
+        (
+            "Connection c = DriverManager.getConnection(url, \"bob\", \"hunter2pass\");",
+            "java",
+        ),
+        ("$pdo = new PDO($dsn, \"bob\", \"hunter2pass\");", "php"),
+        ("CREATE USER bob WITH PASSWORD 'hunter2pass';", "sql"),
+        ("ALTER USER bob IDENTIFIED BY 'hunter2pass';", "sql"),
+        (
+            "environment:\n  - POSTGRES_PASSWORD: hunter2pass\n  - POSTGRES_USER: bob",
+            "yaml",
+        ),
+        ("cat <<EOF > cfg.yml\napi_key: hunter2pass\nEOF", "bash"),
+        (
+            "kubectl create secret generic s --from-literal=password=hunter2pass",
+            "bash",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(!stored_holds(&n, "hunter2pass"), "{code}: {n:?}");
+        assert!(n.params.iter().any(|p| p.secret), "{code}");
+    }
+    for (kept, language) in [
+        ("os.Setenv(\"HOME\", \"/root\")", "go"),
+        ("c = pool.getConnection(\"a\", \"b\");", "java"),
+        ("SELECT name FROM users WHERE id = 'abc';", "sql"),
+        ("grep token: notes.txt && echo \"a: b\"", "bash"),
+        ("environment:\n  - POSTGRES_USER: bob", "yaml"),
+        (
+            "kubectl create configmap c --from-literal=mode=fast",
+            "bash",
+        ),
+    ] {
+        let n = norm(kept, language);
+        assert!(!n.params.iter().any(|p| p.secret), "{kept}: {n:?}");
+        assert!(!n.redacted_code.contains("[REDACTED]"), "{kept}");
+    }
+}
+
+#[test]
 fn a_netrc_or_pgpass_entry_in_a_string_or_free_text_keeps_no_password() {
     for code in [
         r#"open(n, "w").write("machine h login bob password hunter2pass")"#,
