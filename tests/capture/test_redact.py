@@ -1018,6 +1018,9 @@ def test_a_credential_given_through_a_variable_a_setter_or_an_env_default_is_red
         'jaydebeapi.connect(d, url, ["bob", "{}"]) raised DatabaseError',
         'connect("org.h2.Driver", "jdbc:h2:mem:x", ("bob", "{}"))',
         'connect(d, url, driver_args=["bob", "{}"])',
+        # SQL quoted in an error
+        "ERROR at CREATE ROLE bob WITH LOGIN PASSWORD '{}'",
+        "ALTER USER bob IDENTIFIED BY '{}' failed",
     ],
 )
 def test_free_text_loses_escaped_json_fields_template_values_and_jdbc_pairs(text: str) -> None:
@@ -1068,12 +1071,14 @@ def test_ordinary_code_and_text_near_the_new_rules_keep_their_values() -> None:
         ("php", '$pdo = new PDO($dsn, "bob", "{}");'),
         ("sql", "CREATE USER bob WITH PASSWORD '{}';"),
         ("sql", "ALTER USER bob IDENTIFIED BY '{}';"),
+        ("python", "cur.execute(\"CREATE USER 'bob'@'%' IDENTIFIED BY '{}'\")"),
+        ("javascript", "await db.query(\"ALTER ROLE bob WITH LOGIN PASSWORD '{}'\");"),
         ("yaml", "environment:\n  - POSTGRES_PASSWORD: {}\n  - POSTGRES_USER: bob"),
         ("bash", "kubectl create secret generic s --from-literal=password={}"),
         ("python", 'requests.get(url, headers={{"Ocp-Apim-Subscription-Key": "{}"}})'),
     ],
 )
-def test_a_credential_named_by_its_sibling_in_code_no_parser_reads_is_redacted(
+def test_a_credential_named_by_its_sibling_or_written_in_sql_is_redacted(
     language: str, code: str
 ) -> None:
     """Code the fallback tokenizer reads (Go, Java, PHP, SQL, YAML, shell): a value after a

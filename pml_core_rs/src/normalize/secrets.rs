@@ -186,6 +186,7 @@ pub fn names_a_credential(upper_snake: &str) -> bool {
 pub fn is_secret_value(value: &str) -> bool {
     is_credential_shaped(value)
         || has_secret_pair(value)
+        || has_quoted_value_after_name(value)
         || has_secret_field(value)
         || has_password_file_entry(value)
         || is_high_entropy_token(value.trim())
@@ -999,6 +1000,73 @@ fn line_assignment_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     (end > i && !code && !is_path_value(&name, value)).then_some((i, end))
 }
 
+/// The longest quoted value `quoted_value_after_name_at` reads: a password is short, and the
+/// bound keeps the scan linear on quotes never closed.
+const MAX_QUOTED_VALUE: usize = 256;
+
+/// The byte range (its quotes' inside) of a quoted value written after a word naming a
+/// credential (`is_secret_name`) or after SQL's `IDENTIFIED BY`, with blanks and maybe one `=`
+/// between: SQL's `CREATE ROLE bob PASSWORD '...'`, `SET PASSWORD = '...'`, `CREATE USER
+/// 'bob'@'%' IDENTIFIED BY '...'`, prose's "the password '...' was refused" (docs/capture.md,
+/// Secrets). The value closes within `MAX_QUOTED_VALUE` bytes; constant cost.
+fn quoted_value_after_name_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    if at > 0 && is_name_byte(bytes[at - 1]) {
+        return None;
+    }
+    let len = bytes[at..]
+        .iter()
+        .take(MAX_VALUE_NAME + 1)
+        .position(|&b| !is_name_byte(b))?;
+    if len == 0 || len > MAX_VALUE_NAME {
+        return None;
+    }
+    // the separator and the quote first: most words are followed by neither, and are not
+    // read as names
+    let mut i = at + len;
+    i += bytes[i..].iter().take_while(|b| blank(b)).count();
+    if bytes.get(i) == Some(&b'=') && bytes.get(i + 1) != Some(&b'=') {
+        i += 1;
+        i += bytes[i..].iter().take_while(|b| blank(b)).count();
+    }
+    let quote = *bytes.get(i)?;
+    if i == at + len || !matches!(quote, b'\'' | b'"') {
+        return None;
+    }
+    let word = &bytes[at..at + len];
+    let named = if word.eq_ignore_ascii_case(b"BY") {
+        let before = bytes[..at]
+            .iter()
+            .rposition(|b| !blank(b))
+            .map_or(0, |k| k + 1);
+        before < at
+            && before >= 10
+            && bytes[before - 10..before].eq_ignore_ascii_case(b"IDENTIFIED")
+    } else {
+        // ASCII by construction
+        std::str::from_utf8(word)
+            .ok()
+            .and_then(upper_snake)
+            .is_some_and(|name| is_secret_name(&name))
+    };
+    if !named {
+        return None;
+    }
+    let start = i + 1;
+    let close = bytes[start..]
+        .iter()
+        .take(MAX_QUOTED_VALUE)
+        .position(|&b| b == quote || b == b'\n')?;
+    (close > 0 && bytes[start + close] == quote).then_some((start, start + close))
+}
+
+/// Whether `value` holds a quoted value after a word naming a credential
+/// (`quoted_value_after_name_at`): a string of SQL, `"ALTER USER bob IDENTIFIED BY '...'"`.
+fn has_quoted_value_after_name(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    (0..bytes.len())
+        .any(|i| is_name_byte(bytes[i]) && quoted_value_after_name_at(bytes, i).is_some())
+}
+
 /// Whether `value` holds a `name=value` pair named as a credential (`password=...`).
 fn has_secret_pair(value: &str) -> bool {
     let bytes = value.as_bytes();
@@ -1400,6 +1468,13 @@ fn redact(
         }
         if fields && is_name_byte(bytes[entry]) {
             if let Some((from, to)) = line_assignment_at(bytes, entry) {
+                ranges.push((from, to));
+                i = to;
+                continue;
+            }
+        }
+        if fields && is_name_byte(bytes[i]) {
+            if let Some((from, to)) = quoted_value_after_name_at(bytes, i) {
                 ranges.push((from, to));
                 i = to;
                 continue;
@@ -1894,6 +1969,42 @@ mod tests {
                 "{kept}"
             );
         }
+    }
+
+    #[test]
+    fn free_text_and_strings_lose_a_quoted_value_after_a_credentials_word_or_identified_by() {
+        for (text, redacted) in [
+            (
+                "ALTER ROLE bob WITH LOGIN PASSWORD 'hunter2pw';",
+                "ALTER ROLE bob WITH LOGIN PASSWORD '[REDACTED]';",
+            ),
+            ("SET PASSWORD = 'hunter2pw'", "SET PASSWORD = '[REDACTED]'"),
+            (
+                "CREATE USER 'bob'@'%' IDENTIFIED BY 'hunter2pw';",
+                "CREATE USER 'bob'@'%' IDENTIFIED BY '[REDACTED]';",
+            ),
+            (
+                "the password \"hunter2pw\" was refused",
+                "the password \"[REDACTED]\" was refused",
+            ),
+        ] {
+            assert_eq!(redact_text(text), redacted, "{text}");
+            assert!(is_secret_value(text), "{text}");
+        }
+        for kept in [
+            "SELECT name FROM users ORDER BY 'name'",
+            "my password is hunter2",
+            "tokens = 'abc'",
+            "password_length = '12'",
+            "password\n'x'",
+        ] {
+            assert_eq!(redact_text(kept), kept);
+            assert!(!is_secret_value(kept), "{kept}");
+        }
+        // linear: a long run of quotes never closed
+        let many = "password '".repeat(50_000);
+        let _ = redact_text(&many);
+        assert!(is_secret_value(&"password 'x' ".repeat(2)));
     }
 
     #[test]

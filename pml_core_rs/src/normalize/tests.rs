@@ -706,11 +706,19 @@ fn a_value_after_a_string_naming_a_credential_or_an_env_default_given_as_one_is_
 }
 
 #[test]
-fn a_credential_named_by_its_sibling_in_code_no_parser_reads_is_redacted() {
+fn a_credential_named_by_its_sibling_or_written_in_sql_is_redacted() {
     // the fallback tokenizer read none of these as a credential: the value was stored in the
     // code, the template or a parameter's value (docs/normalization.md, Secrets)
     for (code, language) in [
         ("os.Setenv(\"API_KEY\", \"hunter2pass\")", "go"),
+        (
+            "cur.execute(\"ALTER USER bob IDENTIFIED BY 'hunter2pass'\")",
+            "python",
+        ),
+        (
+            "await db.query(\"CREATE ROLE bob WITH LOGIN PASSWORD 'hunter2pass'\");",
+            "javascript",
+        ),
         (
             "req.Header.Set(\"Authorization\", \"Bearer hunter2pass\")",
             "go",
