@@ -30,12 +30,14 @@ def record_texts(record: ExecutionRecord) -> list[str]:
 
 
 def redacted_name(name: str) -> str:
-    """A tool name or tag with its URL credentials redacted, by the core's URL rules
-    (`scheme://[REDACTED]@host`, `?access_token=[REDACTED]`: docs/capture.md, Secrets). Names
-    are not free text: the core's other rules would blank a name that merely looks random (a
-    commit hash in a tag, `tool_a8f9e0b1...`), which is still the name filters and grouping
-    compare. A URL credential is never part of a name, and was stored as given: in `tools_used`
-    (and every answer naming the tool) and in the pattern's tags."""
+    """A tool name or tag with its credentials redacted, by the core's rules for names
+    (`scheme://[REDACTED]@host`, `?access_token=[REDACTED]`, `password=[REDACTED]`, a token's
+    shape, a field quoted or spaced, `{"token": "[REDACTED]"}`: docs/capture.md, Secrets).
+    Names are not free text: the core's entropy rule would blank a name that merely looks
+    random (a commit hash in a tag, `tool_a8f9e0b1...`), and its field rule a namespace
+    (`auth:login`), which are still the names filters and grouping compare. A credential is
+    never part of a name, and was stored as given: in `tools_used` (and every answer naming
+    the tool) and in the pattern's tags."""
     return _core.redact_name(name)
 
 

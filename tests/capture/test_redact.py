@@ -969,3 +969,126 @@ def test_code_quoted_in_free_text_keeps_its_computed_credentials() -> None:
         prepared = prepare_captures([("mcp.x()", "python", [text])])[0]
         assert not isinstance(prepared, Exception)
         assert prepared[1] == [text], text
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", 'creds = ["bob", "{}"]\nconn = jaydebeapi.connect(d, url, creds)'),
+        ("python", 'creds = ("bob", "{}")\nconn = jaydebeapi.connect(d, url, driver_args=creds)'),
+        ("python", 'import jaydebeapi as jdb\ncreds = ["bob", "{}"]\nc = jdb.connect(d, u, creds)'),
+        ("python", 'creds = [user, "{}"]\nc = connect("org.h2.Driver", "jdbc:h2:mem:x", creds)'),
+        ("python", 'setattr(cfg, "password", "{}")'),
+        ("python", 'config.set("db", "password", "{}")'),
+        ("javascript", '_.set(cfg, "auth.token", "{}");'),
+        ("python", 'c = Client(api_key=os.getenv("K", "{}"))'),
+        ("python", 'c = Client(api_key=os.environ.get("K", "{}"))'),
+        ("python", 'mcp.call(bearer="{}", passcode="{}")'),
+        ("python", 'mcp.sign(hmac_key="{}", encryption_key="{}", master_key="{}")'),
+    ],
+)
+def test_a_credential_given_through_a_variable_a_setter_or_an_env_default_is_redacted(
+    language: str, code: str
+) -> None:
+    """A JDBC `[user, password]` list assigned to a variable then given as jaydebeapi's
+    `driver_args`, a value set after a string naming a credential (`setattr(o, "password",
+    ...)`), an environment lookup's default given where a credential goes, and credentials
+    named `bearer`, `passcode`, `hmac_key`...: each was stored as written (in the code, the
+    template, a parameter's value and a text quoting the code). Now a secret parameter, in no
+    stored form (docs/normalization.md, Secrets)."""
+    secret = "hunter2corral"
+    written = code.replace("{}", secret)
+    prepared = prepare_captures([(written, language, [f"ran: {written}"])])[0]
+    assert not isinstance(prepared, Exception)
+    result, texts = prepared
+    assert result.parse_ok, result.fallback_reason
+    assert secret not in _stored_forms_of(result)
+    assert secret not in texts[0]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a JSON body inside a JSON string: a tool's arguments, an error quoting a request
+        '{"body": "{\\"password\\": \\"{}\\", \\"user\\": \\"bob\\"}"}',
+        'POST /login failed: {\\"api_key\\":\\"{}\\"}',
+        # a template literal's value
+        "await mcp.call({password: `${a}{}`})",
+        # a JDBC pair quoted in an intent or an error
+        'jaydebeapi.connect(d, url, ["bob", "{}"]) raised DatabaseError',
+        'connect("org.h2.Driver", "jdbc:h2:mem:x", ("bob", "{}"))',
+        'connect(d, url, driver_args=["bob", "{}"])',
+        # SQL quoted in an error
+        "ERROR at CREATE ROLE bob WITH LOGIN PASSWORD '{}'",
+        "ALTER USER bob IDENTIFIED BY '{}' failed",
+    ],
+)
+def test_free_text_loses_escaped_json_fields_template_values_and_jdbc_pairs(text: str) -> None:
+    """Free text (an intent, an error, arguments) with no code flagging the value: the
+    core's text rules alone redact it (docs/capture.md, Secrets)."""
+    secret = "hunter2corral"
+    prepared = prepare_captures([("x = 1", "python", [text.replace("{}", secret)])])[0]
+    assert not isinstance(prepared, Exception)
+    (redacted,) = prepared[1]
+    assert secret not in redacted
+    assert "[REDACTED]" in redacted
+
+
+def test_ordinary_code_and_text_near_the_new_rules_keep_their_values() -> None:
+    """No false positive: ordinary names, a default that is no credential's, a list given to
+    another call, and JSON inside a string without a credential's name."""
+    for language, code in [
+        ("python", "tokens = tokenize(text)\npassword_length = 12"),
+        ("python", 'keyboard.press("Enter")'),
+        ("python", 'setattr(cfg, "name", "alice")'),
+        ("python", 'home = os.getenv("HOME", "/root")'),
+        ("python", 'c = Client(path=os.getenv("P", "/tmp/x"))'),
+        ("python", 'pair = ["a", "b"]\ndb = sqlite3.connect("a.db", 5, pair)'),
+        ("python", 'creds = ["bob", "pw", "x"]\nc = jaydebeapi.connect(d, url, creds)'),
+        ("javascript", 'const spec = {bearerFormat: "JWT", scheme: "bearer"};'),
+    ]:
+        result = _core.normalize(code, language)
+        assert result.parse_ok, (code, result.fallback_reason)
+        assert not any(p.secret for p in result.params), code
+        assert "[REDACTED]" not in result.redacted_code, code
+    texts = [
+        '{"body": "{\\"user\\": \\"bob\\", \\"max_tokens\\": 5}"}',
+        'sqlite3.connect("a.db", 5, ["a", "b"])',
+        "keyboard.press(`Enter`)",
+    ]
+    prepared = prepare_captures([("x = 1", "python", texts)])[0]
+    assert not isinstance(prepared, Exception)
+    assert prepared[1] == texts
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("go", 'os.Setenv("API_KEY", "{}")'),
+        ("go", 'req.Header.Set("X-Api-Key", "{}")'),
+        ("java", 'props.setProperty("password", "{}");'),
+        ("java", 'Connection c = DriverManager.getConnection(url, "bob", "{}");'),
+        ("php", '$pdo = new PDO($dsn, "bob", "{}");'),
+        ("sql", "CREATE USER bob WITH PASSWORD '{}';"),
+        ("sql", "ALTER USER bob IDENTIFIED BY '{}';"),
+        ("python", "cur.execute(\"CREATE USER 'bob'@'%' IDENTIFIED BY '{}'\")"),
+        ("javascript", "await db.query(\"ALTER ROLE bob WITH LOGIN PASSWORD '{}'\");"),
+        ("yaml", "environment:\n  - POSTGRES_PASSWORD: {}\n  - POSTGRES_USER: bob"),
+        ("bash", "kubectl create secret generic s --from-literal=password={}"),
+        ("python", 'requests.get(url, headers={{"Ocp-Apim-Subscription-Key": "{}"}})'),
+    ],
+)
+def test_a_credential_named_by_its_sibling_or_written_in_sql_is_redacted(
+    language: str, code: str
+) -> None:
+    """Code the fallback tokenizer reads (Go, Java, PHP, SQL, YAML, shell): a value after a
+    string naming a credential, at a login call's password position, after SQL's `PASSWORD`
+    or `IDENTIFIED BY`, a YAML mapping's value, a flag's `NAME=value`: each was stored as
+    written. Now a secret parameter (docs/normalization.md, Secrets)."""
+    secret = "hunter2corral"
+    written = code.replace("{}", secret).replace("{{", "{").replace("}}", "}")
+    prepared = prepare_captures([(written, language, [])])[0]
+    assert not isinstance(prepared, Exception)
+    result, _ = prepared
+    assert secret not in _stored_forms_of(result)
+    assert any(p.secret for p in result.params)

@@ -519,6 +519,83 @@ def test_a_url_password_in_a_tool_name_the_code_calls_is_stored_nowhere(tmp_path
     assert not reply.result.tool_mismatch
 
 
+def test_credentials_the_redaction_did_not_follow_are_stored_nowhere(tmp_path: Path) -> None:
+    """A hostile pass's leaks, each sent through RecordExecution (a success and a failed try)
+    with its own secret: code giving a JDBC `[user, password]` list through a variable, a
+    password set by `setattr`, an API key as an environment lookup's default; an intent, an
+    error and arguments quoting a JSON body inside a JSON string, a template literal's value
+    and a jaydebeapi call; a tag written as a JSON object. Each was found on disk (the server
+    is SIGKILLed: the write-ahead log holds every record uncompressed) and in the answers. Now
+    none is, while a marker sent beside them is (docs/capture.md, Secrets)."""
+    marker = "mk" + secrets.token_hex(4)
+    made: list[str] = []
+
+    def secret() -> str:
+        made.append("Qv" + secrets.token_hex(6))
+        return made[-1]
+
+    code = [
+        ("python", f'creds = ["bob", "{secret()}"]\nconn = jaydebeapi.connect(d, url, creds)'),
+        ("python", f'setattr(cfg, "password", "{secret()}")'),
+        ("python", f'c = Client(api_key=os.getenv("K", "{secret()}"))'),
+    ]
+    texts = [
+        f'{{"body": "{{\\"password\\": \\"{secret()}\\"}}"}}',
+        f"await mcp.call({{password: `${{a}}{secret()}`}})",
+        f'jaydebeapi.connect(d, url, ["bob", "{secret()}"]) raised DatabaseError',
+    ]
+    tag = f'{{"token": "{secret()}"}}'
+    data = tmp_path / "data"
+    process = ServerProcess(data, "--durability", "sync")
+    process.start()
+    answers: list[bytes] = []
+    try:
+        with grpc.insecure_channel(process.target) as channel:
+            stub = pml_pb2_grpc.PmlServiceStub(channel)
+            records = []
+            for i, (language, written) in enumerate(code):
+                for ok in (True, False):
+                    call = resources_pb2.ToolCall(
+                        tool=f"query_{i}", ok=ok, error="" if ok else "timeout"
+                    )
+                    records.append(
+                        resources_pb2.ExecutionRecord(
+                            intent=f"query the database {marker}",
+                            code=f"{written}\nmcp.query_{i}(q=1)",
+                            language=language,
+                            tool_calls=[call],
+                            status=OK if ok else resources_pb2.EXECUTION_STATUS_FAILURE,
+                            tags=[tag],
+                        )
+                    )
+            for text in texts:
+                call = resources_pb2.ToolCall(
+                    tool="send", ok=False, arguments_json=json.dumps({"body": text}), error=text
+                )
+                records.append(
+                    resources_pb2.ExecutionRecord(
+                        intent=f"{text} {marker}",
+                        code="await mcp.send({body: 'x'})",
+                        language="javascript",
+                        tool_calls=[call],
+                        status=resources_pb2.EXECUTION_STATUS_FAILURE,
+                    )
+                )
+            for n, record in enumerate(records):
+                record.request_id = f"leak-{n}"
+                reply = stub.RecordExecution(pml_pb2.RecordExecutionRequest(record=record))
+                answers.append(reply.SerializeToString())
+            page = pml_pb2.ListPatternsRequest(page_size=100)
+            answers.append(stub.ListPatterns(page).SerializeToString())
+            answers.append(stub.ListFailures(pml_pb2.ListFailuresRequest()).SerializeToString())
+    finally:
+        process.kill()
+    assert _copies_on_disk(data, marker) > 0
+    leaked = {s: _copies_on_disk(data, s) for s in made}
+    assert leaked == dict.fromkeys(made, 0), leaked
+    assert not [s for s in made if any(s.encode() in a for a in answers)]
+
+
 # ---- streams and unary calls ------------------------------------------------------------------
 
 

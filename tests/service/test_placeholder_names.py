@@ -378,6 +378,35 @@ OLDER_SECRETS = [
         '["bob", "[REDACTED]"]',
         id="jdbc_pair_imported",
     ),
+    pytest.param(  # the pair assigned to a variable, then given as `driver_args`
+        "HUNTER2JDBCVAR",
+        'creds = ["bob", "hunter2jdbcvar"]\nc = jaydebeapi.connect(d, url, creds)\n'
+        "await mcp.login(user=name, out=c)",
+        17,  # the marker of the build before this rule (docs/storage.md, Migrations)
+        'creds = ["bob", "[REDACTED]"]',
+        id="jdbc_pair_variable",
+    ),
+    pytest.param(  # set after a string naming a credential (`setattr(o, "password", ...)`)
+        "HUNTER2SETATTR",
+        'setattr(cfg, "password", "hunter2setattr")\nawait mcp.login(user=name, cfg=cfg)',
+        17,
+        'setattr(cfg, "password", "[REDACTED]")',
+        id="setattr",
+    ),
+    pytest.param(  # an environment lookup's default given as a credential
+        "HUNTER2GETENV",
+        'await mcp.login(user=name, api_key=os.getenv("K", "hunter2getenv"))',
+        17,
+        'os.getenv("K", "[REDACTED]")',
+        id="env_default",
+    ),
+    pytest.param(  # a password in a string of SQL
+        "HUNTER2SQLROLE",
+        "await mcp.query(user=name, sql=\"ALTER ROLE bob PASSWORD 'hunter2sqlrole'\")",
+        17,
+        'sql="[REDACTED]"',
+        id="sql_password",
+    ),
 ]
 
 

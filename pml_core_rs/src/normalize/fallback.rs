@@ -303,7 +303,9 @@ pub(super) fn normalize_tokens(code: &str, language: &str, lang: Option<Lang>) -
                     string_value,
                     context: context_name(&tokens, i, code, &style).filter(|_| !receiver),
                     overflow,
-                    named_credential: stdin_password || (piece && !no_secret),
+                    named_credential: stdin_password
+                        || (piece && !no_secret)
+                        || (token.kind == Kind::Str && named_by_sibling(&tokens, i, code, &style)),
                     fragment: false,
                 };
                 // a literal inside a stdin password listed whole is redacted with it
@@ -495,6 +497,72 @@ impl ValuePieces {
             _ => self.calls == 0,
         }
     }
+}
+
+/// How many tokens `named_by_sibling` reads back to a call's `(`.
+const ARGUMENTS_READ_BACK: usize = 64;
+
+/// Whether the string at token `i` is named a credential by what is written before it, as the
+/// parsed path's `named_credential` reads a sibling (docs/normalization.md, Secrets): the
+/// argument after a string argument naming one (`os.Setenv("API_KEY", "...")`,
+/// `props.setProperty("password", "...")`, `req.Header.Set("Authorization", "...")`), the
+/// argument at the position a function takes a password by (`secrets::PASSWORD_ARGUMENTS`:
+/// `DriverManager.getConnection(url, "bob", "...")`, `new PDO(dsn, "bob", "...")`), or a
+/// string right after a word naming one or after SQL's `IDENTIFIED BY` (`CREATE USER bob WITH
+/// PASSWORD '...'`, `ALTER USER bob IDENTIFIED BY '...'`, Ruby's `password "..."`). Reads at
+/// most `ARGUMENTS_READ_BACK` tokens.
+fn named_by_sibling(tokens: &[Token], i: usize, code: &str, style: &Style) -> bool {
+    let text = |t: &Token| &code[t.start..t.end];
+    let prev = |back: usize| i.checked_sub(back).and_then(|j| tokens.get(j));
+    let names = |name: &str| {
+        name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            && super::naming::upper_snake(name).is_some_and(|n| super::secrets::is_secret_name(&n))
+    };
+    match prev(1) {
+        Some(word) if word.kind == Kind::Word => {
+            return names(text(word))
+                || (text(word).eq_ignore_ascii_case("BY")
+                    && prev(2).is_some_and(|w| text(w).eq_ignore_ascii_case("IDENTIFIED")));
+        }
+        Some(comma) if text(comma) == "," => {
+            let after_name = prev(2).is_some_and(|s| {
+                s.kind == Kind::Str
+                    && prev(3).is_some_and(|o| matches!(text(o), "(" | ","))
+                    && decode_string(text(s), style).is_some_and(|n| names(&n))
+            });
+            if after_name {
+                return true;
+            }
+        }
+        Some(open) if text(open) == "(" => {}
+        _ => return false,
+    }
+    // the argument's index among its call's, and the call's name
+    let (mut index, mut depth) = (0usize, 0usize);
+    for back in 1..=ARGUMENTS_READ_BACK {
+        let Some(t) = prev(back) else { return false };
+        match text(t) {
+            ")" | "]" | "}" => depth += 1,
+            "(" | "[" | "{" if depth > 0 => depth -= 1,
+            "(" => {
+                return prev(back + 1).is_some_and(|f| {
+                    f.kind == Kind::Word && {
+                        let function = text(f).rsplit(['.', ':']).next().unwrap_or("");
+                        super::secrets::PASSWORD_ARGUMENTS
+                            .iter()
+                            .any(|&(name, at)| name == function && at == index)
+                    }
+                });
+            }
+            "[" | "{" | ";" => return false,
+            "," if depth == 0 => index += 1,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Whether a value given as a credential starts after token `i`: `i` is `=` (not `==`), `:`
@@ -1013,8 +1081,19 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
                 .iter()
                 .any(|name| starts(&code[start..end], name))
         });
+        // a YAML mapping's `name: value` (a manifest or a compose file written in a shell's
+        // code, `POSTGRES_PASSWORD: ...`): the value after the `:` and a blank
+        let mapping = text == ":"
+            && tokens.get(i + 1).is_some_and(|next| {
+                next.start > token.end
+                    && bytes[token.end..next.start]
+                        .iter()
+                        .all(|&b| b == b' ' || b == b'\t')
+            });
         let (name_end, value_at) = if text == "=" {
             (token.start, token.end)
+        } else if mapping {
+            (token.start, tokens[i + 1].start)
         } else if let Some(next) = tokens.get(i + 1).filter(|next| {
             token.kind == Kind::Word
                 && next.start > token.end
@@ -1029,8 +1108,20 @@ fn shell_secret_values(tokens: &[Token], code: &str) -> Vec<ShellSecret> {
         let Some(name) = shell_name_before(bytes, name_end) else {
             continue;
         };
+        // a mapping's name starts its line (past blanks and a list item's `- `): `grep
+        // token: file` is a command's words
+        let line_start = || {
+            bytes[..name_end - name.len()]
+                .iter()
+                .rev()
+                .take_while(|&&b| b != b'\n')
+                .all(|&b| matches!(b, b' ' | b'\t' | b'-'))
+        };
+        if mapping && !line_start() {
+            continue;
+        }
         let flag = name.trim_start_matches('-');
-        if text != "=" && (flag.len() == name.len() || flag.is_empty()) {
+        if text != "=" && !mapping && (flag.len() == name.len() || flag.is_empty()) {
             continue; // a value after a space belongs to a flag (`--token pw`), not a word
         }
         let Some(upper) = super::naming::upper_snake(flag) else {
@@ -1454,11 +1545,20 @@ fn shell_name_before(bytes: &[u8], end: usize) -> Option<&str> {
             return None;
         }
     }
+    // or a `NAME=value` given as a flag's value (`--from-literal=password=...`)
+    let flag_value = || {
+        let mut k = start - 1;
+        while k > 0 && is_name_byte(bytes[k - 1]) && start - k <= MAX_SHELL_NAME {
+            k -= 1;
+        }
+        bytes[k] == b'-' && (k == 0 || matches!(bytes[k - 1], b' ' | b'\t' | b'\n'))
+    };
     let word_start = start == 0
         || matches!(
             bytes[start - 1],
             b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'('
-        );
+        )
+        || (bytes[start - 1] == b'=' && flag_value());
     // ASCII by construction.
     (start < end && word_start)
         .then(|| std::str::from_utf8(&bytes[start..end]).ok())

@@ -26,7 +26,15 @@ const SECRET_WORDS: &[&[&str]] = &[
     // an Azure storage connection string's `AccountKey=`
     &["ACCOUNT", "KEY"],
     &["SIGNING", "KEY"],
+    &["HMAC", "KEY"],
+    &["ENCRYPTION", "KEY"],
+    &["MASTER", "KEY"],
+    // Azure API Management's `Ocp-Apim-Subscription-Key` header
+    &["SUBSCRIPTION", "KEY"],
     &["CLIENT", "SECRET"],
+    // a bearer token given alone (`bearer=...`); `bearer_format` describes one (`PATH_WORDS`)
+    &["BEARER"],
+    &["PASSCODE"],
     // openssl's password sources: `-passin pass:...`, `-passout pass:...`
     &["PASSIN"],
     &["PASSOUT"],
@@ -87,6 +95,8 @@ pub const PASSWORD_ARGUMENTS: &[(&str, usize)] = &[
     ("FTP_TLS", 2),
     // JDBC's `DriverManager.getConnection(url, user, password)` (node-jdbc's too)
     ("getConnection", 2),
+    // PHP's `new PDO($dsn, $user, $password)`
+    ("PDO", 2),
 ];
 
 /// A JDBC connection's credentials given as a `[user, password]` list: the function, the
@@ -97,6 +107,13 @@ pub const JDBC_DRIVER_ARGS: (&str, usize, &str) = ("connect", 2, "driver_args");
 /// The module whose `connect` that is: called on it, or in a snippet naming it (`import
 /// jaydebeapi as jdb`, `from jaydebeapi import connect`).
 pub const JDBC_DRIVER_MODULE: &str = "jaydebeapi";
+
+/// Calls that read an environment variable with a default, their second argument: the
+/// method and, when it is one, the last name of its receiver (`os.getenv("K", "...")`,
+/// `getenv(...)`, `os.environ.get("K", "...")`). The default is the value where the variable
+/// is unset, so one given where a credential goes is a secret (`tree.rs`, `env_lookup`;
+/// docs/normalization.md, Secrets).
+pub const ENV_LOOKUPS: &[(Option<&str>, &str)] = &[(None, "getenv"), (Some("environ"), "get")];
 
 /// Whether a context name (already UPPER_SNAKE, without `$`) says its value is a credential:
 /// `password`, `apiKey`, `auth_token`, `client_secret`... but not `max_tokens` or `author`,
@@ -169,6 +186,7 @@ pub fn names_a_credential(upper_snake: &str) -> bool {
 pub fn is_secret_value(value: &str) -> bool {
     is_credential_shaped(value)
         || has_secret_pair(value)
+        || has_quoted_value_after_name(value)
         || has_secret_field(value)
         || has_password_file_entry(value)
         || is_high_entropy_token(value.trim())
@@ -690,19 +708,50 @@ const AUTH_SCHEMES: &[&str] = &["basic", "bearer", "token", "digest", "negotiate
 /// and a `:` after a space (`a ? token : b`).
 /// Free text only. Linear: the value is scanned only after a credential's name.
 fn secret_field_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
-    let (name, value_at) = field_at(bytes, at)?;
+    let (name, value_at, escapes) = field_at(bytes, at)?;
     if !is_secret_name(&name) {
         return None;
     }
-    let (start, end) = field_value(bytes, value_at)?;
+    let (start, end) = field_value(bytes, value_at, escapes)?;
     (!is_path_value(&name, &bytes[start..end])).then_some((start, end))
 }
 
+/// `secret_field_value_at` for a name (a tag, a tool's name): a field counts only when its
+/// name is quoted (`{"password": "..."}`) or a blank follows its `:` (`password: ...`), as a
+/// JSON object, a dict or a header writes one; `auth:login`, `token:refresh` are a tool's
+/// namespace and keep their value (docs/capture.md, Secrets).
+fn written_field_value_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    let (_, value_at, _) = field_at(bytes, at)?;
+    let quoted = matches!(bytes[at], b'"' | b'\'');
+    let spaced = value_at > 0 && blank(&bytes[value_at - 1]);
+    if quoted || spaced {
+        secret_field_value_at(bytes, at)
+    } else {
+        None
+    }
+}
+
 /// The name (UPPER_SNAKE) of the field whose name starts at `at` (its opening quote, when
-/// quoted), and where its value starts (past the `:` and blanks), as `secret_field_value_at`
-/// reads a field. Constant cost: a name is at most 64 bytes, its value is not read.
-fn field_at(bytes: &[u8], at: usize) -> Option<(String, usize)> {
+/// quoted), where its value starts (past the `:` and blanks), as `secret_field_value_at`
+/// reads a field, and how many backslashes escape its quotes: a JSON text inside a JSON
+/// string writes `{\"password\": \"...\"}` (a tool's argument holding a request body, an
+/// error quoting one), its name's quotes and its value's escaped alike (docs/capture.md,
+/// Secrets). Constant cost: a name is at most 64 bytes, its value is not read.
+fn field_at(bytes: &[u8], at: usize) -> Option<(String, usize, usize)> {
     let quote = matches!(bytes[at], b'"' | b'\'').then_some(bytes[at]);
+    let escapes = if quote.is_some() {
+        bytes[..at]
+            .iter()
+            .rev()
+            .take(MAX_ESCAPES + 1)
+            .take_while(|&&b| b == b'\\')
+            .count()
+    } else {
+        0
+    };
+    if escapes > MAX_ESCAPES {
+        return None;
+    }
     let name_start = at + usize::from(quote.is_some());
     // an unquoted name right after a `:` is a segment of an ARN or a URN
     // (`arn:aws:secretsmanager:...:secret:prod`), no field's
@@ -719,10 +768,13 @@ fn field_at(bytes: &[u8], at: usize) -> Option<(String, usize)> {
         return None;
     }
     if let Some(quote) = quote {
-        if bytes.get(i) != Some(&quote) {
+        let escaped = bytes
+            .get(i..i + escapes)
+            .is_some_and(|run| run.iter().all(|&b| b == b'\\'));
+        if !escaped || bytes.get(i + escapes) != Some(&quote) {
             return None;
         }
-        i += 1;
+        i += escapes + 1;
     }
     // the `:` right after the name (`a ? token : b` is no field)
     if bytes.get(i) != Some(&b':') || bytes.get(i + 1) == Some(&b':') {
@@ -732,18 +784,45 @@ fn field_at(bytes: &[u8], at: usize) -> Option<(String, usize)> {
     let name = upper_snake(std::str::from_utf8(&bytes[name_start..name_start + name_len]).ok()?)?;
     i += 1;
     i += bytes[i..].iter().take_while(|b| blank(b)).count();
-    Some((name, i))
+    Some((name, i, escapes))
 }
+
+/// The most backslashes `field_at` reads before a field's quote (a JSON text encoded three
+/// times over writes 7).
+const MAX_ESCAPES: usize = 7;
 
 fn blank(b: &u8) -> bool {
     matches!(b, b' ' | b'\t')
 }
 
 /// The byte range of a field's value starting at `i`, as `secret_field_value_at` describes
-/// it; None for a list, an object or nothing.
-fn field_value(bytes: &[u8], i: usize) -> Option<(usize, usize)> {
+/// it, its quotes escaped by `escapes` backslashes as its name's are (`field_at`); a template
+/// literal's backticks quote it too (`` password: `${a}...` ``); None for a list, an object or
+/// nothing.
+fn field_value(bytes: &[u8], i: usize, escapes: usize) -> Option<(usize, usize)> {
+    let opens_escaped = escapes > 0
+        && bytes
+            .get(i..i + escapes)
+            .is_some_and(|run| run.iter().all(|&b| b == b'\\'))
+        && matches!(bytes.get(i + escapes), Some(b'"' | b'\''));
+    if opens_escaped {
+        // the value runs to the same quote escaped by as many backslashes: one escaped by
+        // more is inside it (`\"pa\\\"ss\"`)
+        let q = bytes[i + escapes];
+        let start = i + escapes + 1;
+        let mut run = 0;
+        let mut end = bytes.len();
+        for (k, &b) in bytes.iter().enumerate().skip(start) {
+            if b == q && run == escapes {
+                end = k - escapes;
+                break;
+            }
+            run = if b == b'\\' { run + 1 } else { 0 };
+        }
+        return (end > start).then_some((start, end));
+    }
     let (start, end) = match bytes.get(i)? {
-        &q @ (b'"' | b'\'') => {
+        &q @ (b'"' | b'\'' | b'`') => {
             let start = i + 1;
             let mut end = start;
             while end < bytes.len() && bytes[end] != q {
@@ -790,7 +869,7 @@ const NAMED_VALUE_WINDOW: usize = 256;
 /// them; docs/normalization.md, Secrets). Constant cost: such a value is at most
 /// `MAX_NAMED_VALUE` bytes.
 fn name_field_at(bytes: &[u8], at: usize) -> Option<(usize, bool)> {
-    let (name, i) = field_at(bytes, at)?;
+    let (name, i, _) = field_at(bytes, at)?;
     if name != "NAME" && name != "KEY" {
         return None;
     }
@@ -811,11 +890,11 @@ fn name_field_at(bytes: &[u8], at: usize) -> Option<(usize, bool)> {
 
 /// The value of the `value` field whose name starts at `at`.
 fn value_field_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
-    let (name, i) = field_at(bytes, at)?;
+    let (name, i, escapes) = field_at(bytes, at)?;
     if name != "VALUE" {
         return None;
     }
-    field_value(bytes, i)
+    field_value(bytes, i, escapes)
 }
 
 /// The values of the cookies of a `Cookie:` or `Set-Cookie:` header whose name starts at
@@ -921,6 +1000,73 @@ fn line_assignment_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
     (end > i && !code && !is_path_value(&name, value)).then_some((i, end))
 }
 
+/// The longest quoted value `quoted_value_after_name_at` reads: a password is short, and the
+/// bound keeps the scan linear on quotes never closed.
+const MAX_QUOTED_VALUE: usize = 256;
+
+/// The byte range (its quotes' inside) of a quoted value written after a word naming a
+/// credential (`is_secret_name`) or after SQL's `IDENTIFIED BY`, with blanks and maybe one `=`
+/// between: SQL's `CREATE ROLE bob PASSWORD '...'`, `SET PASSWORD = '...'`, `CREATE USER
+/// 'bob'@'%' IDENTIFIED BY '...'`, prose's "the password '...' was refused" (docs/capture.md,
+/// Secrets). The value closes within `MAX_QUOTED_VALUE` bytes; constant cost.
+fn quoted_value_after_name_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    if at > 0 && is_name_byte(bytes[at - 1]) {
+        return None;
+    }
+    let len = bytes[at..]
+        .iter()
+        .take(MAX_VALUE_NAME + 1)
+        .position(|&b| !is_name_byte(b))?;
+    if len == 0 || len > MAX_VALUE_NAME {
+        return None;
+    }
+    // the separator and the quote first: most words are followed by neither, and are not
+    // read as names
+    let mut i = at + len;
+    i += bytes[i..].iter().take_while(|b| blank(b)).count();
+    if bytes.get(i) == Some(&b'=') && bytes.get(i + 1) != Some(&b'=') {
+        i += 1;
+        i += bytes[i..].iter().take_while(|b| blank(b)).count();
+    }
+    let quote = *bytes.get(i)?;
+    if i == at + len || !matches!(quote, b'\'' | b'"') {
+        return None;
+    }
+    let word = &bytes[at..at + len];
+    let named = if word.eq_ignore_ascii_case(b"BY") {
+        let before = bytes[..at]
+            .iter()
+            .rposition(|b| !blank(b))
+            .map_or(0, |k| k + 1);
+        before < at
+            && before >= 10
+            && bytes[before - 10..before].eq_ignore_ascii_case(b"IDENTIFIED")
+    } else {
+        // ASCII by construction
+        std::str::from_utf8(word)
+            .ok()
+            .and_then(upper_snake)
+            .is_some_and(|name| is_secret_name(&name))
+    };
+    if !named {
+        return None;
+    }
+    let start = i + 1;
+    let close = bytes[start..]
+        .iter()
+        .take(MAX_QUOTED_VALUE)
+        .position(|&b| b == quote || b == b'\n')?;
+    (close > 0 && bytes[start + close] == quote).then_some((start, start + close))
+}
+
+/// Whether `value` holds a quoted value after a word naming a credential
+/// (`quoted_value_after_name_at`): a string of SQL, `"ALTER USER bob IDENTIFIED BY '...'"`.
+fn has_quoted_value_after_name(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    (0..bytes.len())
+        .any(|i| is_name_byte(bytes[i]) && quoted_value_after_name_at(bytes, i).is_some())
+}
+
 /// Whether `value` holds a `name=value` pair named as a credential (`password=...`).
 fn has_secret_pair(value: &str) -> bool {
     let bytes = value.as_bytes();
@@ -1004,8 +1150,17 @@ const MAX_ARGUMENTS_SCAN: usize = 512;
 /// `login("bob", "pw")`, `smtp.login('bob', 'pw')`, `ftplib.FTP(h, u, "pw")`) and that
 /// argument is a quoted string; a name, a call or a keyword argument there is none (it names
 /// a value given elsewhere). Arguments split at commas outside quotes and brackets; reads at
-/// most `MAX_ARGUMENTS_SCAN` bytes of them (docs/capture.md, Secrets).
-fn password_argument_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+/// most `MAX_ARGUMENTS_SCAN` bytes of them (docs/capture.md, Secrets). Also a JDBC
+/// connection's `[user, password]` pair (`JDBC_DRIVER_ARGS`), its second item when quoted:
+/// named (`driver_args=["bob", "pw"]`) or jaydebeapi's `connect`'s third argument, a
+/// `connect` read so when it is called on `jaydebeapi`, the text names that module
+/// (`names_jdbc_module`) or its second argument is a quoted `jdbc:` URL, as code's rule reads
+/// it (`tree.rs`, `jdbc_driver_args`).
+fn password_argument_at(
+    bytes: &[u8],
+    at: usize,
+    names_jdbc_module: bool,
+) -> Option<(usize, usize)> {
     if at > 0 && is_name_byte(bytes[at - 1]) {
         return None;
     }
@@ -1014,11 +1169,40 @@ fn password_argument_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
             .iter()
             .take(MAX_VALUE_NAME + 1)
             .position(|&b| !is_name_byte(b))?;
+    let name = &bytes[at..name_end];
+    let (_, _, keyword) = JDBC_DRIVER_ARGS;
+    if name == keyword.as_bytes() {
+        let value = name_end + blanks_at(&bytes[name_end..]);
+        let open = if bytes.get(value) == Some(&b'=') {
+            value + 1 + blanks_at(&bytes[value + 1..])
+        } else {
+            return None;
+        };
+        return second_of_pair(bytes, open);
+    }
     if bytes.get(name_end) != Some(&b'(') {
         return None;
     }
-    let name = &bytes[at..name_end];
     let function = name.rsplit(|&b| b == b'.').next()?;
+    let (connect, position, _) = JDBC_DRIVER_ARGS;
+    if function == connect.as_bytes() {
+        let on_module = name
+            .strip_suffix(function)
+            .and_then(|n| n.strip_suffix(b"."))
+            .is_some_and(|receiver| receiver.ends_with(JDBC_DRIVER_MODULE.as_bytes()));
+        let jdbc_url = || {
+            argument_start(bytes, name_end, 1).is_some_and(|url| {
+                matches!(bytes[url], b'"' | b'\'')
+                    && bytes
+                        .get(url + 1..url + 6)
+                        .is_some_and(|s| s.eq_ignore_ascii_case(b"jdbc:"))
+            })
+        };
+        if !(on_module || names_jdbc_module || jdbc_url()) {
+            return None;
+        }
+        return second_of_pair(bytes, argument_start(bytes, name_end, position)?);
+    }
     let index = match PASSWORD_ARGUMENTS
         .iter()
         .find(|(f, _)| f.as_bytes() == function)
@@ -1029,6 +1213,49 @@ fn password_argument_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
         None => return None,
     };
     quoted_argument(bytes, name_end, index)
+}
+
+/// The byte range (its quotes' inside) of the second item of the list or tuple opened at
+/// `open` when it holds two items and that one is a quoted string whole (`["bob", "pw"]`).
+fn second_of_pair(bytes: &[u8], open: usize) -> Option<(usize, usize)> {
+    let close = match bytes.get(open)? {
+        b'[' => b']',
+        b'(' => b')',
+        _ => return None,
+    };
+    let (start, end) = quoted_argument(bytes, open, 1)?;
+    // the item's closing quote, then the list's end: no third item
+    let after = end + 1 + blanks_at(&bytes[end + 1..]);
+    (bytes.get(after) == Some(&close)).then_some((start, end))
+}
+
+/// Where argument `index` of the arguments opened by the `(` at `open` starts (past blanks),
+/// arguments split at commas outside quotes and brackets; reads at most `MAX_ARGUMENTS_SCAN`
+/// bytes. None when the arguments end before it.
+fn argument_start(bytes: &[u8], open: usize, index: usize) -> Option<usize> {
+    let limit = bytes.len().min(open + 1 + MAX_ARGUMENTS_SCAN);
+    let (mut i, mut argument, mut depth) = (open + 1, 0usize, 0usize);
+    while i < limit {
+        if argument == index && depth == 0 {
+            let start = i + blanks_at(&bytes[i..limit]);
+            return (start < limit && !matches!(bytes[start], b')' | b',')).then_some(start);
+        }
+        match bytes[i] {
+            q @ (b'"' | b'\'') => {
+                i += 1;
+                while i < limit && bytes[i] != q {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' if depth == 0 => return None,
+            b')' | b']' | b'}' => depth -= 1,
+            b',' if depth == 0 => argument += 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// The byte range (its quotes' inside) of argument `index` of the arguments opened by the `(`
@@ -1055,7 +1282,7 @@ fn quoted_argument(bytes: &[u8], open: usize, index: usize) -> Option<(usize, us
                     let closes = bytes[end + 1..limit]
                         .iter()
                         .find(|b| !b.is_ascii_whitespace())
-                        .is_some_and(|&b| matches!(b, b',' | b')'));
+                        .is_some_and(|&b| matches!(b, b',' | b')' | b']'));
                     return (closes && end > start).then_some((start, end));
                 }
                 i = end + 1;
@@ -1117,12 +1344,14 @@ pub fn redact_text(text: &str) -> std::borrow::Cow<'_, str> {
 /// `redact_text`'s rules for a name or an identifier a caller gives (a tool's name, a tag; a
 /// request id or a language holding one is refused instead): a URL's user-info when it has a
 /// password (`scheme://[REDACTED]@host`), the value of a query parameter or of a `name=value`
-/// pair named as a credential (`?access_token=[REDACTED]`, `password=[REDACTED]`), and a token
-/// with a credential's shape (a known prefix, a JWT, a `Bearer` token, a PEM block), written as
-/// `redact_text` writes them. Not the entropy rule: a name that merely looks random (a commit
-/// hash, `tool_a8f9e0b1...`) is still the name that filters and grouping compare; nor the
-/// field rule (`auth:login` is a tool's name). Borrowed when nothing is found
-/// (docs/capture.md, Secrets).
+/// pair named as a credential (`?access_token=[REDACTED]`, `password=[REDACTED]`), a field
+/// named as one when written as JSON or a header writes it (`{"password": "..."}`,
+/// `apiKey: ...`: `written_field_value_at`), the password a quoted call takes
+/// (`password_argument_at`), and a token with a credential's shape (a known prefix, a JWT, a
+/// `Bearer` token, a PEM block), written as `redact_text` writes them. Not the entropy rule: a
+/// name that merely looks random (a commit hash, `tool_a8f9e0b1...`) is still the name that
+/// filters and grouping compare; nor the field rule unquoted and unspaced (`auth:login` is a
+/// tool's name). Borrowed when nothing is found (docs/capture.md, Secrets).
 pub fn redact_name(name: &str) -> std::borrow::Cow<'_, str> {
     redact(name, Some(is_credential_shaped), Rules::Name)
 }
@@ -1139,7 +1368,8 @@ pub fn redact_code(code: &str) -> std::borrow::Cow<'_, str> {
 enum Rules {
     /// none (code: a parser reads its `name=value` as a keyword argument)
     Code,
-    /// `name=value` pairs only (a name or an identifier: `auth:login` is no field)
+    /// `name=value` pairs, quoted calls' passwords and fields quoted or spaced only (a name or
+    /// an identifier: `auth:login` is no field)
     Name,
     /// pairs, fields, cookies, `name`/`value` siblings, and a hex digest kept unless a
     /// credential's word comes before it (free text)
@@ -1163,6 +1393,8 @@ fn redact(
     let mut i = 0usize;
     let mut siblings = Siblings::default();
     let mut pem_unclosed = false;
+    // read once: a text naming jaydebeapi reads its `connect` calls as that module's
+    let names_jdbc_module = pairs && text.contains(JDBC_DRIVER_MODULE);
     while i < bytes.len() {
         if bytes[i] == b':' && bytes[i..].starts_with(b"://") {
             // A URL's user-info may hold any character (`admin:Tr0ub4dor&3-horse`): it is
@@ -1227,8 +1459,8 @@ fn redact(
                 continue;
             }
         }
-        if fields && is_name_byte(bytes[i]) {
-            if let Some((from, to)) = password_argument_at(bytes, i) {
+        if pairs && is_name_byte(bytes[i]) {
+            if let Some((from, to)) = password_argument_at(bytes, i, names_jdbc_module) {
                 ranges.push((from, to));
                 i = to;
                 continue;
@@ -1236,6 +1468,20 @@ fn redact(
         }
         if fields && is_name_byte(bytes[entry]) {
             if let Some((from, to)) = line_assignment_at(bytes, entry) {
+                ranges.push((from, to));
+                i = to;
+                continue;
+            }
+        }
+        if fields && is_name_byte(bytes[i]) {
+            if let Some((from, to)) = quoted_value_after_name_at(bytes, i) {
+                ranges.push((from, to));
+                i = to;
+                continue;
+            }
+        }
+        if rules == Rules::Name && (is_name_byte(bytes[i]) || matches!(bytes[i], b'"' | b'\'')) {
+            if let Some((from, to)) = written_field_value_at(bytes, i) {
                 ranges.push((from, to));
                 i = to;
                 continue;
@@ -1617,12 +1863,148 @@ mod tests {
         ] {
             assert_eq!(redact_text(text), redacted, "{text}");
         }
-        // names and code are not read so
-        assert_eq!(redact_name("password: pw1"), "password: pw1");
+        // names read a field only quoted or spaced (`written_field_value_at`), code never
+        assert_eq!(redact_name("password:pw1"), "password:pw1");
+        assert_eq!(redact_name("password: pw1"), "password: [REDACTED]");
         assert_eq!(redact_code("password: pw1"), "password: pw1");
         // linear: a long run of cut-off fields costs one pass
         let many = r#"{"token": "x"#.repeat(20_000);
         assert!(redact_text(&many).starts_with(r#"{"token": "[REDACTED]"#));
+    }
+
+    #[test]
+    fn free_text_loses_a_field_of_json_inside_a_string_and_a_template_literals_value() {
+        for (text, redacted) in [
+            // a JSON body inside a JSON string (a tool's argument, an error quoting one)
+            (
+                r#"{"body": "{\"password\": \"hunter2pass\", \"user\": \"bob\"}"}"#,
+                r#"{"body": "{\"password\": \"[REDACTED]\", \"user\": \"bob\"}"}"#,
+            ),
+            (
+                r#"sent {\"api_key\":\"hunter2pass\"} and got 401"#,
+                r#"sent {\"api_key\":\"[REDACTED]\"} and got 401"#,
+            ),
+            // encoded twice: the value ends at its own quote, not at one escaped deeper
+            (
+                r#"{\\\"token\\\": \\\"hun\\\\\\\"ter2\\\"}"#,
+                r#"{\\\"token\\\": \\\"[REDACTED]\\\"}"#,
+            ),
+            // a template literal's value whole, interpolations and text
+            (
+                "await mcp.call({password: `${a}hunter2pass`})",
+                "await mcp.call({password: `[REDACTED]`})",
+            ),
+        ] {
+            assert_eq!(redact_text(text), redacted, "{text}");
+        }
+        for kept in [
+            r#"{\"user\": \"bob\", \"max_tokens\": 5}"#,
+            r#"{\"password_length\": 12}"#,
+            "keyboard.press(`Enter`)",
+        ] {
+            assert_eq!(redact_text(kept), kept);
+        }
+    }
+
+    #[test]
+    fn free_text_loses_a_jdbc_pairs_password() {
+        for (text, redacted) in [
+            (
+                r#"jaydebeapi.connect(d, url, ["bob", "hunter2pass"]) failed"#,
+                r#"jaydebeapi.connect(d, url, ["bob", "[REDACTED]"]) failed"#,
+            ),
+            (
+                r#"connect("org.h2.Driver", "jdbc:h2:mem:x", ("bob", 'hunter2pass'))"#,
+                r#"connect("org.h2.Driver", "jdbc:h2:mem:x", ("bob", '[REDACTED]'))"#,
+            ),
+            (
+                r#"import jaydebeapi as j; j.connect(d, u, ["bob", "hunter2pass"], jars)"#,
+                r#"import jaydebeapi as j; j.connect(d, u, ["bob", "[REDACTED]"], jars)"#,
+            ),
+            (
+                r#"connect(d, url, driver_args = ["bob", "hunter2pass"])"#,
+                r#"connect(d, url, driver_args = ["bob", "[REDACTED]"])"#,
+            ),
+        ] {
+            assert_eq!(redact_text(text), redacted, "{text}");
+        }
+        for kept in [
+            r#"sqlite3.connect("a.db", 5, ["a", "b"])"#,
+            r#"jaydebeapi.connect(d, url, ["bob", "pw", "x"])"#,
+            r#"jaydebeapi.connect(d, url, [user, pw])"#,
+            r#"sock.connect(("example.com", 80))"#,
+        ] {
+            assert_eq!(redact_text(kept), kept);
+        }
+    }
+
+    #[test]
+    fn names_lose_a_quoted_or_spaced_field_and_a_quoted_calls_password() {
+        for (name, redacted) in [
+            (
+                r#"{"password": "hunter2"}"#,
+                r#"{"password": "[REDACTED]"}"#,
+            ),
+            ("apiKey: hunter2", "apiKey: [REDACTED]"),
+            (
+                r#"jaydebeapi.connect(d, u, ["bob", "hunter2"])"#,
+                r#"jaydebeapi.connect(d, u, ["bob", "[REDACTED]"])"#,
+            ),
+            (
+                r#"smtp.login("bob", "hunter2")"#,
+                r#"smtp.login("bob", "[REDACTED]")"#,
+            ),
+        ] {
+            assert_eq!(redact_name(name), redacted, "{name}");
+        }
+        for kept in [
+            "auth:login",
+            "token:refresh",
+            "gmail:get",
+            "env: prod",
+            "tokens: 5",
+        ] {
+            assert!(
+                matches!(redact_name(kept), std::borrow::Cow::Borrowed(_)),
+                "{kept}"
+            );
+        }
+    }
+
+    #[test]
+    fn free_text_and_strings_lose_a_quoted_value_after_a_credentials_word_or_identified_by() {
+        for (text, redacted) in [
+            (
+                "ALTER ROLE bob WITH LOGIN PASSWORD 'hunter2pw';",
+                "ALTER ROLE bob WITH LOGIN PASSWORD '[REDACTED]';",
+            ),
+            ("SET PASSWORD = 'hunter2pw'", "SET PASSWORD = '[REDACTED]'"),
+            (
+                "CREATE USER 'bob'@'%' IDENTIFIED BY 'hunter2pw';",
+                "CREATE USER 'bob'@'%' IDENTIFIED BY '[REDACTED]';",
+            ),
+            (
+                "the password \"hunter2pw\" was refused",
+                "the password \"[REDACTED]\" was refused",
+            ),
+        ] {
+            assert_eq!(redact_text(text), redacted, "{text}");
+            assert!(is_secret_value(text), "{text}");
+        }
+        for kept in [
+            "SELECT name FROM users ORDER BY 'name'",
+            "my password is hunter2",
+            "tokens = 'abc'",
+            "password_length = '12'",
+            "password\n'x'",
+        ] {
+            assert_eq!(redact_text(kept), kept);
+            assert!(!is_secret_value(kept), "{kept}");
+        }
+        // linear: a long run of quotes never closed
+        let many = "password '".repeat(50_000);
+        let _ = redact_text(&many);
+        assert!(is_secret_value(&"password 'x' ".repeat(2)));
     }
 
     #[test]
@@ -1830,6 +2212,11 @@ mod tests {
             "value: '",
             "- value: x\n  name: TOKEN\n",
             "   - ",
+            "{\\\"token\\\": \\\"",
+            "\\\\\\\"password\\\\\\\": ",
+            "jaydebeapi.connect(d, u, [\"a\", ",
+            "driver_args=[\"a\", \"",
+            "password: `",
         ] {
             let text = format!("\"{}", unit.repeat((1 << 20) / unit.len()));
             let _ = redact_text(&text);

@@ -606,6 +606,163 @@ fn a_jdbc_pair_given_to_jaydebeapis_connect_under_another_name_is_redacted() {
 }
 
 #[test]
+fn a_jdbc_pair_assigned_to_a_variable_then_given_as_driver_args_is_redacted() {
+    // `creds = ["bob", "..."]` then `connect(d, url, creds)`: the password was kept, the
+    // redaction not following the variable (docs/normalization.md, Secrets)
+    for code in [
+        "creds = [\"bob\", \"hunter2pass\"]\nconn = jaydebeapi.connect(d, url, creds)",
+        "creds = (\"bob\", \"hunter2pass\")\nconn = jaydebeapi.connect(d, url, driver_args=creds)",
+        "import jaydebeapi as jdb\ncreds = [\"bob\", \"hunter2pass\"]\nc = jdb.connect(d, url, creds)",
+        "creds = [user, \"hunter2pass\"]\nc = connect(\"org.h2.Driver\", \"jdbc:h2:mem:x\", creds)",
+        "creds = [\"x\", \"y\"]\ncreds = [\"bob\", \"hunter2pass\"]\nc = jaydebeapi.connect(d, u, creds)",
+    ] {
+        let n = norm(code, "python");
+        assert!(n.parse_ok, "{code}");
+        assert!(!stored_holds(&n, "hunter2pass"), "{code}: {n:?}");
+        assert!(n.redacted_code.contains("[REDACTED]"), "{}", n.redacted_code);
+        assert!(
+            n.redacted_code.contains("\"bob\"") || n.redacted_code.contains("[user,"),
+            "the user stays: {}",
+            n.redacted_code
+        );
+    }
+    // a list of another length, or given to another call, keeps its items
+    for kept in [
+        "creds = [\"bob\", \"pw\", \"x\"]\nc = jaydebeapi.connect(d, url, creds)",
+        "pair = [\"a\", \"b\"]\ndb = sqlite3.connect(\"a.db\", 5, pair)",
+        "pair = [\"a\", \"b\"]\nc = jaydebeapi.connect(d, pair, x)",
+        "addr = (\"example.com\", 80)\nsock.connect(addr)",
+    ] {
+        let n = norm(kept, "python");
+        assert!(!n.params.iter().any(|p| p.secret), "{kept}");
+        assert!(!n.redacted_code.contains("[REDACTED]"), "{kept}");
+    }
+}
+
+#[test]
+fn a_value_after_a_string_naming_a_credential_or_an_env_default_given_as_one_is_redacted() {
+    for (code, language) in [
+        // the third argument after a string naming a credential
+        ("setattr(cfg, \"password\", \"hunter2pass\")", "python"),
+        (
+            "config.set(\"db\", \"password\", \"hunter2pass\")",
+            "python",
+        ),
+        (
+            "r.hset(\"user:1\", \"api_token\", \"hunter2pass\")",
+            "python",
+        ),
+        (
+            "_.set(cfg, \"auth.password\", \"hunter2pass\");",
+            "javascript",
+        ),
+        // an environment lookup's default where a credential goes
+        (
+            "c = Client(api_key=os.getenv(\"K\", \"hunter2pass\"))",
+            "python",
+        ),
+        (
+            "c = Client(api_key=os.environ.get(\"K\", \"hunter2pass\"))",
+            "python",
+        ),
+        (
+            "h = {\"Authorization\": \"Bearer \" + getenv(\"K\", \"hunter2pass\")}",
+            "python",
+        ),
+        // names of credentials
+        ("mcp.call(bearer=\"hunter2pass\")", "python"),
+        ("mcp.call(passcode=\"hunter2pass\")", "python"),
+        ("mcp.call(hmac_key=\"hunter2pass\")", "python"),
+        (
+            "await mcp.call({encryptionKey: \"hunter2pass\"});",
+            "javascript",
+        ),
+        ("mcp.call(master_key=\"hunter2pass\")", "python"),
+    ] {
+        let n = norm(code, language);
+        assert!(n.parse_ok, "{code}");
+        assert!(!stored_holds(&n, "hunter2pass"), "{code}: {n:?}");
+        assert!(n.params.iter().any(|p| p.secret), "{code}");
+    }
+    // ordinary code keeps its values
+    for (kept, language) in [
+        ("setattr(cfg, \"name\", \"alice\")", "python"),
+        ("config.set(\"db\", \"host\", \"db.internal\")", "python"),
+        ("s = re.sub(\"a\", \"tokens\", \"some text\")", "python"),
+        ("home = os.getenv(\"HOME\", \"/root\")", "python"),
+        ("c = Client(path=os.getenv(\"P\", \"/tmp/x\"))", "python"),
+        ("c = Client(api_key=cfg.get(\"k\", \"fallback\"))", "python"),
+        ("tokens = tokenize(text)\npassword_length = 12", "python"),
+        ("keyboard.press(\"Enter\")", "python"),
+        (
+            "spec = {bearerFormat: \"JWT\", scheme: \"bearer\"};",
+            "javascript",
+        ),
+    ] {
+        let n = norm(kept, language);
+        assert!(!n.params.iter().any(|p| p.secret), "{kept}: {n:?}");
+        assert!(!n.redacted_code.contains("[REDACTED]"), "{kept}");
+    }
+}
+
+#[test]
+fn a_credential_named_by_its_sibling_or_written_in_sql_is_redacted() {
+    // the fallback tokenizer read none of these as a credential: the value was stored in the
+    // code, the template or a parameter's value (docs/normalization.md, Secrets)
+    for (code, language) in [
+        ("os.Setenv(\"API_KEY\", \"hunter2pass\")", "go"),
+        (
+            "cur.execute(\"ALTER USER bob IDENTIFIED BY 'hunter2pass'\")",
+            "python",
+        ),
+        (
+            "await db.query(\"CREATE ROLE bob WITH LOGIN PASSWORD 'hunter2pass'\");",
+            "javascript",
+        ),
+        (
+            "req.Header.Set(\"Authorization\", \"Bearer hunter2pass\")",
+            "go",
+        ),
+        ("props.setProperty(\"password\", \"hunter2pass\");", "java"),
+        (
+            "Connection c = DriverManager.getConnection(url, \"bob\", \"hunter2pass\");",
+            "java",
+        ),
+        ("$pdo = new PDO($dsn, \"bob\", \"hunter2pass\");", "php"),
+        ("CREATE USER bob WITH PASSWORD 'hunter2pass';", "sql"),
+        ("ALTER USER bob IDENTIFIED BY 'hunter2pass';", "sql"),
+        (
+            "environment:\n  - POSTGRES_PASSWORD: hunter2pass\n  - POSTGRES_USER: bob",
+            "yaml",
+        ),
+        ("cat <<EOF > cfg.yml\napi_key: hunter2pass\nEOF", "bash"),
+        (
+            "kubectl create secret generic s --from-literal=password=hunter2pass",
+            "bash",
+        ),
+    ] {
+        let n = norm(code, language);
+        assert!(!stored_holds(&n, "hunter2pass"), "{code}: {n:?}");
+        assert!(n.params.iter().any(|p| p.secret), "{code}");
+    }
+    for (kept, language) in [
+        ("os.Setenv(\"HOME\", \"/root\")", "go"),
+        ("c = pool.getConnection(\"a\", \"b\");", "java"),
+        ("SELECT name FROM users WHERE id = 'abc';", "sql"),
+        ("grep token: notes.txt && echo \"a: b\"", "bash"),
+        ("environment:\n  - POSTGRES_USER: bob", "yaml"),
+        (
+            "kubectl create configmap c --from-literal=mode=fast",
+            "bash",
+        ),
+    ] {
+        let n = norm(kept, language);
+        assert!(!n.params.iter().any(|p| p.secret), "{kept}: {n:?}");
+        assert!(!n.redacted_code.contains("[REDACTED]"), "{kept}");
+    }
+}
+
+#[test]
 fn a_netrc_or_pgpass_entry_in_a_string_or_free_text_keeps_no_password() {
     for code in [
         r#"open(n, "w").write("machine h login bob password hunter2pass")"#,

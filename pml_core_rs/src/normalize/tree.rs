@@ -336,12 +336,14 @@ struct Frame<'t> {
 /// The literals a variable was last assigned (`Walker::assigned_literals`): the assignment's
 /// start byte, and the indexes in `params` of its pieces, those of a list's items by the
 /// item's index (`parts = ["a", "b"]`), so that `parts[1]` given as a credential flags "b"
-/// alone.
+/// alone; and how many items that list holds (0: no list), so that one given as a JDBC
+/// `[user, password]` pair (`Walker::jdbc_driver_args`) flags its second item alone.
 #[derive(Default)]
 struct Assigned {
     at: usize,
     any: Vec<usize>,
     items: HashMap<usize, Vec<usize>>,
+    list_len: usize,
 }
 
 struct Walker<'a, 't> {
@@ -1107,6 +1109,39 @@ impl<'a, 't> Walker<'a, 't> {
         }
     }
 
+    /// Whether `call` reads an environment variable with a default, its second argument
+    /// (`secrets::ENV_LOOKUPS`: `os.getenv("K", "...")`, `os.environ.get("K", "...")`).
+    /// Constant cost.
+    fn env_lookup(&self, call: Node<'t>) -> bool {
+        let grammar = self.grammar;
+        let Some(function) = grammar.child(call, "function") else {
+            return false;
+        };
+        let (method, object) = match grammar.kind(function) {
+            "identifier" => (Some(function), None),
+            "attribute" => (
+                grammar.child(function, "attribute"),
+                grammar.child(function, "object"),
+            ),
+            "member_expression" => (
+                grammar.child(function, "property"),
+                grammar.child(function, "object"),
+            ),
+            _ => (None, None),
+        };
+        let Some(method) = method.map(|m| self.text(m)) else {
+            return false;
+        };
+        // the receiver's last name (`environ` of `os.environ`)
+        let receiver = object.map(|o| {
+            let text = self.text(o);
+            text.rsplit('.').next().unwrap_or(text)
+        });
+        secrets::ENV_LOOKUPS
+            .iter()
+            .any(|&(on, name)| name == method && on.map_or(true, |on| receiver == Some(on)))
+    }
+
     /// Whether `call` returns its receiver's text changed only in case, ends or encoding, or a
     /// part of it (`pw.strip()`, `pw.encode("utf-8")`, `pw.trim()`, `pw.slice(0, 8)`): its
     /// receiver is a piece of its value, its arguments are not. Constant cost.
@@ -1168,6 +1203,16 @@ impl<'a, 't> Walker<'a, 't> {
         item: Option<usize>,
         index: usize,
     ) {
+        // the list's items are counted once per assignment (`assigned_item`: the list is the
+        // innermost frame)
+        let counted = self
+            .assigned_literals
+            .get(variable)
+            .is_some_and(|pieces| pieces.at == at && pieces.list_len > 0);
+        let list_len = match (item, self.frames.last()) {
+            (Some(_), Some(list)) if !counted => self.items_of(list.node),
+            _ => 0,
+        };
         let pieces = self.assigned_literals.entry(variable).or_default();
         if pieces.at != at {
             *pieces = Assigned {
@@ -1175,6 +1220,7 @@ impl<'a, 't> Walker<'a, 't> {
                 ..Assigned::default()
             };
         }
+        pieces.list_len = pieces.list_len.max(list_len);
         match item {
             Some(item) => pieces.items.entry(item).or_default().push(index),
             None => pieces.any.push(index),
@@ -1341,6 +1387,23 @@ impl<'a, 't> Walker<'a, 't> {
             .assigned_literals
             .get(name)
             .is_some_and(|pieces| !pieces.any.is_empty() || !pieces.items.is_empty());
+        if holds_pieces && self.jdbc_driver_args(self.frames.len(), field, named_index) {
+            // A variable assigned a `[user, password]` list, given as jaydebeapi's
+            // `driver_args` (`creds = ["bob", "..."]` then `connect(d, url, creds)`): its
+            // second item is the password (docs/normalization.md, Secrets).
+            let taken = self.assigned_literals.get_mut(name).map(|pieces| {
+                if pieces.list_len == 2 {
+                    pieces.items.remove(&1).unwrap_or_default()
+                } else {
+                    Vec::new()
+                }
+            });
+            for index in taken.into_iter().flatten() {
+                if let Some(raw) = self.params.get_mut(index) {
+                    raw.named_credential = true;
+                }
+            }
+        }
         if holds_pieces && self.is_credential_value(field, named_index) {
             // A variable holding a literal (or pieces of one: `pw = "..." + x`, `pw =
             // f"{p}..."`, `parts = ["...", x]`), passed where a credential goes
@@ -1488,7 +1551,8 @@ impl<'a, 't> Walker<'a, 't> {
 impl<'t> Walker<'_, 't> {
     /// Whether a sibling names a literal's value as a credential (`RawParam::named_credential`):
     /// the second call argument or the second of a pair (an array or tuple of two) after a
-    /// credential's name, a `default=` after one, a value assigned to a subscript by a
+    /// credential's name, the third argument after a string naming one (`setattr(o,
+    /// "password", "...")`), a `default=` after one, a value assigned to a subscript by a
     /// credential's name, or given after a credential with `||`, `??` or `or`. Only the one
     /// sibling is read, so the cost per literal is constant.
     fn named_credential(&mut self, field: Option<&'static str>, named_index: usize) -> bool {
@@ -1510,7 +1574,8 @@ impl<'t> Walker<'_, 't> {
             return self.url_password_interpolation(node) || self.secret_value_interpolation(node);
         }
         if matches!(kind, "arguments" | "argument_list")
-            && self.password_argument(level, named_index)
+            && (self.password_argument(level, named_index)
+                || (named_index == 1 && self.env_default_given_as_credential(level)))
         {
             return true;
         }
@@ -1532,6 +1597,15 @@ impl<'t> Walker<'_, 't> {
             ("arguments" | "argument_list", _) if named_index == 1 => node
                 .named_children(&mut self.scratch)
                 .find(|c| !c.is_extra()),
+            // the third argument after a string naming a credential: a field set on an object
+            // (`setattr(cfg, "password", "...")`, `_.set(o, "token", "...")`), an option of a
+            // section (`config.set("db", "password", "...")`), a hash's field (`hset(k,
+            // "token", "...")`)
+            ("arguments" | "argument_list", _) if named_index == 2 => node
+                .named_children(&mut self.scratch)
+                .filter(|c| !c.is_extra())
+                .nth(1)
+                .filter(|c| grammar.kind(*c) == "string"),
             ("keyword_argument", Some("value"))
                 if grammar
                     .child(node, "name")
@@ -1605,6 +1679,24 @@ impl<'t> Walker<'_, 't> {
         })
     }
 
+    /// Whether the arguments `frames[level - 1]` are an environment lookup's (`env_lookup`)
+    /// whose value is given where a credential goes (`api_key=os.getenv("K", "...")`, also as
+    /// a piece: `"Bearer " + os.getenv("K", "...")`): its default, the second argument, is
+    /// the value where the variable is unset, so a credential too (docs/normalization.md,
+    /// Secrets). Climbs one call per lookup nested in another's default.
+    fn env_default_given_as_credential(&mut self, level: usize) -> bool {
+        let Some(call) = level.checked_sub(2).and_then(|at| self.frames.get(at)) else {
+            return false;
+        };
+        let (node, (top, field, index)) = (call.node, call.joined_top);
+        self.env_lookup(node)
+            && (self
+                .context_name_at(top, field, index)
+                .and_then(|context| naming::upper_snake(&context))
+                .is_some_and(|context| secrets::is_secret_name(&context))
+                || self.named_credential_at(top, field, index))
+    }
+
     /// Whether item `named_index` of the list `frames[level - 1]` is the password of a JDBC
     /// connection's credentials given as a `[user, password]` pair (`JDBC_DRIVER_ARGS`):
     /// jaydebeapi's `driver_args`, its `connect`'s third argument
@@ -1613,30 +1705,49 @@ impl<'t> Walker<'_, 't> {
     /// it: an alias, a `from` import) or its second argument is a `jdbc:` URL; only a list of
     /// two items (docs/normalization.md, Secrets).
     fn jdbc_password_item(&mut self, level: usize, named_index: usize) -> bool {
-        let (Some(list), Some(holder)) = (
-            level.checked_sub(1).and_then(|at| self.frames.get(at)),
-            level.checked_sub(2).and_then(|at| self.frames.get(at)),
-        ) else {
+        let Some(list) = level.checked_sub(1).and_then(|at| self.frames.get(at)) else {
             return false;
         };
-        let (list_node, list_index, holder_node, holder_kind) =
-            (list.node, list.named_index, holder.node, holder.kind);
-        if named_index != 1
-            || list_node
-                .named_children(&mut self.scratch)
-                .filter(|c| !c.is_extra())
-                .count()
-                != 2
-        {
+        let (list_node, list_field, list_index) = (list.node, list.field, list.named_index);
+        named_index == 1
+            && self.items_of(list_node) == 2
+            && self.jdbc_driver_args(level - 1, list_field, list_index)
+    }
+
+    /// How many items a list written in place holds (comments aside).
+    fn items_of(&mut self, list: Node<'t>) -> usize {
+        list.named_children(&mut self.scratch)
+            .filter(|c| !c.is_extra())
+            .count()
+    }
+
+    /// Whether a child of `frames[level - 1]` at `field` and `named_index` is where a JDBC
+    /// connection's credentials go as a `[user, password]` pair (`JDBC_DRIVER_ARGS`):
+    /// jaydebeapi's `driver_args`, its `connect`'s third argument or named (`driver_args=`),
+    /// a list written there (`jdbc_password_item`) or a variable assigned one (`identifier`).
+    /// A `connect` is read so when it is `jaydebeapi`'s (called on it, or the snippet names
+    /// it: an alias, a `from` import) or its second argument is a `jdbc:` URL
+    /// (docs/normalization.md, Secrets).
+    fn jdbc_driver_args(
+        &mut self,
+        level: usize,
+        field: Option<&'static str>,
+        named_index: usize,
+    ) -> bool {
+        let Some(holder) = level.checked_sub(1).and_then(|at| self.frames.get(at)) else {
             return false;
-        }
+        };
+        let (holder_node, holder_kind) = (holder.node, holder.kind);
         let grammar = self.grammar;
         match holder_kind {
-            "keyword_argument" => grammar
-                .child(holder_node, "name")
-                .is_some_and(|name| self.text(name) == secrets::JDBC_DRIVER_ARGS.2),
-            "arguments" | "argument_list" if list_index == secrets::JDBC_DRIVER_ARGS.1 => {
-                let Some(call) = level.checked_sub(3).and_then(|at| self.frames.get(at)) else {
+            "keyword_argument" => {
+                field == Some("value")
+                    && grammar
+                        .child(holder_node, "name")
+                        .is_some_and(|name| self.text(name) == secrets::JDBC_DRIVER_ARGS.2)
+            }
+            "arguments" | "argument_list" if named_index == secrets::JDBC_DRIVER_ARGS.1 => {
+                let Some(call) = level.checked_sub(2).and_then(|at| self.frames.get(at)) else {
                     return false;
                 };
                 let Some(function) = grammar.child(call.node, "function") else {
