@@ -1,8 +1,9 @@
 """Real `pml serve` replicas over one PostgreSQL database (throwaway clusters): a capture on one
 is suggested by the other; SIGKILL of a replica loses no acknowledged write while the other
-keeps serving, and captures resent to the other under their request ids count once; PostgreSQL killed and restarted under load gives UNAVAILABLE with RetryInfo
-(never INTERNAL or UNKNOWN) and the replicas recover by themselves; a database unreachable at
-start is a clear error that names the host, never the password."""
+keeps serving, and captures resent to the other under their request ids count once;
+PostgreSQL killed and restarted under load gives UNAVAILABLE with RetryInfo (never INTERNAL or
+UNKNOWN) and the replicas recover by themselves; a database unreachable at start is a clear
+error that names the host, never the password."""
 
 from __future__ import annotations
 
