@@ -170,12 +170,15 @@ def test_a_slow_server_does_not_buffer_without_bound(start: StartServer, data_di
 
     engine.record_many = blocked_record_many  # type: ignore[method-assign]
     server = start(engine=engine, stream_window=2, capture_workers=2)
-    big = "x" * 200_000  # 40 records = 8 MB, far more than HTTP/2 windows hold
+    # 100 records = 20 MB, far more than HTTP/2 windows hold (40, 8 MB, were all sent once, on
+    # a loaded machine: gRPC sizes its windows from what it measures)
+    big = "x" * 200_000
+    total = 100
     produced = 0
 
     def requests() -> Iterator[Req]:
         nonlocal produced
-        for i in range(40):
+        for i in range(total):
             produced += 1
             rec = make_record(f"t{i}", f"{big}{i}", tools=["t"])
             yield Req(execution_id=f"e{i}", sequence=i + 1, record=rec)
@@ -185,11 +188,11 @@ def test_a_slow_server_does_not_buffer_without_bound(start: StartServer, data_di
         consumer = threading.Thread(target=lambda: acks.extend(client.stream(requests())))
         consumer.start()
         gate.wait(1.0)  # let the client push as much as flow control allows
-        held_back = 40 - produced
+        held_back = total - produced
         gate.set()
-        consumer.join(120)  # 40 captures of 200 KB code: slow on a loaded machine
+        consumer.join(240)  # 100 captures of 200 KB code: slow on a loaded machine
     assert held_back > 0, "the client could send everything while the server was stuck"
-    assert len(acks) == 40
+    assert len(acks) == total
     assert all(a.HasField("result") for a in acks)
 
 
