@@ -43,6 +43,7 @@ from pml_server.client import (
     ClientCertificateError,
     PmlClient,
     PmlClientError,
+    TlsMismatchError,
     make_record,
 )
 from pml_server.domain.limits import LIMITS
@@ -631,6 +632,8 @@ def run(args: argparse.Namespace) -> int:
             error["message"] = err.saying("--tls-ca")
         elif isinstance(err, ClientCertificateError):  # a server asked for a certificate
             error["message"] = err.saying("--tls-cert and --tls-key")
+        elif isinstance(err, TlsMismatchError):  # TLS on one side only
+            error["message"] = err.saying("--tls")
         elif unreachable and err.retry_delay_seconds is None:
             error["message"] = f"no pml server answered at {args.server} ({err.message})"
         if violations:

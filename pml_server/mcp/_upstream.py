@@ -20,6 +20,7 @@ from pml_server.client import (
     ClientCertificateError,
     PmlClient,
     PmlClientError,
+    TlsMismatchError,
 )
 from pml_server.domain.limits import LIMITS
 
@@ -163,6 +164,8 @@ class Upstream:
             return f"pml at {self.options.server}: {err.saying('--tls-ca')}"
         if isinstance(err, ClientCertificateError):
             return f"pml at {self.options.server}: {err.saying('--tls-cert and --tls-key')}"
+        if isinstance(err, TlsMismatchError):
+            return f"pml at {self.options.server}: {err.saying('--tls')}"
         if err.code is grpc.StatusCode.UNAVAILABLE:
             return f"pml is unavailable at {self.options.server} (is it running?): {err.message}"
         if err.code is grpc.StatusCode.DEADLINE_EXCEEDED:

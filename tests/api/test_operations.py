@@ -27,6 +27,7 @@ from pml_server.client import (
     ClientCertificateError,
     PmlClient,
     PmlClientError,
+    TlsMismatchError,
     make_record,
 )
 from pml_server.config import config_of
@@ -279,6 +280,39 @@ def test_a_certificate_the_ca_did_not_sign_is_never_retried(start: StartServer, 
     assert err.value.message.startswith("TLS: the server's certificate was not verified (")
     assert "root_certificates must be the PEM of the CA that signed it" in err.value.message
     assert "CERTIFICATE_VERIFY_FAILED" in upload_err.value.message
+
+
+def test_tls_on_one_side_only_is_said_and_never_retried(
+    start: StartServer, pki: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A TLS client and a server in plaintext, or the reverse: gRPC says UNAVAILABLE, as of a
+    server down, so each call was retried for its 5 s budget and the error named neither side.
+    One attempt, a TlsMismatchError saying which side speaks TLS and naming the option, as the
+    Go and Node clients do (docs/api.md, Deadlines and retries)."""
+    plain = start()
+    tls = start(data_dir=tmp_path / "tls", tls_cert=pki / "server.pem", tls_key=pki / "server.key")
+    for target, options, speaks in (
+        (f"127.0.0.1:{plain.port}", {"root_certificates": pki / "ca.pem"}, False),
+        (f"127.0.0.1:{tls.port}", {}, True),
+    ):
+        with PmlClient(target, retries=3, **options) as client:  # type: ignore[arg-type]
+            sent = count_calls(client._stub, "GetStats")
+            with pytest.raises(TlsMismatchError) as err:
+                client.stats()
+        assert sent.count == 1
+        assert err.value.code is grpc.StatusCode.UNAVAILABLE
+        assert err.value.server_speaks_tls is speaks
+        said = (
+            "speaks TLS and this client connected in plaintext" if speaks else "does not speak TLS"
+        )
+        assert err.value.message.startswith(f"TLS: the server {said} (")
+        assert "tls=True" in err.value.message
+    with pytest.raises(SystemExit) as done:
+        cli.main(["stats", "--server", f"127.0.0.1:{tls.port}"])
+    assert done.value.code == 3
+    printed = " ".join(capsys.readouterr().err.split())
+    assert "the server speaks TLS and this client connected in plaintext" in printed
+    assert "pass --tls;" in printed
 
 
 def test_mutual_tls_requires_a_client_certificate(

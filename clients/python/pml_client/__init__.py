@@ -18,6 +18,7 @@ from pml_client.errors import (
     CertificateError,
     ClientCertificateError,
     PmlClientError,
+    TlsMismatchError,
     backoff_seconds,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "ExecutionRecord",
     "PmlClient",
     "PmlClientError",
+    "TlsMismatchError",
     "UploadReport",
     "backoff_seconds",
     "batched_messages",

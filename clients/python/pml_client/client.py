@@ -35,6 +35,7 @@ from pml_client.errors import (
     DEFAULT_RETRY_SECONDS,
     ClientCertificateError,
     PmlClientError,
+    TlsMismatchError,
     backoff_seconds,
     retry_wait,
     worth_retrying,
@@ -416,15 +417,35 @@ _ASK_HANDSHAKE_SECONDS = 5.0
 
 
 def _asks_for_client_certificate(target: str, seconds: float) -> bool:
-    """Whether the TLS server at `target` refuses a client for want of a certificate: a
-    handshake of this client's own (the server's certificate not checked: nothing is sent over
-    it) in which the server asks for one (a CertificateRequest, seen by the ssl module's
-    message callback) and then closes the connection without a byte. A server that takes the
-    client answers HTTP/2's SETTINGS. False whatever else happens (the server is down, the
-    ssl module has no message callback)."""
+    """Whether the TLS server at `target` refuses a client for want of a certificate: in a
+    handshake of this client's own (`_handshake`) the server asks for one (a
+    CertificateRequest) and then closes the connection without a byte. A server that takes the
+    client answers HTTP/2's SETTINGS."""
+    seen = _handshake(target, seconds)
+    return seen is not None and seen.asked and not seen.answered
+
+
+def _speaks_tls(target: str, seconds: float) -> bool:
+    """Whether the server at `target` completes a TLS handshake of this client's own
+    (`_handshake`): a client in plaintext then met a TLS server."""
+    seen = _handshake(target, seconds)
+    return seen is not None and seen.completed
+
+
+@dataclass(frozen=True)
+class _Handshake:
+    completed: bool  # the handshake finished
+    asked: bool  # the server asked for a client certificate
+    answered: bool  # the server sent a byte after it
+
+
+def _handshake(target: str, seconds: float) -> _Handshake | None:
+    """A TLS handshake of this client's own with `target` (the server's certificate not
+    checked: nothing is sent over it), then one byte read; None when no connection was made
+    (the server is down, `target` is no host:port)."""
     address = _host_port(target)
     if address is None or seconds <= 0:
-        return False
+        return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
@@ -443,17 +464,20 @@ def _asks_for_client_certificate(target: str, seconds: float) -> bool:
             asked.append(True)
 
     setattr(context, "_msg_callback", seen)  # noqa: B010  (CPython's, not typed)
+    completed = False
     try:
-        with (
-            socket.create_connection(address, timeout=seconds) as raw,
-            context.wrap_socket(raw, server_hostname=address[0]) as tls,
-        ):
-            answered = tls.recv(1)
-    except (ssl.SSLEOFError, ConnectionResetError):
-        answered = b""
+        with socket.create_connection(address, timeout=seconds) as raw:
+            try:
+                with context.wrap_socket(raw, server_hostname=address[0]) as tls:
+                    completed = True
+                    answered = tls.recv(1)
+            except (ssl.SSLEOFError, ConnectionResetError):
+                answered = b""
+            except ssl.SSLError:  # no TLS server: what it sent is no TLS record
+                return _Handshake(completed=False, asked=False, answered=False)
     except OSError:
-        return False
-    return bool(asked) and not answered
+        return None
+    return _Handshake(completed=completed, asked=bool(asked), answered=bool(answered))
 
 
 # TLS's handshake message type of a CertificateRequest.
@@ -539,8 +563,11 @@ class PmlClient:
         self._timeout = timeout
         self._retries = retries
         self._retry_seconds = float(retry_seconds)
-        # TLS without a client certificate: a refused handshake is asked about (`_failure`)
-        self._tls_without_certificate = bool((tls or root_certificates) and client_cert is None)
+        # a connection closed at once is asked about (`_failure`): over TLS without a client
+        # certificate, a server may ask for one; in plaintext, the server may speak TLS
+        self._tls_mode = (
+            "mutual" if client_cert else "tls" if tls or root_certificates else "plaintext"
+        )
         self._target = target
         self._stream_limits: tuple[int, int] | None = None  # `_server_stream_limits`, once known
         self._closed = False
@@ -567,12 +594,15 @@ class PmlClient:
         `seconds`), as ClientCertificateError (docs/api.md, Deadlines and retries)."""
         failure = PmlClientError.from_rpc_error(err)
         if (
-            self._tls_without_certificate
-            and failure.code is grpc.StatusCode.UNAVAILABLE
-            and "Socket closed" in failure.message
-            and _asks_for_client_certificate(self._target, min(seconds, _ASK_HANDSHAKE_SECONDS))
+            failure.code is not grpc.StatusCode.UNAVAILABLE
+            or "Socket closed" not in failure.message
         ):
+            return failure
+        seconds = min(seconds, _ASK_HANDSHAKE_SECONDS)
+        if self._tls_mode == "tls" and _asks_for_client_certificate(self._target, seconds):
             return ClientCertificateError(failure.message)
+        if self._tls_mode == "plaintext" and _speaks_tls(self._target, seconds):
+            return TlsMismatchError(failure.message, server_speaks_tls=True)
         return failure
 
     def __enter__(self) -> PmlClient:

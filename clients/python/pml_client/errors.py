@@ -35,7 +35,7 @@ def worth_retrying(failure: PmlClientError) -> bool:
     quota) or grpcio's `CONCURRENCY_REFUSAL`. RESOURCE_EXHAUSTED without either is a size
     limit (a message over the server's `--max-message-bytes`): the same request fails the same
     way, so it is not sent again (it was, `retries` times, megabytes each)."""
-    if isinstance(failure, (CertificateError, ClientCertificateError)):
+    if isinstance(failure, (CertificateError, ClientCertificateError, TlsMismatchError)):
         return False
     if failure.code is grpc.StatusCode.UNAVAILABLE:
         return True
@@ -90,6 +90,8 @@ class PmlClientError(Exception):
             words in message for words in _CERTIFICATE_FAILURES
         ):
             return CertificateError(message)
+        if err.code() is grpc.StatusCode.UNAVAILABLE and _NOT_TLS in message:
+            return TlsMismatchError(message, server_speaks_tls=False)
         return cls._with_details(err.code(), message, rpc_status.from_call(err))
 
     @classmethod
@@ -122,6 +124,36 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 # gRPC's words (BoringSSL's) for a server certificate the client did not verify: a CA that did
 # not sign it, a name it does not hold.
 _CERTIFICATE_FAILURES = ("CERTIFICATE_VERIFY_FAILED", "Hostname Verification Check failed")
+
+
+# BoringSSL's words when what a TLS client reads is no TLS record: a server in plaintext.
+_NOT_TLS = "WRONG_VERSION_NUMBER"
+
+
+class TlsMismatchError(PmlClientError):
+    """TLS on one side only: a TLS client and a server in plaintext (`WRONG_VERSION_NUMBER`), or
+    a client in plaintext and a TLS server (UNAVAILABLE "Socket closed"; the client makes a
+    handshake of its own to tell it from a server that went away:
+    `client._speaks_tls`). gRPC says UNAVAILABLE, as of a server down: each call was retried
+    for its retry budget. No wait cures it: `worth_retrying` is False, and the message names
+    the option (docs/api.md, Deadlines and retries)."""
+
+    def __init__(self, grpc_message: str, *, server_speaks_tls: bool) -> None:
+        self.grpc_message = grpc_message
+        self.server_speaks_tls = server_speaks_tls
+        super().__init__(grpc.StatusCode.UNAVAILABLE, self.saying("tls=True"))
+
+    def saying(self, tls_option: str) -> str:
+        """The message, naming the TLS option as the caller knows it (the CLI: `--tls`)."""
+        if self.server_speaks_tls:
+            return (
+                f"TLS: the server speaks TLS and this client connected in plaintext "
+                f"({self.grpc_message}): pass {tls_option}; not retried"
+            )
+        return (
+            f"TLS: the server does not speak TLS ({self.grpc_message}): connect without "
+            f"{tls_option}, or serve it with a certificate; not retried"
+        )
 
 
 class CertificateError(PmlClientError):
