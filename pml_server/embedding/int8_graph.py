@@ -75,8 +75,8 @@ def _preparation_error(err: Exception) -> ModelPreparationError:
     folder = tempfile.gettempdir()
     try:
         free = f"{shutil.disk_usage(folder).free // 2**20} MB free there"
-    except OSError as reason:
-        free = f"unusable: {reason.strerror or reason}"
+    except OSError as unusable:
+        free = f"unusable: {unusable.strerror or unusable}"
     reason = str(err).rstrip(". ")
     return ModelPreparationError(
         f"cannot prepare the int8 model in the temporary folder {folder} ({free}; it needs "
