@@ -177,10 +177,11 @@ def _store(path: Path, digest_path: Path, data: bytes) -> None:
         digest_partial.replace(digest_path)
         partial.replace(path)
     except OSError as err:  # a read-only home only costs the rebuild at the next start
+        log.warning("could not cache the int8 model in %s (PML_MODEL_CACHE): %s", path.parent, err)
+    finally:  # renamed, failed or interrupted (Ctrl-C): no partial file is left behind
         for written in (partial, digest_partial):
             with contextlib.suppress(OSError):
                 written.unlink(missing_ok=True)
-        log.warning("could not cache the int8 model in %s (PML_MODEL_CACHE): %s", path.parent, err)
 
 
 def _remove_abandoned(folder: Path) -> None:
