@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pml_server import cli
-from tests.support import small_tmpfs
+from pml_server.client import PmlClient, make_record
+from tests.support import small_tmpfs, spawn_pml_serve, stop_pml_serve
 
 
 def _serve(data: Path, capsys: pytest.CaptureFixture[str]) -> str:
@@ -96,3 +97,29 @@ def test_a_data_dir_on_a_read_only_file_system_is_not_called_damaged(
     assert _serve(below, capsys) == (
         f"pml serve: error: {below} cannot be the data directory: Read-only file system"
     )
+
+
+def test_a_link_to_a_running_servers_data_dir_is_refused_as_in_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The LOCK file is one file whichever path leads to it: a second server given a link to
+    a running server's data directory (another process) is refused, and the first one keeps
+    serving what it acknowledged (no defect found; the in-use test held the lock in process,
+    by the same path)."""
+    live = tmp_path / "live"
+    proc, target = spawn_pml_serve("--data-dir", str(live), "--embedder", "hashing")
+    try:
+        with PmlClient(target, timeout=30) as client:
+            client.record(make_record("Read a JSON file", "await mcp.fs_read({p: 'a'});"))
+        link = tmp_path / "link"
+        link.symlink_to(live)
+        line = _serve(link, capsys)
+        assert line == (
+            f"pml serve: error: {link} is in use by another pml process (RocksDB holds its "
+            "LOCK file)"
+        )
+        with PmlClient(target, timeout=30) as client:
+            assert client.suggest("Read a JSON file").suggestions
+    finally:
+        err = stop_pml_serve(proc)
+    assert proc.returncode == 0, err
