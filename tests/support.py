@@ -5,13 +5,15 @@ re-exported here."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -225,3 +227,21 @@ def candidate(
     p: PatternView, semantic: float, lexical: float = 0.0, tags: tuple[str, ...] = ()
 ) -> Candidate:
     return Candidate(p.capability_id, p, semantic, lexical, tags)
+
+
+@contextlib.contextmanager
+def small_tmpfs(where: Path, size: str = "1m") -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `where` (created), a small disk to fill; unmounted after.
+    Skips the test unless it runs as root and can mount one."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs")
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr!r}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)

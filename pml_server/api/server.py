@@ -4,9 +4,11 @@ calls, finish in-flight ones, flush the captures still running, close the store.
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import gc
 import logging
+import os
 import signal
 import ssl
 import sys
@@ -185,13 +187,33 @@ def _quotas(config: ServerConfig, keys: KeyStore) -> TenantQuotas:
 
 def _make_data_dir(path: Path) -> None:
     """Created before anything is written in it, so that a path that cannot be a directory
-    gets one clear error (mkdir's own, "File exists", misleads)."""
+    gets one clear error (mkdir's own, "File exists", misleads; a symbolic link that loops or
+    leads nowhere was called a file)."""
     try:
         path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise NotADirectoryError(
-            f"{path} cannot be the data directory: it, or a folder above it, is a file"
+            f"{path} cannot be the data directory: {_why_not_a_directory(path)}"
         ) from None
+    except OSError as err:  # a read-only file system, no permission, a loop above it
+        reason = _why_not_a_directory(path) if err.errno == errno.ELOOP else err.strerror
+        raise OSError(f"{path} cannot be the data directory: {reason}") from None
+
+
+def _why_not_a_directory(path: Path) -> str:
+    """What stops `path` being a directory: a symbolic link on the way that loops or leads
+    nowhere (named with its target), else a file."""
+    for where in (path, *path.parents):
+        if not where.is_symlink():
+            continue
+        try:
+            where.stat()
+        except OSError as err:
+            it = "it" if where == path else f"the folder above it {where}"
+            if err.errno == errno.ELOOP:
+                return f"{it} is a symbolic link in a loop ({where} -> {os.readlink(where)})"
+            return f"{it} is a symbolic link to {os.readlink(where)}, which does not exist"
+    return "it, or a folder above it, is a file"
 
 
 def start_server(whole: Config, engine: EngineProtocol | None = None) -> RunningServer:

@@ -14,8 +14,15 @@ from pml_server.domain.model import EmbeddingUsage
 from pml_server.domain.vectors import Matrix, Vector
 
 
-class ModelIntegrityError(RuntimeError):
-    """A model file does not have the expected sha256 (corrupted or replaced)."""
+class ModelIntegrityError(OSError):
+    """A model file does not have the expected sha256 (corrupted or replaced), or its package
+    is another version: an OSError, so `pml serve` refuses in one line naming the file (it was
+    a RuntimeError, a traceback)."""
+
+
+class ModelPreparationError(OSError):
+    """The model could not be made ready to run (the int8 graph's rewrite failed: its
+    temporary files could not be written): `pml serve` refuses to start, one line."""
 
 
 def verified_bytes(path: Path, expected: str) -> bytes:
@@ -23,7 +30,10 @@ def verified_bytes(path: Path, expected: str) -> bytes:
     data = path.read_bytes()
     found = hashlib.sha256(data).hexdigest()
     if found != expected:
-        raise ModelIntegrityError(f"{path}: sha256 {found}, expected {expected}")
+        raise ModelIntegrityError(
+            f"{path}: sha256 {found}, expected {expected} (damaged or replaced: reinstall the "
+            "package that ships it)"
+        )
     return data
 
 

@@ -14,10 +14,12 @@ previous value is still on its way to disk.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import logging
 import os
+import re
 import struct
 import sys
 import threading
@@ -598,9 +600,30 @@ def _check_tables_kept(path: Path, families: dict[str, Options]) -> None:
     listed.unlink()
 
 
+# RocksDB's "(os error N)" for a data directory whose file system refuses the open, not a
+# damaged store: a backup restored there would be refused the same way.
+_REFUSED_BY_THE_FILE_SYSTEM = {
+    errno.ENOSPC: "free space on its disk",
+    errno.EDQUOT: "free space in the disk quota",
+    errno.EROFS: "mount its file system read-write",
+    errno.EACCES: "give this user write access to it",
+    errno.EPERM: "give this user write access to it",
+    errno.EMFILE: "raise the open-file limit (ulimit -n)",
+    errno.ENFILE: "raise the system's open-file limit",
+}
+
+
 def _open_error(path: Path, err: Exception) -> StoreOpenError:
-    """One line naming the data directory and RocksDB's reason (docs/storage.md, The embedded
-    store (RocksDB))."""
+    """One line naming the data directory, RocksDB's reason and what to do (docs/storage.md,
+    The embedded store (RocksDB)): "Restore it from a backup" for a damaged store, not for a
+    full or read-only disk, which were told the same."""
+    found = re.search(r"\(os error (\d+)\)", str(err))
+    remedy = _REFUSED_BY_THE_FILE_SYSTEM.get(int(found.group(1))) if found else None
+    if remedy is not None:
+        return StoreOpenError(
+            f"cannot open the store at {path}: {err}. Its file system refused it: {remedy}, then "
+            "start again"
+        )
     return StoreOpenError(
         f"cannot open the store at {path}: {err}. Restore it from a backup, or use another "
         "data directory"
