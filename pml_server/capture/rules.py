@@ -34,6 +34,10 @@ REDACTED = '"[REDACTED]"'
 # Placeholder names and the schema of `LIMITS.parameters` parameters, beyond twice the code.
 PATTERN_OVERHEAD_BYTES = 128 * 1024
 MAX_STORED_VALUE_CHARS = 1024  # one recent value of a parameter, as JSON text
+# A pattern's recent values in all, as JSON text (`within_budget`): 256 placeholders with 5
+# values of 1 KiB each were 1.3 MB, rewritten by every capture of the pattern, and a thousand
+# values a placeholder (`recent_values_per_param` goes to 1024) 256 MB.
+RECENT_VALUES_CHARS = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -169,12 +173,30 @@ def _bounded(value_json: str) -> str:
 def push_recent(
     recent: dict[str, list[str]], values: dict[str, str], bound: int
 ) -> dict[str, list[str]]:
-    """Newest first, no repeats, at most `bound` per placeholder."""
+    """Newest first, no repeats, at most `bound` per placeholder, within
+    `RECENT_VALUES_CHARS` (`within_budget`)."""
     merged = {name: list(vals) for name, vals in recent.items()}
     for name, value in values.items():
         kept = [v for v in merged.get(name, []) if v != value]
         merged[name] = [value, *kept][:bound]
-    return merged
+    return within_budget(merged)
+
+
+def within_budget(recent: dict[str, list[str]]) -> dict[str, list[str]]:
+    """`recent` (newest first) with its oldest values dropped, all placeholders alike, until
+    their JSON texts hold at most `RECENT_VALUES_CHARS` in all; each keeps its newest value
+    (docs/capture.md, The three levels)."""
+    size = sum(len(v) for values in recent.values() for v in values)
+    depth = max((len(values) for values in recent.values()), default=0)
+    if size <= RECENT_VALUES_CHARS:
+        return recent
+    kept = {name: list(values) for name, values in recent.items()}
+    while size > RECENT_VALUES_CHARS and depth > 1:
+        depth -= 1
+        for values in kept.values():
+            while len(values) > depth:
+                size -= len(values.pop())
+    return kept
 
 
 _NUMBER = re.compile(r"\b0x[0-9a-fA-F]+\b|\b\d+(\.\d+)?\b")
@@ -267,6 +289,7 @@ def merged_counters(
     for name in {*newer.recent_values, *older.recent_values}:
         values = [*newer.recent_values.get(name, []), *older.recent_values.get(name, [])]
         recent[name] = list(dict.fromkeys(values))[: limits.recent_values_per_param]
+    recent = within_budget(recent)
     signatures: dict[str, FailureSignature] = {}
     for signature in (*newer.failure_signatures, *older.failure_signatures):
         seen = signatures.get(signature.signature)

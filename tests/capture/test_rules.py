@@ -4,6 +4,7 @@ error signatures, similarity decisions, record codecs."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from pml_server.capture.dedup import choose_capability, near_duplicate
 from pml_server.capture.normalize import NormalizedParam
 from pml_server.capture.rules import (
+    RECENT_VALUES_CHARS,
     REDACTED,
     CaptureLimits,
     count_failed_try,
@@ -125,6 +127,25 @@ def test_recent_values_are_newest_first_unique_and_bounded(
     for values in recent.values():
         assert len(values) <= bound
         assert len(values) == len(set(values))
+
+
+def test_a_patterns_recent_values_stay_within_their_budget_keeping_each_newest() -> None:
+    """64 placeholders of 1 KiB values, 40 runs, up to 1,024 values a placeholder: 2.6 MB of
+    recent values (rewritten by every capture of the pattern) without the budget; within
+    `RECENT_VALUES_CHARS` (256 KiB: 4 values of each) with it, the oldest dropped first and
+    each placeholder's newest kept. A pattern under the budget keeps all its values."""
+    recent: dict[str, list[str]] = {}
+    names = [f"p{i}" for i in range(64)]
+    for run in range(40):
+        values = {name: json.dumps(f"{run}-{name}-" + "v" * 1000) for name in names}
+        recent = push_recent(recent, values, 1024)
+        assert sum(len(v) for vs in recent.values() for v in vs) <= RECENT_VALUES_CHARS
+        assert all(recent[name][0] == values[name] for name in names)
+    assert {len(vs) for vs in recent.values()} == {4}
+    small: dict[str, list[str]] = {}
+    for run in range(40):
+        small = push_recent(small, {"x": f'"{run}"', "y": f'"y{run}"'}, 1024)
+    assert small["x"] == [f'"{run}"' for run in reversed(range(40))]
 
 
 def test_error_signature_blanks_numbers_and_quoted_values() -> None:
