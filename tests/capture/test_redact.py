@@ -672,6 +672,20 @@ def test_a_tagged_or_interpolated_template_keeps_no_credential(language: str, co
     assert "[REDACTED]" in result.redacted_code
 
 
+def _captured(
+    code: str, language: str, secret: str = "hunter2corral", braces: bool = False
+) -> tuple[NormalizedCode, str]:
+    """`code` with `secret` written for `{}` (with `braces`, `{{` and `}}` for braces too),
+    prepared for capture with a text quoting it: the normalized code and that text as stored."""
+    written = code.replace("{}", secret)
+    if braces:
+        written = written.replace("{{", "{").replace("}}", "}")
+    prepared = prepare_captures([(written, language, [f"ran: {written}"])])[0]
+    assert not isinstance(prepared, Exception)
+    result, texts = prepared
+    return result, texts[0]
+
+
 def _stored_forms_of(result: NormalizedCode) -> str:
     return " ".join(
         [
@@ -710,13 +724,10 @@ def test_a_password_a_command_or_a_credentials_file_takes_is_redacted(
     passwords shell commands take by flag, position or here-string: in no stored form of the
     code, nor in a text quoting the code (docs/normalization.md, Secrets)."""
     secret = "hunter2corral"
-    written = code.replace("{}", secret)
-    prepared = prepare_captures([(written, language, [f"ran: {written}"])])[0]
-    assert not isinstance(prepared, Exception)
-    result, texts = prepared
+    result, text = _captured(code, language, secret)
     assert secret not in _stored_forms_of(result)
     if language == "bash" or "machine" in code or "5432" in code:
-        assert secret not in texts[0]
+        assert secret not in text
 
 
 @pytest.mark.parametrize(
@@ -737,13 +748,10 @@ def test_a_password_in_a_literal_argv_list_is_redacted(language: str, code: str)
     item one word: the item holding a password is a secret parameter, in no stored form of the
     code nor in a text quoting it (docs/normalization.md, Secrets)."""
     secret = "hunter2corral"
-    written = code.replace("{}", secret)
-    prepared = prepare_captures([(written, language, [f"ran: {written}"])])[0]
-    assert not isinstance(prepared, Exception)
-    result, texts = prepared
+    result, text = _captured(code, language, secret)
     assert result.parse_ok, result.fallback_reason
     assert secret not in _stored_forms_of(result)
-    assert secret not in texts[0]
+    assert secret not in text
 
 
 @pytest.mark.parametrize(
@@ -769,13 +777,10 @@ def test_a_jdbc_password_given_by_position_or_in_a_credentials_pair_is_redacted(
     stored form of the code nor in a text quoting it; the user stays (docs/normalization.md,
     Secrets)."""
     secret = "hunter2corral"
-    written = code.replace("{}", secret).replace("{{", "{").replace("}}", "}")
-    prepared = prepare_captures([(written, language, [f"ran: {written}"])])[0]
-    assert not isinstance(prepared, Exception)
-    result, texts = prepared
+    result, text = _captured(code, language, secret, braces=True)
     assert result.parse_ok, result.fallback_reason
     assert secret not in _stored_forms_of(result)
-    assert secret not in texts[0]
+    assert secret not in text
     assert "bob" in result.redacted_code or "user" in result.redacted_code
 
 
@@ -910,12 +915,9 @@ def test_a_webhook_an_account_key_and_a_signed_urls_signature_are_redacted(
     path of a Slack or Discord webhook URL, `AccountKey=` of an Azure connection string and
     the signature of a signed URL are in no stored form of the code nor in a text quoting it
     (docs/capture.md, Secrets)."""
-    written = code.replace("{}", secret)
-    prepared = prepare_captures([(written, "python", [f"ran: {written}"])])[0]
-    assert not isinstance(prepared, Exception)
-    result, texts = prepared
+    result, text = _captured(code, "python", secret)
     assert secret not in _stored_forms_of(result)
-    assert secret not in texts[0]
+    assert secret not in text
 
 
 def test_a_name_describing_a_credential_keeps_its_value() -> None:
@@ -997,13 +999,10 @@ def test_a_credential_given_through_a_variable_a_setter_or_an_env_default_is_red
     template, a parameter's value and a text quoting the code). Now a secret parameter, in no
     stored form (docs/normalization.md, Secrets)."""
     secret = "hunter2corral"
-    written = code.replace("{}", secret)
-    prepared = prepare_captures([(written, language, [f"ran: {written}"])])[0]
-    assert not isinstance(prepared, Exception)
-    result, texts = prepared
+    result, text = _captured(code, language, secret)
     assert result.parse_ok, result.fallback_reason
     assert secret not in _stored_forms_of(result)
-    assert secret not in texts[0]
+    assert secret not in text
 
 
 @pytest.mark.parametrize(
@@ -1086,9 +1085,6 @@ def test_a_credential_named_by_its_sibling_or_written_in_sql_is_redacted(
     or `IDENTIFIED BY`, a YAML mapping's value, a flag's `NAME=value`: each was stored as
     written. Now a secret parameter (docs/normalization.md, Secrets)."""
     secret = "hunter2corral"
-    written = code.replace("{}", secret).replace("{{", "{").replace("}}", "}")
-    prepared = prepare_captures([(written, language, [])])[0]
-    assert not isinstance(prepared, Exception)
-    result, _ = prepared
+    result, _ = _captured(code, language, secret, braces=True)
     assert secret not in _stored_forms_of(result)
     assert any(p.secret for p in result.params)

@@ -1032,6 +1032,23 @@ impl<'a, 't> Walker<'a, 't> {
         }
     }
 
+    /// A call's callee name and its receiver: `f` of `f(...)` (none), `m` and `o` of
+    /// `o.m(...)` (Python's attribute, JS's member expression); None for any other callee.
+    fn callee(&self, call: Node<'t>) -> Option<(Node<'t>, Option<Node<'t>>)> {
+        let grammar = self.grammar;
+        let function = grammar.child(call, "function")?;
+        let (name, receiver) = match grammar.kind(function) {
+            "identifier" => return Some((function, None)),
+            "attribute" => ("attribute", "object"),
+            "member_expression" => ("property", "object"),
+            _ => return None,
+        };
+        Some((
+            grammar.child(function, name)?,
+            grammar.child(function, receiver),
+        ))
+    }
+
     /// Whether `call` builds a string of its receiver and arguments: Python's
     /// `"...".format(...)`, `"sep".join(...)` and `"...".replace(...)` on a string, JS's
     /// `"...".concat(...)` and `"...".replace(...)` on a string, `[...].join(...)` on an array
@@ -1040,21 +1057,7 @@ impl<'a, 't> Walker<'a, 't> {
     /// not `path.join(dir, "a.json")`). Constant cost.
     fn format_call(&self, call: Node<'t>) -> bool {
         let grammar = self.grammar;
-        let Some(function) = grammar.child(call, "function") else {
-            return false;
-        };
-        let (method, object) = match grammar.kind(function) {
-            "attribute" => (
-                grammar.child(function, "attribute"),
-                grammar.child(function, "object"),
-            ),
-            "member_expression" => (
-                grammar.child(function, "property"),
-                grammar.child(function, "object"),
-            ),
-            _ => return false,
-        };
-        let (Some(method), Some(object)) = (method, object) else {
+        let Some((method, Some(object))) = self.callee(call) else {
             return false;
         };
         let object_kind = grammar.kind(object);
@@ -1113,25 +1116,10 @@ impl<'a, 't> Walker<'a, 't> {
     /// (`secrets::ENV_LOOKUPS`: `os.getenv("K", "...")`, `os.environ.get("K", "...")`).
     /// Constant cost.
     fn env_lookup(&self, call: Node<'t>) -> bool {
-        let grammar = self.grammar;
-        let Some(function) = grammar.child(call, "function") else {
+        let Some((method, object)) = self.callee(call) else {
             return false;
         };
-        let (method, object) = match grammar.kind(function) {
-            "identifier" => (Some(function), None),
-            "attribute" => (
-                grammar.child(function, "attribute"),
-                grammar.child(function, "object"),
-            ),
-            "member_expression" => (
-                grammar.child(function, "property"),
-                grammar.child(function, "object"),
-            ),
-            _ => (None, None),
-        };
-        let Some(method) = method.map(|m| self.text(m)) else {
-            return false;
-        };
+        let method = self.text(method);
         // the receiver's last name (`environ` of `os.environ`)
         let receiver = object.map(|o| {
             let text = self.text(o);
@@ -1146,16 +1134,7 @@ impl<'a, 't> Walker<'a, 't> {
     /// part of it (`pw.strip()`, `pw.encode("utf-8")`, `pw.trim()`, `pw.slice(0, 8)`): its
     /// receiver is a piece of its value, its arguments are not. Constant cost.
     fn text_call(&self, call: Node<'t>) -> bool {
-        let grammar = self.grammar;
-        let Some(function) = grammar.child(call, "function") else {
-            return false;
-        };
-        let method = match grammar.kind(function) {
-            "attribute" => grammar.child(function, "attribute"),
-            "member_expression" => grammar.child(function, "property"),
-            _ => None,
-        };
-        let Some(method) = method else {
+        let Some((method, Some(_))) = self.callee(call) else {
             return false;
         };
         let python_methods: &[&str] = &[
@@ -1661,17 +1640,7 @@ impl<'t> Walker<'_, 't> {
         let Some(call) = level.checked_sub(2).and_then(|at| self.frames.get(at)) else {
             return false;
         };
-        let grammar = self.grammar;
-        let Some(function) = grammar.child(call.node, "function") else {
-            return false;
-        };
-        let callee = match grammar.kind(function) {
-            "identifier" => Some(function),
-            "member_expression" => grammar.child(function, "property"),
-            "attribute" => grammar.child(function, "attribute"),
-            _ => None,
-        };
-        callee.is_some_and(|callee| {
+        self.callee(call.node).is_some_and(|(callee, _)| {
             let name = self.text(callee);
             secrets::PASSWORD_ARGUMENTS
                 .iter()
@@ -1750,22 +1719,10 @@ impl<'t> Walker<'_, 't> {
                 let Some(call) = level.checked_sub(2).and_then(|at| self.frames.get(at)) else {
                     return false;
                 };
-                let Some(function) = grammar.child(call.node, "function") else {
+                let Some((callee, receiver)) = self.callee(call.node) else {
                     return false;
                 };
-                let (callee, receiver) = match grammar.kind(function) {
-                    "identifier" => (Some(function), None),
-                    "member_expression" => (
-                        grammar.child(function, "property"),
-                        grammar.child(function, "object"),
-                    ),
-                    "attribute" => (
-                        grammar.child(function, "attribute"),
-                        grammar.child(function, "object"),
-                    ),
-                    _ => (None, None),
-                };
-                if !callee.is_some_and(|c| self.text(c) == secrets::JDBC_DRIVER_ARGS.0) {
+                if self.text(callee) != secrets::JDBC_DRIVER_ARGS.0 {
                     return false;
                 }
                 if self.names_jaydebeapi
