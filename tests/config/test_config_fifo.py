@@ -137,11 +137,12 @@ def test_bash_process_substitution_is_read(tmp_path: Path) -> None:
 
 
 def _as_nobody() -> list[str] | None:
-    """The command prefix that runs a program as the unprivileged user nobody (65534), if
-    this test runs as root and one of the tools can: `setpriv`, else `runuser`."""
+    """The command prefix that runs `pml` as the unprivileged user nobody (65534), if this
+    test runs as root and one of the tools can: `setpriv`, else `runuser`; None also when
+    nobody cannot reach this checkout (a clone in a folder only root may enter)."""
     if os.geteuid() != 0:
         return None
-    probe = [sys.executable, "-c", "import os; print(os.geteuid())"]
+    probe = [sys.executable, "-c", "import os, pml_server.cli; print(os.geteuid())"]
     for prefix in (
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"],
         ["runuser", "-u", "nobody", "--"],
@@ -159,7 +160,7 @@ def test_a_config_file_the_server_cannot_read_is_named_exit_2() -> None:
     no traceback (the server runs as nobody; the file is root's, mode 0600)."""
     prefix = _as_nobody()
     if prefix is None:
-        pytest.skip("needs root and setpriv or runuser to run pml serve as nobody")
+        pytest.skip("needs root, setpriv or runuser, and a checkout nobody may read")
     root = Path(tempfile.mkdtemp(prefix="pml-unreadable-"))
     try:
         os.chmod(root, 0o777)  # nobody may enter it and create its data directory
