@@ -672,6 +672,14 @@ def test_a_tagged_or_interpolated_template_keeps_no_credential(language: str, co
     assert "[REDACTED]" in result.redacted_code
 
 
+def _assert_kept_whole(code: str, language: str) -> None:
+    """`code` parses, and no parameter of it is a secret: nothing redacted."""
+    result = _core.normalize(code, language)
+    assert result.parse_ok, (code, result.fallback_reason)
+    assert not any(p.secret for p in result.params), code
+    assert "[REDACTED]" not in result.redacted_code, code
+
+
 def _captured(
     code: str, language: str, secret: str = "hunter2corral", braces: bool = False
 ) -> tuple[NormalizedCode, str]:
@@ -794,10 +802,7 @@ def test_a_pair_of_strings_given_to_another_call_keeps_its_values() -> None:
         'c = jaydebeapi.connect(d, url, ["bob", "pw", "x"])',
         'pool.getConnection("a", "b")',
     ]:
-        result = _core.normalize(code, "python")
-        assert result.parse_ok, (code, result.fallback_reason)
-        assert not any(p.secret for p in result.params), code
-        assert "[REDACTED]" not in result.redacted_code, code
+        _assert_kept_whole(code, "python")
 
 
 def test_an_argv_list_without_a_credential_keeps_its_values() -> None:
@@ -809,10 +814,7 @@ def test_an_argv_list_without_a_credential_keeps_its_values() -> None:
         ("javascript", 'spawn("ls", ["-la", "/tmp/passwords"])'),
         ("javascript", 'await mcp.q({cols: ["user", "password_hash", "token_count"]})'),
     ]:
-        result = _core.normalize(code, language)
-        assert result.parse_ok, (code, result.fallback_reason)
-        assert not any(p.secret for p in result.params), code
-        assert "[REDACTED]" not in result.redacted_code, code
+        _assert_kept_whole(code, language)
 
 
 @pytest.mark.parametrize(
@@ -1046,10 +1048,7 @@ def test_ordinary_code_and_text_near_the_new_rules_keep_their_values() -> None:
         ("python", 'creds = ["bob", "pw", "x"]\nc = jaydebeapi.connect(d, url, creds)'),
         ("javascript", 'const spec = {bearerFormat: "JWT", scheme: "bearer"};'),
     ]:
-        result = _core.normalize(code, language)
-        assert result.parse_ok, (code, result.fallback_reason)
-        assert not any(p.secret for p in result.params), code
-        assert "[REDACTED]" not in result.redacted_code, code
+        _assert_kept_whole(code, language)
     texts = [
         '{"body": "{\\"user\\": \\"bob\\", \\"max_tokens\\": 5}"}',
         'sqlite3.connect("a.db", 5, ["a", "b"])',
