@@ -10,10 +10,11 @@ this one. Both writes join the capture's own atomic batch, so a capture and what
 are written together or not at all, and a replayed request id teaches nothing twice.
 
 A tenant keeps at most `max_sessions` sessions: every `max_sessions / 8` sessions a process
-starts for a tenant, it sweeps them (`sweep`): idle ones are dropped, then the least recently
-used beyond the bound, `SWEEP_CHUNK` to a write that deletes a row only if still as scanned.
-Between sweeps a tenant holds at most the bound plus what the processes sharing the store
-started since their last sweep.
+starts for a tenant, and at least every `SWEEP_EVERY_AT_MOST` whatever the bound (`sweep_every`),
+it sweeps them (`sweep`): idle ones are dropped, then the least recently used beyond the bound,
+`SWEEP_CHUNK` to a write that deletes a row only if still as scanned. Between sweeps a tenant
+holds at most the bound plus what the processes sharing the store started since their last
+sweep.
 """
 
 from __future__ import annotations
@@ -81,13 +82,25 @@ def follow(
         state.new_sessions.started(tenant)
 
 
+# New sessions between two sweeps at most, whatever `max_sessions`: the default bound's eighth
+# (docs/ranking.md, Sessions). A bound of a billion swept every 125 million new sessions, so idle
+# sessions were never deleted from the store.
+SWEEP_EVERY_AT_MOST = LIMITS.sessions.bound // 8
+
+
+def sweep_every(bound: int) -> int:
+    """New sessions of a tenant between two sweeps, `bound` its `max_sessions`: an eighth of the
+    bound, at least 1, at most `SWEEP_EVERY_AT_MOST` (docs/ranking.md, Sessions)."""
+    return max(1, min(bound // 8, SWEEP_EVERY_AT_MOST))
+
+
 def sweep_if_due(state: EngineState, tenant: str) -> None:
-    """`sweep` once this process started `max_sessions / 8` sessions of the tenant since the
-    last one (called after a capture's locks are released, its write committed). A sweep
-    that fails is logged, never the capture's error: the capture is stored, and the next
-    sweep drops what this one left."""
+    """`sweep` once this process started `sweep_every` sessions of the tenant since the last
+    one (called after a capture's locks are released, its write committed). A sweep that
+    fails is logged, never the capture's error: the capture is stored, and the next sweep
+    drops what this one left."""
     bound = state.rules.limits.fields.sessions.bound
-    if state.new_sessions.sweep_due(tenant, max(1, bound // 8)):
+    if state.new_sessions.sweep_due(tenant, sweep_every(bound)):
         try:
             sweep(state, tenant)
         except Exception as error:  # housekeeping: the committed capture stands

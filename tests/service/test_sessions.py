@@ -250,6 +250,27 @@ def test_sweep_drops_idle_sessions(engine_of: EngineOf) -> None:
     assert [k for k, _, _ in engine._state.repo.sessions.session_rows(T)] == [session_key(T, "new")]
 
 
+def test_idle_sessions_are_swept_whatever_max_sessions(engine_of: EngineOf) -> None:
+    """A bound of a billion sessions still sweeps every `SWEEP_EVERY_AT_MOST` new sessions
+    (docs/ranking.md, Sessions): sessions idle longer than `session_idle_seconds` are deleted
+    from the store, not only passed over when their next step is recorded."""
+    clock = Clock()
+    engine = engine_of(clock, session_idle_seconds=60.0, max_sessions=10**9)
+    _capabilities(engine)
+    intent, tools = STEPS["ls"]
+
+    def start(names: list[str]) -> None:
+        engine.record_many(T, [replace(make_record(n, intent, tools), session_id=n) for n in names])
+
+    start([f"old{i}" for i in range(64)])
+    clock.now_ms += 61_000
+    new = [f"new{i}" for i in range(_sessions.SWEEP_EVERY_AT_MOST)]
+    for at in range(0, len(new), 64):  # record_many takes at most 64 records a call
+        start(new[at : at + 64])
+    kept = {key for key, _, _ in engine._state.repo.sessions.session_rows(T)}
+    assert kept == {session_key(T, n) for n in new}
+
+
 def test_the_sweep_keeps_a_session_a_capture_refreshed_after_its_scan(
     engine_of: EngineOf, monkeypatch: pytest.MonkeyPatch
 ) -> None:
