@@ -431,7 +431,11 @@ def suggest(args: argparse.Namespace) -> int:
         _print_json(_as_json(reply))
     else:
         render.suggestions(
-            _console(), render.printable(reply), explain=args.explain, intent=args.intent
+            _console(),
+            render.printable(reply),
+            explain=args.explain,
+            intent=args.intent,
+            no_tools=tools == [],
         )
     return EXIT_OK
 

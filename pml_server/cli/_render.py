@@ -191,19 +191,12 @@ def suggestions(
     reply: pml_pb2.SuggestResponse,
     explain: bool = False,
     intent: str | None = None,
+    no_tools: bool = False,
 ) -> None:
     """`intent`: the request, for each suggestion's cautions (docs/ranking.md, Weak
-    matches)."""
-    if not reply.suggestions and reply.filtered:
-        console.print("no suggestions: the filters removed every candidate (listed below)")
-    elif not reply.suggestions and not intent:
-        # no intent: what usually comes next (docs/ranking.md, Sessions)
-        console.print("no suggestions: nothing recorded ever followed that step")
-    elif not reply.suggestions:
-        console.print(
-            "no suggestions: nothing stored matches this intent well enough"
-            + ("" if explain else " (--explain shows what the filters removed)")
-        )
+    matches); `no_tools`: the request's `available_tools` was an empty list (`--tools ""`)."""
+    if not reply.suggestions:
+        console.print(f"no suggestions: {_why_none(reply, explain, intent, no_tools)}")
     else:
         if reply.read_as_follow_up:
             console.print(
@@ -218,6 +211,29 @@ def suggestions(
         console.print("[dim]template of the best suggestion:[/]")
         console.print(reply.suggestions[0].pattern.template, markup=False, highlight=False)
     _plans(console, reply, explain)
+
+
+def _why_none(
+    reply: pml_pb2.SuggestResponse, explain: bool, intent: str | None, no_tools: bool
+) -> str:
+    """Why a Suggest answered no suggestion, as far as the request and the reply tell."""
+    if no_tools:
+        # an empty `available_tools`: no tool is reachable, so only patterns without tools pass
+        # (docs/ranking.md, Context filters), however well the others match
+        head = "--tools named no tool, so only patterns that use none can be suggested"
+        if reply.filtered:
+            return f"{head}: the filters removed every candidate (listed below)"
+        return f"{head}, and none of those " + (
+            "ever followed that step" if not intent else "matches this intent well enough"
+        )
+    if reply.filtered:
+        return "the filters removed every candidate (listed below)"
+    if not intent:
+        # no intent: what usually comes next (docs/ranking.md, Sessions)
+        return "nothing recorded ever followed that step"
+    return "nothing stored matches this intent well enough" + (
+        "" if explain else " (--explain shows what the filters removed)"
+    )
 
 
 def _plans(console: Console, reply: pml_pb2.SuggestResponse, explain: bool) -> None:

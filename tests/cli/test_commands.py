@@ -714,6 +714,28 @@ def test_suggest_tools_listed_with_spaces_after_the_commas(run: object) -> None:
         ], tools
 
 
+@pytest.mark.parametrize("tools", ["", ",", " ", " , "])
+def test_suggest_with_tools_naming_none_says_so(run: object, tools: str) -> None:
+    """`--tools ""` (or only commas and spaces) sends an empty `available_tools`: no tool is
+    reachable, so only patterns without tools can be suggested, as on the gRPC API and MCP
+    (docs/ranking.md, Context filters). An empty answer says that, not that nothing matched
+    the intent well enough (the pattern of read_file and parse_json matches it exactly)."""
+    assert callable(run)
+    run("record", "--intent", "Read JSON file", "--code", READ, "--tool", "read_file")
+    for explain in ((), ("--explain",)):
+        out = run("suggest", "Read JSON file", "--tools", tools, *explain)
+        assert out.startswith(
+            "no suggestions: --tools named no tool, so only patterns that use none can be suggested"
+        ), out
+    reply = json.loads(run("suggest", "Read JSON file", "--tools", tools, "--json", "--explain"))
+    assert reply.get("suggestions", []) == []
+    assert [f["rule"] for f in reply["filtered"]] == ["available_tools"]
+    # a pattern that uses no tool is still suggested
+    run("record", "--intent", "Add two numbers", "--code", "return 2 + 3")
+    reply = json.loads(run("suggest", "Add two numbers", "--tools", tools, "--json"))
+    assert [s["pattern"]["tools_used"] for s in reply["suggestions"]] == [[]]
+
+
 def test_json_is_a_flag_of_the_commands_that_print_replies_not_of_mcp(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
