@@ -1,7 +1,7 @@
 // Types of the pml Node package (index.js). Field names are the protos' (snake_case), enums
 // their names as strings, 64-bit integers numbers (proto-loader: keepCase, enums: String,
 // longs: Number).
-import type { Client, ServiceError } from "@grpc/grpc-js";
+import type { Client, Metadata, ServiceError } from "@grpc/grpc-js";
 
 // An enum is its value's name, or its number when the package does not know it (a value a
 // newer server added): kept, as the Python client keeps the int and Go the numeric value, not
@@ -216,7 +216,7 @@ export interface UploadReport {
   reconnects: number;
 }
 
-/** Each option object takes only its own keys: another one is refused (a TypeError naming it). */
+/** Each option object takes only its own keys: another one is refused (an ArgumentError naming it). */
 export interface ClientOptions {
   /** Sent as `authorization: Bearer <key>`; default: $PML_API_KEY. Printable ASCII, at most 1024
    * characters once the whitespace around it is dropped, or the constructor throws. */
@@ -245,6 +245,16 @@ export interface ClientOptions {
 export interface CallOptions {
   /** Aborting it cancels the call in flight and its retries. */
   signal?: AbortSignal;
+}
+
+/** What a refused argument throws (the constructor's target and options, TLS files included; a
+ * call's or an upload's options; `call`'s method), nothing sent: a TypeError with `code`
+ * INVALID_ARGUMENT and a google.rpc.BadRequest naming the argument in `metadata`
+ * (`errorDetails(err).fieldViolations`), as a refused request has. */
+export interface ArgumentError extends TypeError {
+  code: 3;
+  details: string;
+  metadata: Metadata;
 }
 
 /** What a call aborted by its signal rejects with (`code`: grpc status CANCELLED). */

@@ -295,21 +295,21 @@ const UPLOAD_OPTIONS = ["maxReconnects", "onAck", "signal"];
 function checkKnown(what, options, allowed) {
   const unknown = Object.keys(options).find((key) => !allowed.includes(key));
   if (unknown !== undefined) {
-    throw new TypeError(`pml: ${what} ${JSON.stringify(unknown)} is none of ${allowed.join(", ")}`);
+    throw argumentError(`pml: ${what} ${JSON.stringify(unknown)} is none of ${allowed.join(", ")}`, unknown);
   }
 }
 
 function signalOf(what, options, allowed = CALL_OPTIONS) {
   if (options === undefined || options === null) return undefined;
   if (typeof options !== "object") {
-    throw new TypeError(`pml: ${what}: options is ${typeof options}, not an object ({ signal })`);
+    throw argumentError(`pml: ${what}: options is ${typeof options}, not an object ({ signal })`, "options");
   }
   checkKnown(`${what}: option`, options, allowed);
   const { signal } = options;
   if (signal === undefined) return undefined;
   if (signal === null || typeof signal !== "object" || typeof signal.aborted !== "boolean" ||
       typeof signal.addEventListener !== "function") {
-    throw new TypeError(`pml: ${what}: signal is ${signal === null ? "null" : typeof signal}, not an AbortSignal`);
+    throw argumentError(`pml: ${what}: signal is ${signal === null ? "null" : typeof signal}, not an AbortSignal`, "signal");
   }
   return signal;
 }
@@ -359,19 +359,19 @@ function newRecord(intent, code, language = "typescript", toolCalls = []) {
 function channelCredentials(tls, caFile, certFile, keyFile) {
   if (Boolean(certFile) !== Boolean(keyFile)) {
     const [given, missing] = certFile ? ["certFile", "keyFile"] : ["keyFile", "certFile"];
-    throw new Error(`pml: ${given} given without ${missing}: mutual TLS needs the client certificate and its key`);
+    throw argumentError(`pml: ${given} given without ${missing}: mutual TLS needs the client certificate and its key`, given);
   }
   if (!tls && !caFile && !certFile) return grpc.credentials.createInsecure();
   const ca = caFile ? tlsFile("caFile", caFile) : null;
   if (ca && !ca.includes("-----BEGIN CERTIFICATE-----")) {
-    throw new Error(`pml: caFile ${caFile} holds no PEM certificate`);
+    throw argumentError(`pml: caFile ${caFile} holds no PEM certificate`, "caFile");
   }
   const key = keyFile ? tlsFile("keyFile", keyFile) : null;
   const cert = certFile ? tlsFile("certFile", certFile) : null;
   try {
     return grpc.credentials.createSsl(ca, key, cert);
   } catch (err) {
-    throw new Error(`pml: certFile ${certFile}, keyFile ${keyFile}: ${err.message}`);
+    throw argumentError(`pml: certFile ${certFile}, keyFile ${keyFile}: ${err.message}`, "certFile", "keyFile");
   }
 }
 
@@ -381,7 +381,7 @@ function tlsFile(option, file) {
     return fs.readFileSync(file);
   } catch (err) {
     // "ENOENT: no such file or directory, open '/x'": the file is named once, before
-    throw new Error(`pml: ${option} ${file} cannot be read: ${err.message.split(", ")[0]}`);
+    throw argumentError(`pml: ${option} ${file} cannot be read: ${err.message.split(", ")[0]}`, option);
   }
 }
 
@@ -408,20 +408,21 @@ const MAX_TIMEOUT_MS = 2 ** 31 - 1;
  */
 function headerKey(apiKey) {
   if (typeof apiKey !== "string") {
-    throw new TypeError(`pml: apiKey is ${apiKey === null ? "null" : typeof apiKey}, not a string`);
+    throw argumentError(`pml: apiKey is ${apiKey === null ? "null" : typeof apiKey}, not a string`, "apiKey");
   }
   const key = apiKey.trim();
   const chars = [...key];
   const bad = chars.findIndex((ch) => !(ch >= " " && ch <= "~"));
   if (bad >= 0) {
     const code = chars[bad].codePointAt(0);
-    throw new TypeError(
+    throw argumentError(
       `pml: apiKey holds U+${code.toString(16).toUpperCase().padStart(4, "0")} at position ${bad}: ` +
         "a key is printable ASCII (as `pml keys add` prints it)",
+      "apiKey",
     );
   }
   if (key.length > MAX_KEY_CHARS) {
-    throw new TypeError(`pml: apiKey is ${key.length} characters; a key is at most ${MAX_KEY_CHARS} (\`pml keys add\` prints 47)`);
+    throw argumentError(`pml: apiKey is ${key.length} characters; a key is at most ${MAX_KEY_CHARS} (\`pml keys add\` prints 47)`, "apiKey");
   }
   return key;
 }
@@ -444,21 +445,21 @@ function targetProblem(target) {
  * descriptor 5; `tls: "no"` turned TLS on; options that were no object were ignored). */
 function checkOptions(target, options) {
   if (typeof target !== "string" || target.trim() === "") {
-    throw new TypeError(`pml: target ${JSON.stringify(target) ?? String(target)}: give "host:port"`);
+    throw argumentError(`pml: target ${JSON.stringify(target) ?? String(target)}: give "host:port"`, "target");
   }
   const problem = targetProblem(target.trim());
-  if (problem) throw new TypeError(`pml: target ${JSON.stringify(target.trim())} ${problem}: give "host:port"`);
+  if (problem) throw argumentError(`pml: target ${JSON.stringify(target.trim())} ${problem}: give "host:port"`, "target");
   if (options === null || typeof options !== "object" || Array.isArray(options)) {
-    throw new TypeError(`pml: options is ${options === null ? "null" : Array.isArray(options) ? "an array" : typeof options}, not an object`);
+    throw argumentError(`pml: options is ${options === null ? "null" : Array.isArray(options) ? "an array" : typeof options}, not an object`, "options");
   }
   checkKnown("option", options, CLIENT_OPTIONS);
   for (const name of ["caFile", "certFile", "keyFile"]) {
     if (options[name] !== undefined && (typeof options[name] !== "string" || options[name] === "")) {
-      throw new TypeError(`pml: ${name} ${JSON.stringify(options[name])}: a file path`);
+      throw argumentError(`pml: ${name} ${JSON.stringify(options[name])}: a file path`, name);
     }
   }
   if (options.tls !== undefined && typeof options.tls !== "boolean") {
-    throw new TypeError(`pml: tls ${JSON.stringify(options.tls)}: true or false`);
+    throw argumentError(`pml: tls ${JSON.stringify(options.tls)}: true or false`, "tls");
   }
 }
 
@@ -480,16 +481,18 @@ class PmlClient {
     // Over MAX_TIMEOUT_MS, Node's timers fire at once (the upload's silence cancelled every
     // stream) and grpc-js threw "Deadline is too far in the future" uncaught, ending the process.
     if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !(timeoutMs <= MAX_TIMEOUT_MS)) {
-      throw new TypeError(
+      throw argumentError(
         `pml: timeoutMs ${shown(timeoutMs)}: a number of milliseconds above 0, at most ${MAX_TIMEOUT_MS} (24.8 days)`,
+        "timeoutMs",
       );
     }
     if (!(Number.isInteger(maxRetries) || maxRetries === Infinity) || maxRetries < 0) {
-      throw new TypeError(`pml: maxRetries ${shown(maxRetries)}: an integer from 0 (0: none), or Infinity`);
+      throw argumentError(`pml: maxRetries ${shown(maxRetries)}: an integer from 0 (0: none), or Infinity`, "maxRetries");
     }
     if (typeof retryBudgetMs !== "number" || !(retryBudgetMs >= 0) || !(retryBudgetMs <= MAX_TIMEOUT_MS)) {
-      throw new TypeError(
+      throw argumentError(
         `pml: retryBudgetMs ${shown(retryBudgetMs)}: a number of milliseconds from 0 (0: no retries), at most ${MAX_TIMEOUT_MS}`,
+        "retryBudgetMs",
       );
     }
     this._maxRetries = maxRetries;
@@ -535,7 +538,7 @@ class PmlClient {
     if (!rpc || rpc.requestStream || rpc.responseStream) {
       // it threw "this.raw[method] is not a function", or called a stream as if unary
       const which = rpc ? `${method} is a stream (upload(), or pml.raw.${method})` : `no RPC ${JSON.stringify(method)}`;
-      throw new TypeError(`pml: call: ${which}: a unary RPC of pml.v1.PmlService`);
+      throw argumentError(`pml: call: ${which}: a unary RPC of pml.v1.PmlService`, "method");
     }
     // A request that does not serialize failed INTERNAL "Request message serialization
     // failure", and only once a connection was up (UNAVAILABLE while none was); a string or a
@@ -648,10 +651,10 @@ class PmlClient {
     const { maxReconnects = 5, onAck } = options || {};
     // a maxReconnects of text compared false with every count: reconnects without end
     if (!Number.isInteger(maxReconnects) || maxReconnects < 0) {
-      throw new TypeError(`pml: upload: maxReconnects ${JSON.stringify(maxReconnects)}: an integer from 0 (0: none)`);
+      throw argumentError(`pml: upload: maxReconnects ${JSON.stringify(maxReconnects)}: an integer from 0 (0: none)`, "maxReconnects");
     }
     if (onAck !== undefined && typeof onAck !== "function") {
-      throw new TypeError(`pml: upload: onAck is ${typeof onAck}, not a function`);
+      throw argumentError(`pml: upload: onAck is ${typeof onAck}, not a function`, "onAck");
     }
     if (!Array.isArray(records)) {
       throw invalidArgument("records: an array of ExecutionRecords (nothing was sent)", "records", `is ${kindOf(records)}, not an array of ExecutionRecords`);
@@ -878,14 +881,28 @@ function invalidArgument(message, field, description) {
   return statusError(grpc.status.INVALID_ARGUMENT, message, [badRequest([{ field, description }])]);
 }
 
+/**
+ * A refused argument the client takes itself (the constructor's target and options, the TLS
+ * files included; a call's or an upload's options; `call`'s method), nothing sent: a TypeError,
+ * as the README and index.d.ts promise, in the client's error tree as a refused request is
+ * (`invalidArgument`): code INVALID_ARGUMENT and a google.rpc.BadRequest naming each of
+ * `fields`, described by the message without its "pml: " (clients/node/README.md). They were
+ * TypeErrors (the TLS files' plain Errors) with neither.
+ */
+function argumentError(message, ...fields) {
+  const description = message.replace(/^pml: /, "");
+  const violations = fields.map((field) => ({ field, description }));
+  return statusError(grpc.status.INVALID_ARGUMENT, message, [badRequest(violations)], TypeError);
+}
+
 /** An error as grpc-js gives a refused call's: `code`, `details`, and the google.rpc.Status
- * with `details` (Anys) in its metadata, which `errorDetails` reads. */
-function statusError(code, message, details) {
+ * with `details` (Anys) in its metadata, which `errorDetails` reads; a `Kind` (Error). */
+function statusError(code, message, details, Kind = Error) {
   const { Status } = api();
   const status = Status.encode(Status.create({ code, message, details })).finish();
   const metadata = new grpc.Metadata();
   metadata.set("grpc-status-details-bin", Buffer.from(status));
-  return Object.assign(new Error(message), { code, details: message, metadata });
+  return Object.assign(new Kind(message), { code, details: message, metadata });
 }
 
 /** A google.rpc.BadRequest of `violations` ({field, description}) as a google.protobuf.Any. */

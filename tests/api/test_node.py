@@ -285,6 +285,51 @@ def test_tls_options_it_cannot_use_are_refused_naming_the_option(
     }
 
 
+def test_arguments_the_client_refuses_are_type_errors_naming_them(
+    node_client: Path, tmp_path: Path
+) -> None:
+    """The client's own refusals of its arguments (a bad target, bad options, the TLS files,
+    a call's or an upload's options, `call`'s method) were plain TypeErrors (the TLS files'
+    plain Errors) without the code and BadRequest of a refused request: each is a TypeError
+    with code INVALID_ARGUMENT and a google.rpc.BadRequest naming the argument
+    (`errorDetails(err)`), its message as before (clients/node/README.md)."""
+    (tmp_path / "not.pem").write_text("not a certificate")
+    done = _node(node_client, "test/argument_errors.js", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert "s3cr3t" not in done.stdout  # a key refused is never echoed, nor in the details
+    fields = {
+        "targetEmpty": ["target"],
+        "targetNumber": ["target"],
+        "targetUrl": ["target"],
+        "targetPort": ["target"],
+        "optionsNull": ["options"],
+        "optionTypo": ["timeout"],
+        "timeoutZero": ["timeoutMs"],
+        "retriesText": ["maxRetries"],
+        "budgetNegative": ["retryBudgetMs"],
+        "keyNotString": ["apiKey"],
+        "keyNewline": ["apiKey"],
+        "tlsText": ["tls"],
+        "caFileNumber": ["caFile"],
+        "keyAlone": ["keyFile"],
+        "caMissing": ["caFile"],
+        "caNotPem": ["caFile"],
+        "pairNotPem": ["certFile", "keyFile"],
+        "callMethod": ["method"],
+        "callOptionTypo": ["timeoutMs"],
+        "callSignal": ["signal"],
+        "uploadReconnects": ["maxReconnects"],
+        "uploadOnAck": ["onAck"],
+    }
+    assert {case: shape[:3] for case, shape in said.items()} == {
+        case: [True, "INVALID_ARGUMENT", named] for case, named in fields.items()
+    }
+    assert said["timeoutZero"][3] == (
+        "pml: timeoutMs 0: a number of milliseconds above 0, at most 2147483647 (24.8 days)"
+    )
+
+
 def test_upload_to_a_server_that_is_down_gives_up_unavailable(node_client: Path) -> None:
     """Nothing listens: each stream waits for the connection at most timeoutMs, and the upload
     rejects UNAVAILABLE naming the address once the reconnects run out (it waited forever:
@@ -507,7 +552,7 @@ def test_bad_arguments_are_refused_naming_them(node_client: Path, server: Runnin
         "(one: [value]) (nothing was sent)",
         "recordText": f"{invalid} RecordExecution: record is a string, not a "
         "pml.v1.ExecutionRecord object (nothing was sent)",
-        "callOptionTimeout": 'undefined pml: call GetStats: option "timeoutMs" is none of signal',
+        "callOptionTimeout": f'{invalid} pml: call GetStats: option "timeoutMs" is none of signal',
         "requestTextFields": ["request"],
         "reconnectsText": 'pml: upload: maxReconnects "5": an integer from 0 (0: none)',
         "uploadOptionTypo": 'pml: upload: option "maxReconnect" is none of maxReconnects, '

@@ -1,7 +1,7 @@
 // Compiled by `npm run typecheck` (tests/test_api_node.py): the package's types as a TypeScript
 // user sees them through its `exports`. Misuse is marked with @ts-expect-error, so a type that
 // became `any` fails the check too.
-import { PmlClient, newRecord, errorDetails, type AbortError, type CaptureOutcome, type CaptureResult, type ExecutionStatus, type SuggestResponse } from "pml-client";
+import { PmlClient, newRecord, errorDetails, type AbortError, type ArgumentError, type CaptureOutcome, type CaptureResult, type ExecutionStatus, type SuggestResponse } from "pml-client";
 
 async function use(pml: PmlClient): Promise<number> {
   const result: CaptureResult = await pml.record(
@@ -48,3 +48,14 @@ async function use(pml: PmlClient): Promise<number> {
 }
 
 void use(new PmlClient("127.0.0.1:50051", { apiKey: "k" }));
+
+// a refused argument is a TypeError with the gRPC code of a refused request
+try {
+  new PmlClient("127.0.0.1:50051", { timeoutMs: 0 });
+} catch (err) {
+  if (err instanceof TypeError) {
+    const code: 3 = (err as ArgumentError).code;
+    const field: string = errorDetails(err).fieldViolations[0].field;
+    void code, field;
+  }
+}
