@@ -84,7 +84,7 @@ var reconnectBackoff = backoff.Config{
 
 // Client is a connection to one pml server. It is safe for concurrent use.
 type Client struct {
-	refused  func(error) error // tlsRefusal of this connection
+	refused  func(context.Context, error) error // tlsRefusal of this connection
 	conn     *grpc.ClientConn
 	api      pmlv1.PmlServiceClient
 	timeout  time.Duration
@@ -130,7 +130,7 @@ func Dial(target string, opts Options) (*Client, error) {
 	if creds.Info().SecurityProtocol == "insecure" {
 		plainTarget = target
 	}
-	refused := func(err error) error { return tlsRefusal(err, asked, plainTarget) }
+	refused := func(ctx context.Context, err error) error { return tlsRefusal(ctx, err, asked, plainTarget) }
 	if opts.RetryBudget < 0 {
 		return nil, fmt.Errorf("pml: Options.RetryBudget is %v: a duration from 0 (0: the default, %v)",
 			opts.RetryBudget, DefaultRetryBudget)
@@ -450,7 +450,7 @@ func (c *Client) Upload(ctx context.Context, records []*pmlv1.ExecutionRecord, o
 			return report, err
 		}
 		last = c.streamOnce(ctx, todo, &sequence, report, resend, opts.OnAck)
-		if refused := c.refused(last); refused != nil {
+		if refused := c.refused(ctx, last); refused != nil {
 			return report, refused
 		}
 	}
@@ -483,7 +483,7 @@ func (c *Client) maxMessageBytes(ctx context.Context) (int, error) {
 	// Asked once: the upload's streams' reconnects are its retries (a retry budget spent on
 	// this ask made an upload to a server that is gone wait seconds before its first stream).
 	info, err := c.api.GetServerInfo(context.WithValue(ctx, onceKey{}, true), &pmlv1.GetServerInfoRequest{})
-	if refused := c.refused(err); refused != nil {
+	if refused := c.refused(ctx, err); refused != nil {
 		return 0, refused
 	}
 	if err != nil {
@@ -563,10 +563,10 @@ func retryWait(attempt int, serverDelay time.Duration, now, retryUntil, deadline
 type onceKey struct{}
 
 // retryInterceptor retries as Options say; refused (nil: certificateFailure) says which
-// errors no retry cures.
-func retryInterceptor(maxRetries int, budget, timeout time.Duration, refused func(error) error) grpc.UnaryClientInterceptor {
+// errors no retry cures, under the call's context.
+func retryInterceptor(maxRetries int, budget, timeout time.Duration, refused func(context.Context, error) error) grpc.UnaryClientInterceptor {
 	if refused == nil {
-		refused = certificateFailure
+		refused = func(_ context.Context, err error) error { return certificateFailure(err) }
 	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 		invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -585,7 +585,7 @@ func retryInterceptor(maxRetries int, budget, timeout time.Duration, refused fun
 		var retryUntil time.Time // the budget's end, from the first failure
 		for attempt := 0; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, opts...)
-			if refused := refused(err); refused != nil {
+			if refused := refused(ctx, err); refused != nil {
 				return refused // no retry cures it
 			}
 			// RESOURCE_EXHAUSTED without RetryInfo is the message size limit: no wait cures it.
@@ -626,8 +626,11 @@ var closedWords = []string{"error reading server preface", "broken pipe", "conne
 // A plaintext client (plainTarget, its target; "" with TLS) meets a server that speaks TLS the
 // same way, "error reading server preface: EOF", each call retried for its budget and Upload
 // waiting Options.Timeout on each reconnect: a TLS handshake of the client's own (speaksTLS)
-// tells, and the error names Options.TLS and Options.CAFile.
-func tlsRefusal(err error, asked *atomic.Bool, plainTarget string) error {
+// tells, and the error names Options.TLS and Options.CAFile. That handshake is made under ctx,
+// the call's: when ctx ends first, its error is the answer (a server that never answered the
+// handshake held the call up to speaksTLSWithin past its deadline, docs/api.md, Deadlines and
+// retries).
+func tlsRefusal(ctx context.Context, err error, asked *atomic.Bool, plainTarget string) error {
 	if refused := certificateFailure(err); refused != nil {
 		return refused
 	}
@@ -641,7 +644,14 @@ func tlsRefusal(err error, asked *atomic.Bool, plainTarget string) error {
 			"for a client certificate (mutual TLS) and none was given (%s): set Options.CertFile and "+
 			"Options.KeyFile, a certificate its client CA signed; not retried", refusal.Message())
 	}
-	if plainTarget != "" && speaksTLS(plainTarget) {
+	if plainTarget == "" {
+		return nil
+	}
+	speaks, ended := speaksTLS(ctx, plainTarget)
+	if ended != nil {
+		return status.FromContextError(ended).Err()
+	}
+	if speaks {
 		return status.Errorf(codes.Unavailable, tlsSaid+"the server speaks TLS and this client "+
 			"connected in plaintext (%s): set Options.TLS, or Options.CAFile (the PEM of the CA that "+
 			"signed its certificate); not retried", refusal.Message())
@@ -653,24 +663,24 @@ func tlsRefusal(err error, asked *atomic.Bool, plainTarget string) error {
 // so is said already (Upload's ask of the server's limits went through the retry interceptor).
 const tlsSaid = "pml: TLS: "
 
-// speaksTLSWithin bounds speaksTLS's handshake.
+// speaksTLSWithin bounds speaksTLS's handshake, within the caller's context.
 const speaksTLSWithin = 5 * time.Second
 
 // speaksTLS says whether the server at target completes a TLS handshake, its certificate not
-// checked (nothing is sent over it).
-func speaksTLS(target string) bool {
+// checked (nothing is sent over it), made under ctx and for at most speaksTLSWithin; ended is
+// ctx's error when ctx ended before the answer (then speaks says nothing).
+func speaksTLS(ctx context.Context, target string) (speaks bool, ended error) {
 	dialer := &tls.Dialer{
-		NetDialer: &net.Dialer{Timeout: speaksTLSWithin},
-		Config:    &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}, //nolint:gosec // only asks whether it speaks TLS
+		Config: &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}, //nolint:gosec // only asks whether it speaks TLS
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), speaksTLSWithin)
+	within, cancel := context.WithTimeout(ctx, speaksTLSWithin)
 	defer cancel()
-	conn, err := dialer.DialContext(ctx, "tcp", strings.TrimPrefix(target, "dns:///"))
+	conn, err := dialer.DialContext(within, "tcp", strings.TrimPrefix(target, "dns:///"))
 	if err != nil {
-		return false
+		return false, ctx.Err()
 	}
 	_ = conn.Close()
-	return true
+	return true, nil
 }
 
 // certificateFailure is err said again when it is a failure to verify the server's TLS

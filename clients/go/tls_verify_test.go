@@ -9,11 +9,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"io"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,5 +222,82 @@ func TestAServerAskingForAClientCertificateIsNeverRetried(t *testing.T) {
 		[]*pmlv1.ExecutionRecord{readRecord("Read JSON file", "a.json")}, pml.UploadOptions{MaxReconnects: 3})
 	if err == nil || !strings.Contains(err.Error(), "Options.CertFile") || report.Reconnects != 0 {
 		t.Fatalf("Upload without a client certificate: %v after %d reconnects", err, report.Reconnects)
+	}
+}
+
+// silentTLSServer listens on loopback: it closes each plaintext connection at once (gRPC
+// then says UNAVAILABLE "error reading server preface: EOF", as of a server that speaks TLS
+// to a plaintext client) and never answers a TLS ClientHello, holding that connection until
+// the test ends; helloes says when the client sent one.
+func silentTLSServer(t *testing.T) (target string, helloes <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello := make(chan struct{}, 16)
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				first := make([]byte, 1)
+				if _, err := io.ReadFull(conn, first); err != nil || first[0] != 0x16 { // 0x16: a TLS handshake record
+					_ = conn.Close()
+					return
+				}
+				mu.Lock()
+				held = append(held, conn)
+				mu.Unlock()
+				select {
+				case hello <- struct{}{}:
+				default:
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, conn := range held {
+			_ = conn.Close()
+		}
+	})
+	return ln.Addr().String(), hello
+}
+
+// TestTheTLSProbeEndsWithTheCallersContext: a plaintext client whose call fails as against a
+// server that speaks TLS asks the server in a TLS handshake of its own (tlsRefusal); against
+// a server that never answers it, that handshake took up to 5 s whatever the call's context,
+// and the call then failed UNAVAILABLE. It ends with the caller's context: the call and the
+// upload return its error (DEADLINE_EXCEEDED; the upload the context's own error).
+func TestTheTLSProbeEndsWithTheCallersContext(t *testing.T) {
+	target, helloes := silentTLSServer(t)
+	client, err := pml.Dial(target, pml.Options{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err = client.API().GetStats(ctx, &pmlv1.GetStatsRequest{})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("GetStats under a deadline the TLS probe outlasts: %v, want DeadlineExceeded", err)
+	}
+	select {
+	case <-helloes: // the probe was made: the deadline ended it, not the call's own attempt
+	default:
+		t.Fatal("the client never asked the server in a TLS handshake")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err = client.Upload(ctx, []*pmlv1.ExecutionRecord{readRecord("Read JSON file", "a.json")}, pml.UploadOptions{})
+	if !errors.Is(err, context.DeadlineExceeded) && status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("Upload under a deadline the TLS probe outlasts: %v, want the deadline's error", err)
 	}
 }
