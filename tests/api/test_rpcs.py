@@ -221,6 +221,34 @@ def test_a_credential_written_as_a_field_in_free_text_reaches_no_stored_row(
 
 
 @pytest.mark.parametrize(
+    "prose",
+    [
+        "my password is {}",
+        "reset the password to {} please",
+        "mein Passwort ist {}",
+        "我的密码是{}，谢谢",
+    ],
+)
+def test_a_password_written_in_prose_reaches_no_stored_row(
+    client: PmlClient, server: RunningServer, prose: str
+) -> None:
+    """A password an intent, a tool's arguments or error, or a string of the code writes in
+    prose after its name and a link word is in no stored row (docs/normalization.md,
+    Secrets)."""
+    secret = "Winter2024x"
+    said = prose.format(secret)
+    record = make_record(
+        f"email the admin: {said}",
+        f"await mcp.send_email({{to: 'admin', body: {json.dumps(said)}}})",
+        tools=["send_email"],
+        failed_tools=[("send_email", f"rejected: {said}")],
+        arguments_json=json.dumps({"to": "admin", "body": said}),
+    )
+    client.record(record)
+    assert _families_holding(server, secret) == []
+
+
+@pytest.mark.parametrize(
     ("intent", "error"),
     [
         ("connect, pwd: {}", ""),

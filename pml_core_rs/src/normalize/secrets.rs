@@ -187,6 +187,7 @@ pub fn is_secret_value(value: &str) -> bool {
     is_credential_shaped(value)
         || has_secret_pair(value)
         || has_quoted_value_after_name(value)
+        || has_prose_password(value)
         || has_secret_field(value)
         || has_password_file_entry(value)
         || is_high_entropy_token(value.trim())
@@ -1059,6 +1060,207 @@ fn quoted_value_after_name_at(bytes: &[u8], at: usize) -> Option<(usize, usize)>
     (close > 0 && bytes[start + close] == quote).then_some((start, start + close))
 }
 
+/// Words of prose that name a password, in the languages requests come in (docs/ranking.md,
+/// Other languages): "my password is ...", "mein Passwort ist ...", "mon mot de passe est ...",
+/// "mi contraseña es ...". Compared without ASCII case.
+const PROSE_PASSWORD_WORDS: &[&str] = &[
+    "password",
+    "passwd",
+    "passphrase",
+    "passcode",
+    "passwort",
+    "kennwort",
+    "passe",
+    "contraseña",
+    "contrasena",
+];
+
+/// Words prose writes between a password's name and its value: "password is ...", "password
+/// was changed to ...", "Passwort lautet ...", "mot de passe est ...", "contraseña es ...".
+const PROSE_LINKS: &[&str] = &[
+    "is",
+    "was",
+    "are",
+    "be",
+    "been",
+    "now",
+    "still",
+    "set",
+    "changed",
+    "reset",
+    "updated",
+    "to",
+    "as",
+    "becomes",
+    "became",
+    "remains",
+    "will",
+    "would",
+    "should",
+    "must",
+    "it's",
+    "ist",
+    "war",
+    "lautet",
+    "wurde",
+    "bleibt",
+    "auf",
+    "jetzt",
+    "est",
+    "était",
+    "sera",
+    "reste",
+    "devient",
+    "maintenant",
+    "es",
+    "era",
+    "será",
+    "sigue",
+    "ahora",
+    "is:",
+    "was:",
+    "ist:",
+    "est:",
+    "es:",
+];
+
+/// Chinese words naming a password ("我的密码是hunter22"): no blank needs to follow them.
+const PROSE_PASSWORD_WORDS_CJK: &[&str] = &["密码", "口令"];
+
+/// Chinese links written after them ("密码是", "密码为", "密码：").
+const PROSE_LINKS_CJK: &[&str] = &["是", "为", "：", ":"];
+
+/// The most link words `prose_password_at` reads between the name and the value.
+const MAX_PROSE_LINKS: usize = 4;
+
+/// The longest word `prose_password_at` compares with a name or a link, in bytes.
+const MAX_PROSE_WORD: usize = 24;
+
+/// The longest unquoted value `prose_password_at` reads: a password a person writes in a
+/// sentence is short; the bound keeps the scan constant.
+const MAX_PROSE_VALUE: usize = 64;
+
+/// The end of the word of prose at `i` (to a blank, or to `stop`), when it is at most `max`
+/// bytes long.
+fn prose_word_end(bytes: &[u8], i: usize, max: usize, stop: impl Fn(u8) -> bool) -> Option<usize> {
+    let len = bytes[i..]
+        .iter()
+        .take(max + 1)
+        .take_while(|&&b| !b.is_ascii_whitespace() && !stop(b))
+        .count();
+    (len <= max).then_some(i + len)
+}
+
+/// The byte range of a password written in prose after its name and link words (docs/capture.md,
+/// Secrets): "my password is hunter22", "reset the password to Winter2024!", "the passphrase was
+/// 'correct horse'", "mein Passwort ist Sommer2024", "密码是abc12345". A quoted value is one
+/// whatever its shape; an unquoted word only when it does not read as a word of the sentence:
+/// four bytes or more with a digit or a symbol beside a letter, or four digits or more
+/// ("password is incorrect", "password is 8 characters" and "password was reset" are kept).
+/// At least one link word: "password hunter22" alone is kept. On one line; constant cost.
+fn prose_password_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    let mut i;
+    let cjk = bytes[at] >= 0x80;
+    if cjk {
+        let name = PROSE_PASSWORD_WORDS_CJK
+            .iter()
+            .find(|w| bytes[at..].starts_with(w.as_bytes()))?;
+        i = at + name.len();
+        if let Some(link) = PROSE_LINKS_CJK
+            .iter()
+            .find(|l| bytes[i..].starts_with(l.as_bytes()))
+        {
+            i += link.len();
+        } else {
+            return None;
+        }
+        i += bytes[i..]
+            .iter()
+            .take_while(|&&b| b == b' ' || b == b'\t')
+            .count();
+    } else {
+        if at > 0 && (is_name_byte(bytes[at - 1]) || bytes[at - 1] >= 0x80) {
+            return None;
+        }
+        let end = prose_word_end(bytes, at, MAX_PROSE_WORD, |b| {
+            !b.is_ascii_alphabetic() && b < 0x80
+        })?;
+        let word = &bytes[at..end];
+        if !PROSE_PASSWORD_WORDS
+            .iter()
+            .any(|w| word.eq_ignore_ascii_case(w.as_bytes()))
+        {
+            return None;
+        }
+        i = end;
+        let mut links = 0usize;
+        loop {
+            let gap = bytes[i..]
+                .iter()
+                .take_while(|&&b| b == b' ' || b == b'\t')
+                .count();
+            if gap == 0 {
+                return None;
+            }
+            i += gap;
+            let Some(end) = prose_word_end(bytes, i, MAX_PROSE_WORD, |_| false) else {
+                break;
+            };
+            let next = &bytes[i..end];
+            if links < MAX_PROSE_LINKS
+                && PROSE_LINKS
+                    .iter()
+                    .any(|l| next.eq_ignore_ascii_case(l.as_bytes()))
+            {
+                links += 1;
+                i = end;
+                continue;
+            }
+            break;
+        }
+        if links == 0 {
+            // "password hunter22" reads as a name before a value too rarely to redact by shape
+            // ("password reset2"); "password 'x'" is the quoted rule's
+            return None;
+        }
+    }
+    let quote = *bytes.get(i)?;
+    if matches!(quote, b'\'' | b'"' | b'`') {
+        let start = i + 1;
+        let close = bytes[start..]
+            .iter()
+            .take(MAX_QUOTED_VALUE)
+            .position(|&b| b == quote || b == b'\n')?;
+        return (close > 0 && bytes[start + close] == quote).then_some((start, start + close));
+    }
+    // a Chinese sentence goes on with no blank: its value is ASCII ("密码是abc12345，谢谢")
+    let end = prose_word_end(bytes, i, MAX_PROSE_VALUE, |b| cjk && b >= 0x80)?;
+    // the sentence's own punctuation after the value is kept
+    let mut value_end = end;
+    while value_end > i && matches!(bytes[value_end - 1], b'.' | b',' | b';' | b')') {
+        value_end -= 1;
+    }
+    let value = &bytes[i..value_end];
+    let letters = value
+        .iter()
+        .filter(|b| b.is_ascii_alphabetic() || **b >= 0x80)
+        .count();
+    let digits = value.iter().filter(|b| b.is_ascii_digit()).count();
+    let others = value.len() - letters - digits;
+    let chosen = (letters > 0 && digits + others > 0) || digits == value.len();
+    (value.len() >= 4 && chosen).then_some((i, value_end))
+}
+
+/// Whether `value` holds a password written in prose (`prose_password_at`): a string of code
+/// holding "my password is hunter22" is a secret parameter.
+fn has_prose_password(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    (0..bytes.len()).any(|i| {
+        (bytes[i].is_ascii_alphabetic() || bytes[i] >= 0xC0)
+            && prose_password_at(bytes, i).is_some()
+    })
+}
+
 /// Whether `value` holds a quoted value after a word naming a credential
 /// (`quoted_value_after_name_at`): a string of SQL, `"ALTER USER bob IDENTIFIED BY '...'"`.
 fn has_quoted_value_after_name(value: &str) -> bool {
@@ -1475,6 +1677,13 @@ fn redact(
         }
         if fields && is_name_byte(bytes[i]) {
             if let Some((from, to)) = quoted_value_after_name_at(bytes, i) {
+                ranges.push((from, to));
+                i = to;
+                continue;
+            }
+        }
+        if fields && (bytes[i].is_ascii_alphabetic() || bytes[i] >= 0xC0) {
+            if let Some((from, to)) = prose_password_at(bytes, i) {
                 ranges.push((from, to));
                 i = to;
                 continue;
@@ -1993,7 +2202,6 @@ mod tests {
         }
         for kept in [
             "SELECT name FROM users ORDER BY 'name'",
-            "my password is hunter2",
             "tokens = 'abc'",
             "password_length = '12'",
             "password\n'x'",
@@ -2005,6 +2213,69 @@ mod tests {
         let many = "password '".repeat(50_000);
         let _ = redact_text(&many);
         assert!(is_secret_value(&"password 'x' ".repeat(2)));
+    }
+
+    #[test]
+    fn free_text_and_strings_lose_a_password_written_in_prose() {
+        for (text, redacted) in [
+            ("my password is hunter2", "my password is [REDACTED]"),
+            (
+                "log in to github; my password is Hunter22!.",
+                "log in to github; my password is [REDACTED].",
+            ),
+            (
+                "reset bob's password to Winter2024 please",
+                "reset bob's password to [REDACTED] please",
+            ),
+            (
+                "the password was changed to 'correct horse'",
+                "the password was changed to '[REDACTED]'",
+            ),
+            ("Passphrase is: p@ss-w0rd", "Passphrase is: [REDACTED]"),
+            (
+                "the PIN passcode is 482913",
+                "the PIN passcode is [REDACTED]",
+            ),
+            (
+                "mein Passwort ist Sommer2024, danke",
+                "mein Passwort ist [REDACTED], danke",
+            ),
+            (
+                "mon mot de passe est soleil42",
+                "mon mot de passe est [REDACTED]",
+            ),
+            ("mi contraseña es gato_99", "mi contraseña es [REDACTED]"),
+            ("我的密码是abc12345，谢谢", "我的密码是[REDACTED]，谢谢"),
+            ("密码： hunter22", "密码： [REDACTED]"),
+        ] {
+            assert_eq!(redact_text(text), redacted, "{text}");
+            assert!(is_secret_value(text), "{text}");
+        }
+        for kept in [
+            "the password is incorrect",
+            "password is 8 characters long",
+            "the password was reset yesterday",
+            "password reset2 flow",
+            "passwords are hunter22",
+            "the password policy is v2",
+            "Passwort ist falsch",
+            "le mot de passe est expiré",
+            "密码是错误的",
+            "password is",
+            "my password is 123",
+        ] {
+            assert_eq!(redact_text(kept), kept);
+            assert!(!is_secret_value(kept), "{kept}");
+        }
+        // constant cost a word: long runs of names and links
+        for unit in [
+            "password is ",
+            "password ",
+            "密码是",
+            "password is is is is ",
+        ] {
+            let _ = redact_text(&unit.repeat(20_000));
+        }
     }
 
     #[test]
@@ -2181,12 +2452,13 @@ mod tests {
     }
 
     #[test]
-    fn a_password_in_prose_needs_a_marker() {
-        // `:`, `=`, a flag or a header marks a value; prose ("is", "use ... to") does not, and
-        // is kept: "password is incorrect" reads the same (docs/normalization.md, Secrets)
-        for kept in ["my password is hunter2", "use hunter2 to log in"] {
-            assert_eq!(redact_text(kept), kept);
-        }
+    fn a_password_in_prose_needs_a_marker_or_a_link_word() {
+        // `:`, `=`, a flag, a header or a link word after the name ("is", "was changed to")
+        // marks a value; a value named nowhere is kept (docs/normalization.md, Secrets)
+        assert_eq!(
+            redact_text("use hunter2 to log in"),
+            "use hunter2 to log in"
+        );
         assert_eq!(
             redact_text("my password: hunter2"),
             "my password: [REDACTED]"
