@@ -192,11 +192,14 @@ def suggestions(
     explain: bool = False,
     intent: str | None = None,
     no_tools: bool = False,
+    removed: int = 0,
 ) -> None:
     """`intent`: the request, for each suggestion's cautions (docs/ranking.md, Weak
-    matches); `no_tools`: the request's `available_tools` was an empty list (`--tools ""`)."""
+    matches); `no_tools`: the request's `available_tools` was an empty list (`--tools ""`);
+    `removed`: how many suggestions the same request gets without its filters, when asked
+    apart (an empty answer without `--explain`)."""
     if not reply.suggestions:
-        console.print(f"no suggestions: {_why_none(reply, explain, intent, no_tools)}")
+        console.print(f"no suggestions: {_why_none(reply, explain, intent, no_tools, removed)}")
     else:
         if reply.read_as_follow_up:
             console.print(
@@ -214,20 +217,34 @@ def suggestions(
 
 
 def _why_none(
-    reply: pml_pb2.SuggestResponse, explain: bool, intent: str | None, no_tools: bool
+    reply: pml_pb2.SuggestResponse,
+    explain: bool,
+    intent: str | None,
+    no_tools: bool,
+    removed: int = 0,
 ) -> str:
     """Why a Suggest answered no suggestion, as far as the request and the reply tell."""
+    if reply.filtered:
+        removal = "the filters removed every candidate (listed below)"
+    elif removed:
+        removal = (
+            f"{removed} {'capability matches' if removed == 1 else 'capabilities match'} "
+            "this intent well enough, but the filters removed them (--explain says which "
+            "rule removed each)"
+        )
+    else:
+        removal = ""
     if no_tools:
         # an empty `available_tools`: no tool is reachable, so only patterns without tools pass
         # (docs/ranking.md, Context filters), however well the others match
         head = "--tools named no tool, so only patterns that use none can be suggested"
-        if reply.filtered:
-            return f"{head}: the filters removed every candidate (listed below)"
+        if removal:
+            return f"{head}: {removal}"
         return f"{head}, and none of those " + (
             "ever followed that step" if not intent else "matches this intent well enough"
         )
-    if reply.filtered:
-        return "the filters removed every candidate (listed below)"
+    if removal:
+        return removal
     if not intent:
         # no intent: what usually comes next (docs/ranking.md, Sessions)
         return "nothing recorded ever followed that step"

@@ -736,6 +736,35 @@ def test_suggest_with_tools_naming_none_says_so(run: object, tools: str) -> None
     assert [s["pattern"]["tools_used"] for s in reply["suggestions"]] == [[]]
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--tools", "write_file"),
+        ("--available-tool", "write_file"),
+        ("--tag", "nightly"),
+        ("--min-success", "0.99"),
+    ],
+)
+def test_an_empty_answer_under_filters_says_the_filters_removed_what_matched(
+    run: object, flags: tuple[str, str]
+) -> None:
+    """Without `--explain`, an empty answer under a filter (`--tools`, `--tag`,
+    `--min-success`) that removed what matches says so and how many, not that nothing matched
+    the intent (docs/cli.md, suggest); when nothing matches anyway it still says that."""
+    assert callable(run)
+    run("record", "--intent", "Read JSON file", "--code", READ, "--tool", "read_file")
+    run(
+        "record", "--intent", "Read JSON file", "--code", READ, "--tool", "read_file",
+        "--failed-tool", "read_file", "disk error",
+    )  # fmt: skip
+    out = run("suggest", "Read JSON file", *flags)
+    assert out.startswith(
+        "no suggestions: 1 capability matches this intent well enough, but the filters removed"
+    ), out
+    out = run("suggest", "Send an email to my boss", *flags, "--min-match", "0.99")
+    assert out.startswith("no suggestions: nothing stored matches this intent well enough"), out
+
+
 def test_json_is_a_flag_of_the_commands_that_print_replies_not_of_mcp(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
