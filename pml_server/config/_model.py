@@ -236,7 +236,11 @@ class EngineConfig:
         choices=("hnsw", "exact"),
     )
     # The two settable entries of the one table of limits (`pml_server.domain.limits`).
-    max_code_bytes: int = setting(LIMITS.code.bound, "largest code text taken")
+    max_code_bytes: int = setting(
+        LIMITS.code.bound,
+        f"largest code text taken (at most {LIMITS.code_ceiling.bound}: GetPattern answers a "
+        "pattern's code and its template whole, within the 4 MiB a default gRPC client receives)",
+    )
     max_tool_calls: int = setting(LIMITS.tool_calls.bound, "most tool calls per execution")
     intent_duplicate_threshold: float | None = setting(
         None,

@@ -25,6 +25,7 @@ Unit = Literal["bytes", "characters", "items"]
 
 KIB = 1024
 MIB = 1024 * KIB
+_ANSWER_BYTES = 4 * MIB  # what a default gRPC client receives (`Limits.answer`)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Limits:
     # The proto's contract (resources.proto): at most 128 characters.
     request_id: Limit = Limit("request_id", 128, "characters")
     intent: Limit = Limit("intent", 4096, "characters")
-    # Settable; never above what the Rust normalizer accepts (`NORMALIZE_MAX_INPUT_BYTES`).
+    # Settable, up to `code_ceiling`.
     code: Limit = Limit("code", 256 * KIB, "bytes")
     language: Limit = Limit("language", 32, "characters")
     tool_calls: Limit = Limit("tool_calls", 256, "items")  # settable
@@ -118,24 +119,30 @@ class Limits:
     gzip_members: Limit = Limit("body", 64, "items")
     # ---- answers (api/admission/budget.py): no answer fails because of another record's size ----
     answer_pattern: Limit = Limit("patterns[]", 64 * KIB, "bytes")  # then trimmed
-    answer: Limit = Limit("patterns", 4 * MIB, "bytes")  # gRPC's default receive limit
+    answer: Limit = Limit("patterns", _ANSWER_BYTES, "bytes")  # gRPC's default receive limit
+    # The most `code` may be set to: GetPattern answers a pattern's code and its template (about
+    # the code's size) whole, and both must fit `answer` with 1 MiB left for the rest of the
+    # pattern (docs/configuration.md, "Answer sizes"). At 4 MiB of code a GetPattern answer was
+    # 8.4 MB, which no default gRPC client reads.
+    code_ceiling: Limit = Limit("max_code_bytes", (_ANSWER_BYTES - MIB) // 2, "bytes")
     # Entries of one RunRetention answer (one per action; each also counts in `answer`): the
     # actions are all applied, the answer lists the first ones and how many there were.
     retention_entries: Limit = Limit("entries", 10_000, "items")
 
     def with_bounds(self, **bounds: int) -> Limits:
         """This table with the bounds of the named settable entries replaced (each >= 1; code
-        within the normalizer's input limit)."""
+        at most `code_ceiling`)."""
         unknown = set(bounds) - set(SETTABLE)
         if unknown:
             raise ValueError(f"limits {sorted(unknown)} are not settable")
         for name, bound in bounds.items():
             if bound < 1:
                 raise ValueError(f"the {name} limit ({SETTABLE[name]}) must be >= 1, got {bound}")
-        if bounds.get("code", 0) > _core.NORMALIZE_MAX_INPUT_BYTES:
+        if bounds.get("code", 0) > (most := self.code_ceiling.bound):
             raise ValueError(
-                f"max_code_bytes {bounds['code']} is above the normalizer's input limit "
-                f"({_core.NORMALIZE_MAX_INPUT_BYTES} bytes)"
+                f"engine.max_code_bytes must be at most {most}, got {bounds['code']}: GetPattern "
+                "answers a pattern's code and its template whole, and both must fit the "
+                f"{self.answer.bound} bytes a default gRPC client receives"
             )
         return replace(
             self, **{name: replace(getattr(self, name), bound=b) for name, b in bounds.items()}
@@ -147,6 +154,8 @@ class Limits:
 
 
 LIMITS = Limits()
+# Code the settings let through is code the Rust normalizer takes.
+assert LIMITS.code_ceiling.bound <= _core.NORMALIZE_MAX_INPUT_BYTES
 # The settable entries and the setting that sets each (pml_server/config).
 SETTABLE = {
     "code": "max_code_bytes",
