@@ -125,6 +125,10 @@ class Limits:
     # pattern (docs/configuration.md, "Answer sizes"). At 4 MiB of code a GetPattern answer was
     # 8.4 MB, which no default gRPC client reads.
     code_ceiling: Limit = Limit("max_code_bytes", (_ANSWER_BYTES - MIB) // 2, "bytes")
+    # The JSON text of one answer of the MCP tool `suggest` (docs/mcp.md, Protocol, "Answer
+    # sizes"): what an agent reads into its context. k = 100 over large patterns was 4.7 MB;
+    # this is about 16,000 tokens, under the 25,000 an MCP client such as Claude Code shows.
+    mcp_suggest: Limit = Limit("capabilities", 64 * KIB, "bytes")
     # Entries of one RunRetention answer (one per action; each also counts in `answer`): the
     # actions are all applied, the answer lists the first ones and how many there were.
     retention_entries: Limit = Limit("entries", 10_000, "items")
