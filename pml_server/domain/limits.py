@@ -122,12 +122,12 @@ class Limits:
     answer: Limit = Limit("patterns", _ANSWER_BYTES, "bytes")  # gRPC's default receive limit
     # The most `code` may be set to: GetPattern answers a pattern's code and its template (about
     # the code's size) whole, and both must fit `answer` with 1 MiB left for the rest of the
-    # pattern (docs/configuration.md, "Answer sizes"). At 4 MiB of code a GetPattern answer was
+    # pattern (docs/api.md, "Answer sizes"). At 4 MiB of code a GetPattern answer was
     # 8.4 MB, which no default gRPC client reads.
     code_ceiling: Limit = Limit("max_code_bytes", (_ANSWER_BYTES - MIB) // 2, "bytes")
-    # The JSON text of one answer of the MCP tool `suggest` (docs/mcp.md, Protocol, "Answer
-    # sizes"): what an agent reads into its context. k = 100 over large patterns was 4.7 MB;
-    # this is about 16,000 tokens, under the 25,000 an MCP client such as Claude Code shows.
+    # The JSON text of one answer of the MCP tool `suggest` (docs/mcp.md, Protocol): what an
+    # agent reads into its context. k = 100 over 30 KB templates was 2.2 MB; this is about
+    # 16,000 tokens, under the 25,000 an MCP client such as Claude Code shows by default.
     mcp_suggest: Limit = Limit("capabilities", 64 * KIB, "bytes")
     # Entries of one RunRetention answer (one per action; each also counts in `answer`): the
     # actions are all applied, the answer lists the first ones and how many there were.
