@@ -24,6 +24,7 @@ _LARGE = [
 ]
 FACE = "\U0001f600"  # four bytes of UTF-8
 MOST_CODE = 1536 * 1024  # LIMITS.code_ceiling: 4 MiB less 1 MiB for the rest, halved
+MOST_TOOL_CALLS = 2048  # LIMITS.tool_calls_ceiling
 
 
 def _stubs(server: RunningServer) -> Iterator[tuple[pml_pb2_grpc.PmlServiceStub, ...]]:
@@ -46,6 +47,52 @@ def test_max_code_bytes_past_what_getpattern_can_answer_is_refused_naming_it() -
         assert "GetPattern answers a pattern's code and its template whole" in said
     assert config_of(max_code_bytes=MOST_CODE).engine.max_code_bytes == MOST_CODE
     assert LIMITS.code_ceiling.bound == MOST_CODE
+
+
+def test_max_tool_calls_past_what_getcapability_can_answer_is_refused_naming_it() -> None:
+    """`max_tool_calls` had no bound: 5,000 calls named with 1 KiB each (a 5 MB record, under
+    the default 8 MiB message) made a capability whose GetCapability answer, and every
+    ListCapabilities page holding it, was 5.1 MB, which no default client reads."""
+    for value in (MOST_TOOL_CALLS + 1, 5000, 10**9):
+        with pytest.raises(ValueError, match=r"engine\.max_tool_calls") as refused:
+            config_of(max_tool_calls=value)
+        said = str(refused.value)
+        assert said.startswith(
+            f"engine.max_tool_calls must be at most {MOST_TOOL_CALLS}, got {value}: "
+        )
+        assert "GetCapability answers a capability's tools" in said
+    assert config_of(max_tool_calls=MOST_TOOL_CALLS).engine.max_tool_calls == MOST_TOOL_CALLS
+    assert LIMITS.tool_calls_ceiling.bound == MOST_TOOL_CALLS
+
+
+def test_a_capability_of_the_most_tool_calls_is_read_by_a_default_client(
+    start: StartServer,
+) -> None:
+    """At the ceiling, 2,048 calls named with 1 KiB each: the capability, its listing page, its
+    pattern and a Suggest answer naming it all arrive over a default channel."""
+    server = start(max_tool_calls=MOST_TOOL_CALLS)
+    tools = [f"{i:04d}{FACE * 252}" for i in range(MOST_TOOL_CALLS)]
+    record = resources_pb2.ExecutionRecord(
+        request_id="many-tools",
+        intent="call every tool",
+        code="await mcp.t0({a: 1});",
+        language="javascript",
+        tool_calls=[resources_pb2.ToolCall(tool=t, ok=True) for t in tools],
+        status=OK,
+    )
+    for default, large in _stubs(server):
+        saved = large.RecordExecution(pml_pb2.RecordExecutionRequest(record=record)).result
+        capability = default.GetCapability(pml_pb2.GetCapabilityRequest(name=saved.capability))
+        assert list(capability.capability.tools) == tools
+        page = default.ListCapabilities(pml_pb2.ListCapabilitiesRequest(page_size=1000))
+        assert [c.name for c in page.capabilities] == [saved.capability]
+        got = default.GetPattern(pml_pb2.GetPatternRequest(name=saved.pattern)).pattern
+        assert list(got.tools_used) == tools
+        assert not got.truncated
+        suggested = default.Suggest(pml_pb2.SuggestRequest(intent="call every tool"))
+        assert suggested.suggestions[0].capability == saved.capability
+        for answer in (capability, page, suggested):
+            assert answer.ByteSize() <= DEFAULT_RECEIVE
 
 
 def test_getpattern_at_the_largest_settings_is_read_by_a_default_client(

@@ -5,6 +5,8 @@ official SDK client over stdio in front of a real pml server (port 0)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from typing import Any
 
 from mcp import Client
@@ -12,7 +14,7 @@ from mcp import Client
 from pml_server.api.server import RunningServer
 from pml_server.client import PmlClient, make_record
 from pml_server.domain.limits import LIMITS
-from tests.mcp.test_server import _run, _stdio, _text
+from tests.mcp.test_server import PYTHONPATH, ROOT, _pml_mcp, _run, _stdio, _text
 
 TEXT_BUDGET = 64 * 1024  # LIMITS.mcp_suggest
 
@@ -76,3 +78,20 @@ def test_a_best_capability_too_large_alone_is_given_cut_and_said_so(
     best = seen["structured"]["capabilities"][0]
     assert best["truncated"] is True
     assert 0 < len(best["template"]) <= 4096
+
+
+def test_pml_mcp_refuses_max_tool_calls_past_the_servers_ceiling() -> None:
+    """`pml mcp --max-tool-calls` mirrors the server's setting: past its ceiling (which `pml
+    serve` refuses) it is refused at start in one sentence, never at a tool call."""
+    done = subprocess.run(
+        [*_pml_mcp("--server", "127.0.0.1:1", "--max-tool-calls", "5000")],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": PYTHONPATH},
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "engine.max_tool_calls must be at most 2048, got 5000" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
