@@ -286,9 +286,10 @@ def _fill_intent(out: resources_pb2.Intent, view: model.IntentView) -> None:
 
 
 def got_pattern(view: model.PatternView) -> resources_pb2.Pattern:
-    """A pattern as GetPattern answers it: whole, but for the intents that do not fit."""
+    """A pattern as GetPattern answers it: whole, but for what does not fit its answer
+    (`budget.fit_whole`: never its code or template)."""
     out = pattern(view)
-    budget.fit_intents(out)
+    budget.fit_whole(out)
     return out
 
 
@@ -379,7 +380,7 @@ def _budgeted_page(
     used = 0
     for view in views:
         out = to_proto(view)
-        size = out.ByteSize()
+        size = budget.item_bytes(out)
         if not budget.fits(used, size, len(kept)):
             return kept, views[len(kept) - 1].id
         kept.append(out)
@@ -400,7 +401,7 @@ def suggest_response(result: model.SuggestResult) -> pml_pb2.SuggestResponse:
         fill_pattern(item.pattern, s.pattern)
         budget.trim_pattern(item.pattern)
         _fill_score(item.score, s.score)
-        size = item.ByteSize() + budget.FRAMING_BYTES
+        size = budget.item_bytes(item)
         if not budget.fits(used, size, n):
             del reply.suggestions[n:]
             break
@@ -409,7 +410,7 @@ def suggest_response(result: model.SuggestResult) -> pml_pb2.SuggestResponse:
     for plan in result.plans:
         item_plan = reply.plans.add()
         _fill_plan(item_plan, plan)
-        size = item_plan.ByteSize() + budget.FRAMING_BYTES
+        size = budget.item_bytes(item_plan)
         if not budget.fits(used, size, 1):  # a plan never crowds out the suggestions
             del reply.plans[len(reply.plans) - 1 :]
             break
@@ -430,7 +431,7 @@ def _filtered(reply: pml_pb2.SuggestResponse, filtered: Sequence[model.FilteredC
         )
         if f.score is not None:
             _fill_score(item.score, f.score)
-        size = item.ByteSize() + budget.FRAMING_BYTES
+        size = budget.item_bytes(item)
         if used + size > budget.FILTERED_BYTES:
             del reply.filtered[n:]
             break
@@ -497,7 +498,7 @@ def retention(report: model.RetentionReport) -> pml_pb2.RunRetentionResponse:
             reason=e.reason,
             superseded_by=name(PATTERNS, e.superseded_by),
         )
-        size = entry.ByteSize()
+        size = budget.item_bytes(entry)
         if not budget.fits(used, size, n):
             break
         reply.entries.append(entry)

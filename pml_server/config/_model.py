@@ -236,8 +236,17 @@ class EngineConfig:
         choices=("hnsw", "exact"),
     )
     # The two settable entries of the one table of limits (`pml_server.domain.limits`).
-    max_code_bytes: int = setting(LIMITS.code.bound, "largest code text taken")
-    max_tool_calls: int = setting(LIMITS.tool_calls.bound, "most tool calls per execution")
+    max_code_bytes: int = setting(
+        LIMITS.code.bound,
+        f"largest code text taken (at most {LIMITS.code_ceiling.bound}: GetPattern answers a "
+        "pattern's code and its template whole, within the 4 MiB a default gRPC client receives)",
+    )
+    max_tool_calls: int = setting(
+        LIMITS.tool_calls.bound,
+        f"most tool calls per execution (at most {LIMITS.tool_calls_ceiling.bound}: "
+        "GetCapability answers a capability's tools whole, within the 4 MiB a default gRPC "
+        "client receives)",
+    )
     intent_duplicate_threshold: float | None = setting(
         None,
         "cosine above which a new intent of a pattern is a duplicate (not stored)",

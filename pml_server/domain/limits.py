@@ -25,6 +25,7 @@ Unit = Literal["bytes", "characters", "items"]
 
 KIB = 1024
 MIB = 1024 * KIB
+_ANSWER_BYTES = 4 * MIB  # what a default gRPC client receives (`Limits.answer`)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Limits:
     # The proto's contract (resources.proto): at most 128 characters.
     request_id: Limit = Limit("request_id", 128, "characters")
     intent: Limit = Limit("intent", 4096, "characters")
-    # Settable; never above what the Rust normalizer accepts (`NORMALIZE_MAX_INPUT_BYTES`).
+    # Settable, up to `code_ceiling`.
     code: Limit = Limit("code", 256 * KIB, "bytes")
     language: Limit = Limit("language", 32, "characters")
     tool_calls: Limit = Limit("tool_calls", 256, "items")  # settable
@@ -118,25 +119,40 @@ class Limits:
     gzip_members: Limit = Limit("body", 64, "items")
     # ---- answers (api/admission/budget.py): no answer fails because of another record's size ----
     answer_pattern: Limit = Limit("patterns[]", 64 * KIB, "bytes")  # then trimmed
-    answer: Limit = Limit("patterns", 4 * MIB, "bytes")  # gRPC's default receive limit
+    answer: Limit = Limit("patterns", _ANSWER_BYTES, "bytes")  # gRPC's default receive limit
+    # The most `code` may be set to: GetPattern answers a pattern's code and its template (about
+    # the code's size) whole, and both must fit `answer` with 1 MiB left for the rest of the
+    # pattern (docs/api.md, "Answer sizes"). At 4 MiB of code a GetPattern answer was
+    # 8.4 MB, which no default gRPC client reads.
+    code_ceiling: Limit = Limit("max_code_bytes", (_ANSWER_BYTES - MIB) // 2, "bytes")
+    # The most `tool_calls` may be set to: a capability answers its tools (one a call, each up
+    # to `tool` long: 1 KiB of UTF-8) whole, with its 50 intents, within `answer`. Unbounded,
+    # 5,000 calls named with 1 KiB each made a 5.1 MB GetCapability answer (and ListCapabilities
+    # page), which no default gRPC client reads.
+    tool_calls_ceiling: Limit = Limit("max_tool_calls", 2048, "items")
+    # The JSON text of one answer of the MCP tool `suggest` (docs/mcp.md, Protocol): what an
+    # agent reads into its context. k = 100 over 30 KB templates was 2.2 MB; this is about
+    # 16,000 tokens, under the 25,000 an MCP client such as Claude Code shows by default.
+    mcp_suggest: Limit = Limit("capabilities", 64 * KIB, "bytes")
     # Entries of one RunRetention answer (one per action; each also counts in `answer`): the
     # actions are all applied, the answer lists the first ones and how many there were.
     retention_entries: Limit = Limit("entries", 10_000, "items")
 
     def with_bounds(self, **bounds: int) -> Limits:
         """This table with the bounds of the named settable entries replaced (each >= 1; code
-        within the normalizer's input limit)."""
+        and tool calls at most their ceilings, `_CEILINGS`)."""
         unknown = set(bounds) - set(SETTABLE)
         if unknown:
             raise ValueError(f"limits {sorted(unknown)} are not settable")
         for name, bound in bounds.items():
             if bound < 1:
                 raise ValueError(f"the {name} limit ({SETTABLE[name]}) must be >= 1, got {bound}")
-        if bounds.get("code", 0) > _core.NORMALIZE_MAX_INPUT_BYTES:
-            raise ValueError(
-                f"max_code_bytes {bounds['code']} is above the normalizer's input limit "
-                f"({_core.NORMALIZE_MAX_INPUT_BYTES} bytes)"
-            )
+        for name, (ceiling, whole) in _CEILINGS.items():
+            if bounds.get(name, 0) > (most := getattr(self, ceiling).bound):
+                raise ValueError(
+                    f"engine.{SETTABLE[name]} must be at most {most}, got {bounds[name]}: "
+                    f"{whole} the {self.answer.bound} bytes a default gRPC client receives"
+                )
         return replace(
             self, **{name: replace(getattr(self, name), bound=b) for name, b in bounds.items()}
         )
@@ -147,6 +163,20 @@ class Limits:
 
 
 LIMITS = Limits()
+# The settable entries with a ceiling: the entry that holds it, and what it keeps whole.
+_CEILINGS = {
+    "code": (
+        "code_ceiling",
+        "GetPattern answers a pattern's code and its template whole, and both must fit",
+    ),
+    "tool_calls": (
+        "tool_calls_ceiling",
+        "GetCapability answers a capability's tools (one a call) whole with its intents, and "
+        "all must fit",
+    ),
+}
+# Code the settings let through is code the Rust normalizer takes.
+assert LIMITS.code_ceiling.bound <= _core.NORMALIZE_MAX_INPUT_BYTES
 # The settable entries and the setting that sets each (pml_server/config).
 SETTABLE = {
     "code": "max_code_bytes",

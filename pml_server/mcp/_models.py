@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+import pydantic_core
 from pml_client import resources_pb2
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +24,11 @@ _OUTCOMES: dict[int, Outcome] = {
 # A pattern as an agent reads it: its most frequent intents say what it is for; the rest
 # (up to a thousand from GetPattern) would only fill the agent's context (docs/mcp.md, Protocol).
 PATTERN_INTENTS = 20
+# `suggest`'s text at most (docs/mcp.md, Protocol): the best capabilities that fit it; the best
+# one always, its template cut to `CUT_TEMPLATE_CHARS` and its steps' arguments left out if
+# it does not fit alone.
+SUGGEST_TEXT_BYTES = LIMITS.mcp_suggest.bound
+CUT_TEMPLATE_CHARS = 4096
 _JSON_TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
 
 
@@ -139,6 +145,11 @@ class CapabilityOut(BaseModel):
     cautions: list[CautionOut] = Field(
         description="why it may not be what was asked; empty when nothing is against it"
     )
+    truncated: bool = Field(
+        default=False,
+        description="its template or steps were cut short to fit this answer: get_pattern "
+        "with its pattern returns the pattern whole",
+    )
 
 
 class PlanPartOut(BaseModel):
@@ -174,6 +185,12 @@ class SuggestOut(BaseModel):
     read_as_follow_up: bool = Field(
         default=False,
         description="the intent said too little alone and was read with the previous step",
+    )
+    omitted: int = Field(
+        default=0,
+        description=f"capabilities and plans left out, the worst ranked, to keep this answer "
+        f"within {SUGGEST_TEXT_BYTES} bytes of JSON: ask again with a smaller k or a narrower "
+        "intent; get_pattern returns one pattern whole",
     )
 
 
@@ -257,6 +274,42 @@ def pattern(p: resources_pb2.Pattern) -> PatternOut:
     )
 
 
+def text_bytes(answer: BaseModel) -> int:
+    """The bytes of `answer` as the SDK's text content gives it (JSON, indented by 2)."""
+    return len(pydantic_core.to_json(answer, indent=2))
+
+
+def within_budget(answer: SuggestOut) -> SuggestOut:
+    """`answer` with its capabilities, then its plans, best first while its text stays within
+    `SUGGEST_TEXT_BYTES`; the rest counted in `omitted`. The best capability is always kept,
+    cut (`truncated`) when it does not fit alone."""
+    if text_bytes(answer) <= SUGGEST_TEXT_BYTES:
+        return answer
+    out = answer.model_copy(update={"capabilities": [], "plans": []})
+    for n, capability in enumerate(answer.capabilities):
+        out.capabilities.append(capability)
+        if text_bytes(out) > SUGGEST_TEXT_BYTES:
+            if n > 0:
+                out.capabilities.pop()
+                break
+            out.capabilities[0] = _cut(capability)
+    for plan in answer.plans:
+        out.plans.append(plan)
+        if text_bytes(out) > SUGGEST_TEXT_BYTES:
+            out.plans.pop()
+            break
+    out.omitted = (
+        len(answer.capabilities) + len(answer.plans) - len(out.capabilities) - len(out.plans)
+    )
+    return out
+
+
+def _cut(capability: CapabilityOut) -> CapabilityOut:
+    steps = [s.model_copy(update={"arguments": []}) for s in capability.steps]
+    template = capability.template[:CUT_TEMPLATE_CHARS]
+    return capability.model_copy(update={"template": template, "steps": steps, "truncated": True})
+
+
 def suggestion(s: resources_pb2.Suggestion, intent: str | None = None) -> CapabilityOut:
     """`intent`: the request it answers, for its cautions (none for a plan's part, which
     answers only a part of the request)."""
@@ -286,6 +339,7 @@ def suggestion(s: resources_pb2.Suggestion, intent: str | None = None) -> Capabi
             steps=sc.steps,
         ),
         cautions=[CautionOut(kind=c.kind, reason=c.reason) for c in notes],
+        truncated=p.truncated,  # trimmed in pml's answer (docs/api.md, "Answer sizes")
     )
 
 

@@ -53,7 +53,9 @@ def register(server: MCPServer, upstream: Upstream) -> None:
         title="Suggest known procedures",
         description=(
             "Rank the procedures pml has seen succeed for an intent. Each capability comes "
-            "with its best pattern's code template, parameter schema, tools and success rate."
+            "with its best pattern's code template, parameter schema, tools and success rate. "
+            f"The answer is kept within {models.SUGGEST_TEXT_BYTES} bytes: `omitted` counts the "
+            "worst ranked left out, `truncated` a template cut short (get_pattern gives it whole)."
         ),
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True),
     )
@@ -121,11 +123,12 @@ def register(server: MCPServer, upstream: Upstream) -> None:
                 previous_tools=previous_tools or (),
             ),
         )
-        return models.SuggestOut(
+        answer = models.SuggestOut(
             capabilities=[models.suggestion(s, intent) for s in reply.suggestions],
             plans=[models.plan(p) for p in reply.plans],
             read_as_follow_up=reply.read_as_follow_up,
         )
+        return models.within_budget(answer)
 
     @server.tool(
         name="record_execution",

@@ -22,6 +22,15 @@ def add_parser(
 ) -> None:
     from pml_server.cli._main import positive_count  # registered by it: imported by now
 
+    def tool_calls(text: str) -> int:
+        """The server's bound, refused past its ceiling as `pml serve` refuses it."""
+        value = positive_count(text)
+        try:
+            LIMITS.with_bounds(tool_calls=value)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return value
+
     p = commands.add_parser(
         "mcp",
         help="serve MCP (stdio or Streamable HTTP) in front of a pml server",
@@ -44,7 +53,7 @@ def add_parser(
     p.add_argument("--path", default="/mcp", help="HTTP endpoint path (default /mcp)")
     p.add_argument(
         "--max-tool-calls",
-        type=positive_count,
+        type=tool_calls,
         default=LIMITS.tool_calls.bound,
         help="most tool calls a record_execution takes, refused before they are read: the pml "
         f"server's --max-tool-calls (default {LIMITS.tool_calls.bound}, as the server's)",

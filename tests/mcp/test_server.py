@@ -433,6 +433,7 @@ def test_stdio_over_mutual_tls(start: StartServer, pki: Path) -> None:  # noqa: 
             "capabilities": [],
             "plans": [],
             "read_as_follow_up": False,
+            "omitted": 0,
         }
 
     async def refused(client: Client) -> None:

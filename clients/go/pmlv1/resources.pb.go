@@ -843,7 +843,10 @@ type Pattern struct {
 	ToolMismatchCount int64 `protobuf:"varint,19,opt,name=tool_mismatch_count,json=toolMismatchCount,proto3" json:"tool_mismatch_count,omitempty"`
 	// (Output only) True when this copy was trimmed to fit a Suggest or list answer's byte
 	// budget: `original_code` and `template` cut short, fewer recent values and intents. On
-	// GetPattern, only intents are ever left out (fewer than `intent_count`).
+	// GetPattern, `original_code`, `template`, `parameter_schema_json` and each parameter's
+	// name and type are always whole; what does not fit 4 MiB is left out in this order: intents
+	// (fewer than `intent_count`), the parameters' recent values, the steps' arguments, the
+	// steps, the last of `tools_used` (docs/api.md, "Answer sizes").
 	Truncated bool `protobuf:"varint,20,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	// (Output only) One step per tool call, in the order of `tools_used`, with its arguments and
 	// the data flow between steps (docs/normalization.md, Steps). Derived from `original_code`.

@@ -1,18 +1,25 @@
-"""Byte budgets of answers: no Suggest or list answer can fail because of another record's size.
+"""Byte budgets of answers: every answer fits what a default gRPC client receives
+(`LIMITS.answer`, 4 MiB), and no Suggest or list answer can fail because of another record's size
+(docs/api.md, "Answer sizes").
 
-A pattern in a Suggest or ListPatterns answer is trimmed past `PATTERN_BYTES` (its code and
-template cut, fewer recent values and intents, `truncated` set; GetPattern returns it whole),
-a filtered candidate's detail in an explained Suggest answer past `TRIMMED_DETAIL_CHARS` (the
-filtered candidates take at most `FILTERED_BYTES`, the suggestions the rest),
-and a listing page stops early at `RESPONSE_BYTES` with a page token for the rest (AIP-158: a
-page may be shorter than asked; only an empty token ends the listing). A RunRetention answer
-lists at most `RETENTION_ENTRIES` actions within `RESPONSE_BYTES`, with their total count.
-GetPattern returns the whole pattern but for its intents: of those the engine shows
-(domain/shown_intents.py), the first `GOT_INTENTS` that fit `RESPONSE_BYTES` (a pattern may
-hold any number; ListPatternIntents pages through them).
+An answer's items (and each item's tag and length, `FRAMING_BYTES`) take at most
+`RESPONSE_BYTES`: the rest of `LIMITS.answer` is kept for what the answer holds besides them (a
+page token, its flags and counts). A pattern in a Suggest or ListPatterns answer is trimmed past
+`PATTERN_BYTES` (its code and template cut, fewer recent values and intents, `truncated` set;
+GetPattern returns it whole), a filtered candidate's detail in an explained Suggest answer past
+`TRIMMED_DETAIL_CHARS` (the filtered candidates take at most `FILTERED_BYTES`, the suggestions
+the rest), and a listing page stops early at `RESPONSE_BYTES` with a page token for the rest
+(AIP-158: a page may be shorter than asked; only an empty token ends the listing). A
+RunRetention answer lists at most `RETENTION_ENTRIES` actions within `RESPONSE_BYTES`, with their
+total count. GetPattern answers a pattern's code and template whole (`max_code_bytes` is bounded
+for it, `LIMITS.code_ceiling`); of the rest, what does not fit is left out of that answer, in
+the order `fit_whole` says, with `truncated` set: first intents (of those the engine shows,
+domain/shown_intents.py, the first `GOT_INTENTS`; ListPatternIntents pages through all).
 """
 
 from __future__ import annotations
+
+from google.protobuf.message import Message
 
 from pml_server._proto.pml.v1 import resources_pb2
 from pml_server.domain import yielding
@@ -22,7 +29,10 @@ PATTERN_BYTES = LIMITS.answer_pattern.bound  # one pattern in a Suggest or list 
 TRIMMED_TEXT_CHARS = 8 * 1024  # `original_code` and `template` of a trimmed pattern
 TRIMMED_VALUE_CHARS = 256  # each recent value kept in a trimmed pattern
 TRIMMED_INTENTS = 16
-RESPONSE_BYTES = LIMITS.answer.bound  # a whole Suggest or list answer
+# What an answer holds besides its items: a page token (at most `LIMITS.page_token`), its
+# flags and counts, and the tag and length of GetPattern's one pattern.
+ENVELOPE_BYTES = LIMITS.page_token.bound + 64
+RESPONSE_BYTES = LIMITS.answer.bound - ENVELOPE_BYTES  # the items of an answer, with framing
 # A filtered candidate's detail (`explain`): `available_tools`' names every tool the caller
 # cannot reach, up to 1024 of 256 characters for one pattern; cut, it still names the first.
 TRIMMED_DETAIL_CHARS = 1024
@@ -36,7 +46,7 @@ GOT_INTENTS = LIMITS.page_size.bound  # intents of a GetPattern answer, as a lis
 
 
 def trim_pattern(out: resources_pb2.Pattern) -> None:
-    """Trim `out` in place to about `PATTERN_BYTES` if it is larger."""
+    """Trim `out` in place to `PATTERN_BYTES` if it is larger (code and template cut first)."""
     if out.ByteSize() <= PATTERN_BYTES:
         return
     out.truncated = True
@@ -56,6 +66,37 @@ def trim_pattern(out: resources_pb2.Pattern) -> None:
     if out.ByteSize() > PATTERN_BYTES:  # parameters and schema alone (bounded by the normalizer)
         del out.parameters[:]
         out.parameter_schema_json = ""
+    _last_resort(out, PATTERN_BYTES)
+
+
+def fit_whole(out: resources_pb2.Pattern) -> None:
+    """GetPattern's pattern within `RESPONSE_BYTES`: `original_code`, `template`, parameters
+    and schema always whole (`LIMITS.code_ceiling` leaves them room). Past the budget, each
+    left out only while the answer is still over, `truncated` set: intents (`fit_intents`), the
+    parameters' recent values, the steps' arguments, then `_last_resort`."""
+    fit_intents(out)
+    if out.ByteSize() <= RESPONSE_BYTES:
+        return
+    out.truncated = True
+    for param in out.parameters:
+        del param.recent_values_json[:]
+    if out.ByteSize() > RESPONSE_BYTES:
+        for step in out.steps:
+            del step.arguments[:]
+    _last_resort(out, RESPONSE_BYTES)
+
+
+def _last_resort(out: resources_pb2.Pattern, bound: int) -> None:
+    """Past `bound` with the rest cut, the steps, then the tools past those that fit: only a
+    pattern of thousands of tool calls (`max_tool_calls` raised) with long names gets here."""
+    if out.ByteSize() <= bound:
+        return
+    out.truncated = True
+    del out.steps[:]
+    over = out.ByteSize() - bound
+    while over > 0 and out.tools_used:
+        over -= len(out.tools_used[-1].encode()) + 2  # at least its tag and length freed
+        del out.tools_used[-1]
 
 
 def trim_detail(detail: str) -> str:
@@ -83,7 +124,12 @@ def fit_intents(out: resources_pb2.Pattern) -> None:
         out.truncated = True
 
 
+def item_bytes(item: Message) -> int:
+    """What `item` takes in its answer: its bytes, tag and length."""
+    return item.ByteSize() + FRAMING_BYTES
+
+
 def fits(used_bytes: int, item_bytes: int, count: int) -> bool:
-    """Whether an item of `item_bytes` still fits an answer holding `count` items of
-    `used_bytes`; the first item always does (trimmed, it is at most `PATTERN_BYTES`)."""
+    """Whether an item of `item_bytes` (`item_bytes()`) still fits an answer holding `count`
+    items of `used_bytes`; the first item always does (trimmed, it is at most `PATTERN_BYTES`)."""
     return count == 0 or used_bytes + item_bytes <= RESPONSE_BYTES

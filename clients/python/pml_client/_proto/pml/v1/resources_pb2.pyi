@@ -446,7 +446,10 @@ class Pattern(_message.Message):
     truncated: _builtins.bool
     """(Output only) True when this copy was trimmed to fit a Suggest or list answer's byte
     budget: `original_code` and `template` cut short, fewer recent values and intents. On
-    GetPattern, only intents are ever left out (fewer than `intent_count`).
+    GetPattern, `original_code`, `template`, `parameter_schema_json` and each parameter's
+    name and type are always whole; what does not fit 4 MiB is left out in this order: intents
+    (fewer than `intent_count`), the parameters' recent values, the steps' arguments, the
+    steps, the last of `tools_used` (docs/api.md, "Answer sizes").
     """
     intent_count: _builtins.int
     """(Output only) How many intents the pattern has (`intents` may hold fewer)."""
