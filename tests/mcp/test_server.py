@@ -434,6 +434,8 @@ def test_stdio_over_mutual_tls(start: StartServer, pki: Path) -> None:  # noqa: 
             "plans": [],
             "read_as_follow_up": False,
             "omitted": 0,
+            "removed_by_filters": 0,
+            "missing_tools": [],
         }
 
     async def refused(client: Client) -> None:
