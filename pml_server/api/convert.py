@@ -407,6 +407,8 @@ def suggest_response(result: model.SuggestResult) -> pml_pb2.SuggestResponse:
             break
         used += size
     reply.read_as_follow_up = result.read_as_follow_up
+    reply.removed_by_filters = result.removed_by_filters
+    reply.missing_tools.extend(result.missing_tools)
     for plan in result.plans:
         item_plan = reply.plans.add()
         _fill_plan(item_plan, plan)

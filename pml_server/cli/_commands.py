@@ -412,31 +412,21 @@ def suggest(args: argparse.Namespace) -> int:
     tools = [t.strip() for t in listed if t.strip()] if listed is not None else None
     if args.available_tool is not None:
         tools = [*(tools or []), *args.available_tool]
-    filters = tools is not None or bool(args.tag) or args.min_success is not None
-    removed = 0
     with _client(args) as client:
-
-        def ask(explain: bool, filtered: bool = True) -> pml_pb2.SuggestResponse:
-            return client.suggest(
-                args.intent,
-                args.k,
-                min_match=args.min_match,
-                min_success=args.min_success if filtered else None,
-                available_tools=tools if filtered else None,
-                tags=args.tag if filtered else (),
-                include_flagged=args.include_flagged,
-                explain=explain,
-                plan_size=args.plans,
-                session_id=args.session or "",
-                previous_patterns=args.after_pattern,
-                previous_tools=args.after,
-            )
-
-        reply = ask(args.explain)
-        if not args.json and not reply.suggestions and filters and not args.explain:
-            # an empty answer under filters: asked again without them, to say whether they
-            # removed what matches (docs/cli.md, suggest)
-            removed = len(ask(False, filtered=False).suggestions)
+        reply = client.suggest(
+            args.intent,
+            args.k,
+            min_match=args.min_match,
+            min_success=args.min_success,
+            available_tools=tools,
+            tags=args.tag,
+            include_flagged=args.include_flagged,
+            explain=args.explain,
+            plan_size=args.plans,
+            session_id=args.session or "",
+            previous_patterns=args.after_pattern,
+            previous_tools=args.after,
+        )
     if args.json:
         _print_json(_as_json(reply))
     else:
@@ -446,7 +436,6 @@ def suggest(args: argparse.Namespace) -> int:
             explain=args.explain,
             intent=args.intent,
             no_tools=tools == [],
-            removed=removed,
         )
     return EXIT_OK
 

@@ -192,14 +192,11 @@ def suggestions(
     explain: bool = False,
     intent: str | None = None,
     no_tools: bool = False,
-    removed: int = 0,
 ) -> None:
     """`intent`: the request, for each suggestion's cautions (docs/ranking.md, Weak
-    matches); `no_tools`: the request's `available_tools` was an empty list (`--tools ""`);
-    `removed`: how many suggestions the same request gets without its filters, when asked
-    apart (an empty answer without `--explain`)."""
+    matches); `no_tools`: the request's `available_tools` was an empty list (`--tools ""`)."""
     if not reply.suggestions:
-        console.print(f"no suggestions: {_why_none(reply, explain, intent, no_tools, removed)}")
+        console.print(f"no suggestions: {_why_none(reply, explain, intent, no_tools)}")
     else:
         if reply.read_as_follow_up:
             console.print(
@@ -221,16 +218,16 @@ def _why_none(
     explain: bool,
     intent: str | None,
     no_tools: bool,
-    removed: int = 0,
 ) -> str:
     """Why a Suggest answered no suggestion, as far as the request and the reply tell."""
     if reply.filtered:
         removal = "the filters removed every candidate (listed below)"
-    elif removed:
+    elif removed := reply.removed_by_filters:
+        missing = f"; they need {', '.join(reply.missing_tools)}" if reply.missing_tools else ""
         removal = (
             f"{removed} {'capability matches' if removed == 1 else 'capabilities match'} "
-            "this intent well enough, but the filters removed them (--explain says which "
-            "rule removed each)"
+            f"this intent well enough, but the filters removed them{missing} (--explain "
+            "says which rule removed each)"
         )
     else:
         removal = ""

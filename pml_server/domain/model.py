@@ -282,6 +282,11 @@ class SuggestResult:
     plans: tuple[Plan, ...] = ()
     # read with the agent's previous step (docs/ranking.md, Sessions, "Follow-up requests")
     read_as_follow_up: bool = False
+    # empty under its filters: how many capabilities the request finds without them, and the
+    # tools those need that `available_tools` lacks (docs/ranking.md, Filters, "What the
+    # filters removed")
+    removed_by_filters: int = 0
+    missing_tools: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import json
 from typing import Any, Literal
 
 import pydantic_core
-from pml_client import pml_pb2, resources_pb2
+from pml_client import resources_pb2
 from pydantic import BaseModel, ConfigDict, Field
 
 from pml_server.domain.caution import cautions
@@ -200,7 +200,7 @@ class SuggestOut(BaseModel):
     missing_tools: list[str] = Field(
         default_factory=list,
         description="with removed_by_filters: the tools those capabilities need that "
-        "available_tools lacks, the best match's first",
+        "available_tools lacks, the best match's first (at most 20)",
     )
 
 
@@ -312,31 +312,6 @@ def within_budget(answer: SuggestOut) -> SuggestOut:
         len(answer.capabilities) + len(answer.plans) - len(out.capabilities) - len(out.plans)
     )
     return out
-
-
-# The most `missing_tools` a `suggest` answer names.
-MISSING_TOOLS_SHOWN = 20
-
-
-def with_removed(
-    answer: SuggestOut,
-    unfiltered: pml_pb2.SuggestResponse,
-    available_tools: list[str] | None,
-) -> SuggestOut:
-    """`answer`, empty under filters, with what the same request finds without them
-    (`unfiltered`): how many capabilities, and the tools they need that `available_tools`
-    lacks, the best match's first."""
-    offered = set(available_tools or ())
-    missing: list[str] = []
-    if available_tools is not None:
-        for s in unfiltered.suggestions:
-            missing += [t for t in s.pattern.tools_used if t not in offered and t not in missing]
-    return answer.model_copy(
-        update={
-            "removed_by_filters": len(unfiltered.suggestions),
-            "missing_tools": missing[:MISSING_TOOLS_SHOWN],
-        }
-    )
 
 
 def _cut(capability: CapabilityOut) -> CapabilityOut:

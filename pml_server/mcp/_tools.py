@@ -13,7 +13,7 @@ from typing import Annotated
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
-from pml_client import pml_pb2, resources_pb2
+from pml_client import resources_pb2
 from pydantic import Field
 
 from pml_server.domain.limits import LIMITS
@@ -112,31 +112,24 @@ def register(server: MCPServer, upstream: Upstream) -> None:
             ),
         ] = None,
     ) -> models.SuggestOut:
-        key = _api_key(ctx, upstream)
-
-        def ask(filtered: bool) -> pml_pb2.SuggestResponse:
-            return upstream.call(
-                key,
-                lambda c: c.suggest(
-                    intent,
-                    k,
-                    min_success=min_success if filtered else None,
-                    available_tools=available_tools if filtered else None,
-                    session_id=session_id,
-                    previous_tools=previous_tools or (),
-                ),
-            )
-
-        reply = ask(True)
+        reply = upstream.call(
+            _api_key(ctx, upstream),
+            lambda c: c.suggest(
+                intent,
+                k,
+                min_success=min_success,
+                available_tools=available_tools,
+                session_id=session_id,
+                previous_tools=previous_tools or (),
+            ),
+        )
         answer = models.SuggestOut(
             capabilities=[models.suggestion(s, intent) for s in reply.suggestions],
             plans=[models.plan(p) for p in reply.plans],
             read_as_follow_up=reply.read_as_follow_up,
+            removed_by_filters=reply.removed_by_filters,
+            missing_tools=list(reply.missing_tools),
         )
-        if not reply.suggestions and (available_tools is not None or min_success is not None):
-            # an empty answer under filters: what they removed, so the agent knows a tool it
-            # lacks would help (docs/mcp.md, Tools)
-            answer = models.with_removed(answer, ask(False), available_tools)
         return models.within_budget(answer)
 
     @server.tool(

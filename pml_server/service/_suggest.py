@@ -48,7 +48,40 @@ def suggest(state: EngineState, tenant: str, query: SuggestQuery) -> SuggestResu
     that says too little alone is read with the agent's previous step (`as_follow_up`)."""
     # the previous step is read once for every ranking below (`sessions.StepReading`)
     step = sessions.StepReading(state, tenant, query.context)
-    return as_follow_up(state, tenant, query, _suggest_alone(state, tenant, query, step), step)
+    result = as_follow_up(state, tenant, query, _suggest_alone(state, tenant, query, step), step)
+    return with_removed(state, tenant, query, result, step)
+
+
+# The most `missing_tools` an answer names.
+MISSING_TOOLS_SHOWN = 20
+
+
+def with_removed(
+    state: EngineState,
+    tenant: str,
+    query: SuggestQuery,
+    result: SuggestResult,
+    step: sessions.StepReading,
+) -> SuggestResult:
+    """`result`, and when it is empty under the request's filters (`available_tools`, `tags`,
+    `min_success`), what the same request finds without them: how many capabilities, and the
+    tools they need that `available_tools` lacks, the best match's first (docs/ranking.md,
+    Filters, "What the filters removed"). Ranked once more, only for such an answer."""
+    filtered = query.available_tools is not None or query.tags or query.min_success is not None
+    if result.suggestions or result.plans or not filtered:
+        return result
+    unfiltered = replace(
+        query, available_tools=None, tags=(), min_success=None, explain=False, plan_size=0
+    )
+    found = rank_suggestions(state, tenant, unfiltered, step=step).suggestions
+    offered = set(query.available_tools or ())
+    missing: list[str] = []
+    if query.available_tools is not None:
+        for s in found:
+            missing += [t for t in s.pattern.tools_used if t not in offered and t not in missing]
+    return replace(
+        result, removed_by_filters=len(found), missing_tools=tuple(missing[:MISSING_TOOLS_SHOWN])
+    )
 
 
 def _suggest_alone(

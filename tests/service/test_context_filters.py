@@ -331,3 +331,41 @@ def _check_plans(result: SuggestResult, query: SuggestQuery) -> None:
     for plan in result.plans:
         for tool in plan.tools:
             assert any(same_tool(tool, o) for o in query.available_tools), (query, plan)
+
+
+def test_an_answer_empty_under_filters_says_what_they_removed() -> None:
+    """An answer with no suggestion under `available_tools`, `tags` or `min_success` carries
+    how many capabilities the request finds without them and the tools they need that the
+    caller lacks (docs/ranking.md, Filters, "What the filters removed"); an answer with
+    suggestions, or a request finding nothing at all, carries neither."""
+    with tempfile.TemporaryDirectory() as d:
+        engine = open_engine(Path(d), Clock())
+        engine.record(
+            "t", make_record("r1", "read the json and email it", ["read_file", "gmail_send"])
+        )
+        asked = SuggestQuery("read the json and email it")
+        assert engine.suggest("t", asked).removed_by_filters == 0
+        for query in (
+            replace(asked, available_tools=("read_file",)),
+            replace(asked, available_tools=()),
+            replace(asked, tags=("prod",)),
+        ):
+            result = engine.suggest("t", query)
+            assert result.suggestions == () and result.plans == ()
+            assert result.removed_by_filters == 1
+            expected = ("gmail_send",) if query.available_tools == ("read_file",) else ()
+            if query.available_tools == ():
+                expected = ("read_file", "gmail_send")
+            assert result.missing_tools == expected, query
+        allowed = engine.suggest("t", replace(asked, available_tools=("read_file", "gmail_send")))
+        assert len(allowed.suggestions) == 1
+        assert (allowed.removed_by_filters, allowed.missing_tools) == (0, ())
+        nothing = engine.suggest(
+            "t", replace(asked, intent="zzqx vvkw", available_tools=("read_file",))
+        )
+        assert (nothing.suggestions, nothing.removed_by_filters, nothing.missing_tools) == (
+            (),
+            0,
+            (),
+        )
+        engine.close()

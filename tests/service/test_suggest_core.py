@@ -96,7 +96,9 @@ def _assert_core_equals_python(engine: Engine, tenant: str, queries: list[Sugges
         assert core.suggestions == python.suggestions, query
         assert core.filtered == ()
         explained = engine.suggest(tenant, replace(query, explain=True))
-        assert explained == python, query
+        # what the filters removed is a second ranking, not the oracle's
+        # (tests/service/test_context_filters.py)
+        assert replace(explained, removed_by_filters=0, missing_tools=()) == python, query
         shown += len(core.suggestions)
     return shown
 

@@ -1026,8 +1026,15 @@ type SuggestResponse struct {
 	// step (`context`): the suggestions' `match` is against that reading (docs/ranking.md,
 	// Sessions, "Follow-up requests").
 	ReadAsFollowUp bool `protobuf:"varint,4,opt,name=read_as_follow_up,json=readAsFollowUp,proto3" json:"read_as_follow_up,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// (Output only) With no suggestion and no plan under filters (`available_tools`, `tags`,
+	// `min_success`): how many capabilities the same request finds without them (at most `k`);
+	// 0 otherwise (docs/ranking.md, Filters, "What the filters removed").
+	RemovedByFilters int32 `protobuf:"varint,5,opt,name=removed_by_filters,json=removedByFilters,proto3" json:"removed_by_filters,omitempty"`
+	// (Output only) With `removed_by_filters`: the tools those capabilities need that
+	// `available_tools` lacks, the best match's first (at most 20).
+	MissingTools  []string `protobuf:"bytes,6,rep,name=missing_tools,json=missingTools,proto3" json:"missing_tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SuggestResponse) Reset() {
@@ -1086,6 +1093,20 @@ func (x *SuggestResponse) GetReadAsFollowUp() bool {
 		return x.ReadAsFollowUp
 	}
 	return false
+}
+
+func (x *SuggestResponse) GetRemovedByFilters() int32 {
+	if x != nil {
+		return x.RemovedByFilters
+	}
+	return 0
+}
+
+func (x *SuggestResponse) GetMissingTools() []string {
+	if x != nil {
+		return x.MissingTools
+	}
+	return nil
 }
 
 // GetPatternRequest names a pattern.
@@ -2236,12 +2257,14 @@ const file_pml_v1_pml_proto_rawDesc = "" +
 	"\x11previous_patterns\x18\x02 \x03(\tR\x10previousPatterns\x12%\n" +
 	"\x0eprevious_tools\x18\x03 \x03(\tR\rpreviousTools\"&\n" +
 	"\x0eAvailableTools\x12\x14\n" +
-	"\x05tools\x18\x01 \x03(\tR\x05tools\"\xcd\x01\n" +
+	"\x05tools\x18\x01 \x03(\tR\x05tools\"\xa0\x02\n" +
 	"\x0fSuggestResponse\x124\n" +
 	"\vsuggestions\x18\x01 \x03(\v2\x12.pml.v1.SuggestionR\vsuggestions\x125\n" +
 	"\bfiltered\x18\x02 \x03(\v2\x19.pml.v1.FilteredCandidateR\bfiltered\x12\"\n" +
 	"\x05plans\x18\x03 \x03(\v2\f.pml.v1.PlanR\x05plans\x12)\n" +
-	"\x11read_as_follow_up\x18\x04 \x01(\bR\x0ereadAsFollowUp\"'\n" +
+	"\x11read_as_follow_up\x18\x04 \x01(\bR\x0ereadAsFollowUp\x12,\n" +
+	"\x12removed_by_filters\x18\x05 \x01(\x05R\x10removedByFilters\x12#\n" +
+	"\rmissing_tools\x18\x06 \x03(\tR\fmissingTools\"'\n" +
 	"\x11GetPatternRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"?\n" +
 	"\x12GetPatternResponse\x12)\n" +

@@ -536,10 +536,17 @@ class SuggestResponse(_message.Message):
     FILTERED_FIELD_NUMBER: _builtins.int
     PLANS_FIELD_NUMBER: _builtins.int
     READ_AS_FOLLOW_UP_FIELD_NUMBER: _builtins.int
+    REMOVED_BY_FILTERS_FIELD_NUMBER: _builtins.int
+    MISSING_TOOLS_FIELD_NUMBER: _builtins.int
     read_as_follow_up: _builtins.bool
     """(Output only) The request said too little alone and was read with the agent's previous
     step (`context`): the suggestions' `match` is against that reading (docs/ranking.md,
     Sessions, "Follow-up requests").
+    """
+    removed_by_filters: _builtins.int
+    """(Output only) With no suggestion and no plan under filters (`available_tools`, `tags`,
+    `min_success`): how many capabilities the same request finds without them (at most `k`);
+    0 otherwise (docs/ranking.md, Filters, "What the filters removed").
     """
     @_builtins.property
     def suggestions(self) -> _containers.RepeatedCompositeFieldContainer[_resources_pb2.Suggestion]:
@@ -555,6 +562,12 @@ class SuggestResponse(_message.Message):
         the request better than any one suggestion; empty when one capability covers it.
         """
 
+    @_builtins.property
+    def missing_tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """(Output only) With `removed_by_filters`: the tools those capabilities need that
+        `available_tools` lacks, the best match's first (at most 20).
+        """
+
     def __init__(
         self,
         *,
@@ -562,10 +575,12 @@ class SuggestResponse(_message.Message):
         filtered: _abc.Iterable[_resources_pb2.FilteredCandidate] | None = ...,
         plans: _abc.Iterable[_resources_pb2.Plan] | None = ...,
         read_as_follow_up: _builtins.bool = ...,
+        removed_by_filters: _builtins.int = ...,
+        missing_tools: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filtered", b"filtered", "plans", b"plans", "read_as_follow_up", b"read_as_follow_up", "suggestions", b"suggestions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filtered", b"filtered", "missing_tools", b"missing_tools", "plans", b"plans", "read_as_follow_up", b"read_as_follow_up", "removed_by_filters", b"removed_by_filters", "suggestions", b"suggestions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
