@@ -407,6 +407,13 @@ OLDER_SECRETS = [
         'sql="[REDACTED]"',
         id="sql_password",
     ),
+    pytest.param(  # a password a string writes in prose after its name and a link word
+        "HUNTER2PROSE9",
+        'await mcp.send_email(to="admin", body="my password is Hunter2prose9")',
+        18,  # the marker of the build before this rule (docs/storage.md, Migrations)
+        'body="[REDACTED]"',
+        id="prose_password",
+    ),
 ]
 
 

@@ -15,7 +15,7 @@ _STATS_KEY = b"stats/"
 _SNAPSHOT_KEY = b"snapshot/"
 # Versioned: a store marked by an earlier version of the pass (`placeholders_renamed`: names
 # only) runs it once more, for what today's redaction adds (docs/storage.md, Migrations).
-_PLACEHOLDERS_KEY = b"placeholders_renamed/18"
+_PLACEHOLDERS_KEY = b"placeholders_renamed/19"
 # Versioned too: a store marked by an earlier version of the re-key (`tool_names_read`: tool
 # names only) runs it once more, for the literals read since (docs/storage.md, Migrations).
 _TOOL_NAMES_KEY = b"tool_names_read/3"
