@@ -56,10 +56,14 @@ _TAKEN = (PROTOBUF, PROTOBUF_REGISTERED, JSON)
 _WORKERS = 4
 _MAX_CONNECTIONS = 64
 
+Metadata = Sequence[tuple[str, str | bytes]]
 Export = Callable[
-    [trace_service_pb2.ExportTraceServiceRequest, Sequence[tuple[str, str | bytes]]],
+    [trace_service_pb2.ExportTraceServiceRequest, Metadata],
     trace_service_pb2.ExportTraceServiceResponse,
 ]
+# Raises the refusal of a request with these headers before its body is inflated or parsed
+# (`TraceIngestServicer.admit`: draining, the key, its role, the tenant's quota).
+Admit = Callable[[Metadata], object]
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -367,6 +371,25 @@ def _sent_or_refusal(headers: Sequence[tuple[bytes, bytes]]) -> Sent | Answer:
         return refusal(err, PROTOBUF)
 
 
+def _metadata(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[str, str | bytes]]:
+    """The request's headers as the metadata an Export reads its key from."""
+    return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
+
+
+def _admitted(admit: Admit, headers: Sequence[tuple[bytes, bytes]]) -> Answer | None:
+    """The refusal of a request by its headers alone (`Admit`), or None: a request without a
+    valid key is answered 401 before anything of its body is inflated or parsed, as the gRPC
+    port refuses it before it decodes a message (docs/connect.md, "OTLP traces in")."""
+    how = _sent_or_refusal(headers)
+    if isinstance(how, Answer):
+        return how
+    try:
+        admit(_metadata(headers))
+    except Exception as err:  # every error is answered; unexpected ones are logged (refusal)
+        return refusal(err, answer_type(how.content_type))
+    return None
+
+
 def answer(
     export: Export,
     headers: Sequence[tuple[bytes, bytes]],
@@ -374,7 +397,7 @@ def answer(
     max_bytes: int,
 ) -> Answer:
     """The whole exchange of one POST to /v1/traces, without the HTTP server."""
-    metadata = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
+    metadata = _metadata(headers)
     how = _sent_or_refusal(headers)
     if isinstance(how, Answer):
         return how
@@ -393,17 +416,20 @@ def answer(
 
 
 class OtlpHttpApp:
-    """The ASGI application: only `POST /v1/traces`; bodies over `max_bytes` (before or after
-    gzip) are refused 413 without being read whole. Exports run on a small thread pool."""
+    """The ASGI application: only `POST /v1/traces`; a request `admit` refuses is answered
+    before its body is inflated or parsed; bodies over `max_bytes` (before or after gzip) are
+    refused 413 without being read whole. Exports run on a small thread pool."""
 
     def __init__(
         self,
         export: Export,
+        admit: Admit,
         max_bytes: int,
         workers: int = _WORKERS,
         on_answer: Callable[[int], None] | None = None,
     ) -> None:
         self._export = export
+        self._admit = admit
         self._max_bytes = max_bytes
         self._on_answer = on_answer
         self._pool = futures.ThreadPoolExecutor(workers, thread_name_prefix="pml-otlp-http")
@@ -434,14 +460,16 @@ class OtlpHttpApp:
         body = await read_body(receive, self._max_bytes)  # a body over it drained first
         if isinstance(body, Gone):
             return  # the client went away before its body ended: nothing to answer or take
+        refused = _admitted(self._admit, headers)
+        if refused is not None:
+            await self._answer(send, refused)
+            return
         if body is None:
             too_large = ResourceExhaustedError(
                 f"the body is over {self._max_bytes} bytes: export in smaller batches"
             )
-            how = _sent_or_refusal(headers)
-            if not isinstance(how, Answer):
-                how = refusal(too_large, answer_type(how.content_type))
-            await self._answer(send, how)
+            media = answer_type(sent(headers).content_type)  # (`_admitted` read its headers)
+            await self._answer(send, refusal(too_large, media))
             return
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(
@@ -474,6 +502,7 @@ class OtlpHttpServer:
     def __init__(
         self,
         export: Export,
+        admit: Admit,
         listen: str,
         max_bytes: int,
         tls: Tls | None,
@@ -492,7 +521,7 @@ class OtlpHttpServer:
             raise bind_error(listen, err, "the OTLP/HTTP address ") from None
         self._sock = sock
         self.port: int = sock.getsockname()[1]
-        self._app = OtlpHttpApp(export, max_bytes, on_answer=on_answer)
+        self._app = OtlpHttpApp(export, admit, max_bytes, on_answer=on_answer)
         tls_options: dict[str, Any] = {}
         if tls is not None:
             tls_options = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}

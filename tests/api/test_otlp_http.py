@@ -544,6 +544,32 @@ def test_keys_apply_as_on_grpc(start: StartServer, keys: tuple[Path, dict[str, s
     ExportTraceServiceResponse().ParseFromString(answer)
 
 
+def test_a_body_without_a_valid_key_is_refused_before_it_is_read(
+    start: StartServer, keys: tuple[Path, dict[str, str]]
+) -> None:
+    """docs/connect.md, "OTLP traces in": the key is checked before the body is inflated or
+    parsed, as the gRPC port checks it before it decodes a message. The body was decoded
+    first: a client with no key got a 400 naming what did not parse, or 413 for a gzip bomb,
+    and a 4 MB OTLP/JSON body cost about 0.7 s of CPU before its 401, at any rate it liked."""
+    path, found = keys
+    server = start(otlp_http_listen="127.0.0.1:0", keys_file=path, max_message_bytes=64 * 1024)
+    protobuf = {"Content-Type": "application/x-protobuf"}
+    bomb = gzip.compress(b"\x00" * (10 * 1024 * 1024))
+    bodies = [
+        (b"\xff\xff not protobuf", protobuf),
+        (b'{"resourceSpans": [{"scopeSpans": "not JSON', {"Content-Type": JSON}),
+        (b"\x0a" * (65 * 1024), protobuf),  # over the limit
+        (bomb, {**protobuf, "Content-Encoding": "gzip"}),
+    ]
+    for body, headers in bodies:
+        for key, expected in ((None, 401), ("not-a-key", 401), (found["acme-read"], 403)):
+            sent = {**headers, **({"Authorization": f"Bearer {key}"} if key else {})}
+            status, _, answer = _post(server, body, sent)
+            assert status == expected, (body[:40], key, status, answer[:200])
+    write = {**protobuf, "Authorization": f"Bearer {found['acme-write']}"}
+    assert _post(server, b"\xff\xff not protobuf", write)[0] == 400  # read once admitted
+
+
 def test_draining_answers_503_with_retry_after(server: RunningServer) -> None:
     server.servicer.draining.set()
     status, headers, answer = _post(
@@ -602,7 +628,11 @@ def test_a_body_cut_by_a_disconnect_is_never_exported() -> None:
     exported, and nothing is answered."""
     exported: list[object] = []
     sent: list[dict[str, object]] = []
-    app = OtlpHttpApp(lambda request, metadata: exported.append(request), 1 << 20)  # type: ignore[arg-type,func-returns-value]
+    app = OtlpHttpApp(
+        lambda request, metadata: exported.append(request),  # type: ignore[arg-type,func-returns-value]
+        lambda metadata: None,
+        1 << 20,
+    )
     messages = iter(
         [
             {"type": "http.request", "body": b"\x0a\x02", "more_body": True},
