@@ -4,13 +4,22 @@ a request's head and body with no deadline, so a client that stalls holds its co
 long as it stays: 64 connections that sent half a request line held every OTLP/HTTP slot (each
 Export answered 503, still after 75 s), and about 1,000 held every descriptor of `pml mcp`
 (soft limit 1024), which then answered no one (docs/connect.md, "OTLP traces in"; docs/mcp.md,
-HTTP front)."""
+HTTP front). And how uvicorn logs, for both (`UVICORN_LOGGING`)."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Final
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+# uvicorn's logging (docs/operations.md, Secrets outside the store): its records go to the
+# process's own handlers (`pml serve`'s JSON lines), its errors only (an exception in the
+# application). Each of its warnings is about one request of any client, no key needed (a
+# request h11 cannot read, an `Upgrade` header, one past the connection limit): each wrote a
+# line of uvicorn's own format into `pml serve`'s JSON log, so a flood of them was a flood of
+# log lines.
+UVICORN_LOGGING: Final[dict[str, Any]] = {"log_config": None, "log_level": "error"}
 
 # A request's head and body arrive within this many seconds of its connection opening or of the
 # previous answer on it (at least 280 KB/s for an 8 MiB body), or the connection is closed.

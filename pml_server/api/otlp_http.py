@@ -31,7 +31,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from pml_server.api.errors import retry_after_seconds, status_code_for, to_rpc_status
 from pml_server.api.http_body import Gone, read_body
-from pml_server.api.http_deadline import DeadlinedH11
+from pml_server.api.http_deadline import UVICORN_LOGGING, DeadlinedH11
 from pml_server.api.otlp import refuse_past_bounds
 from pml_server.config import bind_error
 from pml_server.domain.errors import (
@@ -534,7 +534,7 @@ class OtlpHttpServer:
             self._app,
             lifespan="off",
             http=DeadlinedH11,  # stalled clients hold no connection slot for long
-            log_level="warning",
+            **UVICORN_LOGGING,
             access_log=False,
             limit_concurrency=_MAX_CONNECTIONS,
             timeout_graceful_shutdown=30,

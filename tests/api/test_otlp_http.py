@@ -9,6 +9,7 @@ import asyncio
 import gzip
 import http.client
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -44,7 +45,7 @@ from pml_server.domain.limits import LIMITS
 from testing.otlp_spans import recorded
 from tests.api.test_otlp_ingest import exporting_to
 from tests.conftest import StartServer
-from tests.support import eventually, npm_ci
+from tests.support import eventually, npm_ci, spawn_pml_serve, stop_pml_serve
 
 JS = Path(__file__).resolve().parents[1] / "otel" / "js"
 
@@ -568,6 +569,44 @@ def test_a_body_without_a_valid_key_is_refused_before_it_is_read(
             assert status == expected, (body[:40], key, status, answer[:200])
     write = {**protobuf, "Authorization": f"Bearer {found['acme-write']}"}
     assert _post(server, b"\xff\xff not protobuf", write)[0] == 400  # read once admitted
+
+
+def _exchange(port: int, request: bytes) -> bytes:
+    """`request` sent as raw bytes; the head of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer and (chunk := sock.recv(65536)):
+            answer += chunk
+        return answer
+
+
+def test_requests_http_refuses_leave_the_log_json_and_quiet(tmp_path: Path) -> None:
+    """docs/operations.md, "Metrics and alerts": logs are one JSON object a line. uvicorn
+    wrote its own lines into `pml serve`'s log (`WARNING:  Invalid HTTP request received.`,
+    and two for an `Upgrade` header, one of them advice to pip install uvicorn[standard]), one
+    for each such request of any client, no key needed: a flood of them a flood of log."""
+    proc, _ = spawn_pml_serve(
+        *("--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")),
+        *("--embedder", "hashing", "--otlp-http-listen", "127.0.0.1:0"),
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        port = int(re.search(r"OTLP/HTTP traces on http://127.0.0.1:(\d+)/", line)[1])  # type: ignore[index]
+        head = b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n"
+        for request in (
+            head + b"Bad Header Line\r\n\r\n",
+            head + b"Content-Length: -1\r\n\r\n",
+            head + b"Upgrade: h2c\r\nConnection: upgrade\r\nContent-Length: 0\r\n\r\n",
+        ):
+            assert _exchange(port, request).startswith(b"HTTP/1.1 4"), request
+    finally:
+        stderr = stop_pml_serve(proc)
+    assert proc.returncode == 0, stderr[-3000:]
+    messages = [json.loads(line)["msg"] for line in stderr.splitlines()]  # each line JSON
+    assert messages[0] == "pml serving", messages
+    assert not [m for m in messages if "HTTP" in m or "upgrade" in m.lower()], messages
 
 
 def test_draining_answers_503_with_retry_after(server: RunningServer) -> None:
